@@ -1,0 +1,74 @@
+"""Devices and nodes as the management layer reports them and the engine consumes them.
+
+These are plain frozen records: the engine converts them once into columns (``engine/state.py``).
+Units are in the names: MiB for memory, millicores for CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from xpupool.model.errors import RequestError
+from xpupool.model.vendor import vendor_key
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One accelerator card (or one schedulable partition such as a MIG instance).
+
+    ``model`` is the name as the vendor tool prints it; the catalog resolves it to a canonical
+    model. ``runtimes`` holds the highest runtime versions the installed driver serves, when the
+    tool says so (``{"cuda": "12.4"}`` from nvidia-smi, ``{"cann": "8.0.RC2"}`` from the Ascend
+    toolkit); the compatibility table fills in what is missing from ``driver_version``.
+    ``link_group`` names the NVLink/HCCS/xGMI domain inside the node; devices sharing a name talk
+    over the fast link. None means PCIe only.
+    """
+
+    uuid: str
+    vendor: str
+    model: str
+    memory_mib: int
+    index: int = 0
+    compute_units: int = 0
+    driver_version: str | None = None
+    runtimes: Mapping[str, str] = field(default_factory=dict)
+    numa_node: int | None = None
+    link_group: str | None = None
+    healthy: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.uuid:
+            raise RequestError("uuid", self.uuid, "must not be empty")
+        object.__setattr__(self, "vendor", vendor_key(self.vendor))
+        if self.memory_mib <= 0:
+            raise RequestError("memory_mib", self.memory_mib, "must be more than 0")
+        object.__setattr__(self, "runtimes", dict(self.runtimes))
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A host: its CPU and memory capacity and its devices. ``site`` groups nodes across sites."""
+
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    devices: tuple[Device, ...] = ()
+    site: str = "default"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    schedulable: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise RequestError("name", self.name, "must not be empty")
+        if self.cpu_milli < 0:
+            raise RequestError("cpu_milli", self.cpu_milli, "must not be negative")
+        if self.memory_mib < 0:
+            raise RequestError("memory_mib", self.memory_mib, "must not be negative")
+        object.__setattr__(self, "devices", tuple(self.devices))
+        object.__setattr__(self, "labels", dict(self.labels))
+        seen: set[str] = set()
+        for i, device in enumerate(self.devices):
+            if device.uuid in seen:
+                raise RequestError(f"devices[{i}].uuid", device.uuid, "duplicate UUID on this node")
+            seen.add(device.uuid)

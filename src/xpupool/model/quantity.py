@@ -1,0 +1,202 @@
+"""Parse the quantities users write: memory (MiB), CPU (millicores), shares of a device.
+
+Memory parses like Kubernetes: ``Ki``/``Mi``/``Gi``/``Ti`` are binary, ``K``/``M``/``G``/``T``
+decimal, and ``KiB``/``MiB``/``GiB``/``TiB`` and ``KB``/``MB``/``GB``/``TB`` are accepted as their
+binary and decimal twins. A bare number is MiB (the unit the engine keeps). Results are whole MiB,
+rounded up so that a request is never silently shrunk. Shares of one device are kept in thousandths
+(``permille``) so that ``12.5%`` is exact; the engine never handles floats for capacity.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from decimal import Decimal, InvalidOperation
+
+from xpupool.model.errors import RequestError
+
+MIB = 1024 * 1024
+_BYTES_PER_UNIT: dict[str, int] = {
+    "": MIB,  # a bare number means MiB
+    "ki": 1024,
+    "mi": MIB,
+    "gi": 1024 * MIB,
+    "ti": 1024 * 1024 * MIB,
+    "kib": 1024,
+    "mib": MIB,
+    "gib": 1024 * MIB,
+    "tib": 1024 * 1024 * MIB,
+    "k": 1000,
+    "m": 1000**2,
+    "g": 1000**3,
+    "t": 1000**4,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "tb": 1000**4,
+}
+_NUMBER_UNIT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z%]*)\s*$")
+_MEMORY_UNITS_HINT = "use Mi, Gi, Ti (binary), M, G, T (decimal) or GiB/GB"
+
+
+def _split(field: str, text: object) -> tuple[Decimal, str]:
+    if isinstance(text, bool):
+        raise RequestError(field, text, "expected a quantity, not a boolean")
+    if isinstance(text, int | float):
+        if isinstance(text, float) and not math.isfinite(text):
+            raise RequestError(field, text, "must be a finite number")
+        if text < 0:
+            raise RequestError(field, text, "must not be negative")
+        return Decimal(str(text)), ""
+    if not isinstance(text, str):
+        raise RequestError(field, text, "expected a quantity such as '24Gi'")
+    match = _NUMBER_UNIT.match(text)
+    if match is None:
+        if text.strip().startswith("-"):
+            raise RequestError(field, text, "must not be negative")
+        raise RequestError(
+            field, text, "not a quantity; expected a number and a unit such as '24Gi'"
+        )
+    try:
+        number = Decimal(match.group(1))
+    except InvalidOperation as exc:  # pragma: no cover - the regex only admits valid decimals
+        raise RequestError(field, text, "not a number") from exc
+    return number, match.group(2)
+
+
+def parse_memory_mib(field: str, text: object) -> int:
+    """Memory in whole MiB, rounded up. ``24Gi`` -> 24576, ``24G`` -> 22889, ``512`` -> 512."""
+    number, unit = _split(field, text)
+    per_unit = _BYTES_PER_UNIT.get(unit.lower())
+    # 'm' is milli in Kubernetes memory; nobody means that for accelerator memory: only 'M' is mega.
+    if per_unit is None or unit == "m":
+        raise RequestError(field, text, f"unknown memory unit {unit!r}; {_MEMORY_UNITS_HINT}")
+    return math.ceil(number * per_unit / MIB)
+
+
+def parse_cpu_milli(field: str, text: object) -> int:
+    """CPU in millicores: ``500m`` -> 500, ``2`` -> 2000, ``1.5`` -> 1500."""
+    number, unit = _split(field, text)
+    if unit == "m":
+        if number != number.to_integral_value():
+            raise RequestError(field, text, "millicores must be a whole number")
+        return int(number)
+    if unit:
+        raise RequestError(
+            field, text, f"unknown CPU unit {unit!r}; use cores ('2', '0.5') or '500m'"
+        )
+    milli = number * 1000
+    if milli != milli.to_integral_value():
+        raise RequestError(field, text, "finer than one millicore")
+    return int(milli)
+
+
+def parse_percent_permille(field: str, text: object) -> int:
+    """A share of one device in thousandths: ``50%`` -> 500, ``12.5%`` -> 125; in (0, 100]%."""
+    if isinstance(text, str) and text.strip().endswith("%"):
+        number, unit = _split(field, text.strip()[:-1])
+        if unit:
+            raise RequestError(field, text, "expected a percentage such as '50%'")
+    elif isinstance(text, int | float) and not isinstance(text, bool):
+        number, _ = _split(field, text)
+    else:
+        raise RequestError(field, text, "expected a percentage such as '50%'")
+    permille = number * 10
+    if permille != permille.to_integral_value():
+        raise RequestError(field, text, "finer than 0.1%")
+    if not 0 < permille <= 1000:
+        raise RequestError(field, text, "must be more than 0% and at most 100%")
+    return int(permille)
+
+
+def parse_device_memory(field: str, text: object) -> tuple[int | None, int | None]:
+    """Per-device memory as ``(mib, None)`` for an amount or ``(None, permille)`` for ``NN%``."""
+    if isinstance(text, str) and text.strip().endswith("%"):
+        return None, parse_percent_permille(field, text)
+    mib = parse_memory_mib(field, text)
+    if mib == 0:
+        raise RequestError(field, text, "must be more than 0")
+    return mib, None
+
+
+def format_mib(mib: int) -> str:
+    """Short human form of a MiB amount: 81920 -> '80Gi', 512 -> '512Mi'."""
+    if mib >= 1024 and mib % 1024 == 0:
+        return f"{mib // 1024}Gi"
+    if mib >= 1024:
+        return f"{mib / 1024:.1f}Gi"
+    return f"{mib}Mi"
+
+
+def format_permille(permille: int) -> str:
+    """500 -> '50%', 125 -> '12.5%'."""
+    whole, tenth = divmod(permille, 10)
+    return f"{whole}%" if tenth == 0 else f"{whole}.{tenth}%"
+
+
+def format_mib_exact(mib: int) -> str:
+    """Lossless form of a MiB amount that :func:`parse_memory_mib` reads back to the same integer.
+
+    ``81920`` -> ``'80Gi'``, ``1500`` -> ``'1500Mi'``, ``0`` -> ``'0Mi'``. Unlike :func:`format_mib`
+    (for display) it never rounds, so the canonical JSON and spec forms round-trip.
+    """
+    if mib >= 1024 and mib % 1024 == 0:
+        return f"{mib // 1024}Gi"
+    return f"{mib}Mi"
+
+
+def format_cpu_milli(milli: int) -> str:
+    """Lossless CPU form that :func:`parse_cpu_milli` reads back: 4000 -> '4', 1500 -> '1500m'."""
+    if milli % 1000 == 0:
+        return str(milli // 1000)
+    return f"{milli}m"
+
+
+# Card sizes: every unit is binary, because vendors market binary sizes ("80GB" A100 = 80 GiB).
+_CARD_MIB_PER_UNIT: dict[str, int] = {
+    **dict.fromkeys(("m", "mb", "mi", "mib"), 1),
+    **dict.fromkeys(("g", "gb", "gi", "gib"), 1024),
+    **dict.fromkeys(("t", "tb", "ti", "tib"), 1024 * 1024),
+}
+MAX_CARD_MIB = 1 << 40
+_CARD_UNITS_HINT = "use MB, GB or TB (GB, G, Gi and GiB all mean GiB here)"
+
+
+def parse_card_mib(field: str, text: object) -> int:
+    """A card's nominal size bound in whole MiB, for ``A100:80GB`` and ``card_memory``.
+
+    Card size bounds compare against the size the vendor markets, and vendors market binary sizes
+    (an "80GB" A100 has 80 GiB), so here ``80GB``, ``80G``, ``80Gi`` and ``80GiB`` all mean
+    80 GiB = 81920 MiB; ``M*`` units mean MiB and ``T*`` units TiB, case-insensitively. This is the
+    only place where ``GB`` is binary: everywhere else :func:`parse_memory_mib` applies.
+    A unit is required (a bare number in a GPU spec is a count), lowercase ``m`` is refused as in
+    :func:`parse_memory_mib`, and the result, rounded up, must be more than 0.
+    """
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        raise RequestError(
+            field, text, f"a card size needs a unit such as '80GB'; {_CARD_UNITS_HINT}"
+        )
+    number, unit = _split(field, text)
+    if not unit:
+        raise RequestError(
+            field, text, f"a card size needs a unit such as '80GB'; {_CARD_UNITS_HINT}"
+        )
+    per_unit = _CARD_MIB_PER_UNIT.get(unit.lower())
+    if per_unit is None or unit == "m":
+        raise RequestError(field, text, f"unknown card size unit {unit!r}; {_CARD_UNITS_HINT}")
+    mib = math.ceil(number * per_unit)
+    if mib <= 0:
+        raise RequestError(field, text, "must be more than 0")
+    if mib > MAX_CARD_MIB:
+        raise RequestError(field, text, "larger than any card (at most 1048576TB)")
+    return mib
+
+
+def format_card_mib(mib: int) -> str:
+    """Canonical card size that :func:`parse_card_mib` reads back: 81920 -> '80GB', 1 -> '1MB'.
+
+    ``GB`` here is the binary, marketed unit (see :func:`parse_card_mib`).
+    """
+    if mib >= 1024 and mib % 1024 == 0:
+        return f"{mib // 1024}GB"
+    return f"{mib}MB"

@@ -1,0 +1,222 @@
+"""What a user asks for: one replica's CPU, memory and devices, times ``replicas``.
+
+The device part says how many cards, how much of each (an amount of memory, a share of memory, a
+share of compute, or the whole card), which cards are acceptable (vendor/model any-of, excludes,
+UUIDs, card size), what software must run there, and whether the cards must share a fast link.
+Everything is validated on construction; errors name the field. The JSON form is in
+``request_json.py`` and the compact CLI form in ``spec.py``; both produce these records.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from xpupool.model.errors import RequestError
+from xpupool.model.version import OPERATORS, Version, parse_version
+
+WHOLE = 1000  # one device in thousandths
+MAX_DEVICES_PER_REPLICA = 64
+MAX_REPLICAS = 10_000
+
+SOFTWARE_NAMES: dict[str, str] = {
+    "cuda": "cuda",
+    "cann": "cann",
+    "rocm": "rocm",
+    "torch": "torch",
+    "pytorch": "torch",
+}
+_NEED = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_-]*)\s*(>=|<=|==|!=|~=|>|<|=)\s*([^\s]+)\s*$")
+
+
+class Topology(StrEnum):
+    """Placement constraint among one replica's devices."""
+
+    NONE = "none"
+    SAME_LINK_GROUP = "same-link-group"  # all devices in one NVLink/HCCS/xGMI domain
+
+
+class DevicePolicy(StrEnum):
+    """How devices are chosen inside the chosen node."""
+
+    BINPACK = "binpack"  # fill the busiest card that fits: keeps whole cards free
+    SPREAD = "spread"  # take the emptiest card: less interference between sharers
+
+
+@dataclass(frozen=True, slots=True)
+class SoftwareNeed:
+    """``cuda>=12.1``: a runtime name from :data:`SOFTWARE_NAMES`, an operator and a version."""
+
+    name: str
+    op: str
+    version: Version
+
+    def __str__(self) -> str:
+        return f"{self.name}{self.op}{self.version}"
+
+
+def parse_software_need(text: str, field: str = "software") -> SoftwareNeed:
+    """Parse ``cuda>=12.1``, ``cann>=8.0.RC1``, ``torch==2.4``; ``=`` is read as ``==``."""
+    if not isinstance(text, str):
+        raise RequestError(field, text, "expected a string such as 'cuda>=12.1'")
+    match = _NEED.match(text)
+    if match is None:
+        raise RequestError(field, text, "expected NAME OP VERSION such as 'cuda>=12.1'")
+    name, op, version = match.groups()
+    canonical = SOFTWARE_NAMES.get(name.lower())
+    if canonical is None:
+        raise RequestError(
+            field, text, f"unknown software {name!r}; known: cuda, cann, rocm, torch"
+        )
+    op = "==" if op == "=" else op
+    assert op in OPERATORS
+    return SoftwareNeed(canonical, op, parse_version(version, field))
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRequest:
+    """Devices for one replica. ``count == 0`` means a CPU-only replica.
+
+    Amount per device, in order of precedence:
+    - nothing given: the whole card, exclusively;
+    - ``memory_mib`` or ``memory_permille`` (thousandths of the card): that much memory, and
+      ``core_permille`` of compute (0 when not given: compute is shared best-effort, as HAMi does);
+    - only ``core_permille``: that share of compute and the same share of memory (a slice).
+    Selectors: ``vendors`` and ``models`` are any-of lists (empty = any); ``exclude_models`` and
+    ``exclude_uuids`` win over includes; ``min_card_mib``/``max_card_mib`` bound the card's
+    nominal size.
+    """
+
+    count: int = 0
+    memory_mib: int | None = None
+    memory_permille: int | None = None
+    core_permille: int | None = None
+    vendors: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
+    exclude_models: tuple[str, ...] = ()
+    uuids: tuple[str, ...] = ()
+    exclude_uuids: tuple[str, ...] = ()
+    min_card_mib: int | None = None
+    max_card_mib: int | None = None
+    software: tuple[SoftwareNeed, ...] = ()
+    topology: Topology = Topology.NONE
+
+    def __post_init__(self) -> None:
+        _check_int("devices.count", self.count, 0, MAX_DEVICES_PER_REPLICA)
+        if self.memory_mib is not None and self.memory_permille is not None:
+            raise RequestError(
+                "devices.memory",
+                self.memory_mib,
+                "give memory as an amount or a percentage, not both",
+            )
+        if self.memory_mib is not None:
+            _check_int("devices.memory", self.memory_mib, 1, 1 << 40)
+        if self.memory_permille is not None:
+            _check_int("devices.memory", self.memory_permille, 1, WHOLE)
+        if self.core_permille is not None:
+            _check_int("devices.cores", self.core_permille, 0, WHOLE)
+        if self.count == 0 and self.shares_specified:
+            raise RequestError(
+                "devices.count", 0, "memory or cores per device need a count of at least 1"
+            )
+        for name in ("min_card_mib", "max_card_mib"):
+            value = getattr(self, name)
+            if value is not None:
+                _check_int(f"devices.{name}", value, 0, 1 << 40)
+        if (
+            self.min_card_mib is not None
+            and self.max_card_mib is not None
+            and self.min_card_mib > self.max_card_mib
+        ):
+            raise RequestError(
+                "devices.max_card_mib", self.max_card_mib, "smaller than devices.min_card_mib"
+            )
+        object.__setattr__(self, "topology", Topology(self.topology))
+        for name in ("vendors", "models", "exclude_models", "uuids", "exclude_uuids", "software"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+
+    @property
+    def shares_specified(self) -> bool:
+        return not (
+            self.memory_mib is None and self.memory_permille is None and self.core_permille is None
+        )
+
+    @property
+    def whole(self) -> bool:
+        """True when each device is taken whole and exclusively."""
+        return self.count > 0 and not self.shares_specified
+
+    @property
+    def need_memory_permille(self) -> int | None:
+        """Memory per device as a share of the card, or None when given in MiB."""
+        if self.memory_mib is not None:
+            return None
+        if self.memory_permille is not None:
+            return self.memory_permille
+        if self.core_permille is not None:
+            return self.core_permille
+        return WHOLE
+
+    @property
+    def need_core_permille(self) -> int:
+        """Compute per device in thousandths of the card."""
+        if self.core_permille is not None:
+            return self.core_permille
+        return 0 if self.shares_specified else WHOLE
+
+    def selector_key(self) -> tuple[object, ...]:
+        """Everything that decides which cards are acceptable, independent of free capacity.
+
+        The engine caches the eligible-device mask under this key.
+        """
+        return (
+            self.vendors,
+            self.models,
+            self.exclude_models,
+            self.uuids,
+            self.exclude_uuids,
+            self.min_card_mib,
+            self.max_card_mib,
+            self.software,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One job's placement request: ``replicas`` copies of (cpu, memory, devices).
+
+    ``gang`` makes the replicas all-or-nothing. ``node_policy``/``device_policy`` override the
+    cluster's profile for this request (None = the cluster default).
+    """
+
+    name: str = ""
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    devices: DeviceRequest = field(default_factory=DeviceRequest)
+    replicas: int = 1
+    gang: bool = False
+    priority: int = 0
+    queue: str = "default"
+    node_policy: str | None = None
+    device_policy: DevicePolicy | None = None
+
+    def __post_init__(self) -> None:
+        _check_int("cpu", self.cpu_milli, 0, 1 << 40)
+        _check_int("memory", self.memory_mib, 0, 1 << 50)
+        _check_int("replicas", self.replicas, 1, MAX_REPLICAS)
+        _check_int("priority", self.priority, -(1 << 31), (1 << 31) - 1)
+        if self.device_policy is not None:
+            try:
+                object.__setattr__(self, "device_policy", DevicePolicy(self.device_policy))
+            except ValueError:
+                raise RequestError(
+                    "device_policy", self.device_policy, "must be 'binpack' or 'spread'"
+                ) from None
+
+
+def _check_int(field_name: str, value: object, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RequestError(field_name, value, "expected a whole number")
+    if not low <= value <= high:
+        raise RequestError(field_name, value, f"must be between {low} and {high}")
