@@ -200,3 +200,24 @@ def format_card_mib(mib: int) -> str:
     if mib >= 1024 and mib % 1024 == 0:
         return f"{mib // 1024}GB"
     return f"{mib}MB"
+
+
+def parse_card_range(field: str, text: str) -> tuple[int | None, int | None]:
+    """Card size bounds in MiB from ``80GB`` (exactly, as dstack reads a single value),
+    ``24GB..40GB``, ``48GB..`` (at least) or ``..40GB`` (at most); ``None`` = unbounded.
+
+    Errors name ``field``, or ``field.min``/``field.max`` for one side of a range.
+    """
+    if ".." not in text:
+        mib = parse_card_mib(field, text)
+        return mib, mib
+    low_text, _, high_text = text.partition("..")
+    if ".." in high_text:
+        raise RequestError(field, text, "expected one '..' as in '24GB..40GB'")
+    if not low_text.strip() and not high_text.strip():
+        raise RequestError(field, text, "empty range; give a bound such as '24GB..' or '..40GB'")
+    low = parse_card_mib(f"{field}.min", low_text) if low_text.strip() else None
+    high = parse_card_mib(f"{field}.max", high_text) if high_text.strip() else None
+    if low is not None and high is not None and low > high:
+        raise RequestError(field, text, "the lower bound is larger than the upper bound")
+    return low, high

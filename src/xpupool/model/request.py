@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from xpupool.model.errors import RequestError
+from xpupool.model.vendor import vendor_key
 from xpupool.model.version import OPERATORS, Version, parse_version
 
 WHOLE = 1000  # one device in thousandths
@@ -27,7 +28,11 @@ SOFTWARE_NAMES: dict[str, str] = {
     "torch": "torch",
     "pytorch": "torch",
 }
-_NEED = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_-]*)\s*(>=|<=|==|!=|~=|>|<|=)\s*([^\s]+)\s*$")
+# The version must start with a digit and hold only version characters, so that typos such as
+# 'cuda>==12.4' or 'cuda>=12.4,' are refused instead of being read as odd version strings.
+_NEED = re.compile(
+    r"^\s*([A-Za-z][A-Za-z0-9_-]*)\s*(>=|<=|==|!=|~=|>|<|=)\s*([0-9][0-9A-Za-z._-]*)\s*$"
+)
 
 
 class Topology(StrEnum):
@@ -115,26 +120,52 @@ class DeviceRequest:
         if self.memory_permille is not None:
             _check_int("devices.memory", self.memory_permille, 1, WHOLE)
         if self.core_permille is not None:
-            _check_int("devices.cores", self.core_permille, 0, WHOLE)
+            # 0 would be a zero-sized slice on its own and the same as None next to memory.
+            _check_int("devices.cores", self.core_permille, 1, WHOLE)
         if self.count == 0 and self.shares_specified:
             raise RequestError(
                 "devices.count", 0, "memory or cores per device need a count of at least 1"
             )
-        for name in ("min_card_mib", "max_card_mib"):
-            value = getattr(self, name)
-            if value is not None:
-                _check_int(f"devices.{name}", value, 0, 1 << 40)
+        if self.min_card_mib is not None:
+            _check_int("devices.card_memory.min", self.min_card_mib, 1, 1 << 40)
+        if self.max_card_mib is not None:
+            _check_int("devices.card_memory.max", self.max_card_mib, 1, 1 << 40)
         if (
             self.min_card_mib is not None
             and self.max_card_mib is not None
             and self.min_card_mib > self.max_card_mib
         ):
             raise RequestError(
-                "devices.max_card_mib", self.max_card_mib, "smaller than devices.min_card_mib"
+                "devices.card_memory.max",
+                self.max_card_mib,
+                f"smaller than devices.card_memory.min ({self.min_card_mib} MiB)",
             )
-        object.__setattr__(self, "topology", Topology(self.topology))
+        try:
+            object.__setattr__(self, "topology", Topology(self.topology))
+        except ValueError:
+            known = ", ".join(t.value for t in Topology)
+            raise RequestError("devices.topology", self.topology, f"known: {known}") from None
         for name in ("vendors", "models", "exclude_models", "uuids", "exclude_uuids", "software"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
+        # Canonical vendor keys, as Device keeps them: 'cuda' would otherwise match no device.
+        vendors = tuple(vendor_key(v, f"devices.vendors[{i}]") for i, v in enumerate(self.vendors))
+        object.__setattr__(self, "vendors", vendors)
+        if self.count == 0:
+            selectors = {
+                "vendors": self.vendors,
+                "models": self.models,
+                "exclude_models": self.exclude_models,
+                "uuids": self.uuids,
+                "exclude_uuids": self.exclude_uuids,
+                "card_memory": self.min_card_mib is not None or self.max_card_mib is not None,
+                "software": self.software,
+                "topology": self.topology is not Topology.NONE,
+            }
+            for name, given in selectors.items():
+                if given:
+                    raise RequestError(
+                        "devices.count", 0, f"devices.{name} needs a count of at least 1"
+                    )
 
     @property
     def shares_specified(self) -> bool:
@@ -206,6 +237,10 @@ class Request:
         _check_int("memory", self.memory_mib, 0, 1 << 50)
         _check_int("replicas", self.replicas, 1, MAX_REPLICAS)
         _check_int("priority", self.priority, -(1 << 31), (1 << 31) - 1)
+        if not self.queue:
+            raise RequestError("queue", self.queue, "must not be empty")
+        if self.node_policy is not None and not self.node_policy:
+            raise RequestError("node_policy", self.node_policy, "must not be empty; use None")
         if self.device_policy is not None:
             try:
                 object.__setattr__(self, "device_policy", DevicePolicy(self.device_policy))

@@ -1,0 +1,465 @@
+"""The compact CLI text form of a placement request: ``nvidia:A100,H100:80GB:2 mem=40Gi gang``.
+
+A spec is whitespace-separated tokens. The first token is the *device part* when it is not a flag
+and holds none of ``= < > ~``; without one the request is CPU-only. The device part follows
+dstack's GPU spec: colon-separated components, each classified by its shape, in any order, each
+kind at most once:
+
+- a whole number is the count of devices per replica (default 1; a range such as ``1..2`` is
+  refused, because the engine places an exact count);
+- a size with a unit (``80GB``), or a range of them (``24GB..40GB``, ``48GB..``, ``..40GB``), bounds
+  the card's nominal size: a single value means exactly that size, as in dstack, and every unit is
+  binary (:func:`~xpupool.model.quantity.parse_card_mib`);
+- ``any``, or a comma list of vendor names and aliases (``nvidia``, ``ascend,amd``), picks vendors;
+- anything else is a comma list of models, any-of; ``!NAME`` excludes a model.
+
+The tokens after it are flags (``gang``, ``nvlink``/``same-link-group``), ``key=value`` pairs
+(:data:`KEYS`) and software needs (``cuda>=12.4``, ``torch=2.4``). Errors are
+:class:`RequestError` whose ``field`` is the path the token maps to in the JSON form
+(``request_json.py``), so both front ends report the same names. :func:`format_spec` writes the
+canonical text and refuses, with a :class:`RequestError`, the few requests this syntax cannot
+express (a model name that looks like a count or a size, names with whitespace, ...).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from xpupool.model.errors import RequestError
+from xpupool.model.quantity import (
+    format_card_mib,
+    format_cpu_milli,
+    format_mib_exact,
+    format_permille,
+    parse_card_range,
+    parse_cpu_milli,
+    parse_device_memory,
+    parse_memory_mib,
+    parse_percent_permille,
+)
+from xpupool.model.request import (
+    MAX_DEVICES_PER_REPLICA,
+    SOFTWARE_NAMES,
+    DevicePolicy,
+    DeviceRequest,
+    Request,
+    SoftwareNeed,
+    Topology,
+    parse_software_need,
+)
+from xpupool.model.request_json import parse_device_policy, parse_topology
+from xpupool.model.vendor import find_vendor, vendor_key
+
+__all__ = ["FLAGS", "KEYS", "format_spec", "parse_spec"]
+
+# key -> the JSON path its value fills; the path is also the error field.
+KEYS: dict[str, str] = {
+    "mem": "devices.memory",
+    "cores": "devices.cores",
+    "uuid": "devices.uuids",
+    "topology": "devices.topology",
+    "cpu": "cpu",
+    "memory": "memory",
+    "replicas": "replicas",
+    "priority": "priority",
+    "queue": "queue",
+    "name": "name",
+    "policy": "node_policy",
+    "device-policy": "device_policy",
+}
+# flag -> the JSON path it sets: 'gang' to true, the others to same-link-group.
+FLAGS: dict[str, str] = {
+    "gang": "gang",
+    "nvlink": "devices.topology",
+    "same-link-group": "devices.topology",
+}
+_DEVICE_PATHS = ("devices.memory", "devices.cores", "devices.uuids", "devices.topology")
+
+_COUNT = re.compile(r"^[0-9]+$")
+_INT_RANGE = re.compile(r"^[0-9]*\.\.[0-9]*$")
+# A size: a number alone (refused later: it needs a unit) or a number and a unit starting with
+# k/m/g/t. '910B' or '310P3' (Ascend models) stay names.
+_SIZE_SHAPE = re.compile(r"^[0-9]+(?:\.[0-9]+)?(?:[kKmMgGtT][A-Za-z]*)?$")
+_SOFTWARE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*\s*(?:>=|<=|==|!=|~=|>|<)")
+_NOT_IN_DEVICE_PART = frozenset("=<>~")
+
+
+# ----------------------------------------------------------------------------------------- read
+@dataclass(slots=True)
+class _Draft:
+    """What the tokens said so far; ``seen`` maps each JSON path to its text, to refuse repeats."""
+
+    has_devices: bool = False
+    count: int = 1
+    vendors: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
+    exclude_models: tuple[str, ...] = ()
+    min_card_mib: int | None = None
+    max_card_mib: int | None = None
+    memory_mib: int | None = None
+    memory_permille: int | None = None
+    core_permille: int | None = None
+    uuids: tuple[str, ...] = ()
+    exclude_uuids: tuple[str, ...] = ()
+    topology: Topology = Topology.NONE
+    software: list[SoftwareNeed] = field(default_factory=list)
+    software_tokens: list[str] = field(default_factory=list)
+    cpu_milli: int = 0
+    host_memory_mib: int = 0
+    replicas: int = 1
+    gang: bool = False
+    priority: int = 0
+    queue: str = "default"
+    name: str = ""
+    node_policy: str | None = None
+    device_policy: DevicePolicy | None = None
+    seen: dict[str, str] = field(default_factory=dict)
+
+    def once(self, path: str, text: str) -> None:
+        if path in self.seen:
+            raise RequestError(path, text, f"given twice (first as {self.seen[path]!r})")
+        self.seen[path] = text
+
+    def build(self) -> Request:
+        if not self.has_devices:
+            for path in _DEVICE_PATHS:
+                if path in self.seen:
+                    raise RequestError(path, self.seen[path], _NEEDS_DEVICE_PART)
+            if self.software:
+                raise RequestError(
+                    "devices.software[0]", self.software_tokens[0], _NEEDS_DEVICE_PART
+                )
+        devices = DeviceRequest()
+        if self.has_devices:
+            devices = DeviceRequest(
+                count=self.count,
+                memory_mib=self.memory_mib,
+                memory_permille=self.memory_permille,
+                core_permille=self.core_permille,
+                vendors=self.vendors,
+                models=self.models,
+                exclude_models=self.exclude_models,
+                uuids=self.uuids,
+                exclude_uuids=self.exclude_uuids,
+                min_card_mib=self.min_card_mib,
+                max_card_mib=self.max_card_mib,
+                software=tuple(self.software),
+                topology=self.topology,
+            )
+        return Request(
+            name=self.name,
+            cpu_milli=self.cpu_milli,
+            memory_mib=self.host_memory_mib,
+            devices=devices,
+            replicas=self.replicas,
+            gang=self.gang,
+            priority=self.priority,
+            queue=self.queue,
+            node_policy=self.node_policy,
+            device_policy=self.device_policy,
+        )
+
+
+_NEEDS_DEVICE_PART = "applies to devices; start the spec with a device part such as 'any' or 'A100'"
+
+
+def parse_spec(text: str) -> Request:
+    """Parse a spec such as ``nvidia:A100,H100:2 mem=40Gi cores=50%`` into a :class:`Request`.
+
+    An empty spec is the default (empty) request.
+    """
+    if not isinstance(text, str):
+        raise RequestError("spec", text, "expected a string")
+    tokens = text.split()
+    draft = _Draft()
+    if tokens and _is_device_part(tokens[0]):
+        _parse_device_part(draft, tokens[0])
+        tokens = tokens[1:]
+    for token in tokens:
+        key, sep, raw = token.partition("=")
+        if sep and key.lower() in KEYS:
+            path = KEYS[key.lower()]
+            if not raw:
+                raise RequestError(path, token, f"'{key}=' needs a value")
+            draft.once(path, raw)
+            _SETTERS[path](draft, path, raw)
+        elif _SOFTWARE.match(token) or (sep and key.lower() in SOFTWARE_NAMES):
+            path = f"devices.software[{len(draft.software)}]"
+            draft.software.append(parse_software_need(token, path))
+            draft.software_tokens.append(token)
+        elif token.lower() in FLAGS:
+            path = FLAGS[token.lower()]
+            draft.once(path, token)
+            if path == "gang":
+                draft.gang = True
+            else:
+                draft.topology = Topology.SAME_LINK_GROUP
+        elif sep:
+            raise RequestError(key, token, f"unknown key; known: {', '.join(KEYS)}")
+        else:
+            where = " (the device part, if any, must be the first token)"
+            raise RequestError(token, token, f"unknown flag; known: {', '.join(FLAGS)}{where}")
+    return draft.build()
+
+
+def _is_device_part(token: str) -> bool:
+    return token.lower() not in FLAGS and not _NOT_IN_DEVICE_PART.intersection(token)
+
+
+def _parse_device_part(draft: _Draft, token: str) -> None:
+    """``[VENDORS:][MODELS][:CARDMEM][:COUNT]``, components in any order, classified by shape."""
+    draft.has_devices = True
+    kinds: dict[str, str] = {}
+
+    def once(kind: str, component: str) -> None:
+        if kind in kinds:
+            hint = "; give one comma list" if kind in ("devices.models", "devices.vendors") else ""
+            raise RequestError(
+                kind, component, f"given twice in the device part (first as {kinds[kind]!r}){hint}"
+            )
+        kinds[kind] = component
+
+    for component in token.split(":"):
+        if not component:
+            raise RequestError("devices", token, "empty component in the device part")
+        if _INT_RANGE.match(component) and component != "..":
+            raise RequestError(
+                "devices.count",
+                component,
+                "count ranges are not supported: the engine places an exact number of devices; "
+                "give one count such as '2'",
+            )
+        if _COUNT.match(component):
+            once("devices.count", component)
+            draft.count = int(component)
+            if not 1 <= draft.count <= MAX_DEVICES_PER_REPLICA:
+                raise RequestError(
+                    "devices.count",
+                    component,
+                    f"must be between 1 and {MAX_DEVICES_PER_REPLICA}; "
+                    "leave the device part out for a CPU-only request",
+                )
+        elif ".." in component or _SIZE_SHAPE.match(component):
+            once("devices.card_memory", component)
+            draft.min_card_mib, draft.max_card_mib = parse_card_range(
+                "devices.card_memory", component
+            )
+        elif _is_vendor_list(component):
+            once("devices.vendors", component)
+            if component.lower() != "any":
+                entries = component.split(",")
+                draft.vendors = tuple(
+                    vendor_key(v, f"devices.vendors[{i}]") for i, v in enumerate(entries)
+                )
+        else:
+            once("devices.models", component)
+            draft.models, draft.exclude_models = _split_excludes("devices.models", component)
+            for i, entry in enumerate(component.split(",")):
+                name = entry.removeprefix("!")
+                if name.lower() == "any" or find_vendor(name) is not None:
+                    raise RequestError(
+                        f"devices.models[{i}]",
+                        entry,
+                        "a vendor is not a model; give vendors in their own component, as in "
+                        "'nvidia:A100' or 'nvidia:!T4' ('any' stands alone)",
+                    )
+
+
+def _is_vendor_list(component: str) -> bool:
+    if component.lower() == "any":
+        return True
+    return all(find_vendor(entry) is not None for entry in component.split(","))
+
+
+def _split_excludes(path: str, text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``A100,!A100-40GB`` -> (("A100",), ("A100-40GB",)); errors name ``path[i]``."""
+    include: list[str] = []
+    exclude: list[str] = []
+    for i, entry in enumerate(text.split(",")):
+        name = entry.removeprefix("!")
+        if not name or name.startswith("!"):
+            raise RequestError(f"{path}[{i}]", entry, "expected a name, or '!NAME' to exclude one")
+        (exclude if entry.startswith("!") else include).append(name)
+    return tuple(include), tuple(exclude)
+
+
+def _parse_int(path: str, raw: str) -> int:
+    if not re.fullmatch(r"[+-]?[0-9]+", raw):
+        raise RequestError(path, raw, "expected a whole number")
+    return int(raw)
+
+
+def _set_device_memory(d: _Draft, path: str, raw: str) -> None:
+    d.memory_mib, d.memory_permille = parse_device_memory(path, raw)
+
+
+def _set_cores(d: _Draft, path: str, raw: str) -> None:
+    d.core_permille = parse_percent_permille(path, raw)
+
+
+def _set_uuids(d: _Draft, path: str, raw: str) -> None:
+    d.uuids, d.exclude_uuids = _split_excludes(path, raw)
+
+
+def _set_topology(d: _Draft, path: str, raw: str) -> None:
+    d.topology = parse_topology(path, raw)
+
+
+def _set_cpu(d: _Draft, path: str, raw: str) -> None:
+    d.cpu_milli = parse_cpu_milli(path, raw)
+
+
+def _set_memory(d: _Draft, path: str, raw: str) -> None:
+    d.host_memory_mib = parse_memory_mib(path, raw)
+
+
+def _set_replicas(d: _Draft, path: str, raw: str) -> None:
+    d.replicas = _parse_int(path, raw)
+
+
+def _set_priority(d: _Draft, path: str, raw: str) -> None:
+    d.priority = _parse_int(path, raw)
+
+
+def _set_queue(d: _Draft, path: str, raw: str) -> None:
+    d.queue = raw
+
+
+def _set_name(d: _Draft, path: str, raw: str) -> None:
+    d.name = raw
+
+
+def _set_node_policy(d: _Draft, path: str, raw: str) -> None:
+    d.node_policy = raw
+
+
+def _set_device_policy(d: _Draft, path: str, raw: str) -> None:
+    d.device_policy = parse_device_policy(path, raw)
+
+
+_SETTERS: dict[str, Callable[[_Draft, str, str], None]] = {
+    "devices.memory": _set_device_memory,
+    "devices.cores": _set_cores,
+    "devices.uuids": _set_uuids,
+    "devices.topology": _set_topology,
+    "cpu": _set_cpu,
+    "memory": _set_memory,
+    "replicas": _set_replicas,
+    "priority": _set_priority,
+    "queue": _set_queue,
+    "name": _set_name,
+    "node_policy": _set_node_policy,
+    "device_policy": _set_device_policy,
+}
+
+
+# ---------------------------------------------------------------------------------------- write
+def format_spec(req: Request) -> str:
+    """The canonical spec of ``req``; ``parse_spec(format_spec(req)) == req``.
+
+    Raises :class:`RequestError` naming the field when the syntax cannot express ``req``: names,
+    queues, policies, models or UUIDs with whitespace; a model that reads as a count, a size or a
+    vendor (``3090``, ``80GB``, ``npu``) or holds ``: , = < > ~ ..``; a UUID with ``,`` or a
+    leading ``!``. The JSON form has none of these limits.
+    """
+    d = req.devices
+    tokens: list[str] = []
+    if d.count:
+        tokens.append(_format_device_part(d))
+    if d.memory_mib is not None:
+        tokens.append(f"mem={format_mib_exact(d.memory_mib)}")
+    if d.memory_permille is not None:
+        tokens.append(f"mem={format_permille(d.memory_permille)}")
+    if d.core_permille is not None:
+        tokens.append(f"cores={format_permille(d.core_permille)}")
+    if d.uuids or d.exclude_uuids:
+        for path, uuid in _indexed("devices", "uuids", d.uuids, d.exclude_uuids):
+            _check_token(path, uuid)
+            if "," in uuid or uuid.startswith("!"):
+                raise _inexpressible(path, uuid, "holds ',' or starts with '!'")
+        entries = [*d.uuids, *(f"!{u}" for u in d.exclude_uuids)]
+        tokens.append(f"uuid={','.join(entries)}")
+    if d.topology is Topology.SAME_LINK_GROUP:
+        tokens.append("same-link-group")
+    for i, need in enumerate(d.software):
+        tokens.append(_check_token(f"devices.software[{i}]", str(need)))
+    if req.cpu_milli:
+        tokens.append(f"cpu={format_cpu_milli(req.cpu_milli)}")
+    if req.memory_mib:
+        tokens.append(f"memory={format_mib_exact(req.memory_mib)}")
+    if req.replicas != 1:
+        tokens.append(f"replicas={req.replicas}")
+    if req.gang:
+        tokens.append("gang")
+    if req.priority:
+        tokens.append(f"priority={req.priority}")
+    if req.queue != "default":
+        tokens.append(f"queue={_check_token('queue', req.queue)}")
+    if req.name:
+        tokens.append(f"name={_check_token('name', req.name)}")
+    if req.node_policy is not None:
+        tokens.append(f"policy={_check_token('node_policy', req.node_policy)}")
+    if req.device_policy is not None:
+        tokens.append(f"device-policy={req.device_policy.value}")
+    return " ".join(tokens)
+
+
+def _format_device_part(d: DeviceRequest) -> str:
+    components: list[str] = []
+    if d.vendors:
+        components.append(",".join(d.vendors))
+    names = [*d.models, *(f"!{m}" for m in d.exclude_models)]
+    for path, model in _indexed("devices", "models", d.models, d.exclude_models):
+        _check_model(path, model)
+    if names:
+        components.append(",".join(names))
+    low, high = d.min_card_mib, d.max_card_mib
+    if low is not None and low == high:
+        components.append(format_card_mib(low))
+    elif low is not None or high is not None:
+        low_text = "" if low is None else format_card_mib(low)
+        high_text = "" if high is None else format_card_mib(high)
+        components.append(f"{low_text}..{high_text}")
+    if d.count != 1:
+        components.append(str(d.count))
+    part = ":".join(components) if components else "any"
+    if part.lower() in FLAGS:  # a model named like a flag: an explicit count keeps it a device part
+        part += ":1"
+    return part
+
+
+def _indexed(
+    prefix: str, key: str, include: tuple[str, ...], exclude: tuple[str, ...]
+) -> list[tuple[str, str]]:
+    """(JSON path, value) pairs: ``devices.models[0]``, ..., ``devices.exclude_models[0]``, ..."""
+    return [(f"{prefix}.{key}[{i}]", v) for i, v in enumerate(include)] + [
+        (f"{prefix}.exclude_{key}[{i}]", v) for i, v in enumerate(exclude)
+    ]
+
+
+def _check_model(path: str, model: str) -> None:
+    _check_token(path, model)
+    if (
+        any(c in model for c in ":,=<>~")
+        or ".." in model
+        or model.startswith("!")
+        or _COUNT.match(model)
+        or _SIZE_SHAPE.match(model)
+        or model.lower() == "any"
+        or find_vendor(model) is not None
+    ):
+        raise _inexpressible(
+            path, model, "reads as a count, a size or a vendor, or holds one of : , = < > ~ .. !"
+        )
+
+
+def _check_token(path: str, value: str) -> str:
+    if not value or any(c.isspace() for c in value):
+        raise _inexpressible(path, value, "is empty or holds whitespace")
+    return value
+
+
+def _inexpressible(path: str, value: str, why: str) -> RequestError:
+    return RequestError(path, value, f"{why}, which the spec syntax cannot express; use JSON")

@@ -1,0 +1,316 @@
+"""The JSON form of a Request: strict reading with exact field paths, canonical writing, round trip."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from xpupool.model.errors import RequestError
+from xpupool.model.request import (
+    DevicePolicy,
+    DeviceRequest,
+    Request,
+    Topology,
+    parse_software_need,
+)
+from xpupool.model.request_json import DEVICE_KEYS, TOP_KEYS, request_from_dict, request_to_dict
+from xpupool.model.vendor import VENDOR_KEYS
+
+
+def needs(*texts: str) -> tuple[object, ...]:
+    return tuple(parse_software_need(t) for t in texts)
+
+
+# -------------------------------------------------------------------------------------- reading
+def test_minimal_and_null_mean_defaults() -> None:
+    assert request_from_dict({}) == Request()
+    nulls = dict.fromkeys(("name", "cpu", "memory", "devices", "replicas", "gang"))
+    assert request_from_dict(nulls) == Request()
+
+
+def test_devices_without_count_ask_for_one() -> None:
+    assert request_from_dict({"devices": {}}) == Request(devices=DeviceRequest(count=1))
+    assert request_from_dict({"devices": {"count": 0}}) == Request()
+
+
+@pytest.mark.parametrize(("cpu", "milli"), [("4", 4000), ("500m", 500), (2, 2000), (1.5, 1500)])
+def test_cpu_forms(cpu: object, milli: int) -> None:
+    assert request_from_dict({"cpu": cpu}).cpu_milli == milli
+
+
+def test_full_request() -> None:
+    data = {
+        "name": "train",
+        "cpu": "8",
+        "memory": "64Gi",
+        "devices": {
+            "count": 2,
+            "vendors": ["ascend"],
+            "models": ["910B", "!910A"],
+            "exclude_models": ["310P"],
+            "card_memory": {"min": "32GB", "max": "64GB"},
+            "memory": "50%",
+            "cores": "25%",
+            "uuids": ["NPU-1", "!NPU-9"],
+            "exclude_uuids": ["NPU-8"],
+            "topology": "nvlink",
+            "software": ["cann>=8.0.RC1", "torch=2.4"],
+        },
+        "replicas": 4,
+        "gang": True,
+        "priority": -5,
+        "queue": "research",
+        "node_policy": "spread",
+        "device_policy": "binpack",
+    }
+    assert request_from_dict(data) == Request(
+        name="train",
+        cpu_milli=8000,
+        memory_mib=65536,
+        devices=DeviceRequest(
+            count=2,
+            memory_permille=500,
+            core_permille=250,
+            vendors=("huawei",),
+            models=("910B",),
+            exclude_models=("910A", "310P"),
+            uuids=("NPU-1",),
+            exclude_uuids=("NPU-9", "NPU-8"),
+            min_card_mib=32768,
+            max_card_mib=65536,
+            software=needs("cann>=8.0.RC1", "torch==2.4"),  # type: ignore[arg-type]
+            topology=Topology.SAME_LINK_GROUP,
+        ),
+        replicas=4,
+        gang=True,
+        priority=-5,
+        queue="research",
+        node_policy="spread",
+        device_policy=DevicePolicy.BINPACK,
+    )
+
+
+@pytest.mark.parametrize(
+    ("card_memory", "bounds"),
+    [
+        ("80GB", (81920, 81920)),
+        ("24GB..40GB", (24576, 40960)),
+        ("48GB..", (49152, None)),
+        ({"min": "48G"}, (49152, None)),
+        ({"max": "40GiB"}, (None, 40960)),
+        ({"min": "80Gi", "max": "80GB"}, (81920, 81920)),
+    ],
+)
+def test_card_memory_forms(card_memory: object, bounds: tuple[int | None, int | None]) -> None:
+    d = request_from_dict({"devices": {"card_memory": card_memory}}).devices
+    assert (d.min_card_mib, d.max_card_mib) == bounds
+
+
+# --------------------------------------------------------------------------------------- errors
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"memroy": "8Gi"}, "memroy"),
+        ({"devices": {"memroy": "40Gi"}}, "devices.memroy"),
+        ({"devices": {"card_memory": {"mni": "1GB"}}}, "devices.card_memory.mni"),
+        ({"cpu": "2M"}, "cpu"),
+        ({"cpu": True}, "cpu"),
+        ({"memory": "24Gx"}, "memory"),
+        ({"devices": {"memory": "24Gx"}}, "devices.memory"),
+        ({"devices": {"memory": "0%"}}, "devices.memory"),
+        ({"devices": {"cores": "0%"}}, "devices.cores"),
+        ({"devices": {"cores": "50"}}, "devices.cores"),
+        ({"devices": {"count": "2"}}, "devices.count"),
+        ({"devices": {"count": 65}}, "devices.count"),
+        ({"devices": {"count": 0, "memory": "50%"}}, "devices.count"),
+        ({"devices": {"count": 0, "models": ["A100"]}}, "devices.count"),
+        ({"devices": {"vendors": "nvidia"}}, "devices.vendors"),
+        ({"devices": {"vendors": ["nvidia", "acme"]}}, "devices.vendors[1]"),
+        ({"devices": {"vendors": [1]}}, "devices.vendors[0]"),
+        ({"devices": {"models": [5]}}, "devices.models[0]"),
+        ({"devices": {"models": ["A100", "!"]}}, "devices.models[1]"),
+        ({"devices": {"models": ["A100", ""]}}, "devices.models[1]"),
+        ({"devices": {"models": [" A100"]}}, "devices.models[0]"),
+        ({"devices": {"exclude_models": ["!T4"]}}, "devices.exclude_models[0]"),
+        ({"devices": {"uuids": ["GPU-1", "!!GPU-2"]}}, "devices.uuids[1]"),
+        ({"devices": {"exclude_uuids": [""]}}, "devices.exclude_uuids[0]"),
+        ({"devices": {"software": ["cuda>=12.4", "cuda>=x"]}}, "devices.software[1]"),
+        ({"devices": {"software": ["cuda>=12.4", 12]}}, "devices.software[1]"),
+        ({"devices": {"software": "cuda>=12.4"}}, "devices.software"),
+        ({"devices": {"card_memory": {}}}, "devices.card_memory"),
+        ({"devices": {"card_memory": {"min": 80}}}, "devices.card_memory.min"),
+        ({"devices": {"card_memory": {"max": "40"}}}, "devices.card_memory.max"),
+        ({"devices": {"card_memory": "40GB..24GB"}}, "devices.card_memory"),
+        ({"devices": {"card_memory": {"min": "40GB", "max": "24GB"}}}, "devices.card_memory.max"),
+        ({"devices": {"card_memory": 80}}, "devices.card_memory"),
+        ({"devices": {"topology": "ring"}}, "devices.topology"),
+        ({"devices": ["A100"]}, "devices"),
+        ({"replicas": "4"}, "replicas"),
+        ({"replicas": 0}, "replicas"),
+        ({"gang": "yes"}, "gang"),
+        ({"priority": 1.5}, "priority"),
+        ({"queue": ""}, "queue"),
+        ({"name": 3}, "name"),
+        ({"node_policy": 5}, "node_policy"),
+        ({"device_policy": "pack"}, "device_policy"),
+    ],
+)
+def test_errors_name_the_full_path(data: dict[str, object], field: str) -> None:
+    with pytest.raises(RequestError) as info:
+        request_from_dict(data)
+    assert info.value.field == field
+
+
+def test_unknown_key_suggests_and_lists_known() -> None:
+    with pytest.raises(RequestError) as info:
+        request_from_dict({"devices": {"count": 1, "memroy": "40Gi"}})
+    exc = info.value
+    assert (exc.field, exc.value) == ("devices.memroy", "40Gi")
+    assert exc.reason.startswith("unknown key; did you mean 'memory'? known: count, vendors")
+
+
+def test_bad_device_memory_message_exact() -> None:
+    with pytest.raises(RequestError) as info:
+        request_from_dict({"devices": {"count": 1, "memory": "24Gx"}})
+    assert str(info.value) == (
+        "devices.memory: unknown memory unit 'Gx'; use Mi, Gi, Ti (binary), M, G, T (decimal) "
+        "or GiB/GB (got '24Gx')"
+    )
+
+
+def test_root_must_be_an_object() -> None:
+    with pytest.raises(RequestError) as info:
+        request_from_dict(["A100"])  # type: ignore[arg-type]
+    assert info.value.field == "request"
+
+
+# -------------------------------------------------------------------------------------- writing
+def test_canonical_form_leaves_defaults_out() -> None:
+    assert request_to_dict(Request()) == {}
+    req = Request(
+        name="infer",
+        cpu_milli=1500,
+        memory_mib=1500,
+        devices=DeviceRequest(
+            count=1,
+            memory_mib=40960,
+            vendors=("nvidia",),
+            exclude_models=("T4",),
+            min_card_mib=24576,
+            software=needs("cuda>=12.4"),  # type: ignore[arg-type]
+        ),
+    )
+    assert request_to_dict(req) == {
+        "name": "infer",
+        "cpu": "1500m",
+        "memory": "1500Mi",
+        "devices": {
+            "count": 1,
+            "vendors": ["nvidia"],
+            "exclude_models": ["T4"],
+            "card_memory": {"min": "24GB"},
+            "memory": "40Gi",
+            "software": ["cuda>=12.4"],
+        },
+    }
+
+
+# ------------------------------------------------------------------------------- round trip
+_names = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=12
+).filter(lambda s: s == s.strip() and bool(s) and not s.startswith("!"))
+_versions = st.from_regex(r"[0-9]{1,3}(\.[0-9]{1,3}){0,2}(\.RC[0-9])?", fullmatch=True)
+_needs = st.builds(
+    lambda name, op, version: parse_software_need(f"{name}{op}{version}"),
+    st.sampled_from(["cuda", "cann", "rocm", "torch", "pytorch"]),
+    st.sampled_from([">=", "<=", "==", "!=", "~=", ">", "<", "="]),
+    _versions,
+)
+
+
+@st.composite
+def device_requests(draw: st.DrawFn) -> DeviceRequest:
+    count = draw(st.integers(min_value=0, max_value=64))
+    if count == 0:
+        return DeviceRequest()
+    memory = draw(
+        st.one_of(
+            st.just((None, None)),
+            st.tuples(st.integers(1, 1 << 40), st.none()),
+            st.tuples(st.none(), st.integers(1, 1000)),
+        )
+    )
+    low = draw(st.none() | st.integers(1, 1 << 30))
+    high = draw(st.none() | st.integers(low or 1, 1 << 30))
+    return DeviceRequest(
+        count=count,
+        memory_mib=memory[0],
+        memory_permille=memory[1],
+        core_permille=draw(st.none() | st.integers(1, 1000)),
+        vendors=tuple(draw(st.lists(st.sampled_from(VENDOR_KEYS), max_size=3))),
+        models=tuple(draw(st.lists(_names, max_size=3))),
+        exclude_models=tuple(draw(st.lists(_names, max_size=3))),
+        uuids=tuple(draw(st.lists(_names, max_size=3))),
+        exclude_uuids=tuple(draw(st.lists(_names, max_size=3))),
+        min_card_mib=low,
+        max_card_mib=high,
+        software=tuple(draw(st.lists(_needs, max_size=3))),
+        topology=draw(st.sampled_from(Topology)),
+    )
+
+
+requests = st.builds(
+    Request,
+    name=st.just("") | _names,
+    cpu_milli=st.integers(0, 1 << 40),
+    memory_mib=st.integers(0, 1 << 50),
+    devices=device_requests(),
+    replicas=st.integers(1, 10_000),
+    gang=st.booleans(),
+    priority=st.integers(-(1 << 31), (1 << 31) - 1),
+    queue=_names,
+    node_policy=st.none() | _names,
+    device_policy=st.none() | st.sampled_from(DevicePolicy),
+)
+
+
+@given(requests)
+def test_json_round_trip(req: Request) -> None:
+    data = request_to_dict(req)
+    assert request_from_dict(data) == req
+    # and through real JSON text
+    assert request_from_dict(json.loads(json.dumps(data))) == req
+
+
+@given(requests)
+def test_canonical_form_is_a_fixed_point(req: Request) -> None:
+    data = request_to_dict(req)
+    assert request_to_dict(request_from_dict(data)) == data
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+_device_values = st.fixed_dictionaries(
+    {},
+    optional={
+        key: _json | st.sampled_from(["1", "50%", "40Gi", "A100", "80GB"]) for key in DEVICE_KEYS
+    },
+)
+_top_values = st.fixed_dictionaries({}, optional=dict.fromkeys(TOP_KEYS, _json | _device_values))
+
+
+@given(_top_values)
+def test_any_input_reads_or_fails_with_request_error(data: dict[str, object]) -> None:
+    try:
+        req = request_from_dict(data)
+    except RequestError:
+        return
+    assert request_from_dict(request_to_dict(req)) == req
