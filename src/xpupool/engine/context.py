@@ -1,0 +1,30 @@
+"""Per-request working data shared by filters, scorers and the device picker.
+
+Built once per replica attempt; holds the request's resolved per-device needs and the masks the
+pipeline computed, so that scorers and the picker reuse them instead of recomputing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from xpupool.engine.state import BoolArray, ClusterState, IntArray
+from xpupool.model.request import Request
+
+
+@dataclass(slots=True)
+class Context:
+    """``need_mib`` is an int when memory was asked in MiB, else an ``[N, W]`` array of MiB per card
+    (a share of each card's size, rounded down so that n shares of 1/n always fit)."""
+
+    req: Request
+    state: ClusterState
+    k: int
+    need_mib: int | IntArray
+    need_core: int
+    eligible: BoolArray | None = None
+    dev_fit: BoolArray | None = None
+    node_fit: BoolArray = field(default_factory=lambda: np.zeros(0, np.bool_))
+    group_best: IntArray | None = None

@@ -1,0 +1,43 @@
+"""Choose the devices inside the chosen node.
+
+Binpack takes the busiest cards that fit (whole cards stay whole for later whole-card jobs) and,
+among link groups, the one with the fewest free fitting cards (full NVLink domains stay intact).
+Spread does the opposite. A multi-device replica first looks for one link group that can hold all of
+its devices; with ``same-link-group`` that is required (the filter guaranteed such a group exists).
+Works on one node's row (at most a few dozen devices), so plain Python is the fast choice here.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from xpupool.engine.context import Context
+from xpupool.model.request import DevicePolicy, Topology
+
+
+def pick_devices(ctx: Context, node: int, policy: DevicePolicy) -> list[int]:
+    """Columns (within the node's row) of the ``ctx.k`` devices to use; deterministic."""
+    assert ctx.dev_fit is not None
+    s = ctx.state
+    row_fit = ctx.dev_fit[node]
+    cols = [int(c) for c in row_fit.nonzero()[0]]
+    mem_free = s.dev_mem_free[node]
+    core_free = s.dev_core_free[node]
+    group = s.dev_group[node]
+    group_fit = Counter(int(group[c]) for c in cols if group[c] >= 0)
+    sign = 1 if policy is DevicePolicy.BINPACK else -1
+
+    def key(c: int) -> tuple[int, int, int, int]:
+        g = int(group[c])
+        in_group = group_fit[g] if g >= 0 else 0
+        return (sign * in_group, sign * int(mem_free[c]), sign * int(core_free[c]), c)
+
+    k = ctx.k
+    if k > 1 and group_fit:
+        roomy = [g for g, n in group_fit.items() if n >= k]
+        if roomy:
+            chosen = min(roomy, key=lambda g: (sign * group_fit[g], g))
+            members = [c for c in cols if group[c] == chosen]
+            return sorted(members, key=key)[:k]
+        assert ctx.req.devices.topology is not Topology.SAME_LINK_GROUP
+    return sorted(cols, key=key)[:k]

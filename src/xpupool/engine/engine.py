@@ -1,0 +1,161 @@
+"""The engine: place requests on a cluster state, release them, explain refusals.
+
+This is the one entry point the simulator, the server and the Kubernetes extender drive. It does no
+I/O. A request's replicas are placed one at a time inside a transaction: with ``gang`` any failure
+rolls every replica back; without it each replica stands alone and failures are reported per replica.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xpupool.engine.context import Context
+from xpupool.engine.device_pick import pick_devices
+from xpupool.engine.pipeline import Pipeline
+from xpupool.engine.profile import BUILTIN_PROFILES, Profile
+from xpupool.engine.reasons import Unschedulable
+from xpupool.engine.registry import SCORERS
+from xpupool.engine.scorers.base import Scorer
+from xpupool.engine.state import ClusterState
+from xpupool.engine.txn import Transaction
+from xpupool.model.allocation import Allocation, DeviceShare
+from xpupool.model.errors import RequestError
+from xpupool.model.request import Request
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """The outcome of :meth:`Engine.place`: what was allocated and, per failed replica, why not."""
+
+    request: Request
+    allocations: tuple[Allocation, ...]
+    failures: tuple[Unschedulable, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+class Engine:
+    """Places requests on ``state`` with ``profile`` (a built-in name or a :class:`Profile`).
+
+    Deterministic: the same state, request sequence, profile and ``seed`` give the same placements.
+    """
+
+    def __init__(
+        self,
+        state: ClusterState,
+        profile: Profile | str = "binpack",
+        *,
+        seed: int = 0,
+        profiles: dict[str, Profile] | None = None,
+    ) -> None:
+        self.state = state
+        self.seed = seed
+        self.profiles = dict(BUILTIN_PROFILES if profiles is None else profiles)
+        if isinstance(profile, Profile):
+            self.profiles[profile.name] = profile
+        self.profile = self._profile(profile.name if isinstance(profile, Profile) else profile)
+        self.pipeline = Pipeline(state)
+        self._scorers: dict[str, Scorer] = {}
+        self._next_id = 1
+
+    # ------------------------------------------------------------------ public
+    def place(self, req: Request) -> Placement:
+        """Place every replica of ``req`` and commit; see the module docstring for gang semantics."""
+        profile = self._profile(req.node_policy) if req.node_policy else self.profile
+        with Transaction(self.state) as txn:
+            failures: list[Unschedulable] = []
+            for replica in range(req.replicas):
+                result = self._place_one(req, replica, profile, txn)
+                if isinstance(result, Unschedulable):
+                    if req.gang:
+                        note = f"gang: replica {replica + 1} of {req.replicas} fits nowhere"
+                        failure = Unschedulable(result.total_nodes, result.reasons, replica, note)
+                        txn.rollback()
+                        return Placement(req, (), (failure,))
+                    failures.append(result)
+            allocations = txn.allocations
+            txn.commit()
+        return Placement(req, allocations, tuple(failures))
+
+    def explain(self, req: Request) -> Unschedulable | None:
+        """Why one replica of ``req`` fits nowhere right now, or None if it fits. Changes nothing."""
+        ctx = self.pipeline.context(req)
+        if self.pipeline.filter(ctx).any():
+            return None
+        return self.pipeline.explain(ctx)
+
+    def feasible(self, req: Request) -> Context:
+        """Filter only (for fronts that score or bind elsewhere): ``ctx.node_fit`` is the answer."""
+        ctx = self.pipeline.context(req)
+        self.pipeline.filter(ctx)
+        return ctx
+
+    def release(self, alloc: Allocation | int) -> Allocation:
+        """Give back exactly what an allocation took (by object or id). Raises Conflict if unknown."""
+        return self.state.revert(alloc if isinstance(alloc, int) else alloc.id)
+
+    def restore(self, alloc: Allocation) -> None:
+        """Re-apply an allocation recorded earlier (a server restarting from its store)."""
+        self.state.apply(alloc)
+        self._next_id = max(self._next_id, alloc.id + 1)
+
+    # ------------------------------------------------------------------ internals
+    def _place_one(
+        self, req: Request, replica: int, profile: Profile, txn: Transaction
+    ) -> Allocation | Unschedulable:
+        ctx = self.pipeline.context(req)
+        self.pipeline.filter(ctx)
+        node = self.pipeline.choose(ctx, self._weighted(profile))
+        if node < 0:
+            return self.pipeline.explain(ctx)
+        alloc = self._allocation(ctx, node, replica, profile)
+        txn.apply(alloc)
+        return alloc
+
+    def _allocation(self, ctx: Context, node: int, replica: int, profile: Profile) -> Allocation:
+        s, req = self.state, ctx.req
+        shares: tuple[DeviceShare, ...] = ()
+        if ctx.k:
+            policy = req.device_policy or profile.device_policy
+            shares = tuple(
+                DeviceShare(
+                    uuid=s.slot_uuid[node * s.width + col],
+                    slot=node * s.width + col,
+                    memory_mib=ctx.need_mib
+                    if isinstance(ctx.need_mib, int)
+                    else int(ctx.need_mib[node, col]),
+                    core_permille=ctx.need_core,
+                )
+                for col in pick_devices(ctx, node, policy)
+            )
+        alloc = Allocation(
+            id=self._next_id,
+            request_name=req.name,
+            replica=replica,
+            node=s.node_names[node],
+            node_index=node,
+            cpu_milli=req.cpu_milli,
+            memory_mib=req.memory_mib,
+            devices=shares,
+        )
+        self._next_id += 1
+        return alloc
+
+    def _profile(self, name: str) -> Profile:
+        try:
+            return self.profiles[name]
+        except KeyError:
+            raise RequestError(
+                "node_policy", name, f"unknown policy; known: {', '.join(sorted(self.profiles))}"
+            ) from None
+
+    def _weighted(self, profile: Profile) -> tuple[tuple[Scorer, float], ...]:
+        out = []
+        for name, weight in profile.scorers:
+            scorer = self._scorers.get(name)
+            if scorer is None:
+                scorer = self._scorers[name] = SCORERS[name](self.seed)
+            out.append((scorer, weight))
+        return tuple(out)

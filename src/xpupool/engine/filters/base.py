@@ -1,0 +1,60 @@
+"""The two filter shapes: node filters see ``[N]`` rows, device filters see the ``[N, W]`` grid.
+
+A filter returns a mask (``None`` when the request does not constrain what it checks, so the
+pipeline skips it). Device filters are *static* when their answer depends only on inventory and the
+request's selectors (cached by the engine per ``selector_key`` and state epoch) and *dynamic* when
+it depends on free capacity. :meth:`DeviceFilter.stages` is the slow, explaining form used only when
+a request fits nowhere: it may split into several stages (one per software need) and give a reason
+per device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+from xpupool.engine.context import Context
+from xpupool.engine.reasons import Reason
+from xpupool.engine.state import BoolArray, ClusterState, IntArray
+from xpupool.model.request import Request
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """One explaining step: devices passing ``mask``; failures blamed on ``reason`` or, when
+    ``codes`` is given, on the per-device reason in ``codes`` (the node takes its most hopeful one)."""
+
+    mask: BoolArray
+    reason: Reason
+    detail: str = ""
+    codes: IntArray | None = None
+
+
+class NodeFilter(Protocol):
+    name: ClassVar[str]
+    reason: ClassVar[Reason]
+
+    def node_mask(self, req: Request, state: ClusterState) -> BoolArray | None: ...
+
+
+class DeviceFilter(Protocol):
+    name: ClassVar[str]
+    reason: ClassVar[Reason]
+    dynamic: ClassVar[bool]
+
+    def device_mask(self, req: Request, state: ClusterState, ctx: Context) -> BoolArray | None: ...
+
+    def stages(self, req: Request, state: ClusterState, ctx: Context) -> list[Stage]: ...
+
+
+class SimpleStages:
+    """Mixin: a device filter whose explanation is its mask and its one reason."""
+
+    reason: ClassVar[Reason]
+
+    def device_mask(self, req: Request, state: ClusterState, ctx: Context) -> BoolArray | None:
+        raise NotImplementedError
+
+    def stages(self, req: Request, state: ClusterState, ctx: Context) -> list[Stage]:
+        mask = self.device_mask(req, state, ctx)
+        return [] if mask is None else [Stage(mask, self.reason)]

@@ -1,0 +1,69 @@
+"""Software needs (``cuda>=12.4``, ``cann>=8.0.RC1``, ``torch==2.4``) against each device's driver.
+
+The compatibility table decides per distinct (vendor, driver, runtimes) profile, of which a cluster
+has few, so each need costs one table check per profile and one gather over the device grid.
+When explaining, each need is its own stage, and a node is blamed on its most hopeful device:
+a driver that is too old beats one that cannot run the software at all.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from xpupool.catalog import Verdict
+from xpupool.engine.context import Context
+from xpupool.engine.filters.base import Stage
+from xpupool.engine.reasons import Reason
+from xpupool.engine.state import BoolArray, ClusterState, IntArray
+from xpupool.model.request import Request, SoftwareNeed
+
+# Verdict -> reason, in order of hope (lower = closer to working): a node is blamed on its best device.
+HOPE_ORDER: tuple[Reason, ...] = (
+    Reason.DRIVER_TOO_OLD,
+    Reason.DRIVER_TOO_NEW,
+    Reason.DRIVER_UNKNOWN,
+    Reason.SOFTWARE_UNSUPPORTED,
+)
+_HOPE_OF: dict[Verdict, int] = {
+    Verdict.DRIVER_TOO_OLD: 0,
+    Verdict.DRIVER_TOO_NEW: 1,
+    Verdict.DRIVER_UNKNOWN: 2,
+    Verdict.UNSUPPORTED: 3,
+}
+NO_HOPE = len(HOPE_ORDER)
+
+
+def need_verdicts(state: ClusterState, need: SoftwareNeed) -> IntArray:
+    """Hope rank per software profile (-1 = OK), with a trailing NO_HOPE entry for absent slots."""
+    out = np.full(len(state.profiles) + 1, NO_HOPE, np.int64)
+    for pid, profile in enumerate(state.profiles):
+        verdict = state.compat.check(
+            need, profile.vendor, profile.driver_version, dict(profile.runtimes)
+        )
+        out[pid] = -1 if verdict == Verdict.OK else _HOPE_OF[verdict]
+    return out
+
+
+class Software:
+    name: ClassVar[str] = "Software"
+    reason: ClassVar[Reason] = Reason.SOFTWARE_UNSUPPORTED
+    dynamic: ClassVar[bool] = False
+
+    def device_mask(self, req: Request, state: ClusterState, ctx: Context) -> BoolArray | None:
+        needs = req.devices.software
+        if not needs:
+            return None
+        ok = np.ones(len(state.profiles) + 1, np.bool_)
+        for need in needs:
+            ok &= need_verdicts(state, need) < 0
+        result: BoolArray = ok[state.dev_profile]
+        return result
+
+    def stages(self, req: Request, state: ClusterState, ctx: Context) -> list[Stage]:
+        stages = []
+        for need in req.devices.software:
+            hope = need_verdicts(state, need)[state.dev_profile]
+            stages.append(Stage(hope < 0, self.reason, str(need), codes=hope))
+        return stages

@@ -1,0 +1,187 @@
+"""The placement pipeline for one replica: filter -> score -> choose a node; explain when none fits.
+
+The fast path ANDs whole-cluster masks and never formats a reason. The selector part of the device
+mask (vendor, model, UUID, card size, software, health) is cached per request selectors and state
+epoch, so a stream of similar requests pays only for the capacity checks. Only when nothing fits does
+:meth:`Pipeline.explain` replay the chain stage by stage to count why, per node, like kube's FitError.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from xpupool.engine.context import Context
+from xpupool.engine.filters.software import HOPE_ORDER, NO_HOPE
+from xpupool.engine.reasons import Reason, ReasonCount, Unschedulable
+from xpupool.engine.registry import (
+    DYNAMIC_DEVICE_FILTERS,
+    GROUP_FILTER,
+    NODE_FILTERS,
+    STATIC_DEVICE_FILTERS,
+)
+from xpupool.engine.scorers.base import Scorer
+from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
+from xpupool.model.request import WHOLE, Request
+
+_CACHE_SIZE = 256
+
+
+def count_per_node(mask: BoolArray) -> IntArray:
+    """``[N]`` number of True per row of an ``[N, W]`` mask, W a multiple of 8.
+
+    Eight booleans are one 64-bit word; ``bitwise_count`` counts the set bytes' low bits at once.
+    """
+    words = np.ascontiguousarray(mask).view(np.uint64)
+    counts = np.bitwise_count(words)
+    result: IntArray = (counts[:, 0] if counts.shape[1] == 1 else counts.sum(axis=1)).astype(
+        np.int64
+    )
+    return result
+
+
+class Pipeline:
+    """Filters and scores requests against one :class:`ClusterState`."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self._eligible: OrderedDict[tuple[object, ...], BoolArray] = OrderedDict()
+        self._shares: dict[tuple[int, int], IntArray] = {}
+
+    # ------------------------------------------------------------------ context
+    def context(self, req: Request) -> Context:
+        d = req.devices
+        if d.count == 0:
+            return Context(req, self.state, 0, 0, 0)
+        need_mib: int | IntArray
+        if d.memory_mib is not None:
+            need_mib = d.memory_mib
+        else:
+            permille = d.need_memory_permille or WHOLE
+            need_mib = self._share_of_cards(permille)
+        return Context(req, self.state, d.count, need_mib, d.need_core_permille)
+
+    def _share_of_cards(self, permille: int) -> IntArray:
+        key = (permille, self.state.epoch)
+        found = self._shares.get(key)
+        if found is None:
+            if len(self._shares) > _CACHE_SIZE:
+                self._shares.clear()
+            # Rounded down: n shares of 1/n of a card always fit on it.
+            found = self._shares[key] = (self.state.dev_mem_total * permille) // WHOLE
+        return found
+
+    def eligible(self, ctx: Context) -> BoolArray:
+        """``[N, W]`` devices the request's selectors accept, ignoring free capacity (cached)."""
+        key = (ctx.req.devices.selector_key(), self.state.epoch)
+        found = self._eligible.get(key)
+        if found is not None:
+            self._eligible.move_to_end(key)
+            return found
+        mask = self.state.dev_usable
+        for f in STATIC_DEVICE_FILTERS:
+            part = f.device_mask(ctx.req, self.state, ctx)
+            if part is not None and part is not mask:
+                mask = mask & part
+        mask = np.ascontiguousarray(mask)
+        self._eligible[key] = mask
+        if len(self._eligible) > _CACHE_SIZE:
+            self._eligible.popitem(last=False)
+        return mask
+
+    # ------------------------------------------------------------------ fast path
+    def filter(self, ctx: Context) -> BoolArray:
+        """``[N]`` nodes that can take one replica now; also sets ``ctx.dev_fit``."""
+        s = self.state
+        fit = s.node_ok
+        for nf in NODE_FILTERS[1:]:
+            part = nf.node_mask(ctx.req, s)
+            if part is not None:
+                fit = fit & part
+        if ctx.k:
+            dev = self.eligible(ctx)
+            for df in DYNAMIC_DEVICE_FILTERS:
+                part = df.device_mask(ctx.req, s, ctx)
+                if part is not None:
+                    dev = dev & part
+            ctx.dev_fit = dev
+            fit = fit & (count_per_node(dev) >= ctx.k)
+            if GROUP_FILTER.applies(ctx.req.devices.topology, ctx.k):
+                fit = fit & GROUP_FILTER.node_mask(s, dev, ctx.k)
+        ctx.node_fit = fit
+        return fit
+
+    def choose(self, ctx: Context, scorers: tuple[tuple[Scorer, float], ...]) -> int:
+        """Index of the best fitting node, or -1. Ties go to the lowest ``state.rank``."""
+        candidates = np.flatnonzero(ctx.node_fit)
+        if candidates.size <= 1:
+            return int(candidates[0]) if candidates.size else -1
+        total: FloatArray | None = None
+        for scorer, weight in scorers:
+            part = scorer.score(ctx)
+            total = part * weight if total is None else total + part * weight
+        if total is not None:
+            sub = total[candidates]
+            candidates = candidates[sub == sub.max()]
+            if candidates.size == 1:
+                return int(candidates[0])
+        return int(candidates[np.argmin(self.state.rank[candidates])])
+
+    # ------------------------------------------------------------------ explaining
+    def explain(self, ctx: Context) -> Unschedulable:
+        """Per-reason node counts for a replica that fits nowhere: each node is blamed on the first
+        check that leaves it unable to take the replica."""
+        s = self.state
+        labels: list[tuple[Reason, str]] = [(Reason.FITS, "")]
+        blame = np.zeros(s.n_nodes, np.int64)
+
+        def label(reason: Reason, detail: str = "") -> int:
+            labels.append((reason, detail))
+            return len(labels) - 1
+
+        def fail(ok: BoolArray, reason: Reason, detail: str = "") -> None:
+            newly = (blame == 0) & ~ok
+            if newly.any():
+                blame[newly] = label(reason, detail)
+
+        for nf in NODE_FILTERS:
+            part = nf.node_mask(ctx.req, s)
+            if part is not None:
+                fail(part, nf.reason)
+        if ctx.k:
+            dev = s.dev_present.copy()
+            fail(count_per_node(dev) >= ctx.k, Reason.TOO_FEW_DEVICES)
+            for df in (*STATIC_DEVICE_FILTERS, *DYNAMIC_DEVICE_FILTERS):
+                for stage in df.stages(ctx.req, s, ctx):
+                    before, dev = dev, dev & stage.mask
+                    ok = count_per_node(dev) >= ctx.k
+                    if stage.codes is None:
+                        fail(ok, stage.reason, stage.detail)
+                        continue
+                    # Blame each newly failing node on its most hopeful rejected device.
+                    newly = (blame == 0) & ~ok
+                    rejected = np.where(before & ~stage.mask, stage.codes, NO_HOPE).min(axis=1)
+                    for hope, reason in enumerate(HOPE_ORDER):
+                        hit = newly & (rejected == hope)
+                        if hit.any():
+                            blame[hit] = label(reason, stage.detail)
+                    rest = newly & (rejected >= NO_HOPE)
+                    if rest.any():
+                        blame[rest] = label(stage.reason, stage.detail)
+            if GROUP_FILTER.applies(ctx.req.devices.topology, ctx.k):
+                fail(GROUP_FILTER.node_mask(s, dev, ctx.k), GROUP_FILTER.reason)
+        return _count(labels, blame, s.n_nodes)
+
+
+def _count(labels: list[tuple[Reason, str]], blame: IntArray, total: int) -> Unschedulable:
+    per_label = np.bincount(blame, minlength=len(labels))
+    merged: dict[tuple[Reason, str], int] = {}
+    for i, n in enumerate(per_label[1:], start=1):
+        if n:
+            merged[labels[i]] = merged.get(labels[i], 0) + int(n)
+    fits = int(per_label[0])
+    if fits:
+        raise AssertionError(f"explain found {fits} fitting nodes for an unschedulable request")
+    ordered = sorted(merged.items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1]))
+    return Unschedulable(total, tuple(ReasonCount(r, n, d) for (r, d), n in ordered))

@@ -1,0 +1,310 @@
+"""Cluster state as columns: every filter and scorer works on whole arrays, never per node in Python.
+
+Nodes are rows (``[N]``); devices are a dense ``[N, W]`` grid, one row per node, padded with absent
+slots so that ``W`` is a multiple of 8. The padding lets a row of booleans be read as whole 64-bit
+words, so "how many devices of each node pass" is one ``bitwise_count`` over ``N * W / 8`` words.
+A device's *slot* is its flat index ``node * W + column``.
+
+Capacity is integer: memory in MiB, CPU in millicores, device compute in thousandths of a device.
+Allocation and release add and subtract the same integers, so a release restores the state bit for
+bit. Static facts (model, vendor, driver, card size, health, cordon) change rarely; each change
+bumps ``epoch`` so that cached per-request masks are dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+import numpy as np
+import numpy.typing as npt
+
+from xpupool.catalog import AcceleratorCatalog, CompatTable, load_accelerators, load_compat
+from xpupool.model.allocation import Allocation
+from xpupool.model.device import Device, Node
+from xpupool.model.errors import Conflict, NotFound, RequestError
+from xpupool.model.request import WHOLE
+from xpupool.model.vendor import VENDOR_KEYS
+
+BoolArray = npt.NDArray[np.bool_]
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class SoftwareProfile:
+    """What software a device can serve is decided by (vendor, driver, reported runtimes)."""
+
+    vendor: str
+    driver_version: str | None
+    runtimes: tuple[tuple[str, str], ...]
+
+
+def _width_for(max_devices: int) -> int:
+    return max(8, -(-max_devices // 8) * 8)
+
+
+class ClusterState:
+    """All nodes and devices of one pool, plus what is allocated on them.
+
+    Build it from :class:`~xpupool.model.device.Node` records; change it only through
+    :meth:`apply`/:meth:`revert` (allocations) and the inventory methods (add, remove, cordon,
+    health). Tie-breaking between equal scores uses ``rank``: a permutation of nodes drawn from
+    ``seed`` once, so a run is deterministic for a given state, request sequence and seed.
+    """
+
+    def __init__(
+        self,
+        nodes: Iterable[Node] = (),
+        *,
+        seed: int = 0,
+        catalog: AcceleratorCatalog | None = None,
+        compat: CompatTable | None = None,
+    ) -> None:
+        self.catalog = catalog if catalog is not None else load_accelerators()
+        self.compat = compat if compat is not None else load_compat()
+        self.seed = seed
+        self.epoch = 0
+        self.node_names: list[str] = []
+        self.node_index: dict[str, int] = {}
+        self.nodes: list[Node] = []
+        self.sites: list[str] = []
+        self.models: list[tuple[str, str]] = []  # (vendor, printed model) per model id
+        self._model_ids: dict[tuple[str, str], int] = {}
+        self.profiles: list[SoftwareProfile] = []
+        self._profile_ids: dict[SoftwareProfile, int] = {}
+        self.uuid_slot: dict[str, int] = {}
+        self.slot_uuid: dict[int, str] = {}
+        self.live: dict[int, Allocation] = {}
+        self._build(list(nodes))
+
+    # ------------------------------------------------------------------ construction
+    def _build(self, nodes: list[Node]) -> None:
+        names = [n.name for n in nodes]
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise RequestError("nodes.name", dup, "duplicate node name")
+        n = len(nodes)
+        w = _width_for(max((len(x.devices) for x in nodes), default=0))
+        self.width = w
+        self.node_cpu_total = np.zeros(n, np.int64)
+        self.node_mem_total = np.zeros(n, np.int64)
+        self.node_schedulable = np.zeros(n, np.bool_)
+        self.node_alive = np.zeros(n, np.bool_)
+        self.node_site = np.zeros(n, np.int32)
+        self.node_n_dev = np.zeros(n, np.int64)
+        self.dev_present = np.zeros((n, w), np.bool_)
+        self.dev_mem_total = np.zeros((n, w), np.int64)
+        self.dev_healthy = np.zeros((n, w), np.bool_)
+        self.dev_cordoned = np.zeros((n, w), np.bool_)
+        self.dev_model = np.full((n, w), -1, np.int32)
+        self.dev_vendor = np.full((n, w), -1, np.int16)
+        self.dev_profile = np.full((n, w), -1, np.int32)
+        self.dev_card_mib = np.zeros((n, w), np.int64)
+        self.dev_group = np.full((n, w), -1, np.int32)
+        self.group_node: list[int] = []
+        for i, node in enumerate(nodes):
+            self._fill_row(i, node)
+        self.node_cpu_free = self.node_cpu_total.copy()
+        self.node_mem_free = self.node_mem_total.copy()
+        self.dev_mem_free = self.dev_mem_total.copy()
+        self.dev_core_free = np.where(self.dev_present, WHOLE, 0).astype(np.int64)
+        self.rank = np.random.default_rng(self.seed).permutation(n).astype(np.int64)
+        self._refresh_derived()
+
+    def _fill_row(self, i: int, node: Node) -> None:
+        self.node_names.append(node.name)
+        self.node_index[node.name] = i
+        self.nodes.append(node)
+        if node.site not in self.sites:
+            self.sites.append(node.site)
+        self.node_site[i] = self.sites.index(node.site)
+        self.node_cpu_total[i] = node.cpu_milli
+        self.node_mem_total[i] = node.memory_mib
+        self.node_schedulable[i] = node.schedulable
+        self.node_alive[i] = True
+        self.node_n_dev[i] = len(node.devices)
+        groups: dict[str, int] = {}
+        for col, dev in enumerate(node.devices):
+            slot = i * self.width + col
+            if dev.uuid in self.uuid_slot:
+                raise RequestError(
+                    f"nodes[{node.name}].devices[{col}].uuid", dev.uuid, "duplicate UUID"
+                )
+            self.uuid_slot[dev.uuid] = slot
+            self.slot_uuid[slot] = dev.uuid
+            self.dev_present[i, col] = True
+            self.dev_mem_total[i, col] = dev.memory_mib
+            self.dev_healthy[i, col] = dev.healthy
+            self.dev_model[i, col] = self._model_id(dev)
+            self.dev_vendor[i, col] = VENDOR_KEYS.index(dev.vendor)
+            self.dev_profile[i, col] = self._profile_id(dev)
+            self.dev_card_mib[i, col] = self._card_mib(dev)
+            if dev.link_group is not None:
+                if dev.link_group not in groups:
+                    groups[dev.link_group] = len(self.group_node)
+                    self.group_node.append(i)
+                self.dev_group[i, col] = groups[dev.link_group]
+
+    def _model_id(self, dev: Device) -> int:
+        key = (dev.vendor, dev.model)
+        found = self._model_ids.get(key)
+        if found is None:
+            found = self._model_ids[key] = len(self.models)
+            self.models.append(key)
+        return found
+
+    def _profile_id(self, dev: Device) -> int:
+        profile = SoftwareProfile(
+            dev.vendor, dev.driver_version, tuple(sorted(dev.runtimes.items()))
+        )
+        found = self._profile_ids.get(profile)
+        if found is None:
+            found = self._profile_ids[profile] = len(self.profiles)
+            self.profiles.append(profile)
+        return found
+
+    def _card_mib(self, dev: Device) -> int:
+        """Nominal card size: the catalog's marketed size when the model is known, else as reported."""
+        known = self.catalog.lookup(dev.model, dev.vendor)
+        return int(known.memory_gib * 1024) if known is not None else dev.memory_mib
+
+    def _refresh_derived(self) -> None:
+        """Recompute per-node sums and the static usability mask after an inventory change."""
+        self.epoch += 1
+        self.dev_usable = self.dev_present & self.dev_healthy & ~self.dev_cordoned
+        self.node_ok = self.node_schedulable & self.node_alive
+        self.node_dev_mem_total = self.dev_mem_total.sum(axis=1)
+        self.node_dev_mem_free = self.dev_mem_free.sum(axis=1)
+        self.node_dev_core_total = self.dev_present.sum(axis=1).astype(np.int64) * WHOLE
+        self.node_dev_core_free = self.dev_core_free.sum(axis=1)
+        self.inv_dev_mem_total = _inverse(self.node_dev_mem_total)
+        self.inv_dev_core_total = _inverse(self.node_dev_core_total)
+        self.inv_cpu_total = _inverse(self.node_cpu_total)
+        self.inv_mem_total = _inverse(self.node_mem_total)
+        group_node_arr = np.asarray(self.group_node, np.int64)
+        self.group_owner_nodes, self.group_starts = np.unique(group_node_arr, return_index=True)
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def n_nodes(self) -> int:
+        return len(self.node_names)
+
+    @property
+    def n_devices(self) -> int:
+        return int(self.dev_present.sum())
+
+    def node_of_slot(self, slot: int) -> int:
+        return slot // self.width
+
+    # ------------------------------------------------------------------ allocations
+    def apply(self, alloc: Allocation) -> None:
+        """Take what ``alloc`` holds. Raises Conflict (and changes nothing) if it would over-commit."""
+        if alloc.id in self.live:
+            raise Conflict(f"allocation {alloc.id} is already applied")
+        n = alloc.node_index
+        if self.node_cpu_free[n] < alloc.cpu_milli or self.node_mem_free[n] < alloc.memory_mib:
+            raise Conflict(f"allocation {alloc.id} over-commits node {alloc.node}")
+        mem_free = self.dev_mem_free.reshape(-1)
+        core_free = self.dev_core_free.reshape(-1)
+        for share in alloc.devices:
+            if (
+                mem_free[share.slot] < share.memory_mib
+                or core_free[share.slot] < share.core_permille
+            ):
+                raise Conflict(f"allocation {alloc.id} over-commits device {share.uuid}")
+        self._shift(alloc, -1)
+        self.live[alloc.id] = alloc
+
+    def revert(self, alloc_id: int) -> Allocation:
+        """Give back exactly what :meth:`apply` took for ``alloc_id`` and return that allocation.
+
+        Raises Conflict for an allocation that is not applied (a double release).
+        """
+        alloc = self.live.pop(alloc_id, None)
+        if alloc is None:
+            raise Conflict(f"allocation {alloc_id} is not applied")
+        self._shift(alloc, +1)
+        return alloc
+
+    def _shift(self, alloc: Allocation, sign: int) -> None:
+        n = alloc.node_index
+        self.node_cpu_free[n] += sign * alloc.cpu_milli
+        self.node_mem_free[n] += sign * alloc.memory_mib
+        mem_free = self.dev_mem_free.reshape(-1)
+        core_free = self.dev_core_free.reshape(-1)
+        for share in alloc.devices:
+            mem_free[share.slot] += sign * share.memory_mib
+            core_free[share.slot] += sign * share.core_permille
+            self.node_dev_mem_free[n] += sign * share.memory_mib
+            self.node_dev_core_free[n] += sign * share.core_permille
+
+    # ------------------------------------------------------------------ inventory
+    _NODE_MUTABLE = ("node_cpu_free", "node_mem_free", "node_schedulable", "node_alive")
+    _DEVICE_MUTABLE = ("dev_mem_free", "dev_core_free", "dev_healthy", "dev_cordoned")
+
+    def add_node(self, node: Node) -> int:
+        """Append a node. Rebuilds the columns (registration is rare, placement is not) and carries
+        over usage, cordons and health; new nodes go last in tie order so existing choices hold."""
+        if node.name in self.node_index:
+            raise Conflict(f"node {node.name!r} already exists")
+        n_old, w_old = self.n_nodes, self.width
+        kept = {name: getattr(self, name) for name in (*self._NODE_MUTABLE, *self._DEVICE_MUTABLE)}
+        old_rank, live = self.rank, self.live
+        nodes = [*self.nodes, node]
+        self.node_names, self.node_index, self.nodes, self.sites = [], {}, [], []
+        self.uuid_slot, self.slot_uuid = {}, {}
+        self._build(nodes)
+        for name in self._NODE_MUTABLE:
+            getattr(self, name)[:n_old] = kept[name]
+        for name in self._DEVICE_MUTABLE:
+            getattr(self, name)[:n_old, :w_old] = kept[name]
+        self.rank = np.concatenate([old_rank, np.asarray([n_old], np.int64)])
+        self.live = {k: self._readdress(a) for k, a in live.items()}
+        self._refresh_derived()
+        return n_old
+
+    def remove_node(self, name: str) -> None:
+        """Take a node out of scheduling for good. Refuses while allocations still use it."""
+        i = self._node(name)
+        if any(a.node_index == i for a in self.live.values()):
+            raise Conflict(f"node {name!r} still holds allocations")
+        self.node_alive[i] = False
+        self._refresh_derived()
+
+    def set_node_schedulable(self, name: str, schedulable: bool) -> None:
+        """Cordon (False) or uncordon (True) a node; running allocations stay."""
+        self.node_schedulable[self._node(name)] = schedulable
+        self._refresh_derived()
+
+    def set_device_cordoned(self, uuid: str, cordoned: bool) -> None:
+        self.dev_cordoned.reshape(-1)[self._slot(uuid)] = cordoned
+        self._refresh_derived()
+
+    def set_device_health(self, uuid: str, healthy: bool) -> None:
+        self.dev_healthy.reshape(-1)[self._slot(uuid)] = healthy
+        self._refresh_derived()
+
+    def _node(self, name: str) -> int:
+        try:
+            return self.node_index[name]
+        except KeyError:
+            raise NotFound("node", name) from None
+
+    def _slot(self, uuid: str) -> int:
+        try:
+            return self.uuid_slot[uuid]
+        except KeyError:
+            raise NotFound("device", uuid) from None
+
+    def _readdress(self, alloc: Allocation) -> Allocation:
+        """The same allocation with device slots recomputed after the grid changed width."""
+        shares = tuple(replace(s, slot=self.uuid_slot[s.uuid]) for s in alloc.devices)
+        return replace(alloc, node_index=self.node_index[alloc.node], devices=shares)
+
+
+def _inverse(values: IntArray) -> FloatArray:
+    """1/x where x > 0, else 0: lets scorers divide by capacity without branching on empty nodes."""
+    out = np.zeros(values.shape, np.float64)
+    np.divide(1.0, values, out=out, where=values > 0)
+    return out
