@@ -1,0 +1,55 @@
+"""Plain builders for nodes, clusters and requests used across tests (no fixtures magic)."""
+
+from __future__ import annotations
+
+from xpupool.engine import ClusterState, Engine
+from xpupool.model import Device, DeviceRequest, Node, Request
+
+A100 = "NVIDIA A100-SXM4-80GB"
+T4 = "Tesla T4"
+A10 = "NVIDIA A10"
+ASCEND_910B3 = "910B3"
+
+
+def gpu_node(
+    name: str,
+    *,
+    model: str = A100,
+    vendor: str = "nvidia",
+    count: int = 8,
+    memory_mib: int = 81920,
+    driver: str | None = "550.54.15",
+    group_size: int = 4,
+    cpu_milli: int = 64_000,
+    memory_node_mib: int = 512 * 1024,
+    site: str = "default",
+    healthy: bool = True,
+) -> Node:
+    """A node of ``count`` identical cards; ``group_size`` cards per link group (0 = PCIe only)."""
+    devices = tuple(
+        Device(
+            uuid=f"{name}-gpu{j}",
+            vendor=vendor,
+            model=model,
+            memory_mib=memory_mib,
+            index=j,
+            driver_version=driver,
+            link_group=None if group_size == 0 else f"link{j // group_size}",
+            healthy=healthy,
+        )
+        for j in range(count)
+    )
+    return Node(name, cpu_milli, memory_node_mib, devices, site=site)
+
+
+def cpu_node(name: str, cpu_milli: int = 32_000, memory_mib: int = 128 * 1024) -> Node:
+    return Node(name, cpu_milli, memory_mib)
+
+
+def engine_for(*nodes: Node, profile: str = "binpack", seed: int = 0) -> Engine:
+    return Engine(ClusterState(nodes, seed=seed), profile, seed=seed)
+
+
+def devices(count: int = 1, **kwargs: object) -> Request:
+    """A one-replica request for ``count`` devices; kwargs go to DeviceRequest."""
+    return Request("job", 1000, 1024, DeviceRequest(count=count, **kwargs))  # type: ignore[arg-type]

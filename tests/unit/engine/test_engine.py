@@ -1,0 +1,87 @@
+"""Engine behaviour: replicas, gangs, explanations, profiles and policy overrides."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from xpupool.engine import Engine, make_profile
+from xpupool.model import DeviceRequest, Request, RequestError
+
+from factories import T4, devices, engine_for, gpu_node
+
+
+def test_gang_is_all_or_nothing() -> None:
+    engine = engine_for(gpu_node("a", count=4), gpu_node("b", count=4))
+    before = engine.state.dev_mem_free.copy()
+    placement = engine.place(Request("g", devices=DeviceRequest(count=3), replicas=3, gang=True))
+    assert not placement.ok
+    assert placement.allocations == ()
+    assert placement.failures[0].replica == 2
+    assert "gang: replica 3 of 3" in placement.failures[0].message
+    assert np.array_equal(engine.state.dev_mem_free, before)
+    assert engine.state.live == {}
+
+
+def test_without_gang_each_replica_stands_alone() -> None:
+    engine = engine_for(gpu_node("a", count=4), gpu_node("b", count=4))
+    placement = engine.place(Request("g", devices=DeviceRequest(count=3), replicas=3))
+    assert len(placement.allocations) == 2
+    assert len(placement.failures) == 1
+    assert {a.node for a in placement.allocations} == {"a", "b"}
+
+
+def test_gang_that_fits_commits_every_replica() -> None:
+    engine = engine_for(gpu_node("a", count=8), gpu_node("b", count=8))
+    placement = engine.place(Request("g", devices=DeviceRequest(count=4), replicas=4, gang=True))
+    assert placement.ok and len(placement.allocations) == 4
+    assert len(engine.state.live) == 4
+
+
+def test_preemption_may_help_only_for_capacity_reasons() -> None:
+    engine = engine_for(gpu_node("a", count=1))
+    engine.place(devices(1))
+    failure = engine.explain(devices(1))
+    assert failure is not None and failure.preemption_may_help
+
+
+def test_request_policy_overrides_the_cluster_profile() -> None:
+    nodes = [gpu_node("a", count=2, group_size=0), gpu_node("b", count=2, group_size=0)]
+    engine = engine_for(*nodes, profile="binpack")
+    engine.place(devices(1, uuids=("a-gpu0",)))
+    spread = Request("s", devices=DeviceRequest(count=1), node_policy="spread")
+    assert engine.place(spread).allocations[0].node == "b"
+
+
+def test_unknown_policy_names_the_field() -> None:
+    engine = engine_for(gpu_node("a"))
+    with pytest.raises(RequestError) as exc:
+        engine.place(Request("s", devices=DeviceRequest(count=1), node_policy="nope"))
+    assert exc.value.field == "node_policy"
+
+
+def test_profiles_validate_scorers_and_weights() -> None:
+    with pytest.raises(RequestError) as exc:
+        make_profile("p", {"binpak": 1})
+    assert exc.value.field == "profile.scorers.binpak"
+    with pytest.raises(RequestError) as exc:
+        make_profile("p", {"binpack": -1})
+    assert exc.value.field == "profile.scorers.binpack"
+    with pytest.raises(RequestError) as exc:
+        make_profile("p", {"binpack": 1}, "pack")
+    assert exc.value.field == "profile.device_policy"
+
+
+def test_weighted_profile_combines_scorers() -> None:
+    # topology dominates binpack: the 2-card request goes where both cards share a link group.
+    nodes = [gpu_node("a", count=4, group_size=1), gpu_node("b", count=4, group_size=4)]
+    profile = make_profile("topo", {"topology": 10, "binpack": 1})
+    engine = Engine(engine_for(*nodes).state, profile)
+    engine.place(devices(1, uuids=("a-gpu0",)))
+    assert engine.place(devices(2)).allocations[0].node == "b"
+
+
+def test_cpu_only_request_needs_no_devices() -> None:
+    engine = engine_for(gpu_node("a", model=T4, memory_mib=15360))
+    placement = engine.place(Request("c", cpu_milli=1000, memory_mib=100))
+    assert placement.ok and placement.allocations[0].devices == ()

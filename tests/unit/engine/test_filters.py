@@ -1,0 +1,152 @@
+"""Each filter on hand-made clusters, checked through the engine's explanation and fit mask."""
+
+from __future__ import annotations
+
+import pytest
+
+from xpupool.engine import Reason
+from xpupool.model import Request, Topology, parse_software_need
+
+from factories import A10, A100, ASCEND_910B3, T4, cpu_node, devices, engine_for, gpu_node
+
+
+def reasons_of(engine, req):  # type: ignore[no-untyped-def]
+    failure = engine.explain(req)
+    assert failure is not None
+    return {(r.reason, r.detail): r.count for r in failure.reasons}
+
+
+def test_node_schedulable_cordoned_node_is_skipped() -> None:
+    engine = engine_for(gpu_node("a"))
+    engine.state.set_node_schedulable("a", False)
+    assert reasons_of(engine, devices(1)) == {(Reason.NODE_UNSCHEDULABLE, ""): 1}
+
+
+def test_node_cpu_and_memory() -> None:
+    engine = engine_for(gpu_node("a", cpu_milli=2000), gpu_node("b", memory_node_mib=512))
+    req = Request("r", cpu_milli=4000, memory_mib=1024)
+    assert reasons_of(engine, req) == {
+        (Reason.INSUFFICIENT_CPU, ""): 1,
+        (Reason.INSUFFICIENT_MEMORY, ""): 1,
+    }
+
+
+def test_too_few_devices_and_cpu_only_nodes() -> None:
+    engine = engine_for(gpu_node("a", count=2), cpu_node("c"))
+    assert reasons_of(engine, devices(4)) == {(Reason.TOO_FEW_DEVICES, ""): 2}
+
+
+def test_device_health_excludes_unhealthy_cards() -> None:
+    engine = engine_for(gpu_node("a", count=1, healthy=False))
+    assert reasons_of(engine, devices(1)) == {(Reason.DEVICE_UNHEALTHY, ""): 1}
+
+
+def test_vendor_filter_resolves_aliases() -> None:
+    engine = engine_for(
+        gpu_node("a"), gpu_node("n", vendor="huawei", model=ASCEND_910B3, memory_mib=65536)
+    )
+    placement = engine.place(devices(1, vendors=("huawei",)))
+    assert placement.allocations[0].node == "n"
+    assert reasons_of(engine, devices(8, vendors=("nvidia",), models=("910B",))) == {
+        (Reason.VENDOR_NOT_ALLOWED, ""): 1,
+        (Reason.MODEL_NOT_ALLOWED, ""): 1,
+    }
+
+
+@pytest.mark.parametrize(
+    ("token", "model", "fits"),
+    [
+        ("A100", A100, True),
+        ("a100", A100, True),
+        ("T4", A10, False),
+        ("A10", T4, False),
+        ("T4", T4, True),
+    ],
+)
+def test_model_filter_matches_names_not_substrings(token: str, model: str, fits: bool) -> None:
+    engine = engine_for(gpu_node("a", model=model))
+    assert (engine.explain(devices(1, models=(token,))) is None) is fits
+
+
+def test_model_exclude_wins() -> None:
+    engine = engine_for(gpu_node("a", model=T4, memory_mib=15360), gpu_node("b"))
+    placement = engine.place(devices(1, exclude_models=("T4",)))
+    assert placement.allocations[0].node == "b"
+    assert reasons_of(engine, devices(1, models=("A100",), exclude_models=("A100",))) == {
+        (Reason.MODEL_NOT_ALLOWED, ""): 2
+    }
+
+
+def test_uuid_include_and_exclude_exclude_wins() -> None:
+    engine = engine_for(gpu_node("a"), gpu_node("b"))
+    placement = engine.place(devices(1, uuids=("b-gpu3",)))
+    assert placement.allocations[0].devices[0].uuid == "b-gpu3"
+    req = devices(1, uuids=("a-gpu1",), exclude_uuids=("a-gpu1",))
+    assert reasons_of(engine, req) == {(Reason.UUID_NOT_ALLOWED, ""): 2}
+
+
+def test_card_memory_bounds_use_nominal_size() -> None:
+    engine = engine_for(gpu_node("big"), gpu_node("small", model=T4, memory_mib=15360))
+    placement = engine.place(devices(1, min_card_mib=40 * 1024))
+    assert placement.allocations[0].node == "big"
+    assert reasons_of(engine, devices(1, min_card_mib=100 * 1024)) == {(Reason.CARD_MEMORY, ""): 2}
+    placement = engine.place(devices(1, max_card_mib=16 * 1024))
+    assert placement.allocations[0].node == "small"
+
+
+def test_software_blames_the_most_hopeful_device() -> None:
+    engine = engine_for(
+        gpu_node("new", driver="550.54.15"),
+        gpu_node("old", driver="535.104.05"),
+        gpu_node("npu", vendor="huawei", model=ASCEND_910B3, memory_mib=65536, driver="24.1.rc2"),
+        gpu_node("nodrv", driver=None),
+    )
+    need = parse_software_need("cuda>=12.4")
+    engine.state.set_node_schedulable("new", False)
+    assert reasons_of(engine, devices(1, software=(need,))) == {
+        (Reason.NODE_UNSCHEDULABLE, ""): 1,
+        (Reason.DRIVER_TOO_OLD, "cuda>=12.4"): 1,
+        (Reason.SOFTWARE_UNSUPPORTED, "cuda>=12.4"): 1,
+        (Reason.DRIVER_UNKNOWN, "cuda>=12.4"): 1,
+    }
+    engine.state.set_node_schedulable("new", True)
+    assert engine.place(devices(1, software=(need,))).allocations[0].node == "new"
+
+
+def test_device_memory_in_mib_and_percent_rounds_down() -> None:
+    engine = engine_for(gpu_node("a", count=1, memory_mib=81921))
+    first = engine.place(devices(1, memory_permille=500))
+    second = engine.place(devices(1, memory_permille=500))
+    assert first.ok and second.ok
+    assert first.allocations[0].devices[0].memory_mib == 40960
+    assert reasons_of(engine, devices(1, memory_mib=2)) == {
+        (Reason.INSUFFICIENT_DEVICE_MEMORY, ""): 1
+    }
+
+
+def test_device_cores_and_whole_card_need_all_compute() -> None:
+    engine = engine_for(gpu_node("a", count=1))
+    assert engine.place(devices(1, memory_mib=1024, core_permille=600)).ok
+    assert reasons_of(engine, devices(1, memory_mib=1024, core_permille=500)) == {
+        (Reason.INSUFFICIENT_DEVICE_CORES, ""): 1
+    }
+    # A memory-only share takes no compute, so it still fits; a whole card does not.
+    assert engine.place(devices(1, memory_mib=1024)).ok
+    assert reasons_of(engine, devices(1)) == {(Reason.INSUFFICIENT_DEVICE_MEMORY, ""): 1}
+
+
+def test_same_link_group_needs_one_domain() -> None:
+    engine = engine_for(gpu_node("a", count=8, group_size=4))
+    engine.place(devices(1, uuids=("a-gpu0",)))
+    engine.place(devices(1, uuids=("a-gpu4",)))
+    req = devices(4, topology=Topology.SAME_LINK_GROUP)
+    assert reasons_of(engine, req) == {(Reason.TOPOLOGY, ""): 1}
+    assert engine.place(devices(4)).ok  # without the constraint, 4 of 6 free cards will do
+
+
+def test_unschedulable_message_reads_like_kube() -> None:
+    engine = engine_for(gpu_node("a"), gpu_node("b", model=T4, memory_mib=15360), cpu_node("c"))
+    failure = engine.explain(devices(1, models=("H100",)))
+    assert failure is not None
+    assert failure.message == "0/3 nodes fit: 2 model not allowed, 1 too few devices"
+    assert not failure.preemption_may_help
