@@ -27,10 +27,14 @@ def pick_devices(ctx: Context, node: int, policy: DevicePolicy) -> list[int]:
     group_fit = Counter(int(group[c]) for c in cols if group[c] >= 0)
     sign = 1 if policy is DevicePolicy.BINPACK else -1
 
-    def key(c: int) -> tuple[int, int, int, int]:
+    # Busiest card in the resource the replica asks for (compute, or memory for memory-only shares);
+    # equal cards go to the lowest index, as best-fit GPU allocators do.
+    primary = core_free if ctx.need_core > 0 else mem_free
+
+    def key(c: int) -> tuple[int, int, int]:
         g = int(group[c])
         in_group = group_fit[g] if g >= 0 else 0
-        return (sign * in_group, sign * int(mem_free[c]), sign * int(core_free[c]), c)
+        return (sign * in_group, sign * int(primary[c]), c)
 
     k = ctx.k
     if k > 1 and group_fit:

@@ -11,11 +11,12 @@ from dataclasses import dataclass
 
 from xpupool.engine.context import Context
 from xpupool.engine.device_pick import pick_devices
+from xpupool.engine.fragmentation import TargetWorkload
 from xpupool.engine.pipeline import Pipeline
 from xpupool.engine.profile import BUILTIN_PROFILES, Profile
 from xpupool.engine.reasons import Unschedulable
 from xpupool.engine.registry import SCORERS
-from xpupool.engine.scorers.base import Scorer
+from xpupool.engine.scorers.base import DevicePicker, Scorer, ScorerEnv
 from xpupool.engine.state import ClusterState
 from xpupool.engine.txn import Transaction
 from xpupool.model.allocation import Allocation, DeviceShare
@@ -49,15 +50,18 @@ class Engine:
         *,
         seed: int = 0,
         profiles: dict[str, Profile] | None = None,
+        workload: TargetWorkload | None = None,
     ) -> None:
         self.state = state
         self.seed = seed
+        self.workload = workload
         self.profiles = dict(BUILTIN_PROFILES if profiles is None else profiles)
         if isinstance(profile, Profile):
             self.profiles[profile.name] = profile
         self.profile = self._profile(profile.name if isinstance(profile, Profile) else profile)
         self.pipeline = Pipeline(state)
         self._scorers: dict[str, Scorer] = {}
+        self._weighted_cache: dict[str, tuple[tuple[Scorer, float], ...]] = {}
         self._next_id = 1
 
     # ------------------------------------------------------------------ public
@@ -110,15 +114,22 @@ class Engine:
         node = self.pipeline.choose(ctx, self._weighted(profile))
         if node < 0:
             return self.pipeline.explain(ctx)
-        alloc = self._allocation(ctx, node, replica, profile)
+        alloc = self._allocation(ctx, node, replica, profile, self._weighted(profile))
         txn.apply(alloc)
         return alloc
 
-    def _allocation(self, ctx: Context, node: int, replica: int, profile: Profile) -> Allocation:
+    def _allocation(
+        self,
+        ctx: Context,
+        node: int,
+        replica: int,
+        profile: Profile,
+        scorers: tuple[tuple[Scorer, float], ...],
+    ) -> Allocation:
         s, req = self.state, ctx.req
         shares: tuple[DeviceShare, ...] = ()
         if ctx.k:
-            policy = req.device_policy or profile.device_policy
+            columns = self._pick(ctx, node, profile, scorers)
             shares = tuple(
                 DeviceShare(
                     uuid=s.slot_uuid[node * s.width + col],
@@ -128,7 +139,7 @@ class Engine:
                     else int(ctx.need_mib[node, col]),
                     core_permille=ctx.need_core,
                 )
-                for col in pick_devices(ctx, node, policy)
+                for col in columns
             )
         alloc = Allocation(
             id=self._next_id,
@@ -143,6 +154,21 @@ class Engine:
         self._next_id += 1
         return alloc
 
+    @staticmethod
+    def _pick(
+        ctx: Context, node: int, profile: Profile, scorers: tuple[tuple[Scorer, float], ...]
+    ) -> list[int]:
+        """The request's device policy if it names one; else the heaviest scorer's own choice
+        when it makes one (FGD picks the GPU it scored); else the profile's device policy."""
+        if ctx.req.device_policy is None:
+            for scorer, _ in sorted(scorers, key=lambda sw: -sw[1]):
+                if isinstance(scorer, DevicePicker):
+                    columns = scorer.pick(ctx, node)
+                    if columns is not None:
+                        return columns
+                break
+        return pick_devices(ctx, node, ctx.req.device_policy or profile.device_policy)
+
     def _profile(self, name: str) -> Profile:
         try:
             return self.profiles[name]
@@ -152,10 +178,15 @@ class Engine:
             ) from None
 
     def _weighted(self, profile: Profile) -> tuple[tuple[Scorer, float], ...]:
+        found = self._weighted_cache.get(profile.name)
+        if found is not None:
+            return found
+        env = ScorerEnv(self.seed, self.pipeline, self.workload)
         out = []
         for name, weight in profile.scorers:
             scorer = self._scorers.get(name)
             if scorer is None:
-                scorer = self._scorers[name] = SCORERS[name](self.seed)
+                scorer = self._scorers[name] = SCORERS[name](env)
             out.append((scorer, weight))
-        return tuple(out)
+        self._weighted_cache[profile.name] = tuple(out)
+        return self._weighted_cache[profile.name]

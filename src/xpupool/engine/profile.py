@@ -53,4 +53,11 @@ BUILTIN_PROFILES: dict[str, Profile] = {
     "spread": make_profile("spread", {"spread": 1, "topology": 1}, "spread"),
     "topology": make_profile("topology", {"topology": 10, "binpack": 1}, "binpack"),
     "random": make_profile("random", {"random": 1}, "binpack"),
+    # The FGD paper's policies (ATC'23 section 6), one scorer each, best-fit devices unless the
+    # scorer picks its own (random, fgd).
+    "fgd": make_profile("fgd", {"fgd": 1}, "binpack"),
+    "bestfit": make_profile("bestfit", {"bestfit": 1}, "binpack"),
+    "dotprod": make_profile("dotprod", {"dotprod": 1}, "binpack"),
+    "gpupacking": make_profile("gpupacking", {"gpupacking": 1}, "binpack"),
+    "gpuclustering": make_profile("gpuclustering", {"gpuclustering": 1}, "binpack"),
 }

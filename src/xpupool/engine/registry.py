@@ -21,8 +21,13 @@ from xpupool.engine.filters.node_memory import NodeMemory
 from xpupool.engine.filters.node_schedulable import NodeSchedulable
 from xpupool.engine.filters.software import Software
 from xpupool.engine.filters.topology import SameLinkGroup
-from xpupool.engine.scorers.base import Scorer
+from xpupool.engine.scorers.base import Scorer, ScorerEnv
+from xpupool.engine.scorers.best_fit import BestFit
 from xpupool.engine.scorers.binpack import NodeBinpack
+from xpupool.engine.scorers.dot_product import DotProduct
+from xpupool.engine.scorers.fgd import Fgd
+from xpupool.engine.scorers.gpu_clustering import GpuClustering
+from xpupool.engine.scorers.gpu_packing import GpuPacking
 from xpupool.engine.scorers.random_pick import RandomPick
 from xpupool.engine.scorers.spread import NodeSpread
 from xpupool.engine.scorers.topology import Topology
@@ -39,10 +44,15 @@ STATIC_DEVICE_FILTERS: tuple[DeviceFilter, ...] = (
 DYNAMIC_DEVICE_FILTERS: tuple[DeviceFilter, ...] = (DeviceMemory(), DeviceCores())
 GROUP_FILTER = SameLinkGroup()
 
-# name -> factory(seed); a scorer that needs randomness draws it from the engine's seed.
-SCORERS: dict[str, Callable[[int], Scorer]] = {
-    NodeBinpack.name: lambda seed: NodeBinpack(),
-    NodeSpread.name: lambda seed: NodeSpread(),
-    Topology.name: lambda seed: Topology(),
-    RandomPick.name: lambda seed: RandomPick(seed),
+# name -> factory(env); a scorer draws randomness from env.seed and typical shapes from env.workload.
+SCORERS: dict[str, Callable[[ScorerEnv], Scorer]] = {
+    NodeBinpack.name: lambda env: NodeBinpack(),
+    NodeSpread.name: lambda env: NodeSpread(),
+    Topology.name: lambda env: Topology(),
+    RandomPick.name: lambda env: RandomPick(env.seed),
+    Fgd.name: Fgd,
+    BestFit.name: lambda env: BestFit(),
+    DotProduct.name: lambda env: DotProduct(),
+    GpuPacking.name: lambda env: GpuPacking(),
+    GpuClustering.name: lambda env: GpuClustering(),
 }

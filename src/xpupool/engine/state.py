@@ -110,6 +110,8 @@ class ClusterState:
         self.dev_mem_free = self.dev_mem_total.copy()
         self.dev_core_free = np.where(self.dev_present, WHOLE, 0).astype(np.int64)
         self.rank = np.random.default_rng(self.seed).permutation(n).astype(np.int64)
+        self.node_version = np.zeros(n, np.int64)
+        self.node_allocations: list[dict[int, Allocation]] = [{} for _ in range(n)]
         self._refresh_derived()
 
     def _fill_row(self, i: int, node: Node) -> None:
@@ -215,6 +217,7 @@ class ClusterState:
                 raise Conflict(f"allocation {alloc.id} over-commits device {share.uuid}")
         self._shift(alloc, -1)
         self.live[alloc.id] = alloc
+        self.node_allocations[n][alloc.id] = alloc
 
     def revert(self, alloc_id: int) -> Allocation:
         """Give back exactly what :meth:`apply` took for ``alloc_id`` and return that allocation.
@@ -224,11 +227,13 @@ class ClusterState:
         alloc = self.live.pop(alloc_id, None)
         if alloc is None:
             raise Conflict(f"allocation {alloc_id} is not applied")
+        del self.node_allocations[alloc.node_index][alloc_id]
         self._shift(alloc, +1)
         return alloc
 
     def _shift(self, alloc: Allocation, sign: int) -> None:
         n = alloc.node_index
+        self.node_version[n] += 1
         self.node_cpu_free[n] += sign * alloc.cpu_milli
         self.node_mem_free[n] += sign * alloc.memory_mib
         mem_free = self.dev_mem_free.reshape(-1)
@@ -250,7 +255,7 @@ class ClusterState:
             raise Conflict(f"node {node.name!r} already exists")
         n_old, w_old = self.n_nodes, self.width
         kept = {name: getattr(self, name) for name in (*self._NODE_MUTABLE, *self._DEVICE_MUTABLE)}
-        old_rank, live = self.rank, self.live
+        old_rank, live, kept_version = self.rank, self.live, self.node_version
         nodes = [*self.nodes, node]
         self.node_names, self.node_index, self.nodes, self.sites = [], {}, [], []
         self.uuid_slot, self.slot_uuid = {}, {}
@@ -260,7 +265,10 @@ class ClusterState:
         for name in self._DEVICE_MUTABLE:
             getattr(self, name)[:n_old, :w_old] = kept[name]
         self.rank = np.concatenate([old_rank, np.asarray([n_old], np.int64)])
+        self.node_version[:n_old] = kept_version
         self.live = {k: self._readdress(a) for k, a in live.items()}
+        for alloc in self.live.values():
+            self.node_allocations[alloc.node_index][alloc.id] = alloc
         self._refresh_derived()
         return n_old
 

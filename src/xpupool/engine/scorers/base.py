@@ -6,15 +6,41 @@ Weights live in profiles (``engine/profile.py``), never in scorers.
 
 from __future__ import annotations
 
-from typing import ClassVar, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from xpupool.engine.context import Context
 from xpupool.engine.state import FloatArray
 
+if TYPE_CHECKING:
+    from xpupool.engine.fragmentation import TargetWorkload
+    from xpupool.engine.pipeline import Pipeline
+
 MAX_SCORE = 100.0
+
+
+@dataclass(frozen=True, slots=True)
+class ScorerEnv:
+    """What a scorer may depend on besides the request: the engine's seed, its pipeline (for
+    cached eligibility), and the target workload when the front knows one (FGD needs it)."""
+
+    seed: int
+    pipeline: Pipeline
+    workload: TargetWorkload | None = None
 
 
 class Scorer(Protocol):
     name: ClassVar[str]
 
     def score(self, ctx: Context) -> FloatArray: ...
+
+
+@runtime_checkable
+class DevicePicker(Protocol):
+    """A scorer that rates a node by a particular choice of devices also makes that choice.
+
+    ``pick`` returns the columns to use on ``node`` (the one chosen), or None to leave the choice to
+    the profile's device policy.
+    """
+
+    def pick(self, ctx: Context, node: int) -> list[int] | None: ...

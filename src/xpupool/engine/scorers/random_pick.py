@@ -1,4 +1,8 @@
-"""Random: a uniform score per node from the engine's seeded generator (the FGD paper's baseline)."""
+"""Random: one fitting node drawn uniformly from the engine's seeded generator scores 100, the rest 0;
+as a device picker, a one-device share goes to a uniformly drawn fitting device (the FGD paper's
+Random-fit baseline, ``random_score.go`` and its reservoir-sampled GPU choice). Whole devices keep the
+profile's device policy.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import numpy as np
 
 from xpupool.engine.context import Context
 from xpupool.engine.state import FloatArray
+from xpupool.model.request import WHOLE
 
 
 class RandomPick:
@@ -17,5 +22,14 @@ class RandomPick:
         self._rng = np.random.default_rng(seed)
 
     def score(self, ctx: Context) -> FloatArray:
-        result: FloatArray = self._rng.integers(0, 101, ctx.state.n_nodes).astype(np.float64)
-        return result
+        scores = np.zeros(ctx.state.n_nodes, np.float64)
+        candidates = np.flatnonzero(ctx.node_fit)
+        if candidates.size:
+            scores[candidates[self._rng.integers(candidates.size)]] = 100.0
+        return scores
+
+    def pick(self, ctx: Context, node: int) -> list[int] | None:
+        if ctx.k != 1 or ctx.need_core >= WHOLE or ctx.dev_fit is None:
+            return None
+        columns = np.flatnonzero(ctx.dev_fit[node])
+        return [int(columns[self._rng.integers(columns.size)])]

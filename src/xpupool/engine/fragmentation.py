@@ -1,0 +1,190 @@
+"""GPU fragmentation against a target workload (FGD, Weng et al., USENIX ATC'23, section 4).
+
+A node's fragment for one task shape is the idle device compute that a task of that shape could not
+use there: all of it when the shape cannot land on the node at all (CPU-only shape, wrong model, not
+enough CPU, memory or devices), otherwise the idle compute on devices too full for one of its shares.
+The node's fragmentation is the expectation over the target workload's shapes. Idle compute is counted
+in thousandths of a device (``dev_core_free``), so one idle GPU contributes 1000.
+
+Per shape m and node n, with ``usable`` = devices eligible for m with room for one of its shares:
+    T(n)    = idle compute of n
+    U_m(n)  = idle compute on usable devices,     cnt_m(n) = number of usable devices
+    frag_m  = T - U_m  if m fits on n (cnt_m >= k_m, CPU and memory fit, m needs devices), else T
+    F(n)    = sum_m p_m * frag_m(n)
+Everything is computed for many nodes at once on ``[M, S, W]`` arrays (shapes x nodes x devices).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
+from xpupool.model.request import Request
+
+if TYPE_CHECKING:  # the pipeline's registry imports scorers that import this module
+    from xpupool.engine.pipeline import Pipeline
+
+IndexArray = npt.NDArray[np.intp]
+
+
+@dataclass(frozen=True, slots=True)
+class TargetWorkload:
+    """Typical replica shapes and their probabilities (summing to 1)."""
+
+    shapes: tuple[Request, ...]
+    weights: tuple[float, ...]
+
+    @classmethod
+    def from_requests(cls, requests: Iterable[Request], coverage: float = 0.95) -> TargetWorkload:
+        """The most popular shapes, by count, that together cover ``coverage`` of the requests,
+        renormalised (FGD's "target workload"). Memory is not part of a shape, as in the paper."""
+        counts: Counter[tuple[object, ...]] = Counter()
+        first: dict[tuple[object, ...], Request] = {}
+        for req in requests:
+            d = req.devices
+            key: tuple[object, ...] = (
+                req.cpu_milli,
+                d.count,
+                d.need_core_permille,
+                d.memory_mib,
+                d.memory_permille,
+                d.selector_key(),
+            )
+            counts[key] += 1
+            first.setdefault(key, Request(req.name, req.cpu_milli, 0, d))
+        total = sum(counts.values())
+        if total == 0:
+            return cls((), ())
+
+        # Most popular first; equal counts by (cpu, share, count, models) descending, as the
+        # paper's simulator sorts them, so the 95 % cut is the same.
+        def rank(k: tuple[object, ...]) -> tuple[int, tuple[object, ...]]:
+            r = first[k]
+            d = r.devices
+            return (counts[k], (r.cpu_milli, d.need_core_permille, d.count, "|".join(d.models)))
+
+        order = sorted(counts, key=rank, reverse=True)
+        chosen, covered = [], 0
+        for key in order:
+            chosen.append(key)
+            covered += counts[key]
+            if covered >= coverage * total:
+                break
+        weights = np.asarray([counts[k] for k in chosen], np.float64)
+        weights /= weights.sum()
+        return cls(tuple(first[k] for k in chosen), tuple(float(w) for w in weights))
+
+
+class ShapeTable:
+    """The target workload resolved against one state epoch: ``[M, N, W]`` eligibility and needs."""
+
+    def __init__(self, state: ClusterState, pipeline: Pipeline, workload: TargetWorkload) -> None:
+        self.epoch = state.epoch
+        m = len(workload.shapes)
+        n, w = state.dev_present.shape
+        self.weights = np.asarray(workload.weights, np.float64)
+        self.eligible = np.zeros((m, n, w), np.bool_)
+        self.need_mib = np.zeros((m, n, w), np.int64)
+        self.need_core = np.zeros(m, np.int64)
+        self.count = np.zeros(m, np.int64)
+        self.cpu = np.zeros(m, np.int64)
+        self.memory = np.zeros(m, np.int64)
+        self.cpu_only = np.zeros(m, np.bool_)
+        for i, shape in enumerate(workload.shapes):
+            ctx = pipeline.context(shape)
+            self.cpu[i], self.memory[i] = shape.cpu_milli, shape.memory_mib
+            self.count[i] = ctx.k
+            self.cpu_only[i] = ctx.k == 0
+            if ctx.k:
+                self.eligible[i] = pipeline.eligible(ctx)
+                self.need_mib[i] = ctx.need_mib
+                self.need_core[i] = max(ctx.need_core, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """Per-shape quantities of selected nodes: T [S], U and cnt [M, S], usable [M, S, W]."""
+
+    idle: IntArray
+    usable: BoolArray
+    usable_idle: IntArray
+    usable_count: IntArray
+
+
+def node_view(state: ClusterState, table: ShapeTable, nodes: IndexArray) -> NodeView:
+    free = state.dev_core_free[nodes]
+    usable = (
+        table.eligible[:, nodes]
+        & (free[None] >= table.need_core[:, None, None])
+        & (state.dev_mem_free[nodes][None] >= table.need_mib[:, nodes])
+    )
+    return NodeView(
+        idle=free.sum(axis=1),
+        usable=usable,
+        usable_idle=(free[None] * usable).sum(axis=2),
+        usable_count=usable.sum(axis=2),
+    )
+
+
+def shape_fits(
+    table: ShapeTable, usable_count: IntArray, cpu_free: IntArray, mem_free: IntArray
+) -> BoolArray:
+    """``[M, S]``: can one replica of each shape land on each node (given per-node quantities)?"""
+    fits: BoolArray = (
+        (usable_count >= table.count[:, None])
+        & (cpu_free[None] >= table.cpu[:, None])
+        & (mem_free[None] >= table.memory[:, None])
+        & ~table.cpu_only[:, None]
+    )
+    return fits
+
+
+def fragmentation(state: ClusterState, table: ShapeTable, nodes: IndexArray) -> FloatArray:
+    """``[S]`` expected fragment (thousandths of a device) of each selected node."""
+    view = node_view(state, table, nodes)
+    fits = shape_fits(
+        table, view.usable_count, state.node_cpu_free[nodes], state.node_mem_free[nodes]
+    )
+    frag = view.idle[None] - fits * view.usable_idle
+    result: FloatArray = table.weights @ frag
+    return result
+
+
+class FragmentationCache:
+    """Per-node fragmentation kept current by recomputing only nodes whose version moved."""
+
+    def __init__(self, state: ClusterState, pipeline: Pipeline, workload: TargetWorkload) -> None:
+        self.state = state
+        self.pipeline = pipeline
+        self.workload = workload
+        self.table = ShapeTable(state, pipeline, workload)
+        self.values = np.zeros(state.n_nodes, np.float64)
+        self.version = np.full(state.n_nodes, -1, np.int64)
+
+    def current(self) -> FloatArray:
+        """``[N]`` fragmentation of every node now."""
+        s = self.state
+        if self.table.epoch != s.epoch or self.values.size != s.n_nodes:
+            self.table = ShapeTable(s, self.pipeline, self.workload)
+            self.values = np.zeros(s.n_nodes, np.float64)
+            self.version = np.full(s.n_nodes, -1, np.int64)
+        stale = np.flatnonzero(self.version != s.node_version)
+        if stale.size:
+            self.values[stale] = fragmentation(s, self.table, stale)
+            self.version[stale] = s.node_version[stale]
+        return self.values
+
+
+def stale_nodes(
+    cached: IntArray, current: IntArray, candidates: Sequence[int] | IndexArray
+) -> IndexArray:
+    """Of ``candidates``, those whose cached version differs from the current one."""
+    cand = np.asarray(candidates, np.intp)
+    result: IndexArray = cand[cached[cand] != current[cand]]
+    return result
