@@ -37,3 +37,101 @@ def spec(text: str) -> None:
     except XpupoolError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(json.dumps(request_to_dict(request), indent=2))
+
+
+_TRACES = "../shared/traces/alibaba-gpu-v2023"
+
+
+def _seeds(text: str) -> list[int]:
+    """'42-51' or '42,45,47' -> seeds."""
+    try:
+        if "-" in text:
+            low, high = (int(x) for x in text.split("-", 1))
+            return list(range(low, high + 1))
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r}: use a range such as 42-51 or a list such as 42,43"
+        ) from None
+
+
+@main.command()
+@click.option(
+    "--nodes",
+    "nodes_path",
+    default=f"{_TRACES}/openb_node_list_gpu_node.csv",
+    show_default=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="node list CSV",
+)
+@click.option(
+    "--pods",
+    "pods_paths",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="pod list CSV (repeat for several traces) [default: openb_pod_list_default.csv]",
+)
+@click.option(
+    "--policy",
+    default="random,dotprod,gpuclustering,gpupacking,bestfit,fgd",
+    show_default=True,
+    help="comma-separated engine profiles",
+)
+@click.option("--seeds", default="42-51", show_default=True, help="range 42-51 or list 42,43")
+@click.option("--tune", default=1.3, show_default=True, help="target GPU demand / capacity")
+@click.option("--jobs", default=1, show_default=True, help="parallel processes")
+@click.option(
+    "--expected",
+    "expected_dir",
+    type=click.Path(file_okay=False),
+    help="authors' results folder [default: fgd_expected_results beside the pod list]",
+)
+@click.option(
+    "--report",
+    "report_dir",
+    type=click.Path(file_okay=False),
+    help="write an HTML page and PNG plots here",
+)
+@click.option("--json", "as_json", is_flag=True, help="print the full results as JSON")
+def simulate(
+    nodes_path: str,
+    pods_paths: tuple[str, ...],
+    policy: str,
+    seeds: str,
+    tune: float,
+    jobs: int,
+    expected_dir: str | None,
+    report_dir: str | None,
+    as_json: bool,
+) -> None:
+    """Replay a cluster trace under each policy and seed (the FGD paper's protocol)."""
+    from pathlib import Path
+
+    from xpupool.engine import BUILTIN_PROFILES
+    from xpupool.sim.report import print_summary, run_traces, write_report
+
+    policies = [p.strip() for p in policy.split(",") if p.strip()]
+    unknown = [p for p in policies if p not in BUILTIN_PROFILES]
+    if unknown:
+        raise click.BadParameter(
+            f"unknown {', '.join(unknown)}; known: {', '.join(BUILTIN_PROFILES)}",
+            param_hint="--policy",
+        )
+    if not pods_paths:
+        default = Path(nodes_path).parent / "openb_pod_list_default.csv"
+        if not default.exists():
+            raise click.BadParameter("give --pods", param_hint="--pods")
+        pods_paths = (str(default),)
+    console = Console(stderr=as_json)
+    results = run_traces(
+        nodes_path, list(pods_paths), policies, _seeds(seeds), tune, jobs, expected_dir, console
+    )
+    if as_json:
+        payload = results[0] if len(results) == 1 else {"traces": results}
+        click.echo(json.dumps(payload))
+    else:
+        for result in results:
+            print_summary(console, result)
+    if report_dir:
+        page = write_report(Path(report_dir), results)
+        console.print(f"report: {page}")
