@@ -93,6 +93,26 @@ def _seeds(text: str) -> list[int]:
     help="write an HTML page and PNG plots here",
 )
 @click.option("--json", "as_json", is_flag=True, help="print the full results as JSON")
+@click.option(
+    "--mode",
+    type=click.Choice(["fgd", "timed"]),
+    default="fgd",
+    show_default=True,
+    help="fgd: the paper's protocol; timed: arrivals and departures at trace times",
+)
+@click.option(
+    "--queue",
+    type=click.Choice(["fifo", "priority"]),
+    default="fifo",
+    show_default=True,
+    help="timed mode: order in which waiting tasks are retried (priority = QoS class)",
+)
+@click.option(
+    "--compress",
+    default=1.0,
+    show_default=True,
+    help="timed mode: divide arrival times by this (load what-if); durations unchanged",
+)
 def simulate(
     nodes_path: str,
     pods_paths: tuple[str, ...],
@@ -103,8 +123,11 @@ def simulate(
     expected_dir: str | None,
     report_dir: str | None,
     as_json: bool,
+    mode: str,
+    queue: str,
+    compress: float,
 ) -> None:
-    """Replay a cluster trace under each policy and seed (the FGD paper's protocol)."""
+    """Replay a cluster trace under each policy and seed (the FGD paper's protocol, or in time)."""
     from pathlib import Path
 
     from xpupool.engine import BUILTIN_PROFILES
@@ -123,6 +146,21 @@ def simulate(
             raise click.BadParameter("give --pods", param_hint="--pods")
         pods_paths = (str(default),)
     console = Console(stderr=as_json)
+    if mode == "timed":
+        from xpupool.sim.report import print_timed, run_timed_traces
+
+        if compress <= 0:
+            raise click.BadParameter("must be positive", param_hint="--compress")
+        timed = run_timed_traces(
+            nodes_path, list(pods_paths), policies, _seeds(seeds), queue, compress
+        )
+        if as_json:
+            click.echo(
+                json.dumps({"mode": "timed", "queue": queue, "compress": compress, "runs": timed})
+            )
+        else:
+            print_timed(console, timed)
+        return
     results = run_traces(
         nodes_path, list(pods_paths), policies, _seeds(seeds), tune, jobs, expected_dir, console
     )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from xpupool.model import Device, DeviceRequest, Node, Request, RequestError
@@ -38,12 +38,20 @@ class TraceTask:
     gpu_spec: tuple[str, ...]
     creation_time: int = 0
     deletion_time: int = 0
+    scheduled_time: int | None = None
     qos: str = ""
 
     @property
     def gpu_request_milli(self) -> int:
         """GPU demand in thousandths of a GPU: what 'arrived workload' adds up."""
         return self.num_gpu * self.gpu_milli
+
+    @property
+    def duration_s(self) -> int:
+        """How long the task ran once placed: deletion - scheduled (or - creation if never
+        scheduled in the trace)."""
+        start = self.scheduled_time if self.scheduled_time is not None else self.creation_time
+        return max(self.deletion_time - start, 0)
 
     @property
     def shape(self) -> tuple[int, int, int, tuple[str, ...]]:
@@ -106,8 +114,11 @@ def read_tasks(path: str | Path) -> list[TraceTask]:
                 gpu_spec=_spec(row.get("gpu_spec")),
                 creation_time=_int(row, "creation_time", where, 0),
                 deletion_time=_int(row, "deletion_time", where, 0),
+                scheduled_time=_int(row, "scheduled_time", where, -1),
                 qos=(row.get("qos") or "").strip(),
             )
+            if task.scheduled_time is not None and task.scheduled_time < 0:
+                task = replace(task, scheduled_time=None)
             if task.num_gpu and not 0 < task.gpu_milli <= GPU_MILLI:
                 raise RequestError(f"{where}.gpu_milli", task.gpu_milli, "must be in 1..1000")
             if task.num_gpu > 1 and task.gpu_milli != GPU_MILLI:

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from xpupool.sim.runner import RunSpec, run_all, summarise, trace_name
+from xpupool.sim.runner import RunSpec, run_all, run_timed, summarise, trace_name
 
 
 def run_traces(
@@ -110,3 +111,52 @@ def write_report(directory: Path, results: list[dict[str, object]]) -> Path:
         + figures
     )
     return page
+
+
+def run_timed_traces(
+    nodes_path: str,
+    pods_paths: list[str],
+    policies: list[str],
+    seeds: list[int],
+    queue: str,
+    compress: float,
+) -> list[dict[str, object]]:
+    """Timed replays, one per (trace, policy, seed), serially (each is one pass over a trace)."""
+    return [
+        {"trace": trace_name(pods), **run_timed(RunSpec(nodes_path, pods, p, s), queue, compress)}
+        for pods in pods_paths
+        for p in policies
+        for s in seeds
+    ]
+
+
+def print_timed(console: Console, runs: list[dict[str, object]]) -> None:
+    traces = sorted({str(r["trace"]).replace("openb_pod_list_", "") for r in runs})
+    table = Table(
+        title=f"timed replay of {', '.join(traces)} (utilisation over arrivals)",
+        box=box.SIMPLE_HEAD,
+    )
+    columns = {
+        "policy": "policy",
+        "seed": "seed",
+        "mean_util_pct": "util%",
+        "peak_util_pct": "peak%",
+        "mean_wait_s": "wait s",
+        "p95_wait_s": "p95 s",
+        "mean_jct_s": "JCT s",
+        "never_placed": "unplaced",
+        "seconds": "s/run",
+    }
+    for key, header in columns.items():
+        table.add_column(header, justify="left" if key == "policy" else "right", no_wrap=True)
+    for run in runs:
+        cells = []
+        for key in columns:
+            value = run[key]
+            if isinstance(value, float):
+                big = abs(value) >= 100 or key == "never_placed"
+                cells.append(f"{value:,.0f}" if big else f"{value:.1f}")
+            else:
+                cells.append(str(value))
+        table.add_row(*cells)
+    console.print(table)

@@ -60,6 +60,17 @@ def run_one(spec: RunSpec) -> dict[str, object]:
     }
 
 
+def run_timed(spec: RunSpec, order: str = "fifo", compress: float = 1.0) -> dict[str, object]:
+    """One replay in time (arrivals, departures, queueing); the summary figures of the run."""
+    from xpupool.sim.timed_replay import QueueOrder, timed_replay
+
+    nodes, tasks, workload = _load(spec.nodes_path, spec.pods_path)
+    result = timed_replay(
+        nodes, tasks, spec.policy, spec.seed, workload, QueueOrder(order), compress
+    )
+    return {"policy": spec.policy, "seed": spec.seed, **result.summary()}
+
+
 def _plain(values: Iterable[float]) -> list[float | None]:
     return [None if v != v else round(float(v), 3) for v in values]
 
