@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from xpupool.engine import ClusterState, Engine
+from xpupool.engine.fragmentation import TargetWorkload
 from xpupool.model import Device, DeviceRequest, Node, Request, Topology, parse_software_need
 
 
@@ -123,7 +124,10 @@ def _pick(rng: np.random.Generator, values: tuple[int, ...]) -> int:
 
 def run_policy(nodes: list[Node], policy: str, fill: float, seed: int) -> dict[str, float]:
     state = ClusterState(nodes, seed=7)
-    engine = Engine(state, policy, seed=7)
+    # FGD learns its target workload from the requests, as it does from a trace: here the
+    # first 5,000 of the same stream.
+    workload = TargetWorkload.from_requests(itertools.islice(request_stream(seed), 5000))
+    engine = Engine(state, policy, seed=7, workload=workload)
     total_mem = float(state.dev_mem_total.sum())
     latencies: list[float] = []
     placed = 0
@@ -159,7 +163,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--nodes", type=int, default=5000)
-    parser.add_argument("--policies", default="binpack,spread,topology")
+    parser.add_argument("--policies", default="binpack,spread,topology,fgd")
     parser.add_argument("--fill", type=float, default=0.9, help="stop at this device-memory fill")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true", help="print JSON only")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from xpupool.engine.context import Context
 from xpupool.engine.device_pick import pick_devices
 from xpupool.engine.fragmentation import TargetWorkload
@@ -17,7 +19,7 @@ from xpupool.engine.profile import BUILTIN_PROFILES, Profile
 from xpupool.engine.reasons import Unschedulable
 from xpupool.engine.registry import SCORERS
 from xpupool.engine.scorers.base import DevicePicker, Scorer, ScorerEnv
-from xpupool.engine.state import ClusterState
+from xpupool.engine.state import BoolArray, ClusterState, FloatArray
 from xpupool.engine.txn import Transaction
 from xpupool.model.allocation import Allocation, DeviceShare
 from xpupool.model.errors import RequestError
@@ -95,6 +97,20 @@ class Engine:
         ctx = self.pipeline.context(req)
         self.pipeline.filter(ctx)
         return ctx
+
+    def rate(self, req: Request, policy: str | None = None) -> tuple[BoolArray, FloatArray]:
+        """Filter and score one replica without placing it: ``(fits [N], weighted score [N])``.
+
+        For fronts that choose elsewhere (a scheduler extender's prioritize call); ``policy`` names
+        a profile, default the request's or the engine's. Scores of non-fitting nodes are meaningless.
+        """
+        name = policy or req.node_policy
+        profile = self._profile(name) if name else self.profile
+        ctx = self.feasible(req)
+        total = np.zeros(self.state.n_nodes, np.float64)
+        for scorer, weight in self._weighted(profile):
+            total += weight * scorer.score(ctx)
+        return ctx.node_fit, total
 
     def release(self, alloc: Allocation | int) -> Allocation:
         """Give back exactly what an allocation took (by object or id). Raises Conflict if unknown."""

@@ -85,3 +85,14 @@ def test_cpu_only_request_needs_no_devices() -> None:
     engine = engine_for(gpu_node("a", model=T4, memory_mib=15360))
     placement = engine.place(Request("c", cpu_milli=1000, memory_mib=100))
     assert placement.ok and placement.allocations[0].devices == ()
+
+
+def test_rate_filters_and_scores_without_placing() -> None:
+    engine = engine_for(gpu_node("a", count=2, group_size=0), gpu_node("b", count=1, group_size=0))
+    fits, total = engine.rate(devices(2))
+    assert fits.tolist() == [True, False]
+    assert engine.state.live == {}
+    # binpack profile = binpack (after placement: 2 of 2 cards -> 100) + topology (no groups -> 0)
+    assert total[0] == 100.0
+    # spread: one whole card of two leaves a half free -> 50; the 1-card node would be full -> 0
+    assert engine.rate(devices(1), "spread")[1].tolist() == [50.0, 0.0]

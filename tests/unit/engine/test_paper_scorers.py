@@ -30,9 +30,8 @@ def two_nodes(profile: str, **kwargs: object) -> Engine:
 
 
 def scores(engine: Engine, req: Request, name: str) -> list[float]:
-    ctx = engine.feasible(req)
-    scorer = engine._weighted(engine.profiles[name])[0][0]
-    return scorer.score(ctx).tolist()
+    """The named one-scorer profile's score per node (weight 1, so the scorer's own value)."""
+    return engine.rate(req, name)[1].tolist()
 
 
 def test_dot_product_by_hand() -> None:
