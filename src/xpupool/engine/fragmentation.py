@@ -17,7 +17,7 @@ Everything is computed for many nodes at once on ``[M, S, W]`` arrays (shapes x 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -179,12 +179,3 @@ class FragmentationCache:
             self.values[stale] = fragmentation(s, self.table, stale)
             self.version[stale] = s.node_version[stale]
         return self.values
-
-
-def stale_nodes(
-    cached: IntArray, current: IntArray, candidates: Sequence[int] | IndexArray
-) -> IndexArray:
-    """Of ``candidates``, those whose cached version differs from the current one."""
-    cand = np.asarray(candidates, np.intp)
-    result: IndexArray = cand[cached[cand] != current[cand]]
-    return result

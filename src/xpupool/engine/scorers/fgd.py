@@ -22,6 +22,7 @@ from xpupool.engine.context import Context
 from xpupool.engine.fragmentation import (
     FragmentationCache,
     IndexArray,
+    NodeView,
     ShapeTable,
     TargetWorkload,
     node_view,
@@ -146,7 +147,7 @@ class Fgd:
         ctx: Context,
         table: ShapeTable,
         nodes: IndexArray,
-        view: object,
+        view: NodeView,
         dev_fit: BoolArray,
         need_mib: int | IntArray,
         cpu_after: IntArray,
@@ -158,9 +159,6 @@ class Fgd:
         The device kept is the lowest column with the best *integer* score, as the paper's
         simulator does, not the one with the smallest exact fragmentation.
         """
-        from xpupool.engine.fragmentation import NodeView
-
-        assert isinstance(view, NodeView)
         s: ClusterState = ctx.state
         free = s.dev_core_free[nodes]
         free_after = free - ctx.need_core
