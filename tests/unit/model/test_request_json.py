@@ -17,7 +17,8 @@ from xpupool.model.request import (
     parse_software_need,
 )
 from xpupool.model.request_json import DEVICE_KEYS, TOP_KEYS, request_from_dict, request_to_dict
-from xpupool.model.vendor import VENDOR_KEYS
+
+import request_strategies
 
 
 def needs(*texts: str) -> tuple[object, ...]:
@@ -222,59 +223,7 @@ def test_canonical_form_leaves_defaults_out() -> None:
 _names = st.text(
     alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=12
 ).filter(lambda s: s == s.strip() and bool(s) and not s.startswith("!"))
-_versions = st.from_regex(r"[0-9]{1,3}(\.[0-9]{1,3}){0,2}(\.RC[0-9])?", fullmatch=True)
-_needs = st.builds(
-    lambda name, op, version: parse_software_need(f"{name}{op}{version}"),
-    st.sampled_from(["cuda", "cann", "rocm", "torch", "pytorch"]),
-    st.sampled_from([">=", "<=", "==", "!=", "~=", ">", "<", "="]),
-    _versions,
-)
-
-
-@st.composite
-def device_requests(draw: st.DrawFn) -> DeviceRequest:
-    count = draw(st.integers(min_value=0, max_value=64))
-    if count == 0:
-        return DeviceRequest()
-    memory = draw(
-        st.one_of(
-            st.just((None, None)),
-            st.tuples(st.integers(1, 1 << 40), st.none()),
-            st.tuples(st.none(), st.integers(1, 1000)),
-        )
-    )
-    low = draw(st.none() | st.integers(1, 1 << 30))
-    high = draw(st.none() | st.integers(low or 1, 1 << 30))
-    return DeviceRequest(
-        count=count,
-        memory_mib=memory[0],
-        memory_permille=memory[1],
-        core_permille=draw(st.none() | st.integers(1, 1000)),
-        vendors=tuple(draw(st.lists(st.sampled_from(VENDOR_KEYS), max_size=3))),
-        models=tuple(draw(st.lists(_names, max_size=3))),
-        exclude_models=tuple(draw(st.lists(_names, max_size=3))),
-        uuids=tuple(draw(st.lists(_names, max_size=3))),
-        exclude_uuids=tuple(draw(st.lists(_names, max_size=3))),
-        min_card_mib=low,
-        max_card_mib=high,
-        software=tuple(draw(st.lists(_needs, max_size=3))),
-        topology=draw(st.sampled_from(Topology)),
-    )
-
-
-requests = st.builds(
-    Request,
-    name=st.just("") | _names,
-    cpu_milli=st.integers(0, 1 << 40),
-    memory_mib=st.integers(0, 1 << 50),
-    devices=device_requests(),
-    replicas=st.integers(1, 10_000),
-    gang=st.booleans(),
-    priority=st.integers(-(1 << 31), (1 << 31) - 1),
-    queue=_names,
-    node_policy=st.none() | _names,
-    device_policy=st.none() | st.sampled_from(DevicePolicy),
-)
+requests = request_strategies.requests(_names, _names, _names)
 
 
 @given(requests)

@@ -26,7 +26,9 @@ from xpupool.model.request import (
 )
 from xpupool.model.request_json import request_from_dict, request_to_dict
 from xpupool.model.spec import FLAGS, format_spec, parse_spec
-from xpupool.model.vendor import VENDOR_KEYS, VENDORS
+from xpupool.model.vendor import VENDORS
+
+import request_strategies
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "request-syntax.md"
 BEGIN, END = "<!-- examples:begin -->", "<!-- examples:end -->"
@@ -298,61 +300,7 @@ _models = st.one_of(
 ).filter(lambda s: s.lower() not in _aliases - {"gang"} and ".." not in s)
 _tokens = st.from_regex(r"[A-Za-z0-9_=!.:,/-]{1,12}", fullmatch=True)
 _uuids = st.from_regex(r"(GPU|NPU)-[0-9a-f]{1,8}", fullmatch=True)
-_versions = st.from_regex(r"[0-9]{1,3}(\.[0-9]{1,3}){0,2}(\.RC[0-9])?", fullmatch=True)
-_needs = st.builds(
-    lambda name, op, version: parse_software_need(f"{name}{op}{version}"),
-    st.sampled_from(["cuda", "cann", "rocm", "torch", "pytorch"]),
-    st.sampled_from([">=", "<=", "==", "!=", "~=", ">", "<", "="]),
-    _versions,
-)
-
-
-@st.composite
-def spec_device_requests(draw: st.DrawFn) -> DeviceRequest:
-    count = draw(st.integers(min_value=0, max_value=64))
-    if count == 0:
-        return DeviceRequest()
-    memory = draw(
-        st.one_of(
-            st.just((None, None)),
-            st.tuples(st.integers(1, 1 << 40), st.none()),
-            st.tuples(st.none(), st.integers(1, 1000)),
-        )
-    )
-    low = draw(st.none() | st.integers(1, 1 << 30))
-    high = draw(st.none() | st.integers(low or 1, 1 << 30))
-    if draw(st.booleans()):
-        high = low
-    return DeviceRequest(
-        count=count,
-        memory_mib=memory[0],
-        memory_permille=memory[1],
-        core_permille=draw(st.none() | st.integers(1, 1000)),
-        vendors=tuple(draw(st.lists(st.sampled_from(VENDOR_KEYS), max_size=3))),
-        models=tuple(draw(st.lists(_models, max_size=3))),
-        exclude_models=tuple(draw(st.lists(_models, max_size=3))),
-        uuids=tuple(draw(st.lists(_uuids, max_size=3))),
-        exclude_uuids=tuple(draw(st.lists(_uuids, max_size=3))),
-        min_card_mib=low,
-        max_card_mib=high,
-        software=tuple(draw(st.lists(_needs, max_size=3))),
-        topology=draw(st.sampled_from(Topology)),
-    )
-
-
-spec_requests = st.builds(
-    Request,
-    name=st.just("") | _tokens,
-    cpu_milli=st.integers(0, 1 << 40),
-    memory_mib=st.integers(0, 1 << 50),
-    devices=spec_device_requests(),
-    replicas=st.integers(1, 10_000),
-    gang=st.booleans(),
-    priority=st.integers(-(1 << 31), (1 << 31) - 1),
-    queue=_tokens,
-    node_policy=st.none() | _tokens,
-    device_policy=st.none() | st.sampled_from(DevicePolicy),
-)
+spec_requests = request_strategies.requests(_tokens, _models, _uuids, exact_card_sizes=True)
 
 
 @given(spec_requests)
