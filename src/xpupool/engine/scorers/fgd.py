@@ -182,7 +182,7 @@ class Fgd:
         )
         idle_after = (view.idle - ctx.need_core)[None, :, None]
         frag = np.einsum("m,msw->sw", table.weights, idle_after - fits * usable_idle)
-        scores = np.where(dev_fit, _score(before[:, None], frag), -1.0)
+        scores = np.where(dev_fit, _score(before[:, None], frag), -np.inf)
         column = np.argmax(scores, axis=1).astype(np.int64)
         after: FloatArray = frag[np.arange(nodes.size), column]
         return after, column
