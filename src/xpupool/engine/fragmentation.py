@@ -157,25 +157,52 @@ def fragmentation(state: ClusterState, table: ShapeTable, nodes: IndexArray) -> 
 
 
 class FragmentationCache:
-    """Per-node fragmentation kept current by recomputing only nodes whose version moved."""
+    """Per-node fragmentation and per-node shape quantities (:class:`NodeView`), kept current by
+    recomputing only nodes whose version moved. The view does not depend on any request, so the
+    FGD scorer reads it from here instead of recomputing it for every candidate evaluation."""
 
     def __init__(self, state: ClusterState, pipeline: Pipeline, workload: TargetWorkload) -> None:
         self.state = state
         self.pipeline = pipeline
         self.workload = workload
-        self.table = ShapeTable(state, pipeline, workload)
-        self.values = np.zeros(state.n_nodes, np.float64)
-        self.version = np.full(state.n_nodes, -1, np.int64)
+        self._reset()
+
+    def _reset(self) -> None:
+        s = self.state
+        self.table = ShapeTable(s, self.pipeline, self.workload)
+        m = self.table.weights.size
+        n, w = s.dev_present.shape
+        self.values = np.zeros(n, np.float64)
+        self.version = np.full(n, -1, np.int64)
+        self._idle = np.zeros(n, np.int64)
+        self._usable = np.zeros((m, n, w), np.bool_)
+        self._usable_idle = np.zeros((m, n), np.int64)
+        self._usable_count = np.zeros((m, n), np.int64)
 
     def current(self) -> FloatArray:
         """``[N]`` fragmentation of every node now."""
         s = self.state
         if self.table.epoch != s.epoch or self.values.size != s.n_nodes:
-            self.table = ShapeTable(s, self.pipeline, self.workload)
-            self.values = np.zeros(s.n_nodes, np.float64)
-            self.version = np.full(s.n_nodes, -1, np.int64)
+            self._reset()
         stale = np.flatnonzero(self.version != s.node_version)
         if stale.size:
-            self.values[stale] = fragmentation(s, self.table, stale)
+            view = node_view(s, self.table, stale)
+            self._idle[stale] = view.idle
+            self._usable[:, stale] = view.usable
+            self._usable_idle[:, stale] = view.usable_idle
+            self._usable_count[:, stale] = view.usable_count
+            fits = shape_fits(
+                self.table, view.usable_count, s.node_cpu_free[stale], s.node_mem_free[stale]
+            )
+            self.values[stale] = self.table.weights @ (view.idle[None] - fits * view.usable_idle)
             self.version[stale] = s.node_version[stale]
         return self.values
+
+    def view(self, nodes: IndexArray) -> NodeView:
+        """The cached view of ``nodes``; call :meth:`current` first so it is up to date."""
+        return NodeView(
+            idle=self._idle[nodes],
+            usable=self._usable[:, nodes],
+            usable_idle=self._usable_idle[:, nodes],
+            usable_count=self._usable_count[:, nodes],
+        )

@@ -1,14 +1,16 @@
 """FGD: place where the target workload's expected fragmentation grows least (Weng et al., ATC'23).
 
 For each fitting node the scorer evaluates every way the replica could land there (each fitting
-device for a one-device share; the first k fitting devices for k whole devices), computes the node's
+device for a one-device replica; the first k fitting devices for k devices), computes the node's
 fragmentation after it (``engine/fragmentation.py``) and keeps the best. The node score is the
 paper's ``floor(100 * sigmoid((F_before - F_after) / 1000))``: an integer, so ties are common and go
-to the engine's seeded node order.
+to the engine's seeded node order. The device kept is the lowest column with the best score.
 
-Cost: the best choice per node depends only on that node's state and the replica's shape, so it is
-cached per shape and recomputed only for nodes whose version moved since. A replay recomputes a
-handful of nodes per task instead of the whole cluster.
+Cost: what a placement does to a node depends only on that node's state and the replica's amounts,
+so results are cached and recomputed only for nodes whose version moved. For one-device replicas
+the cache holds the fragmentation after placing on *each* device, keyed by the amounts alone (CPU,
+compute, memory): which devices the request may use is applied when scoring, so requests that
+differ only in models, UUIDs or software share one cache.
 """
 
 from __future__ import annotations
@@ -25,22 +27,19 @@ from xpupool.engine.fragmentation import (
     NodeView,
     ShapeTable,
     TargetWorkload,
-    node_view,
     shape_fits,
 )
 from xpupool.engine.scorers.base import ScorerEnv
-from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
-
-_NO_CHOICE = np.iinfo(np.int64).max
+from xpupool.engine.state import FloatArray, IntArray
 
 
 @dataclass(slots=True)
-class _Choices:
-    """Per node, for one replica shape: best fragmentation after placement and where."""
+class _Cached:
+    """Fragmentation after placement: ``[N]`` per node, or ``[N, W]`` per device for one-device
+    replicas; ``version`` [N] is the node_version it was computed at (-1 = never)."""
 
-    frag_after: FloatArray  # [N]
-    column: IntArray  # [N] device column of the best one-device choice, -1 otherwise
-    version: IntArray  # [N] node_version these were computed at; -1 = never
+    frag_after: FloatArray
+    version: IntArray
 
 
 class Fgd:
@@ -50,85 +49,89 @@ class Fgd:
         if env.workload is None:
             raise ValueError("the fgd scorer needs a target workload (Engine(..., workload=...))")
         self.workload: TargetWorkload = env.workload
-        self.pipeline = env.pipeline
         self.frag = FragmentationCache(env.pipeline.state, env.pipeline, env.workload)
-        self._choices: dict[tuple[object, ...], _Choices] = {}
+        self._cache: dict[tuple[object, ...], _Cached] = {}
         self._epoch = -1
-        self._last: tuple[Context, _Choices] | None = None
+        self._columns: tuple[Context, IntArray] | None = None
 
     # ------------------------------------------------------------------ scorer
     def score(self, ctx: Context) -> FloatArray:
         state = ctx.state
         before = self.frag.current()  # refreshes the shape table on an epoch change
-        choices = self._choices_for(ctx)
+        cached = self._cached_for(ctx)
         candidates = np.flatnonzero(ctx.node_fit)
-        stale = candidates[choices.version[candidates] != state.node_version[candidates]]
+        stale = candidates[cached.version[candidates] != state.node_version[candidates]]
         if stale.size:
-            after, column = self._evaluate(ctx, self.frag.table, stale, before[stale])
-            choices.frag_after[stale] = after
-            choices.column[stale] = column
-            choices.version[stale] = state.node_version[stale]
-        self._last = (ctx, choices)
-        return _score(before, choices.frag_after)
+            cached.frag_after[stale] = self._evaluate(ctx, self.frag.table, stale)
+            cached.version[stale] = state.node_version[stale]
+        if cached.frag_after.ndim == 1:
+            return _score(before, cached.frag_after)
+        # One device: best fitting device per candidate node, lowest column on equal scores.
+        assert ctx.dev_fit is not None
+        scores = np.zeros(state.n_nodes, np.float64)
+        columns = np.full(state.n_nodes, -1, np.int64)
+        if candidates.size:
+            per_device = _score(before[candidates, None], cached.frag_after[candidates])
+            per_device = np.where(ctx.dev_fit[candidates], per_device, -np.inf)
+            best = np.argmax(per_device, axis=1)
+            columns[candidates] = best
+            scores[candidates] = per_device[np.arange(candidates.size), best]
+        self._columns = (ctx, columns)
+        return scores
 
     def pick(self, ctx: Context, node: int) -> list[int] | None:
         if ctx.k == 1:
-            if self._last is None or self._last[0] is not ctx:
-                self.score(
-                    ctx
-                )  # the engine skips scoring when one node fits; the device still matters
-            assert self._last is not None
-            column = int(self._last[1].column[node])
-            if column >= 0:
-                return [column]
+            if self._columns is None or self._columns[0] is not ctx:
+                self.score(ctx)  # the engine skips scoring when one node fits; the device matters
+            assert self._columns is not None
+            return [int(self._columns[1][node])]
         if ctx.k > 1 and ctx.dev_fit is not None:
             return [int(c) for c in np.flatnonzero(ctx.dev_fit[node])[: ctx.k]]
         return None
 
     # ------------------------------------------------------------------ internals
-    def _choices_for(self, ctx: Context) -> _Choices:
+    def _cached_for(self, ctx: Context) -> _Cached:
         state = ctx.state
         if self._epoch != state.epoch:
-            self._choices.clear()
+            self._cache.clear()
             self._epoch = state.epoch
         d = ctx.req.devices
-        key = (
+        # Memory matters only if some target shape asks for node memory (the paper's do not).
+        memory = ctx.req.memory_mib if self.frag.table.memory.any() else 0
+        amounts = (
             ctx.req.cpu_milli,
-            ctx.req.memory_mib,
+            memory,
             ctx.k,
             ctx.need_core,
             d.memory_mib,
             d.need_memory_permille,
-            d.topology,
-            d.selector_key(),
         )
-        found = self._choices.get(key)
+        # k > 1 takes "the first k fitting devices", which depends on what the request may use.
+        key = amounts if ctx.k <= 1 else (*amounts, d.topology, d.selector_key())
+        found = self._cache.get(key)
         if found is None:
-            n = state.n_nodes
-            found = _Choices(np.full(n, np.inf), np.full(n, -1, np.int64), np.full(n, -1, np.int64))
-            self._choices[key] = found
+            n, w = state.dev_present.shape
+            shape = (n, w) if ctx.k == 1 else (n,)
+            found = _Cached(np.full(shape, np.inf), np.full(n, -1, np.int64))
+            self._cache[key] = found
         return found
 
-    def _evaluate(
-        self, ctx: Context, table: ShapeTable, nodes: IndexArray, before: FloatArray
-    ) -> tuple[FloatArray, IntArray]:
-        """Best fragmentation after placing one replica on each of ``nodes``, and the device."""
+    def _evaluate(self, ctx: Context, table: ShapeTable, nodes: IndexArray) -> FloatArray:
+        """Fragmentation after placing one replica on each of ``nodes`` (``[S]``, or ``[S, W]`` for
+        every device of a one-device replica)."""
         s = ctx.state
         cpu_after = s.node_cpu_free[nodes] - ctx.req.cpu_milli
         mem_after = s.node_mem_free[nodes] - ctx.req.memory_mib
-        view = node_view(s, table, nodes)
-        column = np.full(nodes.size, -1, np.int64)
+        view = self.frag.view(nodes)
         if ctx.k == 0:
             fits = shape_fits(table, view.usable_count, cpu_after, mem_after)
             after: FloatArray = table.weights @ (view.idle[None] - fits * view.usable_idle)
-            return after, column
-        assert ctx.dev_fit is not None
-        dev_fit = ctx.dev_fit[nodes]
+            return after
         need_mib = ctx.need_mib if isinstance(ctx.need_mib, int) else ctx.need_mib[nodes]
         if ctx.k == 1:
-            return self._one_device(
-                ctx, table, nodes, view, dev_fit, need_mib, cpu_after, mem_after, before
-            )
+            return _each_device(ctx, table, nodes, view, need_mib, cpu_after, mem_after)
+        assert ctx.dev_fit is not None
+        dev_fit = ctx.dev_fit[nodes]
         taken = dev_fit & (np.cumsum(dev_fit, axis=1) <= ctx.k)
         free = s.dev_core_free[nodes] - taken * ctx.need_core
         mem = s.dev_mem_free[nodes] - taken * need_mib
@@ -138,54 +141,43 @@ class Fgd:
             & (mem[None] >= table.need_mib[:, nodes])
         )
         fits = shape_fits(table, usable.sum(axis=2), cpu_after, mem_after)
-        frag = free.sum(axis=1)[None] - fits * (free[None] * usable).sum(axis=2)
-        after = table.weights @ frag
-        return after, column
+        after = table.weights @ (free.sum(axis=1)[None] - fits * (free[None] * usable).sum(axis=2))
+        return after
 
-    @staticmethod
-    def _one_device(
-        ctx: Context,
-        table: ShapeTable,
-        nodes: IndexArray,
-        view: NodeView,
-        dev_fit: BoolArray,
-        need_mib: int | IntArray,
-        cpu_after: IntArray,
-        mem_after: IntArray,
-        before: FloatArray,
-    ) -> tuple[FloatArray, IntArray]:
-        """Every fitting device of every node as the target: ``[M, S, W]`` incremental update.
 
-        The device kept is the lowest column with the best *integer* score, as the paper's
-        simulator does, not the one with the smallest exact fragmentation.
-        """
-        s: ClusterState = ctx.state
-        free = s.dev_core_free[nodes]
-        free_after = free - ctx.need_core
-        mem_after_dev = s.dev_mem_free[nodes] - need_mib
-        usable_after = (
-            table.eligible[:, nodes]
-            & (free_after[None] >= table.need_core[:, None, None])
-            & (mem_after_dev[None] >= table.need_mib[:, nodes])
-        )
-        usable_idle = (
-            view.usable_idle[:, :, None]
-            - free[None] * view.usable
-            + free_after[None] * usable_after
-        )
-        usable_count = view.usable_count[:, :, None] - view.usable + usable_after
-        fits = (
-            (usable_count >= table.count[:, None, None])
-            & (cpu_after[None, :, None] >= table.cpu[:, None, None])
-            & (mem_after[None, :, None] >= table.memory[:, None, None])
-            & ~table.cpu_only[:, None, None]
-        )
-        idle_after = (view.idle - ctx.need_core)[None, :, None]
-        frag = np.einsum("m,msw->sw", table.weights, idle_after - fits * usable_idle)
-        scores = np.where(dev_fit, _score(before[:, None], frag), -np.inf)
-        column = np.argmax(scores, axis=1).astype(np.int64)
-        after: FloatArray = frag[np.arange(nodes.size), column]
-        return after, column
+def _each_device(
+    ctx: Context,
+    table: ShapeTable,
+    nodes: IndexArray,
+    view: NodeView,
+    need_mib: int | IntArray,
+    cpu_after: IntArray,
+    mem_after: IntArray,
+) -> FloatArray:
+    """``[S, W]``: fragmentation after placing the replica on each device of each node, by an
+    incremental update of the node's per-shape quantities on ``[M, S, W]`` arrays. Values for
+    devices the replica does not fit are meaningless; the caller masks them."""
+    s = ctx.state
+    free = s.dev_core_free[nodes]
+    free_after = free - ctx.need_core
+    usable_after = (
+        table.eligible[:, nodes]
+        & (free_after[None] >= table.need_core[:, None, None])
+        & ((s.dev_mem_free[nodes] - need_mib)[None] >= table.need_mib[:, nodes])
+    )
+    usable_idle = (
+        view.usable_idle[:, :, None] - free[None] * view.usable + free_after[None] * usable_after
+    )
+    usable_count = view.usable_count[:, :, None] - view.usable + usable_after
+    fits = (
+        (usable_count >= table.count[:, None, None])
+        & (cpu_after[None, :, None] >= table.cpu[:, None, None])
+        & (mem_after[None, :, None] >= table.memory[:, None, None])
+        & ~table.cpu_only[:, None, None]
+    )
+    idle_after = (view.idle - ctx.need_core)[None, :, None]
+    result: FloatArray = np.einsum("m,msw->sw", table.weights, idle_after - fits * usable_idle)
+    return result
 
 
 def _score(before: FloatArray, after: FloatArray) -> FloatArray:
