@@ -82,29 +82,58 @@ class TargetWorkload:
 
 
 class ShapeTable:
-    """The target workload resolved against one state epoch: ``[M, N, W]`` eligibility and needs."""
+    """The target workload resolved against one state epoch: ``[M, N, W]`` eligibility and needs.
+
+    Shapes that behave identically here are merged, which is exact and keeps ``M`` (the cost of
+    every evaluation) small: shapes with the same amounts and the same eligible devices become one
+    row with their weights summed; shapes that no node can ever take (no eligible devices, or
+    fewer than they need on every node) leave all idle capacity as fragment, exactly like CPU-only
+    shapes, so they join the CPU-only row.
+    """
 
     def __init__(self, state: ClusterState, pipeline: Pipeline, workload: TargetWorkload) -> None:
         self.epoch = state.epoch
-        m = len(workload.shapes)
+        rows: dict[object, int] = {}
+        weights: list[float] = []
+        eligible: list[BoolArray] = []
+        need_mib: list[IntArray] = []
+        need_core: list[int] = []
+        count: list[int] = []
+        cpu: list[int] = []
+        memory: list[int] = []
         n, w = state.dev_present.shape
-        self.weights = np.asarray(workload.weights, np.float64)
-        self.eligible = np.zeros((m, n, w), np.bool_)
-        self.need_mib = np.zeros((m, n, w), np.int64)
-        self.need_core = np.zeros(m, np.int64)
-        self.count = np.zeros(m, np.int64)
-        self.cpu = np.zeros(m, np.int64)
-        self.memory = np.zeros(m, np.int64)
-        self.cpu_only = np.zeros(m, np.bool_)
-        for i, shape in enumerate(workload.shapes):
+        none = np.zeros((n, w), np.bool_)
+        zeros = np.zeros((n, w), np.int64)
+        for shape, weight in zip(workload.shapes, workload.weights, strict=True):
             ctx = pipeline.context(shape)
-            self.cpu[i], self.memory[i] = shape.cpu_milli, shape.memory_mib
-            self.count[i] = ctx.k
-            self.cpu_only[i] = ctx.k == 0
-            if ctx.k:
-                self.eligible[i] = pipeline.eligible(ctx)
-                self.need_mib[i] = ctx.need_mib
-                self.need_core[i] = max(ctx.need_core, 1)
+            mask = pipeline.eligible(ctx) if ctx.k else none
+            if ctx.k == 0 or not (mask.sum(axis=1) >= ctx.k).any():
+                key: object = "idle"  # frag = all idle capacity, whatever the node's state
+                row = (none, zeros, 1, 0, 0, 0)
+            else:
+                need = np.broadcast_to(np.asarray(ctx.need_mib, np.int64), (n, w))
+                row = (mask, need, max(ctx.need_core, 1), ctx.k, shape.cpu_milli, shape.memory_mib)
+                key = (row[2:], mask.tobytes(), need.tobytes())
+            if key in rows:
+                weights[rows[key]] += weight
+                continue
+            rows[key] = len(weights)
+            weights.append(weight)
+            eligible.append(row[0])
+            need_mib.append(row[1])
+            need_core.append(row[2])
+            count.append(row[3])
+            cpu.append(row[4])
+            memory.append(row[5])
+        m = len(weights)
+        self.weights = np.asarray(weights, np.float64)
+        self.eligible = np.asarray(eligible, np.bool_).reshape(m, n, w)
+        self.need_mib = np.asarray(need_mib, np.int64).reshape(m, n, w)
+        self.need_core = np.asarray(need_core, np.int64)
+        self.count = np.asarray(count, np.int64)
+        self.cpu = np.asarray(cpu, np.int64)
+        self.memory = np.asarray(memory, np.int64)
+        self.cpu_only = np.asarray([k == "idle" for k in rows], np.bool_)
 
 
 @dataclass(frozen=True, slots=True)
