@@ -92,6 +92,11 @@ def _seeds(text: str) -> list[int]:
     type=click.Path(file_okay=False),
     help="write an HTML page and PNG plots here",
 )
+@click.option(
+    "--bound",
+    is_flag=True,
+    help="also compute the packing lower bound on unallocated % (no policy does better)",
+)
 @click.option("--json", "as_json", is_flag=True, help="print the full results as JSON")
 @click.option(
     "--mode",
@@ -123,6 +128,7 @@ def simulate(
     expected_dir: str | None,
     report_dir: str | None,
     as_json: bool,
+    bound: bool,
     mode: str,
     queue: str,
     compress: float,
@@ -162,7 +168,15 @@ def simulate(
             print_timed(console, timed)
         return
     results = run_traces(
-        nodes_path, list(pods_paths), policies, _seeds(seeds), tune, jobs, expected_dir, console
+        nodes_path,
+        list(pods_paths),
+        policies,
+        _seeds(seeds),
+        tune,
+        jobs,
+        expected_dir,
+        console,
+        bound,
     )
     if as_json:
         payload = results[0] if len(results) == 1 else {"traces": results}

@@ -12,7 +12,14 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from xpupool.sim.runner import RunSpec, run_all, run_timed, summarise, trace_name
+from xpupool.sim.runner import (
+    RunSpec,
+    lower_bound,
+    run_all,
+    run_timed,
+    summarise,
+    trace_name,
+)
 
 
 def run_traces(
@@ -24,8 +31,10 @@ def run_traces(
     jobs: int,
     expected_dir: str | None,
     console: Console,
+    bound: bool = False,
 ) -> list[dict[str, object]]:
-    """Run every (trace, policy, seed) and return one result dict per trace."""
+    """Run every (trace, policy, seed) and return one result dict per trace; with ``bound``, also
+    the packing lower bound on unallocated % that no policy can beat."""
     specs = [
         RunSpec(nodes_path, pods, policy, seed, tune)
         for pods in pods_paths
@@ -56,6 +65,8 @@ def run_traces(
                 "summary": summarise(trace_runs, trace, expected),
             }
         )
+        if bound:
+            results[-1]["lower_bound_pct"] = lower_bound(nodes_path, pods, seeds, tune)
     return results
 
 
@@ -75,6 +86,11 @@ def print_summary(console: Console, result: dict[str, object]) -> None:
             "-" if paper is None else f"{paper:.2f}",
             "-" if paper is None else f"{mean - paper:+.2f}",
             f"{sum(seconds) / len(seconds):.2f}",
+        )
+    if "lower_bound_pct" in result:
+        table.caption = (
+            f"no policy can do better than {result['lower_bound_pct']:.2f} % here "
+            "(packing bound: shares arrived by 100 % packed into the GPUs as an LP)"
         )
     console.print(table)
 

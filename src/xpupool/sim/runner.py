@@ -71,6 +71,23 @@ def run_timed(spec: RunSpec, order: str = "fifo", compress: float = 1.0) -> dict
     return {"policy": spec.policy, "seed": spec.seed, **result.summary()}
 
 
+def lower_bound(
+    nodes_path: str, pods_path: str, seeds: list[int], tune: float = DEFAULT_TUNE
+) -> float:
+    """Mean over ``seeds`` of the packing bound on unallocated % at arrived = 100 %."""
+    from xpupool.sim.packing_bound import arrived_until, unallocated_lower_bound
+
+    nodes, tasks, _ = _load(nodes_path, pods_path)
+    capacity = capacity_milli(nodes)
+    bounds = [
+        unallocated_lower_bound(
+            arrived_until(tuned_workload(tasks, capacity, seed, tune), capacity), capacity // 1000
+        )
+        for seed in seeds
+    ]
+    return round(statistics.fmean(bounds), 3)
+
+
 def _plain(values: Iterable[float]) -> list[float | None]:
     return [None if v != v else round(float(v), 3) for v in values]
 
