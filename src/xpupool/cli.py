@@ -10,7 +10,17 @@ from rich.console import Console
 from xpupool.model.errors import XpupoolError
 
 
-@click.group()
+class _Group(click.Group):
+    """Reports xpupool's own errors (bad input: field, value, reason) as one clean line, exit 1."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except XpupoolError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+@click.group(cls=_Group)
 @click.version_option(package_name="xpupool")
 def main() -> None:
     """xpupool: one pool and one scheduler for a mixed accelerator fleet."""
@@ -32,11 +42,7 @@ def spec(text: str) -> None:
     from xpupool.model.request_json import request_to_dict
     from xpupool.model.spec import parse_spec
 
-    try:
-        request = parse_spec(text)
-    except XpupoolError as exc:
-        raise click.ClickException(str(exc)) from None
-    click.echo(json.dumps(request_to_dict(request), indent=2))
+    click.echo(json.dumps(request_to_dict(parse_spec(text)), indent=2))
 
 
 _TRACES = "../shared/traces/alibaba-gpu-v2023"

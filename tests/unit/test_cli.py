@@ -1,0 +1,108 @@
+"""The ``xpupool`` command through click's runner: output shapes and clean errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from xpupool.cli import main
+
+
+def test_spec_prints_the_json_form() -> None:
+    result = CliRunner().invoke(main, ["spec", "A100:80GB:2"])
+    assert result.exit_code == 0
+    assert json.loads(result.output)["devices"]["count"] == 2
+
+
+def test_bad_spec_is_one_clean_line_naming_the_field() -> None:
+    result = CliRunner().invoke(main, ["spec", "ascend:910B mem=24Gx"])
+    assert result.exit_code == 1
+    assert "devices.memory" in result.output and "Traceback" not in result.output
+
+
+def test_demo_shows_placements_and_refusals() -> None:
+    result = CliRunner().invoke(main, ["demo"])
+    assert result.exit_code == 0
+    assert "placements" in result.output and "0/14 nodes fit" in result.output
+
+
+def _trace(tmp_path: Path) -> tuple[str, str]:
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\n"
+        + "".join(f"n{i},32000,65536,4,T4\n" for i in range(10))
+    )
+    pods = tmp_path / "pods.csv"
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+        + "".join(f"p{i},2000,1024,1,{(250, 500, 1000)[i % 3]},\n" for i in range(60))
+    )
+    return str(nodes), str(pods)
+
+
+def test_simulate_json_has_the_documented_keys(tmp_path: Path) -> None:
+    nodes, pods = _trace(tmp_path)
+    args = [
+        "simulate",
+        "--nodes",
+        nodes,
+        "--pods",
+        pods,
+        "--policy",
+        "bestfit,fgd",
+        "--seeds",
+        "1-2",
+        "--json",
+        "--bound",
+    ]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["trace"] == "pods"
+    run = payload["runs"][0]
+    assert {
+        "policy",
+        "seed",
+        "seconds",
+        "alloc_pct",
+        "frag_ratio_pct",
+        "frag_amount_pct",
+        "unallocated_pct_at_100",
+    } <= set(run)
+    assert len(run["alloc_pct"]) == 131
+    assert set(payload["summary"]) == {"bestfit", "fgd"}
+    assert payload["summary"]["fgd"]["paper_mean"] is None
+    assert 0.0 <= payload["lower_bound_pct"] <= payload["summary"]["fgd"]["mean"] + 1e-9
+
+
+def test_simulate_reports_a_bad_trace_row_cleanly(tmp_path: Path) -> None:
+    nodes, _ = _trace(tmp_path)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np0,abc,1,1,1000,\n")
+    result = CliRunner().invoke(main, ["simulate", "--nodes", nodes, "--pods", str(bad)])
+    assert result.exit_code == 1
+    assert "bad.csv[0].cpu_milli" in result.output and "Traceback" not in result.output
+
+
+def test_simulate_timed_mode_runs(tmp_path: Path) -> None:
+    nodes, pods = _trace(tmp_path)
+    args = [
+        "simulate",
+        "--nodes",
+        nodes,
+        "--pods",
+        pods,
+        "--policy",
+        "bestfit",
+        "--seeds",
+        "1",
+        "--mode",
+        "timed",
+        "--json",
+    ]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["mode"] == "timed" and payload["runs"][0]["never_placed"] == 0
