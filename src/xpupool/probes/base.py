@@ -1,0 +1,109 @@
+"""What a probe reports and how it fails: one record per device, one error type.
+
+A probe only *reports*; fitting and scoring are engine code shared by every vendor, and vendor
+differences are data (catalog rows). Every field a tool cannot give is None, never a made-up zero:
+monitoring must be able to tell "0 W" from "unknown".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import ClassVar, Protocol
+
+from xpupool.catalog import AcceleratorCatalog, load_accelerators
+from xpupool.model.device import Device
+from xpupool.model.errors import XpupoolError
+
+
+class Health(StrEnum):
+    HEALTHY = "healthy"
+    UNHEALTHY = "unhealthy"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    """One device as a vendor tool or library reports it.
+
+    ``model`` is the name exactly as printed; ``canonical_model`` is the catalog's name for it (None
+    when the catalog does not know it). ``runtimes`` maps a runtime to the highest version the driver
+    serves or the installed version (``{"cuda": "12.4"}``, ``{"cann": "8.0.RC2"}``). ``link_group``
+    names the fast-link domain (NVLink/HCCS/xGMI) on the host and ``peers`` lists the UUIDs this
+    device reaches over it.
+    """
+
+    vendor: str
+    model: str
+    uuid: str
+    index: int
+    memory_total_mib: int
+    canonical_model: str | None = None
+    memory_used_mib: int | None = None
+    compute_units: int | None = None
+    utilization_pct: float | None = None
+    power_watts: float | None = None
+    temperature_c: float | None = None
+    driver_version: str | None = None
+    runtimes: Mapping[str, str] = field(default_factory=dict)
+    numa_node: int | None = None
+    link_group: str | None = None
+    peers: tuple[str, ...] = ()
+    health: Health = Health.UNKNOWN
+    health_detail: str = ""
+    mig_mode: bool | None = None
+
+    def to_device(self) -> Device:
+        """The engine's view: capacity and identity; live metrics stay with the agent."""
+        return Device(
+            uuid=self.uuid,
+            vendor=self.vendor,
+            model=self.model,
+            memory_mib=self.memory_total_mib,
+            index=self.index,
+            compute_units=self.compute_units or 0,
+            driver_version=self.driver_version,
+            runtimes=dict(self.runtimes),
+            numa_node=self.numa_node,
+            link_group=self.link_group,
+            healthy=self.health is not Health.UNHEALTHY,
+        )
+
+
+class ProbeFailure(StrEnum):
+    """Why a probe could not report, so an operator knows what to fix."""
+
+    LIBRARY_MISSING = "library-missing"
+    TOOL_MISSING = "tool-missing"
+    PERMISSION = "permission"
+    TIMEOUT = "timeout"
+    TOOL_FAILED = "tool-failed"
+    PARSE = "parse"
+
+
+class ProbeError(XpupoolError):
+    """A probe could not report: which vendor, which command, what kind of failure, and detail."""
+
+    def __init__(self, vendor: str, command: str, kind: ProbeFailure, detail: str) -> None:
+        self.vendor = vendor
+        self.command = command
+        self.kind = kind
+        self.detail = detail
+        super().__init__(f"{vendor} probe: {command}: {kind.value}: {detail}")
+
+
+class Probe(Protocol):
+    """``available`` never raises (library or tool present?); ``discover`` raises ProbeError."""
+
+    vendor: ClassVar[str]
+
+    def available(self) -> bool: ...
+
+    def discover(self) -> list[DeviceInfo]: ...
+
+
+def canonical(model: str, vendor: str, catalog: AcceleratorCatalog | None = None) -> str | None:
+    """The catalog's canonical name for a printed model, or None."""
+    found = (catalog or load_accelerators()).lookup(model, vendor)
+    return found.name if found is not None else None

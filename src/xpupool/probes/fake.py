@@ -1,0 +1,118 @@
+"""``fake``: devices described in a YAML file, a real :class:`Probe` for demos, tests and laptops.
+
+    devices:
+      - vendor: nvidia
+        model: NVIDIA A100-SXM4-80GB
+        count: 8               # this many identical devices (default 1)
+        memory: 80Gi
+        driver: 550.54.15
+        runtimes: {cuda: "12.4"}
+        link_group_size: 4     # devices per NVLink/HCCS domain (omit: PCIe only)
+        uuid_prefix: GPU-a100  # UUIDs are <prefix>-<index> (default: <vendor>-<model>)
+
+Bad entries raise RequestError naming ``devices[i].<field>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import ClassVar
+
+import yaml
+
+from xpupool.model.errors import RequestError
+from xpupool.model.quantity import parse_memory_mib
+from xpupool.model.vendor import vendor_key
+from xpupool.probes.base import DeviceInfo, Health, ProbeError, ProbeFailure, canonical
+
+_KEYS = {
+    "vendor",
+    "model",
+    "count",
+    "memory",
+    "driver",
+    "runtimes",
+    "link_group_size",
+    "uuid_prefix",
+    "healthy",
+    "compute_units",
+}
+
+
+def parse_fake(data: object) -> list[DeviceInfo]:
+    """Devices from the parsed YAML document (see the module docstring)."""
+    if not isinstance(data, Mapping) or not isinstance(data.get("devices"), list):
+        raise RequestError("devices", data, "expected a mapping with a 'devices' list")
+    out: list[DeviceInfo] = []
+    for i, entry in enumerate(data["devices"]):
+        where = f"devices[{i}]"
+        if not isinstance(entry, Mapping):
+            raise RequestError(where, entry, "expected a mapping")
+        unknown = sorted(set(entry) - _KEYS)
+        if unknown:
+            raise RequestError(
+                f"{where}.{unknown[0]}",
+                entry[unknown[0]],
+                f"unknown key; known: {', '.join(sorted(_KEYS))}",
+            )
+        vendor = vendor_key(str(entry.get("vendor", "")), f"{where}.vendor")
+        model = entry.get("model")
+        if not isinstance(model, str) or not model:
+            raise RequestError(f"{where}.model", model, "a model name is required")
+        count = entry.get("count", 1)
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 64:
+            raise RequestError(f"{where}.count", count, "must be a whole number from 1 to 64")
+        memory = parse_memory_mib(f"{where}.memory", entry.get("memory"))
+        group_size = entry.get("link_group_size")
+        if group_size is not None and (not isinstance(group_size, int) or group_size < 1):
+            raise RequestError(
+                f"{where}.link_group_size", group_size, "must be a whole number >= 1"
+            )
+        runtimes = entry.get("runtimes") or {}
+        if not isinstance(runtimes, Mapping):
+            raise RequestError(
+                f"{where}.runtimes", runtimes, "expected a mapping such as {cuda: '12.4'}"
+            )
+        prefix = str(entry.get("uuid_prefix") or f"{vendor}-{model}".replace(" ", "-"))
+        healthy = bool(entry.get("healthy", True))
+        for j in range(count):
+            index = len(out)
+            out.append(
+                DeviceInfo(
+                    vendor=vendor,
+                    model=model,
+                    canonical_model=canonical(model, vendor),
+                    uuid=f"{prefix}-{j}",
+                    index=index,
+                    memory_total_mib=memory,
+                    memory_used_mib=0,
+                    compute_units=entry.get("compute_units"),
+                    driver_version=str(entry["driver"]) if entry.get("driver") else None,
+                    runtimes={str(k): str(v) for k, v in runtimes.items()},
+                    link_group=f"link-{i}-{j // group_size}" if group_size else None,
+                    health=Health.HEALTHY if healthy else Health.UNHEALTHY,
+                )
+            )
+    return out
+
+
+class FakeProbe:
+    vendor: ClassVar[str] = "fake"
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def available(self) -> bool:
+        return self.path.is_file()
+
+    def discover(self) -> list[DeviceInfo]:
+        try:
+            data = yaml.safe_load(self.path.read_text())
+        except OSError as exc:
+            raise ProbeError(
+                self.vendor, str(self.path), ProbeFailure.TOOL_MISSING, str(exc)
+            ) from None
+        except yaml.YAMLError as exc:
+            raise ProbeError(self.vendor, str(self.path), ProbeFailure.PARSE, str(exc)) from None
+        return parse_fake(data)

@@ -1,0 +1,198 @@
+"""NVIDIA GPUs through NVML (``nvidia-ml-py``, imported lazily: this module imports without it).
+
+Identity and capacity come from NVML directly; the CUDA version the driver serves comes from
+``nvmlSystemGetCudaDriverVersion`` (12040 -> "12.4"). NVLink peers are read per link and grouped into
+connected components, which become link groups ("nvlink-0", ...). A metric NVML refuses for a device
+(not supported, no permission) is None, with the reason kept in ``skipped`` for the agent to log.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any, ClassVar
+
+from xpupool.probes.base import DeviceInfo, Health, ProbeError, ProbeFailure, canonical
+
+MIB = 1024 * 1024
+_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS on Hopper; older parts answer "not supported" past theirs
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class NvmlProbe:
+    vendor: ClassVar[str] = "nvidia"
+
+    def __init__(self, library: ModuleType | None = None) -> None:
+        self._library = library
+        self.skipped: list[str] = []
+
+    def _nvml(self) -> Any:
+        if self._library is None:
+            try:
+                self._library = importlib.import_module("pynvml")
+            except ImportError as exc:
+                raise ProbeError(
+                    self.vendor,
+                    "import pynvml",
+                    ProbeFailure.LIBRARY_MISSING,
+                    f"{exc}; install nvidia-ml-py",
+                ) from None
+        return self._library
+
+    def available(self) -> bool:
+        try:
+            nvml = self._nvml()
+            nvml.nvmlInit()
+            nvml.nvmlShutdown()
+        except Exception:  # any failure means "not here"; discover() says why
+            return False
+        return True
+
+    def discover(self) -> list[DeviceInfo]:
+        nvml = self._nvml()
+        try:
+            nvml.nvmlInit()
+        except Exception as exc:
+            raise ProbeError(self.vendor, "nvmlInit", _failure(exc), str(exc)) from None
+        try:
+            return self._discover(nvml)
+        finally:
+            try:
+                nvml.nvmlShutdown()
+            except Exception:
+                self.skipped.append("nvmlShutdown failed")
+
+    # ------------------------------------------------------------------ internals
+    def _discover(self, nvml: Any) -> list[DeviceInfo]:
+        self.skipped = []
+        driver = self._optional(lambda: _text(nvml.nvmlSystemGetDriverVersion()), "driver version")
+        cuda_raw = self._optional(nvml.nvmlSystemGetCudaDriverVersion, "CUDA driver version")
+        runtimes = {"cuda": f"{cuda_raw // 1000}.{cuda_raw % 1000 // 10}"} if cuda_raw else {}
+        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+        bus_to_uuid = {}
+        infos: list[dict[str, Any]] = []
+        for index, handle in enumerate(handles):
+            uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+            bus = self._optional(lambda h=handle: _text(nvml.nvmlDeviceGetPciInfo(h).busId), "pci")
+            if bus:
+                bus_to_uuid[bus.lower()] = uuid
+            infos.append({"index": index, "handle": handle, "uuid": uuid})
+        peers = {
+            info["uuid"]: self._nvlink_peers(nvml, info["handle"], bus_to_uuid) for info in infos
+        }
+        groups = _components(peers)
+        return [self._device(nvml, info, driver, runtimes, peers, groups) for info in infos]
+
+    def _device(
+        self,
+        nvml: Any,
+        info: dict[str, Any],
+        driver: str | None,
+        runtimes: dict[str, str],
+        peers: dict[str, tuple[str, ...]],
+        groups: dict[str, str],
+    ) -> DeviceInfo:
+        h, uuid = info["handle"], info["uuid"]
+        name = _text(nvml.nvmlDeviceGetName(h))
+        memory = nvml.nvmlDeviceGetMemoryInfo(h)
+        util = self._optional(lambda: nvml.nvmlDeviceGetUtilizationRates(h).gpu, f"{uuid} util")
+        power_mw = self._optional(lambda: nvml.nvmlDeviceGetPowerUsage(h), f"{uuid} power")
+        temperature = self._optional(
+            lambda: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU), f"{uuid} temp"
+        )
+        sms = self._optional(
+            lambda: nvml.nvmlDeviceGetAttributes(h).multiprocessorCount, f"{uuid} SM count"
+        )
+        numa = self._optional(lambda: nvml.nvmlDeviceGetNumaNodeId(h), f"{uuid} NUMA node")
+        mig = self._optional(lambda: nvml.nvmlDeviceGetMigMode(h)[0], f"{uuid} MIG mode")
+        health, detail = self._health(nvml, h, uuid)
+        return DeviceInfo(
+            vendor=self.vendor,
+            model=name,
+            canonical_model=canonical(name, self.vendor),
+            uuid=uuid,
+            index=info["index"],
+            memory_total_mib=int(memory.total) // MIB,
+            memory_used_mib=int(memory.used) // MIB,
+            compute_units=int(sms) if sms is not None else None,
+            utilization_pct=float(util) if util is not None else None,
+            power_watts=power_mw / 1000.0 if power_mw is not None else None,
+            temperature_c=float(temperature) if temperature is not None else None,
+            driver_version=driver,
+            runtimes=dict(runtimes),
+            numa_node=int(numa) if numa is not None and numa >= 0 else None,
+            link_group=groups.get(uuid),
+            peers=peers.get(uuid, ()),
+            health=health,
+            health_detail=detail,
+            mig_mode=bool(mig) if mig is not None else None,
+        )
+
+    def _nvlink_peers(
+        self, nvml: Any, handle: object, bus_to_uuid: dict[str, str]
+    ) -> tuple[str, ...]:
+        found: set[str] = set()
+        for link in range(_MAX_LINKS):
+            try:
+                if not nvml.nvmlDeviceGetNvLinkState(handle, link):
+                    continue
+                bus = _text(nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId).lower()
+            except Exception:
+                continue  # link absent or NVLink not supported: no peer on it
+            if bus in bus_to_uuid:
+                found.add(bus_to_uuid[bus])
+        return tuple(sorted(found))
+
+    def _health(self, nvml: Any, handle: object, uuid: str) -> tuple[Health, str]:
+        """Remapped-row failure (A100 and later) marks a GPU unhealthy; no answer means unknown."""
+        try:
+            rows = nvml.nvmlDeviceGetRemappedRows(handle)
+        except Exception as exc:
+            self.skipped.append(f"{uuid} remapped rows: {exc}")
+            return Health.HEALTHY, "answers NVML queries; remapped rows not reported"
+        # (correctable, uncorrectable, pending, failure)
+        if len(rows) >= 4 and rows[3]:
+            return Health.UNHEALTHY, "row remapping failed"
+        if len(rows) >= 3 and rows[2]:
+            return Health.UNHEALTHY, "row remapping pending: reset needed"
+        return Health.HEALTHY, ""
+
+    def _optional(self, read: Any, what: str) -> Any:
+        try:
+            return read()
+        except Exception as exc:
+            self.skipped.append(f"{what}: {exc}")
+            return None
+
+
+def _components(peers: dict[str, tuple[str, ...]]) -> dict[str, str]:
+    """NVLink-connected components with more than one GPU, named nvlink-0, nvlink-1, ... in UUID
+    order, so names are stable across restarts."""
+    seen: dict[str, str] = {}
+    count = 0
+    for start in sorted(peers):
+        if start in seen or not peers[start]:
+            continue
+        stack, members = [start], set()
+        while stack:
+            uuid = stack.pop()
+            if uuid in members:
+                continue
+            members.add(uuid)
+            stack.extend(p for p in peers.get(uuid, ()) if p not in members)
+        for uuid in members:
+            seen[uuid] = f"nvlink-{count}"
+        count += 1
+    return seen
+
+
+def _failure(exc: Exception) -> ProbeFailure:
+    text = str(exc).lower()
+    if "permission" in text or "insufficient" in text:
+        return ProbeFailure.PERMISSION
+    if "library" in text or "not found" in text:
+        return ProbeFailure.LIBRARY_MISSING
+    return ProbeFailure.TOOL_FAILED

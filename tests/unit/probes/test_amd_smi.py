@@ -1,0 +1,65 @@
+"""The amdsmi probe against a fake library with two xGMI-linked MI300X."""
+
+from __future__ import annotations
+
+import pytest
+
+from xpupool.probes import ProbeError, ProbeFailure
+from xpupool.probes.amd_smi import AmdSmiProbe
+
+
+class FakeAmdSmi:
+    def amdsmi_init(self) -> None: ...
+
+    def amdsmi_shut_down(self) -> None: ...
+
+    def amdsmi_get_processor_handles(self) -> list[str]:
+        return ["h0", "h1"]
+
+    def amdsmi_get_gpu_asic_info(self, h: str) -> dict[str, object]:
+        return {"market_name": "AMD Instinct MI300X", "num_of_compute_units": 304}
+
+    def amdsmi_get_gpu_device_uuid(self, h: str) -> str:
+        return f"uuid-{h}"
+
+    def amdsmi_get_gpu_vram_usage(self, h: str) -> dict[str, int]:
+        return {"vram_total": 196592, "vram_used": 512}
+
+    def amdsmi_get_gpu_activity(self, h: str) -> dict[str, object]:
+        return {"gfx_activity": "N/A" if h == "h1" else 37}
+
+    def amdsmi_get_power_info(self, h: str) -> dict[str, object]:
+        return {"current_socket_power": 350}
+
+    def amdsmi_get_gpu_driver_info(self, h: str) -> dict[str, str]:
+        return {"driver_name": "amdgpu", "driver_version": "6.8.5"}
+
+    def amdsmi_topo_get_numa_node_number(self, h: str) -> int:
+        return 1
+
+    def amdsmi_topo_get_link_type(self, a: str, b: str) -> dict[str, str]:
+        return {"hops": "1", "type": "AMDSMI_LINK_TYPE_XGMI"}
+
+
+def test_discovers_mi300x_with_xgmi_peers_and_na_as_none() -> None:
+    devices = AmdSmiProbe(library=FakeAmdSmi()).discover()  # type: ignore[arg-type]
+    first, second = devices
+    assert first.canonical_model == "MI300X"
+    assert (first.memory_total_mib, first.memory_used_mib, first.compute_units) == (
+        196592,
+        512,
+        304,
+    )
+    assert first.peers == ("uuid-h1",) and first.link_group == "xgmi-0"
+    assert first.utilization_pct == 37.0 and second.utilization_pct is None
+    assert first.driver_version == "6.8.5" and first.numa_node == 1
+
+
+def test_missing_vram_is_a_parse_error() -> None:
+    class NoVram(FakeAmdSmi):
+        def amdsmi_get_gpu_vram_usage(self, h: str) -> dict[str, int]:
+            return {}
+
+    with pytest.raises(ProbeError) as exc:
+        AmdSmiProbe(library=NoVram()).discover()  # type: ignore[arg-type]
+    assert exc.value.kind is ProbeFailure.PARSE

@@ -1,0 +1,153 @@
+"""The NVML probe against a fake NVML library (the real one needs a GPU this machine lacks)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from xpupool.probes import Health, ProbeError, ProbeFailure
+from xpupool.probes.nvml import NvmlProbe
+
+GIB = 1024**3
+
+
+class NVMLError(Exception):
+    pass
+
+
+class FakeNvml:
+    """Four H100s: NVLink pairs (0,1) and (2,3); GPU 2 in MIG mode; GPU 3 has no power reading
+    and a pending row remap."""
+
+    NVML_TEMPERATURE_GPU = 0
+
+    def __init__(self, count: int = 4) -> None:
+        self.count = count
+        self.calls: list[str] = []
+
+    def nvmlInit(self) -> None:
+        self.calls.append("init")
+
+    def nvmlShutdown(self) -> None:
+        self.calls.append("shutdown")
+
+    def nvmlSystemGetDriverVersion(self) -> bytes:
+        return b"550.54.15"
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return 12040
+
+    def nvmlDeviceGetCount(self) -> int:
+        return self.count
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceGetUUID(self, h: int) -> str:
+        return f"GPU-{h:04d}"
+
+    def nvmlDeviceGetPciInfo(self, h: int) -> SimpleNamespace:
+        return SimpleNamespace(busId=f"00000000:{0x18 + h:02X}:00.0")
+
+    def nvmlDeviceGetName(self, h: int) -> str:
+        return "NVIDIA H100 80GB HBM3"
+
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> SimpleNamespace:
+        return SimpleNamespace(total=81559 * 1024 * 1024, used=(h + 1) * GIB)
+
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> SimpleNamespace:
+        return SimpleNamespace(gpu=10 * h)
+
+    def nvmlDeviceGetPowerUsage(self, h: int) -> int:
+        if h == 3:
+            raise NVMLError("Not Supported")
+        return 70_000 + h
+
+    def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:
+        return 30 + h
+
+    def nvmlDeviceGetAttributes(self, h: int) -> SimpleNamespace:
+        return SimpleNamespace(multiprocessorCount=132)
+
+    def nvmlDeviceGetNumaNodeId(self, h: int) -> int:
+        return 0 if h < 2 else 1
+
+    def nvmlDeviceGetMigMode(self, h: int) -> tuple[int, int]:
+        return (1, 1) if h == 2 else (0, 0)
+
+    def nvmlDeviceGetNvLinkState(self, h: int, link: int) -> int:
+        if link >= 2:
+            raise NVMLError("Not Supported")
+        return 1
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, h: int, link: int) -> SimpleNamespace:
+        partner = h ^ 1  # 0<->1, 2<->3
+        return SimpleNamespace(busId=f"00000000:{0x18 + partner:02X}:00.0")
+
+    def nvmlDeviceGetRemappedRows(self, h: int) -> tuple[int, int, int, int]:
+        return (0, 0, 1, 0) if h == 3 else (0, 0, 0, 0)
+
+
+def test_discovers_identity_capacity_metrics_and_topology() -> None:
+    fake = FakeNvml()
+    probe = NvmlProbe(library=fake)  # type: ignore[arg-type]
+    devices = probe.discover()
+    assert [d.uuid for d in devices] == ["GPU-0000", "GPU-0001", "GPU-0002", "GPU-0003"]
+    first = devices[0]
+    assert first.model == "NVIDIA H100 80GB HBM3"
+    assert first.canonical_model == "H100-SXM5-80GB"
+    assert first.memory_total_mib == 81559 and first.memory_used_mib == 1024
+    assert first.compute_units == 132
+    assert first.driver_version == "550.54.15" and first.runtimes == {"cuda": "12.4"}
+    assert first.power_watts == 70.0 and first.temperature_c == 30.0
+    assert first.peers == ("GPU-0001",) and devices[1].peers == ("GPU-0000",)
+    assert first.link_group == devices[1].link_group == "nvlink-0"
+    assert devices[2].link_group == devices[3].link_group == "nvlink-1"
+    assert (first.numa_node, devices[3].numa_node) == (0, 1)
+    assert devices[2].mig_mode is True and first.mig_mode is False
+    assert fake.calls == ["init", "shutdown"]
+
+
+def test_unreadable_metric_is_none_with_a_reason_not_zero() -> None:
+    probe = NvmlProbe(library=FakeNvml())  # type: ignore[arg-type]
+    last = probe.discover()[3]
+    assert last.power_watts is None
+    assert any("GPU-0003 power" in s and "Not Supported" in s for s in probe.skipped)
+
+
+def test_pending_row_remap_marks_the_gpu_unhealthy() -> None:
+    devices = NvmlProbe(library=FakeNvml()).discover()  # type: ignore[arg-type]
+    assert devices[3].health is Health.UNHEALTHY and "pending" in devices[3].health_detail
+    assert devices[0].health is Health.HEALTHY
+    assert devices[3].to_device().healthy is False
+
+
+def test_missing_library_is_a_clear_probe_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_pynvml(name: str, *args: object, **kwargs: object) -> object:
+        if name == "pynvml":
+            raise ImportError("No module named 'pynvml'")
+        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", no_pynvml)
+    probe = NvmlProbe()
+    assert probe.available() is False
+    with pytest.raises(ProbeError) as exc:
+        probe.discover()
+    assert exc.value.kind is ProbeFailure.LIBRARY_MISSING and exc.value.vendor == "nvidia"
+
+
+def test_init_failure_is_reported_not_raised_raw() -> None:
+    class NoDriver(FakeNvml):
+        def nvmlInit(self) -> None:
+            raise NVMLError("Driver Not Loaded")
+
+    probe = NvmlProbe(library=NoDriver())  # type: ignore[arg-type]
+    assert probe.available() is False
+    with pytest.raises(ProbeError) as exc:
+        probe.discover()
+    assert exc.value.command == "nvmlInit" and "Driver Not Loaded" in exc.value.detail
