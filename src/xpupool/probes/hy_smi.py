@@ -1,0 +1,138 @@
+"""Hygon DCU probe: parse the JSON of ``hy-smi`` (a rocm-smi fork) in one call.
+
+hy-smi renamed rocm-smi's keys and changed their units: older drivers print ``Card series`` and
+``VRAM Total Memory (B)`` (bytes) with ``GPU use (%)``; newer hy-smi prints ``Card Series`` and
+``vram Total Memory (MiB)`` with ``DCU use (%)``. Each field below lists every spelling, newest
+first, with the unit it implies, so a rename costs a table row rather than a new parser. The card
+key is ``card0`` (or ``card:0``); a top-level ``system`` object carries the driver version.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import ClassVar
+
+from xpupool.probes.base import DeviceInfo, Health, ProbeError, ProbeFailure, canonical
+from xpupool.probes.tool import run_tool, tool_present
+
+VENDOR = "hygon"
+TOOL = "hy-smi"
+ARGV = (
+    TOOL,
+    "--showproductname",
+    "--showmeminfo",
+    "vram",
+    "--showuse",
+    "--showpower",
+    "--showtemp",
+    "--showuniqueid",
+    "--showdriverversion",
+    "--json",
+)
+_COMMAND = " ".join(ARGV)
+_MIB = 1024 * 1024
+_CARD = re.compile(r"^card:?(\d+)$")
+
+_MODEL_KEYS = ("Card Series", "Card series", "Card SKU")
+# (key, bytes per unit): new hy-smi prints MiB, the older rocm-smi-style output bytes.
+_MEM_TOTAL_KEYS = (("vram Total Memory (MiB)", _MIB), ("VRAM Total Memory (B)", 1))
+_MEM_USED_KEYS = (("vram Total Used Memory (MiB)", _MIB), ("VRAM Total Used Memory (B)", 1))
+_UTIL_KEYS = ("DCU use (%)", "GPU use (%)")
+_POWER_KEYS = ("Average Graphics Package Power (W)", "Current Socket Graphics Package Power (W)")
+_TEMP_KEYS = ("Temperature (Sensor junction) (C)", "Temperature (Sensor edge) (C)")
+_UUID_KEYS = ("Unique ID", "Unique Id")
+_DRIVER_KEYS = ("Driver version", "Driver Version")
+
+
+def _parse_error(detail: str) -> ProbeError:
+    return ProbeError(VENDOR, _COMMAND, ProbeFailure.PARSE, detail)
+
+
+def _first(fields: Mapping[str, object], keys: tuple[str, ...]) -> str | None:
+    for key in keys:
+        value = fields.get(key)
+        if value is not None and str(value).strip() not in {"", "N/A", "NA"}:
+            return str(value).strip()
+    return None
+
+
+def _float(fields: Mapping[str, object], keys: tuple[str, ...]) -> float | None:
+    value = _first(fields, keys)
+    try:
+        return float(value.rstrip("%WC ")) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _mib(fields: Mapping[str, object], keys: tuple[tuple[str, int], ...]) -> int | None:
+    for key, unit in keys:
+        value = _first(fields, (key,))
+        if value is not None:
+            try:
+                return int(value) * unit // _MIB
+            except ValueError:
+                raise _parse_error(f"{key}: expected an integer, got {value!r}") from None
+    return None
+
+
+def parse_hy_smi_json(text: str) -> list[DeviceInfo]:
+    """DCUs in card order; [] for empty output or ``{}``.
+
+    Raises ProbeError(PARSE) for text that is not a JSON object, or a card without a model name
+    or total memory under any known key.
+    """
+    if not text.strip():
+        return []
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _parse_error(f"expected a JSON object keyed by 'cardN': {exc.msg}") from None
+    if not isinstance(data, dict):
+        raise _parse_error("expected a JSON object keyed by 'cardN'")
+    system = data.get("system")
+    driver = _first(system, _DRIVER_KEYS) if isinstance(system, dict) else None
+    cards = sorted(
+        (int(match.group(1)), fields)
+        for key, fields in data.items()
+        if (match := _CARD.match(key)) and isinstance(fields, dict)
+    )
+    return [_device(index, fields, driver) for index, fields in cards]
+
+
+def _device(index: int, fields: Mapping[str, object], driver: str | None) -> DeviceInfo:
+    model = _first(fields, _MODEL_KEYS)
+    if model is None:
+        raise _parse_error(f"card{index}: expected one of {', '.join(_MODEL_KEYS)}")
+    total = _mib(fields, _MEM_TOTAL_KEYS)
+    if total is None:
+        names = ", ".join(key for key, _ in _MEM_TOTAL_KEYS)
+        raise _parse_error(f"card{index}: expected one of {names}")
+    return DeviceInfo(
+        vendor=VENDOR,
+        model=model,
+        uuid=_first(fields, _UUID_KEYS) or f"hygon-card{index}",
+        index=index,
+        memory_total_mib=total,
+        canonical_model=canonical(model, VENDOR),
+        memory_used_mib=_mib(fields, _MEM_USED_KEYS),
+        utilization_pct=_float(fields, _UTIL_KEYS),
+        power_watts=_float(fields, _POWER_KEYS),
+        temperature_c=_float(fields, _TEMP_KEYS),
+        driver_version=driver,
+        health=Health.UNKNOWN,  # hy-smi reports no health state
+    )
+
+
+class HySmiProbe:
+    """Hygon DCUs via one ``hy-smi ... --json`` call."""
+
+    vendor: ClassVar[str] = VENDOR
+
+    def available(self) -> bool:
+        return tool_present(TOOL)
+
+    def discover(self) -> list[DeviceInfo]:
+        """Raises ProbeError: tool missing, permission, timeout, tool failed, parse."""
+        return parse_hy_smi_json(run_tool(VENDOR, ARGV))
