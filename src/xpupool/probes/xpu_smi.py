@@ -1,0 +1,196 @@
+"""``xpu-smi``: one tool name, two vendors, told apart by what the tool prints.
+
+Kunlunxin (P800) ships an ``xpu-smi`` whose default output is an nvidia-smi-like table headed
+``XPU-SMI ... Driver Version: ... XPU-RT Version: ...``; Intel's XPU Manager ships an ``xpu-smi``
+whose ``discovery --dump`` prints CSV headed ``Device ID,Device Name,...``. Which tool is installed
+cannot be known from its name, so :func:`parse_xpu_smi` decides the vendor from the output itself
+and every :class:`DeviceInfo` carries the vendor it was read from.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from typing import ClassVar
+
+from xpupool.probes.base import DeviceInfo, ProbeError, ProbeFailure, canonical
+from xpupool.probes.tool import run_tool, tool_present
+
+KUNLUNXIN = "kunlunxin"
+INTEL = "intel"
+TOOL = "xpu-smi"
+KUNLUNXIN_ARGV: tuple[str, ...] = (TOOL,)
+# Property ids of Intel's `discovery --dump` (smi_user_guide.md): 1 Device ID, 2 Device Name,
+# 4 UUID, 8 Driver Version, 11 PCI BDF Address, 16 Memory Physical Size.
+INTEL_ARGV: tuple[str, ...] = (TOOL, "discovery", "--dump", "1,2,4,8,11,16")
+
+_KL_HEADER = re.compile(
+    r"XPU-SMI\s+Driver Version:\s*(?P<driver>\S+)(?:\s+XPU-RT Version:\s*(?P<rt>\S+))?"
+)
+_KL_ROW1 = re.compile(
+    r"^\|\s*(?P<index>\d+)\s+(?P<name>.+?)\s+\S+\s*\|\s*"
+    r"(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s+\S+\s*\|"
+)
+_KL_ROW2 = re.compile(
+    r"^\|\s*\S+\s+(?P<temp>\S+)\s+\S+\s+(?P<power>\S+)\s*/\s*\S+\s*\|\s*"
+    r"(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB\s*\|\s*(?P<util>\S+)"
+)
+_UNITS_MIB = {
+    "b": 1 / 2**20,
+    "kib": 1 / 1024,
+    "kb": 1 / 1024,
+    "mib": 1,
+    "mb": 1,
+    "gib": 1024,
+    "gb": 1024,
+}
+
+
+def parse_xpu_smi(text: str) -> list[DeviceInfo]:
+    """Devices in either vendor's output; raises ProbeError(PARSE) when it is neither shape."""
+    if _KL_HEADER.search(text):
+        return parse_kunlunxin_table(text)
+    if text.lstrip().lower().startswith("device id,"):
+        return parse_intel_dump(text)
+    raise ProbeError(
+        KUNLUNXIN,
+        TOOL,
+        ProbeFailure.PARSE,
+        "expected a Kunlunxin 'XPU-SMI ... Driver Version' table or Intel "
+        "'Device ID,Device Name,...' CSV from 'xpu-smi discovery --dump'",
+    )
+
+
+def parse_kunlunxin_table(text: str) -> list[DeviceInfo]:
+    """Kunlunxin default table: two lines per XPU (name/bus, then temp/power/memory/util).
+
+    The table prints no UUID, so ``uuid`` is ``kunlunxin-<PCI bus id>`` (stable per slot).
+    """
+    header = _KL_HEADER.search(text)
+    if header is None:
+        raise ProbeError(KUNLUNXIN, TOOL, ProbeFailure.PARSE, "expected 'XPU-SMI Driver Version'")
+    runtimes = {"xpu-rt": header["rt"]} if header["rt"] else {}
+    lines = text.splitlines()
+    devices: list[DeviceInfo] = []
+    for number, line in enumerate(lines):
+        first = _KL_ROW1.match(line)
+        if first is None:
+            continue
+        second = _KL_ROW2.match(lines[number + 1]) if number + 1 < len(lines) else None
+        if second is None:
+            raise ProbeError(
+                KUNLUNXIN,
+                TOOL,
+                ProbeFailure.PARSE,
+                f"XPU {first['index']}: expected 'Temp Pwr:Usage/Cap | used MiB / total MiB' "
+                f"on the line after {line.strip()!r}",
+            )
+        model = first["name"].strip()
+        devices.append(
+            DeviceInfo(
+                vendor=KUNLUNXIN,
+                model=model,
+                canonical_model=_canonical_kunlunxin(model),
+                uuid=f"{KUNLUNXIN}-{first['bus'].lower()}",
+                index=int(first["index"]),
+                memory_total_mib=int(second["total"]),
+                memory_used_mib=int(second["used"]),
+                utilization_pct=_number(second["util"], "%"),
+                power_watts=_number(second["power"], "W"),
+                temperature_c=_number(second["temp"], "C"),
+                driver_version=header["driver"],
+                runtimes=runtimes,
+            )
+        )
+    return devices
+
+
+def parse_intel_dump(text: str) -> list[DeviceInfo]:
+    """Intel ``xpu-smi discovery --dump 1,2,4,8,11,16`` CSV, columns found by header name."""
+    rows = [row for row in csv.reader(text.strip().splitlines()) if row]
+    if not rows:
+        raise ProbeError(INTEL, " ".join(INTEL_ARGV), ProbeFailure.PARSE, "expected a CSV header")
+    header = [name.strip().lower() for name in rows[0]]
+    columns = {name: i for i, name in enumerate(header)}
+    for needed in ("device id", "device name", "memory physical size"):
+        if needed not in columns:
+            raise ProbeError(
+                INTEL, " ".join(INTEL_ARGV), ProbeFailure.PARSE, f"expected column {needed!r}"
+            )
+    uuid_col = columns.get("uuid", columns.get("soc uuid"))
+    devices: list[DeviceInfo] = []
+    for row in rows[1:]:
+        cells = [cell.strip() for cell in row] + [""] * (len(header) - len(row))
+
+        def cell(name: str, cells: list[str] = cells) -> str | None:
+            i = columns.get(name)
+            return cells[i] if i is not None and cells[i] not in ("", "N/A", "unknown") else None
+
+        index, model, size = cell("device id"), cell("device name"), cell("memory physical size")
+        memory = _mib(size) if size else None
+        if index is None or not index.isdigit() or model is None or memory is None:
+            raise ProbeError(
+                INTEL,
+                " ".join(INTEL_ARGV),
+                ProbeFailure.PARSE,
+                f"expected 'id,name,...,<n> MiB' in row {','.join(row)!r}",
+            )
+        uuid = cells[uuid_col] if uuid_col is not None and cells[uuid_col] else None
+        devices.append(
+            DeviceInfo(
+                vendor=INTEL,
+                model=model,
+                canonical_model=canonical(model, INTEL),
+                uuid=uuid or f"{INTEL}-{cell('pci bdf address') or index}",
+                index=int(index),
+                memory_total_mib=memory,
+                driver_version=cell("driver version"),
+            )
+        )
+    return devices
+
+
+class XpuSmiProbe:
+    """Kunlunxin or Intel ``xpu-smi``; ``vendor`` is the key the tool name alias maps to.
+
+    ``discover`` first runs plain ``xpu-smi`` (Kunlunxin prints its table; Intel prints help or a
+    summary, or exits non-zero); anything but a Kunlunxin table leads to Intel's
+    ``discovery --dump``. Devices carry the vendor their output showed.
+    """
+
+    vendor: ClassVar[str] = KUNLUNXIN
+
+    def available(self) -> bool:
+        return tool_present(TOOL)
+
+    def discover(self) -> list[DeviceInfo]:
+        try:
+            text = run_tool(self.vendor, KUNLUNXIN_ARGV)
+        except ProbeError as exc:
+            if exc.kind is not ProbeFailure.TOOL_FAILED:
+                raise
+            text = ""
+        if _KL_HEADER.search(text):
+            return parse_kunlunxin_table(text)
+        return parse_xpu_smi(run_tool(INTEL, INTEL_ARGV))
+
+
+def _canonical_kunlunxin(model: str) -> str | None:
+    """The table prints the form factor after the chip (``P800 OAM``); the catalog names the chip."""
+    return canonical(model, KUNLUNXIN) or canonical(model.split()[0], KUNLUNXIN)
+
+
+def _number(text: str, unit: str) -> float | None:
+    value = text.strip().removesuffix(unit)
+    try:
+        return float(value)
+    except ValueError:
+        return None  # N/A
+
+
+def _mib(text: str) -> int | None:
+    match = re.fullmatch(r"([\d.]+)\s*([A-Za-z]*)", text.strip())
+    if match is None:
+        return None
+    factor = _UNITS_MIB.get(match[2].lower() or "mib")
+    return round(float(match[1]) * factor) if factor is not None else None

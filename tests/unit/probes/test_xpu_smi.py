@@ -1,0 +1,135 @@
+"""xpu-smi: Kunlunxin table vs Intel discovery CSV, told apart by the output alone."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from xpupool.probes import Health, ProbeError, ProbeFailure, xpu_smi
+from xpupool.probes.xpu_smi import XpuSmiProbe, parse_xpu_smi
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "probes" / "xpu-smi"
+
+
+def fixture(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+def test_kunlunxin_table_gives_four_p800_with_exact_fields() -> None:
+    devices = parse_xpu_smi(fixture("kunlunxin_p800_4x.txt"))
+    assert [d.index for d in devices] == [0, 1, 2, 3]
+    first = devices[0]
+    assert first.vendor == "kunlunxin"
+    assert first.model == "P800 OAM"
+    assert first.canonical_model == "P800"
+    assert first.uuid == "kunlunxin-00000000:1a:00.0"
+    assert (first.memory_total_mib, first.memory_used_mib) == (98304, 61440)
+    assert (first.utilization_pct, first.power_watts, first.temperature_c) == (87.0, 212.0, 43.0)
+    assert first.driver_version == "5.0.21.26"
+    assert first.runtimes == {"xpu-rt": "5.0.21"}
+    assert first.health is Health.UNKNOWN and first.compute_units is None
+    assert devices[2].memory_used_mib == 0 and devices[2].utilization_pct == 0.0
+
+
+def test_kunlunxin_na_values_are_none_not_zero() -> None:
+    last = parse_xpu_smi(fixture("kunlunxin_p800_4x.txt"))[3]
+    assert last.temperature_c is None and last.power_watts is None
+    assert last.utilization_pct is None
+    assert last.memory_used_mib == 512
+
+
+def test_kunlunxin_table_without_devices_is_empty() -> None:
+    assert parse_xpu_smi(fixture("kunlunxin_empty.txt")) == []
+
+
+def test_kunlunxin_truncated_row_is_a_parse_error() -> None:
+    with pytest.raises(ProbeError) as info:
+        parse_xpu_smi(fixture("kunlunxin_truncated.txt"))
+    assert info.value.kind is ProbeFailure.PARSE and info.value.vendor == "kunlunxin"
+    assert "Temp Pwr:Usage/Cap" in info.value.detail
+
+
+def test_intel_dump_gives_four_max1550() -> None:
+    devices = parse_xpu_smi(fixture("intel_max1550_4x.txt"))
+    assert len(devices) == 4
+    first = devices[0]
+    assert first.vendor == "intel"
+    assert first.model == "Intel(R) Data Center GPU Max 1550"
+    assert first.canonical_model == "Max-1550"
+    assert first.uuid == "01000000-0000-0000-0000-000000291b00"
+    assert first.index == 0 and devices[3].index == 3
+    assert first.memory_total_mib == 131072
+    assert first.memory_used_mib is None and first.utilization_pct is None
+    assert first.driver_version == "I915_24.1.11_PSB_240117.14"
+
+
+def test_intel_dump_with_header_only_is_empty() -> None:
+    header = fixture("intel_max1550_4x.txt").splitlines()[0]
+    assert parse_xpu_smi(header + "\n") == []
+
+
+def test_intel_row_without_memory_is_a_parse_error() -> None:
+    text = 'Device ID,Device Name,Memory Physical Size\n0,"Intel(R) Data Center GPU Max 1550",\n'
+    with pytest.raises(ProbeError) as info:
+        parse_xpu_smi(text)
+    assert info.value.kind is ProbeFailure.PARSE and info.value.vendor == "intel"
+
+
+@pytest.mark.parametrize("text", ["", "garbage\n", "Intel(R) XPU System Management Interface"])
+def test_neither_shape_is_a_parse_error_naming_both(text: str) -> None:
+    with pytest.raises(ProbeError) as info:
+        parse_xpu_smi(text)
+    assert info.value.kind is ProbeFailure.PARSE
+    assert "XPU-SMI" in info.value.detail and "Device ID" in info.value.detail
+
+
+def fake_runner(outputs: dict[tuple[str, ...], str | ProbeError]) -> object:
+    calls: list[tuple[str, ...]] = []
+
+    def run(vendor: str, argv: Sequence[str], timeout_s: float = 10.0) -> str:
+        calls.append(tuple(argv))
+        out = outputs[tuple(argv)]
+        if isinstance(out, ProbeError):
+            raise out
+        return out
+
+    run.calls = calls  # type: ignore[attr-defined]
+    return run
+
+
+def test_discover_on_kunlunxin_uses_the_plain_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    run = fake_runner({("xpu-smi",): fixture("kunlunxin_p800_4x.txt")})
+    monkeypatch.setattr(xpu_smi, "run_tool", run)
+    devices = XpuSmiProbe().discover()
+    assert {d.vendor for d in devices} == {"kunlunxin"} and len(devices) == 4
+    assert run.calls == [("xpu-smi",)]  # type: ignore[attr-defined]
+
+
+def test_discover_on_intel_falls_through_help_to_dump(monkeypatch: pytest.MonkeyPatch) -> None:
+    run = fake_runner(
+        {
+            ("xpu-smi",): fixture("intel_help.txt"),
+            xpu_smi.INTEL_ARGV: fixture("intel_max1550_4x.txt"),
+        }
+    )
+    monkeypatch.setattr(xpu_smi, "run_tool", run)
+    devices = XpuSmiProbe().discover()
+    assert {d.vendor for d in devices} == {"intel"} and len(devices) == 4
+
+
+def test_discover_on_intel_when_plain_call_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    failed = ProbeError("kunlunxin", "xpu-smi", ProbeFailure.TOOL_FAILED, "exit code 1")
+    run = fake_runner({("xpu-smi",): failed, xpu_smi.INTEL_ARGV: fixture("intel_max1550_4x.txt")})
+    monkeypatch.setattr(xpu_smi, "run_tool", run)
+    assert [d.vendor for d in XpuSmiProbe().discover()] == ["intel"] * 4
+
+
+def test_missing_tool(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    probe = XpuSmiProbe()
+    assert probe.available() is False
+    with pytest.raises(ProbeError) as info:
+        probe.discover()
+    assert info.value.kind is ProbeFailure.TOOL_MISSING
