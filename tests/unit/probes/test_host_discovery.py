@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from xpupool.probes import DeviceInfo, ProbeError, ProbeFailure
+import pytest
+
+from xpupool.probes import PROBES, DeviceInfo, ProbeError, ProbeFailure, host_probes
 from xpupool.probes.fake import FakeProbe
 from xpupool.probes.host import discover_host
 
@@ -31,3 +33,13 @@ def test_collects_devices_skips_absent_and_keeps_failures(tmp_path: Path) -> Non
     assert [d.uuid for d in result.devices] == ["nvidia-Tesla-T4-0", "nvidia-Tesla-T4-1"]
     assert result.skipped == ["fake"]
     assert [f.kind for f in result.failures] == [ProbeFailure.PARSE]
+
+
+def test_every_registered_probe_runs_on_a_host_without_any_vendor_stack(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """This machine has no accelerators: every probe must say so without raising."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # no vendor tools
+    result = discover_host(host_probes())
+    assert result.devices == []
+    assert len(result.skipped) + len(result.failures) == len(PROBES)
