@@ -193,3 +193,69 @@ def simulate(
     if report_dir:
         page = write_report(Path(report_dir), results)
         console.print(f"report: {page}")
+
+
+@main.command()
+@click.option(
+    "--fake",
+    "fake_path",
+    type=click.Path(dir_okay=False),
+    help="also report devices described in this YAML file (the fake probe)",
+)
+@click.option(
+    "-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
+def probe(fake_path: str | None, output: str) -> None:
+    """Discover this host's accelerators with every vendor probe, and say why a probe found none."""
+    from dataclasses import asdict
+
+    from rich.table import Table
+
+    from xpupool.model.quantity import format_mib
+    from xpupool.probes import FakeProbe, Probe, discover_host, host_probes
+
+    probes: list[Probe] = host_probes()
+    if fake_path:
+        probes.append(FakeProbe(fake_path))
+    found = discover_host(probes)
+    if output == "json":
+        click.echo(
+            json.dumps(
+                {
+                    "devices": [asdict(d) for d in found.devices],
+                    "failures": [
+                        {
+                            "vendor": f.vendor,
+                            "command": f.command,
+                            "kind": f.kind.value,
+                            "detail": f.detail,
+                        }
+                        for f in found.failures
+                    ],
+                    "absent": found.skipped,
+                },
+                default=str,
+            )
+        )
+        return
+    console = Console()
+    table = Table(title=f"{len(found.devices)} devices on this host")
+    for column in ("index", "vendor", "model", "memory", "used", "driver", "link", "health"):
+        table.add_column(column)
+    for d in found.devices:
+        used = "-" if d.memory_used_mib is None else format_mib(d.memory_used_mib)
+        table.add_row(
+            str(d.index),
+            d.vendor,
+            d.canonical_model or d.model,
+            format_mib(d.memory_total_mib),
+            used,
+            d.driver_version or "-",
+            d.link_group or "-",
+            d.health.value,
+        )
+    console.print(table)
+    for failure in found.failures:
+        console.print(f"[yellow]{failure}[/]")
+    if found.skipped:
+        console.print(f"no library or tool for: {', '.join(found.skipped)}")

@@ -106,3 +106,17 @@ def test_simulate_timed_mode_runs(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
     assert payload["mode"] == "timed" and payload["runs"][0]["never_placed"] == 0
+
+
+def test_probe_lists_fake_devices_and_absent_vendors(tmp_path: Path) -> None:
+    devices = tmp_path / "devices.yaml"
+    devices.write_text("devices:\n  - {vendor: huawei, model: 910B3, memory: 64Gi, count: 2}\n")
+    result = CliRunner().invoke(main, ["probe", "--fake", str(devices), "-o", "json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert [d["canonical_model"] for d in payload["devices"]] == ["910B3", "910B3"]
+    assert "nvidia" in payload["absent"] or any(
+        f["vendor"] == "nvidia" for f in payload["failures"]
+    )
+    table = CliRunner().invoke(main, ["probe", "--fake", str(devices)])
+    assert table.exit_code == 0 and "2 devices on this host" in table.output
