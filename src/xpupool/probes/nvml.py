@@ -65,6 +65,44 @@ class NvmlProbe:
             except Exception:
                 self.skipped.append("nvmlShutdown failed")
 
+    def process_memory(self) -> dict[str, dict[int, int]]:
+        """Device memory in MiB used by each process, per device UUID: ``{uuid: {pid: mib}}``.
+
+        The agent compares this with what a job was given. Processes NVML reports without a
+        figure (``usedGpuMemory`` None, e.g. under MIG without permission) are left out.
+        """
+        nvml = self._nvml()
+        try:
+            nvml.nvmlInit()
+        except Exception as exc:
+            raise ProbeError(self.vendor, "nvmlInit", _failure(exc), str(exc)) from None
+        try:
+            usage: dict[str, dict[int, int]] = {}
+            for i in range(nvml.nvmlDeviceGetCount()):
+                handle = nvml.nvmlDeviceGetHandleByIndex(i)
+                uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+                per_pid: dict[int, int] = {}
+                for read in (
+                    "nvmlDeviceGetComputeRunningProcesses",
+                    "nvmlDeviceGetGraphicsRunningProcesses",
+                ):
+                    procs = self._optional(
+                        lambda r=read, h=handle: getattr(nvml, r)(h), f"{uuid} {read}"
+                    )
+                    for proc in procs or ():
+                        used = getattr(proc, "usedGpuMemory", None)
+                        if used is not None:
+                            per_pid[int(proc.pid)] = (
+                                per_pid.get(int(proc.pid), 0) + int(used) // MIB
+                            )
+                usage[uuid] = per_pid
+            return usage
+        finally:
+            try:
+                nvml.nvmlShutdown()
+            except Exception:
+                self.skipped.append("nvmlShutdown failed")
+
     # ------------------------------------------------------------------ internals
     def _discover(self, nvml: Any) -> list[DeviceInfo]:
         self.skipped = []

@@ -88,6 +88,17 @@ class FakeNvml:
     def nvmlDeviceGetRemappedRows(self, h: int) -> tuple[int, int, int, int]:
         return (0, 0, 1, 0) if h == 3 else (0, 0, 0, 0)
 
+    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[SimpleNamespace]:
+        if h == 0:
+            return [
+                SimpleNamespace(pid=4242, usedGpuMemory=2 * GIB),
+                SimpleNamespace(pid=4243, usedGpuMemory=None),
+            ]
+        return []
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, h: int) -> list[SimpleNamespace]:
+        raise NVMLError("Not Supported")
+
 
 def test_discovers_identity_capacity_metrics_and_topology() -> None:
     fake = FakeNvml()
@@ -151,3 +162,11 @@ def test_init_failure_is_reported_not_raised_raw() -> None:
     with pytest.raises(ProbeError) as exc:
         probe.discover()
     assert exc.value.command == "nvmlInit" and "Driver Not Loaded" in exc.value.detail
+
+
+def test_process_memory_per_device_skips_processes_without_a_figure() -> None:
+    probe = NvmlProbe(library=FakeNvml())  # type: ignore[arg-type]
+    usage = probe.process_memory()
+    assert usage["GPU-0000"] == {4242: 2048}
+    assert usage["GPU-0001"] == {}
+    assert any("GraphicsRunningProcesses" in s for s in probe.skipped)
