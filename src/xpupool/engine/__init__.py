@@ -5,6 +5,7 @@ No I/O and no knowledge of HTTP, SQL, Kubernetes or trace formats: every front t
 """
 
 from xpupool.engine.engine import Engine, Placement
+from xpupool.engine.preempt import PreemptionPlan
 from xpupool.engine.profile import BUILTIN_PROFILES, Profile, make_profile
 from xpupool.engine.reasons import Reason, ReasonCount, Unschedulable
 from xpupool.engine.state import ClusterState
@@ -15,6 +16,7 @@ __all__ = [
     "ClusterState",
     "Engine",
     "Placement",
+    "PreemptionPlan",
     "Profile",
     "Reason",
     "ReasonCount",

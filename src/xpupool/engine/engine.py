@@ -15,6 +15,7 @@ from xpupool.engine.context import Context
 from xpupool.engine.device_pick import pick_devices
 from xpupool.engine.fragmentation import TargetWorkload
 from xpupool.engine.pipeline import Pipeline
+from xpupool.engine.preempt import PreemptionPlan, plan_preemption
 from xpupool.engine.profile import BUILTIN_PROFILES, Profile
 from xpupool.engine.reasons import Unschedulable
 from xpupool.engine.registry import SCORERS
@@ -112,6 +113,11 @@ class Engine:
             total += weight * scorer.score(ctx)
         return ctx.node_fit, total
 
+    def plan_preemption(self, req: Request) -> PreemptionPlan | None:
+        """Where one replica of ``req`` could go by evicting lower-priority allocations, and the
+        minimal victims (see ``engine/preempt.py``); None if that cannot help. Changes nothing."""
+        return plan_preemption(self.pipeline, req)
+
     def release(self, alloc: Allocation | int) -> Allocation:
         """Give back exactly what an allocation took (by object or id). Raises Conflict if unknown."""
         return self.state.revert(alloc if isinstance(alloc, int) else alloc.id)
@@ -166,6 +172,7 @@ class Engine:
             cpu_milli=req.cpu_milli,
             memory_mib=req.memory_mib,
             devices=shares,
+            priority=req.priority,
         )
         self._next_id += 1
         return alloc

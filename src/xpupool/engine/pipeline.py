@@ -132,6 +132,17 @@ class Pipeline:
     def explain(self, ctx: Context) -> Unschedulable:
         """Per-reason node counts for a replica that fits nowhere: each node is blamed on the first
         check that leaves it unable to take the replica."""
+        labels, blame = self._blame(ctx)
+        return _count(labels, blame, self.state.n_nodes)
+
+    def blame(self, ctx: Context) -> IntArray:
+        """``[N]`` the :class:`Reason` code each node fails first (``Reason.FITS`` where it fits)."""
+        labels, blame = self._blame(ctx)
+        codes = np.asarray([int(reason) for reason, _ in labels], np.int64)
+        result: IntArray = codes[blame]
+        return result
+
+    def _blame(self, ctx: Context) -> tuple[list[tuple[Reason, str]], IntArray]:
         s = self.state
         labels: list[tuple[Reason, str]] = [(Reason.FITS, "")]
         blame = np.zeros(s.n_nodes, np.int64)
@@ -171,7 +182,7 @@ class Pipeline:
                         blame[rest] = label(stage.reason, stage.detail)
             if GROUP_FILTER.applies(ctx.req.devices.topology, ctx.k):
                 fail(GROUP_FILTER.node_mask(s, dev, ctx.k), GROUP_FILTER.reason)
-        return _count(labels, blame, s.n_nodes)
+        return labels, blame
 
 
 def _count(labels: list[tuple[Reason, str]], blame: IntArray, total: int) -> Unschedulable:

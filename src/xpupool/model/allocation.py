@@ -21,7 +21,8 @@ class DeviceShare:
 
 @dataclass(frozen=True, slots=True)
 class Allocation:
-    """One replica placed on one node. ``id`` is unique per engine: release checks it."""
+    """One replica placed on one node. ``id`` is unique per engine: release checks it.
+    ``priority`` is the request's, kept so preemption can tell who may be evicted."""
 
     id: int
     request_name: str
@@ -31,6 +32,7 @@ class Allocation:
     cpu_milli: int
     memory_mib: int
     devices: tuple[DeviceShare, ...]
+    priority: int = 0
 
     @property
     def device_uuids(self) -> tuple[str, ...]:

@@ -1,0 +1,100 @@
+"""Preemption: which running replicas to evict so that a higher-priority replica fits, and where.
+
+Follows kube-scheduler's default preemption, on the engine's exact per-card state:
+1. Candidate nodes: nodes where the replica fails only for capacity (reasons preemption may help),
+   hosting allocations of strictly lower priority.
+2. On each candidate, inside a transaction, release every lower-priority allocation; if the
+   replica still does not fit, the node is out. Otherwise give allocations back one by one, highest
+   priority first (older first among equals), keeping each one that leaves the replica fitting:
+   the evicted rest is a minimal set (no victim could be spared alone). Roll back.
+3. Pick the node whose victims have the lowest highest-priority, then the fewest victims, then the
+   lowest priority sum, then the node's seeded rank. Deterministic for a given state.
+Because releases return exactly the shares taken, a fractional victim frees that card's memory and
+compute, not node totals. Nothing changes in the state: the caller evicts, then places.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from xpupool.engine.pipeline import Pipeline
+from xpupool.engine.reasons import PREEMPTION_MAY_HELP
+from xpupool.engine.state import ClusterState
+from xpupool.model.allocation import Allocation
+from xpupool.model.request import Request
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionPlan:
+    """Evict ``victims`` (allocation ids, lowest priority first), then place on ``node``."""
+
+    node: str
+    node_index: int
+    victims: tuple[Allocation, ...]
+
+
+def plan_preemption(pipeline: Pipeline, req: Request) -> PreemptionPlan | None:
+    """The best plan for one replica of ``req``, or None when evicting lower priorities cannot help."""
+    state = pipeline.state
+    best: tuple[tuple[int, int, int, int], PreemptionPlan] | None = None
+    for node in _candidate_nodes(pipeline, req):
+        victims = _minimal_victims(pipeline, req, node)
+        if victims is None:
+            continue
+        key = (
+            max(v.priority for v in victims),
+            len(victims),
+            sum(v.priority for v in victims),
+            int(state.rank[node]),
+        )
+        if best is None or key < best[0]:
+            ordered = tuple(sorted(victims, key=lambda v: (v.priority, -v.id)))
+            best = (key, PreemptionPlan(state.node_names[node], node, ordered))
+    return None if best is None else best[1]
+
+
+def _candidate_nodes(pipeline: Pipeline, req: Request) -> list[int]:
+    """Nodes with lower-priority allocations where only capacity stands in the way."""
+    state = pipeline.state
+    lower = np.zeros(state.n_nodes, np.bool_)
+    for node, allocations in enumerate(state.node_allocations):
+        lower[node] = any(a.priority < req.priority for a in allocations.values())
+    if not lower.any():
+        return []
+    ctx = pipeline.context(req)
+    pipeline.filter(ctx)
+    blame = pipeline.blame(ctx)
+    capacity_only = np.isin(blame, [int(r) for r in PREEMPTION_MAY_HELP])
+    return [int(n) for n in np.flatnonzero(lower & capacity_only & ~ctx.node_fit)]
+
+
+def _fits_on(pipeline: Pipeline, req: Request, node: int) -> bool:
+    ctx = pipeline.context(req)
+    return bool(pipeline.filter(ctx)[node])
+
+
+def _minimal_victims(pipeline: Pipeline, req: Request, node: int) -> list[Allocation] | None:
+    state: ClusterState = pipeline.state
+    lower = sorted(
+        (a for a in state.node_allocations[node].values() if a.priority < req.priority),
+        key=lambda a: (-a.priority, a.id),  # reprieve the most important, then the oldest, first
+    )
+    released: list[Allocation] = []
+    try:
+        for alloc in lower:
+            released.append(state.revert(alloc.id))
+        if not _fits_on(pipeline, req, node):
+            return None
+        victims = []
+        for alloc in released:
+            state.apply(alloc)
+            if not _fits_on(pipeline, req, node):
+                state.revert(alloc.id)
+                victims.append(alloc)
+        return victims
+    finally:
+        for alloc in released:
+            if alloc.id not in state.live:
+                state.apply(alloc)
