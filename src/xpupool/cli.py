@@ -28,11 +28,16 @@ def main() -> None:
 
 @main.command()
 @click.option("--policy", default="binpack", show_default=True, help="binpack, spread or topology")
-def demo(policy: str) -> None:
+@click.option(
+    "--cluster",
+    type=click.Path(exists=True, dir_okay=False),
+    help="YAML cluster file [default: the packaged two-site mixed pool]",
+)
+def demo(policy: str, cluster: str | None) -> None:
     """Place a stream of typical requests on a two-site mixed fleet and show the decisions."""
     from xpupool.demo import run_demo
 
-    run_demo(Console(), policy)
+    run_demo(Console(), policy, cluster)
 
 
 @main.command()

@@ -1,41 +1,20 @@
-"""The embedded demo: a two-site mixed fleet, a stream of requests in the compact syntax, and what the
-engine decided for each (or why not). It is what ``make run`` starts until the server exists.
+"""The embedded demo: a two-site mixed fleet from a cluster file, a stream of requests in the
+compact syntax, and what the engine decided for each (or why not). It is what ``make run`` starts
+until the server exists.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from xpupool.engine import ClusterState, Engine
-from xpupool.model import Device, Node
 from xpupool.model.quantity import format_mib
 from xpupool.model.spec import parse_spec
-
-
-@dataclass(frozen=True)
-class _Rack:
-    prefix: str
-    site: str
-    nodes: int
-    vendor: str
-    model: str
-    memory_mib: int
-    driver: str
-    group_size: int
-    cards: int = 8
-
-
-DEMO_RACKS: tuple[_Rack, ...] = (
-    _Rack("bj-a100", "beijing", 3, "nvidia", "NVIDIA A100-SXM4-80GB", 81920, "550.54.15", 4),
-    _Rack("bj-h100", "beijing", 2, "nvidia", "NVIDIA H100 80GB HBM3", 81559, "560.35.03", 8),
-    _Rack("bj-910b", "beijing", 2, "huawei", "910B3", 65536, "24.1.rc2", 8),
-    _Rack("sh-l20", "shanghai", 3, "nvidia", "NVIDIA L20", 46068, "535.104.05", 0),
-    _Rack("sh-mlu", "shanghai", 2, "cambricon", "MLU370-X8", 49152, "5.10.22", 4),
-    _Rack("sh-k100", "shanghai", 2, "hygon", "K100_AI", 65536, "6.3.8", 0),
-)
+from xpupool.probes.cluster_file import load_cluster
 
 DEMO_REQUESTS: tuple[str, ...] = (
     "nvidia:A100,H100:2 mem=40Gi cores=50% name=finetune-llama",
@@ -53,29 +32,13 @@ DEMO_REQUESTS: tuple[str, ...] = (
 )
 
 
-def demo_nodes() -> list[Node]:
-    nodes = []
-    for rack in DEMO_RACKS:
-        for i in range(rack.nodes):
-            name = f"{rack.prefix}-{i}"
-            devices = tuple(
-                Device(
-                    uuid=f"{name}-{j}",
-                    vendor=rack.vendor,
-                    model=rack.model,
-                    memory_mib=rack.memory_mib,
-                    index=j,
-                    driver_version=rack.driver,
-                    link_group=None if rack.group_size == 0 else f"link{j // rack.group_size}",
-                )
-                for j in range(rack.cards)
-            )
-            nodes.append(Node(name, 128_000, 1024 * 1024, devices, site=rack.site))
-    return nodes
+def demo_cluster_path() -> Path:
+    """The packaged two-site mixed pool (also at examples/cluster-mixed.yaml in the repository)."""
+    return Path(str(resources.files("xpupool") / "data" / "cluster-mixed.yaml"))
 
 
-def run_demo(console: Console, policy: str = "binpack") -> None:
-    state = ClusterState(demo_nodes(), seed=0)
+def run_demo(console: Console, policy: str = "binpack", cluster: str | Path | None = None) -> None:
+    state = ClusterState(load_cluster(cluster or demo_cluster_path()), seed=0)
     engine = Engine(state, policy)
     console.print(
         f"[bold]xpupool demo[/]: {state.n_nodes} nodes, {state.n_devices} devices, "

@@ -1,0 +1,84 @@
+"""Cluster files: expansion, unique UUIDs, field-named errors; the shipped example loads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from xpupool.demo import demo_cluster_path
+from xpupool.model import RequestError
+from xpupool.probes.cluster_file import load_cluster, parse_cluster
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "cluster-mixed.yaml"
+
+
+def test_shipped_example_is_two_sites_and_six_models() -> None:
+    for path in (EXAMPLE, demo_cluster_path()):
+        nodes = load_cluster(path)
+        assert len(nodes) == 14 and sum(len(n.devices) for n in nodes) == 112
+        assert {n.site for n in nodes} == {"beijing", "shanghai"}
+        assert len({d.model for n in nodes for d in n.devices}) == 6
+        uuids = [d.uuid for n in nodes for d in n.devices]
+        assert len(set(uuids)) == len(uuids)
+
+
+def test_count_expands_names_and_keeps_device_details() -> None:
+    nodes = parse_cluster(
+        {
+            "nodes": [
+                {
+                    "name": "gpu",
+                    "count": 2,
+                    "cpu": "64",
+                    "memory": "256Gi",
+                    "site": "x",
+                    "labels": {"rack": 1},
+                    "devices": [
+                        {
+                            "vendor": "ascend",
+                            "model": "910B3",
+                            "count": 2,
+                            "memory": "64Gi",
+                            "driver": "24.1.rc2",
+                            "link_group_size": 2,
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+    assert [n.name for n in nodes] == ["gpu-0", "gpu-1"]
+    assert nodes[1].cpu_milli == 64_000 and nodes[1].memory_mib == 256 * 1024
+    assert [d.uuid for d in nodes[1].devices] == ["gpu-1-0", "gpu-1-1"]
+    assert nodes[0].devices[0].vendor == "huawei" and nodes[0].labels == {"rack": "1"}
+    assert nodes[0].devices[0].link_group == nodes[0].devices[1].link_group is not None
+
+
+@pytest.mark.parametrize(
+    ("node", "field"),
+    [
+        ({"cpu": 1}, "nodes[0].name"),
+        ({"name": "a", "cpu": "lots"}, "nodes[0].cpu"),
+        ({"name": "a", "memory": "1Gx"}, "nodes[0].memory"),
+        (
+            {"name": "a", "devices": [{"vendor": "nvidia", "model": "x", "memory": "1Gx"}]},
+            "nodes[0].devices[0].memory",
+        ),
+        ({"name": "a", "gpus": 8}, "nodes[0].gpus"),
+    ],
+)
+def test_bad_nodes_name_the_field(node: dict[str, object], field: str) -> None:
+    with pytest.raises(RequestError) as exc:
+        parse_cluster({"nodes": [node]})
+    assert exc.value.field == field
+
+
+def test_duplicate_names_and_bad_yaml(tmp_path: Path) -> None:
+    with pytest.raises(RequestError) as exc:
+        parse_cluster({"nodes": [{"name": "a"}, {"name": "a"}]})
+    assert exc.value.field == "nodes.name"
+    broken = tmp_path / "c.yaml"
+    broken.write_text("nodes: [\n")
+    with pytest.raises(RequestError):
+        load_cluster(broken)
