@@ -17,7 +17,8 @@ from xpupool.model.request import Request
 @dataclass(slots=True)
 class Context:
     """``need_mib`` is an int when memory was asked in MiB, else an ``[N, W]`` array of MiB per card
-    (a share of each card's size, rounded down so that n shares of 1/n always fit)."""
+    (a share of each card's size, rounded down so that n shares of 1/n always fit). ``within``
+    narrows the devices beyond the request's own selectors, for callers such as admission."""
 
     req: Request
     state: ClusterState
@@ -28,3 +29,4 @@ class Context:
     dev_fit: BoolArray | None = None
     node_fit: BoolArray = field(default_factory=lambda: np.zeros(0, np.bool_))
     group_best: IntArray | None = None
+    within: BoolArray | None = None  # [N, W] devices the caller allows (a quota flavour), or all

@@ -19,7 +19,7 @@ from xpupool.engine.preempt import PreemptionPlan, plan_preemption
 from xpupool.engine.profile import BUILTIN_PROFILES, Profile
 from xpupool.engine.reasons import Unschedulable
 from xpupool.engine.registry import SCORERS
-from xpupool.engine.scorers.base import DevicePicker, Scorer, ScorerEnv
+from xpupool.engine.scorers.base import Scorer, ScorerEnv
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray
 from xpupool.engine.txn import Transaction
 from xpupool.model.allocation import Allocation, DeviceShare
@@ -68,13 +68,17 @@ class Engine:
         self._next_id = 1
 
     # ------------------------------------------------------------------ public
-    def place(self, req: Request) -> Placement:
-        """Place every replica of ``req`` and commit; see the module docstring for gang semantics."""
+    def place(self, req: Request, within: BoolArray | None = None) -> Placement:
+        """Place every replica of ``req`` and commit; see the module docstring for gang semantics.
+
+        ``within`` (``[N, W]``) restricts the devices further, e.g. to an admitted quota flavour;
+        an explanation then counts devices outside it as not allowed by their model.
+        """
         profile = self._profile(req.node_policy) if req.node_policy else self.profile
         with Transaction(self.state) as txn:
             failures: list[Unschedulable] = []
             for replica in range(req.replicas):
-                result = self._place_one(req, replica, profile, txn)
+                result = self._place_one(req, replica, profile, txn, within)
                 if isinstance(result, Unschedulable):
                     if req.gang:
                         note = f"gang: replica {replica + 1} of {req.replicas} fits nowhere"
@@ -129,9 +133,15 @@ class Engine:
 
     # ------------------------------------------------------------------ internals
     def _place_one(
-        self, req: Request, replica: int, profile: Profile, txn: Transaction
+        self,
+        req: Request,
+        replica: int,
+        profile: Profile,
+        txn: Transaction,
+        within: BoolArray | None = None,
     ) -> Allocation | Unschedulable:
         ctx = self.pipeline.context(req)
+        ctx.within = within
         self.pipeline.filter(ctx)
         node = self.pipeline.choose(ctx, self._weighted(profile))
         if node < 0:
@@ -185,8 +195,11 @@ class Engine:
         when it makes one (FGD picks the GPU it scored); else the profile's device policy."""
         if ctx.req.device_policy is None:
             for scorer, _ in sorted(scorers, key=lambda sw: -sw[1]):
-                if isinstance(scorer, DevicePicker):
-                    columns = scorer.pick(ctx, node)
+                pick = getattr(
+                    scorer, "pick", None
+                )  # DevicePicker; isinstance on a Protocol is slow
+                if pick is not None:
+                    columns: list[int] | None = pick(ctx, node)
                     if columns is not None:
                         return columns
                 break

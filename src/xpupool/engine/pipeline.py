@@ -101,6 +101,8 @@ class Pipeline:
                 fit = fit & part
         if ctx.k:
             dev = self.eligible(ctx)
+            if ctx.within is not None:
+                dev = dev & ctx.within
             for df in DYNAMIC_DEVICE_FILTERS:
                 part = df.device_mask(ctx.req, s, ctx)
                 if part is not None:
@@ -164,6 +166,9 @@ class Pipeline:
             dev = s.dev_present.copy()
             fail(count_per_node(dev) >= ctx.k, Reason.TOO_FEW_DEVICES)
             for df in (*STATIC_DEVICE_FILTERS, *DYNAMIC_DEVICE_FILTERS):
+                if df is DYNAMIC_DEVICE_FILTERS[0] and ctx.within is not None:
+                    dev = dev & ctx.within
+                    fail(count_per_node(dev) >= ctx.k, Reason.OUTSIDE_ASSIGNMENT)
                 for stage in df.stages(ctx.req, s, ctx):
                     before, dev = dev, dev & stage.mask
                     ok = count_per_node(dev) >= ctx.k

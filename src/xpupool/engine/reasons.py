@@ -29,6 +29,7 @@ class Reason(IntEnum):
     INSUFFICIENT_DEVICE_MEMORY = 14
     INSUFFICIENT_DEVICE_CORES = 15
     TOPOLOGY = 16
+    OUTSIDE_ASSIGNMENT = 17
 
 
 TEXT: dict[Reason, str] = {
@@ -49,6 +50,7 @@ TEXT: dict[Reason, str] = {
     Reason.INSUFFICIENT_DEVICE_MEMORY: "insufficient device memory",
     Reason.INSUFFICIENT_DEVICE_CORES: "insufficient device cores",
     Reason.TOPOLOGY: "no link group with enough free devices",
+    Reason.OUTSIDE_ASSIGNMENT: "devices outside the admitted quota flavour",
 }
 
 PREEMPTION_MAY_HELP: frozenset[Reason] = frozenset(

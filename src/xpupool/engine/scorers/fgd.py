@@ -107,7 +107,8 @@ class Fgd:
             d.need_memory_permille,
         )
         # k > 1 takes "the first k fitting devices", which depends on what the request may use.
-        key = amounts if ctx.k <= 1 else (*amounts, d.topology, d.selector_key())
+        within = None if ctx.within is None else hash(ctx.within.tobytes())
+        key = amounts if ctx.k <= 1 else (*amounts, d.topology, d.selector_key(), within)
         found = self._cache.get(key)
         if found is None:
             n, w = state.dev_present.shape

@@ -1,0 +1,248 @@
+"""Admission: queue quotas per device flavour, borrowing within a cohort, and fair-share order.
+
+Modelled on Kueue. A queue belongs to a tenant and holds quotas keyed by (flavour, resource): a
+flavour is a vendor key (``nvidia``), a model name or family the catalog knows (``A100``, ``910B``),
+or ``*`` for any device; resources are device count, device memory (MiB) and compute (thousandths
+of a device). To admit a request, its queue's flavours are tried in order: the first whose devices
+the request can use and whose quota has room for the request's demand (its own nominal quota plus
+what it may borrow while the cohort stays within its members' total nominal quota, up to its
+borrowing limit) wins,
+and the request is placed only on that flavour's devices. Usage is charged from the allocations
+actually made, so a share of a card is charged at its real size, and released exactly.
+
+Pending requests are ordered by dominant resource fairness: the tenant whose largest share of any
+cluster resource (divided by its weight) is smallest goes first, then higher priority, then older.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from xpupool.engine.engine import Engine, Placement
+from xpupool.engine.filters.device_model import model_table_mask
+from xpupool.engine.state import BoolArray
+from xpupool.model.allocation import Allocation
+from xpupool.model.errors import NotFound, RequestError
+from xpupool.model.request import WHOLE, Request
+from xpupool.model.vendor import VENDOR_KEYS, find_vendor
+
+ANY = "*"
+
+
+class Resource(StrEnum):
+    DEVICES = "devices"
+    DEVICE_MEMORY_MIB = "device_memory_mib"
+    CORES_PERMILLE = "cores_permille"
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """``nominal`` of ``resource`` on ``flavour``; ``borrowing_limit`` caps what may be borrowed
+    from the cohort on top (None = no cap; 0 = never borrow)."""
+
+    flavor: str
+    resource: Resource
+    nominal: int
+    borrowing_limit: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.nominal < 0:
+            raise RequestError("quota.nominal", self.nominal, "must not be negative")
+        if self.borrowing_limit is not None and self.borrowing_limit < 0:
+            raise RequestError(
+                "quota.borrowing_limit", self.borrowing_limit, "must not be negative"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    name: str
+    tenant: str
+    quotas: tuple[Quota, ...]
+    cohort: str | None = None
+    weight: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a request was not admitted; ``reason`` names the flavour and resource that ran out."""
+
+    queue: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    queue: str
+    flavor: str
+    placement: Placement
+
+
+class Admission:
+    """Quota bookkeeping on top of one :class:`Engine`; the engine still decides where."""
+
+    def __init__(self, engine: Engine, queues: Iterable[QueueSpec]) -> None:
+        self.engine = engine
+        self.queues = {q.name: q for q in queues}
+        self.usage: dict[str, dict[tuple[str, Resource], int]] = {
+            name: defaultdict(int) for name in self.queues
+        }
+        self._charged: dict[int, tuple[str, str, dict[Resource, int]]] = {}
+        self._flavor_masks: dict[tuple[str, int], BoolArray] = {}
+
+    # ------------------------------------------------------------------ admitting
+    def admit(self, req: Request, queue: str) -> Admitted | Refusal:
+        """Assign a flavour with room and place ``req`` within it; charge what was allocated."""
+        spec = self._queue(queue)
+        flavors = list(dict.fromkeys(q.flavor for q in spec.quotas))
+        if req.devices.count == 0 or not flavors:
+            outcome = self._place(req, spec, ANY, None)
+            if outcome.placement.allocations:
+                return outcome
+            return Refusal(queue, outcome.placement.failures[0].message)
+        ctx = self.engine.pipeline.context(req)
+        eligible = self.engine.pipeline.eligible(ctx)
+        reasons = []
+        for flavor in flavors:
+            mask = eligible & self.flavor_mask(flavor)
+            if not mask.any():
+                continue
+            short = self._short_of(spec, flavor, self._demand(req, mask))
+            if short:
+                reasons.append(f"{flavor}: {short}")
+                continue
+            outcome = self._place(req, spec, flavor, mask)
+            if outcome.placement.allocations:  # placed, fully or (without gang) in part
+                return outcome
+            reasons.append(f"{flavor}: {outcome.placement.failures[0].message}")
+        if not reasons:
+            return Refusal(queue, "no flavour of this queue has devices the request can use")
+        return Refusal(queue, "; ".join(reasons))
+
+    def release(self, alloc: Allocation | int) -> None:
+        """Release an admitted allocation in the engine and return its charge to its queue."""
+        alloc_id = alloc if isinstance(alloc, int) else alloc.id
+        self.engine.release(alloc_id)
+        queue, flavor, charge = self._charged.pop(alloc_id)
+        for resource, amount in charge.items():
+            self.usage[queue][(flavor, resource)] -= amount
+
+    def order(self, pending: Sequence[tuple[Request, str]]) -> list[int]:
+        """Indices of ``pending`` (request, queue) in admission order: DRF, priority, age."""
+        shares = self.dominant_shares()
+
+        def key(i: int) -> tuple[float, int, int]:
+            req, queue = pending[i]
+            return (shares.get(self._queue(queue).tenant, 0.0), -req.priority, i)
+
+        return sorted(range(len(pending)), key=key)
+
+    def dominant_shares(self) -> dict[str, float]:
+        """Per tenant: max over resources of (its usage / cluster capacity), divided by its weight."""
+        s = self.engine.state
+        capacity = {
+            Resource.DEVICES: float(s.n_devices),
+            Resource.DEVICE_MEMORY_MIB: float(s.dev_mem_total.sum()),
+            Resource.CORES_PERMILLE: float(s.n_devices * WHOLE),
+        }
+        used: dict[str, dict[Resource, float]] = defaultdict(lambda: defaultdict(float))
+        weight: dict[str, float] = {}
+        for name, spec in self.queues.items():
+            weight[spec.tenant] = spec.weight
+            for (_, resource), amount in self.usage[name].items():
+                used[spec.tenant][resource] += amount
+        return {
+            tenant: max((v / capacity[r] for r, v in res.items() if capacity[r]), default=0.0)
+            / max(weight[tenant], 1e-9)
+            for tenant, res in used.items()
+        }
+
+    # ------------------------------------------------------------------ flavours and quota
+    def flavor_mask(self, flavor: str) -> BoolArray:
+        """``[N, W]`` devices of a flavour: a vendor, a model or family name, or ``*``."""
+        s = self.engine.state
+        key = (flavor, s.epoch)
+        found = self._flavor_masks.get(key)
+        if found is None:
+            if flavor == ANY:
+                found = s.dev_present.copy()
+            elif (vendor := find_vendor(flavor)) is not None:
+                found = s.dev_vendor == VENDOR_KEYS.index(vendor.key)
+            else:
+                allowed = model_table_mask(s, (flavor,))
+                allowed[-1] = False
+                found = allowed[s.dev_model] & s.dev_present
+            self._flavor_masks[key] = found
+        return found
+
+    def _demand(self, req: Request, mask: BoolArray) -> dict[Resource, int]:
+        """What ``req`` would take on this flavour; a share of memory is priced on its largest card."""
+        d, n = req.devices, req.devices.count * req.replicas
+        if d.memory_mib is not None:
+            per_device = d.memory_mib
+        else:
+            card = int(self.engine.state.dev_mem_total[mask].max(initial=0))
+            per_device = card * (d.need_memory_permille or WHOLE) // WHOLE
+        return {
+            Resource.DEVICES: n,
+            Resource.DEVICE_MEMORY_MIB: n * per_device,
+            Resource.CORES_PERMILLE: n * d.need_core_permille,
+        }
+
+    def _short_of(self, spec: QueueSpec, flavor: str, demand: dict[Resource, int]) -> str:
+        """Empty when the demand fits the flavour's quota (with borrowing), else what runs out."""
+        for quota in spec.quotas:
+            if quota.flavor != flavor:
+                continue
+            used = self.usage[spec.name][(flavor, quota.resource)]
+            room = quota.nominal - used + self._borrowable(spec, quota)
+            if demand[quota.resource] > room:
+                return (
+                    f"{quota.resource.value} quota: {used} used + {demand[quota.resource]} asked > "
+                    f"{quota.nominal} nominal + {room - quota.nominal + used} borrowable"
+                )
+        return ""
+
+    def _borrowable(self, spec: QueueSpec, quota: Quota) -> int:
+        """How far past its nominal quota this queue may go now, as Kueue counts it: the cohort as
+        a whole must stay within the sum of its members' nominal quotas (so quota one queue already
+        borrowed is not lent twice), and this queue within its borrowing limit."""
+        if spec.cohort is None:
+            return 0
+        key = (quota.flavor, quota.resource)
+        cohort_nominal = cohort_used = 0
+        for other in self.queues.values():
+            if other.cohort != spec.cohort:
+                continue
+            cohort_nominal += sum(q.nominal for q in other.quotas if (q.flavor, q.resource) == key)
+            cohort_used += self.usage[other.name][key]
+        used = self.usage[spec.name][key]
+        own_room = max(quota.nominal - used, 0)
+        room = cohort_nominal - cohort_used - own_room
+        if quota.borrowing_limit is not None:
+            room = min(room, quota.borrowing_limit - max(used - quota.nominal, 0))
+        return max(room, 0)
+
+    def _place(
+        self, req: Request, spec: QueueSpec, flavor: str, mask: BoolArray | None
+    ) -> Admitted:
+        placement = self.engine.place(req, within=mask)
+        for alloc in placement.allocations:
+            charge = {
+                Resource.DEVICES: len(alloc.devices),
+                Resource.DEVICE_MEMORY_MIB: sum(s.memory_mib for s in alloc.devices),
+                Resource.CORES_PERMILLE: sum(s.core_permille for s in alloc.devices),
+            }
+            for resource, amount in charge.items():
+                self.usage[spec.name][(flavor, resource)] += amount
+            self._charged[alloc.id] = (spec.name, flavor, charge)
+        return Admitted(spec.name, flavor, placement)
+
+    def _queue(self, name: str) -> QueueSpec:
+        try:
+            return self.queues[name]
+        except KeyError:
+            raise NotFound("queue", name) from None

@@ -1,0 +1,122 @@
+"""Admission: flavour assignment, quota with cohort borrowing, exact charging, DRF order."""
+
+from __future__ import annotations
+
+import pytest
+
+from xpupool.engine.admission import Admission, Admitted, QueueSpec, Quota, Refusal, Resource
+from xpupool.model import DeviceRequest, NotFound, Request
+
+from factories import ASCEND_910B3, T4, engine_for, gpu_node
+
+DEV = Resource.DEVICES
+
+
+def cards(count: int = 1, priority: int = 0, **kwargs: object) -> Request:
+    devices = DeviceRequest(count=count, **kwargs)  # type: ignore[arg-type]
+    return Request("j", 1000, 1024, devices, priority=priority)
+
+
+def test_quota_caps_devices_and_release_returns_the_charge() -> None:
+    engine = engine_for(gpu_node("a", count=4))
+    admission = Admission(engine, [QueueSpec("q", "t", (Quota("nvidia", DEV, 2),))])
+    first = admission.admit(cards(1), "q")
+    assert isinstance(first, Admitted) and first.flavor == "nvidia"
+    refused = admission.admit(cards(2), "q")
+    assert isinstance(refused, Refusal)
+    assert refused.reason == "nvidia: devices quota: 1 used + 2 asked > 2 nominal + 0 borrowable"
+    admission.release(first.placement.allocations[0])
+    assert admission.usage["q"][("nvidia", DEV)] == 0
+    assert isinstance(admission.admit(cards(2), "q"), Admitted)
+
+
+def test_flavours_are_tried_in_order_and_placement_stays_inside() -> None:
+    engine = engine_for(
+        gpu_node("a100", count=1), gpu_node("t4", model=T4, memory_mib=15360, count=4)
+    )
+    spec = QueueSpec("q", "t", (Quota("A100", DEV, 1), Quota("nvidia", DEV, 4)))
+    admission = Admission(engine, [spec])
+    first = admission.admit(cards(1), "q")
+    assert isinstance(first, Admitted) and first.flavor == "A100"
+    assert first.placement.allocations[0].node == "a100"
+    second = admission.admit(cards(1), "q")  # A100 quota is spent: the vendor-wide flavour
+    assert isinstance(second, Admitted) and second.flavor == "nvidia"
+    assert second.placement.allocations[0].node == "t4"
+
+
+def test_cohort_borrowing_up_to_the_limit_and_never_lending_twice() -> None:
+    engine = engine_for(gpu_node("a", count=8), gpu_node("b", count=8))
+    admission = Admission(
+        engine,
+        [
+            QueueSpec("lend", "x", (Quota("nvidia", DEV, 4),), cohort="c"),
+            QueueSpec("borrow", "y", (Quota("nvidia", DEV, 2, borrowing_limit=2),), cohort="c"),
+            QueueSpec("free", "z", (Quota("nvidia", DEV, 0),), cohort="c"),
+        ],
+    )
+    assert isinstance(admission.admit(cards(4), "borrow"), Admitted)  # 2 own + 2 of the lender's
+    limit = admission.admit(cards(1), "borrow")
+    assert (
+        isinstance(limit, Refusal) and "4 used + 1 asked > 2 nominal + 0 borrowable" in limit.reason
+    )
+    # Cohort nominal 6, used 4: "free" (nominal 0) may borrow the 2 left, and no more.
+    assert isinstance(admission.admit(cards(2), "free"), Admitted)
+    full = admission.admit(cards(1), "free")
+    assert (
+        isinstance(full, Refusal) and "2 used + 1 asked > 0 nominal + 0 borrowable" in full.reason
+    )
+    # A lender's nominal quota is guaranteed even while lent out (reclaiming it from borrowers is
+    # the caller's preemption decision).
+    assert isinstance(admission.admit(cards(1), "lend"), Admitted)
+
+
+def test_memory_is_charged_at_the_real_card_size() -> None:
+    engine = engine_for(gpu_node("a", count=2, group_size=0))
+    spec = QueueSpec("q", "t", (Quota("nvidia", Resource.DEVICE_MEMORY_MIB, 40960),))
+    admission = Admission(engine, [spec])
+    half = admission.admit(cards(1, memory_permille=500), "q")
+    assert isinstance(half, Admitted)
+    assert admission.usage["q"][("nvidia", Resource.DEVICE_MEMORY_MIB)] == 40960
+    assert isinstance(admission.admit(cards(1, memory_permille=500), "q"), Refusal)
+
+
+def test_refused_when_no_flavour_has_usable_devices_or_queue_is_unknown() -> None:
+    engine = engine_for(gpu_node("n", vendor="huawei", model=ASCEND_910B3, memory_mib=65536))
+    admission = Admission(engine, [QueueSpec("q", "t", (Quota("nvidia", DEV, 8),))])
+    refused = admission.admit(cards(1), "q")
+    assert isinstance(refused, Refusal) and "no flavour" in refused.reason
+    with pytest.raises(NotFound):
+        admission.admit(cards(1), "nope")
+
+
+def test_full_flavour_is_explained_even_when_other_devices_are_free() -> None:
+    engine = engine_for(
+        gpu_node("a", count=1), gpu_node("n", vendor="huawei", model=ASCEND_910B3, memory_mib=65536)
+    )
+    admission = Admission(engine, [QueueSpec("q", "t", (Quota("nvidia", DEV, 8),))])
+    assert isinstance(admission.admit(cards(1), "q"), Admitted)
+    refused = admission.admit(cards(1), "q")
+    assert isinstance(refused, Refusal)
+    assert refused.reason == (
+        "nvidia: 0/2 nodes fit: 1 insufficient device memory, "
+        "1 devices outside the admitted quota flavour"
+    )
+
+
+def test_dominant_resource_fairness_orders_tenants_then_priority_then_age() -> None:
+    engine = engine_for(gpu_node("a", count=8))
+    queues = [
+        QueueSpec("qa", "A", (Quota("*", DEV, 8),)),
+        QueueSpec("qb", "B", (Quota("*", DEV, 8),)),
+    ]
+    admission = Admission(engine, queues)
+    admission.admit(cards(4), "qa")  # A holds half the cards
+    admission.admit(cards(1), "qb")  # B an eighth
+    pending = [
+        (cards(1, priority=9), "qa"),
+        (cards(1, priority=0), "qb"),
+        (cards(1, priority=5), "qb"),
+        (cards(1, priority=5), "qb"),
+    ]
+    assert admission.order(pending) == [2, 3, 1, 0]
+    assert admission.dominant_shares() == {"A": 0.5, "B": 0.125}
