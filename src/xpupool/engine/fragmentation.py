@@ -134,6 +134,8 @@ class ShapeTable:
         self.cpu = np.asarray(cpu, np.int64)
         self.memory = np.asarray(memory, np.int64)
         self.cpu_only = np.asarray([k == "idle" for k in rows], np.bool_)
+        # [M, N]: shapes a node can serve at all; the others only ever see its idle capacity.
+        self.relevant: BoolArray = np.asarray(self.eligible.any(axis=2), np.bool_)
 
 
 @dataclass(frozen=True, slots=True)

@@ -156,28 +156,106 @@ def _each_device(
     mem_after: IntArray,
 ) -> FloatArray:
     """``[S, W]``: fragmentation after placing the replica on each device of each node, by an
-    incremental update of the node's per-shape quantities on ``[M, S, W]`` arrays. Values for
-    devices the replica does not fit are meaningless; the caller masks them."""
+    incremental update of the node's per-shape quantities. Values for devices the replica does
+    not fit are meaningless; the caller masks them.
+
+    A shape no device of a node can serve leaves all the node's idle capacity as fragment, before
+    and after, whatever device is taken; so nodes are grouped by the shapes they can serve and only
+    those shapes get the ``[shapes, nodes, devices]`` update. On a mixed fleet that is a fraction.
+    """
+    idle_after = (view.idle - ctx.need_core).astype(np.float64)
+    relevant = table.relevant[:, nodes]
+    everywhere = np.arange(nodes.size, dtype=np.intp)
+    if relevant.all():  # e.g. a one-vendor trace: no grouping, no gathering
+        all_shapes = np.arange(relevant.shape[0], dtype=np.intp)
+        return _served_shapes(
+            ctx,
+            table,
+            all_shapes,
+            nodes,
+            view,
+            everywhere,
+            need_mib,
+            cpu_after,
+            mem_after,
+            idle_after,
+            gather=False,
+        )
+    groups: dict[bytes, list[int]] = {}
+    for position in range(nodes.size):
+        groups.setdefault(relevant[:, position].tobytes(), []).append(position)
+    out = np.empty(ctx.state.dev_core_free[nodes].shape, np.float64)
+    total_weight = float(table.weights.sum())
+    for positions in groups.values():
+        at = np.asarray(positions, np.intp)
+        shapes = np.flatnonzero(relevant[:, at[0]])
+        served = _served_shapes(
+            ctx,
+            table,
+            shapes,
+            nodes[at],
+            view,
+            at,
+            need_mib,
+            cpu_after[at],
+            mem_after[at],
+            idle_after[at],
+        )
+        rest = total_weight - float(table.weights[shapes].sum())
+        out[at] = served + rest * idle_after[at, None]
+    return out
+
+
+def _served_shapes(
+    ctx: Context,
+    table: ShapeTable,
+    shapes: IndexArray,
+    nodes: IndexArray,
+    view: NodeView,
+    at: IndexArray,
+    need_mib: int | IntArray,
+    cpu_after: IntArray,
+    mem_after: IntArray,
+    idle_after: FloatArray,
+    gather: bool = True,
+) -> FloatArray:
+    """Weighted fragment of ``shapes`` after placing on each device of ``nodes``: ``[S, W]``.
+    ``gather=False`` means ``shapes`` is every shape and ``at`` every node of the view."""
     s = ctx.state
+    if shapes.size == 0:
+        return np.zeros(s.dev_core_free[nodes].shape, np.float64)
     free = s.dev_core_free[nodes]
     free_after = free - ctx.need_core
+    mem_need = need_mib if isinstance(need_mib, int) else need_mib[at]
+    if gather:
+        block = np.ix_(shapes, nodes)  # gather [shapes, nodes] only, never every node
+        eligible, need_of_shape = table.eligible[block], table.need_mib[block]
+        in_view = np.ix_(shapes, at)
+        usable = view.usable[in_view]
+        usable_idle_before = view.usable_idle[in_view]
+        usable_count_before = view.usable_count[in_view]
+    else:
+        eligible, need_of_shape = table.eligible[:, nodes], table.need_mib[:, nodes]
+        usable = view.usable
+        usable_idle_before, usable_count_before = view.usable_idle, view.usable_count
     usable_after = (
-        table.eligible[:, nodes]
-        & (free_after[None] >= table.need_core[:, None, None])
-        & ((s.dev_mem_free[nodes] - need_mib)[None] >= table.need_mib[:, nodes])
+        eligible
+        & (free_after[None] >= table.need_core[shapes, None, None])
+        & ((s.dev_mem_free[nodes] - mem_need)[None] >= need_of_shape)
     )
     usable_idle = (
-        view.usable_idle[:, :, None] - free[None] * view.usable + free_after[None] * usable_after
+        usable_idle_before[:, :, None] - free[None] * usable + free_after[None] * usable_after
     )
-    usable_count = view.usable_count[:, :, None] - view.usable + usable_after
+    usable_count = usable_count_before[:, :, None] - usable + usable_after
     fits = (
-        (usable_count >= table.count[:, None, None])
-        & (cpu_after[None, :, None] >= table.cpu[:, None, None])
-        & (mem_after[None, :, None] >= table.memory[:, None, None])
-        & ~table.cpu_only[:, None, None]
+        (usable_count >= table.count[shapes, None, None])
+        & (cpu_after[None, :, None] >= table.cpu[shapes, None, None])
+        & (mem_after[None, :, None] >= table.memory[shapes, None, None])
+        & ~table.cpu_only[shapes, None, None]
     )
-    idle_after = (view.idle - ctx.need_core)[None, :, None]
-    result: FloatArray = np.einsum("m,msw->sw", table.weights, idle_after - fits * usable_idle)
+    result: FloatArray = np.einsum(
+        "m,msw->sw", table.weights[shapes], idle_after[None, :, None] - fits * usable_idle
+    )
     return result
 
 
