@@ -26,26 +26,14 @@ import yaml
 from xpupool.model.device import Node
 from xpupool.model.errors import RequestError
 from xpupool.model.quantity import parse_cpu_milli, parse_memory_mib
-from xpupool.probes.fake import parse_fake
+from xpupool.probes.fake import entries, parse_fake
 
 _KEYS = {"name", "count", "site", "cpu", "memory", "labels", "devices", "schedulable"}
 
 
 def parse_cluster(data: object) -> list[Node]:
-    if not isinstance(data, Mapping) or not isinstance(data.get("nodes"), list):
-        raise RequestError("nodes", data, "expected a mapping with a 'nodes' list")
     nodes: list[Node] = []
-    for i, entry in enumerate(data["nodes"]):
-        where = f"nodes[{i}]"
-        if not isinstance(entry, Mapping):
-            raise RequestError(where, entry, "expected a mapping")
-        unknown = sorted(set(entry) - _KEYS)
-        if unknown:
-            raise RequestError(
-                f"{where}.{unknown[0]}",
-                entry[unknown[0]],
-                f"unknown key; known: {', '.join(sorted(_KEYS))}",
-            )
+    for where, entry in entries(data, "nodes", _KEYS):
         name = entry.get("name")
         if not isinstance(name, str) or not name:
             raise RequestError(f"{where}.name", name, "a node name is required")
@@ -60,6 +48,9 @@ def parse_cluster(data: object) -> list[Node]:
             template = parse_fake({"devices": entry.get("devices") or []})
         except RequestError as exc:
             raise exc.under(where) from None
+        labels = entry.get("labels") or {}
+        if not isinstance(labels, Mapping):
+            raise RequestError(f"{where}.labels", labels, "expected a mapping such as {rack: r1}")
         names = [name] if count is None else [f"{name}-{k}" for k in range(count)]
         for node_name in names:
             devices = tuple(replace(d.to_device(), uuid=f"{node_name}-{d.index}") for d in template)
@@ -70,7 +61,7 @@ def parse_cluster(data: object) -> list[Node]:
                     memory,
                     devices,
                     site=str(entry.get("site", "default")),
-                    labels={str(k): str(v) for k, v in (entry.get("labels") or {}).items()},
+                    labels={str(k): str(v) for k, v in labels.items()},
                     schedulable=bool(entry.get("schedulable", True)),
                 )
             )

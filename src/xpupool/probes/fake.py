@@ -40,22 +40,31 @@ _KEYS = {
 }
 
 
-def parse_fake(data: object) -> list[DeviceInfo]:
-    """Devices from the parsed YAML document (see the module docstring)."""
-    if not isinstance(data, Mapping) or not isinstance(data.get("devices"), list):
-        raise RequestError("devices", data, "expected a mapping with a 'devices' list")
-    out: list[DeviceInfo] = []
-    for i, entry in enumerate(data["devices"]):
-        where = f"devices[{i}]"
+def entries(data: object, key: str, known: set[str]) -> list[tuple[str, Mapping[str, object]]]:
+    """``(path, entry)`` for each mapping in ``data[key]``; refuses a missing list, a non-mapping
+    entry and unknown keys (strict on write), naming the path. Shared with cluster files."""
+    if not isinstance(data, Mapping) or not isinstance(data.get(key), list):
+        raise RequestError(key, data, f"expected a mapping with a '{key}' list")
+    out = []
+    for i, entry in enumerate(data[key]):
+        where = f"{key}[{i}]"
         if not isinstance(entry, Mapping):
             raise RequestError(where, entry, "expected a mapping")
-        unknown = sorted(set(entry) - _KEYS)
+        unknown = sorted(set(entry) - known)
         if unknown:
             raise RequestError(
                 f"{where}.{unknown[0]}",
                 entry[unknown[0]],
-                f"unknown key; known: {', '.join(sorted(_KEYS))}",
+                f"unknown key; known: {', '.join(sorted(known))}",
             )
+        out.append((where, entry))
+    return out
+
+
+def parse_fake(data: object) -> list[DeviceInfo]:
+    """Devices from the parsed YAML document (see the module docstring)."""
+    out: list[DeviceInfo] = []
+    for i, (where, entry) in enumerate(entries(data, "devices", _KEYS)):
         vendor = vendor_key(str(entry.get("vendor", "")), f"{where}.vendor")
         model = entry.get("model")
         if not isinstance(model, str) or not model:
@@ -74,6 +83,11 @@ def parse_fake(data: object) -> list[DeviceInfo]:
             raise RequestError(
                 f"{where}.runtimes", runtimes, "expected a mapping such as {cuda: '12.4'}"
             )
+        units = entry.get("compute_units")
+        if units is not None and (
+            isinstance(units, bool) or not isinstance(units, int) or units < 0
+        ):
+            raise RequestError(f"{where}.compute_units", units, "must be a whole number >= 0")
         prefix = str(entry.get("uuid_prefix") or f"{vendor}-{model}".replace(" ", "-"))
         healthy = bool(entry.get("healthy", True))
         for j in range(count):
@@ -87,7 +101,7 @@ def parse_fake(data: object) -> list[DeviceInfo]:
                     index=index,
                     memory_total_mib=memory,
                     memory_used_mib=0,
-                    compute_units=entry.get("compute_units"),
+                    compute_units=units,
                     driver_version=str(entry["driver"]) if entry.get("driver") else None,
                     runtimes={str(k): str(v) for k, v in runtimes.items()},
                     link_group=f"link-{i}-{j // group_size}" if group_size else None,

@@ -8,11 +8,11 @@ connected components, which become link groups ("nvlink-0", ...). A metric NVML 
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
+from functools import partial
 from typing import Any, ClassVar
 
-from xpupool.probes.base import DeviceInfo, Health, ProbeError, ProbeFailure, canonical
+from xpupool.probes.base import DeviceInfo, Health, canonical
+from xpupool.probes.library import LibraryProbe
 
 MIB = 1024 * 1024
 _MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS on Hopper; older parts answer "not supported" past theirs
@@ -22,48 +22,19 @@ def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-class NvmlProbe:
+def _bus_id(nvml: Any, handle: object) -> str:
+    return _text(nvml.nvmlDeviceGetPciInfo(handle).busId)
+
+
+class NvmlProbe(LibraryProbe):
     vendor: ClassVar[str] = "nvidia"
+    module_name: ClassVar[str] = "pynvml"
+    install_hint: ClassVar[str] = "install nvidia-ml-py"
+    init_name: ClassVar[str] = "nvmlInit"
+    shutdown_name: ClassVar[str] = "nvmlShutdown"
 
-    def __init__(self, library: ModuleType | None = None) -> None:
-        self._library = library
-        self.skipped: list[str] = []
-
-    def _nvml(self) -> Any:
-        if self._library is None:
-            try:
-                self._library = importlib.import_module("pynvml")
-            except ImportError as exc:
-                raise ProbeError(
-                    self.vendor,
-                    "import pynvml",
-                    ProbeFailure.LIBRARY_MISSING,
-                    f"{exc}; install nvidia-ml-py",
-                ) from None
-        return self._library
-
-    def available(self) -> bool:
-        try:
-            nvml = self._nvml()
-            nvml.nvmlInit()
-            nvml.nvmlShutdown()
-        except Exception:  # any failure means "not here"; discover() says why
-            return False
-        return True
-
-    def discover(self) -> list[DeviceInfo]:
-        nvml = self._nvml()
-        try:
-            nvml.nvmlInit()
-        except Exception as exc:
-            raise ProbeError(self.vendor, "nvmlInit", _failure(exc), str(exc)) from None
-        try:
-            return self._discover(nvml)
-        finally:
-            try:
-                nvml.nvmlShutdown()
-            except Exception:
-                self.skipped.append("nvmlShutdown failed")
+    def read_devices(self, lib: Any) -> list[DeviceInfo]:
+        return self._discover(lib)
 
     def process_memory(self) -> dict[str, dict[int, int]]:
         """Device memory in MiB used by each process, per device UUID: ``{uuid: {pid: mib}}``.
@@ -71,12 +42,7 @@ class NvmlProbe:
         The agent compares this with what a job was given. Processes NVML reports without a
         figure (``usedGpuMemory`` None, e.g. under MIG without permission) are left out.
         """
-        nvml = self._nvml()
-        try:
-            nvml.nvmlInit()
-        except Exception as exc:
-            raise ProbeError(self.vendor, "nvmlInit", _failure(exc), str(exc)) from None
-        try:
+        with self.session() as nvml:
             usage: dict[str, dict[int, int]] = {}
             for i in range(nvml.nvmlDeviceGetCount()):
                 handle = nvml.nvmlDeviceGetHandleByIndex(i)
@@ -86,9 +52,7 @@ class NvmlProbe:
                     "nvmlDeviceGetComputeRunningProcesses",
                     "nvmlDeviceGetGraphicsRunningProcesses",
                 ):
-                    procs = self._optional(
-                        lambda r=read, h=handle: getattr(nvml, r)(h), f"{uuid} {read}"
-                    )
+                    procs = self.optional(partial(getattr(nvml, read), handle), f"{uuid} {read}")
                     for proc in procs or ():
                         used = getattr(proc, "usedGpuMemory", None)
                         if used is not None:
@@ -97,24 +61,19 @@ class NvmlProbe:
                             )
                 usage[uuid] = per_pid
             return usage
-        finally:
-            try:
-                nvml.nvmlShutdown()
-            except Exception:
-                self.skipped.append("nvmlShutdown failed")
 
     # ------------------------------------------------------------------ internals
     def _discover(self, nvml: Any) -> list[DeviceInfo]:
         self.skipped = []
-        driver = self._optional(lambda: _text(nvml.nvmlSystemGetDriverVersion()), "driver version")
-        cuda_raw = self._optional(nvml.nvmlSystemGetCudaDriverVersion, "CUDA driver version")
+        driver = self.optional(lambda: _text(nvml.nvmlSystemGetDriverVersion()), "driver version")
+        cuda_raw = self.optional(nvml.nvmlSystemGetCudaDriverVersion, "CUDA driver version")
         runtimes = {"cuda": f"{cuda_raw // 1000}.{cuda_raw % 1000 // 10}"} if cuda_raw else {}
         handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
         bus_to_uuid = {}
         infos: list[dict[str, Any]] = []
         for index, handle in enumerate(handles):
             uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-            bus = self._optional(lambda h=handle: _text(nvml.nvmlDeviceGetPciInfo(h).busId), "pci")
+            bus = self.optional(partial(_bus_id, nvml, handle), "pci")
             if bus:
                 bus_to_uuid[bus.lower()] = uuid
             infos.append({"index": index, "handle": handle, "uuid": uuid})
@@ -136,16 +95,16 @@ class NvmlProbe:
         h, uuid = info["handle"], info["uuid"]
         name = _text(nvml.nvmlDeviceGetName(h))
         memory = nvml.nvmlDeviceGetMemoryInfo(h)
-        util = self._optional(lambda: nvml.nvmlDeviceGetUtilizationRates(h).gpu, f"{uuid} util")
-        power_mw = self._optional(lambda: nvml.nvmlDeviceGetPowerUsage(h), f"{uuid} power")
-        temperature = self._optional(
+        util = self.optional(lambda: nvml.nvmlDeviceGetUtilizationRates(h).gpu, f"{uuid} util")
+        power_mw = self.optional(lambda: nvml.nvmlDeviceGetPowerUsage(h), f"{uuid} power")
+        temperature = self.optional(
             lambda: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU), f"{uuid} temp"
         )
-        sms = self._optional(
+        sms = self.optional(
             lambda: nvml.nvmlDeviceGetAttributes(h).multiprocessorCount, f"{uuid} SM count"
         )
-        numa = self._optional(lambda: nvml.nvmlDeviceGetNumaNodeId(h), f"{uuid} NUMA node")
-        mig = self._optional(lambda: nvml.nvmlDeviceGetMigMode(h)[0], f"{uuid} MIG mode")
+        numa = self.optional(lambda: nvml.nvmlDeviceGetNumaNodeId(h), f"{uuid} NUMA node")
+        mig = self.optional(lambda: nvml.nvmlDeviceGetMigMode(h)[0], f"{uuid} MIG mode")
         health, detail = self._health(nvml, h, uuid)
         return DeviceInfo(
             vendor=self.vendor,
@@ -198,13 +157,6 @@ class NvmlProbe:
             return Health.UNHEALTHY, "row remapping pending: reset needed"
         return Health.HEALTHY, ""
 
-    def _optional(self, read: Any, what: str) -> Any:
-        try:
-            return read()
-        except Exception as exc:
-            self.skipped.append(f"{what}: {exc}")
-            return None
-
 
 def _components(peers: dict[str, tuple[str, ...]]) -> dict[str, str]:
     """NVLink-connected components with more than one GPU, named nvlink-0, nvlink-1, ... in UUID
@@ -225,12 +177,3 @@ def _components(peers: dict[str, tuple[str, ...]]) -> dict[str, str]:
             seen[uuid] = f"nvlink-{count}"
         count += 1
     return seen
-
-
-def _failure(exc: Exception) -> ProbeFailure:
-    text = str(exc).lower()
-    if "permission" in text or "insufficient" in text:
-        return ProbeFailure.PERMISSION
-    if "library" in text or "not found" in text:
-        return ProbeFailure.LIBRARY_MISSING
-    return ProbeFailure.TOOL_FAILED
