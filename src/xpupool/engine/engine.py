@@ -72,7 +72,7 @@ class Engine:
         """Place every replica of ``req`` and commit; see the module docstring for gang semantics.
 
         ``within`` (``[N, W]``) restricts the devices further, e.g. to an admitted quota flavour;
-        an explanation then counts devices outside it as not allowed by their model.
+        a refusal then counts nodes whose devices lie outside it (``Reason.OUTSIDE_ASSIGNMENT``).
         """
         profile = self._profile(req.node_policy) if req.node_policy else self.profile
         with Transaction(self.state) as txn:
@@ -92,10 +92,8 @@ class Engine:
 
     def explain(self, req: Request) -> Unschedulable | None:
         """Why one replica of ``req`` fits nowhere right now, or None if it fits. Changes nothing."""
-        ctx = self.pipeline.context(req)
-        if self.pipeline.filter(ctx).any():
-            return None
-        return self.pipeline.explain(ctx)
+        ctx = self.feasible(req)
+        return None if ctx.node_fit.any() else self.pipeline.explain(ctx)
 
     def feasible(self, req: Request) -> Context:
         """Filter only (for fronts that score or bind elsewhere): ``ctx.node_fit`` is the answer."""
@@ -193,16 +191,13 @@ class Engine:
     ) -> list[int]:
         """The request's device policy if it names one; else the heaviest scorer's own choice
         when it makes one (FGD picks the GPU it scored); else the profile's device policy."""
-        if ctx.req.device_policy is None:
-            for scorer, _ in sorted(scorers, key=lambda sw: -sw[1]):
-                pick = getattr(
-                    scorer, "pick", None
-                )  # DevicePicker; isinstance on a Protocol is slow
-                if pick is not None:
-                    columns: list[int] | None = pick(ctx, node)
-                    if columns is not None:
-                        return columns
-                break
+        if ctx.req.device_policy is None and scorers:
+            heaviest = max(scorers, key=lambda sw: sw[1])[0]
+            pick = getattr(heaviest, "pick", None)  # a DevicePicker (see scorers/base.py)
+            if pick is not None:
+                columns: list[int] | None = pick(ctx, node)
+                if columns is not None:
+                    return columns
         return pick_devices(ctx, node, ctx.req.device_policy or profile.device_policy)
 
     def _profile(self, name: str) -> Profile:

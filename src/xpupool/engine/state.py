@@ -275,7 +275,7 @@ class ClusterState:
     def remove_node(self, name: str) -> None:
         """Take a node out of scheduling for good. Refuses while allocations still use it."""
         i = self._node(name)
-        if any(a.node_index == i for a in self.live.values()):
+        if self.node_allocations[i]:
             raise Conflict(f"node {name!r} still holds allocations")
         self.node_alive[i] = False
         self._refresh_derived()

@@ -7,7 +7,7 @@ Weights live in profiles (``engine/profile.py``), never in scorers.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from xpupool.engine.context import Context
 from xpupool.engine.state import FloatArray
@@ -35,7 +35,6 @@ class Scorer(Protocol):
     def score(self, ctx: Context) -> FloatArray: ...
 
 
-@runtime_checkable
 class DevicePicker(Protocol):
     """A scorer that rates a node by a particular choice of devices also makes that choice.
 

@@ -26,7 +26,6 @@ from xpupool.engine.fragmentation import (
     IndexArray,
     NodeView,
     ShapeTable,
-    TargetWorkload,
     shape_fits,
 )
 from xpupool.engine.scorers.base import ScorerEnv
@@ -48,7 +47,6 @@ class Fgd:
     def __init__(self, env: ScorerEnv) -> None:
         if env.workload is None:
             raise ValueError("the fgd scorer needs a target workload (Engine(..., workload=...))")
-        self.workload: TargetWorkload = env.workload
         self.frag = FragmentationCache(env.pipeline.state, env.pipeline, env.workload)
         self._cache: dict[tuple[object, ...], _Cached] = {}
         self._epoch = -1
