@@ -41,6 +41,52 @@ def demo(policy: str, cluster: str | None) -> None:
 
 
 @main.command()
+@click.option("--data", default=".xpupool", show_default=True, type=click.Path(file_okay=False))
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--cluster",
+    type=click.Path(exists=True, dir_okay=False),
+    help="YAML cluster file of simulated nodes to add (see examples/cluster-mixed.yaml)",
+)
+@click.option("--db", help="SQLAlchemy URL instead of DATA/state.db (e.g. PostgreSQL)")
+@click.option("--policy", default="binpack", show_default=True, help="default placement profile")
+@click.option("--heartbeat", default=5.0, show_default=True, help="agent heartbeat period, s")
+@click.option(
+    "--lost-after", default=30.0, show_default=True, help="silence before a node is lost, s"
+)
+@click.option("--agent/--no-agent", default=True, show_default=True, help="in-process local agent")
+def up(
+    data: str,
+    host: str,
+    port: int,
+    cluster: str | None,
+    db: str | None,
+    policy: str,
+    heartbeat: float,
+    lost_after: float,
+    agent: bool,
+) -> None:
+    """Start the control plane: REST API, scheduler, SQLite state, metrics, local agent."""
+    from pathlib import Path
+
+    from xpupool.server.up import UpConfig, serve
+
+    cfg = UpConfig(
+        data=Path(data),
+        host=host,
+        port=port,
+        cluster=Path(cluster) if cluster else None,
+        db=db,
+        profile=policy,
+        heartbeat_s=heartbeat,
+        lost_after_s=lost_after,
+        agent=agent,
+    )
+    serve(cfg, click.echo)
+
+
+@main.command()
 @click.argument("text")
 def spec(text: str) -> None:
     """Show the JSON request that a compact device spec stands for, e.g. 'A100:80GB:2'."""

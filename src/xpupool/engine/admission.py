@@ -72,6 +72,7 @@ class Refusal:
 
     queue: str
     reason: str
+    capacity_only: bool = False  # every flavour had quota but no room: preemption may help
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,10 +103,11 @@ class Admission:
             outcome = self._place(req, spec, ANY, None)
             if outcome.placement.allocations:
                 return outcome
-            return Refusal(queue, outcome.placement.failures[0].message)
+            return Refusal(queue, outcome.placement.failures[0].message, capacity_only=True)
         ctx = self.engine.pipeline.context(req)
         eligible = self.engine.pipeline.eligible(ctx)
         reasons = []
+        quota_short = False
         for flavor in flavors:
             mask = eligible & self.flavor_mask(flavor)
             if not mask.any():
@@ -113,6 +115,7 @@ class Admission:
             short = self._short_of(spec, flavor, self._demand(req, mask))
             if short:
                 reasons.append(f"{flavor}: {short}")
+                quota_short = True
                 continue
             outcome = self._place(req, spec, flavor, mask)
             if outcome.placement.allocations:  # placed, fully or (without gang) in part
@@ -120,7 +123,16 @@ class Admission:
             reasons.append(f"{flavor}: {outcome.placement.failures[0].message}")
         if not reasons:
             return Refusal(queue, "no flavour of this queue has devices the request can use")
-        return Refusal(queue, "; ".join(reasons))
+        return Refusal(queue, "; ".join(reasons), capacity_only=not quota_short)
+
+    def restore(
+        self, alloc: Allocation, queue: str, flavor: str, *, in_engine: bool = True
+    ) -> None:
+        """Re-charge an allocation admitted earlier (a server restarting from its store, or queues
+        redefined); ``in_engine`` also re-applies it to the engine's state."""
+        if in_engine:
+            self.engine.restore(alloc)
+        self._charge(alloc, self._queue(queue).name, flavor)
 
     def release(self, alloc: Allocation | int) -> None:
         """Release an admitted allocation in the engine and return its charge to its queue."""
@@ -231,15 +243,18 @@ class Admission:
     ) -> Admitted:
         placement = self.engine.place(req, within=mask)
         for alloc in placement.allocations:
-            charge = {
-                Resource.DEVICES: len(alloc.devices),
-                Resource.DEVICE_MEMORY_MIB: sum(s.memory_mib for s in alloc.devices),
-                Resource.CORES_PERMILLE: sum(s.core_permille for s in alloc.devices),
-            }
-            for resource, amount in charge.items():
-                self.usage[spec.name][(flavor, resource)] += amount
-            self._charged[alloc.id] = (spec.name, flavor, charge)
+            self._charge(alloc, spec.name, flavor)
         return Admitted(spec.name, flavor, placement)
+
+    def _charge(self, alloc: Allocation, queue: str, flavor: str) -> None:
+        charge = {
+            Resource.DEVICES: len(alloc.devices),
+            Resource.DEVICE_MEMORY_MIB: sum(s.memory_mib for s in alloc.devices),
+            Resource.CORES_PERMILLE: sum(s.core_permille for s in alloc.devices),
+        }
+        for resource, amount in charge.items():
+            self.usage[queue][(flavor, resource)] += amount
+        self._charged[alloc.id] = (queue, flavor, charge)
 
     def _queue(self, name: str) -> QueueSpec:
         try:

@@ -1,0 +1,158 @@
+"""Prometheus metrics for the server, read from live state at scrape time (no double books).
+
+A reading an agent could not take is absent from the scrape, never zero (issue 6). Names follow
+Prometheus conventions: base units (bytes, seconds, ratios), ``_total`` for counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from xpupool.server.plane import ControlPlane
+
+MIB = 1 << 20
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class PlaneCollector(Collector):
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        from xpupool.server.services import fleet
+
+        p = self.plane
+        dev_labels = ["node", "site", "uuid", "vendor", "model"]
+        g = {
+            "alloc_mem": GaugeMetricFamily(
+                "xpupool_device_memory_allocated_bytes",
+                "Device memory granted to jobs.",
+                labels=dev_labels,
+            ),
+            "total_mem": GaugeMetricFamily(
+                "xpupool_device_memory_total_bytes", "Device memory capacity.", labels=dev_labels
+            ),
+            "alloc_cores": GaugeMetricFamily(
+                "xpupool_device_cores_allocated_ratio",
+                "Share of the device's compute granted to jobs (0..1).",
+                labels=dev_labels,
+            ),
+            "used_mem": GaugeMetricFamily(
+                "xpupool_device_memory_used_bytes",
+                "Device memory in use, as the probe reads it.",
+                labels=dev_labels,
+            ),
+            "util": GaugeMetricFamily(
+                "xpupool_device_utilization_ratio",
+                "Device busy ratio (0..1), as the probe reads it.",
+                labels=dev_labels,
+            ),
+            "power": GaugeMetricFamily(
+                "xpupool_device_power_watts", "Board power draw.", labels=dev_labels
+            ),
+            "temp": GaugeMetricFamily(
+                "xpupool_device_temperature_celsius", "Device temperature.", labels=dev_labels
+            ),
+            "health": GaugeMetricFamily(
+                "xpupool_device_healthy", "1 if the device is healthy, else 0.", labels=dev_labels
+            ),
+        }
+        for d in fleet.list_devices(p):
+            lv = [d.node, d.site, d.uuid, d.vendor, d.canonical_model or d.model]
+            g["alloc_mem"].add_metric(lv, d.allocated_memory_mib * MIB)
+            g["total_mem"].add_metric(lv, d.memory_mib * MIB)
+            g["alloc_cores"].add_metric(lv, d.allocated_core_permille / 1000)
+            g["health"].add_metric(lv, 1.0 if d.healthy else 0.0)
+            m = d.metrics
+            if m is None:
+                continue
+            if m.memory_used_mib is not None:
+                g["used_mem"].add_metric(lv, m.memory_used_mib * MIB)
+            if m.utilization_pct is not None:
+                g["util"].add_metric(lv, m.utilization_pct / 100)
+            if m.power_w is not None:
+                g["power"].add_metric(lv, m.power_w)
+            if m.temperature_c is not None:
+                g["temp"].add_metric(lv, m.temperature_c)
+        yield from g.values()
+
+        node_up = GaugeMetricFamily(
+            "xpupool_node_ready", "1 if the node is ready, 0 if lost.", labels=["node", "site"]
+        )
+        node_sched = GaugeMetricFamily(
+            "xpupool_node_schedulable",
+            "1 if new work may land on the node.",
+            labels=["node", "site"],
+        )
+        node_cpu = GaugeMetricFamily(
+            "xpupool_node_cpu_allocated_cores",
+            "CPU granted to jobs, cores.",
+            labels=["node", "site"],
+        )
+        for n in fleet.list_nodes(p):
+            node_up.add_metric([n.name, n.site], 1.0 if n.status == "ready" else 0.0)
+            node_sched.add_metric([n.name, n.site], 1.0 if n.schedulable else 0.0)
+            node_cpu.add_metric([n.name, n.site], n.cpu_allocated_milli / 1000)
+        yield from (node_up, node_sched, node_cpu)
+
+        pending = GaugeMetricFamily(
+            "xpupool_queue_pending_jobs", "Jobs waiting in the queue.", labels=["queue", "tenant"]
+        )
+        running = GaugeMetricFamily(
+            "xpupool_queue_running_jobs", "Jobs holding devices.", labels=["queue", "tenant"]
+        )
+        quota = GaugeMetricFamily(
+            "xpupool_queue_quota_used",
+            "Quota charged, in the resource's unit.",
+            labels=["queue", "tenant", "flavor", "resource"],
+        )
+        nominal = GaugeMetricFamily(
+            "xpupool_queue_quota_nominal",
+            "Nominal quota, in the resource's unit.",
+            labels=["queue", "tenant", "flavor", "resource"],
+        )
+        with p.lock:
+            for name, spec in p.queue_specs.items():
+                pending.add_metric(
+                    [name, spec.tenant], sum(1 for j in p.pending.values() if j.queue == name)
+                )
+                running.add_metric(
+                    [name, spec.tenant], sum(1 for j in p.held.values() if j.queue == name)
+                )
+                usage = p.admission.usage.get(name, {})
+                for q in spec.quotas:
+                    lv = [name, spec.tenant, q.flavor, q.resource.value]
+                    quota.add_metric(lv, usage.get((q.flavor, q.resource), 0))
+                    nominal.add_metric(lv, q.nominal)
+        yield from (pending, running, quota, nominal)
+
+
+def make_registry(plane: ControlPlane) -> CollectorRegistry:
+    """A registry of its own per server (tests run several in one process)."""
+    registry = CollectorRegistry()
+    registry.register(PlaneCollector(plane))
+    latency = Histogram(
+        "xpupool_scheduling_latency_seconds",
+        "From submission (or requeue) to placement.",
+        buckets=LATENCY_BUCKETS,
+        registry=registry,
+    )
+    pass_time = Histogram(
+        "xpupool_scheduling_pass_seconds",
+        "Duration of one scheduling pass.",
+        buckets=LATENCY_BUCKETS,
+        registry=registry,
+    )
+
+    def observe(event: str, seconds: float) -> None:
+        if event == "scheduled":
+            latency.observe(max(seconds, 0.0))
+        elif event == "pass":
+            pass_time.observe(seconds)
+
+    plane.observers.append(observe)
+    return registry

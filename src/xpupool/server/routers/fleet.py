@@ -1,0 +1,60 @@
+"""/v1/nodes, /v1/devices, /v1/sites."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+
+from xpupool.server import schemas as s
+from xpupool.server.routers.deps import Admin, Plane, User
+from xpupool.server.services import fleet
+
+router = APIRouter(prefix="/v1", tags=["fleet"])
+NodeName = Annotated[str, Path(max_length=63)]
+Uuid = Annotated[str, Path(max_length=200)]
+
+
+@router.get("/nodes", response_model=list[s.Node])
+def list_nodes(
+    plane: Plane, _: User, site: Annotated[str | None, Query(max_length=63)] = None
+) -> list[s.Node]:
+    return fleet.list_nodes(plane, site)
+
+
+@router.get("/nodes/{name}", response_model=s.Node)
+def get_node(name: NodeName, plane: Plane, _: User) -> s.Node:
+    return fleet.node_view(plane, name)
+
+
+@router.post("/nodes/{name}/cordon", response_model=s.Node)
+def cordon_node(name: NodeName, plane: Plane, _: Admin) -> s.Node:
+    """No new work lands on the node; what runs there stays."""
+    return fleet.cordon_node(plane, name, True)
+
+
+@router.post("/nodes/{name}/uncordon", response_model=s.Node)
+def uncordon_node(name: NodeName, plane: Plane, _: Admin) -> s.Node:
+    return fleet.cordon_node(plane, name, False)
+
+
+@router.get("/devices", response_model=list[s.Device])
+def list_devices(
+    plane: Plane, _: User, node: Annotated[str | None, Query(max_length=63)] = None
+) -> list[s.Device]:
+    return fleet.list_devices(plane, node)
+
+
+@router.post("/devices/{uuid}/cordon", response_model=s.Device)
+def cordon_device(uuid: Uuid, plane: Plane, _: Admin) -> s.Device:
+    return fleet.cordon_device(plane, uuid, True)
+
+
+@router.post("/devices/{uuid}/uncordon", response_model=s.Device)
+def uncordon_device(uuid: Uuid, plane: Plane, _: Admin) -> s.Device:
+    return fleet.cordon_device(plane, uuid, False)
+
+
+@router.get("/sites", response_model=list[s.Site])
+def list_sites(plane: Plane, _: User) -> list[s.Site]:
+    return fleet.list_sites(plane)

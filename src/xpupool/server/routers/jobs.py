@@ -1,0 +1,56 @@
+"""/v1/jobs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+from fastapi.responses import PlainTextResponse
+
+from xpupool.server import schemas as s
+from xpupool.server.routers.deps import Plane, User
+from xpupool.server.services import jobs
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+JobId = Annotated[int, Path(ge=1, le=1 << 62)]
+
+
+@router.post("", status_code=201, response_model=s.Job)
+def submit(body: s.JobIn, plane: Plane, me: User) -> s.Job:
+    """Submit a job. It is stored before the answer; the scheduler places it right after."""
+    return jobs.submit(plane, me, body)
+
+
+@router.get("", response_model=list[s.Job])
+def list_jobs(
+    plane: Plane,
+    me: User,
+    state: s.JobState | None = None,
+    queue: Annotated[str | None, Query(max_length=63)] = None,
+    tenant: Annotated[str | None, Query(max_length=63, description="Admin only")] = None,
+    limit: Annotated[int, Query(ge=1, le=jobs.MAX_LIST)] = 100,
+) -> list[s.Job]:
+    """Newest first."""
+    return jobs.list_jobs(plane, me, state=state, queue=queue, tenant=tenant, limit=limit)
+
+
+@router.get("/{job_id}", response_model=s.Job)
+def get_job(job_id: JobId, plane: Plane, me: User) -> s.Job:
+    return jobs.get(plane, me, job_id)
+
+
+@router.post("/{job_id}/cancel", response_model=s.Job)
+def cancel(job_id: JobId, plane: Plane, me: User) -> s.Job:
+    return jobs.cancel(plane, me, job_id)
+
+
+@router.get("/{job_id}/logs", response_class=PlainTextResponse)
+def logs(
+    job_id: JobId,
+    plane: Plane,
+    me: User,
+    replica: Annotated[int, Query(ge=0, le=10_000)] = 0,
+    offset: Annotated[int, Query(ge=0, le=1 << 50)] = 0,
+) -> str:
+    """Captured stdout and stderr of one replica, from byte ``offset`` (up to 4 MiB)."""
+    return jobs.logs(plane, me, job_id, replica, offset)

@@ -1,0 +1,61 @@
+"""/v1/tenants, /v1/tokens and /v1/queues."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+
+from xpupool.server import schemas as s
+from xpupool.server.routers.deps import Admin, Plane, User
+from xpupool.server.services import tenants
+
+router = APIRouter(prefix="/v1", tags=["tenants and queues"])
+NameParam = Annotated[str, Path(pattern=s.NAME_PATTERN, max_length=63)]
+
+
+@router.post("/tenants", status_code=201, response_model=s.Tenant)
+def create_tenant(body: s.TenantIn, plane: Plane, _: Admin) -> s.Tenant:
+    """Create a tenant and its default queue (same name, no quota)."""
+    return tenants.create_tenant(plane, body)
+
+
+@router.get("/tenants", response_model=list[s.Tenant])
+def list_tenants(plane: Plane, _: Admin) -> list[s.Tenant]:
+    return tenants.list_tenants(plane)
+
+
+@router.post("/tenants/{tenant}/tokens", status_code=201, response_model=s.Token)
+def issue_token(tenant: NameParam, body: s.TokenIn, plane: Plane, _: Admin) -> s.Token:
+    """Issue a token; the secret is in the answer once and never again."""
+    return tenants.issue_token(plane, tenant, body)
+
+
+@router.get("/tokens", response_model=list[s.Token])
+def list_tokens(plane: Plane, _: Admin) -> list[s.Token]:
+    return tenants.list_tokens(plane)
+
+
+@router.delete("/tokens/{token_id}", status_code=204)
+def revoke_token(token_id: Annotated[int, Path(ge=1, le=1 << 62)], plane: Plane, me: Admin) -> None:
+    tenants.revoke_token(plane, token_id, me)
+
+
+@router.put("/queues/{name}", response_model=s.Queue)
+def put_queue(name: NameParam, body: s.QueueIn, plane: Plane, _: Admin) -> s.Queue:
+    """Create or replace a queue and its quotas."""
+    if body.name != name:
+        from xpupool.model.errors import RequestError
+
+        raise RequestError("name", body.name, f"must match the path ({name!r})")
+    return tenants.put_queue(plane, body)
+
+
+@router.get("/queues", response_model=list[s.Queue])
+def list_queues(plane: Plane, me: User) -> list[s.Queue]:
+    return tenants.list_queues(plane, me)
+
+
+@router.get("/queues/{name}", response_model=s.Queue)
+def get_queue(name: NameParam, plane: Plane, me: User) -> s.Queue:
+    return tenants.get_queue(plane, name, me)

@@ -1,0 +1,205 @@
+"""The scheduling loop: admit pending jobs in fair-share order, place them, persist, preempt.
+
+One pass takes the pending jobs that could have become placeable since they last failed, orders
+them by dominant resource fairness, then priority, then age (``Admission.order``), and admits each
+through the engine. Jobs that do not fit are skipped, not waited on (Kueue's BestEffortFIFO), so a
+large job never blocks small ones behind it. A job refused for capacity alone may preempt
+lower-priority jobs (``engine/preempt.py`` picks the minimal victims per replica); victims are
+stopped and requeued, and the preemptor is placed once their devices are free.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import replace
+
+from sqlalchemy import Connection, insert
+
+from xpupool.engine.admission import Admitted, Refusal
+from xpupool.engine.preempt import PreemptionPlan
+from xpupool.model.allocation import Allocation
+from xpupool.server import schemas as s
+from xpupool.server.plane import ControlPlane, HeldJob, PendingJob, allocation_to_dict
+from xpupool.server.storage.jobs import allocations as t_allocs
+
+log = logging.getLogger("xpupool.scheduler")
+
+
+def schedule_pass(plane: ControlPlane) -> int:
+    """One pass; returns how many jobs were placed. Thread-safe."""
+    with plane.lock:
+        candidates = [p for p in plane.pending.values() if p.tried != plane.capacity_gen]
+        if not candidates:
+            return 0
+        order = plane.admission.order([(p.request, p.queue) for p in candidates])
+        placed = 0
+        with plane.db.begin() as conn:
+            for i in order:
+                job = candidates[i]
+                if _try_admit(plane, conn, job):
+                    placed += 1
+        return placed
+
+
+def _try_admit(plane: ControlPlane, conn: Connection, job: PendingJob) -> bool:
+    gen = plane.capacity_gen
+    try:
+        outcome = plane.admission.admit(job.request, job.queue)
+    except Exception as exc:  # a request the engine rejects outright stays pending with the reason
+        log.exception("job %d: admission failed", job.id)
+        _still_pending(plane, conn, job, gen, f"cannot be scheduled: {exc}")
+        return False
+    if isinstance(outcome, Admitted) and outcome.placement.ok:
+        _record_placement(plane, conn, job, outcome)
+        return True
+    if isinstance(outcome, Admitted):  # partial placement cannot happen for a gang; be safe
+        for alloc in outcome.placement.allocations:
+            plane.admission.release(alloc.id)
+    reason = (
+        outcome.reason if isinstance(outcome, Refusal) else outcome.placement.failures[0].message
+    )
+    if isinstance(outcome, Refusal) and outcome.capacity_only:
+        victims = _preemption_victims(plane, job)
+        if victims:
+            _preempt(plane, conn, job, victims)
+            reason = f"{reason}; preempting {len(victims)} lower-priority job(s)"
+    _still_pending(plane, conn, job, gen, reason)
+    return False
+
+
+def _still_pending(
+    plane: ControlPlane, conn: Connection, job: PendingJob, gen: int, reason: str
+) -> None:
+    job.tried = gen
+    if reason != job.reason:
+        job.reason = reason
+        from sqlalchemy import update
+
+        from xpupool.server.storage.jobs import jobs as t_jobs
+
+        conn.execute(update(t_jobs).where(t_jobs.c.id == job.id).values(reason=reason))
+
+
+def _record_placement(
+    plane: ControlPlane, conn: Connection, job: PendingJob, outcome: Admitted
+) -> None:
+    allocs = list(outcome.placement.allocations)
+    plane.pending.pop(job.id, None)
+    plane.held[job.id] = HeldJob(
+        job.id,
+        job.tenant,
+        job.queue,
+        outcome.flavor,
+        job.priority,
+        s.JobState.SCHEDULED,
+        allocs,
+    )
+    conn.execute(
+        insert(t_allocs),
+        [
+            {
+                "id": a.id,
+                "job_id": job.id,
+                "replica": a.replica,
+                "node": a.node,
+                "queue": job.queue,
+                "flavor": outcome.flavor,
+                "data": allocation_to_dict(a),
+            }
+            for a in allocs
+        ],
+    )
+    plane.set_state(
+        conn, job.id, s.JobState.ADMITTED, f"queue {job.queue}, flavour {outcome.flavor}"
+    )
+    nodes = sorted({a.node for a in allocs})
+    plane.set_state(
+        conn, job.id, s.JobState.SCHEDULED, f"on {', '.join(nodes)}", flavor=outcome.flavor
+    )
+    plane.notify("scheduled", plane.clock() - job.created_at)
+
+
+def _preemption_victims(plane: ControlPlane, job: PendingJob) -> list[HeldJob]:
+    """Jobs to stop so that every replica of ``job`` fits, or [] if that cannot work.
+
+    Plans one replica at a time (the engine's minimal, deterministic choice), releasing each plan's
+    victims in a trial so the next replica sees the room they leave; the trial is rolled back."""
+    one = replace(job.request, replicas=1, gang=False)
+    lower = any(h.priority < job.priority and not h.stopping for h in plane.held.values())
+    if not lower:
+        return []
+    alloc_job = {a.id: h for h in plane.held.values() for a in h.allocations}
+    released: list[tuple[Allocation, HeldJob]] = []
+    victims: dict[int, HeldJob] = {}
+    try:
+        for _ in range(job.request.replicas):
+            plan: PreemptionPlan | None = plane.engine.plan_preemption(one)
+            if plan is None:
+                return []
+            for alloc in plan.victims:
+                holder = alloc_job[alloc.id]
+                if holder.stopping:
+                    return []
+                victims[holder.id] = holder
+                for a in holder.allocations:  # a victim job goes as a whole
+                    if a.id in plane.engine.state.live:
+                        plane.admission.release(a.id)
+                        released.append((a, holder))
+            # the freed room is now taken by this replica in the trial, so the next plans elsewhere
+            trial = plane.engine.place(one)
+            released.extend((a, _TRIAL) for a in trial.allocations)
+            if not trial.ok:
+                return []
+        return list(victims.values())
+    finally:
+        for alloc, holder in reversed(released):
+            if holder is _TRIAL:
+                plane.engine.state.revert(alloc.id)
+            else:
+                plane.admission.restore(alloc, holder.queue, holder.flavor)
+
+
+_TRIAL = HeldJob(-1, "", "", "", 0, s.JobState.SCHEDULED, [])
+
+
+def _preempt(plane: ControlPlane, conn: Connection, by: PendingJob, victims: list[HeldJob]) -> None:
+    """Stop ``victims`` for ``by``: release at once what runs nowhere yet, else ask agents to stop."""
+    for victim in victims:
+        reason = f"preempted by job {by.id} (priority {by.priority} > {victim.priority})"
+        if victim.state is s.JobState.RUNNING:
+            victim.stopping, victim.stop_reason = "preempt", reason
+            conn.execute(_reason_update(victim.id, f"stopping: {reason}"))
+        else:
+            plane.requeue(conn, victim, reason)
+
+
+def _reason_update(job_id: int, reason: str):  # type: ignore[no-untyped-def]
+    from sqlalchemy import update
+
+    from xpupool.server.storage.jobs import jobs as t_jobs
+
+    return update(t_jobs).where(t_jobs.c.id == job_id).values(reason=reason)
+
+
+class SchedulerThread(threading.Thread):
+    """Runs a pass whenever woken (a submission, a release, a node change) and every ``period_s``."""
+
+    def __init__(self, plane: ControlPlane, period_s: float = 1.0) -> None:
+        super().__init__(name="xpupool-scheduler", daemon=True)
+        self.plane = plane
+        self.period_s = period_s
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            self.plane.wake.wait(self.period_s)
+            self.plane.wake.clear()
+            try:
+                schedule_pass(self.plane)
+            except Exception:
+                log.exception("scheduling pass failed")
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.plane.wake.set()

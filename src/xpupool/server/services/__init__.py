@@ -1,0 +1,1 @@
+"""What the API does, one module per group; routers only parse, authorize and call these."""

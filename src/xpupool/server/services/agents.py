@@ -1,0 +1,165 @@
+"""The agent protocol: heartbeats carry metrics and replica reports; the reply says what to run
+and what to stop. The server decides, the agent acts and reports back; devices of a stopped job
+are freed only when the agent reports its processes gone. A node that misses heartbeats for
+``lost_after_s`` is marked lost: its jobs are requeued or marked lost, per the job's policy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, select, update
+
+from xpupool.model.errors import NotFound
+from xpupool.server import schemas as s
+from xpupool.server.plane import ControlPlane, HeldJob
+from xpupool.server.services.jobs import assignment
+from xpupool.server.storage.fleet import nodes as t_nodes
+from xpupool.server.storage.jobs import jobs as t_jobs
+
+MAX_LOG_CHUNK = 1 << 20
+
+
+def heartbeat(plane: ControlPlane, body: s.Heartbeat) -> s.HeartbeatReply:
+    now = plane.clock()
+    with plane.write() as conn:
+        rec = plane.nodes.get(body.node)
+        if rec is None:
+            raise NotFound("node", body.node)
+        rec.last_heartbeat = now
+        conn.execute(update(t_nodes).where(t_nodes.c.name == body.node).values(last_heartbeat=now))
+        if rec.status is s.NodeStatus.LOST:
+            rec.status = s.NodeStatus.READY
+            conn.execute(update(t_nodes).where(t_nodes.c.name == body.node).values(status="ready"))
+            if not rec.cordoned:
+                plane.engine.state.set_node_schedulable(body.node, True)
+                plane.bump()
+        for m in body.metrics:
+            plane.metrics[m.uuid] = m
+        for report in body.replicas:
+            _apply_report(plane, conn, body.node, report)
+        return _reply(plane, body.node)
+
+
+def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: s.ReplicaReport) -> None:
+    job = plane.held.get(r.job_id)
+    if job is None or not any(a.replica == r.replica and a.node == node for a in job.allocations):
+        return  # a replica the server no longer gives this node: the reply tells the agent to stop
+    if job.replica_states.get(r.replica) == r.state:
+        return
+    job.replica_states[r.replica] = r.state
+    if r.exit_code is not None:
+        job.exit_codes[r.replica] = r.exit_code
+    replicas = {a.replica for a in job.allocations}
+    states = [job.replica_states.get(i) for i in replicas]
+    if r.state == "running" and job.state is not s.JobState.RUNNING:
+        job.state = s.JobState.RUNNING
+        plane.set_state(conn, job.id, s.JobState.RUNNING, f"started on {node} (pid {r.pid})")
+    finished = all(st in ("succeeded", "failed", "stopped") for st in states)
+    if r.state == "failed" and job.stopping is None and not finished:
+        job.stopping, job.stop_reason = "failed", f"replica {r.replica} failed ({r.exit_code})"
+        return
+    if not finished:
+        return
+    if job.stopping == "preempt":
+        plane.requeue(conn, job, job.stop_reason)
+    elif job.stopping == "cancel":
+        plane.release_job(conn, job)
+        plane.set_state(conn, job.id, s.JobState.CANCELLED, job.stop_reason)
+    elif job.stopping == "lost":
+        pass  # handled by the lost-node path
+    else:
+        failed = [i for i in replicas if job.replica_states.get(i) != "succeeded"]
+        code = max((job.exit_codes.get(i, 0) for i in replicas), key=abs, default=0)
+        plane.release_job(conn, job)
+        if failed:
+            plane.set_state(
+                conn,
+                job.id,
+                s.JobState.FAILED,
+                job.stop_reason or f"replica {failed[0]} exited with {code}",
+                exit_code=code,
+            )
+        else:
+            plane.set_state(
+                conn, job.id, s.JobState.SUCCEEDED, "all replicas exited 0", exit_code=0
+            )
+
+
+def _reply(plane: ControlPlane, node: str) -> s.HeartbeatReply:
+    run: list[s.Work] = []
+    stop: list[tuple[int, int]] = []
+    rows: dict[int, Any] = {}
+    held_here = [(job, a) for job in plane.held.values() for a in job.allocations if a.node == node]
+    if held_here:
+        ids = sorted({job.id for job, _ in held_here})
+        with plane.db.connect() as conn:
+            for row in conn.execute(select(t_jobs).where(t_jobs.c.id.in_(ids))).mappings():
+                rows[row["id"]] = row
+    for job, alloc in held_here:
+        if job.stopping is not None:
+            if job.replica_states.get(alloc.replica) not in ("succeeded", "failed", "stopped"):
+                stop.append((job.id, alloc.replica))
+            continue
+        if job.replica_states.get(alloc.replica) in ("succeeded", "failed", "stopped"):
+            continue
+        row = rows[job.id]
+        run.append(
+            s.Work(
+                job_id=job.id,
+                replica=alloc.replica,
+                name=str(row["name"]),
+                command=list(row["command"]),
+                image=row["image"],
+                env=dict(row["env"]),
+                assignment=assignment(plane, alloc),
+            )
+        )
+    return s.HeartbeatReply(run=run, stop=stop, heartbeat_s=plane.heartbeat_s)
+
+
+def append_log(plane: ControlPlane, node: str, job_id: int, replica: int, chunk: bytes) -> None:
+    """Agents ship captured output here; only the node running that replica may write it."""
+    with plane.lock:
+        job = plane.held.get(job_id)
+        if job is None or not any(a.node == node and a.replica == replica for a in job.allocations):
+            raise NotFound("replica", f"{job_id}/{replica} on {node}")
+    path = plane.log_path(job_id, replica)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("ab") as f:
+        f.write(chunk[:MAX_LOG_CHUNK])
+
+
+def mark_lost_nodes(plane: ControlPlane) -> list[str]:
+    """Mark agent nodes silent for longer than ``lost_after_s`` as lost and deal with their jobs:
+    requeue (the default) or fail with state 'lost'. Returns the nodes newly marked."""
+    now = plane.clock()
+    lost: list[str] = []
+    with plane.write() as conn:
+        for name, rec in plane.nodes.items():
+            if rec.source != "agent" or rec.status is s.NodeStatus.LOST:
+                continue
+            if rec.last_heartbeat is not None and now - rec.last_heartbeat <= plane.lost_after_s:
+                continue
+            rec.status = s.NodeStatus.LOST
+            conn.execute(update(t_nodes).where(t_nodes.c.name == name).values(status="lost"))
+            plane.engine.state.set_node_schedulable(name, False)
+            lost.append(name)
+            victims: list[HeldJob] = [
+                j for j in plane.held.values() if any(a.node == name for a in j.allocations)
+            ]
+            for job in victims:
+                reason = f"node {name} lost (no heartbeat for {plane.lost_after_s:g} s)"
+                policy = conn.execute(
+                    select(t_jobs.c.on_node_lost).where(t_jobs.c.id == job.id)
+                ).scalar_one()
+                if job.stopping == "cancel":
+                    plane.release_job(conn, job)
+                    plane.set_state(
+                        conn, job.id, s.JobState.CANCELLED, f"{job.stop_reason}; {reason}"
+                    )
+                elif policy == "requeue" or job.stopping == "preempt":
+                    plane.requeue(conn, job, reason)
+                else:
+                    plane.release_job(conn, job)
+                    plane.set_state(conn, job.id, s.JobState.LOST, reason)
+    return lost

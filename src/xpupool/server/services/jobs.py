@@ -1,0 +1,227 @@
+"""Jobs: submit, read, list, cancel, logs. A tenant sees only its own jobs; another tenant's job
+is 'not found' (404), so ids leak nothing. Submission commits before it answers, so an
+acknowledged job survives a crash; placement happens in the scheduling loop right after."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from sqlalchemy import Connection, insert, select, update
+
+from xpupool.model.errors import Conflict, NotFound, RequestError
+from xpupool.model.request import Request
+from xpupool.model.request_json import request_from_dict, request_to_dict
+from xpupool.model.spec import parse_spec
+from xpupool.server import schemas as s
+from xpupool.server.auth import Principal
+from xpupool.server.plane import ControlPlane, PendingJob, check_request_names, gang_request
+from xpupool.server.storage.jobs import job_events as t_events
+from xpupool.server.storage.jobs import jobs as t_jobs
+
+MAX_LIST = 1000
+
+
+def _request(body: s.JobIn) -> Request:
+    """The engine request the body names; errors carry the body path (``request.devices.memory``)."""
+    try:
+        if body.spec is not None:
+            req = parse_spec(body.spec)
+        elif body.request is not None:
+            req = request_from_dict(body.request)
+        else:
+            req = Request()
+    except RequestError as exc:
+        raise exc.under("spec" if body.spec is not None else "request") from None
+    return req
+
+
+def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
+    if me.is_admin:
+        if body.tenant is None:
+            raise RequestError("tenant", None, "the admin must name the tenant to submit for")
+        tenant = body.tenant
+    else:
+        if body.tenant is not None and body.tenant != me.tenant:
+            raise RequestError("tenant", body.tenant, "a tenant token submits only for itself")
+        assert me.tenant is not None
+        tenant = me.tenant
+    req = _request(body)
+    queue = body.queue or (req.queue if req.queue != "default" else tenant)
+    priority = body.priority if body.priority is not None else req.priority
+    req = replace(req, queue=queue, priority=priority)
+    now = plane.clock()
+    with plane.write() as conn:
+        spec = plane.queue_specs.get(queue)
+        if spec is None or spec.tenant != tenant:
+            raise RequestError("queue", queue, f"no queue of that name for tenant {tenant!r}")
+        check_request_names(plane.engine, req)
+        job_id = int(
+            conn.execute(
+                insert(t_jobs).values(
+                    name=body.name or "",
+                    tenant=tenant,
+                    queue=queue,
+                    state=s.JobState.PENDING.value,
+                    reason="waiting for the scheduler",
+                    priority=priority,
+                    request=request_to_dict(req),
+                    command=body.command,
+                    image=body.image,
+                    env=body.env,
+                    on_node_lost=body.on_node_lost,
+                    attempts=0,
+                    created_at=now,
+                    updated_at=now,
+                )
+            ).inserted_primary_key[0]  # type: ignore[index]
+        )
+        name = body.name or f"job-{job_id}"
+        req = replace(req, name=name)
+        conn.execute(
+            update(t_jobs)
+            .where(t_jobs.c.id == job_id)
+            .values(name=name, request=request_to_dict(req))
+        )
+        conn.execute(
+            insert(t_events).values(
+                job_id=job_id, at=now, state=s.JobState.PENDING.value, reason="submitted"
+            )
+        )
+        plane.pending[job_id] = PendingJob(job_id, tenant, queue, priority, gang_request(req), now)
+    plane.wake.set()
+    return get(plane, me, job_id)
+
+
+def _row(conn: Connection, me: Principal, job_id: int) -> Any:
+    row = conn.execute(select(t_jobs).where(t_jobs.c.id == job_id)).mappings().first()
+    if row is None or (not me.is_admin and row["tenant"] != me.tenant):
+        raise NotFound("job", str(job_id))
+    return row
+
+
+def get(plane: ControlPlane, me: Principal, job_id: int) -> s.Job:
+    with plane.db.connect() as conn:
+        row = _row(conn, me, job_id)
+        events = conn.execute(
+            select(t_events).where(t_events.c.job_id == job_id).order_by(t_events.c.id)
+        ).mappings()
+        job = view(plane, row)
+        job.events = [s.JobEvent.model_validate(dict(e)) for e in events]
+    return job
+
+
+def list_jobs(
+    plane: ControlPlane,
+    me: Principal,
+    *,
+    state: s.JobState | None = None,
+    queue: str | None = None,
+    tenant: str | None = None,
+    limit: int = 100,
+) -> list[s.Job]:
+    q = select(t_jobs).order_by(t_jobs.c.id.desc()).limit(min(limit, MAX_LIST))
+    if not me.is_admin:
+        q = q.where(t_jobs.c.tenant == me.tenant)
+    elif tenant is not None:
+        q = q.where(t_jobs.c.tenant == tenant)
+    if state is not None:
+        q = q.where(t_jobs.c.state == state.value)
+    if queue is not None:
+        q = q.where(t_jobs.c.queue == queue)
+    with plane.db.connect() as conn:
+        rows = conn.execute(q).mappings().all()
+    return [view(plane, r) for r in rows]
+
+
+def view(plane: ControlPlane, row: Any) -> s.Job:
+    """The API form of a job row, with its live assignment when it holds devices."""
+    assignments: list[s.ReplicaAssignment] = []
+    with plane.lock:
+        held = plane.held.get(row["id"])
+        if held is not None:
+            assignments = [assignment(plane, a) for a in held.allocations]
+    return s.Job(
+        id=row["id"],
+        name=row["name"],
+        tenant=row["tenant"],
+        queue=row["queue"],
+        state=s.JobState(row["state"]),
+        reason=row["reason"],
+        priority=row["priority"],
+        request=row["request"],
+        command=row["command"],
+        image=row["image"],
+        env=row["env"],
+        on_node_lost=row["on_node_lost"],
+        flavor=row["flavor"],
+        assignments=assignments,
+        exit_code=row["exit_code"],
+        attempts=row["attempts"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def assignment(plane: ControlPlane, alloc: Any) -> s.ReplicaAssignment:
+    rec = plane.nodes.get(alloc.node)
+    by_uuid = {d.uuid: d for d in rec.node.devices} if rec else {}
+    devices = []
+    for share in alloc.devices:
+        d = by_uuid.get(share.uuid)
+        devices.append(
+            s.DeviceAssignment(
+                uuid=share.uuid,
+                index=d.index if d else -1,
+                vendor=d.vendor if d else "",
+                model=d.model if d else "",
+                memory_mib=share.memory_mib,
+                core_permille=share.core_permille,
+                card_memory_mib=d.memory_mib if d else 0,
+            )
+        )
+    return s.ReplicaAssignment(
+        replica=alloc.replica,
+        allocation_id=alloc.id,
+        node=alloc.node,
+        cpu_milli=alloc.cpu_milli,
+        memory_mib=alloc.memory_mib,
+        devices=devices,
+    )
+
+
+def cancel(plane: ControlPlane, me: Principal, job_id: int) -> s.Job:
+    """Pending or placed-but-not-started jobs are cancelled at once; running ones are stopped by
+    their agent first and cancelled when their processes are gone (their devices stay held)."""
+    with plane.write() as conn:
+        row = _row(conn, me, job_id)
+        state = s.JobState(row["state"])
+        if state in s.FINAL_STATES:
+            raise Conflict(f"job {job_id} is already {state.value}")
+        if state is s.JobState.PENDING:
+            plane.pending.pop(job_id, None)
+            plane.set_state(conn, job_id, s.JobState.CANCELLED, "cancelled by user")
+        else:
+            held = plane.held[job_id]
+            if held.state is s.JobState.RUNNING:
+                held.stopping, held.stop_reason = "cancel", "cancelled by user"
+                conn.execute(
+                    update(t_jobs)
+                    .where(t_jobs.c.id == job_id)
+                    .values(reason="stopping: cancelled by user")
+                )
+            else:
+                plane.release_job(conn, held)
+                plane.set_state(conn, job_id, s.JobState.CANCELLED, "cancelled by user")
+    return get(plane, me, job_id)
+
+
+def logs(plane: ControlPlane, me: Principal, job_id: int, replica: int, offset: int) -> str:
+    with plane.db.connect() as conn:
+        _row(conn, me, job_id)
+    path = plane.log_path(job_id, replica)
+    if not path.exists():
+        return ""
+    with path.open("rb") as f:
+        f.seek(max(offset, 0))
+        return f.read(4 << 20).decode(errors="replace")

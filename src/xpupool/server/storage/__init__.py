@@ -1,0 +1,1 @@
+"""Durable state: SQLAlchemy tables split by group, one writer (the server process)."""

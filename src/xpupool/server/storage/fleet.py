@@ -1,0 +1,30 @@
+"""Nodes as registered (by an agent or a cluster file), with their devices and cordons.
+
+Devices live in the node row as JSON: a node registers and changes as a whole, and the engine
+rebuilds its columns from whole nodes. Live metrics are not stored: they are minutes old at best.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import JSON, BigInteger, Boolean, Column, Float, String, Table
+
+from xpupool.server.storage.meta import metadata
+
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("name", String(63), primary_key=True),
+    Column("site", String(63), nullable=False),
+    Column("source", String(10), nullable=False),  # agent | cluster
+    Column("status", String(10), nullable=False),  # ready | lost
+    Column("schedulable", Boolean, nullable=False, default=True),
+    Column("cpu_milli", BigInteger, nullable=False),
+    Column("memory_mib", BigInteger, nullable=False),
+    Column("labels", JSON, nullable=False),
+    Column("arch", String(40), nullable=False, default=""),
+    Column("os", String(200), nullable=False, default=""),
+    Column("devices", JSON, nullable=False),  # [DeviceIn as dict]
+    Column("cordoned_devices", JSON, nullable=False),  # [uuid]
+    Column("last_heartbeat", Float, nullable=True),
+    Column("registered_at", Float, nullable=False),
+)

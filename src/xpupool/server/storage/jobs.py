@@ -1,0 +1,58 @@
+"""Jobs, their state-transition events and the allocations the engine made for them.
+
+An allocation row is written in the same transaction as the job's move to ``scheduled``, and deleted
+in the same transaction as the move out of a holding state, so after any crash the rows are exactly
+what the engine must restore: no device is allocated twice and none is leaked.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import JSON, Column, Float, ForeignKey, Index, Integer, String, Table, Text
+
+from xpupool.server.storage.meta import metadata
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(200), nullable=False),
+    Column("tenant", String(63), ForeignKey("tenants.name"), nullable=False),
+    Column("queue", String(63), ForeignKey("queues.name"), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("reason", Text, nullable=False, default=""),
+    Column("priority", Integer, nullable=False, default=0),
+    Column("request", JSON, nullable=False),  # request_to_dict(Request)
+    Column("command", JSON, nullable=False),
+    Column("image", String(500), nullable=True),
+    Column("env", JSON, nullable=False),
+    Column("on_node_lost", String(10), nullable=False),
+    Column("flavor", String(63), nullable=True),
+    Column("exit_code", Integer, nullable=True),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Index("ix_jobs_state", "state"),
+    Index("ix_jobs_tenant_state", "tenant", "state"),
+)
+
+job_events = Table(
+    "job_events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", Integer, ForeignKey("jobs.id"), nullable=False, index=True),
+    Column("at", Float, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("reason", Text, nullable=False),
+)
+
+allocations = Table(
+    "allocations",
+    metadata,
+    Column("id", Integer, primary_key=True),  # the engine's allocation id
+    Column("job_id", Integer, ForeignKey("jobs.id"), nullable=False, index=True),
+    Column("replica", Integer, nullable=False),
+    Column("node", String(63), nullable=False, index=True),
+    Column("queue", String(63), nullable=False),
+    Column("flavor", String(63), nullable=False),
+    Column("data", JSON, nullable=False),  # the Allocation, field by field
+)
