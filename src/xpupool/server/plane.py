@@ -66,6 +66,7 @@ class PendingJob:
     created_at: float
     tried: int = -1
     reason: str = ""
+    waiting_on: set[int] = field(default_factory=set)  # victims it preempted, still stopping
 
 
 @dataclass
@@ -84,6 +85,12 @@ class HeldJob:
     exit_codes: dict[int, int] = field(default_factory=dict)
     stopping: str | None = None
     stop_reason: str = ""
+    handed: set[int] = field(default_factory=set)  # replicas handed to an agent: may be running
+
+    @property
+    def may_run(self) -> bool:
+        """True once an agent may have started a process: stopping must then wait for it."""
+        return self.state is s.JobState.RUNNING or bool(self.handed)
 
 
 class ControlPlane:

@@ -59,7 +59,10 @@ def _try_admit(plane: ControlPlane, conn: Connection, job: PendingJob) -> bool:
     reason = (
         outcome.reason if isinstance(outcome, Refusal) else outcome.placement.failures[0].message
     )
-    if isinstance(outcome, Refusal) and outcome.capacity_only:
+    job.waiting_on &= {h.id for h in plane.held.values() if h.stopping == "preempt"}
+    if job.waiting_on:  # its victims are still stopping: do not pick more
+        reason = f"{reason}; waiting for preempted job(s) {sorted(job.waiting_on)} to stop"
+    elif isinstance(outcome, Refusal) and outcome.capacity_only:
         victims = _preemption_victims(plane, job)
         if victims:
             _preempt(plane, conn, job, victims)
@@ -167,8 +170,9 @@ def _preempt(plane: ControlPlane, conn: Connection, by: PendingJob, victims: lis
     """Stop ``victims`` for ``by``: release at once what runs nowhere yet, else ask agents to stop."""
     for victim in victims:
         reason = f"preempted by job {by.id} (priority {by.priority} > {victim.priority})"
-        if victim.state is s.JobState.RUNNING:
+        if victim.may_run:
             victim.stopping, victim.stop_reason = "preempt", reason
+            by.waiting_on.add(victim.id)
             conn.execute(_reason_update(victim.id, f"stopping: {reason}"))
         else:
             plane.requeue(conn, victim, reason)

@@ -37,7 +37,14 @@ def heartbeat(plane: ControlPlane, body: s.Heartbeat) -> s.HeartbeatReply:
             plane.metrics[m.uuid] = m
         for report in body.replicas:
             _apply_report(plane, conn, body.node, report)
-        return _reply(plane, body.node)
+        reply = _reply(plane, body.node)
+        # a process the server no longer gives this node (released while the agent started it,
+        # or from before a restart) must not go on using devices that others may now hold
+        given = {(w.job_id, w.replica) for w in reply.run} | set(reply.stop)
+        for r in body.replicas:
+            if r.state == "running" and (r.job_id, r.replica) not in given:
+                reply.stop.append((r.job_id, r.replica))
+        return reply
 
 
 def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: s.ReplicaReport) -> None:
@@ -103,6 +110,7 @@ def _reply(plane: ControlPlane, node: str) -> s.HeartbeatReply:
         if job.replica_states.get(alloc.replica) in ("succeeded", "failed", "stopped"):
             continue
         row = rows[job.id]
+        job.handed.add(alloc.replica)
         run.append(
             s.Work(
                 job_id=job.id,

@@ -203,7 +203,7 @@ def cancel(plane: ControlPlane, me: Principal, job_id: int) -> s.Job:
             plane.set_state(conn, job_id, s.JobState.CANCELLED, "cancelled by user")
         else:
             held = plane.held[job_id]
-            if held.state is s.JobState.RUNNING:
+            if held.may_run:
                 held.stopping, held.stop_reason = "cancel", "cancelled by user"
                 conn.execute(
                     update(t_jobs)
