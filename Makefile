@@ -16,7 +16,7 @@ $(STAMP): $(BIN)/python pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/xpupool demo
+	$(BIN)/xpupool up --cluster examples/cluster-mixed.yaml
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
