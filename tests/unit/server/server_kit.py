@@ -1,0 +1,173 @@
+"""The in-process control plane the server tests drive, and small API builders over it.
+
+A :class:`Server` is a real SQLite file in a temporary folder, no background threads (each test
+calls ``schedule`` itself, so every outcome is deterministic), and a clock the test moves by hand
+(heartbeats, lost nodes and event timestamps without sleeping). The builders are plain functions
+(STYLE.md section 6: factories, not fixture magic); each asserts the status it expects, so a failing
+setup names the step that failed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from xpupool.server.plane import ControlPlane
+from xpupool.server.scheduler_loop import schedule_pass
+from xpupool.server.services import tenants
+
+
+class FakeClock:
+    """Seconds since the epoch, moved only by ``advance``; starts at a round number."""
+
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass
+class Server:
+    """One plane, its app and the admin's client; ``as_(token)`` gives a client for another token."""
+
+    plane: ControlPlane
+    client: TestClient
+    admin_token: str
+    clock: FakeClock
+    db_url: str
+    data: Path
+
+    def as_(self, token: str | None) -> dict[str, str]:
+        return {} if token is None else {"Authorization": f"Bearer {token}"}
+
+    @property
+    def admin(self) -> dict[str, str]:
+        return self.as_(self.admin_token)
+
+    def schedule(self) -> int:
+        return schedule_pass(self.plane)
+
+
+def open_server(data: Path, clock: FakeClock, **kwargs: object) -> tuple[ControlPlane, str | None]:
+    url = f"sqlite:///{data / 'state.db'}"
+    plane = ControlPlane(url, data, clock=clock, **kwargs)  # type: ignore[arg-type]
+    return plane, tenants.ensure_admin_token(plane)
+
+
+A100 = "NVIDIA A100-SXM4-80GB"
+L20 = "NVIDIA L20"
+
+
+def tenant(srv: Server, name: str, weight: float = 1.0) -> str:
+    """Create tenant ``name`` (and its default queue); return a tenant token for it."""
+    r = srv.client.post("/v1/tenants", json={"name": name, "weight": weight}, headers=srv.admin)
+    assert r.status_code == 201, r.text
+    r = srv.client.post(f"/v1/tenants/{name}/tokens", json={"name": "t"}, headers=srv.admin)
+    assert r.status_code == 201, r.text
+    return str(r.json()["token"])
+
+
+def queue(
+    srv: Server,
+    name: str,
+    owner: str,
+    quotas: list[dict[str, Any]],
+    cohort: str | None = None,
+) -> dict[str, Any]:
+    body = {"name": name, "tenant": owner, "quotas": quotas, "cohort": cohort}
+    r = srv.client.put(f"/v1/queues/{name}", json=body, headers=srv.admin)
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+def node_body(
+    name: str, count: int = 8, model: str = A100, memory_mib: int = 81920, vendor: str = "nvidia"
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "cpu_milli": 128_000,
+        "memory_mib": 1 << 20,
+        "devices": [
+            {
+                "uuid": f"{name}-gpu{i}",
+                "vendor": vendor,
+                "model": model,
+                "memory_mib": memory_mib,
+                "index": i,
+                "driver_version": "550.54.15",
+                "runtimes": {"cuda": "12.4"},
+            }
+            for i in range(count)
+        ],
+    }
+
+
+def node(srv: Server, name: str, **kwargs: Any) -> dict[str, Any]:
+    """Register an agent node through the API (admin token)."""
+    r = srv.client.post("/v1/agent/register", json=node_body(name, **kwargs), headers=srv.admin)
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+def submit(srv: Server, token: str, spec: str | None = None, **body: Any) -> dict[str, Any]:
+    if spec is not None:
+        body["spec"] = spec
+    r = srv.client.post("/v1/jobs", json=body, headers=srv.as_(token))
+    assert r.status_code == 201, r.text
+    return dict(r.json())
+
+
+def job(srv: Server, job_id: int, token: str | None = None) -> dict[str, Any]:
+    r = srv.client.get(f"/v1/jobs/{job_id}", headers=srv.as_(token or srv.admin_token))
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+def states(srv: Server, job_id: int) -> list[str]:
+    return [e["state"] for e in job(srv, job_id)["events"]]
+
+
+def heartbeat(
+    srv: Server, node_name: str, replicas: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    body = {"node": node_name, "replicas": replicas or []}
+    r = srv.client.post("/v1/agent/heartbeat", json=body, headers=srv.admin)
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+def report(job_id: int, replica: int, state: str, exit_code: int | None = None) -> dict[str, Any]:
+    return {"job_id": job_id, "replica": replica, "state": state, "exit_code": exit_code}
+
+
+def devices(srv: Server, node_name: str | None = None) -> list[dict[str, Any]]:
+    params = {} if node_name is None else {"node": node_name}
+    r = srv.client.get("/v1/devices", params=params, headers=srv.admin)
+    assert r.status_code == 200, r.text
+    return list(r.json())
+
+
+def queue_used(srv: Server, name: str) -> dict[tuple[str, str], int]:
+    r = srv.client.get(f"/v1/queues/{name}", headers=srv.admin)
+    assert r.status_code == 200, r.text
+    return {(q["flavor"], q["resource"]): q["used"] for q in r.json()["quotas"]}
+
+
+def row_counts(srv: Server) -> dict[str, int]:
+    """Rows per table, to show that a refused input stored nothing."""
+    from sqlalchemy import func, select
+
+    from xpupool.server.storage.meta import metadata
+
+    with srv.plane.db.connect() as conn:
+        return {
+            name: int(conn.execute(select(func.count()).select_from(table)).scalar_one())
+            for name, table in metadata.tables.items()
+        }

@@ -1,0 +1,216 @@
+"""Nodes, devices, agents and restarts: idempotent registration, heartbeats, lost nodes (with an
+injected clock), cordons, and a restart that rebuilds exactly the same state from the store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from server_kit import (
+    Server,
+    devices,
+    heartbeat,
+    job,
+    node,
+    node_body,
+    queue,
+    report,
+    row_counts,
+    submit,
+    tenant,
+)
+
+from xpupool.server.app import create_app
+from xpupool.server.plane import ControlPlane
+
+
+def test_register_twice_changes_nothing(server: Server) -> None:
+    node(server, "n1")
+    a = tenant(server, "a")
+    j = submit(server, a, "A100:2")
+    server.schedule()
+    before = row_counts(server)
+    gen = server.plane.capacity_gen
+    engine = server.plane.engine
+    again = node(server, "n1")
+    assert again["devices"] == 8 and again["devices_free"] == 6
+    assert row_counts(server) == before
+    assert server.plane.engine is engine and server.plane.capacity_gen == gen  # no rebuild
+    assert job(server, j["id"])["state"] == "scheduled"
+
+
+def test_reregister_with_other_devices_keeps_allocations_still_there(server: Server) -> None:
+    node(server, "n1", count=4)
+    a = tenant(server, "a")
+    j = submit(server, a, "A100:2")
+    server.schedule()
+    used = {d["uuid"] for d in devices(server) if d["jobs"]}
+    grown = node(server, "n1", count=8)
+    assert grown["devices"] == 8 and grown["devices_free"] == 6
+    assert {d["uuid"] for d in devices(server) if d["jobs"]} == used
+    assert len(job(server, j["id"])["assignments"][0]["devices"]) == 2
+
+
+def test_heartbeat_for_unknown_node_is_404(server: Server) -> None:
+    r = server.client.post("/v1/agent/heartbeat", json={"node": "ghost"}, headers=server.admin)
+    assert r.status_code == 404
+
+
+def test_heartbeat_tells_agent_to_stop_what_it_was_not_given(server: Server) -> None:
+    node(server, "n1", count=1)
+    reply = heartbeat(server, "n1", [report(777, 0, "running")])
+    assert reply["run"] == [] and reply["stop"] == [[777, 0]]
+
+
+def test_heartbeat_metrics_show_on_devices(server: Server) -> None:
+    node(server, "n1", count=1)
+    body = {"node": "n1", "metrics": [{"uuid": "n1-gpu0", "utilization_pct": 42.0}]}
+    assert server.client.post("/v1/agent/heartbeat", json=body, headers=server.admin).is_success
+    m = devices(server)[0]["metrics"]
+    assert m["utilization_pct"] == 42.0 and m["power_w"] is None
+    scrape = server.client.get("/metrics").text
+    assert 'xpupool_device_utilization_ratio{model="A100-SXM4-80GB"' in scrape or (
+        "xpupool_device_utilization_ratio{" in scrape
+    )
+    assert "xpupool_device_power_watts{" not in scrape  # unread is absent, not zero
+
+
+@pytest.mark.parametrize(("policy", "final"), [("requeue", "pending"), ("fail", "lost")])
+def test_lost_node_requeues_or_fails_per_job_policy(
+    server: Server, policy: str, final: str
+) -> None:
+    from xpupool.server.services.agents import mark_lost_nodes
+
+    node(server, "n1", count=2)
+    node(server, "n2", count=2)
+    a = tenant(server, "a")
+    j = submit(server, a, "A100:2", on_node_lost=policy)
+    server.schedule()
+    where = job(server, j["id"])["assignments"][0]["node"]
+    other = "n2" if where == "n1" else "n1"
+    heartbeat(server, where, [report(j["id"], 0, "running")])
+    server.clock.advance(20)
+    heartbeat(server, other)
+    assert mark_lost_nodes(server.plane) == []
+    server.clock.advance(15)  # where: 35 s silent > 30; other: 15 s
+    assert mark_lost_nodes(server.plane) == [where]
+    got = job(server, j["id"])
+    assert got["state"] == final and f"node {where} lost" in got["reason"]
+    assert got["attempts"] == (1 if policy == "requeue" else 0)
+    r = server.client.get(f"/v1/nodes/{where}", headers=server.admin).json()
+    assert r["status"] == "lost" and not r["schedulable"]
+    assert all(not d["jobs"] for d in devices(server))
+    server.schedule()
+    if policy == "requeue":  # placed again, on the node still alive
+        assert job(server, j["id"])["assignments"][0]["node"] == other
+    # the lost node comes back with a heartbeat
+    heartbeat(server, where)
+    r = server.client.get(f"/v1/nodes/{where}", headers=server.admin).json()
+    assert r["status"] == "ready" and r["schedulable"]
+
+
+def test_cluster_nodes_are_never_lost(server: Server) -> None:
+    from xpupool.model.device import Node
+    from xpupool.server.services import fleet
+    from xpupool.server.services.agents import mark_lost_nodes
+
+    fleet.register_many(server.plane, [Node("sim1", 1000, 1024)], source="cluster")
+    server.clock.advance(1000)
+    assert mark_lost_nodes(server.plane) == []
+
+
+def test_cordon_node_and_device(server: Server) -> None:
+    node(server, "n1", count=2)
+    node(server, "n2", count=2)
+    a = tenant(server, "a")
+    r = server.client.post("/v1/nodes/n1/cordon", headers=server.admin)
+    assert r.status_code == 200 and r.json()["schedulable"] is False
+    r = server.client.post("/v1/devices/n2-gpu0/cordon", headers=server.admin)
+    assert r.status_code == 200 and r.json()["cordoned"] is True
+    j = submit(server, a, "A100:2")
+    one = submit(server, a, "A100:1")
+    server.schedule()
+    assert job(server, j["id"])["state"] == "pending"
+    got = job(server, one["id"])
+    assert [d["uuid"] for d in got["assignments"][0]["devices"]] == ["n2-gpu1"]
+    server.client.post("/v1/devices/n2-gpu0/uncordon", headers=server.admin)
+    server.client.post("/v1/nodes/n1/uncordon", headers=server.admin)
+    server.schedule()
+    assert job(server, j["id"])["state"] == "scheduled"
+    for path in ["/v1/nodes/nope/cordon", "/v1/devices/nope/cordon", "/v1/nodes/nope"]:
+        method = "GET" if path == "/v1/nodes/nope" else "POST"
+        assert server.client.request(method, path, headers=server.admin).status_code == 404
+
+
+def test_sites_count_nodes_and_free_devices(server: Server) -> None:
+    body = node_body("n1", count=2) | {"site": "bj"}
+    server.client.post("/v1/agent/register", json=body, headers=server.admin)
+    node(server, "n2", count=1)
+    sites = server.client.get("/v1/sites", headers=server.admin).json()
+    assert [(s["name"], s["devices"], s["devices_free"]) for s in sites] == [
+        ("bj", 2, 2),
+        ("default", 1, 1),
+    ]
+
+
+def snapshot(srv: Server) -> dict[str, Any]:
+    """Everything a restart must keep: jobs (with events and assignments), devices, queues, and
+    the engine's free columns and live allocations."""
+    st = srv.plane.engine.state
+    admin = srv.admin
+    return {
+        "jobs": srv.client.get("/v1/jobs", headers=admin).json(),
+        "devices": srv.client.get("/v1/devices", headers=admin).json(),
+        "queues": srv.client.get("/v1/queues", headers=admin).json(),
+        "events": [
+            job(srv, j["id"])["events"] for j in srv.client.get("/v1/jobs", headers=admin).json()
+        ],
+        "pending": sorted(srv.plane.pending),
+        "held": sorted(srv.plane.held),
+        "live": sorted((a.id, a.node, a.devices) for a in st.live.values()),
+        "arrays": {
+            k: getattr(st, k).tolist()
+            for k in ("dev_mem_free", "dev_core_free", "node_cpu_free", "node_mem_free")
+        },
+        "usage": {q: dict(u) for q, u in srv.plane.admission.usage.items()},
+    }
+
+
+def test_restart_rebuilds_the_same_state(server: Server) -> None:
+    node(server, "n1")
+    node(server, "n2", count=4, model="NVIDIA L20", memory_mib=46068)
+    a, b = tenant(server, "a"), tenant(server, "b")
+    queue(server, "qa", "a", [{"flavor": "nvidia", "resource": "devices", "nominal": 6}])
+    running = submit(server, a, "A100:2", queue="qa")
+    submit(server, a, "A100 mem=20Gi cores=30%", queue="qa")
+    submit(server, b, "L20:1 replicas=2")
+    submit(server, a, "A100:4", queue="qa")  # over quota: pending
+    server.schedule()
+    where = job(server, running["id"])["assignments"][0]["node"]
+    heartbeat(server, where, [report(running["id"], 0, "running")])
+    cancelled = submit(server, b, "L20:1")
+    server.client.post(f"/v1/jobs/{cancelled['id']}/cancel", headers=server.admin)
+    before = snapshot(server)
+    assert len(before["held"]) == 3 and len(before["pending"]) == 1
+
+    server.client.close()
+    server.plane.db.dispose()
+    plane = ControlPlane(server.db_url, server.data, clock=server.clock)
+    restarted = Server(
+        plane,
+        TestClient(create_app(plane, background=False)),
+        server.admin_token,
+        server.clock,
+        server.db_url,
+        server.data,
+    )
+    with restarted.client:
+        assert snapshot(restarted) == before
+        # the rebuilt plane goes on: new allocations get fresh ids, nothing is placed twice
+        j = submit(restarted, b, "L20:1")
+        restarted.schedule()
+        assert job(restarted, j["id"])["state"] == "scheduled"
+        ids = [a.id for a in plane.engine.state.live.values()]
+        assert len(ids) == len(set(ids))
+    plane.db.dispose()
