@@ -1,0 +1,136 @@
+"""A real ``xpupool up`` in a subprocess on 127.0.0.1, for tests that need the whole server: crash
+and restart behaviour, concurrency through real sockets, agents and the CLI talking HTTP.
+
+    with ServerProc(tmp_path / "data", cluster=CLUSTER_MIXED) as srv:
+        httpx.get(f"{srv.url}/v1/nodes", headers=srv.headers())
+        srv.kill()       # SIGKILL: no shutdown hook runs, as in a crash
+        srv.start()      # same --data, a new free port
+
+Each start picks a free port, waits for ``/healthz`` and reads the admin token from
+``DATA/admin-token``. The process runs in its own session so that a kill reaches nothing else;
+``stop`` is SIGTERM then SIGKILL. Server output goes to ``DATA/server.log`` (shown when a start
+times out). ``agent=False`` (default) passes ``--no-agent``: simulated cluster nodes only.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER_MIXED = ROOT / "examples" / "cluster-mixed.yaml"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerProc:
+    def __init__(
+        self,
+        data: Path,
+        *,
+        cluster: Path | None = None,
+        agent: bool = False,
+        extra_args: tuple[str, ...] = (),
+        start_timeout_s: float = 60.0,
+    ) -> None:
+        self.data = data
+        self.cluster = cluster
+        self.agent = agent
+        self.extra_args = extra_args
+        self.start_timeout_s = start_timeout_s
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+        self.admin_token = ""
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def headers(self, token: str | None = None) -> dict[str, str]:
+        """Authorization for ``token`` (default: the admin's)."""
+        return {"Authorization": f"Bearer {token or self.admin_token}"}
+
+    def start(self) -> ServerProc:
+        """Start (or start again, on the same data) and wait until it answers."""
+        assert self.proc is None or self.proc.poll() is not None, "already running"
+        self.data.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        args = [
+            sys.executable,
+            "-c",
+            "from xpupool.cli import main; main()",
+            "up",
+            "--data",
+            str(self.data),
+            "--port",
+            str(self.port),
+        ]
+        if self.cluster is not None:
+            args += ["--cluster", str(self.cluster)]
+        if not self.agent:
+            args.append("--no-agent")
+        args += list(self.extra_args)
+        log = (self.data / "server.log").open("ab")
+        self.proc = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT
+        )
+        log.close()
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"xpupool up exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        else:
+            self.stop()
+            raise RuntimeError(
+                f"xpupool up did not answer in {self.start_timeout_s} s:\n{self.log()}"
+            )
+        self.admin_token = (self.data / "admin-token").read_text().strip()
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: nothing is flushed or closed by the server."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def log(self) -> str:
+        path = self.data / "server.log"
+        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+
+    def __enter__(self) -> ServerProc:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
