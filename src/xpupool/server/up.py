@@ -72,5 +72,13 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
     echo(f"state: {plane.db.url.render_as_string(hide_password=True)}")
     echo(f"nodes: {len(plane.nodes)}, devices: {plane.engine.state.n_devices}")
     echo(f"API: http://{cfg.host}:{cfg.port}/v1  docs: http://{cfg.host}:{cfg.port}/docs")
-    app = create_app(plane)
+    on_start: Callable[[], None] | None = None
+    on_stop: Callable[[], None] | None = None
+    if cfg.agent:
+        from xpupool.agent.inprocess import AgentThread, local_agent
+
+        agent = AgentThread(local_agent(plane, cfg.data / "agent"))
+        on_start, on_stop = agent.start, agent.stop
+        echo(f"agent: in-process, hosting {', '.join(n.name for n in agent.agent.nodes)}")
+    app = create_app(plane, on_start=on_start, on_stop=on_stop)
     uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False)

@@ -52,6 +52,8 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: s.Replica
     if job is None or not any(a.replica == r.replica and a.node == node for a in job.allocations):
         return  # a replica the server no longer gives this node: the reply tells the agent to stop
     if job.replica_states.get(r.replica) == r.state:
+        if r.state == "running" and r.reason and job.state is s.JobState.RUNNING:
+            _flag(plane, conn, job.id, f"replica {r.replica}: {r.reason}")
         return
     job.replica_states[r.replica] = r.state
     if r.exit_code is not None:
@@ -90,6 +92,14 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: s.Replica
             plane.set_state(
                 conn, job.id, s.JobState.SUCCEEDED, "all replicas exited 0", exit_code=0
             )
+
+
+def _flag(plane: ControlPlane, conn: Connection, job_id: int, reason: str) -> None:
+    """A running replica's problem (over its device memory): recorded once as the job's reason
+    and an event, not again while the agent keeps reporting the same text."""
+    current = conn.execute(select(t_jobs.c.reason).where(t_jobs.c.id == job_id)).scalar_one()
+    if current != reason:
+        plane.set_state(conn, job_id, s.JobState.RUNNING, reason)
 
 
 def _reply(plane: ControlPlane, node: str) -> s.HeartbeatReply:

@@ -1,0 +1,162 @@
+"""The agent loop: read the node, register what changed, heartbeat, act on the reply.
+
+One loop hosts one or more nodes (a standalone agent hosts its own host; the agent inside
+``xpupool up`` also hosts the cluster file's simulated nodes). Per node and period: read devices
+(a missing tool is logged, never fatal: the node registers with what was found), register again
+only when the inventory differs from what the server last accepted, ship new log bytes, then send
+one heartbeat with metrics and replica reports and start/stop what the reply says. Between
+heartbeats the loop polls its processes every ``poll_s`` and heartbeats early when a replica
+started or ended, so devices are freed as soon as a process is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from xpupool.agent.monitor import Monitor, device_metrics, over_limit
+from xpupool.agent.runner import FINAL, Runner
+from xpupool.agent.transport import Transport, TransportError
+from xpupool.model.errors import NotFound
+from xpupool.probes.base import DeviceInfo
+from xpupool.server.schemas import Heartbeat, NodeIn
+
+log = logging.getLogger("xpupool.agent")
+
+
+@dataclass
+class HostedNode:
+    """A node this agent speaks for. ``inventory`` builds its registration body from the devices
+    read this pass; None means the server registers the node itself (cluster-file nodes)."""
+
+    name: str
+    runner: Runner
+    monitor: Monitor | None = None
+    inventory: Callable[[list[DeviceInfo]], NodeIn] | None = None
+    registered: NodeIn | None = None
+    next_heartbeat: float = 0.0
+    states: dict[tuple[int, int], str] = field(default_factory=dict)
+
+
+class Agent:
+    def __init__(
+        self,
+        transport: Transport,
+        nodes: list[HostedNode],
+        *,
+        heartbeat_s: float = 5.0,
+        poll_s: float = 0.2,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.transport = transport
+        self.nodes = nodes
+        self.heartbeat_s = heartbeat_s
+        self.poll_s = poll_s
+        self.clock = clock
+
+    # ------------------------------------------------------------------ one node, one pass
+    def step(self, node: HostedNode, act: bool = True) -> None:
+        """One heartbeat for ``node``; transport failures are logged and retried next period.
+        ``act`` False (the last heartbeat before the agent exits) starts and stops nothing."""
+        metrics = []
+        if node.monitor is not None:
+            reading = node.monitor.read()
+            metrics = [device_metrics(d) for d in reading.devices]
+            if node.inventory is not None:
+                self._register(node, node.inventory(reading.devices))
+            if reading.process_memory is not None:
+                self._measure(node, reading.process_memory)
+        elif node.inventory is not None:
+            self._register(node, node.inventory([]))
+        if node.inventory is not None and node.registered is None:
+            return  # not registered yet: the server would answer 404
+        node.runner.poll()
+        node.runner.ship_logs(lambda job, replica, chunk: self._send_log(node, job, replica, chunk))
+        reports = node.runner.reports()
+        try:
+            body = Heartbeat(node=node.name, metrics=metrics, replicas=reports)
+            reply = self.transport.heartbeat(body)
+        except NotFound:
+            log.warning("server does not know node %s: registering again", node.name)
+            node.registered = None
+            return
+        except TransportError as exc:
+            log.warning("heartbeat of %s failed: %s", node.name, exc)
+            return
+        node.runner.acknowledge(reports)
+        self.heartbeat_s = reply.heartbeat_s
+        if not act:
+            return
+        for job_id, replica in reply.stop:
+            node.runner.stop(job_id, replica)
+        for work in reply.run:
+            node.runner.start(work)
+
+    def _register(self, node: HostedNode, body: NodeIn) -> None:
+        if body == node.registered:
+            return
+        try:
+            self.transport.register(body)
+        except (TransportError, NotFound) as exc:
+            log.warning("registration of %s failed: %s", node.name, exc)
+            return
+        what = "registered" if node.registered is None else "inventory changed, registered again"
+        log.info("%s %s: %d devices", node.name, what, len(body.devices))
+        node.registered = body
+        node.runner.node_vendors = tuple(sorted({d.vendor for d in body.devices}))
+
+    def _measure(self, node: HostedNode, usage: dict[str, dict[int, int]]) -> None:
+        assert node.monitor is not None
+        per_replica = node.monitor.replica_usage(node.runner.running_groups(), usage)
+        for key, used in per_replica.items():
+            rep = node.runner.replicas[key]
+            rep.memory_used_mib = used
+            flag = over_limit(rep.work, used)
+            if flag and flag != rep.flag:
+                log.warning("job %d replica %d on %s: %s", *key, node.name, flag)
+            rep.flag = flag
+
+    def _send_log(self, node: HostedNode, job_id: int, replica: int, chunk: bytes) -> None:
+        # NotFound: the server no longer holds that replica here; nobody will read these bytes
+        with contextlib.suppress(NotFound):
+            self.transport.append_log(node.name, job_id, replica, chunk)
+
+    @staticmethod
+    def _states(node: HostedNode) -> dict[tuple[int, int], str]:
+        return {key: rep.state for key, rep in node.runner.replicas.items()}
+
+    # ------------------------------------------------------------------ the loop
+    def tick(self) -> None:
+        """Poll every node's processes; heartbeat those that are due or whose replicas changed."""
+        now = self.clock()
+        for node in self.nodes:
+            node.runner.poll()
+            changed = self._states(node) != node.states
+            if changed or now >= node.next_heartbeat:
+                try:
+                    self.step(node)
+                except Exception:  # one node's bug must not stop the others
+                    log.exception("agent step for %s failed", node.name)
+                node.states = self._states(node)
+                node.next_heartbeat = self.clock() + self.heartbeat_s
+
+    def run(self, stop: threading.Event) -> None:
+        """Tick until ``stop`` is set, then stop every replica (SIGTERM, grace, SIGKILL) and send
+        a last heartbeat so the server learns they are gone."""
+        while not stop.is_set():
+            self.tick()
+            stop.wait(self.poll_s)
+        self.close()
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.runner.shutdown()
+            if any(rep.state in FINAL for rep in node.runner.replicas.values()):
+                try:
+                    self.step(node, act=False)
+                except Exception as exc:
+                    log.info("last heartbeat of %s not delivered: %s", node.name, exc)

@@ -1,0 +1,125 @@
+"""What the node's devices read now, and what each replica uses of them.
+
+Readings come from the same probes that build the inventory; a reading a probe cannot take stays
+None on the wire (absent from Prometheus, never a made-up zero) and its reason is logged once per
+device and metric. Where a probe can list device memory per process (NVML's running processes:
+``process_memory()``), the processes are mapped to replicas by process group and a replica using
+more than it was granted on a card is flagged: logged, and reported with the reason so the server
+records it on the job.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from xpupool.probes.base import DeviceInfo, Health, Probe, ProbeError
+from xpupool.probes.host import discover_host
+from xpupool.server.schemas import DeviceMetrics, Work
+
+log = logging.getLogger("xpupool.agent")
+
+ProcessMemory = Mapping[str, Mapping[int, int]]  # {uuid: {pid: MiB}}
+_FIELDS = ("memory_used_mib", "utilization_pct", "power_w", "temperature_c", "healthy")
+
+
+@dataclass(slots=True)
+class Reading:
+    """One pass over the probes: the devices found and what could not be read."""
+
+    devices: list[DeviceInfo] = field(default_factory=list)
+    failures: list[ProbeError] = field(default_factory=list)
+    process_memory: dict[str, dict[int, int]] | None = None  # None: no probe can tell
+
+
+def device_metrics(d: DeviceInfo) -> DeviceMetrics:
+    """The wire form of a device's live readings; unknown health is None, not healthy."""
+    return DeviceMetrics(
+        uuid=d.uuid,
+        memory_used_mib=d.memory_used_mib,
+        utilization_pct=d.utilization_pct,
+        power_w=d.power_watts,
+        temperature_c=d.temperature_c,
+        healthy=None if d.health is Health.UNKNOWN else d.health is Health.HEALTHY,
+    )
+
+
+class Monitor:
+    """Reads ``probes`` each pass; logs each distinct failure or missing metric once."""
+
+    def __init__(self, probes: Sequence[Probe], pgid_of: Callable[[int], int] = os.getpgid) -> None:
+        self.probes = list(probes)
+        self.pgid_of = pgid_of
+        self._logged: set[str] = set()
+
+    def _once(self, key: str, level: int, message: str, *args: object) -> None:
+        if key not in self._logged:
+            self._logged.add(key)
+            log.log(level, message, *args)
+
+    def read(self) -> Reading:
+        """Discover devices and, where a probe can, per-process device memory; never raises."""
+        found = discover_host(self.probes)
+        for exc in found.failures:
+            self._once(f"fail {exc}", logging.WARNING, "probe failed, devices left out: %s", exc)
+        reading = Reading(found.devices, found.failures)
+        reasons = [r for p in self.probes for r in getattr(p, "skipped", ()) or ()]
+        for d in found.devices:
+            m = device_metrics(d)
+            for name in _FIELDS:
+                if getattr(m, name) is None:
+                    why = next((r for r in reasons if r.startswith(d.uuid)), "not reported")
+                    self._once(
+                        f"{d.uuid} {name}",
+                        logging.INFO,
+                        "%s: %s cannot be read (%s); it is left out of metrics",
+                        d.uuid,
+                        name,
+                        why,
+                    )
+        for probe in self.probes:
+            read = getattr(probe, "process_memory", None)
+            if read is None or not any(d.vendor == probe.vendor for d in found.devices):
+                continue
+            try:
+                usage = read()
+            except Exception as exc:
+                self._once(f"procs {probe.vendor}", logging.INFO, "per-process memory: %s", exc)
+                continue
+            merged = reading.process_memory or {}
+            for uuid, per_pid in usage.items():
+                merged.setdefault(uuid, {}).update(per_pid)
+            reading.process_memory = merged
+        return reading
+
+    def replica_usage(
+        self, groups: Mapping[tuple[int, int], int], usage: ProcessMemory
+    ) -> dict[tuple[int, int], dict[str, int]]:
+        """Device memory per replica per card, MiB: the processes of each replica's group."""
+        by_group = {pgid: key for key, pgid in groups.items()}
+        out: dict[tuple[int, int], dict[str, int]] = {key: {} for key in groups}
+        for uuid, per_pid in usage.items():
+            for pid, mib in per_pid.items():
+                try:
+                    key = by_group.get(self.pgid_of(pid))
+                except OSError:
+                    continue  # gone, or another PID namespace (a container's)
+                if key is not None:
+                    out[key][uuid] = out[key].get(uuid, 0) + mib
+        return out
+
+
+def over_limit(work: Work, used: Mapping[str, int]) -> str:
+    """Why a replica uses more device memory than it was granted, or ""."""
+    parts = [
+        f"{d.uuid} {used[d.uuid]} MiB > {d.memory_mib} MiB granted"
+        for d in work.assignment.devices
+        if used.get(d.uuid, 0) > d.memory_mib
+    ]
+    granted = {d.uuid for d in work.assignment.devices}
+    parts += [
+        f"{u} {mib} MiB on a device not granted" for u, mib in used.items() if u not in granted
+    ]
+    return "over its device memory: " + "; ".join(parts) if parts else ""

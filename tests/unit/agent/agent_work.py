@@ -1,0 +1,52 @@
+"""Work items as the server would hand them, for the agent's unit tests."""
+
+from __future__ import annotations
+
+from xpupool.server.schemas import DeviceAssignment, ReplicaAssignment, Work
+
+
+def device(
+    index: int,
+    vendor: str = "nvidia",
+    memory_mib: int = 81920,
+    core_permille: int = 1000,
+    card_memory_mib: int = 81920,
+) -> DeviceAssignment:
+    return DeviceAssignment(
+        uuid=f"{vendor}-{index}",
+        index=index,
+        vendor=vendor,
+        model="card",
+        memory_mib=memory_mib,
+        core_permille=core_permille,
+        card_memory_mib=card_memory_mib,
+    )
+
+
+def work(
+    command: list[str],
+    *,
+    job_id: int = 7,
+    replica: int = 0,
+    allocation_id: int = 1,
+    devices: list[DeviceAssignment] | None = None,
+    image: str | None = None,
+    env: dict[str, str] | None = None,
+    node: str = "n1",
+) -> Work:
+    return Work(
+        job_id=job_id,
+        replica=replica,
+        name="t",
+        command=command,
+        image=image,
+        env=env or {},
+        assignment=ReplicaAssignment(
+            replica=replica,
+            allocation_id=allocation_id,
+            node=node,
+            cpu_milli=1000,
+            memory_mib=1024,
+            devices=devices or [],
+        ),
+    )
