@@ -310,3 +310,8 @@ def probe(fake_path: str | None, output: str) -> None:
         console.print(f"[yellow]{failure}[/]")
     if found.skipped:
         console.print(f"no library or tool for: {', '.join(found.skipped)}")
+
+
+from xpupool.agent.command import agent_command  # noqa: E402
+
+main.add_command(agent_command)
