@@ -1,0 +1,276 @@
+"""Submission -> scheduled latency and sustained submissions/s of the embedded control plane.
+
+    python bench/api.py --json                    # 200 nodes, 200 submissions/s for 15 s
+    python bench/api.py --rate 400 --seconds 10 --nodes 500
+
+Starts a real ``xpupool up --no-agent`` on 127.0.0.1 with a generated cluster file (``--nodes``
+simulated hosts x 8 cards over six models of five vendors), creates two tenants, and submits
+open-loop at ``--rate`` from several threads for ``--seconds``: each submission has a fixed send
+time, so a slow server makes the client late rather than the rate lower, and the lateness is
+reported. The stream mixes fractional (most), whole and two-card requests, sized so that the pool
+does not fill: every job should be placed. Reports, from each job's events, submission ->
+scheduled latency (scheduled.at - pending.at, server clock) p50/p99/max; the client's submit round
+trip p50/p99; submissions/s achieved; and anything lost (a 201 job missing or not scheduled).
+Goal (DESIGN.md section 7): p99 <= 50 ms at 200 submissions/s, nothing lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+# (name prefix, site, vendor, model, memory, driver, link group size)
+KINDS: tuple[tuple[str, str, str, str, str, str, int], ...] = (
+    ("a100", "bj", "nvidia", "NVIDIA A100-SXM4-80GB", "80Gi", "550.54.15", 4),
+    ("h100", "bj", "nvidia", "NVIDIA H100 80GB HBM3", "81559Mi", "560.35.03", 8),
+    ("l20", "sh", "nvidia", "NVIDIA L20", "46068Mi", "535.104.05", 0),
+    ("910b", "bj", "huawei", "910B3", "64Gi", "24.1.rc2", 8),
+    ("mlu", "sh", "cambricon", "MLU370-X8", "48Gi", "5.10.22", 4),
+    ("k100", "sh", "hygon", "K100_AI", "64Gi", "6.3.8", 0),
+)
+# (weight, spec): mostly fractional, some whole and two-card; far below the pool's capacity
+MIX: tuple[tuple[int, str], ...] = (
+    (30, "any:1 mem=4Gi cores=5%"),
+    (20, "nvidia:1 mem=8Gi cores=10%"),
+    (10, "A100 mem=10Gi cores=10%"),
+    (8, "910B3 mem=8Gi cores=10%"),
+    (6, "L20 mem=12Gi cores=25%"),
+    (5, "MLU370-X8 mem=6Gi cores=10%"),
+    (5, "K100_AI mem=8Gi cores=10%"),
+    (6, "H100:1"),
+    (4, "L20:1"),
+    (3, "A100:2"),
+    (3, "910B3:2"),
+)
+
+
+def cluster_yaml(nodes: int) -> str:
+    lines = ["nodes:"]
+    for k, (name, site, vendor, model, memory, driver, group) in enumerate(KINDS):
+        count = nodes // len(KINDS) + (1 if k < nodes % len(KINDS) else 0)
+        if count == 0:
+            continue
+        link = f", link_group_size: {group}" if group else ""
+        lines += [
+            f"  - name: {name}",
+            f"    count: {count}",
+            f"    site: {site}",
+            "    cpu: 128",
+            "    memory: 1Ti",
+            "    devices:",
+            f"      - {{vendor: {vendor}, model: '{model}', count: 8, memory: {memory}, "
+            f"driver: '{driver}'{link}}}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(data: Path, cluster: Path, port: int) -> subprocess.Popen[bytes]:
+    args = [sys.executable, "-c", "from xpupool.cli import main; main()", "up", "--no-agent"]
+    args += ["--data", str(data), "--port", str(port), "--cluster", str(cluster)]
+    log = (data / "server.log").open("ab")
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError((data / "server.log").read_text()[-3000:])
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise RuntimeError("xpupool up did not start in 120 s")
+
+
+@dataclass
+class Sent:
+    """What the submitting threads saw, appended under ``lock``."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    ids: list[int] = field(default_factory=list)
+    rtt_s: list[float] = field(default_factory=list)
+    late_s: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    first: float = float("inf")
+    last: float = 0.0
+
+
+def submitter(
+    url: str, token: str, worker: int, workers: int, rate: float, total: int, t0: float, out: Sent
+) -> None:
+    specs = [spec for weight, spec in MIX for _ in range(weight)]
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=30) as client:
+        for k in range(worker, total, workers):
+            due = t0 + k / rate
+            wait = due - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+            start = time.perf_counter()
+            body = {"spec": specs[(k * 7919) % len(specs)], "name": f"b{k}"}
+            try:
+                r = client.post("/v1/jobs", json=body)
+            except httpx.HTTPError as exc:
+                with out.lock:
+                    out.errors.append(repr(exc))
+                continue
+            end = time.perf_counter()
+            with out.lock:
+                out.late_s.append(max(start - due, 0.0))
+                out.first, out.last = min(out.first, start), max(out.last, end)
+                if r.status_code == 201:
+                    out.ids.append(int(r.json()["id"]))
+                    out.rtt_s.append(end - start)
+                else:
+                    out.errors.append(f"{r.status_code} {r.text[:200]}")
+
+
+def fetch_jobs(url: str, token: str, ids: list[int], threads: int = 8) -> list[dict[str, Any]]:
+    """Every job with its events (the listing leaves events out)."""
+    found: list[dict[str, Any]] = []
+    lock = threading.Lock()
+
+    def run(part: list[int]) -> None:
+        with httpx.Client(
+            base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+        ) as c:
+            for i in part:
+                r = c.get(f"/v1/jobs/{i}")
+                if r.status_code == 200:
+                    with lock:
+                        found.append(r.json())
+
+    ts = [threading.Thread(target=run, args=(ids[w::threads],)) for w in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return found
+
+
+def wait_settled(url: str, token: str, timeout_s: float = 60) -> int:
+    """Wait until no job is pending (or ``timeout_s``); return how many still are."""
+    deadline = time.monotonic() + timeout_s
+    pending = -1
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as c:
+        while time.monotonic() < deadline:
+            pending = len(c.get("/v1/jobs", params={"state": "pending", "limit": 1000}).json())
+            if pending == 0:
+                break
+            time.sleep(0.2)
+    return pending
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q) * 1000) if values else float("nan")
+
+
+def run(rate: float, seconds: float, nodes: int, workers: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="xpupool-bench-") as tmp:
+        data = Path(tmp) / "data"
+        data.mkdir()
+        cluster = Path(tmp) / "cluster.yaml"
+        cluster.write_text(cluster_yaml(nodes))
+        port = free_port()
+        proc = start_server(data, cluster, port)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            admin = (data / "admin-token").read_text().strip()
+            tokens = []
+            with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin}"}) as c:
+                for name in ("bench-a", "bench-b"):
+                    c.post("/v1/tenants", json={"name": name}).raise_for_status()
+                    r = c.post(f"/v1/tenants/{name}/tokens", json={"name": "bench"})
+                    tokens.append(r.raise_for_status().json()["token"])
+            total = int(rate * seconds)
+            sent = Sent()
+            t0 = time.perf_counter() + 0.2
+            threads = [
+                threading.Thread(
+                    target=submitter,
+                    args=(url, tokens[w % 2], w, workers, rate, total, t0, sent),
+                )
+                for w in range(workers)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            still_pending = wait_settled(url, admin)
+            jobs = fetch_jobs(url, admin, sent.ids)
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+    latency: list[float] = []
+    not_scheduled = 0
+    for j in jobs:
+        at = {e["state"]: e["at"] for e in reversed(j["events"])}  # first of each state
+        if j["state"] != "scheduled" or "scheduled" not in at:
+            not_scheduled += 1
+            continue
+        latency.append(at["scheduled"] - at["pending"])
+    elapsed = sent.last - sent.first
+    return {
+        "nodes": nodes,
+        "devices": nodes * 8,
+        "target_rate_per_s": rate,
+        "seconds": seconds,
+        "workers": workers,
+        "submitted": total,
+        "acknowledged": len(sent.ids),
+        "errors": len(sent.errors),
+        "first_errors": sent.errors[:3],
+        "achieved_rate_per_s": round(len(sent.ids) / elapsed, 1) if elapsed > 0 else None,
+        "client_late_p99_ms": round(pct(sent.late_s, 99), 2),
+        "submit_rtt_p50_ms": round(pct(sent.rtt_s, 50), 2),
+        "submit_rtt_p99_ms": round(pct(sent.rtt_s, 99), 2),
+        "scheduled_latency_p50_ms": round(pct(latency, 50), 2),
+        "scheduled_latency_p99_ms": round(pct(latency, 99), 2),
+        "scheduled_latency_max_ms": round(max(latency, default=float("nan")) * 1000, 2),
+        "lost": len(sent.ids) - len(jobs),
+        "not_scheduled": not_scheduled,
+        "pending_at_end": still_pending,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--rate", type=float, default=200.0, help="submissions per second")
+    parser.add_argument("--seconds", type=float, default=15.0, help="how long to submit")
+    parser.add_argument("--nodes", type=int, default=200, help="simulated nodes (8 cards each)")
+    parser.add_argument("--workers", type=int, default=8, help="submitting threads")
+    parser.add_argument("--json", action="store_true", help="one line of JSON")
+    args = parser.parse_args()
+    out = run(args.rate, args.seconds, args.nodes, args.workers)
+    print(json.dumps(out, indent=None if args.json else 2))
+
+
+if __name__ == "__main__":
+    main()
