@@ -1,0 +1,117 @@
+"""The agent loop against a recording transport: register on change, heartbeat, act, flag."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import ClassVar
+
+from agent_work import device, work
+
+from xpupool.agent import Agent, HostedNode, Monitor, Runner
+from xpupool.agent.inventory import node_in
+from xpupool.model.errors import NotFound
+from xpupool.probes.base import DeviceInfo
+from xpupool.server.schemas import Heartbeat, HeartbeatReply, NodeIn, Work
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.registered: list[NodeIn] = []
+        self.heartbeats: list[Heartbeat] = []
+        self.logs: list[bytes] = []
+        self.run: list[Work] = []
+        self.stop: list[tuple[int, int]] = []
+        self.forget = False
+
+    def register(self, node: NodeIn) -> None:
+        self.registered.append(node)
+
+    def heartbeat(self, body: Heartbeat) -> HeartbeatReply:
+        if self.forget:
+            self.forget = False
+            raise NotFound("node", body.node)
+        self.heartbeats.append(body)
+        reply = HeartbeatReply(run=self.run, stop=self.stop, heartbeat_s=0.1)
+        self.run, self.stop = [], []
+        return reply
+
+    def append_log(self, node: str, job_id: int, replica: int, chunk: bytes) -> None:
+        self.logs.append(chunk)
+
+
+class Cards:
+    """One card; its per-process memory puts every pid of the agent's replicas over the grant."""
+
+    vendor: ClassVar[str] = "nvidia"
+
+    def __init__(self) -> None:
+        self.count = 1
+        self.pids: list[int] = []
+
+    def available(self) -> bool:
+        return True
+
+    def discover(self) -> list[DeviceInfo]:
+        return [DeviceInfo("nvidia", "H100", f"GPU-{i}", i, 81559) for i in range(self.count)]
+
+    def process_memory(self) -> dict[str, dict[int, int]]:
+        return {"GPU-0": dict.fromkeys(self.pids, 50000)}
+
+
+def _agent(tmp_path: Path, cards: Cards, t: Recorder) -> tuple[Agent, HostedNode]:
+    node = HostedNode(
+        name="n1",
+        runner=Runner("n1", tmp_path, grace_s=0.5),
+        monitor=Monitor([cards]),
+        inventory=lambda devices: node_in("n1", devices),
+    )
+    return Agent(t, [node], heartbeat_s=0.1, poll_s=0.02), node
+
+
+def test_registers_once_and_again_only_on_change(tmp_path: Path) -> None:
+    cards, t = Cards(), Recorder()
+    agent, node = _agent(tmp_path, cards, t)
+    agent.step(node)
+    agent.step(node)
+    assert len(t.registered) == 1 and len(t.heartbeats) == 2
+    assert [d.uuid for d in t.registered[0].devices] == ["GPU-0"]
+    cards.count = 2
+    agent.step(node)
+    assert len(t.registered) == 2 and len(t.registered[1].devices) == 2
+    t.forget = True  # the server lost the node (a wiped database): register again
+    agent.step(node)
+    agent.step(node)
+    assert len(t.registered) == 3
+
+
+def test_runs_reports_and_flags_memory_over_the_grant(tmp_path: Path) -> None:
+    cards, t = Cards(), Recorder()
+    agent, node = _agent(tmp_path, cards, t)
+    code = "import time; print('go', flush=True); time.sleep(30)"
+    grant = device(0, memory_mib=20480)
+    grant.uuid = "GPU-0"
+    t.run = [work([sys.executable, "-c", code], node="n1", devices=[grant])]
+    agent.step(node)
+    rep = node.runner.replicas[(7, 0)]
+    assert rep.pid is not None
+    cards.pids = [rep.pid]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any(
+        r.reason for hb in t.heartbeats for r in hb.replicas
+    ):
+        agent.tick()
+        time.sleep(0.05)
+    flagged = [r for hb in t.heartbeats for r in hb.replicas if r.reason]
+    assert flagged and flagged[-1].state == "running"
+    assert "GPU-0 50000 MiB > 20480 MiB granted" in flagged[-1].reason
+    assert flagged[-1].memory_used_mib == {"GPU-0": 50000}
+    t.stop = [(7, 0)]
+    agent.step(node)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (7, 0) in node.runner.replicas:
+        agent.tick()
+        time.sleep(0.05)
+    assert [r.state for r in t.heartbeats[-1].replicas] == ["stopped"]
+    assert b"go" in b"".join(t.logs)
