@@ -312,6 +312,29 @@ def probe(fake_path: str | None, output: str) -> None:
         console.print(f"no library or tool for: {', '.join(found.skipped)}")
 
 
+# The control plane's client commands (xpupool/client): they import httpx, pydantic and
+# server/schemas.py only, never FastAPI or SQLAlchemy (tests/unit/cli/test_imports.py).
+from xpupool.client import cli_admin, cli_fleet, cli_jobs  # noqa: E402
+
+for _command in (
+    cli_jobs.submit,
+    cli_jobs.jobs,
+    cli_jobs.job,
+    cli_jobs.logs,
+    cli_jobs.cancel,
+    cli_fleet.nodes,
+    cli_fleet.devices,
+    cli_fleet.sites,
+    cli_fleet.queues,
+    cli_fleet.top,
+    cli_fleet.node,
+    cli_fleet.device,
+    cli_admin.tenant,
+    cli_admin.token,
+    cli_admin.queue,
+):
+    main.add_command(_command)
+
 from xpupool.agent.command import agent_command  # noqa: E402
 
 main.add_command(agent_command)

@@ -1,0 +1,100 @@
+"""What every client command shares: ``--url``/``--token``, ``-o table|json``, building the client
+and printing either a rich table or the server's JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from pydantic import BaseModel, ValidationError
+from rich.console import Console, RenderableType
+
+from xpupool.client._config import resolve_config
+from xpupool.client._http import Client
+from xpupool.model.errors import RequestError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+CONNECTION_HELP = (
+    "Server URL and token come from --url/--token, else XPUPOOL_URL/XPUPOOL_TOKEN, else the "
+    "config file ($XPUPOOL_CONFIG or ~/.config/xpupool/config.yaml: url, token or token_file); "
+    "the URL defaults to http://127.0.0.1:8080. With no token configured and a local URL, "
+    "./.xpupool/admin-token (written by `xpupool up`) is used if it exists."
+)
+
+
+def connection_options(func: F) -> F:
+    """Adds ``--url`` and ``--token``; the command receives a ready ``client: Client``."""
+    func = click.option(
+        "--token", envvar=None, help="Bearer token [env XPUPOOL_TOKEN, config file]"
+    )(func)
+    func = click.option("--url", help="Server URL [env XPUPOOL_URL, config file]")(func)
+    return func
+
+
+def output_option(func: F) -> F:
+    return click.option(
+        "-o",
+        "--output",
+        type=click.Choice(["table", "json"]),
+        default="table",
+        show_default=True,
+        help="table for people, json for scripts (the API's own fields)",
+    )(func)
+
+
+def make_client(url: str | None, token: str | None) -> Client:
+    cfg = resolve_config(url, token, os.environ, Path.home(), Path.cwd())
+    return Client(cfg)
+
+
+def console() -> Console:
+    return Console(highlight=False)
+
+
+def to_json(data: BaseModel | Sequence[BaseModel] | dict[str, Any]) -> str:
+    if isinstance(data, BaseModel):
+        return json.dumps(data.model_dump(mode="json"), indent=2)
+    if isinstance(data, dict):
+        return json.dumps(data, indent=2, default=str)
+    return json.dumps([m.model_dump(mode="json") for m in data], indent=2)
+
+
+def emit(
+    output: str,
+    data: BaseModel | Sequence[BaseModel],
+    render: Callable[[], RenderableType],
+) -> None:
+    """Print ``data`` as JSON or as what ``render`` builds."""
+    if output == "json":
+        click.echo(to_json(data))
+    else:
+        console().print(render())
+
+
+def request_error(exc: ValidationError, where: str = "") -> RequestError:
+    """The first pydantic error as one ``RequestError`` with a dotted path (``quotas[0].nominal``)."""
+    first = exc.errors()[0]
+    path = ""
+    for part in first.get("loc", ()):
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    field = f"{where}: {path}" if where and path else (where or path or "input")
+    return RequestError(field, first.get("input"), first.get("msg", "invalid"))
+
+
+def load_yaml(path: str) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise RequestError(path, None, f"cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise RequestError(path, None, f"not valid YAML: {exc}".splitlines()[0]) from None
+    if not isinstance(data, dict):
+        raise RequestError(path, type(data).__name__, "must be a mapping")
+    return data

@@ -1,0 +1,167 @@
+"""``xpupool nodes | devices | sites | queues | top`` and node/device cordoning."""
+
+from __future__ import annotations
+
+import click
+
+from xpupool.client._cli_common import (
+    CONNECTION_HELP,
+    connection_options,
+    console,
+    emit,
+    make_client,
+    output_option,
+    to_json,
+)
+from xpupool.client._render import devices_table, nodes_table, queues_table, sites_table
+
+
+@click.command(epilog=CONNECTION_HELP)
+@click.option("--site", help="only this site")
+@connection_options
+@output_option
+def nodes(site: str | None, url: str | None, token: str | None, output: str) -> None:
+    """List nodes: status, schedulable, free devices, CPU and memory allocated."""
+    with make_client(url, token) as client:
+        found = client.nodes(site=site)
+    emit(output, found, lambda: nodes_table(found))
+
+
+@click.command(epilog=CONNECTION_HELP)
+@click.option("--node", help="only this node")
+@connection_options
+@output_option
+def devices(node: str | None, url: str | None, token: str | None, output: str) -> None:
+    """List devices: allocation, live metrics, health, the jobs on each."""
+    with make_client(url, token) as client:
+        found = client.devices(node=node)
+    emit(output, found, lambda: devices_table(found))
+
+
+@click.command(epilog=CONNECTION_HELP)
+@connection_options
+@output_option
+def sites(url: str | None, token: str | None, output: str) -> None:
+    """List sites: ready nodes, free devices, devices by model."""
+    with make_client(url, token) as client:
+        found = client.sites()
+    emit(output, found, lambda: sites_table(found))
+
+
+@click.command(epilog=CONNECTION_HELP)
+@connection_options
+@output_option
+def queues(url: str | None, token: str | None, output: str) -> None:
+    """List queues you may see: quotas with their use, pending and running jobs."""
+    with make_client(url, token) as client:
+        found = client.queues()
+    emit(output, found, lambda: queues_table(found))
+
+
+@click.command(epilog=CONNECTION_HELP)
+@click.option("--site", help="only this site's nodes and devices")
+@click.option("--interval", default=2.0, show_default=True, help="refresh period, s")
+@click.option("--once", is_flag=True, help="print one frame and exit")
+@connection_options
+@output_option
+def top(
+    site: str | None,
+    interval: float,
+    once: bool,
+    url: str | None,
+    token: str | None,
+    output: str,
+) -> None:
+    """Live fleet view: device use per site and node, pending and running per queue (Ctrl-C ends)."""
+    from xpupool.client._top import frame, take_snapshot
+
+    if interval <= 0:
+        raise click.BadParameter("must be positive", param_hint="--interval")
+    with make_client(url, token) as client:
+        if once or output == "json":
+            snap = take_snapshot(client, site)
+            if output == "json":
+                click.echo(
+                    to_json(
+                        {
+                            "taken_at": snap.taken_at,
+                            "nodes": [n.model_dump(mode="json") for n in snap.nodes],
+                            "devices": [d.model_dump(mode="json") for d in snap.devices],
+                            "queues": [q.model_dump(mode="json") for q in snap.queues],
+                        }
+                    )
+                )
+            else:
+                console().print(frame(snap))
+            return
+        import time
+
+        from rich.live import Live
+
+        with Live(frame(take_snapshot(client, site)), console=console(), screen=False) as live:
+            try:
+                while True:
+                    time.sleep(interval)
+                    live.update(frame(take_snapshot(client, site)))
+            except KeyboardInterrupt:
+                return
+
+
+@click.group()
+def node() -> None:
+    """Admin: take a node out of scheduling or put it back."""
+
+
+@click.group()
+def device() -> None:
+    """Admin: take a device out of scheduling or put it back."""
+
+
+def _node_cordon(name: str, cordon: bool, url: str | None, token: str | None, output: str) -> None:
+    with make_client(url, token) as client:
+        found = client.cordon_node(name, cordon)
+    emit(output, found, lambda: nodes_table([found]))
+
+
+def _device_cordon(
+    uuid: str, cordon: bool, url: str | None, token: str | None, output: str
+) -> None:
+    with make_client(url, token) as client:
+        found = client.cordon_device(uuid, cordon)
+    emit(output, found, lambda: devices_table([found]))
+
+
+@node.command("cordon", epilog=CONNECTION_HELP)
+@click.argument("name")
+@connection_options
+@output_option
+def node_cordon(name: str, url: str | None, token: str | None, output: str) -> None:
+    """No new work lands on the node; what runs there stays."""
+    _node_cordon(name, True, url, token, output)
+
+
+@node.command("uncordon", epilog=CONNECTION_HELP)
+@click.argument("name")
+@connection_options
+@output_option
+def node_uncordon(name: str, url: str | None, token: str | None, output: str) -> None:
+    """Let the scheduler use the node again."""
+    _node_cordon(name, False, url, token, output)
+
+
+@device.command("cordon", epilog=CONNECTION_HELP)
+@click.argument("uuid")
+@connection_options
+@output_option
+def device_cordon(uuid: str, url: str | None, token: str | None, output: str) -> None:
+    """No new work lands on the device; what runs there stays."""
+    _device_cordon(uuid, True, url, token, output)
+
+
+@device.command("uncordon", epilog=CONNECTION_HELP)
+@click.argument("uuid")
+@connection_options
+@output_option
+def device_uncordon(uuid: str, url: str | None, token: str | None, output: str) -> None:
+    """Let the scheduler use the device again."""
+    _device_cordon(uuid, False, url, token, output)

@@ -1,0 +1,236 @@
+"""``xpupool submit | jobs | job | logs | cancel``: a tenant's day-to-day commands."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+from pydantic import ValidationError
+
+from xpupool.client._cli_common import (
+    CONNECTION_HELP,
+    connection_options,
+    emit,
+    load_yaml,
+    make_client,
+    output_option,
+    request_error,
+)
+from xpupool.client._http import Client
+from xpupool.client._render import job_detail, jobs_table
+from xpupool.model.errors import RequestError
+from xpupool.server import schemas as s
+
+WAIT_POLL_S = 0.5
+
+
+class _SubmitCommand(click.Command):
+    """Everything after ``--`` is the job's argv, kept apart before click parses (so a program's
+    own ``-o`` or ``--name`` never reaches our options)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            at = args.index("--")
+            ctx.meta["xpupool.argv"] = args[at + 1 :]
+            args = args[:at]
+        return super().parse_args(ctx, args)
+
+
+def _env_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise RequestError("--env", pair, "use KEY=VALUE")
+        env[key] = value
+    return env
+
+
+def build_job(
+    spec_words: tuple[str, ...],
+    argv: list[str] | None,
+    file: str | None,
+    overrides: dict[str, Any],
+    env: dict[str, str],
+) -> s.JobIn:
+    """The job body: the ``-f`` file (a JobIn as YAML) if any, then the spec, argv and flags on top.
+
+    Raises ``RequestError`` naming the file and field on a typo (request bodies are strict)."""
+    body: dict[str, Any] = load_yaml(file) if file else {}
+    if spec_words:
+        body["spec"] = " ".join(spec_words)
+        body.pop("request", None)
+    if argv:
+        body["command"] = argv
+    if env:
+        body["env"] = {**(body.get("env") or {}), **env}
+    body.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return s.JobIn.model_validate(body)
+    except ValidationError as exc:
+        raise request_error(exc, file or "") from None
+
+
+def wait_for(client: Client, job: s.Job, until: str, timeout_s: float) -> s.Job:
+    """Poll until the job holds devices ('scheduled') or ends ('finished'); a final state ends
+    either wait. Raises ``RequestError`` on timeout (the job keeps its place)."""
+    targets = set(s.FINAL_STATES)
+    if until == "scheduled":
+        targets |= {s.JobState.SCHEDULED, s.JobState.RUNNING}
+    deadline = time.monotonic() + timeout_s
+    while job.state not in targets:
+        if time.monotonic() > deadline:
+            raise RequestError(
+                "--timeout", timeout_s, f"job {job.id} still {job.state.value}: {job.reason}"
+            )
+        time.sleep(WAIT_POLL_S)
+        job = client.job(job.id)
+    return job
+
+
+@click.command(cls=_SubmitCommand, epilog=CONNECTION_HELP)
+@click.argument("spec", nargs=-1)
+@click.option("-f", "--file", type=click.Path(dir_okay=False), help="job as YAML (a JobIn body)")
+@click.option("--name", help="job label [default: job-<id>]")
+@click.option("--queue", help="queue [default: the queue named after the tenant]")
+@click.option("--priority", type=int, help="higher runs first and may preempt lower")
+@click.option("--env", "env_pairs", multiple=True, metavar="K=V", help="environment (repeat)")
+@click.option("--image", help="container image [default: run on the host]")
+@click.option("--on-node-lost", type=click.Choice(["requeue", "fail"]), help="[default: requeue]")
+@click.option("--tenant", help="admin only: submit for this tenant")
+@click.option("--wait", is_flag=True, help="wait until the job is scheduled (or --until finished)")
+@click.option(
+    "--until",
+    type=click.Choice(["scheduled", "finished"]),
+    default="scheduled",
+    show_default=True,
+    help="what --wait waits for; 'finished' exits 1 unless the job succeeded",
+)
+@click.option("--timeout", default=600.0, show_default=True, help="--wait limit, seconds")
+@connection_options
+@output_option
+@click.pass_context
+def submit(
+    ctx: click.Context,
+    spec: tuple[str, ...],
+    file: str | None,
+    name: str | None,
+    queue: str | None,
+    priority: int | None,
+    env_pairs: tuple[str, ...],
+    image: str | None,
+    on_node_lost: str | None,
+    tenant: str | None,
+    wait: bool,
+    until: str,
+    timeout: float,
+    url: str | None,
+    token: str | None,
+    output: str,
+) -> None:
+    """Submit a job: SPEC in the compact syntax, the program after --.
+
+    \b
+    xpupool submit "A100 mem=20Gi" -- python train.py
+    xpupool submit L20:2 --queue research --env EPOCHS=3 -- ./run.sh
+    xpupool submit -f job.yaml --wait --until finished
+    """
+    overrides = {
+        "name": name,
+        "queue": queue,
+        "priority": priority,
+        "image": image,
+        "on_node_lost": on_node_lost,
+        "tenant": tenant,
+    }
+    argv = ctx.meta.get("xpupool.argv")
+    body = build_job(spec, argv, file, overrides, _env_pairs(env_pairs))
+    with make_client(url, token) as client:
+        job = client.submit(body)
+        if output == "table":
+            click.echo(f"job {job.id} ({job.name}) submitted to queue {job.queue}: {job.state}")
+        if wait:
+            job = wait_for(client, job, until, timeout)
+    if output == "json" or wait:
+        emit(output, job, lambda: job_detail(job))
+    if wait and until == "finished" and job.state is not s.JobState.SUCCEEDED:
+        ctx.exit(1)
+
+
+@click.command(epilog=CONNECTION_HELP)
+@click.option("--state", type=click.Choice([st.value for st in s.JobState]))
+@click.option("--queue")
+@click.option("--tenant", help="admin only")
+@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
+@connection_options
+@output_option
+def jobs(
+    state: str | None,
+    queue: str | None,
+    tenant: str | None,
+    limit: int,
+    url: str | None,
+    token: str | None,
+    output: str,
+) -> None:
+    """List jobs, newest first."""
+    with make_client(url, token) as client:
+        found = client.jobs(state=state, queue=queue, tenant=tenant, limit=limit)
+    emit(output, found, lambda: jobs_table(found))
+
+
+@click.command(epilog=CONNECTION_HELP)
+@click.argument("job_id", type=click.IntRange(1))
+@connection_options
+@output_option
+def job(job_id: int, url: str | None, token: str | None, output: str) -> None:
+    """One job: state, why it waits, where it runs, what happened."""
+    with make_client(url, token) as client:
+        found = client.job(job_id)
+    emit(output, found, lambda: job_detail(found))
+
+
+@click.command(epilog=CONNECTION_HELP)
+@click.argument("job_id", type=click.IntRange(1))
+@connection_options
+@output_option
+def cancel(job_id: int, url: str | None, token: str | None, output: str) -> None:
+    """Cancel a job; a running one is stopped by its agent first."""
+    with make_client(url, token) as client:
+        found = client.cancel(job_id)
+    if output == "json":
+        emit(output, found, lambda: job_detail(found))
+    else:
+        click.echo(f"job {found.id}: {found.state.value} ({found.reason})")
+
+
+@click.command(epilog=CONNECTION_HELP)
+@click.argument("job_id", type=click.IntRange(1))
+@click.option("--replica", type=click.IntRange(0), default=0, show_default=True)
+@click.option("-f", "--follow", is_flag=True, help="keep printing until the job ends")
+@click.option("--interval", default=1.0, show_default=True, help="--follow poll period, s")
+@connection_options
+def logs(
+    job_id: int,
+    replica: int,
+    follow: bool,
+    interval: float,
+    url: str | None,
+    token: str | None,
+) -> None:
+    """Print a replica's captured stdout and stderr."""
+    offset = 0
+    with make_client(url, token) as client:
+        while True:
+            chunk = client.logs(job_id, replica=replica, offset=offset)
+            if chunk:
+                click.echo(chunk, nl=False)  # bytes go to the binary stream as they are
+                offset += len(chunk)
+                continue
+            if not follow or client.job(job_id).state in s.FINAL_STATES:
+                # one last read: output written between the read and the state check
+                rest = client.logs(job_id, replica=replica, offset=offset) if follow else b""
+                click.echo(rest, nl=False)
+                return
+            time.sleep(interval)

@@ -1,0 +1,231 @@
+"""The client commands against a real server: uvicorn on 127.0.0.1 in a thread, a real SQLite file,
+the two-site example pool, the scheduler loop running; the CLI driven through click's runner.
+
+One server per module (starting one costs ~1 s); each test makes its own tenant so tests stay
+independent of order.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from click.testing import CliRunner, Result
+
+from xpupool.cli import main
+from xpupool.server.app import create_app
+from xpupool.server.plane import ControlPlane
+from xpupool.server.up import UpConfig, admin_token_path, open_plane
+
+CLUSTER = Path(__file__).resolve().parents[2] / "examples" / "cluster-mixed.yaml"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Plane:
+    url: str
+    admin: str
+    data: Path
+    home: Path
+    plane: ControlPlane
+
+    def cli(self, *args: str, token: str | None = None, url: str | None = None) -> Result:
+        """Run ``xpupool ARGS`` with the admin token unless ``token`` is given; HOME points at an
+        empty folder so no user config leaks in."""
+        env = {
+            "XPUPOOL_URL": url or self.url,
+            "XPUPOOL_TOKEN": token or self.admin,
+            "HOME": str(self.home),
+            "XPUPOOL_CONFIG": None,
+            "COLUMNS": "200",
+        }
+        return CliRunner().invoke(main, list(args), env=env)  # type: ignore[arg-type]
+
+    def ok(self, *args: str, token: str | None = None) -> Result:
+        result = self.cli(*args, token=token)
+        assert result.exit_code == 0, result.output
+        return result
+
+    def json(self, *args: str, token: str | None = None) -> Any:
+        """``-o json`` goes before ``--``: what follows it is the job's own argv."""
+        at = args.index("--") if "--" in args else len(args)
+        return json.loads(self.ok(*args[:at], "-o", "json", *args[at:], token=token).stdout)
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
+    """A server with the example pool; no agent, so placed jobs stay 'scheduled'."""
+    root = tmp_path_factory.mktemp("cli")
+    data = root / ".xpupool"
+    plane = open_plane(UpConfig(data=data, cluster=CLUSTER, agent=False))
+    port = _free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(plane), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "server did not start"
+        time.sleep(0.02)
+    home = root / "home"
+    home.mkdir()
+    admin = admin_token_path(data).read_text().strip()
+    yield Plane(f"http://127.0.0.1:{port}", admin, data, home, plane)
+    server.should_exit = True
+    thread.join(10)
+
+
+def _tenant(srv: Plane, name: str) -> str:
+    """Create tenant ``name`` and return a tenant token for it."""
+    assert "created" in srv.ok("tenant", "create", name, "--weight", "2").stdout
+    issued = srv.json("token", "issue", name, "--name", "ci")
+    assert issued["role"] == "tenant" and issued["tenant"] == name
+    return str(issued["token"])
+
+
+def _poll(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.1)
+
+
+def test_submit_list_detail_cancel(srv: Plane) -> None:
+    token = _tenant(srv, "lab")
+    submitted = srv.json(
+        "submit", "A100 mem=20Gi", "--name", "train", "--env", "EPOCHS=3", "--wait",
+        "--", "python", "train.py", "-o", "x",
+        token=token,
+    )  # fmt: skip
+    assert submitted["state"] == "scheduled"
+    assert submitted["command"] == ["python", "train.py", "-o", "x"]
+    assert submitted["env"] == {"EPOCHS": "3"}
+    job_id = submitted["id"]
+    listed = srv.json("jobs", "--state", "scheduled", token=token)
+    assert [j["id"] for j in listed] == [job_id]
+    assert srv.json("jobs", "--tenant", "lab")[0]["tenant"] == "lab"  # admin filter
+    table = srv.ok("jobs", token=token).stdout
+    assert "train" in table and "scheduled" in table
+    detail = srv.ok("job", str(job_id), token=token).stdout
+    for text in ("assignments", "events", "A100", "submitted", "EPOCHS=3"):
+        assert text in detail
+    assert (
+        srv.json("job", str(job_id), token=token)["assignments"][0]["devices"][0]["memory_mib"]
+        == 20 * 1024
+    )
+    assert "cancelled" in srv.ok("cancel", str(job_id), token=token).stdout
+    assert srv.json("job", str(job_id), token=token)["state"] == "cancelled"
+    again = srv.cli("cancel", str(job_id), token=token)
+    assert again.exit_code == 1 and "already cancelled" in again.output
+
+
+def test_quota_keeps_a_larger_job_pending_with_the_reason(srv: Plane, tmp_path: Path) -> None:
+    token = _tenant(srv, "team")
+    queue_file = tmp_path / "queue.yaml"
+    queue_file.write_text(
+        "name: team\ntenant: team\nquotas:\n  - {flavor: A100, resource: devices, nominal: 2}\n"
+    )
+    put = srv.json("queue", "put", "-f", str(queue_file))
+    assert put["quotas"][0]["nominal"] == 2
+    job_id = srv.json("submit", "A100:4", "--", "sleep", "1", token=token)["id"]
+    _poll(lambda: "quota" in srv.json("job", str(job_id), token=token)["reason"])
+    detail = srv.ok("job", str(job_id), token=token).stdout
+    assert "pending reason" in detail and "quota" in detail
+    queue = srv.json("queue", "show", "team", token=token)
+    assert queue["pending"] == 1
+    # the flag form replaces the quota; the job then fits
+    srv.ok("queue", "put", "--name", "team", "--tenant", "team", "--quota", "A100:devices=4")
+    _poll(lambda: srv.json("job", str(job_id), token=token)["state"] == "scheduled")
+    srv.ok("cancel", str(job_id), token=token)
+
+
+def test_fleet_listings_top_and_cordon(srv: Plane) -> None:
+    nodes = srv.json("nodes")
+    assert len(nodes) == 14
+    assert {n["site"] for n in srv.json("nodes", "--site", "beijing")} == {"beijing"}
+    devices = srv.json("devices", "--node", "bj-a100-0")
+    assert len(devices) == 8 and all(d["node"] == "bj-a100-0" for d in devices)
+    assert len(srv.json("devices")) == 112
+    assert {s["name"] for s in srv.json("sites")} == {"beijing", "shanghai"}
+    assert "bj-h100-1" in srv.ok("nodes").stdout
+    assert "queues" in srv.ok("queues").stdout
+    assert isinstance(srv.json("queues"), list)
+    frame = srv.ok("top", "--once").stdout
+    for text in ("xpupool top", "beijing", "shanghai", "sh-k100-1", "memory allocated"):
+        assert text in frame
+    snapshot = srv.json("top", "--once")
+    assert len(snapshot["nodes"]) == 14 and len(snapshot["devices"]) == 112
+    assert srv.json("node", "cordon", "sh-mlu-0")["schedulable"] is False
+    assert "cordoned" in srv.ok("nodes", "--site", "shanghai").stdout
+    assert srv.json("node", "uncordon", "sh-mlu-0")["schedulable"] is True
+    uuid = devices[0]["uuid"]
+    assert srv.json("device", "cordon", uuid)["cordoned"] is True
+    assert srv.json("device", "uncordon", uuid)["cordoned"] is False
+
+
+def test_logs_print_what_the_agent_uploaded(srv: Plane) -> None:
+    token = _tenant(srv, "logs")
+    job_id = srv.json("submit", "L20", "--", "echo", "hi", token=token)["id"]
+    path = srv.plane.log_path(job_id, 0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes("step 1 loss=0.5\nstep 2 loss=0.25 ✓\n".encode())
+    assert srv.ok("logs", str(job_id), token=token).stdout.endswith("loss=0.25 ✓\n")
+    srv.ok("cancel", str(job_id), token=token)
+    followed = srv.ok("logs", str(job_id), "-f", "--interval", "0.05", token=token).stdout
+    assert followed.count("step") == 2
+
+
+def test_tenant_and_token_admin(srv: Plane) -> None:
+    _tenant(srv, "ops")
+    assert "ops" in [t["name"] for t in srv.json("tenant", "list")]
+    token = srv.json("token", "issue", "ops", "--role", "agent")
+    assert token["role"] == "agent"
+    listed = srv.json("token", "list")
+    assert token["id"] in [t["id"] for t in listed]
+    assert all(t["token"] is None for t in listed)  # secrets are shown once only
+    assert "revoked" in srv.ok("token", "revoke", str(token["id"])).stdout
+    bad = srv.cli("tenant", "create", "Bad Name")
+    assert bad.exit_code == 1 and "name" in bad.output
+
+
+def test_invalid_spec_is_one_line_naming_the_field(srv: Plane) -> None:
+    result = srv.cli("submit", "--tenant", "lab", "A100 mem=24Gx", "--", "true")
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1 and "spec.devices.memory" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_bad_token_is_a_clean_error(srv: Plane) -> None:
+    result = srv.cli("jobs", token="not-a-token")
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1
+    assert "unknown or revoked token" in result.output and "XPUPOOL_TOKEN" in result.output
+
+
+def test_no_server_says_cannot_reach(srv: Plane) -> None:
+    url = f"http://127.0.0.1:{_free_port()}"
+    result = srv.cli("nodes", url=url)
+    assert result.exit_code == 1
+    assert f"cannot reach xpupool at {url}" in result.output and result.output.count("\n") == 1
+
+
+def test_local_admin_token_is_the_fallback(srv: Plane, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(srv.data.parent)  # where `xpupool up` wrote .xpupool/admin-token
+    env = {"XPUPOOL_URL": srv.url, "HOME": str(srv.home), "XPUPOOL_TOKEN": None}
+    result = CliRunner().invoke(main, ["tenant", "list", "-o", "json"], env=env)  # type: ignore[arg-type]
+    assert result.exit_code == 0, result.output
+    assert isinstance(json.loads(result.stdout), list)

@@ -1,0 +1,67 @@
+"""Building request bodies from the command line and YAML files: the flags override the file,
+``--`` keeps the job's own argv apart, and a typo is one error naming the file and the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from xpupool.cli import main
+from xpupool.client.cli_admin import build_queue
+from xpupool.client.cli_jobs import build_job
+from xpupool.model.errors import RequestError
+
+
+def test_spec_words_join_and_flags_override_the_file(tmp_path: Path) -> None:
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(
+        "name: from-file\nrequest: {devices: {count: 1}}\nenv: {A: '1'}\npriority: 3\n"
+    )
+    body = build_job(
+        ("A100", "mem=20Gi"), ["python", "-o", "x"], str(job_file), {"name": "cli"}, {"B": "2"}
+    )
+    assert body.spec == "A100 mem=20Gi" and body.request is None
+    assert body.name == "cli" and body.priority == 3
+    assert body.env == {"A": "1", "B": "2"}
+    assert body.command == ["python", "-o", "x"]
+
+
+def test_a_typo_in_the_job_file_names_file_and_field(tmp_path: Path) -> None:
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text("nmae: oops\n")
+    with pytest.raises(RequestError) as err:
+        build_job((), None, str(job_file), {}, {})
+    assert err.value.field == f"{job_file}: nmae"
+
+
+def test_queue_flags_parse_quotas_and_borrowing() -> None:
+    body = build_queue(
+        None, "research", "lab", "gpu", ("A100:devices=4+2", "*:device_memory_mib=81920")
+    )
+    assert [(q.flavor, q.resource.value, q.nominal, q.borrowing_limit) for q in body.quotas] == [
+        ("A100", "devices", 4, 2),
+        ("*", "device_memory_mib", 81920, None),
+    ]
+
+
+def test_borrowing_without_cohort_is_refused_before_sending() -> None:
+    with pytest.raises(RequestError) as err:
+        build_queue(None, "research", "lab", None, ("A100:devices=4+2",))
+    assert "borrowing_limit" in err.value.reason
+
+
+@pytest.mark.parametrize("quota", ["A100=4", "A100:devices", "A100:devices=four"])
+def test_a_malformed_quota_flag_is_named(quota: str) -> None:
+    with pytest.raises(RequestError) as err:
+        build_queue(None, "q", "t", None, (quota,))
+    assert err.value.field == "--quota"
+
+
+def test_a_bad_env_pair_fails_before_any_request() -> None:
+    result = CliRunner().invoke(
+        main, ["submit", "A100", "--env", "NOEQUALS", "--url", "http://127.0.0.1:1"]
+    )
+    assert result.exit_code == 1
+    assert "--env" in result.output and "cannot reach" not in result.output

@@ -1,0 +1,194 @@
+"""Output formatting from fixed models: what a person sees in each table and in ``top``'s frame.
+Unknown readings are '-', never 0; units stay in the cells."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from rich.console import Console, RenderableType
+
+from xpupool.client._render import ago, devices_table, job_detail, jobs_table, queues_table
+from xpupool.client._top import Snapshot, bar, frame
+from xpupool.server import schemas as s
+
+NOW = 1_700_000_000.0
+
+
+def _text(renderable: RenderableType) -> str:
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(renderable)
+    return out.getvalue()
+
+
+def _job(**over: Any) -> s.Job:
+    fields: dict[str, Any] = {
+        "id": 7,
+        "name": "train",
+        "tenant": "lab",
+        "queue": "lab",
+        "state": "pending",
+        "reason": "A100 devices quota: 2 used + 4 asked > 2 nominal + 0 borrowable",
+        "priority": 0,
+        "request": {"devices": {"count": 4, "model": "A100"}},
+        "command": ["python", "train.py"],
+        "image": None,
+        "env": {"EPOCHS": "3"},
+        "on_node_lost": "requeue",
+        "created_at": NOW - 90,
+        "updated_at": NOW,
+        "events": [{"at": NOW - 90, "state": "pending", "reason": "submitted"}],
+    }
+    return s.Job.model_validate({**fields, **over})
+
+
+def _device(uuid: str, node: str, allocated_mib: int, metrics: dict[str, Any] | None) -> s.Device:
+    return s.Device.model_validate(
+        {
+            "uuid": uuid,
+            "node": node,
+            "site": "bj",
+            "index": 0,
+            "vendor": "nvidia",
+            "model": "NVIDIA A100-SXM4-80GB",
+            "canonical_model": "A100-SXM4-80GB",
+            "memory_mib": 81920,
+            "driver_version": "550",
+            "runtimes": {},
+            "link_group": None,
+            "healthy": True,
+            "cordoned": False,
+            "allocated_memory_mib": allocated_mib,
+            "allocated_core_permille": 0,
+            "jobs": [7] if allocated_mib else [],
+            "metrics": metrics,
+        }
+    )
+
+
+def _node(name: str) -> s.Node:
+    return s.Node.model_validate(
+        {
+            "name": name,
+            "site": "bj",
+            "status": "ready",
+            "schedulable": True,
+            "source": "cluster",
+            "cpu_milli": 64000,
+            "memory_mib": 1 << 20,
+            "cpu_allocated_milli": 0,
+            "memory_allocated_mib": 0,
+            "labels": {},
+            "arch": "x86_64",
+            "os": "linux",
+            "devices": 2,
+            "devices_free": 1,
+            "last_heartbeat": None,
+        }
+    )
+
+
+def _queue() -> s.Queue:
+    return s.Queue.model_validate(
+        {
+            "name": "lab",
+            "tenant": "lab",
+            "cohort": "gpu",
+            "pending": 1,
+            "running": 2,
+            "quotas": [
+                {
+                    "flavor": "A100",
+                    "resource": "device_memory_mib",
+                    "nominal": 163840,
+                    "borrowing_limit": None,
+                    "used": 40960,
+                }
+            ],
+        }
+    )
+
+
+def test_ago_counts_down_in_the_largest_unit() -> None:
+    assert [ago(NOW - d, NOW) for d in (5, 90, 7200, 200000)] == [
+        "5s ago",
+        "1m ago",
+        "2h ago",
+        "2d ago",
+    ]
+    assert ago(None) == "-"
+
+
+def test_jobs_table_shows_the_request_when_not_placed() -> None:
+    text = _text(jobs_table([_job()], NOW))
+    assert "4× A100" in text and "pending" in text and "1m ago" in text
+
+
+def test_job_detail_calls_out_the_pending_reason_and_events() -> None:
+    text = _text(job_detail(_job(), NOW))
+    assert "pending reason" in text and "quota" in text
+    assert "EPOCHS=3" in text and "submitted" in text and "python train.py" in text
+
+
+def test_job_detail_lists_each_device_of_an_assignment() -> None:
+    device = {
+        "uuid": "GPU-1",
+        "index": 3,
+        "vendor": "nvidia",
+        "model": "A100",
+        "memory_mib": 20480,
+        "core_permille": 250,
+        "card_memory_mib": 81920,
+    }
+    assigned = {
+        "replica": 0,
+        "allocation_id": 1,
+        "node": "bj-a100-0",
+        "cpu_milli": 4000,
+        "memory_mib": 16384,
+        "devices": [device],
+    }
+    text = _text(job_detail(_job(state="scheduled", assignments=[assigned]), NOW))
+    assert "3 GPU-1" in text and "20Gi/80Gi" in text and "250‰" in text and "bj-a100-0" in text
+
+
+def test_devices_table_shows_unknown_metrics_as_dash() -> None:
+    text = _text(
+        devices_table(
+            [
+                _device("GPU-a", "n1", 20480, {"uuid": "GPU-a", "memory_used_mib": 10240}),
+                _device("GPU-b", "n1", 0, None),
+            ]
+        )
+    )
+    row_b = next(line for line in text.splitlines() if "GPU-b" in line)
+    assert "10Gi" in text and "20Gi/80Gi" in text
+    assert row_b.count(" - ") >= 2  # used memory and utilisation unknown, not 0
+
+
+def test_queue_quota_shows_use_nominal_and_unlimited_borrowing() -> None:
+    text = _text(queues_table([_queue()]))
+    assert "A100 device_memory_mib: 40Gi/160Gi +∞" in text
+
+
+def test_bar_fills_in_tenths() -> None:
+    assert str(bar(3, 10)) == "███░░░░░░░  30%"
+    assert str(bar(1, 0)) == "-"
+
+
+def test_top_frame_sums_allocated_and_probed_memory_per_site_and_node() -> None:
+    snap = Snapshot(
+        nodes=[_node("n1"), _node("n2")],
+        devices=[
+            _device("GPU-a", "n1", 40960, {"uuid": "GPU-a", "memory_used_mib": 30720}),
+            _device("GPU-b", "n2", 0, None),
+        ],
+        queues=[_queue()],
+        taken_at=NOW,
+    )
+    text = _text(frame(snap))
+    assert "jobs pending 1 running 2" in text
+    site_row = next(line for line in text.splitlines() if line.startswith("│ bj "))
+    assert "1/2" in site_row and "40Gi/160Gi" in site_row and "30Gi" in site_row
+    n2_row = next(line for line in text.splitlines() if "│ n2 " in line)
+    assert "0/1" in n2_row and "0Mi/80Gi" in n2_row
