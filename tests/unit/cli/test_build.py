@@ -9,9 +9,11 @@ import pytest
 from click.testing import CliRunner
 
 from xpupool.cli import main
+from xpupool.client import cli_jobs
 from xpupool.client.cli_admin import build_queue
 from xpupool.client.cli_jobs import build_job
 from xpupool.model.errors import RequestError
+from xpupool.server import schemas as s
 
 
 def test_spec_words_join_and_flags_override_the_file(tmp_path: Path) -> None:
@@ -65,3 +67,57 @@ def test_a_bad_env_pair_fails_before_any_request() -> None:
     )
     assert result.exit_code == 1
     assert "--env" in result.output and "cannot reach" not in result.output
+
+
+class _FakeJobs:
+    """Answers ``job(id)`` from a script of states: the seam ``wait_for`` polls through."""
+
+    def __init__(self, states: list[str]) -> None:
+        self.states = states
+
+    def job(self, job_id: int) -> s.Job:
+        return _job(job_id, self.states.pop(0))
+
+
+def _job(job_id: int, state: str) -> s.Job:
+    return s.Job.model_validate(
+        {
+            "id": job_id,
+            "name": "j",
+            "tenant": "t",
+            "queue": "t",
+            "state": state,
+            "reason": "r",
+            "priority": 0,
+            "request": {},
+            "command": [],
+            "image": None,
+            "env": {},
+            "on_node_lost": "requeue",
+            "created_at": 0.0,
+            "updated_at": 0.0,
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("until", "states", "final"),
+    [
+        ("scheduled", ["pending", "admitted", "scheduled", "running"], "scheduled"),
+        ("finished", ["scheduled", "running", "failed"], "failed"),
+        ("scheduled", ["cancelled"], "cancelled"),
+    ],
+)
+def test_wait_stops_at_the_first_target_state(
+    monkeypatch: pytest.MonkeyPatch, until: str, states: list[str], final: str
+) -> None:
+    monkeypatch.setattr(cli_jobs, "WAIT_POLL_S", 0.0)
+    done = cli_jobs.wait_for(_FakeJobs(states), _job(1, "pending"), until, 5.0)  # type: ignore[arg-type]
+    assert done.state.value == final
+
+
+def test_wait_times_out_naming_the_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli_jobs, "WAIT_POLL_S", 0.0)
+    with pytest.raises(RequestError) as err:
+        cli_jobs.wait_for(_FakeJobs(["pending"] * 1000), _job(1, "pending"), "scheduled", 0.0)  # type: ignore[arg-type]
+    assert err.value.field == "--timeout" and "still pending" in err.value.reason
