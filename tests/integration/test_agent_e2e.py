@@ -213,6 +213,7 @@ def test_registers_with_its_devices(pool: Pool) -> None:
         "device metrics",
     )
     assert "xpupool_device_power_watts{" not in metrics
+    assert f'xpupool_node_last_heartbeat_timestamp_seconds{{node="{NODE}"' in metrics
 
 
 def test_runs_a_fractional_job_with_its_variables_and_log(pool: Pool) -> None:

@@ -93,11 +93,18 @@ class PlaneCollector(Collector):
             "CPU granted to jobs, cores.",
             labels=["node", "site"],
         )
+        node_seen = GaugeMetricFamily(
+            "xpupool_node_last_heartbeat_timestamp_seconds",
+            "Unix time of the node's last heartbeat or registration; absent before the first.",
+            labels=["node", "site"],
+        )
         for n in fleet.list_nodes(p):
             node_up.add_metric([n.name, n.site], 1.0 if n.status == "ready" else 0.0)
             node_sched.add_metric([n.name, n.site], 1.0 if n.schedulable else 0.0)
             node_cpu.add_metric([n.name, n.site], n.cpu_allocated_milli / 1000)
-        yield from (node_up, node_sched, node_cpu)
+            if n.last_heartbeat is not None:
+                node_seen.add_metric([n.name, n.site], n.last_heartbeat)
+        yield from (node_up, node_sched, node_cpu, node_seen)
 
         pending = GaugeMetricFamily(
             "xpupool_queue_pending_jobs", "Jobs waiting in the queue.", labels=["queue", "tenant"]
