@@ -229,3 +229,11 @@ def test_local_admin_token_is_the_fallback(srv: Plane, monkeypatch: pytest.Monke
     result = CliRunner().invoke(main, ["tenant", "list", "-o", "json"], env=env)  # type: ignore[arg-type]
     assert result.exit_code == 0, result.output
     assert isinstance(json.loads(result.stdout), list)
+
+
+def test_an_unknown_job_and_a_non_admin_are_clean_errors(srv: Plane) -> None:
+    missing = srv.cli("job", "999999")
+    assert missing.exit_code == 1 and missing.output == "Error: job '999999' not found\n"
+    token = _tenant(srv, "plain")
+    refused = srv.cli("tenant", "list", token=token)
+    assert refused.exit_code == 1 and "admin only" in refused.output

@@ -65,6 +65,8 @@ class Client:
             reason = f"{reason} (token from {self.config.token_source})"
             if self.config.token is None:
                 reason = "no token: give --token, set XPUPOOL_TOKEN or a config file"
+        if status == 404:  # the reason already names it: "job '5' not found"
+            return ApiError(status, None, body.value, reason)
         return ApiError(status, body.field, body.value, reason)
 
     def _get(self, path: str, model: type[M], **params: Any) -> M:

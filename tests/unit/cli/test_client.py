@@ -63,3 +63,11 @@ def test_answers_are_read_leniently_and_requests_carry_the_token() -> None:
     sites = _client(httpx.MockTransport(handler)).sites()
     assert sites[0].name == "bj"
     assert seen[0].headers["authorization"] == "Bearer t"
+
+
+def test_a_404_is_its_reason_alone() -> None:
+    body = {"field": "job", "value": "5", "reason": "job '5' not found"}
+    transport = httpx.MockTransport(lambda _: httpx.Response(404, json=body))
+    with pytest.raises(ApiError) as err:
+        _client(transport).job(5)
+    assert str(err.value) == "job '5' not found"
