@@ -5,8 +5,7 @@ flavour is a vendor key (``nvidia``), a model name or family the catalog knows (
 or ``*`` for any device; resources are device count, device memory (MiB) and compute (thousandths
 of a device). To admit a request, its queue's flavours are tried in order: the first whose devices
 the request can use and whose quota has room for the request's demand (its own nominal quota plus
-what it may borrow while the cohort stays within its members' total nominal quota, up to its
-borrowing limit) wins,
+what it may borrow of the cohort's unused nominal quota, up to its borrowing limit) wins,
 and the request is placed only on that flavour's devices. Usage is charged from the allocations
 actually made, so a share of a card is charged at its real size, and released exactly.
 
@@ -219,9 +218,12 @@ class Admission:
         return ""
 
     def _borrowable(self, spec: QueueSpec, quota: Quota) -> int:
-        """How far past its nominal quota this queue may go now, as Kueue counts it: the cohort as
-        a whole must stay within the sum of its members' nominal quotas (so quota one queue already
-        borrowed is not lent twice), and this queue within its borrowing limit."""
+        """How far past its nominal quota this queue may go now: the cohort's unused nominal quota
+        (so quota one queue already borrowed is not lent twice), within this queue's borrowing
+        limit. A queue's own nominal quota stays guaranteed: a lender whose quota was borrowed may
+        still use it, so the cohort can pass its nominal sum by what was borrowed (physical
+        capacity still bounds it). Kueue restores the sum by reclaiming borrowed quota through
+        preemption; that reclaim is not built yet."""
         if spec.cohort is None:
             return 0
         key = (quota.flavor, quota.resource)

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, delete, func, insert, select, update
 
 from xpupool.engine.admission import Admission, QueueSpec, Quota, Resource
 from xpupool.engine.engine import Engine
@@ -119,6 +119,7 @@ class ControlPlane:
         self.lock = threading.RLock()
         self.wake = threading.Event()
         self.capacity_gen = 0
+        self.next_job_id = 1
         self.nodes: dict[str, NodeRecord] = {}
         self.metrics: dict[str, s.DeviceMetrics] = {}
         self.pending: dict[int, PendingJob] = {}
@@ -167,6 +168,8 @@ class ControlPlane:
                 job = self.held.get(row["job_id"])
                 if job is not None:
                     job.allocations.append(allocation_from_dict(row["data"]))
+            top = conn.execute(select(func.max(t_jobs.c.id))).scalar()
+            self.next_job_id = int(top or 0) + 1
             pending_rows = conn.execute(
                 select(t_jobs).where(t_jobs.c.state == s.JobState.PENDING.value)
             ).mappings()

@@ -56,41 +56,40 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
         if spec is None or spec.tenant != tenant:
             raise RequestError("queue", queue, f"no queue of that name for tenant {tenant!r}")
         check_request_names(plane.engine, req)
-        job_id = int(
-            conn.execute(
-                insert(t_jobs).values(
-                    name=body.name or "",
-                    tenant=tenant,
-                    queue=queue,
-                    state=s.JobState.PENDING.value,
-                    reason="waiting for the scheduler",
-                    priority=priority,
-                    request=request_to_dict(req),
-                    command=body.command,
-                    image=body.image,
-                    env=body.env,
-                    on_node_lost=body.on_node_lost,
-                    attempts=0,
-                    created_at=now,
-                    updated_at=now,
-                )
-            ).inserted_primary_key[0]  # type: ignore[index]
-        )
+        job_id = plane.next_job_id  # ids come from memory under the lock: one insert, no re-read
         name = body.name or f"job-{job_id}"
         req = replace(req, name=name)
-        conn.execute(
-            update(t_jobs)
-            .where(t_jobs.c.id == job_id)
-            .values(name=name, request=request_to_dict(req))
-        )
+        row = {
+            "id": job_id,
+            "name": name,
+            "tenant": tenant,
+            "queue": queue,
+            "state": s.JobState.PENDING.value,
+            "reason": "waiting for the scheduler",
+            "priority": priority,
+            "request": request_to_dict(req),
+            "command": body.command,
+            "image": body.image,
+            "env": body.env,
+            "on_node_lost": body.on_node_lost,
+            "flavor": None,
+            "exit_code": None,
+            "attempts": 0,
+            "created_at": now,
+            "updated_at": now,
+        }
+        conn.execute(insert(t_jobs).values(**row))
         conn.execute(
             insert(t_events).values(
                 job_id=job_id, at=now, state=s.JobState.PENDING.value, reason="submitted"
             )
         )
+        plane.next_job_id = job_id + 1
         plane.pending[job_id] = PendingJob(job_id, tenant, queue, priority, gang_request(req), now)
     plane.wake.set()
-    return get(plane, me, job_id)
+    job = view(plane, row)
+    job.events = [s.JobEvent(at=now, state=s.JobState.PENDING, reason="submitted")]
+    return job
 
 
 def _row(conn: Connection, me: Principal, job_id: int) -> Any:
