@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import replace
 
 from sqlalchemy import Connection, insert
@@ -32,6 +33,7 @@ def schedule_pass(plane: ControlPlane) -> int:
         candidates = [p for p in plane.pending.values() if p.tried != plane.capacity_gen]
         if not candidates:
             return 0
+        started = time.perf_counter()
         order = plane.admission.order([(p.request, p.queue) for p in candidates])
         placed = 0
         with plane.db.begin() as conn:
@@ -39,6 +41,7 @@ def schedule_pass(plane: ControlPlane) -> int:
                 job = candidates[i]
                 if _try_admit(plane, conn, job):
                     placed += 1
+        plane.notify("pass", time.perf_counter() - started)
         return placed
 
 
