@@ -27,6 +27,7 @@ from xpupool.model.errors import RequestError
 from xpupool.model.request import Request
 from xpupool.model.request_json import request_from_dict
 from xpupool.server import schemas as s
+from xpupool.server.auth import Principal
 from xpupool.server.storage import meta
 from xpupool.server.storage.fleet import nodes as t_nodes
 from xpupool.server.storage.jobs import allocations as t_allocs
@@ -120,6 +121,7 @@ class ControlPlane:
         self.wake = threading.Event()
         self.capacity_gen = 0
         self.next_job_id = 1
+        self.principals: dict[str, Principal] = {}  # token hash -> principal, live tokens only
         self.nodes: dict[str, NodeRecord] = {}
         self.metrics: dict[str, s.DeviceMetrics] = {}
         self.pending: dict[int, PendingJob] = {}

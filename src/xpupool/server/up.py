@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,5 +81,8 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
         agent = AgentThread(local_agent(plane, cfg.data / "agent"))
         on_start, on_stop = agent.start, agent.stop
         echo(f"agent: in-process, hosting {', '.join(n.name for n in agent.agent.nodes)}")
+    # The scheduler thread must run soon after a submission wakes it; CPython hands the GIL over
+    # every 5 ms by default, which alone would put ~5-10 ms on every submit -> scheduled latency.
+    sys.setswitchinterval(0.001)
     app = create_app(plane, on_start=on_start, on_stop=on_stop)
     uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False)

@@ -36,13 +36,21 @@ def ensure_admin_token(plane: ControlPlane) -> str | None:
 
 
 def authenticate(plane: ControlPlane, token: str) -> Principal | None:
+    """The principal of a live token. Valid tokens are cached by hash (every request authenticates;
+    a store query each time is most of a small request's cost); revoking clears the cache."""
+    digest = token_hash(token)
+    found = plane.principals.get(digest)
+    if found is not None:
+        return found
     with plane.db.connect() as conn:
         row = conn.execute(
-            select(t_tokens).where(
-                t_tokens.c.hash == token_hash(token), t_tokens.c.revoked.is_(False)
-            )
+            select(t_tokens).where(t_tokens.c.hash == digest, t_tokens.c.revoked.is_(False))
         ).first()
-    return None if row is None else Principal(row.id, row.role, row.tenant)
+    if row is None:
+        return None
+    who = Principal(row.id, row.role, row.tenant)
+    plane.principals[digest] = who
+    return who
 
 
 def create_tenant(plane: ControlPlane, body: s.TenantIn) -> s.Tenant:
@@ -116,6 +124,7 @@ def revoke_token(plane: ControlPlane, token_id: int, me: Principal) -> None:
         done = conn.execute(
             update(t_tokens).where(t_tokens.c.id == token_id).values(revoked=True)
         ).rowcount
+        plane.principals.clear()
     if not done:
         raise NotFound("token", str(token_id))
 
