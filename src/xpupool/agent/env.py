@@ -114,14 +114,15 @@ def hami_limits(devices: Sequence[DeviceAssignment]) -> dict[str, str]:
     Memory: ``CUDA_DEVICE_MEMORY_LIMIT_<i>`` for each visible index ``i`` whose grant is less than
     the card. Cores: one ``CUDA_DEVICE_SM_LIMIT`` for the process (HAMi-core has one value for all
     devices), the smallest grant, floored to a whole percent and at least 1, so no card runs above
-    what it was granted.
+    what it was granted; a memory-only share (0 cores reserved) gets no compute cap.
     """
     out: dict[str, str] = {}
     for i, d in enumerate(devices):
         if 0 < d.memory_mib < d.card_memory_mib:
             out[f"{MEMORY_LIMIT_PREFIX}{i}"] = f"{d.memory_mib}m"
-    cores = [d.core_permille for d in devices]
-    if cores and min(cores) < 1000:
+    # 0 thousandths = no compute reserved (a memory-only share runs best-effort, as in HAMi): no cap
+    cores = [d.core_permille for d in devices if 0 < d.core_permille < 1000]
+    if cores:
         out[SM_LIMIT] = str(max(1, min(cores) // 10))
     return out
 

@@ -52,7 +52,8 @@ def _devices_summary(job: s.Job) -> str:
         return "; ".join(parts)
     devices = job.request.get("devices")
     if isinstance(devices, dict):
-        what = devices.get("model") or devices.get("vendor") or "any"
+        names = devices.get("models") or devices.get("vendors") or ["any"]
+        what = ",".join(str(n) for n in names) if isinstance(names, list) else str(names)
         return f"{devices.get('count', 1)}× {what}"
     return "cpu only"
 

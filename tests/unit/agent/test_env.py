@@ -61,6 +61,13 @@ def test_tiny_core_share_is_still_a_limit() -> None:
     assert hami_limits([device(0, core_permille=5)])["CUDA_DEVICE_SM_LIMIT"] == "1"
 
 
+def test_memory_only_share_gets_no_compute_cap() -> None:
+    """``mem=20Gi`` alone reserves no compute (best-effort, as in HAMi): capping it at 1 % would
+    starve the job, so only the memory limit is set."""
+    limits = hami_limits([device(0, memory_mib=20480, core_permille=0)])
+    assert limits == {"CUDA_DEVICE_MEMORY_LIMIT_0": "20480m"}
+
+
 def test_limits_only_for_hami_vendors() -> None:
     env = device_env(1, 0, "n", [device(0, "huawei", memory_mib=1000, core_permille=250)])
     assert "CUDA_DEVICE_SM_LIMIT" not in env.variables

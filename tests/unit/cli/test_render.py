@@ -30,7 +30,7 @@ def _job(**over: Any) -> s.Job:
         "state": "pending",
         "reason": "A100 devices quota: 2 used + 4 asked > 2 nominal + 0 borrowable",
         "priority": 0,
-        "request": {"devices": {"count": 4, "model": "A100"}},
+        "request": {"devices": {"count": 4, "models": ["A100"]}},
         "command": ["python", "train.py"],
         "image": None,
         "env": {"EPOCHS": "3"},

@@ -54,6 +54,17 @@ def test_events_pending_admitted_scheduled_running_succeeded(server: Server) -> 
     assert all(d["allocated_memory_mib"] == 0 and d["jobs"] == [] for d in devices(server))
 
 
+def test_a_replica_that_ended_between_heartbeats_still_records_running(server: Server) -> None:
+    """The agent may first report a short job already finished: the history still says it ran."""
+    node(server, "n1")
+    a = tenant(server, "a")
+    j = submit(server, a, "A100 mem=20Gi")
+    server.schedule()
+    heartbeat(server, "n1")
+    heartbeat(server, "n1", [report(j["id"], 0, "succeeded", 0)])
+    assert states(server, j["id"]) == ["pending", "admitted", "scheduled", "running", "succeeded"]
+
+
 def test_failed_replica_stops_the_others_then_fails_the_job(server: Server) -> None:
     node(server, "n1")
     a = tenant(server, "a")

@@ -60,7 +60,8 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: s.Replica
         job.exit_codes[r.replica] = r.exit_code
     replicas = {a.replica for a in job.allocations}
     states = [job.replica_states.get(i) for i in replicas]
-    if r.state == "running" and job.state is not s.JobState.RUNNING:
+    if r.state != "stopped" and job.state is not s.JobState.RUNNING:
+        # a replica that ran and ended between two heartbeats was still running: record it
         job.state = s.JobState.RUNNING
         plane.set_state(conn, job.id, s.JobState.RUNNING, f"started on {node} (pid {r.pid})")
     finished = all(st in ("succeeded", "failed", "stopped") for st in states)
