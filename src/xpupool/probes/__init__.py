@@ -13,6 +13,7 @@ from xpupool.probes.fake import FakeProbe
 from xpupool.probes.host import Discovery, discover_host
 from xpupool.probes.hy_smi import HySmiProbe
 from xpupool.probes.ixsmi import IxsmiProbe
+from xpupool.probes.mthreads_gmi import MthreadsGmiProbe
 from xpupool.probes.mx_smi import MxSmiProbe
 from xpupool.probes.npu_smi import NpuSmiProbe
 from xpupool.probes.nvml import NvmlProbe
@@ -24,6 +25,7 @@ PROBES: tuple[Callable[[], Probe], ...] = (
     NpuSmiProbe,
     CnmonProbe,
     HySmiProbe,
+    MthreadsGmiProbe,
     IxsmiProbe,
     MxSmiProbe,
     XpuSmiProbe,
