@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from xpupool.agent.monitor import Monitor, device_metrics, over_limit
+from xpupool.agent.monitor import Monitor, Reading, device_metrics, over_limit
 from xpupool.agent.runner import FINAL, Runner
 from xpupool.agent.transport import Transport, TransportError
 from xpupool.model.errors import NotFound
@@ -31,7 +31,11 @@ log = logging.getLogger("xpupool.agent")
 @dataclass
 class HostedNode:
     """A node this agent speaks for. ``inventory`` builds its registration body from the devices
-    read this pass; None means the server registers the node itself (cluster-file nodes)."""
+    read this pass; None means the server registers the node itself (cluster-file nodes).
+    ``reading`` (the last probe pass), ``last_heartbeat`` (Unix time of the last heartbeat the
+    server answered) and ``heartbeat_failures`` are what the agent's own metrics read
+    (``agent/metrics.py``); each is replaced whole, never mutated, so a scrape on another thread
+    sees one pass or the next."""
 
     name: str
     runner: Runner
@@ -40,6 +44,9 @@ class HostedNode:
     registered: NodeIn | None = None
     next_heartbeat: float = 0.0
     states: dict[tuple[int, int], str] = field(default_factory=dict)
+    reading: Reading | None = None
+    last_heartbeat: float | None = None
+    heartbeat_failures: int = 0
 
 
 class Agent:
@@ -51,12 +58,14 @@ class Agent:
         heartbeat_s: float = 5.0,
         poll_s: float = 0.2,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.transport = transport
         self.nodes = nodes
         self.heartbeat_s = heartbeat_s
         self.poll_s = poll_s
         self.clock = clock
+        self.wall = wall  # Unix time, for last_heartbeat only (periods use ``clock``)
 
     # ------------------------------------------------------------------ one node, one pass
     def step(self, node: HostedNode, act: bool = True) -> None:
@@ -65,14 +74,19 @@ class Agent:
         metrics = []
         if node.monitor is not None:
             reading = node.monitor.read()
+            node.reading = reading
             metrics = [device_metrics(d) for d in reading.devices]
             if node.inventory is not None:
                 self._register(node, node.inventory(reading.devices))
             if reading.process_memory is not None:
                 self._measure(node, reading.process_memory)
+            else:  # not measured this pass: report nothing rather than the last pass's figures
+                for rep in node.runner.replicas.values():
+                    rep.memory_used_mib, rep.memory_measured = {}, False
         elif node.inventory is not None:
             self._register(node, node.inventory([]))
         if node.inventory is not None and node.registered is None:
+            node.heartbeat_failures += 1  # no heartbeat this period either
             return  # not registered yet: the server would answer 404
         node.runner.poll()
         node.runner.ship_logs(lambda job, replica, chunk: self._send_log(node, job, replica, chunk))
@@ -83,10 +97,13 @@ class Agent:
         except NotFound:
             log.warning("server does not know node %s: registering again", node.name)
             node.registered = None
+            node.heartbeat_failures += 1
             return
         except TransportError as exc:
             log.warning("heartbeat of %s failed: %s", node.name, exc)
+            node.heartbeat_failures += 1
             return
+        node.last_heartbeat = self.wall()
         node.runner.acknowledge(reports)
         self.heartbeat_s = reply.heartbeat_s
         if not act:
@@ -114,7 +131,7 @@ class Agent:
         per_replica = node.monitor.replica_usage(node.runner.running_groups(), usage)
         for key, used in per_replica.items():
             rep = node.runner.replicas[key]
-            rep.memory_used_mib = used
+            rep.memory_used_mib, rep.memory_measured = used, True
             flag = over_limit(rep.work, used)
             if flag and flag != rep.flag:
                 log.warning("job %d replica %d on %s: %s", *key, node.name, flag)

@@ -49,6 +49,16 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
     help="Replica logs and working directories",
 )
 @click.option("--poll", default=0.2, show_default=True, help="Process poll period, s")
+@click.option(
+    "--metrics-port",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics; 0: off",
+)
+@click.option(
+    "--metrics-host", default="127.0.0.1", show_default=True, help="Address the metrics port binds"
+)
 def agent_command(
     server: str,
     token: str,
@@ -59,6 +69,8 @@ def agent_command(
     grace: float,
     work_dir: str,
     poll: float,
+    metrics_port: int,
+    metrics_host: str,
 ) -> None:
     """Run this host's node agent: register, heartbeat, run and stop assigned work."""
     from xpupool.agent.agent import Agent, HostedNode
@@ -90,7 +102,22 @@ def agent_command(
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     click.echo(f"agent for node {name} -> {server}")
+    agent = Agent(transport, [hosted], poll_s=poll)
+    metrics = None
+    if metrics_port:
+        from xpupool.agent.metrics import serve_metrics
+
+        try:
+            metrics = serve_metrics(agent, metrics_host, metrics_port)
+        except OSError as exc:
+            transport.close()
+            raise click.ClickException(
+                f"metrics port {metrics_host}:{metrics_port}: {exc}"
+            ) from exc
+        click.echo(f"metrics at http://{metrics_host}:{metrics.port}/metrics")
     try:
-        Agent(transport, [hosted], poll_s=poll).run(stop)
+        agent.run(stop)
     finally:
+        if metrics is not None:
+            metrics.stop()
         transport.close()

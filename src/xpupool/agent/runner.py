@@ -102,7 +102,8 @@ class Replica:
     stop_requested: bool = False
     kill_at: float | None = None
     leader_done: bool = False
-    memory_used_mib: dict[str, int] = field(default_factory=dict)
+    memory_used_mib: dict[str, int] = field(default_factory=dict)  # per UUID, last measured
+    memory_measured: bool = False  # False: no probe could list its processes' memory this pass
     flag: str = ""  # a problem to report while running (over its device memory)
 
     @property

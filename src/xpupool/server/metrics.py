@@ -136,6 +136,24 @@ class PlaneCollector(Collector):
                     quota.add_metric(lv, usage.get((q.flavor, q.resource), 0))
                     nominal.add_metric(lv, q.nominal)
         yield from (pending, running, quota, nominal)
+        yield self._replica_memory()
+
+    def _replica_memory(self) -> GaugeMetricFamily:
+        """What the agents measured per replica and card (NVML running processes); a replica
+        whose agent cannot measure it has no sample, and a released job's samples are gone."""
+        used = GaugeMetricFamily(
+            "xpupool_replica_device_memory_used_bytes",
+            "Device memory a replica's processes use on a card, as its agent last measured it.",
+            labels=["job", "replica", "node", "uuid"],
+        )
+        with self.plane.lock:
+            for job in self.plane.held.values():
+                nodes = {a.replica: a.node for a in job.allocations}
+                for replica, per_card in job.device_memory_used_mib.items():
+                    for uuid, mib in per_card.items():
+                        lv = [str(job.id), str(replica), nodes.get(replica, ""), uuid]
+                        used.add_metric(lv, mib * MIB)
+        return used
 
 
 def make_registry(plane: ControlPlane) -> CollectorRegistry:

@@ -87,6 +87,9 @@ class HeldJob:
     stopping: str | None = None
     stop_reason: str = ""
     handed: set[int] = field(default_factory=set)  # replicas handed to an agent: may be running
+    # {replica: {uuid: MiB}}: the agent's last per-process measurement of a running replica;
+    # absent when not measured; gone with the job when it is released (metrics only, not stored)
+    device_memory_used_mib: dict[int, dict[str, int]] = field(default_factory=dict)
 
     @property
     def may_run(self) -> bool:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 from server_kit import (
     Server,
     devices,
@@ -74,6 +75,33 @@ def test_heartbeat_metrics_show_on_devices(server: Server) -> None:
         "xpupool_device_utilization_ratio{" in scrape
     )
     assert "xpupool_device_power_watts{" not in scrape  # unread is absent, not zero
+
+
+def test_replica_device_memory_is_exported_while_the_job_runs(server: Server) -> None:
+    node(server, "n1", count=1)
+    a = tenant(server, "a")
+    j = submit(server, a, "A100:1")
+    server.schedule()
+
+    def samples() -> list[tuple[dict[str, str], float]]:
+        text = server.client.get("/metrics").text
+        return [
+            (s.labels, s.value)
+            for family in text_string_to_metric_families(text)
+            if family.name == "xpupool_replica_device_memory_used_bytes"
+            for s in family.samples
+        ]
+
+    used = {**report(j["id"], 0, "running"), "memory_used_mib": {"n1-gpu0": 30000}}
+    heartbeat(server, "n1", [used])
+    labels = {"job": str(j["id"]), "replica": "0", "node": "n1", "uuid": "n1-gpu0"}
+    assert samples() == [(labels, 30000 * 2**20)]
+    heartbeat(server, "n1", [report(j["id"], 0, "running")])  # not measured this pass
+    assert samples() == []
+    heartbeat(server, "n1", [used])
+    heartbeat(server, "n1", [report(j["id"], 0, "succeeded", exit_code=0)])
+    assert job(server, j["id"])["state"] == "succeeded"
+    assert samples() == []  # released with the job
 
 
 @pytest.mark.parametrize(("policy", "final"), [("requeue", "pending"), ("fail", "lost")])

@@ -51,6 +51,10 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: s.Replica
     job = plane.held.get(r.job_id)
     if job is None or not any(a.replica == r.replica and a.node == node for a in job.allocations):
         return  # a replica the server no longer gives this node: the reply tells the agent to stop
+    if r.state == "running" and r.memory_used_mib:
+        job.device_memory_used_mib[r.replica] = dict(r.memory_used_mib)
+    else:
+        job.device_memory_used_mib.pop(r.replica, None)
     if job.replica_states.get(r.replica) == r.state:
         if r.state == "running" and r.reason and job.state is s.JobState.RUNNING:
             _flag(plane, conn, job.id, f"replica {r.replica}: {r.reason}")
