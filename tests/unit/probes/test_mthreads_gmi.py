@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -64,6 +65,21 @@ def test_gib_totals_na_values_and_int_index() -> None:
     assert unknown.uuid == "mthreads-2"
     assert unknown.memory_used_mib is None
     assert unknown.power_watts is None
+
+
+@pytest.mark.parametrize(
+    ("printed", "canonical_model"),
+    [
+        ("MTT S4000", "MTT-S4000"),
+        ("MTT S3000", "MTT-S3000"),
+        ("MTT S80", "MTT-S80"),
+        ("MTT X300", None),
+    ],
+)
+def test_product_name_maps_to_the_catalog(printed: str, canonical_model: str | None) -> None:
+    text = json.dumps({"GPU": [{"Product Name": printed, "FB Memory Usage": {"Total": "32GiB"}}]})
+    (device,) = parse_mthreads_gmi_json(text)
+    assert (device.model, device.canonical_model) == (printed, canonical_model)
 
 
 @pytest.mark.parametrize("text", ["", "  \n", fixture("empty.json"), '{"Attached GPUs": "0"}'])
