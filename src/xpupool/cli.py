@@ -9,6 +9,10 @@ from rich.console import Console
 
 from xpupool.model.errors import XpupoolError
 
+# The engine's default profile (engine/profile.py DEFAULT_PROFILE), named here so that client commands
+# start without importing the engine.
+DEFAULT_PROFILE = "xpupool"
+
 
 class _Group(click.Group):
     """Reports xpupool's own errors (bad input: field, value, reason) as one clean line, exit 1."""
@@ -27,7 +31,12 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--policy", default="binpack", show_default=True, help="binpack, spread or topology")
+@click.option(
+    "--policy",
+    default=DEFAULT_PROFILE,
+    show_default=True,
+    help="xpupool, binpack, spread, topology, fgd, ...",
+)
 @click.option(
     "--cluster",
     type=click.Path(exists=True, dir_okay=False),
@@ -50,7 +59,9 @@ def demo(policy: str, cluster: str | None) -> None:
     help="YAML cluster file of simulated nodes to add (see examples/cluster-mixed.yaml)",
 )
 @click.option("--db", help="SQLAlchemy URL instead of DATA/state.db (e.g. PostgreSQL)")
-@click.option("--policy", default="binpack", show_default=True, help="default placement profile")
+@click.option(
+    "--policy", default=DEFAULT_PROFILE, show_default=True, help="default placement profile"
+)
 @click.option("--heartbeat", default=5.0, show_default=True, help="agent heartbeat period, s")
 @click.option(
     "--lost-after", default=30.0, show_default=True, help="silence before a node is lost, s"
@@ -130,7 +141,7 @@ def _seeds(text: str) -> list[int]:
 )
 @click.option(
     "--policy",
-    default="random,dotprod,gpuclustering,gpupacking,bestfit,fgd",
+    default="random,dotprod,gpuclustering,gpupacking,bestfit,fgd,xpupool",
     show_default=True,
     help="comma-separated engine profiles",
 )

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from xpupool.engine import ClusterState, Engine
+from xpupool.engine.profile import DEFAULT_PROFILE
 from xpupool.model.quantity import format_mib
 from xpupool.model.spec import parse_spec
 from xpupool.probes.cluster_file import load_cluster
@@ -37,7 +38,9 @@ def demo_cluster_path() -> Path:
     return Path(str(resources.files("xpupool") / "data" / "cluster-mixed.yaml"))
 
 
-def run_demo(console: Console, policy: str = "binpack", cluster: str | Path | None = None) -> None:
+def run_demo(
+    console: Console, policy: str = DEFAULT_PROFILE, cluster: str | Path | None = None
+) -> None:
     state = ClusterState(load_cluster(cluster or demo_cluster_path()), seed=0)
     engine = Engine(state, policy)
     console.print(

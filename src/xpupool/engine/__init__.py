@@ -6,13 +6,14 @@ No I/O and no knowledge of HTTP, SQL, Kubernetes or trace formats: every front t
 
 from xpupool.engine.engine import Engine, Placement
 from xpupool.engine.preempt import PreemptionPlan
-from xpupool.engine.profile import BUILTIN_PROFILES, Profile, make_profile
+from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile, make_profile
 from xpupool.engine.reasons import Reason, ReasonCount, Unschedulable
 from xpupool.engine.state import ClusterState
 from xpupool.engine.txn import Transaction
 
 __all__ = [
     "BUILTIN_PROFILES",
+    "DEFAULT_PROFILE",
     "ClusterState",
     "Engine",
     "Placement",

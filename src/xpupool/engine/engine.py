@@ -16,7 +16,7 @@ from xpupool.engine.device_pick import pick_devices
 from xpupool.engine.fragmentation import TargetWorkload
 from xpupool.engine.pipeline import Pipeline
 from xpupool.engine.preempt import PreemptionPlan, plan_preemption
-from xpupool.engine.profile import BUILTIN_PROFILES, Profile
+from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile
 from xpupool.engine.reasons import Unschedulable
 from xpupool.engine.registry import SCORERS
 from xpupool.engine.scorers.base import Scorer, ScorerEnv
@@ -49,7 +49,7 @@ class Engine:
     def __init__(
         self,
         state: ClusterState,
-        profile: Profile | str = "binpack",
+        profile: Profile | str = DEFAULT_PROFILE,
         *,
         seed: int = 0,
         profiles: dict[str, Profile] | None = None,

@@ -176,6 +176,31 @@ def shape_fits(
     return fits
 
 
+def cpu_capped(
+    table: ShapeTable,
+    usable_idle: IntArray | FloatArray,
+    cpu_free: IntArray,
+    mem_free: IntArray,
+    shapes: IndexArray | None = None,
+) -> FloatArray:
+    """``usable_idle`` ([M, S]) capped by what node CPU and memory let the shape use:
+    a node whose CPU admits one more task of a shape can fill only one task's worth of its idle
+    devices, however many there are; the rest is stranded for that shape."""
+    rows = slice(None) if shapes is None else shapes
+    per_task = (np.maximum(table.count[rows], 1) * table.need_core[rows]).astype(np.float64)
+    cpu = table.cpu[rows].astype(np.float64)
+    mem = table.memory[rows].astype(np.float64)
+    by_cpu = np.where(
+        cpu[:, None] > 0, np.floor(cpu_free[None] / np.maximum(cpu[:, None], 1)), np.inf
+    )
+    by_mem = np.where(
+        mem[:, None] > 0, np.floor(mem_free[None] / np.maximum(mem[:, None], 1)), np.inf
+    )
+    cap = np.minimum(by_cpu, by_mem) * per_task[:, None]
+    result: FloatArray = np.minimum(usable_idle, cap)
+    return result
+
+
 def fragmentation(state: ClusterState, table: ShapeTable, nodes: IndexArray) -> FloatArray:
     """``[S]`` expected fragment (thousandths of a device) of each selected node."""
     view = node_view(state, table, nodes)
@@ -192,10 +217,17 @@ class FragmentationCache:
     recomputing only nodes whose version moved. The view does not depend on any request, so the
     FGD scorer reads it from here instead of recomputing it for every candidate evaluation."""
 
-    def __init__(self, state: ClusterState, pipeline: Pipeline, workload: TargetWorkload) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        pipeline: Pipeline,
+        workload: TargetWorkload,
+        capped: bool = False,
+    ) -> None:
         self.state = state
         self.pipeline = pipeline
         self.workload = workload
+        self.capped = capped
         self._reset()
 
     def _reset(self) -> None:
@@ -225,7 +257,14 @@ class FragmentationCache:
             fits = shape_fits(
                 self.table, view.usable_count, s.node_cpu_free[stale], s.node_mem_free[stale]
             )
-            self.values[stale] = self.table.weights @ (view.idle[None] - fits * view.usable_idle)
+            usable_idle = (
+                cpu_capped(
+                    self.table, view.usable_idle, s.node_cpu_free[stale], s.node_mem_free[stale]
+                )
+                if self.capped
+                else view.usable_idle
+            )
+            self.values[stale] = self.table.weights @ (view.idle[None] - fits * usable_idle)
             self.version[stale] = s.node_version[stale]
         return self.values
 

@@ -60,4 +60,7 @@ BUILTIN_PROFILES: dict[str, Profile] = {
     "dotprod": make_profile("dotprod", {"dotprod": 1}, "binpack"),
     "gpupacking": make_profile("gpupacking", {"gpupacking": 1}, "binpack"),
     "gpuclustering": make_profile("gpuclustering", {"gpuclustering": 1}, "binpack"),
+    # xpupool's own (docs/placement-policy.md): the engine's default.
+    "xpupool": make_profile("xpupool", {"xpupool": 1}, "binpack"),
 }
+DEFAULT_PROFILE = "xpupool"

@@ -20,6 +20,7 @@ from sqlalchemy import Connection, delete, func, insert, select, update
 
 from xpupool.engine.admission import Admission, QueueSpec, Quota, Resource
 from xpupool.engine.engine import Engine
+from xpupool.engine.profile import DEFAULT_PROFILE
 from xpupool.engine.state import ClusterState
 from xpupool.model.allocation import Allocation, DeviceShare
 from xpupool.model.device import Device, Node
@@ -106,7 +107,7 @@ class ControlPlane:
         data_dir: Path,
         *,
         seed: int = 0,
-        profile: str = "binpack",
+        profile: str = DEFAULT_PROFILE,
         heartbeat_s: float = 5.0,
         lost_after_s: float = 30.0,
         clock: Callable[[], float] = time.time,

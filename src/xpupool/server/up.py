@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from xpupool.engine.profile import DEFAULT_PROFILE
 from xpupool.server.plane import ControlPlane
 
 
@@ -24,7 +25,7 @@ class UpConfig:
     port: int = 8080
     cluster: Path | None = None
     db: str | None = None
-    profile: str = "binpack"
+    profile: str = DEFAULT_PROFILE
     heartbeat_s: float = 5.0
     lost_after_s: float = 30.0
     agent: bool = True

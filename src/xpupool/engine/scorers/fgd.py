@@ -26,6 +26,8 @@ from xpupool.engine.fragmentation import (
     IndexArray,
     NodeView,
     ShapeTable,
+    TargetWorkload,
+    cpu_capped,
     shape_fits,
 )
 from xpupool.engine.scorers.base import ScorerEnv
@@ -44,10 +46,13 @@ class _Cached:
 class Fgd:
     name: ClassVar[str] = "fgd"
 
-    def __init__(self, env: ScorerEnv) -> None:
-        if env.workload is None:
+    def __init__(
+        self, env: ScorerEnv, workload: TargetWorkload | None = None, capped: bool = False
+    ) -> None:
+        workload = workload or env.workload
+        if workload is None:
             raise ValueError("the fgd scorer needs a target workload (Engine(..., workload=...))")
-        self.frag = FragmentationCache(env.pipeline.state, env.pipeline, env.workload)
+        self.frag = FragmentationCache(env.pipeline.state, env.pipeline, workload, capped)
         self._cache: dict[tuple[object, ...], _Cached] = {}
         self._epoch = -1
         self._columns: tuple[Context, IntArray] | None = None
@@ -124,11 +129,16 @@ class Fgd:
         view = self.frag.view(nodes)
         if ctx.k == 0:
             fits = shape_fits(table, view.usable_count, cpu_after, mem_after)
-            after: FloatArray = table.weights @ (view.idle[None] - fits * view.usable_idle)
+            usable_idle: IntArray | FloatArray = view.usable_idle
+            if self.frag.capped:
+                usable_idle = cpu_capped(table, usable_idle, cpu_after, mem_after)
+            after: FloatArray = table.weights @ (view.idle[None] - fits * usable_idle)
             return after
         need_mib = ctx.need_mib if isinstance(ctx.need_mib, int) else ctx.need_mib[nodes]
         if ctx.k == 1:
-            return _each_device(ctx, table, nodes, view, need_mib, cpu_after, mem_after)
+            return _each_device(
+                ctx, table, nodes, view, need_mib, cpu_after, mem_after, self.frag.capped
+            )
         assert ctx.dev_fit is not None
         dev_fit = ctx.dev_fit[nodes]
         taken = dev_fit & (np.cumsum(dev_fit, axis=1) <= ctx.k)
@@ -140,7 +150,10 @@ class Fgd:
             & (mem[None] >= table.need_mib[:, nodes])
         )
         fits = shape_fits(table, usable.sum(axis=2), cpu_after, mem_after)
-        after = table.weights @ (free.sum(axis=1)[None] - fits * (free[None] * usable).sum(axis=2))
+        usable_sum: IntArray | FloatArray = (free[None] * usable).sum(axis=2)
+        if self.frag.capped:
+            usable_sum = cpu_capped(table, usable_sum, cpu_after, mem_after)
+        after = table.weights @ (free.sum(axis=1)[None] - fits * usable_sum)
         return after
 
 
@@ -152,6 +165,7 @@ def _each_device(
     need_mib: int | IntArray,
     cpu_after: IntArray,
     mem_after: IntArray,
+    capped: bool = False,
 ) -> FloatArray:
     """``[S, W]``: fragmentation after placing the replica on each device of each node, by an
     incremental update of the node's per-shape quantities. Values for devices the replica does
@@ -178,6 +192,7 @@ def _each_device(
             mem_after,
             idle_after,
             gather=False,
+            capped=capped,
         )
     groups: dict[bytes, list[int]] = {}
     for position in range(nodes.size):
@@ -198,6 +213,7 @@ def _each_device(
             cpu_after[at],
             mem_after[at],
             idle_after[at],
+            capped=capped,
         )
         rest = total_weight - float(table.weights[shapes].sum())
         out[at] = served + rest * idle_after[at, None]
@@ -216,6 +232,7 @@ def _served_shapes(
     mem_after: IntArray,
     idle_after: FloatArray,
     gather: bool = True,
+    capped: bool = False,
 ) -> FloatArray:
     """Weighted fragment of ``shapes`` after placing on each device of ``nodes``: ``[S, W]``.
     ``gather=False`` means ``shapes`` is every shape and ``at`` every node of the view."""
@@ -251,6 +268,8 @@ def _served_shapes(
         & (mem_after[None, :, None] >= table.memory[shapes, None, None])
         & ~table.cpu_only[shapes, None, None]
     )
+    if capped:
+        usable_idle = np.minimum(usable_idle, _cap(table, shapes, cpu_after, mem_after)[:, :, None])
     result: FloatArray = np.einsum(
         "m,msw->sw", table.weights[shapes], idle_after[None, :, None] - fits * usable_idle
     )
@@ -262,3 +281,9 @@ def _score(before: FloatArray, after: FloatArray) -> FloatArray:
     delta = np.clip((before - after) / 1000.0, -50.0, 50.0)
     result: FloatArray = np.floor(100.0 / (1.0 + np.exp(-delta)))
     return result
+
+
+def _cap(table: ShapeTable, shapes: IndexArray, cpu: IntArray, mem: IntArray) -> FloatArray:
+    """[shapes, S] the most device compute the node's CPU and memory let each shape use."""
+    ones = np.zeros((shapes.size, cpu.size), np.float64) + np.inf
+    return cpu_capped(table, ones, cpu, mem, shapes)

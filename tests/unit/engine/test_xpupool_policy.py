@@ -1,0 +1,103 @@
+"""The default policy on clusters small enough to work its choice out by hand.
+
+Each case builds a cluster where FGD's own fragmentation cannot tell the candidates apart (or gets
+it wrong), so that the choice follows from the one part of the policy under test; every case is run
+under several seeds, because ties between equal scores go to the seeded node order.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from xpupool.engine import DEFAULT_PROFILE, ClusterState, Engine
+from xpupool.engine.fragmentation import TargetWorkload
+from xpupool.engine.scorers.xpupool import Xpupool
+from xpupool.model import DeviceRequest, Request
+
+from factories import gpu_node
+
+SEEDS = range(6)
+
+
+def whole(cpu: int, name: str = "w") -> Request:
+    return Request(name, cpu_milli=cpu, devices=DeviceRequest(count=1))
+
+
+def share(cpu: int, permille: int, name: str = "s") -> Request:
+    return Request(name, cpu_milli=cpu, devices=DeviceRequest(count=1, core_permille=permille))
+
+
+def node_of(engine: Engine, req: Request) -> str:
+    placement = engine.place(req)
+    assert placement.ok, placement.failures
+    return placement.allocations[0].node
+
+
+def test_the_engine_default_is_xpupool() -> None:
+    from xpupool import cli
+
+    engine = Engine(ClusterState([gpu_node("a", count=1, group_size=0)]))
+    assert engine.profile.name == DEFAULT_PROFILE == "xpupool" == cli.DEFAULT_PROFILE
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_cpu_is_not_taken_where_it_would_strand_idle_gpus(seed: int) -> None:
+    # The workload is one-GPU tasks with 4 cores. A CPU-only 4-core task on "two" (2 GPUs, 8
+    # cores) leaves CPU for one such task while two GPUs are idle: 1000 of its 2000 idle become
+    # stranded. On "one" (1 GPU, 8 cores) the 4 cores left still feed its only GPU: nothing
+    # strands. FGD without the CPU cap sees both as "a task still fits" and cannot tell them apart.
+    nodes = [
+        gpu_node("two", count=2, group_size=0, cpu_milli=8000),
+        gpu_node("one", count=1, group_size=0, cpu_milli=8000),
+    ]
+    workload = TargetWorkload((whole(4000),), (1.0,))
+    engine = Engine(ClusterState(nodes, seed=seed), "xpupool", seed=seed, workload=workload)
+    assert node_of(engine, Request("cpu-only", cpu_milli=4000)) == "one"
+    fgd = Engine(ClusterState(nodes, seed=seed), "fgd", seed=seed, workload=workload)
+    fits, scores = fgd.rate(Request("cpu-only", cpu_milli=4000))
+    assert fits.all() and scores[0] == scores[1]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_cpu_heavy_requests_go_to_cpu_rich_nodes_and_light_ones_to_cpu_poor(seed: int) -> None:
+    # Two one-GPU nodes, CPU-rich (64 cores) and CPU-poor (16 cores); the workload takes 8 cores
+    # per GPU. Either node ends with no idle GPU, so fragmentation is zero everywhere and the
+    # balance tie-break decides: 12 cores per GPU (heavier than the workload) -> rich; 2 -> poor.
+    def engine() -> Engine:
+        nodes = [
+            gpu_node("poor", count=1, group_size=0, cpu_milli=16_000),
+            gpu_node("rich", count=1, group_size=0, cpu_milli=64_000),
+        ]
+        workload = TargetWorkload((whole(8000),), (1.0,))
+        return Engine(ClusterState(nodes, seed=seed), "xpupool", seed=seed, workload=workload)
+
+    assert node_of(engine(), whole(12_000, "heavy")) == "rich"
+    assert node_of(engine(), whole(2000, "light")) == "poor"
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_share_joins_the_fullest_card_when_fragmentation_ties(seed: int) -> None:
+    # Workload: 0.5-GPU shares. A first share is pinned to card 1. A second on card 1 fills it and
+    # keeps card 0 whole; on card 0 it leaves two half cards, each still usable by a 0.5 share:
+    # fragmentation is 0 either way, so the fullest card (1) wins, where FGD takes the lowest (0).
+    nodes = [gpu_node("a", count=2, group_size=0)]
+    workload = TargetWorkload((share(1000, 500),), (1.0,))
+    engine = Engine(ClusterState(nodes, seed=seed), "xpupool", seed=seed, workload=workload)
+    pinned = Request(
+        "first",
+        cpu_milli=1000,
+        devices=DeviceRequest(count=1, core_permille=500, uuids=("a-gpu1",)),
+    )
+    assert engine.place(pinned).allocations[0].devices[0].uuid == "a-gpu1"
+    assert engine.place(share(1000, 500, "second")).allocations[0].devices[0].uuid == "a-gpu1"
+
+
+def test_without_a_workload_it_learns_one_from_the_requests_it_places() -> None:
+    engine = Engine(ClusterState([gpu_node("a", count=8, group_size=0)]))
+    scorer = engine._weighted(engine.profile)[0][0]
+    assert isinstance(scorer, Xpupool)
+    for i in range(12):
+        assert engine.place(share(1000, 250, f"s{i}")).ok
+    shapes = scorer.frag.workload.shapes
+    assert [s.devices.core_permille for s in shapes] == [250]
+    assert engine.place(whole(1000)).ok  # one more shape, still fits, nothing breaks
