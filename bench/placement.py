@@ -163,7 +163,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--nodes", type=int, default=5000)
-    parser.add_argument("--policies", default="binpack,spread,topology,fgd")
+    parser.add_argument("--policies", default="binpack,spread,topology,fgd,xpupool")
     parser.add_argument("--fill", type=float, default=0.9, help="stop at this device-memory fill")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true", help="print JSON only")

@@ -1,7 +1,7 @@
 """xpupool's default policy against FGD and BestFit on every Alibaba trace, FGD protocol.
 
     python bench/policy_table.py --jobs 2 [--traces default,cpu250] [--policies xpupool,fgd,bestfit]
-        [--out docs/placement-policy-results.jsonl] [--reuse]
+        [--out docs/placement-policy-results.jsonl] [--reuse] [--plot docs/placement-policy.png]
 
 For each trace in ``../shared/traces/alibaba-gpu-v2023`` and each policy, replays seeds 42..51 and
 records mean and sd of unallocated GPU % at arrived = 100 %, one JSON line per (trace, policy) in
@@ -88,6 +88,43 @@ def table(results: dict[tuple[str, str], dict[str, object]], traces: list[str]) 
     return "\n".join(lines)
 
 
+def plot(results: dict[tuple[str, str], dict[str, object]], traces: list[str], path: Path) -> None:
+    """Grouped bars per trace (mean, sd whiskers) with the authors' FGD mean as a marker."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    policies = [p for p in ("xpupool", "fgd", "bestfit") if any(k[1] == p for k in results)]
+    fig, ax = plt.subplots(figsize=(14, 4.8))
+    width = 0.8 / len(policies)
+    for i, policy in enumerate(policies):
+        xs, means, sds = [], [], []
+        for j, trace in enumerate(traces):
+            r = results.get((trace, policy))
+            if r is not None:
+                xs.append(j + (i - (len(policies) - 1) / 2) * width)
+                means.append(float(r["mean"]))  # type: ignore[arg-type]
+                sds.append(float(r["sd"]))  # type: ignore[arg-type]
+        ax.bar(xs, means, width, yerr=sds, capsize=2, label=policy)
+    paper = [
+        (j, float(r["paper_mean"]))  # type: ignore[arg-type]
+        for j, trace in enumerate(traces)
+        if (r := results.get((trace, "fgd"))) is not None and r["paper_mean"] is not None
+    ]
+    if paper:
+        px = [x for x, _ in paper]
+        py = [y for _, y in paper]
+        ax.scatter(px, py, marker="_", s=300, color="k", label="fgd (paper)", zorder=3)
+    ax.set_xticks(range(len(traces)), traces, rotation=45, ha="right")
+    ax.set_ylabel("unallocated GPU % at arrived = 100 %")
+    ax.set_title("Alibaba GPU traces, FGD protocol, seeds 42..51 (lower is better)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -99,6 +136,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--reuse", action="store_true", help="keep results already in --out")
+    parser.add_argument("--plot", type=Path, help="also draw the table as a PNG here")
     args = parser.parse_args()
     traces = args.traces.split(",") if args.traces else all_traces(args.data)
     low, high = (int(x) for x in args.seeds.split("-"))
@@ -116,7 +154,10 @@ def main() -> None:
             )
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text("".join(json.dumps(r) + "\n" for r in results.values()))
-    print(table(results, [t for t in all_traces(args.data) if any(k[0] == t for k in results)]))
+    shown = [t for t in all_traces(args.data) if any(k[0] == t for k in results)]
+    print(table(results, shown))
+    if args.plot:
+        plot(results, shown, args.plot)
 
 
 if __name__ == "__main__":
