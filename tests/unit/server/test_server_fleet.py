@@ -78,10 +78,16 @@ def test_heartbeat_metrics_show_on_devices(server: Server) -> None:
 
 
 def test_replica_device_memory_is_exported_while_the_job_runs(server: Server) -> None:
+    # Everything here is synchronous (no background threads, each request done when it returns),
+    # so there is nothing to wait for. What can differ is the placement: the server only keeps a
+    # measurement for a replica it placed on the reporting node, so check that first; otherwise a
+    # job left pending would show up below as a mysteriously empty metric.
     node(server, "n1", count=1)
     a = tenant(server, "a")
     j = submit(server, a, "A100:1")
-    server.schedule()
+    assert server.schedule() == 1, job(server, j["id"])["reason"]
+    (placed,) = job(server, j["id"])["assignments"]
+    assert (placed["node"], [d["uuid"] for d in placed["devices"]]) == ("n1", ["n1-gpu0"])
 
     def samples() -> list[tuple[dict[str, str], float]]:
         text = server.client.get("/metrics").text
@@ -92,14 +98,19 @@ def test_replica_device_memory_is_exported_while_the_job_runs(server: Server) ->
             for s in family.samples
         ]
 
+    def beat(rep: dict[str, Any]) -> None:
+        reply = heartbeat(server, "n1", [rep])
+        assert reply["stop"] == [], reply  # the server took the report as its replica's
+
     used = {**report(j["id"], 0, "running"), "memory_used_mib": {"n1-gpu0": 30000}}
-    heartbeat(server, "n1", [used])
+    beat(used)
     labels = {"job": str(j["id"]), "replica": "0", "node": "n1", "uuid": "n1-gpu0"}
     assert samples() == [(labels, 30000 * 2**20)]
-    heartbeat(server, "n1", [report(j["id"], 0, "running")])  # not measured this pass
+    beat(report(j["id"], 0, "running"))  # not measured this pass
     assert samples() == []
-    heartbeat(server, "n1", [used])
-    heartbeat(server, "n1", [report(j["id"], 0, "succeeded", exit_code=0)])
+    beat(used)
+    assert samples() == [(labels, 30000 * 2**20)]
+    beat(report(j["id"], 0, "succeeded", exit_code=0))
     assert job(server, j["id"])["state"] == "succeeded"
     assert samples() == []  # released with the job
 
