@@ -11,10 +11,10 @@ import pytest
 
 from xpupool.engine import DEFAULT_PROFILE, ClusterState, Engine
 from xpupool.engine.fragmentation import TargetWorkload
-from xpupool.engine.scorers.xpupool import Xpupool
+from xpupool.engine.scorers.xpupool import Xpupool, cpu_bound
 from xpupool.model import DeviceRequest, Request
 
-from factories import gpu_node
+from factories import cpu_node, gpu_node
 
 SEEDS = range(6)
 
@@ -41,38 +41,31 @@ def test_the_engine_default_is_xpupool() -> None:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_cpu_is_not_taken_where_it_would_strand_idle_gpus(seed: int) -> None:
-    # The workload is one-GPU tasks with 4 cores. A CPU-only 4-core task on "two" (2 GPUs, 8
-    # cores) leaves CPU for one such task while two GPUs are idle: 1000 of its 2000 idle become
-    # stranded. On "one" (1 GPU, 8 cores) the 4 cores left still feed its only GPU: nothing
-    # strands. FGD without the CPU cap sees both as "a task still fits" and cannot tell them apart.
+def test_when_cpu_binds_cpu_is_not_taken_where_it_would_strand_idle_gpus(seed: int) -> None:
+    # The workload is one-GPU tasks with 8 cores; the device nodes have 8 cores per GPU, so the
+    # workload is CPU-bound. A CPU-only 4-core task on "two" (2 GPUs, 16 cores) leaves CPU for one
+    # such task while two GPUs are idle: 1000 of its 2000 idle strand. On "cpu" (no GPU) nothing
+    # strands. FGD without the CPU cap sees "a task still fits" on both and cannot tell them apart.
     nodes = [
-        gpu_node("two", count=2, group_size=0, cpu_milli=8000),
+        gpu_node("two", count=2, group_size=0, cpu_milli=16_000),
         gpu_node("one", count=1, group_size=0, cpu_milli=8000),
+        cpu_node("cpu", cpu_milli=8000),
     ]
-    workload = TargetWorkload((whole(4000),), (1.0,))
-    engine = Engine(ClusterState(nodes, seed=seed), "xpupool", seed=seed, workload=workload)
-    assert node_of(engine, Request("cpu-only", cpu_milli=4000)) == "one"
+    workload = TargetWorkload((whole(8000),), (1.0,))
+    state = ClusterState(nodes, seed=seed)
+    assert cpu_bound(workload, state)
+    engine = Engine(state, "xpupool", seed=seed, workload=workload)
+    assert node_of(engine, Request("cpu-only", cpu_milli=4000)) == "cpu"
     fgd = Engine(ClusterState(nodes, seed=seed), "fgd", seed=seed, workload=workload)
     fits, scores = fgd.rate(Request("cpu-only", cpu_milli=4000))
-    assert fits.all() and scores[0] == scores[1]
+    assert fits.all() and scores[0] == scores[2] > scores[1]
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_cpu_heavy_requests_go_to_cpu_rich_nodes_and_light_ones_to_cpu_poor(seed: int) -> None:
-    # Two one-GPU nodes, CPU-rich (64 cores) and CPU-poor (16 cores); the workload takes 8 cores
-    # per GPU. Either node ends with no idle GPU, so fragmentation is zero everywhere and the
-    # balance tie-break decides: 12 cores per GPU (heavier than the workload) -> rich; 2 -> poor.
-    def engine() -> Engine:
-        nodes = [
-            gpu_node("poor", count=1, group_size=0, cpu_milli=16_000),
-            gpu_node("rich", count=1, group_size=0, cpu_milli=64_000),
-        ]
-        workload = TargetWorkload((whole(8000),), (1.0,))
-        return Engine(ClusterState(nodes, seed=seed), "xpupool", seed=seed, workload=workload)
-
-    assert node_of(engine(), whole(12_000, "heavy")) == "rich"
-    assert node_of(engine(), whole(2000, "light")) == "poor"
+def test_a_workload_with_cpu_to_spare_is_not_cpu_bound() -> None:
+    state = ClusterState([gpu_node("a", count=8, group_size=0, cpu_milli=96_000)])
+    assert not cpu_bound(TargetWorkload((whole(8000),), (1.0,)), state)  # 8 of 12 cores per GPU
+    assert cpu_bound(TargetWorkload((whole(12_000),), (1.0,)), state)
+    assert not cpu_bound(TargetWorkload((), ()), state)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -60,13 +60,7 @@ class Fgd:
     # ------------------------------------------------------------------ scorer
     def score(self, ctx: Context) -> FloatArray:
         state = ctx.state
-        before = self.frag.current()  # refreshes the shape table on an epoch change
-        cached = self._cached_for(ctx)
-        candidates = np.flatnonzero(ctx.node_fit)
-        stale = candidates[cached.version[candidates] != state.node_version[candidates]]
-        if stale.size:
-            cached.frag_after[stale] = self._evaluate(ctx, self.frag.table, stale)
-            cached.version[stale] = state.node_version[stale]
+        before, cached, candidates = self._fragmentation(ctx)
         if cached.frag_after.ndim == 1:
             return _score(before, cached.frag_after)
         # One device: best fitting device per candidate node, lowest column on equal scores.
@@ -93,6 +87,19 @@ class Fgd:
         return None
 
     # ------------------------------------------------------------------ internals
+    def _fragmentation(self, ctx: Context) -> tuple[FloatArray, _Cached, IndexArray]:
+        """Fragmentation of every node now, after placing on each candidate (recomputed only for
+        nodes that changed), and the candidates."""
+        state = ctx.state
+        before = self.frag.current()  # refreshes the shape table on an epoch change
+        cached = self._cached_for(ctx)
+        candidates = np.flatnonzero(ctx.node_fit)
+        stale = candidates[cached.version[candidates] != state.node_version[candidates]]
+        if stale.size:
+            cached.frag_after[stale] = self._evaluate(ctx, self.frag.table, stale)
+            cached.version[stale] = state.node_version[stale]
+        return before, cached, candidates
+
     def _cached_for(self, ctx: Context) -> _Cached:
         state = ctx.state
         if self._epoch != state.epoch:
