@@ -9,6 +9,7 @@ from collections.abc import Callable
 from xpupool.probes.amd_smi import AmdSmiProbe
 from xpupool.probes.base import DeviceInfo, Health, Probe, ProbeError, ProbeFailure
 from xpupool.probes.cnmon import CnmonProbe
+from xpupool.probes.enflame_efml import EnflameEfmlProbe
 from xpupool.probes.fake import FakeProbe
 from xpupool.probes.host import Discovery, discover_host
 from xpupool.probes.hy_smi import HySmiProbe
@@ -29,6 +30,7 @@ PROBES: tuple[Callable[[], Probe], ...] = (
     IxsmiProbe,
     MxSmiProbe,
     XpuSmiProbe,
+    EnflameEfmlProbe,
 )
 
 
