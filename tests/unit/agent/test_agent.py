@@ -98,9 +98,9 @@ def test_runs_reports_and_flags_memory_over_the_grant(tmp_path: Path) -> None:
     assert rep.pid is not None
     cards.pids = [rep.pid]
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not any(
-        r.reason for hb in t.heartbeats for r in hb.replicas
-    ):
+    while time.monotonic() < deadline and not (
+        any(r.reason for hb in t.heartbeats for r in hb.replicas) and b"go" in b"".join(t.logs)
+    ):  # flagged, and the child has printed (a stop before its first line would lose it)
         agent.tick()
         time.sleep(0.05)
     flagged = [r for hb in t.heartbeats for r in hb.replicas if r.reason]
