@@ -11,7 +11,9 @@ Per shape m and node n, with ``usable`` = devices eligible for m with room for o
     U_m(n)  = idle compute on usable devices,     cnt_m(n) = number of usable devices
     frag_m  = T - U_m  if m fits on n (cnt_m >= k_m, CPU and memory fit, m needs devices), else T
     F(n)    = sum_m p_m * frag_m(n)
-Everything is computed for many nodes at once on ``[M, S, W]`` arrays (shapes x nodes x devices).
+Everything is computed for many nodes at once on ``[S, M, W]`` arrays (nodes x shapes x devices).
+Arrays are node-major because every evaluation gathers a few nodes (those that changed): a node's
+rows are then one contiguous block, several times faster to gather than one slice per shape.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ class TargetWorkload:
 
 
 class ShapeTable:
-    """The target workload resolved against one state epoch: ``[M, N, W]`` eligibility and needs.
+    """The target workload resolved against one state epoch: ``[N, M, W]`` eligibility and needs.
 
     Shapes that behave identically here are merged, which is exact and keeps ``M`` (the cost of
     every evaluation) small: shapes with the same amounts and the same eligible devices become one
@@ -127,20 +129,25 @@ class ShapeTable:
             memory.append(row[5])
         m = len(weights)
         self.weights = np.asarray(weights, np.float64)
-        self.eligible = np.asarray(eligible, np.bool_).reshape(m, n, w)
-        self.need_mib = np.asarray(need_mib, np.int64).reshape(m, n, w)
+        # node-major [N, M, W] (see the module docstring)
+        self.eligible = np.ascontiguousarray(
+            np.asarray(eligible, np.bool_).reshape(m, n, w).transpose(1, 0, 2)
+        )
+        self.need_mib = np.ascontiguousarray(
+            np.asarray(need_mib, np.int64).reshape(m, n, w).transpose(1, 0, 2)
+        )
         self.need_core = np.asarray(need_core, np.int64)
         self.count = np.asarray(count, np.int64)
         self.cpu = np.asarray(cpu, np.int64)
         self.memory = np.asarray(memory, np.int64)
         self.cpu_only = np.asarray([k == "idle" for k in rows], np.bool_)
-        # [M, N]: shapes a node can serve at all; the others only ever see its idle capacity.
+        # [N, M]: shapes a node can serve at all; the others only ever see its idle capacity.
         self.relevant: BoolArray = np.asarray(self.eligible.any(axis=2), np.bool_)
 
 
 @dataclass(frozen=True, slots=True)
 class NodeView:
-    """Per-shape quantities of selected nodes: T [S], U and cnt [M, S], usable [M, S, W]."""
+    """Per-shape quantities of selected nodes: T [S], U and cnt [S, M], usable [S, M, W]."""
 
     idle: IntArray
     usable: BoolArray
@@ -151,14 +158,14 @@ class NodeView:
 def node_view(state: ClusterState, table: ShapeTable, nodes: IndexArray) -> NodeView:
     free = state.dev_core_free[nodes]
     usable = (
-        table.eligible[:, nodes]
-        & (free[None] >= table.need_core[:, None, None])
-        & (state.dev_mem_free[nodes][None] >= table.need_mib[:, nodes])
+        table.eligible[nodes]
+        & (free[:, None] >= table.need_core[None, :, None])
+        & (state.dev_mem_free[nodes][:, None] >= table.need_mib[nodes])
     )
     return NodeView(
         idle=free.sum(axis=1),
         usable=usable,
-        usable_idle=(free[None] * usable).sum(axis=2),
+        usable_idle=(free[:, None] * usable).sum(axis=2),
         usable_count=usable.sum(axis=2),
     )
 
@@ -166,12 +173,12 @@ def node_view(state: ClusterState, table: ShapeTable, nodes: IndexArray) -> Node
 def shape_fits(
     table: ShapeTable, usable_count: IntArray, cpu_free: IntArray, mem_free: IntArray
 ) -> BoolArray:
-    """``[M, S]``: can one replica of each shape land on each node (given per-node quantities)?"""
+    """``[S, M]``: can one replica of each shape land on each node (given per-node quantities)?"""
     fits: BoolArray = (
-        (usable_count >= table.count[:, None])
-        & (cpu_free[None] >= table.cpu[:, None])
-        & (mem_free[None] >= table.memory[:, None])
-        & ~table.cpu_only[:, None]
+        (usable_count >= table.count[None])
+        & (cpu_free[:, None] >= table.cpu[None])
+        & (mem_free[:, None] >= table.memory[None])
+        & ~table.cpu_only[None]
     )
     return fits
 
@@ -181,22 +188,18 @@ def cpu_capped(
     usable_idle: IntArray | FloatArray,
     cpu_free: IntArray,
     mem_free: IntArray,
-    shapes: IndexArray | None = None,
+    shapes: IndexArray | slice | None = None,
 ) -> FloatArray:
-    """``usable_idle`` ([M, S]) capped by what node CPU and memory let the shape use:
+    """``usable_idle`` ([S, M]) capped by what node CPU and memory let the shape use:
     a node whose CPU admits one more task of a shape can fill only one task's worth of its idle
     devices, however many there are; the rest is stranded for that shape."""
     rows = slice(None) if shapes is None else shapes
     per_task = (np.maximum(table.count[rows], 1) * table.need_core[rows]).astype(np.float64)
     cpu = table.cpu[rows].astype(np.float64)
     mem = table.memory[rows].astype(np.float64)
-    by_cpu = np.where(
-        cpu[:, None] > 0, np.floor(cpu_free[None] / np.maximum(cpu[:, None], 1)), np.inf
-    )
-    by_mem = np.where(
-        mem[:, None] > 0, np.floor(mem_free[None] / np.maximum(mem[:, None], 1)), np.inf
-    )
-    cap = np.minimum(by_cpu, by_mem) * per_task[:, None]
+    by_cpu = np.where(cpu[None] > 0, np.floor(cpu_free[:, None] / np.maximum(cpu[None], 1)), np.inf)
+    by_mem = np.where(mem[None] > 0, np.floor(mem_free[:, None] / np.maximum(mem[None], 1)), np.inf)
+    cap = np.minimum(by_cpu, by_mem) * per_task[None]
     result: FloatArray = np.minimum(usable_idle, cap)
     return result
 
@@ -207,8 +210,8 @@ def fragmentation(state: ClusterState, table: ShapeTable, nodes: IndexArray) -> 
     fits = shape_fits(
         table, view.usable_count, state.node_cpu_free[nodes], state.node_mem_free[nodes]
     )
-    frag = view.idle[None] - fits * view.usable_idle
-    result: FloatArray = table.weights @ frag
+    frag = view.idle[:, None] - fits * view.usable_idle
+    result: FloatArray = frag @ table.weights
     return result
 
 
@@ -238,9 +241,9 @@ class FragmentationCache:
         self.values = np.zeros(n, np.float64)
         self.version = np.full(n, -1, np.int64)
         self._idle = np.zeros(n, np.int64)
-        self._usable = np.zeros((m, n, w), np.bool_)
-        self._usable_idle = np.zeros((m, n), np.int64)
-        self._usable_count = np.zeros((m, n), np.int64)
+        self._usable = np.zeros((n, m, w), np.bool_)
+        self._usable_idle = np.zeros((n, m), np.int64)
+        self._usable_count = np.zeros((n, m), np.int64)
 
     def current(self) -> FloatArray:
         """``[N]`` fragmentation of every node now."""
@@ -251,9 +254,9 @@ class FragmentationCache:
         if stale.size:
             view = node_view(s, self.table, stale)
             self._idle[stale] = view.idle
-            self._usable[:, stale] = view.usable
-            self._usable_idle[:, stale] = view.usable_idle
-            self._usable_count[:, stale] = view.usable_count
+            self._usable[stale] = view.usable
+            self._usable_idle[stale] = view.usable_idle
+            self._usable_count[stale] = view.usable_count
             fits = shape_fits(
                 self.table, view.usable_count, s.node_cpu_free[stale], s.node_mem_free[stale]
             )
@@ -264,7 +267,7 @@ class FragmentationCache:
                 if self.capped
                 else view.usable_idle
             )
-            self.values[stale] = self.table.weights @ (view.idle[None] - fits * usable_idle)
+            self.values[stale] = (view.idle[:, None] - fits * usable_idle) @ self.table.weights
             self.version[stale] = s.node_version[stale]
         return self.values
 
@@ -272,7 +275,7 @@ class FragmentationCache:
         """The cached view of ``nodes``; call :meth:`current` first so it is up to date."""
         return NodeView(
             idle=self._idle[nodes],
-            usable=self._usable[:, nodes],
-            usable_idle=self._usable_idle[:, nodes],
-            usable_count=self._usable_count[:, nodes],
+            usable=self._usable[nodes],
+            usable_idle=self._usable_idle[nodes],
+            usable_count=self._usable_count[nodes],
         )

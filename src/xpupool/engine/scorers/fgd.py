@@ -31,7 +31,7 @@ from xpupool.engine.fragmentation import (
     shape_fits,
 )
 from xpupool.engine.scorers.base import ScorerEnv
-from xpupool.engine.state import FloatArray, IntArray
+from xpupool.engine.state import BoolArray, FloatArray, IntArray
 
 
 @dataclass(slots=True)
@@ -41,6 +41,10 @@ class _Cached:
 
     frag_after: FloatArray
     version: IntArray
+    # A subclass's score derived from ``frag_after`` and the node's state, and the node_version it
+    # was computed at: recomputed, like ``frag_after``, only where the node changed.
+    score: FloatArray | None = None
+    score_version: IntArray | None = None
 
 
 class Fgd:
@@ -133,18 +137,25 @@ class Fgd:
         s = ctx.state
         cpu_after = s.node_cpu_free[nodes] - ctx.req.cpu_milli
         mem_after = s.node_mem_free[nodes] - ctx.req.memory_mib
-        view = self.frag.view(nodes)
         if ctx.k == 0:
+            view = self.frag.view(nodes)
             fits = shape_fits(table, view.usable_count, cpu_after, mem_after)
             usable_idle: IntArray | FloatArray = view.usable_idle
             if self.frag.capped:
                 usable_idle = cpu_capped(table, usable_idle, cpu_after, mem_after)
-            after: FloatArray = table.weights @ (view.idle[None] - fits * usable_idle)
+            after: FloatArray = (view.idle[:, None] - fits * usable_idle) @ table.weights
             return after
         need_mib = ctx.need_mib if isinstance(ctx.need_mib, int) else ctx.need_mib[nodes]
         if ctx.k == 1:
             return _each_device(
-                ctx, table, nodes, view, need_mib, cpu_after, mem_after, self.frag.capped
+                ctx,
+                table,
+                nodes,
+                self.frag.view(nodes),
+                need_mib,
+                cpu_after,
+                mem_after,
+                self.frag.capped,
             )
         assert ctx.dev_fit is not None
         dev_fit = ctx.dev_fit[nodes]
@@ -152,15 +163,15 @@ class Fgd:
         free = s.dev_core_free[nodes] - taken * ctx.need_core
         mem = s.dev_mem_free[nodes] - taken * need_mib
         usable = (
-            table.eligible[:, nodes]
-            & (free[None] >= table.need_core[:, None, None])
-            & (mem[None] >= table.need_mib[:, nodes])
+            table.eligible[nodes]
+            & (free[:, None] >= table.need_core[None, :, None])
+            & (mem[:, None] >= table.need_mib[nodes])
         )
         fits = shape_fits(table, usable.sum(axis=2), cpu_after, mem_after)
-        usable_sum: IntArray | FloatArray = (free[None] * usable).sum(axis=2)
+        usable_sum: IntArray | FloatArray = (free[:, None] * usable).sum(axis=2)
         if self.frag.capped:
             usable_sum = cpu_capped(table, usable_sum, cpu_after, mem_after)
-        after = table.weights @ (free.sum(axis=1)[None] - fits * usable_sum)
+        after = (free.sum(axis=1)[:, None] - fits * usable_sum) @ table.weights
         return after
 
 
@@ -180,105 +191,112 @@ def _each_device(
 
     A shape no device of a node can serve leaves all the node's idle capacity as fragment, before
     and after, whatever device is taken; so nodes are grouped by the shapes they can serve and only
-    those shapes get the ``[shapes, nodes, devices]`` update. On a mixed fleet that is a fraction.
+    those shapes get the ``[nodes, shapes, devices]`` update. On a mixed fleet that is a fraction.
     """
     idle_after = (view.idle - ctx.need_core).astype(np.float64)
-    relevant = table.relevant[:, nodes]
-    everywhere = np.arange(nodes.size, dtype=np.intp)
+    relevant = table.relevant[nodes]
+    rows = _Rows(table.eligible[nodes], table.need_mib[nodes], view)
     if relevant.all():  # e.g. a one-vendor trace: no grouping, no gathering
-        all_shapes = np.arange(relevant.shape[0], dtype=np.intp)
         return _served_shapes(
-            ctx,
-            table,
-            all_shapes,
-            nodes,
-            view,
-            everywhere,
-            need_mib,
-            cpu_after,
-            mem_after,
-            idle_after,
-            gather=False,
-            capped=capped,
+            ctx, table, rows, None, nodes, None, need_mib, cpu_after, mem_after, idle_after, capped
         )
     groups: dict[bytes, list[int]] = {}
     for position in range(nodes.size):
-        groups.setdefault(relevant[:, position].tobytes(), []).append(position)
+        groups.setdefault(relevant[position].tobytes(), []).append(position)
     out = np.empty(ctx.state.dev_core_free[nodes].shape, np.float64)
     total_weight = float(table.weights.sum())
     for positions in groups.values():
         at = np.asarray(positions, np.intp)
-        shapes = np.flatnonzero(relevant[:, at[0]])
+        shapes = np.flatnonzero(relevant[at[0]])
         served = _served_shapes(
             ctx,
             table,
+            rows,
             shapes,
             nodes[at],
-            view,
             at,
-            need_mib,
+            need_mib if isinstance(need_mib, int) else need_mib[at],
             cpu_after[at],
             mem_after[at],
             idle_after[at],
-            capped=capped,
+            capped,
         )
         rest = total_weight - float(table.weights[shapes].sum())
         out[at] = served + rest * idle_after[at, None]
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    """The shape table's and the cache's ``[S, M, ...]`` rows of the nodes being evaluated,
+    gathered once per evaluation (node-major, so one contiguous block per node)."""
+
+    eligible: BoolArray
+    need_mib: IntArray
+    view: NodeView
+
+
 def _served_shapes(
     ctx: Context,
     table: ShapeTable,
-    shapes: IndexArray,
+    rows: _Rows,
+    shapes: IndexArray | None,
     nodes: IndexArray,
-    view: NodeView,
-    at: IndexArray,
-    need_mib: int | IntArray,
+    at: IndexArray | None,
+    mem_need: int | IntArray,
     cpu_after: IntArray,
     mem_after: IntArray,
     idle_after: FloatArray,
-    gather: bool = True,
     capped: bool = False,
 ) -> FloatArray:
-    """Weighted fragment of ``shapes`` after placing on each device of ``nodes``: ``[S, W]``.
-    ``gather=False`` means ``shapes`` is every shape and ``at`` every node of the view."""
+    """Weighted fragment of ``shapes`` after placing on each device of ``nodes`` (the rows ``at``
+    of ``rows``): ``[S, W]``. ``shapes`` and ``at`` None mean every shape and every row."""
     s = ctx.state
-    if shapes.size == 0:
-        return np.zeros(s.dev_core_free[nodes].shape, np.float64)
+    view = rows.view
+    if shapes is None or at is None:
+        every = slice(None)
+        eligible, need_of_shape, usable = rows.eligible, rows.need_mib, view.usable
+        usable_idle_before, usable_count_before = view.usable_idle, view.usable_count
+        weights, need_core, count = table.weights, table.need_core, table.count
+        cpu, memory, cpu_only = table.cpu, table.memory, table.cpu_only
+        shape_rows: IndexArray | slice = every
+    else:
+        if shapes.size == 0:
+            return np.zeros(s.dev_core_free[nodes].shape, np.float64)
+        block = np.ix_(at, shapes)  # the rows' [nodes, shapes] block only
+        eligible, need_of_shape, usable = (
+            rows.eligible[block],
+            rows.need_mib[block],
+            view.usable[block],
+        )
+        usable_idle_before, usable_count_before = view.usable_idle[block], view.usable_count[block]
+        weights, need_core, count = (
+            table.weights[shapes],
+            table.need_core[shapes],
+            table.count[shapes],
+        )
+        cpu, memory, cpu_only = table.cpu[shapes], table.memory[shapes], table.cpu_only[shapes]
+        shape_rows = shapes
     free = s.dev_core_free[nodes]
     free_after = free - ctx.need_core
-    mem_need = need_mib if isinstance(need_mib, int) else need_mib[at]
-    if gather:
-        block = np.ix_(shapes, nodes)  # gather [shapes, nodes] only, never every node
-        eligible, need_of_shape = table.eligible[block], table.need_mib[block]
-        in_view = np.ix_(shapes, at)
-        usable = view.usable[in_view]
-        usable_idle_before = view.usable_idle[in_view]
-        usable_count_before = view.usable_count[in_view]
-    else:
-        eligible, need_of_shape = table.eligible[:, nodes], table.need_mib[:, nodes]
-        usable = view.usable
-        usable_idle_before, usable_count_before = view.usable_idle, view.usable_count
     usable_after = (
         eligible
-        & (free_after[None] >= table.need_core[shapes, None, None])
-        & ((s.dev_mem_free[nodes] - mem_need)[None] >= need_of_shape)
+        & (free_after[:, None] >= need_core[None, :, None])
+        & ((s.dev_mem_free[nodes] - mem_need)[:, None] >= need_of_shape)
     )
     usable_idle = (
-        usable_idle_before[:, :, None] - free[None] * usable + free_after[None] * usable_after
+        usable_idle_before[:, :, None] - free[:, None] * usable + free_after[:, None] * usable_after
     )
     usable_count = usable_count_before[:, :, None] - usable + usable_after
-    fits = (
-        (usable_count >= table.count[shapes, None, None])
-        & (cpu_after[None, :, None] >= table.cpu[shapes, None, None])
-        & (mem_after[None, :, None] >= table.memory[shapes, None, None])
-        & ~table.cpu_only[shapes, None, None]
+    node_fits = (
+        (cpu_after[:, None] >= cpu[None]) & (mem_after[:, None] >= memory[None]) & ~cpu_only[None]
     )
+    fits = (usable_count >= count[None, :, None]) & node_fits[:, :, None]
     if capped:
-        usable_idle = np.minimum(usable_idle, _cap(table, shapes, cpu_after, mem_after)[:, :, None])
+        cap = cpu_capped(table, np.full(node_fits.shape, np.inf), cpu_after, mem_after, shape_rows)
+        usable_idle = np.minimum(usable_idle, cap[:, :, None])
     result: FloatArray = np.einsum(
-        "m,msw->sw", table.weights[shapes], idle_after[None, :, None] - fits * usable_idle
+        "m,smw->sw", weights, idle_after[:, None, None] - fits * usable_idle
     )
     return result
 
@@ -288,9 +306,3 @@ def _score(before: FloatArray, after: FloatArray) -> FloatArray:
     delta = np.clip((before - after) / 1000.0, -50.0, 50.0)
     result: FloatArray = np.floor(100.0 / (1.0 + np.exp(-delta)))
     return result
-
-
-def _cap(table: ShapeTable, shapes: IndexArray, cpu: IntArray, mem: IntArray) -> FloatArray:
-    """[shapes, S] the most device compute the node's CPU and memory let each shape use."""
-    ones = np.zeros((shapes.size, cpu.size), np.float64) + np.inf
-    return cpu_capped(table, ones, cpu, mem, shapes)

@@ -31,7 +31,7 @@ from typing import ClassVar
 import numpy as np
 
 from xpupool.engine.context import Context
-from xpupool.engine.fragmentation import FragmentationCache, TargetWorkload
+from xpupool.engine.fragmentation import FragmentationCache, IndexArray, TargetWorkload
 from xpupool.engine.scorers.base import ScorerEnv
 from xpupool.engine.scorers.fgd import Fgd
 from xpupool.engine.state import ClusterState, FloatArray
@@ -64,14 +64,21 @@ class Xpupool(Fgd):
         scores = np.zeros(state.n_nodes, np.float64)
         if not candidates.size:
             return scores
-        if cached.frag_after.ndim == 1:
-            scores[candidates] = _primary(before[candidates], cached.frag_after[candidates])
+        if cached.score is None or cached.score_version is None:
+            cached.score = np.zeros_like(cached.frag_after)
+            cached.score_version = np.full(state.n_nodes, -1, np.int64)
+        # The score of a node (per card) depends only on its state: recompute where it changed.
+        version = state.node_version[candidates]
+        stale = candidates[cached.score_version[candidates] != version]
+        if stale.size:
+            cached.score[stale] = _score(ctx, before, cached.frag_after, stale)
+            cached.score_version[stale] = state.node_version[stale]
+        if cached.score.ndim == 1:
+            scores[candidates] = cached.score[candidates]
             return scores
-        # One device: the best card per node, the fullest among equals; the node takes its score.
+        # One device: the best card per node (the fullest among equals); the node takes its score.
         assert ctx.dev_fit is not None
-        per_device = _primary(before[candidates, None], cached.frag_after[candidates])
-        per_device += TIGHT * (1.0 - (state.dev_core_free[candidates] - ctx.need_core) / 1000.0)
-        per_device = np.where(ctx.dev_fit[candidates], per_device, -np.inf)
+        per_device = np.where(ctx.dev_fit[candidates], cached.score[candidates], -np.inf)
         best = np.argmax(per_device, axis=1)
         columns = np.full(state.n_nodes, -1, np.int64)
         columns[candidates] = best
@@ -107,6 +114,18 @@ def cpu_bound(workload: TargetWorkload, state: ClusterState) -> bool:
     if compute <= 0 or fleet_compute <= 0 or fleet_cpu <= 0:
         return False
     return (cpu / compute) >= CPU_BOUND * (fleet_cpu / fleet_compute)
+
+
+def _score(
+    ctx: Context, before: FloatArray, frag_after: FloatArray, nodes: IndexArray
+) -> FloatArray:
+    """Scores of ``nodes`` (``[S]``), or of each of their cards for a one-device replica
+    (``[S, W]``, before masking the cards it does not fit): primary plus the fullest-card term."""
+    if frag_after.ndim == 1:
+        return _primary(before[nodes], frag_after[nodes])
+    per_device = _primary(before[nodes, None], frag_after[nodes])
+    per_device += TIGHT * (1.0 - (ctx.state.dev_core_free[nodes] - ctx.need_core) / 1000.0)
+    return per_device
 
 
 def _primary(before: FloatArray, after: FloatArray) -> FloatArray:
