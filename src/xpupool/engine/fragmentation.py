@@ -34,6 +34,8 @@ if TYPE_CHECKING:  # the pipeline's registry imports scorers that import this mo
 
 IndexArray = npt.NDArray[np.intp]
 
+NEVER = np.iinfo(np.int64).max  # device memory "needed" on a device a shape may not use
+
 
 @dataclass(frozen=True, slots=True)
 class TargetWorkload:
@@ -129,20 +131,29 @@ class ShapeTable:
             memory.append(row[5])
         m = len(weights)
         self.weights = np.asarray(weights, np.float64)
-        # node-major [N, M, W] (see the module docstring)
-        self.eligible = np.ascontiguousarray(
-            np.asarray(eligible, np.bool_).reshape(m, n, w).transpose(1, 0, 2)
-        )
-        self.need_mib = np.ascontiguousarray(
-            np.asarray(need_mib, np.int64).reshape(m, n, w).transpose(1, 0, 2)
-        )
+        # Node-major [N, M, W] (see the module docstring). Eligibility is folded into the memory
+        # need: a device a shape may not use needs NEVER MiB, so one comparison tests both.
+        mask = np.asarray(eligible, np.bool_).reshape(m, n, w).transpose(1, 0, 2)
+        needs = np.asarray(need_mib, np.int64).reshape(m, n, w).transpose(1, 0, 2)
+        self.need_mib: IntArray = np.ascontiguousarray(np.where(mask, needs, NEVER))
         self.need_core = np.asarray(need_core, np.int64)
         self.count = np.asarray(count, np.int64)
         self.cpu = np.asarray(cpu, np.int64)
         self.memory = np.asarray(memory, np.int64)
         self.cpu_only = np.asarray([k == "idle" for k in rows], np.bool_)
         # [N, M]: shapes a node can serve at all; the others only ever see its idle capacity.
-        self.relevant: BoolArray = np.asarray(self.eligible.any(axis=2), np.bool_)
+        self.relevant: BoolArray = np.asarray(mask.any(axis=2), np.bool_)
+        self._served: dict[bytes, tuple[IndexArray, float]] = {}
+
+    def served(self, key: bytes, relevant: BoolArray) -> tuple[IndexArray, float]:
+        """The shapes a node whose ``relevant`` row (bytes ``key``) is this serves, and the total
+        weight of the others; memoised, as a fleet has a few kinds of node."""
+        found = self._served.get(key)
+        if found is None:
+            shapes = np.flatnonzero(relevant)
+            found = shapes, float(self.weights.sum()) - float(self.weights[shapes].sum())
+            self._served[key] = found
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,10 +168,8 @@ class NodeView:
 
 def node_view(state: ClusterState, table: ShapeTable, nodes: IndexArray) -> NodeView:
     free = state.dev_core_free[nodes]
-    usable = (
-        table.eligible[nodes]
-        & (free[:, None] >= table.need_core[None, :, None])
-        & (state.dev_mem_free[nodes][:, None] >= table.need_mib[nodes])
+    usable = (free[:, None] >= table.need_core[None, :, None]) & (
+        state.dev_mem_free[nodes][:, None] >= table.need_mib[nodes]
     )
     return NodeView(
         idle=free.sum(axis=1),

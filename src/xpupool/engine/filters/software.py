@@ -8,6 +8,7 @@ a driver that is too old beats one that cannot run the software at all.
 
 from __future__ import annotations
 
+import weakref
 from typing import ClassVar
 
 import numpy as np
@@ -35,14 +36,29 @@ _HOPE_OF: dict[Verdict, int] = {
 NO_HOPE = len(HOPE_ORDER)
 
 
+# Per state: (need, number of profiles) -> verdicts. A state's profiles are only ever appended and
+# its compatibility table is fixed, so a need's verdicts stay valid until a profile is added.
+_MEMO: weakref.WeakKeyDictionary[ClusterState, dict[tuple[SoftwareNeed, int], IntArray]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def need_verdicts(state: ClusterState, need: SoftwareNeed) -> IntArray:
-    """Hope rank per software profile (-1 = OK), with a trailing NO_HOPE entry for absent slots."""
+    """Hope rank per software profile (-1 = OK), with a trailing NO_HOPE entry for absent slots.
+    Read-only: memoised per state."""
+    memo = _MEMO.setdefault(state, {})
+    key = (need, len(state.profiles))
+    found = memo.get(key)
+    if found is not None:
+        return found
     out = np.full(len(state.profiles) + 1, NO_HOPE, np.int64)
     for pid, profile in enumerate(state.profiles):
         verdict = state.compat.check(
             need, profile.vendor, profile.driver_version, dict(profile.runtimes)
         )
         out[pid] = -1 if verdict == Verdict.OK else _HOPE_OF[verdict]
+    out.flags.writeable = False
+    memo[key] = out
     return out
 
 

@@ -31,7 +31,7 @@ from xpupool.engine.fragmentation import (
     shape_fits,
 )
 from xpupool.engine.scorers.base import ScorerEnv
-from xpupool.engine.state import BoolArray, FloatArray, IntArray
+from xpupool.engine.state import FloatArray, IntArray
 
 
 @dataclass(slots=True)
@@ -162,10 +162,8 @@ class Fgd:
         taken = dev_fit & (np.cumsum(dev_fit, axis=1) <= ctx.k)
         free = s.dev_core_free[nodes] - taken * ctx.need_core
         mem = s.dev_mem_free[nodes] - taken * need_mib
-        usable = (
-            table.eligible[nodes]
-            & (free[:, None] >= table.need_core[None, :, None])
-            & (mem[:, None] >= table.need_mib[nodes])
+        usable = (free[:, None] >= table.need_core[None, :, None]) & (
+            mem[:, None] >= table.need_mib[nodes]
         )
         fits = shape_fits(table, usable.sum(axis=2), cpu_after, mem_after)
         usable_sum: IntArray | FloatArray = (free[:, None] * usable).sum(axis=2)
@@ -195,7 +193,7 @@ def _each_device(
     """
     idle_after = (view.idle - ctx.need_core).astype(np.float64)
     relevant = table.relevant[nodes]
-    rows = _Rows(table.eligible[nodes], table.need_mib[nodes], view)
+    rows = _Rows(table.need_mib[nodes], view)
     if relevant.all():  # e.g. a one-vendor trace: no grouping, no gathering
         return _served_shapes(
             ctx, table, rows, None, nodes, None, need_mib, cpu_after, mem_after, idle_after, capped
@@ -204,10 +202,9 @@ def _each_device(
     for position in range(nodes.size):
         groups.setdefault(relevant[position].tobytes(), []).append(position)
     out = np.empty(ctx.state.dev_core_free[nodes].shape, np.float64)
-    total_weight = float(table.weights.sum())
-    for positions in groups.values():
+    for served_by, positions in groups.items():
         at = np.asarray(positions, np.intp)
-        shapes = np.flatnonzero(relevant[at[0]])
+        shapes, rest = table.served(served_by, relevant[at[0]])
         served = _served_shapes(
             ctx,
             table,
@@ -221,7 +218,6 @@ def _each_device(
             idle_after[at],
             capped,
         )
-        rest = total_weight - float(table.weights[shapes].sum())
         out[at] = served + rest * idle_after[at, None]
     return out
 
@@ -231,7 +227,6 @@ class _Rows:
     """The shape table's and the cache's ``[S, M, ...]`` rows of the nodes being evaluated,
     gathered once per evaluation (node-major, so one contiguous block per node)."""
 
-    eligible: BoolArray
     need_mib: IntArray
     view: NodeView
 
@@ -255,7 +250,7 @@ def _served_shapes(
     view = rows.view
     if shapes is None or at is None:
         every = slice(None)
-        eligible, need_of_shape, usable = rows.eligible, rows.need_mib, view.usable
+        need_of_shape, usable = rows.need_mib, view.usable
         usable_idle_before, usable_count_before = view.usable_idle, view.usable_count
         weights, need_core, count = table.weights, table.need_core, table.count
         cpu, memory, cpu_only = table.cpu, table.memory, table.cpu_only
@@ -264,11 +259,7 @@ def _served_shapes(
         if shapes.size == 0:
             return np.zeros(s.dev_core_free[nodes].shape, np.float64)
         block = np.ix_(at, shapes)  # the rows' [nodes, shapes] block only
-        eligible, need_of_shape, usable = (
-            rows.eligible[block],
-            rows.need_mib[block],
-            view.usable[block],
-        )
+        need_of_shape, usable = rows.need_mib[block], view.usable[block]
         usable_idle_before, usable_count_before = view.usable_idle[block], view.usable_count[block]
         weights, need_core, count = (
             table.weights[shapes],
@@ -279,10 +270,8 @@ def _served_shapes(
         shape_rows = shapes
     free = s.dev_core_free[nodes]
     free_after = free - ctx.need_core
-    usable_after = (
-        eligible
-        & (free_after[:, None] >= need_core[None, :, None])
-        & ((s.dev_mem_free[nodes] - mem_need)[:, None] >= need_of_shape)
+    usable_after = (free_after[:, None] >= need_core[None, :, None]) & (
+        (s.dev_mem_free[nodes] - mem_need)[:, None] >= need_of_shape
     )
     usable_idle = (
         usable_idle_before[:, :, None] - free[:, None] * usable + free_after[:, None] * usable_after
