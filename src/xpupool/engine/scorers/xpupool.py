@@ -1,5 +1,5 @@
-"""xpupool's default placement policy: FGD at half resolution, CPU-aware when the workload is
-CPU-bound, the fullest card among equals.
+"""xpupool's default placement policy: FGD at half resolution with the fullest card among equals for
+one-device replicas, CPU-aware when the workload is CPU-bound.
 
 Per candidate node ``n`` (and, for a one-device replica, per fitting card ``d`` of it):
 
@@ -9,13 +9,17 @@ Per candidate node ``n`` (and, for a one-device replica, per fitting card ``d`` 
                 (``fragmentation.cpu_capped``): idle GPUs that no CPU is left to feed are stranded
     primary   = 2 * floor(50 * sigmoid((F_before - F_after) / 1000))     in 0, 2, ..., 98
     tight     = 0.01 * (1 - free compute left on d after placement / 1000)
-    score     = primary + tight
+    score     = primary + tight                                  one-device replica (best card)
+    score     = floor(100 * sigmoid((F_before - F_after) / 1000))  others (FGD's own score)
 
 FGD's own score is ``floor(100 * sigmoid(...))``; half its resolution makes fragmentation deltas within
 about 80 thousandths of a GPU equal, and those near-ties go to the fullest card and then to the
-engine's seeded node order. The workload is CPU-bound when it asks for at least ``CPU_BOUND`` of the
-fleet's CPU per unit of device compute, i.e. CPU would run out about when the devices fill. The
-measurements behind every choice are in ``docs/placement-policy.md``.
+engine's seeded node order. Replicas of several cards (or none) have no card to prefer, so coarser
+scores would only hand more of their choices to the node order: they keep FGD's resolution.
+
+The workload is CPU-bound when it asks for at least ``CPU_BOUND`` of the fleet's CPU per unit of
+device compute, i.e. CPU would run out about when the devices fill. The measurements behind every
+choice are in ``docs/placement-policy.md``.
 
 Without a target workload (the embedded server, the Kubernetes extender) the scorer learns one from
 the last 10,000 requests it was asked to place, FGD's way (the most popular shapes covering 95 % of
@@ -37,7 +41,8 @@ from xpupool.engine.scorers.fgd import Fgd
 from xpupool.engine.state import ClusterState, FloatArray
 from xpupool.model.request import Request
 
-STEPS = 50  # primary score levels (FGD has 100)
+STEPS = 50  # primary score levels for a one-device replica (FGD has 100)
+STEPS_NODE = 100  # and for others, which have no card tie-break to decide near-ties: FGD's
 TIGHT = 0.01  # weight of the fullest-card tie-break (below one primary step of 2)
 CPU_BOUND = 0.95  # workload CPU per device compute, as a share of the fleet's, that makes CPU bind
 RELEARN_AFTER = 0.25  # re-learn the online workload after this share of the window is new
@@ -122,14 +127,14 @@ def _score(
     """Scores of ``nodes`` (``[S]``), or of each of their cards for a one-device replica
     (``[S, W]``, before masking the cards it does not fit): primary plus the fullest-card term."""
     if frag_after.ndim == 1:
-        return _primary(before[nodes], frag_after[nodes])
-    per_device = _primary(before[nodes, None], frag_after[nodes])
+        return _primary(before[nodes], frag_after[nodes], STEPS_NODE)
+    per_device = _primary(before[nodes, None], frag_after[nodes], STEPS)
     per_device += TIGHT * (1.0 - (ctx.state.dev_core_free[nodes] - ctx.need_core) / 1000.0)
     return per_device
 
 
-def _primary(before: FloatArray, after: FloatArray) -> FloatArray:
-    """FGD's sigmoid of the fragmentation delta at ``STEPS`` levels, on FGD's 0..100 scale."""
+def _primary(before: FloatArray, after: FloatArray, steps: int) -> FloatArray:
+    """FGD's sigmoid of the fragmentation delta at ``steps`` levels, on FGD's 0..100 scale."""
     delta = np.clip((before - after) / 1000.0, -50.0, 50.0)
-    result: FloatArray = np.floor(STEPS / (1.0 + np.exp(-delta))) * (100.0 / STEPS)
+    result: FloatArray = np.floor(steps / (1.0 + np.exp(-delta))) * (100.0 / steps)
     return result
