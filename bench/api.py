@@ -84,9 +84,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(data: Path, cluster: Path, port: int) -> subprocess.Popen[bytes]:
+def start_server(
+    data: Path, cluster: Path, port: int, policy: str = "xpupool"
+) -> subprocess.Popen[bytes]:
     args = [sys.executable, "-c", "from xpupool.cli import main; main()", "up", "--no-agent"]
     args += ["--data", str(data), "--port", str(port), "--cluster", str(cluster)]
+    args += ["--policy", policy]
     log = (data / "server.log").open("ab")
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -187,14 +190,16 @@ def pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q) * 1000) if values else float("nan")
 
 
-def run(rate: float, seconds: float, nodes: int, workers: int) -> dict[str, Any]:
+def run(
+    rate: float, seconds: float, nodes: int, workers: int, policy: str = "xpupool"
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="xpupool-bench-") as tmp:
         data = Path(tmp) / "data"
         data.mkdir()
         cluster = Path(tmp) / "cluster.yaml"
         cluster.write_text(cluster_yaml(nodes))
         port = free_port()
-        proc = start_server(data, cluster, port)
+        proc = start_server(data, cluster, port, policy)
         url = f"http://127.0.0.1:{port}"
         try:
             admin = (data / "admin-token").read_text().strip()
@@ -266,9 +271,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0, help="how long to submit")
     parser.add_argument("--nodes", type=int, default=200, help="simulated nodes (8 cards each)")
     parser.add_argument("--workers", type=int, default=8, help="submitting threads")
+    parser.add_argument("--policy", default="xpupool", help="the server's placement profile")
     parser.add_argument("--json", action="store_true", help="one line of JSON")
     args = parser.parse_args()
-    out = run(args.rate, args.seconds, args.nodes, args.workers)
+    out = run(args.rate, args.seconds, args.nodes, args.workers, args.policy)
     print(json.dumps(out, indent=None if args.json else 2))
 
 
