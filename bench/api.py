@@ -17,6 +17,7 @@ Goal (DESIGN.md section 7): p99 <= 50 ms at 200 submissions/s, nothing lost.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import signal
@@ -29,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
@@ -123,19 +125,26 @@ class Sent:
 def submitter(
     url: str, token: str, worker: int, workers: int, rate: float, total: int, t0: float, out: Sent
 ) -> None:
+    """Open-loop submissions on one keep-alive connection. The standard library's client costs a
+    fraction of httpx's CPU per request, which matters when client and server share the cores."""
     specs = [spec for weight, spec in MIX for _ in range(weight)]
-    headers = {"Authorization": f"Bearer {token}"}
-    with httpx.Client(base_url=url, headers=headers, timeout=30) as client:
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
+    try:
         for k in range(worker, total, workers):
             due = t0 + k / rate
             wait = due - time.perf_counter()
             if wait > 0:
                 time.sleep(wait)
             start = time.perf_counter()
-            body = {"spec": specs[(k * 7919) % len(specs)], "name": f"b{k}"}
+            body = json.dumps({"spec": specs[(k * 7919) % len(specs)], "name": f"b{k}"})
             try:
-                r = client.post("/v1/jobs", json=body)
-            except httpx.HTTPError as exc:
+                conn.request("POST", "/v1/jobs", body=body, headers=headers)
+                r = conn.getresponse()
+                data = r.read()
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()  # reconnects on the next request
                 with out.lock:
                     out.errors.append(repr(exc))
                 continue
@@ -143,11 +152,13 @@ def submitter(
             with out.lock:
                 out.late_s.append(max(start - due, 0.0))
                 out.first, out.last = min(out.first, start), max(out.last, end)
-                if r.status_code == 201:
-                    out.ids.append(int(r.json()["id"]))
+                if r.status == 201:
+                    out.ids.append(int(json.loads(data)["id"]))
                     out.rtt_s.append(end - start)
                 else:
-                    out.errors.append(f"{r.status_code} {r.text[:200]}")
+                    out.errors.append(f"{r.status} {data[:200]!r}")
+    finally:
+        conn.close()
 
 
 def fetch_jobs(url: str, token: str, ids: list[int], threads: int = 8) -> list[dict[str, Any]]:
