@@ -244,10 +244,13 @@ def run(
                 os.killpg(proc.pid, signal.SIGKILL)
     latency: list[float] = []
     not_scheduled = 0
+    unscheduled: list[str] = []  # "state: reason" of the first few, to say why
     for j in jobs:
         at = {e["state"]: e["at"] for e in reversed(j["events"])}  # first of each state
         if j["state"] != "scheduled" or "scheduled" not in at:
             not_scheduled += 1
+            if len(unscheduled) < 3:
+                unscheduled.append(f"job {j['id']} {j['state']}: {j.get('reason')}")
             continue
         latency.append(at["scheduled"] - at["pending"])
     elapsed = sent.last - sent.first
@@ -270,6 +273,7 @@ def run(
         "scheduled_latency_max_ms": round(max(latency, default=float("nan")) * 1000, 2),
         "lost": len(sent.ids) - len(jobs),
         "not_scheduled": not_scheduled,
+        "first_not_scheduled": unscheduled,
         "pending_at_end": still_pending,
     }
 

@@ -8,6 +8,7 @@ allocation rows), so what a crash leaves behind is exactly what was committed.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -16,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import Connection, Update, bindparam, delete, func, insert, select, update
 
 from xpupool.engine.admission import Admission, QueueSpec, Quota, Resource
 from xpupool.engine.engine import Engine
@@ -96,6 +97,23 @@ class HeldJob:
     def may_run(self) -> bool:
         """True once an agent may have started a process: stopping must then wait for it."""
         return self.state is s.JobState.RUNNING or bool(self.handed)
+
+
+# Statements built once: building one per call (``update(...).values(...)``) cost more CPU than
+# running it, on the scheduler's path for every job.
+INSERT_EVENT = insert(t_events)
+
+
+@functools.lru_cache(maxsize=64)
+def _job_update(extra: tuple[str, ...]) -> Update:
+    """``UPDATE jobs SET state, reason, updated_at[, extra...] WHERE id = :b_id`` with bound values
+    named ``b_<column>``."""
+    columns = ("state", "reason", "updated_at", *extra)
+    return (
+        update(t_jobs)
+        .where(t_jobs.c.id == bindparam("b_id"))
+        .values({c: bindparam(f"b_{c}") for c in columns})
+    )
 
 
 class ControlPlane:
@@ -235,13 +253,16 @@ class ControlPlane:
     ) -> None:
         """Move a job to ``state`` and record the transition as an event."""
         now = self.clock()
+        params: dict[str, object] = {
+            "b_id": job_id,
+            "b_state": state.value,
+            "b_reason": reason,
+            "b_updated_at": now,
+        }
+        params.update({f"b_{k}": v for k, v in values.items()})
+        conn.execute(_job_update(tuple(sorted(values))), params)
         conn.execute(
-            update(t_jobs)
-            .where(t_jobs.c.id == job_id)
-            .values(state=state.value, reason=reason, updated_at=now, **values)
-        )
-        conn.execute(
-            insert(t_events).values(job_id=job_id, at=now, state=state.value, reason=reason)
+            INSERT_EVENT, {"job_id": job_id, "at": now, "state": state.value, "reason": reason}
         )
 
     def release_job(self, conn: Connection, job: HeldJob) -> None:

@@ -15,9 +15,17 @@ from xpupool.model.request_json import request_from_dict, request_to_dict
 from xpupool.model.spec import parse_spec
 from xpupool.server import schemas as s
 from xpupool.server.auth import Principal
-from xpupool.server.plane import ControlPlane, PendingJob, check_request_names, gang_request
+from xpupool.server.plane import (
+    INSERT_EVENT,
+    ControlPlane,
+    PendingJob,
+    check_request_names,
+    gang_request,
+)
 from xpupool.server.storage.jobs import job_events as t_events
 from xpupool.server.storage.jobs import jobs as t_jobs
+
+INSERT_JOB = insert(t_jobs)
 
 MAX_LIST = 1000
 
@@ -78,12 +86,9 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
             "created_at": now,
             "updated_at": now,
         }
-        conn.execute(insert(t_jobs).values(**row))
-        conn.execute(
-            insert(t_events).values(
-                job_id=job_id, at=now, state=s.JobState.PENDING.value, reason="submitted"
-            )
-        )
+        conn.execute(INSERT_JOB, row)
+        event = {"job_id": job_id, "at": now, "state": s.JobState.PENDING.value}
+        conn.execute(INSERT_EVENT, {**event, "reason": "submitted"})
         plane.next_job_id = job_id + 1
         plane.pending[job_id] = PendingJob(job_id, tenant, queue, priority, gang_request(req), now)
     plane.wake.set()
