@@ -249,12 +249,11 @@ def _served_shapes(
     s = ctx.state
     view = rows.view
     if shapes is None or at is None:
-        every = slice(None)
         need_of_shape, usable = rows.need_mib, view.usable
         usable_idle_before, usable_count_before = view.usable_idle, view.usable_count
         weights, need_core, count = table.weights, table.need_core, table.count
         cpu, memory, cpu_only = table.cpu, table.memory, table.cpu_only
-        shape_rows: IndexArray | slice = every
+        shape_rows: IndexArray | slice = slice(None)
     else:
         if shapes.size == 0:
             return np.zeros(s.dev_core_free[nodes].shape, np.float64)
