@@ -13,9 +13,9 @@ Per candidate node ``n`` (and, for a one-device replica, per fitting card ``d`` 
     score     = floor(100 * sigmoid((F_before - F_after) / 1000))  others (FGD's own score)
 
 FGD's own score is ``floor(100 * sigmoid(...))``; half its resolution makes fragmentation deltas within
-about 80 thousandths of a GPU equal, and those near-ties go to the fullest card and then to the
-engine's seeded node order. Replicas of several cards (or none) have no card to prefer, so coarser
-scores would only hand more of their choices to the node order: they keep FGD's resolution.
+about 80 thousandths of a GPU equal: near-equal nodes go to the engine's seeded node order, and inside
+a node near-equal cards to the fullest. Replicas of several cards (or none) keep FGD's resolution,
+where coarser scores measurably lost.
 
 The workload is CPU-bound when it asks for at least ``CPU_BOUND`` of the fleet's CPU per unit of
 device compute, i.e. CPU would run out about when the devices fill. The measurements behind every
