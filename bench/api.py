@@ -35,6 +35,8 @@ from urllib.parse import urlsplit
 import httpx
 import numpy as np
 
+from xpupool.engine import DEFAULT_PROFILE
+
 # (name prefix, site, vendor, model, memory, driver, link group size)
 KINDS: tuple[tuple[str, str, str, str, str, str, int], ...] = (
     ("a100", "bj", "nvidia", "NVIDIA A100-SXM4-80GB", "80Gi", "550.54.15", 4),
@@ -87,7 +89,7 @@ def free_port() -> int:
 
 
 def start_server(
-    data: Path, cluster: Path, port: int, policy: str = "xpupool"
+    data: Path, cluster: Path, port: int, policy: str = DEFAULT_PROFILE
 ) -> subprocess.Popen[bytes]:
     args = [sys.executable, "-c", "from xpupool.cli import main; main()", "up", "--no-agent"]
     args += ["--data", str(data), "--port", str(port), "--cluster", str(cluster)]
@@ -202,7 +204,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 def run(
-    rate: float, seconds: float, nodes: int, workers: int, policy: str = "xpupool"
+    rate: float, seconds: float, nodes: int, workers: int, policy: str = DEFAULT_PROFILE
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="xpupool-bench-") as tmp:
         data = Path(tmp) / "data"
@@ -286,7 +288,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0, help="how long to submit")
     parser.add_argument("--nodes", type=int, default=200, help="simulated nodes (8 cards each)")
     parser.add_argument("--workers", type=int, default=8, help="submitting threads")
-    parser.add_argument("--policy", default="xpupool", help="the server's placement profile")
+    parser.add_argument("--policy", default=DEFAULT_PROFILE, help="the server's placement profile")
     parser.add_argument("--json", action="store_true", help="one line of JSON")
     args = parser.parse_args()
     out = run(args.rate, args.seconds, args.nodes, args.workers, args.policy)

@@ -41,10 +41,9 @@ class _Cached:
 
     frag_after: FloatArray
     version: IntArray
-    # A subclass's score derived from ``frag_after`` and the node's state, and the node_version it
-    # was computed at: recomputed, like ``frag_after``, only where the node changed.
+    # A subclass's score derived from ``frag_after`` and the node's state: recomputed, like
+    # ``frag_after``, only where the node changed (``_fragmentation``'s ``stale``).
     score: FloatArray | None = None
-    score_version: IntArray | None = None
 
 
 class Fgd:
@@ -64,7 +63,7 @@ class Fgd:
     # ------------------------------------------------------------------ scorer
     def score(self, ctx: Context) -> FloatArray:
         state = ctx.state
-        before, cached, candidates = self._fragmentation(ctx)
+        before, cached, candidates, _ = self._fragmentation(ctx)
         if cached.frag_after.ndim == 1:
             return _score(before, cached.frag_after)
         # One device: best fitting device per candidate node, lowest column on equal scores.
@@ -91,9 +90,9 @@ class Fgd:
         return None
 
     # ------------------------------------------------------------------ internals
-    def _fragmentation(self, ctx: Context) -> tuple[FloatArray, _Cached, IndexArray]:
+    def _fragmentation(self, ctx: Context) -> tuple[FloatArray, _Cached, IndexArray, IndexArray]:
         """Fragmentation of every node now, after placing on each candidate (recomputed only for
-        nodes that changed), and the candidates."""
+        nodes that changed), the candidates, and those recomputed (``stale``)."""
         state = ctx.state
         before = self.frag.current()  # refreshes the shape table on an epoch change
         cached = self._cached_for(ctx)
@@ -102,7 +101,7 @@ class Fgd:
         if stale.size:
             cached.frag_after[stale] = self._evaluate(ctx, self.frag.table, stale)
             cached.version[stale] = state.node_version[stale]
-        return before, cached, candidates
+        return before, cached, candidates, stale
 
     def _cached_for(self, ctx: Context) -> _Cached:
         state = ctx.state

@@ -65,19 +65,16 @@ class Xpupool(Fgd):
             self._observe(ctx.req)
         self._last = ctx
         state = ctx.state
-        before, cached, candidates = self._fragmentation(ctx)
+        before, cached, candidates, stale = self._fragmentation(ctx)
         scores = np.zeros(state.n_nodes, np.float64)
         if not candidates.size:
             return scores
-        if cached.score is None or cached.score_version is None:
-            cached.score = np.zeros_like(cached.frag_after)
-            cached.score_version = np.full(state.n_nodes, -1, np.int64)
         # The score of a node (per card) depends only on its state: recompute where it changed.
-        version = state.node_version[candidates]
-        stale = candidates[cached.score_version[candidates] != version]
+        if cached.score is None:
+            cached.score = np.zeros_like(cached.frag_after)
+            stale = candidates
         if stale.size:
             cached.score[stale] = _score(ctx, before, cached.frag_after, stale)
-            cached.score_version[stale] = state.node_version[stale]
         if cached.score.ndim == 1:
             scores[candidates] = cached.score[candidates]
             return scores
