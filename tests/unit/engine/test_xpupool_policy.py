@@ -133,3 +133,25 @@ def test_half_resolution_for_one_card_replicas_fgds_score_for_several_cards() ->
     fits, ours = engines["xpupool"].rate(share(1000, 300, "y"))
     primary = ours[fits] - ours[fits] % 2
     assert all(0 <= t < 0.01 for t in ours[fits] - primary)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_cpu_only_replica_goes_where_cpu_is_spare_beyond_what_idle_gpus_will_need(
+    seed: int,
+) -> None:
+    # The workload asks 10 cores per GPU; not CPU-bound (the GPU nodes have 20 per GPU), so FGD's
+    # fragmentation cannot tell the nodes apart for a CPU-only task (it takes no GPU). Spare CPU
+    # beyond 10 cores per idle GPU: "poor" 96 - 80 = 16 cores, "rich" 104 - 20 = 84, "cpu" 8.
+    nodes = [
+        gpu_node("poor", count=8, group_size=0, cpu_milli=96_000),
+        gpu_node("rich", count=2, group_size=0, cpu_milli=104_000),
+        cpu_node("cpu", cpu_milli=8000),
+    ]
+    workload = TargetWorkload((whole(10_000),), (1.0,))
+    state = ClusterState(nodes, seed=seed)
+    assert not cpu_bound(workload, state)
+    fgd = Engine(ClusterState(nodes, seed=seed), "fgd", seed=seed, workload=workload)
+    fits, scores = fgd.rate(Request("cpu-only", cpu_milli=4000))
+    assert fits.all() and len(set(scores.tolist())) == 1
+    engine = Engine(state, "xpupool", seed=seed, workload=workload)
+    assert node_of(engine, Request("cpu-only", cpu_milli=4000)) == "rich"

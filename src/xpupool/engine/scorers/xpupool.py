@@ -36,6 +36,7 @@ import numpy as np
 
 from xpupool.engine.context import Context
 from xpupool.engine.fragmentation import FragmentationCache, IndexArray, TargetWorkload
+from xpupool.engine.scarcity import DevicePressure
 from xpupool.engine.scorers.base import ScorerEnv
 from xpupool.engine.scorers.fgd import Fgd
 from xpupool.engine.state import ClusterState, FloatArray
@@ -45,6 +46,8 @@ STEPS = 50  # primary score levels for a one-device replica (FGD has 100)
 STEPS_NODE = 100  # and for others, which have no card tie-break to decide near-ties: FGD's
 TIGHT = 0.01  # weight of the fullest-card tie-break (below one primary step of 2)
 CPU_BOUND = 0.95  # workload CPU per device compute, as a share of the fleet's, that makes CPU bind
+SLOPE = 0.025  # score points per thousandth of displaced demand: FGD's sigmoid's slope at 0
+CPU_TIE = 0.5  # weight of the spare-CPU tie-break for CPU-only replicas (below one score step)
 RELEARN_AFTER = 0.25  # re-learn the online workload after this share of the window is new
 WINDOW = 10_000  # the online workload is estimated from the last this many requests
 
@@ -57,7 +60,9 @@ class Xpupool(Fgd):
         self._seen: deque[Request] = deque(maxlen=WINDOW)
         self._new = 0  # requests seen since the workload was last learned
         self._last: Context | None = None
+        self._pressure: DevicePressure | None = None
         workload = env.workload or TargetWorkload((), ())
+        self._cpu_per_compute = cpu_per_compute(workload)
         super().__init__(env, workload, capped=cpu_bound(workload, env.pipeline.state))
 
     def score(self, ctx: Context) -> FloatArray:
@@ -69,6 +74,7 @@ class Xpupool(Fgd):
         scores = np.zeros(state.n_nodes, np.float64)
         if not candidates.size:
             return scores
+        displaced = self._displaced(ctx, candidates)
         # The score of a node (per card) depends only on its state: recompute where it changed.
         if cached.score is None:
             cached.score = np.zeros_like(cached.frag_after)
@@ -77,16 +83,40 @@ class Xpupool(Fgd):
             cached.score[stale] = _score(ctx, before, cached.frag_after, stale)
         if cached.score.ndim == 1:
             scores[candidates] = cached.score[candidates]
+            if displaced is not None:
+                if displaced.ndim == 2:  # per card: a node's least contended fitting cards
+                    assert ctx.dev_fit is not None  # set for every replica that needs devices
+                    displaced = np.where(ctx.dev_fit[candidates], displaced, np.inf).min(axis=1)
+                scores[candidates] -= SLOPE * ctx.k * displaced
+            elif ctx.k == 0 and not self.frag.capped:  # capped, F already weighs CPU
+                scores[candidates] += CPU_TIE * _spare_cpu(state, candidates, self._cpu_per_compute)
             return scores
         # One device: the best card per node (the fullest among equals); the node takes its score.
         assert ctx.dev_fit is not None
         per_device = np.where(ctx.dev_fit[candidates], cached.score[candidates], -np.inf)
+        if displaced is not None and displaced.ndim == 2:
+            per_device = per_device - SLOPE * displaced
         best = np.argmax(per_device, axis=1)
         columns = np.full(state.n_nodes, -1, np.int64)
         columns[candidates] = best
         scores[candidates] = per_device[np.arange(candidates.size), best]
+        if displaced is not None and displaced.ndim == 1:  # the same for every card of a node
+            scores[candidates] -= SLOPE * displaced
         self._columns = (ctx, columns)
         return scores
+
+    def _displaced(self, ctx: Context, candidates: IndexArray) -> FloatArray | None:
+        """``[S, W]`` thousandths of contended demand each fitting device would take from shapes
+        with fewer places to go: ``need * min(1, rho(d) - rho_min)`` (``engine/scarcity.py``);
+        None when every shape may use every device."""
+        if ctx.k == 0 or ctx.dev_fit is None:
+            return None
+        table = self.frag.table
+        if self._pressure is None or self._pressure.table is not table:
+            self._pressure = DevicePressure(ctx.state, table)
+        if not self._pressure.active:
+            return None
+        return self._pressure.displaced(candidates, ctx.dev_fit[candidates], ctx.need_core)
 
     def _observe(self, req: Request) -> None:
         """Online target workload: FGD's estimate from the requests seen lately."""
@@ -97,6 +127,7 @@ class Xpupool(Fgd):
             state = self.frag.state
             workload = TargetWorkload.from_requests(self._seen)
             capped = cpu_bound(workload, state)
+            self._cpu_per_compute = cpu_per_compute(workload)
             self.frag = FragmentationCache(state, self.frag.pipeline, workload, capped)
             self._cache.clear()
 
@@ -116,6 +147,26 @@ def cpu_bound(workload: TargetWorkload, state: ClusterState) -> bool:
     if compute <= 0 or fleet_compute <= 0 or fleet_cpu <= 0:
         return False
     return (cpu / compute) >= CPU_BOUND * (fleet_cpu / fleet_compute)
+
+
+def cpu_per_compute(workload: TargetWorkload) -> float:
+    """CPU (thousandths of a core) the workload's device tasks ask per thousandth of device compute."""
+    cpu = compute = 0.0
+    for shape, weight in zip(workload.shapes, workload.weights, strict=True):
+        d = shape.devices
+        if d.count:
+            cpu += weight * shape.cpu_milli
+            compute += weight * d.count * (d.need_core_permille or 1000)
+    return cpu / compute if compute else 0.0
+
+
+def _spare_cpu(state: ClusterState, nodes: IndexArray, per_compute: float) -> FloatArray:
+    """``[S]`` in 0..1, increasing in the CPU a node has beyond what its idle devices will need
+    (``per_compute`` per thousandth of idle compute): where a CPU-only replica strands least."""
+    spare = state.node_cpu_free[nodes] - per_compute * state.node_dev_core_free[nodes]
+    low, high = float(spare.min()), float(spare.max())
+    result: FloatArray = (spare - low) / (high - low) if high > low else np.zeros(nodes.size)
+    return result
 
 
 def _score(

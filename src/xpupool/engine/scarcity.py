@@ -1,0 +1,125 @@
+"""Device pressure: how contended each device is by the target workload, given who may use it.
+
+FGD's fragmentation counts the idle capacity a shape *cannot* use as fragment, so consuming capacity
+that many shapes cannot use looks good to it, even when the few shapes that *can* use it have
+nowhere else to go (a job that asks for a T4, a V100 or a given driver). In a mixed fleet with
+hardware constraints that spends the scarce cards on jobs that could have run anywhere, and the
+constrained jobs then fail.
+
+The pressure of a device is the expected demand per unit of its idle capacity when each group of
+shapes that may use the same devices spreads its share of the workload's device demand over those
+devices in proportion to their idle capacity:
+
+    q_g      = share of the workload's device demand (weight x devices x compute) of group g
+    I_g      = idle compute on the devices group g may use,  I = idle compute of the fleet
+    rho(d)   = sum over groups g that may use d of  q_g * I / I_g
+
+When every shape may use every device, rho = 1 everywhere and nothing changes. A replica that takes
+``c`` thousandths of device ``d``, when it could have used a device of pressure ``rho_min``, takes
+``c * min(1, rho(d) - rho_min)`` away from demand that has fewer places to go: the xpupool scorer
+counts that as fragment (``engine/scorers/xpupool.py``).
+
+Cost: devices fall into a few classes (the set of groups that may use them, in practice a model or
+a model and driver); the idle compute per class is kept per node and updated only for nodes whose
+version moved, so a placement costs a few small array operations, not a pass over the fleet.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from xpupool.engine.fragmentation import NEVER, IndexArray, ShapeTable
+from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
+
+
+class DevicePressure:
+    """``rho`` per device class for the state's current usage; rebuilt with its shape table."""
+
+    def __init__(self, state: ClusterState, table: ShapeTable) -> None:
+        self.state = state
+        self.table = table
+        n, w = state.dev_present.shape
+        groups: dict[bytes, int] = {}
+        members: list[np.ndarray] = []
+        demand: list[float] = []
+        for m in range(table.weights.size):
+            if table.cpu_only[m]:
+                continue
+            mask = table.need_mib[:, m, :] != NEVER
+            key = mask.tobytes()
+            share = float(table.weights[m] * table.count[m] * table.need_core[m])
+            if key in groups:
+                demand[groups[key]] += share
+            else:
+                groups[key] = len(members)
+                members.append(mask)
+                demand.append(share)
+        total = sum(demand)
+        # Device classes: devices that the same groups may use. Class -1 is "no group", ignored.
+        self.active = len(members) > 1 and total > 0
+        self.dev_class: IntArray = np.full((n, w), -1, np.int64)
+        self.class_groups = np.zeros((0, len(members)), np.float64)  # [C, G] incidence
+        self.group_share = np.asarray(demand, np.float64) / (total or 1.0)
+        if self.active:
+            stacked = np.stack(members, axis=-1)  # [N, W, G]
+            used = stacked.any(axis=-1)
+            packed = np.packbits(stacked[used], axis=-1)
+            signatures, inverse = np.unique(packed, axis=0, return_inverse=True)
+            self.dev_class[used] = inverse.reshape(-1)
+            incidence = np.unpackbits(signatures, axis=-1, count=len(members))
+            self.class_groups = incidence.astype(np.float64)
+            self.active = signatures.shape[0] > 1
+        self._classes = self.class_groups.shape[0]
+        # Per node: its cards' class when they all share one (-1: no shape may use any), else -2.
+        present = np.where(state.dev_present, self.dev_class, -3)
+        first = np.where(state.dev_present.any(axis=1), present.max(axis=1), -1)
+        uniform = ((present == first[:, None]) | (present == -3)).all(axis=1)
+        self.node_class: IntArray = np.where(uniform, first, -2)
+        # Nodes whose idle is their class's: one class, every card usable (node sums suffice);
+        # the others ("special") are counted card by card.
+        plain = (self.node_class >= 0) & (state.dev_usable == state.dev_present).all(axis=1)
+        self._plain: IntArray = np.flatnonzero(plain)
+        self._plain_class: IntArray = self.node_class[self._plain]
+        self._special: IntArray = np.flatnonzero(~plain & (self.node_class != -1))
+
+    def of(self, nodes: IndexArray) -> FloatArray:
+        """``[S, W]`` pressure of the devices of ``nodes`` now (0 on devices no shape may use)."""
+        out: FloatArray = self._class_pressure()[self.dev_class[nodes]]
+        return out
+
+    def displaced(self, nodes: IndexArray, fit: BoolArray, need: int) -> FloatArray | None:
+        """Thousandths of contended demand that ``need`` on a fitting device (``fit``, ``[S, W]``)
+        takes from shapes with fewer places to go: ``need * min(1, rho(d) - rho_min)``, with
+        ``rho_min`` over the fitting devices. ``[S]`` per node when every node's cards are of one
+        class (the usual case), else ``[S, W]``; None when it is 0 everywhere."""
+        rho = self._class_pressure()
+        classes = self.node_class[nodes]
+        per: FloatArray
+        if (classes >= -1).all():  # one class per node: a gather of [S], not [S, W]
+            per = rho[classes]  # class -1 (no shape may use the cards) reads the 0 at the end
+            low = float(per.min())
+            if float(per.max()) <= low:
+                return None
+        else:
+            per = np.where(fit, self.of(nodes), np.inf)
+            low = float(per.min())
+            if float(np.where(fit, per, low).max()) <= low:
+                return None
+        result: FloatArray = np.clip(per - low, 0.0, 1.0) * float(need)
+        return result
+
+    def _class_pressure(self) -> FloatArray:
+        """``[C + 1]``: pressure per class now, and 0 last (for class -1)."""
+        s = self.state
+        idle = np.bincount(
+            self._plain_class, weights=s.node_dev_core_free[self._plain], minlength=self._classes
+        ).astype(np.float64)
+        if self._special.size:  # nodes with cards of several classes, or cards not usable
+            free = np.where(s.dev_usable[self._special], s.dev_core_free[self._special], 0)
+            classes = self.dev_class[self._special]
+            hit = classes >= 0
+            idle += np.bincount(classes[hit], weights=free[hit], minlength=self._classes)
+        group_idle = idle @ self.class_groups  # [G]
+        per_unit = self.group_share * float(idle.sum()) / np.maximum(group_idle, 1.0)
+        rho: FloatArray = np.append(self.class_groups @ per_unit, 0.0)
+        return rho

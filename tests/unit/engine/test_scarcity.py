@@ -1,0 +1,78 @@
+"""Device pressure (engine/scarcity.py) on clusters small enough to work it out by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from xpupool.engine import ClusterState, Engine
+from xpupool.engine.fragmentation import ShapeTable, TargetWorkload
+from xpupool.engine.scarcity import DevicePressure
+from xpupool.model import DeviceRequest, Request
+
+from factories import A100, T4, gpu_node
+
+
+def whole(name: str, models: tuple[str, ...] = ()) -> Request:
+    return Request(name, 1000, 1024, DeviceRequest(count=1, models=models))
+
+
+def pressure(state: ClusterState, workload: TargetWorkload) -> DevicePressure:
+    engine = Engine(state, "fgd", workload=workload)
+    return DevicePressure(state, ShapeTable(state, engine.pipeline, workload))
+
+
+def test_a_model_that_only_some_demand_may_use_is_under_more_pressure() -> None:
+    # Half the demand may use any card, half only a T4. Idle: 2 T4 cards, 8 A100 cards (10,000).
+    # rho(A100) = 0.5 * 10000/10000 = 0.5; rho(T4) = 0.5 + 0.5 * 10000/2000 = 3.0.
+    state = ClusterState([gpu_node("t4", model=T4, count=2), gpu_node("a", model=A100, count=8)])
+    workload = TargetWorkload((whole("any"), whole("t4", (T4,))), (0.5, 0.5))
+    p = pressure(state, workload)
+    assert p.active
+    assert np.allclose(p.of(np.arange(2)), [[3.0, 3.0] + [0.0] * 6, [0.5] * 8])
+    # After one T4 card is taken: idle 1,000 T4 of 9,000; rho(T4) = 0.5 + 0.5 * 9000/1000 = 5.0.
+    engine = Engine(state, "binpack")
+    assert engine.place(Request("x", 1000, 1024, DeviceRequest(count=1, models=(T4,)))).ok
+    assert np.allclose(p.of(np.arange(2))[:, :2], [[5.0, 5.0], [0.5, 0.5]])
+
+
+def test_no_pressure_when_every_shape_may_use_every_card() -> None:
+    state = ClusterState([gpu_node("t4", model=T4, count=2), gpu_node("a", count=8)])
+    workload = TargetWorkload(
+        (whole("any"), Request("s", 1000, 1024, DeviceRequest(count=1, core_permille=500))),
+        (0.5, 0.5),
+    )
+    assert not pressure(state, workload).active
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_share_that_may_run_anywhere_leaves_the_contended_card_to_those_that_may_not(
+    seed: int,
+) -> None:
+    # Workload: half T4-only 0.5 shares, half whole cards on any model. One T4 node with card 0
+    # half used, one A100 card. A new 0.5 share that may run anywhere:
+    #   FGD: on T4 card 0 it fills the half the whole-card shape could not use: +250 (score 56);
+    #        on the A100 it leaves 500 idle that neither shape can use, as before: 0 (score 50).
+    #   Pressure: q(any) = 500/750, q(T4) = 250/750; idle 1500 T4 + 1000 A100 = 2500;
+    #        rho(A100) = 2/3, rho(T4) = 2/3 + 1/3 * 2500/1500; displaced on T4 = 500 * 0.556 = 278,
+    #        i.e. 6.9 points: T4 56 - 6.9 = 49.1 < 50, and the share goes to the A100.
+    t4_share = Request("t4s", 1000, 1024, DeviceRequest(count=1, core_permille=500, models=(T4,)))
+    workload = TargetWorkload((t4_share, whole("any")), (0.5, 0.5))
+    nodes = [gpu_node("t4", model=T4, count=2, group_size=0), gpu_node("a", count=1, group_size=0)]
+    engines = {
+        p: Engine(ClusterState(nodes, seed=seed), p, seed=seed, workload=workload)
+        for p in ("xpupool", "fgd")
+    }
+    pinned = Request(
+        "half", 1000, 1024, DeviceRequest(count=1, core_permille=500, uuids=("t4-gpu0",))
+    )
+    new = Request("new", 1000, 1024, DeviceRequest(count=1, core_permille=500))
+    for engine in engines.values():
+        assert engine.place(pinned).ok
+    _, fgd = engines["fgd"].rate(new)
+    assert fgd.tolist() == [56.0, 50.0]
+    _, ours = engines["xpupool"].rate(new)
+    displaced = 500 * (1 / 3) * 2500 / 1500
+    assert ours[0] == pytest.approx(56 + 0.01 * 1.0 - 0.025 * displaced)  # + the fullest-card term
+    assert ours[1] == pytest.approx(50 + 0.01 * 0.5)
+    assert engines["xpupool"].place(new).allocations[0].node == "a"
