@@ -78,9 +78,15 @@ class DevicePressure:
         # Nodes whose idle is their class's: one class, every card usable (node sums suffice);
         # the others ("special") are counted card by card.
         plain = (self.node_class >= 0) & (state.dev_usable == state.dev_present).all(axis=1)
-        self._plain: IntArray = np.flatnonzero(plain)
-        self._plain_class: IntArray = self.node_class[self._plain]
+        self._is_plain = plain
+        # Idle compute per class summed over plain nodes, and each plain node's as last counted;
+        # kept current from the nodes whose version moved.
+        self._plain_idle = np.zeros(self._classes, np.int64)
+        self._node_idle = np.zeros(n, np.int64)
+        self._version = np.full(n, -1, np.int64)
+        self._rho: FloatArray | None = None
         self._special: IntArray = np.flatnonzero(~plain & (self.node_class != -1))
+        self._one_class_nodes = bool((self.node_class >= -1).all())
 
     def of(self, nodes: IndexArray) -> FloatArray:
         """``[S, W]`` pressure of the devices of ``nodes`` now (0 on devices no shape may use)."""
@@ -88,22 +94,24 @@ class DevicePressure:
         return out
 
     def displaced(self, nodes: IndexArray, fit: BoolArray, need: int) -> FloatArray | None:
-        """Thousandths of contended demand that ``need`` on a fitting device (``fit``, ``[S, W]``)
+        """Thousandths of contended demand that ``need`` on a fitting device (``fit``, ``[N, W]``)
         takes from shapes with fewer places to go: ``need * min(1, rho(d) - rho_min)``, with
         ``rho_min`` over the fitting devices. ``[S]`` per node when every node's cards are of one
         class (the usual case), else ``[S, W]``; None when it is 0 everywhere."""
-        rho = self._class_pressure()
-        classes = self.node_class[nodes]
         per: FloatArray
-        if (classes >= -1).all():  # one class per node: a gather of [S], not [S, W]
-            per = rho[classes]  # class -1 (no shape may use the cards) reads the 0 at the end
+        classes = self.node_class[nodes]
+        if self._one_class_nodes or (classes >= -1).all():  # a gather of [S], not [S, W]
+            if classes.min() == classes.max():  # e.g. a request for one model: nothing to compare
+                return None
+            per = self._class_pressure()[classes]  # class -1 (no shape may use) reads the last 0
             low = float(per.min())
             if float(per.max()) <= low:
                 return None
         else:
-            per = np.where(fit, self.of(nodes), np.inf)
+            fits = fit[nodes]
+            per = np.where(fits, self.of(nodes), np.inf)
             low = float(per.min())
-            if float(np.where(fit, per, low).max()) <= low:
+            if float(np.where(fits, per, low).max()) <= low:
                 return None
         result: FloatArray = np.clip(per - low, 0.0, 1.0) * float(need)
         return result
@@ -111,9 +119,29 @@ class DevicePressure:
     def _class_pressure(self) -> FloatArray:
         """``[C + 1]``: pressure per class now, and 0 last (for class -1)."""
         s = self.state
-        idle = np.bincount(
-            self._plain_class, weights=s.node_dev_core_free[self._plain], minlength=self._classes
-        ).astype(np.float64)
+        stale = np.flatnonzero(self._version != s.node_version)
+        if stale.size or self._rho is None:
+            self._version[stale] = s.node_version[stale]
+            plain = stale[self._is_plain[stale]]
+            if plain.size <= 8:  # the usual case, one or two nodes changed: plain integer updates
+                for n in plain.tolist():
+                    now = int(s.node_dev_core_free[n])
+                    self._plain_idle[self.node_class[n]] += now - int(self._node_idle[n])
+                    self._node_idle[n] = now
+            else:
+                now_idle = s.node_dev_core_free[plain]
+                self._plain_idle += np.bincount(
+                    self.node_class[plain],
+                    weights=now_idle - self._node_idle[plain],
+                    minlength=self._classes,
+                ).astype(np.int64)
+                self._node_idle[plain] = now_idle
+            self._rho = self._pressure()
+        return self._rho
+
+    def _pressure(self) -> FloatArray:
+        s = self.state
+        idle = self._plain_idle.astype(np.float64)
         if self._special.size:  # nodes with cards of several classes, or cards not usable
             free = np.where(s.dev_usable[self._special], s.dev_core_free[self._special], 0)
             classes = self.dev_class[self._special]

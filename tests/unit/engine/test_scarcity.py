@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from xpupool.engine import ClusterState, Engine
-from xpupool.engine.fragmentation import ShapeTable, TargetWorkload
+from xpupool.engine.fragmentation import NEVER, ShapeTable, TargetWorkload
 from xpupool.engine.scarcity import DevicePressure
 from xpupool.model import DeviceRequest, Request
 
@@ -76,3 +78,59 @@ def test_a_share_that_may_run_anywhere_leaves_the_contended_card_to_those_that_m
     assert ours[0] == pytest.approx(56 + 0.01 * 1.0 - 0.025 * displaced)  # + the fullest-card term
     assert ours[1] == pytest.approx(50 + 0.01 * 0.5)
     assert engines["xpupool"].place(new).allocations[0].node == "a"
+
+
+def test_pressure_kept_current_matches_the_definition_recomputed_from_scratch() -> None:
+    # Twelve nodes (more than the few-changed-nodes fast path), one with a T4 and an A100 side by
+    # side and one with an unhealthy card (both counted card by card); placements and releases in
+    # between. Every time, rho per card equals the definition evaluated from the state directly.
+    mixed = gpu_node("mixed", model=T4, count=2)
+    other = gpu_node("mixed-a", model=A100, count=2).devices
+    mixed = type(mixed)(
+        mixed.name,
+        mixed.cpu_milli,
+        mixed.memory_mib,
+        (mixed.devices[0], replace(other[0], uuid="mixed-gpu1", index=1)),
+    )
+    nodes = [
+        *(gpu_node(f"t{i}", model=T4, count=2) for i in range(5)),
+        *(gpu_node(f"a{i}", model=A100, count=4) for i in range(5)),
+        gpu_node("sick", model=A100, count=2, healthy=False),
+        mixed,
+    ]
+    state = ClusterState(nodes)
+    t4_share = Request("t4s", 1000, 1024, DeviceRequest(count=1, core_permille=400, models=(T4,)))
+    workload = TargetWorkload((t4_share, whole("any"), whole("a100", (A100,))), (0.3, 0.5, 0.2))
+    p = pressure(state, workload)
+    engine = Engine(state, "spread", seed=1)
+    rng = np.random.default_rng(7)
+    live: list[int] = []
+    everyone = np.arange(state.n_nodes)
+    for step in range(40):
+        assert np.allclose(p.of(everyone), _by_definition(p, state), atol=1e-9), step
+        if live and rng.random() < 0.3:
+            engine.release(live.pop(int(rng.integers(len(live)))))
+            continue
+        req = [t4_share, whole("any"), whole("a100", (A100,))][int(rng.integers(3))]
+        placed = engine.place(replace(req, name=f"r{step}"))
+        live.extend(a.id for a in placed.allocations)
+
+
+def _by_definition(p: DevicePressure, state: ClusterState) -> np.ndarray:
+    table = p.table
+    free = np.where(state.dev_usable, state.dev_core_free, 0).astype(np.float64)
+    groups: dict[bytes, tuple[np.ndarray, float]] = {}
+    for m in range(table.weights.size):
+        if table.cpu_only[m]:
+            continue
+        mask = table.need_mib[:, m, :] != NEVER
+        share = float(table.weights[m] * table.count[m] * table.need_core[m])
+        old = groups.get(mask.tobytes())
+        groups[mask.tobytes()] = (mask, share + (old[1] if old else 0.0))
+    total = sum(q for _, q in groups.values())
+    used = np.any([mask for mask, _ in groups.values()], axis=0)
+    idle = float(free[used].sum())
+    rho = np.zeros(free.shape)
+    for mask, q in groups.values():
+        rho += mask * (q / total) * idle / max(float(free[mask].sum()), 1.0)
+    return rho

@@ -116,7 +116,7 @@ class Xpupool(Fgd):
             self._pressure = DevicePressure(ctx.state, table)
         if not self._pressure.active:
             return None
-        return self._pressure.displaced(candidates, ctx.dev_fit[candidates], ctx.need_core)
+        return self._pressure.displaced(candidates, ctx.dev_fit, ctx.need_core)
 
     def _observe(self, req: Request) -> None:
         """Online target workload: FGD's estimate from the requests seen lately."""
