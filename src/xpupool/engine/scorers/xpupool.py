@@ -1,21 +1,31 @@
 """xpupool's default placement policy: FGD at half resolution with the fullest card among equals for
-one-device replicas, CPU-aware when the workload is CPU-bound.
+one-device replicas, CPU-aware when the workload is CPU-bound, with contended cards priced and
+CPU-only replicas sent where CPU is spare.
 
-Per candidate node ``n`` (and, for a one-device replica, per fitting card ``d`` of it):
+Per candidate node ``n`` (and, for one-device replicas, per fitting card ``d`` of it):
 
     F(n)      = FGD's expected fragmentation of the target workload (``engine/fragmentation.py``);
                 when the workload is CPU-bound, each shape's usable idle compute is capped by how many
                 tasks of that shape the node's free CPU and memory still admit
                 (``fragmentation.cpu_capped``): idle GPUs that no CPU is left to feed are stranded
+    displaced = contended demand the replica takes: ``c * min(1, rho(d) - rho_min)``, ``rho`` the
+                card's pressure (``engine/scarcity.py``), ``rho_min`` the least over the cards it fits
     primary   = 2 * floor(50 * sigmoid((F_before - F_after) / 1000))     in 0, 2, ..., 98
     tight     = 0.01 * (1 - free compute left on d after placement / 1000)
-    score     = primary + tight                                  one-device replica (best card)
+    score     = primary + tight - SLOPE * displaced                  one-device replica (best card)
     score     = floor(100 * sigmoid((F_before - F_after) / 1000))  others (FGD's own score)
+                - SLOPE * k * displaced (least contended fitting card)
+                + CPU_TIE * spare CPU (0..1)         CPU-only replicas, workload not CPU-bound
 
 FGD's own score is ``floor(100 * sigmoid(...))``; half its resolution makes fragmentation deltas within
 about 80 thousandths of a GPU equal: near-equal nodes go to the engine's seeded node order, and inside
 a node near-equal cards to the fullest. Replicas of several cards (or none) keep FGD's resolution,
-where coarser scores measurably lost.
+where coarser scores measurably lost. ``SLOPE`` is FGD's sigmoid's slope at 0, so displaced demand
+counts as that much more fragment: FGD alone happily spends the cards that jobs constrained to them
+need, because idle capacity others cannot use looks like fragment to it. A CPU-only replica changes
+no node's GPU fragmentation; among nodes FGD rates equal it goes to the one with the most CPU beyond
+what its idle devices will need (the workload's CPU per unit of device compute), except when the
+workload is CPU-bound, where the cap already weighs CPU.
 
 The workload is CPU-bound when it asks for at least ``CPU_BOUND`` of the fleet's CPU per unit of
 device compute, i.e. CPU would run out about when the devices fill. The measurements behind every
