@@ -6,22 +6,27 @@ nowhere else to go (a job that asks for a T4, a V100 or a given driver). In a mi
 hardware constraints that spends the scarce cards on jobs that could have run anywhere, and the
 constrained jobs then fail.
 
-The pressure of a device is the expected demand per unit of its idle capacity when each group of
-shapes that may use the same devices spreads its share of the workload's device demand over those
-devices in proportion to their idle capacity:
+Shapes that may use the same devices and need the same compute per device form a group. Each group
+spreads its share of the workload's device demand over the capacity it can use, in proportion; the
+pressure of a device is the resulting expected demand per unit of idle capacity:
 
     q_g      = share of the workload's device demand (weight x devices x compute) of group g
-    I_g      = idle compute on the devices group g may use,  I = idle compute of the fleet
-    rho(d)   = sum over groups g that may use d of  q_g * I / I_g
+    U_g      = idle compute on the devices group g may use that have at least its per-device need
+               free (a whole-card shape can use only whole cards)
+    I        = idle compute of the fleet
+    rho(d)   = sum over groups g that may use d of  q_g * I / U_g
 
-When every shape may use every device, rho = 1 everywhere and nothing changes. A replica that takes
-``c`` thousandths of device ``d``, when it could have used a device of pressure ``rho_min``, takes
-``c * min(1, rho(d) - rho_min)`` away from demand that has fewer places to go: the xpupool scorer
-counts that as fragment (``engine/scorers/xpupool.py``).
+When every shape may use every device, all devices have the same pressure and nothing changes. A
+replica that takes ``c`` thousandths of device ``d``, when it could have used a device of pressure
+``rho_min``, takes ``c * min(1, rho(d) - rho_min)`` away from demand that has fewer places to go:
+the xpupool scorer counts that as fragment (``engine/scorers/xpupool.py``). Because ``U_g`` counts
+only usable capacity, breaking whole cards of a model raises its pressure for the jobs that need
+whole cards of it, and shares move on to other models instead of breaking them all.
 
 Cost: devices fall into a few classes (the set of groups that may use them, in practice a model or
-a model and driver); the idle compute per class is kept per node and updated only for nodes whose
-version moved, so a placement costs a few small array operations, not a pass over the fleet.
+a model and driver); usable idle per class, at each group's threshold, is kept per node and adjusted
+only for nodes whose version moved, so a placement costs a few small array operations, not a pass
+over the fleet.
 """
 
 from __future__ import annotations
@@ -42,18 +47,21 @@ class DevicePressure:
         groups: dict[bytes, int] = {}
         members: list[np.ndarray] = []
         demand: list[float] = []
+        smallest: list[int] = []  # per group: the compute its shapes need on one card
         for m in range(table.weights.size):
             if table.cpu_only[m]:
                 continue
             mask = table.need_mib[:, m, :] != NEVER
-            key = mask.tobytes()
-            share = float(table.weights[m] * table.count[m] * table.need_core[m])
+            need = int(table.need_core[m])
+            key = mask.tobytes() + need.to_bytes(8, "little")
+            share = float(table.weights[m] * table.count[m] * need)
             if key in groups:
                 demand[groups[key]] += share
             else:
                 groups[key] = len(members)
                 members.append(mask)
                 demand.append(share)
+                smallest.append(need)
         total = sum(demand)
         # Device classes: devices that the same groups may use. Class -1 is "no group", ignored.
         self.active = len(members) > 1 and total > 0
@@ -70,6 +78,10 @@ class DevicePressure:
             self.class_groups = incidence.astype(np.float64)
             self.active = signatures.shape[0] > 1
         self._classes = self.class_groups.shape[0]
+        # Usable idle is counted at a few thresholds: column 0 is all idle compute (>= 1), then
+        # one per distinct smallest need; a group reads the column of its own.
+        self._thresholds = np.asarray(sorted({1, *smallest}), np.int64)
+        self._group_column = np.searchsorted(self._thresholds, np.asarray(smallest, np.int64))
         # Per node: its cards' class when they all share one (-1: no shape may use any), else -2.
         present = np.where(state.dev_present, self.dev_class, -3)
         first = np.where(state.dev_present.any(axis=1), present.max(axis=1), -1)
@@ -81,8 +93,9 @@ class DevicePressure:
         self._is_plain = plain
         # Idle compute per class summed over plain nodes, and each plain node's as last counted;
         # kept current from the nodes whose version moved.
-        self._plain_idle = np.zeros(self._classes, np.int64)
-        self._node_idle = np.zeros(n, np.int64)
+        j = self._thresholds.size
+        self._plain_idle = np.zeros((self._classes, j), np.int64)
+        self._node_idle = np.zeros((n, j), np.int64)
         self._version = np.full(n, -1, np.int64)
         self._rho: FloatArray | None = None
         self._special: IntArray = np.flatnonzero(~plain & (self.node_class != -1))
@@ -116,6 +129,12 @@ class DevicePressure:
         result: FloatArray = np.clip(per - low, 0.0, 1.0) * float(need)
         return result
 
+    def _usable(self, free: IntArray) -> IntArray:
+        """``[..., J]``: compute on cards with at least each threshold free, of ``[..., W]`` cards."""
+        above = free[..., None, :] >= self._thresholds[:, None]
+        result: IntArray = (above * free[..., None, :]).sum(axis=-1)
+        return result
+
     def _class_pressure(self) -> FloatArray:
         """``[C + 1]``: pressure per class now, and 0 last (for class -1)."""
         s = self.state
@@ -123,31 +142,23 @@ class DevicePressure:
         if stale.size or self._rho is None:
             self._version[stale] = s.node_version[stale]
             plain = stale[self._is_plain[stale]]
-            if plain.size <= 8:  # the usual case, one or two nodes changed: plain integer updates
-                for n in plain.tolist():
-                    now = int(s.node_dev_core_free[n])
-                    self._plain_idle[self.node_class[n]] += now - int(self._node_idle[n])
-                    self._node_idle[n] = now
-            else:
-                now_idle = s.node_dev_core_free[plain]
-                self._plain_idle += np.bincount(
-                    self.node_class[plain],
-                    weights=now_idle - self._node_idle[plain],
-                    minlength=self._classes,
-                ).astype(np.int64)
-                self._node_idle[plain] = now_idle
+            if plain.size:
+                now = self._usable(s.dev_core_free[plain])  # plain: every present card usable
+                np.add.at(self._plain_idle, self.node_class[plain], now - self._node_idle[plain])
+                self._node_idle[plain] = now
             self._rho = self._pressure()
         return self._rho
 
     def _pressure(self) -> FloatArray:
         s = self.state
-        idle = self._plain_idle.astype(np.float64)
+        usable = self._plain_idle.astype(np.float64)  # [C, J]
         if self._special.size:  # nodes with cards of several classes, or cards not usable
             free = np.where(s.dev_usable[self._special], s.dev_core_free[self._special], 0)
             classes = self.dev_class[self._special]
             hit = classes >= 0
-            idle += np.bincount(classes[hit], weights=free[hit], minlength=self._classes)
-        group_idle = idle @ self.class_groups  # [G]
-        per_unit = self.group_share * float(idle.sum()) / np.maximum(group_idle, 1.0)
+            per_card = (free[hit][:, None] >= self._thresholds) * free[hit][:, None]
+            np.add.at(usable, classes[hit], per_card)
+        group_idle = (self.class_groups * usable[:, self._group_column]).sum(axis=0)  # [G]
+        per_unit = self.group_share * float(usable[:, 0].sum()) / np.maximum(group_idle, 1.0)
         rho: FloatArray = np.append(self.class_groups @ per_unit, 0.0)
         return rho

@@ -38,6 +38,21 @@ def test_a_model_that_only_some_demand_may_use_is_under_more_pressure() -> None:
     assert np.allclose(p.of(np.arange(2))[:, :2], [[5.0, 5.0], [0.5, 0.5]])
 
 
+def test_a_share_that_breaks_a_whole_card_raises_the_pressure_of_whole_card_shapes() -> None:
+    # Half the requests are whole T4 cards (0.8 of the demand), half 0.25 shares anywhere (0.2).
+    # A whole-card shape can use only whole cards: I = 4000; U(T4 whole) = 2000, U(shares) = 4000.
+    # rho(A100) = 0.2 * 4000/4000 = 0.2; rho(T4) = 0.2 + 0.8 * 4000/2000 = 1.8. After a share
+    # breaks one T4 card: I = 3750, U(T4 whole) = 1000, U(shares) = 3750: rho(T4) = 0.2 + 3.0.
+    state = ClusterState([gpu_node("t4", model=T4, count=2), gpu_node("a", model=A100, count=2)])
+    quarter = Request("q", 1000, 1024, DeviceRequest(count=1, core_permille=250))
+    p = pressure(state, TargetWorkload((whole("t4", (T4,)), quarter), (0.5, 0.5)))
+    assert np.allclose(p.of(np.arange(2))[:, :2], [[1.8, 1.8], [0.2, 0.2]])
+    engine = Engine(state, "binpack")
+    one = Request("x", 1000, 1024, DeviceRequest(count=1, core_permille=250, uuids=("t4-gpu0",)))
+    assert engine.place(one).ok
+    assert np.allclose(p.of(np.arange(2))[:, :2], [[3.2, 3.2], [0.2, 0.2]])
+
+
 def test_no_pressure_when_every_shape_may_use_every_card() -> None:
     state = ClusterState([gpu_node("t4", model=T4, count=2), gpu_node("a", count=8)])
     workload = TargetWorkload(
@@ -55,8 +70,10 @@ def test_a_share_that_may_run_anywhere_leaves_the_contended_card_to_those_that_m
     # half used, one A100 card. A new 0.5 share that may run anywhere:
     #   FGD: on T4 card 0 it fills the half the whole-card shape could not use: +250 (score 56);
     #        on the A100 it leaves 500 idle that neither shape can use, as before: 0 (score 50).
-    #   Pressure: q(any) = 500/750, q(T4) = 250/750; idle 1500 T4 + 1000 A100 = 2500;
-    #        rho(A100) = 2/3, rho(T4) = 2/3 + 1/3 * 2500/1500; displaced on T4 = 500 * 0.556 = 278,
+    #   Pressure: q(any) = 500/750, q(T4) = 250/750; idle 1500 T4 + 1000 A100 = 2500, of which
+    #        whole cards (what the whole-card shape can use) 2000 and T4 with >= 0.5 free 1500;
+    #        rho(A100) = 2/3 * 2500/2000, rho(T4) = rho(A100) + 1/3 * 2500/1500;
+    #        displaced on T4 = 500 * 0.556 = 278,
     #        i.e. 6.9 points: T4 56 - 6.9 = 49.1 < 50, and the share goes to the A100.
     t4_share = Request("t4s", 1000, 1024, DeviceRequest(count=1, core_permille=500, models=(T4,)))
     workload = TargetWorkload((t4_share, whole("any")), (0.5, 0.5))
@@ -117,20 +134,25 @@ def test_pressure_kept_current_matches_the_definition_recomputed_from_scratch() 
 
 
 def _by_definition(p: DevicePressure, state: ClusterState) -> np.ndarray:
+    """rho(d) = sum over groups g (shapes with the same eligible cards and per-card need t_g) that
+    may use d of q_g * I / U_g, U_g = idle compute on g's cards with at least t_g free."""
     table = p.table
     free = np.where(state.dev_usable, state.dev_core_free, 0).astype(np.float64)
-    groups: dict[bytes, tuple[np.ndarray, float]] = {}
+    groups: dict[bytes, tuple[np.ndarray, int, float]] = {}
     for m in range(table.weights.size):
         if table.cpu_only[m]:
             continue
         mask = table.need_mib[:, m, :] != NEVER
-        share = float(table.weights[m] * table.count[m] * table.need_core[m])
-        old = groups.get(mask.tobytes())
-        groups[mask.tobytes()] = (mask, share + (old[1] if old else 0.0))
-    total = sum(q for _, q in groups.values())
-    used = np.any([mask for mask, _ in groups.values()], axis=0)
+        need = int(table.need_core[m])
+        share = float(table.weights[m] * table.count[m] * need)
+        key = mask.tobytes() + bytes(str(need), "ascii")
+        old = groups.get(key)
+        groups[key] = (mask, need, share + (old[2] if old else 0.0))
+    total = sum(q for _, _, q in groups.values())
+    used = np.any([mask for mask, _, _ in groups.values()], axis=0)
     idle = float(free[used].sum())
     rho = np.zeros(free.shape)
-    for mask, q in groups.values():
-        rho += mask * (q / total) * idle / max(float(free[mask].sum()), 1.0)
+    for mask, need, q in groups.values():
+        usable = float(free[mask & (free >= need)].sum())
+        rho += mask * (q / total) * idle / max(usable, 1.0)
     return rho
