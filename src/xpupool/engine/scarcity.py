@@ -47,7 +47,7 @@ class DevicePressure:
         groups: dict[bytes, int] = {}
         members: list[np.ndarray] = []
         demand: list[float] = []
-        smallest: list[int] = []  # per group: the compute its shapes need on one card
+        per_card: list[int] = []  # per group: the compute its shapes need on one card
         for m in range(table.weights.size):
             if table.cpu_only[m]:
                 continue
@@ -61,7 +61,7 @@ class DevicePressure:
                 groups[key] = len(members)
                 members.append(mask)
                 demand.append(share)
-                smallest.append(need)
+                per_card.append(need)
         total = sum(demand)
         # Device classes: devices that the same groups may use. Class -1 is "no group", ignored.
         self.active = len(members) > 1 and total > 0
@@ -79,20 +79,20 @@ class DevicePressure:
             self.active = signatures.shape[0] > 1
         self._classes = self.class_groups.shape[0]
         # Usable idle is counted at a few thresholds: column 0 is all idle compute (>= 1), then
-        # one per distinct smallest need; a group reads the column of its own.
-        self._thresholds = np.asarray(sorted({1, *smallest}), np.int64)
-        self._group_column = np.searchsorted(self._thresholds, np.asarray(smallest, np.int64))
+        # one per distinct per-card need; a group reads the column of its own need.
+        self._thresholds = np.asarray(sorted({1, *per_card}), np.int64)
+        self._group_column = np.searchsorted(self._thresholds, np.asarray(per_card, np.int64))
         # Per node: its cards' class when they all share one (-1: no shape may use any), else -2.
         present = np.where(state.dev_present, self.dev_class, -3)
         first = np.where(state.dev_present.any(axis=1), present.max(axis=1), -1)
         uniform = ((present == first[:, None]) | (present == -3)).all(axis=1)
         self.node_class: IntArray = np.where(uniform, first, -2)
-        # Nodes whose idle is their class's: one class, every card usable (node sums suffice);
-        # the others ("special") are counted card by card.
+        # Nodes whose idle is their class's: one class, every card usable; the others ("special")
+        # are counted card by card at every evaluation (few, on a real fleet).
         plain = (self.node_class >= 0) & (state.dev_usable == state.dev_present).all(axis=1)
         self._is_plain = plain
-        # Idle compute per class summed over plain nodes, and each plain node's as last counted;
-        # kept current from the nodes whose version moved.
+        # Usable idle per class and threshold summed over plain nodes, and each plain node's as
+        # last counted; kept current from the nodes whose version moved.
         j = self._thresholds.size
         self._plain_idle = np.zeros((self._classes, j), np.int64)
         self._node_idle = np.zeros((n, j), np.int64)
