@@ -99,7 +99,6 @@ class DevicePressure:
         self._version = np.full(n, -1, np.int64)
         self._rho: FloatArray | None = None
         self._special: IntArray = np.flatnonzero(~plain & (self.node_class != -1))
-        self._one_class_nodes = bool((self.node_class >= -1).all())
 
     def of(self, nodes: IndexArray) -> FloatArray:
         """``[S, W]`` pressure of the devices of ``nodes`` now (0 on devices no shape may use)."""
@@ -113,7 +112,7 @@ class DevicePressure:
         class (the usual case), else ``[S, W]``; None when it is 0 everywhere."""
         per: FloatArray
         classes = self.node_class[nodes]
-        if self._one_class_nodes or (classes >= -1).all():  # a gather of [S], not [S, W]
+        if (classes >= -1).all():  # one class per node: a gather of [S], not [S, W]
             if classes.min() == classes.max():  # e.g. a request for one model: nothing to compare
                 return None
             per = self._class_pressure()[classes]  # class -1 (no shape may use) reads the last 0

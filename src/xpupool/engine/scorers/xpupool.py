@@ -116,9 +116,9 @@ class Xpupool(Fgd):
         return scores
 
     def _displaced(self, ctx: Context, candidates: IndexArray) -> FloatArray | None:
-        """``[S, W]`` thousandths of contended demand each fitting device would take from shapes
-        with fewer places to go: ``need * min(1, rho(d) - rho_min)`` (``engine/scarcity.py``);
-        None when every shape may use every device."""
+        """Thousandths of contended demand the replica would take from shapes with fewer places to
+        go (``DevicePressure.displaced``: ``[S]`` per node, or ``[S, W]`` per card on nodes with
+        cards of several classes); None when nothing is contended."""
         if ctx.k == 0 or ctx.dev_fit is None:
             return None
         table = self.frag.table
@@ -146,11 +146,7 @@ def cpu_bound(workload: TargetWorkload, state: ClusterState) -> bool:
     """Does ``workload`` ask for at least ``CPU_BOUND`` of the CPU the fleet's device nodes have per
     unit of device compute? Then CPU, not devices, is what strands capacity, and fragmentation is
     CPU-capped."""
-    cpu = compute = 0.0
-    for shape, weight in zip(workload.shapes, workload.weights, strict=True):
-        d = shape.devices
-        cpu += weight * shape.cpu_milli
-        compute += weight * d.count * (d.need_core_permille or 1000)
+    cpu, _, compute = _cpu_and_compute(workload)
     with_devices = state.dev_present.any(axis=1)  # a device task's CPU comes from its own node
     fleet_compute = float(state.dev_present.sum()) * 1000.0
     fleet_cpu = float(state.node_cpu_total[with_devices].sum())
@@ -161,13 +157,20 @@ def cpu_bound(workload: TargetWorkload, state: ClusterState) -> bool:
 
 def cpu_per_compute(workload: TargetWorkload) -> float:
     """CPU (thousandths of a core) the workload's device tasks ask per thousandth of device compute."""
-    cpu = compute = 0.0
+    _, device_cpu, compute = _cpu_and_compute(workload)
+    return device_cpu / compute if compute else 0.0
+
+
+def _cpu_and_compute(workload: TargetWorkload) -> tuple[float, float, float]:
+    """Expected CPU per task (all shapes, and device shapes only) and device compute per task."""
+    cpu = device_cpu = compute = 0.0
     for shape, weight in zip(workload.shapes, workload.weights, strict=True):
         d = shape.devices
+        cpu += weight * shape.cpu_milli
         if d.count:
-            cpu += weight * shape.cpu_milli
+            device_cpu += weight * shape.cpu_milli
             compute += weight * d.count * (d.need_core_permille or 1000)
-    return cpu / compute if compute else 0.0
+    return cpu, device_cpu, compute
 
 
 def _spare_cpu(state: ClusterState, nodes: IndexArray, per_compute: float) -> FloatArray:
