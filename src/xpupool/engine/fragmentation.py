@@ -143,17 +143,44 @@ class ShapeTable:
         self.cpu_only = np.asarray([k == "idle" for k in rows], np.bool_)
         # [N, M]: shapes a node can serve at all; the others only ever see its idle capacity.
         self.relevant: BoolArray = np.asarray(mask.any(axis=2), np.bool_)
-        self._served: dict[bytes, tuple[IndexArray, float]] = {}
+        # Nodes that serve the same shapes are one kind (a fleet has a few): evaluations group
+        # nodes by kind and gather only the shapes the kind serves.
+        kinds, self.node_kind = np.unique(self.relevant, axis=0, return_inverse=True)
+        self.node_kind = self.node_kind.reshape(-1)
+        self.kinds = [ServedShapes.of(self, row) for row in kinds]
 
-    def served(self, key: bytes, relevant: BoolArray) -> tuple[IndexArray, float]:
-        """The shapes a node whose ``relevant`` row (bytes ``key``) is this serves, and the total
-        weight of the others; memoised, as a fleet has a few kinds of node."""
-        found = self._served.get(key)
-        if found is None:
-            shapes = np.flatnonzero(relevant)
-            found = shapes, float(self.weights.sum()) - float(self.weights[shapes].sum())
-            self._served[key] = found
-        return found
+
+@dataclass(frozen=True, slots=True)
+class ServedShapes:
+    """The shapes one kind of node serves, with the table's per-shape rows for them gathered once,
+    and the total weight of the others (for which all the node's idle capacity is fragment)."""
+
+    shapes: IndexArray
+    column: IndexArray  # ``shapes[None, :]``, to index a block of ``[nodes, shapes]`` rows
+    every: bool  # serves every shape: nothing to gather
+    rest: float
+    weights: FloatArray
+    need_core: IntArray
+    count: IntArray
+    cpu: IntArray
+    memory: IntArray
+    device_shape: BoolArray  # not the CPU-only row
+
+    @staticmethod
+    def of(table: ShapeTable, relevant: BoolArray) -> ServedShapes:
+        shapes = np.flatnonzero(relevant)
+        return ServedShapes(
+            shapes=shapes,
+            column=shapes[None, :],
+            every=bool(relevant.all()),
+            rest=float(table.weights.sum()) - float(table.weights[shapes].sum()),
+            weights=table.weights[shapes],
+            need_core=table.need_core[shapes],
+            count=table.count[shapes],
+            cpu=table.cpu[shapes],
+            memory=table.memory[shapes],
+            device_shape=~table.cpu_only[shapes],
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,11 +307,25 @@ class FragmentationCache:
             self.version[stale] = s.node_version[stale]
         return self.values
 
-    def view(self, nodes: IndexArray) -> NodeView:
-        """The cached view of ``nodes``; call :meth:`current` first so it is up to date."""
+    def idle(self, nodes: IndexArray) -> IntArray:
+        """Idle compute (thousandths) of ``nodes``, as of the last :meth:`current`."""
+        result: IntArray = self._idle[nodes]
+        return result
+
+    def view(self, nodes: IndexArray, shapes: ServedShapes | None = None) -> NodeView:
+        """The cached view of ``nodes``, of every shape or only of those ``shapes`` serves (gathered
+        straight from the cache); call :meth:`current` first so it is up to date."""
+        if shapes is None or shapes.every:
+            return NodeView(
+                idle=self._idle[nodes],
+                usable=self._usable[nodes],
+                usable_idle=self._usable_idle[nodes],
+                usable_count=self._usable_count[nodes],
+            )
+        block = (nodes[:, None], shapes.column)
         return NodeView(
             idle=self._idle[nodes],
-            usable=self._usable[nodes],
-            usable_idle=self._usable_idle[nodes],
-            usable_count=self._usable_count[nodes],
+            usable=self._usable[block],
+            usable_idle=self._usable_idle[block],
+            usable_count=self._usable_count[block],
         )

@@ -6,10 +6,13 @@ import numpy as np
 import pytest
 
 from xpupool.engine import ClusterState, Engine
-from xpupool.engine.fragmentation import FragmentationCache, TargetWorkload
+from xpupool.engine.fragmentation import FragmentationCache, TargetWorkload, fragmentation
+from xpupool.engine.scorers.base import ScorerEnv
+from xpupool.engine.scorers.fgd import Fgd
 from xpupool.model import DeviceRequest, Request
+from xpupool.model.allocation import Allocation, DeviceShare
 
-from factories import T4, gpu_node
+from factories import A10, T4, gpu_node
 
 
 def share(permille: int, cpu: int = 0, models: tuple[str, ...] = ()) -> Request:
@@ -67,3 +70,83 @@ def test_target_workload_ties_sort_by_shape_descending() -> None:
     reqs = [share(100), share(300), share(200)]
     workload = TargetWorkload.from_requests(reqs, coverage=0.5)
     assert [s.devices.core_permille for s in workload.shapes] == [300, 200]
+
+
+def test_fgd_evaluation_equals_placing_and_recomputing_on_a_fleet_of_several_kinds() -> None:
+    """FGD evaluates a placement incrementally, grouping nodes by the shapes they can serve; it must
+    equal applying the placement and recomputing the node's fragmentation from scratch, for every
+    candidate node (and every fitting card of a one-card replica), on nodes of several kinds."""
+    fleet = [
+        *(gpu_node(f"a{i}", count=4, group_size=2, cpu_milli=24_000) for i in range(3)),
+        *(gpu_node(f"t{i}", model=T4, memory_mib=15360, count=4, group_size=0) for i in range(3)),
+        gpu_node("n", model=A10, memory_mib=24576, count=2, group_size=0, cpu_milli=8_000),
+    ]
+    workload = TargetWorkload(
+        (
+            share(500, cpu=4000),
+            share(250, models=("T4",)),
+            Request("w", 8000, 0, DeviceRequest(count=1, models=("A100",))),
+            Request("p", 2000, 0, DeviceRequest(count=2)),
+            Request("c", 4000),
+        ),
+        (0.3, 0.2, 0.2, 0.2, 0.1),
+    )
+    engine = Engine(ClusterState(fleet, seed=3), "fgd", seed=3, workload=workload)
+    scorer = Fgd(ScorerEnv(3, engine.pipeline, workload))
+    stream = [
+        share(300, cpu=2000),
+        share(600, models=("T4",)),
+        Request("w", 4000, 0, DeviceRequest(count=1)),
+        Request("p", 2000, 0, DeviceRequest(count=2)),
+        Request("c", 6000),
+    ]
+    state, table = engine.state, scorer.frag.table
+    checked = 0
+    for step in range(25):
+        req = stream[step % len(stream)]
+        ctx = engine.pipeline.context(req)
+        engine.pipeline.filter(ctx)
+        scorer.frag.current()
+        nodes = np.flatnonzero(ctx.node_fit)
+        if not nodes.size:
+            break
+        evaluated = scorer._evaluate(ctx, table, nodes)
+        for position, node in enumerate(nodes.tolist()):
+            if ctx.k == 1:
+                assert ctx.dev_fit is not None
+                options = [[c] for c in np.flatnonzero(ctx.dev_fit[node]).tolist()]
+            elif ctx.k:
+                assert ctx.dev_fit is not None
+                options = [np.flatnonzero(ctx.dev_fit[node])[: ctx.k].tolist()]
+            else:
+                options = [[]]
+            for columns in options:
+                shares = tuple(
+                    DeviceShare(
+                        uuid=state.slot_uuid[node * state.width + c],
+                        slot=node * state.width + c,
+                        memory_mib=ctx.need_mib
+                        if isinstance(ctx.need_mib, int)
+                        else int(ctx.need_mib[node, c]),
+                        core_permille=ctx.need_core,
+                    )
+                    for c in columns
+                )
+                probe = Allocation(
+                    id=10_000 + checked,
+                    request_name="probe",
+                    replica=0,
+                    node=state.node_names[node],
+                    node_index=node,
+                    cpu_milli=req.cpu_milli,
+                    memory_mib=req.memory_mib,
+                    devices=shares,
+                )
+                state.apply(probe)
+                expected = fragmentation(state, table, np.asarray([node]))[0]
+                state.revert(probe.id)
+                got = evaluated[position, columns[0]] if ctx.k == 1 else evaluated[position]
+                assert got == pytest.approx(expected, abs=1e-6), (step, node, columns)
+                checked += 1
+        assert engine.place(req).ok
+    assert checked > 100

@@ -16,6 +16,7 @@ differ only in models, UUIDs or software share one cache.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import ClassVar
 
 import numpy as np
@@ -24,7 +25,7 @@ from xpupool.engine.context import Context
 from xpupool.engine.fragmentation import (
     FragmentationCache,
     IndexArray,
-    NodeView,
+    ServedShapes,
     ShapeTable,
     TargetWorkload,
     cpu_capped,
@@ -146,144 +147,129 @@ class Fgd:
             return after
         need_mib = ctx.need_mib if isinstance(ctx.need_mib, int) else ctx.need_mib[nodes]
         if ctx.k == 1:
-            return _each_device(
-                ctx,
-                table,
-                nodes,
-                self.frag.view(nodes),
-                need_mib,
-                cpu_after,
-                mem_after,
-                self.frag.capped,
-            )
+            return _each_device(ctx, self.frag, nodes, need_mib, cpu_after, mem_after)
         assert ctx.dev_fit is not None
         dev_fit = ctx.dev_fit[nodes]
         taken = dev_fit & (np.cumsum(dev_fit, axis=1) <= ctx.k)
         free = s.dev_core_free[nodes] - taken * ctx.need_core
         mem = s.dev_mem_free[nodes] - taken * need_mib
-        usable = (free[:, None] >= table.need_core[None, :, None]) & (
-            mem[:, None] >= table.need_mib[nodes]
-        )
-        fits = shape_fits(table, usable.sum(axis=2), cpu_after, mem_after)
-        usable_sum: IntArray | FloatArray = (free[:, None] * usable).sum(axis=2)
+        usable_count, usable_sum = _usable_after_taking(table, nodes, free, mem)
+        fits = shape_fits(table, usable_count, cpu_after, mem_after)
         if self.frag.capped:
             usable_sum = cpu_capped(table, usable_sum, cpu_after, mem_after)
         after = (free.sum(axis=1)[:, None] - fits * usable_sum) @ table.weights
         return after
 
 
+def _usable_after_taking(
+    table: ShapeTable, nodes: IndexArray, free: IntArray, mem: IntArray
+) -> tuple[IntArray, IntArray | FloatArray]:
+    """``[S, M]`` usable devices and their idle compute per shape, given the devices' ``free``
+    compute and ``mem`` after taking some (``[S, W]``). Only the shapes each node's kind serves are
+    evaluated: on the others every device needs ``NEVER`` MiB, so their zeros are exact."""
+    count = np.zeros((nodes.size, table.weights.size), np.int64)
+    idle = np.zeros((nodes.size, table.weights.size), np.int64)
+    kind_of = table.node_kind[nodes]
+    for kind_index in np.unique(kind_of).tolist():
+        kind = table.kinds[kind_index]
+        at = np.flatnonzero(kind_of == kind_index)
+        block = (at[:, None], kind.column)
+        usable = (free[at, None] >= kind.need_core[None, :, None]) & (
+            mem[at, None] >= table.need_mib[nodes[at][:, None], kind.column]
+        )
+        count[block] = usable.sum(axis=2)
+        idle[block] = (free[at, None] * usable).sum(axis=2)
+    return count, idle
+
+
 def _each_device(
     ctx: Context,
-    table: ShapeTable,
+    frag: FragmentationCache,
     nodes: IndexArray,
-    view: NodeView,
     need_mib: int | IntArray,
     cpu_after: IntArray,
     mem_after: IntArray,
-    capped: bool = False,
 ) -> FloatArray:
     """``[S, W]``: fragmentation after placing the replica on each device of each node, by an
     incremental update of the node's per-shape quantities. Values for devices the replica does
     not fit are meaningless; the caller masks them.
 
     A shape no device of a node can serve leaves all the node's idle capacity as fragment, before
-    and after, whatever device is taken; so nodes are grouped by the shapes they can serve and only
-    those shapes get the ``[nodes, shapes, devices]`` update. On a mixed fleet that is a fraction.
+    and after, whatever device is taken; so nodes are grouped by kind (the shapes they can serve)
+    and only those shapes get the ``[nodes, shapes, devices]`` update. On a mixed fleet that is a
+    fraction.
     """
-    idle_after = (view.idle - ctx.need_core).astype(np.float64)
-    relevant = table.relevant[nodes]
-    rows = _Rows(table.need_mib[nodes], view)
-    if relevant.all():  # e.g. a one-vendor trace: no grouping, no gathering
-        return _served_shapes(
-            ctx, table, rows, None, nodes, None, need_mib, cpu_after, mem_after, idle_after, capped
-        )
-    groups: dict[bytes, list[int]] = {}
-    for position in range(nodes.size):
-        groups.setdefault(relevant[position].tobytes(), []).append(position)
+    table = frag.table
+    idle_after = (frag.idle(nodes) - ctx.need_core).astype(np.float64)
+    kind_of = table.node_kind[nodes]
+    first = int(kind_of[0])
+    if (kind_of == first).all():  # one kind of node (always so on a one-vendor trace)
+        kind = table.kinds[first]
+        served = _served_shapes(ctx, frag, kind, nodes, need_mib, cpu_after, mem_after, idle_after)
+        return served if kind.every else served + kind.rest * idle_after[:, None]
     out = np.empty(ctx.state.dev_core_free[nodes].shape, np.float64)
-    for served_by, positions in groups.items():
-        at = np.asarray(positions, np.intp)
-        shapes, rest = table.served(served_by, relevant[at[0]])
+    order = np.argsort(kind_of, kind="stable")
+    sorted_kinds = kind_of[order]
+    cuts = [0, *(np.flatnonzero(sorted_kinds[1:] != sorted_kinds[:-1]) + 1).tolist(), nodes.size]
+    for start, end in pairwise(cuts):
+        at = order[start:end]
+        kind = table.kinds[int(sorted_kinds[start])]
         served = _served_shapes(
             ctx,
-            table,
-            rows,
-            shapes,
+            frag,
+            kind,
             nodes[at],
-            at,
             need_mib if isinstance(need_mib, int) else need_mib[at],
             cpu_after[at],
             mem_after[at],
             idle_after[at],
-            capped,
         )
-        out[at] = served + rest * idle_after[at, None]
+        out[at] = served + kind.rest * idle_after[at, None]
     return out
-
-
-@dataclass(frozen=True, slots=True)
-class _Rows:
-    """The shape table's and the cache's ``[S, M, ...]`` rows of the nodes being evaluated,
-    gathered once per evaluation (node-major, so one contiguous block per node)."""
-
-    need_mib: IntArray
-    view: NodeView
 
 
 def _served_shapes(
     ctx: Context,
-    table: ShapeTable,
-    rows: _Rows,
-    shapes: IndexArray | None,
+    frag: FragmentationCache,
+    kind: ServedShapes,
     nodes: IndexArray,
-    at: IndexArray | None,
     mem_need: int | IntArray,
     cpu_after: IntArray,
     mem_after: IntArray,
     idle_after: FloatArray,
-    capped: bool = False,
 ) -> FloatArray:
-    """Weighted fragment of ``shapes`` after placing on each device of ``nodes`` (the rows ``at``
-    of ``rows``): ``[S, W]``. ``shapes`` and ``at`` None mean every shape and every row."""
+    """Weighted fragment of the shapes ``kind`` serves after placing on each device of ``nodes``,
+    which are of that kind: ``[S, W]``."""
     s = ctx.state
-    view = rows.view
-    if shapes is None or at is None:
-        need_of_shape, usable = rows.need_mib, view.usable
-        usable_idle_before, usable_count_before = view.usable_idle, view.usable_count
-        weights, need_core, count = table.weights, table.need_core, table.count
-        cpu, memory, cpu_only = table.cpu, table.memory, table.cpu_only
-        shape_rows: IndexArray | slice = slice(None)
-    else:
-        if shapes.size == 0:
-            return np.zeros(s.dev_core_free[nodes].shape, np.float64)
-        block = np.ix_(at, shapes)  # the rows' [nodes, shapes] block only
-        need_of_shape, usable = rows.need_mib[block], view.usable[block]
-        usable_idle_before, usable_count_before = view.usable_idle[block], view.usable_count[block]
-        weights, need_core, count = (
-            table.weights[shapes],
-            table.need_core[shapes],
-            table.count[shapes],
-        )
-        cpu, memory, cpu_only = table.cpu[shapes], table.memory[shapes], table.cpu_only[shapes]
-        shape_rows = shapes
+    table = frag.table
+    if kind.shapes.size == 0:
+        return np.zeros(s.dev_core_free[nodes].shape, np.float64)
+    view = frag.view(nodes, kind)
+    need_of_shape = (
+        table.need_mib[nodes] if kind.every else table.need_mib[nodes[:, None], kind.column]
+    )
+    usable = view.usable
     free = s.dev_core_free[nodes]
     free_after = free - ctx.need_core
-    usable_after = (free_after[:, None] >= need_core[None, :, None]) & (
+    usable_after = (free_after[:, None] >= kind.need_core[None, :, None]) & (
         (s.dev_mem_free[nodes] - mem_need)[:, None] >= need_of_shape
     )
     usable_idle = (
-        usable_idle_before[:, :, None] - free[:, None] * usable + free_after[:, None] * usable_after
+        view.usable_idle[:, :, None] - free[:, None] * usable + free_after[:, None] * usable_after
     )
-    usable_count = usable_count_before[:, :, None] - usable + usable_after
+    usable_count = view.usable_count[:, :, None] - usable + usable_after
     node_fits = (
-        (cpu_after[:, None] >= cpu[None]) & (mem_after[:, None] >= memory[None]) & ~cpu_only[None]
+        (cpu_after[:, None] >= kind.cpu[None])
+        & (mem_after[:, None] >= kind.memory[None])
+        & kind.device_shape[None]
     )
-    fits = (usable_count >= count[None, :, None]) & node_fits[:, :, None]
-    if capped:
+    fits = (usable_count >= kind.count[None, :, None]) & node_fits[:, :, None]
+    if frag.capped:
+        shape_rows = slice(None) if kind.every else kind.shapes
         cap = cpu_capped(table, np.full(node_fits.shape, np.inf), cpu_after, mem_after, shape_rows)
         usable_idle = np.minimum(usable_idle, cap[:, :, None])
     result: FloatArray = np.einsum(
-        "m,smw->sw", weights, idle_after[:, None, None] - fits * usable_idle
+        "m,smw->sw", kind.weights, idle_after[:, None, None] - fits * usable_idle
     )
     return result
 
