@@ -62,5 +62,8 @@ BUILTIN_PROFILES: dict[str, Profile] = {
     "gpuclustering": make_profile("gpuclustering", {"gpuclustering": 1}, "binpack"),
     # xpupool's own (docs/placement-policy.md): the engine's default.
     "xpupool": make_profile("xpupool", {"xpupool": 1}, "binpack"),
+    # ... with the resolution for one-card replicas pinned instead of rehearsed.
+    "xpupool-half": make_profile("xpupool-half", {"xpupool-half": 1}, "binpack"),
+    "xpupool-fine": make_profile("xpupool-fine", {"xpupool-fine": 1}, "binpack"),
 }
 DEFAULT_PROFILE = "xpupool"

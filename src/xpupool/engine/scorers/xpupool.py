@@ -1,6 +1,7 @@
 """xpupool's default placement policy: FGD at half resolution with the fullest card among equals for
-one-device replicas, CPU-aware when the workload is CPU-bound, with contended cards priced and
-CPU-only replicas sent where CPU is spare.
+one-device replicas (or at FGD's own resolution, when a rehearsal on the target workload says that
+strands less), CPU-aware when the workload is CPU-bound, with contended cards priced and CPU-only
+replicas sent where CPU is spare.
 
 Per candidate node ``n`` (and, for one-device replicas, per fitting card ``d`` of it):
 
@@ -13,6 +14,7 @@ Per candidate node ``n`` (and, for one-device replicas, per fitting card ``d`` o
     primary   = 2 * floor(50 * sigmoid((F_before - F_after) / 1000))     in 0, 2, ..., 98
     tight     = 0.01 * (1 - free compute left on d after placement / 1000)
     score     = primary + tight - SLOPE * displaced                  one-device replica (best card)
+                (fine resolution: FGD's own score - SLOPE * displaced, no tight)
     score     = floor(100 * sigmoid((F_before - F_after) / 1000))  others (FGD's own score)
                 - SLOPE * k * displaced (least contended fitting card)
                 + CPU_TIE * spare CPU (0..1)         CPU-only replicas, workload not CPU-bound
@@ -27,6 +29,12 @@ no node's GPU fragmentation; among nodes FGD rates equal it goes to the one with
 what its idle devices will need (the workload's CPU per unit of device compute), except when the
 workload is CPU-bound, where the cap already weighs CPU.
 
+Which resolution suits one-device replicas depends on the workload, and nothing simple in it
+tells (the ``gpushare`` traces want FGD's, most others half). So when the target workload is known
+and the fleet has at least 200 nodes, the scorer rehearses both (``engine/rehearsal.py``): it fills
+random quarters of the fleet with draws from the workload under each and keeps the one that
+strands less; half otherwise. ``xpupool-half`` and ``xpupool-fine`` pin one.
+
 The workload is CPU-bound when it asks for at least ``CPU_BOUND`` of the fleet's CPU per unit of
 device compute, i.e. CPU would run out about when the devices fill. The measurements behind every
 choice are in ``docs/placement-policy.md``.
@@ -34,7 +42,8 @@ choice are in ``docs/placement-policy.md``.
 Without a target workload (the embedded server, the Kubernetes extender) the scorer learns one from
 the last 10,000 requests it was asked to place, FGD's way (the most popular shapes covering 95 % of
 them), re-learning whenever a quarter of what it knew is new: after 1, 2, 3, 4, 5, 7, 9, ...
-requests, then every 2,000 once the window is full.
+requests, then every 2,000 once the window is full. It does not rehearse then (a rehearsal costs
+seconds, too long inside a scheduling pass), and keeps half resolution.
 """
 
 from __future__ import annotations
@@ -64,6 +73,7 @@ WINDOW = 10_000  # the online workload is estimated from the last this many requ
 
 class Xpupool(Fgd):
     name: ClassVar[str] = "xpupool"
+    fine: ClassVar[bool | None] = None  # FGD's resolution for one-device replicas; None: rehearse
 
     def __init__(self, env: ScorerEnv) -> None:
         self._online = env.workload is None
@@ -74,6 +84,7 @@ class Xpupool(Fgd):
         workload = env.workload or TargetWorkload((), ())
         self._cpu_per_compute = cpu_per_compute(workload)
         super().__init__(env, workload, capped=cpu_bound(workload, env.pipeline.state))
+        self._fine = self.fine if self.fine is not None else _fine_strands_less(env)
 
     def score(self, ctx: Context) -> FloatArray:
         if self._online and ctx is not self._last:
@@ -90,7 +101,7 @@ class Xpupool(Fgd):
             cached.score = np.zeros_like(cached.frag_after)
             stale = candidates
         if stale.size:
-            cached.score[stale] = _score(ctx, before, cached.frag_after, stale)
+            cached.score[stale] = _score(ctx, before, cached.frag_after, stale, self._fine)
         if cached.score.ndim == 1:
             scores[candidates] = cached.score[candidates]
             if displaced is not None:
@@ -142,6 +153,33 @@ class Xpupool(Fgd):
             self._cache.clear()
 
 
+class XpupoolHalf(Xpupool):
+    """xpupool with half FGD's resolution and the fullest card for one-device replicas, always."""
+
+    name: ClassVar[str] = "xpupool-half"
+    fine: ClassVar[bool | None] = False
+
+
+class XpupoolFine(Xpupool):
+    """xpupool with FGD's own resolution and card choice for one-device replicas, always."""
+
+    name: ClassVar[str] = "xpupool-fine"
+    fine: ClassVar[bool | None] = True
+
+
+def _fine_strands_less(env: ScorerEnv) -> bool:
+    """Rehearse both resolutions on the target workload (``engine/rehearsal.py``); False (half)
+    without a workload, on a small fleet, or unless fine is clearly better."""
+    if env.workload is None:
+        return False
+    # Imported here: the rehearsal builds engines, whose registry imports this module.
+    from xpupool.engine.profile import BUILTIN_PROFILES
+    from xpupool.engine.rehearsal import second_is_better
+
+    half, fine = BUILTIN_PROFILES[XpupoolHalf.name], BUILTIN_PROFILES[XpupoolFine.name]
+    return second_is_better(env.pipeline.state.nodes, env.workload, half, fine)
+
+
 def cpu_bound(workload: TargetWorkload, state: ClusterState) -> bool:
     """Does ``workload`` ask for at least ``CPU_BOUND`` of the CPU the fleet's device nodes have per
     unit of device compute? Then CPU, not devices, is what strands capacity, and fragmentation is
@@ -183,12 +221,15 @@ def _spare_cpu(state: ClusterState, nodes: IndexArray, per_compute: float) -> Fl
 
 
 def _score(
-    ctx: Context, before: FloatArray, frag_after: FloatArray, nodes: IndexArray
+    ctx: Context, before: FloatArray, frag_after: FloatArray, nodes: IndexArray, fine: bool
 ) -> FloatArray:
     """Scores of ``nodes`` (``[S]``), or of each of their cards for a one-device replica
-    (``[S, W]``, before masking the cards it does not fit): primary plus the fullest-card term."""
+    (``[S, W]``, before masking the cards it does not fit): primary, plus the fullest-card term at
+    half resolution."""
     if frag_after.ndim == 1:
         return _primary(before[nodes], frag_after[nodes], STEPS_NODE)
+    if fine:
+        return _primary(before[nodes, None], frag_after[nodes], STEPS_NODE)
     per_device = _primary(before[nodes, None], frag_after[nodes], STEPS)
     per_device += TIGHT * (1.0 - (ctx.state.dev_core_free[nodes] - ctx.need_core) / 1000.0)
     return per_device
