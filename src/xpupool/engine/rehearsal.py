@@ -37,10 +37,13 @@ _verdicts: dict[bytes, bool] = {}  # digest of (nodes, workload, profiles) -> se
 
 def stranded(nodes: Sequence[Node], workload: TargetWorkload, profile: Profile, seed: int) -> float:
     """% of the device compute of ``nodes`` left idle once draws from ``workload`` worth all of it
-    have arrived, placed with ``profile`` (the draws that do not fit are dropped)."""
+    have arrived, placed with ``profile`` (the draws that do not fit are dropped); 0 when the nodes
+    have no devices or the workload no device shapes (nothing could ever arrive)."""
     state = ClusterState(list(nodes), seed=seed)
     engine = Engine(state, profile, seed=seed, workload=workload)
     capacity = float(state.node_dev_core_total.sum())
+    if capacity <= 0 or not any(s.devices.count for s in workload.shapes):
+        return 0.0
     weights = np.asarray(workload.weights, np.float64)
     rng = np.random.default_rng(seed)
     arrived = 0.0

@@ -14,7 +14,7 @@ from xpupool.engine.scorers.fgd import Fgd
 from xpupool.engine.scorers.xpupool import Xpupool, XpupoolFine
 from xpupool.model import DeviceRequest, Node, Request
 
-from factories import gpu_node
+from factories import cpu_node, gpu_node
 
 
 def share(permille: int, cpu: int = 1000) -> Request:
@@ -38,6 +38,15 @@ def test_stranded_by_hand() -> None:
     # Whole cards fill the 4 cards exactly.
     only_whole = TargetWorkload((whole(),), (1.0,))
     assert rehearsal.stranded(small_nodes(2), only_whole, profile, 0) == 0.0
+
+
+def test_stranded_is_zero_where_nothing_could_arrive() -> None:
+    profile = BUILTIN_PROFILES["fgd"]
+    assert (
+        rehearsal.stranded([cpu_node("c")], TargetWorkload((share(500),), (1.0,)), profile, 0) == 0
+    )
+    cpu_only = TargetWorkload((Request("c", 1000),), (1.0,))
+    assert rehearsal.stranded(small_nodes(2), cpu_only, profile, 0) == 0.0
 
 
 def test_packing_beats_spreading_shares_that_whole_cards_need() -> None:
