@@ -142,11 +142,11 @@ class ShapeTable:
         self.memory = np.asarray(memory, np.int64)
         self.cpu_only = np.asarray([k == "idle" for k in rows], np.bool_)
         # [N, M]: shapes a node can serve at all; the others only ever see its idle capacity.
-        self.relevant: BoolArray = np.asarray(mask.any(axis=2), np.bool_)
         # Nodes that serve the same shapes are one kind (a fleet has a few): evaluations group
         # nodes by kind and gather only the shapes the kind serves.
-        kinds, self.node_kind = np.unique(self.relevant, axis=0, return_inverse=True)
-        self.node_kind = self.node_kind.reshape(-1)
+        relevant: BoolArray = np.asarray(mask.any(axis=2), np.bool_)
+        kinds, node_kind = np.unique(relevant, axis=0, return_inverse=True)
+        self.node_kind: IntArray = node_kind.reshape(-1)
         self.kinds = [ServedShapes.of(self, row) for row in kinds]
 
 
