@@ -124,6 +124,16 @@ class Engine:
         """Give back exactly what an allocation took (by object or id). Raises Conflict if unknown."""
         return self.state.revert(alloc if isinstance(alloc, int) else alloc.id)
 
+    def notes(self) -> list[str]:
+        """What the scorers built so far chose for themselves and why (xpupool's resolution and its
+        rehearsal), for reports."""
+        found = []
+        for scorer in self._scorers.values():
+            describe = getattr(scorer, "describe", None)
+            if callable(describe):
+                found.append(str(describe()))
+        return found
+
     def restore(self, alloc: Allocation) -> None:
         """Re-apply an allocation recorded earlier (a server restarting from its store)."""
         self.state.apply(alloc)

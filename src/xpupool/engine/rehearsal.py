@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -32,7 +33,7 @@ SEEDS = 5  # paired runs per profile
 FRACTION = 0.25  # of the fleet's nodes in each run's sample
 MAX_SAMPLE = 400  # nodes, so that the cost stops growing with the fleet
 MIN_NODES = 200  # smaller fleets are not rehearsed: their runs are too noisy to compare
-_verdicts: dict[bytes, bool] = {}  # digest of (nodes, workload, profiles) -> second is better
+_verdicts: dict[bytes, Rehearsal] = {}  # digest of (nodes, workload, profiles) -> result
 
 
 def stranded(nodes: Sequence[Node], workload: TargetWorkload, profile: Profile, seed: int) -> float:
@@ -58,25 +59,47 @@ def stranded(nodes: Sequence[Node], workload: TargetWorkload, profile: Profile, 
             engine.place(shape)  # names do not matter here: nothing is released or looked up
 
 
-def second_is_better(
+@dataclass(frozen=True, slots=True)
+class Rehearsal:
+    """Mean % of device compute left idle under each profile, over ``runs`` paired runs."""
+
+    first: float
+    second: float
+    runs: int
+
+    @property
+    def second_is_better(self) -> bool:
+        return self.second < self.first
+
+
+def rehearse(
     nodes: Sequence[Node], workload: TargetWorkload, first: Profile, second: Profile
-) -> bool:
-    """Does ``second`` strand less than ``first`` on average over ``SEEDS`` paired runs? False for
-    fleets under ``MIN_NODES`` or a workload without device shapes."""
+) -> Rehearsal | None:
+    """Both profiles over ``SEEDS`` paired runs; None (not rehearsed) for fleets under ``MIN_NODES``
+    or a workload without device shapes."""
     if len(nodes) < MIN_NODES or not any(s.devices.count for s in workload.shapes):
-        return False
+        return None
     key = hashlib.sha256(repr((list(nodes), workload, first, second)).encode()).digest()
-    verdict = _verdicts.get(key)
-    if verdict is None:
-        difference = 0.0
+    found = _verdicts.get(key)
+    if found is None:
+        totals = [0.0, 0.0]
         for seed in range(SEEDS):
             rng = np.random.default_rng(seed)
             size = min(math.ceil(FRACTION * len(nodes)), MAX_SAMPLE)
             picked = sorted(rng.choice(len(nodes), size, replace=False).tolist())
             sample = [nodes[i] for i in picked]
-            difference += stranded(sample, workload, first, seed)
-            difference -= stranded(sample, workload, second, seed)
+            totals[0] += stranded(sample, workload, first, seed)
+            totals[1] += stranded(sample, workload, second, seed)
         if len(_verdicts) >= 16:
             _verdicts.clear()
-        verdict = _verdicts[key] = difference > 0.0
-    return verdict
+        found = _verdicts[key] = Rehearsal(totals[0] / SEEDS, totals[1] / SEEDS, SEEDS)
+    return found
+
+
+def second_is_better(
+    nodes: Sequence[Node], workload: TargetWorkload, first: Profile, second: Profile
+) -> bool:
+    """Does ``second`` strand less than ``first`` on average over ``SEEDS`` paired runs? False when
+    not rehearsed (:func:`rehearse`)."""
+    found = rehearse(nodes, workload, first, second)
+    return found is not None and found.second_is_better

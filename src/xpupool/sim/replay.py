@@ -32,6 +32,7 @@ class ReplayTrace:
     capacity_milli: int
     failed: int
     seconds: float
+    notes: tuple[str, ...] = ()  # what the policy chose for itself (``Engine.notes``)
 
 
 def replay(
@@ -64,5 +65,12 @@ def replay(
         arrived[i], placed[i], idle[i] = total_arrived, total_placed, idle_now
         frag_series[i] = frag.current().sum()
     return ReplayTrace(
-        arrived, placed, frag_series, idle, capacity, failed, time.perf_counter() - start
+        arrived,
+        placed,
+        frag_series,
+        idle,
+        capacity,
+        failed,
+        time.perf_counter() - start,
+        tuple(engine.notes()),
     )

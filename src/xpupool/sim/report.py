@@ -87,11 +87,14 @@ def print_summary(console: Console, result: dict[str, object]) -> None:
             "-" if paper is None else f"{mean - paper:+.2f}",
             f"{sum(seconds) / len(seconds):.2f}",
         )
+    notes: list[str] = [str(n) for r in runs for n in r.get("notes", ())]  # type: ignore[attr-defined]
+    captions = list(dict.fromkeys(notes))  # what each policy chose, once (the same every seed)
     if "lower_bound_pct" in result:
-        table.caption = (
+        captions.append(
             f"no policy can do better than {result['lower_bound_pct']:.2f} % here "
             "(packing bound: shares arrived by 100 % packed into the GPUs as an LP)"
         )
+    table.caption = "\n".join(captions) or None
     console.print(table)
 
 

@@ -57,6 +57,7 @@ def run_one(spec: RunSpec) -> dict[str, object]:
         "frag_ratio_pct": _plain(series["frag_ratio_pct"]),
         "frag_amount_pct": _plain(series["frag_amount_pct"]),
         "unallocated_pct_at_100": round(unallocated_at(series["alloc_pct"]), 3),
+        "notes": list(trace.notes),
     }
 
 

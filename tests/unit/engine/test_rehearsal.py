@@ -99,6 +99,28 @@ def test_the_default_policy_rehearses_once_per_fleet_and_workload(
     again = Engine(ClusterState(nodes, seed=2), seed=2, workload=workload)
     assert again.place(share(700)).ok
     assert len(runs) == 2 * rehearsal.SEEDS  # the verdict is kept
+    (note,) = again.notes()
+    assert note.startswith("xpupool: ") and f"rehearsal, {rehearsal.SEEDS} paired runs" in note
+
+
+def test_the_policy_says_what_it_chose_and_why() -> None:
+    workload = TargetWorkload((share(300), whole()), (0.5, 0.5))
+    small = Engine(ClusterState(small_nodes(4)), workload=workload)
+    online = Engine(ClusterState(small_nodes(4)))
+    pinned = Engine(ClusterState(small_nodes(4)), "xpupool-fine", workload=workload)
+    for engine in (small, online, pinned):
+        assert engine.notes() == []  # scorers are built at the first placement
+        assert engine.place(share(300)).ok
+    assert small.notes() == [
+        "xpupool: half resolution for one-card replicas (not rehearsed: under "
+        f"{rehearsal.MIN_NODES} nodes or no device shapes)"
+    ]
+    assert online.notes() == [
+        "xpupool: half resolution for one-card replicas (no target workload to rehearse: "
+        "learned online)"
+    ]
+    assert pinned.notes() == ["xpupool-fine: FGD's resolution for one-card replicas (pinned)"]
+    assert Engine(ClusterState(small_nodes(4)), "fgd", workload=workload).notes() == []
 
 
 def test_fine_resolution_scores_one_card_replicas_as_fgd_does() -> None:

@@ -42,6 +42,13 @@ def test_small_replay_produces_paper_shaped_results(tmp_path: Path) -> None:
     values = [v for v in alloc if v is not None]
     assert values == sorted(values)  # allocation never goes down without departures
     assert run_one(RunSpec(nodes, pods, "fgd", 42))["alloc_pct"] == alloc  # deterministic
+    assert run["notes"] == []  # FGD chooses nothing for itself
+
+
+def test_a_replay_reports_what_xpupool_chose(tmp_path: Path) -> None:
+    nodes, pods = write_trace(tmp_path)
+    (note,) = run_one(RunSpec(nodes, pods, "xpupool", 42))["notes"]  # type: ignore[misc]
+    assert note.startswith("xpupool: half resolution for one-card replicas (not rehearsed")
 
 
 def test_parallel_runs_equal_serial_runs_and_summary(tmp_path: Path) -> None:

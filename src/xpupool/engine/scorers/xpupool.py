@@ -84,7 +84,12 @@ class Xpupool(Fgd):
         workload = env.workload or TargetWorkload((), ())
         self._cpu_per_compute = cpu_per_compute(workload)
         super().__init__(env, workload, capped=cpu_bound(workload, env.pipeline.state))
-        self._fine = self.fine if self.fine is not None else _fine_strands_less(env)
+        self._fine, self._why = (self.fine, "pinned") if self.fine is not None else _rehearse(env)
+
+    def describe(self) -> str:
+        """What the scorer chose for this engine and why: the resolution and the rehearsal."""
+        resolution = "FGD's resolution" if self._fine else "half resolution"
+        return f"{self.name}: {resolution} for one-card replicas ({self._why})"
 
     def score(self, ctx: Context) -> FloatArray:
         if self._online and ctx is not self._last:
@@ -167,17 +172,23 @@ class XpupoolFine(Xpupool):
     fine: ClassVar[bool | None] = True
 
 
-def _fine_strands_less(env: ScorerEnv) -> bool:
-    """Rehearse both resolutions on the target workload (``engine/rehearsal.py``); False (half)
-    without a workload, on a small fleet, or unless fine is clearly better."""
+def _rehearse(env: ScorerEnv) -> tuple[bool, str]:
+    """Rehearse both resolutions on the target workload (``engine/rehearsal.py``): fine or not, and
+    why. Half without a workload, on a small fleet, or unless fine strands less."""
     if env.workload is None:
-        return False
+        return False, "no target workload to rehearse: learned online"
     # Imported here: the rehearsal builds engines, whose registry imports this module.
     from xpupool.engine.profile import BUILTIN_PROFILES
-    from xpupool.engine.rehearsal import second_is_better
+    from xpupool.engine.rehearsal import MIN_NODES, rehearse
 
     half, fine = BUILTIN_PROFILES[XpupoolHalf.name], BUILTIN_PROFILES[XpupoolFine.name]
-    return second_is_better(env.pipeline.state.nodes, env.workload, half, fine)
+    found = rehearse(env.pipeline.state.nodes, env.workload, half, fine)
+    if found is None:
+        return False, f"not rehearsed: under {MIN_NODES} nodes or no device shapes"
+    return found.second_is_better, (
+        f"rehearsal, {found.runs} paired runs: {found.first:.2f} % of device compute left idle "
+        f"at half resolution, {found.second:.2f} % at FGD's"
+    )
 
 
 def cpu_bound(workload: TargetWorkload, state: ClusterState) -> bool:
