@@ -1,5 +1,6 @@
 """The default policy never chooses a node or a card the filters reject, on random heterogeneous
-clusters and request streams with departures, with and without a target workload."""
+clusters and request streams with departures, with and without a target workload, at either score
+resolution."""
 
 from __future__ import annotations
 
@@ -22,13 +23,18 @@ SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[Heal
     st.lists(st.tuples(requests(), st.integers(0, 9)), min_size=1, max_size=25),
     st.integers(0, 3),
     st.booleans(),
+    st.sampled_from(["xpupool", "xpupool-fine"]),  # the two resolutions the rehearsal picks from
 )
 def test_every_replica_lands_on_a_node_and_cards_that_fit(
-    cluster: list[Node], steps: list[tuple[Request, int]], seed: int, with_workload: bool
+    cluster: list[Node],
+    steps: list[tuple[Request, int]],
+    seed: int,
+    with_workload: bool,
+    policy: str,
 ) -> None:
     workload = TargetWorkload.from_requests(r for r, _ in steps) if with_workload else None
     state = ClusterState(cluster, seed=seed)
-    engine = Engine(state, "xpupool", seed=seed, workload=workload)
+    engine = Engine(state, policy, seed=seed, workload=workload)
     live: list[int] = []
     for req, release in steps:
         one = Request(
