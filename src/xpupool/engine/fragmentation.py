@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # the pipeline's registry imports scorers that import this mo
 
 IndexArray = npt.NDArray[np.intp]
 
+SETTLE = 6  # decimals kept of a fragment (thousandths of a device): see ``settled``
 NEVER = np.iinfo(np.int64).max  # device memory "needed" on a device a shape may not use
 
 
@@ -240,6 +241,19 @@ def cpu_capped(
     return result
 
 
+def settled(fragment: FloatArray) -> FloatArray:
+    """``fragment`` rounded to ``SETTLE`` decimals (of a thousandth of a device).
+
+    A node's fragment is a weighted sum of whole thousandths; computed twice, before and after a
+    placement that changes nothing, in a different order or with a different number of rows, the
+    two sums can differ in the last bits, and a delta of -1e-13 instead of 0 puts the node one
+    integer score below its equals (``floor(100 * sigmoid(0))`` is exactly 50). Rounding far below
+    any real difference (the least is the smallest shape weight times one thousandth) makes equal
+    fragments equal, whatever the summation order."""
+    result: FloatArray = np.round(fragment, SETTLE)
+    return result
+
+
 def fragmentation(state: ClusterState, table: ShapeTable, nodes: IndexArray) -> FloatArray:
     """``[S]`` expected fragment (thousandths of a device) of each selected node."""
     view = node_view(state, table, nodes)
@@ -303,7 +317,9 @@ class FragmentationCache:
                 if self.capped
                 else view.usable_idle
             )
-            self.values[stale] = (view.idle[:, None] - fits * usable_idle) @ self.table.weights
+            self.values[stale] = settled(
+                (view.idle[:, None] - fits * usable_idle) @ self.table.weights
+            )
             self.version[stale] = s.node_version[stale]
         return self.values
 

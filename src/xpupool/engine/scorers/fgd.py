@@ -29,6 +29,7 @@ from xpupool.engine.fragmentation import (
     ShapeTable,
     TargetWorkload,
     cpu_capped,
+    settled,
     shape_fits,
 )
 from xpupool.engine.scorers.base import ScorerEnv
@@ -100,7 +101,7 @@ class Fgd:
         candidates = np.flatnonzero(ctx.node_fit)
         stale = candidates[cached.version[candidates] != state.node_version[candidates]]
         if stale.size:
-            cached.frag_after[stale] = self._evaluate(ctx, self.frag.table, stale)
+            cached.frag_after[stale] = settled(self._evaluate(ctx, self.frag.table, stale))
             cached.version[stale] = state.node_version[stale]
         return before, cached, candidates, stale
 
