@@ -19,7 +19,7 @@ from xpupool.engine.preempt import PreemptionPlan, plan_preemption
 from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile
 from xpupool.engine.reasons import Unschedulable
 from xpupool.engine.registry import SCORERS
-from xpupool.engine.scorers.base import Scorer, ScorerEnv
+from xpupool.engine.scorers.base import Describing, Scorer, ScorerEnv
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray
 from xpupool.engine.txn import Transaction
 from xpupool.model.allocation import Allocation, DeviceShare
@@ -127,12 +127,7 @@ class Engine:
     def notes(self) -> list[str]:
         """What the scorers built so far chose for themselves and why (xpupool's resolution and its
         rehearsal), for reports."""
-        found = []
-        for scorer in self._scorers.values():
-            describe = getattr(scorer, "describe", None)
-            if callable(describe):
-                found.append(str(describe()))
-        return found
+        return [s.describe() for s in self._scorers.values() if isinstance(s, Describing)]
 
     def restore(self, alloc: Allocation) -> None:
         """Re-apply an allocation recorded earlier (a server restarting from its store)."""

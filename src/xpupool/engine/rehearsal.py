@@ -41,10 +41,10 @@ def stranded(nodes: Sequence[Node], workload: TargetWorkload, profile: Profile, 
     have arrived, placed with ``profile`` (the draws that do not fit are dropped); 0 when the nodes
     have no devices or the workload no device shapes (nothing could ever arrive)."""
     state = ClusterState(list(nodes), seed=seed)
-    engine = Engine(state, profile, seed=seed, workload=workload)
     capacity = float(state.node_dev_core_total.sum())
-    if capacity <= 0 or not any(s.devices.count for s in workload.shapes):
+    if capacity <= 0 or not _asks_for_devices(workload):
         return 0.0
+    engine = Engine(state, profile, seed=seed, workload=workload)
     weights = np.asarray(workload.weights, np.float64)
     rng = np.random.default_rng(seed)
     arrived = 0.0
@@ -77,7 +77,7 @@ def rehearse(
 ) -> Rehearsal | None:
     """Both profiles over ``SEEDS`` paired runs; None (not rehearsed) for fleets under ``MIN_NODES``
     or a workload without device shapes."""
-    if len(nodes) < MIN_NODES or not any(s.devices.count for s in workload.shapes):
+    if len(nodes) < MIN_NODES or not _asks_for_devices(workload):
         return None
     key = hashlib.sha256(repr((list(nodes), workload, first, second)).encode()).digest()
     found = _verdicts.get(key)
@@ -103,3 +103,8 @@ def second_is_better(
     not rehearsed (:func:`rehearse`)."""
     found = rehearse(nodes, workload, first, second)
     return found is not None and found.second_is_better
+
+
+def _asks_for_devices(workload: TargetWorkload) -> bool:
+    """Does some shape of ``workload`` ask for devices? Without one nothing ever arrives."""
+    return any(shape.devices.count for shape in workload.shapes)

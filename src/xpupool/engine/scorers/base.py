@@ -7,7 +7,7 @@ Weights live in profiles (``engine/profile.py``), never in scorers.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from xpupool.engine.context import Context
 from xpupool.engine.state import FloatArray
@@ -43,3 +43,11 @@ class DevicePicker(Protocol):
     """
 
     def pick(self, ctx: Context, node: int) -> list[int] | None: ...
+
+
+@runtime_checkable
+class Describing(Protocol):
+    """A scorer that chooses something for itself (xpupool: its score resolution) says what and why,
+    for reports (``Engine.notes``)."""
+
+    def describe(self) -> str: ...
