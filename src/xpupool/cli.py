@@ -110,7 +110,7 @@ def spec(text: str) -> None:
 _TRACES = "../shared/traces/alibaba-gpu-v2023"
 
 
-def _seeds(text: str) -> list[int]:
+def parse_seeds(text: str) -> list[int]:
     """'42-51' or '42,45,47' -> seeds."""
     try:
         if "-" in text:
@@ -226,7 +226,7 @@ def simulate(
         if compress <= 0:
             raise click.BadParameter("must be positive", param_hint="--compress")
         timed = run_timed_traces(
-            nodes_path, list(pods_paths), policies, _seeds(seeds), queue, compress
+            nodes_path, list(pods_paths), policies, parse_seeds(seeds), queue, compress
         )
         if as_json:
             click.echo(
@@ -239,7 +239,7 @@ def simulate(
         nodes_path,
         list(pods_paths),
         policies,
-        _seeds(seeds),
+        parse_seeds(seeds),
         tune,
         jobs,
         expected_dir,
