@@ -65,5 +65,7 @@ BUILTIN_PROFILES: dict[str, Profile] = {
     # ... with the resolution for one-card replicas pinned instead of rehearsed.
     "xpupool-half": make_profile("xpupool-half", {"xpupool-half": 1}, "binpack"),
     "xpupool-fine": make_profile("xpupool-fine", {"xpupool-fine": 1}, "binpack"),
+    "xpupool-half-look": make_profile("xpupool-half-look", {"xpupool-half-look": 1}, "binpack"),
+    "xpupool-fine-look": make_profile("xpupool-fine-look", {"xpupool-fine-look": 1}, "binpack"),
 }
 DEFAULT_PROFILE = "xpupool"

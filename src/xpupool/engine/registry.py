@@ -31,7 +31,13 @@ from xpupool.engine.scorers.gpu_packing import GpuPacking
 from xpupool.engine.scorers.random_pick import RandomPick
 from xpupool.engine.scorers.spread import NodeSpread
 from xpupool.engine.scorers.topology import Topology
-from xpupool.engine.scorers.xpupool import Xpupool, XpupoolFine, XpupoolHalf
+from xpupool.engine.scorers.xpupool import (
+    Xpupool,
+    XpupoolFine,
+    XpupoolFineLook,
+    XpupoolHalf,
+    XpupoolHalfLook,
+)
 
 NODE_FILTERS: tuple[NodeFilter, ...] = (NodeSchedulable(), NodeCpu(), NodeMemory())
 STATIC_DEVICE_FILTERS: tuple[DeviceFilter, ...] = (
@@ -59,4 +65,6 @@ SCORERS: dict[str, Callable[[ScorerEnv], Scorer]] = {
     Xpupool.name: Xpupool,
     XpupoolHalf.name: XpupoolHalf,
     XpupoolFine.name: XpupoolFine,
+    XpupoolHalfLook.name: XpupoolHalfLook,
+    XpupoolFineLook.name: XpupoolFineLook,
 }

@@ -55,10 +55,11 @@ import numpy as np
 
 from xpupool.engine.context import Context
 from xpupool.engine.fragmentation import FragmentationCache, IndexArray, TargetWorkload
+from xpupool.engine.lookahead import CANDIDATES, Lookahead
 from xpupool.engine.scarcity import DevicePressure
 from xpupool.engine.scorers.base import ScorerEnv
 from xpupool.engine.scorers.fgd import Fgd
-from xpupool.engine.state import ClusterState, FloatArray
+from xpupool.engine.state import ClusterState, FloatArray, IntArray
 from xpupool.model.request import Request
 
 STEPS = 50  # primary score levels for a one-device replica (FGD has 100)
@@ -68,12 +69,14 @@ CPU_BOUND = 0.95  # workload CPU per device compute, as a share of the fleet's, 
 SLOPE = 0.025  # score points per thousandth of displaced demand: FGD's sigmoid's slope at 0
 CPU_TIE = 0.5  # weight of the spare-CPU tie-break for CPU-only replicas (below one score step)
 RELEARN_AFTER = 0.25  # re-learn the online workload after this share of the window is new
+LOOK_SLACK = 1.0  # score points below the best within which the lookahead compares candidates
 WINDOW = 10_000  # the online workload is estimated from the last this many requests
 
 
 class Xpupool(Fgd):
     name: ClassVar[str] = "xpupool"
     fine: ClassVar[bool | None] = None  # FGD's resolution for one-device replicas; None: rehearse
+    look: ClassVar[bool] = False  # one-step lookahead for one-device replicas
 
     def __init__(self, env: ScorerEnv) -> None:
         self._online = env.workload is None
@@ -85,6 +88,7 @@ class Xpupool(Fgd):
         self._cpu_per_compute = cpu_per_compute(workload)
         super().__init__(env, workload, capped=cpu_bound(workload, env.pipeline.state))
         self._fine, self._why = (self.fine, "pinned") if self.fine is not None else _rehearse(env)
+        self._lookahead = Lookahead(self.frag) if self.look else None
 
     def describe(self) -> str:
         """What the scorer chose for this engine and why: the resolution and the rehearsal."""
@@ -128,8 +132,43 @@ class Xpupool(Fgd):
         scores[candidates] = per_device[np.arange(candidates.size), best]
         if displaced is not None and displaced.ndim == 1:  # the same for every card of a node
             scores[candidates] -= SLOPE * displaced
+        if self._lookahead is not None and candidates.size > 1:
+            self._look_ahead(ctx, scores, columns, candidates, before, cached.frag_after)
         self._columns = (ctx, columns)
         return scores
+
+    def _look_ahead(
+        self,
+        ctx: Context,
+        scores: FloatArray,
+        columns: IntArray,
+        candidates: IndexArray,
+        before: FloatArray,
+        frag_after: FloatArray,
+    ) -> None:
+        """Among the best ``CANDIDATES`` nodes within ``LOOK_SLACK`` of the best score (seeded
+        order among equals), each with the card its score chose, raise the one the lookahead
+        prefers (``engine/lookahead.py``)."""
+        assert self._lookahead is not None
+        state = ctx.state
+        top = float(scores[candidates].max())
+        pool = candidates[scores[candidates] >= top - LOOK_SLACK]
+        if pool.size < 2:
+            return
+        pool = pool[np.lexsort((state.rank[pool], -scores[pool]))][:CANDIDATES]
+        cards = columns[pool]
+        need = ctx.need_mib if isinstance(ctx.need_mib, int) else ctx.need_mib[pool, cards]
+        chosen = self._lookahead.choose(
+            state,
+            pool,
+            cards,
+            before[pool] - frag_after[pool, cards],
+            ctx.need_core,
+            np.broadcast_to(np.asarray(need, np.int64), pool.shape),
+            ctx.req.cpu_milli,
+            ctx.req.memory_mib,
+        )
+        scores[pool[chosen]] = top + 1.0
 
     def _displaced(self, ctx: Context, candidates: IndexArray) -> FloatArray | None:
         """Thousandths of contended demand the replica would take from shapes with fewer places to
@@ -156,6 +195,8 @@ class Xpupool(Fgd):
             self._cpu_per_compute = cpu_per_compute(workload)
             self.frag = FragmentationCache(state, self.frag.pipeline, workload, capped)
             self._cache.clear()
+            if self._lookahead is not None:
+                self._lookahead = Lookahead(self.frag)
 
 
 class XpupoolHalf(Xpupool):
@@ -163,6 +204,18 @@ class XpupoolHalf(Xpupool):
 
     name: ClassVar[str] = "xpupool-half"
     fine: ClassVar[bool | None] = False
+
+
+class XpupoolHalfLook(Xpupool):
+    name: ClassVar[str] = "xpupool-half-look"
+    fine: ClassVar[bool | None] = False
+    look: ClassVar[bool] = True
+
+
+class XpupoolFineLook(Xpupool):
+    name: ClassVar[str] = "xpupool-fine-look"
+    fine: ClassVar[bool | None] = True
+    look: ClassVar[bool] = True
 
 
 class XpupoolFine(Xpupool):

@@ -1,0 +1,160 @@
+"""The one-step lookahead (``engine/lookahead.py``): its value worked out by hand, and its per-node
+best deltas of the next shapes checked against placing each shape for real and measuring again."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from xpupool.engine import ClusterState, Engine
+from xpupool.engine.fragmentation import (
+    FragmentationCache,
+    ShapeTable,
+    TargetWorkload,
+)
+from xpupool.engine.lookahead import Lookahead
+from xpupool.model import DeviceRequest, Request
+from xpupool.model.allocation import Allocation, DeviceShare
+
+from factories import A10, gpu_node
+
+WHOLE = Request("whole", 0, 0, DeviceRequest(count=1))
+PAIR = Request("pair", 0, 0, DeviceRequest(count=2))
+
+
+def lookahead(engine: Engine, workload: TargetWorkload, capped: bool = False) -> Lookahead:
+    frag = FragmentationCache(engine.state, engine.pipeline, workload, capped)
+    frag.current()
+    return Lookahead(frag)
+
+
+def test_value_by_hand_a_share_keeps_the_only_pair_of_cards_free() -> None:
+    """Nodes a and b have one idle card, c two; the next task is a whole card or a pair, each half
+    the time. A half card on a (gain 0 by assumption) leaves the whole card b (+500: b's idle card
+    stops being a fragment for the pair) and the pair c (delta 0): 0.5 * 500 + 0.5 * 0 = 250.
+    On c's first card the whole card still has +500, but the pair fits nowhere any more: it
+    counts minus its demand, 0.5 * 500 - 0.5 * 2000 = -750."""
+    engine = Engine(
+        ClusterState(
+            [
+                gpu_node("a", count=1, group_size=0),
+                gpu_node("b", count=1, group_size=0),
+                gpu_node("c", count=2, group_size=0),
+            ]
+        )
+    )
+    look = lookahead(engine, TargetWorkload((WHOLE, PAIR), (0.5, 0.5)))
+    pool = np.array([0, 2])
+    values = look.values(
+        engine.state,
+        pool,
+        cards=np.array([0, 0]),
+        gain=np.zeros(2),
+        need_core=500,
+        need_mib=np.array([40960, 40960]),
+        cpu=0,
+        memory=0,
+    )
+    assert values.tolist() == pytest.approx([250.0, -750.0])
+    assert (
+        look.choose(engine.state, pool, np.array([0, 0]), np.zeros(2), 500, np.array([1, 1]), 0, 0)
+        == 0
+    )
+
+
+def test_the_candidates_own_node_counts_for_the_next_shape_after_the_replica() -> None:
+    """One node only: after a half card on a two-card node, the next half card fits beside it
+    (on the same card, delta +500: the card is then full) and the value says so."""
+    engine = Engine(ClusterState([gpu_node("a", count=2, group_size=0)]))
+    half = Request("half", 0, 0, DeviceRequest(count=1, core_permille=500))
+    look = lookahead(engine, TargetWorkload((half,), (1.0,)))
+    # After the replica: free [500, 1000], the half shape fits both: F = 0. Next half card on
+    # card 0: free [0, 1000], F = 0, delta 0; on card 1: [500, 500], F = 0, delta 0.
+    values = look.values(
+        engine.state, np.array([0]), np.array([0]), np.zeros(1), 500, np.array([40960]), 0, 0
+    )
+    assert values.tolist() == pytest.approx([0.0])
+
+
+@pytest.mark.parametrize(("seed", "capped"), [(0, False), (1, False), (2, True), (3, True)])
+def test_best_deltas_match_placing_each_next_shape_and_measuring(seed: int, capped: bool) -> None:
+    """Random fill of a mixed fleet; for every node and next shape, the kept best delta (kept up
+    to date across the fill) equals the best over real placements (state.apply, fragmentation measured again, revert) of that shape
+    there, CPU-capped or not."""
+    rng = np.random.default_rng(seed)
+    nodes = [gpu_node(f"a{i}", count=4, group_size=0, cpu_milli=16_000) for i in range(4)]
+    nodes += [
+        gpu_node(f"t{i}", model=A10, memory_mib=24576, count=2, group_size=0) for i in range(3)
+    ]
+    engine = Engine(ClusterState(nodes, seed=seed), "xpupool-fine")
+    shapes = (
+        Request("q", 2000, 0, DeviceRequest(count=1, core_permille=250)),
+        Request("h", 4000, 0, DeviceRequest(count=1, core_permille=500)),
+        WHOLE,
+        PAIR,
+        Request("a10", 1000, 0, DeviceRequest(count=1, core_permille=500, models=(A10,))),
+        Request("cpu", 3000),
+    )
+    workload = TargetWorkload(shapes, (0.3, 0.2, 0.2, 0.1, 0.1, 0.1))
+    look = lookahead(engine, workload, capped)
+    look.update(engine.state)
+    for _ in range(14):
+        engine.place(shapes[int(rng.integers(len(shapes)))])
+    # The changed nodes are brought up to date beside the candidates of the next call.
+    pool, cards = np.array([0, 4]), np.array([0, 0])
+    look.values(engine.state, pool, cards, np.zeros(2), 100, np.array([1, 1]), 0, 0)
+    assert (look.version == engine.state.node_version).all()
+    best = look.best
+    state, table = engine.state, look.frag.table
+    measure = FragmentationCache(state, engine.pipeline, workload, capped)
+    for node in range(state.n_nodes):
+        before = float(measure.current()[node])
+        for j, row in enumerate(look.rows.tolist()):
+            expected = -np.inf
+            for cards in placements(state, table, node, row):
+                alloc = allocation(state, node, cards, table, row)
+                state.apply(alloc)
+                after = float(measure.current()[node])
+                state.revert(alloc.id)
+                expected = max(expected, before - after)
+            assert best[j, node] == pytest.approx(expected, abs=1e-6), (node, row)
+
+
+def placements(state: ClusterState, table: ShapeTable, node: int, row: int) -> list[list[int]]:
+    """Every way a table row's shape lands on ``node``: each card with room for a one-card shape,
+    the first ``k`` such cards for ``k`` cards; none when node CPU or memory is short."""
+    if state.node_cpu_free[node] < table.cpu[row] or state.node_mem_free[node] < table.memory[row]:
+        return []
+    room = np.flatnonzero(
+        (state.dev_core_free[node] >= table.need_core[row])
+        & (state.dev_mem_free[node] >= table.need_mib[node, row])
+    ).tolist()
+    k = int(table.count[row])
+    if len(room) < k:
+        return []
+    return [[c] for c in room] if k == 1 else [room[:k]]
+
+
+def allocation(
+    state: ClusterState, node: int, cards: list[int], table: ShapeTable, row: int
+) -> Allocation:
+    shares = tuple(
+        DeviceShare(
+            state.slot_uuid[node * state.width + c],
+            node * state.width + c,
+            int(table.need_mib[node, row, c]),
+            int(table.need_core[row]),
+        )
+        for c in cards
+    )
+    return Allocation(
+        -1,
+        "probe",
+        0,
+        state.node_names[node],
+        node,
+        int(table.cpu[row]),
+        int(table.memory[row]),
+        shares,
+        0,
+    )
