@@ -148,7 +148,8 @@ def run_policy(nodes: list[Node], policy: str, fill: float, seed: int) -> dict[s
             break
         if failed_in_row > 2000:
             break
-    # The first call builds what the policy learns once (FGD's shape table; xpupool's rehearsal):
+    # The first call builds what the policy learns once (FGD's shape table; xpupool's lookahead
+    # also every node's deltas for the next shapes):
     # reported on its own, and left out of the steady-state figures.
     first, latencies = latencies[0], latencies[1:]
     placed -= first_placed

@@ -23,7 +23,7 @@ SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[Heal
     st.lists(st.tuples(requests(), st.integers(0, 9)), min_size=1, max_size=25),
     st.integers(0, 3),
     st.booleans(),
-    st.sampled_from(["xpupool", "xpupool-fine", "xpupool-half-look", "xpupool-fine-look"]),
+    st.sampled_from(["xpupool", "xpupool-fine", "xpupool-greedy"]),
 )
 def test_every_replica_lands_on_a_node_and_cards_that_fit(
     cluster: list[Node],

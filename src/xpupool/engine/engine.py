@@ -125,8 +125,8 @@ class Engine:
         return self.state.revert(alloc if isinstance(alloc, int) else alloc.id)
 
     def notes(self) -> list[str]:
-        """What the scorers built so far chose for themselves and why (xpupool's resolution and its
-        rehearsal), for reports."""
+        """What the scorers built so far use and chose for themselves (xpupool's resolution, its
+        lookahead and where its workload came from), for reports."""
         return [s.describe() for s in self._scorers.values() if isinstance(s, Describing)]
 
     def restore(self, alloc: Allocation) -> None:

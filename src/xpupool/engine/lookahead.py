@@ -55,52 +55,57 @@ class Lookahead:
         self.shapes = shapes
         self._table: ShapeTable | None = None
 
+    def describe(self) -> str:
+        """The next shapes looked at, for reports: how many and how much of the device tasks."""
+        self._refresh_rows()
+        table = self.frag.table
+        device = float(table.weights[~table.cpu_only].sum())
+        share = float(table.weights[self.rows].sum()) / device if device > 0 else 0.0
+        return f"lookahead over {self.rows.size} next shapes ({100 * share:.0f} % of device tasks)"
+
     # ------------------------------------------------------------------ choosing
     def choose(
         self,
         state: ClusterState,
         pool: IndexArray,
-        cards: IntArray,
+        core: IntArray,
+        mem: IntArray,
         gain: FloatArray,
-        need_core: int,
-        need_mib: IntArray,
         cpu: int,
         memory: int,
     ) -> int:
         """Index into ``pool`` of the candidate of the largest :meth:`values` (the first of equals)."""
-        return int(
-            np.argmax(self.values(state, pool, cards, gain, need_core, need_mib, cpu, memory))
-        )
+        return int(np.argmax(self.values(state, pool, core, mem, gain, cpu, memory)))
 
     def values(
         self,
         state: ClusterState,
         pool: IndexArray,
-        cards: IntArray,
+        core: IntArray,
+        mem: IntArray,
         gain: FloatArray,
-        need_core: int,
-        need_mib: IntArray,
         cpu: int,
         memory: int,
     ) -> FloatArray:
-        """``[C]`` lookahead value of each candidate: ``pool`` nodes, ``cards`` the card on each,
-        ``gain`` FGD's delta of the replica there, and the replica's amounts (``need_mib`` per
-        candidate)."""
+        """``[C]`` lookahead value of each candidate: ``pool`` nodes, the compute ``core`` and MiB
+        ``mem`` the replica takes from each of their cards (``[C, W]``), its CPU and memory, and
+        ``gain``, FGD's delta of the replica there."""
         stale = self._refresh(state)
         if self.rows.size == 0:
             return gain.astype(np.float64)
         # The candidates after the replica, and the nodes that changed, in one batch.
         bases = np.concatenate([stale, pool])
-        core = state.dev_core_free[bases]
-        mem = state.dev_mem_free[bases]
-        at = np.arange(stale.size, bases.size)
-        core[at, cards] -= need_core
-        mem[at, cards] -= need_mib
+        core_free = state.dev_core_free[bases]
+        mem_free_dev = state.dev_mem_free[bases]
+        core_free[stale.size :] -= core
+        mem_free_dev[stale.size :] -= mem
         cpu_free = state.node_cpu_free[bases]
         mem_free = state.node_mem_free[bases]
         cpu_free[stale.size :] -= cpu
         mem_free[stale.size :] -= memory
-        deltas = self._best_deltas(bases, core, mem, cpu_free, mem_free, state.node_ok[bases])
+        deltas = self._best_deltas(
+            bases, core_free, mem_free_dev, cpu_free, mem_free, state.node_ok[bases]
+        )
         self._keep(state, stale, deltas[: stale.size])
         found = np.maximum(deltas[stale.size :], self._best_elsewhere(pool))
         found = np.where(np.isfinite(found), found, -self.demand[None, :])
@@ -119,16 +124,7 @@ class Lookahead:
         """Take the next shapes from the current table; bring ``B_j`` up to date in batches when
         many nodes changed, and return those that changed when few did (the caller evaluates
         them with its candidates)."""
-        table = self.frag.table
-        if table is not self._table or self.version.size != state.n_nodes:
-            self._table = table
-            rows = np.flatnonzero(~table.cpu_only)
-            rows = rows[np.argsort(-table.weights[rows], kind="stable")][: self.shapes]
-            self.rows: IndexArray = rows
-            self.q: FloatArray = table.weights[rows] / max(float(table.weights[rows].sum()), 1e-300)
-            self.demand: FloatArray = (table.count[rows] * table.need_core[rows]).astype(np.float64)
-            self.best: FloatArray = np.full((rows.size, state.n_nodes), -np.inf)  # B_j, shape-major
-            self.version: IntArray = np.full(state.n_nodes, -1, np.int64)
+        self._refresh_rows()
         stale = np.flatnonzero(self.version != state.node_version)
         if stale.size <= CHUNK:
             return stale
@@ -146,6 +142,22 @@ class Lookahead:
             state.node_mem_free[nodes],
             state.node_ok[nodes],
         )
+
+    def _refresh_rows(self) -> None:
+        """The next shapes: the ``shapes`` likeliest device rows of the current shape table (a new
+        table, after the fleet changed or the workload was re-learned, starts ``B_j`` afresh)."""
+        table = self.frag.table
+        if table is self._table:
+            return
+        self._table = table
+        n = table.need_mib.shape[0]
+        rows = np.flatnonzero(~table.cpu_only)
+        rows = rows[np.argsort(-table.weights[rows], kind="stable")][: self.shapes]
+        self.rows: IndexArray = rows
+        self.q: FloatArray = table.weights[rows] / max(float(table.weights[rows].sum()), 1e-300)
+        self.demand: FloatArray = (table.count[rows] * table.need_core[rows]).astype(np.float64)
+        self.best: FloatArray = np.full((rows.size, n), -np.inf)  # B_j, shape-major
+        self.version: IntArray = np.full(n, -1, np.int64)
 
     def _keep(self, state: ClusterState, nodes: IndexArray, deltas: FloatArray) -> None:
         self.best[:, nodes] = deltas.T

@@ -62,10 +62,8 @@ BUILTIN_PROFILES: dict[str, Profile] = {
     "gpuclustering": make_profile("gpuclustering", {"gpuclustering": 1}, "binpack"),
     # xpupool's own (docs/placement-policy.md): the engine's default.
     "xpupool": make_profile("xpupool", {"xpupool": 1}, "binpack"),
-    # ... with the resolution for one-card replicas pinned instead of rehearsed.
-    "xpupool-half": make_profile("xpupool-half", {"xpupool-half": 1}, "binpack"),
+    # ... at FGD's resolution for one-card replicas, or without the lookahead (for comparison).
     "xpupool-fine": make_profile("xpupool-fine", {"xpupool-fine": 1}, "binpack"),
-    "xpupool-half-look": make_profile("xpupool-half-look", {"xpupool-half-look": 1}, "binpack"),
-    "xpupool-fine-look": make_profile("xpupool-fine-look", {"xpupool-fine-look": 1}, "binpack"),
+    "xpupool-greedy": make_profile("xpupool-greedy", {"xpupool-greedy": 1}, "binpack"),
 }
 DEFAULT_PROFILE = "xpupool"

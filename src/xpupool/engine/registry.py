@@ -31,13 +31,7 @@ from xpupool.engine.scorers.gpu_packing import GpuPacking
 from xpupool.engine.scorers.random_pick import RandomPick
 from xpupool.engine.scorers.spread import NodeSpread
 from xpupool.engine.scorers.topology import Topology
-from xpupool.engine.scorers.xpupool import (
-    Xpupool,
-    XpupoolFine,
-    XpupoolFineLook,
-    XpupoolHalf,
-    XpupoolHalfLook,
-)
+from xpupool.engine.scorers.xpupool import Xpupool, XpupoolFine, XpupoolGreedy
 
 NODE_FILTERS: tuple[NodeFilter, ...] = (NodeSchedulable(), NodeCpu(), NodeMemory())
 STATIC_DEVICE_FILTERS: tuple[DeviceFilter, ...] = (
@@ -63,8 +57,6 @@ SCORERS: dict[str, Callable[[ScorerEnv], Scorer]] = {
     GpuPacking.name: lambda env: GpuPacking(),
     GpuClustering.name: lambda env: GpuClustering(),
     Xpupool.name: Xpupool,
-    XpupoolHalf.name: XpupoolHalf,
     XpupoolFine.name: XpupoolFine,
-    XpupoolHalfLook.name: XpupoolHalfLook,
-    XpupoolFineLook.name: XpupoolFineLook,
+    XpupoolGreedy.name: XpupoolGreedy,
 }

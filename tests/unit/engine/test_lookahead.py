@@ -45,21 +45,10 @@ def test_value_by_hand_a_share_keeps_the_only_pair_of_cards_free() -> None:
     )
     look = lookahead(engine, TargetWorkload((WHOLE, PAIR), (0.5, 0.5)))
     pool = np.array([0, 2])
-    values = look.values(
-        engine.state,
-        pool,
-        cards=np.array([0, 0]),
-        gain=np.zeros(2),
-        need_core=500,
-        need_mib=np.array([40960, 40960]),
-        cpu=0,
-        memory=0,
-    )
+    core, mem = taken_on_first_card(engine, 2, 500, 40960)
+    values = look.values(engine.state, pool, core, mem, gain=np.zeros(2), cpu=0, memory=0)
     assert values.tolist() == pytest.approx([250.0, -750.0])
-    assert (
-        look.choose(engine.state, pool, np.array([0, 0]), np.zeros(2), 500, np.array([1, 1]), 0, 0)
-        == 0
-    )
+    assert look.choose(engine.state, pool, core, mem, np.zeros(2), 0, 0) == 0
 
 
 def test_the_candidates_own_node_counts_for_the_next_shape_after_the_replica() -> None:
@@ -70,17 +59,16 @@ def test_the_candidates_own_node_counts_for_the_next_shape_after_the_replica() -
     look = lookahead(engine, TargetWorkload((half,), (1.0,)))
     # After the replica: free [500, 1000], the half shape fits both: F = 0. Next half card on
     # card 0: free [0, 1000], F = 0, delta 0; on card 1: [500, 500], F = 0, delta 0.
-    values = look.values(
-        engine.state, np.array([0]), np.array([0]), np.zeros(1), 500, np.array([40960]), 0, 0
-    )
+    core, mem = taken_on_first_card(engine, 1, 500, 40960)
+    values = look.values(engine.state, np.array([0]), core, mem, np.zeros(1), 0, 0)
     assert values.tolist() == pytest.approx([0.0])
 
 
 @pytest.mark.parametrize(("seed", "capped"), [(0, False), (1, False), (2, True), (3, True)])
 def test_best_deltas_match_placing_each_next_shape_and_measuring(seed: int, capped: bool) -> None:
     """Random fill of a mixed fleet; for every node and next shape, the kept best delta (kept up
-    to date across the fill) equals the best over real placements (state.apply, fragmentation measured again, revert) of that shape
-    there, CPU-capped or not."""
+    to date across the fill) equals the best over real placements (state.apply, fragmentation
+    measured again, revert) of that shape there, CPU-capped or not."""
     rng = np.random.default_rng(seed)
     nodes = [gpu_node(f"a{i}", count=4, group_size=0, cpu_milli=16_000) for i in range(4)]
     nodes += [
@@ -101,8 +89,8 @@ def test_best_deltas_match_placing_each_next_shape_and_measuring(seed: int, capp
     for _ in range(14):
         engine.place(shapes[int(rng.integers(len(shapes)))])
     # The changed nodes are brought up to date beside the candidates of the next call.
-    pool, cards = np.array([0, 4]), np.array([0, 0])
-    look.values(engine.state, pool, cards, np.zeros(2), 100, np.array([1, 1]), 0, 0)
+    core, mem = taken_on_first_card(engine, 2, 100, 1)
+    look.values(engine.state, np.array([0, 4]), core, mem, np.zeros(2), 0, 0)
     assert (look.version == engine.state.node_version).all()
     best = look.best
     state, table = engine.state, look.frag.table
@@ -118,6 +106,16 @@ def test_best_deltas_match_placing_each_next_shape_and_measuring(seed: int, capp
                 state.revert(alloc.id)
                 expected = max(expected, before - after)
             assert best[j, node] == pytest.approx(expected, abs=1e-6), (node, row)
+
+
+def taken_on_first_card(
+    engine: Engine, candidates: int, core: int, mib: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """What a replica takes from each card of each candidate: ``core`` and ``mib`` on card 0."""
+    taken_core = np.zeros((candidates, engine.state.width), np.int64)
+    taken_mem = np.zeros_like(taken_core)
+    taken_core[:, 0], taken_mem[:, 0] = core, mib
+    return taken_core, taken_mem
 
 
 def placements(state: ClusterState, table: ShapeTable, node: int, row: int) -> list[list[int]]:

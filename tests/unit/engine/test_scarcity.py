@@ -63,7 +63,7 @@ def test_no_pressure_when_every_shape_may_use_every_card() -> None:
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_a_share_that_may_run_anywhere_leaves_the_contended_card_to_those_that_may_not(
+def test_a_share_that_may_run_anywhere_leaves_the_contended_card_unless_the_next_task_needs_it(
     seed: int,
 ) -> None:
     # Workload: half T4-only 0.5 shares, half whole cards on any model. One T4 node with card 0
@@ -74,13 +74,18 @@ def test_a_share_that_may_run_anywhere_leaves_the_contended_card_to_those_that_m
     #        whole cards (what the whole-card shape can use) 2000 and T4 with >= 0.5 free 1500;
     #        rho(A100) = 2/3 * 2500/2000, rho(T4) = rho(A100) + 1/3 * 2500/1500;
     #        displaced on T4 = 500 * 0.556 = 278,
-    #        i.e. 6.9 points: T4 56 - 6.9 = 49.1 < 50, and the share goes to the A100.
+    #        i.e. 6.9 points: T4 56 - 6.9 = 49.1 < 50, and greedily the share goes to the A100.
+    # The lookahead (both within a point of the best) looks one task further:
+    #   A100: gain 0; next T4 share best on T4 card 0 (+250), next whole card on T4 card 1
+    #        (0: the A100's half left is then idle that no shape can use): 0 + 0.5 * 250 = 125;
+    #   T4 card 0: gain +250; next T4 share only on T4 card 1 (-250), next whole card on the
+    #        A100 (+500): 250 + 0.5 * (-250) + 0.5 * 500 = 375, and the share fills T4 card 0.
     t4_share = Request("t4s", 1000, 1024, DeviceRequest(count=1, core_permille=500, models=(T4,)))
     workload = TargetWorkload((t4_share, whole("any")), (0.5, 0.5))
     nodes = [gpu_node("t4", model=T4, count=2, group_size=0), gpu_node("a", count=1, group_size=0)]
     engines = {
         p: Engine(ClusterState(nodes, seed=seed), p, seed=seed, workload=workload)
-        for p in ("xpupool", "fgd")
+        for p in ("xpupool-greedy", "xpupool", "fgd")
     }
     pinned = Request(
         "half", 1000, 1024, DeviceRequest(count=1, core_permille=500, uuids=("t4-gpu0",))
@@ -90,11 +95,13 @@ def test_a_share_that_may_run_anywhere_leaves_the_contended_card_to_those_that_m
         assert engine.place(pinned).ok
     _, fgd = engines["fgd"].rate(new)
     assert fgd.tolist() == [56.0, 50.0]
-    _, ours = engines["xpupool"].rate(new)
+    _, ours = engines["xpupool-greedy"].rate(new)
     displaced = 500 * (1 / 3) * 2500 / 1500
     assert ours[0] == pytest.approx(56 + 0.01 * 1.0 - 0.025 * displaced)  # + the fullest-card term
     assert ours[1] == pytest.approx(50 + 0.01 * 0.5)
-    assert engines["xpupool"].place(new).allocations[0].node == "a"
+    assert engines["xpupool-greedy"].place(new).allocations[0].node == "a"
+    (alloc,) = engines["xpupool"].place(new).allocations
+    assert (alloc.node, alloc.devices[0].uuid) == ("t4", "t4-gpu0")
 
 
 def test_pressure_kept_current_matches_the_definition_recomputed_from_scratch() -> None:

@@ -97,9 +97,10 @@ def test_without_a_workload_it_learns_one_from_the_requests_it_places() -> None:
 
 
 def test_half_resolution_for_one_card_replicas_fgds_score_for_several_cards() -> None:
-    # Two engines on the same partly used cluster, one xpupool, one FGD, the same workload (not
-    # CPU-bound). A 2-GPU replica is scored exactly as FGD scores it; a one-card share gets the
-    # primary score at half resolution (even levels) plus the fullest-card term (< 0.01).
+    # Two engines on the same partly used cluster, one xpupool without its lookahead, one FGD, the
+    # same workload (not CPU-bound). A 2-GPU replica is scored exactly as FGD scores it; a one-card
+    # share gets the primary score at half resolution (even levels) plus the fullest-card term
+    # (< 0.01). (With the lookahead, one of the near-best is then raised: test_lookahead.py.)
     nodes = [gpu_node(f"n{i}", count=4, group_size=0, cpu_milli=128_000) for i in range(6)]
     workload = TargetWorkload(
         (
@@ -112,7 +113,7 @@ def test_half_resolution_for_one_card_replicas_fgds_score_for_several_cards() ->
     )
     engines = {
         p: Engine(ClusterState(nodes, seed=3), p, seed=3, workload=workload)
-        for p in ("xpupool", "fgd")
+        for p in ("xpupool-greedy", "fgd")
     }
     for i, (node, card, permille) in enumerate(
         [(0, 0, 300), (0, 1, 700), (1, 0, 500), (2, 2, 900), (3, 0, 1000), (3, 1, 200), (4, 3, 600)]
@@ -125,12 +126,12 @@ def test_half_resolution_for_one_card_replicas_fgds_score_for_several_cards() ->
         for engine in engines.values():
             assert engine.place(pinned).ok
     two = Request("x", cpu_milli=1000, devices=DeviceRequest(count=2))
-    fits, ours = engines["xpupool"].rate(two)
+    fits, ours = engines["xpupool-greedy"].rate(two)
     _, fgds = engines["fgd"].rate(two)
     assert fits.sum() >= 3
     assert ours[fits].tolist() == fgds[fits].tolist()
     assert any(int(v) % 2 for v in fgds[fits])  # half resolution would have changed these
-    fits, ours = engines["xpupool"].rate(share(1000, 300, "y"))
+    fits, ours = engines["xpupool-greedy"].rate(share(1000, 300, "y"))
     primary = ours[fits] - ours[fits] % 2
     assert all(0 <= t < 0.01 for t in ours[fits] - primary)
 

@@ -1,7 +1,7 @@
 """xpupool's default placement policy: FGD at half resolution with the fullest card among equals for
-one-device replicas (or at FGD's own resolution, when a rehearsal on the target workload says that
-strands less), CPU-aware when the workload is CPU-bound, with contended cards priced and CPU-only
-replicas sent where CPU is spare.
+one-device replicas, CPU-aware when the workload is CPU-bound, with contended cards priced and
+CPU-only replicas sent where CPU is spare; and among the near-best nodes, the one after which the
+likeliest next tasks still land best (a one-step lookahead).
 
 Per candidate node ``n`` (and, for one-device replicas, per fitting card ``d`` of it):
 
@@ -29,11 +29,13 @@ no node's GPU fragmentation; among nodes FGD rates equal it goes to the one with
 what its idle devices will need (the workload's CPU per unit of device compute), except when the
 workload is CPU-bound, where the cap already weighs CPU.
 
-Which resolution suits one-device replicas depends on the workload, and nothing simple in it
-tells (the ``gpushare`` traces want FGD's, most others half). So when the target workload is known
-and the fleet has at least 200 nodes, the scorer rehearses both (``engine/rehearsal.py``): it fills
-random quarters of the fleet with draws from the workload under each and keeps the one that
-strands less; half otherwise. ``xpupool-half`` and ``xpupool-fine`` pin one.
+The score is greedy: it rates what a placement does to the node's fragmentation now. Among the best
+``CANDIDATES`` nodes within ``LOOK_SLACK`` of the best score (the engine's seeded order among
+equals), each with the cards its score chose, the one the lookahead (``engine/lookahead.py``) values
+most gets the top score: its FGD delta plus, for each of the likeliest next device shapes, the
+shape's weight times its best FGD delta anywhere in the fleet after this placement. It applies to
+every replica (one card, several, or CPU only). ``xpupool-fine`` uses FGD's own resolution for
+one-card replicas, ``xpupool-greedy`` has no lookahead (both for comparison).
 
 The workload is CPU-bound when it asks for at least ``CPU_BOUND`` of the fleet's CPU per unit of
 device compute, i.e. CPU would run out about when the devices fill. The measurements behind every
@@ -42,8 +44,7 @@ choice are in ``docs/placement-policy.md``.
 Without a target workload (the embedded server, the Kubernetes extender) the scorer learns one from
 the last 10,000 requests it was asked to place, FGD's way (the most popular shapes covering 95 % of
 them), re-learning whenever a quarter of what it knew is new: after 1, 2, 3, 4, 5, 7, 9, ...
-requests, then every 2,000 once the window is full. It does not rehearse then (a rehearsal costs
-seconds, too long inside a scheduling pass), and keeps half resolution.
+requests, then every 2,000 once the window is full; the lookahead follows the workload learned.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from xpupool.engine.lookahead import CANDIDATES, Lookahead
 from xpupool.engine.scarcity import DevicePressure
 from xpupool.engine.scorers.base import ScorerEnv
 from xpupool.engine.scorers.fgd import Fgd
-from xpupool.engine.state import ClusterState, FloatArray, IntArray
+from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 from xpupool.model.request import Request
 
 STEPS = 50  # primary score levels for a one-device replica (FGD has 100)
@@ -75,8 +76,8 @@ WINDOW = 10_000  # the online workload is estimated from the last this many requ
 
 class Xpupool(Fgd):
     name: ClassVar[str] = "xpupool"
-    fine: ClassVar[bool | None] = None  # FGD's resolution for one-device replicas; None: rehearse
-    look: ClassVar[bool] = False  # one-step lookahead for one-device replicas
+    fine: ClassVar[bool] = False  # FGD's resolution for one-device replicas instead of half
+    look: ClassVar[bool] = True  # one-step lookahead over the likeliest next shapes
 
     def __init__(self, env: ScorerEnv) -> None:
         self._online = env.workload is None
@@ -87,13 +88,22 @@ class Xpupool(Fgd):
         workload = env.workload or TargetWorkload((), ())
         self._cpu_per_compute = cpu_per_compute(workload)
         super().__init__(env, workload, capped=cpu_bound(workload, env.pipeline.state))
-        self._fine, self._why = (self.fine, "pinned") if self.fine is not None else _rehearse(env)
+        self._fine = self.fine
         self._lookahead = Lookahead(self.frag) if self.look else None
+        if self._lookahead is not None:  # every node's next-shape deltas, once, before placing
+            self.frag.current()
+            self._lookahead.update(env.pipeline.state)
 
     def describe(self) -> str:
-        """What the scorer chose for this engine and why: the resolution and the rehearsal."""
+        """What the scorer uses for this engine: its resolution, its lookahead and the target
+        workload (given, or learned from the requests)."""
         resolution = "FGD's resolution" if self._fine else "half resolution"
-        return f"{self.name}: {resolution} for one-card replicas ({self._why})"
+        source = "learned online" if self._online else "given"
+        parts = [f"{resolution} for one-card replicas"]
+        if self._lookahead is not None:
+            parts.append(self._lookahead.describe())
+        parts.append(f"target workload {source}" + (", CPU-capped" if self.frag.capped else ""))
+        return f"{self.name}: " + "; ".join(parts)
 
     def score(self, ctx: Context) -> FloatArray:
         if self._online and ctx is not self._last:
@@ -120,6 +130,8 @@ class Xpupool(Fgd):
                 scores[candidates] -= SLOPE * ctx.k * displaced
             elif ctx.k == 0 and not self.frag.capped:  # capped, F already weighs CPU
                 scores[candidates] += CPU_TIE * _spare_cpu(state, candidates, self._cpu_per_compute)
+            if self._lookahead is not None and candidates.size > 1:
+                self._look_ahead(ctx, scores, None, candidates, before, cached.frag_after)
             return scores
         # One device: the best card per node (the fullest among equals); the node takes its score.
         assert ctx.dev_fit is not None
@@ -141,14 +153,15 @@ class Xpupool(Fgd):
         self,
         ctx: Context,
         scores: FloatArray,
-        columns: IntArray,
+        columns: IntArray | None,
         candidates: IndexArray,
         before: FloatArray,
         frag_after: FloatArray,
     ) -> None:
         """Among the best ``CANDIDATES`` nodes within ``LOOK_SLACK`` of the best score (seeded
-        order among equals), each with the card its score chose, raise the one the lookahead
-        prefers (``engine/lookahead.py``)."""
+        order among equals), each with the cards its score chose (``columns`` for one card, the
+        first ``k`` that fit for several), raise the one the lookahead prefers
+        (``engine/lookahead.py``)."""
         assert self._lookahead is not None
         state = ctx.state
         top = float(scores[candidates].max())
@@ -156,15 +169,25 @@ class Xpupool(Fgd):
         if pool.size < 2:
             return
         pool = pool[np.lexsort((state.rank[pool], -scores[pool]))][:CANDIDATES]
-        cards = columns[pool]
-        need = ctx.need_mib if isinstance(ctx.need_mib, int) else ctx.need_mib[pool, cards]
+        taken = np.zeros((pool.size, state.width), np.bool_)
+        if columns is not None:
+            taken[np.arange(pool.size), columns[pool]] = True
+            gain = before[pool] - frag_after[pool, columns[pool]]
+        else:
+            if ctx.k:
+                assert ctx.dev_fit is not None
+                fit = ctx.dev_fit[pool]
+                taken = fit & (np.cumsum(fit, axis=1) <= ctx.k)
+            gain = before[pool] - frag_after[pool]
+        if _twins(state, self.frag.table.node_kind, pool, taken):
+            return  # equal values: the lookahead would keep the first, as the engine does
+        need = ctx.need_mib if isinstance(ctx.need_mib, int) else ctx.need_mib[pool]
         chosen = self._lookahead.choose(
             state,
             pool,
-            cards,
-            before[pool] - frag_after[pool, cards],
-            ctx.need_core,
-            np.broadcast_to(np.asarray(need, np.int64), pool.shape),
+            taken * ctx.need_core,
+            np.where(taken, need, 0),
+            gain,
             ctx.req.cpu_milli,
             ctx.req.memory_mib,
         )
@@ -199,49 +222,18 @@ class Xpupool(Fgd):
                 self._lookahead = Lookahead(self.frag)
 
 
-class XpupoolHalf(Xpupool):
-    """xpupool with half FGD's resolution and the fullest card for one-device replicas, always."""
-
-    name: ClassVar[str] = "xpupool-half"
-    fine: ClassVar[bool | None] = False
-
-
-class XpupoolHalfLook(Xpupool):
-    name: ClassVar[str] = "xpupool-half-look"
-    fine: ClassVar[bool | None] = False
-    look: ClassVar[bool] = True
-
-
-class XpupoolFineLook(Xpupool):
-    name: ClassVar[str] = "xpupool-fine-look"
-    fine: ClassVar[bool | None] = True
-    look: ClassVar[bool] = True
-
-
 class XpupoolFine(Xpupool):
-    """xpupool with FGD's own resolution and card choice for one-device replicas, always."""
+    """xpupool with FGD's own resolution and card choice for one-device replicas."""
 
     name: ClassVar[str] = "xpupool-fine"
-    fine: ClassVar[bool | None] = True
+    fine: ClassVar[bool] = True
 
 
-def _rehearse(env: ScorerEnv) -> tuple[bool, str]:
-    """Rehearse both resolutions on the target workload (``engine/rehearsal.py``): fine or not, and
-    why. Half without a workload, on a small fleet, or unless fine strands less."""
-    if env.workload is None:
-        return False, "no target workload to rehearse: learned online"
-    # Imported here: the rehearsal builds engines, whose registry imports this module.
-    from xpupool.engine.profile import BUILTIN_PROFILES
-    from xpupool.engine.rehearsal import MIN_NODES, rehearse
+class XpupoolGreedy(Xpupool):
+    """xpupool without the lookahead: each replica placed for the fragmentation it causes now."""
 
-    half, fine = BUILTIN_PROFILES[XpupoolHalf.name], BUILTIN_PROFILES[XpupoolFine.name]
-    found = rehearse(env.pipeline.state.nodes, env.workload, half, fine)
-    if found is None:
-        return False, f"not rehearsed: under {MIN_NODES} nodes or no device shapes"
-    return found.second_is_better, (
-        f"rehearsal, {found.runs} paired runs: {found.first:.2f} % of device compute left idle "
-        f"at half resolution, {found.second:.2f} % at FGD's"
-    )
+    name: ClassVar[str] = "xpupool-greedy"
+    look: ClassVar[bool] = False
 
 
 def cpu_bound(workload: TargetWorkload, state: ClusterState) -> bool:
@@ -273,6 +265,22 @@ def _cpu_and_compute(workload: TargetWorkload) -> tuple[float, float, float]:
             device_cpu += weight * shape.cpu_milli
             compute += weight * d.count * (d.need_core_permille or 1000)
     return cpu, device_cpu, compute
+
+
+def _twins(state: ClusterState, node_kind: IntArray, pool: IndexArray, taken: BoolArray) -> bool:
+    """Are the candidates alike in everything the lookahead sees (kind, free and total card
+    capacity, usable cards, free CPU and memory, the cards taken)? Then their values are equal."""
+    first = pool[0]
+    return bool(
+        (taken == taken[0]).all()
+        and (node_kind[pool] == node_kind[first]).all()
+        and (state.node_cpu_free[pool] == state.node_cpu_free[first]).all()
+        and (state.node_mem_free[pool] == state.node_mem_free[first]).all()
+        and (state.dev_core_free[pool] == state.dev_core_free[first]).all()
+        and (state.dev_mem_free[pool] == state.dev_mem_free[first]).all()
+        and (state.dev_mem_total[pool] == state.dev_mem_total[first]).all()
+        and (state.dev_usable[pool] == state.dev_usable[first]).all()
+    )
 
 
 def _spare_cpu(state: ClusterState, nodes: IndexArray, per_compute: float) -> FloatArray:
