@@ -1,4 +1,4 @@
-"""One-step lookahead: among the near-best cards for a one-card replica, take the one after which the
+"""One-step lookahead: among near-best placements of a replica, take the one after which the
 likeliest next shapes still land best.
 
 Why: FGD's score (and xpupool's) is greedy: it rates a placement by what it does to the node's
@@ -6,24 +6,29 @@ expected fragmentation now. Placements it rates (nearly) equal can leave very di
 the next task: one uses the last card on which the commonest shape fitted without fragmenting,
 another does not. Looking one task ahead tells them apart.
 
-For each candidate ``(n, c)`` (the best ``CANDIDATES`` nodes within ``slack`` of the best score, each
-with the card the score chose) and each of the ``SHAPES`` likeliest device shapes ``j`` of the target
-workload (rows of the shape table, so shapes that behave alike are one):
+For each candidate ``n`` (the scorer passes its best ``CANDIDATES`` nodes, each with what the
+replica ``r`` would take there: a card, the first ``k`` cards that fit, or only CPU and memory) and
+each of the ``SHAPES`` likeliest device shapes ``j`` of the target workload (rows of the shape
+table, so shapes that behave alike are one):
 
-    here_j(n, c)  = max over cards c' of  F(n | r@c) - F(n | r@c, j@c')       (j's best delta on n after r)
-    there_j(n)    = max over nodes n' != n of  B_j(n'),  B_j = j's best delta on a node now
-    value(n, c)   = F(n) - F(n | r@c) + sum_j q_j * max(here_j, there_j)
-                    (max(here_j, there_j) = -k_j * core_j when j then fits nowhere)
+    here_j(n)   = max over ways j lands on n after r of  F(n | r) - F(n | r, j)
+    there_j(n)  = max over nodes n' != n of  B_j(n'),   B_j = j's best delta on a node now
+    value(n)    = F(n) - F(n | r) + sum_j q_j * max(here_j, there_j)
+                  (max(here_j, there_j) = -k_j * core_j when j then fits nowhere)
 
 with ``F`` FGD's expected fragmentation (``engine/fragmentation.py``), ``q_j`` the shapes' weights
 renormalised over the ``SHAPES`` kept, and ``k_j * core_j`` the compute the shape asks. The candidate
-with the largest value wins. A shape lands on a card with room for its compute and its memory share
-(and on ``k`` such cards, the first ones, when it asks several), on a schedulable node with its CPU and
-memory free: the amounts the dynamic filters test.
+with the largest value wins. A shape lands on each card with room for its compute and its memory
+share (on the first ``k`` such cards when it asks several, as FGD places them), on a schedulable
+node with its CPU and memory free: the amounts the dynamic filters test.
+
+When the ``SHAPES`` likeliest shapes are under ``MIN_COVER`` of the device tasks, most of what comes
+next is something the lookahead does not weigh, and it is off (:attr:`Lookahead.active`).
 
 Cost: ``B_j`` per node is kept and recomputed only for nodes whose version moved (one or two per
-placement), and every hypothetical node (a base node with ``j`` placed on each card) of a call is
-evaluated in one batch of ``[hypotheses, shapes, cards]`` arrays.
+placement), together with the candidates, and every hypothetical node of a call (a base node with
+``j`` placed each way it can land) is evaluated in one batch per kind of node, over the shapes that
+kind serves; a one-card hypothesis updates its base's per-shape quantities at one card.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 CANDIDATES = 6  # near-best placements compared
 SHAPES = 8  # likeliest next device shapes looked at
 CHUNK = 256  # base nodes per batch when many nodes changed (bounds the arrays' size)
+MIN_COVER = 0.5  # least share of the device tasks the next shapes must be for a lookahead
 
 
 class Lookahead:
@@ -55,13 +61,22 @@ class Lookahead:
         self.shapes = shapes
         self._table: ShapeTable | None = None
 
+    @property
+    def active(self) -> bool:
+        """Do the next shapes make up at least ``MIN_COVER`` of the device tasks? Below, most of
+        what comes next is something the lookahead does not weigh: it is skipped (measured gains
+        there are within the seeds' noise, and its cost is not: docs/placement-policy.md)."""
+        self._refresh_rows()
+        return self.cover >= MIN_COVER
+
     def describe(self) -> str:
         """The next shapes looked at, for reports: how many and how much of the device tasks."""
         self._refresh_rows()
-        table = self.frag.table
-        device = float(table.weights[~table.cpu_only].sum())
-        share = float(table.weights[self.rows].sum()) / device if device > 0 else 0.0
-        return f"lookahead over {self.rows.size} next shapes ({100 * share:.0f} % of device tasks)"
+        shapes = "shape" if self.rows.size == 1 else "shapes"
+        looked = f"{self.rows.size} next {shapes} ({100 * self.cover:.0f} % of device tasks)"
+        if self.active:
+            return f"lookahead over {looked}"
+        return f"no lookahead: its {looked} are under {100 * MIN_COVER:.0f} %"
 
     # ------------------------------------------------------------------ choosing
     def choose(
@@ -156,6 +171,8 @@ class Lookahead:
         self.rows: IndexArray = rows
         self.q: FloatArray = table.weights[rows] / max(float(table.weights[rows].sum()), 1e-300)
         self.demand: FloatArray = (table.count[rows] * table.need_core[rows]).astype(np.float64)
+        device = float(table.weights[~table.cpu_only].sum())
+        self.cover = float(table.weights[rows].sum()) / device if device > 0 else 0.0
         self.best: FloatArray = np.full((rows.size, n), -np.inf)  # B_j, shape-major
         self.version: IntArray = np.full(n, -1, np.int64)
 

@@ -156,3 +156,35 @@ def allocation(
         shares,
         0,
     )
+
+
+@pytest.mark.parametrize(("shapes", "active"), [(10, True), (16, True), (17, False), (30, False)])
+def test_no_lookahead_when_its_next_shapes_are_under_half_of_the_device_tasks(
+    shapes: int, active: bool
+) -> None:
+    """Equally likely shares: the 8 looked at are 8 / shapes of the device tasks (half at 16).
+    Without the lookahead xpupool places exactly as xpupool-greedy."""
+    requests = tuple(
+        Request(f"s{i}", 1000, 0, DeviceRequest(count=1, core_permille=100 + 25 * i))
+        for i in range(shapes)
+    )
+    workload = TargetWorkload(requests, tuple([1.0 / shapes] * shapes))
+    nodes = [gpu_node(f"n{i}", count=4, group_size=0) for i in range(6)]
+    engines = {
+        p: Engine(ClusterState(nodes, seed=5), p, seed=5, workload=workload)
+        for p in ("xpupool", "xpupool-greedy")
+    }
+    rng = np.random.default_rng(shapes)
+    placed: dict[str, list[tuple[str, str]]] = {p: [] for p in engines}
+    for _ in range(40):
+        req = requests[int(rng.integers(shapes))]
+        for name, engine in engines.items():
+            for alloc in engine.place(req).allocations:
+                placed[name].append((alloc.node, alloc.devices[0].uuid))
+    (note,) = engines["xpupool"].notes()
+    cover = f"8 next shapes ({100 * 8 / shapes:.0f} % of device tasks)"
+    if active:
+        assert f"lookahead over {cover}" in note
+    else:
+        assert f"no lookahead: its {cover} are under 50 %" in note
+        assert placed["xpupool"] == placed["xpupool-greedy"]

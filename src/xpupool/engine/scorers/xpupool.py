@@ -34,7 +34,8 @@ The score is greedy: it rates what a placement does to the node's fragmentation 
 equals), each with the cards its score chose, the one the lookahead (``engine/lookahead.py``) values
 most gets the top score: its FGD delta plus, for each of the likeliest next device shapes, the
 shape's weight times its best FGD delta anywhere in the fleet after this placement. It applies to
-every replica (one card, several, or CPU only). ``xpupool-fine`` uses FGD's own resolution for
+every replica (one card, several, or CPU only), when those shapes are at least half of the
+workload's device tasks. ``xpupool-fine`` uses FGD's own resolution for
 one-card replicas, ``xpupool-greedy`` has no lookahead (both for comparison).
 
 The workload is CPU-bound when it asks for at least ``CPU_BOUND`` of the fleet's CPU per unit of
@@ -90,8 +91,8 @@ class Xpupool(Fgd):
         super().__init__(env, workload, capped=cpu_bound(workload, env.pipeline.state))
         self._fine = self.fine
         self._lookahead = Lookahead(self.frag) if self.look else None
-        if self._lookahead is not None:  # every node's next-shape deltas, once, before placing
-            self.frag.current()
+        if self._lookahead is not None and self._lookahead.active:
+            self.frag.current()  # every node's next-shape deltas, once, before placing
             self._lookahead.update(env.pipeline.state)
 
     def describe(self) -> str:
@@ -130,7 +131,7 @@ class Xpupool(Fgd):
                 scores[candidates] -= SLOPE * ctx.k * displaced
             elif ctx.k == 0 and not self.frag.capped:  # capped, F already weighs CPU
                 scores[candidates] += CPU_TIE * _spare_cpu(state, candidates, self._cpu_per_compute)
-            if self._lookahead is not None and candidates.size > 1:
+            if self._looking(candidates):
                 self._look_ahead(ctx, scores, None, candidates, before, cached.frag_after)
             return scores
         # One device: the best card per node (the fullest among equals); the node takes its score.
@@ -144,10 +145,13 @@ class Xpupool(Fgd):
         scores[candidates] = per_device[np.arange(candidates.size), best]
         if displaced is not None and displaced.ndim == 1:  # the same for every card of a node
             scores[candidates] -= SLOPE * displaced
-        if self._lookahead is not None and candidates.size > 1:
+        if self._looking(candidates):
             self._look_ahead(ctx, scores, columns, candidates, before, cached.frag_after)
         self._columns = (ctx, columns)
         return scores
+
+    def _looking(self, candidates: IndexArray) -> bool:
+        return self._lookahead is not None and candidates.size > 1 and self._lookahead.active
 
     def _look_ahead(
         self,
