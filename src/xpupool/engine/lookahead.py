@@ -79,19 +79,6 @@ class Lookahead:
         return f"no lookahead: its {looked} are under {100 * MIN_COVER:.0f} %"
 
     # ------------------------------------------------------------------ choosing
-    def choose(
-        self,
-        state: ClusterState,
-        pool: IndexArray,
-        core: IntArray,
-        mem: IntArray,
-        gain: FloatArray,
-        cpu: int,
-        memory: int,
-    ) -> int:
-        """Index into ``pool`` of the candidate of the largest :meth:`values` (the first of equals)."""
-        return int(np.argmax(self.values(state, pool, core, mem, gain, cpu, memory)))
-
     def values(
         self,
         state: ClusterState,
@@ -104,7 +91,7 @@ class Lookahead:
     ) -> FloatArray:
         """``[C]`` lookahead value of each candidate: ``pool`` nodes, the compute ``core`` and MiB
         ``mem`` the replica takes from each of their cards (``[C, W]``), its CPU and memory, and
-        ``gain``, FGD's delta of the replica there."""
+        ``gain``, FGD's delta of the replica there. The scorer takes the first of the largest."""
         stale = self._refresh(state)
         if self.rows.size == 0:
             return gain.astype(np.float64)

@@ -48,7 +48,6 @@ def test_value_by_hand_a_share_keeps_the_only_pair_of_cards_free() -> None:
     core, mem = taken_on_first_card(engine, 2, 500, 40960)
     values = look.values(engine.state, pool, core, mem, gain=np.zeros(2), cpu=0, memory=0)
     assert values.tolist() == pytest.approx([250.0, -750.0])
-    assert look.choose(engine.state, pool, core, mem, np.zeros(2), 0, 0) == 0
 
 
 def test_the_candidates_own_node_counts_for_the_next_shape_after_the_replica() -> None:

@@ -186,7 +186,7 @@ class Xpupool(Fgd):
         if _twins(state, self.frag.table.node_kind, pool, taken):
             return  # equal values: the lookahead would keep the first, as the engine does
         need = ctx.need_mib if isinstance(ctx.need_mib, int) else ctx.need_mib[pool]
-        chosen = self._lookahead.choose(
+        values = self._lookahead.values(
             state,
             pool,
             taken * ctx.need_core,
@@ -195,7 +195,7 @@ class Xpupool(Fgd):
             ctx.req.cpu_milli,
             ctx.req.memory_mib,
         )
-        scores[pool[chosen]] = top + 1.0
+        scores[pool[int(np.argmax(values))]] = top + 1.0
 
     def _displaced(self, ctx: Context, candidates: IndexArray) -> FloatArray | None:
         """Thousandths of contended demand the replica would take from shapes with fewer places to
