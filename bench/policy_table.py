@@ -7,7 +7,7 @@ For each trace in ``../shared/traces/alibaba-gpu-v2023`` and each policy, replay
 records mean and sd of unallocated GPU % at arrived = 100 %, one JSON line per (trace, policy) in
 ``--out``; ``--reuse`` keeps lines already there instead of re-running them. Then prints the markdown
 table of docs/placement-policy.md and the README: each policy's mean +- sd, the authors' FGD and
-BestFit means where they published the trace, and xpupool's change against our FGD. About 25 minutes
+BestFit means where they published the trace, and xpupool's change against our FGD. About 30 minutes
 for everything on 2 cores.
 """
 
