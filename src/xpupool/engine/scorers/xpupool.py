@@ -89,7 +89,6 @@ class Xpupool(Fgd):
         workload = env.workload or TargetWorkload((), ())
         self._cpu_per_compute = cpu_per_compute(workload)
         super().__init__(env, workload, capped=cpu_bound(workload, env.pipeline.state))
-        self._fine = self.fine
         self._lookahead = Lookahead(self.frag) if self.look else None
         if self._lookahead is not None and self._lookahead.active:
             self.frag.current()  # every node's next-shape deltas, once, before placing
@@ -98,7 +97,7 @@ class Xpupool(Fgd):
     def describe(self) -> str:
         """What the scorer uses for this engine: its resolution, its lookahead and the target
         workload (given, or learned from the requests)."""
-        resolution = "FGD's resolution" if self._fine else "half resolution"
+        resolution = "FGD's resolution" if self.fine else "half resolution"
         source = "learned online" if self._online else "given"
         parts = [f"{resolution} for one-card replicas"]
         if self._lookahead is not None:
@@ -121,7 +120,7 @@ class Xpupool(Fgd):
             cached.score = np.zeros_like(cached.frag_after)
             stale = candidates
         if stale.size:
-            cached.score[stale] = _score(ctx, before, cached.frag_after, stale, self._fine)
+            cached.score[stale] = _score(ctx, before, cached.frag_after, stale, self.fine)
         if cached.score.ndim == 1:
             scores[candidates] = cached.score[candidates]
             if displaced is not None:
