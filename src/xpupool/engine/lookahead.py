@@ -239,7 +239,9 @@ class Lookahead:
             quantities = _Quantities.of(
                 table, served, fresh_nodes[at], fresh_core[at], fresh_mem[at]
             )
-            fresh[at] = quantities.fragment(table, served, capped, fresh_cpu[at], fresh_nmem[at])
+            fresh[at] = quantities.counts.fragment(
+                table, served, capped, fresh_cpu[at], fresh_nmem[at]
+            )
             single[si] = quantities.with_card_taken(
                 served, of, sc[si], single_core[si], single_mem[si]
             ).fragment(table, served, capped, single_cpu[si], single_nmem[si])
@@ -252,19 +254,46 @@ class Lookahead:
 
 
 @dataclass(frozen=True, slots=True)
-class _Quantities:
+class _Counts:
     """FGD's per-shape quantities of (hypothetical) nodes, for the shapes one kind of node serves:
-    idle compute ``[H]``, usable cards ``[H, M, W]``, their idle compute and number ``[H, M]``
-    (``fragmentation.NodeView`` for states that are not the cluster's), and the free compute and
-    memory per card ``[H, W]`` they were computed from."""
+    idle compute ``[H]``, and the idle compute on usable cards and their number ``[H, M]``
+    (``fragmentation.NodeView`` for states that are not the cluster's)."""
 
     idle: IntArray
     usable_idle: IntArray
     usable_count: IntArray
+
+    def fragment(
+        self, table: ShapeTable, columns: ServedShapes, capped: bool, cpu: IntArray, nmem: IntArray
+    ) -> FloatArray:
+        """``[H]`` expected fragmentation (settled) with free CPU ``cpu`` and memory ``nmem``: the
+        formula of ``fragmentation.fragmentation`` over ``columns``, plus all idle compute for
+        the shapes the kind does not serve."""
+        fits = (
+            (self.usable_count >= columns.count[None])
+            & (cpu[:, None] >= columns.cpu[None])
+            & (nmem[:, None] >= columns.memory[None])
+            & columns.device_shape[None]
+        )
+        used: IntArray | FloatArray = self.usable_idle
+        if capped:
+            used = cpu_capped(table, self.usable_idle, cpu, nmem, columns.shapes)
+        frag = (self.idle[:, None] - fits * used) @ columns.weights + columns.rest * self.idle
+        result: FloatArray = settled(frag)
+        return result
+
+
+@dataclass(frozen=True, slots=True)
+class _Quantities:
+    """:class:`_Counts` of nodes evaluated afresh, with what they were computed from: free compute
+    and memory per card ``[H, W]``, usable cards and each shape's need per card ``[H, M, W]``
+    (``NEVER``: may not use it), so that one-card hypotheses can be derived from them."""
+
+    counts: _Counts
     core: IntArray
     mem: IntArray
     usable: BoolArray
-    need: IntArray  # [H, M, W] MiB each shape needs on each card (``NEVER``: may not use it)
+    need: IntArray
 
     @staticmethod
     def of(
@@ -272,15 +301,12 @@ class _Quantities:
     ) -> _Quantities:
         need = table.need_mib[nodes[:, None], columns.column]
         usable = (core[:, None, :] >= columns.need_core[None, :, None]) & (mem[:, None, :] >= need)
-        return _Quantities(
+        counts = _Counts(
             core.sum(axis=1),
             np.einsum("hw,hmw->hm", core, usable),
             np.count_nonzero(usable, axis=2),
-            core,
-            mem,
-            usable,
-            need,
         )
+        return _Quantities(counts, core, mem, usable, need)
 
     def with_card_taken(
         self,
@@ -289,67 +315,18 @@ class _Quantities:
         card: IndexArray,
         core: IntArray,
         mem: IntArray,
-    ) -> _Taken:
-        """For each ``h``: row ``of[h]`` with ``core[h]`` compute and
-        ``mem[h]`` MiB taken from card ``card[h]``; only that card's terms change."""
+    ) -> _Counts:
+        """For each ``h``: row ``of[h]`` with ``core[h]`` compute and ``mem[h]`` MiB taken from
+        card ``card[h]``; only that card's terms change."""
         was = self.usable[of, :, card]  # [H, M]
         core_left = self.core[of, card] - core
         mem_left = self.mem[of, card] - mem
         now = (core_left[:, None] >= columns.need_core[None]) & (
             mem_left[:, None] >= self.need[of, :, card]
         )
-        return _Taken(
-            self.idle[of] - core,
-            self.usable_idle[of] - self.core[of, card][:, None] * was + core_left[:, None] * now,
-            self.usable_count[of] - was + now,
+        base = self.counts
+        return _Counts(
+            base.idle[of] - core,
+            base.usable_idle[of] - self.core[of, card][:, None] * was + core_left[:, None] * now,
+            base.usable_count[of] - was + now,
         )
-
-    def fragment(
-        self, table: ShapeTable, columns: ServedShapes, capped: bool, cpu: IntArray, nmem: IntArray
-    ) -> FloatArray:
-        return _fragment(
-            table, columns, capped, self.idle, self.usable_idle, self.usable_count, cpu, nmem
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class _Taken:
-    """:class:`_Quantities` of hypotheses that differ from their base in one card."""
-
-    idle: IntArray
-    usable_idle: IntArray
-    usable_count: IntArray
-
-    def fragment(
-        self, table: ShapeTable, columns: ServedShapes, capped: bool, cpu: IntArray, nmem: IntArray
-    ) -> FloatArray:
-        return _fragment(
-            table, columns, capped, self.idle, self.usable_idle, self.usable_count, cpu, nmem
-        )
-
-
-def _fragment(
-    table: ShapeTable,
-    columns: ServedShapes,
-    capped: bool,
-    idle: IntArray,
-    usable_idle: IntArray,
-    usable_count: IntArray,
-    cpu: IntArray,
-    nmem: IntArray,
-) -> FloatArray:
-    """``[H]`` expected fragmentation (settled) of nodes with ``idle`` compute, per-shape usable
-    idle compute and usable cards, free CPU ``cpu`` and memory ``nmem``: the formula of
-    ``fragmentation.fragmentation`` over ``columns``, plus all idle compute for the other shapes."""
-    fits = (
-        (usable_count >= columns.count[None])
-        & (cpu[:, None] >= columns.cpu[None])
-        & (nmem[:, None] >= columns.memory[None])
-    )
-    used: IntArray | FloatArray = usable_idle
-    if capped:
-        used = cpu_capped(table, usable_idle, cpu, nmem, columns.shapes)
-    fits &= columns.device_shape[None]
-    frag = (idle[:, None] - fits * used) @ columns.weights + columns.rest * idle
-    result: FloatArray = settled(frag)
-    return result
