@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from xpupool.engine.kernels import node_quantities
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 from xpupool.model.request import Request
 
@@ -149,6 +150,24 @@ class ShapeTable:
         kinds, node_kind = np.unique(relevant, axis=0, return_inverse=True)
         self.node_kind: IntArray = node_kind.reshape(-1)
         self.kinds = [ServedShapes.of(self, row) for row in kinds]
+        # The table for the compiled loops (``engine/kernels.py``, in the order of its ``t``), the
+        # kinds' shapes as one CSR list.
+        sizes = [kind.shapes.size for kind in self.kinds]
+        kind_ptr = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+        kind_shapes = np.concatenate([k.shapes for k in self.kinds] or [np.zeros(0, np.int64)])
+        self.arrays = (
+            self.node_kind.astype(np.int64),
+            kind_ptr,
+            kind_shapes.astype(np.int64),
+            np.asarray([kind.rest for kind in self.kinds], np.float64),
+            self.need_mib,
+            self.weights,
+            self.need_core,
+            self.count,
+            self.cpu,
+            self.memory,
+            ~self.cpu_only,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,14 +273,32 @@ def settled(fragment: FloatArray) -> FloatArray:
     return result
 
 
-def fragmentation(state: ClusterState, table: ShapeTable, nodes: IndexArray) -> FloatArray:
-    """``[S]`` expected fragment (thousandths of a device) of each selected node."""
+def fragmentation(
+    state: ClusterState, table: ShapeTable, nodes: IndexArray, capped: bool = False
+) -> FloatArray:
+    """``[S]`` expected fragment (thousandths of a device) of each selected node, from scratch in
+    plain NumPy: the definition the cached and compiled evaluations are tested against."""
     view = node_view(state, table, nodes)
-    fits = shape_fits(
-        table, view.usable_count, state.node_cpu_free[nodes], state.node_mem_free[nodes]
+    cpu, mem = state.node_cpu_free[nodes], state.node_mem_free[nodes]
+    return expected_fragment(
+        table, view.idle, view.usable_idle, view.usable_count, cpu, mem, capped
     )
-    frag = view.idle[:, None] - fits * view.usable_idle
-    result: FloatArray = frag @ table.weights
+
+
+def expected_fragment(
+    table: ShapeTable,
+    idle: IntArray,
+    usable_idle: IntArray,
+    usable_count: IntArray,
+    cpu_free: IntArray,
+    mem_free: IntArray,
+    capped: bool,
+) -> FloatArray:
+    """``[S]`` F = sum_m p_m * (T - [m fits] * U_m) from nodes' (or hypothetical nodes') per-shape
+    quantities ``T`` [S], ``U`` and ``cnt`` [S, M] and free CPU and memory [S]."""
+    fits = shape_fits(table, usable_count, cpu_free, mem_free)
+    used = cpu_capped(table, usable_idle, cpu_free, mem_free) if capped else usable_idle
+    result: FloatArray = (idle[:, None] - fits * used) @ table.weights
     return result
 
 
@@ -302,24 +339,19 @@ class FragmentationCache:
             self._reset()
         stale = np.flatnonzero(self.version != s.node_version)
         if stale.size:
-            view = node_view(s, self.table, stale)
-            self._idle[stale] = view.idle
-            self._usable[stale] = view.usable
-            self._usable_idle[stale] = view.usable_idle
-            self._usable_count[stale] = view.usable_count
-            fits = shape_fits(
-                self.table, view.usable_count, s.node_cpu_free[stale], s.node_mem_free[stale]
+            table = self.table
+            idle, usable, usable_idle, usable_count = node_quantities(
+                stale, table, s.dev_core_free[stale], s.dev_mem_free[stale]
             )
-            usable_idle = (
-                cpu_capped(
-                    self.table, view.usable_idle, s.node_cpu_free[stale], s.node_mem_free[stale]
-                )
-                if self.capped
-                else view.usable_idle
+            self._idle[stale] = idle
+            self._usable[stale] = usable
+            self._usable_idle[stale] = usable_idle
+            self._usable_count[stale] = usable_count
+            cpu, mem = s.node_cpu_free[stale], s.node_mem_free[stale]
+            fragment = expected_fragment(
+                table, idle, usable_idle, usable_count, cpu, mem, self.capped
             )
-            self.values[stale] = settled(
-                (view.idle[:, None] - fits * usable_idle) @ self.table.weights
-            )
+            self.values[stale] = settled(fragment)
             self.version[stale] = s.node_version[stale]
         return self.values
 
@@ -327,6 +359,11 @@ class FragmentationCache:
         """Idle compute (thousandths) of ``nodes``, as of the last :meth:`current`."""
         result: IntArray = self._idle[nodes]
         return result
+
+    def cached(self) -> tuple[BoolArray, IntArray, IntArray, IntArray]:
+        """The whole fleet's ``usable`` [N, M, W], ``U``, ``cnt`` [N, M] and ``T`` [N], as of the
+        last :meth:`current` (for the compiled loops, which gather rows themselves)."""
+        return self._usable, self._usable_idle, self._usable_count, self._idle
 
     def view(self, nodes: IndexArray, shapes: ServedShapes | None = None) -> NodeView:
         """The cached view of ``nodes``, of every shape or only of those ``shapes`` serves (gathered

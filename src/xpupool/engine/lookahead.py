@@ -26,30 +26,21 @@ When the ``SHAPES`` likeliest shapes are under ``MIN_COVER`` of the device tasks
 next is something the lookahead does not weigh, and it is off (:attr:`Lookahead.active`).
 
 Cost: ``B_j`` per node is kept and recomputed only for nodes whose version moved (one or two per
-placement), together with the candidates, and every hypothetical node of a call (a base node with
-``j`` placed each way it can land) is evaluated in one batch per kind of node, over the shapes that
-kind serves; a one-card hypothesis updates its base's per-shape quantities at one card.
+placement), together with the candidates, in one compiled loop (``engine/kernels.py``) over every
+hypothetical node of the call (a base node with ``j`` placed each way it can land), each over the
+shapes its kind serves; a one-card hypothesis updates its base's per-shape quantities at one card.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from xpupool.engine.fragmentation import (
-    FragmentationCache,
-    IndexArray,
-    ServedShapes,
-    ShapeTable,
-    cpu_capped,
-    settled,
-)
+from xpupool.engine.fragmentation import FragmentationCache, IndexArray, ShapeTable
+from xpupool.engine.kernels import best_deltas
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 
 CANDIDATES = 6  # near-best placements compared
 SHAPES = 8  # likeliest next device shapes looked at
-CHUNK = 256  # base nodes per batch when many nodes changed (bounds the arrays' size)
 MIN_COVER = 0.5  # least share of the device tasks the next shapes must be for a lookahead
 
 
@@ -123,17 +114,10 @@ class Lookahead:
 
     # ------------------------------------------------------------------ internals
     def _refresh(self, state: ClusterState) -> IndexArray:
-        """Take the next shapes from the current table; bring ``B_j`` up to date in batches when
-        many nodes changed, and return those that changed when few did (the caller evaluates
-        them with its candidates)."""
+        """Take the next shapes from the current table; return the nodes that changed since their
+        ``B_j`` was kept (the caller evaluates them with its candidates, in one call)."""
         self._refresh_rows()
-        stale = np.flatnonzero(self.version != state.node_version)
-        if stale.size <= CHUNK:
-            return stale
-        for start in range(0, stale.size, CHUNK):
-            nodes = stale[start : start + CHUNK]
-            self._keep(state, nodes, self._deltas_now(state, nodes))
-        return stale[:0]
+        return np.flatnonzero(self.version != state.node_version)
 
     def _deltas_now(self, state: ClusterState, nodes: IndexArray) -> FloatArray:
         return self._best_deltas(
@@ -191,142 +175,8 @@ class Lookahead:
     ) -> FloatArray:
         """``[B, J]``: each next shape's best delta on base nodes ``nodes`` whose free device
         compute ``core``, device memory ``mem`` (``[B, W]``), CPU ``cpu`` and memory ``nmem`` are
-        given; -inf where it does not fit.
-
-        Hypotheses: a shape of several cards lands on the first ``k`` cards with room, and is
-        evaluated afresh with the bases; a one-card shape on card ``c`` changes only that card, so
-        its hypotheses are the base's per-shape quantities updated at ``c`` (``[H, M]``, no card
-        axis). Nodes are evaluated by kind, each over the shapes its kind serves."""
-        table, capped = self.frag.table, self.frag.capped
-        b = nodes.size
-        rows = self.rows
-        need_core = table.need_core[rows]
-        count = table.count[rows]
-        need = table.need_mib[nodes[:, None], rows[None, :]]  # [B, J, W]
-        usable = (core[:, None, :] >= need_core[None, :, None]) & (mem[:, None, :] >= need)
-        lands = (
-            ok[:, None]
-            & (cpu[:, None] >= table.cpu[rows][None])
-            & (nmem[:, None] >= table.memory[rows][None])
-            & (usable.sum(axis=2) >= count[None])
-        )
-        one = count == 1
-        mb, mj = np.nonzero(lands & ~one[None])  # (base, shape) of several cards
-        fit = usable[mb, mj]
-        taken = fit & (np.cumsum(fit, axis=1) <= count[mj][:, None])
-        fresh_nodes = np.concatenate([nodes, nodes[mb]])
-        fresh_core = np.concatenate([core, core[mb] - taken * need_core[mj][:, None]])
-        fresh_mem = np.concatenate([mem, mem[mb] - np.where(taken, need[mb, mj], 0)])
-        fresh_cpu = np.concatenate([cpu, cpu[mb] - table.cpu[rows][mj]])
-        fresh_nmem = np.concatenate([nmem, nmem[mb] - table.memory[rows][mj]])
-        sb, sj, sc = np.nonzero(usable & (lands & one[None])[:, :, None])  # (base, shape, card)
-        single_cpu = cpu[sb] - table.cpu[rows][sj]
-        single_nmem = nmem[sb] - table.memory[rows][sj]
-        single_core, single_mem = need_core[sj], need[sb, sj, sc]
-
-        fresh = np.empty(fresh_nodes.size, np.float64)
-        single = np.empty(sb.size, np.float64)
-        kind_of = table.node_kind[fresh_nodes]
-        kinds = np.unique(kind_of[:b]).tolist()
-        for kind in kinds:
-            served = table.kinds[kind]
-            if len(kinds) == 1:
-                at, si, of = np.arange(fresh_nodes.size), np.arange(sb.size), sb
-            else:
-                at = np.flatnonzero(kind_of == kind)  # the bases come first: ``of`` below
-                si = np.flatnonzero(kind_of[sb] == kind)
-                of = np.searchsorted(at, sb[si]).astype(np.intp)
-            quantities = _Quantities.of(
-                table, served, fresh_nodes[at], fresh_core[at], fresh_mem[at]
-            )
-            fresh[at] = quantities.counts.fragment(
-                table, served, capped, fresh_cpu[at], fresh_nmem[at]
-            )
-            single[si] = quantities.with_card_taken(
-                served, of, sc[si], single_core[si], single_mem[si]
-            ).fragment(table, served, capped, single_cpu[si], single_nmem[si])
-        before = fresh[:b]
-        per_card = np.full((b, rows.size, core.shape[1]), -np.inf)
-        per_card[sb, sj, sc] = before[sb] - single
-        out: FloatArray = per_card.max(axis=2)
-        out[mb, mj] = before[mb] - fresh[b:]
-        return out
-
-
-@dataclass(frozen=True, slots=True)
-class _Counts:
-    """FGD's per-shape quantities of (hypothetical) nodes, for the shapes one kind of node serves:
-    idle compute ``[H]``, and the idle compute on usable cards and their number ``[H, M]``
-    (``fragmentation.NodeView`` for states that are not the cluster's)."""
-
-    idle: IntArray
-    usable_idle: IntArray
-    usable_count: IntArray
-
-    def fragment(
-        self, table: ShapeTable, columns: ServedShapes, capped: bool, cpu: IntArray, nmem: IntArray
-    ) -> FloatArray:
-        """``[H]`` expected fragmentation (settled) with free CPU ``cpu`` and memory ``nmem``: the
-        formula of ``fragmentation.fragmentation`` over ``columns``, plus all idle compute for
-        the shapes the kind does not serve."""
-        fits = (
-            (self.usable_count >= columns.count[None])
-            & (cpu[:, None] >= columns.cpu[None])
-            & (nmem[:, None] >= columns.memory[None])
-            & columns.device_shape[None]
-        )
-        used: IntArray | FloatArray = self.usable_idle
-        if capped:
-            used = cpu_capped(table, self.usable_idle, cpu, nmem, columns.shapes)
-        frag = (self.idle[:, None] - fits * used) @ columns.weights + columns.rest * self.idle
-        result: FloatArray = settled(frag)
-        return result
-
-
-@dataclass(frozen=True, slots=True)
-class _Quantities:
-    """:class:`_Counts` of nodes evaluated afresh, with what they were computed from: free compute
-    and memory per card ``[H, W]``, usable cards and each shape's need per card ``[H, M, W]``
-    (``NEVER``: may not use it), so that one-card hypotheses can be derived from them."""
-
-    counts: _Counts
-    core: IntArray
-    mem: IntArray
-    usable: BoolArray
-    need: IntArray
-
-    @staticmethod
-    def of(
-        table: ShapeTable, columns: ServedShapes, nodes: IndexArray, core: IntArray, mem: IntArray
-    ) -> _Quantities:
-        need = table.need_mib[nodes[:, None], columns.column]
-        usable = (core[:, None, :] >= columns.need_core[None, :, None]) & (mem[:, None, :] >= need)
-        counts = _Counts(
-            core.sum(axis=1),
-            np.einsum("hw,hmw->hm", core, usable),
-            np.count_nonzero(usable, axis=2),
-        )
-        return _Quantities(counts, core, mem, usable, need)
-
-    def with_card_taken(
-        self,
-        columns: ServedShapes,
-        of: IndexArray,
-        card: IndexArray,
-        core: IntArray,
-        mem: IntArray,
-    ) -> _Counts:
-        """For each ``h``: row ``of[h]`` with ``core[h]`` compute and ``mem[h]`` MiB taken from
-        card ``card[h]``; only that card's terms change."""
-        was = self.usable[of, :, card]  # [H, M]
-        core_left = self.core[of, card] - core
-        mem_left = self.mem[of, card] - mem
-        now = (core_left[:, None] >= columns.need_core[None]) & (
-            mem_left[:, None] >= self.need[of, :, card]
-        )
-        base = self.counts
-        return _Counts(
-            base.idle[of] - core,
-            base.usable_idle[of] - self.core[of, card][:, None] * was + core_left[:, None] * now,
-            base.usable_count[of] - was + now,
-        )
+        given; -inf where it does not fit. A shape of several cards lands on the first ``k`` cards
+        with room; a one-card shape on each card with room, where only that card's terms change
+        (``kernels.best_deltas``, over the shapes each node's kind serves)."""
+        free = (core, mem, cpu, nmem, ok)
+        return best_deltas(nodes, free, self.rows, self.frag.table, self.frag.capped)

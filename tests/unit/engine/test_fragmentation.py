@@ -5,8 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from xpupool.engine import ClusterState, Engine
-from xpupool.engine.fragmentation import FragmentationCache, TargetWorkload, fragmentation, settled
+from xpupool.engine import ClusterState, Engine, kernels
+from xpupool.engine.fragmentation import (
+    FragmentationCache,
+    TargetWorkload,
+    fragmentation,
+    node_view,
+    settled,
+)
 from xpupool.engine.scorers.base import ScorerEnv
 from xpupool.engine.scorers.fgd import Fgd
 from xpupool.model import DeviceRequest, Request
@@ -72,10 +78,14 @@ def test_target_workload_ties_sort_by_shape_descending() -> None:
     assert [s.devices.core_permille for s in workload.shapes] == [300, 200]
 
 
-def test_fgd_evaluation_equals_placing_and_recomputing_on_a_fleet_of_several_kinds() -> None:
-    """FGD evaluates a placement incrementally, grouping nodes by the shapes they can serve; it must
-    equal applying the placement and recomputing the node's fragmentation from scratch, for every
-    candidate node (and every fitting card of a one-card replica), on nodes of several kinds."""
+@pytest.mark.parametrize("capped", [False, True])
+def test_fgd_evaluation_equals_placing_and_recomputing_on_a_fleet_of_several_kinds(
+    capped: bool,
+) -> None:
+    """FGD evaluates a placement incrementally, over the shapes each node can serve, in compiled
+    loops (``engine/kernels.py``); it must equal applying the placement and recomputing the node's
+    fragmentation from scratch in plain NumPy, for every candidate node (and every fitting card of
+    a one-card replica), on nodes of several kinds, with the CPU cap and without."""
     fleet = [
         *(gpu_node(f"a{i}", count=4, group_size=2, cpu_milli=24_000) for i in range(3)),
         *(gpu_node(f"t{i}", model=T4, memory_mib=15360, count=4, group_size=0) for i in range(3)),
@@ -92,9 +102,11 @@ def test_fgd_evaluation_equals_placing_and_recomputing_on_a_fleet_of_several_kin
         (0.3, 0.2, 0.2, 0.2, 0.1),
     )
     engine = Engine(ClusterState(fleet, seed=3), "fgd", seed=3, workload=workload)
-    scorer = Fgd(ScorerEnv(3, engine.pipeline, workload))
+    scorer = Fgd(ScorerEnv(3, engine.pipeline, workload), capped=capped)
     stream = [
         share(300, cpu=2000),
+        Request("m", 3000, 0, DeviceRequest(count=1, memory_permille=400, core_permille=200)),
+        Request("g", 1000, 0, DeviceRequest(count=1, memory_mib=6000, core_permille=100)),
         share(600, models=("T4",)),
         Request("w", 4000, 0, DeviceRequest(count=1)),
         Request("p", 2000, 0, DeviceRequest(count=2)),
@@ -102,7 +114,7 @@ def test_fgd_evaluation_equals_placing_and_recomputing_on_a_fleet_of_several_kin
     ]
     state, table = engine.state, scorer.frag.table
     checked = 0
-    for step in range(25):
+    for step in range(35):
         req = stream[step % len(stream)]
         ctx = engine.pipeline.context(req)
         engine.pipeline.filter(ctx)
@@ -143,7 +155,7 @@ def test_fgd_evaluation_equals_placing_and_recomputing_on_a_fleet_of_several_kin
                     devices=shares,
                 )
                 state.apply(probe)
-                expected = fragmentation(state, table, np.asarray([node]))[0]
+                expected = fragmentation(state, table, np.asarray([node]), capped)[0]
                 state.revert(probe.id)
                 got = evaluated[position, columns[0]] if ctx.k == 1 else evaluated[position]
                 assert got == pytest.approx(expected, abs=1e-6), (step, node, columns)
@@ -170,3 +182,53 @@ def test_settled_fragments_do_not_depend_on_summation_order() -> None:
     assert any(a != b for a, b in pairs)  # the raw sums do differ somewhere
     for a, b in pairs:
         assert settled(np.array([a]))[0] == settled(np.array([b]))[0]
+
+
+def test_cached_quantities_equal_the_numpy_definition_after_placements() -> None:
+    """The cache's per-shape quantities (compiled, ``kernels.node_quantities``) are FGD's ``T``,
+    ``usable``, ``U`` and ``cnt`` of ``node_view`` exactly, and its fragments ``fragmentation``'s,
+    on a fleet of several kinds after shares, whole cards and pairs have landed."""
+    fleet = [
+        *(gpu_node(f"a{i}", count=4, group_size=2, cpu_milli=16_000) for i in range(2)),
+        *(gpu_node(f"t{i}", model=T4, memory_mib=15360, count=4, group_size=0) for i in range(2)),
+    ]
+    workload = TargetWorkload(
+        (
+            share(500, cpu=4000),
+            share(250, models=("T4",)),
+            Request("m", 1000, 0, DeviceRequest(count=1, memory_mib=9000)),
+            Request("p", 2000, 0, DeviceRequest(count=2)),
+        ),
+        (0.4, 0.2, 0.2, 0.2),
+    )
+    engine = Engine(ClusterState(fleet, seed=5), "fgd", seed=5, workload=workload)
+    for req in [share(300, cpu=2000), share(700), Request("p", 2000, 0, DeviceRequest(count=2))]:
+        assert engine.place(req).ok
+    cache = FragmentationCache(engine.state, engine.pipeline, workload, capped=True)
+    values = cache.current()
+    nodes = np.arange(engine.state.n_nodes)
+    view = node_view(engine.state, cache.table, nodes)
+    usable, usable_idle, usable_count, idle = cache.cached()
+    assert np.array_equal(idle, view.idle)
+    assert np.array_equal(usable, view.usable)
+    assert np.array_equal(usable_idle, view.usable_idle)
+    assert np.array_equal(usable_count, view.usable_count)
+    assert len(set(idle.tolist())) > 1  # the placements made the nodes differ
+    expected = fragmentation(engine.state, cache.table, nodes, capped=True)
+    assert values == pytest.approx(expected, abs=1e-6)
+
+
+def test_compiled_settle_rounds_as_numpy_does() -> None:
+    """The compiled loops settle fragments themselves; they must round exactly as ``settled``
+    (NumPy's ``round``), halves and float noise included, or equal fragments would part."""
+    rng = np.random.default_rng(7)
+    weights = rng.random((2000, 9))
+    values = np.concatenate(
+        [
+            (rng.integers(0, 8000, (2000, 9)) * weights).sum(axis=1),
+            rng.integers(0, 10**9, 500) / 10**6 + 5e-7,  # exact halves of the last digit kept
+            np.array([0.0, -0.0, 1e-13, -1e-13, 2.5e-6, 3.5e-6, 1234.5678905]),
+        ]
+    )
+    compiled = np.array([kernels._settle(float(v)) for v in values])
+    assert np.array_equal(compiled, settled(values))

@@ -16,7 +16,6 @@ differ only in models, UUIDs or software share one cache.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import pairwise
 from typing import ClassVar
 
 import numpy as np
@@ -25,13 +24,12 @@ from xpupool.engine.context import Context
 from xpupool.engine.fragmentation import (
     FragmentationCache,
     IndexArray,
-    ServedShapes,
     ShapeTable,
     TargetWorkload,
-    cpu_capped,
+    expected_fragment,
     settled,
-    shape_fits,
 )
+from xpupool.engine.kernels import node_quantities, one_card_after
 from xpupool.engine.scorers.base import ScorerEnv
 from xpupool.engine.state import FloatArray, IntArray
 
@@ -140,12 +138,10 @@ class Fgd:
         mem_after = s.node_mem_free[nodes] - ctx.req.memory_mib
         if ctx.k == 0:
             view = self.frag.view(nodes)
-            fits = shape_fits(table, view.usable_count, cpu_after, mem_after)
-            usable_idle: IntArray | FloatArray = view.usable_idle
-            if self.frag.capped:
-                usable_idle = cpu_capped(table, usable_idle, cpu_after, mem_after)
-            after: FloatArray = (view.idle[:, None] - fits * usable_idle) @ table.weights
-            return after
+            idle, usable_idle, usable_count = view.idle, view.usable_idle, view.usable_count
+            return expected_fragment(
+                table, idle, usable_idle, usable_count, cpu_after, mem_after, self.frag.capped
+            )
         need_mib = ctx.need_mib if isinstance(ctx.need_mib, int) else ctx.need_mib[nodes]
         if ctx.k == 1:
             return _each_device(ctx, self.frag, nodes, need_mib, cpu_after, mem_after)
@@ -154,33 +150,12 @@ class Fgd:
         taken = dev_fit & (np.cumsum(dev_fit, axis=1) <= ctx.k)
         free = s.dev_core_free[nodes] - taken * ctx.need_core
         mem = s.dev_mem_free[nodes] - taken * need_mib
-        usable_count, usable_sum = _usable_after_taking(table, nodes, free, mem)
-        fits = shape_fits(table, usable_count, cpu_after, mem_after)
-        if self.frag.capped:
-            usable_sum = cpu_capped(table, usable_sum, cpu_after, mem_after)
-        after = (free.sum(axis=1)[:, None] - fits * usable_sum) @ table.weights
-        return after
-
-
-def _usable_after_taking(
-    table: ShapeTable, nodes: IndexArray, free: IntArray, mem: IntArray
-) -> tuple[IntArray, IntArray | FloatArray]:
-    """``[S, M]`` usable devices and their idle compute per shape, given the devices' ``free``
-    compute and ``mem`` after taking some (``[S, W]``). Only the shapes each node's kind serves are
-    evaluated: on the others every device needs ``NEVER`` MiB, so their zeros are exact."""
-    count = np.zeros((nodes.size, table.weights.size), np.int64)
-    idle = np.zeros((nodes.size, table.weights.size), np.int64)
-    kind_of = table.node_kind[nodes]
-    for kind_index in np.unique(kind_of).tolist():
-        kind = table.kinds[kind_index]
-        at = np.flatnonzero(kind_of == kind_index)
-        block = (at[:, None], kind.column)
-        usable = (free[at, None] >= kind.need_core[None, :, None]) & (
-            mem[at, None] >= table.need_mib[nodes[at][:, None], kind.column]
+        idle, _, usable_idle, usable_count = node_quantities(
+            nodes, table, free, mem, with_usable=False
         )
-        count[block] = usable.sum(axis=2)
-        idle[block] = (free[at, None] * usable).sum(axis=2)
-    return count, idle
+        return expected_fragment(
+            table, idle, usable_idle, usable_count, cpu_after, mem_after, self.frag.capped
+        )
 
 
 def _each_device(
@@ -192,87 +167,20 @@ def _each_device(
     mem_after: IntArray,
 ) -> FloatArray:
     """``[S, W]``: fragmentation after placing the replica on each device of each node, by an
-    incremental update of the node's per-shape quantities. Values for devices the replica does
-    not fit are meaningless; the caller masks them.
-
-    A shape no device of a node can serve leaves all the node's idle capacity as fragment, before
-    and after, whatever device is taken; so nodes are grouped by kind (the shapes they can serve)
-    and only those shapes get the ``[nodes, shapes, devices]`` update. On a mixed fleet that is a
-    fraction.
-    """
-    table = frag.table
-    idle_after = (frag.idle(nodes) - ctx.need_core).astype(np.float64)
-    kind_of = table.node_kind[nodes]
-    first = int(kind_of[0])
-    if (kind_of == first).all():  # one kind of node (always so on a one-vendor trace)
-        kind = table.kinds[first]
-        served = _served_shapes(ctx, frag, kind, nodes, need_mib, cpu_after, mem_after, idle_after)
-        return served if kind.every else served + kind.rest * idle_after[:, None]
-    out = np.empty(ctx.state.dev_core_free[nodes].shape, np.float64)
-    order = np.argsort(kind_of, kind="stable")
-    sorted_kinds = kind_of[order]
-    cuts = [0, *(np.flatnonzero(sorted_kinds[1:] != sorted_kinds[:-1]) + 1).tolist(), nodes.size]
-    for start, end in pairwise(cuts):
-        at = order[start:end]
-        kind = table.kinds[int(sorted_kinds[start])]
-        served = _served_shapes(
-            ctx,
-            frag,
-            kind,
-            nodes[at],
-            need_mib if isinstance(need_mib, int) else need_mib[at],
-            cpu_after[at],
-            mem_after[at],
-            idle_after[at],
-        )
-        out[at] = served + kind.rest * idle_after[at, None]
-    return out
-
-
-def _served_shapes(
-    ctx: Context,
-    frag: FragmentationCache,
-    kind: ServedShapes,
-    nodes: IndexArray,
-    mem_need: int | IntArray,
-    cpu_after: IntArray,
-    mem_after: IntArray,
-    idle_after: FloatArray,
-) -> FloatArray:
-    """Weighted fragment of the shapes ``kind`` serves after placing on each device of ``nodes``,
-    which are of that kind: ``[S, W]``."""
-    s = ctx.state
-    table = frag.table
-    if kind.shapes.size == 0:
-        return np.zeros(s.dev_core_free[nodes].shape, np.float64)
-    view = frag.view(nodes, kind)
-    need_of_shape = (
-        table.need_mib[nodes] if kind.every else table.need_mib[nodes[:, None], kind.column]
+    incremental update of the node's cached per-shape quantities (only the taken device's
+    usability changes), over the shapes the node's kind serves (``kernels.one_card_after``).
+    Values for devices the replica does not fit are meaningless; the caller masks them."""
+    return one_card_after(
+        nodes,
+        frag.table,
+        ctx.state,
+        frag.cached(),
+        ctx.need_core,
+        need_mib,
+        cpu_after,
+        mem_after,
+        frag.capped,
     )
-    usable = view.usable
-    free = s.dev_core_free[nodes]
-    free_after = free - ctx.need_core
-    usable_after = (free_after[:, None] >= kind.need_core[None, :, None]) & (
-        (s.dev_mem_free[nodes] - mem_need)[:, None] >= need_of_shape
-    )
-    usable_idle = (
-        view.usable_idle[:, :, None] - free[:, None] * usable + free_after[:, None] * usable_after
-    )
-    usable_count = view.usable_count[:, :, None] - usable + usable_after
-    node_fits = (
-        (cpu_after[:, None] >= kind.cpu[None])
-        & (mem_after[:, None] >= kind.memory[None])
-        & kind.device_shape[None]
-    )
-    fits = (usable_count >= kind.count[None, :, None]) & node_fits[:, :, None]
-    if frag.capped:
-        shape_rows = slice(None) if kind.every else kind.shapes
-        cap = cpu_capped(table, np.full(node_fits.shape, np.inf), cpu_after, mem_after, shape_rows)
-        usable_idle = np.minimum(usable_idle, cap[:, :, None])
-    result: FloatArray = np.einsum(
-        "m,smw->sw", kind.weights, idle_after[:, None, None] - fits * usable_idle
-    )
-    return result
 
 
 def _score(before: FloatArray, after: FloatArray) -> FloatArray:

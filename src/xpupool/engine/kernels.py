@@ -1,0 +1,321 @@
+"""Compiled inner loops of the fragmentation measure (``engine/fragmentation.py``).
+
+FGD's evaluation touches a few nodes per request (those that changed since the same amounts were
+last scored) over every shape the node serves and every device: arrays of a few thousand elements,
+where NumPy spends more time starting its ~20 operations than doing them, and allocates a
+temporary for each. These loops do the same arithmetic in one pass, compiled once by Numba
+(``cache=True``: the machine code is kept beside the module for the next process). The fragments
+they return are FGD's to the last bit where they replaced NumPy expressions that sum the shapes in
+order (the FGD reproduction's placements are unchanged), and equal after ``settled`` elsewhere;
+``tests/unit/engine/test_fragmentation.py`` and ``test_lookahead.py`` check them against the
+plain NumPy definition (``fragmentation.fragmentation``) and against real placements.
+
+``t`` is the shape table's arrays as one tuple (``ShapeTable.arrays``). The shapes a node serves are
+one CSR list over the table's kinds of node (``kind_ptr``, ``kind_shapes``): on a mixed fleet a node
+serves a fraction of the workload's shapes, and on the others all its idle compute is fragment
+(``kind_rest``, their total weight). Per-node scratch arrays are indexed by a shape's position in
+its kind's list (``j``), the table's by the shape (``m``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numba import njit
+
+from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
+
+if TYPE_CHECKING:  # fragmentation.py imports this module
+    from xpupool.engine.fragmentation import ShapeTable
+
+_JIT: Any = njit(cache=True, nogil=True)
+
+# Positions in ``t`` (``ShapeTable.arrays``).
+NODE_KIND, KIND_PTR, KIND_SHAPES, KIND_REST, NEED_MIB, WEIGHTS = 0, 1, 2, 3, 4, 5
+NEED_CORE, COUNT, CPU, MEMORY, DEVICE_SHAPE = 6, 7, 8, 9, 10
+
+
+# ---------------------------------------------------------------------- one node
+def _served(t: Any, n: Any, core: Any, mem: Any, usable: Any, used: Any, count: Any) -> None:
+    """FGD's per-shape quantities of node ``n`` with free compute ``core`` and memory ``mem`` per
+    card: for the ``j``-th shape its kind serves, the usable cards ``usable[j, w]`` (room for one
+    share's compute and memory), their idle compute ``used[j]`` and number ``count[j]``."""
+    k = t[NODE_KIND][n]
+    start = t[KIND_PTR][k]
+    for j in range(t[KIND_PTR][k + 1] - start):
+        m = t[KIND_SHAPES][start + j]
+        total = 0
+        cards = 0
+        for w in range(core.size):
+            ok = core[w] >= t[NEED_CORE][m] and mem[w] >= t[NEED_MIB][n, m, w]
+            usable[j, w] = ok
+            if ok:
+                total += core[w]
+                cards += 1
+        used[j] = total
+        count[j] = cards
+
+
+def _take_card(
+    t: Any,
+    n: Any,
+    card: Any,
+    core: Any,
+    core_left: Any,
+    mem_left: Any,
+    usable: Any,
+    used: Any,
+    count: Any,
+    used_after: Any,
+    count_after: Any,
+) -> None:
+    """``_served``'s quantities after taking from one ``card`` of node ``n`` (free compute ``core``
+    before, ``core_left`` and ``mem_left`` after): only that card's terms change."""
+    k = t[NODE_KIND][n]
+    start = t[KIND_PTR][k]
+    for j in range(t[KIND_PTR][k + 1] - start):
+        m = t[KIND_SHAPES][start + j]
+        was = usable[j, card]
+        now = core_left >= t[NEED_CORE][m] and mem_left >= t[NEED_MIB][n, m, card]
+        used_after[j] = used[j] - core * was + core_left * now
+        count_after[j] = count[j] - was + now
+
+
+def _admits(t: Any, k: Any, cpu: Any, mem: Any, capped: Any, admits: Any, cap: Any) -> None:
+    """For each shape kind ``k`` serves: can a node with ``cpu`` and ``mem`` free take one (it asks
+    devices, and the node's CPU and memory admit it), and the idle compute its CPU and memory let
+    the shape use (``fragmentation.cpu_capped``; inf when not capped)."""
+    start = t[KIND_PTR][k]
+    for j in range(t[KIND_PTR][k + 1] - start):
+        m = t[KIND_SHAPES][start + j]
+        shape_cpu, shape_memory = t[CPU][m], t[MEMORY][m]
+        admits[j] = cpu >= shape_cpu and mem >= shape_memory and t[DEVICE_SHAPE][m]
+        limit = np.inf
+        if capped:
+            if shape_cpu > 0:
+                limit = np.floor(cpu / max(shape_cpu, 1))
+            if shape_memory > 0:
+                limit = min(limit, np.floor(mem / max(shape_memory, 1)))
+            limit *= float(max(t[COUNT][m], 1) * t[NEED_CORE][m])
+        cap[j] = limit
+
+
+def _fragment(t: Any, k: Any, idle: Any, used: Any, count: Any, admits: Any, cap: Any) -> float:
+    """FGD's F of a node of kind ``k`` from its idle compute and ``_served``'s quantities:
+    ``sum_m p_m * (T - [m fits] * U_m)``, the shapes in order, plus all idle compute for the
+    shapes the kind does not serve."""
+    start = t[KIND_PTR][k]
+    total = 0.0
+    for j in range(t[KIND_PTR][k + 1] - start):
+        m = t[KIND_SHAPES][start + j]
+        if admits[j] and count[j] >= t[COUNT][m]:
+            total += t[WEIGHTS][m] * (idle - min(float(used[j]), cap[j]))
+        else:
+            total += t[WEIGHTS][m] * idle
+    result: float = total + t[KIND_REST][k] * idle
+    return result
+
+
+def _quantities(t: Any, width: Any) -> Any:
+    """Scratch for ``_served``'s quantities of one node: ``usable`` [J, W], ``used``, ``count`` [J],
+    J the most shapes any kind serves."""
+    most = np.max(t[KIND_PTR][1:] - t[KIND_PTR][:-1])
+    return np.empty((most, width), np.bool_), np.empty(most, np.int64), np.empty(most, np.int64)
+
+
+def _limits(t: Any) -> Any:
+    """Scratch for ``_admits``'s ``admits`` and ``cap`` [J] of one node."""
+    most = np.max(t[KIND_PTR][1:] - t[KIND_PTR][:-1])
+    return np.empty(most, np.bool_), np.empty(most, np.float64)
+
+
+def _settle(fragment: Any) -> float:
+    """``fragmentation.settled`` of one value (NumPy rounds as ``rint(x * 10**d) / 10**d``)."""
+    result: float = np.rint(fragment * 1e6) / 1e6
+    return result
+
+
+# ---------------------------------------------------------------------- many nodes
+def _node_quantities(
+    t: Any, nodes: Any, core: Any, mem: Any, idle: Any, usable: Any, used: Any, count: Any,
+    with_usable: Any,
+) -> None:  # fmt: skip
+    """``node_quantities`` into zeroed outputs ([S], [S, M, W] if ``with_usable``, [S, M], [S, M])
+    from the free compute ``core`` and memory ``mem`` [S, W] of each node's cards."""
+    mine, mine_used, mine_count = _quantities(t, core.shape[1])
+    for i in range(nodes.size):
+        n = nodes[i]
+        idle[i] = core[i].sum()
+        _served(t, n, core[i], mem[i], mine, mine_used, mine_count)
+        k = t[NODE_KIND][n]
+        start = t[KIND_PTR][k]
+        for j in range(t[KIND_PTR][k + 1] - start):
+            m = t[KIND_SHAPES][start + j]
+            if with_usable:
+                usable[i, m] = mine[j]
+            used[i, m] = mine_used[j]
+            count[i, m] = mine_count[j]
+
+
+def _one_card_after(
+    t: Any, nodes: Any, dev_core_free: Any, dev_mem_free: Any, usable: Any, usable_idle: Any,
+    usable_count: Any, idle: Any, core: Any, mib: Any, cpu_after: Any, mem_after: Any,
+    capped: Any, out: Any,
+) -> None:  # fmt: skip
+    """``one_card_after`` into ``out`` [S, W]."""
+    width = dev_core_free.shape[1]
+    mine, used, count = _quantities(t, width)
+    _, used_after, count_after = _quantities(t, width)
+    admits, cap = _limits(t)
+    for i in range(nodes.size):
+        n = nodes[i]
+        k = t[NODE_KIND][n]
+        start = t[KIND_PTR][k]
+        for j in range(t[KIND_PTR][k + 1] - start):  # the node's cached quantities
+            m = t[KIND_SHAPES][start + j]
+            mine[j] = usable[n, m]
+            used[j] = usable_idle[n, m]
+            count[j] = usable_count[n, m]
+        _admits(t, k, cpu_after[i], mem_after[i], capped, admits, cap)
+        for w in range(width):
+            free = dev_core_free[n, w]
+            left, mem_left = free - core, dev_mem_free[n, w] - mib[i, w]
+            _take_card(t, n, w, free, left, mem_left, mine, used, count, used_after, count_after)
+            out[i, w] = _fragment(t, k, float(idle[n] - core), used_after, count_after, admits, cap)
+
+
+def _best_deltas(
+    t: Any, nodes: Any, core: Any, mem: Any, cpu: Any, nmem: Any, ok: Any, rows: Any,
+    capped: Any, out: Any,
+) -> None:  # fmt: skip
+    """``best_deltas`` into ``out`` [B, J]."""
+    width = core.shape[1]
+    mine, used, count = _quantities(t, width)
+    scratch, used_after, count_after = _quantities(t, width)
+    admits, cap = _limits(t)
+    admits_after, cap_after = _limits(t)
+    fits = np.empty(width, np.bool_)
+    core_after = np.empty(width, np.int64)
+    mem_after = np.empty(width, np.int64)
+    for b in range(nodes.size):
+        n = nodes[b]
+        k = t[NODE_KIND][n]
+        idle = core[b].sum()
+        _served(t, n, core[b], mem[b], mine, used, count)
+        _admits(t, k, cpu[b], nmem[b], capped, admits, cap)
+        before = _settle(_fragment(t, k, float(idle), used, count, admits, cap))
+        for r in range(rows.size):
+            s = rows[r]
+            out[b, r] = -np.inf
+            room = 0
+            for w in range(width):
+                fits[w] = core[b, w] >= t[NEED_CORE][s] and mem[b, w] >= t[NEED_MIB][n, s, w]
+                room += fits[w]
+            cpu_left, nmem_left = cpu[b] - t[CPU][s], nmem[b] - t[MEMORY][s]
+            if not ok[b] or cpu_left < 0 or nmem_left < 0 or room < t[COUNT][s]:
+                continue
+            _admits(t, k, cpu_left, nmem_left, capped, admits_after, cap_after)
+            if t[COUNT][s] == 1:  # on each card with room: only that card changes
+                for c in range(width):
+                    if fits[c]:
+                        left = core[b, c] - t[NEED_CORE][s]
+                        mem_left = mem[b, c] - t[NEED_MIB][n, s, c]
+                        _take_card(
+                            t, n, c, core[b, c], left, mem_left, mine, used, count, used_after,
+                            count_after,
+                        )  # fmt: skip
+                        idle_after = float(idle - t[NEED_CORE][s])
+                        after = _fragment(
+                            t, k, idle_after, used_after, count_after, admits_after, cap_after
+                        )
+                        out[b, r] = max(out[b, r], before - _settle(after))
+                continue
+            taken = 0  # on the first k cards with room, afresh
+            for w in range(width):
+                core_after[w], mem_after[w] = core[b, w], mem[b, w]
+                if fits[w] and taken < t[COUNT][s]:
+                    core_after[w] -= t[NEED_CORE][s]
+                    mem_after[w] -= t[NEED_MIB][n, s, w]
+                    taken += 1
+            _served(t, n, core_after, mem_after, scratch, used_after, count_after)
+            idle_after = float(idle - taken * t[NEED_CORE][s])
+            after = _fragment(t, k, idle_after, used_after, count_after, admits_after, cap_after)
+            out[b, r] = before - _settle(after)
+
+
+# The helpers first: the loops that call them find them compiled when they compile.
+_served = _JIT(_served)
+_take_card = _JIT(_take_card)
+_admits = _JIT(_admits)
+_quantities = _JIT(_quantities)
+_limits = _JIT(_limits)
+_fragment = _JIT(_fragment)
+_settle = _JIT(_settle)
+_node_quantities_jit = _JIT(_node_quantities)
+_one_card_after_jit = _JIT(_one_card_after)
+_best_deltas_jit = _JIT(_best_deltas)
+
+
+# ---------------------------------------------------------------------- typed entry points
+def node_quantities(
+    nodes: IntArray,
+    table: ShapeTable,
+    core: IntArray,
+    mem: IntArray,
+    with_usable: bool = True,
+) -> tuple[IntArray, BoolArray, IntArray, IntArray]:
+    """``T`` [S], ``usable`` [S, M, W] (empty unless ``with_usable``), ``U`` and ``cnt`` [S, M]:
+    FGD's per-shape quantities (``fragmentation.node_view``) of ``nodes`` whose cards have ``core``
+    compute and ``mem`` MiB free ([S, W]), for every shape of the table (zero, exactly, for those a
+    node's kind does not serve: they need ``NEVER`` MiB on its cards)."""
+    s, m, w = nodes.size, table.weights.size, core.shape[1]
+    idle = np.zeros(s, np.int64)
+    usable = np.zeros((s, m, w) if with_usable else (0, 0, 0), np.bool_)
+    used = np.zeros((s, m), np.int64)
+    count = np.zeros((s, m), np.int64)
+    _node_quantities_jit(table.arrays, nodes, core, mem, idle, usable, used, count, with_usable)
+    return idle, usable, used, count
+
+
+def one_card_after(
+    nodes: IntArray,
+    table: ShapeTable,
+    state: ClusterState,
+    cached: tuple[BoolArray, IntArray, IntArray, IntArray],
+    core: int,
+    mib: int | IntArray,
+    cpu_after: IntArray,
+    mem_after: IntArray,
+    capped: bool,
+) -> FloatArray:
+    """``[S, W]`` fragment of each node after placing a one-device replica of ``core`` thousandths
+    and ``mib`` MiB (per device [S, W], or on any) on each of its devices; ``cached`` = the whole
+    fleet's ``usable``, ``U``, ``cnt`` and ``T`` (``FragmentationCache.cached``). Values for
+    devices the replica does not fit are meaningless; the caller masks them."""
+    shape = (nodes.size, state.width)
+    out = np.empty(shape, np.float64)
+    mib = np.full(shape, mib, np.int64) if isinstance(mib, int) else mib
+    usable, usable_idle, usable_count, idle = cached
+    _one_card_after_jit(
+        table.arrays, nodes, state.dev_core_free, state.dev_mem_free, usable, usable_idle,
+        usable_count, idle, core, mib, cpu_after, mem_after, capped, out,
+    )  # fmt: skip
+    return out
+
+
+def best_deltas(
+    nodes: IntArray,
+    free: tuple[IntArray, IntArray, IntArray, IntArray, BoolArray],
+    rows: IntArray,
+    table: ShapeTable,
+    capped: bool,
+) -> FloatArray:
+    """``[B, J]`` each shape ``rows[j]``'s best settled FGD delta on each base node, given its
+    ``free`` = (device compute [B, W], device memory [B, W], CPU [B], memory [B], schedulable [B]);
+    -inf where the shape does not land (the lookahead's ``B_j``, ``engine/lookahead.py``). A
+    one-card shape is tried on each card with room, a shape of several cards on the first ``k``
+    cards with room, as FGD places them."""
+    out = np.empty((nodes.size, rows.size), np.float64)
+    _best_deltas_jit(table.arrays, nodes, *free, rows, capped, out)
+    return out
