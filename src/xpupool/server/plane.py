@@ -19,6 +19,7 @@ from pathlib import Path
 
 from sqlalchemy import Connection, Update, bindparam, delete, func, insert, select, update
 
+from xpupool.engine import kernels
 from xpupool.engine.admission import Admission, QueueSpec, Quota, Resource
 from xpupool.engine.engine import Engine
 from xpupool.engine.profile import DEFAULT_PROFILE
@@ -199,6 +200,7 @@ class ControlPlane:
             ).mappings()
             for row in pending_rows:
                 self.pending[row["id"]] = pending_from_row(row)
+        kernels.warm()  # the fragmentation loops compiled before the first request, not during it
         self.rebuild_engine()
 
     def rebuild_engine(self) -> None:

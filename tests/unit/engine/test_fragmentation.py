@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from xpupool.engine import ClusterState, Engine, kernels
+from xpupool.engine import ClusterState, Engine
 from xpupool.engine.fragmentation import (
     FragmentationCache,
     TargetWorkload,
@@ -216,19 +216,3 @@ def test_cached_quantities_equal_the_numpy_definition_after_placements() -> None
     assert len(set(idle.tolist())) > 1  # the placements made the nodes differ
     expected = fragmentation(engine.state, cache.table, nodes, capped=True)
     assert values == pytest.approx(expected, abs=1e-6)
-
-
-def test_compiled_settle_rounds_as_numpy_does() -> None:
-    """The compiled loops settle fragments themselves; they must round exactly as ``settled``
-    (NumPy's ``round``), halves and float noise included, or equal fragments would part."""
-    rng = np.random.default_rng(7)
-    weights = rng.random((2000, 9))
-    values = np.concatenate(
-        [
-            (rng.integers(0, 8000, (2000, 9)) * weights).sum(axis=1),
-            rng.integers(0, 10**9, 500) / 10**6 + 5e-7,  # exact halves of the last digit kept
-            np.array([0.0, -0.0, 1e-13, -1e-13, 2.5e-6, 3.5e-6, 1234.5678905]),
-        ]
-    )
-    compiled = np.array([kernels._settle(float(v)) for v in values])
-    assert np.array_equal(compiled, settled(values))

@@ -1,0 +1,81 @@
+"""The compiled loops' own contracts (``engine/kernels.py``); what they compute is checked against
+NumPy and real placements in ``test_fragmentation.py`` and ``test_lookahead.py``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+
+from xpupool.engine import kernels
+from xpupool.engine.fragmentation import settled
+
+
+def test_compiled_settle_rounds_as_numpy_does() -> None:
+    """The compiled loops settle fragments themselves; they must round exactly as ``settled``
+    (NumPy's ``round``), halves and float noise included, or equal fragments would part."""
+    rng = np.random.default_rng(7)
+    weights = rng.random((2000, 9))
+    values = np.concatenate(
+        [
+            (rng.integers(0, 8000, (2000, 9)) * weights).sum(axis=1),
+            rng.integers(0, 10**9, 500) / 10**6 + 5e-7,  # exact halves of the last digit kept
+            np.array([0.0, -0.0, 1e-13, -1e-13, 2.5e-6, 3.5e-6, 1234.5678905]),
+        ]
+    )
+    compiled = np.array([kernels._settle(float(v)) for v in values])
+    assert np.array_equal(compiled, settled(values))
+
+
+WARM_THEN_PLACE = textwrap.dedent(
+    """
+    import json
+    from xpupool.engine import ClusterState, Engine, kernels
+    from xpupool.engine.fragmentation import TargetWorkload
+    from xpupool.model import DeviceRequest, Request
+    from factories import T4, gpu_node
+
+    kernels.warm()
+    nodes = [gpu_node(f"a{i}", count=4, group_size=2) for i in range(3)]
+    nodes += [gpu_node(f"t{i}", model=T4, memory_mib=15360, count=2) for i in range(2)]
+    share = Request("s", 2000, 0, DeviceRequest(count=1, core_permille=300))
+    mib = Request("m", 1000, 0, DeviceRequest(count=1, memory_mib=6000, core_permille=100))
+    typed = Request("t", 1000, 0, DeviceRequest(count=1, core_permille=500, models=("T4",)))
+    pair = Request("p", 4000, 0, DeviceRequest(count=2))
+    cpu = Request("c", 2000, 0)
+    stream = [share, mib, typed, pair, cpu] * 4
+    workload = TargetWorkload.from_requests(stream)
+    engine = Engine(ClusterState(nodes, seed=1), "xpupool", seed=1, workload=workload)
+    for req in stream:
+        engine.place(req)
+    jitted = {
+        "node_quantities": kernels._node_quantities_jit,
+        "one_card_after": kernels._one_card_after_jit,
+        "best_deltas": kernels._best_deltas_jit,
+    }
+    print(json.dumps({name: len(d.signatures) for name, d in jitted.items()}))
+    """
+)
+
+
+def test_warm_compiles_what_the_engine_calls() -> None:
+    """``warm`` must compile each loop for exactly the argument types the engine passes: else the
+    first real request compiles a second version, the stall ``warm`` exists to avoid. In a fresh
+    process: warm, then place one-card (compute and MiB), typed, two-card and CPU-only requests
+    with the lookahead on; each loop has still one compiled version."""
+    tests = str(Path(__file__).resolve().parents[2])  # where ``factories`` is
+    out = subprocess.run(
+        [sys.executable, "-c", WARM_THEN_PLACE],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": tests},
+        timeout=120,
+    )
+    counts = json.loads(out.stdout.strip().splitlines()[-1])
+    assert counts == {"node_quantities": 1, "one_card_after": 1, "best_deltas": 1}
