@@ -22,9 +22,6 @@ with the largest value wins. A shape lands on each card with room for its comput
 share (on the first ``k`` such cards when it asks several, as FGD places them), on a schedulable
 node with its CPU and memory free: the amounts the dynamic filters test.
 
-When the ``SHAPES`` likeliest shapes are under ``MIN_COVER`` of the device tasks, most of what comes
-next is something the lookahead does not weigh, and it is off (:attr:`Lookahead.active`).
-
 Cost: ``B_j`` per node is kept and recomputed only for nodes whose version moved (one or two per
 placement), together with the candidates, in one compiled loop (``engine/kernels.py``) over every
 hypothetical node of the call (a base node with ``j`` placed each way it can land), each over the
@@ -41,7 +38,6 @@ from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 
 CANDIDATES = 6  # near-best placements compared
 SHAPES = 8  # likeliest next device shapes looked at
-MIN_COVER = 0.5  # least share of the device tasks the next shapes must be for a lookahead
 
 
 class Lookahead:
@@ -54,20 +50,18 @@ class Lookahead:
 
     @property
     def active(self) -> bool:
-        """Do the next shapes make up at least ``MIN_COVER`` of the device tasks? Below, most of
-        what comes next is something the lookahead does not weigh: it is skipped (measured gains
-        there are within the seeds' noise, and its cost is not: docs/placement-policy.md)."""
+        """Is there a next shape to look at (a target workload with device shapes)?"""
         self._refresh_rows()
-        return self.cover >= MIN_COVER
+        return self.rows.size > 0
 
     def describe(self) -> str:
         """The next shapes looked at, for reports: how many and how much of the device tasks."""
         self._refresh_rows()
         shapes = "shape" if self.rows.size == 1 else "shapes"
-        looked = f"{self.rows.size} next {shapes} ({100 * self.cover:.0f} % of device tasks)"
-        if self.active:
-            return f"lookahead over {looked}"
-        return f"no lookahead: its {looked} are under {100 * MIN_COVER:.0f} %"
+        if not self.active:
+            return "no lookahead: no device shapes in the target workload"
+        cover = f"{100 * self.cover:.0f} % of device tasks"
+        return f"lookahead over {self.rows.size} next {shapes} ({cover})"
 
     # ------------------------------------------------------------------ choosing
     def values(
