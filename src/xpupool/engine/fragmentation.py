@@ -144,22 +144,20 @@ class ShapeTable:
         self.memory = np.asarray(memory, np.int64)
         self.cpu_only = np.asarray([k == "idle" for k in rows], np.bool_)
         # [N, M]: shapes a node can serve at all; the others only ever see its idle capacity.
-        # Nodes that serve the same shapes are one kind (a fleet has a few): evaluations group
-        # nodes by kind and gather only the shapes the kind serves.
+        # Nodes that serve the same shapes are one kind (a fleet has a few): evaluations go over
+        # the shapes a node's kind serves and add the others' weight times its idle compute.
         relevant: BoolArray = np.asarray(mask.any(axis=2), np.bool_)
         kinds, node_kind = np.unique(relevant, axis=0, return_inverse=True)
         self.node_kind: IntArray = node_kind.reshape(-1)
-        self.kinds = [ServedShapes.of(self, row) for row in kinds]
-        # The table for the compiled loops (``engine/kernels.py``, in the order of its ``t``), the
-        # kinds' shapes as one CSR list.
-        sizes = [kind.shapes.size for kind in self.kinds]
-        kind_ptr = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
-        kind_shapes = np.concatenate([k.shapes for k in self.kinds] or [np.zeros(0, np.int64)])
+        served = [np.flatnonzero(row) for row in kinds]
+        total = float(self.weights.sum())
+        # The table for the compiled loops (``engine/kernels.py``, in the order of its ``t``): the
+        # kinds' served shapes as one CSR list, and the weight of the shapes each kind does not serve.
         self.arrays = (
             self.node_kind.astype(np.int64),
-            kind_ptr,
-            kind_shapes.astype(np.int64),
-            np.asarray([kind.rest for kind in self.kinds], np.float64),
+            np.concatenate(([0], np.cumsum([shapes.size for shapes in served]))).astype(np.int64),
+            np.concatenate([*served, np.zeros(0, np.int64)]).astype(np.int64),
+            np.asarray([total - float(self.weights[shapes].sum()) for shapes in served]),
             self.need_mib,
             self.weights,
             self.need_core,
@@ -167,39 +165,6 @@ class ShapeTable:
             self.cpu,
             self.memory,
             ~self.cpu_only,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class ServedShapes:
-    """The shapes one kind of node serves, with the table's per-shape rows for them gathered once,
-    and the total weight of the others (for which all the node's idle capacity is fragment)."""
-
-    shapes: IndexArray
-    column: IndexArray  # ``shapes[None, :]``, to index a block of ``[nodes, shapes]`` rows
-    every: bool  # serves every shape: nothing to gather
-    rest: float
-    weights: FloatArray
-    need_core: IntArray
-    count: IntArray
-    cpu: IntArray
-    memory: IntArray
-    device_shape: BoolArray  # not the CPU-only row
-
-    @staticmethod
-    def of(table: ShapeTable, relevant: BoolArray) -> ServedShapes:
-        shapes = np.flatnonzero(relevant)
-        return ServedShapes(
-            shapes=shapes,
-            column=shapes[None, :],
-            every=bool(relevant.all()),
-            rest=float(table.weights.sum()) - float(table.weights[shapes].sum()),
-            weights=table.weights[shapes],
-            need_core=table.need_core[shapes],
-            count=table.count[shapes],
-            cpu=table.cpu[shapes],
-            memory=table.memory[shapes],
-            device_shape=~table.cpu_only[shapes],
         )
 
 
@@ -365,20 +330,12 @@ class FragmentationCache:
         last :meth:`current` (for the compiled loops, which gather rows themselves)."""
         return self._usable, self._usable_idle, self._usable_count, self._idle
 
-    def view(self, nodes: IndexArray, shapes: ServedShapes | None = None) -> NodeView:
-        """The cached view of ``nodes``, of every shape or only of those ``shapes`` serves (gathered
-        straight from the cache); call :meth:`current` first so it is up to date."""
-        if shapes is None or shapes.every:
-            return NodeView(
-                idle=self._idle[nodes],
-                usable=self._usable[nodes],
-                usable_idle=self._usable_idle[nodes],
-                usable_count=self._usable_count[nodes],
-            )
-        block = (nodes[:, None], shapes.column)
+    def view(self, nodes: IndexArray) -> NodeView:
+        """The cached view of ``nodes`` (gathered straight from the cache); call :meth:`current`
+        first so it is up to date."""
         return NodeView(
             idle=self._idle[nodes],
-            usable=self._usable[block],
-            usable_idle=self._usable_idle[block],
-            usable_count=self._usable_count[block],
+            usable=self._usable[nodes],
+            usable_idle=self._usable_idle[nodes],
+            usable_count=self._usable_count[nodes],
         )
