@@ -19,6 +19,7 @@ its kind's list (``j``), the table's by the shape (``m``).
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,7 +30,26 @@ from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 if TYPE_CHECKING:  # fragmentation.py imports this module
     from xpupool.engine.fragmentation import ShapeTable
 
-_JIT: Any = njit(cache=True, nogil=True)
+log = logging.getLogger("xpupool.engine")
+_uncached: list[str] = []  # loops compiled without a cache (no writable folder for it)
+
+
+def _JIT(func: Any) -> Any:  # noqa: N802 (used like the decorator it wraps)
+    """``func`` compiled by Numba, its machine code cached for the next process where a folder can
+    take it (beside this module, ``NUMBA_CACHE_DIR``, or the user's cache folder); on a read-only
+    install with none of them writable, Numba refuses to cache, and each process compiles afresh
+    (about a second per loop, paid in ``warm``)."""
+    try:
+        return njit(cache=True, nogil=True)(func)
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        if not _uncached:
+            log.warning(
+                "no writable folder for Numba's cache: the engine's loops are compiled in every "
+                "process (set NUMBA_CACHE_DIR to a writable folder to keep them)"
+            )
+        _uncached.append(func.__name__)
+        return njit(nogil=True)(func)
+
 
 # Positions in ``t`` (``ShapeTable.arrays``).
 NODE_KIND, KIND_PTR, KIND_SHAPES, KIND_REST, NEED_MIB, WEIGHTS = 0, 1, 2, 3, 4, 5
