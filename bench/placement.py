@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xpupool.engine import ClusterState, Engine
+from xpupool.engine import ClusterState, Engine, kernels
 from xpupool.engine.fragmentation import TargetWorkload
 from xpupool.model import Device, DeviceRequest, Node, Request, Topology, parse_software_need
 
@@ -178,6 +178,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print JSON only")
     args = parser.parse_args()
     nodes = build_cluster(args.nodes, args.seed)
+    kernels.warm()  # the compiled loops loaded (compiled, on a fresh machine) before any timing
     state = ClusterState(nodes)
     out: dict[str, object] = {"nodes": state.n_nodes, "devices": state.n_devices, "policy": {}}
     for policy in args.policies.split(","):

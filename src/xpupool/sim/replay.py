@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xpupool.engine import ClusterState, Engine
+from xpupool.engine import ClusterState, Engine, kernels
 from xpupool.engine.fragmentation import FragmentationCache, TargetWorkload
 from xpupool.engine.state import FloatArray, IntArray
 from xpupool.model import Node
@@ -43,6 +43,7 @@ def replay(
     workload: TargetWorkload,
 ) -> ReplayTrace:
     """Place ``tasks`` in order with ``policy`` (an engine profile name) and record the series."""
+    kernels.warm()  # once per process: not part of this replay's seconds
     start = time.perf_counter()
     state = ClusterState(nodes, seed=seed)
     engine = Engine(state, policy, seed=seed, workload=workload)
