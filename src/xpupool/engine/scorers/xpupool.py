@@ -34,8 +34,7 @@ The score is greedy: it rates what a placement does to the node's fragmentation 
 equals), each with the cards its score chose, the one the lookahead (``engine/lookahead.py``) values
 most gets the top score: its FGD delta plus, for each of the likeliest next device shapes, the
 shape's weight times its best FGD delta anywhere in the fleet after this placement. It applies to
-every replica (one card, several, or CPU only), when those shapes are at least half of the
-workload's device tasks. ``xpupool-fine`` uses FGD's own resolution for
+every replica (one card, several, or CPU only). ``xpupool-fine`` uses FGD's own resolution for
 one-card replicas, ``xpupool-greedy`` has no lookahead (both for comparison).
 
 The workload is CPU-bound when it asks for at least ``CPU_BOUND`` of the fleet's CPU per unit of
