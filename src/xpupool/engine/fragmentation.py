@@ -320,22 +320,7 @@ class FragmentationCache:
             self.version[stale] = s.node_version[stale]
         return self.values
 
-    def idle(self, nodes: IndexArray) -> IntArray:
-        """Idle compute (thousandths) of ``nodes``, as of the last :meth:`current`."""
-        result: IntArray = self._idle[nodes]
-        return result
-
     def cached(self) -> tuple[BoolArray, IntArray, IntArray, IntArray]:
         """The whole fleet's ``usable`` [N, M, W], ``U``, ``cnt`` [N, M] and ``T`` [N], as of the
-        last :meth:`current` (for the compiled loops, which gather rows themselves)."""
+        last :meth:`current`: the compiled loops gather the rows they need themselves."""
         return self._usable, self._usable_idle, self._usable_count, self._idle
-
-    def view(self, nodes: IndexArray) -> NodeView:
-        """The cached view of ``nodes`` (gathered straight from the cache); call :meth:`current`
-        first so it is up to date."""
-        return NodeView(
-            idle=self._idle[nodes],
-            usable=self._usable[nodes],
-            usable_idle=self._usable_idle[nodes],
-            usable_count=self._usable_count[nodes],
-        )

@@ -38,7 +38,7 @@ def _JIT(func: Any) -> Any:  # noqa: N802 (used like the decorator it wraps)
     """``func`` compiled by Numba, its machine code cached for the next process where a folder can
     take it (beside this module, ``NUMBA_CACHE_DIR``, or the user's cache folder); on a read-only
     install with none of them writable, Numba refuses to cache, and each process compiles afresh
-    (about a second per loop, paid in ``warm``)."""
+    (about 9 s for all the loops, paid in ``warm``)."""
     try:
         return njit(cache=True, nogil=True)(func)
     except RuntimeError:  # "cannot cache function ...: no locator available"

@@ -137,10 +137,16 @@ class Fgd:
         cpu_after = s.node_cpu_free[nodes] - ctx.req.cpu_milli
         mem_after = s.node_mem_free[nodes] - ctx.req.memory_mib
         if ctx.k == 0:
-            view = self.frag.view(nodes)
-            idle, usable_idle, usable_count = view.idle, view.usable_idle, view.usable_count
+            # Nothing device-side changes: the nodes' cached quantities, with CPU and memory taken.
+            _, usable_idle, usable_count, idle = self.frag.cached()
             return expected_fragment(
-                table, idle, usable_idle, usable_count, cpu_after, mem_after, self.frag.capped
+                table,
+                idle[nodes],
+                usable_idle[nodes],
+                usable_count[nodes],
+                cpu_after,
+                mem_after,
+                self.frag.capped,
             )
         need_mib = ctx.need_mib if isinstance(ctx.need_mib, int) else ctx.need_mib[nodes]
         if ctx.k == 1:
