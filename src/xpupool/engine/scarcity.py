@@ -16,6 +16,12 @@ pressure of a device is the resulting expected demand per unit of idle capacity:
     I        = idle compute of the fleet
     rho(d)   = sum over groups g that may use d of  q_g * I / U_g
 
+A shape may use the devices its selectors accept (model, vendor, UUID, card size, software), and
+only those on nodes that can ever host it (enough such cards, total CPU and memory) when the shapes
+with those hosts ask a larger share of the demand than the hosts' share of their cards: 8-card
+jobs asking more cores than most 8-card nodes have contend for the few that do, and the cards of
+those nodes are priced so (``_usable_cards``).
+
 When every shape may use every device, all devices have the same pressure and nothing changes. A
 replica that takes ``c`` thousandths of device ``d``, when it could have used a device of pressure
 ``rho_min``, takes ``c * min(1, rho(d) - rho_min)`` away from demand that has fewer places to go:
@@ -48,10 +54,7 @@ class DevicePressure:
         members: list[np.ndarray] = []
         demand: list[float] = []
         per_card: list[int] = []  # per group: the compute its shapes need on one card
-        for m in range(table.weights.size):
-            if table.cpu_only[m]:
-                continue
-            mask = table.need_mib[:, m, :] != NEVER
+        for m, mask in _usable_cards(state, table).items():
             need = int(table.need_core[m])
             key = mask.tobytes() + need.to_bytes(8, "little")
             share = float(table.weights[m] * table.count[m] * need)
@@ -161,3 +164,37 @@ class DevicePressure:
         per_unit = self.group_share * float(usable[:, 0].sum()) / np.maximum(group_idle, 1.0)
         rho: FloatArray = np.append(self.class_groups @ per_unit, 0.0)
         return rho
+
+
+def _usable_cards(state: ClusterState, table: ShapeTable) -> dict[int, BoolArray]:
+    """``[N, W]`` per device shape: the cards it may use for the pressure.
+
+    Its eligible cards (model, vendor, UUID, card size, software), narrowed to the nodes that can
+    ever host it (enough eligible cards for its count, enough total CPU and memory) where the
+    shapes with those hosts and its per-card need ask a larger share of the workload's device
+    demand than those hosts' share of the shape's eligible cards: then they alone ask more of the
+    hosts than the fleet's mean pressure, and the hosts' cards are contended whatever else arrives
+    (8-card jobs that ask more cores than most 8-card nodes have). Where hosts are plenty, a limit
+    on which nodes can host a shape is left to the fragmentation measure, which sees it as a shape
+    that does not fit: narrowing there too priced cards apart by a few percent, which broke the
+    seeded ties FGD's spread relies on (docs/placement-policy.md, "Tried").
+    """
+    device = np.flatnonzero(~table.cpu_only)
+    demand = table.weights[device] * table.count[device] * table.need_core[device]
+    shares = demand / (float(demand.sum()) or 1.0)
+    found: list[tuple[int, BoolArray, BoolArray, bytes]] = []
+    asked: dict[bytes, float] = {}  # demand share per (hosts, per-card need)
+    for m, share in zip(device.tolist(), shares.tolist(), strict=True):
+        mask = table.need_mib[:, m, :] != NEVER
+        able = (state.node_cpu_total >= table.cpu[m]) & (state.node_mem_total >= table.memory[m])
+        hosts = mask & able[:, None]
+        hosts &= (hosts.sum(axis=1) >= table.count[m])[:, None]
+        key = hosts.tobytes() + int(table.need_core[m]).to_bytes(8, "little")
+        asked[key] = asked.get(key, 0.0) + share
+        found.append((m, mask, hosts, key))
+    cards: dict[int, BoolArray] = {}
+    for m, mask, hosts, key in found:
+        eligible, hosted = int(mask.sum()), int(hosts.sum())
+        narrow = 0 < hosted < eligible and asked[key] > hosted / eligible
+        cards[m] = hosts if narrow else mask
+    return cards

@@ -62,6 +62,46 @@ def test_no_pressure_when_every_shape_may_use_every_card() -> None:
     assert not pressure(state, workload).active
 
 
+def big_jobs(weight: float, cores: int) -> TargetWorkload:
+    """8-card jobs of ``cores`` cores (weight ``weight``) and one-card 8-core jobs (the rest)."""
+    big = Request("big", cores * 1000, 1024, DeviceRequest(count=8))
+    small = Request("small", 8000, 1024, DeviceRequest(count=1))
+    return TargetWorkload((big, small), (weight, 1.0 - weight))
+
+
+def fleet_with_one_big_node() -> ClusterState:
+    # Four 8-card nodes; only the first has the 128 cores a 120-core job needs.
+    return ClusterState(
+        [
+            gpu_node("big", cpu_milli=128_000),
+            *(gpu_node(f"n{i}", cpu_milli=96_000) for i in range(3)),
+        ]
+    )
+
+
+def test_cards_of_the_only_nodes_that_can_host_an_over_asked_shape_are_contended() -> None:
+    # Half the jobs ask 8 cards and 120 cores: 0.5 * 8000 of 0.5 * 8000 + 0.5 * 1000 = 8/9 of the
+    # device demand, from the 8 of 32 cards whose node has 128 cores (1/4): they alone ask more
+    # of those hosts than the fleet's mean, so the hosts' cards are the big jobs' cards.
+    # I = 32,000; U(big) = 8,000, U(small) = 32,000:
+    # rho(big node) = 1/9 * 32000/32000 + 8/9 * 32000/8000 = 1/9 + 32/9; rho(others) = 1/9.
+    state = fleet_with_one_big_node()
+    p = pressure(state, big_jobs(0.5, 120))
+    assert p.active
+    rho = p.of(np.arange(4))
+    assert np.allclose(rho[0], 33 / 9)
+    assert np.allclose(rho[1:], 1 / 9)
+
+
+def test_hosts_that_are_plenty_leave_the_pressure_alone() -> None:
+    # 2 % of the jobs ask 8 cards and 120 cores: 0.02 * 8000 / (160 + 980) = 0.14 of the demand,
+    # under the hosts' quarter of the cards. The fragmentation measure handles such a limit; the
+    # pressure does not price the big node apart.
+    assert not pressure(fleet_with_one_big_node(), big_jobs(0.02, 120)).active
+    # 8-card jobs that every node can host: nothing to narrow either.
+    assert not pressure(fleet_with_one_big_node(), big_jobs(0.5, 64)).active
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_a_share_that_may_run_anywhere_leaves_the_contended_card_unless_the_next_task_needs_it(
     seed: int,
