@@ -1,13 +1,13 @@
 """xpupool, FGD and BestFit on held-out workloads: synthetic traces no policy was tuned on.
 
     python bench/heldout.py --jobs 2 [--mixes eighths,random1] [--policies xpupool,fgd,bestfit]
-        [--seeds 42-51] [--random 5] [--out docs/heldout-results.jsonl] [--reuse] [--keep DIR]
+        [--seeds 42-51] [--random 10] [--out docs/heldout-results.jsonl] [--reuse] [--keep DIR]
 
-The mixes (``xpupool.sim.synthetic``: five designed, ``--random`` drawn at random from seed 2026) are
+The mixes (``xpupool.sim.synthetic``: five designed, ``--random`` (10) drawn at random from seed 2026) are
 written as ``openb_pod_list_<mix>.csv`` beside the Alibaba GPU node list, then replayed under the FGD
 protocol exactly as ``bench/policy_table.py`` replays the Alibaba traces: per seed, shuffled and tuned
 to 130 % of capacity, unallocated GPU % at arrived = 100 %. Prints one line per mix: what it is made
-of, each policy's mean +- sd, and xpupool against FGD. About 10 minutes on 2 cores.
+of, each policy's mean +- sd, and xpupool against FGD. About 15 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def main() -> None:
     )
     parser.add_argument("--data", type=Path, default=TRACES, help="where the node list is")
     parser.add_argument("--mixes", help="comma-separated mix names (default: all)")
-    parser.add_argument("--random", type=int, default=5, help="random mixes besides the designed")
+    parser.add_argument("--random", type=int, default=10, help="random mixes besides the designed")
     parser.add_argument("--policies", default="xpupool,fgd,bestfit")
     parser.add_argument("--seeds", default="42-51")
     parser.add_argument("--jobs", type=int, default=2)

@@ -137,7 +137,7 @@ def random_mix(name: str, rng: np.random.Generator) -> Mix:
     )
 
 
-def held_out(random_mixes: int = 5, seed: int = 2026) -> list[Mix]:
+def held_out(random_mixes: int = 10, seed: int = 2026) -> list[Mix]:
     """The held-out set: the designed mixes and ``random_mixes`` random ones from ``seed``."""
     rng = np.random.default_rng(seed)
     return list(DESIGNED) + [random_mix(f"random{i + 1}", rng) for i in range(random_mixes)]
