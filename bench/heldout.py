@@ -1,13 +1,15 @@
 """xpupool, FGD and BestFit on held-out workloads: synthetic traces no policy was tuned on.
 
     python bench/heldout.py --jobs 2 [--mixes eighths,random1] [--policies xpupool,fgd,bestfit]
-        [--seeds 42-51] [--random 10] [--out docs/heldout-results.jsonl] [--reuse] [--keep DIR]
+        [--seeds 42-51] [--random 10] [--nodes openb_node_list_all_node.csv]
+        [--out docs/heldout-results.jsonl] [--reuse] [--keep DIR]
 
 The mixes (``xpupool.sim.synthetic``: five designed, ``--random`` (10) drawn at random from seed 2026) are
 written as ``openb_pod_list_<mix>.csv`` beside the Alibaba GPU node list, then replayed under the FGD
 protocol exactly as ``bench/policy_table.py`` replays the Alibaba traces: per seed, shuffled and tuned
 to 130 % of capacity, unallocated GPU % at arrived = 100 %. Prints one line per mix: what it is made
-of, each policy's mean +- sd, and xpupool against FGD. About 15 minutes on 2 cores.
+of, each policy's mean +- sd, and xpupool against FGD. About 15 minutes on 2 cores. ``--nodes``
+replays them on another fleet (``openb_node_list_all_node.csv`` adds the trace's 310 CPU-only nodes).
 """
 
 from __future__ import annotations
@@ -66,6 +68,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--data", type=Path, default=TRACES, help="where the node list is")
+    parser.add_argument(
+        "--nodes", default=NODES, help=f"the fleet: a node list in --data (default {NODES})"
+    )
     parser.add_argument("--mixes", help="comma-separated mix names (default: all)")
     parser.add_argument("--random", type=int, default=10, help="random mixes besides the designed")
     parser.add_argument("--policies", default="xpupool,fgd,bestfit")
@@ -85,7 +90,7 @@ def main() -> None:
     low, high = (int(x) for x in args.seeds.split("-"))
     folder = args.keep or Path(tempfile.mkdtemp(prefix="xpupool-heldout-"))
     folder.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(args.data / NODES, folder / NODES)
+    shutil.copyfile(args.data / args.nodes, folder / NODES)  # the name the replay reads
     nodes = read_nodes(folder / NODES)
     results = load(args.out)
     try:
