@@ -1,7 +1,7 @@
 """xpupool, FGD and BestFit on held-out workloads: synthetic traces no policy was tuned on.
 
     python bench/heldout.py --jobs 2 [--mixes eighths,random1] [--policies xpupool,fgd,bestfit]
-        [--seeds 42-51] [--random 10] [--nodes openb_node_list_all_node.csv]
+        [--seeds 42-51] [--random 10] [--nodes openb_node_list_all_node.csv | --fleet modern]
         [--out docs/heldout-results.jsonl] [--reuse] [--keep DIR]
 
 The mixes (``xpupool.sim.synthetic``: five designed, ``--random`` (10) drawn at random from seed 2026) are
@@ -9,7 +9,8 @@ written as ``openb_pod_list_<mix>.csv`` beside the Alibaba GPU node list, then r
 protocol exactly as ``bench/policy_table.py`` replays the Alibaba traces: per seed, shuffled and tuned
 to 130 % of capacity, unallocated GPU % at arrived = 100 %. Prints one line per mix: what it is made
 of, each policy's mean +- sd, and xpupool against FGD. About 15 minutes on 2 cores. ``--nodes``
-replays them on another fleet (``openb_node_list_all_node.csv`` adds the trace's 310 CPU-only nodes).
+replays them on another fleet (``openb_node_list_all_node.csv`` adds the trace's 310 CPU-only nodes),
+``--fleet modern`` on a generated one (H100, A100, L40S, T4 and A10 nodes).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from policy_table import TRACES, load, measure
 from xpupool.sim.alibaba import read_nodes
-from xpupool.sim.synthetic import Mix, generate, held_out, write_tasks
+from xpupool.sim.synthetic import MODERN_FLEET, Mix, generate, held_out, write_fleet, write_tasks
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "docs" / "heldout-results.jsonl"
 TASKS = 8000  # per mix, about the size of the default trace (the protocol resamples to 130 %)
@@ -71,6 +72,9 @@ def main() -> None:
     parser.add_argument(
         "--nodes", default=NODES, help=f"the fleet: a node list in --data (default {NODES})"
     )
+    parser.add_argument(
+        "--fleet", choices=["modern"], help="a generated fleet instead (synthetic.MODERN_FLEET)"
+    )
     parser.add_argument("--mixes", help="comma-separated mix names (default: all)")
     parser.add_argument("--random", type=int, default=10, help="random mixes besides the designed")
     parser.add_argument("--policies", default="xpupool,fgd,bestfit")
@@ -90,7 +94,10 @@ def main() -> None:
     low, high = (int(x) for x in args.seeds.split("-"))
     folder = args.keep or Path(tempfile.mkdtemp(prefix="xpupool-heldout-"))
     folder.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(args.data / args.nodes, folder / NODES)  # the name the replay reads
+    if args.fleet:
+        write_fleet(MODERN_FLEET, folder / NODES)  # the name the replay reads
+    else:
+        shutil.copyfile(args.data / args.nodes, folder / NODES)
     nodes = read_nodes(folder / NODES)
     results = load(args.out)
     try:

@@ -119,6 +119,29 @@ DESIGNED: tuple[Mix, ...] = (
 )
 
 
+# A held-out fleet unlike Alibaba's: (model, cards, cores, memory GiB, nodes). Newer cards, more CPU
+# per node, fewer small nodes; fixed before any policy was run on it.
+MODERN_FLEET: tuple[tuple[str, int, int, int, int], ...] = (
+    ("H100", 8, 192, 2048, 200),
+    ("A100", 8, 128, 1024, 150),
+    ("L40S", 4, 64, 512, 200),
+    ("T4", 2, 32, 192, 300),
+    ("A10", 1, 16, 64, 100),
+)
+
+
+def write_fleet(fleet: Sequence[tuple[str, int, int, int, int]], path: str | Path) -> None:
+    """An ``openb_node_list_*.csv`` of ``fleet`` (read back by ``alibaba.read_nodes``)."""
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(("sn", "cpu_milli", "memory_mib", "gpu", "model"))
+        i = 0
+        for model, cards, cores, gib, count in fleet:
+            for _ in range(count):
+                writer.writerow((f"node-{i:05d}", cores * 1000, gib * 1024, cards, model))
+                i += 1
+
+
 def random_mix(name: str, rng: np.random.Generator) -> Mix:
     """A mix drawn at random: 2..10 share sizes anywhere in 0.05..0.95, any proportions."""
     sizes = np.unique(rng.integers(5, 96, size=int(rng.integers(2, 11))) * 10)

@@ -9,8 +9,17 @@ import numpy as np
 import pytest
 
 from xpupool.model import Device, Node, RequestError
-from xpupool.sim.alibaba import read_tasks
-from xpupool.sim.synthetic import DESIGNED, Mix, generate, held_out, random_mix, write_tasks
+from xpupool.sim.alibaba import read_nodes, read_tasks
+from xpupool.sim.synthetic import (
+    DESIGNED,
+    MODERN_FLEET,
+    Mix,
+    generate,
+    held_out,
+    random_mix,
+    write_fleet,
+    write_tasks,
+)
 
 
 def fleet() -> list[Node]:
@@ -134,3 +143,19 @@ def test_a_bad_mix_names_its_field(changes: dict[str, object], field: str) -> No
 def test_a_fleet_without_gpus_is_refused() -> None:
     with pytest.raises(RequestError, match="no GPU node"):
         generate(mix(), [Node("c", 8000, 16384, ())], 10, seed=1)
+
+
+def test_the_generated_fleet_reads_back_through_the_node_reader(tmp_path: Path) -> None:
+    path = tmp_path / "openb_node_list_gpu_node.csv"
+    write_fleet(MODERN_FLEET, path)
+    nodes = read_nodes(path)
+    assert len(nodes) == sum(row[4] for row in MODERN_FLEET)
+    by_model = {n.devices[0].model: n for n in nodes}
+    for model, cards, cores, gib, _ in MODERN_FLEET:
+        node = by_model[model]
+        assert (len(node.devices), node.cpu_milli, node.memory_mib) == (
+            cards,
+            cores * 1000,
+            gib * 1024,
+        )
+    assert len({n.name for n in nodes}) == len(nodes)
