@@ -16,12 +16,11 @@ replays them on another fleet (``openb_node_list_all_node.csv`` adds the trace's
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import tempfile
 from pathlib import Path
 
-from policy_table import TRACES, load, measure
+from policy_table import TRACES, load, measure, record, run_arguments, seed_range
 from xpupool.sim.alibaba import read_nodes
 from xpupool.sim.synthetic import MODERN_FLEET, Mix, generate, held_out, write_fleet, write_tasks
 
@@ -77,11 +76,7 @@ def main() -> None:
     )
     parser.add_argument("--mixes", help="comma-separated mix names (default: all)")
     parser.add_argument("--random", type=int, default=10, help="random mixes besides the designed")
-    parser.add_argument("--policies", default="xpupool,fgd,bestfit")
-    parser.add_argument("--seeds", default="42-51")
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--reuse", action="store_true", help="keep results already in --out")
+    run_arguments(parser, DEFAULT_OUT)
     parser.add_argument("--keep", type=Path, help="write the generated traces here and keep them")
     args = parser.parse_args()
     mixes = held_out(args.random)
@@ -91,7 +86,7 @@ def main() -> None:
         if unknown:
             parser.error(f"--mixes: unknown mix {', '.join(unknown)}")
         mixes = [m for m in mixes if m.name in wanted]
-    low, high = (int(x) for x in args.seeds.split("-"))
+    seeds = seed_range(args.seeds)
     folder = args.keep or Path(tempfile.mkdtemp(prefix="xpupool-heldout-"))
     folder.mkdir(parents=True, exist_ok=True)
     if args.fleet:
@@ -102,18 +97,16 @@ def main() -> None:
     results = load(args.out)
     try:
         for mix in mixes:
-            write_tasks(
-                generate(mix, nodes, TASKS, seed=1), folder / f"openb_pod_list_{mix.name}.csv"
-            )
-            for policy in args.policies.split(","):
-                if args.reuse and (mix.name, policy) in results:
-                    continue
-                row = measure(folder, mix.name, policy, range(low, high + 1), args.jobs)
+            policies = [
+                p for p in args.policies.split(",") if not (args.reuse and (mix.name, p) in results)
+            ]
+            if policies:  # generate the trace only when something will replay it
+                path = folder / f"openb_pod_list_{mix.name}.csv"
+                write_tasks(generate(mix, nodes, TASKS, seed=1), path)
+            for policy in policies:
+                row = measure(folder, mix.name, policy, seeds, args.jobs)
                 row["mix"] = describe(mix)
-                results[(mix.name, policy)] = row
-                print(json.dumps({k: v for k, v in row.items() if k != "per_seed"}), flush=True)
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                args.out.write_text("".join(json.dumps(r) + "\n" for r in results.values()))
+                record(results, (mix.name, policy), row, args.out)
     finally:
         if args.keep is None:
             shutil.rmtree(folder, ignore_errors=True)

@@ -61,6 +61,35 @@ def measure(data: Path, trace: str, policy: str, seeds: range, jobs: int) -> dic
     }
 
 
+def run_arguments(parser: argparse.ArgumentParser, out: Path) -> None:
+    """The options this table and ``heldout.py`` share: what to run and where results go."""
+    parser.add_argument("--policies", default="xpupool,fgd,bestfit")
+    parser.add_argument("--seeds", default="42-51")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=out)
+    parser.add_argument("--reuse", action="store_true", help="keep results already in --out")
+
+
+def seed_range(text: str) -> range:
+    """``42-51`` -> seeds 42..51."""
+    low, high = (int(x) for x in text.split("-"))
+    return range(low, high + 1)
+
+
+def record(
+    results: dict[tuple[str, str], dict[str, object]],
+    key: tuple[str, str],
+    row: dict[str, object],
+    out: Path,
+) -> None:
+    """Keep ``row``, print it (without its per-seed values) and rewrite ``out`` with all results,
+    so an interrupted run keeps what it measured."""
+    results[key] = row
+    print(json.dumps({k: v for k, v in row.items() if k != "per_seed"}), flush=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(json.dumps(r) + "\n" for r in results.values()))
+
+
 def table(results: dict[tuple[str, str], dict[str, object]], traces: list[str]) -> str:
     def cell(trace: str, policy: str) -> str:
         r = results.get((trace, policy))
@@ -131,29 +160,18 @@ def main() -> None:
     )
     parser.add_argument("--data", type=Path, default=TRACES)
     parser.add_argument("--traces", help="comma-separated short names (default: all)")
-    parser.add_argument("--policies", default="xpupool,fgd,bestfit")
-    parser.add_argument("--seeds", default="42-51")
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--reuse", action="store_true", help="keep results already in --out")
+    run_arguments(parser, DEFAULT_OUT)
     parser.add_argument("--plot", type=Path, help="also draw the table as a PNG here")
     args = parser.parse_args()
     traces = args.traces.split(",") if args.traces else all_traces(args.data)
-    low, high = (int(x) for x in args.seeds.split("-"))
+    seeds = seed_range(args.seeds)
     results = load(args.out)
     for trace in traces:
         for policy in args.policies.split(","):
             if args.reuse and (trace, policy) in results:
                 continue
-            results[(trace, policy)] = measure(
-                args.data, trace, policy, range(low, high + 1), args.jobs
-            )
-            print(
-                json.dumps({k: v for k, v in results[(trace, policy)].items() if k != "per_seed"}),
-                flush=True,
-            )
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text("".join(json.dumps(r) + "\n" for r in results.values()))
+            row = measure(args.data, trace, policy, seeds, args.jobs)
+            record(results, (trace, policy), row, args.out)
     shown = [t for t in all_traces(args.data) if any(k[0] == t for k in results)]
     print(table(results, shown))
     if args.plot:

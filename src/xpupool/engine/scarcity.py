@@ -180,21 +180,29 @@ def _usable_cards(state: ClusterState, table: ShapeTable) -> dict[int, BoolArray
     seeded ties FGD's spread relies on (docs/placement-policy.md, "Tried").
     """
     device = np.flatnonzero(~table.cpu_only)
+    # Shape-major [D, N, W] once, so each shape's cards are a contiguous block, not a strided
+    # gather out of the node-major table (299 shapes at 5,000 nodes: 140 -> 80 ms).
+    eligible = (table.need_mib != NEVER).transpose(1, 0, 2)[device]
+    per_node = eligible.sum(axis=2)  # [D, N] eligible cards per node
+    hosting = (
+        (state.node_cpu_total >= table.cpu[device, None])
+        & (state.node_mem_total >= table.memory[device, None])
+        & (per_node >= table.count[device, None])
+    )  # [D, N] nodes that can ever host the shape
+    n_eligible = per_node.sum(axis=1)
+    n_hosted = (per_node * hosting).sum(axis=1)
     demand = table.weights[device] * table.count[device] * table.need_core[device]
     shares = demand / (float(demand.sum()) or 1.0)
-    found: list[tuple[int, BoolArray, BoolArray, bytes]] = []
+    keys: list[bytes] = []
     asked: dict[bytes, float] = {}  # demand share per (hosts, per-card need)
-    for m, share in zip(device.tolist(), shares.tolist(), strict=True):
-        mask = table.need_mib[:, m, :] != NEVER
-        able = (state.node_cpu_total >= table.cpu[m]) & (state.node_mem_total >= table.memory[m])
-        hosts = mask & able[:, None]
-        hosts &= (hosts.sum(axis=1) >= table.count[m])[:, None]
-        key = hosts.tobytes() + int(table.need_core[m]).to_bytes(8, "little")
+    for i, share in enumerate(shares.tolist()):
+        hosts = eligible[i] & hosting[i][:, None]
+        key = hosts.tobytes() + int(table.need_core[device[i]]).to_bytes(8, "little")
         asked[key] = asked.get(key, 0.0) + share
-        found.append((m, mask, hosts, key))
+        keys.append(key)
     cards: dict[int, BoolArray] = {}
-    for m, mask, hosts, key in found:
-        eligible, hosted = int(mask.sum()), int(hosts.sum())
-        narrow = 0 < hosted < eligible and asked[key] > hosted / eligible
-        cards[m] = hosts if narrow else mask
+    for i, m in enumerate(device.tolist()):
+        mask, hosted, total = eligible[i], int(n_hosted[i]), int(n_eligible[i])
+        narrow = 0 < hosted < total and asked[keys[i]] > hosted / total
+        cards[m] = mask & hosting[i][:, None] if narrow else mask
     return cards

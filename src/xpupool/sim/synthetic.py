@@ -175,6 +175,7 @@ def generate(mix: Mix, nodes: Sequence[Node], tasks: int, seed: int) -> list[Tra
     per_gpu = sum(n.cpu_milli for n in gpu_nodes) / sum(len(n.devices) for n in gpu_nodes)
     models = sorted({d.model for n in gpu_nodes for d in n.devices})
     largest = max(len(n.devices) for n in gpu_nodes)
+    most_cards = {m: _most_cards(gpu_nodes, m) for m in models}
     room: dict[tuple[int, tuple[str, ...]], tuple[int, int]] = {}  # most CPU and memory able
     out: list[TraceTask] = []
     for i in range(tasks):
@@ -191,7 +192,7 @@ def generate(mix: Mix, nodes: Sequence[Node], tasks: int, seed: int) -> list[Tra
             else:
                 count, milli = 1, GPU_MILLI
             if rng.random() < mix.typed:
-                fits = [m for m in models if _most_cards(gpu_nodes, m) >= count]
+                fits = [m for m in models if most_cards[m] >= count]
                 spec = (str(rng.choice(fits)),)
             demand = count * milli / GPU_MILLI
         if (count, spec) not in room:
