@@ -265,6 +265,19 @@ def _best_deltas(
 
 
 # The helpers first: the loops that call them find them compiled when they compile.
+def _knapsack(sizes: Any, prices: Any, card: Any, value: Any, last: Any) -> None:
+    """Unbounded knapsack over one card (``engine/share_prices.py``): ``value[h]`` the most that
+    ``sizes`` fitting in ``h`` are worth at ``prices``, ``last[h]`` the size taken last there (-1:
+    the best at ``h`` is the best at ``h - 1``), ``h = 0..card``."""
+    value[0], last[0] = 0.0, -1
+    for h in range(1, card + 1):
+        value[h], last[h] = value[h - 1], -1
+        for i in range(sizes.size):
+            s = sizes[i]
+            if s <= h and value[h - s] + prices[i] > value[h] + 1e-9:
+                value[h], last[h] = value[h - s] + prices[i], i
+
+
 _served = _JIT(_served)
 _take_card = _JIT(_take_card)
 _admits = _JIT(_admits)
@@ -275,6 +288,7 @@ _settle = _JIT(_settle)
 _node_quantities_jit = _JIT(_node_quantities)
 _one_card_after_jit = _JIT(_one_card_after)
 _best_deltas_jit = _JIT(_best_deltas)
+_knapsack_jit = _JIT(_knapsack)
 
 
 # ---------------------------------------------------------------------- typed entry points
@@ -344,6 +358,14 @@ def best_deltas(
 _warm = False
 
 
+def knapsack(sizes: IntArray, prices: FloatArray, card: int) -> tuple[FloatArray, IntArray]:
+    """``(value, last)`` of the unbounded knapsack of ``sizes`` at ``prices`` for ``h = 0..card``."""
+    value = np.zeros(card + 1, np.float64)
+    last = np.full(card + 1, -1, np.int64)
+    _knapsack_jit(sizes.astype(np.int64), prices.astype(np.float64), card, value, last)
+    return value, last
+
+
 def warm() -> None:
     """Compile the loops now (or load them from the cache), once per process, on a one-node table
     of the types the engine passes. A server calls this before it takes requests: done on the first
@@ -361,4 +383,5 @@ def warm() -> None:
     _one_card_after_jit(t, ints, grid, grid, *cached, 0, grid, ints, ints, True, np.zeros((1, 1)))
     ok = np.ones(1, np.bool_)
     _best_deltas_jit(t, ints, grid, grid, ints, ints, ok, ints, True, np.zeros((1, 1)))
+    knapsack(ones, np.ones(1, f64), 1)
     _warm = True

@@ -59,6 +59,7 @@ WARM_THEN_PLACE = textwrap.dedent(
         "node_quantities": kernels._node_quantities_jit,
         "one_card_after": kernels._one_card_after_jit,
         "best_deltas": kernels._best_deltas_jit,
+        "knapsack": kernels._knapsack_jit,
     }
     print(json.dumps({name: len(d.signatures) for name, d in jitted.items()}))
     """
@@ -69,7 +70,7 @@ def test_warm_compiles_what_the_engine_calls() -> None:
     """``warm`` must compile each loop for exactly the argument types the engine passes: else the
     first real request compiles a second version, the stall ``warm`` exists to avoid. In a fresh
     process: warm, then place one-card (compute and MiB), typed, two-card and CPU-only requests
-    with the lookahead on; each loop has still one compiled version."""
+    with the lookahead on and shares priced; each loop has still one compiled version."""
     tests = str(Path(__file__).resolve().parents[2])  # where ``factories`` is
     out = subprocess.run(
         [sys.executable, "-c", WARM_THEN_PLACE],
@@ -80,7 +81,12 @@ def test_warm_compiles_what_the_engine_calls() -> None:
         timeout=120,
     )
     counts = json.loads(out.stdout.strip().splitlines()[-1])
-    assert counts == {"node_quantities": 1, "one_card_after": 1, "best_deltas": 1}
+    assert counts == {
+        "node_quantities": 1,
+        "one_card_after": 1,
+        "best_deltas": 1,
+        "knapsack": 1,
+    }
 
 
 def test_a_read_only_install_compiles_without_a_cache() -> None:

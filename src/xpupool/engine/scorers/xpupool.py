@@ -1,7 +1,8 @@
 """xpupool's default placement policy: FGD at half resolution with the fullest card among equals for
-one-device replicas, CPU-aware when the workload is CPU-bound, with contended cards priced and
-CPU-only replicas sent where CPU is spare; and among the near-best nodes, the one after which the
-likeliest next tasks still land best (a one-step lookahead).
+one-device replicas, shares placed where the workload's best packing would put them, CPU-aware
+when the workload is CPU-bound, with contended cards priced and CPU-only replicas sent where CPU
+is spare; and among the near-best nodes, the one after which the likeliest next tasks still land
+best (a one-step lookahead).
 
 Per candidate node ``n`` (and, for one-device replicas, per fitting card ``d`` of it):
 
@@ -13,7 +14,10 @@ Per candidate node ``n`` (and, for one-device replicas, per fitting card ``d`` o
                 card's pressure (``engine/scarcity.py``), ``rho_min`` the least over the cards it fits
     primary   = 2 * floor(50 * sigmoid((F_before - F_after) / 1000))     in 0, 2, ..., 98
     tight     = 0.01 * (1 - free compute left on d after placement / 1000)
-    score     = primary + tight - SLOPE * displaced                  one-device replica (best card)
+    loss      = what a share of ``s`` gives up in the gap ``h`` free on ``d``, in cards, at the
+                cutting-stock prices of the workload's shares (``engine/share_prices.py``):
+                ``K(h) - K(s) - K(h - s)``, 0 where ``s`` belongs to a best filling of ``h``
+    score     = primary + tight - SLOPE * displaced - PACK * loss    one-device replica (best card)
                 (fine resolution: FGD's own score - SLOPE * displaced, no tight)
     score     = floor(100 * sigmoid((F_before - F_after) / 1000))  others (FGD's own score)
                 - SLOPE * k * displaced (least contended fitting card)
@@ -22,12 +26,15 @@ Per candidate node ``n`` (and, for one-device replicas, per fitting card ``d`` o
 FGD's own score is ``floor(100 * sigmoid(...))``; half its resolution makes fragmentation deltas within
 about 80 thousandths of a GPU equal: near-equal nodes go to the engine's seeded node order, and inside
 a node near-equal cards to the fullest. Replicas of several cards (or none) keep FGD's resolution,
-where coarser scores measurably lost. ``SLOPE`` is FGD's sigmoid's slope at 0, so displaced demand
-counts as that much more fragment: FGD alone happily spends the cards that jobs constrained to them
-need, because idle capacity others cannot use looks like fragment to it. A CPU-only replica changes
-no node's GPU fragmentation; among nodes FGD rates equal it goes to the one with the most CPU beyond
-what its idle devices will need (the workload's CPU per unit of device compute), except when the
-workload is CPU-bound, where the cap already weighs CPU.
+where coarser scores measurably lost. ``PACK`` makes any packing loss outweigh FGD's whole range:
+a share goes where it joins a best filling of the card's gap (a 0.32 beside a 0.65, not in the
+0.53 beside a 0.47), and FGD decides among the cards where it loses nothing. ``SLOPE`` is FGD's
+sigmoid's slope at 0, so displaced demand counts as that much more fragment: FGD alone happily
+spends the cards that jobs constrained to them need, because idle capacity others cannot use looks
+like fragment to it. A CPU-only replica changes no node's GPU fragmentation; among nodes FGD rates
+equal it goes to the one with the most CPU beyond what its idle devices will need (the workload's
+CPU per unit of device compute), except when the workload is CPU-bound, where the cap already
+weighs CPU.
 
 The score is greedy: it rates what a placement does to the node's fragmentation now. Among the best
 ``CANDIDATES`` nodes within ``LOOK_SLACK`` of the best score (the engine's seeded order among
@@ -60,6 +67,7 @@ from xpupool.engine.lookahead import CANDIDATES, Lookahead
 from xpupool.engine.scarcity import DevicePressure
 from xpupool.engine.scorers.base import ScorerEnv
 from xpupool.engine.scorers.fgd import Fgd
+from xpupool.engine.share_prices import SharePrices
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 from xpupool.model.request import Request
 
@@ -70,6 +78,7 @@ CPU_BOUND = 0.95  # workload CPU per device compute, as a share of the fleet's, 
 SLOPE = 0.025  # score points per thousandth of displaced demand: FGD's sigmoid's slope at 0
 CPU_TIE = 0.5  # weight of the spare-CPU tie-break for CPU-only replicas (below one score step)
 RELEARN_AFTER = 0.25  # re-learn the online workload after this share of the window is new
+PACK = 100.0  # score points per card of packing loss: any loss outweighs FGD's whole range
 LOOK_SLACK = 1.0  # score points below the best within which the lookahead compares candidates
 WINDOW = 10_000  # the online workload is estimated from the last this many requests
 
@@ -88,6 +97,7 @@ class Xpupool(Fgd):
         workload = env.workload or TargetWorkload((), ())
         self._cpu_per_compute = cpu_per_compute(workload)
         super().__init__(env, workload, capped=cpu_bound(workload, env.pipeline.state))
+        self._prices = share_prices(workload)
         self._lookahead = Lookahead(self.frag) if self.look else None
         if self._lookahead is not None and self._lookahead.active:
             self.frag.current()  # every node's next-shape deltas, once, before placing
@@ -119,7 +129,9 @@ class Xpupool(Fgd):
             cached.score = np.zeros_like(cached.frag_after)
             stale = candidates
         if stale.size:
-            cached.score[stale] = _score(ctx, before, cached.frag_after, stale, self.fine)
+            cached.score[stale] = _score(
+                ctx, before, cached.frag_after, stale, self.fine, self._prices
+            )
         if cached.score.ndim == 1:
             scores[candidates] = cached.score[candidates]
             if displaced is not None:
@@ -218,6 +230,7 @@ class Xpupool(Fgd):
             workload = TargetWorkload.from_requests(self._seen)
             capped = cpu_bound(workload, state)
             self._cpu_per_compute = cpu_per_compute(workload)
+            self._prices = share_prices(workload)
             self.frag = FragmentationCache(state, self.frag.pipeline, workload, capped)
             self._cache.clear()
             if self._lookahead is not None:
@@ -294,8 +307,25 @@ def _spare_cpu(state: ClusterState, nodes: IndexArray, per_compute: float) -> Fl
     return result
 
 
+def share_prices(workload: TargetWorkload) -> SharePrices | None:
+    """Cutting-stock prices of the workload's one-card shares (None when it has none)."""
+    frequencies: dict[int, float] = {}
+    for shape, weight in zip(workload.shapes, workload.weights, strict=True):
+        d = shape.devices
+        share = d.need_core_permille or 0
+        if d.count == 1 and 0 < share < 1000:
+            frequencies[share] = frequencies.get(share, 0.0) + weight
+    prices = SharePrices(frequencies)
+    return prices if prices.active else None
+
+
 def _score(
-    ctx: Context, before: FloatArray, frag_after: FloatArray, nodes: IndexArray, fine: bool
+    ctx: Context,
+    before: FloatArray,
+    frag_after: FloatArray,
+    nodes: IndexArray,
+    fine: bool,
+    prices: SharePrices | None = None,
 ) -> FloatArray:
     """Scores of ``nodes`` (``[S]``), or of each of their cards for a one-device replica
     (``[S, W]``, before masking the cards it does not fit): primary, plus the fullest-card term at
@@ -305,6 +335,8 @@ def _score(
     if fine:
         return _primary(before[nodes, None], frag_after[nodes], STEPS_NODE)
     per_device = _primary(before[nodes, None], frag_after[nodes], STEPS)
+    if prices is not None and 0 < ctx.need_core < 1000:  # a share: how it fills the card's gap
+        per_device -= PACK * prices.loss(ctx.state.dev_core_free[nodes], ctx.need_core)
     per_device += TIGHT * (1.0 - (ctx.state.dev_core_free[nodes] - ctx.need_core) / 1000.0)
     return per_device
 
