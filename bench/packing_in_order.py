@@ -29,11 +29,10 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
+from policy_table import TRACES, seed_range
 from xpupool.sim.alibaba import GPU_MILLI, TraceTask, capacity_milli, read_nodes, read_tasks
 from xpupool.sim.fgd_protocol import tuned_workload
 from xpupool.sim.packing_bound import _patterns, arrived_until
-
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "alibaba-gpu-v2023"
 
 
 class Packer:
@@ -99,11 +98,10 @@ def main() -> None:
     parser.add_argument("--trace", default="default")
     parser.add_argument("--seeds", default="42-51")
     args = parser.parse_args()
-    low, high = (int(x) for x in args.seeds.split("-"))
     nodes = args.data / "openb_node_list_gpu_node.csv"
     pods = args.data / f"openb_pod_list_{args.trace}.csv"
     results = []
-    for seed in range(low, high + 1):
+    for seed in seed_range(args.seeds):
         full, idle = estimate(nodes, pods, seed)
         results.append(idle)
         print(f"{args.trace} seed {seed}: packs to {full:.2f} %, unallocated {idle:.3f} %")

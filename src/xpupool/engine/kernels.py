@@ -368,8 +368,10 @@ def knapsack(sizes: IntArray, prices: FloatArray, card: int) -> tuple[FloatArray
 
 def warm() -> None:
     """Compile the loops now (or load them from the cache), once per process, on a one-node table
-    of the types the engine passes. A server calls this before it takes requests: done on the first
-    request instead, it is a stall of about 0.4 s that queues every request behind it."""
+    of the types the engine passes, and import the LP solver of the share prices
+    (``engine/share_prices.py``, imported lazily: 0.4 s that the engine's import does not pay). A
+    server calls this before it takes requests: done on the first request instead, each is a stall
+    of about 0.4 s that queues every request behind it."""
     global _warm
     if _warm:
         return
@@ -384,4 +386,6 @@ def warm() -> None:
     ok = np.ones(1, np.bool_)
     _best_deltas_jit(t, ints, grid, grid, ints, ints, ok, ints, True, np.zeros((1, 1)))
     knapsack(ones, np.ones(1, f64), 1)
+    import scipy.optimize  # noqa: F401  (the share prices' LP, on their first use otherwise)
+
     _warm = True
