@@ -10,8 +10,10 @@ rule and nothing else of the cluster (no nodes, CPU, memory; a k-card task is k 
 
 - the longest prefix of the arrival order whose tasks pack into the fleet's GPUs (fewest cards
   of a cutting-stock integer program, HiGHS) is placed, with the future known;
-- every later task (to arrived = 100 %) is placed if the tasks placed so far and it still pack
-  (re-arranged freely), and fails otherwise.
+- every later task is placed if the tasks placed so far and it still pack (re-arranged freely),
+  and fails otherwise;
+- unallocated % at arrived = 100 % is then read as the simulator reads it (the mean over the
+  events whose arrived % rounds to 100).
 
 It is an estimate, not a bound: re-arranging after every task helps the packer, but taking every
 task that still packs may not be the best order-respecting choice. It says where the 25 % goal of
@@ -32,7 +34,9 @@ from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 from policy_table import TRACES, seed_range
 from xpupool.sim.alibaba import GPU_MILLI, TraceTask, capacity_milli, read_nodes, read_tasks
 from xpupool.sim.fgd_protocol import tuned_workload
+from xpupool.sim.metrics import curves, unallocated_at
 from xpupool.sim.packing_bound import _patterns, arrived_until
+from xpupool.sim.replay import ReplayTrace
 
 
 class Packer:
@@ -64,30 +68,40 @@ class Packer:
 
 
 def estimate(nodes_csv: Path, pods_csv: Path, seed: int) -> tuple[float, float]:
-    """(arrived % at which the prefix stops packing, unallocated % at arrived = 100 %)."""
+    """(arrived % at which the prefix stops packing, unallocated % at arrived = 100 % as the
+    simulator measures it: the mean allocation over the task events whose arrived % rounds to 100,
+    so the tasks up to 100.5 % count)."""
     nodes, tasks = read_nodes(nodes_csv), read_tasks(pods_csv)
     capacity = capacity_milli(nodes)
     gpus = capacity // GPU_MILLI
-    arrived = [
-        t for t in arrived_until(tuned_workload(tasks, capacity, seed), capacity) if t.num_gpu
-    ]
-    packer = Packer(arrived)
-    low, high = 0, len(arrived)  # arrived[:low] packs
+    sequence = arrived_until(tuned_workload(tasks, capacity, seed), 1.01 * capacity)
+    devices = [t for t in sequence if t.num_gpu]
+    packer = Packer(devices)
+    low, high = 0, len(devices)  # devices[:low] packs
     while low < high:
         mid = (low + high + 1) // 2
-        if packer.fits(arrived[:mid], gpus):
+        if packer.fits(devices[:mid], gpus):
             low = mid
         else:
             high = mid - 1
-    placed = arrived[:low]
-    failed = 0
-    for task in arrived[low:]:
-        if packer.fits([*placed, task], gpus):
+    placed = devices[:low]
+    fits = [True] * low
+    for task in devices[low:]:
+        fits.append(packer.fits([*placed, task], gpus))
+        if fits[-1]:
             placed.append(task)
-        else:
-            failed += task.gpu_request_milli
-    full = 100.0 * sum(t.gpu_request_milli for t in arrived[:low]) / capacity
-    return full, 100.0 * failed / capacity
+    n = len(sequence)
+    arrived, allocated = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    total_arrived = total_placed = j = 0
+    for i, task in enumerate(sequence):  # every task is an event, CPU-only ones too
+        total_arrived += task.gpu_request_milli
+        if task.num_gpu:  # the j-th device task (a task can appear twice in the sequence)
+            total_placed += task.gpu_request_milli if fits[j] else 0
+            j += 1
+        arrived[i], allocated[i] = total_arrived, total_placed
+    trace = ReplayTrace(arrived, allocated, np.zeros(n), capacity - allocated, capacity, 0, 0.0)
+    full = 100.0 * sum(t.gpu_request_milli for t in devices[:low]) / capacity
+    return full, unallocated_at(curves(trace)["alloc_pct"])
 
 
 def main() -> None:

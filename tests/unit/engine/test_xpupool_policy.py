@@ -180,3 +180,17 @@ def test_a_share_does_not_spoil_a_gap_that_the_workload_fills_better(profile: st
         assert engine.place(pinned).ok
         placed = engine.place(share(1000, 320, "second"))
         assert placed.allocations[0].devices[0].uuid == card, policy
+
+
+def test_the_online_workload_is_priced_as_it_is_learned() -> None:
+    # Without a given workload the prices follow the one learned from the requests: none before a
+    # share was seen, then the shares' sizes, re-solved at each re-learn.
+    engine = Engine(ClusterState([gpu_node("a", count=8, group_size=0)]))
+    assert engine.place(whole(1000, "w0")).ok
+    scorer = engine._weighted(engine.profile)[0][0]
+    assert isinstance(scorer, Xpupool) and scorer.prices is None
+    for i in range(8):
+        assert engine.place(share(1000, 500 if i % 4 == 0 else 300, f"s{i}")).ok
+    assert scorer.prices is not None
+    assert scorer.prices.sizes.tolist() == [300, 500]
+    assert scorer.prices.value[1000] == pytest.approx(1.0)

@@ -103,6 +103,11 @@ class Xpupool(Fgd):
             self.frag.current()  # every node's next-shape deltas, once, before placing
             self._lookahead.update(env.pipeline.state)
 
+    @property
+    def prices(self) -> SharePrices | None:
+        """The cutting-stock prices of the target workload's shares (None when it has none)."""
+        return self._prices
+
     def describe(self) -> str:
         """What the scorer uses for this engine: its resolution, its lookahead and the target
         workload (given, or learned from the requests)."""
