@@ -114,6 +114,9 @@ class Xpupool(Fgd):
         resolution = "FGD's resolution" if self.fine else "half resolution"
         source = "learned online" if self._online else "given"
         parts = [f"{resolution} for one-card replicas"]
+        if self._prices is not None:
+            n = self._prices.sizes.size
+            parts.append(f"shares priced by the best packing of {n} size{'s' if n > 1 else ''}")
         if self._lookahead is not None:
             parts.append(self._lookahead.describe())
         parts.append(f"target workload {source}" + (", CPU-capped" if self.frag.capped else ""))
