@@ -1,4 +1,5 @@
-"""Compiled inner loops of the fragmentation measure (``engine/fragmentation.py``).
+"""Compiled inner loops of the fragmentation measure (``engine/fragmentation.py``), and the
+knapsack of the share prices (``engine/share_prices.py``), a thousand steps per solve.
 
 FGD's evaluation touches a few nodes per request (those that changed since the same amounts were
 last scored) over every shape the node serves and every device: arrays of a few thousand elements,
@@ -264,7 +265,6 @@ def _best_deltas(
             out[b, r] = before - _settle(after)
 
 
-# The helpers first: the loops that call them find them compiled when they compile.
 def _knapsack(sizes: Any, prices: Any, card: Any, value: Any, last: Any) -> None:
     """Unbounded knapsack over one card (``engine/share_prices.py``): ``value[h]`` the most that
     ``sizes`` fitting in ``h`` are worth at ``prices``, ``last[h]`` the size taken last there (-1:
@@ -278,6 +278,7 @@ def _knapsack(sizes: Any, prices: Any, card: Any, value: Any, last: Any) -> None
                 value[h], last[h] = value[h - s] + prices[i], i
 
 
+# The helpers first: the loops that call them find them compiled when they compile.
 _served = _JIT(_served)
 _take_card = _JIT(_take_card)
 _admits = _JIT(_admits)

@@ -18,7 +18,7 @@ Per candidate node ``n`` (and, for one-device replicas, per fitting card ``d`` o
                 cutting-stock prices of the workload's shares (``engine/share_prices.py``):
                 ``K(h) - K(s) - K(h - s)``, 0 where ``s`` belongs to a best filling of ``h``
     score     = primary + tight - SLOPE * displaced - PACK * loss    one-device replica (best card)
-                (fine resolution: FGD's own score - SLOPE * displaced, no tight)
+                (fine resolution: FGD's own score - SLOPE * displaced, no tight, no loss)
     score     = floor(100 * sigmoid((F_before - F_after) / 1000))  others (FGD's own score)
                 - SLOPE * k * displaced (least contended fitting card)
                 + CPU_TIE * spare CPU (0..1)         CPU-only replicas, workload not CPU-bound
