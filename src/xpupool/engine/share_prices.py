@@ -18,7 +18,7 @@ as what they displace. Everything comes from the workload the policy sees: no co
 
 The LP is solved by column generation (a knapsack over the prices finds the pattern worth most; it
 joins the program until none is worth more than one card), so workloads with many small sizes do
-not enumerate every pattern.
+not enumerate every pattern; past ``MAX_SIZES`` sizes they are rounded up to a coarser grid.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ from xpupool.engine.kernels import knapsack
 from xpupool.engine.state import FloatArray, IntArray
 
 CARD = 1000  # thousandths of a card
-MAX_ROUNDS = 200  # column generation rounds (a handful suffice in practice)
+MAX_SIZES = 40  # sizes priced; more are rounded up to a coarser grid (see ``_coarsened``)
+GRIDS = (5, 10, 20, 25, 50)  # thousandths: the grids tried, finest first
+MAX_ROUNDS = 200  # column generation rounds (a few dozen suffice for MAX_SIZES sizes)
 TOLERANCE = 1e-9
 
 
@@ -39,9 +41,10 @@ class SharePrices:
     """``K(h)`` for ``h = 0..1000`` from the share sizes and frequencies of a workload."""
 
     def __init__(self, frequencies: Mapping[int, float]) -> None:
-        sizes = sorted(s for s, f in frequencies.items() if 0 < s < CARD and f > 0)
+        merged = _coarsened({s: f for s, f in frequencies.items() if 0 < s < CARD and f > 0})
+        sizes = sorted(merged)
         self.sizes: IntArray = np.asarray(sizes, np.int64)
-        self.prices: FloatArray = _dual_prices(self.sizes, [float(frequencies[s]) for s in sizes])
+        self.prices: FloatArray = _dual_prices(self.sizes, [merged[s] for s in sizes])
         self.value: FloatArray = _knapsack(self.sizes, self.prices)  # K(h), h = 0..CARD
 
     @property
@@ -60,6 +63,24 @@ class SharePrices:
         # losses must compare equal (the smallest real loss is a difference of prices, >> 1e-6).
         settled: FloatArray = np.maximum(np.round(result, 6), 0.0)
         return settled
+
+
+def _coarsened(frequencies: dict[int, float]) -> dict[int, float]:
+    """At most ``MAX_SIZES`` sizes: a workload learned online can hold hundreds of share sizes,
+    and column generation then takes seconds and hundreds of rounds. Sizes are rounded up to the
+    finest grid of ``GRIDS`` that leaves few enough (a share then needs at most its priced size);
+    one that rounds up to a whole card is no share to price."""
+    if len(frequencies) <= MAX_SIZES:
+        return frequencies
+    for grid in GRIDS:
+        merged: dict[int, float] = {}
+        for size, weight in frequencies.items():
+            up = -(-size // grid) * grid
+            if up < CARD:
+                merged[up] = merged.get(up, 0.0) + weight
+        if len(merged) <= MAX_SIZES:
+            break
+    return merged
 
 
 def _dual_prices(sizes: IntArray, counts: list[float]) -> FloatArray:

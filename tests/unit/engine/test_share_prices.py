@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.optimize import linprog
 
-from xpupool.engine.share_prices import CARD, SharePrices
+from xpupool.engine.share_prices import CARD, MAX_SIZES, SharePrices
 from xpupool.sim.packing_bound import _patterns
 
 
@@ -61,3 +61,18 @@ def test_a_loss_is_never_negative() -> None:
     free = np.arange(CARD + 1)
     for size in (50, 160, 230, 320, 470, 555, 650, 810, 999):
         assert (prices.loss(free, size) >= 0).all()
+
+
+def test_hundreds_of_sizes_are_priced_on_a_coarser_grid() -> None:
+    # A workload learned online may hold hundreds of share sizes; priced as they are, column
+    # generation ran out of rounds (K(1000) 1.39: prices no packing respects). Rounded up to a
+    # grid, at most MAX_SIZES are priced, the prices are optimal again, and any size has a loss.
+    rng = np.random.default_rng(1)
+    sizes = sorted({int(s) for s in rng.integers(1, 1000, 300)})
+    weights = rng.random(len(sizes)) + 0.05
+    prices = SharePrices({s: float(w) for s, w in zip(sizes, weights, strict=True)})
+    assert 0 < prices.sizes.size <= MAX_SIZES
+    assert set(prices.sizes.tolist()) <= set(range(5, CARD, 5))
+    assert prices.value[CARD] == pytest.approx(1.0)  # no pattern worth more than a card
+    free = np.arange(CARD + 1)
+    assert all((prices.loss(free, s) >= 0).all() for s in sizes[::25])
