@@ -35,7 +35,7 @@ from policy_table import TRACES, seed_range
 from xpupool.sim.alibaba import GPU_MILLI, TraceTask, capacity_milli, read_nodes, read_tasks
 from xpupool.sim.fgd_protocol import tuned_workload
 from xpupool.sim.metrics import curves, unallocated_at
-from xpupool.sim.packing_bound import _patterns, arrived_until
+from xpupool.sim.packing_bound import arrived_until, packing_patterns
 from xpupool.sim.replay import ReplayTrace
 
 
@@ -45,7 +45,7 @@ class Packer:
     def __init__(self, tasks: list[TraceTask]) -> None:
         self.sizes = sorted({t.gpu_milli for t in tasks if 0 < t.gpu_milli < GPU_MILLI})
         self.index = {s: i for i, s in enumerate(self.sizes)}
-        self.patterns = np.asarray(_patterns(self.sizes), np.float64).T  # [sizes, patterns]
+        self.patterns = np.asarray(packing_patterns(self.sizes), np.float64).T  # [sizes, patterns]
 
     def fits(self, tasks: list[TraceTask], gpus: int) -> bool:
         whole = sum(t.num_gpu for t in tasks if t.gpu_milli >= GPU_MILLI)

@@ -113,8 +113,9 @@ def _dual_prices(sizes: IntArray, counts: list[float]) -> FloatArray:
 
 
 def _best_pattern(sizes: IntArray, prices: FloatArray) -> tuple[FloatArray, float]:
-    """The multiset of sizes fitting one card worth most at ``prices`` (unbounded knapsack)."""
-    value, last = _knapsack_table(sizes, prices)
+    """The multiset of sizes fitting one card worth most at ``prices`` (unbounded knapsack, a
+    compiled loop: ``kernels.knapsack``)."""
+    value, last = knapsack(sizes, prices, CARD)
     pattern = np.zeros(sizes.size)
     h = CARD
     while h > 0:
@@ -129,11 +130,5 @@ def _best_pattern(sizes: IntArray, prices: FloatArray) -> tuple[FloatArray, floa
 def _knapsack(sizes: IntArray, prices: FloatArray) -> FloatArray:
     """``K(h)``: the most the sizes fitting in ``h`` are worth at ``prices``, ``h = 0..CARD``
     (negative prices, which a degenerate dual can give, count as nothing)."""
-    value, _ = _knapsack_table(sizes, np.maximum(prices, 0.0))
+    value, _ = knapsack(sizes, np.maximum(prices, 0.0), CARD)
     return np.round(value, 9)
-
-
-def _knapsack_table(sizes: IntArray, prices: FloatArray) -> tuple[FloatArray, IntArray]:
-    """Unbounded knapsack over one card: the best value at each capacity ``h = 0..CARD`` and the
-    size taken last there (-1: the best at ``h`` is the best at ``h - 1``); a compiled loop."""
-    return knapsack(sizes, prices, CARD)

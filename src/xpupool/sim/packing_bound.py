@@ -28,7 +28,7 @@ class BoundUnavailableError(RuntimeError):
     """The bound cannot be computed here (SciPy missing, or too many packing patterns)."""
 
 
-def _patterns(sizes: list[int]) -> list[tuple[int, ...]]:
+def packing_patterns(sizes: list[int]) -> list[tuple[int, ...]]:
     """Every non-empty multiset of ``sizes`` (counts per size) that fits in one GPU."""
     out: list[tuple[int, ...]] = []
     counts: list[int] = []
@@ -77,7 +77,7 @@ def unallocated_lower_bound(tasks: Iterable[TraceTask], gpus: int) -> float:
     if not items:
         return 0.0
     sizes = sorted(items, reverse=True)
-    patterns = _patterns(sizes)
+    patterns = packing_patterns(sizes)
     use = np.asarray(patterns, np.float64).T  # [sizes, patterns]
     value = np.asarray(sizes, np.float64) @ use
     a_ub = np.vstack([use, np.ones(len(patterns))])

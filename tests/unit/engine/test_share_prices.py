@@ -8,7 +8,7 @@ import pytest
 from scipy.optimize import linprog
 
 from xpupool.engine.share_prices import CARD, MAX_SIZES, SharePrices
-from xpupool.sim.packing_bound import _patterns
+from xpupool.sim.packing_bound import packing_patterns
 
 
 def test_prices_and_losses_worked_out_by_hand() -> None:
@@ -46,7 +46,7 @@ def test_column_generation_reaches_the_optimum_of_every_pattern(seed: int) -> No
     sizes = sorted({int(s) for s in rng.integers(12, 95, 9) * 10})
     frequencies = {s: float(f) for s, f in zip(sizes, rng.random(len(sizes)) + 0.1, strict=True)}
     prices = SharePrices(frequencies)
-    patterns = np.asarray(_patterns(sizes), np.float64).T  # [sizes, patterns]
+    patterns = np.asarray(packing_patterns(sizes), np.float64).T  # [sizes, patterns]
     demand = np.asarray([frequencies[s] for s in sizes])
     demand /= demand.sum()
     best = linprog(np.ones(patterns.shape[1]), A_eq=patterns, b_eq=demand, method="highs")

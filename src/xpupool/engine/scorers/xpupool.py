@@ -333,7 +333,7 @@ def _score(
     frag_after: FloatArray,
     nodes: IndexArray,
     fine: bool,
-    prices: SharePrices | None = None,
+    prices: SharePrices | None,
 ) -> FloatArray:
     """Scores of ``nodes`` (``[S]``), or of each of their cards for a one-device replica
     (``[S, W]``, before masking the cards it does not fit): primary, plus the fullest-card term at
