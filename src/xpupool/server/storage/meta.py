@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Engine, MetaData, create_engine, event
+from sqlalchemy import Engine, MetaData, create_engine, event, inspect, text
 
 metadata = MetaData()
 
@@ -35,4 +35,39 @@ def connect(url: str) -> Engine:
     from xpupool.server.storage import fleet, jobs, tenants  # noqa: F401  (register the tables)
 
     metadata.create_all(engine)
+    add_missing_columns(engine)
     return engine
+
+
+def add_missing_columns(engine: Engine) -> list[str]:
+    """Bring a database made by an older release up to the current tables: every column the
+    metadata has and the stored table lacks is added (``ALTER TABLE ... ADD COLUMN``), with its
+    ``server_default`` filling the existing rows. A new column on an existing table must therefore
+    be nullable or carry a ``server_default``. Returns ``table.column`` for each column added."""
+    added: list[str] = []
+    existing = inspect(engine)
+    with engine.begin() as conn:
+        for table in metadata.sorted_tables:
+            if not existing.has_table(table.name):
+                continue
+            have = {c["name"] for c in existing.get_columns(table.name)}
+            for column in table.columns:
+                if column.name in have:
+                    continue
+                if not column.nullable and column.server_default is None:
+                    raise RuntimeError(
+                        f"column {table.name}.{column.name} is new, NOT NULL and has no "
+                        "server_default: older databases cannot be upgraded"
+                    )
+                ddl = column.type.compile(dialect=engine.dialect)
+                default = ""
+                if column.server_default is not None:
+                    arg = getattr(column.server_default, "arg", None)
+                    value = arg.text if hasattr(arg, "text") else str(arg)
+                    default = f" DEFAULT {value}"
+                null = "" if column.nullable else " NOT NULL"
+                conn.execute(
+                    text(f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {ddl}{null}{default}')
+                )
+                added.append(f"{table.name}.{column.name}")
+    return added
