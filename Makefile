@@ -1,11 +1,11 @@
 # Two entry points: `make run` (the main job on the embedded default) and `make test`.
-# Both create .venv when it is missing, so they work on a fresh machine with only python3.
+# Both create .venv when it is missing; `make test` also builds the Kubernetes test binaries with Go.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test test-k8s lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +23,17 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
 
+# The Kubernetes tests run a real kube-apiserver, kube-scheduler, kwok and etcd, built once into
+# ~/.cache/xpupool/k8s by tools/k8s/build.sh (about 10 minutes on two cores the first time, then
+# nothing): a missing binary is a test failure, never a skip.
 test: lint
+	tools/k8s/build.sh >/dev/null
 	$(BIN)/python -m pytest
+
+# Only the Kubernetes tests.
+test-k8s: $(STAMP)
+	tools/k8s/build.sh
+	$(BIN)/python -m pytest -m k8s tests/k8s
 
 bench: $(STAMP)
 	$(BIN)/python bench/placement.py --nodes 5000 --json

@@ -1,0 +1,429 @@
+"""A real Kubernetes control plane as plain local processes, for tests that must prove the
+Kubernetes front against upstream code rather than against fixtures we wrote.
+
+    with StubExtender(admit={"gpu-a"}) as ext, K8sCluster(tmp, extender_url=ext.url) as kc:
+        kc.api.post("/api/v1/nodes", json=node)
+
+``K8sCluster`` starts etcd, kube-apiserver and kube-scheduler (the binaries ``tools/k8s/build.sh``
+builds), all on 127.0.0.1 with ports picked at runtime, and stops them on exit, also when the start
+itself fails. No kube-controller-manager runs: tests create Nodes themselves, and the admission
+plugins that rely on its controllers are off (ServiceAccount: nobody creates the ``default``
+ServiceAccount; TaintNodesByCondition: nobody lifts the not-ready taint it adds to new Nodes, so no
+pod would ever schedule). Each process runs in its own session so a teardown kill reaches its whole
+group and nothing else. A start that fails or times out raises ``K8sStartError`` with the tail of
+that component's log.
+
+Binaries come from ``$XPUPOOL_K8S_BIN`` or the cache directory ``build.sh --print-bin-dir``
+names. When one is missing, ``find_binaries`` raises ``K8sBinariesMissingError``; fixtures turn that
+into a test failure (never a skip), so CI cannot pass without the real control plane.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD_SH = ROOT / "tools" / "k8s" / "build.sh"
+BINARIES = ("etcd", "kube-apiserver", "kube-scheduler")
+SCHEDULER_NAME = "xpupool-scheduler"
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+TOKEN = "xpupool-test-token"  # static bearer token of a system:masters user
+
+
+class K8sBinariesMissingError(RuntimeError):
+    """The control-plane binaries are not built: run tools/k8s/build.sh."""
+
+
+class K8sStartError(RuntimeError):
+    """A component exited or did not become ready; the message ends with its log tail."""
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 right now (another process may take it before we bind it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def bin_dir() -> Path:
+    """``$XPUPOOL_K8S_BIN``, else the versioned cache directory that build.sh fills."""
+    env_dir = os.environ.get("XPUPOOL_K8S_BIN")
+    if env_dir:
+        return Path(env_dir)
+    out = subprocess.run(
+        ["bash", str(BUILD_SH), "--print-bin-dir"], check=True, capture_output=True, text=True
+    )
+    return Path(out.stdout.strip())
+
+
+def find_binaries(names: Sequence[str] = BINARIES) -> dict[str, Path]:
+    """Paths of the named binaries (and of ``kwok-stages.yaml``, in ``../share``, with kwok).
+
+    Raises ``K8sBinariesMissingError`` naming what is absent and the command that builds it.
+    """
+    d = bin_dir()
+    paths = {name: d / name for name in names}
+    missing = [name for name, p in paths.items() if not os.access(p, os.X_OK)]
+    if "kwok" in names:
+        paths["kwok-stages"] = d.parent / "share" / "kwok-stages.yaml"
+        if not paths["kwok-stages"].is_file():
+            missing.append(str(paths["kwok-stages"]))
+    if missing:
+        raise K8sBinariesMissingError(
+            f"Kubernetes binaries missing in {d}: {', '.join(missing)}. "
+            f"Run tools/k8s/build.sh (or make test-k8s) first, or point XPUPOOL_K8S_BIN at them."
+        )
+    return paths
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    """The last ``lines`` lines of a component log, for error messages."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        return f"<no log: {exc}>"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass
+class Component:
+    """One running binary: its process (leader of its own session) and its log file."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """SIGTERM to the whole process group, SIGKILL to what is left after ``grace_s``."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=grace_s)
+        # Also when the leader exited: children of its group may linger.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+@dataclass
+class Extender:
+    """The ``extenders`` entry of the scheduler configuration (upstream v1 field names)."""
+
+    url_prefix: str
+    filter_verb: str = "filter"
+    prioritize_verb: str = "prioritize"
+    bind_verb: str = "bind"
+    weight: int = 1
+    http_timeout: str = "5s"
+    ignorable: bool = False
+    managed_resources: tuple[str, ...] = ("nvidia.com/gpu",)
+
+    def to_config(self) -> dict[str, object]:
+        return {
+            "urlPrefix": self.url_prefix,
+            "filterVerb": self.filter_verb,
+            "prioritizeVerb": self.prioritize_verb,
+            "bindVerb": self.bind_verb,
+            "weight": self.weight,
+            "enableHTTPS": False,
+            "nodeCacheCapable": True,
+            "httpTimeout": self.http_timeout,
+            "ignorable": self.ignorable,
+            "managedResources": [
+                {"name": r, "ignoredByScheduler": True} for r in self.managed_resources
+            ],
+        }
+
+
+class K8sCluster:
+    """etcd + kube-apiserver + kube-scheduler (one profile, at most one extender) on 127.0.0.1.
+
+    ``workdir`` (default: a fresh temp dir, removed on stop) holds certificates, the kubeconfig,
+    configs, etcd data and one ``<component>.log`` each. ``api`` is an httpx client already
+    authenticated as a cluster admin; ``kubeconfig`` works with kubectl. ``extender_url`` is a
+    shorthand for ``extender=Extender(url_prefix=extender_url)``. With ``kwok=True`` a standalone
+    kwok controller also runs and plays kubelet for Nodes annotated ``kwok.x-k8s.io/node: fake``
+    (bound pods go Running), driven by the upstream "fast" stages that build.sh keeps in
+    ``<cache>/share/kwok-stages.yaml``.
+    """
+
+    def __init__(
+        self,
+        workdir: Path | None = None,
+        *,
+        extender_url: str | None = None,
+        extender: Extender | None = None,
+        scheduler_name: str = SCHEDULER_NAME,
+        kwok: bool = False,
+        start_timeout_s: float = 90.0,
+    ) -> None:
+        if extender is None and extender_url is not None:
+            extender = Extender(url_prefix=extender_url)
+        self.extender = extender
+        self.scheduler_name = scheduler_name
+        self.kwok = kwok
+        self.start_timeout_s = start_timeout_s
+        self.workdir = workdir
+        self.components: list[Component] = []
+        self.api_url = ""
+        self._own_workdir = False
+        self._api: httpx.Client | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> K8sCluster:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> K8sCluster:
+        """Start all components in order and wait for each; on any failure stop what started."""
+        bins = find_binaries((*BINARIES, "kwok") if self.kwok else BINARIES)
+        if self.workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix="xpupool-k8s-"))
+            self._own_workdir = True
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            etcd_url = self._start_etcd(bins["etcd"])
+            self._start_apiserver(bins["kube-apiserver"], etcd_url)
+            self._start_scheduler(bins["kube-scheduler"])
+            if self.kwok:
+                self._start_kwok(bins["kwok"], bins["kwok-stages"])
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop components in reverse order and remove the temp dir (if we made it)."""
+        if self._api is not None:
+            self._api.close()
+            self._api = None
+        while self.components:
+            self.components.pop().stop()
+        if self._own_workdir and self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+            self._own_workdir = False
+
+    # -- accessors ---------------------------------------------------------------------------
+
+    @property
+    def dir(self) -> Path:
+        assert self.workdir is not None, "cluster not started"
+        return self.workdir
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.dir / "kubeconfig"
+
+    @property
+    def api(self) -> httpx.Client:
+        """An admin client for the apiserver (self-signed serving cert, so no verification)."""
+        if self._api is None:
+            self._api = make_api_client(self.api_url)
+        return self._api
+
+    def log(self, name: str) -> str:
+        return log_tail(self.dir / f"{name}.log", lines=10_000)
+
+    # -- components --------------------------------------------------------------------------
+
+    def _spawn(self, name: str, args: list[str]) -> Component:
+        log = self.dir / f"{name}.log"
+        with log.open("ab") as out:
+            proc = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.dir,
+                start_new_session=True,
+            )
+        comp = Component(name, proc, log)
+        self.components.append(comp)
+        return comp
+
+    def _wait(self, comp: Component, url: str, headers: dict[str, str] | None = None) -> None:
+        """Poll ``url`` until it answers 200; raise with the log tail if the process dies."""
+        deadline = time.monotonic() + self.start_timeout_s
+        last = "no answer yet"
+        with httpx.Client(verify=False, timeout=2.0, headers=headers) as client:
+            while time.monotonic() < deadline:
+                if not comp.alive():
+                    raise K8sStartError(
+                        f"{comp.name} exited with code {comp.proc.returncode} before it was "
+                        f"ready; the end of its log:\n{log_tail(comp.log)}"
+                    )
+                try:
+                    r = client.get(url)
+                    if r.status_code == 200:
+                        return
+                    last = f"HTTP {r.status_code}: {r.text[-500:]}"
+                except httpx.HTTPError as exc:
+                    last = repr(exc)
+                time.sleep(0.2)
+        raise K8sStartError(
+            f"{comp.name} not ready at {url} after {self.start_timeout_s:.0f}s (last: {last}); "
+            f"the end of its log:\n{log_tail(comp.log)}"
+        )
+
+    def _start_etcd(self, binary: Path) -> str:
+        client, peer = free_port(), free_port()
+        client_url, peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
+        comp = self._spawn(
+            "etcd",
+            [
+                str(binary),
+                "--name=n0",
+                f"--data-dir={self.dir / 'etcd'}",
+                f"--listen-client-urls={client_url}",
+                f"--advertise-client-urls={client_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=n0={peer_url}",
+                "--unsafe-no-fsync",  # test data; fsync would dominate on shared CI disks
+                "--log-level=warn",
+            ],
+        )
+        self._wait(comp, f"{client_url}/health")
+        return client_url
+
+    def _start_apiserver(self, binary: Path, etcd_url: str) -> None:
+        d = self.dir
+        (d / "tokens.csv").write_text(f'{TOKEN},admin,admin,"system:masters"\n')
+        # Required since 1.20 even though no ServiceAccount tokens are issued here.
+        subprocess.run(
+            ["openssl", "genrsa", "-out", str(d / "sa.key"), "2048"],
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(
+            ["openssl", "rsa", "-in", str(d / "sa.key"), "-pubout", "-out", str(d / "sa.pub")],
+            check=True,
+            capture_output=True,
+        )
+        port = free_port()
+        self.api_url = f"https://127.0.0.1:{port}"
+        comp = self._spawn(
+            "kube-apiserver",
+            [
+                str(binary),
+                f"--etcd-servers={etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={d / 'pki'}",  # self-signed serving cert generated here
+                f"--token-auth-file={d / 'tokens.csv'}",
+                "--authorization-mode=RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={d / 'sa.pub'}",
+                f"--service-account-signing-key-file={d / 'sa.key'}",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                # No kube-controller-manager runs: nothing would create the default
+                # ServiceAccount, nor lift the node.kubernetes.io/not-ready taint that
+                # TaintNodesByCondition puts on every Node at creation.
+                "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+                "--endpoint-reconciler-type=none",
+            ],
+        )
+        self._wait(comp, f"{self.api_url}/readyz", headers={"Authorization": f"Bearer {TOKEN}"})
+        write_kubeconfig(self.kubeconfig, self.api_url)
+        # /readyz can pass a moment before the bootstrap controller creates "default".
+        deadline = time.monotonic() + self.start_timeout_s
+        while self.api.get("/api/v1/namespaces/default").status_code != 200:
+            if time.monotonic() > deadline:
+                raise K8sStartError(f"namespace default never appeared:\n{log_tail(comp.log)}")
+            time.sleep(0.2)
+
+    def _start_scheduler(self, binary: Path) -> None:
+        profile: dict[str, object] = {"schedulerName": self.scheduler_name}
+        config: dict[str, object] = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": str(self.kubeconfig), "qps": 500, "burst": 1000},
+            "leaderElection": {"leaderElect": False},
+            "percentageOfNodesToScore": 100,
+            "profiles": [profile],
+        }
+        if self.extender is not None:
+            config["extenders"] = [self.extender.to_config()]
+        path = self.dir / "scheduler.json"  # JSON is YAML; the scheduler reads either
+        path.write_text(json.dumps(config, indent=2))
+        port = free_port()
+        comp = self._spawn(
+            "kube-scheduler",
+            [
+                str(binary),
+                f"--config={path}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.dir / 'pki-scheduler'}",
+                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+                "--v=2",
+            ],
+        )
+        self._wait(comp, f"https://127.0.0.1:{port}/readyz")
+
+    def _start_kwok(self, binary: Path, stages: Path) -> None:
+        port = free_port()
+        comp = self._spawn(
+            "kwok",
+            [
+                str(binary),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--config={stages}",  # v0.8.0 has no built-in stages
+                f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+                f"--server-address=127.0.0.1:{port}",  # healthz and metrics
+            ],
+        )
+        self._wait(comp, f"http://127.0.0.1:{port}/healthz")
+
+
+def make_api_client(api_url: str, token: str = TOKEN) -> httpx.Client:
+    """An httpx client for the test apiserver, authenticated with the static admin token."""
+    return httpx.Client(
+        base_url=api_url,
+        verify=False,
+        timeout=10.0,
+        headers={"Authorization": f"Bearer {token}"},
+    )
+
+
+def write_kubeconfig(path: Path, api_url: str, token: str = TOKEN) -> None:
+    """A token kubeconfig (as JSON, which every kubeconfig loader accepts)."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "local", "cluster": {"server": api_url, "insecure-skip-tls-verify": True}}
+        ],
+        "users": [{"name": "admin", "user": {"token": token}}],
+        "contexts": [{"name": "local", "context": {"cluster": "local", "user": "admin"}}],
+        "current-context": "local",
+    }
+    path.write_text(json.dumps(config, indent=2))

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Build the real Kubernetes control plane the k8s tests run against: kube-apiserver and
+# kube-scheduler from k8s.io/kubernetes, kwok from sigs.k8s.io/kwok, all through the Go module
+# proxy, plus etcd from Debian trixie's etcd-server package (bookworm's 3.4.23 is older than what
+# kube-apiserver 1.3x expects). Nothing lands in the repo: binaries go to a cache keyed by version,
+#   ${XPUPOOL_K8S_CACHE:-$HOME/.cache/xpupool/k8s}/<key>/bin/
+# and only missing binaries are built, so a warm run downloads nothing and takes well under a second.
+#
+# Usage: tools/k8s/build.sh                 build what is missing, print the binary paths
+#        tools/k8s/build.sh --print-bin-dir print the bin dir only (the pytest harness uses this)
+set -euo pipefail
+
+K8S_VERSION="${XPUPOOL_K8S_VERSION:-1.36.3}"   # k8s.io/kubernetes v$K8S_VERSION
+KWOK_VERSION="${XPUPOOL_KWOK_VERSION:-0.8.0}"  # sigs.k8s.io/kwok v$KWOK_VERSION
+ETCD_SUITE="trixie"                            # Debian suite whose etcd-server we unpack (3.5.16)
+DEBIAN_MIRROR="${XPUPOOL_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+
+KEY="k8s-v${K8S_VERSION}_kwok-v${KWOK_VERSION}_etcd-${ETCD_SUITE}"
+CACHE="${XPUPOOL_K8S_CACHE:-$HOME/.cache/xpupool/k8s}"
+ROOT="$CACHE/$KEY"
+BIN="$ROOT/bin"
+SHARE="$ROOT/share"   # non-binary data the harness needs (kwok stages)
+
+if [[ "${1:-}" == "--print-bin-dir" ]]; then
+    echo "$BIN"
+    exit 0
+fi
+
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+NICE=(nice -n "${XPUPOOL_K8S_NICE:-10}")
+mkdir -p "$BIN"
+
+log() { printf '[k8s-build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+have() { [[ -x "$BIN/$1" ]]; }
+
+build_kube() {
+    # A wrapper module is the only way: k8s.io/kubernetes's go.mod replaces every staging module
+    # (k8s.io/api, client-go, ...) with ./staging/src/..., so `go install pkg@v` refuses it. The
+    # wrapper pins each of those to its published v0.X.Y tag, read from k8s's own go.mod.
+    local wrap="$ROOT/src/kubernetes" staging="0.${K8S_VERSION#1.}"
+    local minor
+    minor="$(cut -d. -f2 <<<"$K8S_VERSION")"
+    rm -rf "$wrap" && mkdir -p "$wrap" && cd "$wrap"
+    go mod init xpupool.invalid/k8sbin >/dev/null 2>&1
+    log "downloading k8s.io/kubernetes@v$K8S_VERSION"
+    local gomod
+    gomod="$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" |
+        python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(d["Error"]) if d.get("Error") else print(d["GoMod"])')"
+    local replaces=()
+    while read -r mod; do
+        replaces+=("-replace=$mod=$mod@v$staging")
+    done < <(sed -nE 's#^[[:space:]]*(k8s\.io/[A-Za-z0-9._-]+)[[:space:]]+=>[[:space:]]+\./staging/src/.*#\1#p' "$gomod")
+    [[ ${#replaces[@]} -gt 0 ]] || { log "no staging replaces found in $gomod"; exit 1; }
+    log "pinning ${#replaces[@]} staging modules to v$staging"
+    go mod edit "${replaces[@]}"
+    log "resolving dependencies (go get)"
+    "${NICE[@]}" go get "k8s.io/kubernetes/cmd/kube-apiserver@v$K8S_VERSION" \
+        "k8s.io/kubernetes/cmd/kube-scheduler@v$K8S_VERSION"
+    local ldf="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION"
+    ldf+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+    local cmd
+    for cmd in kube-apiserver kube-scheduler; do
+        have "$cmd" && continue
+        log "compiling $cmd"
+        "${NICE[@]}" go build -trimpath -ldflags "$ldf" -o "$BIN/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd"
+        mv "$BIN/$cmd.tmp" "$BIN/$cmd"
+    done
+}
+
+build_kwok() {
+    # kwok's go.mod has no replace directives, so a plain `go install @version` works.
+    log "building sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION"
+    local tmpbin="$ROOT/src/kwok-bin"
+    rm -rf "$tmpbin" && mkdir -p "$tmpbin"
+    GOBIN="$tmpbin" "${NICE[@]}" go install -trimpath -ldflags "-s -w" \
+        "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION"
+    mv "$tmpbin/kwok" "$BIN/kwok"
+    stage_kwok
+}
+
+stage_kwok() {
+    # kwok v0.8.0 has no built-in stages ("no stages found" without --config). Keep the upstream
+    # "fast" ones (node-initialize; pod-ready, pod-complete, pod-delete) next to the binaries, as one
+    # multi-document file, since GOMODCACHE may be cleaned after the build.
+    local src
+    src="$(go mod download -json "sigs.k8s.io/kwok@v$KWOK_VERSION" |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+    mkdir -p "$SHARE"
+    local f out="$SHARE/kwok-stages.yaml.tmp"
+    : >"$out"
+    for f in node/fast/node-initialize pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
+        printf -- '---\n' >>"$out"
+        cat "$src/kustomize/stage/$f.yaml" >>"$out"
+    done
+    mv "$out" "$SHARE/kwok-stages.yaml"
+}
+
+fetch_etcd() {
+    # apt-get download from a throwaway sources list: nothing is installed, so no init script or
+    # systemd unit starts a stray etcd on 2379, and the host's apt state is left alone.
+    log "fetching etcd-server from Debian $ETCD_SUITE"
+    local apt="$ROOT/src/apt"
+    rm -rf "$apt" && mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$apt/dl" "$apt/parts"
+    cat >"$apt/sources.list" <<EOF
+deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $DEBIAN_MIRROR $ETCD_SUITE main
+EOF
+    local opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o "Dir::Etc::SourceParts=$apt/parts"
+        -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache::Archives=$apt/archives"
+        -o "Dir::Cache::pkgcache=" -o "Dir::Cache::srcpkgcache=" -o "APT::Sandbox::User=root"
+        -o "Debug::NoLocking=1")
+    apt-get "${opts[@]}" -qq update
+    (cd "$apt/dl" && apt-get "${opts[@]}" -qq download etcd-server)
+    local deb
+    deb="$(ls "$apt"/dl/etcd-server_*.deb)"
+    dpkg-deb -x "$deb" "$apt/x"
+    cp "$apt/x/usr/bin/etcd" "$BIN/etcd.tmp"
+    mv "$BIN/etcd.tmp" "$BIN/etcd"
+    basename "$deb" >"$BIN/etcd.deb-version"
+    rm -rf "$apt"
+}
+
+have kube-apiserver && have kube-scheduler || build_kube
+have kwok || build_kwok
+[[ -s "$SHARE/kwok-stages.yaml" ]] || stage_kwok
+have etcd || fetch_etcd
+
+for b in kube-apiserver kube-scheduler kwok etcd; do
+    echo "$BIN/$b"
+done
+echo "$SHARE/kwok-stages.yaml"
