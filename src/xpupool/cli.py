@@ -7,6 +7,7 @@ import json
 import click
 from rich.console import Console
 
+from xpupool.agent.launch.options import launch_options
 from xpupool.model.errors import XpupoolError
 
 # The engine's default profile (engine/profile.py DEFAULT_PROFILE), named here so that client commands
@@ -67,6 +68,34 @@ def demo(policy: str, cluster: str | None) -> None:
     "--lost-after", default=30.0, show_default=True, help="silence before a node is lost, s"
 )
 @click.option("--agent/--no-agent", default=True, show_default=True, help="in-process local agent")
+@click.option(
+    "--max-body",
+    default="1Mi",
+    show_default=True,
+    metavar="SIZE",
+    help="largest request body taken (bytes, or 512Ki, 8Mi, ...); larger is 413, before the "
+    "token is checked (an agent's log upload may always send 1 MiB)",
+)
+@click.option(
+    "--reinitialise",
+    is_flag=True,
+    help="Start a new pool although the database is missing or empty while DATA holds an "
+    "earlier pool's files (moved to DATA/old-<time>/; job ids continue above the old ones)",
+)
+@click.option(
+    "--rotate-admin-token",
+    is_flag=True,
+    help="Write a new DATA/admin-token (mode 0600) and revoke every earlier admin token",
+)
+@click.option(
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False),
+    help="PEM certificate (chain) to serve HTTPS with; give --tls-key too",
+)
+@click.option(
+    "--tls-key", type=click.Path(exists=True, dir_okay=False), help="PEM private key of --tls-cert"
+)
+@launch_options
 def up(
     data: str,
     host: str,
@@ -77,9 +106,30 @@ def up(
     heartbeat: float,
     lost_after: float,
     agent: bool,
+    job_uid_range: str,
+    job_root: str | None,
+    log_cap: str,
+    sandbox: str,
+    runtime: str,
+    device_root: str,
+    reinitialise: bool,
+    rotate_admin_token: bool,
+    tls_cert: str | None,
+    tls_key: str | None,
+    max_body: str,
 ) -> None:
     """Start the control plane: REST API, scheduler, SQLite state, metrics, local agent."""
     from pathlib import Path
+
+    from xpupool.server.body_limit import parse_size
+
+    try:
+        max_body_bytes = parse_size(max_body)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--max-body") from None
+
+    if (tls_cert is None) != (tls_key is None):
+        raise click.UsageError("give --tls-cert and --tls-key together")
 
     from xpupool.server.up import UpConfig, serve
 
@@ -93,6 +143,17 @@ def up(
         heartbeat_s=heartbeat,
         lost_after_s=lost_after,
         agent=agent,
+        job_uid_range=job_uid_range,
+        job_root=job_root,
+        sandbox=sandbox,
+        runtime=runtime,
+        device_root=device_root,
+        log_cap=log_cap,
+        reinitialise=reinitialise,
+        rotate_admin_token=rotate_admin_token,
+        tls_cert=Path(tls_cert) if tls_cert else None,
+        tls_key=Path(tls_key) if tls_key else None,
+        max_body=max_body_bytes,
     )
     serve(cfg, click.echo)
 
@@ -343,6 +404,7 @@ for _command in (
     cli_admin.tenant,
     cli_admin.token,
     cli_admin.queue,
+    cli_admin.audit,
 ):
     main.add_command(_command)
 

@@ -10,6 +10,10 @@ Each start picks a free port, waits for ``/healthz`` and reads the admin token f
 ``DATA/admin-token``. The process runs in its own session so that a kill reaches nothing else;
 ``stop`` is SIGTERM then SIGKILL. Server output goes to ``DATA/server.log`` (shown when a start
 times out). ``agent=False`` (default) passes ``--no-agent``: simulated cluster nodes only.
+``piped``: the output goes through a pipe that this process copies to ``DATA/server.log``, for
+tests that take away the server's ability to write files (its log would go with it).
+``ca`` (with ``--tls-cert``/``--tls-key`` in ``extra_args``): the server speaks HTTPS, verified
+against that CA file.
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import TracebackType
@@ -44,19 +50,26 @@ class ServerProc:
         agent: bool = False,
         extra_args: tuple[str, ...] = (),
         start_timeout_s: float = 60.0,
+        ca: Path | None = None,
+        piped: bool = False,
     ) -> None:
         self.data = data
+        self.piped = piped
         self.cluster = cluster
         self.agent = agent
         self.extra_args = extra_args
         self.start_timeout_s = start_timeout_s
+        self.verify: ssl.SSLContext | bool = (
+            ssl.create_default_context(cafile=str(ca)) if ca is not None else True
+        )
+        self.scheme = "https" if ca is not None else "http"
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
         self.admin_token = ""
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def headers(self, token: str | None = None) -> dict[str, str]:
         """Authorization for ``token`` (default: the admin's)."""
@@ -82,17 +95,28 @@ class ServerProc:
         if not self.agent:
             args.append("--no-agent")
         args += list(self.extra_args)
-        log = (self.data / "server.log").open("ab")
-        self.proc = subprocess.Popen(
-            args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT
-        )
-        log.close()
+        if self.piped:
+            self.proc = subprocess.Popen(
+                args,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=ROOT,
+            )
+            threading.Thread(target=self._copy_output, args=(self.proc,), daemon=True).start()
+        else:
+            log = (self.data / "server.log").open("ab")
+            self.proc = subprocess.Popen(
+                args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT
+            )
+            log.close()
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"xpupool up exited with {self.proc.returncode}:\n{self.log()}")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                r = httpx.get(f"{self.url}/healthz", timeout=1.0, verify=self.verify)
+                if r.status_code == 200:
                     break
             except httpx.TransportError:
                 pass
@@ -104,6 +128,15 @@ class ServerProc:
             )
         self.admin_token = (self.data / "admin-token").read_text().strip()
         return self
+
+    def _copy_output(self, proc: subprocess.Popen[bytes]) -> None:
+        """``piped``: copy the server's output to DATA/server.log from this process, so that it
+        is kept even while the server itself can write no file."""
+        assert proc.stdout is not None
+        with (self.data / "server.log").open("ab") as out:
+            for line in proc.stdout:
+                out.write(line)
+                out.flush()
 
     def kill(self) -> None:
         """SIGKILL, as a crash: nothing is flushed or closed by the server."""

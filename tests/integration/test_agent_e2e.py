@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
+from job_commands import JOB_PYTHON
 
 FAKE = Path(__file__).parents[1] / "fixtures" / "agent" / "fake-a100x2.yaml"
 CLI = [sys.executable, "-c", "from xpupool.cli import main; main()"]
@@ -34,7 +35,7 @@ ENV_SCRIPT = (
     "        print(f'{k}={os.environ[k]}')\n"
     "print('done', flush=True)\n"
 )
-SLEEP = [sys.executable, "-c", "import time; print('sleeping', flush=True); time.sleep(60)"]
+SLEEP = [JOB_PYTHON, "-c", "import time; print('sleeping', flush=True); time.sleep(60)"]
 
 
 def _free_port() -> int:
@@ -217,7 +218,7 @@ def test_registers_with_its_devices(pool: Pool) -> None:
 
 
 def test_runs_a_fractional_job_with_its_variables_and_log(pool: Pool) -> None:
-    job_id = pool.submit([sys.executable, "-c", ENV_SCRIPT], "A100 mem=20Gi cores=30%")
+    job_id = pool.submit([JOB_PYTHON, "-c", ENV_SCRIPT], "A100 mem=20Gi cores=30%")
     job = pool.wait_state(job_id, "succeeded")
     assert job["exit_code"] == 0
     logs = _until(

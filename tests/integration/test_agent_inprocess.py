@@ -5,12 +5,12 @@ replicas as local processes with the simulated devices in the vendor variables."
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from job_commands import JOB_PYTHON
 from test_agent_e2e import CLI, ENV_SCRIPT, SLEEP, Pool, _alive, _free_port, _stop, _until
 
 FAST = ("--heartbeat", "0.2", "--lost-after", "1.5")
@@ -86,7 +86,7 @@ def test_simulated_ascend_node_runs_a_real_process(
 ) -> None:
     pool, _ = up
     script = ENV_SCRIPT.replace("('CUDA_', 'NVIDIA_', 'XPUPOOL_')", "('ASCEND', 'XPUPOOL_')")
-    job_id = pool.submit([sys.executable, "-c", script], "910B:2")
+    job_id = pool.submit([JOB_PYTHON, "-c", script], "910B:2")
     pool.wait_state(job_id, "succeeded")
     logs = _until(
         lambda: "done" in (t := pool.user.get(f"/v1/jobs/{job_id}/logs").text) and t, "log"

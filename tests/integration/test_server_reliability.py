@@ -18,6 +18,7 @@ import pytest
 from server_proc import CLUSTER_MIXED, ServerProc
 
 HOLDING = {"admitted", "scheduled", "running"}
+TRUE = ["true"]  # no agent runs here; a job still names what it would run
 # fractional and whole, several vendors; sized so that most fit the 112-device pool
 SPECS = [
     "A100:1",
@@ -89,7 +90,9 @@ def submit_loop(
             if stop.is_set():
                 return
             try:
-                r = c.post("/v1/jobs", json={"spec": SPECS[(worker + k) % len(SPECS)]})
+                r = c.post(
+                    "/v1/jobs", json={"command": TRUE, "spec": SPECS[(worker + k) % len(SPECS)]}
+                )
             except httpx.TransportError:
                 return  # killed mid-request: not acknowledged, may or may not be stored
             assert r.status_code == 201, r.text
@@ -128,7 +131,7 @@ def test_sigkill_mid_burst_loses_no_acknowledged_job(tmp_path: Path) -> None:
             assert {j["tenant"] for j in jobs} <= {"ta", "tb", "tc"}
             assert {j["state"] for j in jobs} <= {"pending", "scheduled"}
             # it keeps working after the crash
-            r = c.post("/v1/jobs", json={"tenant": "ta", "spec": "A100 mem=1Gi"})
+            r = c.post("/v1/jobs", json={"tenant": "ta", "command": TRUE, "spec": "A100 mem=1Gi"})
             assert r.status_code == 201 and r.json()["id"] > max(ids)
 
 
@@ -183,7 +186,7 @@ def test_500_concurrent_submissions_respect_devices_and_quotas(shared: ServerPro
         ) as tc:
             for k in range(500 // 8):
                 specs = SPECS_BY_QUEUE[qname]
-                body = {"spec": specs[k % len(specs)], "queue": qname}
+                body = {"command": TRUE, "spec": specs[k % len(specs)], "queue": qname}
                 r = tc.post("/v1/jobs", json=body)
                 assert r.status_code == 201, r.text
                 with lock:
@@ -199,7 +202,7 @@ def test_500_concurrent_submissions_respect_devices_and_quotas(shared: ServerPro
         worker_token = tokens["ud"]
         r = httpx.post(
             f"{shared.url}/v1/jobs",
-            json={"spec": "any:1 mem=8Gi cores=10%", "queue": "qd"},
+            json={"command": TRUE, "spec": "any:1 mem=8Gi cores=10%", "queue": "qd"},
             headers=shared.headers(worker_token),
         )
         assert r.status_code == 201
@@ -252,8 +255,8 @@ def test_tenant_isolation_over_http(shared: ServerProc) -> None:
     a = httpx.Client(base_url=shared.url, headers=shared.headers(tokens["iso-a"]), timeout=30)
     b = httpx.Client(base_url=shared.url, headers=shared.headers(tokens["iso-b"]), timeout=30)
     with a, b:
-        ja = a.post("/v1/jobs", json={"spec": "A100 mem=1Gi"}).json()["id"]
-        jb = b.post("/v1/jobs", json={"spec": "A100 mem=1Gi"}).json()["id"]
+        ja = a.post("/v1/jobs", json={"command": TRUE, "spec": "A100 mem=1Gi"}).json()["id"]
+        jb = b.post("/v1/jobs", json={"command": TRUE, "spec": "A100 mem=1Gi"}).json()["id"]
         for method, path in [
             ("GET", f"/v1/jobs/{ja}"),
             ("POST", f"/v1/jobs/{ja}/cancel"),

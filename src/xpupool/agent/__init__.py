@@ -2,7 +2,7 @@
 server hands it (``xpupool agent``, or in-process inside ``xpupool up``). See docs/agent.md."""
 
 from xpupool.agent.agent import Agent, HostedNode
-from xpupool.agent.env import device_env, hami_limits, replica_env
+from xpupool.agent.env import device_env, hami_limits
 from xpupool.agent.monitor import Monitor, over_limit
 from xpupool.agent.runner import Runner
 from xpupool.agent.transport import HttpTransport, Transport, TransportError
@@ -18,5 +18,4 @@ __all__ = [
     "device_env",
     "hami_limits",
     "over_limit",
-    "replica_env",
 ]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from xpupool.agent.monitor import Monitor, Reading, device_metrics, over_limit
 from xpupool.agent.runner import FINAL, Runner
-from xpupool.agent.transport import Transport, TransportError
+from xpupool.agent.transport import AgentRefused, Transport, TransportError
 from xpupool.model.errors import NotFound
 from xpupool.probes.base import DeviceInfo
 from xpupool.server.schemas import Heartbeat, NodeIn
@@ -47,6 +47,21 @@ class HostedNode:
     reading: Reading | None = None
     last_heartbeat: float | None = None
     heartbeat_failures: int = 0
+    # the failure last logged, per kind ("register", "heartbeat"): the same one again (a server
+    # that stays down, a registration it keeps refusing) is not logged again until one succeeds
+    failing: dict[str, str] = field(default_factory=dict)
+
+
+def _failed(node: HostedNode, kind: str, text: str) -> None:
+    """Log ``text`` unless it is what this node's last ``kind`` failure already said."""
+    if node.failing.get(kind) != text:
+        node.failing[kind] = text
+        log.warning("%s", text)
+
+
+def _succeeded(node: HostedNode, kind: str) -> None:
+    if node.failing.pop(kind, None) is not None:
+        log.info("%s of %s works again", kind, node.name)
 
 
 class Agent:
@@ -89,7 +104,12 @@ class Agent:
             node.heartbeat_failures += 1  # no heartbeat this period either
             return  # not registered yet: the server would answer 404
         node.runner.poll()
-        node.runner.ship_logs(lambda job, replica, chunk: self._send_log(node, job, replica, chunk))
+        try:  # a chunk the server did not take is sent again next time
+            node.runner.ship_logs(lambda job, rep, chunk: self._send_log(node, job, rep, chunk))
+        except TransportError as exc:
+            _failed(node, "log upload", f"log upload of {node.name} failed: {exc}")
+        else:
+            _succeeded(node, "log upload")
         reports = node.runner.reports()
         try:
             body = Heartbeat(node=node.name, metrics=metrics, replicas=reports)
@@ -100,9 +120,10 @@ class Agent:
             node.heartbeat_failures += 1
             return
         except TransportError as exc:
-            log.warning("heartbeat of %s failed: %s", node.name, exc)
+            _failed(node, "heartbeat", f"heartbeat of {node.name} failed: {exc}")
             node.heartbeat_failures += 1
             return
+        _succeeded(node, "heartbeat")
         node.last_heartbeat = self.wall()
         node.runner.acknowledge(reports)
         self.heartbeat_s = reply.heartbeat_s
@@ -119,8 +140,9 @@ class Agent:
         try:
             self.transport.register(body)
         except (TransportError, NotFound) as exc:
-            log.warning("registration of %s failed: %s", node.name, exc)
+            _failed(node, "register", f"registration of {node.name} failed: {exc}")
             return
+        _succeeded(node, "register")
         what = "registered" if node.registered is None else "inventory changed, registered again"
         log.info("%s %s: %d devices", node.name, what, len(body.devices))
         node.registered = body
@@ -156,6 +178,8 @@ class Agent:
             if changed or now >= node.next_heartbeat:
                 try:
                     self.step(node)
+                except AgentRefused:
+                    raise  # retrying cannot help: the agent stops and says why
                 except Exception:  # one node's bug must not stop the others
                     log.exception("agent step for %s failed", node.name)
                 node.states = self._states(node)
@@ -163,11 +187,14 @@ class Agent:
 
     def run(self, stop: threading.Event) -> None:
         """Tick until ``stop`` is set, then stop every replica (SIGTERM, grace, SIGKILL) and send
-        a last heartbeat so the server learns they are gone."""
-        while not stop.is_set():
-            self.tick()
-            stop.wait(self.poll_s)
-        self.close()
+        a last heartbeat so the server learns they are gone. :class:`AgentRefused` ends the loop
+        the same way, then propagates."""
+        try:
+            while not stop.is_set():
+                self.tick()
+                stop.wait(self.poll_s)
+        finally:
+            self.close()
 
     def close(self) -> None:
         for node in self.nodes:

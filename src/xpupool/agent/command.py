@@ -3,12 +3,36 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from pathlib import Path
 from types import FrameType
 
 import click
+
+from xpupool.agent.launch.options import launch_options, launch_settings
+from xpupool.probes.container_runtime import RuntimeChoice
+
+
+def _token(token: str | None, token_file: str | None) -> str:
+    """The token from ``--token-file``, else ``--token``/XPUPOOL_TOKEN (warning when it came on
+    the command line, where every user of the host can read it in ps)."""
+    from xpupool.agent.launch.guard import read_token_file
+
+    if token_file:
+        try:
+            return read_token_file(Path(token_file))
+        except (OSError, ValueError) as exc:
+            raise click.BadParameter(str(exc), param_hint="--token-file") from None
+    if not token:
+        raise click.UsageError("give --token-file FILE (or XPUPOOL_TOKEN)")
+    source = click.get_current_context().get_parameter_source("token")
+    if source is click.core.ParameterSource.COMMANDLINE:
+        logging.getLogger("xpupool.agent").warning(
+            "--token on the command line is visible to every user in ps: use --token-file"
+        )
+    return token
 
 
 def _labels(values: tuple[str, ...]) -> dict[str, str]:
@@ -26,8 +50,18 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
 @click.option(
     "--token",
     envvar="XPUPOOL_TOKEN",
-    required=True,
-    help="Agent (or admin) token; also read from XPUPOOL_TOKEN (never passed to jobs).",
+    help="Agent (or admin) token; also read from XPUPOOL_TOKEN (never passed to jobs). On the"
+    " command line it is visible in ps: prefer --token-file.",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="File whose first line is the agent token (mode 0600)",
+)
+@click.option(
+    "--ca",
+    type=click.Path(exists=True, dir_okay=False),
+    help="PEM file of the CA that signed the server's TLS certificate [default: system CAs]",
 )
 @click.option("--node", help="Node name [default: this host's name]")
 @click.option("--site", default="default", show_default=True)
@@ -59,9 +93,20 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
 @click.option(
     "--metrics-host", default="127.0.0.1", show_default=True, help="Address the metrics port binds"
 )
+@click.option(
+    "--drain/--no-drain",
+    default=False,
+    show_default=True,
+    help="When a device that jobs hold disappears or shrinks: ask the server to cordon it and "
+    "drop or change it once they end (--no-drain: the server refuses the new inventory, naming "
+    "the jobs, and keeps serving the last one)",
+)
+@launch_options
 def agent_command(
     server: str,
-    token: str,
+    token: str | None,
+    token_file: str | None,
+    ca: str | None,
     node: str | None,
     site: str,
     labels: tuple[str, ...],
@@ -71,28 +116,52 @@ def agent_command(
     poll: float,
     metrics_port: int,
     metrics_host: str,
+    drain: bool,
+    job_uid_range: str,
+    job_root: str | None,
+    log_cap: str,
+    sandbox: str,
+    runtime: RuntimeChoice,
+    device_root: str,
 ) -> None:
     """Run this host's node agent: register, heartbeat, run and stop assigned work."""
     from xpupool.agent.agent import Agent, HostedNode
     from xpupool.agent.inventory import node_in, node_name
+    from xpupool.agent.launch.guard import make_private, protect_process
+    from xpupool.agent.launch.identity import isolation_notice
     from xpupool.agent.monitor import Monitor
+    from xpupool.agent.node_token import NODE_TOKEN_FILE, NodeTokenFile
     from xpupool.agent.runner import Runner
-    from xpupool.agent.transport import HttpTransport
+    from xpupool.agent.transport import AgentRefused, HttpTransport
     from xpupool.probes import FakeProbe, Probe, host_probes
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    protect_process()  # before anything is created or the token is read
+    token = _token(token, token_file)
+    os.environ.pop("XPUPOOL_TOKEN", None)  # not for the vendor tools the probes run either
+    private = (Path(work_dir), *((Path(token_file),) if token_file else ()))
+    settings = launch_settings(
+        job_uid_range, job_root, log_cap, sandbox, runtime, device_root, private
+    )
+    make_private(Path(work_dir))
     name = node_name(node)
     node_labels = _labels(labels)
     probes: list[Probe] = [FakeProbe(fake_path)] if fake_path else host_probes()
     hosted = HostedNode(
         name=name,
-        runner=Runner(name, Path(work_dir) / name, grace_s=grace),
+        runner=Runner(name, Path(work_dir) / name, grace_s=grace, settings=settings),
         monitor=Monitor(probes),
-        inventory=lambda devices: node_in(name, devices, site=site, labels=node_labels),
+        inventory=lambda devices: node_in(
+            name, devices, site=site, labels=node_labels, runtime=settings.runtime, drain=drain
+        ),
     )
-    transport = HttpTransport(server, token)
+    stored = NodeTokenFile(Path(work_dir) / NODE_TOKEN_FILE)
+    token, why = stored.choose(token)
+    if why:
+        click.echo(why)
+    transport = HttpTransport(server, token, ca=ca, on_token=stored.save)
     stop = threading.Event()
 
     def _stop(signum: int, _: FrameType | None) -> None:
@@ -102,6 +171,10 @@ def agent_command(
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     click.echo(f"agent for node {name} -> {server}")
+    click.echo(f"jobs: {settings.describe()}")
+    notice = isolation_notice(settings.sandbox)
+    if notice:
+        click.echo(f"warning: {notice}")
     agent = Agent(transport, [hosted], poll_s=poll)
     metrics = None
     if metrics_port:
@@ -117,6 +190,8 @@ def agent_command(
         click.echo(f"metrics at http://{metrics_host}:{metrics.port}/metrics")
     try:
         agent.run(stop)
+    except AgentRefused as exc:  # retrying cannot help: say why once and exit non-zero
+        raise click.ClickException(str(exc)) from None
     finally:
         if metrics is not None:
             metrics.stop()

@@ -1,7 +1,8 @@
 """The environment a replica's process starts with: which devices it may see and how much of them.
 
-The allocation is the authority: its variables override the job's own ``env`` and the agent's
-environment, and the agent's token never leaks into a job. Each vendor's runtime reads its own
+The allocation is the authority: its variables override the job's own ``env`` (the whole
+environment is built in :func:`xpupool.agent.launch.spec.job_env`; nothing of the agent's is
+inherited). Each vendor's runtime reads its own
 visible-devices variable(s) (:data:`VISIBLE_DEVICES`); NVIDIA cards shared by fraction also get the
 limits HAMi's in-container limiter (HAMi-core ``libvgpu.so``) reads, so a host that preloads it
 enforces what the scheduler granted. ``XPUPOOL_*`` variables describe the allocation for any vendor.
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from xpupool.server.schemas import DeviceAssignment, Work
+from xpupool.server.schemas import DeviceAssignment
 
 # Per vendor key: the variables its runtime (and container toolkit) read to restrict devices, and
 # whether each takes indices or UUIDs. Sources: NVIDIA CUDA programming guide "CUDA Environment
@@ -52,13 +53,10 @@ MEMORY_LIMIT_PREFIX = "CUDA_DEVICE_MEMORY_LIMIT_"
 SM_LIMIT = "CUDA_DEVICE_SM_LIMIT"
 HAMI_VENDORS = frozenset({"nvidia"})
 
-# Variables of the agent that must not reach a job.
-SECRET_ENV = ("XPUPOOL_TOKEN",)
-
 
 @dataclass(frozen=True, slots=True)
 class ReplicaEnv:
-    """What :func:`replica_env` adds, and what it hides (for logs and tests)."""
+    """What :func:`device_env` adds, and what it hides (for logs and tests)."""
 
     variables: dict[str, str]
     hidden: tuple[str, ...]
@@ -108,6 +106,24 @@ def device_env(
     return ReplicaEnv(out, tuple(hidden))
 
 
+def as_seen_alone(env: Mapping[str, str], devices: Sequence[DeviceAssignment]) -> dict[str, str]:
+    """``env`` for a replica whose ``/dev`` holds only its own cards (the bwrap sandbox, a
+    container): the vendor's runtime then numbers them ``0..n-1`` in host order, so each
+    index-based visible-devices variable of a granted vendor becomes those positions (host index
+    3 alone is ``0``). Variables by UUID, hidden vendors' empty values and ``XPUPOOL_*`` (host
+    indices, for the record) are kept. Slurm does the same for jobs confined to their GPUs by the
+    devices cgroup (its CUDA_VISIBLE_DEVICES is then 0-based)."""
+    out = dict(env)
+    counts: dict[str, int] = {}
+    for d in devices:
+        counts[d.vendor] = counts.get(d.vendor, 0) + 1
+    for vendor, n in counts.items():
+        for name, kind in VISIBLE_DEVICES.get(vendor, ()):
+            if kind == INDEX:
+                out[name] = ",".join(str(i) for i in range(n))
+    return out
+
+
 def hami_limits(devices: Sequence[DeviceAssignment]) -> dict[str, str]:
     """HAMi-core limits for a fractional grant; empty when every card is granted whole.
 
@@ -125,15 +141,3 @@ def hami_limits(devices: Sequence[DeviceAssignment]) -> dict[str, str]:
     if cores:
         out[SM_LIMIT] = str(max(1, min(cores) // 10))
     return out
-
-
-def replica_env(
-    work: Work, base: Mapping[str, str], node_vendors: Iterable[str] = ()
-) -> dict[str, str]:
-    """The full environment: ``base`` (the agent's, secrets removed), then the job's ``env``, then
-    the allocation's variables, which win over both."""
-    env = {k: v for k, v in base.items() if k not in SECRET_ENV}
-    env.update(work.env)
-    a = work.assignment
-    env.update(device_env(work.job_id, work.replica, a.node, a.devices, node_vendors).variables)
-    return env

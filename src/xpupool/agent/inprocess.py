@@ -8,41 +8,90 @@ host registers with no devices). Simulated nodes are registered by the server fr
 file; the agent heartbeats for them and runs their replicas as local processes with the simulated
 device indices and UUIDs in the vendor variables (DESIGN.md section 2). Simulated nodes are never
 marked lost (the lost-node watch only looks at agent-registered nodes): their agent is this
-process, and if it stops, so does the server.
+process, and if it stops, so does the server. The direct calls go through the same node checks
+as HTTP, as a principal that speaks for the hosted nodes only (``in_process_principal``).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import replace
 from pathlib import Path
+from typing import cast
 
 from xpupool.agent.agent import Agent, HostedNode
 from xpupool.agent.inventory import node_in, node_name
+from xpupool.agent.launch import LaunchSettings
 from xpupool.agent.monitor import Monitor
 from xpupool.agent.runner import Runner
+from xpupool.agent.transport import TransportError
+from xpupool.model.errors import Conflict, Forbidden, RequestError, Unavailable, XpupoolError
 from xpupool.probes import Probe, host_probes
+from xpupool.probes.container_runtime import RuntimeName, detect_runtime
+from xpupool.server.auth import Principal
 from xpupool.server.plane import ControlPlane
 from xpupool.server.schemas import Heartbeat, HeartbeatReply, NodeIn
-from xpupool.server.services import agents, fleet
+from xpupool.server.services import node_identity
+from xpupool.server.services.node_identity import in_process_principal
 
 log = logging.getLogger("xpupool.agent")
 
 
 class PlaneTransport:
-    """The agent protocol as direct calls on the plane (NotFound passes through unchanged)."""
+    """The agent protocol as direct calls on the plane, as ``who``: the same node checks as an
+    HTTP agent's (``services/node_identity.py``), for the nodes this agent hosts and no other.
+    A refusal is written to the audit log, as the HTTP front does, then raised (NotFound passes
+    through unchanged)."""
 
-    def __init__(self, plane: ControlPlane) -> None:
+    def __init__(self, plane: ControlPlane, who: Principal) -> None:
         self.plane = plane
+        self.who = who
+
+    def _refused(self, action: str, node: str, exc: XpupoolError) -> None:
+        status = 403 if isinstance(exc, Forbidden) else 422
+        self.plane.audit.record(self.who, action, f"node {node}", status, str(exc))
 
     def register(self, node: NodeIn) -> None:
-        fleet.register(self.plane, node)
+        try:
+            node_identity.register(self.plane, self.who, node)
+        except (Forbidden, RequestError) as exc:
+            self._refused("register", node.name, exc)
+            raise
+        except (Conflict, Unavailable) as exc:  # as an HTTP agent sees a 409 or a 503
+            raise TransportError(str(exc)) from None
+        self.plane.audit.record(self.who, "register", f"node {node.name}", 200, "ok")
 
     def heartbeat(self, body: Heartbeat) -> HeartbeatReply:
-        return agents.heartbeat(self.plane, body)
+        try:
+            return node_identity.heartbeat(self.plane, self.who, body)
+        except (Forbidden, RequestError) as exc:
+            self._refused("heartbeat", body.node, exc)
+            raise
+        except Unavailable as exc:  # the store cannot be written: as a 503 over HTTP
+            raise TransportError(str(exc)) from None
 
     def append_log(self, node: str, job_id: int, replica: int, chunk: bytes) -> None:
-        agents.append_log(self.plane, node, job_id, replica, chunk)
+        try:
+            node_identity.append_log(self.plane, self.who, node, job_id, replica, chunk)
+        except Forbidden as exc:
+            self._refused("append_log", node, exc)
+            raise
+        except Unavailable as exc:
+            raise TransportError(str(exc)) from None
+
+
+def declared_runtime(settings: LaunchSettings, declared: str | None) -> LaunchSettings:
+    """A cluster-file node's launch settings: the runtime its file declares (``runtime:``), not
+    the host's. Whether it reads CDI names is asked of the runtime; one that does not answer is
+    still used as declared (its image jobs then fail with the runtime's own error) and logged."""
+    if declared is None or declared == settings.runtime:
+        return replace(settings, runtime=declared)
+    found = detect_runtime(cast(RuntimeName, declared))
+    if found.runtime is None:
+        log.warning("cluster node runtime %s does not answer: %s", declared, found.describe())
+    cdi = found.runtime.cdi if found.runtime is not None else False
+    return replace(settings, runtime=declared, runtime_cdi=cdi)
 
 
 def local_agent(
@@ -53,27 +102,42 @@ def local_agent(
     host: str | None = None,
     grace_s: float = 10.0,
     poll_s: float = 0.2,
+    settings: LaunchSettings | None = None,
 ) -> Agent:
     """An agent hosting this host (``probes``: the vendor probes by default) and every
-    cluster-file node the plane knows."""
+    cluster-file node the plane knows; ``settings``: how its replicas are launched (the same
+    spec and back ends as a standalone agent's)."""
     simulated = [name for name, rec in plane.nodes.items() if rec.source == "cluster"]
     name = node_name(host)
     if name in simulated:
         name = node_name(f"{name}-local")
     found = host_probes() if probes is None else probes
+    settings = settings or LaunchSettings()
+    runtime = settings.runtime
     nodes = [
         HostedNode(
             name=name,
-            runner=Runner(name, work_dir / name, grace_s=grace_s),
+            runner=Runner(name, work_dir / name, grace_s=grace_s, settings=settings),
             monitor=Monitor(found),
-            inventory=lambda devices: node_in(name, devices, labels={"xpupool/local": "true"}),
+            inventory=lambda devices: node_in(
+                name, devices, labels={"xpupool/local": "true"}, runtime=runtime, drain=True
+            ),
         )
     ]
     for sim in simulated:
         vendors = sorted({d.vendor for d in plane.nodes[sim].node.devices})
-        runner = Runner(sim, work_dir / sim, grace_s=grace_s, node_vendors=vendors)
+        declared = plane.nodes[sim].node.container_runtime
+        runner = Runner(
+            sim,
+            work_dir / sim,
+            grace_s=grace_s,
+            settings=declared_runtime(settings, declared),
+            node_vendors=vendors,
+        )
         nodes.append(HostedNode(name=sim, runner=runner))
-    return Agent(PlaneTransport(plane), nodes, heartbeat_s=plane.heartbeat_s, poll_s=poll_s)
+    who = in_process_principal(n.name for n in nodes)
+    transport = PlaneTransport(plane, who)
+    return Agent(transport, nodes, heartbeat_s=plane.heartbeat_s, poll_s=poll_s)
 
 
 class AgentThread:

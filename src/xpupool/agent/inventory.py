@@ -12,10 +12,12 @@ import platform
 import re
 import socket
 from collections.abc import Iterable, Mapping
+from typing import cast
 
 from pydantic import ValidationError
 
 from xpupool.probes.base import DeviceInfo, Health
+from xpupool.probes.container_runtime import RuntimeName
 from xpupool.server.schemas import DeviceIn, NodeIn
 
 log = logging.getLogger("xpupool.agent")
@@ -73,8 +75,13 @@ def node_in(
     *,
     site: str = "default",
     labels: Mapping[str, str] | None = None,
+    runtime: str | None = None,
+    drain: bool = False,
 ) -> NodeIn:
-    """This host as a registration body, with the devices the probes found."""
+    """This host as a registration body, with the devices the probes found and the container
+    runtime the agent found (``--runtime``; None: no image jobs here). ``drain``: a device that jobs
+    hold and that is gone (or smaller) is cordoned and changed when they end, instead of the
+    registration being refused (``server/drain.py``)."""
     found = [x for x in (device_in(d) for d in devices) if x is not None]
     return NodeIn(
         name=name,
@@ -85,4 +92,6 @@ def node_in(
         arch=platform.machine()[:40],
         os=f"{platform.system()} {platform.release()}"[:200],
         devices=found,
+        runtime=cast(RuntimeName | None, runtime),  # pydantic refuses any other name
+        drain=drain,
     )

@@ -1,30 +1,36 @@
-"""Run the replicas the server hands a node as real processes, and stop them for real.
+"""Run the replicas the server hands a node, and stop them for real.
 
-Each replica is one process group (``start_new_session``) whose output (stdout and stderr, merged)
-goes to a local log file; new bytes are shipped to the server as they appear. Stopping sends
-SIGTERM to the group and SIGKILL after a grace period, and a replica is reported ``stopped`` only
-when no process of its group is left: the server frees its devices on that report, so a process
-that outlives it would run on devices someone else now holds. For the same reason, on Linux every
-replica is started through a tiny launcher that asks the kernel to SIGKILL it when the agent dies
-(``PR_SET_PDEATHSIG``, kept across ``exec``): a node that is marked lost and whose jobs are
-requeued leaves no process behind to run the same job twice.
+The runner never starts a process itself: for each replica it builds one launch specification
+(:func:`xpupool.agent.launch.build_spec`: uid, clean environment, private working directory,
+limits, capped log) and hands it to the back end the agent is configured with (``host``,
+``bwrap``, or ``container`` for images). Each replica's output goes to a local log file, drained
+by the agent; new bytes are shipped to the server as they appear. Stopping signals the replica
+(SIGTERM, SIGKILL after a grace period), and a replica is reported ``stopped`` only when nothing
+of it is left: the server frees its devices on that report, so a process that outlives it would
+run on devices someone else now holds.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Literal
+from typing import Literal
 
-from xpupool.agent.env import replica_env
+from xpupool.agent.launch import (
+    Backend,
+    Launched,
+    LaunchError,
+    LaunchSettings,
+    backend_for,
+    build_spec,
+    group_alive,
+)
+from xpupool.agent.launch.process import write_log_line
 from xpupool.server.schemas import ReplicaReport, Work
 
 log = logging.getLogger("xpupool.agent")
@@ -33,68 +39,19 @@ State = Literal["running", "succeeded", "failed", "stopped"]
 FINAL: frozenset[str] = frozenset({"succeeded", "failed", "stopped"})
 NO_RUNTIME = "container images need a container runtime; none configured"
 
-# Run before exec in the child: die with the agent (Linux), then become the job's command.
-# Exit 127 with the reason in the log when the command cannot be run (the shell's convention).
-_LAUNCH = """\
-import ctypes, os, sys
-try:
-    ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
-except Exception:
-    pass
-if os.getppid() != int(sys.argv[1]):
-    os._exit(137)  # the agent died before the request took effect
-try:
-    os.execvp(sys.argv[2], sys.argv[2:])
-except OSError as exc:
-    sys.stderr.write(f"xpupool: cannot run {sys.argv[2]!r}: {exc}\\n")
-    os._exit(127)
-"""
-
-
-def launch_argv(command: list[str]) -> list[str]:
-    """``command`` behind the launcher on Linux (``-I -S``: no site, no user paths: a fast start
-    that the job's PYTHON* variables cannot change); unchanged elsewhere."""
-    if not sys.platform.startswith("linux"):
-        return list(command)
-    return [sys.executable, "-I", "-S", "-c", _LAUNCH, str(os.getpid()), *command]
-
-
-def group_alive(pgid: int) -> bool:
-    """True while a live (not zombie) process is in group ``pgid``. Linux reads /proc so that an
-    unreaped zombie does not hold a replica open; elsewhere ``killpg(pgid, 0)``."""
-    proc = Path("/proc")
-    if proc.is_dir():
-        for entry in proc.iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rfind(")") + 2 :].split()
-            if len(fields) > 2 and fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
-                return True
-        return False
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
+__all__ = ["FINAL", "NO_RUNTIME", "Replica", "Runner", "group_alive"]
 
 
 @dataclass
 class Replica:
     """One replica this node runs or ran. ``allocation_id`` tells a rerun of the same replica
-    (requeued, placed here again) from the run before it."""
+    (requeued, placed here again) from the run before it. ``launched`` None: it never started
+    (``reason`` says why)."""
 
     work: Work
     log_path: Path
-    proc: subprocess.Popen[bytes] | None = None
+    launched: Launched | None = None
+    backend: Backend | None = None
     state: State = "running"
     exit_code: int | None = None
     reason: str = ""
@@ -112,7 +69,11 @@ class Replica:
 
     @property
     def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None else None
+        return self.launched.pid if self.launched is not None else None
+
+    @property
+    def limits(self) -> str:
+        return self.launched.limits if self.launched is not None else ""
 
     def report(self) -> ReplicaReport:
         return ReplicaReport(
@@ -123,11 +84,14 @@ class Replica:
             reason=self.flag if self.state == "running" else self.reason,
             pid=self.pid,
             memory_used_mib=dict(self.memory_used_mib),
+            limits=self.limits,
         )
 
 
 class Runner:
-    """The replicas of one node. Not thread-safe: one agent loop drives it."""
+    """The replicas of one node. Not thread-safe: one agent loop drives it. ``work_dir`` holds
+    the agent's copy of each replica's log (0600); the replicas' working directories are under
+    ``settings.job_root``, outside it."""
 
     def __init__(
         self,
@@ -135,18 +99,25 @@ class Runner:
         work_dir: Path,
         *,
         grace_s: float = 10.0,
-        base_env: Mapping[str, str] | None = None,
+        settings: LaunchSettings | None = None,
         node_vendors: Iterable[str] = (),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.node = node
         self.work_dir = work_dir
         self.grace_s = grace_s
-        self.base_env = dict(os.environ if base_env is None else base_env)
+        self.settings = settings or LaunchSettings()
         self.node_vendors = tuple(node_vendors)
         self.clock = clock
         self.replicas: dict[tuple[int, int], Replica] = {}
         self._done_allocations: set[int] = set()  # final and acknowledged: never start again
+        self._backends: dict[str, Backend] = {}
+        self._lingering: list[Replica] = []  # reported and forgotten, not yet cleaned up
+
+    def backend(self, name: str) -> Backend:
+        if name not in self._backends:
+            self._backends[name] = backend_for(name, self.settings)
+        return self._backends[name]
 
     # ------------------------------------------------------------------ acting on the reply
     def start(self, work: Work) -> Replica | None:
@@ -160,44 +131,37 @@ class Runner:
         ):
             return None
         logs = self.work_dir / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
+        logs.mkdir(mode=0o700, parents=True, exist_ok=True)
         path = logs / f"{work.job_id}-{work.replica}-{alloc}.log"
         rep = Replica(work, path)
         self.replicas[rep.key] = rep
-        with path.open("ab") as out:
-            if work.image:
-                return self._refuse(rep, out, NO_RUNTIME)
-            if not work.command:
-                return self._refuse(rep, out, "no command to run (and no image)")
-            env = replica_env(work, self.base_env, self.node_vendors)
-            cwd = self.work_dir / "run" / f"{work.job_id}-{work.replica}"
-            cwd.mkdir(parents=True, exist_ok=True)
-            try:
-                rep.proc = subprocess.Popen(
-                    launch_argv(work.command),
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    cwd=cwd,
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                return self._refuse(rep, out, f"cannot start {work.command[0]!r}: {exc}")
+        try:
+            spec = build_spec(work, path, self.settings, self.node_vendors)
+            rep.backend = self.backend(self.settings.backend_name(work.image))
+            rep.launched = rep.backend.start(spec)
+        except LaunchError as exc:
+            return self._refuse(rep, exc.reason)
         log.info(
-            "job %d replica %d on %s: started pid %d", work.job_id, work.replica, self.node, rep.pid
+            "job %d replica %d on %s: started pid %d (%s, %s)",
+            work.job_id,
+            work.replica,
+            self.node,
+            rep.pid,
+            rep.backend.name,
+            rep.limits,
         )
         return rep
 
-    def _refuse(self, rep: Replica, out: IO[bytes], reason: str) -> Replica:
-        out.write(f"xpupool: {reason}\n".encode())
+    def _refuse(self, rep: Replica, reason: str) -> Replica:
+        write_log_line(rep.log_path, reason)
         rep.state, rep.exit_code, rep.reason = "failed", None, reason
+        rep.leader_done = True
         log.warning("job %d replica %d: %s", rep.work.job_id, rep.work.replica, reason)
         return rep
 
     def stop(self, job_id: int, replica: int) -> None:
-        """SIGTERM the replica's group now, SIGKILL after the grace period (see :meth:`poll`).
-        A replica this node does not know is reported stopped at once (nothing of it runs)."""
+        """SIGTERM the replica now, SIGKILL after the grace period (see :meth:`poll`). A replica
+        this node does not know is reported stopped at once (nothing of it runs)."""
         rep = self.replicas.get((job_id, replica))
         if rep is None:
             rep = Replica(_placeholder(job_id, replica, self.node), Path(os.devnull))
@@ -208,39 +172,49 @@ class Runner:
             return
         rep.stop_requested = True
         rep.kill_at = self.clock() + self.grace_s
-        if rep.proc is not None:
-            log.info("job %d replica %d: SIGTERM to group %d", job_id, replica, rep.proc.pid)
-            _signal_group(rep.proc.pid, signal.SIGTERM)
+        if rep.launched is not None and rep.backend is not None:
+            log.info("job %d replica %d: SIGTERM to group %d", job_id, replica, rep.launched.pgid)
+            rep.backend.signal(rep.launched, signal.SIGTERM)
 
     # ------------------------------------------------------------------ watching
     def poll(self) -> None:
         """Reap exits, escalate overdue stops to SIGKILL, and settle each replica's state."""
         now = self.clock()
+        self._lingering = [r for r in self._lingering if not _clean(r)]
         for rep in self.replicas.values():
-            if rep.state in FINAL or rep.proc is None:
+            launched, backend = rep.launched, rep.backend
+            if launched is None or backend is None:
                 continue
-            pgid = rep.proc.pid
-            if not rep.leader_done and rep.proc.poll() is not None:
+            if rep.state in FINAL:
+                _clean(rep)  # a cgroup that was still busy last time
+                continue
+            if not rep.leader_done and launched.proc.poll() is not None:
                 rep.leader_done = True
-                code = rep.proc.returncode
-                rep.exit_code = 128 - code if code < 0 else code
-                if code < 0:
-                    rep.reason = f"killed by {signal.Signals(-code).name}"
-                else:
-                    rep.reason = f"exited with {code}"
+                self._settle_exit(rep, launched, backend)
                 if not rep.stop_requested:
-                    _signal_group(pgid, signal.SIGKILL)  # what the replica left behind
+                    backend.signal(launched, signal.SIGKILL)  # what the replica left behind
             if rep.stop_requested and rep.kill_at is not None and now >= rep.kill_at:
-                if group_alive(pgid):
-                    log.warning("job %d replica %d: SIGKILL to group %d", *rep.key, pgid)
-                    _signal_group(pgid, signal.SIGKILL)
+                if backend.alive(launched):
+                    log.warning("job %d replica %d: SIGKILL to group %d", *rep.key, launched.pgid)
+                    backend.signal(launched, signal.SIGKILL)
                 rep.kill_at = now + max(self.grace_s, 0.1)  # again later if something survives
-            if rep.leader_done and not group_alive(pgid):
+            if rep.leader_done and not backend.alive(launched):
                 if rep.stop_requested:
                     rep.state = "stopped"
                     rep.reason = f"stopped ({rep.reason})"
                 else:
                     rep.state = "succeeded" if rep.exit_code == 0 else "failed"
+                backend.cleanup(launched)
+
+    @staticmethod
+    def _settle_exit(rep: Replica, launched: Launched, backend: Backend) -> None:
+        code = launched.proc.returncode
+        rep.exit_code = 128 - code if code < 0 else code
+        rep.reason = (
+            f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with {code}"
+        )
+        if backend.oom_killed(launched):
+            rep.reason += f": out of memory (over its memory={launched.spec.memory_mib}Mi limit)"
 
     def reports(self) -> list[ReplicaReport]:
         return [rep.report() for rep in self.replicas.values()]
@@ -252,6 +226,8 @@ class Runner:
             if rep is not None and r.state in FINAL and rep.state == r.state:
                 self._done_allocations.add(rep.work.assignment.allocation_id)
                 del self.replicas[rep.key]
+                if rep.launched is not None and not rep.launched.cleaned:
+                    self._lingering.append(rep)  # its cgroup was still busy: retried by poll
 
     def ship_logs(self, send: Callable[[int, int, bytes], None], max_chunk: int = 1 << 20) -> None:
         """Send each replica's new output with ``send(job_id, replica, chunk)``; a failed send is
@@ -275,9 +251,9 @@ class Runner:
     def running_groups(self) -> dict[tuple[int, int], int]:
         """Process group of every replica that still has processes: ``{(job, replica): pgid}``."""
         return {
-            rep.key: rep.proc.pid
+            rep.key: rep.launched.pgid
             for rep in self.replicas.values()
-            if rep.proc is not None and rep.state not in FINAL
+            if rep.launched is not None and rep.state not in FINAL
         }
 
     def shutdown(self, timeout_s: float | None = None) -> None:
@@ -289,8 +265,19 @@ class Runner:
         while self.clock() < deadline:
             self.poll()
             if all(rep.state in FINAL for rep in self.replicas.values()):
-                return
+                break
             time.sleep(0.05)
+        if self.settings.cgroups is not None:
+            self.settings.cgroups.release()  # fails, harmlessly, while another runner uses it
+
+
+def _clean(rep: Replica) -> bool:
+    """Clean up after a replica that is over, if not done yet; True once it is."""
+    if rep.launched is None or rep.backend is None:
+        return True
+    if not rep.launched.cleaned:
+        rep.backend.cleanup(rep.launched)
+    return rep.launched.cleaned
 
 
 def _placeholder(job_id: int, replica: int, node: str) -> Work:

@@ -1,23 +1,36 @@
 """How an agent talks to the control plane: over HTTP (a standalone agent) or by direct calls.
 
 One small protocol with two implementations, so the loop is the same code in ``xpupool agent`` and
-inside ``xpupool up``. Every failure the loop can act on is one of two errors: :class:`NotFound`
-(the server does not know the node or replica: register again, or drop the bytes) and
-:class:`TransportError` (try again next period).
+inside ``xpupool up``. Every failure the loop can act on is one of three errors: :class:`NotFound`
+(the server does not know the node or replica: register again, or drop the bytes),
+:class:`TransportError` (try again next period) and :class:`AgentRefused` (trying again cannot
+help: the credential is refused, the protocol versions differ, or the server's TLS certificate is
+not trusted; the agent stops and says why).
 """
 
 from __future__ import annotations
 
+import ssl
+from collections.abc import Callable
 from typing import Protocol
 
 import httpx
 
 from xpupool.model.errors import NotFound, XpupoolError
-from xpupool.server.schemas import Heartbeat, HeartbeatReply, NodeIn
+from xpupool.server import schemas
+from xpupool.server.schemas import Heartbeat, HeartbeatReply, NodeIn, Registered
+
+FATAL_STATUS = frozenset({401, 403, 426})
 
 
 class TransportError(XpupoolError):
     """The server could not be reached or refused the request for a reason other than 404."""
+
+
+class AgentRefused(XpupoolError):  # noqa: N818 - an answer, not a bug: the agent must stop
+    """The server refuses this agent in a way retrying cannot change: a revoked, expired or spent
+    token (401), a credential bound to another node (403), another agent protocol (426), or a
+    server certificate this agent cannot verify."""
 
 
 class Transport(Protocol):
@@ -28,29 +41,72 @@ class Transport(Protocol):
     def append_log(self, node: str, job_id: int, replica: int, chunk: bytes) -> None: ...
 
 
-class HttpTransport:
-    """The agent protocol over HTTP with a bearer token (an agent or admin token)."""
+def _untrusted_certificate(exc: BaseException) -> ssl.SSLCertVerificationError | None:
+    """The certificate verification failure at the root of ``exc``, if that is what it is."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
-    def __init__(self, server: str, token: str, timeout_s: float = 10.0) -> None:
+
+class HttpTransport:
+    """The agent protocol over HTTP(S) with a bearer token (an agent, bootstrap or admin token).
+
+    ``ca``: a PEM file of the CA that signed the server's certificate (``--ca``); None = the
+    system's trust store. ``on_token``: called with the node's own token when a registration with
+    a bootstrap token returns one, before the transport switches to it (the agent stores it)."""
+
+    def __init__(
+        self,
+        server: str,
+        token: str,
+        timeout_s: float = 10.0,
+        *,
+        ca: str | None = None,
+        on_token: Callable[[str], None] | None = None,
+    ) -> None:
+        verify: ssl.SSLContext | bool = True
+        if ca is not None:
+            verify = ssl.create_default_context(cafile=ca)
+        self.on_token = on_token
         self.client = httpx.Client(
             base_url=server.rstrip("/"),
-            headers={"Authorization": f"Bearer {token}"},
+            headers={
+                "Authorization": f"Bearer {token}",
+                schemas.AGENT_PROTOCOL_HEADER: str(schemas.AGENT_PROTOCOL),
+            },
             timeout=timeout_s,
+            verify=verify,
         )
 
     def _post(self, path: str, **kwargs: object) -> httpx.Response:
         try:
             response = self.client.post(path, **kwargs)  # type: ignore[arg-type]
         except httpx.HTTPError as exc:
+            untrusted = _untrusted_certificate(exc)
+            if untrusted is not None:
+                raise AgentRefused(
+                    f"TLS: the server's certificate is not trusted ({untrusted.verify_message}); "
+                    "give --ca FILE with the CA that signed it"
+                ) from None
             raise TransportError(f"POST {path}: {exc}") from None
         if response.status_code == 404:
             raise NotFound("path", path)
+        if response.status_code in FATAL_STATUS:
+            raise AgentRefused(f"POST {path}: {response.status_code} {_reason(response)}")
         if response.status_code >= 400:
             raise TransportError(f"POST {path}: {response.status_code} {response.text[:500]}")
         return response
 
     def register(self, node: NodeIn) -> None:
-        self._post("/v1/agent/register", json=node.model_dump(mode="json"))
+        response = self._post("/v1/agent/register", json=node.model_dump(mode="json"))
+        issued = Registered.model_validate(response.json()).token
+        if issued:
+            if self.on_token is not None:
+                self.on_token(issued)
+            self.client.headers["Authorization"] = f"Bearer {issued}"
 
     def heartbeat(self, body: Heartbeat) -> HeartbeatReply:
         response = self._post("/v1/agent/heartbeat", json=body.model_dump(mode="json"))
@@ -65,3 +121,11 @@ class HttpTransport:
 
     def close(self) -> None:
         self.client.close()
+
+
+def _reason(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:500]
+    return str(body.get("reason", body)) if isinstance(body, dict) else str(body)[:500]

@@ -23,7 +23,8 @@ CONNECTION_HELP = (
     "Server URL and token come from --url/--token, else XPUPOOL_URL/XPUPOOL_TOKEN, else the "
     "config file ($XPUPOOL_CONFIG or ~/.config/xpupool/config.yaml: url, token or token_file); "
     "the URL defaults to http://127.0.0.1:8080. With no token configured and a local URL, "
-    "./.xpupool/admin-token (written by `xpupool up`) is used if it exists."
+    "./.xpupool/admin-token (written by `xpupool up`) is used if it exists. An https:// server is "
+    "verified against XPUPOOL_CA (or `ca` in the config file), else the system's CAs."
 )
 
 

@@ -5,8 +5,10 @@ Precedence (first that is set wins), separately for the URL and the token:
 (``$XPUPOOL_CONFIG``, else ``~/.config/xpupool/config.yaml``) with ``url`` and ``token`` or
 ``token_file``; then the default URL ``http://127.0.0.1:8080``. When no token is configured and
 the URL names this host, ``./.xpupool/admin-token`` (what ``xpupool up`` writes) is used if it
-exists, so a local ``xpupool up`` works with no setup. The resolver is pure over its inputs
-(environment mapping, home and working directory) so tests need no monkeypatching.
+exists, so a local ``xpupool up`` works with no setup. An HTTPS server is verified against
+``XPUPOOL_CA`` or the config file's ``ca`` when set, else the system's trust store. The
+resolver is pure over its inputs (environment mapping, home and working directory) so tests need
+no monkeypatching.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ class ClientConfig:
     token_source: str = "none"
     """Where the token came from ('--token', 'XPUPOOL_TOKEN', a file path, 'none'): shown when
     the server refuses it, so the user knows which setting to fix."""
+    ca: str | None = None
+    """PEM file of the CA that signed the server's certificate (``XPUPOOL_CA`` or ``ca`` in the
+    config file); None: the system's trust store."""
 
 
 def config_path(env: Mapping[str, str], home: Path) -> Path:
@@ -53,7 +58,7 @@ def _read_file_config(path: Path, required: bool) -> dict[str, str]:
         raise RequestError(str(path), None, f"cannot read config: {exc}") from None
     if not isinstance(data, dict):
         raise RequestError(str(path), None, "must be a mapping with url, token or token_file")
-    unknown = sorted(set(data) - {"url", "token", "token_file"})
+    unknown = sorted(set(data) - {"url", "token", "token_file", "ca"})
     if unknown:
         raise RequestError(f"{path}: {unknown[0]}", data[unknown[0]], "unknown key")
     return {k: str(v) for k, v in data.items() if v is not None}
@@ -87,20 +92,37 @@ def resolve_config(
     if urlsplit(resolved_url).scheme not in ("http", "https"):
         raise RequestError("url", resolved_url, "must start with http:// or https://")
     resolved_url = resolved_url.rstrip("/")
+    ca = _ca(env, file_cfg, path)
     if token:
-        return ClientConfig(resolved_url, token, "--token")
+        return ClientConfig(resolved_url, token, "--token", ca)
     if env.get("XPUPOOL_TOKEN"):
-        return ClientConfig(resolved_url, env["XPUPOOL_TOKEN"], "XPUPOOL_TOKEN")
+        return ClientConfig(resolved_url, env["XPUPOOL_TOKEN"], "XPUPOOL_TOKEN", ca)
     if file_cfg.get("token"):
-        return ClientConfig(resolved_url, file_cfg["token"], str(path))
+        return ClientConfig(resolved_url, file_cfg["token"], str(path), ca)
     if file_cfg.get("token_file"):
         token_path = Path(file_cfg["token_file"]).expanduser()
         if not token_path.is_absolute():
             token_path = path.parent / token_path
         return ClientConfig(
-            resolved_url, _read_token(token_path, f"{path}: token_file"), str(token_path)
+            resolved_url, _read_token(token_path, f"{path}: token_file"), str(token_path), ca
         )
     local = cwd / LOCAL_ADMIN_TOKEN
     if is_local(resolved_url) and local.exists():
-        return ClientConfig(resolved_url, _read_token(local, "admin-token"), str(LOCAL_ADMIN_TOKEN))
-    return ClientConfig(resolved_url, None)
+        found = _read_token(local, "admin-token")
+        return ClientConfig(resolved_url, found, str(LOCAL_ADMIN_TOKEN), ca)
+    return ClientConfig(resolved_url, None, ca=ca)
+
+
+def _ca(env: Mapping[str, str], file_cfg: dict[str, str], path: Path) -> str | None:
+    """``XPUPOOL_CA``, else the config file's ``ca`` (relative: beside the file); it must exist."""
+    if env.get("XPUPOOL_CA"):
+        found, field = Path(env["XPUPOOL_CA"]).expanduser(), "XPUPOOL_CA"
+    elif file_cfg.get("ca"):
+        found, field = Path(file_cfg["ca"]).expanduser(), f"{path}: ca"
+        if not found.is_absolute():
+            found = path.parent / found
+    else:
+        return None
+    if not found.is_file():
+        raise RequestError(field, str(found), "no such CA file")
+    return str(found)

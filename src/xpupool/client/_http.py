@@ -4,6 +4,7 @@ server's own wire types (``server/schemas.py``, read leniently), failures mapped
 
 from __future__ import annotations
 
+import ssl
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -29,8 +30,15 @@ class Client:
     ) -> None:
         self.config = config
         headers = {"Authorization": f"Bearer {config.token}"} if config.token else {}
+        verify: ssl.SSLContext | bool = True
+        if config.ca is not None:
+            verify = ssl.create_default_context(cafile=config.ca)
         self._http = httpx.Client(
-            base_url=config.url, headers=headers, timeout=timeout_s, transport=transport
+            base_url=config.url,
+            headers=headers,
+            timeout=timeout_s,
+            transport=transport,
+            verify=verify,
         )
 
     def close(self) -> None:
@@ -47,7 +55,10 @@ class Client:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
-            raise Unreachable(self.config.url, str(exc) or type(exc).__name__) from None
+            detail = str(exc) or type(exc).__name__
+            if "CERTIFICATE_VERIFY_FAILED" in detail:
+                detail += " (set XPUPOOL_CA to the CA file that signed the server's certificate)"
+            raise Unreachable(self.config.url, detail) from None
         if response.status_code >= 400:
             raise self._error(response)
         return response
@@ -136,8 +147,20 @@ class Client:
     def tenants(self) -> list[s.Tenant]:
         return self._list("/v1/tenants", s.Tenant)
 
+    def update_tenant(self, name: str, patch: s.TenantPatch) -> s.Tenant:
+        payload = patch.model_dump(mode="json", exclude_unset=True)
+        return s.Tenant.model_validate(
+            self._call("PATCH", f"/v1/tenants/{quote(name)}", json=payload).json()
+        )
+
     def issue_token(self, tenant: str, body: s.TokenIn) -> s.Token:
         return self._post(f"/v1/tenants/{tenant}/tokens", s.Token, body)
+
+    def issue_agent_token(self, body: s.TokenIn) -> s.Token:
+        return self._post("/v1/tokens", s.Token, body)
+
+    def audit(self, *, since: float | None = None, limit: int | None = None) -> list[s.AuditEntry]:
+        return self._list("/v1/audit", s.AuditEntry, since=since, limit=limit)
 
     def tokens(self) -> list[s.Token]:
         return self._list("/v1/tokens", s.Token)

@@ -240,13 +240,22 @@ def quota_text(q: s.QuotaUsage, has_cohort: bool) -> str:
 
 def queues_table(queues: Sequence[s.Queue]) -> Table:
     table = Table(title=f"{len(queues)} queues", title_justify="left")
-    for col in ("queue", "tenant", "cohort", "pending", "running", "quotas (used/nominal +borrow)"):
+    for col in (
+        "queue",
+        "tenant",
+        "cohort",
+        "max prio",
+        "pending",
+        "running",
+        "quotas (used/nominal +borrow)",
+    ):
         table.add_column(col, overflow="fold")
     for q in queues:
         table.add_row(
             q.name,
             q.tenant,
             q.cohort or "-",
+            str(q.max_priority),
             str(q.pending),
             str(q.running),
             "\n".join(quota_text(u, q.cohort is not None) for u in q.quotas) or "no limit",
@@ -255,25 +264,70 @@ def queues_table(queues: Sequence[s.Queue]) -> Table:
 
 
 def tenants_table(tenants: Sequence[s.Tenant], now: float | None = None) -> Table:
+    """Limits read as used/limit: pending jobs, pending replicas; replicas per job alone."""
     table = Table(title=f"{len(tenants)} tenants", title_justify="left")
-    for col in ("tenant", "weight", "created"):
+    for col in ("tenant", "weight", "pending jobs", "pending replicas", "replicas/job", "created"):
         table.add_column(col)
     for t in tenants:
-        table.add_row(t.name, f"{t.weight:g}", ago(t.created_at, now))
+        table.add_row(
+            t.name,
+            f"{t.weight:g}",
+            f"{t.pending_jobs}/{t.max_pending_jobs}",
+            f"{t.pending_replicas}/{t.max_pending_replicas}",
+            str(t.max_replicas_per_job),
+            ago(t.created_at, now),
+        )
     return table
+
+
+def until(at: float | None, now: float | None = None) -> str:
+    """'in 3h', 'expired', or '-' for never."""
+    if at is None:
+        return "-"
+    delta = at - (now if now is not None else time.time())
+    if delta <= 0:
+        return "expired"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if delta >= size:
+            return f"in {int(delta // size)}{unit}"
+    return f"in {int(delta)}s"
 
 
 def tokens_table(tokens: Sequence[s.Token], now: float | None = None) -> Table:
     table = Table(title=f"{len(tokens)} tokens", title_justify="left")
-    for col in ("id", "tenant", "role", "name", "created", "revoked"):
+    for col in ("id", "tenant", "role", "node", "name", "created", "expires", "revoked"):
         table.add_column(col)
     for t in tokens:
+        spent = t.role == "bootstrap" and t.revoked and t.node is not None
         table.add_row(
             str(t.id),
             t.tenant or "-",
             t.role,
+            t.node or "-",
             t.name or "-",
             ago(t.created_at, now),
-            Text("revoked", style="red") if t.revoked else "",
+            until(t.expires_at, now),
+            Text("spent" if spent else "revoked", style="red") if t.revoked else "",
+        )
+    return table
+
+
+def audit_table(entries: Sequence[s.AuditEntry], now: float | None = None) -> Table:
+    table = Table(title=f"{len(entries)} audit entries", title_justify="left")
+    for col in ("when", "who", "action", "target", "status", "result"):
+        table.add_column(col)
+    for e in entries:
+        who = e.role if e.token_id is None else f"{e.role} (token {e.token_id})"
+        if e.tenant:
+            who += f" {e.tenant}"
+        if e.node:
+            who += f" node {e.node}"
+        table.add_row(
+            ago(e.at, now),
+            who,
+            e.action,
+            e.target,
+            Text(str(e.status), style="red" if e.status >= 400 else ""),
+            e.result,
         )
     return table

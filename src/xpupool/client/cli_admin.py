@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import click
@@ -16,27 +17,45 @@ from xpupool.client._cli_common import (
     output_option,
     request_error,
 )
-from xpupool.client._render import queues_table, tenants_table, tokens_table
+from xpupool.client._render import audit_table, queues_table, tenants_table, tokens_table, until
+from xpupool.client._times import expiry, since
 from xpupool.model.errors import RequestError
 from xpupool.server import schemas as s
 
 
 @click.group()
 def tenant() -> None:
-    """Admin: create and list tenants."""
+    """Admin: create, change and list tenants."""
+
+
+def limit_options(func: Any) -> Any:
+    """--max-pending-jobs, --max-replicas-per-job, --max-pending-replicas (unset: left as is,
+    or the server's default for a new tenant)."""
+    for name, what in reversed(
+        (
+            ("max_pending_jobs", "most jobs it may have pending (over: 429)"),
+            ("max_replicas_per_job", "most replicas one job may ask for (over: 403)"),
+            ("max_pending_replicas", "most replicas over its pending jobs (over: 429)"),
+        )
+    ):
+        flag = "--" + name.replace("_", "-")
+        func = click.option(flag, name, type=int, metavar="N", help=what)(func)
+    return func
 
 
 @tenant.command("create", epilog=CONNECTION_HELP)
 @click.argument("name")
 @click.option("--weight", type=float, default=1.0, show_default=True, help="fair-share weight")
+@limit_options
 @connection_options
 @output_option
 def tenant_create(
-    name: str, weight: float, url: str | None, token: str | None, output: str
+    name: str, weight: float, url: str | None, token: str | None, output: str, **limits: int | None
 ) -> None:
     """Create a tenant and its default queue (same name, no quota)."""
+    given = {k: v for k, v in limits.items() if v is not None}
     try:
-        body = s.TenantIn(name=name, weight=weight)
+        body = s.TenantIn(name=name, weight=weight, **given)
     except ValidationError as exc:
         raise request_error(exc) from None
     with make_client(url, token) as client:
@@ -47,11 +66,42 @@ def tenant_create(
         click.echo(f"tenant {found.name} created (weight {found.weight:g}), queue {found.name}")
 
 
+@tenant.command("set", epilog=CONNECTION_HELP)
+@click.argument("name")
+@click.option("--weight", type=float, help="fair-share weight")
+@limit_options
+@connection_options
+@output_option
+def tenant_set(
+    name: str,
+    weight: float | None,
+    url: str | None,
+    token: str | None,
+    output: str,
+    **limits: int | None,
+) -> None:
+    """Change a tenant's weight or limits; what is not given stays.
+
+    \b
+    xpupool tenant set lab --max-pending-jobs 200 --max-replicas-per-job 64
+    """
+    given: dict[str, Any] = {k: v for k, v in limits.items() if v is not None}
+    if weight is not None:
+        given["weight"] = weight
+    try:
+        patch = s.TenantPatch(**given)
+    except ValidationError as exc:
+        raise request_error(exc) from None
+    with make_client(url, token) as client:
+        found = client.update_tenant(name, patch)
+    emit(output, found, lambda: tenants_table([found]))
+
+
 @tenant.command("list", epilog=CONNECTION_HELP)
 @connection_options
 @output_option
 def tenant_list(url: str | None, token: str | None, output: str) -> None:
-    """List tenants."""
+    """List tenants with their limits and queued work (used/limit)."""
     with make_client(url, token) as client:
         found = client.tenants()
     emit(output, found, lambda: tenants_table(found))
@@ -63,26 +113,73 @@ def token() -> None:
 
 
 @token.command("issue", epilog=CONNECTION_HELP)
-@click.argument("tenant_name", metavar="TENANT")
-@click.option("--role", type=click.Choice(["tenant", "agent"]), default="tenant", show_default=True)
+@click.argument("tenant_name", metavar="[TENANT]", required=False)
+@click.option(
+    "--role",
+    type=click.Choice(["tenant", "agent"]),
+    help="tenant: acts for TENANT (the default with TENANT); agent: as --agent",
+)
+@click.option("--agent", "as_agent", is_flag=True, help="an agent token (no TENANT needed)")
+@click.option("--node", help="agent: the one node the token speaks for")
+@click.option(
+    "--bootstrap",
+    is_flag=True,
+    help="agent: one-time token that registers one new node and is exchanged for its own token",
+)
+@click.option("--expires", help="a duration (30m, 12h, 7d) or an ISO time; default: never")
 @click.option("--name", "label", default="", help="a label for the token")
 @connection_options
 @output_option
 def token_issue(
-    tenant_name: str, role: str, label: str, url: str | None, token: str | None, output: str
+    tenant_name: str | None,
+    role: str | None,
+    as_agent: bool,
+    node: str | None,
+    bootstrap: bool,
+    expires: str | None,
+    label: str,
+    url: str | None,
+    token: str | None,
+    output: str,
 ) -> None:
-    """Issue a token; the secret is printed once and never again."""
+    """Issue a token; the secret is printed once and never again.
+
+    \b
+    xpupool token issue lab                          # a tenant token for lab
+    xpupool token issue --agent --node gpu-7         # speaks for node gpu-7 only
+    xpupool token issue --agent --bootstrap --expires 1h   # registers one new node, once
+    """
+    agent_asked = as_agent or bootstrap or node is not None
+    if role == "tenant" and agent_asked:
+        raise click.UsageError("--role tenant cannot go with --agent, --node or --bootstrap")
+    role = "agent" if agent_asked else (role or "tenant")
+    if role == "tenant" and not tenant_name:
+        raise click.UsageError("give TENANT for a tenant token, or --agent for an agent token")
+    fields: dict[str, Any] = {"name": label, "role": role, "bootstrap": bootstrap, "node": node}
+    if expires is not None:
+        fields.update(expiry("--expires", expires))
     try:
-        body = s.TokenIn(name=label, role=role)  # type: ignore[arg-type]
+        body = s.TokenIn.model_validate(fields)
     except ValidationError as exc:
         raise request_error(exc) from None
     with make_client(url, token) as client:
-        found = client.issue_token(tenant_name, body)
+        found = (
+            client.issue_token(tenant_name, body) if tenant_name else client.issue_agent_token(body)
+        )
     if output == "json":
         emit(output, found, lambda: tokens_table([found]))
+        return
+    if found.role == "bootstrap":
+        what = "bootstrap token: registers one new node"
+    elif found.role == "agent":
+        what = f"agent token for node {found.node}" if found.node else "agent token"
+        what += "" if found.node else " (bound to the first node that uses it)"
     else:
-        click.echo(f"token {found.id} for {found.tenant or '-'} ({found.role}); keep it secret:")
-        click.echo(found.token or "")
+        what = f"tenant token for {found.tenant}"
+    if found.expires_at is not None:
+        what += f", expires {until(found.expires_at)}"
+    click.echo(f"token {found.id}, {what}; keep it secret:")
+    click.echo(found.token or "")
 
 
 @token.command("list", epilog=CONNECTION_HELP)
@@ -136,11 +233,13 @@ def build_queue(
     tenant_name: str | None,
     cohort: str | None,
     quotas: tuple[str, ...],
+    max_priority: int | None = None,
 ) -> s.QueueIn:
     """The queue body: the ``-f`` file (a QueueIn as YAML), then flags on top (``--quota``
     replaces the file's quotas). Raises ``RequestError`` naming the file and the field."""
     body: dict[str, Any] = load_yaml(file) if file else {}
-    for key, value in (("name", name), ("tenant", tenant_name), ("cohort", cohort)):
+    flags = (("name", name), ("tenant", tenant_name), ("cohort", cohort))
+    for key, value in (*flags, ("max_priority", max_priority)):
         if value is not None:
             body[key] = value
     if quotas:
@@ -163,6 +262,12 @@ def build_queue(
     metavar="FLAVOR:RESOURCE=N[+B]",
     help="repeat; RESOURCE is devices, device_memory_mib or cores_permille; +B may borrow B",
 )
+@click.option(
+    "--max-priority",
+    type=int,
+    metavar="N",
+    help="highest priority its jobs may ask for (above: 403) [default: 0, or the file's]",
+)
 @connection_options
 @output_option
 def queue_put(
@@ -171,17 +276,19 @@ def queue_put(
     tenant_name: str | None,
     cohort: str | None,
     quotas: tuple[str, ...],
+    max_priority: int | None,
     url: str | None,
     token: str | None,
     output: str,
 ) -> None:
-    """Create or replace a queue.
+    """Create or replace a queue (what is not given takes its default, max-priority 0 too).
 
     \b
     xpupool queue put -f queue.yaml
     xpupool queue put --name research --tenant lab --quota A100:devices=4 --quota '*:devices=8'
+    xpupool queue put --name urgent --tenant lab --max-priority 100
     """
-    body = build_queue(file, name, tenant_name, cohort, quotas)
+    body = build_queue(file, name, tenant_name, cohort, quotas, max_priority)
     with make_client(url, token) as client:
         found = client.put_queue(body)
     emit(output, found, lambda: queues_table([found]))
@@ -196,3 +303,19 @@ def queue_show(name: str, url: str | None, token: str | None, output: str) -> No
     with make_client(url, token) as client:
         found = client.queue(name)
     emit(output, found, lambda: queues_table([found]))
+
+
+@click.command("audit", epilog=CONNECTION_HELP)
+@click.option("--since", "since_text", help="a duration back from now (1h, 7d) or an ISO time")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 10_000))
+@connection_options
+@output_option
+def audit(
+    since_text: str | None, limit: int, url: str | None, token: str | None, output: str
+) -> None:
+    """Admin: who did what to the pool (admin actions, agent registrations, refused agent
+    requests), the newest LIMIT entries, oldest first."""
+    start = None if since_text is None else since("--since", since_text, time.time())
+    with make_client(url, token) as client:
+        found = client.audit(since=start, limit=limit)
+    emit(output, found, lambda: audit_table(found))

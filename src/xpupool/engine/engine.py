@@ -14,6 +14,7 @@ import numpy as np
 from xpupool.engine.context import Context
 from xpupool.engine.device_pick import pick_devices
 from xpupool.engine.fragmentation import TargetWorkload
+from xpupool.engine.gang_bound import gang_refusal
 from xpupool.engine.pipeline import Pipeline
 from xpupool.engine.preempt import PreemptionPlan, plan_preemption
 from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile
@@ -75,6 +76,10 @@ class Engine:
         a refusal then counts nodes whose devices lie outside it (``Reason.OUTSIDE_ASSIGNMENT``).
         """
         profile = self._profile(req.node_policy) if req.node_policy else self.profile
+        if req.gang and req.replicas > 1:
+            refused = gang_refusal(self.pipeline, req, within)  # more than could ever fit now
+            if refused is not None:
+                return Placement(req, (), (refused,))
         with Transaction(self.state) as txn:
             failures: list[Unschedulable] = []
             for replica in range(req.replicas):

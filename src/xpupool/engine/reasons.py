@@ -30,6 +30,7 @@ class Reason(IntEnum):
     INSUFFICIENT_DEVICE_CORES = 15
     TOPOLOGY = 16
     OUTSIDE_ASSIGNMENT = 17
+    NO_CONTAINER_RUNTIME = 18
 
 
 TEXT: dict[Reason, str] = {
@@ -51,6 +52,7 @@ TEXT: dict[Reason, str] = {
     Reason.INSUFFICIENT_DEVICE_CORES: "insufficient device cores",
     Reason.TOPOLOGY: "no link group with enough free devices",
     Reason.OUTSIDE_ASSIGNMENT: "devices outside the admitted quota flavour",
+    Reason.NO_CONTAINER_RUNTIME: "no container runtime",
 }
 
 PREEMPTION_MAY_HELP: frozenset[Reason] = frozenset(

@@ -16,6 +16,7 @@ from xpupool.engine.filters.device_memory import DeviceMemory
 from xpupool.engine.filters.device_model import DeviceModel
 from xpupool.engine.filters.device_uuid import DeviceUuid
 from xpupool.engine.filters.device_vendor import DeviceVendor
+from xpupool.engine.filters.node_container_runtime import NodeContainerRuntime
 from xpupool.engine.filters.node_cpu import NodeCpu
 from xpupool.engine.filters.node_memory import NodeMemory
 from xpupool.engine.filters.node_schedulable import NodeSchedulable
@@ -33,7 +34,12 @@ from xpupool.engine.scorers.spread import NodeSpread
 from xpupool.engine.scorers.topology import Topology
 from xpupool.engine.scorers.xpupool import Xpupool, XpupoolFine, XpupoolGreedy
 
-NODE_FILTERS: tuple[NodeFilter, ...] = (NodeSchedulable(), NodeCpu(), NodeMemory())
+NODE_FILTERS: tuple[NodeFilter, ...] = (
+    NodeSchedulable(),
+    NodeContainerRuntime(),
+    NodeCpu(),
+    NodeMemory(),
+)
 STATIC_DEVICE_FILTERS: tuple[DeviceFilter, ...] = (
     DeviceHealth(),
     DeviceVendor(),

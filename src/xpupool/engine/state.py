@@ -22,7 +22,7 @@ import numpy.typing as npt
 from xpupool.catalog import AcceleratorCatalog, CompatTable, load_accelerators, load_compat
 from xpupool.model.allocation import Allocation
 from xpupool.model.device import Device, Node
-from xpupool.model.errors import Conflict, NotFound, RequestError
+from xpupool.model.errors import Conflict, NotFound, OverCommit, RequestError
 from xpupool.model.request import WHOLE
 from xpupool.model.vendor import VENDOR_KEYS
 
@@ -91,6 +91,7 @@ class ClusterState:
         self.node_mem_total = np.zeros(n, np.int64)
         self.node_schedulable = np.zeros(n, np.bool_)
         self.node_alive = np.zeros(n, np.bool_)
+        self.node_container = np.zeros(n, np.bool_)  # has a container runtime
         self.node_site = np.zeros(n, np.int32)
         self.node_n_dev = np.zeros(n, np.int64)
         self.dev_present = np.zeros((n, w), np.bool_)
@@ -125,6 +126,7 @@ class ClusterState:
         self.node_mem_total[i] = node.memory_mib
         self.node_schedulable[i] = node.schedulable
         self.node_alive[i] = True
+        self.node_container[i] = node.container_runtime is not None
         self.node_n_dev[i] = len(node.devices)
         groups: dict[str, int] = {}
         for col, dev in enumerate(node.devices):
@@ -201,12 +203,13 @@ class ClusterState:
 
     # ------------------------------------------------------------------ allocations
     def apply(self, alloc: Allocation) -> None:
-        """Take what ``alloc`` holds. Raises Conflict (and changes nothing) if it would over-commit."""
+        """Take what ``alloc`` holds. Raises OverCommit (and changes nothing) if it would
+        over-commit, Conflict if it is applied already."""
         if alloc.id in self.live:
             raise Conflict(f"allocation {alloc.id} is already applied")
         n = alloc.node_index
         if self.node_cpu_free[n] < alloc.cpu_milli or self.node_mem_free[n] < alloc.memory_mib:
-            raise Conflict(f"allocation {alloc.id} over-commits node {alloc.node}")
+            raise OverCommit(alloc.id, alloc.node, None)
         mem_free = self.dev_mem_free.reshape(-1)
         core_free = self.dev_core_free.reshape(-1)
         for share in alloc.devices:
@@ -214,7 +217,7 @@ class ClusterState:
                 mem_free[share.slot] < share.memory_mib
                 or core_free[share.slot] < share.core_permille
             ):
-                raise Conflict(f"allocation {alloc.id} over-commits device {share.uuid}")
+                raise OverCommit(alloc.id, alloc.node, share.uuid)
         self._shift(alloc, -1)
         self.live[alloc.id] = alloc
         self.node_allocations[n][alloc.id] = alloc

@@ -46,9 +46,16 @@ class Device:
         object.__setattr__(self, "runtimes", dict(self.runtimes))
 
 
+# Container runtimes a node can run image jobs with (``--runtime`` on the agent, ``runtime:`` in a
+# cluster file); a node without one runs command jobs only.
+CONTAINER_RUNTIMES: tuple[str, ...] = ("docker", "podman")
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
-    """A host: its CPU and memory capacity and its devices. ``site`` groups nodes across sites."""
+    """A host: its CPU and memory capacity and its devices. ``site`` groups nodes across sites.
+    ``container_runtime`` is the runtime its agent found (one of :data:`CONTAINER_RUNTIMES`);
+    None: it cannot run container images."""
 
     name: str
     cpu_milli: int
@@ -57,10 +64,15 @@ class Node:
     site: str = "default"
     labels: Mapping[str, str] = field(default_factory=dict)
     schedulable: bool = True
+    container_runtime: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
             raise RequestError("name", self.name, "must not be empty")
+        if self.container_runtime is not None and self.container_runtime not in CONTAINER_RUNTIMES:
+            raise RequestError(
+                "runtime", self.container_runtime, f"known: {', '.join(CONTAINER_RUNTIMES)}"
+            )
         if self.cpu_milli < 0:
             raise RequestError("cpu_milli", self.cpu_milli, "must not be negative")
         if self.memory_mib < 0:

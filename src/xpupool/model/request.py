@@ -218,7 +218,9 @@ class Request:
     """One job's placement request: ``replicas`` copies of (cpu, memory, devices).
 
     ``gang`` makes the replicas all-or-nothing. ``node_policy``/``device_policy`` override the
-    cluster's profile for this request (None = the cluster default).
+    cluster's profile for this request (None = the cluster default). ``container`` True: the job
+    runs a container image, so only nodes with a container runtime may take it; it is not part of
+    the JSON or compact forms (the server sets it from the job's ``image``).
     """
 
     name: str = ""
@@ -231,6 +233,7 @@ class Request:
     queue: str = "default"
     node_policy: str | None = None
     device_policy: DevicePolicy | None = None
+    container: bool = False
 
     def __post_init__(self) -> None:
         _check_int("cpu", self.cpu_milli, 0, 1 << 40)

@@ -8,9 +8,18 @@ compatibility table is keyed by; ``runtimes["rocm"]`` is set only when the libra
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from xpupool.probes.base import DeviceInfo, Health, ProbeError, ProbeFailure, canonical
+from xpupool.probes.base import (
+    DeviceInfo,
+    DeviceNodes,
+    Health,
+    ProbeError,
+    ProbeFailure,
+    canonical,
+    render_node,
+)
 from xpupool.probes.library import LibraryProbe
 
 
@@ -79,3 +88,11 @@ def _number(value: object) -> float | None:
         return float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return None  # "N/A" and friends
+
+
+def device_nodes(indices: Sequence[int]) -> DeviceNodes:
+    """AMD: ``/dev/kfd`` ("the main compute interface shared by all GPUs") and each card's
+    ``/dev/dri/renderD<128+i>``; ROCm's own guide for restricting a container to some GPUs passes
+    exactly these (rocm.docs.amd.com, "Running ROCm Docker containers", Restricting GPU access).
+    """
+    return DeviceNodes(required=("kfd", *(render_node(i) for i in indices)))

@@ -71,6 +71,35 @@ class DeviceInfo:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class DeviceNodes:
+    """What a process needs to use some of one vendor's cards, as names under ``/dev``.
+
+    ``required``: the per-card and control nodes the vendor's stack cannot work without; a
+    container is given them even when the host lacks one, so that a missing node is the runtime's
+    clear error rather than a job that silently sees no card. ``optional``: nodes only some driver
+    builds create, given only where present. ``mounts``: absolute host paths (driver libraries, the
+    vendor tool) that the vendor's own container runtime would mount read-only next to the nodes,
+    given only where present. Each vendor's function sits next to its probe (``device_nodes``);
+    ``probes/device_nodes.py`` picks by vendor.
+    """
+
+    required: tuple[str, ...]
+    optional: tuple[str, ...] = ()
+    mounts: tuple[str, ...] = ()
+
+
+def render_node(index: int) -> str:
+    """The DRM render node of the card a vendor tool calls ``index``: ``dri/renderD<128+index>``.
+
+    ROCm's container guide: "/dev/dri/renderD<node>: ... <node> is a number for each card in the
+    system starting from 128" (rocm.docs.amd.com, "Deploy ROCm Docker containers", docs-5.3.3).
+    This assumes the tool's index order is the DRM probe order and that no other DRM driver (a
+    BMC's VGA) holds a render node before the accelerators; both hold on the usual servers.
+    """
+    return f"dri/renderD{128 + index}"
+
+
 class ProbeFailure(StrEnum):
     """Why a probe could not report, so an operator knows what to fix."""
 

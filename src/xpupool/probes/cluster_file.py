@@ -7,11 +7,13 @@
         cpu: 128               # cores ("500m" style also accepted)
         memory: 1Ti
         labels: {rack: r1}
+        runtime: docker        # optional: docker or podman runs its image jobs; none by default
         devices:               # the fake probe's entries (probes/fake.py)
           - {vendor: nvidia, model: NVIDIA A100-SXM4-80GB, count: 8, memory: 80Gi,
              driver: 550.54.15, runtimes: {cuda: "12.4"}, link_group_size: 4}
 
-Device UUIDs are ``<node>-<index>``, unique across the file. Bad
+Device UUIDs are ``<node>-<index>``, unique across the file. A node that declares ``runtime``
+takes image jobs; the agent inside ``xpupool up`` runs them with that runtime. Bad
 input raises RequestError naming the path, e.g. ``nodes[2].devices[0].memory``.
 """
 
@@ -23,12 +25,12 @@ from pathlib import Path
 
 import yaml
 
-from xpupool.model.device import Node
+from xpupool.model.device import CONTAINER_RUNTIMES, Node
 from xpupool.model.errors import RequestError
 from xpupool.model.quantity import parse_cpu_milli, parse_memory_mib
 from xpupool.probes.fake import entries, parse_fake
 
-_KEYS = {"name", "count", "site", "cpu", "memory", "labels", "devices", "schedulable"}
+_KEYS = {"name", "count", "site", "cpu", "memory", "labels", "devices", "schedulable", "runtime"}
 
 
 def parse_cluster(data: object) -> list[Node]:
@@ -51,6 +53,11 @@ def parse_cluster(data: object) -> list[Node]:
         labels = entry.get("labels") or {}
         if not isinstance(labels, Mapping):
             raise RequestError(f"{where}.labels", labels, "expected a mapping such as {rack: r1}")
+        runtime = entry.get("runtime")
+        if runtime is not None and runtime not in CONTAINER_RUNTIMES:
+            raise RequestError(
+                f"{where}.runtime", runtime, f"expected one of: {', '.join(CONTAINER_RUNTIMES)}"
+            )
         names = [name] if count is None else [f"{name}-{k}" for k in range(count)]
         for node_name in names:
             devices = tuple(replace(d.to_device(), uuid=f"{node_name}-{d.index}") for d in template)
@@ -63,6 +70,7 @@ def parse_cluster(data: object) -> list[Node]:
                     site=str(entry.get("site", "default")),
                     labels={str(k): str(v) for k, v in labels.items()},
                     schedulable=bool(entry.get("schedulable", True)),
+                    container_runtime=runtime,
                 )
             )
     seen: set[str] = set()

@@ -9,10 +9,17 @@ confused. Values carry their unit (``MiB``, ``%``, ``W``, ``C``); we read the le
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
-from xpupool.probes.base import DeviceInfo, Health, ProbeError, ProbeFailure, canonical
+from xpupool.probes.base import (
+    DeviceInfo,
+    DeviceNodes,
+    Health,
+    ProbeError,
+    ProbeFailure,
+    canonical,
+)
 from xpupool.probes.tool import run_tool, tool_present
 
 VENDOR = "cambricon"
@@ -111,3 +118,17 @@ class CnmonProbe:
     def discover(self) -> list[DeviceInfo]:
         """Raises ProbeError: tool missing, permission, timeout, tool failed, parse."""
         return parse_cnmon(run_tool(VENDOR, ARGV))
+
+
+def device_nodes(indices: Sequence[int]) -> DeviceNodes:
+    """Cambricon MLU: ``/dev/cambricon_dev<N>`` per card and ``/dev/cambricon_ctl``; the per-card
+    IPC node ``cambricon_ipcm<N>`` only some driver builds create (Cambricon's device plugin,
+    ``device-plugin/pkg/mlu/const.go``: ``/dev/cambricon_dev%d``, ``/dev/cambricon_ipcm%d``;
+    Cambricon's model-zoo run scripts pass ``--device /dev/cambricon_dev0 --device
+    /dev/cambricon_ctl``). ``cnmon`` is mounted where installed, as those scripts do.
+    """
+    return DeviceNodes(
+        required=(*(f"cambricon_dev{i}" for i in indices), "cambricon_ctl"),
+        optional=tuple(f"cambricon_ipcm{i}" for i in indices),
+        mounts=("/usr/bin/cnmon",),
+    )

@@ -31,7 +31,14 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, TypeVar
 
-from xpupool.probes.base import DeviceInfo, Health, ProbeError, ProbeFailure, canonical
+from xpupool.probes.base import (
+    DeviceInfo,
+    DeviceNodes,
+    Health,
+    ProbeError,
+    ProbeFailure,
+    canonical,
+)
 
 VENDOR = "enflame"
 ENV_LIBRARY = "XPUPOOL_EFML_LIB"
@@ -415,3 +422,10 @@ class EnflameEfmlProbe:
             health=health,
             health_detail=detail,
         )
+
+
+def device_nodes(indices: Sequence[int]) -> DeviceNodes:
+    """Enflame GCU: ``/dev/gcu<N>`` per card (Enflame's device plugin reports ``Path:
+    "/dev/gcu0"`` for card 0; the codec's nodes ``gcu<N>vid<M>`` are not needed for compute).
+    """
+    return DeviceNodes(required=tuple(f"gcu{i}" for i in indices))

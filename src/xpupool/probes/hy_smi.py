@@ -11,10 +11,18 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
-from xpupool.probes.base import DeviceInfo, Health, ProbeError, ProbeFailure, canonical
+from xpupool.probes.base import (
+    DeviceInfo,
+    DeviceNodes,
+    Health,
+    ProbeError,
+    ProbeFailure,
+    canonical,
+    render_node,
+)
 from xpupool.probes.tool import run_tool, tool_present
 
 VENDOR = "hygon"
@@ -136,3 +144,14 @@ class HySmiProbe:
     def discover(self) -> list[DeviceInfo]:
         """Raises ProbeError: tool missing, permission, timeout, tool failed, parse."""
         return parse_hy_smi_json(run_tool(VENDOR, ARGV))
+
+
+def device_nodes(indices: Sequence[int]) -> DeviceNodes:
+    """Hygon DCU: AMD's ``/dev/kfd`` and render node per card, plus Hygon's ``/dev/mkfd``, and the
+    ``/opt/hyhal`` runtime mounted read-only: what Hygon's documented container start passes
+    (``--device=/dev/kfd --device=/dev/mkfd --device=/dev/dri -v /opt/hyhal:/opt/hyhal``, e.g. the
+    DCU exporter's and SourceFind's DCU images' run commands).
+    """
+    return DeviceNodes(
+        required=("kfd", "mkfd", *(render_node(i) for i in indices)), mounts=("/opt/hyhal",)
+    )

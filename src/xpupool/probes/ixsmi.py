@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import csv
 import re
+from collections.abc import Sequence
 from typing import ClassVar
 
-from xpupool.probes.base import DeviceInfo, ProbeError, ProbeFailure, canonical
+from xpupool.probes.base import DeviceInfo, DeviceNodes, ProbeError, ProbeFailure, canonical
 from xpupool.probes.tool import run_tool, tool_present
 
 VENDOR = "iluvatar"
@@ -102,3 +103,14 @@ def _number(text: str | None) -> float | None:
         return None
     match = re.match(r"-?\d+(?:\.\d+)?", text)
     return float(match[0]) if match else None
+
+
+def device_nodes(indices: Sequence[int]) -> DeviceNodes:
+    """Iluvatar CoreX: ``/dev/iluvatar<N>`` per card, no control node (a device plugin's injected
+    nodes, major 508, and the FlagOS runtime README's ``--device /dev/iluvatar0``). ``N`` is the
+    driver's minor number, taken to be the ixsmi index; a host whose cards were renumbered needs the
+    mapping from the driver. The CoreX libraries are mounted where installed.
+    """
+    return DeviceNodes(
+        required=tuple(f"iluvatar{i}" for i in indices), mounts=("/usr/local/corex",)
+    )

@@ -24,10 +24,18 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
-from xpupool.probes.base import DeviceInfo, Health, ProbeError, ProbeFailure, canonical
+from xpupool.probes.base import (
+    DeviceInfo,
+    DeviceNodes,
+    Health,
+    ProbeError,
+    ProbeFailure,
+    canonical,
+    render_node,
+)
 from xpupool.probes.tool import run_tool, tool_present
 
 VENDOR = "mthreads"
@@ -222,3 +230,15 @@ class MthreadsGmiProbe:
     def discover(self) -> list[DeviceInfo]:
         """Raises ProbeError: tool missing, permission, timeout, tool failed, parse."""
         return parse_mthreads_gmi_json(run_tool(VENDOR, ARGV))
+
+
+def device_nodes(indices: Sequence[int]) -> DeviceNodes:
+    """Moore Threads: ``/dev/mtgpu.<N>`` per card and its DRM render node (runs without the
+    mt-container-toolkit pass ``--device /dev/mtgpu.0 --device /dev/dri``; FlagOS runtime images'
+    README). Only the card's own render node is given, not all of ``/dev/dri``; the index-to-DRM
+    mapping is the same assumption as AMD's (:func:`~xpupool.probes.base.render_node`).
+    """
+    return DeviceNodes(
+        required=(*(f"mtgpu.{i}" for i in indices), *(render_node(i) for i in indices)),
+        mounts=("/usr/bin/mthreads-gmi",),
+    )

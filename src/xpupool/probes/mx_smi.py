@@ -9,9 +9,18 @@ table; its output has no "MX-SMI ... Kernel Mode Driver Version" header and is r
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import ClassVar
 
-from xpupool.probes.base import DeviceInfo, Health, ProbeError, ProbeFailure, canonical
+from xpupool.probes.base import (
+    DeviceInfo,
+    DeviceNodes,
+    Health,
+    ProbeError,
+    ProbeFailure,
+    canonical,
+    render_node,
+)
 from xpupool.probes.tool import run_tool, tool_present
 
 VENDOR = "metax"
@@ -106,3 +115,11 @@ def _number(text: str, unit: str) -> float | None:
         return float(text.removesuffix(unit))
     except ValueError:
         return None  # N/A
+
+
+def device_nodes(indices: Sequence[int]) -> DeviceNodes:
+    """MetaX: the control node ``/dev/mxcd`` and each card's DRM render node (MetaX's documented
+    container start passes ``--device=/dev/dri --device=/dev/mxcd``; vLLM-MetaX quick start). Only
+    the card's own render node is given, with AMD's index-to-DRM assumption.
+    """
+    return DeviceNodes(required=("mxcd", *(render_node(i) for i in indices)))

@@ -11,10 +11,18 @@ does not support (exit non-zero) only leave those fields None; every other failu
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from xpupool.probes.base import DeviceInfo, Health, ProbeError, ProbeFailure, canonical
+from xpupool.probes.base import (
+    DeviceInfo,
+    DeviceNodes,
+    Health,
+    ProbeError,
+    ProbeFailure,
+    canonical,
+)
 from xpupool.probes.tool import run_tool, tool_present
 
 VENDOR = "huawei"
@@ -287,3 +295,32 @@ class NpuSmiProbe:
             health=health,
             health_detail=detail,
         )
+
+
+# What Ascend's own container start mounts next to the device nodes: the DCMI library, npu-smi,
+# the driver's user-space libraries and its version files (openmerlin/openmind-resource-template
+# image_center/docs/mindspore_quick_start.md; the same set as Ascend Docker Runtime's mount list).
+ASCEND_MOUNTS = (
+    "/usr/local/dcmi",
+    "/usr/local/bin/npu-smi",
+    "/usr/local/Ascend/driver/lib64",
+    "/usr/local/Ascend/driver/version.info",
+    "/etc/ascend_install.info",
+)
+
+
+def device_nodes(indices: Sequence[int]) -> DeviceNodes:
+    """Huawei Ascend: ``/dev/davinci<N>`` per NPU and the three shared control nodes
+    ``davinci_manager``, ``devmm_svm`` (shared virtual memory) and ``hisi_hdc`` (host-device
+    channel), plus :data:`ASCEND_MOUNTS`. ``N`` is the chip's physical id, taken to be the logic id
+    npu-smi prints; they differ only on boards where chips were disabled.
+    """
+    return DeviceNodes(
+        required=(
+            *(f"davinci{i}" for i in indices),
+            "davinci_manager",
+            "devmm_svm",
+            "hisi_hdc",
+        ),
+        mounts=ASCEND_MOUNTS,
+    )

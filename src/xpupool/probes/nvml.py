@@ -8,10 +8,12 @@ connected components, which become link groups ("nvlink-0", ...). A metric NVML 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 from typing import Any, ClassVar
 
-from xpupool.probes.base import DeviceInfo, Health, canonical
+from xpupool.probes.base import DeviceInfo, DeviceNodes, Health, canonical
+from xpupool.probes.container_runtime import ContainerRuntime
 from xpupool.probes.library import LibraryProbe
 
 MIB = 1024 * 1024
@@ -177,3 +179,33 @@ def _components(peers: dict[str, tuple[str, ...]]) -> dict[str, str]:
             seen[uuid] = f"nvlink-{count}"
         count += 1
     return seen
+
+
+def device_nodes(indices: Sequence[int]) -> DeviceNodes:
+    """NVIDIA: ``/dev/nvidia<N>`` per card, ``nvidiactl`` and ``nvidia-uvm`` (CUDA's unified memory)
+    always, ``nvidia-uvm-tools`` and ``nvidia-modeset`` where the driver made them: the nodes
+    ``nvidia-container-cli list`` prints for one GPU (quoted in "Container Runtime CDI与NRI介绍",
+    developer.aliyun.com/article/1180698). ``N`` is the device's minor number, taken to be its
+    NVML index; the two agree unless cards were hot-plugged or bound out of PCI order. Containers do
+    not use this list: the NVIDIA toolkit passes nodes and libraries (:func:`container_devices`).
+    """
+    return DeviceNodes(
+        required=(*(f"nvidia{i}" for i in indices), "nvidiactl", "nvidia-uvm"),
+        optional=("nvidia-uvm-tools", "nvidia-modeset"),
+    )
+
+
+def container_devices(uuids: Sequence[str], runtime: ContainerRuntime) -> list[str]:
+    """The runtime arguments that give a container exactly these NVIDIA cards (or MIG instances).
+
+    CDI, ``--device nvidia.com/gpu=<UUID>`` per card, where the runtime reads CDI specs (the
+    toolkit names a device by index and by UUID: NVIDIA Container Toolkit, "Support for Container
+    Device Interface"). Otherwise docker's ``--gpus "device=<UUID>,<UUID>"``: the double quotes are
+    part of the value, because docker reads it as CSV and would split an unquoted list at the comma
+    (the toolkit's "Specialized Configurations with Docker": ``'"device=2,3"'``).
+    """
+    if not uuids:
+        return []
+    if runtime.cdi:
+        return [arg for uuid in uuids for arg in ("--device", f"nvidia.com/gpu={uuid}")]
+    return ["--gpus", f'"device={",".join(uuids)}"']

@@ -11,9 +11,17 @@ from __future__ import annotations
 
 import csv
 import re
+from collections.abc import Sequence
 from typing import ClassVar
 
-from xpupool.probes.base import DeviceInfo, ProbeError, ProbeFailure, canonical
+from xpupool.probes.base import (
+    DeviceInfo,
+    DeviceNodes,
+    ProbeError,
+    ProbeFailure,
+    canonical,
+    render_node,
+)
 from xpupool.probes.tool import run_tool, tool_present
 
 KUNLUNXIN = "kunlunxin"
@@ -194,3 +202,19 @@ def _mib(text: str) -> int | None:
         return None
     factor = _UNITS_MIB.get(match[2].lower() or "mib")
     return round(float(match[1]) * factor) if factor is not None else None
+
+
+def kunlunxin_device_nodes(indices: Sequence[int]) -> DeviceNodes:
+    """Kunlunxin: ``/dev/xpu<N>`` per card and the control node ``/dev/xpuctrl`` (Kunlunxin's XRE
+    troubleshooting guide lists ``/dev/xpu0``, ``/dev/xpu1``, ``/dev/xpuctrl``; PaddlePaddle's XPU
+    container start passes exactly these).
+    """
+    return DeviceNodes(required=(*(f"xpu{i}" for i in indices), "xpuctrl"))
+
+
+def intel_device_nodes(indices: Sequence[int]) -> DeviceNodes:
+    """Intel data-centre GPUs (Level Zero): each card's DRM render node, with AMD's index-to-DRM
+    assumption; Intel's container guides pass ``--device /dev/dri``, which would show every card.
+    Gaudi (``/dev/accel``) is not covered: no Gaudi probe reports it.
+    """
+    return DeviceNodes(required=tuple(render_node(i) for i in indices))

@@ -1,13 +1,18 @@
 """The FastAPI application: routers, error mapping, metrics, and the background loops.
 
 Errors: ``RequestError`` and pydantic validation -> 422 ``{field, value, reason}``; ``NotFound``
--> 404; ``Conflict`` -> 409; anything else is a bug and is logged (a 500 with no details).
+-> 404; ``Conflict`` -> 409; ``Forbidden`` (a credential acting beyond its grant) -> 403;
+``NotGranted`` -> 403 and ``OverLimit`` -> 429 (both with
+``{field, value, reason}``); a body over the size limit -> 413 (``body_limit.py``); ``Unavailable``
+(the store cannot be written) -> 503 with one line, logged once (``health.py``); anything else
+is a bug and is logged (a 500 with no details). An error body quotes at most ~200 characters of a
+rejected value (``wire_values.quote``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
+import re
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -18,22 +23,60 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from xpupool.model.errors import Conflict, NotFound, RequestError
+from xpupool.model.errors import (
+    Conflict,
+    Forbidden,
+    NotFound,
+    NotGranted,
+    OverLimit,
+    RequestError,
+    Unavailable,
+)
+from xpupool.server.audit_http import AuditMiddleware
+from xpupool.server.body_limit import DEFAULT_MAX_BODY, BodyLimit, RouteLimit
 from xpupool.server.metrics import make_registry
 from xpupool.server.plane import ControlPlane
-from xpupool.server.routers import agents, fleet, jobs, tenants
+from xpupool.server.routers import agents, audit, fleet, jobs, tenants
 from xpupool.server.scheduler_loop import SchedulerThread
-from xpupool.server.services.agents import mark_lost_nodes
+from xpupool.server.services.agents import MAX_LOG_CHUNK, mark_lost_nodes
+from xpupool.server.wire_values import MAX_REASON, quote, shorten
 
 log = logging.getLogger("xpupool.server")
 
 
+MAX_ERRORS = 20  # entries of a validation error's "errors" list; one per bad item otherwise
+LOG_UPLOAD = RouteLimit(
+    "POST",
+    re.compile(r"/v1/agent/nodes/[^/]+/jobs/[^/]+/replicas/[^/]+/logs"),
+    MAX_LOG_CHUNK + 65536,
+)  # an agent ships a replica's output in chunks of up to MAX_LOG_CHUNK, whatever --max-body is
+
+
 def _body(field: str | None, value: object, reason: str) -> dict[str, object]:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        value = repr(value)
-    return {"field": field, "value": value, "reason": reason}
+    """An error body that quotes at most ~200 characters of the value (and of a field path or a
+    reason that embeds one): a megabyte-long field is not echoed back."""
+    return {
+        "field": None if field is None else shorten(field),
+        "value": quote(value),
+        "reason": shorten(reason, MAX_REASON),
+    }
+
+
+def _field(error: Any) -> str:
+    """The path of a validation error, down to the item inside the field when the value check
+    (``schemas.Incoming``) found it there."""
+    at = (error.get("ctx") or {}).get("at", "") if error.get("type") == "unsafe_value" else ""
+    base = _loc(tuple(error.get("loc", ())))
+    if not at:
+        return base
+    return f"{base}{at}" if at.startswith("[") else f"{base}.{at}"
+
+
+def _value(error: Any) -> object:
+    """The rejected value: the offending item when the value check found one, else the input."""
+    if error.get("type") == "unsafe_value":
+        return (error.get("ctx") or {}).get("value")
+    return error.get("input")
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -53,7 +96,10 @@ class LostNodeWatch(threading.Thread):
     def run(self) -> None:
         while not self.stopped.wait(max(self.plane.heartbeat_s / 2, 0.05)):
             try:
-                mark_lost_nodes(self.plane)
+                if self.plane.check_store():  # while the store fails: is it back?
+                    mark_lost_nodes(self.plane)
+            except Unavailable:
+                pass  # said once, by the plane's health
             except Exception:
                 log.exception("lost-node check failed")
 
@@ -64,9 +110,11 @@ def create_app(
     background: bool = True,
     on_start: Callable[[], None] | None = None,
     on_stop: Callable[[], None] | None = None,
+    max_body: int = DEFAULT_MAX_BODY,
 ) -> FastAPI:
     """The app over ``plane``. ``background`` runs the scheduler and lost-node threads (tests of
-    routers alone may turn them off and call ``schedule_pass`` themselves)."""
+    routers alone may turn them off and call ``schedule_pass`` themselves). ``max_body``: the
+    largest request body taken, in bytes (an agent's log upload may always send a full chunk)."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -97,8 +145,10 @@ def create_app(
         },
     )
     app.state.plane = plane
+    app.add_middleware(BodyLimit, max_bytes=max_body, routes=[LOG_UPLOAD])
     registry = make_registry(plane)
-    for router in (tenants.router, jobs.router, fleet.router, agents.router):
+    app.add_middleware(AuditMiddleware, plane=plane)
+    for router in (tenants.router, jobs.router, fleet.router, agents.router, audit.router):
         app.include_router(router)
 
     @app.exception_handler(RequestError)
@@ -109,11 +159,24 @@ def create_app(
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
         first = errors[0] if errors else {"loc": (), "msg": "invalid input"}
-        body = _body(_loc(tuple(first.get("loc", ()))), first.get("input"), str(first.get("msg")))
-        body["errors"] = [
-            {"field": _loc(tuple(e.get("loc", ()))), "reason": str(e.get("msg"))} for e in errors
+        body = _body(_field(first), _value(first), str(first.get("msg")))
+        listed: list[dict[str, str | None]] = [
+            {"field": shorten(_field(e)), "reason": shorten(str(e.get("msg")), MAX_REASON)}
+            for e in errors[:MAX_ERRORS]
         ]
+        if len(errors) > MAX_ERRORS:
+            listed.append({"field": None, "reason": f"{len(errors) - MAX_ERRORS} more"})
+        body["errors"] = listed
         return JSONResponse(body, status_code=422)
+
+    @app.exception_handler(NotGranted)
+    async def _not_granted(_: Request, exc: NotGranted) -> JSONResponse:
+        status = 429 if isinstance(exc, OverLimit) else 403
+        return JSONResponse(_body(exc.field, exc.value, exc.reason), status_code=status)
+
+    @app.exception_handler(Forbidden)
+    async def _forbidden(_: Request, exc: Forbidden) -> JSONResponse:
+        return JSONResponse(_body(None, None, str(exc)), status_code=403)
 
     @app.exception_handler(NotFound)
     async def _not_found(_: Request, exc: NotFound) -> JSONResponse:
@@ -123,6 +186,10 @@ def create_app(
     async def _conflict(_: Request, exc: Conflict) -> JSONResponse:
         return JSONResponse(_body(None, None, str(exc)), status_code=409)
 
+    @app.exception_handler(Unavailable)
+    async def _unavailable(_: Request, exc: Unavailable) -> JSONResponse:
+        return JSONResponse(_body(None, None, str(exc)), status_code=503)
+
     @app.exception_handler(HTTPException)
     async def _http(_: Request, exc: HTTPException) -> JSONResponse:
         return JSONResponse(
@@ -130,8 +197,12 @@ def create_app(
         )
 
     @app.get("/healthz", response_class=PlainTextResponse, tags=["ops"])
-    def healthz() -> str:
-        return "ok"
+    def healthz() -> PlainTextResponse:
+        """'ok', or 503 'unhealthy: <reason>' while the store cannot be written; below it, one
+        line per inconsistency the last start found in the store and set aside."""
+        plane.check_store()
+        healthy, text = plane.health.report()
+        return PlainTextResponse(text, status_code=200 if healthy else 503)
 
     @app.get("/metrics", tags=["ops"])
     def metrics() -> Response:

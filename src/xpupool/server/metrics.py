@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from xpupool.server.plane import ControlPlane
@@ -22,7 +22,7 @@ class PlaneCollector(Collector):
     def __init__(self, plane: ControlPlane) -> None:
         self.plane = plane
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         from xpupool.server.services import fleet
 
         p = self.plane
@@ -137,6 +137,19 @@ class PlaneCollector(Collector):
                     nominal.add_metric(lv, q.nominal)
         yield from (pending, running, quota, nominal)
         yield self._replica_memory()
+        yield self._heartbeats()
+
+    def _heartbeats(self) -> CounterMetricFamily:
+        """Heartbeats the server accepted, per node, since it started: counted here instead of
+        one audit row each (``server/audit.py``)."""
+        beats = CounterMetricFamily(
+            "xpupool_agent_heartbeats",
+            "Agent heartbeats accepted per node since the server started.",
+            labels=["node"],
+        )
+        for node, count in sorted(self.plane.audit.heartbeat_counts().items()):
+            beats.add_metric([node], count)
+        return beats
 
     def _replica_memory(self) -> GaugeMetricFamily:
         """What the agents measured per replica and card (NVML running processes); a replica

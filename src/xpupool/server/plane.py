@@ -14,10 +14,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Connection, Update, bindparam, delete, func, insert, select, update
+from sqlalchemy.exc import OperationalError
 
 from xpupool.engine import kernels
 from xpupool.engine.admission import Admission, QueueSpec, Quota, Resource
@@ -26,20 +29,28 @@ from xpupool.engine.profile import DEFAULT_PROFILE
 from xpupool.engine.state import ClusterState
 from xpupool.model.allocation import Allocation, DeviceShare
 from xpupool.model.device import Device, Node
-from xpupool.model.errors import RequestError
+from xpupool.model.errors import Conflict, RequestError, Unavailable
 from xpupool.model.request import Request
 from xpupool.model.request_json import request_from_dict
 from xpupool.server import schemas as s
+from xpupool.server.audit import AuditLog
 from xpupool.server.auth import Principal
+from xpupool.server.consistency import Problem, problem_for, settle
+from xpupool.server.drain import draining, plan
+from xpupool.server.health import Health, probe_writable, store_failure
+from xpupool.server.pending_jobs import PendingJobs
 from xpupool.server.storage import meta
 from xpupool.server.storage.fleet import nodes as t_nodes
 from xpupool.server.storage.jobs import allocations as t_allocs
 from xpupool.server.storage.jobs import job_events as t_events
 from xpupool.server.storage.jobs import jobs as t_jobs
+from xpupool.server.storage.pool import pool as t_pool
+from xpupool.server.storage.tenants import assign_tenant_indices
 from xpupool.server.storage.tenants import queues as t_queues
 from xpupool.server.storage.tenants import tenants as t_tenants
 
 log = logging.getLogger("xpupool.server")
+DEFAULT_MAX_LOG_BYTES = 64 << 20
 
 
 @dataclass
@@ -55,6 +66,12 @@ class NodeRecord:
     os: str
     registered_at: float
     last_heartbeat: float | None = None
+    target: Node | None = None  # registered, waiting for allocations on ``node`` to end (a drain)
+
+    @property
+    def draining(self) -> frozenset[str]:
+        """Devices served until their allocations end, then dropped or changed: cordoned."""
+        return draining(self.node, self.target)
 
 
 @dataclass
@@ -93,11 +110,35 @@ class HeldJob:
     # {replica: {uuid: MiB}}: the agent's last per-process measurement of a running replica;
     # absent when not measured; gone with the job when it is released (metrics only, not stored)
     device_memory_used_mib: dict[int, dict[str, int]] = field(default_factory=dict)
+    limits: dict[int, str] = field(default_factory=dict)  # {replica: enforcement, recorded}
+    failures: dict[int, str] = field(default_factory=dict)  # {replica: the agent's reason}
 
     @property
     def may_run(self) -> bool:
         """True once an agent may have started a process: stopping must then wait for it."""
         return self.state is s.JobState.RUNNING or bool(self.handed)
+
+
+@dataclass
+class Built:
+    """An engine made by :meth:`ControlPlane.build`, not yet served: the allocations it holds per
+    held job, and those it could not re-apply."""
+
+    engine: Engine
+    admission: Admission
+    allocations: dict[int, list[Allocation]]
+    problems: list[Problem]
+
+
+# What a HeldJob keeps in the store; every other field is live bookkeeping a reload carries over.
+_STORED_HELD = frozenset({"id", "tenant", "queue", "flavor", "priority", "state", "allocations"})
+
+
+def carry_transients(before: HeldJob, after: HeldJob) -> None:
+    """Copy what the store does not keep (replica states, stop requests, measurements)."""
+    for f in dataclass_fields(HeldJob):
+        if f.name not in _STORED_HELD:
+            setattr(after, f.name, getattr(before, f.name))
 
 
 # Statements built once: building one per call (``update(...).values(...)``) cost more CPU than
@@ -130,6 +171,7 @@ class ControlPlane:
         heartbeat_s: float = 5.0,
         lost_after_s: float = 30.0,
         clock: Callable[[], float] = time.time,
+        max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
     ) -> None:
         self.data_dir = data_dir
         self.logs_dir = data_dir / "logs"
@@ -145,39 +187,59 @@ class ControlPlane:
         self.capacity_gen = 0
         self.next_job_id = 1
         self.principals: dict[str, Principal] = {}  # token hash -> principal, live tokens only
+        self.audit = AuditLog(self.db, self.write, clock)
+        self.max_log_bytes = max_log_bytes  # what the server keeps of one replica's log
         self.nodes: dict[str, NodeRecord] = {}
         self.metrics: dict[str, s.DeviceMetrics] = {}
-        self.pending: dict[int, PendingJob] = {}
+        self.pending: PendingJobs[PendingJob] = PendingJobs()  # counts per tenant (limits)
         self.held: dict[int, HeldJob] = {}
         self.queue_specs: dict[str, QueueSpec] = {}
         self.engine: Engine
         self.admission: Admission
         self.observers: list[Callable[[str, float], None]] = []  # (event, seconds) for metrics
+        self.health = Health()
+        self._stale = False  # memory may be ahead of the store: reload before the next write
+        self._unreadable: list[Problem] = []  # allocation rows the last read could not parse
+        self._node_notes: list[tuple[str, str]] = []  # (node, why) set aside by the last read
+        # called under the lock before a job id is handed out; ``xpupool up`` records the id
+        # beside the database (server/datadir.py) so that no database can hand it out again
+        self.before_job_id: Callable[[int], None] = lambda _job_id: None
+        with self.db.begin() as conn:  # tenant name -> its stable index (the job uid's offset)
+            self.tenant_index: dict[str, int] = assign_tenant_indices(conn)
         self._load()
 
     # ------------------------------------------------------------------ loading and rebuilding
     def _load(self) -> None:
+        self._read()
+        kernels.warm()  # the fragmentation loops compiled before the first request, not during it
+        self.rebuild_engine()
+        if self._node_notes:  # node rows set aside by the read: cordoned and reported
+            with self.db.begin() as conn:
+                for name, text in self._node_notes:
+                    if name in self.nodes and not self.nodes[name].cordoned:
+                        self.cordon_node(conn, name, True)
+                    self.health.note(f"store inconsistent: {text}")
+        self._node_notes = []
+
+    def _read(self) -> None:
+        """Nodes, queues, held and pending jobs from the store into the (empty) dicts."""
+        self._node_notes = []
         with self.db.connect() as conn:
-            for row in conn.execute(select(t_nodes)).mappings():
-                self.nodes[row["name"]] = NodeRecord(
-                    node=node_from_row(row),
-                    source=row["source"],
-                    status=s.NodeStatus(row["status"]),
-                    cordoned=not row["schedulable"],
-                    cordoned_devices=set(row["cordoned_devices"]),
-                    arch=row["arch"],
-                    os=row["os"],
-                    registered_at=row["registered_at"],
-                    # a restart is not the agents' fault: every node gets a fresh grace period
-                    last_heartbeat=None if row["last_heartbeat"] is None else self.clock(),
-                )
+            owners: dict[str, str] = {}  # device UUID -> node: the node registered first keeps it
+            by_age = select(t_nodes).order_by(t_nodes.c.registered_at, t_nodes.c.name)
+            for row in conn.execute(by_age).mappings():
+                rec = self._node_record(row, owners)
+                if rec is not None:
+                    self.nodes[rec.node.name] = rec
             weights = tenant_weights(conn)
             for row in conn.execute(select(t_queues)).mappings():
                 self.queue_specs[row["name"]] = queue_spec(
                     row["name"], row["tenant"], row["cohort"], row["quotas"], weights[row["tenant"]]
                 )
             held_rows = conn.execute(
-                select(t_jobs).where(t_jobs.c.state.in_([st.value for st in s.HOLDING_STATES]))
+                select(t_jobs)
+                .where(t_jobs.c.state.in_([st.value for st in s.HOLDING_STATES]))
+                .order_by(t_jobs.c.id)
             ).mappings()
             for row in held_rows:
                 self.held[row["id"]] = HeldJob(
@@ -189,44 +251,145 @@ class ControlPlane:
                     s.JobState(row["state"]),
                     [],
                 )
+            self._unreadable = []
             for row in conn.execute(select(t_allocs).order_by(t_allocs.c.id)).mappings():
                 job = self.held.get(row["job_id"])
-                if job is not None:
+                if job is None:
+                    continue
+                try:
                     job.allocations.append(allocation_from_dict(row["data"]))
+                except (KeyError, TypeError, ValueError, AssertionError):
+                    why = f"allocation row {row['id']} of job {job.id} cannot be read"
+                    self._unreadable.append(Problem(job.id, why))
             top = conn.execute(select(func.max(t_jobs.c.id))).scalar()
-            self.next_job_id = int(top or 0) + 1
+            first = conn.execute(select(t_pool.c.first_job_id)).scalar()
+            self.next_job_id = max(int(top or 0) + 1, int(first or 1))
             pending_rows = conn.execute(
                 select(t_jobs).where(t_jobs.c.state == s.JobState.PENDING.value)
             ).mappings()
             for row in pending_rows:
                 self.pending[row["id"]] = pending_from_row(row)
-        kernels.warm()  # the fragmentation loops compiled before the first request, not during it
-        self.rebuild_engine()
 
-    def rebuild_engine(self) -> None:
-        """A fresh engine from the node records, with every held allocation re-applied and
-        re-charged. Used on start, when a node re-registers with other devices, and when queues
-        change; rare, so rebuilding beats patching."""
-        state = ClusterState([r.node for r in self.nodes.values()], seed=self.seed)
-        for rec in self.nodes.values():
+    def _node_record(self, row: Any, owners: dict[str, str]) -> NodeRecord | None:
+        """A stored node as a record, or None (noted) when its row cannot be read. A device UUID
+        an older node has already is left out of it, and the node noted to be cordoned."""
+        name = str(row["name"])
+        try:
+            node, target = node_from_row(row), drain_target(row)
+        except (ValueError, TypeError, KeyError) as exc:  # pydantic's errors are ValueErrors
+            why = f"node {name} cannot be read ({type(exc).__name__}): left out until it registers"
+            self._node_notes.append((name, why))
+            return None
+        taken = [d.uuid for d in node.devices if d.uuid in owners]
+        if taken:
+            text = f"node {name}: device {taken[0]} is node {owners[taken[0]]}'s too: left out"
+            self._node_notes.append((name, f"{text}, node cordoned"))
+            node = replace(node, devices=tuple(d for d in node.devices if d.uuid not in owners))
+            target = None
+        owners.update((d.uuid, name) for d in node.devices)
+        return NodeRecord(
+            node=node,
+            source=row["source"],
+            status=s.NodeStatus(row["status"]),
+            cordoned=not row["schedulable"],
+            cordoned_devices=set(row["cordoned_devices"]),
+            arch=row["arch"],
+            os=row["os"],
+            registered_at=row["registered_at"],
+            # a restart is not the agents' fault: every node gets a fresh grace period
+            last_heartbeat=None if row["last_heartbeat"] is None else self.clock(),
+            target=target,
+        )
+
+    def reload(self) -> None:
+        """Memory back to what the store holds, after a write that failed part-way (the store
+        rolled back; memory may have moved ahead). What the store does not keep (replica
+        states, stop requests, heartbeat times) is carried over for jobs and nodes still there."""
+        old_nodes, old_held, old_pending = self.nodes, self.held, self.pending
+        old_specs, old_next = self.queue_specs, self.next_job_id
+        self.nodes, self.held, self.queue_specs = {}, {}, {}
+        self.pending = PendingJobs()
+        try:
+            self._read()
+        except Exception:
+            self.nodes, self.held, self.pending = old_nodes, old_held, old_pending
+            self.queue_specs, self.next_job_id = old_specs, old_next
+            raise
+        for name, rec in self.nodes.items():
+            was = old_nodes.get(name)
+            if was is not None and rec.last_heartbeat is not None:
+                rec.last_heartbeat = was.last_heartbeat
+        for job_id, job in self.held.items():
+            before = old_held.get(job_id)
+            if before is not None:
+                carry_transients(before, job)
+        for job_id, pending in self.pending.items():
+            earlier = old_pending.get(job_id)
+            if earlier is not None:
+                pending.reason, pending.waiting_on = earlier.reason, earlier.waiting_on
+        self.rebuild_engine()
+        self._stale = False
+
+    def build(self, nodes: dict[str, NodeRecord]) -> Built:
+        """A fresh engine over ``nodes`` with every held allocation re-applied and re-charged;
+        changes nothing on the plane. Raises RequestError for a duplicate node name or device
+        UUID. An allocation that cannot be re-applied (its node or a device is gone, or it
+        would over-commit) is left out and described in ``problems``."""
+        state = ClusterState([r.node for r in nodes.values()], seed=self.seed)
+        for rec in nodes.values():
             if rec.cordoned or rec.status is s.NodeStatus.LOST:
                 state.set_node_schedulable(rec.node.name, False)
-            for uuid in rec.cordoned_devices:
+            for uuid in rec.cordoned_devices | rec.draining:
                 if uuid in state.uuid_slot:
                     state.set_device_cordoned(uuid, True)
-        self.engine = Engine(state, self.profile, seed=self.seed)
-        self.admission = Admission(self.engine, self.queue_specs.values())
-        for job in self.held.values():
-            fresh = []
-            for alloc in job.allocations:
-                readdressed = readdress(state, alloc)
+        engine = Engine(state, self.profile, seed=self.seed)
+        admission = Admission(engine, self.queue_specs.values())
+        kept: dict[int, list[Allocation]] = {job_id: [] for job_id in self.held}
+        problems: list[Problem] = []
+        # oldest allocation first: when two claim one device, the one placed first keeps it
+        everything = sorted(
+            ((a, job) for job in self.held.values() for a in job.allocations),
+            key=lambda pair: pair[0].id,
+        )
+        for alloc, job in everything:
+            readdressed = readdress(state, alloc)
+            try:
                 if readdressed is None:
-                    log.warning("allocation %d of job %d lost its devices", alloc.id, job.id)
-                    continue
-                self.admission.restore(readdressed, job.queue, job.flavor)
-                fresh.append(readdressed)
-            job.allocations = fresh
+                    raise Conflict(f"allocation {alloc.id} lost its node or a device")
+                admission.restore(readdressed, job.queue, job.flavor)
+            except Conflict as exc:
+                problems.append(problem_for(state, job.id, alloc, exc))
+                continue
+            kept[job.id].append(readdressed)
+        for job in self.held.values():
+            if not job.allocations:
+                problems.append(Problem(job.id, f"job {job.id} is {job.state.value} on no device"))
+        return Built(engine, admission, kept, problems)
+
+    def install(self, built: Built) -> None:
+        """Serve from ``built`` (made by :meth:`build` over the node records now in place)."""
+        self.engine, self.admission = built.engine, built.admission
+        for job_id, allocations in built.allocations.items():
+            if job_id in self.held:
+                self.held[job_id].allocations = allocations
         self.capacity_gen += 1
+
+    def rebuild_engine(self, conn: Connection | None = None) -> None:
+        """A fresh engine from the node records, with every held allocation re-applied and
+        re-charged. Used on start, after a failed write, and when a drained device is free;
+        rare, so rebuilding beats patching. What the store holds that cannot be re-applied is
+        set aside (``server/consistency.py``) in ``conn``'s transaction or a new one."""
+        built = self.build(self.nodes)
+        self.install(built)
+        problems = [*self._unreadable, *built.problems]
+        self._unreadable = []
+        if not problems:
+            return
+        if conn is not None:
+            settle(self, conn, problems)
+            return
+        with self.db.begin() as own:
+            settle(self, own, problems)
 
     def bump(self) -> None:
         """Capacity may have grown: pending jobs are worth trying again."""
@@ -246,9 +409,71 @@ class ControlPlane:
     # ------------------------------------------------------------------ store helpers
     @contextmanager
     def write(self) -> Iterator[Connection]:
-        """One store transaction under the plane's lock; commits on success."""
-        with self.lock, self.db.begin() as conn:
-            yield conn
+        """One store transaction under the plane's lock; commits on success.
+
+        A store that fails to write (disk full, read-only) raises :class:`Unavailable` (503) with
+        one line, marks the server unhealthy, and puts memory back to what the store holds, so a
+        failed write changes nothing. While unhealthy, writes fail at once, without touching
+        anything, until :meth:`check_store` sees the store take a write again."""
+        with self.lock:
+            if self.health.failure is not None:
+                raise Unavailable(self.health.failure)
+            try:
+                with self.db.begin() as conn:
+                    yield conn
+            except (OperationalError, OSError) as exc:
+                raise self.store_failed(exc) from None
+
+    @contextmanager
+    def file_writes(self) -> Iterator[None]:
+        """Writes to files in the data dir (job logs), as :meth:`write` for the store: one that
+        fails marks the server unhealthy (logged once) and raises :class:`Unavailable`; while
+        unhealthy they fail at once. They change no memory, so nothing is reloaded."""
+        if self.health.failure is not None:
+            raise Unavailable(self.health.failure)
+        try:
+            yield
+        except OSError as exc:
+            reason = store_failure(exc)
+            self.health.fail(reason)
+            raise Unavailable(reason) from None
+
+    def store_failed(self, exc: BaseException) -> Unavailable:
+        """Record a failed write (logged once) and undo what memory did ahead of the store;
+        returns the error to raise."""
+        reason = store_failure(exc)
+        self.health.fail(reason)
+        with self.lock:
+            try:
+                self.reload()
+            except Exception as again:  # the store cannot even be read: reload on recovery
+                self._stale = True
+                log.error("reloading from the store failed too: %s", store_failure(again))
+        return Unavailable(reason)
+
+    def check_store(self) -> bool:
+        """While unhealthy: try one write that changes nothing else; on success clear the
+        failure (reloading first if memory may be stale) and give every node a fresh heartbeat
+        grace (their heartbeats were refused meanwhile). Returns whether the store is healthy."""
+        if self.health.failure is None:
+            return True
+        with self.lock:
+            try:
+                with self.db.begin() as conn:
+                    conn.execute(update(t_pool).values(opened_at=self.clock()))
+                probe_writable(self.data_dir)
+                if self._stale:
+                    self.reload()
+            except (OperationalError, OSError) as exc:
+                self.health.fail(store_failure(exc))
+                return False
+            now = self.clock()
+            for rec in self.nodes.values():
+                if rec.last_heartbeat is not None:
+                    rec.last_heartbeat = now
+            self.health.recover()
+            self.bump()
+            return True
 
     def set_state(
         self, conn: Connection, job_id: int, state: s.JobState, reason: str, **values: object
@@ -267,14 +492,67 @@ class ControlPlane:
             INSERT_EVENT, {"job_id": job_id, "at": now, "state": state.value, "reason": reason}
         )
 
+    def add_event(self, conn: Connection, job_id: int, state: s.JobState, reason: str) -> None:
+        """Record something that happened to a job without changing its state."""
+        conn.execute(
+            INSERT_EVENT,
+            {"job_id": job_id, "at": self.clock(), "state": state.value, "reason": reason},
+        )
+
     def release_job(self, conn: Connection, job: HeldJob) -> None:
         """Give back every allocation of ``job`` (engine, quota and store)."""
         for alloc in job.allocations:
             self.admission.release(alloc.id)
         conn.execute(delete(t_allocs).where(t_allocs.c.job_id == job.id))
+        nodes = {a.node for a in job.allocations}
         job.allocations = []
         self.held.pop(job.id, None)
+        self.advance_drains(conn, nodes)
         self.bump()
+
+    def advance_drains(self, conn: Connection, names: Iterable[str]) -> None:
+        """Apply what draining nodes among ``names`` registered, as far as the allocations still
+        on them allow (a device whose last allocation ended is dropped or changed now)."""
+        changed = []
+        for name in names:
+            rec = self.nodes.get(name)
+            if rec is None or rec.target is None:
+                continue
+            on_node = [
+                (j.id, a) for j in self.held.values() for a in j.allocations if a.node == name
+            ]
+            step = plan(rec.node, rec.target, on_node)
+            if step.serve == rec.node:
+                continue
+            rec.node, rec.target = step.serve, step.target
+            conn.execute(update(t_nodes).where(t_nodes.c.name == name).values(**node_values(rec)))
+            changed.append(name)
+            log.info("node %s: drained devices applied (%d left to drain)", name, len(rec.draining))
+        if changed:
+            self.rebuild_engine(conn)
+
+    def cordon_node(self, conn: Connection, name: str, cordoned: bool) -> None:
+        """Cordon (or uncordon) a node in memory, engine and store; what runs there stays."""
+        rec = self.nodes[name]
+        rec.cordoned = cordoned
+        conn.execute(update(t_nodes).where(t_nodes.c.name == name).values(schedulable=not cordoned))
+        self.engine.state.set_node_schedulable(
+            name, not cordoned and rec.status is s.NodeStatus.READY
+        )
+        if not cordoned:
+            self.bump()
+
+    def cordon_device(self, conn: Connection, rec: NodeRecord, uuid: str, cordoned: bool) -> None:
+        """Cordon (or uncordon) one device of ``rec``; a draining device stays cordoned."""
+        (rec.cordoned_devices.add if cordoned else rec.cordoned_devices.discard)(uuid)
+        conn.execute(
+            update(t_nodes)
+            .where(t_nodes.c.name == rec.node.name)
+            .values(cordoned_devices=sorted(rec.cordoned_devices))
+        )
+        self.engine.state.set_device_cordoned(uuid, cordoned or uuid in rec.draining)
+        if not cordoned:
+            self.bump()
 
     def requeue(self, conn: Connection, job: HeldJob, reason: str) -> None:
         """Release ``job`` and put it back in its queue with one more attempt counted."""
@@ -305,6 +583,38 @@ def node_from_row(row: object) -> Node:
         devices=tuple(device_from_dict(d) for d in r["devices"]),
         site=r["site"],
         labels=r["labels"],
+        container_runtime=r.get("runtime"),
+    )
+
+
+def node_values(rec: NodeRecord) -> dict[str, object]:
+    """The inventory columns of a node row: what is served, and what waits for a drain."""
+    target = rec.target
+    return {
+        "cpu_milli": rec.node.cpu_milli,
+        "memory_mib": rec.node.memory_mib,
+        "devices": [device_to_dict(d) for d in rec.node.devices],
+        "drain_to": None
+        if target is None
+        else {
+            "cpu_milli": target.cpu_milli,
+            "memory_mib": target.memory_mib,
+            "devices": [device_to_dict(d) for d in target.devices],
+        },
+    }
+
+
+def drain_target(row: object) -> Node | None:
+    """The registered node a drain waits to serve (``drain_to``), or None."""
+    r = dict(row)  # type: ignore[call-overload]
+    to = r.get("drain_to")
+    if not to:
+        return None
+    return replace(
+        node_from_row(r),
+        cpu_milli=int(to["cpu_milli"]),
+        memory_mib=int(to["memory_mib"]),
+        devices=tuple(device_from_dict(d) for d in to["devices"]),
     )
 
 
@@ -387,7 +697,8 @@ def queue_spec(
 
 def pending_from_row(row: object) -> PendingJob:
     r = dict(row)  # type: ignore[call-overload]
-    req = request_from_dict(r["request"])
+    # not in the stored request form: an image job needs a node with a container runtime
+    req = replace(request_from_dict(r["request"]), container=r["image"] is not None)
     return PendingJob(
         r["id"], r["tenant"], r["queue"], r["priority"], gang_request(req), r["created_at"]
     )
@@ -395,8 +706,6 @@ def pending_from_row(row: object) -> PendingJob:
 
 def gang_request(req: Request) -> Request:
     """The server admits a job's replicas together (Kueue admits a workload as a whole)."""
-    from dataclasses import replace
-
     return req if req.gang or req.replicas == 1 else replace(req, gang=True)
 
 

@@ -1,6 +1,7 @@
 """The scheduling loop: admit pending jobs in fair-share order, place them, persist, preempt.
 
-One pass takes the pending jobs that could have become placeable since they last failed, orders
+One pass takes the pending jobs that could have become placeable since they last failed (at most
+``RETRIES_PER_TENANT`` retries per tenant, so one tenant's queue does not set everyone's pace), orders
 them by dominant resource fairness, then priority, then age (``Admission.order``), and admits each
 through the engine. Jobs that do not fit are skipped, not waited on (Kueue's BestEffortFIFO), so a
 large job never blocks small ones behind it. A job refused for capacity alone may preempt
@@ -13,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import defaultdict
 from dataclasses import replace
 
 from sqlalchemy import Connection, insert
@@ -20,29 +22,66 @@ from sqlalchemy import Connection, insert
 from xpupool.engine.admission import Admitted, Refusal
 from xpupool.engine.preempt import PreemptionPlan
 from xpupool.model.allocation import Allocation
+from xpupool.model.errors import Unavailable
 from xpupool.server import schemas as s
 from xpupool.server.plane import ControlPlane, HeldJob, PendingJob, allocation_to_dict
 from xpupool.server.storage.jobs import allocations as t_allocs
 
 log = logging.getLogger("xpupool.scheduler")
+RETRIES_PER_TENANT = 16
+"""Jobs of one tenant that failed before and are tried again in one pass (see ``_candidates``)."""
 
 
 def schedule_pass(plane: ControlPlane) -> int:
-    """One pass; returns how many jobs were placed. Thread-safe."""
+    """One pass; returns how many jobs were placed. Thread-safe.
+
+    The plane's lock is taken per job tried, not for the whole pass: a pass over many pending
+    jobs (one tenant's flood of gangs that never fit) would otherwise make every submission,
+    heartbeat and cancel wait for all of them (issue 18, bench/tenant_flood.py). A job placed,
+    cancelled or requeued while the pass ran is skipped."""
     with plane.lock:
-        candidates = [p for p in plane.pending.values() if p.tried != plane.capacity_gen]
+        candidates, left_out = _candidates(plane)
         if not candidates:
             return 0
         started = time.perf_counter()
         order = plane.admission.order([(p.request, p.queue) for p in candidates])
-        placed = 0
-        with plane.db.begin() as conn:
-            for i in order:
-                job = candidates[i]
-                if _try_admit(plane, conn, job):
-                    placed += 1
-        plane.notify("pass", time.perf_counter() - started)
-        return placed
+    placed = 0
+    for i in order:
+        job = candidates[i]
+        with plane.write() as conn:  # a failed write raises Unavailable with memory reloaded
+            if plane.pending.get(job.id) is not job or job.tried == plane.capacity_gen:
+                continue
+            if _try_admit(plane, conn, job):
+                placed += 1
+        time.sleep(0)  # let a thread waiting for the lock take it before the next job
+    plane.notify("pass", time.perf_counter() - started)
+    if left_out and placed:  # retries left out while some fitted: a backlog to go on with now
+        plane.wake.set()
+    return placed
+
+
+def _candidates(plane: ControlPlane) -> tuple[list[PendingJob], bool]:
+    """The jobs this pass tries: every job not tried yet (new, or requeued), and of the jobs that
+    failed before and may fit now (capacity changed since), at most ``RETRIES_PER_TENANT`` per
+    tenant: the highest priority first, then those tried longest ago, so the rest come in later
+    passes (the next at once when this one placed something, else at the next event or period).
+    Without that cap every release (a job ending) would retry every queued job of every tenant,
+    and one tenant's queue would set everyone's pace (issue 18). Returns the jobs and whether
+    some were left out."""
+    fresh: list[PendingJob] = []
+    again: dict[str, list[PendingJob]] = defaultdict(list)
+    for p in plane.pending.values():
+        if p.tried < 0:
+            fresh.append(p)
+        elif p.tried != plane.capacity_gen:
+            again[p.tenant].append(p)
+    left_out = False
+    for jobs in again.values():
+        if len(jobs) > RETRIES_PER_TENANT:
+            jobs.sort(key=lambda p: (-p.priority, p.tried, p.id))
+            left_out = True
+        fresh.extend(jobs[:RETRIES_PER_TENANT])
+    return fresh, left_out
 
 
 def _try_admit(plane: ControlPlane, conn: Connection, job: PendingJob) -> bool:
@@ -204,6 +243,8 @@ class SchedulerThread(threading.Thread):
             self.plane.wake.clear()
             try:
                 schedule_pass(self.plane)
+            except Unavailable:
+                pass  # the store cannot be written: said once by the plane's health
             except Exception:
                 log.exception("scheduling pass failed")
 

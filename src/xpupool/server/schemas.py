@@ -10,7 +10,10 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from xpupool.server.wire_values import first_unsafe, readable
 
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
 Name = Annotated[
@@ -24,7 +27,23 @@ Name = Annotated[
 ]
 
 
-class Strict(BaseModel):
+class Incoming(BaseModel):
+    """What a peer sends: no NUL byte, lone surrogate, NaN or Infinity anywhere in any field
+    (``wire_values.py`` says why). The error's ``ctx`` carries the path inside the field
+    (``at``) and the offending value, so the API names ``command[1]``, not all of ``command``."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _representable(cls, value: object) -> object:
+        found = first_unsafe(value)
+        if found is not None:
+            at, bad, reason = found
+            ctx = {"reason": reason, "at": at, "value": readable(bad)}  # pydantic encodes ctx
+            raise PydanticCustomError("unsafe_value", "{reason}", ctx)
+        return value
+
+
+class Strict(Incoming):
     """A request body: unknown fields are errors."""
 
     model_config = ConfigDict(extra="forbid")
@@ -32,6 +51,12 @@ class Strict(BaseModel):
 
 class Lenient(BaseModel):
     """A response or a peer's report: unknown fields are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class LenientIn(Incoming):
+    """A peer's report taken in (a heartbeat): unknown fields are ignored, values are checked."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -45,41 +70,151 @@ class ErrorBody(Lenient):
 
 
 # ------------------------------------------------------------------------------ tenants, tokens
-class TenantIn(Strict):
-    name: Name = Field(description="Tenant name, unique.")
-    weight: float = Field(
-        1.0,
+DEFAULT_MAX_PENDING_JOBS = 1000
+DEFAULT_MAX_REPLICAS_PER_JOB = 256
+DEFAULT_MAX_PENDING_REPLICAS = 4096
+"""Per-tenant limits on queued work, until the admin sets others (docs/security.md says why
+these: every pending job is tried again whenever capacity frees, under the lock submissions
+take, so queued work is what one tenant can make everyone else wait for)."""
+
+Weight = Annotated[
+    float,
+    Field(
         gt=0,
         le=1000,
         description="Fair-share weight: a tenant of weight 2 may hold twice the "
         "dominant share of one of weight 1 before the other is served first. Default 1.",
-    )
+    ),
+]
+MaxPendingJobs = Annotated[
+    int,
+    Field(
+        ge=0,
+        le=1_000_000,
+        description="Most jobs the tenant may have pending (waiting to be placed); a submission "
+        f"beyond is 429. 0 = none may be submitted. Default {DEFAULT_MAX_PENDING_JOBS}.",
+    ),
+]
+MaxReplicasPerJob = Annotated[
+    int,
+    Field(
+        ge=1,
+        le=10_000,
+        description="Most replicas one job of the tenant may ask for; more is 403. "
+        f"Default {DEFAULT_MAX_REPLICAS_PER_JOB}.",
+    ),
+]
+MaxPendingReplicas = Annotated[
+    int,
+    Field(
+        ge=0,
+        le=10_000_000,
+        description="Most replicas, summed over the tenant's pending jobs; a submission beyond "
+        f"is 429. Default {DEFAULT_MAX_PENDING_REPLICAS}.",
+    ),
+]
+
+
+class TenantIn(Strict):
+    name: Name = Field(description="Tenant name, unique.")
+    weight: Weight = 1.0
+    max_pending_jobs: MaxPendingJobs = DEFAULT_MAX_PENDING_JOBS
+    max_replicas_per_job: MaxReplicasPerJob = DEFAULT_MAX_REPLICAS_PER_JOB
+    max_pending_replicas: MaxPendingReplicas = DEFAULT_MAX_PENDING_REPLICAS
+
+
+class TenantPatch(Strict):
+    """A change to a tenant: the fields given are set, the others stay (at least one)."""
+
+    weight: Weight | None = None
+    max_pending_jobs: MaxPendingJobs | None = None
+    max_replicas_per_job: MaxReplicasPerJob | None = None
+    max_pending_replicas: MaxPendingReplicas | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> TenantPatch:
+        if not self.model_fields_set:
+            raise ValueError("give at least one of " + ", ".join(type(self).model_fields))
+        for name in self.model_fields_set:
+            if getattr(self, name) is None:
+                raise ValueError(f"{name}: null is not a value; leave it out to keep it")
+        return self
 
 
 class Tenant(Lenient):
     name: str
     weight: float
     created_at: float = Field(description="Unix time, seconds.")
+    max_pending_jobs: int = DEFAULT_MAX_PENDING_JOBS
+    max_replicas_per_job: int = DEFAULT_MAX_REPLICAS_PER_JOB
+    max_pending_replicas: int = DEFAULT_MAX_PENDING_REPLICAS
+    pending_jobs: int = Field(0, description="Jobs of the tenant pending now.")
+    pending_replicas: int = Field(0, description="Replicas of those jobs.")
 
 
 class TokenIn(Strict):
     name: str = Field("", max_length=100, description="A label for the token; empty = none.")
     role: Literal["tenant", "agent"] = Field(
         "tenant",
-        description="'tenant' acts for the tenant; 'agent' may register nodes and report for them.",
+        description="'tenant' acts for the tenant; 'agent' registers one node and reports for it.",
     )
+    node: Name | None = Field(
+        None,
+        description="Agent only: the node the token speaks for. Null: bound to the first node it "
+        "registers or heartbeats as (for a bootstrap token: any new node).",
+    )
+    bootstrap: bool = Field(
+        False,
+        description="Agent only: a one-time token that registers one new node; the registration "
+        "reply carries that node's own token, and the bootstrap token is spent.",
+    )
+    expires_in_s: float | None = Field(
+        None, gt=0, le=10 * 365 * 86400, description="Lifetime in seconds; null = no expiry."
+    )
+    expires_at: float | None = Field(
+        None, description="Expiry as Unix time, seconds (in the future); null = no expiry."
+    )
+
+    @model_validator(mode="after")
+    def _agent_fields(self) -> TokenIn:
+        if self.role != "agent" and (self.node is not None or self.bootstrap):
+            raise ValueError("node and bootstrap are for role 'agent' only")
+        if self.expires_in_s is not None and self.expires_at is not None:
+            raise ValueError("give expires_in_s or expires_at, not both")
+        return self
 
 
 class Token(Lenient):
     id: int
     tenant: str | None = Field(description="The tenant it acts for; null for admin and agents.")
-    role: Literal["admin", "tenant", "agent"]
+    role: Literal["admin", "tenant", "agent", "bootstrap"]
     name: str
+    node: str | None = Field(
+        None,
+        description="Agent: the node it speaks for (null: not bound yet). Bootstrap: the node it "
+        "registered once spent, or the only name it may register.",
+    )
+    expires_at: float | None = Field(None, description="Unix time, seconds; null = never.")
     created_at: float
-    revoked: bool
+    revoked: bool = Field(description="Revoked by the admin, or a bootstrap token spent.")
     token: str | None = Field(
         None, description="The secret itself, shown once when the token is issued; null after."
     )
+
+
+class AuditEntry(Lenient):
+    """One admin or agent action, or a refused agent request (docs/security.md)."""
+
+    id: int
+    at: float = Field(description="Unix time, seconds.")
+    token_id: int | None = Field(description="The credential; 0 = the in-process agent.")
+    role: str
+    tenant: str | None
+    node: str | None = Field(description="The node an agent credential is bound to.")
+    action: str = Field(description="The endpoint or event, e.g. 'cordon_node', 'register'.")
+    target: str = Field(description="What it acted on: path parameters, the node, the token.")
+    status: int = Field(description="HTTP status of the answer (200 for an event recorded).")
+    result: str = Field(description="'ok', or the reason it was refused.")
 
 
 # ------------------------------------------------------------------------------ queues
@@ -122,6 +257,14 @@ class QueueIn(Strict):
     cohort: Name | None = Field(
         None, description="Queues in one cohort lend each other unused nominal quota; null = none."
     )
+    max_priority: int = Field(
+        0,
+        ge=-(1 << 31),
+        le=(1 << 31) - 1,
+        description="Highest priority a job in this queue may ask for; above it a submission is "
+        "403. Default 0 (the default priority): jobs may lower theirs, and only a cap the admin "
+        "raises lets them preempt others' default-priority work.",
+    )
 
     @model_validator(mode="after")
     def _borrowing_needs_cohort(self) -> QueueIn:
@@ -152,6 +295,7 @@ class Queue(Lenient):
     name: str
     tenant: str
     cohort: str | None
+    max_priority: int = Field(0, description="Highest priority its jobs may ask for.")
     quotas: list[QuotaUsage]
     pending: int = Field(0, description="Jobs waiting in this queue.")
     running: int = Field(0, description="Jobs holding devices (scheduled or running).")
@@ -296,6 +440,18 @@ class NodeIn(Strict):
     arch: str = Field("", max_length=40)
     os: str = Field("", max_length=200)
     devices: list[DeviceIn] = Field(default_factory=list, max_length=256)
+    runtime: Literal["docker", "podman"] | None = Field(
+        None,
+        description="The container runtime the agent found by asking it (docker info, podman "
+        "info); null = none: the node runs no container images, and image jobs go elsewhere.",
+    )
+    drain: bool = Field(
+        False,
+        description="When the new inventory would take a device (or CPU, memory) that live "
+        "allocations hold: false refuses the registration (409, naming them; nothing changes); "
+        "true cordons what is in the way at once and applies the change when its last "
+        "allocation ends.",
+    )
 
     @model_validator(mode="after")
     def _unique_uuids(self) -> NodeIn:
@@ -332,6 +488,11 @@ class Device(Lenient):
     link_group: str | None
     healthy: bool
     cordoned: bool
+    draining: bool = Field(
+        False,
+        description="Gone from (or changed in) its node's last registration while allocations "
+        "held it: cordoned, and dropped or changed when they end.",
+    )
     allocated_memory_mib: int
     allocated_core_permille: int
     jobs: list[int] = Field(default_factory=list, description="Jobs holding a share of it.")
@@ -361,6 +522,19 @@ class Node(Lenient):
     devices: int
     devices_free: int = Field(description="Devices with nothing allocated on them.")
     last_heartbeat: float | None
+    runtime: str | None = Field(
+        None, description="Container runtime for image jobs ('docker', 'podman'); null = none."
+    )
+
+
+class Registered(Node):
+    """The answer to a registration."""
+
+    token: str | None = Field(
+        None,
+        description="Registered with a bootstrap token: the node's own agent token, shown this "
+        "once (the bootstrap token is spent); null otherwise.",
+    )
 
 
 class Site(Lenient):
@@ -373,6 +547,14 @@ class Site(Lenient):
 
 
 # ------------------------------------------------------------------------------ agent protocol
+AGENT_PROTOCOL = 2
+"""The agent protocol's version: agents send it in ``AGENT_PROTOCOL_HEADER``; the server refuses
+any other with 426. 1 was the protocol before node-bound credentials (no header)."""
+AGENT_PROTOCOL_HEADER = "X-Xpupool-Agent-Protocol"
+BOOTSTRAP_TOKEN_PREFIX = "xpb_"
+"""Bootstrap tokens start with this (others with ``xpp_``), so an agent knows it holds one."""
+
+
 class ReplicaReport(Lenient):
     """What the agent knows of one replica it was given."""
 
@@ -385,11 +567,20 @@ class ReplicaReport(Lenient):
     memory_used_mib: dict[str, int] = Field(
         default_factory=dict, description="Per device UUID, when the probe can measure it."
     )
+    limits: str = Field(
+        default="",
+        description="Which CPU/memory enforcement applies to it (e.g. 'limits: cgroup v1"
+        " memory=2048Mi cpu=1500m'); empty: not reported (older agent, or it never started).",
+    )
 
 
-class Heartbeat(Lenient):
+class Heartbeat(LenientIn):
     node: str
-    metrics: list[DeviceMetrics] = Field(default_factory=list)
+    metrics: list[DeviceMetrics] = Field(
+        default_factory=list,
+        max_length=256,
+        description="One per registered device at most; a UUID the node did not register is 422.",
+    )
     replicas: list[ReplicaReport] = Field(default_factory=list)
 
 
@@ -403,6 +594,14 @@ class Work(Lenient):
     image: str | None
     env: dict[str, str] = Field(description="The job's env plus the device variables.")
     assignment: ReplicaAssignment
+    tenant: str = Field(default="", description="The job's tenant; empty from an older server.")
+    tenant_index: int | None = Field(
+        default=None,
+        ge=0,
+        description="The tenant's stable index: a root agent runs the job as uid"
+        " (first of --job-uid-range + index). None from an older server: such work is refused"
+        " by a root agent rather than run under a uid another tenant may share.",
+    )
 
 
 class HeartbeatReply(Lenient):

@@ -1,21 +1,27 @@
 """``xpupool up``: the whole control plane in one process on one host.
 
-Data lives under ``--data`` (default ``./.xpupool``): ``state.db`` (SQLite, WAL), ``admin-token``
-(mode 0600, written on first start), ``logs/``. ``--db`` takes any SQLAlchemy URL instead
-(PostgreSQL: ``postgresql+psycopg://...``).
+Data lives under ``--data`` (default ``./.xpupool``): ``state.db`` (SQLite, WAL), ``pool`` (the
+pool's id, a mark above every job id handed out), ``admin-token`` (mode 0600, written on first
+start, replaced by ``--rotate-admin-token``), ``logs/``. ``--db`` takes any SQLAlchemy URL instead
+(PostgreSQL: ``postgresql+psycopg://...``). What a start refuses, and why: ``server/datadir.py``.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from xpupool.engine.profile import DEFAULT_PROFILE
+from xpupool.server.admin_token import admin_token_path
+from xpupool.server.body_limit import DEFAULT_MAX_BODY
 from xpupool.server.plane import ControlPlane
+
+log = logging.getLogger("xpupool.server")
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,61 +35,136 @@ class UpConfig:
     heartbeat_s: float = 5.0
     lost_after_s: float = 30.0
     agent: bool = True
-
-
-def admin_token_path(data: Path) -> Path:
-    return data / "admin-token"
+    job_uid_range: str = "200000-299999"  # the in-process agent's launch options (see agent)
+    job_root: str | None = None
+    log_cap: str = "64Mi"
+    sandbox: str = "none"  # none | bwrap
+    runtime: str = "auto"  # auto | docker | podman | none: asked at start
+    device_root: str = "/dev"
+    reinitialise: bool = False  # a missing/empty database may start a new pool over old files
+    rotate_admin_token: bool = False  # write a new admin token, revoking the old one
+    max_body: int = DEFAULT_MAX_BODY  # bytes of a request body taken (server/body_limit.py)
+    tls_cert: Path | None = None  # PEM certificate (chain) and key: serve HTTPS; None: HTTP
+    tls_key: Path | None = None
 
 
 def open_plane(cfg: UpConfig) -> ControlPlane:
-    """The plane with its admin token and cluster-file nodes in place; prints nothing."""
-    from xpupool.probes.cluster_file import load_cluster
-    from xpupool.server.services import fleet, tenants
+    """The plane with its admin token and cluster-file nodes in place; logs, prints nothing.
+    A data dir or database that cannot be opened as it is raises DataDirError (one line)."""
+    from sqlalchemy.exc import OperationalError
 
-    cfg.data.mkdir(parents=True, exist_ok=True)
-    url = cfg.db or f"sqlite:///{(cfg.data / 'state.db').resolve()}"
-    plane = ControlPlane(
-        url,
-        cfg.data,
-        profile=cfg.profile,
-        heartbeat_s=cfg.heartbeat_s,
-        lost_after_s=cfg.lost_after_s,
-    )
-    token = tenants.ensure_admin_token(plane)
-    if token is not None:
-        path = admin_token_path(cfg.data)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(token + "\n")
-        os.chmod(path, 0o600)
-    if cfg.cluster is not None:
-        fleet.register_many(plane, load_cluster(cfg.cluster), source="cluster")
+    from xpupool.agent.launch.guard import make_private
+    from xpupool.model.quantity import parse_memory_mib
+    from xpupool.probes.cluster_file import load_cluster
+    from xpupool.server import admin_token
+    from xpupool.server.datadir import DataDirError, check_writable, open_pool
+    from xpupool.server.health import store_failure
+    from xpupool.server.services import fleet
+    from xpupool.server.services.stored_jobs import settle_stored_jobs
+
+    try:
+        check_writable(cfg.data)
+        make_private(cfg.data)  # a data dir from a release that made it world-readable
+        url = cfg.db or f"sqlite:///{(cfg.data / 'state.db').resolve()}"
+        pool = open_pool(cfg.data, url, reinitialise=cfg.reinitialise)
+        plane = ControlPlane(
+            url,
+            cfg.data,
+            profile=cfg.profile,
+            heartbeat_s=cfg.heartbeat_s,
+            lost_after_s=cfg.lost_after_s,
+            max_log_bytes=parse_memory_mib("--log-cap", cfg.log_cap) << 20,
+        )
+        plane.before_job_id = pool.reserve
+        if cfg.rotate_admin_token:
+            admin_token.rotate(plane, cfg.data)
+            log.warning(
+                "admin token rotated: %s (earlier admin tokens revoked)",
+                admin_token_path(cfg.data),
+            )
+        else:
+            warning = admin_token.ensure(plane, cfg.data)
+            if warning:
+                log.warning("%s", warning)
+        if cfg.cluster is not None:
+            fleet.register_many(plane, load_cluster(cfg.cluster), source="cluster")
+        settle_stored_jobs(plane)  # what an older release stored that this one refuses
+    except (OperationalError, OSError) as exc:
+        raise DataDirError(f"cannot start on {cfg.data}: {store_failure(exc)}") from None
     return plane
 
 
 def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
     import uvicorn
 
+    from xpupool.agent.launch.guard import protect_process
     from xpupool.server.app import create_app
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    protect_process()  # umask 077 before the first file; not dumpable: jobs cannot read us
     plane = open_plane(cfg)
-    echo(f"admin token: {admin_token_path(cfg.data)} (mode 0600)")
+    token_file = admin_token_path(cfg.data)
+    echo(f"admin token: {token_file} ({'mode 0600' if token_file.exists() else 'missing'})")
     echo(f"state: {plane.db.url.render_as_string(hide_password=True)}")
     echo(f"nodes: {len(plane.nodes)}, devices: {plane.engine.state.n_devices}")
-    echo(f"API: http://{cfg.host}:{cfg.port}/v1  docs: http://{cfg.host}:{cfg.port}/docs")
+    scheme = "https" if cfg.tls_cert is not None else "http"
+    base = f"{scheme}://{cfg.host}:{cfg.port}"
+    echo(f"API: {base}/v1  docs: {base}/docs")
+    warning = plain_http_warning(cfg.host, tls=cfg.tls_cert is not None)
+    if warning:
+        echo(warning)
     on_start: Callable[[], None] | None = None
     on_stop: Callable[[], None] | None = None
     if cfg.agent:
         from xpupool.agent.inprocess import AgentThread, local_agent
+        from xpupool.agent.launch.identity import isolation_notice
+        from xpupool.agent.launch.options import launch_settings
+        from xpupool.probes.container_runtime import RuntimeChoice
 
-        agent = AgentThread(local_agent(plane, cfg.data / "agent"))
+        settings = launch_settings(
+            cfg.job_uid_range,
+            cfg.job_root,
+            cfg.log_cap,
+            cfg.sandbox,
+            cast(RuntimeChoice, cfg.runtime),  # a click.Choice of the same names
+            cfg.device_root,
+            (cfg.data,),
+        )
+        agent = AgentThread(local_agent(plane, cfg.data / "agent", settings=settings))
         on_start, on_stop = agent.start, agent.stop
         echo(f"agent: in-process, hosting {', '.join(n.name for n in agent.agent.nodes)}")
+        echo(f"jobs: {settings.describe()}")
+        notice = isolation_notice(settings.sandbox)
+        if notice:
+            echo(f"warning: {notice}")
     # The scheduler thread must run soon after a submission wakes it; CPython hands the GIL over
     # every 5 ms by default, which alone would put ~5-10 ms on every submit -> scheduled latency.
     sys.setswitchinterval(0.001)
-    app = create_app(plane, on_start=on_start, on_stop=on_stop)
-    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False)
+    app = create_app(plane, on_start=on_start, on_stop=on_stop, max_body=cfg.max_body)
+    uvicorn.run(
+        app,
+        host=cfg.host,
+        port=cfg.port,
+        log_level="warning",
+        access_log=False,
+        ssl_certfile=None if cfg.tls_cert is None else str(cfg.tls_cert),
+        ssl_keyfile=None if cfg.tls_key is None else str(cfg.tls_key),
+    )
+
+
+def plain_http_warning(host: str, *, tls: bool) -> str | None:
+    """One line when the API would go out in clear beyond this host (tokens, job env, logs);
+    None on a loopback address or with TLS."""
+    if tls or host == "localhost":
+        return None
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return None
+    except ValueError:
+        pass  # a host name other than localhost: it may well be reachable from elsewhere
+    return (
+        f"warning: plain HTTP on {host}: tokens, job env and logs cross the network in clear; "
+        "give --tls-cert and --tls-key"
+    )

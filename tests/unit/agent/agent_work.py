@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from xpupool.agent.launch import LaunchSettings
 from xpupool.server.schemas import DeviceAssignment, ReplicaAssignment, Work
+
+
+def settings(tmp_path: Path, **kwargs: object) -> LaunchSettings:
+    """Launch settings for a test: working directories under ``tmp_path`` (not the system's)."""
+    return LaunchSettings(job_root=tmp_path / "jobs", **kwargs)  # type: ignore[arg-type]
 
 
 def device(
@@ -33,6 +41,10 @@ def work(
     image: str | None = None,
     env: dict[str, str] | None = None,
     node: str = "n1",
+    tenant: str = "t1",
+    tenant_index: int | None = 0,
+    cpu_milli: int = 1000,
+    memory_mib: int = 1024,
 ) -> Work:
     return Work(
         job_id=job_id,
@@ -41,12 +53,14 @@ def work(
         command=command,
         image=image,
         env=env or {},
+        tenant=tenant,
+        tenant_index=tenant_index,
         assignment=ReplicaAssignment(
             replica=replica,
             allocation_id=allocation_id,
             node=node,
-            cpu_milli=1000,
-            memory_mib=1024,
+            cpu_milli=cpu_milli,
+            memory_mib=memory_mib,
             devices=devices or [],
         ),
     )

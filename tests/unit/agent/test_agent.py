@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import ClassVar
 
-from agent_work import device, work
+from agent_work import device, settings, work
 
 from xpupool.agent import Agent, HostedNode, Monitor, Runner
 from xpupool.agent.inventory import node_in
@@ -63,7 +63,7 @@ class Cards:
 def _agent(tmp_path: Path, cards: Cards, t: Recorder) -> tuple[Agent, HostedNode]:
     node = HostedNode(
         name="n1",
-        runner=Runner("n1", tmp_path, grace_s=0.5),
+        runner=Runner("n1", tmp_path, grace_s=0.5, settings=settings(tmp_path)),
         monitor=Monitor([cards]),
         inventory=lambda devices: node_in("n1", devices),
     )

@@ -1,7 +1,11 @@
+from pathlib import Path
+
 import pytest
 from agent_work import device, work
 
-from xpupool.agent.env import VISIBLE_DEVICES, device_env, hami_limits, replica_env
+from xpupool.agent.env import VISIBLE_DEVICES, device_env, hami_limits
+from xpupool.agent.launch import LaunchSettings
+from xpupool.agent.launch.spec import job_env
 from xpupool.model.vendor import VENDOR_KEYS
 
 
@@ -88,9 +92,12 @@ def test_granted_vendor_wins_a_shared_name() -> None:
     assert env.variables["MACA_VISIBLE_DEVICES"] == ""
 
 
-def test_allocation_wins_over_job_env_and_token_is_dropped() -> None:
+def test_allocation_wins_over_job_env_and_nothing_of_the_agent_is_inherited(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XPUPOOL_TOKEN", "secret")
     w = work(["true"], devices=[device(3)], env={"CUDA_VISIBLE_DEVICES": "0,1", "MY": "x"})
-    env = replica_env(w, {"XPUPOOL_TOKEN": "secret", "PATH": "/bin"})
+    env = job_env(w, tmp_path / "run", LaunchSettings(job_root=tmp_path, base_path="/bin"))
     assert env["CUDA_VISIBLE_DEVICES"] == "3"
     assert env["MY"] == "x"
     assert env["PATH"] == "/bin"

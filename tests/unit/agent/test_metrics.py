@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import httpx
-from agent_work import device, work
+from agent_work import device, settings, work
 
 from xpupool.agent import Agent, HostedNode, Monitor, Runner
 from xpupool.agent.inventory import node_in
@@ -52,7 +52,7 @@ class OneCard:
 
 
 def _node(tmp_path: Path) -> HostedNode:
-    return HostedNode(name="n1", runner=Runner("n1", tmp_path))
+    return HostedNode(name="n1", runner=Runner("n1", tmp_path, settings=settings(tmp_path)))
 
 
 def _replica(job_id: int, used: dict[str, int] | None, flag: str = "") -> Replica:
@@ -107,7 +107,7 @@ def test_step_keeps_the_reading_and_counts_failed_heartbeats(tmp_path: Path) -> 
     t = Flaky()
     node = HostedNode(
         name="n1",
-        runner=Runner("n1", tmp_path),
+        runner=Runner("n1", tmp_path, settings=settings(tmp_path)),
         monitor=Monitor([OneCard()]),
         inventory=lambda devices: node_in("n1", devices),
     )

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from agent_work import device, work
+from agent_work import device, settings, work
 
 from xpupool.agent.runner import NO_RUNTIME, Runner, group_alive
 
@@ -33,7 +32,7 @@ def _py(code: str) -> list[str]:
 
 
 def test_runs_captures_output_and_ships_it(tmp_path: Path) -> None:
-    runner = Runner("n1", tmp_path, base_env={"PATH": os.environ["PATH"]})
+    runner = Runner("n1", tmp_path, settings=settings(tmp_path))
     code = "import os, sys; print('visible', os.environ['CUDA_VISIBLE_DEVICES']); sys.exit(3)"
     runner.start(work(_py(code), devices=[device(2, memory_mib=1024)]))
     _until(lambda: _state(runner) != "running", runner)
@@ -50,7 +49,7 @@ def test_runs_captures_output_and_ships_it(tmp_path: Path) -> None:
 
 
 def test_success_and_rerun_under_a_new_allocation(tmp_path: Path) -> None:
-    runner = Runner("n1", tmp_path)
+    runner = Runner("n1", tmp_path, settings=settings(tmp_path))
     runner.start(work(_py("print('hi')")))
     _until(lambda: _state(runner) == "succeeded", runner)
     runner.acknowledge(runner.reports())
@@ -58,7 +57,7 @@ def test_success_and_rerun_under_a_new_allocation(tmp_path: Path) -> None:
 
 
 def test_start_is_idempotent(tmp_path: Path) -> None:
-    runner = Runner("n1", tmp_path)
+    runner = Runner("n1", tmp_path, settings=settings(tmp_path))
     first = runner.start(work(_py("import time; time.sleep(5)")))
     assert first is not None
     assert runner.start(work(_py("import time; time.sleep(5)"))) is None
@@ -66,7 +65,7 @@ def test_start_is_idempotent(tmp_path: Path) -> None:
 
 
 def test_stop_sends_sigterm_and_reports_when_gone(tmp_path: Path) -> None:
-    runner = Runner("n1", tmp_path, grace_s=5.0)
+    runner = Runner("n1", tmp_path, grace_s=5.0, settings=settings(tmp_path))
     rep = runner.start(work(_py("import time; print('up', flush=True); time.sleep(60)")))
     assert rep is not None and rep.pid is not None
     _until(lambda: rep.log_path.read_bytes().startswith(b"up"), runner)
@@ -83,7 +82,7 @@ def test_stop_escalates_to_sigkill(tmp_path: Path) -> None:
         "print('ignoring', flush=True)\n"
         "time.sleep(60)\n"
     )
-    runner = Runner("n1", tmp_path, grace_s=0.3)
+    runner = Runner("n1", tmp_path, grace_s=0.3, settings=settings(tmp_path))
     rep = runner.start(work(_py(code)))
     assert rep is not None and rep.pid is not None
     _until(lambda: b"ignoring" in rep.log_path.read_bytes(), runner)
@@ -105,7 +104,7 @@ def test_stop_waits_for_the_whole_group(tmp_path: Path) -> None:
         "print(1, flush=True); time.sleep(60)'])\n"
         "time.sleep(60)\n"
     )
-    runner = Runner("n1", tmp_path, grace_s=0.5)
+    runner = Runner("n1", tmp_path, grace_s=0.5, settings=settings(tmp_path))
     rep = runner.start(work(_py(code)))
     assert rep is not None and rep.pid is not None
     _until(lambda: b"1" in rep.log_path.read_bytes(), runner)
@@ -118,7 +117,7 @@ def test_stop_waits_for_the_whole_group(tmp_path: Path) -> None:
 
 
 def test_image_fails_clearly(tmp_path: Path) -> None:
-    runner = Runner("n1", tmp_path)
+    runner = Runner("n1", tmp_path, settings=settings(tmp_path))
     rep = runner.start(work(["python"], image="pytorch/pytorch:latest"))
     assert rep is not None
     report = runner.reports()[0]
@@ -127,7 +126,7 @@ def test_image_fails_clearly(tmp_path: Path) -> None:
 
 
 def test_missing_command_is_a_failure_with_its_reason(tmp_path: Path) -> None:
-    runner = Runner("n1", tmp_path)
+    runner = Runner("n1", tmp_path, settings=settings(tmp_path))
     rep = runner.start(work(["/nonexistent/xpupool-test-binary"]))
     assert rep is not None
     _until(lambda: _state(runner) != "running", runner)
@@ -136,7 +135,7 @@ def test_missing_command_is_a_failure_with_its_reason(tmp_path: Path) -> None:
 
 
 def test_stop_of_an_unknown_replica_is_reported_stopped(tmp_path: Path) -> None:
-    runner = Runner("n1", tmp_path)
+    runner = Runner("n1", tmp_path, settings=settings(tmp_path))
     runner.stop(3, 1)
     assert [(r.job_id, r.replica, r.state) for r in runner.reports()] == [(3, 1, "stopped")]
 
@@ -148,9 +147,9 @@ def test_replica_dies_with_its_agent(tmp_path: Path) -> None:
         "import sys, time\n"
         "from pathlib import Path\n"
         f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-        "from agent_work import work\n"
+        "from agent_work import settings, work\n"
         "from xpupool.agent.runner import Runner\n"
-        f"r = Runner('n1', Path({str(tmp_path)!r}))\n"
+        f"r = Runner('n1', Path({str(tmp_path)!r}), settings=settings(Path({str(tmp_path)!r})))\n"
         "rep = r.start(work([sys.executable, '-c', 'import time; time.sleep(60)']))\n"
         "print(rep.pid, flush=True)\n"
         "time.sleep(60)\n"

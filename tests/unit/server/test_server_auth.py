@@ -65,7 +65,8 @@ def test_agent_token_only_speaks_the_agent_protocol(server: Server) -> None:
     assert r.json()["tenant"] is None
     assert server.client.get("/v1/jobs", headers=server.as_(agent)).status_code == 403
     body = {"name": "n9", "cpu_milli": 1000, "memory_mib": 1024}
-    r = server.client.post("/v1/agent/register", json=body, headers=server.as_(agent))
+    headers = {**server.as_(agent), "X-Xpupool-Agent-Protocol": "2"}
+    r = server.client.post("/v1/agent/register", json=body, headers=headers)
     assert r.status_code == 200, r.text
 
 

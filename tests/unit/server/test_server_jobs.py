@@ -221,7 +221,9 @@ def test_admin_must_name_the_tenant(server: Server) -> None:
     tenant(server, "a")
     r = server.client.post("/v1/jobs", json={}, headers=server.admin)
     assert r.status_code == 422 and r.json()["field"] == "tenant"
-    r = server.client.post("/v1/jobs", json={"tenant": "a"}, headers=server.admin)
+    r = server.client.post(
+        "/v1/jobs", json={"tenant": "a", "command": ["true"]}, headers=server.admin
+    )
     assert r.status_code == 201 and r.json()["tenant"] == "a"
 
 

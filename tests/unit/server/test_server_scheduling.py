@@ -138,6 +138,7 @@ def fill_with_low(server: Server, token: str, n: int, spec: str = "A100:1") -> l
 def test_priority_preempts_minimally_and_requeues_the_victims(server: Server) -> None:
     node(server, "n1")
     a = tenant(server, "a")
+    queue(server, "a", "a", [], max_priority=10)  # the admin grants priority
     low = fill_with_low(server, a, 8)
     high = submit(server, a, "A100:2", priority=10)
     server.schedule()
@@ -157,6 +158,7 @@ def test_priority_preempts_minimally_and_requeues_the_victims(server: Server) ->
 def test_preemption_is_deterministic(server: Server, tmp_path_factory: object) -> None:
     node(server, "n1")
     a = tenant(server, "a")
+    queue(server, "a", "a", [], max_priority=10)  # the admin grants priority
     low = fill_with_low(server, a, 8)
     submit(server, a, "A100:3", priority=5)
     server.schedule()
@@ -168,6 +170,7 @@ def test_preemption_is_deterministic(server: Server, tmp_path_factory: object) -
 def test_running_victims_stop_before_the_preemptor_is_placed(server: Server) -> None:
     node(server, "n1", count=2)
     a = tenant(server, "a")
+    queue(server, "a", "a", [], max_priority=10)  # the admin grants priority
     low = fill_with_low(server, a, 2)
     heartbeat(server, "n1", [report(i, 0, "running") for i in low])
     high = submit(server, a, "A100:1", priority=10)
@@ -194,6 +197,7 @@ def test_running_victims_stop_before_the_preemptor_is_placed(server: Server) -> 
 def test_fractional_victim_frees_only_its_cards_share(server: Server) -> None:
     node(server, "n1", count=2)
     a = tenant(server, "a")
+    queue(server, "a", "a", [], max_priority=10)  # the admin grants priority
     low = fill_with_low(server, a, 4, "A100 mem=40Gi")  # two per card
     before = {d["uuid"]: set(d["jobs"]) for d in devices(server)}
     high = submit(server, a, "A100 mem=40Gi", priority=10)

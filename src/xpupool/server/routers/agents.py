@@ -1,4 +1,8 @@
-"""/v1/agent: registration, heartbeats (metrics and replica reports in, work out), log upload."""
+"""/v1/agent: registration, heartbeats (metrics and replica reports in, work out), log upload.
+
+Every route acts as the caller's credential: an agent credential for its own node only
+(``services/node_identity.py``).
+"""
 
 from __future__ import annotations
 
@@ -8,20 +12,23 @@ from fastapi import APIRouter, Path, Request
 
 from xpupool.server import schemas as s
 from xpupool.server.routers.deps import Agent, Plane
-from xpupool.server.services import agents, fleet
+from xpupool.server.services import node_identity
 
 router = APIRouter(prefix="/v1/agent", tags=["agent"])
 
 
-@router.post("/register", response_model=s.Node)
-def register(body: s.NodeIn, plane: Plane, _: Agent) -> s.Node:
-    """Register or update a node; the same body twice changes nothing."""
-    return fleet.register(plane, body)
+@router.post("/register", response_model=s.Registered)
+def register(body: s.NodeIn, plane: Plane, who: Agent, request: Request) -> s.Registered:
+    """Register or update a node; the same body twice changes nothing. With a bootstrap token
+    the reply carries the node's own token, once."""
+    request.state.audit_target = f"node {body.name}"
+    return node_identity.register(plane, who, body)
 
 
 @router.post("/heartbeat", response_model=s.HeartbeatReply)
-def heartbeat(body: s.Heartbeat, plane: Plane, _: Agent) -> s.HeartbeatReply:
-    return agents.heartbeat(plane, body)
+def heartbeat(body: s.Heartbeat, plane: Plane, who: Agent, request: Request) -> s.HeartbeatReply:
+    request.state.audit_target = f"node {body.node}"
+    return node_identity.heartbeat(plane, who, body)
 
 
 @router.post("/nodes/{node}/jobs/{job_id}/replicas/{replica}/logs", status_code=204)
@@ -31,8 +38,8 @@ async def append_log(
     replica: Annotated[int, Path(ge=0, le=10_000)],
     request: Request,
     plane: Plane,
-    _: Agent,
+    who: Agent,
 ) -> None:
     """Append raw bytes (the body) to a replica's log."""
     chunk = await request.body()
-    agents.append_log(plane, node, job_id, replica, chunk)
+    node_identity.append_log(plane, who, node, job_id, replica, chunk)

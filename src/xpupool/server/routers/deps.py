@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from xpupool.server.auth import Principal
+from xpupool.server import schemas as s
+from xpupool.server.auth import Principal, TokenExpired
 from xpupool.server.plane import ControlPlane
 from xpupool.server.services import tenants
 
@@ -28,16 +30,23 @@ def principal(
 ) -> Principal:
     if creds is None or creds.scheme.lower() != "bearer":
         raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
-    who = tenants.authenticate(request.app.state.plane, creds.credentials)
+    try:
+        who = tenants.authenticate(request.app.state.plane, creds.credentials)
+    except TokenExpired as exc:
+        when = datetime.fromtimestamp(exc.expires_at, UTC).isoformat(timespec="seconds")
+        raise HTTPException(
+            401, f"token expired at {when}", headers={"WWW-Authenticate": "Bearer"}
+        ) from None
     if who is None:
         raise HTTPException(401, "unknown or revoked token", headers={"WWW-Authenticate": "Bearer"})
+    request.state.principal = who  # for the audit log (server/audit_http.py)
     return who
 
 
 def user(who: Annotated[Principal, Depends(principal)]) -> Principal:
-    """Admin or tenant (agents only speak the agent protocol)."""
-    if who.role == "agent":
-        raise HTTPException(403, "agent tokens may only use /v1/agent endpoints")
+    """Admin or tenant (agent and bootstrap tokens only speak the agent protocol)."""
+    if who.role not in ("admin", "tenant"):
+        raise HTTPException(403, f"{who.role} tokens may only use /v1/agent endpoints")
     return who
 
 
@@ -47,9 +56,25 @@ def admin(who: Annotated[Principal, Depends(principal)]) -> Principal:
     return who
 
 
-def agent(who: Annotated[Principal, Depends(principal)]) -> Principal:
-    if who.role not in ("agent", "admin"):
+def agent(request: Request, who: Annotated[Principal, Depends(principal)]) -> Principal:
+    """An agent, bootstrap or admin credential speaking this server's agent protocol. The admin
+    may leave the version header out (scripts, curl); an agent may not: an agent of another
+    release is told both versions (426) instead of being misread."""
+    if who.role not in ("agent", "bootstrap", "admin"):
         raise HTTPException(403, "agent or admin token required")
+    sent = request.headers.get(s.AGENT_PROTOCOL_HEADER)
+    if sent is None and who.is_admin:
+        return who
+    if sent != str(s.AGENT_PROTOCOL):
+        said = f"agent protocol 1 (no {s.AGENT_PROTOCOL_HEADER} header)"
+        if sent:
+            said = f"agent protocol {sent[:20]}"
+        raise HTTPException(
+            426,
+            f"this agent speaks {said}; this server speaks agent protocol {s.AGENT_PROTOCOL}: "
+            "run an agent of the server's release",
+            headers={s.AGENT_PROTOCOL_HEADER: str(s.AGENT_PROTOCOL)},
+        )
     return who
 
 

@@ -51,6 +51,7 @@ def logs(
     me: User,
     replica: Annotated[int, Query(ge=0, le=10_000)] = 0,
     offset: Annotated[int, Query(ge=0, le=1 << 50)] = 0,
-) -> str:
-    """Captured stdout and stderr of one replica, from byte ``offset`` (up to 4 MiB)."""
-    return jobs.logs(plane, me, job_id, replica, offset)
+) -> PlainTextResponse:
+    """Captured stdout and stderr of one replica, from byte ``offset`` (up to 4 MiB, as stored:
+    the next offset is ``offset`` plus the bytes received; past the end is 422)."""
+    return PlainTextResponse(jobs.logs(plane, me, job_id, replica, offset))

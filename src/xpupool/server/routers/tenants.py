@@ -22,13 +22,27 @@ def create_tenant(body: s.TenantIn, plane: Plane, _: Admin) -> s.Tenant:
 
 @router.get("/tenants", response_model=list[s.Tenant])
 def list_tenants(plane: Plane, _: Admin) -> list[s.Tenant]:
+    """Tenants with their limits and their queued work now."""
     return tenants.list_tenants(plane)
+
+
+@router.patch("/tenants/{tenant}", response_model=s.Tenant)
+def update_tenant(tenant: NameParam, body: s.TenantPatch, plane: Plane, _: Admin) -> s.Tenant:
+    """Change a tenant's weight or limits; the fields left out stay as they are."""
+    return tenants.update_tenant(plane, tenant, body)
 
 
 @router.post("/tenants/{tenant}/tokens", status_code=201, response_model=s.Token)
 def issue_token(tenant: NameParam, body: s.TokenIn, plane: Plane, _: Admin) -> s.Token:
     """Issue a token; the secret is in the answer once and never again."""
     return tenants.issue_token(plane, tenant, body)
+
+
+@router.post("/tokens", status_code=201, response_model=s.Token)
+def issue_agent_token(body: s.TokenIn, plane: Plane, _: Admin) -> s.Token:
+    """Issue an agent token (``node``: the node it speaks for) or a one-time bootstrap token
+    (``bootstrap``); the secret is in the answer once and never again."""
+    return tenants.issue_token(plane, None, body)
 
 
 @router.get("/tokens", response_model=list[s.Token])

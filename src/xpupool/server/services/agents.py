@@ -9,9 +9,10 @@ from typing import Any
 
 from sqlalchemy import Connection, select, update
 
-from xpupool.model.errors import NotFound
+from xpupool.model.errors import NotFound, RequestError
 from xpupool.server import schemas as s
-from xpupool.server.plane import ControlPlane, HeldJob
+from xpupool.server.auth import Principal
+from xpupool.server.plane import ControlPlane, HeldJob, NodeRecord
 from xpupool.server.services.jobs import assignment
 from xpupool.server.storage.fleet import nodes as t_nodes
 from xpupool.server.storage.jobs import jobs as t_jobs
@@ -19,12 +20,18 @@ from xpupool.server.storage.jobs import jobs as t_jobs
 MAX_LOG_CHUNK = 1 << 20
 
 
-def heartbeat(plane: ControlPlane, body: s.Heartbeat) -> s.HeartbeatReply:
+def heartbeat(
+    plane: ControlPlane, body: s.Heartbeat, who: Principal | None = None
+) -> s.HeartbeatReply:
+    """Apply one heartbeat of ``body.node`` (``who`` sent it: named in the audit rows of reports
+    it gets ignored). Metrics for a device the node did not register are 422 and the heartbeat
+    changes nothing; reports for replicas this node does not hold are ignored and recorded."""
     now = plane.clock()
     with plane.write() as conn:
         rec = plane.nodes.get(body.node)
         if rec is None:
             raise NotFound("node", body.node)
+        _check_metrics(rec, body)
         rec.last_heartbeat = now
         conn.execute(update(t_nodes).where(t_nodes.c.name == body.node).values(last_heartbeat=now))
         if rec.status is s.NodeStatus.LOST:
@@ -36,7 +43,10 @@ def heartbeat(plane: ControlPlane, body: s.Heartbeat) -> s.HeartbeatReply:
         for m in body.metrics:
             plane.metrics[m.uuid] = m
         for report in body.replicas:
-            _apply_report(plane, conn, body.node, report)
+            if _holds(plane, body.node, report):
+                _apply_report(plane, conn, body.node, report)
+            else:
+                plane.audit.report_ignored(conn, who, body.node, report.job_id, report.replica)
         reply = _reply(plane, body.node)
         # a process the server no longer gives this node (released while the agent started it,
         # or from before a restart) must not go on using devices that others may now hold
@@ -45,6 +55,28 @@ def heartbeat(plane: ControlPlane, body: s.Heartbeat) -> s.HeartbeatReply:
             if r.state == "running" and (r.job_id, r.replica) not in given:
                 reply.stop.append((r.job_id, r.replica))
         return reply
+
+
+def _check_metrics(rec: NodeRecord, body: s.Heartbeat) -> None:
+    """Metrics are kept per device UUID: only for devices this node registered (issue 18: 100k
+    invented UUIDs grew the server by 179 MiB)."""
+    known = {d.uuid for n in (rec.node, rec.target) if n is not None for d in n.devices}
+    for i, m in enumerate(body.metrics):
+        if m.uuid not in known:
+            raise RequestError(
+                f"metrics[{i}].uuid", m.uuid, f"node {body.node} registered no such device"
+            )
+
+
+def _holds(plane: ControlPlane, node: str, r: s.ReplicaReport) -> bool:
+    """True if ``node`` holds the replica ``r`` reports on. A report for one it does not hold is
+    stale (released while the agent ran it, or from before a restart) or forged: it is ignored
+    and recorded, rather than failing the heartbeat, so that one stale process cannot make a
+    node look dead; the reply tells the agent to stop that process."""
+    job = plane.held.get(r.job_id)
+    return job is not None and any(
+        a.replica == r.replica and a.node == node for a in job.allocations
+    )
 
 
 def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: s.ReplicaReport) -> None:
@@ -56,21 +88,25 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: s.Replica
     else:
         job.device_memory_used_mib.pop(r.replica, None)
     if job.replica_states.get(r.replica) == r.state:
+        _limits(plane, conn, job, r)
         if r.state == "running" and r.reason and job.state is s.JobState.RUNNING:
             _flag(plane, conn, job.id, f"replica {r.replica}: {r.reason}")
         return
     job.replica_states[r.replica] = r.state
     if r.exit_code is not None:
         job.exit_codes[r.replica] = r.exit_code
+    if r.state == "failed" and r.reason:
+        job.failures[r.replica] = r.reason
     replicas = {a.replica for a in job.allocations}
     states = [job.replica_states.get(i) for i in replicas]
     if r.state != "stopped" and job.state is not s.JobState.RUNNING:
         # a replica that ran and ended between two heartbeats was still running: record it
         job.state = s.JobState.RUNNING
         plane.set_state(conn, job.id, s.JobState.RUNNING, f"started on {node} (pid {r.pid})")
+    _limits(plane, conn, job, r)
     finished = all(st in ("succeeded", "failed", "stopped") for st in states)
     if r.state == "failed" and job.stopping is None and not finished:
-        job.stopping, job.stop_reason = "failed", f"replica {r.replica} failed ({r.exit_code})"
+        job.stopping, job.stop_reason = "failed", _failure(job, r.replica)
         return
     if not finished:
         return
@@ -90,13 +126,33 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: s.Replica
                 conn,
                 job.id,
                 s.JobState.FAILED,
-                job.stop_reason or f"replica {failed[0]} exited with {code}",
+                job.stop_reason or _failure(job, failed[0], code),
                 exit_code=code,
             )
         else:
             plane.set_state(
                 conn, job.id, s.JobState.SUCCEEDED, "all replicas exited 0", exit_code=0
             )
+
+
+def _limits(plane: ControlPlane, conn: Connection, job: HeldJob, r: s.ReplicaReport) -> None:
+    """Which CPU/memory enforcement the replica runs under: one event per replica run."""
+    if r.limits and job.limits.get(r.replica) != r.limits:
+        job.limits[r.replica] = r.limits
+        plane.add_event(conn, job.id, s.JobState.RUNNING, f"replica {r.replica}: {r.limits}")
+
+
+def _failure(job: HeldJob, replica: int, code: int | None = None) -> str:
+    """Why a replica failed, in the job's reason: ``replica 1 failed (3)`` when a sibling is
+    still being stopped, ``replica 0 exited with 137`` when it was the last; followed by the
+    agent's reason when that says more (killed for memory, could not start)."""
+    reason = job.failures.get(replica, "")
+    if code is None:
+        text = f"replica {replica} failed ({job.exit_codes.get(replica)})"
+    else:
+        text = f"replica {replica} exited with {code}"
+    plain = (f"exited with {job.exit_codes.get(replica)}", f"exited with {code}")
+    return f"{text}: {reason}" if reason and reason not in plain else text
 
 
 def _flag(plane: ControlPlane, conn: Connection, job_id: int, reason: str) -> None:
@@ -135,21 +191,39 @@ def _reply(plane: ControlPlane, node: str) -> s.HeartbeatReply:
                 image=row["image"],
                 env=dict(row["env"]),
                 assignment=assignment(plane, alloc),
+                tenant=job.tenant,
+                tenant_index=plane.tenant_index.get(job.tenant),
             )
         )
     return s.HeartbeatReply(run=run, stop=stop, heartbeat_s=plane.heartbeat_s)
 
 
 def append_log(plane: ControlPlane, node: str, job_id: int, replica: int, chunk: bytes) -> None:
-    """Agents ship captured output here; only the node running that replica may write it."""
-    with plane.lock:
+    """Agents ship captured output here; only the node running that replica may write it. The
+    server keeps at most ``plane.max_log_bytes`` of one replica's log: the chunk that crosses it
+    is cut there and followed by one marker line, later chunks are dropped."""
+    with plane.lock, plane.file_writes():  # a full or read-only disk: 503, said once
         job = plane.held.get(job_id)
         if job is None or not any(a.node == node and a.replica == replica for a in job.allocations):
             raise NotFound("replica", f"{job_id}/{replica} on {node}")
-    path = plane.log_path(job_id, replica)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("ab") as f:
-        f.write(chunk[:MAX_LOG_CHUNK])
+        path = plane.log_path(job_id, replica)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        chunk = chunk[:MAX_LOG_CHUNK]
+        size = path.stat().st_size if path.exists() else 0
+        room = plane.max_log_bytes - size
+        if room < 0 or not chunk:
+            return  # cut already (the marker took it past the cap), or nothing to add
+        with path.open("ab") as f:
+            if len(chunk) <= room:
+                f.write(chunk)
+            else:
+                f.write(chunk[:room] + log_cut_marker(plane.max_log_bytes))
+
+
+def log_cut_marker(limit_bytes: int) -> bytes:
+    """The line that ends a replica log the server cut (``xpupool up --max-log-mib``)."""
+    mib = limit_bytes / (1 << 20)
+    return f"\n[xpupool: log cut at {mib:g} MiB; the server keeps no more of it]\n".encode()
 
 
 def mark_lost_nodes(plane: ControlPlane) -> list[str]:

@@ -1,24 +1,42 @@
 """Fleet: nodes and devices as registered, their allocation and live metrics, sites, cordons.
 
-Registration is idempotent: the same node registering the same devices changes nothing; changed
-devices rebuild the engine (rare) and keep every allocation whose devices are still there.
+Registration is idempotent and atomic: the same node registering the same devices changes nothing;
+changed devices rebuild the engine (rare) off to the side, and only a registration that keeps every
+live allocation whole is stored and served (or, asked to drain, one that keeps what they hold until
+they end). A refused one changes nothing.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from sqlalchemy import insert, update
+from sqlalchemy import Connection, insert, select, update
 
 from xpupool.model.device import Node
-from xpupool.model.errors import NotFound
+from xpupool.model.errors import Conflict, NotFound, RequestError
 from xpupool.server import schemas as s
-from xpupool.server.plane import ControlPlane, NodeRecord, device_from_dict, device_to_dict
+from xpupool.server.drain import plan
+from xpupool.server.plane import ControlPlane, NodeRecord, device_from_dict, node_values
 from xpupool.server.storage.fleet import nodes as t_nodes
 
+log = logging.getLogger("xpupool.server")
 
-def register(plane: ControlPlane, body: s.NodeIn, source: str = "agent") -> s.Node:
+
+def register(
+    plane: ControlPlane,
+    body: s.NodeIn,
+    source: str = "agent",
+    *,
+    within: Callable[[Connection], None] | None = None,
+) -> s.Node:
+    """Register or update a node, all or nothing: a refused registration (any 4xx) changes
+    nothing, in memory or in the store. A device UUID another node has is 422. A new inventory
+    that would take a device (or CPU, memory) from under live allocations is 409 naming them,
+    unless ``body.drain``: then what is in the way is served as it was, cordoned, and changed
+    when its last allocation ends (``server/drain.py``). ``within`` runs in the registration's
+    transaction before the node is written; raising there refuses the registration."""
     node = Node(
         name=body.name,
         cpu_milli=body.cpu_milli,
@@ -26,79 +44,130 @@ def register(plane: ControlPlane, body: s.NodeIn, source: str = "agent") -> s.No
         devices=tuple(device_from_dict(d.model_dump()) for d in body.devices),
         site=body.site,
         labels=body.labels,
+        container_runtime=body.runtime,
     )
-    now = plane.clock()
-    with plane.write() as conn:
+    with plane.lock:
+        _check_uuids_free(plane, body)
         rec = plane.nodes.get(body.name)
+        held = [
+            (j.id, a) for j in plane.held.values() for a in j.allocations if a.node == node.name
+        ]
+        step = plan(rec.node if rec is not None else None, node, held)
+        if step.blocked and not body.drain:
+            raise Conflict(
+                f"node {node.name}: the new inventory would take what live work holds: "
+                f"{'; '.join(step.blocked)}. Nothing changed; register with drain: true to cordon "
+                "it now and apply the change when that work ends"
+            )
+        now = plane.clock()
+        fresh = NodeRecord(
+            step.serve,
+            source,
+            s.NodeStatus.READY,
+            rec.cordoned if rec is not None else False,
+            set(rec.cordoned_devices) if rec is not None else set(),
+            body.arch,
+            body.os,
+            rec.registered_at if rec is not None else now,
+            now,
+            target=step.target,
+        )
+        changed = rec is None or rec.node != fresh.node or rec.target != fresh.target
+        built = plane.build({**plane.nodes, node.name: fresh}) if changed else None
+        if built is not None and built.problems:
+            raise Conflict(
+                f"node {node.name}: {'; '.join(p.reason for p in built.problems)}. Nothing changed"
+            )
         values = {
             "site": node.site,
             "source": source,
             "status": s.NodeStatus.READY.value,
-            "cpu_milli": node.cpu_milli,
-            "memory_mib": node.memory_mib,
             "labels": dict(node.labels),
             "arch": body.arch,
             "os": body.os,
-            "devices": [device_to_dict(d) for d in node.devices],
+            "runtime": node.container_runtime,
             "last_heartbeat": now,
+            **node_values(fresh),
         }
-        if rec is None:
-            conn.execute(
-                insert(t_nodes).values(
-                    name=node.name,
-                    schedulable=True,
-                    cordoned_devices=[],
-                    registered_at=now,
-                    **values,
+        with plane.write() as conn:
+            if within is not None:  # e.g. a bootstrap exchange: commits with the node or not at all
+                within(conn)
+            stored = conn.execute(select(t_nodes.c.name).where(t_nodes.c.name == node.name))
+            if stored.first() is None:  # (a row a start could not read is taken over, not added)
+                conn.execute(
+                    insert(t_nodes).values(
+                        name=node.name,
+                        schedulable=True,
+                        cordoned_devices=[],
+                        registered_at=now,
+                        **values,
+                    )
                 )
-            )
-            plane.nodes[node.name] = NodeRecord(
-                node, source, s.NodeStatus.READY, False, set(), body.arch, body.os, now, now
-            )
-            plane.rebuild_engine()
-        else:
-            conn.execute(update(t_nodes).where(t_nodes.c.name == node.name).values(**values))
-            changed = rec.node != node
-            was_lost = rec.status is s.NodeStatus.LOST
-            rec.node, rec.source, rec.arch, rec.os = node, source, body.arch, body.os
-            rec.status, rec.last_heartbeat = s.NodeStatus.READY, now
-            if changed:
-                plane.rebuild_engine()
-            elif was_lost and not rec.cordoned:
-                plane.engine.state.set_node_schedulable(node.name, True)
-                plane.bump()
+            else:
+                conn.execute(update(t_nodes).where(t_nodes.c.name == node.name).values(**values))
+        # stored: now memory, still under the lock
+        plane.nodes[node.name] = fresh
+        if built is not None:
+            plane.install(built)
+        elif rec is not None and rec.status is s.NodeStatus.LOST and not rec.cordoned:
+            plane.engine.state.set_node_schedulable(node.name, True)
+            plane.bump()
+        if step.blocked:
+            log.warning("node %s draining: %s", node.name, "; ".join(step.blocked))
     return node_view(plane, body.name)
 
 
-def register_many(plane: ControlPlane, nodes: Iterable[Node], source: str) -> None:
-    """Cluster-file nodes: simulated hosts registered in one go (a single engine rebuild)."""
-    now = plane.clock()
-    with plane.write() as conn:
-        for node in nodes:
-            if node.name in plane.nodes:
-                continue
-            conn.execute(
-                insert(t_nodes).values(
-                    name=node.name,
-                    site=node.site,
-                    source=source,
-                    status=s.NodeStatus.READY.value,
-                    schedulable=node.schedulable,
-                    cpu_milli=node.cpu_milli,
-                    memory_mib=node.memory_mib,
-                    labels=dict(node.labels),
-                    arch="",
-                    os="",
-                    devices=[device_to_dict(d) for d in node.devices],
-                    cordoned_devices=[],
-                    last_heartbeat=None,
-                    registered_at=now,
-                )
+def _check_uuids_free(plane: ControlPlane, body: s.NodeIn) -> None:
+    """A device UUID names one device in the pool: another node's is refused (422)."""
+    owner = {
+        d.uuid: name
+        for name, rec in plane.nodes.items()
+        if name != body.name
+        for n in (rec.node, rec.target)
+        if n is not None
+        for d in n.devices
+    }
+    for i, d in enumerate(body.devices):
+        if d.uuid in owner:
+            raise RequestError(
+                f"devices[{i}].uuid", d.uuid, f"already registered by node {owner[d.uuid]}"
             )
-            plane.nodes[node.name] = NodeRecord(
+
+
+def register_many(plane: ControlPlane, nodes: Iterable[Node], source: str) -> None:
+    """Cluster-file nodes: simulated hosts registered in one go (a single engine rebuild); nodes
+    the store has already are left as they are. All or nothing, as :func:`register`."""
+    now = plane.clock()
+    with plane.lock:
+        added = {
+            node.name: NodeRecord(
                 node, source, s.NodeStatus.READY, not node.schedulable, set(), "", "", now
             )
-        plane.rebuild_engine()
+            for node in nodes
+            if node.name not in plane.nodes
+        }
+        built = plane.build({**plane.nodes, **added})
+        with plane.write() as conn:
+            for rec in added.values():
+                conn.execute(
+                    insert(t_nodes).values(
+                        name=rec.node.name,
+                        site=rec.node.site,
+                        source=source,
+                        status=s.NodeStatus.READY.value,
+                        schedulable=rec.node.schedulable,
+                        labels=dict(rec.node.labels),
+                        arch="",
+                        os="",
+                        runtime=rec.node.container_runtime,
+                        cordoned_devices=[],
+                        last_heartbeat=None,
+                        registered_at=now,
+                        **node_values(rec),
+                    )
+                )
+        plane.nodes.update(added)
+        plane.install(built)
 
 
 def _record(plane: ControlPlane, name: str) -> NodeRecord:
@@ -135,6 +204,7 @@ def node_view(plane: ControlPlane, name: str) -> s.Node:
             devices=len(rec.node.devices),
             devices_free=free,
             last_heartbeat=rec.last_heartbeat,
+            runtime=rec.node.container_runtime,
         )
 
 
@@ -172,7 +242,8 @@ def list_devices(plane: ControlPlane, node: str | None = None) -> list[s.Device]
                         runtimes=dict(d.runtimes),
                         link_group=d.link_group,
                         healthy=bool(st.dev_healthy.reshape(-1)[slot]),
-                        cordoned=d.uuid in rec.cordoned_devices,
+                        cordoned=d.uuid in rec.cordoned_devices or d.uuid in rec.draining,
+                        draining=d.uuid in rec.draining,
                         allocated_memory_mib=int(d.memory_mib - st.dev_mem_free.reshape(-1)[slot]),
                         allocated_core_permille=int(1000 - st.dev_core_free.reshape(-1)[slot]),
                         jobs=sorted(set(holders.get(d.uuid, []))),
@@ -212,14 +283,8 @@ def list_sites(plane: ControlPlane) -> list[s.Site]:
 
 def cordon_node(plane: ControlPlane, name: str, cordoned: bool) -> s.Node:
     with plane.write() as conn:
-        rec = _record(plane, name)
-        rec.cordoned = cordoned
-        conn.execute(update(t_nodes).where(t_nodes.c.name == name).values(schedulable=not cordoned))
-        plane.engine.state.set_node_schedulable(
-            name, not cordoned and rec.status is s.NodeStatus.READY
-        )
-        if not cordoned:
-            plane.bump()
+        _record(plane, name)
+        plane.cordon_node(conn, name, cordoned)
     return node_view(plane, name)
 
 
@@ -230,14 +295,6 @@ def cordon_device(plane: ControlPlane, uuid: str, cordoned: bool) -> s.Device:
         )
         if rec is None:
             raise NotFound("device", uuid)
-        (rec.cordoned_devices.add if cordoned else rec.cordoned_devices.discard)(uuid)
-        conn.execute(
-            update(t_nodes)
-            .where(t_nodes.c.name == rec.node.name)
-            .values(cordoned_devices=sorted(rec.cordoned_devices))
-        )
-        plane.engine.state.set_device_cordoned(uuid, cordoned)
-        if not cordoned:
-            plane.bump()
+        plane.cordon_device(conn, rec, uuid, cordoned)
         name = rec.node.name
     return next(d for d in list_devices(plane, name) if d.uuid == uuid)

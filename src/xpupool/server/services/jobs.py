@@ -22,8 +22,10 @@ from xpupool.server.plane import (
     check_request_names,
     gang_request,
 )
+from xpupool.server.services import grants
 from xpupool.server.storage.jobs import job_events as t_events
 from xpupool.server.storage.jobs import jobs as t_jobs
+from xpupool.server.wire_values import readable
 
 INSERT_JOB = insert(t_jobs)
 
@@ -57,14 +59,27 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
     req = _request(body)
     queue = body.queue or (req.queue if req.queue != "default" else tenant)
     priority = body.priority if body.priority is not None else req.priority
-    req = replace(req, queue=queue, priority=priority)
+    req = replace(req, queue=queue, priority=priority, container=body.image is not None)
     now = plane.clock()
     with plane.write() as conn:
         spec = plane.queue_specs.get(queue)
         if spec is None or spec.tenant != tenant:
             raise RequestError("queue", queue, f"no queue of that name for tenant {tenant!r}")
         check_request_names(plane.engine, req)
+        grants.check_submission(
+            plane,
+            conn,
+            tenant=tenant,
+            queue=queue,
+            priority=priority,
+            priority_field=_priority_field(body),
+            replicas=req.replicas,
+        )
+        _check_what_to_run(body)
+        if req.container:
+            _check_runtime_somewhere(plane, body.image)
         job_id = plane.next_job_id  # ids come from memory under the lock: one insert, no re-read
+        plane.before_job_id(job_id)  # recorded beside the store first: never handed out twice
         name = body.name or f"job-{job_id}"
         req = replace(req, name=name)
         row = {
@@ -95,6 +110,37 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
     job = view(plane, row)
     job.events = [s.JobEvent(at=now, state=s.JobState.PENDING, reason="submitted")]
     return job
+
+
+def _priority_field(body: s.JobIn) -> str:
+    """Where the job's priority came from, for an error that names it."""
+    if body.priority is not None:
+        return "priority"
+    return "spec" if body.spec is not None else "request.priority"
+
+
+def _check_what_to_run(body: s.JobIn) -> None:
+    """A job runs a command, an image (its entry point, or the command inside it), or both;
+    neither would start nothing and end 'exited with 0'."""
+    if body.image is not None and not body.image.strip():
+        raise RequestError(
+            "image", body.image, "must not be empty; null runs the command on the host"
+        )
+    if not body.command and body.image is None:
+        raise RequestError("command", body.command, "give a command to run, an image, or both")
+
+
+def _check_runtime_somewhere(plane: ControlPlane, image: str | None) -> None:
+    """An image job waits for a node with a container runtime; when no node has one it would wait
+    forever, so it is refused now, with the reason. Call under the plane's lock."""
+    if not any(rec.node.container_runtime for rec in plane.nodes.values()):
+        raise RequestError(
+            "image",
+            image,
+            "no node has a container runtime (docker or podman) to run it: start an agent with "
+            "--runtime where 'docker info' or 'podman info' answers, or submit a command without "
+            "an image",
+        )
 
 
 def _row(conn: Connection, me: Principal, job_id: int) -> Any:
@@ -145,18 +191,19 @@ def view(plane: ControlPlane, row: Any) -> s.Job:
         held = plane.held.get(row["id"])
         if held is not None:
             assignments = [assignment(plane, a) for a in held.allocations]
+    shown = readable  # a lone surrogate an older release stored would make the reply fail
     return s.Job(
         id=row["id"],
-        name=row["name"],
+        name=shown(row["name"]),
         tenant=row["tenant"],
         queue=row["queue"],
         state=s.JobState(row["state"]),
-        reason=row["reason"],
+        reason=shown(row["reason"]),
         priority=row["priority"],
-        request=row["request"],
-        command=row["command"],
-        image=row["image"],
-        env=row["env"],
+        request=shown(row["request"]),
+        command=shown(row["command"]),
+        image=shown(row["image"]),
+        env=shown(row["env"]),
         on_node_lost=row["on_node_lost"],
         flavor=row["flavor"],
         assignments=assignments,
@@ -220,12 +267,18 @@ def cancel(plane: ControlPlane, me: Principal, job_id: int) -> s.Job:
     return get(plane, me, job_id)
 
 
-def logs(plane: ControlPlane, me: Principal, job_id: int, replica: int, offset: int) -> str:
+def logs(plane: ControlPlane, me: Principal, job_id: int, replica: int, offset: int) -> bytes:
+    """Up to 4 MiB of the replica's log from byte ``offset``, as stored (bytes, so that the next
+    offset is ``offset`` plus the length received). An offset past the end is a RequestError:
+    no answer of this endpoint leads there."""
     with plane.db.connect() as conn:
         _row(conn, me, job_id)
     path = plane.log_path(job_id, replica)
-    if not path.exists():
-        return ""
+    size = path.stat().st_size if path.exists() else 0
+    if offset > size:
+        raise RequestError("offset", offset, f"past the end of the log ({size} bytes so far)")
+    if offset == size:
+        return b""
     with path.open("rb") as f:
-        f.seek(max(offset, 0))
-        return f.read(4 << 20).decode(errors="replace")
+        f.seek(offset)
+        return f.read(4 << 20)

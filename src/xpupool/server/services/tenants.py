@@ -4,12 +4,17 @@ fits) so that it can submit at once; the admin narrows it with quotas when the p
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 from sqlalchemy import Connection, insert, select, update
 
-from xpupool.model.errors import Conflict, NotFound
+from xpupool.model.errors import Conflict, NotFound, RequestError
 from xpupool.server import schemas as s
-from xpupool.server.auth import Principal, new_token, token_hash
+from xpupool.server.auth import Principal, TokenExpired, new_token, token_hash
 from xpupool.server.plane import ControlPlane, queue_spec
+from xpupool.server.services import grants
+from xpupool.server.storage.tenants import assign_tenant_indices
 from xpupool.server.storage.tenants import queues as t_queues
 from xpupool.server.storage.tenants import tenants as t_tenants
 from xpupool.server.storage.tenants import tokens as t_tokens
@@ -36,20 +41,23 @@ def ensure_admin_token(plane: ControlPlane) -> str | None:
 
 
 def authenticate(plane: ControlPlane, token: str) -> Principal | None:
-    """The principal of a live token. Valid tokens are cached by hash (every request authenticates;
-    a store query each time is most of a small request's cost); revoking clears the cache."""
+    """The principal of a live token; None for an unknown or revoked one, :class:`TokenExpired`
+    for one past its expiry. Valid tokens are cached by hash (every request authenticates; a store
+    query each time is most of a small request's cost); revoking or binding clears the cache."""
     digest = token_hash(token)
-    found = plane.principals.get(digest)
-    if found is not None:
-        return found
-    with plane.db.connect() as conn:
-        row = conn.execute(
-            select(t_tokens).where(t_tokens.c.hash == digest, t_tokens.c.revoked.is_(False))
-        ).first()
-    if row is None:
-        return None
-    who = Principal(row.id, row.role, row.tenant)
-    plane.principals[digest] = who
+    who = plane.principals.get(digest)
+    if who is None:
+        with plane.db.connect() as conn:
+            row = conn.execute(
+                select(t_tokens).where(t_tokens.c.hash == digest, t_tokens.c.revoked.is_(False))
+            ).first()
+        if row is None:
+            return None
+        nodes = None if row.node is None else frozenset({row.node})
+        who = Principal(row.id, row.role, row.tenant, nodes, row.expires_at)
+        plane.principals[digest] = who
+    if who.expires_at is not None and plane.clock() >= who.expires_at:
+        raise TokenExpired(who.expires_at)
     return who
 
 
@@ -60,7 +68,8 @@ def create_tenant(plane: ControlPlane, body: s.TenantIn) -> s.Tenant:
             raise Conflict(f"tenant {body.name!r} already exists")
         if conn.execute(select(t_queues).where(t_queues.c.name == body.name)).first():
             raise Conflict(f"a queue named {body.name!r} already exists")
-        conn.execute(insert(t_tenants).values(name=body.name, weight=body.weight, created_at=now))
+        conn.execute(insert(t_tenants).values(**body.model_dump(), created_at=now))
+        plane.tenant_index = assign_tenant_indices(conn)
         conn.execute(
             insert(t_queues).values(
                 name=body.name, tenant=body.name, cohort=None, quotas=[], created_at=now
@@ -68,13 +77,35 @@ def create_tenant(plane: ControlPlane, body: s.TenantIn) -> s.Tenant:
         )
         plane.queue_specs[body.name] = queue_spec(body.name, body.name, None, [], body.weight)
         plane.rebuild_admission()
-    return s.Tenant(name=body.name, weight=body.weight, created_at=now)
+    return s.Tenant(**body.model_dump(), created_at=now)
 
 
 def list_tenants(plane: ControlPlane) -> list[s.Tenant]:
     with plane.db.connect() as conn:
         rows = conn.execute(select(t_tenants).order_by(t_tenants.c.name)).mappings().all()
-    return [s.Tenant.model_validate(dict(r)) for r in rows]
+    with plane.lock:
+        return [_tenant_view(plane, r) for r in rows]
+
+
+def _tenant_view(plane: ControlPlane, row: Any) -> s.Tenant:
+    return s.Tenant.model_validate({**dict(row), **grants.usage(plane, row["name"])})
+
+
+def update_tenant(plane: ControlPlane, name: str, patch: s.TenantPatch) -> s.Tenant:
+    """Set the fields ``patch`` gives. A lower limit refuses new submissions only: what is
+    queued stays queued. A new weight applies to the next scheduling pass."""
+    values = patch.model_dump(exclude_unset=True)
+    with plane.write() as conn:
+        if not _tenant_exists(conn, name):
+            raise NotFound("tenant", name)
+        conn.execute(update(t_tenants).where(t_tenants.c.name == name).values(**values))
+        row = conn.execute(select(t_tenants).where(t_tenants.c.name == name)).mappings().one()
+        if "weight" in values:
+            for queue, spec in list(plane.queue_specs.items()):
+                if spec.tenant == name:
+                    plane.queue_specs[queue] = replace(spec, weight=values["weight"])
+            plane.rebuild_admission()
+        return _tenant_view(plane, row)
 
 
 def _tenant_exists(conn: Connection, name: str) -> bool:
@@ -83,28 +114,45 @@ def _tenant_exists(conn: Connection, name: str) -> bool:
     )
 
 
-def issue_token(plane: ControlPlane, tenant: str, body: s.TokenIn) -> s.Token:
-    token = new_token()
+def issue_token(plane: ControlPlane, tenant: str | None, body: s.TokenIn) -> s.Token:
+    """Issue a token. ``tenant`` None (``POST /v1/tokens``) issues agent and bootstrap tokens
+    only; under a tenant, an agent token belongs to no tenant (as before node binding)."""
+    if tenant is None and body.role != "agent":
+        raise RequestError(
+            "role", body.role, "tenant tokens are issued under their tenant: /v1/tenants/{t}/tokens"
+        )
     now = plane.clock()
+    expires_at = body.expires_at
+    if body.expires_in_s is not None:
+        expires_at = now + body.expires_in_s
+    elif expires_at is not None and expires_at <= now:
+        raise RequestError("expires_at", expires_at, f"is in the past (now is {now:.0f})")
+    role = "bootstrap" if body.bootstrap else body.role
+    owner = tenant if role == "tenant" else None
+    token = new_token(bootstrap=body.bootstrap)
     with plane.write() as conn:
-        if not _tenant_exists(conn, tenant):
+        if tenant is not None and not _tenant_exists(conn, tenant):
             raise NotFound("tenant", tenant)
         result = conn.execute(
             insert(t_tokens).values(
-                tenant=tenant if body.role == "tenant" else None,
-                role=body.role,
+                tenant=owner,
+                role=role,
                 name=body.name,
                 hash=token_hash(token),
                 created_at=now,
                 revoked=False,
+                node=body.node,
+                expires_at=expires_at,
             )
         )
         token_id = int(result.inserted_primary_key[0])  # type: ignore[index]
     return s.Token(
         id=token_id,
-        tenant=tenant if body.role == "tenant" else None,
-        role=body.role,
+        tenant=owner,
+        role=role,
         name=body.name,
+        node=body.node,
+        expires_at=expires_at,
         created_at=now,
         revoked=False,
         token=token,
@@ -141,7 +189,12 @@ def put_queue(plane: ControlPlane, body: s.QueueIn) -> s.Queue:
         existing = conn.execute(select(t_queues).where(t_queues.c.name == body.name)).first()
         if existing is not None and existing.tenant != body.tenant:
             raise Conflict(f"queue {body.name!r} belongs to tenant {existing.tenant!r}")
-        values = {"tenant": body.tenant, "cohort": body.cohort, "quotas": quotas}
+        values = {
+            "tenant": body.tenant,
+            "cohort": body.cohort,
+            "quotas": quotas,
+            "max_priority": body.max_priority,
+        }
         if existing is None:
             conn.execute(
                 insert(t_queues).values(name=body.name, created_at=plane.clock(), **values)
@@ -152,6 +205,7 @@ def put_queue(plane: ControlPlane, body: s.QueueIn) -> s.Queue:
             body.name, body.tenant, body.cohort, quotas, tenant.weight
         )
         plane.rebuild_admission()
+        grants.cap_queued(plane, conn, body.name)  # a lowered cap applies to what waits too
     return get_queue(plane, body.name, None)
 
 
@@ -161,21 +215,29 @@ def _visible(plane: ControlPlane, name: str, me: Principal | None) -> None:
         raise NotFound("queue", name)
 
 
+def _priority_caps(plane: ControlPlane) -> dict[str, int]:
+    with plane.db.connect() as conn:
+        rows = conn.execute(select(t_queues.c.name, t_queues.c.max_priority)).all()
+    return {r.name: int(r.max_priority) for r in rows}
+
+
 def get_queue(plane: ControlPlane, name: str, me: Principal | None) -> s.Queue:
+    caps = _priority_caps(plane)
     with plane.lock:
         _visible(plane, name, me)
-        return _queue_view(plane, name)
+        return _queue_view(plane, name, caps.get(name, 0))
 
 
 def list_queues(plane: ControlPlane, me: Principal) -> list[s.Queue]:
+    caps = _priority_caps(plane)
     with plane.lock:
         names = [
             n for n, q in sorted(plane.queue_specs.items()) if me.is_admin or q.tenant == me.tenant
         ]
-        return [_queue_view(plane, n) for n in names]
+        return [_queue_view(plane, n, caps.get(n, 0)) for n in names]
 
 
-def _queue_view(plane: ControlPlane, name: str) -> s.Queue:
+def _queue_view(plane: ControlPlane, name: str, max_priority: int) -> s.Queue:
     spec = plane.queue_specs[name]
     usage = plane.admission.usage.get(name, {})
     quotas = [
@@ -194,6 +256,7 @@ def _queue_view(plane: ControlPlane, name: str) -> s.Queue:
         name=name,
         tenant=spec.tenant,
         cohort=spec.cohort,
+        max_priority=max_priority,
         quotas=quotas,
         pending=pending,
         running=running,

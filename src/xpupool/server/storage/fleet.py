@@ -25,6 +25,10 @@ nodes = Table(
     Column("os", String(200), nullable=False, default=""),
     Column("devices", JSON, nullable=False),  # [DeviceIn as dict]
     Column("cordoned_devices", JSON, nullable=False),  # [uuid]
+    Column("runtime", String(10), nullable=True),  # docker | podman | null (no container runtime)
+    # the inventory the agent registered while some of it still held allocations (a drain):
+    # {cpu_milli, memory_mib, devices}; null when what is served is what was registered
+    Column("drain_to", JSON, nullable=True),
     Column("last_heartbeat", Float, nullable=True),
     Column("registered_at", Float, nullable=False),
 )

@@ -32,7 +32,7 @@ def connect(url: str) -> Engine:
             cur.execute("PRAGMA busy_timeout=30000")
             cur.close()
 
-    from xpupool.server.storage import fleet, jobs, tenants  # noqa: F401  (register the tables)
+    from xpupool.server.storage import audit, fleet, jobs, pool, tenants  # noqa: F401  (tables)
 
     metadata.create_all(engine)
     add_missing_columns(engine)
@@ -63,11 +63,13 @@ def add_missing_columns(engine: Engine) -> list[str]:
                 default = ""
                 if column.server_default is not None:
                     arg = getattr(column.server_default, "arg", None)
-                    value = arg.text if hasattr(arg, "text") else str(arg)
+                    value = getattr(arg, "text", None) or str(arg)  # text("0") or "0"
                     default = f" DEFAULT {value}"
                 null = "" if column.nullable else " NOT NULL"
                 conn.execute(
-                    text(f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {ddl}{null}{default}')
+                    text(
+                        f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {ddl}{null}{default}'
+                    )
                 )
                 added.append(f"{table.name}.{column.name}")
     return added

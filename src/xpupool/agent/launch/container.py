@@ -1,0 +1,199 @@
+"""The ``container`` back end: an image job through docker or podman, from the same launch spec.
+
+The replica's process group is the runtime's client (``docker run``, attached, so its exit code is
+the container's and its output goes through the same capped log pipe); the client runs as the
+agent, which the engine's socket trusts, and the container runs as the job: ``--user UID:GID``
+(the tenant's uid when the agent switches users, else the agent's own, never the image's root).
+What the spec decides becomes runtime flags: the environment through an ``--env-file`` (0600, in
+the agent's private log directory, gone at cleanup: nothing in ``ps``), the CPU and memory limits
+as ``--cpus``/``--memory`` (the runtime's cgroup enforces them, not the agent's), the private
+working directory mounted at its own path as the working directory, the cards the vendor's way
+(:func:`xpupool.probes.device_nodes.container_device_args`). ``--rm``, ``--init`` (a PID 1 that
+forwards signals and reaps) and the name ``xpupool-<run id>`` (node, job, replica, allocation and
+the run's random suffix: two pools on one engine can hand out the same job numbers, and one must
+never stop or remove the other's container), so stopping goes through the runtime (``kill
+--signal``) and cleanup is ``rm -f`` by that name; the labels ``xpupool.node``/``xpupool.job``
+find them too.
+
+Not checked against a real engine here (none on the machines this was written on); see
+docs/agent.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal as signals
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+from xpupool.agent.env import as_seen_alone
+from xpupool.agent.launch.backend import Launched
+from xpupool.agent.launch.process import ProcessBackend, group_alive, start_process
+from xpupool.agent.launch.spec import LaunchError, LaunchSpec
+from xpupool.probes.container_runtime import ContainerRuntime, RuntimeName
+from xpupool.probes.device_nodes import container_device_args
+
+log = logging.getLogger("xpupool.agent")
+
+NAME_PREFIX = "xpupool-"
+RUNTIME_CALL_TIMEOUT_S = 15.0
+# What the runtime's client needs from the agent's environment to reach its engine and registry
+# (the job's own variables go to the container, never to the client).
+CLIENT_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME")
+CLIENT_ENV_PREFIXES = ("DOCKER_", "CONTAINER_", "CONTAINERS_", "REGISTRY_AUTH_FILE")
+
+
+def container_name(spec: LaunchSpec) -> str:
+    return f"{NAME_PREFIX}{spec.slug}"
+
+
+def env_file_path(spec: LaunchSpec) -> Path:
+    """Next to the replica's log: the agent's private directory (0700), not the job's."""
+    return spec.log_path.with_name(f"{spec.slug}.env")
+
+
+def container_env(spec: LaunchSpec) -> dict[str, str]:
+    """The job's environment as the container gets it: the image keeps its own ``PATH``; device
+    indices are as the container numbers its cards (:func:`~xpupool.agent.env.as_seen_alone`)."""
+    env = as_seen_alone(spec.env, spec.devices)
+    env.pop("PATH", None)
+    return env
+
+
+def write_env_file(path: Path, env: dict[str, str]) -> None:
+    """``NAME=VALUE`` lines, created 0600 from the first byte. The format has no quoting: a value
+    with a newline, or a name a reader would take for a comment or trim, cannot be written and is
+    refused (LaunchError naming the variable) rather than passed some other way."""
+    lines = []
+    for name, value in env.items():
+        if "\n" in value or "\r" in value:
+            raise LaunchError(
+                f"env {name}: a value with a line break cannot be passed to a container"
+            )
+        if name != name.strip() or name.startswith("#"):
+            raise LaunchError(f"env {name!r}: not a variable name a container runtime reads")
+        lines.append(f"{name}={value}\n")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.writelines(lines)
+
+
+def client_env() -> dict[str, str]:
+    """The runtime client's environment: what it needs to find its engine, nothing else."""
+    return {
+        k: v for k, v in os.environ.items() if k in CLIENT_ENV or k.startswith(CLIENT_ENV_PREFIXES)
+    }
+
+
+def limit_args(spec: LaunchSpec) -> list[str]:
+    """``--cpus`` (whole CPUs, from millicores) and ``--memory`` (MiB); none for 0 (no limit)."""
+    args = []
+    if spec.cpu_milli:
+        args += ["--cpus", f"{spec.cpu_milli / 1000:g}"]
+    if spec.memory_mib:
+        args += ["--memory", f"{spec.memory_mib}m"]
+    return args
+
+
+def describe_limits(spec: LaunchSpec, runtime: str) -> str:
+    parts = []
+    if spec.memory_mib:
+        parts.append(f"memory={spec.memory_mib}Mi")
+    if spec.cpu_milli:
+        parts.append(f"cpu={spec.cpu_milli}m")
+    if not parts:
+        return "limits: none asked"
+    return f"limits: {runtime} cgroup " + " ".join(parts)
+
+
+class ContainerBackend(ProcessBackend):
+    name = "container"
+
+    @property
+    def runtime(self) -> ContainerRuntime:
+        name = self.settings.runtime
+        if name not in ("docker", "podman"):
+            raise LaunchError("container images need a container runtime; none on this node")
+        runtime: RuntimeName = "docker" if name == "docker" else "podman"
+        return ContainerRuntime(runtime, "", self.settings.runtime_cdi)
+
+    def argv(self, spec: LaunchSpec) -> list[str]:
+        """``<runtime> run ...`` for ``spec`` (reads nothing but the spec and the settings)."""
+        runtime = self.runtime
+        if not spec.image:
+            raise LaunchError("the container back end runs images; this job has none")
+        uid = os.geteuid() if spec.uid is None else spec.uid
+        gid = os.getegid() if spec.gid is None else spec.gid
+        workdir = str(spec.workdir)
+        argv = [runtime.name, "run", "--rm", "--init", "--name", container_name(spec)]
+        argv += ["--user", f"{uid}:{gid}", "--env-file", str(env_file_path(spec))]
+        argv += ["--security-opt", "no-new-privileges"]
+        argv += ["--label", f"xpupool.node={spec.node}", "--label", f"xpupool.job={spec.job_id}"]
+        argv += ["-v", f"{workdir}:{workdir}", "--workdir", workdir]
+        argv += limit_args(spec)
+        argv += container_device_args(spec.devices, runtime, self.settings.device_root)
+        return [*argv, spec.image, *spec.argv]
+
+    def start(self, spec: LaunchSpec) -> Launched:
+        argv = self.argv(spec)
+        path = env_file_path(spec)
+        write_env_file(path, container_env(spec))
+        # the client runs as the agent, outside any cgroup of the agent's: the runtime's own
+        # cgroup holds the container
+        client = replace(spec, env=client_env(), limits=describe_limits(spec, argv[0]), cgroup=None)
+        try:
+            launched = start_process(client, argv, switch_user=False, use_cgroup=False)
+        except LaunchError:
+            path.unlink(missing_ok=True)
+            raise
+        launched.handle = container_name(spec)
+        return launched
+
+    def _call(self, *args: str) -> subprocess.CompletedProcess[str] | None:
+        argv = [self.runtime.name, *args]
+        try:
+            return subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=RUNTIME_CALL_TIMEOUT_S,
+                env=client_env(),
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            log.warning("%s: %s", " ".join(argv), exc)
+            return None
+
+    def signal(self, launched: Launched, sig: int) -> None:
+        """Through the runtime (``kill --signal``): the container's processes are not the
+        agent's children. Nothing to do once the client is gone (the container ended with it,
+        or cleanup's ``rm -f`` ends it)."""
+        if launched.proc.poll() is not None:
+            return
+        name = signals.Signals(sig).name.removeprefix("SIG")
+        done = self._call("kill", "--signal", name, launched.handle)
+        if done is not None and done.returncode != 0:
+            log.info("%s kill %s: %s", self.runtime.name, launched.handle, done.stderr.strip())
+
+    def alive(self, launched: Launched) -> bool:
+        """The attached client lives as long as its container does."""
+        return group_alive(launched.pgid)
+
+    def oom_killed(self, launched: Launched) -> bool:
+        return False  # --rm removed the container, and its State.OOMKilled with it
+
+    def cleanup(self, launched: Launched) -> None:
+        """``rm -f`` by name (a container whose client died is ended here), then the env file
+        and what every back end releases (log pump, working directory). Left not ``cleaned``,
+        with its directory in place, while the runtime does not answer: tried again later."""
+        done = self._call("rm", "-f", launched.handle)
+        gone = done is not None and (
+            done.returncode == 0 or "no such container" in done.stderr.lower()
+        )
+        env_file_path(launched.spec).unlink(missing_ok=True)
+        if not gone:
+            launched.cleaned = False
+            return
+        super().cleanup(launched)

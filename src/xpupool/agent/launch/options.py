@@ -1,0 +1,160 @@
+"""The command-line options that shape how jobs are launched, shared by ``xpupool agent`` and
+``xpupool up`` (one definition, so the two cannot drift), and the settings they make."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from xpupool.agent.launch.identity import DEFAULT_UID_RANGE
+from xpupool.probes.container_runtime import RUNTIME_CHOICES, RuntimeChoice
+
+if TYPE_CHECKING:
+    from xpupool.agent.launch.spec import LaunchSettings
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_LOG_CAP = "64Mi"
+
+log = logging.getLogger("xpupool.agent")
+
+
+def launch_options(f: F) -> F:
+    """``--job-uid-range``, ``--job-root``, ``--log-cap``, ``--sandbox``, ``--runtime``,
+    ``--device-root``."""
+    options = [
+        click.option(
+            "--job-uid-range",
+            default=DEFAULT_UID_RANGE,
+            show_default=True,
+            help="When run as root: the uids tenants' jobs run as, FIRST-LAST (tenant index i runs"
+            " as FIRST+i; no accounts are created). Ignored when not root: jobs then run as this"
+            " user.",
+        ),
+        click.option(
+            "--job-root",
+            type=click.Path(file_okay=False),
+            help="Where each replica gets its private working directory (0700, owned by the"
+            " job's uid) [default: /var/lib/xpupool-jobs as root, else"
+            " $TMPDIR/xpupool-jobs-UID]",
+        ),
+        click.option(
+            "--log-cap",
+            default=DEFAULT_LOG_CAP,
+            show_default=True,
+            help="Most output kept per replica (Mi/Gi); the rest is discarded after a marker line",
+        ),
+        click.option(
+            "--sandbox",
+            type=click.Choice(["none", "bwrap"]),
+            default="none",
+            show_default=True,
+            help="bwrap: run each command job in a bubblewrap sandbox (the system read-only, its"
+            " own directory, a private /tmp and /proc, only its own device nodes; the data dir"
+            " and other jobs hidden). Needs bwrap (Debian: bubblewrap); checked at start.",
+        ),
+        click.option(
+            "--runtime",
+            type=click.Choice(list(RUNTIME_CHOICES)),
+            default="auto",
+            show_default=True,
+            help="Container runtime for --image jobs, found by asking it (docker info, podman"
+            " info), not by its binary; auto: docker, then podman; none: no image jobs here.",
+        ),
+        click.option(
+            "--device-root",
+            type=click.Path(exists=True, file_okay=False),
+            default="/dev",
+            show_default=True,
+            help="Where the host's device nodes are (an agent in a container may see them"
+            " elsewhere); the sandbox and containers get the granted ones from here.",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def launch_settings(
+    job_uid_range: str,
+    job_root: str | None,
+    log_cap: str,
+    sandbox: str = "none",
+    runtime: RuntimeChoice = "none",
+    device_root: str = "/dev",
+    private_paths: tuple[Path, ...] = (),
+) -> LaunchSettings:
+    """The :class:`LaunchSettings` for these option values; cgroups are detected here (once per
+    agent), the container runtime asked and bwrap tried (:func:`isolation`). Raises
+    click.BadParameter naming the option. ``private_paths``: what the sandbox hides (data dir,
+    work dir, token file)."""
+    from xpupool.agent.launch.cgroups import detect_cgroups
+    from xpupool.agent.launch.identity import UidRange
+    from xpupool.agent.launch.spec import DEFAULT_PATH, LaunchSettings, default_job_root
+    from xpupool.model.errors import XpupoolError
+    from xpupool.model.quantity import parse_memory_mib
+
+    try:
+        uid_range = UidRange.parse(job_uid_range)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--job-uid-range") from None
+    try:
+        cap_mib = parse_memory_mib("--log-cap", log_cap)
+    except XpupoolError as exc:
+        raise click.BadParameter(str(exc), param_hint="--log-cap") from None
+    if cap_mib <= 0:
+        raise click.BadParameter(f"{log_cap!r}: must be more than 0", param_hint="--log-cap")
+    root = Path(job_root).resolve() if job_root else default_job_root()
+    for private in private_paths:
+        if root == private.resolve() or private.resolve() in root.parents:
+            raise click.BadParameter(
+                f"{root} is inside {private}, which holds the agent's own files: jobs would run"
+                " next to them",
+                param_hint="--job-root",
+            )
+    settings = LaunchSettings(
+        job_root=root,
+        uid_range=uid_range if os.geteuid() == 0 else None,
+        log_cap_bytes=cap_mib << 20,
+        cgroups=detect_cgroups(),
+        base_path=os.environ.get("PATH") or DEFAULT_PATH,
+        lang=os.environ.get("LANG") or "C.UTF-8",
+        device_root=Path(device_root),
+        private_paths=tuple(p.resolve() for p in private_paths),
+    )
+    return isolation(settings, sandbox, runtime)
+
+
+def isolation(settings: LaunchSettings, sandbox: str, runtime: RuntimeChoice) -> LaunchSettings:
+    """``settings`` with the sandbox and the container runtime that really work here.
+
+    ``--sandbox bwrap`` runs one trivial sandbox now, so that a host where bwrap cannot create
+    its namespaces fails at start with bwrap's own words, not on every job. The runtime is asked
+    (``docker info``/``podman info``): ``auto`` settles for none with a log line saying why; an
+    explicit ``docker``/``podman`` that does not answer is an error (the operator asked for it).
+    """
+    from dataclasses import replace
+
+    from xpupool.agent.launch.bwrap import check_bwrap
+    from xpupool.agent.launch.spec import LaunchError
+    from xpupool.probes.container_runtime import detect_runtime
+
+    if sandbox == "bwrap":
+        try:
+            first = settings.uid_range.first if settings.uid_range is not None else None
+            check_bwrap(as_uid=first)
+        except LaunchError as exc:
+            raise click.BadParameter(exc.reason, param_hint="--sandbox") from None
+    found = detect_runtime(runtime)
+    if found.runtime is None and runtime in ("docker", "podman"):
+        raise click.BadParameter(found.describe(), param_hint="--runtime")
+    if found.runtime is None and found.refused:
+        log.info("no container runtime for image jobs: %s", found.describe())
+    name = found.runtime.name if found.runtime is not None else None
+    cdi = found.runtime.cdi if found.runtime is not None else False
+    return replace(settings, sandbox=sandbox, runtime=name, runtime_cdi=cdi)

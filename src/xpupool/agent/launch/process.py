@@ -1,0 +1,212 @@
+"""The one start path of every process-based back end (``host``, ``bwrap``; the container back end
+uses it for its runtime client): log pipe, working directory, cgroup, uid switch, process group.
+
+Each replica is one process group (a new session) led by a tiny launcher, run by the agent's own
+Python before the job's command. In the child, before exec, the launcher: joins the replica's
+cgroup(s) (still as the agent's user, who owns them), drops supplementary groups and switches to
+the job's gid and uid, then asks the kernel to SIGKILL it when the agent dies
+(``PR_SET_PDEATHSIG``, kept across exec; set after the uid switch because a credential change
+clears it), and only then execs. A node that is marked lost and whose jobs are requeued therefore
+leaves no process behind to run the same job twice. The launcher exits 126 (cannot set up) or 127
+(cannot run the command) with the reason in the log; ``-I -S`` keeps the job's PYTHON* variables
+from changing it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from xpupool.agent.launch import cgroups
+from xpupool.agent.launch.backend import Launched
+from xpupool.agent.launch.logpipe import LogPump, open_log
+from xpupool.agent.launch.spec import LaunchError, LaunchSettings, LaunchSpec
+from xpupool.agent.launch.workdir import make_workdir, remove_workdir
+
+log = logging.getLogger("xpupool.agent")
+
+# Its arguments: the agent's pid, the uid and gid ("" to keep the agent's), the cgroup.procs
+# files (newline-separated; the agent names them), then the command. Plain strings, not JSON:
+# ``json`` pulls in ``re``, which doubled the launcher's start-up. Everything it imports is imported
+# before the uid switch: the agent's Python may live where the job's uid cannot read (execvp
+# imports ``warnings`` lazily).
+_LAUNCH = """\
+import ctypes, os, sys, warnings
+ppid, uid, gid, procs = sys.argv[1:5]
+try:
+    for path in filter(None, procs.split("\\n")):
+        with open(path, "w") as f:
+            f.write(str(os.getpid()))
+    if uid:
+        os.setgroups([])
+        os.setresgid(int(gid), int(gid), int(gid))
+        os.setresuid(int(uid), int(uid), int(uid))
+    os.umask(0o077)  # what a job writes is its tenant's alone, wherever it writes it
+except OSError as exc:
+    sys.stderr.write(f"xpupool: cannot set up the job's process: {exc}\\n")
+    os._exit(126)
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+except Exception:
+    pass
+if os.getppid() != int(ppid):
+    os._exit(137)  # the agent died before the request took effect
+try:
+    os.execvp(sys.argv[5], sys.argv[5:])
+except OSError as exc:
+    sys.stderr.write(f"xpupool: cannot run {sys.argv[5]!r}: {exc}\\n")
+    os._exit(127)
+"""
+
+
+def launch_argv(
+    command: list[str],
+    *,
+    uid: int | None = None,
+    gid: int | None = None,
+    procs: tuple[str, ...] = (),
+) -> list[str]:
+    """``command`` behind the launcher on Linux; unchanged elsewhere (no uid switch, no cgroups
+    there: the agent runs jobs as itself)."""
+    if not sys.platform.startswith("linux"):
+        return list(command)
+    ids = ("", "") if uid is None else (str(uid), str(uid if gid is None else gid))
+    head = [sys.executable, "-I", "-S", "-c", _LAUNCH, str(os.getpid()), *ids, "\n".join(procs)]
+    return [*head, *command]
+
+
+def start_process(
+    spec: LaunchSpec, argv: list[str], *, switch_user: bool = True, use_cgroup: bool = True
+) -> Launched:
+    """Start ``argv`` for ``spec``: output through a capped log pipe, in the private working
+    directory, with the clean environment, in the replica's cgroup and as the job's uid.
+    ``switch_user``/``use_cgroup`` False: the caller's runtime does these itself (a container
+    runtime's client must run as the agent). Raises :class:`LaunchError`."""
+    limits = spec.limits
+    plan = spec.cgroup if use_cgroup else None
+    try:
+        make_workdir(spec)
+    except OSError as exc:
+        raise LaunchError(f"cannot prepare the working directory {spec.workdir}: {exc}") from None
+    if plan is not None:
+        try:
+            cgroups.create(plan)
+        except OSError as exc:
+            cgroups.remove(plan)
+            plan = None
+            limits = f"limits: none (cgroup not created: {exc})"
+    uid, gid = (spec.uid, spec.gid) if switch_user else (None, None)
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            launch_argv(argv, uid=uid, gid=gid, procs=plan.procs_files if plan is not None else ()),
+            stdin=subprocess.DEVNULL,
+            stdout=write_fd,
+            stderr=write_fd,
+            env=dict(spec.env),
+            cwd=spec.workdir,
+            start_new_session=True,
+        )
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte or lone surrogate in argv/env
+        os.close(read_fd)
+        if plan is not None:
+            cgroups.remove(plan)
+        remove_workdir(spec)
+        raise LaunchError(f"cannot start {argv[0]!r}: {exc}") from None
+    finally:
+        os.close(write_fd)
+    pump = LogPump(read_fd, spec.log_path, spec.log_cap_bytes, name=f"log-{spec.slug}")
+    if plan is None and spec.cgroup is not None and use_cgroup:
+        spec = replace(spec, cgroup=None)  # not created: nothing to watch or remove
+    return Launched(spec=spec, proc=proc, pump=pump, limits=limits)
+
+
+def write_log_line(path: Path, text: str) -> None:
+    """Append one line of the agent's own to a replica's log (why it did not start)."""
+    fd = open_log(path)
+    try:
+        os.write(fd, f"xpupool: {text}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def group_alive(pgid: int) -> bool:
+    """True while a live (not zombie) process is in group ``pgid``. Linux reads /proc so that an
+    unreaped zombie does not hold a replica open; elsewhere ``killpg(pgid, 0)``."""
+    proc = Path("/proc")
+    if proc.is_dir():
+        for entry in proc.iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2 :].split()
+            if len(fields) > 2 and fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
+                return True
+        return False
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _live(pid: int) -> bool:
+    """Not a zombie (a zombie stays listed in its cgroup until reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2 :][:1] not in ("Z", "X")
+
+
+class ProcessBackend:
+    """A back end whose replica is the process group it started; subclasses give ``argv``."""
+
+    name = "process"
+
+    def __init__(self, settings: LaunchSettings) -> None:
+        self.settings = settings
+
+    def argv(self, spec: LaunchSpec) -> list[str]:
+        raise NotImplementedError
+
+    def start(self, spec: LaunchSpec) -> Launched:
+        return start_process(spec, self.argv(spec))
+
+    def signal(self, launched: Launched, sig: int) -> None:
+        """The process group, and every other process of the replica's cgroup."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(launched.pgid, signal.Signals(sig))
+        if launched.spec.cgroup is not None:
+            for pid in cgroups.members(launched.spec.cgroup):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.Signals(sig))
+
+    def alive(self, launched: Launched) -> bool:
+        if group_alive(launched.pgid):
+            return True
+        plan = launched.spec.cgroup
+        return plan is not None and any(_live(pid) for pid in cgroups.members(plan))
+
+    def oom_killed(self, launched: Launched) -> bool:
+        plan = launched.spec.cgroup
+        return plan is not None and plan.memory_bytes > 0 and cgroups.oom_kills(plan) > 0
+
+    def cleanup(self, launched: Launched) -> None:
+        """Let the log pump finish, remove the working directory (once) and the cgroup."""
+        if launched.pump is not None:
+            launched.pump.join(0.5)
+        if not launched.workdir_removed:
+            remove_workdir(launched.spec)
+            launched.workdir_removed = True
+        plan = launched.spec.cgroup
+        launched.cleaned = cgroups.remove(plan) if plan is not None else True

@@ -1,0 +1,207 @@
+"""The launch specification: everything a back end needs to start one replica, decided in one place.
+
+The agent's other code never starts a process; it builds a :class:`LaunchSpec` with
+:func:`build_spec` and hands it to a back end (``host``, ``bwrap``, ``container``). Keeping the
+decisions here (which uid, which environment, which directory, which limits) means every back end
+enforces the same ones, and a new back end cannot forget one.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xpupool.agent.env import device_env
+from xpupool.agent.launch.cgroups import CgroupHost, CgroupPlan
+from xpupool.agent.launch.identity import UidRange
+from xpupool.server.schemas import DeviceAssignment, Work
+
+DEFAULT_LOG_CAP_BYTES = 64 << 20
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SYSTEM_JOB_ROOT = Path("/var/lib/xpupool-jobs")
+
+
+class LaunchError(Exception):
+    """A replica could not be started; ``reason`` is what its log and its job say."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def default_job_root() -> Path:
+    """Where replicas' working directories go unless configured: a system directory for a root
+    agent, one per user under the system temp dir otherwise. Never inside the data dir."""
+    if os.geteuid() == 0:
+        return SYSTEM_JOB_ROOT
+    return Path(tempfile.gettempdir()) / f"xpupool-jobs-{os.geteuid()}"
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSettings:
+    """The agent-wide choices a spec is built from (command-line options of ``xpupool agent`` and
+    ``xpupool up``). ``uid_range`` None: jobs run as the agent's own user (it is not root).
+    ``sandbox``: "none" or "bwrap"; ``runtime``: the container runtime for image jobs, None when
+    there is none (the container back end reads it). ``runtime_cdi``: it takes CDI device names
+    (``nvidia.com/gpu=UUID``). ``device_root``: where the host's device nodes are (``/dev``; an
+    agent in a container may see the host's under another path). ``private_paths``: the agent's
+    own files and directories (data dir, work dir, token file) that the bwrap sandbox hides."""
+
+    job_root: Path = field(default_factory=default_job_root)
+    uid_range: UidRange | None = None
+    log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES
+    cgroups: CgroupHost | None = None
+    sandbox: str = "none"
+    runtime: str | None = None
+    runtime_cdi: bool = False
+    device_root: Path = Path("/dev")
+    private_paths: tuple[Path, ...] = ()
+    base_path: str = DEFAULT_PATH
+    lang: str = "C.UTF-8"
+
+    def describe(self) -> str:
+        """One line for the start-up banner: who jobs run as, where, with which limits."""
+        who = (
+            f"as a uid per tenant from {self.uid_range}"
+            if self.uid_range is not None
+            else f"as uid {os.geteuid()} (this user)"
+        )
+        limits = (
+            f"cgroup v{self.cgroups.version}" if self.cgroups else "none (cgroups not writable)"
+        )
+        images = self.runtime or "none (no container runtime)"
+        return (
+            f"{who}, backend {self.backend_name(None)}, images: {images},"
+            f" working dirs under {self.job_root},"
+            f" CPU/memory limits: {limits}, log cap {self.log_cap_bytes >> 20} MiB"
+        )
+
+    def backend_name(self, image: str | None) -> str:
+        """The back end for a replica: image jobs go to the container runtime when there is one
+        (the host back end refuses them otherwise, with the reason), commands to the sandbox
+        when one is configured, else to the host."""
+        if image and self.runtime:
+            return "container"
+        return "bwrap" if self.sandbox == "bwrap" else "host"
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    """One replica, fully decided. ``argv`` empty: an image's default command. ``env`` is the
+    complete environment (nothing is inherited). ``uid``/``gid`` None: the agent's own.
+    ``workdir`` is private to ``uid`` (0700, owned by it). ``memory_mib``/``cpu_milli`` 0: no
+    limit. ``cgroup`` None: no cgroup enforcement here (``limits`` says why)."""
+
+    job_id: int
+    replica: int
+    allocation_id: int
+    node: str
+    tenant: str
+    argv: tuple[str, ...]
+    image: str | None
+    env: Mapping[str, str]
+    uid: int | None
+    gid: int | None
+    workdir: Path
+    cpu_milli: int
+    memory_mib: int
+    devices: tuple[DeviceAssignment, ...]
+    log_path: Path
+    log_cap_bytes: int
+    cgroup: CgroupPlan | None
+    limits: str = ""  # the job event that says which enforcement applies
+    run_id: str = ""  # unique to this run of this replica on this host (see run_id())
+
+    @property
+    def tmpdir(self) -> Path:
+        return self.workdir / "tmp"
+
+    @property
+    def slug(self) -> str:
+        """A name unique to this run of this replica (directories, cgroups, containers)."""
+        return self.run_id or f"{self.job_id}-{self.replica}-{self.allocation_id}"
+
+
+def run_id(node: str, job_id: int, replica: int, allocation_id: int) -> str:
+    """Readable, and unique on the host even when two agents (or two servers' in-process agents)
+    hand out the same node name and job numbers: a random suffix, so no run ever inherits another's
+    directory or cgroup."""
+    return f"{node}-{job_id}-{replica}-{allocation_id}-{secrets.token_hex(4)}"
+
+
+def job_env(
+    work: Work, workdir: Path, settings: LaunchSettings, node_vendors: Iterable[str] = ()
+) -> dict[str, str]:
+    """The clean environment: a minimal base, then the job's own ``env``, then the allocation's
+    device variables, which win. Nothing of the agent's or the server's environment is passed."""
+    env = {
+        "PATH": settings.base_path,
+        "HOME": str(workdir),
+        "LANG": settings.lang,
+        "TMPDIR": str(workdir / "tmp"),
+    }
+    env.update(work.env)
+    a = work.assignment
+    env.update(device_env(work.job_id, work.replica, a.node, a.devices, node_vendors).variables)
+    return env
+
+
+def build_spec(
+    work: Work, log_path: Path, settings: LaunchSettings, node_vendors: Iterable[str] = ()
+) -> LaunchSpec:
+    """The spec for ``work``; raises :class:`LaunchError` when it cannot run here (no uid left
+    in the range for its tenant)."""
+    a = work.assignment
+    uid = gid = None
+    if settings.uid_range is not None:
+        if work.tenant_index is None:
+            raise LaunchError(
+                "the server sent no tenant index (an older server?): refusing to run the job"
+                " under a uid another tenant may share"
+            )
+        uid = gid = settings.uid_range.uid_for(work.tenant_index)
+        if uid is None:
+            raise LaunchError(
+                f"tenant {work.tenant!r} (index {work.tenant_index}) has no uid in the job uid"
+                f" range {settings.uid_range}; widen --job-uid-range"
+            )
+    slug = run_id(a.node, work.job_id, work.replica, a.allocation_id)
+    workdir = settings.job_root / slug
+    cgroup = None
+    if settings.cgroups is not None:
+        cgroup = settings.cgroups.plan(slug, a.memory_mib, a.cpu_milli)
+    limits = describe_limits(cgroup, a.memory_mib, a.cpu_milli)
+    return LaunchSpec(
+        job_id=work.job_id,
+        replica=work.replica,
+        allocation_id=a.allocation_id,
+        node=a.node,
+        tenant=work.tenant,
+        argv=tuple(work.command),
+        image=work.image,
+        env=job_env(work, workdir, settings, node_vendors),
+        uid=uid,
+        gid=gid,
+        workdir=workdir,
+        cpu_milli=a.cpu_milli,
+        memory_mib=a.memory_mib,
+        devices=tuple(a.devices),
+        log_path=log_path,
+        log_cap_bytes=settings.log_cap_bytes,
+        cgroup=cgroup,
+        limits=limits,
+        run_id=slug,
+    )
+
+
+def describe_limits(plan: CgroupPlan | None, memory_mib: int, cpu_milli: int) -> str:
+    """The event text: which enforcement applies to this replica's CPU and memory."""
+    if plan is not None:
+        return plan.describe()
+    if not memory_mib and not cpu_milli:
+        return "limits: none asked"
+    return "limits: none (cgroups not writable)"

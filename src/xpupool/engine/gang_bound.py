@@ -1,0 +1,105 @@
+"""How many replicas of a request the cluster could take at once, at most: a gang that asks for
+more is refused without placing its replicas one by one.
+
+Placing a gang costs one full filter-score-pick per replica, and a gang that does not fit is
+rolled back only after its first replica that fits nowhere: a gang one replica larger than the
+pool costs as much as filling the pool. Such gangs wait in the queue and are tried again whenever
+capacity frees, so one tenant's few large gangs made every scheduling pass (and, through the
+plane's lock, everyone's requests) slow (issue 18, ``bench/tenant_flood.py``). The bound here is
+a necessary condition, computed from the filters of one replica and three divisions:
+
+    node bound  = min(free CPU // cpu, free memory // memory, sum over passing cards of the
+                  shares each could still hold // cards per replica)     (nodes one replica fits)
+    gang bound  = sum of node bounds
+
+Every replica needs all three on its node, so no placement holds more than the bound; a gang
+within it is placed as before (it may still fail, e.g. on link groups). The refusal blames each
+node that fits one replica on the resource that bounds it, as if the replicas that fit had been
+placed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from xpupool.engine.pipeline import Pipeline
+from xpupool.engine.reasons import Reason, ReasonCount, Unschedulable
+from xpupool.engine.state import BoolArray, IntArray
+from xpupool.model.request import Request
+
+
+def _copies(free: IntArray, need: int | IntArray, cap: int) -> IntArray:
+    """How many times ``need`` fits in ``free``, elementwise, at most ``cap`` (no need: ``cap``)."""
+    need_arr = np.broadcast_to(np.asarray(need, np.int64), free.shape)
+    out: IntArray = np.where(need_arr > 0, free // np.maximum(need_arr, 1), cap)
+    return np.minimum(out, cap)
+
+
+@dataclass(frozen=True, slots=True)
+class Room:
+    """``at_most`` replicas fit at once; ``fit`` ``[N]`` the nodes one replica fits; ``bounds``
+    the per-node bounds ``[N]`` with the reason each stands for."""
+
+    at_most: int
+    fit: BoolArray
+    bounds: tuple[tuple[IntArray, Reason], ...]
+
+
+def gang_room(pipeline: Pipeline, req: Request, within: BoolArray | None = None) -> Room:
+    """The bound for ``req`` on the pipeline's state now, counting up to ``req.replicas``
+    (enough to decide). Changes nothing."""
+    state = pipeline.state
+    ctx = pipeline.context(req)
+    ctx.within = within
+    fit = pipeline.filter(ctx)
+    cap = req.replicas
+    bounds = [
+        (_copies(state.node_cpu_free, req.cpu_milli, cap), Reason.INSUFFICIENT_CPU),
+        (_copies(state.node_mem_free, req.memory_mib, cap), Reason.INSUFFICIENT_MEMORY),
+    ]
+    if ctx.k and ctx.dev_fit is not None:
+        by_mem = _copies(state.dev_mem_free, ctx.need_mib, cap)
+        by_core = _copies(state.dev_core_free, ctx.need_core, cap)
+        shares = np.where(ctx.dev_fit, np.minimum(by_mem, by_core), 0)
+        by_cards = np.minimum(shares.sum(axis=1) // ctx.k, cap)
+        if np.any(np.asarray(ctx.need_mib) > 0):
+            card_reason = Reason.INSUFFICIENT_DEVICE_MEMORY
+        elif ctx.need_core:
+            card_reason = Reason.INSUFFICIENT_DEVICE_CORES
+        else:
+            card_reason = Reason.TOO_FEW_DEVICES
+        bounds.append((by_cards, card_reason))
+    per_node = np.minimum.reduce([b for b, _ in bounds])
+    return Room(int(per_node[fit].sum()), fit, tuple(bounds))
+
+
+def gang_refusal(
+    pipeline: Pipeline, req: Request, within: BoolArray | None
+) -> Unschedulable | None:
+    """The refusal of gang ``req`` when more replicas are asked than could fit at once; None when
+    the bound allows them (or when no node takes even one: the caller's first replica says why,
+    as for any request). Changes nothing."""
+    room = gang_room(pipeline, req, within)
+    if room.at_most >= req.replicas or not room.fit.any():
+        return None
+    ctx = pipeline.context(req)
+    ctx.within = within
+    pipeline.filter(ctx)
+    labels, blame = pipeline._blame(ctx)  # the nodes one replica does not fit, as explained
+    binding = np.argmin(np.stack([b for b, _ in room.bounds]), axis=0)
+    for i, (_, reason) in enumerate(room.bounds):  # the others: full once the replicas that fit are
+        labels.append((reason, ""))
+        blame[room.fit & (binding == i)] = len(labels) - 1
+    merged: dict[tuple[Reason, str], int] = {}
+    for label, n in enumerate(np.bincount(blame, minlength=len(labels))):
+        if n and label:
+            merged[labels[label]] = merged.get(labels[label], 0) + int(n)
+    ordered = sorted(merged.items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1]))
+    reasons = tuple(ReasonCount(r, n, d) for (r, d), n in ordered)
+    at_most = room.at_most
+    note = (
+        f"gang: replica {at_most + 1} of {req.replicas} fits nowhere; at most {at_most} fit at once"
+    )
+    return Unschedulable(pipeline.state.n_nodes, reasons, at_most, note)

@@ -1,0 +1,114 @@
+"""The audit rows of HTTP requests, written by one ASGI middleware so that no route can forget.
+
+Which requests make a row (:func:`audited`): every admin request that changes something (any
+method but GET/HEAD/OPTIONS), every agent registration, and every agent or bootstrap request that
+was refused (4xx/5xx); successful heartbeats and log uploads are counted, not written. The caller
+is what ``routers/deps.py`` authenticated (``scope["state"]["principal"]``); a request refused
+before that (no or unknown token, 401) has no principal and makes no row, so unauthenticated
+noise cannot fill the log. The row is written before the answer's last byte is sent: a client
+that has its answer finds the row.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from functools import partial
+from typing import Any
+
+import anyio.to_thread
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from xpupool.model.errors import Unavailable
+from xpupool.server.auth import AGENT_ROLES, Principal
+from xpupool.server.plane import ControlPlane
+
+log = logging.getLogger("xpupool.server")
+COUNTED = frozenset({"heartbeat", "append_log"})
+READS = frozenset({"GET", "HEAD", "OPTIONS"})
+MAX_BODY_READ = 8192
+
+
+def audited(who: Principal | None, action: str, method: str, status: int) -> bool:
+    """True if this request gets an audit row (see the module docstring)."""
+    if who is None:
+        return False
+    if action in COUNTED and status < 400:
+        return False
+    if who.is_admin:
+        return method not in READS
+    if who.role in AGENT_ROLES:
+        return action == "register" or status >= 400
+    return False
+
+
+def _reason(status: int, body: bytes) -> str:
+    if status < 400:
+        return "ok"
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return f"{status}"
+    if not isinstance(data, dict):
+        return f"{status}"
+    reason = str(data.get("reason", ""))
+    field = data.get("field")
+    return f"{field}: {reason}" if field else reason
+
+
+def _target(scope: Scope, state: dict[str, Any]) -> str:
+    given = state.get("audit_target")
+    if given:
+        return str(given)
+    params = scope.get("path_params") or {}
+    if params:
+        return ", ".join(f"{k}={v}" for k, v in params.items())
+    return f"{scope.get('method', '')} {scope.get('path', '')}"
+
+
+class AuditMiddleware:
+    def __init__(self, app: ASGIApp, plane: ControlPlane) -> None:
+        self.app = app
+        self.plane = plane
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        state: dict[str, Any] = scope.setdefault("state", {})
+        status = 0
+        body = bytearray()
+
+        async def capture(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            elif message["type"] == "http.response.body":
+                if status >= 400 and len(body) < MAX_BODY_READ:
+                    body.extend(message.get("body", b""))
+                if not message.get("more_body", False):
+                    await self._record(scope, state, status, bytes(body))
+            await send(message)
+
+        await self.app(scope, receive, capture)
+
+    async def _record(self, scope: Scope, state: dict[str, Any], status: int, body: bytes) -> None:
+        who = state.get("principal")
+        endpoint = scope.get("endpoint")
+        action = getattr(endpoint, "__name__", None) or str(scope.get("path", ""))
+        if not audited(who, action, str(scope.get("method", "")), status):
+            return
+        write = partial(
+            self.plane.audit.record,
+            who,
+            action,
+            _target(scope, state),
+            status,
+            _reason(status, body),
+        )
+        try:
+            await anyio.to_thread.run_sync(write)
+        except Unavailable:
+            pass  # the store cannot be written: its health said so once (server/health.py)
+        except Exception:  # the answer still goes out; the store's health says why (logged)
+            log.exception("audit row for %s not written", action)

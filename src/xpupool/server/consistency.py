@@ -1,0 +1,97 @@
+"""Allocations in the store that the engine cannot take back, and what the server does with them.
+
+The server never writes an allocation that over-commits a device or sits on a device that is gone,
+but a store from a buggy past release, a hand-edited database or a hostile one may hold one.
+Refusing to start would keep the whole pool down until someone edits the database, so the server
+sets each aside and serves on: it is named in the log and on ``/healthz``, its job gets an event
+and is requeued (or marked lost, per its ``on_node_lost`` policy, as when its node is lost), and
+the device or node it touches is cordoned until the admin has looked and uncordons it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Connection, select
+
+from xpupool.engine.state import ClusterState
+from xpupool.model.allocation import Allocation
+from xpupool.model.errors import Conflict, OverCommit
+from xpupool.server import schemas as s
+from xpupool.server.storage.jobs import jobs as t_jobs
+
+if TYPE_CHECKING:
+    from xpupool.server.plane import ControlPlane
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One held job's allocation the engine could not re-apply. ``devices`` and ``node`` are
+    what it touches, cordoned when it is set aside."""
+
+    job_id: int
+    reason: str
+    devices: tuple[str, ...] = ()
+    node: str | None = None
+
+
+def problem_for(state: ClusterState, job_id: int, alloc: Allocation, error: Conflict) -> Problem:
+    """Why ``alloc`` of ``job_id`` does not fit ``state`` (``error`` is what applying it raised)."""
+    if alloc.node not in state.node_index:
+        return Problem(
+            job_id, f"allocation {alloc.id} of job {job_id} is on node {alloc.node}, which is gone"
+        )
+    gone = [d.uuid for d in alloc.devices if d.uuid not in state.uuid_slot]
+    if gone:
+        return Problem(
+            job_id,
+            f"allocation {alloc.id} of job {job_id} holds device {gone[0]}, which node "
+            f"{alloc.node} no longer has",
+            node=alloc.node,
+        )
+    if isinstance(error, OverCommit):
+        where = (error.uuid,) if error.uuid is not None else ()
+        return Problem(job_id, f"{error} (job {job_id})", where, None if where else alloc.node)
+    return Problem(job_id, f"{error} (job {job_id})", tuple(d.uuid for d in alloc.devices))
+
+
+def settle(plane: ControlPlane, conn: Connection, problems: list[Problem]) -> None:
+    """Set ``problems`` aside in ``conn``'s transaction: cordon what each touches, then requeue
+    (or mark lost) each job, with an event, a log line and a ``/healthz`` note per job."""
+    by_job: dict[int, list[Problem]] = {}
+    for p in problems:
+        by_job.setdefault(p.job_id, []).append(p)
+    for job_id, found in sorted(by_job.items()):
+        cordoned = [c for p in found for c in _cordon(plane, conn, p)]
+        reason = "; ".join(dict.fromkeys(p.reason for p in found))
+        job = plane.held.get(job_id)
+        if job is None:
+            continue
+        policy = conn.execute(
+            select(t_jobs.c.on_node_lost).where(t_jobs.c.id == job_id)
+        ).scalar_one()
+        if policy == "requeue":
+            plane.requeue(conn, job, f"set aside: {reason}")
+            done = "requeued"
+        else:
+            plane.release_job(conn, job)
+            plane.set_state(conn, job_id, s.JobState.LOST, f"set aside: {reason}")
+            done = "marked lost"
+        after = f"; {', '.join(cordoned)} cordoned" if cordoned else ""
+        plane.health.note(f"store inconsistent: {reason}: job {job_id} {done}{after}")
+
+
+def _cordon(plane: ControlPlane, conn: Connection, p: Problem) -> list[str]:
+    done = []
+    if p.node is not None and p.node in plane.nodes and not plane.nodes[p.node].cordoned:
+        plane.cordon_node(conn, p.node, True)
+        done.append(f"node {p.node}")
+    for uuid in p.devices:
+        rec = next(
+            (r for r in plane.nodes.values() if any(d.uuid == uuid for d in r.node.devices)), None
+        )
+        if rec is not None and uuid not in rec.cordoned_devices:
+            plane.cordon_device(conn, rec, uuid, True)
+            done.append(f"device {uuid}")
+    return done

@@ -1,0 +1,118 @@
+"""What the admin grants: the highest priority a queue's jobs may ask for, and how much queued
+work a tenant may hold. Both are checked on submission, under the plane's lock and before
+anything is stored, so a refusal changes nothing.
+
+Priority is what lets a job preempt another, so it is not the submitter's to choose: a queue's
+``max_priority`` (default 0, the default priority) caps it, and a job above the cap is 403. Queued
+work is what one tenant can make every other wait for (each pending job is tried again whenever
+capacity frees, under the lock submissions take), so a tenant's pending jobs, the replicas of one
+job and the replicas of all its pending jobs are limited (``TenantIn``); over a count limit is
+429 (it passes once some of the tenant's work has started), over the per-job limit 403.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, select, update
+
+from xpupool.model.errors import NotGranted, OverLimit
+from xpupool.server import schemas as s
+from xpupool.server.plane import ControlPlane
+from xpupool.server.storage.jobs import jobs as t_jobs
+from xpupool.server.storage.tenants import queues as t_queues
+from xpupool.server.storage.tenants import tenants as t_tenants
+
+# built once (building a statement costs more than running it; this runs on every submission)
+_GRANTS = (
+    select(
+        t_queues.c.max_priority,
+        t_tenants.c.max_pending_jobs,
+        t_tenants.c.max_replicas_per_job,
+        t_tenants.c.max_pending_replicas,
+    )
+    .select_from(t_queues.join(t_tenants, t_queues.c.tenant == t_tenants.c.name))
+    .where(t_queues.c.name == bindparam("queue"))
+)
+
+
+def check_submission(
+    plane: ControlPlane,
+    conn: Connection,
+    *,
+    tenant: str,
+    queue: str,
+    priority: int,
+    priority_field: str,
+    replicas: int,
+) -> None:
+    """Raise :class:`NotGranted` (403) or :class:`OverLimit` (429) when a job of ``replicas``
+    at ``priority`` may not join ``queue`` of ``tenant`` now. Call under the plane's lock, in the
+    transaction that stores the job."""
+    row = conn.execute(_GRANTS, {"queue": queue}).one()
+    if priority > row.max_priority:
+        raise NotGranted(
+            priority_field,
+            priority,
+            f"queue {queue!r} takes priorities up to {row.max_priority}; the admin may raise its "
+            "max_priority",
+        )
+    if replicas > row.max_replicas_per_job:
+        raise NotGranted(
+            "replicas",
+            replicas,
+            f"tenant {tenant!r} may ask for at most {row.max_replicas_per_job} replicas per job "
+            "(max_replicas_per_job, set by the admin)",
+        )
+    jobs, pending_replicas = plane.pending.tally(tenant)
+    if jobs + 1 > row.max_pending_jobs:
+        raise OverLimit(
+            "tenant",
+            tenant,
+            f"tenant {tenant!r} has {jobs} pending jobs, its limit (max_pending_jobs) is "
+            f"{row.max_pending_jobs}: submit again once some have started or been cancelled",
+        )
+    if pending_replicas + replicas > row.max_pending_replicas:
+        raise OverLimit(
+            "replicas",
+            replicas,
+            f"tenant {tenant!r} has {pending_replicas} pending replicas, its limit "
+            f"(max_pending_replicas) is {row.max_pending_replicas}: {replicas} more would pass it",
+        )
+
+
+def cap_queued(plane: ControlPlane, conn: Connection, queue: str | None = None) -> list[int]:
+    """Bring pending jobs above their queue's cap down to it, in the store (with an event) and in
+    the plane; ``queue`` None: every queue (on start: jobs an older release queued before there
+    was a cap). Jobs already holding devices keep their priority until they leave. Returns the
+    jobs changed. Call under the plane's lock."""
+    q = (
+        select(t_jobs.c.id, t_jobs.c.priority, t_queues.c.max_priority)
+        .select_from(t_jobs.join(t_queues, t_jobs.c.queue == t_queues.c.name))
+        .where(
+            t_jobs.c.state == s.JobState.PENDING.value,
+            t_jobs.c.priority > t_queues.c.max_priority,
+        )
+    )
+    if queue is not None:
+        q = q.where(t_jobs.c.queue == queue)
+    changed: list[int] = []
+    for row in conn.execute(q).all():
+        cap = int(row.max_priority)
+        conn.execute(update(t_jobs).where(t_jobs.c.id == row.id).values(priority=cap))
+        reason = f"priority {row.priority} lowered to its queue's max_priority {cap}"
+        plane.add_event(conn, row.id, s.JobState.PENDING, reason)
+        job = plane.pending.get(row.id)
+        if job is not None:
+            job.priority = cap
+            job.request = replace(job.request, priority=cap)
+            job.tried = -1
+        changed.append(int(row.id))
+    return changed
+
+
+def usage(plane: ControlPlane, tenant: str) -> dict[str, Any]:
+    """The tenant's queued work now, as the ``Tenant`` view shows it."""
+    jobs, replicas = plane.pending.tally(tenant)
+    return {"pending_jobs": jobs, "pending_replicas": replicas}

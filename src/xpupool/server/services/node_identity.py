@@ -1,0 +1,201 @@
+"""Which node an agent credential speaks for, checked on every agent call (issue 18).
+
+A token issued with ``--node NAME`` speaks for NAME only. A token bound to no node (one issued
+before node binding existed, or without ``--node``) is bound to the first node it registers or
+heartbeats as, if no other credential holds that node and it is not a cluster-file node; from
+then on it is a bound token. A bootstrap token registers one new node: the same transaction
+stores the node, spends the bootstrap token and issues the node's own token, which the reply
+carries once (kubelet's TLS bootstrap, with a bearer token in place of a certificate). Only the
+admin re-registers a cluster-file node. The HTTP routes and the in-process agent call the same
+functions here, so the same checks hold for both; every refusal is a :class:`Forbidden` naming
+the node the credential is bound to, and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlalchemy import Connection, insert, select, update
+
+from xpupool.model.errors import Forbidden
+from xpupool.server import schemas as s
+from xpupool.server.auth import Principal, new_token, token_hash
+from xpupool.server.plane import ControlPlane
+from xpupool.server.services import agents, fleet
+from xpupool.server.storage.tenants import tokens as t_tokens
+
+IN_PROCESS_TOKEN_ID = 0
+
+
+def in_process_principal(nodes: Iterable[str]) -> Principal:
+    """The agent inside ``xpupool up``: an agent for the nodes it hosts and no other."""
+    return Principal(IN_PROCESS_TOKEN_ID, "agent", None, frozenset(nodes))
+
+
+def _cluster_refusal(node: str) -> Forbidden:
+    return Forbidden(f"node {node!r} comes from the cluster file: only the admin may take it over")
+
+
+def _check(plane: ControlPlane, who: Principal, node: str, action: str) -> bool:
+    """Raise :class:`Forbidden` unless ``who`` may ``action`` for ``node``; True when ``who`` is
+    an unbound agent token that this call will bind to ``node``."""
+    if who.is_admin:
+        return False
+    if who.role == "bootstrap":
+        raise Forbidden(
+            f"a bootstrap token only registers a new node; to {action} node {node!r} use the "
+            "node's own token from the registration reply"
+        )
+    if who.role != "agent":
+        raise Forbidden("an agent or admin credential is required")
+    if who.nodes is not None:
+        if node not in who.nodes:
+            raise Forbidden(
+                f"this credential speaks for node {who.node!r} only; it may not {action} "
+                f"node {node!r}"
+            )
+        return False
+    if action not in ("register", "heartbeat"):
+        raise Forbidden(
+            f"this credential is bound to no node yet; it may not {action} node {node!r} "
+            "before it registers or heartbeats as its own node"
+        )
+    rec = plane.nodes.get(node)
+    if rec is not None and rec.source == "cluster":
+        raise _cluster_refusal(node)
+    with plane.db.connect() as conn:
+        holder = conn.execute(
+            select(t_tokens.c.id).where(
+                t_tokens.c.node == node,
+                t_tokens.c.role == "agent",
+                t_tokens.c.revoked.is_(False),
+            )
+        ).first()
+    if holder is not None:
+        raise Forbidden(
+            f"node {node!r} already has its own credential; this unbound credential may not "
+            f"{action} it (the admin issues tokens for it: token issue --agent --node {node})"
+        )
+    return True
+
+
+def _fresh(plane: ControlPlane, who: Principal) -> Principal:
+    """``who`` as the store has it now: the cached principal of an unbound token may have been
+    bound by a request that finished a moment ago."""
+    if who.role != "agent" or who.nodes is not None or who.token_id == IN_PROCESS_TOKEN_ID:
+        return who
+    with plane.db.connect() as conn:
+        node = conn.execute(select(t_tokens.c.node).where(t_tokens.c.id == who.token_id)).scalar()
+    return (
+        who
+        if node is None
+        else Principal(who.token_id, who.role, who.tenant, frozenset({node}), who.expires_at)
+    )
+
+
+def _bind(plane: ControlPlane, who: Principal, node: str) -> None:
+    """Bind an unbound token to ``node`` (first use after the upgrade), with its audit row."""
+    with plane.write() as conn:
+        done = conn.execute(
+            update(t_tokens)
+            .where(t_tokens.c.id == who.token_id, t_tokens.c.node.is_(None))
+            .values(node=node)
+        ).rowcount
+        if done:
+            bound = Principal(who.token_id, who.role, who.tenant, frozenset({node}))
+            plane.audit.record(
+                bound, "bind_token", f"token {who.token_id}", 200, f"ok: bound to node {node}", conn
+            )
+        plane.principals.clear()
+
+
+def register(plane: ControlPlane, who: Principal, body: s.NodeIn) -> s.Registered:
+    """Register ``body`` as ``who``: a bootstrap token is exchanged for the node's own token."""
+    if who.role == "bootstrap":
+        return _exchange(plane, who, body)
+    with plane.lock:
+        who = _fresh(plane, who)
+        bind = _check(plane, who, body.name, "register")
+        rec = plane.nodes.get(body.name)
+        if not who.is_admin and rec is not None and rec.source == "cluster":
+            raise _cluster_refusal(body.name)
+        node = fleet.register(plane, body)
+        if bind:
+            _bind(plane, who, body.name)
+    return s.Registered.model_validate(node.model_dump())
+
+
+def _may_exchange(plane: ControlPlane, conn: Connection, who: Principal, name: str) -> None:
+    """Raise :class:`Forbidden` unless the bootstrap token ``who`` may register node ``name``:
+    live, not pinned to another name, and the name new to the pool."""
+    row = conn.execute(select(t_tokens).where(t_tokens.c.id == who.token_id)).first()
+    if row is None or row.revoked:
+        raise Forbidden("this bootstrap token is spent or revoked")
+    if row.node is not None and row.node != name:
+        raise Forbidden(f"this bootstrap token registers node {row.node!r} only, not {name!r}")
+    if name in plane.nodes:
+        raise Forbidden(
+            f"node {name!r} is already registered: a bootstrap token registers a new node only "
+            f"(the admin issues a token for it: token issue --agent --node {name})"
+        )
+
+
+def _exchange(plane: ControlPlane, who: Principal, body: s.NodeIn) -> s.Registered:
+    secret = new_token()
+    with plane.lock, plane.db.connect() as conn:  # refuse early: before the inventory checks
+        _may_exchange(plane, conn, who, body.name)
+
+    def spend(conn: Connection) -> None:
+        _may_exchange(plane, conn, who, body.name)  # again, in the registration's transaction
+        conn.execute(
+            update(t_tokens)
+            .where(t_tokens.c.id == who.token_id)
+            .values(revoked=True, node=body.name)
+        )
+        issued = conn.execute(
+            insert(t_tokens).values(
+                tenant=None,
+                role="agent",
+                name=f"node {body.name} (bootstrap token {who.token_id})",
+                hash=token_hash(secret),
+                created_at=plane.clock(),
+                revoked=False,
+                node=body.name,
+                expires_at=None,
+            )
+        )
+        new_id = int(issued.inserted_primary_key[0])  # type: ignore[index]
+        plane.audit.record(
+            who,
+            "bootstrap_exchange",
+            f"node {body.name}",
+            200,
+            f"ok: bootstrap token {who.token_id} spent, token {new_id} issued for node {body.name}",
+            conn,
+        )
+
+    node = fleet.register(plane, body, within=spend)
+    plane.principals.clear()
+    return s.Registered.model_validate({**node.model_dump(), "token": secret})
+
+
+def heartbeat(plane: ControlPlane, who: Principal, body: s.Heartbeat) -> s.HeartbeatReply:
+    if who.role == "agent" and who.nodes is None and who.token_id != IN_PROCESS_TOKEN_ID:
+        with plane.lock:  # first use of an unbound token: check, heartbeat and bind as one
+            who = _fresh(plane, who)
+            bind = _check(plane, who, body.node, "heartbeat")
+            reply = agents.heartbeat(plane, body, who)
+            if bind:
+                _bind(plane, who, body.node)
+    else:
+        _check(plane, who, body.node, "heartbeat")
+        reply = agents.heartbeat(plane, body, who)
+    plane.audit.count_heartbeat(body.node)
+    return reply
+
+
+def append_log(
+    plane: ControlPlane, who: Principal, node: str, job_id: int, replica: int, chunk: bytes
+) -> None:
+    _check(plane, who, node, "upload logs for")
+    agents.append_log(plane, node, job_id, replica, chunk)

@@ -1,0 +1,51 @@
+"""Jobs an older release stored that this one refuses on submission, settled once on start.
+
+Before issue 18 a job could be stored with a NUL byte or a lone surrogate in its command or
+environment: no process can be started with one (``Popen`` raises), so such a job waited forever
+as ``running (pid None)`` holding its devices, and a lone surrogate made every listing of it
+fail. Such a job is failed on start, with the reason, and its devices are freed (it never ran).
+Text that is only shown (a name, a reason, the request) is shown readable instead
+(``wire_values.readable``). Queued priorities above their queue's cap, which did not exist then,
+come down to the cap (``grants.cap_queued``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import select
+
+from xpupool.server import schemas as s
+from xpupool.server.plane import ControlPlane
+from xpupool.server.services import grants
+from xpupool.server.storage.jobs import jobs as t_jobs
+from xpupool.server.wire_values import first_unsafe
+
+log = logging.getLogger("xpupool.server")
+
+_WAITING = (s.JobState.PENDING, *sorted(s.HOLDING_STATES))
+
+
+def settle_stored_jobs(plane: ControlPlane) -> None:
+    """Fail the waiting or holding jobs whose command, environment or image cannot be passed to
+    a process, and cap queued priorities; each change is logged and recorded as an event."""
+    with plane.write() as conn:
+        rows = conn.execute(
+            select(t_jobs.c.id, t_jobs.c.state, t_jobs.c.command, t_jobs.c.env, t_jobs.c.image)
+            .where(t_jobs.c.state.in_([st.value for st in _WAITING]))
+            .order_by(t_jobs.c.id)
+        ).all()
+        for row in rows:
+            found = first_unsafe({"command": row.command, "env": row.env, "image": row.image})
+            if found is None:
+                continue
+            path, _, problem = found
+            reason = f"cannot be run: {path} {problem} (stored by an older release); resubmit"
+            plane.pending.pop(row.id, None)
+            held = plane.held.get(row.id)
+            if held is not None:
+                plane.release_job(conn, held)
+            plane.set_state(conn, row.id, s.JobState.FAILED, reason)
+            log.warning("job %d: %s", row.id, reason)
+        for job_id in grants.cap_queued(plane, conn):
+            log.warning("job %d: priority lowered to its queue's max_priority", job_id)

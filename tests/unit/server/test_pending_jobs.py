@@ -1,0 +1,42 @@
+"""The per-tenant counts of ``PendingJobs`` stay exact whichever way jobs come and go."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xpupool.model.request import Request
+from xpupool.server.pending_jobs import PendingJobs
+
+
+@dataclass
+class Job:
+    tenant: str
+    request: Request
+
+
+def _job(tenant: str, replicas: int = 1) -> Job:
+    return Job(tenant, Request(replicas=replicas))
+
+
+def test_counts_follow_every_mutation() -> None:
+    book: PendingJobs[Job] = PendingJobs({1: _job("a", 3)})
+    book[2] = _job("a")
+    book[3] = _job("b", 5)
+    assert book.tally("a") == (2, 4) and book.tally("b") == (1, 5)
+    book[2] = _job("a", 10)  # replaced: the old one no longer counts
+    assert book.tally("a") == (2, 13)
+    assert book.pop(1) is not None and book.pop(99, None) is None
+    del book[3]
+    assert book.tally("a") == (1, 10) and book.tally("b") == (0, 0)
+    book.setdefault(4, _job("c", 2))
+    book.update({5: _job("c")})
+    book |= {6: _job("c")}
+    assert book.tally("c") == (3, 4)
+    book.popitem()
+    assert book.tally("c") == (2, 3)
+    book.clear()
+    assert book.tally("a") == (0, 0) and not book
+
+
+def test_an_unknown_tenant_has_nothing_pending() -> None:
+    assert PendingJobs[Job]().tally("nobody") == (0, 0)

@@ -1,0 +1,75 @@
+"""Image jobs at the server: refused at submit when no node can run them, with the reason; placed
+only on nodes whose agent reported a container runtime; a job with neither a command nor an image
+is refused naming ``command``. The node's runtime is stored and survives a restart."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from server_kit import L20, Server, job, node, node_body, open_server, row_counts, tenant
+
+IMAGE_JOB = {"image": "registry.example/train:1", "command": ["python", "train.py"]}
+
+
+def _post(server: Server, token: str, body: dict[str, Any]) -> Any:
+    return server.client.post("/v1/jobs", json=body, headers=server.as_(token))
+
+
+def test_image_job_is_refused_when_no_node_has_a_runtime(server: Server) -> None:
+    node(server, "n1")
+    a = tenant(server, "a")
+    before = row_counts(server)
+    r = _post(server, a, {**IMAGE_JOB, "spec": "A100:1"})
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] == "image" and "container runtime" in r.json()["reason"]
+    assert row_counts(server) == before
+
+
+def test_neither_command_nor_image_is_422_naming_command(server: Server) -> None:
+    node(server, "n1")
+    a = tenant(server, "a")
+    r = _post(server, a, {"spec": "A100:1"})
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] == "command"
+    r = _post(server, a, {"spec": "A100:1", "image": " ", "command": ["true"]})
+    assert r.status_code == 422 and r.json()["field"] == "image"
+
+
+def test_image_job_goes_only_to_a_node_with_a_runtime(server: Server) -> None:
+    node(server, "plain")  # A100s, no runtime
+    node(server, "boxes", model=L20, memory_mib=46068, runtime="docker")
+    a = tenant(server, "a")
+    r = _post(server, a, {**IMAGE_JOB, "spec": "A100:1"})
+    assert r.status_code == 201, r.text
+    waiting = r.json()["id"]
+    r = _post(server, a, {**IMAGE_JOB, "spec": "L20:1"})
+    placed = r.json()["id"]
+    server.schedule()
+    assert job(server, placed)["assignments"][0]["node"] == "boxes"
+    pending = job(server, waiting)
+    assert pending["state"] == "pending"
+    assert "1 no container runtime" in pending["reason"], pending["reason"]
+    r = _post(server, a, {"command": ["true"], "spec": "A100:1"})  # a command goes anywhere
+    server.schedule()
+    assert job(server, r.json()["id"])["assignments"][0]["node"] == "plain"
+
+
+def test_runtime_is_shown_stored_and_checked(server: Server) -> None:
+    node(server, "boxes", runtime="podman")
+    node(server, "plain")
+    shown = {
+        n["name"]: n["runtime"] for n in server.client.get("/v1/nodes", headers=server.admin).json()
+    }
+    assert shown == {"boxes": "podman", "plain": None}
+    bad = node_body("n3", runtime="lxc")
+    r = server.client.post("/v1/agent/register", json=bad, headers=server.admin)
+    assert r.status_code == 422 and r.json()["field"] == "runtime"
+    a = tenant(server, "a")
+    held = _post(server, a, {**IMAGE_JOB, "spec": "A100:1", "request": None}).json()["id"]
+    plane, _ = open_server(server.data, server.clock)  # a restart reads the same store
+    try:
+        assert plane.nodes["boxes"].node.container_runtime == "podman"
+        assert plane.nodes["plain"].node.container_runtime is None
+        assert plane.pending[held].request.container  # still waits for a runtime node
+    finally:
+        plane.db.dispose()
