@@ -15,25 +15,15 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from server_proc import CLUSTER_MIXED, ServerProc
+from server_proc import CLUSTER_MIXED, ServerProc, until
 
 NEVER_FITS = "cpu=1000"  # no node of the example pool has 1,000 cores: stays pending
-
-
-def _until(check: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _stored_jobs(data: Path, queue: str) -> int:
@@ -126,13 +116,13 @@ def test_the_admin_raises_the_cap_and_only_strictly_lower_priority_is_preempted(
     # bob fills both H100 nodes at the default priority
     held = [_submit(bob, "H100:8").json()["id"] for _ in range(2)]
     for job_id in held:
-        _until(lambda i=job_id: admin.job(i)["state"] == "scheduled", f"bob's job {job_id}")
+        until(lambda i=job_id: admin.job(i)["state"] == "scheduled", f"bob's job {job_id}")
     same = _submit(alice, "H100:8", 0).json()["id"]
-    _until(lambda: admin.job(same)["reason"] != "waiting for the scheduler", "a pass over it")
+    until(lambda: admin.job(same)["reason"] != "waiting for the scheduler", "a pass over it")
     assert "preempt" not in admin.job(same)["reason"]  # equal priority preempts nothing
     assert [admin.job(i)["state"] for i in held] == ["scheduled", "scheduled"]
     high = _submit(alice, "H100:8", 5).json()["id"]
-    _until(lambda: admin.job(high)["state"] == "scheduled", "alice's priority-5 job")
+    until(lambda: admin.job(high)["state"] == "scheduled", "alice's priority-5 job")
     states = sorted(admin.job(i)["state"] for i in held)
     assert states == ["pending", "scheduled"]  # exactly one victim, and it was bob's
     victim = next(i for i in held if admin.job(i)["state"] == "pending")
@@ -217,7 +207,7 @@ def test_an_older_database_gets_cap_0_and_default_limits(tmp_path: Path) -> None
         bob, _ = a.tenant("bob"), a.tenant("old")
         held = [_submit(bob, "H100:8").json()["id"] for _ in range(2)]
         for job_id in held:
-            _until(lambda i=job_id: a.job(i)["state"] == "scheduled", f"bob's job {job_id}")
+            until(lambda i=job_id: a.job(i)["state"] == "scheduled", f"bob's job {job_id}")
         defaults = next(t for t in a.http.get("/v1/tenants").json() if t["name"] == "old")
         a.close()
     with sqlite3.connect(srv.data / "state.db") as db:
@@ -245,7 +235,7 @@ def test_an_older_database_gets_cap_0_and_default_limits(tmp_path: Path) -> None
         again = next(t for t in a.http.get("/v1/tenants").json() if t["name"] == "old")
         for key in ("max_pending_jobs", "max_replicas_per_job", "max_pending_replicas"):
             assert again[key] == defaults[key]
-        _until(lambda: a.job(100)["reason"] != "waiting", "a pass over the old job")
+        until(lambda: a.job(100)["reason"] != "waiting", "a pass over the old job")
         assert [a.job(i)["state"] for i in held] == ["scheduled", "scheduled"]
         assert a.job(100)["state"] == "pending"
         assert "preempt" not in a.job(100)["reason"]

@@ -14,8 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 from job_commands import JOB_PYTHON
+from server_proc import stop_process, until
 
 FAKE = Path(__file__).parents[1] / "fixtures" / "agent" / "fake-a100x2.yaml"
 CLI = [sys.executable, "-c", "from xpupool.cli import main; main()"]
@@ -42,26 +42,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _until(check: Callable[[], Any], what: str, timeout_s: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 def _alive(pid: int) -> bool:
@@ -87,7 +67,7 @@ class Pool:
 
     def wait_state(self, job_id: int, state: str, timeout_s: float = 20.0) -> dict[str, Any]:
         return dict(
-            _until(
+            until(
                 lambda: (j := self.job(job_id))["state"] == state and j,
                 f"job {job_id} {state} (agent log: {self.agent_log.read_text()[-2000:]})",
                 timeout_s,
@@ -140,7 +120,7 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
             except httpx.HTTPError:
                 return server.poll() is not None and pytest.fail("server exited")
 
-        _until(healthy, "the server", 30)
+        until(healthy, "the server", 30)
         admin_token = (data / "admin-token").read_text().strip()
         admin = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin_token}"})
         clients.append(admin)
@@ -177,15 +157,15 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
         yield Pool(url, admin, user, agent, agent_log)
     finally:
         if agent is not None:
-            _stop(agent)
+            stop_process(agent)
         for c in clients:
             c.close()
-        _stop(server)
+        stop_process(server)
         server_log.close()
 
 
 def test_registers_with_its_devices(pool: Pool) -> None:
-    node = _until(
+    node = until(
         lambda: (r := pool.admin.get(f"/v1/nodes/{NODE}")).status_code == 200 and r.json(),
         "registration",
     )
@@ -199,13 +179,13 @@ def test_registers_with_its_devices(pool: Pool) -> None:
         "GPU-fake-a100-1",
     ]
     first = node["last_heartbeat"]
-    _until(
+    until(
         lambda: pool.admin.get(f"/v1/nodes/{NODE}").json()["last_heartbeat"] != first,
         "a heartbeat",
     )
     # metrics from heartbeats: a reading the fake probe has (memory used) is there, one it has
     # not (power) is absent, not zero
-    metrics = _until(
+    metrics = until(
         lambda: (
             (t := pool.admin.get("/metrics").text)
             and "xpupool_device_memory_used_bytes{" in t
@@ -221,7 +201,7 @@ def test_runs_a_fractional_job_with_its_variables_and_log(pool: Pool) -> None:
     job_id = pool.submit([JOB_PYTHON, "-c", ENV_SCRIPT], "A100 mem=20Gi cores=30%")
     job = pool.wait_state(job_id, "succeeded")
     assert job["exit_code"] == 0
-    logs = _until(
+    logs = until(
         lambda: "done" in (t := pool.user.get(f"/v1/jobs/{job_id}/logs").text) and t, "log"
     )
     env = dict(line.split("=", 1) for line in logs.splitlines() if "=" in line)
@@ -256,8 +236,8 @@ def test_killed_agent_means_lost_node_and_requeued_job(pool: Pool) -> None:
     pid = pool.pid(job_id)
     pool.agent.send_signal(signal.SIGKILL)
     pool.agent.wait(5)
-    _until(lambda: pool.admin.get(f"/v1/nodes/{NODE}").json()["status"] == "lost", "node lost", 10)
+    until(lambda: pool.admin.get(f"/v1/nodes/{NODE}").json()["status"] == "lost", "node lost", 10)
     job = pool.wait_state(job_id, "pending", 10)
     assert job["attempts"] == 1
     assert any(e["state"] == "pending" and "lost" in e["reason"] for e in job["events"])
-    _until(lambda: not _alive(pid), "the orphaned replica to die with its agent", 5)
+    until(lambda: not _alive(pid), "the orphaned replica to die with its agent", 5)

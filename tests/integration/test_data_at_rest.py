@@ -16,23 +16,12 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-from server_proc import ROOT, ServerProc, free_port
+from server_proc import ROOT, ServerProc, free_port, until
 
 CLI = [sys.executable, "-c", "from xpupool.cli import main; main()"]
-
-
-def until(check: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def up_once(data: Path, *args: str, limit_writes: bool = False) -> subprocess.CompletedProcess[str]:

@@ -16,25 +16,15 @@ import select
 import socket
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from server_proc import ServerProc
+from server_proc import ServerProc, until
 
 MIB = 1 << 20
-
-
-def _until(check: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _tenant(srv: ServerProc, name: str) -> str:
@@ -156,7 +146,7 @@ def test_a_log_offset_past_the_end_is_4xx(pool: Pool) -> None:
     r = pool.alice.post("/v1/jobs", json={"command": ["echo", "hello"]})
     assert r.status_code == 201, r.text
     job_id = r.json()["id"]
-    _until(
+    until(
         lambda: pool.alice.get(f"/v1/jobs/{job_id}/logs").content.startswith(b"hello"),
         "the job's log",
     )
@@ -329,7 +319,7 @@ def test_a_job_stored_with_a_nul_byte_fails_on_start_instead_of_staying_stuck(
     with srv, httpx.Client(base_url=srv.url, headers=srv.headers(token), timeout=30) as alice:
         final = {"failed", "succeeded", "cancelled"}
         for job_id in (1, 2):
-            job = _until(
+            job = until(
                 lambda i=job_id: (j := alice.get(f"/v1/jobs/{i}").json())["state"] in final and j,
                 f"job {job_id} to end ({srv.log()[-1500:]})",
             )
@@ -337,7 +327,7 @@ def test_a_job_stored_with_a_nul_byte_fails_on_start_instead_of_staying_stuck(
         assert alice.get("/v1/queues/alice").json()["running"] == 0
         r = alice.post("/v1/jobs", json={"command": ["echo", "next"]})
         assert r.status_code == 201
-        _until(lambda: alice.get(f"/v1/jobs/{r.json()['id']}").json()["state"] == "succeeded", "it")
+        until(lambda: alice.get(f"/v1/jobs/{r.json()['id']}").json()["state"] == "succeeded", "it")
 
 
 def test_jobs_stored_with_lone_surrogates_do_not_break_listings(tmp_path: Path) -> None:

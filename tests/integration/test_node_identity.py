@@ -16,7 +16,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,33 +24,13 @@ from typing import Any
 import httpx
 import pytest
 from job_commands import JOB_PYTHON
-from server_proc import CLUSTER_MIXED, ServerProc
+from server_proc import CLUSTER_MIXED, ServerProc, stop_process, until
 
 FAKE = Path(__file__).parents[1] / "fixtures" / "agent" / "fake-a100x2.yaml"
 CLI = [sys.executable, "-c", "from xpupool.cli import main; main()"]
 PROTOCOL = {"X-Xpupool-Agent-Protocol": "2"}
 SLEEP = [JOB_PYTHON, "-c", "import time; print('sleeping', flush=True); time.sleep(120)"]
 SECRET = "s3cr3t-value"
-
-
-def _until(check: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 def start_agent(
@@ -173,7 +153,7 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
         yield p
     finally:
         for proc in p.agents:
-            _stop(proc)
+            stop_process(proc)
         admin.close()
         user.close()
         srv.stop()
@@ -186,7 +166,7 @@ def victim(pool: Pool) -> dict[str, Any]:
     token = pool.tenant_agent_token()
     proc, log = start_agent(pool.srv.url, "box-b", token, pool.work / "box-b")
     pool.agents.append(proc)
-    _until(lambda: pool.admin.get("/v1/nodes/box-b").status_code == 200, "box-b registered")
+    until(lambda: pool.admin.get("/v1/nodes/box-b").status_code == 200, "box-b registered")
     r = pool.user.post(
         "/v1/jobs",
         json={
@@ -197,8 +177,8 @@ def victim(pool: Pool) -> dict[str, Any]:
     )
     assert r.status_code == 201, r.text
     job_id = int(r.json()["id"])
-    _until(lambda: pool.job(job_id)["state"] == "running", f"job {job_id} running ({log})")
-    _until(lambda: "sleeping" in pool.user.get(f"/v1/jobs/{job_id}/logs").text, "the job's log")
+    until(lambda: pool.job(job_id)["state"] == "running", f"job {job_id} running ({log})")
+    until(lambda: "sleeping" in pool.user.get(f"/v1/jobs/{job_id}/logs").text, "the job's log")
     return {"job": job_id, "token": token, "log": log}
 
 
@@ -338,7 +318,7 @@ def test_tokens_expire(pool: Pool) -> None:
     client = pool.as_(issued["token"])
     r = client.post("/v1/agent/register", json=register_body("short-1", ["GPU-short-0"]))
     assert r.status_code == 200, r.text
-    _until(
+    until(
         lambda: client.post("/v1/agent/heartbeat", json={"node": "short-1"}).status_code == 401,
         "the token to expire",
         20,
@@ -395,7 +375,7 @@ def test_bootstrap_token_registers_one_node_and_the_agent_keeps_its_node_token(
     work = pool.work / "boot-1"
     proc, log = start_agent(pool.srv.url, "boot-1", boot["token"], work)
     pool.agents.append(proc)
-    _until(
+    until(
         lambda: pool.admin.get("/v1/nodes/boot-1").status_code == 200,
         f"boot-1 registered ({log.read_text()[-2000:] if log.exists() else ''})",
     )
@@ -408,7 +388,7 @@ def test_bootstrap_token_registers_one_node_and_the_agent_keeps_its_node_token(
     assert tokens[boot["id"]]["revoked"] is True and tokens[boot["id"]]["node"] == "boot-1"
     assert any(t["node"] == "boot-1" and t["role"] == "agent" for t in tokens.values())
     first = pool.admin.get("/v1/nodes/boot-1").json()["last_heartbeat"]
-    _until(
+    until(
         lambda: pool.admin.get("/v1/nodes/boot-1").json()["last_heartbeat"] != first,
         "a heartbeat with the node token",
     )
@@ -422,11 +402,11 @@ def test_bootstrap_token_registers_one_node_and_the_agent_keeps_its_node_token(
     r = pool.as_(node_token).post("/v1/agent/heartbeat", json={"node": "box-b"})
     assert r.status_code == 403 and "boot-1" in _reason(r)
     # restarted with the same (spent) bootstrap token, the agent uses its stored node token
-    _stop(proc)
+    stop_process(proc)
     proc, log = start_agent(pool.srv.url, "boot-1", boot["token"], work)
     pool.agents.append(proc)
     after = pool.admin.get("/v1/nodes/boot-1").json()["last_heartbeat"]
-    _until(
+    until(
         lambda: pool.admin.get("/v1/nodes/boot-1").json()["last_heartbeat"] != after,
         f"the restarted agent's heartbeat ({log.read_text()[-2000:]})",
     )
@@ -597,7 +577,7 @@ def test_the_server_caps_what_it_keeps_of_a_replica_log(tmp_path: Path) -> None:
         assert agent.post("/v1/agent/register", json=body).status_code == 200
         user = httpx.Client(base_url=srv.url, headers=srv.headers(user_token), timeout=30)
         job_id = user.post("/v1/jobs", json={"command": ["true"], "spec": "L20"}).json()["id"]
-        _until(lambda: user.get(f"/v1/jobs/{job_id}").json()["state"] == "scheduled", "placed")
+        until(lambda: user.get(f"/v1/jobs/{job_id}").json()["state"] == "scheduled", "placed")
         mib = b"x" * (1 << 20)
         for _ in range(3):
             r = agent.post(f"/v1/agent/nodes/logs-1/jobs/{job_id}/replicas/0/logs", content=mib)

@@ -17,7 +17,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,22 +26,12 @@ import httpx
 import pytest
 import server_proc
 from job_commands import JOB_PYTHON
-from server_proc import CLUSTER_MIXED, ServerProc
+from server_proc import CLUSTER_MIXED, ServerProc, until
 
 CLI = [sys.executable, "-c", "from xpupool.cli import main; main()"]
 SLEEP = [JOB_PYTHON, "-c", "import time; time.sleep(120)"]
 A100 = "NVIDIA A100-SXM4-80GB"
 H100 = "NVIDIA H100 80GB HBM3"
-
-
-def until(check: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def cards(path: Path, *groups: tuple[str, str, str]) -> None:

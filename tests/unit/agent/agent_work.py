@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from xpupool.agent.launch import LaunchSettings
+from xpupool.agent.runner import Runner
 from xpupool.server.schemas import DeviceAssignment, ReplicaAssignment, Work
 
 
@@ -64,3 +67,14 @@ def work(
             devices=devices or [],
         ),
     )
+
+
+def poll_until(check: Callable[[], bool], runner: Runner, timeout_s: float = 20.0) -> None:
+    """Poll ``runner`` (as the agent loop does) until ``check`` holds; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        runner.poll()
+        if check():
+            return
+        time.sleep(0.02)
+    raise AssertionError("timed out")

@@ -8,12 +8,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from agent_work import device, settings, work
+from agent_work import device, poll_until, settings, work
 
 from xpupool.agent.launch import LaunchError
 from xpupool.agent.launch.bwrap import check_bwrap, find_bwrap
@@ -21,6 +19,12 @@ from xpupool.agent.runner import Runner
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="bubblewrap is Linux only"
+)
+
+# The sandbox's /tmp is its own: a checkout under /tmp (and its venv's python) is not there, so the
+# jobs run the system's Python 3 (a plain one: the probes need no packages).
+PYTHON = (
+    "/usr/bin/python3" if Path("/usr/bin/python3").exists() else os.path.realpath(sys.executable)
 )
 
 # What the sandboxed job reports about its own view, as one JSON line.
@@ -48,16 +52,6 @@ print(json.dumps({
     'root_ro': os.access('/usr', os.W_OK),
 }), flush=True)
 """
-
-
-def _until(check: Callable[[], bool], runner: Runner, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        runner.poll()
-        if check():
-            return
-        time.sleep(0.02)
-    raise AssertionError("timed out")
 
 
 def test_bwrap_can_create_its_sandbox_here() -> None:
@@ -88,17 +82,17 @@ def test_sandboxed_replica_sees_only_its_own(tmp_path: Path) -> None:
         (dev / name).touch()
     cfg = settings(tmp_path, sandbox="bwrap", device_root=dev, private_paths=(data,))
     runner = Runner("n1", data / "agent", settings=cfg)
-    other = runner.start(work([sys.executable, "-c", "import time; time.sleep(30)"], job_id=8))
+    other = runner.start(work([PYTHON, "-c", "import time; time.sleep(30)"], job_id=8))
     assert other is not None and other.launched is not None
     secret = str((data / "admin-token").resolve())
     rep = runner.start(
         work(
-            [sys.executable, "-c", PROBE, secret, str(other.launched.spec.workdir)],
+            [PYTHON, "-c", PROBE, secret, str(other.launched.spec.workdir)],
             devices=[device(1, vendor="huawei")],
         )
     )
     assert rep is not None and rep.launched is not None
-    _until(lambda: runner.replicas[(7, 0)].state != "running", runner)
+    poll_until(lambda: runner.replicas[(7, 0)].state != "running", runner)
     out = rep.log_path.read_text()
     assert runner.replicas[(7, 0)].state == "succeeded", out
     seen = json.loads(out.strip().splitlines()[-1])
@@ -122,11 +116,11 @@ def test_sandboxed_replica_is_stopped_with_its_group(tmp_path: Path) -> None:
         "n1", tmp_path / "agent", grace_s=5.0, settings=settings(tmp_path, sandbox="bwrap")
     )
     code = "import time; print('up', flush=True); time.sleep(60)"
-    rep = runner.start(work([sys.executable, "-c", code]))
+    rep = runner.start(work([PYTHON, "-c", code]))
     assert rep is not None and rep.backend is not None and rep.backend.name == "bwrap"
-    _until(lambda: rep.log_path.read_bytes().startswith(b"up"), runner)
+    poll_until(lambda: rep.log_path.read_bytes().startswith(b"up"), runner)
     runner.stop(7, 0)
-    _until(lambda: runner.replicas[(7, 0)].state == "stopped", runner)
+    poll_until(lambda: runner.replicas[(7, 0)].state == "stopped", runner)
     assert rep.launched is not None and not rep.backend.alive(rep.launched)
 
 

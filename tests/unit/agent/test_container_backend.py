@@ -7,27 +7,15 @@ from __future__ import annotations
 import os
 import stat
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from agent_work import device, settings, work
+from agent_work import device, poll_until, settings, work
 
 from fake_runtime import install, path_with, recorded
 from xpupool.agent.launch import LaunchError, build_spec
 from xpupool.agent.launch.container import ContainerBackend, write_env_file
 from xpupool.agent.runner import Runner
-
-
-def _until(check: Callable[[], bool], runner: Runner, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        runner.poll()
-        if check():
-            return
-        time.sleep(0.02)
-    raise AssertionError("timed out")
 
 
 @pytest.fixture
@@ -119,7 +107,7 @@ def test_image_job_runs_logs_and_cleans_up(tmp_path: Path, argv_log: Path) -> No
     env_file = rep.log_path.with_name(f"{rep.launched.spec.slug}.env")
     assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
     assert "PATH=" not in env_file.read_text()  # the image keeps its own PATH
-    _until(lambda: runner.replicas[(7, 0)].state != "running", runner)
+    poll_until(lambda: runner.replicas[(7, 0)].state != "running", runner)
     out = rep.log_path.read_text()
     assert runner.replicas[(7, 0)].state == "succeeded", out
     assert f"in container 0 hello None {rep.launched.spec.workdir}" in out
@@ -138,9 +126,9 @@ def test_stop_goes_through_the_runtime(tmp_path: Path, argv_log: Path) -> None:
     code = "import time; print('up', flush=True); time.sleep(60)"
     rep = runner.start(work([sys.executable, "-c", code], image="python:3.12"))
     assert rep is not None and rep.launched is not None
-    _until(lambda: rep.log_path.read_bytes().startswith(b"up"), runner)
+    poll_until(lambda: rep.log_path.read_bytes().startswith(b"up"), runner)
     runner.stop(7, 0)
-    _until(lambda: runner.replicas[(7, 0)].state == "stopped", runner)
+    poll_until(lambda: runner.replicas[(7, 0)].state == "stopped", runner)
     name = f"xpupool-{rep.launched.spec.slug}"
     assert ["docker", "kill", "--signal", "TERM", name] in recorded(argv_log, "kill")
     assert "SIGTERM" in runner.replicas[(7, 0)].reason

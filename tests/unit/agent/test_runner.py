@@ -4,23 +4,12 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from agent_work import device, settings, work
+from agent_work import device, poll_until, settings, work
 
 from xpupool.agent.runner import NO_RUNTIME, Runner, group_alive
-
-
-def _until(check: Callable[[], bool], runner: Runner, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        runner.poll()
-        if check():
-            return
-        time.sleep(0.02)
-    raise AssertionError("timed out")
 
 
 def _state(runner: Runner, key: tuple[int, int] = (7, 0)) -> str:
@@ -35,7 +24,7 @@ def test_runs_captures_output_and_ships_it(tmp_path: Path) -> None:
     runner = Runner("n1", tmp_path, settings=settings(tmp_path))
     code = "import os, sys; print('visible', os.environ['CUDA_VISIBLE_DEVICES']); sys.exit(3)"
     runner.start(work(_py(code), devices=[device(2, memory_mib=1024)]))
-    _until(lambda: _state(runner) != "running", runner)
+    poll_until(lambda: _state(runner) != "running", runner)
     report = runner.reports()[0]
     assert (report.state, report.exit_code) == ("failed", 3)
     shipped: list[bytes] = []
@@ -51,7 +40,7 @@ def test_runs_captures_output_and_ships_it(tmp_path: Path) -> None:
 def test_success_and_rerun_under_a_new_allocation(tmp_path: Path) -> None:
     runner = Runner("n1", tmp_path, settings=settings(tmp_path))
     runner.start(work(_py("print('hi')")))
-    _until(lambda: _state(runner) == "succeeded", runner)
+    poll_until(lambda: _state(runner) == "succeeded", runner)
     runner.acknowledge(runner.reports())
     assert runner.start(work(_py("pass"), allocation_id=2)) is not None  # requeued, placed again
 
@@ -68,9 +57,9 @@ def test_stop_sends_sigterm_and_reports_when_gone(tmp_path: Path) -> None:
     runner = Runner("n1", tmp_path, grace_s=5.0, settings=settings(tmp_path))
     rep = runner.start(work(_py("import time; print('up', flush=True); time.sleep(60)")))
     assert rep is not None and rep.pid is not None
-    _until(lambda: rep.log_path.read_bytes().startswith(b"up"), runner)
+    poll_until(lambda: rep.log_path.read_bytes().startswith(b"up"), runner)
     runner.stop(7, 0)
-    _until(lambda: _state(runner) == "stopped", runner, timeout_s=4.0)  # well before SIGKILL
+    poll_until(lambda: _state(runner) == "stopped", runner, timeout_s=4.0)  # well before SIGKILL
     assert not group_alive(rep.pid)
     assert "SIGTERM" in runner.reports()[0].reason
 
@@ -85,11 +74,11 @@ def test_stop_escalates_to_sigkill(tmp_path: Path) -> None:
     runner = Runner("n1", tmp_path, grace_s=0.3, settings=settings(tmp_path))
     rep = runner.start(work(_py(code)))
     assert rep is not None and rep.pid is not None
-    _until(lambda: b"ignoring" in rep.log_path.read_bytes(), runner)
+    poll_until(lambda: b"ignoring" in rep.log_path.read_bytes(), runner)
     runner.stop(7, 0)
     runner.poll()
     assert _state(runner) == "running"  # SIGTERM ignored: still there
-    _until(lambda: _state(runner) == "stopped", runner)
+    poll_until(lambda: _state(runner) == "stopped", runner)
     report = runner.reports()[0]
     assert report.exit_code == 128 + 9
     assert "SIGKILL" in report.reason
@@ -107,12 +96,12 @@ def test_stop_waits_for_the_whole_group(tmp_path: Path) -> None:
     runner = Runner("n1", tmp_path, grace_s=0.5, settings=settings(tmp_path))
     rep = runner.start(work(_py(code)))
     assert rep is not None and rep.pid is not None
-    _until(lambda: b"1" in rep.log_path.read_bytes(), runner)
+    poll_until(lambda: b"1" in rep.log_path.read_bytes(), runner)
     runner.stop(7, 0)
     time.sleep(0.2)
     runner.poll()
     assert rep.leader_done and _state(runner) == "running"
-    _until(lambda: _state(runner) == "stopped", runner)
+    poll_until(lambda: _state(runner) == "stopped", runner)
     assert not group_alive(rep.pid)
 
 
@@ -129,7 +118,7 @@ def test_missing_command_is_a_failure_with_its_reason(tmp_path: Path) -> None:
     runner = Runner("n1", tmp_path, settings=settings(tmp_path))
     rep = runner.start(work(["/nonexistent/xpupool-test-binary"]))
     assert rep is not None
-    _until(lambda: _state(runner) != "running", runner)
+    poll_until(lambda: _state(runner) != "running", runner)
     assert runner.reports()[0].state == "failed"
     assert b"cannot" in rep.log_path.read_bytes()
 
