@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 from job_commands import JOB_PYTHON
-from test_agent_e2e import CLI, ENV_SCRIPT, SLEEP, Pool, _alive, _free_port, _stop, _until
+from server_proc import stop_process, until
+from test_agent_e2e import CLI, ENV_SCRIPT, SLEEP, Pool, _alive, _free_port
 
 FAST = ("--heartbeat", "0.2", "--lost-after", "1.5")
 CLUSTER = Path(__file__).parents[1] / "fixtures" / "agent" / "cluster-sim.yaml"
@@ -52,7 +53,7 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pool, subproc
             except httpx.HTTPError:
                 return False
 
-        _until(healthy, "the server", 30)
+        until(healthy, "the server", 30)
         token = (data / "admin-token").read_text().strip()
         admin = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"})
         clients.append(admin)
@@ -65,12 +66,12 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pool, subproc
     finally:
         for c in clients:
             c.close()
-        _stop(server)
+        stop_process(server)
 
 
 def test_local_host_registers_itself(up: tuple[Pool, subprocess.Popen[bytes]]) -> None:
     pool, _ = up
-    nodes = _until(
+    nodes = until(
         lambda: [n for n in pool.admin.get("/v1/nodes").json() if n["source"] == "agent"],
         "the local host",
     )
@@ -88,7 +89,7 @@ def test_simulated_ascend_node_runs_a_real_process(
     script = ENV_SCRIPT.replace("('CUDA_', 'NVIDIA_', 'XPUPOOL_')", "('ASCEND', 'XPUPOOL_')")
     job_id = pool.submit([JOB_PYTHON, "-c", script], "910B:2")
     pool.wait_state(job_id, "succeeded")
-    logs = _until(
+    logs = until(
         lambda: "done" in (t := pool.user.get(f"/v1/jobs/{job_id}/logs").text) and t, "log"
     )
     env = dict(line.split("=", 1) for line in logs.splitlines() if "=" in line)
@@ -115,5 +116,5 @@ def test_server_stop_stops_the_replicas(up: tuple[Pool, subprocess.Popen[bytes]]
     job_id = pool.submit(SLEEP, "A100")
     pool.wait_state(job_id, "running")
     pid = pool.pid(job_id)
-    _stop(server)
+    stop_process(server)
     assert not _alive(pid)

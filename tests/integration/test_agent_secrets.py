@@ -12,8 +12,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from server_proc import ServerProc
-from test_agent_e2e import CLI, FAKE, _stop, _until
+from server_proc import ServerProc, stop_process, until
+from test_agent_e2e import CLI, FAKE
 
 
 @dataclass
@@ -52,7 +52,7 @@ class Setup:
             r = self.admin.get(f"/v1/nodes/{node}")
             return r.status_code == 200 and r.json()["status"] == "ready"
 
-        _until(ready, f"{node} registered")
+        until(ready, f"{node} registered")
 
 
 @pytest.fixture(scope="module")
@@ -88,18 +88,18 @@ def test_a_job_cannot_read_the_agents_environment(setup: Setup) -> None:
         r = setup.user.post("/v1/jobs", json={"command": ["sh", "-c", script], "spec": "A100"})
         assert r.status_code == 201, r.text
         job_id = r.json()["id"]
-        _until(
+        until(
             lambda: setup.user.get(f"/v1/jobs/{job_id}").json()["state"] == "succeeded",
             f"job {job_id} ({log.read_text()[-1500:]})",
         )
-        text = _until(
+        text = until(
             lambda: "END-OF-JOB" in (t := setup.user.get(f"/v1/jobs/{job_id}/logs").text) and t,
             "the job's log",
         )
         assert "DENIED" in text and "READ" not in text, text
         assert token not in text
     finally:
-        _stop(proc)
+        stop_process(proc)
 
 
 def test_token_file_keeps_the_token_out_of_ps(setup: Setup) -> None:
@@ -115,7 +115,7 @@ def test_token_file_keeps_the_token_out_of_ps(setup: Setup) -> None:
         assert b"--token-file" in cmdline
         assert "visible to every user in ps" not in log.read_text()
     finally:
-        _stop(proc)
+        stop_process(proc)
 
 
 def test_token_on_the_command_line_still_works_but_warns(setup: Setup) -> None:
@@ -127,4 +127,4 @@ def test_token_on_the_command_line_still_works_but_warns(setup: Setup) -> None:
             time.sleep(0.1)
         assert "--token on the command line is visible to every user in ps" in log.read_text()
     finally:
-        _stop(proc)
+        stop_process(proc)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from server_proc import ServerProc
-from test_node_identity import CLI, PROTOCOL, _stop, _until, register_body, start_agent
+from server_proc import ServerProc, stop_process, until
+from test_node_identity import CLI, PROTOCOL, register_body, start_agent
 
 
 def make_certs(folder: Path) -> tuple[Path, Path, Path]:
@@ -84,16 +84,16 @@ def test_an_agent_with_the_ca_registers_and_heartbeats(
     token = admin.post("/v1/tokens", json={"role": "agent", "node": "tls-1"}).json()["token"]
     proc, log = start_agent(srv.url, "tls-1", token, tmp_path / "a", extra=("--ca", str(ca)))
     try:
-        node = _until(
+        node = until(
             lambda: (r := admin.get("/v1/nodes/tls-1")).status_code == 200 and r.json(),
             f"tls-1 registered over TLS ({log.read_text()[-2000:]})",
         )
-        _until(
+        until(
             lambda: admin.get("/v1/nodes/tls-1").json()["last_heartbeat"] != node["last_heartbeat"],
             "a heartbeat over TLS",
         )
     finally:
-        _stop(proc)
+        stop_process(proc)
 
 
 def test_an_agent_without_the_ca_stops_with_a_tls_error(
@@ -107,7 +107,7 @@ def test_an_agent_without_the_ca_stops_with_a_tls_error(
     try:
         code = proc.wait(60)
     finally:
-        _stop(proc)
+        stop_process(proc)
     out = log.read_text()
     assert code != 0, out
     assert "certificate" in out and "--ca" in out, out

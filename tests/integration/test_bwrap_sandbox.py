@@ -15,8 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from server_proc import ServerProc
-from test_agent_e2e import _until
+from server_proc import ServerProc, until
 
 CLUSTER = Path(__file__).parents[1] / "fixtures" / "agent" / "cluster-sim.yaml"
 
@@ -78,12 +77,12 @@ def test_job_sees_only_its_own(sandboxed: tuple[ServerProc, httpx.Client]) -> No
     r = user.post("/v1/jobs", json={"command": command, "spec": "910B:1"})
     assert r.status_code == 201, r.text
     job_id = r.json()["id"]
-    _until(
+    until(
         lambda: user.get(f"/v1/jobs/{job_id}").json()["state"] in ("succeeded", "failed"),
         f"the probe job ({srv.log()[-2000:]})",
         30,
     )
-    logs = _until(lambda: "{" in (t := user.get(f"/v1/jobs/{job_id}/logs").text) and t, "its log")
+    logs = until(lambda: "{" in (t := user.get(f"/v1/jobs/{job_id}/logs").text) and t, "its log")
     assert user.get(f"/v1/jobs/{job_id}").json()["state"] == "succeeded", logs
     seen = json.loads(logs[logs.index("{") :].splitlines()[0])
     assert (seen["token"], seen["db"], seen["logs"]) == ("refused", "refused", "refused")

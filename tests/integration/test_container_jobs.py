@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 import pytest
-from server_proc import ServerProc
-from test_agent_e2e import CLI, FAKE, _stop, _until
+from server_proc import ServerProc, stop_process, until
+from test_agent_e2e import CLI, FAKE
 
 from fake_runtime import install, path_with, recorded
 
@@ -67,7 +67,7 @@ class Up:
 
     def wait(self, job_id: int, state: str, timeout_s: float = 30.0) -> dict[str, Any]:
         return dict(
-            _until(
+            until(
                 lambda: (j := self.job(job_id))["state"] == state and j,
                 f"job {job_id} {state} (server log: {self.srv.log()[-3000:]})",
                 timeout_s,
@@ -151,7 +151,7 @@ def test_image_job_runs_through_the_runtime(
         }
     )
     up.wait(job_id, "succeeded")
-    logs = _until(lambda: "my-value" in (t := up.logs(job_id)) and t, "the job's output")
+    logs = until(lambda: "my-value" in (t := up.logs(job_id)) and t, "the job's output")
     found = re.search(rf"hello from {node} idx=([0-9,]+)", logs)
     assert found, logs
     indices = [int(i) for i in found.group(1).split(",")]
@@ -185,7 +185,7 @@ def test_stop_goes_through_the_runtime(up: Up) -> None:
         {"image": "busybox", "command": [SH, "-c", "echo up; exec sleep 60"], "spec": "910B:1"}
     )
     up.wait(job_id, "running")
-    _until(lambda: "up" in up.logs(job_id), "the job's first line")
+    until(lambda: "up" in up.logs(job_id), "the job's first line")
     assert up.user.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
     up.wait(job_id, "cancelled")
     name = _option(up.run_argv(job_id), "--name")[0]
@@ -196,12 +196,12 @@ def test_image_only_job_runs_the_entry_point(up: Up) -> None:
     job_id = up.submit({"image": "hello-world", "spec": "cambricon:1"})
     up.wait(job_id, "succeeded")
     assert up.run_argv(job_id)[-1] == "hello-world"  # nothing after the image
-    _until(lambda: "hello from the image" in up.logs(job_id), "the entry point's output")
+    until(lambda: "hello from the image" in up.logs(job_id), "the entry point's output")
 
 
 def test_image_job_waits_for_a_node_with_a_runtime(up: Up) -> None:
     job_id = up.submit({"image": "busybox", "command": ["true"], "spec": "L20:1"})
-    job = _until(lambda: (j := up.job(job_id))["reason"] != "waiting for the scheduler" and j, "a")
+    job = until(lambda: (j := up.job(job_id))["reason"] != "waiting for the scheduler" and j, "a")
     assert job["state"] == "pending" and "no container runtime" in job["reason"], job
 
 
@@ -283,7 +283,7 @@ def test_standalone_agent_asks_its_runtime_and_runs_images(tmp_path: Path) -> No
             env={**os.environ, "PATH": path},
         )
         try:
-            node = _until(
+            node = until(
                 lambda: (r := admin.get("/v1/nodes/box")).status_code == 200 and r.json(),
                 f"registration ({agent_log})",
             )
@@ -295,7 +295,7 @@ def test_standalone_agent_asks_its_runtime_and_runs_images(tmp_path: Path) -> No
             )
             assert r.status_code == 201, r.text
             job_id = r.json()["id"]
-            _until(
+            until(
                 lambda: user.get(f"/v1/jobs/{job_id}").json()["state"] == "succeeded",
                 f"the image job ({agent_log.read_text()[-2000:]})",
                 30,
@@ -305,7 +305,7 @@ def test_standalone_agent_asks_its_runtime_and_runs_images(tmp_path: Path) -> No
             assert len(run) == 1
             assert _option(run[0], "--device")[0].startswith("nvidia.com/gpu=")  # podman: CDI
         finally:
-            _stop(agent)
+            stop_process(agent)
             admin.close()
             user.close()
 
