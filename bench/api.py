@@ -290,7 +290,8 @@ def in_process(nodes: int, policy: str, requests: int = 3000, seed: int = 0) -> 
 
     import yaml
 
-    from xpupool.engine import ClusterState, Engine, kernels
+    from xpupool.engine import ClusterState, Engine
+    from xpupool.engine.fragmentation import kernels
     from xpupool.model.spec import parse_spec
     from xpupool.probes.cluster_file import parse_cluster
 

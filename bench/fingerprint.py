@@ -24,8 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from placement import build_cluster, request_stream
-from xpupool.engine import ClusterState, Engine, kernels
-from xpupool.engine.fragmentation import TargetWorkload
+from xpupool.engine import ClusterState, Engine
+from xpupool.engine.fragmentation import TargetWorkload, kernels
 from xpupool.model.allocation import Allocation
 from xpupool.sim.alibaba import capacity_milli, read_nodes, read_tasks, to_request
 from xpupool.sim.fgd_protocol import tuned_workload

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xpupool.engine import ClusterState, Engine, kernels
-from xpupool.engine.fragmentation import TargetWorkload
+from xpupool.engine import ClusterState, Engine
+from xpupool.engine.fragmentation import TargetWorkload, kernels
 from xpupool.model import Device, DeviceRequest, Node, Request, Topology, parse_software_need
 
 

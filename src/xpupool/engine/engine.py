@@ -13,7 +13,7 @@ import numpy as np
 
 from xpupool.engine.context import Context
 from xpupool.engine.device_pick import pick_devices
-from xpupool.engine.fragmentation import TargetWorkload
+from xpupool.engine.fragmentation.measure import TargetWorkload
 from xpupool.engine.gang_bound import gang_refusal
 from xpupool.engine.pipeline import Pipeline
 from xpupool.engine.preempt import PreemptionPlan, plan_preemption

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xpupool.engine import ClusterState, Engine, kernels
-from xpupool.engine.fragmentation import FragmentationCache, TargetWorkload
+from xpupool.engine import ClusterState, Engine
+from xpupool.engine.fragmentation import FragmentationCache, TargetWorkload, kernels
 from xpupool.engine.state import FloatArray, IntArray
 from xpupool.model import Node
 from xpupool.sim.alibaba import TraceTask, capacity_milli, to_request

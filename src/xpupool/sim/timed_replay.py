@@ -18,8 +18,8 @@ from enum import StrEnum
 
 import numpy as np
 
-from xpupool.engine import ClusterState, Engine, kernels
-from xpupool.engine.fragmentation import TargetWorkload
+from xpupool.engine import ClusterState, Engine
+from xpupool.engine.fragmentation import TargetWorkload, kernels
 from xpupool.model import Node, Request
 from xpupool.sim.alibaba import TraceTask, capacity_milli, to_request
 

@@ -83,9 +83,10 @@ def test_fgd_evaluation_equals_placing_and_recomputing_on_a_fleet_of_several_kin
     capped: bool,
 ) -> None:
     """FGD evaluates a placement incrementally, over the shapes each node can serve, in compiled
-    loops (``engine/kernels.py``); it must equal applying the placement and recomputing the node's
-    fragmentation from scratch in plain NumPy, for every candidate node (and every fitting card of
-    a one-card replica), on nodes of several kinds, with the CPU cap and without."""
+    loops (``engine/fragmentation/kernels.py``); it must equal applying the placement and
+    recomputing the node's fragmentation from scratch in plain NumPy, for every candidate node (and
+    every fitting card of a one-card replica), on nodes of several kinds, with the CPU cap and
+    without."""
     fleet = [
         *(gpu_node(f"a{i}", count=4, group_size=2, cpu_milli=24_000) for i in range(3)),
         *(gpu_node(f"t{i}", model=T4, memory_mib=15360, count=4, group_size=0) for i in range(3)),

@@ -1,5 +1,5 @@
-"""The compiled loops' own contracts (``engine/kernels.py``); what they compute is checked against
-NumPy and real placements in ``test_fragmentation.py`` and ``test_lookahead.py``."""
+"""The compiled loops' own contracts (``engine/fragmentation/kernels.py``); what they compute is
+checked against NumPy and real placements in ``test_fragmentation.py`` and ``test_lookahead.py``."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xpupool.engine import kernels
-from xpupool.engine.fragmentation import settled
+from xpupool.engine.fragmentation import kernels, settled
 
 
 def test_compiled_settle_rounds_as_numpy_does() -> None:
@@ -37,8 +36,8 @@ def test_compiled_settle_rounds_as_numpy_does() -> None:
 WARM_THEN_PLACE = textwrap.dedent(
     """
     import json
-    from xpupool.engine import ClusterState, Engine, kernels
-    from xpupool.engine.fragmentation import TargetWorkload
+    from xpupool.engine import ClusterState, Engine
+    from xpupool.engine.fragmentation import TargetWorkload, kernels
     from xpupool.model import DeviceRequest, Request
     from factories import T4, gpu_node
 
@@ -96,9 +95,9 @@ def test_a_read_only_install_compiles_without_a_cache() -> None:
     read-only in a private mount namespace, HOME and XDG_CACHE_HOME unwritable."""
     if shutil.which("unshare") is None:
         pytest.skip("needs unshare(1) for a private read-only mount")
-    package = Path(kernels.__file__).resolve().parents[2]  # the folder holding ``xpupool``
+    package = Path(kernels.__file__).resolve().parents[3]  # the folder holding ``xpupool``
     script = (
-        "import logging; logging.basicConfig(); from xpupool.engine import kernels; "
+        "import logging; logging.basicConfig(); from xpupool.engine.fragmentation import kernels; "
         "print(kernels._settle(1.23456789), len(kernels._uncached))"
     )
     mount = f"mount --bind {package} {package} && mount -o remount,bind,ro {package}"

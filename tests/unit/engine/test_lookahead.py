@@ -1,5 +1,6 @@
-"""The one-step lookahead (``engine/lookahead.py``): its value worked out by hand, and its per-node
-best deltas of the next shapes checked against placing each shape for real and measuring again."""
+"""The one-step lookahead (``engine/fragmentation/lookahead.py``): its value worked out by hand,
+and its per-node best deltas of the next shapes checked against placing each shape for real and
+measuring again."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import pytest
 from xpupool.engine import ClusterState, Engine
 from xpupool.engine.fragmentation import (
     FragmentationCache,
+    Lookahead,
     ShapeTable,
     TargetWorkload,
 )
-from xpupool.engine.lookahead import Lookahead
 from xpupool.model import DeviceRequest, Request
 from xpupool.model.allocation import Allocation, DeviceShare
 

@@ -1,4 +1,4 @@
-"""Device pressure (engine/scarcity.py) on clusters small enough to work it out by hand."""
+"""Device pressure (engine/fragmentation/pressure.py) on clusters small enough to work it out by hand."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from xpupool.engine import ClusterState, Engine
-from xpupool.engine.fragmentation import NEVER, ShapeTable, TargetWorkload
-from xpupool.engine.scarcity import DevicePressure
+from xpupool.engine.fragmentation import NEVER, DevicePressure, ShapeTable, TargetWorkload
 from xpupool.model import DeviceRequest, Request
 
 from factories import A100, T4, gpu_node

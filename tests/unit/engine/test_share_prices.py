@@ -1,4 +1,4 @@
-"""Cutting-stock prices of a workload's shares (``engine/share_prices.py``), worked out by hand and
+"""Cutting-stock prices of a workload's shares (``engine/fragmentation/prices.py``), worked out by hand and
 checked against the linear program solved over every packing pattern."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.optimize import linprog
 
-from xpupool.engine.share_prices import CARD, MAX_SIZES, SharePrices
+from xpupool.engine.fragmentation.prices import CARD, MAX_SIZES, SharePrices
 from xpupool.sim.packing_bound import packing_patterns
 
 

@@ -164,9 +164,10 @@ def test_a_share_does_not_spoil_a_gap_that_the_workload_fills_better(profile: st
     # holds a 0.47, card 1 is whole, and a 0.32 arrives. In card 0's 0.53 it leaves 0.21 that no
     # shape uses; on card 1 it leaves 0.68 that whole-card tasks cannot use. FGD counts that 0.68 as
     # fragment and takes card 0 (F: 331 -> 210 there, 331 -> 671 on card 1). The share prices
-    # (engine/share_prices.py) see that 0.53 is worth a second 0.47 (a price of 1/2, two 0.47 to a
-    # card) and the 0.32 only its own (at most 1/3, three to a card): a loss of at least 1/6 card
-    # on card 0, none on card 1, whose 0.68 takes a 0.65 as the workload's best packing does.
+    # (engine/fragmentation/prices.py) see that 0.53 is worth a second 0.47 (a price of 1/2, two
+    # 0.47 to a card) and the 0.32 only its own (at most 1/3, three to a card): a loss of at least
+    # 1/6 card on card 0, none on card 1, whose 0.68 takes a 0.65 as the workload's best packing
+    # does.
     nodes = [gpu_node("a", count=2, group_size=0)]
     shapes = (whole(1000), share(1000, 470), share(1000, 320), share(1000, 650))
     workload = TargetWorkload(shapes, (0.5, 0.25, 0.125, 0.125))

@@ -7,14 +7,12 @@ Weights live in profiles (``engine/profile.py``), never in scorers.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 from xpupool.engine.context import Context
+from xpupool.engine.eligibility import Eligibility
+from xpupool.engine.fragmentation.measure import TargetWorkload
 from xpupool.engine.state import FloatArray
-
-if TYPE_CHECKING:
-    from xpupool.engine.fragmentation import TargetWorkload
-    from xpupool.engine.pipeline import Pipeline
 
 MAX_SCORE = 100.0
 
@@ -25,7 +23,7 @@ class ScorerEnv:
     cached eligibility), and the target workload when the front knows one (FGD needs it)."""
 
     seed: int
-    pipeline: Pipeline
+    pipeline: Eligibility
     workload: TargetWorkload | None = None
 
 

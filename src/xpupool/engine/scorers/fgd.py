@@ -2,9 +2,10 @@
 
 For each fitting node the scorer evaluates every way the replica could land there (each fitting
 device for a one-device replica; the first k fitting devices for k devices), computes the node's
-fragmentation after it (``engine/fragmentation.py``) and keeps the best. The node score is the
-paper's ``floor(100 * sigmoid((F_before - F_after) / 1000))``: an integer, so ties are common and go
-to the engine's seeded node order. The device kept is the lowest column with the best score.
+fragmentation after it (``engine/fragmentation/measure.py``) and keeps the best. The node score
+is the paper's ``floor(100 * sigmoid((F_before - F_after) / 1000))``: an integer, so ties are
+common and go to the engine's seeded node order. The device kept is the lowest column with the best
+score.
 
 Cost: what a placement does to a node depends only on that node's state and the replica's amounts,
 so results are cached and recomputed only for nodes whose version moved. For one-device replicas
@@ -21,15 +22,15 @@ from typing import ClassVar
 import numpy as np
 
 from xpupool.engine.context import Context
-from xpupool.engine.fragmentation import (
-    FragmentationCache,
+from xpupool.engine.fragmentation.cache import FragmentationCache
+from xpupool.engine.fragmentation.kernels import node_quantities, one_card_after
+from xpupool.engine.fragmentation.measure import (
     IndexArray,
     ShapeTable,
     TargetWorkload,
     expected_fragment,
     settled,
 )
-from xpupool.engine.kernels import node_quantities, one_card_after
 from xpupool.engine.scorers.base import ScorerEnv
 from xpupool.engine.state import FloatArray, IntArray
 
@@ -157,7 +158,7 @@ class Fgd:
         free = s.dev_core_free[nodes] - taken * ctx.need_core
         mem = s.dev_mem_free[nodes] - taken * need_mib
         idle, _, usable_idle, usable_count = node_quantities(
-            nodes, table, free, mem, with_usable=False
+            nodes, table.arrays, free, mem, with_usable=False
         )
         return expected_fragment(
             table, idle, usable_idle, usable_count, cpu_after, mem_after, self.frag.capped
@@ -178,7 +179,7 @@ def _each_device(
     Values for devices the replica does not fit are meaningless; the caller masks them."""
     return one_card_after(
         nodes,
-        frag.table,
+        frag.table.arrays,
         ctx.state,
         frag.cached(),
         ctx.need_core,

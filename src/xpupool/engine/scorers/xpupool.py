@@ -6,16 +6,18 @@ best (a one-step lookahead).
 
 Per candidate node ``n`` (and, for one-device replicas, per fitting card ``d`` of it):
 
-    F(n)      = FGD's expected fragmentation of the target workload (``engine/fragmentation.py``);
-                when the workload is CPU-bound, each shape's usable idle compute is capped by how many
-                tasks of that shape the node's free CPU and memory still admit
-                (``fragmentation.cpu_capped``): idle GPUs that no CPU is left to feed are stranded
+    F(n)      = FGD's expected fragmentation of the target workload
+                (``engine/fragmentation/measure.py``); when the workload is CPU-bound, each shape's
+                usable idle compute is capped by how many tasks of that shape the node's free CPU
+                and memory still admit (``measure.cpu_capped``): idle GPUs that no CPU is left to
+                feed are stranded
     displaced = contended demand the replica takes: ``c * min(1, rho(d) - rho_min)``, ``rho`` the
-                card's pressure (``engine/scarcity.py``), ``rho_min`` the least over the cards it fits
+                card's pressure (``engine/fragmentation/pressure.py``), ``rho_min`` the least over
+                the cards it fits
     primary   = 2 * floor(50 * sigmoid((F_before - F_after) / 1000))     in 0, 2, ..., 98
     tight     = 0.01 * (1 - free compute left on d after placement / 1000)
     loss      = what a share of ``s`` gives up in the gap ``h`` free on ``d``, in cards, at the
-                cutting-stock prices of the workload's shares (``engine/share_prices.py``):
+                cutting-stock prices of the workload's shares (``engine/fragmentation/prices.py``):
                 ``K(h) - K(s) - K(h - s)``, 0 where ``s`` belongs to a best filling of ``h``
     score     = primary + tight - SLOPE * displaced - PACK * loss    one-device replica (best card)
                 (fine resolution: FGD's own score - SLOPE * displaced, no tight, no loss)
@@ -38,11 +40,12 @@ weighs CPU.
 
 The score is greedy: it rates what a placement does to the node's fragmentation now. Among the best
 ``CANDIDATES`` nodes within ``LOOK_SLACK`` of the best score (the engine's seeded order among
-equals), each with the cards its score chose, the one the lookahead (``engine/lookahead.py``) values
-most gets the top score: its FGD delta plus, for each of the likeliest next device shapes, the
-shape's weight times its best FGD delta anywhere in the fleet after this placement. It applies to
-every replica (one card, several, or CPU only). ``xpupool-fine`` uses FGD's own resolution for
-one-card replicas, ``xpupool-greedy`` has no lookahead (both for comparison).
+equals), each with the cards its score chose, the one the lookahead
+(``engine/fragmentation/lookahead.py``) values most gets the top score: its FGD delta plus, for
+each of the likeliest next device shapes, the shape's weight times its best FGD delta anywhere in
+the fleet after this placement. It applies to every replica (one card, several, or CPU only).
+``xpupool-fine`` uses FGD's own resolution for one-card replicas, ``xpupool-greedy`` has no
+lookahead (both for comparison).
 
 The workload is CPU-bound when it asks for at least ``CPU_BOUND`` of the fleet's CPU per unit of
 device compute, i.e. CPU would run out about when the devices fill. The measurements behind every
@@ -62,12 +65,13 @@ from typing import ClassVar
 import numpy as np
 
 from xpupool.engine.context import Context
-from xpupool.engine.fragmentation import FragmentationCache, IndexArray, TargetWorkload
-from xpupool.engine.lookahead import CANDIDATES, Lookahead
-from xpupool.engine.scarcity import DevicePressure
+from xpupool.engine.fragmentation.cache import FragmentationCache
+from xpupool.engine.fragmentation.lookahead import CANDIDATES, Lookahead
+from xpupool.engine.fragmentation.measure import IndexArray, TargetWorkload
+from xpupool.engine.fragmentation.pressure import DevicePressure
+from xpupool.engine.fragmentation.prices import SharePrices
 from xpupool.engine.scorers.base import ScorerEnv
 from xpupool.engine.scorers.fgd import Fgd
-from xpupool.engine.share_prices import SharePrices
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 from xpupool.model.request import Request
 
@@ -183,7 +187,7 @@ class Xpupool(Fgd):
         """Among the best ``CANDIDATES`` nodes within ``LOOK_SLACK`` of the best score (seeded
         order among equals), each with the cards its score chose (``columns`` for one card, the
         first ``k`` that fit for several), raise the one the lookahead prefers
-        (``engine/lookahead.py``)."""
+        (``engine/fragmentation/lookahead.py``)."""
         assert self._lookahead is not None
         state = ctx.state
         top = float(scores[candidates].max())

@@ -16,14 +16,14 @@ table, so shapes that behave alike are one):
     value(n)    = F(n) - F(n | r) + sum_j q_j * max(here_j, there_j)
                   (max(here_j, there_j) = -k_j * core_j when j then fits nowhere)
 
-with ``F`` FGD's expected fragmentation (``engine/fragmentation.py``), ``q_j`` the shapes' weights
+with ``F`` FGD's expected fragmentation (``measure.py``), ``q_j`` the shapes' weights
 renormalised over the ``SHAPES`` kept, and ``k_j * core_j`` the compute the shape asks. The candidate
 with the largest value wins. A shape lands on each card with room for its compute and its memory
 share (on the first ``k`` such cards when it asks several, as FGD places them), on a schedulable
 node with its CPU and memory free: the amounts the dynamic filters test.
 
 Cost: ``B_j`` per node is kept and recomputed only for nodes whose version moved (one or two per
-placement), together with the candidates, in one compiled loop (``engine/kernels.py``) over every
+placement), together with the candidates, in one compiled loop (``kernels.py``) over every
 hypothetical node of the call (a base node with ``j`` placed each way it can land), each over the
 shapes its kind serves; a one-card hypothesis updates its base's per-shape quantities at one card.
 """
@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from xpupool.engine.fragmentation import FragmentationCache, IndexArray, ShapeTable
-from xpupool.engine.kernels import best_deltas
+from xpupool.engine.fragmentation.cache import FragmentationCache
+from xpupool.engine.fragmentation.kernels import best_deltas
+from xpupool.engine.fragmentation.measure import IndexArray, ShapeTable
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 
 CANDIDATES = 6  # near-best placements compared
@@ -173,4 +174,4 @@ class Lookahead:
         with room; a one-card shape on each card with room, where only that card's terms change
         (``kernels.best_deltas``, over the shapes each node's kind serves)."""
         free = (core, mem, cpu, nmem, ok)
-        return best_deltas(nodes, free, self.rows, self.frag.table, self.frag.capped)
+        return best_deltas(nodes, free, self.rows, self.frag.table.arrays, self.frag.capped)

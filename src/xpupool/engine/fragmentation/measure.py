@@ -21,17 +21,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
-from xpupool.engine.kernels import node_quantities
+from xpupool.engine.eligibility import Eligibility
+from xpupool.engine.fragmentation.kernels import ShapeArrays
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 from xpupool.model.request import Request
-
-if TYPE_CHECKING:  # the pipeline's registry imports scorers that import this module
-    from xpupool.engine.pipeline import Pipeline
 
 IndexArray = npt.NDArray[np.intp]
 
@@ -97,7 +94,9 @@ class ShapeTable:
     shapes, so they join the CPU-only row.
     """
 
-    def __init__(self, state: ClusterState, pipeline: Pipeline, workload: TargetWorkload) -> None:
+    def __init__(
+        self, state: ClusterState, pipeline: Eligibility, workload: TargetWorkload
+    ) -> None:
         self.epoch = state.epoch
         rows: dict[object, int] = {}
         weights: list[float] = []
@@ -151,9 +150,9 @@ class ShapeTable:
         self.node_kind: IntArray = node_kind.reshape(-1)
         served = [np.flatnonzero(row) for row in kinds]
         total = float(self.weights.sum())
-        # The table for the compiled loops (``engine/kernels.py``, in the order of its ``t``): the
-        # kinds' served shapes as one CSR list, and the weight of the shapes each kind does not serve.
-        self.arrays = (
+        # The table for the compiled loops (``kernels.py``, in the order of its ``t``): the kinds'
+        # served shapes as one CSR list, and the weight of the shapes each kind does not serve.
+        self.arrays: ShapeArrays = (
             self.node_kind.astype(np.int64),
             np.concatenate(([0], np.cumsum([shapes.size for shapes in served]))).astype(np.int64),
             np.concatenate([*served, np.zeros(0, np.int64)]).astype(np.int64),
@@ -265,62 +264,3 @@ def expected_fragment(
     used = cpu_capped(table, usable_idle, cpu_free, mem_free) if capped else usable_idle
     result: FloatArray = (idle[:, None] - fits * used) @ table.weights
     return result
-
-
-class FragmentationCache:
-    """Per-node fragmentation and per-node shape quantities (:class:`NodeView`), kept current by
-    recomputing only nodes whose version moved. The view does not depend on any request, so the
-    FGD scorer reads it from here instead of recomputing it for every candidate evaluation."""
-
-    def __init__(
-        self,
-        state: ClusterState,
-        pipeline: Pipeline,
-        workload: TargetWorkload,
-        capped: bool = False,
-    ) -> None:
-        self.state = state
-        self.pipeline = pipeline
-        self.workload = workload
-        self.capped = capped
-        self._reset()
-
-    def _reset(self) -> None:
-        s = self.state
-        self.table = ShapeTable(s, self.pipeline, self.workload)
-        m = self.table.weights.size
-        n, w = s.dev_present.shape
-        self.values = np.zeros(n, np.float64)
-        self.version = np.full(n, -1, np.int64)
-        self._idle = np.zeros(n, np.int64)
-        self._usable = np.zeros((n, m, w), np.bool_)
-        self._usable_idle = np.zeros((n, m), np.int64)
-        self._usable_count = np.zeros((n, m), np.int64)
-
-    def current(self) -> FloatArray:
-        """``[N]`` fragmentation of every node now."""
-        s = self.state
-        if self.table.epoch != s.epoch or self.values.size != s.n_nodes:
-            self._reset()
-        stale = np.flatnonzero(self.version != s.node_version)
-        if stale.size:
-            table = self.table
-            idle, usable, usable_idle, usable_count = node_quantities(
-                stale, table, s.dev_core_free[stale], s.dev_mem_free[stale]
-            )
-            self._idle[stale] = idle
-            self._usable[stale] = usable
-            self._usable_idle[stale] = usable_idle
-            self._usable_count[stale] = usable_count
-            cpu, mem = s.node_cpu_free[stale], s.node_mem_free[stale]
-            fragment = expected_fragment(
-                table, idle, usable_idle, usable_count, cpu, mem, self.capped
-            )
-            self.values[stale] = settled(fragment)
-            self.version[stale] = s.node_version[stale]
-        return self.values
-
-    def cached(self) -> tuple[BoolArray, IntArray, IntArray, IntArray]:
-        """The whole fleet's ``usable`` [N, M, W], ``U``, ``cnt`` [N, M] and ``T`` [N], as of the
-        last :meth:`current`: the compiled loops gather the rows they need themselves."""
-        return self._usable, self._usable_idle, self._usable_count, self._idle

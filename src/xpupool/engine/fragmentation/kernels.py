@@ -1,5 +1,5 @@
-"""Compiled inner loops of the fragmentation measure (``engine/fragmentation.py``), and the
-knapsack of the share prices (``engine/share_prices.py``), a thousand steps per solve.
+"""Compiled inner loops of the fragmentation measure (``measure.py``), and the knapsack of the
+share prices (``prices.py``), a thousand steps per solve.
 
 FGD's evaluation touches a few nodes per request (those that changed since the same amounts were
 last scored) over every shape the node serves and every device: arrays of a few thousand elements,
@@ -9,27 +9,26 @@ temporary for each. These loops do the same arithmetic in one pass, compiled onc
 they return are FGD's to the last bit where they replaced NumPy expressions that sum the shapes in
 order (the FGD reproduction's placements are unchanged), and equal after ``settled`` elsewhere;
 ``tests/unit/engine/test_fragmentation.py`` and ``test_lookahead.py`` check them against the
-plain NumPy definition (``fragmentation.fragmentation``) and against real placements.
+plain NumPy definition (``measure.fragmentation``) and against real placements.
 
-``t`` is the shape table's arrays as one tuple (``ShapeTable.arrays``). The shapes a node serves are
-one CSR list over the table's kinds of node (``kind_ptr``, ``kind_shapes``): on a mixed fleet a node
-serves a fraction of the workload's shapes, and on the others all its idle compute is fragment
-(``kind_rest``, their total weight). Per-node scratch arrays are indexed by a shape's position in
-its kind's list (``j``), the table's by the shape (``m``).
+``t`` is the shape table's arrays as one tuple (``ShapeTable.arrays``, laid out as ``ShapeArrays``);
+the entry points take it, not the table, so that this module imports nothing of the measure's. The
+shapes a node serves are one CSR list over the table's kinds of node (``kind_ptr``,
+``kind_shapes``): on a mixed fleet a node serves a fraction of the workload's shapes, and on the
+others all its idle compute is fragment (``kind_rest``, their total weight). Per-node scratch
+arrays are indexed by a shape's position in its kind's list (``j``), the table's by the shape
+(``m``).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from numba import njit
 
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
-
-if TYPE_CHECKING:  # fragmentation.py imports this module
-    from xpupool.engine.fragmentation import ShapeTable
 
 log = logging.getLogger("xpupool.engine")
 _uncached: list[str] = []  # loops compiled without a cache (no writable folder for it)
@@ -55,6 +54,19 @@ def _JIT(func: Any) -> Any:  # noqa: N802 (used like the decorator it wraps)
 # Positions in ``t`` (``ShapeTable.arrays``).
 NODE_KIND, KIND_PTR, KIND_SHAPES, KIND_REST, NEED_MIB, WEIGHTS = 0, 1, 2, 3, 4, 5
 NEED_CORE, COUNT, CPU, MEMORY, DEVICE_SHAPE = 6, 7, 8, 9, 10
+ShapeArrays = tuple[
+    IntArray,  # NODE_KIND [N]
+    IntArray,  # KIND_PTR [kinds + 1]
+    IntArray,  # KIND_SHAPES
+    FloatArray,  # KIND_REST [kinds]
+    IntArray,  # NEED_MIB [N, M, W]
+    FloatArray,  # WEIGHTS [M]
+    IntArray,  # NEED_CORE [M]
+    IntArray,  # COUNT [M]
+    IntArray,  # CPU [M]
+    IntArray,  # MEMORY [M]
+    BoolArray,  # DEVICE_SHAPE [M]
+]
 
 
 # ---------------------------------------------------------------------- one node
@@ -106,7 +118,7 @@ def _take_card(
 def _admits(t: Any, k: Any, cpu: Any, mem: Any, capped: Any, admits: Any, cap: Any) -> None:
     """For each shape kind ``k`` serves: can a node with ``cpu`` and ``mem`` free take one (it asks
     devices, and the node's CPU and memory admit it), and the idle compute its CPU and memory let
-    the shape use (``fragmentation.cpu_capped``; inf when not capped)."""
+    the shape use (``measure.cpu_capped``; inf when not capped)."""
     start = t[KIND_PTR][k]
     for j in range(t[KIND_PTR][k + 1] - start):
         m = t[KIND_SHAPES][start + j]
@@ -152,7 +164,7 @@ def _limits(t: Any) -> Any:
 
 
 def _settle(fragment: Any) -> float:
-    """``fragmentation.settled`` of one value (NumPy rounds as ``rint(x * 10**d) / 10**d``)."""
+    """``measure.settled`` of one value (NumPy rounds as ``rint(x * 10**d) / 10**d``)."""
     result: float = np.rint(fragment * 1e6) / 1e6
     return result
 
@@ -266,7 +278,7 @@ def _best_deltas(
 
 
 def _knapsack(sizes: Any, prices: Any, card: Any, value: Any, last: Any) -> None:
-    """Unbounded knapsack over one card (``engine/share_prices.py``): ``value[h]`` the most that
+    """Unbounded knapsack over one card (``prices.py``): ``value[h]`` the most that
     ``sizes`` fitting in ``h`` are worth at ``prices``, ``last[h]`` the size taken last there (-1:
     the best at ``h`` is the best at ``h - 1``), ``h = 0..card``."""
     value[0], last[0] = 0.0, -1
@@ -295,27 +307,27 @@ _knapsack_jit = _JIT(_knapsack)
 # ---------------------------------------------------------------------- typed entry points
 def node_quantities(
     nodes: IntArray,
-    table: ShapeTable,
+    t: ShapeArrays,
     core: IntArray,
     mem: IntArray,
     with_usable: bool = True,
 ) -> tuple[IntArray, BoolArray, IntArray, IntArray]:
     """``T`` [S], ``usable`` [S, M, W] (empty unless ``with_usable``), ``U`` and ``cnt`` [S, M]:
-    FGD's per-shape quantities (``fragmentation.node_view``) of ``nodes`` whose cards have ``core``
-    compute and ``mem`` MiB free ([S, W]), for every shape of the table (zero, exactly, for those a
-    node's kind does not serve: they need ``NEVER`` MiB on its cards)."""
-    s, m, w = nodes.size, table.weights.size, core.shape[1]
+    FGD's per-shape quantities (``measure.node_view``) of ``nodes`` whose cards have ``core``
+    compute and ``mem`` MiB free ([S, W]), for every shape of the table ``t`` (zero, exactly, for
+    those a node's kind does not serve: they need ``NEVER`` MiB on its cards)."""
+    s, m, w = nodes.size, t[WEIGHTS].size, core.shape[1]
     idle = np.zeros(s, np.int64)
     usable = np.zeros((s, m, w) if with_usable else (0, 0, 0), np.bool_)
     used = np.zeros((s, m), np.int64)
     count = np.zeros((s, m), np.int64)
-    _node_quantities_jit(table.arrays, nodes, core, mem, idle, usable, used, count, with_usable)
+    _node_quantities_jit(t, nodes, core, mem, idle, usable, used, count, with_usable)
     return idle, usable, used, count
 
 
 def one_card_after(
     nodes: IntArray,
-    table: ShapeTable,
+    t: ShapeArrays,
     state: ClusterState,
     cached: tuple[BoolArray, IntArray, IntArray, IntArray],
     core: int,
@@ -333,7 +345,7 @@ def one_card_after(
     mib = np.full(shape, mib, np.int64) if isinstance(mib, int) else mib
     usable, usable_idle, usable_count, idle = cached
     _one_card_after_jit(
-        table.arrays, nodes, state.dev_core_free, state.dev_mem_free, usable, usable_idle,
+        t, nodes, state.dev_core_free, state.dev_mem_free, usable, usable_idle,
         usable_count, idle, core, mib, cpu_after, mem_after, capped, out,
     )  # fmt: skip
     return out
@@ -343,16 +355,16 @@ def best_deltas(
     nodes: IntArray,
     free: tuple[IntArray, IntArray, IntArray, IntArray, BoolArray],
     rows: IntArray,
-    table: ShapeTable,
+    t: ShapeArrays,
     capped: bool,
 ) -> FloatArray:
     """``[B, J]`` each shape ``rows[j]``'s best settled FGD delta on each base node, given its
     ``free`` = (device compute [B, W], device memory [B, W], CPU [B], memory [B], schedulable [B]);
-    -inf where the shape does not land (the lookahead's ``B_j``, ``engine/lookahead.py``). A
+    -inf where the shape does not land (the lookahead's ``B_j``, ``lookahead.py``). A
     one-card shape is tried on each card with room, a shape of several cards on the first ``k``
     cards with room, as FGD places them."""
     out = np.empty((nodes.size, rows.size), np.float64)
-    _best_deltas_jit(table.arrays, nodes, *free, rows, capped, out)
+    _best_deltas_jit(t, nodes, *free, rows, capped, out)
     return out
 
 
@@ -370,7 +382,7 @@ def knapsack(sizes: IntArray, prices: FloatArray, card: int) -> tuple[FloatArray
 def warm() -> None:
     """Compile the loops now (or load them from the cache), once per process, on a one-node table
     of the types the engine passes, and import the LP solver of the share prices
-    (``engine/share_prices.py``, imported lazily: 0.4 s that the engine's import does not pay). A
+    (``prices.py``, imported lazily: 0.4 s that the engine's import does not pay). A
     server calls this before it takes requests: done on the first request instead, each is a stall
     of about 0.4 s that queues every request behind it."""
     global _warm

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from xpupool.engine.fragmentation import NEVER, IndexArray, ShapeTable
+from xpupool.engine.fragmentation.measure import NEVER, IndexArray, ShapeTable
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 
 

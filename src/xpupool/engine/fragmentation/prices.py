@@ -27,7 +27,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from xpupool.engine.kernels import knapsack
+from xpupool.engine.fragmentation.kernels import knapsack
 from xpupool.engine.state import FloatArray, IntArray
 
 CARD = 1000  # thousandths of a card

@@ -1,0 +1,76 @@
+"""The fragmentation measure (``measure.py``) kept current per node: recomputed only for the nodes
+whose version moved since it was last evaluated, with the per-shape quantities the scorers reuse.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from xpupool.engine.eligibility import Eligibility
+from xpupool.engine.fragmentation.kernels import node_quantities
+from xpupool.engine.fragmentation.measure import (
+    ShapeTable,
+    TargetWorkload,
+    expected_fragment,
+    settled,
+)
+from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
+
+
+class FragmentationCache:
+    """Per-node fragmentation and per-node shape quantities (:class:`NodeView`), kept current by
+    recomputing only nodes whose version moved. The view does not depend on any request, so the
+    FGD scorer reads it from here instead of recomputing it for every candidate evaluation."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        pipeline: Eligibility,
+        workload: TargetWorkload,
+        capped: bool = False,
+    ) -> None:
+        self.state = state
+        self.pipeline = pipeline
+        self.workload = workload
+        self.capped = capped
+        self._reset()
+
+    def _reset(self) -> None:
+        s = self.state
+        self.table = ShapeTable(s, self.pipeline, self.workload)
+        m = self.table.weights.size
+        n, w = s.dev_present.shape
+        self.values = np.zeros(n, np.float64)
+        self.version = np.full(n, -1, np.int64)
+        self._idle = np.zeros(n, np.int64)
+        self._usable = np.zeros((n, m, w), np.bool_)
+        self._usable_idle = np.zeros((n, m), np.int64)
+        self._usable_count = np.zeros((n, m), np.int64)
+
+    def current(self) -> FloatArray:
+        """``[N]`` fragmentation of every node now."""
+        s = self.state
+        if self.table.epoch != s.epoch or self.values.size != s.n_nodes:
+            self._reset()
+        stale = np.flatnonzero(self.version != s.node_version)
+        if stale.size:
+            table = self.table
+            idle, usable, usable_idle, usable_count = node_quantities(
+                stale, table.arrays, s.dev_core_free[stale], s.dev_mem_free[stale]
+            )
+            self._idle[stale] = idle
+            self._usable[stale] = usable
+            self._usable_idle[stale] = usable_idle
+            self._usable_count[stale] = usable_count
+            cpu, mem = s.node_cpu_free[stale], s.node_mem_free[stale]
+            fragment = expected_fragment(
+                table, idle, usable_idle, usable_count, cpu, mem, self.capped
+            )
+            self.values[stale] = settled(fragment)
+            self.version[stale] = s.node_version[stale]
+        return self.values
+
+    def cached(self) -> tuple[BoolArray, IntArray, IntArray, IntArray]:
+        """The whole fleet's ``usable`` [N, M, W], ``U``, ``cnt`` [N, M] and ``T`` [N], as of the
+        last :meth:`current`: the compiled loops gather the rows they need themselves."""
+        return self._usable, self._usable_idle, self._usable_count, self._idle
