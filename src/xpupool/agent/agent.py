@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from xpupool.agent.monitor import Monitor, Reading, device_metrics, over_limit
 from xpupool.agent.runner import FINAL, Runner
-from xpupool.agent.transport import AgentRefused, Transport, TransportError
+from xpupool.agent.transport import AgentRefused, NodeReleased, Transport, TransportError
 from xpupool.model.errors import NotFound
 from xpupool.probes.base import DeviceInfo
 from xpupool.server.schemas import Heartbeat, NodeIn
@@ -172,7 +172,7 @@ class Agent:
     def tick(self) -> None:
         """Poll every node's processes; heartbeat those that are due or whose replicas changed."""
         now = self.clock()
-        for node in self.nodes:
+        for node in list(self.nodes):  # a copy: a released node leaves the list
             node.runner.poll()
             changed = self._states(node) != node.states
             if changed or now >= node.next_heartbeat:
@@ -180,10 +180,20 @@ class Agent:
                     self.step(node)
                 except AgentRefused:
                     raise  # retrying cannot help: the agent stops and says why
+                except NodeReleased as exc:
+                    self._release(node, exc)
+                    continue
                 except Exception:  # one node's bug must not stop the others
                     log.exception("agent step for %s failed", node.name)
                 node.states = self._states(node)
                 node.next_heartbeat = self.clock() + self.heartbeat_s
+
+    def _release(self, node: HostedNode, exc: NodeReleased) -> None:
+        """Let go of ``node``: the server gives it to no one through this agent any more. What
+        still runs there is stopped (its devices are no longer this agent's to use)."""
+        log.warning("%s: stopping its replicas here and hosting it no more", exc)
+        node.runner.shutdown()
+        self.nodes.remove(node)
 
     def run(self, stop: threading.Event) -> None:
         """Tick until ``stop`` is set, then stop every replica (SIGTERM, grace, SIGKILL) and send

@@ -25,7 +25,7 @@ from xpupool.agent.inventory import node_in, node_name
 from xpupool.agent.launch import LaunchSettings
 from xpupool.agent.monitor import Monitor
 from xpupool.agent.runner import Runner
-from xpupool.agent.transport import TransportError
+from xpupool.agent.transport import NodeReleased, TransportError
 from xpupool.model.errors import Conflict, Forbidden, RequestError, Unavailable, XpupoolError
 from xpupool.probes import Probe, host_probes
 from xpupool.probes.container_runtime import RuntimeName, detect_runtime
@@ -42,13 +42,15 @@ class PlaneTransport:
     """The agent protocol as direct calls on the plane, as ``who``: the same node checks as an
     HTTP agent's (``services/node_identity.py``), for the nodes this agent hosts and no other.
     A refusal is written to the audit log, as the HTTP front does, then raised (NotFound passes
-    through unchanged)."""
+    through unchanged); a node the admin deleted or took over is :class:`NodeReleased`."""
 
     def __init__(self, plane: ControlPlane, who: Principal) -> None:
         self.plane = plane
         self.who = who
 
     def _refused(self, action: str, node: str, exc: XpupoolError) -> None:
+        if isinstance(exc, Forbidden) and node in self.plane.released_nodes:
+            raise NodeReleased(node, str(exc)) from None  # the admin's doing: no refusal row
         status = 403 if isinstance(exc, Forbidden) else 422
         self.plane.audit.record(self.who, action, f"node {node}", status, str(exc))
 

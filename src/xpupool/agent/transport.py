@@ -1,11 +1,12 @@
 """How an agent talks to the control plane: over HTTP (a standalone agent) or by direct calls.
 
 One small protocol with two implementations, so the loop is the same code in ``xpupool agent`` and
-inside ``xpupool up``. Every failure the loop can act on is one of three errors: :class:`NotFound`
+inside ``xpupool up``. Every failure the loop can act on is one of four errors: :class:`NotFound`
 (the server does not know the node or replica: register again, or drop the bytes),
-:class:`TransportError` (try again next period) and :class:`AgentRefused` (trying again cannot
+:class:`TransportError` (try again next period), :class:`AgentRefused` (trying again cannot
 help: the credential is refused, the protocol versions differ, or the server's TLS certificate is
-not trusted; the agent stops and says why).
+not trusted; the agent stops and says why) and :class:`NodeReleased` (one hosted node is no longer
+this agent's: the agent lets go of it and goes on with the others).
 """
 
 from __future__ import annotations
@@ -31,6 +32,17 @@ class AgentRefused(XpupoolError):  # noqa: N818 - an answer, not a bug: the agen
     """The server refuses this agent in a way retrying cannot change: a revoked, expired or spent
     token (401), a credential bound to another node (403), another agent protocol (426), or a
     server certificate this agent cannot verify."""
+
+
+class NodeReleased(XpupoolError):  # noqa: N818 - an answer, not a bug: the node is not ours
+    """The server no longer lets this agent speak for one of its nodes (the admin deleted it or
+    took it over), while the agent's other nodes stay its own. Only the in-process agent hosts
+    several nodes without a token per node, so only its transport raises it; a standalone
+    agent's revoked token is :class:`AgentRefused`."""
+
+    def __init__(self, node: str, reason: str) -> None:
+        self.node = node
+        super().__init__(reason)
 
 
 class Transport(Protocol):

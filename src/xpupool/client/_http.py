@@ -129,6 +129,12 @@ class Client:
     def cordon_node(self, name: str, cordon: bool = True) -> s.Node:
         return self._post(f"/v1/nodes/{name}/{'cordon' if cordon else 'uncordon'}", s.Node)
 
+    def delete_node(self, name: str, *, drain: bool = False) -> s.NodeDeletion:
+        response = self._call(
+            "DELETE", f"/v1/nodes/{quote(name, safe='')}", params={"drain": str(drain).lower()}
+        )
+        return s.NodeDeletion.model_validate(response.json())
+
     def devices(self, *, node: str | None = None) -> list[s.Device]:
         return self._list("/v1/devices", s.Device, node=node)
 

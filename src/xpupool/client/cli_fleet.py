@@ -1,4 +1,4 @@
-"""``xpupool nodes | devices | sites | queues | top`` and node/device cordoning."""
+"""``xpupool nodes | devices | sites | queues | top``, node/device cordoning and node deletion."""
 
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ def top(
 
 @click.group()
 def node() -> None:
-    """Admin: take a node out of scheduling or put it back."""
+    """Admin: take a node out of scheduling, put it back, or delete it."""
 
 
 @click.group()
@@ -147,6 +147,29 @@ def node_cordon(name: str, url: str | None, token: str | None, output: str) -> N
 def node_uncordon(name: str, url: str | None, token: str | None, output: str) -> None:
     """Let the scheduler use the node again."""
     _node_cordon(name, False, url, token, output)
+
+
+@node.command("delete", epilog=CONNECTION_HELP)
+@click.argument("name")
+@click.option(
+    "--drain",
+    is_flag=True,
+    help="with jobs on it: cordon it now and delete it when they end (else refused)",
+)
+@connection_options
+@output_option
+def node_delete(name: str, drain: bool, url: str | None, token: str | None, output: str) -> None:
+    """Remove a node from the pool and revoke the agent tokens bound to it. Refused while jobs
+    hold it, unless --drain. A cluster-file node comes back at the next `xpupool up --cluster`."""
+    with make_client(url, token) as client:
+        found = client.delete_node(name, drain=drain)
+    what = "deleted" if found.deleted else "draining"
+    revoked = ", ".join(map(str, found.tokens_revoked)) or "none"
+    emit(
+        output,
+        found,
+        lambda: f"node {found.name} {what}; tokens revoked: {revoked}\n{found.note}",
+    )
 
 
 @device.command("cordon", epilog=CONNECTION_HELP)

@@ -22,9 +22,9 @@ from typing import Any
 from sqlalchemy import Connection, Update, bindparam, delete, func, insert, select, update
 from sqlalchemy.exc import OperationalError
 
-from xpupool.engine.fragmentation import kernels
 from xpupool.engine.admission import Admission, QueueSpec, Quota, Resource
 from xpupool.engine.engine import Engine
+from xpupool.engine.fragmentation import kernels
 from xpupool.engine.profile import DEFAULT_PROFILE
 from xpupool.engine.state import ClusterState
 from xpupool.model.allocation import Allocation, DeviceShare
@@ -34,7 +34,7 @@ from xpupool.model.request import Request
 from xpupool.model.request_json import request_from_dict
 from xpupool.server import schemas as s
 from xpupool.server.audit import AuditLog
-from xpupool.server.auth import Principal
+from xpupool.server.auth import AGENT_ROLES, Principal
 from xpupool.server.consistency import Problem, problem_for, settle
 from xpupool.server.drain import draining, plan
 from xpupool.server.health import Health, probe_writable, store_failure
@@ -48,6 +48,7 @@ from xpupool.server.storage.pool import pool as t_pool
 from xpupool.server.storage.tenants import assign_tenant_indices
 from xpupool.server.storage.tenants import queues as t_queues
 from xpupool.server.storage.tenants import tenants as t_tenants
+from xpupool.server.storage.tenants import tokens as t_tokens
 
 log = logging.getLogger("xpupool.server")
 DEFAULT_MAX_LOG_BYTES = 64 << 20
@@ -67,6 +68,8 @@ class NodeRecord:
     registered_at: float
     last_heartbeat: float | None = None
     target: Node | None = None  # registered, waiting for allocations on ``node`` to end (a drain)
+    # Unix time the admin asked to delete it once nothing is held there (cordoned meanwhile)
+    deleting_since: float | None = None
 
     @property
     def draining(self) -> frozenset[str]:
@@ -190,6 +193,9 @@ class ControlPlane:
         self.audit = AuditLog(self.db, self.write, clock)
         self.max_log_bytes = max_log_bytes  # what the server keeps of one replica's log
         self.nodes: dict[str, NodeRecord] = {}
+        # nodes the admin deleted or took over while this server runs: the in-process agent,
+        # which has no token to revoke, speaks for them no more (services/node_identity.py)
+        self.released_nodes: set[str] = set()
         self.metrics: dict[str, s.DeviceMetrics] = {}
         self.pending: PendingJobs[PendingJob] = PendingJobs()  # counts per tenant (limits)
         self.held: dict[int, HeldJob] = {}
@@ -299,6 +305,7 @@ class ControlPlane:
             # a restart is not the agents' fault: every node gets a fresh grace period
             last_heartbeat=None if row["last_heartbeat"] is None else self.clock(),
             target=target,
+            deleting_since=row["deleting_since"],
         )
 
     def reload(self) -> None:
@@ -511,16 +518,35 @@ class ControlPlane:
         self.bump()
 
     def advance_drains(self, conn: Connection, names: Iterable[str]) -> None:
-        """Apply what draining nodes among ``names`` registered, as far as the allocations still
-        on them allow (a device whose last allocation ended is dropped or changed now)."""
+        """Apply what draining nodes among ``names`` wait for, as far as the allocations still
+        on them allow: a device whose last allocation ended is dropped or changed now (what a
+        registration's drain registered), a node the admin deletes is removed once nothing is
+        held there (a deletion's drain)."""
         changed = []
         for name in names:
             rec = self.nodes.get(name)
-            if rec is None or rec.target is None:
+            if rec is None or (rec.target is None and rec.deleting_since is None):
                 continue
             on_node = [
                 (j.id, a) for j in self.held.values() for a in j.allocations if a.node == name
             ]
+            if rec.deleting_since is not None and not on_node:
+                revoked = self.remove_node(conn, name)
+                self.forget_node(name)
+                self.audit.record(
+                    None,
+                    "delete_node",
+                    f"node {name}",
+                    200,
+                    f"ok: drained and removed (deletion asked at {rec.deleting_since:.0f}); "
+                    f"tokens revoked: {revoked or 'none'}",
+                    conn,
+                )
+                log.warning("node %s: its last allocation ended, node deleted", name)
+                changed.append(name)
+                continue
+            if rec.target is None:
+                continue
             step = plan(rec.node, rec.target, on_node)
             if step.serve == rec.node:
                 continue
@@ -531,11 +557,44 @@ class ControlPlane:
         if changed:
             self.rebuild_engine(conn)
 
+    def remove_node(self, conn: Connection, name: str) -> list[int]:
+        """The store's half of deleting node ``name``, in ``conn``'s transaction: its row goes
+        and every live credential bound to it (agent tokens, a bootstrap token pinned to its
+        name) is revoked; returns the revoked token ids. Nothing may be held on the node: the
+        caller checked, and rebuilds the engine after :meth:`forget_node`."""
+        bound = select(t_tokens.c.id).where(
+            t_tokens.c.node == name,
+            t_tokens.c.role.in_(sorted(AGENT_ROLES)),
+            t_tokens.c.revoked.is_(False),
+        )
+        revoked = [int(i) for i in conn.execute(bound).scalars()]
+        if revoked:
+            conn.execute(update(t_tokens).where(t_tokens.c.id.in_(revoked)).values(revoked=True))
+        conn.execute(delete(t_nodes).where(t_nodes.c.name == name))
+        return revoked
+
+    def forget_node(self, name: str) -> None:
+        """Memory's half of deleting node ``name``: its record and its devices' metrics go,
+        cached principals are dropped (their tokens may be revoked now), and the in-process
+        agent speaks for it no more. The engine still has it until the caller rebuilds it."""
+        rec = self.nodes.pop(name)
+        for n in (rec.node, rec.target):
+            for d in n.devices if n is not None else ():
+                self.metrics.pop(d.uuid, None)
+        self.principals.clear()
+        self.released_nodes.add(name)
+
     def cordon_node(self, conn: Connection, name: str, cordoned: bool) -> None:
-        """Cordon (or uncordon) a node in memory, engine and store; what runs there stays."""
+        """Cordon (or uncordon) a node in memory, engine and store; what runs there stays.
+        Uncordoning a node that waits to be deleted cancels the deletion."""
         rec = self.nodes[name]
         rec.cordoned = cordoned
-        conn.execute(update(t_nodes).where(t_nodes.c.name == name).values(schedulable=not cordoned))
+        values: dict[str, object] = {"schedulable": not cordoned}
+        if not cordoned and rec.deleting_since is not None:
+            rec.deleting_since = None
+            values["deleting_since"] = None
+            log.warning("node %s uncordoned: its deletion is cancelled", name)
+        conn.execute(update(t_nodes).where(t_nodes.c.name == name).values(**values))
         self.engine.state.set_node_schedulable(
             name, not cordoned and rec.status is s.NodeStatus.READY
         )

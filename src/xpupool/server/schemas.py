@@ -525,6 +525,35 @@ class Node(Lenient):
     runtime: str | None = Field(
         None, description="Container runtime for image jobs ('docker', 'podman'); null = none."
     )
+    deleting: bool = Field(
+        False,
+        description="Cordoned for deletion (DELETE /v1/nodes/NAME?drain=true): removed when its "
+        "last allocation ends; uncordoning it cancels the deletion.",
+    )
+
+
+class NodeDeletion(Lenient):
+    """The answer to ``DELETE /v1/nodes/{name}``."""
+
+    name: str
+    deleted: bool = Field(
+        description="True: the node is gone (engine and store). False: a drain, the node is "
+        "cordoned and is removed when the allocations in ``waiting_for`` end."
+    )
+    waiting_for: list[str] = Field(
+        default_factory=list,
+        description="What a drain waits for, one 'allocation 3 (job 7)' each; empty when deleted.",
+    )
+    tokens_revoked: list[int] = Field(
+        default_factory=list,
+        description="Ids of the agent (and bootstrap) tokens bound to the node, revoked by the "
+        "deletion; empty while a drain waits (they are revoked when the node is removed).",
+    )
+    note: str = Field(
+        "",
+        description="What happens next: a cluster-file node is registered again from the file "
+        "by the next `xpupool up --cluster FILE`; an agent node only with a new token.",
+    )
 
 
 class Registered(Node):

@@ -15,6 +15,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from xpupool.server.app import create_app
 from xpupool.server.plane import ControlPlane
 from xpupool.server.scheduler_loop import schedule_pass
 from xpupool.server.services import tenants
@@ -59,6 +60,16 @@ def open_server(data: Path, clock: FakeClock, **kwargs: object) -> tuple[Control
     url = f"sqlite:///{data / 'state.db'}"
     plane = ControlPlane(url, data, clock=clock, **kwargs)  # type: ignore[arg-type]
     return plane, tenants.ensure_admin_token(plane)
+
+
+def reopen(srv: Server) -> Server:
+    """A restart: a new plane (and app) over ``srv``'s store, on the same clock; ``srv``'s
+    connections are closed first. Use the result's client in a ``with`` block, and dispose of
+    its plane's database after it."""
+    srv.plane.db.dispose()
+    plane = ControlPlane(srv.db_url, srv.data, clock=srv.clock)
+    client = TestClient(create_app(plane, background=False))
+    return Server(plane, client, srv.admin_token, srv.clock, srv.db_url, srv.data)
 
 
 A100 = "NVIDIA A100-SXM4-80GB"

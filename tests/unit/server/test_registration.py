@@ -6,11 +6,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi.testclient import TestClient
-from server_kit import Server, devices, heartbeat, job, node, node_body, report, row_counts, tenant
-
-from xpupool.server.app import create_app
-from xpupool.server.plane import ControlPlane
+from server_kit import (
+    Server,
+    devices,
+    heartbeat,
+    job,
+    node,
+    node_body,
+    reopen,
+    report,
+    row_counts,
+    tenant,
+)
 
 RUN = ["true"]
 
@@ -83,16 +90,8 @@ def test_a_drain_is_stored_and_applied_when_the_held_card_is_free(server: Server
     assert job(server, other["id"])["state"] == "pending"  # the draining card takes nothing
 
     # a restart keeps the drain
-    server.plane.db.dispose()
-    plane = ControlPlane(server.db_url, server.data, clock=server.clock)
-    again = Server(
-        plane,
-        TestClient(create_app(plane, background=False)),
-        server.admin_token,
-        server.clock,
-        server.db_url,
-        server.data,
-    )
+    again = reopen(server)
+    plane = again.plane
     with again.client:
         assert next(d for d in devices(again, "n1") if d["uuid"] == held)["draining"]
         heartbeat(again, "n1", [report(j["id"], 0, "running")])

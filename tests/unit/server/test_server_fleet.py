@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from server_kit import (
     Server,
@@ -16,14 +15,12 @@ from server_kit import (
     node,
     node_body,
     queue,
+    reopen,
     report,
     row_counts,
     submit,
     tenant,
 )
-
-from xpupool.server.app import create_app
-from xpupool.server.plane import ControlPlane
 
 
 def test_register_twice_changes_nothing(server: Server) -> None:
@@ -234,16 +231,8 @@ def test_restart_rebuilds_the_same_state(server: Server) -> None:
     assert len(before["held"]) == 3 and len(before["pending"]) == 1
 
     server.client.close()
-    server.plane.db.dispose()
-    plane = ControlPlane(server.db_url, server.data, clock=server.clock)
-    restarted = Server(
-        plane,
-        TestClient(create_app(plane, background=False)),
-        server.admin_token,
-        server.clock,
-        server.db_url,
-        server.data,
-    )
+    restarted = reopen(server)
+    plane = restarted.plane
     with restarted.client:
         assert snapshot(restarted) == before
         # the rebuilt plane goes on: new allocations get fresh ids, nothing is placed twice

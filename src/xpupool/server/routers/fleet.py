@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Query
 
 from xpupool.server import schemas as s
 from xpupool.server.routers.deps import Admin, Plane, User
-from xpupool.server.services import fleet
+from xpupool.server.services import fleet, node_deletion
 
 router = APIRouter(prefix="/v1", tags=["fleet"])
 NodeName = Annotated[str, Path(max_length=63)]
@@ -35,7 +35,24 @@ def cordon_node(name: NodeName, plane: Plane, _: Admin) -> s.Node:
 
 @router.post("/nodes/{name}/uncordon", response_model=s.Node)
 def uncordon_node(name: NodeName, plane: Plane, _: Admin) -> s.Node:
+    """Back in service; a node waiting to be deleted (a drain) is not deleted after all."""
     return fleet.cordon_node(plane, name, False)
+
+
+@router.delete("/nodes/{name}", response_model=s.NodeDeletion)
+def delete_node(
+    name: NodeName,
+    plane: Plane,
+    _: Admin,
+    drain: Annotated[
+        bool,
+        Query(description="With live allocations: cordon now, remove when they end (else 409)."),
+    ] = False,
+) -> s.NodeDeletion:
+    """Remove the node from the pool and revoke the agent tokens bound to it; 409 naming each
+    allocation and job while work is held there, unless ``drain``. A cluster-file node is
+    registered again by the next start with that file (the reply's ``note`` says so)."""
+    return node_deletion.delete_node(plane, name, drain)
 
 
 @router.get("/devices", response_model=list[s.Device])

@@ -232,7 +232,8 @@ def mark_lost_nodes(plane: ControlPlane) -> list[str]:
     now = plane.clock()
     lost: list[str] = []
     with plane.write() as conn:
-        for name, rec in plane.nodes.items():
+        # a copy: requeueing the jobs of a node the admin deletes removes the node (a drain)
+        for name, rec in list(plane.nodes.items()):
             if rec.source != "agent" or rec.status is s.NodeStatus.LOST:
                 continue
             if rec.last_heartbeat is not None and now - rec.last_heartbeat <= plane.lost_after_s:

@@ -71,6 +71,7 @@ def register(
             rec.registered_at if rec is not None else now,
             now,
             target=step.target,
+            deleting_since=rec.deleting_since if rec is not None else None,  # the admin's stands
         )
         changed = rec is None or rec.node != fresh.node or rec.target != fresh.target
         built = plane.build({**plane.nodes, node.name: fresh}) if changed else None
@@ -136,9 +137,12 @@ def _check_uuids_free(plane: ControlPlane, body: s.NodeIn) -> None:
 
 def register_many(plane: ControlPlane, nodes: Iterable[Node], source: str) -> None:
     """Cluster-file nodes: simulated hosts registered in one go (a single engine rebuild); nodes
-    the store has already are left as they are. All or nothing, as :func:`register`."""
+    the store has already are left as they are (one the admin took over stays an agent node).
+    One the admin deleted is not in the store: it is registered again, and logged, because the
+    file is the operator's declaration (docs/security.md). All or nothing, as :func:`register`."""
     now = plane.clock()
     with plane.lock:
+        known = bool(plane.nodes)
         added = {
             node.name: NodeRecord(
                 node, source, s.NodeStatus.READY, not node.schedulable, set(), "", "", now
@@ -168,6 +172,12 @@ def register_many(plane: ControlPlane, nodes: Iterable[Node], source: str) -> No
                 )
         plane.nodes.update(added)
         plane.install(built)
+    if known and added:  # a node the admin deleted comes back from the file: say so
+        log.warning(
+            "cluster file: registered %s (not in the store: new in the file, or deleted by the "
+            "admin since the last start; the file declares them)",
+            ", ".join(sorted(added)),
+        )
 
 
 def _record(plane: ControlPlane, name: str) -> NodeRecord:
@@ -205,6 +215,7 @@ def node_view(plane: ControlPlane, name: str) -> s.Node:
             devices_free=free,
             last_heartbeat=rec.last_heartbeat,
             runtime=rec.node.container_runtime,
+            deleting=rec.deleting_since is not None,
         )
 
 

@@ -6,13 +6,16 @@ heartbeats as, if no other credential holds that node and it is not a cluster-fi
 then on it is a bound token. A bootstrap token registers one new node: the same transaction
 stores the node, spends the bootstrap token and issues the node's own token, which the reply
 carries once (kubelet's TLS bootstrap, with a bearer token in place of a certificate). Only the
-admin re-registers a cluster-file node. The HTTP routes and the in-process agent call the same
-functions here, so the same checks hold for both; every refusal is a :class:`Forbidden` naming
-the node the credential is bound to, and changes nothing.
+admin re-registers a cluster-file node: that takes it over (it becomes an agent node, and the
+in-process agent, like the agent of a node the admin deletes, speaks for it no more). The HTTP
+routes and the in-process agent call the same functions here, so the same checks hold for both;
+every refusal is a :class:`Forbidden` naming the node the credential is bound to, and changes
+nothing.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
 from sqlalchemy import Connection, insert, select, update
@@ -24,6 +27,7 @@ from xpupool.server.plane import ControlPlane
 from xpupool.server.services import agents, fleet
 from xpupool.server.storage.tenants import tokens as t_tokens
 
+log = logging.getLogger("xpupool.server")
 IN_PROCESS_TOKEN_ID = 0
 
 
@@ -41,6 +45,11 @@ def _check(plane: ControlPlane, who: Principal, node: str, action: str) -> bool:
     an unbound agent token that this call will bind to ``node``."""
     if who.is_admin:
         return False
+    if who.token_id == IN_PROCESS_TOKEN_ID and node in plane.released_nodes:
+        raise Forbidden(
+            f"node {node!r} was deleted or taken over by the admin: this server's in-process "
+            "agent speaks for it no more"
+        )
     if who.role == "bootstrap":
         raise Forbidden(
             f"a bootstrap token only registers a new node; to {action} node {node!r} use the "
@@ -117,9 +126,13 @@ def register(plane: ControlPlane, who: Principal, body: s.NodeIn) -> s.Registere
         who = _fresh(plane, who)
         bind = _check(plane, who, body.name, "register")
         rec = plane.nodes.get(body.name)
-        if not who.is_admin and rec is not None and rec.source == "cluster":
+        cluster = rec is not None and rec.source == "cluster"
+        if cluster and not who.is_admin:
             raise _cluster_refusal(body.name)
-        node = fleet.register(plane, body)
+        node = fleet.register(plane, body)  # an agent node from now on
+        if cluster:  # the admin took it over: the in-process agent lets go of it
+            plane.released_nodes.add(body.name)
+            log.warning("node %s taken over from the cluster file by the admin", body.name)
         if bind:
             _bind(plane, who, body.name)
     return s.Registered.model_validate(node.model_dump())

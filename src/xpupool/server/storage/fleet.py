@@ -29,6 +29,9 @@ nodes = Table(
     # the inventory the agent registered while some of it still held allocations (a drain):
     # {cpu_milli, memory_mib, devices}; null when what is served is what was registered
     Column("drain_to", JSON, nullable=True),
+    # Unix time the admin asked to delete the node once its last allocation ends (DELETE
+    # /v1/nodes/NAME?drain=true); null when no deletion waits. The node is cordoned meanwhile.
+    Column("deleting_since", Float, nullable=True),
     Column("last_heartbeat", Float, nullable=True),
     Column("registered_at", Float, nullable=False),
 )

@@ -1,0 +1,90 @@
+"""Deleting a node (admin only, issue 18): the node leaves the engine and the store in one step,
+and every credential bound to it is revoked, so its agent is refused from then on.
+
+A node holding live allocations is not deleted from under them: the request is refused (409,
+naming each allocation and job), or, asked to drain, the node is cordoned and marked, and the
+drain machinery a registration's drain uses (``ControlPlane.advance_drains``, called whenever
+allocations are released) removes it when its last allocation ends. A refused or failed deletion
+changes nothing, in memory or in the store. A cluster-file node comes back at the next start
+with ``--cluster FILE``: the file is the operator's declaration of the fleet, as a kubelet
+registers its node again after ``kubectl delete node``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import update
+
+from xpupool.model.errors import Conflict, NotFound
+from xpupool.server import schemas as s
+from xpupool.server.plane import ControlPlane, NodeRecord
+from xpupool.server.storage.fleet import nodes as t_nodes
+
+log = logging.getLogger("xpupool.server")
+
+
+def delete_node(plane: ControlPlane, name: str, drain: bool) -> s.NodeDeletion:
+    """Delete node ``name`` now, or with ``drain`` once nothing is held there. Raises NotFound
+    for an unknown node, Conflict (nothing changed) when allocations hold it and not ``drain``;
+    a store that cannot be written raises Unavailable, and memory stays as it was."""
+    with plane.lock:
+        rec = plane.nodes.get(name)
+        if rec is None:
+            raise NotFound("node", name)
+        held = sorted(
+            (a.id, job.id) for job in plane.held.values() for a in job.allocations if a.node == name
+        )
+        holders = [f"allocation {alloc_id} (job {job_id})" for alloc_id, job_id in held]
+        if holders and not drain:
+            raise Conflict(
+                f"node {name} holds live work: {', '.join(holders)}. Nothing changed; delete it "
+                f"with drain=true (xpupool node delete {name} --drain) to cordon it now and "
+                "remove it when that work ends"
+            )
+        if holders:
+            return _drain(plane, rec, holders)
+        built = plane.build({n: r for n, r in plane.nodes.items() if n != name})
+        if built.problems:  # nothing is held there: another node's trouble, not this deletion's
+            raise Conflict(
+                f"node {name}: {'; '.join(p.reason for p in built.problems)}. Nothing changed"
+            )
+        with plane.write() as conn:
+            revoked = plane.remove_node(conn, name)
+        # stored: now memory, still under the lock
+        plane.forget_node(name)
+        plane.install(built)
+        log.warning("node %s deleted by the admin; tokens revoked: %s", name, revoked or "none")
+    return s.NodeDeletion(name=name, deleted=True, tokens_revoked=revoked, note=_next(rec))
+
+
+def _drain(plane: ControlPlane, rec: NodeRecord, holders: list[str]) -> s.NodeDeletion:
+    """Cordon ``rec`` and mark it to be deleted when ``holders`` end (asked again: as it was)."""
+    name = rec.node.name
+    with plane.write() as conn:
+        if rec.deleting_since is None:
+            since = plane.clock()
+            conn.execute(update(t_nodes).where(t_nodes.c.name == name).values(deleting_since=since))
+            rec.deleting_since = since
+        if not rec.cordoned:
+            plane.cordon_node(conn, name, True)
+    log.warning("node %s: deletion waits for %s", name, ", ".join(holders))
+    note = (
+        f"cordoned; removed, and its tokens revoked, when {', '.join(holders)} "
+        f"{'ends' if len(holders) == 1 else 'end'} (uncordon it to cancel). {_next(rec)}"
+    )
+    return s.NodeDeletion(name=name, deleted=False, waiting_for=holders, note=note)
+
+
+def _next(rec: NodeRecord) -> str:
+    """What brings the node back, for the reply."""
+    if rec.source == "cluster":
+        return (
+            f"node {rec.node.name} comes from the cluster file: the next `xpupool up --cluster "
+            "FILE` registers it again; remove it from the file to keep it out"
+        )
+    return (
+        f"node {rec.node.name} registers again only with a credential the admin issues "
+        f"(token issue --agent --node {rec.node.name}), or at the next start of the server "
+        "whose in-process agent hosted it"
+    )
