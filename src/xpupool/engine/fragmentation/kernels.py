@@ -11,8 +11,8 @@ order (the FGD reproduction's placements are unchanged), and equal after ``settl
 ``tests/unit/engine/test_fragmentation.py`` and ``test_lookahead.py`` check them against the
 plain NumPy definition (``measure.fragmentation``) and against real placements.
 
-``t`` is the shape table's arrays as one tuple (``ShapeTable.arrays``, laid out as ``ShapeArrays``);
-the entry points take it, not the table, so that this module imports nothing of the measure's. The
+``t`` is the shape table's arrays (``ShapeTable.arrays``, a ``ShapeArrays``); the entry points
+take it, not the table, so that this module imports nothing of the measure's. The
 shapes a node serves are one CSR list over the table's kinds of node (``kind_ptr``,
 ``kind_shapes``): on a mixed fleet a node serves a fraction of the workload's shapes, and on the
 others all its idle compute is fragment (``kind_rest``, their total weight). Per-node scratch
@@ -23,7 +23,7 @@ arrays are indexed by a shape's position in its kind's list (``j``), the table's
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numba import njit
@@ -51,22 +51,35 @@ def _JIT(func: Any) -> Any:  # noqa: N802 (used like the decorator it wraps)
         return njit(nogil=True)(func)
 
 
-# Positions in ``t`` (``ShapeTable.arrays``).
-NODE_KIND, KIND_PTR, KIND_SHAPES, KIND_REST, NEED_MIB, WEIGHTS = 0, 1, 2, 3, 4, 5
-NEED_CORE, COUNT, CPU, MEMORY, DEVICE_SHAPE = 6, 7, 8, 9, 10
-ShapeArrays = tuple[
-    IntArray,  # NODE_KIND [N]
-    IntArray,  # KIND_PTR [kinds + 1]
-    IntArray,  # KIND_SHAPES
-    FloatArray,  # KIND_REST [kinds]
-    IntArray,  # NEED_MIB [N, M, W]
-    FloatArray,  # WEIGHTS [M]
-    IntArray,  # NEED_CORE [M]
-    IntArray,  # COUNT [M]
-    IntArray,  # CPU [M]
-    IntArray,  # MEMORY [M]
-    BoolArray,  # DEVICE_SHAPE [M]
-]
+class ShapeArrays(NamedTuple):
+    """The shape table's arrays for the compiled loops (``ShapeTable.arrays``): M shapes, N nodes,
+    W cards per node. The loops take them as a plain tuple in this order (``_plain``), indexed by
+    the positions below, so that their compiled signatures do not name this class."""
+
+    node_kind: IntArray  # [N] each node's kind
+    kind_ptr: IntArray  # [kinds + 1] each kind's start in ``kind_shapes``
+    kind_shapes: IntArray  # the shapes each kind serves, one CSR list
+    kind_rest: FloatArray  # [kinds] the weight of the shapes a kind does not serve
+    need_mib: IntArray  # [N, M, W]
+    weights: FloatArray  # [M]
+    need_core: IntArray  # [M]
+    cards: IntArray  # [M] the cards a shape asks
+    cpu: IntArray  # [M]
+    memory: IntArray  # [M]
+    device_shape: BoolArray  # [M] the shape asks devices
+
+
+def _plain(t: ShapeArrays) -> tuple[Any, ...]:
+    """``t`` as the plain tuple the compiled loops take."""
+    return tuple(t)
+
+
+# Positions in the compiled loops' ``t`` (``_plain``), constants to Numba.
+_field = ShapeArrays._fields.index
+NODE_KIND, KIND_PTR, KIND_SHAPES = _field("node_kind"), _field("kind_ptr"), _field("kind_shapes")
+KIND_REST, NEED_MIB, WEIGHTS = _field("kind_rest"), _field("need_mib"), _field("weights")
+NEED_CORE, COUNT, CPU = _field("need_core"), _field("cards"), _field("cpu")
+MEMORY, DEVICE_SHAPE = _field("memory"), _field("device_shape")
 
 
 # ---------------------------------------------------------------------- one node
@@ -316,12 +329,12 @@ def node_quantities(
     FGD's per-shape quantities (``measure.node_view``) of ``nodes`` whose cards have ``core``
     compute and ``mem`` MiB free ([S, W]), for every shape of the table ``t`` (zero, exactly, for
     those a node's kind does not serve: they need ``NEVER`` MiB on its cards)."""
-    s, m, w = nodes.size, t[WEIGHTS].size, core.shape[1]
+    s, m, w = nodes.size, t.weights.size, core.shape[1]
     idle = np.zeros(s, np.int64)
     usable = np.zeros((s, m, w) if with_usable else (0, 0, 0), np.bool_)
     used = np.zeros((s, m), np.int64)
     count = np.zeros((s, m), np.int64)
-    _node_quantities_jit(t, nodes, core, mem, idle, usable, used, count, with_usable)
+    _node_quantities_jit(_plain(t), nodes, core, mem, idle, usable, used, count, with_usable)
     return idle, usable, used, count
 
 
@@ -345,7 +358,7 @@ def one_card_after(
     mib = np.full(shape, mib, np.int64) if isinstance(mib, int) else mib
     usable, usable_idle, usable_count, idle = cached
     _one_card_after_jit(
-        t, nodes, state.dev_core_free, state.dev_mem_free, usable, usable_idle,
+        _plain(t), nodes, state.dev_core_free, state.dev_mem_free, usable, usable_idle,
         usable_count, idle, core, mib, cpu_after, mem_after, capped, out,
     )  # fmt: skip
     return out
@@ -364,7 +377,7 @@ def best_deltas(
     one-card shape is tried on each card with room, a shape of several cards on the first ``k``
     cards with room, as FGD places them."""
     out = np.empty((nodes.size, rows.size), np.float64)
-    _best_deltas_jit(t, nodes, *free, rows, capped, out)
+    _best_deltas_jit(_plain(t), nodes, *free, rows, capped, out)
     return out
 
 
@@ -391,7 +404,10 @@ def warm() -> None:
     i64, f64 = np.int64, np.float64
     ints, ones = np.zeros(1, i64), np.ones(1, i64)
     kinds = (ints, np.array([0, 1], i64), ints, np.zeros(1, f64))
-    t = (*kinds, np.zeros((1, 1, 1), i64), np.ones(1, f64), ones, ones, ints, ints, ones > 0)
+    sample = ShapeArrays(
+        *kinds, np.zeros((1, 1, 1), i64), np.ones(1, f64), ones, ones, ints, ints, ones > 0
+    )
+    t = _plain(sample)
     grid = np.zeros((1, 1), i64)
     cached = (np.zeros((1, 1, 1), np.bool_), grid, grid, ints)
     _node_quantities_jit(t, ints, grid, grid, ints, *cached[:1], grid, grid, True)

@@ -150,20 +150,22 @@ class ShapeTable:
         self.node_kind: IntArray = node_kind.reshape(-1)
         served = [np.flatnonzero(row) for row in kinds]
         total = float(self.weights.sum())
-        # The table for the compiled loops (``kernels.py``, in the order of its ``t``): the kinds'
+        # The table for the compiled loops (``kernels.ShapeArrays``): the kinds'
         # served shapes as one CSR list, and the weight of the shapes each kind does not serve.
-        self.arrays: ShapeArrays = (
-            self.node_kind.astype(np.int64),
-            np.concatenate(([0], np.cumsum([shapes.size for shapes in served]))).astype(np.int64),
-            np.concatenate([*served, np.zeros(0, np.int64)]).astype(np.int64),
-            np.asarray([total - float(self.weights[shapes].sum()) for shapes in served]),
-            self.need_mib,
-            self.weights,
-            self.need_core,
-            self.count,
-            self.cpu,
-            self.memory,
-            ~self.cpu_only,
+        self.arrays = ShapeArrays(
+            node_kind=self.node_kind.astype(np.int64),
+            kind_ptr=np.concatenate(([0], np.cumsum([shapes.size for shapes in served]))).astype(
+                np.int64
+            ),
+            kind_shapes=np.concatenate([*served, np.zeros(0, np.int64)]).astype(np.int64),
+            kind_rest=np.asarray([total - float(self.weights[shapes].sum()) for shapes in served]),
+            need_mib=self.need_mib,
+            weights=self.weights,
+            need_core=self.need_core,
+            cards=self.count,
+            cpu=self.cpu,
+            memory=self.memory,
+            device_shape=~self.cpu_only,
         )
 
 
