@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import insert, update
+from sqlalchemy import update
 
-from xpupool.server.auth import new_token, token_hash
+from xpupool.server.auth import new_token
 from xpupool.server.datadir import write_private
 from xpupool.server.plane import ControlPlane
-from xpupool.server.services.tenants import ensure_admin_token
+from xpupool.server.services.tenants import ensure_admin_token, insert_admin_token
 from xpupool.server.storage.tenants import tokens as t_tokens
 
 
@@ -51,16 +51,7 @@ def rotate(plane: ControlPlane, data: Path) -> None:
                 .where(t_tokens.c.role == "admin", t_tokens.c.revoked.is_(False))
                 .values(revoked=True)
             )
-            conn.execute(
-                insert(t_tokens).values(
-                    tenant=None,
-                    role="admin",
-                    name="admin",
-                    hash=token_hash(token),
-                    created_at=plane.clock(),
-                    revoked=False,
-                )
-            )
+            insert_admin_token(plane, conn, token)
             plane.principals.clear()
 
     write_private(admin_token_path(data), token + "\n", commit)

@@ -27,17 +27,22 @@ def ensure_admin_token(plane: ControlPlane) -> str | None:
         if found is not None:
             return None
         token = new_token()
-        conn.execute(
-            insert(t_tokens).values(
-                tenant=None,
-                role="admin",
-                name="admin",
-                hash=token_hash(token),
-                created_at=plane.clock(),
-                revoked=False,
-            )
-        )
+        insert_admin_token(plane, conn, token)
         return token
+
+
+def insert_admin_token(plane: ControlPlane, conn: Connection, token: str) -> None:
+    """Store ``token`` (its hash) as an admin token in ``conn``'s transaction."""
+    conn.execute(
+        insert(t_tokens).values(
+            tenant=None,
+            role="admin",
+            name="admin",
+            hash=token_hash(token),
+            created_at=plane.clock(),
+            revoked=False,
+        )
+    )
 
 
 def authenticate(plane: ControlPlane, token: str) -> Principal | None:
