@@ -254,7 +254,7 @@ def test_500_concurrent_submissions_respect_devices_and_quotas(shared: ServerPro
                 if quota["resource"] == "devices":
                     assert quota["used"] == used_devices[name], (name, quota)
         # NB the cohort total may pass the members' nominal sum: a lender still gets its own
-        # nominal while another queue borrows from it (engine/admission.py; Kueue reclaims instead)
+        # nominal while another queue borrows from it (engine/cycle/admission.py; Kueue reclaims instead)
 
 
 def test_tenant_isolation_over_http(shared: ServerProc) -> None:

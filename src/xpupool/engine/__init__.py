@@ -5,7 +5,6 @@ No I/O and no knowledge of HTTP, SQL, Kubernetes or trace formats: every front t
 """
 
 from xpupool.engine.engine import Engine, Placement
-from xpupool.engine.preempt import PreemptionPlan
 from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile, make_profile
 from xpupool.engine.reasons import Reason, ReasonCount, Unschedulable
 from xpupool.engine.state import ClusterState
@@ -17,7 +16,6 @@ __all__ = [
     "ClusterState",
     "Engine",
     "Placement",
-    "PreemptionPlan",
     "Profile",
     "Reason",
     "ReasonCount",

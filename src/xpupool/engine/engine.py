@@ -16,7 +16,6 @@ from xpupool.engine.device_pick import pick_devices
 from xpupool.engine.fragmentation.measure import TargetWorkload
 from xpupool.engine.gang_bound import gang_refusal
 from xpupool.engine.pipeline import Pipeline
-from xpupool.engine.preempt import PreemptionPlan, plan_preemption
 from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile
 from xpupool.engine.reasons import Unschedulable
 from xpupool.engine.registry import SCORERS
@@ -119,11 +118,6 @@ class Engine:
         for scorer, weight in self._weighted(profile):
             total += weight * scorer.score(ctx)
         return ctx.node_fit, total
-
-    def plan_preemption(self, req: Request) -> PreemptionPlan | None:
-        """Where one replica of ``req`` could go by evicting lower-priority allocations, and the
-        minimal victims (see ``engine/preempt.py``); None if that cannot help. Changes nothing."""
-        return plan_preemption(self.pipeline, req)
 
     def release(self, alloc: Allocation | int) -> Allocation:
         """Give back exactly what an allocation took (by object or id). Raises Conflict if unknown."""

@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import Connection, Update, bindparam, delete, func, insert, select, update
 from sqlalchemy.exc import OperationalError
 
-from xpupool.engine.admission import Admission, QueueSpec, Quota, Resource
+from xpupool.engine.cycle.admission import Admission, QueueSpec, Quota, Resource
 from xpupool.engine.engine import Engine
 from xpupool.engine.fragmentation import kernels
 from xpupool.engine.profile import DEFAULT_PROFILE

@@ -5,7 +5,7 @@ One pass takes the pending jobs that could have become placeable since they last
 them by dominant resource fairness, then priority, then age (``Admission.order``), and admits each
 through the engine. Jobs that do not fit are skipped, not waited on (Kueue's BestEffortFIFO), so a
 large job never blocks small ones behind it. A job refused for capacity alone may preempt
-lower-priority jobs (``engine/preempt.py`` picks the minimal victims per replica); victims are
+lower-priority jobs (``engine/cycle/preempt.py`` picks the minimal victims per replica); victims are
 stopped and requeued, and the preemptor is placed once their devices are free.
 """
 
@@ -19,8 +19,8 @@ from dataclasses import replace
 
 from sqlalchemy import Connection, insert
 
-from xpupool.engine.admission import Admitted, Refusal
-from xpupool.engine.preempt import PreemptionPlan
+from xpupool.engine.cycle.admission import Admitted, Refusal
+from xpupool.engine.cycle.preempt import PreemptionPlan, plan_preemption
 from xpupool.model.allocation import Allocation
 from xpupool.model.errors import Unavailable
 from xpupool.server import schemas as s
@@ -179,7 +179,7 @@ def _preemption_victims(plane: ControlPlane, job: PendingJob) -> list[HeldJob]:
     victims: dict[int, HeldJob] = {}
     try:
         for _ in range(job.request.replicas):
-            plan: PreemptionPlan | None = plane.engine.plan_preemption(one)
+            plan: PreemptionPlan | None = plan_preemption(plane.engine.pipeline, one)
             if plan is None:
                 return []
             for alloc in plan.victims:

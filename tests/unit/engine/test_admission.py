@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from xpupool.engine.admission import Admission, Admitted, QueueSpec, Quota, Refusal, Resource
+from xpupool.engine.cycle.admission import Admission, Admitted, QueueSpec, Quota, Refusal, Resource
 from xpupool.model import DeviceRequest, NotFound, Request
 
 from factories import ASCEND_910B3, T4, engine_for, gpu_node

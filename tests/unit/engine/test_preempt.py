@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from xpupool.engine.cycle import plan_preemption
 from xpupool.model import DeviceRequest, Request
 
 from factories import T4, engine_for, gpu_node
@@ -17,7 +18,7 @@ def job(priority: int, count: int = 1, core: int | None = None, uuid: str | None
 def test_evicts_the_low_priority_whole_card() -> None:
     engine = engine_for(gpu_node("a", count=1))
     low = engine.place(job(1)).allocations[0]
-    plan = engine.plan_preemption(job(10))
+    plan = plan_preemption(engine.pipeline, job(10))
     assert plan is not None and plan.node == "a"
     assert [v.id for v in plan.victims] == [low.id]
 
@@ -30,7 +31,7 @@ def test_fractional_victims_free_their_own_card_minimally() -> None:
     c = engine.place(job(1, core=600, uuid="a-gpu1")).allocations[0]
     # A 50 % slice at prio 10 fits nowhere. Reprieve order B, A, C: keeping B and A still leaves
     # room once C is gone (card 1 empty); keeping C too does not. One victim: C.
-    plan = engine.plan_preemption(job(10, core=500))
+    plan = plan_preemption(engine.pipeline, job(10, core=500))
     assert plan is not None
     assert [v.id for v in plan.victims] == [c.id]
     assert a.id in engine.state.live
@@ -39,22 +40,22 @@ def test_fractional_victims_free_their_own_card_minimally() -> None:
 def test_equal_or_higher_priority_is_never_evicted() -> None:
     engine = engine_for(gpu_node("a", count=1))
     engine.place(job(5))
-    assert engine.plan_preemption(job(5)) is None
-    assert engine.plan_preemption(job(4)) is None
+    assert plan_preemption(engine.pipeline, job(5)) is None
+    assert plan_preemption(engine.pipeline, job(4)) is None
 
 
 def test_preemption_does_not_help_a_model_mismatch() -> None:
     engine = engine_for(gpu_node("t", model=T4, memory_mib=15360, count=1))
     engine.place(job(1))
     request = Request("h", 1000, 1024, DeviceRequest(count=1, models=("A100",)), priority=10)
-    assert engine.plan_preemption(request) is None
+    assert plan_preemption(engine.pipeline, request) is None
 
 
 def test_prefers_the_node_with_the_least_important_victims() -> None:
     engine = engine_for(gpu_node("a", count=1), gpu_node("b", count=1))
     engine.place(job(5, uuid="a-gpu0"))
     low = engine.place(job(1, uuid="b-gpu0")).allocations[0]
-    plan = engine.plan_preemption(job(10))
+    plan = plan_preemption(engine.pipeline, job(10))
     assert plan is not None and plan.node == "b"
     assert [v.id for v in plan.victims] == [low.id]
 
@@ -68,7 +69,7 @@ def test_prefers_fewer_victims_at_equal_priority() -> None:
     both = engine.place(pair).allocations[0]
     engine.place(job(1, uuid="b-gpu0"))
     engine.place(job(1, uuid="b-gpu1"))
-    plan = engine.plan_preemption(job(10, count=2))
+    plan = plan_preemption(engine.pipeline, job(10, count=2))
     assert plan is not None and plan.node == "a"
     assert [v.id for v in plan.victims] == [both.id]
 
@@ -83,7 +84,7 @@ def test_planning_changes_nothing() -> None:
         if isinstance(v, np.ndarray) and k != "node_version"
     }
     live = dict(engine.state.live)
-    assert engine.plan_preemption(job(10, count=2)) is not None
+    assert plan_preemption(engine.pipeline, job(10, count=2)) is not None
     assert engine.state.live == live
     for name, array in before.items():
         assert np.array_equal(getattr(engine.state, name), array), name

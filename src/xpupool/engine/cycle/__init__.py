@@ -1,0 +1,29 @@
+"""The scheduling cycle every front drives: queue order, quota admission, gangs and preemption.
+
+The engine below places one request on the cluster state; the cycle decides which pending work to
+try, in what order, under which quota, and whom to preempt, and returns its decisions. It does no
+I/O: the server persists the decisions, the timed simulator advances its clock on them.
+"""
+
+from xpupool.engine.cycle.admission import (
+    ANY,
+    Admission,
+    Admitted,
+    QueueSpec,
+    Quota,
+    Refusal,
+    Resource,
+)
+from xpupool.engine.cycle.preempt import PreemptionPlan, plan_preemption
+
+__all__ = [
+    "ANY",
+    "Admission",
+    "Admitted",
+    "PreemptionPlan",
+    "QueueSpec",
+    "Quota",
+    "Refusal",
+    "Resource",
+    "plan_preemption",
+]
