@@ -68,30 +68,33 @@ class Engine:
         self._next_id = 1
 
     # ------------------------------------------------------------------ public
-    def place(self, req: Request, within: BoolArray | None = None) -> Placement:
+    def place(
+        self, req: Request, within: BoolArray | None = None, txn: Transaction | None = None
+    ) -> Placement:
         """Place every replica of ``req`` and commit; see the module docstring for gang semantics.
 
         ``within`` (``[N, W]``) restricts the devices further, e.g. to an admitted quota flavour;
         a refusal then counts nodes whose devices lie outside it (``Reason.OUTSIDE_ASSIGNMENT``).
+        Inside ``txn`` (a what-if) the placement commits into it and goes when it rolls back.
         """
         profile = self._profile(req.node_policy) if req.node_policy else self.profile
         if req.gang and req.replicas > 1:
             refused = gang_refusal(self.pipeline, req, within)  # more than could ever fit now
             if refused is not None:
                 return Placement(req, (), (refused,))
-        with Transaction(self.state) as txn:
+        with Transaction(self.state, parent=txn) as inner:
             failures: list[Unschedulable] = []
             for replica in range(req.replicas):
-                result = self._place_one(req, replica, profile, txn, within)
+                result = self._place_one(req, replica, profile, inner, within)
                 if isinstance(result, Unschedulable):
                     if req.gang:
                         note = f"gang: replica {replica + 1} of {req.replicas} fits nowhere"
                         failure = Unschedulable(result.total_nodes, result.reasons, replica, note)
-                        txn.rollback()
+                        inner.rollback()
                         return Placement(req, (), (failure,))
                     failures.append(result)
-            allocations = txn.allocations
-            txn.commit()
+            allocations = inner.allocations
+            inner.commit()
         return Placement(req, allocations, tuple(failures))
 
     def explain(self, req: Request) -> Unschedulable | None:

@@ -1,7 +1,10 @@
-"""Tentative allocations that commit together or not at all (gangs, preemption what-ifs).
+"""Tentative changes to the cluster state that commit together or not at all.
 
-Nothing mutates cluster state outside a transaction. Rollback reverts in reverse order, and since
-apply/revert are exact integer shifts the state after rollback is bit-for-bit what it was.
+Gangs, preemption what-ifs and quota trials all go through one: nothing mutates cluster state
+outside a transaction. A transaction records every allocation it applies and every one it releases;
+rollback undoes them in reverse order, and since apply/revert are exact integer shifts the state
+after rollback is bit-for-bit what it was. A transaction opened inside another (``parent``) hands
+its record to the parent on commit, so a what-if can place a whole request and still undo it.
 """
 
 from __future__ import annotations
@@ -13,29 +16,54 @@ from xpupool.model.allocation import Allocation
 
 
 class Transaction:
-    def __init__(self, state: ClusterState) -> None:
-        self._state = state
+    def __init__(self, state: ClusterState, parent: Transaction | None = None) -> None:
+        if parent is not None and parent.state is not state:
+            raise ValueError("a nested transaction must work on its parent's state")
+        self.state: ClusterState = state
+        self._parent = parent
+        self._journal: list[tuple[bool, Allocation]] = []  # (applied, allocation) in order
         self._taken: list[int] = []
         self._open = True
 
     @property
     def allocations(self) -> tuple[Allocation, ...]:
-        return tuple(self._state.live[i] for i in self._taken)
+        """What this transaction applied and still holds, in the order applied."""
+        return tuple(self.state.live[i] for i in self._taken if i in self.state.live)
 
     def apply(self, alloc: Allocation) -> None:
-        if not self._open:
-            raise RuntimeError("transaction is closed")
-        self._state.apply(alloc)
+        self._check_open()
+        self.state.apply(alloc)
+        self._journal.append((True, alloc))
         self._taken.append(alloc.id)
 
+    def release(self, alloc_id: int) -> Allocation:
+        """Give back a live allocation for the length of the transaction; rollback re-applies it."""
+        self._check_open()
+        alloc = self.state.revert(alloc_id)
+        self._journal.append((False, alloc))
+        return alloc
+
     def commit(self) -> None:
+        self._check_open()
+        if self._parent is not None:
+            self._parent._check_open()
+            self._parent._journal.extend(self._journal)
+            self._parent._taken.extend(self._taken)
         self._open = False
 
     def rollback(self) -> None:
-        for alloc_id in reversed(self._taken):
-            self._state.revert(alloc_id)
+        for applied, alloc in reversed(self._journal):
+            if applied:
+                self.state.revert(alloc.id)
+            else:
+                self.state.apply(alloc)
+        self._journal.clear()
         self._taken.clear()
         self._open = False
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise RuntimeError("transaction is closed")
 
     def __enter__(self) -> Transaction:
         return self

@@ -23,6 +23,7 @@ from sqlalchemy import Connection, Update, bindparam, delete, func, insert, sele
 from sqlalchemy.exc import OperationalError
 
 from xpupool.engine.cycle.admission import Admission, QueueSpec, Quota, Resource
+from xpupool.engine.cycle.cycle import SchedulingCycle
 from xpupool.engine.engine import Engine
 from xpupool.engine.fragmentation import kernels
 from xpupool.engine.profile import DEFAULT_PROFILE
@@ -202,6 +203,7 @@ class ControlPlane:
         self.queue_specs: dict[str, QueueSpec] = {}
         self.engine: Engine
         self.admission: Admission
+        self._cycle: SchedulingCycle | None = None
         self.observers: list[Callable[[str, float], None]] = []  # (event, seconds) for metrics
         self.health = Health()
         self._stale = False  # memory may be ahead of the store: reload before the next write
@@ -397,6 +399,13 @@ class ControlPlane:
             return
         with self.db.begin() as own:
             settle(self, own, problems)
+
+    @property
+    def cycle(self) -> SchedulingCycle:
+        """The scheduling cycle on the current quota books (rebuilt with them)."""
+        if self._cycle is None or self._cycle.admission is not self.admission:
+            self._cycle = SchedulingCycle(self.admission)
+        return self._cycle
 
     def bump(self) -> None:
         """Capacity may have grown: pending jobs are worth trying again."""

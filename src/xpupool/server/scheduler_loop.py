@@ -15,13 +15,11 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from dataclasses import replace
 
 from sqlalchemy import Connection, insert
 
-from xpupool.engine.cycle.admission import Admitted, Refusal
-from xpupool.engine.cycle.preempt import PreemptionPlan, plan_preemption
-from xpupool.model.allocation import Allocation
+from xpupool.engine.cycle.admission import Admitted
+from xpupool.engine.cycle.cycle import Place, Preempt, Wait
 from xpupool.model.errors import Unavailable
 from xpupool.server import schemas as s
 from xpupool.server.plane import ControlPlane, HeldJob, PendingJob, allocation_to_dict
@@ -85,31 +83,21 @@ def _candidates(plane: ControlPlane) -> tuple[list[PendingJob], bool]:
 
 
 def _try_admit(plane: ControlPlane, conn: Connection, job: PendingJob) -> bool:
+    """Carry out the cycle's decision for ``job``: record a placement, preempt, or note why not."""
     gen = plane.capacity_gen
     try:
-        outcome = plane.admission.admit(job.request, job.queue)
+        decision = plane.cycle.decide(job, plane.held)
     except Exception as exc:  # a request the engine rejects outright stays pending with the reason
         log.exception("job %d: admission failed", job.id)
         _still_pending(plane, conn, job, gen, f"cannot be scheduled: {exc}")
         return False
-    if isinstance(outcome, Admitted) and outcome.placement.ok:
-        _record_placement(plane, conn, job, outcome)
+    if isinstance(decision, Place):
+        _record_placement(plane, conn, job, decision.admitted)
         return True
-    if isinstance(outcome, Admitted):  # partial placement cannot happen for a gang; be safe
-        for alloc in outcome.placement.allocations:
-            plane.admission.release(alloc.id)
-    reason = (
-        outcome.reason if isinstance(outcome, Refusal) else outcome.placement.failures[0].message
-    )
-    job.waiting_on &= {h.id for h in plane.held.values() if h.stopping == "preempt"}
-    if job.waiting_on:  # its victims are still stopping: do not pick more
-        reason = f"{reason}; waiting for preempted job(s) {sorted(job.waiting_on)} to stop"
-    elif isinstance(outcome, Refusal) and outcome.capacity_only:
-        victims = _preemption_victims(plane, job)
-        if victims:
-            _preempt(plane, conn, job, victims)
-            reason = f"{reason}; preempting {len(victims)} lower-priority job(s)"
-    _still_pending(plane, conn, job, gen, reason)
+    job.waiting_on = set(decision.waiting_on) if isinstance(decision, Wait) else set()
+    if isinstance(decision, Preempt):
+        _preempt(plane, conn, job, [plane.held[v.id] for v in decision.victims])
+    _still_pending(plane, conn, job, gen, decision.reason)
     return False
 
 
@@ -163,49 +151,6 @@ def _record_placement(
         conn, job.id, s.JobState.SCHEDULED, f"on {', '.join(nodes)}", flavor=outcome.flavor
     )
     plane.notify("scheduled", plane.clock() - job.created_at)
-
-
-def _preemption_victims(plane: ControlPlane, job: PendingJob) -> list[HeldJob]:
-    """Jobs to stop so that every replica of ``job`` fits, or [] if that cannot work.
-
-    Plans one replica at a time (the engine's minimal, deterministic choice), releasing each plan's
-    victims in a trial so the next replica sees the room they leave; the trial is rolled back."""
-    one = replace(job.request, replicas=1, gang=False)
-    lower = any(h.priority < job.priority and not h.stopping for h in plane.held.values())
-    if not lower:
-        return []
-    alloc_job = {a.id: h for h in plane.held.values() for a in h.allocations}
-    released: list[tuple[Allocation, HeldJob]] = []
-    victims: dict[int, HeldJob] = {}
-    try:
-        for _ in range(job.request.replicas):
-            plan: PreemptionPlan | None = plan_preemption(plane.engine.pipeline, one)
-            if plan is None:
-                return []
-            for alloc in plan.victims:
-                holder = alloc_job[alloc.id]
-                if holder.stopping:
-                    return []
-                victims[holder.id] = holder
-                for a in holder.allocations:  # a victim job goes as a whole
-                    if a.id in plane.engine.state.live:
-                        plane.admission.release(a.id)
-                        released.append((a, holder))
-            # the freed room is now taken by this replica in the trial, so the next plans elsewhere
-            trial = plane.engine.place(one)
-            released.extend((a, _TRIAL) for a in trial.allocations)
-            if not trial.ok:
-                return []
-        return list(victims.values())
-    finally:
-        for alloc, holder in reversed(released):
-            if holder is _TRIAL:
-                plane.engine.state.revert(alloc.id)
-            else:
-                plane.admission.restore(alloc, holder.queue, holder.flavor)
-
-
-_TRIAL = HeldJob(-1, "", "", "", 0, s.JobState.SCHEDULED, [])
 
 
 def _preempt(plane: ControlPlane, conn: Connection, by: PendingJob, victims: list[HeldJob]) -> None:

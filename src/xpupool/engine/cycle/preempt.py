@@ -22,6 +22,7 @@ import numpy as np
 from xpupool.engine.pipeline import Pipeline
 from xpupool.engine.reasons import PREEMPTION_MAY_HELP
 from xpupool.engine.state import ClusterState
+from xpupool.engine.txn import Transaction
 from xpupool.model.allocation import Allocation
 from xpupool.model.request import Request
 
@@ -81,20 +82,17 @@ def _minimal_victims(pipeline: Pipeline, req: Request, node: int) -> list[Alloca
         (a for a in state.node_allocations[node].values() if a.priority < req.priority),
         key=lambda a: (-a.priority, a.id),  # reprieve the most important, then the oldest, first
     )
-    released: list[Allocation] = []
-    try:
+    with Transaction(state) as trial:  # rolled back on leaving: the plan changes nothing
         for alloc in lower:
-            released.append(state.revert(alloc.id))
+            trial.release(alloc.id)
         if not _fits_on(pipeline, req, node):
             return None
         victims = []
-        for alloc in released:
-            state.apply(alloc)
-            if not _fits_on(pipeline, req, node):
-                state.revert(alloc.id)
-                victims.append(alloc)
+        for alloc in lower:
+            with Transaction(state, parent=trial) as reprieve:
+                reprieve.apply(alloc)
+                if _fits_on(pipeline, req, node):
+                    reprieve.commit()
+                    continue
+            victims.append(alloc)
         return victims
-    finally:
-        for alloc in released:
-            if alloc.id not in state.live:
-                state.apply(alloc)

@@ -1,0 +1,149 @@
+"""One scheduling cycle: which pending work to try, in what order, and what to do with each.
+
+The server's scheduling loop and the timed simulator drive this one class, so a replay answers
+"what would my server do with this workload and these quotas". For each pending job in
+:meth:`SchedulingCycle.order` (dominant resource fairness between tenants, then priority, then
+age), :meth:`SchedulingCycle.decide` admits it against its queue's quota and places it, or says
+why it waits, or names the lower-priority jobs to preempt for it. Every what-if runs inside a
+transaction and leaves the state as it found it. The caller applies the decisions: the server
+persists them and stops processes, the simulator moves its clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from xpupool.engine.cycle.admission import Admission, Admitted, Refusal
+from xpupool.engine.cycle.preempt import plan_preemption
+from xpupool.engine.txn import Transaction
+from xpupool.model.allocation import Allocation
+from xpupool.model.request import Request
+
+
+class PendingWork(Protocol):
+    """A job waiting for admission, as the cycle sees it."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def request(self) -> Request: ...
+    @property
+    def waiting_on(self) -> set[int]: ...
+
+
+class RunningWork(Protocol):
+    """A job holding devices. ``stopping`` says why its processes are being stopped, if they are
+    ('preempt' for a victim of an earlier decision); it is then neither preempted again nor
+    counted as room."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def allocations(self) -> list[Allocation]: ...
+    @property
+    def stopping(self) -> str | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Admitted and placed: every replica has its allocation, charged to the queue's flavour."""
+
+    admitted: Admitted
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Stays pending for ``reason``; ``waiting_on`` are its earlier victims still stopping."""
+
+    reason: str
+    waiting_on: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Stays pending until ``victims`` (whole jobs, lower priority) have stopped and freed room."""
+
+    reason: str
+    victims: tuple[RunningWork, ...]
+
+
+Decision = Place | Wait | Preempt
+
+
+class SchedulingCycle:
+    """Orders and decides pending work on one :class:`Admission` (and through it, one engine)."""
+
+    def __init__(self, admission: Admission) -> None:
+        self.admission = admission
+        self.engine = admission.engine
+
+    def order(self, pending: Sequence[PendingWork]) -> list[int]:
+        """Indices of ``pending`` in the order to try them: DRF, then priority, then position."""
+        return self.admission.order([(p.request, p.queue) for p in pending])
+
+    def decide(self, job: PendingWork, running: Mapping[int, RunningWork]) -> Decision:
+        """Admit and place ``job`` now, or say why not and whom to preempt for it.
+
+        A placement is committed (the engine's state and the queue's usage hold it); the other
+        decisions change nothing. Gangs are all-or-none; a request that could only be placed in
+        part is given back, so a job runs whole or waits."""
+        outcome = self.admission.admit(job.request, job.queue)
+        if isinstance(outcome, Admitted) and outcome.placement.ok:
+            return Place(outcome)
+        if isinstance(outcome, Admitted):  # some replicas placed, not all: a job runs whole
+            for alloc in outcome.placement.allocations:
+                self.admission.release(alloc.id)
+            reason = outcome.placement.failures[0].message
+        else:
+            reason = outcome.reason
+        stopping = {h.id for h in running.values() if h.stopping == "preempt"}
+        waiting_on = frozenset(job.waiting_on & stopping)
+        if waiting_on:  # its victims are still stopping: do not pick more
+            ids = sorted(waiting_on)
+            return Wait(f"{reason}; waiting for preempted job(s) {ids} to stop", waiting_on)
+        if isinstance(outcome, Refusal) and outcome.capacity_only:
+            victims = self.preemption_victims(job, running)
+            if victims:
+                return Preempt(
+                    f"{reason}; preempting {len(victims)} lower-priority job(s)", victims
+                )
+        return Wait(reason)
+
+    def preemption_victims(
+        self, job: PendingWork, running: Mapping[int, RunningWork]
+    ) -> tuple[RunningWork, ...]:
+        """Jobs to stop so that every replica of ``job`` fits, or () if that cannot work.
+
+        Plans one replica at a time (the engine's minimal, deterministic choice per replica,
+        ``preempt.py``), releasing each plan's victims, whole, and placing the replica in a
+        what-if, so the next replica sees the room they leave; the what-if is rolled back."""
+        if not any(h.priority < job.priority and not h.stopping for h in running.values()):
+            return ()
+        one = replace(job.request, replicas=1, gang=False)
+        holder_of = {a.id: h for h in running.values() for a in h.allocations}
+        victims: dict[int, RunningWork] = {}
+        state = self.engine.state
+        with Transaction(state) as trial:  # rolled back on leaving
+            for _ in range(job.request.replicas):
+                plan = plan_preemption(self.engine.pipeline, one)
+                if plan is None:
+                    return ()
+                for alloc in plan.victims:
+                    holder = holder_of[alloc.id]
+                    if holder.stopping:
+                        return ()
+                    victims[holder.id] = holder
+                    for a in holder.allocations:  # a victim job goes as a whole
+                        if a.id in state.live:
+                            trial.release(a.id)
+                if not self.engine.place(one, txn=trial).ok:
+                    return ()
+        return tuple(victims.values())

@@ -1,0 +1,92 @@
+"""The scheduling cycle: order, admit-and-place, wait with a reason, or preempt whole jobs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from xpupool.engine.cycle import Admission, QueueSpec, Quota, Resource
+from xpupool.engine.cycle.cycle import Place, RunningWork, SchedulingCycle, Wait
+from xpupool.model import Allocation, DeviceRequest, Request
+
+from factories import engine_for, gpu_node
+
+
+@dataclass
+class Job:
+    id: int
+    queue: str
+    priority: int
+    request: Request
+    waiting_on: set[int] = field(default_factory=set)
+
+
+@dataclass
+class Held:
+    id: int
+    priority: int
+    allocations: list[Allocation]
+    stopping: str | None = None
+
+
+def job(job_id: int, priority: int = 0, count: int = 1, replicas: int = 1, queue: str = "q") -> Job:
+    req = Request(f"j{job_id}", 1000, 1024, DeviceRequest(count=count), replicas, priority=priority)
+    return Job(job_id, queue, priority, req)
+
+
+def cycle_on(*counts: int, quota: int | None = None) -> SchedulingCycle:
+    engine = engine_for(*(gpu_node(f"n{i}", count=c) for i, c in enumerate(counts)))
+    quotas = () if quota is None else (Quota("nvidia", Resource.DEVICES, quota),)
+    return SchedulingCycle(Admission(engine, [QueueSpec("q", "t", quotas)]))
+
+
+def run(cycle: SchedulingCycle, work: Job, running: dict[int, RunningWork]) -> Held:
+    decision = cycle.decide(work, running)
+    assert isinstance(decision, Place)
+    held = Held(work.id, work.priority, list(decision.admitted.placement.allocations))
+    running[work.id] = held
+    return held
+
+
+def test_places_then_waits_for_quota_with_the_reason() -> None:
+    cycle, running = cycle_on(4, quota=2), {}
+    run(cycle, job(1, count=2), running)
+    decision = cycle.decide(job(2), running)
+    assert isinstance(decision, Wait)
+    assert "devices quota: 2 used + 1 asked > 2 nominal" in decision.reason
+    assert cycle.engine.state.live.keys() == {a.id for a in running[1].allocations}
+
+
+def test_a_job_that_fits_only_in_part_is_given_back_whole() -> None:
+    cycle, running = cycle_on(2), {}
+    before = dict(cycle.engine.state.live)
+    decision = cycle.decide(job(1, count=2, replicas=2), running)  # not a gang: one replica fits
+    assert isinstance(decision, Wait)
+    assert cycle.engine.state.live == before
+    assert not any(cycle.admission.usage["q"].values())
+
+
+def test_waits_on_victims_still_stopping_instead_of_picking_more() -> None:
+    cycle, running = cycle_on(1), {}
+    victim = run(cycle, job(1, priority=1), running)
+    victim.stopping = "preempt"
+    waiting = job(2, priority=9)
+    waiting.waiting_on = {victim.id}
+    decision = cycle.decide(waiting, running)
+    assert isinstance(decision, Wait) and decision.waiting_on == {victim.id}
+    assert "waiting for preempted job(s) [1] to stop" in decision.reason
+
+
+def test_never_preempts_equal_or_higher_priority() -> None:
+    cycle, running = cycle_on(1), {}
+    run(cycle, job(1, priority=5), running)
+    assert isinstance(cycle.decide(job(2, priority=5), running), Wait)
+
+
+def test_order_is_fair_share_then_priority_then_position() -> None:
+    engine = engine_for(gpu_node("a", count=8))
+    queues = [QueueSpec("qa", "a", ()), QueueSpec("qb", "b", ())]
+    cycle = SchedulingCycle(Admission(engine, queues))
+    running: dict[int, RunningWork] = {}
+    run(cycle, job(1, count=4, queue="qa"), running)  # tenant a now holds half the cards
+    pending = [job(2, queue="qa", priority=9), job(3, queue="qb"), job(4, queue="qb", priority=1)]
+    assert cycle.order(pending) == [2, 1, 0]
