@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xpupool.engine.cycle import Admission, QueueSpec, Quota, Resource
-from xpupool.engine.cycle.cycle import Place, RunningWork, SchedulingCycle, Wait
+from xpupool.engine.cycle.cycle import Place, Preempt, RunningWork, SchedulingCycle, Wait
 from xpupool.model import Allocation, DeviceRequest, Request
 
 from factories import engine_for, gpu_node
@@ -63,6 +63,18 @@ def test_a_job_that_fits_only_in_part_is_given_back_whole() -> None:
     assert isinstance(decision, Wait)
     assert cycle.engine.state.live == before
     assert not any(cycle.admission.usage["q"].values())
+
+
+def test_preempts_whole_lower_priority_jobs_and_changes_nothing_while_deciding() -> None:
+    cycle, running = cycle_on(1, 1, 1), {}
+    low = run(cycle, job(1, priority=1, count=1, replicas=2), running)  # on two of the nodes
+    run(cycle, job(2, priority=5, count=1), running)
+    live = dict(cycle.engine.state.live)
+    decision = cycle.decide(job(3, priority=9, count=1, replicas=2), running)
+    assert isinstance(decision, Preempt)
+    assert [v.id for v in decision.victims] == [low.id]  # the whole job, not one replica
+    assert "preempting 1 lower-priority job(s)" in decision.reason
+    assert cycle.engine.state.live == live
 
 
 def test_waits_on_victims_still_stopping_instead_of_picking_more() -> None:

@@ -122,9 +122,10 @@ class SchedulingCycle:
     ) -> tuple[RunningWork, ...]:
         """Jobs to stop so that every replica of ``job`` fits, or () if that cannot work.
 
-        Plans one replica at a time (the engine's minimal, deterministic choice per replica,
-        ``preempt.py``), releasing each plan's victims, whole, and placing the replica in a
-        what-if, so the next replica sees the room they leave; the what-if is rolled back."""
+        Goes one replica at a time in a what-if: a replica that fits (in room earlier victims
+        freed) is placed without evicting more; else the engine's minimal, deterministic plan
+        for it (``preempt.py``) names victims, which are released whole, and the replica is
+        placed, so the next replica sees what is left. The what-if is rolled back."""
         if not any(h.priority < job.priority and not h.stopping for h in running.values()):
             return ()
         one = replace(job.request, replicas=1, gang=False)
@@ -133,6 +134,8 @@ class SchedulingCycle:
         state = self.engine.state
         with Transaction(state) as trial:  # rolled back on leaving
             for _ in range(job.request.replicas):
+                if self.engine.place(one, txn=trial).ok:  # room already (freed by earlier victims)
+                    continue
                 plan = plan_preemption(self.engine.pipeline, one)
                 if plan is None:
                     return ()
