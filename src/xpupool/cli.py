@@ -242,6 +242,12 @@ def parse_seeds(text: str) -> list[int]:
     help="timed mode: order in which waiting tasks are retried (priority = QoS class)",
 )
 @click.option(
+    "--queue-config",
+    type=click.Path(dir_okay=False, exists=True),
+    help="timed mode: queues, quotas and tenants in the server's format, and which queue and "
+    "priority each task gets (replaces --queue; see docs/simulator.md)",
+)
+@click.option(
     "--compress",
     default=1.0,
     show_default=True,
@@ -260,6 +266,7 @@ def simulate(
     bound: bool,
     mode: str,
     queue: str,
+    queue_config: str | None,
     compress: float,
 ) -> None:
     """Replay a cluster trace under each policy and seed (the FGD paper's protocol, or in time)."""
@@ -282,12 +289,18 @@ def simulate(
         pods_paths = (str(default),)
     console = Console(stderr=as_json)
     if mode == "timed":
+        from xpupool.model.errors import RequestError
+        from xpupool.sim.queue_config import QueueConfig
         from xpupool.sim.report import print_timed, run_timed_traces
 
         if compress <= 0:
             raise click.BadParameter("must be positive", param_hint="--compress")
+        try:
+            queues = QueueConfig.load(queue_config) if queue_config else None
+        except RequestError as exc:
+            raise click.BadParameter(str(exc), param_hint="--queue-config") from None
         timed = run_timed_traces(
-            nodes_path, list(pods_paths), policies, parse_seeds(seeds), queue, compress
+            nodes_path, list(pods_paths), policies, parse_seeds(seeds), queue, compress, queues
         )
         if as_json:
             click.echo(

@@ -120,3 +120,28 @@ def test_probe_lists_fake_devices_and_absent_vendors(tmp_path: Path) -> None:
     )
     table = CliRunner().invoke(main, ["probe", "--fake", str(devices)])
     assert table.exit_code == 0 and "2 devices on this host" in table.output
+
+
+def test_simulate_timed_with_a_queue_config(tmp_path: Path) -> None:
+    nodes, _ = _trace(tmp_path)
+    pods = tmp_path / "timed.csv"
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,creation_time,deletion_time\n"
+        + "".join(f"p{i},2000,1024,1,1000,,{i},{i + 100}\n" for i in range(6))
+    )
+    config = tmp_path / "queues.yaml"
+    config.write_text(
+        "queues:\n"
+        "  - {name: q, tenant: t, quotas: [{flavor: '*', resource: devices, nominal: 2}]}\n"
+        "assign:\n  - {queue: q}\n"
+    )
+    args = ["simulate", "--nodes", nodes, "--pods", str(pods), "--policy", "bestfit"]
+    args += ["--seeds", "1", "--mode", "timed", "--queue-config", str(config), "--json"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    run = json.loads(result.stdout)["runs"][0]
+    assert run["wait_by_queue"]["q"] > 0  # two devices of quota for six tasks: they queue
+    config.write_text("queues:\n  - {name: q, tenant: t}\nassign:\n  - {queue: q, priority: 3}\n")
+    refused = CliRunner().invoke(main, args)
+    assert refused.exit_code == 2
+    assert "assign[0].priority" in refused.output and "Traceback" not in refused.output

@@ -234,12 +234,13 @@ def build_queue(
     cohort: str | None,
     quotas: tuple[str, ...],
     max_priority: int | None = None,
+    preemption: str | None = None,
 ) -> s.QueueIn:
     """The queue body: the ``-f`` file (a QueueIn as YAML), then flags on top (``--quota``
     replaces the file's quotas). Raises ``RequestError`` naming the file and the field."""
     body: dict[str, Any] = load_yaml(file) if file else {}
     flags = (("name", name), ("tenant", tenant_name), ("cohort", cohort))
-    for key, value in (*flags, ("max_priority", max_priority)):
+    for key, value in (*flags, ("max_priority", max_priority), ("preemption", preemption)):
         if value is not None:
             body[key] = value
     if quotas:
@@ -268,6 +269,11 @@ def build_queue(
     metavar="N",
     help="highest priority its jobs may ask for (above: 403) [default: 0, or the file's]",
 )
+@click.option(
+    "--preemption",
+    type=click.Choice([p.value for p in s.QueuePreemption]),
+    help="may its jobs stop lower-priority ones for room [default: lower_priority]",
+)
 @connection_options
 @output_option
 def queue_put(
@@ -277,6 +283,7 @@ def queue_put(
     cohort: str | None,
     quotas: tuple[str, ...],
     max_priority: int | None,
+    preemption: str | None,
     url: str | None,
     token: str | None,
     output: str,
@@ -288,7 +295,7 @@ def queue_put(
     xpupool queue put --name research --tenant lab --quota A100:devices=4 --quota '*:devices=8'
     xpupool queue put --name urgent --tenant lab --max-priority 100
     """
-    body = build_queue(file, name, tenant_name, cohort, quotas, max_priority)
+    body = build_queue(file, name, tenant_name, cohort, quotas, max_priority, preemption)
     with make_client(url, token) as client:
         found = client.put_queue(body)
     emit(output, found, lambda: queues_table([found]))

@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import Connection, Update, bindparam, delete, func, insert, select, update
 from sqlalchemy.exc import OperationalError
 
-from xpupool.engine.cycle.admission import Admission, QueueSpec, Quota, Resource
+from xpupool.engine.cycle.admission import Admission, QueueSpec
 from xpupool.engine.cycle.cycle import SchedulingCycle
 from xpupool.engine.engine import Engine
 from xpupool.engine.fragmentation import kernels
@@ -40,6 +40,7 @@ from xpupool.server.consistency import Problem, problem_for, settle
 from xpupool.server.drain import draining, plan
 from xpupool.server.health import Health, probe_writable, store_failure
 from xpupool.server.pending_jobs import PendingJobs
+from xpupool.server.queue_spec import queue_spec
 from xpupool.server.storage import meta
 from xpupool.server.storage.fleet import nodes as t_nodes
 from xpupool.server.storage.jobs import allocations as t_allocs
@@ -242,7 +243,12 @@ class ControlPlane:
             weights = tenant_weights(conn)
             for row in conn.execute(select(t_queues)).mappings():
                 self.queue_specs[row["name"]] = queue_spec(
-                    row["name"], row["tenant"], row["cohort"], row["quotas"], weights[row["tenant"]]
+                    row["name"],
+                    row["tenant"],
+                    row["cohort"],
+                    row["quotas"],
+                    weights[row["tenant"]],
+                    row["preemption"],
                 )
             held_rows = conn.execute(
                 select(t_jobs)
@@ -750,17 +756,6 @@ def readdress(state: ClusterState, a: Allocation) -> Allocation | None:
     return Allocation(
         a.id, a.request_name, a.replica, a.node, node, a.cpu_milli, a.memory_mib, shares, a.priority
     )
-
-
-def queue_spec(
-    name: str, tenant: str, cohort: str | None, quotas: Iterable[object], weight: float = 1.0
-) -> QueueSpec:
-    """The engine's queue from stored JSON quotas; ``weight`` is the tenant's fair-share weight."""
-    out = []
-    for q in quotas:
-        qi = s.QuotaIn.model_validate(q)
-        out.append(Quota(qi.flavor, Resource(qi.resource.value), qi.nominal, qi.borrowing_limit))
-    return QueueSpec(name, tenant, tuple(out), cohort, weight)
 
 
 def pending_from_row(row: object) -> PendingJob:

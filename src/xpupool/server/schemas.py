@@ -245,6 +245,11 @@ class QuotaIn(Strict):
     )
 
 
+class QueuePreemption(StrEnum):
+    LOWER_PRIORITY = "lower_priority"
+    NEVER = "never"
+
+
 class QueueIn(Strict):
     name: Name = Field(description="Queue name, unique across tenants.")
     tenant: Name = Field(description="The tenant that owns the queue.")
@@ -264,6 +269,11 @@ class QueueIn(Strict):
         description="Highest priority a job in this queue may ask for; above it a submission is "
         "403. Default 0 (the default priority): jobs may lower theirs, and only a cap the admin "
         "raises lets them preempt others' default-priority work.",
+    )
+    preemption: QueuePreemption = Field(
+        QueuePreemption.LOWER_PRIORITY,
+        description="'lower_priority': a job refused for room alone may stop running jobs of "
+        "strictly lower priority (whole jobs, the fewest that make room); 'never': it waits.",
     )
 
     @model_validator(mode="after")
@@ -296,6 +306,7 @@ class Queue(Lenient):
     tenant: str
     cohort: str | None
     max_priority: int = Field(0, description="Highest priority its jobs may ask for.")
+    preemption: QueuePreemption = QueuePreemption.LOWER_PRIORITY
     quotas: list[QuotaUsage]
     pending: int = Field(0, description="Jobs waiting in this queue.")
     running: int = Field(0, description="Jobs holding devices (scheduled or running).")

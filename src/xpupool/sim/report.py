@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from xpupool.sim.queue_config import QueueConfig
 from xpupool.sim.runner import (
     RunSpec,
     lower_bound,
@@ -139,10 +140,14 @@ def run_timed_traces(
     seeds: list[int],
     queue: str,
     compress: float,
+    queues: QueueConfig | None = None,
 ) -> list[dict[str, object]]:
     """Timed replays, one per (trace, policy, seed), serially (each is one pass over a trace)."""
     return [
-        {"trace": trace_name(pods), **run_timed(RunSpec(nodes_path, pods, p, s), queue, compress)}
+        {
+            "trace": trace_name(pods),
+            **run_timed(RunSpec(nodes_path, pods, p, s), queue, compress, queues),
+        }
         for pods in pods_paths
         for p in policies
         for s in seeds
@@ -164,6 +169,7 @@ def print_timed(console: Console, runs: list[dict[str, object]]) -> None:
         "p95_wait_s": "p95 s",
         "mean_jct_s": "JCT s",
         "never_placed": "unplaced",
+        "preemptions": "preempted",
         "seconds": "s/run",
     }
     for key, header in columns.items():
@@ -173,9 +179,14 @@ def print_timed(console: Console, runs: list[dict[str, object]]) -> None:
         for key in columns:
             value = run[key]
             if isinstance(value, float):
-                big = abs(value) >= 100 or key == "never_placed"
+                big = abs(value) >= 100 or key in ("never_placed", "preemptions")
                 cells.append(f"{value:,.0f}" if big else f"{value:.1f}")
             else:
                 cells.append(str(value))
         table.add_row(*cells)
     console.print(table)
+    for run in runs:
+        waits = run.get("wait_by_queue")
+        if isinstance(waits, dict):
+            per_queue = ", ".join(f"{q} {w:.1f} s" for q, w in waits.items())
+            console.print(f"{run['policy']} seed {run['seed']}: mean wait by queue: {per_queue}")

@@ -21,6 +21,7 @@ from xpupool.sim.alibaba import TraceTask, capacity_milli, read_nodes, read_task
 from xpupool.sim.expected import paper_unallocated
 from xpupool.sim.fgd_protocol import DEFAULT_TUNE, tuned_workload
 from xpupool.sim.metrics import curves, unallocated_at
+from xpupool.sim.queue_config import QueueConfig
 from xpupool.sim.replay import replay
 
 
@@ -61,15 +62,24 @@ def run_one(spec: RunSpec) -> dict[str, object]:
     }
 
 
-def run_timed(spec: RunSpec, order: str = "fifo", compress: float = 1.0) -> dict[str, object]:
-    """One replay in time (arrivals, departures, queueing); the summary figures of the run."""
+def run_timed(
+    spec: RunSpec,
+    order: str = "fifo",
+    compress: float = 1.0,
+    queues: QueueConfig | None = None,
+) -> dict[str, object]:
+    """One replay in time (arrivals, departures, queueing); the summary figures of the run, and
+    with ``queues`` the mean wait per queue."""
     from xpupool.sim.timed_replay import QueueOrder, timed_replay
 
     nodes, tasks, workload = _load(spec.nodes_path, spec.pods_path)
     result = timed_replay(
-        nodes, tasks, spec.policy, spec.seed, workload, QueueOrder(order), compress
+        nodes, tasks, spec.policy, spec.seed, workload, QueueOrder(order), compress, queues
     )
-    return {"policy": spec.policy, "seed": spec.seed, **result.summary()}
+    out: dict[str, object] = {"policy": spec.policy, "seed": spec.seed, **result.summary()}
+    if queues is not None:
+        out["wait_by_queue"] = result.wait_by_queue()
+    return out
 
 
 def lower_bound(

@@ -1,30 +1,34 @@
 """Replay a trace in time: tasks arrive at their creation time, run for their recorded duration once
 placed, and wait in a queue while nothing fits.
 
-The engine is the same one as everywhere else; this loop only decides *when* to ask it. After every
-arrival or departure the queue is retried in order (FIFO by arrival, or by priority then arrival).
-Within one pass, once a task shape fails, later tasks of the same shape are skipped: capacity only
-shrinks during a pass, so they would fail too. A task's duration is ``deletion - scheduled`` from the
-trace (``deletion - creation`` when it was never scheduled there), see ``TraceTask.duration_s``.
+The engine and the scheduling cycle are the server's own (``engine/cycle/``); this loop only decides
+*when* to run a pass. After every arrival or departure the pending tasks are tried in the cycle's
+order (fair share between tenants, then priority, then arrival), each admitted against its queue's
+quota, and a task refused for capacity alone may preempt lower-priority tasks as the server would.
+A victim stops at once, loses its progress and waits again with its original arrival; the pass is
+then run again at the same instant. Without a queue configuration every task goes to one queue
+without quota or preemption, with priority 0 (``fifo``) or its QoS class (``priority``).
+A task's duration is ``deletion - scheduled`` from the trace (``deletion - creation`` when it was
+never scheduled there), see ``TraceTask.duration_s``.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 import numpy as np
 
 from xpupool.engine import ClusterState, Engine
+from xpupool.engine.cycle import Admission, Place, Preempt, SchedulingCycle
 from xpupool.engine.fragmentation import TargetWorkload, kernels
-from xpupool.model import Node, Request
+from xpupool.model import Allocation, Node, Request
 from xpupool.sim.alibaba import TraceTask, capacity_milli, to_request
-
-# Alibaba QoS classes, most important first (latency-sensitive, burstable, best effort).
-QOS_PRIORITY: dict[str, int] = {"LS": 2, "Burstable": 1, "BE": 0}
+from xpupool.sim.queue_config import QueueConfig
 
 
 class QueueOrder(StrEnum):
@@ -46,6 +50,17 @@ class TimedResult:
     util_pct: np.ndarray
     last_arrival: float
     seconds: float
+    preemptions: int = 0
+    queue_of: tuple[str, ...] = ()  # per task
+
+    def wait_by_queue(self) -> dict[str, float]:
+        """Mean wait (s) of the placed tasks of each queue."""
+        out: dict[str, float] = {}
+        names = np.asarray(self.queue_of)
+        for queue in sorted(set(self.queue_of)):
+            waits = self.wait_s[(names == queue) & ~np.isnan(self.wait_s)]
+            out[queue] = round(float(waits.mean()), 1) if waits.size else 0.0
+        return out
 
     def summary(self) -> dict[str, float]:
         placed = ~np.isnan(self.wait_s)
@@ -61,8 +76,23 @@ class TimedResult:
             "mean_wait_s": round(float(waits.mean()), 1) if waits.size else 0.0,
             "p95_wait_s": round(float(np.percentile(waits, 95)), 1) if waits.size else 0.0,
             "mean_jct_s": round(float(self.jct_s[placed].mean()), 1) if waits.size else 0.0,
+            "preemptions": float(self.preemptions),
             "seconds": round(self.seconds, 3),
         }
+
+
+@dataclass(slots=True, eq=False)
+class _Task:
+    """One trace task as the cycle sees it: pending work, then (once placed) running work."""
+
+    id: int
+    rank: int  # arrival order: its place in the queue, kept when it is preempted
+    queue: str
+    priority: int
+    request: Request
+    waiting_on: set[int] = field(default_factory=set)
+    allocations: list[Allocation] = field(default_factory=list)
+    stopping: str | None = None
 
 
 def timed_replay(
@@ -73,11 +103,14 @@ def timed_replay(
     workload: TargetWorkload,
     order: QueueOrder = QueueOrder.FIFO,
     compress: float = 1.0,
+    queues: QueueConfig | None = None,
 ) -> TimedResult:
     """Run ``tasks`` by their trace times under ``policy``; see the module docstring.
 
     ``compress`` > 1 brings arrivals closer together (times divided by it) while durations stay
     as recorded: the trace is a sample, so this is how to ask "what if the load were N times higher".
+    ``queues`` maps tasks to queues and priorities (``sim/queue_config.py``); without it ``order``
+    says whether priorities come from the tasks' QoS classes.
     """
     if compress <= 0:
         raise ValueError("compress must be positive")
@@ -85,59 +118,81 @@ def timed_replay(
     kernels.warm()  # once per process: not part of this replay's seconds
     started = time.perf_counter()
     engine = Engine(ClusterState(nodes, seed=seed), policy, seed=seed, workload=workload)
+    config = queues if queues is not None else QueueConfig.single(order is QueueOrder.PRIORITY)
+    cycle = SchedulingCycle(Admission(engine, config.queues))
     capacity = capacity_milli(nodes)
-    requests: list[Request] = [to_request(t) for t in tasks]
-    shapes = [(r.cpu_milli, r.memory_mib, r.devices) for r in requests]
+    work: list[_Task] = []
+    for i, task in enumerate(tasks):
+        queue, priority = config.assign(task)
+        work.append(_Task(i, 0, queue, priority, replace(to_request(task), priority=priority)))
     wait = np.full(len(tasks), np.nan)
     jct = np.full(len(tasks), np.nan)
     arrivals = sorted(range(len(tasks)), key=lambda i: (arrive_at[i], i))
-    departures: list[tuple[int, int, int]] = []  # (time, task index, allocation id)
-    pending: list[tuple[int, int, int]] = []  # heap of (-priority or 0, arrival rank, task index)
+    for rank, i in enumerate(arrivals):
+        work[i].rank = rank
+    departures: list[tuple[int, int, int]] = []  # (time, task index, its first allocation id)
+    pending: list[_Task] = []  # in arrival order
+    running: dict[int, _Task] = {}
     used = 0
+    preempted = 0
     times: list[float] = []
     util: list[float] = []
     next_arrival = 0
 
-    def try_pending(now: int) -> None:
-        nonlocal used
-        failed_shapes: set[object] = set()
-        kept: list[tuple[int, int, int]] = []
-        while pending:
-            entry = heapq.heappop(pending)
-            i = entry[2]
-            if shapes[i] in failed_shapes:
-                kept.append(entry)
-                continue
-            placement = engine.place(requests[i])
-            if not placement.ok:
-                failed_shapes.add(shapes[i])
-                kept.append(entry)
-                continue
-            wait[i] = now - arrive_at[i]
-            jct[i] = wait[i] + tasks[i].duration_s
-            alloc = placement.allocations[0]
-            used += tasks[i].gpu_request_milli
-            heapq.heappush(departures, (now + tasks[i].duration_s, i, alloc.id))
-        for entry in kept:
-            heapq.heappush(pending, entry)
+    def one_pass(now: int) -> bool:
+        """Try every pending task once; True when something was preempted (so run again)."""
+        nonlocal used, preempted
+        cycle.begin_pass()
+        placed: set[int] = set()
+        stopped_now: list[_Task] = []
+        for index in cycle.order(pending):
+            job = pending[index]
+            decision = cycle.decide(job, running)
+            if isinstance(decision, Place):
+                i = job.id
+                job.allocations = list(decision.admitted.placement.allocations)
+                running[i] = job
+                placed.add(i)
+                wait[i] = now - arrive_at[i]
+                jct[i] = wait[i] + tasks[i].duration_s
+                used += tasks[i].gpu_request_milli
+                heapq.heappush(departures, (now + tasks[i].duration_s, i, job.allocations[0].id))
+            elif isinstance(decision, Preempt):
+                for victim in decision.victims:
+                    stopped = running.pop(victim.id)
+                    for alloc in stopped.allocations:
+                        cycle.admission.release(alloc.id)
+                    stopped.allocations = []
+                    used -= tasks[stopped.id].gpu_request_milli
+                    wait[stopped.id] = jct[stopped.id] = np.nan
+                    stopped_now.append(stopped)
+                    preempted += 1
+        pending[:] = [t for t in pending if t.id not in placed]
+        for stopped in stopped_now:  # back in the queue at their first arrival
+            bisect.insort(pending, stopped, key=lambda t: t.rank)
+        return bool(stopped_now)
 
     while next_arrival < len(arrivals) or departures:
         arrival_time = arrive_at[arrivals[next_arrival]] if next_arrival < len(arrivals) else None
         if departures and (arrival_time is None or departures[0][0] <= arrival_time):
             now = departures[0][0]
             while departures and departures[0][0] == now:
-                _, i, alloc_id = heapq.heappop(departures)
-                engine.release(alloc_id)
+                _, i, first = heapq.heappop(departures)
+                job = work[i]
+                if i not in running or job.allocations[0].id != first:
+                    continue  # preempted since: this departure is void
+                for alloc in job.allocations:
+                    cycle.admission.release(alloc.id)
+                del running[i]
                 used -= tasks[i].gpu_request_milli
         else:
             assert arrival_time is not None
             now = arrival_time
             while next_arrival < len(arrivals) and arrive_at[arrivals[next_arrival]] == now:
-                i = arrivals[next_arrival]
-                rank = -QOS_PRIORITY.get(tasks[i].qos, 0) if order is QueueOrder.PRIORITY else 0
-                heapq.heappush(pending, (rank, next_arrival, i))
+                pending.append(work[arrivals[next_arrival]])
                 next_arrival += 1
-        try_pending(now)
+        while one_pass(now):
+            pass
         times.append(float(now))
         util.append(100.0 * used / capacity if capacity else 0.0)
     last_arrival = float(max(arrive_at, default=0))
@@ -149,4 +204,6 @@ def timed_replay(
         np.asarray(util),
         last_arrival,
         time.perf_counter() - started,
+        preempted,
+        tuple(w.queue for w in work),
     )

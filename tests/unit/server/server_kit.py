@@ -92,6 +92,7 @@ def queue(
     quotas: list[dict[str, Any]],
     cohort: str | None = None,
     max_priority: int = 0,
+    preemption: str | None = None,
 ) -> dict[str, Any]:
     body = {
         "name": name,
@@ -100,6 +101,8 @@ def queue(
         "cohort": cohort,
         "max_priority": max_priority,
     }
+    if preemption is not None:
+        body["preemption"] = preemption
     r = srv.client.put(f"/v1/queues/{name}", json=body, headers=srv.admin)
     assert r.status_code == 200, r.text
     return dict(r.json())

@@ -155,6 +155,27 @@ def test_priority_preempts_minimally_and_requeues_the_victims(server: Server) ->
     assert all(len(d["jobs"]) == 1 for d in devices(server))
 
 
+def test_a_queue_that_never_preempts_leaves_lower_priority_work_running(server: Server) -> None:
+    node(server, "n1")
+    a = tenant(server, "a")
+    shown = queue(server, "a", "a", [], max_priority=10, preemption="never")
+    assert shown["preemption"] == "never"
+    low = fill_with_low(server, a, 8)
+    high = submit(server, a, "A100:2", priority=10)
+    server.schedule()
+    assert all(job(server, i)["state"] == "scheduled" for i in low)
+    got = job(server, high["id"])
+    assert got["state"] == "pending" and "preempting" not in got["reason"]
+    bad = server.client.put(
+        "/v1/queues/a",
+        json={"name": "a", "tenant": "a", "preemption": "often"},
+        headers=server.admin,
+    )
+    assert bad.status_code == 422 and "preemption" in bad.text
+    kept = server.client.get("/v1/queues/a", headers=server.admin).json()
+    assert kept["preemption"] == "never" and kept["max_priority"] == 10  # unchanged
+
+
 def test_preemption_is_deterministic(server: Server, tmp_path_factory: object) -> None:
     node(server, "n1")
     a = tenant(server, "a")

@@ -9,10 +9,20 @@ from xpupool.engine.cycle.admission import (
     ANY,
     Admission,
     Admitted,
+    Preemption,
     QueueSpec,
     Quota,
     Refusal,
     Resource,
+)
+from xpupool.engine.cycle.cycle import (
+    Decision,
+    PendingWork,
+    Place,
+    Preempt,
+    RunningWork,
+    SchedulingCycle,
+    Wait,
 )
 from xpupool.engine.cycle.preempt import PreemptionPlan, plan_preemption
 
@@ -20,10 +30,18 @@ __all__ = [
     "ANY",
     "Admission",
     "Admitted",
+    "Decision",
+    "PendingWork",
+    "Place",
+    "Preempt",
+    "Preemption",
     "PreemptionPlan",
     "QueueSpec",
     "Quota",
     "Refusal",
     "Resource",
+    "RunningWork",
+    "SchedulingCycle",
+    "Wait",
     "plan_preemption",
 ]

@@ -56,6 +56,13 @@ class Quota:
             )
 
 
+class Preemption(StrEnum):
+    """Whether a queue's jobs may evict running work for room (Kueue's ``withinClusterQueue``)."""
+
+    LOWER_PRIORITY = "lower_priority"  # any running job of strictly lower priority, whole
+    NEVER = "never"
+
+
 @dataclass(frozen=True, slots=True)
 class QueueSpec:
     name: str
@@ -63,6 +70,7 @@ class QueueSpec:
     quotas: tuple[Quota, ...]
     cohort: str | None = None
     weight: float = 1.0
+    preemption: Preemption = Preemption.LOWER_PRIORITY
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +100,8 @@ class Admission:
         }
         self._charged: dict[int, tuple[str, str, dict[Resource, int]]] = {}
         self._flavor_masks: dict[tuple[str, int], BoolArray] = {}
+        self._totals: tuple[int, dict[Resource, float]] = (-1, {})
+        self.released = 0  # releases so far: a refusal stays certain until this or the epoch moves
 
     # ------------------------------------------------------------------ admitting
     def admit(self, req: Request, queue: str) -> Admitted | Refusal:
@@ -137,12 +147,15 @@ class Admission:
         """Release an admitted allocation in the engine and return its charge to its queue."""
         alloc_id = alloc if isinstance(alloc, int) else alloc.id
         self.engine.release(alloc_id)
+        self.released += 1
         queue, flavor, charge = self._charged.pop(alloc_id)
         for resource, amount in charge.items():
             self.usage[queue][(flavor, resource)] -= amount
 
     def order(self, pending: Sequence[tuple[Request, str]]) -> list[int]:
         """Indices of ``pending`` (request, queue) in admission order: DRF, priority, age."""
+        if len(pending) <= 1:
+            return list(range(len(pending)))
         shares = self.dominant_shares()
 
         def key(i: int) -> tuple[float, int, int]:
@@ -153,12 +166,7 @@ class Admission:
 
     def dominant_shares(self) -> dict[str, float]:
         """Per tenant: max over resources of (its usage / cluster capacity), divided by its weight."""
-        s = self.engine.state
-        capacity = {
-            Resource.DEVICES: float(s.n_devices),
-            Resource.DEVICE_MEMORY_MIB: float(s.dev_mem_total.sum()),
-            Resource.CORES_PERMILLE: float(s.n_devices * WHOLE),
-        }
+        capacity = self._capacity()
         used: dict[str, dict[Resource, float]] = defaultdict(lambda: defaultdict(float))
         weight: dict[str, float] = {}
         for name, spec in self.queues.items():
@@ -170,6 +178,21 @@ class Admission:
             / max(weight[tenant], 1e-9)
             for tenant, res in used.items()
         }
+
+    def _capacity(self) -> dict[Resource, float]:
+        """The cluster's totals per resource, the denominators of the shares (per epoch)."""
+        s = self.engine.state
+        if self._totals[0] != s.epoch:
+            devices = float(s.n_devices)
+            self._totals = (
+                s.epoch,
+                {
+                    Resource.DEVICES: devices,
+                    Resource.DEVICE_MEMORY_MIB: float(s.dev_mem_total.sum()),
+                    Resource.CORES_PERMILLE: devices * WHOLE,
+                },
+            )
+        return self._totals[1]
 
     # ------------------------------------------------------------------ flavours and quota
     def flavor_mask(self, flavor: str) -> BoolArray:

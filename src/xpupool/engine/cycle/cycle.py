@@ -12,10 +12,11 @@ persists them and stops processes, the simulator moves its clock.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+from operator import attrgetter
 from typing import Protocol
 
-from xpupool.engine.cycle.admission import Admission, Admitted, Refusal
+from xpupool.engine.cycle.admission import Admission, Admitted, Preemption, Refusal
 from xpupool.engine.cycle.preempt import plan_preemption
 from xpupool.engine.txn import Transaction
 from xpupool.model.allocation import Allocation
@@ -77,6 +78,9 @@ class Preempt:
 
 Decision = Place | Wait | Preempt
 
+# every field of a request but its name: two requests alike in these fare alike
+_SHAPE = attrgetter(*(f.name for f in fields(Request) if f.name != "name"))
+
 
 class SchedulingCycle:
     """Orders and decides pending work on one :class:`Admission` (and through it, one engine)."""
@@ -84,6 +88,17 @@ class SchedulingCycle:
     def __init__(self, admission: Admission) -> None:
         self.admission = admission
         self.engine = admission.engine
+        self._refused: dict[tuple[object, ...], Wait] | None = None
+        self._refused_at = (-1, -1)
+
+    def begin_pass(self) -> None:
+        """Start a pass over the pending jobs in :meth:`order`. Until the next, a job exactly like
+        one refused earlier in the pass (same queue, priority and request) is refused with the
+        same reason without trying again: capacity and quota only shrink during a pass unless
+        something is released or the inventory changes, which starts the record afresh, and any
+        job ordered between the two has their priority, so it cannot have become a victim."""
+        self._refused = {}
+        self._refused_at = (self.engine.state.epoch, self.admission.released)
 
     def order(self, pending: Sequence[PendingWork]) -> list[int]:
         """Indices of ``pending`` in the order to try them: DRF, then priority, then position."""
@@ -95,6 +110,22 @@ class SchedulingCycle:
         A placement is committed (the engine's state and the queue's usage hold it); the other
         decisions change nothing. Gangs are all-or-none; a request that could only be placed in
         part is given back, so a job runs whole or waits."""
+        key: tuple[object, ...] | None = None
+        if self._refused is not None and not job.waiting_on:
+            stamp = (self.engine.state.epoch, self.admission.released)
+            if stamp != self._refused_at:
+                self._refused.clear()
+                self._refused_at = stamp
+            key = (job.queue, job.priority, _SHAPE(job.request))
+            known = self._refused.get(key)
+            if known is not None:
+                return known
+        decision = self._decide(job, running)
+        if key is not None and self._refused is not None and isinstance(decision, Wait):
+            self._refused[key] = decision
+        return decision
+
+    def _decide(self, job: PendingWork, running: Mapping[int, RunningWork]) -> Decision:
         outcome = self.admission.admit(job.request, job.queue)
         if isinstance(outcome, Admitted) and outcome.placement.ok:
             return Place(outcome)
@@ -109,7 +140,8 @@ class SchedulingCycle:
         if waiting_on:  # its victims are still stopping: do not pick more
             ids = sorted(waiting_on)
             return Wait(f"{reason}; waiting for preempted job(s) {ids} to stop", waiting_on)
-        if isinstance(outcome, Refusal) and outcome.capacity_only:
+        may_preempt = self.admission.queues[job.queue].preemption is Preemption.LOWER_PRIORITY
+        if isinstance(outcome, Refusal) and outcome.capacity_only and may_preempt:
             victims = self.preemption_victims(job, running)
             if victims:
                 return Preempt(

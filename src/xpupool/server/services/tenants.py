@@ -12,7 +12,8 @@ from sqlalchemy import Connection, insert, select, update
 from xpupool.model.errors import Conflict, NotFound, RequestError
 from xpupool.server import schemas as s
 from xpupool.server.auth import Principal, TokenExpired, new_token, token_hash
-from xpupool.server.plane import ControlPlane, queue_spec
+from xpupool.server.plane import ControlPlane
+from xpupool.server.queue_spec import queue_spec, queue_spec_of
 from xpupool.server.services import grants
 from xpupool.server.storage.tenants import assign_tenant_indices
 from xpupool.server.storage.tenants import queues as t_queues
@@ -199,6 +200,7 @@ def put_queue(plane: ControlPlane, body: s.QueueIn) -> s.Queue:
             "cohort": body.cohort,
             "quotas": quotas,
             "max_priority": body.max_priority,
+            "preemption": body.preemption.value,
         }
         if existing is None:
             conn.execute(
@@ -206,9 +208,7 @@ def put_queue(plane: ControlPlane, body: s.QueueIn) -> s.Queue:
             )
         else:
             conn.execute(update(t_queues).where(t_queues.c.name == body.name).values(**values))
-        plane.queue_specs[body.name] = queue_spec(
-            body.name, body.tenant, body.cohort, quotas, tenant.weight
-        )
+        plane.queue_specs[body.name] = queue_spec_of(body, tenant.weight)
         plane.rebuild_admission()
         grants.cap_queued(plane, conn, body.name)  # a lowered cap applies to what waits too
     return get_queue(plane, body.name, None)
@@ -262,6 +262,7 @@ def _queue_view(plane: ControlPlane, name: str, max_priority: int) -> s.Queue:
         tenant=spec.tenant,
         cohort=spec.cohort,
         max_priority=max_priority,
+        preemption=s.QueuePreemption(spec.preemption.value),
         quotas=quotas,
         pending=pending,
         running=running,

@@ -85,6 +85,8 @@ queues = Table(
     Column("created_at", Float, nullable=False),
     # highest priority a job may ask for; queues from before the cap get 0 (the default priority)
     Column("max_priority", Integer, nullable=False, server_default=_default(0)),
+    # may its jobs preempt lower-priority work ('lower_priority', 'never'); NULL = lower_priority
+    Column("preemption", String(20), nullable=True),
 )
 
 

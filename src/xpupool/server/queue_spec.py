@@ -1,0 +1,33 @@
+"""The engine's queue from the server's queue form (stored rows and ``QueueIn`` bodies alike), so
+the server and the timed simulator build a queue the same way."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from xpupool.engine.cycle import Preemption, QueueSpec, Quota, Resource
+from xpupool.server import schemas as s
+
+
+def queue_spec(
+    name: str,
+    tenant: str,
+    cohort: str | None,
+    quotas: Iterable[object],
+    weight: float = 1.0,
+    preemption: str | None = None,
+) -> QueueSpec:
+    """The engine's queue from stored JSON quotas; ``weight`` is the tenant's fair-share weight,
+    ``preemption`` the stored policy (None, from before the column: lower_priority)."""
+    out = []
+    for q in quotas:
+        qi = s.QuotaIn.model_validate(q)
+        out.append(Quota(qi.flavor, Resource(qi.resource.value), qi.nominal, qi.borrowing_limit))
+    policy = Preemption(preemption) if preemption else Preemption.LOWER_PRIORITY
+    return QueueSpec(name, tenant, tuple(out), cohort, weight, policy)
+
+
+def queue_spec_of(body: s.QueueIn, weight: float = 1.0) -> QueueSpec:
+    """The engine's queue for a ``QueueIn`` body."""
+    quotas = [q.model_dump(mode="json") for q in body.quotas]
+    return queue_spec(body.name, body.tenant, body.cohort, quotas, weight, body.preemption.value)
