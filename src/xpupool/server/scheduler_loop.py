@@ -1,12 +1,14 @@
-"""The scheduling loop: admit pending jobs in fair-share order, place them, persist, preempt.
+"""The scheduling loop: run the engine's scheduling cycle over the pending jobs and record what it
+decides.
 
 One pass takes the pending jobs that could have become placeable since they last failed (at most
-``RETRIES_PER_TENANT`` retries per tenant, so one tenant's queue does not set everyone's pace), orders
-them by dominant resource fairness, then priority, then age (``Admission.order``), and admits each
-through the engine. Jobs that do not fit are skipped, not waited on (Kueue's BestEffortFIFO), so a
-large job never blocks small ones behind it. A job refused for capacity alone may preempt
-lower-priority jobs (``engine/cycle/preempt.py`` picks the minimal victims per replica); victims are
-stopped and requeued, and the preemptor is placed once their devices are free.
+``RETRIES_PER_TENANT`` retries per tenant, so one tenant's queue does not set everyone's pace). The
+cycle (``engine/cycle/``) orders them by dominant resource fairness, then priority, then age, and
+decides each: placed, waiting (with the reason), or preempting lower-priority jobs. Jobs that do not
+fit are skipped, not waited on (Kueue's BestEffortFIFO), so a large job never blocks small ones
+behind it; a job exactly like one refused earlier in the pass is refused without a second try while
+nothing was released. This loop persists the decisions: allocations and states in the store,
+victims stopped through their agents and requeued, the preemptor placed once their devices are free.
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ def schedule_pass(plane: ControlPlane) -> int:
         if not candidates:
             return 0
         started = time.perf_counter()
-        order = plane.admission.order([(p.request, p.queue) for p in candidates])
+        cycle = plane.cycle
+        cycle.begin_pass()
+        order = cycle.order(candidates)
     placed = 0
     for i in order:
         job = candidates[i]

@@ -3,6 +3,9 @@ priority preemption (minimal, deterministic victims, requeued with the preemptor
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from server_kit import (
     Server,
     devices,
@@ -174,6 +177,28 @@ def test_a_queue_that_never_preempts_leaves_lower_priority_work_running(server: 
     assert bad.status_code == 422 and "preemption" in bad.text
     kept = server.client.get("/v1/queues/a", headers=server.admin).json()
     assert kept["preemption"] == "never" and kept["max_priority"] == 10  # unchanged
+
+
+def test_a_pass_tries_a_refused_request_once_while_nothing_is_released(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node(server, "n1")
+    a = tenant(server, "a")
+    queue(server, "a", "a", [])
+    flood = [submit(server, a, "A100:9")["id"] for _ in range(5)]  # one card more than the node
+    admission = server.plane.admission
+    tries: list[str] = []
+    real_admit = admission.admit
+
+    def counting(req: Any, queue_name: str) -> Any:
+        tries.append(req.name)
+        return real_admit(req, queue_name)
+
+    monkeypatch.setattr(admission, "admit", counting)
+    server.schedule()
+    assert len(tries) == 1  # the other four are known to fail the same way
+    reasons = {job(server, i)["reason"] for i in flood}
+    assert len(reasons) == 1 and "1 node" in next(iter(reasons))
 
 
 def test_preemption_is_deterministic(server: Server, tmp_path_factory: object) -> None:
