@@ -253,8 +253,8 @@ def test_500_concurrent_submissions_respect_devices_and_quotas(shared: ServerPro
                 assert quota["used"] <= room, (name, quota)
                 if quota["resource"] == "devices":
                     assert quota["used"] == used_devices[name], (name, quota)
-        # NB the cohort total may pass the members' nominal sum: a lender still gets its own
-        # nominal while another queue borrows from it (engine/cycle/admission.py; Kueue reclaims instead)
+        # NB the cohort total may pass the members' nominal sum for a while: a lender gets its own
+        # nominal at once where cards are free, and reclaims from borrowers where they are not
 
 
 def test_tenant_isolation_over_http(shared: ServerProc) -> None:

@@ -235,12 +235,14 @@ def build_queue(
     quotas: tuple[str, ...],
     max_priority: int | None = None,
     preemption: str | None = None,
+    unlisted_flavors: str | None = None,
 ) -> s.QueueIn:
     """The queue body: the ``-f`` file (a QueueIn as YAML), then flags on top (``--quota``
     replaces the file's quotas). Raises ``RequestError`` naming the file and the field."""
     body: dict[str, Any] = load_yaml(file) if file else {}
     flags = (("name", name), ("tenant", tenant_name), ("cohort", cohort))
-    for key, value in (*flags, ("max_priority", max_priority), ("preemption", preemption)):
+    policies = (("preemption", preemption), ("unlisted_flavors", unlisted_flavors))
+    for key, value in (*flags, ("max_priority", max_priority), *policies):
         if value is not None:
             body[key] = value
     if quotas:
@@ -274,6 +276,11 @@ def build_queue(
     type=click.Choice([p.value for p in s.QueuePreemption]),
     help="may its jobs stop lower-priority ones for room [default: lower_priority]",
 )
+@click.option(
+    "--unlisted-flavors",
+    type=click.Choice([u.value for u in s.UnlistedFlavors]),
+    help="devices no --quota names: usable without quota, or not at all [default: allow]",
+)
 @connection_options
 @output_option
 def queue_put(
@@ -284,6 +291,7 @@ def queue_put(
     quotas: tuple[str, ...],
     max_priority: int | None,
     preemption: str | None,
+    unlisted_flavors: str | None,
     url: str | None,
     token: str | None,
     output: str,
@@ -295,7 +303,9 @@ def queue_put(
     xpupool queue put --name research --tenant lab --quota A100:devices=4 --quota '*:devices=8'
     xpupool queue put --name urgent --tenant lab --max-priority 100
     """
-    body = build_queue(file, name, tenant_name, cohort, quotas, max_priority, preemption)
+    body = build_queue(
+        file, name, tenant_name, cohort, quotas, max_priority, preemption, unlisted_flavors
+    )
     with make_client(url, token) as client:
         found = client.put_queue(body)
     emit(output, found, lambda: queues_table([found]))

@@ -249,6 +249,7 @@ class ControlPlane:
                     row["quotas"],
                     weights[row["tenant"]],
                     row["preemption"],
+                    row["unlisted_flavors"],
                 )
             held_rows = conn.execute(
                 select(t_jobs)
@@ -423,8 +424,10 @@ class ControlPlane:
         with self.lock:
             self.admission = Admission(self.engine, self.queue_specs.values())
             for job in self.held.values():
-                for alloc in job.allocations:
-                    self.admission.restore(alloc, job.queue, job.flavor, in_engine=False)
+                for alloc in job.allocations:  # the flavour may change with the queue's quotas
+                    job.flavor = self.admission.restore(
+                        alloc, job.queue, job.flavor, in_engine=False
+                    )
             self.capacity_gen += 1
             self.wake.set()
 

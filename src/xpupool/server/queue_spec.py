@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from xpupool.engine.cycle import Preemption, QueueSpec, Quota, Resource
+from xpupool.engine.cycle import Preemption, QueueSpec, Quota, Resource, Unlisted
 from xpupool.server import schemas as s
 
 
@@ -16,6 +16,7 @@ def queue_spec(
     quotas: Iterable[object],
     weight: float = 1.0,
     preemption: str | None = None,
+    unlisted_flavors: str | None = None,
 ) -> QueueSpec:
     """The engine's queue from stored JSON quotas; ``weight`` is the tenant's fair-share weight,
     ``preemption`` the stored policy (None, from before the column: lower_priority)."""
@@ -24,7 +25,8 @@ def queue_spec(
         qi = s.QuotaIn.model_validate(q)
         out.append(Quota(qi.flavor, Resource(qi.resource.value), qi.nominal, qi.borrowing_limit))
     policy = Preemption(preemption) if preemption else Preemption.LOWER_PRIORITY
-    return QueueSpec(name, tenant, tuple(out), cohort, weight, policy)
+    unlisted = Unlisted(unlisted_flavors) if unlisted_flavors else Unlisted.ALLOW
+    return QueueSpec(name, tenant, tuple(out), cohort, weight, policy, unlisted)
 
 
 def queue_spec_of(body: s.QueueIn, weight: float = 1.0) -> QueueSpec:

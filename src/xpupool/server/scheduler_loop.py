@@ -100,7 +100,7 @@ def _try_admit(plane: ControlPlane, conn: Connection, job: PendingJob) -> bool:
         return True
     job.waiting_on = set(decision.waiting_on) if isinstance(decision, Wait) else set()
     if isinstance(decision, Preempt):
-        _preempt(plane, conn, job, [plane.held[v.id] for v in decision.victims])
+        _preempt(plane, conn, job, [plane.held[v.id] for v in decision.victims], decision.reclaim)
     _still_pending(plane, conn, job, gen, decision.reason)
     return False
 
@@ -157,10 +157,15 @@ def _record_placement(
     plane.notify("scheduled", plane.clock() - job.created_at)
 
 
-def _preempt(plane: ControlPlane, conn: Connection, by: PendingJob, victims: list[HeldJob]) -> None:
+def _preempt(
+    plane: ControlPlane, conn: Connection, by: PendingJob, victims: list[HeldJob], reclaim: bool
+) -> None:
     """Stop ``victims`` for ``by``: release at once what runs nowhere yet, else ask agents to stop."""
     for victim in victims:
-        reason = f"preempted by job {by.id} (priority {by.priority} > {victim.priority})"
+        if reclaim:
+            reason = f"preempted by job {by.id}: queue {by.queue} reclaims the quota it lent"
+        else:
+            reason = f"preempted by job {by.id} (priority {by.priority} > {victim.priority})"
         if victim.may_run:
             victim.stopping, victim.stop_reason = "preempt", reason
             by.waiting_on.add(victim.id)

@@ -245,6 +245,11 @@ class QuotaIn(Strict):
     )
 
 
+class UnlistedFlavors(StrEnum):
+    ALLOW = "allow"
+    DENY = "deny"
+
+
 class QueuePreemption(StrEnum):
     LOWER_PRIORITY = "lower_priority"
     NEVER = "never"
@@ -274,6 +279,11 @@ class QueueIn(Strict):
         QueuePreemption.LOWER_PRIORITY,
         description="'lower_priority': a job refused for room alone may stop running jobs of "
         "strictly lower priority (whole jobs, the fewest that make room); 'never': it waits.",
+    )
+    unlisted_flavors: UnlistedFlavors = Field(
+        UnlistedFlavors.ALLOW,
+        description="Devices none of the quotas' flavours names: 'allow' = usable without quota "
+        "once the listed flavours are tried; 'deny' = not usable by this queue.",
     )
 
     @model_validator(mode="after")
@@ -307,6 +317,7 @@ class Queue(Lenient):
     cohort: str | None
     max_priority: int = Field(0, description="Highest priority its jobs may ask for.")
     preemption: QueuePreemption = QueuePreemption.LOWER_PRIORITY
+    unlisted_flavors: UnlistedFlavors = UnlistedFlavors.ALLOW
     quotas: list[QuotaUsage]
     pending: int = Field(0, description="Jobs waiting in this queue.")
     running: int = Field(0, description="Jobs holding devices (scheduled or running).")

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from xpupool.engine.cycle.admission import Admission, Admitted, QueueSpec, Quota, Refusal, Resource
+from xpupool.engine.cycle.admission import (
+    UNLISTED,
+    Admission,
+    Admitted,
+    QueueSpec,
+    Quota,
+    Refusal,
+    Resource,
+    Unlisted,
+)
 from xpupool.model import DeviceRequest, NotFound, Request
 
 from factories import ASCEND_910B3, T4, engine_for, gpu_node
@@ -57,16 +66,16 @@ def test_cohort_borrowing_up_to_the_limit_and_never_lending_twice() -> None:
     assert isinstance(admission.admit(cards(4), "borrow"), Admitted)  # 2 own + 2 of the lender's
     limit = admission.admit(cards(1), "borrow")
     assert (
-        isinstance(limit, Refusal) and "4 used + 1 asked > 2 nominal + 0 borrowable" in limit.reason
+        isinstance(limit, Refusal) and "4 used + 1 asked > 2 nominal + 2 borrowable" in limit.reason
     )
     # Cohort nominal 6, used 4: "free" (nominal 0) may borrow the 2 left, and no more.
     assert isinstance(admission.admit(cards(2), "free"), Admitted)
     full = admission.admit(cards(1), "free")
     assert (
-        isinstance(full, Refusal) and "2 used + 1 asked > 0 nominal + 0 borrowable" in full.reason
+        isinstance(full, Refusal) and "2 used + 1 asked > 0 nominal + 2 borrowable" in full.reason
     )
-    # A lender's nominal quota is guaranteed even while lent out (reclaiming it from borrowers is
-    # the caller's preemption decision).
+    # A lender's nominal quota is guaranteed even while lent out (reclaiming room from borrowers
+    # is the cycle's preemption decision).
     assert isinstance(admission.admit(cards(1), "lend"), Admitted)
 
 
@@ -82,7 +91,8 @@ def test_memory_is_charged_at_the_real_card_size() -> None:
 
 def test_refused_when_no_flavour_has_usable_devices_or_queue_is_unknown() -> None:
     engine = engine_for(gpu_node("n", vendor="huawei", model=ASCEND_910B3, memory_mib=65536))
-    admission = Admission(engine, [QueueSpec("q", "t", (Quota("nvidia", DEV, 8),))])
+    spec = QueueSpec("q", "t", (Quota("nvidia", DEV, 8),), unlisted_flavors=Unlisted.DENY)
+    admission = Admission(engine, [spec])
     refused = admission.admit(cards(1), "q")
     assert isinstance(refused, Refusal) and "no flavour" in refused.reason
     with pytest.raises(NotFound):
@@ -93,7 +103,8 @@ def test_full_flavour_is_explained_even_when_other_devices_are_free() -> None:
     engine = engine_for(
         gpu_node("a", count=1), gpu_node("n", vendor="huawei", model=ASCEND_910B3, memory_mib=65536)
     )
-    admission = Admission(engine, [QueueSpec("q", "t", (Quota("nvidia", DEV, 8),))])
+    spec = QueueSpec("q", "t", (Quota("nvidia", DEV, 8),), unlisted_flavors=Unlisted.DENY)
+    admission = Admission(engine, [spec])
     assert isinstance(admission.admit(cards(1), "q"), Admitted)
     refused = admission.admit(cards(1), "q")
     assert isinstance(refused, Refusal)
@@ -120,3 +131,68 @@ def test_dominant_resource_fairness_orders_tenants_then_priority_then_age() -> N
     ]
     assert admission.order(pending) == [2, 3, 1, 0]
     assert admission.dominant_shares() == {"A": 0.5, "B": 0.125}
+
+
+def one_card_queues(limit: int | None) -> Admission:
+    engine = engine_for(gpu_node("a", count=8), gpu_node("b", count=8))
+    quota = Quota("nvidia", DEV, 4, borrowing_limit=limit)
+    queues = [
+        QueueSpec("q", "x", (quota,), cohort="c"),
+        QueueSpec("idle", "y", (Quota("nvidia", DEV, 4),), cohort="c"),
+    ]
+    return Admission(engine, queues)
+
+
+@pytest.mark.parametrize(("limit", "reached"), [(2, 6), (None, 8)])
+def test_borrowed_quota_is_counted_once(limit: int | None, reached: int) -> None:
+    # nominal 4, the idle peer's 4 to borrow: the limit (2) or the cohort (8) is the bound
+    admission = one_card_queues(limit)
+    admitted = 0
+    while isinstance(admission.admit(cards(1), "q"), Admitted):
+        admitted += 1
+    assert admitted == reached
+    refused = admission.admit(cards(1), "q")
+    assert isinstance(refused, Refusal)
+    assert f"{reached} used + 1 asked > 4 nominal + {reached - 4} borrowable" in refused.reason
+
+
+def test_a_new_quota_counts_the_work_admitted_before_it() -> None:
+    engine = engine_for(gpu_node("a", count=8))
+    before = Admission(engine, [QueueSpec("q", "t", ())])
+    held = []
+    for _ in range(5):
+        outcome = before.admit(cards(1), "q")
+        assert isinstance(outcome, Admitted) and outcome.flavor == "*"
+        held.extend(outcome.placement.allocations)
+    after = Admission(engine, [QueueSpec("q", "t", (Quota("A100", DEV, 2),))])
+    flavors = {after.restore(a, "q", "*", in_engine=False) for a in held}
+    assert flavors == {"A100"}
+    assert after.usage["q"][("A100", DEV)] == 5
+    assert isinstance(after.admit(cards(1), "q"), Refusal)  # 5 of 2 in use: over quota
+
+
+def test_devices_no_quota_names_are_free_to_use_unless_denied() -> None:
+    engine = engine_for(gpu_node("a", count=2), gpu_node("l", model=T4, memory_mib=15360))
+    allow = Admission(engine, [QueueSpec("q", "t", (Quota("A100", DEV, 2),))])
+    placed = allow.admit(cards(1, models=(T4,)), "q")
+    assert isinstance(placed, Admitted) and placed.flavor == UNLISTED
+    assert placed.placement.allocations[0].node == "l"
+    assert allow.usage["q"][("A100", DEV)] == 0
+    deny = QueueSpec("q", "t", (Quota("A100", DEV, 2),), unlisted_flavors=Unlisted.DENY)
+    refused = Admission(engine, [deny]).admit(cards(1, models=(T4,)), "q")
+    assert isinstance(refused, Refusal) and "no flavour" in refused.reason
+
+
+def test_fair_share_counts_what_shares_of_cards_really_hold() -> None:
+    engine = engine_for(gpu_node("a", count=8))
+    queues = [QueueSpec("qx", "x", ()), QueueSpec("qy", "y", ())]
+    admission = Admission(engine, queues)
+    for _ in range(3):  # x: three 1 GiB slices of a card
+        assert isinstance(
+            admission.admit(cards(1, memory_mib=1024, core_permille=10), "qx"), Admitted
+        )
+    for _ in range(2):  # y: two whole cards
+        assert isinstance(admission.admit(cards(1), "qy"), Admitted)
+    shares = admission.dominant_shares()
+    assert shares["x"] < shares["y"]
+    assert admission.order([(cards(1), "qy"), (cards(1), "qx")]) == [1, 0]

@@ -102,3 +102,31 @@ def test_order_is_fair_share_then_priority_then_position() -> None:
     run(cycle, job(1, count=4, queue="qa"), running)  # tenant a now holds half the cards
     pending = [job(2, queue="qa", priority=9), job(3, queue="qb"), job(4, queue="qb", priority=1)]
     assert cycle.order(pending) == [2, 1, 0]
+
+
+def lender_and_borrower() -> tuple[SchedulingCycle, dict[int, RunningWork]]:
+    """One 8-card node; queues 'lend' and 'borrow' with 4 cards of nominal quota each, and the
+    borrower holding all 8 with one-card jobs of priorities 1, 2, 1, 2, ... (ids 1 to 8)."""
+    engine = engine_for(gpu_node("n", count=8))
+    queues = [
+        QueueSpec("lend", "l", (Quota("nvidia", Resource.DEVICES, 4),), cohort="c"),
+        QueueSpec("borrow", "b", (Quota("nvidia", Resource.DEVICES, 4),), cohort="c"),
+    ]
+    cycle, running = SchedulingCycle(Admission(engine, queues)), {}
+    for i in range(1, 9):
+        run(cycle, job(i, priority=1 + (i + 1) % 2, queue="borrow"), running)
+    return cycle, running
+
+
+def test_a_lender_reclaims_lent_quota_from_the_lowest_priority_newest_borrower_jobs() -> None:
+    cycle, running = lender_and_borrower()
+    decision = cycle.decide(job(9, priority=0, count=2, queue="lend"), running)
+    assert isinstance(decision, Preempt)
+    assert "reclaiming quota lent to borrow: preempting 2 job(s)" in decision.reason
+    assert sorted(v.id for v in decision.victims) == [5, 7]  # priority 1, the newest two
+
+
+def test_no_reclaim_beyond_the_lenders_own_nominal_quota() -> None:
+    cycle, running = lender_and_borrower()
+    decision = cycle.decide(job(9, priority=0, count=5, queue="lend"), running)
+    assert isinstance(decision, Wait)  # five cards would borrow in turn: it waits

@@ -81,15 +81,14 @@ def test_cohort_borrowing_up_to_the_limit(server: Server) -> None:
     over = submit(server, a, "A100:1", queue="qa")  # past the borrowing limit
     server.schedule()
     assert job(server, over["id"])["state"] == "pending"
-    assert "1 borrowable" not in job(server, over["id"])["reason"]
-    # qb never goes past its own nominal (it has no borrowing room left: qa holds it). Whether
-    # qb may still use all of its nominal while qa borrows from it is the engine's call (today:
-    # yes, so the cohort total may pass its members' nominal sum; Kueue would reclaim instead).
+    assert "3 used + 1 asked > 2 nominal + 1 borrowable" in job(server, over["id"])["reason"]
+    # qb never goes past its own nominal (it has no borrowing room left: qa holds it), and may
+    # use all of it while qa borrows (the cards are free here, so nothing needs reclaiming).
     for _ in range(3):
         submit(server, b, "A100:1", queue="qb")
     server.schedule()
     assert queue_used(server, "qa")[("nvidia", DEVICES)] == 3  # nominal 2 + borrowing limit 1
-    assert queue_used(server, "qb")[("nvidia", DEVICES)] <= 2
+    assert queue_used(server, "qb")[("nvidia", DEVICES)] == 2
 
 
 def test_queue_without_cohort_cannot_borrow(server: Server) -> None:
@@ -199,6 +198,26 @@ def test_a_pass_tries_a_refused_request_once_while_nothing_is_released(
     assert len(tries) == 1  # the other four are known to fail the same way
     reasons = {job(server, i)["reason"] for i in flood}
     assert len(reasons) == 1 and "1 node" in next(iter(reasons))
+
+
+def test_a_lender_reclaims_its_quota_from_a_borrowing_queue(server: Server) -> None:
+    node(server, "n1")  # 8 cards
+    lender, borrower = tenant(server, "lend"), tenant(server, "borrow")
+    for name in ("lend", "borrow"):
+        queue(server, name, name, [quota("nvidia", DEVICES, 4)], cohort="c")
+    borrowed = fill_with_low(server, borrower, 8)  # 4 of its own, 4 lent by the idle lender
+    mine = submit(server, lender, "A100:2")
+    server.schedule()
+    victims = [i for i in borrowed if job(server, i)["state"] == "pending"]
+    assert victims == borrowed[-2:]  # equal priority: the newest go
+    for v in victims:
+        assert "queue lend reclaims the quota it lent" in job(server, v)["events"][-1]["reason"]
+    assert "reclaiming quota lent to borrow" in job(server, mine["id"])["reason"]
+    server.schedule()
+    assert job(server, mine["id"])["state"] == "scheduled"
+    assert queue_used(server, "borrow")[("nvidia", DEVICES)] == 6
+    server.schedule()  # the requeued borrower jobs wait: their queue is at what the cohort allows
+    assert all(job(server, v)["state"] == "pending" for v in victims)
 
 
 def test_preemption_is_deterministic(server: Server, tmp_path_factory: object) -> None:

@@ -7,6 +7,7 @@ I/O: the server persists the decisions, the timed simulator advances its clock o
 
 from xpupool.engine.cycle.admission import (
     ANY,
+    UNLISTED,
     Admission,
     Admitted,
     Preemption,
@@ -14,6 +15,7 @@ from xpupool.engine.cycle.admission import (
     Quota,
     Refusal,
     Resource,
+    Unlisted,
 )
 from xpupool.engine.cycle.cycle import (
     Decision,
@@ -28,6 +30,7 @@ from xpupool.engine.cycle.preempt import PreemptionPlan, plan_preemption
 
 __all__ = [
     "ANY",
+    "UNLISTED",
     "Admission",
     "Admitted",
     "Decision",
@@ -42,6 +45,7 @@ __all__ = [
     "Resource",
     "RunningWork",
     "SchedulingCycle",
+    "Unlisted",
     "Wait",
     "plan_preemption",
 ]

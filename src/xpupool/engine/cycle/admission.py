@@ -20,6 +20,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+import numpy as np
+
 from xpupool.engine.engine import Engine, Placement
 from xpupool.engine.filters.device_model import model_table_mask
 from xpupool.engine.state import BoolArray
@@ -29,12 +31,17 @@ from xpupool.model.request import WHOLE, Request
 from xpupool.model.vendor import VENDOR_KEYS, find_vendor
 
 ANY = "*"
+UNLISTED = "unlisted"  # the flavour charged for devices no quota of the queue names (no quota)
 
 
 class Resource(StrEnum):
     DEVICES = "devices"
     DEVICE_MEMORY_MIB = "device_memory_mib"
     CORES_PERMILLE = "cores_permille"
+
+
+# what a tenant really holds, for fair share: a device count would count a 1 GiB share as a card
+_HELD = (Resource.DEVICE_MEMORY_MIB, Resource.CORES_PERMILLE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +63,13 @@ class Quota:
             )
 
 
+class Unlisted(StrEnum):
+    """What a queue with quotas does with devices none of its flavours name."""
+
+    ALLOW = "allow"  # usable without quota, after the listed flavours
+    DENY = "deny"  # not usable by this queue
+
+
 class Preemption(StrEnum):
     """Whether a queue's jobs may evict running work for room (Kueue's ``withinClusterQueue``)."""
 
@@ -71,6 +85,7 @@ class QueueSpec:
     cohort: str | None = None
     weight: float = 1.0
     preemption: Preemption = Preemption.LOWER_PRIORITY
+    unlisted_flavors: Unlisted = Unlisted.ALLOW
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,18 +145,42 @@ class Admission:
             if outcome.placement.allocations:  # placed, fully or (without gang) in part
                 return outcome
             reasons.append(f"{flavor}: {outcome.placement.failures[0].message}")
+        if spec.unlisted_flavors is Unlisted.ALLOW:
+            mask = eligible & ~self._listed_mask(flavors)
+            if mask.any():
+                outcome = self._place(req, spec, UNLISTED, mask)
+                if outcome.placement.allocations:
+                    return outcome
+                reasons.append(f"{UNLISTED}: {outcome.placement.failures[0].message}")
         if not reasons:
             return Refusal(queue, "no flavour of this queue has devices the request can use")
         return Refusal(queue, "; ".join(reasons), capacity_only=not quota_short)
 
-    def restore(
-        self, alloc: Allocation, queue: str, flavor: str, *, in_engine: bool = True
-    ) -> None:
+    def restore(self, alloc: Allocation, queue: str, flavor: str, *, in_engine: bool = True) -> str:
         """Re-charge an allocation admitted earlier (a server restarting from its store, or queues
-        redefined); ``in_engine`` also re-applies it to the engine's state."""
+        redefined); ``in_engine`` also re-applies it to the engine's state. Returns the flavour
+        charged (see :meth:`flavor_for`)."""
         if in_engine:
             self.engine.restore(alloc)
-        self._charge(alloc, self._queue(queue).name, flavor)
+        spec = self._queue(queue)
+        flavor = self.flavor_for(alloc, spec, flavor)
+        self._charge(alloc, spec.name, flavor)
+        return flavor
+
+    def flavor_for(self, alloc: Allocation, spec: QueueSpec, flavor: str) -> str:
+        """The flavour an allocation is charged to in ``spec``: the one it was admitted under
+        while the queue still lists it; else (quotas set or changed since) the first listed
+        flavour holding all its devices, so a new quota counts the work admitted before it."""
+        flavors = list(dict.fromkeys(q.flavor for q in spec.quotas))
+        if not flavors or flavor in flavors or not alloc.devices:
+            return flavor if flavors else ANY
+        state = self.engine.state
+        slots = [state.uuid_slot.get(d.uuid, d.slot) for d in alloc.devices]
+        for candidate in flavors:
+            mask = self.flavor_mask(candidate).reshape(-1)
+            if all(mask[slot] for slot in slots):
+                return candidate
+        return UNLISTED
 
     def release(self, alloc: Allocation | int) -> None:
         """Release an admitted allocation in the engine and return its charge to its queue."""
@@ -165,14 +204,16 @@ class Admission:
         return sorted(range(len(pending)), key=key)
 
     def dominant_shares(self) -> dict[str, float]:
-        """Per tenant: max over resources of (its usage / cluster capacity), divided by its weight."""
+        """Per tenant: max over device memory and compute of (what it holds / the pool's total),
+        divided by its weight. A share of a card counts as what it holds, not as a device."""
         capacity = self._capacity()
         used: dict[str, dict[Resource, float]] = defaultdict(lambda: defaultdict(float))
         weight: dict[str, float] = {}
         for name, spec in self.queues.items():
             weight[spec.tenant] = spec.weight
             for (_, resource), amount in self.usage[name].items():
-                used[spec.tenant][resource] += amount
+                if resource in _HELD:
+                    used[spec.tenant][resource] += amount
         return {
             tenant: max((v / capacity[r] for r, v in res.items() if capacity[r]), default=0.0)
             / max(weight[tenant], 1e-9)
@@ -212,6 +253,13 @@ class Admission:
             self._flavor_masks[key] = found
         return found
 
+    def _listed_mask(self, flavors: Sequence[str]) -> BoolArray:
+        """``[N, W]`` devices some of ``flavors`` names."""
+        mask = np.zeros_like(self.engine.state.dev_present)
+        for flavor in flavors:
+            mask |= self.flavor_mask(flavor)
+        return mask
+
     def _demand(self, req: Request, mask: BoolArray) -> dict[Resource, int]:
         """What ``req`` would take on this flavour; a share of memory is priced on its largest card."""
         d, n = req.devices, req.devices.count * req.replicas
@@ -232,36 +280,68 @@ class Admission:
             if quota.flavor != flavor:
                 continue
             used = self.usage[spec.name][(flavor, quota.resource)]
-            room = quota.nominal - used + self._borrowable(spec, quota)
+            room = self.room(spec, quota)
             if demand[quota.resource] > room:
+                borrowable = max(used + room - quota.nominal, 0) if spec.cohort else 0
                 return (
                     f"{quota.resource.value} quota: {used} used + {demand[quota.resource]} asked > "
-                    f"{quota.nominal} nominal + {room - quota.nominal + used} borrowable"
+                    f"{quota.nominal} nominal + {borrowable} borrowable"
                 )
         return ""
 
-    def _borrowable(self, spec: QueueSpec, quota: Quota) -> int:
-        """How far past its nominal quota this queue may go now: the cohort's unused nominal quota
-        (so quota one queue already borrowed is not lent twice), within this queue's borrowing
-        limit. A queue's own nominal quota stays guaranteed: a lender whose quota was borrowed may
-        still use it, so the cohort can pass its nominal sum by what was borrowed (physical
-        capacity still bounds it). Kueue restores the sum by reclaiming borrowed quota through
-        preemption; that reclaim is not built yet."""
-        if spec.cohort is None:
-            return 0
+    def room(self, spec: QueueSpec, quota: Quota) -> int:
+        """How much more of ``quota``'s resource the queue may take now.
+
+        Its own unused nominal quota is guaranteed, even while others borrow it (the cohort may
+        then pass its nominal sum until the lender reclaims, see ``cycle.py``). Beyond that it may
+        borrow the cohort's unused nominal quota, which already counts what was borrowed, so
+        nothing is lent twice; and its total stays within nominal + borrowing limit."""
         key = (quota.flavor, quota.resource)
-        cohort_nominal = cohort_used = 0
-        for other in self.queues.values():
-            if other.cohort != spec.cohort:
-                continue
-            cohort_nominal += sum(q.nominal for q in other.quotas if (q.flavor, q.resource) == key)
-            cohort_used += self.usage[other.name][key]
         used = self.usage[spec.name][key]
-        own_room = max(quota.nominal - used, 0)
-        room = cohort_nominal - cohort_used - own_room
+        own = max(quota.nominal - used, 0)
+        if spec.cohort is None:
+            return own
+        cohort_unused = sum(
+            sum(q.nominal for q in other.quotas if (q.flavor, q.resource) == key)
+            - self.usage[other.name][key]
+            for other in self.queues.values()
+            if other.cohort == spec.cohort
+        )
+        room = max(own, cohort_unused)
         if quota.borrowing_limit is not None:
-            room = min(room, quota.borrowing_limit - max(used - quota.nominal, 0))
+            room = min(room, quota.nominal + quota.borrowing_limit - used)
         return max(room, 0)
+
+    def within_nominal(self, req: Request, queue: str) -> bool:
+        """Whether ``req`` would fit some flavour of ``queue`` within its nominal quota alone."""
+        spec = self._queue(queue)
+        if req.devices.count == 0:
+            return False
+        eligible = self.engine.pipeline.eligible(self.engine.pipeline.context(req))
+        for flavor in dict.fromkeys(q.flavor for q in spec.quotas):
+            mask = eligible & self.flavor_mask(flavor)
+            if not mask.any():
+                continue
+            demand = self._demand(req, mask)
+            usage = self.usage[spec.name]
+            if all(
+                usage[(q.flavor, q.resource)] + demand[q.resource] <= q.nominal
+                for q in spec.quotas
+                if q.flavor == flavor
+            ):
+                return True
+        return False
+
+    def borrowing(self, queue: str) -> bool:
+        """Whether ``queue`` uses more than its nominal quota of some flavour and resource."""
+        spec = self._queue(queue)
+        usage = self.usage[spec.name]
+        return any(usage[(q.flavor, q.resource)] > q.nominal for q in spec.quotas)
+
+    def queue_of(self, alloc_id: int) -> str | None:
+        """The queue an admitted allocation is charged to."""
+        found = self._charged.get(alloc_id)
+        return None if found is None else found[0]
 
     def _place(
         self, req: Request, spec: QueueSpec, flavor: str, mask: BoolArray | None

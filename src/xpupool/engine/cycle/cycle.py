@@ -74,6 +74,7 @@ class Preempt:
 
     reason: str
     victims: tuple[RunningWork, ...]
+    reclaim: bool = False  # for quota the job's queue lent (else: for priority)
 
 
 Decision = Place | Wait | Preempt
@@ -140,35 +141,71 @@ class SchedulingCycle:
         if waiting_on:  # its victims are still stopping: do not pick more
             ids = sorted(waiting_on)
             return Wait(f"{reason}; waiting for preempted job(s) {ids} to stop", waiting_on)
-        may_preempt = self.admission.queues[job.queue].preemption is Preemption.LOWER_PRIORITY
-        if isinstance(outcome, Refusal) and outcome.capacity_only and may_preempt:
-            victims = self.preemption_victims(job, running)
-            if victims:
-                return Preempt(
-                    f"{reason}; preempting {len(victims)} lower-priority job(s)", victims
-                )
+        if isinstance(outcome, Refusal) and outcome.capacity_only:
+            spec = self.admission.queues[job.queue]
+            if spec.preemption is Preemption.LOWER_PRIORITY:
+                victims = self.preemption_victims(job, running)
+                if victims:
+                    note = f"preempting {len(victims)} lower-priority job(s)"
+                    return Preempt(f"{reason}; {note}", victims)
+            borrowers = self._borrowers(job)
+            if borrowers:
+                victims = self.preemption_victims(job, running, borrowers)
+                if victims:
+                    note = f"reclaiming quota lent to {', '.join(sorted(borrowers))}"
+                    note = f"{note}: preempting {len(victims)} job(s)"
+                    return Preempt(f"{reason}; {note}", victims, reclaim=True)
         return Wait(reason)
 
+    def _borrowers(self, job: PendingWork) -> set[str]:
+        """Queues of ``job``'s cohort now borrowing, when ``job`` fits its own queue's nominal
+        quota: its lender may take the room back (Kueue's reclaimWithinCohort)."""
+        admission = self.admission
+        spec = admission.queues[job.queue]
+        if spec.cohort is None or not admission.within_nominal(job.request, job.queue):
+            return set()
+        return {
+            q.name
+            for q in admission.queues.values()
+            if q.cohort == spec.cohort and q.name != spec.name and admission.borrowing(q.name)
+        }
+
     def preemption_victims(
-        self, job: PendingWork, running: Mapping[int, RunningWork]
+        self,
+        job: PendingWork,
+        running: Mapping[int, RunningWork],
+        from_queues: set[str] | None = None,
     ) -> tuple[RunningWork, ...]:
         """Jobs to stop so that every replica of ``job`` fits, or () if that cannot work.
 
         Goes one replica at a time in a what-if: a replica that fits (in room earlier victims
         freed) is placed without evicting more; else the engine's minimal, deterministic plan
         for it (``preempt.py``) names victims, which are released whole, and the replica is
-        placed, so the next replica sees what is left. The what-if is rolled back."""
-        if not any(h.priority < job.priority and not h.stopping for h in running.values()):
+        placed, so the next replica sees what is left. The what-if is rolled back.
+
+        Victims are jobs of lower priority, or with ``from_queues`` any job charged to one of
+        those queues (a lender reclaiming from borrowers: lowest priority, newest first)."""
+        admission = self.admission
+        holder_of = {a.id: h for h in running.values() for a in h.allocations}
+
+        def evictable(alloc: Allocation) -> bool:
+            holder = holder_of.get(alloc.id)
+            if holder is None or holder.stopping:
+                return False
+            if from_queues is None:
+                return holder.priority < job.priority
+            return admission.queue_of(alloc.id) in from_queues
+
+        if not any(evictable(a) for h in running.values() for a in h.allocations):
             return ()
         one = replace(job.request, replicas=1, gang=False)
-        holder_of = {a.id: h for h in running.values() for a in h.allocations}
         victims: dict[int, RunningWork] = {}
         state = self.engine.state
         with Transaction(state) as trial:  # rolled back on leaving
             for _ in range(job.request.replicas):
                 if self.engine.place(one, txn=trial).ok:  # room already (freed by earlier victims)
                     continue
-                plan = plan_preemption(self.engine.pipeline, one)
+                plan = plan_preemption(self.engine.pipeline, one, evictable)
                 if plan is None:
                     return ()
                 for alloc in plan.victims:

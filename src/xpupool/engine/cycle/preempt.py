@@ -15,6 +15,7 @@ compute, not node totals. Nothing changes in the state: the caller evicts, then 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,8 @@ from xpupool.engine.txn import Transaction
 from xpupool.model.allocation import Allocation
 from xpupool.model.request import Request
 
+Evictable = Callable[[Allocation], bool]
+
 
 @dataclass(frozen=True, slots=True)
 class PreemptionPlan:
@@ -36,12 +39,18 @@ class PreemptionPlan:
     victims: tuple[Allocation, ...]
 
 
-def plan_preemption(pipeline: Pipeline, req: Request) -> PreemptionPlan | None:
-    """The best plan for one replica of ``req``, or None when evicting lower priorities cannot help."""
+def plan_preemption(
+    pipeline: Pipeline, req: Request, evictable: Evictable | None = None
+) -> PreemptionPlan | None:
+    """The best plan for one replica of ``req``, or None when evicting cannot help.
+
+    ``evictable`` says which allocations may go; by default those of strictly lower priority
+    (a lender reclaiming its quota passes "those of queues borrowing from it")."""
     state = pipeline.state
+    may_go = evictable if evictable is not None else (lambda a: a.priority < req.priority)
     best: tuple[tuple[int, int, int, int], PreemptionPlan] | None = None
-    for node in _candidate_nodes(pipeline, req):
-        victims = _minimal_victims(pipeline, req, node)
+    for node in _candidate_nodes(pipeline, req, may_go):
+        victims = _minimal_victims(pipeline, req, node, may_go)
         if victims is None:
             continue
         key = (
@@ -56,12 +65,12 @@ def plan_preemption(pipeline: Pipeline, req: Request) -> PreemptionPlan | None:
     return None if best is None else best[1]
 
 
-def _candidate_nodes(pipeline: Pipeline, req: Request) -> list[int]:
-    """Nodes with lower-priority allocations where only capacity stands in the way."""
+def _candidate_nodes(pipeline: Pipeline, req: Request, evictable: Evictable) -> list[int]:
+    """Nodes with evictable allocations where only capacity stands in the way."""
     state = pipeline.state
     lower = np.zeros(state.n_nodes, np.bool_)
     for node, allocations in enumerate(state.node_allocations):
-        lower[node] = any(a.priority < req.priority for a in allocations.values())
+        lower[node] = any(evictable(a) for a in allocations.values())
     if not lower.any():
         return []
     ctx = pipeline.context(req)
@@ -76,10 +85,12 @@ def _fits_on(pipeline: Pipeline, req: Request, node: int) -> bool:
     return bool(pipeline.filter(ctx)[node])
 
 
-def _minimal_victims(pipeline: Pipeline, req: Request, node: int) -> list[Allocation] | None:
+def _minimal_victims(
+    pipeline: Pipeline, req: Request, node: int, evictable: Evictable
+) -> list[Allocation] | None:
     state: ClusterState = pipeline.state
     lower = sorted(
-        (a for a in state.node_allocations[node].values() if a.priority < req.priority),
+        (a for a in state.node_allocations[node].values() if evictable(a)),
         key=lambda a: (-a.priority, a.id),  # reprieve the most important, then the oldest, first
     )
     with Transaction(state) as trial:  # rolled back on leaving: the plan changes nothing

@@ -201,6 +201,7 @@ def put_queue(plane: ControlPlane, body: s.QueueIn) -> s.Queue:
             "quotas": quotas,
             "max_priority": body.max_priority,
             "preemption": body.preemption.value,
+            "unlisted_flavors": body.unlisted_flavors.value,
         }
         if existing is None:
             conn.execute(
@@ -263,6 +264,7 @@ def _queue_view(plane: ControlPlane, name: str, max_priority: int) -> s.Queue:
         cohort=spec.cohort,
         max_priority=max_priority,
         preemption=s.QueuePreemption(spec.preemption.value),
+        unlisted_flavors=s.UnlistedFlavors(spec.unlisted_flavors.value),
         quotas=quotas,
         pending=pending,
         running=running,

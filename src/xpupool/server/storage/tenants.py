@@ -87,6 +87,8 @@ queues = Table(
     Column("max_priority", Integer, nullable=False, server_default=_default(0)),
     # may its jobs preempt lower-priority work ('lower_priority', 'never'); NULL = lower_priority
     Column("preemption", String(20), nullable=True),
+    # devices no quota names: 'allow' (usable without quota) or 'deny'; NULL = allow
+    Column("unlisted_flavors", String(10), nullable=True),
 )
 
 
