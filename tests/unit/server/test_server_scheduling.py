@@ -91,6 +91,17 @@ def test_cohort_borrowing_up_to_the_limit(server: Server) -> None:
     assert queue_used(server, "qb")[("nvidia", DEVICES)] == 2
 
 
+def test_a_quota_set_later_counts_the_jobs_already_running(server: Server) -> None:
+    node(server, "n1")
+    a = tenant(server, "a")  # its queue 'a' has no quota yet
+    fill_with_low(server, a, 5)
+    queue(server, "a", "a", [quota("A100", DEVICES, 2)])
+    assert queue_used(server, "a")[("A100", DEVICES)] == 5
+    late = submit(server, a, "A100:1")
+    server.schedule()
+    assert "A100: devices quota: 5 used + 1 asked > 2 nominal" in job(server, late["id"])["reason"]
+
+
 def test_queue_without_cohort_cannot_borrow(server: Server) -> None:
     tenant(server, "a")
     body = {"name": "qa", "tenant": "a", "quotas": [quota("nvidia", DEVICES, 2, 1)]}
