@@ -127,6 +127,7 @@ def agent_command(
     """Run this host's node agent: register, heartbeat, run and stop assigned work."""
     from xpupool.agent.agent import Agent, HostedNode
     from xpupool.agent.inventory import node_in, node_name
+    from xpupool.agent.launch.dirlock import DirLock
     from xpupool.agent.launch.guard import make_private, protect_process
     from xpupool.agent.launch.identity import isolation_notice
     from xpupool.agent.monitor import Monitor
@@ -139,6 +140,7 @@ def agent_command(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     protect_process()  # before anything is created or the token is read
+    DirLock(Path(work_dir), "xpupool agent").acquire()  # one agent per work dir, held to the end
     token = _token(token, token_file)
     os.environ.pop("XPUPOOL_TOKEN", None)  # not for the vendor tools the probes run either
     private = (Path(work_dir), *((Path(token_file),) if token_file else ()))

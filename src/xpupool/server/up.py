@@ -97,6 +97,7 @@ def open_plane(cfg: UpConfig) -> ControlPlane:
 def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
     import uvicorn
 
+    from xpupool.agent.launch.dirlock import DirLock
     from xpupool.agent.launch.guard import protect_process
     from xpupool.server.app import create_app
 
@@ -104,6 +105,7 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     protect_process()  # umask 077 before the first file; not dumpable: jobs cannot read us
+    lock = DirLock(cfg.data, "xpupool up").acquire()  # before anything in it is read or written
     plane = open_plane(cfg)
     token_file = admin_token_path(cfg.data)
     echo(f"admin token: {token_file} ({'mode 0600' if token_file.exists() else 'missing'})")
@@ -143,15 +145,18 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
     # every 5 ms by default, which alone would put ~5-10 ms on every submit -> scheduled latency.
     sys.setswitchinterval(0.001)
     app = create_app(plane, on_start=on_start, on_stop=on_stop, max_body=cfg.max_body)
-    uvicorn.run(
-        app,
-        host=cfg.host,
-        port=cfg.port,
-        log_level="warning",
-        access_log=False,
-        ssl_certfile=None if cfg.tls_cert is None else str(cfg.tls_cert),
-        ssl_keyfile=None if cfg.tls_key is None else str(cfg.tls_key),
-    )
+    try:
+        uvicorn.run(
+            app,
+            host=cfg.host,
+            port=cfg.port,
+            log_level="warning",
+            access_log=False,
+            ssl_certfile=None if cfg.tls_cert is None else str(cfg.tls_cert),
+            ssl_keyfile=None if cfg.tls_key is None else str(cfg.tls_key),
+        )
+    finally:
+        lock.release()
 
 
 def plain_http_warning(host: str, *, tls: bool) -> str | None:
