@@ -49,6 +49,36 @@ class DevicePolicy(StrEnum):
     SPREAD = "spread"  # take the emptiest card: less interference between sharers
 
 
+# 'nvlink' is accepted on read as the familiar name of the same constraint.
+TOPOLOGY_ALIASES: dict[str, Topology] = {
+    **{t.value: t for t in Topology},
+    "nvlink": Topology.SAME_LINK_GROUP,
+}
+
+
+def parse_topology(path: str, value: object) -> Topology:
+    """``"same-link-group"`` (or its alias ``"nvlink"``) or ``"none"``, case-insensitively."""
+    topology = TOPOLOGY_ALIASES.get(_text(path, value).lower())
+    if topology is None:
+        raise RequestError(path, value, f"unknown topology; known: {', '.join(TOPOLOGY_ALIASES)}")
+    return topology
+
+
+def parse_device_policy(path: str, value: object) -> DevicePolicy:
+    """``"binpack"`` or ``"spread"``."""
+    try:
+        return DevicePolicy(_text(path, value))
+    except ValueError:
+        known = ", ".join(p.value for p in DevicePolicy)
+        raise RequestError(path, value, f"unknown device policy; known: {known}") from None
+
+
+def _text(path: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise RequestError(path, value, "expected a string")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class SoftwareNeed:
     """``cuda>=12.1``: a runtime name from :data:`SOFTWARE_NAMES`, an operator and a version."""

@@ -32,22 +32,20 @@ from xpupool.model.quantity import (
     parse_percent_permille,
 )
 from xpupool.model.request import (
-    DevicePolicy,
     DeviceRequest,
     Request,
     SoftwareNeed,
     Topology,
+    parse_device_policy,
     parse_software_need,
+    parse_topology,
 )
 from xpupool.model.vendor import vendor_key
 
 __all__ = [
     "CARD_MEMORY_KEYS",
     "DEVICE_KEYS",
-    "TOPOLOGY_ALIASES",
     "TOP_KEYS",
-    "parse_device_policy",
-    "parse_topology",
     "request_from_dict",
     "request_to_dict",
 ]
@@ -78,12 +76,6 @@ DEVICE_KEYS: tuple[str, ...] = (
     "software",
 )
 CARD_MEMORY_KEYS: tuple[str, ...] = ("min", "max")
-# 'nvlink' is accepted on read as the familiar name of the same constraint.
-TOPOLOGY_ALIASES: dict[str, Topology] = {
-    **{t.value: t for t in Topology},
-    "nvlink": Topology.SAME_LINK_GROUP,
-}
-
 _T = TypeVar("_T")
 
 
@@ -259,23 +251,6 @@ def _bool(path: str, value: object) -> bool:
 
 def _software_need(path: str, value: object) -> SoftwareNeed:
     return parse_software_need(_str(path, value), path)
-
-
-def parse_topology(path: str, value: object) -> Topology:
-    """``"same-link-group"`` (or its alias ``"nvlink"``) or ``"none"``, case-insensitively."""
-    topology = TOPOLOGY_ALIASES.get(_str(path, value).lower())
-    if topology is None:
-        raise RequestError(path, value, f"unknown topology; known: {', '.join(TOPOLOGY_ALIASES)}")
-    return topology
-
-
-def parse_device_policy(path: str, value: object) -> DevicePolicy:
-    """``"binpack"`` or ``"spread"``."""
-    try:
-        return DevicePolicy(_str(path, value))
-    except ValueError:
-        known = ", ".join(p.value for p in DevicePolicy)
-        raise RequestError(path, value, f"unknown device policy; known: {known}") from None
 
 
 # ---------------------------------------------------------------------------------------- write

@@ -47,9 +47,10 @@ from xpupool.model.request import (
     Request,
     SoftwareNeed,
     Topology,
+    parse_device_policy,
     parse_software_need,
+    parse_topology,
 )
-from xpupool.model.request_json import parse_device_policy, parse_topology
 from xpupool.model.vendor import find_vendor, vendor_key
 
 __all__ = ["FLAGS", "KEYS", "format_spec", "parse_spec"]
