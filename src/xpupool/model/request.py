@@ -3,8 +3,9 @@
 The device part says how many cards, how much of each (an amount of memory, a share of memory, a
 share of compute, or the whole card), which cards are acceptable (vendor/model any-of, excludes,
 UUIDs, card size), what software must run there, and whether the cards must share a fast link.
-Everything is validated on construction; errors name the field. The JSON form is in
-``request_json.py`` and the compact CLI form in ``spec.py``; both produce these records.
+Everything is validated on construction; errors name the field. Users write requests as the JSON
+object or the compact string, both read by ``request_model.py``, which converts them to these
+records in one place.
 """
 
 from __future__ import annotations

@@ -29,9 +29,9 @@ from xpupool.engine.profile import DEFAULT_PROFILE
 from xpupool.engine.state import ClusterState
 from xpupool.model.allocation import Allocation, DeviceShare
 from xpupool.model.device import Device, Node
-from xpupool.model.errors import Conflict, RequestError, Unavailable
+from xpupool.model.errors import Conflict, Unavailable
 from xpupool.model.request import Request
-from xpupool.model.request_json import request_from_dict
+from xpupool.model.request_model import request_from_dict
 from xpupool.server import schemas as s
 from xpupool.server.audit import AuditLog
 from xpupool.server.auth import AGENT_ROLES, Principal
@@ -770,13 +770,3 @@ def gang_request(req: Request) -> Request:
 
 def tenant_weights(conn: Connection) -> dict[str, float]:
     return {r.name: r.weight for r in conn.execute(select(t_tenants))}
-
-
-def check_request_names(engine: Engine, req: Request) -> None:
-    """Fail early on a policy name the engine does not know (the field is named)."""
-    if req.node_policy and req.node_policy not in engine.profiles:
-        raise RequestError(
-            "request.node_policy",
-            req.node_policy,
-            f"unknown policy; known: {', '.join(sorted(engine.profiles))}",
-        )
