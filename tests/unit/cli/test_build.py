@@ -13,6 +13,7 @@ from xpupool.client import cli_jobs
 from xpupool.client.cli_admin import build_queue
 from xpupool.client.cli_jobs import build_job
 from xpupool.model.errors import RequestError
+from xpupool.model.spec import parse_spec
 from xpupool.server import schemas as s
 
 
@@ -24,7 +25,9 @@ def test_spec_words_join_and_flags_override_the_file(tmp_path: Path) -> None:
     body = build_job(
         ("A100", "mem=20Gi"), ["python", "-o", "x"], str(job_file), {"name": "cli"}, {"B": "2"}
     )
-    assert body.spec == "A100 mem=20Gi" and body.request is None
+    # the words replace the file's request and are read by the request model before sending
+    assert body.spec is None and body.request is not None and body.request_field == "spec"
+    assert body.request.to_request() == parse_spec("A100 mem=20Gi")
     assert body.name == "cli" and body.priority == 3
     assert body.env == {"A": "1", "B": "2"}
     assert body.command == ["python", "-o", "x"]
