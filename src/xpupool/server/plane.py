@@ -630,7 +630,7 @@ class ControlPlane:
 
 # ---------------------------------------------------------------------------- row conversions
 def device_from_dict(d: dict[str, object]) -> Device:
-    return Device(**s.DeviceIn.model_validate(d).model_dump())
+    return s.DeviceIn.model_validate(d).to_device()
 
 
 def node_from_row(row: object) -> Node:
@@ -678,19 +678,7 @@ def drain_target(row: object) -> Node | None:
 
 
 def device_to_dict(d: Device) -> dict[str, object]:
-    return {
-        "uuid": d.uuid,
-        "vendor": d.vendor,
-        "model": d.model,
-        "memory_mib": d.memory_mib,
-        "index": d.index,
-        "compute_units": d.compute_units,
-        "driver_version": d.driver_version,
-        "runtimes": dict(d.runtimes),
-        "numa_node": d.numa_node,
-        "link_group": d.link_group,
-        "healthy": d.healthy,
-    }
+    return s.DeviceIn.from_device(d).model_dump()
 
 
 def allocation_to_dict(a: Allocation) -> dict[str, object]:

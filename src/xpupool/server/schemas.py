@@ -21,6 +21,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from xpupool.model.device import Device as DeviceRecord
 from xpupool.model.request_model import RequestModel
 from xpupool.model.validation import error_path, error_value, field_error
 from xpupool.server.wire_values import first_unsafe, readable
@@ -458,17 +459,49 @@ class Job(Lenient):
 
 # ------------------------------------------------------------------------------ fleet
 class DeviceIn(Strict):
+    """A device as an agent reports it and as the store keeps it: the one wire form of the
+    engine's :class:`~xpupool.model.device.Device`. A probe's record (``probes.base.DeviceInfo``,
+    with its live metrics) becomes a Device in ``DeviceInfo.to_device``; :meth:`from_device` and
+    :meth:`to_device` are the only conversions between this form and the engine's."""
+
     uuid: str = Field(min_length=1, max_length=200)
-    vendor: str = Field(min_length=1, max_length=40)
+    vendor: str = Field(
+        min_length=1, max_length=40, description="Vendor key or alias ('nvidia', 'ascend')."
+    )
     model: str = Field(min_length=1, max_length=200, description="As the vendor tool prints it.")
-    memory_mib: int = Field(gt=0, le=1 << 30)
-    index: int = Field(0, ge=0, le=4096)
-    compute_units: int = Field(0, ge=0, le=1 << 20)
+    memory_mib: int = Field(gt=0, le=1 << 30, description="Device memory, MiB.")
+    index: int = Field(0, ge=0, le=4096, description="The vendor tool's index on the host.")
+    compute_units: int = Field(0, ge=0, le=1 << 20, description="SMs, AI cores...; 0 = unknown.")
     driver_version: str | None = Field(None, max_length=100)
-    runtimes: dict[str, str] = Field(default_factory=dict)
+    runtimes: dict[str, str] = Field(
+        default_factory=dict, description="Highest runtime versions served: {'cuda': '12.4'}."
+    )
     numa_node: int | None = Field(None, ge=0, le=4096)
-    link_group: str | None = Field(None, max_length=200)
+    link_group: str | None = Field(
+        None, max_length=200, description="Fast-link domain on the node; null = PCIe only."
+    )
     healthy: bool = True
+
+    def to_device(self) -> DeviceRecord:
+        """The engine's record; raises ``RequestError`` for a vendor no alias names."""
+        return DeviceRecord(**self.model_dump())
+
+    @classmethod
+    def from_device(cls, d: DeviceRecord) -> DeviceIn:
+        """The wire form of an engine record (already valid: not checked again)."""
+        return cls.model_construct(
+            uuid=d.uuid,
+            vendor=d.vendor,
+            model=d.model,
+            memory_mib=d.memory_mib,
+            index=d.index,
+            compute_units=d.compute_units,
+            driver_version=d.driver_version,
+            runtimes=dict(d.runtimes),
+            numa_node=d.numa_node,
+            link_group=d.link_group,
+            healthy=d.healthy,
+        )
 
 
 class NodeIn(Strict):
