@@ -124,3 +124,14 @@ def test_wait_times_out_naming_the_state(monkeypatch: pytest.MonkeyPatch) -> Non
     with pytest.raises(RequestError) as err:
         cli_jobs.wait_for(_FakeJobs(["pending"] * 1000), _job(1, "pending"), "scheduled", 0.0)  # type: ignore[arg-type]
     assert err.value.field == "--timeout" and "still pending" in err.value.reason
+
+
+def test_a_job_file_gives_the_request_as_the_compact_string(tmp_path: Path) -> None:
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text("request: 'A100:2 mem=20Gi'\ncommand: [x]\n")
+    body = build_job((), None, str(job_file), {}, {})
+    assert body.request is not None and body.request.to_request() == parse_spec("A100:2 mem=20Gi")
+    job_file.write_text("request: 'A100 mem=24Gx'\ncommand: [x]\n")
+    with pytest.raises(RequestError) as err:
+        build_job((), None, str(job_file), {}, {})
+    assert (err.value.field, err.value.value) == (f"{job_file}: request.devices.memory", "24Gx")
