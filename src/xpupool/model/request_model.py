@@ -384,6 +384,8 @@ class RequestModel(_Form):
                 return cls.from_request(parse_spec(data)).dump()
             except RequestError as exc:
                 raise field_error(exc.reason, exc.value, exc.field) from None
+        if not isinstance(data, Mapping):
+            raise field_error("expected an object or a compact string such as 'A100:2'", data)
         return cls._known_keys(data)
 
     @model_validator(mode="after")
