@@ -160,8 +160,10 @@ CardMib = Annotated[
 ]
 ModelName = Annotated[StrictStr, AfterValidator(_name)]
 NonBlank = Annotated[StrictStr, AfterValidator(_nonblank)]
-VendorName = Annotated[StrictStr, AfterValidator(lambda v: vendor_key(v, ""))]
-SoftwareText = Annotated[StrictStr, AfterValidator(lambda t: str(parse_software_need(t, "")))]
+VendorName = Annotated[StrictStr, AfterValidator(_parsed(lambda p, v: vendor_key(str(v), p)))]
+SoftwareText = Annotated[
+    StrictStr, AfterValidator(_parsed(lambda p, t: str(parse_software_need(str(t), p))))
+]
 TopologyName = Annotated[
     Literal["none", "same-link-group"],
     BeforeValidator(_parsed(lambda p, v: parse_topology(p, v).value)),

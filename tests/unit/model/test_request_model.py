@@ -181,6 +181,26 @@ def test_unknown_key_suggests_and_lists_known() -> None:
     assert exc.reason.startswith("unknown key; did you mean 'memory'? known: count, vendors")
 
 
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"devices": {"vendors": ["acme"]}},
+            "devices.vendors[0]: unknown vendor; known: nvidia, amd, huawei, cambricon, hygon, "
+            "mthreads, iluvatar, metax, enflame, kunlunxin, intel (got 'acme')",
+        ),
+        (
+            {"devices": {"software": ["cuda>=x"]}},
+            "devices.software[0]: expected NAME OP VERSION such as 'cuda>=12.1' (got 'cuda>=x')",
+        ),
+    ],
+)
+def test_messages_are_the_reason_alone(data: dict[str, object], message: str) -> None:
+    with pytest.raises(RequestError) as info:
+        request_from_dict(data)
+    assert str(info.value) == message
+
+
 def test_bad_device_memory_message_exact() -> None:
     with pytest.raises(RequestError) as info:
         request_from_dict({"devices": {"count": 1, "memory": "24Gx"}})
