@@ -107,6 +107,7 @@ def test_every_form_is_stored_as_one_canonical_request(pool: Pool, form: dict[st
         ({"request": "A100 mem=24Gx"}, "request.devices.memory", "unit"),
         ({"request": {"devices": {"count": 65}}}, "request.devices.count", "64"),
         ({"request": {"devices": {"count": 0, "cores": "50%"}}}, "request.devices.count", "count"),
+        ({"request": "A100 " + "x" * 2000}, "request", "longer than 2000"),
     ],
 )
 def test_a_bad_request_names_the_field_and_stores_nothing(

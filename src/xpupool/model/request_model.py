@@ -63,6 +63,7 @@ from xpupool.model.validation import field_error, request_error
 from xpupool.model.vendor import vendor_key
 
 __all__ = [
+    "MAX_SPEC_CHARS",
     "CardMemory",
     "DeviceMemory",
     "DevicesModel",
@@ -73,6 +74,7 @@ __all__ = [
 
 _T = TypeVar("_T")
 INT32 = 1 << 31
+MAX_SPEC_CHARS = 2000  # a compact string longer than this is not a request someone wrote
 
 
 def _parsed(parse: Callable[[str, object], _T]) -> Callable[[object], _T]:
@@ -382,6 +384,8 @@ class RequestModel(_Form):
     @classmethod
     def _forms(cls, data: object) -> object:
         if isinstance(data, str):
+            if len(data) > MAX_SPEC_CHARS:
+                raise field_error(f"longer than {MAX_SPEC_CHARS} characters", data[:100] + "...")
             try:
                 return cls.from_request(parse_spec(data)).dump()
             except RequestError as exc:

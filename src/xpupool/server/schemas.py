@@ -22,7 +22,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from xpupool.model.device import Device as DeviceRecord
-from xpupool.model.request_model import RequestModel
+from xpupool.model.request_model import MAX_SPEC_CHARS, RequestModel
 from xpupool.model.validation import error_path, error_value, field_error
 from xpupool.server.wire_values import first_unsafe, readable
 
@@ -326,7 +326,7 @@ class JobState(StrEnum):
 
 def _or_compact_string(schema: dict[str, Any]) -> None:
     """``request`` also takes the compact string; the schema says so beside the object."""
-    schema["anyOf"].insert(1, {"type": "string", "maxLength": 2000})
+    schema["anyOf"].insert(1, {"type": "string", "maxLength": MAX_SPEC_CHARS})
 
 
 FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.LOST})
@@ -352,7 +352,7 @@ class JobIn(Strict):
     )
     spec: str | None = Field(
         None,
-        max_length=2000,
+        max_length=MAX_SPEC_CHARS,
         description="Deprecated: the compact string form of 'request', e.g. 'A100:80GB:2 "
         "cuda>=12.4'; errors name 'spec.<path>'. Read into 'request' on receipt.",
         json_schema_extra={"deprecated": True},
