@@ -15,38 +15,24 @@ conversion into the engine's frozen :class:`~xpupool.model.request.Request`.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Literal, NamedTuple, TypeVar
+from collections.abc import Mapping
+from typing import Annotated
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
-    PlainSerializer,
     PrivateAttr,
     StrictBool,
     StrictInt,
     StrictStr,
     ValidationError,
-    WithJsonSchema,
     model_validator,
 )
 
 from xpupool.model.errors import RequestError
-from xpupool.model.quantity import (
-    format_card_mib,
-    format_cpu_milli,
-    format_mib_exact,
-    format_permille,
-    parse_card_mib,
-    parse_card_range,
-    parse_cpu_milli,
-    parse_device_memory,
-    parse_memory_mib,
-    parse_percent_permille,
-)
+from xpupool.model.quantity import parse_card_range
 from xpupool.model.request import (
     MAX_DEVICES_PER_REPLICA,
     MAX_REPLICAS,
@@ -54,13 +40,26 @@ from xpupool.model.request import (
     DeviceRequest,
     Request,
     Topology,
-    parse_device_policy,
     parse_software_need,
-    parse_topology,
+)
+from xpupool.model.request_fields import (
+    CardMib,
+    CpuMilli,
+    DeviceMemory,
+    DeviceMemoryField,
+    DevicePolicyName,
+    MemoryMib,
+    ModelName,
+    NonBlank,
+    Permille,
+    SoftwareText,
+    TopologyName,
+    VendorName,
+    or_string,
+    parsed,
 )
 from xpupool.model.spec import parse_spec
 from xpupool.model.validation import field_error, request_error
-from xpupool.model.vendor import vendor_key
 
 __all__ = [
     "MAX_SPEC_CHARS",
@@ -72,118 +71,8 @@ __all__ = [
     "request_to_dict",
 ]
 
-_T = TypeVar("_T")
 INT32 = 1 << 31
 MAX_SPEC_CHARS = 2000  # a compact string longer than this is not a request someone wrote
-
-
-def _parsed(parse: Callable[[str, object], _T]) -> Callable[[object], _T]:
-    """A before-validator from one of the model's parsers: its RequestError becomes a pydantic
-    error at the field (``at`` carries a sub-path such as ``min`` of a card range)."""
-
-    def check(value: object) -> _T:
-        try:
-            return parse("", value)
-        except RequestError as exc:
-            raise field_error(exc.reason, exc.value, exc.field.lstrip(".")) from None
-
-    return check
-
-
-def _text_schema(description: str, numbers: bool = True) -> WithJsonSchema:
-    if not numbers:
-        return WithJsonSchema({"type": "string", "description": description})
-    kinds = [{"type": "string"}, {"type": "number"}]
-    return WithJsonSchema({"anyOf": kinds, "description": description})
-
-
-class DeviceMemory(NamedTuple):
-    """Memory per device: an amount (``mib``) or a share of the card (``permille``), one of them."""
-
-    mib: int | None
-    permille: int | None
-
-
-def _format_device_memory(m: DeviceMemory) -> str:
-    return format_mib_exact(m.mib) if m.mib is not None else format_permille(m.permille or 0)
-
-
-def _device_memory(path: str, value: object) -> DeviceMemory:
-    return DeviceMemory(*parse_device_memory(path, value))
-
-
-def _nonblank(text: str) -> str:
-    if not text.strip():
-        raise field_error("must not be empty", text)
-    return text
-
-
-def _name(text: str) -> str:
-    """A model name or UUID: non-empty, no surrounding whitespace (a likely copy-paste slip)."""
-    if text != text.strip():
-        raise field_error("leading or trailing whitespace", text)
-    return _nonblank(text)
-
-
-CpuMilli = Annotated[
-    int,
-    BeforeValidator(_parsed(parse_cpu_milli)),
-    PlainSerializer(format_cpu_milli, return_type=str),
-    _text_schema("CPU per replica: cores as '4', '1.5' or 2, or millicores as '500m'."),
-]
-MemoryMib = Annotated[
-    int,
-    BeforeValidator(_parsed(parse_memory_mib)),
-    PlainSerializer(format_mib_exact, return_type=str),
-    _text_schema("Host memory per replica: '16Gi', '512Mi', '16G' (decimal); a number is MiB."),
-]
-DeviceMemoryField = Annotated[
-    DeviceMemory,
-    BeforeValidator(_parsed(_device_memory)),
-    PlainSerializer(_format_device_memory, return_type=str),
-    _text_schema(
-        "Memory per device: an amount ('40Gi', a number is MiB) or a share of the card ('50%'). "
-        "Not given: the whole card, or the share in 'cores'."
-    ),
-]
-Permille = Annotated[
-    int,
-    BeforeValidator(_parsed(parse_percent_permille)),
-    PlainSerializer(format_permille, return_type=str),
-    _text_schema("Compute per device as a share of the card: '50%' (0 < share <= 100%)."),
-]
-CardMib = Annotated[
-    int,
-    BeforeValidator(_parsed(parse_card_mib)),
-    PlainSerializer(format_card_mib, return_type=str),
-    _text_schema(
-        "A card's marketed size with a unit: '80GB' (GB, G, Gi, GiB all mean GiB).", False
-    ),
-]
-ModelName = Annotated[StrictStr, AfterValidator(_name)]
-NonBlank = Annotated[StrictStr, AfterValidator(_nonblank)]
-VendorName = Annotated[StrictStr, AfterValidator(_parsed(lambda p, v: vendor_key(str(v), p)))]
-SoftwareText = Annotated[
-    StrictStr, AfterValidator(_parsed(lambda p, t: str(parse_software_need(str(t), p))))
-]
-TopologyName = Annotated[
-    Literal["none", "same-link-group"],
-    BeforeValidator(_parsed(lambda p, v: parse_topology(p, v).value)),
-]
-DevicePolicyName = Annotated[
-    Literal["binpack", "spread"],
-    BeforeValidator(_parsed(lambda p, v: parse_device_policy(p, v).value)),
-]
-
-
-def _or_string(description: str) -> Callable[[dict[str, Any]], None]:
-    """A field's schema also admits the string form (``card_memory: "24GB..40GB"``)."""
-
-    def extend(schema: dict[str, Any]) -> None:
-        schema.setdefault("anyOf", [])
-        schema["anyOf"].append({"type": "string", "description": description})
-
-    return extend
 
 
 class _Form(BaseModel):
@@ -226,7 +115,7 @@ class CardMemory(_Form):
 def _card_from_text(value: object) -> object:
     """``"80GB"`` (exactly), ``"24GB..40GB"``, ``"48GB.."``, ``"..40GB"`` -> a CardMemory."""
     if isinstance(value, str):
-        low, high = _parsed(lambda path, text: parse_card_range(path, str(text)))(value)
+        low, high = parsed(lambda path, text: parse_card_range(path, str(text)))(value)
         return CardMemory.model_construct(min=low, max=high)
     if isinstance(value, int | float) and not isinstance(value, bool):
         raise field_error("expected an object with min/max or a range such as '24GB..40GB'", value)
@@ -256,7 +145,7 @@ class DevicesModel(_Form):
     card_memory: Annotated[CardMemory, BeforeValidator(_card_from_text)] | None = Field(
         None,
         description="Bounds on the card's marketed size.",
-        json_schema_extra=_or_string("'80GB' (exactly), '24GB..40GB', '48GB..' or '..40GB'."),
+        json_schema_extra=or_string("'80GB' (exactly), '24GB..40GB', '48GB..' or '..40GB'."),
     )
     memory: DeviceMemoryField | None = None
     cores: Permille | None = None
