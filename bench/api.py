@@ -292,12 +292,12 @@ def in_process(nodes: int, policy: str, requests: int = 3000, seed: int = 0) -> 
 
     from xpupool.engine import ClusterState, Engine
     from xpupool.engine.fragmentation import kernels
-    from xpupool.model.spec import parse_spec
+    from xpupool.model.request_model import request_from_dict
     from xpupool.probes.cluster_file import parse_cluster
 
     kernels.warm()
     engine = Engine(ClusterState(parse_cluster(yaml.safe_load(cluster_yaml(nodes)))), policy)
-    specs = [parse_spec(spec) for weight, spec in MIX for _ in range(weight)]
+    specs = [request_from_dict(spec) for weight, spec in MIX for _ in range(weight)]
     rng = np.random.default_rng(seed)
     latency, placed = [], 0
     for i in range(requests):

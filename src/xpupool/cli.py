@@ -162,10 +162,9 @@ def up(
 @click.argument("text")
 def spec(text: str) -> None:
     """Show the JSON request that a compact device spec stands for, e.g. 'A100:80GB:2'."""
-    from xpupool.model.request_json import request_to_dict
-    from xpupool.model.spec import parse_spec
+    from xpupool.model.request_model import request_from_dict, request_to_dict
 
-    click.echo(json.dumps(request_to_dict(parse_spec(text)), indent=2))
+    click.echo(json.dumps(request_to_dict(request_from_dict(text)), indent=2))
 
 
 _TRACES = "../shared/traces/alibaba-gpu-v2023"

@@ -14,7 +14,7 @@ from rich.table import Table
 from xpupool.engine import ClusterState, Engine
 from xpupool.engine.profile import DEFAULT_PROFILE
 from xpupool.model.quantity import format_mib
-from xpupool.model.spec import parse_spec
+from xpupool.model.request_model import request_from_dict
 from xpupool.probes.cluster_file import load_cluster
 
 DEMO_REQUESTS: tuple[str, ...] = (
@@ -52,7 +52,7 @@ def run_demo(
         table.add_column(column)
     refusals: list[str] = []
     for text in DEMO_REQUESTS:
-        req = parse_spec(text)
+        req = request_from_dict(text)
         placement = engine.place(req)
         for alloc in placement.allocations:
             cards = ",".join(

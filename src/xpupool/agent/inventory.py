@@ -16,7 +16,8 @@ from typing import cast
 
 from pydantic import ValidationError
 
-from xpupool.probes.base import DeviceInfo, Health
+from xpupool.model.errors import RequestError
+from xpupool.probes.base import DeviceInfo
 from xpupool.probes.container_runtime import RuntimeName
 from xpupool.server.schemas import DeviceIn, NodeIn
 
@@ -51,21 +52,11 @@ def device_in(d: DeviceInfo) -> DeviceIn | None:
     """The registration form of a device; None (logged) when the probe's record cannot be one,
     e.g. a card reporting no memory."""
     try:
-        return DeviceIn(
-            uuid=d.uuid,
-            vendor=d.vendor,
-            model=d.model,
-            memory_mib=d.memory_total_mib,
-            index=d.index,
-            compute_units=d.compute_units or 0,
-            driver_version=d.driver_version,
-            runtimes=dict(d.runtimes),
-            numa_node=d.numa_node,
-            link_group=d.link_group,
-            healthy=d.health is not Health.UNHEALTHY,
-        )
-    except ValidationError as exc:
-        log.warning("device %s left out of the inventory: %s", d.uuid, exc.errors()[0]["msg"])
+        device = DeviceIn.from_device(d.to_device())
+        return DeviceIn.model_validate(device.model_dump())  # the bounds the server checks
+    except (RequestError, ValidationError) as exc:
+        reason = exc.reason if isinstance(exc, RequestError) else exc.errors()[0]["msg"]
+        log.warning("device %s left out of the inventory: %s", d.uuid, reason)
         return None
 
 

@@ -135,6 +135,9 @@ class AcceleratorCatalog:
             key = normalise_model_name(model.family)
             self._by_family[key] = (*self._by_family.get(key, ()), model)
         self._keys: dict[tuple[str, str | None], frozenset[str]] = {}
+        self._any_keys = frozenset(
+            key for model in models for key in self.match_keys(model.name, model.vendor)
+        )
 
     def lookup(self, printed: str, vendor: str | None = None) -> AcceleratorModel | None:
         """The model a vendor tool's name refers to, or None.
@@ -175,6 +178,15 @@ class AcceleratorCatalog:
         """Does the user's ``token`` select a device that prints ``printed``? Exact, no substrings."""
         key = normalise_model_name(token)
         return bool(key) and key in self.match_keys(printed, vendor)
+
+    def knows(self, token: str) -> bool:
+        """Does ``token`` select some catalog model (a name, family, alias or ``a100-80gb``)?
+
+        A user's name that selects no catalog model and no device of the pool can never match:
+        the server refuses it at submission instead of letting the job wait forever.
+        """
+        key = normalise_model_name(token)
+        return bool(key) and key in self._any_keys
 
     def by_family(self, family: str) -> tuple[AcceleratorModel, ...]:
         """All models of a family (``910B`` -> 910B1..910B4), in file order; empty when unknown."""

@@ -16,6 +16,7 @@ from rich.console import Console, RenderableType
 from xpupool.client._config import resolve_config
 from xpupool.client._http import Client
 from xpupool.model.errors import RequestError
+from xpupool.model.validation import error_path, error_value
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -80,11 +81,9 @@ def emit(
 def request_error(exc: ValidationError, where: str = "") -> RequestError:
     """The first pydantic error as one ``RequestError`` with a dotted path (``quotas[0].nominal``)."""
     first = exc.errors()[0]
-    path = ""
-    for part in first.get("loc", ()):
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    path = error_path(first)
     field = f"{where}: {path}" if where and path else (where or path or "input")
-    return RequestError(field, first.get("input"), first.get("msg", "invalid"))
+    return RequestError(field, error_value(first), first.get("msg", "invalid"))
 
 
 def load_yaml(path: str) -> dict[str, Any]:

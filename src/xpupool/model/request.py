@@ -3,8 +3,9 @@
 The device part says how many cards, how much of each (an amount of memory, a share of memory, a
 share of compute, or the whole card), which cards are acceptable (vendor/model any-of, excludes,
 UUIDs, card size), what software must run there, and whether the cards must share a fast link.
-Everything is validated on construction; errors name the field. The JSON form is in
-``request_json.py`` and the compact CLI form in ``spec.py``; both produce these records.
+Everything is validated on construction; errors name the field. Users write requests as the JSON
+object or the compact string, both read by ``request_model.py``, which converts them to these
+records in one place.
 """
 
 from __future__ import annotations
@@ -47,6 +48,36 @@ class DevicePolicy(StrEnum):
 
     BINPACK = "binpack"  # fill the busiest card that fits: keeps whole cards free
     SPREAD = "spread"  # take the emptiest card: less interference between sharers
+
+
+# 'nvlink' is accepted on read as the familiar name of the same constraint.
+TOPOLOGY_ALIASES: dict[str, Topology] = {
+    **{t.value: t for t in Topology},
+    "nvlink": Topology.SAME_LINK_GROUP,
+}
+
+
+def parse_topology(path: str, value: object) -> Topology:
+    """``"same-link-group"`` (or its alias ``"nvlink"``) or ``"none"``, case-insensitively."""
+    topology = TOPOLOGY_ALIASES.get(_text(path, value).lower())
+    if topology is None:
+        raise RequestError(path, value, f"unknown topology; known: {', '.join(TOPOLOGY_ALIASES)}")
+    return topology
+
+
+def parse_device_policy(path: str, value: object) -> DevicePolicy:
+    """``"binpack"`` or ``"spread"``."""
+    try:
+        return DevicePolicy(_text(path, value))
+    except ValueError:
+        known = ", ".join(p.value for p in DevicePolicy)
+        raise RequestError(path, value, f"unknown device policy; known: {known}") from None
+
+
+def _text(path: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise RequestError(path, value, "expected a string")
+    return value
 
 
 @dataclass(frozen=True, slots=True)

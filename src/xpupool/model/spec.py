@@ -16,7 +16,7 @@ kind at most once:
 The tokens after it are flags (``gang``, ``nvlink``/``same-link-group``), ``key=value`` pairs
 (:data:`KEYS`) and software needs (``cuda>=12.4``, ``torch=2.4``). Errors are
 :class:`RequestError` whose ``field`` is the path the token maps to in the JSON form
-(``request_json.py``), so both front ends report the same names. :func:`format_spec` writes the
+(``request_model.py``), so both forms report the same names. :func:`format_spec` writes the
 canonical text and refuses, with a :class:`RequestError`, the few requests this syntax cannot
 express (a model name that looks like a count or a size, names with whitespace, ...).
 """
@@ -47,9 +47,10 @@ from xpupool.model.request import (
     Request,
     SoftwareNeed,
     Topology,
+    parse_device_policy,
     parse_software_need,
+    parse_topology,
 )
-from xpupool.model.request_json import parse_device_policy, parse_topology
 from xpupool.model.vendor import find_vendor, vendor_key
 
 __all__ = ["FLAGS", "KEYS", "format_spec", "parse_spec"]

@@ -16,7 +16,6 @@ import re
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -32,6 +31,7 @@ from xpupool.model.errors import (
     RequestError,
     Unavailable,
 )
+from xpupool.model.validation import error_path, error_value
 from xpupool.server.audit_http import AuditMiddleware
 from xpupool.server.body_limit import DEFAULT_MAX_BODY, BodyLimit, RouteLimit
 from xpupool.server.metrics import make_registry
@@ -60,31 +60,6 @@ def _body(field: str | None, value: object, reason: str) -> dict[str, object]:
         "value": quote(value),
         "reason": shorten(reason, MAX_REASON),
     }
-
-
-def _field(error: Any) -> str:
-    """The path of a validation error, down to the item inside the field when the value check
-    (``schemas.Incoming``) found it there."""
-    at = (error.get("ctx") or {}).get("at", "") if error.get("type") == "unsafe_value" else ""
-    base = _loc(tuple(error.get("loc", ())))
-    if not at:
-        return base
-    return f"{base}{at}" if at.startswith("[") else f"{base}.{at}"
-
-
-def _value(error: Any) -> object:
-    """The rejected value: the offending item when the value check found one, else the input."""
-    if error.get("type") == "unsafe_value":
-        return (error.get("ctx") or {}).get("value")
-    return error.get("input")
-
-
-def _loc(loc: tuple[Any, ...]) -> str:
-    """pydantic's ``loc`` as a path: ('body', 'request', 'devices', 0) -> 'request.devices[0]'."""
-    out = ""
-    for part in loc[1:] if loc and loc[0] in ("body", "query", "path") else loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or str(loc[0] if loc else "")
 
 
 class LostNodeWatch(threading.Thread):
@@ -159,9 +134,9 @@ def create_app(
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
         first = errors[0] if errors else {"loc": (), "msg": "invalid input"}
-        body = _body(_field(first), _value(first), str(first.get("msg")))
+        body = _body(error_path(first), error_value(first), str(first.get("msg")))
         listed: list[dict[str, str | None]] = [
-            {"field": shorten(_field(e)), "reason": shorten(str(e.get("msg")), MAX_REASON)}
+            {"field": shorten(error_path(e)), "reason": shorten(str(e.get("msg")), MAX_REASON)}
             for e in errors[:MAX_ERRORS]
         ]
         if len(errors) > MAX_ERRORS:

@@ -30,9 +30,9 @@ from xpupool.engine.profile import DEFAULT_PROFILE
 from xpupool.engine.state import ClusterState
 from xpupool.model.allocation import Allocation, DeviceShare
 from xpupool.model.device import Device, Node
-from xpupool.model.errors import Conflict, RequestError, Unavailable
+from xpupool.model.errors import Conflict, Unavailable
 from xpupool.model.request import Request
-from xpupool.model.request_json import request_from_dict
+from xpupool.model.request_model import request_from_dict
 from xpupool.server import schemas as s
 from xpupool.server.audit import AuditLog
 from xpupool.server.auth import AGENT_ROLES, Principal
@@ -648,7 +648,7 @@ class ControlPlane:
 
 # ---------------------------------------------------------------------------- row conversions
 def device_from_dict(d: dict[str, object]) -> Device:
-    return Device(**s.DeviceIn.model_validate(d).model_dump())
+    return s.DeviceIn.model_validate(d).to_device()
 
 
 def node_from_row(row: object) -> Node:
@@ -696,19 +696,7 @@ def drain_target(row: object) -> Node | None:
 
 
 def device_to_dict(d: Device) -> dict[str, object]:
-    return {
-        "uuid": d.uuid,
-        "vendor": d.vendor,
-        "model": d.model,
-        "memory_mib": d.memory_mib,
-        "index": d.index,
-        "compute_units": d.compute_units,
-        "driver_version": d.driver_version,
-        "runtimes": dict(d.runtimes),
-        "numa_node": d.numa_node,
-        "link_group": d.link_group,
-        "healthy": d.healthy,
-    }
+    return s.DeviceIn.from_device(d).model_dump()
 
 
 def allocation_to_dict(a: Allocation) -> dict[str, object]:
@@ -777,13 +765,3 @@ def gang_request(req: Request) -> Request:
 
 def tenant_weights(conn: Connection) -> dict[str, float]:
     return {r.name: r.weight for r in conn.execute(select(t_tenants))}
-
-
-def check_request_names(engine: Engine, req: Request) -> None:
-    """Fail early on a policy name the engine does not know (the field is named)."""
-    if req.node_policy and req.node_policy not in engine.profiles:
-        raise RequestError(
-            "request.node_policy",
-            req.node_policy,
-            f"unknown policy; known: {', '.join(sorted(engine.profiles))}",
-        )

@@ -8,11 +8,22 @@ reports are read leniently, so a newer peer cannot break an older one (STYLE.md 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
+from xpupool.model.device import Device as DeviceRecord
+from xpupool.model.request_model import MAX_SPEC_CHARS, RequestModel
+from xpupool.model.validation import error_path, error_value, field_error
 from xpupool.server.wire_values import first_unsafe, readable
 
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
@@ -335,13 +346,19 @@ class JobState(StrEnum):
     LOST = "lost"
 
 
+def _or_compact_string(schema: dict[str, Any]) -> None:
+    """``request`` also takes the compact string; the schema says so beside the object."""
+    schema["anyOf"].insert(1, {"type": "string", "maxLength": MAX_SPEC_CHARS})
+
+
 FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.LOST})
 HOLDING_STATES = frozenset({JobState.ADMITTED, JobState.SCHEDULED, JobState.RUNNING})
 
 
 class JobIn(Strict):
-    """A job: what to run and what it needs. Give the devices as ``spec`` (the compact syntax,
-    docs/request-syntax.md) or ``request`` (the JSON form), not both; neither = CPU only."""
+    """A job: what to run and what it needs. ``request`` is the request, as the JSON object or as
+    the compact string (docs/request-syntax.md); ``spec`` is the same string under its older name,
+    read by the same model. Give one of them; neither = CPU only."""
 
     name: str = Field("", max_length=200, description="A label; empty = 'job-<id>'.")
     command: list[str] = Field(
@@ -357,13 +374,16 @@ class JobIn(Strict):
     )
     spec: str | None = Field(
         None,
-        max_length=2000,
-        description="Compact request, e.g. 'A100:80GB:2 cuda>=12.4' or 'L20 mem=12Gi replicas=2'.",
+        max_length=MAX_SPEC_CHARS,
+        description="Deprecated: the compact string form of 'request', e.g. 'A100:80GB:2 "
+        "cuda>=12.4'; errors name 'spec.<path>'. Read into 'request' on receipt.",
+        json_schema_extra={"deprecated": True},
     )
-    request: dict[str, object] | None = Field(
+    request: RequestModel | None = Field(
         None,
-        description="The JSON request form (cpu, memory, devices{...}, replicas, gang, "
-        "node_policy, device_policy); see docs/request-syntax.md.",
+        description="What each replica needs, as the JSON object or the compact string, e.g. "
+        "'L20 mem=12Gi replicas=2'; null = one CPU-only replica.",
+        json_schema_extra=_or_compact_string,
     )
     queue: Name | None = Field(None, description="Queue; null = the queue named after the tenant.")
     priority: int | None = Field(
@@ -378,15 +398,38 @@ class JobIn(Strict):
     tenant: Name | None = Field(
         None, description="Admin only: submit on behalf of this tenant. Null = the token's tenant."
     )
+    _request_field: str = PrivateAttr("request")
+
+    @field_validator("spec")
+    @classmethod
+    def _spec_reads(cls, text: str | None) -> str | None:
+        """The compact string is checked by the request model, errors at ``spec.<path>``."""
+        if text is not None:
+            try:
+                RequestModel.model_validate(text)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                at = error_path(first)
+                raise field_error(str(first.get("msg")), error_value(first), at) from None
+        return text
 
     @model_validator(mode="after")
     def _one_request_form(self) -> JobIn:
         if self.spec is not None and self.request is not None:
             raise ValueError("give 'spec' or 'request', not both")
+        if self.spec is not None:
+            self.request = RequestModel.model_validate(self.spec)
+            self.spec, self._request_field = None, "spec"
         for key in self.env:
             if not key or "=" in key or "\0" in key:
                 raise ValueError(f"env: invalid variable name {key!r}")
         return self
+
+    @property
+    def request_field(self) -> str:
+        """Where the request came from ('request', or 'spec' for the older name), for errors
+        found after parsing (an unknown model, a policy the server does not have)."""
+        return self._request_field
 
 
 class JobEvent(Lenient):
@@ -438,17 +481,49 @@ class Job(Lenient):
 
 # ------------------------------------------------------------------------------ fleet
 class DeviceIn(Strict):
+    """A device as an agent reports it and as the store keeps it: the one wire form of the
+    engine's :class:`~xpupool.model.device.Device`. A probe's record (``probes.base.DeviceInfo``,
+    with its live metrics) becomes a Device in ``DeviceInfo.to_device``; :meth:`from_device` and
+    :meth:`to_device` are the only conversions between this form and the engine's."""
+
     uuid: str = Field(min_length=1, max_length=200)
-    vendor: str = Field(min_length=1, max_length=40)
+    vendor: str = Field(
+        min_length=1, max_length=40, description="Vendor key or alias ('nvidia', 'ascend')."
+    )
     model: str = Field(min_length=1, max_length=200, description="As the vendor tool prints it.")
-    memory_mib: int = Field(gt=0, le=1 << 30)
-    index: int = Field(0, ge=0, le=4096)
-    compute_units: int = Field(0, ge=0, le=1 << 20)
+    memory_mib: int = Field(gt=0, le=1 << 30, description="Device memory, MiB.")
+    index: int = Field(0, ge=0, le=4096, description="The vendor tool's index on the host.")
+    compute_units: int = Field(0, ge=0, le=1 << 20, description="SMs, AI cores...; 0 = unknown.")
     driver_version: str | None = Field(None, max_length=100)
-    runtimes: dict[str, str] = Field(default_factory=dict)
+    runtimes: dict[str, str] = Field(
+        default_factory=dict, description="Highest runtime versions served: {'cuda': '12.4'}."
+    )
     numa_node: int | None = Field(None, ge=0, le=4096)
-    link_group: str | None = Field(None, max_length=200)
+    link_group: str | None = Field(
+        None, max_length=200, description="Fast-link domain on the node; null = PCIe only."
+    )
     healthy: bool = True
+
+    def to_device(self) -> DeviceRecord:
+        """The engine's record; raises ``RequestError`` for a vendor no alias names."""
+        return DeviceRecord(**self.model_dump())
+
+    @classmethod
+    def from_device(cls, d: DeviceRecord) -> DeviceIn:
+        """The wire form of an engine record (already valid: not checked again)."""
+        return cls.model_construct(
+            uuid=d.uuid,
+            vendor=d.vendor,
+            model=d.model,
+            memory_mib=d.memory_mib,
+            index=d.index,
+            compute_units=d.compute_units,
+            driver_version=d.driver_version,
+            runtimes=dict(d.runtimes),
+            numa_node=d.numa_node,
+            link_group=d.link_group,
+            healthy=d.healthy,
+        )
 
 
 class NodeIn(Strict):

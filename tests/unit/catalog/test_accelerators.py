@@ -380,3 +380,21 @@ def test_missing_file_is_a_catalog_error(tmp_path: Path) -> None:
     with pytest.raises(CatalogFileError) as info:
         load_accelerators(tmp_path / "nope.yaml")
     assert info.value.path.endswith("nope.yaml")
+
+
+@pytest.mark.parametrize(
+    ("token", "known"),
+    [
+        ("A100", True),  # a family
+        ("a100-80gb", True),  # family and size
+        ("NVIDIA A100-SXM4-80GB", True),  # as a tool prints it
+        ("910B", True),
+        ("A1OO", False),  # letter O for zero
+        ("G2", False),  # a trace's code: known only where a node of the pool has it
+        ("", False),
+    ],
+)
+def test_knows_any_name_that_selects_a_catalog_model(
+    catalog: AcceleratorCatalog, token: str, known: bool
+) -> None:
+    assert catalog.knows(token) is known

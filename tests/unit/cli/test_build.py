@@ -13,6 +13,7 @@ from xpupool.client import cli_jobs
 from xpupool.client.cli_admin import build_queue
 from xpupool.client.cli_jobs import build_job
 from xpupool.model.errors import RequestError
+from xpupool.model.spec import parse_spec
 from xpupool.server import schemas as s
 
 
@@ -24,7 +25,9 @@ def test_spec_words_join_and_flags_override_the_file(tmp_path: Path) -> None:
     body = build_job(
         ("A100", "mem=20Gi"), ["python", "-o", "x"], str(job_file), {"name": "cli"}, {"B": "2"}
     )
-    assert body.spec == "A100 mem=20Gi" and body.request is None
+    # the words replace the file's request and are read by the request model before sending
+    assert body.spec is None and body.request is not None and body.request_field == "spec"
+    assert body.request.to_request() == parse_spec("A100 mem=20Gi")
     assert body.name == "cli" and body.priority == 3
     assert body.env == {"A": "1", "B": "2"}
     assert body.command == ["python", "-o", "x"]
@@ -121,3 +124,14 @@ def test_wait_times_out_naming_the_state(monkeypatch: pytest.MonkeyPatch) -> Non
     with pytest.raises(RequestError) as err:
         cli_jobs.wait_for(_FakeJobs(["pending"] * 1000), _job(1, "pending"), "scheduled", 0.0)  # type: ignore[arg-type]
     assert err.value.field == "--timeout" and "still pending" in err.value.reason
+
+
+def test_a_job_file_gives_the_request_as_the_compact_string(tmp_path: Path) -> None:
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text("request: 'A100:2 mem=20Gi'\ncommand: [x]\n")
+    body = build_job((), None, str(job_file), {}, {})
+    assert body.request is not None and body.request.to_request() == parse_spec("A100:2 mem=20Gi")
+    job_file.write_text("request: 'A100 mem=24Gx'\ncommand: [x]\n")
+    with pytest.raises(RequestError) as err:
+        build_job((), None, str(job_file), {}, {})
+    assert (err.value.field, err.value.value) == (f"{job_file}: request.devices.memory", "24Gx")

@@ -24,7 +24,7 @@ from xpupool.model.request import (
     Topology,
     parse_software_need,
 )
-from xpupool.model.request_json import request_from_dict, request_to_dict
+from xpupool.model.request_model import request_from_dict, request_to_dict
 from xpupool.model.spec import FLAGS, format_spec, parse_spec
 from xpupool.model.vendor import VENDORS
 

@@ -18,7 +18,7 @@ from xpupool.model.device import Node
 from xpupool.model.errors import Conflict, NotFound, RequestError
 from xpupool.server import schemas as s
 from xpupool.server.drain import plan
-from xpupool.server.plane import ControlPlane, NodeRecord, device_from_dict, node_values
+from xpupool.server.plane import ControlPlane, NodeRecord, node_values
 from xpupool.server.storage.fleet import nodes as t_nodes
 
 log = logging.getLogger("xpupool.server")
@@ -41,7 +41,7 @@ def register(
         name=body.name,
         cpu_milli=body.cpu_milli,
         memory_mib=body.memory_mib,
-        devices=tuple(device_from_dict(d.model_dump()) for d in body.devices),
+        devices=tuple(d.to_device() for d in body.devices),
         site=body.site,
         labels=body.labels,
         container_runtime=body.runtime,

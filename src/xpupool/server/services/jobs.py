@@ -11,17 +11,16 @@ from sqlalchemy import Connection, insert, select, update
 
 from xpupool.model.errors import Conflict, NotFound, RequestError
 from xpupool.model.request import Request
-from xpupool.model.request_json import request_from_dict, request_to_dict
-from xpupool.model.spec import parse_spec
+from xpupool.model.request_model import RequestModel
 from xpupool.server import schemas as s
 from xpupool.server.auth import Principal
 from xpupool.server.plane import (
     INSERT_EVENT,
     ControlPlane,
     PendingJob,
-    check_request_names,
     gang_request,
 )
+from xpupool.server.request_names import check_names
 from xpupool.server.services import grants
 from xpupool.server.storage.jobs import job_events as t_events
 from xpupool.server.storage.jobs import jobs as t_jobs
@@ -30,20 +29,6 @@ from xpupool.server.wire_values import readable
 INSERT_JOB = insert(t_jobs)
 
 MAX_LIST = 1000
-
-
-def _request(body: s.JobIn) -> Request:
-    """The engine request the body names; errors carry the body path (``request.devices.memory``)."""
-    try:
-        if body.spec is not None:
-            req = parse_spec(body.spec)
-        elif body.request is not None:
-            req = request_from_dict(body.request)
-        else:
-            req = Request()
-    except RequestError as exc:
-        raise exc.under("spec" if body.spec is not None else "request") from None
-    return req
 
 
 def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
@@ -56,7 +41,7 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
             raise RequestError("tenant", body.tenant, "a tenant token submits only for itself")
         assert me.tenant is not None
         tenant = me.tenant
-    req = _request(body)
+    req = Request() if body.request is None else body.request.to_request()
     queue = body.queue or (req.queue if req.queue != "default" else tenant)
     priority = body.priority if body.priority is not None else req.priority
     req = replace(req, queue=queue, priority=priority, container=body.image is not None)
@@ -65,7 +50,10 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
         spec = plane.queue_specs.get(queue)
         if spec is None or spec.tenant != tenant:
             raise RequestError("queue", queue, f"no queue of that name for tenant {tenant!r}")
-        check_request_names(plane.engine, req)
+        try:
+            check_names(plane.engine, req)
+        except RequestError as exc:
+            raise exc.under(body.request_field) from None
         grants.check_submission(
             plane,
             conn,
@@ -90,7 +78,7 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
             "state": s.JobState.PENDING.value,
             "reason": "waiting for the scheduler",
             "priority": priority,
-            "request": request_to_dict(req),
+            "request": RequestModel.from_request(req).dump(),
             "command": body.command,
             "image": body.image,
             "env": body.env,
@@ -116,7 +104,7 @@ def _priority_field(body: s.JobIn) -> str:
     """Where the job's priority came from, for an error that names it."""
     if body.priority is not None:
         return "priority"
-    return "spec" if body.spec is not None else "request.priority"
+    return "spec" if body.request_field == "spec" else "request.priority"
 
 
 def _check_what_to_run(body: s.JobIn) -> None:

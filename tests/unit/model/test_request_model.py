@@ -1,4 +1,4 @@
-"""The JSON form of a Request: strict reading with exact field paths, canonical writing, round trip."""
+"""The request model: the JSON and the string form, exact field paths, canonical writing, round trip."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from xpupool.model.errors import RequestError
 from xpupool.model.request import (
@@ -16,7 +17,14 @@ from xpupool.model.request import (
     Topology,
     parse_software_need,
 )
-from xpupool.model.request_json import DEVICE_KEYS, TOP_KEYS, request_from_dict, request_to_dict
+from xpupool.model.request_model import (
+    DevicesModel,
+    RequestModel,
+    request_from_dict,
+    request_to_dict,
+)
+from xpupool.model.spec import parse_spec
+from xpupool.model.validation import error_path, error_value
 
 import request_strategies
 
@@ -173,6 +181,26 @@ def test_unknown_key_suggests_and_lists_known() -> None:
     assert exc.reason.startswith("unknown key; did you mean 'memory'? known: count, vendors")
 
 
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"devices": {"vendors": ["acme"]}},
+            "devices.vendors[0]: unknown vendor; known: nvidia, amd, huawei, cambricon, hygon, "
+            "mthreads, iluvatar, metax, enflame, kunlunxin, intel (got 'acme')",
+        ),
+        (
+            {"devices": {"software": ["cuda>=x"]}},
+            "devices.software[0]: expected NAME OP VERSION such as 'cuda>=12.1' (got 'cuda>=x')",
+        ),
+    ],
+)
+def test_messages_are_the_reason_alone(data: dict[str, object], message: str) -> None:
+    with pytest.raises(RequestError) as info:
+        request_from_dict(data)
+    assert str(info.value) == message
+
+
 def test_bad_device_memory_message_exact() -> None:
     with pytest.raises(RequestError) as info:
         request_from_dict({"devices": {"count": 1, "memory": "24Gx"}})
@@ -250,10 +278,13 @@ _json = st.recursive(
 _device_values = st.fixed_dictionaries(
     {},
     optional={
-        key: _json | st.sampled_from(["1", "50%", "40Gi", "A100", "80GB"]) for key in DEVICE_KEYS
+        key: _json | st.sampled_from(["1", "50%", "40Gi", "A100", "80GB"])
+        for key in DevicesModel.model_fields
     },
 )
-_top_values = st.fixed_dictionaries({}, optional=dict.fromkeys(TOP_KEYS, _json | _device_values))
+_top_values = st.fixed_dictionaries(
+    {}, optional=dict.fromkeys(RequestModel.model_fields, _json | _device_values)
+)
 
 
 @given(_top_values)
@@ -263,3 +294,44 @@ def test_any_input_reads_or_fails_with_request_error(data: dict[str, object]) ->
     except RequestError:
         return
     assert request_from_dict(request_to_dict(req)) == req
+
+
+# ---------------------------------------------------------------------------- the string form
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "A100:80GB:2 cuda>=12.4",
+        "nvidia:!T4 mem=40Gi cores=50% cpu=500m memory=2Gi replicas=3 gang priority=-2",
+        "ascend:910B:24GB..64GB uuid=NPU-1,!NPU-2 nvlink queue=q name=n policy=spread "
+        "device-policy=binpack",
+    ],
+)
+def test_the_compact_string_reads_to_the_request_spec_py_parses(text: str) -> None:
+    model = RequestModel.model_validate(text)
+    assert model.to_request() == parse_spec(text)
+    assert request_from_dict(model.dump()) == parse_spec(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "value"),
+    [
+        ("A100 mem=24Gx", "devices.memory", "24Gx"),
+        ("A100:1..2", "devices.count", "1..2"),
+        ("any cuda>=12.4 cann>=latest", "devices.software[1]", "cann>=latest"),
+        ("any gpus=2", "gpus", "gpus=2"),
+    ],
+)
+def test_string_errors_name_the_path_and_quote_the_token(text: str, field: str, value: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        RequestModel.model_validate(text)
+    error = info.value.errors()[0]
+    assert (error_path(error), error_value(error)) == (field, value)
+    with pytest.raises(RequestError) as again:
+        request_from_dict(text)
+    assert (again.value.field, again.value.value) == (field, value)
+
+
+def test_the_model_converts_once() -> None:
+    model = RequestModel.model_validate({"devices": {"count": 2}})
+    assert model.to_request() is model.to_request()

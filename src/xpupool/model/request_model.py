@@ -1,0 +1,354 @@
+"""The one typed edge of a placement request: :class:`RequestModel`.
+
+Every front reads a request through this model: the API (``JobIn.request``), the CLI (``xpupool
+submit`` and ``xpupool spec``), the server's stored rows and the simulator's trace readers. It takes
+the JSON object form and the compact string (``"A100:2 mem=40Gi"``, read by
+:func:`~xpupool.model.spec.parse_spec`), so both forms share one set of checks, one OpenAPI schema
+and one set of error paths. Strict on write: an unknown key, a wrong type or a bad quantity is a
+``ValidationError`` whose path is the offending value (``devices.memroy``, ``devices.software[1]``)
+and whose message says why; ``null`` means "not given". Fields hold the parsed value (MiB,
+millicores, thousandths of a card) and serialise to the canonical text, so
+:meth:`RequestModel.dump` is the stored and shown form. :meth:`RequestModel.to_request` is the only
+conversion into the engine's frozen :class:`~xpupool.model.request.Request`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Annotated
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
+
+from xpupool.model.errors import RequestError
+from xpupool.model.quantity import parse_card_range
+from xpupool.model.request import (
+    MAX_DEVICES_PER_REPLICA,
+    MAX_REPLICAS,
+    DevicePolicy,
+    DeviceRequest,
+    Request,
+    Topology,
+    parse_software_need,
+)
+from xpupool.model.request_fields import (
+    CardMib,
+    CpuMilli,
+    DeviceMemory,
+    DeviceMemoryField,
+    DevicePolicyName,
+    MemoryMib,
+    ModelName,
+    NonBlank,
+    Permille,
+    SoftwareText,
+    TopologyName,
+    VendorName,
+    or_string,
+    parsed,
+)
+from xpupool.model.spec import parse_spec
+from xpupool.model.validation import field_error, request_error
+
+__all__ = [
+    "MAX_SPEC_CHARS",
+    "CardMemory",
+    "DeviceMemory",
+    "DevicesModel",
+    "RequestModel",
+    "request_from_dict",
+    "request_to_dict",
+]
+
+INT32 = 1 << 31
+MAX_SPEC_CHARS = 2000  # a compact string longer than this is not a request someone wrote
+
+
+class _Form(BaseModel):
+    """Unknown keys are errors that suggest the closest known key (request bodies are strict)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @classmethod
+    def _known_keys(cls, data: object) -> Mapping[str, object]:
+        if not isinstance(data, Mapping):
+            raise field_error("expected an object", data)
+        known = list(cls.model_fields)
+        for key in data:
+            if key not in cls.model_fields:
+                close = difflib.get_close_matches(str(key), known, n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                reason = f"unknown key; {hint}known: {', '.join(known)}"
+                raise field_error(reason, data[key], str(key))
+        return data
+
+
+class CardMemory(_Form):
+    """Bounds on the card's marketed size, either or both; compares with the catalog's size."""
+
+    min: CardMib | None = Field(None, description="Smallest acceptable card; null = no bound.")
+    max: CardMib | None = Field(None, description="Largest acceptable card; null = no bound.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keys(cls, data: object) -> object:
+        return cls._known_keys(data)
+
+    @model_validator(mode="after")
+    def _something(self) -> CardMemory:
+        if self.min is None and self.max is None:
+            raise field_error("give min, max or both", {})
+        return self
+
+
+def _card_from_text(value: object) -> object:
+    """``"80GB"`` (exactly), ``"24GB..40GB"``, ``"48GB.."``, ``"..40GB"`` -> a CardMemory."""
+    if isinstance(value, str):
+        low, high = parsed(lambda path, text: parse_card_range(path, str(text)))(value)
+        return CardMemory.model_construct(min=low, max=high)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        raise field_error("expected an object with min/max or a range such as '24GB..40GB'", value)
+    return value
+
+
+class DevicesModel(_Form):
+    """Devices for one replica. Absent: CPU only. Present without ``count``: one device."""
+
+    count: StrictInt | None = Field(
+        None,
+        ge=0,
+        le=MAX_DEVICES_PER_REPLICA,
+        description="Devices per replica; null = 1; 0 = CPU only.",
+    )
+    vendors: list[VendorName] | None = Field(
+        None, description="Any-of vendor names or aliases ('nvidia', 'ascend'); empty = any."
+    )
+    models: list[ModelName] | None = Field(
+        None,
+        description="Any-of model names, families or aliases ('A100', 'a100-80gb'); '!NAME' "
+        "excludes NAME. Each must be known to the catalog or to a node of the pool.",
+    )
+    exclude_models: list[ModelName] | None = Field(
+        None, description="Models never to use; wins over 'models'."
+    )
+    card_memory: Annotated[CardMemory, BeforeValidator(_card_from_text)] | None = Field(
+        None,
+        description="Bounds on the card's marketed size.",
+        json_schema_extra=or_string("'80GB' (exactly), '24GB..40GB', '48GB..' or '..40GB'."),
+    )
+    memory: DeviceMemoryField | None = None
+    cores: Permille | None = None
+    uuids: list[ModelName] | None = Field(
+        None, description="Any-of device UUIDs; '!UUID' excludes one; empty = any device."
+    )
+    exclude_uuids: list[ModelName] | None = Field(
+        None, description="Device UUIDs never to use; wins over 'uuids'."
+    )
+    topology: TopologyName | None = Field(
+        None,
+        description="'same-link-group' (alias 'nvlink'): all of a replica's devices in one "
+        "NVLink/HCCS/xGMI domain; 'none' or null: no constraint.",
+    )
+    software: list[SoftwareText] | None = Field(
+        None,
+        description="Software the devices must run: 'cuda>=12.1', 'cann>=8.0', 'rocm>=6', "
+        "'torch==2.4' (name, operator, version).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keys(cls, data: object) -> object:
+        return cls._known_keys(data)
+
+    @model_validator(mode="after")
+    def _excludes(self) -> DevicesModel:
+        """``models: ["A100", "!T4"]`` -> models ["A100"], exclude_models ["T4", ...]."""
+        for key in ("models", "uuids"):
+            include: list[str] = []
+            exclude: list[str] = []
+            for i, name in enumerate(getattr(self, key) or ()):
+                if not name.startswith("!"):
+                    include.append(name)
+                    continue
+                rest = name[1:]
+                if not rest or rest != rest.strip() or rest.startswith("!"):
+                    raise field_error("expected '!NAME' to exclude NAME", name, f"{key}[{i}]")
+                exclude.append(rest)
+            for i, name in enumerate(getattr(self, f"exclude_{key}") or ()):
+                if name.startswith("!"):
+                    reason = f"already an exclusion; write {name[1:]!r}"
+                    raise field_error(reason, name, f"exclude_{key}[{i}]")
+                exclude.append(name)
+            setattr(self, key, include or None)
+            setattr(self, f"exclude_{key}", exclude or None)
+        return self
+
+    def to_devices(self) -> DeviceRequest:
+        memory = self.memory or DeviceMemory(None, None)
+        card = self.card_memory
+        return DeviceRequest(
+            count=1 if self.count is None else self.count,
+            memory_mib=memory.mib,
+            memory_permille=memory.permille,
+            core_permille=self.cores,
+            vendors=tuple(self.vendors or ()),
+            models=tuple(self.models or ()),
+            exclude_models=tuple(self.exclude_models or ()),
+            uuids=tuple(self.uuids or ()),
+            exclude_uuids=tuple(self.exclude_uuids or ()),
+            min_card_mib=None if card is None else card.min,
+            max_card_mib=None if card is None else card.max,
+            software=tuple(parse_software_need(t) for t in self.software or ()),
+            topology=Topology(self.topology or Topology.NONE),
+        )
+
+    @classmethod
+    def from_devices(cls, d: DeviceRequest) -> DevicesModel:
+        """The canonical form of ``d``: what is not given stays null (left out when dumped)."""
+        memory = None
+        if d.memory_mib is not None or d.memory_permille is not None:
+            memory = DeviceMemory(d.memory_mib, d.memory_permille)
+        card = None
+        if d.min_card_mib is not None or d.max_card_mib is not None:
+            card = CardMemory.model_construct(min=d.min_card_mib, max=d.max_card_mib)
+        return cls.model_construct(
+            count=d.count,
+            vendors=list(d.vendors) or None,
+            models=list(d.models) or None,
+            exclude_models=list(d.exclude_models) or None,
+            card_memory=card,
+            memory=memory,
+            cores=d.core_permille,
+            uuids=list(d.uuids) or None,
+            exclude_uuids=list(d.exclude_uuids) or None,
+            topology=None if d.topology is Topology.NONE else d.topology.value,
+            software=[str(n) for n in d.software] or None,
+        )
+
+
+class RequestModel(_Form):
+    """A placement request: ``replicas`` copies of (cpu, memory, devices). Also accepted as the
+    compact string of docs/request-syntax.md (``"A100:80GB:2 mem=40Gi cuda>=12.4 replicas=2"``)."""
+
+    name: StrictStr | None = Field(None, description="A label; null = the job's name.")
+    cpu: CpuMilli | None = Field(None, description="CPU per replica; null = none reserved.")
+    memory: MemoryMib | None = Field(None, description="Host memory per replica; null = none.")
+    devices: DevicesModel | None = Field(None, description="Devices per replica; null = none.")
+    replicas: StrictInt | None = Field(
+        None, ge=1, le=MAX_REPLICAS, description="Copies of the replica; null = 1."
+    )
+    gang: StrictBool | None = Field(
+        None,
+        description="All replicas placed together or none; null = false (the server "
+        "admits a multi-replica job as a gang anyway).",
+    )
+    priority: StrictInt | None = Field(
+        None, ge=-INT32, le=INT32 - 1, description="Higher runs first; null = 0."
+    )
+    queue: NonBlank | None = Field(None, description="Queue; null = the default.")
+    node_policy: NonBlank | None = Field(
+        None,
+        description="Scheduling profile for this request (a profile name); null = the "
+        "cluster's default.",
+    )
+    device_policy: DevicePolicyName | None = Field(
+        None,
+        description="How cards are picked inside a node: 'binpack' fills the busiest card that "
+        "fits, 'spread' the emptiest; null = the profile's.",
+    )
+    _request: Request | None = PrivateAttr(None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _forms(cls, data: object) -> object:
+        if isinstance(data, str):
+            if len(data) > MAX_SPEC_CHARS:
+                raise field_error(f"longer than {MAX_SPEC_CHARS} characters", data[:100] + "...")
+            try:
+                return cls.from_request(parse_spec(data)).dump()
+            except RequestError as exc:
+                raise field_error(exc.reason, exc.value, exc.field) from None
+        if not isinstance(data, Mapping):
+            raise field_error("expected an object or a compact string such as 'A100:2'", data)
+        return cls._known_keys(data)
+
+    @model_validator(mode="after")
+    def _engine_checks(self) -> RequestModel:
+        """The engine record's own cross-field rules (a count of 0 with shares, card bounds the
+        wrong way round), reported at their path."""
+        try:
+            self._request = self._build()
+        except RequestError as exc:
+            raise field_error(exc.reason, exc.value, exc.field) from None
+        return self
+
+    def to_request(self) -> Request:
+        """The engine's request: the one conversion from the edge into the engine's form."""
+        if self._request is None:
+            self._request = self._build()
+        return self._request
+
+    def _build(self) -> Request:
+        return Request(
+            name=self.name or "",
+            cpu_milli=self.cpu or 0,
+            memory_mib=self.memory or 0,
+            devices=DeviceRequest() if self.devices is None else self.devices.to_devices(),
+            replicas=1 if self.replicas is None else self.replicas,
+            gang=bool(self.gang),
+            priority=self.priority or 0,
+            queue="default" if self.queue is None else self.queue,
+            node_policy=self.node_policy,
+            device_policy=None if self.device_policy is None else DevicePolicy(self.device_policy),
+        )
+
+    @classmethod
+    def from_request(cls, req: Request) -> RequestModel:
+        """The canonical form of ``req``: defaults are null and left out of :meth:`dump`."""
+        model = cls.model_construct(
+            name=req.name or None,
+            cpu=req.cpu_milli or None,
+            memory=req.memory_mib or None,
+            devices=None
+            if req.devices == DeviceRequest()
+            else DevicesModel.from_devices(req.devices),
+            replicas=None if req.replicas == 1 else req.replicas,
+            gang=True if req.gang else None,
+            priority=req.priority or None,
+            queue=None if req.queue == "default" else req.queue,
+            node_policy=req.node_policy,
+            device_policy=None if req.device_policy is None else req.device_policy.value,
+        )
+        model._request = req
+        return model
+
+    def dump(self) -> dict[str, object]:
+        """The canonical JSON form: defaults left out, fixed key order, quantities as exact text."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+def request_from_dict(data: object) -> Request:
+    """The engine request for a JSON (or compact string) form; raises :class:`RequestError`
+    whose ``field`` is the offending path (``devices.memory``; ``request`` for the whole)."""
+    try:
+        return RequestModel.model_validate(data).to_request()
+    except ValidationError as exc:
+        raise request_error(exc, "request") from None
+
+
+def request_to_dict(req: Request) -> dict[str, object]:
+    """The canonical JSON form of ``req``; ``request_from_dict(request_to_dict(r)) == r`` for
+    every valid ``r`` whose model names and UUIDs are non-empty, without surrounding whitespace
+    and without a leading ``!``."""
+    return RequestModel.from_request(req).dump()

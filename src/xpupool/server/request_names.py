@@ -1,0 +1,45 @@
+"""The names a request uses, checked once at submission against what the server knows.
+
+The request model has already checked the shape of every field and canonicalised vendor names;
+what it cannot know is the pool: which device models the catalog or the registered nodes have,
+which device UUIDs exist, which scheduling profiles the engine was started with. A name that none
+of them knows can never be satisfied, so the job is refused with the field and the reason instead
+of waiting forever. Called by the job service under the plane's lock, before anything is stored.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from xpupool.engine.engine import Engine
+from xpupool.model.errors import RequestError
+from xpupool.model.request import Request
+
+
+def check_names(engine: Engine, req: Request) -> None:
+    """Raise :class:`RequestError` at the first unknown name; fields are paths inside the request
+    (``devices.models[0]``, ``node_policy``): the caller nests them under ``request`` or ``spec``.
+
+    A model is known when the catalog knows it (the node may join later) or a device of the pool
+    prints it (``G2`` in a trace cluster); an excluded model is checked too, as a typo there
+    would exclude nothing. A UUID to run on must be a device of the pool; an excluded one need not.
+    """
+    if req.node_policy and req.node_policy not in engine.profiles:
+        known = ", ".join(sorted(engine.profiles))
+        raise RequestError("node_policy", req.node_policy, f"unknown policy; known: {known}")
+    state = engine.state
+    d = req.devices
+    for key, names in (("models", d.models), ("exclude_models", d.exclude_models)):
+        for i, name in enumerate(names):
+            if state.catalog.knows(name) or any(
+                state.catalog.matches(name, printed, vendor) for vendor, printed in state.models
+            ):
+                continue
+            shown = [m.name for m in state.catalog.models] + [p for _, p in state.models]
+            close = difflib.get_close_matches(name, shown, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            reason = f"no accelerator model of that name in the catalog or in the pool{hint}"
+            raise RequestError(f"devices.{key}[{i}]", name, reason)
+    for i, uuid in enumerate(d.uuids):
+        if uuid not in state.uuid_slot:
+            raise RequestError(f"devices.uuids[{i}]", uuid, "no device in the pool has this UUID")

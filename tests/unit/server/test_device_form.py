@@ -1,0 +1,49 @@
+"""One wire form of a device (``schemas.DeviceIn``): the probe's record, the agent's report, the
+registration and the stored row all convert through it to the same engine ``Device``."""
+
+from __future__ import annotations
+
+import json
+
+from xpupool.agent.inventory import device_in
+from xpupool.model.device import Device
+from xpupool.probes.base import DeviceInfo, Health
+from xpupool.server import schemas as s
+from xpupool.server.plane import device_from_dict, device_to_dict
+
+INFO = DeviceInfo(
+    vendor="huawei",
+    model="910B3",
+    uuid="NPU-7",
+    index=7,
+    memory_total_mib=65536,
+    compute_units=20,
+    memory_used_mib=1024,  # live metrics stay with the agent
+    driver_version="24.1.rc2",
+    runtimes={"cann": "8.0.RC2"},
+    numa_node=1,
+    link_group="hccs-0",
+    health=Health.UNKNOWN,
+)
+
+
+def test_probe_record_report_registration_and_row_are_one_device() -> None:
+    device = INFO.to_device()
+    report = device_in(INFO)
+    assert report is not None
+    sent = json.loads(report.model_dump_json())  # what the agent puts on the wire
+    assert s.DeviceIn.model_validate(sent).to_device() == device  # what the server registers
+    assert device_from_dict(json.loads(json.dumps(device_to_dict(device)))) == device  # stored
+    assert device_to_dict(device) == sent
+
+
+def test_vendor_aliases_become_the_key_in_every_form() -> None:
+    device = s.DeviceIn(uuid="u", vendor="ascend", model="910B3", memory_mib=1).to_device()
+    assert device == Device("u", "huawei", "910B3", 1)
+    assert device_to_dict(device)["vendor"] == "huawei"
+
+
+def test_a_record_that_cannot_be_a_device_is_left_out_of_the_report() -> None:
+    assert device_in(DeviceInfo("nvidia", "H100", "GPU-0", 0, 0)) is None  # no memory
+    assert device_in(DeviceInfo("acme", "X1", "X-0", 0, 1024)) is None  # no such vendor
+    assert device_in(DeviceInfo("nvidia", "H100", "GPU-0", 0, 1 << 31)) is None  # over the bound
