@@ -172,6 +172,7 @@ def test_registers_with_its_devices(pool: Pool) -> None:
     assert node["status"] == "ready"
     assert node["source"] == "agent"
     assert node["devices"] == 2
+    assert node["labels"]["xpupool/address"] == "127.0.0.1"  # its address on the route to us
     assert node["cpu_milli"] > 0 and node["memory_mib"] > 0 and node["arch"]
     devices = pool.admin.get("/v1/devices").json()
     assert sorted(d["uuid"] for d in devices if d["node"] == NODE) == [

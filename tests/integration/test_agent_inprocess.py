@@ -76,7 +76,7 @@ def test_local_host_registers_itself(up: tuple[Pool, subprocess.Popen[bytes]]) -
         "the local host",
     )
     assert len(nodes) == 1
-    assert nodes[0]["labels"] == {"xpupool/local": "true"}
+    assert nodes[0]["labels"] == {"xpupool/local": "true", "xpupool/address": "127.0.0.1"}
     assert nodes[0]["status"] == "ready" and nodes[0]["cpu_milli"] > 0
     sims = {n["name"] for n in pool.admin.get("/v1/nodes").json() if n["source"] == "cluster"}
     assert sims == {"sim-a100", "sim-910b"}
@@ -98,6 +98,34 @@ def test_simulated_ascend_node_runs_a_real_process(
     assert env["ASCEND_RT_VISIBLE_DEVICES"] == indices
     assert env["XPUPOOL_NODE"] == "sim-910b"
     assert env["XPUPOOL_DEVICE_UUIDS"].startswith("sim-910b-")
+
+
+def test_replicas_of_a_job_get_the_distributed_training_variables(
+    up: tuple[Pool, subprocess.Popen[bytes]],
+) -> None:
+    pool, _ = up
+    names = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "XPUPOOL_PEERS")
+    script = f"import os\nfor k in {names!r}:\n    print(k + '=' + os.environ[k])\nprint('done')"
+    job_id = pool.submit([JOB_PYTHON, "-c", script], "A100 mem=1Gi replicas=2")
+    pool.wait_state(job_id, "succeeded")
+    seen = []
+    for replica in range(2):
+        text = until(
+            lambda r=replica: (
+                "done"
+                in (t := pool.user.get(f"/v1/jobs/{job_id}/logs", params={"replica": r}).text)
+                and t
+            ),
+            f"replica {replica}'s log",
+        )
+        seen.append(dict(line.split("=", 1) for line in text.splitlines() if "=" in line))
+    assert [e["RANK"] for e in seen] == ["0", "1"]
+    assert [e["LOCAL_RANK"] for e in seen] == ["0", "1"]  # both on sim-a100
+    for env in seen:
+        assert env["WORLD_SIZE"] == "2"
+        assert env["MASTER_ADDR"] == "127.0.0.1"  # the in-process agent runs sim-a100 here
+        assert env["MASTER_PORT"] == str(29500 + job_id % 1000)
+        assert env["XPUPOOL_PEERS"] == "127.0.0.1,127.0.0.1"
 
 
 def test_cancel_on_a_simulated_node(up: tuple[Pool, subprocess.Popen[bytes]]) -> None:

@@ -5,14 +5,17 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import threading
 from pathlib import Path
 from types import FrameType
+from urllib.parse import urlsplit
 
 import click
 
 from xpupool.agent.launch.options import launch_options, launch_settings
 from xpupool.probes.container_runtime import RuntimeChoice
+from xpupool.server.services.replica_env import ADDRESS_LABEL
 
 
 def _token(token: str | None, token_file: str | None) -> str:
@@ -33,6 +36,19 @@ def _token(token: str | None, token_file: str | None) -> str:
             "--token on the command line is visible to every user in ps: use --token-file"
         )
     return token
+
+
+def _route_address(server: str) -> str:
+    """This host's address on the route to ``server`` (a UDP connect sends nothing)."""
+    parts = urlsplit(server)
+    host = parts.hostname or "127.0.0.1"
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, parts.port or 80))
+            return str(probe.getsockname()[0])
+    except OSError:
+        return socket.gethostname()
 
 
 def _labels(values: tuple[str, ...]) -> dict[str, str]:
@@ -66,6 +82,11 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--node", help="Node name [default: this host's name]")
 @click.option("--site", default="default", show_default=True)
 @click.option("--label", "labels", multiple=True, help="KEY=VALUE node label (repeatable)")
+@click.option(
+    "--address",
+    help="Address the replicas of a distributed job reach this node at (MASTER_ADDR) "
+    "[default: this host's address on the route to the server]",
+)
 @click.option(
     "--fake",
     "fake_path",
@@ -110,6 +131,7 @@ def agent_command(
     node: str | None,
     site: str,
     labels: tuple[str, ...],
+    address: str | None,
     fake_path: str | None,
     grace: float,
     work_dir: str,
@@ -149,7 +171,7 @@ def agent_command(
     )
     make_private(Path(work_dir))
     name = node_name(node)
-    node_labels = _labels(labels)
+    node_labels = {ADDRESS_LABEL: address or _route_address(server), **_labels(labels)}
     probes: list[Probe] = [FakeProbe(fake_path)] if fake_path else host_probes()
     hosted = HostedNode(
         name=name,

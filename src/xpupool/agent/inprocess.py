@@ -34,6 +34,7 @@ from xpupool.server.plane import ControlPlane
 from xpupool.server.schemas import Heartbeat, HeartbeatReply, NodeIn
 from xpupool.server.services import node_identity
 from xpupool.server.services.node_identity import in_process_principal
+from xpupool.server.services.replica_env import ADDRESS_LABEL
 
 log = logging.getLogger("xpupool.agent")
 
@@ -122,7 +123,11 @@ def local_agent(
             runner=Runner(name, work_dir / name, grace_s=grace_s, settings=settings),
             monitor=Monitor(found),
             inventory=lambda devices: node_in(
-                name, devices, labels={"xpupool/local": "true"}, runtime=runtime, drain=True
+                name,
+                devices,
+                labels={"xpupool/local": "true", ADDRESS_LABEL: "127.0.0.1"},
+                runtime=runtime,
+                drain=True,
             ),
         )
     ]

@@ -14,6 +14,7 @@ from xpupool.server import schemas as s
 from xpupool.server.auth import Principal
 from xpupool.server.plane import ControlPlane, HeldJob, NodeRecord
 from xpupool.server.services.jobs import assignment
+from xpupool.server.services.replica_env import distributed_env, node_address
 from xpupool.server.storage.fleet import nodes as t_nodes
 from xpupool.server.storage.jobs import jobs as t_jobs
 
@@ -189,13 +190,22 @@ def _reply(plane: ControlPlane, node: str) -> s.HeartbeatReply:
                 name=str(row["name"]),
                 command=list(row["command"]),
                 image=row["image"],
-                env=dict(row["env"]),
+                env={**_distributed(plane, job, alloc.replica), **row["env"]},
                 assignment=assignment(plane, alloc),
                 tenant=job.tenant,
                 tenant_index=plane.tenant_index.get(job.tenant),
             )
         )
     return s.HeartbeatReply(run=run, stop=stop, heartbeat_s=plane.heartbeat_s)
+
+
+def _distributed(plane: ControlPlane, job: HeldJob, replica: int) -> dict[str, str]:
+    addresses = {
+        name: node_address(name, rec.node.labels, rec.source)
+        for name in {a.node for a in job.allocations}
+        if (rec := plane.nodes.get(name)) is not None
+    }
+    return distributed_env(job.id, job.allocations, replica, addresses)
 
 
 def append_log(plane: ControlPlane, node: str, job_id: int, replica: int, chunk: bytes) -> None:
