@@ -191,6 +191,10 @@ def run(nodes: int, rate: float, seconds: float, max_flood_jobs: int) -> dict[st
                     admin.post("/v1/tenants", json={"name": name}).raise_for_status()
                     r = admin.post(f"/v1/tenants/{name}/tokens", json={"name": "bench"})
                     tokens[name] = r.raise_for_status().json()["token"]
+                # the flood is work nothing in the pool can hold: its queue keeps it (a pool
+                # that grows) instead of refusing it at submission
+                flood_queue = {"name": "flooder", "tenant": "flooder", "allow_unfittable": True}
+                admin.put("/v1/queues/flooder", json=flood_queue).raise_for_status()
                 limits = {k: v for k, v in admin.get("/v1/tenants").json()[0].items() if "max" in k}
                 out["default_limits"] = limits
                 victim = Victim(url, tokens["victim"], rate)

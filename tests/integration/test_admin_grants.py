@@ -23,7 +23,7 @@ import httpx
 import pytest
 from server_proc import CLUSTER_MIXED, ServerProc, until
 
-NEVER_FITS = "cpu=1000"  # no node of the example pool has 1,000 cores: stays pending
+NEVER_FITS = "cpu=1000"  # no node of the example pool has 1,000 cores: kept pending (see tenant)
 
 
 def _stored_jobs(data: Path, queue: str) -> int:
@@ -55,6 +55,9 @@ class Admin:
 
     def tenant(self, name: str) -> httpx.Client:
         assert self.http.post("/v1/tenants", json={"name": name}).status_code == 201
+        # its queue keeps work nothing in the pool can hold (NEVER_FITS), as for a pool that grows
+        kept = {"name": name, "tenant": name, "allow_unfittable": True}
+        assert self.http.put(f"/v1/queues/{name}", json=kept).status_code == 200
         token = self.http.post(f"/v1/tenants/{name}/tokens", json={}).json()["token"]
         client = httpx.Client(base_url=self.srv.url, headers=self.srv.headers(token), timeout=60)
         self.tenants[name] = client

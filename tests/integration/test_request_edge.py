@@ -122,9 +122,19 @@ def test_a_bad_request_names_the_field_and_stores_nothing(
 
 
 def test_names_the_pool_knows_beyond_the_catalog_are_accepted(pool: Pool) -> None:
-    """A UUID of a registered device, and a catalog model no node has yet (it may join later)."""
+    """A UUID of a registered device; a catalog model no node has yet is refused as nothing in
+    the pool can hold it, unless the queue keeps such jobs for a pool that grows."""
     uuid = pool.admin.get("/v1/devices").json()[0]["uuid"]
-    for request in ({"devices": {"uuids": [uuid]}}, {"devices": {"models": ["MI300X"]}}):
-        r = pool.user.post("/v1/jobs", json={"command": ["true"], "request": request})
-        assert r.status_code == 201, r.text
-        assert pool.user.post(f"/v1/jobs/{r.json()['id']}/cancel").status_code == 200
+    absent = {"devices": {"models": ["MI300X"]}}
+    r = pool.user.post("/v1/jobs", json={"command": ["true"], "request": absent})
+    assert r.status_code == 422 and r.json()["field"] == "request.devices.models"
+    assert "no MI300X card in the pool" in r.json()["reason"]
+    grows = {"name": "lab", "tenant": "lab", "allow_unfittable": True}
+    assert pool.admin.put("/v1/queues/lab", json=grows).status_code == 200
+    try:
+        for request in ({"devices": {"uuids": [uuid]}}, absent):
+            r = pool.user.post("/v1/jobs", json={"command": ["true"], "request": request})
+            assert r.status_code == 201, r.text
+            assert pool.user.post(f"/v1/jobs/{r.json()['id']}/cancel").status_code == 200
+    finally:
+        pool.admin.put("/v1/queues/lab", json={"name": "lab", "tenant": "lab"})

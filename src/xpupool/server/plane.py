@@ -28,6 +28,7 @@ from xpupool.engine.engine import Engine
 from xpupool.engine.fragmentation import kernels
 from xpupool.engine.profile import DEFAULT_PROFILE
 from xpupool.engine.state import ClusterState
+from xpupool.engine.verdict import Verdicts
 from xpupool.model.allocation import Allocation, DeviceShare
 from xpupool.model.device import Device, Node
 from xpupool.model.errors import Conflict, Unavailable
@@ -205,6 +206,7 @@ class ControlPlane:
         self.engine: Engine
         self.admission: Admission
         self._cycle: SchedulingCycle | None = None
+        self._verdicts: Verdicts | None = None
         self.observers: list[Callable[[str, float], None]] = []  # (event, seconds) for metrics
         self.health = Health()
         self._stale = False  # memory may be ahead of the store: reload before the next write
@@ -250,6 +252,7 @@ class ControlPlane:
                     weights[row["tenant"]],
                     row["preemption"],
                     row["unlisted_flavors"],
+                    row["allow_unfittable"],
                 )
             held_rows = conn.execute(
                 select(t_jobs)
@@ -408,10 +411,17 @@ class ControlPlane:
             settle(self, own, problems)
 
     @property
+    def verdicts(self) -> Verdicts:
+        """Whether a request could ever fit this pool (on the current engine's state)."""
+        if self._verdicts is None or self._verdicts.state is not self.engine.state:
+            self._verdicts = Verdicts(self.engine.state)
+        return self._verdicts
+
+    @property
     def cycle(self) -> SchedulingCycle:
         """The scheduling cycle on the current quota books (rebuilt with them)."""
         if self._cycle is None or self._cycle.admission is not self.admission:
-            self._cycle = SchedulingCycle(self.admission)
+            self._cycle = SchedulingCycle(self.admission, self.verdicts)
         return self._cycle
 
     def bump(self) -> None:

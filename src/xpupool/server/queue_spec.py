@@ -17,19 +17,31 @@ def queue_spec(
     weight: float = 1.0,
     preemption: str | None = None,
     unlisted_flavors: str | None = None,
+    allow_unfittable: bool | None = None,
 ) -> QueueSpec:
-    """The engine's queue from stored JSON quotas; ``weight`` is the tenant's fair-share weight,
-    ``preemption`` the stored policy (None, from before the column: lower_priority)."""
+    """The engine's queue from stored JSON quotas; ``weight`` is the tenant's fair-share weight;
+    the policies as stored (None, from before their columns: the defaults)."""
     out = []
     for q in quotas:
         qi = s.QuotaIn.model_validate(q)
         out.append(Quota(qi.flavor, Resource(qi.resource.value), qi.nominal, qi.borrowing_limit))
     policy = Preemption(preemption) if preemption else Preemption.LOWER_PRIORITY
     unlisted = Unlisted(unlisted_flavors) if unlisted_flavors else Unlisted.ALLOW
-    return QueueSpec(name, tenant, tuple(out), cohort, weight, policy, unlisted)
+    return QueueSpec(
+        name, tenant, tuple(out), cohort, weight, policy, unlisted, bool(allow_unfittable)
+    )
 
 
 def queue_spec_of(body: s.QueueIn, weight: float = 1.0) -> QueueSpec:
     """The engine's queue for a ``QueueIn`` body."""
     quotas = [q.model_dump(mode="json") for q in body.quotas]
-    return queue_spec(body.name, body.tenant, body.cohort, quotas, weight, body.preemption.value)
+    return queue_spec(
+        body.name,
+        body.tenant,
+        body.cohort,
+        quotas,
+        weight,
+        body.preemption.value,
+        body.unlisted_flavors.value,
+        body.allow_unfittable,
+    )

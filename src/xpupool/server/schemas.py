@@ -296,6 +296,11 @@ class QueueIn(Strict):
         description="Devices none of the quotas' flavours names: 'allow' = usable without quota "
         "once the listed flavours are tried; 'deny' = not usable by this queue.",
     )
+    allow_unfittable: bool = Field(
+        False,
+        description="Accept jobs that nothing in the pool could hold even empty (they wait, "
+        "'unschedulable', for nodes that can); false = refuse them at submission (422).",
+    )
 
     @model_validator(mode="after")
     def _borrowing_needs_cohort(self) -> QueueIn:
@@ -329,6 +334,7 @@ class Queue(Lenient):
     max_priority: int = Field(0, description="Highest priority its jobs may ask for.")
     preemption: QueuePreemption = QueuePreemption.LOWER_PRIORITY
     unlisted_flavors: UnlistedFlavors = UnlistedFlavors.ALLOW
+    allow_unfittable: bool = False
     quotas: list[QuotaUsage]
     pending: int = Field(0, description="Jobs waiting in this queue.")
     running: int = Field(0, description="Jobs holding devices (scheduled or running).")

@@ -93,6 +93,7 @@ def queue(
     cohort: str | None = None,
     max_priority: int = 0,
     preemption: str | None = None,
+    **extra: Any,
 ) -> dict[str, Any]:
     body = {
         "name": name,
@@ -103,6 +104,7 @@ def queue(
     }
     if preemption is not None:
         body["preemption"] = preemption
+    body.update(extra)
     r = srv.client.put(f"/v1/queues/{name}", json=body, headers=srv.admin)
     assert r.status_code == 200, r.text
     return dict(r.json())

@@ -3,7 +3,7 @@ always tries new ones: one tenant's long queue does not set everyone's pace (iss
 
 from __future__ import annotations
 
-from server_kit import Server, job, node, submit, tenant
+from server_kit import Server, job, node, queue, submit, tenant
 
 from xpupool.server.scheduler_loop import RETRIES_PER_TENANT
 
@@ -20,6 +20,7 @@ def _tried_now(server: Server, tenant_name: str) -> int:
 def test_retries_are_capped_per_tenant_and_rotate(server: Server) -> None:
     node(server, "n1")
     flood, other = tenant(server, "flood"), tenant(server, "other")
+    queue(server, "flood", "flood", [], allow_unfittable=True)  # keeps what fits nowhere
     queued = RETRIES_PER_TENANT + 8
     for _ in range(queued):
         submit(server, flood, "cpu=100000")  # fits nowhere

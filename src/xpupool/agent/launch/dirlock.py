@@ -31,8 +31,13 @@ class DirLock:
 
     def acquire(self) -> DirLock:
         """Lock now or raise DirInUseError at once; creates the directory (0700) if missing."""
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError:
+            return (
+                self  # a directory that cannot be written: the start refuses it next, in its words
+            )
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -42,8 +47,11 @@ class DirLock:
                 f"{self.path.parent} is in use by another {self.what} (pid {holder}); "
                 "stop it first, or give this one another directory"
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        try:  # the pid only names the holder in a refusal: a full disk does not stop the lock
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError:
+            pass
         os.set_inheritable(fd, False)  # jobs started later do not hold it
         self._fd = fd
         return self

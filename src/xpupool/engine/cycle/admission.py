@@ -86,6 +86,7 @@ class QueueSpec:
     weight: float = 1.0
     preemption: Preemption = Preemption.LOWER_PRIORITY
     unlisted_flavors: Unlisted = Unlisted.ALLOW
+    allow_unfittable: bool = False  # keep jobs nothing in the pool could ever hold (pools grow)
 
 
 @dataclass(frozen=True, slots=True)

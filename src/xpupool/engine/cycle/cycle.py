@@ -19,6 +19,7 @@ from typing import Protocol
 from xpupool.engine.cycle.admission import Admission, Admitted, Preemption, Refusal
 from xpupool.engine.cycle.preempt import plan_preemption
 from xpupool.engine.txn import Transaction
+from xpupool.engine.verdict import Verdicts
 from xpupool.model.allocation import Allocation
 from xpupool.model.request import Request
 
@@ -86,9 +87,10 @@ _SHAPE = attrgetter(*(f.name for f in fields(Request) if f.name != "name"))
 class SchedulingCycle:
     """Orders and decides pending work on one :class:`Admission` (and through it, one engine)."""
 
-    def __init__(self, admission: Admission) -> None:
+    def __init__(self, admission: Admission, verdicts: Verdicts | None = None) -> None:
         self.admission = admission
         self.engine = admission.engine
+        self.verdicts = verdicts  # with it, a wait nothing could end says so
         self._refused: dict[tuple[object, ...], Wait] | None = None
         self._refused_at = (-1, -1)
 
@@ -155,6 +157,9 @@ class SchedulingCycle:
                     note = f"reclaiming quota lent to {', '.join(sorted(borrowers))}"
                     note = f"{note}: preempting {len(victims)} job(s)"
                     return Preempt(f"{reason}; {note}", victims, reclaim=True)
+            miss = None if self.verdicts is None else self.verdicts.never_fits(job.request)
+            if miss is not None:
+                return Wait(f"unschedulable: nothing in the pool can hold it ({miss.reason})")
         return Wait(reason)
 
     def _borrowers(self, job: PendingWork) -> set[str]:

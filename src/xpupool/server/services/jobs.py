@@ -54,6 +54,13 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
             check_names(plane.engine, req)
         except RequestError as exc:
             raise exc.under(body.request_field) from None
+        waiting = "waiting for the scheduler"
+        miss = plane.verdicts.never_fits(req)
+        if miss is not None:
+            if not spec.allow_unfittable:
+                why = f"nothing in the pool can hold it, even empty: {miss.reason}"
+                raise RequestError(miss.field, None, why).under(body.request_field)
+            waiting = f"unschedulable: nothing in the pool can hold it ({miss.reason})"
         grants.check_submission(
             plane,
             conn,
@@ -76,7 +83,7 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
             "tenant": tenant,
             "queue": queue,
             "state": s.JobState.PENDING.value,
-            "reason": "waiting for the scheduler",
+            "reason": waiting,
             "priority": priority,
             "request": RequestModel.from_request(req).dump(),
             "command": body.command,

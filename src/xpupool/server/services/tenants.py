@@ -202,6 +202,7 @@ def put_queue(plane: ControlPlane, body: s.QueueIn) -> s.Queue:
             "max_priority": body.max_priority,
             "preemption": body.preemption.value,
             "unlisted_flavors": body.unlisted_flavors.value,
+            "allow_unfittable": int(body.allow_unfittable),
         }
         if existing is None:
             conn.execute(
@@ -265,6 +266,7 @@ def _queue_view(plane: ControlPlane, name: str, max_priority: int) -> s.Queue:
         max_priority=max_priority,
         preemption=s.QueuePreemption(spec.preemption.value),
         unlisted_flavors=s.UnlistedFlavors(spec.unlisted_flavors.value),
+        allow_unfittable=spec.allow_unfittable,
         quotas=quotas,
         pending=pending,
         running=running,

@@ -89,6 +89,8 @@ queues = Table(
     Column("preemption", String(20), nullable=True),
     # devices no quota names: 'allow' (usable without quota) or 'deny'; NULL = allow
     Column("unlisted_flavors", String(10), nullable=True),
+    # keep jobs nothing in the pool could hold (1) or refuse them at submission (0, NULL)
+    Column("allow_unfittable", Integer, nullable=True),
 )
 
 

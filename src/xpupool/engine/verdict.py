@@ -1,0 +1,169 @@
+"""Whether a request could ever be placed: asked of the pool as if it were empty and healthy.
+
+A request that fits nowhere now waits for capacity; one that no node could hold even empty (cards
+too small, too few on any node, a node too small for its CPU or memory, link groups too narrow, more
+replicas than the whole pool holds at once) would wait forever. Every registered node counts,
+cordoned, unhealthy and lost ones included: they may come back. The question is answered by the
+same filters on an empty twin of the cluster state, built again when the inventory changes, so
+"could ever fit" and "fits now" cannot disagree about what fits. The answer names the closest miss:
+the check that failed on the nodes that passed the most checks, with the largest value the pool
+has and the value asked ("the largest H100 has 80Gi; asked 100Gi").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from xpupool.engine.gang_bound import gang_room
+from xpupool.engine.pipeline import Pipeline, count_per_node
+from xpupool.engine.reasons import TEXT, Reason
+from xpupool.engine.state import BoolArray, ClusterState
+from xpupool.model.quantity import format_card_mib, format_cpu_milli, format_mib
+from xpupool.model.request import Request
+
+
+@dataclass(frozen=True, slots=True)
+class Miss:
+    """Why nothing in the pool can hold a request: ``field`` of the request that asks too much
+    (a path such as ``devices.memory``) and ``reason`` with the numbers."""
+
+    field: str
+    reason: str
+
+
+class Verdicts:
+    """Answers :meth:`never_fits` for the pool of one cluster state."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self._twin: tuple[int, Pipeline] | None = None
+
+    def never_fits(self, req: Request) -> Miss | None:
+        """The closest miss when no node of the empty pool takes ``req`` whole, else None. A pool
+        without nodes yet says nothing: its first nodes may be on their way. Whether a node can
+        run images is not asked here (the caller says that in its own words)."""
+        if not self.state.n_nodes:
+            return None
+        req = replace(req, container=False)
+        pipe = self._empty()
+        ctx = pipe.context(req)
+        fit = pipe.filter(ctx)
+        if not fit.any():
+            return self._closest_miss(pipe, req)
+        if req.replicas > 1:
+            room = gang_room(pipe, req)
+            if room.at_most < req.replicas:
+                return Miss(
+                    "replicas",
+                    f"the whole pool, empty, holds {room.at_most} replicas of this at once; "
+                    f"asked {req.replicas}",
+                )
+        return None
+
+    def _empty(self) -> Pipeline:
+        state = self.state
+        if self._twin is None or self._twin[0] != state.epoch:
+            nodes = [
+                replace(
+                    n, schedulable=True, devices=tuple(replace(d, healthy=True) for d in n.devices)
+                )
+                for n in state.nodes
+            ]
+            twin = ClusterState(nodes, seed=state.seed, catalog=state.catalog, compat=state.compat)
+            self._twin = (state.epoch, Pipeline(twin))
+        return self._twin[1]
+
+    def _closest_miss(self, pipe: Pipeline, req: Request) -> Miss:
+        ctx = pipe.context(req)
+        pipe.filter(ctx)
+        labels, blame = pipe._blame(ctx)
+        s, d = pipe.state, req.devices
+        # The closest nodes: those with enough cards of the kind asked, when some have; the
+        # miss is then their CPU, memory, card memory or link groups. Else the kind itself.
+        matching = count_per_node(pipe.eligible(ctx)) if ctx.k else np.zeros(s.n_nodes, np.int64)
+        enough = matching >= ctx.k
+        pool: BoolArray = enough if enough.any() else np.ones(s.n_nodes, np.bool_)
+        deepest = int(blame[pool].max())
+        near: BoolArray = pool & (blame == deepest)
+        reason, detail = labels[deepest]
+        if reason is Reason.INSUFFICIENT_CPU:
+            most = int(s.node_cpu_total[near].max())
+            return Miss(
+                "cpu",
+                f"the largest node has {format_cpu_milli(most)} CPU; asked "
+                f"{format_cpu_milli(req.cpu_milli)}",
+            )
+        if reason is Reason.INSUFFICIENT_MEMORY:
+            most = int(s.node_mem_total[near].max())
+            return Miss(
+                "memory",
+                f"the largest node has {format_mib(most)} memory; asked {format_mib(req.memory_mib)}",
+            )
+        if reason is Reason.MODEL_NOT_ALLOWED and d.models:
+            have = _models(s, s.dev_present) or "no cards"
+            wanted = "/".join(d.models)
+            return Miss("devices.models", f"no {wanted} card in the pool; it has {have}")
+        eligible = pipe.eligible(ctx) & near[:, None]
+        kinds = _models(s, eligible) or "matching"
+        if reason is Reason.INSUFFICIENT_DEVICE_MEMORY:
+            biggest = int(s.dev_mem_total[eligible].max(initial=0))
+            asked = ctx.need_mib if isinstance(ctx.need_mib, int) else int(ctx.need_mib.max())
+            return Miss(
+                "devices.memory",
+                f"the largest {kinds} card has {format_mib(biggest)}; asked {format_mib(asked)}",
+            )
+        if reason is Reason.TOO_FEW_DEVICES or (
+            reason in _SELECTORS and int(count_per_node(eligible).max(initial=0)) > 0
+        ):
+            most = int(count_per_node(eligible).max(initial=0))
+            return Miss(
+                "devices.count",
+                f"no node has more than {most} {kinds} cards; asked {ctx.k} per replica",
+            )
+        if reason is Reason.TOPOLOGY:
+            groups = s.dev_group[eligible]
+            groups = groups[groups >= 0]
+            if not groups.size:
+                return Miss(
+                    "devices.topology",
+                    f"{kinds} cards have no link group (PCIe only); asked {ctx.k} in one",
+                )
+            widest = int(np.bincount(groups).max())
+            return Miss(
+                "devices.topology",
+                f"the widest link group of {kinds} cards has {widest}; asked {ctx.k} in one",
+            )
+        if reason is Reason.CARD_MEMORY:
+            low, high = d.min_card_mib, d.max_card_mib
+            span = "..".join("" if v is None else format_card_mib(v) for v in (low, high))
+            sizes = sorted({int(v) for v in s.dev_card_mib[s.dev_present]})
+            have = ", ".join(format_card_mib(v) for v in sizes)
+            return Miss("devices.card_memory", f"no card of {span} in the pool; it has {have}")
+        if reason is Reason.NO_CONTAINER_RUNTIME:
+            return Miss("image", "no node of the pool has a container runtime")
+        field = _FIELDS.get(reason, "devices")
+        what = TEXT[reason].format(detail=detail)
+        return Miss(field, f"no node of the pool passes: {what}")
+
+
+def _models(state: ClusterState, mask: BoolArray) -> str:
+    """The printed models of the devices in ``mask``, at most four, for a message."""
+    ids = sorted({int(i) for i in np.unique(state.dev_model[mask]) if i >= 0})
+    names = [state.models[i][1] for i in ids]
+    return ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+
+
+# selector checks: when some node has matching cards but too few, the count is the miss
+_SELECTORS = frozenset({Reason.CARD_MEMORY, Reason.SOFTWARE_UNSUPPORTED, Reason.UUID_NOT_ALLOWED})
+_FIELDS: dict[Reason, str] = {
+    Reason.VENDOR_NOT_ALLOWED: "devices.vendors",
+    Reason.MODEL_NOT_ALLOWED: "devices.models",
+    Reason.UUID_NOT_ALLOWED: "devices.uuids",
+    Reason.CARD_MEMORY: "devices.card_memory",
+    Reason.SOFTWARE_UNSUPPORTED: "devices.software",
+    Reason.DRIVER_TOO_OLD: "devices.software",
+    Reason.DRIVER_TOO_NEW: "devices.software",
+    Reason.DRIVER_UNKNOWN: "devices.software",
+}
