@@ -97,8 +97,9 @@ def test_a_read_only_install_compiles_without_a_cache() -> None:
         pytest.skip("needs unshare(1) for a private read-only mount")
     package = Path(kernels.__file__).resolve().parents[3]  # the folder holding ``xpupool``
     script = (
-        "import logging; logging.basicConfig(); from xpupool.engine.fragmentation import kernels; "
-        "print(kernels._settle(1.23456789), len(kernels._uncached))"
+        "import logging; logging.basicConfig(); from xpupool.engine import compiled; "
+        "from xpupool.engine.fragmentation import kernels; "
+        "print(kernels._settle(1.23456789), len(compiled._uncached))"
     )
     mount = f"mount --bind {package} {package} && mount -o remount,bind,ro {package}"
     probe = subprocess.run(

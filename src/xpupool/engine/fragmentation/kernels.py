@@ -22,33 +22,12 @@ arrays are indexed by a shape's position in its kind's list (``j``), the table's
 
 from __future__ import annotations
 
-import logging
 from typing import Any, NamedTuple
 
 import numpy as np
-from numba import njit
 
+from xpupool.engine.compiled import jit
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
-
-log = logging.getLogger("xpupool.engine")
-_uncached: list[str] = []  # loops compiled without a cache (no writable folder for it)
-
-
-def _JIT(func: Any) -> Any:  # noqa: N802 (used like the decorator it wraps)
-    """``func`` compiled by Numba, its machine code cached for the next process where a folder can
-    take it (beside this module, ``NUMBA_CACHE_DIR``, or the user's cache folder); on a read-only
-    install with none of them writable, Numba refuses to cache, and each process compiles afresh
-    (about 9 s for all the loops, paid in ``warm``)."""
-    try:
-        return njit(cache=True, nogil=True)(func)
-    except RuntimeError:  # "cannot cache function ...: no locator available"
-        if not _uncached:
-            log.warning(
-                "no writable folder for Numba's cache: the engine's loops are compiled in every "
-                "process (set NUMBA_CACHE_DIR to a writable folder to keep them)"
-            )
-        _uncached.append(func.__name__)
-        return njit(nogil=True)(func)
 
 
 class ShapeArrays(NamedTuple):
@@ -304,17 +283,17 @@ def _knapsack(sizes: Any, prices: Any, card: Any, value: Any, last: Any) -> None
 
 
 # The helpers first: the loops that call them find them compiled when they compile.
-_served = _JIT(_served)
-_take_card = _JIT(_take_card)
-_admits = _JIT(_admits)
-_quantities = _JIT(_quantities)
-_limits = _JIT(_limits)
-_fragment = _JIT(_fragment)
-_settle = _JIT(_settle)
-_node_quantities_jit = _JIT(_node_quantities)
-_one_card_after_jit = _JIT(_one_card_after)
-_best_deltas_jit = _JIT(_best_deltas)
-_knapsack_jit = _JIT(_knapsack)
+_served = jit(_served)
+_take_card = jit(_take_card)
+_admits = jit(_admits)
+_quantities = jit(_quantities)
+_limits = jit(_limits)
+_fragment = jit(_fragment)
+_settle = jit(_settle)
+_node_quantities_jit = jit(_node_quantities)
+_one_card_after_jit = jit(_one_card_after)
+_best_deltas_jit = jit(_best_deltas)
+_knapsack_jit = jit(_knapsack)
 
 
 # ---------------------------------------------------------------------- typed entry points
