@@ -5,8 +5,9 @@ slots so that ``W`` is a multiple of 8. The padding lets a row of booleans be re
 words, so "how many devices of each node pass" is one ``bitwise_count`` over ``N * W / 8`` words.
 A device's *slot* is its flat index ``node * W + column``.
 
-Capacity is integer: memory in MiB, CPU in millicores, device compute in thousandths of a device.
-Allocation and release add and subtract the same integers, so a release restores the state bit for
+Capacity is integer: memory in MiB, CPU in millicores, device compute in thousandths of a device,
+task slots in tasks (one per share on a device; ``capacity.UNLIMITED_TASKS`` where the card has no
+limit). Allocation and release add and subtract the same integers, so a release restores the state bit for
 bit. Static facts (model, vendor, driver, card size, health, cordon) change rarely; each change
 bumps ``epoch`` so that cached per-request masks are dropped.
 """
@@ -20,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from xpupool.catalog import AcceleratorCatalog, CompatTable, load_accelerators, load_compat
+from xpupool.engine.capacity import UNLIMITED_TASKS, share_fits
 from xpupool.model.allocation import Allocation
 from xpupool.model.device import Device, Node
 from xpupool.model.errors import Conflict, NotFound, OverCommit, RequestError
@@ -110,6 +112,7 @@ class ClusterState:
         self.node_mem_free = self.node_mem_total.copy()
         self.dev_mem_free = self.dev_mem_total.copy()
         self.dev_core_free = np.where(self.dev_present, WHOLE, 0).astype(np.int64)
+        self.dev_task_free = np.where(self.dev_present, UNLIMITED_TASKS, 0).astype(np.int64)
         self.rank = np.random.default_rng(self.seed).permutation(n).astype(np.int64)
         self.node_version = np.zeros(n, np.int64)
         self.node_allocations: list[dict[int, Allocation]] = [{} for _ in range(n)]
@@ -212,10 +215,15 @@ class ClusterState:
             raise OverCommit(alloc.id, alloc.node, None)
         mem_free = self.dev_mem_free.reshape(-1)
         core_free = self.dev_core_free.reshape(-1)
+        task_free = self.dev_task_free.reshape(-1)
         for share in alloc.devices:
-            if (
-                mem_free[share.slot] < share.memory_mib
-                or core_free[share.slot] < share.core_permille
+            slot = share.slot
+            if not share_fits(
+                mem_free[slot],
+                core_free[slot],
+                task_free[slot],
+                share.memory_mib,
+                share.core_permille,
             ):
                 raise OverCommit(alloc.id, alloc.node, share.uuid)
         self._shift(alloc, -1)
@@ -241,15 +249,23 @@ class ClusterState:
         self.node_mem_free[n] += sign * alloc.memory_mib
         mem_free = self.dev_mem_free.reshape(-1)
         core_free = self.dev_core_free.reshape(-1)
+        task_free = self.dev_task_free.reshape(-1)
         for share in alloc.devices:
             mem_free[share.slot] += sign * share.memory_mib
             core_free[share.slot] += sign * share.core_permille
+            task_free[share.slot] += sign
             self.node_dev_mem_free[n] += sign * share.memory_mib
             self.node_dev_core_free[n] += sign * share.core_permille
 
     # ------------------------------------------------------------------ inventory
     _NODE_MUTABLE = ("node_cpu_free", "node_mem_free", "node_schedulable", "node_alive")
-    _DEVICE_MUTABLE = ("dev_mem_free", "dev_core_free", "dev_healthy", "dev_cordoned")
+    _DEVICE_MUTABLE = (
+        "dev_mem_free",
+        "dev_core_free",
+        "dev_task_free",
+        "dev_healthy",
+        "dev_cordoned",
+    )
 
     def add_node(self, node: Node) -> int:
         """Append a node. Rebuilds the columns (registration is rare, placement is not) and carries

@@ -213,6 +213,7 @@ class Xpupool(Fgd):
             pool,
             taken * ctx.need_core,
             np.where(taken, need, 0),
+            taken,
             gain,
             ctx.req.cpu_milli,
             ctx.req.memory_mib,
