@@ -104,6 +104,7 @@ class ClusterState:
         self.dev_vendor = np.full((n, w), -1, np.int16)
         self.dev_profile = np.full((n, w), -1, np.int32)
         self.dev_card_mib = np.zeros((n, w), np.int64)
+        self.dev_task_total = np.zeros((n, w), np.int64)
         self.dev_group = np.full((n, w), -1, np.int32)
         self.group_node: list[int] = []
         for i, node in enumerate(nodes):
@@ -112,7 +113,7 @@ class ClusterState:
         self.node_mem_free = self.node_mem_total.copy()
         self.dev_mem_free = self.dev_mem_total.copy()
         self.dev_core_free = np.where(self.dev_present, WHOLE, 0).astype(np.int64)
-        self.dev_task_free = np.where(self.dev_present, UNLIMITED_TASKS, 0).astype(np.int64)
+        self.dev_task_free = self.dev_task_total.copy()
         self.rank = np.random.default_rng(self.seed).permutation(n).astype(np.int64)
         self.node_version = np.zeros(n, np.int64)
         self.node_allocations: list[dict[int, Allocation]] = [{} for _ in range(n)]
@@ -147,6 +148,9 @@ class ClusterState:
             self.dev_vendor[i, col] = VENDOR_KEYS.index(dev.vendor)
             self.dev_profile[i, col] = self._profile_id(dev)
             self.dev_card_mib[i, col] = self._card_mib(dev)
+            self.dev_task_total[i, col] = (
+                UNLIMITED_TASKS if dev.max_tasks is None else dev.max_tasks
+            )
             if dev.link_group is not None:
                 if dev.link_group not in groups:
                     groups[dev.link_group] = len(self.group_node)
@@ -181,6 +185,8 @@ class ClusterState:
         self.epoch += 1
         self.dev_usable = self.dev_present & self.dev_healthy & ~self.dev_cordoned
         self.node_ok = self.node_schedulable & self.node_alive
+        # Some card limits its tasks: the task-slot filter and the scorers' twin test look then.
+        self.tasks_limited = bool((self.dev_task_total[self.dev_present] < UNLIMITED_TASKS).any())
         self.node_dev_mem_total = self.dev_mem_total.sum(axis=1)
         self.node_dev_mem_free = self.dev_mem_free.sum(axis=1)
         self.node_dev_core_total = self.dev_present.sum(axis=1).astype(np.int64) * WHOLE

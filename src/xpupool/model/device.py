@@ -22,7 +22,8 @@ class Device:
     tool says so (``{"cuda": "12.4"}`` from nvidia-smi, ``{"cann": "8.0.RC2"}`` from the Ascend
     toolkit); the compatibility table fills in what is missing from ``driver_version``.
     ``link_group`` names the NVLink/HCCS/xGMI domain inside the node; devices sharing a name talk
-    over the fast link. None means PCIe only.
+    over the fast link. None means PCIe only. ``max_tasks`` is the most tasks (device shares) that
+    may share the card at once, HAMi's ``deviceSplitCount``; None: no limit (docs/capacity.md).
     """
 
     uuid: str
@@ -36,14 +37,26 @@ class Device:
     numa_node: int | None = None
     link_group: str | None = None
     healthy: bool = True
+    max_tasks: int | None = None
 
     def __post_init__(self) -> None:
         if not self.uuid:
             raise RequestError("uuid", self.uuid, "must not be empty")
+        if self.max_tasks is not None:
+            check_max_tasks("max_tasks", self.max_tasks)
         object.__setattr__(self, "vendor", vendor_key(self.vendor))
         if self.memory_mib <= 0:
             raise RequestError("memory_mib", self.memory_mib, "must be more than 0")
         object.__setattr__(self, "runtimes", dict(self.runtimes))
+
+
+def check_max_tasks(field: str, value: object) -> int:
+    """``value`` as a task limit per card: a whole number >= 1, else a RequestError on ``field``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RequestError(
+            field, value, "must be a whole number >= 1 (tasks that may share a card)"
+        )
+    return value
 
 
 # Container runtimes a node can run image jobs with (``--runtime`` on the agent, ``runtime:`` in a

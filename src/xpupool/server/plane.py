@@ -690,6 +690,7 @@ def device_to_dict(d: Device) -> dict[str, object]:
         "numa_node": d.numa_node,
         "link_group": d.link_group,
         "healthy": d.healthy,
+        "max_tasks": d.max_tasks,
     }
 
 

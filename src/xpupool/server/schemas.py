@@ -427,6 +427,13 @@ class DeviceIn(Strict):
     numa_node: int | None = Field(None, ge=0, le=4096)
     link_group: str | None = Field(None, max_length=200)
     healthy: bool = True
+    max_tasks: int | None = Field(
+        default=None,
+        ge=1,
+        le=1 << 20,
+        description="The most tasks (device shares) that may share this card at once (HAMi's "
+        "deviceSplitCount); null = no limit.",
+    )
 
 
 class NodeIn(Strict):

@@ -76,7 +76,12 @@ def test_warm_compiles_what_the_engine_calls() -> None:
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, "PYTHONPATH": tests},
+        # ``factories`` first, then the package under test where PYTHONPATH names it (a checkout
+        # beside an editable install of another one).
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]),
+        },
         timeout=120,
     )
     counts = json.loads(out.stdout.strip().splitlines()[-1])
