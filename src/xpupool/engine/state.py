@@ -7,13 +7,17 @@ A device's *slot* is its flat index ``node * W + column``.
 
 Capacity is integer: memory in MiB, CPU in millicores, device compute in thousandths of a device,
 task slots in tasks (one per share on a device; ``capacity.UNLIMITED_TASKS`` where the card has no
-limit). Allocation and release add and subtract the same integers, so a release restores the state bit for
+limit). A card's free memory and compute count down from what may be committed on it
+(``dev_mem_commit``, ``dev_core_commit``: the physical amount times the operator's over-commit
+factor, rounded down; ``dev_mem_total`` stays physical). Allocation and release add and subtract
+the same integers, so a release restores the state bit for
 bit. Static facts (model, vendor, driver, card size, health, cordon) change rarely; each change
 bumps ``epoch`` so that cached per-request masks are dropped.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -105,14 +109,16 @@ class ClusterState:
         self.dev_profile = np.full((n, w), -1, np.int32)
         self.dev_card_mib = np.zeros((n, w), np.int64)
         self.dev_task_total = np.zeros((n, w), np.int64)
+        self.dev_mem_commit = np.zeros((n, w), np.int64)
+        self.dev_core_commit = np.zeros((n, w), np.int64)
         self.dev_group = np.full((n, w), -1, np.int32)
         self.group_node: list[int] = []
         for i, node in enumerate(nodes):
             self._fill_row(i, node)
         self.node_cpu_free = self.node_cpu_total.copy()
         self.node_mem_free = self.node_mem_total.copy()
-        self.dev_mem_free = self.dev_mem_total.copy()
-        self.dev_core_free = np.where(self.dev_present, WHOLE, 0).astype(np.int64)
+        self.dev_mem_free = self.dev_mem_commit.copy()
+        self.dev_core_free = self.dev_core_commit.copy()
         self.dev_task_free = self.dev_task_total.copy()
         self.rank = np.random.default_rng(self.seed).permutation(n).astype(np.int64)
         self.node_version = np.zeros(n, np.int64)
@@ -143,6 +149,8 @@ class ClusterState:
             self.slot_uuid[slot] = dev.uuid
             self.dev_present[i, col] = True
             self.dev_mem_total[i, col] = dev.memory_mib
+            self.dev_mem_commit[i, col] = committable(dev.memory_mib, dev.memory_overcommit)
+            self.dev_core_commit[i, col] = committable(WHOLE, dev.cores_overcommit)
             self.dev_healthy[i, col] = dev.healthy
             self.dev_model[i, col] = self._model_id(dev)
             self.dev_vendor[i, col] = VENDOR_KEYS.index(dev.vendor)
@@ -187,9 +195,10 @@ class ClusterState:
         self.node_ok = self.node_schedulable & self.node_alive
         # Some card limits its tasks: the task-slot filter and the scorers' twin test look then.
         self.tasks_limited = bool((self.dev_task_total[self.dev_present] < UNLIMITED_TASKS).any())
-        self.node_dev_mem_total = self.dev_mem_total.sum(axis=1)
+        # What may be committed per node (physical where no factor is set): usage ratios stay <= 1.
+        self.node_dev_mem_total = self.dev_mem_commit.sum(axis=1)
         self.node_dev_mem_free = self.dev_mem_free.sum(axis=1)
-        self.node_dev_core_total = self.dev_present.sum(axis=1).astype(np.int64) * WHOLE
+        self.node_dev_core_total = self.dev_core_commit.sum(axis=1)
         self.node_dev_core_free = self.dev_core_free.sum(axis=1)
         self.inv_dev_mem_total = _inverse(self.node_dev_mem_total)
         self.inv_dev_core_total = _inverse(self.node_dev_core_total)
@@ -334,6 +343,12 @@ class ClusterState:
         """The same allocation with device slots recomputed after the grid changed width."""
         shares = tuple(replace(s, slot=self.uuid_slot[s.uuid]) for s in alloc.devices)
         return replace(alloc, node_index=self.node_index[alloc.node], devices=shares)
+
+
+def committable(physical: int, factor: float) -> int:
+    """What may be committed of ``physical`` under an over-commit ``factor``: rounded down, so the
+    scheduler never exceeds the factor; exactly ``physical`` at 1.0."""
+    return physical if factor == 1.0 else math.floor(physical * factor)
 
 
 def _inverse(values: IntArray) -> FloatArray:

@@ -1,7 +1,7 @@
 """Simulated hosts from a YAML cluster file, so one laptop can hold a realistic mixed pool.
 
     device_models:             # optional, per device model as the devices name it
-      NVIDIA A100-SXM4-80GB: {device_split_count: 4}
+      NVIDIA A100-SXM4-80GB: {device_split_count: 4, overcommit: {memory: 1.5, cores: 2.0}}
     nodes:
       - name: bj-a100          # with count: bj-a100-0, bj-a100-1, ...
         count: 3
@@ -11,6 +11,7 @@
         labels: {rack: r1}
         runtime: docker        # optional: docker or podman runs its image jobs; none by default
         device_split_count: 2  # optional: most tasks sharing one of its cards (wins over the model's)
+        overcommit: {memory: 1.5}  # optional: over-commit factors of its cards (win over the model's)
         devices:               # the fake probe's entries (probes/fake.py)
           - {vendor: nvidia, model: NVIDIA A100-SXM4-80GB, count: 8, memory: 80Gi,
              driver: 550.54.15, runtimes: {cuda: "12.4"}, link_group_size: 4}
@@ -18,7 +19,8 @@
 Device UUIDs are ``<node>-<index>``, unique across the file. A node that declares ``runtime``
 takes image jobs; the agent inside ``xpupool up`` runs them with that runtime. Bad
 input raises RequestError naming the path, e.g. ``nodes[2].devices[0].memory``. The capacity
-settings (``device_split_count``) are carried on each Device; docs/capacity.md says what they mean.
+settings (``device_split_count``, ``overcommit``) are carried on each Device; docs/capacity.md
+says what they mean.
 """
 
 from __future__ import annotations
@@ -29,17 +31,24 @@ from pathlib import Path
 
 import yaml
 
-from xpupool.model.device import CONTAINER_RUNTIMES, Device, Node, check_max_tasks
+from xpupool.model.device import (
+    CONTAINER_RUNTIMES,
+    Device,
+    Node,
+    check_max_tasks,
+    check_overcommit,
+)
 from xpupool.model.errors import RequestError
 from xpupool.model.quantity import parse_cpu_milli, parse_memory_mib
 from xpupool.probes.fake import entries, parse_fake
 
 _KEYS = {
     "name", "count", "site", "cpu", "memory", "labels", "devices", "schedulable", "runtime",
-    "device_split_count",
+    "device_split_count", "overcommit",
 }  # fmt: skip
 _TOP_KEYS = {"nodes", "device_models"}
-_MODEL_KEYS = {"device_split_count"}
+_MODEL_KEYS = {"device_split_count", "overcommit"}
+_OVERCOMMIT_KEYS = ("memory", "cores")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,21 +56,46 @@ class CapacitySettings:
     """What a node entry or a ``device_models`` entry sets on its cards; None: not set there."""
 
     max_tasks: int | None = None
+    memory_overcommit: float | None = None
+    cores_overcommit: float | None = None
 
     def over(self, fallback: CapacitySettings) -> CapacitySettings:
         """These settings, each unset one taken from ``fallback`` (a node's over its model's)."""
         return CapacitySettings(
-            self.max_tasks if self.max_tasks is not None else fallback.max_tasks
+            fallback.max_tasks if self.max_tasks is None else self.max_tasks,
+            fallback.memory_overcommit
+            if self.memory_overcommit is None
+            else self.memory_overcommit,
+            fallback.cores_overcommit if self.cores_overcommit is None else self.cores_overcommit,
         )
 
     def apply(self, device: Device) -> Device:
-        return device if self.max_tasks is None else replace(device, max_tasks=self.max_tasks)
+        """``device`` with the settings that are set."""
+        if self.max_tasks is not None:
+            device = replace(device, max_tasks=self.max_tasks)
+        if self.memory_overcommit is not None:
+            device = replace(device, memory_overcommit=self.memory_overcommit)
+        if self.cores_overcommit is not None:
+            device = replace(device, cores_overcommit=self.cores_overcommit)
+        return device
 
 
 def _settings(where: str, entry: Mapping[str, object]) -> CapacitySettings:
     limit = entry.get("device_split_count")
     max_tasks = None if limit is None else check_max_tasks(f"{where}.device_split_count", limit)
-    return CapacitySettings(max_tasks)
+    factors = entry.get("overcommit") or {}
+    if not isinstance(factors, Mapping):
+        raise RequestError(f"{where}.overcommit", factors, "expected {memory: 1.5, cores: 2.0}")
+    unknown = sorted(set(factors) - set(_OVERCOMMIT_KEYS))
+    if unknown:
+        raise RequestError(
+            f"{where}.overcommit.{unknown[0]}", factors[unknown[0]], "known: memory, cores"
+        )
+    memory, cores = (
+        None if factors.get(k) is None else check_overcommit(f"{where}.overcommit.{k}", factors[k])
+        for k in _OVERCOMMIT_KEYS
+    )
+    return CapacitySettings(max_tasks, memory, cores)
 
 
 def _model_settings(data: Mapping[str, object]) -> dict[str, CapacitySettings]:

@@ -30,15 +30,29 @@ class PlaneCollector(Collector):
         g = {
             "alloc_mem": GaugeMetricFamily(
                 "xpupool_device_memory_allocated_bytes",
-                "Device memory granted to jobs.",
+                "Device memory granted to jobs (committed; above the total only under over-commit).",
                 labels=dev_labels,
             ),
             "total_mem": GaugeMetricFamily(
-                "xpupool_device_memory_total_bytes", "Device memory capacity.", labels=dev_labels
+                "xpupool_device_memory_total_bytes",
+                "Device memory capacity (physical).",
+                labels=dev_labels,
+            ),
+            "commit_mem": GaugeMetricFamily(
+                "xpupool_device_memory_committable_bytes",
+                "The most device memory that may be granted: capacity times the card's memory "
+                "over-commit factor (capacity when there is none).",
+                labels=dev_labels,
             ),
             "alloc_cores": GaugeMetricFamily(
                 "xpupool_device_cores_allocated_ratio",
-                "Share of the device's compute granted to jobs (0..1).",
+                "Share of the device's compute granted to jobs (1 = the whole card; above 1 only "
+                "under a cores over-commit factor).",
+                labels=dev_labels,
+            ),
+            "commit_cores": GaugeMetricFamily(
+                "xpupool_device_cores_committable_ratio",
+                "The most compute that may be granted, in cards: the cores over-commit factor.",
                 labels=dev_labels,
             ),
             "used_mem": GaugeMetricFamily(
@@ -65,7 +79,9 @@ class PlaneCollector(Collector):
             lv = [d.node, d.site, d.uuid, d.vendor, d.canonical_model or d.model]
             g["alloc_mem"].add_metric(lv, d.allocated_memory_mib * MIB)
             g["total_mem"].add_metric(lv, d.memory_mib * MIB)
+            g["commit_mem"].add_metric(lv, d.committable_memory_mib * MIB)
             g["alloc_cores"].add_metric(lv, d.allocated_core_permille / 1000)
+            g["commit_cores"].add_metric(lv, d.committable_core_permille / 1000)
             g["health"].add_metric(lv, 1.0 if d.healthy else 0.0)
             m = d.metrics
             if m is None:

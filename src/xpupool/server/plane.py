@@ -691,6 +691,8 @@ def device_to_dict(d: Device) -> dict[str, object]:
         "link_group": d.link_group,
         "healthy": d.healthy,
         "max_tasks": d.max_tasks,
+        "memory_overcommit": d.memory_overcommit,
+        "cores_overcommit": d.cores_overcommit,
     }
 
 
