@@ -95,6 +95,7 @@ class PlaneCollector(Collector):
             if m.temperature_c is not None:
                 g["temp"].add_metric(lv, m.temperature_c)
         yield from g.values()
+        yield from self._stranded()
 
         node_up = GaugeMetricFamily(
             "xpupool_node_ready", "1 if the node is ready, 0 if lost.", labels=["node", "site"]
@@ -154,6 +155,38 @@ class PlaneCollector(Collector):
         yield from (pending, running, quota, nominal)
         yield self._replica_memory()
         yield self._heartbeats()
+
+    def _stranded(self) -> Iterator[GaugeMetricFamily]:
+        """Per node, idle device capacity no shape of the scheduler's target workload (learned
+        from the requests) can use now (docs/capacity.md); absent until it has learned one."""
+        p = self.plane
+        with p.lock:
+            stranded = p.engine.stranded()
+            if stranded is None:
+                return
+            state = p.engine.state
+            alive = [i for i in range(state.n_nodes) if state.node_alive[i]]
+            rows = [
+                (state.node_names[i], state.nodes[i].site, i)
+                for i in alive
+                if state.node_names[i] in p.nodes
+            ]
+        memory = GaugeMetricFamily(
+            "xpupool_node_stranded_device_memory_bytes",
+            "Idle device memory on the node that no shape of the target workload can use now.",
+            labels=["node", "site"],
+        )
+        cores = GaugeMetricFamily(
+            "xpupool_node_stranded_device_cores",
+            "Idle device compute on the node, in cards, that no shape of the target workload can "
+            "use now.",
+            labels=["node", "site"],
+        )
+        for name, site, i in rows:
+            memory.add_metric([name, site], int(stranded.memory_mib[i]) * MIB)
+            cores.add_metric([name, site], int(stranded.core_milli[i]) / 1000)
+        yield memory
+        yield cores
 
     def _heartbeats(self) -> CounterMetricFamily:
         """Heartbeats the server accepted, per node, since it started: counted here instead of

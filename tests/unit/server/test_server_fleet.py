@@ -283,3 +283,27 @@ def test_a_bad_capacity_setting_is_refused_naming_the_field(
     assert r.status_code == 422, r.text
     assert field in r.text
     assert all(d["node"] != "bad" for d in devices(server))
+
+
+def test_stranded_capacity_is_exported_for_the_workload_the_scheduler_learned(
+    server: Server,
+) -> None:
+    """Before any request there is no target workload and no gauge; after half-card jobs on A100s
+    are placed, the T4 node's idle card is stranded for them and the A100 node's is not."""
+    node(server, "a", count=1)
+    node(server, "t", count=1, model="Tesla T4", memory_mib=15360)
+
+    def stranded() -> dict[str, float]:
+        text = server.client.get("/metrics").text
+        return {
+            s.labels["node"]: s.value
+            for f in text_string_to_metric_families(text)
+            if f.name == "xpupool_node_stranded_device_cores"
+            for s in f.samples
+        }
+
+    assert stranded() == {}
+    a = tenant(server, "a")
+    submit(server, a, "A100:1 cores=50%")
+    assert server.schedule() == 1
+    assert stranded() == {"a": 0.0, "t": 1.0}
