@@ -3,9 +3,10 @@
 A share of ``need_mib`` MiB and ``need_core`` thousandths of a device fits on a device that has
 ``mem_free`` MiB, ``core_free`` thousandths and ``tasks_free`` task slots free when all three
 suffice. The filters (``filters/device_memory.py``, ``device_cores.py``, ``device_tasks.py``), the
-gang bound, the fragmentation measure, its pressure and its compiled loops all ask this module, so a
-new capacity rule is written here once; ``tests/unit/engine/test_capacity.py`` reads the engine's
-sources and refuses a comparison of free device capacity against a need anywhere else.
+state's check on apply, the gang bound, the fragmentation measure, its pressure, its compiled loops
+and the stranded-capacity report all ask this module, so a new capacity rule is written here once;
+``tests/unit/engine/test_capacity.py`` reads the sources and refuses a comparison of free device
+capacity against a need anywhere else.
 
 The rule has two forms with one definition (``_fits``): :func:`share_fits` on NumPy arrays of any
 broadcastable shapes, and :data:`share_fits_one`, the same function compiled by Numba for scalars,

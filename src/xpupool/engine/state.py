@@ -9,10 +9,11 @@ Capacity is integer: memory in MiB, CPU in millicores, device compute in thousan
 task slots in tasks (one per share on a device; ``capacity.UNLIMITED_TASKS`` where the card has no
 limit). A card's free memory and compute count down from what may be committed on it
 (``dev_mem_commit``, ``dev_core_commit``: the physical amount times the operator's over-commit
-factor, rounded down; ``dev_mem_total`` stays physical). Allocation and release add and subtract
-the same integers, so a release restores the state bit for
-bit. Static facts (model, vendor, driver, card size, health, cordon) change rarely; each change
-bumps ``epoch`` so that cached per-request masks are dropped.
+factor, rounded down; ``dev_mem_total`` stays physical). Whether a share fits is decided by
+``capacity.share_fits``, here as everywhere. Allocation and release add and subtract the same
+integers, so a release restores the state bit for bit. Static facts (model, vendor, driver, card
+size, health, cordon, task limits, over-commit factors) change rarely; each change bumps ``epoch``
+so that cached per-request masks are dropped.
 """
 
 from __future__ import annotations
