@@ -7,7 +7,9 @@ streams a mixed workload (fractional, whole, multi-device with and without same-
 with software needs, some CPU-only) until ~90 % of device memory is allocated. Every request is fully
 filtered and scored over all nodes (no sampling). Prints, per policy, placements/s (placed replicas
 per second of engine time) and the p99 latency of one ``Engine.place`` call, leaving out the first
-call, which builds what a policy learns once (reported as ``first_call_s``). One core, one process.
+call, which builds what a policy learns once (reported as ``first_call_s``), and the device
+capacity stranded at the end for the stream's target workload (``stranded_capacity``: idle compute
+and memory no shape of it can use), after the timing. One core, one process.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from xpupool.engine import ClusterState, Engine
-from xpupool.engine.fragmentation import TargetWorkload, kernels
+from xpupool.engine.fragmentation import ShapeTable, TargetWorkload, kernels, stranded_capacity
 from xpupool.model import Device, DeviceRequest, Node, Request, Topology, parse_software_need
 
 
@@ -124,6 +126,7 @@ def _pick(rng: np.random.Generator, values: tuple[int, ...]) -> int:
 
 
 def run_policy(nodes: list[Node], policy: str, fill: float, seed: int) -> dict[str, float]:
+    """Stream requests with ``policy`` until ``fill`` of device memory is taken; the figures."""
     state = ClusterState(nodes, seed=7)
     # FGD learns its target workload from the requests, as it does from a trace: here the
     # first 5,000 of the same stream.
@@ -155,6 +158,7 @@ def run_policy(nodes: list[Node], policy: str, fill: float, seed: int) -> dict[s
     placed -= first_placed
     engine_seconds = sum(latencies)
     lat = np.asarray(latencies)
+    stranded = stranded_capacity(state, ShapeTable(state, engine.pipeline, workload))
     return {
         "first_call_s": round(first, 2),
         "placements_per_s": round(placed / engine_seconds, 1),
@@ -164,6 +168,10 @@ def run_policy(nodes: list[Node], policy: str, fill: float, seed: int) -> dict[s
         "requests": len(latencies),
         "placed": placed,
         "device_memory_allocated_pct": round(100 * (1 - state.dev_mem_free.sum() / total_mem), 1),
+        "stranded_device_cores_pct": round(
+            100 * stranded.total_core_milli / float(state.dev_core_commit.sum()), 2
+        ),
+        "stranded_device_memory_gib": round(stranded.total_memory_mib / 1024, 1),
     }
 
 

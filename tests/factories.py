@@ -24,6 +24,7 @@ def gpu_node(
     memory_node_mib: int = 512 * 1024,
     site: str = "default",
     healthy: bool = True,
+    max_tasks: int | None = None,
 ) -> Node:
     """A node of ``count`` identical cards; ``group_size`` cards per link group (0 = PCIe only)."""
     devices = tuple(
@@ -36,6 +37,7 @@ def gpu_node(
             driver_version=driver,
             link_group=None if group_size == 0 else f"link{j // group_size}",
             healthy=healthy,
+            max_tasks=max_tasks,
         )
         for j in range(count)
     )

@@ -17,10 +17,19 @@ NEEDS = tuple(parse_software_need(t) for t in ("cuda>=12.4", "cuda>=11.8", "cann
 
 
 @st.composite
-def nodes(draw: st.DrawFn, max_nodes: int = 6) -> list[Node]:
+def nodes(draw: st.DrawFn, max_nodes: int = 6, capacity: bool = False) -> list[Node]:
+    """Up to ``max_nodes`` nodes; with ``capacity``, each node's cards get a random task limit and
+    over-commit factors (docs/capacity.md), often none."""
     out = []
     for i in range(draw(st.integers(1, max_nodes))):
         vendor, model, mem, drivers = draw(st.sampled_from(KINDS))
+        limits = {}
+        if capacity:
+            limits = {
+                "max_tasks": draw(st.sampled_from([None, 1, 2, 3])),
+                "memory_overcommit": draw(st.sampled_from([1.0, 1.0, 1.3, 1.5, 2.0])),
+                "cores_overcommit": draw(st.sampled_from([1.0, 1.0, 1.25, 2.0, 3.0])),
+            }
         count = draw(st.integers(0, 10))
         group_size = draw(st.sampled_from([0, 1, 2, 4]))
         driver = draw(st.sampled_from(drivers))
@@ -34,6 +43,7 @@ def nodes(draw: st.DrawFn, max_nodes: int = 6) -> list[Node]:
                 driver_version=driver,
                 link_group=None if group_size == 0 else f"g{j // group_size}",
                 healthy=draw(st.integers(0, 9)) > 0,
+                **limits,  # type: ignore[arg-type]
             )
             for j in range(count)
         )

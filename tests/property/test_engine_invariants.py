@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -24,24 +26,28 @@ SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[Heal
 
 
 def _check_capacity(state: _State) -> None:
-    assert (state.dev_mem_free >= 0).all() and (state.dev_mem_free <= state.dev_mem_total).all()
-    assert (state.dev_core_free >= 0).all() and (state.dev_core_free <= 1000).all()
+    assert (state.dev_mem_free >= 0).all() and (state.dev_mem_free <= state.dev_mem_commit).all()
+    assert (state.dev_core_free >= 0).all() and (state.dev_core_free <= state.dev_core_commit).all()
     assert (state.node_cpu_free >= 0).all() and (state.node_cpu_free <= state.node_cpu_total).all()
     assert (state.node_mem_free >= 0).all() and (state.node_mem_free <= state.node_mem_total).all()
     held_mem = np.zeros(state.dev_mem_total.size, np.int64)
     held_core = np.zeros(state.dev_mem_total.size, np.int64)
+    held_tasks = np.zeros(state.dev_mem_total.size, np.int64)
     held_cpu = np.zeros(state.n_nodes, np.int64)
     for alloc in state.live.values():
         held_cpu[alloc.node_index] += alloc.cpu_milli
         for share in alloc.devices:
             held_mem[share.slot] += share.memory_mib
             held_core[share.slot] += share.core_permille
+            held_tasks[share.slot] += 1
     assert np.array_equal(
-        state.dev_mem_free.reshape(-1) + held_mem, state.dev_mem_total.reshape(-1)
+        state.dev_mem_free.reshape(-1) + held_mem, state.dev_mem_commit.reshape(-1)
     )
-    present = state.dev_present.reshape(-1)
     assert np.array_equal(
-        (state.dev_core_free.reshape(-1) + held_core)[present], np.full(present.sum(), 1000)
+        state.dev_core_free.reshape(-1) + held_core, state.dev_core_commit.reshape(-1)
+    )
+    assert np.array_equal(
+        state.dev_task_free.reshape(-1) + held_tasks, state.dev_task_total.reshape(-1)
     )
     assert np.array_equal(state.node_cpu_free + held_cpu, state.node_cpu_total)
     assert np.array_equal(state.node_dev_mem_free, state.dev_mem_free.sum(axis=1))
@@ -122,14 +128,22 @@ def _reference_fits(state: _State, req: Request, node: int) -> bool:
             for n in d.software
         ):
             continue
-        need = (
-            d.memory_mib
-            if d.memory_mib is not None
-            else dev.memory_mib * (d.need_memory_permille or 0) // 1000
+        if d.memory_mib is not None:
+            need = d.memory_mib
+        elif d.whole:  # all the card may commit (an untouched card)
+            need = math.floor(dev.memory_mib * dev.memory_overcommit)
+        else:  # a share of the physical card
+            need = dev.memory_mib * (d.need_memory_permille or 0) // 1000
+        tasks = sum(
+            1
+            for a in state.live.values()
+            for share in a.devices
+            if share.slot == node * state.width + col
         )
         if (
             state.dev_mem_free[node, col] < need
             or state.dev_core_free[node, col] < d.need_core_permille
+            or (dev.max_tasks is not None and tasks >= dev.max_tasks)
         ):
             continue
         good += 1
@@ -141,7 +155,7 @@ def _reference_fits(state: _State, req: Request, node: int) -> bool:
 
 
 @SETTINGS
-@given(nodes(), st.lists(requests(), min_size=1, max_size=12))
+@given(st.one_of(nodes(), nodes(capacity=True)), st.lists(requests(), min_size=1, max_size=12))
 def test_vectorised_filter_matches_reference(cluster: list[Node], reqs: list[Request]) -> None:
     state = ClusterState(cluster)
     engine = Engine(state)

@@ -13,13 +13,15 @@ import numpy as np
 
 from xpupool.engine.context import Context
 from xpupool.engine.device_pick import pick_devices
-from xpupool.engine.fragmentation.measure import TargetWorkload
+from xpupool.engine.fragmentation.measure import ShapeTable, TargetWorkload
+from xpupool.engine.fragmentation.stranded import Stranded, stranded_capacity
 from xpupool.engine.gang_bound import gang_refusal
 from xpupool.engine.pipeline import Pipeline
 from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile
 from xpupool.engine.reasons import Unschedulable
 from xpupool.engine.registry import SCORERS
 from xpupool.engine.scorers.base import Describing, Scorer, ScorerEnv
+from xpupool.engine.scorers.fgd import Fgd
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray
 from xpupool.engine.txn import Transaction
 from xpupool.model.allocation import Allocation, DeviceShare
@@ -125,6 +127,23 @@ class Engine:
     def release(self, alloc: Allocation | int) -> Allocation:
         """Give back exactly what an allocation took (by object or id). Raises Conflict if unknown."""
         return self.state.revert(alloc if isinstance(alloc, int) else alloc.id)
+
+    def stranded(self) -> Stranded | None:
+        """Idle device capacity that no shape of the target workload can use now, per node
+        (``fragmentation.stranded_capacity``): the workload a scorer keeps (given, or learned from
+        the requests by xpupool), else the one given to the engine; None when there is none yet.
+        For fronts that have no workload of their own (the server's metrics)."""
+        table: ShapeTable | None = None
+        for scorer in self._scorers.values():
+            if isinstance(scorer, Fgd):
+                scorer.frag.current()  # its table rebuilt after an inventory change
+                table = scorer.frag.table
+                break
+        if table is None and self.workload is not None:
+            table = ShapeTable(self.state, self.pipeline, self.workload)
+        if table is None or table.weights.size == 0:
+            return None
+        return stranded_capacity(self.state, table)
 
     def notes(self) -> list[str]:
         """What the scorers built so far use and chose for themselves (xpupool's resolution, its

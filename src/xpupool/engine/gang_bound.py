@@ -24,17 +24,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from xpupool.engine.capacity import copies, shares_that_fit
 from xpupool.engine.pipeline import Pipeline
 from xpupool.engine.reasons import Reason, ReasonCount, Unschedulable
 from xpupool.engine.state import BoolArray, IntArray
 from xpupool.model.request import Request
-
-
-def _copies(free: IntArray, need: int | IntArray, cap: int) -> IntArray:
-    """How many times ``need`` fits in ``free``, elementwise, at most ``cap`` (no need: ``cap``)."""
-    need_arr = np.broadcast_to(np.asarray(need, np.int64), free.shape)
-    out: IntArray = np.where(need_arr > 0, free // np.maximum(need_arr, 1), cap)
-    return np.minimum(out, cap)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,13 +50,19 @@ def gang_room(pipeline: Pipeline, req: Request, within: BoolArray | None = None)
     fit = pipeline.filter(ctx)
     cap = req.replicas
     bounds = [
-        (_copies(state.node_cpu_free, req.cpu_milli, cap), Reason.INSUFFICIENT_CPU),
-        (_copies(state.node_mem_free, req.memory_mib, cap), Reason.INSUFFICIENT_MEMORY),
+        (copies(state.node_cpu_free, req.cpu_milli, cap), Reason.INSUFFICIENT_CPU),
+        (copies(state.node_mem_free, req.memory_mib, cap), Reason.INSUFFICIENT_MEMORY),
     ]
     if ctx.k and ctx.dev_fit is not None:
-        by_mem = _copies(state.dev_mem_free, ctx.need_mib, cap)
-        by_core = _copies(state.dev_core_free, ctx.need_core, cap)
-        shares = np.where(ctx.dev_fit, np.minimum(by_mem, by_core), 0)
+        each = shares_that_fit(
+            state.dev_mem_free,
+            state.dev_core_free,
+            state.dev_task_free,
+            ctx.need_mib,
+            ctx.need_core,
+            cap,
+        )
+        shares = np.where(ctx.dev_fit, each, 0)
         by_cards = np.minimum(shares.sum(axis=1) // ctx.k, cap)
         if np.any(np.asarray(ctx.need_mib) > 0):
             card_reason = Reason.INSUFFICIENT_DEVICE_MEMORY

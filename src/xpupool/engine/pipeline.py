@@ -57,6 +57,8 @@ class Pipeline:
         need_mib: int | IntArray
         if d.memory_mib is not None:
             need_mib = d.memory_mib
+        elif d.whole:  # all the card may commit: only an untouched card has it, and it stays alone
+            need_mib = self.state.dev_mem_commit
         else:
             permille = d.need_memory_permille or WHOLE
             need_mib = self._share_of_cards(permille)

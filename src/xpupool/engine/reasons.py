@@ -31,6 +31,7 @@ class Reason(IntEnum):
     TOPOLOGY = 16
     OUTSIDE_ASSIGNMENT = 17
     NO_CONTAINER_RUNTIME = 18
+    DEVICE_TASK_LIMIT = 19
 
 
 TEXT: dict[Reason, str] = {
@@ -53,6 +54,7 @@ TEXT: dict[Reason, str] = {
     Reason.TOPOLOGY: "no link group with enough free devices",
     Reason.OUTSIDE_ASSIGNMENT: "devices outside the admitted quota flavour",
     Reason.NO_CONTAINER_RUNTIME: "no container runtime",
+    Reason.DEVICE_TASK_LIMIT: "devices at their task limit",
 }
 
 PREEMPTION_MAY_HELP: frozenset[Reason] = frozenset(
@@ -61,6 +63,7 @@ PREEMPTION_MAY_HELP: frozenset[Reason] = frozenset(
         Reason.INSUFFICIENT_MEMORY,
         Reason.INSUFFICIENT_DEVICE_MEMORY,
         Reason.INSUFFICIENT_DEVICE_CORES,
+        Reason.DEVICE_TASK_LIMIT,
         Reason.TOPOLOGY,
     }
 )

@@ -14,6 +14,7 @@ from xpupool.engine.filters.device_cores import DeviceCores
 from xpupool.engine.filters.device_health import DeviceHealth
 from xpupool.engine.filters.device_memory import DeviceMemory
 from xpupool.engine.filters.device_model import DeviceModel
+from xpupool.engine.filters.device_tasks import DeviceTasks
 from xpupool.engine.filters.device_uuid import DeviceUuid
 from xpupool.engine.filters.device_vendor import DeviceVendor
 from xpupool.engine.filters.node_container_runtime import NodeContainerRuntime
@@ -48,7 +49,7 @@ STATIC_DEVICE_FILTERS: tuple[DeviceFilter, ...] = (
     CardMemory(),
     Software(),
 )
-DYNAMIC_DEVICE_FILTERS: tuple[DeviceFilter, ...] = (DeviceMemory(), DeviceCores())
+DYNAMIC_DEVICE_FILTERS: tuple[DeviceFilter, ...] = (DeviceMemory(), DeviceCores(), DeviceTasks())
 GROUP_FILTER = SameLinkGroup()
 
 # name -> factory(env); a scorer draws randomness from env.seed and typical shapes from env.workload.

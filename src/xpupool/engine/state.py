@@ -5,14 +5,20 @@ slots so that ``W`` is a multiple of 8. The padding lets a row of booleans be re
 words, so "how many devices of each node pass" is one ``bitwise_count`` over ``N * W / 8`` words.
 A device's *slot* is its flat index ``node * W + column``.
 
-Capacity is integer: memory in MiB, CPU in millicores, device compute in thousandths of a device.
-Allocation and release add and subtract the same integers, so a release restores the state bit for
-bit. Static facts (model, vendor, driver, card size, health, cordon) change rarely; each change
-bumps ``epoch`` so that cached per-request masks are dropped.
+Capacity is integer: memory in MiB, CPU in millicores, device compute in thousandths of a device,
+task slots in tasks (one per share on a device; ``capacity.UNLIMITED_TASKS`` where the card has no
+limit). A card's free memory and compute count down from what may be committed on it
+(``dev_mem_commit``, ``dev_core_commit``: the physical amount times the operator's over-commit
+factor, rounded down; ``dev_mem_total`` stays physical). Whether a share fits is decided by
+``capacity.share_fits``, here as everywhere. Allocation and release add and subtract the same
+integers, so a release restores the state bit for bit. Static facts (model, vendor, driver, card
+size, health, cordon, task limits, over-commit factors) change rarely; each change bumps ``epoch``
+so that cached per-request masks are dropped.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -20,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from xpupool.catalog import AcceleratorCatalog, CompatTable, load_accelerators, load_compat
+from xpupool.engine.capacity import UNLIMITED_TASKS, share_fits
 from xpupool.model.allocation import Allocation
 from xpupool.model.device import Device, Node
 from xpupool.model.errors import Conflict, NotFound, OverCommit, RequestError
@@ -102,14 +109,18 @@ class ClusterState:
         self.dev_vendor = np.full((n, w), -1, np.int16)
         self.dev_profile = np.full((n, w), -1, np.int32)
         self.dev_card_mib = np.zeros((n, w), np.int64)
+        self.dev_task_total = np.zeros((n, w), np.int64)
+        self.dev_mem_commit = np.zeros((n, w), np.int64)
+        self.dev_core_commit = np.zeros((n, w), np.int64)
         self.dev_group = np.full((n, w), -1, np.int32)
         self.group_node: list[int] = []
         for i, node in enumerate(nodes):
             self._fill_row(i, node)
         self.node_cpu_free = self.node_cpu_total.copy()
         self.node_mem_free = self.node_mem_total.copy()
-        self.dev_mem_free = self.dev_mem_total.copy()
-        self.dev_core_free = np.where(self.dev_present, WHOLE, 0).astype(np.int64)
+        self.dev_mem_free = self.dev_mem_commit.copy()
+        self.dev_core_free = self.dev_core_commit.copy()
+        self.dev_task_free = self.dev_task_total.copy()
         self.rank = np.random.default_rng(self.seed).permutation(n).astype(np.int64)
         self.node_version = np.zeros(n, np.int64)
         self.node_allocations: list[dict[int, Allocation]] = [{} for _ in range(n)]
@@ -139,11 +150,16 @@ class ClusterState:
             self.slot_uuid[slot] = dev.uuid
             self.dev_present[i, col] = True
             self.dev_mem_total[i, col] = dev.memory_mib
+            self.dev_mem_commit[i, col] = committable(dev.memory_mib, dev.memory_overcommit)
+            self.dev_core_commit[i, col] = committable(WHOLE, dev.cores_overcommit)
             self.dev_healthy[i, col] = dev.healthy
             self.dev_model[i, col] = self._model_id(dev)
             self.dev_vendor[i, col] = VENDOR_KEYS.index(dev.vendor)
             self.dev_profile[i, col] = self._profile_id(dev)
             self.dev_card_mib[i, col] = self._card_mib(dev)
+            self.dev_task_total[i, col] = (
+                UNLIMITED_TASKS if dev.max_tasks is None else dev.max_tasks
+            )
             if dev.link_group is not None:
                 if dev.link_group not in groups:
                     groups[dev.link_group] = len(self.group_node)
@@ -178,9 +194,12 @@ class ClusterState:
         self.epoch += 1
         self.dev_usable = self.dev_present & self.dev_healthy & ~self.dev_cordoned
         self.node_ok = self.node_schedulable & self.node_alive
-        self.node_dev_mem_total = self.dev_mem_total.sum(axis=1)
+        # Some card limits its tasks: the task-slot filter and the scorers' twin test look then.
+        self.tasks_limited = bool((self.dev_task_total[self.dev_present] < UNLIMITED_TASKS).any())
+        # What may be committed per node (physical where no factor is set): usage ratios stay <= 1.
+        self.node_dev_mem_total = self.dev_mem_commit.sum(axis=1)
         self.node_dev_mem_free = self.dev_mem_free.sum(axis=1)
-        self.node_dev_core_total = self.dev_present.sum(axis=1).astype(np.int64) * WHOLE
+        self.node_dev_core_total = self.dev_core_commit.sum(axis=1)
         self.node_dev_core_free = self.dev_core_free.sum(axis=1)
         self.inv_dev_mem_total = _inverse(self.node_dev_mem_total)
         self.inv_dev_core_total = _inverse(self.node_dev_core_total)
@@ -212,10 +231,15 @@ class ClusterState:
             raise OverCommit(alloc.id, alloc.node, None)
         mem_free = self.dev_mem_free.reshape(-1)
         core_free = self.dev_core_free.reshape(-1)
+        task_free = self.dev_task_free.reshape(-1)
         for share in alloc.devices:
-            if (
-                mem_free[share.slot] < share.memory_mib
-                or core_free[share.slot] < share.core_permille
+            slot = share.slot
+            if not share_fits(
+                mem_free[slot],
+                core_free[slot],
+                task_free[slot],
+                share.memory_mib,
+                share.core_permille,
             ):
                 raise OverCommit(alloc.id, alloc.node, share.uuid)
         self._shift(alloc, -1)
@@ -241,15 +265,23 @@ class ClusterState:
         self.node_mem_free[n] += sign * alloc.memory_mib
         mem_free = self.dev_mem_free.reshape(-1)
         core_free = self.dev_core_free.reshape(-1)
+        task_free = self.dev_task_free.reshape(-1)
         for share in alloc.devices:
             mem_free[share.slot] += sign * share.memory_mib
             core_free[share.slot] += sign * share.core_permille
+            task_free[share.slot] += sign
             self.node_dev_mem_free[n] += sign * share.memory_mib
             self.node_dev_core_free[n] += sign * share.core_permille
 
     # ------------------------------------------------------------------ inventory
     _NODE_MUTABLE = ("node_cpu_free", "node_mem_free", "node_schedulable", "node_alive")
-    _DEVICE_MUTABLE = ("dev_mem_free", "dev_core_free", "dev_healthy", "dev_cordoned")
+    _DEVICE_MUTABLE = (
+        "dev_mem_free",
+        "dev_core_free",
+        "dev_task_free",
+        "dev_healthy",
+        "dev_cordoned",
+    )
 
     def add_node(self, node: Node) -> int:
         """Append a node. Rebuilds the columns (registration is rare, placement is not) and carries
@@ -312,6 +344,12 @@ class ClusterState:
         """The same allocation with device slots recomputed after the grid changed width."""
         shares = tuple(replace(s, slot=self.uuid_slot[s.uuid]) for s in alloc.devices)
         return replace(alloc, node_index=self.node_index[alloc.node], devices=shares)
+
+
+def committable(physical: int, factor: float) -> int:
+    """What may be committed of ``physical`` under an over-commit ``factor``: rounded down, so the
+    scheduler never exceeds the factor; exactly ``physical`` at 1.0."""
+    return physical if factor == 1.0 else math.floor(physical * factor)
 
 
 def _inverse(values: IntArray) -> FloatArray:

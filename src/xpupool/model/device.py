@@ -6,6 +6,7 @@ Units are in the names: MiB for memory, millicores for CPU.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -22,7 +23,11 @@ class Device:
     tool says so (``{"cuda": "12.4"}`` from nvidia-smi, ``{"cann": "8.0.RC2"}`` from the Ascend
     toolkit); the compatibility table fills in what is missing from ``driver_version``.
     ``link_group`` names the NVLink/HCCS/xGMI domain inside the node; devices sharing a name talk
-    over the fast link. None means PCIe only.
+    over the fast link. None means PCIe only. ``max_tasks`` is the most tasks (device shares) that
+    may share the card at once, HAMi's ``deviceSplitCount``; None: no limit.
+    ``memory_overcommit`` and ``cores_overcommit`` are the operator's over-commit factors (>= 1):
+    the scheduler commits at most ``floor(memory_mib * memory_overcommit)`` MiB and
+    ``floor(1000 * cores_overcommit)`` thousandths of the card (docs/capacity.md).
     """
 
     uuid: str
@@ -36,14 +41,44 @@ class Device:
     numa_node: int | None = None
     link_group: str | None = None
     healthy: bool = True
+    max_tasks: int | None = None
+    memory_overcommit: float = 1.0
+    cores_overcommit: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.uuid:
             raise RequestError("uuid", self.uuid, "must not be empty")
+        if self.max_tasks is not None:
+            check_max_tasks("max_tasks", self.max_tasks)
+        object.__setattr__(
+            self, "memory_overcommit", check_overcommit("memory_overcommit", self.memory_overcommit)
+        )
+        object.__setattr__(
+            self, "cores_overcommit", check_overcommit("cores_overcommit", self.cores_overcommit)
+        )
         object.__setattr__(self, "vendor", vendor_key(self.vendor))
         if self.memory_mib <= 0:
             raise RequestError("memory_mib", self.memory_mib, "must be more than 0")
         object.__setattr__(self, "runtimes", dict(self.runtimes))
+
+
+def check_max_tasks(field: str, value: object) -> int:
+    """``value`` as a task limit per card: a whole number >= 1, else a RequestError on ``field``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RequestError(
+            field, value, "must be a whole number >= 1 (tasks that may share a card)"
+        )
+    return value
+
+
+def check_overcommit(field: str, value: object) -> float:
+    """``value`` as an over-commit factor: a finite number >= 1.0, else a RequestError on
+    ``field``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise RequestError(field, value, "must be a finite number >= 1.0 (1.0: no over-commit)")
+    if value < 1.0:
+        raise RequestError(field, value, "must be >= 1.0: a card cannot commit less than it has")
+    return float(value)
 
 
 # Container runtimes a node can run image jobs with (``--runtime`` on the agent, ``runtime:`` in a

@@ -1,5 +1,7 @@
 """Simulated hosts from a YAML cluster file, so one laptop can hold a realistic mixed pool.
 
+    device_models:             # optional, per device model as the devices name it
+      NVIDIA A100-SXM4-80GB: {device_split_count: 4, overcommit: {memory: 1.5, cores: 2.0}}
     nodes:
       - name: bj-a100          # with count: bj-a100-0, bj-a100-1, ...
         count: 3
@@ -8,33 +10,126 @@
         memory: 1Ti
         labels: {rack: r1}
         runtime: docker        # optional: docker or podman runs its image jobs; none by default
+        device_split_count: 2  # optional: most tasks sharing one of its cards (wins over the model's)
+        overcommit: {memory: 1.5}  # optional: over-commit factors of its cards (win over the model's)
         devices:               # the fake probe's entries (probes/fake.py)
           - {vendor: nvidia, model: NVIDIA A100-SXM4-80GB, count: 8, memory: 80Gi,
              driver: 550.54.15, runtimes: {cuda: "12.4"}, link_group_size: 4}
 
 Device UUIDs are ``<node>-<index>``, unique across the file. A node that declares ``runtime``
 takes image jobs; the agent inside ``xpupool up`` runs them with that runtime. Bad
-input raises RequestError naming the path, e.g. ``nodes[2].devices[0].memory``.
+input raises RequestError naming the path, e.g. ``nodes[2].devices[0].memory``. The capacity
+settings (``device_split_count``, ``overcommit``) are carried on each Device; docs/capacity.md
+says what they mean.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
 
-from xpupool.model.device import CONTAINER_RUNTIMES, Node
+from xpupool.model.device import (
+    CONTAINER_RUNTIMES,
+    Device,
+    Node,
+    check_max_tasks,
+    check_overcommit,
+)
 from xpupool.model.errors import RequestError
 from xpupool.model.quantity import parse_cpu_milli, parse_memory_mib
 from xpupool.probes.fake import entries, parse_fake
 
-_KEYS = {"name", "count", "site", "cpu", "memory", "labels", "devices", "schedulable", "runtime"}
+_KEYS = {
+    "name", "count", "site", "cpu", "memory", "labels", "devices", "schedulable", "runtime",
+    "device_split_count", "overcommit",
+}  # fmt: skip
+_TOP_KEYS = {"nodes", "device_models"}
+_MODEL_KEYS = {"device_split_count", "overcommit"}
+_OVERCOMMIT_KEYS = ("memory", "cores")
+
+
+@dataclass(frozen=True, slots=True)
+class CapacitySettings:
+    """What a node entry or a ``device_models`` entry sets on its cards; None: not set there."""
+
+    max_tasks: int | None = None
+    memory_overcommit: float | None = None
+    cores_overcommit: float | None = None
+
+    def over(self, fallback: CapacitySettings) -> CapacitySettings:
+        """These settings, each unset one taken from ``fallback`` (a node's over its model's)."""
+        return CapacitySettings(
+            fallback.max_tasks if self.max_tasks is None else self.max_tasks,
+            fallback.memory_overcommit
+            if self.memory_overcommit is None
+            else self.memory_overcommit,
+            fallback.cores_overcommit if self.cores_overcommit is None else self.cores_overcommit,
+        )
+
+    def apply(self, device: Device) -> Device:
+        """``device`` with the settings that are set."""
+        if self.max_tasks is not None:
+            device = replace(device, max_tasks=self.max_tasks)
+        if self.memory_overcommit is not None:
+            device = replace(device, memory_overcommit=self.memory_overcommit)
+        if self.cores_overcommit is not None:
+            device = replace(device, cores_overcommit=self.cores_overcommit)
+        return device
+
+
+def _settings(where: str, entry: Mapping[str, object]) -> CapacitySettings:
+    limit = entry.get("device_split_count")
+    max_tasks = None if limit is None else check_max_tasks(f"{where}.device_split_count", limit)
+    factors = entry.get("overcommit") or {}
+    if not isinstance(factors, Mapping):
+        raise RequestError(f"{where}.overcommit", factors, "expected {memory: 1.5, cores: 2.0}")
+    unknown = sorted(set(factors) - set(_OVERCOMMIT_KEYS))
+    if unknown:
+        raise RequestError(
+            f"{where}.overcommit.{unknown[0]}", factors[unknown[0]], "known: memory, cores"
+        )
+    memory, cores = (
+        None if factors.get(k) is None else check_overcommit(f"{where}.overcommit.{k}", factors[k])
+        for k in _OVERCOMMIT_KEYS
+    )
+    return CapacitySettings(max_tasks, memory, cores)
+
+
+def _model_settings(data: Mapping[str, object]) -> dict[str, CapacitySettings]:
+    """The ``device_models`` map: model name (as the devices name it) -> its settings."""
+    models = data.get("device_models") or {}
+    if not isinstance(models, Mapping):
+        raise RequestError("device_models", models, "expected a mapping of model name to settings")
+    out: dict[str, CapacitySettings] = {}
+    for model, settings in models.items():
+        where = f"device_models[{model}]"
+        if not isinstance(settings, Mapping):
+            raise RequestError(
+                where, settings, "expected a mapping such as {device_split_count: 4}"
+            )
+        unknown = sorted(set(settings) - _MODEL_KEYS)
+        if unknown:
+            raise RequestError(
+                f"{where}.{unknown[0]}",
+                settings[unknown[0]],
+                f"unknown key; known: {', '.join(sorted(_MODEL_KEYS))}",
+            )
+        out[str(model)] = _settings(where, settings)
+    return out
 
 
 def parse_cluster(data: object) -> list[Node]:
     nodes: list[Node] = []
+    if isinstance(data, Mapping):
+        unknown = sorted(set(data) - _TOP_KEYS)
+        if unknown:
+            known = ", ".join(sorted(_TOP_KEYS))
+            raise RequestError(unknown[0], data[unknown[0]], f"unknown key; known: {known}")
+    models = _model_settings(data) if isinstance(data, Mapping) else {}
+    used_models: set[str] = set()
     for where, entry in entries(data, "nodes", _KEYS):
         name = entry.get("name")
         if not isinstance(name, str) or not name:
@@ -58,9 +153,16 @@ def parse_cluster(data: object) -> list[Node]:
             raise RequestError(
                 f"{where}.runtime", runtime, f"expected one of: {', '.join(CONTAINER_RUNTIMES)}"
             )
+        own = _settings(where, entry)
         names = [name] if count is None else [f"{name}-{k}" for k in range(count)]
         for node_name in names:
-            devices = tuple(replace(d.to_device(), uuid=f"{node_name}-{d.index}") for d in template)
+            devices = tuple(
+                own.over(models.get(d.model, CapacitySettings())).apply(
+                    replace(d.to_device(), uuid=f"{node_name}-{d.index}")
+                )
+                for d in template
+            )
+            used_models.update(d.model for d in devices)
             nodes.append(
                 Node(
                     node_name,
@@ -73,6 +175,9 @@ def parse_cluster(data: object) -> list[Node]:
                     container_runtime=runtime,
                 )
             )
+    unused = sorted(set(models) - used_models)
+    if unused:
+        raise RequestError(f"device_models[{unused[0]}]", unused[0], "no device of this model")
     seen: set[str] = set()
     for node in nodes:
         if node.name in seen:

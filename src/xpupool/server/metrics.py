@@ -30,15 +30,29 @@ class PlaneCollector(Collector):
         g = {
             "alloc_mem": GaugeMetricFamily(
                 "xpupool_device_memory_allocated_bytes",
-                "Device memory granted to jobs.",
+                "Device memory granted to jobs (committed; above the total only under over-commit).",
                 labels=dev_labels,
             ),
             "total_mem": GaugeMetricFamily(
-                "xpupool_device_memory_total_bytes", "Device memory capacity.", labels=dev_labels
+                "xpupool_device_memory_total_bytes",
+                "Device memory capacity (physical).",
+                labels=dev_labels,
+            ),
+            "commit_mem": GaugeMetricFamily(
+                "xpupool_device_memory_committable_bytes",
+                "The most device memory that may be granted: capacity times the card's memory "
+                "over-commit factor (capacity when there is none).",
+                labels=dev_labels,
             ),
             "alloc_cores": GaugeMetricFamily(
                 "xpupool_device_cores_allocated_ratio",
-                "Share of the device's compute granted to jobs (0..1).",
+                "Share of the device's compute granted to jobs (1 = the whole card; above 1 only "
+                "under a cores over-commit factor).",
+                labels=dev_labels,
+            ),
+            "commit_cores": GaugeMetricFamily(
+                "xpupool_device_cores_committable_ratio",
+                "The most compute that may be granted, in cards: the cores over-commit factor.",
                 labels=dev_labels,
             ),
             "used_mem": GaugeMetricFamily(
@@ -65,7 +79,9 @@ class PlaneCollector(Collector):
             lv = [d.node, d.site, d.uuid, d.vendor, d.canonical_model or d.model]
             g["alloc_mem"].add_metric(lv, d.allocated_memory_mib * MIB)
             g["total_mem"].add_metric(lv, d.memory_mib * MIB)
+            g["commit_mem"].add_metric(lv, d.committable_memory_mib * MIB)
             g["alloc_cores"].add_metric(lv, d.allocated_core_permille / 1000)
+            g["commit_cores"].add_metric(lv, d.committable_core_permille / 1000)
             g["health"].add_metric(lv, 1.0 if d.healthy else 0.0)
             m = d.metrics
             if m is None:
@@ -79,6 +95,7 @@ class PlaneCollector(Collector):
             if m.temperature_c is not None:
                 g["temp"].add_metric(lv, m.temperature_c)
         yield from g.values()
+        yield from self._stranded()
 
         node_up = GaugeMetricFamily(
             "xpupool_node_ready", "1 if the node is ready, 0 if lost.", labels=["node", "site"]
@@ -138,6 +155,38 @@ class PlaneCollector(Collector):
         yield from (pending, running, quota, nominal)
         yield self._replica_memory()
         yield self._heartbeats()
+
+    def _stranded(self) -> Iterator[GaugeMetricFamily]:
+        """Per node, idle device capacity no shape of the scheduler's target workload (learned
+        from the requests) can use now (docs/capacity.md); absent until it has learned one."""
+        p = self.plane
+        with p.lock:
+            stranded = p.engine.stranded()
+            if stranded is None:
+                return
+            state = p.engine.state
+            alive = [i for i in range(state.n_nodes) if state.node_alive[i]]
+            rows = [
+                (state.node_names[i], state.nodes[i].site, i)
+                for i in alive
+                if state.node_names[i] in p.nodes
+            ]
+        memory = GaugeMetricFamily(
+            "xpupool_node_stranded_device_memory_bytes",
+            "Idle device memory on the node that no shape of the target workload can use now.",
+            labels=["node", "site"],
+        )
+        cores = GaugeMetricFamily(
+            "xpupool_node_stranded_device_cores",
+            "Idle device compute on the node, in cards, that no shape of the target workload can "
+            "use now.",
+            labels=["node", "site"],
+        )
+        for name, site, i in rows:
+            memory.add_metric([name, site], int(stranded.memory_mib[i]) * MIB)
+            cores.add_metric([name, site], int(stranded.core_milli[i]) / 1000)
+        yield memory
+        yield cores
 
     def _heartbeats(self) -> CounterMetricFamily:
         """Heartbeats the server accepted, per node, since it started: counted here instead of

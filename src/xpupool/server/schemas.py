@@ -509,6 +509,27 @@ class DeviceIn(Strict):
         None, max_length=200, description="Fast-link domain on the node; null = PCIe only."
     )
     healthy: bool = True
+    max_tasks: int | None = Field(
+        default=None,
+        ge=1,
+        le=1 << 20,
+        description="The most tasks (device shares) that may share this card at once (HAMi's "
+        "deviceSplitCount); null = no limit.",
+    )
+    memory_overcommit: float = Field(
+        default=1.0,
+        ge=1.0,
+        allow_inf_nan=False,
+        description="Over-commit factor of the card's memory: at most floor(memory_mib x factor) "
+        "MiB is granted to jobs. 1.0 (the default): none.",
+    )
+    cores_overcommit: float = Field(
+        default=1.0,
+        ge=1.0,
+        allow_inf_nan=False,
+        description="Over-commit factor of the card's compute: at most floor(1000 x factor) "
+        "thousandths are granted to jobs. 1.0 (the default): none.",
+    )
 
     def to_device(self) -> DeviceRecord:
         """The engine's record; raises ``RequestError`` for a vendor no alias names."""
@@ -529,6 +550,9 @@ class DeviceIn(Strict):
             numa_node=d.numa_node,
             link_group=d.link_group,
             healthy=d.healthy,
+            max_tasks=d.max_tasks,
+            memory_overcommit=d.memory_overcommit,
+            cores_overcommit=d.cores_overcommit,
         )
 
 
@@ -596,8 +620,20 @@ class Device(Lenient):
         description="Gone from (or changed in) its node's last registration while allocations "
         "held it: cordoned, and dropped or changed when they end.",
     )
-    allocated_memory_mib: int
-    allocated_core_permille: int
+    allocated_memory_mib: int = Field(description="Device memory granted to jobs (committed), MiB.")
+    allocated_core_permille: int = Field(
+        description="Compute granted to jobs (committed), thousandths of the card."
+    )
+    committable_memory_mib: int = Field(
+        0,
+        description="The most device memory that may be granted: memory_mib times the card's "
+        "memory over-commit factor, rounded down (memory_mib when there is none).",
+    )
+    committable_core_permille: int = Field(
+        1000,
+        description="The most compute that may be granted, thousandths of the card: 1000 times "
+        "its cores over-commit factor, rounded down.",
+    )
     jobs: list[int] = Field(default_factory=list, description="Jobs holding a share of it.")
     metrics: DeviceMetrics | None = None
 

@@ -1,9 +1,10 @@
 """Replay a task sequence through the engine, one task at a time, with no departures (FGD protocol).
 
 Each task goes to :meth:`Engine.place` exactly as a server request would; the simulator only keeps
-score: GPU demand that arrived, GPU demand that was placed, and the cluster's fragmentation against
-the target workload after every task. A task that fits nowhere fails, is not retried, and still
-counts as arrived.
+score: GPU demand that arrived, GPU demand that was placed, the cluster's fragmentation against
+the target workload after every task, and the capacity stranded for that workload
+(``stranded_capacity``) when the arrived demand first reaches the cluster's capacity. A task that
+fits nowhere fails, is not retried, and still counts as arrived.
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from xpupool.engine import ClusterState, Engine
-from xpupool.engine.fragmentation import FragmentationCache, TargetWorkload, kernels
+from xpupool.engine.fragmentation import (
+    FragmentationCache,
+    Stranded,
+    TargetWorkload,
+    kernels,
+    stranded_capacity,
+)
 from xpupool.engine.state import FloatArray, IntArray
 from xpupool.model import Node
 from xpupool.sim.alibaba import TraceTask, capacity_milli, to_request
@@ -33,6 +40,9 @@ class ReplayTrace:
     failed: int
     seconds: float
     notes: tuple[str, ...] = ()  # what the policy chose for itself (``Engine.notes``)
+    # Idle device capacity no target shape can use, when arrived demand first reached capacity
+    # (after the last task if it never did).
+    stranded_at_100: Stranded | None = None
 
 
 def replay(
@@ -56,6 +66,7 @@ def replay(
     total_arrived = total_placed = failed = 0
     capacity = capacity_milli(nodes)
     idle_now = capacity
+    stranded: Stranded | None = None
     for i, task in enumerate(tasks):
         total_arrived += task.gpu_request_milli
         if engine.place(to_request(task)).ok:
@@ -65,6 +76,10 @@ def replay(
             failed += 1
         arrived[i], placed[i], idle[i] = total_arrived, total_placed, idle_now
         frag_series[i] = frag.current().sum()
+        if stranded is None and total_arrived >= capacity:
+            stranded = stranded_capacity(state, frag.table)
+    if stranded is None:
+        stranded = stranded_capacity(state, frag.table)
     return ReplayTrace(
         arrived,
         placed,
@@ -74,4 +89,5 @@ def replay(
         failed,
         time.perf_counter() - start,
         tuple(engine.notes()),
+        stranded,
     )

@@ -75,7 +75,8 @@ def print_summary(console: Console, result: dict[str, object]) -> None:
     runs: list[dict[str, object]] = result["runs"]  # type: ignore[assignment]
     summary: dict[str, dict[str, float | None]] = result["summary"]  # type: ignore[assignment]
     table = Table(title=f"{result['trace']}: unallocated GPU % at arrived workload = 100 %")
-    for column in ("policy", "xpupool mean ± sd", "paper mean", "difference", "s / run"):
+    columns = ("policy", "xpupool mean ± sd", "paper mean", "difference", "stranded", "s / run")
+    for column in columns:
         table.add_column(column, justify="right" if column != "policy" else "left")
     for policy, figures in summary.items():
         seconds = [float(r["seconds"]) for r in runs if r["policy"] == policy]  # type: ignore[arg-type]
@@ -86,6 +87,7 @@ def print_summary(console: Console, result: dict[str, object]) -> None:
             f"{mean:.2f} ± {figures['sd']:.2f}",
             "-" if paper is None else f"{paper:.2f}",
             "-" if paper is None else f"{mean - paper:+.2f}",
+            "-" if figures.get("stranded_mean") is None else f"{figures['stranded_mean']:.2f}",
             f"{sum(seconds) / len(seconds):.2f}",
         )
     notes: list[str] = [str(n) for r in runs for n in r.get("notes", ())]  # type: ignore[attr-defined]
@@ -95,7 +97,10 @@ def print_summary(console: Console, result: dict[str, object]) -> None:
             f"no policy can do better than {result['lower_bound_pct']:.2f} % here "
             "(packing bound: shares arrived by 100 % packed into the GPUs as an LP)"
         )
-    table.caption = "\n".join(captions) or None
+    captions.append(
+        "stranded: idle GPU % no target shape can use at arrived = 100 % (docs/capacity.md)"
+    )
+    table.caption = "\n".join(captions)
     console.print(table)
 
 

@@ -22,7 +22,7 @@ from xpupool.sim.expected import paper_unallocated
 from xpupool.sim.fgd_protocol import DEFAULT_TUNE, tuned_workload
 from xpupool.sim.metrics import curves, unallocated_at
 from xpupool.sim.queue_config import QueueConfig
-from xpupool.sim.replay import replay
+from xpupool.sim.replay import ReplayTrace, replay
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +58,7 @@ def run_one(spec: RunSpec) -> dict[str, object]:
         "frag_ratio_pct": _plain(series["frag_ratio_pct"]),
         "frag_amount_pct": _plain(series["frag_amount_pct"]),
         "unallocated_pct_at_100": round(unallocated_at(series["alloc_pct"]), 3),
+        **_stranded(trace),
         "notes": list(trace.notes),
     }
 
@@ -123,6 +124,19 @@ def run_all(
     return [results[i] for i in range(len(specs))]
 
 
+def _stranded(trace: ReplayTrace) -> dict[str, float | int]:
+    """The ``stranded_*`` entries of a run: idle device compute (as % of GPU capacity and in
+    thousandths) and memory (MiB) that no target shape could use at arrived = 100 %."""
+    s = trace.stranded_at_100
+    if s is None:
+        return {}
+    return {
+        "stranded_gpu_pct_at_100": round(100.0 * s.total_core_milli / trace.capacity_milli, 3),
+        "stranded_core_milli_at_100": s.total_core_milli,
+        "stranded_memory_mib_at_100": s.total_memory_mib,
+    }
+
+
 def trace_name(pods_path: str) -> str:
     return Path(pods_path).stem
 
@@ -133,13 +147,20 @@ def summarise(
     """Per policy: mean and sd of unallocated % at 100 %, and the authors' mean when known."""
     paper = paper_unallocated(expected_dir, trace) if expected_dir else {}
     by_policy: dict[str, list[float]] = {}
+    stranded: dict[str, list[float]] = {}
     for run in runs:
         by_policy.setdefault(str(run["policy"]), []).append(float(run["unallocated_pct_at_100"]))  # type: ignore[arg-type]
+        share = run.get("stranded_gpu_pct_at_100")
+        if isinstance(share, int | float):
+            stranded.setdefault(str(run["policy"]), []).append(float(share))
     return {
         policy: {
             "mean": round(statistics.fmean(values), 3),
             "sd": round(statistics.stdev(values), 3) if len(values) > 1 else 0.0,
             "paper_mean": round(paper[policy], 3) if policy in paper else None,
+            "stranded_mean": round(statistics.fmean(stranded[policy]), 3)
+            if stranded.get(policy)
+            else None,
         }
         for policy, values in by_policy.items()
     }

@@ -79,16 +79,20 @@ def test_target_workload_ties_sort_by_shape_descending() -> None:
 
 
 @pytest.mark.parametrize("capped", [False, True])
+@pytest.mark.parametrize("limit", [None, 2])
 def test_fgd_evaluation_equals_placing_and_recomputing_on_a_fleet_of_several_kinds(
-    capped: bool,
+    capped: bool, limit: int | None
 ) -> None:
     """FGD evaluates a placement incrementally, over the shapes each node can serve, in compiled
     loops (``engine/fragmentation/kernels.py``); it must equal applying the placement and
     recomputing the node's fragmentation from scratch in plain NumPy, for every candidate node (and
     every fitting card of a one-card replica), on nodes of several kinds, with the CPU cap and
-    without."""
+    without, with and without a task limit on the A100 cards (``limit``)."""
     fleet = [
-        *(gpu_node(f"a{i}", count=4, group_size=2, cpu_milli=24_000) for i in range(3)),
+        *(
+            gpu_node(f"a{i}", count=4, group_size=2, cpu_milli=24_000, max_tasks=limit)
+            for i in range(3)
+        ),
         *(gpu_node(f"t{i}", model=T4, memory_mib=15360, count=4, group_size=0) for i in range(3)),
         gpu_node("n", model=A10, memory_mib=24576, count=2, group_size=0, cpu_milli=8_000),
     ]

@@ -76,7 +76,12 @@ def test_warm_compiles_what_the_engine_calls() -> None:
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, "PYTHONPATH": tests},
+        # ``factories`` first, then the package under test where PYTHONPATH names it (a checkout
+        # beside an editable install of another one).
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]),
+        },
         timeout=120,
     )
     counts = json.loads(out.stdout.strip().splitlines()[-1])
@@ -97,8 +102,9 @@ def test_a_read_only_install_compiles_without_a_cache() -> None:
         pytest.skip("needs unshare(1) for a private read-only mount")
     package = Path(kernels.__file__).resolve().parents[3]  # the folder holding ``xpupool``
     script = (
-        "import logging; logging.basicConfig(); from xpupool.engine.fragmentation import kernels; "
-        "print(kernels._settle(1.23456789), len(kernels._uncached))"
+        "import logging; logging.basicConfig(); from xpupool.engine import compiled; "
+        "from xpupool.engine.fragmentation import kernels; "
+        "print(kernels._settle(1.23456789), len(compiled._uncached))"
     )
     mount = f"mount --bind {package} {package} && mount -o remount,bind,ro {package}"
     probe = subprocess.run(

@@ -46,8 +46,8 @@ def test_value_by_hand_a_share_keeps_the_only_pair_of_cards_free() -> None:
     )
     look = lookahead(engine, TargetWorkload((WHOLE, PAIR), (0.5, 0.5)))
     pool = np.array([0, 2])
-    core, mem = taken_on_first_card(engine, 2, 500, 40960)
-    values = look.values(engine.state, pool, core, mem, gain=np.zeros(2), cpu=0, memory=0)
+    core, mem, taken = taken_on_first_card(engine, 2, 500, 40960)
+    values = look.values(engine.state, pool, core, mem, taken, gain=np.zeros(2), cpu=0, memory=0)
     assert values.tolist() == pytest.approx([250.0, -750.0])
 
 
@@ -59,8 +59,8 @@ def test_the_candidates_own_node_counts_for_the_next_shape_after_the_replica() -
     look = lookahead(engine, TargetWorkload((half,), (1.0,)))
     # After the replica: free [500, 1000], the half shape fits both: F = 0. Next half card on
     # card 0: free [0, 1000], F = 0, delta 0; on card 1: [500, 500], F = 0, delta 0.
-    core, mem = taken_on_first_card(engine, 1, 500, 40960)
-    values = look.values(engine.state, np.array([0]), core, mem, np.zeros(1), 0, 0)
+    core, mem, taken = taken_on_first_card(engine, 1, 500, 40960)
+    values = look.values(engine.state, np.array([0]), core, mem, taken, np.zeros(1), 0, 0)
     assert values.tolist() == pytest.approx([0.0])
 
 
@@ -89,8 +89,8 @@ def test_best_deltas_match_placing_each_next_shape_and_measuring(seed: int, capp
     for _ in range(14):
         engine.place(shapes[int(rng.integers(len(shapes)))])
     # The changed nodes are brought up to date beside the candidates of the next call.
-    core, mem = taken_on_first_card(engine, 2, 100, 1)
-    look.values(engine.state, np.array([0, 4]), core, mem, np.zeros(2), 0, 0)
+    core, mem, taken = taken_on_first_card(engine, 2, 100, 1)
+    look.values(engine.state, np.array([0, 4]), core, mem, taken, np.zeros(2), 0, 0)
     assert (look.version == engine.state.node_version).all()
     best = look.best
     state, table = engine.state, look.frag.table
@@ -110,12 +110,13 @@ def test_best_deltas_match_placing_each_next_shape_and_measuring(seed: int, capp
 
 def taken_on_first_card(
     engine: Engine, candidates: int, core: int, mib: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """What a replica takes from each card of each candidate: ``core`` and ``mib`` on card 0."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What a replica takes from each card of each candidate: ``core`` and ``mib`` (and a task
+    slot) on card 0."""
     taken_core = np.zeros((candidates, engine.state.width), np.int64)
     taken_mem = np.zeros_like(taken_core)
     taken_core[:, 0], taken_mem[:, 0] = core, mib
-    return taken_core, taken_mem
+    return taken_core, taken_mem, taken_core + taken_mem > 0
 
 
 def placements(state: ClusterState, table: ShapeTable, node: int, row: int) -> list[list[int]]:

@@ -242,3 +242,68 @@ def test_restart_rebuilds_the_same_state(server: Server) -> None:
         ids = [a.id for a in plane.engine.state.live.values()]
         assert len(ids) == len(set(ids))
     plane.db.dispose()
+
+
+def test_over_committed_cards_export_committed_physical_and_committable(server: Server) -> None:
+    """A node registered with over-commit factors and a task limit per card: the devices list and
+    the metrics show what is granted against the physical card and what may be granted."""
+    body = node_body("oc", count=1)
+    body["devices"][0] |= {"memory_overcommit": 1.5, "cores_overcommit": 2.0, "max_tasks": 3}
+    assert server.client.post("/v1/agent/register", json=body, headers=server.admin).is_success
+    a = tenant(server, "a")
+    for _ in range(3):
+        submit(server, a, "A100:1 mem=50% cores=60%")
+    assert server.schedule() == 3
+    (dev,) = devices(server, "oc")
+    assert (dev["allocated_memory_mib"], dev["memory_mib"]) == (3 * 40960, 81920)
+    assert (dev["committable_memory_mib"], dev["committable_core_permille"]) == (122880, 2000)
+    assert dev["allocated_core_permille"] == 1800
+    families = {
+        f.name: {s.labels.get("uuid"): s.value for s in f.samples}
+        for f in text_string_to_metric_families(server.client.get("/metrics").text)
+    }
+    mib = 2**20
+    assert families["xpupool_device_memory_allocated_bytes"]["oc-gpu0"] == 3 * 40960 * mib
+    assert families["xpupool_device_memory_total_bytes"]["oc-gpu0"] == 81920 * mib
+    assert families["xpupool_device_memory_committable_bytes"]["oc-gpu0"] == 122880 * mib
+    assert families["xpupool_device_cores_allocated_ratio"]["oc-gpu0"] == pytest.approx(1.8)
+    assert families["xpupool_device_cores_committable_ratio"]["oc-gpu0"] == 2.0
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("memory_overcommit", 0.5), ("cores_overcommit", "inf"), ("max_tasks", 0)],
+)
+def test_a_bad_capacity_setting_is_refused_naming_the_field(
+    server: Server, field: str, value: object
+) -> None:
+    body = node_body("bad", count=1)
+    body["devices"][0][field] = value
+    r = server.client.post("/v1/agent/register", json=body, headers=server.admin)
+    assert r.status_code == 422, r.text
+    assert field in r.text
+    assert all(d["node"] != "bad" for d in devices(server))
+
+
+def test_stranded_capacity_is_exported_for_the_workload_the_scheduler_learned(
+    server: Server,
+) -> None:
+    """Before any request there is no target workload and no gauge; after half-card jobs on A100s
+    are placed, the T4 node's idle card is stranded for them and the A100 node's is not."""
+    node(server, "a", count=1)
+    node(server, "t", count=1, model="Tesla T4", memory_mib=15360)
+
+    def stranded() -> dict[str, float]:
+        text = server.client.get("/metrics").text
+        return {
+            s.labels["node"]: s.value
+            for f in text_string_to_metric_families(text)
+            if f.name == "xpupool_node_stranded_device_cores"
+            for s in f.samples
+        }
+
+    assert stranded() == {}
+    a = tenant(server, "a")
+    submit(server, a, "A100:1 cores=50%")
+    assert server.schedule() == 1
+    assert stranded() == {"a": 0.0, "t": 1.0}

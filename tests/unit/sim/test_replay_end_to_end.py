@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xpupool.sim.runner import RunSpec, run_all, run_one, summarise
+from xpupool.engine import ClusterState, Engine
+from xpupool.engine.fragmentation import ShapeTable, stranded_capacity
+from xpupool.sim.alibaba import capacity_milli, to_request
+from xpupool.sim.fgd_protocol import DEFAULT_TUNE, tuned_workload
+from xpupool.sim.runner import RunSpec, _load, run_all, run_one, summarise
 
 
 def write_trace(tmp_path: Path) -> tuple[str, str]:
@@ -63,3 +67,31 @@ def test_parallel_runs_equal_serial_runs_and_summary(tmp_path: Path) -> None:
     summary = summarise(serial, "pods", None)
     assert set(summary) == {"bestfit", "random"}
     assert summary["bestfit"]["paper_mean"] is None
+
+
+def test_a_replay_reports_the_capacity_stranded_when_arrived_demand_reaches_capacity(
+    tmp_path: Path,
+) -> None:
+    """The run's ``stranded_*`` figures are ``stranded_capacity`` of the state reached by placing
+    the same tasks, in the same way, until the arrived demand first reaches capacity."""
+    nodes_path, pods_path = write_trace(tmp_path)
+    run = run_one(RunSpec(nodes_path, pods_path, "bestfit", 42))
+    nodes, tasks, workload = _load(nodes_path, pods_path)
+    capacity = capacity_milli(nodes)
+    sequence = tuned_workload(tasks, capacity, 42, DEFAULT_TUNE)
+    state = ClusterState(nodes, seed=42)
+    engine = Engine(state, "bestfit", seed=42, workload=workload)
+    arrived = 0
+    for task in sequence:
+        arrived += task.gpu_request_milli
+        engine.place(to_request(task))
+        if arrived >= capacity:
+            break
+    expected = stranded_capacity(state, ShapeTable(state, engine.pipeline, workload))
+    assert expected.total_core_milli > 0  # something is stranded on this mixed T4/V100 fleet
+    assert run["stranded_core_milli_at_100"] == expected.total_core_milli
+    assert run["stranded_memory_mib_at_100"] == expected.total_memory_mib
+    share = 100.0 * expected.total_core_milli / capacity
+    assert run["stranded_gpu_pct_at_100"] == round(share, 3)
+    summary = summarise([run], "pods", None)
+    assert summary["bestfit"]["stranded_mean"] == round(share, 3)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from xpupool.engine.capacity import cores_fit
 from xpupool.engine.context import Context
 from xpupool.engine.filters.base import SimpleStages
 from xpupool.engine.reasons import Reason
@@ -19,5 +20,4 @@ class DeviceCores(SimpleStages):
     def device_mask(self, req: Request, state: ClusterState, ctx: Context) -> BoolArray | None:
         if ctx.need_core == 0:
             return None
-        mask: BoolArray = state.dev_core_free >= ctx.need_core
-        return mask
+        return cores_fit(state.dev_core_free, ctx.need_core)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from xpupool.engine.capacity import memory_fits
 from xpupool.engine.context import Context
 from xpupool.engine.filters.base import SimpleStages
 from xpupool.engine.reasons import Reason
@@ -17,5 +18,4 @@ class DeviceMemory(SimpleStages):
     dynamic: ClassVar[bool] = True
 
     def device_mask(self, req: Request, state: ClusterState, ctx: Context) -> BoolArray | None:
-        mask: BoolArray = state.dev_mem_free >= ctx.need_mib
-        return mask
+        return memory_fits(state.dev_mem_free, ctx.need_mib)

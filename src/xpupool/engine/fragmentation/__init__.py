@@ -6,6 +6,7 @@
 - ``lookahead``: the one-step lookahead among near-best placements (:class:`Lookahead`)
 - ``pressure``: how contended each device is by the target workload (:class:`DevicePressure`)
 - ``prices``: cutting-stock prices of the workload's shares (:class:`SharePrices`)
+- ``stranded``: idle device capacity no shape of the workload can use (:func:`stranded_capacity`)
 
 Each module imports only those above it (``kernels`` none of them: it takes the shape table's
 arrays, not the table), and none imports the pipeline or the scorers: the measure sees the pipeline
@@ -31,6 +32,7 @@ from xpupool.engine.fragmentation.measure import (
 )
 from xpupool.engine.fragmentation.pressure import DevicePressure
 from xpupool.engine.fragmentation.prices import SharePrices
+from xpupool.engine.fragmentation.stranded import Stranded, stranded_capacity
 
 __all__ = [
     "CANDIDATES",
@@ -43,6 +45,7 @@ __all__ = [
     "NodeView",
     "ShapeTable",
     "SharePrices",
+    "Stranded",
     "TargetWorkload",
     "cpu_capped",
     "expected_fragment",
@@ -50,4 +53,5 @@ __all__ = [
     "node_view",
     "settled",
     "shape_fits",
+    "stranded_capacity",
 ]

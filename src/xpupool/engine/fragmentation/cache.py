@@ -56,7 +56,11 @@ class FragmentationCache:
         if stale.size:
             table = self.table
             idle, usable, usable_idle, usable_count = node_quantities(
-                stale, table.arrays, s.dev_core_free[stale], s.dev_mem_free[stale]
+                stale,
+                table.arrays,
+                s.dev_core_free[stale],
+                s.dev_mem_free[stale],
+                s.dev_task_free[stale],
             )
             self._idle[stale] = idle
             self._usable[stale] = usable

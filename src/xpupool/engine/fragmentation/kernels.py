@@ -22,33 +22,13 @@ arrays are indexed by a shape's position in its kind's list (``j``), the table's
 
 from __future__ import annotations
 
-import logging
 from typing import Any, NamedTuple
 
 import numpy as np
-from numba import njit
 
+from xpupool.engine.capacity import share_fits_one
+from xpupool.engine.compiled import jit
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
-
-log = logging.getLogger("xpupool.engine")
-_uncached: list[str] = []  # loops compiled without a cache (no writable folder for it)
-
-
-def _JIT(func: Any) -> Any:  # noqa: N802 (used like the decorator it wraps)
-    """``func`` compiled by Numba, its machine code cached for the next process where a folder can
-    take it (beside this module, ``NUMBA_CACHE_DIR``, or the user's cache folder); on a read-only
-    install with none of them writable, Numba refuses to cache, and each process compiles afresh
-    (about 9 s for all the loops, paid in ``warm``)."""
-    try:
-        return njit(cache=True, nogil=True)(func)
-    except RuntimeError:  # "cannot cache function ...: no locator available"
-        if not _uncached:
-            log.warning(
-                "no writable folder for Numba's cache: the engine's loops are compiled in every "
-                "process (set NUMBA_CACHE_DIR to a writable folder to keep them)"
-            )
-        _uncached.append(func.__name__)
-        return njit(nogil=True)(func)
 
 
 class ShapeArrays(NamedTuple):
@@ -83,10 +63,13 @@ MEMORY, DEVICE_SHAPE = _field("memory"), _field("device_shape")
 
 
 # ---------------------------------------------------------------------- one node
-def _served(t: Any, n: Any, core: Any, mem: Any, usable: Any, used: Any, count: Any) -> None:
-    """FGD's per-shape quantities of node ``n`` with free compute ``core`` and memory ``mem`` per
-    card: for the ``j``-th shape its kind serves, the usable cards ``usable[j, w]`` (room for one
-    share's compute and memory), their idle compute ``used[j]`` and number ``count[j]``."""
+def _served(
+    t: Any, n: Any, core: Any, mem: Any, tasks: Any, usable: Any, used: Any, count: Any
+) -> None:
+    """FGD's per-shape quantities of node ``n`` with free compute ``core``, memory ``mem`` and task
+    slots ``tasks`` per card: for the ``j``-th shape its kind serves, the usable cards
+    ``usable[j, w]`` (room for one share: ``capacity.share_fits``), their idle compute ``used[j]``
+    and number ``count[j]``."""
     k = t[NODE_KIND][n]
     start = t[KIND_PTR][k]
     for j in range(t[KIND_PTR][k + 1] - start):
@@ -94,7 +77,7 @@ def _served(t: Any, n: Any, core: Any, mem: Any, usable: Any, used: Any, count: 
         total = 0
         cards = 0
         for w in range(core.size):
-            ok = core[w] >= t[NEED_CORE][m] and mem[w] >= t[NEED_MIB][n, m, w]
+            ok = share_fits_one(mem[w], core[w], tasks[w], t[NEED_MIB][n, m, w], t[NEED_CORE][m])
             usable[j, w] = ok
             if ok:
                 total += core[w]
@@ -110,6 +93,7 @@ def _take_card(
     core: Any,
     core_left: Any,
     mem_left: Any,
+    tasks_left: Any,
     usable: Any,
     used: Any,
     count: Any,
@@ -117,13 +101,15 @@ def _take_card(
     count_after: Any,
 ) -> None:
     """``_served``'s quantities after taking from one ``card`` of node ``n`` (free compute ``core``
-    before, ``core_left`` and ``mem_left`` after): only that card's terms change."""
+    before, ``core_left``, ``mem_left`` and ``tasks_left`` after): only that card's terms change."""
     k = t[NODE_KIND][n]
     start = t[KIND_PTR][k]
     for j in range(t[KIND_PTR][k + 1] - start):
         m = t[KIND_SHAPES][start + j]
         was = usable[j, card]
-        now = core_left >= t[NEED_CORE][m] and mem_left >= t[NEED_MIB][n, m, card]
+        now = share_fits_one(
+            mem_left, core_left, tasks_left, t[NEED_MIB][n, m, card], t[NEED_CORE][m]
+        )
         used_after[j] = used[j] - core * was + core_left * now
         count_after[j] = count[j] - was + now
 
@@ -184,16 +170,17 @@ def _settle(fragment: Any) -> float:
 
 # ---------------------------------------------------------------------- many nodes
 def _node_quantities(
-    t: Any, nodes: Any, core: Any, mem: Any, idle: Any, usable: Any, used: Any, count: Any,
-    with_usable: Any,
+    t: Any, nodes: Any, core: Any, mem: Any, tasks: Any, idle: Any, usable: Any, used: Any,
+    count: Any, with_usable: Any,
 ) -> None:  # fmt: skip
     """``node_quantities`` into zeroed outputs ([S], [S, M, W] if ``with_usable``, [S, M], [S, M])
-    from the free compute ``core`` and memory ``mem`` [S, W] of each node's cards."""
+    from the free compute ``core``, memory ``mem`` and task slots ``tasks`` [S, W] of each node's
+    cards."""
     mine, mine_used, mine_count = _quantities(t, core.shape[1])
     for i in range(nodes.size):
         n = nodes[i]
         idle[i] = core[i].sum()
-        _served(t, n, core[i], mem[i], mine, mine_used, mine_count)
+        _served(t, n, core[i], mem[i], tasks[i], mine, mine_used, mine_count)
         k = t[NODE_KIND][n]
         start = t[KIND_PTR][k]
         for j in range(t[KIND_PTR][k + 1] - start):
@@ -205,9 +192,9 @@ def _node_quantities(
 
 
 def _one_card_after(
-    t: Any, nodes: Any, dev_core_free: Any, dev_mem_free: Any, usable: Any, usable_idle: Any,
-    usable_count: Any, idle: Any, core: Any, mib: Any, cpu_after: Any, mem_after: Any,
-    capped: Any, out: Any,
+    t: Any, nodes: Any, dev_core_free: Any, dev_mem_free: Any, dev_task_free: Any, usable: Any,
+    usable_idle: Any, usable_count: Any, idle: Any, core: Any, mib: Any, cpu_after: Any,
+    mem_after: Any, capped: Any, out: Any,
 ) -> None:  # fmt: skip
     """``one_card_after`` into ``out`` [S, W]."""
     width = dev_core_free.shape[1]
@@ -227,12 +214,16 @@ def _one_card_after(
         for w in range(width):
             free = dev_core_free[n, w]
             left, mem_left = free - core, dev_mem_free[n, w] - mib[i, w]
-            _take_card(t, n, w, free, left, mem_left, mine, used, count, used_after, count_after)
+            tasks_left = dev_task_free[n, w] - 1
+            _take_card(
+                t, n, w, free, left, mem_left, tasks_left, mine, used, count, used_after,
+                count_after,
+            )  # fmt: skip
             out[i, w] = _fragment(t, k, float(idle[n] - core), used_after, count_after, admits, cap)
 
 
 def _best_deltas(
-    t: Any, nodes: Any, core: Any, mem: Any, cpu: Any, nmem: Any, ok: Any, rows: Any,
+    t: Any, nodes: Any, core: Any, mem: Any, tasks: Any, cpu: Any, nmem: Any, ok: Any, rows: Any,
     capped: Any, out: Any,
 ) -> None:  # fmt: skip
     """``best_deltas`` into ``out`` [B, J]."""
@@ -244,11 +235,12 @@ def _best_deltas(
     fits = np.empty(width, np.bool_)
     core_after = np.empty(width, np.int64)
     mem_after = np.empty(width, np.int64)
+    tasks_after = np.empty(width, np.int64)
     for b in range(nodes.size):
         n = nodes[b]
         k = t[NODE_KIND][n]
         idle = core[b].sum()
-        _served(t, n, core[b], mem[b], mine, used, count)
+        _served(t, n, core[b], mem[b], tasks[b], mine, used, count)
         _admits(t, k, cpu[b], nmem[b], capped, admits, cap)
         before = _settle(_fragment(t, k, float(idle), used, count, admits, cap))
         for r in range(rows.size):
@@ -256,7 +248,9 @@ def _best_deltas(
             out[b, r] = -np.inf
             room = 0
             for w in range(width):
-                fits[w] = core[b, w] >= t[NEED_CORE][s] and mem[b, w] >= t[NEED_MIB][n, s, w]
+                fits[w] = share_fits_one(
+                    mem[b, w], core[b, w], tasks[b, w], t[NEED_MIB][n, s, w], t[NEED_CORE][s]
+                )
                 room += fits[w]
             cpu_left, nmem_left = cpu[b] - t[CPU][s], nmem[b] - t[MEMORY][s]
             if not ok[b] or cpu_left < 0 or nmem_left < 0 or room < t[COUNT][s]:
@@ -268,8 +262,8 @@ def _best_deltas(
                         left = core[b, c] - t[NEED_CORE][s]
                         mem_left = mem[b, c] - t[NEED_MIB][n, s, c]
                         _take_card(
-                            t, n, c, core[b, c], left, mem_left, mine, used, count, used_after,
-                            count_after,
+                            t, n, c, core[b, c], left, mem_left, tasks[b, c] - 1, mine, used,
+                            count, used_after, count_after,
                         )  # fmt: skip
                         idle_after = float(idle - t[NEED_CORE][s])
                         after = _fragment(
@@ -279,12 +273,13 @@ def _best_deltas(
                 continue
             taken = 0  # on the first k cards with room, afresh
             for w in range(width):
-                core_after[w], mem_after[w] = core[b, w], mem[b, w]
+                core_after[w], mem_after[w], tasks_after[w] = core[b, w], mem[b, w], tasks[b, w]
                 if fits[w] and taken < t[COUNT][s]:
                     core_after[w] -= t[NEED_CORE][s]
                     mem_after[w] -= t[NEED_MIB][n, s, w]
+                    tasks_after[w] -= 1
                     taken += 1
-            _served(t, n, core_after, mem_after, scratch, used_after, count_after)
+            _served(t, n, core_after, mem_after, tasks_after, scratch, used_after, count_after)
             idle_after = float(idle - taken * t[NEED_CORE][s])
             after = _fragment(t, k, idle_after, used_after, count_after, admits_after, cap_after)
             out[b, r] = before - _settle(after)
@@ -304,17 +299,17 @@ def _knapsack(sizes: Any, prices: Any, card: Any, value: Any, last: Any) -> None
 
 
 # The helpers first: the loops that call them find them compiled when they compile.
-_served = _JIT(_served)
-_take_card = _JIT(_take_card)
-_admits = _JIT(_admits)
-_quantities = _JIT(_quantities)
-_limits = _JIT(_limits)
-_fragment = _JIT(_fragment)
-_settle = _JIT(_settle)
-_node_quantities_jit = _JIT(_node_quantities)
-_one_card_after_jit = _JIT(_one_card_after)
-_best_deltas_jit = _JIT(_best_deltas)
-_knapsack_jit = _JIT(_knapsack)
+_served = jit(_served)
+_take_card = jit(_take_card)
+_admits = jit(_admits)
+_quantities = jit(_quantities)
+_limits = jit(_limits)
+_fragment = jit(_fragment)
+_settle = jit(_settle)
+_node_quantities_jit = jit(_node_quantities)
+_one_card_after_jit = jit(_one_card_after)
+_best_deltas_jit = jit(_best_deltas)
+_knapsack_jit = jit(_knapsack)
 
 
 # ---------------------------------------------------------------------- typed entry points
@@ -323,18 +318,20 @@ def node_quantities(
     t: ShapeArrays,
     core: IntArray,
     mem: IntArray,
+    tasks: IntArray,
     with_usable: bool = True,
 ) -> tuple[IntArray, BoolArray, IntArray, IntArray]:
     """``T`` [S], ``usable`` [S, M, W] (empty unless ``with_usable``), ``U`` and ``cnt`` [S, M]:
     FGD's per-shape quantities (``measure.node_view``) of ``nodes`` whose cards have ``core``
-    compute and ``mem`` MiB free ([S, W]), for every shape of the table ``t`` (zero, exactly, for
-    those a node's kind does not serve: they need ``NEVER`` MiB on its cards)."""
+    compute, ``mem`` MiB and ``tasks`` task slots free ([S, W]), for every shape of the table
+    ``t`` (zero, exactly, for those a node's kind does not serve: they need ``NEVER`` MiB on its
+    cards)."""
     s, m, w = nodes.size, t.weights.size, core.shape[1]
     idle = np.zeros(s, np.int64)
     usable = np.zeros((s, m, w) if with_usable else (0, 0, 0), np.bool_)
     used = np.zeros((s, m), np.int64)
     count = np.zeros((s, m), np.int64)
-    _node_quantities_jit(_plain(t), nodes, core, mem, idle, usable, used, count, with_usable)
+    _node_quantities_jit(_plain(t), nodes, core, mem, tasks, idle, usable, used, count, with_usable)
     return idle, usable, used, count
 
 
@@ -358,21 +355,22 @@ def one_card_after(
     mib = np.full(shape, mib, np.int64) if isinstance(mib, int) else mib
     usable, usable_idle, usable_count, idle = cached
     _one_card_after_jit(
-        _plain(t), nodes, state.dev_core_free, state.dev_mem_free, usable, usable_idle,
-        usable_count, idle, core, mib, cpu_after, mem_after, capped, out,
+        _plain(t), nodes, state.dev_core_free, state.dev_mem_free, state.dev_task_free, usable,
+        usable_idle, usable_count, idle, core, mib, cpu_after, mem_after, capped, out,
     )  # fmt: skip
     return out
 
 
 def best_deltas(
     nodes: IntArray,
-    free: tuple[IntArray, IntArray, IntArray, IntArray, BoolArray],
+    free: tuple[IntArray, IntArray, IntArray, IntArray, IntArray, BoolArray],
     rows: IntArray,
     t: ShapeArrays,
     capped: bool,
 ) -> FloatArray:
     """``[B, J]`` each shape ``rows[j]``'s best settled FGD delta on each base node, given its
-    ``free`` = (device compute [B, W], device memory [B, W], CPU [B], memory [B], schedulable [B]);
+    ``free`` = (device compute, memory and task slots [B, W], CPU [B], memory [B], schedulable
+    [B]);
     -inf where the shape does not land (the lookahead's ``B_j``, ``lookahead.py``). A
     one-card shape is tried on each card with room, a shape of several cards on the first ``k``
     cards with room, as FGD places them."""
@@ -410,10 +408,12 @@ def warm() -> None:
     t = _plain(sample)
     grid = np.zeros((1, 1), i64)
     cached = (np.zeros((1, 1, 1), np.bool_), grid, grid, ints)
-    _node_quantities_jit(t, ints, grid, grid, ints, *cached[:1], grid, grid, True)
-    _one_card_after_jit(t, ints, grid, grid, *cached, 0, grid, ints, ints, True, np.zeros((1, 1)))
+    _node_quantities_jit(t, ints, grid, grid, grid, ints, *cached[:1], grid, grid, True)
+    _one_card_after_jit(
+        t, ints, grid, grid, grid, *cached, 0, grid, ints, ints, True, np.zeros((1, 1))
+    )
     ok = np.ones(1, np.bool_)
-    _best_deltas_jit(t, ints, grid, grid, ints, ints, ok, ints, True, np.zeros((1, 1)))
+    _best_deltas_jit(t, ints, grid, grid, grid, ints, ints, ok, ints, True, np.zeros((1, 1)))
     knapsack(ones, np.ones(1, f64), 1)
     import scipy.optimize  # noqa: F401  (the share prices' LP, on their first use otherwise)
 

@@ -71,12 +71,13 @@ class Lookahead:
         pool: IndexArray,
         core: IntArray,
         mem: IntArray,
+        taken: BoolArray,
         gain: FloatArray,
         cpu: int,
         memory: int,
     ) -> FloatArray:
         """``[C]`` lookahead value of each candidate: ``pool`` nodes, the compute ``core`` and MiB
-        ``mem`` the replica takes from each of their cards (``[C, W]``), its CPU and memory, and
+        ``mem`` the replica takes from each of their cards ``taken`` (``[C, W]``), its CPU and memory, and
         ``gain``, FGD's delta of the replica there. The scorer takes the first of the largest."""
         stale = self._refresh(state)
         if self.rows.size == 0:
@@ -87,12 +88,14 @@ class Lookahead:
         mem_free_dev = state.dev_mem_free[bases]
         core_free[stale.size :] -= core
         mem_free_dev[stale.size :] -= mem
+        tasks_free = state.dev_task_free[bases]
+        tasks_free[stale.size :] -= taken
         cpu_free = state.node_cpu_free[bases]
         mem_free = state.node_mem_free[bases]
         cpu_free[stale.size :] -= cpu
         mem_free[stale.size :] -= memory
         deltas = self._best_deltas(
-            bases, core_free, mem_free_dev, cpu_free, mem_free, state.node_ok[bases]
+            bases, core_free, mem_free_dev, tasks_free, cpu_free, mem_free, state.node_ok[bases]
         )
         self._keep(state, stale, deltas[: stale.size])
         found = np.maximum(deltas[stale.size :], self._best_elsewhere(pool))
@@ -119,6 +122,7 @@ class Lookahead:
             nodes,
             state.dev_core_free[nodes],
             state.dev_mem_free[nodes],
+            state.dev_task_free[nodes],
             state.node_cpu_free[nodes],
             state.node_mem_free[nodes],
             state.node_ok[nodes],
@@ -164,14 +168,15 @@ class Lookahead:
         nodes: IndexArray,
         core: IntArray,
         mem: IntArray,
+        tasks: IntArray,
         cpu: IntArray,
         nmem: IntArray,
         ok: BoolArray,
     ) -> FloatArray:
         """``[B, J]``: each next shape's best delta on base nodes ``nodes`` whose free device
-        compute ``core``, device memory ``mem`` (``[B, W]``), CPU ``cpu`` and memory ``nmem`` are
-        given; -inf where it does not fit. A shape of several cards lands on the first ``k`` cards
-        with room; a one-card shape on each card with room, where only that card's terms change
-        (``kernels.best_deltas``, over the shapes each node's kind serves)."""
-        free = (core, mem, cpu, nmem, ok)
+        compute ``core``, device memory ``mem``, task slots ``tasks`` (``[B, W]``), CPU ``cpu`` and
+        memory ``nmem`` are given; -inf where it does not fit. A shape of several cards lands on
+        the first ``k`` cards with room; a one-card shape on each card with room, where only that
+        card's terms change (``kernels.best_deltas``, over the shapes each node's kind serves)."""
+        free = (core, mem, tasks, cpu, nmem, ok)
         return best_deltas(nodes, free, self.rows, self.frag.table.arrays, self.frag.capped)

@@ -6,7 +6,8 @@ enough CPU, memory or devices), otherwise the idle compute on devices too full f
 The node's fragmentation is the expectation over the target workload's shapes. Idle compute is counted
 in thousandths of a device (``dev_core_free``), so one idle GPU contributes 1000.
 
-Per shape m and node n, with ``usable`` = devices eligible for m with room for one of its shares:
+Per shape m and node n, with ``usable`` = devices eligible for m with room for one of its shares
+(``capacity.share_fits``):
     T(n)    = idle compute of n
     U_m(n)  = idle compute on usable devices,     cnt_m(n) = number of usable devices
     frag_m  = T - U_m  if m fits on n (cnt_m >= k_m, CPU and memory fit, m needs devices), else T
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from xpupool.engine.capacity import share_fits
 from xpupool.engine.eligibility import Eligibility
 from xpupool.engine.fragmentation.kernels import ShapeArrays
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
@@ -181,8 +183,12 @@ class NodeView:
 
 def node_view(state: ClusterState, table: ShapeTable, nodes: IndexArray) -> NodeView:
     free = state.dev_core_free[nodes]
-    usable = (free[:, None] >= table.need_core[None, :, None]) & (
-        state.dev_mem_free[nodes][:, None] >= table.need_mib[nodes]
+    usable = share_fits(
+        state.dev_mem_free[nodes][:, None],
+        free[:, None],
+        state.dev_task_free[nodes][:, None],
+        table.need_mib[nodes],
+        table.need_core[None, :, None],
     )
     return NodeView(
         idle=free.sum(axis=1),

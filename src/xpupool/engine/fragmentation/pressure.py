@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from xpupool.engine.capacity import cores_fit, slot_free
 from xpupool.engine.fragmentation.measure import NEVER, IndexArray, ShapeTable
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 
@@ -131,9 +132,13 @@ class DevicePressure:
         result: FloatArray = np.clip(per - low, 0.0, 1.0) * float(need)
         return result
 
-    def _usable(self, free: IntArray) -> IntArray:
-        """``[..., J]``: compute on cards with at least each threshold free, of ``[..., W]`` cards."""
-        above = free[..., None, :] >= self._thresholds[:, None]
+    def _usable(self, free: IntArray, tasks: IntArray) -> IntArray:
+        """``[..., J]``: compute on cards with at least each threshold free and a task slot, of
+        ``[..., W]`` cards with ``free`` compute and ``tasks`` slots (memory is not the pressure's:
+        the groups are made of compute needs)."""
+        above = cores_fit(free[..., None, :], self._thresholds[:, None]) & slot_free(
+            tasks[..., None, :]
+        )
         result: IntArray = (above * free[..., None, :]).sum(axis=-1)
         return result
 
@@ -145,7 +150,8 @@ class DevicePressure:
             self._version[stale] = s.node_version[stale]
             plain = stale[self._is_plain[stale]]
             if plain.size:
-                now = self._usable(s.dev_core_free[plain])  # plain: every present card usable
+                # plain: every present card usable
+                now = self._usable(s.dev_core_free[plain], s.dev_task_free[plain])
                 np.add.at(self._plain_idle, self.node_class[plain], now - self._node_idle[plain])
                 self._node_idle[plain] = now
             self._rho = self._pressure()
@@ -158,7 +164,9 @@ class DevicePressure:
             free = np.where(s.dev_usable[self._special], s.dev_core_free[self._special], 0)
             classes = self.dev_class[self._special]
             hit = classes >= 0
-            per_card = (free[hit][:, None] >= self._thresholds) * free[hit][:, None]
+            per_card = self._usable(
+                free[hit][:, None], s.dev_task_free[self._special][hit][:, None]
+            )
             np.add.at(usable, classes[hit], per_card)
         group_idle = (self.class_groups * usable[:, self._group_column]).sum(axis=0)  # [G]
         per_unit = self.group_share * float(usable[:, 0].sum()) / np.maximum(group_idle, 1.0)

@@ -157,8 +157,9 @@ class Fgd:
         taken = dev_fit & (np.cumsum(dev_fit, axis=1) <= ctx.k)
         free = s.dev_core_free[nodes] - taken * ctx.need_core
         mem = s.dev_mem_free[nodes] - taken * need_mib
+        tasks = s.dev_task_free[nodes] - taken
         idle, _, usable_idle, usable_count = node_quantities(
-            nodes, table.arrays, free, mem, with_usable=False
+            nodes, table.arrays, free, mem, tasks, with_usable=False
         )
         return expected_fragment(
             table, idle, usable_idle, usable_count, cpu_after, mem_after, self.frag.capped

@@ -213,6 +213,7 @@ class Xpupool(Fgd):
             pool,
             taken * ctx.need_core,
             np.where(taken, need, 0),
+            taken,
             gain,
             ctx.req.cpu_milli,
             ctx.req.memory_mib,
@@ -305,6 +306,10 @@ def _twins(state: ClusterState, node_kind: IntArray, pool: IndexArray, taken: Bo
         and (state.node_mem_free[pool] == state.node_mem_free[first]).all()
         and (state.dev_core_free[pool] == state.dev_core_free[first]).all()
         and (state.dev_mem_free[pool] == state.dev_mem_free[first]).all()
+        and (
+            not state.tasks_limited
+            or (state.dev_task_free[pool] == state.dev_task_free[first]).all()
+        )
         and (state.dev_mem_total[pool] == state.dev_mem_total[first]).all()
         and (state.dev_usable[pool] == state.dev_usable[first]).all()
     )

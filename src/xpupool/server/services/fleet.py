@@ -192,11 +192,12 @@ def node_view(plane: ControlPlane, name: str) -> s.Node:
         rec = _record(plane, name)
         st = plane.engine.state
         i = st.node_index[name]
-        free = sum(
-            1
-            for d in rec.node.devices
-            if st.dev_mem_free.reshape(-1)[st.uuid_slot[d.uuid]] == d.memory_mib
-            and st.dev_core_free.reshape(-1)[st.uuid_slot[d.uuid]] == 1000
+        slots = [st.uuid_slot[d.uuid] for d in rec.node.devices]
+        free = int(
+            (
+                (st.dev_mem_free.reshape(-1)[slots] == st.dev_mem_commit.reshape(-1)[slots])
+                & (st.dev_core_free.reshape(-1)[slots] == st.dev_core_commit.reshape(-1)[slots])
+            ).sum()
         )
         return s.Node(
             name=name,
@@ -228,6 +229,7 @@ def list_nodes(plane: ControlPlane, site: str | None = None) -> list[s.Node]:
 def list_devices(plane: ControlPlane, node: str | None = None) -> list[s.Device]:
     with plane.lock:
         st = plane.engine.state
+        mem_commit, core_commit = st.dev_mem_commit.reshape(-1), st.dev_core_commit.reshape(-1)
         holders: dict[str, list[int]] = {}
         for job in plane.held.values():
             for alloc in job.allocations:
@@ -255,8 +257,14 @@ def list_devices(plane: ControlPlane, node: str | None = None) -> list[s.Device]
                         healthy=bool(st.dev_healthy.reshape(-1)[slot]),
                         cordoned=d.uuid in rec.cordoned_devices or d.uuid in rec.draining,
                         draining=d.uuid in rec.draining,
-                        allocated_memory_mib=int(d.memory_mib - st.dev_mem_free.reshape(-1)[slot]),
-                        allocated_core_permille=int(1000 - st.dev_core_free.reshape(-1)[slot]),
+                        allocated_memory_mib=int(
+                            mem_commit[slot] - st.dev_mem_free.reshape(-1)[slot]
+                        ),
+                        allocated_core_permille=int(
+                            core_commit[slot] - st.dev_core_free.reshape(-1)[slot]
+                        ),
+                        committable_memory_mib=int(mem_commit[slot]),
+                        committable_core_permille=int(core_commit[slot]),
                         jobs=sorted(set(holders.get(d.uuid, []))),
                         metrics=plane.metrics.get(d.uuid),
                     )
