@@ -20,7 +20,7 @@ from xpupool.engine.preempt import PreemptionPlan, plan_preemption
 from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile
 from xpupool.engine.reasons import Unschedulable
 from xpupool.engine.registry import SCORERS
-from xpupool.engine.scorers.base import Describing, Scorer, ScorerEnv
+from xpupool.engine.scorers.base import Describing, PluginArgs, Scorer, ScorerEnv
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray
 from xpupool.engine.txn import Transaction
 from xpupool.model.allocation import Allocation, DeviceShare
@@ -64,7 +64,8 @@ class Engine:
             self.profiles[profile.name] = profile
         self.profile = self._profile(profile.name if isinstance(profile, Profile) else profile)
         self.pipeline = Pipeline(state)
-        self._scorers: dict[str, Scorer] = {}
+        self.pipeline.filters_off = self._filters_off
+        self._scorers: dict[tuple[str, PluginArgs | None], Scorer] = {}
         self._weighted_cache: dict[str, tuple[tuple[Scorer, float], ...]] = {}
         self._next_id = 1
 
@@ -114,7 +115,9 @@ class Engine:
         """
         name = policy or req.node_policy
         profile = self._profile(name) if name else self.profile
-        ctx = self.feasible(req)
+        ctx = self.pipeline.context(req)
+        ctx.filters_off = profile.disabled_filters
+        self.pipeline.filter(ctx)
         total = np.zeros(self.state.n_nodes, np.float64)
         for scorer, weight in self._weighted(profile):
             total += weight * scorer.score(ctx)
@@ -218,16 +221,23 @@ class Engine:
                 "node_policy", name, f"unknown policy; known: {', '.join(sorted(self.profiles))}"
             ) from None
 
+    def _filters_off(self, req: Request) -> frozenset[str]:
+        """The filters ``req``'s profile turns off (an unknown name is refused by ``place``
+        before filtering; elsewhere it gets the engine's profile's)."""
+        profile = self.profiles.get(req.node_policy) if req.node_policy else None
+        return (profile or self.profile).disabled_filters
+
     def _weighted(self, profile: Profile) -> tuple[tuple[Scorer, float], ...]:
         found = self._weighted_cache.get(profile.name)
         if found is not None:
             return found
-        env = ScorerEnv(self.seed, self.pipeline, self.workload)
         out = []
         for name, weight in profile.scorers:
-            scorer = self._scorers.get(name)
+            args = profile.args_of(name)
+            scorer = self._scorers.get((name, args))
             if scorer is None:
-                scorer = self._scorers[name] = SCORERS[name](env)
+                env = ScorerEnv(self.seed, self.pipeline, self.workload, args)
+                scorer = self._scorers[(name, args)] = SCORERS[name](env)
             out.append((scorer, weight))
         self._weighted_cache[profile.name] = tuple(out)
         return self._weighted_cache[profile.name]

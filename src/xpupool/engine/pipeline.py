@@ -1,26 +1,24 @@
 """The placement pipeline for one replica: filter -> score -> choose a node; explain when none fits.
 
-The fast path ANDs whole-cluster masks and never formats a reason. The selector part of the device
-mask (vendor, model, UUID, card size, software, health) is cached per request selectors and state
-epoch, so a stream of similar requests pays only for the capacity checks. Only when nothing fits does
+The fast path ANDs whole-cluster masks and never formats a reason. The filters that run are the
+request's profile's (``registry.filter_chain``; the engine says which profile a request has through
+:attr:`Pipeline.filters_off`). The selector part of the device mask (vendor, model, UUID, card size,
+software, health) is cached per request selectors, static filters run and state epoch, so a stream
+of similar requests pays only for the capacity checks. Only when nothing fits does
 :meth:`Pipeline.explain` replay the chain stage by stage to count why, per node, like kube's FitError.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 
 import numpy as np
 
 from xpupool.engine.context import Context
 from xpupool.engine.filters.software import HOPE_ORDER, NO_HOPE
 from xpupool.engine.reasons import Reason, ReasonCount, Unschedulable
-from xpupool.engine.registry import (
-    DYNAMIC_DEVICE_FILTERS,
-    GROUP_FILTER,
-    NODE_FILTERS,
-    STATIC_DEVICE_FILTERS,
-)
+from xpupool.engine.registry import filter_chain
 from xpupool.engine.scorers.base import Scorer
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 from xpupool.model.request import WHOLE, Request
@@ -48,19 +46,22 @@ class Pipeline:
         self.state = state
         self._eligible: OrderedDict[tuple[object, ...], BoolArray] = OrderedDict()
         self._shares: dict[tuple[int, int], IntArray] = {}
+        # The filters a request's profile turns off; the engine installs its profiles' answer.
+        self.filters_off: Callable[[Request], frozenset[str]] = lambda req: frozenset()
 
     # ------------------------------------------------------------------ context
     def context(self, req: Request) -> Context:
         d = req.devices
+        off = self.filters_off(req)
         if d.count == 0:
-            return Context(req, self.state, 0, 0, 0)
+            return Context(req, self.state, 0, 0, 0, filters_off=off)
         need_mib: int | IntArray
         if d.memory_mib is not None:
             need_mib = d.memory_mib
         else:
             permille = d.need_memory_permille or WHOLE
             need_mib = self._share_of_cards(permille)
-        return Context(req, self.state, d.count, need_mib, d.need_core_permille)
+        return Context(req, self.state, d.count, need_mib, d.need_core_permille, filters_off=off)
 
     def _share_of_cards(self, permille: int) -> IntArray:
         key = (permille, self.state.epoch)
@@ -74,13 +75,14 @@ class Pipeline:
 
     def eligible(self, ctx: Context) -> BoolArray:
         """``[N, W]`` devices the request's selectors accept, ignoring free capacity (cached)."""
-        key = (ctx.req.devices.selector_key(), self.state.epoch)
+        chain = filter_chain(ctx.filters_off)
+        key = (ctx.req.devices.selector_key(), self.state.epoch, chain.static_key)
         found = self._eligible.get(key)
         if found is not None:
             self._eligible.move_to_end(key)
             return found
         mask = self.state.dev_usable
-        for f in STATIC_DEVICE_FILTERS:
+        for f in chain.static:
             part = f.device_mask(ctx.req, self.state, ctx)
             if part is not None and part is not mask:
                 mask = mask & part
@@ -94,8 +96,9 @@ class Pipeline:
     def filter(self, ctx: Context) -> BoolArray:
         """``[N]`` nodes that can take one replica now; also sets ``ctx.dev_fit``."""
         s = self.state
+        chain = filter_chain(ctx.filters_off)
         fit = s.node_ok
-        for nf in NODE_FILTERS[1:]:
+        for nf in chain.node[1:]:
             part = nf.node_mask(ctx.req, s)
             if part is not None:
                 fit = fit & part
@@ -103,14 +106,15 @@ class Pipeline:
             dev = self.eligible(ctx)
             if ctx.within is not None:
                 dev = dev & ctx.within
-            for df in DYNAMIC_DEVICE_FILTERS:
+            for df in chain.dynamic:
                 part = df.device_mask(ctx.req, s, ctx)
                 if part is not None:
                     dev = dev & part
             ctx.dev_fit = dev
             fit = fit & (count_per_node(dev) >= ctx.k)
-            if GROUP_FILTER.applies(ctx.req.devices.topology, ctx.k):
-                fit = fit & GROUP_FILTER.node_mask(s, dev, ctx.k)
+            group = chain.group
+            if group is not None and group.applies(ctx.req.devices.topology, ctx.k):
+                fit = fit & group.node_mask(s, dev, ctx.k)
         ctx.node_fit = fit
         return fit
 
@@ -146,6 +150,7 @@ class Pipeline:
 
     def _blame(self, ctx: Context) -> tuple[list[tuple[Reason, str]], IntArray]:
         s = self.state
+        chain = filter_chain(ctx.filters_off)
         labels: list[tuple[Reason, str]] = [(Reason.FITS, "")]
         blame = np.zeros(s.n_nodes, np.int64)
 
@@ -158,15 +163,15 @@ class Pipeline:
             if newly.any():
                 blame[newly] = label(reason, detail)
 
-        for nf in NODE_FILTERS:
+        for nf in chain.node:
             part = nf.node_mask(ctx.req, s)
             if part is not None:
                 fail(part, nf.reason)
         if ctx.k:
             dev = s.dev_present.copy()
             fail(count_per_node(dev) >= ctx.k, Reason.TOO_FEW_DEVICES)
-            for df in (*STATIC_DEVICE_FILTERS, *DYNAMIC_DEVICE_FILTERS):
-                if df is DYNAMIC_DEVICE_FILTERS[0] and ctx.within is not None:
+            for df in (*chain.static, *chain.dynamic):
+                if df is chain.dynamic[0] and ctx.within is not None:
                     dev = dev & ctx.within
                     fail(count_per_node(dev) >= ctx.k, Reason.OUTSIDE_ASSIGNMENT)
                 for stage in df.stages(ctx.req, s, ctx):
@@ -185,8 +190,9 @@ class Pipeline:
                     rest = newly & (rejected >= NO_HOPE)
                     if rest.any():
                         blame[rest] = label(stage.reason, stage.detail)
-            if GROUP_FILTER.applies(ctx.req.devices.topology, ctx.k):
-                fail(GROUP_FILTER.node_mask(s, dev, ctx.k), GROUP_FILTER.reason)
+            group = chain.group
+            if group is not None and group.applies(ctx.req.devices.topology, ctx.k):
+                fail(group.node_mask(s, dev, ctx.k), group.reason)
         return labels, blame
 
 

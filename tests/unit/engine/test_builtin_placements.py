@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xpupool.engine import BUILTIN_PROFILES, ClusterState, Engine
+from xpupool.engine import BUILTIN_PROFILES, ClusterState, Engine, Profile
 from xpupool.engine.fragmentation import TargetWorkload
+from xpupool.engine.profile_file import parse_profiles
 from xpupool.model import Device, DeviceRequest, Node, Request, Topology, parse_software_need
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "placements" / "builtin_profiles.json"
@@ -87,7 +88,7 @@ def stream(rng: np.random.Generator) -> Iterator[Request]:
         yield Request(f"r{i}", cpu, int(rng.choice((4096, 16384))), dev)
 
 
-def run(profile: str, online: bool = False) -> dict[str, object]:
+def run(profile: Profile | str, online: bool = False) -> dict[str, object]:
     """Place the stream, releasing a seeded fifth of what was placed every 200 requests."""
     rng = np.random.default_rng(SEED)
     nodes = fleet(rng)
@@ -129,6 +130,20 @@ def test_builtin_profile_places_as_recorded(
 ) -> None:
     online = profile == ONLINE
     assert run("xpupool" if online else profile, online=online) == expected[profile]
+
+
+def test_plugin_arguments_rebuild_a_builtin(expected: dict[str, dict[str, object]]) -> None:
+    # xpupool-greedy is xpupool without its lookahead: the same thing said in a profile file.
+    doc = {
+        "profiles": [
+            {
+                "name": "no-look",
+                "base": "xpupool",
+                "pluginConfig": [{"name": "xpupool", "args": {"lookahead": False}}],
+            }
+        ]
+    }
+    assert run(parse_profiles(doc)["no-look"]) == expected["xpupool-greedy"]
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:

@@ -18,13 +18,22 @@ MAX_SCORE = 100.0
 
 
 @dataclass(frozen=True, slots=True)
+class PluginArgs:
+    """Base of a plugin's arguments (a profile's ``pluginConfig``): a frozen dataclass whose fields
+    are bool, int or float, each with a default, so that a profile file sets only what it changes
+    and an unknown or mistyped argument is refused when the profile loads."""
+
+
+@dataclass(frozen=True, slots=True)
 class ScorerEnv:
     """What a scorer may depend on besides the request: the engine's seed, its pipeline (for
-    cached eligibility), and the target workload when the front knows one (FGD needs it)."""
+    cached eligibility), the target workload when the front knows one (FGD needs it), and the
+    profile's arguments for the plugin (None: its defaults)."""
 
     seed: int
     pipeline: Eligibility
     workload: TargetWorkload | None = None
+    args: PluginArgs | None = None
 
 
 class Scorer(Protocol):

@@ -60,6 +60,7 @@ requests, then every 2,000 once the window is full; the lookahead follows the wo
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -70,7 +71,7 @@ from xpupool.engine.fragmentation.lookahead import CANDIDATES, Lookahead
 from xpupool.engine.fragmentation.measure import IndexArray, TargetWorkload
 from xpupool.engine.fragmentation.pressure import DevicePressure
 from xpupool.engine.fragmentation.prices import SharePrices
-from xpupool.engine.scorers.base import ScorerEnv
+from xpupool.engine.scorers.base import PluginArgs, ScorerEnv
 from xpupool.engine.scorers.fgd import Fgd
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 from xpupool.model.request import Request
@@ -87,12 +88,23 @@ LOOK_SLACK = 1.0  # score points below the best within which the lookahead compa
 WINDOW = 10_000  # the online workload is estimated from the last this many requests
 
 
+@dataclass(frozen=True, slots=True)
+class XpupoolArgs(PluginArgs):
+    """``fine``: FGD's resolution for one-device replicas instead of half; ``lookahead``: the
+    one-step lookahead over the likeliest next shapes."""
+
+    fine: bool = False
+    lookahead: bool = True
+
+
 class Xpupool(Fgd):
     name: ClassVar[str] = "xpupool"
-    fine: ClassVar[bool] = False  # FGD's resolution for one-device replicas instead of half
-    look: ClassVar[bool] = True  # one-step lookahead over the likeliest next shapes
+    default_args: ClassVar[XpupoolArgs] = XpupoolArgs()
 
     def __init__(self, env: ScorerEnv) -> None:
+        args = env.args if isinstance(env.args, XpupoolArgs) else self.default_args
+        self.fine = args.fine
+        self.look = args.lookahead
         self._online = env.workload is None
         self._seen: deque[Request] = deque(maxlen=WINDOW)
         self._new = 0  # requests seen since the workload was last learned
@@ -253,14 +265,14 @@ class XpupoolFine(Xpupool):
     """xpupool with FGD's own resolution and card choice for one-device replicas."""
 
     name: ClassVar[str] = "xpupool-fine"
-    fine: ClassVar[bool] = True
+    default_args: ClassVar[XpupoolArgs] = XpupoolArgs(fine=True)
 
 
 class XpupoolGreedy(Xpupool):
     """xpupool without the lookahead: each replica placed for the fragmentation it causes now."""
 
     name: ClassVar[str] = "xpupool-greedy"
-    look: ClassVar[bool] = False
+    default_args: ClassVar[XpupoolArgs] = XpupoolArgs(lookahead=False)
 
 
 def cpu_bound(workload: TargetWorkload, state: ClusterState) -> bool:
