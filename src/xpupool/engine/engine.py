@@ -20,7 +20,13 @@ from xpupool.engine.preempt import PreemptionPlan, plan_preemption
 from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile
 from xpupool.engine.reasons import Unschedulable
 from xpupool.engine.registry import SCORERS
-from xpupool.engine.scorers.base import Describing, PluginArgs, Scorer, ScorerEnv
+from xpupool.engine.scorers.base import (
+    Describing,
+    DevicePicker,
+    PluginArgs,
+    Scorer,
+    ScorerEnv,
+)
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray
 from xpupool.engine.txn import Transaction
 from xpupool.model.allocation import Allocation, DeviceShare
@@ -206,9 +212,8 @@ class Engine:
         when it makes one (FGD picks the GPU it scored); else the profile's device policy."""
         if ctx.req.device_policy is None and scorers:
             heaviest = max(scorers, key=lambda sw: sw[1])[0]
-            pick = getattr(heaviest, "pick", None)  # a DevicePicker (see scorers/base.py)
-            if pick is not None:
-                columns: list[int] | None = pick(ctx, node)
+            if isinstance(heaviest, DevicePicker):
+                columns = heaviest.pick(ctx, node)
                 if columns is not None:
                     return columns
         return pick_devices(ctx, node, ctx.req.device_policy or profile.device_policy)

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.factories import devices, engine_for, gpu_node
 
 from xpupool.engine import BUILTIN_PROFILES, ClusterState, Engine
 from xpupool.engine.profile_file import load_profile_file, parse_profiles
@@ -15,6 +14,8 @@ from xpupool.engine.scorers.xpupool import XpupoolArgs
 from xpupool.model import Request
 from xpupool.model.errors import RequestError
 from xpupool.model.request import DevicePolicy
+
+from factories import devices, engine_for, gpu_node
 
 EXAMPLE = """
 apiVersion: xpupool/v1

@@ -42,11 +42,12 @@ class Scorer(Protocol):
     def score(self, ctx: Context) -> FloatArray: ...
 
 
+@runtime_checkable
 class DevicePicker(Protocol):
     """A scorer that rates a node by a particular choice of devices also makes that choice.
 
     ``pick`` returns the columns to use on ``node`` (the one chosen), or None to leave the choice to
-    the profile's device policy.
+    the profile's device policy. The engine asks the profile's heaviest scorer, when it is one.
     """
 
     def pick(self, ctx: Context, node: int) -> list[int] | None: ...
