@@ -265,6 +265,12 @@ class QueueIn(Strict):
         "403. Default 0 (the default priority): jobs may lower theirs, and only a cap the admin "
         "raises lets them preempt others' default-priority work.",
     )
+    profile: Name | None = Field(
+        None,
+        description="Placement profile (a built-in such as xpupool or binpack, or one from the "
+        "server's --profile file) for the queue's jobs that name none; null = the server's "
+        "default profile. An unknown name is refused.",
+    )
 
     @model_validator(mode="after")
     def _borrowing_needs_cohort(self) -> QueueIn:
@@ -296,6 +302,9 @@ class Queue(Lenient):
     tenant: str
     cohort: str | None
     max_priority: int = Field(0, description="Highest priority its jobs may ask for.")
+    profile: str | None = Field(
+        None, description="Placement profile of its jobs that name none; null = the default."
+    )
     quotas: list[QuotaUsage]
     pending: int = Field(0, description="Jobs waiting in this queue.")
     running: int = Field(0, description="Jobs holding devices (scheduled or running).")

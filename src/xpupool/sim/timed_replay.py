@@ -18,7 +18,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from xpupool.engine import ClusterState, Engine
+from xpupool.engine import ClusterState, Engine, Profile
 from xpupool.engine.fragmentation import TargetWorkload, kernels
 from xpupool.model import Node, Request
 from xpupool.sim.alibaba import TraceTask, capacity_milli, to_request
@@ -68,7 +68,7 @@ class TimedResult:
 def timed_replay(
     nodes: Sequence[Node],
     tasks: Sequence[TraceTask],
-    policy: str,
+    policy: Profile | str,
     seed: int,
     workload: TargetWorkload,
     order: QueueOrder = QueueOrder.FIFO,
@@ -142,7 +142,7 @@ def timed_replay(
         util.append(100.0 * used / capacity if capacity else 0.0)
     last_arrival = float(max(arrive_at, default=0))
     return TimedResult(
-        policy,
+        policy if isinstance(policy, str) else policy.name,
         wait,
         jct,
         np.asarray(times),

@@ -65,7 +65,11 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
         spec = plane.queue_specs.get(queue)
         if spec is None or spec.tenant != tenant:
             raise RequestError("queue", queue, f"no queue of that name for tenant {tenant!r}")
-        check_request_names(plane.engine, req)
+        check_request_names(
+            plane.engine, req, "spec" if body.spec is not None else "request.node_policy"
+        )
+        if req.node_policy is None and queue in plane.queue_profiles:
+            req = replace(req, node_policy=plane.queue_profiles[queue])
         grants.check_submission(
             plane,
             conn,

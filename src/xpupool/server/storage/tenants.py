@@ -85,6 +85,8 @@ queues = Table(
     Column("created_at", Float, nullable=False),
     # highest priority a job may ask for; queues from before the cap get 0 (the default priority)
     Column("max_priority", Integer, nullable=False, server_default=_default(0)),
+    # placement profile of the queue's jobs that name none; NULL = the server's default
+    Column("profile", String(63), nullable=True),
 )
 
 
