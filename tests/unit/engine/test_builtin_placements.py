@@ -20,9 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xpupool.engine import BUILTIN_PROFILES, ClusterState, Engine, Profile
+from xpupool.engine import BUILTIN_PROFILES, ClusterState, Engine, Profile, make_profile
 from xpupool.engine.fragmentation import TargetWorkload
 from xpupool.engine.profile_file import parse_profiles
+from xpupool.engine.registry import SCORERS
+from xpupool.engine.scorers.base import MAX_SCORE, MIN_SCORE
+from xpupool.engine.scorers.xpupool import Xpupool
 from xpupool.model import Device, DeviceRequest, Node, Request, Topology, parse_software_need
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "placements" / "builtin_profiles.json"
@@ -130,6 +133,42 @@ def test_builtin_profile_places_as_recorded(
 ) -> None:
     online = profile == ONLINE
     assert run("xpupool" if online else profile, online=online) == expected[profile]
+
+
+@pytest.mark.parametrize("scorer", list(SCORERS))
+def test_every_scorer_stays_within_bounds(scorer: str) -> None:
+    """On the nodes a replica fits, every scorer's scores lie in MIN_SCORE..MAX_SCORE, so that
+    weights compare like with like (kube's MinNodeScore..MaxNodeScore)."""
+    rng = np.random.default_rng(SEED)
+    nodes = fleet(rng)
+    requests = list(stream(rng))[:400]
+    workload = TargetWorkload.from_requests(requests)
+    profile = make_profile(f"only-{scorer}", {scorer: 1})
+    engine = Engine(ClusterState(nodes, seed=SEED), profile, seed=SEED, workload=workload)
+    for req in requests:
+        fits, total = engine.rate(req)
+        assert (total[fits] >= MIN_SCORE).all() and (total[fits] <= MAX_SCORE).all(), req
+        engine.place(req)
+
+
+def test_xpupool_bounded_scores_choose_as_its_raw_ones() -> None:
+    """xpupool's own measure leaves 0..100 (penalties below, the lookahead's pick above); its
+    squashed scores keep the raw order and ties on every request of the stream."""
+    rng = np.random.default_rng(SEED)
+    nodes = fleet(rng)
+    requests = list(stream(rng))[:300]
+    engine = Engine(ClusterState(nodes, seed=SEED), "xpupool", seed=SEED)
+    scorer = engine._weighted(engine.profile)[0][0]
+    assert isinstance(scorer, Xpupool)
+    for req in requests:
+        ctx = engine.feasible(req)
+        fit = np.flatnonzero(ctx.node_fit)
+        raw = scorer.raw_score(ctx)[fit]
+        bounded = scorer.score(ctx)[fit]
+        order = np.argsort(raw, kind="stable")
+        assert (np.argsort(bounded, kind="stable") == order).all()
+        assert ((np.diff(raw[order]) == 0) == (np.diff(bounded[order]) == 0)).all()
+        engine.place(req)
 
 
 def test_plugin_arguments_rebuild_a_builtin(expected: dict[str, dict[str, object]]) -> None:

@@ -1,7 +1,10 @@
-"""A scorer rates every node for one replica: ``[N]`` floats in 0..100, higher is better.
+"""A scorer rates every node for one replica: ``[N]`` floats in 0..MAX_SCORE, higher is better.
 
 Scores are computed for all nodes at once; the engine ignores nodes that did not pass the filters.
-Weights live in profiles (``engine/profile.py``), never in scorers.
+Weights live in profiles (``engine/profile.py``), never in scorers, and mean something only because
+every scorer's scores share one range, as kube's MinNodeScore..MaxNodeScore: a scorer whose own
+measure leaves it maps it back with a strictly increasing function (:func:`squash`), which keeps
+every choice it makes alone (same order, same ties).
 """
 
 from __future__ import annotations
@@ -9,12 +12,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
+import numpy as np
+
 from xpupool.engine.context import Context
 from xpupool.engine.eligibility import Eligibility
 from xpupool.engine.fragmentation.measure import TargetWorkload
 from xpupool.engine.state import FloatArray
 
+MIN_SCORE = 0.0
 MAX_SCORE = 100.0
+
+
+def squash(raw: FloatArray, middle: float, scale: float) -> FloatArray:
+    """``raw`` mapped into (MIN_SCORE, MAX_SCORE) by a logistic centred on ``middle``: strictly
+    increasing, so equal raw scores stay equal and the order of unequal ones is kept (in float64
+    down to differences about 1e-14 of the score, far below any a scorer makes on purpose)."""
+    z = np.clip((raw - middle) / scale, -700.0, 700.0)  # exp stays finite and positive
+    result: FloatArray = MAX_SCORE / (1.0 + np.exp(-z))
+    return result
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +54,9 @@ class ScorerEnv:
 class Scorer(Protocol):
     name: ClassVar[str]
 
-    def score(self, ctx: Context) -> FloatArray: ...
+    def score(self, ctx: Context) -> FloatArray:
+        """``[N]`` in MIN_SCORE..MAX_SCORE on the nodes in ``ctx.node_fit``; others are ignored."""
+        ...
 
 
 @runtime_checkable

@@ -47,6 +47,11 @@ the fleet after this placement. It applies to every replica (one card, several, 
 ``xpupool-fine`` uses FGD's own resolution for one-card replicas, ``xpupool-greedy`` has no
 lookahead (both for comparison).
 
+The engine sees the score squashed into 0..100 (``scorers/base.py`` ``squash``, centred on
+``SQUASH_MIDDLE``, FGD's "no change", with slope set by ``SQUASH_SCALE``): strictly increasing, so
+xpupool alone chooses exactly as with the raw score, and weighted beside other scorers it counts on
+their scale.
+
 The workload is CPU-bound when it asks for at least ``CPU_BOUND`` of the fleet's CPU per unit of
 device compute, i.e. CPU would run out about when the devices fill. The measurements behind every
 choice are in ``docs/placement-policy.md``.
@@ -71,7 +76,7 @@ from xpupool.engine.fragmentation.lookahead import CANDIDATES, Lookahead
 from xpupool.engine.fragmentation.measure import IndexArray, TargetWorkload
 from xpupool.engine.fragmentation.pressure import DevicePressure
 from xpupool.engine.fragmentation.prices import SharePrices
-from xpupool.engine.scorers.base import PluginArgs, ScorerEnv
+from xpupool.engine.scorers.base import PluginArgs, ScorerEnv, squash
 from xpupool.engine.scorers.fgd import Fgd
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 from xpupool.model.request import Request
@@ -86,6 +91,8 @@ RELEARN_AFTER = 0.25  # re-learn the online workload after this share of the win
 PACK = 100.0  # score points per card of packing loss: any loss outweighs FGD's whole range
 LOOK_SLACK = 1.0  # score points below the best within which the lookahead compares candidates
 WINDOW = 10_000  # the online workload is estimated from the last this many requests
+SQUASH_MIDDLE = 50.0  # raw score that maps to 50 of 0..100 (FGD's "no change")
+SQUASH_SCALE = 25.0  # raw points per unit of the logistic: 0..100 raw maps to about 12..88
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +146,16 @@ class Xpupool(Fgd):
         return f"{self.name}: " + "; ".join(parts)
 
     def score(self, ctx: Context) -> FloatArray:
+        """The raw score below (about -2000..101.5: penalties push it under FGD's range, the
+        lookahead's choice above the best) squashed into 0..100, the same order and ties."""
+        raw = self.raw_score(ctx)
+        candidates = np.flatnonzero(ctx.node_fit)
+        raw[candidates] = squash(raw[candidates], SQUASH_MIDDLE, SQUASH_SCALE)
+        return raw
+
+    def raw_score(self, ctx: Context) -> FloatArray:
+        """The unbounded score (see the module docstring), before the squash: for reports and
+        tests that reason in its points."""
         if self._online and ctx is not self._last:
             self._observe(ctx.req)
         self._last = ctx
