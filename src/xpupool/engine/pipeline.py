@@ -10,20 +10,25 @@ of similar requests pays only for the capacity checks. Only when nothing fits do
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
 
 import numpy as np
 
 from xpupool.engine.context import Context
 from xpupool.engine.filters.software import HOPE_ORDER, NO_HOPE
+from xpupool.engine.lru import Lru
 from xpupool.engine.reasons import Reason, ReasonCount, Unschedulable
 from xpupool.engine.registry import filter_chain
 from xpupool.engine.scorers.base import Scorer
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 from xpupool.model.request import WHOLE, Request
 
-_CACHE_SIZE = 256
+# Eligible masks ([N, W] bools: 40 KB each at 5,000 nodes of 8 cards, 10 MB at the bound) by
+# request selectors, static filters and epoch; and cards' MiB for a share ([N, W] ints) by share
+# and epoch. A stream of requests uses a few dozen of each; the bound only stops a long-running
+# server's distinct selectors from piling up.
+ELIGIBLE_BOUND = 256
+SHARES_BOUND = 256
 
 
 def count_per_node(mask: BoolArray) -> IntArray:
@@ -44,8 +49,8 @@ class Pipeline:
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
-        self._eligible: OrderedDict[tuple[object, ...], BoolArray] = OrderedDict()
-        self._shares: dict[tuple[int, int], IntArray] = {}
+        self.eligible_cache: Lru[tuple[object, ...], BoolArray] = Lru(ELIGIBLE_BOUND)
+        self.shares_cache: Lru[tuple[int, int], IntArray] = Lru(SHARES_BOUND)
         # The filters a request's profile turns off; the engine installs its profiles' answer.
         self.filters_off: Callable[[Request], frozenset[str]] = lambda req: frozenset()
 
@@ -65,32 +70,25 @@ class Pipeline:
 
     def _share_of_cards(self, permille: int) -> IntArray:
         key = (permille, self.state.epoch)
-        found = self._shares.get(key)
+        found = self.shares_cache.get(key)
         if found is None:
-            if len(self._shares) > _CACHE_SIZE:
-                self._shares.clear()
             # Rounded down: n shares of 1/n of a card always fit on it.
-            found = self._shares[key] = (self.state.dev_mem_total * permille) // WHOLE
+            found = self.shares_cache.put(key, (self.state.dev_mem_total * permille) // WHOLE)
         return found
 
     def eligible(self, ctx: Context) -> BoolArray:
         """``[N, W]`` devices the request's selectors accept, ignoring free capacity (cached)."""
         chain = filter_chain(ctx.filters_off)
         key = (ctx.req.devices.selector_key(), self.state.epoch, chain.static_key)
-        found = self._eligible.get(key)
+        found = self.eligible_cache.get(key)
         if found is not None:
-            self._eligible.move_to_end(key)
             return found
         mask = self.state.dev_usable
         for f in chain.static:
             part = f.device_mask(ctx.req, self.state, ctx)
             if part is not None and part is not mask:
                 mask = mask & part
-        mask = np.ascontiguousarray(mask)
-        self._eligible[key] = mask
-        if len(self._eligible) > _CACHE_SIZE:
-            self._eligible.popitem(last=False)
-        return mask
+        return self.eligible_cache.put(key, np.ascontiguousarray(mask))
 
     # ------------------------------------------------------------------ fast path
     def filter(self, ctx: Context) -> BoolArray:
