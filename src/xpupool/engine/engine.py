@@ -23,6 +23,7 @@ from xpupool.engine.registry import SCORERS
 from xpupool.engine.scorers.base import (
     Describing,
     DevicePicker,
+    Observer,
     PluginArgs,
     Scorer,
     ScorerEnv,
@@ -73,6 +74,7 @@ class Engine:
         self.pipeline.filters_off = self._filters_off
         self._scorers: dict[tuple[str, PluginArgs | None], Scorer] = {}
         self._weighted_cache: dict[str, tuple[tuple[Scorer, float], ...]] = {}
+        self._observers: dict[str, tuple[Observer, ...]] = {}
         self._next_id = 1
 
     # ------------------------------------------------------------------ public
@@ -81,8 +83,20 @@ class Engine:
 
         ``within`` (``[N, W]``) restricts the devices further, e.g. to an admitted quota flavour;
         a refusal then counts nodes whose devices lie outside it (``Reason.OUTSIDE_ASSIGNMENT``).
+        The profile's observers (``scorers/base.py`` :class:`Observer`) are told the outcome.
         """
         profile = self._profile(req.node_policy) if req.node_policy else self.profile
+        placement = self._place_all(req, profile, within)
+        observers = self._observers.get(profile.name)
+        if observers is None:
+            weighted = self._weighted(profile)
+            observers = tuple(s for s, _ in weighted if isinstance(s, Observer))
+            self._observers[profile.name] = observers
+        for observer in observers:
+            observer.observe(req, placement.ok)
+        return placement
+
+    def _place_all(self, req: Request, profile: Profile, within: BoolArray | None) -> Placement:
         if req.gang and req.replicas > 1:
             refused = gang_refusal(self.pipeline, req, within)  # more than could ever fit now
             if refused is not None:

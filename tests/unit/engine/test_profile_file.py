@@ -167,3 +167,25 @@ def test_base_and_disabled_star_replace_the_scorers() -> None:
 
 def _with_policy(req: Request, policy: str) -> Request:
     return replace(req, node_policy=policy)
+
+
+def test_xpupool_constants_are_plugin_arguments() -> None:
+    doc = (
+        "profiles: [{name: a, base: xpupool, pluginConfig: [{name: xpupool,"
+        " args: {pack: 50, window: 500, slope: 0.05, look_slack: 2}}]}]"
+    )
+    args = parse_profiles(yaml.safe_load(doc))["a"].args_of("xpupool")
+    assert args == XpupoolArgs(pack=50.0, window=500, slope=0.05, look_slack=2.0)
+    engine = Engine(ClusterState([gpu_node("a")]), parse_profiles(yaml.safe_load(doc))["a"])
+    assert engine.place(devices(1)).ok
+    scorer = engine._weighted(engine.profile)[0][0]
+    assert scorer.args == args  # type: ignore[attr-defined]
+    assert scorer._seen.maxlen == 500  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("args", "field"), [("{steps: 0}", ""), ("{window: 1.5}", ".window")])
+def test_bad_xpupool_arguments_are_refused(args: str, field: str) -> None:
+    doc = f"profiles: [{{name: a, base: xpupool, pluginConfig: [{{name: xpupool, args: {args}}}]}}]"
+    with pytest.raises(RequestError) as exc:
+        parse_profiles(yaml.safe_load(doc))
+    assert exc.value.field == "profiles[0].pluginConfig[0].args" + field

@@ -18,6 +18,7 @@ from xpupool.engine.context import Context
 from xpupool.engine.eligibility import Eligibility
 from xpupool.engine.fragmentation.measure import TargetWorkload
 from xpupool.engine.state import FloatArray
+from xpupool.model.request import Request
 
 MIN_SCORE = 0.0
 MAX_SCORE = 100.0
@@ -68,6 +69,15 @@ class DevicePicker(Protocol):
     """
 
     def pick(self, ctx: Context, node: int) -> list[int] | None: ...
+
+
+@runtime_checkable
+class Observer(Protocol):
+    """A scorer that learns from the workload is told of every request the engine was asked to
+    place, placed or refused (``placed``: every replica placed). Scoring alone would not tell it:
+    the engine scores only when two or more nodes fit, so refused requests never reach ``score``."""
+
+    def observe(self, req: Request, placed: bool) -> None: ...
 
 
 @runtime_checkable

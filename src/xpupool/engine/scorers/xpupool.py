@@ -72,7 +72,7 @@ import numpy as np
 
 from xpupool.engine.context import Context
 from xpupool.engine.fragmentation.cache import FragmentationCache
-from xpupool.engine.fragmentation.lookahead import CANDIDATES, Lookahead
+from xpupool.engine.fragmentation.lookahead import CANDIDATES, SHAPES, Lookahead
 from xpupool.engine.fragmentation.measure import IndexArray, TargetWorkload
 from xpupool.engine.fragmentation.pressure import DevicePressure
 from xpupool.engine.fragmentation.prices import SharePrices
@@ -97,11 +97,38 @@ SQUASH_SCALE = 25.0  # raw points per unit of the logistic: 0..100 raw maps to a
 
 @dataclass(frozen=True, slots=True)
 class XpupoolArgs(PluginArgs):
-    """``fine``: FGD's resolution for one-device replicas instead of half; ``lookahead``: the
-    one-step lookahead over the likeliest next shapes."""
+    """The scorer's switches and constants, settable in a profile's ``pluginConfig``; the defaults
+    are the module's constants above, where each is explained. ``fine``: FGD's resolution for
+    one-device replicas instead of half; ``lookahead``: the one-step lookahead over the likeliest
+    next shapes; ``candidates`` and ``shapes``: how many near-best nodes and next shapes it
+    compares (``engine/fragmentation/lookahead.py``)."""
 
     fine: bool = False
     lookahead: bool = True
+    steps: int = STEPS
+    steps_node: int = STEPS_NODE
+    tight: float = TIGHT
+    cpu_bound: float = CPU_BOUND
+    slope: float = SLOPE
+    cpu_tie: float = CPU_TIE
+    relearn_after: float = RELEARN_AFTER
+    pack: float = PACK
+    look_slack: float = LOOK_SLACK
+    window: int = WINDOW
+    candidates: int = CANDIDATES
+    shapes: int = SHAPES
+
+    def __post_init__(self) -> None:
+        counts = {"steps": self.steps, "steps_node": self.steps_node, "window": self.window}
+        counts |= {"candidates": self.candidates, "shapes": self.shapes}
+        for name, value in counts.items():
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        for name in ("tight", "cpu_bound", "slope", "cpu_tie", "relearn_after", "pack"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.look_slack < 0:
+            raise ValueError(f"look_slack must be >= 0, got {self.look_slack}")
 
 
 class Xpupool(Fgd):
@@ -110,18 +137,21 @@ class Xpupool(Fgd):
 
     def __init__(self, env: ScorerEnv) -> None:
         args = env.args if isinstance(env.args, XpupoolArgs) else self.default_args
+        self.args = args
         self.fine = args.fine
         self.look = args.lookahead
         self._online = env.workload is None
-        self._seen: deque[Request] = deque(maxlen=WINDOW)
+        self._seen: deque[Request] = deque(maxlen=args.window)
         self._new = 0  # requests seen since the workload was last learned
         self._last: Context | None = None
         self._pressure: DevicePressure | None = None
         workload = env.workload or TargetWorkload((), ())
         self._cpu_per_compute = cpu_per_compute(workload)
-        super().__init__(env, workload, capped=cpu_bound(workload, env.pipeline.state))
+        super().__init__(
+            env, workload, capped=cpu_bound(workload, env.pipeline.state, args.cpu_bound)
+        )
         self._prices = share_prices(workload)
-        self._lookahead = Lookahead(self.frag) if self.look else None
+        self._lookahead = Lookahead(self.frag, args.shapes) if self.look else None
         if self._lookahead is not None and self._lookahead.active:
             self.frag.current()  # every node's next-shape deltas, once, before placing
             self._lookahead.update(env.pipeline.state)
@@ -171,7 +201,7 @@ class Xpupool(Fgd):
             stale = candidates
         if stale.size:
             cached.score[stale] = _score(
-                ctx, before, cached.frag_after, stale, self.fine, self._prices
+                ctx, before, cached.frag_after, stale, self.args, self._prices
             )
         if cached.score.ndim == 1:
             scores[candidates] = cached.score[candidates]
@@ -179,9 +209,10 @@ class Xpupool(Fgd):
                 if displaced.ndim == 2:  # per card: a node's least contended fitting cards
                     assert ctx.dev_fit is not None  # set for every replica that needs devices
                     displaced = np.where(ctx.dev_fit[candidates], displaced, np.inf).min(axis=1)
-                scores[candidates] -= SLOPE * ctx.k * displaced
+                scores[candidates] -= self.args.slope * ctx.k * displaced
             elif ctx.k == 0 and not self.frag.capped:  # capped, F already weighs CPU
-                scores[candidates] += CPU_TIE * _spare_cpu(state, candidates, self._cpu_per_compute)
+                spare = _spare_cpu(state, candidates, self._cpu_per_compute)
+                scores[candidates] += self.args.cpu_tie * spare
             if self._looking(candidates):
                 self._look_ahead(ctx, scores, None, candidates, before, cached.frag_after)
             return scores
@@ -189,13 +220,13 @@ class Xpupool(Fgd):
         assert ctx.dev_fit is not None
         per_device = np.where(ctx.dev_fit[candidates], cached.score[candidates], -np.inf)
         if displaced is not None and displaced.ndim == 2:
-            per_device = per_device - SLOPE * displaced
+            per_device = per_device - self.args.slope * displaced
         best = np.argmax(per_device, axis=1)
         columns = np.full(state.n_nodes, -1, np.int64)
         columns[candidates] = best
         scores[candidates] = per_device[np.arange(candidates.size), best]
         if displaced is not None and displaced.ndim == 1:  # the same for every card of a node
-            scores[candidates] -= SLOPE * displaced
+            scores[candidates] -= self.args.slope * displaced
         if self._looking(candidates):
             self._look_ahead(ctx, scores, columns, candidates, before, cached.frag_after)
         self._columns = (ctx, columns)
@@ -220,10 +251,10 @@ class Xpupool(Fgd):
         assert self._lookahead is not None
         state = ctx.state
         top = float(scores[candidates].max())
-        pool = candidates[scores[candidates] >= top - LOOK_SLACK]
+        pool = candidates[scores[candidates] >= top - self.args.look_slack]
         if pool.size < 2:
             return
-        pool = pool[np.lexsort((state.rank[pool], -scores[pool]))][:CANDIDATES]
+        pool = pool[np.lexsort((state.rank[pool], -scores[pool]))][: self.args.candidates]
         taken = np.zeros((pool.size, state.width), np.bool_)
         if columns is not None:
             taken[np.arange(pool.size), columns[pool]] = True
@@ -265,17 +296,17 @@ class Xpupool(Fgd):
         """Online target workload: FGD's estimate from the requests seen lately."""
         self._seen.append(req)
         self._new += 1
-        if self._new >= max(1.0, RELEARN_AFTER * (len(self._seen) - self._new)):
+        if self._new >= max(1.0, self.args.relearn_after * (len(self._seen) - self._new)):
             self._new = 0
             state = self.frag.state
             workload = TargetWorkload.from_requests(self._seen)
-            capped = cpu_bound(workload, state)
+            capped = cpu_bound(workload, state, self.args.cpu_bound)
             self._cpu_per_compute = cpu_per_compute(workload)
             self._prices = share_prices(workload)
             self.frag = FragmentationCache(state, self.frag.pipeline, workload, capped)
             self._cache.clear()
             if self._lookahead is not None:
-                self._lookahead = Lookahead(self.frag)
+                self._lookahead = Lookahead(self.frag, self.args.shapes)
 
 
 class XpupoolFine(Xpupool):
@@ -292,8 +323,8 @@ class XpupoolGreedy(Xpupool):
     default_args: ClassVar[XpupoolArgs] = XpupoolArgs(lookahead=False)
 
 
-def cpu_bound(workload: TargetWorkload, state: ClusterState) -> bool:
-    """Does ``workload`` ask for at least ``CPU_BOUND`` of the CPU the fleet's device nodes have per
+def cpu_bound(workload: TargetWorkload, state: ClusterState, share: float = CPU_BOUND) -> bool:
+    """Does ``workload`` ask for at least ``share`` of the CPU the fleet's device nodes have per
     unit of device compute? Then CPU, not devices, is what strands capacity, and fragmentation is
     CPU-capped."""
     cpu, _, compute = _cpu_and_compute(workload)
@@ -302,7 +333,7 @@ def cpu_bound(workload: TargetWorkload, state: ClusterState) -> bool:
     fleet_cpu = float(state.node_cpu_total[with_devices].sum())
     if compute <= 0 or fleet_compute <= 0 or fleet_cpu <= 0:
         return False
-    return (cpu / compute) >= CPU_BOUND * (fleet_cpu / fleet_compute)
+    return (cpu / compute) >= share * (fleet_cpu / fleet_compute)
 
 
 def cpu_per_compute(workload: TargetWorkload) -> float:
@@ -365,20 +396,20 @@ def _score(
     before: FloatArray,
     frag_after: FloatArray,
     nodes: IndexArray,
-    fine: bool,
+    args: XpupoolArgs,
     prices: SharePrices | None,
 ) -> FloatArray:
     """Scores of ``nodes`` (``[S]``), or of each of their cards for a one-device replica
     (``[S, W]``, before masking the cards it does not fit): primary, plus the fullest-card term at
     half resolution."""
     if frag_after.ndim == 1:
-        return _primary(before[nodes], frag_after[nodes], STEPS_NODE)
-    if fine:
-        return _primary(before[nodes, None], frag_after[nodes], STEPS_NODE)
-    per_device = _primary(before[nodes, None], frag_after[nodes], STEPS)
+        return _primary(before[nodes], frag_after[nodes], args.steps_node)
+    if args.fine:
+        return _primary(before[nodes, None], frag_after[nodes], args.steps_node)
+    per_device = _primary(before[nodes, None], frag_after[nodes], args.steps)
     if prices is not None and 0 < ctx.need_core < 1000:  # a share: how it fills the card's gap
-        per_device -= PACK * prices.loss(ctx.state.dev_core_free[nodes], ctx.need_core)
-    per_device += TIGHT * (1.0 - (ctx.state.dev_core_free[nodes] - ctx.need_core) / 1000.0)
+        per_device -= args.pack * prices.loss(ctx.state.dev_core_free[nodes], ctx.need_core)
+    per_device += args.tight * (1.0 - (ctx.state.dev_core_free[nodes] - ctx.need_core) / 1000.0)
     return per_device
 
 
