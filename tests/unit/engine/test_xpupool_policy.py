@@ -204,3 +204,16 @@ def test_the_online_workload_is_priced_as_it_is_learned() -> None:
     assert scorer.prices is not None
     assert scorer.prices.sizes.tolist() == [300, 500]
     assert scorer.prices.value[1000] == pytest.approx(1.0)
+
+
+def test_online_workload_learns_refused_requests_too() -> None:
+    # Without a target workload xpupool learns one from what the engine is asked to place: the
+    # engine tells it every request once decided, so one that fits nowhere is learned as well.
+    engine = Engine(ClusterState([gpu_node("a", count=2, group_size=0)]), "xpupool")
+    scorer = engine._weighted(engine.profile)[0][0]
+    assert isinstance(scorer, Xpupool)
+    fits = Request("fits", cpu_milli=1000, devices=DeviceRequest(count=1))
+    too_big = Request("too-big", cpu_milli=1000, devices=DeviceRequest(count=4))
+    assert engine.place(fits).ok and not engine.place(too_big).ok
+    assert [r.name for r in scorer._seen] == ["fits", "too-big"]
+    assert {s.devices.count for s in scorer.frag.workload.shapes} == {1, 4}

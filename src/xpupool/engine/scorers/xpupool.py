@@ -57,9 +57,11 @@ device compute, i.e. CPU would run out about when the devices fill. The measurem
 choice are in ``docs/placement-policy.md``.
 
 Without a target workload (the embedded server, the Kubernetes extender) the scorer learns one from
-the last 10,000 requests it was asked to place, FGD's way (the most popular shapes covering 95 % of
-them), re-learning whenever a quarter of what it knew is new: after 1, 2, 3, 4, 5, 7, 9, ...
-requests, then every 2,000 once the window is full; the lookahead follows the workload learned.
+the last 10,000 requests the engine was asked to place, placed or refused (the engine tells it each
+through :meth:`Xpupool.observe` once the request is decided), FGD's way (the most popular shapes
+covering 95 % of them), re-learning whenever a quarter of what it knew is new: after 1, 2, 3, 4, 5,
+7, 9, ... requests, then every 2,000 once the window is full; the lookahead follows the workload
+learned.
 """
 
 from __future__ import annotations
@@ -143,7 +145,6 @@ class Xpupool(Fgd):
         self._online = env.workload is None
         self._seen: deque[Request] = deque(maxlen=args.window)
         self._new = 0  # requests seen since the workload was last learned
-        self._last: Context | None = None
         self._pressure: DevicePressure | None = None
         workload = env.workload or TargetWorkload((), ())
         self._cpu_per_compute = cpu_per_compute(workload)
@@ -186,9 +187,6 @@ class Xpupool(Fgd):
     def raw_score(self, ctx: Context) -> FloatArray:
         """The unbounded score (see the module docstring), before the squash: for reports and
         tests that reason in its points."""
-        if self._online and ctx is not self._last:
-            self._observe(ctx.req)
-        self._last = ctx
         state = ctx.state
         before, cached, candidates, stale = self._fragmentation(ctx)
         scores = np.zeros(state.n_nodes, np.float64)
@@ -292,8 +290,11 @@ class Xpupool(Fgd):
             return None
         return self._pressure.displaced(candidates, ctx.dev_fit, ctx.need_core)
 
-    def _observe(self, req: Request) -> None:
-        """Online target workload: FGD's estimate from the requests seen lately."""
+    def observe(self, req: Request, placed: bool) -> None:
+        """Online target workload: FGD's estimate from the requests seen lately, refused ones
+        too (what fits nowhere now is still what the workload asks for)."""
+        if not self._online:
+            return
         self._seen.append(req)
         self._new += 1
         if self._new >= max(1.0, self.args.relearn_after * (len(self._seen) - self._new)):
