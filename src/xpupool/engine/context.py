@@ -19,7 +19,9 @@ class Context:
     """``need_mib`` is an int when memory was asked in MiB, else an ``[N, W]`` array of MiB per card
     (a share of each card's size, rounded down so that n shares of 1/n always fit). ``within``
     narrows the devices beyond the request's own selectors, for callers such as admission.
-    ``filters_off`` names the filters the request's profile turns off (``registry.filter_chain``)."""
+    ``filters_off`` names the filters the request's profile turns off (``registry.filter_chain``).
+    ``cycle`` is what plugins keep for this replica attempt, by plugin name (kube's CycleState): a
+    scorer's working data for its post-score step, say; it dies with the context."""
 
     req: Request
     state: ClusterState
@@ -32,3 +34,4 @@ class Context:
     group_best: IntArray | None = None
     within: BoolArray | None = None  # [N, W] devices the caller allows (a quota flavour), or all
     filters_off: frozenset[str] = frozenset()
+    cycle: dict[str, object] = field(default_factory=dict)

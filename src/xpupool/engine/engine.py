@@ -25,6 +25,7 @@ from xpupool.engine.scorers.base import (
     DevicePicker,
     Observer,
     PluginArgs,
+    PostScorer,
     Scorer,
     ScorerEnv,
 )
@@ -75,6 +76,7 @@ class Engine:
         self._scorers: dict[tuple[str, PluginArgs | None], Scorer] = {}
         self._weighted_cache: dict[str, tuple[tuple[Scorer, float], ...]] = {}
         self._observers: dict[str, tuple[Observer, ...]] = {}
+        self._post: dict[str, tuple[PostScorer, ...]] = {}
         self._next_id = 1
 
     # ------------------------------------------------------------------ public
@@ -174,7 +176,7 @@ class Engine:
         ctx = self.pipeline.context(req)
         ctx.within = within
         self.pipeline.filter(ctx)
-        node = self.pipeline.choose(ctx, self._weighted(profile))
+        node = self.pipeline.choose(ctx, self._weighted(profile), self._post_steps(profile))
         if node < 0:
             return self.pipeline.explain(ctx)
         alloc = self._allocation(ctx, node, replica, profile, self._weighted(profile))
@@ -239,6 +241,16 @@ class Engine:
             raise RequestError(
                 "node_policy", name, f"unknown policy; known: {', '.join(sorted(self.profiles))}"
             ) from None
+
+    def _post_steps(self, profile: Profile) -> tuple[PostScorer, ...]:
+        """The profile's scorers that declare a post-score step, in the profile's order."""
+        found = self._post.get(profile.name)
+        if found is None:
+            weighted = self._weighted(profile)
+            found = self._post[profile.name] = tuple(
+                s for s, _ in weighted if isinstance(s, PostScorer)
+            )
+        return found
 
     def _filters_off(self, req: Request) -> frozenset[str]:
         """The filters ``req``'s profile turns off (an unknown name is refused by ``place``

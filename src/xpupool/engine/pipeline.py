@@ -19,7 +19,7 @@ from xpupool.engine.filters.software import HOPE_ORDER, NO_HOPE
 from xpupool.engine.lru import Lru
 from xpupool.engine.reasons import Reason, ReasonCount, Unschedulable
 from xpupool.engine.registry import filter_chain
-from xpupool.engine.scorers.base import Scorer
+from xpupool.engine.scorers.base import PostScorer, Scorer
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 from xpupool.model.request import WHOLE, Request
 
@@ -116,8 +116,14 @@ class Pipeline:
         ctx.node_fit = fit
         return fit
 
-    def choose(self, ctx: Context, scorers: tuple[tuple[Scorer, float], ...]) -> int:
-        """Index of the best fitting node, or -1. Ties go to the lowest ``state.rank``."""
+    def choose(
+        self,
+        ctx: Context,
+        scorers: tuple[tuple[Scorer, float], ...],
+        post: tuple[PostScorer, ...] = (),
+    ) -> int:
+        """Index of the best fitting node, or -1: the first post-score step's choice, else the
+        best weighted sum. Ties go to the lowest ``state.rank``."""
         candidates = np.flatnonzero(ctx.node_fit)
         if candidates.size <= 1:
             return int(candidates[0]) if candidates.size else -1
@@ -126,6 +132,10 @@ class Pipeline:
             part = scorer.score(ctx)
             total = part * weight if total is None else total + part * weight
         if total is not None:
+            for step in post:
+                node = step.post_score(ctx, candidates, total)
+                if node is not None:
+                    return node
             sub = total[candidates]
             candidates = candidates[sub == sub.max()]
             if candidates.size == 1:

@@ -5,8 +5,9 @@ The fingerprint (``bench/fingerprint.py``) covers four profiles on the Alibaba t
 all of them (and xpupool learning its workload online) on a small mixed fleet with fractional,
 whole, multi-card, typed, software and CPU-only replicas and departures, so that a change to how
 scores are scaled or scorers are composed cannot move a placement unnoticed. The expectations were
-recorded from the engine before scores were bounded; regenerate them only for a change that is
-meant to move placements: ``python tests/unit/engine/test_builtin_placements.py --write``.
+recorded from the engine before scores were bounded (the online entry again when xpupool began to
+learn refused requests too); regenerate them only for a change that is meant to move placements:
+``python tests/unit/engine/test_builtin_placements.py --write``.
 """
 
 from __future__ import annotations

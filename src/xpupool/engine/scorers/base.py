@@ -17,7 +17,7 @@ import numpy as np
 from xpupool.engine.context import Context
 from xpupool.engine.eligibility import Eligibility
 from xpupool.engine.fragmentation.measure import TargetWorkload
-from xpupool.engine.state import FloatArray
+from xpupool.engine.state import FloatArray, IntArray
 from xpupool.model.request import Request
 
 MIN_SCORE = 0.0
@@ -69,6 +69,16 @@ class DevicePicker(Protocol):
     """
 
     def pick(self, ctx: Context, node: int) -> list[int] | None: ...
+
+
+@runtime_checkable
+class PostScorer(Protocol):
+    """A scorer with a declared post-score step: once the weighted sum of a replica's scores is
+    known, it may choose the node itself (xpupool's lookahead among the near-best), from what it
+    kept in ``ctx.cycle``; None leaves the choice to the sum. Runs only when two or more nodes fit
+    and in the order of the profile's scorers; the first that chooses decides."""
+
+    def post_score(self, ctx: Context, candidates: IntArray, total: FloatArray) -> int | None: ...
 
 
 @runtime_checkable

@@ -41,9 +41,11 @@ weighs CPU.
 The score is greedy: it rates what a placement does to the node's fragmentation now. Among the best
 ``CANDIDATES`` nodes within ``LOOK_SLACK`` of the best score (the engine's seeded order among
 equals), each with the cards its score chose, the one the lookahead
-(``engine/fragmentation/lookahead.py``) values most gets the top score: its FGD delta plus, for
-each of the likeliest next device shapes, the shape's weight times its best FGD delta anywhere in
-the fleet after this placement. It applies to every replica (one card, several, or CPU only).
+(``engine/fragmentation/lookahead.py``) values most is chosen: its FGD delta plus, for each of
+the likeliest next device shapes, the shape's weight times its best FGD delta anywhere in the fleet
+after this placement. It applies to every replica (one card, several, or CPU only), and is a
+declared post-score step (:meth:`Xpupool.post_score`): the engine runs it on the weighted sum, from
+what the score kept in the request's cycle state.
 ``xpupool-fine`` uses FGD's own resolution for one-card replicas, ``xpupool-greedy`` has no
 lookahead (both for comparison).
 
@@ -68,7 +70,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -177,12 +179,23 @@ class Xpupool(Fgd):
         return f"{self.name}: " + "; ".join(parts)
 
     def score(self, ctx: Context) -> FloatArray:
-        """The raw score below (about -2000..101.5: penalties push it under FGD's range, the
-        lookahead's choice above the best) squashed into 0..100, the same order and ties."""
+        """The raw score below (about -2000..100.5: penalties push it under FGD's range)
+        squashed into 0..100, the same order and ties."""
         raw = self.raw_score(ctx)
         candidates = np.flatnonzero(ctx.node_fit)
-        raw[candidates] = squash(raw[candidates], SQUASH_MIDDLE, SQUASH_SCALE)
-        return raw
+        bounded = np.zeros_like(raw)
+        bounded[candidates] = squash(raw[candidates], SQUASH_MIDDLE, SQUASH_SCALE)
+        return bounded
+
+    def post_score(self, ctx: Context, candidates: IntArray, total: FloatArray) -> int | None:
+        """The lookahead, a declared post-score step: among the near-best by this scorer's own
+        points (kept in ``ctx.cycle`` by :meth:`raw_score`), the node after which the likeliest
+        next tasks land best; None when it does not look (one candidate, no next shapes, or
+        candidates it cannot tell apart)."""
+        kept = ctx.cycle.get(self.name)
+        if not isinstance(kept, _LookInputs) or not self._looking(candidates):
+            return None
+        return self._look_ahead(ctx, *kept)
 
     def raw_score(self, ctx: Context) -> FloatArray:
         """The unbounded score (see the module docstring), before the squash: for reports and
@@ -211,8 +224,7 @@ class Xpupool(Fgd):
             elif ctx.k == 0 and not self.frag.capped:  # capped, F already weighs CPU
                 spare = _spare_cpu(state, candidates, self._cpu_per_compute)
                 scores[candidates] += self.args.cpu_tie * spare
-            if self._looking(candidates):
-                self._look_ahead(ctx, scores, None, candidates, before, cached.frag_after)
+            ctx.cycle[self.name] = _LookInputs(scores, None, candidates, before, cached.frag_after)
             return scores
         # One device: the best card per node (the fullest among equals); the node takes its score.
         assert ctx.dev_fit is not None
@@ -225,8 +237,7 @@ class Xpupool(Fgd):
         scores[candidates] = per_device[np.arange(candidates.size), best]
         if displaced is not None and displaced.ndim == 1:  # the same for every card of a node
             scores[candidates] -= self.args.slope * displaced
-        if self._looking(candidates):
-            self._look_ahead(ctx, scores, columns, candidates, before, cached.frag_after)
+        ctx.cycle[self.name] = _LookInputs(scores, columns, candidates, before, cached.frag_after)
         self._columns = (ctx, columns)
         return scores
 
@@ -241,17 +252,18 @@ class Xpupool(Fgd):
         candidates: IndexArray,
         before: FloatArray,
         frag_after: FloatArray,
-    ) -> None:
+    ) -> int | None:
         """Among the best ``CANDIDATES`` nodes within ``LOOK_SLACK`` of the best score (seeded
         order among equals), each with the cards its score chose (``columns`` for one card, the
-        first ``k`` that fit for several), raise the one the lookahead prefers
-        (``engine/fragmentation/lookahead.py``)."""
+        first ``k`` that fit for several), the one the lookahead prefers
+        (``engine/fragmentation/lookahead.py``); None when fewer than two are near the best or
+        they are alike (the engine's order then decides, as it would)."""
         assert self._lookahead is not None
         state = ctx.state
         top = float(scores[candidates].max())
         pool = candidates[scores[candidates] >= top - self.args.look_slack]
         if pool.size < 2:
-            return
+            return None
         pool = pool[np.lexsort((state.rank[pool], -scores[pool]))][: self.args.candidates]
         taken = np.zeros((pool.size, state.width), np.bool_)
         if columns is not None:
@@ -264,7 +276,7 @@ class Xpupool(Fgd):
                 taken = fit & (np.cumsum(fit, axis=1) <= ctx.k)
             gain = before[pool] - frag_after[pool]
         if _twins(state, self.frag.table.node_kind, pool, taken):
-            return  # equal values: the lookahead would keep the first, as the engine does
+            return None  # equal values: the lookahead would keep the first, as the engine does
         need = ctx.need_mib if isinstance(ctx.need_mib, int) else ctx.need_mib[pool]
         values = self._lookahead.values(
             state,
@@ -275,7 +287,7 @@ class Xpupool(Fgd):
             ctx.req.cpu_milli,
             ctx.req.memory_mib,
         )
-        scores[pool[int(np.argmax(values))]] = top + 1.0
+        return int(pool[int(np.argmax(values))])
 
     def _displaced(self, ctx: Context, candidates: IndexArray) -> FloatArray | None:
         """Thousandths of contended demand the replica would take from shapes with fewer places to
@@ -308,6 +320,18 @@ class Xpupool(Fgd):
             self._cache.clear()
             if self._lookahead is not None:
                 self._lookahead = Lookahead(self.frag, self.args.shapes)
+
+
+class _LookInputs(NamedTuple):
+    """What :meth:`Xpupool.raw_score` keeps in ``ctx.cycle`` for its post-score step: its raw
+    scores, the card it chose per node (one-card replicas), the candidates, and the fragmentation
+    before and after."""
+
+    scores: FloatArray
+    columns: IntArray | None
+    candidates: IndexArray
+    before: FloatArray
+    frag_after: FloatArray
 
 
 class XpupoolFine(Xpupool):
