@@ -104,3 +104,24 @@ def test_bad_profile_file_stops_up_with_one_line(tmp_path: Path) -> None:
     assert len(lines) == 1, done.stderr
     assert "profiles[0].plugins.score.enabled[0].name" in lines[0] and "binpak" in lines[0]
     assert not (tmp_path / "data" / "state.db").exists()
+
+
+def test_restart_without_the_file_fails_jobs_waiting_on_its_profile(tmp_path: Path) -> None:
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text(PROFILES)
+    srv = ServerProc(
+        tmp_path / "data", cluster=CLUSTER_MIXED, extra_args=("--profile", str(profiles))
+    )
+    with srv:
+        admin = httpx.Client(base_url=srv.url, headers=srv.headers(), timeout=60)
+        assert admin.post("/v1/tenants", json={"name": "vision"}).status_code == 201
+        never = {"cpu": "1000", "node_policy": "loose-uuids"}  # no node has 1,000 cores
+        job = _submit(admin, never).json()
+        admin.close()
+        srv.stop()
+        srv.extra_args = ()
+        srv.start()
+        admin = httpx.Client(base_url=srv.url, headers=srv.headers(), timeout=60)
+        found = admin.get(f"/v1/jobs/{job['id']}").json()
+        assert found["state"] == "failed" and "loose-uuids" in found["reason"]
+        admin.close()

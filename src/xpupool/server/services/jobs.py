@@ -65,11 +65,13 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
         spec = plane.queue_specs.get(queue)
         if spec is None or spec.tenant != tenant:
             raise RequestError("queue", queue, f"no queue of that name for tenant {tenant!r}")
+        if req.node_policy is None and queue in plane.queue_profiles:
+            # the queue's profile (known when the queue was stored; a restart may have lost it)
+            req = replace(req, node_policy=plane.queue_profiles[queue])
+            check_request_names(plane.engine, req, "queue")
         check_request_names(
             plane.engine, req, "spec" if body.spec is not None else "request.node_policy"
         )
-        if req.node_policy is None and queue in plane.queue_profiles:
-            req = replace(req, node_policy=plane.queue_profiles[queue])
         grants.check_submission(
             plane,
             conn,
