@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
 
 from xpupool.agent.launch.options import launch_options
 from xpupool.model.errors import XpupoolError
+
+if TYPE_CHECKING:
+    from xpupool.engine.profile import Profile
 
 # The engine's default profile (engine/profile.py DEFAULT_PROFILE), named here so that client commands
 # start without importing the engine.
@@ -61,7 +65,16 @@ def demo(policy: str, cluster: str | None) -> None:
 )
 @click.option("--db", help="SQLAlchemy URL instead of DATA/state.db (e.g. PostgreSQL)")
 @click.option(
-    "--policy", default=DEFAULT_PROFILE, show_default=True, help="default placement profile"
+    "--policy",
+    default=DEFAULT_PROFILE,
+    show_default=True,
+    help="default placement profile: a built-in or one of the --profile file",
+)
+@click.option(
+    "--profile",
+    "profile_file",
+    type=click.Path(dir_okay=False),
+    help="YAML profile file (docs/profiles.md) whose profiles jobs, queues and --policy may name",
 )
 @click.option("--heartbeat", default=5.0, show_default=True, help="agent heartbeat period, s")
 @click.option(
@@ -103,6 +116,7 @@ def up(
     cluster: str | None,
     db: str | None,
     policy: str,
+    profile_file: str | None,
     heartbeat: float,
     lost_after: float,
     agent: bool,
@@ -130,6 +144,8 @@ def up(
 
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("give --tls-cert and --tls-key together")
+    profiles = load_profiles(profile_file)
+    check_policies([policy], profiles)
 
     from xpupool.server.up import UpConfig, serve
 
@@ -140,6 +156,7 @@ def up(
         cluster=Path(cluster) if cluster else None,
         db=db,
         profile=policy,
+        profiles=tuple(profiles.values()),
         heartbeat_s=heartbeat,
         lost_after_s=lost_after,
         agent=agent,
@@ -156,6 +173,31 @@ def up(
         max_body=max_body_bytes,
     )
     serve(cfg, click.echo)
+
+
+def load_profiles(path: str | None) -> dict[str, Profile]:
+    """The profiles of ``--profile FILE`` (none without it); a bad file is one line naming the
+    file and the field, exit 1."""
+    if path is None:
+        return {}
+    from xpupool.engine.profile_file import load_profile_file
+
+    try:
+        return load_profile_file(path)
+    except XpupoolError as exc:
+        raise click.ClickException(f"{path}: {exc}") from None
+
+
+def check_policies(policies: list[str], profiles: dict[str, Profile]) -> None:
+    """Every name in ``policies`` is a built-in profile or one of ``profiles`` (--policy)."""
+    from xpupool.engine import BUILTIN_PROFILES
+
+    known = [*BUILTIN_PROFILES, *profiles]
+    unknown = [p for p in policies if p not in known]
+    if unknown:
+        raise click.BadParameter(
+            f"unknown {', '.join(unknown)}; known: {', '.join(known)}", param_hint="--policy"
+        )
 
 
 @main.command()
@@ -203,7 +245,14 @@ def parse_seeds(text: str) -> list[int]:
     "--policy",
     default="random,dotprod,gpuclustering,gpupacking,bestfit,fgd,xpupool",
     show_default=True,
-    help="comma-separated engine profiles",
+    help="comma-separated engine profiles: built-ins or the --profile file's (with --profile "
+    "and no --policy: every profile of the file)",
+)
+@click.option(
+    "--profile",
+    "profile_file",
+    type=click.Path(dir_okay=False),
+    help="YAML profile file (docs/profiles.md)",
 )
 @click.option("--seeds", default="42-51", show_default=True, help="range 42-51 or list 42,43")
 @click.option("--tune", default=1.3, show_default=True, help="target GPU demand / capacity")
@@ -256,6 +305,7 @@ def simulate(
     nodes_path: str,
     pods_paths: tuple[str, ...],
     policy: str,
+    profile_file: str | None,
     seeds: str,
     tune: float,
     jobs: int,
@@ -271,16 +321,15 @@ def simulate(
     """Replay a cluster trace under each policy and seed (the FGD paper's protocol, or in time)."""
     from pathlib import Path
 
-    from xpupool.engine import BUILTIN_PROFILES
     from xpupool.sim.report import print_summary, run_traces, write_report
 
-    policies = [p.strip() for p in policy.split(",") if p.strip()]
-    unknown = [p for p in policies if p not in BUILTIN_PROFILES]
-    if unknown:
-        raise click.BadParameter(
-            f"unknown {', '.join(unknown)}; known: {', '.join(BUILTIN_PROFILES)}",
-            param_hint="--policy",
-        )
+    profiles = load_profiles(profile_file)
+    names = [p.strip() for p in policy.split(",") if p.strip()]
+    source = click.get_current_context().get_parameter_source("policy")
+    if profiles and source is click.core.ParameterSource.DEFAULT:
+        names = list(profiles)
+    check_policies(names, profiles)
+    policies = [profiles.get(name, name) for name in names]
     if not pods_paths:
         default = Path(nodes_path).parent / "openb_pod_list_default.csv"
         if not default.exists():

@@ -145,3 +145,36 @@ def test_simulate_timed_with_a_queue_config(tmp_path: Path) -> None:
     refused = CliRunner().invoke(main, args)
     assert refused.exit_code == 2
     assert "assign[0].priority" in refused.output and "Traceback" not in refused.output
+
+
+def test_simulate_runs_the_profiles_of_a_file(tmp_path: Path) -> None:
+    nodes, pods = _trace(tmp_path)
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text(
+        "profiles:\n"
+        "  - {name: fgd-spread, base: fgd, devicePolicy: spread}\n"
+        "  - {name: packed, plugins: {score: {enabled: [{name: bestfit, weight: 3}]}}}\n"
+    )
+    common = ["simulate", "--nodes", nodes, "--pods", pods, "--seeds", "1", "--json"]
+    result = CliRunner().invoke(main, [*common, "--profile", str(profiles)])
+    assert result.exit_code == 0, result.output
+    assert set(json.loads(result.stdout)["summary"]) == {"fgd-spread", "packed"}
+    picked = [*common, "--profile", str(profiles), "--policy", "packed,bestfit"]
+    result = CliRunner().invoke(main, picked)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)["summary"]
+    assert summary["packed"]["mean"] == summary["bestfit"]["mean"]  # one scorer: same choices
+
+
+def test_simulate_refuses_a_bad_profile_file_naming_the_field(tmp_path: Path) -> None:
+    nodes, pods = _trace(tmp_path)
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text(
+        "profiles: [{name: p, plugins: {score: {enabled: [{name: fgd, weight: -1}]}}}]"
+    )
+    args = ["simulate", "--nodes", nodes, "--pods", pods, "--profile", str(profiles)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1
+    assert "profiles[0].plugins.score.enabled[0].weight" in result.output
+    result = CliRunner().invoke(main, ["simulate", "--nodes", nodes, "--policy", "nope"])
+    assert result.exit_code == 2 and "--policy" in result.output

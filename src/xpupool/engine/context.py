@@ -18,7 +18,10 @@ from xpupool.model.request import Request
 class Context:
     """``need_mib`` is an int when memory was asked in MiB, else an ``[N, W]`` array of MiB per card
     (a share of each card's size, rounded down so that n shares of 1/n always fit). ``within``
-    narrows the devices beyond the request's own selectors, for callers such as admission."""
+    narrows the devices beyond the request's own selectors, for callers such as admission.
+    ``filters_off`` names the filters the request's profile turns off (``registry.filter_chain``).
+    ``cycle`` is what plugins keep for this replica attempt, by plugin name (kube's CycleState): a
+    scorer's working data for its post-score step, say; it dies with the context."""
 
     req: Request
     state: ClusterState
@@ -30,3 +33,5 @@ class Context:
     node_fit: BoolArray = field(default_factory=lambda: np.zeros(0, np.bool_))
     group_best: IntArray | None = None
     within: BoolArray | None = None  # [N, W] devices the caller allows (a quota flavour), or all
+    filters_off: frozenset[str] = frozenset()
+    cycle: dict[str, object] = field(default_factory=dict)

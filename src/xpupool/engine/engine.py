@@ -20,7 +20,15 @@ from xpupool.engine.pipeline import Pipeline
 from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile
 from xpupool.engine.reasons import Unschedulable
 from xpupool.engine.registry import SCORERS
-from xpupool.engine.scorers.base import Describing, Scorer, ScorerEnv
+from xpupool.engine.scorers.base import (
+    Describing,
+    DevicePicker,
+    Observer,
+    PluginArgs,
+    PostScorer,
+    Scorer,
+    ScorerEnv,
+)
 from xpupool.engine.scorers.fgd import Fgd
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray
 from xpupool.engine.txn import Transaction
@@ -65,8 +73,11 @@ class Engine:
             self.profiles[profile.name] = profile
         self.profile = self._profile(profile.name if isinstance(profile, Profile) else profile)
         self.pipeline = Pipeline(state)
-        self._scorers: dict[str, Scorer] = {}
+        self.pipeline.filters_off = self._filters_off
+        self._scorers: dict[tuple[str, PluginArgs | None], Scorer] = {}
         self._weighted_cache: dict[str, tuple[tuple[Scorer, float], ...]] = {}
+        self._observers: dict[str, tuple[Observer, ...]] = {}
+        self._post: dict[str, tuple[PostScorer, ...]] = {}
         self._next_id = 1
 
     # ------------------------------------------------------------------ public
@@ -78,8 +89,29 @@ class Engine:
         ``within`` (``[N, W]``) restricts the devices further, e.g. to an admitted quota flavour;
         a refusal then counts nodes whose devices lie outside it (``Reason.OUTSIDE_ASSIGNMENT``).
         Inside ``txn`` (a what-if) the placement commits into it and goes when it rolls back.
+        The profile's observers (``scorers/base.py`` :class:`Observer`) are told the outcome,
+        except of a what-if: a trial placement is not a request to learn from.
         """
         profile = self._profile(req.node_policy) if req.node_policy else self.profile
+        placement = self._place_all(req, profile, within, txn)
+        if txn is not None:
+            return placement
+        observers = self._observers.get(profile.name)
+        if observers is None:
+            weighted = self._weighted(profile)
+            observers = tuple(s for s, _ in weighted if isinstance(s, Observer))
+            self._observers[profile.name] = observers
+        for observer in observers:
+            observer.observe(req, placement.ok)
+        return placement
+
+    def _place_all(
+        self,
+        req: Request,
+        profile: Profile,
+        within: BoolArray | None,
+        txn: Transaction | None,
+    ) -> Placement:
         if req.gang and req.replicas > 1:
             refused = gang_refusal(self.pipeline, req, within)  # more than could ever fit now
             if refused is not None:
@@ -118,7 +150,9 @@ class Engine:
         """
         name = policy or req.node_policy
         profile = self._profile(name) if name else self.profile
-        ctx = self.feasible(req)
+        ctx = self.pipeline.context(req)
+        ctx.filters_off = profile.disabled_filters
+        self.pipeline.filter(ctx)
         total = np.zeros(self.state.n_nodes, np.float64)
         for scorer, weight in self._weighted(profile):
             total += weight * scorer.score(ctx)
@@ -167,7 +201,7 @@ class Engine:
         ctx = self.pipeline.context(req)
         ctx.within = within
         self.pipeline.filter(ctx)
-        node = self.pipeline.choose(ctx, self._weighted(profile))
+        node = self.pipeline.choose(ctx, self._weighted(profile), self._post_steps(profile))
         if node < 0:
             return self.pipeline.explain(ctx)
         alloc = self._allocation(ctx, node, replica, profile, self._weighted(profile))
@@ -219,9 +253,8 @@ class Engine:
         when it makes one (FGD picks the GPU it scored); else the profile's device policy."""
         if ctx.req.device_policy is None and scorers:
             heaviest = max(scorers, key=lambda sw: sw[1])[0]
-            pick = getattr(heaviest, "pick", None)  # a DevicePicker (see scorers/base.py)
-            if pick is not None:
-                columns: list[int] | None = pick(ctx, node)
+            if isinstance(heaviest, DevicePicker):
+                columns = heaviest.pick(ctx, node)
                 if columns is not None:
                     return columns
         return pick_devices(ctx, node, ctx.req.device_policy or profile.device_policy)
@@ -234,16 +267,33 @@ class Engine:
                 "node_policy", name, f"unknown policy; known: {', '.join(sorted(self.profiles))}"
             ) from None
 
+    def _post_steps(self, profile: Profile) -> tuple[PostScorer, ...]:
+        """The profile's scorers that declare a post-score step, in the profile's order."""
+        found = self._post.get(profile.name)
+        if found is None:
+            weighted = self._weighted(profile)
+            found = self._post[profile.name] = tuple(
+                s for s, _ in weighted if isinstance(s, PostScorer)
+            )
+        return found
+
+    def _filters_off(self, req: Request) -> frozenset[str]:
+        """The filters ``req``'s profile turns off (an unknown name is refused by ``place``
+        before filtering; elsewhere it gets the engine's profile's)."""
+        profile = self.profiles.get(req.node_policy) if req.node_policy else None
+        return (profile or self.profile).disabled_filters
+
     def _weighted(self, profile: Profile) -> tuple[tuple[Scorer, float], ...]:
         found = self._weighted_cache.get(profile.name)
         if found is not None:
             return found
-        env = ScorerEnv(self.seed, self.pipeline, self.workload)
         out = []
         for name, weight in profile.scorers:
-            scorer = self._scorers.get(name)
+            args = profile.args_of(name)
+            scorer = self._scorers.get((name, args))
             if scorer is None:
-                scorer = self._scorers[name] = SCORERS[name](env)
+                env = ScorerEnv(self.seed, self.pipeline, self.workload, args)
+                scorer = self._scorers[(name, args)] = SCORERS[name](env)
             out.append((scorer, weight))
         self._weighted_cache[profile.name] = tuple(out)
         return self._weighted_cache[profile.name]

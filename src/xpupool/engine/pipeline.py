@@ -1,31 +1,34 @@
 """The placement pipeline for one replica: filter -> score -> choose a node; explain when none fits.
 
-The fast path ANDs whole-cluster masks and never formats a reason. The selector part of the device
-mask (vendor, model, UUID, card size, software, health) is cached per request selectors and state
-epoch, so a stream of similar requests pays only for the capacity checks. Only when nothing fits does
+The fast path ANDs whole-cluster masks and never formats a reason. The filters that run are the
+request's profile's (``registry.filter_chain``; the engine says which profile a request has through
+:attr:`Pipeline.filters_off`). The selector part of the device mask (vendor, model, UUID, card size,
+software, health) is cached per request selectors, static filters run and state epoch, so a stream
+of similar requests pays only for the capacity checks. Only when nothing fits does
 :meth:`Pipeline.explain` replay the chain stage by stage to count why, per node, like kube's FitError.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections.abc import Callable
 
 import numpy as np
 
 from xpupool.engine.context import Context
 from xpupool.engine.filters.software import HOPE_ORDER, NO_HOPE
+from xpupool.engine.lru import Lru
 from xpupool.engine.reasons import Reason, ReasonCount, Unschedulable
-from xpupool.engine.registry import (
-    DYNAMIC_DEVICE_FILTERS,
-    GROUP_FILTER,
-    NODE_FILTERS,
-    STATIC_DEVICE_FILTERS,
-)
-from xpupool.engine.scorers.base import Scorer
+from xpupool.engine.registry import filter_chain
+from xpupool.engine.scorers.base import PostScorer, Scorer
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 from xpupool.model.request import WHOLE, Request
 
-_CACHE_SIZE = 256
+# Eligible masks ([N, W] bools: 40 KB each at 5,000 nodes of 8 cards, 10 MB at the bound) by
+# request selectors, static filters and epoch; and cards' MiB for a share ([N, W] ints) by share
+# and epoch. A stream of requests uses a few dozen of each; the bound only stops a long-running
+# server's distinct selectors from piling up.
+ELIGIBLE_BOUND = 256
+SHARES_BOUND = 256
 
 
 def count_per_node(mask: BoolArray) -> IntArray:
@@ -46,14 +49,17 @@ class Pipeline:
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
-        self._eligible: OrderedDict[tuple[object, ...], BoolArray] = OrderedDict()
-        self._shares: dict[tuple[int, int], IntArray] = {}
+        self.eligible_cache: Lru[tuple[object, ...], BoolArray] = Lru(ELIGIBLE_BOUND)
+        self.shares_cache: Lru[tuple[int, int], IntArray] = Lru(SHARES_BOUND)
+        # The filters a request's profile turns off; the engine installs its profiles' answer.
+        self.filters_off: Callable[[Request], frozenset[str]] = lambda req: frozenset()
 
     # ------------------------------------------------------------------ context
     def context(self, req: Request) -> Context:
         d = req.devices
+        off = self.filters_off(req)
         if d.count == 0:
-            return Context(req, self.state, 0, 0, 0)
+            return Context(req, self.state, 0, 0, 0, filters_off=off)
         need_mib: int | IntArray
         if d.memory_mib is not None:
             need_mib = d.memory_mib
@@ -62,42 +68,37 @@ class Pipeline:
         else:
             permille = d.need_memory_permille or WHOLE
             need_mib = self._share_of_cards(permille)
-        return Context(req, self.state, d.count, need_mib, d.need_core_permille)
+        return Context(req, self.state, d.count, need_mib, d.need_core_permille, filters_off=off)
 
     def _share_of_cards(self, permille: int) -> IntArray:
         key = (permille, self.state.epoch)
-        found = self._shares.get(key)
+        found = self.shares_cache.get(key)
         if found is None:
-            if len(self._shares) > _CACHE_SIZE:
-                self._shares.clear()
             # Rounded down: n shares of 1/n of a card always fit on it.
-            found = self._shares[key] = (self.state.dev_mem_total * permille) // WHOLE
+            found = self.shares_cache.put(key, (self.state.dev_mem_total * permille) // WHOLE)
         return found
 
     def eligible(self, ctx: Context) -> BoolArray:
         """``[N, W]`` devices the request's selectors accept, ignoring free capacity (cached)."""
-        key = (ctx.req.devices.selector_key(), self.state.epoch)
-        found = self._eligible.get(key)
+        chain = filter_chain(ctx.filters_off)
+        key = (ctx.req.devices.selector_key(), self.state.epoch, chain.static_key)
+        found = self.eligible_cache.get(key)
         if found is not None:
-            self._eligible.move_to_end(key)
             return found
         mask = self.state.dev_usable
-        for f in STATIC_DEVICE_FILTERS:
+        for f in chain.static:
             part = f.device_mask(ctx.req, self.state, ctx)
             if part is not None and part is not mask:
                 mask = mask & part
-        mask = np.ascontiguousarray(mask)
-        self._eligible[key] = mask
-        if len(self._eligible) > _CACHE_SIZE:
-            self._eligible.popitem(last=False)
-        return mask
+        return self.eligible_cache.put(key, np.ascontiguousarray(mask))
 
     # ------------------------------------------------------------------ fast path
     def filter(self, ctx: Context) -> BoolArray:
         """``[N]`` nodes that can take one replica now; also sets ``ctx.dev_fit``."""
         s = self.state
+        chain = filter_chain(ctx.filters_off)
         fit = s.node_ok
-        for nf in NODE_FILTERS[1:]:
+        for nf in chain.node[1:]:
             part = nf.node_mask(ctx.req, s)
             if part is not None:
                 fit = fit & part
@@ -105,19 +106,26 @@ class Pipeline:
             dev = self.eligible(ctx)
             if ctx.within is not None:
                 dev = dev & ctx.within
-            for df in DYNAMIC_DEVICE_FILTERS:
+            for df in chain.dynamic:
                 part = df.device_mask(ctx.req, s, ctx)
                 if part is not None:
                     dev = dev & part
             ctx.dev_fit = dev
             fit = fit & (count_per_node(dev) >= ctx.k)
-            if GROUP_FILTER.applies(ctx.req.devices.topology, ctx.k):
-                fit = fit & GROUP_FILTER.node_mask(s, dev, ctx.k)
+            group = chain.group
+            if group is not None and group.applies(ctx.req.devices.topology, ctx.k):
+                fit = fit & group.node_mask(s, dev, ctx.k)
         ctx.node_fit = fit
         return fit
 
-    def choose(self, ctx: Context, scorers: tuple[tuple[Scorer, float], ...]) -> int:
-        """Index of the best fitting node, or -1. Ties go to the lowest ``state.rank``."""
+    def choose(
+        self,
+        ctx: Context,
+        scorers: tuple[tuple[Scorer, float], ...],
+        post: tuple[PostScorer, ...] = (),
+    ) -> int:
+        """Index of the best fitting node, or -1: the first post-score step's choice, else the
+        best weighted sum. Ties go to the lowest ``state.rank``."""
         candidates = np.flatnonzero(ctx.node_fit)
         if candidates.size <= 1:
             return int(candidates[0]) if candidates.size else -1
@@ -126,6 +134,10 @@ class Pipeline:
             part = scorer.score(ctx)
             total = part * weight if total is None else total + part * weight
         if total is not None:
+            for step in post:
+                node = step.post_score(ctx, candidates, total)
+                if node is not None:
+                    return node
             sub = total[candidates]
             candidates = candidates[sub == sub.max()]
             if candidates.size == 1:
@@ -148,6 +160,7 @@ class Pipeline:
 
     def _blame(self, ctx: Context) -> tuple[list[tuple[Reason, str]], IntArray]:
         s = self.state
+        chain = filter_chain(ctx.filters_off)
         labels: list[tuple[Reason, str]] = [(Reason.FITS, "")]
         blame = np.zeros(s.n_nodes, np.int64)
 
@@ -160,15 +173,15 @@ class Pipeline:
             if newly.any():
                 blame[newly] = label(reason, detail)
 
-        for nf in NODE_FILTERS:
+        for nf in chain.node:
             part = nf.node_mask(ctx.req, s)
             if part is not None:
                 fail(part, nf.reason)
         if ctx.k:
             dev = s.dev_present.copy()
             fail(count_per_node(dev) >= ctx.k, Reason.TOO_FEW_DEVICES)
-            for df in (*STATIC_DEVICE_FILTERS, *DYNAMIC_DEVICE_FILTERS):
-                if df is DYNAMIC_DEVICE_FILTERS[0] and ctx.within is not None:
+            for df in (*chain.static, *chain.dynamic):
+                if df is chain.dynamic[0] and ctx.within is not None:
                     dev = dev & ctx.within
                     fail(count_per_node(dev) >= ctx.k, Reason.OUTSIDE_ASSIGNMENT)
                 for stage in df.stages(ctx.req, s, ctx):
@@ -187,8 +200,9 @@ class Pipeline:
                     rest = newly & (rejected >= NO_HOPE)
                     if rest.any():
                         blame[rest] = label(stage.reason, stage.detail)
-            if GROUP_FILTER.applies(ctx.req.devices.topology, ctx.k):
-                fail(GROUP_FILTER.node_mask(s, dev, ctx.k), GROUP_FILTER.reason)
+            group = chain.group
+            if group is not None and group.applies(ctx.req.devices.topology, ctx.k):
+                fail(group.node_mask(s, dev, ctx.k), group.reason)
         return labels, blame
 
 

@@ -6,10 +6,12 @@ kube's habit: cheap node checks, then what the request selects, then free capaci
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from xpupool.engine.filters.base import DeviceFilter, NodeFilter
 from xpupool.engine.filters.card_memory import CardMemory
+from xpupool.engine.filters.chain import FilterChain
 from xpupool.engine.filters.device_cores import DeviceCores
 from xpupool.engine.filters.device_health import DeviceHealth
 from xpupool.engine.filters.device_memory import DeviceMemory
@@ -23,7 +25,7 @@ from xpupool.engine.filters.node_memory import NodeMemory
 from xpupool.engine.filters.node_schedulable import NodeSchedulable
 from xpupool.engine.filters.software import Software
 from xpupool.engine.filters.topology import SameLinkGroup
-from xpupool.engine.scorers.base import Scorer, ScorerEnv
+from xpupool.engine.scorers.base import PluginArgs, Scorer, ScorerEnv
 from xpupool.engine.scorers.best_fit import BestFit
 from xpupool.engine.scorers.binpack import NodeBinpack
 from xpupool.engine.scorers.dot_product import DotProduct
@@ -52,6 +54,42 @@ STATIC_DEVICE_FILTERS: tuple[DeviceFilter, ...] = (
 DYNAMIC_DEVICE_FILTERS: tuple[DeviceFilter, ...] = (DeviceMemory(), DeviceCores(), DeviceTasks())
 GROUP_FILTER = SameLinkGroup()
 
+FILTERS: tuple[str, ...] = (
+    *(f.name for f in NODE_FILTERS),
+    *(f.name for f in (*STATIC_DEVICE_FILTERS, *DYNAMIC_DEVICE_FILTERS)),
+    GROUP_FILTER.name,
+)
+# What a node or card has left, and whether it can be used at all: a profile that turned one of
+# these off would over-commit or place on broken hardware, so profiles cannot.
+CAPACITY_FILTERS = frozenset(
+    {
+        NodeSchedulable.name,
+        NodeCpu.name,
+        NodeMemory.name,
+        DeviceHealth.name,
+        DeviceMemory.name,
+        DeviceCores.name,
+    }
+)
+
+
+@functools.lru_cache(maxsize=64)  # one entry per distinct set of disabled filters in use
+def filter_chain(disabled: frozenset[str] = frozenset()) -> FilterChain:
+    """The registry's filters minus ``disabled`` (names already validated by the profile: an
+    unknown or capacity name here is a bug, so it raises ValueError)."""
+    wrong = (disabled - set(FILTERS)) | (disabled & CAPACITY_FILTERS)
+    if wrong:
+        raise ValueError(f"cannot disable filters {sorted(wrong)}")
+    static = tuple(f for f in STATIC_DEVICE_FILTERS if f.name not in disabled)
+    return FilterChain(
+        node=tuple(f for f in NODE_FILTERS if f.name not in disabled),
+        static=static,
+        dynamic=DYNAMIC_DEVICE_FILTERS,
+        group=None if GROUP_FILTER.name in disabled else GROUP_FILTER,
+        static_key=",".join(f.name for f in static),
+    )
+
+
 # name -> factory(env); a scorer draws randomness from env.seed and typical shapes from env.workload.
 SCORERS: dict[str, Callable[[ScorerEnv], Scorer]] = {
     NodeBinpack.name: lambda env: NodeBinpack(),
@@ -66,4 +104,11 @@ SCORERS: dict[str, Callable[[ScorerEnv], Scorer]] = {
     Xpupool.name: Xpupool,
     XpupoolFine.name: XpupoolFine,
     XpupoolGreedy.name: XpupoolGreedy,
+}
+# name -> the plugin's arguments with their defaults, for the scorers that take any; a profile's
+# ``pluginConfig`` overrides fields of these (``engine/profile_file.py``).
+SCORER_ARGS: dict[str, PluginArgs] = {
+    Xpupool.name: Xpupool.default_args,
+    XpupoolFine.name: XpupoolFine.default_args,
+    XpupoolGreedy.name: XpupoolGreedy.default_args,
 }

@@ -12,7 +12,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from dataclasses import fields as dataclass_fields
@@ -26,12 +26,12 @@ from xpupool.engine.cycle.admission import Admission, QueueSpec
 from xpupool.engine.cycle.cycle import SchedulingCycle
 from xpupool.engine.engine import Engine
 from xpupool.engine.fragmentation import kernels
-from xpupool.engine.profile import DEFAULT_PROFILE
+from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile
 from xpupool.engine.state import ClusterState
 from xpupool.engine.verdict import Verdicts
 from xpupool.model.allocation import Allocation, DeviceShare
 from xpupool.model.device import Device, Node
-from xpupool.model.errors import Conflict, Unavailable
+from xpupool.model.errors import Conflict, RequestError, Unavailable
 from xpupool.model.request import Request
 from xpupool.model.request_model import request_from_dict
 from xpupool.server import schemas as s
@@ -174,6 +174,7 @@ class ControlPlane:
         *,
         seed: int = 0,
         profile: str = DEFAULT_PROFILE,
+        profiles: Mapping[str, Profile] | None = None,
         heartbeat_s: float = 5.0,
         lost_after_s: float = 30.0,
         clock: Callable[[], float] = time.time,
@@ -185,6 +186,12 @@ class ControlPlane:
         self.db = meta.connect(db_url)
         self.seed = seed
         self.profile = profile
+        # the built-in profiles and those of the --profile file: what jobs and queues may name
+        self.profiles: dict[str, Profile] = {**BUILTIN_PROFILES, **(profiles or {})}
+        if profile not in self.profiles:
+            raise RequestError(
+                "--policy", profile, f"unknown profile; known: {', '.join(self.profiles)}"
+            )
         self.heartbeat_s = heartbeat_s
         self.lost_after_s = lost_after_s
         self.clock = clock
@@ -203,6 +210,7 @@ class ControlPlane:
         self.pending: PendingJobs[PendingJob] = PendingJobs()  # counts per tenant (limits)
         self.held: dict[int, HeldJob] = {}
         self.queue_specs: dict[str, QueueSpec] = {}
+        self.queue_profiles: dict[str, str] = {}  # queue -> profile of its jobs that name none
         self.engine: Engine
         self.admission: Admission
         self._cycle: SchedulingCycle | None = None
@@ -254,6 +262,8 @@ class ControlPlane:
                     row["unlisted_flavors"],
                     row["allow_unfittable"],
                 )
+                if row["profile"] is not None:
+                    self.queue_profiles[row["name"]] = row["profile"]
             held_rows = conn.execute(
                 select(t_jobs)
                 .where(t_jobs.c.state.in_([st.value for st in s.HOLDING_STATES]))
@@ -326,13 +336,15 @@ class ControlPlane:
         states, stop requests, heartbeat times) is carried over for jobs and nodes still there."""
         old_nodes, old_held, old_pending = self.nodes, self.held, self.pending
         old_specs, old_next = self.queue_specs, self.next_job_id
-        self.nodes, self.held, self.queue_specs = {}, {}, {}
+        old_profiles = self.queue_profiles
+        self.nodes, self.held, self.queue_specs, self.queue_profiles = {}, {}, {}, {}
         self.pending = PendingJobs()
         try:
             self._read()
         except Exception:
             self.nodes, self.held, self.pending = old_nodes, old_held, old_pending
             self.queue_specs, self.next_job_id = old_specs, old_next
+            self.queue_profiles = old_profiles
             raise
         for name, rec in self.nodes.items():
             was = old_nodes.get(name)
@@ -361,7 +373,7 @@ class ControlPlane:
             for uuid in rec.cordoned_devices | rec.draining:
                 if uuid in state.uuid_slot:
                     state.set_device_cordoned(uuid, True)
-        engine = Engine(state, self.profile, seed=self.seed)
+        engine = Engine(state, self.profile, seed=self.seed, profiles=self.profiles)
         admission = Admission(engine, self.queue_specs.values())
         kept: dict[int, list[Allocation]] = {job_id: [] for job_id in self.held}
         problems: list[Problem] = []
@@ -775,3 +787,11 @@ def gang_request(req: Request) -> Request:
 
 def tenant_weights(conn: Connection) -> dict[str, float]:
     return {r.name: r.weight for r in conn.execute(select(t_tenants))}
+
+
+def check_request_names(engine: Engine, req: Request, field: str = "request.node_policy") -> None:
+    """Fail early on a policy name the engine does not know (``field`` names where it came from)."""
+    if req.node_policy and req.node_policy not in engine.profiles:
+        raise RequestError(
+            field, req.node_policy, f"unknown policy; known: {', '.join(sorted(engine.profiles))}"
+        )

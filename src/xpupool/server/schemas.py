@@ -301,6 +301,12 @@ class QueueIn(Strict):
         description="Accept jobs that nothing in the pool could hold even empty (they wait, "
         "'unschedulable', for nodes that can); false = refuse them at submission (422).",
     )
+    profile: Name | None = Field(
+        None,
+        description="Placement profile (a built-in such as xpupool or binpack, or one from the "
+        "server's --profile file) for the queue's jobs that name none; null = the server's "
+        "default profile. An unknown name is refused.",
+    )
 
     @model_validator(mode="after")
     def _borrowing_needs_cohort(self) -> QueueIn:
@@ -335,6 +341,9 @@ class Queue(Lenient):
     preemption: QueuePreemption = QueuePreemption.LOWER_PRIORITY
     unlisted_flavors: UnlistedFlavors = UnlistedFlavors.ALLOW
     allow_unfittable: bool = False
+    profile: str | None = Field(
+        None, description="Placement profile of its jobs that name none; null = the default."
+    )
     quotas: list[QuotaUsage]
     pending: int = Field(0, description="Jobs waiting in this queue.")
     running: int = Field(0, description="Jobs holding devices (scheduled or running).")

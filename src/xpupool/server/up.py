@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
-from xpupool.engine.profile import DEFAULT_PROFILE
+from xpupool.engine.profile import DEFAULT_PROFILE, Profile
 from xpupool.server.admin_token import admin_token_path
 from xpupool.server.body_limit import DEFAULT_MAX_BODY
 from xpupool.server.plane import ControlPlane
@@ -31,7 +31,8 @@ class UpConfig:
     port: int = 8080
     cluster: Path | None = None
     db: str | None = None
-    profile: str = DEFAULT_PROFILE
+    profile: str = DEFAULT_PROFILE  # the default profile: a built-in or one of ``profiles``
+    profiles: tuple[Profile, ...] = ()  # from --profile FILE (engine/profile_file.py)
     heartbeat_s: float = 5.0
     lost_after_s: float = 30.0
     agent: bool = True
@@ -71,6 +72,7 @@ def open_plane(cfg: UpConfig) -> ControlPlane:
             url,
             cfg.data,
             profile=cfg.profile,
+            profiles={p.name: p for p in cfg.profiles},
             heartbeat_s=cfg.heartbeat_s,
             lost_after_s=cfg.lost_after_s,
             max_log_bytes=parse_memory_mib("--log-cap", cfg.log_cap) << 20,

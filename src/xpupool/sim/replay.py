@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xpupool.engine import ClusterState, Engine
+from xpupool.engine import ClusterState, Engine, Profile
 from xpupool.engine.fragmentation import (
     FragmentationCache,
     Stranded,
@@ -48,11 +48,12 @@ class ReplayTrace:
 def replay(
     nodes: Sequence[Node],
     tasks: Sequence[TraceTask],
-    policy: str,
+    policy: Profile | str,
     seed: int,
     workload: TargetWorkload,
 ) -> ReplayTrace:
-    """Place ``tasks`` in order with ``policy`` (an engine profile name) and record the series."""
+    """Place ``tasks`` in order with ``policy`` (an engine profile, or a built-in's name) and
+    record the series."""
     kernels.warm()  # once per process: not part of this replay's seconds
     start = time.perf_counter()
     state = ClusterState(nodes, seed=seed)

@@ -5,6 +5,7 @@ unallocated at 100 % per trace and policy), our runs drawn beside the authors' r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich import box
@@ -12,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from xpupool.engine import Profile
 from xpupool.sim.queue_config import QueueConfig
 from xpupool.sim.runner import (
     RunSpec,
@@ -26,7 +28,7 @@ from xpupool.sim.runner import (
 def run_traces(
     nodes_path: str,
     pods_paths: list[str],
-    policies: list[str],
+    policies: Sequence[Profile | str],
     seeds: list[int],
     tune: float,
     jobs: int,
@@ -141,7 +143,7 @@ def write_report(directory: Path, results: list[dict[str, object]]) -> Path:
 def run_timed_traces(
     nodes_path: str,
     pods_paths: list[str],
-    policies: list[str],
+    policies: Sequence[Profile | str],
     seeds: list[int],
     queue: str,
     compress: float,

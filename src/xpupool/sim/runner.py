@@ -15,6 +15,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
+from xpupool.engine import Profile
 from xpupool.engine.fragmentation import TargetWorkload
 from xpupool.model import Node
 from xpupool.sim.alibaba import TraceTask, capacity_milli, read_nodes, read_tasks, to_request
@@ -27,11 +28,17 @@ from xpupool.sim.replay import ReplayTrace, replay
 
 @dataclass(frozen=True, slots=True)
 class RunSpec:
+    """``policy`` is a built-in profile's name or a profile (from a profile file)."""
+
     nodes_path: str
     pods_path: str
-    policy: str
+    policy: Profile | str
     seed: int
     tune: float = DEFAULT_TUNE
+
+    @property
+    def policy_name(self) -> str:
+        return self.policy if isinstance(self.policy, str) else self.policy.name
 
 
 @functools.cache
@@ -49,7 +56,7 @@ def run_one(spec: RunSpec) -> dict[str, object]:
     trace = replay(nodes, sequence, spec.policy, spec.seed, workload)
     series = curves(trace)
     return {
-        "policy": spec.policy,
+        "policy": spec.policy_name,
         "seed": spec.seed,
         "seconds": round(trace.seconds, 3),
         "tasks": len(sequence),
@@ -77,7 +84,7 @@ def run_timed(
     result = timed_replay(
         nodes, tasks, spec.policy, spec.seed, workload, QueueOrder(order), compress, queues
     )
-    out: dict[str, object] = {"policy": spec.policy, "seed": spec.seed, **result.summary()}
+    out: dict[str, object] = {"policy": spec.policy_name, "seed": spec.seed, **result.summary()}
     if queues is not None:
         out["wait_by_queue"] = result.wait_by_queue()
     return out

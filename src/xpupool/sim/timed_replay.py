@@ -23,7 +23,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from xpupool.engine import ClusterState, Engine
+from xpupool.engine import ClusterState, Engine, Profile
 from xpupool.engine.cycle import Admission, Place, Preempt, SchedulingCycle
 from xpupool.engine.fragmentation import TargetWorkload, kernels
 from xpupool.model import Allocation, Node, Request
@@ -98,7 +98,7 @@ class _Task:
 def timed_replay(
     nodes: Sequence[Node],
     tasks: Sequence[TraceTask],
-    policy: str,
+    policy: Profile | str,
     seed: int,
     workload: TargetWorkload,
     order: QueueOrder = QueueOrder.FIFO,
@@ -197,7 +197,7 @@ def timed_replay(
         util.append(100.0 * used / capacity if capacity else 0.0)
     last_arrival = float(max(arrive_at, default=0))
     return TimedResult(
-        policy,
+        policy if isinstance(policy, str) else policy.name,
         wait,
         jct,
         np.asarray(times),

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from xpupool.engine import Engine, make_profile
+from xpupool.engine import ClusterState, Engine, make_profile
+from xpupool.engine.context import Context
+from xpupool.engine.registry import SCORERS
+from xpupool.engine.scorers.base import Observer, PostScorer
+from xpupool.engine.state import FloatArray, IntArray
 from xpupool.model import DeviceRequest, Request, RequestError
 
 from factories import T4, devices, engine_for, gpu_node
@@ -96,3 +102,56 @@ def test_rate_filters_and_scores_without_placing() -> None:
     assert total[0] == 100.0
     # spread: one whole card of two leaves a half free -> 50; the 1-card node would be full -> 0
     assert engine.rate(devices(1), "spread")[1].tolist() == [50.0, 0.0]
+
+
+class _Watcher:
+    """A scorer that learns: it records what the engine tells it."""
+
+    name = "watcher"
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, bool]] = []
+
+    def score(self, ctx: Context) -> FloatArray:
+        return np.zeros(ctx.state.n_nodes)
+
+    def observe(self, req: Request, placed: bool) -> None:
+        self.seen.append((req.name, placed))
+
+
+def test_engine_tells_observers_every_request_placed_or_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    watcher = _Watcher()
+    assert isinstance(watcher, Observer)
+    monkeypatch.setitem(SCORERS, "watcher", lambda env: watcher)
+    engine = Engine(ClusterState([gpu_node("a", count=2)]), make_profile("w", {"watcher": 1}))
+    engine.place(replace(devices(1), name="fits"))  # one node fits: no scoring, still observed
+    engine.place(replace(devices(4), name="too-big"))
+    gang = Request("gang", devices=DeviceRequest(count=2), replicas=3, gang=True)
+    engine.place(gang)  # refused before any replica is tried
+    assert watcher.seen == [("fits", True), ("too-big", False), ("gang", False)]
+
+
+class _LastNode:
+    """A scorer with a post-score step: scores favour the first node, the step picks the last."""
+
+    name = "last-node"
+
+    def score(self, ctx: Context) -> FloatArray:
+        ctx.cycle[self.name] = "kept"
+        return np.linspace(100.0, 0.0, ctx.state.n_nodes)
+
+    def post_score(self, ctx: Context, candidates: IntArray, total: FloatArray) -> int | None:
+        assert ctx.cycle[self.name] == "kept" and total[candidates[0]] == 100.0
+        return int(candidates[-1])
+
+
+def test_a_declared_post_score_step_chooses_after_the_sum(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert isinstance(_LastNode(), PostScorer)
+    monkeypatch.setitem(SCORERS, "last-node", lambda env: _LastNode())
+    nodes = [gpu_node(n, count=1) for n in ("a", "b", "c")]
+    engine = Engine(ClusterState(nodes), make_profile("p", {"last-node": 1}))
+    assert engine.place(devices(1)).allocations[0].node == "c"
+    xpupool = engine_for(gpu_node("a"), profile="xpupool")
+    assert isinstance(xpupool._weighted(xpupool.profile)[0][0], PostScorer)

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
+from xpupool.engine import ClusterState, Engine, make_profile
+from xpupool.engine.context import Context
+from xpupool.engine.registry import SCORERS
+from xpupool.engine.scorers.base import DevicePicker, squash
 from xpupool.engine.scorers.binpack import NodeBinpack
 from xpupool.engine.scorers.random_pick import RandomPick
 from xpupool.engine.scorers.spread import NodeSpread
 from xpupool.engine.scorers.topology import Topology
+from xpupool.engine.state import FloatArray
 from xpupool.model import Request
+from xpupool.model.request import DevicePolicy
 
 from factories import cpu_node, devices, engine_for, gpu_node
 
@@ -67,3 +75,37 @@ def test_ties_go_to_the_lowest_rank_of_the_seeded_order() -> None:
         engine = engine_for(*nodes, seed=seed)
         expected = engine.state.node_names[int(np.argmin(engine.state.rank))]
         assert engine.place(devices(1)).allocations[0].node == expected
+
+
+class _LastCard:
+    """A scorer that is also a device picker: every node 0, the last fitting card."""
+
+    name = "last-card"
+
+    def score(self, ctx: Context) -> FloatArray:
+        return np.zeros(ctx.state.n_nodes)
+
+    def pick(self, ctx: Context, node: int) -> list[int] | None:
+        assert ctx.dev_fit is not None
+        return [int(np.flatnonzero(ctx.dev_fit[node])[-1])]
+
+
+def test_device_picker_is_declared_and_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert isinstance(_LastCard(), DevicePicker)
+    assert isinstance(RandomPick(0), DevicePicker)
+    assert not isinstance(NodeBinpack(), DevicePicker)
+    monkeypatch.setitem(SCORERS, "last-card", lambda env: _LastCard())
+    engine = Engine(ClusterState([gpu_node("a", count=4)]), make_profile("p", {"last-card": 1}))
+    assert engine.place(devices(1)).allocations[0].devices[0].uuid == "a-gpu3"
+    # A request that names its device policy keeps it.
+    req = replace(devices(1, core_permille=500), device_policy=DevicePolicy.BINPACK)
+    assert engine.place(req).allocations[0].devices[0].uuid == "a-gpu0"
+
+
+def test_squash_is_bounded_strictly_increasing_and_keeps_ties() -> None:
+    raw = np.array([-2000.0, -100.0, -1e-5, 0.0, 0.0, 1e-5, 49.99999, 50.0, 98.01, 99.01, 101.5])
+    out = squash(raw, 50.0, 25.0)
+    assert ((out > 0.0) & (out < 100.0)).all()
+    assert out[3] == out[4]
+    assert (np.diff(np.delete(out, 4)) > 0).all()
+    assert squash(np.array([50.0]), 50.0, 25.0)[0] == 50.0

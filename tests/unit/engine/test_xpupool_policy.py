@@ -12,6 +12,7 @@ import pytest
 from xpupool.engine import DEFAULT_PROFILE, ClusterState, Engine
 from xpupool.engine.fragmentation import TargetWorkload
 from xpupool.engine.scorers.xpupool import Xpupool, cpu_bound
+from xpupool.engine.state import BoolArray, FloatArray
 from xpupool.model import DeviceRequest, Request
 
 from factories import cpu_node, gpu_node
@@ -38,6 +39,14 @@ def test_the_engine_default_is_xpupool() -> None:
 
     engine = Engine(ClusterState([gpu_node("a", count=1, group_size=0)]))
     assert engine.profile.name == DEFAULT_PROFILE == "xpupool" == cli.DEFAULT_PROFILE
+
+
+def raw_rate(engine: Engine, req: Request) -> tuple[BoolArray, FloatArray]:
+    """``Engine.rate`` in the xpupool scorer's own points (before it is squashed into 0..100)."""
+    ctx = engine.feasible(req)
+    scorer = engine._weighted(engine.profile)[0][0]
+    assert isinstance(scorer, Xpupool)
+    return ctx.node_fit, scorer.raw_score(ctx)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -126,12 +135,12 @@ def test_half_resolution_for_one_card_replicas_fgds_score_for_several_cards() ->
         for engine in engines.values():
             assert engine.place(pinned).ok
     two = Request("x", cpu_milli=1000, devices=DeviceRequest(count=2))
-    fits, ours = engines["xpupool-greedy"].rate(two)
+    fits, ours = raw_rate(engines["xpupool-greedy"], two)
     _, fgds = engines["fgd"].rate(two)
     assert fits.sum() >= 3
     assert ours[fits].tolist() == fgds[fits].tolist()
     assert any(int(v) % 2 for v in fgds[fits])  # half resolution would have changed these
-    fits, ours = engines["xpupool-greedy"].rate(share(1000, 300, "y"))
+    fits, ours = raw_rate(engines["xpupool-greedy"], share(1000, 300, "y"))
     primary = ours[fits] - ours[fits] % 2
     assert all(0 <= t < 0.01 for t in ours[fits] - primary)
 
@@ -195,3 +204,16 @@ def test_the_online_workload_is_priced_as_it_is_learned() -> None:
     assert scorer.prices is not None
     assert scorer.prices.sizes.tolist() == [300, 500]
     assert scorer.prices.value[1000] == pytest.approx(1.0)
+
+
+def test_online_workload_learns_refused_requests_too() -> None:
+    # Without a target workload xpupool learns one from what the engine is asked to place: the
+    # engine tells it every request once decided, so one that fits nowhere is learned as well.
+    engine = Engine(ClusterState([gpu_node("a", count=2, group_size=0)]), "xpupool")
+    scorer = engine._weighted(engine.profile)[0][0]
+    assert isinstance(scorer, Xpupool)
+    fits = Request("fits", cpu_milli=1000, devices=DeviceRequest(count=1))
+    too_big = Request("too-big", cpu_milli=1000, devices=DeviceRequest(count=4))
+    assert engine.place(fits).ok and not engine.place(too_big).ok
+    assert [r.name for r in scorer._seen] == ["fits", "too-big"]
+    assert {s.devices.count for s in scorer.frag.workload.shapes} == {1, 4}

@@ -16,6 +16,7 @@ import numpy as np
 from xpupool.catalog import Verdict
 from xpupool.engine.context import Context
 from xpupool.engine.filters.base import Stage
+from xpupool.engine.lru import Lru
 from xpupool.engine.reasons import Reason
 from xpupool.engine.state import BoolArray, ClusterState, IntArray
 from xpupool.model.request import Request, SoftwareNeed
@@ -36,30 +37,9 @@ _HOPE_OF: dict[Verdict, int] = {
 NO_HOPE = len(HOPE_ORDER)
 
 
-# Per state: (need, number of profiles) -> verdicts. A state's profiles are only ever appended and
-# its compatibility table is fixed, so a need's verdicts stay valid until a profile is added.
-_MEMO: weakref.WeakKeyDictionary[ClusterState, dict[tuple[SoftwareNeed, int], IntArray]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def need_verdicts(state: ClusterState, need: SoftwareNeed) -> IntArray:
-    """Hope rank per software profile (-1 = OK), with a trailing NO_HOPE entry for absent slots.
-    Read-only: memoised per state."""
-    memo = _MEMO.setdefault(state, {})
-    key = (need, len(state.profiles))
-    found = memo.get(key)
-    if found is not None:
-        return found
-    out = np.full(len(state.profiles) + 1, NO_HOPE, np.int64)
-    for pid, profile in enumerate(state.profiles):
-        verdict = state.compat.check(
-            need, profile.vendor, profile.driver_version, dict(profile.runtimes)
-        )
-        out[pid] = -1 if verdict == Verdict.OK else _HOPE_OF[verdict]
-    out.flags.writeable = False
-    memo[key] = out
-    return out
+# Verdicts kept per state: (need, number of profiles) -> verdicts. Each is a few ints; a fleet
+# sees a few dozen distinct needs, the bound stops a long-running server's from piling up.
+VERDICTS_BOUND = 1024
 
 
 class Software:
@@ -67,19 +47,51 @@ class Software:
     reason: ClassVar[Reason] = Reason.SOFTWARE_UNSUPPORTED
     dynamic: ClassVar[bool] = False
 
+    def __init__(self) -> None:
+        # One filter serves every engine: the verdicts are kept per state, and go with it.
+        self._verdicts: weakref.WeakKeyDictionary[
+            ClusterState, Lru[tuple[SoftwareNeed, int], IntArray]
+        ] = weakref.WeakKeyDictionary()
+        self.verdicts_bound = VERDICTS_BOUND
+
+    def need_verdicts(self, state: ClusterState, need: SoftwareNeed) -> IntArray:
+        """Hope rank per software profile (-1 = OK), with a trailing NO_HOPE entry for absent
+        slots. Read-only. A state's profiles are only ever appended and its compatibility table
+        is fixed, so a need's verdicts stay valid until a profile is added."""
+        memo = self._verdicts.get(state)
+        if memo is None:
+            memo = self._verdicts[state] = Lru(self.verdicts_bound)
+        key = (need, len(state.profiles))
+        found = memo.get(key)
+        if found is not None:
+            return found
+        out = np.full(len(state.profiles) + 1, NO_HOPE, np.int64)
+        for pid, profile in enumerate(state.profiles):
+            verdict = state.compat.check(
+                need, profile.vendor, profile.driver_version, dict(profile.runtimes)
+            )
+            out[pid] = -1 if verdict == Verdict.OK else _HOPE_OF[verdict]
+        out.flags.writeable = False
+        return memo.put(key, out)
+
+    def cached_verdicts(self, state: ClusterState) -> int:
+        """How many needs' verdicts are kept for ``state``."""
+        memo = self._verdicts.get(state)
+        return 0 if memo is None else len(memo)
+
     def device_mask(self, req: Request, state: ClusterState, ctx: Context) -> BoolArray | None:
         needs = req.devices.software
         if not needs:
             return None
         ok = np.ones(len(state.profiles) + 1, np.bool_)
         for need in needs:
-            ok &= need_verdicts(state, need) < 0
+            ok &= self.need_verdicts(state, need) < 0
         result: BoolArray = ok[state.dev_profile]
         return result
 
     def stages(self, req: Request, state: ClusterState, ctx: Context) -> list[Stage]:
         stages = []
         for need in req.devices.software:
-            hope = need_verdicts(state, need)[state.dev_profile]
+            hope = self.need_verdicts(state, need)[state.dev_profile]
             stages.append(Stage(hope < 0, self.reason, str(need), codes=hope))
         return stages

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import numpy as np
+
 from xpupool.engine.context import Context
 from xpupool.engine.state import FloatArray
 
@@ -37,5 +39,7 @@ class NodeBinpack:
     name: ClassVar[str] = "binpack"
 
     def score(self, ctx: Context) -> FloatArray:
-        result: FloatArray = 100.0 * allocated_fraction_after(ctx)
+        # Up to 1 where the replica fits; the clip bounds what approximations of a share's memory
+        # on cards of several sizes could carry past it.
+        result: FloatArray = np.clip(100.0 * allocated_fraction_after(ctx), 0.0, 100.0)
         return result

@@ -31,8 +31,15 @@ from xpupool.engine.fragmentation.measure import (
     expected_fragment,
     settled,
 )
+from xpupool.engine.lru import Lru
 from xpupool.engine.scorers.base import ScorerEnv
-from xpupool.engine.state import FloatArray, IntArray
+from xpupool.engine.state import ClusterState, FloatArray, IntArray
+
+# What the per-amounts cache may hold: each entry is a few [N, W] float arrays (about 0.6 MB at
+# 5,000 nodes of 8 cards), one per distinct (CPU, compute, memory) a stream asks for; the FGD
+# traces ask a few hundred. Past the bound the least recently used amounts are recomputed.
+CACHE_BYTES = 256 << 20
+CACHE_ENTRIES = (16, 1024)  # at least, at most
 
 
 @dataclass(slots=True)
@@ -57,7 +64,7 @@ class Fgd:
         if workload is None:
             raise ValueError("the fgd scorer needs a target workload (Engine(..., workload=...))")
         self.frag = FragmentationCache(env.pipeline.state, env.pipeline, workload, capped)
-        self._cache: dict[tuple[object, ...], _Cached] = {}
+        self._cache: Lru[tuple[object, ...], _Cached] = Lru(cache_bound(env.pipeline.state))
         self._epoch = -1
         self._columns: tuple[Context, IntArray] | None = None
 
@@ -127,8 +134,7 @@ class Fgd:
         if found is None:
             n, w = state.dev_present.shape
             shape = (n, w) if ctx.k == 1 else (n,)
-            found = _Cached(np.full(shape, np.inf), np.full(n, -1, np.int64))
-            self._cache[key] = found
+            found = self._cache.put(key, _Cached(np.full(shape, np.inf), np.full(n, -1, np.int64)))
         return found
 
     def _evaluate(self, ctx: Context, table: ShapeTable, nodes: IndexArray) -> FloatArray:
@@ -164,6 +170,15 @@ class Fgd:
         return expected_fragment(
             table, idle, usable_idle, usable_count, cpu_after, mem_after, self.frag.capped
         )
+
+
+def cache_bound(state: ClusterState) -> int:
+    """Entries of the per-amounts cache: as many as ``CACHE_BYTES`` holds for this fleet (a
+    per-card after and score array, and the version), within ``CACHE_ENTRIES``."""
+    n, w = state.dev_present.shape
+    entry = max(1, (2 * n * w + n) * 8)
+    low, high = CACHE_ENTRIES
+    return min(high, max(low, CACHE_BYTES // entry))
 
 
 def _each_device(

@@ -41,36 +41,46 @@ weighs CPU.
 The score is greedy: it rates what a placement does to the node's fragmentation now. Among the best
 ``CANDIDATES`` nodes within ``LOOK_SLACK`` of the best score (the engine's seeded order among
 equals), each with the cards its score chose, the one the lookahead
-(``engine/fragmentation/lookahead.py``) values most gets the top score: its FGD delta plus, for
-each of the likeliest next device shapes, the shape's weight times its best FGD delta anywhere in
-the fleet after this placement. It applies to every replica (one card, several, or CPU only).
+(``engine/fragmentation/lookahead.py``) values most is chosen: its FGD delta plus, for each of
+the likeliest next device shapes, the shape's weight times its best FGD delta anywhere in the fleet
+after this placement. It applies to every replica (one card, several, or CPU only), and is a
+declared post-score step (:meth:`Xpupool.post_score`): the engine runs it on the weighted sum, from
+what the score kept in the request's cycle state.
 ``xpupool-fine`` uses FGD's own resolution for one-card replicas, ``xpupool-greedy`` has no
 lookahead (both for comparison).
+
+The engine sees the score squashed into 0..100 (``scorers/base.py`` ``squash``, centred on
+``SQUASH_MIDDLE``, FGD's "no change", with slope set by ``SQUASH_SCALE``): strictly increasing, so
+xpupool alone chooses exactly as with the raw score, and weighted beside other scorers it counts on
+their scale.
 
 The workload is CPU-bound when it asks for at least ``CPU_BOUND`` of the fleet's CPU per unit of
 device compute, i.e. CPU would run out about when the devices fill. The measurements behind every
 choice are in ``docs/placement-policy.md``.
 
 Without a target workload (the embedded server, the Kubernetes extender) the scorer learns one from
-the last 10,000 requests it was asked to place, FGD's way (the most popular shapes covering 95 % of
-them), re-learning whenever a quarter of what it knew is new: after 1, 2, 3, 4, 5, 7, 9, ...
-requests, then every 2,000 once the window is full; the lookahead follows the workload learned.
+the last 10,000 requests the engine was asked to place, placed or refused (the engine tells it each
+through :meth:`Xpupool.observe` once the request is decided), FGD's way (the most popular shapes
+covering 95 % of them), re-learning whenever a quarter of what it knew is new: after 1, 2, 3, 4, 5,
+7, 9, ... requests, then every 2,000 once the window is full; the lookahead follows the workload
+learned.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
 from xpupool.engine.context import Context
 from xpupool.engine.fragmentation.cache import FragmentationCache
-from xpupool.engine.fragmentation.lookahead import CANDIDATES, Lookahead
+from xpupool.engine.fragmentation.lookahead import CANDIDATES, SHAPES, Lookahead
 from xpupool.engine.fragmentation.measure import IndexArray, TargetWorkload
 from xpupool.engine.fragmentation.pressure import DevicePressure
 from xpupool.engine.fragmentation.prices import SharePrices
-from xpupool.engine.scorers.base import ScorerEnv
+from xpupool.engine.scorers.base import PluginArgs, ScorerEnv, squash
 from xpupool.engine.scorers.fgd import Fgd
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 from xpupool.model.request import Request
@@ -85,24 +95,66 @@ RELEARN_AFTER = 0.25  # re-learn the online workload after this share of the win
 PACK = 100.0  # score points per card of packing loss: any loss outweighs FGD's whole range
 LOOK_SLACK = 1.0  # score points below the best within which the lookahead compares candidates
 WINDOW = 10_000  # the online workload is estimated from the last this many requests
+SQUASH_MIDDLE = 50.0  # raw score that maps to 50 of 0..100 (FGD's "no change")
+SQUASH_SCALE = 25.0  # raw points per unit of the logistic: 0..100 raw maps to about 12..88
+
+
+@dataclass(frozen=True, slots=True)
+class XpupoolArgs(PluginArgs):
+    """The scorer's switches and constants, settable in a profile's ``pluginConfig``; the defaults
+    are the module's constants above, where each is explained. ``fine``: FGD's resolution for
+    one-device replicas instead of half; ``lookahead``: the one-step lookahead over the likeliest
+    next shapes; ``candidates`` and ``shapes``: how many near-best nodes and next shapes it
+    compares (``engine/fragmentation/lookahead.py``)."""
+
+    fine: bool = False
+    lookahead: bool = True
+    steps: int = STEPS
+    steps_node: int = STEPS_NODE
+    tight: float = TIGHT
+    cpu_bound: float = CPU_BOUND
+    slope: float = SLOPE
+    cpu_tie: float = CPU_TIE
+    relearn_after: float = RELEARN_AFTER
+    pack: float = PACK
+    look_slack: float = LOOK_SLACK
+    window: int = WINDOW
+    candidates: int = CANDIDATES
+    shapes: int = SHAPES
+
+    def __post_init__(self) -> None:
+        counts = {"steps": self.steps, "steps_node": self.steps_node, "window": self.window}
+        counts |= {"candidates": self.candidates, "shapes": self.shapes}
+        for name, value in counts.items():
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        for name in ("tight", "cpu_bound", "slope", "cpu_tie", "relearn_after", "pack"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.look_slack < 0:
+            raise ValueError(f"look_slack must be >= 0, got {self.look_slack}")
 
 
 class Xpupool(Fgd):
     name: ClassVar[str] = "xpupool"
-    fine: ClassVar[bool] = False  # FGD's resolution for one-device replicas instead of half
-    look: ClassVar[bool] = True  # one-step lookahead over the likeliest next shapes
+    default_args: ClassVar[XpupoolArgs] = XpupoolArgs()
 
     def __init__(self, env: ScorerEnv) -> None:
+        args = env.args if isinstance(env.args, XpupoolArgs) else self.default_args
+        self.args = args
+        self.fine = args.fine
+        self.look = args.lookahead
         self._online = env.workload is None
-        self._seen: deque[Request] = deque(maxlen=WINDOW)
+        self._seen: deque[Request] = deque(maxlen=args.window)
         self._new = 0  # requests seen since the workload was last learned
-        self._last: Context | None = None
         self._pressure: DevicePressure | None = None
         workload = env.workload or TargetWorkload((), ())
         self._cpu_per_compute = cpu_per_compute(workload)
-        super().__init__(env, workload, capped=cpu_bound(workload, env.pipeline.state))
+        super().__init__(
+            env, workload, capped=cpu_bound(workload, env.pipeline.state, args.cpu_bound)
+        )
         self._prices = share_prices(workload)
-        self._lookahead = Lookahead(self.frag) if self.look else None
+        self._lookahead = Lookahead(self.frag, args.shapes) if self.look else None
         if self._lookahead is not None and self._lookahead.active:
             self.frag.current()  # every node's next-shape deltas, once, before placing
             self._lookahead.update(env.pipeline.state)
@@ -127,9 +179,27 @@ class Xpupool(Fgd):
         return f"{self.name}: " + "; ".join(parts)
 
     def score(self, ctx: Context) -> FloatArray:
-        if self._online and ctx is not self._last:
-            self._observe(ctx.req)
-        self._last = ctx
+        """The raw score below (about -2000..100.5: penalties push it under FGD's range)
+        squashed into 0..100, the same order and ties."""
+        raw = self.raw_score(ctx)
+        candidates = np.flatnonzero(ctx.node_fit)
+        bounded = np.zeros_like(raw)
+        bounded[candidates] = squash(raw[candidates], SQUASH_MIDDLE, SQUASH_SCALE)
+        return bounded
+
+    def post_score(self, ctx: Context, candidates: IntArray, total: FloatArray) -> int | None:
+        """The lookahead, a declared post-score step: among the near-best by this scorer's own
+        points (kept in ``ctx.cycle`` by :meth:`raw_score`), the node after which the likeliest
+        next tasks land best; None when it does not look (one candidate, no next shapes, or
+        candidates it cannot tell apart)."""
+        kept = ctx.cycle.get(self.name)
+        if not isinstance(kept, _LookInputs) or not self._looking(candidates):
+            return None
+        return self._look_ahead(ctx, *kept)
+
+    def raw_score(self, ctx: Context) -> FloatArray:
+        """The unbounded score (see the module docstring), before the squash: for reports and
+        tests that reason in its points."""
         state = ctx.state
         before, cached, candidates, stale = self._fragmentation(ctx)
         scores = np.zeros(state.n_nodes, np.float64)
@@ -142,7 +212,7 @@ class Xpupool(Fgd):
             stale = candidates
         if stale.size:
             cached.score[stale] = _score(
-                ctx, before, cached.frag_after, stale, self.fine, self._prices
+                ctx, before, cached.frag_after, stale, self.args, self._prices
             )
         if cached.score.ndim == 1:
             scores[candidates] = cached.score[candidates]
@@ -150,25 +220,24 @@ class Xpupool(Fgd):
                 if displaced.ndim == 2:  # per card: a node's least contended fitting cards
                     assert ctx.dev_fit is not None  # set for every replica that needs devices
                     displaced = np.where(ctx.dev_fit[candidates], displaced, np.inf).min(axis=1)
-                scores[candidates] -= SLOPE * ctx.k * displaced
+                scores[candidates] -= self.args.slope * ctx.k * displaced
             elif ctx.k == 0 and not self.frag.capped:  # capped, F already weighs CPU
-                scores[candidates] += CPU_TIE * _spare_cpu(state, candidates, self._cpu_per_compute)
-            if self._looking(candidates):
-                self._look_ahead(ctx, scores, None, candidates, before, cached.frag_after)
+                spare = _spare_cpu(state, candidates, self._cpu_per_compute)
+                scores[candidates] += self.args.cpu_tie * spare
+            ctx.cycle[self.name] = _LookInputs(scores, None, candidates, before, cached.frag_after)
             return scores
         # One device: the best card per node (the fullest among equals); the node takes its score.
         assert ctx.dev_fit is not None
         per_device = np.where(ctx.dev_fit[candidates], cached.score[candidates], -np.inf)
         if displaced is not None and displaced.ndim == 2:
-            per_device = per_device - SLOPE * displaced
+            per_device = per_device - self.args.slope * displaced
         best = np.argmax(per_device, axis=1)
         columns = np.full(state.n_nodes, -1, np.int64)
         columns[candidates] = best
         scores[candidates] = per_device[np.arange(candidates.size), best]
         if displaced is not None and displaced.ndim == 1:  # the same for every card of a node
-            scores[candidates] -= SLOPE * displaced
-        if self._looking(candidates):
-            self._look_ahead(ctx, scores, columns, candidates, before, cached.frag_after)
+            scores[candidates] -= self.args.slope * displaced
+        ctx.cycle[self.name] = _LookInputs(scores, columns, candidates, before, cached.frag_after)
         self._columns = (ctx, columns)
         return scores
 
@@ -183,18 +252,19 @@ class Xpupool(Fgd):
         candidates: IndexArray,
         before: FloatArray,
         frag_after: FloatArray,
-    ) -> None:
+    ) -> int | None:
         """Among the best ``CANDIDATES`` nodes within ``LOOK_SLACK`` of the best score (seeded
         order among equals), each with the cards its score chose (``columns`` for one card, the
-        first ``k`` that fit for several), raise the one the lookahead prefers
-        (``engine/fragmentation/lookahead.py``)."""
+        first ``k`` that fit for several), the one the lookahead prefers
+        (``engine/fragmentation/lookahead.py``); None when fewer than two are near the best or
+        they are alike (the engine's order then decides, as it would)."""
         assert self._lookahead is not None
         state = ctx.state
         top = float(scores[candidates].max())
-        pool = candidates[scores[candidates] >= top - LOOK_SLACK]
+        pool = candidates[scores[candidates] >= top - self.args.look_slack]
         if pool.size < 2:
-            return
-        pool = pool[np.lexsort((state.rank[pool], -scores[pool]))][:CANDIDATES]
+            return None
+        pool = pool[np.lexsort((state.rank[pool], -scores[pool]))][: self.args.candidates]
         taken = np.zeros((pool.size, state.width), np.bool_)
         if columns is not None:
             taken[np.arange(pool.size), columns[pool]] = True
@@ -206,7 +276,7 @@ class Xpupool(Fgd):
                 taken = fit & (np.cumsum(fit, axis=1) <= ctx.k)
             gain = before[pool] - frag_after[pool]
         if _twins(state, self.frag.table.node_kind, pool, taken):
-            return  # equal values: the lookahead would keep the first, as the engine does
+            return None  # equal values: the lookahead would keep the first, as the engine does
         need = ctx.need_mib if isinstance(ctx.need_mib, int) else ctx.need_mib[pool]
         values = self._lookahead.values(
             state,
@@ -218,7 +288,7 @@ class Xpupool(Fgd):
             ctx.req.cpu_milli,
             ctx.req.memory_mib,
         )
-        scores[pool[int(np.argmax(values))]] = top + 1.0
+        return int(pool[int(np.argmax(values))])
 
     def _displaced(self, ctx: Context, candidates: IndexArray) -> FloatArray | None:
         """Thousandths of contended demand the replica would take from shapes with fewer places to
@@ -233,39 +303,54 @@ class Xpupool(Fgd):
             return None
         return self._pressure.displaced(candidates, ctx.dev_fit, ctx.need_core)
 
-    def _observe(self, req: Request) -> None:
-        """Online target workload: FGD's estimate from the requests seen lately."""
+    def observe(self, req: Request, placed: bool) -> None:
+        """Online target workload: FGD's estimate from the requests seen lately, refused ones
+        too (what fits nowhere now is still what the workload asks for)."""
+        if not self._online:
+            return
         self._seen.append(req)
         self._new += 1
-        if self._new >= max(1.0, RELEARN_AFTER * (len(self._seen) - self._new)):
+        if self._new >= max(1.0, self.args.relearn_after * (len(self._seen) - self._new)):
             self._new = 0
             state = self.frag.state
             workload = TargetWorkload.from_requests(self._seen)
-            capped = cpu_bound(workload, state)
+            capped = cpu_bound(workload, state, self.args.cpu_bound)
             self._cpu_per_compute = cpu_per_compute(workload)
             self._prices = share_prices(workload)
             self.frag = FragmentationCache(state, self.frag.pipeline, workload, capped)
             self._cache.clear()
             if self._lookahead is not None:
-                self._lookahead = Lookahead(self.frag)
+                self._lookahead = Lookahead(self.frag, self.args.shapes)
+
+
+class _LookInputs(NamedTuple):
+    """What :meth:`Xpupool.raw_score` keeps in ``ctx.cycle`` for its post-score step: its raw
+    scores, the card it chose per node (one-card replicas), the candidates, and the fragmentation
+    before and after."""
+
+    scores: FloatArray
+    columns: IntArray | None
+    candidates: IndexArray
+    before: FloatArray
+    frag_after: FloatArray
 
 
 class XpupoolFine(Xpupool):
     """xpupool with FGD's own resolution and card choice for one-device replicas."""
 
     name: ClassVar[str] = "xpupool-fine"
-    fine: ClassVar[bool] = True
+    default_args: ClassVar[XpupoolArgs] = XpupoolArgs(fine=True)
 
 
 class XpupoolGreedy(Xpupool):
     """xpupool without the lookahead: each replica placed for the fragmentation it causes now."""
 
     name: ClassVar[str] = "xpupool-greedy"
-    look: ClassVar[bool] = False
+    default_args: ClassVar[XpupoolArgs] = XpupoolArgs(lookahead=False)
 
 
-def cpu_bound(workload: TargetWorkload, state: ClusterState) -> bool:
-    """Does ``workload`` ask for at least ``CPU_BOUND`` of the CPU the fleet's device nodes have per
+def cpu_bound(workload: TargetWorkload, state: ClusterState, share: float = CPU_BOUND) -> bool:
+    """Does ``workload`` ask for at least ``share`` of the CPU the fleet's device nodes have per
     unit of device compute? Then CPU, not devices, is what strands capacity, and fragmentation is
     CPU-capped."""
     cpu, _, compute = _cpu_and_compute(workload)
@@ -274,7 +359,7 @@ def cpu_bound(workload: TargetWorkload, state: ClusterState) -> bool:
     fleet_cpu = float(state.node_cpu_total[with_devices].sum())
     if compute <= 0 or fleet_compute <= 0 or fleet_cpu <= 0:
         return False
-    return (cpu / compute) >= CPU_BOUND * (fleet_cpu / fleet_compute)
+    return (cpu / compute) >= share * (fleet_cpu / fleet_compute)
 
 
 def cpu_per_compute(workload: TargetWorkload) -> float:
@@ -341,20 +426,20 @@ def _score(
     before: FloatArray,
     frag_after: FloatArray,
     nodes: IndexArray,
-    fine: bool,
+    args: XpupoolArgs,
     prices: SharePrices | None,
 ) -> FloatArray:
     """Scores of ``nodes`` (``[S]``), or of each of their cards for a one-device replica
     (``[S, W]``, before masking the cards it does not fit): primary, plus the fullest-card term at
     half resolution."""
     if frag_after.ndim == 1:
-        return _primary(before[nodes], frag_after[nodes], STEPS_NODE)
-    if fine:
-        return _primary(before[nodes, None], frag_after[nodes], STEPS_NODE)
-    per_device = _primary(before[nodes, None], frag_after[nodes], STEPS)
+        return _primary(before[nodes], frag_after[nodes], args.steps_node)
+    if args.fine:
+        return _primary(before[nodes, None], frag_after[nodes], args.steps_node)
+    per_device = _primary(before[nodes, None], frag_after[nodes], args.steps)
     if prices is not None and 0 < ctx.need_core < 1000:  # a share: how it fills the card's gap
-        per_device -= PACK * prices.loss(ctx.state.dev_core_free[nodes], ctx.need_core)
-    per_device += TIGHT * (1.0 - (ctx.state.dev_core_free[nodes] - ctx.need_core) / 1000.0)
+        per_device -= args.pack * prices.loss(ctx.state.dev_core_free[nodes], ctx.need_core)
+    per_device += args.tight * (1.0 - (ctx.state.dev_core_free[nodes] - ctx.need_core) / 1000.0)
     return per_device
 
 

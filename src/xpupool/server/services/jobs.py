@@ -18,6 +18,7 @@ from xpupool.server.plane import (
     INSERT_EVENT,
     ControlPlane,
     PendingJob,
+    check_request_names,
     gang_request,
 )
 from xpupool.server.request_names import check_names
@@ -54,6 +55,10 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
             check_names(plane.engine, req)
         except RequestError as exc:
             raise exc.under(body.request_field) from None
+        if req.node_policy is None and queue in plane.queue_profiles:
+            # the queue's profile (known when the queue was stored; a restart may have lost it)
+            req = replace(req, node_policy=plane.queue_profiles[queue])
+            check_request_names(plane.engine, req, "queue")
         waiting = "waiting for the scheduler"
         miss = plane.verdicts.never_fits(req)
         if miss is not None:

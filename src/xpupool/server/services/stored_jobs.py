@@ -6,7 +6,9 @@ as ``running (pid None)`` holding its devices, and a lone surrogate made every l
 fail. Such a job is failed on start, with the reason, and its devices are freed (it never ran).
 Text that is only shown (a name, a reason, the request) is shown readable instead
 (``wire_values.readable``). Queued priorities above their queue's cap, which did not exist then,
-come down to the cap (``grants.cap_queued``).
+come down to the cap (``grants.cap_queued``). A waiting job whose placement profile this start does
+not know (it came from a ``--profile`` file the server no longer loads) is failed with the reason,
+rather than refused by the scheduler at every pass.
 """
 
 from __future__ import annotations
@@ -47,5 +49,13 @@ def settle_stored_jobs(plane: ControlPlane) -> None:
                 plane.release_job(conn, held)
             plane.set_state(conn, row.id, s.JobState.FAILED, reason)
             log.warning("job %d: %s", row.id, reason)
+        for job_id, pending in list(plane.pending.items()):
+            policy = pending.request.node_policy
+            if policy is None or policy in plane.engine.profiles:
+                continue
+            reason = f"unknown placement profile {policy!r} (not loaded by this start); resubmit"
+            plane.pending.pop(job_id, None)
+            plane.set_state(conn, job_id, s.JobState.FAILED, reason)
+            log.warning("job %d: %s", job_id, reason)
         for job_id in grants.cap_queued(plane, conn):
             log.warning("job %d: priority lowered to its queue's max_priority", job_id)

@@ -188,6 +188,10 @@ def put_queue(plane: ControlPlane, body: s.QueueIn) -> s.Queue:
     """Create or replace a queue. Lowering a quota below current use evicts nothing: running work
     stays, and the queue admits again once it is back under (Kueue behaves the same)."""
     quotas = [q.model_dump(mode="json") for q in body.quotas]
+    if body.profile is not None and body.profile not in plane.profiles:
+        raise RequestError(
+            "profile", body.profile, f"unknown profile; known: {', '.join(plane.profiles)}"
+        )
     with plane.write() as conn:
         tenant = conn.execute(select(t_tenants).where(t_tenants.c.name == body.tenant)).first()
         if tenant is None:
@@ -203,6 +207,7 @@ def put_queue(plane: ControlPlane, body: s.QueueIn) -> s.Queue:
             "preemption": body.preemption.value,
             "unlisted_flavors": body.unlisted_flavors.value,
             "allow_unfittable": int(body.allow_unfittable),
+            "profile": body.profile,
         }
         if existing is None:
             conn.execute(
@@ -211,6 +216,10 @@ def put_queue(plane: ControlPlane, body: s.QueueIn) -> s.Queue:
         else:
             conn.execute(update(t_queues).where(t_queues.c.name == body.name).values(**values))
         plane.queue_specs[body.name] = queue_spec_of(body, tenant.weight)
+        if body.profile is None:
+            plane.queue_profiles.pop(body.name, None)
+        else:
+            plane.queue_profiles[body.name] = body.profile
         plane.rebuild_admission()
         grants.cap_queued(plane, conn, body.name)  # a lowered cap applies to what waits too
     return get_queue(plane, body.name, None)
@@ -267,6 +276,7 @@ def _queue_view(plane: ControlPlane, name: str, max_priority: int) -> s.Queue:
         preemption=s.QueuePreemption(spec.preemption.value),
         unlisted_flavors=s.UnlistedFlavors(spec.unlisted_flavors.value),
         allow_unfittable=spec.allow_unfittable,
+        profile=plane.queue_profiles.get(name),
         quotas=quotas,
         pending=pending,
         running=running,
