@@ -3,8 +3,9 @@ queue and a job may name one, and unknown names or a bad file are refused at the
 
 The pool is examples/cluster-mixed.yaml with ``--no-agent``, so a placed job stays ``scheduled``.
 The file's profile ``loose-uuids`` turns off the ``DeviceUuid`` filter: a job asking for a card
-UUID no node has waits forever under the default profile and is placed under that one, which is
-how these tests see which profile placed a job. "Nothing stored" is read from the SQLite file.
+UUID no node has is refused at submission under the default profile (nothing could hold it) and
+placed under that one, which is how these tests see which profile placed a job. "Nothing
+stored" is read from the SQLite file.
 """
 
 from __future__ import annotations
@@ -59,10 +60,10 @@ def _state(admin: httpx.Client, job_id: int) -> str:
 def test_job_naming_a_file_profile_is_placed_by_it(server: tuple[ServerProc, httpx.Client]) -> None:
     _, admin = server
     loose = _submit(admin, {**GHOST, "node_policy": "loose-uuids"})
-    strict = _submit(admin, GHOST)
-    assert loose.status_code == 201 and strict.status_code == 201
+    strict = _submit(admin, GHOST)  # the default profile needs that card: nothing could hold it
+    assert loose.status_code == 201
+    assert strict.status_code == 422 and strict.json()["field"] == "request.devices.uuids[0]"
     until(lambda: _state(admin, loose.json()["id"]) == "scheduled", "the loose job placed")
-    assert _state(admin, strict.json()["id"]) == "pending"
 
 
 def test_queue_profile_applies_to_its_jobs(server: tuple[ServerProc, httpx.Client]) -> None:
@@ -115,6 +116,8 @@ def test_restart_without_the_file_fails_jobs_waiting_on_its_profile(tmp_path: Pa
     with srv:
         admin = httpx.Client(base_url=srv.url, headers=srv.headers(), timeout=60)
         assert admin.post("/v1/tenants", json={"name": "vision"}).status_code == 201
+        kept = {"name": "vision", "tenant": "vision", "allow_unfittable": True}
+        assert admin.put("/v1/queues/vision", json=kept).status_code == 200
         never = {"cpu": "1000", "node_policy": "loose-uuids"}  # no node has 1,000 cores
         job = _submit(admin, never).json()
         admin.close()

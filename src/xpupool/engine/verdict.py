@@ -12,6 +12,7 @@ has and the value asked ("the largest H100 has 80Gi; asked 100Gi").
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -36,8 +37,13 @@ class Miss:
 class Verdicts:
     """Answers :meth:`never_fits` for the pool of one cluster state."""
 
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        filters_off: Callable[[Request], frozenset[str]] | None = None,
+    ) -> None:
         self.state = state
+        self.filters_off = filters_off  # the filters a request's profile turns off (the engine's)
         self._twin: tuple[int, Pipeline] | None = None
 
     def never_fits(self, req: Request) -> Miss | None:
@@ -72,7 +78,10 @@ class Verdicts:
                 for n in state.nodes
             ]
             twin = ClusterState(nodes, seed=state.seed, catalog=state.catalog, compat=state.compat)
-            self._twin = (state.epoch, Pipeline(twin))
+            pipe = Pipeline(twin)
+            if self.filters_off is not None:
+                pipe.filters_off = self.filters_off
+            self._twin = (state.epoch, pipe)
         return self._twin[1]
 
     def _closest_miss(self, pipe: Pipeline, req: Request) -> Miss:

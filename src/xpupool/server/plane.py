@@ -426,7 +426,7 @@ class ControlPlane:
     def verdicts(self) -> Verdicts:
         """Whether a request could ever fit this pool (on the current engine's state)."""
         if self._verdicts is None or self._verdicts.state is not self.engine.state:
-            self._verdicts = Verdicts(self.engine.state)
+            self._verdicts = Verdicts(self.engine.state, self.engine.pipeline.filters_off)
         return self._verdicts
 
     @property

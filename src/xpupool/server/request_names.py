@@ -40,6 +40,8 @@ def check_names(engine: Engine, req: Request) -> None:
             hint = f"; did you mean {close[0]!r}?" if close else ""
             reason = f"no accelerator model of that name in the catalog or in the pool{hint}"
             raise RequestError(f"devices.{key}[{i}]", name, reason)
+    if "DeviceUuid" in engine.pipeline.filters_off(req):
+        return  # its profile places without looking at UUIDs
     for i, uuid in enumerate(d.uuids):
         if uuid not in state.uuid_slot:
             raise RequestError(f"devices.uuids[{i}]", uuid, "no device in the pool has this UUID")

@@ -51,14 +51,14 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
         spec = plane.queue_specs.get(queue)
         if spec is None or spec.tenant != tenant:
             raise RequestError("queue", queue, f"no queue of that name for tenant {tenant!r}")
-        try:
-            check_names(plane.engine, req)
-        except RequestError as exc:
-            raise exc.under(body.request_field) from None
         if req.node_policy is None and queue in plane.queue_profiles:
             # the queue's profile (known when the queue was stored; a restart may have lost it)
             req = replace(req, node_policy=plane.queue_profiles[queue])
             check_request_names(plane.engine, req, "queue")
+        try:
+            check_names(plane.engine, req)
+        except RequestError as exc:
+            raise exc.under(body.request_field) from None
         waiting = "waiting for the scheduler"
         miss = plane.verdicts.never_fits(req)
         if miss is not None:
