@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 from job_commands import JOB_PYTHON
 from server_proc import ServerProc, free_port, stop_process, until
+from test_agent_e2e import _alive
 
 CLI = [sys.executable, "-c", "from xpupool.cli import main; main()"]
 CLUSTER = Path(__file__).parents[1] / "fixtures" / "agent" / "cluster-sim.yaml"
@@ -32,14 +33,6 @@ def running_pid(user: httpx.Client, job_id: int) -> int:
     assert job["state"] == "running", job
     pids = [m.group(1) for e in job["events"] if (m := re.search(r"\(pid (\d+)\)", e["reason"]))]
     return int(pids[-1])
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2] not in "ZX"
 
 
 def test_a_second_up_on_a_data_dir_in_use_exits_at_once_and_changes_nothing(
@@ -68,7 +61,7 @@ def test_a_second_up_on_a_data_dir_in_use_exits_at_once_and_changes_nothing(
             assert sorted(p.name for p in data.iterdir()) == files
             job = user.get(f"/v1/jobs/{job_id}").json()
             assert job["state"] == "running" and job["attempts"] == 0
-            assert running_pid(user, job_id) == pid and alive(pid)
+            assert running_pid(user, job_id) == pid and _alive(pid)
             assert user.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
 
 
