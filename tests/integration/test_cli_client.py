@@ -104,6 +104,12 @@ def _poll(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
         time.sleep(0.1)
 
 
+def test_the_printed_api_url_works_as_url(srv: Plane) -> None:
+    result = srv.cli("nodes", "-o", "json", url=f"{srv.url}/v1")  # as `xpupool up` prints it
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)
+
+
 def test_submit_list_detail_cancel(srv: Plane) -> None:
     token = _tenant(srv, "lab")
     submitted = srv.json(

@@ -78,6 +78,9 @@ def is_local(url: str) -> bool:
     return (urlsplit(url).hostname or "") in _LOCAL_HOSTS
 
 
+API_PREFIX = "/v1"
+
+
 def resolve_config(
     url: str | None,
     token: str | None,
@@ -92,6 +95,8 @@ def resolve_config(
     if urlsplit(resolved_url).scheme not in ("http", "https"):
         raise RequestError("url", resolved_url, "must start with http:// or https://")
     resolved_url = resolved_url.rstrip("/")
+    if resolved_url.endswith(API_PREFIX):  # the URL `xpupool up` prints is the API's: ends in /v1
+        resolved_url = resolved_url[: -len(API_PREFIX)]
     ca = _ca(env, file_cfg, path)
     if token:
         return ClientConfig(resolved_url, token, "--token", ca)

@@ -96,3 +96,10 @@ def test_local_admin_token_only_for_a_local_url_and_only_as_a_last_resort(
     assert resolve_config("http://localhost:9", None, {}, home, tmp_path).token == "admin-secret"
     assert resolve_config("https://pool.example.com", None, {}, home, tmp_path).token is None
     assert resolve_config(None, None, {"XPUPOOL_TOKEN": "t"}, home, tmp_path).token == "t"
+
+
+@pytest.mark.parametrize("given", ["http://h:8080/v1", "http://h:8080/v1/", "http://h:8080/"])
+def test_the_url_xpupool_up_prints_works_with_or_without_v1(
+    given: str, home: Path, tmp_path: Path
+) -> None:
+    assert resolve_config(given, None, {}, home, tmp_path).url == "http://h:8080"
