@@ -193,6 +193,9 @@ def test_logs_print_what_the_agent_uploaded(srv: Plane) -> None:
     srv.ok("cancel", str(job_id), token=token)
     followed = srv.ok("logs", str(job_id), "-f", "--interval", "0.05", token=token).stdout
     assert followed.count("step") == 2
+    beyond = srv.cli("logs", str(job_id), "--replica", "3", token=token)  # a one-replica job
+    assert beyond.exit_code != 0
+    assert "replica" in beyond.output and "has 1 replica(s)" in beyond.output
 
 
 def test_tenant_and_token_admin(srv: Plane) -> None:

@@ -11,7 +11,7 @@ from sqlalchemy import Connection, insert, select, update
 
 from xpupool.model.errors import Conflict, NotFound, RequestError
 from xpupool.model.request import Request
-from xpupool.model.request_model import RequestModel
+from xpupool.model.request_model import RequestModel, request_from_dict
 from xpupool.server import schemas as s
 from xpupool.server.auth import Principal
 from xpupool.server.plane import (
@@ -272,7 +272,12 @@ def logs(plane: ControlPlane, me: Principal, job_id: int, replica: int, offset: 
     offset is ``offset`` plus the length received). An offset past the end is a RequestError:
     no answer of this endpoint leads there."""
     with plane.db.connect() as conn:
-        _row(conn, me, job_id)
+        row = _row(conn, me, job_id)
+    replicas = request_from_dict(row["request"]).replicas
+    if replica >= replicas:
+        raise RequestError(
+            "replica", replica, f"job {job_id} has {replicas} replica(s), numbered from 0"
+        )
     path = plane.log_path(job_id, replica)
     size = path.stat().st_size if path.exists() else 0
     if offset > size:
