@@ -104,6 +104,14 @@ def _poll(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
         time.sleep(0.1)
 
 
+def test_token_issue_prints_the_export_line(srv: Plane) -> None:
+    srv.ok("tenant", "create", "exported")
+    lines = srv.ok("token", "issue", "exported").stdout.strip().splitlines()
+    assert lines[-1].startswith("export XPUPOOL_TOKEN=")
+    token = lines[-1].removeprefix("export XPUPOOL_TOKEN=")
+    assert srv.json("jobs", token=token) == []  # the printed token acts as the tenant
+
+
 def test_the_printed_api_url_works_as_url(srv: Plane) -> None:
     result = srv.cli("nodes", "-o", "json", url=f"{srv.url}/v1")  # as `xpupool up` prints it
     assert result.exit_code == 0, result.output

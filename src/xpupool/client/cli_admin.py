@@ -178,6 +178,10 @@ def token_issue(
         what = f"tenant token for {found.tenant}"
     if found.expires_at is not None:
         what += f", expires {until(found.expires_at)}"
+    if found.role == "tenant":  # the line to paste, as the README shows it
+        click.echo(f"token {found.id}, {what}; keep it secret. To act as {found.tenant}:")
+        click.echo(f"export XPUPOOL_TOKEN={found.token or ''}")
+        return
     click.echo(f"token {found.id}, {what}; keep it secret:")
     click.echo(found.token or "")
 
