@@ -254,3 +254,4 @@ def test_an_unknown_job_and_a_non_admin_are_clean_errors(srv: Plane) -> None:
     token = _tenant(srv, "plain")
     refused = srv.cli("tenant", "list", token=token)
     assert refused.exit_code == 1 and "admin only" in refused.output
+    assert "needs the admin token" in refused.output  # how to act, not only what is wrong

@@ -221,6 +221,7 @@ def test_admin_must_name_the_tenant(server: Server) -> None:
     tenant(server, "a")
     r = server.client.post("/v1/jobs", json={}, headers=server.admin)
     assert r.status_code == 422 and r.json()["field"] == "tenant"
+    assert "--tenant" in r.json()["reason"] and "XPUPOOL_TOKEN" in r.json()["reason"]
     r = server.client.post(
         "/v1/jobs", json={"tenant": "a", "command": ["true"]}, headers=server.admin
     )

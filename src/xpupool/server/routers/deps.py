@@ -52,7 +52,11 @@ def user(who: Annotated[Principal, Depends(principal)]) -> Principal:
 
 def admin(who: Annotated[Principal, Depends(principal)]) -> Principal:
     if not who.is_admin:
-        raise HTTPException(403, "admin only")
+        raise HTTPException(
+            403,
+            "admin only: this needs the admin token (DATA/admin-token of xpupool up; "
+            "give it with --token or XPUPOOL_TOKEN), not a tenant's",
+        )
     return who
 
 

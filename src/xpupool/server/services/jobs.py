@@ -35,7 +35,12 @@ MAX_LIST = 1000
 def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
     if me.is_admin:
         if body.tenant is None:
-            raise RequestError("tenant", None, "the admin must name the tenant to submit for")
+            raise RequestError(
+                "tenant",
+                None,
+                "the admin must name the tenant to submit for (--tenant NAME), or submit with "
+                "a tenant's token (export XPUPOOL_TOKEN=... from 'xpupool token issue NAME')",
+            )
         tenant = body.tenant
     else:
         if body.tenant is not None and body.tenant != me.tenant:
