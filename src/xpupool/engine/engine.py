@@ -78,6 +78,7 @@ class Engine:
         self._weighted_cache: dict[str, tuple[tuple[Scorer, float], ...]] = {}
         self._observers: dict[str, tuple[Observer, ...]] = {}
         self._post: dict[str, tuple[PostScorer, ...]] = {}
+        self._pickers: dict[str, DevicePicker | None] = {}
         self._next_id = 1
 
     # ------------------------------------------------------------------ public
@@ -204,7 +205,7 @@ class Engine:
         node = self.pipeline.choose(ctx, self._weighted(profile), self._post_steps(profile))
         if node < 0:
             return self.pipeline.explain(ctx)
-        alloc = self._allocation(ctx, node, replica, profile, self._weighted(profile))
+        alloc = self._allocation(ctx, node, replica, profile)
         txn.apply(alloc)
         return alloc
 
@@ -214,12 +215,11 @@ class Engine:
         node: int,
         replica: int,
         profile: Profile,
-        scorers: tuple[tuple[Scorer, float], ...],
     ) -> Allocation:
         s, req = self.state, ctx.req
         shares: tuple[DeviceShare, ...] = ()
         if ctx.k:
-            columns = self._pick(ctx, node, profile, scorers)
+            columns = self._pick(ctx, node, profile)
             shares = tuple(
                 DeviceShare(
                     uuid=s.slot_uuid[node * s.width + col],
@@ -245,19 +245,25 @@ class Engine:
         self._next_id += 1
         return alloc
 
-    @staticmethod
-    def _pick(
-        ctx: Context, node: int, profile: Profile, scorers: tuple[tuple[Scorer, float], ...]
-    ) -> list[int]:
+    def _pick(self, ctx: Context, node: int, profile: Profile) -> list[int]:
         """The request's device policy if it names one; else the heaviest scorer's own choice
         when it makes one (FGD picks the GPU it scored); else the profile's device policy."""
-        if ctx.req.device_policy is None and scorers:
-            heaviest = max(scorers, key=lambda sw: sw[1])[0]
-            if isinstance(heaviest, DevicePicker):
-                columns = heaviest.pick(ctx, node)
+        if ctx.req.device_policy is None:
+            picker = self._picker(profile)
+            if picker is not None:
+                columns = picker.pick(ctx, node)
                 if columns is not None:
                     return columns
         return pick_devices(ctx, node, ctx.req.device_policy or profile.device_policy)
+
+    def _picker(self, profile: Profile) -> DevicePicker | None:
+        """The profile's heaviest scorer when it picks devices itself (looked up once per
+        profile: a runtime protocol check costs more than the pick)."""
+        if profile.name not in self._pickers:
+            scorers = self._weighted(profile)
+            heaviest = max(scorers, key=lambda sw: sw[1])[0] if scorers else None
+            self._pickers[profile.name] = heaviest if isinstance(heaviest, DevicePicker) else None
+        return self._pickers[profile.name]
 
     def _profile(self, name: str) -> Profile:
         try:

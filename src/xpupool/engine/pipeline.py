@@ -15,6 +15,9 @@ from collections.abc import Callable
 import numpy as np
 
 from xpupool.engine.context import Context
+from xpupool.engine.device_fit import DeviceFitCache, count_per_node
+from xpupool.engine.filters.base import Stage
+from xpupool.engine.filters.chain import FilterChain
 from xpupool.engine.filters.software import HOPE_ORDER, NO_HOPE
 from xpupool.engine.lru import Lru
 from xpupool.engine.reasons import Reason, ReasonCount, Unschedulable
@@ -29,19 +32,7 @@ from xpupool.model.request import WHOLE, Request
 # server's distinct selectors from piling up.
 ELIGIBLE_BOUND = 256
 SHARES_BOUND = 256
-
-
-def count_per_node(mask: BoolArray) -> IntArray:
-    """``[N]`` number of True per row of an ``[N, W]`` mask, W a multiple of 8.
-
-    Eight booleans are one 64-bit word; ``bitwise_count`` counts the set bytes' low bits at once.
-    """
-    words = np.ascontiguousarray(mask).view(np.uint64)
-    counts = np.bitwise_count(words)
-    result: IntArray = (counts[:, 0] if counts.shape[1] == 1 else counts.sum(axis=1)).astype(
-        np.int64
-    )
-    return result
+STATIC_BLAME_BOUND = 64
 
 
 class Pipeline:
@@ -51,6 +42,12 @@ class Pipeline:
         self.state = state
         self.eligible_cache: Lru[tuple[object, ...], BoolArray] = Lru(ELIGIBLE_BOUND)
         self.shares_cache: Lru[tuple[int, int], IntArray] = Lru(SHARES_BOUND)
+        self.device_fits = DeviceFitCache(state)
+        # A refusal's static part per (selectors, k, epoch, static filters): [N] ints and an
+        # [N, W] mask each, for the few dozen shapes that are refused in a stream.
+        self.static_blame_cache: Lru[tuple[object, ...], tuple[_Blame, BoolArray]] = Lru(
+            STATIC_BLAME_BOUND
+        )
         # The filters a request's profile turns off; the engine installs its profiles' answer.
         self.filters_off: Callable[[Request], frozenset[str]] = lambda req: frozenset()
 
@@ -102,10 +99,21 @@ class Pipeline:
             part = nf.node_mask(ctx.req, s)
             if part is not None:
                 fit = fit & part
-        if ctx.k:
-            dev = self.eligible(ctx)
-            if ctx.within is not None:
-                dev = dev & ctx.within
+        if ctx.k and ctx.within is None:
+            # The dynamic filters are the capacity predicate, which the shape cache applies
+            # to the nodes that changed since the shape was last asked.
+            known = self.device_fits.get(
+                ctx.req.devices, ctx.filters_off, self.eligible(ctx), ctx.need_mib, ctx.need_core
+            )
+            ctx.dev_fit = known.dev_fit
+            ctx.group_best = known.group_best
+            fit = fit & (known.count >= ctx.k)
+            group = chain.group
+            if group is not None and group.applies(ctx.req.devices.topology, ctx.k):
+                assert known.group_best is not None  # kept for every request of several cards
+                fit = fit & (known.group_best >= ctx.k)
+        elif ctx.k and ctx.within is not None:
+            dev = self.eligible(ctx) & ctx.within
             for df in chain.dynamic:
                 part = df.device_mask(ctx.req, s, ctx)
                 if part is not None:
@@ -161,49 +169,87 @@ class Pipeline:
     def _blame(self, ctx: Context) -> tuple[list[tuple[Reason, str]], IntArray]:
         s = self.state
         chain = filter_chain(ctx.filters_off)
-        labels: list[tuple[Reason, str]] = [(Reason.FITS, "")]
-        blame = np.zeros(s.n_nodes, np.int64)
-
-        def label(reason: Reason, detail: str = "") -> int:
-            labels.append((reason, detail))
-            return len(labels) - 1
-
-        def fail(ok: BoolArray, reason: Reason, detail: str = "") -> None:
-            newly = (blame == 0) & ~ok
-            if newly.any():
-                blame[newly] = label(reason, detail)
-
+        out = _Blame(s.n_nodes)
         for nf in chain.node:
             part = nf.node_mask(ctx.req, s)
             if part is not None:
-                fail(part, nf.reason)
+                out.fail(part, nf.reason)
         if ctx.k:
-            dev = s.dev_present.copy()
-            fail(count_per_node(dev) >= ctx.k, Reason.TOO_FEW_DEVICES)
-            for df in (*chain.static, *chain.dynamic):
+            # What the static checks blame depends only on the selectors and the inventory:
+            # computed once per shape and epoch, it goes to the nodes no node check blamed.
+            static, dev = self._static_blame(ctx, chain)
+            out.merge(static)
+            for df in chain.dynamic:
                 if df is chain.dynamic[0] and ctx.within is not None:
                     dev = dev & ctx.within
-                    fail(count_per_node(dev) >= ctx.k, Reason.OUTSIDE_ASSIGNMENT)
+                    out.fail(count_per_node(dev) >= ctx.k, Reason.OUTSIDE_ASSIGNMENT)
                 for stage in df.stages(ctx.req, s, ctx):
-                    before, dev = dev, dev & stage.mask
-                    ok = count_per_node(dev) >= ctx.k
-                    if stage.codes is None:
-                        fail(ok, stage.reason, stage.detail)
-                        continue
-                    # Blame each newly failing node on its most hopeful rejected device.
-                    newly = (blame == 0) & ~ok
-                    rejected = np.where(before & ~stage.mask, stage.codes, NO_HOPE).min(axis=1)
-                    for hope, reason in enumerate(HOPE_ORDER):
-                        hit = newly & (rejected == hope)
-                        if hit.any():
-                            blame[hit] = label(reason, stage.detail)
-                    rest = newly & (rejected >= NO_HOPE)
-                    if rest.any():
-                        blame[rest] = label(stage.reason, stage.detail)
+                    dev = out.stage(stage, dev, ctx.k)
             group = chain.group
             if group is not None and group.applies(ctx.req.devices.topology, ctx.k):
-                fail(group.node_mask(s, dev, ctx.k), group.reason)
-        return labels, blame
+                out.fail(group.node_mask(s, dev, ctx.k), group.reason)
+        return out.labels, out.blame
+
+    def _static_blame(self, ctx: Context, chain: FilterChain) -> tuple[_Blame, BoolArray]:
+        """The static device checks' part of :meth:`_blame` as if no node check failed, and the
+        devices they leave; cached per selectors, ``k``, epoch and static filters."""
+        key = (ctx.req.devices.selector_key(), ctx.k, self.state.epoch, chain.static_key)
+        found = self.static_blame_cache.get(key)
+        if found is None:
+            s = self.state
+            out = _Blame(s.n_nodes)
+            dev = s.dev_present.copy()
+            out.fail(count_per_node(dev) >= ctx.k, Reason.TOO_FEW_DEVICES)
+            for df in chain.static:
+                for stage in df.stages(ctx.req, s, ctx):
+                    dev = out.stage(stage, dev, ctx.k)
+            found = self.static_blame_cache.put(key, (out, dev))
+        return found
+
+
+class _Blame:
+    """Each node's first failed check while an explanation replays the chain: ``blame [N]``
+    indexes ``labels`` (0 is FITS)."""
+
+    def __init__(self, n_nodes: int) -> None:
+        self.labels: list[tuple[Reason, str]] = [(Reason.FITS, "")]
+        self.blame = np.zeros(n_nodes, np.int64)
+
+    def label(self, reason: Reason, detail: str = "") -> int:
+        self.labels.append((reason, detail))
+        return len(self.labels) - 1
+
+    def fail(self, ok: BoolArray, reason: Reason, detail: str = "") -> None:
+        newly = (self.blame == 0) & ~ok
+        if newly.any():
+            self.blame[newly] = self.label(reason, detail)
+
+    def stage(self, stage: Stage, dev: BoolArray, k: int) -> BoolArray:
+        """Blame the nodes that ``stage`` leaves with fewer than ``k`` devices; the devices left."""
+        before, dev = dev, dev & stage.mask
+        ok = count_per_node(dev) >= k
+        if stage.codes is None:
+            self.fail(ok, stage.reason, stage.detail)
+            return dev
+        # Blame each newly failing node on its most hopeful rejected device.
+        newly = (self.blame == 0) & ~ok
+        rejected = np.where(before & ~stage.mask, stage.codes, NO_HOPE).min(axis=1)
+        for hope, reason in enumerate(HOPE_ORDER):
+            hit = newly & (rejected == hope)
+            if hit.any():
+                self.blame[hit] = self.label(reason, stage.detail)
+        rest = newly & (rejected >= NO_HOPE)
+        if rest.any():
+            self.blame[rest] = self.label(stage.reason, stage.detail)
+        return dev
+
+    def merge(self, earlier: _Blame) -> None:
+        """Blame on ``earlier``'s labels the nodes it blamed and this has not (its checks come
+        after this one's so far)."""
+        newly = (self.blame == 0) & (earlier.blame > 0)
+        if newly.any():
+            self.blame[newly] = earlier.blame[newly] + (len(self.labels) - 1)
+            self.labels.extend(earlier.labels[1:])
 
 
 def _count(labels: list[tuple[Reason, str]], blame: IntArray, total: int) -> Unschedulable:

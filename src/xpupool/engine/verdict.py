@@ -17,8 +17,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from xpupool.engine.device_fit import count_per_node
 from xpupool.engine.gang_bound import gang_room
-from xpupool.engine.pipeline import Pipeline, count_per_node
+from xpupool.engine.pipeline import Pipeline
 from xpupool.engine.reasons import TEXT, Reason
 from xpupool.engine.state import BoolArray, ClusterState
 from xpupool.model.quantity import format_card_mib, format_cpu_milli, format_mib

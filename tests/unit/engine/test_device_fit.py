@@ -1,0 +1,122 @@
+"""The per-shape answers the pipeline keeps current (devices that fit, refusals' static part) are
+the answers a fresh pipeline computes from scratch, through any mix of placements, releases and
+inventory changes."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from xpupool.engine import ClusterState, Engine
+from xpupool.engine.pipeline import Pipeline
+from xpupool.engine.topology import best_group_count, best_group_count_rows
+from xpupool.model import DeviceRequest, Request
+from xpupool.model.request import Topology
+
+from factories import A10, gpu_node
+
+SHAPES = (
+    DeviceRequest(count=1, core_permille=250, memory_permille=250),
+    DeviceRequest(count=1, memory_mib=20_000),
+    DeviceRequest(count=1),
+    DeviceRequest(count=2, topology=Topology.SAME_LINK_GROUP),
+    DeviceRequest(count=4),
+    DeviceRequest(count=2, models=("A10",)),
+    DeviceRequest(count=8),
+)
+
+
+def _state() -> ClusterState:
+    nodes = [gpu_node(f"a{i}", count=8, group_size=4, cpu_milli=16_000) for i in range(6)]
+    nodes += [
+        gpu_node(f"b{i}", model=A10, count=4, memory_mib=24576, group_size=2) for i in range(4)
+    ]
+    return ClusterState(nodes, seed=3)
+
+
+def _fresh_view(state: ClusterState, req: Request) -> tuple[bytes, bytes, object]:
+    """What a pipeline with no history sees for ``req`` now."""
+    fresh = Pipeline(state)
+    ctx = fresh.context(req)
+    fresh.filter(ctx)
+    assert ctx.dev_fit is not None
+    reasons = None if ctx.node_fit.any() else fresh.explain(ctx).reasons
+    return ctx.node_fit.tobytes(), ctx.dev_fit.tobytes(), reasons
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, len(SHAPES) - 1), st.integers(0, 9)), max_size=60))
+def test_kept_answers_equal_fresh_ones(steps: list[tuple[int, int]]) -> None:
+    """Each step places one shape (or releases an allocation, or cordons a card); after each,
+    the engine's own pipeline, which keeps answers per shape, agrees with a fresh one on every
+    shape: the fitting nodes, the fitting devices and, when nothing fits, the reasons."""
+    engine = Engine(_state(), "binpack")
+    state = engine.state
+    for i, (shape, action) in enumerate(steps):
+        if action == 9 and state.live:  # a release
+            engine.release(sorted(state.live)[i % len(state.live)])
+        elif action == 8:  # an inventory change: a new epoch
+            uuid = state.slot_uuid[sorted(state.slot_uuid)[i % len(state.slot_uuid)]]
+            state.set_device_cordoned(uuid, cordoned=i % 2 == 0)
+        else:
+            engine.place(Request(f"r{i}", 1000 * (1 + action), 1024, SHAPES[shape]))
+        for j, devices in enumerate(SHAPES):
+            req = Request(f"q{j}", 4000, 1024, devices)
+            ctx = engine.pipeline.context(req)
+            engine.pipeline.filter(ctx)
+            assert ctx.dev_fit is not None
+            reasons = None if ctx.node_fit.any() else engine.pipeline.explain(ctx).reasons
+            assert (ctx.node_fit.tobytes(), ctx.dev_fit.tobytes(), reasons) == _fresh_view(
+                state, req
+            )
+
+
+def test_an_answer_handed_out_is_not_changed_by_later_placements() -> None:
+    engine = Engine(_state(), "binpack")
+    req = Request("q", 1000, 1024, DeviceRequest(count=1))
+    ctx = engine.pipeline.context(req)
+    engine.pipeline.filter(ctx)
+    assert ctx.dev_fit is not None
+    held = ctx.dev_fit.copy()
+    for i in range(5):
+        assert engine.place(Request(f"r{i}", 1000, 1024, DeviceRequest(count=1))).ok
+        engine.feasible(req)
+    assert (ctx.dev_fit == held).all()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.booleans(), min_size=80, max_size=80), st.lists(st.integers(0, 9), max_size=10))
+def test_link_groups_counted_per_row_equal_the_fleet_count(
+    bits: list[bool], rows: list[int]
+) -> None:
+    state = _state()
+    mask = np.asarray(bits, np.bool_).reshape(10, 8) & state.dev_present
+    picked = np.asarray(sorted(set(rows)), np.int64)
+    expected = best_group_count(state, mask)[picked]
+    assert best_group_count_rows(state, mask[picked], picked).tolist() == expected.tolist()
+
+
+def test_a_refusal_after_an_inventory_change_names_the_change() -> None:
+    """The static part of an explanation is kept per epoch: cordoning an idle card of a node that
+    was refused for capacity makes that node's reason the cordon, not the capacity."""
+    engine = Engine(ClusterState([gpu_node("a", count=8), gpu_node("b", count=8)]), "binpack")
+    for name in ("a", "b"):
+        one = Request(f"on-{name}", 1000, 1024, DeviceRequest(count=1, uuids=(f"{name}-gpu0",)))
+        assert engine.place(one).ok
+    eight = Request("eight", 1000, 1024, DeviceRequest(count=8))
+    before = engine.explain(eight)
+    assert before is not None
+    assert [(r.reason.name, r.count) for r in before.reasons] == [("INSUFFICIENT_DEVICE_MEMORY", 2)]
+    engine.state.set_device_cordoned("a-gpu7", cordoned=True)
+    after = engine.explain(eight)
+    assert after is not None
+    assert {r.reason.name for r in after.reasons} == {
+        "INSUFFICIENT_DEVICE_MEMORY",
+        "DEVICE_UNHEALTHY",
+    }
+    assert after.reasons == _explained_fresh(engine.state, eight)
+
+
+def _explained_fresh(state: ClusterState, req: Request) -> object:
+    return _fresh_view(state, req)[2]
