@@ -9,20 +9,22 @@ answer is the same as checking every card: the selectors' mask (``Pipeline.eligi
 capacity predicate (``capacity.share_fits``), the per-node count of cards that pass, and, for
 several cards, the largest number of them inside one link group.
 
-Arrays handed out are never changed afterwards (an update writes a fresh copy), so a context that
-holds an older answer keeps it.
+An answer is updated in place, as the fragmentation cache's values are: it holds until the next
+request of the same shape is filtered (a context is used before the next one is built).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from xpupool.engine.capacity import share_fits
+from xpupool.engine.capacity import share_fits, share_fits_one
+from xpupool.engine.compiled import jit
 from xpupool.engine.lru import Lru
 from xpupool.engine.state import BoolArray, ClusterState, IntArray
-from xpupool.engine.topology import best_group_count, best_group_count_rows
+from xpupool.engine.topology import best_group_count
 from xpupool.model.request import DeviceRequest
 
 # Shapes kept (each about 100 KB at 5,000 nodes of 8 cards): a mixed stream uses a few hundred,
@@ -58,6 +60,62 @@ def count_per_node(mask: BoolArray) -> IntArray:
     return result
 
 
+def _refresh_rows_loop(
+    most: Any,
+    version: Any,
+    node_version: Any,
+    eligible: Any,
+    mem_free: Any,
+    core_free: Any,
+    task_free: Any,
+    need_grid: Any,
+    scalar_need: Any,
+    need_core: Any,
+    dev_group: Any,
+    dev_fit: Any,
+    count: Any,
+    group_best: Any,
+    has_group: Any,
+) -> Any:
+    """Re-check, in place, the rows of the nodes whose version moved: the capacity predicate on
+    each eligible card (``need_grid`` per card when ``scalar_need`` < 0), the count, and the most
+    fitting cards in one link group (``has_group``); then take the node's version. The number of
+    rows re-checked, or -1 (and nothing changed) when more than ``most`` nodes moved."""
+    moved = 0
+    for n in range(version.size):
+        if version[n] != node_version[n]:
+            moved += 1
+            if moved > most:
+                return -1
+    width = dev_fit.shape[1]
+    for n in range(version.size):
+        if version[n] == node_version[n]:
+            continue
+        c = 0
+        for w in range(width):
+            need = need_grid[n, w] if scalar_need < 0 else scalar_need
+            ok = eligible[n, w] and share_fits_one(
+                mem_free[n, w], core_free[n, w], task_free[n, w], need, need_core
+            )
+            dev_fit[n, w] = ok
+            c += ok
+        count[n] = c
+        if has_group:
+            best = 0
+            for w in range(width):
+                if dev_fit[n, w] and dev_group[n, w] >= 0:
+                    same = 0
+                    for v in range(width):
+                        same += dev_fit[n, v] and dev_group[n, v] == dev_group[n, w]
+                    best = max(best, same)
+            group_best[n] = best
+        version[n] = node_version[n]
+    return moved
+
+
+_refresh_rows = jit(_refresh_rows_loop)
+
+
 class DeviceFitCache:
     """:class:`DeviceFit` per (device request, disabled filters), bounded by :data:`SHAPES_BOUND`."""
 
@@ -79,31 +137,27 @@ class DeviceFitCache:
         fit = self._fits.get(key)
         if fit is None or fit.epoch != s.epoch or fit.version.size != s.n_nodes:
             return self._fits.put(key, self._compute(devices, eligible, need_mib, need_core))
-        stale = np.flatnonzero(fit.version != s.node_version)
-        if not stale.size:
-            return fit
-        if stale.size > FULL_SHARE * s.n_nodes:
-            return self._fits.put(key, self._compute(devices, eligible, need_mib, need_core))
-        need = need_mib if isinstance(need_mib, int) else need_mib[stale]
-        rows = eligible[stale] & share_fits(
-            s.dev_mem_free[stale],
-            s.dev_core_free[stale],
-            s.dev_task_free[stale],
-            need,
+        need_grid = need_mib if isinstance(need_mib, np.ndarray) else s.dev_mem_free
+        refreshed = _refresh_rows(
+            int(FULL_SHARE * s.n_nodes),
+            fit.version,
+            s.node_version,
+            eligible,
+            s.dev_mem_free,
+            s.dev_core_free,
+            s.dev_task_free,
+            need_grid,
+            need_mib if isinstance(need_mib, int) else -1,
             need_core,
+            s.dev_group,
+            fit.dev_fit,
+            fit.count,
+            fit.group_best if fit.group_best is not None else fit.count,
+            fit.group_best is not None,
         )
-        dev_fit = fit.dev_fit.copy()
-        dev_fit[stale] = rows
-        count = fit.count.copy()
-        count[stale] = count_per_node(rows)
-        group_best = None
-        if fit.group_best is not None:
-            group_best = fit.group_best.copy()
-            group_best[stale] = best_group_count_rows(s, rows, stale)
-        version = fit.version.copy()
-        version[stale] = s.node_version[stale]
-        fresh = DeviceFit(s.epoch, version, dev_fit, count, group_best)
-        return self._fits.put(key, fresh)
+        if refreshed < 0:  # too many moved: one pass over the whole grid is cheaper
+            return self._fits.put(key, self._compute(devices, eligible, need_mib, need_core))
+        return fit
 
     def _compute(
         self, devices: DeviceRequest, eligible: BoolArray, need_mib: int | IntArray, need_core: int

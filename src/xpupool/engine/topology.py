@@ -21,16 +21,3 @@ def best_group_count(state: ClusterState, mask: BoolArray) -> IntArray:
     counts = np.bincount(state.dev_group[in_group], minlength=n_groups)
     best[state.group_owner_nodes] = np.maximum.reduceat(counts, state.group_starts)
     return best
-
-
-def best_group_count_rows(state: ClusterState, rows_mask: BoolArray, rows: IntArray) -> IntArray:
-    """:func:`best_group_count` for a few nodes: ``rows_mask [R, W]`` is ``mask[rows]``.
-
-    Compares every pair of a row's cards (``W * W`` per node), cheaper than the whole fleet's
-    ``bincount`` when a handful of nodes changed, and the same integers."""
-    group = state.dev_group[rows]
-    member = rows_mask & (group >= 0)
-    same = (group[:, :, None] == group[:, None, :]) & member[:, None, :]
-    per_card = np.where(member, same.sum(axis=2), 0)
-    result: IntArray = per_card.max(axis=1, initial=0).astype(np.int64)
-    return result
