@@ -39,7 +39,16 @@ _NUMBER_UNIT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z%]*)\s*$")
 _MEMORY_UNITS_HINT = "use Mi, Gi, Ti (binary), M, G, T (decimal) or GiB/GB"
 
 
-def _split(field: str, text: object) -> tuple[Decimal, str]:
+# What a good value looks like, per kind of quantity: the hint every error of that kind ends with.
+MEMORY_EXAMPLE = "'16Gi' or '512Mi'"
+DEVICE_MEMORY_EXAMPLE = "an amount such as '24Gi' or a share of the card such as '50%'"
+CPU_EXAMPLE = "cores such as '2' or '0.5', or millicores such as '500m'"
+PERCENT_EXAMPLE = "a percentage such as '50%'"
+CARD_EXAMPLE = "a card size such as '80GB'"
+
+
+def _split(field: str, text: object, example: str) -> tuple[Decimal, str]:
+    """``text`` as (number, unit); errors end with ``example``, what this field's value looks like."""
     if isinstance(text, bool):
         raise RequestError(field, text, "expected a quantity, not a boolean")
     if isinstance(text, int | float):
@@ -49,14 +58,12 @@ def _split(field: str, text: object) -> tuple[Decimal, str]:
             raise RequestError(field, text, "must not be negative")
         return Decimal(str(text)), ""
     if not isinstance(text, str):
-        raise RequestError(field, text, "expected a quantity such as '24Gi'")
+        raise RequestError(field, text, f"expected a quantity: {example}")
     match = _NUMBER_UNIT.match(text)
     if match is None:
         if text.strip().startswith("-"):
             raise RequestError(field, text, "must not be negative")
-        raise RequestError(
-            field, text, "not a quantity; expected a number and a unit such as '24Gi'"
-        )
+        raise RequestError(field, text, f"not a quantity; expected {example}")
     try:
         number = Decimal(match.group(1))
     except InvalidOperation as exc:  # pragma: no cover - the regex only admits valid decimals
@@ -64,27 +71,30 @@ def _split(field: str, text: object) -> tuple[Decimal, str]:
     return number, match.group(2)
 
 
-def parse_memory_mib(field: str, text: object) -> int:
-    """Memory in whole MiB, rounded up. ``24Gi`` -> 24576, ``24G`` -> 22889, ``512`` -> 512."""
-    number, unit = _split(field, text)
+def parse_memory_mib(field: str, text: object, example: str = MEMORY_EXAMPLE) -> int:
+    """Memory in whole MiB, rounded up. ``24Gi`` -> 24576, ``24G`` -> 22889, ``512`` -> 512.
+
+    ``example`` ends the error messages: what a value of this field looks like.
+    """
+    number, unit = _split(field, text, example)
     per_unit = _BYTES_PER_UNIT.get(unit.lower())
     # 'm' is milli in Kubernetes memory; nobody means that for accelerator memory: only 'M' is mega.
     if per_unit is None or unit == "m":
-        raise RequestError(field, text, f"unknown memory unit {unit!r}; {_MEMORY_UNITS_HINT}")
+        raise RequestError(
+            field, text, f"unknown memory unit {unit!r}; {_MEMORY_UNITS_HINT}; expected {example}"
+        )
     return math.ceil(number * per_unit / MIB)
 
 
 def parse_cpu_milli(field: str, text: object) -> int:
     """CPU in millicores: ``500m`` -> 500, ``2`` -> 2000, ``1.5`` -> 1500."""
-    number, unit = _split(field, text)
+    number, unit = _split(field, text, CPU_EXAMPLE)
     if unit == "m":
         if number != number.to_integral_value():
             raise RequestError(field, text, "millicores must be a whole number")
         return int(number)
     if unit:
-        raise RequestError(
-            field, text, f"unknown CPU unit {unit!r}; use cores ('2', '0.5') or '500m'"
-        )
+        raise RequestError(field, text, f"unknown CPU unit {unit!r}; expected {CPU_EXAMPLE}")
     milli = number * 1000
     if milli != milli.to_integral_value():
         raise RequestError(field, text, "finer than one millicore")
@@ -94,13 +104,13 @@ def parse_cpu_milli(field: str, text: object) -> int:
 def parse_percent_permille(field: str, text: object) -> int:
     """A share of one device in thousandths: ``50%`` -> 500, ``12.5%`` -> 125; in (0, 100]%."""
     if isinstance(text, str) and text.strip().endswith("%"):
-        number, unit = _split(field, text.strip()[:-1])
+        number, unit = _split(field, text.strip()[:-1], PERCENT_EXAMPLE)
         if unit:
-            raise RequestError(field, text, "expected a percentage such as '50%'")
+            raise RequestError(field, text, f"expected {PERCENT_EXAMPLE}")
     elif isinstance(text, int | float) and not isinstance(text, bool):
-        number, _ = _split(field, text)
+        number, _ = _split(field, text, PERCENT_EXAMPLE)
     else:
-        raise RequestError(field, text, "expected a percentage such as '50%'")
+        raise RequestError(field, text, f"expected {PERCENT_EXAMPLE}")
     permille = number * 10
     if permille != permille.to_integral_value():
         raise RequestError(field, text, "finer than 0.1%")
@@ -113,7 +123,7 @@ def parse_device_memory(field: str, text: object) -> tuple[int | None, int | Non
     """Per-device memory as ``(mib, None)`` for an amount or ``(None, permille)`` for ``NN%``."""
     if isinstance(text, str) and text.strip().endswith("%"):
         return None, parse_percent_permille(field, text)
-    mib = parse_memory_mib(field, text)
+    mib = parse_memory_mib(field, text, DEVICE_MEMORY_EXAMPLE)
     if mib == 0:
         raise RequestError(field, text, "must be more than 0")
     return mib, None
@@ -176,7 +186,7 @@ def parse_card_mib(field: str, text: object) -> int:
         raise RequestError(
             field, text, f"a card size needs a unit such as '80GB'; {_CARD_UNITS_HINT}"
         )
-    number, unit = _split(field, text)
+    number, unit = _split(field, text, CARD_EXAMPLE)
     if not unit:
         raise RequestError(
             field, text, f"a card size needs a unit such as '80GB'; {_CARD_UNITS_HINT}"

@@ -77,7 +77,7 @@ def test_memory_error_message_is_field_reason_and_quoted_value() -> None:
         parse_memory_mib("devices.memory", "24Gx")
     assert str(info.value) == (
         "devices.memory: unknown memory unit 'Gx'; use Mi, Gi, Ti (binary), M, G, T (decimal) "
-        "or GiB/GB (got '24Gx')"
+        "or GiB/GB; expected '16Gi' or '512Mi' (got '24Gx')"
     )
 
 

@@ -216,7 +216,7 @@ def test_bad_mem_message_exact() -> None:
         parse_spec("A100 mem=24Gx")
     assert str(info.value) == (
         "devices.memory: unknown memory unit 'Gx'; use Mi, Gi, Ti (binary), M, G, T (decimal) "
-        "or GiB/GB (got '24Gx')"
+        "or GiB/GB; expected an amount such as '24Gi' or a share of the card such as '50%' (got '24Gx')"
     )
 
 
@@ -406,11 +406,14 @@ ERROR_EXAMPLES: list[str] = [
     "A100:80",
     "A100:1.5",
     "A100:H100",
+    "nvidai:A100",
+    "A100:-1",
     "nvidia,!T4",
     "any mem=24Gx",
     "mem=40Gi",
     "any cuda>=12.4 cann>=latest",
     "any gpus=2",
+    "cpu=abc",
     "any A100",
 ]
 
