@@ -1,8 +1,10 @@
 """Parse the quantities users write: memory (MiB), CPU (millicores), shares of a device.
 
-Memory parses like Kubernetes: ``Ki``/``Mi``/``Gi``/``Ti`` are binary, ``K``/``M``/``G``/``T``
-decimal, and ``KiB``/``MiB``/``GiB``/``TiB`` and ``KB``/``MB``/``GB``/``TB`` are accepted as their
-binary and decimal twins. A bare number is MiB (the unit the engine keeps). Results are whole MiB,
+One rule for every size in a request (host memory, device memory, card size) and in a cluster
+file: units are binary, because accelerator memory is marketed in binary units (an "80GB" A100 has
+80 GiB), so ``K``/``KB``/``Ki``/``KiB`` mean 2^10 bytes, ``M*`` 2^20, ``G*`` 2^30 and ``T*`` 2^40,
+case-insensitively, and ``A100:80GB mem=80GB`` asks for the whole card. A bare number is MiB (the
+unit the engine keeps). Results are whole MiB,
 rounded up so that a request is never silently shrunk. Shares of one device are kept in thousandths
 (``permille``) so that ``12.5%`` is exact; the engine never handles floats for capacity.
 """
@@ -16,27 +18,16 @@ from decimal import Decimal, InvalidOperation
 from xpupool.model.errors import RequestError
 
 MIB = 1024 * 1024
+# The one table of units (see the module docstring): every prefix binary, with or without 'i'/'B'.
 _BYTES_PER_UNIT: dict[str, int] = {
     "": MIB,  # a bare number means MiB
-    "ki": 1024,
-    "mi": MIB,
-    "gi": 1024 * MIB,
-    "ti": 1024 * 1024 * MIB,
-    "kib": 1024,
-    "mib": MIB,
-    "gib": 1024 * MIB,
-    "tib": 1024 * 1024 * MIB,
-    "k": 1000,
-    "m": 1000**2,
-    "g": 1000**3,
-    "t": 1000**4,
-    "kb": 1000,
-    "mb": 1000**2,
-    "gb": 1000**3,
-    "tb": 1000**4,
+    **dict.fromkeys(("k", "kb", "ki", "kib"), 1024),
+    **dict.fromkeys(("m", "mb", "mi", "mib"), MIB),
+    **dict.fromkeys(("g", "gb", "gi", "gib"), 1024 * MIB),
+    **dict.fromkeys(("t", "tb", "ti", "tib"), 1024 * 1024 * MIB),
 }
 _NUMBER_UNIT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z%]*)\s*$")
-_MEMORY_UNITS_HINT = "use Mi, Gi, Ti (binary), M, G, T (decimal) or GiB/GB"
+_MEMORY_UNITS_HINT = "use Mi, Gi or Ti (M, MB, G, GB, T and TB mean the same)"
 
 
 # What a good value looks like, per kind of quantity: the hint every error of that kind ends with.
@@ -72,7 +63,7 @@ def _split(field: str, text: object, example: str) -> tuple[Decimal, str]:
 
 
 def parse_memory_mib(field: str, text: object, example: str = MEMORY_EXAMPLE) -> int:
-    """Memory in whole MiB, rounded up. ``24Gi`` -> 24576, ``24G`` -> 22889, ``512`` -> 512.
+    """Memory in whole MiB, rounded up. ``24Gi``, ``24G``, ``24GB`` -> 24576, ``512`` -> 512.
 
     ``example`` ends the error messages: what a value of this field looks like.
     """
@@ -162,25 +153,17 @@ def format_cpu_milli(milli: int) -> str:
     return f"{milli}m"
 
 
-# Card sizes: every unit is binary, because vendors market binary sizes ("80GB" A100 = 80 GiB).
-_CARD_MIB_PER_UNIT: dict[str, int] = {
-    **dict.fromkeys(("m", "mb", "mi", "mib"), 1),
-    **dict.fromkeys(("g", "gb", "gi", "gib"), 1024),
-    **dict.fromkeys(("t", "tb", "ti", "tib"), 1024 * 1024),
-}
 MAX_CARD_MIB = 1 << 40
-_CARD_UNITS_HINT = "use MB, GB or TB (GB, G, Gi and GiB all mean GiB here)"
+_CARD_UNITS_HINT = "use MB, GB or TB (GB, G, Gi and GiB all mean GiB)"
 
 
 def parse_card_mib(field: str, text: object) -> int:
     """A card's nominal size bound in whole MiB, for ``A100:80GB`` and ``card_memory``.
 
-    Card size bounds compare against the size the vendor markets, and vendors market binary sizes
-    (an "80GB" A100 has 80 GiB), so here ``80GB``, ``80G``, ``80Gi`` and ``80GiB`` all mean
-    80 GiB = 81920 MiB; ``M*`` units mean MiB and ``T*`` units TiB, case-insensitively. This is the
-    only place where ``GB`` is binary: everywhere else :func:`parse_memory_mib` applies.
-    A unit is required (a bare number in a GPU spec is a count), lowercase ``m`` is refused as in
-    :func:`parse_memory_mib`, and the result, rounded up, must be more than 0.
+    Card size bounds compare against the size the vendor markets: ``80GB``, ``80G``, ``80Gi`` and
+    ``80GiB`` all mean 80 GiB = 81920 MiB, by the module's one rule. A unit is required (a bare
+    number in a GPU spec is a count), ``K*`` units and lowercase ``m`` are refused, and the
+    result, rounded up, must be more than 0.
     """
     if isinstance(text, int | float) and not isinstance(text, bool):
         raise RequestError(
@@ -191,10 +174,10 @@ def parse_card_mib(field: str, text: object) -> int:
         raise RequestError(
             field, text, f"a card size needs a unit such as '80GB'; {_CARD_UNITS_HINT}"
         )
-    per_unit = _CARD_MIB_PER_UNIT.get(unit.lower())
-    if per_unit is None or unit == "m":
+    per_unit = _BYTES_PER_UNIT.get(unit.lower())
+    if per_unit is None or unit == "m" or per_unit < MIB:  # no card is sized in KiB
         raise RequestError(field, text, f"unknown card size unit {unit!r}; {_CARD_UNITS_HINT}")
-    mib = math.ceil(number * per_unit)
+    mib = math.ceil(number * per_unit / MIB)
     if mib <= 0:
         raise RequestError(field, text, "must be more than 0")
     if mib > MAX_CARD_MIB:
@@ -205,7 +188,7 @@ def parse_card_mib(field: str, text: object) -> int:
 def format_card_mib(mib: int) -> str:
     """Canonical card size that :func:`parse_card_mib` reads back: 81920 -> '80GB', 1 -> '1MB'.
 
-    ``GB`` here is the binary, marketed unit (see :func:`parse_card_mib`).
+    ``GB`` is the binary, marketed unit (see the module docstring).
     """
     if mib >= 1024 and mib % 1024 == 0:
         return f"{mib // 1024}GB"

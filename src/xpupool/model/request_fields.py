@@ -91,7 +91,9 @@ MemoryMib = Annotated[
     int,
     BeforeValidator(parsed(parse_memory_mib)),
     PlainSerializer(format_mib_exact, return_type=str),
-    _text_schema("Host memory per replica: '16Gi', '512Mi', '16G' (decimal); a number is MiB."),
+    _text_schema(
+        "Host memory per replica: '16Gi', '512Mi' (G, GB, Gi, GiB all mean GiB); a number is MiB."
+    ),
 ]
 DeviceMemoryField = Annotated[
     DeviceMemory,

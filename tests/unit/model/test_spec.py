@@ -215,8 +215,8 @@ def test_bad_mem_message_exact() -> None:
     with pytest.raises(RequestError) as info:
         parse_spec("A100 mem=24Gx")
     assert str(info.value) == (
-        "devices.memory: unknown memory unit 'Gx'; use Mi, Gi, Ti (binary), M, G, T (decimal) "
-        "or GiB/GB; expected an amount such as '24Gi' or a share of the card such as '50%' (got '24Gx')"
+        "devices.memory: unknown memory unit 'Gx'; use Mi, Gi or Ti (M, MB, G, GB, T and TB mean "
+        "the same); expected an amount such as '24Gi' or a share of the card such as '50%' (got '24Gx')"
     )
 
 

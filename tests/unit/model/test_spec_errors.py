@@ -76,3 +76,31 @@ def test_json_form_gives_the_same_hints(
     assert caught.value.field == field
     for word in words:
         assert word in caught.value.reason, caught.value
+
+
+@pytest.mark.parametrize(
+    "request_form",
+    ["any mem=20GB", "any mem=20Gi", "any mem=20G", "any mem=20GiB"],
+)
+def test_device_memory_units_have_one_meaning(request_form: str) -> None:
+    """``GB`` is the marketed, binary unit in every size of a request, as in ``A100:80GB``."""
+    assert parse_spec(request_form).devices.memory_mib == 20480
+
+
+@pytest.mark.parametrize(
+    "request_form",
+    ["memory=20G", "memory=20GB", {"memory": "20GB"}, {"memory": "20G"}, {"memory": "20Gi"}],
+)
+def test_host_memory_units_have_one_meaning(request_form: str | dict[str, object]) -> None:
+    req = (
+        parse_spec(request_form)
+        if isinstance(request_form, str)
+        else request_from_dict(request_form)
+    )
+    assert req.memory_mib == 20480
+
+
+def test_card_size_and_device_memory_agree() -> None:
+    """``A100:80GB mem=80GB`` asks for the whole of an 80 GB card, not 76294 MiB of it."""
+    req = parse_spec("A100:80GB mem=80GB")
+    assert req.devices.min_card_mib == req.devices.memory_mib == 81920
