@@ -38,7 +38,10 @@ def check_names(engine: Engine, req: Request) -> None:
             shown = [m.name for m in state.catalog.models] + [p for _, p in state.models]
             close = difflib.get_close_matches(name, shown, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            reason = f"no accelerator model of that name in the catalog or in the pool{hint}"
+            reason = (
+                f"no accelerator model of that name in the catalog or in the pool{hint}; "
+                "see `xpupool accelerators`"
+            )
             raise RequestError(f"devices.{key}[{i}]", name, reason)
     if "DeviceUuid" in engine.pipeline.filters_off(req):
         return  # its profile places without looking at UUIDs
