@@ -176,7 +176,7 @@ class Pipeline:
         for nf in chain.node:
             part = nf.node_mask(ctx.req, s)
             if part is not None:
-                fail(part, nf.reason)
+                fail(part, *nf.why(ctx.req))
         if ctx.k:
             dev = s.dev_present.copy()
             fail(count_per_node(dev) >= ctx.k, Reason.TOO_FEW_DEVICES)

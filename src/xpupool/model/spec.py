@@ -71,6 +71,9 @@ KEYS: dict[str, str] = {
     "name": "name",
     "policy": "node_policy",
     "device-policy": "device_policy",
+    "site": "site",
+    "prefer-site": "preferred_site",
+    "label": "node_selector",  # repeatable: every label given must be on the node
 }
 # flag -> the JSON path it sets: 'gang' to true, the others to same-link-group.
 FLAGS: dict[str, str] = {
@@ -119,6 +122,10 @@ class _Draft:
     name: str = ""
     node_policy: str | None = None
     device_policy: DevicePolicy | None = None
+    sites: tuple[str, ...] = ()
+    exclude_sites: tuple[str, ...] = ()
+    node_selector: dict[str, str] = field(default_factory=dict)
+    preferred_site: str | None = None
     seen: dict[str, str] = field(default_factory=dict)
 
     def once(self, path: str, text: str) -> None:
@@ -163,6 +170,10 @@ class _Draft:
             queue=self.queue,
             node_policy=self.node_policy,
             device_policy=self.device_policy,
+            sites=self.sites,
+            exclude_sites=self.exclude_sites,
+            node_selector=tuple(self.node_selector.items()),
+            preferred_site=self.preferred_site,
         )
 
 
@@ -187,7 +198,8 @@ def parse_spec(text: str) -> Request:
             path = KEYS[key.lower()]
             if not raw:
                 raise RequestError(path, token, f"'{key}=' needs a value")
-            draft.once(path, raw)
+            if path != "node_selector":  # labels repeat, one per label (checked by the setter)
+                draft.once(path, raw)
             _SETTERS[path](draft, path, raw)
         elif _SOFTWARE.match(token) or (sep and key.lower() in SOFTWARE_NAMES):
             path = f"devices.software[{len(draft.software)}]"
@@ -387,6 +399,24 @@ def _set_device_policy(d: _Draft, path: str, raw: str) -> None:
     d.device_policy = parse_device_policy(path, raw)
 
 
+def _set_sites(d: _Draft, path: str, raw: str) -> None:
+    d.sites, d.exclude_sites = _split_excludes(path, raw)
+
+
+def _set_preferred_site(d: _Draft, path: str, raw: str) -> None:
+    d.preferred_site = raw
+
+
+def _set_label(d: _Draft, path: str, raw: str) -> None:
+    """``label=gpu-pool=a``: the first '=' after the key splits the label from its value."""
+    label, sep, value = raw.partition("=")
+    if not sep:
+        raise RequestError(path, raw, "expected label=NAME=VALUE such as 'label=gpu-pool=a'")
+    at = f"{path}.{label}"
+    d.once(at, value)
+    d.node_selector[label] = value
+
+
 _SETTERS: dict[str, Callable[[_Draft, str, str], None]] = {
     "devices.memory": _set_device_memory,
     "devices.cores": _set_cores,
@@ -400,6 +430,9 @@ _SETTERS: dict[str, Callable[[_Draft, str, str], None]] = {
     "name": _set_name,
     "node_policy": _set_node_policy,
     "device_policy": _set_device_policy,
+    "site": _set_sites,
+    "preferred_site": _set_preferred_site,
+    "node_selector": _set_label,
 }
 
 
@@ -451,6 +484,14 @@ def format_spec(req: Request) -> str:
         tokens.append(f"policy={_check_token('node_policy', req.node_policy)}")
     if req.device_policy is not None:
         tokens.append(f"device-policy={req.device_policy.value}")
+    if req.sites or req.exclude_sites:
+        for path, site in _indexed("", "sites", req.sites, req.exclude_sites):
+            _check_token(path.lstrip("."), site)
+        tokens.append(f"site={','.join([*req.sites, *(f'!{x}' for x in req.exclude_sites)])}")
+    if req.preferred_site is not None:
+        tokens.append(f"prefer-site={_check_token('preferred_site', req.preferred_site)}")
+    for label, value in req.node_selector:
+        tokens.append(f"label={label}={_check_token(f'node_selector.{label}', value)}")
     return " ".join(tokens)
 
 

@@ -226,7 +226,7 @@ def test_unknown_key_lists_known_keys() -> None:
     assert info.value.field == "gpus"
     assert info.value.reason == (
         "unknown key; known: mem, cores, uuid, topology, cpu, memory, replicas, priority, queue, "
-        "name, policy, device-policy"
+        "name, policy, device-policy, site, prefer-site, label"
     )
 
 
@@ -400,6 +400,8 @@ EXAMPLES: list[tuple[str, str]] = [
     ),
     ("Named cards, spread inside the node", "any:2 uuid=GPU-a,GPU-b device-policy=spread"),
     ("'rocm' as a vendor and as software", "rocm:MI300X:192GB rocm>=6.0"),
+    ("Two cards in Beijing, on nodes labelled for team A", "A100:2 site=beijing label=pool=team-a"),
+    ("Anywhere but Shanghai, Beijing first", "any site=!shanghai prefer-site=beijing"),
 ]
 ERROR_EXAMPLES: list[str] = [
     "A100:1..2",
@@ -413,6 +415,7 @@ ERROR_EXAMPLES: list[str] = [
     "mem=40Gi",
     "any cuda>=12.4 cann>=latest",
     "any gpus=2",
+    "any label=pool",
     "cpu=abc",
     "any A100",
 ]

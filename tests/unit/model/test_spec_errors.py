@@ -37,6 +37,12 @@ CASES: list[tuple[str, str, tuple[str, ...], tuple[str, ...]]] = [
     ("queue=", "queue", ("needs a value",), ()),
     ("name=", "name", ("needs a value",), ()),
     ("policy=", "node_policy", ("needs a value",), ()),
+    ("site=a,,b", "site[1]", ("name",), ()),
+    ("site=sh anghai", "anghai", ("unknown flag",), ()),
+    ("prefer-site=!x", "preferred_site", ("site name",), ()),
+    ("label=pool", "node_selector", ("label=NAME=VALUE",), ()),
+    ("label=pool=a label=pool=b", "node_selector.pool", ("given twice",), ()),
+    ("label==a", "node_selector.", ("non-empty",), ()),
 ]
 
 
