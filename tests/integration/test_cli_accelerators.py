@@ -20,7 +20,7 @@ def test_lists_models_with_pool_counts(srv: Plane) -> None:
     assert "910B3" in table and "in pool" in table and "A100" not in table
 
 
-def test_catalog_only_needs_no_server(tmp_path: object) -> None:
+def test_catalog_only_needs_no_server() -> None:
     env = {"XPUPOOL_URL": "http://127.0.0.1:9", "XPUPOOL_TOKEN": "nope", "XPUPOOL_CONFIG": None}
     result = CliRunner().invoke(
         main,
@@ -31,3 +31,10 @@ def test_catalog_only_needs_no_server(tmp_path: object) -> None:
     rows = json.loads(result.stdout)
     assert any(r["model"] == "MI300X" for r in rows)
     assert all(r["in_pool"] is None for r in rows)
+
+
+def test_without_a_server_it_points_at_catalog_only() -> None:
+    env = {"XPUPOOL_URL": "http://127.0.0.1:9", "XPUPOOL_TOKEN": "nope", "XPUPOOL_CONFIG": None}
+    result = CliRunner().invoke(main, ["accelerators"], env=env)  # type: ignore[arg-type]
+    assert result.exit_code != 0
+    assert "cannot reach xpupool" in result.output and "--catalog-only" in result.output

@@ -15,6 +15,7 @@ from xpupool.client._cli_common import (
     make_client,
     output_option,
 )
+from xpupool.client._errors import Unreachable
 from xpupool.server import schemas as s
 
 
@@ -49,8 +50,13 @@ def accelerators(
             s.Accelerator.model_validate(asdict(r)) for r in list_accelerators(load_accelerators())
         ]
     else:
-        with make_client(url, token) as client:
-            rows = client.accelerators()
+        try:
+            with make_client(url, token) as client:
+                rows = client.accelerators()
+        except Unreachable as exc:  # the catalog alone is still worth reading
+            raise click.ClickException(
+                f"{exc}; 'xpupool accelerators --catalog-only' lists the catalog without a server"
+            ) from None
     if vendor is not None:
         key = vendor_key(vendor, "--vendor")
         rows = [r for r in rows if r.vendor == key]
