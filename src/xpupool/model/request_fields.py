@@ -130,11 +130,9 @@ ModelName = Annotated[StrictStr, AfterValidator(_name)]
 def _site(path: str, value: object) -> str:
     """A site in a request: a name, or ``!NAME`` (in the ``site`` list) to exclude one."""
     text = str(value)
-    return (
-        "!" + check_site_name(path, text[1:])
-        if text.startswith("!")
-        else check_site_name(path, text)
-    )
+    if text.startswith("!"):
+        return "!" + check_site_name(path, text[1:])
+    return check_site_name(path, text)
 
 
 def _label(path: str, value: object) -> str:

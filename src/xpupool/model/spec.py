@@ -410,7 +410,7 @@ def _set_preferred_site(d: _Draft, path: str, raw: str) -> None:
 def _set_label(d: _Draft, path: str, raw: str) -> None:
     """``label=gpu-pool=a``: the first '=' after the key splits the label from its value."""
     label, sep, value = raw.partition("=")
-    if not sep:
+    if not sep or not label:
         raise RequestError(path, raw, "expected label=NAME=VALUE such as 'label=gpu-pool=a'")
     at = f"{path}.{label}"
     d.once(at, value)

@@ -42,7 +42,7 @@ CASES: list[tuple[str, str, tuple[str, ...], tuple[str, ...]]] = [
     ("prefer-site=!x", "preferred_site", ("site name",), ()),
     ("label=pool", "node_selector", ("label=NAME=VALUE",), ()),
     ("label=pool=a label=pool=b", "node_selector.pool", ("given twice",), ()),
-    ("label==a", "node_selector.", ("non-empty",), ()),
+    ("label==a", "node_selector", ("label=NAME=VALUE",), ()),
 ]
 
 
