@@ -60,6 +60,11 @@ def device_requests(
     )
 
 
+sites = st.from_regex(r"[a-z][a-z0-9._-]{0,10}", fullmatch=True)
+labels = st.from_regex(r"[a-z][a-z0-9./_-]{0,10}", fullmatch=True)
+label_values = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9=._-]{0,10}", fullmatch=True)
+
+
 def requests(
     names: st.SearchStrategy[str],
     models: st.SearchStrategy[str],
@@ -78,4 +83,10 @@ def requests(
         queue=names,
         node_policy=st.none() | names,
         device_policy=st.none() | st.sampled_from(DevicePolicy),
+        sites=st.lists(sites, max_size=3).map(tuple),
+        exclude_sites=st.lists(sites, max_size=2).map(tuple),
+        node_selector=st.dictionaries(labels, label_values, max_size=3).map(
+            lambda d: tuple(sorted(d.items()))
+        ),
+        preferred_site=st.none() | sites,
     )

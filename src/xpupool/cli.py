@@ -447,7 +447,7 @@ def probe(fake_path: str | None, output: str) -> None:
 
 # The control plane's client commands (xpupool/client): they import httpx, pydantic and
 # server/schemas.py only, never FastAPI or SQLAlchemy (tests/unit/cli/test_imports.py).
-from xpupool.client import cli_admin, cli_fleet, cli_jobs  # noqa: E402
+from xpupool.client import cli_admin, cli_catalog, cli_fleet, cli_jobs  # noqa: E402
 
 for _command in (
     cli_jobs.submit,
@@ -459,6 +459,7 @@ for _command in (
     cli_fleet.devices,
     cli_fleet.sites,
     cli_fleet.queues,
+    cli_catalog.accelerators,
     cli_fleet.top,
     cli_fleet.node,
     cli_fleet.device,

@@ -138,3 +138,26 @@ def test_names_the_pool_knows_beyond_the_catalog_are_accepted(pool: Pool) -> Non
             assert pool.user.post(f"/v1/jobs/{r.json()['id']}/cancel").status_code == 200
     finally:
         pool.admin.put("/v1/queues/lab", json={"name": "lab", "tenant": "lab"})
+
+
+def test_an_unknown_model_points_at_the_accelerator_list(pool: Pool) -> None:
+    r = pool.user.post("/v1/jobs", json={"command": ["true"], "request": "A1000"})
+    assert r.status_code == 422 and r.json()["field"] == "request.devices.models[0]"
+    assert r.json()["reason"].endswith("see `xpupool accelerators`")
+
+
+def test_accelerators_list_the_catalog_and_count_the_pool(pool: Pool) -> None:
+    """Any tenant may read it: every catalog model once, with the pool's devices counted."""
+    r = pool.user.get("/v1/accelerators")
+    assert r.status_code == 200, r.text
+    rows = r.json()
+    devices = pool.admin.get("/v1/devices").json()
+    assert sum(row["in_pool"] for row in rows) == len(devices)
+    by_model = {row["model"]: row for row in rows}
+    a100 = by_model["A100-SXM4-80GB"]
+    assert (a100["vendor"], a100["family"], a100["memory_gib"]) == ("nvidia", "A100", 80)
+    assert a100["in_catalog"] and a100["in_pool"] == sum(
+        d["canonical_model"] == "A100-SXM4-80GB" for d in devices
+    )
+    assert a100["in_pool"] > 0
+    assert by_model["MI300X"]["in_pool"] == 0  # in the catalog, not in this pool

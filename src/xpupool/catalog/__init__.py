@@ -24,6 +24,7 @@ from xpupool.catalog.compat import (
     load_compat,
     satisfies,
 )
+from xpupool.catalog.listing import ListedAccelerator, list_accelerators
 
 __all__ = [
     "LINKS",
@@ -33,10 +34,12 @@ __all__ = [
     "CatalogFileError",
     "CompatTable",
     "DriverRange",
+    "ListedAccelerator",
     "RuntimeTable",
     "TorchBuild",
     "Verdict",
     "best_verdict",
+    "list_accelerators",
     "load_accelerators",
     "load_compat",
     "normalise_model_name",

@@ -146,6 +146,9 @@ class Client:
     def sites(self) -> list[s.Site]:
         return self._list("/v1/sites", s.Site)
 
+    def accelerators(self) -> list[s.Accelerator]:
+        return self._list("/v1/accelerators", s.Accelerator)
+
     # ---------------------------------------------------------------------------- tenants
     def create_tenant(self, body: s.TenantIn) -> s.Tenant:
         return self._post("/v1/tenants", s.Tenant, body)

@@ -26,6 +26,7 @@ from xpupool.engine.scorers.base import (
     Observer,
     PluginArgs,
     PostScorer,
+    Preference,
     Scorer,
     ScorerEnv,
 )
@@ -35,6 +36,16 @@ from xpupool.engine.txn import Transaction
 from xpupool.model.allocation import Allocation, DeviceShare
 from xpupool.model.errors import RequestError
 from xpupool.model.request import Request
+
+
+@dataclass(frozen=True, slots=True)
+class _Scoring:
+    """A profile's scorers built once: without its preference scorers (``plain``, what a request
+    that asks for none of them is scored with) and with them (``preferring``)."""
+
+    plain: tuple[tuple[Scorer, float], ...]
+    preferring: tuple[tuple[Scorer, float], ...]
+    preferences: tuple[Preference, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +86,7 @@ class Engine:
         self.pipeline = Pipeline(state)
         self.pipeline.filters_off = self._filters_off
         self._scorers: dict[tuple[str, PluginArgs | None], Scorer] = {}
-        self._weighted_cache: dict[str, tuple[tuple[Scorer, float], ...]] = {}
+        self._weighted_cache: dict[str, _Scoring] = {}
         self._observers: dict[str, tuple[Observer, ...]] = {}
         self._post: dict[str, tuple[PostScorer, ...]] = {}
         self._pickers: dict[str, DevicePicker | None] = {}
@@ -155,7 +166,7 @@ class Engine:
         ctx.filters_off = profile.disabled_filters
         self.pipeline.filter(ctx)
         total = np.zeros(self.state.n_nodes, np.float64)
-        for scorer, weight in self._weighted(profile):
+        for scorer, weight in self._weighted(profile, req):
             total += weight * scorer.score(ctx)
         return ctx.node_fit, total
 
@@ -202,7 +213,10 @@ class Engine:
         ctx = self.pipeline.context(req)
         ctx.within = within
         self.pipeline.filter(ctx)
-        node = self.pipeline.choose(ctx, self._weighted(profile), self._post_steps(profile))
+        plain = self._weighted(profile)
+        scorers = self._weighted(profile, req)
+        post = self._post_steps(profile) if scorers is plain else ()  # see Preference
+        node = self.pipeline.choose(ctx, scorers, post)
         if node < 0:
             return self.pipeline.explain(ctx)
         alloc = self._allocation(ctx, node, replica, profile)
@@ -289,17 +303,25 @@ class Engine:
         profile = self.profiles.get(req.node_policy) if req.node_policy else None
         return (profile or self.profile).disabled_filters
 
-    def _weighted(self, profile: Profile) -> tuple[tuple[Scorer, float], ...]:
+    def _weighted(
+        self, profile: Profile, req: Request | None = None
+    ) -> tuple[tuple[Scorer, float], ...]:
+        """The profile's (scorer, weight) pairs for ``req``: its :class:`Preference` scorers only
+        when ``req`` asks for one of them (then every scorer), else the others (the same tuple
+        every time, so callers may compare by identity)."""
         found = self._weighted_cache.get(profile.name)
-        if found is not None:
-            return found
-        out = []
-        for name, weight in profile.scorers:
-            args = profile.args_of(name)
-            scorer = self._scorers.get((name, args))
-            if scorer is None:
-                env = ScorerEnv(self.seed, self.pipeline, self.workload, args)
-                scorer = self._scorers[(name, args)] = SCORERS[name](env)
-            out.append((scorer, weight))
-        self._weighted_cache[profile.name] = tuple(out)
-        return self._weighted_cache[profile.name]
+        if found is None:
+            out = []
+            for name, weight in profile.scorers:
+                args = profile.args_of(name)
+                scorer = self._scorers.get((name, args))
+                if scorer is None:
+                    env = ScorerEnv(self.seed, self.pipeline, self.workload, args)
+                    scorer = self._scorers[(name, args)] = SCORERS[name](env)
+                out.append((scorer, weight))
+            prefs = tuple(s for s, _ in out if isinstance(s, Preference))
+            plain = tuple((s, w) for s, w in out if not isinstance(s, Preference))
+            found = self._weighted_cache[profile.name] = _Scoring(plain, tuple(out), prefs)
+        if req is not None and found.preferences and any(p.wanted(req) for p in found.preferences):
+            return found.preferring
+        return found.plain

@@ -173,7 +173,7 @@ class Pipeline:
         for nf in chain.node:
             part = nf.node_mask(ctx.req, s)
             if part is not None:
-                out.fail(part, nf.reason)
+                out.fail(part, *nf.why(ctx.req))
         if ctx.k:
             # What the static checks blame depends only on the selectors and the inventory:
             # computed once per shape and epoch, it goes to the nodes no node check blamed.

@@ -108,22 +108,33 @@ def make_profile(
     return Profile(name, kept, policy, off, plugin_args)
 
 
+# A request's stated preference (``prefer-site``) outranks the policy in the built-in profiles:
+# 100 x 100 points exceed what all their other scorers together (weights summing to at most 11,
+# each score in 0..100) can tell two nodes apart by. It counts only for requests that state one
+# (``scorers/base.py`` Preference), so it changes nothing for the others.
+PREFERENCE_WEIGHT = 100.0
+
+
+def _builtin(name: str, scorers: Mapping[str, float], device_policy: str) -> Profile:
+    return make_profile(name, {**scorers, "site": PREFERENCE_WEIGHT}, device_policy)
+
+
 BUILTIN_PROFILES: dict[str, Profile] = {
-    "binpack": make_profile("binpack", {"binpack": 1, "topology": 1}, "binpack"),
-    "spread": make_profile("spread", {"spread": 1, "topology": 1}, "spread"),
-    "topology": make_profile("topology", {"topology": 10, "binpack": 1}, "binpack"),
-    "random": make_profile("random", {"random": 1}, "binpack"),
+    "binpack": _builtin("binpack", {"binpack": 1, "topology": 1}, "binpack"),
+    "spread": _builtin("spread", {"spread": 1, "topology": 1}, "spread"),
+    "topology": _builtin("topology", {"topology": 10, "binpack": 1}, "binpack"),
+    "random": _builtin("random", {"random": 1}, "binpack"),
     # The FGD paper's policies (ATC'23 section 6), one scorer each, best-fit devices unless the
     # scorer picks its own (random, fgd).
-    "fgd": make_profile("fgd", {"fgd": 1}, "binpack"),
-    "bestfit": make_profile("bestfit", {"bestfit": 1}, "binpack"),
-    "dotprod": make_profile("dotprod", {"dotprod": 1}, "binpack"),
-    "gpupacking": make_profile("gpupacking", {"gpupacking": 1}, "binpack"),
-    "gpuclustering": make_profile("gpuclustering", {"gpuclustering": 1}, "binpack"),
+    "fgd": _builtin("fgd", {"fgd": 1}, "binpack"),
+    "bestfit": _builtin("bestfit", {"bestfit": 1}, "binpack"),
+    "dotprod": _builtin("dotprod", {"dotprod": 1}, "binpack"),
+    "gpupacking": _builtin("gpupacking", {"gpupacking": 1}, "binpack"),
+    "gpuclustering": _builtin("gpuclustering", {"gpuclustering": 1}, "binpack"),
     # xpupool's own (docs/placement-policy.md): the engine's default.
-    "xpupool": make_profile("xpupool", {"xpupool": 1}, "binpack"),
+    "xpupool": _builtin("xpupool", {"xpupool": 1}, "binpack"),
     # ... at FGD's resolution for one-card replicas, or without the lookahead (for comparison).
-    "xpupool-fine": make_profile("xpupool-fine", {"xpupool-fine": 1}, "binpack"),
-    "xpupool-greedy": make_profile("xpupool-greedy", {"xpupool-greedy": 1}, "binpack"),
+    "xpupool-fine": _builtin("xpupool-fine", {"xpupool-fine": 1}, "binpack"),
+    "xpupool-greedy": _builtin("xpupool-greedy", {"xpupool-greedy": 1}, "binpack"),
 }
 DEFAULT_PROFILE = "xpupool"

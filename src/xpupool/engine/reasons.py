@@ -32,6 +32,9 @@ class Reason(IntEnum):
     OUTSIDE_ASSIGNMENT = 17
     NO_CONTAINER_RUNTIME = 18
     DEVICE_TASK_LIMIT = 19
+    SITE_NOT_ALLOWED = 20
+    SITE_EXCLUDED = 21
+    LABEL_MISSING = 22
 
 
 TEXT: dict[Reason, str] = {
@@ -55,6 +58,9 @@ TEXT: dict[Reason, str] = {
     Reason.OUTSIDE_ASSIGNMENT: "devices outside the admitted quota flavour",
     Reason.NO_CONTAINER_RUNTIME: "no container runtime",
     Reason.DEVICE_TASK_LIMIT: "devices at their task limit",
+    Reason.SITE_NOT_ALLOWED: "not in site {detail}",
+    Reason.SITE_EXCLUDED: "in excluded site {detail}",
+    Reason.LABEL_MISSING: "label {detail} not on node",
 }
 
 PREEMPTION_MAY_HELP: frozenset[Reason] = frozenset(

@@ -23,6 +23,8 @@ from xpupool.engine.filters.node_container_runtime import NodeContainerRuntime
 from xpupool.engine.filters.node_cpu import NodeCpu
 from xpupool.engine.filters.node_memory import NodeMemory
 from xpupool.engine.filters.node_schedulable import NodeSchedulable
+from xpupool.engine.filters.node_selector import NodeSelector
+from xpupool.engine.filters.node_site import NodeSite
 from xpupool.engine.filters.software import Software
 from xpupool.engine.filters.topology import SameLinkGroup
 from xpupool.engine.scorers.base import PluginArgs, Scorer, ScorerEnv
@@ -33,12 +35,15 @@ from xpupool.engine.scorers.fgd import Fgd
 from xpupool.engine.scorers.gpu_clustering import GpuClustering
 from xpupool.engine.scorers.gpu_packing import GpuPacking
 from xpupool.engine.scorers.random_pick import RandomPick
+from xpupool.engine.scorers.site_preference import SitePreference
 from xpupool.engine.scorers.spread import NodeSpread
 from xpupool.engine.scorers.topology import Topology
 from xpupool.engine.scorers.xpupool import Xpupool, XpupoolFine, XpupoolGreedy
 
 NODE_FILTERS: tuple[NodeFilter, ...] = (
     NodeSchedulable(),
+    NodeSite(),
+    NodeSelector(),
     NodeContainerRuntime(),
     NodeCpu(),
     NodeMemory(),
@@ -104,6 +109,7 @@ SCORERS: dict[str, Callable[[ScorerEnv], Scorer]] = {
     Xpupool.name: Xpupool,
     XpupoolFine.name: XpupoolFine,
     XpupoolGreedy.name: XpupoolGreedy,
+    SitePreference.name: lambda env: SitePreference(),
 }
 # name -> the plugin's arguments with their defaults, for the scorers that take any; a profile's
 # ``pluginConfig`` overrides fields of these (``engine/profile_file.py``).

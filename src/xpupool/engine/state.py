@@ -27,6 +27,7 @@ import numpy.typing as npt
 
 from xpupool.catalog import AcceleratorCatalog, CompatTable, load_accelerators, load_compat
 from xpupool.engine.capacity import UNLIMITED_TASKS, share_fits
+from xpupool.engine.lru import Lru
 from xpupool.model.allocation import Allocation
 from xpupool.model.device import Device, Node
 from xpupool.model.errors import Conflict, NotFound, OverCommit, RequestError
@@ -121,6 +122,7 @@ class ClusterState:
         self.dev_mem_free = self.dev_mem_commit.copy()
         self.dev_core_free = self.dev_core_commit.copy()
         self.dev_task_free = self.dev_task_total.copy()
+        self._build_placement_masks(nodes)
         self.rank = np.random.default_rng(self.seed).permutation(n).astype(np.int64)
         self.node_version = np.zeros(n, np.int64)
         self.node_allocations: list[dict[int, Allocation]] = [{} for _ in range(n)]
@@ -165,6 +167,57 @@ class ClusterState:
                     groups[dev.link_group] = len(self.group_node)
                     self.group_node.append(i)
                 self.dev_group[i, col] = groups[dev.link_group]
+
+    def _build_placement_masks(self, nodes: list[Node]) -> None:
+        """Per site, the ``[N]`` mask of its nodes; per label, each node's value id (-1: the node
+        lacks the label). Sites and labels change only with a rebuild, so the masks a request
+        asks for are made once and then looked up (:meth:`site_mask`, :meth:`label_mask`)."""
+        n = len(nodes)
+        self.site_nodes: dict[str, BoolArray] = {
+            site: self.node_site == i for i, site in enumerate(self.sites)
+        }
+        self.label_values: dict[str, dict[str, int]] = {}
+        self.node_label: dict[str, npt.NDArray[np.int32]] = {}
+        for i, node in enumerate(nodes):
+            for label, value in node.labels.items():
+                values = self.label_values.setdefault(label, {})
+                column = self.node_label.get(label)
+                if column is None:
+                    column = self.node_label[label] = np.full(n, -1, np.int32)
+                column[i] = values.setdefault(value, len(values))
+        self.no_nodes = np.zeros(n, np.bool_)
+        # a few dozen distinct asks in use; the bound only stops a long-running server's pile-up
+        self._site_masks: Lru[tuple[tuple[str, ...], tuple[str, ...]], BoolArray] = Lru(256)
+        self._label_masks: Lru[tuple[tuple[str, str], ...], BoolArray] = Lru(256)
+
+    def site_mask(self, sites: tuple[str, ...], exclude: tuple[str, ...] = ()) -> BoolArray:
+        """``[N]`` nodes in one of ``sites`` (any site when empty) and in none of ``exclude``;
+        made once per distinct pair (sites change only with a rebuild). A site no node has
+        matches nothing."""
+        key = (sites, exclude)
+        found = self._site_masks.get(key)
+        if found is None:
+            found = self.no_nodes.copy() if sites else ~self.no_nodes
+            for site in sites:
+                found |= self.site_nodes.get(site, self.no_nodes)
+            for site in exclude:
+                found &= ~self.site_nodes.get(site, self.no_nodes)
+            self._site_masks.put(key, found)
+        return found
+
+    def label_mask(self, selector: tuple[tuple[str, str], ...]) -> BoolArray:
+        """``[N]`` nodes that carry every (label, value) of ``selector``; made once per selector."""
+        found = self._label_masks.get(selector)
+        if found is None:
+            found = ~self.no_nodes
+            for label, value in selector:
+                value_id = self.label_values.get(label, {}).get(value)
+                if value_id is None:
+                    found = self.no_nodes
+                    break
+                found = found & (self.node_label[label] == value_id)
+            self._label_masks.put(selector, found)
+        return found
 
     def _model_id(self, dev: Device) -> int:
         key = (dev.vendor, dev.model)

@@ -98,6 +98,8 @@ class Verdicts:
         deepest = int(blame[pool].max())
         near: BoolArray = pool & (blame == deepest)
         reason, detail = labels[deepest]
+        if reason in (Reason.SITE_NOT_ALLOWED, Reason.SITE_EXCLUDED, Reason.LABEL_MISSING):
+            return _placement_miss(s, req, reason)
         if reason is Reason.INSUFFICIENT_CPU:
             most = int(s.node_cpu_total[near].max())
             return Miss(
@@ -156,6 +158,37 @@ class Verdicts:
         field = _FIELDS.get(reason, "devices")
         what = TEXT[reason].format(detail=detail)
         return Miss(field, f"no node of the pool passes: {what}")
+
+
+def _placement_miss(state: ClusterState, req: Request, reason: Reason) -> Miss:
+    """Where the request may run leaves no node that has what it asks: a site or label that no
+    node has at all (usually a typo), else the node kind that the place lacks."""
+    sites = ", ".join(state.sites)
+    if reason is Reason.LABEL_MISSING:
+        for label, value in req.node_selector:
+            if not state.label_mask(((label, value),)).any():
+                have = ", ".join(sorted(state.label_values.get(label, {}))) or "none"
+                return Miss(
+                    f"node_selector.{label}",
+                    f"no node has label {label}={value}; values of {label} in the pool: {have}",
+                )
+        wanted = ",".join(f"{k}={v}" for k, v in req.node_selector)
+        return Miss("node_selector", f"no node has all of {wanted} and what the request asks")
+    for site in req.sites:
+        if site not in state.site_nodes:
+            return Miss("site", f"no node in site {site!r}; sites: {sites}")
+    if reason is Reason.SITE_EXCLUDED:
+        left = [x for x in state.sites if x not in req.exclude_sites]
+        return (
+            Miss(
+                "site",
+                f"no node outside {', '.join(req.exclude_sites)} can hold it; sites: {sites}",
+            )
+            if left
+            else Miss("site", f"every site of the pool is excluded; sites: {sites}")
+        )
+    where = " or ".join(req.sites)
+    return Miss("site", f"no node in site {where} can hold it; sites: {sites}")
 
 
 def _models(state: ClusterState, mask: BoolArray) -> str:

@@ -11,6 +11,7 @@ records in one place.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -249,7 +250,11 @@ class Request:
     """One job's placement request: ``replicas`` copies of (cpu, memory, devices).
 
     ``gang`` makes the replicas all-or-nothing. ``node_policy``/``device_policy`` override the
-    cluster's profile for this request (None = the cluster default). ``container`` True: the job
+    cluster's profile for this request (None = the cluster default). Where the replicas may run:
+    ``sites`` is an any-of list of node sites (empty = any), ``exclude_sites`` wins over it,
+    ``node_selector`` holds (label, value) pairs sorted by label that a node must all carry, and
+    ``preferred_site`` is a preference, not a constraint: its nodes score higher, others still
+    fit. ``container`` True: the job
     runs a container image, so only nodes with a container runtime may take it; it is not part of
     the JSON or compact forms (the server sets it from the job's ``image``).
     """
@@ -264,6 +269,10 @@ class Request:
     queue: str = "default"
     node_policy: str | None = None
     device_policy: DevicePolicy | None = None
+    sites: tuple[str, ...] = ()
+    exclude_sites: tuple[str, ...] = ()
+    node_selector: tuple[tuple[str, str], ...] = ()
+    preferred_site: str | None = None
     container: bool = False
 
     def __post_init__(self) -> None:
@@ -282,6 +291,45 @@ class Request:
                 raise RequestError(
                     "device_policy", self.device_policy, "must be 'binpack' or 'spread'"
                 ) from None
+        for key in ("sites", "exclude_sites"):
+            names = tuple(getattr(self, key))
+            object.__setattr__(self, key, names)
+            for i, name in enumerate(names):
+                check_site_name(f"site[{i}]", name)  # the JSON form holds both in 'site'
+        if self.preferred_site is not None:
+            check_site_name("preferred_site", self.preferred_site)
+        pairs = self.node_selector
+        items = pairs.items() if isinstance(pairs, Mapping) else pairs
+        selector = tuple(sorted((k, v) for k, v in items))
+        for i, (label, value) in enumerate(selector):
+            check_label(f"node_selector.{label}", label, value)
+            if i and selector[i - 1][0] == label:
+                raise RequestError(f"node_selector.{label}", value, "label given twice")
+        object.__setattr__(self, "node_selector", selector)
+
+
+def check_site_name(path: str, name: object) -> str:
+    """A site as nodes register it: non-empty text without whitespace, ',' or a leading '!'."""
+    if not isinstance(name, str):
+        raise RequestError(path, name, "expected a site name")
+    if not name or any(c.isspace() or c == "," for c in name) or name.startswith("!"):
+        raise RequestError(
+            path, name, "a site name is non-empty, without whitespace, ',' or a leading '!'"
+        )
+    return name
+
+
+def check_label(path: str, label: object, value: object) -> None:
+    """A node label and its value as a request selects them: text without whitespace, the label
+    non-empty and without '=' (``label=gpu-pool=a`` splits at the first '=')."""
+    if not isinstance(label, str) or not label or "=" in label or _has_space(label):
+        raise RequestError(path, label, "a label is non-empty, without whitespace or '='")
+    if not isinstance(value, str) or not value or _has_space(value):
+        raise RequestError(path, value, "a label value is non-empty text without whitespace")
+
+
+def _has_space(text: str) -> bool:
+    return any(c.isspace() for c in text)
 
 
 def _check_int(field_name: str, value: object, low: int, high: int) -> None:

@@ -26,7 +26,13 @@ from xpupool.model.quantity import (
     parse_memory_mib,
     parse_percent_permille,
 )
-from xpupool.model.request import parse_device_policy, parse_software_need, parse_topology
+from xpupool.model.request import (
+    check_label,
+    check_site_name,
+    parse_device_policy,
+    parse_software_need,
+    parse_topology,
+)
 from xpupool.model.validation import field_error
 from xpupool.model.vendor import vendor_key
 
@@ -91,7 +97,9 @@ MemoryMib = Annotated[
     int,
     BeforeValidator(parsed(parse_memory_mib)),
     PlainSerializer(format_mib_exact, return_type=str),
-    _text_schema("Host memory per replica: '16Gi', '512Mi', '16G' (decimal); a number is MiB."),
+    _text_schema(
+        "Host memory per replica: '16Gi', '512Mi' (G, GB, Gi, GiB all mean GiB); a number is MiB."
+    ),
 ]
 DeviceMemoryField = Annotated[
     DeviceMemory,
@@ -117,6 +125,29 @@ CardMib = Annotated[
     ),
 ]
 ModelName = Annotated[StrictStr, AfterValidator(_name)]
+
+
+def _site(path: str, value: object) -> str:
+    """A site in a request: a name, or ``!NAME`` (in the ``site`` list) to exclude one."""
+    text = str(value)
+    if text.startswith("!"):
+        return "!" + check_site_name(path, text[1:])
+    return check_site_name(path, text)
+
+
+def _label(path: str, value: object) -> str:
+    check_label(path, value, "x")
+    return str(value)
+
+
+def _label_value(path: str, value: object) -> str:
+    check_label(path, "x", value)
+    return str(value)
+
+
+SiteName = Annotated[StrictStr, AfterValidator(parsed(_site))]
+LabelName = Annotated[StrictStr, AfterValidator(parsed(_label))]
+LabelValue = Annotated[StrictStr, AfterValidator(parsed(_label_value))]
 NonBlank = Annotated[StrictStr, AfterValidator(_nonblank)]
 VendorName = Annotated[StrictStr, AfterValidator(parsed(lambda p, v: vendor_key(str(v), p)))]
 SoftwareText = Annotated[

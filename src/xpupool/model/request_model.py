@@ -48,10 +48,13 @@ from xpupool.model.request_fields import (
     DeviceMemory,
     DeviceMemoryField,
     DevicePolicyName,
+    LabelName,
+    LabelValue,
     MemoryMib,
     ModelName,
     NonBlank,
     Permille,
+    SiteName,
     SoftwareText,
     TopologyName,
     VendorName,
@@ -267,6 +270,21 @@ class RequestModel(_Form):
         description="How cards are picked inside a node: 'binpack' fills the busiest card that "
         "fits, 'spread' the emptiest; null = the profile's.",
     )
+    site: Annotated[list[SiteName], BeforeValidator(_one_or_list)] | None = Field(
+        None,
+        description="Sites the replicas may run in, any-of ('shanghai' or a list); '!NAME' "
+        "excludes a site. Null: any site. Each must be a site of the pool.",
+    )
+    node_selector: dict[LabelName, LabelValue] | None = Field(
+        None,
+        description="Node labels the replicas' nodes must all carry, label -> value "
+        "({'gpu-pool': 'a'}); null: any node.",
+    )
+    preferred_site: SiteName | None = Field(
+        None,
+        description="A site to prefer: its nodes score higher, the others still fit (a "
+        "profile weighs it with the 'site' scorer). Null: no preference.",
+    )
     _request: Request | None = PrivateAttr(None)
 
     @model_validator(mode="before")
@@ -311,6 +329,10 @@ class RequestModel(_Form):
             queue="default" if self.queue is None else self.queue,
             node_policy=self.node_policy,
             device_policy=None if self.device_policy is None else DevicePolicy(self.device_policy),
+            sites=tuple(x for x in self.site or () if not x.startswith("!")),
+            exclude_sites=tuple(x[1:] for x in self.site or () if x.startswith("!")),
+            node_selector=tuple((self.node_selector or {}).items()),
+            preferred_site=self.preferred_site,
         )
 
     @classmethod
@@ -329,6 +351,9 @@ class RequestModel(_Form):
             queue=None if req.queue == "default" else req.queue,
             node_policy=req.node_policy,
             device_policy=None if req.device_policy is None else req.device_policy.value,
+            site=[*req.sites, *(f"!{x}" for x in req.exclude_sites)] or None,
+            node_selector=dict(req.node_selector) or None,
+            preferred_site=req.preferred_site,
         )
         model._request = req
         return model
@@ -336,6 +361,11 @@ class RequestModel(_Form):
     def dump(self) -> dict[str, object]:
         """The canonical JSON form: defaults left out, fixed key order, quantities as exact text."""
         return self.model_dump(mode="json", exclude_none=True)
+
+
+def _one_or_list(value: object) -> object:
+    """``site: "shanghai"`` is read as ``["shanghai"]``."""
+    return [value] if isinstance(value, str) else value
 
 
 def request_from_dict(data: object) -> Request:

@@ -23,6 +23,7 @@ express (a model name that looks like a count or a size, names with whitespace, 
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from xpupool.model.quantity import (
 )
 from xpupool.model.request import (
     MAX_DEVICES_PER_REPLICA,
+    MAX_REPLICAS,
     SOFTWARE_NAMES,
     DevicePolicy,
     DeviceRequest,
@@ -51,7 +53,7 @@ from xpupool.model.request import (
     parse_software_need,
     parse_topology,
 )
-from xpupool.model.vendor import find_vendor, vendor_key
+from xpupool.model.vendor import VENDOR_KEYS, VENDOR_NAMES, find_vendor, vendor_key
 
 __all__ = ["FLAGS", "KEYS", "format_spec", "parse_spec"]
 
@@ -69,6 +71,9 @@ KEYS: dict[str, str] = {
     "name": "name",
     "policy": "node_policy",
     "device-policy": "device_policy",
+    "site": "site",
+    "prefer-site": "preferred_site",
+    "label": "node_selector",  # repeatable: every label given must be on the node
 }
 # flag -> the JSON path it sets: 'gang' to true, the others to same-link-group.
 FLAGS: dict[str, str] = {
@@ -79,6 +84,7 @@ FLAGS: dict[str, str] = {
 _DEVICE_PATHS = ("devices.memory", "devices.cores", "devices.uuids", "devices.topology")
 
 _COUNT = re.compile(r"^[0-9]+$")
+_SIGNED_COUNT = re.compile(r"^[+-][0-9]+$")
 _INT_RANGE = re.compile(r"^[0-9]*\.\.[0-9]*$")
 # A size: a number alone (refused later: it needs a unit) or a number and a unit starting with
 # k/m/g/t. '910B' or '310P3' (Ascend models) stay names.
@@ -116,6 +122,10 @@ class _Draft:
     name: str = ""
     node_policy: str | None = None
     device_policy: DevicePolicy | None = None
+    sites: tuple[str, ...] = ()
+    exclude_sites: tuple[str, ...] = ()
+    node_selector: dict[str, str] = field(default_factory=dict)
+    preferred_site: str | None = None
     seen: dict[str, str] = field(default_factory=dict)
 
     def once(self, path: str, text: str) -> None:
@@ -160,6 +170,10 @@ class _Draft:
             queue=self.queue,
             node_policy=self.node_policy,
             device_policy=self.device_policy,
+            sites=self.sites,
+            exclude_sites=self.exclude_sites,
+            node_selector=tuple(self.node_selector.items()),
+            preferred_site=self.preferred_site,
         )
 
 
@@ -184,7 +198,8 @@ def parse_spec(text: str) -> Request:
             path = KEYS[key.lower()]
             if not raw:
                 raise RequestError(path, token, f"'{key}=' needs a value")
-            draft.once(path, raw)
+            if path != "node_selector":  # labels repeat, one per label (checked by the setter)
+                draft.once(path, raw)
             _SETTERS[path](draft, path, raw)
         elif _SOFTWARE.match(token) or (sep and key.lower() in SOFTWARE_NAMES):
             path = f"devices.software[{len(draft.software)}]"
@@ -215,8 +230,10 @@ def _parse_device_part(draft: _Draft, token: str) -> None:
     kinds: dict[str, str] = {}
 
     def once(kind: str, component: str) -> None:
+        if kind == "devices.models" and kind in kinds:
+            raise _second_model_list(kinds[kind], component)
         if kind in kinds:
-            hint = "; give one comma list" if kind in ("devices.models", "devices.vendors") else ""
+            hint = "; give one comma list" if kind == "devices.vendors" else ""
             raise RequestError(
                 kind, component, f"given twice in the device part (first as {kinds[kind]!r}){hint}"
             )
@@ -232,6 +249,8 @@ def _parse_device_part(draft: _Draft, token: str) -> None:
                 "count ranges are not supported: the engine places an exact number of devices; "
                 "give one count such as '2'",
             )
+        if _SIGNED_COUNT.match(component):
+            raise RequestError("devices.count", component, _COUNT_RULE)
         if _COUNT.match(component):
             once("devices.count", component)
             draft.count = int(component)
@@ -239,8 +258,7 @@ def _parse_device_part(draft: _Draft, token: str) -> None:
                 raise RequestError(
                     "devices.count",
                     component,
-                    f"must be between 1 and {MAX_DEVICES_PER_REPLICA}; "
-                    "leave the device part out for a CPU-only request",
+                    f"{_COUNT_RULE}; leave the device part out for a CPU-only request",
                 )
         elif ".." in component or _SIZE_SHAPE.match(component):
             once("devices.card_memory", component)
@@ -268,6 +286,47 @@ def _parse_device_part(draft: _Draft, token: str) -> None:
                     )
 
 
+_COUNT_RULE = f"the count must be a whole number from 1 to {MAX_DEVICES_PER_REPLICA}"
+
+
+def _second_model_list(first: str, second: str) -> RequestError:
+    """The device part holds two components that read as model lists (``nvidai:A100``).
+
+    Only one model list is allowed, so one of the two is a mistake: a component close to a vendor
+    name is a misspelt vendor (the usual slip); otherwise say how to write one list, and when the
+    second starts with a digit, that a card size needs a unit.
+    """
+    for component in (first, second):
+        entries = component.split(",")
+        for i, entry in enumerate(entries):
+            close = _close_vendor(entry)
+            if close is not None:
+                field = "devices.vendors" if len(entries) == 1 else f"devices.vendors[{i}]"
+                return RequestError(
+                    field,
+                    entry,
+                    f"{entry!r} is not a vendor; did you mean {close!r}? "
+                    f"known: {', '.join(VENDOR_KEYS)}",
+                )
+    hint = ""
+    if second[:1].isdigit():
+        hint = f"; if {second!r} is a card size, give a unit such as '80GB'"
+    return RequestError(
+        "devices.models",
+        second,
+        f"the device part has two model lists ({first!r} and {second!r}); write one comma "
+        f"list such as 'A100,H100'{hint}",
+    )
+
+
+def _close_vendor(name: str) -> str | None:
+    """The vendor name or alias ``name`` most likely misspells, or None."""
+    if find_vendor(name) is not None:
+        return None
+    close = difflib.get_close_matches(name.lower(), VENDOR_NAMES, n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
 def _is_vendor_list(component: str) -> bool:
     if component.lower() == "any":
         return True
@@ -286,9 +345,9 @@ def _split_excludes(path: str, text: str) -> tuple[tuple[str, ...], tuple[str, .
     return tuple(include), tuple(exclude)
 
 
-def _parse_int(path: str, raw: str) -> int:
+def _parse_int(path: str, raw: str, example: str) -> int:
     if not re.fullmatch(r"[+-]?[0-9]+", raw):
-        raise RequestError(path, raw, "expected a whole number")
+        raise RequestError(path, raw, f"expected a whole number of {path} such as {example}")
     return int(raw)
 
 
@@ -317,11 +376,11 @@ def _set_memory(d: _Draft, path: str, raw: str) -> None:
 
 
 def _set_replicas(d: _Draft, path: str, raw: str) -> None:
-    d.replicas = _parse_int(path, raw)
+    d.replicas = _parse_int(path, raw, f"'4' (1 to {MAX_REPLICAS})")
 
 
 def _set_priority(d: _Draft, path: str, raw: str) -> None:
-    d.priority = _parse_int(path, raw)
+    d.priority = _parse_int(path, raw, "'10' or '-5' (higher runs first)")
 
 
 def _set_queue(d: _Draft, path: str, raw: str) -> None:
@@ -340,6 +399,24 @@ def _set_device_policy(d: _Draft, path: str, raw: str) -> None:
     d.device_policy = parse_device_policy(path, raw)
 
 
+def _set_sites(d: _Draft, path: str, raw: str) -> None:
+    d.sites, d.exclude_sites = _split_excludes(path, raw)
+
+
+def _set_preferred_site(d: _Draft, path: str, raw: str) -> None:
+    d.preferred_site = raw
+
+
+def _set_label(d: _Draft, path: str, raw: str) -> None:
+    """``label=gpu-pool=a``: the first '=' after the key splits the label from its value."""
+    label, sep, value = raw.partition("=")
+    if not sep or not label:
+        raise RequestError(path, raw, "expected label=NAME=VALUE such as 'label=gpu-pool=a'")
+    at = f"{path}.{label}"
+    d.once(at, value)
+    d.node_selector[label] = value
+
+
 _SETTERS: dict[str, Callable[[_Draft, str, str], None]] = {
     "devices.memory": _set_device_memory,
     "devices.cores": _set_cores,
@@ -353,6 +430,9 @@ _SETTERS: dict[str, Callable[[_Draft, str, str], None]] = {
     "name": _set_name,
     "node_policy": _set_node_policy,
     "device_policy": _set_device_policy,
+    "site": _set_sites,
+    "preferred_site": _set_preferred_site,
+    "node_selector": _set_label,
 }
 
 
@@ -404,6 +484,14 @@ def format_spec(req: Request) -> str:
         tokens.append(f"policy={_check_token('node_policy', req.node_policy)}")
     if req.device_policy is not None:
         tokens.append(f"device-policy={req.device_policy.value}")
+    if req.sites or req.exclude_sites:
+        for path, site in _indexed("", "sites", req.sites, req.exclude_sites):
+            _check_token(path.lstrip("."), site)
+        tokens.append(f"site={','.join([*req.sites, *(f'!{x}' for x in req.exclude_sites)])}")
+    if req.preferred_site is not None:
+        tokens.append(f"prefer-site={_check_token('preferred_site', req.preferred_site)}")
+    for label, value in req.node_selector:
+        tokens.append(f"label={label}={_check_token(f'node_selector.{label}', value)}")
     return " ".join(tokens)
 
 

@@ -40,6 +40,8 @@ VENDORS: tuple[Vendor, ...] = (
 )
 _BY_ALIAS: dict[str, Vendor] = {alias: v for v in VENDORS for alias in (v.key, *v.aliases)}
 VENDOR_KEYS: tuple[str, ...] = tuple(v.key for v in VENDORS)
+# Every name a vendor answers to (keys and aliases): what a misspelling is compared with.
+VENDOR_NAMES: tuple[str, ...] = tuple(_BY_ALIAS)
 
 
 def find_vendor(name: str) -> Vendor | None:

@@ -4,7 +4,8 @@ The request model has already checked the shape of every field and canonicalised
 what it cannot know is the pool: which device models the catalog or the registered nodes have,
 which device UUIDs exist, which scheduling profiles the engine was started with. A name that none
 of them knows can never be satisfied, so the job is refused with the field and the reason instead
-of waiting forever. Called by the job service under the plane's lock, before anything is stored.
+of waiting forever; so is a site no node is in. Called by the job service under the plane's lock,
+before anything is stored.
 """
 
 from __future__ import annotations
@@ -38,10 +39,34 @@ def check_names(engine: Engine, req: Request) -> None:
             shown = [m.name for m in state.catalog.models] + [p for _, p in state.models]
             close = difflib.get_close_matches(name, shown, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            reason = f"no accelerator model of that name in the catalog or in the pool{hint}"
+            reason = (
+                f"no accelerator model of that name in the catalog or in the pool{hint}; "
+                "see `xpupool accelerators`"
+            )
             raise RequestError(f"devices.{key}[{i}]", name, reason)
+    _check_sites(engine, req)
     if "DeviceUuid" in engine.pipeline.filters_off(req):
         return  # its profile places without looking at UUIDs
     for i, uuid in enumerate(d.uuids):
         if uuid not in state.uuid_slot:
             raise RequestError(f"devices.uuids[{i}]", uuid, "no device in the pool has this UUID")
+
+
+def _check_sites(engine: Engine, req: Request) -> None:
+    """A site to run in, avoid or prefer must be a site of the pool's nodes: a misspelt one would
+    leave the job waiting forever, exclude nothing or prefer nothing. A pool without nodes yet
+    says nothing (its first nodes may be on their way)."""
+    sites = engine.state.sites
+    if not sites:
+        return
+    named = [("site", x) for x in (*req.sites, *req.exclude_sites)]
+    if req.preferred_site is not None:
+        named.append(("preferred_site", req.preferred_site))
+    for field, site in named:
+        if site in engine.state.site_nodes:
+            continue
+        close = difflib.get_close_matches(site, sites, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise RequestError(
+            field, site, f"no node of the pool is in this site; {hint}sites: {', '.join(sites)}"
+        )

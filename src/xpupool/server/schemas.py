@@ -723,6 +723,26 @@ class Site(Lenient):
     by_model: dict[str, int]
 
 
+class Accelerator(Lenient):
+    """An accelerator model a request may name: a catalog model, or a model a device of the pool
+    prints that the catalog lacks (``in_catalog`` false)."""
+
+    vendor: str = Field(description="Vendor key ('nvidia', 'huawei').")
+    model: str = Field(description="Canonical catalog name, or the name the device prints.")
+    family: str | None = Field(
+        description="The name that selects every model of the line ('A100'); null off-catalog."
+    )
+    memory_gib: float | None = Field(
+        description="Memory per card as marketed (binary GiB); null for a model off the catalog."
+    )
+    aliases: list[str] = Field(description="Other names the vendor tools print for it.")
+    in_catalog: bool
+    in_pool: int | None = Field(
+        description="Devices of this model registered in the pool (cordoned and lost nodes "
+        "included); null when listed without a server."
+    )
+
+
 # ------------------------------------------------------------------------------ agent protocol
 AGENT_PROTOCOL = 2
 """The agent protocol's version: agents send it in ``AGENT_PROTOCOL_HEADER``; the server refuses

@@ -44,7 +44,7 @@ def test_example_builds_profiles(tmp_path: Path) -> None:
     assert pack.device_policy is DevicePolicy.SPREAD
     assert pack.disabled_filters == frozenset({"DeviceUuid"})
     calm = profiles["xpupool-calm"]
-    assert calm.scorers == (("xpupool", 1.0),)
+    assert calm.scorers == (("xpupool", 1.0), ("site", 100.0))  # the base's preference too
     assert calm.args_of("xpupool") == XpupoolArgs(lookahead=False)
 
 

@@ -26,16 +26,19 @@ from xpupool.model.quantity import (
     ("text", "mib"),
     [
         ("24Gi", 24576),
-        ("24G", 22889),  # 24e9 bytes, rounded up
-        ("24GB", 22889),
+        ("24G", 24576),  # one rule for every size: G, GB, Gi and GiB all mean GiB
+        ("24GB", 24576),
         ("24GiB", 24576),
         ("512", 512),  # a bare number is MiB
         (512, 512),
         (1.5, 2),  # rounded up, never shrunk
         ("1.5Gi", 1536),
         ("1Ti", 1024 * 1024),
-        ("1T", 953675),
-        ("100M", 96),
+        ("1T", 1024 * 1024),
+        ("1TB", 1024 * 1024),
+        ("100M", 100),
+        ("100MB", 100),
+        ("1K", 1),
         ("1Ki", 1),
         ("0", 0),
         (" 8Gi ", 8192),
@@ -76,8 +79,8 @@ def test_memory_error_message_is_field_reason_and_quoted_value() -> None:
     with pytest.raises(RequestError) as info:
         parse_memory_mib("devices.memory", "24Gx")
     assert str(info.value) == (
-        "devices.memory: unknown memory unit 'Gx'; use Mi, Gi, Ti (binary), M, G, T (decimal) "
-        "or GiB/GB (got '24Gx')"
+        "devices.memory: unknown memory unit 'Gx'; use Mi, Gi or Ti (M, MB, G, GB, T and TB mean "
+        "the same); expected '16Gi' or '512Mi' (got '24Gx')"
     )
 
 
@@ -158,7 +161,7 @@ def test_parse_percent_permille_bad(text: object, reason_part: str) -> None:
     ("text", "expected"),
     [
         ("40Gi", (40960, None)),
-        ("40G", (38147, None)),
+        ("40G", (40960, None)),
         (1024, (1024, None)),
         ("50%", (None, 500)),
         ("12.5%", (None, 125)),

@@ -205,8 +205,8 @@ def test_bad_device_memory_message_exact() -> None:
     with pytest.raises(RequestError) as info:
         request_from_dict({"devices": {"count": 1, "memory": "24Gx"}})
     assert str(info.value) == (
-        "devices.memory: unknown memory unit 'Gx'; use Mi, Gi, Ti (binary), M, G, T (decimal) "
-        "or GiB/GB (got '24Gx')"
+        "devices.memory: unknown memory unit 'Gx'; use Mi, Gi or Ti (M, MB, G, GB, T and TB mean "
+        "the same); expected an amount such as '24Gi' or a share of the card such as '50%' (got '24Gx')"
     )
 
 

@@ -215,8 +215,8 @@ def test_bad_mem_message_exact() -> None:
     with pytest.raises(RequestError) as info:
         parse_spec("A100 mem=24Gx")
     assert str(info.value) == (
-        "devices.memory: unknown memory unit 'Gx'; use Mi, Gi, Ti (binary), M, G, T (decimal) "
-        "or GiB/GB (got '24Gx')"
+        "devices.memory: unknown memory unit 'Gx'; use Mi, Gi or Ti (M, MB, G, GB, T and TB mean "
+        "the same); expected an amount such as '24Gi' or a share of the card such as '50%' (got '24Gx')"
     )
 
 
@@ -226,7 +226,7 @@ def test_unknown_key_lists_known_keys() -> None:
     assert info.value.field == "gpus"
     assert info.value.reason == (
         "unknown key; known: mem, cores, uuid, topology, cpu, memory, replicas, priority, queue, "
-        "name, policy, device-policy"
+        "name, policy, device-policy, site, prefer-site, label"
     )
 
 
@@ -400,17 +400,23 @@ EXAMPLES: list[tuple[str, str]] = [
     ),
     ("Named cards, spread inside the node", "any:2 uuid=GPU-a,GPU-b device-policy=spread"),
     ("'rocm' as a vendor and as software", "rocm:MI300X:192GB rocm>=6.0"),
+    ("Two cards in Beijing, on nodes labelled for team A", "A100:2 site=beijing label=pool=team-a"),
+    ("Anywhere but Shanghai, Beijing first", "any site=!shanghai prefer-site=beijing"),
 ]
 ERROR_EXAMPLES: list[str] = [
     "A100:1..2",
     "A100:80",
     "A100:1.5",
     "A100:H100",
+    "nvidai:A100",
+    "A100:-1",
     "nvidia,!T4",
     "any mem=24Gx",
     "mem=40Gi",
     "any cuda>=12.4 cann>=latest",
     "any gpus=2",
+    "any label=pool",
+    "cpu=abc",
     "any A100",
 ]
 

@@ -36,6 +36,19 @@ class NodeFilter(Protocol):
 
     def node_mask(self, req: Request, state: ClusterState) -> BoolArray | None: ...
 
+    def why(self, req: Request) -> tuple[Reason, str]:
+        """The reason and its detail that explanations blame a failing node on."""
+        ...
+
+
+class FixedReason:
+    """Mixin: a node filter whose failures always read as its one reason, without detail."""
+
+    reason: ClassVar[Reason]
+
+    def why(self, req: Request) -> tuple[Reason, str]:
+        return self.reason, ""
+
 
 class DeviceFilter(Protocol):
     name: ClassVar[str]

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from xpupool.engine.filters.base import FixedReason
 from xpupool.engine.reasons import Reason
 from xpupool.engine.state import BoolArray, ClusterState
 from xpupool.model.request import Request
 
 
-class NodeContainerRuntime:
+class NodeContainerRuntime(FixedReason):
     name: ClassVar[str] = "NodeContainerRuntime"
     reason: ClassVar[Reason] = Reason.NO_CONTAINER_RUNTIME
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from xpupool.engine.filters.base import FixedReason
 from xpupool.engine.reasons import Reason
 from xpupool.engine.state import BoolArray, ClusterState
 from xpupool.model.request import Request
 
 
-class NodeCpu:
+class NodeCpu(FixedReason):
     name: ClassVar[str] = "NodeCpu"
     reason: ClassVar[Reason] = Reason.INSUFFICIENT_CPU
 

@@ -72,6 +72,17 @@ class DevicePicker(Protocol):
 
 
 @runtime_checkable
+class Preference(Protocol):
+    """A scorer for something a request may ask for (a preferred site). The engine adds it to the
+    sum only when ``wanted`` says the request asks, and then skips the post-score steps, whose own
+    choice would not know of the preference; a request that does not ask is scored by the
+    profile's other scorers alone, exactly as if the profile had no preference scorer. Never the
+    profile's device picker."""
+
+    def wanted(self, req: Request) -> bool: ...
+
+
+@runtime_checkable
 class PostScorer(Protocol):
     """A scorer with a declared post-score step: once the weighted sum of a replica's scores is
     known, it may choose the node itself (xpupool's lookahead among the near-best), from what it

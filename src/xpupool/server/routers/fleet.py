@@ -1,4 +1,4 @@
-"""/v1/nodes, /v1/devices, /v1/sites."""
+"""/v1/nodes, /v1/devices, /v1/sites, /v1/accelerators."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Query
 
 from xpupool.server import schemas as s
 from xpupool.server.routers.deps import Admin, Plane, User
-from xpupool.server.services import fleet, node_deletion
+from xpupool.server.services import accelerators, fleet, node_deletion
 
 router = APIRouter(prefix="/v1", tags=["fleet"])
 NodeName = Annotated[str, Path(max_length=63)]
@@ -75,3 +75,9 @@ def uncordon_device(uuid: Uuid, plane: Plane, _: Admin) -> s.Device:
 @router.get("/sites", response_model=list[s.Site])
 def list_sites(plane: Plane, _: User) -> list[s.Site]:
     return fleet.list_sites(plane)
+
+
+@router.get("/accelerators", response_model=list[s.Accelerator])
+def list_accelerators(plane: Plane, _: User) -> list[s.Accelerator]:
+    """The accelerator models a request may name, with how many of each the pool has."""
+    return accelerators.accelerators(plane)
