@@ -45,20 +45,50 @@ def state_text(state: str) -> Text:
     return Text(state, style=_STATE_STYLE.get(state, ""))
 
 
-def _devices_summary(job: s.Job) -> str:
-    """'2× A100 (40Gi each) on bj-a100-0' from the assignment, else the requested spec."""
+def _short_model(vendor: str, model: str) -> str:
+    """'NVIDIA L20' -> 'L20': the vendor's name in front of a model says nothing more."""
+    head, sep, rest = model.partition(" ")
+    return rest if sep and rest and head.lower() == vendor.lower() else model
+
+
+def _share(d: s.DeviceAssignment) -> str:
+    """The part of the card granted: '' for all of it, '25%' for that share of its compute and
+    memory, '20Gi' for memory alone (compute shared best-effort), else '40Gi 30%'."""
+    if d.core_permille >= 1000 and d.memory_mib >= d.card_memory_mib:
+        return ""
+    cores = f"{d.core_permille / 10:g}%"
+    memory_permille = round(1000 * d.memory_mib / d.card_memory_mib) if d.card_memory_mib else 0
+    if d.core_permille and abs(memory_permille - d.core_permille) <= 1:
+        return cores
+    if not d.core_permille:
+        return format_mib(d.memory_mib)
+    return f"{format_mib(d.memory_mib)} {cores}"
+
+
+def placement_summary(job: s.Job) -> list[str]:
+    """Where a job's replicas hold devices, one entry per (node, share of a card, model) in
+    replica order of first appearance: six quarter L20s on one node read '6× 25% L20 on
+    sh-l20-0', not six lines. Before placement: what all its replicas ask for ('6× 25% L20')."""
     if job.assignments:
-        parts = []
-        for a in job.assignments:
-            models = sorted({d.model for d in a.devices})
-            parts.append(f"{len(a.devices)}× {'/'.join(models) or 'cpu'} on {a.node}")
-        return "; ".join(parts)
+        held: dict[tuple[str, str], int] = {}  # (node, what) -> devices, in first-seen order
+        for a in sorted(job.assignments, key=lambda a: a.replica):
+            cards: list[s.DeviceAssignment | None] = [*a.devices] or [None]
+            for d in cards:
+                what = "" if d is None else f"{_share(d)} {_short_model(d.vendor, d.model)}"
+                held[a.node, what.strip()] = held.get((a.node, what.strip()), 0) + 1
+        return [
+            f"{n}× {what} on {node}" if what else f"{'' if n == 1 else f'{n}× '}cpu only on {node}"
+            for (node, what), n in held.items()
+        ]
     devices = job.request.get("devices")
-    if isinstance(devices, dict):
-        names = devices.get("models") or devices.get("vendors") or ["any"]
-        what = ",".join(str(n) for n in names) if isinstance(names, list) else str(names)
-        return f"{devices.get('count', 1)}× {what}"
-    return "cpu only"
+    if not isinstance(devices, dict):
+        return ["cpu only"]
+    names = devices.get("models") or devices.get("vendors") or ["any"]
+    what = ",".join(str(n) for n in names) if isinstance(names, list) else str(names)
+    share = " ".join(str(devices[k]) for k in ("memory", "cores") if devices.get(k))
+    count, replicas = devices.get("count", 1), job.request.get("replicas", 1)
+    total = count * replicas if isinstance(count, int) and isinstance(replicas, int) else count
+    return [f"{total}× {share} {what}".replace("  ", " ")]
 
 
 def _columns(
@@ -86,7 +116,7 @@ def jobs_table(jobs: Sequence[s.Job], now: float | None = None) -> FitTable:
             j.queue,
             state_text(j.state.value),
             str(j.priority),
-            _devices_summary(j),
+            "\n".join(placement_summary(j)),
             ago(j.created_at, now),
             j.reason,
         )
