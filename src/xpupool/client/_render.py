@@ -3,8 +3,9 @@
 Every table is a :class:`~xpupool.fit_table.FitTable`: it fits the terminal, and only free text
 (reasons, names, placements) wraps; states, ids and numbers stay whole.
 
-Quantities keep their unit in the column name or the cell (``20Gi``, ``350‰``); a value the server
-does not know (no metrics yet) is ``-``, never ``0``.
+Quantities keep their unit in the column name or the cell (``20Gi``, ``35%``); compute is in
+percent of a card, as requests write it (``cores=25%``), though the API counts thousandths. A value
+the server does not know (no metrics yet) is ``-``, never ``0``.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ def state_text(state: str) -> Text:
     return Text(state, style=_STATE_STYLE.get(state, ""))
 
 
+def percent(permille: int) -> str:
+    """Thousandths of a card as percent: 250 -> '25%', 125 -> '12.5%', 4000 -> '400%'."""
+    return f"{permille / 10:g}%"
+
+
 def _short_model(vendor: str, model: str) -> str:
     """'NVIDIA L20' -> 'L20': the vendor's name in front of a model says nothing more."""
     head, sep, rest = model.partition(" ")
@@ -56,7 +62,7 @@ def _share(d: s.DeviceAssignment) -> str:
     memory, '20Gi' for memory alone (compute shared best-effort), else '40Gi 30%'."""
     if d.core_permille >= 1000 and d.memory_mib >= d.card_memory_mib:
         return ""
-    cores = f"{d.core_permille / 10:g}%"
+    cores = percent(d.core_permille)
     memory_permille = round(1000 * d.memory_mib / d.card_memory_mib) if d.card_memory_mib else 0
     if d.core_permille and abs(memory_permille - d.core_permille) <= 1:
         return cores
@@ -163,7 +169,7 @@ def job_detail(job: s.Job, now: float | None = None) -> RenderableType:
                     "-"
                     if d is None
                     else f"{format_mib(d.memory_mib)}/{format_mib(d.card_memory_mib)}",
-                    "-" if d is None else f"{d.core_permille}‰",
+                    "-" if d is None else percent(d.core_permille),
                     "-" if d is None else d.uuid,
                 )
         parts.append(assigned)
@@ -225,7 +231,7 @@ def devices_table(devices: Sequence[s.Device]) -> FitTable:
             str(d.index),
             d.canonical_model or d.model,
             f"{format_mib(d.allocated_memory_mib)}/{format_mib(d.memory_mib)}",
-            f"{d.allocated_core_permille}‰",
+            percent(d.allocated_core_permille),
             Text(state, style={"healthy": "", "cordoned": "yellow"}.get(state, "red")),
             ", ".join(str(j) for j in d.jobs) or "-",
             "-" if m is None or m.memory_used_mib is None else format_mib(m.memory_used_mib),
@@ -254,13 +260,21 @@ def _quota_amount(resource: s.QuotaResource, amount: int | None) -> str:
     if resource is s.QuotaResource.DEVICE_MEMORY_MIB:
         return format_mib(amount)
     if resource is s.QuotaResource.CORES_PERMILLE:
-        return f"{amount}‰"
+        return percent(amount)
     return str(amount)
 
 
+_QUOTA_LABELS = {
+    s.QuotaResource.DEVICES: "devices",
+    s.QuotaResource.DEVICE_MEMORY_MIB: "memory",
+    s.QuotaResource.CORES_PERMILLE: "cores",
+}
+
+
 def quota_text(q: s.QuotaUsage, has_cohort: bool) -> str:
-    """'A100 devices: 2/4', plus what it may borrow when it is in a cohort."""
-    text = f"{q.flavor} {q.resource.value}: "
+    """'A100 devices: 2/4', plus what it may borrow when it is in a cohort; device memory reads
+    'memory' (MiB, shown as 40Gi) and compute 'cores' (thousandths, shown in %)."""
+    text = f"{q.flavor} {_QUOTA_LABELS[q.resource]}: "
     text += f"{_quota_amount(q.resource, q.used)}/{_quota_amount(q.resource, q.nominal)}"
     if has_cohort and q.borrowing_limit != 0:
         text += f" +{_quota_amount(q.resource, q.borrowing_limit)}"

@@ -158,7 +158,7 @@ def test_job_detail_lists_each_device_of_an_assignment() -> None:
     text = _text(job_detail(_job(state="scheduled", assignments=[assigned]), NOW))
     row = next(line for line in text.splitlines() if "bj-a100-0" in line)
     assert row.split()[:5] == ["0", "bj-a100-0", "4", "16Gi", "3"]
-    assert "20Gi/80Gi" in row and "250‰" in row and row.endswith("GPU-1")
+    assert "20Gi/80Gi" in row and " 25% " in row and row.endswith("GPU-1")
 
 
 def test_devices_table_shows_unknown_metrics_as_dash() -> None:
@@ -177,7 +177,7 @@ def test_devices_table_shows_unknown_metrics_as_dash() -> None:
 
 def test_queue_quota_shows_use_nominal_and_unlimited_borrowing() -> None:
     text = _text(queues_table([_queue()]))
-    assert "A100 device_memory_mib: 40Gi/160Gi +∞" in text
+    assert "A100 memory: 40Gi/160Gi +∞" in text
 
 
 def test_bar_fills_in_tenths() -> None:
@@ -264,3 +264,22 @@ def test_a_pending_job_shows_what_it_asks_for_all_replicas() -> None:
     asked = {"devices": {"count": 2, "models": ["A100", "H100"], "memory": "40Gi"}}
     assert placement_summary(_job(request=asked)) == ["2× 40Gi A100,H100"]
     assert placement_summary(_job(request={"cpu": "4"})) == ["cpu only"]
+
+
+def test_compute_shows_in_percent_of_a_card_never_permille() -> None:
+    """Requests say 'cores=25%'; what was granted, what is allocated and the quotas say it the same
+    way (issue 21: they showed 250‰)."""
+    job = _job(state="running", assignments=[_replica(0, "sh-l20-0", L20_QUARTER)])
+    device = _device("GPU-a", "n1", 20480, None).model_copy(update={"allocated_core_permille": 125})
+    quota = {"flavor": "A100", "resource": "cores_permille", "nominal": 4000, "used": 1500}
+    queue = _queue().model_copy(
+        update={"quotas": [s.QuotaUsage.model_validate({**quota, "borrowing_limit": 500})]}
+    )
+    texts = [
+        _text(r) for r in (job_detail(job, NOW), devices_table([device]), queues_table([queue]))
+    ]
+    assert not [t for t in texts if "‰" in t]
+    detail, devices, queues = texts
+    assert " 25% " in detail
+    assert " 12.5% " in devices
+    assert "A100 cores: 150%/400% +50%" in queues
