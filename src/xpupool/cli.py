@@ -348,7 +348,14 @@ def simulate(
         except RequestError as exc:
             raise click.BadParameter(str(exc), param_hint="--queue-config") from None
         timed = run_timed_traces(
-            nodes_path, list(pods_paths), policies, parse_seeds(seeds), queue, compress, queues
+            nodes_path,
+            list(pods_paths),
+            policies,
+            parse_seeds(seeds),
+            queue,
+            compress,
+            queues,
+            console,
         )
         if as_json:
             click.echo(

@@ -48,3 +48,38 @@ def test_a_missing_trace_is_one_line_saying_where_it_looked(tmp_path: Path) -> N
     assert len(lines) == 1, done.stderr
     assert str(empty) in lines[0] and "--nodes" in lines[0] and "--pods" in lines[0]
     assert "Traceback" not in done.stderr
+
+
+def _tiny_trace(folder: Path) -> tuple[str, str]:
+    """Ten 4-GPU nodes and sixty one-GPU-or-less pods: a run is a few hundred tasks."""
+    nodes = folder / "nodes.csv"
+    nodes.write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\n"
+        + "".join(f"n{i},32000,65536,4,T4\n" for i in range(10))
+    )
+    pods = folder / "pods.csv"
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+        + "".join(f"p{i},2000,1024,1,{(250, 500, 1000)[i % 3]},\n" for i in range(60))
+    )
+    return str(nodes), str(pods)
+
+
+def test_piped_progress_is_one_plain_line_per_finished_run(tmp_path: Path) -> None:
+    nodes, pods = _tiny_trace(tmp_path)
+    args = ("--nodes", nodes, "--pods", pods, "--policy", "bestfit,fgd", "--seeds", "1-2")
+    done = _simulate(tmp_path, *args)
+    assert done.returncode == 0, done.stderr
+    assert "\r" not in done.stdout + done.stderr  # nothing rewritten in place
+    runs = [line for line in done.stdout.splitlines() if line.startswith("run ")]
+    assert [line.split(":")[:2] for line in runs] == [
+        ["run 1/4", " pods bestfit seed 1 (1/2)"],
+        ["run 2/4", " pods bestfit seed 2 (2/2)"],
+        ["run 3/4", " pods fgd seed 1 (1/2)"],
+        ["run 4/4", " pods fgd seed 2 (2/2)"],
+    ]
+    assert all("tasks" in line and "unallocated" in line for line in runs)
+    timed = _simulate(tmp_path, *args, "--mode", "timed", "--json")
+    assert timed.returncode == 0, timed.stderr
+    assert len([line for line in timed.stderr.splitlines() if line.startswith("run ")]) == 4
+    assert json.loads(timed.stdout)["mode"] == "timed"  # progress stays off the JSON

@@ -1,7 +1,6 @@
-"""Present simulation results: a progress bar while running, a summary table, and an HTML report
-with the paper's figures (unallocated GPU vs arrived workload, fragmentation ratio vs arrived,
-unallocated at 100 % per trace and policy), our runs drawn beside the authors' results.
-"""
+"""Present simulation results: progress while running (``sim/progress.py``), a summary table,
+and an HTML report with the paper's figures (unallocated GPU vs arrived workload, fragmentation
+ratio vs arrived, unallocated at 100 % per trace and policy), our runs drawn beside the authors'."""
 
 from __future__ import annotations
 
@@ -10,16 +9,17 @@ from pathlib import Path
 
 from rich import box
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from xpupool.engine import Profile
+from xpupool.sim.progress import progress_for
 from xpupool.sim.queue_config import QueueConfig
 from xpupool.sim.runner import (
     RunSpec,
     lower_bound,
     run_all,
     run_timed,
+    spec_labels,
     summarise,
     trace_name,
 )
@@ -44,16 +44,8 @@ def run_traces(
         for policy in policies
         for seed in seeds
     ]
-    with Progress(
-        TextColumn("[bold]simulate[/]"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total} runs"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
-        bar = progress.add_task("runs", total=len(specs))
-        runs = run_all(specs, jobs, lambda _: progress.advance(bar))
+    with progress_for(console, spec_labels(specs)) as progress:
+        runs = run_all(specs, jobs, progress)
     results: list[dict[str, object]] = []
     per_trace = len(policies) * len(seeds)
     for i, pods in enumerate(pods_paths):
@@ -148,17 +140,22 @@ def run_timed_traces(
     queue: str,
     compress: float,
     queues: QueueConfig | None = None,
+    console: Console | None = None,
 ) -> list[dict[str, object]]:
-    """Timed replays, one per (trace, policy, seed), serially (each is one pass over a trace)."""
-    return [
-        {
-            "trace": trace_name(pods),
-            **run_timed(RunSpec(nodes_path, pods, p, s), queue, compress, queues),
-        }
-        for pods in pods_paths
-        for p in policies
-        for s in seeds
+    """Timed replays, one per (trace, policy, seed), serially (each is one pass over a trace);
+    with ``console``, progress as each run starts and finishes."""
+    specs = [
+        RunSpec(nodes_path, pods, p, s) for pods in pods_paths for p in policies for s in seeds
     ]
+    runs: list[dict[str, object]] = []
+    with progress_for(console or Console(quiet=True), spec_labels(specs)) as progress:
+        for i, spec in enumerate(specs):
+            progress.started(i)
+            runs.append(
+                {"trace": trace_name(spec.pods_path), **run_timed(spec, queue, compress, queues)}
+            )
+            progress.finished(i, runs[-1])
+    return runs
 
 
 def print_timed(console: Console, runs: list[dict[str, object]]) -> None:
