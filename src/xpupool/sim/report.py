@@ -7,11 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from rich import box
 from rich.console import Console
-from rich.table import Table
 
 from xpupool.engine import Profile
+from xpupool.fit_table import Column, FitTable
 from xpupool.sim.progress import progress_for
 from xpupool.sim.queue_config import QueueConfig
 from xpupool.sim.runner import (
@@ -68,10 +67,11 @@ def run_traces(
 def print_summary(console: Console, result: dict[str, object]) -> None:
     runs: list[dict[str, object]] = result["runs"]  # type: ignore[assignment]
     summary: dict[str, dict[str, float | None]] = result["summary"]  # type: ignore[assignment]
-    table = Table(title=f"{result['trace']}: unallocated GPU % at arrived workload = 100 %")
-    columns = ("policy", "xpupool mean ± sd", "paper mean", "difference", "stranded", "s / run")
-    for column in columns:
-        table.add_column(column, justify="right" if column != "policy" else "left")
+    title = f"{result['trace']}: unallocated GPU % at arrived workload = 100 %"
+    headers = ("policy", "xpupool mean ± sd", "paper mean", "difference", "stranded", "s / run")
+    table = FitTable(
+        [Column(h, justify="left" if h == "policy" else "right") for h in headers], title
+    )
     for policy, figures in summary.items():
         seconds = [float(r["seconds"]) for r in runs if r["policy"] == policy]  # type: ignore[arg-type]
         paper = figures["paper_mean"]
@@ -94,8 +94,9 @@ def print_summary(console: Console, result: dict[str, object]) -> None:
     captions.append(
         "stranded: idle GPU % no target shape can use at arrived = 100 % (docs/capacity.md)"
     )
-    table.caption = "\n".join(captions)
     console.print(table)
+    for caption in captions:
+        console.print(caption, markup=False, highlight=False)
 
 
 def write_report(directory: Path, results: list[dict[str, object]]) -> Path:
@@ -160,10 +161,6 @@ def run_timed_traces(
 
 def print_timed(console: Console, runs: list[dict[str, object]]) -> None:
     traces = sorted({str(r["trace"]).replace("openb_pod_list_", "") for r in runs})
-    table = Table(
-        title=f"timed replay of {', '.join(traces)} (utilisation over arrivals)",
-        box=box.SIMPLE_HEAD,
-    )
     columns = {
         "policy": "policy",
         "seed": "seed",
@@ -176,8 +173,15 @@ def print_timed(console: Console, runs: list[dict[str, object]]) -> None:
         "preemptions": "preempted",
         "seconds": "s/run",
     }
-    for key, header in columns.items():
-        table.add_column(header, justify="left" if key == "policy" else "right", no_wrap=True)
+    table = FitTable(
+        [
+            Column(h, justify="right", spare={"p95_wait_s": 1, "peak_util_pct": 2}.get(k, 0))
+            if k != "policy"
+            else Column(h, text=True)  # a profile's name, folded only when nothing else gives
+            for k, h in columns.items()
+        ],
+        f"timed replay of {', '.join(traces)} (utilisation over arrivals)",
+    )
     for run in runs:
         cells = []
         for key in columns:

@@ -296,3 +296,37 @@ def test_the_console_width_is_columns_else_the_terminal_else_80(
     assert console_width() == 132
     monkeypatch.delenv("COLUMNS")
     assert console_width() == 80  # pytest captures stdout: not a terminal
+
+
+def test_simulate_tables_fit_80_columns() -> None:
+    from xpupool.sim.report import print_summary, print_timed
+
+    policies = ("xpupool", "fgd", "gpupacking-with-a-long-name")
+    figures = {"mean": 4.0612, "sd": 0.123, "paper_mean": 4.77, "stranded_mean": 1.2}
+    result = {
+        "trace": "openb_pod_list_default",
+        "runs": [{"policy": p, "seconds": 1.27, "notes": []} for p in policies],
+        "summary": dict.fromkeys(policies, figures),
+    }
+    timed = {
+        "trace": "openb_pod_list_default",
+        "policy": "gpupacking-with-a-long-name",
+        "seed": 42,
+        "mean_util_pct": 55.5,
+        "peak_util_pct": 99.0,
+        "mean_wait_s": 12345.6,
+        "p95_wait_s": 99999.0,
+        "mean_jct_s": 123456.0,
+        "never_placed": 0.0,
+        "preemptions": 12.0,
+        "seconds": 3.2,
+    }
+    out = io.StringIO()
+    console = Console(file=out, width=80, color_system=None)
+    print_summary(console, result)
+    print_timed(console, [timed])
+    lines = out.getvalue().splitlines()
+    _fits(lines)
+    words = _words(lines)
+    for word in ("gpupacking-with-a-long-name", "4.06", "-0.71", "12,346", "123,456", "preempted"):
+        assert word in words, f"{word!r}:\n" + "\n".join(lines)
