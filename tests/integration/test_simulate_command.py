@@ -15,6 +15,8 @@ from pathlib import Path
 
 from xpupool.sim.trace_files import DEFAULT_NODES, TRACES_ENV, trace_folders
 
+from factories import tiny_trace
+
 
 def _simulate(
     cwd: Path, *args: str, env: dict[str, str] | None = None
@@ -50,23 +52,8 @@ def test_a_missing_trace_is_one_line_saying_where_it_looked(tmp_path: Path) -> N
     assert "Traceback" not in done.stderr
 
 
-def _tiny_trace(folder: Path) -> tuple[str, str]:
-    """Ten 4-GPU nodes and sixty one-GPU-or-less pods: a run is a few hundred tasks."""
-    nodes = folder / "nodes.csv"
-    nodes.write_text(
-        "sn,cpu_milli,memory_mib,gpu,model\n"
-        + "".join(f"n{i},32000,65536,4,T4\n" for i in range(10))
-    )
-    pods = folder / "pods.csv"
-    pods.write_text(
-        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
-        + "".join(f"p{i},2000,1024,1,{(250, 500, 1000)[i % 3]},\n" for i in range(60))
-    )
-    return str(nodes), str(pods)
-
-
 def test_piped_progress_is_one_plain_line_per_finished_run(tmp_path: Path) -> None:
-    nodes, pods = _tiny_trace(tmp_path)
+    nodes, pods = tiny_trace(tmp_path)
     args = ("--nodes", nodes, "--pods", pods, "--policy", "bestfit,fgd", "--seeds", "1-2")
     done = _simulate(tmp_path, *args)
     assert done.returncode == 0, done.stderr

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Protocol
+from typing import Protocol, Self
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -65,7 +64,8 @@ def outcome(run: Mapping[str, object]) -> str:
 
 
 class RunProgress(Protocol):
-    """What the runner tells: a run started, how many of its tasks are placed, it finished."""
+    """What the runner tells: a run started, how many of its tasks are placed, it finished.
+    Used as a context manager around the runs (a live display starts and ends with it)."""
 
     def started(self, index: int) -> None: ...
 
@@ -75,15 +75,27 @@ class RunProgress(Protocol):
 
     def __enter__(self) -> RunProgress: ...
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None: ...
+    def __exit__(self, *exc: object) -> None: ...
 
 
-class PlainProgress:
+class ProgressContext:
+    """``with``: ``open`` on entry, ``close`` on exit (both nothing unless overridden)."""
+
+    def open(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> Self:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class PlainProgress(ProgressContext):
     """One line per finished run, nothing rewritten: for pipes, files and CI logs."""
 
     def __init__(self, console: Console, labels: Sequence[RunLabel]) -> None:
@@ -102,19 +114,8 @@ class PlainProgress:
         line = f"run {self.done}/{len(self.labels)}: {self.labels[index]}: {outcome(run)}"
         self.console.print(line, markup=False, highlight=False, soft_wrap=True)
 
-    def __enter__(self) -> PlainProgress:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        pass
-
-
-class LiveProgress:
+class LiveProgress(ProgressContext):
     """Lines updated in place: every run done so far, and the run under way with its tasks
     (runs in other processes report only when they finish). Gone when the runs are."""
 
@@ -148,16 +149,10 @@ class LiveProgress:
         done = int(self.progress.tasks[0].completed)
         self.progress.update(self.all_runs, count=f"{done}/{len(self.labels)} runs")
 
-    def __enter__(self) -> LiveProgress:
+    def open(self) -> None:
         self.progress.start()
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def close(self) -> None:
         self.progress.stop()
 
 

@@ -9,12 +9,19 @@ from __future__ import annotations
 import io
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 
 from rich.console import Console
 
-from xpupool.sim.progress import LiveProgress, PlainProgress, progress_for, run_labels
+from xpupool.sim.progress import (
+    LiveProgress,
+    PlainProgress,
+    ProgressContext,
+    progress_for,
+    run_labels,
+)
 from xpupool.sim.runner import RunSpec, run_all
+
+from factories import tiny_trace
 
 LABELS = run_labels(
     [("openb_pod_list_default", "xpupool", 42), ("openb_pod_list_default", "xpupool", 43)]
@@ -55,7 +62,7 @@ def test_a_pipe_gets_one_plain_line_per_finished_run() -> None:
     )
 
 
-class _Recorder:
+class _Recorder(ProgressContext):
     def __init__(self) -> None:
         self.heard: list[tuple[str, int, int]] = []
 
@@ -68,28 +75,11 @@ class _Recorder:
     def finished(self, index: int, run: Mapping[str, object]) -> None:
         self.heard.append(("finished", index, int(str(run["tasks"]))))
 
-    def __enter__(self) -> _Recorder:
-        return self
-
-    def __exit__(
-        self, a: type[BaseException] | None, b: BaseException | None, c: TracebackType | None
-    ) -> None:
-        pass
-
 
 def test_a_serial_run_reports_its_start_its_tasks_and_its_end(tmp_path: Path) -> None:
-    nodes = tmp_path / "nodes.csv"
-    nodes.write_text(
-        "sn,cpu_milli,memory_mib,gpu,model\n"
-        + "".join(f"n{i},32000,65536,8,T4\n" for i in range(100))
-    )
-    pods = tmp_path / "pods.csv"
-    pods.write_text(
-        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
-        + "".join(f"p{i},1000,1024,1,{(250, 500)[i % 2]},\n" for i in range(40))
-    )
+    nodes, pods = tiny_trace(tmp_path, nodes=100, gpus=8, pods=40, shares=(250, 500))
     recorder = _Recorder()
-    (run,) = run_all([RunSpec(str(nodes), str(pods), "bestfit", 1)], jobs=1, progress=recorder)
+    (run,) = run_all([RunSpec(nodes, pods, "bestfit", 1)], jobs=1, progress=recorder)
     tasks = int(str(run["tasks"]))
     assert tasks > 1000  # several reports of TASK_STEP tasks
     assert recorder.heard[0] == ("started", 0, 0)
