@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -63,7 +64,9 @@ def console_width() -> int:
 
 
 def console() -> Console:
-    return Console(highlight=False, width=console_width())
+    """On a terminal rich follows its width as it changes (``top`` redraws for a resized window);
+    piped or redirected, ``console_width()``."""
+    return Console(highlight=False, width=None if sys.stdout.isatty() else console_width())
 
 
 def to_json(data: BaseModel | Sequence[BaseModel] | dict[str, Any]) -> str:

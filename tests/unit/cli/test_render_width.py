@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from rich.console import Console, RenderableType
 
-from xpupool.client._cli_common import console_width
+from xpupool.client._cli_common import console, console_width
 from xpupool.client._render import (
     audit_table,
     devices_table,
@@ -294,8 +294,10 @@ def test_the_console_width_is_columns_else_the_terminal_else_80(
 ) -> None:
     monkeypatch.setenv("COLUMNS", "132")
     assert console_width() == 132
+    assert console().width == 132
     monkeypatch.delenv("COLUMNS")
     assert console_width() == 80  # pytest captures stdout: not a terminal
+    assert console().width == 80  # rich alone would take a terminal's width from stdin or stderr
 
 
 def test_simulate_tables_fit_80_columns() -> None:
