@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from xpupool.engine import ClusterState, Engine
 from xpupool.model import Device, DeviceRequest, Node, Request
 
@@ -55,3 +57,26 @@ def engine_for(*nodes: Node, profile: str = "binpack", seed: int = 0) -> Engine:
 def devices(count: int = 1, **kwargs: object) -> Request:
     """A one-replica request for ``count`` devices; kwargs go to DeviceRequest."""
     return Request("job", 1000, 1024, DeviceRequest(count=count, **kwargs))  # type: ignore[arg-type]
+
+
+def tiny_trace(
+    folder: Path,
+    nodes: int = 10,
+    gpus: int = 4,
+    pods: int = 60,
+    shares: tuple[int, ...] = (250, 500, 1000),
+) -> tuple[str, str]:
+    """An Alibaba-format trace in ``folder`` (nodes.csv, pods.csv): ``nodes`` T4 nodes of
+    ``gpus`` cards and ``pods`` one-card pods cycling through ``shares`` (thousandths of a card),
+    so that a replay takes a fraction of a second. Returns the two paths as strings."""
+    node_csv = folder / "nodes.csv"
+    node_csv.write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\n"
+        + "".join(f"n{i},32000,65536,{gpus},T4\n" for i in range(nodes))
+    )
+    pod_csv = folder / "pods.csv"
+    pod_csv.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+        + "".join(f"p{i},2000,1024,1,{shares[i % len(shares)]},\n" for i in range(pods))
+    )
+    return str(node_csv), str(pod_csv)

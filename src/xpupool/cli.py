@@ -209,9 +209,6 @@ def spec(text: str) -> None:
     click.echo(json.dumps(request_to_dict(request_from_dict(text)), indent=2))
 
 
-_TRACES = "../shared/traces/alibaba-gpu-v2023"
-
-
 def parse_seeds(text: str) -> list[int]:
     """'42-51' or '42,45,47' -> seeds."""
     try:
@@ -229,17 +226,17 @@ def parse_seeds(text: str) -> list[int]:
 @click.option(
     "--nodes",
     "nodes_path",
-    default=f"{_TRACES}/openb_node_list_gpu_node.csv",
-    show_default=True,
     type=click.Path(exists=True, dir_okay=False),
-    help="node list CSV",
+    help="node list CSV [default: openb_node_list_gpu_node.csv of the Alibaba GPU trace: "
+    "$XPUPOOL_TRACES, else shared/traces/alibaba-gpu-v2023 beside the repository]",
 )
 @click.option(
     "--pods",
     "pods_paths",
     multiple=True,
     type=click.Path(exists=True, dir_okay=False),
-    help="pod list CSV (repeat for several traces) [default: openb_pod_list_default.csv]",
+    help="pod list CSV (repeat for several traces) [default: openb_pod_list_default.csv "
+    "beside the node list]",
 )
 @click.option(
     "--policy",
@@ -302,7 +299,7 @@ def parse_seeds(text: str) -> list[int]:
     help="timed mode: divide arrival times by this (load what-if); durations unchanged",
 )
 def simulate(
-    nodes_path: str,
+    nodes_path: str | None,
     pods_paths: tuple[str, ...],
     policy: str,
     profile_file: str | None,
@@ -322,7 +319,10 @@ def simulate(
     from pathlib import Path
 
     from xpupool.sim.report import print_summary, run_traces, write_report
+    from xpupool.sim.trace_files import DEFAULT_PODS, default_nodes
 
+    if nodes_path is None:
+        nodes_path = str(default_nodes())
     profiles = load_profiles(profile_file)
     names = [p.strip() for p in policy.split(",") if p.strip()]
     source = click.get_current_context().get_parameter_source("policy")
@@ -331,7 +331,7 @@ def simulate(
     check_policies(names, profiles)
     policies = [profiles.get(name, name) for name in names]
     if not pods_paths:
-        default = Path(nodes_path).parent / "openb_pod_list_default.csv"
+        default = Path(nodes_path).parent / DEFAULT_PODS
         if not default.exists():
             raise click.BadParameter("give --pods", param_hint="--pods")
         pods_paths = (str(default),)
@@ -348,7 +348,14 @@ def simulate(
         except RequestError as exc:
             raise click.BadParameter(str(exc), param_hint="--queue-config") from None
         timed = run_timed_traces(
-            nodes_path, list(pods_paths), policies, parse_seeds(seeds), queue, compress, queues
+            nodes_path,
+            list(pods_paths),
+            policies,
+            parse_seeds(seeds),
+            queue,
+            compress,
+            queues,
+            console,
         )
         if as_json:
             click.echo(

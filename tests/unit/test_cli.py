@@ -9,6 +9,8 @@ from click.testing import CliRunner
 
 from xpupool.cli import main
 
+from factories import tiny_trace
+
 
 def test_spec_prints_the_json_form() -> None:
     result = CliRunner().invoke(main, ["spec", "A100:80GB:2"])
@@ -29,17 +31,7 @@ def test_demo_shows_placements_and_refusals() -> None:
 
 
 def _trace(tmp_path: Path) -> tuple[str, str]:
-    nodes = tmp_path / "nodes.csv"
-    nodes.write_text(
-        "sn,cpu_milli,memory_mib,gpu,model\n"
-        + "".join(f"n{i},32000,65536,4,T4\n" for i in range(10))
-    )
-    pods = tmp_path / "pods.csv"
-    pods.write_text(
-        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
-        + "".join(f"p{i},2000,1024,1,{(250, 500, 1000)[i % 3]},\n" for i in range(60))
-    )
-    return str(nodes), str(pods)
+    return tiny_trace(tmp_path)
 
 
 def test_simulate_json_has_the_documented_keys(tmp_path: Path) -> None:

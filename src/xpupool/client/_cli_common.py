@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -54,8 +56,17 @@ def make_client(url: str | None, token: str | None) -> Client:
     return Client(cfg)
 
 
+def console_width() -> int:
+    """``COLUMNS`` if set, else the terminal's width, else 80 (piped, or unknown): what tables
+    are fitted to. Rich alone would take the width of any terminal among stdin, stdout and
+    stderr, so ``xpupool jobs > file`` came out at the width of the window it was typed in."""
+    return shutil.get_terminal_size((80, 24)).columns
+
+
 def console() -> Console:
-    return Console(highlight=False)
+    """On a terminal rich follows its width as it changes (``top`` redraws for a resized window);
+    piped or redirected, ``console_width()``."""
+    return Console(highlight=False, width=None if sys.stdout.isatty() else console_width())
 
 
 def to_json(data: BaseModel | Sequence[BaseModel] | dict[str, Any]) -> str:

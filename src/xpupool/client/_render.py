@@ -1,7 +1,11 @@
-"""Rich tables for the API's objects. Pure: models in, renderables out (tested without a server).
+"""Tables for the API's objects. Pure: models in, renderables out (tested without a server).
 
-Quantities keep their unit in the column name or the cell (``20Gi``, ``350‰``); a value the server
-does not know (no metrics yet) is ``-``, never ``0``.
+Every table is a :class:`~xpupool.fit_table.FitTable`: it fits the terminal, and only free text
+(reasons, names, placements) wraps; states, ids and numbers stay whole.
+
+Quantities keep their unit in the column name or the cell (``20Gi``, ``35%``); compute is in
+percent of a card, as requests write it (``cores=25%``), though the API counts thousandths. A value
+the server does not know (no metrics yet) is ``-``, never ``0``.
 """
 
 from __future__ import annotations
@@ -10,9 +14,9 @@ import time
 from collections.abc import Sequence
 
 from rich.console import Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 
+from xpupool.fit_table import Column, FitTable
 from xpupool.model.quantity import format_mib
 from xpupool.server import schemas as s
 
@@ -42,26 +46,74 @@ def state_text(state: str) -> Text:
     return Text(state, style=_STATE_STYLE.get(state, ""))
 
 
-def _devices_summary(job: s.Job) -> str:
-    """'2× A100 (40Gi each) on bj-a100-0' from the assignment, else the requested spec."""
+def percent(permille: int) -> str:
+    """Thousandths of a card as percent: 250 -> '25%', 125 -> '12.5%', 4000 -> '400%'."""
+    return f"{permille / 10:g}%"
+
+
+def _short_model(vendor: str, model: str) -> str:
+    """'NVIDIA L20' -> 'L20': the vendor's name in front of a model says nothing more."""
+    head, sep, rest = model.partition(" ")
+    return rest if sep and rest and head.lower() == vendor.lower() else model
+
+
+def _share(d: s.DeviceAssignment) -> str:
+    """The part of the card granted: '' for all of it, '25%' for that share of its compute and
+    memory, '20Gi' for memory alone (compute shared best-effort), else '40Gi 30%'."""
+    if d.core_permille >= 1000 and d.memory_mib >= d.card_memory_mib:
+        return ""
+    cores = percent(d.core_permille)
+    memory_permille = round(1000 * d.memory_mib / d.card_memory_mib) if d.card_memory_mib else 0
+    if d.core_permille and abs(memory_permille - d.core_permille) <= 1:
+        return cores
+    if not d.core_permille:
+        return format_mib(d.memory_mib)
+    return f"{format_mib(d.memory_mib)} {cores}"
+
+
+def placement_summary(job: s.Job) -> list[str]:
+    """Where a job's replicas hold devices, one entry per (node, share of a card, model) in
+    replica order of first appearance: six quarter L20s on one node read '6× 25% L20 on
+    sh-l20-0', not six lines. Before placement: what all its replicas ask for ('6× 25% L20')."""
     if job.assignments:
-        parts = []
-        for a in job.assignments:
-            models = sorted({d.model for d in a.devices})
-            parts.append(f"{len(a.devices)}× {'/'.join(models) or 'cpu'} on {a.node}")
-        return "; ".join(parts)
+        held: dict[tuple[str, str], int] = {}  # (node, what) -> devices, in first-seen order
+        for a in sorted(job.assignments, key=lambda a: a.replica):
+            cards: list[s.DeviceAssignment | None] = [*a.devices] or [None]
+            for d in cards:
+                what = "" if d is None else f"{_share(d)} {_short_model(d.vendor, d.model)}"
+                held[a.node, what.strip()] = held.get((a.node, what.strip()), 0) + 1
+        return [
+            f"{n}× {what} on {node}" if what else f"{'' if n == 1 else f'{n}× '}cpu only on {node}"
+            for (node, what), n in held.items()
+        ]
     devices = job.request.get("devices")
-    if isinstance(devices, dict):
-        names = devices.get("models") or devices.get("vendors") or ["any"]
-        what = ",".join(str(n) for n in names) if isinstance(names, list) else str(names)
-        return f"{devices.get('count', 1)}× {what}"
-    return "cpu only"
+    if not isinstance(devices, dict):
+        return ["cpu only"]
+    names = devices.get("models") or devices.get("vendors") or ["any"]
+    what = ",".join(str(n) for n in names) if isinstance(names, list) else str(names)
+    share = " ".join(str(devices[k]) for k in ("memory", "cores") if devices.get(k))
+    count, replicas = devices.get("count", 1), job.request.get("replicas", 1)
+    total = count * replicas if isinstance(count, int) and isinstance(replicas, int) else count
+    return [f"{total}× {share} {what}".replace("  ", " ")]
 
 
-def jobs_table(jobs: Sequence[s.Job], now: float | None = None) -> Table:
-    table = Table(title=f"{len(jobs)} jobs", title_justify="left")
-    for col in ("id", "name", "tenant", "queue", "state", "prio", "devices", "age", "reason"):
-        table.add_column(col, overflow="fold")
+def _columns(
+    *names: str, text: Sequence[str] = (), spare: Sequence[str] = (), same: Sequence[str] = ()
+) -> list[Column]:
+    """Columns by header; those in ``text`` hold free text, those in ``spare`` may be left out
+    (first named, first left out),
+    in that order, those in ``same`` go to the title when every row agrees (see ``FitTable``)."""
+    rank = {name: i + 1 for i, name in enumerate(spare)}
+    return [Column(n, text=n in text, spare=rank.get(n, 0), same=n in same) for n in names]
+
+
+def jobs_table(jobs: Sequence[s.Job], now: float | None = None) -> FitTable:
+    columns = _columns(
+        "id", "name", "tenant", "queue", "state", "prio", "devices", "age", "reason",
+        text=("name", "devices", "reason"), spare=("prio", "age", "name"),
+        same=("tenant", "queue", "prio"),
+    )  # fmt: skip
+    table = FitTable(columns, f"{len(jobs)} jobs")
     for j in jobs:
         table.add_row(
             str(j.id),
@@ -70,7 +122,7 @@ def jobs_table(jobs: Sequence[s.Job], now: float | None = None) -> Table:
             j.queue,
             state_text(j.state.value),
             str(j.priority),
-            _devices_summary(j),
+            "\n".join(placement_summary(j)),
             ago(j.created_at, now),
             j.reason,
         )
@@ -78,9 +130,7 @@ def jobs_table(jobs: Sequence[s.Job], now: float | None = None) -> Table:
 
 
 def job_detail(job: s.Job, now: float | None = None) -> RenderableType:
-    head = Table.grid(padding=(0, 2))
-    head.add_column(style="bold")
-    head.add_column()
+    head = FitTable([Column("field"), Column("value", text=True)], show_header=False)
     rows: list[tuple[str, str | Text]] = [
         ("job", f"{job.id} ({job.name})"),
         ("tenant / queue", f"{job.tenant} / {job.queue}"),
@@ -98,21 +148,14 @@ def job_detail(job: s.Job, now: float | None = None) -> RenderableType:
     if job.env:
         rows.append(("env", " ".join(f"{k}={v}" for k, v in sorted(job.env.items()))))
     for key, value in rows:
-        head.add_row(key, value)
+        head.add_row(Text(key, style="bold"), value)
     parts: list[RenderableType] = [head]
     if job.assignments:
-        assigned = Table(title="assignments", title_justify="left")
-        for col in (
-            "replica",
-            "node",
-            "cpu",
-            "memory",
-            "device",
-            "model",
-            "device memory",
-            "cores",
-        ):
-            assigned.add_column(col)
+        columns = _columns(
+            "replica", "node", "cpu", "memory", "device", "model", "device memory", "cores", "uuid",
+            text=("model",), spare=("uuid",),
+        )  # fmt: skip
+        assigned = FitTable(columns, "assignments")
         for a in job.assignments:
             for i, d in enumerate(a.devices or [None]):
                 first = i == 0
@@ -121,49 +164,50 @@ def job_detail(job: s.Job, now: float | None = None) -> RenderableType:
                     a.node if first else "",
                     f"{a.cpu_milli / 1000:g}" if first else "",
                     format_mib(a.memory_mib) if first else "",
-                    "-" if d is None else f"{d.index} {d.uuid}",
+                    "-" if d is None else str(d.index),
                     "-" if d is None else d.model,
                     "-"
                     if d is None
                     else f"{format_mib(d.memory_mib)}/{format_mib(d.card_memory_mib)}",
-                    "-" if d is None else f"{d.core_permille}‰",
+                    "-" if d is None else percent(d.core_permille),
+                    "-" if d is None else d.uuid,
                 )
         parts.append(assigned)
     if job.events:
-        events = Table(title="events", title_justify="left")
-        for col in ("when", "state", "reason"):
-            events.add_column(col, overflow="fold")
+        events = FitTable(_columns("when", "state", "reason", text=("reason",)), "events")
         for e in job.events:
             events.add_row(ago(e.at, now), state_text(e.state.value), e.reason)
         parts.append(events)
     return Group(*parts)
 
 
-def nodes_table(nodes: Sequence[s.Node], now: float | None = None) -> Table:
-    table = Table(title=f"{len(nodes)} nodes", title_justify="left")
-    for col in (
-        "name",
-        "site",
-        "status",
-        "sched",
-        "source",
-        "devices free",
-        "cpu",
-        "memory",
-        "heartbeat",
-    ):
-        table.add_column(col)
+def node_status(node: s.Node) -> Text:
+    """'ready', 'lost', ..., or 'cordoned' for a ready node taken out of scheduling
+    ('lost,cordoned' for a lost one)."""
+    if node.schedulable:
+        ready = node.status is s.NodeStatus.READY
+        return Text(node.status.value, style="green" if ready else "red")
+    if node.status is s.NodeStatus.READY:
+        return Text("cordoned", style="yellow")
+    return Text(f"{node.status.value},cordoned", style="red")
+
+
+def nodes_table(nodes: Sequence[s.Node], now: float | None = None) -> FitTable:
+    columns = _columns(
+        "name", "site", "status", "devices free", "cpu", "memory", "heartbeat", "source",
+        spare=("source", "heartbeat"),
+    )  # fmt: skip
+    table = FitTable(columns, f"{len(nodes)} nodes")
     for n in nodes:
         table.add_row(
             n.name,
             n.site,
-            Text(n.status.value, style="green" if n.status is s.NodeStatus.READY else "red"),
-            "yes" if n.schedulable else Text("cordoned", style="yellow"),
-            n.source,
+            node_status(n),
             f"{n.devices_free}/{n.devices}",
             f"{n.cpu_allocated_milli / 1000:g}/{n.cpu_milli / 1000:g}",
             f"{format_mib(n.memory_allocated_mib)}/{format_mib(n.memory_mib)}",
             ago(n.last_heartbeat, now),
+            n.source,
         )
     return table
 
@@ -172,21 +216,13 @@ def _metric(value: float | int | None, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def devices_table(devices: Sequence[s.Device]) -> Table:
-    table = Table(title=f"{len(devices)} devices", title_justify="left")
-    for col in (
-        "node",
-        "idx",
-        "model",
+def devices_table(devices: Sequence[s.Device]) -> FitTable:
+    columns = _columns(
+        "node", "idx", "model", "alloc mem", "alloc cores", "state", "jobs", "used mem", "util",
         "uuid",
-        "alloc mem",
-        "alloc cores",
-        "used mem",
-        "util",
-        "state",
-        "jobs",
-    ):
-        table.add_column(col, overflow="fold")
+        text=("jobs",), spare=("uuid", "util", "used mem"),
+    )  # fmt: skip
+    table = FitTable(columns, f"{len(devices)} devices")
     for d in devices:
         m = d.metrics
         state = "cordoned" if d.cordoned else ("healthy" if d.healthy else "unhealthy")
@@ -194,21 +230,20 @@ def devices_table(devices: Sequence[s.Device]) -> Table:
             d.node,
             str(d.index),
             d.canonical_model or d.model,
-            d.uuid,
             f"{format_mib(d.allocated_memory_mib)}/{format_mib(d.memory_mib)}",
-            f"{d.allocated_core_permille}‰",
+            percent(d.allocated_core_permille),
+            Text(state, style={"healthy": "", "cordoned": "yellow"}.get(state, "red")),
+            ", ".join(str(j) for j in d.jobs) or "-",
             "-" if m is None or m.memory_used_mib is None else format_mib(m.memory_used_mib),
             _metric(m.utilization_pct if m else None, "{:.0f}%"),
-            Text(state, style={"healthy": "", "cordoned": "yellow"}.get(state, "red")),
-            ",".join(str(j) for j in d.jobs) or "-",
+            d.uuid,
         )
     return table
 
 
-def sites_table(sites: Sequence[s.Site]) -> Table:
-    table = Table(title=f"{len(sites)} sites", title_justify="left")
-    for col in ("site", "nodes ready", "devices free", "models"):
-        table.add_column(col, overflow="fold")
+def sites_table(sites: Sequence[s.Site]) -> FitTable:
+    columns = _columns("site", "nodes ready", "devices free", "models", text=("models",))
+    table = FitTable(columns, f"{len(sites)} sites")
     for site in sites:
         table.add_row(
             site.name,
@@ -225,49 +260,53 @@ def _quota_amount(resource: s.QuotaResource, amount: int | None) -> str:
     if resource is s.QuotaResource.DEVICE_MEMORY_MIB:
         return format_mib(amount)
     if resource is s.QuotaResource.CORES_PERMILLE:
-        return f"{amount}‰"
+        return percent(amount)
     return str(amount)
 
 
+_QUOTA_LABELS = {
+    s.QuotaResource.DEVICES: "devices",
+    s.QuotaResource.DEVICE_MEMORY_MIB: "memory",
+    s.QuotaResource.CORES_PERMILLE: "cores",
+}
+
+
 def quota_text(q: s.QuotaUsage, has_cohort: bool) -> str:
-    """'A100 devices: 2/4', plus what it may borrow when it is in a cohort."""
-    text = f"{q.flavor} {q.resource.value}: "
+    """'A100 devices: 2/4', plus what it may borrow when it is in a cohort; device memory reads
+    'memory' (MiB, shown as 40Gi) and compute 'cores' (thousandths, shown in %)."""
+    text = f"{q.flavor} {_QUOTA_LABELS[q.resource]}: "
     text += f"{_quota_amount(q.resource, q.used)}/{_quota_amount(q.resource, q.nominal)}"
     if has_cohort and q.borrowing_limit != 0:
         text += f" +{_quota_amount(q.resource, q.borrowing_limit)}"
     return text
 
 
-def queues_table(queues: Sequence[s.Queue]) -> Table:
-    table = Table(title=f"{len(queues)} queues", title_justify="left")
-    for col in (
-        "queue",
-        "tenant",
-        "cohort",
-        "max prio",
-        "pending",
-        "running",
-        "quotas (used/nominal +borrow)",
-    ):
-        table.add_column(col, overflow="fold")
+def queues_table(queues: Sequence[s.Queue]) -> FitTable:
+    quotas = "quotas (used/nominal +borrow)"
+    columns = _columns(
+        "queue", "tenant", "pending", "running", quotas, "cohort", "max prio",
+        text=(quotas,), spare=("cohort", "max prio"), same=("tenant",),
+    )  # fmt: skip
+    table = FitTable(columns, f"{len(queues)} queues")
     for q in queues:
         table.add_row(
             q.name,
             q.tenant,
-            q.cohort or "-",
-            str(q.max_priority),
             str(q.pending),
             str(q.running),
             "\n".join(quota_text(u, q.cohort is not None) for u in q.quotas) or "no limit",
+            q.cohort or "-",
+            str(q.max_priority),
         )
     return table
 
 
-def tenants_table(tenants: Sequence[s.Tenant], now: float | None = None) -> Table:
+def tenants_table(tenants: Sequence[s.Tenant], now: float | None = None) -> FitTable:
     """Limits read as used/limit: pending jobs, pending replicas; replicas per job alone."""
-    table = Table(title=f"{len(tenants)} tenants", title_justify="left")
-    for col in ("tenant", "weight", "pending jobs", "pending replicas", "replicas/job", "created"):
-        table.add_column(col)
+    columns = _columns(
+        "tenant", "weight", "pending jobs", "pending replicas", "replicas/job", "created"
+    )
+    table = FitTable(columns, f"{len(tenants)} tenants")
     for t in tenants:
         table.add_row(
             t.name,
@@ -293,10 +332,11 @@ def until(at: float | None, now: float | None = None) -> str:
     return f"in {int(delta)}s"
 
 
-def tokens_table(tokens: Sequence[s.Token], now: float | None = None) -> Table:
-    table = Table(title=f"{len(tokens)} tokens", title_justify="left")
-    for col in ("id", "tenant", "role", "node", "name", "created", "expires", "revoked"):
-        table.add_column(col)
+def tokens_table(tokens: Sequence[s.Token], now: float | None = None) -> FitTable:
+    columns = _columns(
+        "id", "tenant", "role", "node", "name", "created", "expires", "revoked", text=("name",)
+    )
+    table = FitTable(columns, f"{len(tokens)} tokens")
     for t in tokens:
         spent = t.role == "bootstrap" and t.revoked and t.node is not None
         table.add_row(
@@ -312,10 +352,11 @@ def tokens_table(tokens: Sequence[s.Token], now: float | None = None) -> Table:
     return table
 
 
-def audit_table(entries: Sequence[s.AuditEntry], now: float | None = None) -> Table:
-    table = Table(title=f"{len(entries)} audit entries", title_justify="left")
-    for col in ("when", "who", "action", "target", "status", "result"):
-        table.add_column(col)
+def audit_table(entries: Sequence[s.AuditEntry], now: float | None = None) -> FitTable:
+    columns = _columns(
+        "when", "who", "action", "target", "status", "result", text=("who", "target", "result")
+    )
+    table = FitTable(columns, f"{len(entries)} audit entries")
     for e in entries:
         who = e.role if e.token_id is None else f"{e.role} (token {e.token_id})"
         if e.tenant:

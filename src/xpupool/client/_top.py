@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rich.console import Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 
 from xpupool.client._http import Client
-from xpupool.client._render import queues_table
+from xpupool.client._render import node_status, queues_table
+from xpupool.fit_table import Column, FitTable
 from xpupool.model.quantity import format_mib
 from xpupool.server import schemas as s
 
@@ -78,7 +78,7 @@ class _Usage:
             self.util_sum += d.metrics.utilization_pct
             self.util_n += 1
 
-    def cells(self) -> list[RenderableType]:
+    def cells(self) -> list[str | Text]:
         used = format_mib(self.used_mib) if self.reporting else "-"
         util = f"{self.util_sum / self.util_n:.0f}%" if self.util_n else "-"
         return [
@@ -90,14 +90,17 @@ class _Usage:
         ]
 
 
-_USAGE_COLUMNS = ("devices busy", "memory allocated", "alloc/total", "used (probed)", "util")
+_USAGE_COLUMNS = (
+    Column("devices busy"),
+    Column("memory allocated"),
+    Column("alloc/total", spare=2),
+    Column("used (probed)", spare=1),
+    Column("util"),
+)
 
 
-def _usage_table(title: str, key_columns: Sequence[str]) -> Table:
-    table = Table(title=title, title_justify="left")
-    for col in (*key_columns, *_USAGE_COLUMNS):
-        table.add_column(col)
-    return table
+def _usage_table(title: str, key_columns: Sequence[str]) -> FitTable:
+    return FitTable([*(Column(c) for c in key_columns), *_USAGE_COLUMNS], title)
 
 
 def frame(snap: Snapshot) -> RenderableType:
@@ -115,11 +118,7 @@ def frame(snap: Snapshot) -> RenderableType:
         sites.add_row(site, f"{ready[site][0]}/{ready[site][1]}", *by_site[site].cells())
     nodes = _usage_table("nodes", ("node", "site", "status"))
     for n in sorted(snap.nodes, key=lambda n: (n.site, n.name)):
-        status = n.status.value if n.schedulable else f"{n.status.value},cordoned"
-        style = (
-            "green" if status == "ready" else ("red" if n.status is s.NodeStatus.LOST else "yellow")
-        )
-        nodes.add_row(n.name, n.site, Text(status, style=style), *by_node[n.name].cells())
+        nodes.add_row(n.name, n.site, node_status(n), *by_node[n.name].cells())
     pending = sum(q.pending for q in snap.queues)
     running = sum(q.running for q in snap.queues)
     stamp = time.strftime("%H:%M:%S", time.localtime(snap.taken_at))

@@ -10,7 +10,7 @@ fits nowhere fails, is not retried, and still counts as arrived.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +26,7 @@ from xpupool.engine.fragmentation import (
 from xpupool.engine.state import FloatArray, IntArray
 from xpupool.model import Node
 from xpupool.sim.alibaba import TraceTask, capacity_milli, to_request
+from xpupool.sim.progress import TASK_STEP
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +52,11 @@ def replay(
     policy: Profile | str,
     seed: int,
     workload: TargetWorkload,
+    on_task: Callable[[int, int], None] | None = None,
 ) -> ReplayTrace:
     """Place ``tasks`` in order with ``policy`` (an engine profile, or a built-in's name) and
-    record the series."""
+    record the series. ``on_task(done, total)`` is told every ``TASK_STEP`` tasks and at the end
+    (progress for a person; it sees nothing of the placements)."""
     kernels.warm()  # once per process: not part of this replay's seconds
     start = time.perf_counter()
     state = ClusterState(nodes, seed=seed)
@@ -79,6 +82,8 @@ def replay(
         frag_series[i] = frag.current().sum()
         if stranded is None and total_arrived >= capacity:
             stranded = stranded_capacity(state, frag.table)
+        if on_task is not None and ((i + 1) % TASK_STEP == 0 or i + 1 == n):
+            on_task(i + 1, n)
     if stranded is None:
         stranded = stranded_capacity(state, frag.table)
     return ReplayTrace(

@@ -1,25 +1,24 @@
-"""Present simulation results: a progress bar while running, a summary table, and an HTML report
-with the paper's figures (unallocated GPU vs arrived workload, fragmentation ratio vs arrived,
-unallocated at 100 % per trace and policy), our runs drawn beside the authors' results.
-"""
+"""Present simulation results: progress while running (``sim/progress.py``), a summary table,
+and an HTML report with the paper's figures (unallocated GPU vs arrived workload, fragmentation
+ratio vs arrived, unallocated at 100 % per trace and policy), our runs drawn beside the authors'."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
-from rich import box
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from xpupool.engine import Profile
+from xpupool.fit_table import Column, FitTable
+from xpupool.sim.progress import progress_for
 from xpupool.sim.queue_config import QueueConfig
 from xpupool.sim.runner import (
     RunSpec,
     lower_bound,
     run_all,
     run_timed,
+    spec_labels,
     summarise,
     trace_name,
 )
@@ -44,16 +43,8 @@ def run_traces(
         for policy in policies
         for seed in seeds
     ]
-    with Progress(
-        TextColumn("[bold]simulate[/]"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total} runs"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
-        bar = progress.add_task("runs", total=len(specs))
-        runs = run_all(specs, jobs, lambda _: progress.advance(bar))
+    with progress_for(console, spec_labels(specs)) as progress:
+        runs = run_all(specs, jobs, progress)
     results: list[dict[str, object]] = []
     per_trace = len(policies) * len(seeds)
     for i, pods in enumerate(pods_paths):
@@ -76,10 +67,11 @@ def run_traces(
 def print_summary(console: Console, result: dict[str, object]) -> None:
     runs: list[dict[str, object]] = result["runs"]  # type: ignore[assignment]
     summary: dict[str, dict[str, float | None]] = result["summary"]  # type: ignore[assignment]
-    table = Table(title=f"{result['trace']}: unallocated GPU % at arrived workload = 100 %")
-    columns = ("policy", "xpupool mean ± sd", "paper mean", "difference", "stranded", "s / run")
-    for column in columns:
-        table.add_column(column, justify="right" if column != "policy" else "left")
+    title = f"{result['trace']}: unallocated GPU % at arrived workload = 100 %"
+    headers = ("policy", "xpupool mean ± sd", "paper mean", "difference", "stranded", "s / run")
+    table = FitTable(
+        [Column(h, justify="left" if h == "policy" else "right") for h in headers], title
+    )
     for policy, figures in summary.items():
         seconds = [float(r["seconds"]) for r in runs if r["policy"] == policy]  # type: ignore[arg-type]
         paper = figures["paper_mean"]
@@ -102,8 +94,9 @@ def print_summary(console: Console, result: dict[str, object]) -> None:
     captions.append(
         "stranded: idle GPU % no target shape can use at arrived = 100 % (docs/capacity.md)"
     )
-    table.caption = "\n".join(captions)
     console.print(table)
+    for caption in captions:
+        console.print(caption, markup=False, highlight=False)
 
 
 def write_report(directory: Path, results: list[dict[str, object]]) -> Path:
@@ -148,25 +141,26 @@ def run_timed_traces(
     queue: str,
     compress: float,
     queues: QueueConfig | None = None,
+    console: Console | None = None,
 ) -> list[dict[str, object]]:
-    """Timed replays, one per (trace, policy, seed), serially (each is one pass over a trace)."""
-    return [
-        {
-            "trace": trace_name(pods),
-            **run_timed(RunSpec(nodes_path, pods, p, s), queue, compress, queues),
-        }
-        for pods in pods_paths
-        for p in policies
-        for s in seeds
+    """Timed replays, one per (trace, policy, seed), serially (each is one pass over a trace);
+    with ``console``, progress as each run starts and finishes."""
+    specs = [
+        RunSpec(nodes_path, pods, p, s) for pods in pods_paths for p in policies for s in seeds
     ]
+    runs: list[dict[str, object]] = []
+    with progress_for(console or Console(quiet=True), spec_labels(specs)) as progress:
+        for i, spec in enumerate(specs):
+            progress.started(i)
+            runs.append(
+                {"trace": trace_name(spec.pods_path), **run_timed(spec, queue, compress, queues)}
+            )
+            progress.finished(i, runs[-1])
+    return runs
 
 
 def print_timed(console: Console, runs: list[dict[str, object]]) -> None:
     traces = sorted({str(r["trace"]).replace("openb_pod_list_", "") for r in runs})
-    table = Table(
-        title=f"timed replay of {', '.join(traces)} (utilisation over arrivals)",
-        box=box.SIMPLE_HEAD,
-    )
     columns = {
         "policy": "policy",
         "seed": "seed",
@@ -179,8 +173,15 @@ def print_timed(console: Console, runs: list[dict[str, object]]) -> None:
         "preemptions": "preempted",
         "seconds": "s/run",
     }
-    for key, header in columns.items():
-        table.add_column(header, justify="left" if key == "policy" else "right", no_wrap=True)
+    table = FitTable(
+        [
+            Column(h, justify="right", spare={"p95_wait_s": 1, "peak_util_pct": 2}.get(k, 0))
+            if k != "policy"
+            else Column(h, text=True)  # a profile's name, folded only when nothing else gives
+            for k, h in columns.items()
+        ],
+        f"timed replay of {', '.join(traces)} (utilisation over arrivals)",
+    )
     for run in runs:
         cells = []
         for key in columns:

@@ -22,6 +22,7 @@ from xpupool.sim.alibaba import TraceTask, capacity_milli, read_nodes, read_task
 from xpupool.sim.expected import paper_unallocated
 from xpupool.sim.fgd_protocol import DEFAULT_TUNE, tuned_workload
 from xpupool.sim.metrics import curves, unallocated_at
+from xpupool.sim.progress import RunLabel, RunProgress, run_labels
 from xpupool.sim.queue_config import QueueConfig
 from xpupool.sim.replay import ReplayTrace, replay
 
@@ -49,11 +50,12 @@ def _load(nodes_path: str, pods_path: str) -> tuple[list[Node], list[TraceTask],
     return nodes, tasks, workload
 
 
-def run_one(spec: RunSpec) -> dict[str, object]:
-    """One replay; the dict is the ``runs[]`` entry of ``xpupool simulate --json``."""
+def run_one(spec: RunSpec, on_task: Callable[[int, int], None] | None = None) -> dict[str, object]:
+    """One replay; the dict is the ``runs[]`` entry of ``xpupool simulate --json``.
+    ``on_task(done, total)``: tasks placed so far (see ``replay``)."""
     nodes, tasks, workload = _load(spec.nodes_path, spec.pods_path)
     sequence = tuned_workload(tasks, capacity_milli(nodes), spec.seed, spec.tune)
-    trace = replay(nodes, sequence, spec.policy, spec.seed, workload)
+    trace = replay(nodes, sequence, spec.policy, spec.seed, workload, on_task)
     series = curves(trace)
     return {
         "policy": spec.policy_name,
@@ -112,22 +114,27 @@ def _plain(values: Iterable[float]) -> list[float | None]:
 
 
 def run_all(
-    specs: list[RunSpec], jobs: int = 1, progress: Callable[[dict[str, object]], None] | None = None
+    specs: list[RunSpec], jobs: int = 1, progress: RunProgress | None = None
 ) -> list[dict[str, object]]:
-    """Every run, in ``specs`` order; ``jobs > 1`` spreads them over processes."""
+    """Every run, in ``specs`` order; ``jobs > 1`` spreads them over processes. ``progress``
+    hears of each run (index into ``specs``) as it starts, places tasks and finishes; runs in
+    other processes only as they finish."""
     results: dict[int, dict[str, object]] = {}
     if jobs <= 1:
         for i, spec in enumerate(specs):
-            results[i] = run_one(spec)
             if progress:
-                progress(results[i])
+                progress.started(i)
+            on_task = functools.partial(progress.tasks, i) if progress else None
+            results[i] = run_one(spec, on_task)
+            if progress:
+                progress.finished(i, results[i])
     else:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             futures = {pool.submit(run_one, spec): i for i, spec in enumerate(specs)}
             for future in as_completed(futures):
                 results[futures[future]] = future.result()
                 if progress:
-                    progress(results[futures[future]])
+                    progress.finished(futures[future], results[futures[future]])
     return [results[i] for i in range(len(specs))]
 
 
@@ -146,6 +153,11 @@ def _stranded(trace: ReplayTrace) -> dict[str, float | int]:
 
 def trace_name(pods_path: str) -> str:
     return Path(pods_path).stem
+
+
+def spec_labels(specs: list[RunSpec]) -> list[RunLabel]:
+    """How progress names each run."""
+    return run_labels([(trace_name(s.pods_path), s.policy_name, s.seed) for s in specs])
 
 
 def summarise(

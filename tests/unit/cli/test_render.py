@@ -8,7 +8,14 @@ from typing import Any
 
 from rich.console import Console, RenderableType
 
-from xpupool.client._render import ago, devices_table, job_detail, jobs_table, queues_table
+from xpupool.client._render import (
+    ago,
+    devices_table,
+    job_detail,
+    jobs_table,
+    placement_summary,
+    queues_table,
+)
 from xpupool.client._top import Snapshot, bar, frame
 from xpupool.server import schemas as s
 
@@ -149,7 +156,9 @@ def test_job_detail_lists_each_device_of_an_assignment() -> None:
         "devices": [device],
     }
     text = _text(job_detail(_job(state="scheduled", assignments=[assigned]), NOW))
-    assert "3 GPU-1" in text and "20Gi/80Gi" in text and "250‰" in text and "bj-a100-0" in text
+    row = next(line for line in text.splitlines() if "bj-a100-0" in line)
+    assert row.split()[:5] == ["0", "bj-a100-0", "4", "16Gi", "3"]
+    assert "20Gi/80Gi" in row and " 25% " in row and row.endswith("GPU-1")
 
 
 def test_devices_table_shows_unknown_metrics_as_dash() -> None:
@@ -168,7 +177,7 @@ def test_devices_table_shows_unknown_metrics_as_dash() -> None:
 
 def test_queue_quota_shows_use_nominal_and_unlimited_borrowing() -> None:
     text = _text(queues_table([_queue()]))
-    assert "A100 device_memory_mib: 40Gi/160Gi +∞" in text
+    assert "A100 memory: 40Gi/160Gi +∞" in text
 
 
 def test_bar_fills_in_tenths() -> None:
@@ -188,7 +197,89 @@ def test_top_frame_sums_allocated_and_probed_memory_per_site_and_node() -> None:
     )
     text = _text(frame(snap))
     assert "jobs pending 1 running 2" in text
-    site_row = next(line for line in text.splitlines() if line.startswith("│ bj "))
+    site_row = next(line for line in text.splitlines() if line.startswith("bj "))
     assert "1/2" in site_row and "40Gi/160Gi" in site_row and "30Gi" in site_row
-    n2_row = next(line for line in text.splitlines() if "│ n2 " in line)
+    n2_row = next(line for line in text.splitlines() if line.startswith("n2 "))
     assert "0/1" in n2_row and "0Mi/80Gi" in n2_row
+
+
+def _replica(replica: int, node: str, *devices: tuple[str, int, int, int]) -> dict[str, Any]:
+    """A replica's assignment; each device is (model, memory MiB, compute ‰, card memory MiB)."""
+    return {
+        "replica": replica,
+        "allocation_id": replica + 1,
+        "node": node,
+        "cpu_milli": 1000,
+        "memory_mib": 1024,
+        "devices": [
+            {
+                "uuid": f"{node}-{replica}-{i}",
+                "index": i,
+                "vendor": "nvidia",
+                "model": model,
+                "memory_mib": memory,
+                "core_permille": cores,
+                "card_memory_mib": card,
+            }
+            for i, (model, memory, cores, card) in enumerate(devices)
+        ],
+    }
+
+
+L20_QUARTER = ("NVIDIA L20", 11517, 250, 46068)
+A100_WHOLE = ("NVIDIA A100-SXM4-80GB", 81920, 1000, 81920)
+
+
+def test_replicas_with_the_same_placement_are_one_entry() -> None:
+    job = _job(
+        state="running", assignments=[_replica(r, "sh-l20-0", L20_QUARTER) for r in range(6)]
+    )
+    assert placement_summary(job) == ["6× 25% L20 on sh-l20-0"]
+    text = _text(jobs_table([job], NOW))
+    assert text.count("sh-l20-0") == 1 and "NVIDIA L20" not in text
+
+
+def test_different_placements_stay_apart_in_replica_order() -> None:
+    replicas = [
+        _replica(0, "sh-l20-1", L20_QUARTER),
+        _replica(1, "bj-a100-0", A100_WHOLE, A100_WHOLE),
+        _replica(2, "sh-l20-1", L20_QUARTER),
+        _replica(3, "bj-a100-0", ("NVIDIA A100-SXM4-80GB", 20480, 0, 81920)),
+        _replica(4, "bj-a100-0", A100_WHOLE, A100_WHOLE),
+        _replica(5, "bj-h100-0", ("NVIDIA H100 80GB HBM3", 40960, 300, 81559)),
+        _replica(6, "bj-h100-0"),
+    ]
+    assert placement_summary(_job(state="running", assignments=replicas)) == [
+        "2× 25% L20 on sh-l20-1",
+        "4× A100-SXM4-80GB on bj-a100-0",
+        "1× 20Gi A100-SXM4-80GB on bj-a100-0",
+        "1× 40Gi 30% H100 80GB HBM3 on bj-h100-0",
+        "cpu only on bj-h100-0",
+    ]
+
+
+def test_a_pending_job_shows_what_it_asks_for_all_replicas() -> None:
+    asked = {"devices": {"count": 1, "models": ["L20"], "cores": "25%"}, "replicas": 6}
+    assert placement_summary(_job(request=asked)) == ["6× 25% L20"]
+    asked = {"devices": {"count": 2, "models": ["A100", "H100"], "memory": "40Gi"}}
+    assert placement_summary(_job(request=asked)) == ["2× 40Gi A100,H100"]
+    assert placement_summary(_job(request={"cpu": "4"})) == ["cpu only"]
+
+
+def test_compute_shows_in_percent_of_a_card_never_permille() -> None:
+    """Requests say 'cores=25%'; what was granted, what is allocated and the quotas say it the same
+    way (issue 21: they showed 250‰)."""
+    job = _job(state="running", assignments=[_replica(0, "sh-l20-0", L20_QUARTER)])
+    device = _device("GPU-a", "n1", 20480, None).model_copy(update={"allocated_core_permille": 125})
+    quota = {"flavor": "A100", "resource": "cores_permille", "nominal": 4000, "used": 1500}
+    queue = _queue().model_copy(
+        update={"quotas": [s.QuotaUsage.model_validate({**quota, "borrowing_limit": 500})]}
+    )
+    texts = [
+        _text(r) for r in (job_detail(job, NOW), devices_table([device]), queues_table([queue]))
+    ]
+    assert not [t for t in texts if "‰" in t]
+    detail, devices, queues = texts
+    assert " 25% " in detail
+    assert " 12.5% " in devices
+    assert "A100 cores: 150%/400% +50%" in queues
