@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 import click
-from rich.table import Table
 
 from xpupool.client._cli_common import (
     CONNECTION_HELP,
@@ -16,6 +15,8 @@ from xpupool.client._cli_common import (
     output_option,
 )
 from xpupool.client._errors import Unreachable
+from xpupool.client._render import _columns
+from xpupool.fit_table import FitTable
 from xpupool.server import schemas as s
 
 
@@ -65,13 +66,13 @@ def accelerators(
     emit(output, rows, lambda: accelerators_table(rows))
 
 
-def accelerators_table(rows: Sequence[s.Accelerator]) -> Table:
-    """One line per model; a model the catalog lacks says so in the family column."""
+def accelerators_table(rows: Sequence[s.Accelerator]) -> FitTable:
+    """One line per model; a model the catalog lacks says so in the family column. Fits the
+    terminal as every table does: aliases wrap, and go first when the width is short."""
     counted = any(r.in_pool is not None for r in rows)
-    table = Table(title=f"{len(rows)} accelerator models", title_justify="left")
-    columns = ["vendor", "model", "family", "memory", *(["in pool"] if counted else []), "aliases"]
-    for col in columns:
-        table.add_column(col, overflow="fold", justify="right" if col == "in pool" else "left")
+    names = ["vendor", "model", "family", "memory", *(["in pool"] if counted else []), "aliases"]
+    columns = _columns(*names, text=("aliases", "family"), spare=("aliases",))
+    table = FitTable(columns, f"{len(rows)} accelerator models")
     for r in rows:
         memory = "" if r.memory_gib is None else f"{r.memory_gib:g}GB"
         family = r.family if r.in_catalog and r.family else "(not in catalog)"
