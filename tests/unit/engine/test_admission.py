@@ -39,6 +39,28 @@ def test_quota_caps_devices_and_release_returns_the_charge() -> None:
     assert isinstance(admission.admit(cards(2), "q"), Admitted)
 
 
+def test_a_refusal_writes_memory_and_compute_as_requests_do() -> None:
+    """Device memory in MiB/GiB and compute in % of a card, not MiB counts and thousandths."""
+    engine = engine_for(gpu_node("a", count=4))
+    quotas = (
+        Quota("nvidia", Resource.CORES_PERMILLE, 1500),
+        Quota("nvidia", Resource.DEVICE_MEMORY_MIB, 40 * 1024),
+    )
+    admission = Admission(engine, [QueueSpec("q", "t", quotas)])
+    assert isinstance(admission.admit(cards(1, core_permille=500, memory_mib=1024), "q"), Admitted)
+    refused = admission.admit(cards(2, core_permille=750, memory_mib=1024), "q")
+    assert isinstance(refused, Refusal)
+    assert (
+        refused.reason
+        == "nvidia: cores quota: 50% used + 150% asked > 150% nominal + 0% borrowable"
+    )
+    refused = admission.admit(cards(1, core_permille=100, memory_mib=40 * 1024), "q")
+    assert isinstance(refused, Refusal)
+    assert refused.reason == (
+        "nvidia: device memory quota: 1Gi used + 40Gi asked > 40Gi nominal + 0Mi borrowable"
+    )
+
+
 def test_flavours_are_tried_in_order_and_placement_stays_inside() -> None:
     engine = engine_for(
         gpu_node("a100", count=1), gpu_node("t4", model=T4, memory_mib=15360, count=4)

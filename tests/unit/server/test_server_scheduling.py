@@ -66,7 +66,7 @@ def test_memory_quota_charges_the_real_share(server: Server) -> None:
     server.schedule()
     assert job(server, j1["id"])["state"] == "scheduled"
     assert job(server, j2["id"])["state"] == "pending"
-    assert "device_memory_mib quota" in job(server, j2["id"])["reason"]
+    assert "device memory quota" in job(server, j2["id"])["reason"]
     assert queue_used(server, "qa")[("*", "device_memory_mib")] == 30 * 1024
 
 

@@ -27,6 +27,7 @@ from xpupool.engine.filters.device_model import model_table_mask
 from xpupool.engine.state import BoolArray
 from xpupool.model.allocation import Allocation
 from xpupool.model.errors import NotFound, RequestError
+from xpupool.model.quantity import format_mib, format_permille
 from xpupool.model.request import WHOLE, Request
 from xpupool.model.vendor import VENDOR_KEYS, find_vendor
 
@@ -38,6 +39,23 @@ class Resource(StrEnum):
     DEVICES = "devices"
     DEVICE_MEMORY_MIB = "device_memory_mib"
     CORES_PERMILLE = "cores_permille"
+
+
+# how a refusal names each resource and writes its amounts: as requests write them
+_LABEL = {
+    Resource.DEVICES: "devices",
+    Resource.DEVICE_MEMORY_MIB: "device memory",
+    Resource.CORES_PERMILLE: "cores",
+}
+
+
+def _amount(resource: Resource, amount: int) -> str:
+    """``amount`` of ``resource`` in the units of a request: cards, MiB/GiB, % of a card."""
+    if resource is Resource.DEVICE_MEMORY_MIB:
+        return format_mib(amount)
+    if resource is Resource.CORES_PERMILLE:
+        return format_permille(amount)
+    return str(amount)
 
 
 # what a tenant really holds, for fair share: a device count would count a 1 GiB share as a card
@@ -284,9 +302,11 @@ class Admission:
             room = self.room(spec, quota)
             if demand[quota.resource] > room:
                 borrowable = max(used + room - quota.nominal, 0) if spec.cohort else 0
+                r = quota.resource
                 return (
-                    f"{quota.resource.value} quota: {used} used + {demand[quota.resource]} asked > "
-                    f"{quota.nominal} nominal + {borrowable} borrowable"
+                    f"{_LABEL[r]} quota: {_amount(r, used)} used + {_amount(r, demand[r])} "
+                    f"asked > {_amount(r, quota.nominal)} nominal + "
+                    f"{_amount(r, borrowable)} borrowable"
                 )
         return ""
 
