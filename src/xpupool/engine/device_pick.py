@@ -19,22 +19,20 @@ def pick_devices(ctx: Context, node: int, policy: DevicePolicy) -> list[int]:
     """Columns (within the node's row) of the ``ctx.k`` devices to use; deterministic."""
     assert ctx.dev_fit is not None
     s = ctx.state
-    row_fit = ctx.dev_fit[node]
-    cols = [int(c) for c in row_fit.nonzero()[0]]
-    mem_free = s.dev_mem_free[node]
-    core_free = s.dev_core_free[node]
-    group = s.dev_group[node]
-    group_fit = Counter(int(group[c]) for c in cols if group[c] >= 0)
+    # One row as Python lists: a few dozen values, read many times by the sort keys below.
+    cols: list[int] = ctx.dev_fit[node].nonzero()[0].tolist()
+    group: list[int] = s.dev_group[node].tolist()
+    group_fit = Counter(group[c] for c in cols if group[c] >= 0)
     sign = 1 if policy is DevicePolicy.BINPACK else -1
 
     # Busiest card in the resource the replica asks for (compute, or memory for memory-only shares);
     # equal cards go to the lowest index, as best-fit GPU allocators do.
-    primary = core_free if ctx.need_core > 0 else mem_free
+    primary: list[int] = (s.dev_core_free if ctx.need_core > 0 else s.dev_mem_free)[node].tolist()
 
     def key(c: int) -> tuple[int, int, int]:
-        g = int(group[c])
+        g = group[c]
         in_group = group_fit[g] if g >= 0 else 0
-        return (sign * in_group, sign * int(primary[c]), c)
+        return (sign * in_group, sign * primary[c], c)
 
     k = ctx.k
     if k > 1 and group_fit:

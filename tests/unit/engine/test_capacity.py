@@ -119,3 +119,38 @@ def test_the_source_check_sees_a_hand_made_comparison(tmp_path: Path) -> None:
         "ok = ctx.need_core > 0\n"
     )
     assert len(_hand_made_fits(path)) == 4
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 10**6), st.integers(1, 10**6), st.integers(0, 8000), st.integers(1, 8000)
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    st.integers(1, 8),
+    st.integers(0, 81920),
+    st.integers(0, 1000),
+)
+def test_binpack_compiled_fraction_is_the_numpy_expression_bit_for_bit(
+    nodes: list[tuple[int, int, int, int]], k: int, need_mib: int, need_core: int
+) -> None:
+    """The compiled loop behind binpack and spread gives the very floats of the array expression
+    it replaces (placements depend on exact ties)."""
+    from xpupool.engine.scorers.binpack import _device_fraction_after
+
+    mem_free, mem_total, core_free, core_total = (
+        np.asarray(col, np.int64) for col in zip(*nodes, strict=True)
+    )
+    inv_mem, inv_core = 1.0 / mem_total, 1.0 / core_total
+    out = np.empty(len(nodes))
+    _device_fraction_after(
+        mem_free, inv_mem, core_free, inv_core, k * need_mib, inv_mem, k * need_core, out
+    )
+    mem_need = (k * need_mib) * inv_mem
+    expected = 0.5 * (
+        (1.0 - mem_free * inv_mem + mem_need) + (1.0 - (core_free - k * need_core) * inv_core)
+    )
+    assert out.tobytes() == expected.tobytes()

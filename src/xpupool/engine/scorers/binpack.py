@@ -7,10 +7,11 @@ keeps other nodes whole for large jobs later.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
+from xpupool.engine.compiled import jit
 from xpupool.engine.context import Context
 from xpupool.engine.state import FloatArray
 
@@ -23,16 +24,42 @@ def allocated_fraction_after(ctx: Context) -> FloatArray:
         mem = (s.node_mem_total - s.node_mem_free + ctx.req.memory_mib) * s.inv_mem_total
         result: FloatArray = 0.5 * (cpu + mem)
         return result
+    result = np.empty(s.n_nodes, np.float64)
     if isinstance(ctx.need_mib, int):
-        mem_need = (k * ctx.need_mib) * s.inv_dev_mem_total
+        _device_fraction_after(
+            s.node_dev_mem_free, s.inv_dev_mem_total, s.node_dev_core_free, s.inv_dev_core_total,
+            k * ctx.need_mib, s.inv_dev_mem_total, k * ctx.need_core, result,
+        )  # fmt: skip
     else:
         # A share of each card: k shares of an average card of this node.
         permille = ctx.req.devices.need_memory_permille or 0
-        mem_need = (k * permille) * s.inv_dev_core_total
-    mem = 1.0 - s.node_dev_mem_free * s.inv_dev_mem_total + mem_need
-    core = 1.0 - (s.node_dev_core_free - k * ctx.need_core) * s.inv_dev_core_total
-    result = 0.5 * (mem + core)
+        _device_fraction_after(
+            s.node_dev_mem_free, s.inv_dev_mem_total, s.node_dev_core_free, s.inv_dev_core_total,
+            k * permille, s.inv_dev_core_total, k * ctx.need_core, result,
+        )  # fmt: skip
     return result
+
+
+def _device_fraction_after_loop(
+    mem_free: Any,
+    inv_mem: Any,
+    core_free: Any,
+    inv_core: Any,
+    mem_need: Any,
+    inv_need: Any,
+    core_need: Any,
+    out: Any,
+) -> None:
+    """Per node, ``0.5 * (memory fraction + compute fraction)`` allocated after ``mem_need``
+    (over ``inv_need``) and ``core_need`` land: the NumPy expression evaluated in the same order,
+    so the floats are the same bits, in one compiled pass instead of a dozen array operations."""
+    for n in range(out.size):
+        mem = 1.0 - mem_free[n] * inv_mem[n] + mem_need * inv_need[n]
+        core = 1.0 - (core_free[n] - core_need) * inv_core[n]
+        out[n] = 0.5 * (mem + core)
+
+
+_device_fraction_after = jit(_device_fraction_after_loop)
 
 
 class NodeBinpack:
