@@ -10,9 +10,11 @@ from typing import Any
 from sqlalchemy import Connection, select, update
 
 from xpupool.model.errors import NotFound, RequestError
+from xpupool.server import job_lifecycle as lc
 from xpupool.server import schemas as s
 from xpupool.server.auth import Principal
 from xpupool.server.plane import ControlPlane, HeldJob, NodeRecord
+from xpupool.server.schemas import StopCause
 from xpupool.server.services.jobs import assignment
 from xpupool.server.services.replica_env import distributed_env, node_address
 from xpupool.server.storage.fleet import nodes as t_nodes
@@ -48,7 +50,7 @@ def heartbeat(
                 _apply_report(plane, conn, body.node, report)
             else:
                 plane.audit.report_ignored(conn, who, body.node, report.job_id, report.replica)
-        reply = _reply(plane, body.node)
+        reply = _reply(plane, conn, body.node)
         # a process the server no longer gives this node (released while the agent started it,
         # or from before a restart) must not go on using devices that others may now hold
         given = {(w.job_id, w.replica) for w in reply.run} | set(reply.stop)
@@ -90,7 +92,7 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: s.Replica
         job.device_memory_used_mib.pop(r.replica, None)
     if job.replica_states.get(r.replica) == r.state:
         _limits(plane, conn, job, r)
-        if r.state == "running" and r.reason and job.state is s.JobState.RUNNING:
+        if r.state == "running" and r.reason and job.state is s.JobPhase.RUNNING:
             _flag(plane, conn, job.id, f"replica {r.replica}: {r.reason}")
         return
     job.replica_states[r.replica] = r.state
@@ -100,47 +102,27 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: s.Replica
         job.failures[r.replica] = r.reason
     replicas = {a.replica for a in job.allocations}
     states = [job.replica_states.get(i) for i in replicas]
-    if r.state != "stopped" and job.state is not s.JobState.RUNNING:
+    if r.state != "stopped" and job.state is not s.JobPhase.RUNNING:
         # a replica that ran and ended between two heartbeats was still running: record it
-        job.state = s.JobState.RUNNING
-        plane.set_state(conn, job.id, s.JobState.RUNNING, f"started on {node} (pid {r.pid})")
+        plane.apply(conn, job.id, lc.Start(f"started on {node} (pid {r.pid})"))
     _limits(plane, conn, job, r)
     finished = all(st in ("succeeded", "failed", "stopped") for st in states)
-    if r.state == "failed" and job.stopping is None and not finished:
-        job.stopping, job.stop_reason = "failed", _failure(job, r.replica)
+    if r.state == "failed" and job.stop is None and not finished:
+        plane.apply(conn, job.id, lc.Stop(StopCause.REPLICA_FAILED, _failure(job, r.replica)))
         return
     if not finished:
         return
-    if job.stopping == "preempt":
-        plane.requeue(conn, job, job.stop_reason)
-    elif job.stopping == "cancel":
-        plane.release_job(conn, job)
-        plane.set_state(conn, job.id, s.JobState.CANCELLED, job.stop_reason)
-    elif job.stopping == "lost":
-        pass  # handled by the lost-node path
-    else:
-        failed = [i for i in replicas if job.replica_states.get(i) != "succeeded"]
-        code = max((job.exit_codes.get(i, 0) for i in replicas), key=abs, default=0)
-        plane.release_job(conn, job)
-        if failed:
-            plane.set_state(
-                conn,
-                job.id,
-                s.JobState.FAILED,
-                job.stop_reason or _failure(job, failed[0], code),
-                exit_code=code,
-            )
-        else:
-            plane.set_state(
-                conn, job.id, s.JobState.SUCCEEDED, "all replicas exited 0", exit_code=0
-            )
+    failed = [i for i in replicas if job.replica_states.get(i) != "succeeded"]
+    code = max((job.exit_codes.get(i, 0) for i in replicas), key=abs, default=0)
+    reason = _failure(job, failed[0], code) if failed else "all replicas exited 0"
+    plane.apply(conn, job.id, lc.Ended(bool(failed), reason, code))
 
 
 def _limits(plane: ControlPlane, conn: Connection, job: HeldJob, r: s.ReplicaReport) -> None:
     """Which CPU/memory enforcement the replica runs under: one event per replica run."""
     if r.limits and job.limits.get(r.replica) != r.limits:
         job.limits[r.replica] = r.limits
-        plane.add_event(conn, job.id, s.JobState.RUNNING, f"replica {r.replica}: {r.limits}")
+        plane.apply(conn, job.id, lc.Note(f"replica {r.replica}: {r.limits}", sets_reason=False))
 
 
 def _failure(job: HeldJob, replica: int, code: int | None = None) -> str:
@@ -161,21 +143,20 @@ def _flag(plane: ControlPlane, conn: Connection, job_id: int, reason: str) -> No
     and an event, not again while the agent keeps reporting the same text."""
     current = conn.execute(select(t_jobs.c.reason).where(t_jobs.c.id == job_id)).scalar_one()
     if current != reason:
-        plane.set_state(conn, job_id, s.JobState.RUNNING, reason)
+        plane.apply(conn, job_id, lc.Note(reason))
 
 
-def _reply(plane: ControlPlane, node: str) -> s.HeartbeatReply:
+def _reply(plane: ControlPlane, conn: Connection, node: str) -> s.HeartbeatReply:
     run: list[s.Work] = []
     stop: list[tuple[int, int]] = []
     rows: dict[int, Any] = {}
     held_here = [(job, a) for job in plane.held.values() for a in job.allocations if a.node == node]
     if held_here:
         ids = sorted({job.id for job, _ in held_here})
-        with plane.db.connect() as conn:
-            for row in conn.execute(select(t_jobs).where(t_jobs.c.id.in_(ids))).mappings():
-                rows[row["id"]] = row
+        for row in conn.execute(select(t_jobs).where(t_jobs.c.id.in_(ids))).mappings():
+            rows[row["id"]] = row
     for job, alloc in held_here:
-        if job.stopping is not None:
+        if job.stop is not None:
             if job.replica_states.get(alloc.replica) not in ("succeeded", "failed", "stopped"):
                 stop.append((job.id, alloc.replica))
             continue
@@ -257,17 +238,5 @@ def mark_lost_nodes(plane: ControlPlane) -> list[str]:
             ]
             for job in victims:
                 reason = f"node {name} lost (no heartbeat for {plane.lost_after_s:g} s)"
-                policy = conn.execute(
-                    select(t_jobs.c.on_node_lost).where(t_jobs.c.id == job.id)
-                ).scalar_one()
-                if job.stopping == "cancel":
-                    plane.release_job(conn, job)
-                    plane.set_state(
-                        conn, job.id, s.JobState.CANCELLED, f"{job.stop_reason}; {reason}"
-                    )
-                elif policy == "requeue" or job.stopping == "preempt":
-                    plane.requeue(conn, job, reason)
-                else:
-                    plane.release_job(conn, job)
-                    plane.set_state(conn, job.id, s.JobState.LOST, reason)
+                plane.apply(conn, job.id, lc.Lost(StopCause.NODE_LOST, reason))
     return lost

@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, select, update
 
 from xpupool.model.errors import NotGranted, OverLimit
+from xpupool.server import job_lifecycle as lc
 from xpupool.server import schemas as s
 from xpupool.server.plane import ControlPlane
 from xpupool.server.storage.jobs import jobs as t_jobs
@@ -91,7 +92,7 @@ def cap_queued(plane: ControlPlane, conn: Connection, queue: str | None = None) 
         select(t_jobs.c.id, t_jobs.c.priority, t_queues.c.max_priority)
         .select_from(t_jobs.join(t_queues, t_jobs.c.queue == t_queues.c.name))
         .where(
-            t_jobs.c.state == s.JobState.PENDING.value,
+            t_jobs.c.state == s.JobPhase.PENDING.value,
             t_jobs.c.priority > t_queues.c.max_priority,
         )
     )
@@ -102,7 +103,7 @@ def cap_queued(plane: ControlPlane, conn: Connection, queue: str | None = None) 
         cap = int(row.max_priority)
         conn.execute(update(t_jobs).where(t_jobs.c.id == row.id).values(priority=cap))
         reason = f"priority {row.priority} lowered to its queue's max_priority {cap}"
-        plane.add_event(conn, row.id, s.JobState.PENDING, reason)
+        plane.apply(conn, row.id, lc.Note(reason, sets_reason=False))
         job = plane.pending.get(row.id)
         if job is not None:
             job.priority = cap
