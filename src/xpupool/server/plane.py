@@ -592,9 +592,6 @@ class ControlPlane:
         elif out.phase is not s.JobPhase.PENDING:
             self.pending.pop(job_id, None)
         if out.requeue:  # read back: the row as stored now (its retry's not_before)
-            conn.execute(
-                update(t_jobs).where(t_jobs.c.id == job_id).values(attempts=t_jobs.c.attempts + 1)
-            )
             row = conn.execute(select(t_jobs).where(t_jobs.c.id == job_id)).mappings().one()
             self.pending[job_id] = pending_from_row(row)
         return out

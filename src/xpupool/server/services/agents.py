@@ -162,6 +162,8 @@ def _reply(plane: ControlPlane, conn: Connection, node: str) -> s.HeartbeatReply
             continue
         if job.replica_states.get(alloc.replica) in ("succeeded", "failed", "stopped"):
             continue
+        if not job.dispatched:
+            _dispatch(plane, conn, job)
         row = rows[job.id]
         job.handed.add(alloc.replica)
         run.append(
@@ -175,9 +177,37 @@ def _reply(plane: ControlPlane, conn: Connection, node: str) -> s.HeartbeatReply
                 assignment=assignment(plane, alloc),
                 tenant=job.tenant,
                 tenant_index=plane.tenant_index.get(job.tenant),
+                attempt=max(job.attempt, 1),
             )
         )
     return s.HeartbeatReply(run=run, stop=stop, heartbeat_s=plane.heartbeat_s)
+
+
+def _dispatch(plane: ControlPlane, conn: Connection, job: HeldJob) -> None:
+    """The first hand-out of ``job`` by this server: a new run, counted, unless an agent already
+    reports one of its replicas running (a run from before a restart of the server, adopted).
+    A run after the first starts its replicas' logs with an attempt line, so that no line of an
+    earlier run is shown as this run's."""
+    nodes = ", ".join(sorted({a.node for a in job.allocations}))
+    if job.state is s.JobPhase.RUNNING and "running" in job.replica_states.values():
+        job.dispatched = True
+        if job.attempt == 0:  # a run nobody counted (reported before it was handed out)
+            plane.apply(conn, job.id, lc.Dispatch(1, f"attempt 1 running on {nodes}"))
+        return
+    attempt = job.attempt + 1
+    plane.apply(conn, job.id, lc.Dispatch(attempt, f"attempt {attempt} handed to {nodes}"))
+    if attempt > 1:
+        with plane.file_writes():
+            for replica in sorted({a.replica for a in job.allocations}):
+                path = plane.log_path(job.id, replica)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with path.open("ab") as f:
+                    f.write(attempt_header(attempt))
+
+
+def attempt_header(attempt: int) -> bytes:
+    """The line a replica's log has before the output of the job's ``attempt``-th run."""
+    return f"[xpupool: attempt {attempt}]\n".encode()
 
 
 def _distributed(plane: ControlPlane, job: HeldJob, replica: int) -> dict[str, str]:
