@@ -43,6 +43,7 @@ from xpupool.server.drain import draining, plan
 from xpupool.server.health import Health, probe_writable, store_failure
 from xpupool.server.pending_jobs import PendingJobs
 from xpupool.server.queue_spec import queue_spec
+from xpupool.server.retention import Retention
 from xpupool.server.schemas import RetryCause, StopCause
 from xpupool.server.storage import meta
 from xpupool.server.storage.fleet import nodes as t_nodes
@@ -98,6 +99,7 @@ class PendingJob:
     waiting_on: set[int] = field(default_factory=set)  # victims it preempted, still stopping
     not_before: float = 0.0  # Unix time: a retry waiting out its backoff is not tried before
     max_runtime_s: float | None = None  # what each run may last (held with the job once placed)
+    attempts: int = 0  # runs started before (a retry's, held with the job once placed)
 
 
 @dataclass
@@ -210,6 +212,7 @@ class ControlPlane:
         lost_after_s: float = 30.0,
         clock: Callable[[], float] = time.time,
         max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
+        retention: Retention | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.logs_dir = data_dir / "logs"
@@ -233,6 +236,7 @@ class ControlPlane:
         self.principals: dict[str, Principal] = {}  # token hash -> principal, live tokens only
         self.audit = AuditLog(self.db, self.write, clock)
         self.max_log_bytes = max_log_bytes  # what the server keeps of one replica's log
+        self.retention = retention or Retention()  # finished jobs kept (services/job_limits.py)
         self.nodes: dict[str, NodeRecord] = {}
         # nodes the admin deleted or took over while this server runs: the in-process agent,
         # which has no token to revoke, speaks for them no more (services/node_identity.py)
@@ -566,8 +570,12 @@ class ControlPlane:
             cols["exit_code"] = out.exit_code
         if out.attempt is not None:
             cols["attempts"] = out.attempt
-        if isinstance(event, lc.Start):
-            cols["started_at"] = now
+        if isinstance(event, lc.Start) or (
+            isinstance(event, lc.Dispatch)
+            and status is not None
+            and status.phase is s.JobPhase.RUNNING
+        ):
+            cols["started_at"] = now  # a run again after a restart has no Start: it ran before
         if out.requeue and status is not None:
             cols["retries"] = status.retries + int(out.retried)
             cols["not_before"] = now + out.backoff_s if out.backoff_s > 0 else None
@@ -585,7 +593,7 @@ class ControlPlane:
             held.stop_reason = out.reason.removeprefix(STOPPING) if out.stop else ""
             if out.attempt is not None:
                 held.attempt, held.dispatched = out.attempt, True
-            if isinstance(event, lc.Start):
+            if cols.get("started_at") is not None:
                 held.started_at = now
             if out.release:
                 self.release_job(conn, held)
@@ -725,6 +733,33 @@ class ControlPlane:
         self.engine.state.set_device_cordoned(uuid, cordoned or uuid in rec.draining)
         if not cordoned:
             self.bump()
+
+    def runs_past_limit(self) -> list[tuple[int, float]]:
+        """(job, its max_runtime_s) of every run that has lasted longer than its limit and is
+        not being stopped yet."""
+        now = self.clock()
+        with self.lock:
+            return [
+                (j.id, j.max_runtime_s)
+                for j in self.held.values()
+                if j.max_runtime_s is not None
+                and j.started_at is not None
+                and j.stop is None
+                and now - j.started_at > j.max_runtime_s
+            ]
+
+    def forget_jobs(self, conn: Connection, job_ids: list[int]) -> None:
+        """Delete finished jobs ``job_ids`` (rows and events) in ``conn``'s transaction; the
+        pool's first job id moves above every id handed out, so that no id (nor its log
+        directory) is ever handed out again, even when the newest jobs are the ones deleted."""
+        assert not any(i in self.held or i in self.pending for i in job_ids), "not finished"
+        conn.execute(delete(t_events).where(t_events.c.job_id.in_(job_ids)))
+        conn.execute(delete(t_jobs).where(t_jobs.c.id.in_(job_ids)))
+        conn.execute(
+            update(t_pool)
+            .where(t_pool.c.first_job_id < self.next_job_id)
+            .values(first_job_id=self.next_job_id)
+        )
 
     def log_path(self, job_id: int, replica: int) -> Path:
         return self.logs_dir / str(job_id) / f"{replica}.log"
@@ -884,6 +919,7 @@ def pending_from_row(row: object) -> PendingJob:
     )
     job.not_before = float(r.get("not_before") or 0.0)
     job.max_runtime_s = r.get("max_runtime_s")
+    job.attempts = int(r.get("attempts") or 0)
     return job
 
 

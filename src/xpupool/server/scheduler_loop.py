@@ -134,6 +134,7 @@ def _record_placement(
         s.JobPhase.ADMITTED,
         allocs,
         max_runtime_s=job.max_runtime_s,
+        attempt=job.attempts,
     )
     conn.execute(
         insert(t_allocs),
