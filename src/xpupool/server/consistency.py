@@ -65,7 +65,7 @@ def settle(plane: ControlPlane, conn: Connection, problems: list[Problem]) -> No
     for job_id, found in sorted(by_job.items()):
         cordoned = [c for p in found for c in _cordon(plane, conn, p)]
         reason = "; ".join(dict.fromkeys(p.reason for p in found))
-        job = plane.held.get(job_id)
+        job = plane.held_jobs.get(job_id)
         if job is None:
             continue
         out = plane.apply(conn, job_id, lc.Lost(StopCause.SET_ASIDE, f"set aside: {reason}"))
@@ -76,12 +76,17 @@ def settle(plane: ControlPlane, conn: Connection, problems: list[Problem]) -> No
 
 def _cordon(plane: ControlPlane, conn: Connection, p: Problem) -> list[str]:
     done = []
-    if p.node is not None and p.node in plane.nodes and not plane.nodes[p.node].cordoned:
+    if (
+        p.node is not None
+        and p.node in plane.node_records
+        and not plane.node_records[p.node].cordoned
+    ):
         plane.cordon_node(conn, p.node, True)
         done.append(f"node {p.node}")
     for uuid in p.devices:
         rec = next(
-            (r for r in plane.nodes.values() if any(d.uuid == uuid for d in r.node.devices)), None
+            (r for r in plane.node_records.values() if any(d.uuid == uuid for d in r.node.devices)),
+            None,
         )
         if rec is not None and uuid not in rec.cordoned_devices:
             plane.cordon_device(conn, rec, uuid, True)

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from dataclasses import fields as dataclass_fields
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from sqlalchemy import Connection, Update, bindparam, delete, func, insert, select, update
@@ -479,6 +480,53 @@ class ControlPlane:
                     )
             self.capacity_gen += 1
             self.wake.set()
+
+    # ------------------------------------------------------------------ what the services see
+    # The services, the scheduler loop and the agent inside ``up`` reach the live state only
+    # through these: read-only views, and named operations for each change (a source test,
+    # tests/unit/server/test_plane_boundary.py, keeps it so). Call them under ``lock``.
+    @property
+    def node_records(self) -> Mapping[str, NodeRecord]:
+        """Every node the plane serves, by name; read-only (change them with the methods)."""
+        return MappingProxyType(self.nodes)
+
+    def node(self, name: str) -> NodeRecord | None:
+        return self.nodes.get(name)
+
+    def put_nodes(self, records: Mapping[str, NodeRecord]) -> None:
+        """Serve ``records`` (registered or changed; stored by the caller under the same lock)."""
+        self.nodes.update(records)
+
+    def set_schedulable(self, name: str, schedulable: bool) -> None:
+        """Whether the engine may place on node ``name`` (ready and not cordoned)."""
+        self.engine.state.set_node_schedulable(name, schedulable)
+
+    @property
+    def cluster_state(self) -> ClusterState:
+        """The engine's columns, to read (device and node views, metrics)."""
+        return self.engine.state
+
+    @property
+    def queued(self) -> Mapping[int, PendingJob]:
+        """The pending jobs by id; read-only."""
+        return MappingProxyType(self.pending)
+
+    def queue_job(self, job: PendingJob) -> None:
+        """``job`` waits in its queue (a submission, stored by the caller under the lock)."""
+        self.pending[job.id] = job
+
+    def queued_tally(self, tenant: str) -> tuple[int, int]:
+        """(pending jobs, their replicas) of ``tenant``."""
+        return self.pending.tally(tenant)
+
+    @property
+    def held_jobs(self) -> Mapping[int, HeldJob]:
+        """The jobs holding devices by id; read-only."""
+        return MappingProxyType(self.held)
+
+    def hold(self, job: HeldJob) -> None:
+        """``job`` holds devices now (placed by the scheduler loop, stored under the lock)."""
+        self.held[job.id] = job
 
     # ------------------------------------------------------------------ store helpers
     @contextmanager

@@ -54,7 +54,7 @@ def schedule_pass(plane: ControlPlane) -> int:
     for i in order:
         job = candidates[i]
         with plane.write() as conn:  # a failed write raises Unavailable with memory reloaded
-            if plane.pending.get(job.id) is not job or job.tried == plane.capacity_gen:
+            if plane.queued.get(job.id) is not job or job.tried == plane.capacity_gen:
                 continue
             if _try_admit(plane, conn, job):
                 placed += 1
@@ -76,7 +76,7 @@ def _candidates(plane: ControlPlane) -> tuple[list[PendingJob], bool]:
     fresh: list[PendingJob] = []
     again: dict[str, list[PendingJob]] = defaultdict(list)
     now = plane.clock()
-    for p in plane.pending.values():
+    for p in plane.queued.values():
         if p.not_before > now:
             continue  # a retry waiting out its backoff (the periodic pass finds it later)
         if p.tried < 0:
@@ -96,7 +96,7 @@ def _try_admit(plane: ControlPlane, conn: Connection, job: PendingJob) -> bool:
     """Carry out the cycle's decision for ``job``: record a placement, preempt, or note why not."""
     gen = plane.capacity_gen
     try:
-        decision = plane.cycle.decide(job, plane.held)
+        decision = plane.cycle.decide(job, plane.held_jobs)
     except Exception as exc:  # a request the engine rejects outright stays pending with the reason
         log.exception("job %d: admission failed", job.id)
         _still_pending(plane, conn, job, gen, f"cannot be scheduled: {exc}")
@@ -106,7 +106,9 @@ def _try_admit(plane: ControlPlane, conn: Connection, job: PendingJob) -> bool:
         return True
     job.waiting_on = set(decision.waiting_on) if isinstance(decision, Wait) else set()
     if isinstance(decision, Preempt):
-        _preempt(plane, conn, job, [plane.held[v.id] for v in decision.victims], decision.reclaim)
+        _preempt(
+            plane, conn, job, [plane.held_jobs[v.id] for v in decision.victims], decision.reclaim
+        )
     _still_pending(plane, conn, job, gen, decision.reason)
     return False
 
@@ -125,16 +127,18 @@ def _record_placement(
 ) -> None:
     allocs = list(outcome.placement.allocations)
     plane.apply(conn, job.id, lc.Admit(f"queue {job.queue}, flavour {outcome.flavor}"))
-    plane.held[job.id] = HeldJob(
-        job.id,
-        job.tenant,
-        job.queue,
-        outcome.flavor,
-        job.priority,
-        s.JobPhase.ADMITTED,
-        allocs,
-        max_runtime_s=job.max_runtime_s,
-        attempt=job.attempts,
+    plane.hold(
+        HeldJob(
+            job.id,
+            job.tenant,
+            job.queue,
+            outcome.flavor,
+            job.priority,
+            s.JobPhase.ADMITTED,
+            allocs,
+            max_runtime_s=job.max_runtime_s,
+            attempt=job.attempts,
+        )
     )
     conn.execute(
         insert(t_allocs),

@@ -117,7 +117,7 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
     token_file = admin_token_path(cfg.data)
     echo(f"admin token: {token_file} ({'mode 0600' if token_file.exists() else 'missing'})")
     echo(f"state: {plane.db.url.render_as_string(hide_password=True)}")
-    echo(f"nodes: {len(plane.nodes)}, devices: {plane.engine.state.n_devices}")
+    echo(f"nodes: {len(plane.node_records)}, devices: {plane.cluster_state.n_devices}")
     scheme = "https" if cfg.tls_cert is not None else "http"
     base = f"{scheme}://{cfg.host}:{cfg.port}"
     echo(f"API: {base}/v1  docs: {base}/docs")

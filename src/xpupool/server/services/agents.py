@@ -31,7 +31,7 @@ def heartbeat(
     changes nothing; reports for replicas this node does not hold are ignored and recorded."""
     now = plane.clock()
     with plane.write() as conn:
-        rec = plane.nodes.get(body.node)
+        rec = plane.node(body.node)
         if rec is None:
             raise NotFound("node", body.node)
         _check_metrics(rec, body)
@@ -41,7 +41,7 @@ def heartbeat(
             rec.status = s.NodeStatus.READY
             conn.execute(update(t_nodes).where(t_nodes.c.name == body.node).values(status="ready"))
             if not rec.cordoned:
-                plane.engine.state.set_node_schedulable(body.node, True)
+                plane.set_schedulable(body.node, True)
                 plane.bump()
         for m in body.metrics:
             plane.metrics[m.uuid] = m
@@ -76,14 +76,14 @@ def _holds(plane: ControlPlane, node: str, r: s.ReplicaReport) -> bool:
     stale (released while the agent ran it, or from before a restart) or forged: it is ignored
     and recorded, rather than failing the heartbeat, so that one stale process cannot make a
     node look dead; the reply tells the agent to stop that process."""
-    job = plane.held.get(r.job_id)
+    job = plane.held_jobs.get(r.job_id)
     return job is not None and any(
         a.replica == r.replica and a.node == node for a in job.allocations
     )
 
 
 def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: s.ReplicaReport) -> None:
-    job = plane.held.get(r.job_id)
+    job = plane.held_jobs.get(r.job_id)
     if job is None or not any(a.replica == r.replica and a.node == node for a in job.allocations):
         return  # a replica the server no longer gives this node: the reply tells the agent to stop
     if r.state == "running" and r.memory_used_mib:
@@ -150,7 +150,9 @@ def _reply(plane: ControlPlane, conn: Connection, node: str) -> s.HeartbeatReply
     run: list[s.Work] = []
     stop: list[tuple[int, int]] = []
     rows: dict[int, Any] = {}
-    held_here = [(job, a) for job in plane.held.values() for a in job.allocations if a.node == node]
+    held_here = [
+        (job, a) for job in plane.held_jobs.values() for a in job.allocations if a.node == node
+    ]
     if held_here:
         ids = sorted({job.id for job, _ in held_here})
         for row in conn.execute(select(t_jobs).where(t_jobs.c.id.in_(ids))).mappings():
@@ -214,7 +216,7 @@ def _distributed(plane: ControlPlane, job: HeldJob, replica: int) -> dict[str, s
     addresses = {
         name: node_address(name, rec.node.labels, rec.source)
         for name in {a.node for a in job.allocations}
-        if (rec := plane.nodes.get(name)) is not None
+        if (rec := plane.node(name)) is not None
     }
     return distributed_env(job.id, job.allocations, replica, addresses)
 
@@ -224,7 +226,7 @@ def append_log(plane: ControlPlane, node: str, job_id: int, replica: int, chunk:
     server keeps at most ``plane.max_log_bytes`` of one replica's log: the chunk that crosses it
     is cut there and followed by one marker line, later chunks are dropped."""
     with plane.lock, plane.file_writes():  # a full or read-only disk: 503, said once
-        job = plane.held.get(job_id)
+        job = plane.held_jobs.get(job_id)
         if job is None or not any(a.node == node and a.replica == replica for a in job.allocations):
             raise NotFound("replica", f"{job_id}/{replica} on {node}")
         path = plane.log_path(job_id, replica)
@@ -254,17 +256,17 @@ def mark_lost_nodes(plane: ControlPlane) -> list[str]:
     lost: list[str] = []
     with plane.write() as conn:
         # a copy: requeueing the jobs of a node the admin deletes removes the node (a drain)
-        for name, rec in list(plane.nodes.items()):
+        for name, rec in list(plane.node_records.items()):
             if rec.source != "agent" or rec.status is s.NodeStatus.LOST:
                 continue
             if rec.last_heartbeat is not None and now - rec.last_heartbeat <= plane.lost_after_s:
                 continue
             rec.status = s.NodeStatus.LOST
             conn.execute(update(t_nodes).where(t_nodes.c.name == name).values(status="lost"))
-            plane.engine.state.set_node_schedulable(name, False)
+            plane.set_schedulable(name, False)
             lost.append(name)
             victims: list[HeldJob] = [
-                j for j in plane.held.values() if any(a.node == name for a in j.allocations)
+                j for j in plane.held_jobs.values() if any(a.node == name for a in j.allocations)
             ]
             for job in victims:
                 reason = f"node {name} lost (no heartbeat for {plane.lost_after_s:g} s)"

@@ -66,7 +66,7 @@ def check_submission(
             f"tenant {tenant!r} may ask for at most {row.max_replicas_per_job} replicas per job "
             "(max_replicas_per_job, set by the admin)",
         )
-    jobs, pending_replicas = plane.pending.tally(tenant)
+    jobs, pending_replicas = plane.queued_tally(tenant)
     if jobs + 1 > row.max_pending_jobs:
         raise OverLimit(
             "tenant",
@@ -104,7 +104,7 @@ def cap_queued(plane: ControlPlane, conn: Connection, queue: str | None = None) 
         conn.execute(update(t_jobs).where(t_jobs.c.id == row.id).values(priority=cap))
         reason = f"priority {row.priority} lowered to its queue's max_priority {cap}"
         plane.apply(conn, row.id, lc.Note(reason, sets_reason=False))
-        job = plane.pending.get(row.id)
+        job = plane.queued.get(row.id)
         if job is not None:
             job.priority = cap
             job.request = replace(job.request, priority=cap)
@@ -115,5 +115,5 @@ def cap_queued(plane: ControlPlane, conn: Connection, queue: str | None = None) 
 
 def usage(plane: ControlPlane, tenant: str) -> dict[str, Any]:
     """The tenant's queued work now, as the ``Tenant`` view shows it."""
-    jobs, replicas = plane.pending.tally(tenant)
+    jobs, replicas = plane.queued_tally(tenant)
     return {"pending_jobs": jobs, "pending_replicas": replicas}

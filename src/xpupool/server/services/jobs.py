@@ -122,7 +122,7 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
         plane.next_job_id = job_id + 1
         pending = PendingJob(job_id, tenant, queue, priority, gang_request(req), now)
         pending.max_runtime_s = body.max_runtime_s
-        plane.pending[job_id] = pending
+        plane.queue_job(pending)
     plane.wake.set()
     job = view(plane, row)
     job.events = [s.JobEvent(at=now, state=submitted.phase, reason=submitted.reason)]
@@ -150,7 +150,7 @@ def _check_what_to_run(body: s.JobIn) -> None:
 def _check_runtime_somewhere(plane: ControlPlane, image: str | None) -> None:
     """An image job waits for a node with a container runtime; when no node has one it would wait
     forever, so it is refused now, with the reason. Call under the plane's lock."""
-    if not any(rec.node.container_runtime for rec in plane.nodes.values()):
+    if not any(rec.node.container_runtime for rec in plane.node_records.values()):
         raise RequestError(
             "image",
             image,
@@ -205,7 +205,7 @@ def view(plane: ControlPlane, row: Any) -> s.Job:
     """The API form of a job row, with its live assignment when it holds devices."""
     assignments: list[s.ReplicaAssignment] = []
     with plane.lock:
-        held = plane.held.get(row["id"])
+        held = plane.held_jobs.get(row["id"])
         if held is not None:
             assignments = [assignment(plane, a) for a in held.allocations]
     shown = readable  # a lone surrogate an older release stored would make the reply fail
@@ -238,7 +238,7 @@ def view(plane: ControlPlane, row: Any) -> s.Job:
 
 
 def assignment(plane: ControlPlane, alloc: Any) -> s.ReplicaAssignment:
-    rec = plane.nodes.get(alloc.node)
+    rec = plane.node(alloc.node)
     by_uuid = {d.uuid: d for d in rec.node.devices} if rec else {}
     devices = []
     for share in alloc.devices:

@@ -47,7 +47,7 @@ def settle_stored_jobs(plane: ControlPlane) -> None:
             reason = f"cannot be run: {path} {problem} (stored by an older release); resubmit"
             plane.apply(conn, row.id, lc.Stop(StopCause.UNRUNNABLE, reason))
             log.warning("job %d: %s", row.id, reason)
-        for job_id, pending in list(plane.pending.items()):
+        for job_id, pending in list(plane.queued.items()):
             policy = pending.request.node_policy
             if policy is None or policy in plane.engine.profiles:
                 continue
