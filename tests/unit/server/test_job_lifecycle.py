@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from server_kit import Server, heartbeat, job, node, report, row_counts, submit, tenant
 
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.schemas import JobPhase as P
@@ -182,3 +183,19 @@ def test_only_the_lifecycle_moves_a_job() -> None:
         if rel not in ("plane.py", "job_lifecycle.py") and re.search(r"\.stop = ", text):
             offenders.append(f"{rel}: sets a held job's stop")
     assert offenders == []
+
+
+def test_a_refused_move_changes_nothing_stored(server: Server) -> None:
+    """``ControlPlane.apply`` refuses before it writes: the row, its events and memory stay."""
+    node(server, "n1")
+    j = submit(server, tenant(server, "a"), "A100")["id"]
+    server.schedule()
+    heartbeat(server, "n1")
+    heartbeat(server, "n1", [report(j, 0, "succeeded", 0)])
+    before, shown = row_counts(server), job(server, j)
+    for event in (lc.Stop(C.CANCELLED, "late"), lc.Start("again"), lc.Admit("q")):
+        with pytest.raises(lc.IllegalTransition), server.plane.write() as conn:
+            server.plane.apply(conn, j, event)
+    assert row_counts(server) == before and job(server, j) == shown
+    r = server.client.post(f"/v1/jobs/{j}/cancel", headers=server.admin)
+    assert r.status_code == 409 and row_counts(server) == before
