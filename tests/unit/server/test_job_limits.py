@@ -134,3 +134,21 @@ def test_retention_by_count_keeps_the_newest_finished_jobs(server: Server) -> No
         server.clock.advance(1)
     assert sweep_finished(server.plane, Retention(seconds=None, jobs=2)) == [ids[0]]
     assert [job(server, i)["state"] for i in ids[1:]] == ["succeeded", "succeeded"]
+
+
+def test_a_replica_its_agent_no_longer_reports_runs_again_as_the_next_attempt(
+    server: Server,
+) -> None:
+    """An agent that restarted lost its replicas with it: the server hands the replica out
+    again as attempt 2, and its log gets the attempt line before the new run's output."""
+    node(server, "n1")
+    j = submit(server, tenant(server, "a"), "A100")["id"]
+    server.schedule()
+    assert [w["attempt"] for w in heartbeat(server, "n1")["run"]] == [1]
+    assert heartbeat(server, "n1", [report(j, 0, "running")])["run"][0]["attempt"] == 1
+    again = heartbeat(server, "n1")  # the agent restarted: it reports nothing
+    assert [w["attempt"] for w in again["run"]] == [2]
+    assert job(server, j)["attempts"] == 2
+    assert server.plane.log_path(j, 0).read_text() == "[xpupool: attempt 2]\n"
+    assert heartbeat(server, "n1", [report(j, 0, "running")])["run"][0]["attempt"] == 2
+    assert job(server, j)["attempts"] == 2  # reported again: the same run

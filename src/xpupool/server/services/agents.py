@@ -50,7 +50,8 @@ def heartbeat(
                 _apply_report(plane, conn, body.node, report)
             else:
                 plane.audit.report_ignored(conn, who, body.node, report.job_id, report.replica)
-        reply = _reply(plane, conn, body.node)
+        reported = {(r.job_id, r.replica) for r in body.replicas}
+        reply = _reply(plane, conn, body.node, reported)
         # a process the server no longer gives this node (released while the agent started it,
         # or from before a restart) must not go on using devices that others may now hold
         given = {(w.job_id, w.replica) for w in reply.run} | set(reply.stop)
@@ -146,7 +147,12 @@ def _flag(plane: ControlPlane, conn: Connection, job_id: int, reason: str) -> No
         plane.apply(conn, job_id, lc.Note(reason))
 
 
-def _reply(plane: ControlPlane, conn: Connection, node: str) -> s.HeartbeatReply:
+def _reply(
+    plane: ControlPlane, conn: Connection, node: str, reported: set[tuple[int, int]]
+) -> s.HeartbeatReply:
+    """What ``node`` must run and stop. ``reported``: the replicas its heartbeat reported; one
+    it ran before and reports no more was lost with its agent (a restart): run again, counted
+    as the next attempt."""
     run: list[s.Work] = []
     stop: list[tuple[int, int]] = []
     rows: dict[int, Any] = {}
@@ -164,8 +170,13 @@ def _reply(plane: ControlPlane, conn: Connection, node: str) -> s.HeartbeatReply
             continue
         if job.replica_states.get(alloc.replica) in ("succeeded", "failed", "stopped"):
             continue
-        if not job.dispatched:
-            _dispatch(plane, conn, job)
+        gone = job.replica_states.get(alloc.replica) == "running" and (
+            (job.id, alloc.replica) not in reported
+        )
+        if gone:
+            del job.replica_states[alloc.replica]
+        if gone or not job.dispatched:
+            _dispatch(plane, conn, job, adopt=not gone)
         row = rows[job.id]
         job.handed.add(alloc.replica)
         run.append(
@@ -185,13 +196,15 @@ def _reply(plane: ControlPlane, conn: Connection, node: str) -> s.HeartbeatReply
     return s.HeartbeatReply(run=run, stop=stop, heartbeat_s=plane.heartbeat_s)
 
 
-def _dispatch(plane: ControlPlane, conn: Connection, job: HeldJob) -> None:
-    """The first hand-out of ``job`` by this server: a new run, counted, unless an agent already
-    reports one of its replicas running (a run from before a restart of the server, adopted).
-    A run after the first starts its replicas' logs with an attempt line, so that no line of an
-    earlier run is shown as this run's."""
+def _dispatch(plane: ControlPlane, conn: Connection, job: HeldJob, *, adopt: bool) -> None:
+    """A hand-out of ``job`` for a new run, counted: its first by this server, or again after
+    an agent lost a replica it ran. With ``adopt``, a run an agent already reports (one from
+    before a restart of the server) is taken as it is, not counted again. A run after the first
+    starts its replicas' logs with an attempt line, so that no line of an earlier run is shown
+    as this run's."""
     nodes = ", ".join(sorted({a.node for a in job.allocations}))
-    if job.state is s.JobPhase.RUNNING and "running" in job.replica_states.values():
+    running = "running" in job.replica_states.values()
+    if adopt and job.state is s.JobPhase.RUNNING and running:
         job.dispatched = True
         if job.attempt == 0:  # a run nobody counted (reported before it was handed out)
             plane.apply(conn, job.id, lc.Dispatch(1, f"attempt 1 running on {nodes}"))
