@@ -618,6 +618,8 @@ class ControlPlane:
             cols["exit_code"] = out.exit_code
         if out.attempt is not None:
             cols["attempts"] = out.attempt
+        if isinstance(event, lc.Admit):
+            cols["not_before"] = None  # a retry's wait is over once it is admitted
         if isinstance(event, lc.Start) or (
             isinstance(event, lc.Dispatch)
             and status is not None

@@ -46,6 +46,7 @@ def test_a_failing_job_runs_again_after_a_growing_wait_then_fails(server: Server
     run_once(server, j, 1)
     got = job(server, j)
     assert got["state"] == "failed" and got["attempts"] == 3 and got["exit_code"] == 1
+    assert got["not_before"] is None  # its last wait ended when it was admitted
     assert got["stop_cause"] == "replica_failed" and "no retries left" in got["reason"]
 
 
