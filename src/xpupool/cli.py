@@ -108,6 +108,21 @@ def demo(policy: str, cluster: str | None) -> None:
 @click.option(
     "--tls-key", type=click.Path(exists=True, dir_okay=False), help="PEM private key of --tls-cert"
 )
+@click.option(
+    "--retain-jobs",
+    default="7d",
+    show_default=True,
+    metavar="DURATION",
+    help="finished jobs (with their events and logs) are deleted this long after they ended "
+    "(30m, 12h, 7d, ...; 'forever' keeps them)",
+)
+@click.option(
+    "--retain-count",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(0),
+    help="at most this many finished jobs are kept, the oldest deleted first (0: no limit)",
+)
 @launch_options
 def up(
     data: str,
@@ -131,9 +146,21 @@ def up(
     tls_cert: str | None,
     tls_key: str | None,
     max_body: str,
+    retain_jobs: str,
+    retain_count: int,
 ) -> None:
     """Start the control plane: REST API, scheduler, SQLite state, metrics, local agent."""
     from pathlib import Path
+
+    from xpupool.client._times import duration_s
+    from xpupool.server.retention import Retention
+
+    retain_s = None if retain_jobs == "forever" else duration_s(retain_jobs)
+    if retain_jobs != "forever" and not retain_s:
+        raise click.BadParameter(
+            f"{retain_jobs!r}: use a duration such as 12h or 7d, or 'forever'",
+            param_hint="--retain-jobs",
+        )
 
     from xpupool.server.body_limit import parse_size
 
@@ -171,6 +198,7 @@ def up(
         tls_cert=Path(tls_cert) if tls_cert else None,
         tls_key=Path(tls_key) if tls_key else None,
         max_body=max_body_bytes,
+        retention=Retention(retain_s, retain_count or None),
     )
     serve(cfg, click.echo)
 

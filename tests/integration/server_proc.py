@@ -100,11 +100,13 @@ class ServerProc:
         """Authorization for ``token`` (default: the admin's)."""
         return {"Authorization": f"Bearer {token or self.admin_token}"}
 
-    def start(self) -> ServerProc:
-        """Start (or start again, on the same data) and wait until it answers."""
+    def start(self, same_port: bool = False) -> ServerProc:
+        """Start (or start again, on the same data) and wait until it answers. ``same_port``:
+        on the port of the last start, so that agents started against it find it again."""
         assert self.proc is None or self.proc.poll() is not None, "already running"
         self.data.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
+        if not (same_port and self.port):
+            self.port = free_port()
         args = [
             sys.executable,
             "-c",

@@ -110,7 +110,7 @@ def local_agent(
     """An agent hosting this host (``probes``: the vendor probes by default) and every
     cluster-file node the plane knows; ``settings``: how its replicas are launched (the same
     spec and back ends as a standalone agent's)."""
-    simulated = [name for name, rec in plane.nodes.items() if rec.source == "cluster"]
+    simulated = [name for name, rec in plane.node_records.items() if rec.source == "cluster"]
     name = node_name(host)
     if name in simulated:
         name = node_name(f"{name}-local")
@@ -132,8 +132,8 @@ def local_agent(
         )
     ]
     for sim in simulated:
-        vendors = sorted({d.vendor for d in plane.nodes[sim].node.devices})
-        declared = plane.nodes[sim].node.container_runtime
+        vendors = sorted({d.vendor for d in plane.node_records[sim].node.devices})
+        declared = plane.node_records[sim].node.container_runtime
         runner = Runner(
             sim,
             work_dir / sim,

@@ -132,7 +132,8 @@ class Runner:
             return None
         logs = self.work_dir / "logs"
         logs.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path = logs / f"{work.job_id}-{work.replica}-{alloc}.log"
+        # a file per run: a run again after a restart never re-sends an earlier run's output
+        path = logs / f"{work.job_id}-{work.replica}-{alloc}-{work.attempt}.log"
         rep = Replica(work, path)
         self.replicas[rep.key] = rep
         try:

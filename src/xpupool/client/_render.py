@@ -129,6 +129,14 @@ def jobs_table(jobs: Sequence[s.Job], now: float | None = None) -> FitTable:
     return table
 
 
+def retries_text(job: s.Job) -> str:
+    """``1 of 2 (on exit_nonzero)``: retries used, the limit, the causes retried."""
+    limit = "no limit" if job.max_retries is None else str(job.max_retries)
+    causes = ", ".join(job.retry_on) or "nothing"
+    stopped = f"; stopped: {job.stop_cause}" if job.stop_cause else ""
+    return f"{job.retries} of {limit} (on {causes}){stopped}"
+
+
 def job_detail(job: s.Job, now: float | None = None) -> RenderableType:
     head = FitTable([Column("field"), Column("value", text=True)], show_header=False)
     rows: list[tuple[str, str | Text]] = [
@@ -142,6 +150,8 @@ def job_detail(job: s.Job, now: float | None = None) -> RenderableType:
         ("image", job.image or "(host)"),
         ("on node lost", job.on_node_lost),
         ("attempts", str(job.attempts)),
+        ("retries", retries_text(job)),
+        ("max runtime", "-" if job.max_runtime_s is None else f"{job.max_runtime_s:g} s"),
         ("exit code", "-" if job.exit_code is None else str(job.exit_code)),
         ("created", ago(job.created_at, now)),
     ]

@@ -19,6 +19,7 @@ from xpupool.client._cli_common import (
 )
 from xpupool.client._http import Client
 from xpupool.client._render import job_detail, jobs_table
+from xpupool.client._times import duration_s
 from xpupool.model.errors import RequestError
 from xpupool.server import schemas as s
 
@@ -45,6 +46,23 @@ def _env_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
             raise RequestError("--env", pair, "use KEY=VALUE")
         env[key] = value
     return env
+
+
+def _causes(text: str | None) -> list[str] | None:
+    """``--retry-on``: a comma list; 'none' retries nothing; unknown names are the server's to
+    refuse (it names the field)."""
+    if text is None:
+        return None
+    return [] if text.strip() == "none" else [c.strip() for c in text.split(",") if c.strip()]
+
+
+def _seconds(option: str, text: str | None) -> float | None:
+    if text is None:
+        return None
+    seconds = duration_s(text)
+    if seconds is None or seconds <= 0:
+        raise RequestError(option, text, "use a duration such as 90s, 30m or 2h")
+    return seconds
 
 
 def build_job(
@@ -99,6 +117,19 @@ def wait_for(client: Client, job: s.Job, until: str, timeout_s: float) -> s.Job:
 @click.option("--image", help="container image [default: run on the host]")
 @click.option("--on-node-lost", type=click.Choice(["requeue", "fail"]), help="[default: requeue]")
 @click.option("--tenant", help="admin only: submit for this tenant")
+@click.option(
+    "--max-retries",
+    type=click.IntRange(0),
+    help="runs again at most this often [default: no limit]",
+)
+@click.option(
+    "--retry-on",
+    metavar="CAUSES",
+    help="comma list of node_lost, preempted, exit_nonzero, or 'none' [default: node_lost,preempted]",
+)
+@click.option(
+    "--max-runtime", metavar="DURATION", help="stop and fail a run longer than this (90s, 2h, ...)"
+)
 @click.option("--wait", is_flag=True, help="wait until the job is scheduled (or --until finished)")
 @click.option(
     "--until",
@@ -122,6 +153,9 @@ def submit(
     image: str | None,
     on_node_lost: str | None,
     tenant: str | None,
+    max_retries: int | None,
+    retry_on: str | None,
+    max_runtime: str | None,
     wait: bool,
     until: str,
     timeout: float,
@@ -143,6 +177,9 @@ def submit(
         "image": image,
         "on_node_lost": on_node_lost,
         "tenant": tenant,
+        "max_retries": max_retries,
+        "retry_on": _causes(retry_on),
+        "max_runtime_s": _seconds("--max-runtime", max_runtime),
     }
     argv = ctx.meta.get("xpupool.argv")
     body = build_job(spec, argv, file, overrides, _env_pairs(env_pairs))

@@ -39,6 +39,7 @@ from xpupool.server.plane import ControlPlane
 from xpupool.server.routers import agents, audit, fleet, jobs, tenants
 from xpupool.server.scheduler_loop import SchedulerThread
 from xpupool.server.services.agents import MAX_LOG_CHUNK, mark_lost_nodes
+from xpupool.server.services.job_limits import stop_overdue, sweep_finished
 from xpupool.server.wire_values import MAX_REASON, quote, shorten
 
 log = logging.getLogger("xpupool.server")
@@ -73,6 +74,8 @@ class LostNodeWatch(threading.Thread):
             try:
                 if self.plane.check_store():  # while the store fails: is it back?
                     mark_lost_nodes(self.plane)
+                    stop_overdue(self.plane)
+                    sweep_finished(self.plane, self.plane.retention)
             except Unavailable:
                 pass  # said once, by the plane's health
             except Exception:

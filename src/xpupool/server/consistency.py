@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection
 
 from xpupool.engine.state import ClusterState
 from xpupool.model.allocation import Allocation
 from xpupool.model.errors import Conflict, OverCommit
-from xpupool.server import schemas as s
-from xpupool.server.storage.jobs import jobs as t_jobs
+from xpupool.server import job_lifecycle as lc
+from xpupool.server.schemas import StopCause
 
 if TYPE_CHECKING:
     from xpupool.server.plane import ControlPlane
@@ -65,31 +65,28 @@ def settle(plane: ControlPlane, conn: Connection, problems: list[Problem]) -> No
     for job_id, found in sorted(by_job.items()):
         cordoned = [c for p in found for c in _cordon(plane, conn, p)]
         reason = "; ".join(dict.fromkeys(p.reason for p in found))
-        job = plane.held.get(job_id)
+        job = plane.held_jobs.get(job_id)
         if job is None:
             continue
-        policy = conn.execute(
-            select(t_jobs.c.on_node_lost).where(t_jobs.c.id == job_id)
-        ).scalar_one()
-        if policy == "requeue":
-            plane.requeue(conn, job, f"set aside: {reason}")
-            done = "requeued"
-        else:
-            plane.release_job(conn, job)
-            plane.set_state(conn, job_id, s.JobState.LOST, f"set aside: {reason}")
-            done = "marked lost"
+        out = plane.apply(conn, job_id, lc.Lost(StopCause.SET_ASIDE, f"set aside: {reason}"))
+        done = "requeued" if out.requeue else f"marked {out.phase.value}"
         after = f"; {', '.join(cordoned)} cordoned" if cordoned else ""
         plane.health.note(f"store inconsistent: {reason}: job {job_id} {done}{after}")
 
 
 def _cordon(plane: ControlPlane, conn: Connection, p: Problem) -> list[str]:
     done = []
-    if p.node is not None and p.node in plane.nodes and not plane.nodes[p.node].cordoned:
+    if (
+        p.node is not None
+        and p.node in plane.node_records
+        and not plane.node_records[p.node].cordoned
+    ):
         plane.cordon_node(conn, p.node, True)
         done.append(f"node {p.node}")
     for uuid in p.devices:
         rec = next(
-            (r for r in plane.nodes.values() if any(d.uuid == uuid for d in r.node.devices)), None
+            (r for r in plane.node_records.values() if any(d.uuid == uuid for d in r.node.devices)),
+            None,
         )
         if rec is not None and uuid not in rec.cordoned_devices:
             plane.cordon_device(conn, rec, uuid, True)

@@ -209,7 +209,7 @@ class PlaneCollector(Collector):
             labels=["job", "replica", "node", "uuid"],
         )
         with self.plane.lock:
-            for job in self.plane.held.values():
+            for job in self.plane.held_jobs.values():
                 nodes = {a.replica: a.node for a in job.allocations}
                 for replica, per_card in job.device_memory_used_mib.items():
                     for uuid, mib in per_card.items():

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from dataclasses import fields as dataclass_fields
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from sqlalchemy import Connection, Update, bindparam, delete, func, insert, select, update
@@ -34,6 +35,7 @@ from xpupool.model.device import Device, Node
 from xpupool.model.errors import Conflict, RequestError, Unavailable
 from xpupool.model.request import Request
 from xpupool.model.request_model import request_from_dict
+from xpupool.server import job_lifecycle as lc
 from xpupool.server import schemas as s
 from xpupool.server.audit import AuditLog
 from xpupool.server.auth import AGENT_ROLES, Principal
@@ -42,6 +44,8 @@ from xpupool.server.drain import draining, plan
 from xpupool.server.health import Health, probe_writable, store_failure
 from xpupool.server.pending_jobs import PendingJobs
 from xpupool.server.queue_spec import queue_spec
+from xpupool.server.retention import Retention
+from xpupool.server.schemas import RetryCause, StopCause
 from xpupool.server.storage import meta
 from xpupool.server.storage.fleet import nodes as t_nodes
 from xpupool.server.storage.jobs import allocations as t_allocs
@@ -94,25 +98,33 @@ class PendingJob:
     tried: int = -1
     reason: str = ""
     waiting_on: set[int] = field(default_factory=set)  # victims it preempted, still stopping
+    not_before: float = 0.0  # Unix time: a retry waiting out its backoff is not tried before
+    max_runtime_s: float | None = None  # what each run may last (held with the job once placed)
+    attempts: int = 0  # runs started before (a retry's, held with the job once placed)
 
 
 @dataclass
 class HeldJob:
-    """A job holding devices (admitted, scheduled or running). ``stopping`` says why its processes
-    are being stopped ('cancel', 'preempt', 'failed'); its devices are freed when they are gone."""
+    """A job holding devices (admitted, scheduled or running). ``stop`` says why its processes
+    are being stopped (stored with the job); its devices are freed when they are gone. Only
+    :meth:`ControlPlane.apply` changes ``state``, ``stop`` and ``attempt``."""
 
     id: int
     tenant: str
     queue: str
     flavor: str
     priority: int
-    state: s.JobState
+    state: s.JobPhase
     allocations: list[Allocation]
     replica_states: dict[int, str] = field(default_factory=dict)
     exit_codes: dict[int, int] = field(default_factory=dict)
-    stopping: str | None = None
+    stop: StopCause | None = None
     stop_reason: str = ""
+    attempt: int = 0  # runs started (the stored ``attempts``)
+    started_at: float | None = None  # Unix time its current run started (max_runtime_s)
+    max_runtime_s: float | None = None
     handed: set[int] = field(default_factory=set)  # replicas handed to an agent: may be running
+    dispatched: bool = False  # this server handed its current run out (counted in ``attempt``)
     # {replica: {uuid: MiB}}: the agent's last per-process measurement of a running replica;
     # absent when not measured; gone with the job when it is released (metrics only, not stored)
     device_memory_used_mib: dict[int, dict[str, int]] = field(default_factory=dict)
@@ -122,7 +134,15 @@ class HeldJob:
     @property
     def may_run(self) -> bool:
         """True once an agent may have started a process: stopping must then wait for it."""
-        return self.state is s.JobState.RUNNING or bool(self.handed)
+        return self.state is s.JobPhase.RUNNING or bool(self.handed)
+
+    @property
+    def stopping(self) -> str | None:
+        """The stop as the scheduling cycle reads it (``RunningWork``): 'preempt' for a victim of
+        an earlier decision, the cause's name for any other stop, None when not stopping."""
+        if self.stop is None:
+            return None
+        return "preempt" if self.stop is StopCause.PREEMPTED else self.stop.value
 
 
 @dataclass
@@ -137,7 +157,23 @@ class Built:
 
 
 # What a HeldJob keeps in the store; every other field is live bookkeeping a reload carries over.
-_STORED_HELD = frozenset({"id", "tenant", "queue", "flavor", "priority", "state", "allocations"})
+_STORED_HELD = frozenset(
+    {
+        "id",
+        "tenant",
+        "queue",
+        "flavor",
+        "priority",
+        "state",
+        "allocations",
+        "stop",
+        "stop_reason",
+        "attempt",
+        "started_at",
+        "max_runtime_s",
+    }
+)
+STOPPING = "stopping: "  # how a stored reason starts while the job's replicas are stopped
 
 
 def carry_transients(before: HeldJob, after: HeldJob) -> None:
@@ -153,10 +189,8 @@ INSERT_EVENT = insert(t_events)
 
 
 @functools.lru_cache(maxsize=64)
-def _job_update(extra: tuple[str, ...]) -> Update:
-    """``UPDATE jobs SET state, reason, updated_at[, extra...] WHERE id = :b_id`` with bound values
-    named ``b_<column>``."""
-    columns = ("state", "reason", "updated_at", *extra)
+def _job_update(columns: tuple[str, ...]) -> Update:
+    """``UPDATE jobs SET columns... WHERE id = :b_id`` with bound values named ``b_<column>``."""
     return (
         update(t_jobs)
         .where(t_jobs.c.id == bindparam("b_id"))
@@ -179,6 +213,7 @@ class ControlPlane:
         lost_after_s: float = 30.0,
         clock: Callable[[], float] = time.time,
         max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
+        retention: Retention | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.logs_dir = data_dir / "logs"
@@ -202,6 +237,7 @@ class ControlPlane:
         self.principals: dict[str, Principal] = {}  # token hash -> principal, live tokens only
         self.audit = AuditLog(self.db, self.write, clock)
         self.max_log_bytes = max_log_bytes  # what the server keeps of one replica's log
+        self.retention = retention or Retention()  # finished jobs kept (services/job_limits.py)
         self.nodes: dict[str, NodeRecord] = {}
         # nodes the admin deleted or took over while this server runs: the in-process agent,
         # which has no token to revoke, speaks for them no more (services/node_identity.py)
@@ -270,15 +306,7 @@ class ControlPlane:
                 .order_by(t_jobs.c.id)
             ).mappings()
             for row in held_rows:
-                self.held[row["id"]] = HeldJob(
-                    row["id"],
-                    row["tenant"],
-                    row["queue"],
-                    row["flavor"] or "*",
-                    row["priority"],
-                    s.JobState(row["state"]),
-                    [],
-                )
+                self.held[row["id"]] = held_from_row(row)
             self._unreadable = []
             for row in conn.execute(select(t_allocs).order_by(t_allocs.c.id)).mappings():
                 job = self.held.get(row["job_id"])
@@ -293,7 +321,7 @@ class ControlPlane:
             first = conn.execute(select(t_pool.c.first_job_id)).scalar()
             self.next_job_id = max(int(top or 0) + 1, int(first or 1))
             pending_rows = conn.execute(
-                select(t_jobs).where(t_jobs.c.state == s.JobState.PENDING.value)
+                select(t_jobs).where(t_jobs.c.state == s.JobPhase.PENDING.value)
             ).mappings()
             for row in pending_rows:
                 self.pending[row["id"]] = pending_from_row(row)
@@ -453,6 +481,53 @@ class ControlPlane:
             self.capacity_gen += 1
             self.wake.set()
 
+    # ------------------------------------------------------------------ what the services see
+    # The services, the scheduler loop and the agent inside ``up`` reach the live state only
+    # through these: read-only views, and named operations for each change (a source test,
+    # tests/unit/server/test_plane_boundary.py, keeps it so). Call them under ``lock``.
+    @property
+    def node_records(self) -> Mapping[str, NodeRecord]:
+        """Every node the plane serves, by name; read-only (change them with the methods)."""
+        return MappingProxyType(self.nodes)
+
+    def node(self, name: str) -> NodeRecord | None:
+        return self.nodes.get(name)
+
+    def put_nodes(self, records: Mapping[str, NodeRecord]) -> None:
+        """Serve ``records`` (registered or changed; stored by the caller under the same lock)."""
+        self.nodes.update(records)
+
+    def set_schedulable(self, name: str, schedulable: bool) -> None:
+        """Whether the engine may place on node ``name`` (ready and not cordoned)."""
+        self.engine.state.set_node_schedulable(name, schedulable)
+
+    @property
+    def cluster_state(self) -> ClusterState:
+        """The engine's columns, to read (device and node views, metrics)."""
+        return self.engine.state
+
+    @property
+    def queued(self) -> Mapping[int, PendingJob]:
+        """The pending jobs by id; read-only."""
+        return MappingProxyType(self.pending)
+
+    def queue_job(self, job: PendingJob) -> None:
+        """``job`` waits in its queue (a submission, stored by the caller under the lock)."""
+        self.pending[job.id] = job
+
+    def queued_tally(self, tenant: str) -> tuple[int, int]:
+        """(pending jobs, their replicas) of ``tenant``."""
+        return self.pending.tally(tenant)
+
+    @property
+    def held_jobs(self) -> Mapping[int, HeldJob]:
+        """The jobs holding devices by id; read-only."""
+        return MappingProxyType(self.held)
+
+    def hold(self, job: HeldJob) -> None:
+        """``job`` holds devices now (placed by the scheduler loop, stored under the lock)."""
+        self.held[job.id] = job
+
     # ------------------------------------------------------------------ store helpers
     @contextmanager
     def write(self) -> Iterator[Connection]:
@@ -522,28 +597,84 @@ class ControlPlane:
             self.bump()
             return True
 
-    def set_state(
-        self, conn: Connection, job_id: int, state: s.JobState, reason: str, **values: object
-    ) -> None:
-        """Move a job to ``state`` and record the transition as an event."""
+    def apply(self, conn: Connection, job_id: int, event: lc.Event, **values: object) -> lc.Outcome:
+        """Move job ``job_id`` as :func:`~xpupool.server.job_lifecycle.transition` says for
+        ``event``: the new phase, cause and reason and one event row are written in ``conn``'s
+        transaction first, then memory follows (held and pending jobs, devices released, the
+        job requeued). ``values`` are further columns to store with it (the flavour of a
+        placement). Raises :class:`~xpupool.server.job_lifecycle.IllegalTransition` (409)
+        before anything is written."""
+        held = self.held.get(job_id)
+        status = self._status(conn, job_id, held, event)
+        out = lc.transition(status, event)
+        if not out.changed:
+            return out
         now = self.clock()
-        params: dict[str, object] = {
-            "b_id": job_id,
-            "b_state": state.value,
-            "b_reason": reason,
-            "b_updated_at": now,
-        }
-        params.update({f"b_{k}": v for k, v in values.items()})
-        conn.execute(_job_update(tuple(sorted(values))), params)
-        conn.execute(
-            INSERT_EVENT, {"job_id": job_id, "at": now, "state": state.value, "reason": reason}
-        )
-
-    def add_event(self, conn: Connection, job_id: int, state: s.JobState, reason: str) -> None:
-        """Record something that happened to a job without changing its state."""
+        cols: dict[str, object] = {**values, "updated_at": now}
+        if out.sets_reason:
+            cols.update(state=out.phase.value, reason=out.reason)
+            cols["stop_cause"] = None if out.stop is None else out.stop.value
+        if out.exit_code is not None:
+            cols["exit_code"] = out.exit_code
+        if out.attempt is not None:
+            cols["attempts"] = out.attempt
+        if isinstance(event, lc.Admit):
+            cols["not_before"] = None  # a retry's wait is over once it is admitted
+        if isinstance(event, lc.Start) or (
+            isinstance(event, lc.Dispatch)
+            and status is not None
+            and status.phase is s.JobPhase.RUNNING
+        ):
+            cols["started_at"] = now  # a run again after a restart has no Start: it ran before
+        if out.requeue and status is not None:
+            cols["retries"] = status.retries + int(out.retried)
+            cols["not_before"] = now + out.backoff_s if out.backoff_s > 0 else None
+            cols["started_at"] = None
+        params = {f"b_{k}": v for k, v in cols.items()}
+        conn.execute(_job_update(tuple(sorted(cols))), {"b_id": job_id, **params})
         conn.execute(
             INSERT_EVENT,
-            {"job_id": job_id, "at": self.clock(), "state": state.value, "reason": reason},
+            {"job_id": job_id, "at": now, "state": out.phase.value, "reason": out.reason},
+        )
+        if held is not None:
+            if out.phase in s.HOLDING_STATES:
+                held.state = out.phase
+            held.stop = out.stop
+            held.stop_reason = out.reason.removeprefix(STOPPING) if out.stop else ""
+            if out.attempt is not None:
+                held.attempt, held.dispatched = out.attempt, True
+            if cols.get("started_at") is not None:
+                held.started_at = now
+            if out.release:
+                self.release_job(conn, held)
+        elif out.phase is not s.JobPhase.PENDING:
+            self.pending.pop(job_id, None)
+        if out.requeue:  # read back: the row as stored now (its retry's not_before)
+            row = conn.execute(select(t_jobs).where(t_jobs.c.id == job_id)).mappings().one()
+            self.pending[job_id] = pending_from_row(row)
+        return out
+
+    def _status(
+        self, conn: Connection, job_id: int, held: HeldJob | None, event: lc.Event
+    ) -> lc.JobStatus | None:
+        """The job as the transition sees it (None: not stored). A placement or a start needs
+        only memory; a stop or an end reads the job's retry policy from the store."""
+        if held is not None:
+            phase: s.JobPhase = held.state
+        elif job_id in self.pending:
+            phase = s.JobPhase.PENDING
+        else:
+            stored = conn.execute(select(t_jobs.c.state).where(t_jobs.c.id == job_id)).scalar()
+            if stored is None:
+                return None
+            phase = s.JobPhase(stored)
+        stop, stop_reason = (held.stop, held.stop_reason) if held else (None, "")
+        may_run = held.may_run if held else False
+        if not isinstance(event, (lc.Stop, lc.Ended, lc.Lost)):
+            return lc.JobStatus(phase, stop, stop_reason, may_run)
+        row = conn.execute(select(t_jobs).where(t_jobs.c.id == job_id)).mappings().one()
+        return lc.JobStatus(
+            phase, stop, stop_reason, may_run, int(row["retries"] or 0), retry_policy(row)
         )
 
     def release_job(self, conn: Connection, job: HeldJob) -> None:
@@ -653,12 +784,32 @@ class ControlPlane:
         if not cordoned:
             self.bump()
 
-    def requeue(self, conn: Connection, job: HeldJob, reason: str) -> None:
-        """Release ``job`` and put it back in its queue with one more attempt counted."""
-        self.release_job(conn, job)
-        row = conn.execute(select(t_jobs).where(t_jobs.c.id == job.id)).mappings().one()
-        self.set_state(conn, job.id, s.JobState.PENDING, reason, attempts=row["attempts"] + 1)
-        self.pending[job.id] = pending_from_row(row)
+    def runs_past_limit(self) -> list[tuple[int, float]]:
+        """(job, its max_runtime_s) of every run that has lasted longer than its limit and is
+        not being stopped yet."""
+        now = self.clock()
+        with self.lock:
+            return [
+                (j.id, j.max_runtime_s)
+                for j in self.held.values()
+                if j.max_runtime_s is not None
+                and j.started_at is not None
+                and j.stop is None
+                and now - j.started_at > j.max_runtime_s
+            ]
+
+    def forget_jobs(self, conn: Connection, job_ids: list[int]) -> None:
+        """Delete finished jobs ``job_ids`` (rows and events) in ``conn``'s transaction; the
+        pool's first job id moves above every id handed out, so that no id (nor its log
+        directory) is ever handed out again, even when the newest jobs are the ones deleted."""
+        assert not any(i in self.held or i in self.pending for i in job_ids), "not finished"
+        conn.execute(delete(t_events).where(t_events.c.job_id.in_(job_ids)))
+        conn.execute(delete(t_jobs).where(t_jobs.c.id.in_(job_ids)))
+        conn.execute(
+            update(t_pool)
+            .where(t_pool.c.first_job_id < self.next_job_id)
+            .values(first_job_id=self.next_job_id)
+        )
 
     def log_path(self, job_id: int, replica: int) -> Path:
         return self.logs_dir / str(job_id) / f"{replica}.log"
@@ -771,13 +922,55 @@ def readdress(state: ClusterState, a: Allocation) -> Allocation | None:
     )
 
 
+def held_from_row(row: object) -> HeldJob:
+    """A stored job that holds devices, its allocations still to be read."""
+    r = dict(row)  # type: ignore[call-overload]
+    stop = None if r.get("stop_cause") is None else StopCause(r["stop_cause"])
+    return HeldJob(
+        r["id"],
+        r["tenant"],
+        r["queue"],
+        r["flavor"] or "*",
+        r["priority"],
+        s.JobPhase(r["state"]),
+        [],
+        stop=stop,
+        stop_reason=str(r["reason"]).removeprefix(STOPPING) if stop else "",
+        attempt=int(r.get("attempts") or 0),
+        started_at=r.get("started_at"),
+        max_runtime_s=r.get("max_runtime_s"),
+    )
+
+
+def retry_policy(row: object) -> lc.RetryPolicy:
+    """A stored job's retry policy; a job stored before there were policies gets the defaults
+    (requeued after a lost node, if its on_node_lost says so, and after a preemption)."""
+    r = dict(row)  # type: ignore[call-overload]
+    causes = s.DEFAULT_RETRY_ON if r.get("retry_on") is None else r["retry_on"]
+    retry_on = frozenset(RetryCause(c) for c in causes)
+    if r.get("on_node_lost") == "fail":
+        retry_on -= {RetryCause.NODE_LOST}
+    base = r.get("backoff_s")
+    cap = r.get("backoff_max_s")
+    return lc.RetryPolicy(
+        retry_on,
+        r.get("max_retries"),
+        s.DEFAULT_BACKOFF_S if base is None else float(base),
+        s.DEFAULT_BACKOFF_MAX_S if cap is None else float(cap),
+    )
+
+
 def pending_from_row(row: object) -> PendingJob:
     r = dict(row)  # type: ignore[call-overload]
     # not in the stored request form: an image job needs a node with a container runtime
     req = replace(request_from_dict(r["request"]), container=r["image"] is not None)
-    return PendingJob(
+    job = PendingJob(
         r["id"], r["tenant"], r["queue"], r["priority"], gang_request(req), r["created_at"]
     )
+    job.not_before = float(r.get("not_before") or 0.0)
+    job.max_runtime_s = r.get("max_runtime_s")
+    job.attempts = int(r.get("attempts") or 0)
+    return job
 
 
 def gang_request(req: Request) -> Request:

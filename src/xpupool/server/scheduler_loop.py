@@ -18,14 +18,17 @@ import threading
 import time
 from collections import defaultdict
 
-from sqlalchemy import Connection, insert
+from sqlalchemy import Connection, insert, update
 
 from xpupool.engine.cycle.admission import Admitted
 from xpupool.engine.cycle.cycle import Place, Preempt, Wait
 from xpupool.model.errors import Unavailable
+from xpupool.server import job_lifecycle as lc
 from xpupool.server import schemas as s
 from xpupool.server.plane import ControlPlane, HeldJob, PendingJob, allocation_to_dict
+from xpupool.server.schemas import StopCause
 from xpupool.server.storage.jobs import allocations as t_allocs
+from xpupool.server.storage.jobs import jobs as t_jobs
 
 log = logging.getLogger("xpupool.scheduler")
 RETRIES_PER_TENANT = 16
@@ -51,7 +54,7 @@ def schedule_pass(plane: ControlPlane) -> int:
     for i in order:
         job = candidates[i]
         with plane.write() as conn:  # a failed write raises Unavailable with memory reloaded
-            if plane.pending.get(job.id) is not job or job.tried == plane.capacity_gen:
+            if plane.queued.get(job.id) is not job or job.tried == plane.capacity_gen:
                 continue
             if _try_admit(plane, conn, job):
                 placed += 1
@@ -72,7 +75,10 @@ def _candidates(plane: ControlPlane) -> tuple[list[PendingJob], bool]:
     some were left out."""
     fresh: list[PendingJob] = []
     again: dict[str, list[PendingJob]] = defaultdict(list)
-    for p in plane.pending.values():
+    now = plane.clock()
+    for p in plane.queued.values():
+        if p.not_before > now:
+            continue  # a retry waiting out its backoff (the periodic pass finds it later)
         if p.tried < 0:
             fresh.append(p)
         elif p.tried != plane.capacity_gen:
@@ -90,7 +96,7 @@ def _try_admit(plane: ControlPlane, conn: Connection, job: PendingJob) -> bool:
     """Carry out the cycle's decision for ``job``: record a placement, preempt, or note why not."""
     gen = plane.capacity_gen
     try:
-        decision = plane.cycle.decide(job, plane.held)
+        decision = plane.cycle.decide(job, plane.held_jobs)
     except Exception as exc:  # a request the engine rejects outright stays pending with the reason
         log.exception("job %d: admission failed", job.id)
         _still_pending(plane, conn, job, gen, f"cannot be scheduled: {exc}")
@@ -100,7 +106,9 @@ def _try_admit(plane: ControlPlane, conn: Connection, job: PendingJob) -> bool:
         return True
     job.waiting_on = set(decision.waiting_on) if isinstance(decision, Wait) else set()
     if isinstance(decision, Preempt):
-        _preempt(plane, conn, job, [plane.held[v.id] for v in decision.victims], decision.reclaim)
+        _preempt(
+            plane, conn, job, [plane.held_jobs[v.id] for v in decision.victims], decision.reclaim
+        )
     _still_pending(plane, conn, job, gen, decision.reason)
     return False
 
@@ -111,10 +119,6 @@ def _still_pending(
     job.tried = gen
     if reason != job.reason:
         job.reason = reason
-        from sqlalchemy import update
-
-        from xpupool.server.storage.jobs import jobs as t_jobs
-
         conn.execute(update(t_jobs).where(t_jobs.c.id == job.id).values(reason=reason))
 
 
@@ -122,15 +126,19 @@ def _record_placement(
     plane: ControlPlane, conn: Connection, job: PendingJob, outcome: Admitted
 ) -> None:
     allocs = list(outcome.placement.allocations)
-    plane.pending.pop(job.id, None)
-    plane.held[job.id] = HeldJob(
-        job.id,
-        job.tenant,
-        job.queue,
-        outcome.flavor,
-        job.priority,
-        s.JobState.SCHEDULED,
-        allocs,
+    plane.apply(conn, job.id, lc.Admit(f"queue {job.queue}, flavour {outcome.flavor}"))
+    plane.hold(
+        HeldJob(
+            job.id,
+            job.tenant,
+            job.queue,
+            outcome.flavor,
+            job.priority,
+            s.JobPhase.ADMITTED,
+            allocs,
+            max_runtime_s=job.max_runtime_s,
+            attempt=job.attempts,
+        )
     )
     conn.execute(
         insert(t_allocs),
@@ -147,39 +155,25 @@ def _record_placement(
             for a in allocs
         ],
     )
-    plane.set_state(
-        conn, job.id, s.JobState.ADMITTED, f"queue {job.queue}, flavour {outcome.flavor}"
-    )
     nodes = sorted({a.node for a in allocs})
-    plane.set_state(
-        conn, job.id, s.JobState.SCHEDULED, f"on {', '.join(nodes)}", flavor=outcome.flavor
-    )
+    plane.apply(conn, job.id, lc.Schedule(f"on {', '.join(nodes)}"), flavor=outcome.flavor)
     plane.notify("scheduled", plane.clock() - job.created_at)
 
 
 def _preempt(
     plane: ControlPlane, conn: Connection, by: PendingJob, victims: list[HeldJob], reclaim: bool
 ) -> None:
-    """Stop ``victims`` for ``by``: release at once what runs nowhere yet, else ask agents to stop."""
+    """Stop ``victims`` for ``by``: released at once what runs nowhere yet, else agents are asked
+    to stop them (the stop is stored first) and ``by`` waits for them."""
     for victim in victims:
         if reclaim:
             reason = f"preempted by job {by.id}: queue {by.queue} reclaims the quota it lent"
         else:
             reason = f"preempted by job {by.id} (priority {by.priority} > {victim.priority})"
-        if victim.may_run:
-            victim.stopping, victim.stop_reason = "preempt", reason
+        may_run = victim.may_run
+        plane.apply(conn, victim.id, lc.Stop(StopCause.PREEMPTED, reason))
+        if may_run:
             by.waiting_on.add(victim.id)
-            conn.execute(_reason_update(victim.id, f"stopping: {reason}"))
-        else:
-            plane.requeue(conn, victim, reason)
-
-
-def _reason_update(job_id: int, reason: str):  # type: ignore[no-untyped-def]
-    from sqlalchemy import update
-
-    from xpupool.server.storage.jobs import jobs as t_jobs
-
-    return update(t_jobs).where(t_jobs.c.id == job_id).values(reason=reason)
 
 
 class SchedulerThread(threading.Thread):

@@ -350,7 +350,10 @@ class Queue(Lenient):
 
 
 # ------------------------------------------------------------------------------ jobs
-class JobState(StrEnum):
+class JobPhase(StrEnum):
+    """Where a job is in its lifecycle (docs/jobs.md has the transition table). Only
+    ``server/job_lifecycle.py`` moves a job from one phase to another."""
+
     PENDING = "pending"
     ADMITTED = "admitted"
     SCHEDULED = "scheduled"
@@ -361,13 +364,43 @@ class JobState(StrEnum):
     LOST = "lost"
 
 
+JobState = JobPhase
+"""The name clients and older code use for :class:`JobPhase`."""
+
+
+class StopCause(StrEnum):
+    """Why a job's replicas are stopped (or were, before they ran). Stored with the job before
+    any process is signalled, so a stop survives a crash of the server."""
+
+    CANCELLED = "cancelled"  # the user asked
+    PREEMPTED = "preempted"  # a higher-priority job or a reclaiming queue needs its devices
+    NODE_LOST = "node_lost"  # its node stopped heartbeating
+    SET_ASIDE = "set_aside"  # the store's allocation could not be re-applied on start
+    MAX_RUNTIME = "max_runtime"  # it ran longer than its max_runtime_s
+    REPLICA_FAILED = "replica_failed"  # a replica exited non-zero: its siblings are stopped
+    UNRUNNABLE = "unrunnable"  # the server cannot start it (stored by an older release)
+
+
+class RetryCause(StrEnum):
+    """What a job may be run again after (``retry_on``)."""
+
+    NODE_LOST = "node_lost"
+    PREEMPTED = "preempted"
+    EXIT_NONZERO = "exit_nonzero"
+
+
+DEFAULT_RETRY_ON = (RetryCause.NODE_LOST, RetryCause.PREEMPTED)
+DEFAULT_BACKOFF_S = 10.0
+DEFAULT_BACKOFF_MAX_S = 600.0
+
+
 def _or_compact_string(schema: dict[str, Any]) -> None:
     """``request`` also takes the compact string; the schema says so beside the object."""
     schema["anyOf"].insert(1, {"type": "string", "maxLength": MAX_SPEC_CHARS})
 
 
-FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.LOST})
-HOLDING_STATES = frozenset({JobState.ADMITTED, JobState.SCHEDULED, JobState.RUNNING})
+FINAL_STATES = frozenset({JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.CANCELLED, JobPhase.LOST})
+HOLDING_STATES = frozenset({JobPhase.ADMITTED, JobPhase.SCHEDULED, JobPhase.RUNNING})
 
 
 class JobIn(Strict):
@@ -413,6 +446,35 @@ class JobIn(Strict):
     tenant: Name | None = Field(
         None, description="Admin only: submit on behalf of this tenant. Null = the token's tenant."
     )
+    max_retries: int | None = Field(
+        None,
+        ge=0,
+        le=10_000,
+        description="How often the job is run again after a cause in retry_on; null = no limit "
+        "(0 = never again).",
+    )
+    retry_on: list[RetryCause] | None = Field(
+        None,
+        max_length=3,
+        description="Causes after which the job runs again: node_lost, preempted, exit_nonzero; "
+        "null = node_lost and preempted; [] = none. node_lost needs on_node_lost 'requeue'.",
+    )
+    retry_backoff_s: float = Field(
+        DEFAULT_BACKOFF_S,
+        ge=0,
+        le=86_400,
+        description="Seconds before the first retry after a non-zero exit; doubles per retry.",
+    )
+    retry_backoff_max_s: float = Field(
+        DEFAULT_BACKOFF_MAX_S, ge=0, le=7 * 86_400, description="Cap of that wait, seconds."
+    )
+    max_runtime_s: float | None = Field(
+        None,
+        gt=0,
+        le=366 * 86_400,
+        description="Seconds a run may last before it is stopped and the job fails with cause "
+        "max_runtime; null = no limit.",
+    )
     _request_field: str = PrivateAttr("request")
 
     @field_validator("spec")
@@ -438,6 +500,18 @@ class JobIn(Strict):
         for key in self.env:
             if not key or "=" in key or "\0" in key:
                 raise ValueError(f"env: invalid variable name {key!r}")
+        if self.retry_on is not None and len(set(self.retry_on)) != len(self.retry_on):
+            raise field_error("names a cause twice", self.retry_on, "retry_on")
+        if self.on_node_lost == "fail" and RetryCause.NODE_LOST in (self.retry_on or ()):
+            raise field_error(
+                "node_lost cannot be retried when on_node_lost is 'fail'",
+                self.retry_on,
+                "retry_on",
+            )
+        if self.retry_backoff_max_s < self.retry_backoff_s:
+            raise field_error(
+                "must be at least retry_backoff_s", self.retry_backoff_max_s, "retry_backoff_max_s"
+            )
         return self
 
     @property
@@ -488,7 +562,17 @@ class Job(Lenient):
     flavor: str | None = None
     assignments: list[ReplicaAssignment] = Field(default_factory=list)
     exit_code: int | None = None
-    attempts: int = Field(0, description="How often it was requeued (preemption, lost node).")
+    attempts: int = Field(0, description="How often it was started (each run counts one).")
+    retries: int = Field(0, description="How often it was run again after a cause in retry_on.")
+    stop_cause: StopCause | None = Field(
+        None, description="Why its replicas are being (or were) stopped; null = not stopped."
+    )
+    max_retries: int | None = None
+    retry_on: list[RetryCause] = Field(default_factory=list)
+    max_runtime_s: float | None = None
+    not_before: float | None = Field(
+        None, description="Unix time before which a pending retry is not placed; null = now."
+    )
     created_at: float
     updated_at: float
     events: list[JobEvent] = Field(default_factory=list)
@@ -792,6 +876,11 @@ class Work(Lenient):
     env: dict[str, str] = Field(description="The job's env plus the device variables.")
     assignment: ReplicaAssignment
     tenant: str = Field(default="", description="The job's tenant; empty from an older server.")
+    attempt: int = Field(
+        default=1,
+        ge=1,
+        description="Which run of the job this is (1 = the first); 1 from an older server.",
+    )
     tenant_index: int | None = Field(
         default=None,
         ge=0,

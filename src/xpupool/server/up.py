@@ -12,7 +12,7 @@ import ipaddress
 import logging
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
@@ -20,6 +20,7 @@ from xpupool.engine.profile import DEFAULT_PROFILE, Profile
 from xpupool.server.admin_token import admin_token_path
 from xpupool.server.body_limit import DEFAULT_MAX_BODY
 from xpupool.server.plane import ControlPlane
+from xpupool.server.retention import Retention
 
 log = logging.getLogger("xpupool.server")
 
@@ -47,6 +48,9 @@ class UpConfig:
     max_body: int = DEFAULT_MAX_BODY  # bytes of a request body taken (server/body_limit.py)
     tls_cert: Path | None = None  # PEM certificate (chain) and key: serve HTTPS; None: HTTP
     tls_key: Path | None = None
+    retention: Retention = field(
+        default_factory=Retention
+    )  # finished jobs kept: --retain-jobs, --retain-count
 
 
 def open_plane(cfg: UpConfig) -> ControlPlane:
@@ -76,6 +80,7 @@ def open_plane(cfg: UpConfig) -> ControlPlane:
             heartbeat_s=cfg.heartbeat_s,
             lost_after_s=cfg.lost_after_s,
             max_log_bytes=parse_memory_mib("--log-cap", cfg.log_cap) << 20,
+            retention=cfg.retention,
         )
         plane.before_job_id = pool.reserve
         if cfg.rotate_admin_token:
@@ -112,7 +117,7 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
     token_file = admin_token_path(cfg.data)
     echo(f"admin token: {token_file} ({'mode 0600' if token_file.exists() else 'missing'})")
     echo(f"state: {plane.db.url.render_as_string(hide_password=True)}")
-    echo(f"nodes: {len(plane.nodes)}, devices: {plane.engine.state.n_devices}")
+    echo(f"nodes: {len(plane.node_records)}, devices: {plane.cluster_state.n_devices}")
     scheme = "https" if cfg.tls_cert is not None else "http"
     base = f"{scheme}://{cfg.host}:{cfg.port}"
     echo(f"API: {base}/v1  docs: {base}/docs")

@@ -135,3 +135,19 @@ def test_a_job_file_gives_the_request_as_the_compact_string(tmp_path: Path) -> N
     with pytest.raises(RequestError) as err:
         build_job((), None, str(job_file), {}, {})
     assert (err.value.field, err.value.value) == (f"{job_file}: request.devices.memory", "24Gx")
+
+
+def test_submit_takes_retries_and_a_max_runtime(tmp_path: Path) -> None:
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text("max_retries: 2\nretry_on: [exit_nonzero]\nmax_runtime_s: 120\n")
+    body = build_job((), ["./train"], str(job_file), {}, {})
+    assert body.max_retries == 2 and body.retry_on == [s.RetryCause.EXIT_NONZERO]
+    assert body.max_runtime_s == 120
+    result = CliRunner().invoke(
+        main, ["submit", "--max-runtime", "soon", "--url", "http://127.0.0.1:9", "--", "true"]
+    )
+    assert result.exit_code != 0 and "--max-runtime" in result.output
+    result = CliRunner().invoke(
+        main, ["submit", "--retry-on", "exit_zero", "--url", "http://127.0.0.1:9", "--", "true"]
+    )
+    assert result.exit_code != 0 and "retry_on" in result.output

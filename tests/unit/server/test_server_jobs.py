@@ -49,8 +49,9 @@ def test_events_pending_admitted_scheduled_running_succeeded(server: Server) -> 
     heartbeat(server, "n1", [report(j["id"], 0, "succeeded", 0)])
     got = job(server, j["id"], a)
     assert got["state"] == "succeeded" and got["exit_code"] == 0 and got["assignments"] == []
-    assert [e["state"] for e in got["events"]][3:] == ["running", "succeeded"]
-    assert [e["at"] for e in got["events"]][3:] == [t0 + 2, t0 + 7]
+    assert [e["state"] for e in got["events"]][3:] == ["scheduled", "running", "succeeded"]
+    assert got["events"][3]["reason"] == "attempt 1 handed to n1" and got["attempts"] == 1
+    assert [e["at"] for e in got["events"]][3:] == [t0 + 2, t0 + 2, t0 + 7]
     assert all(d["allocated_memory_mib"] == 0 and d["jobs"] == [] for d in devices(server))
 
 
@@ -62,7 +63,14 @@ def test_a_replica_that_ended_between_heartbeats_still_records_running(server: S
     server.schedule()
     heartbeat(server, "n1")
     heartbeat(server, "n1", [report(j["id"], 0, "succeeded", 0)])
-    assert states(server, j["id"]) == ["pending", "admitted", "scheduled", "running", "succeeded"]
+    assert states(server, j["id"]) == [
+        "pending",
+        "admitted",
+        "scheduled",
+        "scheduled",  # attempt 1 handed out
+        "running",
+        "succeeded",
+    ]
 
 
 def test_failed_replica_stops_the_others_then_fails_the_job(server: Server) -> None:

@@ -159,7 +159,7 @@ def test_priority_preempts_minimally_and_requeues_the_victims(server: Server) ->
     assert len(victims) == 2  # minimal: exactly the room asked for
     for v in victims:
         got = job(server, v)
-        assert got["attempts"] == 1
+        assert got["attempts"] == 0 and got["retries"] == 1  # never started; requeued once
         assert states(server, v) == ["pending", "admitted", "scheduled", "pending"]
         assert f"preempted by job {high['id']}" in got["events"][-1]["reason"]
     server.schedule()

@@ -25,7 +25,7 @@ def submit(body: s.JobIn, plane: Plane, me: User) -> s.Job:
 def list_jobs(
     plane: Plane,
     me: User,
-    state: s.JobState | None = None,
+    state: s.JobPhase | None = None,
     queue: Annotated[str | None, Query(max_length=63)] = None,
     tenant: Annotated[str | None, Query(max_length=63, description="Admin only")] = None,
     limit: Annotated[int, Query(ge=1, le=jobs.MAX_LIST)] = 100,

@@ -10,9 +10,11 @@ from typing import Any
 from sqlalchemy import Connection, select, update
 
 from xpupool.model.errors import NotFound, RequestError
+from xpupool.server import job_lifecycle as lc
 from xpupool.server import schemas as s
 from xpupool.server.auth import Principal
 from xpupool.server.plane import ControlPlane, HeldJob, NodeRecord
+from xpupool.server.schemas import StopCause
 from xpupool.server.services.jobs import assignment
 from xpupool.server.services.replica_env import distributed_env, node_address
 from xpupool.server.storage.fleet import nodes as t_nodes
@@ -29,7 +31,7 @@ def heartbeat(
     changes nothing; reports for replicas this node does not hold are ignored and recorded."""
     now = plane.clock()
     with plane.write() as conn:
-        rec = plane.nodes.get(body.node)
+        rec = plane.node(body.node)
         if rec is None:
             raise NotFound("node", body.node)
         _check_metrics(rec, body)
@@ -39,7 +41,7 @@ def heartbeat(
             rec.status = s.NodeStatus.READY
             conn.execute(update(t_nodes).where(t_nodes.c.name == body.node).values(status="ready"))
             if not rec.cordoned:
-                plane.engine.state.set_node_schedulable(body.node, True)
+                plane.set_schedulable(body.node, True)
                 plane.bump()
         for m in body.metrics:
             plane.metrics[m.uuid] = m
@@ -48,7 +50,8 @@ def heartbeat(
                 _apply_report(plane, conn, body.node, report)
             else:
                 plane.audit.report_ignored(conn, who, body.node, report.job_id, report.replica)
-        reply = _reply(plane, body.node)
+        reported = {(r.job_id, r.replica) for r in body.replicas}
+        reply = _reply(plane, conn, body.node, reported)
         # a process the server no longer gives this node (released while the agent started it,
         # or from before a restart) must not go on using devices that others may now hold
         given = {(w.job_id, w.replica) for w in reply.run} | set(reply.stop)
@@ -74,14 +77,14 @@ def _holds(plane: ControlPlane, node: str, r: s.ReplicaReport) -> bool:
     stale (released while the agent ran it, or from before a restart) or forged: it is ignored
     and recorded, rather than failing the heartbeat, so that one stale process cannot make a
     node look dead; the reply tells the agent to stop that process."""
-    job = plane.held.get(r.job_id)
+    job = plane.held_jobs.get(r.job_id)
     return job is not None and any(
         a.replica == r.replica and a.node == node for a in job.allocations
     )
 
 
 def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: s.ReplicaReport) -> None:
-    job = plane.held.get(r.job_id)
+    job = plane.held_jobs.get(r.job_id)
     if job is None or not any(a.replica == r.replica and a.node == node for a in job.allocations):
         return  # a replica the server no longer gives this node: the reply tells the agent to stop
     if r.state == "running" and r.memory_used_mib:
@@ -90,7 +93,7 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: s.Replica
         job.device_memory_used_mib.pop(r.replica, None)
     if job.replica_states.get(r.replica) == r.state:
         _limits(plane, conn, job, r)
-        if r.state == "running" and r.reason and job.state is s.JobState.RUNNING:
+        if r.state == "running" and r.reason and job.state is s.JobPhase.RUNNING:
             _flag(plane, conn, job.id, f"replica {r.replica}: {r.reason}")
         return
     job.replica_states[r.replica] = r.state
@@ -100,47 +103,27 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: s.Replica
         job.failures[r.replica] = r.reason
     replicas = {a.replica for a in job.allocations}
     states = [job.replica_states.get(i) for i in replicas]
-    if r.state != "stopped" and job.state is not s.JobState.RUNNING:
+    if r.state != "stopped" and job.state is not s.JobPhase.RUNNING:
         # a replica that ran and ended between two heartbeats was still running: record it
-        job.state = s.JobState.RUNNING
-        plane.set_state(conn, job.id, s.JobState.RUNNING, f"started on {node} (pid {r.pid})")
+        plane.apply(conn, job.id, lc.Start(f"started on {node} (pid {r.pid})"))
     _limits(plane, conn, job, r)
     finished = all(st in ("succeeded", "failed", "stopped") for st in states)
-    if r.state == "failed" and job.stopping is None and not finished:
-        job.stopping, job.stop_reason = "failed", _failure(job, r.replica)
+    if r.state == "failed" and job.stop is None and not finished:
+        plane.apply(conn, job.id, lc.Stop(StopCause.REPLICA_FAILED, _failure(job, r.replica)))
         return
     if not finished:
         return
-    if job.stopping == "preempt":
-        plane.requeue(conn, job, job.stop_reason)
-    elif job.stopping == "cancel":
-        plane.release_job(conn, job)
-        plane.set_state(conn, job.id, s.JobState.CANCELLED, job.stop_reason)
-    elif job.stopping == "lost":
-        pass  # handled by the lost-node path
-    else:
-        failed = [i for i in replicas if job.replica_states.get(i) != "succeeded"]
-        code = max((job.exit_codes.get(i, 0) for i in replicas), key=abs, default=0)
-        plane.release_job(conn, job)
-        if failed:
-            plane.set_state(
-                conn,
-                job.id,
-                s.JobState.FAILED,
-                job.stop_reason or _failure(job, failed[0], code),
-                exit_code=code,
-            )
-        else:
-            plane.set_state(
-                conn, job.id, s.JobState.SUCCEEDED, "all replicas exited 0", exit_code=0
-            )
+    failed = [i for i in replicas if job.replica_states.get(i) != "succeeded"]
+    code = max((job.exit_codes.get(i, 0) for i in replicas), key=abs, default=0)
+    reason = _failure(job, failed[0], code) if failed else "all replicas exited 0"
+    plane.apply(conn, job.id, lc.Ended(bool(failed), reason, code))
 
 
 def _limits(plane: ControlPlane, conn: Connection, job: HeldJob, r: s.ReplicaReport) -> None:
     """Which CPU/memory enforcement the replica runs under: one event per replica run."""
     if r.limits and job.limits.get(r.replica) != r.limits:
         job.limits[r.replica] = r.limits
-        plane.add_event(conn, job.id, s.JobState.RUNNING, f"replica {r.replica}: {r.limits}")
+        plane.apply(conn, job.id, lc.Note(f"replica {r.replica}: {r.limits}", sets_reason=False))
 
 
 def _failure(job: HeldJob, replica: int, code: int | None = None) -> str:
@@ -161,26 +144,39 @@ def _flag(plane: ControlPlane, conn: Connection, job_id: int, reason: str) -> No
     and an event, not again while the agent keeps reporting the same text."""
     current = conn.execute(select(t_jobs.c.reason).where(t_jobs.c.id == job_id)).scalar_one()
     if current != reason:
-        plane.set_state(conn, job_id, s.JobState.RUNNING, reason)
+        plane.apply(conn, job_id, lc.Note(reason))
 
 
-def _reply(plane: ControlPlane, node: str) -> s.HeartbeatReply:
+def _reply(
+    plane: ControlPlane, conn: Connection, node: str, reported: set[tuple[int, int]]
+) -> s.HeartbeatReply:
+    """What ``node`` must run and stop. ``reported``: the replicas its heartbeat reported; one
+    it ran before and reports no more was lost with its agent (a restart): run again, counted
+    as the next attempt."""
     run: list[s.Work] = []
     stop: list[tuple[int, int]] = []
     rows: dict[int, Any] = {}
-    held_here = [(job, a) for job in plane.held.values() for a in job.allocations if a.node == node]
+    held_here = [
+        (job, a) for job in plane.held_jobs.values() for a in job.allocations if a.node == node
+    ]
     if held_here:
         ids = sorted({job.id for job, _ in held_here})
-        with plane.db.connect() as conn:
-            for row in conn.execute(select(t_jobs).where(t_jobs.c.id.in_(ids))).mappings():
-                rows[row["id"]] = row
+        for row in conn.execute(select(t_jobs).where(t_jobs.c.id.in_(ids))).mappings():
+            rows[row["id"]] = row
     for job, alloc in held_here:
-        if job.stopping is not None:
+        if job.stop is not None:
             if job.replica_states.get(alloc.replica) not in ("succeeded", "failed", "stopped"):
                 stop.append((job.id, alloc.replica))
             continue
         if job.replica_states.get(alloc.replica) in ("succeeded", "failed", "stopped"):
             continue
+        gone = job.replica_states.get(alloc.replica) == "running" and (
+            (job.id, alloc.replica) not in reported
+        )
+        if gone:
+            del job.replica_states[alloc.replica]
+        if gone or not job.dispatched:
+            _dispatch(plane, conn, job, adopt=not gone)
         row = rows[job.id]
         job.handed.add(alloc.replica)
         run.append(
@@ -194,16 +190,46 @@ def _reply(plane: ControlPlane, node: str) -> s.HeartbeatReply:
                 assignment=assignment(plane, alloc),
                 tenant=job.tenant,
                 tenant_index=plane.tenant_index.get(job.tenant),
+                attempt=max(job.attempt, 1),
             )
         )
     return s.HeartbeatReply(run=run, stop=stop, heartbeat_s=plane.heartbeat_s)
+
+
+def _dispatch(plane: ControlPlane, conn: Connection, job: HeldJob, *, adopt: bool) -> None:
+    """A hand-out of ``job`` for a new run, counted: its first by this server, or again after
+    an agent lost a replica it ran. With ``adopt``, a run an agent already reports (one from
+    before a restart of the server) is taken as it is, not counted again. A run after the first
+    starts its replicas' logs with an attempt line, so that no line of an earlier run is shown
+    as this run's."""
+    nodes = ", ".join(sorted({a.node for a in job.allocations}))
+    running = "running" in job.replica_states.values()
+    if adopt and job.state is s.JobPhase.RUNNING and running:
+        job.dispatched = True
+        if job.attempt == 0:  # a run nobody counted (reported before it was handed out)
+            plane.apply(conn, job.id, lc.Dispatch(1, f"attempt 1 running on {nodes}"))
+        return
+    attempt = job.attempt + 1
+    plane.apply(conn, job.id, lc.Dispatch(attempt, f"attempt {attempt} handed to {nodes}"))
+    if attempt > 1:
+        with plane.file_writes():
+            for replica in sorted({a.replica for a in job.allocations}):
+                path = plane.log_path(job.id, replica)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with path.open("ab") as f:
+                    f.write(attempt_header(attempt))
+
+
+def attempt_header(attempt: int) -> bytes:
+    """The line a replica's log has before the output of the job's ``attempt``-th run."""
+    return f"[xpupool: attempt {attempt}]\n".encode()
 
 
 def _distributed(plane: ControlPlane, job: HeldJob, replica: int) -> dict[str, str]:
     addresses = {
         name: node_address(name, rec.node.labels, rec.source)
         for name in {a.node for a in job.allocations}
-        if (rec := plane.nodes.get(name)) is not None
+        if (rec := plane.node(name)) is not None
     }
     return distributed_env(job.id, job.allocations, replica, addresses)
 
@@ -213,7 +239,7 @@ def append_log(plane: ControlPlane, node: str, job_id: int, replica: int, chunk:
     server keeps at most ``plane.max_log_bytes`` of one replica's log: the chunk that crosses it
     is cut there and followed by one marker line, later chunks are dropped."""
     with plane.lock, plane.file_writes():  # a full or read-only disk: 503, said once
-        job = plane.held.get(job_id)
+        job = plane.held_jobs.get(job_id)
         if job is None or not any(a.node == node and a.replica == replica for a in job.allocations):
             raise NotFound("replica", f"{job_id}/{replica} on {node}")
         path = plane.log_path(job_id, replica)
@@ -243,31 +269,19 @@ def mark_lost_nodes(plane: ControlPlane) -> list[str]:
     lost: list[str] = []
     with plane.write() as conn:
         # a copy: requeueing the jobs of a node the admin deletes removes the node (a drain)
-        for name, rec in list(plane.nodes.items()):
+        for name, rec in list(plane.node_records.items()):
             if rec.source != "agent" or rec.status is s.NodeStatus.LOST:
                 continue
             if rec.last_heartbeat is not None and now - rec.last_heartbeat <= plane.lost_after_s:
                 continue
             rec.status = s.NodeStatus.LOST
             conn.execute(update(t_nodes).where(t_nodes.c.name == name).values(status="lost"))
-            plane.engine.state.set_node_schedulable(name, False)
+            plane.set_schedulable(name, False)
             lost.append(name)
             victims: list[HeldJob] = [
-                j for j in plane.held.values() if any(a.node == name for a in j.allocations)
+                j for j in plane.held_jobs.values() if any(a.node == name for a in j.allocations)
             ]
             for job in victims:
                 reason = f"node {name} lost (no heartbeat for {plane.lost_after_s:g} s)"
-                policy = conn.execute(
-                    select(t_jobs.c.on_node_lost).where(t_jobs.c.id == job.id)
-                ).scalar_one()
-                if job.stopping == "cancel":
-                    plane.release_job(conn, job)
-                    plane.set_state(
-                        conn, job.id, s.JobState.CANCELLED, f"{job.stop_reason}; {reason}"
-                    )
-                elif policy == "requeue" or job.stopping == "preempt":
-                    plane.requeue(conn, job, reason)
-                else:
-                    plane.release_job(conn, job)
-                    plane.set_state(conn, job.id, s.JobState.LOST, reason)
+                plane.apply(conn, job.id, lc.Lost(StopCause.NODE_LOST, reason))
     return lost

@@ -48,9 +48,12 @@ def register(
     )
     with plane.lock:
         _check_uuids_free(plane, body)
-        rec = plane.nodes.get(body.name)
+        rec = plane.node(body.name)
         held = [
-            (j.id, a) for j in plane.held.values() for a in j.allocations if a.node == node.name
+            (j.id, a)
+            for j in plane.held_jobs.values()
+            for a in j.allocations
+            if a.node == node.name
         ]
         step = plan(rec.node if rec is not None else None, node, held)
         if step.blocked and not body.drain:
@@ -74,7 +77,7 @@ def register(
             deleting_since=rec.deleting_since if rec is not None else None,  # the admin's stands
         )
         changed = rec is None or rec.node != fresh.node or rec.target != fresh.target
-        built = plane.build({**plane.nodes, node.name: fresh}) if changed else None
+        built = plane.build({**plane.node_records, node.name: fresh}) if changed else None
         if built is not None and built.problems:
             raise Conflict(
                 f"node {node.name}: {'; '.join(p.reason for p in built.problems)}. Nothing changed"
@@ -107,11 +110,11 @@ def register(
             else:
                 conn.execute(update(t_nodes).where(t_nodes.c.name == node.name).values(**values))
         # stored: now memory, still under the lock
-        plane.nodes[node.name] = fresh
+        plane.put_nodes({node.name: fresh})
         if built is not None:
             plane.install(built)
         elif rec is not None and rec.status is s.NodeStatus.LOST and not rec.cordoned:
-            plane.engine.state.set_node_schedulable(node.name, True)
+            plane.set_schedulable(node.name, True)
             plane.bump()
         if step.blocked:
             log.warning("node %s draining: %s", node.name, "; ".join(step.blocked))
@@ -122,7 +125,7 @@ def _check_uuids_free(plane: ControlPlane, body: s.NodeIn) -> None:
     """A device UUID names one device in the pool: another node's is refused (422)."""
     owner = {
         d.uuid: name
-        for name, rec in plane.nodes.items()
+        for name, rec in plane.node_records.items()
         if name != body.name
         for n in (rec.node, rec.target)
         if n is not None
@@ -142,15 +145,15 @@ def register_many(plane: ControlPlane, nodes: Iterable[Node], source: str) -> No
     file is the operator's declaration (docs/security.md). All or nothing, as :func:`register`."""
     now = plane.clock()
     with plane.lock:
-        known = bool(plane.nodes)
+        known = bool(plane.node_records)
         added = {
             node.name: NodeRecord(
                 node, source, s.NodeStatus.READY, not node.schedulable, set(), "", "", now
             )
             for node in nodes
-            if node.name not in plane.nodes
+            if node.name not in plane.node_records
         }
-        built = plane.build({**plane.nodes, **added})
+        built = plane.build({**plane.node_records, **added})
         with plane.write() as conn:
             for rec in added.values():
                 conn.execute(
@@ -170,7 +173,7 @@ def register_many(plane: ControlPlane, nodes: Iterable[Node], source: str) -> No
                         **node_values(rec),
                     )
                 )
-        plane.nodes.update(added)
+        plane.put_nodes(added)
         plane.install(built)
     if known and added:  # a node the admin deleted comes back from the file: say so
         log.warning(
@@ -181,7 +184,7 @@ def register_many(plane: ControlPlane, nodes: Iterable[Node], source: str) -> No
 
 
 def _record(plane: ControlPlane, name: str) -> NodeRecord:
-    rec = plane.nodes.get(name)
+    rec = plane.node(name)
     if rec is None:
         raise NotFound("node", name)
     return rec
@@ -190,7 +193,7 @@ def _record(plane: ControlPlane, name: str) -> NodeRecord:
 def node_view(plane: ControlPlane, name: str) -> s.Node:
     with plane.lock:
         rec = _record(plane, name)
-        st = plane.engine.state
+        st = plane.cluster_state
         i = st.node_index[name]
         slots = [st.uuid_slot[d.uuid] for d in rec.node.devices]
         free = int(
@@ -222,21 +225,23 @@ def node_view(plane: ControlPlane, name: str) -> s.Node:
 
 def list_nodes(plane: ControlPlane, site: str | None = None) -> list[s.Node]:
     with plane.lock:
-        names = sorted(n for n, r in plane.nodes.items() if site is None or r.node.site == site)
+        names = sorted(
+            n for n, r in plane.node_records.items() if site is None or r.node.site == site
+        )
         return [node_view(plane, n) for n in names]
 
 
 def list_devices(plane: ControlPlane, node: str | None = None) -> list[s.Device]:
     with plane.lock:
-        st = plane.engine.state
+        st = plane.cluster_state
         mem_commit, core_commit = st.dev_mem_commit.reshape(-1), st.dev_core_commit.reshape(-1)
         holders: dict[str, list[int]] = {}
-        for job in plane.held.values():
+        for job in plane.held_jobs.values():
             for alloc in job.allocations:
                 for share in alloc.devices:
                     holders.setdefault(share.uuid, []).append(job.id)
         out = []
-        names = [node] if node is not None else sorted(plane.nodes)
+        names = [node] if node is not None else sorted(plane.node_records)
         for name in names:
             rec = _record(plane, name)
             for d in rec.node.devices:
@@ -273,7 +278,7 @@ def list_devices(plane: ControlPlane, node: str | None = None) -> list[s.Device]
 
 
 def _canonical(plane: ControlPlane, vendor: str, model: str) -> str | None:
-    found = plane.engine.state.catalog.lookup(model, vendor)
+    found = plane.cluster_state.catalog.lookup(model, vendor)
     return None if found is None else found.name
 
 
@@ -283,7 +288,7 @@ def list_sites(plane: ControlPlane) -> list[s.Site]:
         for n in list_nodes(plane):
             by_site.setdefault(n.site, []).append(n)
         models: dict[str, Counter[str]] = {}
-        for rec in plane.nodes.values():
+        for rec in plane.node_records.values():
             c = models.setdefault(rec.node.site, Counter())
             for d in rec.node.devices:
                 c[_canonical(plane, d.vendor, d.model) or d.model] += 1
@@ -310,7 +315,8 @@ def cordon_node(plane: ControlPlane, name: str, cordoned: bool) -> s.Node:
 def cordon_device(plane: ControlPlane, uuid: str, cordoned: bool) -> s.Device:
     with plane.write() as conn:
         rec = next(
-            (r for r in plane.nodes.values() if any(d.uuid == uuid for d in r.node.devices)), None
+            (r for r in plane.node_records.values() if any(d.uuid == uuid for d in r.node.devices)),
+            None,
         )
         if rec is None:
             raise NotFound("device", uuid)

@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, select, update
 
 from xpupool.model.errors import NotGranted, OverLimit
+from xpupool.server import job_lifecycle as lc
 from xpupool.server import schemas as s
 from xpupool.server.plane import ControlPlane
 from xpupool.server.storage.jobs import jobs as t_jobs
@@ -65,7 +66,7 @@ def check_submission(
             f"tenant {tenant!r} may ask for at most {row.max_replicas_per_job} replicas per job "
             "(max_replicas_per_job, set by the admin)",
         )
-    jobs, pending_replicas = plane.pending.tally(tenant)
+    jobs, pending_replicas = plane.queued_tally(tenant)
     if jobs + 1 > row.max_pending_jobs:
         raise OverLimit(
             "tenant",
@@ -91,7 +92,7 @@ def cap_queued(plane: ControlPlane, conn: Connection, queue: str | None = None) 
         select(t_jobs.c.id, t_jobs.c.priority, t_queues.c.max_priority)
         .select_from(t_jobs.join(t_queues, t_jobs.c.queue == t_queues.c.name))
         .where(
-            t_jobs.c.state == s.JobState.PENDING.value,
+            t_jobs.c.state == s.JobPhase.PENDING.value,
             t_jobs.c.priority > t_queues.c.max_priority,
         )
     )
@@ -102,8 +103,8 @@ def cap_queued(plane: ControlPlane, conn: Connection, queue: str | None = None) 
         cap = int(row.max_priority)
         conn.execute(update(t_jobs).where(t_jobs.c.id == row.id).values(priority=cap))
         reason = f"priority {row.priority} lowered to its queue's max_priority {cap}"
-        plane.add_event(conn, row.id, s.JobState.PENDING, reason)
-        job = plane.pending.get(row.id)
+        plane.apply(conn, row.id, lc.Note(reason, sets_reason=False))
+        job = plane.queued.get(row.id)
         if job is not None:
             job.priority = cap
             job.request = replace(job.request, priority=cap)
@@ -114,5 +115,5 @@ def cap_queued(plane: ControlPlane, conn: Connection, queue: str | None = None) 
 
 def usage(plane: ControlPlane, tenant: str) -> dict[str, Any]:
     """The tenant's queued work now, as the ``Tenant`` view shows it."""
-    jobs, replicas = plane.pending.tally(tenant)
+    jobs, replicas = plane.queued_tally(tenant)
     return {"pending_jobs": jobs, "pending_replicas": replicas}

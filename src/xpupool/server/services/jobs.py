@@ -7,11 +7,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, insert, select
 
 from xpupool.model.errors import Conflict, NotFound, RequestError
 from xpupool.model.request import Request
 from xpupool.model.request_model import RequestModel, request_from_dict
+from xpupool.server import job_lifecycle as lc
 from xpupool.server import schemas as s
 from xpupool.server.auth import Principal
 from xpupool.server.plane import (
@@ -20,8 +21,10 @@ from xpupool.server.plane import (
     PendingJob,
     check_request_names,
     gang_request,
+    retry_policy,
 )
 from xpupool.server.request_names import check_names
+from xpupool.server.schemas import StopCause
 from xpupool.server.services import grants
 from xpupool.server.storage.jobs import job_events as t_events
 from xpupool.server.storage.jobs import jobs as t_jobs
@@ -87,12 +90,13 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
         plane.before_job_id(job_id)  # recorded beside the store first: never handed out twice
         name = body.name or f"job-{job_id}"
         req = replace(req, name=name)
+        submitted = lc.transition(None, lc.Submit())
         row = {
             "id": job_id,
             "name": name,
             "tenant": tenant,
             "queue": queue,
-            "state": s.JobState.PENDING.value,
+            "state": submitted.phase.value,
             "reason": waiting,
             "priority": priority,
             "request": RequestModel.from_request(req).dump(),
@@ -103,17 +107,25 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
             "flavor": None,
             "exit_code": None,
             "attempts": 0,
+            "retries": 0,
+            "max_retries": body.max_retries,
+            "retry_on": None if body.retry_on is None else [c.value for c in body.retry_on],
+            "backoff_s": body.retry_backoff_s,
+            "backoff_max_s": body.retry_backoff_max_s,
+            "max_runtime_s": body.max_runtime_s,
             "created_at": now,
             "updated_at": now,
         }
         conn.execute(INSERT_JOB, row)
-        event = {"job_id": job_id, "at": now, "state": s.JobState.PENDING.value}
-        conn.execute(INSERT_EVENT, {**event, "reason": "submitted"})
+        event = {"job_id": job_id, "at": now, "state": submitted.phase.value}
+        conn.execute(INSERT_EVENT, {**event, "reason": submitted.reason})
         plane.next_job_id = job_id + 1
-        plane.pending[job_id] = PendingJob(job_id, tenant, queue, priority, gang_request(req), now)
+        pending = PendingJob(job_id, tenant, queue, priority, gang_request(req), now)
+        pending.max_runtime_s = body.max_runtime_s
+        plane.queue_job(pending)
     plane.wake.set()
     job = view(plane, row)
-    job.events = [s.JobEvent(at=now, state=s.JobState.PENDING, reason="submitted")]
+    job.events = [s.JobEvent(at=now, state=submitted.phase, reason=submitted.reason)]
     return job
 
 
@@ -138,7 +150,7 @@ def _check_what_to_run(body: s.JobIn) -> None:
 def _check_runtime_somewhere(plane: ControlPlane, image: str | None) -> None:
     """An image job waits for a node with a container runtime; when no node has one it would wait
     forever, so it is refused now, with the reason. Call under the plane's lock."""
-    if not any(rec.node.container_runtime for rec in plane.nodes.values()):
+    if not any(rec.node.container_runtime for rec in plane.node_records.values()):
         raise RequestError(
             "image",
             image,
@@ -170,7 +182,7 @@ def list_jobs(
     plane: ControlPlane,
     me: Principal,
     *,
-    state: s.JobState | None = None,
+    state: s.JobPhase | None = None,
     queue: str | None = None,
     tenant: str | None = None,
     limit: int = 100,
@@ -193,7 +205,7 @@ def view(plane: ControlPlane, row: Any) -> s.Job:
     """The API form of a job row, with its live assignment when it holds devices."""
     assignments: list[s.ReplicaAssignment] = []
     with plane.lock:
-        held = plane.held.get(row["id"])
+        held = plane.held_jobs.get(row["id"])
         if held is not None:
             assignments = [assignment(plane, a) for a in held.allocations]
     shown = readable  # a lone surrogate an older release stored would make the reply fail
@@ -202,7 +214,7 @@ def view(plane: ControlPlane, row: Any) -> s.Job:
         name=shown(row["name"]),
         tenant=row["tenant"],
         queue=row["queue"],
-        state=s.JobState(row["state"]),
+        state=s.JobPhase(row["state"]),
         reason=shown(row["reason"]),
         priority=row["priority"],
         request=shown(row["request"]),
@@ -214,13 +226,19 @@ def view(plane: ControlPlane, row: Any) -> s.Job:
         assignments=assignments,
         exit_code=row["exit_code"],
         attempts=row["attempts"],
+        retries=row["retries"] or 0,
+        stop_cause=row.get("stop_cause"),
+        max_retries=row["max_retries"],
+        retry_on=sorted(retry_policy(row).retry_on),
+        max_runtime_s=row["max_runtime_s"],
+        not_before=row.get("not_before"),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
     )
 
 
 def assignment(plane: ControlPlane, alloc: Any) -> s.ReplicaAssignment:
-    rec = plane.nodes.get(alloc.node)
+    rec = plane.node(alloc.node)
     by_uuid = {d.uuid: d for d in rec.node.devices} if rec else {}
     devices = []
     for share in alloc.devices:
@@ -248,27 +266,15 @@ def assignment(plane: ControlPlane, alloc: Any) -> s.ReplicaAssignment:
 
 def cancel(plane: ControlPlane, me: Principal, job_id: int) -> s.Job:
     """Pending or placed-but-not-started jobs are cancelled at once; running ones are stopped by
-    their agent first and cancelled when their processes are gone (their devices stay held)."""
+    their agent first and cancelled when their processes are gone (their devices stay held).
+    The stop is stored before the answer: a server that crashes meanwhile stops the job when it
+    is back, and never runs it again."""
     with plane.write() as conn:
         row = _row(conn, me, job_id)
-        state = s.JobState(row["state"])
-        if state in s.FINAL_STATES:
-            raise Conflict(f"job {job_id} is already {state.value}")
-        if state is s.JobState.PENDING:
-            plane.pending.pop(job_id, None)
-            plane.set_state(conn, job_id, s.JobState.CANCELLED, "cancelled by user")
-        else:
-            held = plane.held[job_id]
-            if held.may_run:
-                held.stopping, held.stop_reason = "cancel", "cancelled by user"
-                conn.execute(
-                    update(t_jobs)
-                    .where(t_jobs.c.id == job_id)
-                    .values(reason="stopping: cancelled by user")
-                )
-            else:
-                plane.release_job(conn, held)
-                plane.set_state(conn, job_id, s.JobState.CANCELLED, "cancelled by user")
+        phase = s.JobPhase(row["state"])
+        if phase in s.FINAL_STATES:
+            raise Conflict(f"job {job_id} is already {phase.value}")
+        plane.apply(conn, job_id, lc.Stop(StopCause.CANCELLED, "cancelled by user"))
     return get(plane, me, job_id)
 
 

@@ -29,11 +29,14 @@ def delete_node(plane: ControlPlane, name: str, drain: bool) -> s.NodeDeletion:
     for an unknown node, Conflict (nothing changed) when allocations hold it and not ``drain``;
     a store that cannot be written raises Unavailable, and memory stays as it was."""
     with plane.lock:
-        rec = plane.nodes.get(name)
+        rec = plane.node(name)
         if rec is None:
             raise NotFound("node", name)
         held = sorted(
-            (a.id, job.id) for job in plane.held.values() for a in job.allocations if a.node == name
+            (a.id, job.id)
+            for job in plane.held_jobs.values()
+            for a in job.allocations
+            if a.node == name
         )
         holders = [f"allocation {alloc_id} (job {job_id})" for alloc_id, job_id in held]
         if holders and not drain:
@@ -44,7 +47,7 @@ def delete_node(plane: ControlPlane, name: str, drain: bool) -> s.NodeDeletion:
             )
         if holders:
             return _drain(plane, rec, holders)
-        built = plane.build({n: r for n, r in plane.nodes.items() if n != name})
+        built = plane.build({n: r for n, r in plane.node_records.items() if n != name})
         if built.problems:  # nothing is held there: another node's trouble, not this deletion's
             raise Conflict(
                 f"node {name}: {'; '.join(p.reason for p in built.problems)}. Nothing changed"

@@ -69,7 +69,7 @@ def _check(plane: ControlPlane, who: Principal, node: str, action: str) -> bool:
             f"this credential is bound to no node yet; it may not {action} node {node!r} "
             "before it registers or heartbeats as its own node"
         )
-    rec = plane.nodes.get(node)
+    rec = plane.node(node)
     if rec is not None and rec.source == "cluster":
         raise _cluster_refusal(node)
     with plane.db.connect() as conn:
@@ -125,7 +125,7 @@ def register(plane: ControlPlane, who: Principal, body: s.NodeIn) -> s.Registere
     with plane.lock:
         who = _fresh(plane, who)
         bind = _check(plane, who, body.name, "register")
-        rec = plane.nodes.get(body.name)
+        rec = plane.node(body.name)
         cluster = rec is not None and rec.source == "cluster"
         if cluster and not who.is_admin:
             raise _cluster_refusal(body.name)
@@ -146,7 +146,7 @@ def _may_exchange(plane: ControlPlane, conn: Connection, who: Principal, name: s
         raise Forbidden("this bootstrap token is spent or revoked")
     if row.node is not None and row.node != name:
         raise Forbidden(f"this bootstrap token registers node {row.node!r} only, not {name!r}")
-    if name in plane.nodes:
+    if name in plane.node_records:
         raise Forbidden(
             f"node {name!r} is already registered: a bootstrap token registers a new node only "
             f"(the admin issues a token for it: token issue --agent --node {name})"

@@ -17,15 +17,17 @@ import logging
 
 from sqlalchemy import select
 
+from xpupool.server import job_lifecycle as lc
 from xpupool.server import schemas as s
 from xpupool.server.plane import ControlPlane
+from xpupool.server.schemas import StopCause
 from xpupool.server.services import grants
 from xpupool.server.storage.jobs import jobs as t_jobs
 from xpupool.server.wire_values import first_unsafe
 
 log = logging.getLogger("xpupool.server")
 
-_WAITING = (s.JobState.PENDING, *sorted(s.HOLDING_STATES))
+_WAITING = (s.JobPhase.PENDING, *sorted(s.HOLDING_STATES))
 
 
 def settle_stored_jobs(plane: ControlPlane) -> None:
@@ -43,19 +45,14 @@ def settle_stored_jobs(plane: ControlPlane) -> None:
                 continue
             path, _, problem = found
             reason = f"cannot be run: {path} {problem} (stored by an older release); resubmit"
-            plane.pending.pop(row.id, None)
-            held = plane.held.get(row.id)
-            if held is not None:
-                plane.release_job(conn, held)
-            plane.set_state(conn, row.id, s.JobState.FAILED, reason)
+            plane.apply(conn, row.id, lc.Stop(StopCause.UNRUNNABLE, reason))
             log.warning("job %d: %s", row.id, reason)
-        for job_id, pending in list(plane.pending.items()):
+        for job_id, pending in list(plane.queued.items()):
             policy = pending.request.node_policy
             if policy is None or policy in plane.engine.profiles:
                 continue
             reason = f"unknown placement profile {policy!r} (not loaded by this start); resubmit"
-            plane.pending.pop(job_id, None)
-            plane.set_state(conn, job_id, s.JobState.FAILED, reason)
+            plane.apply(conn, job_id, lc.Stop(StopCause.UNRUNNABLE, reason))
             log.warning("job %d: %s", job_id, reason)
         for job_id in grants.cap_queued(plane, conn):
             log.warning("job %d: priority lowered to its queue's max_priority", job_id)

@@ -266,8 +266,8 @@ def _queue_view(plane: ControlPlane, name: str, max_priority: int) -> s.Queue:
         )
         for q in spec.quotas
     ]
-    pending = sum(1 for p in plane.pending.values() if p.queue == name)
-    running = sum(1 for h in plane.held.values() if h.queue == name)
+    pending = sum(1 for p in plane.queued.values() if p.queue == name)
+    running = sum(1 for h in plane.held_jobs.values() if h.queue == name)
     return s.Queue(
         name=name,
         tenant=spec.tenant,

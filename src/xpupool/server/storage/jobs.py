@@ -28,7 +28,17 @@ jobs = Table(
     Column("on_node_lost", String(10), nullable=False),
     Column("flavor", String(63), nullable=True),
     Column("exit_code", Integer, nullable=True),
-    Column("attempts", Integer, nullable=False, default=0),
+    Column("attempts", Integer, nullable=False, default=0),  # runs started
+    # the lifecycle (server/job_lifecycle.py): why its replicas are stopped, retries used, limits
+    Column("stop_cause", String(16), nullable=True),
+    Column("retries", Integer, nullable=False, default=0, server_default="0"),
+    Column("max_retries", Integer, nullable=True),
+    Column("retry_on", JSON, nullable=True),  # null = the default causes
+    Column("backoff_s", Float, nullable=True),
+    Column("backoff_max_s", Float, nullable=True),
+    Column("max_runtime_s", Float, nullable=True),
+    Column("not_before", Float, nullable=True),  # a pending retry waits until then
+    Column("started_at", Float, nullable=True),  # the current run's start (max_runtime_s)
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
     Index("ix_jobs_state", "state"),

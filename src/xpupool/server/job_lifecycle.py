@@ -1,0 +1,256 @@
+"""The job lifecycle: explicit phases and stop causes, and the one function that moves a job.
+
+Every path that changes a job (submission, admission and placement, an agent's report, cancel,
+preemption, a lost node, an allocation set aside on start, a stored job the server cannot run,
+a run past its time limit, the end of a run) describes what happened as an event and asks
+:func:`transition` what follows. The function is pure: it sees the job's status and the event and
+returns an :class:`Outcome` (the new phase, the stop cause, whether to release the job's devices,
+requeue it, count a retry, wait before placing it again) or refuses the move with
+:class:`IllegalTransition`. ``ControlPlane.apply`` is its only caller that stores: it writes the
+outcome and the event row in the caller's transaction, then acts on memory; agents are told to
+stop processes only by the heartbeat replies that read the stored cause, so a stop acknowledged
+to a user survives a crash of the server. Further causes (a lease that expired, a replica adopted
+after a restart) are further events and rows of this table (docs/jobs.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from xpupool.model.errors import Conflict
+from xpupool.server.schemas import (
+    DEFAULT_BACKOFF_MAX_S,
+    DEFAULT_BACKOFF_S,
+    DEFAULT_RETRY_ON,
+    FINAL_STATES,
+    HOLDING_STATES,
+    JobPhase,
+    RetryCause,
+    StopCause,
+)
+
+P = JobPhase
+
+
+class IllegalTransition(Conflict):
+    """``event`` cannot happen to a job in ``phase`` (409); nothing was changed."""
+
+    def __init__(self, phase: JobPhase | None, event: Event) -> None:
+        self.phase, self.event = phase, event
+        where = "a job not stored yet" if phase is None else f"a {phase.value} job"
+        super().__init__(f"{type(event).__name__.lower()} is not possible for {where}")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """When a job runs again: after a cause in ``retry_on``, at most ``max_retries`` times
+    (None: no limit); a retry after a non-zero exit waits ``backoff_s``, doubled per retry used,
+    at most ``backoff_max_s`` (a node lost or a preemption is not the job's fault: no wait)."""
+
+    retry_on: frozenset[RetryCause] = frozenset(DEFAULT_RETRY_ON)
+    max_retries: int | None = None
+    backoff_s: float = DEFAULT_BACKOFF_S
+    backoff_max_s: float = DEFAULT_BACKOFF_MAX_S
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    """What the transition needs to know of a job. ``stop``: its replicas are being stopped for
+    that cause (``stop_reason`` says more); ``may_run``: an agent may have started a process, so
+    a stop must wait for the agent's report that it is gone."""
+
+    phase: JobPhase
+    stop: StopCause | None = None
+    stop_reason: str = ""
+    may_run: bool = False
+    retries: int = 0
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+
+
+# ---------------------------------------------------------------------------------- events
+@dataclass(frozen=True, slots=True)
+class Submit:
+    """A new job is stored: -> pending."""
+
+    reason: str = "submitted"
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    """Its queue admitted it (quota charged): pending -> admitted."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """Every replica has its devices: admitted -> scheduled."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    """Its replicas are handed to agents for a new run (the ``attempt``-th): counted, the phase
+    stays. Not while it is being stopped."""
+
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """An agent reports a replica's process: admitted or scheduled -> running."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """Something worth an event that changes no phase (limits applied, over its memory, a
+    priority lowered); ``sets_reason``: it also becomes the job's reason."""
+
+    reason: str
+    sets_reason: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Stop the job for ``cause``: at once when nothing of it can be running, else its replicas
+    are stopped first (the cause is stored; :class:`Ended` finishes it)."""
+
+    cause: StopCause
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """Every replica is over (the agents reported each one). ``failed``: some replica did not
+    exit 0; ``reason``/``exit_code``: what the run ended with."""
+
+    failed: bool
+    reason: str
+    exit_code: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """Its devices are gone with their node (``NODE_LOST``) or could not be restored on start
+    (``SET_ASIDE``): nothing of it runs on them any more."""
+
+    cause: StopCause
+    reason: str
+
+
+Event = Submit | Admit | Schedule | Dispatch | Start | Note | Stop | Ended | Lost
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What follows an event. ``changed`` False: nothing to store (a second stop for a job being
+    stopped). ``release``: give its allocations back now; ``requeue``: back to its queue, one
+    retry counted when ``retried``, not placed for ``backoff_s`` seconds. ``attempt``: a run
+    counted (``Dispatch``)."""
+
+    phase: JobPhase
+    reason: str
+    stop: StopCause | None = None
+    release: bool = False
+    requeue: bool = False
+    retried: bool = False
+    backoff_s: float = 0.0
+    exit_code: int | None = None
+    attempt: int | None = None
+    sets_reason: bool = True
+    changed: bool = True
+
+
+# ---------------------------------------------------------------------------------- the function
+def transition(job: JobStatus | None, event: Event) -> Outcome:
+    """What ``event`` does to ``job`` (None: a job not stored yet). Raises
+    :class:`IllegalTransition` for a move the lifecycle does not have: anything after a final
+    phase, a placement of a job not pending, a start of one not placed, a retry cause on a
+    pending job."""
+    if job is None:
+        if isinstance(event, Submit):
+            return Outcome(P.PENDING, event.reason)
+        raise IllegalTransition(None, event)
+    phase = job.phase
+    if phase in FINAL_STATES or isinstance(event, Submit):
+        raise IllegalTransition(phase, event)
+    if isinstance(event, Admit) and phase is P.PENDING:
+        return Outcome(P.ADMITTED, event.reason)
+    if isinstance(event, Schedule) and phase is P.ADMITTED:
+        return Outcome(P.SCHEDULED, event.reason)
+    if isinstance(event, Dispatch) and phase in HOLDING_STATES and job.stop is None:
+        return Outcome(phase, event.reason, attempt=event.attempt, sets_reason=False)
+    if isinstance(event, Start) and phase in (P.ADMITTED, P.SCHEDULED):
+        return Outcome(P.RUNNING, event.reason, stop=job.stop)
+    if isinstance(event, Note):
+        return Outcome(phase, event.reason, stop=job.stop, sets_reason=event.sets_reason)
+    if isinstance(event, Stop):
+        return _stop(job, event)
+    if isinstance(event, Ended) and phase in HOLDING_STATES:
+        if job.stop is not None:
+            return _finish(job, job.stop, job.stop_reason or event.reason, event.exit_code)
+        if event.failed:
+            return _finish(job, StopCause.REPLICA_FAILED, event.reason, event.exit_code)
+        return Outcome(P.SUCCEEDED, event.reason, release=True, exit_code=event.exit_code)
+    if isinstance(event, Lost) and phase in HOLDING_STATES:
+        if job.stop is not None and job.stop not in (StopCause.NODE_LOST, StopCause.SET_ASIDE):
+            return _finish(job, job.stop, f"{job.stop_reason}; {event.reason}")
+        return _finish(job, event.cause, event.reason)
+    raise IllegalTransition(phase, event)
+
+
+def _stop(job: JobStatus, event: Stop) -> Outcome:
+    cause = event.cause
+    if job.phase is P.PENDING:
+        if cause not in (StopCause.CANCELLED, StopCause.UNRUNNABLE):
+            raise IllegalTransition(job.phase, event)
+        return _finish(job, cause, event.reason)
+    if job.stop is not None:
+        if cause is StopCause.CANCELLED and job.stop is not StopCause.CANCELLED:
+            # the user's word wins: a victim being stopped for preemption ends cancelled
+            return Outcome(job.phase, f"stopping: {event.reason}", stop=cause)
+        return Outcome(job.phase, job.stop_reason, stop=job.stop, changed=False)
+    if not job.may_run or cause is StopCause.UNRUNNABLE:
+        return _finish(job, cause, event.reason)  # nothing of it can be running
+    return Outcome(job.phase, f"stopping: {event.reason}", stop=cause)
+
+
+_RETRIED_AS: dict[StopCause, RetryCause] = {
+    StopCause.PREEMPTED: RetryCause.PREEMPTED,
+    StopCause.NODE_LOST: RetryCause.NODE_LOST,
+    StopCause.SET_ASIDE: RetryCause.NODE_LOST,
+    StopCause.REPLICA_FAILED: RetryCause.EXIT_NONZERO,
+}
+_ENDS_AS: dict[StopCause, JobPhase] = {
+    StopCause.CANCELLED: P.CANCELLED,
+    StopCause.PREEMPTED: P.FAILED,
+    StopCause.NODE_LOST: P.LOST,
+    StopCause.SET_ASIDE: P.LOST,
+    StopCause.MAX_RUNTIME: P.FAILED,
+    StopCause.REPLICA_FAILED: P.FAILED,
+    StopCause.UNRUNNABLE: P.FAILED,
+}
+
+
+def _finish(job: JobStatus, cause: StopCause, reason: str, exit_code: int | None = None) -> Outcome:
+    """Nothing of the job runs any more (or ever did): run it again if its policy retries
+    ``cause`` and retries are left, else its final phase."""
+    held = job.phase is not P.PENDING
+    retry = _RETRIED_AS.get(cause)
+    policy = job.policy
+    if held and retry is not None and retry in policy.retry_on:
+        if policy.max_retries is None or job.retries < policy.max_retries:
+            wait = 0.0
+            if retry is RetryCause.EXIT_NONZERO:
+                wait = min(policy.backoff_max_s, policy.backoff_s * 2.0**job.retries)
+                reason = f"{reason}; retry {job.retries + 1} in {wait:g} s"
+            return Outcome(
+                P.PENDING, reason, release=True, requeue=True, retried=True, backoff_s=wait
+            )
+        reason = f"{reason}; no retries left (max_retries {policy.max_retries})"
+    code = exit_code if cause is StopCause.REPLICA_FAILED else None
+    return Outcome(_ENDS_AS[cause], reason, stop=cause, release=held, exit_code=code)
