@@ -14,6 +14,8 @@ def accelerators(plane: ControlPlane) -> list[s.Accelerator]:
     """Every catalog model with its device count in the pool (all registered nodes: cordoned and
     lost ones still belong to it), then the models the pool prints that the catalog lacks."""
     with plane.lock:
-        pool = [(d.vendor, d.model) for rec in plane.nodes.values() for d in rec.node.devices]
-        catalog = plane.engine.state.catalog
+        pool = [
+            (d.vendor, d.model) for rec in plane.node_records.values() for d in rec.node.devices
+        ]
+        catalog = plane.cluster_state.catalog
     return [s.Accelerator.model_validate(asdict(row)) for row in list_accelerators(catalog, pool)]
