@@ -1,5 +1,5 @@
 """Retries, backoff, max runtime and retention on the in-process plane (the clock moved by hand);
-the same with real processes is in tests/integration/test_job_limits.py."""
+the same with real processes is in tests/integration/test_job_limits_real_processes.py."""
 
 from __future__ import annotations
 
