@@ -17,8 +17,22 @@ import numpy as np
 from xpupool.engine.context import Context
 from xpupool.engine.eligibility import Eligibility
 from xpupool.engine.fragmentation.measure import TargetWorkload
+from xpupool.engine.plugin_args import PluginArgs
 from xpupool.engine.state import FloatArray, IntArray
 from xpupool.model.request import Request
+
+__all__ = [
+    "MAX_SCORE",
+    "MIN_SCORE",
+    "Describing",
+    "DevicePicker",
+    "Observer",
+    "PluginArgs",
+    "PostScorer",
+    "Scorer",
+    "ScorerEnv",
+    "squash",
+]
 
 MIN_SCORE = 0.0
 MAX_SCORE = 100.0
@@ -31,13 +45,6 @@ def squash(raw: FloatArray, middle: float, scale: float) -> FloatArray:
     z = np.clip((raw - middle) / scale, -700.0, 700.0)  # exp stays finite and positive
     result: FloatArray = MAX_SCORE / (1.0 + np.exp(-z))
     return result
-
-
-@dataclass(frozen=True, slots=True)
-class PluginArgs:
-    """Base of a plugin's arguments (a profile's ``pluginConfig``): a frozen dataclass whose fields
-    are bool, int or float, each with a default, so that a profile file sets only what it changes
-    and an unknown or mistyped argument is refused when the profile loads."""
 
 
 @dataclass(frozen=True, slots=True)

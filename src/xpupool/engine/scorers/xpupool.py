@@ -75,6 +75,7 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 
 from xpupool.engine.context import Context
+from xpupool.engine.fragmentation.after import AfterPlacement
 from xpupool.engine.fragmentation.cache import FragmentationCache
 from xpupool.engine.fragmentation.lookahead import CANDIDATES, SHAPES, Lookahead
 from xpupool.engine.fragmentation.measure import IndexArray, TargetWorkload
@@ -201,7 +202,8 @@ class Xpupool(Fgd):
         """The unbounded score (see the module docstring), before the squash: for reports and
         tests that reason in its points."""
         state = ctx.state
-        before, cached, candidates, stale = self._fragmentation(ctx)
+        seen = self.after.evaluate(ctx)
+        before, cached, candidates, stale = seen.before, seen.after, seen.candidates, seen.stale
         scores = np.zeros(state.n_nodes, np.float64)
         if not candidates.size:
             return scores
@@ -318,7 +320,7 @@ class Xpupool(Fgd):
             self._cpu_per_compute = cpu_per_compute(workload)
             self._prices = share_prices(workload)
             self.frag = FragmentationCache(state, self.frag.pipeline, workload, capped)
-            self._cache.clear()
+            self.after = AfterPlacement(self.frag)
             if self._lookahead is not None:
                 self._lookahead = Lookahead(self.frag, self.args.shapes)
 
