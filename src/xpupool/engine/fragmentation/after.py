@@ -40,9 +40,6 @@ class Cached:
 
     frag_after: FloatArray
     version: IntArray
-    # A scorer's score derived from ``frag_after`` and the node's state: recomputed, like
-    # ``frag_after``, only where the node changed (``Fragmentation.stale``).
-    score: FloatArray | None = None
 
 
 @dataclass(frozen=True, slots=True)
