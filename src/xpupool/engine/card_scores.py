@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -24,6 +25,7 @@ from xpupool.engine.scorers.base import CardScorer, Scorer
 from xpupool.engine.state import ClusterState, FloatArray, IntArray
 
 Weighted = tuple[tuple[Scorer, float], ...]
+POSITIONS_BOUND = 64
 
 
 @dataclass(slots=True)
@@ -50,31 +52,37 @@ class CardScores:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self.kept: Lru[tuple[Hashable, ...], _Kept] = Lru(cache_bound(state))
+        # Which of a profile's scorers rate cards, by its weighted scorers (a protocol check
+        # costs microseconds; a request would pay it per scorer): one entry per profile in use.
+        self.positions: Lru[Weighted, tuple[int, ...]] = Lru(POSITIONS_BOUND)
 
     def choose(self, ctx: Context, scorers: Weighted, candidates: IntArray) -> CardChoice | None:
         """The cards a one-card replica would take on ``candidates`` (set in ``ctx.cards``) and
         their sums; None when no scorer rates cards for this request."""
         if ctx.k != 1 or not candidates.size:
             return None
+        positions = self.positions.get(scorers)
+        if positions is None:
+            positions = self.positions.put(
+                scorers, tuple(i for i, (s, _) in enumerate(scorers) if isinstance(s, CardScorer))
+            )
         stable: list[int] = []
         keys: list[Hashable] = []
         rest: list[int] = []
-        for i, (scorer, _) in enumerate(scorers):
-            if isinstance(scorer, CardScorer):
-                key = scorer.card_key(ctx)
-                if key is None:
-                    rest.append(i)
-                else:
-                    stable.append(i)
-                    keys.append(key)
+        for i in positions:
+            key = cast(CardScorer, scorers[i][0]).card_key(ctx)
+            if key is None:
+                rest.append(i)
+            else:
+                stable.append(i)
+                keys.append(key)
         if not stable and not rest:
             return None
         total = self._stable(ctx, scorers, stable, tuple(keys), candidates) if stable else None
         used = set(stable)
         for i in rest:
             scorer, weight = scorers[i]
-            assert isinstance(scorer, CardScorer)
-            part = scorer.card_scores(ctx, candidates)
+            part = cast(CardScorer, scorer).card_scores(ctx, candidates)
             if part is not None:
                 used.add(i)
                 total = part * weight if total is None else total + part * weight
@@ -109,8 +117,7 @@ class CardScores:
         if stale.size:
             total: FloatArray | None = None
             for scorer, weight in parts:
-                assert isinstance(scorer, CardScorer)
-                part = scorer.card_scores(ctx, stale)
+                part = cast(CardScorer, scorer).card_scores(ctx, stale)
                 assert part is not None, f"{scorer.name} gave a card key but no card scores"
                 total = part * weight if total is None else total + part * weight
             assert total is not None

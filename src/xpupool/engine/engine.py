@@ -8,6 +8,7 @@ rolls every replica back; without it each replica stands alone and failures are 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -82,6 +83,7 @@ class Engine:
         self._weighted_cache: dict[str, tuple[tuple[Scorer, float], ...]] = {}
         self._observers: dict[str, tuple[Observer, ...]] = {}
         self._post: dict[str, tuple[PostScorer, ...]] = {}
+        self._pickers: dict[str, DevicePicker | None] = {}
         self._next_id = 1
 
     # ------------------------------------------------------------------ public
@@ -264,9 +266,13 @@ class Engine:
                     self.pipeline.card_scores.choose(ctx, scorers, np.asarray([node]))
                 if ctx.cards is not None:
                     return [int(ctx.cards[node])]
-            pickers = [(s, w) for s, w in scorers if isinstance(s, DevicePicker)]
-            if pickers:
-                columns = max(pickers, key=lambda sw: sw[1])[0].pick(ctx, node)
+            if profile.name not in self._pickers:
+                pickers = [(s, w) for s, w in scorers if isinstance(s, DevicePicker)]
+                heaviest = max(pickers, key=lambda sw: sw[1])[0] if pickers else None
+                self._pickers[profile.name] = cast(DevicePicker | None, heaviest)
+            picker = self._pickers[profile.name]
+            if picker is not None:
+                columns = picker.pick(ctx, node)
                 if columns is not None:
                     return columns
         return pick_devices(ctx, node, ctx.req.device_policy or profile.device_policy)
