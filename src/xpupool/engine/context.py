@@ -21,7 +21,9 @@ class Context:
     narrows the devices beyond the request's own selectors, for callers such as admission.
     ``filters_off`` names the filters the request's profile turns off (``registry.filter_chain``).
     ``cycle`` is what plugins keep for this replica attempt, by plugin name (kube's CycleState): a
-    scorer's working data for its post-score step, say; it dies with the context."""
+    scorer's working data for its post-score step, say; it dies with the context. ``cards`` is
+    ``[N]`` the card the profile's card scorers chose per node for a one-card replica (-1 where
+    none), once the pipeline has combined their scores."""
 
     req: Request
     state: ClusterState
@@ -35,3 +37,4 @@ class Context:
     within: BoolArray | None = None  # [N, W] devices the caller allows (a quota flavour), or all
     filters_off: frozenset[str] = frozenset()
     cycle: dict[str, object] = field(default_factory=dict)
+    cards: IntArray | None = None

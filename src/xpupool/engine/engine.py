@@ -8,6 +8,7 @@ rolls every replica back; without it each replica stands alone and failures are 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -15,11 +16,13 @@ from xpupool.engine.context import Context
 from xpupool.engine.device_pick import pick_devices
 from xpupool.engine.fragmentation.measure import ShapeTable, TargetWorkload
 from xpupool.engine.fragmentation.stranded import Stranded, stranded_capacity
+from xpupool.engine.fragmentation.workload_model import NAME as WORKLOAD
+from xpupool.engine.fragmentation.workload_model import WorkloadArgs, WorkloadModel
 from xpupool.engine.gang_bound import gang_refusal
 from xpupool.engine.pipeline import Pipeline
 from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile
 from xpupool.engine.reasons import Unschedulable
-from xpupool.engine.registry import SCORERS
+from xpupool.engine.registry import POST_SCORERS, SCORERS, WORKLOAD_PLUGINS
 from xpupool.engine.scorers.base import (
     Describing,
     DevicePicker,
@@ -85,7 +88,9 @@ class Engine:
         self.profile = self._profile(profile.name if isinstance(profile, Profile) else profile)
         self.pipeline = Pipeline(state)
         self.pipeline.filters_off = self._filters_off
-        self._scorers: dict[tuple[str, PluginArgs | None], Scorer] = {}
+        self._scorers: dict[tuple[str, PluginArgs | None, PluginArgs | None], Scorer] = {}
+        self._post_plugins: dict[tuple[str, PluginArgs | None, PluginArgs | None], PostScorer] = {}
+        self._models: dict[PluginArgs | None, WorkloadModel] = {}
         self._weighted_cache: dict[str, _Scoring] = {}
         self._observers: dict[str, tuple[Observer, ...]] = {}
         self._post: dict[str, tuple[PostScorer, ...]] = {}
@@ -101,7 +106,8 @@ class Engine:
         ``within`` (``[N, W]``) restricts the devices further, e.g. to an admitted quota flavour;
         a refusal then counts nodes whose devices lie outside it (``Reason.OUTSIDE_ASSIGNMENT``).
         Inside ``txn`` (a what-if) the placement commits into it and goes when it rolls back.
-        The profile's observers (``scorers/base.py`` :class:`Observer`) are told the outcome,
+        The profile's observers (``scorers/base.py`` :class:`Observer`: its scorers that learn
+        and the shared workload model its plugins build on) are told the outcome once each,
         except of a what-if: a trial placement is not a request to learn from.
         """
         profile = self._profile(req.node_policy) if req.node_policy else self.profile
@@ -111,8 +117,10 @@ class Engine:
         observers = self._observers.get(profile.name)
         if observers is None:
             weighted = self._weighted(profile)
-            observers = tuple(s for s, _ in weighted if isinstance(s, Observer))
-            self._observers[profile.name] = observers
+            learners: list[Observer] = [s for s, _ in weighted if isinstance(s, Observer)]
+            if profile.uses_workload_model:
+                learners.append(self._model(profile))
+            observers = self._observers[profile.name] = tuple(learners)
         for observer in observers:
             observer.observe(req, placement.ok)
         return placement
@@ -165,10 +173,9 @@ class Engine:
         ctx = self.pipeline.context(req)
         ctx.filters_off = profile.disabled_filters
         self.pipeline.filter(ctx)
-        total = np.zeros(self.state.n_nodes, np.float64)
-        for scorer, weight in self._weighted(profile, req):
-            total += weight * scorer.score(ctx)
-        return ctx.node_fit, total
+        candidates = np.flatnonzero(ctx.node_fit)
+        total = self.pipeline.weighted(ctx, self._weighted(profile, req), candidates)
+        return ctx.node_fit, np.zeros(self.state.n_nodes) if total is None else total
 
     def release(self, alloc: Allocation | int) -> Allocation:
         """Give back exactly what an allocation took (by object or id). Raises Conflict if unknown."""
@@ -177,14 +184,13 @@ class Engine:
     def stranded(self) -> Stranded | None:
         """Idle device capacity that no shape of the target workload can use now, per node
         (``fragmentation.stranded_capacity``): the workload a scorer keeps (given, or learned from
-        the requests by xpupool), else the one given to the engine; None when there is none yet.
-        For fronts that have no workload of their own (the server's metrics)."""
+        the requests by xpupool's workload model), else the one given to the engine; None when
+        there is none yet. For fronts that have no workload of their own (the server's metrics)."""
         table: ShapeTable | None = None
-        for scorer in self._scorers.values():
-            if isinstance(scorer, Fgd):
-                scorer.frag.current()  # its table rebuilt after an inventory change
-                table = scorer.frag.table
-                break
+        kept = [s.frag for s in self._scorers.values() if isinstance(s, Fgd)]
+        for frag in [*kept, *(m.frag for m in self._models.values())][:1]:
+            frag.current()  # its table rebuilt after an inventory change
+            table = frag.table
         if table is None and self.workload is not None:
             table = ShapeTable(self.state, self.pipeline, self.workload)
         if table is None or table.weights.size == 0:
@@ -193,8 +199,9 @@ class Engine:
 
     def notes(self) -> list[str]:
         """What the scorers built so far use and chose for themselves (xpupool's resolution, its
-        lookahead and where its workload came from), for reports."""
-        return [s.describe() for s in self._scorers.values() if isinstance(s, Describing)]
+        lookahead and where its workload came from, told by its workload model), for reports."""
+        notes = [s.describe() for s in self._scorers.values() if isinstance(s, Describing)]
+        return notes + [m.describe() for m in self._models.values()]
 
     def restore(self, alloc: Allocation) -> None:
         """Re-apply an allocation recorded earlier (a server restarting from its store)."""
@@ -233,7 +240,7 @@ class Engine:
         s, req = self.state, ctx.req
         shares: tuple[DeviceShare, ...] = ()
         if ctx.k:
-            columns = self._pick(ctx, node, profile)
+            columns = self._pick(ctx, node, profile, self._weighted(profile))
             shares = tuple(
                 DeviceShare(
                     uuid=s.slot_uuid[node * s.width + col],
@@ -259,25 +266,29 @@ class Engine:
         self._next_id += 1
         return alloc
 
-    def _pick(self, ctx: Context, node: int, profile: Profile) -> list[int]:
-        """The request's device policy if it names one; else the heaviest scorer's own choice
-        when it makes one (FGD picks the GPU it scored); else the profile's device policy."""
-        if ctx.req.device_policy is None:
-            picker = self._picker(profile)
+    def _pick(
+        self, ctx: Context, node: int, profile: Profile, scorers: tuple[tuple[Scorer, float], ...]
+    ) -> list[int]:
+        """The request's device policy if it names one; else, for a one-card replica, the card the
+        profile's card scorers chose (``card_scores.py``); else the choice of the heaviest scorer
+        that picks devices, when it makes one (FGD picks the GPU it scored); else the profile's
+        device policy."""
+        if ctx.req.device_policy is None and scorers:
+            if ctx.k == 1:
+                if ctx.cards is None:  # one node fitted: nothing was scored, the card matters
+                    self.pipeline.card_scores.choose(ctx, scorers, np.asarray([node]))
+                if ctx.cards is not None:
+                    return [int(ctx.cards[node])]
+            if profile.name not in self._pickers:
+                pickers = [(s, w) for s, w in scorers if isinstance(s, DevicePicker)]
+                heaviest = max(pickers, key=lambda sw: sw[1])[0] if pickers else None
+                self._pickers[profile.name] = cast(DevicePicker | None, heaviest)
+            picker = self._pickers[profile.name]
             if picker is not None:
                 columns = picker.pick(ctx, node)
                 if columns is not None:
                     return columns
         return pick_devices(ctx, node, ctx.req.device_policy or profile.device_policy)
-
-    def _picker(self, profile: Profile) -> DevicePicker | None:
-        """The profile's heaviest scorer when it picks devices itself (looked up once per
-        profile: a runtime protocol check costs more than the pick)."""
-        if profile.name not in self._pickers:
-            scorers = self._weighted(profile)
-            heaviest = max(scorers, key=lambda sw: sw[1])[0] if scorers else None
-            self._pickers[profile.name] = heaviest if isinstance(heaviest, DevicePicker) else None
-        return self._pickers[profile.name]
 
     def _profile(self, name: str) -> Profile:
         try:
@@ -288,13 +299,19 @@ class Engine:
             ) from None
 
     def _post_steps(self, profile: Profile) -> tuple[PostScorer, ...]:
-        """The profile's scorers that declare a post-score step, in the profile's order."""
+        """The profile's scorers that declare a post-score step, in the profile's order, then
+        its post-score plugins, in theirs."""
         found = self._post.get(profile.name)
         if found is None:
             weighted = self._weighted(profile)
-            found = self._post[profile.name] = tuple(
-                s for s, _ in weighted if isinstance(s, PostScorer)
-            )
+            steps: list[PostScorer] = [s for s, _ in weighted if isinstance(s, PostScorer)]
+            for name in profile.post:
+                key = self._plugin_key(profile, name)
+                step = self._post_plugins.get(key)
+                if step is None:
+                    step = self._post_plugins[key] = POST_SCORERS[name](self._env(profile, name))
+                steps.append(step)
+            found = self._post[profile.name] = tuple(steps)
         return found
 
     def _filters_off(self, req: Request) -> frozenset[str]:
@@ -313,11 +330,10 @@ class Engine:
         if found is None:
             out = []
             for name, weight in profile.scorers:
-                args = profile.args_of(name)
-                scorer = self._scorers.get((name, args))
+                key = self._plugin_key(profile, name)
+                scorer = self._scorers.get(key)
                 if scorer is None:
-                    env = ScorerEnv(self.seed, self.pipeline, self.workload, args)
-                    scorer = self._scorers[(name, args)] = SCORERS[name](env)
+                    scorer = self._scorers[key] = SCORERS[name](self._env(profile, name))
                 out.append((scorer, weight))
             prefs = tuple(s for s, _ in out if isinstance(s, Preference))
             plain = tuple((s, w) for s, w in out if not isinstance(s, Preference))
@@ -325,3 +341,30 @@ class Engine:
         if req is not None and found.preferences and any(p.wanted(req) for p in found.preferences):
             return found.preferring
         return found.plain
+
+    @staticmethod
+    def _plugin_key(
+        profile: Profile, name: str
+    ) -> tuple[str, PluginArgs | None, PluginArgs | None]:
+        """One plugin object per name, arguments and, for those built on it, workload model."""
+        shared = profile.args_of(WORKLOAD) if name in WORKLOAD_PLUGINS else None
+        return (name, profile.args_of(name), shared)
+
+    def _env(self, profile: Profile, name: str) -> ScorerEnv:
+        return ScorerEnv(
+            self.seed,
+            self.pipeline,
+            self.workload,
+            profile.args_of(name),
+            (lambda: self._model(profile)) if name in WORKLOAD_PLUGINS else None,
+        )
+
+    def _model(self, profile: Profile) -> WorkloadModel:
+        """The engine's workload model for ``profile``'s arguments of it (one per arguments)."""
+        args = profile.args_of(WORKLOAD)
+        found = self._models.get(args)
+        if found is None:
+            shared = args if isinstance(args, WorkloadArgs) else WorkloadArgs()
+            found = WorkloadModel(self.state, self.pipeline, self.workload, shared)
+            self._models[args] = found
+        return found

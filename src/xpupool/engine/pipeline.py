@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from xpupool.engine.card_scores import CardScores
 from xpupool.engine.context import Context
 from xpupool.engine.device_fit import DeviceFitCache, count_per_node
 from xpupool.engine.filters.base import Stage
@@ -48,6 +49,7 @@ class Pipeline:
         self.static_blame_cache: Lru[tuple[object, ...], tuple[_Blame, BoolArray]] = Lru(
             STATIC_BLAME_BOUND
         )
+        self.card_scores = CardScores(state)
         # The filters a request's profile turns off; the engine installs its profiles' answer.
         self.filters_off: Callable[[Request], frozenset[str]] = lambda req: frozenset()
 
@@ -137,10 +139,7 @@ class Pipeline:
         candidates = np.flatnonzero(ctx.node_fit)
         if candidates.size <= 1:
             return int(candidates[0]) if candidates.size else -1
-        total: FloatArray | None = None
-        for scorer, weight in scorers:
-            part = scorer.score(ctx)
-            total = part * weight if total is None else total + part * weight
+        total = self.weighted(ctx, scorers, candidates)
         if total is not None:
             for step in post:
                 node = step.post_score(ctx, candidates, total)
@@ -151,6 +150,25 @@ class Pipeline:
             if candidates.size == 1:
                 return int(candidates[0])
         return int(candidates[np.argmin(self.state.rank[candidates])])
+
+    def weighted(
+        self, ctx: Context, scorers: tuple[tuple[Scorer, float], ...], candidates: IntArray
+    ) -> FloatArray | None:
+        """``[N]`` the weighted sum of the scorers on ``candidates`` (None without scorers): for a
+        one-card replica, each node's best card by the card scorers' sum (``card_scores.py``,
+        which sets ``ctx.cards``) plus the other scorers' node scores."""
+        cards = self.card_scores.choose(ctx, scorers, candidates)
+        total: FloatArray | None = None
+        for i, (scorer, weight) in enumerate(scorers):
+            if cards is not None and i in cards.used:
+                continue
+            part = scorer.score(ctx)
+            total = part * weight if total is None else total + part * weight
+        if cards is not None:
+            if total is None:
+                total = np.zeros(self.state.n_nodes, np.float64)
+            total[candidates] = cards.best + total[candidates]
+        return total
 
     # ------------------------------------------------------------------ explaining
     def explain(self, ctx: Context) -> Unschedulable:

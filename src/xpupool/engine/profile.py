@@ -1,5 +1,5 @@
-"""Profiles: which filters run, which scorers rate nodes with what weights and arguments, and how
-devices are picked in the node.
+"""Profiles: which filters run, which scorers rate nodes with what weights and arguments, which
+post-score steps may choose among the best, and how devices are picked in the node.
 
 A cluster has a default profile; a request may name another (``node_policy``) and override the
 device policy. Everything is checked when the profile is made, not when it is first used: unknown
@@ -13,9 +13,18 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from xpupool.engine.registry import CAPACITY_FILTERS, FILTERS, SCORER_ARGS, SCORERS
+from xpupool.engine.registry import (
+    CAPACITY_FILTERS,
+    FILTERS,
+    PLUGIN_ARGS,
+    POST_SCORERS,
+    SCORERS,
+    WORKLOAD_PLUGINS,
+)
 from xpupool.engine.scorers.base import PluginArgs
+from xpupool.engine.scorers.xpupool import FragmentationArgs
 from xpupool.model.errors import RequestError
 from xpupool.model.request import DevicePolicy
 
@@ -23,26 +32,49 @@ from xpupool.model.request import DevicePolicy
 @dataclass(frozen=True, slots=True)
 class Profile:
     """``scorers`` are (name, weight) pairs; the node score is their weighted sum.
-    ``disabled_filters`` names the registry filters that do not run; ``args`` gives, per scorer
-    that takes arguments, those it runs with (absent: the plugin's defaults)."""
+    ``disabled_filters`` names the registry filters that do not run; ``args`` gives, per plugin
+    that takes arguments, those it runs with (absent: the plugin's defaults); ``post`` names the
+    post-score plugins (``registry.POST_SCORERS``), in the order they run."""
 
     name: str
     scorers: tuple[tuple[str, float], ...]
     device_policy: DevicePolicy = DevicePolicy.BINPACK
     disabled_filters: frozenset[str] = frozenset()
     args: tuple[tuple[str, PluginArgs], ...] = ()
+    post: tuple[str, ...] = ()
 
-    def args_of(self, scorer: str) -> PluginArgs | None:
-        """The arguments ``scorer`` runs with in this profile (None: its defaults)."""
+    def args_of(self, plugin: str) -> PluginArgs | None:
+        """The arguments ``plugin`` runs with in this profile (None: its defaults)."""
         for name, args in self.args:
-            if name == scorer:
+            if name == plugin:
                 return args
         return None
 
+    @property
+    def uses_workload_model(self) -> bool:
+        """Does a plugin of this profile build on the engine's shared workload model?"""
+        names = {name for name, _ in self.scorers} | set(self.post)
+        return not names.isdisjoint(WORKLOAD_PLUGINS)
+
 
 def check_scorer(name: object, field: str) -> str:
+    if isinstance(name, str) and name not in SCORERS and name in BUILTIN_PROFILES:
+        scorers = ", ".join(s for s, _ in BUILTIN_PROFILES[name].scorers)
+        raise RequestError(
+            field,
+            name,
+            f"a built-in profile, not a scorer (its scorers: {scorers}); use base: {name}",
+        )
     if not isinstance(name, str) or name not in SCORERS:
         raise RequestError(field, name, f"unknown scorer; known: {', '.join(SCORERS)}")
+    return name
+
+
+def check_post(name: object, field: str) -> str:
+    if not isinstance(name, str) or name not in POST_SCORERS:
+        raise RequestError(
+            field, name, f"unknown post-score plugin; known: {', '.join(POST_SCORERS)}"
+        )
     return name
 
 
@@ -76,10 +108,10 @@ def check_device_policy(policy: object, field: str) -> DevicePolicy:
         raise RequestError(field, policy, "must be 'binpack' or 'spread'") from None
 
 
-def check_args(scorer: str, args: PluginArgs, field: str) -> PluginArgs:
-    default = SCORER_ARGS.get(scorer)
+def check_args(plugin: str, args: PluginArgs, field: str) -> PluginArgs:
+    default = PLUGIN_ARGS.get(plugin)
     if default is None:
-        raise RequestError(field, scorer, "this plugin takes no arguments")
+        raise RequestError(field, plugin, "this plugin takes no arguments")
     if type(args) is not type(default):
         raise RequestError(field, args, f"expected {type(default).__name__}")
     return args
@@ -92,9 +124,10 @@ def make_profile(
     *,
     disabled_filters: Iterable[str] = (),
     args: Mapping[str, PluginArgs] | None = None,
+    post: Iterable[str] = (),
 ) -> Profile:
     """Validate and build a profile; errors name ``profile.scorers.<name>``,
-    ``profile.disabled_filters``, ``profile.args.<name>`` or the policy field."""
+    ``profile.disabled_filters``, ``profile.args.<name>``, ``profile.post`` or the policy field."""
     for scorer, weight in scorers.items():
         check_scorer(scorer, f"profile.scorers.{scorer}")
         check_weight(weight, f"profile.scorers.{scorer}", zero_ok=True)
@@ -105,19 +138,32 @@ def make_profile(
         (scorer, check_args(scorer, a, f"profile.args.{scorer}"))
         for scorer, a in (args or {}).items()
     )
-    return Profile(name, kept, policy, off, plugin_args)
+    steps = tuple(check_post(p, "profile.post") for p in post)
+    return Profile(name, kept, policy, off, plugin_args, steps)
 
 
 # A request's stated preference (``prefer-site``) outranks the policy in the built-in profiles:
-# 100 x 100 points exceed what all their other scorers together (weights summing to at most 11,
-# each score in 0..100) can tell two nodes apart by. It counts only for requests that state one
-# (``scorers/base.py`` Preference), so it changes nothing for the others.
+# 100 x 100 points exceed what all their other scorers together can tell two nodes apart by (at most
+# 11 x 100 for the plain ones; xpupool's weighted sum spans about 840). It counts only for requests
+# that state one (``scorers/base.py`` Preference), so it changes nothing for the others.
 PREFERENCE_WEIGHT = 100.0
 
 
-def _builtin(name: str, scorers: Mapping[str, float], device_policy: str) -> Profile:
-    return make_profile(name, {**scorers, "site": PREFERENCE_WEIGHT}, device_policy)
+def _builtin(name: str, scorers: Mapping[str, float], device_policy: str, **more: Any) -> Profile:
+    return make_profile(name, {**scorers, "site": PREFERENCE_WEIGHT}, device_policy, **more)
 
+
+# xpupool's scorers and the weights that undo their bounded scores' scales, so that the sum keeps
+# the policy's points: a card of packing loss 100, the fullest-card term at most 0.01, a thousandth
+# of displaced demand 0.025 (6.4 = 0.025 * 256), the spare-CPU term at most 0.5. In this order:
+# the sum is formed in it.
+XPUPOOL_SCORERS: dict[str, float] = {
+    "fragmentation": 1.0,
+    "packing": 1.0,
+    "fullest-card": 0.0001,
+    "contention": 6.4,
+    "spare-cpu": 0.005,
+}
 
 BUILTIN_PROFILES: dict[str, Profile] = {
     "binpack": _builtin("binpack", {"binpack": 1, "topology": 1}, "binpack"),
@@ -131,10 +177,16 @@ BUILTIN_PROFILES: dict[str, Profile] = {
     "dotprod": _builtin("dotprod", {"dotprod": 1}, "binpack"),
     "gpupacking": _builtin("gpupacking", {"gpupacking": 1}, "binpack"),
     "gpuclustering": _builtin("gpuclustering", {"gpuclustering": 1}, "binpack"),
-    # xpupool's own (docs/placement-policy.md): the engine's default.
-    "xpupool": _builtin("xpupool", {"xpupool": 1}, "binpack"),
+    # xpupool's own (docs/placement-policy.md, engine/scorers/xpupool/): the engine's default.
+    "xpupool": _builtin("xpupool", XPUPOOL_SCORERS, "binpack", post=("lookahead",)),
     # ... at FGD's resolution for one-card replicas, or without the lookahead (for comparison).
-    "xpupool-fine": _builtin("xpupool-fine", {"xpupool-fine": 1}, "binpack"),
-    "xpupool-greedy": _builtin("xpupool-greedy", {"xpupool-greedy": 1}, "binpack"),
+    "xpupool-fine": _builtin(
+        "xpupool-fine",
+        {k: v for k, v in XPUPOOL_SCORERS.items() if k not in ("packing", "fullest-card")},
+        "binpack",
+        args={"fragmentation": FragmentationArgs(steps=100)},
+        post=("lookahead",),
+    ),
+    "xpupool-greedy": _builtin("xpupool-greedy", XPUPOOL_SCORERS, "binpack"),
 }
 DEFAULT_PROFILE = "xpupool"

@@ -19,15 +19,17 @@ from pathlib import Path
 
 import yaml
 
+from xpupool.engine.fragmentation.workload_model import NAME as WORKLOAD
 from xpupool.engine.profile import (
     BUILTIN_PROFILES,
     Profile,
     check_device_policy,
     check_filter_off,
+    check_post,
     check_scorer,
     check_weight,
 )
-from xpupool.engine.registry import FILTERS, SCORER_ARGS
+from xpupool.engine.registry import FILTERS, PLUGIN_ARGS, WORKLOAD_PLUGINS
 from xpupool.engine.scorers.base import PluginArgs
 from xpupool.model.errors import RequestError
 from xpupool.model.request import DevicePolicy
@@ -37,7 +39,7 @@ KIND = "SchedulerConfiguration"
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 _TOP = frozenset({"apiVersion", "kind", "profiles"})
 _PROFILE = frozenset({"name", "base", "devicePolicy", "plugins", "pluginConfig"})
-_PLUGINS = frozenset({"filter", "score"})
+_PLUGINS = frozenset({"filter", "score", "postScore"})
 _SET = frozenset({"enabled", "disabled"})
 
 
@@ -102,8 +104,12 @@ def _profile(data: object, at: str, known: Mapping[str, Profile]) -> Profile:
     plugins = _mapping(raw.get("plugins", {}), f"{at}.plugins", _PLUGINS)
     disabled = _filters(plugins.get("filter"), f"{at}.plugins.filter", base)
     scorers = _scorers(plugins.get("score"), f"{at}.plugins.score", base)
-    args = _plugin_config(raw.get("pluginConfig"), f"{at}.pluginConfig", scorers, base)
-    return Profile(name, tuple(scorers.items()), policy, disabled, args)
+    post = _post(plugins.get("postScore"), f"{at}.plugins.postScore", base)
+    names = {*scorers, *post}
+    if not names.isdisjoint(WORKLOAD_PLUGINS):
+        names.add(WORKLOAD)  # the shared model its plugins build on takes arguments too
+    args = _plugin_config(raw.get("pluginConfig"), f"{at}.pluginConfig", names, base)
+    return Profile(name, tuple(scorers.items()), policy, disabled, args, post)
 
 
 def _filters(data: object, at: str, base: Profile | None) -> frozenset[str]:
@@ -146,23 +152,46 @@ def _scorers(data: object, at: str, base: Profile | None) -> dict[str, float]:
     return scorers
 
 
+def _post(data: object, at: str, base: Profile | None) -> tuple[str, ...]:
+    """Post-score plugins, in order: the base's, minus ``disabled`` (``*`` for all), plus
+    ``enabled`` (appended)."""
+    post = list(base.post) if base else []
+    if data is None:
+        return tuple(post)
+    raw = _mapping(data, at, _SET)
+    for i, name in _names(raw.get("disabled"), f"{at}.disabled", star=True):
+        if name == "*":
+            post.clear()
+        elif check_post(name, f"{at}.disabled[{i}].name") in post:
+            post.remove(name)
+    for i, name in _names(raw.get("enabled"), f"{at}.enabled"):
+        if check_post(name, f"{at}.enabled[{i}].name") in post:
+            raise RequestError(f"{at}.enabled[{i}].name", name, "post-score plugin enabled twice")
+        post.append(name)
+    return tuple(post)
+
+
 def _plugin_config(
-    data: object, at: str, scorers: Mapping[str, float], base: Profile | None
+    data: object, at: str, plugins: set[str], base: Profile | None
 ) -> tuple[tuple[str, PluginArgs], ...]:
-    """Each enabled scorer's arguments: the base's (or the plugin's defaults), with the fields
-    ``pluginConfig`` sets replaced; only scorers of this profile that take arguments."""
-    args = {k: v for k, v in (base.args if base else ()) if k in scorers}
+    """Each enabled plugin's arguments: the base's (or the plugin's defaults), with the fields
+    ``pluginConfig`` sets replaced; only plugins of this profile that take arguments (its
+    scorers, its post-score plugins, and the workload model when one of them builds on it)."""
+    args = {k: v for k, v in (base.args if base else ()) if k in plugins}
     seen: set[str] = set()
     for i, item in enumerate(_list(data if data is not None else [], at)):
         entry = _mapping(item, f"{at}[{i}]", frozenset({"name", "args"}))
         name = entry.get("name")
-        if name not in scorers:
-            raise RequestError(f"{at}[{i}].name", name, "not a scorer enabled in this profile")
+        if name not in plugins:
+            known = ", ".join(sorted(plugins)) or "none"
+            raise RequestError(
+                f"{at}[{i}].name", name, f"not a plugin of this profile; its plugins: {known}"
+            )
         assert isinstance(name, str)
         if name in seen:
             raise RequestError(f"{at}[{i}].name", name, "configured twice")
         seen.add(name)
-        default = SCORER_ARGS.get(name)
+        default = PLUGIN_ARGS.get(name)
         if default is None:
             raise RequestError(f"{at}[{i}].name", name, "this plugin takes no arguments")
         args[name] = parse_args(args.get(name, default), entry.get("args", {}), f"{at}[{i}].args")

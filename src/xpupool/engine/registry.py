@@ -1,4 +1,5 @@
-"""Every plugin in one place: the ordered filter chain and the scorer factories by name.
+"""Every plugin in one place: the ordered filter chain, the scorer and post-score factories by
+name, and the arguments each plugin takes.
 
 Order matters only for explanations (a node is blamed on the first check it fails), and follows
 kube's habit: cheap node checks, then what the request selects, then free capacity, then topology.
@@ -27,7 +28,9 @@ from xpupool.engine.filters.node_selector import NodeSelector
 from xpupool.engine.filters.node_site import NodeSite
 from xpupool.engine.filters.software import Software
 from xpupool.engine.filters.topology import SameLinkGroup
-from xpupool.engine.scorers.base import PluginArgs, Scorer, ScorerEnv
+from xpupool.engine.fragmentation.workload_model import NAME as WORKLOAD
+from xpupool.engine.fragmentation.workload_model import WorkloadArgs
+from xpupool.engine.scorers.base import PluginArgs, PostScorer, Scorer, ScorerEnv
 from xpupool.engine.scorers.best_fit import BestFit
 from xpupool.engine.scorers.binpack import NodeBinpack
 from xpupool.engine.scorers.dot_product import DotProduct
@@ -38,7 +41,14 @@ from xpupool.engine.scorers.random_pick import RandomPick
 from xpupool.engine.scorers.site_preference import SitePreference
 from xpupool.engine.scorers.spread import NodeSpread
 from xpupool.engine.scorers.topology import Topology
-from xpupool.engine.scorers.xpupool import Xpupool, XpupoolFine, XpupoolGreedy
+from xpupool.engine.scorers.xpupool import (
+    Contention,
+    FragmentationDelta,
+    FullestCard,
+    LookaheadStep,
+    PackingLoss,
+    SpareCpu,
+)
 
 NODE_FILTERS: tuple[NodeFilter, ...] = (
     NodeSchedulable(),
@@ -95,7 +105,8 @@ def filter_chain(disabled: frozenset[str] = frozenset()) -> FilterChain:
     )
 
 
-# name -> factory(env); a scorer draws randomness from env.seed and typical shapes from env.workload.
+# name -> factory(env); a scorer draws randomness from env.seed and typical shapes from env.workload
+# or the engine's shared workload model (env.model).
 SCORERS: dict[str, Callable[[ScorerEnv], Scorer]] = {
     NodeBinpack.name: lambda env: NodeBinpack(),
     NodeSpread.name: lambda env: NodeSpread(),
@@ -106,15 +117,33 @@ SCORERS: dict[str, Callable[[ScorerEnv], Scorer]] = {
     DotProduct.name: lambda env: DotProduct(),
     GpuPacking.name: lambda env: GpuPacking(),
     GpuClustering.name: lambda env: GpuClustering(),
-    Xpupool.name: Xpupool,
-    XpupoolFine.name: XpupoolFine,
-    XpupoolGreedy.name: XpupoolGreedy,
     SitePreference.name: lambda env: SitePreference(),
+    # xpupool's policy, one term each (engine/scorers/xpupool/)
+    FragmentationDelta.name: FragmentationDelta,
+    PackingLoss.name: PackingLoss,
+    FullestCard.name: lambda env: FullestCard(),
+    Contention.name: Contention,
+    SpareCpu.name: SpareCpu,
 }
-# name -> the plugin's arguments with their defaults, for the scorers that take any; a profile's
+# name -> factory(env) of the post-score plugins a profile may list (``Profile.post``).
+POST_SCORERS: dict[str, Callable[[ScorerEnv], PostScorer]] = {
+    LookaheadStep.name: LookaheadStep,
+}
+# The plugins built on the engine's shared workload model: a profile with any of them may
+# configure the model itself (``pluginConfig`` entry WORKLOAD), and its requests feed the model.
+WORKLOAD_PLUGINS = frozenset(
+    {
+        FragmentationDelta.name,
+        PackingLoss.name,
+        Contention.name,
+        SpareCpu.name,
+        LookaheadStep.name,
+    }
+)
+# name -> the plugin's arguments with their defaults, for the plugins that take any; a profile's
 # ``pluginConfig`` overrides fields of these (``engine/profile_file.py``).
-SCORER_ARGS: dict[str, PluginArgs] = {
-    Xpupool.name: Xpupool.default_args,
-    XpupoolFine.name: XpupoolFine.default_args,
-    XpupoolGreedy.name: XpupoolGreedy.default_args,
+PLUGIN_ARGS: dict[str, PluginArgs] = {
+    FragmentationDelta.name: FragmentationDelta.default_args,
+    LookaheadStep.name: LookaheadStep.default_args,
+    WORKLOAD: WorkloadArgs(),
 }

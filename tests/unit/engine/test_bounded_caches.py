@@ -52,7 +52,7 @@ def test_pipeline_caches_stay_at_their_bounds() -> None:
 def test_fgd_amounts_cache_stays_at_its_bound() -> None:
     engine = _engine("fgd")
     scorer = engine._weighted(engine.profile)[0][0]
-    cache = scorer._cache  # type: ignore[attr-defined]
+    cache = scorer.after.cache  # type: ignore[attr-defined]
     for i in range(cache.bound + 20):
         req = Request(f"r{i}", cpu_milli=1 + i, devices=DeviceRequest(count=1, core_permille=100))
         ctx = engine.feasible(req)

@@ -26,7 +26,6 @@ from xpupool.engine.fragmentation import TargetWorkload
 from xpupool.engine.profile_file import parse_profiles
 from xpupool.engine.registry import SCORERS
 from xpupool.engine.scorers.base import MAX_SCORE, MIN_SCORE
-from xpupool.engine.scorers.xpupool import Xpupool
 from xpupool.model import Device, DeviceRequest, Node, Request, Topology, parse_software_need
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "placements" / "builtin_profiles.json"
@@ -152,38 +151,27 @@ def test_every_scorer_stays_within_bounds(scorer: str) -> None:
         engine.place(req)
 
 
-def test_xpupool_bounded_scores_choose_as_its_raw_ones() -> None:
-    """xpupool's own measure leaves 0..100 (penalties below, the lookahead's pick above); its
-    squashed scores keep the raw order and ties on every request of the stream."""
-    rng = np.random.default_rng(SEED)
-    nodes = fleet(rng)
-    requests = list(stream(rng))[:300]
-    engine = Engine(ClusterState(nodes, seed=SEED), "xpupool", seed=SEED)
-    scorer = engine._weighted(engine.profile)[0][0]
-    assert isinstance(scorer, Xpupool)
-    for req in requests:
-        ctx = engine.feasible(req)
-        fit = np.flatnonzero(ctx.node_fit)
-        raw = scorer.raw_score(ctx)[fit]
-        bounded = scorer.score(ctx)[fit]
-        order = np.argsort(raw, kind="stable")
-        assert (np.argsort(bounded, kind="stable") == order).all()
-        assert ((np.diff(raw[order]) == 0) == (np.diff(bounded[order]) == 0)).all()
-        engine.place(req)
-
-
 def test_plugin_arguments_rebuild_a_builtin(expected: dict[str, dict[str, object]]) -> None:
-    # xpupool-greedy is xpupool without its lookahead: the same thing said in a profile file.
+    # xpupool-greedy is xpupool without its lookahead, xpupool-fine is xpupool at FGD's
+    # resolution without the packing and fullest-card terms: the same things said in a file.
     doc = {
         "profiles": [
             {
                 "name": "no-look",
                 "base": "xpupool",
-                "pluginConfig": [{"name": "xpupool", "args": {"lookahead": False}}],
-            }
+                "plugins": {"postScore": {"disabled": [{"name": "lookahead"}]}},
+            },
+            {
+                "name": "fine",
+                "base": "xpupool",
+                "plugins": {"score": {"disabled": [{"name": "packing"}, {"name": "fullest-card"}]}},
+                "pluginConfig": [{"name": "fragmentation", "args": {"steps": 100}}],
+            },
         ]
     }
-    assert run(parse_profiles(doc)["no-look"]) == expected["xpupool-greedy"]
+    profiles = parse_profiles(doc)
+    assert run(profiles["no-look"]) == expected["xpupool-greedy"]
+    assert run(profiles["fine"]) == expected["xpupool-fine"]
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:

@@ -10,7 +10,7 @@ import pytest
 from xpupool.engine import ClusterState, Engine, make_profile
 from xpupool.engine.context import Context
 from xpupool.engine.registry import SCORERS
-from xpupool.engine.scorers.base import Observer, PostScorer
+from xpupool.engine.scorers.base import CardScorer, Observer, PostScorer
 from xpupool.engine.state import FloatArray, IntArray
 from xpupool.model import DeviceRequest, Request, RequestError
 
@@ -154,4 +154,63 @@ def test_a_declared_post_score_step_chooses_after_the_sum(monkeypatch: pytest.Mo
     engine = Engine(ClusterState(nodes), make_profile("p", {"last-node": 1}))
     assert engine.place(devices(1)).allocations[0].node == "c"
     xpupool = engine_for(gpu_node("a"), profile="xpupool")
-    assert isinstance(xpupool._weighted(xpupool.profile)[0][0], PostScorer)
+    assert xpupool.profile.post == ("lookahead",)
+    (step,) = xpupool._post_steps(xpupool.profile)
+    assert isinstance(step, PostScorer) and step.name == "lookahead"  # type: ignore[attr-defined]
+
+
+class _Column:
+    """A card scorer: card ``c`` of every node scores ``scores[c]``; node-local (kept) or not."""
+
+    def __init__(self, name: str, scores: list[float], kept: bool) -> None:
+        self.name = name
+        self.scores = np.asarray(scores)
+        self.kept = kept
+        self.asked: list[int] = []
+
+    def card_scores(self, ctx: Context, nodes: IntArray) -> FloatArray:
+        self.asked.append(int(nodes.size))
+        padded = np.pad(self.scores, (0, ctx.state.width - self.scores.size))  # absent cards: 0
+        return np.tile(padded, (nodes.size, 1))
+
+    def card_key(self, ctx: Context) -> object:
+        return ctx.need_core if self.kept else None
+
+    def score(self, ctx: Context) -> FloatArray:
+        raise AssertionError("a card scorer's node score is not asked for a one-card replica")
+
+
+class _NodeBonus:
+    """A node scorer: node ``b`` gets 10."""
+
+    name = "bonus"
+
+    def score(self, ctx: Context) -> FloatArray:
+        return np.where(np.asarray(ctx.state.node_names) == "b", 10.0, 0.0)
+
+
+def test_card_scores_are_summed_per_card_and_the_best_card_is_placed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Per card: 1 * [0, 50, 40, 0] + 2 * [0, 0, 10, 30] = [0, 50, 60, 60]: card 2 (the first of
+    # the best); on node b the node scorer adds 10, so b wins, on its card 2. Then b's card 2 is
+    # taken: b's best is card 3, and b still wins.
+    first = _Column("first", [0, 50, 40, 0], kept=True)
+    second = _Column("second", [0, 0, 10, 30], kept=False)
+    assert isinstance(first, CardScorer)
+    monkeypatch.setitem(SCORERS, "first", lambda env: first)
+    monkeypatch.setitem(SCORERS, "second", lambda env: second)
+    monkeypatch.setitem(SCORERS, "bonus", lambda env: _NodeBonus())
+    nodes = [gpu_node(n, count=4, group_size=0) for n in ("a", "b")]
+    profile = make_profile("cards", {"first": 1, "second": 2, "bonus": 1})
+    engine = Engine(ClusterState(nodes), profile)
+    fits, total = engine.rate(devices(1))
+    assert fits.tolist() == [True, True] and total.tolist() == [60.0, 70.0]
+    for card in ("b-gpu2", "b-gpu3"):
+        (alloc,) = engine.place(devices(1)).allocations
+        assert (alloc.node, alloc.devices[0].uuid) == ("b", card)
+    # Kept scores are asked again only for the node that changed; the others every request.
+    assert first.asked == [2, 1] and second.asked == [2, 2, 2]
+    # One node fits (nothing is scored): the replica still goes to its best card.
+    only = engine.place(devices(1, uuids=("a-gpu0", "a-gpu1", "a-gpu3")))
+    assert only.allocations[0].devices[0].uuid == "a-gpu3"

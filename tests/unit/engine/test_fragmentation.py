@@ -127,7 +127,7 @@ def test_fgd_evaluation_equals_placing_and_recomputing_on_a_fleet_of_several_kin
         nodes = np.flatnonzero(ctx.node_fit)
         if not nodes.size:
             break
-        evaluated = scorer._evaluate(ctx, table, nodes)
+        evaluated = scorer.after.evaluate_nodes(ctx, table, nodes)
         for position, node in enumerate(nodes.tolist()):
             if ctx.k == 1:
                 assert ctx.dev_fit is not None

@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 from xpupool.engine import BUILTIN_PROFILES, ClusterState, Engine
+from xpupool.engine.fragmentation.workload_model import WorkloadArgs
 from xpupool.engine.profile_file import load_profile_file, parse_profiles
-from xpupool.engine.scorers.xpupool import XpupoolArgs
+from xpupool.engine.scorers.xpupool import FragmentationArgs, LookaheadArgs
 from xpupool.model import Request
 from xpupool.model.errors import RequestError
 from xpupool.model.request import DevicePolicy
@@ -28,9 +29,12 @@ profiles:
       score: {enabled: [{name: binpack, weight: 2}, {name: topology}]}
   - name: xpupool-calm
     base: xpupool
+    plugins:
+      postScore: {disabled: [{name: lookahead}]}
+      score: {disabled: [{name: spare-cpu}]}
     pluginConfig:
-      - name: xpupool
-        args: {lookahead: false}
+      - name: fragmentation
+        args: {steps: 25}
 """
 
 
@@ -44,8 +48,15 @@ def test_example_builds_profiles(tmp_path: Path) -> None:
     assert pack.device_policy is DevicePolicy.SPREAD
     assert pack.disabled_filters == frozenset({"DeviceUuid"})
     calm = profiles["xpupool-calm"]
-    assert calm.scorers == (("xpupool", 1.0), ("site", 100.0))  # the base's preference too
-    assert calm.args_of("xpupool") == XpupoolArgs(lookahead=False)
+    assert [name for name, _ in calm.scorers] == [
+        "fragmentation",
+        "packing",
+        "fullest-card",
+        "contention",
+        "site",  # the base's preference too
+    ]
+    assert calm.post == ()
+    assert calm.args_of("fragmentation") == FragmentationArgs(steps=25)
 
 
 def test_disabled_filter_is_per_profile() -> None:
@@ -113,18 +124,40 @@ def test_unknown_profile_in_file_is_refused_by_the_engine() -> None:
             "profiles[0].pluginConfig[0].name",
         ),
         (
-            "profiles: [{name: a, base: xpupool, pluginConfig: [{name: xpupool, args: {x: 1}}]}]",
+            "profiles: [{name: a, base: xpupool,"
+            " pluginConfig: [{name: fragmentation, args: {x: 1}}]}]",
             "profiles[0].pluginConfig[0].args.x",
         ),
         (
             "profiles: [{name: a, base: xpupool,"
-            " pluginConfig: [{name: xpupool, args: {lookahead: 1}}]}]",
-            "profiles[0].pluginConfig[0].args.lookahead",
+            " pluginConfig: [{name: lookahead, args: {look_slack: true}}]}]",
+            "profiles[0].pluginConfig[0].args.look_slack",
         ),
         (
-            "profiles: [{name: a, base: xpupool, pluginConfig: [{name: xpupool, args: {}},"
-            " {name: xpupool, args: {}}]}]",
+            "profiles: [{name: a, base: xpupool, pluginConfig: [{name: lookahead, args: {}},"
+            " {name: lookahead, args: {}}]}]",
             "profiles[0].pluginConfig[1].name",
+        ),
+        (
+            "profiles: [{name: a, base: xpupool, pluginConfig: [{name: xpupool, args: {}}]}]",
+            "profiles[0].pluginConfig[0].name",
+        ),
+        (
+            "profiles: [{name: a, plugins: {score: {enabled: [{name: xpupool}]}}}]",
+            "profiles[0].plugins.score.enabled[0].name",
+        ),
+        (
+            "profiles: [{name: a, plugins: {postScore: {enabled: [{name: binpack}]}}}]",
+            "profiles[0].plugins.postScore.enabled[0].name",
+        ),
+        (
+            "profiles: [{name: a, base: xpupool,"
+            " plugins: {postScore: {enabled: [{name: lookahead}]}}}]",
+            "profiles[0].plugins.postScore.enabled[0].name",
+        ),
+        (
+            "profiles: [{name: a, base: binpack, pluginConfig: [{name: workload, args: {}}]}]",
+            "profiles[0].pluginConfig[0].name",
         ),
     ],
 )
@@ -171,21 +204,43 @@ def _with_policy(req: Request, policy: str) -> Request:
 
 def test_xpupool_constants_are_plugin_arguments() -> None:
     doc = (
-        "profiles: [{name: a, base: xpupool, pluginConfig: [{name: xpupool,"
-        " args: {pack: 50, window: 500, slope: 0.05, look_slack: 2}}]}]"
+        "profiles: [{name: a, base: xpupool, pluginConfig: ["
+        "{name: fragmentation, args: {steps: 25}},"
+        " {name: lookahead, args: {look_slack: 2, candidates: 3}},"
+        " {name: workload, args: {window: 500, cpu_bound: 0.5}}]}]"
     )
-    args = parse_profiles(yaml.safe_load(doc))["a"].args_of("xpupool")
-    assert args == XpupoolArgs(pack=50.0, window=500, slope=0.05, look_slack=2.0)
-    engine = Engine(ClusterState([gpu_node("a")]), parse_profiles(yaml.safe_load(doc))["a"])
+    profile = parse_profiles(yaml.safe_load(doc))["a"]
+    assert profile.args_of("fragmentation") == FragmentationArgs(steps=25)
+    assert profile.args_of("lookahead") == LookaheadArgs(look_slack=2.0, candidates=3)
+    assert profile.args_of("workload") == WorkloadArgs(window=500, cpu_bound=0.5)
+    engine = Engine(ClusterState([gpu_node("a")]), profile)
     assert engine.place(devices(1)).ok
     scorer = engine._weighted(engine.profile)[0][0]
-    assert scorer.args == args  # type: ignore[attr-defined]
-    assert scorer._seen.maxlen == 500  # type: ignore[attr-defined]
+    assert scorer.args == FragmentationArgs(steps=25)  # type: ignore[attr-defined]
+    model = engine._model(engine.profile)
+    assert model.args.window == 500 and [r.name for r in model.seen] == ["job"]
 
 
-@pytest.mark.parametrize(("args", "field"), [("{steps: 0}", ""), ("{window: 1.5}", ".window")])
-def test_bad_xpupool_arguments_are_refused(args: str, field: str) -> None:
-    doc = f"profiles: [{{name: a, base: xpupool, pluginConfig: [{{name: xpupool, args: {args}}}]}}]"
+def test_a_builtin_profile_named_as_a_scorer_says_to_use_base() -> None:
+    with pytest.raises(RequestError) as exc:
+        parse_profiles(
+            yaml.safe_load("profiles: [{name: a, plugins: {score: {enabled: [{name: xpupool}]}}}]")
+        )
+    assert "use base: xpupool" in exc.value.reason and "fragmentation" in exc.value.reason
+
+
+@pytest.mark.parametrize(
+    ("plugin", "args", "field"),
+    [
+        ("fragmentation", "{steps: 0}", ""),
+        ("workload", "{window: 1.5}", ".window"),
+        ("lookahead", "{look_slack: -1}", ""),
+    ],
+)
+def test_bad_xpupool_arguments_are_refused(plugin: str, args: str, field: str) -> None:
+    doc = (
+        f"profiles: [{{name: a, base: xpupool, pluginConfig: [{{name: {plugin}, args: {args}}}]}}]"
+    )
     with pytest.raises(RequestError) as exc:
         parse_profiles(yaml.safe_load(doc))
     assert exc.value.field == "profiles[0].pluginConfig[0].args" + field

@@ -10,7 +10,7 @@ import pytest
 from xpupool.engine import ClusterState, Engine, make_profile
 from xpupool.engine.context import Context
 from xpupool.engine.registry import SCORERS
-from xpupool.engine.scorers.base import DevicePicker, squash
+from xpupool.engine.scorers.base import DevicePicker
 from xpupool.engine.scorers.binpack import NodeBinpack
 from xpupool.engine.scorers.random_pick import RandomPick
 from xpupool.engine.scorers.spread import NodeSpread
@@ -100,12 +100,3 @@ def test_device_picker_is_declared_and_used(monkeypatch: pytest.MonkeyPatch) -> 
     # A request that names its device policy keeps it.
     req = replace(devices(1, core_permille=500), device_policy=DevicePolicy.BINPACK)
     assert engine.place(req).allocations[0].devices[0].uuid == "a-gpu0"
-
-
-def test_squash_is_bounded_strictly_increasing_and_keeps_ties() -> None:
-    raw = np.array([-2000.0, -100.0, -1e-5, 0.0, 0.0, 1e-5, 49.99999, 50.0, 98.01, 99.01, 101.5])
-    out = squash(raw, 50.0, 25.0)
-    assert ((out > 0.0) & (out < 100.0)).all()
-    assert out[3] == out[4]
-    assert (np.diff(np.delete(out, 4)) > 0).all()
-    assert squash(np.array([50.0]), 50.0, 25.0)[0] == 50.0

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from xpupool.engine import DEFAULT_PROFILE, ClusterState, Engine
+from xpupool.engine import DEFAULT_PROFILE, ClusterState, Engine, make_profile
 from xpupool.engine.fragmentation import TargetWorkload
-from xpupool.engine.scorers.xpupool import Xpupool, cpu_bound
-from xpupool.engine.state import BoolArray, FloatArray
+from xpupool.engine.fragmentation.workload_model import WorkloadModel, cpu_bound
 from xpupool.model import DeviceRequest, Request
 
 from factories import cpu_node, gpu_node
@@ -41,12 +40,9 @@ def test_the_engine_default_is_xpupool() -> None:
     assert engine.profile.name == DEFAULT_PROFILE == "xpupool" == cli.DEFAULT_PROFILE
 
 
-def raw_rate(engine: Engine, req: Request) -> tuple[BoolArray, FloatArray]:
-    """``Engine.rate`` in the xpupool scorer's own points (before it is squashed into 0..100)."""
-    ctx = engine.feasible(req)
-    scorer = engine._weighted(engine.profile)[0][0]
-    assert isinstance(scorer, Xpupool)
-    return ctx.node_fit, scorer.raw_score(ctx)
+def model_of(engine: Engine) -> WorkloadModel:
+    """The workload model the engine's profile's plugins share."""
+    return engine._model(engine.profile)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -96,20 +92,19 @@ def test_a_share_joins_the_fullest_card_when_fragmentation_ties(seed: int) -> No
 
 def test_without_a_workload_it_learns_one_from_the_requests_it_places() -> None:
     engine = Engine(ClusterState([gpu_node("a", count=8, group_size=0)]))
-    scorer = engine._weighted(engine.profile)[0][0]
-    assert isinstance(scorer, Xpupool)
+    model = model_of(engine)
     for i in range(12):
         assert engine.place(share(1000, 250, f"s{i}")).ok
-    shapes = scorer.frag.workload.shapes
+    shapes = model.frag.workload.shapes
     assert [s.devices.core_permille for s in shapes] == [250]
     assert engine.place(whole(1000)).ok  # one more shape, still fits, nothing breaks
 
 
 def test_half_resolution_for_one_card_replicas_fgds_score_for_several_cards() -> None:
-    # Two engines on the same partly used cluster, one xpupool without its lookahead, one FGD, the
-    # same workload (not CPU-bound). A 2-GPU replica is scored exactly as FGD scores it; a one-card
-    # share gets the primary score at half resolution (even levels) plus the fullest-card term
-    # (< 0.01). (With the lookahead, one of the near-best is then raised: test_lookahead.py.)
+    # Two engines on the same partly used cluster, one with xpupool's fragmentation and
+    # fullest-card scorers at the built-in weights, one FGD, the same workload (not CPU-bound). A
+    # 2-GPU replica is scored exactly as FGD scores it; a one-card share gets the primary score at
+    # half resolution (even levels) plus the fullest-card term (< 0.01).
     nodes = [gpu_node(f"n{i}", count=4, group_size=0, cpu_milli=128_000) for i in range(6)]
     workload = TargetWorkload(
         (
@@ -120,9 +115,12 @@ def test_half_resolution_for_one_card_replicas_fgds_score_for_several_cards() ->
         ),
         (0.4, 0.2, 0.3, 0.1),
     )
+    terms = make_profile("terms", {"fragmentation": 1, "fullest-card": 0.0001})
     engines = {
-        p: Engine(ClusterState(nodes, seed=3), p, seed=3, workload=workload)
-        for p in ("xpupool-greedy", "fgd")
+        p.name if not isinstance(p, str) else p: Engine(
+            ClusterState(nodes, seed=3), p, seed=3, workload=workload
+        )
+        for p in (terms, "fgd")
     }
     for i, (node, card, permille) in enumerate(
         [(0, 0, 300), (0, 1, 700), (1, 0, 500), (2, 2, 900), (3, 0, 1000), (3, 1, 200), (4, 3, 600)]
@@ -135,12 +133,12 @@ def test_half_resolution_for_one_card_replicas_fgds_score_for_several_cards() ->
         for engine in engines.values():
             assert engine.place(pinned).ok
     two = Request("x", cpu_milli=1000, devices=DeviceRequest(count=2))
-    fits, ours = raw_rate(engines["xpupool-greedy"], two)
+    fits, ours = engines["terms"].rate(two)
     _, fgds = engines["fgd"].rate(two)
     assert fits.sum() >= 3
     assert ours[fits].tolist() == fgds[fits].tolist()
     assert any(int(v) % 2 for v in fgds[fits])  # half resolution would have changed these
-    fits, ours = raw_rate(engines["xpupool-greedy"], share(1000, 300, "y"))
+    fits, ours = engines["terms"].rate(share(1000, 300, "y"))
     primary = ours[fits] - ours[fits] % 2
     assert all(0 <= t < 0.01 for t in ours[fits] - primary)
 
@@ -197,23 +195,35 @@ def test_the_online_workload_is_priced_as_it_is_learned() -> None:
     # share was seen, then the shares' sizes, re-solved at each re-learn.
     engine = Engine(ClusterState([gpu_node("a", count=8, group_size=0)]))
     assert engine.place(whole(1000, "w0")).ok
-    scorer = engine._weighted(engine.profile)[0][0]
-    assert isinstance(scorer, Xpupool) and scorer.prices is None
+    model = model_of(engine)
+    assert model.prices is None
     for i in range(8):
         assert engine.place(share(1000, 500 if i % 4 == 0 else 300, f"s{i}")).ok
-    assert scorer.prices is not None
-    assert scorer.prices.sizes.tolist() == [300, 500]
-    assert scorer.prices.value[1000] == pytest.approx(1.0)
+    assert model.prices is not None
+    assert model.prices.sizes.tolist() == [300, 500]
+    assert model.prices.value[1000] == pytest.approx(1.0)
 
 
 def test_online_workload_learns_refused_requests_too() -> None:
     # Without a target workload xpupool learns one from what the engine is asked to place: the
     # engine tells it every request once decided, so one that fits nowhere is learned as well.
     engine = Engine(ClusterState([gpu_node("a", count=2, group_size=0)]), "xpupool")
-    scorer = engine._weighted(engine.profile)[0][0]
-    assert isinstance(scorer, Xpupool)
+    model = model_of(engine)
     fits = Request("fits", cpu_milli=1000, devices=DeviceRequest(count=1))
     too_big = Request("too-big", cpu_milli=1000, devices=DeviceRequest(count=4))
     assert engine.place(fits).ok and not engine.place(too_big).ok
-    assert [r.name for r in scorer._seen] == ["fits", "too-big"]
-    assert {s.devices.count for s in scorer.frag.workload.shapes} == {1, 4}
+    assert [r.name for r in model.seen] == ["fits", "too-big"]
+    assert {s.devices.count for s in model.frag.workload.shapes} == {1, 4}
+
+
+def test_the_shared_model_is_fed_once_per_request_whatever_the_profile_enables() -> None:
+    # Five plugins of the xpupool profile build on one model: each request is learned once, and a
+    # profile with one of them alone learns as well.
+    engine = Engine(ClusterState([gpu_node("a", count=2, group_size=0)]), "xpupool")
+    assert engine.place(whole(1000, "one")).ok
+    assert [r.name for r in model_of(engine).seen] == ["one"]
+    alone = Engine(ClusterState([gpu_node("a", count=2, group_size=0)]), "xpupool")
+    alone.profile = make_profile("alone", {"spare-cpu": 1})
+    alone.profiles["alone"] = alone.profile
+    assert alone.place(whole(1000, "two")).ok
+    assert [r.name for r in model_of(alone).seen] == ["two"]

@@ -3,10 +3,13 @@
 - ``kernels``: the compiled inner loops (Numba) of the measure and of the prices' knapsack; ``warm``
 - ``measure``: the target workload, its shape table and the fragmentation measure in plain NumPy
 - ``cache``: the measure kept current per node (:class:`FragmentationCache`)
+- ``after``: the measure after placing a replica, kept per request amounts (:class:`AfterPlacement`)
 - ``lookahead``: the one-step lookahead among near-best placements (:class:`Lookahead`)
 - ``pressure``: how contended each device is by the target workload (:class:`DevicePressure`)
 - ``prices``: cutting-stock prices of the workload's shares (:class:`SharePrices`)
 - ``stranded``: idle device capacity no shape of the workload can use (:func:`stranded_capacity`)
+- ``workload_model``: the target workload and all of the above built on it, shared by xpupool's
+  plugins and learned online when not given (:class:`WorkloadModel`)
 
 Each module imports only those above it (``kernels`` none of them: it takes the shape table's
 arrays, not the table), and none imports the pipeline or the scorers: the measure sees the pipeline

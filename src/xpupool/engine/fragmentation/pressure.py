@@ -25,9 +25,9 @@ those nodes are priced so (``_usable_cards``).
 When every shape may use every device, all devices have the same pressure and nothing changes. A
 replica that takes ``c`` thousandths of device ``d``, when it could have used a device of pressure
 ``rho_min``, takes ``c * min(1, rho(d) - rho_min)`` away from demand that has fewer places to go:
-the xpupool scorer counts that as fragment (``engine/scorers/xpupool.py``). Because ``U_g`` counts
-only usable capacity, breaking whole cards of a model raises its pressure for the jobs that need
-whole cards of it, and shares move on to other models instead of breaking them all.
+xpupool's ``contention`` scorer counts that as fragment (``engine/scorers/xpupool/``). Because
+``U_g`` counts only usable capacity, breaking whole cards of a model raises its pressure for the
+jobs that need whole cards of it, and shares move on to other models instead of breaking them all.
 
 Cost: devices fall into a few classes (the set of groups that may use them, in practice a model or
 a model and driver); usable idle per class, at each group's threshold, is kept per node and adjusted

@@ -3,53 +3,55 @@
 Scores are computed for all nodes at once; the engine ignores nodes that did not pass the filters.
 Weights live in profiles (``engine/profile.py``), never in scorers, and mean something only because
 every scorer's scores share one range, as kube's MinNodeScore..MaxNodeScore: a scorer whose own
-measure leaves it maps it back with a strictly increasing function (:func:`squash`), which keeps
-every choice it makes alone (same order, same ties).
+measure leaves it maps it back with a strictly increasing function, which keeps every choice it
+makes alone (same order, same ties). xpupool's scorers use affine maps whose scales the built-in
+profiles' weights undo (``scorers/xpupool/``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
-import numpy as np
-
 from xpupool.engine.context import Context
 from xpupool.engine.eligibility import Eligibility
-from xpupool.engine.fragmentation.measure import TargetWorkload
+from xpupool.engine.fragmentation.measure import IndexArray, TargetWorkload
+from xpupool.engine.fragmentation.workload_model import WorkloadModel
+from xpupool.engine.plugin_args import PluginArgs
 from xpupool.engine.state import FloatArray, IntArray
 from xpupool.model.request import Request
+
+__all__ = [
+    "MAX_SCORE",
+    "MIN_SCORE",
+    "CardScorer",
+    "Describing",
+    "DevicePicker",
+    "Observer",
+    "PluginArgs",
+    "PostScorer",
+    "Scorer",
+    "ScorerEnv",
+]
 
 MIN_SCORE = 0.0
 MAX_SCORE = 100.0
 
 
-def squash(raw: FloatArray, middle: float, scale: float) -> FloatArray:
-    """``raw`` mapped into (MIN_SCORE, MAX_SCORE) by a logistic centred on ``middle``: strictly
-    increasing, so equal raw scores stay equal and the order of unequal ones is kept (in float64
-    down to differences about 1e-14 of the score, far below any a scorer makes on purpose)."""
-    z = np.clip((raw - middle) / scale, -700.0, 700.0)  # exp stays finite and positive
-    result: FloatArray = MAX_SCORE / (1.0 + np.exp(-z))
-    return result
-
-
-@dataclass(frozen=True, slots=True)
-class PluginArgs:
-    """Base of a plugin's arguments (a profile's ``pluginConfig``): a frozen dataclass whose fields
-    are bool, int or float, each with a default, so that a profile file sets only what it changes
-    and an unknown or mistyped argument is refused when the profile loads."""
-
-
 @dataclass(frozen=True, slots=True)
 class ScorerEnv:
     """What a scorer may depend on besides the request: the engine's seed, its pipeline (for
-    cached eligibility), the target workload when the front knows one (FGD needs it), and the
-    profile's arguments for the plugin (None: its defaults)."""
+    cached eligibility), the target workload when the front knows one (FGD needs it), the
+    profile's arguments for the plugin (None: its defaults), and ``model``, which gives the
+    engine's shared :class:`WorkloadModel` for the profile (made on first call, then the same
+    object for every plugin that asks: kube's framework handle)."""
 
     seed: int
     pipeline: Eligibility
     workload: TargetWorkload | None = None
     args: PluginArgs | None = None
+    model: Callable[[], WorkloadModel] | None = None
 
 
 class Scorer(Protocol):
@@ -61,11 +63,32 @@ class Scorer(Protocol):
 
 
 @runtime_checkable
+class CardScorer(Protocol):
+    """A scorer that rates each card for a one-card replica. The pipeline sums the profile's
+    weighted card scores per card, takes per node its best fitting card (the lowest column among
+    equals), adds the other scorers' weighted node scores, and the engine places the replica on
+    the card that won (``card_scores.py``).
+
+    ``card_scores(ctx, nodes)``: ``[len(nodes), W]`` in MIN_SCORE..MAX_SCORE for the cards of
+    ``nodes`` (values on cards the replica does not fit are ignored), or None to rate whole nodes
+    for this request (``score``). ``card_key(ctx)``: None when the scores depend on more than each
+    node's own state (they are asked for every request); else a key such that, for equal keys, a
+    node's card scores depend only on its state, so the pipeline keeps them and asks again only
+    for nodes whose version moved (and then ``card_scores`` must not return None)."""
+
+    def card_scores(self, ctx: Context, nodes: IndexArray) -> FloatArray | None: ...
+
+    def card_key(self, ctx: Context) -> Hashable | None: ...
+
+
+@runtime_checkable
 class DevicePicker(Protocol):
     """A scorer that rates a node by a particular choice of devices also makes that choice.
 
     ``pick`` returns the columns to use on ``node`` (the one chosen), or None to leave the choice to
-    the profile's device policy. The engine asks the profile's heaviest scorer, when it is one.
+    the profile's device policy. Unless the request names a device policy, the engine places a
+    one-card replica on the card its profile's card scorers chose (:class:`CardScorer`), else asks
+    the heaviest of the profile's scorers that pick devices (the first among equal weights).
     """
 
     def pick(self, ctx: Context, node: int) -> list[int] | None: ...
@@ -84,19 +107,22 @@ class Preference(Protocol):
 
 @runtime_checkable
 class PostScorer(Protocol):
-    """A scorer with a declared post-score step: once the weighted sum of a replica's scores is
-    known, it may choose the node itself (xpupool's lookahead among the near-best), from what it
-    kept in ``ctx.cycle``; None leaves the choice to the sum. Runs only when two or more nodes fit
-    and in the order of the profile's scorers; the first that chooses decides."""
+    """A declared post-score step: once the weighted sum of a replica's scores is known, it may
+    choose the node itself (xpupool's lookahead among the near-best), from what the scorers kept
+    in ``ctx.cycle``; None leaves the choice to the sum. A profile lists its post-score plugins
+    (``Profile.post``); a scorer may also be one. Runs only when two or more nodes fit, the
+    profile's scorers first, then its post-score plugins, in order; the first that chooses
+    decides."""
 
     def post_score(self, ctx: Context, candidates: IntArray, total: FloatArray) -> int | None: ...
 
 
 @runtime_checkable
 class Observer(Protocol):
-    """A scorer that learns from the workload is told of every request the engine was asked to
-    place, placed or refused (``placed``: every replica placed). Scoring alone would not tell it:
-    the engine scores only when two or more nodes fit, so refused requests never reach ``score``."""
+    """What learns from the workload (a scorer, or the shared :class:`WorkloadModel` of the
+    profile's plugins) is told of every request the engine was asked to place, placed or refused
+    (``placed``: every replica placed), once per request. Scoring alone would not tell it: the
+    engine scores only when two or more nodes fit, so refused requests never reach ``score``."""
 
     def observe(self, req: Request, placed: bool) -> None: ...
 

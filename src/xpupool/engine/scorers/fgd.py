@@ -7,51 +7,22 @@ is the paper's ``floor(100 * sigmoid((F_before - F_after) / 1000))``: an integer
 common and go to the engine's seeded node order. The device kept is the lowest column with the best
 score.
 
-Cost: what a placement does to a node depends only on that node's state and the replica's amounts,
-so results are cached and recomputed only for nodes whose version moved. For one-device replicas
-the cache holds the fragmentation after placing on *each* device, keyed by the amounts alone (CPU,
-compute, memory): which devices the request may use is applied when scoring, so requests that
-differ only in models, UUIDs or software share one cache.
+Cost: the fragmentation after placement is cached per request amounts and recomputed only for
+nodes whose version moved (``engine/fragmentation/after.py``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
 from xpupool.engine.context import Context
+from xpupool.engine.fragmentation.after import AfterPlacement
 from xpupool.engine.fragmentation.cache import FragmentationCache
-from xpupool.engine.fragmentation.kernels import node_quantities, one_card_after
-from xpupool.engine.fragmentation.measure import (
-    IndexArray,
-    ShapeTable,
-    TargetWorkload,
-    expected_fragment,
-    settled,
-)
-from xpupool.engine.lru import Lru
+from xpupool.engine.fragmentation.measure import TargetWorkload
 from xpupool.engine.scorers.base import ScorerEnv
-from xpupool.engine.state import ClusterState, FloatArray, IntArray
-
-# What the per-amounts cache may hold: each entry is a few [N, W] float arrays (about 0.6 MB at
-# 5,000 nodes of 8 cards), one per distinct (CPU, compute, memory) a stream asks for; the FGD
-# traces ask a few hundred. Past the bound the least recently used amounts are recomputed.
-CACHE_BYTES = 256 << 20
-CACHE_ENTRIES = (16, 1024)  # at least, at most
-
-
-@dataclass(slots=True)
-class _Cached:
-    """Fragmentation after placement: ``[N]`` per node, or ``[N, W]`` per device for one-device
-    replicas; ``version`` [N] is the node_version it was computed at (-1 = never)."""
-
-    frag_after: FloatArray
-    version: IntArray
-    # A subclass's score derived from ``frag_after`` and the node's state: recomputed, like
-    # ``frag_after``, only where the node changed (``_fragmentation``'s ``stale``).
-    score: FloatArray | None = None
+from xpupool.engine.state import FloatArray, IntArray
 
 
 class Fgd:
@@ -64,22 +35,21 @@ class Fgd:
         if workload is None:
             raise ValueError("the fgd scorer needs a target workload (Engine(..., workload=...))")
         self.frag = FragmentationCache(env.pipeline.state, env.pipeline, workload, capped)
-        self._cache: Lru[tuple[object, ...], _Cached] = Lru(cache_bound(env.pipeline.state))
-        self._epoch = -1
+        self.after = AfterPlacement(self.frag)
         self._columns: tuple[Context, IntArray] | None = None
 
-    # ------------------------------------------------------------------ scorer
     def score(self, ctx: Context) -> FloatArray:
         state = ctx.state
-        before, cached, candidates, _ = self._fragmentation(ctx)
+        seen = self.after.evaluate(ctx)
+        before, cached, candidates = seen.before, seen.after, seen.candidates
         if cached.frag_after.ndim == 1:
-            return _score(before, cached.frag_after)
+            return fgd_score(before, cached.frag_after)
         # One device: best fitting device per candidate node, lowest column on equal scores.
         assert ctx.dev_fit is not None
         scores = np.zeros(state.n_nodes, np.float64)
         columns = np.full(state.n_nodes, -1, np.int64)
         if candidates.size:
-            per_device = _score(before[candidates, None], cached.frag_after[candidates])
+            per_device = fgd_score(before[candidates, None], cached.frag_after[candidates])
             per_device = np.where(ctx.dev_fit[candidates], per_device, -np.inf)
             best = np.argmax(per_device, axis=1)
             columns[candidates] = best
@@ -93,120 +63,18 @@ class Fgd:
                 self.score(ctx)  # the engine skips scoring when one node fits; the device matters
             assert self._columns is not None
             return [int(self._columns[1][node])]
-        if ctx.k > 1 and ctx.dev_fit is not None:
-            return [int(c) for c in np.flatnonzero(ctx.dev_fit[node])[: ctx.k]]
-        return None
-
-    # ------------------------------------------------------------------ internals
-    def _fragmentation(self, ctx: Context) -> tuple[FloatArray, _Cached, IndexArray, IndexArray]:
-        """Fragmentation of every node now, after placing on each candidate (recomputed only for
-        nodes that changed), the candidates, and those recomputed (``stale``)."""
-        state = ctx.state
-        before = self.frag.current()  # refreshes the shape table on an epoch change
-        cached = self._cached_for(ctx)
-        candidates = np.flatnonzero(ctx.node_fit)
-        stale = candidates[cached.version[candidates] != state.node_version[candidates]]
-        if stale.size:
-            cached.frag_after[stale] = settled(self._evaluate(ctx, self.frag.table, stale))
-            cached.version[stale] = state.node_version[stale]
-        return before, cached, candidates, stale
-
-    def _cached_for(self, ctx: Context) -> _Cached:
-        state = ctx.state
-        if self._epoch != state.epoch:
-            self._cache.clear()
-            self._epoch = state.epoch
-        d = ctx.req.devices
-        # Memory matters only if some target shape asks for node memory (the paper's do not).
-        memory = ctx.req.memory_mib if self.frag.table.memory.any() else 0
-        amounts = (
-            ctx.req.cpu_milli,
-            memory,
-            ctx.k,
-            ctx.need_core,
-            d.memory_mib,
-            d.need_memory_permille,
-        )
-        # k > 1 takes "the first k fitting devices", which depends on what the request may use.
-        within = None if ctx.within is None else hash(ctx.within.tobytes())
-        key = amounts if ctx.k <= 1 else (*amounts, d.topology, d.selector_key(), within)
-        found = self._cache.get(key)
-        if found is None:
-            n, w = state.dev_present.shape
-            shape = (n, w) if ctx.k == 1 else (n,)
-            found = self._cache.put(key, _Cached(np.full(shape, np.inf), np.full(n, -1, np.int64)))
-        return found
-
-    def _evaluate(self, ctx: Context, table: ShapeTable, nodes: IndexArray) -> FloatArray:
-        """Fragmentation after placing one replica on each of ``nodes`` (``[S]``, or ``[S, W]`` for
-        every device of a one-device replica)."""
-        s = ctx.state
-        cpu_after = s.node_cpu_free[nodes] - ctx.req.cpu_milli
-        mem_after = s.node_mem_free[nodes] - ctx.req.memory_mib
-        if ctx.k == 0:
-            # Nothing device-side changes: the nodes' cached quantities, with CPU and memory taken.
-            _, usable_idle, usable_count, idle = self.frag.cached()
-            return expected_fragment(
-                table,
-                idle[nodes],
-                usable_idle[nodes],
-                usable_count[nodes],
-                cpu_after,
-                mem_after,
-                self.frag.capped,
-            )
-        need_mib = ctx.need_mib if isinstance(ctx.need_mib, int) else ctx.need_mib[nodes]
-        if ctx.k == 1:
-            return _each_device(ctx, self.frag, nodes, need_mib, cpu_after, mem_after)
-        assert ctx.dev_fit is not None
-        dev_fit = ctx.dev_fit[nodes]
-        taken = dev_fit & (np.cumsum(dev_fit, axis=1) <= ctx.k)
-        free = s.dev_core_free[nodes] - taken * ctx.need_core
-        mem = s.dev_mem_free[nodes] - taken * need_mib
-        tasks = s.dev_task_free[nodes] - taken
-        idle, _, usable_idle, usable_count = node_quantities(
-            nodes, table.arrays, free, mem, tasks, with_usable=False
-        )
-        return expected_fragment(
-            table, idle, usable_idle, usable_count, cpu_after, mem_after, self.frag.capped
-        )
+        return first_fitting(ctx, node)
 
 
-def cache_bound(state: ClusterState) -> int:
-    """Entries of the per-amounts cache: as many as ``CACHE_BYTES`` holds for this fleet (a
-    per-card after and score array, and the version), within ``CACHE_ENTRIES``."""
-    n, w = state.dev_present.shape
-    entry = max(1, (2 * n * w + n) * 8)
-    low, high = CACHE_ENTRIES
-    return min(high, max(low, CACHE_BYTES // entry))
+def first_fitting(ctx: Context, node: int) -> list[int] | None:
+    """The first ``k`` fitting cards of ``node`` for a replica of several cards (where FGD's
+    measure places them), None for others."""
+    if ctx.k > 1 and ctx.dev_fit is not None:
+        return [int(c) for c in np.flatnonzero(ctx.dev_fit[node])[: ctx.k]]
+    return None
 
 
-def _each_device(
-    ctx: Context,
-    frag: FragmentationCache,
-    nodes: IndexArray,
-    need_mib: int | IntArray,
-    cpu_after: IntArray,
-    mem_after: IntArray,
-) -> FloatArray:
-    """``[S, W]``: fragmentation after placing the replica on each device of each node, by an
-    incremental update of the node's cached per-shape quantities (only the taken device's
-    usability changes), over the shapes the node's kind serves (``kernels.one_card_after``).
-    Values for devices the replica does not fit are meaningless; the caller masks them."""
-    return one_card_after(
-        nodes,
-        frag.table.arrays,
-        ctx.state,
-        frag.cached(),
-        ctx.need_core,
-        need_mib,
-        cpu_after,
-        mem_after,
-        frag.capped,
-    )
-
-
-def _score(before: FloatArray, after: FloatArray) -> FloatArray:
+def fgd_score(before: FloatArray, after: FloatArray) -> FloatArray:
     """``floor(100 * sigmoid((before - after) / 1000))``: 50 means no change, in 0..99."""
     delta = np.clip((before - after) / 1000.0, -50.0, 50.0)
     result: FloatArray = np.floor(100.0 / (1.0 + np.exp(-delta)))
