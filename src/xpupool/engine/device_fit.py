@@ -2,11 +2,11 @@
 
 A stream of requests asks for a few hundred device shapes at most, and one placement changes one
 node. So instead of re-checking the whole ``[N, W]`` grid for every request, the pipeline keeps,
-per device shape, the answer it gave last time with the node versions it was computed at, and
-re-checks only the rows of nodes whose version moved since (``ClusterState.node_version``), as the
-fragmentation cache does. An inventory change (a new ``epoch``) starts the shape afresh. The
-answer is the same as checking every card: the selectors' mask (``Pipeline.eligible``) and the
-capacity predicate (``capacity.share_fits``), the per-node count of cards that pass, and, for
+per device shape, the answer it gave last time and the state's change number then, and re-checks
+only the rows of the nodes changed since (``ClusterState.changed_since``): a request costs what
+changed, not the size of the fleet. An inventory change (a new ``epoch``) starts the shape afresh.
+The answer is the same as checking every card: the selectors' mask (``Pipeline.eligible``) and
+the capacity predicate (``capacity.share_fits``), the per-node count of cards that pass, and, for
 several cards, the largest number of them inside one link group.
 
 An answer is updated in place, as the fragmentation cache's values are: it holds until the next
@@ -27,10 +27,10 @@ from xpupool.engine.state import BoolArray, ClusterState, IntArray
 from xpupool.engine.topology import best_group_count
 from xpupool.model.request import DeviceRequest
 
-# Shapes kept (each about 100 KB at 5,000 nodes of 8 cards): a mixed stream uses a few hundred,
+# Shapes kept (each about 50 KB at 5,000 nodes of 8 cards): a mixed stream uses a few hundred,
 # a real trace a few dozen; the bound keeps a long-running server's memory flat.
 SHAPES_BOUND = 256
-# Past this share of stale nodes, checking every row at once is cheaper than gathering rows.
+# Past this share of the fleet changed, checking every row at once is cheaper than row by row.
 FULL_SHARE = 0.25
 
 
@@ -38,10 +38,10 @@ FULL_SHARE = 0.25
 class DeviceFit:
     """One shape's answer: ``dev_fit [N, W]`` cards where a share fits, ``count [N]`` of them per
     node, ``group_best [N]`` the most of them in one link group (only for several cards), all as
-    of ``version`` (the nodes' versions) in ``epoch``."""
+    of change number ``seq`` in ``epoch``."""
 
     epoch: int
-    version: IntArray
+    seq: int
     dev_fit: BoolArray
     count: IntArray
     group_best: IntArray | None
@@ -61,9 +61,7 @@ def count_per_node(mask: BoolArray) -> IntArray:
 
 
 def _refresh_rows_loop(
-    most: Any,
-    version: Any,
-    node_version: Any,
+    rows: Any,
     eligible: Any,
     mem_free: Any,
     core_free: Any,
@@ -76,21 +74,12 @@ def _refresh_rows_loop(
     count: Any,
     group_best: Any,
     has_group: Any,
-) -> Any:
-    """Re-check, in place, the rows of the nodes whose version moved: the capacity predicate on
-    each eligible card (``need_grid`` per card when ``scalar_need`` < 0), the count, and the most
-    fitting cards in one link group (``has_group``); then take the node's version. The number of
-    rows re-checked, or -1 (and nothing changed) when more than ``most`` nodes moved."""
-    moved = 0
-    for n in range(version.size):
-        if version[n] != node_version[n]:
-            moved += 1
-            if moved > most:
-                return -1
+) -> None:
+    """Re-check, in place, the nodes in ``rows``: the capacity predicate on each eligible card
+    (``need_grid`` per card when ``scalar_need`` < 0), the count, and the most fitting cards in
+    one link group (``has_group``)."""
     width = dev_fit.shape[1]
-    for n in range(version.size):
-        if version[n] == node_version[n]:
-            continue
+    for n in rows:
         c = 0
         for w in range(width):
             need = need_grid[n, w] if scalar_need < 0 else scalar_need
@@ -109,8 +98,6 @@ def _refresh_rows_loop(
                         same += dev_fit[n, v] and dev_group[n, v] == dev_group[n, w]
                     best = max(best, same)
             group_best[n] = best
-        version[n] = node_version[n]
-    return moved
 
 
 _refresh_rows = jit(_refresh_rows_loop)
@@ -135,28 +122,26 @@ class DeviceFitCache:
         s = self.state
         key = (devices, filters_off)
         fit = self._fits.get(key)
-        if fit is None or fit.epoch != s.epoch or fit.version.size != s.n_nodes:
+        changed = None if fit is None or fit.epoch != s.epoch else s.changed_since(fit.seq)
+        if fit is None or changed is None or len(changed) > FULL_SHARE * s.n_nodes:
             return self._fits.put(key, self._compute(devices, eligible, need_mib, need_core))
-        need_grid = need_mib if isinstance(need_mib, np.ndarray) else s.dev_mem_free
-        refreshed = _refresh_rows(
-            int(FULL_SHARE * s.n_nodes),
-            fit.version,
-            s.node_version,
-            eligible,
-            s.dev_mem_free,
-            s.dev_core_free,
-            s.dev_task_free,
-            need_grid,
-            need_mib if isinstance(need_mib, int) else -1,
-            need_core,
-            s.dev_group,
-            fit.dev_fit,
-            fit.count,
-            fit.group_best if fit.group_best is not None else fit.count,
-            fit.group_best is not None,
-        )
-        if refreshed < 0:  # too many moved: one pass over the whole grid is cheaper
-            return self._fits.put(key, self._compute(devices, eligible, need_mib, need_core))
+        if changed:
+            _refresh_rows(
+                np.asarray(changed, np.int64),
+                eligible,
+                s.dev_mem_free,
+                s.dev_core_free,
+                s.dev_task_free,
+                need_mib if isinstance(need_mib, np.ndarray) else s.dev_mem_free,
+                need_mib if isinstance(need_mib, int) else -1,
+                need_core,
+                s.dev_group,
+                fit.dev_fit,
+                fit.count,
+                fit.group_best if fit.group_best is not None else fit.count,
+                fit.group_best is not None,
+            )
+            fit.seq = s.change_seq
         return fit
 
     def _compute(
@@ -168,7 +153,7 @@ class DeviceFitCache:
         )
         count = count_per_node(dev_fit)
         group_best = best_group_count(s, dev_fit) if devices.count > 1 else None
-        return DeviceFit(s.epoch, s.node_version.copy(), dev_fit, count, group_best)
+        return DeviceFit(s.epoch, s.change_seq, dev_fit, count, group_best)
 
     def clear(self) -> None:
         self._fits.clear()

@@ -48,6 +48,11 @@ class SoftwareProfile:
     runtimes: tuple[tuple[str, str], ...]
 
 
+# Allocation changes the state remembers (``changed_since``): far more than a cache falls behind
+# between two uses, a few hundred KB.
+CHANGE_LOG = 1 << 16
+
+
 def _width_for(max_devices: int) -> int:
     return max(8, -(-max_devices // 8) * 8)
 
@@ -73,6 +78,10 @@ class ClusterState:
         self.compat = compat if compat is not None else load_compat()
         self.seed = seed
         self.epoch = 0
+        # The node of every allocation change, in order (``changed_since``): caches that follow
+        # the state re-check those nodes only. ``_changes[0]`` is change number ``_changes_base``.
+        self._changes: list[int] = []
+        self._changes_base = 0
         self.node_names: list[str] = []
         self.node_index: dict[str, int] = {}
         self.nodes: list[Node] = []
@@ -311,9 +320,25 @@ class ClusterState:
         self._shift(alloc, +1)
         return alloc
 
+    @property
+    def change_seq(self) -> int:
+        """How many allocation changes (applies and reverts) the state has seen."""
+        return self._changes_base + len(self._changes)
+
+    def changed_since(self, seq: int) -> list[int] | None:
+        """The nodes changed since change number ``seq`` (repeats possible), or None when the log
+        no longer reaches back that far. Inventory changes are not in it: they bump ``epoch``."""
+        start = seq - self._changes_base
+        return None if start < 0 else self._changes[start:]
+
     def _shift(self, alloc: Allocation, sign: int) -> None:
         n = alloc.node_index
         self.node_version[n] += 1
+        self._changes.append(n)
+        if len(self._changes) > CHANGE_LOG:  # forget the older half: their readers recompute
+            half = CHANGE_LOG // 2
+            del self._changes[:half]
+            self._changes_base += half
         self.node_cpu_free[n] += sign * alloc.cpu_milli
         self.node_mem_free[n] += sign * alloc.memory_mib
         mem_free = self.dev_mem_free.reshape(-1)

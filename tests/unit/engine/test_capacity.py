@@ -154,3 +154,61 @@ def test_binpack_compiled_fraction_is_the_numpy_expression_bit_for_bit(
         (1.0 - mem_free * inv_mem + mem_need) + (1.0 - (core_free - k * need_core) * inv_core)
     )
     assert out.tobytes() == expected.tobytes()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 6),
+    st.integers(1, 4),
+    st.data(),
+)
+def test_first_short_is_the_parts_applied_one_after_another(
+    n_nodes: int, k: int, data: st.DataObject
+) -> None:
+    """Explanations blame each node on the first part of the rule (restriction, memory, cores,
+    task slots) after which fewer than k cards are left: the compiled pass gives what the
+    filters' masks applied in turn give."""
+    from xpupool.engine.capacity import (
+        ENOUGH,
+        SHORT_CORES,
+        SHORT_MEMORY,
+        SHORT_OUTSIDE,
+        SHORT_TASKS,
+        first_short,
+    )
+
+    shape = (n_nodes, 8)
+
+    def grid(values: st.SearchStrategy[int]) -> np.ndarray:
+        return np.asarray(data.draw(st.lists(values, min_size=8 * n_nodes, max_size=8 * n_nodes)))
+
+    dev = grid(st.booleans()).astype(np.bool_).reshape(shape)
+    within = (
+        grid(st.booleans()).astype(np.bool_).reshape(shape) if data.draw(st.booleans()) else None
+    )
+    mem = grid(st.integers(0, 100)).astype(np.int64).reshape(shape)
+    core = grid(st.integers(0, 1000)).astype(np.int64).reshape(shape)
+    tasks = grid(st.integers(0, 2)).astype(np.int64).reshape(shape)
+    per_card = data.draw(st.booleans())
+    need: int | np.ndarray = (
+        grid(st.integers(0, 100)).astype(np.int64).reshape(shape)
+        if per_card
+        else data.draw(st.integers(0, 100))
+    )
+    need_core = data.draw(st.integers(0, 1000))
+    check_tasks = data.draw(st.booleans())
+    codes, left = first_short(dev, within, mem, core, tasks, need, need_core, check_tasks, k)
+
+    expected = np.full(n_nodes, ENOUGH)
+    stages = [(SHORT_MEMORY, memory_fits(mem, need)), (SHORT_CORES, cores_fit(core, need_core))]
+    if check_tasks:
+        stages.append((SHORT_TASKS, slot_free(tasks)))
+    if within is not None:
+        stages.insert(0, (SHORT_OUTSIDE, within))
+    cards = dev
+    for code, mask in stages:
+        cards = cards & mask
+        short = (expected == ENOUGH) & (cards.sum(axis=1) < k)
+        expected[short] = code
+    assert codes.tolist() == expected.tolist()
+    assert left.tolist() == cards.tolist()

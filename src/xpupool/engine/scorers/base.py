@@ -57,8 +57,10 @@ class ScorerEnv:
 class Scorer(Protocol):
     name: ClassVar[str]
 
-    def score(self, ctx: Context) -> FloatArray:
-        """``[N]`` in MIN_SCORE..MAX_SCORE on the nodes in ``ctx.node_fit``; others are ignored."""
+    def score(self, ctx: Context) -> FloatArray | None:
+        """``[N]`` in MIN_SCORE..MAX_SCORE on the nodes in ``ctx.node_fit``; others are ignored.
+        None when the scorer rates every node alike for this request (kube's PreScore Skip: a
+        topology scorer and a one-card replica): the sum is formed without it."""
         ...
 
 

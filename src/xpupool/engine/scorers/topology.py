@@ -1,7 +1,8 @@
 """Topology: for a multi-device replica, prefer nodes where all its devices fit in one link group.
 
 100 when one NVLink/HCCS domain on the node can hold every device, otherwise proportional to the
-largest part that can. Single-device and CPU-only replicas score 0 everywhere (no preference).
+largest part that can. For single-device and CPU-only replicas it has no preference and says so
+(None: skipped, as kube's PreScore Skip), which costs nothing.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from xpupool.engine.topology import best_group_count
 class Topology:
     name: ClassVar[str] = "topology"
 
-    def score(self, ctx: Context) -> FloatArray:
+    def score(self, ctx: Context) -> FloatArray | None:
         if ctx.k <= 1 or ctx.dev_fit is None:
-            return np.zeros(ctx.state.n_nodes, np.float64)
+            return None
         best = (
             ctx.group_best
             if ctx.group_best is not None
