@@ -132,40 +132,37 @@ ENOUGH, SHORT_OUTSIDE, SHORT_MEMORY, SHORT_CORES, SHORT_TASKS = range(5)
 def _first_short_loop(
     dev: Any,
     within: Any,
-    use_within: Any,
     mem_free: Any,
     core_free: Any,
     tasks_free: Any,
     need_grid: Any,
     scalar_need: Any,
     need_core: Any,
-    check_tasks: Any,
+    skip_tasks: Any,
+    restricted: Any,
     k: Any,
     codes: Any,
     left: Any,
 ) -> None:
-    """The loop behind :func:`first_short`, one pass over each node's cards."""
+    """The loop behind :func:`first_short`, one pass over each node's cards. Masks are bytes
+    (0/1) and the parts are combined with ``&``, without branches, which the compiler turns into
+    vector code; ``within`` is ``dev`` itself when there is no restriction (``restricted`` False),
+    ``skip_tasks`` 1 when no card has a task limit."""
     n_nodes, width = dev.shape
     for n in range(n_nodes):
         outside = memory = cores = tasks = 0
         for w in range(width):
-            ok = dev[n, w]
-            if ok and use_within:
-                ok = within[n, w]
-            if ok:
-                outside += 1
-                need = need_grid[n, w] if scalar_need < 0 else scalar_need
-                ok = _memory_part_one(mem_free[n, w], need)
-            if ok:
-                memory += 1
-                ok = _cores_part_one(core_free[n, w], need_core)
-            if ok:
-                cores += 1
-                ok = not check_tasks or _slot_part_one(tasks_free[n, w])
-            if ok:
-                tasks += 1
-            left[n, w] = ok
-        if use_within and outside < k:
+            need = need_grid[n, w] if scalar_need < 0 else scalar_need
+            o = dev[n, w] & within[n, w]
+            m = o & _memory_part_one(mem_free[n, w], need)
+            c = m & _cores_part_one(core_free[n, w], need_core)
+            t = c & (skip_tasks | _slot_part_one(tasks_free[n, w]))
+            outside += o
+            memory += m
+            cores += c
+            tasks += t
+            left[n, w] = t
+        if restricted and outside < k:
             codes[n] = SHORT_OUTSIDE
         elif memory < k:
             codes[n] = SHORT_MEMORY
@@ -198,19 +195,20 @@ def first_short(
     after another and counting each time, in one compiled pass."""
     codes = np.empty(dev.shape[0], np.int64)
     left = np.empty(dev.shape, np.bool_)
+    dev8 = np.ascontiguousarray(dev).view(np.uint8)
     _first_short_compiled(
-        dev,
-        dev if within is None else within,
-        within is not None,
+        dev8,
+        dev8 if within is None else np.ascontiguousarray(within).view(np.uint8),
         mem_free,
         core_free,
         tasks_free,
         need_mib if isinstance(need_mib, np.ndarray) else mem_free,
         need_mib if isinstance(need_mib, int) else -1,
         need_core,
-        check_tasks,
+        np.uint8(not check_tasks),
+        within is not None,
         k,
         codes,
-        left,
+        left.view(np.uint8),
     )
     return codes, left
