@@ -60,7 +60,7 @@ def test_a_second_up_on_a_data_dir_in_use_exits_at_once_and_changes_nothing(
             assert f"is in use by another xpupool up (pid {srv.proc.pid})" in said[0]
             assert sorted(p.name for p in data.iterdir()) == files
             job = user.get(f"/v1/jobs/{job_id}").json()
-            assert job["state"] == "running" and job["attempts"] == 0
+            assert job["state"] == "running" and job["attempts"] == 1  # its one run, not a second
             assert running_pid(user, job_id) == pid and _alive(pid)
             assert user.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
 
