@@ -14,13 +14,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-from xpupool.engine.capacity import (
-    SHORT_CORES,
-    SHORT_MEMORY,
-    SHORT_OUTSIDE,
-    SHORT_TASKS,
-    first_short,
-)
 from xpupool.engine.card_scores import CardScores
 from xpupool.engine.context import Context
 from xpupool.engine.device_fit import DeviceFitCache, count_per_node
@@ -207,21 +200,12 @@ class Pipeline:
             # computed once per shape and epoch, it goes to the nodes no node check blamed.
             static, dev = self._static_blame(ctx, chain)
             out.merge(static)
-            # The dynamic filters are the capacity rule's parts (memory, cores, task slots): one
-            # compiled pass finds which part leaves each node short, in the chain's order.
-            codes, dev = first_short(
-                dev,
-                ctx.within,
-                s.dev_mem_free,
-                s.dev_core_free,
-                s.dev_task_free,
-                ctx.need_mib,
-                ctx.need_core,
-                s.tasks_limited,
-                ctx.k,
-            )
-            for code, reason in _SHORT:
-                out.fail(codes != code, reason)
+            for df in chain.dynamic:
+                if df is chain.dynamic[0] and ctx.within is not None:
+                    dev = dev & ctx.within
+                    out.fail(count_per_node(dev) >= ctx.k, Reason.OUTSIDE_ASSIGNMENT)
+                for stage in df.stages(ctx.req, s, ctx):
+                    dev = out.stage(stage, dev, ctx.k)
             group = chain.group
             if group is not None and group.applies(ctx.req.devices.topology, ctx.k):
                 out.fail(group.node_mask(s, dev, ctx.k), group.reason)
@@ -242,15 +226,6 @@ class Pipeline:
                     dev = out.stage(stage, dev, ctx.k)
             found = self.static_blame_cache.put(key, (out, dev))
         return found
-
-
-# Which reason each capacity verdict of ``first_short`` is blamed on, in the chain's order.
-_SHORT = (
-    (SHORT_OUTSIDE, Reason.OUTSIDE_ASSIGNMENT),
-    (SHORT_MEMORY, Reason.INSUFFICIENT_DEVICE_MEMORY),
-    (SHORT_CORES, Reason.INSUFFICIENT_DEVICE_CORES),
-    (SHORT_TASKS, Reason.DEVICE_TASK_LIMIT),
-)
 
 
 class _Blame:
