@@ -13,7 +13,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from xpupool.sim.trace_files import DEFAULT_NODES, TRACES_ENV, trace_folders
+import pytest
+
+from xpupool.sim.trace_files import (
+    DEFAULT_NODES,
+    DEFAULT_PODS,
+    TRACE_FOLDER,
+    TRACES_ENV,
+    trace_folders,
+)
 
 from factories import tiny_trace
 
@@ -33,9 +41,30 @@ def _simulate(
     )
 
 
+@pytest.mark.skipif(
+    not any((f / DEFAULT_NODES).is_file() for f in trace_folders({}, Path("/"))),
+    reason="the Alibaba trace is not beside this checkout (../shared/traces)",
+)
 def test_the_default_trace_is_found_from_any_folder(tmp_path: Path) -> None:
-    assert any((f / DEFAULT_NODES).is_file() for f in trace_folders({}, tmp_path))
+    """From a folder unrelated to the checkout, the trace beside the checkout is found."""
     done = _simulate(tmp_path, "--policy", "bestfit", "--seeds", "42", "--tune", "0.002", "--json")
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    assert payload["trace"] == "openb_pod_list_default" and payload["runs"][0]["tasks"] > 0
+
+
+def test_the_default_trace_is_found_beside_the_working_folder(tmp_path: Path) -> None:
+    """A checkout elsewhere (an installed package) still finds shared/traces beside the folder it
+    is run from; the files stand in for the trace under its real names."""
+    folder = tmp_path / TRACE_FOLDER
+    folder.mkdir(parents=True)
+    nodes, pods = tiny_trace(tmp_path)
+    Path(nodes).rename(folder / DEFAULT_NODES)
+    Path(pods).rename(folder / DEFAULT_PODS)
+    work = tmp_path / "work"
+    work.mkdir()
+    assert folder in trace_folders({}, work)
+    done = _simulate(work, "--policy", "bestfit", "--seeds", "42", "--json")
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)
     assert payload["trace"] == "openb_pod_list_default" and payload["runs"][0]["tasks"] > 0
