@@ -70,6 +70,16 @@ def share_fits(
 share_fits_one = jit(_fits)
 
 
+def _parts(mem_free: Any, core_free: Any, tasks_free: Any, need_mib: Any, need_core: Any) -> Any:
+    """The rule's three parts in the capacity filters' order (memory, cores, a task slot), for a
+    refusal that must say which part failed first; their conjunction is :func:`_fits`."""
+    return mem_free >= need_mib, core_free >= need_core, tasks_free >= 1
+
+
+# ``share_parts_one(mem, core, tasks, need_mib, need_core) -> (memory ok, cores ok, slot ok)``.
+share_parts_one = jit(_parts)
+
+
 def shares_that_fit(
     mem_free: IntArray,
     core_free: IntArray,

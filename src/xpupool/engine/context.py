@@ -34,6 +34,7 @@ class Context:
     dev_fit: BoolArray | None = None
     node_fit: BoolArray = field(default_factory=lambda: np.zeros(0, np.bool_))
     group_best: IntArray | None = None
+    passed: IntArray | None = None  # [3, N] the shape's cards passing each capacity part
     within: BoolArray | None = None  # [N, W] devices the caller allows (a quota flavour), or all
     filters_off: frozenset[str] = frozenset()
     cycle: dict[str, object] = field(default_factory=dict)

@@ -7,7 +7,9 @@ only the rows of the nodes changed since (``ClusterState.changed_since``): a req
 changed, not the size of the fleet. An inventory change (a new ``epoch``) starts the shape afresh.
 The answer is the same as checking every card: the selectors' mask (``Pipeline.eligible``) and
 the capacity predicate (``capacity.share_fits``), the per-node count of cards that pass, and, for
-several cards, the largest number of them inside one link group.
+several cards, the largest number of them inside one link group. It also keeps how many cards pass
+the predicate's first part and its first two (memory; memory and cores), so that a refusal can say
+which part fails first on each node without replaying the checks over the whole grid.
 
 An answer is updated in place, as the fragmentation cache's values are: it holds until the next
 request of the same shape is filtered (a context is used before the next one is built).
@@ -20,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from xpupool.engine.capacity import share_fits, share_fits_one
+from xpupool.engine.capacity import cores_fit, memory_fits, share_parts_one, slot_free
 from xpupool.engine.compiled import jit
 from xpupool.engine.lru import Lru
 from xpupool.engine.state import BoolArray, ClusterState, IntArray
@@ -30,21 +32,30 @@ from xpupool.model.request import DeviceRequest
 # Shapes kept (each about 50 KB at 5,000 nodes of 8 cards): a mixed stream uses a few hundred,
 # a real trace a few dozen; the bound keeps a long-running server's memory flat.
 SHAPES_BOUND = 256
+# The capacity filters in the chain's order, which ``DeviceFit.passed``'s rows follow.
+CAPACITY_PARTS = ("DeviceMemory", "DeviceCores", "DeviceTasks")
 # Past this share of the fleet changed, checking every row at once is cheaper than row by row.
 FULL_SHARE = 0.25
 
 
 @dataclass(slots=True)
 class DeviceFit:
-    """One shape's answer: ``dev_fit [N, W]`` cards where a share fits, ``count [N]`` of them per
-    node, ``group_best [N]`` the most of them in one link group (only for several cards), all as
-    of change number ``seq`` in ``epoch``."""
+    """One shape's answer: ``dev_fit [N, W]`` cards where a share fits, ``passed [3, N]`` per
+    node the eligible cards that pass the memory part, the memory and cores parts, and all of the
+    predicate (``count``, its last row), ``group_best [N]`` the most fitting cards in one link
+    group (only for several cards), all as of change number ``seq`` in ``epoch``."""
 
     epoch: int
     seq: int
     dev_fit: BoolArray
-    count: IntArray
+    passed: IntArray
     group_best: IntArray | None
+
+    @property
+    def count(self) -> IntArray:
+        """``[N]`` cards per node where a share fits."""
+        result: IntArray = self.passed[2]
+        return result
 
 
 def count_per_node(mask: BoolArray) -> IntArray:
@@ -71,24 +82,31 @@ def _refresh_rows_loop(
     need_core: Any,
     dev_group: Any,
     dev_fit: Any,
-    count: Any,
+    passed: Any,
     group_best: Any,
     has_group: Any,
 ) -> None:
-    """Re-check, in place, the nodes in ``rows``: the capacity predicate on each eligible card
-    (``need_grid`` per card when ``scalar_need`` < 0), the count, and the most fitting cards in
-    one link group (``has_group``)."""
+    """Re-check, in place, the nodes in ``rows``: the capacity predicate's parts on each eligible
+    card (``need_grid`` per card when ``scalar_need`` < 0), the counts that pass them, and the
+    most fitting cards in one link group (``has_group``)."""
     width = dev_fit.shape[1]
     for n in rows:
-        c = 0
+        c_mem = c_core = c = 0
         for w in range(width):
             need = need_grid[n, w] if scalar_need < 0 else scalar_need
-            ok = eligible[n, w] and share_fits_one(
+            mem_ok, core_ok, slot_ok = share_parts_one(
                 mem_free[n, w], core_free[n, w], task_free[n, w], need, need_core
             )
+            mem_ok = mem_ok and eligible[n, w]
+            core_ok = core_ok and mem_ok
+            ok = slot_ok and core_ok
             dev_fit[n, w] = ok
+            c_mem += mem_ok
+            c_core += core_ok
             c += ok
-        count[n] = c
+        passed[0, n] = c_mem
+        passed[1, n] = c_core
+        passed[2, n] = c
         if has_group:
             best = 0
             for w in range(width):
@@ -137,8 +155,8 @@ class DeviceFitCache:
                 need_core,
                 s.dev_group,
                 fit.dev_fit,
-                fit.count,
-                fit.group_best if fit.group_best is not None else fit.count,
+                fit.passed,
+                fit.group_best if fit.group_best is not None else fit.passed[2],
                 fit.group_best is not None,
             )
             fit.seq = s.change_seq
@@ -148,12 +166,15 @@ class DeviceFitCache:
         self, devices: DeviceRequest, eligible: BoolArray, need_mib: int | IntArray, need_core: int
     ) -> DeviceFit:
         s = self.state
-        dev_fit = eligible & share_fits(
-            s.dev_mem_free, s.dev_core_free, s.dev_task_free, need_mib, need_core
-        )
-        count = count_per_node(dev_fit)
+        by_mem = eligible & memory_fits(s.dev_mem_free, need_mib)
+        by_core = by_mem & cores_fit(s.dev_core_free, need_core) if need_core else by_mem
+        dev_fit = by_core & slot_free(s.dev_task_free) if s.tasks_limited else by_core
+        passed = np.empty((3, s.n_nodes), np.int64)
+        passed[0] = count_per_node(by_mem)
+        passed[1] = passed[0] if by_core is by_mem else count_per_node(by_core)
+        passed[2] = passed[1] if dev_fit is by_core else count_per_node(dev_fit)
         group_best = best_group_count(s, dev_fit) if devices.count > 1 else None
-        return DeviceFit(s.epoch, s.change_seq, dev_fit, count, group_best)
+        return DeviceFit(s.epoch, s.change_seq, np.ascontiguousarray(dev_fit), passed, group_best)
 
     def clear(self) -> None:
         self._fits.clear()

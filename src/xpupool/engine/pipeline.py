@@ -11,12 +11,13 @@ of similar requests pays only for the capacity checks. Only when nothing fits do
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from xpupool.engine.card_scores import CardScores
 from xpupool.engine.context import Context
-from xpupool.engine.device_fit import DeviceFitCache, count_per_node
+from xpupool.engine.device_fit import CAPACITY_PARTS, DeviceFitCache, count_per_node
 from xpupool.engine.filters.base import Stage
 from xpupool.engine.filters.chain import FilterChain
 from xpupool.engine.filters.software import HOPE_ORDER, NO_HOPE
@@ -46,9 +47,7 @@ class Pipeline:
         self.device_fits = DeviceFitCache(state)
         # A refusal's static part per (selectors, k, epoch, static filters): [N] ints and an
         # [N, W] mask each, for the few dozen shapes that are refused in a stream.
-        self.static_blame_cache: Lru[tuple[object, ...], tuple[_Blame, BoolArray]] = Lru(
-            STATIC_BLAME_BOUND
-        )
+        self.static_blame_cache: Lru[tuple[object, ...], _StaticPart] = Lru(STATIC_BLAME_BOUND)
         self.card_scores = CardScores(state)
         # The filters a request's profile turns off; the engine installs its profiles' answer.
         self.filters_off: Callable[[Request], frozenset[str]] = lambda req: frozenset()
@@ -109,6 +108,7 @@ class Pipeline:
             )
             ctx.dev_fit = known.dev_fit
             ctx.group_best = known.group_best
+            ctx.passed = known.passed
             fit = fit & (known.count >= ctx.k)
             group = chain.group
             if group is not None and group.applies(ctx.req.devices.topology, ctx.k):
@@ -190,6 +190,10 @@ class Pipeline:
     def _blame(self, ctx: Context) -> tuple[list[tuple[Reason, str]], IntArray]:
         s = self.state
         chain = filter_chain(ctx.filters_off)
+        if ctx.k and ctx.within is None and ctx.passed is not None:
+            static = self._static_blame(ctx, chain)
+            if static.is_eligible and chain.dynamic_names == CAPACITY_PARTS:
+                return self._blame_from_counts(ctx, chain, static.blame, ctx.passed)
         out = _Blame(s.n_nodes)
         for nf in chain.node:
             part = nf.node_mask(ctx.req, s)
@@ -198,8 +202,9 @@ class Pipeline:
         if ctx.k:
             # What the static checks blame depends only on the selectors and the inventory:
             # computed once per shape and epoch, it goes to the nodes no node check blamed.
-            static, dev = self._static_blame(ctx, chain)
-            out.merge(static)
+            static = self._static_blame(ctx, chain)
+            out.merge(static.blame)
+            dev = static.dev
             for df in chain.dynamic:
                 if df is chain.dynamic[0] and ctx.within is not None:
                     dev = dev & ctx.within
@@ -211,7 +216,36 @@ class Pipeline:
                 out.fail(group.node_mask(s, dev, ctx.k), group.reason)
         return out.labels, out.blame
 
-    def _static_blame(self, ctx: Context, chain: FilterChain) -> tuple[_Blame, BoolArray]:
+    def _blame_from_counts(
+        self, ctx: Context, chain: FilterChain, static: _Blame, passed: IntArray
+    ) -> tuple[list[tuple[Reason, str]], IntArray]:
+        """:meth:`_blame` without the replay, for a request the capacity cache answered: the
+        capacity parts' per-node counts (``passed``, kept current by ``DeviceFitCache``) say which
+        part fails first. The checks are applied last to first, each overwriting, so every node
+        keeps the first one it fails, as in the replay; a property test holds the two equal."""
+        s, k = self.state, ctx.k
+        labels: list[tuple[Reason, str]] = [(Reason.FITS, "")]
+        blame = np.zeros(s.n_nodes, np.int64)
+
+        def mark(fails: BoolArray, reason: Reason, detail: str = "") -> None:
+            labels.append((reason, detail))
+            np.copyto(blame, len(labels) - 1, where=fails)
+
+        group = chain.group
+        if group is not None and group.applies(ctx.req.devices.topology, k):
+            assert ctx.group_best is not None  # kept for every request of several cards
+            mark(ctx.group_best < k, group.reason)
+        for row in range(len(chain.dynamic) - 1, -1, -1):
+            mark(passed[row] < k, chain.dynamic[row].reason)
+        np.copyto(blame, static.blame + (len(labels) - 1), where=static.blame > 0)
+        labels.extend(static.labels[1:])
+        for nf in reversed(chain.node):
+            part = nf.node_mask(ctx.req, s)
+            if part is not None:
+                mark(~part, *nf.why(ctx.req))
+        return labels, blame
+
+    def _static_blame(self, ctx: Context, chain: FilterChain) -> _StaticPart:
         """The static device checks' part of :meth:`_blame` as if no node check failed, and the
         devices they leave; cached per selectors, ``k``, epoch and static filters."""
         key = (ctx.req.devices.selector_key(), ctx.k, self.state.epoch, chain.static_key)
@@ -224,8 +258,19 @@ class Pipeline:
             for df in chain.static:
                 for stage in df.stages(ctx.req, s, ctx):
                     dev = out.stage(stage, dev, ctx.k)
-            found = self.static_blame_cache.put(key, (out, dev))
+            same = bool(np.array_equal(dev, self.eligible(ctx)))
+            found = self.static_blame_cache.put(key, _StaticPart(out, dev, same))
         return found
+
+
+@dataclass(frozen=True, slots=True)
+class _StaticPart:
+    """A refusal's static part: the blame, the devices left, and whether those are the request's
+    eligible devices (then the capacity cache's counts continue from them)."""
+
+    blame: _Blame
+    dev: BoolArray
+    is_eligible: bool
 
 
 class _Blame:
@@ -274,12 +319,12 @@ class _Blame:
 
 
 def _count(labels: list[tuple[Reason, str]], blame: IntArray, total: int) -> Unschedulable:
-    per_label = np.bincount(blame, minlength=len(labels))
+    per_label: list[int] = np.bincount(blame, minlength=len(labels)).tolist()
     merged: dict[tuple[Reason, str], int] = {}
-    for i, n in enumerate(per_label[1:], start=1):
-        if n:
-            merged[labels[i]] = merged.get(labels[i], 0) + int(n)
-    fits = int(per_label[0])
+    for i, n in enumerate(per_label):
+        if n and i:
+            merged[labels[i]] = merged.get(labels[i], 0) + n
+    fits = per_label[0]
     if fits:
         raise AssertionError(f"explain found {fits} fitting nodes for an unschedulable request")
     ordered = sorted(merged.items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1]))

@@ -17,6 +17,7 @@ from xpupool.engine.capacity import (
     memory_fits,
     share_fits,
     share_fits_one,
+    share_parts_one,
     shares_that_fit,
     slot_free,
 )
@@ -40,6 +41,14 @@ def test_numpy_and_compiled_forms_agree(rows: list[tuple[int, int, int, int, int
     parts = memory_fits(mem, need_mib) & cores_fit(core, need_core) & slot_free(tasks)
     assert vector.tolist() == scalar == parts.tolist()
     assert all(type(x) is bool for x in scalar)
+    # the compiled parts, which a refusal uses to say which part fails first, are the same parts
+    by_part = [share_parts_one(*row) for row in rows]
+    assert [list(p) for p in by_part] == [
+        [bool(m), bool(c), bool(t)]
+        for m, c, t in zip(
+            memory_fits(mem, need_mib), cores_fit(core, need_core), slot_free(tasks), strict=True
+        )
+    ]
 
 
 @settings(max_examples=200, deadline=None)

@@ -97,3 +97,56 @@ def test_a_refusal_after_an_inventory_change_names_the_change() -> None:
 
 def _explained_fresh(state: ClusterState, req: Request) -> object:
     return _fresh_view(state, req)[2]
+
+
+def _mixed_state() -> ClusterState:
+    """Cards of two sizes, link groups, a task limit per card on some, a little CPU on others:
+    every check of a refusal can be the first to fail somewhere."""
+    nodes = [gpu_node(f"a{i}", count=8, group_size=4, cpu_milli=8_000) for i in range(4)]
+    nodes += [gpu_node(f"t{i}", count=4, group_size=2, max_tasks=2) for i in range(3)]
+    nodes += [
+        gpu_node(f"b{i}", model=A10, count=4, memory_mib=24576, group_size=0) for i in range(3)
+    ]
+    return ClusterState(nodes, seed=5)
+
+
+REFUSED = (
+    *SHAPES,
+    DeviceRequest(count=1, core_permille=600, memory_mib=1024),
+    DeviceRequest(count=1, memory_mib=70_000),
+    DeviceRequest(count=4, topology=Topology.SAME_LINK_GROUP),
+    DeviceRequest(count=1, core_permille=100, memory_permille=100, models=("A10",)),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, len(REFUSED) - 1), st.integers(0, 9), st.integers(1, 12)),
+        max_size=50,
+    )
+)
+def test_refusals_from_the_kept_counts_equal_the_replay(steps: list[tuple[int, int, int]]) -> None:
+    """A refusal read from the capacity parts' kept counts names, for every node, the same first
+    failing check as replaying the chain check by check (node checks, static checks, memory,
+    cores, a task slot, the link group), after any mix of placements, releases and cordons."""
+    engine = Engine(_mixed_state(), "binpack")
+    state, pipe = engine.state, engine.pipeline
+    for i, (shape, action, cpus) in enumerate(steps):
+        if action == 9 and state.live:
+            engine.release(sorted(state.live)[i % len(state.live)])
+        elif action == 8:
+            uuid = state.slot_uuid[sorted(state.slot_uuid)[i % len(state.slot_uuid)]]
+            state.set_device_cordoned(uuid, cordoned=i % 2 == 0)
+        else:
+            engine.place(Request(f"r{i}", 1000 * cpus, 1024, REFUSED[shape]))
+        for j, devices in enumerate(REFUSED):
+            req = Request(f"q{j}", 1000 * cpus, 1024, devices)
+            ctx = pipe.context(req)
+            pipe.filter(ctx)
+            assert ctx.passed is not None
+            counted = pipe.blame(ctx).tolist()
+            refusal = None if ctx.node_fit.any() else pipe.explain(ctx)
+            ctx.passed = None  # the replay
+            assert pipe.blame(ctx).tolist() == counted
+            assert (None if ctx.node_fit.any() else pipe.explain(ctx)) == refusal

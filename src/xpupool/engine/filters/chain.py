@@ -28,6 +28,11 @@ class FilterChain:
     static_key: str
 
     @property
+    def dynamic_names(self) -> tuple[str, ...]:
+        """The capacity checks that run, in order."""
+        return tuple(f.name for f in self.dynamic)
+
+    @property
     def names(self) -> tuple[str, ...]:
         """Every filter that runs, in order."""
         group = () if self.group is None else (self.group.name,)
