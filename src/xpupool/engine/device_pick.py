@@ -9,8 +9,6 @@ Works on one node's row (at most a few dozen devices), so plain Python is the fa
 
 from __future__ import annotations
 
-from collections import Counter
-
 from xpupool.engine.context import Context
 from xpupool.model.request import DevicePolicy, Topology
 
@@ -22,7 +20,11 @@ def pick_devices(ctx: Context, node: int, policy: DevicePolicy) -> list[int]:
     # One row as Python lists: a few dozen values, read many times by the sort keys below.
     cols: list[int] = ctx.dev_fit[node].nonzero()[0].tolist()
     group: list[int] = s.dev_group[node].tolist()
-    group_fit = Counter(group[c] for c in cols if group[c] >= 0)
+    group_fit: dict[int, int] = {}  # fitting cards per link group (a Counter costs more here)
+    for c in cols:
+        g = group[c]
+        if g >= 0:
+            group_fit[g] = group_fit.get(g, 0) + 1
     sign = 1 if policy is DevicePolicy.BINPACK else -1
 
     # Busiest card in the resource the replica asks for (compute, or memory for memory-only shares);

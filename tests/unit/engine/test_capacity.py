@@ -148,18 +148,24 @@ def test_binpack_compiled_fraction_is_the_numpy_expression_bit_for_bit(
 ) -> None:
     """The compiled loop behind binpack and spread gives the very floats of the array expression
     it replaces (placements depend on exact ties)."""
-    from xpupool.engine.scorers.binpack import _device_fraction_after
+    from xpupool.engine.scorers.binpack import BINPACK, FRACTION, SPREAD, _device_fraction_after
 
     mem_free, mem_total, core_free, core_total = (
         np.asarray(col, np.int64) for col in zip(*nodes, strict=True)
     )
     inv_mem, inv_core = 1.0 / mem_total, 1.0 / core_total
-    out = np.empty(len(nodes))
-    _device_fraction_after(
-        mem_free, inv_mem, core_free, inv_core, k * need_mib, inv_mem, k * need_core, out
-    )
     mem_need = (k * need_mib) * inv_mem
     expected = 0.5 * (
         (1.0 - mem_free * inv_mem + mem_need) + (1.0 - (core_free - k * need_core) * inv_core)
     )
-    assert out.tobytes() == expected.tobytes()
+    scores = {
+        FRACTION: expected,
+        BINPACK: np.clip(100.0 * expected, 0.0, 100.0),
+        SPREAD: np.clip(100.0 * (1.0 - expected), 0.0, 100.0),
+    }
+    for mode, want in scores.items():
+        out = np.empty(len(nodes))
+        _device_fraction_after(
+            mem_free, inv_mem, core_free, inv_core, k * need_mib, inv_mem, k * need_core, mode, out
+        )
+        assert out.tobytes() == want.tobytes()
