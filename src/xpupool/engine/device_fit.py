@@ -85,12 +85,18 @@ def _refresh_rows_loop(
     passed: Any,
     group_best: Any,
     has_group: Any,
+    seen: Any,
 ) -> None:
     """Re-check, in place, the nodes in ``rows``: the capacity predicate's parts on each eligible
     card (``need_grid`` per card when ``scalar_need`` < 0), the counts that pass them, and the
-    most fitting cards in one link group (``has_group``)."""
+    most fitting cards in one link group (``has_group``). A node is in ``rows`` once per change
+    (a packing policy changes the same few nodes over and over): ``seen``, all False on entry and
+    on return, makes each count once."""
     width = dev_fit.shape[1]
     for n in rows:
+        if seen[n]:
+            continue
+        seen[n] = True
         c_mem = c_core = c = 0
         for w in range(width):
             need = need_grid[n, w] if scalar_need < 0 else scalar_need
@@ -116,6 +122,8 @@ def _refresh_rows_loop(
                         same += dev_fit[n, v] and dev_group[n, v] == dev_group[n, w]
                     best = max(best, same)
             group_best[n] = best
+    for n in rows:
+        seen[n] = False
 
 
 _refresh_rows = jit(_refresh_rows_loop)
@@ -127,6 +135,7 @@ class DeviceFitCache:
     def __init__(self, state: ClusterState, bound: int = SHAPES_BOUND) -> None:
         self.state = state
         self._fits: Lru[tuple[DeviceRequest, frozenset[str]], DeviceFit] = Lru(bound)
+        self._seen = np.zeros(state.n_nodes, np.bool_)  # the refresh's scratch, all False
 
     def get(
         self,
@@ -143,9 +152,11 @@ class DeviceFitCache:
         changed = None if fit is None or fit.epoch != s.epoch else s.changed_since(fit.seq)
         if fit is None or changed is None or len(changed) > FULL_SHARE * s.n_nodes:
             return self._fits.put(key, self._compute(devices, eligible, need_mib, need_core))
-        if changed:
+        if changed.size:
+            if self._seen.size != s.n_nodes:  # nodes were added
+                self._seen = np.zeros(s.n_nodes, np.bool_)
             _refresh_rows(
-                np.asarray(changed, np.int64),
+                changed,
                 eligible,
                 s.dev_mem_free,
                 s.dev_core_free,
@@ -158,6 +169,7 @@ class DeviceFitCache:
                 fit.passed,
                 fit.group_best if fit.group_best is not None else fit.passed[2],
                 fit.group_best is not None,
+                self._seen,
             )
             fit.seq = s.change_seq
         return fit

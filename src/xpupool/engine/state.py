@@ -48,8 +48,8 @@ class SoftwareProfile:
     runtimes: tuple[tuple[str, str], ...]
 
 
-# Allocation changes the state remembers (``changed_since``): far more than a cache falls behind
-# between two uses, a few hundred KB.
+# Allocation changes the state remembers at least (``changed_since``): far more than a cache falls
+# behind between two uses. The log holds twice that (1 MB) and forgets the older half when full.
 CHANGE_LOG = 1 << 16
 
 
@@ -79,8 +79,11 @@ class ClusterState:
         self.seed = seed
         self.epoch = 0
         # The node of every allocation change, in order (``changed_since``): caches that follow
-        # the state re-check those nodes only. ``_changes[0]`` is change number ``_changes_base``.
-        self._changes: list[int] = []
+        # the state re-check those nodes only. ``_changes[0]`` is change number ``_changes_base``,
+        # and the first ``_n_changes`` entries are in use. An array, so that a reader gets its
+        # rows as a slice without converting a list.
+        self._changes = np.zeros(2 * CHANGE_LOG, np.int64)
+        self._n_changes = 0
         self._changes_base = 0
         self.node_names: list[str] = []
         self.node_index: dict[str, int] = {}
@@ -323,22 +326,24 @@ class ClusterState:
     @property
     def change_seq(self) -> int:
         """How many allocation changes (applies and reverts) the state has seen."""
-        return self._changes_base + len(self._changes)
+        return self._changes_base + self._n_changes
 
-    def changed_since(self, seq: int) -> list[int] | None:
-        """The nodes changed since change number ``seq`` (repeats possible), or None when the log
-        no longer reaches back that far. Inventory changes are not in it: they bump ``epoch``."""
+    def changed_since(self, seq: int) -> IntArray | None:
+        """The nodes changed since change number ``seq`` (repeats possible; a view, good until the
+        next change), or None when the log no longer reaches back that far. Inventory changes are
+        not in it: they bump ``epoch``."""
         start = seq - self._changes_base
-        return None if start < 0 else self._changes[start:]
+        return None if start < 0 else self._changes[start : self._n_changes]
 
     def _shift(self, alloc: Allocation, sign: int) -> None:
         n = alloc.node_index
         self.node_version[n] += 1
-        self._changes.append(n)
-        if len(self._changes) > CHANGE_LOG:  # forget the older half: their readers recompute
-            half = CHANGE_LOG // 2
-            del self._changes[:half]
-            self._changes_base += half
+        if self._n_changes == self._changes.size:  # forget the older half: their readers recompute
+            self._changes[:CHANGE_LOG] = self._changes[CHANGE_LOG:]
+            self._n_changes -= CHANGE_LOG
+            self._changes_base += CHANGE_LOG
+        self._changes[self._n_changes] = n
+        self._n_changes += 1
         self.node_cpu_free[n] += sign * alloc.cpu_milli
         self.node_mem_free[n] += sign * alloc.memory_mib
         mem_free = self.dev_mem_free.reshape(-1)

@@ -150,3 +150,25 @@ def test_refusals_from_the_kept_counts_equal_the_replay(steps: list[tuple[int, i
             ctx.passed = None  # the replay
             assert pipe.blame(ctx).tolist() == counted
             assert (None if ctx.node_fit.any() else pipe.explain(ctx)) == refusal
+
+
+def test_kept_answers_follow_nodes_added_after_them() -> None:
+    """A node added after a shape's answer was kept (a new epoch, a longer grid) is in the next
+    answers, and placements on it are followed row by row like any other node's."""
+    engine = Engine(_state(), "binpack")
+    state = engine.state
+    shape = DeviceRequest(count=1, core_permille=250, memory_permille=250)
+    for i in range(3):
+        assert engine.place(Request(f"r{i}", 1000, 1024, shape)).ok
+    for j in range(3):
+        state.add_node(gpu_node(f"new{j}", count=8, group_size=4))
+        for i in range(40):  # fills the older nodes' fitting cards, then the new ones'
+            engine.place(Request(f"s{j}.{i}", 1000, 1024, DeviceRequest(count=2)))
+            req = Request("q", 1000, 1024, shape)
+            ctx = engine.pipeline.context(req)
+            engine.pipeline.filter(ctx)
+            assert ctx.dev_fit is not None
+            reasons = None if ctx.node_fit.any() else engine.pipeline.explain(ctx).reasons
+            assert (ctx.node_fit.tobytes(), ctx.dev_fit.tobytes(), reasons) == _fresh_view(
+                state, req
+            )

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from xpupool.engine import ClusterState
-from xpupool.model import Conflict, NotFound, RequestError
+from xpupool.model import Conflict, DeviceRequest, NotFound, Request, RequestError
 
 from factories import cpu_node, devices, engine_for, gpu_node
 
@@ -31,7 +31,8 @@ def test_apply_then_revert_restores_every_array_bit_for_bit() -> None:
     before = {
         k: v.copy()
         for k, v in vars(state).items()
-        if isinstance(v, np.ndarray) and k != "node_version"  # a change counter, not capacity
+        # change counters and the change log, not capacity
+        if isinstance(v, np.ndarray) and k not in ("node_version", "_changes")
     }
     placement = engine.place(devices(3, memory_permille=333, core_permille=250))
     assert placement.ok
@@ -101,3 +102,25 @@ def test_inventory_changes_bump_the_epoch() -> None:
     state.set_device_cordoned("a-gpu0", True)
     assert state.epoch > epoch
     assert not state.dev_usable[0, 0]
+
+
+def test_the_change_log_forgets_its_older_half_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``changed_since`` names every node changed since a change number it still holds, in order,
+    across the log's wrap; a number it no longer holds gets None (its reader recomputes)."""
+    from xpupool.engine import state as state_module
+
+    monkeypatch.setattr(state_module, "CHANGE_LOG", 4)
+    engine = engine_for(*[gpu_node(f"n{i}", count=2) for i in range(3)])
+    state = engine.state
+    start = state.change_seq
+    touched: list[int] = []
+    for i in range(11):
+        result = engine.place(Request(f"r{i}", 100, 100, DeviceRequest(count=1, memory_mib=1)))
+        touched.append(result.allocations[0].node_index)
+        seq = start + len(touched)
+        assert state.change_seq == seq
+        since = state.changed_since(seq - 1)
+        assert since is not None and since.tolist() == touched[-1:]
+    assert state.changed_since(start) is None  # 11 changes: the log (2 x 4) forgot the first
+    kept = state.changed_since(start + 7)
+    assert kept is not None and kept.tolist() == touched[7:]
