@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from xpupool.engine.state import BoolArray, ClusterState, IntArray
+from xpupool.engine.state import BoolArray, ClusterState, CountArray, IntArray
 from xpupool.model.request import Request
 
 
@@ -33,8 +33,8 @@ class Context:
     eligible: BoolArray | None = None
     dev_fit: BoolArray | None = None
     node_fit: BoolArray = field(default_factory=lambda: np.zeros(0, np.bool_))
-    group_best: IntArray | None = None
-    passed: IntArray | None = None  # [3, N] the shape's cards passing each capacity part
+    group_best: CountArray | None = None
+    passed: CountArray | None = None  # [3, N] the shape's cards passing each capacity part
     within: BoolArray | None = None  # [N, W] devices the caller allows (a quota flavour), or all
     filters_off: frozenset[str] = frozenset()
     cycle: dict[str, object] = field(default_factory=dict)

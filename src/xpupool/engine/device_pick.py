@@ -44,4 +44,6 @@ def pick_devices(ctx: Context, node: int, policy: DevicePolicy) -> list[int]:
             members = [c for c in cols if group[c] == chosen]
             return sorted(members, key=key)[:k]
         assert ctx.req.devices.topology is not Topology.SAME_LINK_GROUP
+    if k == 1:  # the first in that order (keys end with the column: no two are equal)
+        return [min(cols, key=key)]
     return sorted(cols, key=key)[:k]

@@ -27,7 +27,7 @@ from xpupool.engine.lru import Lru
 from xpupool.engine.reasons import Reason, ReasonCount, Unschedulable
 from xpupool.engine.registry import filter_chain
 from xpupool.engine.scorers.base import PostScorer, Scorer
-from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
+from xpupool.engine.state import BoolArray, ClusterState, CountArray, FloatArray, IntArray
 from xpupool.model.request import WHOLE, Request
 
 # Eligible masks ([N, W] bools: 40 KB each at 5,000 nodes of 8 cards, 10 MB at the bound) by
@@ -216,7 +216,7 @@ class Pipeline:
         return out.labels, out.blame
 
     def _blame_from_counts(
-        self, ctx: Context, chain: FilterChain, static: _Blame, passed: IntArray
+        self, ctx: Context, chain: FilterChain, static: _Blame, passed: CountArray
     ) -> tuple[list[tuple[Reason, str]], IntArray]:
         """:meth:`_blame` without the replay, for a request the capacity cache answered: the
         capacity parts' per-node counts (``passed``, kept current by ``DeviceFitCache``) say which

@@ -10,10 +10,10 @@ task slots in tasks (one per share on a device; ``capacity.UNLIMITED_TASKS`` whe
 limit). A card's free memory and compute count down from what may be committed on it
 (``dev_mem_commit``, ``dev_core_commit``: the physical amount times the operator's over-commit
 factor, rounded down; ``dev_mem_total`` stays physical). Whether a share fits is decided by
-``capacity.share_fits``, here as everywhere. Allocation and release add and subtract the same
-integers, so a release restores the state bit for bit. Static facts (model, vendor, driver, card
-size, health, cordon, task limits, over-commit factors) change rarely; each change bumps ``epoch``
-so that cached per-request masks are dropped.
+``capacity.share_fits`` (or its compiled scalar form), here as everywhere. Allocation and release
+add and subtract the same integers, so a release restores the state bit for bit. Static facts
+(model, vendor, driver, card size, health, cordon, task limits, over-commit factors) change rarely;
+each change bumps ``epoch`` so that cached per-request masks are dropped.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from xpupool.catalog import AcceleratorCatalog, CompatTable, load_accelerators, load_compat
-from xpupool.engine.capacity import UNLIMITED_TASKS, share_fits
+from xpupool.engine.capacity import UNLIMITED_TASKS, share_fits_one
 from xpupool.engine.lru import Lru
 from xpupool.model.allocation import Allocation
 from xpupool.model.device import Device, Node
@@ -36,6 +36,8 @@ from xpupool.model.vendor import VENDOR_KEYS
 
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
+# Small per-node counts of cards (int8 where the grid is narrow enough, else int64).
+CountArray = npt.NDArray[np.int8] | npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
 
@@ -299,7 +301,7 @@ class ClusterState:
         task_free = self.dev_task_free.reshape(-1)
         for share in alloc.devices:
             slot = share.slot
-            if not share_fits(
+            if not share_fits_one(  # the compiled scalar form: no array made per share
                 mem_free[slot],
                 core_free[slot],
                 task_free[slot],
