@@ -57,7 +57,8 @@ class Supervisor:
             )
             return 1
         if self.signalled or time.monotonic() >= rd.read_lease(self.d):
-            self.write(state="stopped", reason="stopped before it started", stop_kind="requested")
+            kind: rd.StopKind = "signalled" if self.signalled else "lease_expired"
+            self.write(state="stopped", reason=f"not started ({kind})", stop_kind=kind)
             return self.linger()
         try:
             backend = backend_for(f.backend, f.settings)
@@ -142,6 +143,9 @@ class Supervisor:
 
 def main(argv: list[str]) -> int:
     """``DIR ATTEMPT``: supervise the run in DIR."""
+    from xpupool.agent.launch.guard import protect_process
+
+    protect_process()  # as the agent: a job of this uid cannot read this process's memory
     d = rd.ReplicaDir(Path(argv[0]))
     sup = Supervisor(d, int(argv[1]))
 

@@ -113,3 +113,12 @@ def test_a_result_that_came_while_the_agent_was_away_is_reported(tmp_path: Path)
     while run.path.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not run.path.exists()  # collected: the supervisor removed it and left
+
+
+def test_a_lease_over_before_the_start_starts_nothing_and_says_why(tmp_path: Path) -> None:
+    runner = Runner("n1", tmp_path, settings=settings(tmp_path))
+    runner.renew(time.monotonic() - 1.0)  # the agent lost the server before the supervisor ran
+    rep = started(runner.start(work(SLEEP)), runner)
+    poll_until(lambda: rep.state == "stopped", runner)
+    report = runner.reports()[0]
+    assert report.pid is None and report.stop_cause == "lease_expired"  # requeued, not failed
