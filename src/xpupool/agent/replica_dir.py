@@ -4,10 +4,11 @@
 (``work.json``: the server's work item; ``spec.json``: the launch specification and the agent's
 launch settings), what the supervisor says back (``status.json``: its own pid and start time, the
 replica's pid, the attempt, the state, the exit code, the stop cause), the replica's log
-(``output.log``), and the agent's instructions: ``lease`` (the time, on CLOCK_MONOTONIC, until
-which the replica may run; the agent moves it forward after each heartbeat the server answered),
-``stop`` (stop now; the grace period in seconds inside) and ``collected`` (the server has the
-result: the supervisor may remove the directory and exit). Every file is written whole to a
+(``output.log``; ``shipped``: how much of it the server has), and the agent's instructions:
+``lease`` (the time, on CLOCK_MONOTONIC, until which the replica may run; the agent moves it
+forward after each heartbeat the server answered), ``stop`` (stop now; the grace period in
+seconds inside) and ``collected`` (the server has the result: the supervisor may remove the
+directory and exit). Every file is written whole to a
 temporary name and renamed, so a reader sees the old content or the new one, never a part.
 
 Times are ``time.monotonic()`` seconds: CLOCK_MONOTONIC is one clock for every process of a Linux
@@ -71,6 +72,12 @@ class ReplicaDir:
     @property
     def supervisor_log(self) -> Path:
         return self.path / "supervisor.log"
+
+    @property
+    def shipped(self) -> Path:
+        """How many bytes of ``output.log`` the server took (the agent's; a restart resumes
+        there, and a chunk sent again past it is skipped by the server anyway)."""
+        return self.path / "shipped"
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +146,13 @@ def read_lease(d: ReplicaDir) -> float:
         return float(d.lease.read_text())
     except (OSError, ValueError):
         return float("-inf")
+
+
+def read_shipped(d: ReplicaDir) -> int:
+    try:
+        return max(int(d.shipped.read_text()), 0)
+    except (OSError, ValueError):
+        return 0
 
 
 def request_stop(d: ReplicaDir, grace_s: float) -> None:

@@ -6,8 +6,9 @@ directory, limits, capped log), writes it to the run's directory
 (:mod:`xpupool.agent.replica_dir`) and starts a supervisor (:mod:`xpupool.agent.supervisor`),
 which starts the replica through the back end the agent is configured with (``host``, ``bwrap``,
 or ``container`` for images) and outlives the agent. The runner reads what each supervisor writes
-(its status, the replica's log, shipped to the server as it grows), moves their leases forward
-after each heartbeat the server answered (:meth:`Runner.renew`), and asks them to stop. A replica
+(its status; the replica's log, shipped to the server as it grows, each chunk with its offset),
+moves their leases forward after each heartbeat the server answered (:meth:`Runner.renew`), and
+asks them to stop. A replica
 is reported ``stopped`` only when its supervisor says nothing of it is left: the server frees its
 devices on that report. An agent that starts again finds the supervisors of its running replicas
 (:meth:`Runner.reattach`) and reports them with their attempt, so the server adopts them.
@@ -313,6 +314,9 @@ class Runner:
                     break
                 send(rep.work.job_id, rep.work.replica, chunk, rep.shipped, rep.work.attempt)
                 rep.shipped += len(chunk)
+                if rep.run_dir is not None:
+                    with contextlib.suppress(OSError):
+                        rd.write_atomic(rep.run_dir.shipped, str(rep.shipped).encode())
 
     def running_groups(self) -> dict[tuple[int, int], int]:
         """Process group of every replica that still has processes: ``{(job, replica): pgid}``."""
@@ -355,7 +359,7 @@ class Runner:
                 else:
                     rd.remove(d)
                 continue
-            rep = Replica(work, d.log, run_dir=d, status=status)
+            rep = Replica(work, d.log, run_dir=d, status=status, shipped=rd.read_shipped(d))
             self._read(rep)
             older = self.replicas.get(rep.key)
             if older is not None and older.run_dir is not None:

@@ -67,6 +67,9 @@ def test_an_agent_that_starts_again_adopts_its_supervisors_and_no_reused_pid(
     first = Runner("n1", tmp_path, settings=settings(tmp_path))
     rep = started(first.start(work(SLEEP)), first)
     assert rep is not None and rep.pid is not None and rep.status is not None
+    poll_until(lambda: rep.log_path.exists() and b"up" in rep.log_path.read_bytes(), first)
+    first.ship_logs(lambda *_: None)
+    shipped = rep.shipped
     # a second run whose status names a live process that is not its supervisor (a pid reused)
     stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -84,6 +87,9 @@ def test_an_agent_that_starts_again_adopts_its_supervisors_and_no_reused_pid(
         adopted = again.replicas[(7, 0)]
         assert (adopted.state, adopted.pid) == ("running", rep.pid)
         assert adopted.report().attempt == 1
+        offsets: list[int] = []
+        again.ship_logs(lambda job, replica, chunk, offset, attempt: offsets.append(offset))
+        assert shipped > 0 and all(o >= shipped for o in offsets)  # resumed, nothing sent again
         assert stranger.poll() is None  # not signalled: it is not ours
         assert not fake.path.exists()
         again.stop(7, 0)  # a stop goes through the adopted supervisor
