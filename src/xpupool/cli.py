@@ -87,7 +87,7 @@ def demo(policy: str, cluster: str | None) -> None:
     metavar="SECONDS",
     help="how long a node's replicas run on without a heartbeat the server answered (their "
     "supervisors stop them then; a silent node's jobs run elsewhere only after it) "
-    "[default: 5 heartbeats, at most 80% of --lost-after]",
+    "[default: 5 heartbeats and at least 20 s, at most 80% of --lost-after]",
 )
 @click.option("--agent/--no-agent", default=True, show_default=True, help="in-process local agent")
 @click.option(

@@ -19,6 +19,7 @@ from xpupool.model.errors import RequestError
 MARGIN_S = 1.0  # a supervisor's poll period, the SIGKILL taking effect, a slow disk
 MAX_GRACE_S = 10.0
 HEARTBEATS_PER_LEASE = 5.0
+MIN_DEFAULT_LEASE_S = 20.0  # what a restart of the server (or of an agent) usually takes, and more
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,11 +39,12 @@ class Lease:
     def for_settings(
         cls, heartbeat_s: float, lost_after_s: float, lease_s: float | None = None
     ) -> Lease:
-        """``lease_s`` None: five heartbeat periods, at most 80 % of ``lost_after_s`` (a lease
-        must end before the node is declared lost, or a short silence would stop work the
-        server still counts as running). Raises RequestError naming ``--lease``."""
+        """``lease_s`` None: five heartbeat periods and at least 20 s (running work survives a
+        restart of the server or of its agent), at most 80 % of ``lost_after_s`` (the lease
+        ends before the node is declared lost). Raises RequestError naming ``--lease``."""
         if lease_s is None:
-            lease_s = min(HEARTBEATS_PER_LEASE * heartbeat_s, 0.8 * lost_after_s)
+            wanted = max(HEARTBEATS_PER_LEASE * heartbeat_s, MIN_DEFAULT_LEASE_S)
+            lease_s = min(wanted, 0.8 * lost_after_s)
         elif not 0 < lease_s < lost_after_s:
             raise RequestError(
                 "--lease",
