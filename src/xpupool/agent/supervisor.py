@@ -123,9 +123,9 @@ class Supervisor:
                 break
             time.sleep(0.1)
         if stopping:
-            cause = {"lease_expired": "lease expired", "signalled": "supervisor signalled"}
-            text = cause.get(stopping, self.status.reason)
-            self.write(state="stopped", reason=f"stopped ({text}; {self.status.reason})")
+            cause = {"lease_expired": "lease expired; ", "signalled": "supervisor signalled; "}
+            text = f"{cause.get(stopping, '')}{self.status.reason}"
+            self.write(state="stopped", reason=f"stopped ({text})")
         else:
             self.write(state="succeeded" if self.status.exit_code == 0 else "failed")
 

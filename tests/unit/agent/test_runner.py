@@ -66,7 +66,7 @@ def test_stop_sends_sigterm_and_reports_when_gone(tmp_path: Path) -> None:
     runner.stop(7, 0)
     poll_until(lambda: _state(runner) == "stopped", runner, timeout_s=4.0)  # well before SIGKILL
     assert not group_alive(rep.pid)
-    assert "SIGTERM" in runner.reports()[0].reason
+    assert runner.reports()[0].reason == "stopped (killed by SIGTERM)"
 
 
 def test_stop_escalates_to_sigkill(tmp_path: Path) -> None:
