@@ -380,14 +380,19 @@ def _spawn(d: rd.ReplicaDir, attempt: int) -> subprocess.Popen[bytes]:
     """The supervisor of run ``d``: a session of its own (a signal to the agent's group does
     not reach it) and no parent-death signal, so it outlives the agent."""
     out = os.open(d.supervisor_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    env = dict(os.environ)
+    if env.get("PYTHONPATH"):  # it runs in /: a relative entry would no longer find xpupool
+        parts = env["PYTHONPATH"].split(os.pathsep)
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) if p else p for p in parts)
     try:
         return subprocess.Popen(
             [sys.executable, "-m", "xpupool.agent.supervisor", str(d.path), str(attempt)],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=out,
+            env=env,
             start_new_session=True,
-            cwd="/",
+            cwd="/",  # holds no directory of the agent's busy
         )
     finally:
         os.close(out)
