@@ -80,6 +80,15 @@ def demo(policy: str, cluster: str | None) -> None:
 @click.option(
     "--lost-after", default=30.0, show_default=True, help="silence before a node is lost, s"
 )
+@click.option(
+    "--lease",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="how long a node's replicas run on without a heartbeat the server answered (their "
+    "supervisors stop them then; a silent node's jobs run elsewhere only after it) "
+    "[default: 5 heartbeats and at least 20 s, at most 80% of --lost-after]",
+)
 @click.option("--agent/--no-agent", default=True, show_default=True, help="in-process local agent")
 @click.option(
     "--max-body",
@@ -134,6 +143,7 @@ def up(
     profile_file: str | None,
     heartbeat: float,
     lost_after: float,
+    lease: float | None,
     agent: bool,
     job_uid_range: str,
     job_root: str | None,
@@ -174,6 +184,13 @@ def up(
     profiles = load_profiles(profile_file)
     check_policies([policy], profiles)
 
+    from xpupool.server.lease import Lease
+
+    try:
+        Lease.for_settings(heartbeat, lost_after, lease)
+    except XpupoolError as exc:
+        raise click.BadParameter(str(exc), param_hint="--lease") from None
+
     from xpupool.server.up import UpConfig, serve
 
     cfg = UpConfig(
@@ -186,6 +203,7 @@ def up(
         profiles=tuple(profiles.values()),
         heartbeat_s=heartbeat,
         lost_after_s=lost_after,
+        lease_s=lease,
         agent=agent,
         job_uid_range=job_uid_range,
         job_root=job_root,

@@ -241,4 +241,4 @@ def test_killed_agent_means_lost_node_and_requeued_job(pool: Pool) -> None:
     job = pool.wait_state(job_id, "pending", 10)
     assert job["attempts"] == 1
     assert any(e["state"] == "pending" and "lost" in e["reason"] for e in job["events"])
-    until(lambda: not _alive(pid), "the orphaned replica to die with its agent", 5)
+    until(lambda: not _alive(pid), "the replica stopped by its supervisor at its lease's end", 5)

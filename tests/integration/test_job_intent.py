@@ -1,6 +1,7 @@
 """What the server acknowledged survives its crash (issue 20, part 4), with real processes: a
 cancel answered 200 is carried out by the server that comes back, and a job run again after a
-crash counts its attempt and logs each line once."""
+crash that took its replica too (its supervisor killed) counts its attempt and logs each line
+once."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def _started(job: dict[str, Any]) -> list[str]:
 
 
 def test_a_cancel_acknowledged_before_a_crash_is_carried_out_after_it(tmp_path: Path) -> None:
-    fast = ("--heartbeat", "0.2", "--lost-after", "60")
+    fast = ("--heartbeat", "0.2", "--lost-after", "60", "--lease", "30")  # outlasts the SIGSTOP
     srv = ServerProc(tmp_path / "data", extra_args=fast).start()
     agent: subprocess.Popen[bytes] | None = None
     try:
@@ -98,8 +99,14 @@ def test_a_run_again_after_a_crash_counts_its_attempt_and_logs_each_line_once(
             return got.text
 
         until(lambda: "hello" in log(), "the first run's output", 30)
-        assert _job(srv, job_id)["attempts"] == 1
-        srv.kill()  # the in-process agent and its replica die with the server
+        job = _job(srv, job_id)
+        assert job["attempts"] == 1
+        pid = int(_started(job)[0].rsplit("pid ", 1)[1].rstrip(")"))
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        supervisor = int(stat[stat.rfind(")") + 2 :].split()[1])
+        srv.kill()  # the in-process agent dies with the server; the replica with its supervisor
+        os.kill(supervisor, signal.SIGKILL)
+        until(lambda: not _alive(pid), "the replica gone with its supervisor", 10)
         srv.start()
         job = until(
             lambda: (j := _job(srv, job_id))["attempts"] == 2 and j,

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 from job_commands import JOB_PYTHON
-from server_proc import CLUSTER_MIXED, ServerProc
+from server_proc import CLUSTER_MIXED, ServerProc, until
 
 CANARY = "XPUPOOL_TEST_CANARY"
 UID_FIRST, UID_LAST = 200000, 299999
@@ -73,9 +73,13 @@ class Iso:
         return job, text
 
     def agent_log(self, job: dict[str, Any]) -> Path:
-        """The agent's own copy of replica 0's log (on whichever node it ran)."""
-        found = sorted((self.data / "agent").glob(f"*/logs/{job['id']}-0-*.log"))
-        assert found, f"no agent log for job {job['id']}"
+        """The agent's own copy of replica 0's log (on whichever node it ran), kept once the
+        server has the run's result (the agent moves it there right after that heartbeat)."""
+        found = until(
+            lambda: sorted((self.data / "agent").glob(f"*/logs/{job['id']}-0-*.log")),
+            f"the agent's log of job {job['id']}",
+            10,
+        )
         return found[-1]
 
 

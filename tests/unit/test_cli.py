@@ -170,3 +170,15 @@ def test_simulate_refuses_a_bad_profile_file_naming_the_field(tmp_path: Path) ->
     assert "profiles[0].plugins.score.enabled[0].weight" in result.output
     result = CliRunner().invoke(main, ["simulate", "--nodes", nodes, "--policy", "nope"])
     assert result.exit_code == 2 and "--policy" in result.output
+
+
+def test_up_refuses_a_lease_outside_heartbeat_and_lost_after_before_touching_anything(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    for lease, why in (("30", "below --lost-after"), ("0.1", "longer than --heartbeat")):
+        args = ["up", "--data", str(data), "--lease", lease, "--lost-after", "30"]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2, result.output
+        assert "--lease" in result.output and why in result.output, result.output
+    assert not data.exists()

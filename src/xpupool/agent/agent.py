@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from xpupool.agent.monitor import Monitor, Reading, device_metrics, over_limit
-from xpupool.agent.runner import FINAL, Runner
+from xpupool.agent.runner import DEFAULT_LEASE_S, FINAL, Runner
 from xpupool.agent.transport import AgentRefused, NodeReleased, Transport, TransportError
 from xpupool.model.errors import NotFound
 from xpupool.probes.base import DeviceInfo
@@ -105,12 +105,17 @@ class Agent:
             return  # not registered yet: the server would answer 404
         node.runner.poll()
         try:  # a chunk the server did not take is sent again next time
-            node.runner.ship_logs(lambda job, rep, chunk: self._send_log(node, job, rep, chunk))
+            node.runner.ship_logs(
+                lambda job, rep, chunk, offset, attempt: self._send_log(
+                    node, job, rep, chunk, offset, attempt
+                )
+            )
         except TransportError as exc:
             _failed(node, "log upload", f"log upload of {node.name} failed: {exc}")
         else:
             _succeeded(node, "log upload")
         reports = node.runner.reports()
+        sent = time.monotonic()  # the lease's clock: CLOCK_MONOTONIC, shared with supervisors
         try:
             body = Heartbeat(node=node.name, metrics=metrics, replicas=reports)
             reply = self.transport.heartbeat(body)
@@ -125,6 +130,9 @@ class Agent:
             return
         _succeeded(node, "heartbeat")
         node.last_heartbeat = self.wall()
+        # answered: the server saw this heartbeat at or after ``sent``, so a lease counted from
+        # ``sent`` never outlives what it believes
+        node.runner.renew(sent + (reply.lease_s or DEFAULT_LEASE_S), reply.lease_grace_s)
         node.runner.acknowledge(reports)
         self.heartbeat_s = reply.heartbeat_s
         if not act:
@@ -159,14 +167,19 @@ class Agent:
                 log.warning("job %d replica %d on %s: %s", *key, node.name, flag)
             rep.flag = flag
 
-    def _send_log(self, node: HostedNode, job_id: int, replica: int, chunk: bytes) -> None:
+    def _send_log(
+        self, node: HostedNode, job_id: int, replica: int, chunk: bytes, offset: int, attempt: int
+    ) -> None:
         # NotFound: the server no longer holds that replica here; nobody will read these bytes
         with contextlib.suppress(NotFound):
-            self.transport.append_log(node.name, job_id, replica, chunk)
+            self.transport.append_log(node.name, job_id, replica, chunk, offset, attempt)
 
     @staticmethod
     def _states(node: HostedNode) -> dict[tuple[int, int], str]:
-        return {key: rep.state for key, rep in node.runner.replicas.items()}
+        return {
+            key: "starting" if rep.starting else rep.state
+            for key, rep in node.runner.replicas.items()
+        }
 
     # ------------------------------------------------------------------ the loop
     def tick(self) -> None:
@@ -196,9 +209,8 @@ class Agent:
         self.nodes.remove(node)
 
     def run(self, stop: threading.Event) -> None:
-        """Tick until ``stop`` is set, then stop every replica (SIGTERM, grace, SIGKILL) and send
-        a last heartbeat so the server learns they are gone. :class:`AgentRefused` ends the loop
-        the same way, then propagates."""
+        """Tick until ``stop`` is set, then leave (:meth:`close`). :class:`AgentRefused` ends the
+        loop the same way, then propagates."""
         try:
             while not stop.is_set():
                 self.tick()
@@ -207,8 +219,11 @@ class Agent:
             self.close()
 
     def close(self) -> None:
+        """A graceful stop: running replicas keep running under their supervisors (their leases
+        run out unless an agent comes back within them) and nothing is reported that ends them;
+        replicas that did end are reported in a last heartbeat."""
         for node in self.nodes:
-            node.runner.shutdown()
+            node.runner.poll()
             if any(rep.state in FINAL for rep in node.runner.replicas.values()):
                 try:
                     self.step(node, act=False)

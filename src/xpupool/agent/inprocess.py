@@ -74,9 +74,13 @@ class PlaneTransport:
         except Unavailable as exc:  # the store cannot be written: as a 503 over HTTP
             raise TransportError(str(exc)) from None
 
-    def append_log(self, node: str, job_id: int, replica: int, chunk: bytes) -> None:
+    def append_log(
+        self, node: str, job_id: int, replica: int, chunk: bytes, offset: int, attempt: int
+    ) -> None:
         try:
-            node_identity.append_log(self.plane, self.who, node, job_id, replica, chunk)
+            node_identity.append_log(
+                self.plane, self.who, node, job_id, replica, chunk, offset, attempt
+            )
         except Forbidden as exc:
             self._refused("append_log", node, exc)
             raise

@@ -1,34 +1,42 @@
-"""Run the replicas the server hands a node, and stop them for real.
+"""Run the replicas the server hands a node, each under its own supervisor, and stop them for real.
 
-The runner never starts a process itself: for each replica it builds one launch specification
-(:func:`xpupool.agent.launch.build_spec`: uid, clean environment, private working directory,
-limits, capped log) and hands it to the back end the agent is configured with (``host``,
-``bwrap``, or ``container`` for images). Each replica's output goes to a local log file, drained
-by the agent; new bytes are shipped to the server as they appear. Stopping signals the replica
-(SIGTERM, SIGKILL after a grace period), and a replica is reported ``stopped`` only when nothing
-of it is left: the server frees its devices on that report, so a process that outlives it would
-run on devices someone else now holds.
+The runner never starts a job's process itself: for each replica it builds one launch
+specification (:func:`xpupool.agent.launch.build_spec`: uid, clean environment, private working
+directory, limits, capped log), writes it to the run's directory
+(:mod:`xpupool.agent.replica_dir`) and starts a supervisor (:mod:`xpupool.agent.supervisor`),
+which starts the replica through the back end the agent is configured with (``host``, ``bwrap``,
+or ``container`` for images) and outlives the agent. The runner reads what each supervisor writes
+(its status; the replica's log, shipped to the server as it grows, each chunk with its offset),
+moves their leases forward after each heartbeat the server answered (:meth:`Runner.renew`), and
+asks them to stop. A replica
+is reported ``stopped`` only when its supervisor says nothing of it is left: the server frees its
+devices on that report. An agent that starts again finds the supervisors of its running replicas
+(:meth:`Runner.reattach`) and reports them with their attempt, so the server adopts them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from pydantic import ValidationError
+
+from xpupool.agent import replica_dir as rd
 from xpupool.agent.launch import (
-    Backend,
-    Launched,
     LaunchError,
     LaunchSettings,
-    backend_for,
+    LaunchSpec,
     build_spec,
     group_alive,
+    spec_file,
 )
 from xpupool.agent.launch.process import write_log_line
 from xpupool.server.schemas import ReplicaReport, Work
@@ -38,27 +46,36 @@ log = logging.getLogger("xpupool.agent")
 State = Literal["running", "succeeded", "failed", "stopped"]
 FINAL: frozenset[str] = frozenset({"succeeded", "failed", "stopped"})
 NO_RUNTIME = "container images need a container runtime; none configured"
+# A lease for replicas started before any server said how long one lasts (a runner driven
+# without an agent, or a server that sends no lease_s): the default time before a node is lost.
+DEFAULT_LEASE_S = 30.0
 
 __all__ = ["FINAL", "NO_RUNTIME", "Replica", "Runner", "group_alive"]
+
+LogSend = Callable[[int, int, bytes, int, int], None]
+"""``send(job_id, replica, chunk, offset, attempt)``: ``offset`` is where ``chunk`` starts in
+that attempt's output, so a receiver keeps each byte once however often it is sent."""
 
 
 @dataclass
 class Replica:
     """One replica this node runs or ran. ``allocation_id`` tells a rerun of the same replica
-    (requeued, placed here again) from the run before it. ``launched`` None: it never started
-    (``reason`` says why)."""
+    (requeued, placed here again) from the run before it. ``run_dir`` None: never handed to a
+    supervisor (``reason`` says why); ``supervisor`` is the process when this agent started it
+    (one found after a restart is watched through its status and /proc)."""
 
     work: Work
     log_path: Path
-    launched: Launched | None = None
-    backend: Backend | None = None
+    run_dir: rd.ReplicaDir | None = None
+    spec: LaunchSpec | None = None
+    status: rd.SupervisorStatus | None = None
+    supervisor: subprocess.Popen[bytes] | None = None
     state: State = "running"
     exit_code: int | None = None
     reason: str = ""
+    stop_kind: str = ""
     shipped: int = 0
     stop_requested: bool = False
-    kill_at: float | None = None
-    leader_done: bool = False
     memory_used_mib: dict[str, int] = field(default_factory=dict)  # per UUID, last measured
     memory_measured: bool = False  # False: no probe could list its processes' memory this pass
     flag: str = ""  # a problem to report while running (over its device memory)
@@ -69,11 +86,21 @@ class Replica:
 
     @property
     def pid(self) -> int | None:
-        return self.launched.pid if self.launched is not None else None
+        return self.status.replica_pid or None if self.status is not None else None
 
     @property
     def limits(self) -> str:
-        return self.launched.limits if self.launched is not None else ""
+        return self.status.limits if self.status is not None else ""
+
+    @property
+    def starting(self) -> bool:
+        """Its supervisor has not started it yet: not reported (the server records the pid of
+        the first report)."""
+        return self.state == "running" and (self.status is None or self.status.state == "starting")
+
+    @property
+    def leader_done(self) -> bool:
+        return self.status is None or self.status.leader_done
 
     def report(self) -> ReplicaReport:
         return ReplicaReport(
@@ -85,13 +112,16 @@ class Replica:
             pid=self.pid,
             memory_used_mib=dict(self.memory_used_mib),
             limits=self.limits,
+            attempt=self.work.attempt if self.run_dir is not None else None,
+            stop_cause="lease_expired" if self.stop_kind == "lease_expired" else "",
         )
 
 
 class Runner:
     """The replicas of one node. Not thread-safe: one agent loop drives it. ``work_dir`` holds
-    the agent's copy of each replica's log (0600); the replicas' working directories are under
-    ``settings.job_root``, outside it."""
+    one directory per run (``replicas/``: the log, 0600, and the files the supervisor reads and
+    writes); the replicas' working directories are under ``settings.job_root``, outside it.
+    Constructing a runner re-attaches to the supervisors a previous agent left there."""
 
     def __init__(
         self,
@@ -111,174 +141,268 @@ class Runner:
         self.clock = clock
         self.replicas: dict[tuple[int, int], Replica] = {}
         self._done_allocations: set[int] = set()  # final and acknowledged: never start again
-        self._backends: dict[str, Backend] = {}
-        self._lingering: list[Replica] = []  # reported and forgotten, not yet cleaned up
+        # CLOCK_MONOTONIC seconds until which replicas may run (the supervisors' lease); moved
+        # by renew() after each heartbeat the server answered
+        self.lease_until = time.monotonic() + DEFAULT_LEASE_S
+        self.lease_grace_s = grace_s  # SIGTERM to SIGKILL when a lease ends (the server's)
+        self.reattach()
 
-    def backend(self, name: str) -> Backend:
-        if name not in self._backends:
-            self._backends[name] = backend_for(name, self.settings)
-        return self._backends[name]
+    # ------------------------------------------------------------------ leases
+    def renew(self, until: float, grace_s: float | None = None) -> None:
+        """Every live replica may run until ``until`` (CLOCK_MONOTONIC seconds)."""
+        self.lease_until = until
+        if grace_s is not None:
+            self.lease_grace_s = grace_s
+        for rep in self.replicas.values():
+            if rep.run_dir is not None and rep.state not in FINAL:
+                try:
+                    rd.write_lease(rep.run_dir, until)
+                except OSError as exc:  # its supervisor removed the directory: it is over
+                    log.info("job %d replica %d: lease not renewed: %s", *rep.key, exc)
 
     # ------------------------------------------------------------------ acting on the reply
     def start(self, work: Work) -> Replica | None:
-        """Start ``work`` unless it already runs (or ran) here; None when nothing was started."""
+        """Start ``work`` unless it already runs (or ran) here; None when nothing was started.
+        A run of an earlier attempt still going here is stopped first (started next time)."""
         current = self.replicas.get((work.job_id, work.replica))
         alloc = work.assignment.allocation_id
         if alloc in self._done_allocations:
             return None
-        if current is not None and (
-            current.work.assignment.allocation_id == alloc or current.state not in FINAL
-        ):
+        if current is not None and current.state not in FINAL:
+            if current.run_dir is not None and current.work.attempt != work.attempt:
+                self.stop(work.job_id, work.replica)
             return None
-        logs = self.work_dir / "logs"
-        logs.mkdir(mode=0o700, parents=True, exist_ok=True)
-        # a file per run: a run again after a restart never re-sends an earlier run's output
-        path = logs / f"{work.job_id}-{work.replica}-{alloc}-{work.attempt}.log"
-        rep = Replica(work, path)
+        if current is not None and current.work.assignment.allocation_id == alloc:
+            return None
+        d = rd.ReplicaDir.under(self.work_dir, work.job_id, work.replica, work.attempt)
+        rd.remove(d)  # what an earlier run left under this name (collected or abandoned)
+        d.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        rep = Replica(work, d.log, run_dir=d)
         self.replicas[rep.key] = rep
         try:
-            spec = build_spec(work, path, self.settings, self.node_vendors)
-            rep.backend = self.backend(self.settings.backend_name(work.image))
-            rep.launched = rep.backend.start(spec)
+            rep.spec = build_spec(work, d.log, self.settings, self.node_vendors)
         except LaunchError as exc:
             return self._refuse(rep, exc.reason)
-        log.info(
-            "job %d replica %d on %s: started pid %d (%s, %s)",
-            work.job_id,
-            work.replica,
-            self.node,
-            rep.pid,
-            rep.backend.name,
-            rep.limits,
-        )
+        backend = self.settings.backend_name(work.image)
+        try:
+            handed = spec_file.SpecFile(backend, self.settings, rep.spec, self.lease_grace_s)
+            rd.write_atomic(d.spec, spec_file.dumps(handed))
+            rd.write_atomic(d.work, work.model_dump_json().encode())
+        except ValueError as exc:  # a lone surrogate in argv or env cannot be written or run
+            return self._refuse(rep, f"cannot start {(work.command or [''])[0]!r}: {exc}")
+        rd.write_lease(d, self.lease_until)
+        rep.supervisor = _spawn(d, work.attempt)
+        log.info("job %d replica %d on %s: supervisor started (%s)", *rep.key, self.node, backend)
         return rep
 
     def _refuse(self, rep: Replica, reason: str) -> Replica:
         write_log_line(rep.log_path, reason)
         rep.state, rep.exit_code, rep.reason = "failed", None, reason
-        rep.leader_done = True
         log.warning("job %d replica %d: %s", rep.work.job_id, rep.work.replica, reason)
         return rep
 
     def stop(self, job_id: int, replica: int) -> None:
-        """SIGTERM the replica now, SIGKILL after the grace period (see :meth:`poll`). A replica
-        this node does not know is reported stopped at once (nothing of it runs)."""
+        """Ask the replica's supervisor to stop it: SIGTERM now, SIGKILL after the grace period.
+        A replica this node does not know is reported stopped at once (nothing of it runs)."""
         rep = self.replicas.get((job_id, replica))
         if rep is None:
             rep = Replica(_placeholder(job_id, replica, self.node), Path(os.devnull))
-            rep.state, rep.reason, rep.leader_done = "stopped", "not running on this node", True
+            rep.state, rep.reason = "stopped", "not running on this node"
             self.replicas[rep.key] = rep
             return
-        if rep.stop_requested or rep.state in FINAL:
+        if rep.stop_requested or rep.state in FINAL or rep.run_dir is None:
             return
         rep.stop_requested = True
-        rep.kill_at = self.clock() + self.grace_s
-        if rep.launched is not None and rep.backend is not None:
-            log.info("job %d replica %d: SIGTERM to group %d", job_id, replica, rep.launched.pgid)
-            rep.backend.signal(rep.launched, signal.SIGTERM)
+        log.info("job %d replica %d: stop asked of its supervisor", job_id, replica)
+        with contextlib.suppress(OSError):
+            rd.request_stop(rep.run_dir, self.grace_s)
 
     # ------------------------------------------------------------------ watching
     def poll(self) -> None:
-        """Reap exits, escalate overdue stops to SIGKILL, and settle each replica's state."""
-        now = self.clock()
-        self._lingering = [r for r in self._lingering if not _clean(r)]
+        """Read each supervisor's status and settle each replica's state."""
         for rep in self.replicas.values():
-            launched, backend = rep.launched, rep.backend
-            if launched is None or backend is None:
-                continue
-            if rep.state in FINAL:
-                _clean(rep)  # a cgroup that was still busy last time
-                continue
-            if not rep.leader_done and launched.proc.poll() is not None:
-                rep.leader_done = True
-                self._settle_exit(rep, launched, backend)
-                if not rep.stop_requested:
-                    backend.signal(launched, signal.SIGKILL)  # what the replica left behind
-            if rep.stop_requested and rep.kill_at is not None and now >= rep.kill_at:
-                if backend.alive(launched):
-                    log.warning("job %d replica %d: SIGKILL to group %d", *rep.key, launched.pgid)
-                    backend.signal(launched, signal.SIGKILL)
-                rep.kill_at = now + max(self.grace_s, 0.1)  # again later if something survives
-            if rep.leader_done and not backend.alive(launched):
-                if rep.stop_requested:
-                    rep.state = "stopped"
-                    rep.reason = f"stopped ({rep.reason})"
-                else:
-                    rep.state = "succeeded" if rep.exit_code == 0 else "failed"
-                backend.cleanup(launched)
+            if rep.state not in FINAL:
+                self._read(rep)
 
-    @staticmethod
-    def _settle_exit(rep: Replica, launched: Launched, backend: Backend) -> None:
-        code = launched.proc.returncode
-        rep.exit_code = 128 - code if code < 0 else code
-        rep.reason = (
-            f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with {code}"
+    def _read(self, rep: Replica) -> None:
+        if rep.run_dir is None:
+            return
+        status = rd.read_status(rep.run_dir)
+        if status is not None:
+            if rep.starting and status.state == "running":
+                log.info(
+                    "job %d replica %d on %s: started pid %d (%s)",
+                    *rep.key,
+                    self.node,
+                    status.replica_pid,
+                    status.limits,
+                )
+            rep.status = status
+        sup_gone = (
+            rep.supervisor.poll() is not None
+            if rep.supervisor is not None
+            else status is None or not rd.is_supervisor(rep.run_dir, status)
         )
-        if backend.oom_killed(launched):
-            rep.reason += f": out of memory (over its memory={launched.spec.memory_mib}Mi limit)"
+        if status is not None and status.final:
+            rep.state = status.state  # type: ignore[assignment]  # a final SupervisorState
+            rep.exit_code, rep.reason, rep.stop_kind = (
+                status.exit_code,
+                status.reason,
+                status.stop_kind,
+            )
+        elif sup_gone:
+            status = rd.read_status(rep.run_dir)  # it may have written its last status just now
+            if status is not None and status.final:
+                self._read(rep)
+                return
+            # the replica dies with its supervisor (PR_SET_PDEATHSIG)
+            rep.state, rep.reason = "failed", "its supervisor ended before it did"
+            rep.exit_code = None
 
     def reports(self) -> list[ReplicaReport]:
-        return [rep.report() for rep in self.replicas.values()]
+        return [rep.report() for rep in self.replicas.values() if not rep.starting]
 
     def acknowledge(self, sent: Iterable[ReplicaReport]) -> None:
-        """The server has these reports: forget the replicas whose report was final."""
+        """The server has these reports: forget the replicas whose report was final (once their
+        whole log is shipped) and let their supervisors go."""
         for r in sent:
             rep = self.replicas.get((r.job_id, r.replica))
-            if rep is not None and r.state in FINAL and rep.state == r.state:
-                self._done_allocations.add(rep.work.assignment.allocation_id)
-                del self.replicas[rep.key]
-                if rep.launched is not None and not rep.launched.cleaned:
-                    self._lingering.append(rep)  # its cgroup was still busy: retried by poll
+            if rep is None or r.state not in FINAL or rep.state != r.state:
+                continue
+            if rep.run_dir is not None and rep.shipped < _size(rep.log_path):
+                continue  # its last bytes are not on the server yet: again next heartbeat
+            self._done_allocations.add(rep.work.assignment.allocation_id)
+            del self.replicas[rep.key]
+            self._collect(rep)
 
-    def ship_logs(self, send: Callable[[int, int, bytes], None], max_chunk: int = 1 << 20) -> None:
-        """Send each replica's new output with ``send(job_id, replica, chunk)``; a failed send is
-        retried on the next call (the offset only moves on success)."""
+    def _collect(self, rep: Replica) -> None:
+        """The run's directory goes (its supervisor removes it, or this agent when there is no
+        supervisor any more); its log stays, as the agent's copy under ``logs/``."""
+        if rep.run_dir is None:
+            return
+        logs = self.work_dir / "logs"
+        w = rep.work
+        kept = logs / f"{w.job_id}-{w.replica}-{w.assignment.allocation_id}-{w.attempt}.log"
+        with contextlib.suppress(OSError):
+            logs.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.replace(rep.run_dir.log, kept)
+        with contextlib.suppress(OSError):
+            rd.write_atomic(rep.run_dir.collected, b"")
+        alive = (
+            rep.supervisor.poll() is None
+            if rep.supervisor is not None
+            else rep.status is not None and rd.is_supervisor(rep.run_dir, rep.status)
+        )
+        if not alive:
+            rd.remove(rep.run_dir)
+
+    def ship_logs(self, send: LogSend, max_chunk: int = 1 << 20) -> None:
+        """Send each replica's new output; a failed send is retried on the next call (the
+        offset only moves on success)."""
         for rep in self.replicas.values():
-            if rep.log_path == Path(os.devnull):
+            if rep.run_dir is None and rep.log_path == Path(os.devnull):
                 continue
-            try:
-                size = rep.log_path.stat().st_size
-            except OSError:
-                continue
+            size = _size(rep.log_path)
             while rep.shipped < size:
-                with rep.log_path.open("rb") as f:
-                    f.seek(rep.shipped)
-                    chunk = f.read(min(max_chunk, size - rep.shipped))
+                try:
+                    with rep.log_path.open("rb") as f:
+                        f.seek(rep.shipped)
+                        chunk = f.read(min(max_chunk, size - rep.shipped))
+                except OSError:
+                    break
                 if not chunk:
                     break
-                send(rep.work.job_id, rep.work.replica, chunk)
+                send(rep.work.job_id, rep.work.replica, chunk, rep.shipped, rep.work.attempt)
                 rep.shipped += len(chunk)
+                if rep.run_dir is not None:
+                    with contextlib.suppress(OSError):
+                        rd.write_atomic(rep.run_dir.shipped, str(rep.shipped).encode())
 
     def running_groups(self) -> dict[tuple[int, int], int]:
         """Process group of every replica that still has processes: ``{(job, replica): pgid}``."""
         return {
-            rep.key: rep.launched.pgid
+            rep.key: rep.pid
             for rep in self.replicas.values()
-            if rep.launched is not None and rep.state not in FINAL
+            if rep.pid is not None and rep.state not in FINAL
         }
 
     def shutdown(self, timeout_s: float | None = None) -> None:
-        """Stop every replica and wait for their groups to go (up to ``timeout_s``, default the
-        grace period plus a second); used when the agent itself stops."""
+        """Stop every replica and wait for them to go (up to ``timeout_s``, default the grace
+        period plus five seconds); used when the server gives this node to no one through this
+        agent any more. A graceful stop of the agent does not call it: replicas keep running."""
         for key in list(self.replicas):
             self.stop(*key)
-        deadline = self.clock() + (self.grace_s + 1.0 if timeout_s is None else timeout_s)
+        deadline = self.clock() + (self.grace_s + 5.0 if timeout_s is None else timeout_s)
         while self.clock() < deadline:
             self.poll()
             if all(rep.state in FINAL for rep in self.replicas.values()):
                 break
             time.sleep(0.05)
-        if self.settings.cgroups is not None:
-            self.settings.cgroups.release()  # fails, harmlessly, while another runner uses it
+
+    # ------------------------------------------------------------------ after a restart
+    def reattach(self) -> None:
+        """Take back the runs a previous agent left: a live supervisor (the same process: pid
+        and start time, and its directory in its command line) is watched again, a finished run
+        is reported, anything else (no status, a pid now someone else's) is removed. Of several
+        runs of one replica, the latest attempt is kept; older ones are stopped and let go."""
+        for d in rd.replica_dirs(self.work_dir):
+            status = rd.read_status(d)
+            try:
+                work = Work.model_validate_json(d.work.read_bytes())
+            except (OSError, ValidationError):
+                work = None
+            live = status is not None and rd.is_supervisor(d, status)
+            if work is None or status is None or not (live or status.final):
+                log.warning("%s: no supervisor of it is left; not adopted", d.path)
+                if status is not None and live:
+                    rd.request_stop(d, self.grace_s)
+                else:
+                    rd.remove(d)
+                continue
+            rep = Replica(work, d.log, run_dir=d, status=status, shipped=rd.read_shipped(d))
+            self._read(rep)
+            older = self.replicas.get(rep.key)
+            if older is not None and older.run_dir is not None:
+                with contextlib.suppress(OSError):
+                    rd.request_stop(older.run_dir, self.grace_s)
+                self._collect(older)
+            self.replicas[rep.key] = rep
+            log.info(
+                "job %d replica %d attempt %d: re-attached (%s, pid %s)",
+                *rep.key,
+                work.attempt,
+                rep.state,
+                rep.pid,
+            )
 
 
-def _clean(rep: Replica) -> bool:
-    """Clean up after a replica that is over, if not done yet; True once it is."""
-    if rep.launched is None or rep.backend is None:
-        return True
-    if not rep.launched.cleaned:
-        rep.backend.cleanup(rep.launched)
-    return rep.launched.cleaned
+def _spawn(d: rd.ReplicaDir, attempt: int) -> subprocess.Popen[bytes]:
+    """The supervisor of run ``d``: a session of its own (a signal to the agent's group does
+    not reach it) and no parent-death signal, so it outlives the agent."""
+    out = os.open(d.supervisor_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    env = dict(os.environ)
+    if env.get("PYTHONPATH"):  # it runs in /: a relative entry would no longer find xpupool
+        parts = env["PYTHONPATH"].split(os.pathsep)
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) if p else p for p in parts)
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "xpupool.agent.supervisor", str(d.path), str(attempt)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            env=env,
+            start_new_session=True,
+            cwd="/",  # holds no directory of the agent's busy
+        )
+    finally:
+        os.close(out)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _placeholder(job_id: int, replica: int, node: str) -> Work:

@@ -50,7 +50,11 @@ class Transport(Protocol):
 
     def heartbeat(self, body: Heartbeat) -> HeartbeatReply: ...
 
-    def append_log(self, node: str, job_id: int, replica: int, chunk: bytes) -> None: ...
+    def append_log(
+        self, node: str, job_id: int, replica: int, chunk: bytes, offset: int, attempt: int
+    ) -> None:
+        """``chunk`` of run ``attempt``'s output, starting at byte ``offset`` of it."""
+        ...
 
 
 def _untrusted_certificate(exc: BaseException) -> ssl.SSLCertVerificationError | None:
@@ -124,9 +128,12 @@ class HttpTransport:
         response = self._post("/v1/agent/heartbeat", json=body.model_dump(mode="json"))
         return HeartbeatReply.model_validate(response.json())
 
-    def append_log(self, node: str, job_id: int, replica: int, chunk: bytes) -> None:
+    def append_log(
+        self, node: str, job_id: int, replica: int, chunk: bytes, offset: int, attempt: int
+    ) -> None:
         self._post(
-            f"/v1/agent/nodes/{node}/jobs/{job_id}/replicas/{replica}/logs",
+            f"/v1/agent/nodes/{node}/jobs/{job_id}/replicas/{replica}/logs"
+            f"?offset={offset}&attempt={attempt}",
             content=chunk,
             headers={"Content-Type": "application/octet-stream"},
         )

@@ -9,8 +9,9 @@ requeue it, count a retry, wait before placing it again) or refuses the move wit
 :class:`IllegalTransition`. ``ControlPlane.apply`` is its only caller that stores: it writes the
 outcome and the event row in the caller's transaction, then acts on memory; agents are told to
 stop processes only by the heartbeat replies that read the stored cause, so a stop acknowledged
-to a user survives a crash of the server. Further causes (a lease that expired, a replica adopted
-after a restart) are further events and rows of this table (docs/jobs.md).
+to a user survives a crash of the server. A silent node's jobs are freed only once the lease on
+their replicas has surely run out (:class:`LeaseExpired`), and a run reported after a restart is
+adopted (:class:`Adopt`), not run again (docs/jobs.md).
 """
 
 from __future__ import annotations
@@ -134,15 +135,44 @@ class Ended:
 
 
 @dataclass(frozen=True, slots=True)
+class Adopt:
+    """A run an agent reports after a restart (of the server or of the agent) is the job's
+    current attempt: taken as it is, with no new attempt, no log header and no run again. Not
+    while it is being stopped."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Lost:
-    """Its devices are gone with their node (``NODE_LOST``) or could not be restored on start
-    (``SET_ASIDE``): nothing of it runs on them any more."""
+    """Its devices could not be restored on start (``SET_ASIDE``): nothing of it runs on them.
+    A node that stops heartbeating frees its jobs only by :class:`LeaseExpired`."""
 
     cause: StopCause
     reason: str
 
 
-Event = Submit | Admit | Schedule | Dispatch | Start | Note | Stop | Ended | Lost
+@dataclass(frozen=True, slots=True)
+class LeaseExpired:
+    """Its node went silent and the lease on its replicas is over: their supervisors have
+    stopped them. Legal only when that is sure: the node has been silent ``silent_s`` at least
+    ``needed_s`` (lease, stop grace and a margin), or its agent ``reported`` a replica stopped
+    by its lease. Until then the job keeps its devices, so no second copy starts elsewhere
+    while the first may still run. Then as a lost node (``NODE_LOST``)."""
+
+    reason: str
+    silent_s: float = 0.0
+    needed_s: float = 0.0
+    reported: bool = False
+
+    @property
+    def sure(self) -> bool:
+        return self.reported or self.silent_s >= self.needed_s
+
+
+Event = (
+    Submit | Admit | Schedule | Dispatch | Start | Note | Stop | Ended | Adopt | Lost | LeaseExpired
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,10 +226,17 @@ def transition(job: JobStatus | None, event: Event) -> Outcome:
         if event.failed:
             return _finish(job, StopCause.REPLICA_FAILED, event.reason, event.exit_code)
         return Outcome(P.SUCCEEDED, event.reason, release=True, exit_code=event.exit_code)
-    if isinstance(event, Lost) and phase in HOLDING_STATES:
+    if isinstance(event, Adopt) and phase in HOLDING_STATES and job.stop is None:
+        return Outcome(phase, event.reason, sets_reason=False)
+    lost = (isinstance(event, Lost) and event.cause is not StopCause.NODE_LOST) or (
+        isinstance(event, LeaseExpired) and event.sure
+    )
+    if lost and phase in HOLDING_STATES:
+        assert isinstance(event, (Lost, LeaseExpired))
+        cause = event.cause if isinstance(event, Lost) else StopCause.NODE_LOST
         if job.stop is not None and job.stop not in (StopCause.NODE_LOST, StopCause.SET_ASIDE):
             return _finish(job, job.stop, f"{job.stop_reason}; {event.reason}")
-        return _finish(job, event.cause, event.reason)
+        return _finish(job, cause, event.reason)
     raise IllegalTransition(phase, event)
 
 

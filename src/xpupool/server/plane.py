@@ -42,6 +42,7 @@ from xpupool.server.auth import AGENT_ROLES, Principal
 from xpupool.server.consistency import Problem, problem_for, settle
 from xpupool.server.drain import draining, plan
 from xpupool.server.health import Health, probe_writable, store_failure
+from xpupool.server.lease import Lease
 from xpupool.server.pending_jobs import PendingJobs
 from xpupool.server.queue_spec import queue_spec
 from xpupool.server.retention import Retention
@@ -211,6 +212,7 @@ class ControlPlane:
         profiles: Mapping[str, Profile] | None = None,
         heartbeat_s: float = 5.0,
         lost_after_s: float = 30.0,
+        lease_s: float | None = None,
         clock: Callable[[], float] = time.time,
         max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
         retention: Retention | None = None,
@@ -229,6 +231,7 @@ class ControlPlane:
             )
         self.heartbeat_s = heartbeat_s
         self.lost_after_s = lost_after_s
+        self.lease = Lease.for_settings(heartbeat_s, lost_after_s, lease_s)
         self.clock = clock
         self.lock = threading.RLock()
         self.wake = threading.Event()
@@ -641,8 +644,8 @@ class ControlPlane:
                 held.state = out.phase
             held.stop = out.stop
             held.stop_reason = out.reason.removeprefix(STOPPING) if out.stop else ""
-            if out.attempt is not None:
-                held.attempt, held.dispatched = out.attempt, True
+            if out.attempt is not None or isinstance(event, lc.Adopt):
+                held.attempt, held.dispatched = out.attempt or held.attempt, True
             if cols.get("started_at") is not None:
                 held.started_at = now
             if out.release:
@@ -670,7 +673,7 @@ class ControlPlane:
             phase = s.JobPhase(stored)
         stop, stop_reason = (held.stop, held.stop_reason) if held else (None, "")
         may_run = held.may_run if held else False
-        if not isinstance(event, (lc.Stop, lc.Ended, lc.Lost)):
+        if not isinstance(event, (lc.Stop, lc.Ended, lc.Lost, lc.LeaseExpired)):
             return lc.JobStatus(phase, stop, stop_reason, may_run)
         row = conn.execute(select(t_jobs).where(t_jobs.c.id == job_id)).mappings().one()
         return lc.JobStatus(

@@ -853,6 +853,17 @@ class ReplicaReport(Lenient):
         description="Which CPU/memory enforcement applies to it (e.g. 'limits: cgroup v1"
         " memory=2048Mi cpu=1500m'); empty: not reported (older agent, or it never started).",
     )
+    attempt: int | None = Field(
+        default=None,
+        ge=1,
+        description="Which run of the job this process is (Work.attempt); null from an older"
+        " agent. A server adopts a running replica only when it is the job's current attempt.",
+    )
+    stop_cause: Literal["", "lease_expired"] = Field(
+        default="",
+        description="'lease_expired': its supervisor stopped it because the agent's lease on it"
+        " ran out (the agent was cut off from the server); empty: any other end.",
+    )
 
 
 class Heartbeat(LenientIn):
@@ -896,3 +907,15 @@ class HeartbeatReply(Lenient):
         default_factory=list, description="(job_id, replica) to stop: SIGTERM, then SIGKILL."
     )
     heartbeat_s: float = Field(description="How often the server expects a heartbeat.")
+    lease_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="How long after sending this heartbeat the node's replicas may run without"
+        " another one answered (their supervisors stop them then); null from an older server.",
+    )
+    lease_grace_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="Seconds from SIGTERM to SIGKILL when a lease runs out; the server requeues"
+        " a silent node's jobs only after lease_s + lease_grace_s and a margin.",
+    )

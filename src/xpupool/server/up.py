@@ -36,6 +36,7 @@ class UpConfig:
     profiles: tuple[Profile, ...] = ()  # from --profile FILE (engine/profile_file.py)
     heartbeat_s: float = 5.0
     lost_after_s: float = 30.0
+    lease_s: float | None = None  # None: server/lease.py's default
     agent: bool = True
     job_uid_range: str = "200000-299999"  # the in-process agent's launch options (see agent)
     job_root: str | None = None
@@ -79,6 +80,7 @@ def open_plane(cfg: UpConfig) -> ControlPlane:
             profiles={p.name: p for p in cfg.profiles},
             heartbeat_s=cfg.heartbeat_s,
             lost_after_s=cfg.lost_after_s,
+            lease_s=cfg.lease_s,
             max_log_bytes=parse_memory_mib("--log-cap", cfg.log_cap) << 20,
             retention=cfg.retention,
         )

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from xpupool.agent.launch import LaunchSettings
-from xpupool.agent.runner import Runner
+from xpupool.agent.runner import Replica, Runner
 from xpupool.server.schemas import DeviceAssignment, ReplicaAssignment, Work
 
 
@@ -78,3 +78,10 @@ def poll_until(check: Callable[[], bool], runner: Runner, timeout_s: float = 20.
             return
         time.sleep(0.02)
     raise AssertionError("timed out")
+
+
+def started(rep: Replica | None, runner: Runner) -> Replica:
+    """``rep`` once its supervisor has started it (or could not): its pid known."""
+    assert rep is not None
+    poll_until(lambda: not rep.starting, runner)
+    return rep

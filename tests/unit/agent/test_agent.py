@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import ClassVar
 
-from agent_work import device, settings, work
+from agent_work import device, settings, started, work
 
 from xpupool.agent import Agent, HostedNode, Monitor, Runner
 from xpupool.agent.inventory import node_in
@@ -37,7 +37,9 @@ class Recorder:
         self.run, self.stop = [], []
         return reply
 
-    def append_log(self, node: str, job_id: int, replica: int, chunk: bytes) -> None:
+    def append_log(
+        self, node: str, job_id: int, replica: int, chunk: bytes, offset: int, attempt: int
+    ) -> None:
         self.logs.append(chunk)
 
 
@@ -94,7 +96,7 @@ def test_runs_reports_and_flags_memory_over_the_grant(tmp_path: Path) -> None:
     grant.uuid = "GPU-0"
     t.run = [work([sys.executable, "-c", code], node="n1", devices=[grant])]
     agent.step(node)
-    rep = node.runner.replicas[(7, 0)]
+    rep = started(node.runner.replicas[(7, 0)], node.runner)
     assert rep.pid is not None
     cards.pids = [rep.pid]
     deadline = time.monotonic() + 10

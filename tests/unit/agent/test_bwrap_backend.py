@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from agent_work import device, poll_until, settings, work
+from agent_work import device, poll_until, settings, started, work
 
 from xpupool.agent.launch import LaunchError
 from xpupool.agent.launch.bwrap import check_bwrap, find_bwrap
-from xpupool.agent.runner import Runner
+from xpupool.agent.runner import Runner, group_alive
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="bubblewrap is Linux only"
@@ -82,21 +82,26 @@ def test_sandboxed_replica_sees_only_its_own(tmp_path: Path) -> None:
         (dev / name).touch()
     cfg = settings(tmp_path, sandbox="bwrap", device_root=dev, private_paths=(data,))
     runner = Runner("n1", data / "agent", settings=cfg)
-    other = runner.start(work([PYTHON, "-c", "import time; time.sleep(30)"], job_id=8))
-    assert other is not None and other.launched is not None
-    secret = str((data / "admin-token").resolve())
-    rep = runner.start(
-        work(
-            [PYTHON, "-c", PROBE, secret, str(other.launched.spec.workdir)],
-            devices=[device(1, vendor="huawei")],
-        )
+    other = started(
+        runner.start(work([PYTHON, "-c", "import time; time.sleep(30)"], job_id=8)), runner
     )
-    assert rep is not None and rep.launched is not None
+    assert other is not None and other.spec is not None
+    secret = str((data / "admin-token").resolve())
+    rep = started(
+        runner.start(
+            work(
+                [PYTHON, "-c", PROBE, secret, str(other.spec.workdir)],
+                devices=[device(1, vendor="huawei")],
+            )
+        ),
+        runner,
+    )
+    assert rep is not None and rep.spec is not None
     poll_until(lambda: runner.replicas[(7, 0)].state != "running", runner)
     out = rep.log_path.read_text()
     assert runner.replicas[(7, 0)].state == "succeeded", out
     seen = json.loads(out.strip().splitlines()[-1])
-    workdir = rep.launched.spec.workdir
+    workdir = rep.spec.workdir
     assert seen["secret"] in ("FileNotFoundError", "PermissionError")  # not the token
     assert seen["other"] is False  # another replica's directory is not there
     assert seen["cwd"] == str(workdir) and seen["wrote"] == "ok"
@@ -116,16 +121,16 @@ def test_sandboxed_replica_is_stopped_with_its_group(tmp_path: Path) -> None:
         "n1", tmp_path / "agent", grace_s=5.0, settings=settings(tmp_path, sandbox="bwrap")
     )
     code = "import time; print('up', flush=True); time.sleep(60)"
-    rep = runner.start(work([PYTHON, "-c", code]))
-    assert rep is not None and rep.backend is not None and rep.backend.name == "bwrap"
+    rep = started(runner.start(work([PYTHON, "-c", code])), runner)
+    assert rep is not None and runner.settings.backend_name(None) == "bwrap"
     poll_until(lambda: rep.log_path.read_bytes().startswith(b"up"), runner)
     runner.stop(7, 0)
     poll_until(lambda: runner.replicas[(7, 0)].state == "stopped", runner)
-    assert rep.launched is not None and not rep.backend.alive(rep.launched)
+    assert rep.pid is not None and not group_alive(rep.pid)
 
 
 def test_image_job_without_runtime_is_refused_with_the_reason(tmp_path: Path) -> None:
     runner = Runner("n1", tmp_path / "agent", settings=settings(tmp_path, sandbox="bwrap"))
-    rep = runner.start(work([], image="busybox"))
+    rep = started(runner.start(work([], image="busybox")), runner)
     assert rep is not None and rep.state == "failed"
     assert "container runtime" in rep.reason

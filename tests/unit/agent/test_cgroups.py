@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from agent_work import settings, work
+from agent_work import settings, started, work
 
 from xpupool.agent.launch import cgroups
 from xpupool.agent.launch.cgroups import CgroupHost, detect_cgroups
@@ -113,9 +113,11 @@ def test_this_hosts_cgroups_hold_a_real_replica_and_go_with_it(tmp_path: Path) -
         "sys.stdin and __import__('time').sleep(0.5)\n"
     )
     runner = Runner("n1", tmp_path, settings=settings(tmp_path, cgroups=HOST))
-    rep = runner.start(work([sys.executable, "-c", script], memory_mib=300, cpu_milli=700))
-    assert rep is not None and rep.launched is not None
-    plan = rep.launched.spec.cgroup
+    rep = started(
+        runner.start(work([sys.executable, "-c", script], memory_mib=300, cpu_milli=700)), runner
+    )
+    assert rep is not None and rep.spec is not None
+    plan = rep.spec.cgroup
     assert plan is not None
     deadline = time.monotonic() + 10  # the launcher joins it before it execs the job
     while rep.pid not in cgroups.members(plan) and time.monotonic() < deadline:
@@ -138,9 +140,9 @@ def test_a_process_that_leaves_its_group_is_still_stopped(tmp_path: Path) -> Non
     assert HOST is not None, "no writable cgroup hierarchy on this host: limits are untested"
     runner = Runner("n1", tmp_path, grace_s=0.2, settings=settings(tmp_path, cgroups=HOST))
     escape = "setsid sleep 60 & echo escaped; sleep 60"
-    rep = runner.start(work(["sh", "-c", escape], memory_mib=64))
-    assert rep is not None and rep.launched is not None and rep.launched.spec.cgroup is not None
-    plan = rep.launched.spec.cgroup
+    rep = started(runner.start(work(["sh", "-c", escape], memory_mib=64)), runner)
+    assert rep is not None and rep.spec is not None and rep.spec.cgroup is not None
+    plan = rep.spec.cgroup
     deadline = time.monotonic() + 10
     while b"escaped" not in rep.log_path.read_bytes() and time.monotonic() < deadline:
         time.sleep(0.05)

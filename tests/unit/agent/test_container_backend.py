@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from agent_work import device, poll_until, settings, work
+from agent_work import device, poll_until, settings, started, work
 
 from fake_runtime import install, path_with, recorded
 from xpupool.agent.launch import LaunchError, build_spec
@@ -94,29 +94,32 @@ def test_image_job_runs_logs_and_cleans_up(tmp_path: Path, argv_log: Path) -> No
         "import os; print('in container', os.environ.get('CUDA_VISIBLE_DEVICES'),"
         " os.environ.get('MY_VAR'), os.environ.get('XPUPOOL_TOKEN'), os.getcwd())"
     )
-    rep = runner.start(
-        work(
-            [sys.executable, "-c", code],
-            image="python:3.12",
-            env={"MY_VAR": "hello"},
-            devices=[device(6)],
-        )
+    rep = started(
+        runner.start(
+            work(
+                [sys.executable, "-c", code],
+                image="python:3.12",
+                env={"MY_VAR": "hello"},
+                devices=[device(6)],
+            )
+        ),
+        runner,
     )
-    assert rep is not None and rep.backend is not None and rep.backend.name == "container"
-    assert rep.launched is not None
-    env_file = rep.log_path.with_name(f"{rep.launched.spec.slug}.env")
+    assert rep is not None and runner.settings.backend_name(rep.work.image) == "container"
+    assert rep.spec is not None
+    env_file = rep.log_path.with_name(f"{rep.spec.slug}.env")
     assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
     assert "PATH=" not in env_file.read_text()  # the image keeps its own PATH
     poll_until(lambda: runner.replicas[(7, 0)].state != "running", runner)
     out = rep.log_path.read_text()
     assert runner.replicas[(7, 0)].state == "succeeded", out
-    assert f"in container 0 hello None {rep.launched.spec.workdir}" in out
+    assert f"in container 0 hello None {rep.spec.workdir}" in out
     runs = recorded(argv_log, "run")
     assert len(runs) == 1 and _option(runs[0], "--gpus") == ['"device=nvidia-6"']
-    assert recorded(argv_log, "rm") == [["docker", "rm", "-f", f"xpupool-{rep.launched.spec.slug}"]]
+    assert recorded(argv_log, "rm") == [["docker", "rm", "-f", f"xpupool-{rep.spec.slug}"]]
     assert not env_file.exists()
-    assert not rep.launched.spec.workdir.exists()  # removed once the container is gone
-    assert rep.launched.limits.startswith("limits: docker cgroup")
+    assert not rep.spec.workdir.exists()  # removed once the container is gone
+    assert rep.limits.startswith("limits: docker cgroup")
 
 
 def test_stop_goes_through_the_runtime(tmp_path: Path, argv_log: Path) -> None:
@@ -124,11 +127,11 @@ def test_stop_goes_through_the_runtime(tmp_path: Path, argv_log: Path) -> None:
         "n1", tmp_path / "agent", grace_s=5.0, settings=settings(tmp_path, runtime="docker")
     )
     code = "import time; print('up', flush=True); time.sleep(60)"
-    rep = runner.start(work([sys.executable, "-c", code], image="python:3.12"))
-    assert rep is not None and rep.launched is not None
+    rep = started(runner.start(work([sys.executable, "-c", code], image="python:3.12")), runner)
+    assert rep is not None and rep.spec is not None
     poll_until(lambda: rep.log_path.read_bytes().startswith(b"up"), runner)
     runner.stop(7, 0)
     poll_until(lambda: runner.replicas[(7, 0)].state == "stopped", runner)
-    name = f"xpupool-{rep.launched.spec.slug}"
+    name = f"xpupool-{rep.spec.slug}"
     assert ["docker", "kill", "--signal", "TERM", name] in recorded(argv_log, "kill")
     assert "SIGTERM" in runner.replicas[(7, 0)].reason

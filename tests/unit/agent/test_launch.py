@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agent_work import settings, work
+from agent_work import settings, started, work
 
 from xpupool.agent.launch import LaunchSettings, UidRange, build_spec
 from xpupool.agent.launch.identity import isolation_notice
@@ -80,10 +81,10 @@ def test_uid_range_rules() -> None:
 
 def test_a_tenant_beyond_the_range_or_without_an_index_is_refused(tmp_path: Path) -> None:
     runner = Runner("n1", tmp_path, settings=settings(tmp_path, uid_range=RANGE))
-    rep = runner.start(work(["true"], tenant_index=100))
+    rep = started(runner.start(work(["true"], tenant_index=100)), runner)
     assert rep is not None and rep.state == "failed"
     assert "no uid in the job uid range" in rep.reason
-    rep = runner.start(work(["true"], job_id=8, tenant_index=None))
+    rep = started(runner.start(work(["true"], job_id=8, tenant_index=None)), runner)
     assert rep is not None and rep.state == "failed" and "no tenant index" in rep.reason
 
 
@@ -97,9 +98,9 @@ def test_a_root_agent_runs_the_job_as_the_tenants_uid_in_a_private_directory(
         settings=LaunchSettings(job_root=open_dir / "jobs", uid_range=RANGE),
     )
     script = 'echo "$(id -u) $(id -g) $(id -G)"; stat -c "%a %u" .; touch mine; echo ok'
-    rep = runner.start(work(["sh", "-c", script], tenant_index=7))
-    assert rep is not None and rep.launched is not None
-    workdir = rep.launched.spec.workdir
+    rep = started(runner.start(work(["sh", "-c", script], tenant_index=7)), runner)
+    assert rep is not None and rep.spec is not None
+    workdir = rep.spec.workdir
     _finish(runner, rep)
     assert rep.state == "succeeded", rep.log_path.read_text()
     out = rep.log_path.read_text().split("\n")
@@ -115,33 +116,33 @@ def test_a_root_agent_runs_the_job_as_the_tenants_uid_in_a_private_directory(
 def test_a_job_root_the_job_uid_cannot_reach_is_refused_with_the_reason(tmp_path: Path) -> None:
     os.chmod(tmp_path, 0o700)
     runner = Runner("n1", tmp_path, settings=settings(tmp_path, uid_range=RANGE))
-    rep = runner.start(work(["true"]))
+    rep = started(runner.start(work(["true"])), runner)
     assert rep is not None and rep.state == "failed"
     assert "does not let other users through" in rep.reason
 
 
 @as_root
-def test_a_replica_running_as_another_uid_still_dies_with_its_agent(open_dir: Path) -> None:
+def test_a_replica_running_as_another_uid_still_dies_with_its_supervisor(open_dir: Path) -> None:
     """PR_SET_PDEATHSIG is set after the uid switch (a credential change clears it)."""
     here = Path(__file__).parent
     agent = (
         "import sys, time\n"
         "from pathlib import Path\n"
         f"sys.path.insert(0, {str(here)!r})\n"
-        "from agent_work import work\n"
+        "from agent_work import started, work\n"
         "from xpupool.agent.launch import LaunchSettings, UidRange\n"
         "from xpupool.agent.runner import Runner\n"
         f"root = Path({str(open_dir)!r})\n"
         "s = LaunchSettings(job_root=root / 'jobs', uid_range=UidRange(200000, 200099))\n"
         "r = Runner('n1', root / 'agent', settings=s)\n"
-        "rep = r.start(work(['sleep', '60']))\n"
-        "print(rep.pid, flush=True)\n"
+        "rep = started(r.start(work(['sleep', '60'])), r)\n"
+        "print(rep.pid, rep.status.supervisor_pid, flush=True)\n"
         "time.sleep(60)\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", agent], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
-        pid = int(proc.stdout.readline())
+        pid, supervisor = map(int, proc.stdout.readline().split())
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:  # until the launcher has become the job
             status = Path(f"/proc/{pid}/status").read_text()
@@ -151,6 +152,7 @@ def test_a_replica_running_as_another_uid_still_dies_with_its_agent(open_dir: Pa
         assert "\nUid:\t200000\t" in status
         proc.kill()
         proc.wait(5)
+        os.kill(supervisor, signal.SIGKILL)
         deadline = time.monotonic() + 5
         while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
             stat_text = Path(f"/proc/{pid}/stat").read_text()
@@ -170,15 +172,14 @@ def test_output_beyond_the_cap_is_discarded_after_a_marker_and_the_job_goes_on(
     code = (
         "import sys\nfor _ in range(200):\n    sys.stdout.write('y' * 1000 + '\\n')\nsys.exit(0)\n"
     )
-    rep = runner.start(work([sys.executable, "-c", code]))
-    assert rep is not None and rep.launched is not None and rep.launched.pump is not None
+    rep = started(runner.start(work([sys.executable, "-c", code])), runner)
+    assert rep is not None and rep.spec is not None
     _finish(runner, rep)
     assert rep.state == "succeeded"  # not blocked on a full pipe, not killed
     data = rep.log_path.read_bytes()
     assert len(data) == 4096 + len(cut_marker(4096))
     assert data.endswith(cut_marker(4096))
     assert b"log cut at 4096 bytes; further output discarded" in data
-    assert rep.launched.pump.discarded == 200 * 1001 - 4096
 
 
 def test_the_notice_when_jobs_get_no_isolation() -> None:

@@ -37,7 +37,9 @@ class Flaky:
             raise TransportError("connection refused")
         return HeartbeatReply(run=[], stop=[], heartbeat_s=5.0)
 
-    def append_log(self, node: str, job_id: int, replica: int, chunk: bytes) -> None:
+    def append_log(
+        self, node: str, job_id: int, replica: int, chunk: bytes, offset: int, attempt: int
+    ) -> None:
         pass
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from agent_work import settings, work
+from agent_work import settings, started, work
 
 from xpupool.agent.runner import Runner
 
@@ -25,7 +25,7 @@ def test_unstartable_work_fails_with_the_reason(
     tmp_path: Path, command: list[str], env: dict[str, str], said: str
 ) -> None:
     runner = Runner("n1", tmp_path, settings=settings(tmp_path))
-    rep = runner.start(work(command, env=env))
+    rep = started(runner.start(work(command, env=env)), runner)
     assert rep is not None
     report = runner.reports()[0]
     assert report.state == "failed" and report.pid is None

@@ -34,7 +34,7 @@ def test_the_in_process_agent_speaks_for_its_own_nodes_only(server: Server) -> N
     with pytest.raises(Forbidden, match="local-1"):
         transport.register(s.NodeIn.model_validate(node_body("remote-1", count=2)))
     with pytest.raises(Forbidden):
-        transport.append_log("remote-1", 1, 0, b"forged")
+        transport.append_log("remote-1", 1, 0, b"forged", 0, 1)
     refused = [e for e in server.plane.audit.entries(None, 100) if e.status == 403]
     assert {e.action for e in refused} == {"heartbeat", "register", "append_log"}
     assert all(e.token_id == 0 and e.node == "local-1" for e in refused)

@@ -86,13 +86,24 @@ LEGAL: list[tuple[lc.JobStatus | None, lc.Event, P, StopCause | None, bool, bool
         True,
         False,
     ),
-    # a lost node: requeued (the default), lost (no retry), cancelled when a cancel was asked
-    (st(P.RUNNING), lc.Lost(C.NODE_LOST, "gone"), P.PENDING, None, True, True),
-    (st(P.RUNNING, policy=NO_RETRY), lc.Lost(C.NODE_LOST, "g"), P.LOST, C.NODE_LOST, True, False),
+    # a lost node whose lease is over: requeued (the default), lost (no retry), cancelled when a
+    # cancel was asked; its agent's word that the lease stopped a replica is as sure
+    (st(P.RUNNING), lc.LeaseExpired("gone", 9, 9), P.PENDING, None, True, True),
+    (st(P.RUNNING), lc.LeaseExpired("gone", reported=True), P.PENDING, None, True, True),
+    (
+        st(P.RUNNING, policy=NO_RETRY),
+        lc.LeaseExpired("g", 9, 9),
+        P.LOST,
+        C.NODE_LOST,
+        True,
+        False,
+    ),
+    # a run reported after a restart is adopted: no new attempt, the phase stays
+    (st(P.RUNNING), lc.Adopt("adopted"), P.RUNNING, None, False, False),
     (st(P.SCHEDULED), lc.Lost(C.SET_ASIDE, "bad row"), P.PENDING, None, True, True),
     (
         st(P.RUNNING, stop=C.CANCELLED),
-        lc.Lost(C.NODE_LOST, "g"),
+        lc.LeaseExpired("g", 9, 9),
         P.CANCELLED,
         C.CANCELLED,
         True,
@@ -123,7 +134,11 @@ ILLEGAL: list[tuple[lc.JobStatus | None, lc.Event]] = [
     (st(P.PENDING), lc.Stop(C.PREEMPTED, "p")),
     (st(P.PENDING), lc.Stop(C.MAX_RUNTIME, "t")),
     (st(P.PENDING), lc.Ended(False, "ok")),
-    (st(P.PENDING), lc.Lost(C.NODE_LOST, "g")),
+    (st(P.PENDING), lc.LeaseExpired("g", 9, 9)),
+    # a silent node's job keeps its devices until the lease on its replicas is surely over
+    (st(P.RUNNING), lc.LeaseExpired("too soon", 5, 9)),
+    (st(P.RUNNING), lc.Lost(C.NODE_LOST, "only through the lease")),
+    (st(P.RUNNING, stop=C.CANCELLED), lc.Adopt("being stopped")),
     (st(P.SCHEDULED), lc.Admit("q")),
     (st(P.RUNNING), lc.Start("again")),
     (st(P.RUNNING, stop=C.CANCELLED), lc.Dispatch(2, "a")),

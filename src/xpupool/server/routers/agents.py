@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path, Query, Request
 
 from xpupool.server import schemas as s
 from xpupool.server.routers.deps import Agent, Plane
@@ -39,7 +39,11 @@ async def append_log(
     request: Request,
     plane: Plane,
     who: Agent,
+    offset: Annotated[int | None, Query(ge=0, le=1 << 62)] = None,
+    attempt: Annotated[int | None, Query(ge=1, le=1 << 31)] = None,
 ) -> None:
-    """Append raw bytes (the body) to a replica's log."""
+    """Append raw bytes (the body) to a replica's log. ``offset``: where the body starts in the
+    output of run ``attempt``; bytes the server has already are skipped (a resend after an
+    agent's restart adds nothing). Without it (an older agent) the body is appended as it is."""
     chunk = await request.body()
-    node_identity.append_log(plane, who, node, job_id, replica, chunk)
+    node_identity.append_log(plane, who, node, job_id, replica, chunk, offset, attempt)

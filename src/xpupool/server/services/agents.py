@@ -5,6 +5,7 @@ are freed only when the agent reports its processes gone. A node that misses hea
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, select, update
@@ -45,19 +46,24 @@ def heartbeat(
                 plane.bump()
         for m in body.metrics:
             plane.metrics[m.uuid] = m
+        strangers: set[tuple[int, int]] = set()  # reported, not held: stop them if running
         for report in body.replicas:
             if _holds(plane, body.node, report):
                 _apply_report(plane, conn, body.node, report)
             else:
+                strangers.add((report.job_id, report.replica))
                 plane.audit.report_ignored(conn, who, body.node, report.job_id, report.replica)
         reported = {(r.job_id, r.replica) for r in body.replicas}
         reply = _reply(plane, conn, body.node, reported)
         # a process the server no longer gives this node (released while the agent started it,
-        # or from before a restart) must not go on using devices that others may now hold
+        # from before a restart, or an earlier attempt) must not go on using devices that others
+        # may now hold; the agent starts the current attempt once it is gone
         given = {(w.job_id, w.replica) for w in reply.run} | set(reply.stop)
         for r in body.replicas:
-            if r.state == "running" and (r.job_id, r.replica) not in given:
-                reply.stop.append((r.job_id, r.replica))
+            key = (r.job_id, r.replica)
+            stale = key not in given or key in strangers
+            if r.state == "running" and stale and key not in reply.stop:
+                reply.stop.append(key)
         return reply
 
 
@@ -74,13 +80,14 @@ def _check_metrics(rec: NodeRecord, body: s.Heartbeat) -> None:
 
 def _holds(plane: ControlPlane, node: str, r: s.ReplicaReport) -> bool:
     """True if ``node`` holds the replica ``r`` reports on. A report for one it does not hold is
-    stale (released while the agent ran it, or from before a restart) or forged: it is ignored
-    and recorded, rather than failing the heartbeat, so that one stale process cannot make a
-    node look dead; the reply tells the agent to stop that process."""
+    stale (released while the agent ran it, from before a restart, or of an earlier attempt than
+    the job's current one) or forged: it is ignored and recorded, rather than failing the
+    heartbeat, so that one stale process cannot make a node look dead; the reply tells the agent
+    to stop that process."""
     job = plane.held_jobs.get(r.job_id)
-    return job is not None and any(
-        a.replica == r.replica and a.node == node for a in job.allocations
-    )
+    if job is None or (r.attempt is not None and job.attempt and r.attempt != job.attempt):
+        return False  # an earlier run (or a later one this server never counted): not ours
+    return any(a.replica == r.replica and a.node == node for a in job.allocations)
 
 
 def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: s.ReplicaReport) -> None:
@@ -95,6 +102,11 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: s.Replica
         _limits(plane, conn, job, r)
         if r.state == "running" and r.reason and job.state is s.JobPhase.RUNNING:
             _flag(plane, conn, job.id, f"replica {r.replica}: {r.reason}")
+        return
+    if r.stop_cause == "lease_expired" and job.stop is None:
+        # its agent was cut off long enough for the lease to run out: as a lost node, at once
+        why = f"replica {r.replica} stopped on {node}: its lease expired (agent cut off)"
+        plane.apply(conn, job.id, lc.LeaseExpired(why, reported=True))
         return
     job.replica_states[r.replica] = r.state
     if r.exit_code is not None:
@@ -193,31 +205,43 @@ def _reply(
                 attempt=max(job.attempt, 1),
             )
         )
-    return s.HeartbeatReply(run=run, stop=stop, heartbeat_s=plane.heartbeat_s)
+    return s.HeartbeatReply(
+        run=run,
+        stop=stop,
+        heartbeat_s=plane.heartbeat_s,
+        lease_s=plane.lease.lease_s,
+        lease_grace_s=plane.lease.grace_s,
+    )
 
 
 def _dispatch(plane: ControlPlane, conn: Connection, job: HeldJob, *, adopt: bool) -> None:
     """A hand-out of ``job`` for a new run, counted: its first by this server, or again after
     an agent lost a replica it ran. With ``adopt``, a run an agent already reports (one from
-    before a restart of the server) is taken as it is, not counted again. A run after the first
-    starts its replicas' logs with an attempt line, so that no line of an earlier run is shown
-    as this run's."""
+    before a restart of the server or of the agent: its reports carry the job's current
+    attempt) is adopted as it is (:class:`~xpupool.server.job_lifecycle.Adopt`), not counted
+    again. A run after the first starts its replicas' logs with an attempt line, so that no line
+    of an earlier run is shown as this run's; where that run's bytes start is recorded beside
+    the log (:func:`append_log` keeps each byte once)."""
     nodes = ", ".join(sorted({a.node for a in job.allocations}))
     running = "running" in job.replica_states.values()
     if adopt and job.state is s.JobPhase.RUNNING and running:
-        job.dispatched = True
         if job.attempt == 0:  # a run nobody counted (reported before it was handed out)
             plane.apply(conn, job.id, lc.Dispatch(1, f"attempt 1 running on {nodes}"))
+        else:
+            why = f"attempt {job.attempt} adopted, still running on {nodes}"
+            plane.apply(conn, job.id, lc.Adopt(why))
         return
     attempt = job.attempt + 1
     plane.apply(conn, job.id, lc.Dispatch(attempt, f"attempt {attempt} handed to {nodes}"))
-    if attempt > 1:
-        with plane.file_writes():
-            for replica in sorted({a.replica for a in job.allocations}):
-                path = plane.log_path(job.id, replica)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with path.open("ab") as f:
+    with plane.file_writes():
+        for replica in sorted({a.replica for a in job.allocations}):
+            path = plane.log_path(job.id, replica)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("ab") as f:
+                if attempt > 1:
                     f.write(attempt_header(attempt))
+                start = f.tell()
+            _attempt_start_path(path).write_text(f"{attempt} {start}\n")
 
 
 def attempt_header(attempt: int) -> bytes:
@@ -234,10 +258,38 @@ def _distributed(plane: ControlPlane, job: HeldJob, replica: int) -> dict[str, s
     return distributed_env(job.id, job.allocations, replica, addresses)
 
 
-def append_log(plane: ControlPlane, node: str, job_id: int, replica: int, chunk: bytes) -> None:
+def _attempt_start_path(log: Path) -> Path:
+    """Beside a replica's log: ``ATTEMPT OFFSET``, where the current attempt's bytes start."""
+    return log.with_name(f"{log.name}.attempt")
+
+
+def _attempt_start(log: Path, attempt: int) -> int | None:
+    """Where ``attempt``'s bytes start in ``log``; None when the file names another attempt
+    (0 when there is no such file: a log of a first run)."""
+    try:
+        text = _attempt_start_path(log).read_text().split()
+    except OSError:
+        return 0
+    if len(text) != 2 or not all(p.isdigit() for p in text):
+        return 0
+    return int(text[1]) if int(text[0]) == attempt else None
+
+
+def append_log(
+    plane: ControlPlane,
+    node: str,
+    job_id: int,
+    replica: int,
+    chunk: bytes,
+    offset: int | None = None,
+    attempt: int | None = None,
+) -> None:
     """Agents ship captured output here; only the node running that replica may write it. The
     server keeps at most ``plane.max_log_bytes`` of one replica's log: the chunk that crosses it
-    is cut there and followed by one marker line, later chunks are dropped."""
+    is cut there and followed by one marker line, later chunks are dropped. ``offset`` (where
+    ``chunk`` starts in the output of run ``attempt``): what the server has of it already is
+    skipped, so an agent that sends again after a restart duplicates nothing; a chunk of
+    another attempt than the job's current one is dropped."""
     with plane.lock, plane.file_writes():  # a full or read-only disk: 503, said once
         job = plane.held_jobs.get(job_id)
         if job is None or not any(a.node == node and a.replica == replica for a in job.allocations):
@@ -246,6 +298,11 @@ def append_log(plane: ControlPlane, node: str, job_id: int, replica: int, chunk:
         path.parent.mkdir(parents=True, exist_ok=True)
         chunk = chunk[:MAX_LOG_CHUNK]
         size = path.stat().st_size if path.exists() else 0
+        if offset is not None:
+            start = _attempt_start(path, attempt or max(job.attempt, 1))
+            if start is None or (attempt is not None and job.attempt and attempt != job.attempt):
+                return  # an earlier run's output: not this attempt's log
+            chunk = chunk[max(size - start - offset, 0) :]
         room = plane.max_log_bytes - size
         if room < 0 or not chunk:
             return  # cut already (the marker took it past the cap), or nothing to add
@@ -263,25 +320,36 @@ def log_cut_marker(limit_bytes: int) -> bytes:
 
 
 def mark_lost_nodes(plane: ControlPlane) -> list[str]:
-    """Mark agent nodes silent for longer than ``lost_after_s`` as lost and deal with their jobs:
-    requeue (the default) or fail with state 'lost'. Returns the nodes newly marked."""
+    """Mark agent nodes silent for longer than ``lost_after_s`` as lost (nothing new is placed
+    there), and deal with their jobs once the lease on their replicas has surely run out
+    (``plane.lease.requeue_after_s`` of silence): requeue (the default) or fail with state
+    'lost'. Until then the jobs keep their devices: the old copy may still be running. Returns
+    the nodes newly marked."""
     now = plane.clock()
     lost: list[str] = []
+    needed = plane.lease.requeue_after_s
     with plane.write() as conn:
         # a copy: requeueing the jobs of a node the admin deletes removes the node (a drain)
         for name, rec in list(plane.node_records.items()):
-            if rec.source != "agent" or rec.status is s.NodeStatus.LOST:
+            if rec.source != "agent":
                 continue
-            if rec.last_heartbeat is not None and now - rec.last_heartbeat <= plane.lost_after_s:
+            silent = now - rec.last_heartbeat if rec.last_heartbeat is not None else float("inf")
+            if rec.status is not s.NodeStatus.LOST:
+                if silent <= plane.lost_after_s:
+                    continue
+                rec.status = s.NodeStatus.LOST
+                conn.execute(update(t_nodes).where(t_nodes.c.name == name).values(status="lost"))
+                plane.set_schedulable(name, False)
+                lost.append(name)
+            if silent < needed:
                 continue
-            rec.status = s.NodeStatus.LOST
-            conn.execute(update(t_nodes).where(t_nodes.c.name == name).values(status="lost"))
-            plane.set_schedulable(name, False)
-            lost.append(name)
             victims: list[HeldJob] = [
                 j for j in plane.held_jobs.values() if any(a.node == name for a in j.allocations)
             ]
             for job in victims:
-                reason = f"node {name} lost (no heartbeat for {plane.lost_after_s:g} s)"
-                plane.apply(conn, job.id, lc.Lost(StopCause.NODE_LOST, reason))
+                reason = (
+                    f"node {name} lost (no heartbeat for {max(plane.lost_after_s, needed):g} s;"
+                    f" lease of its replicas over)"
+                )
+                plane.apply(conn, job.id, lc.LeaseExpired(reason, silent, needed))
     return lost

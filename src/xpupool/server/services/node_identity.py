@@ -208,7 +208,14 @@ def heartbeat(plane: ControlPlane, who: Principal, body: s.Heartbeat) -> s.Heart
 
 
 def append_log(
-    plane: ControlPlane, who: Principal, node: str, job_id: int, replica: int, chunk: bytes
+    plane: ControlPlane,
+    who: Principal,
+    node: str,
+    job_id: int,
+    replica: int,
+    chunk: bytes,
+    offset: int | None = None,
+    attempt: int | None = None,
 ) -> None:
     _check(plane, who, node, "upload logs for")
-    agents.append_log(plane, node, job_id, replica, chunk)
+    agents.append_log(plane, node, job_id, replica, chunk, offset, attempt)

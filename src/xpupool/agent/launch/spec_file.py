@@ -1,0 +1,148 @@
+"""A launch specification and the settings it was built with, as JSON and back.
+
+The agent decides a replica's spec (:func:`~xpupool.agent.launch.spec.build_spec`) and hands it to
+the replica's supervisor, another process, which starts it through the same back end; this is
+the form it travels in. Nothing is decided again on the way: the supervisor runs the spec it
+reads.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
+
+from xpupool.agent.launch.cgroups import CgroupHost, CgroupPlan
+from xpupool.agent.launch.identity import UidRange
+from xpupool.agent.launch.spec import LaunchSettings, LaunchSpec
+from xpupool.server.schemas import DeviceAssignment
+
+JsonObj = dict[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class SpecFile:
+    """What a supervisor needs: the back end to use, its settings, the spec, and the grace
+    period between SIGTERM and SIGKILL when the lease ends (the server counts on it)."""
+
+    backend: str
+    settings: LaunchSettings
+    spec: LaunchSpec
+    lease_grace_s: float
+
+
+def _plan(p: CgroupPlan | None) -> JsonObj | None:
+    if p is None:
+        return None
+    return {
+        "version": p.version,
+        "memory_dir": str(p.memory_dir),
+        "cpu_dir": str(p.cpu_dir),
+        "memory_bytes": p.memory_bytes,
+        "cpu_quota_us": p.cpu_quota_us,
+        "cpu_period_us": p.cpu_period_us,
+    }
+
+
+def _plan_back(d: object) -> CgroupPlan | None:
+    if not isinstance(d, dict):
+        return None
+    return CgroupPlan(
+        version=int(d["version"]),
+        memory_dir=Path(d["memory_dir"]),
+        cpu_dir=Path(d["cpu_dir"]),
+        memory_bytes=int(d["memory_bytes"]),
+        cpu_quota_us=int(d["cpu_quota_us"]),
+        cpu_period_us=int(d["cpu_period_us"]),
+    )
+
+
+def dumps(f: SpecFile) -> bytes:
+    s, sp = f.settings, f.spec
+    settings: JsonObj = {
+        "job_root": str(s.job_root),
+        "uid_range": None if s.uid_range is None else [s.uid_range.first, s.uid_range.last],
+        "log_cap_bytes": s.log_cap_bytes,
+        "cgroups": None
+        if s.cgroups is None
+        else [s.cgroups.version, str(s.cgroups.memory_base), str(s.cgroups.cpu_base)],
+        "sandbox": s.sandbox,
+        "runtime": s.runtime,
+        "runtime_cdi": s.runtime_cdi,
+        "device_root": str(s.device_root),
+        "private_paths": [str(p) for p in s.private_paths],
+        "base_path": s.base_path,
+        "lang": s.lang,
+    }
+    spec: JsonObj = {
+        "job_id": sp.job_id,
+        "replica": sp.replica,
+        "allocation_id": sp.allocation_id,
+        "node": sp.node,
+        "tenant": sp.tenant,
+        "argv": list(sp.argv),
+        "image": sp.image,
+        "env": dict(sp.env),
+        "uid": sp.uid,
+        "gid": sp.gid,
+        "workdir": str(sp.workdir),
+        "cpu_milli": sp.cpu_milli,
+        "memory_mib": sp.memory_mib,
+        "devices": [d.model_dump(mode="json") for d in sp.devices],
+        "log_path": str(sp.log_path),
+        "log_cap_bytes": sp.log_cap_bytes,
+        "cgroup": _plan(sp.cgroup),
+        "limits": sp.limits,
+        "run_id": sp.run_id,
+    }
+    body = {
+        "backend": f.backend,
+        "settings": settings,
+        "spec": spec,
+        "lease_grace_s": f.lease_grace_s,
+    }
+    return json.dumps(body).encode()
+
+
+def loads(data: bytes) -> SpecFile:
+    """Raises ValueError (or KeyError/TypeError) on a file this module did not write."""
+    body = json.loads(data)
+    s, sp = body["settings"], body["spec"]
+    uid_range = s["uid_range"]
+    cg = s["cgroups"]
+    settings = LaunchSettings(
+        job_root=Path(s["job_root"]),
+        uid_range=None if uid_range is None else UidRange(int(uid_range[0]), int(uid_range[1])),
+        log_cap_bytes=int(s["log_cap_bytes"]),
+        cgroups=None if cg is None else CgroupHost(int(cg[0]), Path(cg[1]), Path(cg[2])),
+        sandbox=str(s["sandbox"]),
+        runtime=s["runtime"],
+        runtime_cdi=bool(s["runtime_cdi"]),
+        device_root=Path(s["device_root"]),
+        private_paths=tuple(Path(p) for p in s["private_paths"]),
+        base_path=str(s["base_path"]),
+        lang=str(s["lang"]),
+    )
+    spec = LaunchSpec(
+        job_id=int(sp["job_id"]),
+        replica=int(sp["replica"]),
+        allocation_id=int(sp["allocation_id"]),
+        node=str(sp["node"]),
+        tenant=str(sp["tenant"]),
+        argv=tuple(str(a) for a in sp["argv"]),
+        image=sp["image"],
+        env={str(k): str(v) for k, v in cast(dict[str, str], sp["env"]).items()},
+        uid=sp["uid"],
+        gid=sp["gid"],
+        workdir=Path(sp["workdir"]),
+        cpu_milli=int(sp["cpu_milli"]),
+        memory_mib=int(sp["memory_mib"]),
+        devices=tuple(DeviceAssignment.model_validate(d) for d in sp["devices"]),
+        log_path=Path(sp["log_path"]),
+        log_cap_bytes=int(sp["log_cap_bytes"]),
+        cgroup=_plan_back(sp["cgroup"]),
+        limits=str(sp["limits"]),
+        run_id=str(sp["run_id"]),
+    )
+    return SpecFile(str(body["backend"]), settings, spec, float(body["lease_grace_s"]))

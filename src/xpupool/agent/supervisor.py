@@ -1,0 +1,161 @@
+"""One replica's supervisor: ``python -m xpupool.agent.supervisor DIR`` (what containerd's shim is
+to a container).
+
+The agent starts one per replica, in a session of its own and not tied to the agent, so that the
+replica outlives a restart of the agent or of the server. The supervisor starts the replica from
+the launch specification in ``DIR`` (:mod:`xpupool.agent.replica_dir`) through the same back end
+the agent would use (the replica still dies with its supervisor: PR_SET_PDEATHSIG), owns its log,
+and writes its status. It holds the replica's lease: once the lease file's time (CLOCK_MONOTONIC)
+has passed without the agent moving it forward, it stops the replica (SIGTERM, SIGKILL after the
+grace period the server counts on) and records ``lease_expired``, so an agent cut off from the
+server leaves nothing running by the time the server runs the job elsewhere. A stop the agent asks
+for (the ``stop`` file) or a SIGTERM of the supervisor stops it the same way. The status says
+stopped only once nothing of the replica is left. A replica that ended on its own is recorded
+and the supervisor waits for the agent to collect the result (or, the lease over, a bounded
+time: the status stays on disk for an agent that comes back later).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from types import FrameType
+
+from xpupool.agent import replica_dir as rd
+from xpupool.agent.launch import spec_file
+from xpupool.agent.launch.backend import Backend, Launched, backend_for
+from xpupool.agent.launch.process import write_log_line
+from xpupool.agent.launch.spec import LaunchError
+
+POLL_S = 0.05
+LINGER_AFTER_LEASE_S = 10.0  # a finished run's supervisor waits this long past its lease
+
+
+class Supervisor:
+    def __init__(self, d: rd.ReplicaDir, attempt: int) -> None:
+        self.d = d
+        pid = os.getpid()
+        started = rd.process_started(pid)
+        self.status = rd.SupervisorStatus(pid, started or 0, attempt)
+        self.signalled = False
+
+    def write(self, **changes: object) -> None:
+        self.status = replace(self.status, **changes)  # type: ignore[arg-type]
+        rd.write_status(self.d, self.status)
+
+    def run(self) -> int:
+        self.write()
+        try:
+            f = spec_file.loads(self.d.spec.read_bytes())
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            self.write(
+                state="failed", reason=f"unreadable launch spec: {exc}", stop_kind="start_failed"
+            )
+            return 1
+        if self.signalled or time.monotonic() >= rd.read_lease(self.d):
+            kind: rd.StopKind = "signalled" if self.signalled else "lease_expired"
+            self.write(state="stopped", reason=f"not started ({kind})", stop_kind=kind)
+            return self.linger()
+        try:
+            backend = backend_for(f.backend, f.settings)
+            launched = backend.start(f.spec)
+        except LaunchError as exc:
+            write_log_line(f.spec.log_path, exc.reason)
+            self.write(state="failed", reason=exc.reason, stop_kind="start_failed")
+            return self.linger()
+        self.write(state="running", replica_pid=launched.pid, limits=launched.limits)
+        self.watch(backend, launched, f.lease_grace_s)
+        return self.linger()
+
+    def watch(self, backend: Backend, launched: Launched, lease_grace_s: float) -> None:
+        """Until nothing of the replica is left: reap its leader, carry out a stop (asked for,
+        signalled, or the lease's end), escalate to SIGKILL after the grace period."""
+        stopping: rd.StopKind = ""
+        kill_at = 0.0
+        grace = 0.0
+        while True:
+            now = time.monotonic()
+            if not self.status.leader_done and launched.proc.poll() is not None:
+                code = launched.proc.returncode
+                reason = (
+                    f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with {code}"
+                )
+                if backend.oom_killed(launched):
+                    reason += (
+                        f": out of memory (over its memory={launched.spec.memory_mib}Mi limit)"
+                    )
+                self.write(
+                    leader_done=True, exit_code=128 - code if code < 0 else code, reason=reason
+                )
+                if not stopping:
+                    backend.signal(launched, signal.SIGKILL)  # what the replica left behind
+            if not stopping:
+                asked = rd.stop_requested(self.d)
+                if asked is not None or self.signalled:
+                    stopping, grace = (
+                        ("requested" if asked is not None else "signalled"),
+                        asked or 0.0,
+                    )
+                    if self.signalled and asked is None:
+                        grace = lease_grace_s
+                elif now >= rd.read_lease(self.d) and not self.status.leader_done:
+                    stopping, grace = "lease_expired", lease_grace_s
+                if stopping:
+                    self.write(stop_kind=stopping)
+                    kill_at = now + grace
+                    backend.signal(launched, signal.SIGTERM)
+            if stopping and now >= kill_at:
+                if backend.alive(launched):
+                    backend.signal(launched, signal.SIGKILL)
+                kill_at = now + max(grace, 0.1)  # again later if something survives
+            if self.status.leader_done and not backend.alive(launched):
+                break
+            time.sleep(POLL_S)
+        if launched.pump is not None:
+            launched.pump.join(5.0)  # every byte of its output in the log before the status
+        for _ in range(50):  # a busy cgroup or a runtime that does not answer: again, a while
+            backend.cleanup(launched)
+            if launched.cleaned:
+                break
+            time.sleep(0.1)
+        if stopping:
+            cause = {"lease_expired": "lease expired; ", "signalled": "supervisor signalled; "}
+            text = f"{cause.get(stopping, '')}{self.status.reason}"
+            self.write(state="stopped", reason=f"stopped ({text})")
+        else:
+            self.write(state="succeeded" if self.status.exit_code == 0 else "failed")
+
+    def linger(self) -> int:
+        """Wait for the agent to collect the result, then remove the directory; give up once
+        the lease has been over for :data:`LINGER_AFTER_LEASE_S` (the status stays)."""
+        while True:
+            if self.d.collected.exists():
+                rd.remove(self.d)
+                return 0
+            if time.monotonic() >= rd.read_lease(self.d) + LINGER_AFTER_LEASE_S:
+                return 0
+            time.sleep(POLL_S * 4)
+
+
+def main(argv: list[str]) -> int:
+    """``DIR ATTEMPT``: supervise the run in DIR."""
+    from xpupool.agent.launch.guard import protect_process
+
+    protect_process()  # as the agent: a job of this uid cannot read this process's memory
+    d = rd.ReplicaDir(Path(argv[0]))
+    sup = Supervisor(d, int(argv[1]))
+
+    def _term(_signum: int, _frame: FrameType | None) -> None:
+        sup.signalled = True
+
+    signal.signal(signal.SIGTERM, _term)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is for the agent, not us
+    return sup.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
