@@ -124,7 +124,7 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
         pending.max_runtime_s = body.max_runtime_s
         plane.queue_job(pending)
     plane.wake.set()
-    job = view(plane, row)
+    job = job_view(row, [])  # pending as committed: no need to wait for the lock to say so
     job.events = [s.JobEvent(at=now, state=submitted.phase, reason=submitted.reason)]
     return job
 
@@ -208,6 +208,11 @@ def view(plane: ControlPlane, row: Any) -> s.Job:
         held = plane.held_jobs.get(row["id"])
         if held is not None:
             assignments = [assignment(plane, a) for a in held.allocations]
+    return job_view(row, assignments)
+
+
+def job_view(row: Any, assignments: list[s.ReplicaAssignment]) -> s.Job:
+    """The API form of job ``row`` with ``assignments``; reads nothing live (no lock)."""
     shown = readable  # a lone surrogate an older release stored would make the reply fail
     return s.Job(
         id=row["id"],
