@@ -220,6 +220,11 @@ class Runner:
     def reports(self) -> list[ReplicaReport]:
         return [rep.report() for rep in self.replicas.values()]
 
+    @property
+    def idle(self) -> bool:
+        """Nothing to watch, report or clean up: no replica, none lingering."""
+        return not self.replicas and not self._lingering
+
     def acknowledge(self, sent: Iterable[ReplicaReport]) -> None:
         """The server has these reports: forget the replicas whose report was final."""
         for r in sent:

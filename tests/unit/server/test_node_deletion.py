@@ -259,6 +259,7 @@ def test_the_in_process_agent_lets_go_of_a_deleted_node(server: Server, tmp_path
     server.clock.advance(1)
     for hosted in agent.nodes:
         hosted.next_heartbeat = 0.0
+    agent.next_idle_heartbeat = 0.0  # the simulated nodes' period is up too
     agent.tick()
     assert [n.name for n in agent.nodes] == ["sim-2"]
     assert server.plane.nodes["sim-2"].last_heartbeat == server.clock()
