@@ -300,7 +300,7 @@ def mark_lost_nodes(plane: ControlPlane) -> list[str]:
     lost: list[str] = []
     with plane.write() as conn:
         # a copy: requeueing the jobs of a node the admin deletes removes the node (a drain)
-        for name, rec in list(plane.node_records.items()):
+        for name, rec in plane.agent_node_records():
             if rec.source != "agent" or rec.status is s.NodeStatus.LOST:
                 continue
             if rec.last_heartbeat is not None and now - rec.last_heartbeat <= plane.lost_after_s:
