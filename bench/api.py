@@ -219,10 +219,13 @@ def pct(values: list[float], q: float) -> float:
 
 
 def record_profile(pid: int, out: Path) -> subprocess.Popen[bytes]:
-    """py-spy sampling the server ``pid`` (every thread, idle ones too) into ``out`` (the
-    "raw" collapsed-stack format, one line per stack with its sample count) until SIGINT."""
+    """py-spy sampling the server ``pid`` into ``out`` (the "raw" collapsed-stack format, one
+    line per stack with its sample count) until SIGINT. Only the thread holding the GIL is
+    sampled (``--gil``): the server's threads share one interpreter, so what holds the GIL is
+    what the others wait for; a thread waiting for a lock or the GIL is not counted."""
     spy = Path(sys.executable).with_name("py-spy")
-    args = [str(spy), "record", "--format", "raw", "-o", str(out), "-p", str(pid), "-r", "200"]
+    args = [str(spy), "record", "--gil", "--format", "raw", "-o", str(out), "-p", str(pid)]
+    args += ["-r", "200"]
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
