@@ -231,6 +231,10 @@ class ControlPlane:
         self.lost_after_s = lost_after_s
         self.clock = clock
         self.lock = threading.RLock()
+        # threads in write() waiting for ``lock``: a scheduling pass lets them in between its
+        # batches (the lock is not fair: a thread that lets it go may take it again at once)
+        self.writers_waiting = 0
+        self._waiting_guard = threading.Lock()
         self.wake = threading.Event()
         self.capacity_gen = 0
         self.next_job_id = 1
@@ -551,7 +555,9 @@ class ControlPlane:
         one line, marks the server unhealthy, and puts memory back to what the store holds, so a
         failed write changes nothing. While unhealthy, writes fail at once, without touching
         anything, until :meth:`check_store` sees the store take a write again."""
-        with self.lock:
+        with self._waiting_count(1):
+            self.lock.acquire()
+        try:
             if self.health.failure is not None:
                 raise Unavailable(self.health.failure)
             try:
@@ -559,6 +565,19 @@ class ControlPlane:
                     yield conn
             except (OperationalError, OSError) as exc:
                 raise self.store_failed(exc) from None
+        finally:
+            self.lock.release()
+
+    @contextmanager
+    def _waiting_count(self, n: int) -> Iterator[None]:
+        """``writers_waiting`` is ``n`` higher while the block runs."""
+        with self._waiting_guard:
+            self.writers_waiting += n
+        try:
+            yield
+        finally:
+            with self._waiting_guard:
+                self.writers_waiting -= n
 
     @contextmanager
     def file_writes(self) -> Iterator[None]:

@@ -39,6 +39,8 @@ BATCH_JOBS = 32
 """Jobs tried in one batch at most: one lock hold and one store transaction (see ``_batch``)."""
 BATCH_S = 0.005
 """Seconds a batch goes on taking jobs: what a submission may wait behind it, at most about."""
+YIELD_S = 0.002
+"""Seconds a pass waits at most, between two batches, for the writes waiting for the lock."""
 
 
 def schedule_pass(plane: ControlPlane) -> int:
@@ -62,11 +64,21 @@ def schedule_pass(plane: ControlPlane) -> int:
     while k < len(order):
         done, k = _batch(plane, candidates, order, k)
         placed += done
-        time.sleep(0)  # let a thread waiting for the lock take it before the next batch
+        _let_writers_in(plane)
     plane.notify("pass", time.perf_counter() - started)
     if left_out and placed:  # retries left out while some fitted: a backlog to go on with now
         plane.wake.set()
     return placed
+
+
+def _let_writers_in(plane: ControlPlane) -> None:
+    """Wait (``YIELD_S`` at most) until no thread waits to write: the lock is not fair, and a
+    pass that took it again at once after each batch would keep submissions waiting for all of
+    its batches, not one (issue 25)."""
+    deadline = time.perf_counter() + YIELD_S
+    time.sleep(0)
+    while plane.writers_waiting and time.perf_counter() < deadline:
+        time.sleep(0.0001)
 
 
 def _batch(
