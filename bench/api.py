@@ -3,6 +3,8 @@
     python bench/api.py --json                    # 200 nodes, 200 submissions/s for 15 s
     python bench/api.py --rate 400 --seconds 10 --nodes 500
     python bench/api.py --in-process [--policy binpack]   # the engine alone, same pool and mix
+    python bench/api.py --sweep [--seconds 10] [--table]  # issue 25's table, one server per row
+    python bench/api.py --idle 5000                # CPU of an idle server (in-process agent)
 
 Starts a real ``xpupool up --no-agent`` on 127.0.0.1 with a generated cluster file (``--nodes``
 simulated hosts x 8 cards over six models of five vendors), creates two tenants, and submits
@@ -13,6 +15,15 @@ does not fill: every job should be placed. Reports, from each job's events, subm
 scheduled latency (scheduled.at - pending.at, server clock) p50/p99/max; the client's submit round
 trip p50/p99; submissions/s achieved; and anything lost (a 201 job missing or not scheduled).
 Goal (DESIGN.md section 7): p99 <= 50 ms at 200 submissions/s, nothing lost.
+
+``--sweep`` runs the rows of issue 25's table one after another, a fresh server each: nodes 200,
+1,000, 5,000 and 10,000 at 200/s, then 200, 500 and 1,000/s at 1,000 nodes, each for
+``--seconds`` (the output says how long). Jobs are not released during a run (``--no-agent``:
+nothing starts them), so the pool must hold every submission: 1,000 nodes hold about five times
+what 200 do, more than 10 s at 1,000/s of this mix. ``--idle N`` starts ``xpupool up`` with N
+simulated nodes and its in-process agent (which heartbeats for all of them), submits nothing, and
+reports the server process's CPU (utime + stime from /proc/PID/stat) over ``--idle-seconds`` as a
+fraction of one core.
 """
 
 from __future__ import annotations
@@ -90,9 +101,10 @@ def free_port() -> int:
 
 
 def start_server(
-    data: Path, cluster: Path, port: int, policy: str = DEFAULT_PROFILE
+    data: Path, cluster: Path, port: int, policy: str = DEFAULT_PROFILE, agent: bool = False
 ) -> subprocess.Popen[bytes]:
-    args = [sys.executable, "-c", "from xpupool.cli import main; main()", "up", "--no-agent"]
+    args = [sys.executable, "-c", "from xpupool.cli import main; main()", "up"]
+    args += [] if agent else ["--no-agent"]
     args += ["--data", str(data), "--port", str(port), "--cluster", str(cluster)]
     args += ["--policy", policy]
     log = (data / "server.log").open("ab")
@@ -141,7 +153,9 @@ def submitter(
             if wait > 0:
                 time.sleep(wait)
             start = time.perf_counter()
-            body = json.dumps({"spec": specs[(k * 7919) % len(specs)], "name": f"b{k}"})
+            body = json.dumps(
+                {"spec": specs[(k * 7919) % len(specs)], "name": f"b{k}", "command": ["true"]}
+            )
             try:
                 conn.request("POST", "/v1/jobs", body=body, headers=headers)
                 r = conn.getresponse()
@@ -204,8 +218,24 @@ def pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q) * 1000) if values else float("nan")
 
 
+def record_profile(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    """py-spy sampling the server ``pid`` into ``out`` (the "raw" collapsed-stack format, one
+    line per stack with its sample count) until SIGINT. Only the thread holding the GIL is
+    sampled (``--gil``): the server's threads share one interpreter, so what holds the GIL is
+    what the others wait for; a thread waiting for a lock or the GIL is not counted."""
+    spy = Path(sys.executable).with_name("py-spy")
+    args = [str(spy), "record", "--gil", "--format", "raw", "-o", str(out), "-p", str(pid)]
+    args += ["-r", "200"]
+    return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def run(
-    rate: float, seconds: float, nodes: int, workers: int, policy: str = DEFAULT_PROFILE
+    rate: float,
+    seconds: float,
+    nodes: int,
+    workers: int,
+    policy: str = DEFAULT_PROFILE,
+    profile: Path | None = None,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="xpupool-bench-") as tmp:
         data = Path(tmp) / "data"
@@ -224,6 +254,7 @@ def run(
                     r = c.post(f"/v1/tenants/{name}/tokens", json={"name": "bench"})
                     tokens.append(r.raise_for_status().json()["token"])
             total = int(rate * seconds)
+            spy = None if profile is None else record_profile(proc.pid, profile)
             sent = Sent()
             t0 = time.perf_counter() + 0.2
             threads = [
@@ -237,6 +268,9 @@ def run(
                 t.start()
             for t in threads:
                 t.join()
+            if spy is not None:  # the submissions only, not the reads after them
+                spy.send_signal(signal.SIGINT)
+                spy.wait(60)
             still_pending = wait_settled(url, admin)
             jobs = fetch_jobs(url, admin, sent.ids)
         finally:
@@ -278,6 +312,80 @@ def run(
         "not_scheduled": not_scheduled,
         "first_not_scheduled": unscheduled,
         "pending_at_end": still_pending,
+    }
+
+
+SWEEP: tuple[tuple[int, float], ...] = (
+    (200, 200.0),
+    (1000, 200.0),
+    (5000, 200.0),
+    (10000, 200.0),
+    (1000, 500.0),
+    (1000, 1000.0),
+)
+"""(nodes, submissions/s): issue 25's table, the pool's size at 200/s, then the rate at 1,000."""
+
+
+def sweep(seconds: float, workers: int, policy: str) -> list[dict[str, Any]]:
+    """One :func:`run` per row of :data:`SWEEP`, each on a fresh server and data dir."""
+    rows = []
+    for nodes, rate in SWEEP:
+        row = run(rate, seconds, nodes, workers, policy)
+        row["load_average"] = os.getloadavg()[0]
+        rows.append(row)
+        print(table_line(row), file=sys.stderr, flush=True)
+    return rows
+
+
+TABLE_HEAD = (
+    "| nodes | offered/s | achieved/s | scheduled p50 / p99 / max ms | submit rtt p99 ms "
+    "| client late p99 ms | lost | load |"
+)
+
+
+def table_line(row: dict[str, Any]) -> str:
+    """One row of the issue's table, in Markdown (the sweep prints them as it goes)."""
+    return (
+        f"| {row['nodes']:,} | {row['target_rate_per_s']:g} | {row['achieved_rate_per_s']} "
+        f"| {row['scheduled_latency_p50_ms']:g} / {row['scheduled_latency_p99_ms']:g} / "
+        f"{row['scheduled_latency_max_ms']:g} | {row['submit_rtt_p99_ms']:g} "
+        f"| {row['client_late_p99_ms']:g} | {row['lost'] + row['not_scheduled']} "
+        f"| {row.get('load_average', float('nan')):.2f} |"
+    )
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of process ``pid`` (all its threads), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def idle(nodes: int, seconds: float, settle_s: float = 10.0) -> dict[str, Any]:
+    """The CPU an idle server costs with ``nodes`` simulated nodes and its in-process agent:
+    started, left ``settle_s`` to register and compile, then measured over ``seconds``."""
+    with tempfile.TemporaryDirectory(prefix="xpupool-idle-") as tmp:
+        data = Path(tmp) / "data"
+        data.mkdir()
+        cluster = Path(tmp) / "cluster.yaml"
+        cluster.write_text(cluster_yaml(nodes))
+        proc = start_server(data, cluster, free_port(), agent=True)
+        try:
+            time.sleep(settle_s)
+            before, t0 = cpu_seconds(proc.pid), time.monotonic()
+            time.sleep(seconds)
+            used, wall = cpu_seconds(proc.pid) - before, time.monotonic() - t0
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+    return {
+        "nodes": nodes,
+        "seconds": round(wall, 1),
+        "cpu_seconds": round(used, 2),
+        "core_fraction": round(used / wall, 4),
+        "load_average": os.getloadavg()[0],
     }
 
 
@@ -329,13 +437,34 @@ def main() -> None:
     parser.add_argument("--policy", default=DEFAULT_PROFILE, help="the server's placement profile")
     parser.add_argument("--json", action="store_true", help="one line of JSON")
     parser.add_argument(
+        "--sweep", action="store_true", help="issue 25's table: nodes and rates, one run each"
+    )
+    parser.add_argument("--table", action="store_true", help="with --sweep: Markdown, not JSON")
+    parser.add_argument(
+        "--idle", type=int, metavar="N", help="CPU of an idle server with N simulated nodes"
+    )
+    parser.add_argument("--idle-seconds", type=float, default=20.0, help="with --idle")
+    parser.add_argument(
+        "--py-spy", type=Path, metavar="FILE", help="sample the server while submitting (raw)"
+    )
+    parser.add_argument(
         "--in-process", action="store_true", help="time the engine alone on the same pool and mix"
     )
     args = parser.parse_args()
-    if args.in_process:
+    if args.sweep:
+        print(f"{args.seconds:g} s per row; {TABLE_HEAD}", file=sys.stderr, flush=True)
+        rows = sweep(args.seconds, args.workers, args.policy)
+        if args.table:
+            print("\n".join([TABLE_HEAD, "|---" * 8 + "|", *map(table_line, rows)]))
+        else:
+            print(json.dumps({"seconds_per_row": args.seconds, "rows": rows}))
+        return
+    if args.idle is not None:
+        out = idle(args.idle, args.idle_seconds)
+    elif args.in_process:
         out = in_process(args.nodes, args.policy)
     else:
-        out = run(args.rate, args.seconds, args.nodes, args.workers, args.policy)
+        out = run(args.rate, args.seconds, args.nodes, args.workers, args.policy, args.py_spy)
     print(json.dumps(out, indent=None if args.json else 2))
 
 

@@ -6,6 +6,7 @@ accounted for; a tenant cannot see or touch another's jobs. All on examples/clus
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from collections import Counter, defaultdict
@@ -140,6 +141,98 @@ def test_sigkill_mid_burst_loses_no_acknowledged_job(tmp_path: Path) -> None:
             # it keeps working after the crash
             r = c.post("/v1/jobs", json={"tenant": "ta", "command": TRUE, "spec": "A100 mem=1Gi"})
             assert r.status_code == 201 and r.json()["id"] > max(ids)
+
+
+CORDONED_POOL = """nodes:
+  - name: batch
+    count: 20
+    cpu: 128
+    memory: 1Ti
+    devices:
+      - {vendor: nvidia, model: NVIDIA A100-SXM4-80GB, count: 8, memory: 80Gi, driver: 550.54.15}
+"""
+
+
+def stored_placements(db: Path) -> dict[int, tuple[str, int, int]]:
+    """{job: (state, its allocation rows, its 'scheduled' events)}, read from the store alone."""
+    with sqlite3.connect(db) as conn:
+        jobs = dict(conn.execute("SELECT id, state FROM jobs"))
+        allocs = Counter(j for (j,) in conn.execute("SELECT job_id FROM allocations"))
+        placed = Counter(
+            j for (j,) in conn.execute("SELECT job_id FROM job_events WHERE state = 'scheduled'")
+        )
+    return {j: (state, allocs[j], placed[j]) for j, state in jobs.items()}
+
+
+def test_sigkill_while_a_pass_commits_batches_places_nothing_twice(tmp_path: Path) -> None:
+    """A pass commits its placements in batches (server/scheduler_loop.py). 400 jobs wait while
+    every node is cordoned; the nodes are uncordoned and the server is killed while the pass
+    places them. The store then holds each job whole, placed (its allocation row and one
+    'scheduled' event) or pending (neither); after a restart every acknowledged job is placed
+    exactly once, and no device holds more than it has."""
+    cluster = tmp_path / "pool.yaml"
+    cluster.write_text(CORDONED_POOL)
+    srv = ServerProc(tmp_path / "data", cluster=cluster)
+    db = tmp_path / "data" / "state.db"
+    with srv, httpx.Client(base_url=srv.url, headers=srv.headers(), timeout=30) as c:
+        names = [n["name"] for n in c.get("/v1/nodes").json()]
+        for name in names:
+            assert c.post(f"/v1/nodes/{name}/cordon").status_code == 200
+        token = make_tenants(srv, ["tb"])["tb"]
+        acked: list[int] = []
+        stop = threading.Event()
+        threads = [
+            threading.Thread(target=submit_small, args=(srv.url, token, stop, acked, 50))
+            for _ in range(8)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert len(acked) == 400
+        uncordon = threading.Thread(target=uncordon_all, args=(srv, names), daemon=True)
+        uncordon.start()
+        placed = 0
+        while placed < 1:
+            placed = sum(st == "scheduled" for st, _, _ in stored_placements(db).values())
+        srv.kill()  # while the pass places the others
+        uncordon.join(15)
+        before = stored_placements(db)
+        assert 0 < sum(st == "scheduled" for st, _, _ in before.values()) < 400, "not mid-pass"
+        for job, (state, allocs, events) in before.items():
+            assert (allocs, events) == ((1, 1) if state == "scheduled" else (0, 0)), job
+        srv.start()
+        c.base_url = httpx.URL(srv.url)  # a new port
+        for name in names:  # those the killed server had not uncordoned yet
+            assert c.post(f"/v1/nodes/{name}/uncordon").status_code == 200
+        until_placed = time.monotonic() + 60
+        while time.monotonic() < until_placed:
+            after = stored_placements(db)
+            if all(st == "scheduled" for st, _, _ in after.values()):
+                break
+            time.sleep(0.1)
+        assert set(acked) <= set(after)
+        assert all(v == ("scheduled", 1, 1) for v in after.values()), after
+        check_allocations(c)
+
+
+def uncordon_all(srv: ServerProc, names: list[str]) -> None:
+    """Uncordon ``names`` one by one until done or the server is gone."""
+    with httpx.Client(base_url=srv.url, headers=srv.headers(), timeout=30) as c:
+        for name in names:
+            try:
+                c.post(f"/v1/nodes/{name}/uncordon")
+            except httpx.TransportError:
+                return  # killed meanwhile
+
+
+def submit_small(url: str, token: str, stop: threading.Event, acked: list[int], n: int) -> None:
+    """``n`` small jobs (a slice of an A100 each: 400 fit on one node's cards)."""
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as c:
+        for _ in range(n):
+            r = c.post("/v1/jobs", json={"command": TRUE, "spec": "A100 mem=1Gi cores=1%"})
+            assert r.status_code == 201, r.text
+            acked.append(r.json()["id"])
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,12 @@ only when the inventory differs from what the server last accepted, ship new log
 one heartbeat with metrics and replica reports and start/stop what the reply says. Between
 heartbeats the loop polls its processes every ``poll_s`` and heartbeats early when a replica
 started or ended, so devices are freed as soon as a process is gone.
+
+Nodes the server registered itself (the cluster file's simulated nodes: no probes, no inventory)
+that run nothing cost one call per period for all of them (``idle``), not a heartbeat each: 5,000
+simulated nodes idle would otherwise be 1,000 heartbeats a second (issue 25). The server answers
+which of them it holds work for; those heartbeat in full, and heartbeat on their own while
+they run something.
 """
 
 from __future__ import annotations
@@ -20,7 +26,13 @@ from dataclasses import dataclass, field
 
 from xpupool.agent.monitor import Monitor, Reading, device_metrics, over_limit
 from xpupool.agent.runner import DEFAULT_LEASE_S, FINAL, Runner
-from xpupool.agent.transport import AgentRefused, NodeReleased, Transport, TransportError
+from xpupool.agent.transport import (
+    AgentRefused,
+    IdleHeartbeats,
+    NodeReleased,
+    Transport,
+    TransportError,
+)
 from xpupool.model.errors import NotFound
 from xpupool.probes.base import DeviceInfo
 from xpupool.server.schemas import Heartbeat, NodeIn
@@ -74,8 +86,13 @@ class Agent:
         poll_s: float = 0.2,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        idle: IdleHeartbeats | None = None,
     ) -> None:
         self.transport = transport
+        self.idle = idle  # heartbeats idle server-registered nodes together (None: each alone)
+        self.next_idle_heartbeat = 0.0
+        self.active: list[HostedNode] | None = None  # the nodes not idle (None: every node)
+        self.idle_failing = ""  # the failure of the last idle heartbeat, logged once
         self.nodes = nodes
         self.heartbeat_s = heartbeat_s
         self.poll_s = poll_s
@@ -183,23 +200,68 @@ class Agent:
 
     # ------------------------------------------------------------------ the loop
     def tick(self) -> None:
-        """Poll every node's processes; heartbeat those that are due or whose replicas changed."""
+        """Heartbeat the idle nodes together when their period is up; poll every other node's
+        processes and heartbeat those that are due or whose replicas changed. Which nodes are
+        idle is asked once per period: only a heartbeat hands an idle node work, so between
+        two periods the idle ones cost nothing, however many."""
         now = self.clock()
-        for node in list(self.nodes):  # a copy: a released node leaves the list
+        if self.idle is not None and now >= self.next_idle_heartbeat:
+            self._beat_idle([n for n in self.nodes if self._quiet(n)])
+            self.active = [n for n in self.nodes if not self._quiet(n)]
+        for node in list(self.nodes if self.active is None else self.active):
             node.runner.poll()
             changed = self._states(node) != node.states
             if changed or now >= node.next_heartbeat:
-                try:
-                    self.step(node)
-                except AgentRefused:
-                    raise  # retrying cannot help: the agent stops and says why
-                except NodeReleased as exc:
-                    self._release(node, exc)
-                    continue
-                except Exception:  # one node's bug must not stop the others
-                    log.exception("agent step for %s failed", node.name)
-                node.states = self._states(node)
-                node.next_heartbeat = self.clock() + self.heartbeat_s
+                self._beat(node)
+
+    def _quiet(self, node: HostedNode) -> bool:
+        """True for a node that may heartbeat with the other idle ones: registered by the
+        server (nothing to read or register), running nothing, and told nothing yet."""
+        return (
+            self.idle is not None
+            and node.monitor is None
+            and node.inventory is None
+            and node.runner.idle
+            and not node.states
+        )
+
+    def _beat(self, node: HostedNode) -> None:
+        """One heartbeat of ``node`` (``step``); its failures stay its own."""
+        try:
+            self.step(node)
+        except AgentRefused:
+            raise  # retrying cannot help: the agent stops and says why
+        except NodeReleased as exc:
+            self._release(node, exc)
+            return
+        except Exception:  # one node's bug must not stop the others
+            log.exception("agent step for %s failed", node.name)
+        node.states = self._states(node)
+        node.next_heartbeat = self.clock() + self.heartbeat_s
+
+    def _beat_idle(self, quiet: list[HostedNode]) -> None:
+        """One heartbeat for every node of ``quiet``; those the server has work for (or
+        something else to say to) then heartbeat on their own."""
+        assert self.idle is not None
+        self.next_idle_heartbeat = self.clock() + self.heartbeat_s
+        if not quiet:
+            return
+        try:
+            own = self.idle.heartbeat_idle([n.name for n in quiet])
+        except TransportError as exc:
+            if str(exc) != self.idle_failing:
+                self.idle_failing = str(exc)
+                log.warning("heartbeat of %d idle nodes failed: %s", len(quiet), exc)
+            return
+        if self.idle_failing:
+            self.idle_failing = ""
+            log.info("heartbeat of idle nodes works again")
+        wall = self.wall()
+        for node in quiet:
+            if node.name in own:
+                self._beat(node)
+            else:
+                node.last_heartbeat = wall
 
     def _release(self, node: HostedNode, exc: NodeReleased) -> None:
         """Let go of ``node``: the server gives it to no one through this agent any more. What
@@ -207,6 +269,8 @@ class Agent:
         log.warning("%s: stopping its replicas here and hosting it no more", exc)
         node.runner.shutdown()
         self.nodes.remove(node)
+        if self.active is not None and node in self.active:
+            self.active.remove(node)
 
     def run(self, stop: threading.Event) -> None:
         """Tick until ``stop`` is set, then leave (:meth:`close`). :class:`AgentRefused` ends the

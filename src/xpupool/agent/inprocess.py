@@ -6,7 +6,8 @@ the loop, the runner and the reports are the code a standalone agent runs, so wh
 plane shows is what a fleet would do. The local host registers with its real probes (a CPU-only
 host registers with no devices). Simulated nodes are registered by the server from the cluster
 file; the agent heartbeats for them and runs their replicas as local processes with the simulated
-device indices and UUIDs in the vendor variables (DESIGN.md section 2). Simulated nodes are never
+device indices and UUIDs in the vendor variables (DESIGN.md section 2); while they run nothing,
+one call per period heartbeats for all of them (``heartbeat_idle``). Simulated nodes are never
 marked lost (the lost-node watch only looks at agent-registered nodes): their agent is this
 process, and if it stops, so does the server. The direct calls go through the same node checks
 as HTTP, as a principal that speaks for the hosted nodes only (``in_process_principal``).
@@ -72,6 +73,12 @@ class PlaneTransport:
             self._refused("heartbeat", body.node, exc)
             raise
         except Unavailable as exc:  # the store cannot be written: as a 503 over HTTP
+            raise TransportError(str(exc)) from None
+
+    def heartbeat_idle(self, nodes: list[str]) -> set[str]:
+        try:
+            return node_identity.heartbeat_idle(self.plane, self.who, nodes)
+        except Unavailable as exc:
             raise TransportError(str(exc)) from None
 
     def append_log(
@@ -148,7 +155,7 @@ def local_agent(
         nodes.append(HostedNode(name=sim, runner=runner))
     who = in_process_principal(n.name for n in nodes)
     transport = PlaneTransport(plane, who)
-    return Agent(transport, nodes, heartbeat_s=plane.heartbeat_s, poll_s=poll_s)
+    return Agent(transport, nodes, heartbeat_s=plane.heartbeat_s, poll_s=poll_s, idle=transport)
 
 
 class AgentThread:

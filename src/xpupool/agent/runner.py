@@ -262,6 +262,12 @@ class Runner:
     def reports(self) -> list[ReplicaReport]:
         return [rep.report() for rep in self.replicas.values() if not rep.starting]
 
+    @property
+    def idle(self) -> bool:
+        """Nothing to watch or report: no replica (a finished one's supervisor cleans up after
+        it)."""
+        return not self.replicas
+
     def acknowledge(self, sent: Iterable[ReplicaReport]) -> None:
         """The server has these reports: forget the replicas whose report was final (once their
         whole log is shipped) and let their supervisors go."""

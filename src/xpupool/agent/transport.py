@@ -57,6 +57,15 @@ class Transport(Protocol):
         ...
 
 
+class IdleHeartbeats(Protocol):
+    """One heartbeat for many idle nodes (the in-process agent's simulated nodes): what a
+    heartbeat with no metrics and no replica reports would say, for all of them in one call.
+    Returns the names among ``nodes`` that need a heartbeat of their own: the server holds work
+    for them, or has something to say to them alone (unknown, refused)."""
+
+    def heartbeat_idle(self, nodes: list[str]) -> set[str]: ...
+
+
 def _untrusted_certificate(exc: BaseException) -> ssl.SSLCertVerificationError | None:
     """The certificate verification failure at the root of ``exc``, if that is what it is."""
     seen: BaseException | None = exc

@@ -234,6 +234,10 @@ class ControlPlane:
         self.lease = Lease.for_settings(heartbeat_s, lost_after_s, lease_s)
         self.clock = clock
         self.lock = threading.RLock()
+        # threads in write() waiting for ``lock``: a scheduling pass lets them in between its
+        # batches (the lock is not fair: a thread that lets it go may take it again at once)
+        self.writers_waiting = 0
+        self._waiting_guard = threading.Lock()
         self.wake = threading.Event()
         self.capacity_gen = 0
         self.next_job_id = 1
@@ -242,6 +246,8 @@ class ControlPlane:
         self.max_log_bytes = max_log_bytes  # what the server keeps of one replica's log
         self.retention = retention or Retention()  # finished jobs kept (services/job_limits.py)
         self.nodes: dict[str, NodeRecord] = {}
+        self._nodes_changed = 0  # counts changes of ``nodes`` (the agent-node list's key)
+        self._agent_nodes: tuple[int, list[tuple[str, NodeRecord]]] = (-1, [])
         # nodes the admin deleted or took over while this server runs: the in-process agent,
         # which has no token to revoke, speaks for them no more (services/node_identity.py)
         self.released_nodes: set[str] = set()
@@ -328,6 +334,7 @@ class ControlPlane:
             ).mappings()
             for row in pending_rows:
                 self.pending[row["id"]] = pending_from_row(row)
+        self._nodes_changed += 1
 
     def _node_record(self, row: Any, owners: dict[str, str]) -> NodeRecord | None:
         """A stored node as a record, or None (noted) when its row cannot be read. A device UUID
@@ -499,6 +506,17 @@ class ControlPlane:
     def put_nodes(self, records: Mapping[str, NodeRecord]) -> None:
         """Serve ``records`` (registered or changed; stored by the caller under the same lock)."""
         self.nodes.update(records)
+        self._nodes_changed += 1
+
+    def agent_node_records(self) -> list[tuple[str, NodeRecord]]:
+        """(name, record) of every node an agent registered (``source`` 'agent'), a list that
+        is built again only when nodes come or go: the lost-node watch asks every few seconds,
+        and walking thousands of cluster-file nodes under the lock for none of them would make
+        an idle pool's cost grow with its size (issue 25)."""
+        if self._agent_nodes[0] != self._nodes_changed:
+            agents = [(n, r) for n, r in self.nodes.items() if r.source == "agent"]
+            self._agent_nodes = (self._nodes_changed, agents)
+        return list(self._agent_nodes[1])
 
     def set_schedulable(self, name: str, schedulable: bool) -> None:
         """Whether the engine may place on node ``name`` (ready and not cordoned)."""
@@ -540,7 +558,9 @@ class ControlPlane:
         one line, marks the server unhealthy, and puts memory back to what the store holds, so a
         failed write changes nothing. While unhealthy, writes fail at once, without touching
         anything, until :meth:`check_store` sees the store take a write again."""
-        with self.lock:
+        with self._waiting_count(1):
+            self.lock.acquire()
+        try:
             if self.health.failure is not None:
                 raise Unavailable(self.health.failure)
             try:
@@ -548,6 +568,19 @@ class ControlPlane:
                     yield conn
             except (OperationalError, OSError) as exc:
                 raise self.store_failed(exc) from None
+        finally:
+            self.lock.release()
+
+    @contextmanager
+    def _waiting_count(self, n: int) -> Iterator[None]:
+        """``writers_waiting`` is ``n`` higher while the block runs."""
+        with self._waiting_guard:
+            self.writers_waiting += n
+        try:
+            yield
+        finally:
+            with self._waiting_guard:
+                self.writers_waiting -= n
 
     @contextmanager
     def file_writes(self) -> Iterator[None]:
@@ -752,6 +785,7 @@ class ControlPlane:
         cached principals are dropped (their tokens may be revoked now), and the in-process
         agent speaks for it no more. The engine still has it until the caller rebuilds it."""
         rec = self.nodes.pop(name)
+        self._nodes_changed += 1
         for n in (rec.node, rec.target):
             for d in n.devices if n is not None else ():
                 self.metrics.pop(d.uuid, None)

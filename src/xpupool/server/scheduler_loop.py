@@ -35,13 +35,22 @@ RETRIES_PER_TENANT = 16
 """Jobs of one tenant that failed before and are tried again in one pass (see ``_candidates``)."""
 
 
+BATCH_JOBS = 32
+"""Jobs tried in one batch at most: one lock hold and one store transaction (see ``_batch``)."""
+BATCH_S = 0.005
+"""Seconds a batch goes on taking jobs: what a submission may wait behind it, at most about."""
+YIELD_S = 0.002
+"""Seconds a pass waits at most, between two batches, for the writes waiting for the lock."""
+
+
 def schedule_pass(plane: ControlPlane) -> int:
     """One pass; returns how many jobs were placed. Thread-safe.
 
-    The plane's lock is taken per job tried, not for the whole pass: a pass over many pending
-    jobs (one tenant's flood of gangs that never fit) would otherwise make every submission,
-    heartbeat and cancel wait for all of them (issue 18, bench/tenant_flood.py). A job placed,
-    cancelled or requeued while the pass ran is skipped."""
+    The jobs are tried in batches (``_batch``): the plane's lock is held for one batch, not for
+    the whole pass, so a pass over many pending jobs (one tenant's flood of gangs that never
+    fit) does not make every submission, heartbeat and cancel wait for all of them (issue 18,
+    bench/tenant_flood.py), and each batch is one store transaction, not one per job (issue 25).
+    A job placed, cancelled or requeued while the pass ran is skipped."""
     with plane.lock:
         candidates, left_out = _candidates(plane)
         if not candidates:
@@ -51,18 +60,64 @@ def schedule_pass(plane: ControlPlane) -> int:
         cycle.begin_pass()
         order = cycle.order(candidates)
     placed = 0
-    for i in order:
-        job = candidates[i]
-        with plane.write() as conn:  # a failed write raises Unavailable with memory reloaded
-            if plane.queued.get(job.id) is not job or job.tried == plane.capacity_gen:
-                continue
-            if _try_admit(plane, conn, job):
-                placed += 1
-        time.sleep(0)  # let a thread waiting for the lock take it before the next job
+    k = 0
+    while k < len(order):
+        done, k = _batch(plane, candidates, order, k)
+        placed += done
+        _let_writers_in(plane)
     plane.notify("pass", time.perf_counter() - started)
     if left_out and placed:  # retries left out while some fitted: a backlog to go on with now
         plane.wake.set()
     return placed
+
+
+def _let_writers_in(plane: ControlPlane) -> None:
+    """Wait (``YIELD_S`` at most) until no thread waits to write: the lock is not fair, and a
+    pass that took it again at once after each batch would keep submissions waiting for all of
+    its batches, not one (issue 25)."""
+    deadline = time.perf_counter() + YIELD_S
+    time.sleep(0)
+    while plane.writers_waiting and time.perf_counter() < deadline:
+        time.sleep(0.0001)
+
+
+def _batch(
+    plane: ControlPlane, candidates: list[PendingJob], order: list[int], k: int
+) -> tuple[int, int]:
+    """Try the jobs ``order[k:]`` under one hold of the lock and in one store transaction, until
+    ``BATCH_JOBS`` were tried or ``BATCH_S`` went by; returns (placed, the next index).
+
+    Why committing several placements at once weakens nothing: a placement is re-derivable
+    (the job stays pending in the store until its batch commits, and a server that restarts
+    places it again from there), and nothing outside this thread sees it before the commit:
+    memory (engine, held and pending jobs) changes under the lock, which is let go only after
+    the commit, and every reader, the API, the agents and the metrics, reads under that lock or
+    from the store. A crash before the commit loses the whole batch's placements and nothing
+    else: no client was answered about them, no agent was handed them. A submission is not
+    in a batch: it is committed before its 201 (services/jobs.py). A batch whose write fails
+    undoes itself: the store rolls back and memory is read back from it (``plane.write`` for
+    the store's own failures, here for any other)."""
+    placed = 0
+    deadline = time.perf_counter() + BATCH_S
+    end = min(len(order), k + BATCH_JOBS)
+    try:
+        with plane.write() as conn:  # a failed write raises Unavailable with memory reloaded
+            while k < end:
+                job = candidates[order[k]]
+                k += 1
+                if plane.queued.get(job.id) is not job or job.tried == plane.capacity_gen:
+                    continue
+                if _try_admit(plane, conn, job):
+                    placed += 1
+                if time.perf_counter() > deadline:
+                    break
+    except Unavailable:
+        raise
+    except Exception:  # rolled back: memory may be ahead of the store, so it is read back
+        with plane.lock:
+            plane.reload()
+        raise
+    return placed, k
 
 
 def _candidates(plane: ControlPlane) -> tuple[list[PendingJob], bool]:

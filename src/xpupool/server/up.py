@@ -98,6 +98,7 @@ def open_plane(cfg: UpConfig) -> ControlPlane:
         if cfg.cluster is not None:
             fleet.register_many(plane, load_cluster(cfg.cluster), source="cluster")
         settle_stored_jobs(plane)  # what an older release stored that this one refuses
+        plane.verdicts.warm()  # the empty twin the first submission would build (issue 25)
     except (OperationalError, OSError) as exc:
         raise DataDirError(f"cannot start on {cfg.data}: {store_failure(exc)}") from None
     return plane

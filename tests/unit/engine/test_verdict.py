@@ -80,3 +80,30 @@ def test_an_empty_pool_says_nothing_and_the_twin_follows_the_inventory() -> None
     assert verdicts.never_fits(ask("A100")) is not None
     state.add_node(replace(gpu_node("a", count=1)))
     assert verdicts.never_fits(ask("A100")) is None
+
+
+def test_the_twin_is_built_again_only_when_nodes_are_added(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cordon, a health change or a lost node bumps the state's epoch but changes nothing in
+    the twin (every node counts there, schedulable and healthy): building it again would cost
+    the next submission as much as the pool is large."""
+    from xpupool.engine import verdict
+
+    built: list[int] = []
+
+    def counted(nodes: list[object], **kwargs: object) -> ClusterState:
+        built.append(len(nodes))
+        return ClusterState(nodes, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(verdict, "ClusterState", counted)
+    state = pool()
+    verdicts = Verdicts(state)
+    verdicts.warm()
+    assert built == [2]
+    state.set_node_schedulable("a", False)
+    state.set_device_health("t-gpu0", False)
+    state.set_device_cordoned("a-gpu0", True)
+    assert verdicts.never_fits(ask("A100:8")) is None
+    assert built == [2]
+    state.add_node(gpu_node("b", count=1))
+    assert verdicts.never_fits(ask("A100:8")) is None
+    assert built == [2, 3]

@@ -29,6 +29,7 @@ import numpy.typing as npt
 from xpupool.engine.capacity import share_fits
 from xpupool.engine.eligibility import Eligibility
 from xpupool.engine.fragmentation.kernels import ShapeArrays
+from xpupool.engine.fragmentation.row_kinds import unique_rows
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 from xpupool.model.request import Request
 
@@ -148,7 +149,7 @@ class ShapeTable:
         # Nodes that serve the same shapes are one kind (a fleet has a few): evaluations go over
         # the shapes a node's kind serves and add the others' weight times its idle compute.
         relevant: BoolArray = np.asarray(mask.any(axis=2), np.bool_)
-        kinds, node_kind = np.unique(relevant, axis=0, return_inverse=True)
+        kinds, node_kind = unique_rows(relevant)
         self.node_kind: IntArray = node_kind.reshape(-1)
         served = [np.flatnonzero(row) for row in kinds]
         total = float(self.weights.sum())

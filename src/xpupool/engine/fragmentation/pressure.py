@@ -41,6 +41,7 @@ import numpy as np
 
 from xpupool.engine.capacity import cores_fit, slot_free
 from xpupool.engine.fragmentation.measure import NEVER, IndexArray, ShapeTable
+from xpupool.engine.fragmentation.row_kinds import unique_rows
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 
 
@@ -76,7 +77,7 @@ class DevicePressure:
             stacked = np.stack(members, axis=-1)  # [N, W, G]
             used = stacked.any(axis=-1)
             packed = np.packbits(stacked[used], axis=-1)
-            signatures, inverse = np.unique(packed, axis=0, return_inverse=True)
+            signatures, inverse = unique_rows(packed)
             self.dev_class[used] = inverse.reshape(-1)
             incidence = np.unpackbits(signatures, axis=-1, count=len(members))
             self.class_groups = incidence.astype(np.float64)

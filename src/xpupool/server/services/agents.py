@@ -67,6 +67,37 @@ def heartbeat(
         return reply
 
 
+IDLE_CHUNK = 500
+"""Node names per UPDATE of an idle heartbeat (SQLite's older builds bind at most 999)."""
+
+
+def heartbeat_idle(plane: ControlPlane, nodes: list[str]) -> set[str]:
+    """What a heartbeat with no metrics and no reports does, for many nodes in one transaction:
+    each is seen now (memory, and one UPDATE per ``IDLE_CHUNK`` names). Returns the names among
+    ``nodes`` that need a heartbeat of their own: those holding an allocation (the reply of
+    their heartbeat says what to run or stop), unknown ones (answered 404 there) and lost ones
+    (their heartbeat makes them ready again). Costs a dict update per node and one pass over
+    the held allocations, not a heartbeat per node (issue 25)."""
+    now = plane.clock()
+    own: set[str] = set()
+    with plane.write() as conn:
+        seen = []
+        for name in nodes:
+            rec = plane.node(name)
+            if rec is None or rec.status is s.NodeStatus.LOST:
+                own.add(name)
+                continue
+            rec.last_heartbeat = now
+            seen.append(name)
+        for k in range(0, len(seen), IDLE_CHUNK):
+            chunk = seen[k : k + IDLE_CHUNK]
+            conn.execute(
+                update(t_nodes).where(t_nodes.c.name.in_(chunk)).values(last_heartbeat=now)
+            )
+        holding = {a.node for job in plane.held_jobs.values() for a in job.allocations}
+    return own | holding.intersection(nodes)
+
+
 def _check_metrics(rec: NodeRecord, body: s.Heartbeat) -> None:
     """Metrics are kept per device UUID: only for devices this node registered (issue 18: 100k
     invented UUIDs grew the server by 179 MiB)."""
@@ -330,7 +361,7 @@ def mark_lost_nodes(plane: ControlPlane) -> list[str]:
     needed = plane.lease.requeue_after_s
     with plane.write() as conn:
         # a copy: requeueing the jobs of a node the admin deletes removes the node (a drain)
-        for name, rec in list(plane.node_records.items()):
+        for name, rec in plane.agent_node_records():
             if rec.source != "agent":
                 continue
             silent = now - rec.last_heartbeat if rec.last_heartbeat is not None else float("inf")

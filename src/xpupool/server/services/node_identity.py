@@ -207,6 +207,19 @@ def heartbeat(plane: ControlPlane, who: Principal, body: s.Heartbeat) -> s.Heart
     return reply
 
 
+def heartbeat_idle(plane: ControlPlane, who: Principal, nodes: list[str]) -> set[str]:
+    """One heartbeat for idle ``nodes`` of a credential bound to them (the in-process agent's
+    simulated nodes): see :func:`agents.heartbeat_idle`. A node ``who`` may not heartbeat for is
+    left out and returned, so that its own heartbeat raises the refusal for it alone."""
+    if who.nodes is None:  # an unbound token binds on its own heartbeat, one node at a time
+        return set(nodes)
+    refused = set(nodes) - who.nodes
+    if who.token_id == IN_PROCESS_TOKEN_ID:
+        refused |= plane.released_nodes.intersection(nodes)
+    mine = [n for n in nodes if n not in refused] if refused else nodes
+    return agents.heartbeat_idle(plane, mine) | refused
+
+
 def append_log(
     plane: ControlPlane,
     who: Principal,

@@ -1,0 +1,133 @@
+"""A scheduling pass writes its placements in batches: one store transaction (and one hold of the
+plane's lock) for several jobs, not one per job (issue 25); a write waiting for the lock goes
+between two batches; a batch that fails part-way leaves nothing of itself, in the store or in
+memory."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from server_kit import Server, job, node, submit, tenant
+from sqlalchemy import event
+
+from xpupool.server import scheduler_loop
+from xpupool.server.plane import ControlPlane, PendingJob
+
+SMALL = "A100 mem=1Gi cores=1%"
+
+
+def commits_during(plane: ControlPlane, run: object) -> int:
+    """How many transactions the store commits while ``run()`` runs."""
+    count = 0
+
+    def counted(_conn: object) -> None:
+        nonlocal count
+        count += 1
+
+    event.listen(plane.db, "commit", counted)
+    try:
+        run()  # type: ignore[operator]
+    finally:
+        event.remove(plane.db, "commit", counted)
+    return count
+
+
+def test_a_pass_commits_its_placements_in_batches(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scheduler_loop, "BATCH_S", 60.0)  # batches end by count only here
+    node(server, "n1")
+    lab = tenant(server, "lab")
+    jobs = [submit(server, lab, SMALL)["id"] for _ in range(40)]
+    placed: list[int] = []
+    commits = commits_during(server.plane, lambda: placed.append(server.schedule()))
+    assert placed == [40]
+    assert commits == -(-40 // scheduler_loop.BATCH_JOBS)  # 2 batches of at most 32
+    assert all(job(server, i)["state"] == "scheduled" for i in jobs)
+
+
+def test_a_batch_that_fails_part_way_leaves_nothing_of_itself(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scheduler_loop, "BATCH_S", 60.0)
+    node(server, "n1")
+    lab = tenant(server, "lab")
+    jobs = [submit(server, lab, SMALL)["id"] for _ in range(5)]
+    real = scheduler_loop._record_placement
+    recorded: list[int] = []
+
+    def third_fails(plane: ControlPlane, conn: object, p: PendingJob, outcome: object) -> None:
+        if len(recorded) == 2:
+            raise RuntimeError("a bug while recording the third placement")
+        recorded.append(p.id)
+        real(plane, conn, p, outcome)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scheduler_loop, "_record_placement", third_fails)
+    with pytest.raises(RuntimeError):
+        server.schedule()
+    plane = server.plane
+    assert len(recorded) == 2  # two were placed in memory before the failure
+    assert sorted(plane.queued) == jobs and not plane.held_jobs  # ... and are pending again
+    state = plane.cluster_state  # the engine holds nothing
+    assert (state.dev_mem_free == state.dev_mem_commit).all()
+    assert all(job(server, i)["state"] == "pending" for i in jobs)
+    monkeypatch.setattr(scheduler_loop, "_record_placement", real)
+    assert server.schedule() == 5
+
+
+class SlowToWake:
+    """The plane's lock, but the thread named ``waiter`` starts taking it only after a while:
+    as a loaded machine that runs a waiting thread late, while the pass could take it again."""
+
+    def __init__(self, lock: object) -> None:
+        self.lock = lock
+
+    def acquire(self) -> bool:
+        if threading.current_thread().name == "waiter":
+            time.sleep(0.2)
+        return bool(self.lock.acquire())  # type: ignore[attr-defined]
+
+    def release(self) -> None:
+        self.lock.release()  # type: ignore[attr-defined]
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.release()
+
+
+def test_a_write_waiting_for_the_lock_goes_between_two_batches(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lock is not fair, and a waiting thread may run late: without waiting for it, a pass
+    would take the lock again after each batch and keep a submission waiting for all of them."""
+    monkeypatch.setattr(scheduler_loop, "BATCH_JOBS", 1)
+    monkeypatch.setattr(scheduler_loop, "YIELD_S", 60.0)  # however slow the machine
+    node(server, "n1")
+    lab = tenant(server, "lab")
+    first, second = (submit(server, lab, SMALL)["id"] for _ in range(2))
+    monkeypatch.setattr(server.plane, "lock", SlowToWake(server.plane.lock))
+    order: list[object] = []
+    real = scheduler_loop._try_admit
+
+    def write() -> None:
+        with server.plane.write():
+            order.append("write")
+
+    waiter = threading.Thread(target=write, name="waiter")
+
+    def tried(plane: ControlPlane, conn: object, p: PendingJob) -> bool:
+        order.append(p.id)
+        if not waiter.is_alive() and p.id == first:  # a write comes during the first batch
+            waiter.start()
+            while plane.writers_waiting == 0:
+                time.sleep(0.001)
+        return real(plane, conn, p)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scheduler_loop, "_try_admit", tried)
+    assert server.schedule() == 2
+    waiter.join(10)
+    assert order == [first, "write", second]
