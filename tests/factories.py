@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from xpupool.engine import ClusterState, Engine
 from xpupool.model import Device, DeviceRequest, Node, Request
 
@@ -80,3 +82,17 @@ def tiny_trace(
         + "".join(f"p{i},2000,1024,1,{shares[i % len(shares)]},\n" for i in range(pods))
     )
     return str(node_csv), str(pod_csv)
+
+
+# What a state keeps that changes on every allocation change without being capacity: a release
+# restores everything else bit for bit.
+CHANGE_RECORDS = ("node_version", "_changes")
+
+
+def capacity_arrays(state: ClusterState) -> dict[str, np.ndarray]:
+    """Copies of the state's arrays that a release must restore bit for bit."""
+    return {
+        k: v.copy()
+        for k, v in vars(state).items()
+        if isinstance(v, np.ndarray) and k not in CHANGE_RECORDS
+    }

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from xpupool.engine import ClusterState, Engine
 from xpupool.model import Node, Request
 
+from factories import capacity_arrays
 from strategies import nodes, requests
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -55,11 +56,7 @@ def test_random_sequences_never_exceed_the_factors_or_the_task_limits(
 ) -> None:
     state = ClusterState(cluster, seed=1)
     engine = Engine(state, profile, seed=1)
-    initial = {
-        k: v.copy()
-        for k, v in vars(state).items()
-        if isinstance(v, np.ndarray) and k != "node_version"
-    }
+    initial = capacity_arrays(state)
     whole: set[int] = set()
     for req, roll in steps:
         placement = engine.place(req)

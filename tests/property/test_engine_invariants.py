@@ -20,6 +20,7 @@ from xpupool.engine import ClusterState, Engine
 from xpupool.engine.state import ClusterState as _State
 from xpupool.model import Node, Request, Topology
 
+from factories import capacity_arrays
 from strategies import nodes, requests
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -61,11 +62,7 @@ def test_random_sequences_never_overcommit_and_release_exactly(
 ) -> None:
     state = ClusterState(cluster, seed=seed)
     engine = Engine(state, seed=seed)
-    initial = {
-        k: v.copy()
-        for k, v in vars(state).items()
-        if isinstance(v, np.ndarray) and k != "node_version"  # a change counter, not capacity
-    }
+    initial = capacity_arrays(state)
     for req, release_roll in steps:
         before_free = state.dev_mem_free.copy()
         placement = engine.place(req)

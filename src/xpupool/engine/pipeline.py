@@ -220,28 +220,35 @@ class Pipeline:
     ) -> tuple[list[tuple[Reason, str]], IntArray]:
         """:meth:`_blame` without the replay, for a request the capacity cache answered: the
         capacity parts' per-node counts (``passed``, kept current by ``DeviceFitCache``) say which
-        part fails first. The checks are applied last to first, each overwriting, so every node
-        keeps the first one it fails, as in the replay; a property test holds the two equal."""
+        part fails first. Labels are numbered in the checks' order, as the replay numbers them
+        (a later check has a higher label: the verdicts' closest miss reads the deepest), and the
+        checks are applied last to first, each overwriting, so that every node keeps the first
+        it fails; a property test holds the two equal."""
         s, k = self.state, ctx.k
         labels: list[tuple[Reason, str]] = [(Reason.FITS, "")]
-        blame = np.zeros(s.n_nodes, np.int64)
-
-        def mark(fails: BoolArray, reason: Reason, detail: str = "") -> None:
-            labels.append((reason, detail))
-            np.copyto(blame, len(labels) - 1, where=fails)
-
+        node_checks: list[tuple[BoolArray, int]] = []  # (nodes failing, label), in order
+        for nf in chain.node:
+            part = nf.node_mask(ctx.req, s)
+            if part is not None:
+                labels.append(nf.why(ctx.req))
+                node_checks.append((part, len(labels) - 1))
+        static_offset = len(labels) - 1
+        labels.extend(static.labels[1:])
+        capacity_checks: list[tuple[BoolArray, int]] = []
+        for row, df in enumerate(chain.dynamic):
+            labels.append((df.reason, ""))
+            capacity_checks.append((passed[row] < k, len(labels) - 1))
         group = chain.group
         if group is not None and group.applies(ctx.req.devices.topology, k):
             assert ctx.group_best is not None  # kept for every request of several cards
-            mark(ctx.group_best < k, group.reason)
-        for row in range(len(chain.dynamic) - 1, -1, -1):
-            mark(passed[row] < k, chain.dynamic[row].reason)
-        np.copyto(blame, static.blame + (len(labels) - 1), where=static.blame > 0)
-        labels.extend(static.labels[1:])
-        for nf in reversed(chain.node):
-            part = nf.node_mask(ctx.req, s)
-            if part is not None:
-                mark(~part, *nf.why(ctx.req))
+            labels.append((group.reason, ""))
+            capacity_checks.append((ctx.group_best < k, len(labels) - 1))
+        blame = np.zeros(s.n_nodes, np.int64)
+        for fails, label in reversed(capacity_checks):
+            np.copyto(blame, label, where=fails)
+        np.copyto(blame, static.blame + static_offset, where=static.blame > 0)
+        for ok, label in reversed(node_checks):
+            np.copyto(blame, label, where=~ok)
         return labels, blame
 
     def _static_blame(self, ctx: Context, chain: FilterChain) -> _StaticPart:

@@ -147,9 +147,16 @@ def test_refusals_from_the_kept_counts_equal_the_replay(steps: list[tuple[int, i
             assert ctx.passed is not None
             counted = pipe.blame(ctx).tolist()
             refusal = None if ctx.node_fit.any() else pipe.explain(ctx)
+            _, counted_labels = pipe._blame(ctx)
             ctx.passed = None  # the replay
             assert pipe.blame(ctx).tolist() == counted
             assert (None if ctx.node_fit.any() else pipe.explain(ctx)) == refusal
+            # labels numbered in the checks' order in both (the verdicts read the deepest):
+            # one counted label per replayed one, in the same order
+            _, replayed_labels = pipe._blame(ctx)
+            pairs = sorted(set(zip(replayed_labels.tolist(), counted_labels.tolist(), strict=True)))
+            assert len({r for r, _ in pairs}) == len(pairs)
+            assert [c for _, c in pairs] == sorted({c for _, c in pairs})
 
 
 def test_kept_answers_follow_nodes_added_after_them() -> None:

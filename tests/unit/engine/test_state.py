@@ -8,7 +8,7 @@ import pytest
 from xpupool.engine import ClusterState
 from xpupool.model import Conflict, DeviceRequest, NotFound, Request, RequestError
 
-from factories import cpu_node, devices, engine_for, gpu_node
+from factories import capacity_arrays, cpu_node, devices, engine_for, gpu_node
 
 
 def test_grid_width_is_a_multiple_of_eight_and_counts_devices() -> None:
@@ -28,12 +28,7 @@ def test_duplicate_node_name_is_rejected_with_field() -> None:
 def test_apply_then_revert_restores_every_array_bit_for_bit() -> None:
     engine = engine_for(gpu_node("a"), gpu_node("b"))
     state = engine.state
-    before = {
-        k: v.copy()
-        for k, v in vars(state).items()
-        # change counters and the change log, not capacity
-        if isinstance(v, np.ndarray) and k not in ("node_version", "_changes")
-    }
+    before = capacity_arrays(state)
     placement = engine.place(devices(3, memory_permille=333, core_permille=250))
     assert placement.ok
     engine.release(placement.allocations[0])
