@@ -90,6 +90,7 @@ def agent(
     hami_register: bool,
 ) -> None:
     """Probe this node's accelerators and keep them, with a heartbeat, in its Node annotations."""
+    import yaml
     from lightkube import Client, KubeConfig
     from lightkube.core.exceptions import ConfigError
 
@@ -111,9 +112,11 @@ def agent(
         config = (
             KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_service_account()
         )
-    except (ConfigError, OSError, ValueError) as exc:
+    except (ConfigError, OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as exc:
+        # KeyError: a key missing in the file, or no KUBERNETES_SERVICE_HOST outside a pod
+        why = f"missing {exc}" if isinstance(exc, KeyError) else str(exc).splitlines()[0]
         where = kubeconfig or "the in-cluster service account"
-        raise click.ClickException(f"cannot load {where}: {exc}") from None
+        raise click.ClickException(f"cannot load {where}: {why}") from None
     client = Client(config, field_manager=FIELD_MANAGER)
     probes: list[Probe] = [FakeProbe(fake_path)] if fake_path else host_probes()
     node_agent = NodeAgent(client, node_name, Monitor(probes), extra=extra)
