@@ -225,3 +225,15 @@ def test_metrics_show_devices_and_what_the_agent_did(api: FakeApiserver) -> None
         in text
     )
     assert "xpupool_node_agent_last_heartbeat_timestamp_seconds" in text
+
+
+def test_devices_too_many_for_an_annotation_fail_the_pass_and_write_nothing(
+    api: FakeApiserver, tmp_path: Path
+) -> None:
+    path = tmp_path / "devices.yaml"
+    entry = "  - {vendor: nvidia, model: A100, memory: 80Gi, count: 64, uuid_prefix: G%d}\n"
+    path.write_text("devices:\n" + "".join(entry % i for i in range(5)))  # 320 > 256 devices
+    agent = make_agent(api, path)
+    with pytest.raises(NodeAgentError, match="at most 256 devices"):
+        agent.sync()
+    assert api.patches == [] and agent.stats.failures == 1
