@@ -28,6 +28,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -163,7 +164,8 @@ class K8sCluster:
     kwok controller also runs and plays kubelet for Nodes annotated ``kwok.x-k8s.io/node: fake``
     (bound pods go Running), driven by the upstream "fast" stages that build.sh keeps in
     ``<cache>/share/kwok-stages.yaml``. With ``scheduler=False`` no kube-scheduler runs (tests of
-    the API alone: admission policies, the node agent).
+    the API alone: admission policies, the node agent, watches, leases); ``apiserver_args`` are
+    added to kube-apiserver's flags.
     """
 
     def __init__(
@@ -175,6 +177,7 @@ class K8sCluster:
         scheduler_name: str = SCHEDULER_NAME,
         kwok: bool = False,
         scheduler: bool = True,
+        apiserver_args: Sequence[str] = (),
         start_timeout_s: float = 90.0,
     ) -> None:
         if extender is None and extender_url is not None:
@@ -183,7 +186,9 @@ class K8sCluster:
         self.scheduler_name = scheduler_name
         self.kwok = kwok
         self.scheduler = scheduler
+        self.apiserver_args = tuple(apiserver_args)
         self.start_timeout_s = start_timeout_s
+        self.etcd_url = ""
         self.workdir = workdir
         self.components: list[Component] = []
         self.api_url = ""
@@ -213,8 +218,8 @@ class K8sCluster:
             self._own_workdir = True
         self.workdir.mkdir(parents=True, exist_ok=True)
         try:
-            etcd_url = self._start_etcd(bins["etcd"])
-            self._start_apiserver(bins["kube-apiserver"], etcd_url)
+            self.etcd_url = self._start_etcd(bins["etcd"])
+            self._start_apiserver(bins["kube-apiserver"], self.etcd_url)
             if self.scheduler:
                 self._start_scheduler(bins["kube-scheduler"])
             if self.kwok:
@@ -291,6 +296,21 @@ class K8sCluster:
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
         out = self.create(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", body)
         return str(out["status"]["token"])
+
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to its current revision (through etcd's v3 JSON gateway),
+        as kube-apiserver's own compactor does every ``--etcd-compaction-interval``; a watch
+        from an older resourceVersion then gets ``410 Gone`` where etcd serves it (with the
+        apiserver's watch cache off). Returns the revision compacted to."""
+        with httpx.Client(base_url=self.etcd_url, timeout=10.0) as etcd:
+            head = etcd.post("/v3/kv/range", json={"key": "AA=="})  # key "\0": only the header
+            head.raise_for_status()
+            revision = int(head.json()["header"]["revision"])
+            done = etcd.post(
+                "/v3/kv/compaction", json={"revision": str(revision), "physical": True}
+            )
+            done.raise_for_status()
+        return revision
 
     # -- components --------------------------------------------------------------------------
 
@@ -390,6 +410,7 @@ class K8sCluster:
                 # TaintNodesByCondition puts on every Node at creation.
                 "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
                 "--endpoint-reconciler-type=none",
+                *self.apiserver_args,
             ],
         )
         self._wait(comp, f"{self.api_url}/readyz", headers={"Authorization": f"Bearer {TOKEN}"})
@@ -468,3 +489,88 @@ def write_kubeconfig(path: Path, api_url: str, token: str = TOKEN) -> None:
         "current-context": "local",
     }
     path.write_text(json.dumps(config, indent=2))
+
+
+class TcpProxy:
+    """A TCP relay on 127.0.0.1 in front of ``target`` (host, port) that a test can cut: :meth:`cut`
+    drops every open connection and refuses new ones (accepted, then closed at once: a client
+    sees its watch end and its reconnects fail), :meth:`resume` lets them through again. It stands
+    for a network partition between a client and kube-apiserver; TLS passes through untouched."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self._server = socket.socket()
+        self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._server.bind(("127.0.0.1", 0))
+        self._server.listen(64)
+        self.port = int(self._server.getsockname()[1])
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
+        self._cut = False
+        self._closed = False
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def cut(self) -> None:
+        with self._lock:
+            self._cut = True
+            socks, self._open = list(self._open), set()
+        for s in socks:
+            _shut(s)
+
+    def resume(self) -> None:
+        with self._lock:
+            self._cut = False
+
+    def close(self) -> None:
+        self._closed = True
+        self.cut()
+        _shut(self._server)
+        self._server.close()
+        self._thread.join(5)
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            with self._lock:
+                refuse = self._cut
+            if refuse:
+                _shut(client)
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                _shut(client)
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self._open.update((client, upstream))
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            _shut(src)
+            _shut(dst)
+            with self._lock:
+                self._open.discard(src)
+                self._open.discard(dst)
+
+
+def _shut(s: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        s.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        s.close()

@@ -1,0 +1,420 @@
+"""The extender's picture of the cluster: ONE engine (``ClusterState`` + ``Engine``, as every front
+has) kept in step with the Node and Pod informers, so that filter, prioritize and bind decide on what
+the cluster holds now, and a restarted extender rebuilds the exact charges from the bound pods.
+
+Nodes become ``xpupool.model.Node`` through an injected ``decode_node`` (HAMi's registration
+annotations, xpupool's own; None: not a node of the pool); a bound Pod is charged to its cards
+through an injected ``decode_pod_devices`` (HAMi's ``vgpu-devices-allocated``, xpupool's own; None:
+it holds no managed device). Deleted, Succeeded and Failed pods give back what they held. A cordon
+(``spec.unschedulable``) is set on the live engine; any other inventory change (a node added,
+removed, its devices or labels changed) marks the engine stale, and the next user rebuilds it from
+the node records and re-applies every charge, oldest first, as the server's ``plane.build`` does:
+inventory changes are rare and come in bursts (a relist, a rollout of the node agent), so one
+rebuild beats patching columns per event.
+
+Charges are keyed by pod UID. The extender places inside :meth:`ClusterView.engine_locked` and
+records the result with :meth:`ClusterView.reserve`; when the bound pod arrives through the watch
+with the same cards, the reservation simply becomes its charge (never counted twice); with other
+cards, the pod's own annotation wins. One lock guards the engine and the records.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from lightkube import operators
+from lightkube.config.kubeconfig import SingleConfig
+
+from xpupool.engine.engine import Engine
+from xpupool.engine.profile import DEFAULT_PROFILE, Profile
+from xpupool.engine.state import ClusterState
+from xpupool.k8s.kubeconfig import RawNode, RawPod
+from xpupool.k8s.watch import Event, EventType, Informer
+from xpupool.model.allocation import Allocation, DeviceShare
+from xpupool.model.device import Node
+from xpupool.model.errors import Conflict, XpupoolError
+
+log = logging.getLogger(__name__)
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+MAX_PRIORITY = 2_000_000_000  # kube's system-node-critical; PriorityClass values stay within
+
+
+@dataclass(frozen=True, slots=True)
+class CardShare:
+    """One card's part of one container: ``memory_mib`` of its memory and ``core_permille``
+    thousandths of its compute (the engine's units; a decoder turns HAMi's percent into them)."""
+
+    uuid: str
+    memory_mib: int
+    core_permille: int
+
+
+@dataclass(frozen=True, slots=True)
+class PodDevices:
+    """What a bound pod holds on ``node``: per container (HAMi's order: init containers first) the
+    cards it uses; ``cpu_milli``/``memory_mib`` of the host when the decoder charges them too."""
+
+    node: str
+    containers: tuple[tuple[CardShare, ...], ...]
+    cpu_milli: int = 0
+    memory_mib: int = 0
+
+
+NodeDecoder = Callable[[dict[str, Any]], Node | None]
+PodDecoder = Callable[[dict[str, Any]], PodDevices | None]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """A Node as the view keeps it: the decoded node (None: not in the pool) and its cordon."""
+
+    node: Node | None
+    schedulable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    """A Pod as the view keeps it: where it is bound (None: not yet) and what it holds there
+    (None: nothing managed, or not bound, or finished)."""
+
+    name: str
+    node: str | None
+    priority: int
+    devices: PodDevices | None
+
+
+# (node, host CPU millicores, host memory MiB, sorted (card UUID, MiB, permille) shares)
+ChargeKey = tuple[str, int, int, tuple[tuple[str, int, int], ...]]
+
+
+@dataclass(slots=True)
+class _Charge:
+    """What one pod holds in the engine: its allocations (one per container with cards), whether
+    they are applied in the current engine, and whether they are still only a reservation."""
+
+    allocations: tuple[Allocation, ...]
+    applied: bool
+    reserved: bool
+    key: ChargeKey
+
+
+class ClusterView:
+    """Nodes and pods of one cluster in one engine. Feed it events (:meth:`on_node`,
+    :meth:`on_pod`), or let :meth:`watch` start the two informers that do."""
+
+    def __init__(
+        self,
+        decode_node: NodeDecoder,
+        decode_pod_devices: PodDecoder,
+        *,
+        profile: Profile | str = DEFAULT_PROFILE,
+        profiles: dict[str, Profile] | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.decode_node = decode_node
+        self.decode_pod_devices = decode_pod_devices
+        self.profile = profile
+        self.profiles = profiles
+        self.seed = seed
+        self._lock = threading.RLock()
+        self._nodes: dict[str, NodeRecord] = {}
+        self._charges: dict[str, _Charge] = {}
+        self._engine: Engine | None = None
+        self._stale = True
+        self._next_id = 1
+        self._informers: list[Informer[Any]] = []
+        self.rebuilds = 0
+
+    # ------------------------------------------------------------------ the engine
+    @contextmanager
+    def engine_locked(self) -> Iterator[Engine]:
+        """The engine, brought up to date, with the view's lock held for the ``with`` block:
+        filter, place and :meth:`reserve` inside one block so no event moves the state between."""
+        with self._lock:
+            yield self._current()
+
+    def _current(self) -> Engine:
+        if self._engine is None or self._stale:
+            self._rebuild()
+        assert self._engine is not None
+        return self._engine
+
+    def _rebuild(self) -> None:
+        """A fresh engine from the node records, every charge re-applied oldest first; a charge
+        whose node or card is gone, or that would over-commit, waits unapplied (logged) until an
+        inventory change lets it in again."""
+        pool = [r.node for r in self._nodes.values() if r.node is not None]
+        state = ClusterState(sorted(pool, key=lambda n: n.name), seed=self.seed)
+        for name, rec in self._nodes.items():
+            if rec.node is not None and not rec.schedulable:
+                state.set_node_schedulable(name, False)
+        self._engine = Engine(state, self.profile, seed=self.seed, profiles=self.profiles)
+        self._stale = False
+        self.rebuilds += 1
+        for uid, charge in sorted(self._charges.items(), key=lambda kv: _first_id(kv[1])):
+            charge.applied = False
+            self._apply(uid, charge)
+
+    def _apply(self, uid: str, charge: _Charge) -> None:
+        """Apply ``charge`` in the current engine (all its allocations or none)."""
+        engine = self._engine
+        assert engine is not None and not charge.applied
+        readdressed = [_readdress(engine.state, a) for a in charge.allocations]
+        done: list[Allocation] = []
+        try:
+            for alloc in readdressed:
+                if alloc is None:
+                    raise Conflict(f"pod {uid}: its node or a card is not in the pool")
+                engine.restore(alloc)
+                done.append(alloc)
+        except XpupoolError as exc:
+            for alloc in done:
+                engine.release(alloc.id)
+            log.warning("charge of pod %s not applied: %s", uid, exc)
+            return
+        charge.allocations = tuple(a for a in readdressed if a is not None)
+        charge.applied = True
+
+    def _unapply(self, charge: _Charge) -> None:
+        if charge.applied and self._engine is not None and not self._stale:
+            for alloc in charge.allocations:
+                self._engine.release(alloc.id)
+        charge.applied = False
+
+    # ------------------------------------------------------------------ the extender's side
+    def reserve(self, pod_uid: str, allocations: Sequence[Allocation]) -> None:
+        """Record ``allocations`` (already placed in this view's engine, inside the same
+        :meth:`engine_locked` block) as what pod ``pod_uid`` holds until its bound form arrives.
+        Raises Conflict if the pod already holds something."""
+        with self._lock:
+            if pod_uid in self._charges:
+                raise Conflict(f"pod {pod_uid} already holds devices")
+            allocs = tuple(allocations)
+            for alloc in allocs:
+                self._next_id = max(self._next_id, alloc.id + 1)
+            self._charges[pod_uid] = _Charge(allocs, True, True, _charge_key(allocs))
+
+    def unreserve(self, pod_uid: str) -> bool:
+        """Give back what :meth:`reserve` took for a pod that will not bind (bind failed, timed
+        out); False if the pod holds nothing or is already bound with it."""
+        with self._lock:
+            charge = self._charges.get(pod_uid)
+            if charge is None or not charge.reserved:
+                return False
+            self._unapply(charge)
+            del self._charges[pod_uid]
+            return True
+
+    def charges(self) -> dict[str, tuple[Allocation, ...]]:
+        """Pod UID -> the allocations it holds (applied or waiting), a copy."""
+        with self._lock:
+            return {uid: c.allocations for uid, c in self._charges.items()}
+
+    def nodes(self) -> dict[str, NodeRecord]:
+        with self._lock:
+            return dict(self._nodes)
+
+    # ------------------------------------------------------------------ events
+    def node_record(self, obj: dict[str, Any]) -> NodeRecord:
+        """An informer transform: the decoded Node (None when the decoder says it is no node of
+        the pool or cannot read it: logged) and whether it is schedulable."""
+        name = obj["metadata"]["name"]
+        spec = obj.get("spec")
+        unschedulable = isinstance(spec, Mapping) and spec.get("unschedulable") is True
+        try:
+            node = self.decode_node(obj)
+        except (XpupoolError, ValueError) as exc:
+            log.warning("node %s: devices unreadable, left out of the pool: %s", name, exc)
+            node = None
+        if node is not None and node.name != name:
+            log.warning("node %s: decoder named it %r; left out of the pool", name, node.name)
+            node = None
+        return NodeRecord(node, not unschedulable)
+
+    def pod_record(self, obj: dict[str, Any]) -> PodRecord:
+        """An informer transform: where the pod is bound and what it holds there. A pod not bound,
+        or finished, holds nothing; an unreadable charge is logged and counts as nothing."""
+        meta = obj["metadata"]
+        name = f"{meta.get('namespace', '')}/{meta['name']}"
+        spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+        status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+        assert isinstance(spec, Mapping) and isinstance(status, Mapping)
+        node = spec.get("nodeName")
+        node = node if isinstance(node, str) and node else None
+        priority = spec.get("priority", 0)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            priority = 0
+        priority = max(-MAX_PRIORITY, min(MAX_PRIORITY, priority))
+        if node is None or status.get("phase") in TERMINAL_PHASES:
+            return PodRecord(name, node, priority, None)
+        try:
+            devices = self.decode_pod_devices(obj)
+        except (XpupoolError, ValueError) as exc:
+            log.warning("pod %s: device charge unreadable, counted as none: %s", name, exc)
+            devices = None
+        if devices is not None and devices.node != node:
+            log.warning("pod %s: charge names node %r, pod is on %r", name, devices.node, node)
+            devices = None
+        return PodRecord(name, node, priority, devices)
+
+    def on_node(self, event: Event[NodeRecord]) -> None:
+        """Consume a node informer event."""
+        with self._lock:
+            before = self._nodes.get(event.key)
+            if event.type is EventType.DELETED:
+                if before is not None:
+                    del self._nodes[event.key]
+                    self._stale = self._stale or before.node is not None
+                return
+            rec = event.value
+            self._nodes[event.key] = rec
+            if before is not None and before.node == rec.node:
+                live = self._engine is not None and not self._stale and rec.node is not None
+                if live and before.schedulable != rec.schedulable:
+                    assert self._engine is not None
+                    self._engine.state.set_node_schedulable(event.key, rec.schedulable)
+                return
+            self._stale = True
+
+    def on_pod(self, event: Event[PodRecord]) -> None:
+        """Consume a pod informer event."""
+        with self._lock:
+            charge = self._charges.get(event.uid)
+            if event.type is EventType.DELETED or event.value.node is None:
+                # Gone, or (still) unbound: a reservation stays until bound, unreserved or gone.
+                if event.type is EventType.DELETED and charge is not None:
+                    self._unapply(charge)
+                    del self._charges[event.uid]
+                return
+            rec = event.value
+            if rec.devices is None:
+                if charge is not None:
+                    self._unapply(charge)
+                    del self._charges[event.uid]
+                return
+            key = _devices_key(rec.devices)
+            if charge is not None and charge.key == key:
+                charge.reserved = False  # the reservation is the bound pod's charge now
+                return
+            if charge is not None:
+                self._unapply(charge)
+            allocs = self._allocations(rec, rec.devices)
+            new = _Charge(allocs, False, False, key)
+            self._charges[event.uid] = new
+            if self._engine is not None and not self._stale:
+                self._apply(event.uid, new)
+
+    def _allocations(self, rec: PodRecord, devices: PodDevices) -> tuple[Allocation, ...]:
+        """One engine allocation per container with cards (host CPU and memory on the first),
+        with ids no live allocation has; slots are fixed when applied."""
+        out: list[Allocation] = []
+        parts = [c for c in devices.containers if c] or (
+            [()] if devices.cpu_milli or devices.memory_mib else []
+        )
+        live = self._engine.state.live if self._engine is not None else {}
+        for i, shares in enumerate(parts):
+            while self._next_id in live:
+                self._next_id += 1
+            out.append(
+                Allocation(
+                    id=self._next_id,
+                    request_name=rec.name,
+                    replica=i,
+                    node=devices.node,
+                    node_index=-1,
+                    cpu_milli=devices.cpu_milli if i == 0 else 0,
+                    memory_mib=devices.memory_mib if i == 0 else 0,
+                    devices=tuple(
+                        DeviceShare(s.uuid, -1, s.memory_mib, s.core_permille) for s in shares
+                    ),
+                    priority=rec.priority,
+                )
+            )
+            self._next_id += 1
+        return tuple(out)
+
+    # ------------------------------------------------------------------ informers
+    def watch(self, config: SingleConfig, *, resync_s: float = 300.0) -> ClusterView:
+        """Start a Node and a Pod informer feeding this view (pods that finished are filtered
+        out by the apiserver: leaving the selection deletes them here)."""
+        if self._informers:
+            raise RuntimeError("the view already watches")
+        nodes: Informer[NodeRecord] = Informer(
+            config, RawNode, self.node_record, self.on_node, resync_s=resync_s, name="nodes"
+        )
+        pods: Informer[PodRecord] = Informer(
+            config,
+            RawPod,
+            self.pod_record,
+            self.on_pod,
+            fields={"status.phase": operators.not_in(list(TERMINAL_PHASES))},
+            resync_s=resync_s,
+            name="pods",
+        )
+        self._informers = [nodes, pods]
+        nodes.start()
+        pods.start()
+        return self
+
+    @property
+    def informers(self) -> tuple[Informer[Any], ...]:
+        return tuple(self._informers)
+
+    def wait_synced(self, timeout_s: float | None = None) -> bool:
+        """True once every informer has delivered its first list (within ``timeout_s``)."""
+        return all(i.wait_synced(timeout_s) for i in self._informers)
+
+    def stop(self) -> None:
+        for informer in self._informers:
+            informer.stop()
+        self._informers = []
+
+
+def _first_id(charge: _Charge) -> int:
+    return min((a.id for a in charge.allocations), default=0)
+
+
+def _charge_key(allocs: Sequence[Allocation]) -> ChargeKey:
+    """What a charge holds, ignoring ids, slots and container order: its node, host CPU and
+    memory, and its (card, MiB, permille) shares."""
+    node = allocs[0].node if allocs else ""
+    shares = sorted((d.uuid, d.memory_mib, d.core_permille) for a in allocs for d in a.devices)
+    cpu, mem = sum(a.cpu_milli for a in allocs), sum(a.memory_mib for a in allocs)
+    return node, cpu, mem, tuple(shares)
+
+
+def _devices_key(devices: PodDevices) -> ChargeKey:
+    shares = sorted((s.uuid, s.memory_mib, s.core_permille) for c in devices.containers for s in c)
+    return devices.node, devices.cpu_milli, devices.memory_mib, tuple(shares)
+
+
+def _readdress(state: ClusterState, alloc: Allocation) -> Allocation | None:
+    """``alloc`` with this state's node index and slots; None if its node or a card is gone.
+    (The server's ``plane.readdress`` does the same; it is not imported to keep the server's
+    store and web stack out of the extender.)"""
+    node = state.node_index.get(alloc.node)
+    if node is None or not state.node_alive[node]:
+        return None
+    shares = []
+    for d in alloc.devices:
+        slot = state.uuid_slot.get(d.uuid)
+        if slot is None or state.node_of_slot(slot) != node:
+            return None
+        shares.append(DeviceShare(d.uuid, slot, d.memory_mib, d.core_permille))
+    return Allocation(
+        alloc.id,
+        alloc.request_name,
+        alloc.replica,
+        alloc.node,
+        node,
+        alloc.cpu_milli,
+        alloc.memory_mib,
+        tuple(shares),
+        alloc.priority,
+    )

@@ -1,0 +1,373 @@
+"""An informer: one kind of object (Nodes, Pods) kept in step with kube-apiserver through lightkube,
+delivered to one consumer as added / modified / deleted events, each change exactly once.
+
+It lists, then watches from the list's resourceVersion, as client-go's reflector does
+(k8s.io/client-go tools/cache/reflector.go at 32ce75a7: ListAndWatch). When the apiserver answers
+``410 Gone`` (reason ``Expired``: the version is older than etcd's compaction or the watch cache's
+window) it lists again and delivers the *difference* between the list and what the consumer was
+told, so objects created, changed or deleted while the watch was away each give one event (client-go
+gets deletes-while-away from its DeltaFIFO's ``Replace``; lightkube's own watch retry restarts from
+"now" on 410 and would lose them, so the informer handles 410 itself). A connection error resumes the
+watch from the last version seen, after a capped exponential backoff with jitter. Every ``resync_s``
+the informer lists again and delivers only what differs: a drift check that costs one list, where
+client-go's resync re-delivers its cache unchanged.
+
+Memory: per object the informer keeps its key, uid, resourceVersion and ``transform(obj)``, the value
+the consumer needs (a decoded Node, a pod's device charge), never the object itself. A transform that
+raises makes the object count as absent (logged), so one hostile object cannot stop the stream.
+Events reach the consumer on the informer's own thread, in the order the apiserver sent them, so in
+order per object; a consumer that raises is logged and the stream goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable, Generator, Iterator, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
+
+from lightkube import Client
+from lightkube.config.kubeconfig import SingleConfig
+from lightkube.core.exceptions import ApiError
+from lightkube.core.resource import NamespacedResource
+from lightkube.generic_resource import Generic as RawObject
+from lightkube.types import OnErrorAction, OnErrorResult
+
+from xpupool.k8s.kubeconfig import InterruptibleTransport, make_client
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+MAX_KEY_CHARS = 64 + 1 + 253  # a namespace (DNS label), '/', a name (DNS subdomain)
+MAX_VERSION_CHARS = 64
+
+
+class EventType(StrEnum):
+    ADDED = "ADDED"
+    MODIFIED = "MODIFIED"
+    DELETED = "DELETED"
+
+
+@dataclass(frozen=True, slots=True)
+class Event(Generic[T]):
+    """One change of one object. ``key`` is ``namespace/name`` (``name`` for cluster objects);
+    ``value`` is the transformed object, for DELETED the last value the consumer was given."""
+
+    type: EventType
+    key: str
+    uid: str
+    value: T
+
+
+@dataclass(slots=True)
+class _Known(Generic[T]):
+    uid: str
+    version: str
+    value: T
+
+
+class ExpiredError(Exception):
+    """The apiserver no longer has the version we asked to watch from (HTTP 410, Expired)."""
+
+
+class BadObjectError(ValueError):
+    """An object whose metadata cannot identify it; carries the field path and the reason."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+def identity(obj: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(key, uid, resourceVersion) of an apiserver object, checked: strings of bounded length.
+    Raises :class:`BadObjectError` naming the field."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        raise BadObjectError("metadata", "must be an object")
+    out: dict[str, str] = {}
+    for field, limit, required in (
+        ("name", 253, True),
+        ("namespace", 63, False),
+        ("uid", 128, True),
+        ("resourceVersion", MAX_VERSION_CHARS, True),
+    ):
+        value = meta.get(field)
+        if value is None and not required:
+            continue
+        if not isinstance(value, str) or not value or len(value) > limit:
+            raise BadObjectError(
+                f"metadata.{field}", f"must be a non-empty string of <= {limit} chars"
+            )
+        out[field] = value
+    key = f"{out['namespace']}/{out['name']}" if "namespace" in out else out["name"]
+    return key, out["uid"], out["resourceVersion"]
+
+
+def backoff_s(failures: int, base_s: float = 0.2, cap_s: float = 30.0) -> float:
+    """Delay before retry number ``failures`` (1, 2, ...): doubling from ``base_s``, at most
+    ``cap_s``, with up to 50 % jitter so replicas cut off together do not return together."""
+    delay: float = min(cap_s, base_s * 2.0 ** min(failures - 1, 30))
+    return delay * (0.5 + random.random() / 2)
+
+
+class Informer(Generic[T]):
+    """List-then-watch of ``resource`` (a lightkube resource class; ``kubeconfig.RawNode`` and
+    ``RawPod`` give plain dicts) across all namespaces, feeding ``consumer`` with
+    ``Event[transform(obj)]``. ``fields``/``labels`` are lightkube selectors applied by the
+    apiserver (an object leaving the selection is DELETED). Start with :meth:`start`; stop with
+    :meth:`stop`. Thread-safe: :meth:`wait_synced` from any thread."""
+
+    def __init__(
+        self,
+        config: SingleConfig,
+        resource: type[RawObject],
+        transform: Callable[[dict[str, Any]], T],
+        consumer: Callable[[Event[T]], None],
+        *,
+        fields: Mapping[str, Any] | None = None,
+        labels: Mapping[str, Any] | None = None,
+        resync_s: float = 300.0,
+        watch_timeout_s: int = 300,
+        list_chunk: int = 500,
+        backoff_cap_s: float = 30.0,
+        name: str | None = None,
+    ) -> None:
+        self.resource = resource
+        self.transform = transform
+        self.consumer = consumer
+        self.fields = dict(fields) if fields else None
+        self.labels = dict(labels) if labels else None
+        self.resync_s = resync_s
+        self.watch_timeout_s = watch_timeout_s
+        self.list_chunk = list_chunk
+        self.backoff_cap_s = backoff_cap_s
+        self.name = name or resource.__name__
+        self._transport = InterruptibleTransport(config)
+        self._client: Client = make_client(config, transport=self._transport)
+        self._known: dict[str, _Known[T]] = {}
+        self._stop = threading.Event()
+        self._synced = threading.Event()
+        self._resync_due = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._ticker: threading.Thread | None = None
+        self.version: str | None = None  # the newest resourceVersion delivered
+        # Counters, for logs and tests: lists made, 410s met, watches opened, errors retried.
+        self.lists = 0
+        self.expired = 0
+        self.watches = 0
+        self.errors = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> Informer[T]:
+        if self._thread is not None:
+            raise RuntimeError(f"informer {self.name} already started")
+        self._thread = threading.Thread(target=self._run, name=f"informer-{self.name}", daemon=True)
+        self._thread.start()
+        if self.resync_s > 0:
+            self._ticker = threading.Thread(
+                target=self._tick, name=f"resync-{self.name}", daemon=True
+            )
+            self._ticker.start()
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop watching (an open watch is cut at once) and wait for the thread to end."""
+        self._stop.set()
+        self._transport.interrupt()
+        for thread in (self._thread, self._ticker):
+            if thread is not None:
+                thread.join(timeout_s)
+        self._client.close()
+
+    def wait_synced(self, timeout_s: float | None = None) -> bool:
+        """Block until the first list has been delivered (or ``timeout_s`` passed): True if so."""
+        return self._synced.wait(timeout_s)
+
+    @property
+    def synced(self) -> bool:
+        return self._synced.is_set()
+
+    def keys(self) -> list[str]:
+        """Keys of the objects the consumer holds now (a copy)."""
+        return list(self._known)
+
+    def resync(self) -> None:
+        """List again now and deliver what differs (also what ``resync_s`` does)."""
+        self._resync_due.set()
+        self._transport.interrupt()
+
+    # ------------------------------------------------------------------ the loop
+    def _tick(self) -> None:
+        while not self._stop.wait(self.resync_s):
+            self.resync()
+
+    def _run(self) -> None:
+        failures = 0
+        need_list = True
+        while not self._stop.is_set():
+            try:
+                if need_list or self._resync_due.is_set():
+                    self._resync_due.clear()
+                    self._relist()
+                    need_list = False
+                self._watch()
+                failures = 0
+            except ExpiredError as exc:
+                self.expired += 1
+                log.info("%s: watch expired (%s); listing again", self.name, exc)
+                need_list = True
+            except Exception as exc:  # connection refused or cut, 5xx, 429, a bad list body
+                if self._stop.is_set():
+                    break
+                failures += 1
+                self.errors += 1
+                delay = backoff_s(failures, cap_s=self.backoff_cap_s)
+                log.warning(
+                    "%s: %s: %s; retrying in %.1f s", self.name, type(exc).__name__, exc, delay
+                )
+                self._stop.wait(delay)
+
+    def _relist(self) -> None:
+        """List everything and deliver the difference from what the consumer holds."""
+        self.lists += 1
+        items = self._client.list(
+            self.resource,  # type: ignore[type-var]
+            chunk_size=self.list_chunk,
+            fields=self.fields,
+            labels=self.labels,
+            **self._all_namespaces(),
+        )
+        fresh: dict[str, tuple[str, str, dict[str, Any]]] = {}
+        try:
+            for obj in items:
+                try:
+                    key, uid, version = identity(obj)
+                except BadObjectError as exc:
+                    log.warning("%s: list item skipped: %s", self.name, exc)
+                    continue
+                fresh[key] = (uid, version, obj)
+            list_version = items.resourceVersion
+        except ApiError as exc:  # a continue token too old: start over
+            if _is_expired(exc):
+                raise ExpiredError(str(exc)) from exc
+            raise
+        for key in [k for k in self._known if k not in fresh]:
+            self._delete(key)
+        for key, (uid, version, item) in fresh.items():
+            known = self._known.get(key)
+            if known is not None and known.uid != uid:
+                self._delete(key)  # deleted and made again under the same name while away
+                known = None
+            if known is None or known.version != version:
+                self._upsert(key, uid, version, item)
+        self.version = list_version
+        if not self._synced.is_set():
+            log.info("%s: synced, %d objects at version %s", self.name, len(fresh), list_version)
+            self._synced.set()
+
+    def _watch(self) -> None:
+        """Watch from ``self.version`` until stopped, a resync is due, or an error."""
+        self.watches += 1
+        stream = self._client.watch(
+            self.resource,  # type: ignore[type-var]
+            fields=self.fields,
+            labels=self.labels,
+            resource_version=self.version,
+            server_timeout=int(self.watch_timeout_s * (1 + random.random())),
+            on_error=self._on_error,
+            **self._all_namespaces(),
+        )
+        events = _guarded(stream)
+        try:
+            for kind, obj in events:
+                if kind == "BOOKMARK":
+                    self._bookmark(obj)
+                elif kind in ("ADDED", "MODIFIED", "DELETED"):
+                    self._event(kind, obj)
+                if self._stop.is_set() or self._resync_due.is_set():
+                    return
+        finally:
+            events.close()
+
+    def _on_error(self, exc: Exception, count: int) -> OnErrorResult:
+        """lightkube's hook: stop quietly when we cut the watch ourselves, else raise to the
+        loop (which tells 410 from the rest and owns the backoff)."""
+        if self._stop.is_set() or self._resync_due.is_set():
+            return OnErrorResult(OnErrorAction.STOP)
+        return OnErrorResult(OnErrorAction.RAISE)
+
+    def _all_namespaces(self) -> dict[str, str]:
+        return {"namespace": "*"} if issubclass(self.resource, NamespacedResource) else {}
+
+    # ------------------------------------------------------------------ events
+    def _event(self, kind: str, obj: dict[str, Any]) -> None:
+        try:
+            key, uid, version = identity(obj)
+        except BadObjectError as exc:
+            log.warning("%s: %s event skipped: %s", self.name, kind, exc)
+            return
+        self.version = version
+        known = self._known.get(key)
+        if kind == "DELETED":
+            if known is not None:
+                self._delete(key)
+            return
+        if known is not None and known.uid != uid:
+            self._delete(key)
+            known = None
+        if known is None or known.version != version:
+            self._upsert(key, uid, version, obj)
+
+    def _bookmark(self, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata")
+        version = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+        if isinstance(version, str) and 0 < len(version) <= MAX_VERSION_CHARS:
+            self.version = version
+
+    def _upsert(self, key: str, uid: str, version: str, obj: dict[str, Any]) -> None:
+        try:
+            value = self.transform(obj)
+        except Exception as exc:
+            log.warning("%s: %s unreadable, treated as absent: %s", self.name, key, exc)
+            if key in self._known:
+                self._delete(key)
+            return
+        known = self._known.get(key)
+        self._known[key] = _Known(uid, version, value)
+        self._deliver(
+            Event(EventType.ADDED if known is None else EventType.MODIFIED, key, uid, value)
+        )
+
+    def _delete(self, key: str) -> None:
+        known = self._known.pop(key)
+        self._deliver(Event(EventType.DELETED, key, known.uid, known.value))
+
+    def _deliver(self, event: Event[T]) -> None:
+        try:
+            self.consumer(event)
+        except Exception:
+            log.exception("%s: consumer failed on %s %s", self.name, event.type, event.key)
+
+
+def _is_expired(exc: ApiError) -> bool:
+    status = exc.status
+    return getattr(status, "code", None) == 410 or getattr(status, "reason", None) in (
+        "Expired",
+        "Gone",
+    )
+
+
+def _guarded(stream: Iterator[tuple[str, Any]]) -> Generator[tuple[str, Any], None, None]:
+    """The watch's events, with a 410 (as a status code or as an ERROR event) raised as
+    :class:`ExpiredError`; other errors pass through."""
+    try:
+        yield from stream
+    except ApiError as exc:
+        if _is_expired(exc):
+            raise ExpiredError(str(exc)) from exc
+        raise

@@ -1,0 +1,204 @@
+"""ClusterView fed informer events by hand: the engine follows nodes and pods, a reservation is not
+counted twice when its bound pod arrives, and rebuilding from the same records gives the same state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from xpupool.k8s.cluster_view import (
+    CardShare,
+    ClusterView,
+    NodeRecord,
+    PodDevices,
+    PodRecord,
+)
+from xpupool.k8s.watch import Event, EventType
+from xpupool.model import DeviceRequest, Request
+from xpupool.model.device import Node
+from xpupool.model.errors import Conflict, RequestError
+
+from factories import capacity_arrays, gpu_node
+
+GIB = 1024
+
+
+def node_event(kind: EventType, node: Node, schedulable: bool = True) -> Event[NodeRecord]:
+    return Event(kind, node.name, f"uid-{node.name}", NodeRecord(node, schedulable))
+
+
+def pod_event(
+    kind: EventType, uid: str, node: str | None, shares: list[list[tuple[str, int, int]]]
+) -> Event[PodRecord]:
+    devices = None
+    if node is not None and shares:
+        devices = PodDevices(
+            node, tuple(tuple(CardShare(u, m, c) for u, m, c in c_) for c_ in shares)
+        )
+    return Event(kind, f"default/{uid}", uid, PodRecord(f"default/{uid}", node, 0, devices))
+
+
+def no_decoder(obj: dict[str, Any]) -> Any:
+    raise AssertionError("not used: events are fed by hand")
+
+
+def view_with(*nodes: Node) -> ClusterView:
+    view = ClusterView(no_decoder, no_decoder, profile="binpack")
+    for node in nodes:
+        view.on_node(node_event(EventType.ADDED, node))
+    return view
+
+
+def free_mib(view: ClusterView, uuid: str) -> int:
+    with view.engine_locked() as engine:
+        s = engine.state
+        return int(s.dev_mem_free.reshape(-1)[s.uuid_slot[uuid]])
+
+
+def one_gpu(mib: int) -> Request:
+    return Request("p", 0, 0, DeviceRequest(count=1, memory_mib=mib, core_permille=100))
+
+
+def test_nodes_come_and_go_and_cordon_follows() -> None:
+    view = view_with(gpu_node("a", count=2), gpu_node("b", count=2))
+    with view.engine_locked() as engine:
+        assert engine.state.node_names == ["a", "b"]
+        built = view.rebuilds
+    view.on_node(node_event(EventType.MODIFIED, gpu_node("a", count=2), schedulable=False))
+    with view.engine_locked() as engine:
+        assert view.rebuilds == built  # a cordon is set on the live engine
+        assert not engine.state.node_schedulable[engine.state.node_index["a"]]
+    view.on_node(node_event(EventType.MODIFIED, gpu_node("a", count=4), schedulable=False))
+    with view.engine_locked() as engine:
+        assert view.rebuilds == built + 1  # new devices: rebuilt, cordon kept
+        assert engine.state.node_n_dev[engine.state.node_index["a"]] == 4
+        assert not engine.state.node_schedulable[engine.state.node_index["a"]]
+    view.on_node(node_event(EventType.DELETED, gpu_node("a", count=4)))
+    with view.engine_locked() as engine:
+        assert engine.state.node_names == ["b"]
+
+
+def test_bound_pod_charged_and_released() -> None:
+    view = view_with(gpu_node("a", count=2))
+    view.on_pod(pod_event(EventType.ADDED, "p1", None, []))  # pending: holds nothing
+    assert view.charges() == {}
+    view.on_pod(pod_event(EventType.MODIFIED, "p1", "a", [[("a-gpu0", 10 * GIB, 300)]]))
+    assert free_mib(view, "a-gpu0") == 70 * GIB
+    view.on_pod(pod_event(EventType.MODIFIED, "p1", "a", [[("a-gpu1", 20 * GIB, 300)]]))
+    assert (free_mib(view, "a-gpu0"), free_mib(view, "a-gpu1")) == (80 * GIB, 60 * GIB)
+    view.on_pod(pod_event(EventType.DELETED, "p1", "a", [[("a-gpu1", 20 * GIB, 300)]]))
+    assert free_mib(view, "a-gpu1") == 80 * GIB
+    assert view.charges() == {}
+
+
+def test_pod_before_its_node_is_applied_when_the_node_arrives() -> None:
+    view = view_with()
+    view.on_pod(pod_event(EventType.ADDED, "p1", "a", [[("a-gpu0", 8 * GIB, 1000)]]))
+    with view.engine_locked() as engine:
+        assert engine.state.n_nodes == 0
+    view.on_node(node_event(EventType.ADDED, gpu_node("a", count=1)))
+    assert free_mib(view, "a-gpu0") == 72 * GIB
+
+
+def test_reservation_is_not_counted_twice_when_the_bound_pod_arrives() -> None:
+    view = view_with(gpu_node("a", count=2))
+    with view.engine_locked() as engine:
+        placement = engine.place(one_gpu(16 * GIB))
+        assert placement.ok
+        view.reserve("p1", placement.allocations)
+        uuid = placement.allocations[0].devices[0].uuid
+    assert free_mib(view, uuid) == 64 * GIB
+    # its annotation written, still unbound: the reservation stays
+    view.on_pod(pod_event(EventType.MODIFIED, "p1", None, []))
+    assert free_mib(view, uuid) == 64 * GIB
+    view.on_pod(pod_event(EventType.MODIFIED, "p1", "a", [[(uuid, 16 * GIB, 100)]]))
+    assert free_mib(view, uuid) == 64 * GIB
+    assert not view.unreserve("p1")  # bound now: not a reservation any more
+    view.on_pod(pod_event(EventType.DELETED, "p1", "a", [[(uuid, 16 * GIB, 100)]]))
+    assert free_mib(view, uuid) == 80 * GIB
+
+
+def test_unreserve_and_delete_of_an_unbound_reserved_pod_give_back() -> None:
+    view = view_with(gpu_node("a", count=1))
+    with view.engine_locked() as engine:
+        view.reserve("p1", engine.place(one_gpu(16 * GIB)).allocations)
+        view.reserve("p2", engine.place(one_gpu(16 * GIB)).allocations)
+        with pytest.raises(Conflict):
+            view.reserve("p2", ())
+    assert view.unreserve("p1")
+    assert free_mib(view, "a-gpu0") == 64 * GIB
+    view.on_pod(pod_event(EventType.DELETED, "p2", None, []))
+    assert free_mib(view, "a-gpu0") == 80 * GIB
+
+
+def test_bound_elsewhere_replaces_the_reservation() -> None:
+    view = view_with(gpu_node("a", count=1), gpu_node("b", count=1))
+    with view.engine_locked() as engine:
+        placement = engine.place(one_gpu(16 * GIB))
+        view.reserve("p1", placement.allocations)
+        reserved = placement.allocations[0].devices[0].uuid
+    other = "b-gpu0" if reserved == "a-gpu0" else "a-gpu0"
+    view.on_pod(pod_event(EventType.MODIFIED, "p1", other[0], [[(other, 8 * GIB, 100)]]))
+    assert free_mib(view, reserved) == 80 * GIB
+    assert free_mib(view, other) == 72 * GIB
+
+
+def test_over_commit_from_the_cluster_is_left_unapplied_not_crashing() -> None:
+    view = view_with(gpu_node("a", count=1))
+    view.on_pod(pod_event(EventType.ADDED, "p1", "a", [[("a-gpu0", 60 * GIB, 500)]]))
+    view.on_pod(pod_event(EventType.ADDED, "p2", "a", [[("a-gpu0", 60 * GIB, 500)]]))
+    assert free_mib(view, "a-gpu0") == 20 * GIB  # the second does not fit: waits, logged
+    assert set(view.charges()) == {"p1", "p2"}
+    view.on_pod(pod_event(EventType.DELETED, "p1", "a", []))
+    view.on_node(node_event(EventType.MODIFIED, gpu_node("a", count=2)))  # any rebuild retries
+    assert free_mib(view, "a-gpu0") == 20 * GIB
+
+
+def test_rebuild_from_the_same_records_gives_the_same_state() -> None:
+    nodes = [gpu_node("b", count=4), gpu_node("a", count=4, model="Tesla T4", memory_mib=15360)]
+    first = view_with(*nodes)
+    pods = []
+    with first.engine_locked() as engine:
+        for i, mib in enumerate([4 * GIB, 8 * GIB, 2 * GIB, 30 * GIB, 1 * GIB]):
+            placement = engine.place(one_gpu(mib))
+            assert placement.ok
+            first.reserve(f"p{i}", placement.allocations)
+            a = placement.allocations[0]
+            pods.append(
+                (f"p{i}", a.node, [[(d.uuid, d.memory_mib, d.core_permille)] for d in a.devices])
+            )
+    for uid, node, shares in pods:  # their bound forms arrive
+        first.on_pod(pod_event(EventType.MODIFIED, uid, node, shares))
+    second = view_with(*reversed(nodes))  # another order of events
+    for uid, node, shares in reversed(pods):
+        second.on_pod(pod_event(EventType.ADDED, uid, node, shares))
+    with first.engine_locked() as e1, second.engine_locked() as e2:
+        a1, a2 = capacity_arrays(e1.state), capacity_arrays(e2.state)
+        assert a1.keys() == a2.keys()
+        for k in a1:
+            np.testing.assert_array_equal(a1[k], a2[k], err_msg=k)
+
+
+def test_hostile_objects_are_refused_with_the_field_named() -> None:
+    def decode_node(obj: dict[str, Any]) -> Node | None:
+        raise RequestError("metadata.annotations[x]", "garbage", "not JSON")
+
+    view = ClusterView(decode_node, no_decoder)
+    rec = view.node_record({"metadata": {"name": "a"}, "spec": {"unschedulable": "yes"}})
+    assert rec == NodeRecord(None, True)  # unreadable: not in the pool; a non-bool is no cordon
+
+    def decode_pod(obj: dict[str, Any]) -> PodDevices | None:
+        return PodDevices("elsewhere", ((CardShare("x", 1, 1),),))
+
+    view = ClusterView(no_decoder, decode_pod)
+    pod = {
+        "metadata": {"name": "p", "namespace": "ns"},
+        "spec": {"nodeName": "a", "priority": True},
+        "status": "garbage",
+    }
+    assert view.pod_record(pod) == PodRecord("ns/p", "a", 0, None)  # names another node
+    pod["spec"] = {"nodeName": "a", "priority": 10**12}
+    pod["status"] = {"phase": "Succeeded"}
+    assert view.pod_record(pod) == PodRecord("ns/p", "a", 2_000_000_000, None)
