@@ -109,3 +109,26 @@ def test_changes_while_away_arrive_once_after_a_real_410(cluster: K8sCluster) ->
     finally:
         informer.stop()
         proxy.close()
+
+
+def test_resync_lists_again_and_delivers_nothing_unchanged(cluster: K8sCluster) -> None:
+    cluster.api.post("/api/v1/nodes", json=node("steady", v="1")).raise_for_status()
+    events: list[Event[dict[str, str]]] = []
+    informer: Informer[dict[str, str]] = Informer(
+        load_config(cluster.kubeconfig),
+        RawNode,
+        lambda obj: dict(obj["metadata"].get("labels") or {}),
+        events.append,
+        resync_s=0.3,
+    )
+    try:
+        informer.start()
+        assert informer.wait_synced(20)
+        until(lambda: informer.lists >= 4)
+        assert [e.key for e in events].count("steady") == 1  # listed four times, told once
+        assert all(e.type is EventType.ADDED for e in events)
+        assert informer.errors == 0  # the watches were cut for the resyncs, not failed
+    finally:
+        stopping = time.monotonic()
+        informer.stop()
+        assert time.monotonic() - stopping < 2.0  # an open watch is cut, not waited out

@@ -37,11 +37,17 @@ from xpupool.k8s.kubeconfig import RawNode, RawPod
 from xpupool.k8s.watch import Event, EventType, Informer
 from xpupool.model.allocation import Allocation, DeviceShare
 from xpupool.model.device import Node
-from xpupool.model.errors import Conflict, XpupoolError
+from xpupool.model.errors import Conflict, RequestError, XpupoolError
 
 log = logging.getLogger(__name__)
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
+# Bounds on what a decoder may hand over (hostile annotations): far above any real card or pod.
+MAX_UUID_CHARS = 256
+MAX_MIB = 1 << 30  # a card's memory, as DeviceIn allows
+MAX_PERMILLE = 1_000_000  # a share's compute, over-commit factors included
+MAX_CONTAINERS = 256
+MAX_CARDS = 256
 MAX_PRIORITY = 2_000_000_000  # kube's system-node-critical; PriorityClass values stay within
 
 
@@ -54,6 +60,12 @@ class CardShare:
     memory_mib: int
     core_permille: int
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.uuid, str) or not 0 < len(self.uuid) <= MAX_UUID_CHARS:
+            raise RequestError("uuid", self.uuid, f"must be 1..{MAX_UUID_CHARS} characters")
+        _check_amount("memory_mib", self.memory_mib, MAX_MIB)
+        _check_amount("core_permille", self.core_permille, MAX_PERMILLE)
+
 
 @dataclass(frozen=True, slots=True)
 class PodDevices:
@@ -64,6 +76,27 @@ class PodDevices:
     containers: tuple[tuple[CardShare, ...], ...]
     cpu_milli: int = 0
     memory_mib: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.node, str) or not 0 < len(self.node) <= 253:
+            raise RequestError("node", self.node, "must be a node name of 1..253 characters")
+        if len(self.containers) > MAX_CONTAINERS:
+            raise RequestError("containers", len(self.containers), f"more than {MAX_CONTAINERS}")
+        for i, shares in enumerate(self.containers):
+            if len(shares) > MAX_CARDS:
+                raise RequestError(f"containers[{i}]", len(shares), f"more than {MAX_CARDS} cards")
+            for j, share in enumerate(shares):
+                if not isinstance(share, CardShare):
+                    raise RequestError(f"containers[{i}][{j}]", share, "must be a CardShare")
+        _check_amount("cpu_milli", self.cpu_milli, 1 << 40)
+        _check_amount("memory_mib", self.memory_mib, 1 << 40)
+
+
+def _check_amount(field: str, value: object, limit: int) -> None:
+    """A whole number in 0..limit, else a RequestError on ``field``: a negative share would
+    give capacity back to the engine that nobody released."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
+        raise RequestError(field, value, f"must be a whole number in 0..{limit}")
 
 
 NodeDecoder = Callable[[dict[str, Any]], Node | None]

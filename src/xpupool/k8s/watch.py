@@ -210,16 +210,21 @@ class Informer(Generic[T]):
         failures = 0
         need_list = True
         while not self._stop.is_set():
+            phase = "list"
             try:
                 if need_list or self._resync_due.is_set():
                     self._resync_due.clear()
                     self._relist()
                     need_list = False
+                phase = "watch"
                 self._watch()
                 failures = 0
             except ExpiredError as exc:
                 self.expired += 1
-                log.info("%s: watch expired (%s); listing again", self.name, exc)
+                log.info("%s: %s expired (%s); listing again", self.name, phase, exc)
+                if need_list:  # the list itself expired (a stale continue token): back off
+                    failures += 1
+                    self._stop.wait(backoff_s(failures, cap_s=self.backoff_cap_s))
                 need_list = True
             except Exception as exc:  # connection refused or cut, 5xx, 429, a bad list body
                 if self._stop.is_set():
@@ -272,6 +277,8 @@ class Informer(Generic[T]):
 
     def _watch(self) -> None:
         """Watch from ``self.version`` until stopped, a resync is due, or an error."""
+        if self._stop.is_set() or self._resync_due.is_set():
+            return  # asked for while listing, when there was no watch to cut
         self.watches += 1
         stream = self._client.watch(
             self.resource,  # type: ignore[type-var]

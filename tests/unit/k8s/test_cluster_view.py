@@ -202,3 +202,22 @@ def test_hostile_objects_are_refused_with_the_field_named() -> None:
     pod["spec"] = {"nodeName": "a", "priority": 10**12}
     pod["status"] = {"phase": "Succeeded"}
     assert view.pod_record(pod) == PodRecord("ns/p", "a", 2_000_000_000, None)
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: CardShare("", 1, 1), "uuid"),
+        (lambda: CardShare("u", -1, 1), "memory_mib"),
+        (lambda: CardShare("u", 1, True), "core_permille"),
+        (lambda: CardShare("u", 1, 10**7), "core_permille"),
+        (lambda: PodDevices("", ()), "node"),
+        (lambda: PodDevices("n", ((CardShare("u", 1, 1),),) * 300), "containers"),
+        (lambda: PodDevices("n", (("u",),)), "containers[0][0]"),  # type: ignore[arg-type]
+        (lambda: PodDevices("n", (), cpu_milli=-5), "cpu_milli"),
+    ],
+)
+def test_a_decoders_output_is_checked(make: Any, field: str) -> None:
+    with pytest.raises(RequestError) as err:
+        make()
+    assert err.value.field == field
