@@ -182,8 +182,7 @@ class ClusterView:
         """A fresh engine from the node records, every charge re-applied oldest first; a charge
         whose node or card is gone, or that would over-commit, waits unapplied (logged) until an
         inventory change lets it in again."""
-        pool = [r.node for r in self._nodes.values() if r.node is not None]
-        state = ClusterState(sorted(pool, key=lambda n: n.name), seed=self.seed)
+        state = ClusterState(self._pool(), seed=self.seed)
         for name, rec in self._nodes.items():
             if rec.node is not None and not rec.schedulable:
                 state.set_node_schedulable(name, False)
@@ -193,6 +192,26 @@ class ClusterView:
         for uid, charge in sorted(self._charges.items(), key=lambda kv: _first_id(kv[1])):
             charge.applied = False
             self._apply(uid, charge)
+
+    def _pool(self) -> list[Node]:
+        """The decoded nodes by name; a node that claims a card UUID an earlier one has is left
+        out (logged): two nodes cannot hold one card, and one bad annotation must not stop the
+        rebuild of the whole pool."""
+        seen: dict[str, str] = {}
+        pool: list[Node] = []
+        for name in sorted(self._nodes):
+            node = self._nodes[name].node
+            if node is None:
+                continue
+            clash = next((d.uuid for d in node.devices if d.uuid in seen), None)
+            if clash is not None:
+                log.warning(
+                    "node %s left out of the pool: card %s is node %s's", name, clash, seen[clash]
+                )
+                continue
+            seen.update((d.uuid, name) for d in node.devices)
+            pool.append(node)
+        return pool
 
     def _apply(self, uid: str, charge: _Charge) -> None:
         """Apply ``charge`` in the current engine (all its allocations or none)."""
@@ -400,8 +419,13 @@ class ClusterView:
         return tuple(self._informers)
 
     def wait_synced(self, timeout_s: float | None = None) -> bool:
-        """True once every informer has delivered its first list (within ``timeout_s``)."""
-        return all(i.wait_synced(timeout_s) for i in self._informers)
+        """True once every informer has delivered its first list (within ``timeout_s``); the
+        engine is built then, so the first filter does not pay for it."""
+        synced = all(i.wait_synced(timeout_s) for i in self._informers)
+        if synced:
+            with self.engine_locked():
+                pass
+        return synced
 
     def stop(self) -> None:
         for informer in self._informers:

@@ -156,6 +156,7 @@ class Informer(Generic[T]):
         self._thread: threading.Thread | None = None
         self._ticker: threading.Thread | None = None
         self.version: str | None = None  # the newest resourceVersion delivered
+        self._progress = 0  # lists and events that got through, to reset the backoff
         # Counters, for logs and tests: lists made, 410s met, watches opened, errors retried.
         self.lists = 0
         self.expired = 0
@@ -207,9 +208,12 @@ class Informer(Generic[T]):
             self.resync()
 
     def _run(self) -> None:
-        failures = 0
+        failures = 0  # in a row: counted again from 1 once a list or an event got through
         need_list = True
+        progress = self._progress
         while not self._stop.is_set():
+            if self._progress != progress:
+                failures, progress = 0, self._progress
             phase = "list"
             try:
                 if need_list or self._resync_due.is_set():
@@ -271,6 +275,7 @@ class Informer(Generic[T]):
             if known is None or known.version != version:
                 self._upsert(key, uid, version, item)
         self.version = list_version
+        self._progress += 1
         if not self._synced.is_set():
             log.info("%s: synced, %d objects at version %s", self.name, len(fresh), list_version)
             self._synced.set()
@@ -319,6 +324,7 @@ class Informer(Generic[T]):
             log.warning("%s: %s event skipped: %s", self.name, kind, exc)
             return
         self.version = version
+        self._progress += 1
         known = self._known.get(key)
         if kind == "DELETED":
             if known is not None:

@@ -221,3 +221,12 @@ def test_a_decoders_output_is_checked(make: Any, field: str) -> None:
     with pytest.raises(RequestError) as err:
         make()
     assert err.value.field == field
+
+
+def test_a_node_claiming_another_nodes_card_is_left_out() -> None:
+    a = gpu_node("a", count=1)
+    b = Node("b", 1000, 1024, (a.devices[0],))  # the same UUID a-gpu0
+    view = view_with(b, a)
+    with view.engine_locked() as engine:
+        assert engine.state.node_names == ["a"]
+        assert engine.state.uuid_slot == {"a-gpu0": 0}
