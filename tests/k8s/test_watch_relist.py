@@ -132,3 +132,33 @@ def test_resync_lists_again_and_delivers_nothing_unchanged(cluster: K8sCluster) 
         stopping = time.monotonic()
         informer.stop()
         assert time.monotonic() - stopping < 2.0  # an open watch is cut, not waited out
+
+
+def test_a_short_cut_resumes_the_watch_without_listing(cluster: K8sCluster) -> None:
+    port = int(cluster.api_url.rsplit(":", 1)[1])
+    proxy = TcpProxy(("127.0.0.1", port))
+    conf = cluster.dir / "kubeconfig-proxy-2"
+    write_kubeconfig(conf, proxy.url)
+    events: list[Event[dict[str, str]]] = []
+    informer: Informer[dict[str, str]] = Informer(
+        load_config(conf),
+        RawNode,
+        lambda obj: dict(obj["metadata"].get("labels") or {}),
+        events.append,
+        resync_s=0,
+        backoff_cap_s=0.5,
+    )
+    try:
+        informer.start()
+        assert informer.wait_synced(20)
+        events.clear()
+        proxy.cut()
+        until(lambda: informer.errors >= 2)
+        cluster.api.post("/api/v1/nodes", json=node("while-cut", v="1")).raise_for_status()
+        proxy.resume()  # etcd still has the history: the watch resumes where it stopped
+        until(lambda: [e.key for e in events] == ["while-cut"])
+        assert events[0].type is EventType.ADDED
+        assert informer.lists == 1 and informer.expired == 0
+    finally:
+        informer.stop()
+        proxy.close()
