@@ -1,0 +1,1 @@
+"""The Kubernetes front: kube-scheduler extender wire format, HAMi annotation codecs, pod requests."""
