@@ -190,7 +190,9 @@ def _container(
     hami_type, values = next(iter(asked.items()))
     kind = kinds[hami_type]
     name = str(ctr.get("name", ""))
-    devices = _merge_devices(_device_request(kind, values), kind, annotations, pod_base, cat)
+    explicit = bool(set(values) & {Counts.MEMORY, Counts.MEMORY_PERCENT, Counts.CORES})
+    devices = _device_request(kind, values)
+    devices = _merge_devices(devices, explicit, kind, annotations, pod_base, cat)
     cpu_milli = _cpu_milli(path, requests, limits)
     memory_mib = _memory_mib(path, requests, limits)
     try:
@@ -365,13 +367,16 @@ def _gpu_policy(text: str) -> DevicePolicy:
 
 def _merge_devices(
     devices: DeviceRequest,
+    explicit: bool,
     kind: DeviceKind,
     annotations: Mapping[str, str],
     pod_base: _PodBase,
     cat: AcceleratorCatalog,
 ) -> DeviceRequest:
     """The container's DeviceRequest with the pod's selectors: HAMi's type/UUID lists (read with
-    HAMi's comma splitting, ``CheckType``/``CheckUUID``) and ``xpupool.io/request``'s devices."""
+    HAMi's comma splitting, ``CheckType``/``CheckUUID``) and ``xpupool.io/request``'s devices.
+    ``explicit``: the container's resources named memory or cores (else its shares are HAMi's
+    defaults, which the annotation's shares replace)."""
     models = _models(kind.use_type_key, annotations, kind, cat)
     exclude_models = _models(kind.nouse_type_key, annotations, kind, cat)
     if kind.model is not None and not models:
@@ -389,7 +394,7 @@ def _merge_devices(
     shares = (devices.memory_mib, devices.memory_permille, devices.core_permille)
     if extra.shares_specified:
         theirs = (extra.memory_mib, extra.memory_permille, extra.core_permille)
-        if devices.shares_specified and shares != theirs:
+        if explicit and shares != theirs:
             reason = "conflicts with the container's device resources"
             raise PodRequestError(f"{where}.devices", list(theirs), reason)
         shares = theirs

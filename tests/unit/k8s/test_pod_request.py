@@ -199,9 +199,18 @@ def test_request_annotation_gives_shares_when_resources_do_not() -> None:
         {"nvidia.com/gpu": 2}, **{"xpupool.io/request": '{"devices": {"memory": "8Gi"}}'}
     )
     assert (got.count, got.memory_mib) == (2, 8192)
+    # Iluvatar's defaults (whole memory, cores 0) are replaced too; explicit values conflict.
+    key = "iluvatar.ai/BI-V150-vgpu"
+    ilu = devices_of({key: 1}, **{"xpupool.io/request": '{"devices": {"cores": "20%"}}'})
+    assert (ilu.memory_permille, ilu.core_permille) == (None, 200)
 
 
 BAD: list[tuple[dict[str, Any], dict[str, str] | None, str]] = [
+    (
+        {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 100},
+        {"xpupool.io/request": '{"devices": {"memory": "1Gi"}}'},
+        'metadata.annotations["xpupool.io/request"].devices',
+    ),
     ({"nvidia.com/gpu": -1}, None, 'spec.containers[0].resources.limits["nvidia.com/gpu"]'),
     ({"nvidia.com/gpu": "1.5"}, None, 'spec.containers[0].resources.limits["nvidia.com/gpu"]'),
     ({"nvidia.com/gpu": "two"}, None, 'spec.containers[0].resources.limits["nvidia.com/gpu"]'),
