@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from xpupool.catalog import AcceleratorCatalog, load_accelerators
 from xpupool.k8s.extender_wire import go_json
 from xpupool.k8s.resource_names import DEVICE_KINDS, DeviceKind, kind_by_type
+from xpupool.model.allocation import DeviceShare
 from xpupool.model.device import Device
 from xpupool.model.errors import RequestError
 
@@ -38,6 +39,8 @@ __all__ = [
     "DeviceInfo",
     "HamiAnnotationError",
     "assignment_annotations",
+    "container_device",
+    "core_permille",
     "decode_device_infos",
     "decode_pod_devices",
     "decode_register",
@@ -259,9 +262,10 @@ def device_from_info(
     key: str, i: int, info: DeviceInfo, kind: DeviceKind, catalog: AcceleratorCatalog | None = None
 ) -> Device:
     """An engine :class:`Device` from HAMi's entry ``i`` of annotation ``key``: uuid = id,
-    model = the type string without HAMi's ``<type>-`` prefix (``NVIDIA-NVIDIA A100-SXM4-80GB`` ->
-    what nvidia-smi prints), memory_mib = devmem, compute_units = devcore, numa_node = numa,
-    healthy = health, max_tasks = count (HAMi's per-card task limit)."""
+    model = the type string without the device plugin's ``<type>-`` prefix
+    (``NVIDIA-Tesla V100-SXM2-32GB`` -> ``V100-SXM2-32GB``, the catalog's name when it knows it),
+    memory_mib = devmem, compute_units = devcore, numa_node = numa, healthy = health,
+    max_tasks = count (HAMi's per-card task limit). MIG profiles are not read."""
     if not info.id:
         raise HamiAnnotationError(key, i, "id", info.id, "must not be empty")
     if info.devmem <= 0:
@@ -320,11 +324,19 @@ def info_from_device(device: Device, kind: DeviceKind) -> DeviceInfo:
         count=device.max_tasks or DEFAULT_SPLIT_COUNT,
         devmem=device.memory_mib,
         devcore=device.compute_units or 100,
-        type=f"{kind.hami_type}-{device.model}",
+        type=_hami_type_string(device.model, kind),
         numa=device.numa_node or 0,
         mode="hami-core" if kind.vendor == "nvidia" else "",
         health=device.healthy,
     )
+
+
+def _hami_type_string(model: str, kind: DeviceKind) -> str:
+    """The device plugin's type string: the model, prefixed with ``<type>-`` unless it already
+    starts with the type (nvidiadevice/nvinternal/plugin/register.go: ``NVIDIA-%s``)."""
+    if model.upper().startswith(kind.hami_type.upper()):
+        return model
+    return f"{kind.hami_type}-{model}"
 
 
 def encode_register(infos: Sequence[DeviceInfo]) -> str:
@@ -396,6 +408,20 @@ def decode_pod_devices(key: str, value: object) -> tuple[tuple[ContainerDevice, 
                 raise HamiAnnotationError(key, c, "", len(devices), "too many devices")
         out.append(tuple(devices))
     return tuple(out)
+
+
+def container_device(share: DeviceShare, kind: DeviceKind) -> ContainerDevice:
+    """An engine device share as HAMi writes it for ``kind``: Type is the request's device type
+    (HAMi's ``Fit`` writes ``k.Type``), Usedmem MiB, Usedcores in the type's core units (percent
+    for most, 16 a card for Moore Threads), rounded up so the limiter never gets less."""
+    cores = -(-share.core_permille * kind.cores_per_card // 1000)
+    return ContainerDevice(share.uuid, kind.hami_type, share.memory_mib, cores)
+
+
+def core_permille(device: ContainerDevice, kind: DeviceKind) -> int:
+    """The thousandths of a card a HAMi share's Usedcores holds, rounded up (to charge a pod
+    bound by HAMi to its card): 30 -> 300 for NVIDIA, 8 of 16 -> 500 for Moore Threads."""
+    return min(1000, -(-max(device.used_cores, 0) * 1000 // kind.cores_per_card))
 
 
 def assignment_annotations(

@@ -16,6 +16,8 @@ from xpupool.k8s.hami import (
     DeviceInfo,
     HamiAnnotationError,
     assignment_annotations,
+    container_device,
+    core_permille,
     decode_device_infos,
     decode_pod_devices,
     decode_register,
@@ -26,6 +28,7 @@ from xpupool.k8s.hami import (
     kind_by_register_key,
 )
 from xpupool.k8s.resource_names import kind_by_type
+from xpupool.model import DeviceShare
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "k8s" / "hami"
 NVIDIA_KEY = "hami.io/node-nvidia-register"
@@ -210,3 +213,16 @@ def test_pod_devices_round_trip_property(
     containers: tuple[tuple[ContainerDevice, ...], ...],
 ) -> None:
     assert decode_pod_devices("k", encode_pod_devices(containers)) == containers
+
+
+def test_engine_shares_to_hami_and_back() -> None:
+    nvidia, mthreads = kind_by_type("NVIDIA"), kind_by_type("Mthreads")
+    assert nvidia is not None
+    assert mthreads is not None
+    share = DeviceShare(uuid="GPU-a", slot=3, memory_mib=2000, core_permille=301)
+    assert container_device(share, nvidia) == ContainerDevice("GPU-a", "NVIDIA", 2000, 31)
+    assert container_device(share, mthreads).used_cores == 5
+    assert core_permille(ContainerDevice("GPU-a", "NVIDIA", 1, 30), nvidia) == 300
+    assert core_permille(ContainerDevice("m", "Mthreads", 1, 8), mthreads) == 500
+    whole = DeviceShare(uuid="GPU-b", slot=0, memory_mib=81920, core_permille=1000)
+    assert container_device(whole, nvidia).used_cores == 100

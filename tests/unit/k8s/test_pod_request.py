@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from xpupool.k8s.pod_request import PodRequestError, pod_demand
 from xpupool.k8s.resource_names import DEVICE_KINDS, RESOURCES, Counts, kind_by_type
@@ -362,3 +365,52 @@ def test_deeply_nested_request_annotation_is_refused() -> None:
     text = '{"devices": ' * 5000 + "{}" + "}" * 5000
     with pytest.raises(PodRequestError):
         pod_demand(pod(ctr(limits={"nvidia.com/gpu": 1}), annotations={"xpupool.io/request": text}))
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(1 << 70), 1 << 70) | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+quantities = st.one_of(
+    st.sampled_from(["1", "0", "-1", "1.5", "500m", "16Gi", "1e3", "1e99", "", "x", "+2", ".5"]),
+    json_values,
+)
+resource_maps = st.dictionaries(
+    st.sampled_from([*sorted(RESOURCES), "cpu", "memory", "other.io/x"]), quantities, max_size=4
+)
+annotation_maps = st.dictionaries(
+    st.sampled_from(
+        [
+            "nvidia.com/use-gputype",
+            "nvidia.com/nouse-gpuuuid",
+            "hami.io/gpu-scheduler-policy",
+            "hami.io/node-scheduler-policy",
+            "xpupool.io/request",
+            "xpupool.io/site",
+            "xpupool.io/priority",
+            "xpupool.io/software",
+        ]
+    ),
+    st.text(max_size=20) | st.sampled_from(["binpack", "A100:1", "{}", '{"devices": 1}', "spread"]),
+    max_size=3,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.fixed_dictionaries({"limits": resource_maps, "requests": resource_maps}), max_size=3
+    ),
+    annotation_maps,
+    json_values,
+)
+def test_garbage_raises_only_pod_request_error(
+    resources: list[dict[str, Any]], annotations: dict[str, str], junk: object
+) -> None:
+    body = pod(*(ctr(f"c{i}", **r) for i, r in enumerate(resources)), annotations=annotations)
+    for candidate in (body, junk, {"spec": junk}, {"spec": {"containers": [junk]}}):
+        with contextlib.suppress(PodRequestError):
+            pod_demand(candidate)
