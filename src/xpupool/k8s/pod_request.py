@@ -138,6 +138,10 @@ def pod_demand(pod: object, catalog: AcceleratorCatalog | None = None) -> PodDem
                 demands.append(demand)
     if not names:
         raise PodRequestError("spec.containers", [], "a pod has at least one container")
+    if not demands and pod_base.devices is not None and pod_base.devices.count:
+        # The device plugin hands devices only to containers that ask for its resource.
+        reason = "asks for devices, but no container has a device resource (e.g. nvidia.com/gpu)"
+        raise PodRequestError(_at(ANNOTATION_REQUEST), annotations[ANNOTATION_REQUEST], reason)
     return PodDemand(
         namespace=_text("metadata.namespace", metadata.get("namespace", "")),
         name=_text("metadata.name", metadata.get("name", "")),
@@ -379,6 +383,12 @@ def _merge_devices(
     defaults, which the annotation's shares replace)."""
     models = _models(kind.use_type_key, annotations, kind, cat)
     exclude_models = _models(kind.nouse_type_key, annotations, kind, cat)
+    if kind.nouse_type_key is not None and "" in exclude_models:
+        where = _at(kind.nouse_type_key)
+        reason = f"excludes every {kind.vendor} card; remove {kind.count} instead"
+        raise PodRequestError(where, annotations[kind.nouse_type_key], reason)
+    if "" in models:
+        models = ()  # 'NVIDIA' is a substring of every NVIDIA card's type: no constraint
     if kind.model is not None and not models:
         models = (kind.model,)  # huawei.com/Ascend910B3 names its chip
     uuids = _items(kind.use_uuid_key, annotations)
@@ -428,13 +438,17 @@ def _models(
     """HAMi's type list as catalog names. HAMi matches each item as a case-insensitive substring
     of the card's type string (devices.go ``CheckType``); a name the catalog knows is kept (the
     engine matches it by name, family and alias), others become every catalog model of the
-    vendor whose name or alias contains it, or stay as written when none does."""
+    vendor whose name or alias contains it, or stay as written when none does. A token that is
+    only the vendor's name (``NVIDIA``), which every card's type contains, becomes ``""``."""
     out: list[str] = []
     for token in _items(key, annotations):
         if cat.knows(token):
             out.append(token)
             continue
         needle = normalise_model_name(token)
+        if not needle or needle in kind.hami_type.lower():
+            out.append("")
+            continue
         hits = [
             m.name
             for m in cat.models

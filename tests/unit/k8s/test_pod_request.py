@@ -165,6 +165,10 @@ def test_type_substring_maps_to_catalog_models() -> None:
     assert all("SXM4" in name.upper() for name in got.models)
     unknown = devices_of({"nvidia.com/gpu": 1}, **{"nvidia.com/use-gputype": "NoSuchCard"})
     assert unknown.models == ("NoSuchCard",)
+    # 'NVIDIA' is in every NVIDIA card's type: HAMi accepts them all, so do we.
+    assert (
+        devices_of({"nvidia.com/gpu": 1}, **{"nvidia.com/use-gputype": "nvidia,A100"}).models == ()
+    )
 
 
 def test_policies_and_xpupool_annotations() -> None:
@@ -209,6 +213,16 @@ def test_request_annotation_gives_shares_when_resources_do_not() -> None:
 
 
 BAD: list[tuple[dict[str, Any], dict[str, str] | None, str]] = [
+    (
+        {"cpu": 1},
+        {"xpupool.io/request": "A100:1"},
+        'metadata.annotations["xpupool.io/request"]',
+    ),
+    (
+        {"nvidia.com/gpu": 1},
+        {"nvidia.com/nouse-gputype": "NVIDIA"},
+        'metadata.annotations["nvidia.com/nouse-gputype"]',
+    ),
     (
         {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 100},
         {"xpupool.io/request": '{"devices": {"memory": "1Gi"}}'},
