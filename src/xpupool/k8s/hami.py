@@ -50,6 +50,8 @@ __all__ = [
     "encode_register",
     "info_from_device",
     "kind_by_register_key",
+    "node_devices",
+    "pod_assignment",
 ]
 
 # pkg/util/types.go.
@@ -446,3 +448,40 @@ def assignment_annotations(
     out[BIND_PHASE] = ALLOCATING
     out[BIND_TIME] = str(now_unix)
     return out
+
+
+# --- whole objects -----------------------------------------------------------------------------
+
+
+def node_devices(
+    annotations: Mapping[str, str], catalog: AcceleratorCatalog | None = None
+) -> tuple[Device, ...]:
+    """Every device a Node's HAMi registration annotations announce, in the table's order of
+    device types; a UUID announced twice (under two types) raises :class:`HamiAnnotationError`."""
+    devices: list[Device] = []
+    seen: dict[str, str] = {}
+    for kind in DEVICE_KINDS:
+        key = kind.register_key
+        if key is None or key not in annotations:
+            continue
+        for i, device in enumerate(decode_register(key, annotations[key], catalog)):
+            if device.uuid in seen:
+                reason = f"also registered under {seen[device.uuid]}"
+                raise HamiAnnotationError(key, i, "id", device.uuid, reason)
+            seen[device.uuid] = key
+            devices.append(device)
+    return tuple(devices)
+
+
+def pod_assignment(
+    annotations: Mapping[str, str],
+) -> tuple[tuple[DeviceKind, tuple[tuple[ContainerDevice, ...], ...]], ...]:
+    """What HAMi (or we) assigned a pod, per device type: its ``allocated`` annotation decoded,
+    one tuple per container in HAMi's order (``DecodePodDevices`` over ``SupportDevices``, what
+    HAMi's scheduler charges a bound pod from). Empty when the pod holds nothing."""
+    out = []
+    for kind in DEVICE_KINDS:
+        key = kind.allocated_key
+        if key is not None and key in annotations:
+            out.append((kind, decode_pod_devices(key, annotations[key])))
+    return tuple(out)

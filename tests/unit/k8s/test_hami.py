@@ -26,6 +26,8 @@ from xpupool.k8s.hami import (
     encode_register,
     info_from_device,
     kind_by_register_key,
+    node_devices,
+    pod_assignment,
 )
 from xpupool.k8s.resource_names import kind_by_type
 from xpupool.model import DeviceShare
@@ -226,3 +228,33 @@ def test_engine_shares_to_hami_and_back() -> None:
     assert core_permille(ContainerDevice("m", "Mthreads", 1, 8), mthreads) == 500
     whole = DeviceShare(uuid="GPU-b", slot=0, memory_mib=81920, core_permille=1000)
     assert container_device(whole, nvidia).used_cores == 100
+
+
+def test_node_devices_reads_every_registration() -> None:
+    annotations = {
+        NVIDIA_KEY: fixture("node-nvidia-register.json"),
+        "hami.io/node-dcu-register": fixture("node-dcu-register.txt"),
+        "hami.io/node-handshake": "Requesting_2026-11-27 05:00:00",
+    }
+    devices = node_devices(annotations)
+    assert [d.vendor for d in devices] == ["nvidia", "nvidia", "hygon", "hygon"]
+    assert node_devices({}) == ()
+    clash = {**annotations, "hami.io/node-amd-register": '[{"id":"DCU-0","count":1,"devmem":1}]'}
+    with pytest.raises(HamiAnnotationError) as exc:
+        node_devices(clash)
+    assert exc.value.field == "hami.io/node-amd-register[0].id"
+
+
+def test_pod_assignment_reads_allocated_keys() -> None:
+    annotations = {
+        "hami.io/vgpu-devices-allocated": fixture("vgpu-devices.txt"),
+        "hami.io/vgpu-devices-to-allocate": "ignored;",
+        "hami.io/Ascend910B3-devices-allocated": "Ascend910B3-0,Ascend910B3,16384,0:;",
+    }
+    got = {kind.hami_type: containers for kind, containers in pod_assignment(annotations)}
+    assert set(got) == {"NVIDIA", "Ascend910B3"}
+    assert len(got["NVIDIA"]) == 3
+    assert got["Ascend910B3"] == ((ContainerDevice("Ascend910B3-0", "Ascend910B3", 16384, 0),),)
+    with pytest.raises(HamiAnnotationError) as exc:
+        pod_assignment({"hami.io/dcu-devices-allocated": "x,DCU,1:;"})
+    assert exc.value.key == "hami.io/dcu-devices-allocated"
