@@ -182,8 +182,13 @@ def _container(
                 slot[counts] = (f'{path}.resources.{source}["{name}"]', value)
     asked = {t: v for t, v in found.items() if _count(v) != 0}
     for hami_type, values in found.items():
-        if hami_type not in asked and set(values) - {Counts.DEVICES}:
-            where, value = next(v for c, v in values.items() if c is not Counts.DEVICES)
+        shares = {
+            c: v
+            for c, v in values.items()
+            if c in (Counts.MEMORY, Counts.MEMORY_PERCENT, Counts.CORES)
+        }
+        if hami_type not in asked and shares:
+            where, value = next(iter(shares.values()))
             reason = f"needs {kinds[hami_type].count} of at least 1 in the same container"
             raise PodRequestError(where, value, reason)
     if not asked:

@@ -139,6 +139,13 @@ def test_hami_order_init_containers_first() -> None:
 def test_a_pod_without_managed_resources() -> None:
     demand = pod_demand(pod(ctr(limits={"cpu": 1}), ctr(limits={"nvidia.com/gpu": "0"})))
     assert not demand.managed
+    # HAMi-core's task priority alone asks for no device.
+    assert not pod_demand(pod(ctr(limits={"nvidia.com/priority": 1}))).managed
+
+
+def test_task_priority() -> None:
+    limits = {"nvidia.com/gpu": 1, "nvidia.com/priority": "1"}
+    assert pod_demand(pod(ctr(limits=limits))).demands[0].task_priority == 1
 
 
 def test_type_and_uuid_annotations() -> None:
