@@ -53,6 +53,7 @@ __all__ = [
     "WireError",
     "decode",
     "encode",
+    "go_json",
 ]
 
 # types.go: MinExtenderPriority int64 = 0, MaxExtenderPriority int64 = 10.
