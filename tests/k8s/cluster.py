@@ -132,13 +132,16 @@ class Extender:
     filter_verb: str = "filter"
     prioritize_verb: str = "prioritize"
     bind_verb: str = "bind"
+    preempt_verb: str | None = None
     weight: int = 1
     http_timeout: str = "5s"
     ignorable: bool = False
     managed_resources: tuple[str, ...] = ("nvidia.com/gpu",)
 
     def to_config(self) -> dict[str, object]:
+        verbs = {} if self.preempt_verb is None else {"preemptVerb": self.preempt_verb}
         return {
+            **verbs,
             "urlPrefix": self.url_prefix,
             "filterVerb": self.filter_verb,
             "prioritizeVerb": self.prioritize_verb,

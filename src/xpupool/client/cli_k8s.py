@@ -39,7 +39,7 @@ def _listen(_ctx: click.Context, _param: click.Parameter, value: str | None) -> 
 
 @click.group("k8s")
 def k8s() -> None:
-    """The Kubernetes front: node agent (and the scheduler extender)."""
+    """The Kubernetes front: the scheduler extender and the node agent."""
 
 
 @k8s.command("agent")
@@ -145,3 +145,65 @@ def agent(
             metrics.stop()
         client.close()
     click.echo("stopped", err=True)
+
+
+@k8s.command("extender")
+@click.option(
+    "--kubeconfig",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Kubeconfig file [default: in-cluster service account, then $KUBECONFIG]",
+)
+@click.option(
+    "--listen",
+    default="127.0.0.1:8888",
+    show_default=True,
+    callback=_listen,
+    help="Serve the verbs (POST /filter, /prioritize, /bind, /preempt) at HOST:PORT",
+)
+@click.option(
+    "--policy",
+    default=None,
+    help="Built-in profile or one from --profile [default: xpupool's default]",
+)
+@click.option(
+    "--profile",
+    "profile_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Profiles file (KubeSchedulerConfiguration-shaped, see docs/profiles.md)",
+)
+@click.option(
+    "--metrics",
+    "metrics_at",
+    callback=_listen,
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics [default: off]",
+)
+def extender(
+    kubeconfig: str | None,
+    listen: tuple[str, int],
+    policy: str | None,
+    profile_file: str | None,
+    metrics_at: tuple[str, int],
+) -> None:
+    """kube-scheduler extender: place pods that ask for accelerators with xpupool's engine."""
+    from xpupool.cli import check_policies, load_profiles
+    from xpupool.engine import DEFAULT_PROFILE
+    from xpupool.k8s.extender_main import ExtenderConfig, run
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    profiles = load_profiles(profile_file)
+    name = policy or (next(iter(profiles)) if profiles else DEFAULT_PROFILE)
+    check_policies([name], profiles)
+    host, port = listen
+    run(
+        ExtenderConfig(
+            kubeconfig=kubeconfig,
+            host=host,
+            port=port,
+            policy=name,
+            profiles=profiles,
+            metrics_host=metrics_at[0],
+            metrics_port=metrics_at[1],
+        )
+    )

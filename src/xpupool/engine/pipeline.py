@@ -186,6 +186,13 @@ class Pipeline:
         result: IntArray = codes[blame]
         return result
 
+    def node_reasons(self, ctx: Context) -> tuple[list[tuple[Reason, str]], IntArray]:
+        """Per node, why it fails: ``(labels, blame)``, where ``blame[n]`` indexes ``labels``
+        (``(reason, detail)``; index 0 is ``Reason.FITS``). For fronts that answer per node, as a
+        scheduler extender's ``FailedNodes`` does; the counts of :meth:`explain` come from the
+        same two."""
+        return self._blame(ctx)
+
     def _blame(self, ctx: Context) -> tuple[list[tuple[Reason, str]], IntArray]:
         s = self.state
         chain = filter_chain(ctx.filters_off)

@@ -120,30 +120,30 @@ class _GoStruct(BaseModel):
 class MetaPod(_GoStruct):
     """``MetaPod``: a pod's identity only (sent when the extender is nodeCacheCapable)."""
 
-    uid: GoString = Field("", alias="UID")
+    uid: GoString = Field(default="", alias="UID")
 
 
 class MetaVictims(_GoStruct):
     """``MetaVictims``: pods to preempt on one node, by UID, and the PDB violations that costs."""
 
-    pods: list[MetaPod | None] | None = Field(None, alias="Pods")
-    num_pdb_violations: GoInt64 = Field(0, alias="NumPDBViolations")
+    pods: list[MetaPod | None] | None = Field(default=None, alias="Pods")
+    num_pdb_violations: GoInt64 = Field(default=0, alias="NumPDBViolations")
 
 
 class Victims(_GoStruct):
     """``Victims``: whole pod objects to preempt (sent when not nodeCacheCapable)."""
 
-    pods: list[JsonObject | None] | None = Field(None, alias="Pods")
-    num_pdb_violations: GoInt64 = Field(0, alias="NumPDBViolations")
+    pods: list[JsonObject | None] | None = Field(default=None, alias="Pods")
+    num_pdb_violations: GoInt64 = Field(default=0, alias="NumPDBViolations")
 
 
 class ExtenderArgs(_GoStruct):
     """``ExtenderArgs``, the body of filter and prioritize. ``node_names`` is set when the
     extender is nodeCacheCapable, ``nodes`` (a NodeList object) otherwise; the other is null."""
 
-    pod: JsonObject | None = Field(None, alias="Pod")
-    nodes: JsonObject | None = Field(None, alias="Nodes")
-    node_names: list[NodeName] | None = Field(None, alias="NodeNames")
+    pod: JsonObject | None = Field(default=None, alias="Pod")
+    nodes: JsonObject | None = Field(default=None, alias="Nodes")
+    node_names: list[NodeName] | None = Field(default=None, alias="NodeNames")
 
 
 class ExtenderFilterResult(_GoStruct):
@@ -151,13 +151,13 @@ class ExtenderFilterResult(_GoStruct):
     ``failed_nodes`` (preemption would not help there). ``error`` non-empty: a logical failure,
     still sent with HTTP 200; kube-scheduler then fails the pod's scheduling attempt."""
 
-    nodes: JsonObject | None = Field(None, alias="Nodes")
-    node_names: list[NodeName] | None = Field(None, alias="NodeNames")
-    failed_nodes: dict[NodeName, GoString] | None = Field(None, alias="FailedNodes")
+    nodes: JsonObject | None = Field(default=None, alias="Nodes")
+    node_names: list[NodeName] | None = Field(default=None, alias="NodeNames")
+    failed_nodes: dict[NodeName, GoString] | None = Field(default=None, alias="FailedNodes")
     failed_and_unresolvable_nodes: dict[NodeName, GoString] | None = Field(
-        None, alias="FailedAndUnresolvableNodes"
+        default=None, alias="FailedAndUnresolvableNodes"
     )
-    error: GoString = Field("", alias="Error")
+    error: GoString = Field(default="", alias="Error")
 
     @field_serializer("failed_nodes", "failed_and_unresolvable_nodes")
     def _sorted(self, value: dict[str, str] | None) -> dict[str, str] | None:
@@ -167,12 +167,12 @@ class ExtenderFilterResult(_GoStruct):
 class HostPriority(_GoStruct):
     """``HostPriority``: one node's score, an integer from 0 to ``MaxExtenderPriority`` (10)."""
 
-    host: GoString = Field("", alias="Host")
+    host: GoString = Field(default="", alias="Host")
     score: Annotated[
         StrictInt,
         BeforeValidator(_go_int),
         Field(ge=MIN_EXTENDER_PRIORITY, le=MAX_EXTENDER_PRIORITY),
-    ] = Field(0, alias="Score")
+    ] = Field(default=0, alias="Score")
 
 
 class HostPriorityList(RootModel[list[HostPriority] | None]):
@@ -184,28 +184,28 @@ class HostPriorityList(RootModel[list[HostPriority] | None]):
 class ExtenderBindingArgs(_GoStruct):
     """``ExtenderBindingArgs``, the body of bind."""
 
-    pod_name: GoString = Field("", alias="PodName")
-    pod_namespace: GoString = Field("", alias="PodNamespace")
-    pod_uid: GoString = Field("", alias="PodUID")
-    node: GoString = Field("", alias="Node")
+    pod_name: GoString = Field(default="", alias="PodName")
+    pod_namespace: GoString = Field(default="", alias="PodNamespace")
+    pod_uid: GoString = Field(default="", alias="PodUID")
+    node: GoString = Field(default="", alias="Node")
 
 
 class ExtenderBindingResult(_GoStruct):
     """``ExtenderBindingResult``: ``error`` empty means bound."""
 
-    error: GoString = Field("", alias="Error")
+    error: GoString = Field(default="", alias="Error")
 
 
 class ExtenderPreemptionArgs(_GoStruct):
     """``ExtenderPreemptionArgs``: only ``node_name_to_meta_victims`` is set when the extender is
     nodeCacheCapable, only ``node_name_to_victims`` otherwise."""
 
-    pod: JsonObject | None = Field(None, alias="Pod")
+    pod: JsonObject | None = Field(default=None, alias="Pod")
     node_name_to_victims: dict[NodeName, Victims | None] | None = Field(
-        None, alias="NodeNameToVictims"
+        default=None, alias="NodeNameToVictims"
     )
     node_name_to_meta_victims: dict[NodeName, MetaVictims | None] | None = Field(
-        None, alias="NodeNameToMetaVictims"
+        default=None, alias="NodeNameToMetaVictims"
     )
 
     @field_serializer("node_name_to_victims", "node_name_to_meta_victims")
@@ -217,7 +217,7 @@ class ExtenderPreemptionResult(_GoStruct):
     """``ExtenderPreemptionResult``: the victims the extender accepts, per node."""
 
     node_name_to_meta_victims: dict[NodeName, MetaVictims | None] | None = Field(
-        None, alias="NodeNameToMetaVictims"
+        default=None, alias="NodeNameToMetaVictims"
     )
 
     @field_serializer("node_name_to_meta_victims")

@@ -1,0 +1,85 @@
+"""Nodes and bound pods of a cluster as the engine's records, for the cluster view.
+
+A Node's devices come from xpupool's own node agent (``xpupool.io/devices``) when it runs there,
+else from HAMi's registration annotations (``hami.io/node-nvidia-register`` and the other
+vendors'), so a cluster that runs HAMi's device plugins needs nothing new on its nodes. Its CPU
+and memory are its ``status.allocatable``; its site the ``xpupool.io/site`` label. A Node with no
+managed device is no node of the pool (None).
+
+A pod holds what its ``allocated`` annotations say (HAMi's encoding, which xpupool's bind writes
+too), on the node it is bound to (``spec.nodeName``) or assigned to (``hami.io/vgpu-node``, before
+the Binding lands): a restarted extender rebuilds the exact charges from the pods, whoever
+scheduled them. A bad annotation raises ``RequestError`` naming it; the view logs it and leaves
+that object out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from xpupool.k8s import hami
+from xpupool.k8s.cluster_view import CardShare, PodDevices
+from xpupool.k8s.node_annotations import DEVICES_KEY, decode_devices
+from xpupool.k8s.quantity import parse_quantity
+from xpupool.model.device import Node
+from xpupool.model.errors import RequestError
+
+SITE_LABEL = "xpupool.io/site"
+VGPU_NODE = "hami.io/vgpu-node"
+
+
+def decode_node(obj: Mapping[str, Any]) -> Node | None:
+    """The pool's record of a Node object, or None when it has no device xpupool manages."""
+    meta = _mapping(obj.get("metadata"))
+    name = str(meta.get("name") or "")
+    annotations = {str(k): str(v) for k, v in _mapping(meta.get("annotations")).items()}
+    if DEVICES_KEY in annotations:
+        devices = tuple(d.to_device() for d in decode_devices(annotations[DEVICES_KEY]))
+    else:
+        devices = hami.node_devices(annotations)
+    if not devices:
+        return None
+    allocatable = _mapping(_mapping(obj.get("status")).get("allocatable"))
+    where = "status.allocatable"
+    cpu, _ = parse_quantity(f'{where}["cpu"]', allocatable.get("cpu", 0))
+    memory, _ = parse_quantity(f'{where}["memory"]', allocatable.get("memory", 0))
+    labels = {str(k): str(v) for k, v in _mapping(meta.get("labels")).items()}
+    return Node(
+        name=name,
+        cpu_milli=math.floor(cpu * 1000),
+        memory_mib=math.floor(memory / (1 << 20)),
+        devices=devices,
+        site=labels.get(SITE_LABEL, "default"),
+        labels=labels,
+    )
+
+
+def decode_pod_devices(obj: Mapping[str, Any]) -> PodDevices | None:
+    """What a pod holds, per container in HAMi's order, or None when it holds nothing managed
+    or is on no node yet."""
+    meta = _mapping(obj.get("metadata"))
+    annotations = {str(k): str(v) for k, v in _mapping(meta.get("annotations")).items()}
+    node = _mapping(obj.get("spec")).get("nodeName") or annotations.get(VGPU_NODE)
+    if not node:
+        return None
+    per_container: dict[int, list[CardShare]] = {}
+    for kind, containers in hami.pod_assignment(annotations):
+        for i, devices in enumerate(containers):
+            shares = per_container.setdefault(i, [])
+            for d in devices:
+                shares.append(CardShare(d.uuid, d.used_mem_mib, hami.core_permille(d, kind)))
+    if not any(per_container.values()):
+        return None
+    width = max(per_container) + 1
+    held = tuple(tuple(per_container.get(i, [])) for i in range(width))
+    return PodDevices(node=str(node), containers=held)
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise RequestError("object", repr(value)[:80], "expected a JSON object")
+    return value

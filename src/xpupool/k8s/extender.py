@@ -1,0 +1,414 @@
+"""The kube-scheduler extender's four verbs, decided by the one engine the cluster view keeps.
+
+kube-scheduler calls the extender only for pods that ask for a managed resource (``managedResources``
+in its configuration). For such a pod:
+
+- ``filter`` keeps the nodes where every container that asks for devices fits together, and says
+  per node why the others fail, in the engine's words (kube-scheduler counts them per reason in the
+  pod's ``FailedScheduling`` event). A node that could not hold the pod even with every lower-
+  priority pod gone (wrong model, card too small, not a node of the pool) goes to
+  ``FailedAndUnresolvableNodes``, so kube-scheduler does not try preemption there.
+- ``prioritize`` rates the nodes that fit with the profile's scorers, 0..10.
+- ``bind`` places the pod's containers on the chosen node in one engine transaction under the
+  view's lock and records them as the pod's reservation, so no concurrent bind can take the same
+  share; then writes the annotations HAMi's device plugin reads (guarded by the pod's
+  resourceVersion) and posts the Binding. Any failure gives the reservation back and answers
+  ``Error``: kube-scheduler puts the pod back in its queue.
+- ``preempt`` keeps, per node kube-scheduler proposes, the victims whose card shares the pod
+  really needs: kube-scheduler sees only whole extended resources, the engine sees shares.
+
+Wire types are ``extender_wire``; pods become engine requests in ``pod_request``; the API writes
+(get, guarded patch, Binding) are behind :class:`PodApi` so the decisions stay testable.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from xpupool.engine import Engine, Transaction
+from xpupool.engine.reasons import PREEMPTION_MAY_HELP, TEXT, Reason
+from xpupool.engine.verdict import Verdicts
+from xpupool.k8s.cluster_view import ClusterView
+from xpupool.k8s.extender_wire import (
+    MAX_EXTENDER_PRIORITY,
+    ExtenderArgs,
+    ExtenderBindingArgs,
+    ExtenderBindingResult,
+    ExtenderFilterResult,
+    ExtenderPreemptionArgs,
+    ExtenderPreemptionResult,
+    HostPriority,
+    HostPriorityList,
+    MetaPod,
+    MetaVictims,
+)
+from xpupool.k8s.pod_request import PodDemand, pod_demand
+from xpupool.model.allocation import Allocation
+from xpupool.model.errors import RequestError
+
+log = logging.getLogger(__name__)
+
+PREFIX = "xpupool: "
+"""Every per-node message starts with it: kube-scheduler's event mixes ours with its own."""
+NOT_IN_POOL = "node has no device xpupool manages"
+DEMANDS_KEPT = 4096
+"""Pods whose demand ``filter`` read, kept for ``bind`` (bounded: most recent first)."""
+
+
+class BindError(Exception):
+    """A bind that did not happen: the API refused a write (conflict, gone, forbidden)."""
+
+
+class PodApi(Protocol):
+    """The three API calls a bind makes."""
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        """The Pod as the apiserver's JSON; raises BindError if it is gone."""
+        ...
+
+    def annotate_pod(
+        self, namespace: str, name: str, resource_version: str, annotations: Mapping[str, str]
+    ) -> None:
+        """Merge ``annotations`` into the pod if it is still at ``resource_version``; raises
+        BindError on a conflict (409) or any other refusal."""
+        ...
+
+    def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Post the pod's Binding to ``node``; raises BindError when refused."""
+        ...
+
+
+Annotator = Callable_ = Any  # (node, demand, allocations) -> annotations; see ``Extender``
+
+
+@dataclass(frozen=True, slots=True)
+class _Judgement:
+    """Filter's answer for a list of nodes."""
+
+    fits: list[str]
+    failed: dict[str, str]
+    unresolvable: dict[str, str]
+
+
+class Extender:
+    """The verbs over one :class:`ClusterView`. Thread-safe: the view's lock guards the engine;
+    API calls happen outside it."""
+
+    def __init__(self, view: ClusterView, api: PodApi, annotate: Any) -> None:
+        self.view = view
+        self.api = api
+        self.annotate = annotate  # (node, demand, allocations) -> dict of pod annotations
+        self._demands: OrderedDict[str, PodDemand] = OrderedDict()
+        self._demands_lock = threading.Lock()
+        self._verdicts: tuple[int, Verdicts] | None = None  # (id of the engine, its verdicts)
+
+    # ------------------------------------------------------------------ filter
+    def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
+        names = _node_names(args)
+        try:
+            demand = self._demand(args.pod)
+        except RequestError as exc:
+            return ExtenderFilterResult(Error=f"{PREFIX}{exc}")
+        if not demand.managed:
+            return ExtenderFilterResult(Nodes=args.nodes, NodeNames=args.node_names)
+        with self.view.engine_locked() as engine:
+            judged = self._judge(engine, demand, names)
+        kept = set(judged.fits)
+        nodes = None
+        if args.nodes is not None:  # not nodeCacheCapable: the NodeList back, filtered
+            items = [n for n in args.nodes.get("items") or [] if _name_of(n) in kept]
+            nodes = {**args.nodes, "items": items}
+        return ExtenderFilterResult(
+            Nodes=nodes,
+            NodeNames=judged.fits if args.node_names is not None else None,
+            FailedNodes=judged.failed or None,
+            FailedAndUnresolvableNodes=judged.unresolvable or None,
+        )
+
+    def _judge(self, engine: Engine, demand: PodDemand, names: Sequence[str]) -> _Judgement:
+        state = engine.state
+        index = [state.node_index.get(n) for n in names]
+        failed: dict[str, str] = {}
+        unresolvable: dict[str, str] = {}
+        for name, i in zip(names, index, strict=True):
+            if i is None:
+                unresolvable[name] = PREFIX + NOT_IN_POOL
+        never = self._never(engine, demand)
+        if never is not None:  # nothing in the pool could ever hold it: no preemption helps
+            for name, i in zip(names, index, strict=True):
+                if i is not None:
+                    unresolvable[name] = PREFIX + never
+            return _Judgement([], failed, unresolvable)
+        fits_all = np.ones(state.n_nodes, bool)
+        for d in demand.demands:
+            ctx = engine.feasible(d.request)
+            fails = ~ctx.node_fit & fits_all
+            if fails.any():
+                labels, blame = engine.pipeline.node_reasons(ctx)
+                for name, i in zip(names, index, strict=True):
+                    if i is None or not fails[i] or name in failed or name in unresolvable:
+                        continue
+                    reason, detail = labels[int(blame[i])]
+                    text = PREFIX + TEXT[reason].format(detail=detail)
+                    if reason in PREEMPTION_MAY_HELP:
+                        failed[name] = text
+                    else:
+                        unresolvable[name] = text
+            fits_all &= ctx.node_fit
+        fits: list[str] = []
+        for name, i in zip(names, index, strict=True):
+            if i is None or not fits_all[i]:
+                continue
+            if len(demand.demands) > 1:  # each fits alone; do they fit together?
+                why = _together(engine, demand, i)
+                if why is not None:
+                    failed[name] = PREFIX + why
+                    continue
+            fits.append(name)
+        return _Judgement(fits, failed, unresolvable)
+
+    def _never(self, engine: Engine, demand: PodDemand) -> str | None:
+        """Why no node of the pool could ever hold one of the pod's containers, or None."""
+        kept = self._verdicts
+        if kept is None or kept[0] != id(engine):
+            kept = self._verdicts = (id(engine), Verdicts(engine.state))
+        for d in demand.demands:
+            miss = kept[1].never_fits(d.request)
+            if miss is not None:
+                return f"{miss.field}: {miss.reason}"
+        return None
+
+    # ------------------------------------------------------------------ prioritize
+    def prioritize(self, args: ExtenderArgs) -> HostPriorityList:
+        names = _node_names(args)
+        try:
+            demand = self._demand(args.pod)
+        except RequestError:
+            return HostPriorityList([HostPriority(Host=n, Score=0) for n in names])
+        if not demand.managed:
+            return HostPriorityList([HostPriority(Host=n, Score=0) for n in names])
+        with self.view.engine_locked() as engine:
+            fits, score = engine.rate(demand.demands[0].request)
+            index = [engine.state.node_index.get(n) for n in names]
+        rated = [
+            (n, float(score[i]))
+            for n, i in zip(names, index, strict=True)
+            if i is not None and fits[i]
+        ]
+        scores = _scale([s for _, s in rated])
+        by_name = {n: s for (n, _), s in zip(rated, scores, strict=True)}
+        return HostPriorityList([HostPriority(Host=n, Score=by_name.get(n, 0)) for n in names])
+
+    # ------------------------------------------------------------------ bind
+    def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
+        ns, name, uid, node = args.pod_namespace, args.pod_name, args.pod_uid, args.node
+        try:
+            pod = self.api.get_pod(ns, name)
+            meta = pod.get("metadata") or {}
+            if uid and meta.get("uid") != uid:
+                return ExtenderBindingResult(Error=f"{PREFIX}pod {ns}/{name} is not {uid} any more")
+            demand = self._demand(pod)
+        except (BindError, RequestError) as exc:
+            return ExtenderBindingResult(Error=f"{PREFIX}{exc}")
+        if not demand.managed:
+            try:
+                self.api.bind_pod(ns, name, uid, node)
+            except BindError as exc:
+                return ExtenderBindingResult(Error=f"{PREFIX}{exc}")
+            return ExtenderBindingResult()
+        pod_uid = str(meta.get("uid") or uid)
+        with self.view.engine_locked() as engine:
+            placed = _place_on(engine, demand, node)
+            if isinstance(placed, str):
+                return ExtenderBindingResult(Error=f"{PREFIX}{placed}")
+            self.view.reserve(pod_uid, placed)
+        try:
+            annotations = self.annotate(node, demand, placed)
+            self.api.annotate_pod(ns, name, str(meta.get("resourceVersion") or ""), annotations)
+            self.api.bind_pod(ns, name, pod_uid, node)
+        except Exception as exc:  # any failure: the shares go back, the pod goes back to its queue
+            self.view.unreserve(pod_uid)
+            log.info("bind of %s/%s to %s failed: %s", ns, name, node, exc)
+            return ExtenderBindingResult(Error=f"{PREFIX}bind to {node} failed: {exc}")
+        self._forget(pod_uid)
+        return ExtenderBindingResult()
+
+    # ------------------------------------------------------------------ preempt
+    def preempt(self, args: ExtenderPreemptionArgs) -> ExtenderPreemptionResult:
+        try:
+            demand = self._demand(args.pod)
+        except RequestError:
+            return ExtenderPreemptionResult(NodeNameToMetaVictims={})
+        proposed = _proposed_victims(args)
+        if not demand.managed:  # not ours to judge: kube-scheduler's victims stand
+            kept = {
+                n: MetaVictims(Pods=[MetaPod(UID=u) for u in uids]) for n, uids in proposed.items()
+            }
+            return ExtenderPreemptionResult(NodeNameToMetaVictims=dict(kept))
+        out: dict[str, MetaVictims | None] = {}
+        charges = self.view.charges()
+        with self.view.engine_locked() as engine:
+            for node, uids in proposed.items():
+                needed = _victims_needed(engine, demand, node, uids, charges)
+                if needed is not None:
+                    out[node] = MetaVictims(Pods=[MetaPod(UID=u) for u in needed])
+        return ExtenderPreemptionResult(NodeNameToMetaVictims=out)
+
+    # ------------------------------------------------------------------ pods' demands
+    def _demand(self, pod: object) -> PodDemand:
+        """The pod's demand, read once per pod (and version) and kept for bind."""
+        if not isinstance(pod, Mapping):
+            raise RequestError("Pod", pod, "expected the Pod object")
+        meta = pod.get("metadata") or {}
+        key = f"{meta.get('uid', '')}@{meta.get('resourceVersion', '')}"
+        with self._demands_lock:
+            known = self._demands.get(key)
+            if known is not None:
+                self._demands.move_to_end(key)
+                return known
+        demand = pod_demand(pod)
+        with self._demands_lock:
+            self._demands[key] = demand
+            while len(self._demands) > DEMANDS_KEPT:
+                self._demands.popitem(last=False)
+        return demand
+
+    def _forget(self, pod_uid: str) -> None:
+        with self._demands_lock:
+            for key in [k for k in self._demands if k.startswith(pod_uid + "@")]:
+                del self._demands[key]
+
+
+# ---------------------------------------------------------------------- helpers
+def _node_names(args: ExtenderArgs) -> list[str]:
+    if args.node_names is not None:
+        return list(args.node_names)
+    items = (args.nodes or {}).get("items") or []
+    return [n for n in (_name_of(i) for i in items) if n]
+
+
+def _name_of(node: object) -> str:
+    if isinstance(node, Mapping):
+        meta = node.get("metadata")
+        if isinstance(meta, Mapping) and isinstance(meta.get("name"), str):
+            return str(meta["name"])
+    return ""
+
+
+def _node_mask(engine: Engine, node: int) -> np.ndarray:
+    """The devices of one node: what a placement ``within`` it may use."""
+    state = engine.state
+    within = np.zeros_like(state.dev_present)
+    within[node] = state.dev_present[node]
+    return within
+
+
+def _place_on(engine: Engine, demand: PodDemand, node: str) -> tuple[Allocation, ...] | str:
+    """Every container of the pod placed on ``node`` (committed), or why not (nothing changed)."""
+    i = engine.state.node_index.get(node)
+    if i is None:
+        return f"{node}: {NOT_IN_POOL}"
+    within = _node_mask(engine, i)
+    with Transaction(engine.state) as txn:
+        for d in demand.demands:
+            placement = engine.place(d.request, within=within, txn=txn)
+            if not placement.ok:
+                txn.rollback()
+                return f"{node}: container {d.name}: {placement.failures[0].message}"
+        placed = txn.allocations
+        txn.commit()
+    return placed
+
+
+def _together(engine: Engine, demand: PodDemand, node: int) -> str | None:
+    """Why the pod's containers do not fit on ``node`` together (each fits alone), or None.
+    A what-if: the state is left as it was."""
+    within = _node_mask(engine, node)
+    with Transaction(engine.state) as txn:
+        try:
+            for d in demand.demands:
+                placement = engine.place(d.request, within=within, txn=txn)
+                if not placement.ok:
+                    reasons = placement.failures[0].reasons
+                    text = reasons[0].text if reasons else "does not fit"
+                    return f"containers together: {d.name}: {text}"
+            return None
+        finally:
+            txn.rollback()
+
+
+def _scale(scores: Sequence[float]) -> list[int]:
+    """Scores onto 0..MaxExtenderPriority, the best node 10, order kept (ties stay ties)."""
+    if not scores:
+        return []
+    low, high = min(scores), max(scores)
+    if high - low <= 1e-12:
+        return [MAX_EXTENDER_PRIORITY] * len(scores)
+    span = high - low
+    return [round(MAX_EXTENDER_PRIORITY * (s - low) / span) for s in scores]
+
+
+def _proposed_victims(args: ExtenderPreemptionArgs) -> dict[str, list[str]]:
+    """Node -> the UIDs of the pods kube-scheduler would evict there."""
+    out: dict[str, list[str]] = {}
+    for node, meta in (args.node_name_to_meta_victims or {}).items():
+        out[node] = [p.uid for p in (meta.pods or []) if p is not None] if meta else []
+    for node, victims in (args.node_name_to_victims or {}).items():
+        uids = []
+        for pod in (victims.pods or []) if victims else []:
+            uid = ((pod or {}).get("metadata") or {}).get("uid")
+            if isinstance(uid, str):
+                uids.append(uid)
+        out.setdefault(node, uids)
+    return out
+
+
+def _victims_needed(
+    engine: Engine,
+    demand: PodDemand,
+    node: str,
+    uids: Sequence[str],
+    charges: Mapping[str, tuple[Allocation, ...]],
+) -> list[str] | None:
+    """Of the pods proposed on ``node``, those whose shares the pod needs: all of them released
+    must let every container fit there (else None: preempting here would not help); then each
+    victim, lowest priority last, is kept if the pod still fits without evicting it. A what-if:
+    the state is left as it was."""
+    i = engine.state.node_index.get(node)
+    if i is None:
+        return None
+    live = engine.state.live
+    held = {u: [a for a in charges.get(u, ()) if a.id in live] for u in uids}
+    within = _node_mask(engine, i)
+
+    def fits_without(evicted: Sequence[str]) -> bool:
+        with Transaction(engine.state) as txn:
+            try:
+                for u in evicted:
+                    for alloc in held[u]:
+                        txn.release(alloc.id)
+                return all(
+                    engine.place(d.request, within=within, txn=txn).ok for d in demand.demands
+                )
+            finally:
+                txn.rollback()
+
+    chosen = list(uids)
+    if not fits_without(chosen):
+        return None
+    by_priority = sorted(chosen, key=lambda u: -max((a.priority for a in held[u]), default=0))
+    for u in by_priority:  # spare the most important first
+        trial = [v for v in chosen if v != u]
+        if fits_without(trial):
+            chosen = trial
+    return chosen
+
+
+_ = Reason  # re-exported for callers that match on per-node reasons

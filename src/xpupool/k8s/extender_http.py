@@ -1,0 +1,149 @@
+"""The extender's HTTP face: ``POST /filter``, ``/prioritize``, ``/bind``, ``/preempt`` (the verbs of
+the scheduler configuration's ``urlPrefix``), ``GET /healthz`` and ``/readyz``; Prometheus metrics
+on a port of their own.
+
+A body that is not the verb's wire type is answered 400 naming the field; a logical failure is
+HTTP 200 with ``Error`` set, as kube-scheduler expects. The verbs run in worker threads: the engine
+is guarded by the view's lock, and a bind's API calls do not hold it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from pydantic import BaseModel
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from xpupool.k8s.extender import Extender
+from xpupool.k8s.extender_wire import (
+    MAX_BODY_BYTES,
+    ExtenderArgs,
+    ExtenderBindingArgs,
+    ExtenderBindingResult,
+    ExtenderFilterResult,
+    ExtenderPreemptionArgs,
+    ExtenderPreemptionResult,
+    HostPriorityList,
+    WireError,
+    decode,
+    encode,
+)
+
+VERBS: dict[str, type[BaseModel]] = {
+    "filter": ExtenderArgs,
+    "prioritize": ExtenderArgs,
+    "bind": ExtenderBindingArgs,
+    "preempt": ExtenderPreemptionArgs,
+}
+
+
+class ExtenderMetrics:
+    """What an operator watches: calls and their latency per verb, refused and failed binds."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.calls = Counter(
+            "xpupool_extender_calls",
+            "Extender calls by verb and outcome (ok, error: Error set, bad_request)",
+            ["verb", "outcome"],
+            registry=registry,
+        )
+        self.seconds = Histogram(
+            "xpupool_extender_call_seconds",
+            "Time to answer one extender call",
+            ["verb"],
+            buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10),
+            registry=registry,
+        )
+        self.nodes = Gauge(
+            "xpupool_extender_nodes", "Nodes of the pool in the view", registry=registry
+        )
+        self.pods = Gauge(
+            "xpupool_extender_pods_charged",
+            "Pods holding managed devices (bound or reserved)",
+            registry=registry,
+        )
+
+
+SYNC_WAIT_S = 30.0
+"""How long a verb waits for the view's first list before it answers ``Error``."""
+
+
+def create_app(
+    extender: Extender,
+    synced: Callable[[float], bool],
+    metrics: ExtenderMetrics | None = None,
+) -> Starlette:
+    """The ASGI app serving ``extender``; ``synced(timeout_s)`` says whether the view has listed
+    the cluster (waiting up to ``timeout_s`` for it)."""
+
+    def endpoint(verb: str) -> Callable[[Request], Any]:
+        kind = VERBS[verb]
+        handler = getattr(extender, verb)
+
+        async def call(request: Request) -> Response:
+            started = time.perf_counter()
+            length = request.headers.get("content-length")
+            if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+                return _count(
+                    metrics, verb, "bad_request", started, _bad(f"body over {MAX_BODY_BYTES} bytes")
+                )
+            body = await request.body()
+            try:
+                args = decode(kind, body)
+            except WireError as exc:
+                return _count(metrics, verb, "bad_request", started, _bad(str(exc)))
+            if not await run_in_threadpool(synced, SYNC_WAIT_S):
+                result: BaseModel = _not_synced(verb)
+            else:
+                result = await run_in_threadpool(handler, args)
+            failed = bool(getattr(result, "error", ""))
+            response = Response(encode(result), media_type="application/json")
+            return _count(metrics, verb, "error" if failed else "ok", started, response)
+
+        return call
+
+    async def healthz(_: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    async def readyz(_: Request) -> Response:
+        if synced(0):
+            if metrics is not None:
+                metrics.nodes.set(len(extender.view.nodes()))
+                metrics.pods.set(len(extender.view.charges()))
+            return PlainTextResponse("ok")
+        return PlainTextResponse("the cluster view has not synced", status_code=503)
+
+    routes = [Route(f"/{verb}", endpoint(verb), methods=["POST"]) for verb in VERBS]
+    routes += [Route("/healthz", healthz), Route("/readyz", readyz)]
+    return Starlette(routes=routes)
+
+
+def _not_synced(verb: str) -> BaseModel:
+    why = "xpupool: the extender has not listed the cluster yet"
+    if verb == "prioritize":  # HostPriorityList has no Error: every node 0
+        return HostPriorityList([])
+    if verb == "preempt":
+        return ExtenderPreemptionResult(NodeNameToMetaVictims={})
+    if verb == "bind":
+        return ExtenderBindingResult(Error=why)
+    return ExtenderFilterResult(Error=why)
+
+
+def _bad(text: str) -> Response:
+    return PlainTextResponse(text, status_code=400)
+
+
+def _count(
+    metrics: ExtenderMetrics | None, verb: str, outcome: str, started: float, response: Response
+) -> Response:
+    if metrics is not None:
+        metrics.calls.labels(verb, outcome).inc()
+        metrics.seconds.labels(verb).observe(time.perf_counter() - started)
+    return response

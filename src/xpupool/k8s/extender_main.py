@@ -1,0 +1,73 @@
+"""``xpupool k8s extender``: the cluster view (Node and Pod informers into one engine), the verbs
+over it, and the HTTP server kube-scheduler calls; until the view has listed the cluster once,
+``/readyz`` says so and the verbs wait for it (a filter before that would see an empty pool)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+import uvicorn
+from prometheus_client import CollectorRegistry
+
+from xpupool.engine.profile import Profile
+from xpupool.k8s.cluster_view import ClusterView
+from xpupool.k8s.decoders import decode_node, decode_pod_devices
+from xpupool.k8s.extender import Extender
+from xpupool.k8s.extender_http import ExtenderMetrics, create_app
+from xpupool.k8s.kubeconfig import load_config, make_client
+from xpupool.k8s.pod_api import LightkubePodApi
+from xpupool.k8s.pod_assignment import assignment_annotations
+
+log = logging.getLogger("xpupool.k8s.extender")
+FIELD_MANAGER = "xpupool-extender"
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderConfig:
+    kubeconfig: str | None
+    host: str
+    port: int
+    policy: str
+    profiles: dict[str, Profile]
+    metrics_host: str = ""
+    metrics_port: int = 0
+    sync_timeout_s: float = 120.0
+
+
+def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
+    """Serve until SIGTERM/SIGINT (uvicorn's handlers) or ``stop``."""
+    config = load_config(cfg.kubeconfig)
+    view = ClusterView(
+        decode_node,
+        decode_pod_devices,
+        profile=cfg.policy,
+        profiles=cfg.profiles or None,
+    )
+    client = make_client(config, field_manager=FIELD_MANAGER)
+    extender = Extender(view, LightkubePodApi(client), assignment_annotations)
+    registry = CollectorRegistry()
+    metrics = ExtenderMetrics(registry)
+    if cfg.metrics_port:
+        from xpupool.agent.metrics import serve_registry
+
+        serve_registry(registry, cfg.metrics_host, cfg.metrics_port)
+    view.watch(config)
+    app = create_app(extender, view.wait_synced, metrics)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False)
+    )
+    if stop is not None:
+
+        def _watch_stop() -> None:
+            stop.wait()
+            server.should_exit = True
+
+        threading.Thread(target=_watch_stop, daemon=True).start()
+    log.info("extender on http://%s:%d, profile %s", cfg.host, cfg.port, cfg.policy)
+    try:
+        server.run()
+    finally:
+        view.stop()
+        client.close()

@@ -1,0 +1,79 @@
+"""The API calls a bind makes, on lightkube: read the pod, annotate it if it is still the version
+read (a JSON merge patch carrying ``metadata.resourceVersion``: the apiserver answers 409 when
+anyone wrote in between), post its Binding."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from lightkube import Client
+from lightkube.core.exceptions import ApiError
+from lightkube.core.resource import ApiInfo, ResourceDef
+from lightkube.generic_resource import GenericNamespacedResource
+from lightkube.types import PatchType
+
+from xpupool.k8s.extender import BindError
+from xpupool.k8s.kubeconfig import RawPod
+
+
+class RawPodBinding(GenericNamespacedResource):
+    """A Pod's ``binding`` subresource as plain JSON both ways: the apiserver answers a Binding
+    with a Status, which lightkube's typed ``Pod.Binding`` cannot read (it raised after the
+    binding had succeeded, so a bound pod's shares were given back)."""
+
+    _api_info = ApiInfo(
+        resource=ResourceDef("", "v1", "Binding"),
+        parent=ResourceDef("", "v1", "Pod"),
+        plural="pods",
+        verbs=["post"],
+        action="binding",
+    )
+
+
+class LightkubePodApi:
+    """:class:`xpupool.k8s.extender.PodApi` on a lightkube client."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        try:
+            return dict(self.client.get(RawPod, name, namespace=namespace))
+        except ApiError as exc:
+            raise BindError(f"pod {namespace}/{name}: {_why(exc)}") from None
+
+    def annotate_pod(
+        self, namespace: str, name: str, resource_version: str, annotations: Mapping[str, str]
+    ) -> None:
+        meta: dict[str, Any] = {"annotations": dict(annotations)}
+        if resource_version:
+            meta["resourceVersion"] = resource_version
+        try:
+            self.client.patch(
+                RawPod, name, {"metadata": meta}, namespace=namespace, patch_type=PatchType.MERGE
+            )
+        except ApiError as exc:
+            raise BindError(f"annotating pod {namespace}/{name}: {_why(exc)}") from None
+
+    def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        meta: dict[str, str] = {"name": name, "namespace": namespace}
+        if uid:
+            meta["uid"] = uid
+        binding = RawPodBinding.from_dict(
+            {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": meta,
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+            }
+        )
+        try:
+            self.client.create(binding, name=name, namespace=namespace)
+        except ApiError as exc:
+            raise BindError(f"binding pod {namespace}/{name} to {node}: {_why(exc)}") from None
+
+
+def _why(exc: ApiError) -> str:
+    status = exc.status
+    return f"{status.code} {status.reason or ''}: {status.message or ''}".strip()

@@ -1,0 +1,364 @@
+"""xpupool's extender behind a real kube-scheduler (v1.36) on a real kube-apiserver: pods written as
+HAMi users write them land on nodes and cards that hold them, with the annotations HAMi's device
+plugin reads; shares never over-commit a card, also when 200 pods come at once; a pod that fits
+nowhere says why in its events; a restarted extender rebuilds what every pod holds from the pods.
+
+Nodes carry HAMi's registration annotation (``hami.io/node-nvidia-register``), as a cluster that
+runs HAMi's device plugin has them; nothing here runs a kubelet (pods stay Pending once bound,
+which is all a scheduler test needs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from cluster import (
+    BINARIES,
+    Extender,
+    K8sBinariesMissingError,
+    K8sCluster,
+    find_binaries,
+    free_port,
+)
+
+pytestmark = pytest.mark.k8s
+
+MANAGED = (
+    "nvidia.com/gpu",
+    "nvidia.com/gpumem",
+    "nvidia.com/gpumem-percentage",
+    "nvidia.com/gpucores",
+)
+A100 = ("NVIDIA A100-SXM4-80GB", 81920)
+T4 = ("NVIDIA Tesla T4", 15360)
+NS = "default"
+
+
+class ExtenderProc:
+    """``xpupool k8s extender`` as a real process."""
+
+    def __init__(self, kubeconfig: Path, port: int, log: Path) -> None:
+        self.kubeconfig, self.port, self.log = kubeconfig, port, log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ExtenderProc:
+        cmd = [sys.executable, "-c", "from xpupool.cli import main; main()", "k8s", "extender"]
+        cmd += ["--kubeconfig", str(self.kubeconfig), "--listen", f"127.0.0.1:{self.port}"]
+        out = self.log.open("ab")
+        self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=os.environ)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"extender exited:\n{self.log.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/readyz", timeout=1).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"extender not ready in 60 s:\n{self.log.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster, ExtenderProc]]:
+    try:
+        find_binaries(BINARIES)
+    except K8sBinariesMissingError as exc:
+        pytest.fail(str(exc), pytrace=False)  # a failure, never a skip
+    port = free_port()
+    ext = Extender(
+        url_prefix=f"http://127.0.0.1:{port}",
+        preempt_verb="preempt",
+        prioritize_verb="prioritize",
+        weight=10,
+        http_timeout="10s",
+        managed_resources=MANAGED,
+    )
+    tmp = tmp_path_factory.mktemp("extender")
+    with K8sCluster(extender=ext) as kc:
+        proc = ExtenderProc(kc.kubeconfig, port, tmp / "extender.log").start()
+        try:
+            yield kc, proc
+        finally:
+            proc.stop()
+
+
+def hami_node(name: str, model: tuple[str, int], cards: int, split: int = 10) -> dict[str, Any]:
+    kind, mib = model
+    register = [
+        {
+            "id": f"GPU-{name}-{i}",
+            "index": i,
+            "count": split,
+            "devmem": mib,
+            "devcore": 100,
+            "type": kind,
+            "numa": 0,
+            "mode": "hami-core",
+            "health": True,
+        }
+        for i in range(cards)
+    ]
+    resources = {
+        "cpu": "64",
+        "memory": "512Gi",
+        "pods": "500",
+        "nvidia.com/gpu": str(cards * split),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, "xpupool-test": "e2e"},
+            "annotations": {"hami.io/node-nvidia-register": json.dumps(register)},
+        },
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+        },
+    }
+
+
+def gpu_pod(
+    name: str, limits: dict[str, str], annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "annotations": annotations or {}},
+        "spec": {
+            "schedulerName": "xpupool-scheduler",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.invalid/none:0",
+                    "resources": {"limits": limits},
+                }
+            ],
+        },
+    }
+
+
+def add_nodes(kc: K8sCluster, *nodes: dict[str, Any]) -> None:
+    for node in nodes:
+        r = kc.api.post("/api/v1/nodes", json=node)
+        assert r.status_code == 201, r.text
+
+
+def remove_nodes(kc: K8sCluster, *names: str) -> None:
+    for name in names:
+        kc.api.delete(f"/api/v1/nodes/{name}")
+
+
+def create(kc: K8sCluster, *pods: dict[str, Any]) -> None:
+    for pod in pods:
+        r = kc.api.post(f"/api/v1/namespaces/{NS}/pods", json=pod)
+        assert r.status_code == 201, r.text
+
+
+def delete_pods(kc: K8sCluster) -> None:
+    kc.api.delete(f"/api/v1/namespaces/{NS}/pods", params={"gracePeriodSeconds": "0"})
+    deadline = time.monotonic() + 30
+    while kc.api.get(f"/api/v1/namespaces/{NS}/pods").json()["items"]:
+        assert time.monotonic() < deadline, "pods not deleted"
+        time.sleep(0.1)
+
+
+def pod(kc: K8sCluster, name: str) -> dict[str, Any]:
+    r = kc.api.get(f"/api/v1/namespaces/{NS}/pods/{name}")
+    r.raise_for_status()
+    return dict(r.json())
+
+
+def bound(kc: K8sCluster, names: list[str], timeout_s: float = 60) -> dict[str, dict[str, Any]]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        items = kc.api.get(f"/api/v1/namespaces/{NS}/pods").json()["items"]
+        got = {p["metadata"]["name"]: p for p in items if p["spec"].get("nodeName")}
+        if all(n in got for n in names):
+            return {n: got[n] for n in names}
+        if time.monotonic() > deadline:
+            missing = sorted(set(names) - set(got))
+            raise AssertionError(f"not bound: {missing[:10]}\n{kc.log('kube-scheduler')[-3000:]}")
+        time.sleep(0.2)
+
+
+def shares(p: dict[str, Any]) -> list[tuple[str, int, int]]:
+    """(card UUID, MiB, cores %) per device of the pod's HAMi allocation annotation."""
+    text = p["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"]
+    out = []
+    for container in text.split(";"):
+        for dev in container.split(":"):
+            if dev:
+                uuid, _type, mem, cores = dev.split(",")
+                out.append((uuid, int(mem), int(cores)))
+    return out
+
+
+def reasons(kc: K8sCluster, name: str, timeout_s: float = 30) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        r = kc.api.get(
+            f"/api/v1/namespaces/{NS}/events",
+            params={"fieldSelector": f"involvedObject.name={name}"},
+        )
+        text = " | ".join(e.get("message", "") for e in r.json()["items"])
+        if "FailedScheduling" in json.dumps(r.json()) and text:
+            return text
+        time.sleep(0.3)
+    raise AssertionError(f"no FailedScheduling event for {name}")
+
+
+def check_no_overcommit(kc: K8sCluster, pods: dict[str, dict[str, Any]], card_mib: int) -> None:
+    used: dict[str, int] = defaultdict(int)
+    cores: dict[str, int] = defaultdict(int)
+    for p in pods.values():
+        node = p["spec"]["nodeName"]
+        for uuid, mib, pct in shares(p):
+            assert uuid.startswith(f"GPU-{node}-"), (uuid, node)  # a card of its own node
+            used[uuid] += mib
+            cores[uuid] += pct
+    assert max(used.values()) <= card_mib, dict(used)
+    assert max(cores.values()) <= 100, dict(cores)
+
+
+def test_fractional_pods_share_cards_without_overcommit(
+    stack: tuple[K8sCluster, ExtenderProc],
+) -> None:
+    kc, _ = stack
+    add_nodes(kc, hami_node("frac-a", A100, 2), hami_node("frac-b", A100, 2))
+    try:
+        names = [f"frac-{i}" for i in range(8)]
+        create(
+            kc,
+            *(gpu_pod(n, {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "30000"}) for n in names),
+        )
+        pods = bound(kc, names)
+        check_no_overcommit(kc, pods, A100[1])
+        cards = {uuid for p in pods.values() for uuid, _, _ in shares(p)}
+        assert len(cards) == 4  # two 30 GB shares per 80 GB card: every card used, none thrice
+        for p in pods.values():
+            ann = p["metadata"]["annotations"]
+            assert ann["hami.io/vgpu-node"] == p["spec"]["nodeName"]
+            assert ann["hami.io/bind-phase"] == "allocating"
+            assert ann["hami.io/vgpu-devices-to-allocate"] == ann["hami.io/vgpu-devices-allocated"]
+        create(kc, gpu_pod("frac-late", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "30000"}))
+        why = reasons(kc, "frac-late")
+        assert "xpupool:" in why and "memory" in why, why
+    finally:
+        delete_pods(kc)
+        remove_nodes(kc, "frac-a", "frac-b")
+
+
+def test_type_include_and_exclude(stack: tuple[K8sCluster, ExtenderProc]) -> None:
+    kc, _ = stack
+    add_nodes(kc, hami_node("type-a100", A100, 1), hami_node("type-t4", T4, 1))
+    try:
+        create(
+            kc,
+            gpu_pod("want-a100", {"nvidia.com/gpu": "1"}, {"nvidia.com/use-gputype": "A100"}),
+            gpu_pod("not-a100", {"nvidia.com/gpu": "1"}, {"nvidia.com/nouse-gputype": "A100"}),
+        )
+        pods = bound(kc, ["want-a100", "not-a100"])
+        assert pods["want-a100"]["spec"]["nodeName"] == "type-a100"
+        assert pods["not-a100"]["spec"]["nodeName"] == "type-t4"
+    finally:
+        delete_pods(kc)
+        remove_nodes(kc, "type-a100", "type-t4")
+
+
+def test_a_pod_that_fits_nowhere_says_why(stack: tuple[K8sCluster, ExtenderProc]) -> None:
+    kc, _ = stack
+    add_nodes(kc, hami_node("small-a", T4, 2))
+    try:
+        create(kc, gpu_pod("too-big", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "40000"}))
+        why = reasons(kc, "too-big")
+        assert "xpupool:" in why, why
+        assert not pod(kc, "too-big")["spec"].get("nodeName")
+    finally:
+        delete_pods(kc)
+        remove_nodes(kc, "small-a")
+
+
+def test_two_hundred_pods_at_once_never_share_a_slot_twice(
+    stack: tuple[K8sCluster, ExtenderProc],
+) -> None:
+    """200 pods of 15 % of a card, created at once, on 32 cards that hold six each: exactly 192
+    bind, no card holds more than 90 %, and the last 8 wait with xpupool's reason."""
+    kc, _ = stack
+    nodes = [f"burst-{i}" for i in range(4)]
+    add_nodes(kc, *(hami_node(n, A100, 8) for n in nodes))
+    try:
+        names = [f"burst-pod-{i}" for i in range(200)]
+        limits = {
+            "nvidia.com/gpu": "1",
+            "nvidia.com/gpumem-percentage": "15",
+            "nvidia.com/gpucores": "15",
+        }
+        create(kc, *(gpu_pod(n, limits) for n in names))
+        deadline = time.monotonic() + 180
+        while True:
+            items = kc.api.get(f"/api/v1/namespaces/{NS}/pods").json()["items"]
+            placed = {p["metadata"]["name"]: p for p in items if p["spec"].get("nodeName")}
+            if len(placed) >= 192 or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        time.sleep(2)  # anything more would be an over-commit: give it time to show
+        items = kc.api.get(f"/api/v1/namespaces/{NS}/pods").json()["items"]
+        placed = {p["metadata"]["name"]: p for p in items if p["spec"].get("nodeName")}
+        assert len(placed) == 192, len(placed)
+        check_no_overcommit(kc, placed, A100[1])
+        per_card: dict[str, int] = defaultdict(int)
+        for p in placed.values():
+            for uuid, _, _ in shares(p):
+                per_card[uuid] += 1
+        assert sorted(set(per_card.values())) == [6] and len(per_card) == 32
+        waiting = sorted(set(names) - set(placed))
+        why = reasons(kc, waiting[0])
+        assert "xpupool:" in why, why
+    finally:
+        delete_pods(kc)
+        remove_nodes(kc, *nodes)
+
+
+def test_a_restarted_extender_rebuilds_what_pods_hold(
+    stack: tuple[K8sCluster, ExtenderProc],
+) -> None:
+    kc, proc = stack
+    add_nodes(kc, hami_node("restart-a", A100, 1))
+    try:
+        create(kc, gpu_pod("first", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "50000"}))
+        bound(kc, ["first"])
+        proc.stop()
+        proc.start()  # knows nothing but what the cluster says
+        create(kc, gpu_pod("second", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "50000"}))
+        why = reasons(kc, "second")  # 50 + 50 GB do not fit one 80 GB card
+        assert "xpupool:" in why, why
+        create(kc, gpu_pod("third", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "30000"}))
+        pods = bound(kc, ["first", "third"])
+        check_no_overcommit(kc, pods, A100[1])
+    finally:
+        delete_pods(kc)
+        remove_nodes(kc, "restart-a")
