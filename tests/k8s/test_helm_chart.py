@@ -153,11 +153,16 @@ def helm_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 def helm_template(
-    tools: dict[str, Path], env: dict[str, str], *sets: str
+    tools: dict[str, Path],
+    env: dict[str, str],
+    *sets: str,
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
+    extra: tuple[str, ...] = (),
 ) -> subprocess.CompletedProcess[str]:
-    """``helm template`` of the chart as release RELEASE in NAMESPACE, with ``--set`` values."""
-    args = [str(tools["helm"]), "template", RELEASE, str(CHART), "--namespace", NAMESPACE]
-    args += ["--kube-version", KUBE_VERSION]
+    """``helm template`` of the chart as ``release`` in ``namespace``, with ``--set`` values."""
+    args = [str(tools["helm"]), "template", release, str(CHART), "--namespace", namespace]
+    args += ["--kube-version", KUBE_VERSION, *extra]
     for s in sets:
         args += ["--set", s]
     return subprocess.run(args, capture_output=True, text=True, env=env, timeout=60)
@@ -277,6 +282,50 @@ def test_options_reach_the_commands(tools: dict[str, Path], helm_env: dict[str, 
     agent = container(only(objs, "DaemonSet")["spec"]["template"]["spec"], "agent")
     assert agent["securityContext"]["privileged"] is True
     assert "--hami-register" in agent["args"]
+
+
+def test_admission_policy_names_the_charts_node_agent(
+    tools: dict[str, Path], helm_env: dict[str, str]
+) -> None:
+    """The policy's matchCondition names the very service account the DaemonSet runs as (a
+    mismatch would leave every agent unchecked), and turning it off drops policy and binding."""
+    objs = render(tools, helm_env)
+    ds = only(objs, "DaemonSet")
+    sa = ds["spec"]["template"]["spec"]["serviceAccountName"]
+    only(objs, "ServiceAccount", sa)
+    vap = only(objs, "ValidatingAdmissionPolicy")
+    (cond,) = vap["spec"]["matchConditions"]
+    assert f'"system:serviceaccount:{NAMESPACE}:{sa}"' in cond["expression"]
+    binding = only(objs, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == vap["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+
+    off = render(tools, helm_env, "agent.admissionPolicy.enabled=false")
+    assert not [o for o in off if o["kind"].startswith("ValidatingAdmissionPolicy")]
+
+
+def test_admission_policy_is_the_plain_manifest(
+    tools: dict[str, Path], helm_env: dict[str, str]
+) -> None:
+    """The chart's policy is deploy/policies/node-agent-vap.yaml with only names templated:
+    rendered as release "xpupool" in namespace "xpupool" (the plain manifest's names), the two
+    agree field for field, labels aside."""
+    plain_path = ROOT / "deploy" / "policies" / "node-agent-vap.yaml"
+    if not plain_path.is_file():
+        pytest.skip(f"{plain_path.relative_to(ROOT)} is not in this tree (branch k8s-agent)")
+    plain = [d for d in yaml.safe_load_all(plain_path.read_text()) if d]
+    out = helm_template(
+        tools,
+        helm_env,
+        release="xpupool",
+        namespace="xpupool",
+        extra=("--show-only", "templates/node-agent-vap.yaml"),
+    )
+    assert out.returncode == 0, out.stderr
+    rendered = [d for d in yaml.safe_load_all(out.stdout) if d]
+    for doc in rendered:
+        doc["metadata"].pop("labels")
+    assert rendered == plain
 
 
 @pytest.mark.parametrize(

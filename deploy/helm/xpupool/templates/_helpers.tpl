@@ -23,7 +23,7 @@
 {{- end -}}
 
 {{- define "xpupool.agent.fullname" -}}
-{{- printf "%s-agent" (include "xpupool.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-node-agent" (include "xpupool.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{- define "xpupool.selectorLabels" -}}
