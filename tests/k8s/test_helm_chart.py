@@ -367,7 +367,8 @@ def wait_crd_established(kc: K8sCluster, name: str, timeout_s: float = 30.0) -> 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         crd = kc.api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-        conditions = crd.json().get("status", {}).get("conditions", [])
+        # status and its conditions are null for a moment after the CRD is created
+        conditions = (crd.json().get("status") or {}).get("conditions") or []
         if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
             return
         time.sleep(0.2)
