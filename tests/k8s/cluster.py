@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import httpx
 
@@ -161,7 +162,8 @@ class K8sCluster:
     shorthand for ``extender=Extender(url_prefix=extender_url)``. With ``kwok=True`` a standalone
     kwok controller also runs and plays kubelet for Nodes annotated ``kwok.x-k8s.io/node: fake``
     (bound pods go Running), driven by the upstream "fast" stages that build.sh keeps in
-    ``<cache>/share/kwok-stages.yaml``.
+    ``<cache>/share/kwok-stages.yaml``. With ``scheduler=False`` no kube-scheduler runs (tests of
+    the API alone: admission policies, the node agent).
     """
 
     def __init__(
@@ -172,6 +174,7 @@ class K8sCluster:
         extender: Extender | None = None,
         scheduler_name: str = SCHEDULER_NAME,
         kwok: bool = False,
+        scheduler: bool = True,
         start_timeout_s: float = 90.0,
     ) -> None:
         if extender is None and extender_url is not None:
@@ -179,6 +182,7 @@ class K8sCluster:
         self.extender = extender
         self.scheduler_name = scheduler_name
         self.kwok = kwok
+        self.scheduler = scheduler
         self.start_timeout_s = start_timeout_s
         self.workdir = workdir
         self.components: list[Component] = []
@@ -202,7 +206,8 @@ class K8sCluster:
 
     def start(self) -> K8sCluster:
         """Start all components in order and wait for each; on any failure stop what started."""
-        bins = find_binaries((*BINARIES, "kwok") if self.kwok else BINARIES)
+        names = BINARIES if self.scheduler else ("etcd", "kube-apiserver")
+        bins = find_binaries((*names, "kwok") if self.kwok else names)
         if self.workdir is None:
             self.workdir = Path(tempfile.mkdtemp(prefix="xpupool-k8s-"))
             self._own_workdir = True
@@ -210,7 +215,8 @@ class K8sCluster:
         try:
             etcd_url = self._start_etcd(bins["etcd"])
             self._start_apiserver(bins["kube-apiserver"], etcd_url)
-            self._start_scheduler(bins["kube-scheduler"])
+            if self.scheduler:
+                self._start_scheduler(bins["kube-scheduler"])
             if self.kwok:
                 self._start_kwok(bins["kwok"], bins["kwok-stages"])
         except BaseException:
@@ -250,6 +256,41 @@ class K8sCluster:
 
     def log(self, name: str) -> str:
         return log_tail(self.dir / f"{name}.log", lines=10_000)
+
+    # -- identities --------------------------------------------------------------------------
+
+    def create(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """POST ``obj`` as the admin; raises ``AssertionError`` with the apiserver's answer."""
+        r = self.api.post(path, json=obj)
+        assert r.status_code == 201, f"POST {path}: HTTP {r.status_code}: {r.text[-1000:]}"
+        return dict(r.json())
+
+    def service_account(self, namespace: str, name: str) -> None:
+        """The namespace (if new) and a ServiceAccount in it. Nothing creates ServiceAccounts
+        here (no kube-controller-manager), so tests make the ones they use."""
+        if self.api.get(f"/api/v1/namespaces/{namespace}").status_code == 404:
+            self.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
+        self.create(
+            f"/api/v1/namespaces/{namespace}/serviceaccounts",
+            {"metadata": {"name": name, "namespace": namespace}},
+        )
+
+    def token(
+        self, namespace: str, name: str, *, node: str | None = None, expiration_s: int = 3600
+    ) -> str:
+        """A ServiceAccount token from the TokenRequest API; with ``node``, bound to that Node
+        (``boundObjectRef`` kind Node, KEP-4193, GA in 1.33), so the apiserver puts the node's
+        name in the user's extra ``authentication.kubernetes.io/node-name`` and refuses the
+        token once the Node is gone. Signed with the ``sa.key`` the apiserver was started with."""
+        spec: dict[str, Any] = {"expirationSeconds": expiration_s}
+        if node is not None:
+            got = self.api.get(f"/api/v1/nodes/{node}")
+            assert got.status_code == 200, f"node {node}: HTTP {got.status_code}: {got.text}"
+            uid = got.json()["metadata"]["uid"]
+            spec["boundObjectRef"] = {"kind": "Node", "apiVersion": "v1", "name": node, "uid": uid}
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+        out = self.create(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", body)
+        return str(out["status"]["token"])
 
     # -- components --------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from a second copy kept for metrics. A reading the probe could not take is absen
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from threading import Thread
 from wsgiref.simple_server import WSGIServer
@@ -20,11 +20,43 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from xpupool.agent.agent import Agent
-from xpupool.agent.monitor import device_metrics
+from xpupool.agent.monitor import Reading, device_metrics
 
 MIB = 1 << 20
 _DEVICE = ["node", "uuid", "vendor", "model"]
 _REPLICA = ["job", "replica", "uuid"]
+
+
+def device_families(readings: Iterable[tuple[str, Reading | None]]) -> list[Metric]:
+    """Per device gauges of each ``(node name, last probe pass)``; a node with no pass yet has
+    none. Shared by this agent and the Kubernetes node agent (``k8s/node_agent.py``), so one
+    dashboard reads both."""
+
+    def gauge(name: str, text: str) -> GaugeMetricFamily:
+        return GaugeMetricFamily(f"xpupool_agent_device_{name}", text, labels=_DEVICE)
+
+    used = gauge("memory_used_bytes", "Device memory in use, as the probe reads it.")
+    total = gauge("memory_total_bytes", "Device memory capacity, as the probe reads it.")
+    util = gauge("utilization_ratio", "Device busy ratio (0..1), as the probe reads it.")
+    power = gauge("power_watts", "Board power draw.")
+    temp = gauge("temperature_celsius", "Device temperature.")
+    healthy = gauge("healthy", "1 if the probe reads the device healthy, 0 if not.")
+    for node_name, reading in readings:
+        for d in reading.devices if reading is not None else ():
+            lv = [node_name, d.uuid, d.vendor, d.canonical_model or d.model]
+            m = device_metrics(d)
+            total.add_metric(lv, d.memory_total_mib * MIB)
+            if m.memory_used_mib is not None:
+                used.add_metric(lv, m.memory_used_mib * MIB)
+            if m.utilization_pct is not None:
+                util.add_metric(lv, m.utilization_pct / 100)
+            if m.power_w is not None:
+                power.add_metric(lv, m.power_w)
+            if m.temperature_c is not None:
+                temp.add_metric(lv, m.temperature_c)
+            if m.healthy is not None:
+                healthy.add_metric(lv, 1.0 if m.healthy else 0.0)
+    return [used, total, util, power, temp, healthy]
 
 
 class AgentCollector(Collector):
@@ -41,32 +73,7 @@ class AgentCollector(Collector):
         yield from self._nodes()
 
     def _devices(self) -> Iterator[Metric]:
-        def gauge(name: str, text: str) -> GaugeMetricFamily:
-            return GaugeMetricFamily(f"xpupool_agent_device_{name}", text, labels=_DEVICE)
-
-        used = gauge("memory_used_bytes", "Device memory in use, as the probe reads it.")
-        total = gauge("memory_total_bytes", "Device memory capacity, as the probe reads it.")
-        util = gauge("utilization_ratio", "Device busy ratio (0..1), as the probe reads it.")
-        power = gauge("power_watts", "Board power draw.")
-        temp = gauge("temperature_celsius", "Device temperature.")
-        healthy = gauge("healthy", "1 if the probe reads the device healthy, 0 if not.")
-        for node in self.agent.nodes:
-            reading = node.reading
-            for d in reading.devices if reading is not None else ():
-                lv = [node.name, d.uuid, d.vendor, d.canonical_model or d.model]
-                m = device_metrics(d)
-                total.add_metric(lv, d.memory_total_mib * MIB)
-                if m.memory_used_mib is not None:
-                    used.add_metric(lv, m.memory_used_mib * MIB)
-                if m.utilization_pct is not None:
-                    util.add_metric(lv, m.utilization_pct / 100)
-                if m.power_w is not None:
-                    power.add_metric(lv, m.power_w)
-                if m.temperature_c is not None:
-                    temp.add_metric(lv, m.temperature_c)
-                if m.healthy is not None:
-                    healthy.add_metric(lv, 1.0 if m.healthy else 0.0)
-        yield from (used, total, util, power, temp, healthy)
+        yield from device_families((node.name, node.reading) for node in self.agent.nodes)
 
     def _replicas(self) -> Iterator[Metric]:
         used = GaugeMetricFamily(
@@ -139,5 +146,11 @@ class MetricsServer:
 def serve_metrics(agent: Agent, host: str = "127.0.0.1", port: int = 0) -> MetricsServer:
     """Serve ``agent``'s metrics at ``http://host:port/metrics`` until ``stop``; port 0 takes a
     free one (the CLI reads 0 as off before calling this). Raises OSError if it cannot bind."""
-    server, thread = start_http_server(port, addr=host, registry=make_registry(agent))
+    return serve_registry(make_registry(agent), host, port)
+
+
+def serve_registry(registry: CollectorRegistry, host: str, port: int) -> MetricsServer:
+    """prometheus_client's HTTP server for ``registry`` on a daemon thread; OSError if it cannot
+    bind."""
+    server, thread = start_http_server(port, addr=host, registry=registry)
     return MetricsServer(server, thread)

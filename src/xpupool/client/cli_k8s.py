@@ -1,0 +1,147 @@
+"""``xpupool k8s ...``: the Kubernetes front's processes (the node agent DaemonSet's command).
+
+Heavy imports (lightkube, the probes) happen inside each command, so ``xpupool --help`` and the
+client commands stay light.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import signal
+import threading
+from types import FrameType
+
+import click
+
+# A Node name is a DNS-1123 subdomain (apimachinery pkg/util/validation IsDNS1123Subdomain).
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
+
+
+def _node_name(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    if len(value) > 253 or not _NODE_NAME.match(value):
+        raise click.BadParameter(
+            f"{value[:80]!r} is not a Node name (lower-case DNS subdomain, at most 253 characters)"
+        )
+    return value
+
+
+def _listen(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:9400`` for IPv6) -> (host, port); None -> off (port 0)."""
+    if value is None:
+        return ("", 0)
+    host, sep, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise click.BadParameter(f"{value!r}: expected HOST:PORT such as 127.0.0.1:9400")
+    return (host, int(port))
+
+
+@click.group("k8s")
+def k8s() -> None:
+    """The Kubernetes front: node agent (and the scheduler extender)."""
+
+
+@k8s.command("agent")
+@click.option(
+    "--node-name",
+    required=True,
+    envvar="NODE_NAME",
+    callback=_node_name,
+    help="The Node this agent writes (in a DaemonSet: spec.nodeName from the downward API, as "
+    "NODE_NAME)",
+)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Kubeconfig file [default: the pod's in-cluster service account]",
+)
+@click.option(
+    "--interval",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0.1, max=3600),
+    help="Seconds between passes (probe, heartbeat, patch what changed)",
+)
+@click.option(
+    "--metrics",
+    "metrics_at",
+    callback=_listen,
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics [default: off]",
+)
+@click.option(
+    "--fake",
+    "fake_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Devices from a fake-probe YAML file instead of the vendor probes",
+)
+@click.option(
+    "--hami-register/--no-hami-register",
+    default=False,
+    show_default=True,
+    help="Also write HAMi's NVIDIA register annotation (hami.io/node-nvidia-register)",
+)
+def agent(
+    node_name: str,
+    kubeconfig: str | None,
+    interval: float,
+    metrics_at: tuple[str, int],
+    fake_path: str | None,
+    hami_register: bool,
+) -> None:
+    """Probe this node's accelerators and keep them, with a heartbeat, in its Node annotations."""
+    import yaml
+    from lightkube import Client, KubeConfig
+    from lightkube.core.exceptions import ConfigError
+
+    from xpupool.agent.metrics import serve_registry
+    from xpupool.agent.monitor import Monitor
+    from xpupool.k8s.node_agent import FIELD_MANAGER, ExtraAnnotations, NodeAgent, make_registry
+    from xpupool.probes import FakeProbe, Probe, host_probes
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    extra: ExtraAnnotations | None = None
+    if hami_register:
+        # HOOK(hami-register): the lead wires this to xpupool.k8s.hami (HAMi's JSON register
+        # encoder, H1's module) after the merge: extra = <devices -> {annotation: text}>, and
+        # deploy/policies/node-agent-vap.yaml already lets the agent write those keys.
+        raise click.UsageError("--hami-register is not wired to xpupool.k8s.hami yet")
+    try:
+        config = (
+            KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_service_account()
+        )
+    except (ConfigError, OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as exc:
+        # KeyError: a key missing in the file, or no KUBERNETES_SERVICE_HOST outside a pod
+        why = f"missing {exc}" if isinstance(exc, KeyError) else str(exc).splitlines()[0]
+        where = kubeconfig or "the in-cluster service account"
+        raise click.ClickException(f"cannot load {where}: {why}") from None
+    client = Client(config, field_manager=FIELD_MANAGER)
+    probes: list[Probe] = [FakeProbe(fake_path)] if fake_path else host_probes()
+    node_agent = NodeAgent(client, node_name, Monitor(probes), extra=extra)
+    stop = threading.Event()
+
+    def _stop(signum: int, _: FrameType | None) -> None:
+        logging.getLogger("xpupool.k8s.agent").info("%s: stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    metrics = None
+    host, port = metrics_at
+    if port:
+        try:
+            metrics = serve_registry(make_registry(node_agent), host, port)
+        except OSError as exc:
+            client.close()
+            raise click.ClickException(f"metrics port {host}:{port}: {exc}") from None
+        click.echo(f"metrics at http://{host}:{metrics.port}/metrics")
+    click.echo(f"node agent for Node {node_name}, a pass every {interval:g}s", err=True)
+    try:
+        node_agent.run(stop, interval)
+    finally:
+        if metrics is not None:
+            metrics.stop()
+        client.close()
+    click.echo("stopped", err=True)
