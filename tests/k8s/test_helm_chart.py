@@ -13,6 +13,7 @@ the chart misspells is refused there too. Missing binaries fail, never skip.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import subprocess
 import time
@@ -20,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 import yaml
 from cluster import (
@@ -29,6 +31,9 @@ from cluster import (
     K8sStartError,
     find_binaries,
 )
+
+from xpupool import cli
+from xpupool.engine.profile_file import load_profile_file
 
 pytestmark = pytest.mark.k8s
 
@@ -175,6 +180,24 @@ def render(tools: dict[str, Path], env: dict[str, str], *sets: str) -> list[dict
     return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
 
 
+# An engine profile file (docs/profiles.md) as the extender.profiles value.
+PROFILE_FILE = {
+    "apiVersion": "xpupool/v1",
+    "kind": "SchedulerConfiguration",
+    "profiles": [{"name": "packed", "base": "binpack"}],
+}
+
+
+def render_with_profile(
+    tools: dict[str, Path], env: dict[str, str], *sets: str
+) -> list[dict[str, Any]]:
+    out = helm_template(
+        tools, env, *sets, extra=("--set-json", f"extender.profiles={json.dumps(PROFILE_FILE)}")
+    )
+    assert out.returncode == 0, f"helm template failed:\n{out.stderr}"
+    return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
+
+
 def only(objs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
     found = [o for o in objs if o["kind"] == kind and name in (None, o["metadata"]["name"])]
     assert len(found) == 1, f"expected one {kind} {name or ''}, got {len(found)}"
@@ -264,24 +287,68 @@ def test_service_monitor_scrapes_both_metrics_services(
         assert ports <= {p["name"] for p in svc["spec"]["ports"]}
 
 
-def test_options_reach_the_commands(tools: dict[str, Path], helm_env: dict[str, str]) -> None:
-    """A profile file becomes --profile and a ConfigMap key; the agent turns privileged and
-    writes HAMi's register annotation only when asked."""
-    objs = render(
-        tools,
-        helm_env,
-        "extender.profiles.apiVersion=xpupool/v1",
-        "extender.profiles.kind=SchedulerConfiguration",
-        "agent.privileged=true",
-        "agent.hamiRegister=true",
-    )
+def test_options_reach_the_commands(
+    tools: dict[str, Path], helm_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A profile file becomes --profile and a ConfigMap key the engine's own loader accepts;
+    the agent turns privileged and writes HAMi's register annotation only when asked."""
+    objs = render_with_profile(tools, helm_env, "agent.privileged=true", "agent.hamiRegister=true")
     cm = only(objs, "ConfigMap")
-    assert yaml.safe_load(cm["data"]["profiles.yaml"])["kind"] == "SchedulerConfiguration"
+    (tmp_path / "profiles.yaml").write_text(cm["data"]["profiles.yaml"])
+    assert list(load_profile_file(tmp_path / "profiles.yaml")) == ["packed"]
     pod = only(objs, "Deployment")["spec"]["template"]["spec"]
     assert "--profile=/etc/xpupool/profiles.yaml" in container(pod, "extender")["args"]
     agent = container(only(objs, "DaemonSet")["spec"]["template"]["spec"], "agent")
     assert agent["securityContext"]["privileged"] is True
     assert "--hami-register" in agent["args"]
+
+
+def parse_command(args: list[str], config_dir: Path) -> click.Context:
+    """Parse a rendered container's ``args`` with the real ``xpupool`` command line (options and
+    their checks, the command itself not run), the pod's ``$(NODE_NAME)`` and config mount
+    replaced by a test node name and ``config_dir``."""
+    args = [
+        a.replace("$(NODE_NAME)", "gpu-node-1").replace("/etc/xpupool", str(config_dir))
+        for a in args
+    ]
+    group: click.Command = cli.main
+    ctx = group.make_context("xpupool", args, resilient_parsing=True)
+    for word in args:
+        if not isinstance(group, click.Group) or word.startswith("-"):
+            break
+        cmd = group.get_command(ctx, word)
+        if cmd is None:
+            pytest.skip(f"no command 'xpupool ... {word}' in this tree yet")
+        rest = args[args.index(word) + 1 :]
+        ctx = cmd.make_context(word, rest, parent=ctx, resilient_parsing=False)
+        group = cmd
+    return ctx
+
+
+def test_agent_args_are_the_real_commands(
+    tools: dict[str, Path], helm_env: dict[str, str], tmp_path: Path
+) -> None:
+    objs = render(tools, helm_env, "agent.hamiRegister=true")
+    agent = container(only(objs, "DaemonSet")["spec"]["template"]["spec"], "agent")
+    ctx = parse_command(agent["args"], tmp_path)
+    assert ctx.info_name == "agent"
+    assert ctx.params["node_name"] == "gpu-node-1"
+    assert ctx.params["metrics_at"] == ("0.0.0.0", 9400)
+    assert ctx.params["hami_register"] is True
+    with pytest.raises(click.UsageError):  # the parse is a real check
+        parse_command([*agent["args"], "--no-such-flag"], tmp_path)
+
+
+def test_extender_args_are_the_real_commands(
+    tools: dict[str, Path], helm_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The extender container's arguments, with the ConfigMap's files where they are mounted."""
+    objs = render_with_profile(tools, helm_env)
+    for key, text in only(objs, "ConfigMap")["data"].items():
+        (tmp_path / key).write_text(text)
+    pod = only(objs, "Deployment")["spec"]["template"]["spec"]
+    ctx = parse_command(container(pod, "extender")["args"], tmp_path)
+    assert ctx.info_name == "extender"
 
 
 def test_admission_policy_names_the_charts_node_agent(
@@ -349,7 +416,7 @@ def test_bad_values_are_refused_naming_the_field(
 @pytest.fixture(scope="module")
 def cluster(tools: dict[str, Path]) -> Iterator[K8sCluster]:
     """One control plane for the module, with NAMESPACE and the ServiceMonitor CRD in it."""
-    with K8sCluster() as kc:
+    with K8sCluster(scheduler=False) as kc:  # the tests start the rendered one
         r = kc.api.post(
             "/api/v1/namespaces",
             json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
