@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -536,6 +537,21 @@ def test_kube_scheduler_runs_the_rendered_configuration(
         holder = r.json().get("spec", {}).get("holderIdentity", "") if r.status_code == 200 else ""
         time.sleep(0.2)
     assert holder, f"no holder of {path}"
+
+
+def test_kube_scheduler_knows_the_rendered_flags(
+    tools: dict[str, Path], helm_env: dict[str, str]
+) -> None:
+    """The Deployment's kube-scheduler command line uses only flags the binary has."""
+    pod = only(render(tools, helm_env), "Deployment")["spec"]["template"]["spec"]
+    command = container(pod, "kube-scheduler")["command"]
+    assert command[0] == "kube-scheduler"
+    binary = find_binaries(("kube-scheduler",))["kube-scheduler"]
+    helped = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=30)
+    known = set(re.findall(r"^\s+(?:-\w, )?(--[a-z0-9-]+)", helped.stdout, re.MULTILINE))
+    assert "--config" in known  # the help was read
+    for flag in command[1:]:
+        assert flag.split("=", 1)[0] in known, flag
 
 
 def test_kube_scheduler_refuses_a_misspelt_configuration(
