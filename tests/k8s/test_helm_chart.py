@@ -31,6 +31,7 @@ from cluster import (
     K8sCluster,
     K8sStartError,
     find_binaries,
+    write_kubeconfig,
 )
 
 from xpupool import cli
@@ -526,17 +527,125 @@ def test_kube_scheduler_runs_the_rendered_configuration(
     cluster.start_scheduler(cfg, name="xpupool-scheduler")
     # Leader election is on: the scheduler takes the Lease the configuration names.
     le = cfg["leaderElection"]
-    path = (
-        f"/apis/coordination.k8s.io/v1/namespaces/{le['resourceNamespace']}"
-        f"/leases/{le['resourceName']}"
-    )
-    deadline = time.monotonic() + 30
-    holder = ""
-    while time.monotonic() < deadline and not holder:
-        r = cluster.api.get(path)
+    assert lease_holder(cluster, le["resourceNamespace"], le["resourceName"])
+
+
+def lease_holder(kc: K8sCluster, namespace: str, name: str, timeout_s: float = 30.0) -> str:
+    """The Lease's holderIdentity once it has one ("" if none within ``timeout_s``)."""
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        r = kc.api.get(path)
         holder = r.json().get("spec", {}).get("holderIdentity", "") if r.status_code == 200 else ""
+        if holder:
+            return str(holder)
         time.sleep(0.2)
-    assert holder, f"no holder of {path}"
+    return ""
+
+
+def sa_user(objs: list[dict[str, Any]], kind: str) -> str:
+    """The user a workload's pods act as: its pod template's service account."""
+    sa = only(objs, kind)["spec"]["template"]["spec"]["serviceAccountName"]
+    return f"system:serviceaccount:{NAMESPACE}:{sa}"
+
+
+# What each workload's pods do, and what they must not: (verb, resource[/name], namespace or ""
+# for all, subresource or "").
+Access = tuple[str, str, str, str]
+EXTENDER_NEEDS: list[Access] = [
+    ("watch", "nodes", "", ""),
+    ("list", "pods", "", ""),
+    ("watch", "pods", "", ""),
+    ("patch", "pods", "team-a", ""),
+    ("create", "pods", "team-a", "binding"),
+    ("list", "podgroups.scheduling.x-k8s.io", "team-a", ""),
+    ("create", "leases.coordination.k8s.io", NAMESPACE, ""),
+    ("update", "leases.coordination.k8s.io/xpupool-extender", NAMESPACE, ""),
+]
+# (The pod's account may delete pods: system:kube-scheduler grants it, for preemption.)
+EXTENDER_MUST_NOT: list[Access] = [
+    ("patch", "nodes", "", ""),
+    ("create", "pods", "team-a", ""),
+    ("get", "secrets", "", ""),
+]
+AGENT_NEEDS: list[Access] = [("get", "nodes", "", ""), ("patch", "nodes", "", "")]
+AGENT_MUST_NOT: list[Access] = [
+    ("patch", "nodes", "", "status"),
+    ("delete", "nodes", "", ""),
+    ("list", "nodes", "", ""),
+    ("list", "pods", "", ""),
+]
+
+
+def test_rbac_gives_each_workload_what_it_needs(
+    tools: dict[str, Path], helm_env: dict[str, str], cluster: K8sCluster
+) -> None:
+    """The chart's RBAC, applied for real: the extender's and the agent's service accounts may
+    do their work and nothing asked beyond it (kubectl auth can-i, impersonating them), and
+    kube-scheduler running as the scheduler pod's service account syncs its informers and takes
+    its Lease (it waits for every informer before it campaigns, so a missing list/watch right
+    stops it short of the Lease)."""
+    objs = render(tools, helm_env)
+    rbac_kinds = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+    rbac = [o for o in objs if o["kind"] in rbac_kinds]
+    applied = subprocess.run(
+        [str(tools["kubectl"]), f"--kubeconfig={cluster.kubeconfig}", "apply", "-f", "-"],
+        input=yaml.safe_dump_all(rbac),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert applied.returncode == 0, applied.stderr
+
+    def can(user: str, verb: str, resource: str, namespace: str, subresource: str) -> bool:
+        """A SubjectAccessReview for ``user`` (with a service account's groups)."""
+        resource, _, name = resource.partition("/")
+        resource, _, group = resource.partition(".")
+        sa_namespace = user.split(":")[2]
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": user,
+                "groups": [
+                    "system:serviceaccounts",
+                    f"system:serviceaccounts:{sa_namespace}",
+                    "system:authenticated",
+                ],
+                "resourceAttributes": {
+                    "verb": verb,
+                    "group": group,
+                    "resource": resource,
+                    "subresource": subresource,
+                    "namespace": namespace,
+                    "name": name,
+                },
+            },
+        }
+        out = cluster.create("/apis/authorization.k8s.io/v1/subjectaccessreviews", review)
+        return bool(out["status"].get("allowed"))
+
+    scheduler, agent = sa_user(objs, "Deployment"), sa_user(objs, "DaemonSet")
+    for user, needs, must_not in (
+        (scheduler, EXTENDER_NEEDS, EXTENDER_MUST_NOT),
+        (agent, AGENT_NEEDS, AGENT_MUST_NOT),
+    ):
+        for need in needs:
+            assert can(user, *need), (user, need)
+        for extra in must_not:
+            assert not can(user, *extra), (user, extra)
+
+    # kube-scheduler as the scheduler pod: its own kubeconfig with that account's token.
+    namespace, name = scheduler.split(":")[2:]
+    kubeconfig = cluster.dir / "scheduler-sa.kubeconfig"
+    write_kubeconfig(kubeconfig, cluster.api_url, token=cluster.token(namespace, name))
+    cfg = scheduler_config(objs)
+    cfg["clientConnection"] = {"kubeconfig": str(kubeconfig)}
+    cfg["leaderElection"]["resourceName"] = "xpupool-scheduler-as-sa"
+    cluster.start_scheduler(cfg, name="scheduler-as-sa")
+    assert lease_holder(cluster, namespace, "xpupool-scheduler-as-sa"), cluster.log(
+        "scheduler-as-sa"
+    )[-3000:]
 
 
 def test_kube_scheduler_knows_the_rendered_flags(
