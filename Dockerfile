@@ -6,14 +6,20 @@
 # (10001) the chart's securityContext names. The engine's compiled loops cache their machine code
 # under /tmp (NUMBA_CACHE_DIR): the install is read-only, and the chart mounts /tmp writable.
 ARG PYTHON_VERSION=3.11
+# Vendor libraries' Python bindings the probes import lazily (probes/nvml.py: pynvml, from
+# nvidia-ml-py; the NVIDIA container runtime mounts libnvidia-ml.so itself). Not dependencies of
+# the package: a host without the card needs none of them.
+ARG PROBE_PACKAGES="nvidia-ml-py"
 
 FROM python:${PYTHON_VERSION}-slim-bookworm AS wheels
+ARG PROBE_PACKAGES
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY src ./src
-RUN python -m pip wheel --no-cache-dir --wheel-dir /wheels .
+RUN python -m pip wheel --no-cache-dir --wheel-dir /wheels . ${PROBE_PACKAGES}
 
 FROM python:${PYTHON_VERSION}-slim-bookworm
+ARG PROBE_PACKAGES
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_INDEX=1 \
@@ -26,7 +32,8 @@ RUN groupadd --system --gid 10001 xpupool \
 # The wheels are mounted, not copied, so they leave no layer behind.
 RUN --mount=type=bind,from=wheels,source=/wheels,target=/wheels \
     python -m venv /opt/xpupool \
-    && /opt/xpupool/bin/pip install --no-index --find-links /wheels --no-cache-dir xpupool
+    && /opt/xpupool/bin/pip install --no-index --find-links /wheels --no-cache-dir \
+       xpupool ${PROBE_PACKAGES}
 USER 10001:10001
 WORKDIR /var/lib/xpupool
 EXPOSE 8080
