@@ -400,8 +400,16 @@ def test_admission_policy_is_the_plain_manifest(
 @pytest.mark.parametrize(
     ("value", "field"),
     [
-        ("extender.weight=0", "extender.weight"),
-        ("extender.managedResources=null", "extender.managedResources"),
+        # values.schema.json, which helm checks before rendering: the path and the reason
+        ("extender.weight=0", "/extender/weight"),
+        ("extender.wieght=2", "'wieght' not allowed"),
+        ("extender.managedResources=null", "missing property 'managedResources'"),
+        ("extender.managedResources[0]=gpu", "/extender/managedResources/0"),
+        ("extender.httpTimeout=30", "/extender/httpTimeout"),
+        ("scheduler.percentageOfNodesToScore=101", "/scheduler/percentageOfNodesToScore"),
+        ("agent.hostPaths[0].name=x", "/agent/hostPaths/0"),
+        # the templates' own checks, across fields
+        ("scheduler.leaderElection.enabled=false", "scheduler.leaderElection.enabled"),
     ],
 )
 def test_bad_values_are_refused_naming_the_field(
@@ -409,7 +417,7 @@ def test_bad_values_are_refused_naming_the_field(
 ) -> None:
     out = helm_template(tools, helm_env, value)
     assert out.returncode != 0
-    assert field in out.stderr
+    assert field in out.stderr, out.stderr
 
 
 # -- the real control plane -------------------------------------------------------------------
