@@ -345,12 +345,16 @@ def test_extender_args_are_the_real_commands(
     tools: dict[str, Path], helm_env: dict[str, str], tmp_path: Path
 ) -> None:
     """The extender container's arguments, with the ConfigMap's files where they are mounted."""
-    objs = render_with_profile(tools, helm_env)
+    objs = render_with_profile(tools, helm_env, "extender.policy=packed")
     for key, text in only(objs, "ConfigMap")["data"].items():
         (tmp_path / key).write_text(text)
     pod = only(objs, "Deployment")["spec"]["template"]["spec"]
     ctx = parse_command(container(pod, "extender")["args"], tmp_path)
     assert ctx.info_name == "extender"
+    assert ctx.params["listen"] == ("127.0.0.1", 8888)
+    assert ctx.params["policy"] == "packed"
+    assert ctx.params["profile_file"] == str(tmp_path / "profiles.yaml")
+    assert ctx.params["metrics_at"] == ("0.0.0.0", 9401)
 
 
 def test_admission_policy_names_the_charts_node_agent(
