@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-k8s lint bench clean
+.PHONY: run test test-k8s k8s-bin lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,11 @@ lint: $(STAMP)
 test: lint
 	tools/k8s/build.sh >/dev/null
 	$(BIN)/python -m pytest
+
+# Only the Kubernetes binaries: kube-apiserver, kube-scheduler, kubectl, kwok, etcd and helm, into
+# the versioned cache (nothing when they are there).
+k8s-bin:
+	tools/k8s/build.sh
 
 # Only the Kubernetes tests.
 test-k8s: $(STAMP)

@@ -413,6 +413,9 @@ class K8sCluster:
                 # TaintNodesByCondition puts on every Node at creation.
                 "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
                 "--endpoint-reconciler-type=none",
+                # As kubeadm and kind run it: the default (false) refuses every privileged pod,
+                # which the chart's node agent may ask for (agent.privileged).
+                "--allow-privileged=true",
                 *self.apiserver_args,
             ],
         )
@@ -437,22 +440,34 @@ class K8sCluster:
         }
         if self.extender is not None:
             config["extenders"] = [self.extender.to_config()]
-        path = self.dir / "scheduler.json"  # JSON is YAML; the scheduler reads either
+        self.start_scheduler(config, binary=binary)
+
+    def start_scheduler(
+        self, config: dict[str, object], name: str = "kube-scheduler", binary: Path | None = None
+    ) -> Component:
+        """Start one more kube-scheduler with ``config`` (a KubeSchedulerConfiguration as a dict,
+        written as ``<name>.json``) and wait until its ``/readyz`` answers 200; a config it refuses
+        raises ``K8sStartError`` with its log tail. ``name`` names its log and must be unique. The
+        config's ``clientConnection.kubeconfig`` is the caller's to set (``self.kubeconfig``)."""
+        if binary is None:
+            binary = find_binaries(("kube-scheduler",))["kube-scheduler"]
+        path = self.dir / f"{name}.json"  # JSON is YAML; the scheduler reads either
         path.write_text(json.dumps(config, indent=2))
         port = free_port()
         comp = self._spawn(
-            "kube-scheduler",
+            name,
             [
                 str(binary),
                 f"--config={path}",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={port}",
-                f"--cert-dir={self.dir / 'pki-scheduler'}",
+                f"--cert-dir={self.dir / f'pki-{name}'}",
                 "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
                 "--v=2",
             ],
         )
         self._wait(comp, f"https://127.0.0.1:{port}/readyz")
+        return comp
 
     def _start_kwok(self, binary: Path, stages: Path) -> None:
         port = free_port()

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Build the real Kubernetes control plane the k8s tests run against: kube-apiserver and
-# kube-scheduler from k8s.io/kubernetes, kwok from sigs.k8s.io/kwok, all through the Go module
-# proxy, plus etcd from Debian trixie's etcd-server package (bookworm's 3.4.23 is older than what
-# kube-apiserver 1.3x expects). Nothing lands in the repo: binaries go to a cache keyed by version,
+# Build the real Kubernetes control plane the k8s tests run against: kube-apiserver,
+# kube-scheduler and kubectl from k8s.io/kubernetes, kwok from sigs.k8s.io/kwok, helm from
+# helm.sh/helm/v3 (renders deploy/helm/xpupool), all through the Go module proxy, plus etcd from
+# Debian trixie's etcd-server package (bookworm's 3.4.23 is older than what kube-apiserver 1.3x
+# expects). Nothing lands in the repo: binaries go to a cache keyed by version,
 #   ${XPUPOOL_K8S_CACHE:-$HOME/.cache/xpupool/k8s}/<key>/bin/
 # and only missing binaries are built, so a warm run downloads nothing and takes well under a second.
 #
@@ -12,6 +13,7 @@ set -euo pipefail
 
 K8S_VERSION="${XPUPOOL_K8S_VERSION:-1.36.3}"   # k8s.io/kubernetes v$K8S_VERSION
 KWOK_VERSION="${XPUPOOL_KWOK_VERSION:-0.8.0}"  # sigs.k8s.io/kwok v$KWOK_VERSION
+HELM_VERSION="${XPUPOOL_HELM_VERSION:-3.22.0}"  # helm.sh/helm/v3 v$HELM_VERSION (outside KEY: see have_helm)
 ETCD_SUITE="trixie"                            # Debian suite whose etcd-server we unpack (3.5.16)
 DEBIAN_MIRROR="${XPUPOOL_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 
@@ -38,7 +40,7 @@ build_kube() {
     # (k8s.io/api, client-go, ...) with ./staging/src/..., so `go install pkg@v` refuses it. The
     # wrapper pins each of those to its published v0.X.Y tag, read from k8s's own go.mod.
     local wrap="$ROOT/src/kubernetes" staging="0.${K8S_VERSION#1.}"
-    local minor
+    local minor ldf="-s -w"
     minor="$(cut -d. -f2 <<<"$K8S_VERSION")"
     rm -rf "$wrap" && mkdir -p "$wrap" && cd "$wrap"
     go mod init xpupool.invalid/k8sbin >/dev/null 2>&1
@@ -54,12 +56,20 @@ build_kube() {
     log "pinning ${#replaces[@]} staging modules to v$staging"
     go mod edit "${replaces[@]}"
     log "resolving dependencies (go get)"
+    # kubectl comes from the same module and version rather than from the machine: the image's
+    # /usr/bin/kubectl is v1.32 (Google's cloud SDK package, whose apt source these machines
+    # cannot reach, so a machine without it could not install it) and four minors from the
+    # apiserver is outside kubectl's supported skew; here it costs one more link against
+    # packages the two servers already compiled.
     "${NICE[@]}" go get "k8s.io/kubernetes/cmd/kube-apiserver@v$K8S_VERSION" \
-        "k8s.io/kubernetes/cmd/kube-scheduler@v$K8S_VERSION"
-    local ldf="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION"
-    ldf+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+        "k8s.io/kubernetes/cmd/kube-scheduler@v$K8S_VERSION" \
+        "k8s.io/kubernetes/cmd/kubectl@v$K8S_VERSION"
+    local ver
+    for ver in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        ldf+=" -X $ver.gitVersion=v$K8S_VERSION -X $ver.gitMajor=1 -X $ver.gitMinor=$minor"
+    done
     local cmd
-    for cmd in kube-apiserver kube-scheduler; do
+    for cmd in kube-apiserver kube-scheduler kubectl; do
         have "$cmd" && continue
         log "compiling $cmd"
         "${NICE[@]}" go build -trimpath -ldflags "$ldf" -o "$BIN/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd"
@@ -95,6 +105,40 @@ stage_kwok() {
     mv "$out" "$SHARE/kwok-stages.yaml"
 }
 
+build_helm() {
+    # helm's go.mod has no replace or exclude directives (checked at v3.21.4 and refused below
+    # if a later one grows some), so `go install @version` works in a module of its own. The
+    # ldflags are the ones helm's Makefile sets: its version, and the Kubernetes version that
+    # `helm template` assumes by default (else 1.20, which a chart's kubeVersion would refuse),
+    # taken from the client-go minor its go.mod requires, as the Makefile does.
+    log "building helm.sh/helm/v3/cmd/helm@v$HELM_VERSION"
+    cd "$ROOT"  # outside build_kube's wrapper module: helm resolves its own requirements
+    local gomod
+    gomod="$(go mod download -json "helm.sh/helm/v3@v$HELM_VERSION" |
+        python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(d["Error"]) if d.get("Error") else print(d["GoMod"])')"
+    if grep -qE '^[[:space:]]*(replace|exclude)\b' "$gomod"; then
+        log "helm v$HELM_VERSION's go.mod has replace/exclude: go install refuses it; $gomod"
+        exit 1
+    fi
+    local kminor
+    kminor="$(sed -nE 's#^[[:space:]]*k8s\.io/client-go v0\.([0-9]+)\..*#\1#p' "$gomod")"
+    [[ -n "$kminor" ]] || { log "no k8s.io/client-go requirement in $gomod"; exit 1; }
+    local ldf="-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION" pkg
+    for pkg in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+        ldf+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$kminor"
+    done
+    local tmpbin="$ROOT/src/helm-bin"
+    rm -rf "$tmpbin" && mkdir -p "$tmpbin"
+    GOBIN="$tmpbin" "${NICE[@]}" go install -trimpath -ldflags "$ldf" \
+        "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION"
+    mv "$tmpbin/helm" "$BIN/helm"
+    echo "v$HELM_VERSION" >"$BIN/helm.version"
+}
+
+# helm is not in KEY (a new helm must not rebuild the control plane): its version is stamped
+# beside it, and a different one is rebuilt.
+have_helm() { have helm && [[ "$(cat "$BIN/helm.version" 2>/dev/null)" == "v$HELM_VERSION" ]]; }
+
 fetch_etcd() {
     # apt-get download from a throwaway sources list: nothing is installed, so no init script or
     # systemd unit starts a stray etcd on 2379, and the host's apt state is left alone.
@@ -119,12 +163,13 @@ EOF
     rm -rf "$apt"
 }
 
-have kube-apiserver && have kube-scheduler || build_kube
+have kube-apiserver && have kube-scheduler && have kubectl || build_kube
 have kwok || build_kwok
 [[ -s "$SHARE/kwok-stages.yaml" ]] || stage_kwok
 have etcd || fetch_etcd
+have_helm || build_helm
 
-for b in kube-apiserver kube-scheduler kwok etcd; do
+for b in kube-apiserver kube-scheduler kubectl kwok etcd helm; do
     echo "$BIN/$b"
 done
 echo "$SHARE/kwok-stages.yaml"
