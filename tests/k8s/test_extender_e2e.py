@@ -362,3 +362,65 @@ def test_a_restarted_extender_rebuilds_what_pods_hold(
     finally:
         delete_pods(kc)
         remove_nodes(kc, "restart-a")
+
+
+def priority_class(kc: K8sCluster, name: str, value: int) -> None:
+    body = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "value": value,
+    }
+    r = kc.api.post("/apis/scheduling.k8s.io/v1/priorityclasses", json=body)
+    assert r.status_code in (201, 409), r.text
+
+
+def test_preempt_names_the_victims_whose_shares_the_pod_needs(
+    stack: tuple[K8sCluster, ExtenderProc],
+) -> None:
+    """kube-scheduler sees no card shares; the extender's preempt verb does. On one 80 GB card
+    holding a 50 GB and a 20 GB low-priority pod, a 40 GB high-priority pod needs the 50 GB one
+    evicted and only it: whatever kube-scheduler proposes, that is the answer."""
+    kc, proc = stack
+    priority_class(kc, "xp-low", 100)
+    priority_class(kc, "xp-high", 1000)
+    add_nodes(kc, hami_node("preempt-a", A100, 1))
+    try:
+        low = {"priorityClassName": "xp-low"}
+        big = gpu_pod("low-big", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "50000"})
+        small = gpu_pod("low-small", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20000"})
+        big["spec"].update(low)
+        small["spec"].update(low)
+        create(kc, big, small)
+        held = bound(kc, ["low-big", "low-small"])
+        uid = {n: p["metadata"]["uid"] for n, p in held.items()}
+        high = gpu_pod("high", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "40000"})
+        high["spec"]["priorityClassName"] = "xp-high"
+        high["spec"]["schedulerName"] = "nobody"  # kept out of the scheduler: asked by hand
+        create(kc, high)
+        high_obj = pod(kc, "high")
+        assert high_obj["spec"]["priority"] == 1000
+
+        def ask(victims: list[str]) -> dict[str, Any]:
+            body = {
+                "Pod": high_obj,
+                "NodeNameToVictims": None,
+                "NodeNameToMetaVictims": {
+                    "preempt-a": {
+                        "Pods": [{"UID": uid[v]} for v in victims],
+                        "NumPDBViolations": 0,
+                    }
+                },
+            }
+            r = httpx.post(f"http://127.0.0.1:{proc.port}/preempt", json=body, timeout=10)
+            assert r.status_code == 200, r.text
+            return dict(r.json())
+
+        want = {"preempt-a": {"Pods": [{"UID": uid["low-big"]}], "NumPDBViolations": 0}}
+        assert ask(["low-big", "low-small"])["NodeNameToMetaVictims"] == want
+        assert ask(["low-small"])["NodeNameToMetaVictims"] == want  # not enough: the engine adds
+        high_obj["spec"]["priority"] = 50  # below both: nobody may be evicted for it
+        assert ask(["low-big", "low-small"])["NodeNameToMetaVictims"] in ({}, None)
+    finally:
+        delete_pods(kc)
+        remove_nodes(kc, "preempt-a")

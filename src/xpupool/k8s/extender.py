@@ -26,14 +26,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
 
 from xpupool.engine import Engine, Transaction
-from xpupool.engine.reasons import PREEMPTION_MAY_HELP, TEXT, Reason
+from xpupool.engine.reasons import PREEMPTION_MAY_HELP, TEXT
 from xpupool.engine.verdict import Verdicts
 from xpupool.k8s.cluster_view import ClusterView
 from xpupool.k8s.extender_wire import (
@@ -85,7 +85,8 @@ class PodApi(Protocol):
         ...
 
 
-Annotator = Callable_ = Any  # (node, demand, allocations) -> annotations; see ``Extender``
+Annotator = Callable[[str, PodDemand, Sequence[Allocation]], Mapping[str, str]]
+"""What a bind writes on the pod for the allocations it made on a node (pod_assignment.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,10 +102,10 @@ class Extender:
     """The verbs over one :class:`ClusterView`. Thread-safe: the view's lock guards the engine;
     API calls happen outside it."""
 
-    def __init__(self, view: ClusterView, api: PodApi, annotate: Any) -> None:
+    def __init__(self, view: ClusterView, api: PodApi, annotate: Annotator) -> None:
         self.view = view
         self.api = api
-        self.annotate = annotate  # (node, demand, allocations) -> dict of pod annotations
+        self.annotate = annotate
         self._demands: OrderedDict[str, PodDemand] = OrderedDict()
         self._demands_lock = threading.Lock()
         self._verdicts: tuple[int, Verdicts] | None = None  # (id of the engine, its verdicts)
@@ -252,12 +253,13 @@ class Extender:
                 n: MetaVictims(Pods=[MetaPod(UID=u) for u in uids]) for n, uids in proposed.items()
             }
             return ExtenderPreemptionResult(NodeNameToMetaVictims=dict(kept))
+        priority = _pod_priority(args.pod)
         out: dict[str, MetaVictims | None] = {}
         charges = self.view.charges()
         with self.view.engine_locked() as engine:
             for node, uids in proposed.items():
-                needed = _victims_needed(engine, demand, node, uids, charges)
-                if needed is not None:
+                needed = _victims_needed(engine, demand, node, uids, priority, charges)
+                if needed:  # kube-scheduler refuses a node with no victim
                     out[node] = MetaVictims(Pods=[MetaPod(UID=u) for u in needed])
         return ExtenderPreemptionResult(NodeNameToMetaVictims=out)
 
@@ -273,7 +275,7 @@ class Extender:
             if known is not None:
                 self._demands.move_to_end(key)
                 return known
-        demand = pod_demand(pod)
+        demand = _for_engine(pod_demand(pod), _pod_priority(pod))
         with self._demands_lock:
             self._demands[key] = demand
             while len(self._demands) > DEMANDS_KEPT:
@@ -370,29 +372,56 @@ def _proposed_victims(args: ExtenderPreemptionArgs) -> dict[str, list[str]]:
     return out
 
 
+def _for_engine(demand: PodDemand, priority: int) -> PodDemand:
+    """The pod's requests as the engine should judge them here: with the pod's priority (what
+    preemption compares), and without host CPU and memory, which kube-scheduler's own
+    NodeResourcesFit judges against every pod of the node, not only those holding devices."""
+    demands = tuple(
+        replace(d, request=replace(d.request, priority=priority, cpu_milli=0, memory_mib=0))
+        for d in demand.demands
+    )
+    return replace(demand, demands=demands)
+
+
+def _pod_priority(pod: object) -> int:
+    """``spec.priority`` (what the Priority admission plugin resolved), 0 when absent."""
+    spec = pod.get("spec") if isinstance(pod, Mapping) else None
+    value = spec.get("priority") if isinstance(spec, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def _victims_needed(
     engine: Engine,
     demand: PodDemand,
     node: str,
-    uids: Sequence[str],
+    proposed: Sequence[str],
+    priority: int,
     charges: Mapping[str, tuple[Allocation, ...]],
 ) -> list[str] | None:
-    """Of the pods proposed on ``node``, those whose shares the pod needs: all of them released
-    must let every container fit there (else None: preempting here would not help); then each
-    victim, lowest priority last, is kept if the pod still fits without evicting it. A what-if:
-    the state is left as it was."""
+    """The pods on ``node`` to evict for the pod's card shares, or None if no eviction of lower
+    priority pods makes room there. kube-scheduler's ``proposed`` victims are tried first (it
+    weighed PodDisruptionBudgets); if their shares are not enough, every lower-priority pod the
+    node's cards hold is a candidate (kube-scheduler sees no shares, and takes back any pod of
+    the node by UID). A proposed pod of the same or higher priority, or holding nothing on the
+    node's cards, is never named. Then each victim, the most important first, is spared if the pod still
+    fits without evicting it. A what-if: the state is left as it was."""
     i = engine.state.node_index.get(node)
     if i is None:
         return None
     live = engine.state.live
-    held = {u: [a for a in charges.get(u, ()) if a.id in live] for u in uids}
+    held = {
+        uid: [a for a in allocs if a.id in live]
+        for uid, allocs in charges.items()
+        if any(a.node == node and a.id in live for a in allocs)
+    }
+    lower = [u for u, allocs in held.items() if max(a.priority for a in allocs) < priority]
     within = _node_mask(engine, i)
 
     def fits_without(evicted: Sequence[str]) -> bool:
         with Transaction(engine.state) as txn:
             try:
                 for u in evicted:
-                    for alloc in held[u]:
+                    for alloc in held.get(u, ()):
                         txn.release(alloc.id)
                 return all(
                     engine.place(d.request, within=within, txn=txn).ok for d in demand.demands
@@ -400,15 +429,17 @@ def _victims_needed(
             finally:
                 txn.rollback()
 
-    chosen = list(uids)
+    chosen = [u for u in proposed if u in lower]  # never a pod as important as this one
     if not fits_without(chosen):
-        return None
-    by_priority = sorted(chosen, key=lambda u: -max((a.priority for a in held[u]), default=0))
-    for u in by_priority:  # spare the most important first
+        chosen = list(dict.fromkeys([*chosen, *lower]))
+        if not fits_without(chosen):
+            return None
+
+    def importance(uid: str) -> int:
+        return max((a.priority for a in held.get(uid, ())), default=priority)
+
+    for u in sorted(chosen, key=importance, reverse=True):  # spare the most important first
         trial = [v for v in chosen if v != u]
         if fits_without(trial):
             chosen = trial
     return chosen
-
-
-_ = Reason  # re-exported for callers that match on per-node reasons
