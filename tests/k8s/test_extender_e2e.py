@@ -49,11 +49,13 @@ class ExtenderProc:
 
     def __init__(self, kubeconfig: Path, port: int, log: Path) -> None:
         self.kubeconfig, self.port, self.log = kubeconfig, port, log
+        self.metrics_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> ExtenderProc:
         cmd = [sys.executable, "-c", "from xpupool.cli import main; main()", "k8s", "extender"]
         cmd += ["--kubeconfig", str(self.kubeconfig), "--listen", f"127.0.0.1:{self.port}"]
+        cmd += ["--metrics", f"127.0.0.1:{self.metrics_port}"]
         out = self.log.open("ab")
         self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=os.environ)
         deadline = time.monotonic() + 60
@@ -424,3 +426,26 @@ def test_preempt_names_the_victims_whose_shares_the_pod_needs(
     finally:
         delete_pods(kc)
         remove_nodes(kc, "preempt-a")
+
+
+def test_metrics_count_the_calls_by_verb_and_outcome(
+    stack: tuple[K8sCluster, ExtenderProc],
+) -> None:
+    kc, proc = stack
+    r = httpx.post(f"http://127.0.0.1:{proc.port}/filter", content=b"{not json", timeout=5)
+    assert r.status_code == 400 and "ExtenderArgs" in r.text
+    add_nodes(kc, hami_node("metrics-a", A100, 1))
+    try:
+        create(kc, gpu_pod("metered", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}))
+        bound(kc, ["metered"])
+        text = httpx.get(f"http://127.0.0.1:{proc.metrics_port}/metrics", timeout=5).text
+        for line in (
+            'xpupool_extender_calls_total{outcome="ok",verb="filter"}',
+            'xpupool_extender_calls_total{outcome="ok",verb="bind"}',
+            'xpupool_extender_calls_total{outcome="bad_request",verb="filter"}',
+        ):
+            assert line in text, text[:3000]
+        assert 'xpupool_extender_call_seconds_bucket{le="0.05",verb="filter"}' in text
+    finally:
+        delete_pods(kc)
+        remove_nodes(kc, "metrics-a")
