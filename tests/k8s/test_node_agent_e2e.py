@@ -3,7 +3,8 @@ admission policy with a token bound to its Node (as a DaemonSet pod runs it): it
 devices and a heartbeat, sends the devices again only when they change (counted at a recording
 proxy between the agent and the apiserver, not from the agent's own word), survives another
 writer changing the Node between its read and its patch (a real 409), serves metrics and stops
-cleanly on SIGTERM.
+cleanly on SIGTERM; with --hami-register it also writes HAMi's register annotations, which the
+extender's node decoder reads as the same cards.
 """
 
 from __future__ import annotations
@@ -27,15 +28,19 @@ from cluster import (
     find_binaries,
     free_port,
     log_tail,
+    make_api_client,
     write_kubeconfig,
 )
 
+from xpupool.catalog import load_accelerators
+from xpupool.k8s.decoders import decode_node
 from xpupool.k8s.node_annotations import (
     DEVICES_KEY,
     HEARTBEAT_KEY,
     decode_devices,
     decode_heartbeat,
 )
+from xpupool.model.device import Device
 
 pytestmark = pytest.mark.k8s
 
@@ -176,3 +181,88 @@ def test_agent_process_writes_heartbeats_patches_only_changes_and_survives_confl
             if agent.poll() is None:
                 agent.kill()
                 agent.wait()
+
+
+def test_agent_process_with_hami_register_writes_hamis_annotations_the_extender_reads(
+    kc: K8sCluster, tmp_path: Path
+) -> None:
+    """--hami-register under the shipped policy: the agent writes HAMi's register annotation for
+    each device type it found (NVIDIA and an Ascend vNPU chip here), and the extender's node
+    decoder reads the same cards from them as from xpupool.io/devices."""
+    fake = FAKE.parent / "fake-a100x2-910b3.yaml"
+    log = tmp_path / "agent.log"
+    config = tmp_path / "agent.kubeconfig"
+    write_kubeconfig(config, kc.api_url, kc.token(NAMESPACE, AGENT_SA, node=NODE))
+    keys = {"hami.io/node-nvidia-register", "hami.io/node-register-Ascend910B3"}
+    wait_policy_live(kc)
+
+    def node() -> dict:
+        return dict(kc.api.get(f"/api/v1/nodes/{NODE}").json())
+
+    def annotations() -> dict[str, str]:
+        return dict(node()["metadata"].get("annotations") or {})
+
+    with log.open("wb") as out:
+        agent = subprocess.Popen(
+            [
+                *CLI,
+                "k8s",
+                "agent",
+                f"--node-name={NODE}",
+                f"--kubeconfig={config}",
+                "--interval=0.5",
+                f"--fake={fake}",
+                "--hami-register",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for("HAMi's register annotations", lambda: keys <= set(annotations()), log)
+        obj = node()
+        ours = decode_node(obj)
+        assert ours is not None
+        hami_only = json.loads(json.dumps(obj))
+        del hami_only["metadata"]["annotations"][DEVICES_KEY]
+        theirs = decode_node(hami_only)
+        assert theirs is not None
+        assert [d.uuid for d in theirs.devices] == [
+            "GPU-fake-a100-0",
+            "GPU-fake-a100-1",
+            "NPU-fake-910b3-0",
+        ]
+        assert sorted(map(card, theirs.devices)) == sorted(map(card, ours.devices))
+        assert {d.max_tasks for d in theirs.devices} == {10}  # HAMi's deviceSplitCount default
+        assert "403" not in log.read_text()  # the policy let every write through
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(timeout=10) == 0, log_tail(log)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+
+
+def card(d: Device) -> tuple[object, ...]:
+    """What HAMi's format carries of a card, the model as the catalog names it."""
+    found = load_accelerators().lookup(d.model, d.vendor)
+    model = found.name if found is not None else d.model
+    return (d.uuid, d.vendor, model, d.memory_mib, d.index, d.numa_node or 0, d.healthy)
+
+
+def wait_policy_live(kc: K8sCluster) -> None:
+    """The policy's informers take a moment after creation: wait until the agent's identity is
+    refused another Node, so a write the policy would refuse cannot slip through before it."""
+    make_node(kc, "other-node")
+    token = kc.token(NAMESPACE, AGENT_SA, node=NODE)
+    deadline = time.monotonic() + 30
+    with make_api_client(kc.api_url, token) as client:
+        while True:
+            r = client.patch(
+                "/api/v1/nodes/other-node",
+                json={"metadata": {"annotations": {"xpupool.io/probe": "x"}}},
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
+            if r.status_code == 403:
+                return
+            assert time.monotonic() < deadline, f"policy not live: HTTP {r.status_code}"
+            time.sleep(0.3)

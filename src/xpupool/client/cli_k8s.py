@@ -79,7 +79,8 @@ def k8s() -> None:
     "--hami-register/--no-hami-register",
     default=False,
     show_default=True,
-    help="Also write HAMi's NVIDIA register annotation (hami.io/node-nvidia-register)",
+    help="Also write HAMi's node register annotations (hami.io/node-nvidia-register and the "
+    "other types HAMi reads from an annotation) for the cards found",
 )
 def agent(
     node_name: str,
@@ -104,10 +105,11 @@ def agent(
     )
     extra: ExtraAnnotations | None = None
     if hami_register:
-        # HOOK(hami-register): the lead wires this to xpupool.k8s.hami (HAMi's JSON register
-        # encoder, H1's module) after the merge: extra = <devices -> {annotation: text}>, and
-        # deploy/policies/node-agent-vap.yaml already lets the agent write those keys.
-        raise click.UsageError("--hami-register is not wired to xpupool.k8s.hami yet")
+        # HAMi's register annotations beside ours; the admission policy allows exactly
+        # hami_register.REGISTER_KEYS.
+        from xpupool.k8s.hami_register import hami_register_annotations
+
+        extra = hami_register_annotations
     try:
         config = (
             KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_service_account()

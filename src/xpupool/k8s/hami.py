@@ -319,14 +319,19 @@ def decode_register(
 
 
 def info_from_device(device: Device, kind: DeviceKind) -> DeviceInfo:
-    """HAMi's registration entry for one of our devices (for our node agent to write)."""
+    """HAMi's registration entry for one of our devices (for our node agent to write).
+
+    ``devcore`` is the card's whole in HAMi's core units (``kind.cores_per_card``: 100 for a
+    percentage, as the NVIDIA device plugin registers ``DeviceCoreScaling * 100``), not our
+    ``compute_units`` (SMs, AI cores): HAMi compares it with pods' core requests. A device type
+    that names one chip (Ascend, Iluvatar) registers its type string alone (``Ascend910B3``)."""
     return DeviceInfo(
         id=device.uuid,
         index=device.index,
         count=device.max_tasks or DEFAULT_SPLIT_COUNT,
         devmem=device.memory_mib,
-        devcore=device.compute_units or 100,
-        type=_hami_type_string(device.model, kind),
+        devcore=kind.cores_per_card,
+        type=kind.hami_type if kind.model is not None else _hami_type_string(device.model, kind),
         numa=device.numa_node or 0,
         mode="hami-core" if kind.vendor == "nvidia" else "",
         health=device.healthy,

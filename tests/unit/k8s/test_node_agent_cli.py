@@ -57,6 +57,11 @@ def test_a_broken_kubeconfig_is_one_line(tmp_path: Path, text: str, why: str) ->
     assert out.count("\n") == 1
 
 
-def test_hami_register_is_a_marked_hook_until_wired() -> None:
-    code, out = run("--node-name=gpu-a", "--hami-register")
-    assert code == 2 and "not wired" in out
+def test_hami_register_is_taken_and_goes_on_to_the_cluster(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The flag is wired (what it writes: test_hami_register.py and the agent's e2e test)."""
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    code, out = run("--node-name=gpu-a", "--hami-register", f"--fake={FAKE}")
+    assert code == 1
+    assert "cannot load the in-cluster service account" in out
