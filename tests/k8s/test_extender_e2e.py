@@ -47,15 +47,15 @@ NS = "default"
 class ExtenderProc:
     """``xpupool k8s extender`` as a real process."""
 
-    def __init__(self, kubeconfig: Path, port: int, log: Path) -> None:
-        self.kubeconfig, self.port, self.log = kubeconfig, port, log
+    def __init__(self, kubeconfig: Path, port: int, log: Path, extra: tuple[str, ...] = ()) -> None:
+        self.kubeconfig, self.port, self.log, self.extra = kubeconfig, port, log, extra
         self.metrics_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> ExtenderProc:
+    def start(self, wait_ready: bool = True) -> ExtenderProc:
         cmd = [sys.executable, "-c", "from xpupool.cli import main; main()", "k8s", "extender"]
         cmd += ["--kubeconfig", str(self.kubeconfig), "--listen", f"127.0.0.1:{self.port}"]
-        cmd += ["--metrics", f"127.0.0.1:{self.metrics_port}"]
+        cmd += ["--metrics", f"127.0.0.1:{self.metrics_port}", *self.extra]
         out = self.log.open("ab")
         self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=os.environ)
         deadline = time.monotonic() + 60
@@ -63,12 +63,19 @@ class ExtenderProc:
             if self.proc.poll() is not None:
                 raise AssertionError(f"extender exited:\n{self.log.read_text()[-3000:]}")
             try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/readyz", timeout=1).status_code == 200:
+                if self.ready() or (not wait_ready and self.healthy()):
                     return self
             except httpx.TransportError:
                 pass
             time.sleep(0.1)
         raise AssertionError(f"extender not ready in 60 s:\n{self.log.read_text()[-3000:]}")
+
+    def ready(self) -> bool:
+        r = httpx.get(f"http://127.0.0.1:{self.port}/readyz", timeout=1)
+        return r.status_code == 200
+
+    def healthy(self) -> bool:
+        return httpx.get(f"http://127.0.0.1:{self.port}/healthz", timeout=1).status_code == 200
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -449,3 +456,35 @@ def test_metrics_count_the_calls_by_verb_and_outcome(
     finally:
         delete_pods(kc)
         remove_nodes(kc, "metrics-a")
+
+
+def test_two_replicas_with_leader_election_one_answers(
+    stack: tuple[K8sCluster, ExtenderProc], tmp_path: Path
+) -> None:
+    """Two extenders on one Lease: one is ready and answers, the other is a standby that is not
+    ready and answers every verb with Error; when the leader stops it gives the Lease up and the
+    standby takes over."""
+    kc, _ = stack
+    lease = ("--leader-elect", "default/xpupool-extender-test")
+    a = ExtenderProc(kc.kubeconfig, free_port(), tmp_path / "a.log", (*lease, "--identity", "a"))
+    b = ExtenderProc(kc.kubeconfig, free_port(), tmp_path / "b.log", (*lease, "--identity", "b"))
+    a.start()  # ready: it holds the Lease
+    b.start(wait_ready=False)
+    try:
+        time.sleep(3)  # b campaigns and finds a holding it
+        assert a.ready() and not b.ready()
+        body = {"Pod": gpu_pod("x", {"nvidia.com/gpu": "1"}), "Nodes": None, "NodeNames": ["n"]}
+        answer = httpx.post(f"http://127.0.0.1:{b.port}/filter", json=body, timeout=5).json()
+        assert "standby" in answer["Error"]
+        holder = kc.api.get(
+            "/apis/coordination.k8s.io/v1/namespaces/default/leases/xpupool-extender-test"
+        ).json()["spec"]["holderIdentity"]
+        assert holder == "a"
+        a.stop()
+        deadline = time.monotonic() + 20
+        while not b.ready():
+            assert time.monotonic() < deadline, b.log.read_text()[-2000:]
+            time.sleep(0.2)
+    finally:
+        a.stop()
+        b.stop()

@@ -36,6 +36,7 @@ from cluster import (
 
 from xpupool import cli
 from xpupool.engine.profile_file import load_profile_file
+from xpupool.k8s.resource_names import RESOURCES
 
 pytestmark = pytest.mark.k8s
 
@@ -249,6 +250,9 @@ def test_defaults_render_the_scheduler_pair_and_the_agent(
     assert all(r["ignoredByScheduler"] is True for r in ext["managedResources"])
     assert len(names) == len(set(names))  # kube-scheduler refuses a name twice
     assert set(HAMI_NVIDIA) <= set(names)
+    # every name the extender models, and none it does not: a managed name nobody models would
+    # be checked neither by kube-scheduler (ignoredByScheduler) nor by the extender
+    assert set(names) == set(RESOURCES)
 
     # The extender listens where the urlPrefix points, on loopback only.
     deploy = only(objs, "Deployment")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import re
 import signal
+import socket
 import threading
 from types import FrameType
 
@@ -179,12 +180,28 @@ def agent(
     callback=_listen,
     help="Serve Prometheus metrics at http://HOST:PORT/metrics [default: off]",
 )
+@click.option(
+    "--leader-elect",
+    "lease",
+    default=None,
+    metavar="NAMESPACE/NAME",
+    help="Run as one of several replicas: only the holder of this Lease answers and is ready "
+    "(for an extender behind a Service; beside kube-scheduler in one pod, its own Lease suffices)",
+)
+@click.option(
+    "--identity",
+    envvar="POD_NAME",
+    default=None,
+    help="This replica's name in the Lease [default: $POD_NAME, else the host name]",
+)
 def extender(
     kubeconfig: str | None,
     listen: tuple[str, int],
     policy: str | None,
     profile_file: str | None,
     metrics_at: tuple[str, int],
+    lease: str | None,
+    identity: str | None,
 ) -> None:
     """kube-scheduler extender: place pods that ask for accelerators with xpupool's engine."""
     from xpupool.cli import check_policies, load_profiles
@@ -198,6 +215,14 @@ def extender(
     name = policy or (next(iter(profiles)) if profiles else DEFAULT_PROFILE)
     check_policies([name], profiles)
     host, port = listen
+    where: tuple[str, str] | None = None
+    if lease is not None:
+        namespace, sep, lease_name = lease.partition("/")
+        if not sep or not namespace or not lease_name or "/" in lease_name:
+            raise click.BadParameter(
+                f"{lease!r}: expected NAMESPACE/NAME", param_hint="--leader-elect"
+            )
+        where = (namespace, lease_name)
     run(
         ExtenderConfig(
             kubeconfig=kubeconfig,
@@ -207,5 +232,7 @@ def extender(
             profiles=profiles,
             metrics_host=metrics_at[0],
             metrics_port=metrics_at[1],
+            lease=where,
+            identity=identity or socket.gethostname(),
         )
     )

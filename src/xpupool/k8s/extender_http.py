@@ -79,9 +79,15 @@ def create_app(
     extender: Extender,
     synced: Callable[[float], bool],
     metrics: ExtenderMetrics | None = None,
+    leading: Callable[[], bool] | None = None,
 ) -> Starlette:
     """The ASGI app serving ``extender``; ``synced(timeout_s)`` says whether the view has listed
-    the cluster (waiting up to ``timeout_s`` for it)."""
+    the cluster (waiting up to ``timeout_s`` for it). With ``leading`` (leader election on), a
+    replica that does not hold the Lease is not ready and answers every verb as a standby: no
+    two replicas ever bind, and a Service in front sends calls to the leader only."""
+    if metrics is not None:
+        metrics.nodes.set_function(lambda: len(extender.view.nodes()))
+        metrics.pods.set_function(lambda: len(extender.view.charges()))
 
     def endpoint(verb: str) -> Callable[[Request], Any]:
         kind = VERBS[verb]
@@ -99,8 +105,10 @@ def create_app(
                 args = decode(kind, body)
             except WireError as exc:
                 return _count(metrics, verb, "bad_request", started, _bad(str(exc)))
-            if not await run_in_threadpool(synced, SYNC_WAIT_S):
-                result: BaseModel = _not_synced(verb)
+            if leading is not None and not leading():
+                result: BaseModel = _refused(verb, "this replica is a standby (not the leader)")
+            elif not await run_in_threadpool(synced, SYNC_WAIT_S):
+                result = _refused(verb, "the extender has not listed the cluster yet")
             else:
                 result = await run_in_threadpool(handler, args)
             failed = bool(getattr(result, "error", ""))
@@ -113,10 +121,9 @@ def create_app(
         return PlainTextResponse("ok")
 
     async def readyz(_: Request) -> Response:
+        if leading is not None and not leading():
+            return PlainTextResponse("standby: another replica holds the Lease", status_code=503)
         if synced(0):
-            if metrics is not None:
-                metrics.nodes.set(len(extender.view.nodes()))
-                metrics.pods.set(len(extender.view.charges()))
             return PlainTextResponse("ok")
         return PlainTextResponse("the cluster view has not synced", status_code=503)
 
@@ -125,8 +132,8 @@ def create_app(
     return Starlette(routes=routes)
 
 
-def _not_synced(verb: str) -> BaseModel:
-    why = "xpupool: the extender has not listed the cluster yet"
+def _refused(verb: str, reason: str) -> BaseModel:
+    why = f"xpupool: {reason}"
     if verb == "prioritize":  # HostPriorityList has no Error: every node 0
         return HostPriorityList([])
     if verb == "preempt":

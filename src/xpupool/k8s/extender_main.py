@@ -17,6 +17,7 @@ from xpupool.k8s.decoders import decode_node, decode_pod_devices
 from xpupool.k8s.extender import Extender
 from xpupool.k8s.extender_http import ExtenderMetrics, create_app
 from xpupool.k8s.kubeconfig import load_config, make_client
+from xpupool.k8s.leader import LeaderElector
 from xpupool.k8s.pod_api import LightkubePodApi
 from xpupool.k8s.pod_assignment import assignment_annotations
 
@@ -34,6 +35,8 @@ class ExtenderConfig:
     metrics_host: str = ""
     metrics_port: int = 0
     sync_timeout_s: float = 120.0
+    lease: tuple[str, str] | None = None  # (namespace, name): leader election on
+    identity: str = ""  # this replica in the Lease (the pod's name)
 
 
 def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
@@ -54,7 +57,13 @@ def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
 
         serve_registry(registry, cfg.metrics_host, cfg.metrics_port)
     view.watch(config)
-    app = create_app(extender, view.wait_synced, metrics)
+    elector = None
+    if cfg.lease is not None:
+        namespace, name = cfg.lease
+        elector = LeaderElector(config, name=name, namespace=namespace, identity=cfg.identity)
+        elector.start()
+    leading = None if elector is None else (lambda: elector.is_leader)
+    app = create_app(extender, view.wait_synced, metrics, leading)
     server = uvicorn.Server(
         uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False)
     )
@@ -69,5 +78,7 @@ def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
     try:
         server.run()
     finally:
+        if elector is not None:
+            elector.stop()  # the Lease given up: a standby takes over at once
         view.stop()
         client.close()
