@@ -47,13 +47,14 @@ NS = "default"
 class ExtenderProc:
     """``xpupool k8s extender`` as a real process."""
 
-    def __init__(self, kubeconfig: Path, port: int, log: Path) -> None:
-        self.kubeconfig, self.port, self.log = kubeconfig, port, log
+    def __init__(self, kubeconfig: Path, port: int, log: Path, extra: tuple[str, ...] = ()) -> None:
+        self.kubeconfig, self.port, self.log, self.extra = kubeconfig, port, log, extra
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> ExtenderProc:
         cmd = [sys.executable, "-c", "from xpupool.cli import main; main()", "k8s", "extender"]
         cmd += ["--kubeconfig", str(self.kubeconfig), "--listen", f"127.0.0.1:{self.port}"]
+        cmd += self.extra
         out = self.log.open("ab")
         self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=os.environ)
         deadline = time.monotonic() + 60

@@ -177,12 +177,21 @@ def agent(
     callback=_listen,
     help="Serve Prometheus metrics at http://HOST:PORT/metrics [default: off]",
 )
+@click.option(
+    "--gang-wait",
+    type=click.FloatRange(min=0.1, max=600),
+    default=25.0,
+    show_default=True,
+    help="Seconds a gang member's bind waits for the rest of its group; keep it under "
+    "kube-scheduler's httpTimeout for the extender",
+)
 def extender(
     kubeconfig: str | None,
     listen: tuple[str, int],
     policy: str | None,
     profile_file: str | None,
     metrics_at: tuple[str, int],
+    gang_wait: float,
 ) -> None:
     """kube-scheduler extender: place pods that ask for accelerators with xpupool's engine."""
     from xpupool.cli import check_policies, load_profiles
@@ -205,5 +214,6 @@ def extender(
             profiles=profiles,
             metrics_host=metrics_at[0],
             metrics_port=metrics_at[1],
+            gang_wait_s=gang_wait,
         )
     )

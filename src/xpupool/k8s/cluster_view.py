@@ -156,6 +156,9 @@ class ClusterView:
         self.profiles = profiles
         self.seed = seed
         self._lock = threading.RLock()
+        self.condition = threading.Condition(self._lock)
+        """A condition on the view's lock: a gang's binds wait on it (``gang.py``) without
+        holding the engine from filters."""
         self._nodes: dict[str, NodeRecord] = {}
         self._charges: dict[str, _Charge] = {}
         self._engine: Engine | None = None
@@ -251,6 +254,18 @@ class ClusterView:
             for alloc in allocs:
                 self._next_id = max(self._next_id, alloc.id + 1)
             self._charges[pod_uid] = _Charge(allocs, True, True, _charge_key(allocs))
+
+    def rekey(self, old: str, new: str) -> None:
+        """Hand the reservation held under ``old`` (a gang's slot) to pod ``new``, unchanged in
+        the engine. Raises Conflict if ``old`` holds no reservation or ``new`` already holds
+        something."""
+        with self._lock:
+            charge = self._charges.get(old)
+            if charge is None or not charge.reserved:
+                raise Conflict(f"{old} holds no reservation")
+            if new in self._charges:
+                raise Conflict(f"pod {new} already holds devices")
+            self._charges[new] = self._charges.pop(old)
 
     def unreserve(self, pod_uid: str) -> bool:
         """Give back what :meth:`reserve` took for a pod that will not bind (bind failed, timed
