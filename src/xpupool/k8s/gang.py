@@ -55,7 +55,8 @@ DEFAULT_WAIT_S = 25.0
 so the bind answers before kube-scheduler gives up on it."""
 SLOT_PREFIX = "xpupool-gang:"
 """Reservations of slots no member has taken are kept in the view under ``SLOT_PREFIX`` + group
-key + ``#`` + slot number: a pod UID never starts so."""
+key + ``#`` + slot number (a pod UID never starts so), as places held for no pod: preemption,
+which names pods by UID, does not see them."""
 COMPLETED_KEPT = 4096
 COMPLETED_TTL_S = 600.0
 PODGROUP_TTL_S = 5.0
@@ -376,7 +377,7 @@ class Gangs:
         )
         for i, (node, held) in enumerate(slots):
             slot_key = f"{SLOT_PREFIX}{key}#{i}"
-            self.view.reserve(slot_key, held)
+            self.view.reserve(slot_key, held, pod=False)
             group.slots.append(Slot(node, slot_key))
         self._groups[key] = group
         log.info("gang %s: %d places reserved on %s", key, size, sorted({n for n, _ in slots}))

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from xpupool.k8s.cluster_view import ClusterView, NodeRecord
+from xpupool.k8s.extender import Extender
+from xpupool.k8s.extender_wire import ExtenderArgs, ExtenderFilterResult
 from xpupool.k8s.gang import (
     GANG_ANNOTATION,
     GANG_SIZE_ANNOTATION,
@@ -167,6 +169,7 @@ def test_first_member_reserves_the_whole_group_others_go_to_free_places() -> Non
     verdict = judge(gangs, view, first, ["a", "b", "c"])
     held = gangs.held()["ns/g"]
     assert len(held) == 6 and free_cards(view) == 6  # one whole card each, binpacked
+    assert view.charges() == {}  # places held for no pod yet: preemption names none of them
     nodes = {s.node for s in held}
     assert sorted(verdict.fits) == sorted(nodes)
     assert set(verdict.failed) == {"a", "b", "c"} - nodes
@@ -294,3 +297,36 @@ def test_wait_must_be_positive_and_bounded() -> None:
     for bad in (0, -1, 601):
         with pytest.raises(RequestError, match="gang wait"):
             Gangs(view, wait_s=bad)
+
+
+# ---------------------------------------------------------------------- the extender's hooks
+class NoApi:
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        raise AssertionError("filter makes no API call")
+
+    def annotate_pod(self, *args: Any) -> None:
+        raise AssertionError("filter makes no API call")
+
+    def bind_pod(self, *args: Any) -> None:
+        raise AssertionError("filter makes no API call")
+
+
+def test_the_extender_filters_members_to_their_places_and_refuses_bad_claims() -> None:
+    view = view_with(gpu_node("a", count=2), gpu_node("b", count=2))
+    gangs = Gangs(view, wait_s=5)
+    ext = Extender(view, NoApi(), lambda node, demand, allocs: {}, gangs)
+
+    def filter_(p: dict[str, Any]) -> ExtenderFilterResult:
+        return ext.filter(ExtenderArgs(Pod=p, NodeNames=["a", "b", "c"]))
+
+    bad = filter_(pod("m0", annotations=ours("g", "lots")))
+    assert GANG_SIZE_ANNOTATION in bad.error and "whole number" in bad.error
+    got = filter_(pod("m0", annotations=ours("g", "2")))
+    (held_on,) = {s.node for s in gangs.held()["ns/g"]}  # binpacked: both on one node
+    assert got.node_names == [held_on] and got.error == ""
+    assert got.failed_nodes is not None and set(got.failed_nodes) == {"a", "b", "c"} - {held_on}
+    alone = filter_(pod("plain", gpus="2"))  # a plain pod sees the two cards left
+    assert alone.node_names == ["b" if held_on == "a" else "a"]
+    too_big = filter_(pod("n0", annotations=ours("h", "3")))
+    assert too_big.node_names == [] and too_big.failed_nodes is not None
+    assert all("gang ns/h: 2 of 3 fit" in why for why in too_big.failed_nodes.values())
