@@ -124,7 +124,14 @@ def test_hostile_claims_are_refused_naming_the_field(
 
 def test_min_member_is_read_from_the_pod_group_and_checked() -> None:
     assert min_member({"spec": {"minMember": 4}}, "pg") == 4
-    for bad in ({}, {"spec": {}}, {"spec": {"minMember": "4"}}, {"spec": {"minMember": True}}):
+    bads: list[dict[str, Any]] = [
+        {},
+        {"spec": {}},
+        {"spec": {"minMember": "4"}},
+        {"spec": {"minMember": True}},
+        {"spec": "x"},
+    ]
+    for bad in bads:
         with pytest.raises(RequestError, match=r"pg\.spec\.minMember"):
             min_member(bad, "pg")
     with pytest.raises(RequestError, match=r"1\.\.1024"):
