@@ -238,8 +238,9 @@ def node_mask(engine: Engine, node: int) -> np.ndarray:
 @dataclass(slots=True)
 class Slot:
     """One member's place: ``node``, the view key its reservation is under (the slot's own key
-    until a member takes it, then the member's UID), the member (None: free), whether that member
-    reached bind, and whether its Binding was posted."""
+    until its member's bind takes it, then the member's UID), the member that claimed it in
+    filter or took it in bind (None: free), whether that member reached bind, and whether its
+    Binding was posted."""
 
     node: str
     key: str
@@ -323,7 +324,10 @@ class Gangs:
         names: Sequence[str],
     ) -> Verdict:
         """Filter for a member (call inside ``view.engine_locked()``): reserve the whole group if
-        nobody has, then keep the nodes of the slots this pod may take."""
+        nobody has, then keep only the node of this pod's place, claiming a free one among
+        ``names`` (the nodes kube-scheduler's own filters passed) on its first filter. One node
+        per member: were members offered every node with a free place, kube-scheduler (which
+        binds asynchronously) could send more members to a node than it has places."""
         with self._cond:
             self._sweep()
             group = self._groups.get(claim.key)
@@ -335,14 +339,17 @@ class Gangs:
             why = _mismatch(group, size, demand)
             if why is not None:
                 return Verdict([], dict.fromkeys(names, why))
-            own = [s.node for s in group.slots if s.member == uid]
-            allowed = set(own or [s.node for s in group.free()])
-            if not allowed:
-                text = f"gang {group.key}: all {group.size} places are taken"
-                return Verdict([], dict.fromkeys(names, text))
-            fits = [n for n in names if n in allowed]
-            other = f"gang {group.key}: no place of the group is on this node"
-            return Verdict(fits, {n: other for n in names if n not in allowed})
+            slot = next((s for s in group.slots if s.member == uid), None)
+            if slot is None:  # claim a free place on a node kube-scheduler's own filters kept
+                kept = set(names)
+                slot = next((s for s in group.free() if s.node in kept), None)
+                if slot is None:
+                    text = f"gang {group.key}: no free place of the group on these nodes"
+                    return Verdict([], dict.fromkeys(names, text))
+                slot.member = uid
+            other = f"gang {group.key}: this pod's place is on {slot.node}"
+            fits = [n for n in names if n == slot.node]
+            return Verdict(fits, {n: other for n in names if n != slot.node})
 
     def _reserve(self, engine: Engine, key: str, size: int, demand: PodDemand) -> Group | str:
         """Place ``size`` copies of the pod in one transaction (the first container as the
@@ -400,10 +407,11 @@ class Gangs:
             slot = next((s for s in group.slots if s.member == uid), None)
             if slot is not None and slot.node != node:
                 return f"gang {group.key}: this pod's place is on {slot.node}, not {node}"
-            if slot is None:
+            if slot is None:  # not filtered here (a restarted extender): a free place on node
                 slot = next((s for s in group.free() if s.node == node), None)
                 if slot is None:
                     return f"gang {group.key}: no free place of the group on {node}"
+            if slot.key != uid:
                 try:
                     self.view.rekey(slot.key, uid)
                 except Conflict as exc:

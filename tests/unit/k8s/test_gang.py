@@ -169,19 +169,27 @@ def judge(gangs: Gangs, view: ClusterView, p: dict[str, Any], names: list[str]) 
         )
 
 
-def test_first_member_reserves_the_whole_group_others_go_to_free_places() -> None:
+def test_first_member_reserves_the_whole_group_each_member_gets_one_place() -> None:
     view = view_with(gpu_node("a", count=4), gpu_node("b", count=4), gpu_node("c", count=4))
     gangs = Gangs(view, wait_s=5, clock=Clock())
-    first = pod("m0", annotations=ours("g", "6"))
-    verdict = judge(gangs, view, first, ["a", "b", "c"])
+    names = ["a", "b", "c"]
+    members = [pod(f"m{i}", annotations=ours("g", "6")) for i in range(7)]
+    verdict = judge(gangs, view, members[0], names)
     held = gangs.held()["ns/g"]
     assert len(held) == 6 and free_cards(view) == 6  # one whole card each, binpacked
     assert view.charges() == {}  # places held for no pod yet: preemption names none of them
-    nodes = {s.node for s in held}
-    assert sorted(verdict.fits) == sorted(nodes)
-    assert set(verdict.failed) == {"a", "b", "c"} - nodes
-    again = judge(gangs, view, pod("m1", annotations=ours("g", "6")), ["a", "b", "c"])
-    assert again.fits == verdict.fits and len(gangs.held()["ns/g"]) == 6  # nothing more taken
+    per_node = {n: sum(s.node == n for s in held) for n in names}
+    assert verdict.fits == [held[0].node] and held[0].member == "uid-m0"
+    assert set(verdict.failed) == set(names) - {held[0].node}
+    assert judge(gangs, view, members[0], names).fits == verdict.fits  # filtered again: same
+    sent = [verdict.fits] + [judge(gangs, view, p, names).fits for p in members[1:6]]
+    assert all(len(f) == 1 for f in sent)  # each member to its own place's node only
+    assert {n: sum(f == [n] for f in sent) for n in names} == per_node  # never more than held
+    assert len(gangs.held()["ns/g"]) == 6 and free_cards(view) == 6  # nothing more taken
+    seventh = judge(gangs, view, members[6], names)
+    assert seventh.fits == [] and "no free place" in seventh.failed["a"]
+    only_c = judge(gangs, view, pod("late", annotations=ours("g", "6")), ["c"])
+    assert only_c.fits == [] and "no free place of the group on these nodes" in only_c.failed["c"]
     other = judge(gangs, view, pod("x", annotations=ours("g", "7")), ["a"])
     assert other.fits == [] and "claims size 7" in other.failed["a"]
     bigger = judge(gangs, view, pod("y", annotations=ours("g", "6"), mem="1000"), ["a"])
@@ -235,13 +243,19 @@ def bind_all(gangs: Gangs, pods: list[dict[str, Any]], node_of: dict[str, str]) 
     return out
 
 
+def reserve(gangs: Gangs, view: ClusterView, members: list[dict[str, Any]]) -> dict[str, str]:
+    """The first member's filter reserves the group ns/g; member UID -> the node of a place,
+    one place each, as kube-scheduler would choose among the nodes filter kept."""
+    judge(gangs, view, members[0], ["a", "b"])
+    nodes = [s.node for s in gangs.held()["ns/g"]]
+    return {p["metadata"]["uid"]: n for p, n in zip(members, nodes, strict=True)}
+
+
 def test_binds_wait_for_the_whole_group_then_all_go() -> None:
     view = view_with(gpu_node("a", count=4), gpu_node("b", count=4))
     gangs = Gangs(view, wait_s=10)
     members = [pod(f"m{i}", annotations=ours("g", "8")) for i in range(8)]
-    judge(gangs, view, members[0], ["a", "b"])
-    nodes = [s.node for s in gangs.held()["ns/g"]]
-    node_of = {p["metadata"]["uid"]: n for p, n in zip(members, nodes, strict=True)}
+    node_of = reserve(gangs, view, members)
     result = bind_all(gangs, members, node_of)
     assert result == dict.fromkeys(node_of)
     charges = view.charges()
@@ -257,9 +271,7 @@ def test_a_member_that_never_comes_times_out_and_releases_every_place() -> None:
     view = view_with(gpu_node("a", count=4), gpu_node("b", count=4))
     gangs = Gangs(view, wait_s=0.5)
     members = [pod(f"m{i}", annotations=ours("g", "8")) for i in range(8)]
-    judge(gangs, view, members[0], ["a", "b"])
-    nodes = [s.node for s in gangs.held()["ns/g"]]
-    node_of = {p["metadata"]["uid"]: n for p, n in zip(members, nodes, strict=True)}
+    node_of = reserve(gangs, view, members)
     result = bind_all(gangs, members[:7], node_of)  # the 8th never comes
     assert len(result) == 7
     assert all(why and "7 of 8 members reached bind" in why for why in result.values()), result
@@ -267,13 +279,11 @@ def test_a_member_that_never_comes_times_out_and_releases_every_place() -> None:
     late = bind_all(gangs, members[7:], node_of)  # too late: nothing held for it any more
     assert "released" in late[members[7]["metadata"]["uid"]]
     # the next attempt starts over and, with every member there, binds
-    judge(gangs, view, members[0], ["a", "b"])
-    nodes = [s.node for s in gangs.held()["ns/g"]]
-    node_of = {p["metadata"]["uid"]: n for p, n in zip(members, nodes, strict=True)}
+    node_of = reserve(gangs, view, members)
     assert bind_all(gangs, members, node_of) == dict.fromkeys(node_of)
 
 
-def test_a_bind_on_another_node_than_a_free_place_is_refused() -> None:
+def test_a_bind_on_another_node_than_its_place_is_refused() -> None:
     view = view_with(gpu_node("a", count=2), gpu_node("b", count=2))
     gangs = Gangs(view, wait_s=5)
     members = [pod(f"m{i}", annotations=ours("g", "2")) for i in range(2)]
@@ -282,7 +292,10 @@ def test_a_bind_on_another_node_than_a_free_place_is_refused() -> None:
     elsewhere = "b" if held_on == "a" else "a"
     claim = GroupClaim("ns", "g", 2)
     why = gangs.take(claim, 2, demand_of(members[0]), "uid-m0", elsewhere)
-    assert isinstance(why, str) and f"no free place of the group on {elsewhere}" in why
+    assert why == f"gang ns/g: this pod's place is on {held_on}, not {elsewhere}"
+    why = gangs.take(claim, 2, demand_of(members[1]), "uid-m1", elsewhere)  # never filtered
+    assert why == f"gang ns/g: no free place of the group on {elsewhere}"
+    assert view.charges() == {}  # nothing taken
 
 
 def test_places_nobody_comes_to_bind_are_released_by_a_sweep() -> None:
