@@ -14,6 +14,10 @@ in its configuration). For such a pod:
   share; then writes the annotations HAMi's device plugin reads (guarded by the pod's
   resourceVersion) and posts the Binding. Any failure gives the reservation back and answers
   ``Error``: kube-scheduler puts the pod back in its queue.
+- A pod of a group (the ``scheduling.x-k8s.io/pod-group`` label or ``xpupool.io/gang``) is placed
+  with its whole group or not at all: ``filter`` and ``bind`` hand it to ``gang.py``, which
+  reserves the group's places at its first member's filter and holds every member's bind until
+  all have come (extenders have no Permit stage).
 - ``preempt`` keeps, per node kube-scheduler proposes, the victims whose card shares the pod
   really needs: kube-scheduler sees only whole extended resources, the engine sees shares.
 

@@ -328,6 +328,8 @@ class Gangs:
         ``names`` (the nodes kube-scheduler's own filters passed) on its first filter. One node
         per member: were members offered every node with a free place, kube-scheduler (which
         binds asynchronously) could send more members to a node than it has places."""
+        if not uid:
+            return Verdict([], dict.fromkeys(names, "a gang member needs its metadata.uid"))
         with self._cond:
             self._sweep()
             group = self._groups.get(claim.key)

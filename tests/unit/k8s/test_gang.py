@@ -188,6 +188,9 @@ def test_first_member_reserves_the_whole_group_each_member_gets_one_place() -> N
     assert len(gangs.held()["ns/g"]) == 6 and free_cards(view) == 6  # nothing more taken
     seventh = judge(gangs, view, members[6], names)
     assert seventh.fits == [] and "no free place" in seventh.failed["a"]
+    no_uid = pod("anon", annotations=ours("g", "6"))
+    no_uid["metadata"]["uid"] = ""
+    assert "metadata.uid" in judge(gangs, view, no_uid, names).failed["a"]
     only_c = judge(gangs, view, pod("late", annotations=ours("g", "6")), ["c"])
     assert only_c.fits == [] and "no free place of the group on these nodes" in only_c.failed["c"]
     other = judge(gangs, view, pod("x", annotations=ours("g", "7")), ["a"])
