@@ -194,6 +194,14 @@ def agent(
     default=None,
     help="This replica's name in the Lease [default: $POD_NAME, else the host name]",
 )
+@click.option(
+    "--gang-wait",
+    type=click.FloatRange(min=0.1, max=600),
+    default=25.0,
+    show_default=True,
+    help="Seconds a gang member's bind waits for the rest of its group; keep it under "
+    "kube-scheduler's httpTimeout for the extender",
+)
 def extender(
     kubeconfig: str | None,
     listen: tuple[str, int],
@@ -202,6 +210,7 @@ def extender(
     metrics_at: tuple[str, int],
     lease: str | None,
     identity: str | None,
+    gang_wait: float,
 ) -> None:
     """kube-scheduler extender: place pods that ask for accelerators with xpupool's engine."""
     from xpupool.cli import check_policies, load_profiles
@@ -234,5 +243,6 @@ def extender(
             metrics_port=metrics_at[1],
             lease=where,
             identity=identity or socket.gethostname(),
+            gang_wait_s=gang_wait,
         )
     )

@@ -135,6 +135,8 @@ class _Charge:
     applied: bool
     reserved: bool
     key: ChargeKey
+    pod: bool = True
+    """False: held for no pod yet (a gang's place, ``gang.py``), left out of :meth:`charges`."""
 
 
 class ClusterView:
@@ -156,6 +158,9 @@ class ClusterView:
         self.profiles = profiles
         self.seed = seed
         self._lock = threading.RLock()
+        self.condition = threading.Condition(self._lock)
+        """A condition on the view's lock: a gang's binds wait on it (``gang.py``) without
+        holding the engine from filters."""
         self._nodes: dict[str, NodeRecord] = {}
         self._charges: dict[str, _Charge] = {}
         self._engine: Engine | None = None
@@ -240,17 +245,31 @@ class ClusterView:
         charge.applied = False
 
     # ------------------------------------------------------------------ the extender's side
-    def reserve(self, pod_uid: str, allocations: Sequence[Allocation]) -> None:
+    def reserve(self, pod_uid: str, allocations: Sequence[Allocation], *, pod: bool = True) -> None:
         """Record ``allocations`` (already placed in this view's engine, inside the same
-        :meth:`engine_locked` block) as what pod ``pod_uid`` holds until its bound form arrives.
-        Raises Conflict if the pod already holds something."""
+        :meth:`engine_locked` block) as what pod ``pod_uid`` holds until its bound form arrives;
+        with ``pod`` False, as a place held under a key of the caller's (a gang's, handed to a
+        pod later with :meth:`rekey`). Raises Conflict if the key already holds something."""
         with self._lock:
             if pod_uid in self._charges:
                 raise Conflict(f"pod {pod_uid} already holds devices")
             allocs = tuple(allocations)
             for alloc in allocs:
                 self._next_id = max(self._next_id, alloc.id + 1)
-            self._charges[pod_uid] = _Charge(allocs, True, True, _charge_key(allocs))
+            self._charges[pod_uid] = _Charge(allocs, True, True, _charge_key(allocs), pod)
+
+    def rekey(self, old: str, new: str) -> None:
+        """Hand the reservation held under ``old`` (a gang's slot) to pod ``new``, unchanged in
+        the engine. Raises Conflict if ``old`` holds no reservation or ``new`` already holds
+        something."""
+        with self._lock:
+            charge = self._charges.get(old)
+            if charge is None or not charge.reserved:
+                raise Conflict(f"{old} holds no reservation")
+            if new in self._charges:
+                raise Conflict(f"pod {new} already holds devices")
+            charge.pod = True
+            self._charges[new] = self._charges.pop(old)
 
     def unreserve(self, pod_uid: str) -> bool:
         """Give back what :meth:`reserve` took for a pod that will not bind (bind failed, timed
@@ -264,9 +283,10 @@ class ClusterView:
             return True
 
     def charges(self) -> dict[str, tuple[Allocation, ...]]:
-        """Pod UID -> the allocations it holds (applied or waiting), a copy."""
+        """Pod UID -> the allocations it holds (applied or waiting), a copy; places held for no
+        pod yet are not in it."""
         with self._lock:
-            return {uid: c.allocations for uid, c in self._charges.items()}
+            return {uid: c.allocations for uid, c in self._charges.items() if c.pod}
 
     def nodes(self) -> dict[str, NodeRecord]:
         with self._lock:

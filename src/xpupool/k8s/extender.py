@@ -14,6 +14,10 @@ in its configuration). For such a pod:
   share; then writes the annotations HAMi's device plugin reads (guarded by the pod's
   resourceVersion) and posts the Binding. Any failure gives the reservation back and answers
   ``Error``: kube-scheduler puts the pod back in its queue.
+- A pod of a group (the ``scheduling.x-k8s.io/pod-group`` label or ``xpupool.io/gang``) is placed
+  with its whole group or not at all: ``filter`` and ``bind`` hand it to ``gang.py``, which
+  reserves the group's places at its first member's filter and holds every member's bind until
+  all have come (extenders have no Permit stage).
 - ``preempt`` keeps, per node kube-scheduler proposes, the victims whose card shares the pod
   really needs: kube-scheduler sees only whole extended resources, the engine sees shares.
 
@@ -49,6 +53,8 @@ from xpupool.k8s.extender_wire import (
     MetaPod,
     MetaVictims,
 )
+from xpupool.k8s.gang import Gangs, GroupClaim, group_claim
+from xpupool.k8s.gang import node_mask as _node_mask
 from xpupool.k8s.pod_request import PodDemand, pod_demand
 from xpupool.model.allocation import Allocation
 from xpupool.model.errors import RequestError
@@ -102,10 +108,13 @@ class Extender:
     """The verbs over one :class:`ClusterView`. Thread-safe: the view's lock guards the engine;
     API calls happen outside it."""
 
-    def __init__(self, view: ClusterView, api: PodApi, annotate: Annotator) -> None:
+    def __init__(
+        self, view: ClusterView, api: PodApi, annotate: Annotator, gangs: Gangs | None = None
+    ) -> None:
         self.view = view
         self.api = api
         self.annotate = annotate
+        self.gangs = gangs
         self._demands: OrderedDict[str, PodDemand] = OrderedDict()
         self._demands_lock = threading.Lock()
         self._verdicts: tuple[int, Verdicts] | None = None  # (id of the engine, its verdicts)
@@ -119,8 +128,20 @@ class Extender:
             return ExtenderFilterResult(Error=f"{PREFIX}{exc}")
         if not demand.managed:
             return ExtenderFilterResult(Nodes=args.nodes, NodeNames=args.node_names)
+        gang = self._gang_of(args.pod)
+        if isinstance(gang, str):
+            return ExtenderFilterResult(Error=f"{PREFIX}{gang}")
         with self.view.engine_locked() as engine:
-            judged = self._judge(engine, demand, names)
+            if gang is not None:  # a gang member: the group's places (gang.py)
+                assert self.gangs is not None
+                uid = str(((args.pod or {}).get("metadata") or {}).get("uid") or "")
+                verdict = self.gangs.judge(engine, *gang, demand, uid, names)
+                failed = {n: PREFIX + why for n, why in verdict.failed.items()}
+                judged = _Judgement(verdict.fits, failed, {})
+            else:
+                if self.gangs is not None:
+                    self.gangs.sweep()
+                judged = self._judge(engine, demand, names)
         kept = set(judged.fits)
         nodes = None
         if args.nodes is not None:  # not nodeCacheCapable: the NodeList back, filtered
@@ -225,6 +246,12 @@ class Extender:
                 return ExtenderBindingResult(Error=f"{PREFIX}{exc}")
             return ExtenderBindingResult()
         pod_uid = str(meta.get("uid") or uid)
+        gang = self._gang_of(pod)
+        if isinstance(gang, str):
+            return ExtenderBindingResult(Error=f"{PREFIX}{gang}")
+        if gang is not None:
+            rv = str(meta.get("resourceVersion") or "")
+            return self._bind_member(ns, name, pod_uid, rv, node, demand, *gang)
         with self.view.engine_locked() as engine:
             placed = _place_on(engine, demand, node)
             if isinstance(placed, str):
@@ -240,6 +267,55 @@ class Extender:
             return ExtenderBindingResult(Error=f"{PREFIX}bind to {node} failed: {exc}")
         self._forget(pod_uid)
         return ExtenderBindingResult()
+
+    def _bind_member(
+        self,
+        ns: str,
+        name: str,
+        pod_uid: str,
+        resource_version: str,
+        node: str,
+        demand: PodDemand,
+        claim: GroupClaim,
+        size: int,
+    ) -> ExtenderBindingResult:
+        """A gang member's bind: take its place, annotate, wait for the whole group, bind."""
+        gangs = self.gangs
+        assert gangs is not None
+        placed = gangs.take(claim, size, demand, pod_uid, node)
+        if isinstance(placed, str):
+            return ExtenderBindingResult(Error=f"{PREFIX}{placed}")
+        try:
+            annotations = self.annotate(node, demand, placed)
+            self.api.annotate_pod(ns, name, resource_version, annotations)
+        except Exception as exc:  # one member cannot bind: the whole group goes back
+            gangs.fail(claim, f"gang {claim.key}: annotating {ns}/{name} failed: {exc}")
+            return ExtenderBindingResult(Error=f"{PREFIX}bind to {node} failed: {exc}")
+        why = gangs.wait(claim, pod_uid)
+        if why is not None:
+            return ExtenderBindingResult(Error=f"{PREFIX}{why}")
+        try:
+            self.api.bind_pod(ns, name, pod_uid, node)
+        except Exception as exc:
+            gangs.bound(claim, pod_uid, ok=False)
+            log.info("bind of gang member %s/%s to %s failed: %s", ns, name, node, exc)
+            return ExtenderBindingResult(Error=f"{PREFIX}bind to {node} failed: {exc}")
+        gangs.bound(claim, pod_uid, ok=True)
+        self._forget(pod_uid)
+        return ExtenderBindingResult()
+
+    def _gang_of(self, pod: object) -> tuple[GroupClaim, int] | str | None:
+        """The pod's group and its size when it is placed as a gang; None when it is placed
+        alone (no group, or its group already bound); a bad claim's error text."""
+        if self.gangs is None:
+            return None
+        try:
+            claim = group_claim(pod)
+            if claim is None or self.gangs.completed(claim):
+                return None
+            return claim, self.gangs.size_of(claim)
+        except RequestError as exc:
+            return str(exc)
 
     # ------------------------------------------------------------------ preempt
     def preempt(self, args: ExtenderPreemptionArgs) -> ExtenderPreemptionResult:
@@ -302,14 +378,6 @@ def _name_of(node: object) -> str:
         if isinstance(meta, Mapping) and isinstance(meta.get("name"), str):
             return str(meta["name"])
     return ""
-
-
-def _node_mask(engine: Engine, node: int) -> np.ndarray:
-    """The devices of one node: what a placement ``within`` it may use."""
-    state = engine.state
-    within = np.zeros_like(state.dev_present)
-    within[node] = state.dev_present[node]
-    return within
 
 
 def _place_on(engine: Engine, demand: PodDemand, node: str) -> tuple[Allocation, ...] | str:

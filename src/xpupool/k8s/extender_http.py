@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from anyio import CapacityLimiter, to_thread
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from pydantic import BaseModel
 from starlette.applications import Starlette
@@ -35,6 +36,7 @@ from xpupool.k8s.extender_wire import (
     decode,
     encode,
 )
+from xpupool.k8s.gang import MAX_GANG_SIZE
 
 VERBS: dict[str, type[BaseModel]] = {
     "filter": ExtenderArgs,
@@ -71,6 +73,12 @@ class ExtenderMetrics:
         )
 
 
+BIND_THREADS = MAX_GANG_SIZE + 16
+"""Binds run on threads of their own, this many at most: a gang member's bind waits for the rest
+of its group (gang.py), so a gang of N holds N bind threads. On the 40 threads every other verb
+shares, a gang over 40 never bound: its last members' filters and binds queued behind the
+waiting binds until those timed out."""
+
 SYNC_WAIT_S = 30.0
 """How long a verb waits for the view's first list before it answers ``Error``."""
 
@@ -88,6 +96,8 @@ def create_app(
     if metrics is not None:
         metrics.nodes.set_function(lambda: len(extender.view.nodes()))
         metrics.pods.set_function(lambda: len(extender.view.charges()))
+
+    limiters: dict[str, CapacityLimiter] = {}  # made in the server's event loop, on first use
 
     def endpoint(verb: str) -> Callable[[Request], Any]:
         kind = VERBS[verb]
@@ -109,6 +119,10 @@ def create_app(
                 result: BaseModel = _refused(verb, "this replica is a standby (not the leader)")
             elif not await run_in_threadpool(synced, SYNC_WAIT_S):
                 result = _refused(verb, "the extender has not listed the cluster yet")
+            elif verb == "bind":
+                if "bind" not in limiters:
+                    limiters["bind"] = CapacityLimiter(BIND_THREADS)
+                result = await to_thread.run_sync(handler, args, limiter=limiters["bind"])
             else:
                 result = await run_in_threadpool(handler, args)
             failed = bool(getattr(result, "error", ""))

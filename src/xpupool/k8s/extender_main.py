@@ -16,6 +16,7 @@ from xpupool.k8s.cluster_view import ClusterView
 from xpupool.k8s.decoders import decode_node, decode_pod_devices
 from xpupool.k8s.extender import Extender
 from xpupool.k8s.extender_http import ExtenderMetrics, create_app
+from xpupool.k8s.gang import DEFAULT_WAIT_S, Gangs, PodGroupSizes, lightkube_podgroup_getter
 from xpupool.k8s.kubeconfig import load_config, make_client
 from xpupool.k8s.leader import LeaderElector
 from xpupool.k8s.pod_api import LightkubePodApi
@@ -37,6 +38,7 @@ class ExtenderConfig:
     sync_timeout_s: float = 120.0
     lease: tuple[str, str] | None = None  # (namespace, name): leader election on
     identity: str = ""  # this replica in the Lease (the pod's name)
+    gang_wait_s: float = DEFAULT_WAIT_S
 
 
 def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
@@ -49,7 +51,9 @@ def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
         profiles=cfg.profiles or None,
     )
     client = make_client(config, field_manager=FIELD_MANAGER)
-    extender = Extender(view, LightkubePodApi(client), assignment_annotations)
+    sizes = PodGroupSizes(lightkube_podgroup_getter(client))
+    gangs = Gangs(view, sizes=sizes, wait_s=cfg.gang_wait_s)
+    extender = Extender(view, LightkubePodApi(client), assignment_annotations, gangs)
     registry = CollectorRegistry()
     metrics = ExtenderMetrics(registry)
     if cfg.metrics_port:

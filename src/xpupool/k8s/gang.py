@@ -1,0 +1,519 @@
+"""Gangs in the extender: the pods of one group are placed all or none.
+
+kube-scheduler has a Permit stage where coscheduling holds a group's pods until all are ready; an
+extender has none, so the group is held here instead. The first member ``filter`` sees reserves
+places ("slots") for the WHOLE group in one engine transaction (the engine's own gang placement,
+``Engine.place`` with ``gang``: all replicas or none), each slot a node plus its allocations,
+recorded in the cluster view under a key of its own so no other pod can take the shares. Every
+member is then filtered to the nodes of the slots it may take. A member's ``bind`` takes a slot on
+the chosen node (the slot's reservation becomes the pod's), writes its annotations and waits until
+every slot is taken by a member that reached bind; then all post their Bindings. A bind that waits
+longer than ``wait_s`` (kept under kube-scheduler's ``httpTimeout``) releases every reservation
+of the group and every waiting bind answers Error, so kube-scheduler puts the pods back in its queue
+and the next attempt starts over. A group the cluster cannot hold now is refused on every node with
+how many of its members fit.
+
+A group comes from the pod's ``scheduling.x-k8s.io/pod-group`` label, the size from that PodGroup's
+``spec.minMember`` (scheduler-plugins ``apis/scheduling/v1alpha1/types.go``, ``PodGroupLabel`` and
+``PodGroupSpec.MinMember``, commit 903da7df82cb8794dda8f2d510ba1156111662dd), read with a GET per
+group and a short cache (:class:`PodGroupSizes`); or from xpupool's annotations ``xpupool.io/gang``
+(the group's name) and ``xpupool.io/gang-size``. Groups are per namespace, as coscheduling's
+``GetPodGroupFullName``. Once a group has bound, further pods of it within ``COMPLETED_TTL_S``
+are placed one by one, as coscheduling lets members beyond ``minMember`` schedule.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from xpupool.engine import Engine, Transaction
+from xpupool.k8s.cluster_view import ClusterView
+from xpupool.k8s.pod_request import PodDemand
+from xpupool.model.allocation import Allocation
+from xpupool.model.errors import Conflict, RequestError
+from xpupool.model.request import Request
+
+log = logging.getLogger(__name__)
+
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+"""scheduler-plugins' ``v1alpha1.PodGroupLabel`` (``scheduling.GroupName + "/pod-group"``)."""
+GANG_ANNOTATION = "xpupool.io/gang"
+GANG_SIZE_ANNOTATION = "xpupool.io/gang-size"
+MAX_GANG_SIZE = 1024
+"""Far above any real gang (DESIGN's figure is 64); a larger claim is refused, not reserved."""
+MAX_NAME_CHARS = 253
+DEFAULT_WAIT_S = 25.0
+"""How long a member's bind waits for the rest: a few seconds under the chart's 30 s httpTimeout,
+so the bind answers before kube-scheduler gives up on it."""
+SLOT_PREFIX = "xpupool-gang:"
+"""Reservations of slots no member has taken are kept in the view under ``SLOT_PREFIX`` + group
+key + ``#`` + slot number (a pod UID never starts so), as places held for no pod: preemption,
+which names pods by UID, does not see them."""
+COMPLETED_KEPT = 4096
+COMPLETED_TTL_S = 600.0
+PODGROUP_TTL_S = 5.0
+
+SizeLookup = Callable[[str, str], int]
+"""(namespace, PodGroup name) -> its minMember; raises RequestError when it cannot be read."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupClaim:
+    """What a pod says about its group: ``namespace``/``name``, and ``size`` when the pod gives it
+    (xpupool's annotation; None: the PodGroup's minMember)."""
+
+    namespace: str
+    name: str
+    size: int | None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def group_claim(pod: object) -> GroupClaim | None:
+    """The pod's group, or None when it belongs to none. Raises RequestError naming the label or
+    annotation for a bad name, a size that is not a whole number in 1..MAX_GANG_SIZE, a size
+    without a group, or a label and an annotation naming two groups."""
+    meta = pod.get("metadata") if isinstance(pod, Mapping) else None
+    if not isinstance(meta, Mapping):
+        return None
+    labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), Mapping) else {}
+    assert isinstance(labels, Mapping) and isinstance(annotations, Mapping)
+    label = labels.get(POD_GROUP_LABEL)
+    ours = annotations.get(GANG_ANNOTATION)
+    size_text = annotations.get(GANG_SIZE_ANNOTATION)
+    if label is None and ours is None:
+        if size_text is not None:
+            raise RequestError(
+                f"metadata.annotations[{GANG_SIZE_ANNOTATION!r}]",
+                _short(size_text),
+                f"a gang size needs a group: set {GANG_ANNOTATION!r} too",
+            )
+        return None
+    if label is not None:
+        _check_name(f"metadata.labels[{POD_GROUP_LABEL!r}]", label)
+    if ours is not None:
+        _check_name(f"metadata.annotations[{GANG_ANNOTATION!r}]", ours)
+    if label is not None and ours is not None and label != ours:
+        raise RequestError(
+            f"metadata.annotations[{GANG_ANNOTATION!r}]",
+            _short(ours),
+            f"names another group than the label {POD_GROUP_LABEL!r} ({_short(label)!r})",
+        )
+    name = str(ours if ours is not None else label)
+    size: int | None = None
+    if size_text is not None:
+        size = parse_size(f"metadata.annotations[{GANG_SIZE_ANNOTATION!r}]", size_text)
+    elif ours is not None and label is None:
+        raise RequestError(
+            f"metadata.annotations[{GANG_SIZE_ANNOTATION!r}]",
+            None,
+            f"missing: a group named by {GANG_ANNOTATION!r} needs its size",
+        )
+    namespace = meta.get("namespace")
+    namespace = namespace if isinstance(namespace, str) and namespace else "default"
+    return GroupClaim(namespace, name, size)
+
+
+def parse_size(field_name: str, value: object) -> int:
+    """A gang size: decimal digits (text) or an int, 1..MAX_GANG_SIZE."""
+    if isinstance(value, bool):
+        number = None
+    elif isinstance(value, int):
+        number = value
+    elif isinstance(value, str) and 0 < len(value) <= 10 and value.isascii() and value.isdigit():
+        number = int(value)
+    else:
+        number = None
+    if number is None:
+        raise RequestError(field_name, _short(value), "expected a whole number")
+    if not 1 <= number <= MAX_GANG_SIZE:
+        raise RequestError(field_name, number, f"must be in 1..{MAX_GANG_SIZE}")
+    return number
+
+
+def min_member(obj: object, where: str) -> int:
+    """``spec.minMember`` of a PodGroup object (its JSON); omitted is 0 in Go, which the CRD's
+    ``minimum: 1`` would refuse, so it is refused here too."""
+    spec = obj.get("spec") if isinstance(obj, Mapping) else None
+    value = spec.get("minMember") if isinstance(spec, Mapping) else None
+    if value is None:
+        raise RequestError(f"{where}.spec.minMember", None, "missing")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RequestError(f"{where}.spec.minMember", _short(value), "expected an integer")
+    return parse_size(f"{where}.spec.minMember", value)
+
+
+def _check_name(field_name: str, value: object) -> None:
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_NAME_CHARS:
+        raise RequestError(field_name, _short(value), f"expected a name of 1..{MAX_NAME_CHARS}")
+
+
+def _short(value: object) -> object:
+    return value[:64] + "..." if isinstance(value, str) and len(value) > 64 else value
+
+
+class PodGroupSizes:
+    """minMember per PodGroup, read with a GET and kept ``ttl_s``. A GET per group rather than a
+    watch of all PodGroups: the extender needs only the groups of pods it is asked about, at most
+    once per few seconds each; it holds no copy of every PodGroup of the cluster, and a cluster
+    without the CRD answers 404 for that pod (a clear Error) instead of a watch that fails forever.
+    A changed minMember is seen within ``ttl_s``."""
+
+    def __init__(
+        self,
+        get: Callable[[str, str], dict[str, Any]],
+        *,
+        ttl_s: float = PODGROUP_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+        kept: int = COMPLETED_KEPT,
+    ) -> None:
+        self._get = get
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._kept = kept
+        self._cache: OrderedDict[tuple[str, str], tuple[float, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, namespace: str, name: str) -> int:
+        key = (namespace, name)
+        now = self._clock()
+        with self._lock:
+            found = self._cache.get(key)
+            if found is not None and now - found[0] < self.ttl_s:
+                return found[1]
+        size = min_member(self._get(namespace, name), f"PodGroup {namespace}/{name}")
+        with self._lock:
+            self._cache[key] = (now, size)
+            self._cache.move_to_end(key)
+            while len(self._cache) > self._kept:
+                self._cache.popitem(last=False)
+        return size
+
+
+def lightkube_podgroup_getter(client: Any) -> Callable[[str, str], dict[str, Any]]:
+    """``get(namespace, name)`` of a PodGroup (``scheduling.x-k8s.io/v1alpha1``) on a lightkube
+    client; raises RequestError naming the PodGroup when the API refuses (404: no such group, or
+    the CRD is not installed)."""
+    from lightkube.core.exceptions import ApiError
+    from lightkube.generic_resource import create_namespaced_resource
+
+    kind = create_namespaced_resource(
+        "scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups", verbs=["get"]
+    )
+
+    def get(namespace: str, name: str) -> dict[str, Any]:
+        try:
+            obj = client.get(kind, name, namespace=namespace)
+        except ApiError as exc:
+            status = exc.status
+            why = f"{status.code} {status.reason or ''}".strip()
+            raise RequestError(
+                f"PodGroup {namespace}/{name}", None, f"cannot be read: {why}"
+            ) from None
+        return dict(obj.to_dict() if hasattr(obj, "to_dict") else obj)
+
+    return get
+
+
+def node_mask(engine: Engine, node: int) -> np.ndarray:
+    """The devices of one node: what a placement ``within`` it may use."""
+    state = engine.state
+    within = np.zeros_like(state.dev_present)
+    within[node] = state.dev_present[node]
+    return within
+
+
+# ---------------------------------------------------------------------- bookkeeping
+@dataclass(slots=True)
+class Slot:
+    """One member's place: ``node``, the view key its reservation is under (the slot's own key
+    until its member's bind takes it, then the member's UID), the member that claimed it in
+    filter or took it in bind (None: free), whether that member reached bind, and whether its
+    Binding was posted."""
+
+    node: str
+    key: str
+    member: str | None = None
+    waiting: bool = False
+    bound: bool = False
+
+
+@dataclass(slots=True)
+class Group:
+    key: str
+    size: int
+    template: tuple[Request, ...]
+    slots: list[Slot]
+    deadline: float
+    failed: str | None = None
+    done: bool = False
+    members: dict[str, int] = field(default_factory=dict)
+
+    def free(self) -> list[Slot]:
+        return [s for s in self.slots if s.member is None]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Filter's answer for a group member: the nodes it may go to and, per other node, why not."""
+
+    fits: list[str]
+    failed: dict[str, str]
+
+
+class Gangs:
+    """Every group the extender holds places for, over one cluster view. Its lock is the view's
+    (a condition on it), so reserving in the engine and recording slots are one step, and a
+    waiting bind lets filters and other binds go on."""
+
+    def __init__(
+        self,
+        view: ClusterView,
+        *,
+        sizes: SizeLookup | None = None,
+        wait_s: float = DEFAULT_WAIT_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not 0 < wait_s <= 600:
+            raise RequestError("gang wait", wait_s, "must be in (0, 600] seconds")
+        self.view = view
+        self.sizes = sizes
+        self.wait_s = wait_s
+        self._clock = clock
+        self._cond: threading.Condition = view.condition
+        self._groups: dict[str, Group] = {}
+        self._completed: OrderedDict[str, float] = OrderedDict()
+
+    # ------------------------------------------------------------------ sizes
+    def size_of(self, claim: GroupClaim) -> int:
+        """The group's size: the pod's annotation, else its PodGroup's minMember (I/O: call
+        outside the view's lock)."""
+        if claim.size is not None:
+            return claim.size
+        if self.sizes is None:
+            raise RequestError(
+                f"metadata.labels[{POD_GROUP_LABEL!r}]", claim.name, "no PodGroup reader configured"
+            )
+        return self.sizes(claim.namespace, claim.name)
+
+    def completed(self, claim: GroupClaim) -> bool:
+        """Has this group bound within COMPLETED_TTL_S? Its further pods are placed alone."""
+        with self._cond:
+            at = self._completed.get(claim.key)
+            return at is not None and self._clock() - at < COMPLETED_TTL_S
+
+    # ------------------------------------------------------------------ filter
+    def judge(
+        self,
+        engine: Engine,
+        claim: GroupClaim,
+        size: int,
+        demand: PodDemand,
+        uid: str,
+        names: Sequence[str],
+    ) -> Verdict:
+        """Filter for a member (call inside ``view.engine_locked()``): reserve the whole group if
+        nobody has, then keep only the node of this pod's place, claiming a free one among
+        ``names`` (the nodes kube-scheduler's own filters passed) on its first filter. One node
+        per member: were members offered every node with a free place, kube-scheduler (which
+        binds asynchronously) could send more members to a node than it has places."""
+        if not uid:
+            return Verdict([], dict.fromkeys(names, "a gang member needs its metadata.uid"))
+        with self._cond:
+            self._sweep()
+            group = self._groups.get(claim.key)
+            if group is None:
+                placed = self._reserve(engine, claim.key, size, demand)
+                if isinstance(placed, str):
+                    return Verdict([], dict.fromkeys(names, placed))
+                group = placed
+            why = _mismatch(group, size, demand)
+            if why is not None:
+                return Verdict([], dict.fromkeys(names, why))
+            slot = next((s for s in group.slots if s.member == uid), None)
+            if slot is None:  # claim a free place on a node kube-scheduler's own filters kept
+                kept = set(names)
+                slot = next((s for s in group.free() if s.node in kept), None)
+                if slot is None:
+                    text = f"gang {group.key}: no free place of the group on these nodes"
+                    return Verdict([], dict.fromkeys(names, text))
+                slot.member = uid
+            other = f"gang {group.key}: this pod's place is on {slot.node}"
+            fits = [n for n in names if n == slot.node]
+            return Verdict(fits, {n: other for n in names if n != slot.node})
+
+    def _reserve(self, engine: Engine, key: str, size: int, demand: PodDemand) -> Group | str:
+        """Place ``size`` copies of the pod in one transaction (the first container as the
+        engine's gang, the others beside each copy on its node) and record them; or why not."""
+        first, *rest = [d.request for d in demand.demands]
+        gang = replace(first, replicas=size, gang=size > 1)
+        slots: list[tuple[str, tuple[Allocation, ...]]] = []
+        with Transaction(engine.state) as txn:
+            placement = engine.place(gang, txn=txn)
+            if not placement.ok:
+                txn.rollback()
+                failure = placement.failures[0]
+                return f"gang {key}: {failure.replica} of {size} fit ({failure.message})"
+            for alloc in placement.allocations:
+                i = engine.state.node_index[alloc.node]
+                allocs = [alloc]
+                for req in rest:
+                    more = engine.place(req, within=node_mask(engine, i), txn=txn)
+                    if not more.ok:
+                        txn.rollback()
+                        n = len(slots) + 1
+                        return f"gang {key}: member {n} of {size}: containers do not fit together"
+                    allocs.extend(more.allocations)
+                slots.append((alloc.node, tuple(allocs)))
+            txn.commit()
+        group = Group(
+            key,
+            size,
+            tuple(d.request for d in demand.demands),
+            [],
+            self._clock() + self.wait_s,
+        )
+        for i, (node, held) in enumerate(slots):
+            slot_key = f"{SLOT_PREFIX}{key}#{i}"
+            self.view.reserve(slot_key, held, pod=False)
+            group.slots.append(Slot(node, slot_key))
+        self._groups[key] = group
+        log.info("gang %s: %d places reserved on %s", key, size, sorted({n for n, _ in slots}))
+        return group
+
+    # ------------------------------------------------------------------ bind
+    def take(
+        self, claim: GroupClaim, size: int, demand: PodDemand, uid: str, node: str
+    ) -> tuple[Allocation, ...] | str:
+        """A member's bind takes its slot on ``node``: the slot's reservation becomes the pod's.
+        The pod's allocations, or why not (nothing changed)."""
+        with self._cond:
+            self._sweep()
+            group = self._groups.get(claim.key)
+            if group is None or group.failed is not None:
+                return f"gang {claim.key}: no places held for the group (released); retrying"
+            why = _mismatch(group, size, demand)
+            if why is not None:
+                return why
+            slot = next((s for s in group.slots if s.member == uid), None)
+            if slot is not None and slot.node != node:
+                return f"gang {group.key}: this pod's place is on {slot.node}, not {node}"
+            if slot is None:  # not filtered here (a restarted extender): a free place on node
+                slot = next((s for s in group.free() if s.node == node), None)
+                if slot is None:
+                    return f"gang {group.key}: no free place of the group on {node}"
+            if slot.key != uid:
+                try:
+                    self.view.rekey(slot.key, uid)
+                except Conflict as exc:
+                    return f"gang {group.key}: {exc}"
+                slot.key, slot.member = uid, uid
+            return self.view.charges().get(uid, ())
+
+    def wait(self, claim: GroupClaim, uid: str) -> str | None:
+        """The member reached bind: wait until every slot's member has, then None (post the
+        Binding now); or why not, after which every reservation of the group is released."""
+        deadline = self._clock() + self.wait_s
+        with self._cond:
+            group = self._groups.get(claim.key)
+            slot = (
+                None if group is None else next((s for s in group.slots if s.member == uid), None)
+            )
+            if group is None or slot is None:
+                return f"gang {claim.key}: no place held for this pod"
+            slot.waiting = True
+            group.deadline = max(group.deadline, deadline)
+            self._cond.notify_all()
+            while True:
+                if group.failed is not None:
+                    return group.failed
+                if all(s.waiting for s in group.slots):
+                    return None
+                left = deadline - self._clock()
+                if left <= 0:
+                    ready = sum(s.waiting for s in group.slots)
+                    why = (
+                        f"gang {group.key}: {ready} of {group.size} members reached bind "
+                        f"within {self.wait_s:g}s; every place released"
+                    )
+                    self._fail(group, why)
+                    return why
+                self._cond.wait(min(left, 1.0))
+
+    def fail(self, claim: GroupClaim, why: str) -> None:
+        """Release every reservation of the group (a member could not be annotated)."""
+        with self._cond:
+            group = self._groups.get(claim.key)
+            if group is not None and not group.done:
+                self._fail(group, why)
+
+    def bound(self, claim: GroupClaim, uid: str, ok: bool) -> None:
+        """The member's Binding was posted (``ok``) or refused (its reservation goes back). Once
+        every member has answered, the group is done: its pods are bound or back in the queue."""
+        with self._cond:
+            group = self._groups.get(claim.key)
+            if group is None:
+                return
+            for slot in group.slots:
+                if slot.member == uid:
+                    slot.bound = True
+                    if not ok:
+                        self.view.unreserve(uid)
+            if all(s.bound for s in group.slots):
+                group.done = True
+                del self._groups[group.key]
+                self._completed[group.key] = self._clock()
+                self._completed.move_to_end(group.key)
+                while len(self._completed) > COMPLETED_KEPT:
+                    self._completed.popitem(last=False)
+
+    # ------------------------------------------------------------------ expiry
+    def sweep(self) -> None:
+        """Release the groups whose members stopped coming (see :meth:`_sweep`)."""
+        with self._cond:
+            self._sweep()
+
+    def _sweep(self) -> None:
+        """Release groups whose deadline passed with nobody waiting in bind (their members never
+        came to bind: deleted, or placed elsewhere by kube-scheduler's own filters)."""
+        now = self._clock()
+        for group in list(self._groups.values()):
+            if (
+                group.failed is None
+                and now > group.deadline
+                and not any(s.waiting for s in group.slots)
+            ):
+                self._fail(group, f"gang {group.key}: members did not reach bind in time")
+
+    def _fail(self, group: Group, why: str) -> None:
+        group.failed = why
+        for slot in group.slots:
+            self.view.unreserve(slot.key)
+        if self._groups.get(group.key) is group:
+            del self._groups[group.key]
+        log.info("%s", why)
+        self._cond.notify_all()
+
+    def held(self) -> dict[str, list[Slot]]:
+        """Group key -> its slots (copies), for tests and metrics."""
+        with self._cond:
+            return {k: [replace(s) for s in g.slots] for k, g in self._groups.items()}
+
+
+def _mismatch(group: Group, size: int, demand: PodDemand) -> str | None:
+    if size != group.size:
+        return f"gang {group.key}: this pod claims size {size}, the group holds {group.size}"
+    if tuple(d.request for d in demand.demands) != group.template:
+        return f"gang {group.key}: this pod asks for other devices than the group's places hold"
+    return None
