@@ -11,13 +11,9 @@ which is all a scheduler test needs).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -25,6 +21,7 @@ import pytest
 from cluster import (
     BINARIES,
     Extender,
+    ExtenderProcess,
     K8sBinariesMissingError,
     K8sCluster,
     find_binaries,
@@ -44,39 +41,7 @@ T4 = ("NVIDIA Tesla T4", 15360)
 NS = "default"
 
 
-class ExtenderProc:
-    """``xpupool k8s extender`` as a real process."""
-
-    def __init__(self, kubeconfig: Path, port: int, log: Path) -> None:
-        self.kubeconfig, self.port, self.log = kubeconfig, port, log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> ExtenderProc:
-        cmd = [sys.executable, "-c", "from xpupool.cli import main; main()", "k8s", "extender"]
-        cmd += ["--kubeconfig", str(self.kubeconfig), "--listen", f"127.0.0.1:{self.port}"]
-        out = self.log.open("ab")
-        self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=os.environ)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"extender exited:\n{self.log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/readyz", timeout=1).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError(f"extender not ready in 60 s:\n{self.log.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
+ExtenderProc = ExtenderProcess  # cluster.py's: one process harness for tests and benchmarks
 
 
 @pytest.fixture(scope="module")
