@@ -21,7 +21,9 @@ Per stack: ``pods_per_s`` (bound pods / first create sent -> last bind seen), ``
 ``pending_reasons`` (kube-scheduler's PodScheduled message), and, from the end state replayed
 into the engine, ``stranded_gpu_memory_pct`` (the engine's stranded-capacity function for the
 stream's target workload), ``idle_gpu_memory_pct`` and ``granted_unasked_gpu_memory_pct`` (card
-memory granted beyond what pods asked: whole cards for shares). A run ends when every pod is
+memory granted beyond what pods asked: whole cards for shares); ``first_unschedulable``: the first
+pod kube-scheduler found no node for, and the stranded and idle memory of the pods bound by then.
+A run ends when every pod is
 bound or none has been bound for ``--settle`` seconds. The harness is ``bench/k8s_harness.py``.
 """
 

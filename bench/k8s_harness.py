@@ -268,7 +268,11 @@ class Stack(Protocol):
 
     name: str
     scheduler_name: str
-    gpu_per_card: int
+
+    def nodes(self, n: int, seed: int) -> list[dict[str, Any]]:
+        """The stack's ``n`` Nodes (the same cards for every stack; what they advertise and
+        carry may differ)."""
+        ...
 
     def pod(self, ask: PodAsk) -> dict[str, Any]: ...
     def start(self, kc: Any, workdir: Path) -> None: ...
@@ -300,6 +304,9 @@ class KubeSchedulerAlone:
     scheduler_name: str = "bench-kube"
     gpu_per_card: int = 1
 
+    def nodes(self, n: int, seed: int) -> list[dict[str, Any]]:
+        return node_objects(n, seed, self.gpu_per_card)
+
     def pod(self, ask: PodAsk) -> dict[str, Any]:
         return whole_gpu_pod(ask, self.scheduler_name)
 
@@ -325,6 +332,9 @@ class XpupoolStack:
     policy: str | None = None
     extender: Any = field(default=None, init=False)
     warmup_s: float = field(default=0.0, init=False)
+
+    def nodes(self, n: int, seed: int) -> list[dict[str, Any]]:
+        return node_objects(n, seed, self.gpu_per_card)
 
     def pod(self, ask: PodAsk) -> dict[str, Any]:
         return hami_pod(ask, self.scheduler_name)
@@ -412,9 +422,18 @@ def list_all(api: httpx.Client, path: str) -> list[dict[str, Any]]:
         params = {"limit": "500", "continue": token}
 
 
+def _unschedulable(pod: dict[str, Any]) -> bool:
+    """Has kube-scheduler found no node for the pod (``PodScheduled`` False, ``Unschedulable``)?"""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("reason") == "Unschedulable":
+            return bool(cond.get("status") == "False")
+    return False
+
+
 class BindWatcher:
     """A watch of the namespace's pods in a thread: the ``time.monotonic()`` at which each pod
-    was first seen with ``spec.nodeName`` (its Binding landed). Reconnects from the last
+    was first seen with ``spec.nodeName`` (its Binding landed), and the first pod seen marked
+    unschedulable, with when. Reconnects from the last
     resourceVersion every few seconds, so :meth:`stop` returns promptly."""
 
     def __init__(self, api_url: str, token: str, namespace: str = NS) -> None:
@@ -422,6 +441,7 @@ class BindWatcher:
         self.token = token
         self.path = f"/api/v1/namespaces/{namespace}/pods"
         self.bound: dict[str, float] = {}
+        self.first_unschedulable: tuple[str, float] | None = None
         self.error: BaseException | None = None
         self._version = ""
         self._stop = threading.Event()
@@ -470,6 +490,8 @@ class BindWatcher:
                 name = obj["metadata"].get("name")
                 if name and name not in self.bound and (obj.get("spec") or {}).get("nodeName"):
                     self.bound[name] = time.monotonic()
+                elif self.first_unschedulable is None and name and _unschedulable(obj):
+                    self.first_unschedulable = (name, time.monotonic())
         return version
 
 
@@ -488,6 +510,7 @@ class RunResult:
     create_s: float
     nodes_create_s: float
     stack_figures: dict[str, float]
+    first_unschedulable: tuple[str, float] | None = None
 
 
 def run_stack(
@@ -508,7 +531,7 @@ def run_stack(
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(workdir / "cluster", ignore_errors=True)  # a kept workdir: etcd starts empty
     with cluster.K8sCluster(workdir / "cluster", scheduler=False, kwok=True) as kc:
-        nodes = node_objects(n_nodes, seed, stack.gpu_per_card)
+        nodes = stack.nodes(n_nodes, seed)
         t0 = time.monotonic()
         create_all(kc.api, "/api/v1/nodes", nodes)
         nodes_create_s = time.monotonic() - t0
@@ -551,6 +574,7 @@ def run_stack(
         create_s,
         nodes_create_s,
         stack.figures(),
+        watcher.first_unschedulable,
     )
 
 
@@ -690,7 +714,8 @@ def figures(result: RunResult, workload: Mapping[str, Request]) -> dict[str, Any
     """The JSON figures of one run: pods bound per second (bound pods over first send to last
     bind), creation -> bind p50/p99 (send of the POST to the watch seeing ``spec.nodeName``;
     ``bind_seen`` of them, which is ``bound`` unless the watch missed one), pending pods and why,
-    and the capacity figures of the end state."""
+    the capacity figures of the end state and, when a pod was found unschedulable, of the pods
+    bound when the watch first saw that (``first_unschedulable``: issue 24's moment)."""
     lat = [result.bound_at[n] - result.sent[n] for n in result.bound_at if n in result.sent]
     bound = sum(1 for p in result.pods if p["spec"].get("nodeName"))
     start = min(result.sent.values())
@@ -709,4 +734,18 @@ def figures(result: RunResult, workload: Mapping[str, Request]) -> dict[str, Any
         **result.stack_figures,
     }
     out.update(capacity_figures(result.nodes, result.pods, workload))
+    first = result.first_unschedulable
+    out["first_unschedulable"] = None
+    if first is not None:
+        # The pods bound by then hold what they held at the end: a bind never moves.
+        then = [
+            p for p in result.pods if result.bound_at.get(p["metadata"]["name"], 1e300) <= first[1]
+        ]
+        at_fail = capacity_figures(result.nodes, then, workload)
+        out["first_unschedulable"] = {
+            "pod": first[0],
+            "bound_before": len(then),
+            "stranded_gpu_memory_pct": at_fail["stranded_gpu_memory_pct"],
+            "idle_gpu_memory_pct": at_fail["idle_gpu_memory_pct"],
+        }
     return out

@@ -64,3 +64,21 @@ def test_k8s_e2e_benchmark_compares_both_stacks_on_one_stream() -> None:
     assert got["xpupool"]["granted_unasked_gpu_memory_pct"] == 0
     assert got["kube_scheduler"]["granted_unasked_gpu_memory_pct"] > 1
     assert "extender_warmup_s" in got["xpupool"]
+    assert got["xpupool"]["first_unschedulable"] is None  # nothing failed to fit
+
+
+def test_k8s_e2e_benchmark_on_a_full_pool_says_who_waits_and_why() -> None:
+    """60 pods on 5 nodes (40 cards): both stacks leave pods pending with kube-scheduler's
+    reasons, and say which pod first found no node and what was stranded then."""
+    got = bench("k8s_e2e.py", "--nodes", "5", "--pods", "60", "--settle", "5")
+    for stack in ("kube_scheduler", "xpupool"):
+        fig = got[stack]
+        assert fig["pending"] > 0 and fig["bound"] + fig["pending"] == 60, fig
+        assert 0 < sum(fig["pending_reasons"].values()) <= fig["pending"]
+        first = fig["first_unschedulable"]
+        assert first is not None and first["pod"].startswith("p-")
+        assert 0 <= first["bound_before"] <= fig["bound"]
+        assert 0 <= first["stranded_gpu_memory_pct"] <= first["idle_gpu_memory_pct"] <= 100
+    assert all("xpupool:" in why for why in got["xpupool"]["pending_reasons"])
+    # Shares packed onto cards: more pods fit than whole cards allow.
+    assert got["xpupool"]["bound"] > got["kube_scheduler"]["bound"]
