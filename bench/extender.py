@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +96,9 @@ def place(client: httpx.Client, pod: dict[str, Any], names: list[str]) -> str:
     return str(best["Host"])
 
 
-def run(n_nodes: int, n_filters: int, seed: int, workdir: Path, log: Any) -> dict[str, Any]:
+def run(
+    n_nodes: int, n_filters: int, seed: int, workdir: Path, log: Callable[[str], None]
+) -> dict[str, Any]:
     with cluster.K8sCluster(workdir / "cluster", scheduler=False) as kc:
         nodes = node_objects(n_nodes, seed, gpu_per_card=10)
         t0 = time.monotonic()
@@ -181,10 +185,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="xpupool-bench-extender-") as tmp:
         root = args.workdir or Path(tmp)
-        if (root / "cluster").exists():
-            import shutil
-
-            shutil.rmtree(root / "cluster")
+        shutil.rmtree(root / "cluster", ignore_errors=True)  # a kept workdir: etcd starts empty
         root.mkdir(parents=True, exist_ok=True)
         out = run(args.nodes, args.filters, args.seed, root, log)
     print(json.dumps(out, indent=None if args.json else 2))

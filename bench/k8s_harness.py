@@ -536,6 +536,7 @@ def run_stack(
         create_all(kc.api, "/api/v1/nodes", nodes)
         nodes_create_s = time.monotonic() - t0
         log(f"{stack.name}: {n_nodes} nodes in {nodes_create_s:.1f} s")
+        watcher: BindWatcher | None = None
         try:
             stack.start(kc, workdir)
             watcher = BindWatcher(kc.api_url, cluster.TOKEN).start()
@@ -564,6 +565,8 @@ def run_stack(
             end = {"nodes": end_nodes, "pods": end_pods}
             (workdir / "end_state.json").write_text(json.dumps(end))
         finally:
+            if watcher is not None:
+                watcher.stop()
             stack.stop()
     return RunResult(
         stack.name,
