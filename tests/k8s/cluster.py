@@ -27,6 +27,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -482,6 +483,70 @@ class K8sCluster:
             ],
         )
         self._wait(comp, f"http://127.0.0.1:{port}/healthz")
+
+
+class ExtenderProcess:
+    """``xpupool k8s extender`` as a real process (this interpreter, ``xpupool.cli``), serving on
+    127.0.0.1:``port`` against the cluster of ``kubeconfig``. :meth:`start` returns once its
+    ``/readyz`` answers 200, that is once its view has listed Nodes and Pods: Nodes created
+    before the start are all in that first list. Output goes to ``log``."""
+
+    def __init__(
+        self,
+        kubeconfig: Path,
+        port: int,
+        log: Path,
+        extra: tuple[str, ...] = (),
+        *,
+        policy: str | None = None,
+    ) -> None:
+        self.kubeconfig, self.port, self.log, self.policy = kubeconfig, port, log, policy
+        self.extra = extra  # more command-line arguments
+        self.metrics_port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 120.0, wait_ready: bool = True) -> ExtenderProcess:
+        """Start it; return once it is ready (``wait_ready``) or at least answers /healthz (a
+        standby of leader election is never ready)."""
+        cmd = [sys.executable, "-c", "from xpupool.cli import main; main()", "k8s", "extender"]
+        cmd += ["--kubeconfig", str(self.kubeconfig), "--listen", f"127.0.0.1:{self.port}"]
+        cmd += ["--metrics", f"127.0.0.1:{self.metrics_port}", *self.extra]
+        if self.policy is not None:
+            cmd += ["--policy", self.policy]
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=os.environ)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise K8sStartError(f"extender exited:\n{log_tail(self.log)}")
+            try:
+                if self.ready() or (not wait_ready and self.healthy()):
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise K8sStartError(f"extender not ready in {timeout_s:.0f} s:\n{log_tail(self.log)}")
+
+    def ready(self) -> bool:
+        return httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200
+
+    def healthy(self) -> bool:
+        return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
 
 
 def make_api_client(api_url: str, token: str = TOKEN) -> httpx.Client:

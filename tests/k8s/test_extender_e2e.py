@@ -11,9 +11,6 @@ which is all a scheduler test needs).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -25,6 +22,7 @@ import pytest
 from cluster import (
     BINARIES,
     Extender,
+    ExtenderProcess,
     K8sBinariesMissingError,
     K8sCluster,
     find_binaries,
@@ -44,52 +42,8 @@ T4 = ("NVIDIA Tesla T4", 15360)
 NS = "default"
 
 
-class ExtenderProc:
-    """``xpupool k8s extender`` as a real process."""
-
-    def __init__(self, kubeconfig: Path, port: int, log: Path, extra: tuple[str, ...] = ()) -> None:
-        self.kubeconfig, self.port, self.log, self.extra = kubeconfig, port, log, extra
-        self.metrics_port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, wait_ready: bool = True) -> ExtenderProc:
-        cmd = [sys.executable, "-c", "from xpupool.cli import main; main()", "k8s", "extender"]
-        cmd += ["--kubeconfig", str(self.kubeconfig), "--listen", f"127.0.0.1:{self.port}"]
-        cmd += ["--metrics", f"127.0.0.1:{self.metrics_port}", *self.extra]
-        out = self.log.open("ab")
-        self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=os.environ)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"extender exited:\n{self.log.read_text()[-3000:]}")
-            try:
-                if self.ready() or (not wait_ready and self.healthy()):
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError(f"extender not ready in 60 s:\n{self.log.read_text()[-3000:]}")
-
-    def ready(self) -> bool:
-        r = httpx.get(f"http://127.0.0.1:{self.port}/readyz", timeout=1)
-        return r.status_code == 200
-
-    def healthy(self) -> bool:
-        return httpx.get(f"http://127.0.0.1:{self.port}/healthz", timeout=1).status_code == 200
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster, ExtenderProc]]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster, ExtenderProcess]]:
     try:
         find_binaries(BINARIES)
     except K8sBinariesMissingError as exc:
@@ -105,7 +59,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster
     )
     tmp = tmp_path_factory.mktemp("extender")
     with K8sCluster(extender=ext) as kc:
-        proc = ExtenderProc(kc.kubeconfig, port, tmp / "extender.log").start()
+        proc = ExtenderProcess(kc.kubeconfig, port, tmp / "extender.log").start()
         try:
             yield kc, proc
         finally:
@@ -254,7 +208,7 @@ def check_no_overcommit(kc: K8sCluster, pods: dict[str, dict[str, Any]], card_mi
 
 
 def test_fractional_pods_share_cards_without_overcommit(
-    stack: tuple[K8sCluster, ExtenderProc],
+    stack: tuple[K8sCluster, ExtenderProcess],
 ) -> None:
     kc, _ = stack
     add_nodes(kc, hami_node("frac-a", A100, 2), hami_node("frac-b", A100, 2))
@@ -281,7 +235,7 @@ def test_fractional_pods_share_cards_without_overcommit(
         remove_nodes(kc, "frac-a", "frac-b")
 
 
-def test_type_include_and_exclude(stack: tuple[K8sCluster, ExtenderProc]) -> None:
+def test_type_include_and_exclude(stack: tuple[K8sCluster, ExtenderProcess]) -> None:
     kc, _ = stack
     add_nodes(kc, hami_node("type-a100", A100, 1), hami_node("type-t4", T4, 1))
     try:
@@ -298,7 +252,7 @@ def test_type_include_and_exclude(stack: tuple[K8sCluster, ExtenderProc]) -> Non
         remove_nodes(kc, "type-a100", "type-t4")
 
 
-def test_a_pod_that_fits_nowhere_says_why(stack: tuple[K8sCluster, ExtenderProc]) -> None:
+def test_a_pod_that_fits_nowhere_says_why(stack: tuple[K8sCluster, ExtenderProcess]) -> None:
     kc, _ = stack
     add_nodes(kc, hami_node("small-a", T4, 2))
     try:
@@ -312,7 +266,7 @@ def test_a_pod_that_fits_nowhere_says_why(stack: tuple[K8sCluster, ExtenderProc]
 
 
 def test_two_hundred_pods_at_once_never_share_a_slot_twice(
-    stack: tuple[K8sCluster, ExtenderProc],
+    stack: tuple[K8sCluster, ExtenderProcess],
 ) -> None:
     """200 pods of 15 % of a card, created at once, on 32 cards that hold six each: exactly 192
     bind, no card holds more than 90 %, and the last 8 wait with xpupool's reason."""
@@ -353,7 +307,7 @@ def test_two_hundred_pods_at_once_never_share_a_slot_twice(
 
 
 def test_a_restarted_extender_rebuilds_what_pods_hold(
-    stack: tuple[K8sCluster, ExtenderProc],
+    stack: tuple[K8sCluster, ExtenderProcess],
 ) -> None:
     kc, proc = stack
     add_nodes(kc, hami_node("restart-a", A100, 1))
@@ -385,7 +339,7 @@ def priority_class(kc: K8sCluster, name: str, value: int) -> None:
 
 
 def test_preempt_names_the_victims_whose_shares_the_pod_needs(
-    stack: tuple[K8sCluster, ExtenderProc],
+    stack: tuple[K8sCluster, ExtenderProcess],
 ) -> None:
     """kube-scheduler sees no card shares; the extender's preempt verb does. On one 80 GB card
     holding a 50 GB and a 20 GB low-priority pod, a 40 GB high-priority pod needs the 50 GB one
@@ -436,7 +390,7 @@ def test_preempt_names_the_victims_whose_shares_the_pod_needs(
 
 
 def test_metrics_count_the_calls_by_verb_and_outcome(
-    stack: tuple[K8sCluster, ExtenderProc],
+    stack: tuple[K8sCluster, ExtenderProcess],
 ) -> None:
     kc, proc = stack
     r = httpx.post(f"http://127.0.0.1:{proc.port}/filter", content=b"{not json", timeout=5)
@@ -459,15 +413,15 @@ def test_metrics_count_the_calls_by_verb_and_outcome(
 
 
 def test_two_replicas_with_leader_election_one_answers(
-    stack: tuple[K8sCluster, ExtenderProc], tmp_path: Path
+    stack: tuple[K8sCluster, ExtenderProcess], tmp_path: Path
 ) -> None:
     """Two extenders on one Lease: one is ready and answers, the other is a standby that is not
     ready and answers every verb with Error; when the leader stops it gives the Lease up and the
     standby takes over."""
     kc, _ = stack
     lease = ("--leader-elect", "default/xpupool-extender-test")
-    a = ExtenderProc(kc.kubeconfig, free_port(), tmp_path / "a.log", (*lease, "--identity", "a"))
-    b = ExtenderProc(kc.kubeconfig, free_port(), tmp_path / "b.log", (*lease, "--identity", "b"))
+    a = ExtenderProcess(kc.kubeconfig, free_port(), tmp_path / "a.log", (*lease, "--identity", "a"))
+    b = ExtenderProcess(kc.kubeconfig, free_port(), tmp_path / "b.log", (*lease, "--identity", "b"))
     a.start()  # ready: it holds the Lease
     b.start(wait_ready=False)
     try:

@@ -23,6 +23,7 @@ import pytest
 from cluster import (
     BINARIES,
     Extender,
+    ExtenderProcess,
     K8sBinariesMissingError,
     K8sCluster,
     find_binaries,
@@ -32,7 +33,6 @@ from test_extender_e2e import (
     A100,
     MANAGED,
     NS,
-    ExtenderProc,
     add_nodes,
     bound,
     check_no_overcommit,
@@ -93,7 +93,7 @@ PODGROUP_CRD = {
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster, ExtenderProc]]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster, ExtenderProcess]]:
     try:
         find_binaries(BINARIES)
     except K8sBinariesMissingError as exc:
@@ -114,7 +114,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster
         assert r.status_code == 201, r.text
         wait_established(kc, PODGROUP_CRD["metadata"]["name"])  # type: ignore[index]
         extra = ("--gang-wait", str(GANG_WAIT_S))
-        proc = ExtenderProc(kc.kubeconfig, port, tmp / "extender.log", extra).start()
+        proc = ExtenderProcess(kc.kubeconfig, port, tmp / "extender.log", extra).start()
         try:
             yield kc, proc
         finally:
@@ -158,7 +158,7 @@ def unbound(kc: K8sCluster) -> list[str]:
 
 
 def test_a_pod_group_of_eight_that_fits_binds_all_on_cards_that_hold_them(
-    stack: tuple[K8sCluster, ExtenderProc],
+    stack: tuple[K8sCluster, ExtenderProcess],
 ) -> None:
     """8 members of 40 GB on 2 nodes of 2 A100 80 GB: all bind, two per card, no card over."""
     kc, _ = stack
@@ -182,7 +182,7 @@ def test_a_pod_group_of_eight_that_fits_binds_all_on_cards_that_hold_them(
 
 
 def test_a_gang_of_eight_where_seven_fit_waits_and_holds_nothing(
-    stack: tuple[K8sCluster, ExtenderProc],
+    stack: tuple[K8sCluster, ExtenderProcess],
 ) -> None:
     """Whole cards, 4 + 3 of them: none of the 8 binds, each says 'gang ...: 7 of 8 fit', and
     plain pods of 4 and 3 cards, taking exactly what the 7 would have, bind."""
@@ -210,7 +210,7 @@ def test_a_gang_of_eight_where_seven_fit_waits_and_holds_nothing(
         remove_nodes(kc, "seven-a", "seven-b")
 
 
-def fits_by_hand(proc: ExtenderProc, limits: dict[str, str], nodes: list[str]) -> list[str]:
+def fits_by_hand(proc: ExtenderProcess, limits: dict[str, str], nodes: list[str]) -> list[str]:
     """The extender's own /filter for a pod no scheduler owns: where it would fit now."""
     p = gpu_pod("probe", limits)
     p["metadata"]["uid"] = "probe-uid"
@@ -221,7 +221,7 @@ def fits_by_hand(proc: ExtenderProc, limits: dict[str, str], nodes: list[str]) -
 
 
 def test_a_member_that_never_comes_releases_the_group_then_the_eighth_binds_all(
-    stack: tuple[K8sCluster, ExtenderProc],
+    stack: tuple[K8sCluster, ExtenderProcess],
 ) -> None:
     kc, proc = stack
     nodes = ["late-a", "late-b"]

@@ -1,0 +1,84 @@
+"""The two Kubernetes benchmarks (issue 26) run end to end at a tiny size and print the figures
+the issue asks for, with values that make sense: ``bench/extender.py`` (a real extender process
+over a real kube-apiserver) and ``bench/k8s_e2e.py`` (kube-scheduler alone, then with xpupool's
+extender, on kwok nodes). No timing is asserted: timings belong to the benchmarks' full runs.
+Each runs as its user runs it, a command printing JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster import BINARIES, K8sBinariesMissingError, find_binaries
+
+pytestmark = pytest.mark.k8s
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def binaries() -> None:
+    try:
+        find_binaries((*BINARIES, "kwok"))
+    except K8sBinariesMissingError as exc:
+        pytest.fail(str(exc), pytrace=False)  # a failure, never a skip
+
+
+def bench(script: str, *args: str, timeout_s: float = 400) -> dict[str, Any]:
+    cmd = [sys.executable, str(ROOT / "bench" / script), *args, "--json"]
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout_s, env=os.environ, cwd=ROOT
+    )
+    assert out.returncode == 0, f"{script} failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}"
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_extender_benchmark_reports_filter_latency_and_64_placements() -> None:
+    got = bench("extender.py", "--nodes", "20", "--filters", "30")
+    assert got["nodes"] == 20 and got["filters"] == 30
+    assert 0 < got["filter_p50_ms"] <= got["filter_p99_ms"] <= got["filter_max_ms"]
+    assert got["bind64_s"] > 0  # and the script checked all 64 bound through the API
+    assert "gang64_s" not in got  # not a gang until the gang feature lands
+    assert got["filter_body_bytes"] > 20 * len('"gpu-00000",')  # every node named
+
+
+def test_k8s_e2e_benchmark_compares_both_stacks_on_one_stream() -> None:
+    got = bench("k8s_e2e.py", "--nodes", "20", "--pods", "40", "--settle", "5")
+    for stack in ("kube_scheduler", "xpupool"):
+        fig = got[stack]
+        assert fig["pods"] == 40
+        assert fig["bound"] + fig["pending"] == 40, fig
+        assert fig["bind_seen"] == fig["bound"], fig  # the watch saw every bind
+        assert fig["pods_per_s"] > 0
+        assert 0 < fig["bind_p50_ms"] <= fig["bind_p99_ms"]
+        assert 0 <= fig["stranded_gpu_memory_pct"] <= fig["idle_gpu_memory_pct"] <= 100
+        assert sum(fig["pending_reasons"].values()) <= fig["pending"]  # the top 5
+    # 40 pods on 160 cards: the extender places them all, each share as asked; kube-scheduler
+    # alone hands a whole card to each share, so memory is granted that nobody asked for.
+    assert got["xpupool"]["pending"] == 0, got["xpupool"]["pending_reasons"]
+    assert got["xpupool"]["granted_unasked_gpu_memory_pct"] == 0
+    assert got["kube_scheduler"]["granted_unasked_gpu_memory_pct"] > 1
+    assert "extender_warmup_s" in got["xpupool"]
+    assert got["xpupool"]["first_unschedulable"] is None  # nothing failed to fit
+
+
+def test_k8s_e2e_benchmark_on_a_full_pool_says_who_waits_and_why() -> None:
+    """60 pods on 5 nodes (40 cards): both stacks leave pods pending with kube-scheduler's
+    reasons, and say which pod first found no node and what was stranded then."""
+    got = bench("k8s_e2e.py", "--nodes", "5", "--pods", "60", "--settle", "5")
+    for stack in ("kube_scheduler", "xpupool"):
+        fig = got[stack]
+        assert fig["pending"] > 0 and fig["bound"] + fig["pending"] == 60, fig
+        assert 0 < sum(fig["pending_reasons"].values()) <= fig["pending"]
+        first = fig["first_unschedulable"]
+        assert first is not None and first["pod"].startswith("p-")
+        assert 0 <= first["bound_before"] <= fig["bound"]
+        assert 0 <= first["stranded_gpu_memory_pct"] <= first["idle_gpu_memory_pct"] <= 100
+    assert all("xpupool:" in why for why in got["xpupool"]["pending_reasons"])
+    # Shares packed onto cards: more pods fit than whole cards allow.
+    assert got["xpupool"]["bound"] > got["kube_scheduler"]["bound"]
