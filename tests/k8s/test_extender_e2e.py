@@ -422,9 +422,9 @@ def test_two_replicas_with_leader_election_one_answers(
     lease = ("--leader-elect", "default/xpupool-extender-test")
     a = ExtenderProcess(kc.kubeconfig, free_port(), tmp_path / "a.log", (*lease, "--identity", "a"))
     b = ExtenderProcess(kc.kubeconfig, free_port(), tmp_path / "b.log", (*lease, "--identity", "b"))
-    a.start()  # ready: it holds the Lease
-    b.start(wait_ready=False)
     try:
+        a.start()  # ready: it holds the Lease
+        b.start(wait_ready=False)
         time.sleep(3)  # b campaigns and finds a holding it
         assert a.ready() and not b.ready()
         body = {"Pod": gpu_pod("x", {"nvidia.com/gpu": "1"}), "Nodes": None, "NodeNames": ["n"]}

@@ -117,7 +117,7 @@ def create_app(
                 return _count(metrics, verb, "bad_request", started, _bad(str(exc)))
             if leading is not None and not leading():
                 result: BaseModel = _refused(verb, "this replica is a standby (not the leader)")
-            elif not await run_in_threadpool(synced, SYNC_WAIT_S):
+            elif not synced(0) and not await run_in_threadpool(synced, SYNC_WAIT_S):
                 result = _refused(verb, "the extender has not listed the cluster yet")
             elif verb == "bind":
                 if "bind" not in limiters:

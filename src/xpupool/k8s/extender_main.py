@@ -5,6 +5,7 @@ over it, and the HTTP server kube-scheduler calls; until the view has listed the
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from dataclasses import dataclass
 
@@ -78,6 +79,10 @@ def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
             server.should_exit = True
 
         threading.Thread(target=_watch_stop, daemon=True).start()
+    # A verb hops from the event loop to a worker thread and back while the informers' threads
+    # decode watch events: with CPython's default 5 ms switch interval each hop could wait that
+    # long for the GIL, on every call kube-scheduler makes in its one scheduling loop.
+    sys.setswitchinterval(0.001)
     log.info("extender on http://%s:%d, profile %s", cfg.host, cfg.port, cfg.policy)
     try:
         server.run()

@@ -249,6 +249,10 @@ def decode(kind: type[M], body: bytes | str) -> M:
 def encode(message: BaseModel) -> bytes:
     """``message`` as Go's ``json.Marshal`` writes it: declaration order, no spaces, nil as
     ``null``, map keys sorted, ``<``, ``>``, ``&``, U+2028 and U+2029 escaped."""
+    if isinstance(message, HostPriorityList):  # one entry per node: no model_dump per entry
+        root = message.root
+        rows = None if root is None else [{"Host": h.host, "Score": h.score} for h in root]
+        return go_json(rows).encode()
     data = message.model_dump(mode="json", by_alias=True)
     return go_json(data).encode()
 
