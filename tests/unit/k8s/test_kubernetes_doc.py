@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from xpupool.k8s import decoders, node_annotations, pod_request
+from xpupool.k8s import decoders, gang, node_annotations, pod_request
 from xpupool.k8s.hami_register import REGISTER_KEYS
 from xpupool.k8s.resource_names import DEVICE_KINDS, RESOURCES
 
@@ -45,6 +45,8 @@ def test_every_xpupool_annotation_the_doc_names_is_one_the_code_reads_or_writes(
         node_annotations.DEVICES_KEY,
         node_annotations.HEARTBEAT_KEY,
         decoders.SITE_LABEL,
+        gang.GANG_ANNOTATION,
+        gang.GANG_SIZE_ANNOTATION,
         *(
             getattr(pod_request, name)
             for name in dir(pod_request)
