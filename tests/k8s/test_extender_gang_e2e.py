@@ -211,13 +211,17 @@ def test_a_gang_of_eight_where_seven_fit_waits_and_holds_nothing(
 
 
 def fits_by_hand(proc: ExtenderProcess, limits: dict[str, str], nodes: list[str]) -> list[str]:
-    """The extender's own /filter for a pod no scheduler owns: where it would fit now."""
+    """The extender's own /filter for a pod no scheduler owns: where it would fit now, asked
+    node by node (asked several, filter answers the one the engine would choose)."""
     p = gpu_pod("probe", limits)
     p["metadata"]["uid"] = "probe-uid"
-    body = {"Pod": p, "Nodes": None, "NodeNames": nodes}
-    r = httpx.post(f"http://127.0.0.1:{proc.port}/filter", json=body, timeout=10)
-    assert r.status_code == 200, r.text
-    return list(r.json().get("NodeNames") or [])
+    fits = []
+    for node in nodes:
+        body = {"Pod": p, "Nodes": None, "NodeNames": [node]}
+        r = httpx.post(f"http://127.0.0.1:{proc.port}/filter", json=body, timeout=10)
+        assert r.status_code == 200, r.text
+        fits += list(r.json().get("NodeNames") or [])
+    return fits
 
 
 def test_a_member_that_never_comes_releases_the_group_then_the_eighth_binds_all(

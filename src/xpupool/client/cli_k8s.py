@@ -202,6 +202,12 @@ def agent(
     help="Seconds a gang member's bind waits for the rest of its group; keep it under "
     "kube-scheduler's httpTimeout for the extender",
 )
+@click.option(
+    "--filter-all",
+    is_flag=True,
+    help="filter answers every node that fits and lets kube-scheduler's scoring (with "
+    "prioritize) choose [default: the node the engine would choose, as HAMi's filter does]",
+)
 def extender(
     kubeconfig: str | None,
     listen: tuple[str, int],
@@ -211,6 +217,7 @@ def extender(
     lease: str | None,
     identity: str | None,
     gang_wait: float,
+    filter_all: bool,
 ) -> None:
     """kube-scheduler extender: place pods that ask for accelerators with xpupool's engine."""
     from xpupool.cli import check_policies, load_profiles
@@ -244,5 +251,6 @@ def extender(
             lease=where,
             identity=identity or socket.gethostname(),
             gang_wait_s=gang_wait,
+            choose=not filter_all,
         )
     )

@@ -109,9 +109,16 @@ class Extender:
     API calls happen outside it."""
 
     def __init__(
-        self, view: ClusterView, api: PodApi, annotate: Annotator, gangs: Gangs | None = None
+        self,
+        view: ClusterView,
+        api: PodApi,
+        annotate: Annotator,
+        gangs: Gangs | None = None,
+        *,
+        choose: bool = True,
     ) -> None:
         self.view = view
+        self.choose = choose  # filter answers the engine's node (else every node that fits)
         self.api = api
         self.annotate = annotate
         self.gangs = gangs
@@ -156,46 +163,63 @@ class Extender:
         )
 
     def _judge(self, engine: Engine, demand: PodDemand, names: Sequence[str]) -> _Judgement:
+        """The nodes of ``names`` that hold the pod, or, when none does, why each fails.
+
+        With ``choose`` (the default) a pod that fits is answered with the one node the engine
+        would place it on (its whole profile: scorers, post-score step, cards), as HAMi's filter
+        answers: kube-scheduler's own filters already ran, so that node passes them, and
+        kube-scheduler's scoring has nothing left to overrule the engine with. Reasons are
+        worked out only when nothing fits: then kube-scheduler shows them and weighs
+        preemption."""
         state = engine.state
         index = [state.node_index.get(n) for n in names]
+        asked = np.zeros(state.n_nodes, bool)
+        asked[[i for i in index if i is not None]] = True
+        fits_all = asked.copy()
+        contexts = []
+        for d in demand.demands:
+            ctx = engine.feasible(d.request)
+            contexts.append(ctx)
+            fits_all &= ctx.node_fit
+        fits = [n for n, i in zip(names, index, strict=True) if i is not None and fits_all[i]]
         failed: dict[str, str] = {}
-        unresolvable: dict[str, str] = {}
-        for name, i in zip(names, index, strict=True):
-            if i is None:
-                unresolvable[name] = PREFIX + NOT_IN_POOL
+        if len(demand.demands) > 1:  # each fits alone; do they fit together?
+            together = []
+            for name in fits:
+                why = _together(engine, demand, state.node_index[name])
+                if why is None:
+                    together.append(name)
+                else:
+                    failed[name] = PREFIX + why
+            fits = together
+        if fits:
+            if self.choose and len(demand.demands) == 1 and len(fits) > 1:
+                fits = [_engine_choice(engine, demand, fits)]
+            return _Judgement(fits, {}, {})
+        unresolvable = {
+            n: PREFIX + NOT_IN_POOL for n, i in zip(names, index, strict=True) if i is None
+        }
         never = self._never(engine, demand)
         if never is not None:  # nothing in the pool could ever hold it: no preemption helps
             for name, i in zip(names, index, strict=True):
                 if i is not None:
                     unresolvable[name] = PREFIX + never
-            return _Judgement([], failed, unresolvable)
-        fits_all = np.ones(state.n_nodes, bool)
-        for d in demand.demands:
-            ctx = engine.feasible(d.request)
-            fails = ~ctx.node_fit & fits_all
-            if fails.any():
-                labels, blame = engine.pipeline.node_reasons(ctx)
-                for name, i in zip(names, index, strict=True):
-                    if i is None or not fails[i] or name in failed or name in unresolvable:
-                        continue
-                    reason, detail = labels[int(blame[i])]
-                    text = PREFIX + TEXT[reason].format(detail=detail)
-                    if reason in PREEMPTION_MAY_HELP:
-                        failed[name] = text
-                    else:
-                        unresolvable[name] = text
-            fits_all &= ctx.node_fit
-        fits: list[str] = []
-        for name, i in zip(names, index, strict=True):
-            if i is None or not fits_all[i]:
+            return _Judgement([], {}, unresolvable)
+        for ctx in contexts:
+            fails = ~ctx.node_fit & asked
+            if not fails.any():
                 continue
-            if len(demand.demands) > 1:  # each fits alone; do they fit together?
-                why = _together(engine, demand, i)
-                if why is not None:
-                    failed[name] = PREFIX + why
+            labels, blame = engine.pipeline.node_reasons(ctx)
+            for name, i in zip(names, index, strict=True):
+                if i is None or not fails[i] or name in failed or name in unresolvable:
                     continue
-            fits.append(name)
-        return _Judgement(fits, failed, unresolvable)
+                reason, detail = labels[int(blame[i])]
+                text = PREFIX + TEXT[reason].format(detail=detail)
+                if reason in PREEMPTION_MAY_HELP:
+                    failed[name] = text
+                else:
+                    unresolvable[name] = text
+        return _Judgement([], failed, unresolvable)
 
     def _never(self, engine: Engine, demand: PodDemand) -> str | None:
         """Why no node of the pool could ever hold one of the pod's containers, or None."""
@@ -217,6 +241,8 @@ class Extender:
             return _priorities((n, 0) for n in names)
         if not demand.managed:
             return _priorities((n, 0) for n in names)
+        if len(names) == 1:  # filter answered the engine's choice: nothing to rank
+            return _priorities((n, MAX_EXTENDER_PRIORITY) for n in names)
         with self.view.engine_locked() as engine:
             fits, score = engine.rate(demand.demands[0].request)
             index = [engine.state.node_index.get(n) for n in names]
@@ -422,6 +448,23 @@ def _place_on(engine: Engine, demand: PodDemand, node: str) -> tuple[Allocation,
         placed = txn.allocations
         txn.commit()
     return placed
+
+
+def _engine_choice(engine: Engine, demand: PodDemand, names: Sequence[str]) -> str:
+    """The node of ``names`` the engine would place the pod on: a what-if placement restricted to
+    their cards, undone at once (and not learned from)."""
+    state = engine.state
+    rows = [state.node_index[n] for n in names]
+    within = np.zeros_like(state.dev_present)
+    within[rows] = state.dev_present[rows]
+    with Transaction(state) as txn:
+        try:
+            placement = engine.place(demand.demands[0].request, within=within, txn=txn)
+            if placement.ok and placement.allocations:
+                return placement.allocations[0].node
+            return names[0]
+        finally:
+            txn.rollback()
 
 
 def _together(engine: Engine, demand: PodDemand, node: int) -> str | None:

@@ -40,6 +40,7 @@ class ExtenderConfig:
     lease: tuple[str, str] | None = None  # (namespace, name): leader election on
     identity: str = ""  # this replica in the Lease (the pod's name)
     gang_wait_s: float = DEFAULT_WAIT_S
+    choose: bool = True  # filter answers the engine's node (else every node that fits)
 
 
 def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
@@ -54,7 +55,8 @@ def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
     client = make_client(config, field_manager=FIELD_MANAGER)
     sizes = PodGroupSizes(lightkube_podgroup_getter(client))
     gangs = Gangs(view, sizes=sizes, wait_s=cfg.gang_wait_s)
-    extender = Extender(view, LightkubePodApi(client), assignment_annotations, gangs)
+    api = LightkubePodApi(client)
+    extender = Extender(view, api, assignment_annotations, gangs, choose=cfg.choose)
     registry = CollectorRegistry()
     metrics = ExtenderMetrics(registry)
     if cfg.metrics_port:
