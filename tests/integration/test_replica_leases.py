@@ -141,6 +141,8 @@ def test_a_cut_off_agents_replica_stops_before_the_job_runs_elsewhere(
         assert r.status_code == 201, r.text
         job_id = int(r.json()["id"])
         until(lambda: list(shared_dir.glob("box-a-*")), "the run on box-a", 30)
+        # the agent reports the start after the process runs: wait for the server to have it
+        until(lambda: _started(_job(srv, job_id)), "its start recorded", 30)
         pid = _pid(_job(srv, job_id))
         r = httpx.post(
             f"{srv.url}/v1/tenants/team/tokens", json={"role": "agent"}, headers=srv.headers()
@@ -193,6 +195,7 @@ def test_a_restarted_server_adopts_the_running_replica(
         assert r.status_code == 201, r.text
         job_id = int(r.json()["id"])
         until(lambda: "line 3" in _log(srv, job_id), "the run's output", 30)
+        until(lambda: _started(_job(srv, job_id)), "its start recorded", 30)
         pid = _pid(_job(srv, job_id))
         if sig == signal.SIGTERM:
             srv.stop()
@@ -244,6 +247,7 @@ def test_a_restarted_agent_adopts_the_running_replica(
         assert r.status_code == 201, r.text
         job_id = int(r.json()["id"])
         until(lambda: "line 3" in _log(srv, job_id), "the run's output", 30)
+        until(lambda: _started(_job(srv, job_id)), "its start recorded", 30)
         pid = _pid(_job(srv, job_id))
         agent.send_signal(sig)
         agent.wait(20)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -177,12 +178,16 @@ class Informer(Generic[T]):
         return self
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop watching (an open watch is cut at once) and wait for the thread to end."""
+        """Stop watching (an open watch is cut at once) and wait for the thread to end. The cut
+        is repeated until the thread has ended: a watch the thread was opening when the stop
+        came (after a resync's list, say) would otherwise block until the apiserver's own
+        timeout, minutes away."""
         self._stop.set()
-        self._transport.interrupt()
+        deadline = time.monotonic() + timeout_s
         for thread in (self._thread, self._ticker):
-            if thread is not None:
-                thread.join(timeout_s)
+            while thread is not None and thread.is_alive() and time.monotonic() < deadline:
+                self._transport.interrupt()
+                thread.join(0.05)
         self._client.close()
 
     def wait_synced(self, timeout_s: float | None = None) -> bool:
