@@ -38,6 +38,7 @@ import numpy as np
 
 from xpupool.engine import Engine, Transaction
 from xpupool.engine.reasons import PREEMPTION_MAY_HELP, TEXT
+from xpupool.engine.state import BoolArray
 from xpupool.engine.verdict import Verdicts
 from xpupool.k8s.cluster_view import ClusterView
 from xpupool.k8s.extender_wire import (
@@ -175,6 +176,10 @@ class Extender:
         index = [state.node_index.get(n) for n in names]
         asked = np.zeros(state.n_nodes, bool)
         asked[[i for i in index if i is not None]] = True
+        if self.choose and len(demand.demands) == 1:  # one placement answers a pod that fits
+            chosen = _engine_choice(engine, demand, asked)
+            if chosen is not None:
+                return _Judgement([chosen], {}, {})
         fits_all = asked.copy()
         contexts = []
         for d in demand.demands:
@@ -193,8 +198,6 @@ class Extender:
                     failed[name] = PREFIX + why
             fits = together
         if fits:
-            if self.choose and len(demand.demands) == 1 and len(fits) > 1:
-                fits = [_engine_choice(engine, demand, fits)]
             return _Judgement(fits, {}, {})
         unresolvable = {
             n: PREFIX + NOT_IN_POOL for n, i in zip(names, index, strict=True) if i is None
@@ -450,19 +453,17 @@ def _place_on(engine: Engine, demand: PodDemand, node: str) -> tuple[Allocation,
     return placed
 
 
-def _engine_choice(engine: Engine, demand: PodDemand, names: Sequence[str]) -> str:
-    """The node of ``names`` the engine would place the pod on: a what-if placement restricted to
-    their cards, undone at once (and not learned from)."""
+def _engine_choice(engine: Engine, demand: PodDemand, asked: BoolArray) -> str | None:
+    """The node of the ``asked`` ones the engine would place the pod on (None: none holds it):
+    a what-if placement restricted to their cards, undone at once (and not learned from)."""
     state = engine.state
-    rows = [state.node_index[n] for n in names]
-    within = np.zeros_like(state.dev_present)
-    within[rows] = state.dev_present[rows]
+    within = state.dev_present & asked[:, None]
     with Transaction(state) as txn:
         try:
             placement = engine.place(demand.demands[0].request, within=within, txn=txn)
             if placement.ok and placement.allocations:
                 return placement.allocations[0].node
-            return names[0]
+            return None
         finally:
             txn.rollback()
 
