@@ -40,6 +40,7 @@ from xpupool.server.routers import agents, audit, fleet, jobs, tenants
 from xpupool.server.scheduler_loop import SchedulerThread
 from xpupool.server.services.agents import MAX_LOG_CHUNK, mark_lost_nodes
 from xpupool.server.services.job_limits import stop_overdue, sweep_finished
+from xpupool.server.web import mount as mount_dashboard
 from xpupool.server.wire_values import MAX_REASON, quote, shorten
 
 log = logging.getLogger("xpupool.server")
@@ -128,6 +129,7 @@ def create_app(
     app.add_middleware(AuditMiddleware, plane=plane)
     for router in (tenants.router, jobs.router, fleet.router, agents.router, audit.router):
         app.include_router(router)
+    mount_dashboard(app)  # the web dashboard at / (server/web/)
 
     @app.exception_handler(RequestError)
     async def _request_error(_: Request, exc: RequestError) -> JSONResponse:
