@@ -3,7 +3,13 @@ tenant and the admin see, and the protections (escaping, CSRF, the token kept ou
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+import httpx
+from job_commands import JOB_PYTHON
+from playwright.sync_api import expect
+from server_proc import free_port, until
 
 from conftest import Pool, axe_violations, dom_nodes, sign_in
 
@@ -63,3 +69,183 @@ def test_axe_reports_what_it_should(browser: Any, axe_source: str) -> None:
     page.set_content('<html lang="en"><title>t</title><img src="data:,">')
     assert [v["id"] for v in axe_violations(page, axe_source)] == ["image-alt"]
     page.close()
+
+
+def _wait_job(api: httpx.Client, job_id: int, check: Any, what: str) -> dict[str, Any]:
+    return dict(until(lambda: check(j := api.get(f"/v1/jobs/{job_id}").json()) and j, what, 60))
+
+
+def test_a_job_submitted_through_the_form_runs_on_its_card_with_its_log(
+    browser: Any, pool: Pool, axe_source: str
+) -> None:
+    """Live validation next to the field, submit, the job's page with its log tail, its card's
+    panel, a pending job's reason in its queue, and the cancel button."""
+    team = pool.api("team")
+    page = sign_in(browser, pool.url, pool.tokens["team"])
+    page.goto("/submit")
+    page.fill("#request", "910B3:8 mem=4Gx")
+    expect(page.locator("#request-error")).to_contain_text("unknown memory unit 'Gx'")
+    assert page.get_attribute("#request", "aria-invalid") == "true"
+    page.fill("#request", "910B3:8 replicas=2")
+    expect(page.locator("#request-error")).to_have_text("")
+    page.fill("#name", "form-job")
+    page.fill(
+        "#command",
+        f"{JOB_PYTHON} -c \"print('hello from the dashboard', flush=True); "
+        'import time; time.sleep(60)"',
+    )
+    assert axe_violations(page, axe_source) == []
+    page.click("#submit-job")
+    page.wait_for_url(re.compile(r".*/jobs/\d+$"))
+    job_id = int(page.url.rsplit("/", 1)[1])
+    assert team.get(f"/v1/jobs/{job_id}").json()["name"] == "form-job"
+    expect(page.locator("#job-state")).to_have_text("running", timeout=30_000)
+    expect(page.locator("#log")).to_contain_text("hello from the dashboard", timeout=30_000)
+    assert axe_violations(page, axe_source) == []
+
+    # its card: the tile is full, the panel lists the job
+    job = team.get(f"/v1/jobs/{job_id}").json()
+    uuid = job["assignments"][0]["devices"][0]["uuid"]
+    page.goto(f"/devices?card={uuid}")
+    expect(page.locator("#panel-uuid")).to_have_text(uuid)
+    expect(page.locator(f'#panel-jobs a[href="/jobs/{job_id}"]')).to_be_visible()
+    assert "a10" in (page.get_attribute(f'a.tile[data-uuid="{uuid}"]', "class") or "")
+    assert axe_violations(page, axe_source) == []
+
+    # a second one cannot fit while the first holds every 910B3: its reason is on the queue page
+    r = team.post(
+        "/v1/jobs",
+        json={
+            "name": "waits",
+            "request": "910B3:8 replicas=2",
+            "command": [JOB_PYTHON, "-c", "pass"],
+        },
+    )
+    assert r.status_code == 201, r.text
+    waiting = r.json()["id"]
+    api_job = _wait_job(
+        team,
+        waiting,
+        lambda j: j["reason"] != "waiting for the scheduler",
+        "the scheduler to try the second job",
+    )
+    page.goto("/queues")
+    row = page.locator(f'section[data-queue="team"] table.pending tr[data-job="{waiting}"]')
+    expect(row.locator(".reason")).to_have_text(api_job["reason"])
+    assert api_job["state"] == "pending"
+    assert axe_violations(page, axe_source) == []
+
+    # cancel the first through its page: the second then runs
+    page.goto(f"/jobs/{job_id}")
+    page.click("#cancel")
+    _wait_job(team, job_id, lambda j: j["state"] == "cancelled", "the cancel to finish")
+    _wait_job(team, waiting, lambda j: j["state"] != "pending", "the second job to be placed")
+    page.context.close()
+
+
+def test_a_tenant_sees_only_its_own_jobs(browser: Any, pool: Pool) -> None:
+    team = pool.api("team")
+    r = team.post("/v1/jobs", json={"name": "team-secret", "command": [JOB_PYTHON, "-c", "pass"]})
+    assert r.status_code == 201, r.text
+    theirs = r.json()["id"]
+    page = sign_in(browser, pool.url, pool.tokens["other"])
+    page.goto("/jobs")
+    assert page.locator(f'#job-list tr[data-job="{theirs}"]').count() == 0
+    assert "team-secret" not in page.content()
+    page.goto(f"/jobs/{theirs}")
+    expect(page.locator("#error-reason")).to_contain_text("not found")
+    assert "team-secret" not in page.content()
+    page.goto("/queues")
+    assert page.locator('section[data-queue="team"]').count() == 0
+    assert page.locator('section[data-queue="other"]').count() == 1
+    page.goto("/")  # the fleet aggregate is still everybody's
+    total = len(pool.admin.get("/v1/devices").json())
+    assert page.text_content("#total-devices") == f"{total:,}"
+    page.context.close()
+
+
+def test_a_job_named_with_markup_shows_as_text(browser: Any, pool: Pool, axe_source: str) -> None:
+    name = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+    team = pool.api("team")
+    r = team.post(
+        "/v1/jobs",
+        json={
+            "name": name,
+            "command": [JOB_PYTHON, "-c", "print('<b>x</b>')"],
+            "env": {"<i>KEY</i>": "v"},
+        },
+    )
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+    page = sign_in(browser, pool.url, pool.tokens["admin"])
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.goto(f"/jobs/{job_id}")
+    expect(page.locator("#job-name")).to_have_text(name)
+    expect(page.locator("#log")).to_contain_text("<b>x</b>", timeout=30_000)
+    assert page.locator("#main script, #main img").count() == 0
+    page.goto("/jobs")
+    expect(page.locator(f'#job-list tr[data-job="{job_id}"] td').nth(1)).to_have_text(name)
+    assert page.locator("#main script, #main img").count() == 0
+    assert dialogs == []
+    page.context.close()
+
+
+def test_a_cross_site_form_post_is_refused(browser: Any, pool: Pool) -> None:
+    """A page of another origin posts the cancel form, even with the session's CSRF secret: from
+    another site the browser withholds the cookie (SameSite=Strict); from another port of this
+    host (same site: the cookie goes along) the Origin check refuses it."""
+    team = pool.api("team")
+    r = team.post(
+        "/v1/jobs",
+        json={
+            "name": "victim",
+            "request": "L20:1",
+            "command": [JOB_PYTHON, "-c", "import time; time.sleep(60)"],
+        },
+    )
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+    page = sign_in(browser, pool.url, pool.tokens["team"])
+    page.goto(f"/jobs/{job_id}")
+    secret = page.input_value("#job-live input[name=csrf]")
+    attack = (
+        f'<html><body><form id="f" method="post" action="{pool.url}/jobs/{job_id}/cancel">'
+        f'<input type="hidden" name="csrf" value="{secret}"></form>'
+        "<script>document.getElementById('f').submit()</script></body></html>"
+    )
+    other_port = f"http://127.0.0.1:{free_port()}"
+    for origin in ("http://evil.test", other_port):
+        page.context.route(
+            f"{origin}/**",
+            lambda route: route.fulfill(status=200, content_type="text/html", body=attack),
+        )
+        with page.expect_navigation(url=re.compile(re.escape(pool.url))):
+            page.goto(f"{origin}/attack")
+        if origin == other_port:
+            expect(page.locator("#error-reason")).to_contain_text("cross-site request refused")
+        else:
+            assert page.url == f"{pool.url}/signin"  # no cookie came along: not signed in
+        state = team.get(f"/v1/jobs/{job_id}").json()
+        assert state["state"] not in ("cancelled",) and state["stop_cause"] is None, state
+    team.post(f"/v1/jobs/{job_id}/cancel")
+    page.context.close()
+
+
+def test_the_admin_cordons_a_node_from_the_grid(browser: Any, pool: Pool) -> None:
+    page = sign_in(browser, pool.url, pool.tokens["admin"])
+    page.goto("/devices?site=shanghai")
+    node = page.locator('div.node[data-node="sh-mlu-0"]')
+    node.get_by_role("button", name="Cordon node sh-mlu-0").click()
+    page.wait_for_url(f"{pool.url}/devices?site=shanghai")
+    assert pool.admin.get("/v1/nodes/sh-mlu-0").json()["schedulable"] is False
+    page.locator('div.node[data-node="sh-mlu-0"]').get_by_role(
+        "button", name="Uncordon node sh-mlu-0"
+    ).click()
+    page.wait_for_url(f"{pool.url}/devices?site=shanghai")
+    assert pool.admin.get("/v1/nodes/sh-mlu-0").json()["schedulable"] is True
+    tenant = sign_in(browser, pool.url, pool.tokens["team"])
+    tenant.goto("/devices?site=shanghai")
+    assert tenant.get_by_role("button", name="Cordon node sh-mlu-0").count() == 0
+    page.context.close()
+    tenant.context.close()

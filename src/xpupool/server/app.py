@@ -129,7 +129,6 @@ def create_app(
     app.add_middleware(AuditMiddleware, plane=plane)
     for router in (tenants.router, jobs.router, fleet.router, agents.router, audit.router):
         app.include_router(router)
-    mount_dashboard(app)  # the web dashboard at / (server/web/)
 
     @app.exception_handler(RequestError)
     async def _request_error(_: Request, exc: RequestError) -> JSONResponse:
@@ -175,6 +174,8 @@ def create_app(
         return JSONResponse(
             _body(None, None, str(exc.detail)), status_code=exc.status_code, headers=exc.headers
         )
+
+    mount_dashboard(app)  # the web dashboard at / (server/web/), after the handlers it wraps
 
     @app.get("/healthz", response_class=PlainTextResponse, tags=["ops"])
     def healthz() -> PlainTextResponse:

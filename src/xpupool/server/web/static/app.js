@@ -27,7 +27,7 @@
     let offset = 0;
     async function tick() {
       try {
-        const r = await fetch(pre.dataset.log + "?offset=" + offset, { credentials: "same-origin" });
+        const r = await fetch(pre.dataset.log + "?replica=" + (pre.dataset.replica || "0") + "&offset=" + offset, { credentials: "same-origin" });
         if (r.ok) {
           const text = await r.text();
           offset = Number(r.headers.get("X-Next-Offset") || offset);
