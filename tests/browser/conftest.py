@@ -174,7 +174,7 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
 
 def sign_in(browser: Any, url: str, token: str) -> Any:
     """A fresh browser context signed in through the form; returns its page on the overview."""
-    context = browser.new_context(base_url=url)
+    context = browser.new_context(base_url=url, viewport={"width": 1200, "height": 800})
     page = context.new_page()
     page.goto("/signin")
     page.fill("#token", token)
@@ -192,6 +192,20 @@ def axe_violations(page: Any, axe_source: str) -> list[dict[str, Any]]:
         for v in result
         if v["impact"] in ("serious", "critical")
     ]
+
+
+def shot(page: Any, name: str, dark: bool = False) -> None:
+    """With ``XPUPOOL_SCREENSHOTS=DIR``: save the viewport as DIR/NAME.png (the README's
+    pictures: ``XPUPOOL_SCREENSHOTS=docs/img pytest tests/browser``); otherwise nothing."""
+    folder = os.environ.get("XPUPOOL_SCREENSHOTS")
+    if not folder:
+        return
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    if dark:
+        page.emulate_media(color_scheme="dark")
+    page.screenshot(path=str(Path(folder) / f"{name}.png"))
+    if dark:
+        page.emulate_media(color_scheme="light")
 
 
 def dom_nodes(page: Any) -> int:

@@ -11,7 +11,7 @@ from job_commands import JOB_PYTHON
 from playwright.sync_api import expect
 from server_proc import free_port, until
 
-from conftest import Pool, axe_violations, dom_nodes, sign_in
+from conftest import Pool, axe_violations, dom_nodes, shot, sign_in
 
 
 def test_sign_in_keeps_the_token_out_of_the_browser(browser: Any, pool: Pool) -> None:
@@ -85,6 +85,7 @@ def test_a_job_submitted_through_the_form_runs_on_its_card_with_its_log(
     page.goto("/submit")
     page.fill("#request", "910B3:8 mem=4Gx")
     expect(page.locator("#request-error")).to_contain_text("unknown memory unit 'Gx'")
+    shot(page, "dashboard-submit")
     assert page.get_attribute("#request", "aria-invalid") == "true"
     page.fill("#request", "910B3:8 replicas=2")
     expect(page.locator("#request-error")).to_have_text("")
@@ -102,6 +103,8 @@ def test_a_job_submitted_through_the_form_runs_on_its_card_with_its_log(
     expect(page.locator("#job-state")).to_have_text("running", timeout=30_000)
     expect(page.locator("#log")).to_contain_text("hello from the dashboard", timeout=30_000)
     assert axe_violations(page, axe_source) == []
+    page.evaluate("() => document.getElementById('log-h').scrollIntoView()")
+    shot(page, "dashboard-job")
 
     # its card: the tile is full, the panel lists the job
     job = team.get(f"/v1/jobs/{job_id}").json()
@@ -110,6 +113,7 @@ def test_a_job_submitted_through_the_form_runs_on_its_card_with_its_log(
     expect(page.locator("#panel-uuid")).to_have_text(uuid)
     expect(page.locator(f'#panel-jobs a[href="/jobs/{job_id}"]')).to_be_visible()
     assert "a10" in (page.get_attribute(f'a.tile[data-uuid="{uuid}"]', "class") or "")
+    shot(page, "dashboard-devices", dark=True)
     assert axe_violations(page, axe_source) == []
 
     # a second one cannot fit while the first holds every 910B3: its reason is on the queue page
@@ -132,6 +136,7 @@ def test_a_job_submitted_through_the_form_runs_on_its_card_with_its_log(
     page.goto("/queues")
     row = page.locator(f'section[data-queue="team"] table.pending tr[data-job="{waiting}"]')
     expect(row.locator(".reason")).to_have_text(api_job["reason"])
+    shot(page, "dashboard-queues")
     assert api_job["state"] == "pending"
     assert axe_violations(page, axe_source) == []
 
@@ -234,6 +239,7 @@ def test_a_cross_site_form_post_is_refused(browser: Any, pool: Pool) -> None:
 
 def test_the_admin_cordons_a_node_from_the_grid(browser: Any, pool: Pool) -> None:
     page = sign_in(browser, pool.url, pool.tokens["admin"])
+    shot(page, "dashboard-overview")
     page.goto("/devices?site=shanghai")
     node = page.locator('div.node[data-node="sh-mlu-0"]')
     node.get_by_role("button", name="Cordon node sh-mlu-0").click()
