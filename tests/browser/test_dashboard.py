@@ -255,3 +255,41 @@ def test_the_admin_cordons_a_node_from_the_grid(browser: Any, pool: Pool) -> Non
     assert tenant.get_by_role("button", name="Cordon node sh-mlu-0").count() == 0
     page.context.close()
     tenant.context.close()
+
+
+def test_pages_update_in_place_and_work_from_the_keyboard(
+    browser: Any, pool: Pool, axe_source: str
+) -> None:
+    page = sign_in(browser, pool.url, pool.tokens["admin"])
+    cell = page.locator('#models tr[data-model="MLU370-X8"] [data-k="devices_allocated"]')
+    before = int((cell.text_content() or "").replace(",", ""))
+    page.evaluate("() => { window.notReloaded = true; }")
+    r = pool.api("other").post(
+        "/v1/jobs",
+        json={
+            "name": "live",
+            "request": "MLU370-X8:1",
+            "command": [JOB_PYTHON, "-c", "import time; time.sleep(60)"],
+        },
+    )
+    assert r.status_code == 201, r.text
+    expect(cell).to_have_text(f"{before + 1:,}", timeout=20_000)  # the fragment poll
+    assert page.evaluate("() => window.notReloaded") is True
+
+    # keyboard only: the skip link first, then Tab to a card's tile and Enter opens its panel
+    page.goto("/devices?site=shanghai")
+    page.keyboard.press("Tab")
+    assert page.evaluate("() => document.activeElement.textContent") == "Skip to content"
+    for _ in range(60):
+        page.keyboard.press("Tab")
+        if page.evaluate("() => document.activeElement.classList.contains('tile')"):
+            break
+    else:
+        raise AssertionError("no card tile reached with Tab")
+    uuid = page.evaluate("() => document.activeElement.dataset.uuid")
+    page.keyboard.press("Enter")
+    expect(page.locator("#panel-uuid")).to_have_text(uuid)
+    page.emulate_media(color_scheme="dark")
+    assert axe_violations(page, axe_source) == []
+    pool.api("other").post(f"/v1/jobs/{r.json()['id']}/cancel")
+    page.context.close()
