@@ -14,6 +14,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+from xpupool.server import schemas as s
 from xpupool.server.auth import Principal
 from xpupool.server.plane import ControlPlane
 
@@ -55,11 +56,15 @@ def history(
 
 
 def device_recent(plane: ControlPlane, uuid: str) -> list[tuple[float, float]]:
-    """``(t, utilisation %)`` samples of one card, oldest first: the stored history when this
-    release keeps one, else the live reading alone (none when the probe reads no utilisation)."""
-    service = _service("xpupool.server.history", "device_recent")
+    """``(t, utilisation %)`` samples of one card, oldest first: its recent readings when this
+    release keeps them (``services/fleet.py`` ``device_detail``), else the live reading alone
+    (none when the probe reads no utilisation)."""
+    service = _service("xpupool.server.services.fleet", "device_detail")
     if service is not None:
-        return [(float(t), float(v)) for t, v in service(plane, uuid)]
+        recent = _plain(service(plane, uuid)).get("recent", [])
+        return [
+            (float(r["t"]), float(r["util_pct"])) for r in recent if r.get("util_pct") is not None
+        ]
     reading = plane.metrics.get(uuid)
     if reading is None or reading.utilization_pct is None:
         return []
@@ -102,7 +107,8 @@ def _overview_here(plane: ControlPlane, principal: Principal) -> dict[str, Any]:
         stranded = plane.engine.stranded()
         mine = principal.is_admin
         pending = [p for p in plane.queued.values() if mine or p.tenant == principal.tenant]
-        running = sum(1 for h in plane.held_jobs.values() if mine or h.tenant == principal.tenant)
+        held = [h for h in plane.held_jobs.values() if mine or h.tenant == principal.tenant]
+        running = sum(1 for h in held if h.state is s.JobPhase.RUNNING)
     by_reason: dict[str, int] = {}
     for p in pending:
         text = p.reason or "not tried yet"
@@ -116,7 +122,7 @@ def _overview_here(plane: ControlPlane, principal: Principal) -> dict[str, Any]:
             "devices": None,
         },
         "pending_by_reason": dict(sorted(by_reason.items(), key=lambda kv: (-kv[1], kv[0]))),
-        "jobs": {"pending": len(pending), "running": running},
+        "jobs": {"pending": len(pending), "running": running, "holding": len(held)},
     }
 
 

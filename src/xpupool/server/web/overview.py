@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
+from xpupool.model.errors import RequestError
 from xpupool.server.web import data
 from xpupool.server.web.charts import bar_chart, sparkline
 from xpupool.server.web.render import page
@@ -66,7 +67,10 @@ def overview_page(
     model: Annotated[str, Query(max_length=200)] = "",
 ) -> HTMLResponse:
     ctx = live_context(plane, viewer)
-    hist = data.history(plane, window, site or None, model or None)
+    try:
+        hist = data.history(plane, window, site or None, model or None)
+    except RequestError as exc:  # a site or model the pool and its history do not know
+        hist = {"window": window, "step_s": 0, "series": [], "error": f"{exc.field}: {exc.reason}"}
     rows = [
         {**s, "spark": sparkline([(p[0], p[1]) for p in s.get("points", [])], 240, 40)}
         for s in hist.get("series", [])[:40]  # bounded: the page stays small at any fleet size
