@@ -208,6 +208,12 @@ def agent(
     help="filter answers every node that fits and lets kube-scheduler's scoring (with "
     "prioritize) choose [default: the node the engine would choose, as HAMi's filter does]",
 )
+@click.option(
+    "--no-preemption",
+    is_flag=True,
+    help="never evict lower-priority pods for a pod short of card shares [default: evict the "
+    "fewest the engine's planner names, through the Eviction API]",
+)
 def extender(
     kubeconfig: str | None,
     listen: tuple[str, int],
@@ -218,6 +224,7 @@ def extender(
     identity: str | None,
     gang_wait: float,
     filter_all: bool,
+    no_preemption: bool,
 ) -> None:
     """kube-scheduler extender: place pods that ask for accelerators with xpupool's engine."""
     from xpupool.cli import check_policies, load_profiles
@@ -252,5 +259,6 @@ def extender(
             identity=identity or socket.gethostname(),
             gang_wait_s=gang_wait,
             choose=not filter_all,
+            preempt=not no_preemption,
         )
     )
