@@ -19,15 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from cluster import (
-    BINARIES,
-    Extender,
-    ExtenderProcess,
-    K8sBinariesMissingError,
-    K8sCluster,
-    find_binaries,
-    free_port,
-)
+from cluster import Extender, ExtenderProcess, K8sCluster, extender_stack, free_port
 
 pytestmark = pytest.mark.k8s
 
@@ -44,10 +36,6 @@ NS = "default"
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster, ExtenderProcess]]:
-    try:
-        find_binaries(BINARIES)
-    except K8sBinariesMissingError as exc:
-        pytest.fail(str(exc), pytrace=False)  # a failure, never a skip
     port = free_port()
     ext = Extender(
         url_prefix=f"http://127.0.0.1:{port}",
@@ -57,13 +45,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster
         http_timeout="10s",
         managed_resources=MANAGED,
     )
-    tmp = tmp_path_factory.mktemp("extender")
-    with K8sCluster(extender=ext) as kc:
-        proc = ExtenderProcess(kc.kubeconfig, port, tmp / "extender.log").start()
-        try:
-            yield kc, proc
-        finally:
-            proc.stop()
+    with extender_stack(tmp_path_factory.mktemp("extender"), port, ext) as both:
+        yield both
 
 
 def hami_node(name: str, model: tuple[str, int], cards: int, split: int = 10) -> dict[str, Any]:
