@@ -151,10 +151,10 @@ def _card_types(catalog: AcceleratorCatalog, pool: Sequence[PoolNode] | None) ->
         by_model.setdefault((node.vendor, node.device_model), []).append(node)
     types: list[_CardType] = []
     for spec in catalog.models:
-        nodes = tuple(by_model.pop((spec.vendor, spec.name), ()))
-        types.append(_card_type(spec.vendor, spec.name, spec, nodes))
-    for (vendor, name), nodes in sorted(by_model.items()):
-        types.append(_card_type(vendor, name, catalog.lookup(name, vendor), tuple(nodes)))
+        found = tuple(by_model.pop((spec.vendor, spec.name), ()))
+        types.append(_card_type(spec.vendor, spec.name, spec, found))
+    for (vendor, name), rest in sorted(by_model.items()):
+        types.append(_card_type(vendor, name, catalog.lookup(name, vendor), tuple(rest)))
     return types
 
 
