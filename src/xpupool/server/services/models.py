@@ -36,11 +36,13 @@ def list_models() -> list[s.CatalogModel]:
     ]
 
 
-def pool_nodes(state: ClusterState) -> list[PoolNode]:
+def pool_nodes(state: ClusterState, *, containers_only: bool = False) -> list[PoolNode]:
     """Per schedulable, alive node and card model: what :func:`plan` needs. A card counts as
-    free when nothing is committed on it; cards without a link group form one PCIe group."""
+    free when nothing is committed on it; cards without a link group form one PCIe group.
+    ``containers_only``: only nodes with a container runtime (a model job runs an image)."""
     nodes: list[PoolNode] = []
-    for i in np.flatnonzero(state.node_ok):
+    ok = state.node_ok & state.node_container if containers_only else state.node_ok
+    for i in np.flatnonzero(ok):
         usable = state.dev_usable[i]
         models = {int(m) for m in state.dev_model[i][usable]}
         for model_id in sorted(models):
@@ -115,7 +117,7 @@ def expand_model_job(plane: ControlPlane, body: s.JobIn) -> s.JobIn:
     spec, request = _plan_input(models, intent, "model.")
     with plane.lock:
         state = plane.cluster_state
-        pool, catalog = pool_nodes(state), state.catalog
+        pool, catalog = pool_nodes(state, containers_only=True), state.catalog
     try:
         rows = plan(request, catalog, models, pool)
         resolved = request.resolved()
