@@ -500,7 +500,7 @@ def probe(fake_path: str | None, output: str) -> None:
 
 # The control plane's client commands (xpupool/client): they import httpx, pydantic and
 # server/schemas.py only, never FastAPI or SQLAlchemy (tests/unit/cli/test_imports.py).
-from xpupool.client import cli_admin, cli_catalog, cli_fleet, cli_jobs  # noqa: E402
+from xpupool.client import cli_admin, cli_catalog, cli_fleet, cli_jobs, cli_models  # noqa: E402
 
 for _command in (
     cli_jobs.submit,
@@ -513,6 +513,8 @@ for _command in (
     cli_fleet.sites,
     cli_fleet.queues,
     cli_catalog.accelerators,
+    cli_models.plan_command,
+    cli_models.models_command,
     cli_fleet.top,
     cli_fleet.node,
     cli_fleet.device,

@@ -26,6 +26,7 @@ from xpupool.server.plane import (
 from xpupool.server.request_names import check_names
 from xpupool.server.schemas import StopCause
 from xpupool.server.services import grants
+from xpupool.server.services.models import expand_model_job
 from xpupool.server.storage.jobs import job_events as t_events
 from xpupool.server.storage.jobs import jobs as t_jobs
 from xpupool.server.wire_values import readable
@@ -50,6 +51,8 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
             raise RequestError("tenant", body.tenant, "a tenant token submits only for itself")
         assert me.tenant is not None
         tenant = me.tenant
+    if body.model is not None:
+        body = expand_model_job(plane, body)
     req = Request() if body.request is None else body.request.to_request()
     queue = body.queue or (req.queue if req.queue != "default" else tenant)
     priority = body.priority if body.priority is not None else req.priority
