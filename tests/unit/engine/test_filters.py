@@ -105,7 +105,7 @@ def test_software_blames_the_most_hopeful_device() -> None:
     engine.state.set_node_schedulable("new", False)
     assert reasons_of(engine, devices(1, software=(need,))) == {
         (Reason.NODE_UNSCHEDULABLE, ""): 1,
-        (Reason.DRIVER_TOO_OLD, "cuda>=12.4"): 1,
+        (Reason.DRIVER_TOO_OLD, "535.104.05 too old for cuda>=12.4: needs >= 550.54.14"): 1,
         (Reason.SOFTWARE_UNSUPPORTED, "cuda>=12.4"): 1,
         (Reason.DRIVER_UNKNOWN, "cuda>=12.4"): 1,
     }
