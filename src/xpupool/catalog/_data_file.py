@@ -89,11 +89,11 @@ def _construct_sequence(loader: yaml.SafeLoader, node: yaml.SequenceNode) -> Loc
 
 _LineLoader.add_constructor(
     yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-    _construct_mapping,  # type: ignore[arg-type]
+    _construct_mapping,
 )
 _LineLoader.add_constructor(
     yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG,
-    _construct_sequence,  # type: ignore[arg-type]
+    _construct_sequence,
 )
 
 
@@ -117,7 +117,7 @@ def read_yaml(source: Path | Traversable, label: str) -> object:
     except OSError as exc:
         raise CatalogFileError(label, "", "", f"cannot read file: {exc}") from exc
     try:
-        return yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_LineLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = None if mark is None else mark.line + 1
