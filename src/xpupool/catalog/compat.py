@@ -135,8 +135,8 @@ class CompatTable:
         ``cuda>=12.4`` on 525.85.12 -> 550.54.14). The rows tried are those :meth:`check` tries:
         every table version that satisfies the need (for torch: every build of every release
         that satisfies it, on a runtime the vendor runs), or the stand-in row below the version
-        asked. None when no row's minimum is above the driver, or the vendor runs no such
-        runtime. Pure; the engine calls it once per (need, profile) to word its reason."""
+        asked. None when the driver runs one of them already, when no row's minimum is above
+        it, or when the vendor runs no such runtime. Pure; the engine calls it once per (need, profile) to word its reason."""
         if need.name == "torch":
             wanted = [
                 (build.runtime, "==", build.version)
@@ -158,6 +158,8 @@ class CompatTable:
                 stand_in = table.row_for(version)
                 rows = [stand_in] if stand_in is not None else [table.rows[0]]
             for row in rows:
+                if driver is not None and row.verdict(driver) == Verdict.OK:
+                    return None  # it runs already: no upgrade to ask for
                 if driver is not None and row.min_driver <= driver:
                     continue
                 if found is None or row.min_driver < found:
