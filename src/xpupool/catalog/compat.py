@@ -136,7 +136,8 @@ class CompatTable:
         every table version that satisfies the need (for torch: every build of every release
         that satisfies it, on a runtime the vendor runs), or the stand-in row below the version
         asked. None when the driver runs one of them already, when no row's minimum is above
-        it, or when the vendor runs no such runtime. Pure; the engine calls it once per (need, profile) to word its reason."""
+        it, or when the vendor runs no such runtime. Pure; the engine calls it once per
+        (need, profile) to word its reason."""
         if need.name == "torch":
             wanted = [
                 (build.runtime, "==", build.version)
