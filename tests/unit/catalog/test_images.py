@@ -111,6 +111,18 @@ def needs(image: str) -> tuple[list[str], tuple[str, ...], str | None]:
             "vllm-ascend",
         ),
         (
+            "quay.io/ascend/vllm-ascend:v0.7.3.post1",
+            ["cann>=8.1.RC1", "torch==2.5.1"],
+            (),
+            "vllm-ascend",
+        ),
+        (
+            f"{HUB}/mindie:2.1.RC1-800I-A2-py311-openeuler24.03-lts",
+            ["cann>=8.2.RC1"],
+            ("910B",),
+            "ascend-mindie",
+        ),
+        (
             "quay.io/ascend/vllm-ascend:v0.9.1-310p",
             ["cann>=8.2.RC1", "torch==2.5.1"],
             ("310P",),
