@@ -152,3 +152,28 @@ def test_the_submit_form_puts_errors_next_to_their_field(server: Server) -> None
     )
     assert re.search(r'id="request-error"[^>]*>request.devices.memory: unknown memory unit', r.text)
     assert server.client.get("/v1/jobs", headers=server.admin).json() == []
+
+
+def test_the_model_picker_offers_the_catalog_and_answers_at_its_field(server: Server) -> None:
+    _sign_in(server.client, tenant(server, "team"))
+    form = server.client.get("/submit").text
+    assert "<option>qwen2.5-7b</option>" in form
+    csrf = _csrf(server.client)
+    r = server.client.post(
+        "/submit",
+        data={"csrf": csrf, "name": "m", "model": "qwen2.5-7b", "task": "serve", "request": "L20"},
+        headers=HERE,
+    )
+    assert r.status_code == 422
+    assert re.search(
+        r'id="request-error"[^>]*>request: give .*model.* or .*request.*, not both', r.text
+    )
+    r = server.client.post(
+        "/submit",
+        data={"csrf": csrf, "name": "m", "model": "qwen2.5-7b", "task": "serve"},
+        headers=HERE,
+    )
+    assert re.search(
+        r'id="model-error"[^>]*>model.name: no card type of the pool can serve', r.text
+    )
+    assert server.client.get("/v1/jobs", headers=server.admin).json() == []

@@ -1,7 +1,8 @@
-"""The submit form: a name, the compact request string, a command line, a queue (and for the
-admin, the tenant to submit for). The request is read by the API's own parser (``JobIn``) both
-live, through the small JSON endpoint ``/ui/validate`` the page calls as you type, and on submit;
-an error is shown next to the field it names."""
+"""The submit form: a name, the compact request string and a command line, or instead a catalog
+model to serve or fine-tune (the server plans its cards, image and command: docs/models.md), a
+queue (and for the admin, the tenant to submit for). The request is read by the API's own parser
+(``JobIn``) both live, through the small JSON endpoint ``/ui/validate`` the page calls as you
+type, and on submit; an error is shown next to the field it names."""
 
 from __future__ import annotations
 
@@ -16,14 +17,15 @@ from xpupool.model.errors import NotGranted, RequestError
 from xpupool.model.request_model import MAX_SPEC_CHARS
 from xpupool.model.validation import error_path
 from xpupool.server import schemas as s
-from xpupool.server.services import jobs, tenants
+from xpupool.server.services import jobs, models, tenants
 from xpupool.server.web.forms import FormDep, field
 from xpupool.server.web.render import HEADERS, page
 from xpupool.server.web.sessions import check_csrf
 from xpupool.server.web.viewer import PlaneDep, Viewer, ViewerDep
 
 router = APIRouter(include_in_schema=False)
-FIELDS = ("name", "request", "command", "queue", "tenant")
+FIELDS = ("name", "request", "command", "model", "task", "queue", "tenant")
+TASKS = ("serve", "finetune")
 
 
 def _where(path: str | None) -> str:
@@ -64,6 +66,8 @@ def _form_page(
         queues=queues,
         tenant_names=tenant_names,
         max_spec=MAX_SPEC_CHARS,
+        models=[m.name for m in models.list_models()],
+        tasks=TASKS,
     )
 
 
@@ -91,6 +95,8 @@ def submit_form(request: Request, plane: PlaneDep, viewer: ViewerDep, form: Form
         "name": field(form, "name", 200),
         "request": field(form, "request", MAX_SPEC_CHARS),
         "command": field(form, "command", 20_000),
+        "model": field(form, "model", 100),
+        "task": field(form, "task", 20) or "serve",
         "queue": field(form, "queue", 63),
         "tenant": field(form, "tenant", 63),
     }
@@ -102,11 +108,15 @@ def submit_form(request: Request, plane: PlaneDep, viewer: ViewerDep, form: Form
         errors["command"] = f"cannot split into arguments: {exc}"
     if not errors:
         try:
+            what: dict[str, Any] = {"request": values["request"] or None, "command": argv}
+            if values["model"]:  # a model job: the server fills request, image and command
+                what = {"model": {"name": values["model"], "task": values["task"]}}
+                if values["request"] or argv:
+                    what.update(request=values["request"] or None, command=argv)
             body = s.JobIn.model_validate(
                 {
                     "name": values["name"],
-                    "request": values["request"] or None,
-                    "command": argv,
+                    **what,
                     "queue": values["queue"] or None,
                     "tenant": values["tenant"] or None,
                 }
