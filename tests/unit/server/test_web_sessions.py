@@ -109,6 +109,10 @@ def test_forms_need_the_csrf_secret_and_this_origin(server: Server) -> None:
     )
     assert r.status_code == 303
     assert not server.client.get("/v1/nodes/n1", headers=server.admin).json()["schedulable"]
+    audit = server.client.get("/v1/audit", headers=server.admin).json()
+    mine = [a for a in audit if a["action"] == "cordon_node_form"]
+    assert {a["target"] for a in mine} == {"name=n1, verb=cordon"}
+    assert sorted(a["status"] for a in mine) == [303, 403, 403, 403, 403]  # refusals too
 
 
 def test_a_tenant_cannot_cordon(server: Server) -> None:
