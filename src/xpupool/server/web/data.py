@@ -23,11 +23,16 @@ BUSY_PCT = 5.0  # a card whose utilisation reads at least this is busy
 
 
 def _service(module: str, name: str) -> Callable[..., Any] | None:
+    """``module.name`` when this release has it; None when the module or the name is not there.
+    Any other failure to import it is raised: a broken service is not hidden by the fallback."""
     try:
-        found: Callable[..., Any] = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
+        found = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module:
+            raise
         return None
-    return found
+    service: Callable[..., Any] | None = getattr(found, name, None)
+    return service
 
 
 def _plain(value: Any) -> Any:

@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from fastapi import Request
-from sqlalchemy import select
 
-from xpupool.server.auth import Principal, token_hash
+from xpupool.server.auth import Principal, TokenExpired, token_hash
 from xpupool.server.plane import ControlPlane
-from xpupool.server.storage.tenants import tokens as t_tokens
+from xpupool.server.services import tenants
 
 COOKIE = "xpupool_session"
 SESSION_TTL_S = 12 * 3600.0  # absolute: a session is not kept alive by use past this
@@ -96,19 +95,11 @@ class SessionStore:
 def live_principal(plane: ControlPlane, digest: str) -> Principal | None:
     """The principal of the token whose hash is ``digest`` if it is still live (not revoked,
     not expired) and may use the dashboard (admin or tenant); None otherwise."""
-    who = plane.principals.get(digest)  # the API's cache of live tokens (cleared on revoke)
-    if who is None:
-        with plane.db.connect() as conn:
-            row = conn.execute(
-                select(t_tokens).where(t_tokens.c.hash == digest, t_tokens.c.revoked.is_(False))
-            ).first()
-        if row is None:
-            return None
-        nodes = None if row.node is None else frozenset({row.node})
-        who = Principal(row.id, row.role, row.tenant, nodes, row.expires_at)
-    if who.expires_at is not None and plane.clock() >= who.expires_at:
+    try:
+        who = tenants.principal_of(plane, digest)
+    except TokenExpired:
         return None
-    if who.role not in ("admin", "tenant"):
+    if who is None or who.role not in ("admin", "tenant"):
         return None
     return who
 
