@@ -134,7 +134,7 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
         echo(f"catalog: {cfg.catalog.path} ({len(cfg.catalog.images)} image rules, tried first)")
     scheme = "https" if cfg.tls_cert is not None else "http"
     base = f"{scheme}://{cfg.host}:{cfg.port}"
-    echo(f"API: {base}/v1  docs: {base}/docs")
+    echo(f"dashboard: {base}/  API: {base}/v1  docs: {base}/docs")
     warning = plain_http_warning(cfg.host, tls=cfg.tls_cert is not None)
     if warning:
         echo(warning)
