@@ -166,6 +166,24 @@ def test_a_tenant_sees_only_its_own_jobs(browser: Any, pool: Pool) -> None:
     page.goto("/")  # the fleet aggregate is still everybody's
     total = len(pool.admin.get("/v1/devices").json())
     assert page.text_content("#total-devices") == f"{total:,}"
+
+    # a card team's job holds: its share is shown, the job is not named
+    r = team.post(
+        "/v1/jobs",
+        json={
+            "name": "team-card",
+            "request": "K100_AI:1",
+            "command": [JOB_PYTHON, "-c", "import time; time.sleep(60)"],
+        },
+    )
+    assert r.status_code == 201, r.text
+    held = _wait_job(team, r.json()["id"], lambda j: j["assignments"], "team's job placed")
+    uuid = held["assignments"][0]["devices"][0]["uuid"]
+    page.goto(f"/devices?card={uuid}")
+    expect(page.locator("#panel-jobs")).to_contain_text("another tenant's job")
+    assert page.locator(f'#panel-jobs a[href="/jobs/{held["id"]}"]').count() == 0
+    assert "team-card" not in page.content()
+    team.post(f"/v1/jobs/{held['id']}/cancel")
     page.context.close()
 
 
