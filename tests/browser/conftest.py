@@ -203,7 +203,13 @@ def shot(page: Any, name: str, dark: bool = False) -> None:
     Path(folder).mkdir(parents=True, exist_ok=True)
     if dark:
         page.emulate_media(color_scheme="dark")
-    page.screenshot(path=str(Path(folder) / f"{name}.png"))
+    path = Path(folder) / f"{name}.png"
+    page.screenshot(path=str(path))
+    from PIL import Image  # matplotlib's dependency: 256 colours keep a UI picture, at a third
+
+    with Image.open(path) as shot_rgb:
+        small = shot_rgb.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
+    small.save(path, optimize=True)
     if dark:
         page.emulate_media(color_scheme="light")
 

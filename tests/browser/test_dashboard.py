@@ -3,6 +3,7 @@ tenant and the admin see, and the protections (escaping, CSRF, the token kept ou
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -137,6 +138,10 @@ def test_a_job_submitted_through_the_form_runs_on_its_card_with_its_log(
     row = page.locator(f'section[data-queue="team"] table.pending tr[data-job="{waiting}"]')
     expect(row.locator(".reason")).to_have_text(api_job["reason"])
     shot(page, "dashboard-queues")
+    if os.environ.get("XPUPOOL_SCREENSHOTS"):  # the admin's overview while one runs, one waits
+        admin = sign_in(browser, pool.url, pool.tokens["admin"])
+        shot(admin, "dashboard-overview")
+        admin.context.close()
     assert api_job["state"] == "pending"
     assert axe_violations(page, axe_source) == []
 
@@ -257,7 +262,6 @@ def test_a_cross_site_form_post_is_refused(browser: Any, pool: Pool) -> None:
 
 def test_the_admin_cordons_a_node_from_the_grid(browser: Any, pool: Pool) -> None:
     page = sign_in(browser, pool.url, pool.tokens["admin"])
-    shot(page, "dashboard-overview")
     page.goto("/devices?site=shanghai")
     node = page.locator('div.node[data-node="sh-mlu-0"]')
     node.get_by_role("button", name="Cordon node sh-mlu-0").click()
