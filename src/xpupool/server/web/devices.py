@@ -63,8 +63,14 @@ def tile(d: s.Device) -> dict[str, Any]:
 
 
 def _node_names(plane: ControlPlane, site: str) -> list[str]:
+    """The nodes of ``site`` (all when empty), by site and then by name: a page groups by site."""
     with plane.lock:
-        return sorted(n for n, r in plane.node_records.items() if not site or r.node.site == site)
+        found = [
+            (r.node.site, n)
+            for n, r in plane.node_records.items()
+            if not site or r.node.site == site
+        ]
+    return [n for _, n in sorted(found)]
 
 
 def grid_context(plane: ControlPlane, viewer: Viewer, site: str, page_no: int) -> dict[str, Any]:
