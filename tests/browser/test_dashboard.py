@@ -315,3 +315,34 @@ def test_pages_update_in_place_and_work_from_the_keyboard(
     assert axe_violations(page, axe_source) == []
     pool.api("other").post(f"/v1/jobs/{r.json()['id']}/cancel")
     page.context.close()
+
+
+def test_every_page_loads_without_a_console_error(browser: Any, pool: Pool) -> None:
+    """No script or style is blocked by the pages' Content-Security-Policy and nothing fails to
+    load: Chromium reports either on the console."""
+    page = sign_in(browser, pool.url, pool.tokens["admin"])
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    r = pool.api("team").post("/v1/jobs", json={"name": "quiet", "command": [JOB_PYTHON, "-V"]})
+    job_id = r.json()["id"]
+    for path in (
+        "/",
+        "/devices",
+        "/devices?site=beijing",
+        "/queues",
+        "/jobs",
+        "/submit",
+        f"/jobs/{job_id}",
+    ):
+        page.goto(path)
+        page.wait_for_load_state("load")
+        page.wait_for_timeout(300)  # the first poll of a log tail
+    assert errors == []
+    page.evaluate(
+        "() => { const s = document.createElement('script'); "
+        "s.textContent = 'window.ran = 1'; document.body.append(s); }"
+    )
+    assert page.evaluate("() => window.ran") is None  # an inline script does not run
+    assert any("Content Security Policy" in e for e in errors)  # and the browser says why
+    page.context.close()
