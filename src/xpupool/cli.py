@@ -132,6 +132,14 @@ def demo(policy: str, cluster: str | None) -> None:
     type=click.IntRange(0),
     help="at most this many finished jobs are kept, the oldest deleted first (0: no limit)",
 )
+@click.option(
+    "--history-interval",
+    default="60s",
+    show_default=True,
+    metavar="DURATION",
+    help="how often the server samples the fleet for its history (GET /v1/fleet/history; "
+    "docs/dashboard.md): 10s, 1m, ...",
+)
 @launch_options
 def up(
     data: str,
@@ -158,6 +166,7 @@ def up(
     max_body: str,
     retain_jobs: str,
     retain_count: int,
+    history_interval: str,
 ) -> None:
     """Start the control plane: REST API, scheduler, SQLite state, metrics, local agent."""
     from pathlib import Path
@@ -170,6 +179,13 @@ def up(
         raise click.BadParameter(
             f"{retain_jobs!r}: use a duration such as 12h or 7d, or 'forever'",
             param_hint="--retain-jobs",
+        )
+
+    history_s = duration_s(history_interval)
+    if not history_s:
+        raise click.BadParameter(
+            f"{history_interval!r}: use a duration above 0 such as 30s or 1m",
+            param_hint="--history-interval",
         )
 
     from xpupool.server.body_limit import parse_size
@@ -217,6 +233,7 @@ def up(
         tls_key=Path(tls_key) if tls_key else None,
         max_body=max_body_bytes,
         retention=Retention(retain_s, retain_count or None),
+        history_interval_s=history_s,
     )
     serve(cfg, click.echo)
 

@@ -20,7 +20,7 @@ from typing import cast
 from xpupool.engine.profile import DEFAULT_PROFILE, Profile
 from xpupool.server.admin_token import admin_token_path
 from xpupool.server.body_limit import DEFAULT_MAX_BODY
-from xpupool.server.plane import ControlPlane
+from xpupool.server.plane import DEFAULT_HISTORY_INTERVAL_S, ControlPlane
 from xpupool.server.retention import Retention
 
 log = logging.getLogger("xpupool.server")
@@ -53,6 +53,7 @@ class UpConfig:
     retention: Retention = field(
         default_factory=Retention
     )  # finished jobs kept: --retain-jobs, --retain-count
+    history_interval_s: float = DEFAULT_HISTORY_INTERVAL_S  # --history-interval (history.py)
 
 
 def open_plane(cfg: UpConfig) -> ControlPlane:
@@ -84,6 +85,7 @@ def open_plane(cfg: UpConfig) -> ControlPlane:
             lease_s=cfg.lease_s,
             max_log_bytes=parse_memory_mib("--log-cap", cfg.log_cap) << 20,
             retention=cfg.retention,
+            history_interval_s=cfg.history_interval_s,
         )
         plane.before_job_id = pool.reserve
         if cfg.rotate_admin_token:
