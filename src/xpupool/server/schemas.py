@@ -822,8 +822,9 @@ class FleetOverview(Lenient):
     groups: list[OverviewGroup]
     stranded: StrandedCapacity
     pending_by_reason: dict[str, int] = Field(
-        description="Pending jobs by why they wait: the engine's reason rejecting the most nodes, "
-        "or a waiting state (services/overview.py ``WAITING``)."
+        description="Pending jobs by why they wait: the engine's reason rejecting the most nodes "
+        "(among capacity reasons when there are any), or, where the engine finds room now, a "
+        "waiting state (services/overview.py ``Waiting``)."
     )
     jobs: JobCounts
 

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from xpupool.engine.fragmentation import ShapeTable, Stranded, TargetWorkload, stranded_capacity
-from xpupool.engine.reasons import Unschedulable
+from xpupool.engine.reasons import PREEMPTION_MAY_HELP, Unschedulable
 from xpupool.engine.state import ClusterState
 from xpupool.model.request import DeviceRequest, Request
 from xpupool.server import schemas as s
@@ -254,7 +254,7 @@ def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
 
 def pending_reason(plane: ControlPlane, job: PendingJob, now: float, budget: list[int]) -> str:
     """Why ``job`` waits, in a word: the engine's reason that rejects the most nodes for one of
-    its replicas (``engine.explain``, once per distinct request and state), or, where the
+    its replicas (capacity first: :func:`_dominant`) (``engine.explain``, once per distinct request and state), or, where the
     engine finds room now, the waiting state that holds it back (:class:`Waiting`).
     ``budget`` ([explanations left]) bounds the engine calls of one overview."""
     st = plane.cluster_state
@@ -289,9 +289,14 @@ def pending_reason(plane: ControlPlane, job: PendingJob, now: float, budget: lis
 
 
 def _dominant(why: Unschedulable) -> str:
-    """The text of the reason counted on the most nodes (the first of equals)."""
-    best = why.reasons[0]
-    for r in why.reasons[1:]:
+    """The text of the reason counted on the most nodes (the first of equals) among those that
+    freed capacity could cure (``PREEMPTION_MAY_HELP``: the nodes that could take the job but
+    are full) when there are any: a job for H100s waits for room on the H100 nodes, not because
+    the many other nodes hold no H100. Else among all (nothing could ever take it as it is)."""
+    capacity = [r for r in why.reasons if r.reason in PREEMPTION_MAY_HELP]
+    candidates = capacity or list(why.reasons)
+    best = candidates[0]
+    for r in candidates[1:]:
         if r.count > best.count:
             best = r
     return best.text
