@@ -254,8 +254,9 @@ def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
 
 def pending_reason(plane: ControlPlane, job: PendingJob, now: float, budget: list[int]) -> str:
     """Why ``job`` waits, in a word: the engine's reason that rejects the most nodes for one of
-    its replicas (capacity first: :func:`_dominant`) (``engine.explain``, once per distinct request and state), or, where the
-    engine finds room now, the waiting state that holds it back (:class:`Waiting`).
+    its replicas (capacity reasons first: :func:`_dominant`; ``engine.explain``, once per
+    distinct request and state), or, where the engine finds room now, the waiting state that
+    holds it back (:class:`Waiting`).
     ``budget`` ([explanations left]) bounds the engine calls of one overview."""
     st = plane.cluster_state
     kept = _kept(plane)
