@@ -138,7 +138,7 @@ def demo(policy: str, cluster: str | None) -> None:
     show_default=True,
     metavar="DURATION",
     help="how often the server samples the fleet for its history (GET /v1/fleet/history; "
-    "docs/dashboard.md): 10s, 1m, ...",
+    "docs/fleet-overview.md): 10s, 1m, ...",
 )
 @launch_options
 def up(

@@ -10,7 +10,7 @@ Tiers (:data:`DEFAULT_TIERS`): the raw samples are kept 2 hours; 5-minute means 
 means 8 days. A coarse tier's row for the bucket being filled is recomputed from the raw rows
 in that bucket at each sample (so raw rows must outlive the coarsest bucket: checked), and each
 tier's rows past its keep are deleted in the same transaction. So the table is bounded: at most
-``MAX_KEYS`` keys per sample times (keep / step + 1) rows per tier, 122 + 577 + 193 = 892 rows
+``MAX_KEYS`` keys per sample times (keep / step + 1) rows per tier, 121 + 577 + 193 = 891 rows
 per key at the default 60 s interval.
 
 Series (the columns of ``storage/history.SERIES``): ``devices_total``, ``devices_busy``,

@@ -830,7 +830,7 @@ class FleetOverview(Lenient):
 
 
 class HistorySeries(Lenient):
-    name: str = Field(description="What is measured (docs/dashboard.md lists the names).")
+    name: str = Field(description="What is measured (docs/fleet-overview.md lists the names).")
     site: str | None = Field(description="The site; null: every site.")
     model: str | None = Field(description="The device model; null: every model.")
     points: list[tuple[float, float]] = Field(

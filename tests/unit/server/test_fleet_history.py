@@ -6,16 +6,19 @@ naming its field, and the last sample is in ``/metrics``."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 from server_kit import Server, node, submit, tenant
 from sqlalchemy import func, select
 
-from xpupool.server.history import DEFAULT_TIERS, MAX_KEYS, FleetHistory, Tier
+from xpupool.cli import main
+from xpupool.server.history import DEFAULT_TIERS, MAX_KEYS, METRICS, FleetHistory, Tier
 from xpupool.server.live_metrics import LiveMetrics
-from xpupool.server.storage.history import fleet_history
+from xpupool.server.storage.history import SERIES, fleet_history
 
 
 def rows(srv: Server, tier: str, site: str = "", model: str = "") -> list[dict[str, Any]]:
@@ -198,3 +201,21 @@ def test_live_metrics_ring_keeps_the_last_readings_spaced_out() -> None:
     live.record("u2", 100.0, 1.0, 1.0, 1.0, 1.0)
     assert live.keep_only(["u2"]) == 1 and len(live) == 1
     assert live.recent("u1") == [] and live.recent("u2")[0].temp_c == 1.0
+
+
+@pytest.mark.parametrize("bad", ["soon", "0s", "-5s"])
+def test_up_refuses_a_bad_history_interval(bad: str, tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["up", "--data", str(tmp_path), "--history-interval", bad])
+    assert result.exit_code == 2, result.output
+    assert "--history-interval" in result.output
+    assert not any(tmp_path.iterdir())  # refused before anything was written
+
+
+def test_the_doc_names_every_series_and_gauge() -> None:
+    root = Path(__file__).resolve().parents[3]
+    page = (root / "docs" / "fleet-overview.md").read_text()
+    metrics_table = (root / "docs" / "agent.md").read_text()
+    for series in SERIES:
+        assert f"`{series}" in page, series
+    for _, gauge, _, _ in METRICS:
+        assert gauge in page and gauge in metrics_table, gauge

@@ -3,7 +3,7 @@ one column per series.
 
 Bounded: each tier's rows older than its keep are deleted in the transaction that writes the
 next sample, and a sample has at most ``history.MAX_KEYS`` (site, model) keys, so the table holds
-at most ``MAX_KEYS * sum(keep / step + 1 over the tiers)`` rows (docs/dashboard.md).
+at most ``MAX_KEYS * sum(keep / step + 1 over the tiers)`` rows (docs/fleet-overview.md).
 """
 
 from __future__ import annotations
