@@ -16,6 +16,7 @@ share of now.
 from __future__ import annotations
 
 import weakref
+from collections import Counter
 from dataclasses import dataclass, field, fields
 from operator import attrgetter
 
@@ -222,8 +223,15 @@ def target_workload(plane: ControlPlane) -> TargetWorkload:
     """The pending jobs' shapes (the ``MAX_PENDING_SHAPES`` most common, FGD's grouping:
     ``TargetWorkload.from_requests``) and ``COMMON_SHAPES``, weighted alike (the stranded
     measure asks only whether some shape fits, not how likely it is)."""
-    pending = TargetWorkload.from_requests((p.request for p in plane.queued.values()), coverage=1.0)
-    shapes = (*pending.shapes[:MAX_PENDING_SHAPES], *COMMON_SHAPES)
+    counts: Counter[tuple[object, ...]] = Counter()
+    first: dict[tuple[object, ...], Request] = {}
+    for p in plane.queued.values():  # a tuple per job (from_requests makes a Request per job)
+        key = _SHAPE(p.request)
+        counts[key] += 1
+        first.setdefault(key, p.request)
+    common = [first[key] for key, _ in counts.most_common(MAX_PENDING_SHAPES)]
+    pending = TargetWorkload.from_requests(common, coverage=1.0)
+    shapes = (*pending.shapes, *COMMON_SHAPES)
     return TargetWorkload(shapes, tuple(1.0 / len(shapes) for _ in shapes))
 
 
