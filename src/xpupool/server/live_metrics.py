@@ -56,8 +56,22 @@ class SlotColumns:
     power_w: FloatArray
 
 
-def _value(v: float | int | None) -> float:
-    return math.nan if v is None else float(v)
+PLAUSIBLE: tuple[tuple[float, float], ...] = (
+    (0.0, 100.0),  # util_pct
+    (0.0, float(1 << 30)),  # memory_mib_used: a PiB
+    (0.0, 100_000.0),  # power_w
+    (-100.0, 1000.0),  # temp_c
+)
+"""Per value, the range a reading must lie in to be kept: an agent's report is hostile input, and
+one card reporting 1e308 W would turn every sum it joins into infinity (which JSON cannot
+carry). A reading outside is kept as unread (NaN), as a value the probe could not read."""
+
+
+def _value(v: float | int | None, bounds: tuple[float, float]) -> float:
+    if v is None:
+        return math.nan
+    x = float(v)
+    return x if bounds[0] <= x <= bounds[1] else math.nan
 
 
 class LiveMetrics:
@@ -114,7 +128,8 @@ class LiveMetrics:
                 self._grow()
             self._row[uuid] = row
             self._aligned = None
-        values = (_value(util_pct), _value(memory_mib_used), _value(power_w), _value(temp_c))
+        given = (util_pct, memory_mib_used, power_w, temp_c)
+        values = tuple(_value(v, b) for v, b in zip(given, PLAUSIBLE, strict=True))
         self._at[row] = now
         self._last[row] = values
         n = int(self._ring_n[row])

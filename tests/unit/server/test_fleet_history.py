@@ -219,3 +219,10 @@ def test_the_doc_names_every_series_and_gauge() -> None:
         assert f"`{series}" in page, series
     for _, gauge, _, _ in METRICS:
         assert gauge in page and gauge in metrics_table, gauge
+
+
+def test_implausible_readings_are_kept_as_unread() -> None:
+    live = LiveMetrics()
+    live.record("u1", 100.0, 1e308, -5.0, 1e308, 20.0)
+    r = live.recent("u1")[0]
+    assert (r.util_pct, r.memory_mib_used, r.power_w, r.temp_c) == (None, None, None, 20.0)

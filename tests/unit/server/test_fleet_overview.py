@@ -168,3 +168,11 @@ def test_device_detail_has_the_shares_and_recent_readings(server: Server) -> Non
     assert recent[-1]["power_w"] is None  # not read: absent, not zero
     missing = server.client.get("/v1/devices/nope", headers=server.admin)
     assert missing.status_code == 404 and missing.json()["field"] == "device"
+
+
+def test_an_absurd_reading_does_not_break_the_overview(server: Server) -> None:
+    node(server, "n1", count=2)
+    huge = {"uuid": "n1-gpu0", "utilization_pct": 1e308, "power_w": 1e308, "memory_used_mib": 1}
+    metrics(server, "n1", [huge, {"uuid": "n1-gpu1", "power_w": 100.0}])
+    group = overview(server)["groups"][0]
+    assert (group["power_w"], group["core_pct_used"], group["memory_mib_used"]) == (100.0, None, 1)
