@@ -76,8 +76,10 @@ class LostNodeWatch(threading.Thread):
 
     def run(self) -> None:
         while not self.stopped.wait(max(self.plane.heartbeat_s / 2, 0.05)):
+            writable = False
             try:
-                if self.plane.check_store():  # while the store fails: is it back?
+                writable = self.plane.check_store()  # while the store fails: is it back?
+                if writable:
                     mark_lost_nodes(self.plane)
                     stop_overdue(self.plane)
                     sweep_finished(self.plane, self.plane.retention)
@@ -85,11 +87,15 @@ class LostNodeWatch(threading.Thread):
                 pass  # said once, by the plane's health
             except Exception:
                 log.exception("lost-node check failed")
-            try:
-                self.history.maybe_sample()
-            except Exception:  # a history write that fails is not the pool's failure
-                self.history.last = self.plane.clock()  # tried again one interval later
-                log.exception("fleet history sample failed")
+            if writable:  # no sample while the store fails (the plane's health says so once)
+                self._sample()
+
+    def _sample(self) -> None:
+        try:
+            self.history.maybe_sample()
+        except Exception:  # a history write that fails is not the pool's failure
+            self.history.last = self.plane.clock()  # tried again one interval later
+            log.exception("fleet history sample failed")
 
 
 def create_app(
