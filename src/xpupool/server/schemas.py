@@ -792,6 +792,14 @@ class OverviewGroup(Lenient):
     unhealthy: int = Field(description="Cards their agent or the registration says are unhealthy.")
 
 
+class StrandedAt(Lenient):
+    """Stranded capacity of one site."""
+
+    memory_mib: int
+    core_pct: float
+    devices: int
+
+
 class StrandedCapacity(Lenient):
     """Idle capacity no job shape can use now (engine/fragmentation/stranded.py): the pending
     jobs' shapes plus a fixed set of common ones (services/overview.py ``COMMON_SHAPES``)."""
@@ -800,6 +808,7 @@ class StrandedCapacity(Lenient):
     core_pct: float = Field(description="Idle compute on such cards, 100 per card.")
     devices: int = Field(description="In-service cards holding some of it.")
     shapes: int = Field(description="Job shapes it was measured against.")
+    by_site: dict[str, StrandedAt] = Field(default_factory=dict, description="The same per site.")
 
 
 class JobCounts(Lenient):

@@ -131,17 +131,19 @@ def test_stranded_capacity_for_a_fragment_no_shape_fits_until_a_pending_job_does
     assert stranded["devices"] == 1
     assert stranded["core_pct"] == 10.0
     assert stranded["memory_mib"] == 81920 - 73728
+    assert stranded["by_site"] == {
+        "default": {k: stranded[k] for k in ("memory_mib", "core_pct", "devices")}
+    }
     queue(server, "qb", "b", [quota(0)])  # keeps b's job pending although it fits
     submit(server, b, "A100:1 cores=10%", queue="qb")
     server.schedule()
     after = overview(server)
     assert after["jobs"]["pending"] == 1 and after["pending_by_reason"] == {Waiting.QUOTA: 1}
+    none = {"memory_mib": 0, "core_pct": 0.0, "devices": 0}
     assert after["stranded"] == {
-        **stranded,
-        "memory_mib": 0,
-        "core_pct": 0.0,
-        "devices": 0,
+        **none,
         "shapes": stranded["shapes"] + 1,
+        "by_site": {"default": none},
     }
 
 

@@ -378,4 +378,8 @@ def stranded_view(snap: Snapshot) -> s.StrandedCapacity:
         core_pct=st.total_core_milli / 10,
         devices=int(st.devices.sum()),
         shapes=snap.shapes,
+        by_site={
+            site: s.StrandedAt(memory_mib=mib, core_pct=milli / 10, devices=cards)
+            for site, (mib, milli, cards) in sorted(snap.stranded_by_site.items())
+        },
     )
