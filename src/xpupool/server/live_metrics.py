@@ -16,6 +16,7 @@ Bounded: rows are only made for UUIDs a node registered (the heartbeat refuses o
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -90,9 +91,14 @@ class LiveMetrics:
         self._ring_t = np.zeros((0, ring), np.float64)
         self._ring_v = np.zeros((0, ring, len(VALUES)), np.float32)
         self._ring_n = np.zeros(0, np.int64)  # readings ever kept in each row's ring
-        # (state, its epoch, rows then) -> (rows, their slots): see ``_alignment``
+        # ((the state, weakly; its epoch; rows then), rows, their slots): see ``_alignment``
         self._aligned: (
-            tuple[tuple[ClusterState, int, int], npt.NDArray[np.intp], npt.NDArray[np.intp]] | None
+            tuple[
+                tuple[weakref.ref[ClusterState], int, int],
+                npt.NDArray[np.intp],
+                npt.NDArray[np.intp],
+            ]
+            | None
         ) = None
 
     def __len__(self) -> int:
@@ -188,11 +194,12 @@ class LiveMetrics:
         found = self._aligned
         if (
             found is None
-            or found[0][0] is not state
+            or found[0][0]() is not state
             or found[0][1:] != (state.epoch, len(self._row))
         ):
             pairs = [(r, state.uuid_slot[u]) for u, r in self._row.items() if u in state.uuid_slot]
             rows = np.asarray([p[0] for p in pairs], np.intp)
             slots = np.asarray([p[1] for p in pairs], np.intp)
-            found = self._aligned = ((state, state.epoch, len(self._row)), rows, slots)
+            key = (weakref.ref(state), state.epoch, len(self._row))
+            found = self._aligned = (key, rows, slots)
         return found[1], found[2]

@@ -178,3 +178,25 @@ def test_an_absurd_reading_does_not_break_the_overview(server: Server) -> None:
     metrics(server, "n1", [huge, {"uuid": "n1-gpu1", "power_w": 100.0}])
     group = overview(server)["groups"][0]
     assert (group["power_w"], group["core_pct_used"], group["memory_mib_used"]) == (100.0, None, 1)
+
+
+def test_the_overview_follows_cordons_registrations_and_placements(server: Server) -> None:
+    """What the overview keeps between calls (layout, shape table, stranded measure) is made
+    again when what it was made from changes: a stale one would show the old numbers."""
+    node(server, "n1", count=2)
+    a = tenant(server, "a")
+
+    def a100() -> dict[str, Any]:
+        return next(g for g in overview(server)["groups"] if g["device_model"] == "A100-SXM4-80GB")
+
+    assert (a100()["cordoned"], a100()["devices_allocated"]) == (0, 0)
+    assert server.client.post("/v1/nodes/n1/cordon", headers=server.admin).status_code == 200
+    assert a100()["cordoned"] == 2
+    assert server.client.post("/v1/nodes/n1/uncordon", headers=server.admin).status_code == 200
+    assert a100()["cordoned"] == 0
+    node(server, "n2", count=4)  # the engine is rebuilt
+    assert a100()["devices_total"] == 6
+    submit(server, a, "A100:1 cores=90%")
+    server.schedule()
+    assert a100()["devices_allocated"] == 1
+    assert overview(server)["stranded"]["devices"] == 1

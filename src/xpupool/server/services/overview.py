@@ -63,6 +63,7 @@ class Waiting:
 
 # every field of a request but its name: two requests alike in these fare alike
 _SHAPE = attrgetter(*(f.name for f in fields(Request) if f.name != "name"))
+Key = tuple[object, ...]
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
@@ -106,11 +107,13 @@ class Snapshot:
 class _Kept:
     """What one plane's overviews keep between calls (see the module docstring)."""
 
-    layout: tuple[tuple[ClusterState, int], Layout] | None = None
-    table: tuple[tuple[ClusterState, int, tuple[object, ...]], ShapeTable] | None = None
-    stranded: tuple[tuple[ClusterState, int, int, tuple[object, ...]], Stranded] | None = None
+    # each with the key it was made for: (a weak reference to the state, what else it depends
+    # on); weak, so that an engine the plane replaced is not kept alive for its key
+    layout: tuple[Key, Layout] | None = None
+    table: tuple[Key, ShapeTable] | None = None
+    stranded: tuple[Key, Stranded] | None = None
     explained: dict[tuple[object, ...], str] = field(default_factory=dict)
-    explained_at: tuple[ClusterState, int, int] | None = None
+    explained_at: Key | None = None
 
 
 _KEPT: weakref.WeakKeyDictionary[ControlPlane, _Kept] = weakref.WeakKeyDictionary()
@@ -128,7 +131,7 @@ def layout(plane: ControlPlane) -> Layout:
     cordons, health and registrations bump it). Call under the plane's lock."""
     st = plane.cluster_state
     kept = _kept(plane)
-    if kept.layout is not None and kept.layout[0][0] is st and kept.layout[0][1] == st.epoch:
+    if kept.layout is not None and _same(kept.layout[0], st, st.epoch):
         return kept.layout[1]
     catalog = st.catalog
     names: list[tuple[str, str]] = []
@@ -157,7 +160,7 @@ def layout(plane: ControlPlane) -> Layout:
     found = Layout(
         np.where(group >= 0, renumber[group], -1), tuple(labels[g] for g in used), cordoned
     )
-    kept.layout = ((st, st.epoch), found)
+    kept.layout = (_key(st, st.epoch), found)
     return found
 
 
@@ -244,20 +247,23 @@ def _stranded(plane: ControlPlane) -> tuple[Stranded | None, int]:
     workload = target_workload(plane)
     shapes = tuple(_SHAPE(r) for r in workload.shapes)
     kept = _kept(plane)
-    key = (st, st.epoch, st.change_seq, shapes)
-    if kept.stranded is not None and _same(kept.stranded[0], key):
+    if kept.stranded is not None and _same(kept.stranded[0], st, st.epoch, st.change_seq, shapes):
         return kept.stranded[1], len(shapes)
-    table_key = (st, st.epoch, shapes)
-    if kept.table is None or not _same(kept.table[0], table_key):
-        kept.table = (table_key, ShapeTable(st, plane.engine.pipeline, workload))
+    if kept.table is None or not _same(kept.table[0], st, st.epoch, shapes):
+        kept.table = (_key(st, st.epoch, shapes), ShapeTable(st, plane.engine.pipeline, workload))
     found = stranded_capacity(st, kept.table[1])
-    kept.stranded = (key, found)
+    kept.stranded = (_key(st, st.epoch, st.change_seq, shapes), found)
     return found, len(shapes)
 
 
-def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
-    """Equal keys whose first item (a state) is the same object."""
-    return a[0] is b[0] and a[1:] == b[1:]
+def _key(state: ClusterState, *rest: object) -> Key:
+    return (weakref.ref(state), *rest)
+
+
+def _same(key: Key, state: ClusterState, *rest: object) -> bool:
+    """``key`` was made for ``state`` (the same object, still alive) and ``rest``."""
+    ref = key[0]
+    return isinstance(ref, weakref.ref) and ref() is state and key[1:] == rest
 
 
 def pending_reason(plane: ControlPlane, job: PendingJob, now: float, budget: list[int]) -> str:
@@ -268,9 +274,8 @@ def pending_reason(plane: ControlPlane, job: PendingJob, now: float, budget: lis
     ``budget`` ([explanations left]) bounds the engine calls of one overview."""
     st = plane.cluster_state
     kept = _kept(plane)
-    stamp = (st, st.epoch, st.change_seq)
-    if kept.explained_at is None or not _same(kept.explained_at, stamp):
-        kept.explained, kept.explained_at = {}, stamp
+    if kept.explained_at is None or not _same(kept.explained_at, st, st.epoch, st.change_seq):
+        kept.explained, kept.explained_at = {}, _key(st, st.epoch, st.change_seq)
     shape = _SHAPE(job.request)
     found = kept.explained.get(shape)
     if found is None:
