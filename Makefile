@@ -38,7 +38,7 @@ k8s-bin:
 # Only the Kubernetes tests.
 test-k8s: $(STAMP)
 	tools/k8s/build.sh
-	$(BIN)/python -m pytest -m k8s tests/k8s
+	$(BIN)/python -m pytest -m k8s tests/e2e/k8s
 
 bench: $(STAMP)
 	$(BIN)/python bench/placement.py --nodes 5000 --json

@@ -8,7 +8,7 @@ users write pods (:class:`Stack.pod`). ``bench/k8s_e2e.py`` runs kube-scheduler 
 kube-scheduler with xpupool's extender; the HAMi comparison (issue 24) adds a third
 :class:`Stack` (HAMi's scheduler behind its own kube-scheduler) and calls :func:`run_stack` with it.
 
-The control plane is ``tests/k8s/cluster.py`` (``K8sCluster``, ``ExtenderProcess``): the one
+The control plane is ``tests/e2e/k8s/cluster.py`` (``K8sCluster``, ``ExtenderProcess``): the one
 harness the e2e tests use. It lives with the tests, which pytest imports from their folder; this
 module loads that same file by path, so there is no second copy to drift.
 """
@@ -60,7 +60,7 @@ MANAGED = (
 
 
 def _load_cluster() -> ModuleType:
-    path = ROOT / "tests" / "k8s" / "cluster.py"
+    path = ROOT / "tests" / "e2e" / "k8s" / "cluster.py"
     spec = importlib.util.spec_from_file_location("xpupool_bench_k8s_cluster", path)
     assert spec is not None and spec.loader is not None, path
     module = importlib.util.module_from_spec(spec)

@@ -12,6 +12,7 @@ from xpupool.agent.launch.options import launch_options
 from xpupool.model.errors import XpupoolError
 
 if TYPE_CHECKING:
+    from xpupool.catalog.operator_file import OperatorCatalog
     from xpupool.engine.profile import Profile
 
 # The engine's default profile (engine/profile.py DEFAULT_PROFILE), named here so that client commands
@@ -140,6 +141,15 @@ def demo(policy: str, cluster: str | None) -> None:
     help="how often the server samples the fleet for its history (GET /v1/fleet/history; "
     "docs/fleet-overview.md): 10s, 1m, ...",
 )
+@click.option(
+    "--catalog",
+    "catalog_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="YAML of site catalog rules (images: ...), tried before the built-in ones; checked "
+    "at start: a mistake stops the server, naming the file, line and field (docs/images.md)",
+)
 @launch_options
 def up(
     data: str,
@@ -167,6 +177,7 @@ def up(
     retain_jobs: str,
     retain_count: int,
     history_interval: str,
+    catalog_file: str | None,
 ) -> None:
     """Start the control plane: REST API, scheduler, SQLite state, metrics, local agent."""
     from pathlib import Path
@@ -199,6 +210,7 @@ def up(
         raise click.UsageError("give --tls-cert and --tls-key together")
     profiles = load_profiles(profile_file)
     check_policies([policy], profiles)
+    catalog = load_catalog(catalog_file)
 
     from xpupool.server.lease import Lease
 
@@ -234,8 +246,22 @@ def up(
         max_body=max_body_bytes,
         retention=Retention(retain_s, retain_count or None),
         history_interval_s=history_s,
+        catalog=catalog,
     )
     serve(cfg, click.echo)
+
+
+def load_catalog(path: str | None) -> OperatorCatalog | None:
+    """The operator's ``--catalog FILE`` (None without it); a bad file is one line naming the
+    file, line and field, exit 1, before anything is started."""
+    if path is None:
+        return None
+    from xpupool.catalog.operator_file import load_operator_catalog
+
+    try:
+        return load_operator_catalog(path)
+    except XpupoolError as exc:
+        raise click.ClickException(f"--catalog: {exc}") from None
 
 
 def load_profiles(path: str | None) -> dict[str, Profile]:
@@ -517,7 +543,7 @@ def probe(fake_path: str | None, output: str) -> None:
 
 # The control plane's client commands (xpupool/client): they import httpx, pydantic and
 # server/schemas.py only, never FastAPI or SQLAlchemy (tests/unit/cli/test_imports.py).
-from xpupool.client import cli_admin, cli_catalog, cli_fleet, cli_jobs  # noqa: E402
+from xpupool.client import cli_admin, cli_catalog, cli_fleet, cli_jobs, cli_models  # noqa: E402
 
 for _command in (
     cli_jobs.submit,
@@ -530,6 +556,8 @@ for _command in (
     cli_fleet.sites,
     cli_fleet.queues,
     cli_catalog.accelerators,
+    cli_models.plan_command,
+    cli_models.models_command,
     cli_fleet.top,
     cli_fleet.node,
     cli_fleet.device,

@@ -42,6 +42,9 @@ _FIELDS = frozenset(
         "name",
         "family",
         "memory_gib",
+        "memory_bandwidth_gbps",
+        "memory_bandwidth_source",
+        "memory_bandwidth_notes",
         "fp16_tflops",
         "bf16_tflops",
         "tdp_watts",
@@ -104,7 +107,9 @@ class AcceleratorModel:
     one die of a 910C); ``None`` means the vendor publishes no figure (``notes`` says why).
 
     memory_gib: nominal memory as marketed, GiB-ish (vendors market "80GB"); fp16/bf16_tflops: peak
-    dense tensor throughput without sparsity; tdp_watts: board power; link: one of :data:`LINKS`.
+    dense tensor throughput without sparsity; tdp_watts: board power; link: one of :data:`LINKS`;
+    memory_bandwidth_gbps: peak device memory bandwidth, GB/s (decimal), which bounds decode
+    speed (catalog/sizing.py), with its own source since datasheets differ.
     """
 
     vendor: str
@@ -118,6 +123,9 @@ class AcceleratorModel:
     aliases: tuple[str, ...]
     source: str
     notes: str = ""
+    memory_bandwidth_gbps: float | None = None
+    memory_bandwidth_source: str = ""
+    memory_bandwidth_notes: str = ""
 
 
 class AcceleratorCatalog:
@@ -245,6 +253,14 @@ def _parse_model(label: str, index: int, row: object) -> AcceleratorModel:
         raise entry.error("link", f"unknown link {link!r}; known: {', '.join(sorted(LINKS))}")
     memory_gib = entry.number("memory_gib", nullable=False)
     assert memory_gib is not None
+    # Optional in a site's own file (absent = unknown); the packaged file gives it for every
+    # card, each with its source (tests/unit/catalog/test_models.py).
+    bandwidth = bandwidth_source = None
+    if "memory_bandwidth_gbps" in entry.data:
+        bandwidth = entry.number("memory_bandwidth_gbps", nullable=True)
+        bandwidth_source = entry.source("memory_bandwidth_source")
+    elif entry.has("memory_bandwidth_source"):
+        raise entry.error("memory_bandwidth_source", "given without memory_bandwidth_gbps")
     return AcceleratorModel(
         vendor=vendor,
         name=entry.text("name"),
@@ -257,4 +273,7 @@ def _parse_model(label: str, index: int, row: object) -> AcceleratorModel:
         aliases=entry.text_list("aliases"),
         source=entry.source(),
         notes=entry.optional_text("notes"),
+        memory_bandwidth_gbps=bandwidth,
+        memory_bandwidth_source=bandwidth_source or "",
+        memory_bandwidth_notes=entry.optional_text("memory_bandwidth_notes"),
     )

@@ -149,6 +149,15 @@ class Client:
     def accelerators(self) -> list[s.Accelerator]:
         return self._list("/v1/accelerators", s.Accelerator)
 
+    def models(self) -> list[s.CatalogModel]:
+        return self._list("/v1/models", s.CatalogModel)
+
+    def plan(self, body: s.ModelIntent) -> list[s.PlanRow]:
+        payload = body.model_dump(mode="json", exclude_unset=True)
+        return TypeAdapter(list[s.PlanRow]).validate_python(
+            self._call("POST", "/v1/plan", json=payload).json()
+        )
+
     # ---------------------------------------------------------------------------- tenants
     def create_tenant(self, body: s.TenantIn) -> s.Tenant:
         return self._post("/v1/tenants", s.Tenant, body)

@@ -20,6 +20,7 @@ from xpupool.client._cli_common import (
 from xpupool.client._http import Client
 from xpupool.client._render import job_detail, jobs_table
 from xpupool.client._times import duration_s
+from xpupool.client.cli_models import intent, model_options, plan_table
 from xpupool.model.errors import RequestError
 from xpupool.server import schemas as s
 
@@ -139,6 +140,10 @@ def wait_for(client: Client, job: s.Job, until: str, timeout_s: float) -> s.Job:
     help="what --wait waits for; 'finished' exits 1 unless the job succeeded",
 )
 @click.option("--timeout", default=600.0, show_default=True, help="--wait limit, seconds")
+@click.option("--model", "model", help="serve a catalog model: the server picks cards and image")
+@model_options
+@click.option("--model-path", help="with --model: weights path for the runtime [default: hub id]")
+@click.option("--dry-run", is_flag=True, help="with --model: print the plan, submit nothing")
 @connection_options
 @output_option
 @click.pass_context
@@ -159,18 +164,28 @@ def submit(
     wait: bool,
     until: str,
     timeout: float,
+    model: str | None,
+    task: str,
+    precision: str | None,
+    context: str | None,
+    concurrency: int,
+    method: str | None,
+    model_path: str | None,
+    dry_run: bool,
     url: str | None,
     token: str | None,
     output: str,
 ) -> None:
-    """Submit a job: SPEC in the compact syntax, the program after --.
+    """Submit a job: SPEC in the compact syntax, the program after --; or --model to serve a
+    catalog model (the server fills devices, image, command and port; docs/models.md).
 
     \b
     xpupool submit "A100 mem=20Gi" -- python train.py
     xpupool submit L20:2 --queue research --env EPOCHS=3 -- ./run.sh
     xpupool submit -f job.yaml --wait --until finished
+    xpupool submit --model qwen2.5-7b --task serve --context 32k --dry-run
     """
-    overrides = {
+    overrides: dict[str, Any] = {
         "name": name,
         "queue": queue,
         "priority": priority,
@@ -182,6 +197,16 @@ def submit(
         "max_runtime_s": _seconds("--max-runtime", max_runtime),
     }
     argv = ctx.meta.get("xpupool.argv")
+    if model is None and (model_path or dry_run):
+        raise RequestError("--model", None, "--model-path and --dry-run need --model")
+    if model is not None:
+        block = intent(model, task, precision, context, concurrency, method)
+        if dry_run:
+            with make_client(url, token) as client:
+                rows = client.plan(s.ModelIntent.model_validate(block))
+            emit(output, rows, lambda: plan_table([r for r in rows if r.feasible]))
+            return
+        overrides["model"] = block | ({"model_path": model_path} if model_path else {})
     body = build_job(spec, argv, file, overrides, _env_pairs(env_pairs))
     with make_client(url, token) as client:
         job = client.submit(body)

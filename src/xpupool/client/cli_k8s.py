@@ -105,12 +105,13 @@ def agent(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     extra: ExtraAnnotations | None = None
+    extra_keys: frozenset[str] = frozenset()
     if hami_register:
         # HAMi's register annotations beside ours; the admission policy allows exactly
-        # hami_register.REGISTER_KEYS.
-        from xpupool.k8s.hami_register import hami_register_annotations
+        # hami_register.REGISTER_KEYS, and the agent owns them (a stale one is deleted).
+        from xpupool.k8s.hami_register import REGISTER_KEYS, hami_register_annotations
 
-        extra = hami_register_annotations
+        extra, extra_keys = hami_register_annotations, REGISTER_KEYS
     try:
         config = (
             KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_service_account()
@@ -122,7 +123,7 @@ def agent(
         raise click.ClickException(f"cannot load {where}: {why}") from None
     client = Client(config, field_manager=FIELD_MANAGER)
     probes: list[Probe] = [FakeProbe(fake_path)] if fake_path else host_probes()
-    node_agent = NodeAgent(client, node_name, Monitor(probes), extra=extra)
+    node_agent = NodeAgent(client, node_name, Monitor(probes), extra=extra, extra_keys=extra_keys)
     stop = threading.Event()
 
     def _stop(signum: int, _: FrameType | None) -> None:
@@ -208,6 +209,12 @@ def agent(
     help="filter answers every node that fits and lets kube-scheduler's scoring (with "
     "prioritize) choose [default: the node the engine would choose, as HAMi's filter does]",
 )
+@click.option(
+    "--no-preemption",
+    is_flag=True,
+    help="never evict lower-priority pods for a pod short of card shares [default: evict the "
+    "fewest the engine's planner names, through the Eviction API]",
+)
 def extender(
     kubeconfig: str | None,
     listen: tuple[str, int],
@@ -218,6 +225,7 @@ def extender(
     identity: str | None,
     gang_wait: float,
     filter_all: bool,
+    no_preemption: bool,
 ) -> None:
     """kube-scheduler extender: place pods that ask for accelerators with xpupool's engine."""
     from xpupool.cli import check_policies, load_profiles
@@ -252,5 +260,6 @@ def extender(
             identity=identity or socket.gethostname(),
             gang_wait_s=gang_wait,
             choose=not filter_all,
+            preempt=not no_preemption,
         )
     )

@@ -137,6 +137,8 @@ class _Charge:
     key: ChargeKey
     pod: bool = True
     """False: held for no pod yet (a gang's place, ``gang.py``), left out of :meth:`charges`."""
+    name: str = ""
+    """The pod's ``namespace/name`` (known once a pod event names it)."""
 
 
 class ClusterView:
@@ -163,6 +165,9 @@ class ClusterView:
         holding the engine from filters."""
         self._nodes: dict[str, NodeRecord] = {}
         self._charges: dict[str, _Charge] = {}
+        self._evicted: dict[str, _Charge] = {}
+        """Pods being evicted for a preemptor (``preemption.py``): their shares are the
+        preemptor's already, so their events change nothing until they are gone."""
         self._engine: Engine | None = None
         self._stale = True
         self._next_id = 1
@@ -288,6 +293,49 @@ class ClusterView:
         with self._lock:
             return {uid: c.allocations for uid, c in self._charges.items() if c.pod}
 
+    def holders(self) -> dict[str, tuple[str, tuple[Allocation, ...]]]:
+        """Pod UID -> (``namespace/name``, the allocations applied in the engine) for every pod
+        whose charge is applied: what preemption may choose victims from."""
+        with self._lock:
+            return {
+                uid: (c.name, c.allocations)
+                for uid, c in self._charges.items()
+                if c.pod and c.applied
+            }
+
+    def reservation(self, pod_uid: str) -> tuple[Allocation, ...] | None:
+        """What :meth:`reserve` holds for a pod not bound yet (applied in the engine), or None."""
+        with self._lock:
+            charge = self._charges.get(pod_uid)
+            if charge is None or not charge.reserved or not charge.applied:
+                return None
+            return charge.allocations
+
+    def evict(self, uids: Sequence[str]) -> None:
+        """Give back the shares of pods being evicted (inside an :meth:`engine_locked` block):
+        until their DELETED event, or :meth:`unevict`, their events change nothing."""
+        with self._lock:
+            for uid in uids:
+                charge = self._charges.pop(uid, None)
+                if charge is not None:
+                    self._unapply(charge)
+                    self._evicted[uid] = charge
+
+    def unevict(self, uid: str) -> None:
+        """Charge a pod whose eviction was refused again (it keeps running)."""
+        with self._lock:
+            charge = self._evicted.pop(uid, None)
+            if charge is None or uid in self._charges:
+                return
+            self._charges[uid] = charge
+            if self._engine is not None and not self._stale:
+                self._apply(uid, charge)
+
+    def evicting(self, uid: str) -> bool:
+        """True while an evicted pod has not yet gone from the cluster."""
+        with self._lock:
+            return uid in self._evicted
+
     def nodes(self) -> dict[str, NodeRecord]:
         with self._lock:
             return dict(self._nodes)
@@ -357,6 +405,10 @@ class ClusterView:
     def on_pod(self, event: Event[PodRecord]) -> None:
         """Consume a pod informer event."""
         with self._lock:
+            if event.uid in self._evicted:  # its shares are a preemptor's already
+                if event.type is EventType.DELETED:
+                    del self._evicted[event.uid]
+                return
             charge = self._charges.get(event.uid)
             if event.type is EventType.DELETED or event.value.node is None:
                 # Gone, or (still) unbound: a reservation stays until bound, unreserved or gone.
@@ -373,11 +425,12 @@ class ClusterView:
             key = _devices_key(rec.devices)
             if charge is not None and charge.key == key:
                 charge.reserved = False  # the reservation is the bound pod's charge now
+                charge.name = rec.name
                 return
             if charge is not None:
                 self._unapply(charge)
             allocs = self._allocations(rec, rec.devices)
-            new = _Charge(allocs, False, False, key)
+            new = _Charge(allocs, False, False, key, name=rec.name)
             self._charges[event.uid] = new
             if self._engine is not None and not self._stale:
                 self._apply(event.uid, new)

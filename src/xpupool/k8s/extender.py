@@ -36,9 +36,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from xpupool.engine import Engine, Transaction
+from xpupool.engine import Engine
+from xpupool.engine.cycle import minimal_victims
 from xpupool.engine.reasons import PREEMPTION_MAY_HELP, TEXT
-from xpupool.engine.state import BoolArray
 from xpupool.engine.verdict import Verdicts
 from xpupool.k8s.cluster_view import ClusterView
 from xpupool.k8s.extender_wire import (
@@ -55,8 +55,9 @@ from xpupool.k8s.extender_wire import (
     MetaVictims,
 )
 from xpupool.k8s.gang import Gangs, GroupClaim, group_claim
-from xpupool.k8s.gang import node_mask as _node_mask
+from xpupool.k8s.pod_placement import NOT_IN_POOL, engine_choice, fits_together, place_on
 from xpupool.k8s.pod_request import PodDemand, pod_demand
+from xpupool.k8s.preemption import Nomination, Preemptions
 from xpupool.model.allocation import Allocation
 from xpupool.model.errors import RequestError
 
@@ -64,7 +65,6 @@ log = logging.getLogger(__name__)
 
 PREFIX = "xpupool: "
 """Every per-node message starts with it: kube-scheduler's event mixes ours with its own."""
-NOT_IN_POOL = "node has no device xpupool manages"
 DEMANDS_KEPT = 4096
 """Pods whose demand ``filter`` read, kept for ``bind`` (bounded: most recent first)."""
 
@@ -117,8 +117,10 @@ class Extender:
         gangs: Gangs | None = None,
         *,
         choose: bool = True,
+        preemptions: Preemptions | None = None,
     ) -> None:
         self.view = view
+        self.preemptions = preemptions
         self.choose = choose  # filter answers the engine's node (else every node that fits)
         self.api = api
         self.annotate = annotate
@@ -140,6 +142,7 @@ class Extender:
         gang = self._gang_of(args.pod)
         if isinstance(gang, str):
             return ExtenderFilterResult(Error=f"{PREFIX}{gang}")
+        nomination: Nomination | None = None
         with self.view.engine_locked() as engine:
             if gang is not None:  # a gang member: the group's places (gang.py)
                 assert self.gangs is not None
@@ -150,7 +153,12 @@ class Extender:
             else:
                 if self.gangs is not None:
                     self.gangs.sweep()
-                judged = self._judge(engine, demand, names)
+                judged, nomination = self._judge_or_preempt(engine, args.pod, demand, names)
+        if nomination is not None:  # evict outside the lock: API calls
+            assert self.preemptions is not None
+            refused = self.preemptions.evict(nomination)
+            if refused:
+                judged = _Judgement([], dict.fromkeys(names, PREFIX + refused[0]), {})
         kept = set(judged.fits)
         nodes = None
         if args.nodes is not None:  # not nodeCacheCapable: the NodeList back, filtered
@@ -162,6 +170,44 @@ class Extender:
             FailedNodes=judged.failed or None,
             FailedAndUnresolvableNodes=judged.unresolvable or None,
         )
+
+    def _judge_or_preempt(
+        self, engine: Engine, pod: object, demand: PodDemand, names: Sequence[str]
+    ) -> tuple[_Judgement, Nomination | None]:
+        """:meth:`_judge`, with preemption (``preemption.py``) when nothing fits: a pod holding
+        a nomination is answered its node once its victims are gone; a pod that fits nowhere but
+        would after evicting lower-priority pods starts a nomination (the caller evicts)."""
+        pre = self.preemptions
+        meta = pod.get("metadata") if isinstance(pod, Mapping) else None
+        uid = str(meta.get("uid") or "") if isinstance(meta, Mapping) else ""
+        if pre is not None:
+            pre.sweep()
+            nom = pre.held(uid)
+            if nom is not None:
+                waiting = pre.waiting_for(nom)
+                if not waiting and nom.node in names:
+                    return _Judgement([nom.node], {}, {}), None
+                if waiting:
+                    why = (
+                        f"{PREFIX}waiting for {len(waiting)} preempted pod(s) to leave "
+                        f"{nom.node}: {', '.join(waiting[:5])}"
+                    )
+                    return _Judgement([], dict.fromkeys(names, why), {}), None
+                pre.drop(uid)  # its node is not among those kube-scheduler passed now
+        judged = self._judge(engine, demand, names)
+        if pre is None or judged.fits or not judged.failed:
+            return judged, None
+        state = engine.state
+        asked = np.zeros(state.n_nodes, bool)
+        asked[[state.node_index[n] for n in judged.failed if n in state.node_index]] = True
+        nom = pre.nominate(engine, demand, uid, _pod_priority(pod), asked)
+        if nom is None:
+            return judged, None
+        why = (
+            f"{PREFIX}preempting {len(nom.victims)} lower-priority pod(s) on {nom.node}: "
+            f"{', '.join(list(nom.victims.values())[:5])}"
+        )
+        return _Judgement([], dict.fromkeys(names, why), {}), nom
 
     def _judge(self, engine: Engine, demand: PodDemand, names: Sequence[str]) -> _Judgement:
         """The nodes of ``names`` that hold the pod, or, when none does, why each fails.
@@ -177,7 +223,7 @@ class Extender:
         asked = np.zeros(state.n_nodes, bool)
         asked[[i for i in index if i is not None]] = True
         if self.choose and len(demand.demands) == 1:  # one placement answers a pod that fits
-            chosen = _engine_choice(engine, demand, asked)
+            chosen = engine_choice(engine, demand, asked)
             if chosen is not None:
                 return _Judgement([chosen], {}, {})
         fits_all = asked.copy()
@@ -191,11 +237,11 @@ class Extender:
         if len(demand.demands) > 1:  # each fits alone; do they fit together?
             together = []
             for name in fits:
-                why = _together(engine, demand, state.node_index[name])
+                why = fits_together(engine, demand, state.node_index[name])
                 if why is None:
                     together.append(name)
                 else:
-                    failed[name] = PREFIX + why
+                    failed[name] = f"{PREFIX}containers together: {why}"
             fits = together
         if fits:
             return _Judgement(fits, {}, {})
@@ -283,20 +329,36 @@ class Extender:
             rv = str(meta.get("resourceVersion") or "")
             return self._bind_member(ns, name, pod_uid, rv, node, demand, *gang)
         with self.view.engine_locked() as engine:
-            placed = _place_on(engine, demand, node)
-            if isinstance(placed, str):
-                return ExtenderBindingResult(Error=f"{PREFIX}{placed}")
-            self.view.reserve(pod_uid, placed)
+            held = self.view.reservation(pod_uid)  # a preemptor's shares (preemption.py)
+            if held is not None and all(a.node == node for a in held):
+                placed = held
+            else:
+                self._unreserve(pod_uid)
+                placed_now = place_on(engine, demand, node)
+                if isinstance(placed_now, str):
+                    return ExtenderBindingResult(Error=f"{PREFIX}{placed_now}")
+                placed = placed_now
+                self.view.reserve(pod_uid, placed)
         try:
             annotations = self.annotate(node, demand, placed)
             self.api.annotate_pod(ns, name, str(meta.get("resourceVersion") or ""), annotations)
             self.api.bind_pod(ns, name, pod_uid, node)
         except Exception as exc:  # any failure: the shares go back, the pod goes back to its queue
-            self.view.unreserve(pod_uid)
+            with self.view.engine_locked():
+                self._unreserve(pod_uid)
             log.info("bind of %s/%s to %s failed: %s", ns, name, node, exc)
             return ExtenderBindingResult(Error=f"{PREFIX}bind to {node} failed: {exc}")
+        if self.preemptions is not None:
+            with self.view.engine_locked():
+                self.preemptions.bound(pod_uid)
         self._forget(pod_uid)
         return ExtenderBindingResult()
+
+    def _unreserve(self, pod_uid: str) -> None:
+        """Give back what the pod holds unbound (a preemptor's nomination with it)."""
+        if self.preemptions is not None:
+            self.preemptions.drop(pod_uid)
+        self.view.unreserve(pod_uid)
 
     def _bind_member(
         self,
@@ -363,8 +425,8 @@ class Extender:
         out: dict[str, MetaVictims | None] = {}
         charges = self.view.charges()
         with self.view.engine_locked() as engine:
-            for node, uids in proposed.items():
-                needed = _victims_needed(engine, demand, node, uids, priority, charges)
+            for node in proposed:
+                needed = _victims_needed(engine, demand, node, priority, charges)
                 if needed:  # kube-scheduler refuses a node with no victim
                     out[node] = MetaVictims(Pods=[MetaPod(UID=u) for u in needed])
         return ExtenderPreemptionResult(NodeNameToMetaVictims=out)
@@ -436,55 +498,6 @@ def _name_of(node: object) -> str:
     return ""
 
 
-def _place_on(engine: Engine, demand: PodDemand, node: str) -> tuple[Allocation, ...] | str:
-    """Every container of the pod placed on ``node`` (committed), or why not (nothing changed)."""
-    i = engine.state.node_index.get(node)
-    if i is None:
-        return f"{node}: {NOT_IN_POOL}"
-    within = _node_mask(engine, i)
-    with Transaction(engine.state) as txn:
-        for d in demand.demands:
-            placement = engine.place(d.request, within=within, txn=txn)
-            if not placement.ok:
-                txn.rollback()
-                return f"{node}: container {d.name}: {placement.failures[0].message}"
-        placed = txn.allocations
-        txn.commit()
-    return placed
-
-
-def _engine_choice(engine: Engine, demand: PodDemand, asked: BoolArray) -> str | None:
-    """The node of the ``asked`` ones the engine would place the pod on (None: none holds it):
-    a what-if placement restricted to their cards, undone at once (and not learned from)."""
-    state = engine.state
-    within = state.dev_present & asked[:, None]
-    with Transaction(state) as txn:
-        try:
-            placement = engine.place(demand.demands[0].request, within=within, txn=txn)
-            if placement.ok and placement.allocations:
-                return placement.allocations[0].node
-            return None
-        finally:
-            txn.rollback()
-
-
-def _together(engine: Engine, demand: PodDemand, node: int) -> str | None:
-    """Why the pod's containers do not fit on ``node`` together (each fits alone), or None.
-    A what-if: the state is left as it was."""
-    within = _node_mask(engine, node)
-    with Transaction(engine.state) as txn:
-        try:
-            for d in demand.demands:
-                placement = engine.place(d.request, within=within, txn=txn)
-                if not placement.ok:
-                    reasons = placement.failures[0].reasons
-                    text = reasons[0].text if reasons else "does not fit"
-                    return f"containers together: {d.name}: {text}"
-            return None
-        finally:
-            txn.rollback()
-
-
 def _scale(scores: Sequence[float]) -> list[int]:
     """Scores onto 0..MaxExtenderPriority, the best node 10, order kept (ties stay ties)."""
     if not scores:
@@ -533,52 +546,36 @@ def _victims_needed(
     engine: Engine,
     demand: PodDemand,
     node: str,
-    proposed: Sequence[str],
     priority: int,
     charges: Mapping[str, tuple[Allocation, ...]],
 ) -> list[str] | None:
-    """The pods on ``node`` to evict for the pod's card shares, or None if no eviction of lower
-    priority pods makes room there. kube-scheduler's ``proposed`` victims are tried first (it
-    weighed PodDisruptionBudgets); if their shares are not enough, every lower-priority pod the
-    node's cards hold is a candidate (kube-scheduler sees no shares, and takes back any pod of
-    the node by UID). A proposed pod of the same or higher priority, or holding nothing on the
-    node's cards, is never named. Then each victim, the most important first, is spared if the pod still
-    fits without evicting it. A what-if: the state is left as it was."""
+    """The pods on ``node`` to evict for the pod's card shares, by the engine's preemption
+    planner (``minimal_victims``: lower-priority pods only, none that could be spared alone), or
+    None if no eviction makes room there. kube-scheduler sees no shares, so its proposal is not
+    the answer: a proposed pod holding nothing the pod needs is spared, a pod it did not propose
+    is named when its shares are needed (kube-scheduler takes back any pod of the node by UID).
+    A what-if: the state is left as it was."""
     i = engine.state.node_index.get(node)
     if i is None:
         return None
     live = engine.state.live
-    held = {
-        uid: [a for a in allocs if a.id in live]
-        for uid, allocs in charges.items()
-        if any(a.node == node and a.id in live for a in allocs)
-    }
-    lower = [u for u, allocs in held.items() if max(a.priority for a in allocs) < priority]
-    within = _node_mask(engine, i)
+    owner: dict[int, str] = {}
+    for uid, allocs in charges.items():
+        mine = [a for a in allocs if a.id in live]
+        if any(a.node == node for a in mine) and max(a.priority for a in mine) < priority:
+            owner.update((a.id, uid) for a in mine)
 
-    def fits_without(evicted: Sequence[str]) -> bool:
-        with Transaction(engine.state) as txn:
-            try:
-                for u in evicted:
-                    for alloc in held.get(u, ()):
-                        txn.release(alloc.id)
-                return all(
-                    engine.place(d.request, within=within, txn=txn).ok for d in demand.demands
-                )
-            finally:
-                txn.rollback()
+    def evictable(alloc: Allocation) -> bool:
+        return alloc.id in owner
 
-    chosen = [u for u in proposed if u in lower]  # never a pod as important as this one
-    if not fits_without(chosen):
-        chosen = list(dict.fromkeys([*chosen, *lower]))
-        if not fits_without(chosen):
-            return None
-
-    def importance(uid: str) -> int:
-        return max((a.priority for a in held.get(uid, ())), default=priority)
-
-    for u in sorted(chosen, key=importance, reverse=True):  # spare the most important first
-        trial = [v for v in chosen if v != u]
-        if fits_without(trial):
-            chosen = trial
-    return chosen
+    several = len(demand.demands) > 1
+    victims = minimal_victims(
+        engine.pipeline,
+        demand.demands[0].request,
+        i,
+        evictable,
+        (lambda n: fits_together(engine, demand, n) is None) if several else None,
+    )
+    if victims is None:
+        return None
+    return list(dict.fromkeys(owner[a.id] for a in victims))

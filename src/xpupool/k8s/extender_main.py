@@ -22,6 +22,7 @@ from xpupool.k8s.kubeconfig import load_config, make_client
 from xpupool.k8s.leader import LeaderElector
 from xpupool.k8s.pod_api import LightkubePodApi
 from xpupool.k8s.pod_assignment import assignment_annotations
+from xpupool.k8s.preemption import Preemptions
 
 log = logging.getLogger("xpupool.k8s.extender")
 FIELD_MANAGER = "xpupool-extender"
@@ -41,6 +42,7 @@ class ExtenderConfig:
     identity: str = ""  # this replica in the Lease (the pod's name)
     gang_wait_s: float = DEFAULT_WAIT_S
     choose: bool = True  # filter answers the engine's node (else every node that fits)
+    preempt: bool = True  # evict lower-priority pods for card shares (preemption.py)
 
 
 def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
@@ -56,7 +58,10 @@ def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
     sizes = PodGroupSizes(lightkube_podgroup_getter(client))
     gangs = Gangs(view, sizes=sizes, wait_s=cfg.gang_wait_s)
     api = LightkubePodApi(client)
-    extender = Extender(view, api, assignment_annotations, gangs, choose=cfg.choose)
+    preemptions = Preemptions(view, api) if cfg.preempt else None
+    extender = Extender(
+        view, api, assignment_annotations, gangs, choose=cfg.choose, preemptions=preemptions
+    )
     registry = CollectorRegistry()
     metrics = ExtenderMetrics(registry)
     if cfg.metrics_port:

@@ -32,10 +32,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
-
 from xpupool.engine import Engine, Transaction
 from xpupool.k8s.cluster_view import ClusterView
+from xpupool.k8s.pod_placement import node_mask
 from xpupool.k8s.pod_request import PodDemand
 from xpupool.model.allocation import Allocation
 from xpupool.model.errors import Conflict, RequestError
@@ -224,14 +223,6 @@ def lightkube_podgroup_getter(client: Any) -> Callable[[str, str], dict[str, Any
         return dict(obj.to_dict() if hasattr(obj, "to_dict") else obj)
 
     return get
-
-
-def node_mask(engine: Engine, node: int) -> np.ndarray:
-    """The devices of one node: what a placement ``within`` it may use."""
-    state = engine.state
-    within = np.zeros_like(state.dev_present)
-    within[node] = state.dev_present[node]
-    return within
 
 
 # ---------------------------------------------------------------------- bookkeeping

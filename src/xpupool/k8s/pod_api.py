@@ -1,6 +1,6 @@
-"""The API calls a bind makes, on lightkube: read the pod, annotate it if it is still the version
-read (a JSON merge patch carrying ``metadata.resourceVersion``: the apiserver answers 409 when
-anyone wrote in between), post its Binding."""
+"""The API calls the extender makes, on lightkube: read the pod, annotate it if it is still the
+version read (a JSON merge patch carrying ``metadata.resourceVersion``: the apiserver answers 409
+when anyone wrote in between), post its Binding; evict a preemption's victims."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from lightkube.types import PatchType
 
 from xpupool.k8s.extender import BindError
 from xpupool.k8s.kubeconfig import RawPod
+from xpupool.k8s.preemption import EvictionRefusedError
 
 
 class RawPodBinding(GenericNamespacedResource):
@@ -28,6 +29,18 @@ class RawPodBinding(GenericNamespacedResource):
         plural="pods",
         verbs=["post"],
         action="binding",
+    )
+
+
+class RawPodEviction(GenericNamespacedResource):
+    """A Pod's ``eviction`` subresource (``policy/v1`` Eviction) as plain JSON both ways."""
+
+    _api_info = ApiInfo(
+        resource=ResourceDef("policy", "v1", "Eviction"),
+        parent=ResourceDef("", "v1", "Pod"),
+        plural="pods",
+        verbs=["post"],
+        action="eviction",
     )
 
 
@@ -72,6 +85,24 @@ class LightkubePodApi:
             self.client.create(binding, name=name, namespace=namespace)
         except ApiError as exc:
             raise BindError(f"binding pod {namespace}/{name} to {node}: {_why(exc)}") from None
+
+    def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Evict through the Eviction API (PodDisruptionBudgets hold; the pod's own grace period),
+        only if the pod is still ``uid``; a pod already gone (404) is not an error."""
+        eviction = RawPodEviction.from_dict(
+            {
+                "apiVersion": "policy/v1",
+                "kind": "Eviction",
+                "metadata": {"name": name, "namespace": namespace},
+                "deleteOptions": {"preconditions": {"uid": uid}},
+            }
+        )
+        try:
+            self.client.create(eviction, name=name, namespace=namespace)
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return
+            raise EvictionRefusedError(_why(exc)) from None
 
 
 def _why(exc: ApiError) -> str:

@@ -37,7 +37,7 @@ from xpupool.server.body_limit import DEFAULT_MAX_BODY, BodyLimit, RouteLimit
 from xpupool.server.history import FleetHistory
 from xpupool.server.metrics import make_registry
 from xpupool.server.plane import ControlPlane
-from xpupool.server.routers import agents, audit, fleet, jobs, tenants
+from xpupool.server.routers import agents, audit, fleet, jobs, models, tenants
 from xpupool.server.scheduler_loop import SchedulerThread
 from xpupool.server.services.agents import MAX_LOG_CHUNK, mark_lost_nodes
 from xpupool.server.services.job_limits import stop_overdue, sweep_finished
@@ -142,7 +142,14 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=max_body, routes=[LOG_UPLOAD])
     registry = make_registry(plane)
     app.add_middleware(AuditMiddleware, plane=plane)
-    for router in (tenants.router, jobs.router, fleet.router, agents.router, audit.router):
+    for router in (
+        tenants.router,
+        jobs.router,
+        fleet.router,
+        models.router,
+        agents.router,
+        audit.router,
+    ):
         app.include_router(router)
 
     @app.exception_handler(RequestError)

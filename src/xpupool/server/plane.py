@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import Connection, Update, bindparam, delete, func, insert, select, update
 from sqlalchemy.exc import OperationalError
 
+from xpupool.catalog.images import ImageCatalog, default_image_catalog
 from xpupool.engine.cycle.admission import Admission, QueueSpec
 from xpupool.engine.cycle.cycle import SchedulingCycle
 from xpupool.engine.engine import Engine
@@ -219,8 +220,11 @@ class ControlPlane:
         max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
         retention: Retention | None = None,
         history_interval_s: float = DEFAULT_HISTORY_INTERVAL_S,
+        image_catalog: ImageCatalog | None = None,
     ) -> None:
         self.data_dir = data_dir
+        # what a job's image implies (catalog/images.py): an operator's rules before the built-in
+        self.image_catalog = image_catalog or default_image_catalog()
         self.logs_dir = data_dir / "logs"
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         self.db = meta.connect(db_url)

@@ -403,6 +403,94 @@ FINAL_STATES = frozenset({JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.CANCELLE
 HOLDING_STATES = frozenset({JobPhase.ADMITTED, JobPhase.SCHEDULED, JobPhase.RUNNING})
 
 
+Precision = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+
+
+class ModelIntent(Strict):
+    """A model and a task instead of a device request: the server plans the cards
+    (docs/models.md). Shared by ``POST /v1/plan`` and ``JobIn.model``."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=100,
+        description="A model of the catalog ('qwen2.5-7b'; GET /v1/models lists them).",
+    )
+    task: Literal["serve", "finetune"] = Field("serve", description="What the model is for.")
+    precision: Precision | None = Field(
+        None, description="Weight precision; null = the model's native precision."
+    )
+    context: int | None = Field(
+        None,
+        ge=1,
+        le=10_000_000,
+        description="Tokens per sequence (serve) or per sample (finetune); null = min(8192, the "
+        "model's maximum).",
+    )
+    concurrency: int = Field(
+        1, ge=1, le=4096, description="Sequences served at once (serve) or the batch (finetune)."
+    )
+    method: Literal["full", "lora", "qlora"] | None = Field(
+        None, description="Fine-tuning method; null = lora for finetune; only with finetune."
+    )
+
+
+class ModelJob(ModelIntent):
+    """``JobIn.model``: what to serve; the server fills the job's request, image and command."""
+
+    model_path: str | None = Field(
+        None,
+        min_length=1,
+        max_length=1000,
+        description="A local or shared path the runtime loads the weights from; null = the "
+        "model's hub id (the runtime downloads it when the job runs; xpupool never does).",
+    )
+
+
+class PlanRow(Lenient):
+    """One card type's plan (docs/models.md)."""
+
+    device_model: str = Field(description="Catalog card name, or the name the pool prints.")
+    vendor: str
+    in_pool: int = Field(description="Cards of this type in the pool; 0 offline or absent.")
+    card_memory_mib: int
+    cards: int = Field(description="Cards in all: tensor_parallel x nodes (serve).")
+    nodes: int
+    tensor_parallel: int
+    pipeline_parallel: int
+    expert_parallel: bool
+    memory_per_card_mib: int
+    est_tokens_per_s: float | None = Field(
+        description="Bandwidth-bound decode upper bound, all sequences together; null: unknown."
+    )
+    power_watts: int | None = Field(description="cards x board power; null: not published.")
+    link: str = Field(description="nvlink, hccs, ... or 'pcie (slower)' for a PCIe tp group.")
+    runtime: str | None = Field(description="Serving runtime for this vendor; null: none known.")
+    feasible: bool
+    fits_now: bool | None = Field(description="Can the pool place it now; null offline.")
+    reason: str = ""
+
+
+class CatalogModel(Lenient):
+    """A model of the catalog (``GET /v1/models``)."""
+
+    name: str
+    aliases: list[str]
+    hub_id: str
+    kind: str
+    params_b: float
+    active_params_b: float | None
+    layers: int | None
+    hidden_size: int | None
+    attention_heads: int | None
+    kv_heads: int | None
+    head_dim: int | None
+    max_context: int
+    native_precision: str
+    precisions: list[str]
+    runtimes: list[str]
+    source: str
+
+
 class JobIn(Strict):
     """A job: what to run and what it needs. ``request`` is the request, as the JSON object or as
     the compact string (docs/request-syntax.md); ``spec`` is the same string under its older name,
@@ -432,6 +520,12 @@ class JobIn(Strict):
         description="What each replica needs, as the JSON object or the compact string, e.g. "
         "'L20 mem=12Gi replicas=2'; null = one CPU-only replica.",
         json_schema_extra=_or_compact_string,
+    )
+    model: ModelJob | None = Field(
+        None,
+        description="A catalog model to serve instead of a request: the server plans the cards "
+        "and fills request, image and command (docs/models.md). Excludes request, spec, image "
+        "and command.",
     )
     queue: Name | None = Field(None, description="Queue; null = the queue named after the tenant.")
     priority: int | None = Field(
@@ -494,6 +588,11 @@ class JobIn(Strict):
     def _one_request_form(self) -> JobIn:
         if self.spec is not None and self.request is not None:
             raise ValueError("give 'spec' or 'request', not both")
+        if self.model is not None:
+            for other in ("request", "spec", "image", "command"):
+                if getattr(self, other):
+                    reason = f"give 'model' or '{other}', not both: the model fills {other}"
+                    raise field_error(reason, getattr(self, other), other)
         if self.spec is not None:
             self.request = RequestModel.model_validate(self.spec)
             self.spec, self._request_field = None, "spec"

@@ -1,6 +1,6 @@
 """``xpupool k8s agent``'s command line: bad input is one clear line naming the option, before
 anything runs (the loop itself is tested in test_node_agent_loop.py and, as a process, in
-tests/k8s/test_node_agent_e2e.py)."""
+tests/e2e/k8s/test_node_agent_e2e.py)."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from xpupool.engine.cycle.cycle import (
     SchedulingCycle,
     Wait,
 )
-from xpupool.engine.cycle.preempt import PreemptionPlan, plan_preemption
+from xpupool.engine.cycle.preempt import PreemptionPlan, minimal_victims, plan_preemption
 
 __all__ = [
     "ANY",
@@ -47,5 +47,6 @@ __all__ = [
     "SchedulingCycle",
     "Unlisted",
     "Wait",
+    "minimal_victims",
     "plan_preemption",
 ]

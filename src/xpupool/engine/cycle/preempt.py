@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from xpupool.engine.pipeline import Pipeline
 from xpupool.engine.reasons import PREEMPTION_MAY_HELP
@@ -28,6 +29,9 @@ from xpupool.model.allocation import Allocation
 from xpupool.model.request import Request
 
 Evictable = Callable[[Allocation], bool]
+FitsOn = Callable[[int], bool]
+"""Does the preemptor fit on this node index now? (Default: its one request passes the filters;
+a front whose preemptor has several parts that must share a node places them all in a what-if.)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,18 +44,26 @@ class PreemptionPlan:
 
 
 def plan_preemption(
-    pipeline: Pipeline, req: Request, evictable: Evictable | None = None
+    pipeline: Pipeline,
+    req: Request,
+    evictable: Evictable | None = None,
+    *,
+    nodes: npt.NDArray[np.bool_] | None = None,
+    fits_on: FitsOn | None = None,
 ) -> PreemptionPlan | None:
     """The best plan for one replica of ``req``, or None when evicting cannot help.
 
     ``evictable`` says which allocations may go; by default those of strictly lower priority
-    (a lender reclaiming its quota passes "those of queues borrowing from it")."""
+    (a lender reclaiming its quota passes "those of queues borrowing from it"). ``nodes`` limits
+    the candidates (the Kubernetes front passes those kube-scheduler's own filters passed);
+    ``fits_on`` replaces the fit check (see :data:`FitsOn`)."""
     state = pipeline.state
     may_go = evictable if evictable is not None else (lambda a: a.priority < req.priority)
     best: tuple[tuple[int, int, int, int], PreemptionPlan] | None = None
-    for node in _candidate_nodes(pipeline, req, may_go):
-        victims = _minimal_victims(pipeline, req, node, may_go)
-        if victims is None:
+    several_parts = fits_on is not None
+    for node in _candidate_nodes(pipeline, req, may_go, nodes, several_parts):
+        victims = minimal_victims(pipeline, req, node, may_go, fits_on)
+        if not victims:  # None: eviction cannot help; []: it fits already, no plan needed
             continue
         key = (
             max(v.priority for v in victims),
@@ -65,19 +77,30 @@ def plan_preemption(
     return None if best is None else best[1]
 
 
-def _candidate_nodes(pipeline: Pipeline, req: Request, evictable: Evictable) -> list[int]:
+def _candidate_nodes(
+    pipeline: Pipeline,
+    req: Request,
+    evictable: Evictable,
+    nodes: npt.NDArray[np.bool_] | None,
+    several_parts: bool,
+) -> list[int]:
     """Nodes with evictable allocations where only capacity stands in the way."""
     state = pipeline.state
     lower = np.zeros(state.n_nodes, np.bool_)
     for node, allocations in enumerate(state.node_allocations):
-        lower[node] = any(evictable(a) for a in allocations.values())
+        if nodes is None or nodes[node]:
+            lower[node] = any(evictable(a) for a in allocations.values())
     if not lower.any():
         return []
     ctx = pipeline.context(req)
     pipeline.filter(ctx)
     blame = pipeline.blame(ctx)
     capacity_only = np.isin(blame, [int(r) for r in PREEMPTION_MAY_HELP])
-    return [int(n) for n in np.flatnonzero(lower & capacity_only & ~ctx.node_fit)]
+    if several_parts:  # ``req`` fitting does not mean the preemptor's other parts do
+        capacity_only |= ctx.node_fit
+    else:
+        capacity_only &= ~ctx.node_fit
+    return [int(n) for n in np.flatnonzero(lower & capacity_only)]
 
 
 def _fits_on(pipeline: Pipeline, req: Request, node: int) -> bool:
@@ -85,10 +108,18 @@ def _fits_on(pipeline: Pipeline, req: Request, node: int) -> bool:
     return bool(pipeline.filter(ctx)[node])
 
 
-def _minimal_victims(
-    pipeline: Pipeline, req: Request, node: int, evictable: Evictable
+def minimal_victims(
+    pipeline: Pipeline,
+    req: Request,
+    node: int,
+    evictable: Evictable,
+    fits_on: FitsOn | None = None,
 ) -> list[Allocation] | None:
+    """The evictable allocations of ``node`` to evict so that the preemptor fits there, none of
+    which could be spared alone; None when evicting all of them is not enough. A what-if: the
+    state is left as it was."""
     state: ClusterState = pipeline.state
+    fits = fits_on if fits_on is not None else (lambda n: _fits_on(pipeline, req, n))
     lower = sorted(
         (a for a in state.node_allocations[node].values() if evictable(a)),
         key=lambda a: (-a.priority, a.id),  # reprieve the most important, then the oldest, first
@@ -96,13 +127,13 @@ def _minimal_victims(
     with Transaction(state) as trial:  # rolled back on leaving: the plan changes nothing
         for alloc in lower:
             trial.release(alloc.id)
-        if not _fits_on(pipeline, req, node):
+        if not fits(node):
             return None
         victims = []
         for alloc in lower:
             with Transaction(state, parent=trial) as reprieve:
                 reprieve.apply(alloc)
-                if _fits_on(pipeline, req, node):
+                if fits(node):
                     reprieve.commit()
                     continue
             victims.append(alloc)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from cluster import K8sBinariesMissingError, K8sCluster, find_binaries
+from cluster import K8sCluster
 
 from xpupool.k8s.cluster_view import CardShare, ClusterView, PodDevices
 from xpupool.k8s.kubeconfig import load_config
@@ -50,16 +50,6 @@ def decode_pod(obj: dict[str, Any]) -> PodDevices | None:
     charge = json.loads(text)
     containers = tuple(tuple(CardShare(**share) for share in c) for c in charge["containers"])
     return PodDevices(charge["node"], containers)
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[K8sCluster]:
-    try:
-        find_binaries(("etcd", "kube-apiserver"))
-    except K8sBinariesMissingError as exc:
-        pytest.fail(str(exc), pytrace=False)  # a failure, never a skip
-    with K8sCluster(scheduler=False) as kc:
-        yield kc
 
 
 @pytest.fixture

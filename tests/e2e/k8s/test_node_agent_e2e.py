@@ -23,12 +23,11 @@ import pytest
 from agent_identity import AGENT_SA, FAKE, NAMESPACE, agent_rbac, apply_policy, make_node
 from api_proxy import ApiProxy, Seen
 from cluster import (
-    K8sBinariesMissingError,
     K8sCluster,
-    find_binaries,
     free_port,
     log_tail,
     make_api_client,
+    require_binaries,
     write_kubeconfig,
 )
 
@@ -62,10 +61,7 @@ def patched_keys(seen: Seen) -> set[str]:
 
 @pytest.fixture
 def kc(tmp_path: Path) -> Iterator[K8sCluster]:
-    try:
-        find_binaries(("etcd", "kube-apiserver"))
-    except K8sBinariesMissingError as exc:
-        pytest.fail(str(exc), pytrace=False)  # a failure, never a skip
+    require_binaries(("etcd", "kube-apiserver"))
     with K8sCluster(tmp_path / "k8s", scheduler=False) as cluster:
         agent_rbac(cluster)
         apply_policy(cluster)

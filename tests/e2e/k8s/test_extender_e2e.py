@@ -19,15 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from cluster import (
-    BINARIES,
-    Extender,
-    ExtenderProcess,
-    K8sBinariesMissingError,
-    K8sCluster,
-    find_binaries,
-    free_port,
-)
+from cluster import Extender, ExtenderProcess, K8sCluster, extender_stack, free_port
 
 pytestmark = pytest.mark.k8s
 
@@ -44,10 +36,6 @@ NS = "default"
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster, ExtenderProcess]]:
-    try:
-        find_binaries(BINARIES)
-    except K8sBinariesMissingError as exc:
-        pytest.fail(str(exc), pytrace=False)  # a failure, never a skip
     port = free_port()
     ext = Extender(
         url_prefix=f"http://127.0.0.1:{port}",
@@ -57,13 +45,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster
         http_timeout="10s",
         managed_resources=MANAGED,
     )
-    tmp = tmp_path_factory.mktemp("extender")
-    with K8sCluster(extender=ext) as kc:
-        proc = ExtenderProcess(kc.kubeconfig, port, tmp / "extender.log").start()
-        try:
-            yield kc, proc
-        finally:
-            proc.stop()
+    with extender_stack(tmp_path_factory.mktemp("extender"), port, ext) as both:
+        yield both
 
 
 def hami_node(name: str, model: tuple[str, int], cards: int, split: int = 10) -> dict[str, Any]:
@@ -387,6 +370,106 @@ def test_preempt_names_the_victims_whose_shares_the_pod_needs(
     finally:
         delete_pods(kc)
         remove_nodes(kc, "preempt-a")
+
+
+def low_pod(name: str, mib: int, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A low-priority pod holding ``mib`` of one card; with no kubelet here, a grace period of 0
+    lets an eviction delete it at once (a kubelet would stop it first)."""
+    p = gpu_pod(name, {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(mib)})
+    p["spec"].update(priorityClassName="xp-low", terminationGracePeriodSeconds=0)
+    p["metadata"]["labels"] = labels or {}
+    return p
+
+
+def gone(kc: K8sCluster, name: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while kc.api.get(f"/api/v1/namespaces/{NS}/pods/{name}").status_code != 404:
+        assert time.monotonic() < deadline, (
+            f"{name} still there\n{kc.log('kube-scheduler')[-2000:]}"
+        )
+        time.sleep(0.2)
+
+
+def test_a_high_priority_pod_evicts_only_the_pods_whose_shares_it_needs(
+    stack: tuple[K8sCluster, ExtenderProcess],
+) -> None:
+    """End to end through kube-scheduler, which sees no card shares and so never preempts for
+    them: on one 80 GB card holding a 50 GB and a 20 GB low-priority pod, a 40 GB high-priority
+    pod is short of card memory only. The extender's planner names the 50 GB pod alone, evicts it
+    through the Eviction API and binds the high-priority pod in its place; the 20 GB pod and a
+    pod of the high one's priority on the same card are never touched."""
+    kc, _ = stack
+    priority_class(kc, "xp-low", 100)
+    priority_class(kc, "xp-high", 1000)
+    add_nodes(kc, hami_node("evict-a", A100, 1))
+    try:
+        create(kc, low_pod("low-big", 50000), low_pod("low-small", 20000))
+        bound(kc, ["low-big", "low-small"])
+        peer = gpu_pod("peer", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10000"})
+        peer["spec"]["priorityClassName"] = "xp-high"
+        create(kc, peer)
+        bound(kc, ["peer"])
+        high = gpu_pod("high", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "40000"})
+        high["spec"]["priorityClassName"] = "xp-high"
+        create(kc, high)
+        gone(kc, "low-big")
+        pods = bound(kc, ["high", "low-small", "peer"])
+        assert pods["high"]["spec"]["nodeName"] == "evict-a"
+        check_no_overcommit(kc, pods, A100[1])
+        events = reasons(kc, "high")
+        assert "preempting 1 lower-priority pod(s) on evict-a: default/low-big" in events, events
+    finally:
+        delete_pods(kc)
+        remove_nodes(kc, "evict-a")
+
+
+def test_a_refused_eviction_leaves_the_victim_charged(
+    stack: tuple[K8sCluster, ExtenderProcess],
+) -> None:
+    """A PodDisruptionBudget covering the only (running) victim makes the Eviction API refuse (429): the
+    victim keeps its shares (a later pod cannot take them), the high-priority pod waits and
+    says why, and nothing was deleted."""
+    kc, _ = stack
+    priority_class(kc, "xp-low", 100)
+    priority_class(kc, "xp-high", 1000)
+    add_nodes(kc, hami_node("evict-b", A100, 1))
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "keep", "namespace": NS},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "keep"}}},
+    }
+    r = kc.api.post(f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets", json=pdb)
+    assert r.status_code == 201, r.text
+    try:
+        create(kc, low_pod("kept", 60000, {"app": "keep"}))
+        bound(kc, ["kept"])
+        # the Eviction API lets a Pending pod go whatever its budget says: make it Running, as
+        # its kubelet would
+        r = kc.api.patch(
+            f"/api/v1/namespaces/{NS}/pods/kept/status",
+            json={"status": {"phase": "Running"}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        assert r.status_code == 200, r.text
+        high = gpu_pod("high-b", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "40000"})
+        high["spec"]["priorityClassName"] = "xp-high"
+        create(kc, high)
+        deadline = time.monotonic() + 30
+        while "evicting default/kept" not in (events := reasons(kc, "high-b")):
+            assert time.monotonic() < deadline, events
+            time.sleep(0.5)
+        assert "disruption budget" in events, events
+        assert not pod(kc, "high-b")["spec"].get("nodeName")
+        assert pod(kc, "kept")["metadata"].get("deletionTimestamp") is None
+        # the victim still holds its 60 GB: a 30 GB pod of its own priority does not fit
+        create(kc, low_pod("after", 30000))
+        assert "insufficient" in reasons(kc, "after").lower() or "memory" in reasons(kc, "after")
+        assert not pod(kc, "after")["spec"].get("nodeName")
+    finally:
+        kc.api.delete(f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets/keep")
+        delete_pods(kc)
+        remove_nodes(kc, "evict-b")
 
 
 def test_metrics_count_the_calls_by_verb_and_outcome(

@@ -31,7 +31,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -39,7 +40,7 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BUILD_SH = ROOT / "tools" / "k8s" / "build.sh"
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler")
 SCHEDULER_NAME = "xpupool-scheduler"
@@ -91,6 +92,16 @@ def find_binaries(names: Sequence[str] = BINARIES) -> dict[str, Path]:
             f"Run tools/k8s/build.sh (or make test-k8s) first, or point XPUPOOL_K8S_BIN at them."
         )
     return paths
+
+
+def require_binaries(names: Sequence[str] = BINARIES) -> dict[str, Path]:
+    """:func:`find_binaries` for a test: a missing binary fails it, never skips it."""
+    import pytest
+
+    try:
+        return find_binaries(names)
+    except K8sBinariesMissingError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 def log_tail(path: Path, lines: int = 40) -> str:
@@ -547,6 +558,28 @@ class ExtenderProcess:
                 self.proc.kill()
                 self.proc.wait()
         self.proc = None
+
+
+@contextmanager
+def extender_stack(
+    log_dir: Path,
+    port: int,
+    extender: Extender,
+    extra: tuple[str, ...] = (),
+    prepare: Callable[[K8sCluster], None] | None = None,
+) -> Iterator[tuple[K8sCluster, ExtenderProcess]]:
+    """A control plane whose kube-scheduler calls ``extender`` (served on 127.0.0.1:``port``),
+    and ``xpupool k8s extender`` serving it (``extra`` arguments), started after ``prepare``
+    (CRDs the extender reads) ran; both torn down on leaving."""
+    require_binaries(BINARIES)
+    with K8sCluster(extender=extender) as kc:
+        if prepare is not None:
+            prepare(kc)
+        proc = ExtenderProcess(kc.kubeconfig, port, log_dir / "extender.log", extra).start()
+        try:
+            yield kc, proc
+        finally:
+            proc.stop()
 
 
 def make_api_client(api_url: str, token: str = TOKEN) -> httpx.Client:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cluster import K8sBinariesMissingError, K8sCluster, TcpProxy, find_binaries, write_kubeconfig
+from cluster import K8sCluster, TcpProxy, require_binaries, write_kubeconfig
 
 from xpupool.k8s.kubeconfig import RawNode, load_config
 from xpupool.k8s.watch import Event, EventType, Informer
@@ -28,10 +28,7 @@ pytestmark = pytest.mark.k8s
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[K8sCluster]:
-    try:
-        find_binaries(("etcd", "kube-apiserver"))
-    except K8sBinariesMissingError as exc:
-        pytest.fail(str(exc), pytrace=False)  # a failure, never a skip
+    require_binaries(("etcd", "kube-apiserver"))
     with K8sCluster(scheduler=False, apiserver_args=["--watch-cache=false"]) as kc:
         yield kc
 

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cluster import K8sBinariesMissingError, K8sCluster, find_binaries
+from cluster import K8sCluster
 
 from xpupool.k8s.kubeconfig import load_config
 from xpupool.k8s.leader import LeaderElector
@@ -20,16 +19,6 @@ pytestmark = pytest.mark.k8s
 
 LEASE_S = 3
 MICRO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[K8sCluster]:
-    try:
-        find_binaries(("etcd", "kube-apiserver"))
-    except K8sBinariesMissingError as exc:
-        pytest.fail(str(exc), pytrace=False)  # a failure, never a skip
-    with K8sCluster(scheduler=False) as kc:
-        yield kc
 
 
 def elector(cluster: K8sCluster, lease: str, identity: str) -> LeaderElector:

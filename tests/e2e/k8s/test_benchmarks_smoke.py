@@ -14,19 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import BINARIES, K8sBinariesMissingError, find_binaries
+from cluster import BINARIES, require_binaries
 
 pytestmark = pytest.mark.k8s
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(autouse=True)
 def binaries() -> None:
-    try:
-        find_binaries((*BINARIES, "kwok"))
-    except K8sBinariesMissingError as exc:
-        pytest.fail(str(exc), pytrace=False)  # a failure, never a skip
+    require_binaries((*BINARIES, "kwok"))
 
 
 def bench(script: str, *args: str, timeout_s: float = 400) -> dict[str, Any]:

@@ -20,15 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from cluster import (
-    BINARIES,
-    Extender,
-    ExtenderProcess,
-    K8sBinariesMissingError,
-    K8sCluster,
-    find_binaries,
-    free_port,
-)
+from cluster import Extender, ExtenderProcess, K8sCluster, extender_stack, free_port
 from test_extender_e2e import (
     A100,
     MANAGED,
@@ -94,10 +86,6 @@ PODGROUP_CRD = {
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster, ExtenderProcess]]:
-    try:
-        find_binaries(BINARIES)
-    except K8sBinariesMissingError as exc:
-        pytest.fail(str(exc), pytrace=False)  # a failure, never a skip
     port = free_port()
     ext = Extender(
         url_prefix=f"http://127.0.0.1:{port}",
@@ -106,19 +94,18 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster
         http_timeout="10s",
         managed_resources=MANAGED,
     )
-    tmp = tmp_path_factory.mktemp("gang")
-    with K8sCluster(extender=ext) as kc:
+
+    def add_podgroup_crd(kc: K8sCluster) -> None:
         r = kc.api.post(
             "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=PODGROUP_CRD
         )
         assert r.status_code == 201, r.text
         wait_established(kc, PODGROUP_CRD["metadata"]["name"])  # type: ignore[index]
-        extra = ("--gang-wait", str(GANG_WAIT_S))
-        proc = ExtenderProcess(kc.kubeconfig, port, tmp / "extender.log", extra).start()
-        try:
-            yield kc, proc
-        finally:
-            proc.stop()
+
+    extra = ("--gang-wait", str(GANG_WAIT_S))
+    tmp = tmp_path_factory.mktemp("gang")
+    with extender_stack(tmp, port, ext, extra, add_podgroup_crd) as both:
+        yield both
 
 
 def wait_established(kc: K8sCluster, name: str) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 from cluster import K8sCluster
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 POLICY = ROOT / "deploy" / "policies" / "node-agent-vap.yaml"
 FAKE = ROOT / "tests" / "fixtures" / "agent" / "fake-a100x2.yaml"
 NAMESPACE, AGENT_SA = "xpupool", "xpupool-node-agent"  # the user the policy's matchCondition names

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from cluster import BINARIES, K8sBinariesMissingError, K8sCluster, find_binaries
+from cluster import BINARIES, K8sCluster, require_binaries
 from stub_extender import StubExtender
 
 pytestmark = pytest.mark.k8s
@@ -28,13 +28,7 @@ ADMITTED = "gpu-b"  # the stub's filter admits only this one
 def spike(request: pytest.FixtureRequest) -> Iterator[tuple[StubExtender, K8sCluster]]:
     """A stub extender admitting only ``ADMITTED``, and a control plane whose scheduler calls it
     (plus kwok when the parameter says so)."""
-    missing = None
-    try:
-        find_binaries((*BINARIES, "kwok") if request.param else BINARIES)
-    except K8sBinariesMissingError as exc:
-        missing = str(exc)
-    if missing:
-        pytest.fail(missing, pytrace=False)  # a failure, never a skip: CI must have them
+    require_binaries((*BINARIES, "kwok") if request.param else BINARIES)
     with (
         StubExtender(admit={ADMITTED}) as ext,
         K8sCluster(extender_url=ext.url, kwok=request.param) as kc,

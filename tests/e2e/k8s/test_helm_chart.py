@@ -27,10 +27,10 @@ import pytest
 import yaml
 from cluster import (
     ROOT,
-    K8sBinariesMissingError,
     K8sCluster,
     K8sStartError,
     find_binaries,
+    require_binaries,
     write_kubeconfig,
 )
 
@@ -144,10 +144,7 @@ SERVICE_MONITOR_CRD: dict[str, Any] = {
 @pytest.fixture(scope="module")
 def tools() -> dict[str, Path]:
     """helm and kubectl from the build cache (a failure, never a skip, when absent)."""
-    try:
-        return find_binaries(("helm", "kubectl"))
-    except K8sBinariesMissingError as exc:
-        pytest.fail(str(exc), pytrace=False)
+    return require_binaries(("helm", "kubectl"))
 
 
 @pytest.fixture(scope="module")

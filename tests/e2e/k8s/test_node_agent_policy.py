@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from agent_identity import AGENT_SA, FAKE, NAMESPACE, agent_rbac, apply_policy, make_node
-from cluster import K8sBinariesMissingError, K8sCluster, find_binaries, make_api_client
+from cluster import K8sCluster, make_api_client, require_binaries
 
 from xpupool.agent.monitor import Monitor
 from xpupool.k8s.node_agent import NodeAgent, NodeAgentError
@@ -38,10 +38,7 @@ def annotate(key: str, value: str = "x") -> dict[str, Any]:
 
 @pytest.fixture
 def kc(tmp_path: Path) -> Iterator[K8sCluster]:
-    try:
-        find_binaries(("etcd", "kube-apiserver"))
-    except K8sBinariesMissingError as exc:
-        pytest.fail(str(exc), pytrace=False)  # a failure, never a skip
+    require_binaries(("etcd", "kube-apiserver"))
     with K8sCluster(tmp_path / "k8s", scheduler=False) as cluster:
         agent_rbac(cluster)
         make_node(cluster, "node-a")

@@ -1,0 +1,182 @@
+"""Preemption for card shares, started by the extender itself.
+
+kube-scheduler preempts only where its own filters see a shortage. The card shares it hands to
+the extender (``managedResources`` with ``ignoredByScheduler: true``, as HAMi ships them) are not
+among them, so for a pod short of card memory its dry run finds no victim on any node and it never
+calls the ``preempt`` verb. So when ``filter`` finds no node for a pod and some node fails only
+for capacity, the extender asks the engine's preemption planner (``engine/cycle/preempt.py``, the
+same one the embedded control plane's cycle uses) for the node and the fewest lower-priority pods
+whose shares make room, restricted to the nodes kube-scheduler's own filters passed, and then:
+
+1. in one engine-locked step, gives the victims' shares to the preemptor: their charges leave the
+   engine and the preemptor's containers are reserved on that node, so no other pod can take the
+   room while the victims shut down (kube-scheduler's ``nominatedNodeName`` does the same for
+   the resources it sees);
+2. evicts the victims through the Eviction API (``policy/v1``, with the victim's UID as a
+   precondition; PodDisruptionBudgets are honoured: a refused eviction charges that victim again
+   and gives the reservation back);
+3. answers ``filter`` with "waiting for N preempted pods to leave NODE" until every victim's pod is
+   gone (its card memory is really free only then), and then with that node, where ``bind`` takes
+   the reservation as it is. Deleting a victim wakes the pod in kube-scheduler's queue.
+
+A nomination that does not end in a bind within :data:`NOMINATION_S` is given up: the reservation
+goes back. Gang members are not preempted for (``gang.py`` places whole groups or none).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from xpupool.engine import Engine
+from xpupool.engine.cycle import plan_preemption
+from xpupool.engine.state import BoolArray
+from xpupool.k8s.cluster_view import ClusterView
+from xpupool.k8s.pod_placement import fits_together, place_on
+from xpupool.k8s.pod_request import PodDemand
+from xpupool.model.allocation import Allocation
+
+log = logging.getLogger(__name__)
+
+NOMINATION_S = 300.0
+"""How long a preemptor's reserved shares wait for its bind (victims' grace periods included)."""
+
+
+class EvictionRefusedError(Exception):
+    """The apiserver refused an eviction (a PodDisruptionBudget, RBAC, ...)."""
+
+
+class Evictor(Protocol):
+    def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Evict the pod if it is still ``uid``; a pod already gone is not an error. Raises
+        :class:`EvictionRefusedError` when the apiserver says no."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Nomination:
+    """Pod ``pod_uid`` holds shares on ``node`` that ``victims`` (UID -> namespace/name) held."""
+
+    pod_uid: str
+    node: str
+    victims: dict[str, str]
+    deadline: float
+
+
+class Preemptions:
+    """The preemptions under way, over one :class:`ClusterView`. Every method but :meth:`evict`
+    runs inside the view's :meth:`~ClusterView.engine_locked` block."""
+
+    def __init__(
+        self,
+        view: ClusterView,
+        evictor: Evictor,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        nomination_s: float = NOMINATION_S,
+    ) -> None:
+        self.view = view
+        self.evictor = evictor
+        self.clock = clock
+        self.nomination_s = nomination_s
+        self._nominated: dict[str, Nomination] = {}
+
+    def held(self, pod_uid: str) -> Nomination | None:
+        """The pod's nomination, if it still stands (its reservation intact, not timed out);
+        a nomination that does not is dropped and its reservation given back."""
+        nom = self._nominated.get(pod_uid)
+        if nom is None:
+            return None
+        if self.clock() > nom.deadline or self.view.reservation(pod_uid) is None:
+            self.drop(pod_uid)
+            return None
+        return nom
+
+    def waiting_for(self, nom: Nomination) -> list[str]:
+        """The victims (namespace/name) whose pods have not gone yet."""
+        return [name for uid, name in nom.victims.items() if self.view.evicting(uid)]
+
+    def drop(self, pod_uid: str) -> None:
+        """Forget the pod's nomination and give its reservation back (if it is still one)."""
+        if self._nominated.pop(pod_uid, None) is not None:
+            self.view.unreserve(pod_uid)
+
+    def bound(self, pod_uid: str) -> None:
+        """The pod is bound with its reservation: nothing is held for it any more."""
+        self._nominated.pop(pod_uid, None)
+
+    def sweep(self) -> None:
+        """Drop nominations that timed out or whose pod is gone."""
+        for uid in list(self._nominated):
+            self.held(uid)
+
+    def nominate(
+        self, engine: Engine, demand: PodDemand, pod_uid: str, priority: int, nodes: BoolArray
+    ) -> Nomination | None:
+        """Plan a preemption for the pod over ``nodes`` and, when one helps, give it the victims'
+        shares (see the module docstring); None when evicting lower-priority pods cannot help.
+        The caller then calls :meth:`evict` outside the lock."""
+        if not pod_uid or pod_uid in self._nominated:
+            return None
+        holders = {u: h for u, h in self.view.holders().items() if h[0]}  # named pods only
+        owner: dict[int, str] = {}
+        for uid, (_, allocs) in holders.items():
+            if max((a.priority for a in allocs), default=priority) < priority:
+                owner.update((a.id, uid) for a in allocs)
+        if not owner:
+            return None
+
+        def evictable(alloc: Allocation) -> bool:
+            return alloc.id in owner
+
+        several = len(demand.demands) > 1
+        plan = plan_preemption(
+            engine.pipeline,
+            demand.demands[0].request,
+            evictable,
+            nodes=nodes,
+            fits_on=(lambda n: fits_together(engine, demand, n) is None) if several else None,
+        )
+        if plan is None:
+            return None
+        victims = list(dict.fromkeys(owner[a.id] for a in plan.victims))
+        self.view.evict(victims)  # whole pods go: every share each one holds
+        placed = place_on(engine, demand, plan.node)
+        if isinstance(placed, str):  # cannot happen: whole pods free at least the planned shares
+            log.warning("preemption for pod %s on %s did not place: %s", pod_uid, plan.node, placed)
+            for uid in victims:
+                self.view.unevict(uid)
+            return None
+        self.view.reserve(pod_uid, placed)
+        nom = Nomination(
+            pod_uid,
+            plan.node,
+            {uid: holders[uid][0] for uid in victims},
+            self.clock() + self.nomination_s,
+        )
+        self._nominated[pod_uid] = nom
+        log.info(
+            "preempting %s on %s for pod %s", ", ".join(nom.victims.values()), nom.node, pod_uid
+        )
+        return nom
+
+    def evict(self, nom: Nomination) -> list[str]:
+        """Evict the nomination's victims (outside the view's lock: API calls); the refusals'
+        texts. A refused victim is charged again and the preemptor's reservation given back."""
+        refused: dict[str, str] = {}
+        for uid, name in nom.victims.items():
+            namespace, _, pod_name = name.partition("/")
+            try:
+                self.evictor.evict_pod(namespace, pod_name, uid)
+            except EvictionRefusedError as exc:
+                refused[uid] = f"evicting {name}: {exc}"
+        if refused:
+            with self.view.engine_locked():
+                self.drop(nom.pod_uid)  # first: the victims' shares are in its reservation
+                for uid in refused:
+                    self.view.unevict(uid)
+            log.info("preemption for pod %s given up: %s", nom.pod_uid, "; ".join(refused.values()))
+        return list(refused.values())

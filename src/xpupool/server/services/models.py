@@ -1,0 +1,182 @@
+"""``GET /v1/models``, ``POST /v1/plan`` and ``JobIn.model``: the model catalog against the pool.
+
+The planner (``catalog/plan.py``) is pure; this module hands it the pool as plain records (per
+node and card model: cards, the biggest link group, wholly free cards in one group, read from
+the engine's columns under the plane's lock) and turns a model job into an ordinary one: the best
+plan row that the engine says the pool can ever hold (driver and card checked by the same
+filters that place jobs) becomes the device request, the software needs, the runtime's image
+and its command with the model and parallelism filled in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import numpy as np
+
+from xpupool.catalog.models import ModelCatalog, ModelSpec, load_models
+from xpupool.catalog.plan import PlanInput, PlanRow, PoolNode, plan
+from xpupool.engine.state import ClusterState
+from xpupool.model.errors import RequestError
+from xpupool.model.request_model import RequestModel
+from xpupool.server import schemas as s
+from xpupool.server.plane import ControlPlane
+
+SERVE_PORT_ENV = "XPUPOOL_SERVE_PORT"
+MODEL_ENV = "XPUPOOL_MODEL"
+
+
+def list_models() -> list[s.CatalogModel]:
+    return [
+        s.CatalogModel.model_validate(
+            {**asdict(m), "aliases": list(m.aliases), "precisions": list(m.precisions)}
+            | {"runtimes": list(m.runtimes)}
+        )
+        for m in load_models().models
+    ]
+
+
+def pool_nodes(state: ClusterState, *, containers_only: bool = False) -> list[PoolNode]:
+    """Per schedulable, alive node and card model: what :func:`plan` needs. A card counts as
+    free when nothing is committed on it; cards without a link group form one PCIe group.
+    ``containers_only``: only nodes with a container runtime (a model job runs an image)."""
+    nodes: list[PoolNode] = []
+    ok = state.node_ok & state.node_container if containers_only else state.node_ok
+    for i in np.flatnonzero(ok):
+        usable = state.dev_usable[i]
+        models = {int(m) for m in state.dev_model[i][usable]}
+        for model_id in sorted(models):
+            mask = usable & (state.dev_model[i] == model_id)
+            free = mask & (state.dev_mem_free[i] == state.dev_mem_commit[i])
+            free &= state.dev_core_free[i] == state.dev_core_commit[i]
+            groups = state.dev_group[i][mask]
+            fast = bool((groups >= 0).all()) and len(groups) > 0
+            if fast:
+                group_cards = int(np.bincount(groups).max())
+                free_groups = state.dev_group[i][free]
+                free_group = int(np.bincount(free_groups).max()) if len(free_groups) else 0
+            else:
+                group_cards, free_group = int(mask.sum()), int(free.sum())
+            vendor, printed = state.models[model_id]
+            known = state.catalog.lookup(printed, vendor)
+            nodes.append(
+                PoolNode(
+                    name=state.node_names[i],
+                    vendor=vendor,
+                    device_model=printed if known is None else known.name,
+                    card_mib=int(state.dev_mem_total[i][mask].min()),
+                    cards=int(mask.sum()),
+                    group_cards=group_cards,
+                    fast_link=fast,
+                    free_cards=int(free.sum()),
+                    free_group_cards=free_group,
+                )
+            )
+    return nodes
+
+
+def _plan_input(models: ModelCatalog, body: s.ModelIntent, at: str) -> tuple[ModelSpec, PlanInput]:
+    spec = models.get(body.name, f"{at}name")
+    return spec, PlanInput(
+        spec,
+        task=body.task,
+        precision=body.precision,
+        context=body.context,
+        concurrency=body.concurrency,
+        method=body.method,
+    )
+
+
+def plan_rows(plane: ControlPlane, body: s.ModelIntent, at: str = "") -> list[s.PlanRow]:
+    """The plan for ``body`` against the pool now; errors name ``<at><field>``."""
+    models = load_models()
+    _, request = _plan_input(models, body, at)
+    with plane.lock:
+        state = plane.cluster_state
+        pool, catalog = pool_nodes(state), state.catalog
+    try:
+        rows = plan(request, catalog, models, pool)
+    except RequestError as exc:
+        raise RequestError(f"{at}{exc.field}", exc.value, exc.reason) from None
+    return [s.PlanRow.model_validate(asdict(r)) for r in rows]
+
+
+def expand_model_job(plane: ControlPlane, body: s.JobIn) -> s.JobIn:
+    """``body`` with its ``model`` turned into request, image, command and env (model cleared).
+
+    Picks the best-ranked row that the pool has, that has a serving runtime for its vendor, and
+    that the engine says some nodes could hold when empty (card, driver and software needs); a
+    row that fits now ranks first. Raises :class:`RequestError` on ``model.*`` otherwise.
+    """
+    intent = body.model
+    assert intent is not None
+    if intent.task != "serve":
+        reason = "submit runs serving jobs; plan a finetune with POST /v1/plan (no training image)"
+        raise RequestError("model.task", intent.task, reason)
+    models = load_models()
+    spec, request = _plan_input(models, intent, "model.")
+    with plane.lock:
+        state = plane.cluster_state
+        pool, catalog = pool_nodes(state, containers_only=True), state.catalog
+    try:
+        rows = plan(request, catalog, models, pool)
+        resolved = request.resolved()
+    except RequestError as exc:
+        raise RequestError(f"model.{exc.field}", exc.value, exc.reason) from None
+    misses: list[str] = []
+    for row in rows:
+        if not (row.feasible and row.in_pool and row.runtime):
+            continue
+        candidate = _job_request(models, row)
+        with plane.lock:
+            miss = plane.verdicts.never_fits(candidate.to_request())
+        if miss is not None:
+            misses.append(f"{row.device_model}: {miss.reason}")
+            continue
+        runtime = models.runtime(row.runtime)
+        assert resolved.context is not None
+        argv = runtime.argv(
+            model=intent.model_path or spec.hub_id,
+            tp=row.tensor_parallel,
+            pp=row.pipeline_parallel,
+            port=runtime.port,
+            max_model_len=resolved.context,
+        )
+        env = {MODEL_ENV: spec.hub_id, SERVE_PORT_ENV: str(runtime.port), **body.env}
+        return body.model_copy(
+            update={
+                "model": None,
+                "request": candidate,
+                "image": runtime.image,
+                "command": argv,
+                "env": env,
+                "name": body.name or f"{spec.name}-serve",
+            }
+        )
+    served = [r.device_model for r in rows if r.in_pool and r.feasible and r.runtime]
+    why = "; ".join(misses[:5]) if misses else "no card type of the pool has a runtime and room"
+    if not served and not misses:
+        why = (
+            f"no card type of the pool can serve {spec.name} at {resolved.precision} with a "
+            "catalogued runtime (see POST /v1/plan)"
+        )
+    raise RequestError("model.name", intent.name, why)
+
+
+def _job_request(models: ModelCatalog, row: PlanRow) -> RequestModel:
+    """The device request of one plan row: whole cards of that model and vendor, the runtime's
+    software needs, one link group for a tensor group, one replica per pipeline stage."""
+    assert row.runtime is not None
+    runtime = models.runtime(row.runtime)
+    devices: dict[str, object] = {
+        "count": row.tensor_parallel,
+        "vendors": [row.vendor],
+        "models": [row.device_model],
+        "software": list(runtime.software),
+    }
+    if row.tensor_parallel > 1 and row.link not in ("pcie", "pcie (slower)"):
+        devices["topology"] = "same-link-group"
+    data: dict[str, object] = {"devices": devices}
+    if row.nodes > 1:
+        data |= {"replicas": row.nodes, "gang": True}
+    return RequestModel.model_validate(data)
