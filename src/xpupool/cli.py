@@ -134,6 +134,14 @@ def demo(policy: str, cluster: str | None) -> None:
     help="at most this many finished jobs are kept, the oldest deleted first (0: no limit)",
 )
 @click.option(
+    "--history-interval",
+    default="60s",
+    show_default=True,
+    metavar="DURATION",
+    help="how often the server samples the fleet for its history (GET /v1/fleet/history; "
+    "docs/fleet-overview.md): 10s, 1m, ...",
+)
+@click.option(
     "--catalog",
     "catalog_file",
     type=click.Path(dir_okay=False),
@@ -168,6 +176,7 @@ def up(
     max_body: str,
     retain_jobs: str,
     retain_count: int,
+    history_interval: str,
     catalog_file: str | None,
 ) -> None:
     """Start the control plane: REST API, scheduler, SQLite state, metrics, local agent."""
@@ -181,6 +190,13 @@ def up(
         raise click.BadParameter(
             f"{retain_jobs!r}: use a duration such as 12h or 7d, or 'forever'",
             param_hint="--retain-jobs",
+        )
+
+    history_s = duration_s(history_interval)
+    if not history_s:
+        raise click.BadParameter(
+            f"{history_interval!r}: use a duration above 0 such as 30s or 1m",
+            param_hint="--history-interval",
         )
 
     from xpupool.server.body_limit import parse_size
@@ -229,6 +245,7 @@ def up(
         tls_key=Path(tls_key) if tls_key else None,
         max_body=max_body_bytes,
         retention=Retention(retain_s, retain_count or None),
+        history_interval_s=history_s,
         catalog=catalog,
     )
     serve(cfg, click.echo)

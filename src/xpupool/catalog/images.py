@@ -96,14 +96,27 @@ class ImageNeeds:
 class ImageCatalog:
     """Rules in the order they are tried (an operator's before the built-in ones)."""
 
+    CACHED = 1024
+    """Images whose reading is kept (a workload's pods and jobs share a few images)."""
+
     def __init__(self, rules: tuple[ImageRule, ...]) -> None:
         self.rules = rules
+        self._read: dict[str, ImageNeeds] = {}
 
     def with_rules_first(self, rules: tuple[ImageRule, ...]) -> ImageCatalog:
         return ImageCatalog(rules + self.rules)
 
     def needs_for(self, image: str) -> ImageNeeds:
-        """See :func:`needs_for_image`."""
+        """See :func:`needs_for_image` (answers for images read before come from a cache)."""
+        known = self._read.get(image)
+        if known is None:
+            known = self._needs_for(image)
+            if len(self._read) >= self.CACHED:
+                self._read.pop(next(iter(self._read)))
+            self._read[image] = known
+        return known
+
+    def _needs_for(self, image: str) -> ImageNeeds:
         try:
             ref = parse_image_ref(image)
         except ImageRefError as exc:

@@ -22,7 +22,7 @@ from xpupool.catalog.operator_file import OperatorCatalog
 from xpupool.engine.profile import DEFAULT_PROFILE, Profile
 from xpupool.server.admin_token import admin_token_path
 from xpupool.server.body_limit import DEFAULT_MAX_BODY
-from xpupool.server.plane import ControlPlane
+from xpupool.server.plane import DEFAULT_HISTORY_INTERVAL_S, ControlPlane
 from xpupool.server.retention import Retention
 
 log = logging.getLogger("xpupool.server")
@@ -55,6 +55,7 @@ class UpConfig:
     retention: Retention = field(
         default_factory=Retention
     )  # finished jobs kept: --retain-jobs, --retain-count
+    history_interval_s: float = DEFAULT_HISTORY_INTERVAL_S  # --history-interval (history.py)
     catalog: OperatorCatalog | None = None  # --catalog FILE, parsed and checked by the CLI
 
 
@@ -87,6 +88,7 @@ def open_plane(cfg: UpConfig) -> ControlPlane:
             lease_s=cfg.lease_s,
             max_log_bytes=parse_memory_mib("--log-cap", cfg.log_cap) << 20,
             retention=cfg.retention,
+            history_interval_s=cfg.history_interval_s,
             image_catalog=(
                 None
                 if cfg.catalog is None

@@ -8,10 +8,10 @@ from typing import Any
 
 from server_kit import Server, job, queue, tenant
 
+from xpupool.catalog.image_needs import merge_image_needs
 from xpupool.catalog.images import default_image_catalog, load_image_rules
 from xpupool.model.request import parse_software_need
 from xpupool.model.request_model import request_from_dict
-from xpupool.server.services.image_needs import merge_image_needs
 
 PYTORCH = "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime"
 MINDIE = "swr.cn-south-1.myhuaweicloud.com/ascendhub/mindie:1.0.RC2-800I-A2-aarch64"

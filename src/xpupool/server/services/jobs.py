@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection, insert, select
 
+from xpupool.catalog.image_needs import merge_image_needs
 from xpupool.model.errors import Conflict, NotFound, RequestError
 from xpupool.model.request import Request
 from xpupool.model.request_model import RequestModel, request_from_dict
@@ -26,7 +27,6 @@ from xpupool.server.plane import (
 from xpupool.server.request_names import check_names
 from xpupool.server.schemas import StopCause
 from xpupool.server.services import grants
-from xpupool.server.services.image_needs import merge_image_needs
 from xpupool.server.services.models import expand_model_job
 from xpupool.server.storage.jobs import job_events as t_events
 from xpupool.server.storage.jobs import jobs as t_jobs
