@@ -46,19 +46,25 @@ def test_a_wrong_token_is_refused_next_to_the_field(browser: Any, pool: Pool) ->
 
 
 def test_fleet_numbers_equal_the_api(browser: Any, pool: Pool, axe_source: str) -> None:
+    """Per site, the page's cards, allocated, busy and cordoned are the sums of
+    /v1/fleet/overview's groups, and its cards and allocated agree with /v1/devices."""
     page = sign_in(browser, pool.url, pool.tokens["admin"])
+    overview = pool.admin.get("/v1/fleet/overview").json()
     devices = pool.admin.get("/v1/devices").json()
-    sites = sorted({d["site"] for d in devices})
-    assert len(sites) == 3, sites  # beijing, shanghai and the agent's guangzhou
+    sites = sorted({g["site"] for g in overview["groups"]})
+    assert sites == ["beijing", "guangzhou", "shanghai"]  # the agent's site among them
     for site in sites:
-        mine = [d for d in devices if d["site"] == site]
-        allocated = sum(
-            1 for d in mine if d["allocated_memory_mib"] or d["allocated_core_permille"]
-        )
+        groups = [g for g in overview["groups"] if g["site"] == site]
         row = page.locator(f'#sites tr[data-site="{site}"]')
-        assert row.locator('[data-k="devices_total"]').text_content() == f"{len(mine):,}"
-        assert row.locator('[data-k="devices_allocated"]').text_content() == f"{allocated:,}"
+        for key in ("devices_total", "devices_allocated", "devices_busy"):
+            want = sum(g[key] for g in groups)
+            assert row.locator(f'[data-k="{key}"]').text_content() == f"{want:,}", (site, key)
+        mine = [d for d in devices if d["site"] == site]
+        held = [d for d in mine if d["allocated_memory_mib"] or d["allocated_core_permille"]]
+        assert sum(g["devices_total"] for g in groups) == len(mine)
+        assert sum(g["devices_allocated"] for g in groups) == len(held)
     assert page.text_content("#total-devices") == f"{len(devices):,}"
+    assert page.text_content("#jobs-pending") == f"{overview['jobs']['pending']:,}"
     assert axe_violations(page, axe_source) == []
     assert dom_nodes(page) <= 5000
     page.context.close()

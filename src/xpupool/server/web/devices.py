@@ -95,34 +95,25 @@ def grid_context(plane: ControlPlane, viewer: Viewer, site: str, page_no: int) -
 
 
 def card_panel(plane: ControlPlane, viewer: Viewer, uuid: str) -> dict[str, Any] | None:
-    """The card's panel, or None for a card the pool does not have."""
-    with plane.lock:
-        slot = plane.cluster_state.uuid_slot.get(uuid)
-        if slot is None:
-            return None
-        node = plane.cluster_state.node_names[slot // plane.cluster_state.width]
-        shares = [
-            (job.id, job.tenant, sh.memory_mib, sh.core_permille)
-            for job in plane.held_jobs.values()
-            for a in job.allocations
-            for sh in a.devices
-            if sh.uuid == uuid
-        ]
-    found = [d for d in fleet.list_devices(plane, node) if d.uuid == uuid]
-    if not found:
+    """The card's panel, or None for a card the pool does not have. A tenant sees the shares
+    other tenants' jobs hold, not which jobs they are."""
+    found = data.card(plane, uuid)
+    if found is None:
         return None
-    mine = viewer.is_admin
+    with plane.lock:
+        owner = {j.id: j.tenant for j in plane.held_jobs.values()}
     jobs = [
         {
-            "id": j,
-            "memory_mib": m,
-            "core_pct": c / 10,
-            "visible": mine or t == viewer.principal.tenant,
+            "id": sh.job,
+            "replica": sh.replica,
+            "memory_mib": sh.memory_mib,
+            "core_pct": sh.core_permille / 10,
+            "visible": viewer.is_admin or owner.get(sh.job) == viewer.principal.tenant,
         }
-        for j, t, m, c in sorted(shares)
+        for sh in found.shares
     ]
-    samples = data.device_recent(plane, uuid)
-    return {"d": found[0], "jobs": jobs, "spark": sparkline(samples), "samples": len(samples)}
+    util = [(r.t, r.util_pct) for r in found.recent if r.util_pct is not None]
+    return {"d": found, "jobs": jobs, "spark": sparkline(util), "samples": len(util)}
 
 
 def _devices_page(

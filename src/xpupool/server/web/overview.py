@@ -28,17 +28,20 @@ SUMMED = (
     "power_w",
     "cordoned",
     "unhealthy",
+    "devices_reporting",
 )
 
 
 def _sum_by(groups: list[dict[str, Any]], *keys: str) -> list[dict[str, Any]]:
-    """The groups summed over everything but ``keys``, sorted by them."""
+    """The groups summed over everything but ``keys``, sorted by them. A reading no group has
+    (null in every one: no agent reported it) stays null, shown as absent rather than as 0."""
     out: dict[tuple[str, ...], dict[str, Any]] = {}
     for g in groups:
         k = tuple(str(g[key]) for key in keys)
-        row = out.setdefault(k, {**dict(zip(keys, k, strict=True)), **dict.fromkeys(SUMMED, 0)})
+        row = out.setdefault(k, {**dict(zip(keys, k, strict=True)), **dict.fromkeys(SUMMED)})
         for f in SUMMED:
-            row[f] += g.get(f) or 0
+            if g.get(f) is not None:
+                row[f] = (row[f] or 0) + g[f]
     return [out[k] for k in sorted(out)]
 
 
@@ -47,6 +50,8 @@ def live_context(plane: Any, viewer: Viewer) -> dict[str, Any]:
     groups = list(ov["groups"])
     by_site = _sum_by(groups, "site")
     totals = _sum_by(groups)[0] if groups else dict.fromkeys(SUMMED, 0)
+    for row in by_site:  # the stranded capacity of each site, beside its totals
+        row["stranded"] = ov["stranded"].get("by_site", {}).get(row["site"])
     return {
         "ov": ov,
         "totals": totals,

@@ -54,6 +54,15 @@ def num(value: float | None) -> str:
     return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
 
 
+def watts(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.0f} W"
+
+
+def cards(core_pct: float | None) -> str:
+    """Compute counted 100 per card, as cards ('16', '2.5'); '—' when absent."""
+    return "—" if core_pct is None else num(core_pct / 100)
+
+
 def _environment() -> Environment:
     env = Environment(
         loader=FileSystemLoader(TEMPLATES),
@@ -62,7 +71,7 @@ def _environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(gib=gib, pct=pct, when=when, num=num)
+    env.filters.update(gib=gib, pct=pct, when=when, num=num, watts=watts, cards=cards)
     return env
 
 
