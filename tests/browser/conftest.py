@@ -124,7 +124,7 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
         data,
         cluster=CLUSTER_MIXED,
         agent=True,
-        extra_args=("--heartbeat", "0.5", "--lost-after", "10"),
+        extra_args=("--heartbeat", "0.5", "--lost-after", "10", "--history-interval", "1s"),
     )
     srv.start()
     agent: subprocess.Popen[bytes] | None = None

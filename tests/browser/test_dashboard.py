@@ -352,3 +352,29 @@ def test_every_page_loads_without_a_console_error(browser: Any, pool: Pool) -> N
     assert page.evaluate("() => window.ran") is None  # an inline script does not run
     assert any("Content Security Policy" in e for e in errors)  # and the browser says why
     page.context.close()
+
+
+def test_the_history_charts_are_the_servers_series(browser: Any, pool: Pool) -> None:
+    def series(**params: str) -> list[dict[str, Any]]:
+        got = pool.admin.get("/v1/fleet/history", params={"window": "1h", **params})
+        assert got.status_code == 200, got.text
+        return list(got.json()["series"])
+
+    def sampled() -> bool:
+        return any(x["name"] == "devices_total" and x["points"] for x in series())
+
+    until(sampled, "the server's first history sample")
+    page = sign_in(browser, pool.url, pool.tokens["admin"])
+    page.goto("/?window=1h")
+    listed = series()
+    rows = page.locator("#history-table tbody tr")
+    assert [r.get_attribute("data-series") for r in rows.all()] == [x["name"] for x in listed]
+    total = next(x for x in listed if x["name"] == "devices_total")
+    cell = page.locator('#history-table tr[data-series="devices_total"] td.last')
+    assert cell.text_content() == f"{total['points'][-1][1]:,.0f}"
+    page.goto("/?window=1d&site=beijing")
+    sites = {r.locator("td").nth(1).text_content() for r in rows.all()}
+    assert sites == {"beijing"}
+    page.goto("/?window=1h&site=atlantis")
+    expect(page.locator("#history-error")).to_contain_text("site: no such site")
+    page.context.close()
