@@ -372,6 +372,8 @@ def test_the_history_charts_are_the_servers_series(browser: Any, pool: Pool) -> 
     total = next(x for x in listed if x["name"] == "devices_total")
     cell = page.locator('#history-table tr[data-series="devices_total"] td.last')
     assert cell.text_content() == f"{total['points'][-1][1]:,.0f}"
+    page.evaluate("() => document.getElementById('history-h').scrollIntoView()")
+    shot(page, "dashboard-history")
     page.goto("/?window=1d&site=beijing")
     sites = {r.locator("td").nth(1).text_content() for r in rows.all()}
     assert sites == {"beijing"}

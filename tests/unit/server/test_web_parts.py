@@ -25,7 +25,8 @@ def test_a_sparkline_spans_its_box_oldest_left_lowest_at_the_bottom() -> None:
     assert (spark.low, spark.high, spark.last) == (0.0, 100.0, 100.0)
     one = sparkline([(5.0, 40.0)])
     assert len(one.points.split()) == 2 and one.last == 40.0  # a flat line, not a dot
-    assert sparkline([]).points == "" and sparkline([]).last is None
+    empty = sparkline([])
+    assert (empty.points, empty.low, empty.high, empty.last) == ("", None, None, None)
 
 
 def _device(**kw: object) -> s.Device:

@@ -46,8 +46,8 @@ class Spark:
     points: str  # "x,y x,y ..." for <polyline points>
     width: float
     height: float
-    low: float
-    high: float
+    low: float | None  # None: no samples
+    high: float | None
     last: float | None
 
 
@@ -58,7 +58,7 @@ def sparkline(
     low values at the bottom; one sample draws a flat line, none an empty one."""
     pts = sorted((float(t), float(v)) for t, v in samples)
     if not pts:
-        return Spark("", width, height, 0.0, 0.0, None)
+        return Spark("", width, height, None, None, None)
     t0, t1 = pts[0][0], pts[-1][0]
     lo, hi = min(v for _, v in pts), max(v for _, v in pts)
     span_t, span_v = (t1 - t0) or 1.0, (hi - lo) or 1.0
