@@ -49,9 +49,14 @@ def unavailable(reason: str) -> None:
 
 @pytest.fixture(scope="session")
 def chromium_path() -> str:
-    found = os.environ.get("XPUPOOL_CHROMIUM") or shutil.which("chromium")
+    given = os.environ.get("XPUPOOL_CHROMIUM")
+    found = shutil.which(given) if given else shutil.which("chromium")
     if not found:
-        unavailable("no 'chromium' on PATH: install it with 'apt-get install -y chromium'")
+        unavailable(
+            f"no browser at XPUPOOL_CHROMIUM={given!r}"
+            if given
+            else "no 'chromium' on PATH: install it with 'apt-get install -y chromium'"
+        )
     assert found is not None
     return found
 
