@@ -73,7 +73,8 @@ def _node_names(plane: ControlPlane, site: str) -> list[str]:
     return [n for _, n in sorted(found)]
 
 
-def grid_context(plane: ControlPlane, viewer: Viewer, site: str, page_no: int) -> dict[str, Any]:
+def grid_context(plane: ControlPlane, site: str, page_no: int) -> dict[str, Any]:
+    """A page of nodes (of ``site``, or all), each with its tiles; a page past the last is the last."""
     names = _node_names(plane, site)
     pages = max(1, -(-len(names) // PAGE_NODES))
     page_no = min(page_no, pages)
@@ -137,7 +138,7 @@ def _devices_page(
         card=card,
         panel=panel,
         back="/devices" + ("?" + request.url.query if request.url.query else ""),
-        **grid_context(plane, viewer, site, page_no),
+        **grid_context(plane, site, page_no),
     )
 
 

@@ -15,11 +15,12 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 
 from xpupool.server import schemas as s
+from xpupool.server.plane import ControlPlane
 from xpupool.server.services import jobs
 from xpupool.server.web.forms import FormDep
 from xpupool.server.web.render import HEADERS, page
 from xpupool.server.web.sessions import check_csrf
-from xpupool.server.web.viewer import PlaneDep, ViewerDep
+from xpupool.server.web.viewer import PlaneDep, Viewer, ViewerDep
 
 router = APIRouter(include_in_schema=False)
 JobId = Annotated[int, Path(ge=1, le=1 << 62)]
@@ -46,7 +47,7 @@ def jobs_page(
     )
 
 
-def _job_context(plane: PlaneDep, viewer: ViewerDep, job_id: int) -> dict[str, Any]:
+def _job_context(plane: ControlPlane, viewer: Viewer, job_id: int) -> dict[str, Any]:
     job = jobs.get(plane, viewer.principal, job_id)
     return {
         "job": job,

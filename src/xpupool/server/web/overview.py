@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
 from xpupool.model.errors import RequestError
+from xpupool.server.plane import ControlPlane
 from xpupool.server.web import data
 from xpupool.server.web.charts import bar_chart, sparkline
 from xpupool.server.web.render import page
@@ -45,7 +46,7 @@ def _sum_by(groups: list[dict[str, Any]], *keys: str) -> list[dict[str, Any]]:
     return [out[k] for k in sorted(out)]
 
 
-def live_context(plane: Any, viewer: Viewer) -> dict[str, Any]:
+def live_context(plane: ControlPlane, viewer: Viewer) -> dict[str, Any]:
     ov = data.overview(plane, viewer.principal)
     groups = list(ov["groups"])
     by_site = _sum_by(groups, "site")
