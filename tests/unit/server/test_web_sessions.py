@@ -181,3 +181,13 @@ def test_the_model_picker_offers_the_catalog_and_answers_at_its_field(server: Se
         r'id="model-error"[^>]*>model.name: no card type of the pool can serve', r.text
     )
     assert server.client.get("/v1/jobs", headers=server.admin).json() == []
+
+
+def test_signing_in_again_replaces_the_session(server: Server) -> None:
+    first = _sign_in(server.client, server.admin_token).split(";")[0]
+    second = _sign_in(server.client, server.admin_token).split(";")[0]
+    assert first != second
+    server.client.cookies.clear()
+    sid = first.split("=", 1)[1]
+    r = server.client.get("/jobs", cookies={"xpupool_session": sid})
+    assert (r.status_code, r.headers.get("location")) == (303, "/signin")

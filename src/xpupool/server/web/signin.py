@@ -47,6 +47,9 @@ def signin(request: Request, plane: PlaneDep, form: FormDep) -> Response:
         who, error = None, "Agent and bootstrap tokens cannot sign in to the dashboard."
     if who is None:
         return page(request, None, "signin.html", status=401, error=error)
+    earlier = request.cookies.get(COOKIE)
+    if earlier:  # a new session id at every sign-in: one set before it is worth nothing
+        sessions(request).close(earlier)
     session = sessions(request).open(token)
     response = RedirectResponse("/", status_code=303, headers=HEADERS)
     response.set_cookie(
