@@ -8,11 +8,10 @@ import re
 from typing import Any
 
 import httpx
+from browser_kit import Pool, axe_violations, dom_nodes, shot, sign_in
 from job_commands import JOB_PYTHON
 from playwright.sync_api import expect
 from server_proc import free_port, until
-
-from conftest import Pool, axe_violations, dom_nodes, shot, sign_in
 
 
 def test_sign_in_keeps_the_token_out_of_the_browser(browser: Any, pool: Pool) -> None:

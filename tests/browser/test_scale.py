@@ -15,9 +15,8 @@ from typing import Any
 
 import httpx
 import pytest
+from browser_kit import dom_nodes, sign_in
 from server_proc import ServerProc
-
-from conftest import dom_nodes, sign_in
 
 CITIES = (
     "beijing", "shanghai", "guangzhou", "shenzhen", "hangzhou", "chengdu",
