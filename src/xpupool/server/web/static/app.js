@@ -31,6 +31,8 @@
         if (r.ok) {
           const text = await r.text();
           offset = Number(r.headers.get("X-Next-Offset") || offset);
+          // a job that had finished when the page opened writes no more: stop once read to the end
+          if (!text && pre.dataset.final === "true") return;
           if (text) {
             let all = (pre.textContent || "") + text;
             if (all.length > cap) all = all.slice(all.length - cap);
