@@ -26,9 +26,11 @@ import math
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, and_, delete, func, insert, select
+from sqlalchemy.exc import OperationalError
 
 from xpupool.model.errors import RequestError
 from xpupool.server import schemas as s
+from xpupool.server.health import store_failure
 from xpupool.server.plane import ControlPlane
 from xpupool.server.services.overview import Snapshot, layout, snapshot
 from xpupool.server.storage.history import SERIES, fleet_history
@@ -228,9 +230,15 @@ class FleetHistory:
             if len(plane.live) > st.n_devices + st.n_devices // 4 + 64:
                 plane.live.keep_only(st.uuid_slot)  # cards gone from the pool
         rows = sample_rows(snap, pending)
-        with plane.db.begin() as conn:
-            write_sample(conn, now, rows, self.tiers)
-        self.last = now
+        self.last = now  # a failed write is tried again one interval later
+        try:
+            with plane.db.begin() as conn:
+                write_sample(conn, now, rows, self.tiers)
+        except (OperationalError, OSError) as exc:
+            # The store failing is the server's health, said once there (one line, no traceback
+            # per sample); the sampler waits until the store takes writes again.
+            plane.health.fail(store_failure(exc))
+            return 0
         return len(rows)
 
 
