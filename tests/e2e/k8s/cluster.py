@@ -88,9 +88,12 @@ def find_binaries(names: Sequence[str] = BINARIES) -> dict[str, Path]:
         if not paths["kwok-stages"].is_file():
             missing.append(str(paths["kwok-stages"]))
     if missing:
-        build = "tools/k8s/build.sh (or make test-k8s)"
+        builds = []
+        if set(missing) - {HAMI_BINARY}:
+            builds.append("tools/k8s/build.sh (or make test-k8s)")
         if HAMI_BINARY in missing:
-            build = "tools/k8s/build.sh --hami (or make hami-bin; see docs/benchmarks.md)"
+            builds.append("tools/k8s/build.sh --hami (or make hami-bin; see docs/benchmarks.md)")
+        build = " and ".join(builds)
         raise K8sBinariesMissingError(
             f"Kubernetes binaries missing in {d}: {', '.join(missing)}. "
             f"Run {build} first, or point XPUPOOL_K8S_BIN at them."
