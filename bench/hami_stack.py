@@ -7,7 +7,8 @@ The kube-scheduler profile is ``hami-scheduler`` with HAMi's documented extender
 no prioritizer, nodeCacheCapable, weight 1, httpTimeout 30s, the NVIDIA resources managed and
 ignored by kube-scheduler). HAMi's device config is the ``nvidia`` block of its chart's
 ``device-configmap.yaml`` with the chart's values (split count 10, scaling 1). No admission
-webhook runs: pods carry ``schedulerName`` themselves, and the policy annotations
+webhook runs: pods carry ``schedulerName`` and the webhook's resource defaults
+(:func:`webhook_mutated`) themselves, and the policy annotations
 (``hami.io/node-scheduler-policy``, ``hami.io/gpu-scheduler-policy``) pick binpack or spread.
 
 HAMi's ``Bind`` takes a node lock (annotation ``hami.io/mutex.lock: <RFC3339>,<ns>,<pod>``) and
@@ -183,6 +184,32 @@ class DevicePluginStandIn:
         raise RuntimeError(f"node {node}: lock release conflicted {tries} times")
 
 
+def webhook_mutated(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod as HAMi's admission webhook leaves it, which every HAMi install runs (the chart's
+    default) and this stack does not: ``pkg/device/nvidia/device.go`` ``MutateAdmission``. Of
+    what it does, two changes reach the scheduler: ``mutateContainerResource`` adds
+    ``nvidia.com/gpu: 1`` (defaultGPUNum) to a container asking memory or cores without a count,
+    and ``defaultExclusiveCoreIfNeeded`` adds ``nvidia.com/gpucores: 100`` to a container with a
+    count, no cores and the whole card's memory (``gpumem-percentage`` 100, or no memory asked).
+    Without it a bare ``nvidia.com/gpu: 1`` would hold the card's memory and none of its
+    compute. ``schedulerName`` the pod already names."""
+    for ctr in pod["spec"]["containers"]:
+        limits = ctr.setdefault("resources", {}).setdefault("limits", {})
+        share_keys = ("nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores")
+        asks_share = any(k in limits for k in share_keys)
+        if "nvidia.com/gpu" not in limits and asks_share:
+            limits["nvidia.com/gpu"] = "1"
+        if "nvidia.com/gpu" not in limits or "nvidia.com/gpucores" in limits:
+            continue
+        if "nvidia.com/gpumem-percentage" in limits:
+            exclusive = str(limits["nvidia.com/gpumem-percentage"]).strip() == "100"
+        else:
+            exclusive = "nvidia.com/gpumem" not in limits
+        if exclusive:
+            limits["nvidia.com/gpucores"] = "100"
+    return pod
+
+
 def lock_contentions(log: Path) -> int:
     """Binds HAMi refused because the node was locked by another pod's bind: its log lines with
     ``nodelock.go``'s contention errors ("has been locked within", "is locked")."""
@@ -224,7 +251,7 @@ class HamiStack:
         return harness_nodes(n, seed, self.gpu_per_card)
 
     def pod(self, ask: PodAsk) -> dict[str, Any]:
-        pod = hami_pod(ask, self.scheduler_name)
+        pod = webhook_mutated(hami_pod(ask, self.scheduler_name))
         pod["metadata"]["annotations"] |= {NODE_POLICY: self.policy, GPU_POLICY: self.policy}
         return pod
 

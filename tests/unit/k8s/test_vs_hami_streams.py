@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 BENCH = Path(__file__).resolve().parents[3] / "bench"
 sys.path.insert(0, str(BENCH))
 
-from hami_stack import HamiStack  # noqa: E402
+from hami_stack import HamiStack, webhook_mutated  # noqa: E402
 from hami_streams import alibaba_ask, alibaba_stream, make_streams  # noqa: E402
-from k8s_harness import ask_requests, hami_pod  # noqa: E402
+from k8s_harness import PodAsk, ask_requests, hami_pod  # noqa: E402
 from xpupool.sim.alibaba import TraceTask  # noqa: E402
 
 HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
@@ -112,3 +113,25 @@ def test_hami_stacks_annotate_both_policies_and_burst_is_sent_at_once() -> None:
         HamiStack(policy="fgd")
     (burst,) = make_streams(["burst200"], pods=10, seed=1, burst=30)
     assert len(burst.asks) == 30 and burst.concurrency >= 30
+
+
+def test_hami_pods_carry_what_its_admission_webhook_would_add() -> None:
+    """MutateAdmission (HAMi v2.10.0 pkg/device/nvidia/device.go): a count with whole memory and
+    no cores gets gpucores 100; a share keeps its cores; a share without a count gets one."""
+    stack = HamiStack(policy="binpack")
+
+    def limits(pod: dict[str, Any]) -> dict[str, str]:
+        got = dict(pod["spec"]["containers"][0]["resources"]["limits"])
+        del got["cpu"], got["memory"]
+        return got
+
+    bare = alibaba_ask(task(2, 1000), "a")
+    share = alibaba_ask(task(1, 460), "b")
+    assert bare is not None and share is not None
+    assert limits(stack.pod(bare)) == {"nvidia.com/gpu": "2", "nvidia.com/gpucores": "100"}
+    assert limits(stack.pod(share))["nvidia.com/gpucores"] == "46"
+    mib = PodAsk("c", 1, memory_mib=4096)
+    assert "nvidia.com/gpucores" not in limits(stack.pod(mib))
+    no_count = hami_pod(share, "hami-scheduler")
+    del no_count["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+    assert limits(webhook_mutated(no_count))["nvidia.com/gpu"] == "1"
