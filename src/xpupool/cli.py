@@ -12,6 +12,7 @@ from xpupool.agent.launch.options import launch_options
 from xpupool.model.errors import XpupoolError
 
 if TYPE_CHECKING:
+    from xpupool.catalog.operator_file import OperatorCatalog
     from xpupool.engine.profile import Profile
 
 # The engine's default profile (engine/profile.py DEFAULT_PROFILE), named here so that client commands
@@ -132,6 +133,23 @@ def demo(policy: str, cluster: str | None) -> None:
     type=click.IntRange(0),
     help="at most this many finished jobs are kept, the oldest deleted first (0: no limit)",
 )
+@click.option(
+    "--history-interval",
+    default="60s",
+    show_default=True,
+    metavar="DURATION",
+    help="how often the server samples the fleet for its history (GET /v1/fleet/history; "
+    "docs/fleet-overview.md): 10s, 1m, ...",
+)
+@click.option(
+    "--catalog",
+    "catalog_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="YAML of site catalog rules (images: ...), tried before the built-in ones; checked "
+    "at start: a mistake stops the server, naming the file, line and field (docs/images.md)",
+)
 @launch_options
 def up(
     data: str,
@@ -158,6 +176,8 @@ def up(
     max_body: str,
     retain_jobs: str,
     retain_count: int,
+    history_interval: str,
+    catalog_file: str | None,
 ) -> None:
     """Start the control plane: REST API, scheduler, SQLite state, metrics, local agent."""
     from pathlib import Path
@@ -172,6 +192,13 @@ def up(
             param_hint="--retain-jobs",
         )
 
+    history_s = duration_s(history_interval)
+    if not history_s:
+        raise click.BadParameter(
+            f"{history_interval!r}: use a duration above 0 such as 30s or 1m",
+            param_hint="--history-interval",
+        )
+
     from xpupool.server.body_limit import parse_size
 
     try:
@@ -183,6 +210,7 @@ def up(
         raise click.UsageError("give --tls-cert and --tls-key together")
     profiles = load_profiles(profile_file)
     check_policies([policy], profiles)
+    catalog = load_catalog(catalog_file)
 
     from xpupool.server.lease import Lease
 
@@ -217,8 +245,23 @@ def up(
         tls_key=Path(tls_key) if tls_key else None,
         max_body=max_body_bytes,
         retention=Retention(retain_s, retain_count or None),
+        history_interval_s=history_s,
+        catalog=catalog,
     )
     serve(cfg, click.echo)
+
+
+def load_catalog(path: str | None) -> OperatorCatalog | None:
+    """The operator's ``--catalog FILE`` (None without it); a bad file is one line naming the
+    file, line and field, exit 1, before anything is started."""
+    if path is None:
+        return None
+    from xpupool.catalog.operator_file import load_operator_catalog
+
+    try:
+        return load_operator_catalog(path)
+    except XpupoolError as exc:
+        raise click.ClickException(f"--catalog: {exc}") from None
 
 
 def load_profiles(path: str | None) -> dict[str, Profile]:

@@ -1,8 +1,11 @@
-"""Catalog data and its loaders: accelerator models and driver/runtime compatibility.
+"""Catalog data and its loaders: accelerator models, driver/runtime compatibility, and the
+software needs that container images imply.
 
-``load_accelerators()`` and ``load_compat()`` read the packaged YAML once and cache it; pass a
-path to load another file (tests, site overrides). Malformed files raise :class:`CatalogFileError`
-(a :class:`~xpupool.model.errors.CatalogError`) naming the file, the entry and the field.
+``load_accelerators()``, ``load_compat()`` and ``default_image_catalog()`` read the packaged YAML
+once and cache it; pass a path to load another file (tests, site overrides; an operator's
+``--catalog`` file is read by ``catalog/operator_file.py``). Malformed files raise
+:class:`CatalogFileError` (a :class:`~xpupool.model.errors.CatalogError`) naming the file, the
+line, the entry and the field.
 """
 
 from xpupool.catalog._data_file import CatalogFileError
@@ -24,6 +27,13 @@ from xpupool.catalog.compat import (
     load_compat,
     satisfies,
 )
+from xpupool.catalog.images import (
+    ImageCatalog,
+    ImageNeeds,
+    ProductLine,
+    default_image_catalog,
+    needs_for_image,
+)
 from xpupool.catalog.listing import ListedAccelerator, list_accelerators
 
 __all__ = [
@@ -34,14 +44,19 @@ __all__ = [
     "CatalogFileError",
     "CompatTable",
     "DriverRange",
+    "ImageCatalog",
+    "ImageNeeds",
     "ListedAccelerator",
+    "ProductLine",
     "RuntimeTable",
     "TorchBuild",
     "Verdict",
     "best_verdict",
+    "default_image_catalog",
     "list_accelerators",
     "load_accelerators",
     "load_compat",
+    "needs_for_image",
     "normalise_model_name",
     "satisfies",
 ]

@@ -124,6 +124,60 @@ class CompatTable:
         row = table.row_for(version) if table is not None else None
         return row.min_driver if row is not None else None
 
+    def needed_driver(
+        self,
+        need: SoftwareNeed,
+        vendor: str,
+        driver_version: str | None,
+    ) -> Version | None:
+        """The lowest driver of ``vendor`` that the tables say runs ``need``, above
+        ``driver_version`` when that is given (the upgrade a DRIVER_TOO_OLD verdict asks for:
+        ``cuda>=12.4`` on 525.85.12 -> 550.54.14). The rows tried are those :meth:`check` tries:
+        every table version that satisfies the need (for torch: every build of every release
+        that satisfies it, on a runtime the vendor runs), or the stand-in row below the version
+        asked. None when the driver runs one of them already, when no row's minimum is above
+        it, or when the vendor runs no such runtime. Pure; the engine calls it once per
+        (need, profile) to word its reason."""
+        if need.name == "torch":
+            wanted = [
+                (build.runtime, "==", build.version)
+                for builds in self._torch_releases(need)
+                for build in builds
+            ]
+        else:
+            wanted = [(need.name, need.op, need.version)]
+        driver = _parsed(driver_version)
+        found: Version | None = None
+        for runtime, op, version in wanted:
+            table = self.runtimes.get(runtime)
+            if table is None or not (
+                vendor in table.vendors or vendor in table.vendors_if_reported
+            ):
+                continue
+            rows = [row for row in table.rows if satisfies(row.version, op, version)]
+            if not rows:
+                stand_in = table.row_for(version)
+                rows = [stand_in] if stand_in is not None else [table.rows[0]]
+            for row in rows:
+                if driver is not None and row.verdict(driver) == Verdict.OK:
+                    return None  # it runs already: no upgrade to ask for
+                if driver is not None and row.min_driver <= driver:
+                    continue
+                if found is None or row.min_driver < found:
+                    found = row.min_driver
+        return found
+
+    def _torch_releases(self, need: SoftwareNeed) -> list[tuple[TorchBuild, ...]]:
+        """The builds of every listed release that satisfies ``need``; when none does, those of
+        the release below the version asked (none when older than the table)."""
+        releases = [
+            builds for version, builds in self.torch if satisfies(version, need.op, need.version)
+        ]
+        if not releases:
+            below = [builds for version, builds in self.torch if version <= need.version]
+            releases = below[-1:]
+        return releases
+
     def check(
         self,
         need: SoftwareNeed,
@@ -165,14 +219,9 @@ class CompatTable:
         driver_version: str | None,
         runtimes: Mapping[str, str],
     ) -> Verdict:
-        releases = [
-            builds for version, builds in self.torch if satisfies(version, need.op, need.version)
-        ]
+        releases = self._torch_releases(need)
         if not releases:
-            below = [builds for version, builds in self.torch if version <= need.version]
-            if not below:
-                return Verdict.DRIVER_UNKNOWN
-            releases = [below[-1]]
+            return Verdict.DRIVER_UNKNOWN
         verdicts = [
             self._check_runtime(
                 build.runtime, "==", build.version, vendor, driver_version, runtimes

@@ -105,12 +105,13 @@ def agent(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     extra: ExtraAnnotations | None = None
+    extra_keys: frozenset[str] = frozenset()
     if hami_register:
         # HAMi's register annotations beside ours; the admission policy allows exactly
-        # hami_register.REGISTER_KEYS.
-        from xpupool.k8s.hami_register import hami_register_annotations
+        # hami_register.REGISTER_KEYS, and the agent owns them (a stale one is deleted).
+        from xpupool.k8s.hami_register import REGISTER_KEYS, hami_register_annotations
 
-        extra = hami_register_annotations
+        extra, extra_keys = hami_register_annotations, REGISTER_KEYS
     try:
         config = (
             KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_service_account()
@@ -122,7 +123,7 @@ def agent(
         raise click.ClickException(f"cannot load {where}: {why}") from None
     client = Client(config, field_manager=FIELD_MANAGER)
     probes: list[Probe] = [FakeProbe(fake_path)] if fake_path else host_probes()
-    node_agent = NodeAgent(client, node_name, Monitor(probes), extra=extra)
+    node_agent = NodeAgent(client, node_name, Monitor(probes), extra=extra, extra_keys=extra_keys)
     stop = threading.Event()
 
     def _stop(signum: int, _: FrameType | None) -> None:
@@ -214,6 +215,23 @@ def agent(
     help="never evict lower-priority pods for a pod short of card shares [default: evict the "
     "fewest the engine's planner names, through the Eviction API]",
 )
+@click.option(
+    "--image-needs",
+    is_flag=True,
+    help="read software needs from containers' images: an image the catalog knows (e.g. "
+    "pytorch/pytorch:2.4.0-cuda12.4-...) asks for a driver that serves it. Needs nodes whose "
+    "driver is known (xpupool's node agent reports it; HAMi's register annotation does not, "
+    "and such a pod would wait there) [default: off]",
+)
+@click.option(
+    "--catalog",
+    "catalog_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="YAML of site image rules (images: ...), tried before the built-in ones; a mistake "
+    "stops the start, naming the file, line and field (docs/images.md)",
+)
 def extender(
     kubeconfig: str | None,
     listen: tuple[str, int],
@@ -225,9 +243,11 @@ def extender(
     gang_wait: float,
     filter_all: bool,
     no_preemption: bool,
+    image_needs: bool,
+    catalog_file: str | None,
 ) -> None:
     """kube-scheduler extender: place pods that ask for accelerators with xpupool's engine."""
-    from xpupool.cli import check_policies, load_profiles
+    from xpupool.cli import check_policies, load_catalog, load_profiles
     from xpupool.engine import DEFAULT_PROFILE
     from xpupool.k8s.extender_main import ExtenderConfig, run
 
@@ -260,5 +280,7 @@ def extender(
             gang_wait_s=gang_wait,
             choose=not filter_all,
             preempt=not no_preemption,
+            image_needs=image_needs,
+            catalog=load_catalog(catalog_file),
         )
     )

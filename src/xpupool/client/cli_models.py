@@ -159,8 +159,14 @@ def plan_command(
 
 def plan_table(rows: Sequence[s.PlanRow]) -> FitTable:
     names = ["device", "vendor", "cards", "nodes", "tp", "pp", "mem/card", "tok/s", "power"]
-    names += ["link", "runtime", "fits now"]
-    table = FitTable(_columns(*names, text=("link", "runtime")), f"{len(rows)} plans")
+    names += ["link", "runtime", "fits"]
+    columns = _columns(
+        *names,
+        text=("fits",),
+        spare=("power", "pp", "nodes", "vendor", "link"),  # left out first on a narrow terminal
+        same=("vendor", "runtime"),
+    )
+    table = FitTable(columns, f"{len(rows)} plans")
     for r in rows:
         fits = "-" if r.fits_now is None else ("yes" if r.fits_now else "no")
         table.add_row(

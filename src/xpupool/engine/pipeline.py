@@ -312,6 +312,9 @@ class _Blame:
             return dev
         # Blame each newly failing node on its most hopeful rejected device.
         newly = (self.blame == 0) & ~ok
+        if stage.detail_codes is not None and stage.details:
+            self._worded(stage, before, newly)
+            return dev
         rejected = np.where(before & ~stage.mask, stage.codes, NO_HOPE).min(axis=1)
         for hope, reason in enumerate(HOPE_ORDER):
             hit = newly & (rejected == hope)
@@ -321,6 +324,23 @@ class _Blame:
         if rest.any():
             self.blame[rest] = self.label(stage.reason, stage.detail)
         return dev
+
+    def _worded(self, stage: Stage, before: BoolArray, newly: BoolArray) -> None:
+        """:meth:`stage` for a stage whose devices carry their own detail: each newly failing
+        node takes its most hopeful rejected device, ties to the lowest detail index, and one
+        label per distinct (reason, detail) seen."""
+        assert stage.codes is not None and stage.detail_codes is not None
+        width = len(stage.details)
+        combined = stage.codes * width + stage.detail_codes
+        worst = NO_HOPE * width
+        rejected = np.where(before & ~stage.mask, combined, worst).min(axis=1)
+        for value in np.unique(rejected[newly]).tolist():
+            hit = newly & (rejected == value)
+            if value >= worst:
+                self.blame[hit] = self.label(stage.reason, stage.detail)
+            else:
+                hope, index = divmod(value, width)
+                self.blame[hit] = self.label(HOPE_ORDER[hope], stage.details[index])
 
     def merge(self, earlier: _Blame) -> None:
         """Blame on ``earlier``'s labels the nodes it blamed and this has not (its checks come

@@ -49,7 +49,8 @@ TEXT: dict[Reason, str] = {
     Reason.UUID_NOT_ALLOWED: "device UUID not allowed",
     Reason.CARD_MEMORY: "card memory out of range",
     Reason.SOFTWARE_UNSUPPORTED: "cannot run {detail}",
-    Reason.DRIVER_TOO_OLD: "driver too old for {detail}",
+    # detail: "525.85.12 too old for cuda>=12.4: needs >= 550.54.14" (filters/software.py)
+    Reason.DRIVER_TOO_OLD: "driver {detail}",
     Reason.DRIVER_TOO_NEW: "driver too new for {detail}",
     Reason.DRIVER_UNKNOWN: "driver version unknown for {detail}",
     Reason.INSUFFICIENT_DEVICE_MEMORY: "insufficient device memory",

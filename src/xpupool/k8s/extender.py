@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from xpupool.catalog.images import ImageCatalog
 from xpupool.engine import Engine
 from xpupool.engine.cycle import minimal_victims
 from xpupool.engine.reasons import PREEMPTION_MAY_HELP, TEXT
@@ -55,6 +56,7 @@ from xpupool.k8s.extender_wire import (
     MetaVictims,
 )
 from xpupool.k8s.gang import Gangs, GroupClaim, group_claim
+from xpupool.k8s.pod_images import with_image_needs
 from xpupool.k8s.pod_placement import NOT_IN_POOL, engine_choice, fits_together, place_on
 from xpupool.k8s.pod_request import PodDemand, pod_demand
 from xpupool.k8s.preemption import Nomination, Preemptions
@@ -118,9 +120,11 @@ class Extender:
         *,
         choose: bool = True,
         preemptions: Preemptions | None = None,
+        images: ImageCatalog | None = None,
     ) -> None:
         self.view = view
         self.preemptions = preemptions
+        self.images = images  # containers' images add software needs (pod_images.py)
         self.choose = choose  # filter answers the engine's node (else every node that fits)
         self.api = api
         self.annotate = annotate
@@ -443,7 +447,10 @@ class Extender:
             if known is not None:
                 self._demands.move_to_end(key)
                 return known
-        demand = _for_engine(pod_demand(pod), _pod_priority(pod))
+        read = pod_demand(pod)
+        if self.images is not None:
+            read = with_image_needs(read, pod, self.images)
+        demand = _for_engine(read, _pod_priority(pod))
         with self._demands_lock:
             self._demands[key] = demand
             self._pods[str(meta.get("uid", ""))] = dict(pod)

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import uvicorn
 from prometheus_client import CollectorRegistry
 
+from xpupool.catalog.images import default_image_catalog
+from xpupool.catalog.operator_file import OperatorCatalog
 from xpupool.engine.profile import Profile
 from xpupool.k8s.cluster_view import ClusterView
 from xpupool.k8s.decoders import decode_node, decode_pod_devices
@@ -43,6 +45,8 @@ class ExtenderConfig:
     gang_wait_s: float = DEFAULT_WAIT_S
     choose: bool = True  # filter answers the engine's node (else every node that fits)
     preempt: bool = True  # evict lower-priority pods for card shares (preemption.py)
+    image_needs: bool = False  # containers' images add software needs (pod_images.py)
+    catalog: OperatorCatalog | None = None  # --catalog FILE: the site's image rules first
 
 
 def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
@@ -59,8 +63,19 @@ def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
     gangs = Gangs(view, sizes=sizes, wait_s=cfg.gang_wait_s)
     api = LightkubePodApi(client)
     preemptions = Preemptions(view, api) if cfg.preempt else None
+    images = None
+    if cfg.image_needs:
+        images = default_image_catalog()
+        if cfg.catalog is not None:
+            images = images.with_rules_first(cfg.catalog.images)
     extender = Extender(
-        view, api, assignment_annotations, gangs, choose=cfg.choose, preemptions=preemptions
+        view,
+        api,
+        assignment_annotations,
+        gangs,
+        choose=cfg.choose,
+        preemptions=preemptions,
+        images=images,
     )
     registry = CollectorRegistry()
     metrics = ExtenderMetrics(registry)

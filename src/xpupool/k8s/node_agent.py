@@ -81,7 +81,10 @@ class NodeAgent:
     """Writes ``node_name``'s annotations through ``client`` from ``monitor``'s readings.
 
     ``extra`` adds annotations computed from the devices (the hook ``--hami-register`` fills);
-    ``clock`` gives the heartbeat time; ``max_attempts`` bounds the re-reads after conflicts.
+    ``extra_keys`` are every key ``extra`` may write: one it no longer writes (the node's last
+    card of that type is gone) is deleted from the Node, so no scheduler keeps placing on cards
+    that left. ``clock`` gives the heartbeat time; ``max_attempts`` bounds the re-reads after
+    conflicts.
     """
 
     def __init__(
@@ -91,6 +94,7 @@ class NodeAgent:
         monitor: Monitor,
         *,
         extra: ExtraAnnotations | None = None,
+        extra_keys: frozenset[str] = frozenset(),
         clock: Callable[[], datetime] = now_utc,
         max_attempts: int = DEFAULT_ATTEMPTS,
     ) -> None:
@@ -100,13 +104,15 @@ class NodeAgent:
         self.node_name = node_name
         self.monitor = monitor
         self.extra = extra
+        self.extra_keys = extra_keys
         self.clock = clock
         self.max_attempts = max_attempts
         self.reading: Reading | None = None  # the last probe pass, replaced whole (metrics)
         self.stats = AgentStats()
 
     def desired(self, reading: Reading, at: datetime) -> dict[str, str]:
-        """The annotations this node should carry after a pass that read ``reading`` at ``at``.
+        """The annotations this node should carry after a pass that read ``reading`` at ``at``
+        (of :attr:`extra_keys`, those left out are deleted).
 
         Raises ``RequestError`` when the devices do not fit in an annotation."""
         devices = [x for x in (device_in(d) for d in reading.devices) if x is not None]
@@ -140,7 +146,8 @@ class NodeAgent:
             node = self._call("read", partial(self.client.get, Node, name=self.node_name))
             meta = node.metadata
             have = (meta.annotations if meta is not None else None) or {}
-            changed = {k: v for k, v in want.items() if have.get(k) != v}
+            changed: dict[str, str | None] = {k: v for k, v in want.items() if have.get(k) != v}
+            changed.update((k, None) for k in self.extra_keys if k in have and k not in want)
             if not changed:
                 return PassResult((), attempt)
             rv = meta.resourceVersion if meta is not None else None

@@ -34,12 +34,14 @@ from xpupool.model.errors import (
 from xpupool.model.validation import error_path, error_value
 from xpupool.server.audit_http import AuditMiddleware
 from xpupool.server.body_limit import DEFAULT_MAX_BODY, BodyLimit, RouteLimit
+from xpupool.server.history import FleetHistory
 from xpupool.server.metrics import make_registry
 from xpupool.server.plane import ControlPlane
 from xpupool.server.routers import agents, audit, fleet, jobs, models, tenants
 from xpupool.server.scheduler_loop import SchedulerThread
 from xpupool.server.services.agents import MAX_LOG_CHUNK, mark_lost_nodes
 from xpupool.server.services.job_limits import stop_overdue, sweep_finished
+from xpupool.server.web import mount as mount_dashboard
 from xpupool.server.wire_values import MAX_REASON, quote, shorten
 
 log = logging.getLogger("xpupool.server")
@@ -64,15 +66,21 @@ def _body(field: str | None, value: object, reason: str) -> dict[str, object]:
 
 
 class LostNodeWatch(threading.Thread):
+    """Every half heartbeat: lost nodes, runs past their limit, the retention sweep, and a
+    fleet history sample when one is due (``history.py``)."""
+
     def __init__(self, plane: ControlPlane) -> None:
         super().__init__(name="xpupool-lost-nodes", daemon=True)
         self.plane = plane
         self.stopped = threading.Event()
+        self.history = FleetHistory(plane)
 
     def run(self) -> None:
         while not self.stopped.wait(max(self.plane.heartbeat_s / 2, 0.05)):
+            writable = False
             try:
-                if self.plane.check_store():  # while the store fails: is it back?
+                writable = self.plane.check_store()  # while the store fails: is it back?
+                if writable:
                     mark_lost_nodes(self.plane)
                     stop_overdue(self.plane)
                     sweep_finished(self.plane, self.plane.retention)
@@ -80,6 +88,15 @@ class LostNodeWatch(threading.Thread):
                 pass  # said once, by the plane's health
             except Exception:
                 log.exception("lost-node check failed")
+            if writable:  # no sample while the store fails (the plane's health says so once)
+                self._sample()
+
+    def _sample(self) -> None:
+        try:
+            self.history.maybe_sample()
+        except Exception:  # a history write that fails is not the pool's failure
+            self.history.last = self.plane.clock()  # tried again one interval later
+            log.exception("fleet history sample failed")
 
 
 def create_app(
@@ -180,6 +197,8 @@ def create_app(
         return JSONResponse(
             _body(None, None, str(exc.detail)), status_code=exc.status_code, headers=exc.headers
         )
+
+    mount_dashboard(app)  # the web dashboard at / (server/web/), after the handlers it wraps
 
     @app.get("/healthz", response_class=PlainTextResponse, tags=["ops"])
     def healthz() -> PlainTextResponse:

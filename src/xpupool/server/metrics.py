@@ -96,6 +96,7 @@ class PlaneCollector(Collector):
                 g["temp"].add_metric(lv, m.temperature_c)
         yield from g.values()
         yield from self._stranded()
+        yield from self._history()
 
         node_up = GaugeMetricFamily(
             "xpupool_node_ready", "1 if the node is ready, 0 if lost.", labels=["node", "site"]
@@ -187,6 +188,20 @@ class PlaneCollector(Collector):
             cores.add_metric([name, site], int(stranded.core_milli[i]) / 1000)
         yield memory
         yield cores
+
+    def _history(self) -> Iterator[GaugeMetricFamily]:
+        """The fleet history's last sample (``server/history.py``), one gauge per series,
+        labelled site and model ('' = every one): few labels, whatever the pool's size."""
+        from xpupool.server.history import METRICS, latest
+
+        rows = latest(self.plane)
+        for series, name, text, scale in METRICS:
+            gauge = GaugeMetricFamily(name, text, labels=["site", "model"])
+            for row in rows:
+                value = row.get(series)
+                if isinstance(value, int | float):
+                    gauge.add_metric([str(row["site"]), str(row["model"])], float(value) * scale)
+            yield gauge
 
     def _heartbeats(self) -> CounterMetricFamily:
         """Heartbeats the server accepted, per node, since it started: counted here instead of

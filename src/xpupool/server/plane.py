@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import Connection, Update, bindparam, delete, func, insert, select, update
 from sqlalchemy.exc import OperationalError
 
+from xpupool.catalog.images import ImageCatalog, default_image_catalog
 from xpupool.engine.cycle.admission import Admission, QueueSpec
 from xpupool.engine.cycle.cycle import SchedulingCycle
 from xpupool.engine.engine import Engine
@@ -43,6 +44,7 @@ from xpupool.server.consistency import Problem, problem_for, settle
 from xpupool.server.drain import draining, plan
 from xpupool.server.health import Health, probe_writable, store_failure
 from xpupool.server.lease import Lease
+from xpupool.server.live_metrics import LiveMetrics
 from xpupool.server.pending_jobs import PendingJobs
 from xpupool.server.queue_spec import queue_spec
 from xpupool.server.retention import Retention
@@ -60,6 +62,7 @@ from xpupool.server.storage.tenants import tokens as t_tokens
 
 log = logging.getLogger("xpupool.server")
 DEFAULT_MAX_LOG_BYTES = 64 << 20
+DEFAULT_HISTORY_INTERVAL_S = 60.0  # seconds between two fleet history samples
 
 
 @dataclass
@@ -216,8 +219,12 @@ class ControlPlane:
         clock: Callable[[], float] = time.time,
         max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
         retention: Retention | None = None,
+        history_interval_s: float = DEFAULT_HISTORY_INTERVAL_S,
+        image_catalog: ImageCatalog | None = None,
     ) -> None:
         self.data_dir = data_dir
+        # what a job's image implies (catalog/images.py): an operator's rules before the built-in
+        self.image_catalog = image_catalog or default_image_catalog()
         self.logs_dir = data_dir / "logs"
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         self.db = meta.connect(db_url)
@@ -245,6 +252,9 @@ class ControlPlane:
         self.audit = AuditLog(self.db, self.write, clock)
         self.max_log_bytes = max_log_bytes  # what the server keeps of one replica's log
         self.retention = retention or Retention()  # finished jobs kept (services/job_limits.py)
+        if not history_interval_s > 0:
+            raise RequestError("--history-interval", history_interval_s, "must be above 0 s")
+        self.history_interval_s = history_interval_s  # fleet samples kept (server/history.py)
         self.nodes: dict[str, NodeRecord] = {}
         self._nodes_changed = 0  # counts changes of ``nodes`` (the agent-node list's key)
         self._agent_nodes: tuple[int, list[tuple[str, NodeRecord]]] = (-1, [])
@@ -252,6 +262,7 @@ class ControlPlane:
         # which has no token to revoke, speaks for them no more (services/node_identity.py)
         self.released_nodes: set[str] = set()
         self.metrics: dict[str, s.DeviceMetrics] = {}
+        self.live = LiveMetrics()  # the same readings as columns, and a ring per card
         self.pending: PendingJobs[PendingJob] = PendingJobs()  # counts per tenant (limits)
         self.held: dict[int, HeldJob] = {}
         self.queue_specs: dict[str, QueueSpec] = {}

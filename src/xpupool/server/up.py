@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
+from xpupool.catalog.images import default_image_catalog
+from xpupool.catalog.operator_file import OperatorCatalog
 from xpupool.engine.profile import DEFAULT_PROFILE, Profile
 from xpupool.server.admin_token import admin_token_path
 from xpupool.server.body_limit import DEFAULT_MAX_BODY
-from xpupool.server.plane import ControlPlane
+from xpupool.server.plane import DEFAULT_HISTORY_INTERVAL_S, ControlPlane
 from xpupool.server.retention import Retention
 
 log = logging.getLogger("xpupool.server")
@@ -53,6 +55,8 @@ class UpConfig:
     retention: Retention = field(
         default_factory=Retention
     )  # finished jobs kept: --retain-jobs, --retain-count
+    history_interval_s: float = DEFAULT_HISTORY_INTERVAL_S  # --history-interval (history.py)
+    catalog: OperatorCatalog | None = None  # --catalog FILE, parsed and checked by the CLI
 
 
 def open_plane(cfg: UpConfig) -> ControlPlane:
@@ -84,6 +88,12 @@ def open_plane(cfg: UpConfig) -> ControlPlane:
             lease_s=cfg.lease_s,
             max_log_bytes=parse_memory_mib("--log-cap", cfg.log_cap) << 20,
             retention=cfg.retention,
+            history_interval_s=cfg.history_interval_s,
+            image_catalog=(
+                None
+                if cfg.catalog is None
+                else default_image_catalog().with_rules_first(cfg.catalog.images)
+            ),
         )
         plane.before_job_id = pool.reserve
         if cfg.rotate_admin_token:
@@ -122,9 +132,11 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
     echo(f"admin token: {token_file} ({'mode 0600' if token_file.exists() else 'missing'})")
     echo(f"state: {plane.db.url.render_as_string(hide_password=True)}")
     echo(f"nodes: {len(plane.node_records)}, devices: {plane.cluster_state.n_devices}")
+    if cfg.catalog is not None:
+        echo(f"catalog: {cfg.catalog.path} ({len(cfg.catalog.images)} image rules, tried first)")
     scheme = "https" if cfg.tls_cert is not None else "http"
     base = f"{scheme}://{cfg.host}:{cfg.port}"
-    echo(f"API: {base}/v1  docs: {base}/docs")
+    echo(f"dashboard: {base}/  API: {base}/v1  docs: {base}/docs")
     warning = plain_http_warning(cfg.host, tls=cfg.tls_cert is not None)
     if warning:
         echo(warning)

@@ -374,3 +374,38 @@ def test_missing_table_is_named(tmp_path: Path) -> None:
     with pytest.raises(CatalogFileError) as info:
         load_compat(_write(tmp_path, text))
     assert (info.value.entry, info.value.field) == ("", "torch")
+
+
+# ---------------------------------------------------------------- the driver a need asks for
+
+
+@pytest.mark.parametrize(
+    ("need", "vendor", "driver", "needed"),
+    [
+        ("cuda>=12.4", "nvidia", "525.85.12", "550.54.14"),
+        ("cuda>=12.4", "nvidia", "550.54.13", "550.54.14"),  # one below the minimum
+        ("cuda>=12.4", "nvidia", "550.54.14", None),  # exactly at it: nothing to ask
+        ("cuda>=12.4", "nvidia", None, "550.54.14"),
+        ("cuda>=12.4.1", "nvidia", "535.104.05", "550.54.15"),
+        ("cuda==12.7", "nvidia", "550.54.15", "560.35.05"),  # between rows: the row below
+        ("torch==2.4", "nvidia", "515.43.04", "520.61.05"),  # its oldest CUDA build, 11.8
+        ("torch==2.4.0", "huawei", "23.0.3", "24.1.rc2"),  # its CANN builds: 8.0.RC3 and up
+        ("cann>=8.0.RC2", "huawei", "23.0.3", "24.1.rc1"),
+        ("rocm==6.2", "amd", "5.7", "6.0"),
+        ("cuda>=12.4", "huawei", "24.1.rc2", None),  # Ascend runs no CUDA: no driver helps
+    ],
+)
+def test_needed_driver_is_the_lowest_above_the_device(
+    table: CompatTable, need: str, vendor: str, driver: str | None, needed: str | None
+) -> None:
+    found = table.needed_driver(parse_software_need(need), vendor, driver)
+    assert (None if found is None else str(found)) == needed
+
+
+def test_needed_driver_agrees_with_check_at_the_boundary(table: CompatTable) -> None:
+    """One below the minimum is too old and asks for the minimum; exactly at it runs."""
+    need = parse_software_need("cuda>=12.4")
+    needed = table.needed_driver(need, "nvidia", "550.54.13")
+    assert needed is not None
+    assert check(table, "cuda>=12.4", "nvidia", "550.54.13") == OLD
+    assert check(table, "cuda>=12.4", "nvidia", str(needed)) == OK

@@ -105,12 +105,39 @@ def test_software_blames_the_most_hopeful_device() -> None:
     engine.state.set_node_schedulable("new", False)
     assert reasons_of(engine, devices(1, software=(need,))) == {
         (Reason.NODE_UNSCHEDULABLE, ""): 1,
-        (Reason.DRIVER_TOO_OLD, "cuda>=12.4"): 1,
+        (Reason.DRIVER_TOO_OLD, "535.104.05 too old for cuda>=12.4: needs >= 550.54.14"): 1,
         (Reason.SOFTWARE_UNSUPPORTED, "cuda>=12.4"): 1,
         (Reason.DRIVER_UNKNOWN, "cuda>=12.4"): 1,
     }
     engine.state.set_node_schedulable("new", True)
     assert engine.place(devices(1, software=(need,))).allocations[0].node == "new"
+
+
+@pytest.mark.parametrize(
+    ("driver", "fits"),
+    [("550.54.13", False), ("550.54.14", True), ("525.85.12", False)],
+)
+def test_driver_too_old_names_the_driver_and_the_minimum(driver: str, fits: bool) -> None:
+    """Exactly at the table's minimum runs; one below is refused, and the reason names the
+    node's driver and the driver the need asks for (per software profile, not per node)."""
+    engine = engine_for(gpu_node("a", driver=driver), gpu_node("b", driver=driver))
+    req = devices(1, software=(parse_software_need("cuda>=12.4"),))
+    assert engine.place(req).ok is fits
+    if not fits:
+        detail = f"{driver} too old for cuda>=12.4: needs >= 550.54.14"
+        assert reasons_of(engine, req) == {(Reason.DRIVER_TOO_OLD, detail): 2}
+        assert f"2 driver {detail}" in engine.explain(req).message
+
+
+def test_driver_reasons_differ_per_driver() -> None:
+    engine = engine_for(gpu_node("a", driver="525.85.12"), gpu_node("b", driver="535.104.05"))
+    req = devices(
+        1, software=(parse_software_need("torch==2.5.1"), parse_software_need("cuda>=12.4"))
+    )
+    assert reasons_of(engine, req) == {
+        (Reason.DRIVER_TOO_OLD, "525.85.12 too old for cuda>=12.4: needs >= 550.54.14"): 1,
+        (Reason.DRIVER_TOO_OLD, "535.104.05 too old for cuda>=12.4: needs >= 550.54.14"): 1,
+    }
 
 
 def test_device_memory_in_mib_and_percent_rounds_down() -> None:

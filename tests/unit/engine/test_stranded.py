@@ -32,6 +32,16 @@ def test_idle_capacity_no_shape_can_use_is_stranded_and_the_rest_is_not() -> Non
     assert got.core_milli.tolist() == [250, 1000, 2000, 0]
     assert got.memory_mib.tolist() == [81920 - 61440, 15360, 2 * 81920, 0]
     assert (got.total_core_milli, got.total_memory_mib) == (3250, 20480 + 15360 + 163840)
+    assert got.devices.tolist() == [1, 1, 2, 0]  # a's idle card is wanted; x's is out of service
+
+
+def test_a_full_card_holds_no_stranded_capacity() -> None:
+    state = ClusterState([gpu_node("a", count=2, group_size=0)])
+    engine = Engine(state, "binpack")
+    assert engine.place(Request("w", 0, 0, DeviceRequest(count=1))).ok  # a whole card
+    table = ShapeTable(state, engine.pipeline, TargetWorkload((HALF_A100,), (1.0,)))
+    got = stranded_capacity(state, table)
+    assert (got.devices.tolist(), got.total_core_milli) == ([0], 0)
 
 
 def test_a_card_at_its_task_limit_strands_what_it_has_left() -> None:

@@ -210,6 +210,26 @@ def test_extra_annotations_ride_in_the_same_patch(api: FakeApiserver) -> None:
     assert len(api.patches) == 1
 
 
+def test_a_register_annotation_no_longer_written_is_deleted(api: FakeApiserver) -> None:
+    """With --hami-register the agent owns HAMi's register keys: when the node's last card of a
+    type goes, the type's key goes too (a stale one would keep HAMi placing on missing cards);
+    a key it does not own stays."""
+    keys = frozenset({"hami.io/node-nvidia-register", "hami.io/node-register-Ascend910B"})
+    api.annotations["hami.io/node-register-Ascend910B"] = "[stale]"
+    api.annotations["hami.io/node-handshake"] = "Requesting_2026-11-27 05:00:00"
+    agent = make_agent(
+        api,
+        extra=lambda devices: {"hami.io/node-nvidia-register": str(len(devices))},
+        extra_keys=keys,
+    )
+    agent.sync()
+    assert api.annotations["hami.io/node-nvidia-register"] == "2"
+    assert "hami.io/node-register-Ascend910B" not in api.annotations
+    assert api.annotations["hami.io/node-handshake"].startswith("Requesting")
+    assert len(api.patches) == 1  # in the same patch as the rest
+    assert agent.sync().written == (HEARTBEAT_KEY,)  # nothing left to delete
+
+
 def test_metrics_show_devices_and_what_the_agent_did(api: FakeApiserver) -> None:
     agent = make_agent(api)
     agent.sync()

@@ -22,12 +22,17 @@ from xpupool.model.request import Request
 @dataclass(frozen=True, slots=True)
 class Stage:
     """One explaining step: devices passing ``mask``; failures blamed on ``reason`` or, when
-    ``codes`` is given, on the per-device reason in ``codes`` (the node takes its most hopeful one)."""
+    ``codes`` is given, on the per-device reason in ``codes`` (the node takes its most hopeful one).
+    ``details`` with ``detail_codes`` (per device, an index into ``details``) word each device's
+    reason by what it is (its driver: "525.85.12 too old for cuda>=12.4: needs >= 550.54.14");
+    texts are made once per distinct value (a software profile), never per node."""
 
     mask: BoolArray
     reason: Reason
     detail: str = ""
     codes: IntArray | None = None
+    details: tuple[str, ...] = ()
+    detail_codes: IntArray | None = None
 
 
 class NodeFilter(Protocol):

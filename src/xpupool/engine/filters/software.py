@@ -18,7 +18,7 @@ from xpupool.engine.context import Context
 from xpupool.engine.filters.base import Stage
 from xpupool.engine.lru import Lru
 from xpupool.engine.reasons import Reason
-from xpupool.engine.state import BoolArray, ClusterState, IntArray
+from xpupool.engine.state import BoolArray, ClusterState, IntArray, SoftwareProfile
 from xpupool.model.request import Request, SoftwareNeed
 
 # Verdict -> reason, in order of hope (lower = closer to working): a node is blamed on its best device.
@@ -51,6 +51,9 @@ class Software:
         # One filter serves every engine: the verdicts are kept per state, and go with it.
         self._verdicts: weakref.WeakKeyDictionary[
             ClusterState, Lru[tuple[SoftwareNeed, int], IntArray]
+        ] = weakref.WeakKeyDictionary()
+        self._details: weakref.WeakKeyDictionary[
+            ClusterState, Lru[tuple[SoftwareNeed, int], tuple[str, ...]]
         ] = weakref.WeakKeyDictionary()
         self.verdicts_bound = VERDICTS_BOUND
 
@@ -91,7 +94,54 @@ class Software:
 
     def stages(self, req: Request, state: ClusterState, ctx: Context) -> list[Stage]:
         stages = []
+        profile_of = np.where(state.dev_profile < 0, len(state.profiles), state.dev_profile)
         for need in req.devices.software:
             hope = self.need_verdicts(state, need)[state.dev_profile]
-            stages.append(Stage(hope < 0, self.reason, str(need), codes=hope))
+            details = self.need_details(state, need)
+            stages.append(
+                Stage(
+                    hope < 0,
+                    self.reason,
+                    str(need),
+                    codes=hope,
+                    details=details,
+                    detail_codes=profile_of,
+                )
+            )
         return stages
+
+    def need_details(self, state: ClusterState, need: SoftwareNeed) -> tuple[str, ...]:
+        """Per software profile (and a trailing one for absent slots), the detail its reason is
+        worded with: a driver too old names itself and the driver the tables ask for
+        ("525.85.12 too old for cuda>=12.4: needs >= 550.54.14", read as "driver ..."); other
+        verdicts name the need. Made on the explaining path only, once per (need, profile)."""
+        memo = self._details.get(state)
+        if memo is None:
+            memo = self._details[state] = Lru(self.verdicts_bound)
+        key = (need, len(state.profiles))
+        found = memo.get(key)
+        if found is not None:
+            return found
+        hope = self.need_verdicts(state, need)
+        out = [str(need)] * (len(state.profiles) + 1)
+        for pid, profile in enumerate(state.profiles):
+            if hope[pid] == _HOPE_OF[Verdict.DRIVER_TOO_OLD]:
+                out[pid] = too_old_detail(state, need, profile)
+        return memo.put(key, tuple(out))
+
+
+def too_old_detail(state: ClusterState, need: SoftwareNeed, profile: SoftwareProfile) -> str:
+    """``525.85.12 too old for cuda>=12.4: needs >= 550.54.14``: the device's driver (or the
+    runtime version it reports, when it reports one for the need), the need, and the lowest
+    driver above it that the compatibility tables say runs the need (left out when they cannot
+    say, e.g. a ROCm install older than asked)."""
+    reported = dict(profile.runtimes).get(need.name)
+    if profile.driver_version:
+        have = profile.driver_version
+        if reported:
+            have += f" ({need.name} {reported})"
+    else:
+        have = f"reporting {need.name} {reported}" if reported else "unknown"
+    needed = state.compat.needed_driver(need, profile.vendor, profile.driver_version)
+    text = f"{have} too old for {need}"
+    return f"{text}: needs >= {needed}" if needed is not None else text

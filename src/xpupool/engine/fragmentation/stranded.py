@@ -25,10 +25,13 @@ from xpupool.engine.state import ClusterState, IntArray
 
 @dataclass(frozen=True, slots=True)
 class Stranded:
-    """Per selected node: stranded idle device memory (MiB) and compute (thousandths)."""
+    """Per selected node: stranded idle device memory (MiB) and compute (thousandths), and how
+    many of its cards hold some (an in-service card with idle memory or compute that no shape
+    wants; a full card strands nothing)."""
 
     memory_mib: IntArray
     core_milli: IntArray
+    devices: IntArray
 
     @property
     def total_memory_mib(self) -> int:
@@ -55,4 +58,6 @@ def stranded_capacity(
     stranded = in_service & ~wanted
     memory: IntArray = (state.dev_mem_free[picked] * stranded).sum(axis=1)
     cores: IntArray = (state.dev_core_free[picked] * stranded).sum(axis=1)
-    return Stranded(memory, cores)
+    idle = (state.dev_mem_free[picked] > 0) | (state.dev_core_free[picked] > 0)
+    devices: IntArray = (stranded & idle).sum(axis=1)
+    return Stranded(memory, cores, devices)

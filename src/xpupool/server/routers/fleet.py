@@ -1,14 +1,18 @@
-"""/v1/nodes, /v1/devices, /v1/sites, /v1/accelerators."""
+"""/v1/nodes, /v1/devices, /v1/sites, /v1/accelerators, /v1/fleet/overview and /v1/fleet/history."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
+from fastapi.responses import JSONResponse
 
+from xpupool.model.errors import RequestError
+from xpupool.server import history
 from xpupool.server import schemas as s
 from xpupool.server.routers.deps import Admin, Plane, User
-from xpupool.server.services import accelerators, fleet, node_deletion
+from xpupool.server.services import accelerators, fleet, node_deletion, overview
+from xpupool.server.wire_values import MAX_REASON, quote, shorten
 
 router = APIRouter(prefix="/v1", tags=["fleet"])
 NodeName = Annotated[str, Path(max_length=63)]
@@ -62,6 +66,13 @@ def list_devices(
     return fleet.list_devices(plane, node)
 
 
+@router.get("/devices/{uuid}", response_model=s.DeviceDetail)
+def get_device(uuid: Uuid, plane: Plane, _: User) -> s.DeviceDetail:
+    """One card: what ``/v1/devices`` says of it, the replicas holding shares of it, and its
+    recent readings (for a sparkline)."""
+    return fleet.device_detail(plane, uuid)
+
+
 @router.post("/devices/{uuid}/cordon", response_model=s.Device)
 def cordon_device(uuid: Uuid, plane: Plane, _: Admin) -> s.Device:
     return fleet.cordon_device(plane, uuid, True)
@@ -81,3 +92,36 @@ def list_sites(plane: Plane, _: User) -> list[s.Site]:
 def list_accelerators(plane: Plane, _: User) -> list[s.Accelerator]:
     """The accelerator models a request may name, with how many of each the pool has."""
     return accelerators.accelerators(plane)
+
+
+@router.get("/fleet/overview", response_model=s.FleetOverview)
+def fleet_overview(plane: Plane, who: User) -> s.FleetOverview:
+    """Per site and model: cards allocated, busy and out of service; stranded capacity; why
+    pending jobs wait (a tenant: its own jobs only)."""
+    return overview.fleet_overview(plane, who)
+
+
+@router.get(
+    "/fleet/history",
+    response_model=s.History,
+    responses={400: {"description": "A bad window, site or model", "model": s.ErrorBody}},
+)
+def fleet_history(
+    plane: Plane,
+    _: User,
+    window: Annotated[str, Query(description="1h, 1d or 1w.")] = "1h",
+    site: Annotated[str | None, Query(description="One site; every site when absent.")] = None,
+    model: Annotated[
+        str | None, Query(description="One device model; every model when absent.")
+    ] = None,
+) -> s.History | JSONResponse:
+    """The fleet's sampled series over ``window`` (server/history.py): a 400 names the field."""
+    try:
+        return history.history_series(plane, window, site, model)
+    except RequestError as exc:
+        body = {
+            "field": exc.field,
+            "value": quote(exc.value),
+            "reason": shorten(exc.reason, MAX_REASON),
+        }
+        return JSONResponse(body, status_code=400)

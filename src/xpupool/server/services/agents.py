@@ -46,6 +46,9 @@ def heartbeat(
                 plane.bump()
         for m in body.metrics:
             plane.metrics[m.uuid] = m
+            plane.live.record(
+                m.uuid, now, m.utilization_pct, m.memory_used_mib, m.power_w, m.temperature_c
+            )
         strangers: set[tuple[int, int]] = set()  # reported, not held: stop them if running
         for report in body.replicas:
             if _holds(plane, body.node, report):

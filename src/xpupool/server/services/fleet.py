@@ -277,6 +277,46 @@ def list_devices(plane: ControlPlane, node: str | None = None) -> list[s.Device]
         return out
 
 
+def device_detail(plane: ControlPlane, uuid: str) -> s.DeviceDetail:
+    """One card as :func:`list_devices` shows it, with the replicas holding shares of it and
+    its recent readings (``plane.live``); NotFound for a UUID no node in the pool has."""
+    with plane.lock:
+        st = plane.cluster_state
+        slot = st.uuid_slot.get(uuid)
+        name = None if slot is None else st.node_names[st.node_of_slot(slot)]
+        if name is None or plane.node(name) is None:
+            raise NotFound("device", uuid)
+        device = next(d for d in list_devices(plane, name) if d.uuid == uuid)
+        shares = [
+            s.DeviceShareHeld(
+                job=job.id,
+                replica=alloc.replica,
+                memory_mib=share.memory_mib,
+                core_permille=share.core_permille,
+            )
+            for job in plane.held_jobs.values()
+            for alloc in job.allocations
+            if alloc.node == name
+            for share in alloc.devices
+            if share.uuid == uuid
+        ]
+        recent = [
+            s.DeviceSample(
+                t=r.t,
+                util_pct=r.util_pct,
+                memory_mib_used=r.memory_mib_used,
+                power_w=r.power_w,
+                temp_c=r.temp_c,
+            )
+            for r in plane.live.recent(uuid)
+        ]
+    return s.DeviceDetail(
+        **device.model_dump(),
+        shares=sorted(shares, key=lambda x: (x.job, x.replica)),
+        recent=recent,
+    )
+
+
 def _canonical(plane: ControlPlane, vendor: str, model: str) -> str | None:
     found = plane.cluster_state.catalog.lookup(model, vendor)
     return None if found is None else found.name

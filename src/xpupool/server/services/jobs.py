@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection, insert, select
 
+from xpupool.catalog.image_needs import merge_image_needs
 from xpupool.model.errors import Conflict, NotFound, RequestError
 from xpupool.model.request import Request
 from xpupool.model.request_model import RequestModel, request_from_dict
@@ -57,6 +58,8 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
     queue = body.queue or (req.queue if req.queue != "default" else tenant)
     priority = body.priority if body.priority is not None else req.priority
     req = replace(req, queue=queue, priority=priority, container=body.image is not None)
+    from_image = merge_image_needs(req, body.image, plane.image_catalog)
+    req = from_image.request
     now = plane.clock()
     with plane.write() as conn:
         spec = plane.queue_specs.get(queue)
@@ -75,6 +78,8 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
         if miss is not None:
             if not spec.allow_unfittable:
                 why = f"nothing in the pool can hold it, even empty: {miss.reason}"
+                if from_image.changed and miss.field in _IMAGE_FIELDS:
+                    raise RequestError("image", body.image, f"{why} ({from_image.events[-1]})")
                 raise RequestError(miss.field, None, why).under(body.request_field)
             waiting = f"unschedulable: nothing in the pool can hold it ({miss.reason})"
         grants.check_submission(
@@ -122,14 +127,23 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
         conn.execute(INSERT_JOB, row)
         event = {"job_id": job_id, "at": now, "state": submitted.phase.value}
         conn.execute(INSERT_EVENT, {**event, "reason": submitted.reason})
+        for text in from_image.events:
+            conn.execute(INSERT_EVENT, {**event, "reason": text})
         plane.next_job_id = job_id + 1
         pending = PendingJob(job_id, tenant, queue, priority, gang_request(req), now)
         pending.max_runtime_s = body.max_runtime_s
         plane.queue_job(pending)
     plane.wake.set()
     job = job_view(row, [])  # pending as committed: no need to wait for the lock to say so
-    job.events = [s.JobEvent(at=now, state=submitted.phase, reason=submitted.reason)]
+    job.events = [
+        s.JobEvent(at=now, state=submitted.phase, reason=reason)
+        for reason in (submitted.reason, *from_image.events)
+    ]
     return job
+
+
+# Fields of a never-fits miss that the image's needs may have caused: named as "image" then.
+_IMAGE_FIELDS = frozenset({"devices.software", "devices.vendors", "devices.models"})
 
 
 def _priority_field(body: s.JobIn) -> str:

@@ -50,7 +50,12 @@ def authenticate(plane: ControlPlane, token: str) -> Principal | None:
     """The principal of a live token; None for an unknown or revoked one, :class:`TokenExpired`
     for one past its expiry. Valid tokens are cached by hash (every request authenticates; a store
     query each time is most of a small request's cost); revoking or binding clears the cache."""
-    digest = token_hash(token)
+    return principal_of(plane, token_hash(token))
+
+
+def principal_of(plane: ControlPlane, digest: str) -> Principal | None:
+    """:func:`authenticate` for the token whose SHA-256 is ``digest`` (what a dashboard session
+    keeps instead of the token)."""
     who = plane.principals.get(digest)
     if who is None:
         with plane.db.connect() as conn:

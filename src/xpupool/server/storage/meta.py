@@ -32,7 +32,14 @@ def connect(url: str) -> Engine:
             cur.execute("PRAGMA busy_timeout=30000")
             cur.close()
 
-    from xpupool.server.storage import audit, fleet, jobs, pool, tenants  # noqa: F401  (tables)
+    from xpupool.server.storage import (  # noqa: F401  (tables)
+        audit,
+        fleet,
+        history,
+        jobs,
+        pool,
+        tenants,
+    )
 
     metadata.create_all(engine)
     add_missing_columns(engine)

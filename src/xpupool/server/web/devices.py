@@ -1,0 +1,200 @@
+"""The device grid: one tile per card, grouped by site and node, a page of nodes at a time; a
+card's panel (model, UUID, versions, health, its jobs and shares, a sparkline); the admin's
+cordon and uncordon of nodes and cards.
+
+Aggregate first, then drill down: the page lists the sites with their counts and shows at most
+:data:`PAGE_NODES` nodes (of one site, or of all), so a 5,000-node pool is never 40,000 tiles.
+Allocation is the tile's fill (tenths of the card), live utilisation its border width: two
+channels, neither of them a red/green hue; cordoned is a dashed outline, unhealthy a hatching,
+and every tile says all of it in words to a screen reader.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from xpupool.model.errors import NotFound
+from xpupool.server import schemas as s
+from xpupool.server.plane import ControlPlane
+from xpupool.server.services import fleet
+from xpupool.server.web import data
+from xpupool.server.web.charts import sparkline
+from xpupool.server.web.forms import FormDep, field
+from xpupool.server.web.render import HEADERS, page
+from xpupool.server.web.sessions import check_csrf
+from xpupool.server.web.viewer import PlaneDep, Viewer, ViewerDep
+
+router = APIRouter(include_in_schema=False)
+PAGE_NODES = 25
+SiteQ = Annotated[str, Query(max_length=63)]
+PageQ = Annotated[int, Query(ge=1, le=100_000)]
+CardQ = Annotated[str, Query(max_length=200)]
+
+
+def _tenths(part: float, whole: float) -> int:
+    return 0 if whole <= 0 else max(0, min(10, round(10 * part / whole)))
+
+
+def tile(d: s.Device) -> dict[str, Any]:
+    """What a tile shows: its fill and border steps (0..10) and its words."""
+    alloc = max(
+        d.allocated_memory_mib / max(d.committable_memory_mib or d.memory_mib, 1),
+        d.allocated_core_permille / max(d.committable_core_permille, 1),
+    )
+    util = d.metrics.utilization_pct if d.metrics is not None else None
+    words = [
+        f"card {d.index} {d.canonical_model or d.model}",
+        f"{alloc * 100:.0f}% allocated",
+        "utilisation unknown" if util is None else f"utilisation {util:.0f}%",
+    ]
+    if d.cordoned:
+        words.append("cordoned")
+    if not d.healthy:
+        words.append("unhealthy")
+    return {
+        "d": d,
+        "a": _tenths(alloc, 1.0),
+        "u": 0 if util is None else _tenths(util, 100.0),
+        "label": ", ".join(words),
+    }
+
+
+def _node_names(plane: ControlPlane, site: str) -> list[str]:
+    """The nodes of ``site`` (all when empty), by site and then by name: a page groups by site."""
+    with plane.lock:
+        found = [
+            (r.node.site, n)
+            for n, r in plane.node_records.items()
+            if not site or r.node.site == site
+        ]
+    return [n for _, n in sorted(found)]
+
+
+def grid_context(plane: ControlPlane, site: str, page_no: int) -> dict[str, Any]:
+    """A page of nodes (of ``site``, or all), each with its tiles; a page past the last is the last."""
+    names = _node_names(plane, site)
+    pages = max(1, -(-len(names) // PAGE_NODES))
+    page_no = min(page_no, pages)
+    shown = names[(page_no - 1) * PAGE_NODES : page_no * PAGE_NODES]
+    nodes = []
+    for name in shown:
+        try:
+            node, devs = fleet.node_view(plane, name), fleet.list_devices(plane, name)
+        except (NotFound, KeyError):
+            continue  # deleted since the names were read
+        nodes.append({"node": node, "tiles": [tile(d) for d in devs]})
+    return {
+        "site": site,
+        "page_no": page_no,
+        "pages": pages,
+        "node_count": len(names),
+        "nodes": nodes,
+    }
+
+
+def card_panel(plane: ControlPlane, viewer: Viewer, uuid: str) -> dict[str, Any] | None:
+    """The card's panel, or None for a card the pool does not have. A tenant sees the shares
+    other tenants' jobs hold, not which jobs they are."""
+    found = data.card(plane, uuid)
+    if found is None:
+        return None
+    with plane.lock:
+        owner = {j.id: j.tenant for j in plane.held_jobs.values()}
+    jobs = [
+        {
+            "id": sh.job,
+            "replica": sh.replica,
+            "memory_mib": sh.memory_mib,
+            "core_pct": sh.core_permille / 10,
+            "visible": viewer.is_admin or owner.get(sh.job) == viewer.principal.tenant,
+        }
+        for sh in found.shares
+    ]
+    util = [(r.t, r.util_pct) for r in found.recent if r.util_pct is not None]
+    return {"d": found, "jobs": jobs, "spark": sparkline(util), "samples": len(util)}
+
+
+def _devices_page(
+    request: Request,
+    plane: ControlPlane,
+    viewer: Viewer,
+    site: str,
+    page_no: int,
+    card: str,
+    name: str,
+) -> HTMLResponse:
+    sites = fleet.list_sites(plane)
+    if site and site not in {x.name for x in sites}:
+        raise HTTPException(404, f"no site {site!r}")
+    panel = card_panel(plane, viewer, card) if card else None
+    return page(
+        request,
+        viewer,
+        name,
+        sites=sites,
+        card=card,
+        panel=panel,
+        back="/devices" + ("?" + request.url.query if request.url.query else ""),
+        **grid_context(plane, site, page_no),
+    )
+
+
+@router.get("/devices", response_class=HTMLResponse)
+def devices_page(
+    request: Request,
+    plane: PlaneDep,
+    viewer: ViewerDep,
+    site: SiteQ = "",
+    page: PageQ = 1,
+    card: CardQ = "",
+) -> HTMLResponse:
+    return _devices_page(request, plane, viewer, site, page, card, "devices.html")
+
+
+@router.get("/ui/devices", response_class=HTMLResponse)
+def devices_fragment(
+    request: Request,
+    plane: PlaneDep,
+    viewer: ViewerDep,
+    site: SiteQ = "",
+    page: PageQ = 1,
+    card: CardQ = "",
+) -> HTMLResponse:
+    return _devices_page(request, plane, viewer, site, page, card, "devices_live.html")
+
+
+def _back(form: dict[str, str]) -> str:
+    """Where to go after an action: a path of this site only (never another origin)."""
+    back = field(form, "back", 500)
+    return back if back.startswith("/") and not back.startswith("//") else "/devices"
+
+
+def _admin_action(request: Request, viewer: Viewer, form: dict[str, str]) -> None:
+    check_csrf(request, viewer.session, form.get("csrf"))
+    if not viewer.is_admin:
+        raise HTTPException(403, "only the admin cordons and uncordons")
+
+
+@router.post("/nodes/{name}/{verb}")
+def cordon_node_form(
+    name: str, verb: str, request: Request, plane: PlaneDep, viewer: ViewerDep, form: FormDep
+) -> Response:
+    _admin_action(request, viewer, form)
+    if verb not in ("cordon", "uncordon") or len(name) > 63:
+        raise HTTPException(404, "no such action")
+    fleet.cordon_node(plane, name, verb == "cordon")
+    return RedirectResponse(_back(form), status_code=303, headers=HEADERS)
+
+
+@router.post("/cards/{uuid}/{verb}")
+def cordon_card_form(
+    uuid: str, verb: str, request: Request, plane: PlaneDep, viewer: ViewerDep, form: FormDep
+) -> Response:
+    _admin_action(request, viewer, form)
+    if verb not in ("cordon", "uncordon") or len(uuid) > 200:
+        raise HTTPException(404, "no such action")
+    fleet.cordon_device(plane, uuid, verb == "cordon")
+    return RedirectResponse(_back(form), status_code=303, headers=HEADERS)
