@@ -237,6 +237,7 @@ class HamiStack:
     gpu_per_card: int = HAMI_SPLIT
     kube_qps: int = 500
     kube_burst: int = 1000
+    ready_timeout_s: float = 300.0  # its first registration pass comes on a 15 s ticker
     process: Any = field(default=None, init=False)
     stand_in: DevicePluginStandIn | None = field(default=None, init=False)
     ready_s: float = field(default=0.0, init=False)
@@ -269,7 +270,7 @@ class HamiStack:
             kube_burst=self.kube_burst,
         )
         t0 = time.monotonic()
-        self.process.start(cards)
+        self.process.start(cards, timeout_s=self.ready_timeout_s)
         self.ready_s = time.monotonic() - t0
         self.stand_in = DevicePluginStandIn(kc.api_url, cluster.TOKEN).start()
         ext = cluster.Extender(
