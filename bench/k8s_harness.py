@@ -157,7 +157,9 @@ def node_objects(n: int, seed: int, gpu_per_card: int) -> list[dict[str, Any]]:
 class PodAsk:
     """What one user wants, before a stack renders it as a pod: ``count`` cards, each a share
     (``memory_pct`` of a card, or ``memory_mib``; ``cores_pct`` of its compute) or whole (both
-    None), on a card of ``model`` (a :class:`GpuModel` token) when given."""
+    None), on a card of ``model`` (a :class:`GpuModel` token, or HAMi's comma-separated
+    ``use-gputype`` list) when given. A whole ask is written with 100 % memory and compute unless
+    ``count_only`` (the card count alone, as the Alibaba trace's conversion asks)."""
 
     name: str
     count: int
@@ -165,6 +167,7 @@ class PodAsk:
     memory_mib: int | None = None
     cores_pct: int | None = None
     model: str | None = None
+    count_only: bool = False
 
     @property
     def whole(self) -> bool:
@@ -227,9 +230,10 @@ def _pod(
 def hami_pod(ask: PodAsk, scheduler_name: str) -> dict[str, Any]:
     """The pod as a HAMi user writes it: ``nvidia.com/gpu`` cards, ``gpumem-percentage`` or
     ``gpumem`` (MiB) and ``gpucores`` per card, ``nvidia.com/use-gputype``; a whole card asks
-    100 % of memory and compute (HAMi shares the compute of a card asked without gpucores)."""
+    100 % of memory and compute (HAMi shares the compute of a card asked without gpucores), or
+    the count alone when the ask is ``count_only``."""
     limits = {"nvidia.com/gpu": str(ask.count)}
-    if ask.whole:
+    if ask.whole and not ask.count_only:
         limits |= {"nvidia.com/gpumem-percentage": "100", "nvidia.com/gpucores": "100"}
     else:
         if ask.memory_pct is not None:
@@ -282,7 +286,7 @@ class Stack(Protocol):
         ...
 
 
-def _scheduler_config(kc: Any, scheduler_name: str) -> dict[str, Any]:
+def scheduler_config(kc: Any, scheduler_name: str) -> dict[str, Any]:
     """The KubeSchedulerConfiguration every stack's kube-scheduler runs with (client QPS as
     K8sCluster's own, every node scored)."""
     return {
@@ -311,7 +315,7 @@ class KubeSchedulerAlone:
         return whole_gpu_pod(ask, self.scheduler_name)
 
     def start(self, kc: Any, workdir: Path) -> None:
-        kc.start_scheduler(_scheduler_config(kc, self.scheduler_name), name="kube-scheduler")
+        kc.start_scheduler(scheduler_config(kc, self.scheduler_name), name="kube-scheduler")
 
     def stop(self) -> None:
         """kube-scheduler stops with the cluster."""
@@ -352,7 +356,7 @@ class XpupoolStack:
             managed_resources=MANAGED,
         )
         self.warmup_s = warm_extender(self.extender.url, kc.api, self.scheduler_name)
-        config = _scheduler_config(kc, self.scheduler_name)
+        config = scheduler_config(kc, self.scheduler_name)
         config["extenders"] = [ext.to_config()]
         kc.start_scheduler(config, name="kube-scheduler")
 
@@ -522,12 +526,14 @@ def run_stack(
     seed: int = 1,
     settle_s: float = 10.0,
     timeout_s: float = 900.0,
+    concurrency: int = 16,
     log: Callable[[str], None] = lambda _: None,
 ) -> RunResult:
     """A fresh control plane (etcd, kube-apiserver, kwok; no scheduler of its own), the stack's
     nodes, the stack started, then every ask created as that stack's pod as fast as the
-    apiserver takes them; waits until every pod is bound, or no pod has been bound for
-    ``settle_s`` once all are created, or ``timeout_s``; returns the end state."""
+    apiserver takes them (``concurrency`` POSTs in flight); waits until every pod is bound, or
+    no pod has been bound for ``settle_s`` once all are created, or ``timeout_s``; returns the
+    end state."""
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(workdir / "cluster", ignore_errors=True)  # a kept workdir: etcd starts empty
     with cluster.K8sCluster(workdir / "cluster", scheduler=False, kwok=True) as kc:
@@ -542,7 +548,7 @@ def run_stack(
             watcher = BindWatcher(kc.api_url, cluster.TOKEN).start()
             pods = [stack.pod(a) for a in asks]
             t0 = time.monotonic()
-            sent = create_all(kc.api, f"/api/v1/namespaces/{NS}/pods", pods)
+            sent = create_all(kc.api, f"/api/v1/namespaces/{NS}/pods", pods, concurrency)
             create_s = time.monotonic() - t0
             log(f"{stack.name}: {len(pods)} pods created in {create_s:.1f} s")
             deadline = t0 + timeout_s
@@ -652,7 +658,8 @@ def capacity_figures(
     """The end state replayed into the engine through the extender's own cluster view (the same
     node and pod decoders), then the engine's stranded-capacity function for the target workload
     of ``workload`` (pod name -> request; FGD's most popular shapes): ``stranded_gpu_memory_pct``
-    of all card memory idle where no shape of it fits; ``idle_gpu_memory_pct``;
+    of all card memory idle where no shape of it fits; ``idle_gpu_memory_pct``; the same two for
+    compute (``stranded_gpu_cores_pct``, ``idle_gpu_cores_pct``: thousandths of a card);
     ``granted_unasked_gpu_memory_pct``, card memory granted beyond what the pods asked (a whole
     card for a share). Raises if a bound pod's charge does not fit its cards (a double
     allocation)."""
@@ -678,6 +685,8 @@ def capacity_figures(
         stranded = stranded_capacity(state, table)
         total = float(state.dev_mem_total.sum())
         idle = float(state.dev_mem_free.sum())
+        cores_total = float(state.dev_core_commit.sum())
+        cores_idle = float(state.dev_core_free.sum())
     card_mib = {}
     for obj in nodes:
         node = decode_node(obj)
@@ -694,6 +703,8 @@ def capacity_figures(
     return {
         "stranded_gpu_memory_pct": round(100 * stranded.total_memory_mib / total, 2),
         "idle_gpu_memory_pct": round(100 * idle / total, 2),
+        "stranded_gpu_cores_pct": round(100 * stranded.total_core_milli / cores_total, 2),
+        "idle_gpu_cores_pct": round(100 * cores_idle / cores_total, 2),
         "granted_unasked_gpu_memory_pct": round(100 * (granted - asked) / total, 2) or 0.0,
     }
 
@@ -713,17 +724,15 @@ def _asked_mib(req: Request, card_mib: Sequence[int]) -> float:
     return asked
 
 
-def figures(result: RunResult, workload: Mapping[str, Request]) -> dict[str, Any]:
-    """The JSON figures of one run: pods bound per second (bound pods over first send to last
-    bind), creation -> bind p50/p99 (send of the POST to the watch seeing ``spec.nodeName``;
-    ``bind_seen`` of them, which is ``bound`` unless the watch missed one), pending pods and why,
-    the capacity figures of the end state and, when a pod was found unschedulable, of the pods
-    bound when the watch first saw that (``first_unschedulable``: issue 24's moment)."""
+def bind_figures(result: RunResult) -> dict[str, Any]:
+    """Pods bound per second (bound pods over first send to last bind), creation -> bind p50/p99
+    (send of the POST to the watch seeing ``spec.nodeName``; ``bind_seen`` of them, which is
+    ``bound`` unless the watch missed one), pending pods and why, and the stack's own figures."""
     lat = [result.bound_at[n] - result.sent[n] for n in result.bound_at if n in result.sent]
     bound = sum(1 for p in result.pods if p["spec"].get("nodeName"))
     start = min(result.sent.values())
     span = max(result.bound_at.values(), default=start) - start
-    out: dict[str, Any] = {
+    return {
         "pods": len(result.sent),
         "bound": bound,
         "bind_seen": len(result.bound_at),
@@ -736,19 +745,30 @@ def figures(result: RunResult, workload: Mapping[str, Request]) -> dict[str, Any
         "pending_reasons": pending_reasons(result.pods),
         **result.stack_figures,
     }
-    out.update(capacity_figures(result.nodes, result.pods, workload))
+
+
+def first_unschedulable_figures(
+    result: RunResult, workload: Mapping[str, Request]
+) -> dict[str, Any] | None:
+    """When a pod was found unschedulable (issue 24's moment), that pod, how many were bound
+    when the watch first saw it, and the capacity figures of those pods; else None."""
     first = result.first_unschedulable
-    out["first_unschedulable"] = None
-    if first is not None:
-        # The pods bound by then hold what they held at the end: a bind never moves.
-        then = [
-            p for p in result.pods if result.bound_at.get(p["metadata"]["name"], 1e300) <= first[1]
-        ]
-        at_fail = capacity_figures(result.nodes, then, workload)
-        out["first_unschedulable"] = {
-            "pod": first[0],
-            "bound_before": len(then),
-            "stranded_gpu_memory_pct": at_fail["stranded_gpu_memory_pct"],
-            "idle_gpu_memory_pct": at_fail["idle_gpu_memory_pct"],
-        }
+    if first is None:
+        return None
+    # The pods bound by then hold what they held at the end: a bind never moves.
+    then = [p for p in result.pods if result.bound_at.get(p["metadata"]["name"], 1e300) <= first[1]]
+    at_fail = capacity_figures(result.nodes, then, workload)
+    return {
+        "pod": first[0],
+        "bound_before": len(then),
+        **{k: v for k, v in at_fail.items() if k != "granted_unasked_gpu_memory_pct"},
+    }
+
+
+def figures(result: RunResult, workload: Mapping[str, Request]) -> dict[str, Any]:
+    """The JSON figures of one run: :func:`bind_figures`, the capacity figures of the end state
+    and ``first_unschedulable`` (:func:`first_unschedulable_figures`)."""
+    out = bind_figures(result)
+    out.update(capacity_figures(result.nodes, result.pods, workload))
+    out["first_unschedulable"] = first_unschedulable_figures(result, workload)
     return out

@@ -9,6 +9,8 @@
 #
 # Usage: tools/k8s/build.sh                 build what is missing, print the binary paths
 #        tools/k8s/build.sh --print-bin-dir print the bin dir only (the pytest harness uses this)
+#        tools/k8s/build.sh --hami          build only HAMi's scheduler (bench/vs_hami.py), into
+#                                           the same bin dir; neither `make test` nor CI runs it
 set -euo pipefail
 
 K8S_VERSION="${XPUPOOL_K8S_VERSION:-1.36.3}"   # k8s.io/kubernetes v$K8S_VERSION
@@ -22,11 +24,18 @@ CACHE="${XPUPOOL_K8S_CACHE:-$HOME/.cache/xpupool/k8s}"
 ROOT="$CACHE/$KEY"
 BIN="$ROOT/bin"
 SHARE="$ROOT/share"   # non-binary data the harness needs (kwok stages)
+# HAMi's scheduler (github.com/Project-HAMi/HAMi, v2.10.0). Its tags are v2.x on a module path
+# without /v2, so the only version the module proxy accepts is a pseudo-version of the commit.
+HAMI_COMMIT="${XPUPOOL_HAMI_COMMIT:-4707fb02c91c}"
+HAMI_TAG="${XPUPOOL_HAMI_TAG:-v2.10.0}"  # what HAMI_COMMIT is; stamped beside the binary, like helm's version
 
-if [[ "${1:-}" == "--print-bin-dir" ]]; then
-    echo "$BIN"
-    exit 0
-fi
+MODE=all
+case "${1:-}" in
+    --print-bin-dir) echo "$BIN"; exit 0 ;;
+    --hami) MODE=hami ;;
+    "") ;;
+    *) echo "usage: $0 [--print-bin-dir|--hami]" >&2; exit 2 ;;
+esac
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 NICE=(nice -n "${XPUPOOL_K8S_NICE:-10}")
@@ -139,6 +148,55 @@ build_helm() {
 # beside it, and a different one is rebuilt.
 have_helm() { have helm && [[ "$(cat "$BIN/helm.version" 2>/dev/null)" == "v$HELM_VERSION" ]]; }
 
+build_hami() {
+    # Two ways to HAMi's source at HAMI_COMMIT, both kept apart from build_kube's wrapper (minimal
+    # version selection would mix HAMi's k8s.io requirements with that wrapper's staging pins):
+    # - the module proxy, as a pseudo-version in a wrapper module of its own (HAMi's go.mod
+    #   replaces ./pkg/api and friends, so `go install @v` refuses it);
+    # - a git repository holding the commit, XPUPOOL_HAMI_GIT (some proxies refuse the module:
+    #   this one answers 403 "not available" for every HAMi version), archived at HAMI_COMMIT and
+    #   built in HAMi's own module with its own go.sum; its dependencies come from the proxy.
+    # cgo is on: pkg/device/nvidia imports github.com/NVIDIA/go-nvml (dlopened by device-plugin
+    # code paths only, never when the scheduler starts).
+    local wrap="$ROOT/src/hami" pkg=github.com/Project-HAMi/HAMi/cmd/scheduler version
+    rm -rf "$wrap" && mkdir -p "$wrap" && cd "$wrap"
+    log "asking the module proxy for github.com/Project-HAMi/HAMi@$HAMI_COMMIT ($HAMI_TAG)"
+    if go mod download -json "github.com/Project-HAMi/HAMi@$HAMI_COMMIT" >"$wrap/proxy.json" 2>&1 &&
+        ! grep -q '"Error"' "$wrap/proxy.json"; then
+        go mod init xpupool.invalid/hamibin >/dev/null 2>&1
+        "${NICE[@]}" go get "$pkg@$HAMI_COMMIT"
+        version="$(go list -m -f '{{.Version}}' github.com/Project-HAMi/HAMi)"
+    elif [[ -n "${XPUPOOL_HAMI_GIT:-}" ]]; then
+        log "the proxy refused it ($(tr -d '\n' <"$wrap/proxy.json" | cut -c1-160)); building" \
+            "$HAMI_COMMIT from the git repository $XPUPOOL_HAMI_GIT"
+        local full
+        full="$(git -C "$XPUPOOL_HAMI_GIT" rev-parse --verify "$HAMI_COMMIT^{commit}")"
+        mkdir -p "$wrap/HAMi"
+        git -C "$XPUPOOL_HAMI_GIT" archive "$full" | tar -x -C "$wrap/HAMi"
+        cd "$wrap/HAMi"
+        version="git-$full"
+        pkg=./cmd/scheduler
+    else
+        log "the module proxy refused github.com/Project-HAMi/HAMi@$HAMI_COMMIT:"
+        cat "$wrap/proxy.json" >&2
+        log "set XPUPOOL_HAMI_GIT to a git clone of github.com/Project-HAMi/HAMi holding $HAMI_COMMIT"
+        exit 1
+    fi
+    log "compiling hami-scheduler ($version)"
+    # HAMi's Makefile stamps its version the same way (`hami-scheduler version` prints it).
+    local vpkg=github.com/Project-HAMi/HAMi/pkg/version
+    local ldf="-s -w -X $vpkg.version=$HAMI_TAG -X $vpkg.revision=$HAMI_COMMIT"
+    CGO_ENABLED=1 "${NICE[@]}" go build -trimpath -ldflags "$ldf" -o "$BIN/hami-scheduler.tmp" "$pkg"
+    mv "$BIN/hami-scheduler.tmp" "$BIN/hami-scheduler"
+    echo "$HAMI_TAG $HAMI_COMMIT $version" >"$BIN/hami-scheduler.version"
+}
+
+# HAMi is not in KEY either (a new HAMi must not rebuild the control plane): its tag and
+# pseudo-version are stamped beside it, and a different commit is rebuilt.
+have_hami() {
+    have hami-scheduler && [[ "$(cat "$BIN/hami-scheduler.version" 2>/dev/null)" == "$HAMI_TAG $HAMI_COMMIT "* ]]
+}
+
 fetch_etcd() {
     # apt-get download from a throwaway sources list: nothing is installed, so no init script or
     # systemd unit starts a stray etcd on 2379, and the host's apt state is left alone.
@@ -162,6 +220,12 @@ EOF
     basename "$deb" >"$BIN/etcd.deb-version"
     rm -rf "$apt"
 }
+
+if [[ "$MODE" == hami ]]; then
+    have_hami || build_hami
+    echo "$BIN/hami-scheduler"
+    exit 0
+fi
 
 have kube-apiserver && have kube-scheduler && have kubectl || build_kube
 have kwok || build_kwok

@@ -43,6 +43,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[3]
 BUILD_SH = ROOT / "tools" / "k8s" / "build.sh"
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler")
+HAMI_BINARY = "hami-scheduler"  # HAMi's scheduler, from `tools/k8s/build.sh --hami` only
 SCHEDULER_NAME = "xpupool-scheduler"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 TOKEN = "xpupool-test-token"  # static bearer token of a system:masters user
@@ -87,9 +88,15 @@ def find_binaries(names: Sequence[str] = BINARIES) -> dict[str, Path]:
         if not paths["kwok-stages"].is_file():
             missing.append(str(paths["kwok-stages"]))
     if missing:
+        builds = []
+        if set(missing) - {HAMI_BINARY}:
+            builds.append("tools/k8s/build.sh (or make test-k8s)")
+        if HAMI_BINARY in missing:
+            builds.append("tools/k8s/build.sh --hami (or make hami-bin; see docs/benchmarks.md)")
+        build = " and ".join(builds)
         raise K8sBinariesMissingError(
             f"Kubernetes binaries missing in {d}: {', '.join(missing)}. "
-            f"Run tools/k8s/build.sh (or make test-k8s) first, or point XPUPOOL_K8S_BIN at them."
+            f"Run {build} first, or point XPUPOOL_K8S_BIN at them."
         )
     return paths
 
@@ -142,7 +149,7 @@ class Extender:
 
     url_prefix: str
     filter_verb: str = "filter"
-    prioritize_verb: str = "prioritize"
+    prioritize_verb: str | None = "prioritize"  # None: not a prioritizer (HAMi's config)
     bind_verb: str = "bind"
     preempt_verb: str | None = None
     weight: int = 1
@@ -152,11 +159,12 @@ class Extender:
 
     def to_config(self) -> dict[str, object]:
         verbs = {} if self.preempt_verb is None else {"preemptVerb": self.preempt_verb}
+        if self.prioritize_verb is not None:
+            verbs["prioritizeVerb"] = self.prioritize_verb
         return {
             **verbs,
             "urlPrefix": self.url_prefix,
             "filterVerb": self.filter_verb,
-            "prioritizeVerb": self.prioritize_verb,
             "bindVerb": self.bind_verb,
             "weight": self.weight,
             "enableHTTPS": False,
@@ -557,6 +565,95 @@ class ExtenderProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self.proc = None
+
+
+class HamiSchedulerProcess:
+    """HAMi's scheduler (``hami-scheduler``, v2.10.0, from ``tools/k8s/build.sh --hami``) as a
+    real process against the cluster of ``kubeconfig``: its extender on 127.0.0.1:``port``
+    (``--http_bind``, plain HTTP: no ``--cert_file``), its metrics on another free port of
+    127.0.0.1 (the default ``:9395`` binds every interface), ``device_config`` as its
+    ``--device-config-file`` (required), the kubeconfig through ``KUBECONFIG`` (it has no flag,
+    ``pkg/util/client/client.go``), its client at ``kube_qps``/``kube_burst`` (client-go's 5/10
+    otherwise; every kube-scheduler here gets 500/1000). Its ``/readyz`` always answers 200
+    (``routes/route.go``), so :meth:`start` waits instead until its metrics list ``cards``
+    cards: its node cache has registered them all."""
+
+    def __init__(
+        self,
+        kubeconfig: Path,
+        port: int,
+        log: Path,
+        device_config: Path,
+        *,
+        kube_qps: int = 500,
+        kube_burst: int = 1000,
+        extra: tuple[str, ...] = (),
+    ) -> None:
+        self.kubeconfig, self.port, self.log = kubeconfig, port, log
+        self.device_config = device_config
+        self.kube_qps, self.kube_burst, self.extra = kube_qps, kube_burst, extra
+        self.metrics_port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, cards: int, timeout_s: float = 120.0) -> HamiSchedulerProcess:
+        """Start it; return once its metrics list ``cards`` distinct cards (raises
+        ``K8sStartError`` with its log tail when it exits or ``timeout_s`` passes first)."""
+        binary = find_binaries((HAMI_BINARY,))[HAMI_BINARY]
+        cmd = [
+            str(binary),
+            f"--http_bind=127.0.0.1:{self.port}",
+            f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
+            f"--device-config-file={self.device_config}",
+            f"--kube-qps={self.kube_qps}",
+            f"--kube-burst={self.kube_burst}",
+            *self.extra,
+        ]
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout_s
+        seen = 0
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise K8sStartError(f"hami-scheduler exited:\n{log_tail(self.log)}")
+            with contextlib.suppress(httpx.TransportError):
+                seen = self.cards_registered()
+                if seen >= cards:
+                    return self
+            time.sleep(0.25)
+        self.stop()
+        raise K8sStartError(
+            f"hami-scheduler listed {seen} of {cards} cards in {timeout_s:.0f} s:\n"
+            f"{log_tail(self.log)}"
+        )
+
+    def cards_registered(self) -> int:
+        """Distinct cards in its ``hami_gpu_memory_limit_bytes`` metric (its node cache)."""
+        r = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5)
+        if r.status_code != 200:
+            return 0
+        uuids = set()
+        for line in r.text.splitlines():
+            if line.startswith("hami_gpu_memory_limit_bytes{") and 'device_uuid="' in line:
+                uuids.add(line.split('device_uuid="', 1)[1].split('"', 1)[0])
+        return len(uuids)
+
+    def stop(self) -> None:
+        """SIGTERM to its process group, SIGKILL after 10 s."""
+        if self.proc is not None:
+            Component(HAMI_BINARY, self.proc, self.log).stop(grace_s=10)
         self.proc = None
 
 
