@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 
 from xpupool.agent.launch.options import launch_options
+from xpupool.client._cli_common import catalog_option
 from xpupool.model.errors import XpupoolError
 
 if TYPE_CHECKING:
@@ -141,15 +142,7 @@ def demo(policy: str, cluster: str | None) -> None:
     help="how often the server samples the fleet for its history (GET /v1/fleet/history; "
     "docs/fleet-overview.md): 10s, 1m, ...",
 )
-@click.option(
-    "--catalog",
-    "catalog_file",
-    type=click.Path(dir_okay=False),
-    default=None,
-    metavar="FILE",
-    help="YAML of site catalog rules (images: ...), tried before the built-in ones; checked "
-    "at start: a mistake stops the server, naming the file, line and field (docs/images.md)",
-)
+@catalog_option
 @launch_options
 def up(
     data: str,

@@ -15,6 +15,8 @@ from types import FrameType
 
 import click
 
+from xpupool.client._cli_common import catalog_option
+
 # A Node name is a DNS-1123 subdomain (apimachinery pkg/util/validation IsDNS1123Subdomain).
 _NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 
@@ -223,15 +225,7 @@ def agent(
     "driver is known (xpupool's node agent reports it; HAMi's register annotation does not, "
     "and such a pod would wait there) [default: off]",
 )
-@click.option(
-    "--catalog",
-    "catalog_file",
-    type=click.Path(dir_okay=False),
-    default=None,
-    metavar="FILE",
-    help="YAML of site image rules (images: ...), tried before the built-in ones; a mistake "
-    "stops the start, naming the file, line and field (docs/images.md)",
-)
+@catalog_option
 def extender(
     kubeconfig: str | None,
     listen: tuple[str, int],

@@ -59,7 +59,12 @@ from xpupool.k8s.gang import Gangs, GroupClaim, group_claim
 from xpupool.k8s.pod_images import with_image_needs
 from xpupool.k8s.pod_placement import NOT_IN_POOL, engine_choice, fits_together, place_on
 from xpupool.k8s.pod_request import PodDemand, pod_demand
-from xpupool.k8s.preemption import Nomination, Preemptions
+from xpupool.k8s.preemption import (
+    Nomination,
+    Preemptions,
+    lower_priority_owners,
+    pod_fits_on,
+)
 from xpupool.model.allocation import Allocation
 from xpupool.model.errors import RequestError
 
@@ -566,22 +571,14 @@ def _victims_needed(
     if i is None:
         return None
     live = engine.state.live
-    owner: dict[int, str] = {}
-    for uid, allocs in charges.items():
-        mine = [a for a in allocs if a.id in live]
-        if any(a.node == node for a in mine) and max(a.priority for a in mine) < priority:
-            owner.update((a.id, uid) for a in mine)
-
-    def evictable(alloc: Allocation) -> bool:
-        return alloc.id in owner
-
-    several = len(demand.demands) > 1
+    applied = {uid: [a for a in allocs if a.id in live] for uid, allocs in charges.items()}
+    owner = lower_priority_owners(applied, priority, node)
     victims = minimal_victims(
         engine.pipeline,
         demand.demands[0].request,
         i,
-        evictable,
-        (lambda n: fits_together(engine, demand, n) is None) if several else None,
+        lambda alloc: alloc.id in owner,
+        pod_fits_on(engine, demand),
     )
     if victims is None:
         return None

@@ -141,7 +141,9 @@ def pod_demand(pod: object, catalog: AcceleratorCatalog | None = None) -> PodDem
     if not demands and pod_base.devices is not None and pod_base.devices.count:
         # The device plugin hands devices only to containers that ask for its resource.
         reason = "asks for devices, but no container has a device resource (e.g. nvidia.com/gpu)"
-        raise PodRequestError(_at(ANNOTATION_REQUEST), annotations[ANNOTATION_REQUEST], reason)
+        # the devices came from the request annotation, or from the software one alone
+        key = ANNOTATION_REQUEST if ANNOTATION_REQUEST in annotations else ANNOTATION_SOFTWARE
+        raise PodRequestError(_at(key), annotations.get(key), reason)
     return PodDemand(
         namespace=_text("metadata.namespace", metadata.get("namespace", "")),
         name=_text("metadata.name", metadata.get("name", "")),

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from xpupool.engine import Engine
 from xpupool.engine.cycle import plan_preemption
+from xpupool.engine.cycle.preempt import FitsOn
 from xpupool.engine.state import BoolArray
 from xpupool.k8s.cluster_view import ClusterView
 from xpupool.k8s.pod_placement import fits_together, place_on
@@ -64,6 +65,29 @@ class Nomination:
     node: str
     victims: dict[str, str]
     deadline: float
+
+
+def lower_priority_owners(
+    charges: Mapping[str, Sequence[Allocation]], priority: int, node: str | None = None
+) -> dict[int, str]:
+    """Allocation id -> pod UID for the pods preemption may evict for a pod of ``priority``:
+    those whose every allocation is of lower priority (and, with ``node``, that hold something
+    there). Evicting a pod frees all of them."""
+    owner: dict[int, str] = {}
+    for uid, allocs in charges.items():
+        if not allocs or max(a.priority for a in allocs) >= priority:
+            continue
+        if node is None or any(a.node == node for a in allocs):
+            owner.update((a.id, uid) for a in allocs)
+    return owner
+
+
+def pod_fits_on(engine: Engine, demand: PodDemand) -> FitsOn | None:
+    """The planner's fit check for a pod of several containers (all placed together on the
+    node, as a what-if); None for one container, which the planner checks itself."""
+    if len(demand.demands) < 2:
+        return None
+    return lambda node: fits_together(engine, demand, node) is None
 
 
 class Preemptions:
@@ -122,23 +146,15 @@ class Preemptions:
         if not pod_uid or pod_uid in self._nominated:
             return None
         holders = {u: h for u, h in self.view.holders().items() if h[0]}  # named pods only
-        owner: dict[int, str] = {}
-        for uid, (_, allocs) in holders.items():
-            if max((a.priority for a in allocs), default=priority) < priority:
-                owner.update((a.id, uid) for a in allocs)
+        owner = lower_priority_owners({u: a for u, (_, a) in holders.items()}, priority)
         if not owner:
             return None
-
-        def evictable(alloc: Allocation) -> bool:
-            return alloc.id in owner
-
-        several = len(demand.demands) > 1
         plan = plan_preemption(
             engine.pipeline,
             demand.demands[0].request,
-            evictable,
+            lambda alloc: alloc.id in owner,
             nodes=nodes,
-            fits_on=(lambda n: fits_together(engine, demand, n) is None) if several else None,
+            fits_on=pod_fits_on(engine, demand),
         )
         if plan is None:
             return None

@@ -435,3 +435,13 @@ def test_garbage_raises_only_pod_request_error(
     for candidate in (body, junk, {"spec": junk}, {"spec": {"containers": [junk]}}):
         with contextlib.suppress(PodRequestError):
             pod_demand(candidate)
+
+
+def test_software_alone_on_a_pod_without_device_resources_names_its_annotation() -> None:
+    """Found by the garbage test: ``xpupool.io/software`` with no container asking for a device
+    raised KeyError (the message looked up ``xpupool.io/request``, which was not there)."""
+    body = pod(ctr("c0"), annotations={"xpupool.io/software": "cuda>=12.4"})
+    with pytest.raises(PodRequestError) as info:
+        pod_demand(body)
+    assert "xpupool.io/software" in str(info.value)
+    assert "no container has a device resource" in str(info.value)
