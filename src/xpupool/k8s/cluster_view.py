@@ -168,6 +168,8 @@ class ClusterView:
         self._evicted: dict[str, _Charge] = {}
         """Pods being evicted for a preemptor (``preemption.py``): their shares are the
         preemptor's already, so their events change nothing until they are gone."""
+        self._gone: set[str] = set()
+        """Evicted pods the API says are gone before their DELETED event came (:meth:`gone`)."""
         self._engine: Engine | None = None
         self._stale = True
         self._next_id = 1
@@ -325,6 +327,7 @@ class ClusterView:
         """Charge a pod whose eviction was refused again (it keeps running)."""
         with self._lock:
             charge = self._evicted.pop(uid, None)
+            self._gone.discard(uid)
             if charge is None or uid in self._charges:
                 return
             self._charges[uid] = charge
@@ -334,7 +337,14 @@ class ClusterView:
     def evicting(self, uid: str) -> bool:
         """True while an evicted pod has not yet gone from the cluster."""
         with self._lock:
-            return uid in self._evicted
+            return uid in self._evicted and uid not in self._gone
+
+    def gone(self, uid: str) -> None:
+        """The API says an evicted pod is gone, ahead of this view's watch: no longer
+        :meth:`evicting`; its events still change nothing until its DELETED one."""
+        with self._lock:
+            if uid in self._evicted:
+                self._gone.add(uid)
 
     def nodes(self) -> dict[str, NodeRecord]:
         with self._lock:
@@ -408,6 +418,7 @@ class ClusterView:
             if event.uid in self._evicted:  # its shares are a preemptor's already
                 if event.type is EventType.DELETED:
                     del self._evicted[event.uid]
+                    self._gone.discard(event.uid)
                 return
             charge = self._charges.get(event.uid)
             if event.type is EventType.DELETED or event.value.node is None:

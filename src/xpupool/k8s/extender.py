@@ -152,6 +152,7 @@ class Extender:
         if isinstance(gang, str):
             return ExtenderFilterResult(Error=f"{PREFIX}{gang}")
         nomination: Nomination | None = None
+        waiting: Nomination | None = None
         with self.view.engine_locked() as engine:
             if gang is not None:  # a gang member: the group's places (gang.py)
                 assert self.gangs is not None
@@ -162,7 +163,14 @@ class Extender:
             else:
                 if self.gangs is not None:
                     self.gangs.sweep()
-                judged, nomination = self._judge_or_preempt(engine, args.pod, demand, names)
+                judged, nomination, waiting = self._judge_or_preempt(
+                    engine, args.pod, demand, names
+                )
+        # The API may be ahead of the view's watch (preemption.Preemptions.confirm_gone).
+        pre = self.preemptions
+        if waiting is not None and pre is not None and pre.confirm_gone(waiting):
+            with self.view.engine_locked() as engine:
+                judged, nomination, _ = self._judge_or_preempt(engine, args.pod, demand, names)
         if nomination is not None:  # evict outside the lock: API calls
             assert self.preemptions is not None
             refused = self.preemptions.evict(nomination)
@@ -182,10 +190,12 @@ class Extender:
 
     def _judge_or_preempt(
         self, engine: Engine, pod: object, demand: PodDemand, names: Sequence[str]
-    ) -> tuple[_Judgement, Nomination | None]:
+    ) -> tuple[_Judgement, Nomination | None, Nomination | None]:
         """:meth:`_judge`, with preemption (``preemption.py``) when nothing fits: a pod holding
         a nomination is answered its node once its victims are gone; a pod that fits nowhere but
-        would after evicting lower-priority pods starts a nomination (the caller evicts)."""
+        would after evicting lower-priority pods starts a nomination. Returns the judgement, the
+        nomination to evict for, and the nomination whose victims this view still sees leaving
+        (the caller evicts, or asks the API, outside the lock)."""
         pre = self.preemptions
         meta = pod.get("metadata") if isinstance(pod, Mapping) else None
         uid = str(meta.get("uid") or "") if isinstance(meta, Mapping) else ""
@@ -195,28 +205,28 @@ class Extender:
             if nom is not None:
                 waiting = pre.waiting_for(nom)
                 if not waiting and nom.node in names:
-                    return _Judgement([nom.node], {}, {}), None
+                    return _Judgement([nom.node], {}, {}), None, None
                 if waiting:
                     why = (
                         f"{PREFIX}waiting for {len(waiting)} preempted pod(s) to leave "
                         f"{nom.node}: {', '.join(waiting[:5])}"
                     )
-                    return _Judgement([], dict.fromkeys(names, why), {}), None
+                    return _Judgement([], dict.fromkeys(names, why), {}), None, nom
                 pre.drop(uid)  # its node is not among those kube-scheduler passed now
         judged = self._judge(engine, demand, names)
         if pre is None or judged.fits or not judged.failed:
-            return judged, None
+            return judged, None, None
         state = engine.state
         asked = np.zeros(state.n_nodes, bool)
         asked[[state.node_index[n] for n in judged.failed if n in state.node_index]] = True
         nom = pre.nominate(engine, demand, uid, _pod_priority(pod), asked)
         if nom is None:
-            return judged, None
+            return judged, None, None
         why = (
             f"{PREFIX}preempting {len(nom.victims)} lower-priority pod(s) on {nom.node}: "
             f"{', '.join(list(nom.victims.values())[:5])}"
         )
-        return _Judgement([], dict.fromkeys(names, why), {}), nom
+        return _Judgement([], dict.fromkeys(names, why), {}), nom, None
 
     def _judge(self, engine: Engine, demand: PodDemand, names: Sequence[str]) -> _Judgement:
         """The nodes of ``names`` that hold the pod, or, when none does, why each fails.

@@ -104,6 +104,16 @@ class LightkubePodApi:
                 return
             raise EvictionRefusedError(_why(exc)) from None
 
+    def pod_gone(self, namespace: str, name: str, uid: str) -> bool:
+        try:
+            pod = dict(self.client.get(RawPod, name, namespace=namespace))
+        except ApiError as exc:
+            return exc.status.code == 404
+        except Exception:  # the API cannot say now: the pod waits for the watch instead
+            return False
+        meta = pod.get("metadata")
+        return isinstance(meta, Mapping) and meta.get("uid") != uid
+
 
 def _why(exc: ApiError) -> str:
     status = exc.status

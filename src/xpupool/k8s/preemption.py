@@ -56,6 +56,11 @@ class Evictor(Protocol):
         :class:`EvictionRefusedError` when the apiserver says no."""
         ...
 
+    def pod_gone(self, namespace: str, name: str, uid: str) -> bool:
+        """Has pod ``uid`` left the cluster (404, or the name holds another pod)? False when
+        the API cannot say."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Nomination:
@@ -122,6 +127,18 @@ class Preemptions:
     def waiting_for(self, nom: Nomination) -> list[str]:
         """The victims (namespace/name) whose pods have not gone yet."""
         return [name for uid, name in nom.victims.items() if self.view.evicting(uid)]
+
+    def confirm_gone(self, nom: Nomination) -> bool:
+        """Ask the API about the victims this view still sees leaving (outside the view's lock:
+        API calls). kube-scheduler retries the pod as soon as its own watch sees a victim go,
+        and this view's watch may not have seen it yet: without asking, that retry would be told
+        to wait, and no later event would wake the pod. True when every victim is gone."""
+        for uid, name in nom.victims.items():
+            if self.view.evicting(uid):
+                namespace, _, pod_name = name.partition("/")
+                if self.evictor.pod_gone(namespace, pod_name, uid):
+                    self.view.gone(uid)
+        return not any(self.view.evicting(uid) for uid in nom.victims)
 
     def drop(self, pod_uid: str) -> None:
         """Forget the pod's nomination and give its reservation back (if it is still one)."""
