@@ -32,7 +32,16 @@ from typing import Any
 
 import httpx
 
-from k8s_harness import HAMI_SPLIT, NS, REGISTER, PodAsk, cluster, hami_pod, scheduler_config
+from k8s_harness import (
+    HAMI_SPLIT,
+    NS,
+    REGISTER,
+    PodAsk,
+    cluster,
+    hami_pod,
+    scheduler_config,
+    watch_once,
+)
 from k8s_harness import node_objects as harness_nodes
 from xpupool.k8s import hami
 
@@ -116,20 +125,11 @@ class DevicePluginStandIn:
             self.error = exc
 
     def _watch(self, api: httpx.Client, version: str) -> str:
-        params = {"watch": "1", "resourceVersion": version, "timeoutSeconds": "3"}
-        params["allowWatchBookmarks"] = "true"
-        with api.stream("GET", self.path, params=params, timeout=30) as r:
-            r.raise_for_status()
-            for line in r.iter_lines():
-                if not line:
-                    continue
-                event = json.loads(line)
-                if event["type"] == "ERROR":
-                    raise RuntimeError(f"watch error: {event['object']}")
-                version = event["object"]["metadata"]["resourceVersion"]
-                if event["type"] in ("ADDED", "MODIFIED"):
-                    self._consider(event["object"])
-        return version
+        def see(event_type: str, obj: dict[str, Any]) -> None:
+            if event_type in ("ADDED", "MODIFIED"):
+                self._consider(obj)
+
+        return watch_once(api, self.path, version, see)
 
     def _consider(self, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]

@@ -479,24 +479,35 @@ class BindWatcher:
             self.error = exc
 
     def _watch(self, api: httpx.Client, version: str) -> str:
-        params = {"watch": "1", "resourceVersion": version, "timeoutSeconds": "3"}
-        params["allowWatchBookmarks"] = "true"
-        with api.stream("GET", self.path, params=params, timeout=30) as r:
-            r.raise_for_status()
-            for line in r.iter_lines():
-                if not line:
-                    continue
-                event = json.loads(line)
-                if event["type"] == "ERROR":
-                    raise RuntimeError(f"watch error: {event['object']}")
-                obj = event["object"]
-                version = obj["metadata"]["resourceVersion"]
-                name = obj["metadata"].get("name")
-                if name and name not in self.bound and (obj.get("spec") or {}).get("nodeName"):
-                    self.bound[name] = time.monotonic()
-                elif self.first_unschedulable is None and name and _unschedulable(obj):
-                    self.first_unschedulable = (name, time.monotonic())
-        return version
+        return watch_once(api, self.path, version, self._see)
+
+    def _see(self, event_type: str, obj: dict[str, Any]) -> None:
+        name = obj["metadata"].get("name")
+        if name and name not in self.bound and (obj.get("spec") or {}).get("nodeName"):
+            self.bound[name] = time.monotonic()
+        elif self.first_unschedulable is None and name and _unschedulable(obj):
+            self.first_unschedulable = (name, time.monotonic())
+
+
+def watch_once(
+    api: httpx.Client, path: str, version: str, see: Callable[[str, dict[str, Any]], None]
+) -> str:
+    """One watch of ``path`` from ``version`` (ended by the apiserver after 3 s): ``see(type,
+    object)`` for every event, bookmarks included; the resourceVersion to go on from."""
+    params = {"watch": "1", "resourceVersion": version, "timeoutSeconds": "3"}
+    params["allowWatchBookmarks"] = "true"
+    with api.stream("GET", path, params=params, timeout=30) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line:
+                continue
+            event = json.loads(line)
+            if event["type"] == "ERROR":
+                raise RuntimeError(f"watch error: {event['object']}")
+            obj = event["object"]
+            version = obj["metadata"]["resourceVersion"]
+            see(event["type"], obj)
+    return version
 
 
 # -- one run ---------------------------------------------------------------------------------
