@@ -15,8 +15,9 @@ keep-alive connection, each with the body kube-scheduler sends a ``nodeCacheCapa
 (``{"Pod": <the Pod as the apiserver returned it>, "Nodes": null, "NodeNames": [every node]}``),
 cycling over eight pods of the benchmark stream's shapes (shares, an amount of memory, whole,
 multi-card, typed), each call with a fresh pod UID so the extender reads the pod anew, as it does
-a pod's first attempt; client-side round trip, body encoded before the clock starts. The pool is
-empty while filters are timed (the binds come after).
+a pod's first attempt; client-side round trip, body encoded before the clock starts. Each answer
+holds its node's shares for the pod, as for kube-scheduler's pods, until the hold lapses unbound
+(30 s); the 500 filters hold a few percent of the pool's cards.
 
 ``gang64_s``: a gang of 64 half-card pods (``xpupool.io/gang`` and ``xpupool.io/gang-size: 64``,
 created through the API with a scheduler name nobody serves) placed as kube-scheduler places

@@ -305,6 +305,11 @@ class ClusterView:
                 if c.pod and c.applied
             }
 
+    def holds(self, pod_uid: str) -> bool:
+        """True when the pod holds devices in this view (bound, reserved or being evicted)."""
+        with self._lock:
+            return pod_uid in self._charges or pod_uid in self._evicted
+
     def reservation(self, pod_uid: str) -> tuple[Allocation, ...] | None:
         """What :meth:`reserve` holds for a pod not bound yet (applied in the engine), or None."""
         with self._lock:

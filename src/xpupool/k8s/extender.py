@@ -8,6 +8,11 @@ in its configuration). For such a pod:
   pod's ``FailedScheduling`` event). A node that could not hold the pod even with every lower-
   priority pod gone (wrong model, card too small, not a node of the pool) goes to
   ``FailedAndUnresolvableNodes``, so kube-scheduler does not try preemption there.
+- A pod answered with one node (the engine's choice) holds that node's shares from then on, as
+  kube-scheduler "assumes" a pod in its cache before its bind runs in the background: the next
+  pod's filter, which may come before this one's bind, must not be answered the same cards. The
+  hold goes when the pod binds (it becomes the bind's reservation), is filtered again, is deleted,
+  or is not bound within ``assume_s``.
 - ``prioritize`` rates the nodes that fit with the profile's scorers, 0..10.
 - ``bind`` places the pod's containers on the chosen node in one engine transaction under the
   view's lock and records them as the pod's reservation, so no concurrent bind can take the same
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -72,6 +78,9 @@ log = logging.getLogger(__name__)
 
 PREFIX = "xpupool: "
 """Every per-node message starts with it: kube-scheduler's event mixes ours with its own."""
+ASSUME_S = 30.0
+"""How long a filter's answer holds its shares waiting for the bind (kube-scheduler binds right
+after its scheduling cycle; a pod another plugin turned down never comes)."""
 DEMANDS_KEPT = 4096
 """Pods whose demand ``filter`` read, kept for ``bind`` (bounded: most recent first)."""
 
@@ -126,8 +135,13 @@ class Extender:
         choose: bool = True,
         preemptions: Preemptions | None = None,
         images: ImageCatalog | None = None,
+        assume_s: float = ASSUME_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.view = view
+        self.assume_s = assume_s
+        self.clock = clock
+        self._assumed: dict[str, float] = {}  # pod UID -> when its filter's hold lapses
         self.preemptions = preemptions
         self.images = images  # containers' images add software needs (pod_images.py)
         self.choose = choose  # filter answers the engine's node (else every node that fits)
@@ -156,13 +170,14 @@ class Extender:
         with self.view.engine_locked() as engine:
             if gang is not None:  # a gang member: the group's places (gang.py)
                 assert self.gangs is not None
-                uid = str(((args.pod or {}).get("metadata") or {}).get("uid") or "")
+                uid = _uid_of(args.pod)
                 verdict = self.gangs.judge(engine, *gang, demand, uid, names)
                 failed = {n: PREFIX + why for n, why in verdict.failed.items()}
                 judged = _Judgement(verdict.fits, failed, {})
             else:
                 if self.gangs is not None:
                     self.gangs.sweep()
+                self._sweep_assumed(_uid_of(args.pod))
                 judged, nomination, waiting = self._judge_or_preempt(
                     engine, args.pod, demand, names
                 )
@@ -197,8 +212,7 @@ class Extender:
         nomination to evict for, and the nomination whose victims this view still sees leaving
         (the caller evicts, or asks the API, outside the lock)."""
         pre = self.preemptions
-        meta = pod.get("metadata") if isinstance(pod, Mapping) else None
-        uid = str(meta.get("uid") or "") if isinstance(meta, Mapping) else ""
+        uid = _uid_of(pod)
         if pre is not None:
             pre.sweep()
             nom = pre.held(uid)
@@ -213,7 +227,7 @@ class Extender:
                     )
                     return _Judgement([], dict.fromkeys(names, why), {}), None, nom
                 pre.drop(uid)  # its node is not among those kube-scheduler passed now
-        judged = self._judge(engine, demand, names)
+        judged = self._judge(engine, demand, names, uid)
         if pre is None or judged.fits or not judged.failed:
             return judged, None, None
         state = engine.state
@@ -228,7 +242,9 @@ class Extender:
         )
         return _Judgement([], dict.fromkeys(names, why), {}), nom, None
 
-    def _judge(self, engine: Engine, demand: PodDemand, names: Sequence[str]) -> _Judgement:
+    def _judge(
+        self, engine: Engine, demand: PodDemand, names: Sequence[str], uid: str = ""
+    ) -> _Judgement:
         """The nodes of ``names`` that hold the pod, or, when none does, why each fails.
 
         With ``choose`` (the default) a pod that fits is answered with the one node the engine
@@ -236,15 +252,21 @@ class Extender:
         answers: kube-scheduler's own filters already ran, so that node passes them, and
         kube-scheduler's scoring has nothing left to overrule the engine with. Reasons are
         worked out only when nothing fits: then kube-scheduler shows them and weighs
-        preemption."""
+        preemption. The engine's choice for pod ``uid`` holds its shares (:meth:`_sweep_assumed`)
+        unless the pod already holds some."""
         state = engine.state
         index = [state.node_index.get(n) for n in names]
         asked = np.zeros(state.n_nodes, bool)
         asked[[i for i in index if i is not None]] = True
         if self.choose and len(demand.demands) == 1:  # one placement answers a pod that fits
-            chosen = engine_choice(engine, demand, asked)
+            keep = bool(uid) and not self.view.holds(uid)
+            chosen = engine_choice(engine, demand, asked, keep=keep)
             if chosen is not None:
-                return _Judgement([chosen], {}, {})
+                node, placed = chosen
+                if keep:
+                    self.view.reserve(uid, placed)
+                    self._assumed[uid] = self.clock() + self.assume_s
+                return _Judgement([node], {}, {})
         fits_all = asked.copy()
         contexts = []
         for d in demand.demands:
@@ -288,6 +310,17 @@ class Extender:
                 else:
                     unresolvable[name] = text
         return _Judgement([], failed, unresolvable)
+
+    def _sweep_assumed(self, uid: str) -> None:
+        """Inside the engine lock: give back the holds of filters whose bind did not come in
+        time, and pod ``uid``'s own (it is being judged again)."""
+        if not self._assumed:
+            return
+        now = self.clock()
+        for held, until in list(self._assumed.items()):
+            if held == uid or until <= now:
+                del self._assumed[held]
+                self.view.unreserve(held)
 
     def _never(self, engine: Engine, demand: PodDemand) -> str | None:
         """Why no node of the pool could ever hold one of the pod's containers, or None."""
@@ -348,7 +381,8 @@ class Extender:
             rv = str(meta.get("resourceVersion") or "")
             return self._bind_member(ns, name, pod_uid, rv, node, demand, *gang)
         with self.view.engine_locked() as engine:
-            held = self.view.reservation(pod_uid)  # a preemptor's shares (preemption.py)
+            self._assumed.pop(pod_uid, None)  # its filter's hold is the bind's now
+            held = self.view.reservation(pod_uid)  # filter's hold or a preemptor's shares
             if held is not None and all(a.node == node for a in held):
                 placed = held
             else:
@@ -555,6 +589,12 @@ def _for_engine(demand: PodDemand, priority: int) -> PodDemand:
         for d in demand.demands
     )
     return replace(demand, demands=demands)
+
+
+def _uid_of(pod: object) -> str:
+    """The pod's UID ("" when it has none)."""
+    meta = pod.get("metadata") if isinstance(pod, Mapping) else None
+    return str(meta.get("uid") or "") if isinstance(meta, Mapping) else ""
 
 
 def _pod_priority(pod: object) -> int:

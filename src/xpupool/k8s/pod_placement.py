@@ -63,16 +63,22 @@ def fits_together(engine: Engine, demand: PodDemand, node: int) -> str | None:
             txn.rollback()
 
 
-def engine_choice(engine: Engine, demand: PodDemand, asked: BoolArray) -> str | None:
-    """The node of the ``asked`` ones the engine would place a one-container pod on (None: none
-    holds it): a what-if placement restricted to their cards, undone at once."""
+def engine_choice(
+    engine: Engine, demand: PodDemand, asked: BoolArray, *, keep: bool = False
+) -> tuple[str, tuple[Allocation, ...]] | None:
+    """The node of the ``asked`` ones the engine would place a one-container pod on, with its
+    allocations there (None: none holds it): a placement restricted to their cards, committed
+    with ``keep`` (the caller records it), else a what-if undone at once."""
     state = engine.state
     within = state.dev_present & asked[:, None]
     with Transaction(state) as txn:
-        try:
-            placement = engine.place(demand.demands[0].request, within=within, txn=txn)
-            if placement.ok and placement.allocations:
-                return placement.allocations[0].node
-            return None
-        finally:
+        placement = engine.place(demand.demands[0].request, within=within, txn=txn)
+        if not (placement.ok and placement.allocations):
             txn.rollback()
+            return None
+        placed = txn.allocations
+        if keep:
+            txn.commit()
+        else:
+            txn.rollback()
+    return placement.allocations[0].node, placed

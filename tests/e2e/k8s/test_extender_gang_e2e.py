@@ -199,9 +199,10 @@ def test_a_gang_of_eight_where_seven_fit_waits_and_holds_nothing(
 
 def fits_by_hand(proc: ExtenderProcess, limits: dict[str, str], nodes: list[str]) -> list[str]:
     """The extender's own /filter for a pod no scheduler owns: where it would fit now, asked
-    node by node (asked several, filter answers the one the engine would choose)."""
+    node by node (asked several, filter answers the one the engine would choose). The probe has no
+    UID, as no pod from the apiserver lacks one: its answers hold nothing for it."""
     p = gpu_pod("probe", limits)
-    p["metadata"]["uid"] = "probe-uid"
+    p["metadata"].pop("uid", None)
     fits = []
     for node in nodes:
         body = {"Pod": p, "Nodes": None, "NodeNames": [node]}

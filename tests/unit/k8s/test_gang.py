@@ -348,8 +348,8 @@ def test_the_extender_filters_members_to_their_places_and_refuses_bad_claims() -
     (held_on,) = {s.node for s in gangs.held()["ns/g"]}  # binpacked: both on one node
     assert got.node_names == [held_on] and got.error == ""
     assert got.failed_nodes is None  # as for any pod that fits: the node alone
-    alone = filter_(pod("plain", gpus="2"))  # a plain pod sees the two cards left
+    alone = filter_(pod("plain", gpus="1"))  # a plain pod sees the two cards left
     assert alone.node_names == ["b" if held_on == "a" else "a"]
-    too_big = filter_(pod("n0", annotations=ours("h", "3")))
+    too_big = filter_(pod("n0", annotations=ours("h", "3")))  # plain holds one of them
     assert too_big.node_names == [] and too_big.failed_nodes is not None
-    assert all("gang ns/h: 2 of 3 fit" in why for why in too_big.failed_nodes.values())
+    assert all("gang ns/h: 1 of 3 fit" in why for why in too_big.failed_nodes.values())
