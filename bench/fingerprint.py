@@ -5,7 +5,9 @@
 Replays two seeds of three Alibaba traces (FGD protocol, no departures) with four policies and
 hashes every placement (task, node, devices with their memory and core shares, CPU, memory), then
 streams the 5,000-node mixed stream of ``bench/placement.py`` for a fixed number of requests with
-binpack and xpupool and hashes those placements too, with the placed counts beside them. Prints one
+binpack and xpupool and hashes those placements too, with the placed counts beside them; xpupool
+streams it a second time without a target workload, learning one online as the embedded server and
+the Kubernetes extender do (``/online``). Prints one
 JSON object; ``--check FILE`` compares it with a stored one and exits 1 naming what differs, and
 ``--write FILE`` stores it. Runs in about a minute on two cores with ``--jobs 2``.
 """
@@ -64,16 +66,20 @@ def trace_run(trace: str, seed: int, policy: str) -> tuple[str, dict[str, object
     return f"{trace}/{seed}/{policy}", {"hash": _digest(placed), "failed": failed}
 
 
-def stream_run(policy: str) -> tuple[str, dict[str, object]]:
-    """The first requests of the 5,000-node mixed stream: placement hash and placed count."""
+def stream_run(policy: str, online: bool = False) -> tuple[str, dict[str, object]]:
+    """The first requests of the 5,000-node mixed stream: placement hash and placed count. With
+    ``online`` the engine has no target workload and learns one from the requests."""
     kernels.warm()
     nodes = build_cluster(STREAM_NODES, 1)
-    workload = TargetWorkload.from_requests(itertools.islice(request_stream(1), 5000))
+    workload = None
+    if not online:
+        workload = TargetWorkload.from_requests(itertools.islice(request_stream(1), 5000))
     engine = Engine(ClusterState(nodes, seed=7), policy, seed=7, workload=workload)
     placed: list[tuple[int, Allocation]] = []
     for i, req in enumerate(itertools.islice(request_stream(1), STREAM_REQUESTS)):
         placed.extend((i, a) for a in engine.place(req).allocations)
-    return f"stream{STREAM_NODES}/{policy}", {"hash": _digest(placed), "placed": len(placed)}
+    key = f"stream{STREAM_NODES}/{policy}" + ("/online" if online else "")
+    return key, {"hash": _digest(placed), "placed": len(placed)}
 
 
 def fingerprint(jobs: int) -> dict[str, dict[str, object]]:
@@ -81,6 +87,7 @@ def fingerprint(jobs: int) -> dict[str, dict[str, object]]:
         (trace_run, (t, s, p)) for t in TRACES for s in SEEDS for p in TRACE_POLICIES
     ]
     runs += [(stream_run, (p,)) for p in STREAM_POLICIES]
+    runs.insert(0, (stream_run, ("xpupool", True)))  # the longest first
     if jobs <= 1:
         results = [fn(*args) for fn, args in runs]
     else:
