@@ -227,3 +227,50 @@ def test_the_shared_model_is_fed_once_per_request_whatever_the_profile_enables()
     alone.profiles["alone"] = alone.profile
     assert alone.place(whole(1000, "two")).ok
     assert [r.name for r in model_of(alone).seen] == ["two"]
+
+
+def _unnamed(workload: TargetWorkload) -> tuple[tuple[object, ...], tuple[float, ...]]:
+    """A workload's shapes and weights, the shapes' names left out (which request of a shape
+    represents it is not part of it)."""
+    shapes = tuple((s.cpu_milli, s.devices) for s in workload.shapes)
+    return shapes, workload.weights
+
+
+def test_the_window_is_counted_as_it_slides_and_learns_what_a_full_count_would() -> None:
+    # The learner keeps per-shape counts as requests enter and leave its window instead of
+    # going over the whole window at each re-learn (10,000 requests: about 45 ms a time); what it
+    # learns is what TargetWorkload.from_requests makes of the same window.
+    from xpupool.engine.fragmentation.measure import ShapeCounts
+    from xpupool.engine.fragmentation.workload_model import WorkloadArgs
+
+    state = ClusterState([gpu_node("a", count=2, group_size=0)])
+    engine = Engine(state, "xpupool")
+    model = WorkloadModel(state, engine.pipeline, None, WorkloadArgs(window=7))
+    stream = [share(1000, 250 * (1 + i % 3), f"r{i}") for i in range(5)]
+    stream += [whole(2000, f"w{i}") for i in range(9)] + [share(1000, 500, "last")]
+    for req in stream:
+        model.observe(req, placed=True)
+        window = model.seen
+        assert len(window) == min(7, stream.index(req) + 1)
+        counts = ShapeCounts()
+        for seen in window:
+            counts.add(seen)
+        assert _unnamed(counts.workload()) == _unnamed(TargetWorkload.from_requests(window))
+        assert _unnamed(model._counts.workload()) == _unnamed(TargetWorkload.from_requests(window))
+    learned = [d.core_permille for _, d in _unnamed(model.frag.workload)[0]]
+    assert learned == [None, 500]  # the wholes, then "last": the first shares left the window
+
+
+def test_shape_counts_forget_a_shape_whose_last_request_left() -> None:
+    from xpupool.engine.fragmentation.measure import ShapeCounts
+
+    counts = ShapeCounts()
+    a, b = whole(1000, "a"), share(1000, 500, "b")
+    for req in (a, b, a):
+        counts.add(req)
+    counts.remove(b)
+    assert len(counts.first) == 1 and sum(counts.counts.values()) == 2
+    assert counts.workload().weights == (1.0,)
+    counts.remove(a)
+    counts.remove(a)
+    assert counts.workload() == TargetWorkload((), ())

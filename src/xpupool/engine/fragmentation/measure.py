@@ -50,27 +50,62 @@ class TargetWorkload:
     def from_requests(cls, requests: Iterable[Request], coverage: float = 0.95) -> TargetWorkload:
         """The most popular shapes, by count, that together cover ``coverage`` of the requests,
         renormalised (FGD's "target workload"). Memory is not part of a shape, as in the paper."""
-        counts: Counter[tuple[object, ...]] = Counter()
-        first: dict[tuple[object, ...], Request] = {}
+        counts = ShapeCounts()
         for req in requests:
-            d = req.devices
-            key: tuple[object, ...] = (
-                req.cpu_milli,
-                d.count,
-                d.need_core_permille,
-                d.memory_mib,
-                d.memory_permille,
-                d.selector_key(),
-            )
-            counts[key] += 1
-            first.setdefault(key, Request(req.name, req.cpu_milli, 0, d))
+            counts.add(req)
+        return counts.workload(coverage)
+
+
+ShapeKey = tuple[object, ...]
+
+
+def shape_key(req: Request) -> ShapeKey:
+    """What makes two requests one shape of a target workload."""
+    d = req.devices
+    return (
+        req.cpu_milli,
+        d.count,
+        d.need_core_permille,
+        d.memory_mib,
+        d.memory_permille,
+        d.selector_key(),
+    )
+
+
+class ShapeCounts:
+    """Requests counted per shape, kept as requests come and go (an online learner's window): the
+    target workload of the requests counted is then :meth:`workload`, without going over them
+    again. Each shape is represented by its first request still counted when it was added."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[ShapeKey] = Counter()
+        self.first: dict[ShapeKey, Request] = {}
+
+    def add(self, req: Request) -> None:
+        key = shape_key(req)
+        if key not in self.first:
+            self.first[key] = Request(req.name, req.cpu_milli, 0, req.devices)
+        self.counts[key] += 1
+
+    def remove(self, req: Request) -> None:
+        """Uncount one request counted before."""
+        key = shape_key(req)
+        left = self.counts[key] - 1
+        if left > 0:
+            self.counts[key] = left
+        else:
+            del self.counts[key], self.first[key]
+
+    def workload(self, coverage: float = 0.95) -> TargetWorkload:
+        """:meth:`TargetWorkload.from_requests` of the requests counted."""
+        counts, first = self.counts, self.first
         total = sum(counts.values())
         if total == 0:
-            return cls((), ())
+            return TargetWorkload((), ())
 
         # Most popular first; equal counts by (cpu, share, count, models) descending, as the
         # paper's simulator sorts them, so the 95 % cut is the same.
-        def rank(k: tuple[object, ...]) -> tuple[int, tuple[object, ...]]:
+        def rank(k: ShapeKey) -> tuple[int, tuple[object, ...]]:
             r = first[k]
             d = r.devices
             return (counts[k], (r.cpu_milli, d.need_core_permille, d.count, "|".join(d.models)))
@@ -84,7 +119,7 @@ class TargetWorkload:
                 break
         weights = np.asarray([counts[k] for k in chosen], np.float64)
         weights /= weights.sum()
-        return cls(tuple(first[k] for k in chosen), tuple(float(w) for w in weights))
+        return TargetWorkload(tuple(first[k] for k in chosen), tuple(float(w) for w in weights))
 
 
 class ShapeTable:

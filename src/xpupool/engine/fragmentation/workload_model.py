@@ -11,7 +11,9 @@ the displaced demand) is kept in its ``ctx.cycle``, computed by whichever plugin
 Without a target workload (the embedded server, the Kubernetes extender) the model learns one from
 the last ``window`` requests the engine was asked to place, placed or refused, FGD's way (the most
 popular shapes covering 95 % of them), re-learning whenever ``relearn_after`` of what it knew is
-new: after 1, 2, 3, 4, 5, 7, 9, ... requests, then every 2,000 once the window is full.
+new: after 1, 2, 3, 4, 5, 7, 9, ... requests, then every 2,000 once the window is full. The
+window's requests are counted per shape as they enter and leave it (``measure.ShapeCounts``), so a
+re-learn does not go over the whole window again.
 
 The workload is CPU-bound when it asks for at least ``cpu_bound`` of the fleet's CPU per unit of
 device compute, i.e. CPU would run out about when the devices fill; the measure is then CPU-capped
@@ -28,7 +30,7 @@ from xpupool.engine.context import Context
 from xpupool.engine.eligibility import Eligibility
 from xpupool.engine.fragmentation.after import AfterPlacement, Fragmentation
 from xpupool.engine.fragmentation.cache import FragmentationCache
-from xpupool.engine.fragmentation.measure import IndexArray, TargetWorkload
+from xpupool.engine.fragmentation.measure import IndexArray, ShapeCounts, TargetWorkload
 from xpupool.engine.fragmentation.pressure import DevicePressure
 from xpupool.engine.fragmentation.prices import SharePrices
 from xpupool.engine.plugin_args import PluginArgs
@@ -83,6 +85,7 @@ class WorkloadModel:
         self.args = args
         self.online = workload is None
         self._seen: deque[Request] = deque(maxlen=args.window)
+        self._counts = ShapeCounts()  # the shapes of ``_seen``, kept as it slides
         self._new = 0  # requests seen since the workload was last learned
         self.generation = 0  # bumped whenever the workload (and all built on it) is replaced
         self.parts: list[Callable[[], str | None]] = []  # what the plugins say of themselves
@@ -136,11 +139,14 @@ class WorkloadModel:
         too (what fits nowhere now is still what the workload asks for)."""
         if not self.online:
             return
+        if len(self._seen) == self._seen.maxlen:
+            self._counts.remove(self._seen[0])
         self._seen.append(req)
+        self._counts.add(req)
         self._new += 1
         if self._new >= max(1.0, self.args.relearn_after * (len(self._seen) - self._new)):
             self._new = 0
-            self._learn(TargetWorkload.from_requests(self._seen))
+            self._learn(self._counts.workload())
 
     @property
     def seen(self) -> tuple[Request, ...]:
