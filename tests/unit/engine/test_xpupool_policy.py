@@ -274,3 +274,29 @@ def test_shape_counts_forget_a_shape_whose_last_request_left() -> None:
     counts.remove(a)
     counts.remove(a)
     assert counts.workload() == TargetWorkload((), ())
+
+
+def test_a_relearn_that_finds_the_same_workload_keeps_what_is_built_on_it() -> None:
+    # Re-learning rebuilds the shape table, the measure, the pressure and the lookahead (40 ms
+    # a time at 5,000 nodes): it is done only when a shape came or went or more than
+    # relearn_change of the probability moved.
+    from xpupool.engine.fragmentation.workload_model import WorkloadArgs, moved
+
+    state = ClusterState([gpu_node("a", count=2, group_size=0)])
+    engine = Engine(state, "xpupool")
+    args = WorkloadArgs(relearn_after=0.0, relearn_change=0.2)  # every observe is due
+    model = WorkloadModel(state, engine.pipeline, None, args)
+    half, full = share(1000, 500, "h"), whole(1000, "w")
+    for req in (half, full, half, full):
+        model.observe(req, placed=True)
+    built = model.generation
+    assert _unnamed(model.frag.workload)[1] == (0.5, 0.5)
+    for req in (half, full, half, half, half, half):  # at most 7 of 10 halves: 0.2 moved
+        model.observe(req, placed=True)
+        assert model.generation == built and model.frag.workload.weights == (0.5, 0.5)
+    model.observe(half, placed=True)  # 8 of 11: 0.227 moved from what is in use
+    assert model.generation > built
+    assert model.frag.workload.weights == pytest.approx((8 / 11, 3 / 11))
+    assert moved(model.frag.workload, model.frag.workload) == 0.0
+    other = TargetWorkload((share(1000, 250),), (1.0,))
+    assert moved(model.frag.workload, other) == 1.0  # a shape came (and went)

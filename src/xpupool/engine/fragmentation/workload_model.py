@@ -13,7 +13,10 @@ the last ``window`` requests the engine was asked to place, placed or refused, F
 popular shapes covering 95 % of them), re-learning whenever ``relearn_after`` of what it knew is
 new: after 1, 2, 3, 4, 5, 7, 9, ... requests, then every 2,000 once the window is full. The
 window's requests are counted per shape as they enter and leave it (``measure.ShapeCounts``), so a
-re-learn does not go over the whole window again.
+re-learn does not go over the whole window again. A re-learn that finds the shapes in use with
+probabilities moved by at most ``relearn_change`` in all (total variation) keeps what is built
+on them: rebuilding the shape table, the measure, the pressure and the lookahead for a workload
+that did not change cost 40 ms a time at 5,000 nodes and set the embedded server's p99.
 
 The workload is CPU-bound when it asks for at least ``cpu_bound`` of the fleet's CPU per unit of
 device compute, i.e. CPU would run out about when the devices fill; the measure is then CPU-capped
@@ -30,7 +33,12 @@ from xpupool.engine.context import Context
 from xpupool.engine.eligibility import Eligibility
 from xpupool.engine.fragmentation.after import AfterPlacement, Fragmentation
 from xpupool.engine.fragmentation.cache import FragmentationCache
-from xpupool.engine.fragmentation.measure import IndexArray, ShapeCounts, TargetWorkload
+from xpupool.engine.fragmentation.measure import (
+    IndexArray,
+    ShapeCounts,
+    TargetWorkload,
+    shape_key,
+)
 from xpupool.engine.fragmentation.pressure import DevicePressure
 from xpupool.engine.fragmentation.prices import SharePrices
 from xpupool.engine.plugin_args import PluginArgs
@@ -39,6 +47,7 @@ from xpupool.model.request import Request
 
 CPU_BOUND = 0.95  # workload CPU per device compute, as a share of the fleet's, that makes CPU bind
 RELEARN_AFTER = 0.25  # re-learn the online workload after this share of the window is new
+RELEARN_CHANGE = 0.05  # ... and rebuild on it only if this much probability moved (or a shape)
 WINDOW = 10_000  # the online workload is estimated from the last this many requests
 NAME = "workload"  # the model's name in a profile's pluginConfig and in ``ctx.cycle``
 
@@ -51,11 +60,12 @@ class WorkloadArgs(PluginArgs):
     cpu_bound: float = CPU_BOUND
     window: int = WINDOW
     relearn_after: float = RELEARN_AFTER
+    relearn_change: float = RELEARN_CHANGE
 
     def __post_init__(self) -> None:
         if self.window < 1:
             raise ValueError(f"window must be at least 1, got {self.window}")
-        for name in ("cpu_bound", "relearn_after"):
+        for name in ("cpu_bound", "relearn_after", "relearn_change"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
 
@@ -146,7 +156,9 @@ class WorkloadModel:
         self._new += 1
         if self._new >= max(1.0, self.args.relearn_after * (len(self._seen) - self._new)):
             self._new = 0
-            self._learn(self._counts.workload())
+            learned = self._counts.workload()
+            if moved(self.frag.workload, learned) > self.args.relearn_change:
+                self._learn(learned)
 
     @property
     def seen(self) -> tuple[Request, ...]:
@@ -159,6 +171,16 @@ class WorkloadModel:
         source = "learned online" if self.online else "given"
         parts.append(f"target workload {source}" + (", CPU-capped" if self.frag.capped else ""))
         return "xpupool: " + "; ".join(parts)
+
+
+def moved(old: TargetWorkload, new: TargetWorkload) -> float:
+    """How much probability moved from ``old`` to ``new``: their total variation distance over
+    shapes (``measure.shape_key``), 1 when a shape came or went."""
+    before = {shape_key(s): w for s, w in zip(old.shapes, old.weights, strict=True)}
+    after = {shape_key(s): w for s, w in zip(new.shapes, new.weights, strict=True)}
+    if before.keys() != after.keys():
+        return 1.0
+    return 0.5 * sum(abs(after[k] - w) for k, w in before.items())
 
 
 def cpu_bound(workload: TargetWorkload, state: ClusterState, share: float = CPU_BOUND) -> bool:
