@@ -14,6 +14,10 @@ reported. The stream mixes fractional (most), whole and two-card requests, sized
 does not fill: every job should be placed. Reports, from each job's events, submission ->
 scheduled latency (scheduled.at - pending.at, server clock) p50/p99/max; the client's submit round
 trip p50/p99; submissions/s achieved; and anything lost (a 201 job missing or not scheduled).
+``steady_p50_ms`` / ``steady_p99_ms`` / ``steady_max_ms`` are the same latencies for the jobs
+submitted ``--steady-after`` seconds (3) or more after the first: a fresh server learns its
+workload from the first requests (``engine/fragmentation/workload_model.py``) and rebuilds what is
+built on it several times in its first second; a server that has run a while has not.
 Goal (DESIGN.md section 7): p99 <= 50 ms at 200 submissions/s, nothing lost.
 
 ``--sweep`` runs the rows of issue 25's table one after another, a fresh server each: nodes 200,
@@ -214,6 +218,10 @@ def wait_settled(url: str, token: str, timeout_s: float = 60) -> int:
     return pending
 
 
+STEADY_AFTER_S = 3.0
+"""Jobs submitted this long after the first are also reported apart (``steady_*``)."""
+
+
 def pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q) * 1000) if values else float("nan")
 
@@ -236,6 +244,7 @@ def run(
     workers: int,
     policy: str = DEFAULT_PROFILE,
     profile: Path | None = None,
+    steady_after_s: float = STEADY_AFTER_S,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="xpupool-bench-") as tmp:
         data = Path(tmp) / "data"
@@ -280,6 +289,7 @@ def run(
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
     latency: list[float] = []
+    submitted_at: list[float] = []
     not_scheduled = 0
     unscheduled: list[str] = []  # "state: reason" of the first few, to say why
     for j in jobs:
@@ -290,6 +300,11 @@ def run(
                 unscheduled.append(f"job {j['id']} {j['state']}: {j.get('reason')}")
             continue
         latency.append(at["scheduled"] - at["pending"])
+        submitted_at.append(at["pending"])
+    first = min(submitted_at, default=0.0)
+    steady = [
+        lat for lat, t in zip(latency, submitted_at, strict=True) if t >= first + steady_after_s
+    ]
     elapsed = sent.last - sent.first
     return {
         "nodes": nodes,
@@ -308,6 +323,10 @@ def run(
         "scheduled_latency_p50_ms": round(pct(latency, 50), 2),
         "scheduled_latency_p99_ms": round(pct(latency, 99), 2),
         "scheduled_latency_max_ms": round(max(latency, default=float("nan")) * 1000, 2),
+        "steady_after_s": steady_after_s,
+        "steady_p50_ms": round(pct(steady, 50), 2),
+        "steady_p99_ms": round(pct(steady, 99), 2),
+        "steady_max_ms": round(max(steady, default=float("nan")) * 1000, 2),
         "lost": len(sent.ids) - len(jobs),
         "not_scheduled": not_scheduled,
         "first_not_scheduled": unscheduled,
@@ -326,11 +345,13 @@ SWEEP: tuple[tuple[int, float], ...] = (
 """(nodes, submissions/s): issue 25's table, the pool's size at 200/s, then the rate at 1,000."""
 
 
-def sweep(seconds: float, workers: int, policy: str) -> list[dict[str, Any]]:
+def sweep(
+    seconds: float, workers: int, policy: str, steady_after_s: float = STEADY_AFTER_S
+) -> list[dict[str, Any]]:
     """One :func:`run` per row of :data:`SWEEP`, each on a fresh server and data dir."""
     rows = []
     for nodes, rate in SWEEP:
-        row = run(rate, seconds, nodes, workers, policy)
+        row = run(rate, seconds, nodes, workers, policy, steady_after_s=steady_after_s)
         row["load_average"] = os.getloadavg()[0]
         rows.append(row)
         print(table_line(row), file=sys.stderr, flush=True)
@@ -338,8 +359,9 @@ def sweep(seconds: float, workers: int, policy: str) -> list[dict[str, Any]]:
 
 
 TABLE_HEAD = (
-    "| nodes | offered/s | achieved/s | scheduled p50 / p99 / max ms | submit rtt p99 ms "
-    "| client late p99 ms | lost | load |"
+    "| nodes | offered/s | achieved/s | scheduled p50 / p99 / max ms "
+    "| steady p50 / p99 / max ms | submit rtt p99 ms | client late p99 ms | lost "
+    "| load |"
 )
 
 
@@ -348,7 +370,8 @@ def table_line(row: dict[str, Any]) -> str:
     return (
         f"| {row['nodes']:,} | {row['target_rate_per_s']:g} | {row['achieved_rate_per_s']} "
         f"| {row['scheduled_latency_p50_ms']:g} / {row['scheduled_latency_p99_ms']:g} / "
-        f"{row['scheduled_latency_max_ms']:g} | {row['submit_rtt_p99_ms']:g} "
+        f"{row['scheduled_latency_max_ms']:g} | {row['steady_p50_ms']:g} / "
+        f"{row['steady_p99_ms']:g} / {row['steady_max_ms']:g} | {row['submit_rtt_p99_ms']:g} "
         f"| {row['client_late_p99_ms']:g} | {row['lost'] + row['not_scheduled']} "
         f"| {row.get('load_average', float('nan')):.2f} |"
     )
@@ -437,6 +460,12 @@ def main() -> None:
     parser.add_argument("--policy", default=DEFAULT_PROFILE, help="the server's placement profile")
     parser.add_argument("--json", action="store_true", help="one line of JSON")
     parser.add_argument(
+        "--steady-after",
+        type=float,
+        default=STEADY_AFTER_S,
+        help="also report the jobs submitted this many seconds after the first",
+    )
+    parser.add_argument(
         "--sweep", action="store_true", help="issue 25's table: nodes and rates, one run each"
     )
     parser.add_argument("--table", action="store_true", help="with --sweep: Markdown, not JSON")
@@ -452,10 +481,15 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.sweep:
-        print(f"{args.seconds:g} s per row; {TABLE_HEAD}", file=sys.stderr, flush=True)
-        rows = sweep(args.seconds, args.workers, args.policy)
+        print(
+            f"{args.seconds:g} s per row, steady: the jobs submitted {args.steady_after:g} s or "
+            f"more after the first; {TABLE_HEAD}",
+            file=sys.stderr,
+            flush=True,
+        )
+        rows = sweep(args.seconds, args.workers, args.policy, args.steady_after)
         if args.table:
-            print("\n".join([TABLE_HEAD, "|---" * 8 + "|", *map(table_line, rows)]))
+            print("\n".join([TABLE_HEAD, "|---" * 9 + "|", *map(table_line, rows)]))
         else:
             print(json.dumps({"seconds_per_row": args.seconds, "rows": rows}))
         return
@@ -464,7 +498,15 @@ def main() -> None:
     elif args.in_process:
         out = in_process(args.nodes, args.policy)
     else:
-        out = run(args.rate, args.seconds, args.nodes, args.workers, args.policy, args.py_spy)
+        out = run(
+            args.rate,
+            args.seconds,
+            args.nodes,
+            args.workers,
+            args.policy,
+            args.py_spy,
+            args.steady_after,
+        )
     print(json.dumps(out, indent=None if args.json else 2))
 
 
