@@ -91,6 +91,8 @@ class Engine:
         self._scorers: dict[tuple[str, PluginArgs | None, PluginArgs | None], Scorer] = {}
         self._post_plugins: dict[tuple[str, PluginArgs | None, PluginArgs | None], PostScorer] = {}
         self._models: dict[PluginArgs | None, WorkloadModel] = {}
+        self._inherited: dict[PluginArgs | None, tuple[Request, ...]] = {}
+        self._learning_deferred = False
         self._weighted_cache: dict[str, _Scoring] = {}
         self._observers: dict[str, tuple[Observer, ...]] = {}
         self._post: dict[str, tuple[PostScorer, ...]] = {}
@@ -365,6 +367,34 @@ class Engine:
         found = self._models.get(args)
         if found is None:
             shared = args if isinstance(args, WorkloadArgs) else WorkloadArgs()
-            found = WorkloadModel(self.state, self.pipeline, self.workload, shared)
+            seen = self._inherited.pop(args, ())
+            found = WorkloadModel(self.state, self.pipeline, self.workload, shared, seen)
+            found.deferred = self._learning_deferred
             self._models[args] = found
         return found
+
+    # ------------------------------------------------------------------ online learning
+    def inherit_learning(self, before: Engine) -> None:
+        """Go on learning the online workload from where ``before`` (the engine this one replaces
+        after the pool changed) was: its models' windows seed this engine's, so a rebuilt engine
+        does not start cold (about 20 rebuilds of the measure in its first requests)."""
+        if self.workload is not None:
+            return
+        for args, model in before._models.items():
+            if args not in self._models:
+                self._inherited[args] = model.seen
+        self.defer_learning(before._learning_deferred)
+
+    def defer_learning(self, deferred: bool = True) -> None:
+        """Re-learn the online workload only when :meth:`relearn` is called (a front that places
+        in batches calls it after each), not in the middle of placing."""
+        self._learning_deferred = deferred
+        for model in self._models.values():
+            model.deferred = deferred
+            if not deferred:
+                model.relearn()
+
+    def relearn(self) -> None:
+        """Re-learn what is due (deferred learning)."""
+        for model in self._models.values():
+            model.relearn()

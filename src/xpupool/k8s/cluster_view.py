@@ -198,7 +198,10 @@ class ClusterView:
         for name, rec in self._nodes.items():
             if rec.node is not None and not rec.schedulable:
                 state.set_node_schedulable(name, False)
+        before = self._engine
         self._engine = Engine(state, self.profile, seed=self.seed, profiles=self.profiles)
+        if before is not None:  # the workload learned so far goes on (engine.inherit_learning)
+            self._engine.inherit_learning(before)
         self._stale = False
         self.rebuilds += 1
         for uid, charge in sorted(self._charges.items(), key=lambda kv: _first_id(kv[1])):

@@ -320,7 +320,12 @@ class Extender:
         for held, until in list(self._assumed.items()):
             if held == uid or until <= now:
                 del self._assumed[held]
-                self.view.unreserve(held)
+                if self.view.unreserve(held) and held != uid:
+                    log.info(
+                        "pod %s was not bound within %.0f s of its filter: its hold lapsed",
+                        held,
+                        self.assume_s,
+                    )
 
     def _never(self, engine: Engine, demand: PodDemand) -> str | None:
         """Why no node of the pool could ever hold one of the pod's containers, or None."""

@@ -423,6 +423,7 @@ class ControlPlane:
                 if uuid in state.uuid_slot:
                     state.set_device_cordoned(uuid, True)
         engine = Engine(state, self.profile, seed=self.seed, profiles=self.profiles)
+        engine.defer_learning()  # the scheduling pass re-learns after placing (scheduler_loop.py)
         admission = Admission(engine, self.queue_specs.values())
         kept: dict[int, list[Allocation]] = {job_id: [] for job_id in self.held}
         problems: list[Problem] = []
@@ -447,7 +448,10 @@ class ControlPlane:
         return Built(engine, admission, kept, problems)
 
     def install(self, built: Built) -> None:
-        """Serve from ``built`` (made by :meth:`build` over the node records now in place)."""
+        """Serve from ``built`` (made by :meth:`build` over the node records now in place); its
+        engine goes on learning the workload from where the engine it replaces was."""
+        if hasattr(self, "engine"):
+            built.engine.inherit_learning(self.engine)
         self.engine, self.admission = built.engine, built.admission
         for job_id, allocations in built.allocations.items():
             if job_id in self.held:

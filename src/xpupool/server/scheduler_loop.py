@@ -50,7 +50,9 @@ def schedule_pass(plane: ControlPlane) -> int:
     the whole pass, so a pass over many pending jobs (one tenant's flood of gangs that never
     fit) does not make every submission, heartbeat and cancel wait for all of them (issue 18,
     bench/tenant_flood.py), and each batch is one store transaction, not one per job (issue 25).
-    A job placed, cancelled or requeued while the pass ran is skipped."""
+    A job placed, cancelled or requeued while the pass ran is skipped. The online workload the
+    engine learns from the jobs it is asked to place is learned again, when due, once the pass
+    is done (a fresh server's first passes would otherwise rebuild on it every few jobs)."""
     with plane.lock:
         candidates, left_out = _candidates(plane)
         if not candidates:
@@ -65,6 +67,8 @@ def schedule_pass(plane: ControlPlane) -> int:
         done, k = _batch(plane, candidates, order, k)
         placed += done
         _let_writers_in(plane)
+    with plane.lock:  # once per pass, not in the middle of a batch of placements
+        plane.engine.relearn()
     plane.notify("pass", time.perf_counter() - started)
     if left_out and placed:  # retries left out while some fitted: a backlog to go on with now
         plane.wake.set()

@@ -300,3 +300,38 @@ def test_a_relearn_that_finds_the_same_workload_keeps_what_is_built_on_it() -> N
     assert moved(model.frag.workload, model.frag.workload) == 0.0
     other = TargetWorkload((share(1000, 250),), (1.0,))
     assert moved(model.frag.workload, other) == 1.0  # a shape came (and went)
+
+
+def test_a_rebuilt_engine_goes_on_learning_from_where_its_predecessor_was() -> None:
+    # The embedded server and the Kubernetes extender build a new engine when the pool changes
+    # (a node joins, leaves or changes); it starts from the old engine's window, not cold.
+    before = Engine(ClusterState([gpu_node("a", count=2, group_size=0)]), "xpupool")
+    for i in range(6):
+        before.place(share(1000, 300 if i % 3 else 600, f"s{i}"))
+    grown = ClusterState([gpu_node("a", count=2, group_size=0), gpu_node("b", count=4)])
+    after = Engine(grown, "xpupool")
+    after.inherit_learning(before)
+    model = model_of(after)
+    assert [r.name for r in model.seen] == [f"s{i}" for i in range(6)]
+    window = TargetWorkload.from_requests(model_of(before).seen)
+    assert _unnamed(model.frag.workload) == _unnamed(window)
+    assert model.generation == 1  # learned once, from the whole window
+    cold = Engine(grown, "xpupool")
+    assert model_of(cold).frag.workload.shapes == ()
+
+
+def test_deferred_learning_waits_for_relearn() -> None:
+    # A front that places in batches (the server's scheduling pass) re-learns once after each.
+    engine = Engine(ClusterState([gpu_node("a", count=8, group_size=0)]), "xpupool")
+    engine.defer_learning()
+    model = model_of(engine)
+    assert model.deferred
+    for i in range(5):
+        assert engine.place(share(1000, 250, f"s{i}")).ok
+    assert model.due and model.frag.workload.shapes == ()
+    engine.relearn()
+    assert not model.due and [s.devices.core_permille for s in model.frag.workload.shapes] == [250]
+    engine.defer_learning(False)
+    for i in range(3):  # learned at once again when due
+        assert engine.place(whole(1000, f"w{i}")).ok and not model.due
+    assert len(model.frag.workload.shapes) == 2

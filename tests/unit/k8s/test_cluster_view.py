@@ -230,3 +230,18 @@ def test_a_node_claiming_another_nodes_card_is_left_out() -> None:
     with view.engine_locked() as engine:
         assert engine.state.node_names == ["a"]
         assert engine.state.uuid_slot == {"a-gpu0": 0}
+
+
+def test_a_node_joining_keeps_the_workload_the_engine_learned() -> None:
+    view = ClusterView(no_decoder, no_decoder)  # the default profile learns its workload
+    view.on_node(node_event(EventType.ADDED, gpu_node("a", count=2)))
+    with view.engine_locked() as engine:
+        for i in range(3):
+            engine.place(Request(f"r{i}", 1000, devices=DeviceRequest(count=1)))
+        learned = engine._model(engine.profile).frag.workload
+    view.on_node(node_event(EventType.ADDED, gpu_node("b", count=2)))
+    with view.engine_locked() as rebuilt:
+        assert rebuilt is not engine
+        model = rebuilt._model(rebuilt.profile)
+        assert [r.name for r in model.seen] == ["r0", "r1", "r2"]
+        assert model.frag.workload.weights == learned.weights == (1.0,)

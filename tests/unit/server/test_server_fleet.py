@@ -314,3 +314,24 @@ def test_stranded_capacity_is_exported_for_the_workload_the_scheduler_learned(
     submit(server, a, "A100:1 cores=50%")
     assert server.schedule() == 1
     assert stranded() == {"a": 0.0, "t": 1.0}
+
+
+def test_a_node_joining_keeps_the_workload_the_engine_learned(server: Server) -> None:
+    # A node that joins rebuilds the engine; the new one goes on from the old one's learned
+    # workload instead of learning from nothing again (at fleet size, a cold start rebuilds
+    # the fragmentation measure over every node about 20 times in its first requests).
+    node(server, "n1")
+    a = tenant(server, "a")
+    for _ in range(4):
+        submit(server, a, "A100:1")
+    server.schedule()  # re-learns once the pass is done
+    model = server.plane.engine._model(server.plane.engine.profile)
+    learned = [r.name for r in model.seen]
+    assert len(learned) == 4 and model.frag.workload.shapes and not model.due
+    engine = server.plane.engine
+    node(server, "n2")
+    assert server.plane.engine is not engine  # rebuilt for the new node
+    rebuilt = server.plane.engine._model(server.plane.engine.profile)
+    assert [r.name for r in rebuilt.seen] == learned
+    assert rebuilt.frag.workload.weights == model.frag.workload.weights
+    assert rebuilt.deferred  # the scheduling pass re-learns, as on the engine before

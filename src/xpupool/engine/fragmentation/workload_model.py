@@ -16,7 +16,10 @@ window's requests are counted per shape as they enter and leave it (``measure.Sh
 re-learn does not go over the whole window again. A re-learn that finds the shapes in use with
 probabilities moved by at most ``relearn_change`` in all (total variation) keeps what is built
 on them: rebuilding the shape table, the measure, the pressure and the lookahead for a workload
-that did not change cost 40 ms a time at 5,000 nodes and set the embedded server's p99.
+that did not change cost 40 ms a time at 5,000 nodes and set the embedded server's p99. A front
+that places in batches defers re-learning to the end of each (``deferred``, :meth:`relearn`), and
+an engine rebuilt for a changed pool starts from its predecessor's window (``seen``) instead of
+learning from nothing again.
 
 The workload is CPU-bound when it asks for at least ``cpu_bound`` of the fleet's CPU per unit of
 device compute, i.e. CPU would run out about when the devices fill; the measure is then CPU-capped
@@ -26,7 +29,7 @@ device compute, i.e. CPU would run out about when the devices fill; the measure 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from xpupool.engine.context import Context
@@ -89,6 +92,7 @@ class WorkloadModel:
         pipeline: Eligibility,
         workload: TargetWorkload | None,
         args: WorkloadArgs = WorkloadArgs(),
+        seen: Iterable[Request] = (),
     ) -> None:
         self.state = state
         self.pipeline = pipeline
@@ -99,6 +103,12 @@ class WorkloadModel:
         self._new = 0  # requests seen since the workload was last learned
         self.generation = 0  # bumped whenever the workload (and all built on it) is replaced
         self.parts: list[Callable[[], str | None]] = []  # what the plugins say of themselves
+        self.deferred = False  # re-learn when :meth:`relearn` is called, not in :meth:`observe`
+        self.due = False  # a re-learn is due (deferred)
+        if self.online:  # an engine rebuilt for a changed pool goes on from its predecessor's
+            for req in seen:
+                self._admit(req)
+            workload = self._counts.workload()
         self._learn(workload or TargetWorkload((), ()))
 
     def _learn(self, workload: TargetWorkload) -> None:
@@ -149,16 +159,29 @@ class WorkloadModel:
         too (what fits nowhere now is still what the workload asks for)."""
         if not self.online:
             return
+        self._admit(req)
+        self._new += 1
+        if self._new >= max(1.0, self.args.relearn_after * (len(self._seen) - self._new)):
+            self._new = 0
+            self.due = True
+            if not self.deferred:
+                self.relearn()
+
+    def relearn(self) -> None:
+        """Learn the workload again if that is due (now, or deferred since)."""
+        if not self.due:
+            return
+        self.due = False
+        learned = self._counts.workload()
+        if moved(self.frag.workload, learned) > self.args.relearn_change:
+            self._learn(learned)
+
+    def _admit(self, req: Request) -> None:
+        """Put ``req`` in the window (the oldest leaves a full one)."""
         if len(self._seen) == self._seen.maxlen:
             self._counts.remove(self._seen[0])
         self._seen.append(req)
         self._counts.add(req)
-        self._new += 1
-        if self._new >= max(1.0, self.args.relearn_after * (len(self._seen) - self._new)):
-            self._new = 0
-            learned = self._counts.workload()
-            if moved(self.frag.workload, learned) > self.args.relearn_change:
-                self._learn(learned)
 
     @property
     def seen(self) -> tuple[Request, ...]:
