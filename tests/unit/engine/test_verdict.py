@@ -107,3 +107,19 @@ def test_the_twin_is_built_again_only_when_nodes_are_added(monkeypatch: pytest.M
     state.add_node(gpu_node("b", count=1))
     assert verdicts.never_fits(ask("A100:8")) is None
     assert built == [2, 3]
+
+
+def test_an_answer_is_kept_per_request_until_nodes_are_added() -> None:
+    # A submission of a shape asked before costs a lookup, not the filters over every node
+    # (issue 25); the answer is the same whatever the job's name, and nodes added ask again.
+    state = pool()
+    verdicts = Verdicts(state)
+    too_big = ask("A100 mem=100Gi")
+    first = verdicts.never_fits(too_big)
+    assert first is not None and len(verdicts._answers) == 1
+    assert verdicts.never_fits(replace(too_big, name="another-job")) is first
+    assert verdicts.never_fits(ask("A100:2")) is None and len(verdicts._answers) == 2
+    big = gpu_node("big", memory_mib=200 * 1024, count=1, group_size=0)
+    state.add_node(big)
+    assert verdicts.never_fits(too_big) is None  # a card of 200Gi joined
+    assert len(verdicts._answers) == 1
