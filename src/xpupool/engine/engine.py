@@ -7,6 +7,7 @@ rolls every replica back; without it each replica stands alone and failures are 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -384,6 +385,13 @@ class Engine:
             if args not in self._models:
                 self._inherited[args] = model.seen
         self.defer_learning(before._learning_deferred)
+
+    def seed_learning(self, requests: Sequence[Request]) -> None:
+        """Start the online workload of this engine's own profile from ``requests`` (a restarted
+        server's last jobs), when it has not learned anything yet."""
+        args = self.profile.args_of(WORKLOAD)
+        if self.workload is None and args not in self._models and requests:
+            self._inherited[args] = tuple(requests)
 
     def defer_learning(self, deferred: bool = True) -> None:
         """Re-learn the online workload only when :meth:`relearn` is called (a front that places

@@ -335,3 +335,22 @@ def test_a_node_joining_keeps_the_workload_the_engine_learned(server: Server) ->
     assert [r.name for r in rebuilt.seen] == learned
     assert rebuilt.frag.workload.weights == model.frag.workload.weights
     assert rebuilt.deferred  # the scheduling pass re-learns, as on the engine before
+
+
+def test_a_restarted_server_learns_its_workload_from_the_last_jobs(server: Server) -> None:
+    # After a restart the engine starts from the jobs submitted before it, as the engine before
+    # the restart had, instead of a cold start that rebuilds on every few of the first requests.
+    node(server, "n1")
+    a = tenant(server, "a")
+    for spec in ("A100:1", "A100:2", "A100:1"):
+        submit(server, a, spec)
+    server.schedule()
+    again = reopen(server)
+    try:
+        engine = again.plane.engine
+        model = engine._model(engine.profile)
+        assert [r.devices.count for r in model.seen] == [1, 2, 1]
+        assert sorted(s.devices.count for s in model.frag.workload.shapes) == [1, 2]
+        assert model.frag.workload.weights == pytest.approx((2 / 3, 1 / 3))
+    finally:
+        again.plane.db.dispose()
