@@ -79,5 +79,9 @@ def test_k8s_e2e_benchmark_on_a_full_pool_says_who_waits_and_why() -> None:
         assert 0 <= first["bound_before"] <= fig["bound"]
         assert 0 <= first["stranded_gpu_memory_pct"] <= first["idle_gpu_memory_pct"] <= 100
     assert all("xpupool:" in why for why in got["xpupool"]["pending_reasons"])
-    # Shares packed onto cards: more pods fit than whole cards allow.
-    assert got["xpupool"]["bound"] > got["kube_scheduler"]["bound"]
+    # Shares packed onto cards: xpupool grants each share as asked, where kube-scheduler alone
+    # gives each one a whole card. (Which stack binds more pods of the 60 depends on the order
+    # they reach a full pool in: xpupool bound 33 to 43 in runs of one build, kube-scheduler
+    # alone 31 to 34, so the counts are not compared.)
+    assert got["xpupool"]["granted_unasked_gpu_memory_pct"] == 0
+    assert got["kube_scheduler"]["granted_unasked_gpu_memory_pct"] > 10
