@@ -1,5 +1,5 @@
-"""What the fragmentation measure and the scorers need of the pipeline: a request's context and the
-devices its selectors accept.
+"""What the fragmentation measure and the scorers need of the pipeline: a request's context, the
+devices its selectors accept and the nodes it fits now.
 
 A protocol, so that ``engine/fragmentation/`` and ``engine/scorers/`` can name the pipeline's part
 they use without importing ``engine/pipeline.py``, whose registry imports the scorers (which import
@@ -27,4 +27,8 @@ class Eligibility(Protocol):
 
     def eligible(self, ctx: Context) -> BoolArray:
         """``[N, W]`` devices the request's selectors accept, ignoring free capacity."""
+        ...
+
+    def filter(self, ctx: Context) -> BoolArray:
+        """``[N]`` nodes that can take one replica now; also sets ``ctx.dev_fit``."""
         ...

@@ -402,7 +402,13 @@ class Engine:
             if not deferred:
                 model.relearn()
 
-    def relearn(self) -> None:
-        """Re-learn what is due (deferred learning)."""
+    def relearn(self, warm: bool = False) -> None:
+        """Re-learn what is due (deferred learning); with ``warm``, build on a new workload now
+        what the next placement would (``WorkloadModel.warm``)."""
         for model in self._models.values():
-            model.relearn()
+            model.relearn(warm)
+
+    @property
+    def learning_due(self) -> bool:
+        """Is a deferred re-learn of the online workload due?"""
+        return any(model.due for model in self._models.values())

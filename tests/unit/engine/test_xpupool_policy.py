@@ -7,6 +7,8 @@ under several seeds, because ties between equal scores go to the seeded node ord
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from xpupool.engine import DEFAULT_PROFILE, ClusterState, Engine, make_profile
@@ -335,3 +337,65 @@ def test_deferred_learning_waits_for_relearn() -> None:
     for i in range(3):  # learned at once again when due
         assert engine.place(whole(1000, f"w{i}")).ok and not model.due
     assert len(model.frag.workload.shapes) == 2
+
+
+def _mixed_stream(n: int) -> list[Request]:
+    """Whole cards, shares of three sizes, two-card and CPU-only requests, on two models."""
+    shapes = [
+        share(2000, 250, "q"),
+        share(1000, 500, "h"),
+        whole(4000, "w"),
+        Request("t", cpu_milli=8000, devices=DeviceRequest(count=2)),
+        Request("m", cpu_milli=1000, devices=DeviceRequest(count=1, models=("Tesla T4",))),
+        Request("c", cpu_milli=4000),
+        share(1000, 100, "d"),
+    ]
+    return [replace(shapes[(i * 7 + i // 5) % len(shapes)], name=f"r{i}") for i in range(n)]
+
+
+def _mixed_fleet() -> ClusterState:
+    nodes = [gpu_node(f"a{i}", count=8) for i in range(6)]
+    nodes += [gpu_node(f"t{i}", count=4, model="Tesla T4", memory_mib=15360) for i in range(4)]
+    return ClusterState(nodes, seed=3)
+
+
+def test_warming_after_a_relearn_places_exactly_as_building_on_demand() -> None:
+    # The embedded server re-learns between passes and builds at once what the next placements
+    # would build on the new workload (WorkloadModel.warm): the measure, the pressure, the
+    # lookahead's deltas and each shape's fragmentation after placement. Built then or on
+    # demand, the values are the same, and so is every placement.
+    def run(warm: bool) -> tuple[list[tuple[str, tuple[str, ...]]], int]:
+        engine = Engine(_mixed_fleet(), "xpupool")
+        engine.defer_learning()
+        placed = []
+        for i, req in enumerate(_mixed_stream(240)):
+            p = engine.place(req)
+            placed.append((req.name, tuple(f"{a.node}{a.devices}" for a in p.allocations)))
+            if i % 4 == 3:  # a pass of four
+                engine.relearn(warm=warm)
+        return placed, model_of(engine).generation
+
+    warmed, learned = run(True)
+    assert learned > 5  # the workload was built on anew several times
+    assert warmed == run(False)[0]
+    assert 100 < sum(bool(nodes) for _, nodes in warmed) < 240  # until the pool was full
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_warming_builds_what_the_next_placement_would(warm: bool) -> None:
+    engine = Engine(_mixed_fleet(), "xpupool")
+    engine.defer_learning()
+    for req in _mixed_stream(12):
+        engine.place(req)
+    model = model_of(engine)
+    assert engine.learning_due
+    engine.relearn(warm=warm)
+    assert not engine.learning_due and model.frag.workload.shapes
+    state = engine.state
+    measured = (model.frag.version == state.node_version).all()
+    stale = 0
+    for shape in model.frag.workload.shapes:  # what the next placement of each would compute
+        ctx = engine.pipeline.context(shape)
+        engine.pipeline.filter(ctx)
+        stale += model.after.evaluate(ctx).stale.size
+    assert measured == warm and (stale == 0) == warm

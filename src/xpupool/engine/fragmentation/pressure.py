@@ -143,6 +143,10 @@ class DevicePressure:
         result: IntArray = (above * free[..., None, :]).sum(axis=-1)
         return result
 
+    def current(self) -> FloatArray:
+        """``[C + 1]``: pressure per class now (brought up to date), and 0 last."""
+        return self._class_pressure()
+
     def _class_pressure(self) -> FloatArray:
         """``[C + 1]``: pressure per class now, and 0 last (for class -1)."""
         s = self.state

@@ -55,6 +55,13 @@ class LookaheadStep:
             self.model.frag.current()  # every node's next-shape deltas, once, before placing
             self._look.update(env.pipeline.state)
         self.model.parts.append(lambda: self._lookahead().describe())
+        self.model.warmers.append(self._warm)
+
+    def _warm(self) -> None:
+        """Every node's next-shape deltas for the model's current measure, ahead of a placement."""
+        look = self._lookahead()
+        if look.active:
+            look.update(self.model.state)
 
     def _lookahead(self) -> Lookahead:
         """The lookahead over the model's current measure (a re-learned workload starts afresh)."""
