@@ -247,6 +247,8 @@ class ControlPlane:
         self.writers_waiting = 0
         self._waiting_guard = threading.Lock()
         self.wake = threading.Event()
+        self.relearn_due_since: float | None = None  # a due re-learn put off (scheduler_loop.py)
+        self.relearned_at: float | None = None  # when the scheduling loop last re-learned
         self.capacity_gen = 0
         self.next_job_id = 1
         self.principals: dict[str, Principal] = {}  # token hash -> principal, live tokens only
