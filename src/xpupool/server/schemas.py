@@ -491,6 +491,17 @@ class CatalogModel(Lenient):
     source: str
 
 
+class _SpecText(str):
+    """A compact request string and the request model read from it (``JobIn.spec``)."""
+
+    read: RequestModel
+
+    def __new__(cls, text: str, read: RequestModel) -> _SpecText:
+        made = super().__new__(cls, text)
+        made.read = read
+        return made
+
+
 class JobIn(Strict):
     """A job: what to run and what it needs. ``request`` is the request, as the JSON object or as
     the compact string (docs/request-syntax.md); ``spec`` is the same string under its older name,
@@ -574,10 +585,11 @@ class JobIn(Strict):
     @field_validator("spec")
     @classmethod
     def _spec_reads(cls, text: str | None) -> str | None:
-        """The compact string is checked by the request model, errors at ``spec.<path>``."""
+        """The compact string is checked by the request model, errors at ``spec.<path>``; the
+        model read is kept with the text, so that it is read once."""
         if text is not None:
             try:
-                RequestModel.model_validate(text)
+                return _SpecText(text, RequestModel.model_validate(text))
             except ValidationError as exc:
                 first = exc.errors()[0]
                 at = error_path(first)
@@ -594,7 +606,9 @@ class JobIn(Strict):
                     reason = f"give 'model' or '{other}', not both: the model fills {other}"
                     raise field_error(reason, getattr(self, other), other)
         if self.spec is not None:
-            self.request = RequestModel.model_validate(self.spec)
+            spec = self.spec
+            read = spec.read if isinstance(spec, _SpecText) else RequestModel.model_validate(spec)
+            self.request = read
             self.spec, self._request_field = None, "spec"
         for key in self.env:
             if not key or "=" in key or "\0" in key:

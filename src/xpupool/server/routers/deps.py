@@ -1,12 +1,18 @@
-"""Dependencies every router shares: the plane and who is calling."""
+"""Dependencies every router shares: the plane and who is calling.
+
+They are coroutines: FastAPI runs a plain function dependency in its thread pool, one thread hop
+per dependency per request, and these only read memory (a token's principal is cached; the store
+is read once per token). Three hops per request were about a sixth of the server's time at 200
+submissions/s (issue 25)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, HTTPException, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
 
 from xpupool.server import schemas as s
 from xpupool.server.auth import Principal, TokenExpired
@@ -16,7 +22,7 @@ from xpupool.server.services import tenants
 _bearer = HTTPBearer(auto_error=False, description="A token from `xpupool up` or the admin.")
 
 
-def plane(request: Request) -> ControlPlane:
+async def plane(request: Request) -> ControlPlane:
     p: ControlPlane = request.app.state.plane
     return p
 
@@ -24,7 +30,7 @@ def plane(request: Request) -> ControlPlane:
 Plane = Annotated[ControlPlane, Depends(plane)]
 
 
-def principal(
+async def principal(
     request: Request,
     creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
@@ -43,14 +49,14 @@ def principal(
     return who
 
 
-def user(who: Annotated[Principal, Depends(principal)]) -> Principal:
+async def user(who: Annotated[Principal, Depends(principal)]) -> Principal:
     """Admin or tenant (agent and bootstrap tokens only speak the agent protocol)."""
     if who.role not in ("admin", "tenant"):
         raise HTTPException(403, f"{who.role} tokens may only use /v1/agent endpoints")
     return who
 
 
-def admin(who: Annotated[Principal, Depends(principal)]) -> Principal:
+async def admin(who: Annotated[Principal, Depends(principal)]) -> Principal:
     if not who.is_admin:
         raise HTTPException(
             403,
@@ -60,7 +66,7 @@ def admin(who: Annotated[Principal, Depends(principal)]) -> Principal:
     return who
 
 
-def agent(request: Request, who: Annotated[Principal, Depends(principal)]) -> Principal:
+async def agent(request: Request, who: Annotated[Principal, Depends(principal)]) -> Principal:
     """An agent, bootstrap or admin credential speaking this server's agent protocol. The admin
     may leave the version header out (scripts, curl); an agent may not: an agent of another
     release is told both versions (426) instead of being misread."""
@@ -80,6 +86,14 @@ def agent(request: Request, who: Annotated[Principal, Depends(principal)]) -> Pr
             headers={s.AGENT_PROTOCOL_HEADER: str(s.AGENT_PROTOCOL)},
         )
     return who
+
+
+def model_response(model: BaseModel, status: int = 200) -> Response:
+    """``model`` as the JSON body FastAPI would write for it as the route's ``response_model``
+    (the route keeps declaring it, for the OpenAPI schema). Returned as a response, the model is
+    not validated again against the same class, in one more thread hop for a plain function
+    route: a third of a submission's framework cost (issue 25)."""
+    return Response(model.model_dump_json(by_alias=True), status, media_type="application/json")
 
 
 User = Annotated[Principal, Depends(user)]
