@@ -13,7 +13,10 @@ time, so a slow server makes the client late rather than the rate lower, and the
 reported. The stream mixes fractional (most), whole and two-card requests, sized so that the pool
 does not fill: every job should be placed. Reports, from each job's events, submission ->
 scheduled latency (scheduled.at - pending.at, server clock) p50/p99/max; the client's submit round
-trip p50/p99; submissions/s achieved; and anything lost (a 201 job missing or not scheduled).
+trip p50/p99; submissions/s achieved; ``server_cpu_ms_per_job``, the server process's CPU (all
+its threads) from the first submission until no job is pending, per job acknowledged: what one
+submission costs it to take, store and schedule, which bounds the rate one server sustains; and
+anything lost (a 201 job missing or not scheduled).
 ``steady_p50_ms`` / ``steady_p99_ms`` / ``steady_max_ms`` are the same latencies for the jobs
 submitted ``--steady-after`` seconds (3) or more after the first: a fresh server learns its
 workload from the first requests (``engine/fragmentation/workload_model.py``) and rebuilds what is
@@ -264,6 +267,7 @@ def run(
                     tokens.append(r.raise_for_status().json()["token"])
             total = int(rate * seconds)
             spy = None if profile is None else record_profile(proc.pid, profile)
+            cpu_before = cpu_seconds(proc.pid)
             sent = Sent()
             t0 = time.perf_counter() + 0.2
             threads = [
@@ -281,6 +285,7 @@ def run(
                 spy.send_signal(signal.SIGINT)
                 spy.wait(60)
             still_pending = wait_settled(url, admin)
+            server_cpu_s = cpu_seconds(proc.pid) - cpu_before  # submitting and scheduling
             jobs = fetch_jobs(url, admin, sent.ids)
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -318,6 +323,7 @@ def run(
         "first_errors": sent.errors[:3],
         "achieved_rate_per_s": round(len(sent.ids) / elapsed, 1) if elapsed > 0 else None,
         "client_late_p99_ms": round(pct(sent.late_s, 99), 2),
+        "server_cpu_ms_per_job": round(server_cpu_s * 1000 / max(len(sent.ids), 1), 3),
         "submit_rtt_p50_ms": round(pct(sent.rtt_s, 50), 2),
         "submit_rtt_p99_ms": round(pct(sent.rtt_s, 99), 2),
         "scheduled_latency_p50_ms": round(pct(latency, 50), 2),
@@ -360,8 +366,8 @@ def sweep(
 
 TABLE_HEAD = (
     "| nodes | offered/s | achieved/s | scheduled p50 / p99 / max ms "
-    "| steady p50 / p99 / max ms | submit rtt p99 ms | client late p99 ms | lost "
-    "| load |"
+    "| steady p50 / p99 / max ms | submit rtt p99 ms | client late p99 ms "
+    "| server CPU ms/job | lost | load |"
 )
 
 
@@ -372,7 +378,8 @@ def table_line(row: dict[str, Any]) -> str:
         f"| {row['scheduled_latency_p50_ms']:g} / {row['scheduled_latency_p99_ms']:g} / "
         f"{row['scheduled_latency_max_ms']:g} | {row['steady_p50_ms']:g} / "
         f"{row['steady_p99_ms']:g} / {row['steady_max_ms']:g} | {row['submit_rtt_p99_ms']:g} "
-        f"| {row['client_late_p99_ms']:g} | {row['lost'] + row['not_scheduled']} "
+        f"| {row['client_late_p99_ms']:g} | {row['server_cpu_ms_per_job']:g} "
+        f"| {row['lost'] + row['not_scheduled']} "
         f"| {row.get('load_average', float('nan')):.2f} |"
     )
 
@@ -489,7 +496,7 @@ def main() -> None:
         )
         rows = sweep(args.seconds, args.workers, args.policy, args.steady_after)
         if args.table:
-            print("\n".join([TABLE_HEAD, "|---" * 9 + "|", *map(table_line, rows)]))
+            print("\n".join([TABLE_HEAD, "|---" * 10 + "|", *map(table_line, rows)]))
         else:
             print(json.dumps({"seconds_per_row": args.seconds, "rows": rows}))
         return
