@@ -2,8 +2,8 @@
 
 They are coroutines: FastAPI runs a plain function dependency in its thread pool, one thread hop
 per dependency per request, and these only read memory (a token's principal is cached; the store
-is read once per token). Three hops per request were about a sixth of the server's time at 200
-submissions/s (issue 25)."""
+is read once per token). The thread pool's hand-offs were about a sixth of the server's samples
+in a profile at 200 submissions/s (issue 25)."""
 
 from __future__ import annotations
 
@@ -91,8 +91,8 @@ async def agent(request: Request, who: Annotated[Principal, Depends(principal)])
 def model_response(model: BaseModel, status: int = 200) -> Response:
     """``model`` as the JSON body FastAPI would write for it as the route's ``response_model``
     (the route keeps declaring it, for the OpenAPI schema). Returned as a response, the model is
-    not validated again against the same class, in one more thread hop for a plain function
-    route: a third of a submission's framework cost (issue 25)."""
+    not validated again against its own class, which a plain function route does in one more
+    thread hop (issue 25)."""
     return Response(model.model_dump_json(by_alias=True), status, media_type="application/json")
 
 

@@ -20,8 +20,8 @@ async def submit(body: s.JobIn, plane: Plane, me: User) -> Response:
     """Submit a job. It is stored before the answer; the scheduler places it right after."""
     # On the event loop, not in a thread: a submission is CPU under the plane's lock (held by
     # the scheduler for one batch of a few ms at most) and a commit that does not wait for the
-    # disk (WAL, synchronous=NORMAL), and the hop to a thread and back was a fifth of what it
-    # cost the server (issue 25).
+    # disk (WAL, synchronous=NORMAL), and the hop to a thread and back was a fifth of what a
+    # submission cost the app in process (issue 25).
     return model_response(jobs.submit(plane, me, body), 201)
 
 
