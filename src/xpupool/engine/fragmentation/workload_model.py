@@ -147,12 +147,17 @@ class WorkloadModel:
     def _displaced(self, ctx: Context, candidates: IndexArray) -> FloatArray | None:
         if ctx.k == 0 or ctx.dev_fit is None or not candidates.size:
             return None
+        pressure = self._pressure_now()
+        if not pressure.active:
+            return None
+        return pressure.displaced(candidates, ctx.dev_fit, ctx.need_core)
+
+    def _pressure_now(self) -> DevicePressure:
+        """The device pressure over the current shape table (built again with a new table)."""
         table = self.frag.table
         if self._pressure is None or self._pressure.table is not table:
-            self._pressure = DevicePressure(ctx.state, table)
-        if not self._pressure.active:
-            return None
-        return self._pressure.displaced(candidates, ctx.dev_fit, ctx.need_core)
+            self._pressure = DevicePressure(self.state, table)
+        return self._pressure
 
     # ------------------------------------------------------------------ learning
     def observe(self, req: Request, placed: bool) -> None:
@@ -192,11 +197,9 @@ class WorkloadModel:
         shape after one took about 5 ms instead of 1, and a fresh server re-learns many times in
         its first second."""
         self.frag.current()
-        table = self.frag.table
-        if self._pressure is None or self._pressure.table is not table:
-            self._pressure = DevicePressure(self.state, table)
-        if self._pressure.active:
-            self._pressure.current()
+        pressure = self._pressure_now()
+        if pressure.active:
+            pressure.current()
         for warmer in self.warmers:
             warmer()
         for shape in self.frag.workload.shapes:  # each shape's fragmentation after placement

@@ -51,9 +51,7 @@ class LookaheadStep:
         self.model = env.model()
         self.args = env.args if isinstance(env.args, LookaheadArgs) else self.default_args
         self._look = Lookahead(self.model.frag, self.args.shapes)
-        if self._look.active:
-            self.model.frag.current()  # every node's next-shape deltas, once, before placing
-            self._look.update(env.pipeline.state)
+        self._warm()  # every node's next-shape deltas, once, before placing
         self.model.parts.append(lambda: self._lookahead().describe())
         self.model.warmers.append(self._warm)
 
@@ -61,6 +59,7 @@ class LookaheadStep:
         """Every node's next-shape deltas for the model's current measure, ahead of a placement."""
         look = self._lookahead()
         if look.active:
+            self.model.frag.current()
             look.update(self.model.state)
 
     def _lookahead(self) -> Lookahead:
