@@ -110,13 +110,20 @@ class Engine:
         a refusal then counts nodes whose devices lie outside it (``Reason.OUTSIDE_ASSIGNMENT``).
         Inside ``txn`` (a what-if) the placement commits into it and goes when it rolls back.
         The profile's observers (``scorers/base.py`` :class:`Observer`: its scorers that learn
-        and the shared workload model its plugins build on) are told the outcome once each,
-        except of a what-if: a trial placement is not a request to learn from.
+        and the shared workload model its plugins build on) are told the outcome once each; inside
+        ``txn``, when the outermost transaction commits (a front that places in transactions, as
+        the Kubernetes extender does, teaches what it keeps), and never when it rolls back: a
+        what-if is not a request to learn from.
         """
         profile = self._profile(req.node_policy) if req.node_policy else self.profile
         placement = self._place_all(req, profile, within, txn)
-        if txn is not None:
-            return placement
+        if txn is None:
+            self._observe(req, profile, placement.ok)
+        else:
+            txn.on_commit(lambda: self._observe(req, profile, placement.ok))
+        return placement
+
+    def _observe(self, req: Request, profile: Profile, placed: bool) -> None:
         observers = self._observers.get(profile.name)
         if observers is None:
             weighted = self._weighted(profile)
@@ -125,8 +132,7 @@ class Engine:
                 learners.append(self._model(profile))
             observers = self._observers[profile.name] = tuple(learners)
         for observer in observers:
-            observer.observe(req, placement.ok)
-        return placement
+            observer.observe(req, placed)
 
     def _place_all(
         self,

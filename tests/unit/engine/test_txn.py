@@ -72,3 +72,43 @@ def test_a_nested_transaction_must_share_its_parents_state() -> None:
     one, other = busy_engine(), busy_engine()
     with Transaction(one.state) as outer, pytest.raises(ValueError, match="parent's state"):
         Transaction(other.state, parent=outer)
+
+
+def test_commit_actions_run_once_the_outermost_transaction_commits_and_never_on_a_rollback() -> (
+    None
+):
+    engine = busy_engine()
+    ran: list[str] = []
+    with Transaction(engine.state) as outer:
+        with Transaction(engine.state, parent=outer) as inner:
+            inner.on_commit(lambda: ran.append("inner"))
+            inner.commit()
+        assert ran == []  # handed to the parent, not run yet
+        outer.on_commit(lambda: ran.append("outer"))
+        outer.commit()
+    assert ran == ["inner", "outer"]
+    ran.clear()
+    with Transaction(engine.state) as outer:
+        with Transaction(engine.state, parent=outer) as inner:
+            inner.on_commit(lambda: ran.append("inner"))
+            inner.commit()
+        outer.rollback()
+    with Transaction(engine.state) as txn:
+        txn.on_commit(lambda: ran.append("left"))  # leaving the block rolls back
+    assert ran == []
+
+
+def test_a_placement_inside_a_transaction_teaches_the_learners_only_when_it_commits() -> None:
+    """The Kubernetes extender places every pod inside a transaction; before, the engine told its
+    learners of no placement made in one, so the extender's online workload stayed empty."""
+    engine = engine_for(gpu_node("a", count=2), gpu_node("b", count=2), profile="xpupool")
+    assert engine.stranded() is None  # nothing learned yet
+    with Transaction(engine.state) as trial:
+        assert engine.place(share("what-if"), txn=trial).ok
+        trial.rollback()
+    assert engine.stranded() is None  # a what-if teaches nothing
+    with Transaction(engine.state) as txn:
+        assert engine.place(share("kept"), txn=txn).ok
+        assert engine.stranded() is None  # not before the commit
+        txn.commit()
+    assert engine.stranded() is not None  # learned: one shape, a quarter of a card's compute
