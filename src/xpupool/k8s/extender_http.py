@@ -15,6 +15,8 @@ from typing import Any
 
 from anyio import CapacityLimiter, to_thread
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
 from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -22,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from xpupool.k8s.cluster_view import ClusterView
 from xpupool.k8s.extender import Extender
 from xpupool.k8s.extender_wire import (
     MAX_BODY_BYTES,
@@ -37,6 +40,7 @@ from xpupool.k8s.extender_wire import (
     encode,
 )
 from xpupool.k8s.gang import MAX_GANG_SIZE
+from xpupool.server.stranded_gauges import stranded_gauges
 
 VERBS: dict[str, type[BaseModel]] = {
     "filter": ExtenderArgs,
@@ -47,9 +51,11 @@ VERBS: dict[str, type[BaseModel]] = {
 
 
 class ExtenderMetrics:
-    """What an operator watches: calls and their latency per verb, refused and failed binds."""
+    """What an operator watches: calls and their latency per verb, refused and failed binds, and
+    (once :meth:`watch` is given the view) the pool's size and its stranded capacity."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
         self.calls = Counter(
             "xpupool_extender_calls",
             "Extender calls by verb and outcome (ok, error: Error set, bad_request)",
@@ -71,6 +77,25 @@ class ExtenderMetrics:
             "Pods holding managed devices (bound or reserved)",
             registry=registry,
         )
+
+    def watch(self, view: ClusterView) -> None:
+        """Read the pool's figures from ``view`` at scrape time."""
+        self.nodes.set_function(lambda: len(view.nodes()))
+        self.pods.set_function(lambda: len(view.charges()))
+        self.registry.register(StrandedCollector(view))
+
+
+class StrandedCollector(Collector):
+    """Per node, idle device capacity that no shape of the workload the extender's engine learned
+    from the pods it placed can use now: the embedded server's gauges, by the same function
+    (``server/stranded_gauges.py``); none until the engine has learned a workload."""
+
+    def __init__(self, view: ClusterView) -> None:
+        self.view = view
+
+    def collect(self) -> list[Metric]:
+        with self.view.engine_locked() as engine:
+            return list(stranded_gauges(engine))
 
 
 BIND_THREADS = MAX_GANG_SIZE + 16
@@ -94,8 +119,7 @@ def create_app(
     replica that does not hold the Lease is not ready and answers every verb as a standby: no
     two replicas ever bind, and a Service in front sends calls to the leader only."""
     if metrics is not None:
-        metrics.nodes.set_function(lambda: len(extender.view.nodes()))
-        metrics.pods.set_function(lambda: len(extender.view.charges()))
+        metrics.watch(extender.view)
 
     limiters: dict[str, CapacityLimiter] = {}  # made in the server's event loop, on first use
 

@@ -13,6 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from xpupool.server.plane import ControlPlane
+from xpupool.server.stranded_gauges import stranded_gauges
 
 MIB = 1 << 20
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -162,32 +163,8 @@ class PlaneCollector(Collector):
         from the requests) can use now (docs/capacity.md); absent until it has learned one."""
         p = self.plane
         with p.lock:
-            stranded = p.engine.stranded()
-            if stranded is None:
-                return
-            state = p.engine.state
-            alive = [i for i in range(state.n_nodes) if state.node_alive[i]]
-            rows = [
-                (state.node_names[i], state.nodes[i].site, i)
-                for i in alive
-                if state.node_names[i] in p.nodes
-            ]
-        memory = GaugeMetricFamily(
-            "xpupool_node_stranded_device_memory_bytes",
-            "Idle device memory on the node that no shape of the target workload can use now.",
-            labels=["node", "site"],
-        )
-        cores = GaugeMetricFamily(
-            "xpupool_node_stranded_device_cores",
-            "Idle device compute on the node, in cards, that no shape of the target workload can "
-            "use now.",
-            labels=["node", "site"],
-        )
-        for name, site, i in rows:
-            memory.add_metric([name, site], int(stranded.memory_mib[i]) * MIB)
-            cores.add_metric([name, site], int(stranded.core_milli[i]) / 1000)
-        yield memory
-        yield cores
+            gauges = stranded_gauges(p.engine, lambda name: name in p.nodes)
+        yield from gauges
 
     def _history(self) -> Iterator[GaugeMetricFamily]:
         """The fleet history's last sample (``server/history.py``), one gauge per series,

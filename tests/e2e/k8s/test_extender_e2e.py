@@ -490,6 +490,9 @@ def test_metrics_count_the_calls_by_verb_and_outcome(
         ):
             assert line in text, text[:3000]
         assert 'xpupool_extender_call_seconds_bucket{le="0.05",verb="filter"}' in text
+        # stranded capacity for the workload learned from the pods it placed (the server's gauges)
+        for name in ("memory_bytes", "cores"):
+            assert f'xpupool_node_stranded_device_{name}{{node="metrics-a",' in text, text[-3000:]
     finally:
         delete_pods(kc)
         remove_nodes(kc, "metrics-a")

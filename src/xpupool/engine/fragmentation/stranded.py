@@ -9,8 +9,8 @@ usable cards, not enough CPU or memory, a CPU-only shape) or the card has no roo
 shares (``capacity.share_fits``: memory, compute, a task slot). Cards out of service (unhealthy,
 cordoned, on a cordoned or removed node) are not counted: they are not idle capacity.
 
-The simulator's reports, ``bench/placement.py`` and the server's metrics all call
-:func:`stranded_capacity`, so they report one figure.
+The simulator's reports, the benchmarks, the dashboard and the metrics of the server and of the
+Kubernetes extender all call :func:`stranded_capacity`, so they report one figure.
 """
 
 from __future__ import annotations

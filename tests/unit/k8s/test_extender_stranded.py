@@ -1,0 +1,82 @@
+"""The Kubernetes extender reports stranded capacity: idle device memory and compute that no shape
+of the workload its engine learned from the pods can use, per node, under the embedded server's
+gauge names (``server/stranded_gauges.py``), read at scrape time from a real ClusterView and
+engine (default profile) through the extender's registry."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from xpupool.k8s.cluster_view import ClusterView, NodeRecord
+from xpupool.k8s.extender import Extender
+from xpupool.k8s.extender_http import ExtenderMetrics, create_app
+from xpupool.k8s.extender_wire import ExtenderArgs, ExtenderBindingArgs
+from xpupool.k8s.watch import Event, EventType
+
+from factories import gpu_node
+
+MIB = 1 << 20
+CARD_MIB = 81920
+
+
+class Api:
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        raise AssertionError("not used: filter kept the pod")
+
+    def annotate_pod(self, *args: object) -> None:
+        pass
+
+    def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        pass
+
+
+def no_decoder(obj: dict[str, Any]) -> Any:
+    raise AssertionError("not used: events are fed by hand")
+
+
+def pod(name: str, gpumem_mib: int) -> dict[str, Any]:
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(gpumem_mib)}
+    return {
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": "1"},
+        "spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]},
+    }
+
+
+def gauges(registry: CollectorRegistry, name: str) -> dict[str, float]:
+    text = generate_latest(registry).decode()
+    return {
+        node: float(value)
+        for node, value in re.findall(rf'^{name}{{node="([^"]+)",site="[^"]*"}} (\S+)$', text, re.M)
+    }
+
+
+def test_the_extender_reports_each_nodes_stranded_capacity_once_it_has_learned_a_workload() -> None:
+    view = ClusterView(no_decoder, no_decoder)
+    for name in ("a", "b"):
+        node = gpu_node(name, count=1, memory_mib=CARD_MIB, group_size=0)
+        view.on_node(Event(EventType.ADDED, name, f"uid-{name}", NodeRecord(node, True)))
+    ext = Extender(view, Api(), lambda node, demand, allocs: {})
+    registry = CollectorRegistry()
+    metrics = ExtenderMetrics(registry)
+    create_app(ext, lambda timeout: True, metrics)
+    memory = "xpupool_node_stranded_device_memory_bytes"
+    assert gauges(registry, memory) == {}  # nothing learned yet: no workload to strand for
+
+    big = pod("big", 60000)
+    [node] = ext.filter(ExtenderArgs(Pod=big, NodeNames=["a", "b"])).node_names or []
+    meta = big["metadata"]
+    bound = ext.bind(
+        ExtenderBindingArgs(PodName="big", PodNamespace="ns", PodUID=meta["uid"], Node=node)
+    )
+    assert not bound.error
+    other = "b" if node == "a" else "a"
+    # The workload learned is one shape, 60,000 MiB of a card: the 21,920 MiB left beside the
+    # pod can take none of it; the empty card strands nothing.
+    assert gauges(registry, memory) == {node: (CARD_MIB - 60000) * MIB, other: 0.0}
+    cores = gauges(registry, "xpupool_node_stranded_device_cores")
+    assert cores[other] == 0.0 and 0.0 < cores[node] <= 1.0
+    text = generate_latest(registry).decode()
+    assert "xpupool_extender_nodes 2.0" in text and "xpupool_extender_pods_charged 1.0" in text
