@@ -39,3 +39,14 @@ class Context:
     filters_off: frozenset[str] = frozenset()
     cycle: dict[str, object] = field(default_factory=dict)
     cards: IntArray | None = None
+    _candidates: IntArray | None = field(default=None, init=False, repr=False)
+    _candidates_of: BoolArray | None = field(default=None, init=False, repr=False)
+
+    def candidates(self) -> IntArray:
+        """The fitting nodes, ``np.flatnonzero(node_fit)``: found once per ``node_fit`` (the
+        pipeline's choice, the scorers and the measure each ask; at 5,000 nodes each search
+        costs several microseconds)."""
+        if self._candidates_of is not self.node_fit or self._candidates is None:
+            self._candidates = np.flatnonzero(self.node_fit)
+            self._candidates_of = self.node_fit
+        return self._candidates

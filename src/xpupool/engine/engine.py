@@ -182,7 +182,7 @@ class Engine:
         ctx = self.pipeline.context(req)
         ctx.filters_off = profile.disabled_filters
         self.pipeline.filter(ctx)
-        candidates = np.flatnonzero(ctx.node_fit)
+        candidates = ctx.candidates()
         total = self.pipeline.weighted(ctx, self._weighted(profile, req), candidates)
         return ctx.node_fit, np.zeros(self.state.n_nodes) if total is None else total
 

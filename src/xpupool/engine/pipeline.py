@@ -138,7 +138,7 @@ class Pipeline:
     ) -> int:
         """Index of the best fitting node, or -1: the first post-score step's choice, else the
         best weighted sum. Ties go to the lowest ``state.rank``."""
-        candidates = np.flatnonzero(ctx.node_fit)
+        candidates = ctx.candidates()
         if candidates.size <= 1:
             return int(candidates[0]) if candidates.size else -1
         total = self.weighted(ctx, scorers, candidates)

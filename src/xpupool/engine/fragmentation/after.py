@@ -78,7 +78,7 @@ class AfterPlacement:
         state = ctx.state
         before = self.frag.current()  # refreshes the shape table on an epoch change
         cached = self._cached_for(ctx)
-        candidates = np.flatnonzero(ctx.node_fit)
+        candidates = ctx.candidates()
         stale = candidates[cached.version[candidates] != state.node_version[candidates]]
         if stale.size:
             cached.frag_after[stale] = settled(self.evaluate_nodes(ctx, self.frag.table, stale))

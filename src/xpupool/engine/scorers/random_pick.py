@@ -23,7 +23,7 @@ class RandomPick:
 
     def score(self, ctx: Context) -> FloatArray:
         scores = np.zeros(ctx.state.n_nodes, np.float64)
-        candidates = np.flatnonzero(ctx.node_fit)
+        candidates = ctx.candidates()
         if candidates.size:
             scores[candidates[self._rng.integers(candidates.size)]] = 100.0
         return scores

@@ -40,7 +40,7 @@ class CardRated:
         """``[N]``: per candidate, its best fitting card's score for a one-card replica when the
         scorer rates cards, else :meth:`node_scores`."""
         out = np.zeros(ctx.state.n_nodes, np.float64)
-        candidates = np.flatnonzero(ctx.node_fit)
+        candidates = ctx.candidates()
         if not candidates.size:
             return out
         cards = self.card_scores(ctx, candidates) if ctx.k == 1 else None
