@@ -28,6 +28,7 @@ from xpupool.engine.cycle.admission import Admission, QueueSpec
 from xpupool.engine.cycle.cycle import SchedulingCycle
 from xpupool.engine.engine import Engine
 from xpupool.engine.fragmentation import kernels
+from xpupool.engine.learning_pace import LearningPace
 from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile
 from xpupool.engine.state import ClusterState
 from xpupool.engine.verdict import Verdicts
@@ -247,8 +248,7 @@ class ControlPlane:
         self.writers_waiting = 0
         self._waiting_guard = threading.Lock()
         self.wake = threading.Event()
-        self.relearn_due_since: float | None = None  # a due re-learn put off (scheduler_loop.py)
-        self.relearned_at: float | None = None  # when the scheduling loop last re-learned
+        self.learning_pace = LearningPace()  # when the scheduling loop re-learns (its _relearn)
         self.capacity_gen = 0
         self.next_job_id = 1
         self.principals: dict[str, Principal] = {}  # token hash -> principal, live tokens only

@@ -41,10 +41,6 @@ BATCH_S = 0.005
 """Seconds a batch goes on taking jobs: what a submission may wait behind it, at most about."""
 YIELD_S = 0.002
 """Seconds a pass waits at most, between two batches, for the writes waiting for the lock."""
-RELEARN_EVERY_S = 1.0
-"""Seconds between two re-learns of the online workload, at least (the first is not put off)."""
-RELEARN_WAIT_S = 0.5
-"""Seconds a due re-learn is put off at most, beyond that, while jobs keep arriving."""
 
 
 def schedule_pass(plane: ControlPlane) -> int:
@@ -82,31 +78,13 @@ def schedule_pass(plane: ControlPlane) -> int:
 
 
 def _relearn(plane: ControlPlane, arrived: bool) -> None:
-    """Re-learn the engine's online workload if that is due, and build on a new one what the
-    next placements would (``Engine.relearn(warm=True)``): at most once every
-    ``RELEARN_EVERY_S`` (the first time at once), and not after a pass during which a job
-    ``arrived`` (the next pass is about to place it), for ``RELEARN_WAIT_S`` at most.
-
-    Why: a fresh server's learner finds its workload changed every few jobs in its first
-    seconds; at 5,000 nodes each re-learn costs 30 to 40 ms of the server's time, and the jobs
-    that came meanwhile waited for it (issue 25: a p99 of 112 ms over a 10 s run, 35 ms after
-    its first second). Placing the jobs of the next second on a workload learned a second ago
-    moves little: FGD's measure is an expectation over the workload's shapes."""
-    engine = plane.engine
-    if not engine.learning_due:
-        plane.relearn_due_since = None
-        return
-    now = plane.clock()
-    last = plane.relearned_at
-    if last is not None and now - last < RELEARN_EVERY_S:
-        return  # a later pass (the periodic one at least) finds it due
-    since = plane.relearn_due_since
-    if arrived and (since is None or now - since < RELEARN_WAIT_S):
-        plane.relearn_due_since = now if since is None else since
-        return
-    plane.relearn_due_since = None
-    plane.relearned_at = now
-    engine.relearn(warm=True)
+    """Re-learn the engine's online workload if that is due, paced by the plane's
+    ``learning_pace`` (``engine/learning_pace.py``: at most once a second, not after a pass during
+    which a job ``arrived`` (the next pass is about to place it), for half a second at most).
+    At 5,000 nodes each re-learn costs 30 to 40 ms of the server's time, and the jobs that came
+    meanwhile waited for it (issue 25: a p99 of 112 ms over a 10 s run when it re-learned after
+    every pass that made it due)."""
+    plane.learning_pace.tick(plane.engine, plane.clock(), arrived)
 
 
 def _let_writers_in(plane: ControlPlane) -> None:

@@ -1,7 +1,7 @@
 """When the scheduling loop re-learns the engine's online workload (issue 25): once a pass is
-done, at most once every ``RELEARN_EVERY_S`` of the plane's clock, and not right after a pass
+done, at most once every ``learning_pace.EVERY_S`` of the plane's clock, and not right after a pass
 during which a job arrived (that job's pass comes first), unless it was put off for
-``RELEARN_WAIT_S`` already. A re-learn builds at once what the next placements would build on
+``learning_pace.WAIT_S`` already. A re-learn builds at once what the next placements would build on
 the new workload, so the jobs after it do not pay for it."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from server_kit import Server, node, submit, tenant
 
+from xpupool.engine import learning_pace
 from xpupool.engine.fragmentation.workload_model import WorkloadModel
 from xpupool.server import scheduler_loop
 
@@ -35,7 +36,7 @@ def test_the_first_relearn_is_at_once_and_the_next_a_second_later(server: Server
         submit(server, lab, SHARE)
     assert server.schedule() == 3
     assert server.plane.engine.learning_due and learned(server) == [1000]  # put off
-    server.clock.advance(scheduler_loop.RELEARN_EVERY_S)
+    server.clock.advance(learning_pace.EVERY_S)
     assert server.schedule() == 0  # a pass with nothing to place re-learns what is due
     assert learned(server) == [100, 1000] and not server.plane.engine.learning_due
 
@@ -72,9 +73,9 @@ def test_a_relearn_put_off_by_arrivals_is_done_after_the_wait(
     submit(server, lab, WHOLE)
     server.schedule()
     assert learned(server) == [] and server.plane.engine.learning_due
-    server.clock.advance(scheduler_loop.RELEARN_WAIT_S / 2)
+    server.clock.advance(learning_pace.WAIT_S / 2)
     server.schedule()
     assert learned(server) == []
-    server.clock.advance(scheduler_loop.RELEARN_WAIT_S / 2)
+    server.clock.advance(learning_pace.WAIT_S / 2)
     server.schedule()
     assert learned(server) == [100, 1000]
