@@ -153,12 +153,18 @@ class ClusterView:
         profile: Profile | str = DEFAULT_PROFILE,
         profiles: dict[str, Profile] | None = None,
         seed: int = 0,
+        defer_learning: bool = False,
     ) -> None:
         self.decode_node = decode_node
         self.decode_pod_devices = decode_pod_devices
         self.profile = profile
         self.profiles = profiles
         self.seed = seed
+        self.defer_learning = defer_learning
+        """The engine re-learns its online workload only when told (``k8s/learner.py``), not
+        inside the verb that made it due."""
+        self.reservations = 0
+        """Placements recorded so far (:meth:`reserve`): the learner's sign that pods arrived."""
         self._lock = threading.RLock()
         self.condition = threading.Condition(self._lock)
         """A condition on the view's lock: a gang's binds wait on it (``gang.py``) without
@@ -202,6 +208,8 @@ class ClusterView:
         self._engine = Engine(state, self.profile, seed=self.seed, profiles=self.profiles)
         if before is not None:  # the workload learned so far goes on (engine.inherit_learning)
             self._engine.inherit_learning(before)
+        elif self.defer_learning:
+            self._engine.defer_learning()
         self._stale = False
         self.rebuilds += 1
         for uid, charge in sorted(self._charges.items(), key=lambda kv: _first_id(kv[1])):
@@ -267,6 +275,7 @@ class ClusterView:
             for alloc in allocs:
                 self._next_id = max(self._next_id, alloc.id + 1)
             self._charges[pod_uid] = _Charge(allocs, True, True, _charge_key(allocs), pod)
+            self.reservations += 1
 
     def rekey(self, old: str, new: str) -> None:
         """Hand the reservation held under ``old`` (a gang's slot) to pod ``new``, unchanged in

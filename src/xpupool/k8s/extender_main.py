@@ -22,6 +22,7 @@ from xpupool.k8s.extender_http import ExtenderMetrics, create_app
 from xpupool.k8s.gang import DEFAULT_WAIT_S, Gangs, PodGroupSizes, lightkube_podgroup_getter
 from xpupool.k8s.kubeconfig import load_config, make_client
 from xpupool.k8s.leader import LeaderElector
+from xpupool.k8s.learner import Learner
 from xpupool.k8s.pod_api import LightkubePodApi
 from xpupool.k8s.pod_assignment import assignment_annotations
 from xpupool.k8s.preemption import Preemptions
@@ -57,6 +58,7 @@ def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
         decode_pod_devices,
         profile=cfg.policy,
         profiles=cfg.profiles or None,
+        defer_learning=True,  # re-learned between verbs, by the learner below
     )
     client = make_client(config, field_manager=FIELD_MANAGER)
     sizes = PodGroupSizes(lightkube_podgroup_getter(client))
@@ -84,6 +86,7 @@ def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
 
         serve_registry(registry, cfg.metrics_host, cfg.metrics_port)
     view.watch(config)
+    learner = Learner(view).start()
     elector = None
     if cfg.lease is not None:
         namespace, name = cfg.lease
@@ -111,5 +114,6 @@ def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
     finally:
         if elector is not None:
             elector.stop()  # the Lease given up: a standby takes over at once
+        learner.stop()
         view.stop()
         client.close()

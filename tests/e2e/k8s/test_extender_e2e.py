@@ -490,9 +490,17 @@ def test_metrics_count_the_calls_by_verb_and_outcome(
         ):
             assert line in text, text[:3000]
         assert 'xpupool_extender_call_seconds_bucket{le="0.05",verb="filter"}' in text
-        # stranded capacity for the workload learned from the pods it placed (the server's gauges)
-        for name in ("memory_bytes", "cores"):
-            assert f'xpupool_node_stranded_device_{name}{{node="metrics-a",' in text, text[-3000:]
+        # stranded capacity for the workload learned from the pods it placed (the server's
+        # gauges), once its learner has re-learned (between verbs, k8s/learner.py)
+        wanted = [
+            f'xpupool_node_stranded_device_{n}{{node="metrics-a",'
+            for n in ("memory_bytes", "cores")
+        ]
+        deadline = time.monotonic() + 20
+        while not all(w in text for w in wanted):
+            assert time.monotonic() < deadline, text[-3000:]
+            time.sleep(0.2)
+            text = httpx.get(f"http://127.0.0.1:{proc.metrics_port}/metrics", timeout=5).text
     finally:
         delete_pods(kc)
         remove_nodes(kc, "metrics-a")

@@ -1,0 +1,113 @@
+"""The extender re-learns its online workload between verbs, not inside the filter that made it
+due (``k8s/learner.py``), on a real ClusterView and engine (default profile), with a fake clock."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from xpupool.engine import learning_pace
+from xpupool.k8s.cluster_view import ClusterView, NodeRecord
+from xpupool.k8s.extender import Extender
+from xpupool.k8s.extender_wire import ExtenderArgs
+from xpupool.k8s.learner import Learner
+from xpupool.k8s.watch import Event, EventType
+
+from factories import gpu_node
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Api:
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        raise AssertionError("not used: filter kept the pod")
+
+    def annotate_pod(self, *args: object) -> None:
+        pass
+
+    def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        pass
+
+
+def no_decoder(obj: dict[str, Any]) -> Any:
+    raise AssertionError("not used: events are fed by hand")
+
+
+def pod(name: str, gpumem_mib: int) -> dict[str, Any]:
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(gpumem_mib)}
+    return {
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": "1"},
+        "spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]},
+    }
+
+
+def setup() -> tuple[ClusterView, Extender, Learner, Clock]:
+    view = ClusterView(no_decoder, no_decoder, defer_learning=True)
+    for name in ("a", "b", "c"):
+        node = gpu_node(name, count=2, group_size=0)
+        view.on_node(Event(EventType.ADDED, name, f"uid-{name}", NodeRecord(node, True)))
+    clock = Clock()
+    return (
+        view,
+        Extender(view, Api(), lambda node, demand, allocs: {}),
+        Learner(view, clock=clock),
+        clock,
+    )
+
+
+def filter_(ext: Extender, p: dict[str, Any]) -> None:
+    assert ext.filter(ExtenderArgs(Pod=p, NodeNames=["a", "b", "c"])).node_names
+
+
+def learned(view: ClusterView) -> int:
+    with view.engine_locked() as engine:
+        [model] = engine._models.values()
+        return len(model.frag.workload.shapes)
+
+
+def test_a_filter_leaves_the_re_learn_to_the_learner() -> None:
+    view, ext, learner, _ = setup()
+    filter_(ext, pod("first", 20000))
+    assert learned(view) == 0  # due, not done inside the filter
+    with view.engine_locked() as engine:
+        assert engine.learning_due
+    assert not learner.tick()  # a pod just arrived: the next may follow at once
+    assert learner.tick()  # none came since: the first re-learn is not put off further
+    assert learned(view) == 1
+
+
+def test_the_learner_waits_while_pods_arrive_and_re_learns_at_most_once_a_second() -> None:
+    view, ext, learner, clock = setup()
+    filter_(ext, pod("first", 20000))
+    learner.tick()
+    assert learner.tick()
+    filter_(ext, pod("second", 40000))  # a new shape: due again
+    assert not learner.tick()  # less than a second since the last
+    clock.now += learning_pace.EVERY_S
+    filter_(ext, pod("third", 40000))
+    assert not learner.tick()  # a pod just arrived: put off
+    clock.now += learning_pace.WAIT_S
+    filter_(ext, pod("fourth", 40000))
+    assert learner.tick()  # put off long enough
+    assert learned(view) == 2
+
+
+def test_the_learner_thread_re_learns_in_the_background() -> None:
+    view, ext, learner, _ = setup()
+    learner.clock = time.monotonic
+    filter_(ext, pod("first", 20000))
+    learner.start(tick_s=0.01)
+    try:
+        deadline = time.monotonic() + 10
+        while learned(view) == 0:
+            assert time.monotonic() < deadline, "the learner never re-learned"
+            time.sleep(0.01)
+    finally:
+        learner.stop()
+    assert learner.relearns == 1
