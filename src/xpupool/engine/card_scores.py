@@ -18,11 +18,12 @@ from typing import cast
 
 import numpy as np
 
+from xpupool.engine.compiled import jit
 from xpupool.engine.context import Context
 from xpupool.engine.fragmentation.after import cache_bound
 from xpupool.engine.lru import Lru
 from xpupool.engine.scorers.base import CardScorer, Scorer
-from xpupool.engine.state import ClusterState, FloatArray, IntArray
+from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 
 Weighted = tuple[tuple[Scorer, float], ...]
 POSITIONS_BOUND = 64
@@ -78,23 +79,30 @@ class CardScores:
                 keys.append(key)
         if not stable and not rest:
             return None
-        total = self._stable(ctx, scorers, stable, tuple(keys), candidates) if stable else None
+        kept = self._stable(ctx, scorers, stable, tuple(keys), candidates) if stable else None
+        total: FloatArray | None = None
         used = set(stable)
         for i in rest:
             scorer, weight = scorers[i]
             part = cast(CardScorer, scorer).card_scores(ctx, candidates)
             if part is not None:
                 used.add(i)
-                total = part * weight if total is None else total + part * weight
-        if total is None:
-            return None
+                if total is None:
+                    total = part * weight if kept is None else kept[candidates] + part * weight
+                else:
+                    total = total + part * weight
         assert ctx.dev_fit is not None  # set for every replica that needs devices
-        per_card = np.where(ctx.dev_fit[candidates], total, -np.inf)
-        best = np.argmax(per_card, axis=1)
+        if total is not None:  # [S, W], a row per candidate
+            values, rows = total, np.arange(candidates.size)
+        elif kept is not None:  # the kept [N, W] sums, read in place
+            values, rows = kept, candidates
+        else:
+            return None
         cards = np.full(ctx.state.n_nodes, -1, np.int64)
-        cards[candidates] = best
+        best = np.empty(candidates.size, np.float64)
+        _choose(values, rows, ctx.dev_fit, candidates, cards, best)
         ctx.cards = cards
-        return CardChoice(per_card[np.arange(candidates.size), best], frozenset(used))
+        return CardChoice(best, frozenset(used))
 
     def _stable(
         self,
@@ -104,8 +112,8 @@ class CardScores:
         keys: tuple[Hashable, ...],
         candidates: IntArray,
     ) -> FloatArray:
-        """``[S, W]`` the kept weighted sum of the node-local card scores, brought up to date on
-        the candidates whose version moved."""
+        """``[N, W]`` the kept weighted sum of the node-local card scores, brought up to date on
+        the candidates whose version moved (the other rows may be stale: read the candidates')."""
         state = ctx.state
         parts = tuple(scorers[i] for i in stable)
         key = (parts, keys, state.epoch)
@@ -123,5 +131,36 @@ class CardScores:
             assert total is not None
             kept.total[stale] = total
             kept.version[stale] = state.node_version[stale]
-        result: FloatArray = kept.total[candidates]
-        return result
+        return kept.total
+
+
+def _choose_loop(
+    values: FloatArray,
+    rows: IntArray,
+    fit: BoolArray,
+    candidates: IntArray,
+    cards: IntArray,
+    best: FloatArray,
+) -> None:
+    """Per candidate ``i`` (node ``candidates[i]``, its sums in ``values[rows[i]]``): the first
+    fitting card with the largest sum into ``cards[node]``, that sum into ``best[i]``; as
+    ``np.argmax`` over the sums with the cards that do not fit at -inf (the first of equal sums, a
+    NaN above every number), in one compiled pass instead of five array operations."""
+    width = values.shape[1]
+    for i in range(candidates.size):
+        node = candidates[i]
+        row = rows[i]
+        top = values[row, 0] if fit[node, 0] else -np.inf
+        col = 0
+        for c in range(1, width):
+            if top != top:  # a NaN: argmax keeps the first
+                break
+            v = values[row, c] if fit[node, c] else -np.inf
+            if v != v or v > top:
+                top = v
+                col = c
+        cards[node] = col
+        best[i] = top
+
+
+_choose = jit(_choose_loop)

@@ -78,8 +78,8 @@ class LookaheadStep:
             return None
         state = ctx.state
         seen = self.model.fragmentation(ctx)
-        top = float(total[candidates].max())
-        pool = candidates[total[candidates] >= top - self.args.look_slack]
+        totals = total[candidates]
+        pool = candidates[totals >= float(totals.max()) - self.args.look_slack]
         if pool.size < 2:
             return None
         pool = pool[np.lexsort((state.rank[pool], -total[pool]))][: self.args.candidates]

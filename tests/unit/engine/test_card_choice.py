@@ -1,0 +1,51 @@
+"""The compiled card choice of one-card replicas (``card_scores._choose``) is NumPy's: per
+candidate, ``np.argmax`` over its cards' sums with the cards that do not fit at -inf, and that
+card's sum; ties go to the first card, a NaN wins as ``argmax`` lets it."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from xpupool.engine.card_scores import _choose, _choose_loop
+
+VALUES = st.sampled_from([-np.inf, -1.0, 0.0, 0.5, 1.0, 2.0, 98.0, np.inf, np.nan])
+
+
+def numpy_choice(
+    values: np.ndarray, rows: np.ndarray, fit: np.ndarray, candidates: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    per_card = np.where(fit[candidates], values[rows], -np.inf)
+    best = np.argmax(per_card, axis=1)
+    cards = np.full(fit.shape[0], -1, np.int64)
+    cards[candidates] = best
+    return cards, per_card[np.arange(candidates.size), best]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(1, 6),
+    st.integers(1, 5),
+    st.data(),
+)
+def test_the_compiled_choice_is_numpys(nodes: int, width: int, data: st.DataObject) -> None:
+    flat = data.draw(st.lists(VALUES, min_size=nodes * width, max_size=nodes * width))
+    values = np.asarray(flat, np.float64).reshape(nodes, width)
+    fit = np.asarray(
+        data.draw(st.lists(st.booleans(), min_size=nodes * width, max_size=nodes * width))
+    ).reshape(nodes, width)
+    candidates = np.asarray(
+        sorted(data.draw(st.sets(st.integers(0, nodes - 1), min_size=1))), np.int64
+    )
+    in_place = data.draw(st.booleans())  # the kept [N, W] sums, or a row per candidate
+    rows = candidates if in_place else np.arange(candidates.size)
+    if not in_place:
+        values = values[: candidates.size]
+    want_cards, want_best = numpy_choice(values, rows, fit, candidates)
+    for choose in (_choose, _choose_loop):
+        cards = np.full(nodes, -1, np.int64)
+        best = np.empty(candidates.size, np.float64)
+        choose(values, rows, fit, candidates, cards, best)
+        assert np.array_equal(cards, want_cards)
+        assert np.array_equal(best, want_best, equal_nan=True)
