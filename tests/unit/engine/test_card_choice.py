@@ -49,3 +49,20 @@ def test_the_compiled_choice_is_numpys(nodes: int, width: int, data: st.DataObje
         choose(values, rows, fit, candidates, cards, best)
         assert np.array_equal(cards, want_cards)
         assert np.array_equal(best, want_best, equal_nan=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data(), st.integers(1, 12))
+def test_the_lookaheads_nearest_are_the_first_of_a_full_sort(
+    data: st.DataObject, size: int
+) -> None:
+    """``lookahead._nearest`` sorts only the candidates whose total reaches the ``size``-th
+    largest: the same first ``size`` as sorting the whole pool (total down, then rank)."""
+    from xpupool.engine.scorers.xpupool.lookahead import _nearest
+
+    n = data.draw(st.integers(1, 40))
+    totals = np.asarray(data.draw(st.lists(VALUES, min_size=n, max_size=n)), np.float64)
+    rank = np.asarray(data.draw(st.permutations(range(n))), np.int64)
+    pool = np.arange(n, dtype=np.int64)
+    want = pool[np.lexsort((rank[pool], -totals))][:size]
+    assert np.array_equal(_nearest(pool, totals, rank, size), want)

@@ -82,7 +82,7 @@ class LookaheadStep:
         pool = candidates[totals >= float(totals.max()) - self.args.look_slack]
         if pool.size < 2:
             return None
-        pool = pool[np.lexsort((state.rank[pool], -total[pool]))][: self.args.candidates]
+        pool = _nearest(pool, total[pool], state.rank, self.args.candidates)
         taken = np.zeros((pool.size, state.width), np.bool_)
         frag_after = seen.after.frag_after
         if ctx.k == 1:
@@ -110,6 +110,18 @@ class LookaheadStep:
             ctx.req.memory_mib,
         )
         return int(pool[int(np.argmax(values))])
+
+
+def _nearest(pool: IndexArray, totals: FloatArray, rank: IntArray, size: int) -> IndexArray:
+    """The first ``size`` of ``pool`` by total, highest first, then by ``rank``: a full sort only
+    of those whose total reaches the ``size``-th largest (ties at the line included), not of a
+    pool that may hold most of the fleet."""
+    if pool.size > size and not np.isnan(totals).any():
+        line = np.partition(totals, pool.size - size)[pool.size - size]  # the size-th largest
+        near = totals >= line
+        pool, totals = pool[near], totals[near]
+    ordered: IndexArray = pool[np.lexsort((rank[pool], -totals))][:size]
+    return ordered
 
 
 def _twins(state: ClusterState, node_kind: IntArray, pool: IndexArray, taken: BoolArray) -> bool:
