@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from xpupool.engine.card_scores import CardScores
+from xpupool.engine.card_scores import POSITIONS_BOUND, CardScores
 from xpupool.engine.compiled import jit
 from xpupool.engine.context import Context
 from xpupool.engine.device_fit import CAPACITY_PARTS, DeviceFitCache, count_per_node
@@ -26,7 +26,7 @@ from xpupool.engine.filters.software import HOPE_ORDER, NO_HOPE
 from xpupool.engine.lru import Lru
 from xpupool.engine.reasons import Reason, ReasonCount, Unschedulable
 from xpupool.engine.registry import filter_chain
-from xpupool.engine.scorers.base import PostScorer, Scorer
+from xpupool.engine.scorers.base import CandidateScorer, PostScorer, Scorer
 from xpupool.engine.state import BoolArray, ClusterState, CountArray, FloatArray, IntArray
 from xpupool.model.request import WHOLE, Request
 
@@ -51,6 +51,11 @@ class Pipeline:
         # [N, W] mask each, for the few dozen shapes that are refused in a stream.
         self.static_blame_cache: Lru[tuple[object, ...], _StaticPart] = Lru(STATIC_BLAME_BOUND)
         self.card_scores = CardScores(state)
+        # Which of a profile's scorers score the candidates alone (a protocol check costs
+        # microseconds; a request would pay it per scorer): one entry per profile in use.
+        self.on_candidates: Lru[tuple[tuple[Scorer, float], ...], tuple[bool, ...]] = Lru(
+            POSITIONS_BOUND
+        )
         # The filters a request's profile turns off; the engine installs its profiles' answer.
         self.filters_off: Callable[[Request], frozenset[str]] = lambda req: frozenset()
 
@@ -156,20 +161,31 @@ class Pipeline:
         """``[N]`` the weighted sum of the scorers on ``candidates`` (None without scorers): for a
         one-card replica, each node's best card by the card scorers' sum (``card_scores.py``,
         which sets ``ctx.cards``) plus the other scorers' node scores."""
+        if not scorers:
+            return None
         cards = self.card_scores.choose(ctx, scorers, candidates)
-        total: FloatArray | None = None
+        on_candidates = self.on_candidates.get(scorers)
+        if on_candidates is None:
+            on_candidates = self.on_candidates.put(
+                scorers, tuple(isinstance(s, CandidateScorer) for s, _ in scorers)
+            )
+        sub: FloatArray | None = None  # [S]: the sum is formed over the candidates only
         for i, (scorer, weight) in enumerate(scorers):
             if cards is not None and i in cards.used:
                 continue
-            part = scorer.score(ctx)
+            if on_candidates[i]:
+                part = cast(CandidateScorer, scorer).score_on(ctx, candidates)
+            else:
+                whole = scorer.score(ctx)
+                part = None if whole is None else whole[candidates]
             if part is None:  # no preference for this request
                 continue
-            total = part * weight if total is None else total + part * weight
-        if total is None and scorers:  # every scorer skipped: all nodes alike
-            total = np.zeros(self.state.n_nodes, np.float64)
+            sub = part * weight if sub is None else sub + part * weight
         if cards is not None:
-            assert total is not None
-            total[candidates] = cards.best + total[candidates]
+            sub = cards.best if sub is None else cards.best + sub
+        total = np.zeros(self.state.n_nodes, np.float64)  # every scorer skipped: all alike
+        if sub is not None:
+            total[candidates] = sub
         return total
 
     # ------------------------------------------------------------------ explaining

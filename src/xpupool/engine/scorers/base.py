@@ -65,6 +65,15 @@ class Scorer(Protocol):
 
 
 @runtime_checkable
+class CandidateScorer(Protocol):
+    """A scorer that can score the candidates alone: ``score_on(ctx, nodes)`` is ``score(ctx)``
+    at ``nodes`` (``[len(nodes)]``, the same values), without an ``[N]`` array over the fleet
+    (the pipeline's weighted sum is formed over the candidates)."""
+
+    def score_on(self, ctx: Context, nodes: IndexArray) -> FloatArray | None: ...
+
+
+@runtime_checkable
 class CardScorer(Protocol):
     """A scorer that rates each card for a one-card replica. The pipeline sums the profile's
     weighted card scores per card, takes per node its best fitting card (the lowest column among

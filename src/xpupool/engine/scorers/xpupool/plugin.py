@@ -37,19 +37,22 @@ class CardRated:
         return np.zeros(nodes.size, np.float64)
 
     def score(self, ctx: Context) -> FloatArray:
-        """``[N]``: per candidate, its best fitting card's score for a one-card replica when the
-        scorer rates cards, else :meth:`node_scores`."""
+        """``[N]``: :meth:`score_on` on the candidates, 0 elsewhere."""
         out = np.zeros(ctx.state.n_nodes, np.float64)
         candidates = ctx.candidates()
-        if not candidates.size:
-            return out
-        cards = self.card_scores(ctx, candidates) if ctx.k == 1 else None
+        if candidates.size:
+            out[candidates] = self.score_on(ctx, candidates)
+        return out
+
+    def score_on(self, ctx: Context, nodes: IndexArray) -> FloatArray:
+        """``[S]`` for ``nodes`` (the candidates): per node, its best fitting card's score for a
+        one-card replica when the scorer rates cards, else :meth:`node_scores`."""
+        cards = self.card_scores(ctx, nodes) if ctx.k == 1 else None
         if cards is not None:
             assert ctx.dev_fit is not None
-            out[candidates] = np.where(ctx.dev_fit[candidates], cards, -np.inf).max(axis=1)
-        else:
-            out[candidates] = self.node_scores(ctx, candidates)
-        return out
+            best: FloatArray = np.where(ctx.dev_fit[nodes], cards, -np.inf).max(axis=1)
+            return best
+        return self.node_scores(ctx, nodes)
 
 
 class WorkloadScorer(CardRated):
