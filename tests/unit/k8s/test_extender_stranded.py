@@ -6,8 +6,8 @@ engine (default profile) through the extender's registry."""
 from __future__ import annotations
 
 import re
-from typing import Any
 
+from extender_kit import QuietApi, gpumem_pod, no_decoder
 from prometheus_client import CollectorRegistry, generate_latest
 
 from xpupool.k8s.cluster_view import ClusterView, NodeRecord
@@ -20,29 +20,6 @@ from factories import gpu_node
 
 MIB = 1 << 20
 CARD_MIB = 81920
-
-
-class Api:
-    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        raise AssertionError("not used: filter kept the pod")
-
-    def annotate_pod(self, *args: object) -> None:
-        pass
-
-    def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
-        pass
-
-
-def no_decoder(obj: dict[str, Any]) -> Any:
-    raise AssertionError("not used: events are fed by hand")
-
-
-def pod(name: str, gpumem_mib: int) -> dict[str, Any]:
-    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(gpumem_mib)}
-    return {
-        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": "1"},
-        "spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]},
-    }
 
 
 def gauges(registry: CollectorRegistry, name: str) -> dict[str, float]:
@@ -58,14 +35,14 @@ def test_the_extender_reports_each_nodes_stranded_capacity_once_it_has_learned_a
     for name in ("a", "b"):
         node = gpu_node(name, count=1, memory_mib=CARD_MIB, group_size=0)
         view.on_node(Event(EventType.ADDED, name, f"uid-{name}", NodeRecord(node, True)))
-    ext = Extender(view, Api(), lambda node, demand, allocs: {})
+    ext = Extender(view, QuietApi(), lambda node, demand, allocs: {})
     registry = CollectorRegistry()
     metrics = ExtenderMetrics(registry)
     create_app(ext, lambda timeout: True, metrics)
     memory = "xpupool_node_stranded_device_memory_bytes"
     assert gauges(registry, memory) == {}  # nothing learned yet: no workload to strand for
 
-    big = pod("big", 60000)
+    big = gpumem_pod("big", 60000)
     [node] = ext.filter(ExtenderArgs(Pod=big, NodeNames=["a", "b"])).node_names or []
     meta = big["metadata"]
     bound = ext.bind(

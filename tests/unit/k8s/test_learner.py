@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from extender_kit import QuietApi, gpumem_pod, no_decoder
+
 from xpupool.engine import learning_pace
 from xpupool.k8s.cluster_view import ClusterView, NodeRecord
 from xpupool.k8s.extender import Extender
@@ -24,29 +26,6 @@ class Clock:
         return self.now
 
 
-class Api:
-    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        raise AssertionError("not used: filter kept the pod")
-
-    def annotate_pod(self, *args: object) -> None:
-        pass
-
-    def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
-        pass
-
-
-def no_decoder(obj: dict[str, Any]) -> Any:
-    raise AssertionError("not used: events are fed by hand")
-
-
-def pod(name: str, gpumem_mib: int) -> dict[str, Any]:
-    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(gpumem_mib)}
-    return {
-        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": "1"},
-        "spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]},
-    }
-
-
 def setup() -> tuple[ClusterView, Extender, Learner, Clock]:
     view = ClusterView(no_decoder, no_decoder, defer_learning=True)
     for name in ("a", "b", "c"):
@@ -55,7 +34,7 @@ def setup() -> tuple[ClusterView, Extender, Learner, Clock]:
     clock = Clock()
     return (
         view,
-        Extender(view, Api(), lambda node, demand, allocs: {}),
+        Extender(view, QuietApi(), lambda node, demand, allocs: {}),
         Learner(view, clock=clock),
         clock,
     )
@@ -73,7 +52,7 @@ def learned(view: ClusterView) -> int:
 
 def test_a_filter_leaves_the_re_learn_to_the_learner() -> None:
     view, ext, learner, _ = setup()
-    filter_(ext, pod("first", 20000))
+    filter_(ext, gpumem_pod("first", 20000))
     assert learned(view) == 0  # due, not done inside the filter
     with view.engine_locked() as engine:
         assert engine.learning_due
@@ -84,16 +63,16 @@ def test_a_filter_leaves_the_re_learn_to_the_learner() -> None:
 
 def test_the_learner_waits_while_pods_arrive_and_re_learns_at_most_once_a_second() -> None:
     view, ext, learner, clock = setup()
-    filter_(ext, pod("first", 20000))
+    filter_(ext, gpumem_pod("first", 20000))
     learner.tick()
     assert learner.tick()
-    filter_(ext, pod("second", 40000))  # a new shape: due again
+    filter_(ext, gpumem_pod("second", 40000))  # a new shape: due again
     assert not learner.tick()  # less than a second since the last
     clock.now += learning_pace.EVERY_S
-    filter_(ext, pod("third", 40000))
+    filter_(ext, gpumem_pod("third", 40000))
     assert not learner.tick()  # a pod just arrived: put off
     clock.now += learning_pace.WAIT_S
-    filter_(ext, pod("fourth", 40000))
+    filter_(ext, gpumem_pod("fourth", 40000))
     assert learner.tick()  # put off long enough
     assert learned(view) == 2
 
@@ -101,7 +80,7 @@ def test_the_learner_waits_while_pods_arrive_and_re_learns_at_most_once_a_second
 def test_the_learner_thread_re_learns_in_the_background() -> None:
     view, ext, learner, _ = setup()
     learner.clock = time.monotonic
-    filter_(ext, pod("first", 20000))
+    filter_(ext, gpumem_pod("first", 20000))
     learner.start(tick_s=0.01)
     try:
         deadline = time.monotonic() + 10
