@@ -123,6 +123,14 @@ class Engine:
             txn.on_commit(lambda: self._observe(req, profile, placement.ok))
         return placement
 
+    def observe(self, req: Request, placed: bool) -> None:
+        """Tell the learners of ``req``'s profile how a request decided outside :meth:`place`
+        went: a front that tries requests in what-ifs and refuses one when none holds it (the
+        Kubernetes extender, when no node holds a pod) teaches the refusal, as a refused
+        :meth:`place` does."""
+        profile = self._profile(req.node_policy) if req.node_policy else self.profile
+        self._observe(req, profile, placed)
+
     def _observe(self, req: Request, profile: Profile, placed: bool) -> None:
         observers = self._observers.get(profile.name)
         if observers is None:

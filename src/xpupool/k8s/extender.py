@@ -295,6 +295,8 @@ class Extender:
                 if i is not None:
                     unresolvable[name] = PREFIX + never
             return _Judgement([], {}, unresolvable)
+        for d in demand.demands:  # refused for now: what the workload asks all the same
+            engine.observe(d.request, False)
         for ctx in contexts:
             fails = ~ctx.node_fit & asked
             if not fails.any():

@@ -90,3 +90,17 @@ def test_the_learner_thread_re_learns_in_the_background() -> None:
     finally:
         learner.stop()
     assert learner.relearns == 1
+
+
+def test_a_pod_no_node_holds_now_is_learned_as_a_refusal() -> None:
+    """The engine's learners hear of every request, placed or refused; the extender tries a pod
+    in a what-if that it rolls back when no node holds it, so it teaches the refusal itself."""
+    view, ext, learner, clock = setup()
+    for i in range(6):  # every card of the three nodes two-thirds full
+        filter_(ext, gpumem_pod(f"big-{i}", 60000))
+    refused = ext.filter(ExtenderArgs(Pod=gpumem_pod("waits", 40000), NodeNames=["a", "b", "c"]))
+    assert not refused.node_names and refused.failed_nodes
+    clock.now += learning_pace.EVERY_S
+    learner.tick()
+    assert learner.tick()
+    assert learned(view) == 2  # 60,000 MiB placed six times, and 40,000 MiB refused
