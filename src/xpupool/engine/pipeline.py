@@ -158,9 +158,11 @@ class Pipeline:
     def weighted(
         self, ctx: Context, scorers: tuple[tuple[Scorer, float], ...], candidates: IntArray
     ) -> FloatArray | None:
-        """``[N]`` the weighted sum of the scorers on ``candidates`` (None without scorers): for a
-        one-card replica, each node's best card by the card scorers' sum (``card_scores.py``,
-        which sets ``ctx.cards``) plus the other scorers' node scores."""
+        """``[N]`` the weighted sum of the scorers on ``candidates`` (None without scorers; other
+        nodes' values mean nothing): for a one-card replica, each node's best card by the card
+        scorers' sum (``card_scores.py``, which sets ``ctx.cards``) plus the other scorers' node
+        scores. Formed over the candidates when a scorer rates cards or scores the candidates
+        alone (``CandidateScorer``), else over every node."""
         if not scorers:
             return None
         cards = self.card_scores.choose(ctx, scorers, candidates)
