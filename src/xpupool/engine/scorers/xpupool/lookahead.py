@@ -79,10 +79,11 @@ class LookaheadStep:
         state = ctx.state
         seen = self.model.fragmentation(ctx)
         totals = total[candidates]
-        pool = candidates[totals >= float(totals.max()) - self.args.look_slack]
+        near = totals >= float(totals.max()) - self.args.look_slack
+        pool = candidates[near]
         if pool.size < 2:
             return None
-        pool = _nearest(pool, total[pool], state.rank, self.args.candidates)
+        pool = _nearest(pool, totals[near], state.rank, self.args.candidates)
         taken = np.zeros((pool.size, state.width), np.bool_)
         frag_after = seen.after.frag_after
         if ctx.k == 1:
