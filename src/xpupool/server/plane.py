@@ -8,7 +8,6 @@ allocation rows), so what a crash leaves behind is exactly what was committed.
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import Connection, Update, bindparam, delete, func, insert, select, update
+from sqlalchemy import Connection, delete, func, select, update
 from sqlalchemy.exc import OperationalError
 
 from xpupool.catalog.images import ImageCatalog, default_image_catalog
@@ -52,6 +51,12 @@ from xpupool.server.retention import Retention
 from xpupool.server.schemas import RetryCause, StopCause
 from xpupool.server.storage import meta
 from xpupool.server.storage.fleet import nodes as t_nodes
+from xpupool.server.storage.job_writes import (
+    INSERT_EVENT,
+    JobWrites,
+    job_update,
+    job_update_params,
+)
 from xpupool.server.storage.jobs import allocations as t_allocs
 from xpupool.server.storage.jobs import job_events as t_events
 from xpupool.server.storage.jobs import jobs as t_jobs
@@ -187,21 +192,6 @@ def carry_transients(before: HeldJob, after: HeldJob) -> None:
     for f in dataclass_fields(HeldJob):
         if f.name not in _STORED_HELD:
             setattr(after, f.name, getattr(before, f.name))
-
-
-# Statements built once: building one per call (``update(...).values(...)``) cost more CPU than
-# running it, on the scheduler's path for every job.
-INSERT_EVENT = insert(t_events)
-
-
-@functools.lru_cache(maxsize=64)
-def _job_update(columns: tuple[str, ...]) -> Update:
-    """``UPDATE jobs SET columns... WHERE id = :b_id`` with bound values named ``b_<column>``."""
-    return (
-        update(t_jobs)
-        .where(t_jobs.c.id == bindparam("b_id"))
-        .values({c: bindparam(f"b_{c}") for c in columns})
-    )
 
 
 class ControlPlane:
@@ -669,14 +659,25 @@ class ControlPlane:
             self.bump()
             return True
 
-    def apply(self, conn: Connection, job_id: int, event: lc.Event, **values: object) -> lc.Outcome:
+    def apply(
+        self,
+        conn: Connection,
+        job_id: int,
+        event: lc.Event,
+        writes: JobWrites | None = None,
+        **values: object,
+    ) -> lc.Outcome:
         """Move job ``job_id`` as :func:`~xpupool.server.job_lifecycle.transition` says for
         ``event``: the new phase, cause and reason and one event row are written in ``conn``'s
         transaction first, then memory follows (held and pending jobs, devices released, the
         job requeued). ``values`` are further columns to store with it (the flavour of a
         placement). Raises :class:`~xpupool.server.job_lifecycle.IllegalTransition` (409)
-        before anything is written."""
+        before anything is written. With ``writes`` the row and the event are kept there, to be
+        written with the transaction's other job writes (``storage/job_writes.py``); what is
+        kept is written first wherever this reads or writes anything else."""
         held = self.held.get(job_id)
+        if writes is not None and held is None and job_id not in self.pending:
+            writes.flush(conn)  # the status is read from the store
         status = self._status(conn, job_id, held, event)
         out = lc.transition(status, event)
         if not out.changed:
@@ -702,12 +703,15 @@ class ControlPlane:
             cols["retries"] = status.retries + int(out.retried)
             cols["not_before"] = now + out.backoff_s if out.backoff_s > 0 else None
             cols["started_at"] = None
-        params = {f"b_{k}": v for k, v in cols.items()}
-        conn.execute(_job_update(tuple(sorted(cols))), {"b_id": job_id, **params})
-        conn.execute(
-            INSERT_EVENT,
-            {"job_id": job_id, "at": now, "state": out.phase.value, "reason": out.reason},
-        )
+        event_row = {"job_id": job_id, "at": now, "state": out.phase.value, "reason": out.reason}
+        if writes is None:
+            conn.execute(job_update(tuple(sorted(cols))), job_update_params(job_id, cols))
+            conn.execute(INSERT_EVENT, event_row)
+        else:
+            writes.update(job_id, cols)
+            writes.event(event_row)
+            if out.release or out.requeue:
+                writes.flush(conn)  # both go on to read or write the store
         if held is not None:
             if out.phase in s.HOLDING_STATES:
                 held.state = out.phase

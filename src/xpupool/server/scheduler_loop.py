@@ -18,7 +18,7 @@ import threading
 import time
 from collections import defaultdict
 
-from sqlalchemy import Connection, insert, update
+from sqlalchemy import Connection
 
 from xpupool.engine.cycle.admission import Admitted
 from xpupool.engine.cycle.cycle import Place, Preempt, Wait
@@ -27,8 +27,7 @@ from xpupool.server import job_lifecycle as lc
 from xpupool.server import schemas as s
 from xpupool.server.plane import ControlPlane, HeldJob, PendingJob, allocation_to_dict
 from xpupool.server.schemas import StopCause
-from xpupool.server.storage.jobs import allocations as t_allocs
-from xpupool.server.storage.jobs import jobs as t_jobs
+from xpupool.server.storage.job_writes import JobWrites
 
 log = logging.getLogger("xpupool.scheduler")
 RETRIES_PER_TENANT = 16
@@ -118,15 +117,17 @@ def _batch(
     end = min(len(order), k + BATCH_JOBS)
     try:
         with plane.write() as conn:  # a failed write raises Unavailable with memory reloaded
+            writes = JobWrites()
             while k < end:
                 job = candidates[order[k]]
                 k += 1
                 if plane.queued.get(job.id) is not job or job.tried == plane.capacity_gen:
                     continue
-                if _try_admit(plane, conn, job):
+                if _try_admit(plane, conn, writes, job):
                     placed += 1
                 if time.perf_counter() > deadline:
                     break
+            writes.flush(conn)
     except Unavailable:
         raise
     except Exception:  # rolled back: memory may be ahead of the store, so it is read back
@@ -163,41 +164,42 @@ def _candidates(plane: ControlPlane) -> tuple[list[PendingJob], bool]:
     return fresh, left_out
 
 
-def _try_admit(plane: ControlPlane, conn: Connection, job: PendingJob) -> bool:
-    """Carry out the cycle's decision for ``job``: record a placement, preempt, or note why not."""
+def _try_admit(plane: ControlPlane, conn: Connection, writes: JobWrites, job: PendingJob) -> bool:
+    """Carry out the cycle's decision for ``job``: record a placement, preempt, or note why not.
+    The batch's job rows, events and allocations are kept in ``writes`` and written together
+    (``storage/job_writes.py``)."""
     gen = plane.capacity_gen
     try:
         decision = plane.cycle.decide(job, plane.held_jobs)
     except Exception as exc:  # a request the engine rejects outright stays pending with the reason
         log.exception("job %d: admission failed", job.id)
-        _still_pending(plane, conn, job, gen, f"cannot be scheduled: {exc}")
+        _still_pending(writes, job, gen, f"cannot be scheduled: {exc}")
         return False
     if isinstance(decision, Place):
-        _record_placement(plane, conn, job, decision.admitted)
+        _record_placement(plane, conn, writes, job, decision.admitted)
         return True
     job.waiting_on = set(decision.waiting_on) if isinstance(decision, Wait) else set()
     if isinstance(decision, Preempt):
+        writes.flush(conn)  # the stops read the victims' rows
         _preempt(
             plane, conn, job, [plane.held_jobs[v.id] for v in decision.victims], decision.reclaim
         )
-    _still_pending(plane, conn, job, gen, decision.reason)
+    _still_pending(writes, job, gen, decision.reason)
     return False
 
 
-def _still_pending(
-    plane: ControlPlane, conn: Connection, job: PendingJob, gen: int, reason: str
-) -> None:
+def _still_pending(writes: JobWrites, job: PendingJob, gen: int, reason: str) -> None:
     job.tried = gen
     if reason != job.reason:
         job.reason = reason
-        conn.execute(update(t_jobs).where(t_jobs.c.id == job.id).values(reason=reason))
+        writes.update(job.id, {"reason": reason})
 
 
 def _record_placement(
-    plane: ControlPlane, conn: Connection, job: PendingJob, outcome: Admitted
+    plane: ControlPlane, conn: Connection, writes: JobWrites, job: PendingJob, outcome: Admitted
 ) -> None:
     allocs = list(outcome.placement.allocations)
-    plane.apply(conn, job.id, lc.Admit(f"queue {job.queue}, flavour {outcome.flavor}"))
+    plane.apply(conn, job.id, lc.Admit(f"queue {job.queue}, flavour {outcome.flavor}"), writes)
     plane.hold(
         HeldJob(
             job.id,
@@ -211,8 +213,7 @@ def _record_placement(
             attempt=job.attempts,
         )
     )
-    conn.execute(
-        insert(t_allocs),
+    writes.allocations(
         [
             {
                 "id": a.id,
@@ -227,7 +228,7 @@ def _record_placement(
         ],
     )
     nodes = sorted({a.node for a in allocs})
-    plane.apply(conn, job.id, lc.Schedule(f"on {', '.join(nodes)}"), flavor=outcome.flavor)
+    plane.apply(conn, job.id, lc.Schedule(f"on {', '.join(nodes)}"), writes, flavor=outcome.flavor)
     plane.notify("scheduled", plane.clock() - job.created_at)
 
 

@@ -17,7 +17,6 @@ from xpupool.server import job_lifecycle as lc
 from xpupool.server import schemas as s
 from xpupool.server.auth import Principal
 from xpupool.server.plane import (
-    INSERT_EVENT,
     ControlPlane,
     PendingJob,
     check_request_names,
@@ -28,6 +27,7 @@ from xpupool.server.request_names import check_names
 from xpupool.server.schemas import StopCause
 from xpupool.server.services import grants
 from xpupool.server.services.models import expand_model_job
+from xpupool.server.storage.job_writes import INSERT_EVENT
 from xpupool.server.storage.jobs import job_events as t_events
 from xpupool.server.storage.jobs import jobs as t_jobs
 from xpupool.server.wire_values import readable
