@@ -172,6 +172,9 @@ class Extender:
                 assert self.gangs is not None
                 uid = _uid_of(args.pod)
                 verdict = self.gangs.judge(engine, *gang, demand, uid, names)
+                if verdict.refused and self._never(engine, demand) is None:
+                    for d in demand.demands:  # as a pod no node holds now (_judge)
+                        engine.observe(d.request, False)
                 failed = {n: PREFIX + why for n, why in verdict.failed.items()}
                 judged = _Judgement(verdict.fits, failed, {})
             else:

@@ -257,10 +257,13 @@ class Group:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """Filter's answer for a group member: the nodes it may go to and, per other node, why not."""
+    """Filter's answer for a group member: the nodes it may go to and, per other node, why not;
+    ``refused``: the engine could not hold the group now (the extender teaches the member's
+    requests to the engine's learners as refused, as it does a pod no node holds)."""
 
     fits: list[str]
     failed: dict[str, str]
+    refused: bool = False
 
 
 class Gangs:
@@ -327,7 +330,7 @@ class Gangs:
             if group is None:
                 placed = self._reserve(engine, claim.key, size, demand)
                 if isinstance(placed, str):
-                    return Verdict([], dict.fromkeys(names, placed))
+                    return Verdict([], dict.fromkeys(names, placed), refused=True)
                 group = placed
             why = _mismatch(group, size, demand)
             if why is not None:

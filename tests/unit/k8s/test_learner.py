@@ -12,6 +12,7 @@ from xpupool.engine import learning_pace
 from xpupool.k8s.cluster_view import ClusterView, NodeRecord
 from xpupool.k8s.extender import Extender
 from xpupool.k8s.extender_wire import ExtenderArgs
+from xpupool.k8s.gang import GANG_ANNOTATION, GANG_SIZE_ANNOTATION, Gangs
 from xpupool.k8s.learner import Learner
 from xpupool.k8s.watch import Event, EventType
 
@@ -100,6 +101,23 @@ def test_a_pod_no_node_holds_now_is_learned_as_a_refusal() -> None:
         filter_(ext, gpumem_pod(f"big-{i}", 60000))
     refused = ext.filter(ExtenderArgs(Pod=gpumem_pod("waits", 40000), NodeNames=["a", "b", "c"]))
     assert not refused.node_names and refused.failed_nodes
+    clock.now += learning_pace.EVERY_S
+    learner.tick()
+    assert learner.tick()
+    assert learned(view) == 2  # 60,000 MiB placed six times, and 40,000 MiB refused
+
+
+def test_a_gang_member_whose_group_no_node_holds_now_is_learned_as_a_refusal() -> None:
+    """As a pod alone: the group's what-if is rolled back, so the extender teaches the refusal."""
+    view, _, learner, clock = setup()
+    ext = Extender(view, QuietApi(), lambda node, demand, allocs: {}, Gangs(view, wait_s=5))
+    for i in range(6):  # every card of the three nodes two-thirds full
+        filter_(ext, gpumem_pod(f"big-{i}", 60000))
+    member = gpumem_pod("m0", 40000)
+    member["metadata"]["annotations"] = {GANG_ANNOTATION: "g", GANG_SIZE_ANNOTATION: "2"}
+    refused = ext.filter(ExtenderArgs(Pod=member, NodeNames=["a", "b", "c"]))
+    assert not refused.node_names and refused.failed_nodes
+    assert all("gang ns/g" in why for why in refused.failed_nodes.values())
     clock.now += learning_pace.EVERY_S
     learner.tick()
     assert learner.tick()
