@@ -15,6 +15,7 @@ conversion into the engine's frozen :class:`~xpupool.model.request.Request`.
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Mapping
 from typing import Annotated
 
@@ -361,6 +362,26 @@ class RequestModel(_Form):
     def dump(self) -> dict[str, object]:
         """The canonical JSON form: defaults left out, fixed key order, quantities as exact text."""
         return self.model_dump(mode="json", exclude_none=True)
+
+
+SPEC_READS_KEPT = 1024
+"""Distinct compact strings whose reading :func:`read_spec` keeps."""
+
+
+def read_spec(text: str) -> RequestModel:
+    """The request model of the compact string ``text``, as ``RequestModel.model_validate(text)``
+    gives it, read once per distinct text of the last ``SPEC_READS_KEPT``: reading a string
+    parses it, writes it out and validates that form again, about a third of what a submission
+    cost the app in process (issue 25), and clients send the same few strings again and again
+    (a sweep, a template, the CLI's ``xpupool submit A100:2``). Each call returns its own copy,
+    which its caller may change; a text that fails raises the same ``ValidationError`` each
+    time (failures are not kept)."""
+    return _read_spec(text).model_copy()
+
+
+@functools.lru_cache(maxsize=SPEC_READS_KEPT)
+def _read_spec(text: str) -> RequestModel:
+    return RequestModel.model_validate(text)
 
 
 def _one_or_list(value: object) -> object:

@@ -22,7 +22,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from xpupool.model.device import Device as DeviceRecord
-from xpupool.model.request_model import MAX_SPEC_CHARS, RequestModel
+from xpupool.model.request_model import MAX_SPEC_CHARS, RequestModel, read_spec
 from xpupool.model.validation import error_path, error_value, field_error
 from xpupool.server.wire_values import first_unsafe, readable
 
@@ -589,7 +589,7 @@ class JobIn(Strict):
         model read is kept with the text, so that it is read once."""
         if text is not None:
             try:
-                return _SpecText(text, RequestModel.model_validate(text))
+                return _SpecText(text, read_spec(str(text)))
             except ValidationError as exc:
                 first = exc.errors()[0]
                 at = error_path(first)

@@ -18,8 +18,11 @@ from xpupool.model.request import (
     parse_software_need,
 )
 from xpupool.model.request_model import (
+    SPEC_READS_KEPT,
     DevicesModel,
     RequestModel,
+    _read_spec,
+    read_spec,
     request_from_dict,
     request_to_dict,
 )
@@ -335,3 +338,33 @@ def test_string_errors_name_the_path_and_quote_the_token(text: str, field: str, 
 def test_the_model_converts_once() -> None:
     model = RequestModel.model_validate({"devices": {"count": 2}})
     assert model.to_request() is model.to_request()
+
+
+@pytest.mark.parametrize(
+    "text", ["A100:2", "any:1 mem=4Gi cores=5%", "nvidia:1 mem=8Gi cores=10% replicas=2 gang"]
+)
+def test_a_compact_string_read_again_reads_as_the_first_time(text: str) -> None:
+    first, again = read_spec(text), read_spec(text)
+    assert first == again == RequestModel.model_validate(text)
+    assert first.dump() == again.dump() == RequestModel.model_validate(text).dump()
+    assert first.to_request() == RequestModel.model_validate(text).to_request()
+    first.priority = 7  # each caller has its own copy
+    assert read_spec(text).priority is None
+
+
+def test_a_compact_string_that_fails_fails_each_time_with_the_same_error() -> None:
+    errors = []
+    for _ in range(2):
+        with pytest.raises(ValidationError) as exc:
+            read_spec("A100:2 mem=lots")
+        errors.append(exc.value.errors())
+    assert errors[0] == errors[1]
+    with pytest.raises(ValidationError) as direct:
+        RequestModel.model_validate("A100:2 mem=lots")
+    assert direct.value.errors() == errors[0]
+
+
+def test_the_strings_read_are_kept_within_a_bound() -> None:
+    for k in range(SPEC_READS_KEPT + 10):
+        read_spec(f"A100:1 mem={k + 1}Mi")
+    assert _read_spec.cache_info().currsize <= SPEC_READS_KEPT

@@ -57,7 +57,9 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
     req = Request() if body.request is None else body.request.to_request()
     queue = body.queue or (req.queue if req.queue != "default" else tenant)
     priority = body.priority if body.priority is not None else req.priority
-    req = replace(req, queue=queue, priority=priority, container=body.image is not None)
+    container = body.image is not None
+    name = body.name or req.name  # empty: job-<id>, known under the lock
+    req = replace(req, name=name, queue=queue, priority=priority, container=container)
     from_image = merge_image_needs(req, body.image, plane.image_catalog)
     req = from_image.request
     now = plane.clock()
@@ -97,7 +99,8 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
         job_id = plane.next_job_id  # ids come from memory under the lock: one insert, no re-read
         plane.before_job_id(job_id)  # recorded beside the store first: never handed out twice
         name = body.name or f"job-{job_id}"
-        req = replace(req, name=name)
+        if req.name != name:
+            req = replace(req, name=name)
         submitted = lc.transition(None, lc.Submit())
         row = {
             "id": job_id,
