@@ -16,7 +16,8 @@ time at 500 submissions/s).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+from operator import attrgetter
 
 import numpy as np
 
@@ -43,6 +44,11 @@ class Miss:
 ANSWERS_KEPT = 4096
 """Requests whose answer is kept (a stream repeats a few shapes; a bound for one that does not)."""
 
+_ANSWER_KEY = attrgetter(*(f.name for f in fields(Request) if f.name not in ("name", "container")))
+"""What an answer depends on: the request but its name and whether it runs an image. A tuple of
+its fields, not the request made again without them (which validated it again, on every
+submission)."""
+
 
 class Verdicts:
     """Answers :meth:`never_fits` for the pool of one cluster state."""
@@ -55,7 +61,9 @@ class Verdicts:
         self.state = state
         self.filters_off = filters_off  # the filters a request's profile turns off (the engine's)
         self._twin: tuple[list[Node], Pipeline] | None = None  # (the nodes it was built from, it)
-        self._answers: Lru[Request, tuple[Miss | None]] = Lru(ANSWERS_KEPT)  # for this twin
+        self._answers: Lru[tuple[object, ...], tuple[Miss | None]] = Lru(
+            ANSWERS_KEPT
+        )  # for this twin
 
     def never_fits(self, req: Request) -> Miss | None:
         """The closest miss when no node of the empty pool takes ``req`` whole, else None. A pool
@@ -63,12 +71,13 @@ class Verdicts:
         run images is not asked here (the caller says that in its own words)."""
         if not self.state.n_nodes:
             return None
-        req = replace(req, name="", container=False)
         pipe = self._empty()
-        kept = self._answers.get(req)
+        key = _ANSWER_KEY(req)
+        kept = self._answers.get(key)
         if kept is not None:
             return kept[0]
-        return self._answers.put(req, (self._judge(pipe, req),))[0]
+        req = replace(req, name="", container=False)
+        return self._answers.put(key, (self._judge(pipe, req),))[0]
 
     def _judge(self, pipe: Pipeline, req: Request) -> Miss | None:
         ctx = pipe.context(req)

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from dataclasses import fields as dataclass_fields
 from pathlib import Path
@@ -260,6 +260,10 @@ class ControlPlane:
         self.held: dict[int, HeldJob] = {}
         self.queue_specs: dict[str, QueueSpec] = {}
         self.queue_profiles: dict[str, str] = {}  # queue -> profile of its jobs that name none
+        # queue -> its and its tenant's limits as stored (services/grants.py), read once per
+        # queue: every write to tenants or queues empties it (forget_grants)
+        self.grant_rows: dict[str, Any] = {}
+        self._writer: Connection | None = None  # the connection of write(), held (see there)
         self.engine: Engine
         self.admission: Admission
         self._cycle: SchedulingCycle | None = None
@@ -398,6 +402,7 @@ class ControlPlane:
         old_specs, old_next = self.queue_specs, self.next_job_id
         old_profiles = self.queue_profiles
         self.nodes, self.held, self.queue_specs, self.queue_profiles = {}, {}, {}, {}
+        self.forget_grants()
         self.pending = PendingJobs()
         try:
             self._read()
@@ -505,6 +510,10 @@ class ControlPlane:
         self.capacity_gen += 1
         self.wake.set()
 
+    def forget_grants(self) -> None:
+        """Tenants' or queues' limits change (under the lock): read them again when next asked."""
+        self.grant_rows = {}
+
     def rebuild_admission(self) -> None:
         """New quota books after queues changed, re-charged from the held allocations."""
         with self.lock:
@@ -590,12 +599,30 @@ class ControlPlane:
             if self.health.failure is not None:
                 raise Unavailable(self.health.failure)
             try:
-                with self.db.begin() as conn:
+                conn = self._writer_connection()
+                with conn.begin():
                     yield conn
             except (OperationalError, OSError) as exc:
+                self._drop_writer()
                 raise self.store_failed(exc) from None
         finally:
             self.lock.release()
+
+    def _writer_connection(self) -> Connection:
+        """The connection :meth:`write` uses, kept between writes (under the lock, so one thread
+        at a time): taking one from the pool and giving it back, which rolls back, cost about a
+        tenth of what the store took per submission (issue 25). A write that failed on the
+        store drops it; the next write connects again."""
+        conn = self._writer
+        if conn is None or conn.closed or conn.invalidated:
+            conn = self._writer = self.db.connect()
+        return conn
+
+    def _drop_writer(self) -> None:
+        conn, self._writer = self._writer, None
+        if conn is not None:
+            with suppress(Exception):  # already broken: nothing more to undo
+                conn.invalidate()  # not back to the pool: the store failed under it
 
     @contextmanager
     def _waiting_count(self, n: int) -> Iterator[None]:

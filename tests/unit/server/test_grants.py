@@ -28,3 +28,34 @@ def test_a_new_weight_reaches_the_tenants_queues(server: Server) -> None:
     r = server.client.patch("/v1/tenants/lab", json={"weight": 4}, headers=server.admin)
     assert r.status_code == 200 and r.json()["weight"] == 4
     assert {server.plane.queue_specs[q].weight for q in ("lab", "lab-big")} == {4}
+
+
+def post(server: Server, token: str, **body: object) -> int:
+    r = server.client.post("/v1/jobs", json={"command": ["x"], **body}, headers=server.as_(token))
+    return r.status_code
+
+
+def test_limits_are_read_once_and_every_change_applies_to_the_next_submission(
+    server: Server,
+) -> None:
+    """The limits a submission is checked against are kept per queue between submissions
+    (issue 25); each change the admin makes applies to the very next one."""
+    lab = tenant(server, "lab")
+    assert post(server, lab, spec="cpu=100000") == 201  # no node: it waits; limits now kept
+    assert "lab" in server.plane.grant_rows
+    r = server.client.patch("/v1/tenants/lab", json={"max_pending_jobs": 1}, headers=server.admin)
+    assert r.status_code == 200
+    assert post(server, lab, spec="cpu=100000") == 429  # one waits already
+    r = server.client.patch("/v1/tenants/lab", json={"max_pending_jobs": 5}, headers=server.admin)
+    assert post(server, lab, spec="cpu=100000") == 201
+    assert post(server, lab, priority=2) == 403  # the queue's cap is 0
+    queue(server, "lab", "lab", [], max_priority=2)
+    assert post(server, lab, priority=2) == 201
+    queue(server, "lab", "lab", [], max_priority=1)
+    assert post(server, lab, priority=2) == 403
+    other = tenant(server, "other")  # a new tenant's own limits, not another's
+    r = server.client.patch(
+        "/v1/tenants/other", json={"max_replicas_per_job": 1}, headers=server.admin
+    )
+    assert post(server, other, spec="cpu=1 replicas=2") == 403
+    assert post(server, lab, spec="cpu=1 replicas=2") == 201

@@ -51,7 +51,9 @@ def check_submission(
     """Raise :class:`NotGranted` (403) or :class:`OverLimit` (429) when a job of ``replicas``
     at ``priority`` may not join ``queue`` of ``tenant`` now. Call under the plane's lock, in the
     transaction that stores the job."""
-    row = conn.execute(_GRANTS, {"queue": queue}).one()
+    row = plane.grant_rows.get(queue)
+    if row is None:  # read once per queue until tenants or queues change (forget_grants)
+        row = plane.grant_rows[queue] = conn.execute(_GRANTS, {"queue": queue}).one()
     if priority > row.max_priority:
         raise NotGranted(
             priority_field,

@@ -80,6 +80,7 @@ def create_tenant(plane: ControlPlane, body: s.TenantIn) -> s.Tenant:
         if conn.execute(select(t_queues).where(t_queues.c.name == body.name)).first():
             raise Conflict(f"a queue named {body.name!r} already exists")
         conn.execute(insert(t_tenants).values(**body.model_dump(), created_at=now))
+        plane.forget_grants()
         plane.tenant_index = assign_tenant_indices(conn)
         conn.execute(
             insert(t_queues).values(
@@ -110,6 +111,7 @@ def update_tenant(plane: ControlPlane, name: str, patch: s.TenantPatch) -> s.Ten
         if not _tenant_exists(conn, name):
             raise NotFound("tenant", name)
         conn.execute(update(t_tenants).where(t_tenants.c.name == name).values(**values))
+        plane.forget_grants()
         row = conn.execute(select(t_tenants).where(t_tenants.c.name == name)).mappings().one()
         if "weight" in values:
             for queue, spec in list(plane.queue_specs.items()):
@@ -220,6 +222,7 @@ def put_queue(plane: ControlPlane, body: s.QueueIn) -> s.Queue:
             )
         else:
             conn.execute(update(t_queues).where(t_queues.c.name == body.name).values(**values))
+        plane.forget_grants()
         plane.queue_specs[body.name] = queue_spec_of(body, tenant.weight)
         if body.profile is None:
             plane.queue_profiles.pop(body.name, None)
