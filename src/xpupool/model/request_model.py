@@ -17,6 +17,8 @@ from __future__ import annotations
 import difflib
 import functools
 from collections.abc import Mapping
+from dataclasses import fields, replace
+from operator import attrgetter
 from typing import Annotated
 
 from pydantic import (
@@ -401,5 +403,59 @@ def request_from_dict(data: object) -> Request:
 def request_to_dict(req: Request) -> dict[str, object]:
     """The canonical JSON form of ``req``; ``request_from_dict(request_to_dict(r)) == r`` for
     every valid ``r`` whose model names and UUIDs are non-empty, without surrounding whitespace
-    and without a leading ``!``."""
-    return RequestModel.from_request(req).dump()
+    and without a leading ``!``.
+
+    What is written for everything but the name is kept for the last ``FORMS_KEPT`` requests
+    that differ in more than their names, their devices told apart by identity (jobs read from
+    the same compact string share one, :func:`read_spec`; two equal device requests may be
+    written differently, ``cuda>=0`` and ``cuda>=0.0``): writing it cost a quarter of the
+    submission service's time (issue 25). The name, the model's first field, comes first as in
+    :meth:`RequestModel.dump`; each call returns its own dict."""
+    unnamed = _unnamed_form(_Unnamed(req))
+    out: dict[str, object] = {"name": req.name} if req.name else {}
+    for key, value in unnamed.items():
+        out[key] = _copied(value)
+    return out
+
+
+FORMS_KEPT = 1024
+"""Requests (but their names) whose written form :func:`request_to_dict` keeps."""
+
+_BUT_NAME_AND_DEVICES = attrgetter(
+    *(f.name for f in fields(Request) if f.name not in ("name", "devices"))
+)
+
+
+class _Unnamed:
+    """A request as a key of what is written for it but its name: its devices by identity (a
+    key holds them, so the identity is not reused while kept), the other fields by value."""
+
+    __slots__ = ("key", "req")
+
+    def __init__(self, req: Request) -> None:
+        self.req = req
+        self.key = (id(req.devices), _BUT_NAME_AND_DEVICES(req))
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, _Unnamed)
+            and self.req.devices is other.req.devices
+            and self.key == other.key
+        )
+
+
+@functools.lru_cache(maxsize=FORMS_KEPT)
+def _unnamed_form(unnamed: _Unnamed) -> dict[str, object]:
+    return RequestModel.from_request(replace(unnamed.req, name="")).dump()
+
+
+def _copied(value: object) -> object:
+    """``value`` (JSON: dicts, lists, scalars) with its own dicts and lists."""
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copied(v) for v in value]
+    return value

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -368,3 +369,25 @@ def test_the_strings_read_are_kept_within_a_bound() -> None:
     for k in range(SPEC_READS_KEPT + 10):
         read_spec(f"A100:1 mem={k + 1}Mi")
     assert _read_spec.cache_info().currsize <= SPEC_READS_KEPT
+
+
+@given(requests, st.text(max_size=8))
+def test_the_kept_written_form_is_the_models_own_key_for_key(req: Request, name: str) -> None:
+    """``request_to_dict`` keeps what it wrote for a request but its name; the result is the
+    model's dump, in the same key order, whatever the name, and each call's own dict."""
+    for named in (req, replace(req, name=name)):
+        data = request_to_dict(named)
+        direct = RequestModel.from_request(named).dump()
+        assert list(data.items()) == list(direct.items())
+        assert json.dumps(data) == json.dumps(direct)
+    again = request_to_dict(req)
+    if "devices" in again:
+        again["devices"]["count"] = -1  # type: ignore[index]
+        assert request_to_dict(req)["devices"] != again["devices"]
+
+
+def test_equal_requests_written_differently_keep_their_own_forms() -> None:
+    first, second = (request_from_dict(f"A100:1 cuda>={v}") for v in ("0", "00.0"))
+    assert first == second  # the same need ...
+    for req in (first, second, first):  # ... each written as it was given
+        assert request_to_dict(req) == RequestModel.from_request(req).dump()

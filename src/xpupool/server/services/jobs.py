@@ -12,7 +12,7 @@ from sqlalchemy import Connection, insert, select
 from xpupool.catalog.image_needs import merge_image_needs
 from xpupool.model.errors import Conflict, NotFound, RequestError
 from xpupool.model.request import Request
-from xpupool.model.request_model import RequestModel, request_from_dict
+from xpupool.model.request_model import request_from_dict, request_to_dict
 from xpupool.server import job_lifecycle as lc
 from xpupool.server import schemas as s
 from xpupool.server.auth import Principal
@@ -110,7 +110,7 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
             "state": submitted.phase.value,
             "reason": waiting,
             "priority": priority,
-            "request": RequestModel.from_request(req).dump(),
+            "request": request_to_dict(req),
             "command": body.command,
             "image": body.image,
             "env": body.env,
