@@ -143,12 +143,15 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=max_body, routes=[LOG_UPLOAD])
     registry = make_registry(plane)
     app.add_middleware(AuditMiddleware, plane=plane)
+    # Routes are matched in this order, one after another: the busiest first (submissions,
+    # then every node's heartbeats). Matching the tenants' routes before a submission's cost a
+    # tenth of what FastAPI spent on it in process (issue 25). No two routers share a path.
     for router in (
-        tenants.router,
         jobs.router,
+        agents.router,
+        tenants.router,
         fleet.router,
         models.router,
-        agents.router,
         audit.router,
     ):
         app.include_router(router)
