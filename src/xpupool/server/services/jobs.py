@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import Connection, select
 
 from xpupool.catalog.image_needs import merge_image_needs
 from xpupool.model.errors import Conflict, NotFound, RequestError
@@ -27,12 +27,10 @@ from xpupool.server.request_names import check_names
 from xpupool.server.schemas import StopCause
 from xpupool.server.services import grants
 from xpupool.server.services.models import expand_model_job
-from xpupool.server.storage.job_writes import INSERT_EVENT
+from xpupool.server.storage.driver_insert import insert_rows
 from xpupool.server.storage.jobs import job_events as t_events
 from xpupool.server.storage.jobs import jobs as t_jobs
 from xpupool.server.wire_values import readable
-
-INSERT_JOB = insert(t_jobs)
 
 MAX_LIST = 1000
 
@@ -127,11 +125,10 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
             "created_at": now,
             "updated_at": now,
         }
-        conn.execute(INSERT_JOB, row)
+        insert_rows(conn, t_jobs, [row])
         event = {"job_id": job_id, "at": now, "state": submitted.phase.value}
-        conn.execute(INSERT_EVENT, {**event, "reason": submitted.reason})
-        for text in from_image.events:
-            conn.execute(INSERT_EVENT, {**event, "reason": text})
+        reasons = (submitted.reason, *from_image.events)
+        insert_rows(conn, t_events, [{**event, "reason": text} for text in reasons])
         plane.next_job_id = job_id + 1
         pending = PendingJob(job_id, tenant, queue, priority, gang_request(req), now)
         pending.max_runtime_s = body.max_runtime_s
