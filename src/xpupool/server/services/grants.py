@@ -12,6 +12,7 @@ job and the replicas of all its pending jobs are limited (``TenantIn``); over a 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -45,18 +46,19 @@ def check_submission(
     tenant: str,
     queue: str,
     priority: int,
-    priority_field: str,
+    priority_field: Callable[[], str],
     replicas: int,
 ) -> None:
     """Raise :class:`NotGranted` (403) or :class:`OverLimit` (429) when a job of ``replicas``
-    at ``priority`` may not join ``queue`` of ``tenant`` now. Call under the plane's lock, in the
+    at ``priority`` may not join ``queue`` of ``tenant`` now; ``priority_field()`` names where
+    the priority came from (asked only for the error). Call under the plane's lock, in the
     transaction that stores the job."""
     row = plane.grant_rows.get(queue)
     if row is None:  # read once per queue until tenants or queues change (forget_grants)
         row = plane.grant_rows[queue] = conn.execute(_GRANTS, {"queue": queue}).one()
     if priority > row.max_priority:
         raise NotGranted(
-            priority_field,
+            priority_field(),
             priority,
             f"queue {queue!r} takes priorities up to {row.max_priority}; the admin may raise its "
             "max_priority",

@@ -88,7 +88,7 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
             tenant=tenant,
             queue=queue,
             priority=priority,
-            priority_field=_priority_field(body),
+            priority_field=lambda: _priority_field(body),
             replicas=req.replicas,
         )
         _check_what_to_run(body)
