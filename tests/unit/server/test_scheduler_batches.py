@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 from server_kit import Server, job, node, reopen, states, submit, tenant
@@ -18,7 +20,17 @@ from xpupool.server.plane import ControlPlane, PendingJob
 SMALL = "A100 mem=1Gi cores=1%"
 
 
-def commits_during(plane: ControlPlane, run: object) -> int:
+@contextmanager
+def listening(plane: ControlPlane, name: str, listener: Callable[..., None]) -> Iterator[None]:
+    """``listener`` hears the store's event ``name`` while the block runs."""
+    event.listen(plane.db, name, listener)
+    try:
+        yield
+    finally:
+        event.remove(plane.db, name, listener)
+
+
+def commits_during(plane: ControlPlane, run: Callable[[], object]) -> int:
     """How many transactions the store commits while ``run()`` runs."""
     count = 0
 
@@ -26,11 +38,8 @@ def commits_during(plane: ControlPlane, run: object) -> int:
         nonlocal count
         count += 1
 
-    event.listen(plane.db, "commit", counted)
-    try:
-        run()  # type: ignore[operator]
-    finally:
-        event.remove(plane.db, "commit", counted)
+    with listening(plane, "commit", counted):
+        run()
     return count
 
 
@@ -135,7 +144,7 @@ def test_a_write_waiting_for_the_lock_goes_between_two_batches(
     assert order == [first, "write", second]
 
 
-def statements_during(plane: ControlPlane, run: object) -> list[str]:
+def statements_during(plane: ControlPlane, run: Callable[[], object]) -> list[str]:
     """The SQL the store runs while ``run()`` runs, one entry per statement (many rows written by
     one ``executemany`` are one entry)."""
     seen: list[str] = []
@@ -143,11 +152,8 @@ def statements_during(plane: ControlPlane, run: object) -> list[str]:
     def counted(_conn: object, _cursor: object, sql: str, *_rest: object) -> None:
         seen.append(sql.split(" (")[0].split(" SET")[0].split(" WHERE")[0])
 
-    event.listen(plane.db, "before_cursor_execute", counted)
-    try:
-        run()  # type: ignore[operator]
-    finally:
-        event.remove(plane.db, "before_cursor_execute", counted)
+    with listening(plane, "before_cursor_execute", counted):
+        run()
     return seen
 
 
