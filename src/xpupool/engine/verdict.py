@@ -16,8 +16,7 @@ time at 500 submissions/s).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
-from operator import attrgetter
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -29,7 +28,7 @@ from xpupool.engine.reasons import TEXT, Reason
 from xpupool.engine.state import BoolArray, ClusterState
 from xpupool.model.device import Node
 from xpupool.model.quantity import format_card_mib, format_cpu_milli, format_mib
-from xpupool.model.request import Request
+from xpupool.model.request import Request, fields_but
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,10 +43,8 @@ class Miss:
 ANSWERS_KEPT = 4096
 """Requests whose answer is kept (a stream repeats a few shapes; a bound for one that does not)."""
 
-_ANSWER_KEY = attrgetter(*(f.name for f in fields(Request) if f.name not in ("name", "container")))
-"""What an answer depends on: the request but its name and whether it runs an image. A tuple of
-its fields, not the request made again without them (which validated it again, on every
-submission)."""
+_ANSWER_KEY = fields_but("name", "container")
+"""What an answer depends on: the request but its name and whether it runs an image."""
 
 
 class Verdicts:
@@ -61,9 +58,8 @@ class Verdicts:
         self.state = state
         self.filters_off = filters_off  # the filters a request's profile turns off (the engine's)
         self._twin: tuple[list[Node], Pipeline] | None = None  # (the nodes it was built from, it)
-        self._answers: Lru[tuple[object, ...], tuple[Miss | None]] = Lru(
-            ANSWERS_KEPT
-        )  # for this twin
+        # for this twin, keyed by _ANSWER_KEY
+        self._answers: Lru[tuple[object, ...], tuple[Miss | None]] = Lru(ANSWERS_KEPT)
 
     def never_fits(self, req: Request) -> Miss | None:
         """The closest miss when no node of the empty pool takes ``req`` whole, else None. A pool

@@ -17,8 +17,7 @@ from __future__ import annotations
 import difflib
 import functools
 from collections.abc import Mapping
-from dataclasses import fields, replace
-from operator import attrgetter
+from dataclasses import replace
 from typing import Annotated
 
 from pydantic import (
@@ -43,6 +42,7 @@ from xpupool.model.request import (
     DeviceRequest,
     Request,
     Topology,
+    fields_but,
     parse_software_need,
 )
 from xpupool.model.request_fields import (
@@ -421,9 +421,7 @@ def request_to_dict(req: Request) -> dict[str, object]:
 FORMS_KEPT = 1024
 """Requests (but their names) whose written form :func:`request_to_dict` keeps."""
 
-_BUT_NAME_AND_DEVICES = attrgetter(
-    *(f.name for f in fields(Request) if f.name not in ("name", "devices"))
-)
+_BUT_NAME_AND_DEVICES = fields_but("name", "devices")
 
 
 class _Unnamed:

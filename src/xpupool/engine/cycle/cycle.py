@@ -12,8 +12,7 @@ persists them and stops processes, the simulator moves its clock.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
-from operator import attrgetter
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from xpupool.engine.cycle.admission import Admission, Admitted, Preemption, Refusal
@@ -21,7 +20,7 @@ from xpupool.engine.cycle.preempt import plan_preemption
 from xpupool.engine.txn import Transaction
 from xpupool.engine.verdict import Verdicts
 from xpupool.model.allocation import Allocation
-from xpupool.model.request import Request
+from xpupool.model.request import Request, fields_but
 
 
 class PendingWork(Protocol):
@@ -81,7 +80,7 @@ class Preempt:
 Decision = Place | Wait | Preempt
 
 # every field of a request but its name: two requests alike in these fare alike
-_SHAPE = attrgetter(*(f.name for f in fields(Request) if f.name != "name"))
+_SHAPE = fields_but("name")
 
 
 class SchedulingCycle:
