@@ -190,7 +190,7 @@ def test_settled_fragments_do_not_depend_on_summation_order() -> None:
 
 
 def test_cached_quantities_equal_the_numpy_definition_after_placements() -> None:
-    """The cache's per-shape quantities (compiled, ``kernels.node_quantities``) are FGD's ``T``,
+    """The cache's per-shape quantities (compiled, ``kernels.refresh``) are FGD's ``T``,
     ``usable``, ``U`` and ``cnt`` of ``node_view`` exactly, and its fragments ``fragmentation``'s,
     on a fleet of several kinds after shares, whole cards and pairs have landed."""
     fleet = [

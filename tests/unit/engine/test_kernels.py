@@ -55,8 +55,9 @@ WARM_THEN_PLACE = textwrap.dedent(
     for req in stream:
         engine.place(req)
     jitted = {
-        "node_quantities": kernels._node_quantities_jit,
+        "refresh": kernels._refresh_jit,
         "one_card_after": kernels._one_card_after_jit,
+        "node_after": kernels._node_after_jit,
         "best_deltas": kernels._best_deltas_jit,
         "knapsack": kernels._knapsack_jit,
     }
@@ -86,8 +87,9 @@ def test_warm_compiles_what_the_engine_calls() -> None:
     )
     counts = json.loads(out.stdout.strip().splitlines()[-1])
     assert counts == {
-        "node_quantities": 1,
+        "refresh": 1,
         "one_card_after": 1,
+        "node_after": 1,
         "best_deltas": 1,
         "knapsack": 1,
     }

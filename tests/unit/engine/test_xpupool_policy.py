@@ -381,6 +381,21 @@ def test_warming_after_a_relearn_places_exactly_as_building_on_demand() -> None:
     assert 100 < sum(bool(nodes) for _, nodes in warmed) < 240  # until the pool was full
 
 
+def test_an_empty_pool_relearns_and_warms() -> None:
+    """A server with no nodes yet still learns from what it is asked and warms what the next
+    placement would build: nothing to compute, and nothing may fail (the compiled loops size
+    their scratch by the node kinds, of which there are none)."""
+    engine = Engine(ClusterState([], seed=1), "xpupool", seed=1)
+    engine.defer_learning()
+    pair = Request("p", 1000, 0, DeviceRequest(count=2))
+    share = Request("s", 1000, 0, DeviceRequest(count=1, core_permille=300))
+    for req in [pair, share, Request("c", 1000, 0)] * 3:
+        assert not engine.place(req).ok
+    assert engine.learning_due
+    engine.relearn(warm=True)
+    assert not engine.learning_due and model_of(engine).frag.workload.shapes
+
+
 @pytest.mark.parametrize("warm", [False, True])
 def test_warming_builds_what_the_next_placement_would(warm: bool) -> None:
     engine = Engine(_mixed_fleet(), "xpupool")
@@ -397,5 +412,5 @@ def test_warming_builds_what_the_next_placement_would(warm: bool) -> None:
     for shape in model.frag.workload.shapes:  # what the next placement of each would compute
         ctx = engine.pipeline.context(shape)
         engine.pipeline.filter(ctx)
-        stale += model.after.evaluate(ctx).stale.size
+        stale += model.after.evaluate(ctx).recomputed
     assert measured == warm and (stale == 0) == warm

@@ -16,12 +16,15 @@ import numpy as np
 
 from xpupool.engine.context import Context
 from xpupool.engine.fragmentation.cache import FragmentationCache
-from xpupool.engine.fragmentation.kernels import node_quantities, one_card_after
+from xpupool.engine.fragmentation.kernels import (
+    node_after,
+    node_refresh,
+    one_card_after,
+    one_card_refresh,
+)
 from xpupool.engine.fragmentation.measure import (
     IndexArray,
     ShapeTable,
-    expected_fragment,
-    settled,
 )
 from xpupool.engine.lru import Lru
 from xpupool.engine.state import ClusterState, FloatArray, IntArray
@@ -45,13 +48,13 @@ class Cached:
 @dataclass(frozen=True, slots=True)
 class Fragmentation:
     """One request's view: every node's fragmentation now (``before``, ``[N]``), the cached
-    fragmentation after placing it (current on every candidate), the candidates, and those
-    recomputed for this request (``stale``)."""
+    fragmentation after placing it (current on every candidate), the candidates, and how many of
+    them were recomputed for this request."""
 
     before: FloatArray
     after: Cached
     candidates: IndexArray
-    stale: IndexArray
+    recomputed: int
 
 
 def cache_bound(state: ClusterState) -> int:
@@ -74,16 +77,24 @@ class AfterPlacement:
 
     def evaluate(self, ctx: Context) -> Fragmentation:
         """Fragmentation of every node now, after placing on each candidate (recomputed only for
-        nodes that changed), the candidates, and those recomputed (``stale``)."""
+        nodes that changed), the candidates, and how many were recomputed."""
         state = ctx.state
         before = self.frag.current()  # refreshes the shape table on an epoch change
         cached = self._cached_for(ctx)
         candidates = ctx.candidates()
-        stale = candidates[cached.version[candidates] != state.node_version[candidates]]
-        if stale.size:
-            cached.frag_after[stale] = settled(self.evaluate_nodes(ctx, self.frag.table, stale))
-            cached.version[stale] = state.node_version[stale]
-        return Fragmentation(before, cached, candidates, stale)
+        # Checked, computed and kept in one pass over the candidates.
+        frag, request = self.frag, _amounts(ctx)
+        if ctx.k == 1:
+            done = one_card_refresh(
+                candidates, frag.table.arrays, state, frag.cached(), *request, frag.capped,
+                cached.frag_after, cached.version,
+            )  # fmt: skip
+        else:
+            done = node_refresh(
+                candidates, frag.table.arrays, state, frag.cached(), ctx.dev_fit, ctx.k,
+                *request, frag.capped, cached.frag_after, cached.version,
+            )  # fmt: skip
+        return Fragmentation(before, cached, candidates, done)
 
     def amounts(self, ctx: Context) -> tuple[object, ...]:
         """The request's key in the cache: equal keys, equal fragmentation after placement on a
@@ -118,59 +129,19 @@ class AfterPlacement:
 
     def evaluate_nodes(self, ctx: Context, table: ShapeTable, nodes: IndexArray) -> FloatArray:
         """Fragmentation after placing one replica on each of ``nodes`` (``[S]``, or ``[S, W]`` for
-        every device of a one-device replica)."""
-        s = ctx.state
-        cpu_after = s.node_cpu_free[nodes] - ctx.req.cpu_milli
-        mem_after = s.node_mem_free[nodes] - ctx.req.memory_mib
-        if ctx.k == 0:
-            # Nothing device-side changes: the nodes' cached quantities, with CPU and memory taken.
-            _, usable_idle, usable_count, idle = self.frag.cached()
-            return expected_fragment(
-                table,
-                idle[nodes],
-                usable_idle[nodes],
-                usable_count[nodes],
-                cpu_after,
-                mem_after,
-                self.frag.capped,
-            )
-        need_mib = ctx.need_mib if isinstance(ctx.need_mib, int) else ctx.need_mib[nodes]
+        every device of a one-device replica), not settled."""
+        frag = self.frag
         if ctx.k == 1:
-            return _each_device(ctx, self.frag, nodes, need_mib, cpu_after, mem_after)
-        assert ctx.dev_fit is not None
-        dev_fit = ctx.dev_fit[nodes]
-        taken = dev_fit & (np.cumsum(dev_fit, axis=1) <= ctx.k)
-        free = s.dev_core_free[nodes] - taken * ctx.need_core
-        mem = s.dev_mem_free[nodes] - taken * need_mib
-        tasks = s.dev_task_free[nodes] - taken
-        idle, _, usable_idle, usable_count = node_quantities(
-            nodes, table.arrays, free, mem, tasks, with_usable=False
-        )
-        return expected_fragment(
-            table, idle, usable_idle, usable_count, cpu_after, mem_after, self.frag.capped
-        )
+            return one_card_after(
+                nodes, table.arrays, ctx.state, frag.cached(), *_amounts(ctx), frag.capped
+            )
+        return node_after(
+            nodes, table.arrays, ctx.state, frag.cached(), ctx.dev_fit, ctx.k, *_amounts(ctx),
+            frag.capped,
+        )  # fmt: skip
 
 
-def _each_device(
-    ctx: Context,
-    frag: FragmentationCache,
-    nodes: IndexArray,
-    need_mib: int | IntArray,
-    cpu_after: IntArray,
-    mem_after: IntArray,
-) -> FloatArray:
-    """``[S, W]``: fragmentation after placing the replica on each device of each node, by an
-    incremental update of the node's cached per-shape quantities (only the taken device's
-    usability changes), over the shapes the node's kind serves (``kernels.one_card_after``).
-    Values for devices the replica does not fit are meaningless; the caller masks them."""
-    return one_card_after(
-        nodes,
-        frag.table.arrays,
-        ctx.state,
-        frag.cached(),
-        ctx.need_core,
-        need_mib,
-        cpu_after,
-        mem_after,
-        frag.capped,
-    )
+def _amounts(ctx: Context) -> tuple[int, int | IntArray, int, int]:
+    """What the compiled loops take of a replica: compute per card, MiB per card (or per card of
+    each node), the node's CPU and memory."""
+    return ctx.need_core, ctx.need_mib, ctx.req.cpu_milli, ctx.req.memory_mib

@@ -7,13 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from xpupool.engine.eligibility import Eligibility
-from xpupool.engine.fragmentation.kernels import node_quantities
-from xpupool.engine.fragmentation.measure import (
-    ShapeTable,
-    TargetWorkload,
-    expected_fragment,
-    settled,
-)
+from xpupool.engine.fragmentation.kernels import refresh
+from xpupool.engine.fragmentation.measure import ShapeTable, TargetWorkload
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 
 
@@ -46,32 +41,21 @@ class FragmentationCache:
         self._usable = np.zeros((n, m, w), np.bool_)
         self._usable_idle = np.zeros((n, m), np.int64)
         self._usable_count = np.zeros((n, m), np.int64)
+        self._seq = -1  # the state's change number when every node was last current (-1: never)
 
     def current(self) -> FloatArray:
         """``[N]`` fragmentation of every node now."""
         s = self.state
         if self.table.epoch != s.epoch or self.values.size != s.n_nodes:
             self._reset()
-        stale = np.flatnonzero(self.version != s.node_version)
-        if stale.size:
-            table = self.table
-            idle, usable, usable_idle, usable_count = node_quantities(
-                stale,
-                table.arrays,
-                s.dev_core_free[stale],
-                s.dev_mem_free[stale],
-                s.dev_task_free[stale],
-            )
-            self._idle[stale] = idle
-            self._usable[stale] = usable
-            self._usable_idle[stale] = usable_idle
-            self._usable_count[stale] = usable_count
-            cpu, mem = s.node_cpu_free[stale], s.node_mem_free[stale]
-            fragment = expected_fragment(
-                table, idle, usable_idle, usable_count, cpu, mem, self.capped
-            )
-            self.values[stale] = settled(fragment)
-            self.version[stale] = s.node_version[stale]
+        # The nodes changed since the last call (every one was current then), from the state's
+        # log; all of them when it no longer reaches back that far (or after a reset).
+        changed = s.changed_since(self._seq)
+        nodes = np.flatnonzero(self.version != s.node_version) if changed is None else changed
+        if nodes.size:
+            quantities = (self._idle, self._usable, self._usable_idle, self._usable_count)
+            refresh(nodes, self.table.arrays, s, self.capped, quantities, self.values, self.version)
+        self._seq = s.change_seq
         return self.values
 
     def cached(self) -> tuple[BoolArray, IntArray, IntArray, IntArray]:

@@ -169,57 +169,159 @@ def _settle(fragment: Any) -> float:
 
 
 # ---------------------------------------------------------------------- many nodes
-def _node_quantities(
-    t: Any, nodes: Any, core: Any, mem: Any, tasks: Any, idle: Any, usable: Any, used: Any,
-    count: Any, with_usable: Any,
-) -> None:  # fmt: skip
-    """``node_quantities`` into zeroed outputs ([S], [S, M, W] if ``with_usable``, [S, M], [S, M])
-    from the free compute ``core``, memory ``mem`` and task slots ``tasks`` [S, W] of each node's
-    cards."""
-    mine, mine_used, mine_count = _quantities(t, core.shape[1])
+def _refresh(
+    t: Any, nodes: Any, core: Any, mem: Any, tasks: Any, cpu: Any, nmem: Any, node_version: Any,
+    capped: Any, idle: Any, usable: Any, usable_idle: Any, usable_count: Any, values: Any,
+    version: Any,
+) -> int:  # fmt: skip
+    """``refresh`` in place; the number of nodes recomputed."""
+    mine, used, count = _quantities(t, core.shape[1])
+    admits, cap = _limits(t)
+    done = 0
     for i in range(nodes.size):
         n = nodes[i]
-        idle[i] = core[i].sum()
-        _served(t, n, core[i], mem[i], tasks[i], mine, mine_used, mine_count)
+        if version[n] == node_version[n]:
+            continue
+        total = core[n].sum()
+        _served(t, n, core[n], mem[n], tasks[n], mine, used, count)
         k = t[NODE_KIND][n]
         start = t[KIND_PTR][k]
         for j in range(t[KIND_PTR][k + 1] - start):
             m = t[KIND_SHAPES][start + j]
-            if with_usable:
-                usable[i, m] = mine[j]
-            used[i, m] = mine_used[j]
-            count[i, m] = mine_count[j]
+            usable[n, m] = mine[j]
+            usable_idle[n, m] = used[j]
+            usable_count[n, m] = count[j]
+        _admits(t, k, cpu[n], nmem[n], capped, admits, cap)
+        idle[n] = total
+        values[n] = _settle(_fragment(t, k, float(total), used, count, admits, cap))
+        version[n] = node_version[n]
+        done += 1
+    return done
+
+
+def _each_card(
+    t: Any, n: Any, k: Any, idle: Any, core: Any, free: Any, mem_left: Any, tasks_left: Any,
+    usable: Any, usable_idle: Any, usable_count: Any, admits: Any, cap: Any, totals: Any,
+) -> None:  # fmt: skip
+    """Node ``n``'s fragment (less its kind's rest) after taking ``core`` thousandths from each one
+    of its cards in turn, into ``totals[w]``: the cards had ``free`` compute and will have
+    ``mem_left`` MiB and ``tasks_left`` slots; ``idle`` is the node's idle compute after.
+    ``_take_card`` then ``_fragment`` per card, in one pass over the shapes: a shape the card did
+    not serve before serves it no better with less (the capacity rule only compares what is free
+    with what is asked), so its term is the node's own, computed once. The same terms, added in
+    the same order, as the two loops would: the same bits."""
+    start = t[KIND_PTR][k]
+    width = free.size
+    totals[:] = 0.0
+    for j in range(t[KIND_PTR][k + 1] - start):
+        m = t[KIND_SHAPES][start + j]
+        weight, cards, need_core = t[WEIGHTS][m], t[COUNT][m], t[NEED_CORE][m]
+        used, count = usable_idle[n, m], usable_count[n, m]
+        ok, limit = admits[j], cap[j]
+        fits = ok and count >= cards
+        same = weight * (idle - min(float(used), limit)) if fits else weight * idle
+        for w in range(width):
+            if not usable[n, m, w]:
+                totals[w] += same
+                continue
+            left = free[w] - core
+            now = share_fits_one(mem_left[w], left, tasks_left[w], t[NEED_MIB][n, m, w], need_core)
+            if ok and count - 1 + now >= cards:
+                totals[w] += weight * (idle - min(float(used - free[w] + left * now), limit))
+            else:
+                totals[w] += weight * idle
 
 
 def _one_card_after(
-    t: Any, nodes: Any, dev_core_free: Any, dev_mem_free: Any, dev_task_free: Any, usable: Any,
-    usable_idle: Any, usable_count: Any, idle: Any, core: Any, mib: Any, cpu_after: Any,
-    mem_after: Any, capped: Any, out: Any,
-) -> None:  # fmt: skip
-    """``one_card_after`` into ``out`` [S, W]."""
+    t: Any, nodes: Any, dev_core_free: Any, dev_mem_free: Any, dev_task_free: Any, cpu_free: Any,
+    mem_free: Any, usable: Any, usable_idle: Any, usable_count: Any, idle: Any, core: Any, mib: Any,
+    mib_grid: Any, cpu: Any, nmem: Any, capped: Any, settle: Any, out: Any, version: Any,
+    node_version: Any,
+) -> int:  # fmt: skip
+    """``one_card_after`` into ``out``: row ``i`` for ``nodes[i]``, or, given ``version``, row
+    ``n`` for node ``n`` where ``version[n]`` is not the state's (then brought up to date). The
+    number of nodes computed."""
     width = dev_core_free.shape[1]
-    mine, used, count = _quantities(t, width)
-    _, used_after, count_after = _quantities(t, width)
     admits, cap = _limits(t)
+    mem_left = np.empty(width, np.int64)
+    tasks_left = np.empty(width, np.int64)
+    totals = np.empty(width, np.float64)
+    in_place = version.size > 0
+    done = 0
     for i in range(nodes.size):
         n = nodes[i]
+        if in_place and version[n] == node_version[n]:
+            continue
+        row = n if in_place else i
         k = t[NODE_KIND][n]
-        start = t[KIND_PTR][k]
-        for j in range(t[KIND_PTR][k + 1] - start):  # the node's cached quantities
-            m = t[KIND_SHAPES][start + j]
-            mine[j] = usable[n, m]
-            used[j] = usable_idle[n, m]
-            count[j] = usable_count[n, m]
-        _admits(t, k, cpu_after[i], mem_after[i], capped, admits, cap)
+        _admits(t, k, cpu_free[n] - cpu, mem_free[n] - nmem, capped, admits, cap)
         for w in range(width):
-            free = dev_core_free[n, w]
-            left, mem_left = free - core, dev_mem_free[n, w] - mib[i, w]
-            tasks_left = dev_task_free[n, w] - 1
-            _take_card(
-                t, n, w, free, left, mem_left, tasks_left, mine, used, count, used_after,
-                count_after,
-            )  # fmt: skip
-            out[i, w] = _fragment(t, k, float(idle[n] - core), used_after, count_after, admits, cap)
+            mem_left[w] = dev_mem_free[n, w] - (mib if mib_grid.shape[0] == 0 else mib_grid[n, w])
+            tasks_left[w] = dev_task_free[n, w] - 1
+        left_idle = float(idle[n] - core)
+        _each_card(
+            t, n, k, left_idle, core, dev_core_free[n], mem_left, tasks_left, usable, usable_idle,
+            usable_count, admits, cap, totals,
+        )  # fmt: skip
+        rest = t[KIND_REST][k] * left_idle
+        for w in range(width):
+            after = totals[w] + rest
+            out[row, w] = _settle(after) if settle else after
+        if in_place:
+            version[n] = node_version[n]
+        done += 1
+    return done
+
+
+def _node_after(
+    t: Any, nodes: Any, dev_fit: Any, dev_core_free: Any, dev_mem_free: Any, dev_task_free: Any,
+    cpu_free: Any, mem_free: Any, usable_idle: Any, usable_count: Any, idle: Any, cards: Any,
+    core: Any, mib: Any, mib_grid: Any, cpu: Any, nmem: Any, capped: Any, settle: Any, out: Any,
+    version: Any, node_version: Any,
+) -> int:  # fmt: skip
+    """``node_after`` into ``out``: entry ``i`` for ``nodes[i]``, or, given ``version``, entry
+    ``n`` for node ``n`` where ``version[n]`` is not the state's (then brought up to date). The
+    number of nodes computed."""
+    width = dev_core_free.shape[1]
+    scratch, used, count = _quantities(t, width)
+    admits, cap = _limits(t)
+    core_after = np.empty(width, np.int64)
+    mem_after = np.empty(width, np.int64)
+    tasks_after = np.empty(width, np.int64)
+    in_place = version.size > 0
+    done = 0
+    for i in range(nodes.size):
+        n = nodes[i]
+        if in_place and version[n] == node_version[n]:
+            continue
+        k = t[NODE_KIND][n]
+        if cards == 0:  # nothing device-side changes: the node's kept quantities
+            start = t[KIND_PTR][k]
+            for j in range(t[KIND_PTR][k + 1] - start):
+                m = t[KIND_SHAPES][start + j]
+                used[j] = usable_idle[n, m]
+                count[j] = usable_count[n, m]
+            left_idle = idle[n]
+        else:  # the first ``cards`` fitting cards, as FGD takes them
+            taken = 0
+            left_idle = 0
+            for w in range(width):
+                core_after[w], mem_after[w] = dev_core_free[n, w], dev_mem_free[n, w]
+                tasks_after[w] = dev_task_free[n, w]
+                if dev_fit[n, w] and taken < cards:
+                    core_after[w] -= core
+                    mem_after[w] -= mib if mib_grid.shape[0] == 0 else mib_grid[n, w]
+                    tasks_after[w] -= 1
+                    taken += 1
+                left_idle += core_after[w]
+            _served(t, n, core_after, mem_after, tasks_after, scratch, used, count)
+        _admits(t, k, cpu_free[n] - cpu, mem_free[n] - nmem, capped, admits, cap)
+        after = _fragment(t, k, float(left_idle), used, count, admits, cap)
+        out[n if in_place else i] = _settle(after) if settle else after
+        if in_place:
+            version[n] = node_version[n]
+        done += 1
+    return done
 
 
 def _best_deltas(
@@ -301,38 +403,44 @@ def _knapsack(sizes: Any, prices: Any, card: Any, value: Any, last: Any) -> None
 # The helpers first: the loops that call them find them compiled when they compile.
 _served = jit(_served)
 _take_card = jit(_take_card)
+_each_card = jit(_each_card)
 _admits = jit(_admits)
 _quantities = jit(_quantities)
 _limits = jit(_limits)
 _fragment = jit(_fragment)
 _settle = jit(_settle)
-_node_quantities_jit = jit(_node_quantities)
+_refresh_jit = jit(_refresh)
 _one_card_after_jit = jit(_one_card_after)
+_node_after_jit = jit(_node_after)
 _best_deltas_jit = jit(_best_deltas)
 _knapsack_jit = jit(_knapsack)
 
 
 # ---------------------------------------------------------------------- typed entry points
-def node_quantities(
+def refresh(
     nodes: IntArray,
     t: ShapeArrays,
-    core: IntArray,
-    mem: IntArray,
-    tasks: IntArray,
-    with_usable: bool = True,
-) -> tuple[IntArray, BoolArray, IntArray, IntArray]:
-    """``T`` [S], ``usable`` [S, M, W] (empty unless ``with_usable``), ``U`` and ``cnt`` [S, M]:
-    FGD's per-shape quantities (``measure.node_view``) of ``nodes`` whose cards have ``core``
-    compute, ``mem`` MiB and ``tasks`` task slots free ([S, W]), for every shape of the table
-    ``t`` (zero, exactly, for those a node's kind does not serve: they need ``NEVER`` MiB on its
-    cards)."""
-    s, m, w = nodes.size, t.weights.size, core.shape[1]
-    idle = np.zeros(s, np.int64)
-    usable = np.zeros((s, m, w) if with_usable else (0, 0, 0), np.bool_)
-    used = np.zeros((s, m), np.int64)
-    count = np.zeros((s, m), np.int64)
-    _node_quantities_jit(_plain(t), nodes, core, mem, tasks, idle, usable, used, count, with_usable)
-    return idle, usable, used, count
+    state: ClusterState,
+    capped: bool,
+    quantities: tuple[IntArray, BoolArray, IntArray, IntArray],
+    values: FloatArray,
+    version: IntArray,
+) -> int:
+    """Bring the kept measure of ``nodes`` up to date in place, skipping those whose ``version``
+    is the state's (repeats and unchanged nodes cost a comparison): per node its ``T``,
+    ``usable``, ``U`` and ``cnt`` for the shapes its kind serves (``quantities``, [N], [N, M, W],
+    [N, M], [N, M]: the others stay zero), its settled fragment into ``values`` and its version.
+    The fragment is ``measure.expected_fragment``'s, settled, from one pass over each node instead
+    of a dozen NumPy operations over a handful of rows. Returns how many nodes it recomputed."""
+    if not nodes.size:  # and no scratch sized by the node kinds (there may be none)
+        return 0
+    idle, usable, usable_idle, usable_count = quantities
+    done: int = _refresh_jit(
+        _plain(t), nodes, state.dev_core_free, state.dev_mem_free, state.dev_task_free,
+        state.node_cpu_free, state.node_mem_free, state.node_version, capped, idle, usable,
+        usable_idle, usable_count, values, version,
+    )  # fmt: skip
+    return done
 
 
 def one_card_after(
@@ -342,23 +450,138 @@ def one_card_after(
     cached: tuple[BoolArray, IntArray, IntArray, IntArray],
     core: int,
     mib: int | IntArray,
-    cpu_after: IntArray,
-    mem_after: IntArray,
+    cpu: int,
+    memory: int,
     capped: bool,
 ) -> FloatArray:
     """``[S, W]`` fragment of each node after placing a one-device replica of ``core`` thousandths
-    and ``mib`` MiB (per device [S, W], or on any) on each of its devices; ``cached`` = the whole
-    fleet's ``usable``, ``U``, ``cnt`` and ``T`` (``FragmentationCache.cached``). Values for
-    devices the replica does not fit are meaningless; the caller masks them."""
-    shape = (nodes.size, state.width)
-    out = np.empty(shape, np.float64)
-    mib = np.full(shape, mib, np.int64) if isinstance(mib, int) else mib
-    usable, usable_idle, usable_count, idle = cached
-    _one_card_after_jit(
-        _plain(t), nodes, state.dev_core_free, state.dev_mem_free, state.dev_task_free, usable,
-        usable_idle, usable_count, idle, core, mib, cpu_after, mem_after, capped, out,
-    )  # fmt: skip
+    and ``mib`` MiB (per device [N, W], or on any), ``cpu`` and ``memory`` of the node, on each of
+    its devices; ``cached`` = the whole fleet's ``usable``, ``U``, ``cnt`` and ``T``
+    (``FragmentationCache.cached``). Values for devices the replica does not fit are meaningless;
+    the caller masks them."""
+    out = np.empty((nodes.size, state.width), np.float64)
+    _one_card(nodes, t, state, cached, core, mib, cpu, memory, capped, out, _NO_VERSION)
     return out
+
+
+def one_card_refresh(
+    nodes: IntArray,
+    t: ShapeArrays,
+    state: ClusterState,
+    cached: tuple[BoolArray, IntArray, IntArray, IntArray],
+    core: int,
+    mib: int | IntArray,
+    cpu: int,
+    memory: int,
+    capped: bool,
+    after: FloatArray,
+    version: IntArray,
+) -> int:
+    """:func:`one_card_after` kept in place: of ``nodes`` (repeats and current nodes cost a
+    comparison), those whose ``version`` is not the state's get their settled fragments into
+    their row of ``after`` [N, W] and the state's version. Returns how many were computed."""
+    return _one_card(nodes, t, state, cached, core, mib, cpu, memory, capped, after, version)
+
+
+def node_after(
+    nodes: IntArray,
+    t: ShapeArrays,
+    state: ClusterState,
+    cached: tuple[BoolArray, IntArray, IntArray, IntArray],
+    dev_fit: BoolArray | None,
+    cards: int,
+    core: int,
+    mib: int | IntArray,
+    cpu: int,
+    memory: int,
+    capped: bool,
+) -> FloatArray:
+    """``[S]`` fragment of each node after placing a replica of ``cards`` cards other than one (0:
+    CPU and memory only) of ``core`` thousandths and ``mib`` MiB each (per device [N, W], or on
+    any), ``cpu`` and ``memory`` of the node, on the first ``cards`` cards that fit it
+    (``dev_fit`` [N, W]), as FGD places it; ``cached`` as for :func:`one_card_after`."""
+    out = np.empty(nodes.size, np.float64)
+    _node(nodes, t, state, cached, dev_fit, cards, core, mib, cpu, memory, capped, out, _NO_VERSION)
+    return out
+
+
+def node_refresh(
+    nodes: IntArray,
+    t: ShapeArrays,
+    state: ClusterState,
+    cached: tuple[BoolArray, IntArray, IntArray, IntArray],
+    dev_fit: BoolArray | None,
+    cards: int,
+    core: int,
+    mib: int | IntArray,
+    cpu: int,
+    memory: int,
+    capped: bool,
+    after: FloatArray,
+    version: IntArray,
+) -> int:
+    """:func:`node_after` kept in place, as :func:`one_card_refresh` keeps its own: into ``after``
+    [N]. Returns how many nodes were computed."""
+    args = (nodes, t, state, cached, dev_fit, cards, core, mib, cpu, memory, capped)
+    return _node(*args, after, version)
+
+
+def _node(
+    nodes: IntArray,
+    t: ShapeArrays,
+    state: ClusterState,
+    cached: tuple[BoolArray, IntArray, IntArray, IntArray],
+    dev_fit: BoolArray | None,
+    cards: int,
+    core: int,
+    mib: int | IntArray,
+    cpu: int,
+    memory: int,
+    capped: bool,
+    out: FloatArray,
+    version: IntArray,
+) -> int:
+    if not nodes.size:  # and no scratch sized by the node kinds (there may be none)
+        return 0
+    _, usable_idle, usable_count, idle = cached
+    scalar, grid = (mib, _NO_GRID) if isinstance(mib, int) else (0, mib)
+    done: int = _node_after_jit(
+        _plain(t), nodes, _NO_FIT if dev_fit is None else dev_fit, state.dev_core_free,
+        state.dev_mem_free, state.dev_task_free, state.node_cpu_free, state.node_mem_free,
+        usable_idle, usable_count, idle, cards, core, scalar, grid, cpu, memory, capped,
+        version.size > 0, out, version, state.node_version,
+    )  # fmt: skip
+    return done
+
+
+_NO_VERSION = np.zeros(0, np.int64)
+_NO_GRID = np.zeros((0, 0), np.int64)
+_NO_FIT = np.zeros((0, 0), np.bool_)
+
+
+def _one_card(
+    nodes: IntArray,
+    t: ShapeArrays,
+    state: ClusterState,
+    cached: tuple[BoolArray, IntArray, IntArray, IntArray],
+    core: int,
+    mib: int | IntArray,
+    cpu: int,
+    memory: int,
+    capped: bool,
+    out: FloatArray,
+    version: IntArray,
+) -> int:
+    if not nodes.size:  # and no scratch sized by the node kinds (there may be none)
+        return 0
+    usable, usable_idle, usable_count, idle = cached
+    scalar, grid = (mib, _NO_GRID) if isinstance(mib, int) else (0, mib)
+    done: int = _one_card_after_jit(
+        _plain(t), nodes, state.dev_core_free, state.dev_mem_free, state.dev_task_free,
+        state.node_cpu_free, state.node_mem_free, usable, usable_idle, usable_count, idle, core,
+        scalar, grid, cpu, memory, capped, version.size > 0, out, version, state.node_version,
+    )  # fmt: skip
+    return done
 
 
 def best_deltas(
@@ -408,11 +631,33 @@ def warm() -> None:
     t = _plain(sample)
     grid = np.zeros((1, 1), i64)
     cached = (np.zeros((1, 1, 1), np.bool_), grid, grid, ints)
-    _node_quantities_jit(t, ints, grid, grid, grid, ints, *cached[:1], grid, grid, True)
-    _one_card_after_jit(
-        t, ints, grid, grid, grid, *cached, 0, grid, ints, ints, True, np.zeros((1, 1))
+    floats = np.zeros(1, f64)
+    _refresh_jit(
+        t,
+        ints,
+        grid,
+        grid,
+        grid,
+        ints,
+        ints,
+        ints,
+        True,
+        ints,
+        *cached[:1],
+        grid,
+        grid,
+        floats,
+        ints,
     )
+    _one_card_after_jit(
+        t, ints, grid, grid, grid, ints, ints, *cached, 0, 0, grid, 0, 0, True, True,
+        np.zeros((1, 1)), ints, ints,
+    )  # fmt: skip
     ok = np.ones(1, np.bool_)
+    _node_after_jit(
+        t, ints, grid > 0, grid, grid, grid, ints, ints, grid, grid, ints, 0, 0, 0, grid, 0, 0,
+        True, True, np.zeros(1), ints, ints,
+    )  # fmt: skip
     _best_deltas_jit(t, ints, grid, grid, grid, ints, ints, ok, ints, True, np.zeros((1, 1)))
     knapsack(ones, np.ones(1, f64), 1)
     import scipy.optimize  # noqa: F401  (the share prices' LP, on their first use otherwise)
