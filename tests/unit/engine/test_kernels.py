@@ -60,6 +60,7 @@ WARM_THEN_PLACE = textwrap.dedent(
         "node_after": kernels._node_after_jit,
         "best_deltas": kernels._best_deltas_jit,
         "knapsack": kernels._knapsack_jit,
+        "pressure_counts": kernels._pressure_counts_jit,
     }
     print(json.dumps({name: len(d.signatures) for name, d in jitted.items()}))
     """
@@ -92,6 +93,7 @@ def test_warm_compiles_what_the_engine_calls() -> None:
         "node_after": 1,
         "best_deltas": 1,
         "knapsack": 1,
+        "pressure_counts": 1,
     }
 
 

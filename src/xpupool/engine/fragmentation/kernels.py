@@ -1,5 +1,6 @@
-"""Compiled inner loops of the fragmentation measure (``measure.py``), and the knapsack of the
-share prices (``prices.py``), a thousand steps per solve.
+"""Compiled inner loops of the fragmentation measure (``measure.py``), of the device pressure's
+counts (``pressure.py``), and the knapsack of the share prices (``prices.py``), a thousand steps
+per solve.
 
 FGD's evaluation touches a few nodes per request (those that changed since the same amounts were
 last scored) over every shape the node serves and every device: arrays of a few thousand elements,
@@ -387,6 +388,31 @@ def _best_deltas(
             out[b, r] = before - _settle(after)
 
 
+def _pressure_counts(
+    nodes: Any, version: Any, node_version: Any, plain: Any, node_class: Any, core: Any,
+    tasks: Any, thresholds: Any, plain_idle: Any, node_idle: Any,
+) -> int:  # fmt: skip
+    """``pressure_counts`` in place."""
+    moved = 0
+    for i in range(nodes.size):
+        n = nodes[i]
+        if version[n] == node_version[n]:
+            continue
+        version[n] = node_version[n]
+        moved += 1
+        if not plain[n]:
+            continue
+        c = node_class[n]
+        for j in range(thresholds.size):
+            now = 0
+            for w in range(core.shape[1]):
+                if share_fits_one(0, core[n, w], tasks[n, w], 0, thresholds[j]):
+                    now += core[n, w]
+            plain_idle[c, j] += now - node_idle[n, j]
+            node_idle[n, j] = now
+    return moved
+
+
 def _knapsack(sizes: Any, prices: Any, card: Any, value: Any, last: Any) -> None:
     """Unbounded knapsack over one card (``prices.py``): ``value[h]`` the most that
     ``sizes`` fitting in ``h`` are worth at ``prices``, ``last[h]`` the size taken last there (-1:
@@ -414,6 +440,7 @@ _one_card_after_jit = jit(_one_card_after)
 _node_after_jit = jit(_node_after)
 _best_deltas_jit = jit(_best_deltas)
 _knapsack_jit = jit(_knapsack)
+_pressure_counts_jit = jit(_pressure_counts)
 
 
 # ---------------------------------------------------------------------- typed entry points
@@ -605,6 +632,28 @@ def best_deltas(
 _warm = False
 
 
+def pressure_counts(
+    nodes: IntArray,
+    state: ClusterState,
+    version: IntArray,
+    plain: BoolArray,
+    node_class: IntArray,
+    thresholds: IntArray,
+    plain_idle: IntArray,
+    node_idle: IntArray,
+) -> int:
+    """The device pressure's usable idle kept in place (``pressure.py``): of ``nodes`` (repeats
+    and current nodes cost a comparison), each one whose ``version`` is not the state's takes it,
+    and each such ``plain`` node's compute on cards with at least each of ``thresholds`` free and
+    a task slot (the capacity rule) replaces its row of ``node_idle`` [N, J] and its share of its
+    class's row of ``plain_idle`` [C, J]. Returns how many nodes moved."""
+    moved: int = _pressure_counts_jit(
+        nodes, version, state.node_version, plain, node_class, state.dev_core_free,
+        state.dev_task_free, thresholds, plain_idle, node_idle,
+    )  # fmt: skip
+    return moved
+
+
 def knapsack(sizes: IntArray, prices: FloatArray, card: int) -> tuple[FloatArray, IntArray]:
     """``(value, last)`` of the unbounded knapsack of ``sizes`` at ``prices`` for ``h = 0..card``."""
     value = np.zeros(card + 1, np.float64)
@@ -660,6 +709,7 @@ def warm() -> None:
     )  # fmt: skip
     _best_deltas_jit(t, ints, grid, grid, grid, ints, ints, ok, ints, True, np.zeros((1, 1)))
     knapsack(ones, np.ones(1, f64), 1)
+    _pressure_counts_jit(ints, ints, ints, ok, ints, grid, grid, ones, grid, grid)
     import scipy.optimize  # noqa: F401  (the share prices' LP, on their first use otherwise)
 
     _warm = True

@@ -40,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from xpupool.engine.capacity import cores_fit, slot_free
+from xpupool.engine.fragmentation.kernels import pressure_counts
 from xpupool.engine.fragmentation.measure import NEVER, IndexArray, ShapeTable
 from xpupool.engine.fragmentation.row_kinds import unique_rows
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
@@ -103,6 +104,7 @@ class DevicePressure:
         self._node_idle = np.zeros((n, j), np.int64)
         self._version = np.full(n, -1, np.int64)
         self._rho: FloatArray | None = None
+        self._seq, self._epoch = -1, -1  # the state's change number and epoch when last counted
         self._special: IntArray = np.flatnonzero(~plain & (self.node_class != -1))
 
     def of(self, nodes: IndexArray) -> FloatArray:
@@ -150,15 +152,15 @@ class DevicePressure:
     def _class_pressure(self) -> FloatArray:
         """``[C + 1]``: pressure per class now, and 0 last (for class -1)."""
         s = self.state
-        stale = np.flatnonzero(self._version != s.node_version)
-        if stale.size or self._rho is None:
-            self._version[stale] = s.node_version[stale]
-            plain = stale[self._is_plain[stale]]
-            if plain.size:
-                # plain: every present card usable
-                now = self._usable(s.dev_core_free[plain], s.dev_task_free[plain])
-                np.add.at(self._plain_idle, self.node_class[plain], now - self._node_idle[plain])
-                self._node_idle[plain] = now
+        # The nodes changed since the last call (all were counted then), from the state's log.
+        changed = s.changed_since(self._seq) if self._epoch == s.epoch else None
+        nodes = np.flatnonzero(self._version != s.node_version) if changed is None else changed
+        moved = pressure_counts(
+            nodes, s, self._version, self._is_plain, self.node_class, self._thresholds,
+            self._plain_idle, self._node_idle,
+        )  # fmt: skip
+        self._seq, self._epoch = s.change_seq, s.epoch
+        if moved or self._rho is None:
             self._rho = self._pressure()
         return self._rho
 
