@@ -13,6 +13,7 @@ from xpupool.engine.fragmentation import (
     node_view,
     settled,
 )
+from xpupool.engine.fragmentation.pressure import DevicePressure
 from xpupool.engine.scorers.base import ScorerEnv
 from xpupool.engine.scorers.fgd import Fgd
 from xpupool.model import DeviceRequest, Request
@@ -221,3 +222,45 @@ def test_cached_quantities_equal_the_numpy_definition_after_placements() -> None
     assert len(set(idle.tolist())) > 1  # the placements made the nodes differ
     expected = fragmentation(engine.state, cache.table, nodes, capped=True)
     assert values == pytest.approx(expected, abs=1e-6)
+
+
+def test_what_is_kept_equals_what_is_computed_afresh_after_placements_and_reverts() -> None:
+    """The kept measure (each node's fragment now), the kept fragments after placement and the
+    device pressure are brought up to date only on the nodes changed since (the state's change
+    log, each node's version): after placements and reverts of every kind, each equals a fresh
+    computation over every node to the bit, so no change was missed."""
+    fleet = [
+        *(gpu_node(f"a{i}", count=4, group_size=2, cpu_milli=16_000) for i in range(3)),
+        *(gpu_node(f"t{i}", model=T4, memory_mib=15360, count=4, group_size=0) for i in range(2)),
+    ]
+    pair = Request("p", 2000, 0, DeviceRequest(count=2))
+    mib = Request("g", 1000, 0, DeviceRequest(count=1, memory_mib=6000, core_permille=100))
+    part = Request("m", 3000, 0, DeviceRequest(count=1, memory_permille=400, core_permille=200))
+    stream = [share(300, cpu=2000), pair, mib, part, share(600, models=("T4",)), Request("c", 6000)]
+    workload = TargetWorkload(tuple(stream), (0.3, 0.2, 0.1, 0.1, 0.2, 0.1))
+    engine = Engine(ClusterState(fleet, seed=4), "fgd", seed=4, workload=workload)
+    scorer = Fgd(ScorerEnv(4, engine.pipeline, workload))
+    state = engine.state
+    pressure = DevicePressure(state, scorer.frag.table)
+    assert pressure.active  # the T4 shares contend for the T4 cards
+    checked = 0
+    for step in range(30):
+        req = stream[step % len(stream)]
+        ctx = engine.pipeline.context(req)
+        engine.pipeline.filter(ctx)
+        seen = scorer.after.evaluate(ctx)
+        fresh = FragmentationCache(state, engine.pipeline, workload).current()
+        assert np.array_equal(seen.before, fresh)
+        assert np.array_equal(
+            pressure.current(), DevicePressure(state, scorer.frag.table).current()
+        )
+        if seen.candidates.size:
+            kept = seen.after.frag_after[seen.candidates]
+            again = settled(scorer.after.evaluate_nodes(ctx, scorer.frag.table, seen.candidates))
+            assert np.array_equal(kept, again), (step, req.name)
+            checked += 1
+        placed = engine.place(req)
+        if step % 4 == 3 and placed.ok:  # some placements are taken back
+            for alloc in placed.allocations:
+                state.revert(alloc.id)
+    assert checked > 20
