@@ -16,12 +16,7 @@ import numpy as np
 
 from xpupool.engine.context import Context
 from xpupool.engine.fragmentation.cache import FragmentationCache
-from xpupool.engine.fragmentation.kernels import (
-    node_after,
-    node_refresh,
-    one_card_after,
-    one_card_refresh,
-)
+from xpupool.engine.fragmentation.kernels import Replica, node_after, one_card_after
 from xpupool.engine.fragmentation.measure import (
     IndexArray,
     ShapeTable,
@@ -83,17 +78,13 @@ class AfterPlacement:
         cached = self._cached_for(ctx)
         candidates = ctx.candidates()
         # Checked, computed and kept in one pass over the candidates.
-        frag, request = self.frag, _amounts(ctx)
+        frag, replica = self.frag, _replica(ctx)
+        args = (candidates, frag.table.arrays, state, frag.cached())
+        kept = (frag.capped, cached.frag_after, cached.version)
         if ctx.k == 1:
-            done = one_card_refresh(
-                candidates, frag.table.arrays, state, frag.cached(), *request, frag.capped,
-                cached.frag_after, cached.version,
-            )  # fmt: skip
+            done = one_card_after(*args, replica, *kept)
         else:
-            done = node_refresh(
-                candidates, frag.table.arrays, state, frag.cached(), ctx.dev_fit, ctx.k,
-                *request, frag.capped, cached.frag_after, cached.version,
-            )  # fmt: skip
+            done = node_after(*args, (ctx.k, ctx.dev_fit), replica, *kept)
         return Fragmentation(before, cached, candidates, done)
 
     def amounts(self, ctx: Context) -> tuple[object, ...]:
@@ -130,18 +121,16 @@ class AfterPlacement:
     def evaluate_nodes(self, ctx: Context, table: ShapeTable, nodes: IndexArray) -> FloatArray:
         """Fragmentation after placing one replica on each of ``nodes`` (``[S]``, or ``[S, W]`` for
         every device of a one-device replica), not settled."""
-        frag = self.frag
+        args = (nodes, table.arrays, ctx.state, self.frag.cached())
+        out: FloatArray
         if ctx.k == 1:
-            return one_card_after(
-                nodes, table.arrays, ctx.state, frag.cached(), *_amounts(ctx), frag.capped
-            )
-        return node_after(
-            nodes, table.arrays, ctx.state, frag.cached(), ctx.dev_fit, ctx.k, *_amounts(ctx),
-            frag.capped,
-        )  # fmt: skip
+            out = np.empty((nodes.size, ctx.state.width), np.float64)
+            one_card_after(*args, _replica(ctx), self.frag.capped, out)
+        else:
+            out = np.empty(nodes.size, np.float64)
+            node_after(*args, (ctx.k, ctx.dev_fit), _replica(ctx), self.frag.capped, out)
+        return out
 
 
-def _amounts(ctx: Context) -> tuple[int, int | IntArray, int, int]:
-    """What the compiled loops take of a replica: compute per card, MiB per card (or per card of
-    each node), the node's CPU and memory."""
-    return ctx.need_core, ctx.need_mib, ctx.req.cpu_milli, ctx.req.memory_mib
+def _replica(ctx: Context) -> Replica:
+    return Replica(ctx.need_core, ctx.need_mib, ctx.req.cpu_milli, ctx.req.memory_mib)

@@ -470,44 +470,49 @@ def refresh(
     return done
 
 
+class Replica(NamedTuple):
+    """What the compiled loops take of a replica: compute per card (thousandths), MiB per card (an
+    int, or ``[N, W]`` per card of each node), and its node's CPU and memory."""
+
+    core: int
+    mib: int | IntArray
+    cpu: int
+    memory: int
+
+
+NO_VERSION = np.zeros(0, np.int64)
+_NO_GRID = np.zeros((0, 0), np.int64)
+_NO_FIT = np.zeros((0, 0), np.bool_)
+
+
 def one_card_after(
     nodes: IntArray,
     t: ShapeArrays,
     state: ClusterState,
     cached: tuple[BoolArray, IntArray, IntArray, IntArray],
-    core: int,
-    mib: int | IntArray,
-    cpu: int,
-    memory: int,
+    replica: Replica,
     capped: bool,
-) -> FloatArray:
-    """``[S, W]`` fragment of each node after placing a one-device replica of ``core`` thousandths
-    and ``mib`` MiB (per device [N, W], or on any), ``cpu`` and ``memory`` of the node, on each of
-    its devices; ``cached`` = the whole fleet's ``usable``, ``U``, ``cnt`` and ``T``
-    (``FragmentationCache.cached``). Values for devices the replica does not fit are meaningless;
-    the caller masks them."""
-    out = np.empty((nodes.size, state.width), np.float64)
-    _one_card(nodes, t, state, cached, core, mib, cpu, memory, capped, out, _NO_VERSION)
-    return out
-
-
-def one_card_refresh(
-    nodes: IntArray,
-    t: ShapeArrays,
-    state: ClusterState,
-    cached: tuple[BoolArray, IntArray, IntArray, IntArray],
-    core: int,
-    mib: int | IntArray,
-    cpu: int,
-    memory: int,
-    capped: bool,
-    after: FloatArray,
-    version: IntArray,
+    out: FloatArray,
+    version: IntArray = NO_VERSION,
 ) -> int:
-    """:func:`one_card_after` kept in place: of ``nodes`` (repeats and current nodes cost a
-    comparison), those whose ``version`` is not the state's get their settled fragments into
-    their row of ``after`` [N, W] and the state's version. Returns how many were computed."""
-    return _one_card(nodes, t, state, cached, core, mib, cpu, memory, capped, after, version)
+    """The fragment of each node after placing a one-device ``replica`` on each of its devices;
+    ``cached`` = the whole fleet's ``usable``, ``U``, ``cnt`` and ``T``
+    (``FragmentationCache.cached``). Into row ``i`` of ``out`` [S, W] for ``nodes[i]``; or, given
+    the ``version`` [N] each row of ``out`` [N, W] was computed at, settled into row ``n`` for each
+    node ``n`` of ``nodes`` whose version is not the state's, which it then takes (repeats and
+    current nodes cost a comparison). Values for devices the replica does not fit are
+    meaningless; the caller masks them. Returns how many nodes were computed."""
+    if not nodes.size:  # and no scratch sized by the node kinds (there may be none)
+        return 0
+    usable, usable_idle, usable_count, idle = cached
+    core, mib, cpu, memory = replica
+    scalar, grid = (mib, _NO_GRID) if isinstance(mib, int) else (0, mib)
+    done: int = _one_card_after_jit(
+        _plain(t), nodes, state.dev_core_free, state.dev_mem_free, state.dev_task_free,
+        state.node_cpu_free, state.node_mem_free, usable, usable_idle, usable_count, idle, core,
+        scalar, grid, cpu, memory, capped, version.size > 0, out, version, state.node_version,
+    )  # fmt: skip
+    return done
 
 
 def node_after(
@@ -515,98 +520,27 @@ def node_after(
     t: ShapeArrays,
     state: ClusterState,
     cached: tuple[BoolArray, IntArray, IntArray, IntArray],
-    dev_fit: BoolArray | None,
-    cards: int,
-    core: int,
-    mib: int | IntArray,
-    cpu: int,
-    memory: int,
-    capped: bool,
-) -> FloatArray:
-    """``[S]`` fragment of each node after placing a replica of ``cards`` cards other than one (0:
-    CPU and memory only) of ``core`` thousandths and ``mib`` MiB each (per device [N, W], or on
-    any), ``cpu`` and ``memory`` of the node, on the first ``cards`` cards that fit it
-    (``dev_fit`` [N, W]), as FGD places it; ``cached`` as for :func:`one_card_after`."""
-    out = np.empty(nodes.size, np.float64)
-    _node(nodes, t, state, cached, dev_fit, cards, core, mib, cpu, memory, capped, out, _NO_VERSION)
-    return out
-
-
-def node_refresh(
-    nodes: IntArray,
-    t: ShapeArrays,
-    state: ClusterState,
-    cached: tuple[BoolArray, IntArray, IntArray, IntArray],
-    dev_fit: BoolArray | None,
-    cards: int,
-    core: int,
-    mib: int | IntArray,
-    cpu: int,
-    memory: int,
-    capped: bool,
-    after: FloatArray,
-    version: IntArray,
-) -> int:
-    """:func:`node_after` kept in place, as :func:`one_card_refresh` keeps its own: into ``after``
-    [N]. Returns how many nodes were computed."""
-    args = (nodes, t, state, cached, dev_fit, cards, core, mib, cpu, memory, capped)
-    return _node(*args, after, version)
-
-
-def _node(
-    nodes: IntArray,
-    t: ShapeArrays,
-    state: ClusterState,
-    cached: tuple[BoolArray, IntArray, IntArray, IntArray],
-    dev_fit: BoolArray | None,
-    cards: int,
-    core: int,
-    mib: int | IntArray,
-    cpu: int,
-    memory: int,
+    cards: tuple[int, BoolArray | None],
+    replica: Replica,
     capped: bool,
     out: FloatArray,
-    version: IntArray,
+    version: IntArray = NO_VERSION,
 ) -> int:
+    """The fragment of each node after placing a ``replica`` of ``cards`` = (k, fit) other than
+    one card (k = 0: CPU and memory only) on the first k cards that ``fit`` it ([N, W]), as FGD
+    places it. Into ``out`` [S], or kept in ``out`` [N] by ``version`` as
+    :func:`one_card_after` keeps its own. Returns how many nodes were computed."""
     if not nodes.size:  # and no scratch sized by the node kinds (there may be none)
         return 0
     _, usable_idle, usable_count, idle = cached
+    count, fit = cards
+    core, mib, cpu, memory = replica
     scalar, grid = (mib, _NO_GRID) if isinstance(mib, int) else (0, mib)
     done: int = _node_after_jit(
-        _plain(t), nodes, _NO_FIT if dev_fit is None else dev_fit, state.dev_core_free,
+        _plain(t), nodes, _NO_FIT if fit is None else fit, state.dev_core_free,
         state.dev_mem_free, state.dev_task_free, state.node_cpu_free, state.node_mem_free,
-        usable_idle, usable_count, idle, cards, core, scalar, grid, cpu, memory, capped,
+        usable_idle, usable_count, idle, count, core, scalar, grid, cpu, memory, capped,
         version.size > 0, out, version, state.node_version,
-    )  # fmt: skip
-    return done
-
-
-_NO_VERSION = np.zeros(0, np.int64)
-_NO_GRID = np.zeros((0, 0), np.int64)
-_NO_FIT = np.zeros((0, 0), np.bool_)
-
-
-def _one_card(
-    nodes: IntArray,
-    t: ShapeArrays,
-    state: ClusterState,
-    cached: tuple[BoolArray, IntArray, IntArray, IntArray],
-    core: int,
-    mib: int | IntArray,
-    cpu: int,
-    memory: int,
-    capped: bool,
-    out: FloatArray,
-    version: IntArray,
-) -> int:
-    if not nodes.size:  # and no scratch sized by the node kinds (there may be none)
-        return 0
-    usable, usable_idle, usable_count, idle = cached
-    scalar, grid = (mib, _NO_GRID) if isinstance(mib, int) else (0, mib)
-    done: int = _one_card_after_jit(
-        _plain(t), nodes, state.dev_core_free, state.dev_mem_free, state.dev_task_free,
-        state.node_cpu_free, state.node_mem_free, usable, usable_idle, usable_count, idle, core,
-        scalar, grid, cpu, memory, capped, version.size > 0, out, version, state.node_version,
     )  # fmt: skip
     return done
 
