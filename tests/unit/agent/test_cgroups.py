@@ -143,12 +143,10 @@ def test_a_process_that_leaves_its_group_is_still_stopped(tmp_path: Path) -> Non
     rep = started(runner.start(work(["sh", "-c", escape], memory_mib=64)), runner)
     assert rep is not None and rep.spec is not None and rep.spec.cgroup is not None
     plan = rep.spec.cgroup
-    deadline = time.monotonic() + 10
-    while b"escaped" not in rep.log_path.read_bytes() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.2)
-    others = [p for p in cgroups.members(plan) if os.getpgid(p) != rep.pid]
-    assert others  # the setsid'd sleep
+    # The setsid'd sleep: "escaped" may be written before its setsid(2) ran, so wait for it to
+    # show up in its own process group (a fixed pause was too short on a loaded machine).
+    others = escaped(plan, rep.pid, time.monotonic() + 10)
+    assert others
     runner.stop(7, 0)
     deadline = time.monotonic() + 10
     while rep.state == "running" and time.monotonic() < deadline:
@@ -161,3 +159,19 @@ def test_a_process_that_leaves_its_group_is_still_stopped(tmp_path: Path) -> Non
         except OSError:
             continue
         assert stat[stat.rfind(")") + 2] in "ZX", stat
+
+
+def escaped(plan: cgroups.CgroupPlan, group: int, deadline: float) -> list[int]:
+    """The members of ``plan``'s cgroup outside process group ``group``, once there are any (or
+    none at ``deadline``); a member that exits meanwhile is skipped."""
+    while True:
+        found = []
+        for pid in cgroups.members(plan):
+            try:
+                if os.getpgid(pid) != group:
+                    found.append(pid)
+            except ProcessLookupError:
+                continue
+        if found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.05)
