@@ -337,6 +337,14 @@ class ClusterState:
         start = seq - self._changes_base
         return None if start < 0 else self._changes[start : self._n_changes]
 
+    def changed_nodes(self, seq: int, epoch: int, version: IntArray) -> IntArray:
+        """The nodes a reader that was current at change ``seq`` of ``epoch`` must look at again:
+        those changed since, from the log (repeats possible; a view, good until the next change);
+        where the epoch moved or the log no longer reaches back that far, every node whose
+        ``version`` (the reader's, per node) is not the state's."""
+        changed = self.changed_since(seq) if epoch == self.epoch else None
+        return np.flatnonzero(version != self.node_version) if changed is None else changed
+
     def _shift(self, alloc: Allocation, sign: int) -> None:
         n = alloc.node_index
         self.node_version[n] += 1

@@ -17,10 +17,7 @@ import numpy as np
 from xpupool.engine.context import Context
 from xpupool.engine.fragmentation.cache import FragmentationCache
 from xpupool.engine.fragmentation.kernels import Replica, node_after, one_card_after
-from xpupool.engine.fragmentation.measure import (
-    IndexArray,
-    ShapeTable,
-)
+from xpupool.engine.fragmentation.measure import IndexArray, ShapeTable
 from xpupool.engine.lru import Lru
 from xpupool.engine.state import ClusterState, FloatArray, IntArray
 

@@ -48,10 +48,7 @@ class FragmentationCache:
         s = self.state
         if self.table.epoch != s.epoch or self.values.size != s.n_nodes:
             self._reset()
-        # The nodes changed since the last call (every one was current then), from the state's
-        # log; all of them when it no longer reaches back that far (or after a reset).
-        changed = s.changed_since(self._seq)
-        nodes = np.flatnonzero(self.version != s.node_version) if changed is None else changed
+        nodes = s.changed_nodes(self._seq, self.table.epoch, self.version)  # all, after a reset
         if nodes.size:
             quantities = (self._idle, self._usable, self._usable_idle, self._usable_count)
             refresh(nodes, self.table.arrays, s, self.capped, quantities, self.values, self.version)

@@ -236,12 +236,11 @@ def _each_card(
 def _one_card_after(
     t: Any, nodes: Any, dev_core_free: Any, dev_mem_free: Any, dev_task_free: Any, cpu_free: Any,
     mem_free: Any, usable: Any, usable_idle: Any, usable_count: Any, idle: Any, core: Any, mib: Any,
-    mib_grid: Any, cpu: Any, nmem: Any, capped: Any, settle: Any, out: Any, version: Any,
-    node_version: Any,
+    mib_grid: Any, cpu: Any, nmem: Any, capped: Any, out: Any, version: Any, node_version: Any,
 ) -> int:  # fmt: skip
     """``one_card_after`` into ``out``: row ``i`` for ``nodes[i]``, or, given ``version``, row
-    ``n`` for node ``n`` where ``version[n]`` is not the state's (then brought up to date). The
-    number of nodes computed."""
+    ``n`` for node ``n`` where ``version[n]`` is not the state's (then brought up to date, and
+    settled, as it is kept). The number of nodes computed."""
     width = dev_core_free.shape[1]
     admits, cap = _limits(t)
     mem_left = np.empty(width, np.int64)
@@ -267,7 +266,7 @@ def _one_card_after(
         rest = t[KIND_REST][k] * left_idle
         for w in range(width):
             after = totals[w] + rest
-            out[row, w] = _settle(after) if settle else after
+            out[row, w] = _settle(after) if in_place else after
         if in_place:
             version[n] = node_version[n]
         done += 1
@@ -277,12 +276,12 @@ def _one_card_after(
 def _node_after(
     t: Any, nodes: Any, dev_fit: Any, dev_core_free: Any, dev_mem_free: Any, dev_task_free: Any,
     cpu_free: Any, mem_free: Any, usable_idle: Any, usable_count: Any, idle: Any, cards: Any,
-    core: Any, mib: Any, mib_grid: Any, cpu: Any, nmem: Any, capped: Any, settle: Any, out: Any,
-    version: Any, node_version: Any,
+    core: Any, mib: Any, mib_grid: Any, cpu: Any, nmem: Any, capped: Any, out: Any, version: Any,
+    node_version: Any,
 ) -> int:  # fmt: skip
     """``node_after`` into ``out``: entry ``i`` for ``nodes[i]``, or, given ``version``, entry
-    ``n`` for node ``n`` where ``version[n]`` is not the state's (then brought up to date). The
-    number of nodes computed."""
+    ``n`` for node ``n`` where ``version[n]`` is not the state's (then brought up to date, and
+    settled). The number of nodes computed."""
     width = dev_core_free.shape[1]
     scratch, used, count = _quantities(t, width)
     admits, cap = _limits(t)
@@ -318,7 +317,7 @@ def _node_after(
             _served(t, n, core_after, mem_after, tasks_after, scratch, used, count)
         _admits(t, k, cpu_free[n] - cpu, mem_free[n] - nmem, capped, admits, cap)
         after = _fragment(t, k, float(left_idle), used, count, admits, cap)
-        out[n if in_place else i] = _settle(after) if settle else after
+        out[n if in_place else i] = _settle(after) if in_place else after
         if in_place:
             version[n] = node_version[n]
         done += 1
@@ -510,7 +509,7 @@ def one_card_after(
     done: int = _one_card_after_jit(
         _plain(t), nodes, state.dev_core_free, state.dev_mem_free, state.dev_task_free,
         state.node_cpu_free, state.node_mem_free, usable, usable_idle, usable_count, idle, core,
-        scalar, grid, cpu, memory, capped, version.size > 0, out, version, state.node_version,
+        scalar, grid, cpu, memory, capped, out, version, state.node_version,
     )  # fmt: skip
     return done
 
@@ -539,8 +538,8 @@ def node_after(
     done: int = _node_after_jit(
         _plain(t), nodes, _NO_FIT if fit is None else fit, state.dev_core_free,
         state.dev_mem_free, state.dev_task_free, state.node_cpu_free, state.node_mem_free,
-        usable_idle, usable_count, idle, count, core, scalar, grid, cpu, memory, capped,
-        version.size > 0, out, version, state.node_version,
+        usable_idle, usable_count, idle, count, core, scalar, grid, cpu, memory, capped, out,
+        version, state.node_version,
     )  # fmt: skip
     return done
 
@@ -616,30 +615,17 @@ def warm() -> None:
     cached = (np.zeros((1, 1, 1), np.bool_), grid, grid, ints)
     floats = np.zeros(1, f64)
     _refresh_jit(
-        t,
+        t, ints, grid, grid, grid, ints, ints, ints, True, ints, *cached[:1], grid, grid, floats,
         ints,
-        grid,
-        grid,
-        grid,
-        ints,
-        ints,
-        ints,
-        True,
-        ints,
-        *cached[:1],
-        grid,
-        grid,
-        floats,
-        ints,
-    )
+    )  # fmt: skip
     _one_card_after_jit(
-        t, ints, grid, grid, grid, ints, ints, *cached, 0, 0, grid, 0, 0, True, True,
-        np.zeros((1, 1)), ints, ints,
+        t, ints, grid, grid, grid, ints, ints, *cached, 0, 0, grid, 0, 0, True, np.zeros((1, 1)),
+        ints, ints,
     )  # fmt: skip
     ok = np.ones(1, np.bool_)
     _node_after_jit(
         t, ints, grid > 0, grid, grid, grid, ints, ints, grid, grid, ints, 0, 0, 0, grid, 0, 0,
-        True, True, np.zeros(1), ints, ints,
+        True, np.zeros(1), ints, ints,
     )  # fmt: skip
     _best_deltas_jit(t, ints, grid, grid, grid, ints, ints, ok, ints, True, np.zeros((1, 1)))
     knapsack(ones, np.ones(1, f64), 1)

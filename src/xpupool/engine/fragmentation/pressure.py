@@ -152,9 +152,7 @@ class DevicePressure:
     def _class_pressure(self) -> FloatArray:
         """``[C + 1]``: pressure per class now, and 0 last (for class -1)."""
         s = self.state
-        # The nodes changed since the last call (all were counted then), from the state's log.
-        changed = s.changed_since(self._seq) if self._epoch == s.epoch else None
-        nodes = np.flatnonzero(self._version != s.node_version) if changed is None else changed
+        nodes = s.changed_nodes(self._seq, self._epoch, self._version)
         moved = pressure_counts(
             nodes, s, self._version, self._is_plain, self.node_class, self._thresholds,
             self._plain_idle, self._node_idle,
