@@ -15,6 +15,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from xpupool.engine.compiled import jit
 from xpupool.engine.context import Context
 from xpupool.engine.fragmentation.lookahead import CANDIDATES, SHAPES, Lookahead
 from xpupool.engine.fragmentation.measure import IndexArray
@@ -52,6 +53,8 @@ class LookaheadStep:
         self.args = env.args if isinstance(env.args, LookaheadArgs) else self.default_args
         self._look = Lookahead(self.model.frag, self.args.shapes)
         self._warm()  # every node's next-shape deltas, once, before placing
+        one = np.zeros(1, np.int64)
+        _top(one, np.zeros(1), one, np.empty(1, np.int64))  # compiled now, not on a request
         self.model.parts.append(lambda: self._lookahead().describe())
         self.model.warmers.append(self._warm)
 
@@ -114,15 +117,47 @@ class LookaheadStep:
 
 
 def _nearest(pool: IndexArray, totals: FloatArray, rank: IntArray, size: int) -> IndexArray:
-    """The first ``size`` of ``pool`` by total, highest first, then by ``rank``: a full sort only
-    of those whose total reaches the ``size``-th largest (ties at the line included), not of a
-    pool that may hold most of the fleet."""
-    if pool.size > size and not np.isnan(totals).any():
-        line = np.partition(totals, pool.size - size)[pool.size - size]  # the size-th largest
-        near = totals >= line
-        pool, totals = pool[near], totals[near]
-    ordered: IndexArray = pool[np.lexsort((rank[pool], -totals))][:size]
-    return ordered
+    """The first ``size`` of ``pool`` by total, highest first, then by ``rank``; as a stable
+    lexsort of the whole pool would give them, in one compiled pass that keeps the best ``size``
+    (a pool may hold most of the fleet; a NaN total takes the sort, which puts NaNs last)."""
+    if np.isnan(totals).any():
+        ordered: IndexArray = pool[np.lexsort((rank[pool], -totals))][:size]
+        return ordered
+    chosen = np.empty(min(size, pool.size), np.int64)
+    _top(pool, totals, rank, chosen)
+    return chosen
+
+
+def _top_loop(pool: IndexArray, totals: FloatArray, rank: IntArray, chosen: IndexArray) -> None:
+    """Into ``chosen`` the best ``chosen.size`` of ``pool`` in order: higher total first, then lower
+    rank, then earlier in ``pool`` (no NaN in ``totals``). An insertion into the kept few: most of
+    the pool loses to the last kept one and costs one comparison."""
+    size = chosen.size
+    keep = np.empty(size, np.int64)  # positions in pool, best first
+    count = 0
+    for i in range(pool.size):
+        t, r = totals[i], rank[pool[i]]
+        if count == size:
+            last = keep[size - 1]
+            if not (t > totals[last] or (t == totals[last] and r < rank[pool[last]])):
+                continue
+            j = size - 1
+        else:
+            j = count
+            count += 1
+        while j > 0:
+            prev = keep[j - 1]
+            if t > totals[prev] or (t == totals[prev] and r < rank[pool[prev]]):
+                keep[j] = prev
+                j -= 1
+            else:
+                break
+        keep[j] = i
+    for j in range(size):
+        chosen[j] = pool[keep[j]]
+
+
+_top = jit(_top_loop)
 
 
 def _twins(state: ClusterState, node_kind: IntArray, pool: IndexArray, taken: BoolArray) -> bool:
