@@ -33,6 +33,54 @@ def test_compiled_settle_rounds_as_numpy_does() -> None:
     assert np.array_equal(compiled, settled(values))
 
 
+def test_the_pressures_demand_per_unit_is_numpys_to_the_bit() -> None:
+    """``pressure_per_unit`` replaces a NumPy expression in the device pressure; placements
+    compare pressures, so it must give the same bits: idle counts as integers or floats, groups
+    that may use no class, idle that no group can use."""
+    rng = np.random.default_rng(11)
+    for _ in range(3000):
+        c, g, j = (int(x) for x in rng.integers(1, (12, 60, 6)))
+        idle = rng.integers(0, rng.choice([2, 1000, 10**7]), (c, j))
+        usable = idle if rng.random() < 0.5 else idle.astype(np.float64)
+        groups = (rng.random((c, g)) < rng.choice([0.0, 0.3, 1.0])).astype(np.float64)
+        column = rng.integers(0, j, g)
+        share = rng.random(g)
+        share /= share.sum()
+        floats = usable.astype(np.float64)
+        group_idle = (groups * floats[:, column]).sum(axis=0)
+        want = share * float(floats[:, 0].sum()) / np.maximum(group_idle, 1.0)
+        got = kernels.pressure_per_unit(usable, groups, column, share)
+        assert np.array_equal(got, want)
+
+
+def test_the_displaced_demand_is_numpys_to_the_bit() -> None:
+    """``pressure_displaced`` replaces the device pressure's NumPy expression for nodes of one
+    class each: ``need * clip(rho - min rho, 0, 1)`` over the nodes' classes (-1 reads the last,
+    0), nothing when they are of one class or one pressure, and the per-card path when a node has
+    cards of several classes (-2)."""
+    rng = np.random.default_rng(5)
+    for _ in range(3000):
+        classes = int(rng.integers(1, 6))
+        rho = np.append(rng.random(classes) * rng.choice([0.5, 3.0]), 0.0)
+        if rng.random() < 0.2:
+            rho[:-1] = rho[0]  # every class alike
+        node_class = rng.integers(-2 if rng.random() < 0.2 else -1, classes, 40)
+        nodes = rng.choice(40, int(rng.integers(1, 40)), replace=False)
+        need = int(rng.integers(1, 1001))
+        out = np.empty(nodes.size)
+        found = kernels.pressure_displaced(nodes, node_class, rho, need, out)
+        picked = node_class[nodes]
+        if (picked < -1).any():
+            assert found == kernels.DISPLACED_MIXED
+            continue
+        per = rho[picked]
+        if picked.min() == picked.max() or per.max() <= per.min():
+            assert found == kernels.DISPLACED_NONE
+            continue
+        assert found == kernels.DISPLACED_FILLED
+        assert np.array_equal(out, np.clip(per - per.min(), 0.0, 1.0) * float(need))
+
+
 WARM_THEN_PLACE = textwrap.dedent(
     """
     import json
@@ -61,6 +109,8 @@ WARM_THEN_PLACE = textwrap.dedent(
         "best_deltas": kernels._best_deltas_jit,
         "knapsack": kernels._knapsack_jit,
         "pressure_counts": kernels._pressure_counts_jit,
+        "per_unit": kernels._per_unit_jit,
+        "displaced": kernels._displaced_jit,
     }
     print(json.dumps({name: len(d.signatures) for name, d in jitted.items()}))
     """
@@ -94,6 +144,8 @@ def test_warm_compiles_what_the_engine_calls() -> None:
         "best_deltas": 1,
         "knapsack": 1,
         "pressure_counts": 1,
+        "per_unit": 2,  # the plain nodes' integer counts, and the float form with others
+        "displaced": 1,
     }
 
 

@@ -1,5 +1,5 @@
 """Compiled inner loops of the fragmentation measure (``measure.py``), of the device pressure's
-counts (``pressure.py``), and the knapsack of the share prices (``prices.py``), a thousand steps
+counts and sums (``pressure.py``), and the knapsack of the share prices (``prices.py``), a thousand steps
 per solve.
 
 FGD's evaluation touches a few nodes per request (those that changed since the same amounts were
@@ -30,6 +30,8 @@ import numpy as np
 from xpupool.engine.capacity import share_fits_one
 from xpupool.engine.compiled import jit
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
+
+DISPLACED_MIXED, DISPLACED_NONE, DISPLACED_FILLED = 0, 1, 2  # what pressure_displaced found
 
 
 class ShapeArrays(NamedTuple):
@@ -412,6 +414,49 @@ def _pressure_counts(
     return moved
 
 
+def _per_unit(
+    usable: Any, class_groups: Any, group_column: Any, group_share: Any, out: Any
+) -> None:
+    """``pressure_per_unit`` into ``out``."""
+    total = 0.0
+    for c in range(usable.shape[0]):
+        total += usable[c, 0]
+    for g in range(group_share.size):
+        idle = 0.0
+        column = group_column[g]
+        for c in range(usable.shape[0]):
+            if class_groups[c, g] != 0.0:
+                idle += usable[c, column]
+        out[g] = group_share[g] * total / max(idle, 1.0)
+
+
+def _displaced(nodes: Any, node_class: Any, rho: Any, need: Any, out: Any) -> int:
+    """``pressure_displaced`` into ``out``."""
+    if nodes.size == 0:
+        return DISPLACED_NONE
+    first = node_class[nodes[0]]
+    alike = True
+    for i in range(nodes.size):
+        c = node_class[nodes[i]]
+        if c < -1:
+            return DISPLACED_MIXED
+        alike = alike and c == first
+    if alike:
+        return DISPLACED_NONE
+    low, high = np.inf, -np.inf
+    for i in range(nodes.size):
+        c = node_class[nodes[i]]
+        p = rho[c if c >= 0 else rho.size - 1]
+        out[i] = p
+        low = min(low, p)
+        high = max(high, p)
+    if high <= low:
+        return DISPLACED_NONE
+    for i in range(nodes.size):
+        out[i] = min(out[i] - low, 1.0) * need  # >= 0: low is the least
+    return DISPLACED_FILLED
+
+
 def _knapsack(sizes: Any, prices: Any, card: Any, value: Any, last: Any) -> None:
     """Unbounded knapsack over one card (``prices.py``): ``value[h]`` the most that
     ``sizes`` fitting in ``h`` are worth at ``prices``, ``last[h]`` the size taken last there (-1:
@@ -440,6 +485,8 @@ _node_after_jit = jit(_node_after)
 _best_deltas_jit = jit(_best_deltas)
 _knapsack_jit = jit(_knapsack)
 _pressure_counts_jit = jit(_pressure_counts)
+_per_unit_jit = jit(_per_unit)
+_displaced_jit = jit(_displaced)
 
 
 # ---------------------------------------------------------------------- typed entry points
@@ -587,6 +634,35 @@ def pressure_counts(
     return moved
 
 
+def pressure_per_unit(
+    usable: IntArray | FloatArray,
+    class_groups: FloatArray,
+    group_column: IntArray,
+    group_share: FloatArray,
+) -> FloatArray:
+    """``[G]`` the device pressure's demand per unit of usable idle (``pressure.py``): per group
+    ``g``, ``share[g] * I / max(U_g, 1)`` with ``I`` the idle of every class (column 0 of
+    ``usable`` [C, J]) and ``U_g`` the idle at the group's threshold (``group_column``) of the
+    classes it may use (``class_groups`` [C, G], 0 or 1). The idle counts are integers, so their
+    sums are exact in any order: the same bits as the NumPy expression, in one pass."""
+    out = np.empty(group_share.size, np.float64)
+    _per_unit_jit(usable, class_groups, group_column, group_share, out)
+    return out
+
+
+def pressure_displaced(
+    nodes: IntArray, node_class: IntArray, rho: FloatArray, need: int, out: FloatArray
+) -> int:
+    """The device pressure's displaced demand when each of ``nodes`` has cards of one class
+    (``node_class``; -1, cards no shape may use, reads the last of ``rho``): into ``out`` [S]
+    ``need * min(1, rho - rho_min)`` and ``DISPLACED_FILLED``; ``DISPLACED_NONE`` when it is 0
+    everywhere (one class, or all alike); ``DISPLACED_MIXED`` when some node has cards of several
+    classes (the caller compares card by card). One pass for a dozen small array operations, to
+    the same bits."""
+    found: int = _displaced_jit(nodes, node_class, rho, float(need), out)
+    return found
+
+
 def knapsack(sizes: IntArray, prices: FloatArray, card: int) -> tuple[FloatArray, IntArray]:
     """``(value, last)`` of the unbounded knapsack of ``sizes`` at ``prices`` for ``h = 0..card``."""
     value = np.zeros(card + 1, np.float64)
@@ -630,6 +706,9 @@ def warm() -> None:
     _best_deltas_jit(t, ints, grid, grid, grid, ints, ints, ok, ints, True, np.zeros((1, 1)))
     knapsack(ones, np.ones(1, f64), 1)
     _pressure_counts_jit(ints, ints, ints, ok, ints, grid, grid, ones, grid, grid)
+    pressure_displaced(ints, ints, floats, 1, np.empty(1, f64))
+    for usable in (grid, np.zeros((1, 1), f64)):  # plain nodes' counts, or with others
+        pressure_per_unit(usable, np.ones((1, 1), f64), ints, floats)
     import scipy.optimize  # noqa: F401  (the share prices' LP, on their first use otherwise)
 
     _warm = True

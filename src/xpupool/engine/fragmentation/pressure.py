@@ -40,7 +40,13 @@ from __future__ import annotations
 import numpy as np
 
 from xpupool.engine.capacity import cores_fit, slot_free
-from xpupool.engine.fragmentation.kernels import pressure_counts
+from xpupool.engine.fragmentation.kernels import (
+    DISPLACED_FILLED,
+    DISPLACED_MIXED,
+    pressure_counts,
+    pressure_displaced,
+    pressure_per_unit,
+)
 from xpupool.engine.fragmentation.measure import NEVER, IndexArray, ShapeTable
 from xpupool.engine.fragmentation.row_kinds import unique_rows
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
@@ -117,22 +123,18 @@ class DevicePressure:
         takes from shapes with fewer places to go: ``need * min(1, rho(d) - rho_min)``, with
         ``rho_min`` over the fitting devices. ``[S]`` per node when every node's cards are of one
         class (the usual case), else ``[S, W]``; None when it is 0 everywhere."""
-        per: FloatArray
-        classes = self.node_class[nodes]
-        if (classes >= -1).all():  # one class per node: a gather of [S], not [S, W]
-            if classes.min() == classes.max():  # e.g. a request for one model: nothing to compare
-                return None
-            per = self._class_pressure()[classes]  # class -1 (no shape may use) reads the last 0
-            low = float(per.min())
-            if float(per.max()) <= low:
-                return None
-        else:
-            fits = fit[nodes]
-            per = np.where(fits, self.of(nodes), np.inf)
-            low = float(per.min())
-            if float(np.where(fits, per, low).max()) <= low:
-                return None
-        result: FloatArray = np.clip(per - low, 0.0, 1.0) * float(need)
+        out: FloatArray = np.empty(nodes.size, np.float64)
+        # One class per node (the usual case): a gather of [S], not [S, W]. One class in all
+        # (e.g. a request for one model) or one pressure: nothing to compare.
+        found = pressure_displaced(nodes, self.node_class, self._class_pressure(), need, out)
+        if found != DISPLACED_MIXED:
+            return out if found == DISPLACED_FILLED else None
+        fits = fit[nodes]
+        per = np.where(fits, self.of(nodes), np.inf)
+        low = float(per.min())
+        if float(np.where(fits, per, low).max()) <= low:
+            return None
+        result: FloatArray = np.minimum(np.maximum(per - low, 0.0), 1.0) * float(need)  # clip
         return result
 
     def _usable(self, free: IntArray, tasks: IntArray) -> IntArray:
@@ -164,8 +166,9 @@ class DevicePressure:
 
     def _pressure(self) -> FloatArray:
         s = self.state
-        usable = self._plain_idle.astype(np.float64)  # [C, J]
+        usable: IntArray | FloatArray = self._plain_idle  # [C, J]
         if self._special.size:  # nodes with cards of several classes, or cards not usable
+            usable = usable.astype(np.float64)
             free = np.where(s.dev_usable[self._special], s.dev_core_free[self._special], 0)
             classes = self.dev_class[self._special]
             hit = classes >= 0
@@ -173,9 +176,12 @@ class DevicePressure:
                 free[hit][:, None], s.dev_task_free[self._special][hit][:, None]
             )
             np.add.at(usable, classes[hit], per_card)
-        group_idle = (self.class_groups * usable[:, self._group_column]).sum(axis=0)  # [G]
-        per_unit = self.group_share * float(usable[:, 0].sum()) / np.maximum(group_idle, 1.0)
-        rho: FloatArray = np.append(self.class_groups @ per_unit, 0.0)
+        per_unit = pressure_per_unit(
+            usable, self.class_groups, self._group_column, self.group_share
+        )  # [G]
+        rho: FloatArray = np.empty(self._classes + 1, np.float64)
+        np.matmul(self.class_groups, per_unit, out=rho[:-1])
+        rho[-1] = 0.0
         return rho
 
 

@@ -56,8 +56,9 @@ class SharePrices:
         """``loss(h, size)`` for every ``h`` in ``free`` (thousandths; cards without room give 0,
         the filters exclude them anyway)."""
         k = self.value
-        h = np.clip(free, 0, CARD)
-        after = np.clip(h - size, 0, CARD)
+        # np.minimum/np.maximum, not np.clip: the same integers at a third of the call's cost.
+        h = np.minimum(np.maximum(free, 0), CARD)
+        after = np.minimum(np.maximum(h - size, 0), CARD)
         result = np.where(h >= size, k[h] - k[min(max(size, 0), CARD)] - k[after], 0.0)
         # Settled: prices like 1/3 leave float noise where a filling loses nothing, and equal
         # losses must compare equal (the smallest real loss is a difference of prices, >> 1e-6).

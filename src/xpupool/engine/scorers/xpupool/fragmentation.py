@@ -81,6 +81,6 @@ class FragmentationDelta(WorkloadScorer):
 
 def primary(before: FloatArray, after: FloatArray, steps: int) -> FloatArray:
     """FGD's sigmoid of the fragmentation delta at ``steps`` levels, on FGD's 0..100 scale."""
-    delta = np.clip((before - after) / 1000.0, -50.0, 50.0)
+    delta = np.minimum(np.maximum((before - after) / 1000.0, -50.0), 50.0)  # np.clip, cheaper
     result: FloatArray = np.floor(steps / (1.0 + np.exp(-delta))) * (100.0 / steps)
     return result
