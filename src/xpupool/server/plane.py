@@ -50,13 +50,9 @@ from xpupool.server.queue_spec import queue_spec
 from xpupool.server.retention import Retention
 from xpupool.server.schemas import RetryCause, StopCause
 from xpupool.server.storage import meta
+from xpupool.server.storage.driver_insert import insert_rows, update_rows
 from xpupool.server.storage.fleet import nodes as t_nodes
-from xpupool.server.storage.job_writes import (
-    INSERT_EVENT,
-    JobWrites,
-    job_update,
-    job_update_params,
-)
+from xpupool.server.storage.job_writes import JobWrites, job_update, job_update_params
 from xpupool.server.storage.jobs import allocations as t_allocs
 from xpupool.server.storage.jobs import job_events as t_events
 from xpupool.server.storage.jobs import jobs as t_jobs
@@ -732,8 +728,8 @@ class ControlPlane:
             cols["started_at"] = None
         event_row = {"job_id": job_id, "at": now, "state": out.phase.value, "reason": out.reason}
         if writes is None:
-            conn.execute(job_update(tuple(sorted(cols))), job_update_params(job_id, cols))
-            conn.execute(INSERT_EVENT, event_row)
+            update_rows(conn, job_update(tuple(sorted(cols))), [job_update_params(job_id, cols)])
+            insert_rows(conn, t_events, [event_row])
         else:
             writes.update(job_id, cols)
             writes.event(event_row)

@@ -1,5 +1,6 @@
-"""Rows a submission stores through the driver's cursor (``storage/driver_insert.py``) are the
-rows SQLAlchemy stores, byte for byte, on a real SQLite file; a driver error is SQLAlchemy's."""
+"""Rows a submission and a scheduling batch write through the driver's cursor
+(``storage/driver_insert.py``) are the rows SQLAlchemy writes, byte for byte, on a real SQLite
+file; a driver error is SQLAlchemy's."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from sqlalchemy import create_engine, insert, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from xpupool.server.storage import meta
-from xpupool.server.storage.driver_insert import insert_rows
-from xpupool.server.storage.jobs import job_events, jobs
+from xpupool.server.storage.driver_insert import insert_rows, update_rows
+from xpupool.server.storage.job_writes import job_update, job_update_params
+from xpupool.server.storage.jobs import allocations, job_events, jobs
 from xpupool.server.storage.tenants import queues, tenants
 
 
@@ -116,3 +118,68 @@ def test_a_driver_error_is_raised_as_sqlalchemy_raises_it(db: Any) -> None:
         holder.close()
         locked.dispose()
     assert [r[0] for r in raw_rows(path, "jobs")] == [1]
+
+
+UPDATES = [
+    {"state": "scheduled", "reason": "on n1 \u2603", "flavor": "A100", "updated_at": 2.5},
+    {"state": "failed", "exit_code": 3, "retries": 1, "not_before": None, "started_at": 9.75},
+    {"retry_on": ["exit_code"], "env": {"K": "ü"}, "command": ["run", "é"], "backoff_s": 0.1},
+]
+
+
+@pytest.mark.parametrize("cols", UPDATES)
+def test_updates_are_those_sqlalchemy_makes(db: Any, cols: dict[str, Any]) -> None:
+    engine, path = db
+    key = tuple(sorted(cols))
+    with engine.begin() as conn:
+        insert_rows(conn, jobs, [job_row(i) for i in (1, 2, 3)])
+        conn.execute(job_update(key), [job_update_params(1, cols)])
+        update_rows(conn, job_update(key), [job_update_params(2, cols)])  # one row: execute
+        update_rows(conn, job_update(key), [job_update_params(3, cols)] * 2)  # executemany
+    first, second, third = raw_rows(path, "jobs")
+    assert first[1:] == second[1:] == third[1:]
+    assert first[1:] != tuple(job_row(1).values())[1:]  # it did change something
+
+
+def test_rows_of_other_keys_go_in_a_statement_of_their_own(db: Any) -> None:
+    """A batch's allocation rows or events may not all name the same columns: each set of keys is
+    its own statement, and every row is stored whole (not cut to the first row's columns)."""
+    engine, path = db
+    with engine.begin() as conn:
+        insert_rows(conn, jobs, [job_row(1)])
+        insert_rows(
+            conn,
+            allocations,
+            [
+                {"id": 7, "job_id": 1, "replica": 0, "node": "n1", "queue": "lab",
+                 "flavor": "f", "data": {"a": 1}},
+                {"job_id": 1, "replica": 1, "node": "n2", "queue": "lab", "flavor": "f",
+                 "data": {"b": [1, 2]}},
+            ],
+        )  # fmt: skip
+    stored = raw_rows(path, "allocations")
+    assert [(r[0], r[2], r[3]) for r in stored] == [(7, 0, "n1"), (8, 1, "n2")]
+
+
+def test_an_update_with_other_bound_values_than_its_statement_is_refused(db: Any) -> None:
+    engine, path = db
+    with engine.begin() as conn:
+        insert_rows(conn, jobs, [job_row(1)])
+    with pytest.raises(ValueError, match="b_state"), engine.begin() as conn:
+        update_rows(conn, job_update(("reason", "state")), [{"b_id": 1, "b_reason": "x"}])
+    assert raw_rows(path, "jobs")[0][5] == "waiting for the scheduler"
+
+
+def test_a_failed_update_is_raised_as_sqlalchemy_raises_it(db: Any) -> None:
+    engine, path = db
+    with engine.begin() as conn:
+        insert_rows(conn, jobs, [job_row(1)])
+
+    def second_fails() -> None:
+        with engine.begin() as conn:
+            update_rows(conn, job_update(("reason",)), [{"b_id": 1, "b_reason": "kept?"}])
+            update_rows(conn, job_update(("state",)), [{"b_id": 1, "b_state": None}])  # NOT NULL
+
+    with pytest.raises(IntegrityError):
+        second_fails()
+    assert raw_rows(path, "jobs")[0][5] == "waiting for the scheduler"  # rolled back, both

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from server_kit import Server, job, node, reopen, states, submit, tenant
@@ -16,6 +17,7 @@ from sqlalchemy import event
 
 from xpupool.server import scheduler_loop
 from xpupool.server.plane import ControlPlane, PendingJob
+from xpupool.server.storage import driver_insert
 
 SMALL = "A100 mem=1Gi cores=1%"
 
@@ -145,15 +147,29 @@ def test_a_write_waiting_for_the_lock_goes_between_two_batches(
 
 
 def statements_during(plane: ControlPlane, run: Callable[[], object]) -> list[str]:
-    """The SQL the store runs while ``run()`` runs, one entry per statement (many rows written by
-    one ``executemany`` are one entry)."""
+    """The SQL the store runs while ``run()`` runs, through SQLAlchemy or on the driver's cursor
+    (``storage/driver_insert.py``), one entry per statement (many rows written by one
+    ``executemany`` are one entry)."""
     seen: list[str] = []
 
-    def counted(_conn: object, _cursor: object, sql: str, *_rest: object) -> None:
-        seen.append(sql.split(" (")[0].split(" SET")[0].split(" WHERE")[0])
+    def short(sql: str) -> str:
+        return sql.split(" (")[0].split(" SET")[0].split(" WHERE")[0]
 
-    with listening(plane, "before_cursor_execute", counted):
-        run()
+    def counted(_conn: object, _cursor: object, sql: str, *_rest: object) -> None:
+        seen.append(short(sql))
+
+    on_the_driver = driver_insert._run
+
+    def through_driver(conn: Any, compiled: Any, rows: Any) -> None:
+        seen.append(short(compiled.sql))
+        on_the_driver(conn, compiled, rows)
+
+    driver_insert._run = through_driver
+    try:
+        with listening(plane, "before_cursor_execute", counted):
+            run()
+    finally:
+        driver_insert._run = on_the_driver
     return seen
 
 

@@ -1,11 +1,13 @@
-"""Rows inserted through the database driver's cursor, on the submission path.
+"""Rows written through the database driver's cursor, on the submission and scheduling paths.
 
-A submission stores two rows (the job and its first event). Through SQLAlchemy Core each
-``INSERT`` costs several times what SQLite takes to run it: building the execution context,
-the parameters and the result, for a statement already compiled. At 1,000 submissions/s that
-was a quarter of what the server spent on a submission (issue 25). :func:`insert_rows` compiles
-the statement once per table, columns and dialect, converts the values with the columns' own
-bind processors (the JSON columns are written exactly as SQLAlchemy writes them) and runs it on
+A submission stores two rows (the job and its first event); a scheduling batch updates its jobs'
+rows and inserts their events and allocations. Through SQLAlchemy Core each statement costs
+several times what SQLite takes to run it: building the execution context, the parameters and the
+result, for a statement already compiled. At 1,000 submissions/s that was a quarter of what the
+server spent on a submission, and the batch's three statements most of what a pass of a few jobs
+cost beyond placing them (issue 25). :func:`insert_rows` and :func:`update_rows` compile the
+statement once per statement, columns and dialect, convert the values with the bound parameters'
+own processors (the JSON columns are written exactly as SQLAlchemy writes them) and run it on
 the connection's driver cursor, inside the connection's transaction. A dialect whose parameters
 are not positional (``?``) goes through SQLAlchemy as before. A driver error is raised as
 SQLAlchemy raises it (``OperationalError`` for a full disk), so ``ControlPlane.write`` reports
@@ -19,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Dialect, Table, insert
+from sqlalchemy import Connection, Dialect, Insert, Table, Update, insert
 from sqlalchemy.exc import DBAPIError
 
 
@@ -31,15 +33,39 @@ class _Compiled:
 
 
 def insert_rows(conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> None:
-    """``INSERT`` ``rows`` into ``table`` in ``conn``'s transaction; every row has the keys of
-    the first, in any order."""
+    """``INSERT`` ``rows`` into ``table`` in ``conn``'s transaction; rows with other keys than the
+    first go in a statement of their own."""
     if not rows:
         return
-    dialect = conn.dialect
-    if dialect.paramstyle != "qmark":
+    if conn.dialect.paramstyle != "qmark":
         conn.execute(insert(table), list(rows))
         return
-    compiled = _compile(table, tuple(sorted(rows[0])), dialect)
+    for columns, part in _by_keys(rows).items():
+        _run(conn, _compile(_insert(table), columns, conn.dialect, table), part)
+
+
+def update_rows(conn: Connection, statement: Update, rows: Sequence[dict[str, Any]]) -> None:
+    """Run ``statement`` (an ``UPDATE`` whose values are all bound parameters) once per row of
+    ``rows``, each keyed by the parameters' names, in ``conn``'s transaction."""
+    if not rows:
+        return
+    if conn.dialect.paramstyle != "qmark":
+        conn.execute(statement, list(rows))
+        return
+    for columns, part in _by_keys(rows).items():
+        _run(conn, _compile(statement, columns, conn.dialect, None), part)
+
+
+def _by_keys(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, ...], list[dict[str, Any]]]:
+    """``rows`` grouped by their keys, in order (one group in practice)."""
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(sorted(row)), []).append(row)
+    return groups
+
+
+def _run(conn: Connection, compiled: _Compiled, rows: Sequence[dict[str, Any]]) -> None:
+    dialect = conn.dialect
     params = [
         tuple(
             row[k] if p is None else p(row[k])
@@ -64,8 +90,24 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) 
 
 
 @functools.lru_cache(maxsize=32)
-def _compile(table: Table, columns: tuple[str, ...], dialect: Dialect) -> _Compiled:
-    compiled = insert(table).compile(dialect=dialect, column_keys=list(columns))
+def _insert(table: Table) -> Insert:
+    """One ``INSERT`` per table: what :func:`_compile` keeps is found by the statement."""
+    return insert(table)
+
+
+@functools.lru_cache(maxsize=64)
+def _compile(
+    statement: Insert | Update, columns: tuple[str, ...], dialect: Dialect, table: Table | None
+) -> _Compiled:
+    """``statement`` compiled for rows with ``columns``: for an ``INSERT`` (``table`` given) the
+    columns it sets; for an ``UPDATE``, the names of its bound parameters, all of which a row
+    must have."""
+    if table is not None:
+        compiled = statement.compile(dialect=dialect, column_keys=list(columns))
+    else:
+        compiled = statement.compile(dialect=dialect)
     keys = tuple(compiled.positiontup or ())
-    processors = tuple(table.c[k].type.bind_processor(dialect) for k in keys)
+    if table is None and set(keys) != set(columns):
+        raise ValueError(f"rows bind {sorted(columns)}, the statement {sorted(keys)}")
+    processors = tuple(compiled.binds[k].type.bind_processor(dialect) for k in keys)
     return _Compiled(str(compiled), keys, processors)

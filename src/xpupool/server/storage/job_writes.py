@@ -5,7 +5,7 @@ each placement wrote five statements: the job's row and an event for ``admitted`
 allocations, the row and an event again for ``scheduled``. Through SQLAlchemy a statement costs
 more CPU than SQLite takes to run it, so at 1,000 nodes the writes were 40 % of a pass (issue 25).
 :class:`JobWrites` keeps them until :meth:`JobWrites.flush`, then writes one statement per kind
-with every row (``executemany``):
+with every row (``executemany`` on the driver's cursor, ``driver_insert.py``):
 
 - the updates of one job are merged into one, the later value of a column winning, which leaves
   the row as the updates one after another would;
@@ -21,21 +21,18 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sqlalchemy import Connection, Update, bindparam, insert, update
+from sqlalchemy import Connection, Update, bindparam, update
 
+from xpupool.server.storage.driver_insert import insert_rows, update_rows
 from xpupool.server.storage.jobs import allocations as t_allocs
 from xpupool.server.storage.jobs import job_events as t_events
 from xpupool.server.storage.jobs import jobs as t_jobs
 
-# Statements built once: building one per call (``update(...).values(...)``) cost more CPU than
-# running it, on the scheduler's path for every job.
-INSERT_EVENT = insert(t_events)
-INSERT_ALLOCATIONS = insert(t_allocs)
-
 
 @functools.lru_cache(maxsize=64)
 def job_update(columns: tuple[str, ...]) -> Update:
-    """``UPDATE jobs SET columns... WHERE id = :b_id`` with bound values named ``b_<column>``."""
+    """Built once per columns: building one per call cost more CPU than running it.
+    ``UPDATE jobs SET columns... WHERE id = :b_id`` with bound values named ``b_<column>``."""
     return (
         update(t_jobs)
         .where(t_jobs.c.id == bindparam("b_id"))
@@ -86,9 +83,7 @@ class JobWrites:
             key = tuple(sorted(cols))
             by_columns.setdefault(key, []).append(job_update_params(job_id, cols))
         for key, params in by_columns.items():
-            conn.execute(job_update(key), params)
-        if self._events:
-            conn.execute(INSERT_EVENT, self._events)
-        if self._allocations:
-            conn.execute(INSERT_ALLOCATIONS, self._allocations)
+            update_rows(conn, job_update(key), params)
+        insert_rows(conn, t_events, self._events)
+        insert_rows(conn, t_allocs, self._allocations)
         self._updates, self._events, self._allocations = {}, [], []
