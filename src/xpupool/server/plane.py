@@ -232,7 +232,7 @@ class ControlPlane:
         # threads in write() waiting for ``lock``: a scheduling pass lets them in between its
         # batches (the lock is not fair: a thread that lets it go may take it again at once)
         self.writers_waiting = 0
-        self._waiting_guard = threading.Lock()
+        self._waiting_guard = threading.Condition()  # notified when no writer waits any more
         self.wake = threading.Event()
         self.learning_pace = LearningPace()  # when the scheduling loop re-learns (its _relearn)
         self.capacity_gen = 0
@@ -630,6 +630,15 @@ class ControlPlane:
         finally:
             with self._waiting_guard:
                 self.writers_waiting -= n
+                if not self.writers_waiting:
+                    self._waiting_guard.notify_all()
+
+    def wait_for_writers(self, timeout_s: float) -> bool:
+        """Block (``timeout_s`` at most) until no thread waits in :meth:`write` for the lock;
+        whether none does. One sleep until the last one is in, not a poll: a poll woke the
+        waiting thread every 0.1 ms, and each wake took the GIL from the threads it waited for."""
+        with self._waiting_guard:
+            return self._waiting_guard.wait_for(lambda: not self.writers_waiting, timeout_s)
 
     @contextmanager
     def file_writes(self) -> Iterator[None]:

@@ -90,10 +90,7 @@ def _let_writers_in(plane: ControlPlane) -> None:
     """Wait (``YIELD_S`` at most) until no thread waits to write: the lock is not fair, and a
     pass that took it again at once after each batch would keep submissions waiting for all of
     its batches, not one (issue 25)."""
-    deadline = time.perf_counter() + YIELD_S
-    time.sleep(0)
-    while plane.writers_waiting and time.perf_counter() < deadline:
-        time.sleep(0.0001)
+    plane.wait_for_writers(YIELD_S)
 
 
 def _batch(

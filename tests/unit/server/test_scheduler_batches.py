@@ -146,6 +146,37 @@ def test_a_write_waiting_for_the_lock_goes_between_two_batches(
     assert order == [first, "write", second]
 
 
+def test_a_pass_sleeps_until_the_waiting_write_is_in_not_until_its_timeout(
+    server: Server,
+) -> None:
+    """Between batches the pass waits for the writes queued on the lock with one sleep that the
+    last of them ends when it gets the lock (a poll woke the pass every 0.1 ms, each wake taking
+    the GIL from the threads it waited for): it wakes while the write still holds the lock, long
+    before its 30 s timeout."""
+    plane = server.plane
+    has_lock, release = threading.Event(), threading.Event()
+
+    def write() -> None:
+        with plane.write():
+            has_lock.set()
+            release.wait(30)
+
+    waiter = threading.Thread(target=write, name="waiter")
+    with plane.lock:
+        waiter.start()
+        while plane.writers_waiting == 0:
+            time.sleep(0.001)
+    started = time.monotonic()
+    try:
+        assert plane.wait_for_writers(30.0)
+        assert has_lock.is_set() and not release.is_set()  # woke as the write got in
+        assert time.monotonic() - started < 15  # not the timeout
+    finally:
+        release.set()
+        waiter.join(10)
+    assert plane.wait_for_writers(0.0)  # none waiting: at once
+
+
 def statements_during(plane: ControlPlane, run: Callable[[], object]) -> list[str]:
     """The SQL the store runs while ``run()`` runs, through SQLAlchemy or on the driver's cursor
     (``storage/driver_insert.py``), one entry per statement (many rows written by one
