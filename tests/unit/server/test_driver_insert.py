@@ -132,13 +132,13 @@ def test_updates_are_those_sqlalchemy_makes(db: Any, cols: dict[str, Any]) -> No
     engine, path = db
     key = tuple(sorted(cols))
     with engine.begin() as conn:
-        insert_rows(conn, jobs, [job_row(i) for i in (1, 2, 3)])
+        insert_rows(conn, jobs, [job_row(i) for i in (1, 2, 3, 4)])
         conn.execute(job_update(key), [job_update_params(1, cols)])
         update_rows(conn, job_update(key), [job_update_params(2, cols)])  # one row: execute
         update_rows(conn, job_update(key), [job_update_params(3, cols)] * 2)  # executemany
-    first, second, third = raw_rows(path, "jobs")
+    first, second, third, untouched = raw_rows(path, "jobs")
     assert first[1:] == second[1:] == third[1:]
-    assert first[1:] != tuple(job_row(1).values())[1:]  # it did change something
+    assert first[1:] != untouched[1:]  # it did change something
 
 
 def test_rows_of_other_keys_go_in_a_statement_of_their_own(db: Any) -> None:

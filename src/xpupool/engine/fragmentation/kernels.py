@@ -1,6 +1,6 @@
 """Compiled inner loops of the fragmentation measure (``measure.py``), of the device pressure's
-counts and sums (``pressure.py``), and the knapsack of the share prices (``prices.py``), a thousand steps
-per solve.
+counts and sums (``pressure.py``), and the knapsack of the share prices (``prices.py``), a
+thousand steps per solve.
 
 FGD's evaluation touches a few nodes per request (those that changed since the same amounts were
 last scored) over every shape the node serves and every device: arrays of a few thousand elements,

@@ -41,7 +41,7 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) 
         conn.execute(insert(table), list(rows))
         return
     for columns, part in _by_keys(rows).items():
-        _run(conn, _compile(_insert(table), columns, conn.dialect, table), part)
+        _run(conn, _compile(_insert(table), columns, conn.dialect), part)
 
 
 def update_rows(conn: Connection, statement: Update, rows: Sequence[dict[str, Any]]) -> None:
@@ -53,7 +53,7 @@ def update_rows(conn: Connection, statement: Update, rows: Sequence[dict[str, An
         conn.execute(statement, list(rows))
         return
     for columns, part in _by_keys(rows).items():
-        _run(conn, _compile(statement, columns, conn.dialect, None), part)
+        _run(conn, _compile(statement, columns, conn.dialect), part)
 
 
 def _by_keys(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, ...], list[dict[str, Any]]]:
@@ -96,18 +96,15 @@ def _insert(table: Table) -> Insert:
 
 
 @functools.lru_cache(maxsize=64)
-def _compile(
-    statement: Insert | Update, columns: tuple[str, ...], dialect: Dialect, table: Table | None
-) -> _Compiled:
-    """``statement`` compiled for rows with ``columns``: for an ``INSERT`` (``table`` given) the
-    columns it sets; for an ``UPDATE``, the names of its bound parameters, all of which a row
-    must have."""
-    if table is not None:
+def _compile(statement: Insert | Update, columns: tuple[str, ...], dialect: Dialect) -> _Compiled:
+    """``statement`` compiled for rows with ``columns``: for an ``INSERT`` the columns it sets;
+    for an ``UPDATE``, the names of its bound parameters, all of which a row must have."""
+    if isinstance(statement, Insert):
         compiled = statement.compile(dialect=dialect, column_keys=list(columns))
     else:
         compiled = statement.compile(dialect=dialect)
     keys = tuple(compiled.positiontup or ())
-    if table is None and set(keys) != set(columns):
+    if not isinstance(statement, Insert) and set(keys) != set(columns):
         raise ValueError(f"rows bind {sorted(columns)}, the statement {sorted(keys)}")
     processors = tuple(compiled.binds[k].type.bind_processor(dialect) for k in keys)
     return _Compiled(str(compiled), keys, processors)

@@ -31,8 +31,8 @@ from xpupool.server.storage.jobs import jobs as t_jobs
 
 @functools.lru_cache(maxsize=64)
 def job_update(columns: tuple[str, ...]) -> Update:
-    """Built once per columns: building one per call cost more CPU than running it.
-    ``UPDATE jobs SET columns... WHERE id = :b_id`` with bound values named ``b_<column>``."""
+    """``UPDATE jobs SET columns... WHERE id = :b_id`` with bound values named ``b_<column>``,
+    built once per columns (building one per call cost more CPU than running it)."""
     return (
         update(t_jobs)
         .where(t_jobs.c.id == bindparam("b_id"))
