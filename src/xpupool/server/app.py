@@ -11,11 +11,12 @@ rejected value (``wire_values.quote``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import threading
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -38,7 +39,7 @@ from xpupool.server.history import FleetHistory
 from xpupool.server.metrics import make_registry
 from xpupool.server.plane import ControlPlane
 from xpupool.server.routers import agents, audit, fleet, jobs, models, tenants
-from xpupool.server.scheduler_loop import SchedulerThread
+from xpupool.server.scheduler_loop import run_passes
 from xpupool.server.services.agents import MAX_LOG_CHUNK, mark_lost_nodes
 from xpupool.server.services.job_limits import stop_overdue, sweep_finished
 from xpupool.server.web import mount as mount_dashboard
@@ -107,17 +108,19 @@ def create_app(
     on_stop: Callable[[], None] | None = None,
     max_body: int = DEFAULT_MAX_BODY,
 ) -> FastAPI:
-    """The app over ``plane``. ``background`` runs the scheduler and lost-node threads (tests of
-    routers alone may turn them off and call ``schedule_pass`` themselves). ``max_body``: the
-    largest request body taken, in bytes (an agent's log upload may always send a full chunk)."""
+    """The app over ``plane``. ``background`` runs the scheduling passes on the app's event loop
+    and the lost-node thread (tests of routers alone may turn them off and call ``schedule_pass``
+    themselves). ``max_body``: the largest request body taken, in bytes (an agent's log upload
+    may always send a full chunk)."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        threads: list[SchedulerThread | LostNodeWatch] = []
+        watch: LostNodeWatch | None = None
+        passes: asyncio.Task[None] | None = None
         if background:
-            threads = [SchedulerThread(plane), LostNodeWatch(plane)]
-            for t in threads:
-                t.start()
+            watch = LostNodeWatch(plane)
+            watch.start()
+            passes = asyncio.get_running_loop().create_task(run_passes(plane))
         if on_start is not None:
             on_start()
         try:
@@ -125,8 +128,12 @@ def create_app(
         finally:
             if on_stop is not None:
                 on_stop()
-            for t in threads:
-                t.stop() if isinstance(t, SchedulerThread) else t.stopped.set()
+            if passes is not None:
+                passes.cancel()  # between two batches: a batch is never cut short
+                with suppress(asyncio.CancelledError):
+                    await passes
+            if watch is not None:
+                watch.stopped.set()
 
     app = FastAPI(
         title="xpupool",

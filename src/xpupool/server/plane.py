@@ -61,6 +61,7 @@ from xpupool.server.storage.tenants import assign_tenant_indices
 from xpupool.server.storage.tenants import queues as t_queues
 from xpupool.server.storage.tenants import tenants as t_tenants
 from xpupool.server.storage.tenants import tokens as t_tokens
+from xpupool.server.wake import Wake
 
 log = logging.getLogger("xpupool.server")
 DEFAULT_MAX_LOG_BYTES = 64 << 20
@@ -233,7 +234,7 @@ class ControlPlane:
         # batches (the lock is not fair: a thread that lets it go may take it again at once)
         self.writers_waiting = 0
         self._waiting_guard = threading.Condition()  # notified when no writer waits any more
-        self.wake = threading.Event()
+        self.wake = Wake()  # the scheduling loop's (scheduler_loop.run_passes)
         self.learning_pace = LearningPace()  # when the scheduling loop re-learns (its _relearn)
         self.capacity_gen = 0
         self.next_job_id = 1

@@ -13,10 +13,11 @@ victims stopped through their agents and requeued, the preemptor placed once the
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import threading
 import time
 from collections import defaultdict
+from collections.abc import Generator
 
 from sqlalchemy import Connection
 
@@ -43,7 +44,23 @@ YIELD_S = 0.002
 
 
 def schedule_pass(plane: ControlPlane) -> int:
-    """One pass; returns how many jobs were placed. Thread-safe.
+    """One pass, run to its end in the calling thread; returns how many jobs were placed.
+    Thread-safe. Between two batches it lets in the writes waiting for the lock
+    (``_let_writers_in``). Tests and tools call it; the server runs the same pass on its event
+    loop (``run_passes``)."""
+    steps = pass_steps(plane)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            placed: int = done.value
+            return placed
+        _let_writers_in(plane)
+
+
+def pass_steps(plane: ControlPlane) -> Generator[None, None, int]:
+    """One pass, a batch per step: it yields between two batches and returns how many jobs
+    were placed.
 
     The jobs are tried in batches (``_batch``): the plane's lock is held for one batch, not for
     the whole pass, so a pass over many pending jobs (one tenant's flood of gangs that never
@@ -67,13 +84,43 @@ def schedule_pass(plane: ControlPlane) -> int:
     while k < len(order):
         done, k = _batch(plane, candidates, order, k)
         placed += done
-        _let_writers_in(plane)
+        yield
     with plane.lock:  # once per pass, not in the middle of a batch of placements
         _relearn(plane, arrived=plane.next_job_id != next_job)
     plane.notify("pass", time.perf_counter() - started)
     if left_out and placed:  # retries left out while some fitted: a backlog to go on with now
         plane.wake.set()
     return placed
+
+
+async def run_passes(plane: ControlPlane, period_s: float = 1.0) -> None:
+    """The server's scheduling loop, on the event loop that serves the API: a pass whenever
+    woken (a submission, a release, a node change) and every ``period_s``, until cancelled.
+
+    Why not a thread: the API and the passes both run Python, and two busy threads of one
+    interpreter take turns at the GIL; at 1,000 nodes and 1,000 submissions/s the handovers
+    cost the server as much CPU as the work (1.4 ms a job in two threads, 1.0 ms here), and it
+    took 660/s (issue 25). Between two batches of a pass the loop serves what came meanwhile,
+    so a submission waits for one batch (``BATCH_S``) at most, as it did for the lock. A
+    cancel lands between two batches, never inside one."""
+    while True:
+        await plane.wake.wait(period_s)
+        try:
+            for _ in pass_steps(plane):
+                await _serve_between_batches(plane)
+        except Unavailable:
+            pass  # the store cannot be written: said once by the plane's health
+        except Exception:
+            log.exception("scheduling pass failed")
+
+
+async def _serve_between_batches(plane: ControlPlane) -> None:
+    """Let the event loop serve the requests that came during a batch, and let the writers of
+    other threads (the agent inside ``up``, the lost-node watch) that wait for the lock in
+    first: this loop takes the lock again at once otherwise, and the lock is not fair."""
+    await asyncio.sleep(0)
+    if plane.writers_waiting:  # they are threads: wait for them off the loop
+        await asyncio.to_thread(plane.wait_for_writers, YIELD_S)
 
 
 def _relearn(plane: ControlPlane, arrived: bool) -> None:
@@ -243,28 +290,3 @@ def _preempt(
         plane.apply(conn, victim.id, lc.Stop(StopCause.PREEMPTED, reason))
         if may_run:
             by.waiting_on.add(victim.id)
-
-
-class SchedulerThread(threading.Thread):
-    """Runs a pass whenever woken (a submission, a release, a node change) and every ``period_s``."""
-
-    def __init__(self, plane: ControlPlane, period_s: float = 1.0) -> None:
-        super().__init__(name="xpupool-scheduler", daemon=True)
-        self.plane = plane
-        self.period_s = period_s
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        while not self.stopped.is_set():
-            self.plane.wake.wait(self.period_s)
-            self.plane.wake.clear()
-            try:
-                schedule_pass(self.plane)
-            except Unavailable:
-                pass  # the store cannot be written: said once by the plane's health
-            except Exception:
-                log.exception("scheduling pass failed")
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.plane.wake.set()

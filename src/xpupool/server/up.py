@@ -11,7 +11,6 @@ from __future__ import annotations
 import gc
 import ipaddress
 import logging
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,9 +163,6 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
         notice = isolation_notice(settings.sandbox)
         if notice:
             echo(f"warning: {notice}")
-    # The scheduler thread must run soon after a submission wakes it; CPython hands the GIL over
-    # every 5 ms by default, which alone would put ~5-10 ms on every submit -> scheduled latency.
-    sys.setswitchinterval(0.001)
     app = create_app(plane, on_start=on_start, on_stop=on_stop, max_body=cfg.max_body)
     freeze_start_heap()
     try:
