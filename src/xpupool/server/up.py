@@ -8,7 +8,6 @@ start, replaced by ``--rotate-admin-token``), ``logs/``. ``--db`` takes any SQLA
 
 from __future__ import annotations
 
-import gc
 import ipaddress
 import logging
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from xpupool.catalog.operator_file import OperatorCatalog
 from xpupool.engine.profile import DEFAULT_PROFILE, Profile
 from xpupool.server.admin_token import admin_token_path
 from xpupool.server.body_limit import DEFAULT_MAX_BODY
+from xpupool.server.heap_freeze import SurvivorFreeze, freeze_start_heap
 from xpupool.server.plane import DEFAULT_HISTORY_INTERVAL_S, ControlPlane
 from xpupool.server.retention import Retention
 
@@ -165,6 +165,8 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
             echo(f"warning: {notice}")
     app = create_app(plane, on_start=on_start, on_stop=on_stop, max_body=cfg.max_body)
     freeze_start_heap()
+    survivors = SurvivorFreeze()
+    survivors.start()
     try:
         uvicorn.run(
             app,
@@ -176,19 +178,8 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
             ssl_keyfile=None if cfg.tls_key is None else str(cfg.tls_key),
         )
     finally:
+        survivors.stop()
         lock.release()
-
-
-def freeze_start_heap() -> int:
-    """Put every object alive once the server has started (the pool's node and device records,
-    the engine's tables, the imported modules) out of the cyclic collector's reach, and return
-    how many. They live as long as the server; left in the oldest generation, each full
-    collection walks all of them holding the GIL: at 5,000 nodes that stopped the API and the
-    scheduler for 40 to 130 ms of CPU at a time (issue 25). Objects made later (jobs, requests)
-    are collected as usual."""
-    gc.collect()
-    gc.freeze()
-    return gc.get_freeze_count()
 
 
 def plain_http_warning(host: str, *, tls: bool) -> str | None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
-from xpupool.server.up import UpConfig, freeze_start_heap, open_plane
+from xpupool.server.heap_freeze import freeze_start_heap
+from xpupool.server.up import UpConfig, open_plane
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "cluster-mixed.yaml"
 

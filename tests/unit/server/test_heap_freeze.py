@@ -1,0 +1,108 @@
+"""What survives a full collection goes out of the collector's reach, so that the next full
+collection walks what came since, not every job the server holds (issue 25: 20 to 140 ms
+pauses growing with the held jobs); a sweep collects the cycles that became garbage among frozen
+objects, which nothing else would."""
+
+from __future__ import annotations
+
+import gc
+import time
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+from xpupool.server.heap_freeze import SurvivorFreeze
+
+
+class Box:
+    """A tracked object that can be weakly referenced, to see when it is collected."""
+
+    ref: object = None
+
+
+@pytest.fixture
+def survivors() -> Iterator[SurvivorFreeze]:
+    freeze = SurvivorFreeze(sweep_s=3600)
+    freeze.start()
+    try:
+        yield freeze
+    finally:
+        freeze.stop()
+        gc.unfreeze()
+
+
+def tracked_ids() -> set[int]:
+    return {id(o) for o in gc.get_objects()}  # the frozen objects are not listed
+
+
+def test_what_survives_a_full_collection_is_out_of_the_next_ones_reach(
+    survivors: SurvivorFreeze,
+) -> None:
+    held = [Box() for _ in range(1000)]  # jobs the server holds
+    assert id(held[500]) in tracked_ids()
+    gc.collect()
+    assert survivors.freezes >= 1
+    tracked = tracked_ids()
+    assert id(held) not in tracked and id(held[500]) not in tracked
+    later = Box()  # a job that came after
+    assert id(later) in tracked_ids()
+    gc.collect()
+    assert id(later) not in tracked_ids()
+
+
+def test_a_full_collection_freezes_nothing_once_it_is_stopped() -> None:
+    freeze = SurvivorFreeze(sweep_s=3600)
+    freeze.start()
+    freeze.stop()
+    try:
+        held = Box()
+        gc.collect()
+        assert freeze.freezes == 0
+        assert id(held) in tracked_ids()
+    finally:
+        gc.unfreeze()
+
+
+def test_a_cycle_that_became_garbage_while_frozen_is_collected_by_the_sweep(
+    survivors: SurvivorFreeze,
+) -> None:
+    box = Box()
+    box.ref = box  # a cycle: its reference count never falls to 0
+    gone = weakref.ref(box)
+    gc.collect()  # it survives, and is frozen
+    del box
+    gc.collect()
+    assert gone() is not None  # the price of freezing: out of reach until the sweep
+    assert survivors.sweep() >= 1
+    assert gone() is None
+    survivor = Box()
+    gc.collect()
+    assert id(survivor) not in tracked_ids()  # the sweep's survivors are frozen again
+
+
+def test_garbage_without_a_cycle_is_freed_though_frozen(survivors: SurvivorFreeze) -> None:
+    box = Box()
+    gone = weakref.ref(box)
+    gc.collect()
+    del box
+    assert gone() is None
+
+
+def test_the_sweep_runs_every_sweep_s() -> None:
+    freeze = SurvivorFreeze(sweep_s=0.05)
+    freeze.start()
+    try:
+        deadline = time.monotonic() + 30
+        while freeze.sweeps < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert freeze.sweeps >= 2
+    finally:
+        freeze.stop()
+        gc.unfreeze()
+
+
+@pytest.mark.parametrize("sweep_s", [0, -1.0, float("nan")])
+def test_a_sweep_period_not_above_zero_is_refused(sweep_s: float) -> None:
+    with pytest.raises(ValueError, match="sweep_s"):
+        SurvivorFreeze(sweep_s=sweep_s)
