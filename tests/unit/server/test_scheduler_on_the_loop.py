@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 import pytest
 from fastapi.testclient import TestClient
@@ -21,6 +22,28 @@ from xpupool.server.wake import Wake
 
 SMALL = "A100 mem=1Gi cores=1%"
 LONG_S = 30.0  # a timeout no wait here may reach, however slow the machine
+T = TypeVar("T")
+
+
+def run_loop(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(main)`` in a thread of its own: the browser tests' Playwright keeps a loop
+    running in the main thread for the whole session, and one thread runs one loop."""
+    out: list[T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            out.append(asyncio.run(main))
+        except BaseException as exc:  # raised again in the test's thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="test-loop")
+    thread.start()
+    thread.join(2 * LONG_S)
+    if failed:
+        raise failed[0]
+    assert out, "the loop did not end"
+    return out[0]
 
 
 def test_a_wake_set_from_another_thread_ends_the_wait_at_once() -> None:
@@ -32,7 +55,7 @@ def test_a_wake_set_from_another_thread_ends_the_wait_at_once() -> None:
         await wake.wait(LONG_S)
         return time.monotonic() - started
 
-    assert asyncio.run(waited()) < LONG_S / 2
+    assert run_loop(waited()) < LONG_S / 2
     assert not wake.is_set()  # cleared: the pass that follows sees what set it
 
 
@@ -49,7 +72,7 @@ def test_a_wake_set_before_the_wait_ends_it_at_once_and_none_waits_out_its_timeo
         await wake.wait(0.05)  # nothing set it since
         return first, time.monotonic() - started
 
-    first, second = asyncio.run(waits())
+    first, second = run_loop(waits())
     assert first < LONG_S / 2
     assert 0.04 < second < LONG_S / 2
 
@@ -81,7 +104,7 @@ def test_the_loop_serves_what_came_during_a_batch_before_the_next_batch(
             await asyncio.sleep(0.01)
         passes.cancel()
 
-    asyncio.run(asyncio.wait_for(one_pass(), LONG_S))
+    run_loop(asyncio.wait_for(one_pass(), LONG_S))
     assert order == [ids[0], "served", ids[1], ids[2]]
     assert all(job(server, i)["state"] == "scheduled" for i in ids)
 
@@ -121,7 +144,7 @@ def test_a_write_from_a_thread_goes_between_two_batches_on_the_loop(
             await asyncio.sleep(0.01)
         passes.cancel()
 
-    asyncio.run(asyncio.wait_for(one_pass(), LONG_S))
+    run_loop(asyncio.wait_for(one_pass(), LONG_S))
     waiter.join(LONG_S)
     assert order == [first, "write", second]
 
