@@ -9,16 +9,57 @@ setup names the step that failed.
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi.testclient import TestClient
 
 from xpupool.server.app import create_app
 from xpupool.server.plane import ControlPlane
-from xpupool.server.scheduler_loop import schedule_pass
+from xpupool.server.scheduler_loop import run_passes, schedule_pass
 from xpupool.server.services import tenants
+
+LOOP_S = 30.0  # the longest a test's event loop may run, however slow the machine
+T = TypeVar("T")
+
+
+def run_loop(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(main)`` in a thread of its own: the browser tests' Playwright keeps a loop
+    running in the main thread for the whole session, and one thread runs one loop."""
+    out: list[T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            out.append(asyncio.run(asyncio.wait_for(main, LOOP_S)))
+        except BaseException as exc:  # raised again in the test's thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="test-loop")
+    thread.start()
+    thread.join(2 * LOOP_S)
+    if failed:
+        raise failed[0]
+    assert out, "the loop did not end"
+    return out[0]
+
+
+def passes_on_a_loop(plane: ControlPlane, until: Callable[[], bool]) -> None:
+    """The server's scheduling passes (``run_passes``, woken now) on an event loop of their own
+    until ``until()`` holds, then cancelled."""
+
+    async def passes() -> None:
+        plane.wake.set()
+        task = asyncio.create_task(run_passes(plane, period_s=LOOP_S))
+        while not until():
+            await asyncio.sleep(0.01)
+        task.cancel()
+
+    run_loop(passes())
 
 
 class FakeClock:

@@ -8,12 +8,11 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable
 
 import pytest
 from fastapi.testclient import TestClient
-from server_kit import Server, job, node, submit, tenant
+from server_kit import Server, job, node, passes_on_a_loop, run_loop, submit, tenant
 
 from xpupool.server import scheduler_loop
 from xpupool.server.app import create_app
@@ -22,28 +21,6 @@ from xpupool.server.wake import Wake
 
 SMALL = "A100 mem=1Gi cores=1%"
 LONG_S = 30.0  # a timeout no wait here may reach, however slow the machine
-T = TypeVar("T")
-
-
-def run_loop(main: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run(main)`` in a thread of its own: the browser tests' Playwright keeps a loop
-    running in the main thread for the whole session, and one thread runs one loop."""
-    out: list[T] = []
-    failed: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            out.append(asyncio.run(main))
-        except BaseException as exc:  # raised again in the test's thread
-            failed.append(exc)
-
-    thread = threading.Thread(target=run, name="test-loop")
-    thread.start()
-    thread.join(2 * LONG_S)
-    if failed:
-        raise failed[0]
-    assert out, "the loop did not end"
-    return out[0]
 
 
 def test_a_wake_set_from_another_thread_ends_the_wait_at_once() -> None:
@@ -98,55 +75,9 @@ def test_the_loop_serves_what_came_during_a_batch_before_the_next_batch(
 
     monkeypatch.setattr(scheduler_loop, "_try_admit", tried)
 
-    async def one_pass() -> None:
-        passes = asyncio.create_task(scheduler_loop.run_passes(server.plane, period_s=LONG_S))
-        while len(order) < 4:
-            await asyncio.sleep(0.01)
-        passes.cancel()
-
-    run_loop(asyncio.wait_for(one_pass(), LONG_S))
+    passes_on_a_loop(server.plane, until=lambda: len(order) == 4)
     assert order == [ids[0], "served", ids[1], ids[2]]
     assert all(job(server, i)["state"] == "scheduled" for i in ids)
-
-
-def test_a_write_from_a_thread_goes_between_two_batches_on_the_loop(
-    server: Server, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The agent inside ``up`` and the lost-node watch write from threads; the loop takes the
-    lock again at once after a batch, so it waits, off the loop, for the writes already waiting."""
-    monkeypatch.setattr(scheduler_loop, "BATCH_JOBS", 1)
-    monkeypatch.setattr(scheduler_loop, "YIELD_S", LONG_S)
-    node(server, "n1")
-    lab = tenant(server, "lab")
-    first, second = (submit(server, lab, SMALL)["id"] for _ in range(2))
-    order: list[object] = []
-    real = scheduler_loop._try_admit
-
-    def write() -> None:
-        with server.plane.write():
-            order.append("write")
-
-    waiter = threading.Thread(target=write, name="waiter")
-
-    def tried(plane: ControlPlane, conn: object, writes: object, p: PendingJob) -> bool:
-        order.append(p.id)
-        if p.id == first:  # a thread's write comes during the first batch
-            waiter.start()
-            while plane.writers_waiting == 0:
-                time.sleep(0.001)
-        return real(plane, conn, writes, p)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(scheduler_loop, "_try_admit", tried)
-
-    async def one_pass() -> None:
-        passes = asyncio.create_task(scheduler_loop.run_passes(server.plane, period_s=LONG_S))
-        while len(order) < 3:
-            await asyncio.sleep(0.01)
-        passes.cancel()
-
-    run_loop(asyncio.wait_for(one_pass(), LONG_S))
-    waiter.join(LONG_S)
-    assert order == [first, "write", second]
 
 
 def wait_until(check: Callable[[], bool]) -> bool:
