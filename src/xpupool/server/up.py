@@ -165,7 +165,7 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
             echo(f"warning: {notice}")
     app = create_app(plane, on_start=on_start, on_stop=on_stop, max_body=cfg.max_body)
     freeze_start_heap()
-    survivors = SurvivorFreeze()
+    survivors = SurvivorFreeze(quiet=no_job_since_asked(plane))
     survivors.start()
     try:
         uvicorn.run(
@@ -180,6 +180,20 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
     finally:
         survivors.stop()
         lock.release()
+
+
+def no_job_since_asked(plane: ControlPlane) -> Callable[[], bool]:
+    """Whether no job was submitted since the last time it was asked, and none waits to be
+    placed: when the frozen heap's sweep may stop the server without a submission waiting for it
+    (``heap_freeze``)."""
+    last = plane.next_job_id
+
+    def quiet() -> bool:
+        nonlocal last
+        seen, last = last, plane.next_job_id
+        return seen == last and not plane.queued
+
+    return quiet
 
 
 def plain_http_warning(host: str, *, tls: bool) -> str | None:

@@ -9,10 +9,17 @@ import gc
 import time
 import weakref
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from xpupool.model.request import Request
+from xpupool.server import heap_freeze
 from xpupool.server.heap_freeze import SurvivorFreeze
+from xpupool.server.plane import PendingJob
+from xpupool.server.up import UpConfig, no_job_since_asked, open_plane
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "cluster-mixed.yaml"
 
 
 class Box:
@@ -106,3 +113,61 @@ def test_the_sweep_runs_every_sweep_s() -> None:
 def test_a_sweep_period_not_above_zero_is_refused(sweep_s: float) -> None:
     with pytest.raises(ValueError, match="sweep_s"):
         SurvivorFreeze(sweep_s=sweep_s)
+
+
+def test_a_due_sweep_waits_for_a_quiet_moment_one_period_at_most(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(heap_freeze, "QUIET_CHECK_S", 0.01)
+    asked: list[float] = []
+    quiet_after = 5  # busy the first five times it is asked
+
+    def quiet() -> bool:
+        asked.append(time.monotonic())
+        return len(asked) > quiet_after
+
+    freeze = SurvivorFreeze(sweep_s=1.0, quiet=quiet)  # 100 checks a period
+    freeze.start()
+    try:
+        deadline = time.monotonic() + 30
+        while freeze.sweeps < 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert freeze.sweeps == 1
+        assert len(asked) == quiet_after + 1  # swept once it was quiet, not before
+    finally:
+        freeze.stop()
+        gc.unfreeze()
+
+
+def test_a_sweep_that_never_finds_a_quiet_moment_runs_one_period_late(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(heap_freeze, "QUIET_CHECK_S", 0.01)
+    asked: list[float] = []
+
+    def busy() -> bool:
+        asked.append(time.monotonic())
+        return False
+
+    freeze = SurvivorFreeze(sweep_s=0.05, quiet=busy)
+    freeze.start()
+    try:
+        deadline = time.monotonic() + 30
+        while freeze.sweeps < 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert freeze.sweeps >= 1
+        assert len(asked) >= 5  # one more period of checks, 0.01 s apart, then swept anyway
+    finally:
+        freeze.stop()
+        gc.unfreeze()
+
+
+def test_the_server_is_quiet_when_no_job_came_since_it_was_last_asked(tmp_path: Path) -> None:
+    plane = open_plane(UpConfig(data=tmp_path / "data", cluster=EXAMPLE, agent=False))
+    quiet = no_job_since_asked(plane)
+    assert quiet()
+    plane.next_job_id += 1  # a submission
+    assert not quiet()
+    assert quiet()  # none since
+    plane.queue_job(PendingJob(7, "lab", "lab", 0, Request(), 0.0))  # one waits to be placed
+    assert not quiet()
