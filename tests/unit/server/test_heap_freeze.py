@@ -39,6 +39,13 @@ def survivors() -> Iterator[SurvivorFreeze]:
         gc.unfreeze()
 
 
+def wait_for_sweeps(freeze: SurvivorFreeze, sweeps: int) -> None:
+    """Until ``freeze`` swept ``sweeps`` times (30 s at most: the test's assertions say if not)."""
+    deadline = time.monotonic() + 30
+    while freeze.sweeps < sweeps and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
 def tracked_ids() -> set[int]:
     return {id(o) for o in gc.get_objects()}  # the frozen objects are not listed
 
@@ -100,9 +107,7 @@ def test_the_sweep_runs_every_sweep_s() -> None:
     freeze = SurvivorFreeze(sweep_s=0.05)
     freeze.start()
     try:
-        deadline = time.monotonic() + 30
-        while freeze.sweeps < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for_sweeps(freeze, 2)
         assert freeze.sweeps >= 2
     finally:
         freeze.stop()
@@ -129,9 +134,7 @@ def test_a_due_sweep_waits_for_a_quiet_moment_one_period_at_most(
     freeze = SurvivorFreeze(sweep_s=1.0, quiet=quiet)  # 100 checks a period
     freeze.start()
     try:
-        deadline = time.monotonic() + 30
-        while freeze.sweeps < 1 and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_for_sweeps(freeze, 1)
         assert freeze.sweeps == 1
         assert len(asked) == quiet_after + 1  # swept once it was quiet, not before
     finally:
@@ -152,9 +155,7 @@ def test_a_sweep_that_never_finds_a_quiet_moment_runs_one_period_late(
     freeze = SurvivorFreeze(sweep_s=0.05, quiet=busy)
     freeze.start()
     try:
-        deadline = time.monotonic() + 30
-        while freeze.sweeps < 1 and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_for_sweeps(freeze, 1)
         assert freeze.sweeps >= 1
         assert len(asked) >= 5  # one more period of checks, 0.01 s apart, then swept anyway
     finally:
