@@ -4,15 +4,16 @@ changed since the last one, not all that the server holds.
 CPython's full collection (generation 2) walks every object the collector tracks, holding the
 GIL: the API and the scheduling passes stop meanwhile. ``xpupool up`` freezes what it built at
 start (``freeze_start_heap``), but the jobs it holds come later: at 1,000 nodes the full
-collections over 10,000 submissions took 20, 50, 76, 94, 111 and 140 ms, each longer than the
-last as jobs accumulated (issue 25), and at tens of thousands of held jobs a pause of seconds.
+collections over 10,000 submissions took 18, 51, 81, 103, 125 and 184 ms, each longer than
+the last as jobs accumulated (issue 25).
 
 :class:`SurvivorFreeze` freezes what survived each full collection, once it ends: the next one
 walks only what came since. The price is that frozen objects which later become garbage *in a
 cycle* are not collected (garbage without a cycle is freed by its reference count, frozen or
 not); a sweep every ``sweep_s`` unfreezes everything and collects it once, and the survivors are
 frozen again. That sweep is a full collection of everything (about 170 ms at 5,000 nodes), so it
-waits for a quiet moment, a second with no submission, for one more period at most."""
+waits for a quiet moment, a second with no submission and none pending, for one more period at
+most."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """What wakes the scheduling loop: set from any thread, awaited on the server's event loop.
 
-The scheduling passes run on the event loop that serves the API (``scheduler_loop.run_passes``),
-not on a thread of their own: two busy threads in one interpreter take turns at the GIL, and at
-1,000 nodes and 1,000 submissions/s each handover cost the server as much CPU as the work itself
-(1.4 ms a job in two threads, 1.0 ms in one; issue 25). A submission wakes the loop from the loop
-itself; the agent, the lost-node watch and tests wake it from their threads."""
+The scheduling passes run on the event loop that serves the API (``scheduler_loop.run_passes``
+says why). A submission wakes the loop from the loop itself; the agent, the lost-node watch and
+tests wake it from their threads."""
 
 from __future__ import annotations
 
