@@ -36,6 +36,7 @@ fraction of one core.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -108,9 +109,15 @@ def free_port() -> int:
 
 
 def start_server(
-    data: Path, cluster: Path, port: int, policy: str = DEFAULT_PROFILE, agent: bool = False
+    data: Path,
+    cluster: Path,
+    port: int,
+    policy: str = DEFAULT_PROFILE,
+    agent: bool = False,
+    http_workers: int = 0,
 ) -> subprocess.Popen[bytes]:
     args = [sys.executable, "-c", "from xpupool.cli import main; main()", "up"]
+    args += ["--http-workers", str(http_workers)] if http_workers else []
     args += [] if agent else ["--no-agent"]
     args += ["--data", str(data), "--port", str(port), "--cluster", str(cluster)]
     args += ["--policy", policy]
@@ -248,6 +255,7 @@ def run(
     policy: str = DEFAULT_PROFILE,
     profile: Path | None = None,
     steady_after_s: float = STEADY_AFTER_S,
+    http_workers: int = 0,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="xpupool-bench-") as tmp:
         data = Path(tmp) / "data"
@@ -255,7 +263,7 @@ def run(
         cluster = Path(tmp) / "cluster.yaml"
         cluster.write_text(cluster_yaml(nodes))
         port = free_port()
-        proc = start_server(data, cluster, port, policy)
+        proc = start_server(data, cluster, port, policy, http_workers=http_workers)
         url = f"http://127.0.0.1:{port}"
         try:
             admin = (data / "admin-token").read_text().strip()
@@ -267,7 +275,8 @@ def run(
                     tokens.append(r.raise_for_status().json()["token"])
             total = int(rate * seconds)
             spy = None if profile is None else record_profile(proc.pid, profile)
-            cpu_before = cpu_seconds(proc.pid)
+            plane_before = cpu_seconds(proc.pid)
+            fronts_before = {pid: cpu_seconds(pid) for pid in child_pids(proc.pid)}
             sent = Sent()
             t0 = time.perf_counter() + 0.2
             threads = [
@@ -285,7 +294,11 @@ def run(
                 spy.send_signal(signal.SIGINT)
                 spy.wait(60)
             still_pending = wait_settled(url, admin)
-            server_cpu_s = cpu_seconds(proc.pid) - cpu_before  # submitting and scheduling
+            # submitting and scheduling: the plane's process, and its HTTP workers' if any
+            plane_cpu_s = cpu_seconds(proc.pid) - plane_before
+            fronts_cpu_s = sum(
+                cpu_seconds(pid) - fronts_before.get(pid, 0.0) for pid in child_pids(proc.pid)
+            )
             jobs = fetch_jobs(url, admin, sent.ids)
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -323,7 +336,11 @@ def run(
         "first_errors": sent.errors[:3],
         "achieved_rate_per_s": round(len(sent.ids) / elapsed, 1) if elapsed > 0 else None,
         "client_late_p99_ms": round(pct(sent.late_s, 99), 2),
-        "server_cpu_ms_per_job": round(server_cpu_s * 1000 / max(len(sent.ids), 1), 3),
+        "http_workers": http_workers,
+        "server_cpu_ms_per_job": round(
+            (plane_cpu_s + fronts_cpu_s) * 1000 / max(len(sent.ids), 1), 3
+        ),
+        "plane_cpu_ms_per_job": round(plane_cpu_s * 1000 / max(len(sent.ids), 1), 3),
         "submit_rtt_p50_ms": round(pct(sent.rtt_s, 50), 2),
         "submit_rtt_p99_ms": round(pct(sent.rtt_s, 99), 2),
         "scheduled_latency_p50_ms": round(pct(latency, 50), 2),
@@ -352,12 +369,24 @@ SWEEP: tuple[tuple[int, float], ...] = (
 
 
 def sweep(
-    seconds: float, workers: int, policy: str, steady_after_s: float = STEADY_AFTER_S
+    seconds: float,
+    workers: int,
+    policy: str,
+    steady_after_s: float = STEADY_AFTER_S,
+    http_workers: int = 0,
 ) -> list[dict[str, Any]]:
     """One :func:`run` per row of :data:`SWEEP`, each on a fresh server and data dir."""
     rows = []
     for nodes, rate in SWEEP:
-        row = run(rate, seconds, nodes, workers, policy, steady_after_s=steady_after_s)
+        row = run(
+            rate,
+            seconds,
+            nodes,
+            workers,
+            policy,
+            steady_after_s=steady_after_s,
+            http_workers=http_workers,
+        )
         row["load_average"] = os.getloadavg()[0]
         rows.append(row)
         print(table_line(row), file=sys.stderr, flush=True)
@@ -388,6 +417,15 @@ def cpu_seconds(pid: int) -> float:
     """utime + stime of process ``pid`` (all its threads), in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def child_pids(pid: int) -> list[int]:
+    """The processes ``pid`` started that still run (its HTTP workers)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            found += [int(c) for c in (task / "children").read_text().split()]
+    return found
 
 
 def idle(nodes: int, seconds: float, settle_s: float = 10.0) -> dict[str, Any]:
@@ -465,6 +503,9 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=200, help="simulated nodes (8 cards each)")
     parser.add_argument("--workers", type=int, default=8, help="submitting threads")
     parser.add_argument("--policy", default=DEFAULT_PROFILE, help="the server's placement profile")
+    parser.add_argument(
+        "--http-workers", type=int, default=0, help="the server's --http-workers (0: none)"
+    )
     parser.add_argument("--json", action="store_true", help="one line of JSON")
     parser.add_argument(
         "--steady-after",
@@ -494,7 +535,7 @@ def main() -> None:
             file=sys.stderr,
             flush=True,
         )
-        rows = sweep(args.seconds, args.workers, args.policy, args.steady_after)
+        rows = sweep(args.seconds, args.workers, args.policy, args.steady_after, args.http_workers)
         if args.table:
             print("\n".join([TABLE_HEAD, "|---" * 10 + "|", *map(table_line, rows)]))
         else:
@@ -513,6 +554,7 @@ def main() -> None:
             args.policy,
             args.py_spy,
             args.steady_after,
+            args.http_workers,
         )
     print(json.dumps(out, indent=None if args.json else 2))
 

@@ -142,6 +142,15 @@ def demo(policy: str, cluster: str | None) -> None:
     help="how often the server samples the fleet for its history (GET /v1/fleet/history; "
     "docs/fleet-overview.md): 10s, 1m, ...",
 )
+@click.option(
+    "--http-workers",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, 64),
+    help="processes that take the API's connections and pass them to the control plane, so "
+    "that its one interpreter spends its time on the pool, not on HTTP (0: the plane serves "
+    "HTTP itself); one is enough for about 1,000 submissions/s (docs/benchmarks.md)",
+)
 @catalog_option
 @launch_options
 def up(
@@ -171,6 +180,7 @@ def up(
     retain_count: int,
     history_interval: str,
     catalog_file: str | None,
+    http_workers: int,
 ) -> None:
     """Start the control plane: REST API, scheduler, SQLite state, metrics, local agent."""
     from pathlib import Path
@@ -240,6 +250,7 @@ def up(
         retention=Retention(retain_s, retain_count or None),
         history_interval_s=history_s,
         catalog=catalog,
+        http_workers=http_workers,
     )
     serve(cfg, click.echo)
 

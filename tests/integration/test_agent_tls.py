@@ -46,13 +46,20 @@ def make_certs(folder: Path) -> tuple[Path, Path, Path]:
     return ca, cert, key
 
 
-@pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProc, Path]]:
+@pytest.fixture(scope="module", params=[0, 1], ids=["plane", "http-workers"])
+def tls(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[tuple[ServerProc, Path]]:
+    """The server over TLS, serving HTTP itself, and behind an HTTP worker that holds the TLS
+    (``--http-workers 1``): agents register and heartbeat through it."""
     folder = tmp_path_factory.mktemp("tls")
     ca, cert, key = make_certs(folder / "certs")
     srv = ServerProc(
         folder / "data",
-        extra_args=("--tls-cert", str(cert), "--tls-key", str(key), "--heartbeat", "0.3"),
+        extra_args=(
+            *("--tls-cert", str(cert), "--tls-key", str(key), "--heartbeat", "0.3"),
+            *("--http-workers", str(request.param)),
+        ),
         ca=ca,
     )
     srv.start()

@@ -1,12 +1,9 @@
 """The FastAPI application: routers, error mapping, metrics, and the background loops.
 
-Errors: ``RequestError`` and pydantic validation -> 422 ``{field, value, reason}``; ``NotFound``
--> 404; ``Conflict`` -> 409; ``Forbidden`` (a credential acting beyond its grant) -> 403;
-``NotGranted`` -> 403 and ``OverLimit`` -> 429 (both with
-``{field, value, reason}``); a body over the size limit -> 413 (``body_limit.py``); ``Unavailable``
-(the store cannot be written) -> 503 with one line, logged once (``health.py``); anything else
-is a bug and is logged (a 500 with no details). An error body quotes at most ~200 characters of a
-rejected value (``wire_values.quote``).
+Errors are answered as ``error_answers.py`` says (422 ``{field, value, reason}`` for bad input,
+404, 409, 403, 429, 503 while the store cannot be written, logged once by ``health.py``); a body
+over the size limit -> 413 (``body_limit.py``); anything else is a bug and is logged (a 500
+with no details).
 """
 
 from __future__ import annotations
@@ -28,13 +25,13 @@ from xpupool.model.errors import (
     Forbidden,
     NotFound,
     NotGranted,
-    OverLimit,
     RequestError,
     Unavailable,
 )
-from xpupool.model.validation import error_path, error_value
 from xpupool.server.audit_http import AuditMiddleware
 from xpupool.server.body_limit import DEFAULT_MAX_BODY, BodyLimit, RouteLimit
+from xpupool.server.error_answers import error_answer, validation_answer
+from xpupool.server.front.plane_side import SubmitChannel
 from xpupool.server.history import FleetHistory
 from xpupool.server.metrics import make_registry
 from xpupool.server.plane import ControlPlane
@@ -43,27 +40,15 @@ from xpupool.server.scheduler_loop import run_passes
 from xpupool.server.services.agents import MAX_LOG_CHUNK, mark_lost_nodes
 from xpupool.server.services.job_limits import stop_overdue, sweep_finished
 from xpupool.server.web import mount as mount_dashboard
-from xpupool.server.wire_values import MAX_REASON, quote, shorten
 
 log = logging.getLogger("xpupool.server")
 
 
-MAX_ERRORS = 20  # entries of a validation error's "errors" list; one per bad item otherwise
 LOG_UPLOAD = RouteLimit(
     "POST",
     re.compile(r"/v1/agent/nodes/[^/]+/jobs/[^/]+/replicas/[^/]+/logs"),
     MAX_LOG_CHUNK + 65536,
 )  # an agent ships a replica's output in chunks of up to MAX_LOG_CHUNK, whatever --max-body is
-
-
-def _body(field: str | None, value: object, reason: str) -> dict[str, object]:
-    """An error body that quotes at most ~200 characters of the value (and of a field path or a
-    reason that embeds one): a megabyte-long field is not echoed back."""
-    return {
-        "field": None if field is None else shorten(field),
-        "value": quote(value),
-        "reason": shorten(reason, MAX_REASON),
-    }
 
 
 class LostNodeWatch(threading.Thread):
@@ -107,11 +92,13 @@ def create_app(
     on_start: Callable[[], None] | None = None,
     on_stop: Callable[[], None] | None = None,
     max_body: int = DEFAULT_MAX_BODY,
+    channel: SubmitChannel | None = None,
 ) -> FastAPI:
     """The app over ``plane``. ``background`` runs the scheduling passes on the app's event loop
     and the lost-node thread (tests of routers alone may turn them off and call ``schedule_pass``
     themselves). ``max_body``: the largest request body taken, in bytes (an agent's log upload
-    may always send a full chunk)."""
+    may always send a full chunk). ``channel``: the submission channel of the plane's HTTP
+    workers (``front/``), listening while the app runs, on its event loop."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -121,13 +108,17 @@ def create_app(
             watch = LostNodeWatch(plane)
             watch.start()
             passes = asyncio.get_running_loop().create_task(run_passes(plane))
+        if channel is not None:
+            await channel.start()
         if on_start is not None:
             on_start()
         try:
             yield
         finally:
-            if on_stop is not None:
-                on_stop()
+            if on_stop is not None:  # off the loop: what it stops may wait for the loop's answers
+                await asyncio.to_thread(on_stop)
+            if channel is not None:
+                await channel.stop()
             if passes is not None:
                 passes.cancel()  # between two batches: a batch is never cut short
                 with suppress(asyncio.CancelledError):
@@ -163,50 +154,26 @@ def create_app(
     ):
         app.include_router(router)
 
-    @app.exception_handler(RequestError)
-    async def _request_error(_: Request, exc: RequestError) -> JSONResponse:
-        return JSONResponse(_body(exc.field, exc.value, exc.reason), status_code=422)
+    async def _answer(_: Request, exc: Exception) -> JSONResponse:
+        answer = error_answer(exc)
+        assert answer is not None  # registered below for the classes it answers only
+        return JSONResponse(answer.body, status_code=answer.status, headers=dict(answer.headers))
+
+    for answered in (
+        RequestError,
+        NotGranted,
+        Forbidden,
+        NotFound,
+        Conflict,
+        Unavailable,
+        HTTPException,
+    ):
+        app.add_exception_handler(answered, _answer)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = exc.errors()
-        first = errors[0] if errors else {"loc": (), "msg": "invalid input"}
-        body = _body(error_path(first), error_value(first), str(first.get("msg")))
-        listed: list[dict[str, str | None]] = [
-            {"field": shorten(error_path(e)), "reason": shorten(str(e.get("msg")), MAX_REASON)}
-            for e in errors[:MAX_ERRORS]
-        ]
-        if len(errors) > MAX_ERRORS:
-            listed.append({"field": None, "reason": f"{len(errors) - MAX_ERRORS} more"})
-        body["errors"] = listed
-        return JSONResponse(body, status_code=422)
-
-    @app.exception_handler(NotGranted)
-    async def _not_granted(_: Request, exc: NotGranted) -> JSONResponse:
-        status = 429 if isinstance(exc, OverLimit) else 403
-        return JSONResponse(_body(exc.field, exc.value, exc.reason), status_code=status)
-
-    @app.exception_handler(Forbidden)
-    async def _forbidden(_: Request, exc: Forbidden) -> JSONResponse:
-        return JSONResponse(_body(None, None, str(exc)), status_code=403)
-
-    @app.exception_handler(NotFound)
-    async def _not_found(_: Request, exc: NotFound) -> JSONResponse:
-        return JSONResponse(_body(exc.kind, exc.name, str(exc)), status_code=404)
-
-    @app.exception_handler(Conflict)
-    async def _conflict(_: Request, exc: Conflict) -> JSONResponse:
-        return JSONResponse(_body(None, None, str(exc)), status_code=409)
-
-    @app.exception_handler(Unavailable)
-    async def _unavailable(_: Request, exc: Unavailable) -> JSONResponse:
-        return JSONResponse(_body(None, None, str(exc)), status_code=503)
-
-    @app.exception_handler(HTTPException)
-    async def _http(_: Request, exc: HTTPException) -> JSONResponse:
-        return JSONResponse(
-            _body(None, None, str(exc.detail)), status_code=exc.status_code, headers=exc.headers
-        )
+        answer = validation_answer(exc.errors())
+        return JSONResponse(answer.body, status_code=answer.status)
 
     mount_dashboard(app)  # the web dashboard at / (server/web/), after the handlers it wraps
 

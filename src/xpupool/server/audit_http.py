@@ -42,7 +42,8 @@ def audited(who: Principal | None, action: str, method: str, status: int) -> boo
     return False
 
 
-def _reason(status: int, body: bytes) -> str:
+def audit_reason(status: int, body: bytes) -> str:
+    """The audit row's reason for an answer: 'ok', or the error body's field and reason."""
     if status < 400:
         return "ok"
     try:
@@ -104,7 +105,7 @@ class AuditMiddleware:
             action,
             _target(scope, state),
             status,
-            _reason(status, body),
+            audit_reason(status, body),
         )
         try:
             await anyio.to_thread.run_sync(write)

@@ -20,6 +20,8 @@ from xpupool.catalog.operator_file import OperatorCatalog
 from xpupool.engine.profile import DEFAULT_PROFILE, Profile
 from xpupool.server.admin_token import admin_token_path
 from xpupool.server.body_limit import DEFAULT_MAX_BODY
+from xpupool.server.front.plane_side import SubmitChannel
+from xpupool.server.front.workers import HttpWorkers, PlaneSockets, listen
 from xpupool.server.heap_freeze import SurvivorFreeze, freeze_start_heap
 from xpupool.server.plane import DEFAULT_HISTORY_INTERVAL_S, ControlPlane
 from xpupool.server.retention import Retention
@@ -56,6 +58,7 @@ class UpConfig:
     )  # finished jobs kept: --retain-jobs, --retain-count
     history_interval_s: float = DEFAULT_HISTORY_INTERVAL_S  # --history-interval (history.py)
     catalog: OperatorCatalog | None = None  # --catalog FILE, parsed and checked by the CLI
+    http_workers: int = 0  # processes taking the API's connections for the plane (server/front/)
 
 
 def open_plane(cfg: UpConfig) -> ControlPlane:
@@ -163,23 +166,61 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
         notice = isolation_notice(settings.sandbox)
         if notice:
             echo(f"warning: {notice}")
-    app = create_app(plane, on_start=on_start, on_stop=on_stop, max_body=cfg.max_body)
+    workers: HttpWorkers | None = None
+    channel: SubmitChannel | None = None
+    if cfg.http_workers:
+        sockets = PlaneSockets.create()
+        tls = None if cfg.tls_cert is None or cfg.tls_key is None else (cfg.tls_cert, cfg.tls_key)
+        workers = HttpWorkers(
+            cfg.http_workers, listen(cfg.host, cfg.port), sockets, cfg.max_body, tls
+        )
+        channel = SubmitChannel(plane, sockets.channel, cfg.max_body)
+        on_start, on_stop = _with_workers(workers, on_start, on_stop)
+        echo(f"http workers: {cfg.http_workers}")
+    app = create_app(
+        plane, on_start=on_start, on_stop=on_stop, max_body=cfg.max_body, channel=channel
+    )
     freeze_start_heap()
     survivors = SurvivorFreeze(quiet=no_job_since_asked(plane))
     survivors.start()
     try:
-        uvicorn.run(
-            app,
-            host=cfg.host,
-            port=cfg.port,
-            log_level="warning",
-            access_log=False,
-            ssl_certfile=None if cfg.tls_cert is None else str(cfg.tls_cert),
-            ssl_keyfile=None if cfg.tls_key is None else str(cfg.tls_key),
-        )
+        if workers is None:
+            uvicorn.run(
+                app,
+                host=cfg.host,
+                port=cfg.port,
+                log_level="warning",
+                access_log=False,
+                ssl_certfile=None if cfg.tls_cert is None else str(cfg.tls_cert),
+                ssl_keyfile=None if cfg.tls_key is None else str(cfg.tls_key),
+            )
+        else:  # the workers serve the port (and TLS); the plane, a socket only they can reach
+            uvicorn.run(app, uds=str(workers.sockets.http), log_level="warning", access_log=False)
     finally:
         survivors.stop()
         lock.release()
+
+
+def _with_workers(
+    workers: HttpWorkers,
+    on_start: Callable[[], None] | None,
+    on_stop: Callable[[], None] | None,
+) -> tuple[Callable[[], None], Callable[[], None]]:
+    """The app's start and stop hooks with the HTTP workers': started last (the submission
+    channel listens by then), stopped first."""
+
+    def start() -> None:
+        if on_start is not None:
+            on_start()
+        workers.start()
+
+    def stop() -> None:
+        workers.stop()
+        workers.sockets.remove()  # here: uvicorn ends the process by the signal it caught
+        if on_stop is not None:
+            on_stop()
+
+    return start, stop
 
 
 def no_job_since_asked(plane: ControlPlane) -> Callable[[], bool]:

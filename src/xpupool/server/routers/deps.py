@@ -34,10 +34,20 @@ async def principal(
     request: Request,
     creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
-    if creds is None or creds.scheme.lower() != "bearer":
+    who = bearer_principal(
+        request.app.state.plane, None if creds is None else (creds.scheme, creds.credentials)
+    )
+    request.state.principal = who  # for the audit log (server/audit_http.py)
+    return who
+
+
+def bearer_principal(plane: ControlPlane, creds: tuple[str, str] | None) -> Principal:
+    """Who ``creds`` (the Authorization header's scheme and credentials) acts as; 401 when
+    missing, unknown, revoked or expired."""
+    if creds is None or creds[0].lower() != "bearer":
         raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
     try:
-        who = tenants.authenticate(request.app.state.plane, creds.credentials)
+        who = tenants.authenticate(plane, creds[1])
     except TokenExpired as exc:
         when = datetime.fromtimestamp(exc.expires_at, UTC).isoformat(timespec="seconds")
         raise HTTPException(
@@ -45,15 +55,19 @@ async def principal(
         ) from None
     if who is None:
         raise HTTPException(401, "unknown or revoked token", headers={"WWW-Authenticate": "Bearer"})
-    request.state.principal = who  # for the audit log (server/audit_http.py)
     return who
 
 
 async def user(who: Annotated[Principal, Depends(principal)]) -> Principal:
     """Admin or tenant (agent and bootstrap tokens only speak the agent protocol)."""
+    check_user(who)
+    return who
+
+
+def check_user(who: Principal) -> None:
+    """403 unless ``who`` is the admin or a tenant."""
     if who.role not in ("admin", "tenant"):
         raise HTTPException(403, f"{who.role} tokens may only use /v1/agent endpoints")
-    return who
 
 
 async def admin(who: Annotated[Principal, Depends(principal)]) -> Principal:

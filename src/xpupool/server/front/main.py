@@ -1,0 +1,58 @@
+"""An HTTP worker process: ``python -m xpupool.server.front.main`` (started by ``xpupool up
+--http-workers N``, never by hand). It serves the listening socket it inherited (``--fd``) with
+``front/app.py`` and dies with the plane that started it."""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import signal
+import socket
+import sys
+from pathlib import Path
+
+from xpupool.server.app import LOG_UPLOAD
+from xpupool.server.body_limit import BodyLimit
+from xpupool.server.front.app import FrontApp
+
+PR_SET_PDEATHSIG = 1
+
+
+def main(argv: list[str] | None = None) -> None:
+    import uvicorn
+
+    from xpupool.agent.launch.guard import protect_process
+
+    parser = argparse.ArgumentParser(prog="xpupool-http-worker")
+    parser.add_argument("--fd", type=int, required=True, help="the inherited listening socket")
+    parser.add_argument("--plane-http", type=Path, required=True)
+    parser.add_argument("--channel", type=Path, required=True)
+    parser.add_argument("--max-body", type=int, required=True)
+    parser.add_argument("--tls-cert")
+    parser.add_argument("--tls-key")
+    args = parser.parse_args(argv)
+    protect_process()  # not dumpable: it holds the tokens of the requests it carries
+    if sys.platform.startswith("linux"):  # a plane killed outright takes its workers with it
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    app = BodyLimit(
+        FrontApp(args.plane_http, args.channel),
+        max_bytes=args.max_body,
+        routes=[LOG_UPLOAD],
+    )
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        ssl_certfile=args.tls_cert,
+        ssl_keyfile=args.tls_key,
+    )
+    # The socket as it is (TCP), not uvicorn's ``fd=``, which takes any inherited socket for a
+    # Unix one: the connections then go without TCP_NODELAY, and an answer's headers and body,
+    # two writes, wait out the client's delayed ACK (40 ms) between them.
+    listening = socket.socket(fileno=args.fd)
+    uvicorn.Server(config).run(sockets=[listening])
+
+
+if __name__ == "__main__":
+    main()
