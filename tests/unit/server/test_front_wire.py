@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from server_kit import run_loop
 
 from xpupool.server.front.wire import LENGTHS, MAX_META, FrameError, frame, read_frame
 
@@ -18,7 +19,7 @@ def _read(data: bytes, max_body: int = 1 << 20) -> tuple[dict[str, object], byte
         reader.feed_eof()
         return await read_frame(reader, max_body)
 
-    return asyncio.run(go())
+    return run_loop(go())  # not asyncio.run: the browser tests keep a loop in this thread
 
 
 def test_a_frame_reads_back_as_written() -> None:
