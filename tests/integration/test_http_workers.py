@@ -11,7 +11,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import stat
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -269,3 +272,28 @@ def test_a_plane_stopped_under_load_keeps_every_acknowledged_submission(tmp_path
         for job in set(acknowledged) - listed:  # beyond the listing's newest 1,000
             r = httpx.get(f"{again.url}/v1/jobs/{job}", headers=again.headers())
             assert r.status_code == 200, (job, r.text)
+
+
+def test_a_port_in_use_stops_up_with_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = ["up", "--no-agent", "--data", str(tmp_path / "data"), "--port", str(port)]
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from xpupool.cli import main; main()",
+                *args,
+                "--http-workers",
+                "1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"Error: cannot listen on 127.0.0.1:{port}: "), done.stderr
+    assert "Traceback" not in done.stderr

@@ -169,11 +169,10 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
     workers: HttpWorkers | None = None
     channel: SubmitChannel | None = None
     if cfg.http_workers:
+        listening = listen(cfg.host, cfg.port)  # first: a port in use leaves nothing behind
         sockets = PlaneSockets.create()
         tls = None if cfg.tls_cert is None or cfg.tls_key is None else (cfg.tls_cert, cfg.tls_key)
-        workers = HttpWorkers(
-            cfg.http_workers, listen(cfg.host, cfg.port), sockets, cfg.max_body, tls
-        )
+        workers = HttpWorkers(cfg.http_workers, listening, sockets, cfg.max_body, tls)
         channel = SubmitChannel(plane, sockets.channel, cfg.max_body)
         on_start, on_stop = _with_workers(workers, on_start, on_stop)
         echo(f"http workers: {cfg.http_workers}")

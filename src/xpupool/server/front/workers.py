@@ -20,6 +20,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from xpupool.model.errors import XpupoolError
+
 log = logging.getLogger("xpupool.server")
 RESTART_AFTER_S = 1.0  # a worker that dies is started again after this long
 
@@ -47,10 +49,17 @@ class PlaneSockets:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+class ListenError(XpupoolError):
+    """The API's address cannot be taken (in use, not this host's); the message is one line."""
+
+
 def listen(host: str, port: int) -> socket.socket:
     """The API's listening socket, bound by the plane for its workers."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.create_server((host, port), family=family, backlog=2048)
+    try:
+        sock = socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     sock.set_inheritable(True)
     return sock
 
