@@ -2,7 +2,8 @@
 
 A job submission (``POST /v1/jobs``, the request a busy pool gets most) goes to the plane as one
 frame on the submission channel (``front/plane_side.py``): the token, the content type and the
-body, answered with the status, headers and body the plane decided. Every other request is passed
+body, answered with the status, headers and body the plane decided; for a job it stored, the job
+as stored, which the worker renders as the route would. Every other request is passed
 to the plane's own HTTP server on a Unix socket as it came (method, path, query, headers and a
 streamed body) and its answer streamed back, so every route, the dashboard and ``/metrics``
 behave as without workers. The body size limit is applied here too, before anything is read
@@ -19,7 +20,7 @@ from typing import TypeVar
 import httpx
 from starlette.types import Message, Receive, Scope, Send
 
-from xpupool.server.front.plane_side import SUBMIT, render
+from xpupool.server.front.plane_side import JOB, SUBMIT, render, render_job
 from xpupool.server.front.wire import FrameError, frame, read_frame
 
 # not passed on: hop-by-hop headers, and the plane's own date and server (the worker's server
@@ -74,6 +75,8 @@ class SubmitClient:
             raise
         self.idle.append((reader, writer))
         headers = head.get("headers") or {}
+        if head.get("render") == JOB:  # the job as stored: rendered here, off the plane's core
+            answer = render_job(answer)
         return int(head["status"]), {str(k): str(v) for k, v in headers.items()}, answer
 
     async def _connection(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:

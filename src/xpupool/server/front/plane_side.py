@@ -6,11 +6,13 @@ what the request said: the ``Authorization`` and ``Content-Type`` headers and th
 Nothing of it is trusted: the plane authenticates the token, parses and validates the body and
 submits exactly as the route does (``routers/jobs.py``), in the order FastAPI does it (the body's
 JSON, then the token, then the body's fields), and answers the status, headers and JSON body the
-route would have answered (``error_answers.py``), which the worker sends on as they are. What the
-plane saves is HTTP: the connection, the framework and the response's rendering cost it about
-0.4 ms of a submission's 1.0 (issue 25).
+route would have answered (``error_answers.py``), which the worker sends on as they are; for a
+job it stored, the row as stored, which the worker renders (``render_job``). What the plane saves
+is HTTP and the answer's rendering: the connection, the framework and the response cost it about
+0.4 ms of a submission's 1.0 (issue 25). The submissions that come in one turn of the event loop
+are stored in one transaction (``jobs.submit_many``): one commit for several.
 
-The channel is a Unix socket in the data dir (mode 0700: the plane's user only). A connection
+The channel is a Unix socket in a directory of mode 0700 (the plane's user only). A connection
 carries one request at a time, answered in order; a worker keeps several.
 """
 
@@ -39,18 +41,31 @@ from xpupool.server.services import jobs
 log = logging.getLogger("xpupool.server")
 SUBMIT = "submit"
 """The one operation the channel carries: ``POST /v1/jobs``."""
+JOB = "job"
+"""An answer whose body is a stored job for the worker to render (:func:`render_job`)."""
+MAX_BATCH = 32
+"""Submissions taken in one store transaction at most: a batch holds the event loop (and the
+scheduling passes) for its length, about a millisecond a submission."""
 
 
 class Answer:
     """An HTTP answer as the worker sends it: status, extra headers, a body as bytes (JSON unless
-    the headers give another content-type)."""
+    the headers give another content-type). ``render`` :data:`JOB`: the body is a stored job
+    (``jobs.Submitted.wire()``) that the worker renders as the route's answer."""
 
-    __slots__ = ("body", "headers", "status")
+    __slots__ = ("body", "headers", "render", "status")
 
-    def __init__(self, status: int, body: bytes, headers: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        body: bytes,
+        headers: Mapping[str, str] | None = None,
+        render: str | None = None,
+    ) -> None:
         self.status = status
         self.body = body
         self.headers = dict(headers or {})
+        self.render = render
 
     @classmethod
     def of(cls, error: ErrorAnswer) -> Answer:
@@ -62,14 +77,38 @@ def render(body: object) -> bytes:
     return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
-def submit_answer(
-    plane: ControlPlane,
-    authorization: str | None,
-    content_type: str | None,
-    body: bytes,
-) -> tuple[Answer, Principal | None]:
-    """What ``POST /v1/jobs`` answers for these headers and body, and who asked (None when the
-    token was refused), for the audit."""
+def submit_answers(
+    plane: ControlPlane, asks: Sequence[_Ask]
+) -> list[tuple[Answer, Principal | None]]:
+    """What ``POST /v1/jobs`` answers for each (Authorization, Content-Type, body), and who
+    asked (None when the token was refused), for the audit. Those that pass the token and the
+    body's validation are submitted together (``jobs.submit_many``: one store transaction),
+    each answered as it would be alone."""
+    answers: list[tuple[Answer, Principal | None] | None] = []
+    valid: list[tuple[int, Principal, s.JobIn]] = []
+    for i, (authorization, content_type, body) in enumerate(asks):
+        checked = _validated(plane, authorization, content_type, body)
+        if isinstance(checked[0], Answer):
+            answers.append((checked[0], checked[1]))
+        else:
+            who, job_in = checked
+            assert who is not None and isinstance(job_in, s.JobIn)
+            valid.append((i, who, job_in))
+            answers.append(None)
+    results = jobs.submit_many(plane, [(who, job_in) for _, who, job_in in valid])
+    for (i, who, _), result in zip(valid, results, strict=True):
+        if isinstance(result, Exception):
+            answers[i] = (_answer(result), who)
+        else:  # ASCII: a lone surrogate in a name reaches the worker as the store holds it
+            answers[i] = (Answer(201, json.dumps(result.wire()).encode(), render=JOB), who)
+    return [a for a in answers if a is not None]
+
+
+def _validated(
+    plane: ControlPlane, authorization: str | None, content_type: str | None, body: bytes
+) -> tuple[Answer, Principal | None] | tuple[Principal, s.JobIn]:
+    """The token's principal and the validated body, or the refusal (and who asked, if known),
+    checked in FastAPI's order: the body's JSON, the token, the body's fields."""
     parsed, refused = _json_body(content_type, body)
     if refused is not None:
         return refused, None
@@ -83,16 +122,17 @@ def submit_answer(
         if parsed is _MISSING:
             return Answer.of(validation_answer([missing])), who
         # from_attributes as FastAPI validates a body: its wording for what is not an object
-        job_in = s.JobIn.model_validate(parsed, from_attributes=True)
+        return who, s.JobIn.model_validate(parsed, from_attributes=True)
     except ValidationError as exc:
         return Answer.of(validation_answer(_under_body(exc.errors()))), who
     except Exception as exc:
         return _answer(exc), who
-    try:
-        job = jobs.submit(plane, who, job_in)
-    except Exception as exc:
-        return _answer(exc), who
-    return Answer(201, job.model_dump_json(by_alias=True).encode()), who
+
+
+def render_job(wire: bytes) -> bytes:
+    """The 201 answer for a stored job the plane sent as :data:`JOB` (in the worker)."""
+    submitted = jobs.Submitted.from_wire(json.loads(wire))
+    return submitted.view().model_dump_json(by_alias=True).encode()
 
 
 _MISSING = object()
@@ -152,21 +192,33 @@ def _under_body(errors: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def _answer(exc: Exception) -> Answer:
     error = error_answer(exc)
-    if error is None:  # a bug, as the app's 500 says it
+    if error is None:  # a bug
         log.error("job submission failed", exc_info=exc)
-        return Answer(500, b"Internal Server Error", {"content-type": "text/plain; charset=utf-8"})
+        return _answer_500()
     return Answer.of(error)
 
 
+def _answer_500() -> Answer:
+    """The app's 500, as it says it."""
+    return Answer(500, b"Internal Server Error", {"content-type": "text/plain; charset=utf-8"})
+
+
+_Ask = tuple[str | None, str | None, bytes]  # (Authorization, Content-Type, body)
+
+
 class SubmitChannel:
-    """The plane's listener on ``path``: it answers each frame with :func:`submit_answer`, on
-    the event loop that runs it (the one that runs the scheduling passes)."""
+    """The plane's listener on ``path``: it answers the frames with :func:`submit_answers`, on
+    the event loop that runs it (the one that runs the scheduling passes). The frames that came
+    in one turn of the loop (``MAX_BATCH`` at most) are taken together, in one store
+    transaction; while a scheduling batch holds the loop, the next frames wait in their sockets
+    and are taken together after it."""
 
     def __init__(self, plane: ControlPlane, path: Path, max_body: int) -> None:
         self.plane = plane
         self.path = path
         self.max_body = max_body
         self.server: asyncio.AbstractServer | None = None
+        self.waiting: list[tuple[_Ask, asyncio.Future[tuple[Answer, Principal | None]]]] = []
 
     async def start(self) -> None:
         self.path.unlink(missing_ok=True)  # left by a server that was killed: DirLock is ours
@@ -179,17 +231,23 @@ class SubmitChannel:
         self.path.unlink(missing_ok=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        loop = asyncio.get_running_loop()
         try:
             while True:
                 meta, body = await read_frame(reader, self.max_body)
                 if meta.get("op") != SUBMIT:
                     raise FrameError(f"unknown operation {meta.get('op')!r}")
-                answer, who = submit_answer(
-                    self.plane, _text(meta, "authorization"), _text(meta, "content_type"), body
-                )
+                answered: asyncio.Future[tuple[Answer, Principal | None]] = loop.create_future()
+                ask = (_text(meta, "authorization"), _text(meta, "content_type"), body)
+                self.waiting.append((ask, answered))
+                if len(self.waiting) == 1:  # the first since the last batch: take them next turn
+                    loop.call_soon(self._answer_waiting)
+                answer, who = await answered
                 if who is not None and audited(who, "submit", "POST", answer.status):
                     await self._audit(who, answer)
-                head = {"status": answer.status, "headers": answer.headers}
+                head: dict[str, object] = {"status": answer.status, "headers": answer.headers}
+                if answer.render is not None:
+                    head["render"] = answer.render
                 writer.write(frame(head, answer.body))
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -198,6 +256,20 @@ class SubmitChannel:
             log.warning("HTTP worker channel: %s; connection dropped", exc)
         finally:
             writer.close()
+
+    def _answer_waiting(self) -> None:
+        """Answer the waiting frames, ``MAX_BATCH`` at a time (the rest on the next turn)."""
+        batch, self.waiting = self.waiting[:MAX_BATCH], self.waiting[MAX_BATCH:]
+        if self.waiting:
+            asyncio.get_running_loop().call_soon(self._answer_waiting)
+        try:
+            answers = submit_answers(self.plane, [ask for ask, _ in batch])
+        except Exception as exc:  # a bug: each connection's request fails with it
+            log.error("job submissions failed", exc_info=exc)
+            answers = [(_answer_500(), None)] * len(batch)
+        for (_, answered), answer in zip(batch, answers, strict=True):
+            if not answered.done():  # its connection may have gone while it waited
+                answered.set_result(answer)
 
     async def _audit(self, who: Principal, answer: Answer) -> None:
         """The row the audit middleware writes for the route (an admin's submission, refused or

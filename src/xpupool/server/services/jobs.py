@@ -4,13 +4,14 @@ acknowledged job survives a crash; placement happens in the scheduling loop righ
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import Connection, select
 
-from xpupool.catalog.image_needs import merge_image_needs
-from xpupool.model.errors import Conflict, NotFound, RequestError
+from xpupool.catalog.image_needs import ImageMerge, merge_image_needs
+from xpupool.model.errors import Conflict, NotFound, RequestError, Unavailable
 from xpupool.model.request import Request
 from xpupool.model.request_model import request_from_dict, request_to_dict
 from xpupool.server import job_lifecycle as lc
@@ -36,6 +37,88 @@ MAX_LIST = 1000
 
 
 def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
+    accepted = _accept(plane, me, body)
+    with plane.write() as conn:
+        stored = _store(plane, conn, accepted, *_check(plane, conn, accepted))
+    plane.wake.set()
+    return stored.view()
+
+
+def submit_many(
+    plane: ControlPlane, asks: Sequence[tuple[Principal, s.JobIn]]
+) -> list[Submitted | Exception]:
+    """:func:`submit` for each of ``asks`` in one store transaction: what each would have
+    answered alone, in order (a refused one its error, which changes nothing), each seeing those
+    before it (a tenant's pending count). One commit for all is the point: a commit costs the
+    store about as much as the rest of a submission's writes (issue 25). A write that fails
+    aborts them all: the store rolls back, memory is put back to what it holds, and every
+    submission of the batch that was not refused gets that failure."""
+    out: list[Submitted | Exception | None] = [None] * len(asks)
+    accepted: list[tuple[int, _Accepted]] = []
+    for i, (me, body) in enumerate(asks):
+        try:
+            accepted.append((i, _accept(plane, me, body)))
+        except Exception as exc:  # answered as submit() would raise it
+            out[i] = exc
+    try:
+        if accepted:
+            with plane.write() as conn:
+                for i, one in accepted:
+                    try:
+                        checked = _check(plane, conn, one)
+                    except Exception as exc:  # checks write nothing
+                        out[i] = exc
+                        continue
+                    out[i] = _store(plane, conn, one, *checked)
+    except Exception as exc:  # the batch's transaction rolled back
+        if not isinstance(exc, Unavailable):  # a failed store put memory back already
+            with plane.lock:
+                plane.reload()
+        for i, _ in accepted:
+            if not isinstance(out[i], Exception):
+                out[i] = exc
+    answered = [o for o in out if o is not None]
+    assert len(answered) == len(asks), "every submission has its answer"
+    if any(isinstance(o, Submitted) for o in answered):
+        plane.wake.set()
+    return answered
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    """A stored submission: its row as written and the reasons of its first events; what the
+    answer shows (the HTTP workers render it from this, sent as JSON: ``front/``)."""
+
+    row: dict[str, Any]
+    reasons: tuple[str, ...]
+
+    def view(self) -> s.Job:
+        """The job as ``POST /v1/jobs`` answers it: pending as committed."""
+        job = job_view(self.row, [])
+        phase = s.JobPhase(self.row["state"])
+        at = self.row["created_at"]
+        job.events = [s.JobEvent(at=at, state=phase, reason=reason) for reason in self.reasons]
+        return job
+
+    def wire(self) -> dict[str, Any]:
+        return {"row": self.row, "reasons": list(self.reasons)}
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> Submitted:
+        return cls(dict(data["row"]), tuple(data["reasons"]))
+
+
+@dataclass(frozen=True, slots=True)
+class _Accepted:
+    """A submission's request as the body and the token make it, before the lock."""
+
+    body: s.JobIn
+    tenant: str
+    req: Request
+    from_image: ImageMerge
+
+
+def _accept(plane: ControlPlane, me: Principal, body: s.JobIn) -> _Accepted:
     if me.is_admin:
         if body.tenant is None:
             raise RequestError(
@@ -59,87 +142,96 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
     name = body.name or req.name  # empty: job-<id>, known under the lock
     req = replace(req, name=name, queue=queue, priority=priority, container=container)
     from_image = merge_image_needs(req, body.image, plane.image_catalog)
-    req = from_image.request
+    return _Accepted(body, tenant, from_image.request, from_image)
+
+
+def _check(plane: ControlPlane, conn: Connection, one: _Accepted) -> tuple[Request, str]:
+    """Under the plane's lock: the request as its queue completes it and the reason it waits
+    with; raises what refuses it. Writes nothing."""
+    body, tenant, req, from_image = one.body, one.tenant, one.req, one.from_image
+    queue = req.queue
+    spec = plane.queue_specs.get(queue)
+    if spec is None or spec.tenant != tenant:
+        raise RequestError("queue", queue, f"no queue of that name for tenant {tenant!r}")
+    if req.node_policy is None and queue in plane.queue_profiles:
+        # the queue's profile (known when the queue was stored; a restart may have lost it)
+        req = replace(req, node_policy=plane.queue_profiles[queue])
+        check_request_names(plane.engine, req, "queue")
+    try:
+        check_names(plane.engine, req)
+    except RequestError as exc:
+        raise exc.under(body.request_field) from None
+    waiting = "waiting for the scheduler"
+    miss = plane.verdicts.never_fits(req)
+    if miss is not None:
+        if not spec.allow_unfittable:
+            why = f"nothing in the pool can hold it, even empty: {miss.reason}"
+            if from_image.changed and miss.field in _IMAGE_FIELDS:
+                raise RequestError("image", body.image, f"{why} ({from_image.events[-1]})")
+            raise RequestError(miss.field, None, why).under(body.request_field)
+        waiting = f"unschedulable: nothing in the pool can hold it ({miss.reason})"
+    grants.check_submission(
+        plane,
+        conn,
+        tenant=tenant,
+        queue=queue,
+        priority=req.priority,
+        priority_field=lambda: _priority_field(body),
+        replicas=req.replicas,
+    )
+    _check_what_to_run(body)
+    if req.container:
+        _check_runtime_somewhere(plane, body.image)
+    return req, waiting
+
+
+def _store(
+    plane: ControlPlane, conn: Connection, one: _Accepted, req: Request, waiting: str
+) -> Submitted:
+    """Under the plane's lock, after :func:`_check`: the job's id, its rows, and its place in
+    its queue."""
+    body = one.body
     now = plane.clock()
-    with plane.write() as conn:
-        spec = plane.queue_specs.get(queue)
-        if spec is None or spec.tenant != tenant:
-            raise RequestError("queue", queue, f"no queue of that name for tenant {tenant!r}")
-        if req.node_policy is None and queue in plane.queue_profiles:
-            # the queue's profile (known when the queue was stored; a restart may have lost it)
-            req = replace(req, node_policy=plane.queue_profiles[queue])
-            check_request_names(plane.engine, req, "queue")
-        try:
-            check_names(plane.engine, req)
-        except RequestError as exc:
-            raise exc.under(body.request_field) from None
-        waiting = "waiting for the scheduler"
-        miss = plane.verdicts.never_fits(req)
-        if miss is not None:
-            if not spec.allow_unfittable:
-                why = f"nothing in the pool can hold it, even empty: {miss.reason}"
-                if from_image.changed and miss.field in _IMAGE_FIELDS:
-                    raise RequestError("image", body.image, f"{why} ({from_image.events[-1]})")
-                raise RequestError(miss.field, None, why).under(body.request_field)
-            waiting = f"unschedulable: nothing in the pool can hold it ({miss.reason})"
-        grants.check_submission(
-            plane,
-            conn,
-            tenant=tenant,
-            queue=queue,
-            priority=priority,
-            priority_field=lambda: _priority_field(body),
-            replicas=req.replicas,
-        )
-        _check_what_to_run(body)
-        if req.container:
-            _check_runtime_somewhere(plane, body.image)
-        job_id = plane.next_job_id  # ids come from memory under the lock: one insert, no re-read
-        plane.before_job_id(job_id)  # recorded beside the store first: never handed out twice
-        name = body.name or f"job-{job_id}"
-        if req.name != name:
-            req = replace(req, name=name)
-        submitted = lc.transition(None, lc.Submit())
-        row = {
-            "id": job_id,
-            "name": name,
-            "tenant": tenant,
-            "queue": queue,
-            "state": submitted.phase.value,
-            "reason": waiting,
-            "priority": priority,
-            "request": request_to_dict(req),
-            "command": body.command,
-            "image": body.image,
-            "env": body.env,
-            "on_node_lost": body.on_node_lost,
-            "flavor": None,
-            "exit_code": None,
-            "attempts": 0,
-            "retries": 0,
-            "max_retries": body.max_retries,
-            "retry_on": None if body.retry_on is None else [c.value for c in body.retry_on],
-            "backoff_s": body.retry_backoff_s,
-            "backoff_max_s": body.retry_backoff_max_s,
-            "max_runtime_s": body.max_runtime_s,
-            "created_at": now,
-            "updated_at": now,
-        }
-        insert_rows(conn, t_jobs, [row])
-        event = {"job_id": job_id, "at": now, "state": submitted.phase.value}
-        reasons = (submitted.reason, *from_image.events)
-        insert_rows(conn, t_events, [{**event, "reason": text} for text in reasons])
-        plane.next_job_id = job_id + 1
-        pending = PendingJob(job_id, tenant, queue, priority, gang_request(req), now)
-        pending.max_runtime_s = body.max_runtime_s
-        plane.queue_job(pending)
-    plane.wake.set()
-    job = job_view(row, [])  # pending as committed: no need to wait for the lock to say so
-    job.events = [
-        s.JobEvent(at=now, state=submitted.phase, reason=reason)
-        for reason in (submitted.reason, *from_image.events)
-    ]
-    return job
+    job_id = plane.next_job_id  # ids come from memory under the lock: one insert, no re-read
+    plane.before_job_id(job_id)  # recorded beside the store first: never handed out twice
+    name = body.name or f"job-{job_id}"
+    if req.name != name:
+        req = replace(req, name=name)
+    submitted = lc.transition(None, lc.Submit())
+    row = {
+        "id": job_id,
+        "name": name,
+        "tenant": one.tenant,
+        "queue": req.queue,
+        "state": submitted.phase.value,
+        "reason": waiting,
+        "priority": req.priority,
+        "request": request_to_dict(req),
+        "command": body.command,
+        "image": body.image,
+        "env": body.env,
+        "on_node_lost": body.on_node_lost,
+        "flavor": None,
+        "exit_code": None,
+        "attempts": 0,
+        "retries": 0,
+        "max_retries": body.max_retries,
+        "retry_on": None if body.retry_on is None else [c.value for c in body.retry_on],
+        "backoff_s": body.retry_backoff_s,
+        "backoff_max_s": body.retry_backoff_max_s,
+        "max_runtime_s": body.max_runtime_s,
+        "created_at": now,
+        "updated_at": now,
+    }
+    insert_rows(conn, t_jobs, [row])
+    event = {"job_id": job_id, "at": now, "state": submitted.phase.value}
+    reasons = (submitted.reason, *one.from_image.events)
+    insert_rows(conn, t_events, [{**event, "reason": text} for text in reasons])
+    plane.next_job_id = job_id + 1
+    pending = PendingJob(job_id, one.tenant, req.queue, req.priority, gang_request(req), now)
+    pending.max_runtime_s = body.max_runtime_s
+    plane.queue_job(pending)
+    return Submitted(row, reasons)
 
 
 # Fields of a never-fits miss that the image's needs may have caused: named as "image" then.

@@ -1,0 +1,218 @@
+"""Submissions taken together (``jobs.submit_many``, what the HTTP workers' channel uses): one store
+transaction for several, each answered as it would be alone, and a write that fails changes
+nothing, in the store or in memory. The channel itself (``front/plane_side.SubmitChannel``)
+takes the frames that come in one turn of its loop as one batch."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from server_kit import Server, node, run_loop, tenant
+from sqlalchemy import func, select
+from sqlalchemy.exc import OperationalError
+
+from xpupool.model.errors import OverLimit, RequestError, Unavailable
+from xpupool.model.request_model import request_to_dict
+from xpupool.server import schemas as s
+from xpupool.server.auth import Principal
+from xpupool.server.front import plane_side
+from xpupool.server.front.wire import frame, read_frame
+from xpupool.server.services import jobs
+from xpupool.server.services.tenants import authenticate
+from xpupool.server.storage.driver_insert import insert_rows
+from xpupool.server.storage.jobs import job_events as t_events
+from xpupool.server.storage.jobs import jobs as t_jobs
+
+OK = {"spec": "A100 mem=4Gi", "command": ["true"]}
+
+
+def who(server: Server, token: str) -> Principal:
+    found = authenticate(server.plane, token)
+    assert found is not None
+    return found
+
+
+def body(**over: Any) -> s.JobIn:
+    return s.JobIn.model_validate({**OK, **over})
+
+
+def stored(server: Server) -> tuple[list[tuple[int, str]], int]:
+    """(id, name) of the stored jobs, and how many events are stored."""
+    with server.plane.db.connect() as conn:
+        rows = conn.execute(select(t_jobs.c.id, t_jobs.c.name).order_by(t_jobs.c.id)).all()
+        events = conn.execute(select(func.count()).select_from(t_events)).scalar_one()
+    return [(r.id, r.name) for r in rows], events
+
+
+@pytest.fixture
+def pool(server: Server) -> tuple[Server, Principal, Principal]:
+    node(server, "n1")
+    return server, who(server, tenant(server, "lab")), who(server, tenant(server, "ops"))
+
+
+def test_each_is_answered_as_alone_and_the_refused_store_nothing(
+    pool: tuple[Server, Principal, Principal],
+) -> None:
+    server, lab, ops = pool
+    admin = who(server, server.admin_token)
+    results = jobs.submit_many(
+        server.plane,
+        [
+            (lab, body(name="a")),
+            (lab, body(name="b", queue="nope")),
+            (ops, body(name="c")),
+            (admin, body(name="d")),  # the admin names no tenant
+            (admin, body(name="e", tenant="ops")),
+        ],
+    )
+    kinds = [type(r).__name__ for r in results]
+    assert kinds == ["Submitted", "RequestError", "Submitted", "RequestError", "Submitted"]
+    assert isinstance(results[1], RequestError) and results[1].field == "queue"
+    assert isinstance(results[3], RequestError) and results[3].field == "tenant"
+    made = [r for r in results if isinstance(r, jobs.Submitted)]
+    assert [(m.row["id"], m.row["name"], m.row["tenant"]) for m in made] == [
+        (1, "a", "lab"),
+        (2, "c", "ops"),
+        (3, "e", "ops"),
+    ]
+    assert stored(server) == ([(1, "a"), (2, "c"), (3, "e")], 3)
+    assert sorted(server.plane.queued) == [1, 2, 3]
+    # the answer reads as the route's: the job pending, with its first event
+    view = made[0].view()
+    assert view.state == s.JobPhase.PENDING and [e.state for e in view.events] == [view.state]
+    again = jobs.Submitted.from_wire(made[0].wire())
+    assert again.view() == view
+
+
+def test_each_sees_those_before_it(
+    server: Server, pool: tuple[Server, Principal, Principal]
+) -> None:
+    _, lab, _ = pool
+    r = server.client.patch("/v1/tenants/lab", json={"max_pending_jobs": 2}, headers=server.admin)
+    assert r.status_code == 200, r.text
+    results = jobs.submit_many(server.plane, [(lab, body(name=n)) for n in "abc"])
+    assert [type(r).__name__ for r in results] == ["Submitted", "Submitted", "OverLimit"]
+    assert isinstance(results[2], OverLimit)
+    assert stored(server)[0] == [(1, "a"), (2, "b")]
+
+
+def test_a_write_that_fails_fails_the_batch_and_changes_nothing(
+    server: Server, pool: tuple[Server, Principal, Principal], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, lab, ops = pool
+    jobs.submit(server.plane, lab, body(name="before"))
+    real, calls = insert_rows, []
+
+    def fails_on_the_third_job(conn: Any, table: Any, rows: Any) -> None:
+        calls.append(table.name)
+        if calls.count("jobs") == 3:
+            raise OperationalError("INSERT", {}, Exception("database or disk is full"))
+        real(conn, table, rows)
+
+    monkeypatch.setattr(jobs, "insert_rows", fails_on_the_third_job)
+    batch = [(lab, body(name="a")), (ops, body(queue="nope")), (ops, body(name="b"))]
+    results = jobs.submit_many(server.plane, [*batch, (lab, body(name="c"))])
+    assert [type(r).__name__ for r in results] == [
+        "Unavailable",
+        "RequestError",
+        "Unavailable",
+        "Unavailable",
+    ]
+    assert stored(server) == ([(1, "before")], 1)
+    assert sorted(server.plane.queued) == [1] and server.plane.next_job_id == 2
+    monkeypatch.undo()
+    assert server.plane.check_store()
+    done = jobs.submit_many(server.plane, [(lab, body(name="after"))])
+    assert isinstance(done[0], jobs.Submitted) and done[0].row["id"] == 2
+
+
+def test_a_bug_halfway_puts_memory_back_to_the_store(
+    server: Server, pool: tuple[Server, Principal, Principal], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, lab, _ = pool
+    real, calls = request_to_dict, []
+
+    def breaks_on_the_second(req: Any) -> Any:
+        calls.append(req)
+        if len(calls) == 2:
+            raise RuntimeError("a bug")
+        return real(req)
+
+    monkeypatch.setattr(jobs, "request_to_dict", breaks_on_the_second)
+    results = jobs.submit_many(server.plane, [(lab, body(name="a")), (lab, body(name="b"))])
+    assert [type(r).__name__ for r in results] == ["RuntimeError", "RuntimeError"]
+    assert stored(server) == ([], 0)
+    assert not server.plane.queued and server.plane.next_job_id == 1
+    assert server.plane.health.failure is None  # not the store's failure
+
+
+def test_the_store_being_unhealthy_refuses_the_batch_at_once(
+    server: Server, pool: tuple[Server, Principal, Principal]
+) -> None:
+    _, lab, _ = pool
+    server.plane.health.fail("disk full")
+    results = jobs.submit_many(server.plane, [(lab, body(name="a")), (lab, body(queue="x"))])
+    assert all(isinstance(r, Unavailable) for r in results)
+    assert stored(server) == ([], 0)
+
+
+def test_the_channel_takes_what_came_in_one_turn_as_one_batch(
+    pool: tuple[Server, Principal, Principal], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, _, _ = pool
+    token = tenant(server, "more")
+    real, sizes = jobs.submit_many, []
+
+    def counted(plane: Any, asks: Any) -> Any:
+        sizes.append(len(asks))
+        return real(plane, asks)
+
+    monkeypatch.setattr(jobs, "submit_many", counted)
+    channel = plane_side.SubmitChannel(server.plane, tmp_path / "submit.sock", 1 << 20)
+    ask = {"op": "submit", "authorization": f"Bearer {token}", "content_type": "application/json"}
+
+    async def five_at_once() -> list[tuple[dict[str, object], bytes]]:
+        await channel.start()
+        try:
+            conns = [await asyncio.open_unix_connection(str(channel.path)) for _ in range(5)]
+            await asyncio.sleep(0.1)  # the plane's end of each waits for its frame
+            for k, (_, writer) in enumerate(conns):
+                run = "" if k == 2 else ', "command": ["true"]'
+                job = f'{{"spec": "A100:1", "name": "j{k}"{run}}}'
+                writer.write(frame(ask, job.encode()))
+            await asyncio.gather(*(writer.drain() for _, writer in conns))
+            answers = [await read_frame(reader, 1 << 20) for reader, _ in conns]
+            for _, writer in conns:
+                writer.close()
+            return answers
+        finally:
+            await channel.stop()
+
+    answers = run_loop(five_at_once())
+    # the third has nothing to run: refused in the batch, as alone
+    assert [head["status"] for head, _ in answers] == [201, 201, 422, 201, 201]
+    assert sizes == [5]
+    sizes.clear()
+
+    async def one_each() -> list[int]:
+        await channel.start()
+        try:
+            reader, writer = await asyncio.open_unix_connection(str(channel.path))
+            statuses = []
+            for k in range(3):
+                job = f'{{"spec": "A100:1", "name": "k{k}", "command": ["true"]}}'
+                writer.write(frame(ask, job.encode()))
+                head, answer = await read_frame(reader, 1 << 20)
+                assert head.get("render") == plane_side.JOB
+                assert b'"state":"pending"' in plane_side.render_job(answer)
+                statuses.append(int(str(head["status"])))
+            writer.close()
+            return statuses
+        finally:
+            await channel.stop()
+
+    assert run_loop(one_each()) == [201] * 3
+    assert sizes == [1, 1, 1]
