@@ -16,7 +16,9 @@ scheduled latency (scheduled.at - pending.at, server clock) p50/p99/max; the cli
 trip p50/p99; submissions/s achieved; ``server_cpu_ms_per_job``, the server process's CPU (all
 its threads) from the first submission until no job is pending, per job acknowledged: what one
 submission costs it to take, store and schedule, which bounds the rate one server sustains; and
-anything lost (a 201 job missing or not scheduled).
+anything lost (a 201 job missing or not scheduled); and ``cpu_steal_fraction``, the share of the
+machine's CPU time that the hypervisor gave to other guests while submitting (a shared VM that
+reads high there ran this on less than its cores: compare such a run with care).
 ``steady_p50_ms`` / ``steady_p99_ms`` / ``steady_max_ms`` are the same latencies for the jobs
 submitted ``--steady-after`` seconds (3) or more after the first: a fresh server learns its
 workload from the first requests (``engine/fragmentation/workload_model.py``) and rebuilds what is
@@ -276,6 +278,7 @@ def run(
             total = int(rate * seconds)
             spy = None if profile is None else record_profile(proc.pid, profile)
             plane_before = cpu_seconds(proc.pid)
+            box_before = box_ticks()
             fronts_before = {pid: cpu_seconds(pid) for pid in child_pids(proc.pid)}
             sent = Sent()
             t0 = time.perf_counter() + 0.2
@@ -290,6 +293,7 @@ def run(
                 t.start()
             for t in threads:
                 t.join()
+            steal = steal_fraction(box_before, box_ticks())
             if spy is not None:  # the submissions only, not the reads after them
                 spy.send_signal(signal.SIGINT)
                 spy.wait(60)
@@ -341,6 +345,7 @@ def run(
             (plane_cpu_s + fronts_cpu_s) * 1000 / max(len(sent.ids), 1), 3
         ),
         "plane_cpu_ms_per_job": round(plane_cpu_s * 1000 / max(len(sent.ids), 1), 3),
+        "cpu_steal_fraction": steal,
         "submit_rtt_p50_ms": round(pct(sent.rtt_s, 50), 2),
         "submit_rtt_p99_ms": round(pct(sent.rtt_s, 99), 2),
         "scheduled_latency_p50_ms": round(pct(latency, 50), 2),
@@ -417,6 +422,19 @@ def cpu_seconds(pid: int) -> float:
     """utime + stime of process ``pid`` (all its threads), in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def box_ticks() -> list[int]:
+    """The machine's CPU time by kind since boot (``/proc/stat``'s first line, in ticks)."""
+    return [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+
+
+def steal_fraction(before: list[int], after: list[int]) -> float:
+    """Of the CPU time between two :func:`box_ticks`, the share the hypervisor gave to other
+    guests ("steal"): a shared VM's runs with a high steal ran on less than their cores."""
+    spent = [b - a for a, b in zip(before, after, strict=False)]
+    total = sum(spent[:8])  # user nice system idle iowait irq softirq steal (guest is in user)
+    return round(spent[7] / total, 4) if total > 0 and len(spent) > 7 else 0.0
 
 
 def child_pids(pid: int) -> list[int]:
