@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
@@ -29,7 +28,7 @@ from xpupool.model.errors import (
     Unavailable,
 )
 from xpupool.server.audit_http import AuditMiddleware
-from xpupool.server.body_limit import DEFAULT_MAX_BODY, BodyLimit, RouteLimit
+from xpupool.server.body_limit import DEFAULT_MAX_BODY, LOG_UPLOAD, BodyLimit
 from xpupool.server.error_answers import error_answer, validation_answer
 from xpupool.server.front.plane_side import SubmitChannel
 from xpupool.server.history import FleetHistory
@@ -37,18 +36,11 @@ from xpupool.server.metrics import make_registry
 from xpupool.server.plane import ControlPlane
 from xpupool.server.routers import agents, audit, fleet, jobs, models, tenants
 from xpupool.server.scheduler_loop import run_passes
-from xpupool.server.services.agents import MAX_LOG_CHUNK, mark_lost_nodes
+from xpupool.server.services.agents import mark_lost_nodes
 from xpupool.server.services.job_limits import stop_overdue, sweep_finished
 from xpupool.server.web import mount as mount_dashboard
 
 log = logging.getLogger("xpupool.server")
-
-
-LOG_UPLOAD = RouteLimit(
-    "POST",
-    re.compile(r"/v1/agent/nodes/[^/]+/jobs/[^/]+/replicas/[^/]+/logs"),
-    MAX_LOG_CHUNK + 65536,
-)  # an agent ships a replica's output in chunks of up to MAX_LOG_CHUNK, whatever --max-body is
 
 
 class LostNodeWatch(threading.Thread):

@@ -41,6 +41,14 @@ class RouteLimit:
     max_bytes: int
 
 
+MAX_LOG_CHUNK = 1 << 20  # bytes of a replica's output an agent sends in one upload, at most
+LOG_UPLOAD = RouteLimit(
+    "POST",
+    re.compile(r"/v1/agent/nodes/[^/]+/jobs/[^/]+/replicas/[^/]+/logs"),
+    MAX_LOG_CHUNK + 65536,
+)  # an agent ships a replica's output in chunks of up to MAX_LOG_CHUNK, whatever --max-body is
+
+
 class BodyLimit:
     """Refuse request bodies over ``max_bytes`` (413), counting what arrives, not what is said."""
 

@@ -291,3 +291,21 @@ def _finish(job: JobStatus, cause: StopCause, reason: str, exit_code: int | None
         reason = f"{reason}; no retries left (max_retries {policy.max_retries})"
     code = exit_code if cause is StopCause.REPLICA_FAILED else None
     return Outcome(_ENDS_AS[cause], reason, stop=cause, release=held, exit_code=code)
+
+
+def retry_policy(row: object) -> RetryPolicy:
+    """A stored job's retry policy; a job stored before there were policies gets the defaults
+    (requeued after a lost node, if its on_node_lost says so, and after a preemption)."""
+    r = dict(row)  # type: ignore[call-overload]
+    causes = DEFAULT_RETRY_ON if r.get("retry_on") is None else r["retry_on"]
+    retry_on = frozenset(RetryCause(c) for c in causes)
+    if r.get("on_node_lost") == "fail":
+        retry_on -= {RetryCause.NODE_LOST}
+    base = r.get("backoff_s")
+    cap = r.get("backoff_max_s")
+    return RetryPolicy(
+        retry_on,
+        r.get("max_retries"),
+        DEFAULT_BACKOFF_S if base is None else float(base),
+        DEFAULT_BACKOFF_MAX_S if cap is None else float(cap),
+    )

@@ -48,7 +48,7 @@ from xpupool.server.live_metrics import LiveMetrics
 from xpupool.server.pending_jobs import PendingJobs
 from xpupool.server.queue_spec import queue_spec
 from xpupool.server.retention import Retention
-from xpupool.server.schemas import RetryCause, StopCause
+from xpupool.server.schemas import StopCause
 from xpupool.server.storage import meta
 from xpupool.server.storage.driver_insert import insert_rows, update_rows
 from xpupool.server.storage.fleet import nodes as t_nodes
@@ -783,7 +783,7 @@ class ControlPlane:
             return lc.JobStatus(phase, stop, stop_reason, may_run)
         row = conn.execute(select(t_jobs).where(t_jobs.c.id == job_id)).mappings().one()
         return lc.JobStatus(
-            phase, stop, stop_reason, may_run, int(row["retries"] or 0), retry_policy(row)
+            phase, stop, stop_reason, may_run, int(row["retries"] or 0), lc.retry_policy(row)
         )
 
     def release_job(self, conn: Connection, job: HeldJob) -> None:
@@ -1049,24 +1049,6 @@ def held_from_row(row: object) -> HeldJob:
         attempt=int(r.get("attempts") or 0),
         started_at=r.get("started_at"),
         max_runtime_s=r.get("max_runtime_s"),
-    )
-
-
-def retry_policy(row: object) -> lc.RetryPolicy:
-    """A stored job's retry policy; a job stored before there were policies gets the defaults
-    (requeued after a lost node, if its on_node_lost says so, and after a preemption)."""
-    r = dict(row)  # type: ignore[call-overload]
-    causes = s.DEFAULT_RETRY_ON if r.get("retry_on") is None else r["retry_on"]
-    retry_on = frozenset(RetryCause(c) for c in causes)
-    if r.get("on_node_lost") == "fail":
-        retry_on -= {RetryCause.NODE_LOST}
-    base = r.get("backoff_s")
-    cap = r.get("backoff_max_s")
-    return lc.RetryPolicy(
-        retry_on,
-        r.get("max_retries"),
-        s.DEFAULT_BACKOFF_S if base is None else float(base),
-        s.DEFAULT_BACKOFF_MAX_S if cap is None else float(cap),
     )
 
 

@@ -19,7 +19,9 @@ from xpupool.model.request_model import request_to_dict
 from xpupool.server import schemas as s
 from xpupool.server.auth import Principal
 from xpupool.server.front import plane_side
-from xpupool.server.front.wire import frame, read_frame
+from xpupool.server.front.app import render_job
+from xpupool.server.front.wire import JOB, frame, read_frame
+from xpupool.server.job_views import Submitted
 from xpupool.server.services import jobs
 from xpupool.server.services.tenants import authenticate
 from xpupool.server.storage.driver_insert import insert_rows
@@ -72,7 +74,7 @@ def test_each_is_answered_as_alone_and_the_refused_store_nothing(
     assert kinds == ["Submitted", "RequestError", "Submitted", "RequestError", "Submitted"]
     assert isinstance(results[1], RequestError) and results[1].field == "queue"
     assert isinstance(results[3], RequestError) and results[3].field == "tenant"
-    made = [r for r in results if isinstance(r, jobs.Submitted)]
+    made = [r for r in results if isinstance(r, Submitted)]
     assert [(m.row["id"], m.row["name"], m.row["tenant"]) for m in made] == [
         (1, "a", "lab"),
         (2, "c", "ops"),
@@ -83,7 +85,7 @@ def test_each_is_answered_as_alone_and_the_refused_store_nothing(
     # the answer reads as the route's: the job pending, with its first event
     view = made[0].view()
     assert view.state == s.JobPhase.PENDING and [e.state for e in view.events] == [view.state]
-    again = jobs.Submitted.from_wire(made[0].wire())
+    again = Submitted.from_wire(made[0].wire())
     assert again.view() == view
 
 
@@ -126,7 +128,7 @@ def test_a_write_that_fails_fails_the_batch_and_changes_nothing(
     monkeypatch.undo()
     assert server.plane.check_store()
     done = jobs.submit_many(server.plane, [(lab, body(name="after"))])
-    assert isinstance(done[0], jobs.Submitted) and done[0].row["id"] == 2
+    assert isinstance(done[0], Submitted) and done[0].row["id"] == 2
 
 
 def test_a_bug_halfway_puts_memory_back_to_the_store(
@@ -206,8 +208,8 @@ def test_the_channel_takes_what_came_in_one_turn_as_one_batch(
                 job = f'{{"spec": "A100:1", "name": "k{k}", "command": ["true"]}}'
                 writer.write(frame(ask, job.encode()))
                 head, answer = await read_frame(reader, 1 << 20)
-                assert head.get("render") == plane_side.JOB
-                assert b'"state":"pending"' in plane_side.render_job(answer)
+                assert head.get("render") == JOB
+                assert b'"state":"pending"' in render_job(answer)
                 statuses.append(int(str(head["status"])))
             writer.close()
             return statuses

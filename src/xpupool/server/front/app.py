@@ -13,6 +13,7 @@ behave as without workers. The body size limit is applied here too, before anyth
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -20,8 +21,8 @@ from typing import TypeVar
 import httpx
 from starlette.types import Message, Receive, Scope, Send
 
-from xpupool.server.front.plane_side import JOB, SUBMIT, render, render_job
-from xpupool.server.front.wire import FrameError, frame, read_frame
+from xpupool.server.front.wire import JOB, SUBMIT, FrameError, frame, read_frame, render
+from xpupool.server.job_views import Submitted
 
 # not passed on: hop-by-hop headers, and the plane's own date and server (the worker's server
 # writes its own)
@@ -41,6 +42,13 @@ NOT_ANSWERED = NOT_PASSED | {b"date", b"server"}
 MAX_ANSWER = 64 << 20  # a submission's answer is a few kB; anything near this is a broken plane
 T = TypeVar("T")
 CONNECT_TRIES_S = 10.0  # how long a request waits for a plane that is still starting
+
+
+def render_job(wire: bytes) -> bytes:
+    """The 201 answer for a job the plane stored and sent as :data:`JOB`: the route's own view
+    of it, rendered here rather than on the plane's core."""
+    submitted = Submitted.from_wire(json.loads(wire))
+    return submitted.view().model_dump_json(by_alias=True).encode()
 
 
 class PlaneUnreachable(Exception):  # noqa: N818 - an answer (503), not a bug

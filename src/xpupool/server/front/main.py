@@ -11,8 +11,7 @@ import socket
 import sys
 from pathlib import Path
 
-from xpupool.server.app import LOG_UPLOAD
-from xpupool.server.body_limit import BodyLimit
+from xpupool.server.body_limit import LOG_UPLOAD, BodyLimit
 from xpupool.server.front.app import FrontApp
 
 PR_SET_PDEATHSIG = 1

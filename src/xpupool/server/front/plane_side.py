@@ -7,7 +7,7 @@ Nothing of it is trusted: the plane authenticates the token, parses and validate
 submits exactly as the route does (``routers/jobs.py``), in the order FastAPI does it (the body's
 JSON, then the token, then the body's fields), and answers the status, headers and JSON body the
 route would have answered (``error_answers.py``), which the worker sends on as they are; for a
-job it stored, the row as stored, which the worker renders (``render_job``). What the plane saves
+job it stored, the row as stored, which the worker renders (``front/app.py``). What the plane saves
 is HTTP and the answer's rendering: the connection, the framework and the response cost it about
 0.4 ms of a submission's 1.0 (issue 25). The submissions that come in one turn of the event loop
 are stored in one transaction (``jobs.submit_many``): one commit for several.
@@ -33,16 +33,12 @@ from xpupool.server import schemas as s
 from xpupool.server.audit_http import audit_reason, audited
 from xpupool.server.auth import Principal
 from xpupool.server.error_answers import ErrorAnswer, error_answer, validation_answer
-from xpupool.server.front.wire import FrameError, frame, read_frame
+from xpupool.server.front.wire import JOB, SUBMIT, FrameError, frame, read_frame, render
 from xpupool.server.plane import ControlPlane
 from xpupool.server.routers.deps import bearer_principal, check_user
 from xpupool.server.services import jobs
 
 log = logging.getLogger("xpupool.server")
-SUBMIT = "submit"
-"""The one operation the channel carries: ``POST /v1/jobs``."""
-JOB = "job"
-"""An answer whose body is a stored job for the worker to render (:func:`render_job`)."""
 MAX_BATCH = 32
 """Submissions taken in one store transaction at most: a batch holds the event loop (and the
 scheduling passes) for its length, about a millisecond a submission."""
@@ -70,11 +66,6 @@ class Answer:
     @classmethod
     def of(cls, error: ErrorAnswer) -> Answer:
         return cls(error.status, render(error.body), error.headers)
-
-
-def render(body: object) -> bytes:
-    """JSON as the app's ``JSONResponse`` writes it."""
-    return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
 def submit_answers(
@@ -127,12 +118,6 @@ def _validated(
         return Answer.of(validation_answer(_under_body(exc.errors()))), who
     except Exception as exc:
         return _answer(exc), who
-
-
-def render_job(wire: bytes) -> bytes:
-    """The 201 answer for a stored job the plane sent as :data:`JOB` (in the worker)."""
-    submitted = jobs.Submitted.from_wire(json.loads(wire))
-    return submitted.view().model_dump_json(by_alias=True).encode()
 
 
 _MISSING = object()

@@ -1,4 +1,4 @@
-"""Frames of the channel between the HTTP workers and the plane (a Unix socket in the data dir).
+"""Frames of the channel between the HTTP workers and the plane (a Unix socket of the plane's).
 
 A frame is two parts, each with its length first: a JSON object (what to do, or how it went) and
 bytes (a request's body, or an answer's). Either side refuses a frame larger than it expects
@@ -14,6 +14,11 @@ from typing import Any
 
 LENGTHS = struct.Struct(">II")  # the JSON part's length, then the body's
 MAX_META = 64 << 10
+SUBMIT = "submit"
+"""The one operation the channel carries: ``POST /v1/jobs``."""
+JOB = "job"
+"""An answer whose body is a stored job (``job_views.Submitted.wire()``) for the worker to
+render as the route's answer."""
 
 
 class FrameError(Exception):
@@ -40,3 +45,8 @@ async def read_frame(reader: asyncio.StreamReader, max_body: int) -> tuple[dict[
     if not isinstance(meta, dict):
         raise FrameError("frame header is not a JSON object")
     return meta, body
+
+
+def render(body: object) -> bytes:
+    """JSON as the app's ``JSONResponse`` writes it."""
+    return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()

@@ -14,14 +14,13 @@ from xpupool.model.errors import NotFound, RequestError
 from xpupool.server import job_lifecycle as lc
 from xpupool.server import schemas as s
 from xpupool.server.auth import Principal
+from xpupool.server.body_limit import MAX_LOG_CHUNK
 from xpupool.server.plane import ControlPlane, HeldJob, NodeRecord
 from xpupool.server.schemas import StopCause
 from xpupool.server.services.jobs import assignment
 from xpupool.server.services.replica_env import distributed_env, node_address
 from xpupool.server.storage.fleet import nodes as t_nodes
 from xpupool.server.storage.jobs import jobs as t_jobs
-
-MAX_LOG_CHUNK = 1 << 20
 
 
 def heartbeat(

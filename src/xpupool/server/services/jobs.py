@@ -17,12 +17,12 @@ from xpupool.model.request_model import request_from_dict, request_to_dict
 from xpupool.server import job_lifecycle as lc
 from xpupool.server import schemas as s
 from xpupool.server.auth import Principal
+from xpupool.server.job_views import Submitted, job_view
 from xpupool.server.plane import (
     ControlPlane,
     PendingJob,
     check_request_names,
     gang_request,
-    retry_policy,
 )
 from xpupool.server.request_names import check_names
 from xpupool.server.schemas import StopCause
@@ -31,7 +31,6 @@ from xpupool.server.services.models import expand_model_job
 from xpupool.server.storage.driver_insert import insert_rows
 from xpupool.server.storage.jobs import job_events as t_events
 from xpupool.server.storage.jobs import jobs as t_jobs
-from xpupool.server.wire_values import readable
 
 MAX_LIST = 1000
 
@@ -82,30 +81,6 @@ def submit_many(
     if any(isinstance(o, Submitted) for o in answered):
         plane.wake.set()
     return answered
-
-
-@dataclass(frozen=True, slots=True)
-class Submitted:
-    """A stored submission: its row as written and the reasons of its first events; what the
-    answer shows (the HTTP workers render it from this, sent as JSON: ``front/``)."""
-
-    row: dict[str, Any]
-    reasons: tuple[str, ...]
-
-    def view(self) -> s.Job:
-        """The job as ``POST /v1/jobs`` answers it: pending as committed."""
-        job = job_view(self.row, [])
-        phase = s.JobPhase(self.row["state"])
-        at = self.row["created_at"]
-        job.events = [s.JobEvent(at=at, state=phase, reason=reason) for reason in self.reasons]
-        return job
-
-    def wire(self) -> dict[str, Any]:
-        return {"row": self.row, "reasons": list(self.reasons)}
-
-    @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> Submitted:
-        return cls(dict(data["row"]), tuple(data["reasons"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,37 +295,6 @@ def view(plane: ControlPlane, row: Any) -> s.Job:
         if held is not None:
             assignments = [assignment(plane, a) for a in held.allocations]
     return job_view(row, assignments)
-
-
-def job_view(row: Any, assignments: list[s.ReplicaAssignment]) -> s.Job:
-    """The API form of job ``row`` with ``assignments``; reads nothing live (no lock)."""
-    shown = readable  # a lone surrogate an older release stored would make the reply fail
-    return s.Job(
-        id=row["id"],
-        name=shown(row["name"]),
-        tenant=row["tenant"],
-        queue=row["queue"],
-        state=s.JobPhase(row["state"]),
-        reason=shown(row["reason"]),
-        priority=row["priority"],
-        request=shown(row["request"]),
-        command=shown(row["command"]),
-        image=shown(row["image"]),
-        env=shown(row["env"]),
-        on_node_lost=row["on_node_lost"],
-        flavor=row["flavor"],
-        assignments=assignments,
-        exit_code=row["exit_code"],
-        attempts=row["attempts"],
-        retries=row["retries"] or 0,
-        stop_cause=row.get("stop_cause"),
-        max_retries=row["max_retries"],
-        retry_on=sorted(retry_policy(row).retry_on),
-        max_runtime_s=row["max_runtime_s"],
-        not_before=row.get("not_before"),
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-    )
 
 
 def assignment(plane: ControlPlane, alloc: Any) -> s.ReplicaAssignment:

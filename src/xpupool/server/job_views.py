@@ -1,0 +1,67 @@
+"""A job as the API shows it, from its stored row: read by the plane's routes and, for a job just
+submitted behind the HTTP workers, by the worker that answers it (``front/app.py``). Schemas and
+the job's lifecycle only: a worker renders answers without the engine or the store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from xpupool.server import schemas as s
+from xpupool.server.job_lifecycle import retry_policy
+from xpupool.server.wire_values import readable
+
+
+def job_view(row: Any, assignments: list[s.ReplicaAssignment]) -> s.Job:
+    """The API form of job ``row`` with ``assignments``; reads nothing live (no lock)."""
+    shown = readable  # a lone surrogate an older release stored would make the reply fail
+    return s.Job(
+        id=row["id"],
+        name=shown(row["name"]),
+        tenant=row["tenant"],
+        queue=row["queue"],
+        state=s.JobPhase(row["state"]),
+        reason=shown(row["reason"]),
+        priority=row["priority"],
+        request=shown(row["request"]),
+        command=shown(row["command"]),
+        image=shown(row["image"]),
+        env=shown(row["env"]),
+        on_node_lost=row["on_node_lost"],
+        flavor=row["flavor"],
+        assignments=assignments,
+        exit_code=row["exit_code"],
+        attempts=row["attempts"],
+        retries=row["retries"] or 0,
+        stop_cause=row.get("stop_cause"),
+        max_retries=row["max_retries"],
+        retry_on=sorted(retry_policy(row).retry_on),
+        max_runtime_s=row["max_runtime_s"],
+        not_before=row.get("not_before"),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    """A stored submission: its row as written and the reasons of its first events; what the
+    answer shows (an HTTP worker renders it from this, sent as JSON: ``front/``)."""
+
+    row: dict[str, Any]
+    reasons: tuple[str, ...]
+
+    def view(self) -> s.Job:
+        """The job as ``POST /v1/jobs`` answers it: pending as committed."""
+        job = job_view(self.row, [])
+        phase = s.JobPhase(self.row["state"])
+        at = self.row["created_at"]
+        job.events = [s.JobEvent(at=at, state=phase, reason=reason) for reason in self.reasons]
+        return job
+
+    def wire(self) -> dict[str, Any]:
+        return {"row": self.row, "reasons": list(self.reasons)}
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> Submitted:
+        return cls(dict(data["row"]), tuple(data["reasons"]))
