@@ -108,6 +108,43 @@ def test_best_deltas_match_placing_each_next_shape_and_measuring(seed: int, capp
             assert best[j, node] == pytest.approx(expected, abs=1e-6), (node, row)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_best_elsewhere_kept_as_nodes_change_is_the_whole_fleets(seed: int) -> None:
+    """Each next shape's best delta elsewhere than each node, kept across placements and releases
+    from the nodes that changed, equals the one read off every node's kept deltas (identical
+    nodes: many equal bests), after every step."""
+    rng = np.random.default_rng(seed)
+    nodes = [gpu_node(f"a{i}", count=4, group_size=0, cpu_milli=16_000) for i in range(6)]
+    nodes += [
+        gpu_node(f"t{i}", model=A10, memory_mib=24576, count=2, group_size=0) for i in range(4)
+    ]
+    engine = Engine(ClusterState(nodes, seed=seed), "xpupool-fine")
+    shapes = (
+        Request("q", 2000, 0, DeviceRequest(count=1, core_permille=250)),
+        Request("h", 4000, 0, DeviceRequest(count=1, core_permille=500)),
+        WHOLE,
+        PAIR,
+        Request("a10", 1000, 0, DeviceRequest(count=1, core_permille=500, models=(A10,))),
+    )
+    look = lookahead(engine, TargetWorkload(shapes, (0.3, 0.2, 0.2, 0.2, 0.1)))
+    look.update(engine.state)
+    everyone = np.arange(engine.state.n_nodes)
+    held: list[int] = []
+    for _ in range(60):
+        if held and rng.random() < 0.4:
+            engine.release(held.pop(int(rng.integers(len(held)))))
+        else:
+            placed = engine.place(shapes[int(rng.integers(len(shapes)))])
+            held += [a.id for a in placed.allocations] if placed.ok else []
+        look.update(engine.state)
+        best = look.best
+        expected = np.empty((everyone.size, best.shape[0]))
+        for node in everyone.tolist():
+            others = np.delete(best, node, axis=1)
+            expected[node] = others.max(axis=1) if others.shape[1] else -np.inf
+        assert np.array_equal(look.best_elsewhere(everyone), expected)
+
+
 def taken_on_first_card(
     engine: Engine, candidates: int, core: int, mib: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -479,6 +479,44 @@ _quantities = jit(_quantities)
 _limits = jit(_limits)
 _fragment = jit(_fragment)
 _settle = jit(_settle)
+
+
+def _merge_top(
+    nodes: Any,
+    deltas: Any,
+    top_value: Any,
+    top_node: Any,
+    second_value: Any,
+    second_node: Any,
+    dirty: Any,
+) -> None:
+    """The lookahead's kept best and runner-up of each next shape (``lookahead.py``) brought up
+    to date with the new best deltas ``deltas`` ``[B, J]`` of distinct ``nodes``. The other nodes
+    kept their values, so the two are the best two of the old two and the new values, unless one
+    of the old two is among ``nodes`` (its value may have fallen) or a value is NaN: that shape
+    is marked for a recomputation."""
+    for j in range(top_value.size):
+        if dirty[j]:
+            continue
+        for b in range(nodes.size):
+            if (
+                nodes[b] == top_node[j]
+                or nodes[b] == second_node[j]
+                or deltas[b, j] != deltas[b, j]
+            ):
+                dirty[j] = True
+                break
+        if dirty[j]:
+            continue
+        for b in range(nodes.size):
+            v = deltas[b, j]
+            if v > top_value[j]:
+                second_value[j], second_node[j] = top_value[j], top_node[j]
+                top_value[j], top_node[j] = v, nodes[b]
+            elif v > second_value[j]:
+                second_value[j], second_node[j] = v, nodes[b]
+
+
 _refresh_jit = jit(_refresh)
 _one_card_after_jit = jit(_one_card_after)
 _node_after_jit = jit(_node_after)
@@ -487,6 +525,7 @@ _knapsack_jit = jit(_knapsack)
 _pressure_counts_jit = jit(_pressure_counts)
 _per_unit_jit = jit(_per_unit)
 _displaced_jit = jit(_displaced)
+merge_top = jit(_merge_top)
 
 
 # ---------------------------------------------------------------------- typed entry points
@@ -704,6 +743,7 @@ def warm() -> None:
         True, np.zeros(1), ints, ints,
     )  # fmt: skip
     _best_deltas_jit(t, ints, grid, grid, grid, ints, ints, ok, ints, True, np.zeros((1, 1)))
+    merge_top(ints, np.zeros((1, 1)), floats, ints, floats.copy(), ints.copy(), ok.copy())
     knapsack(ones, np.ones(1, f64), 1)
     _pressure_counts_jit(ints, ints, ints, ok, ints, grid, grid, ones, grid, grid)
     pressure_displaced(ints, ints, floats, 1, np.empty(1, f64))

@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from xpupool.engine.fragmentation.cache import FragmentationCache
-from xpupool.engine.fragmentation.kernels import best_deltas
+from xpupool.engine.fragmentation.kernels import best_deltas, merge_top
 from xpupool.engine.fragmentation.measure import IndexArray, ShapeTable
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 
@@ -98,7 +98,7 @@ class Lookahead:
             bases, core_free, mem_free_dev, tasks_free, cpu_free, mem_free, state.node_ok[bases]
         )
         self._keep(state, stale, deltas[: stale.size])
-        found = np.maximum(deltas[stale.size :], self._best_elsewhere(pool))
+        found = np.maximum(deltas[stale.size :], self.best_elsewhere(pool))
         found = np.where(np.isfinite(found), found, -self.demand[None, :])
         result: FloatArray = gain + found @ self.q
         return result
@@ -113,9 +113,13 @@ class Lookahead:
     # ------------------------------------------------------------------ internals
     def _refresh(self, state: ClusterState) -> IndexArray:
         """Take the next shapes from the current table; return the nodes that changed since their
-        ``B_j`` was kept (the caller evaluates them with its candidates, in one call)."""
+        ``B_j`` was kept (the caller evaluates them with its candidates, in one call): from the
+        state's log of changes, so that a placement costs what changed, not the fleet's size."""
         self._refresh_rows()
-        return np.flatnonzero(self.version != state.node_version)
+        changed = state.changed_nodes(self.seq, self.epoch, self.version)
+        if changed.size > 1:
+            changed = np.unique(changed)  # the log repeats a node changed twice
+        return changed
 
     def _deltas_now(self, state: ClusterState, nodes: IndexArray) -> FloatArray:
         return self._best_deltas(
@@ -145,23 +149,59 @@ class Lookahead:
         self.cover = float(table.weights[rows].sum()) / device if device > 0 else 0.0
         self.best: FloatArray = np.full((rows.size, n), -np.inf)  # B_j, shape-major
         self.version: IntArray = np.full(n, -1, np.int64)
+        self.seq, self.epoch = 0, -1  # as of no change: every node is read by its version
+        # Per shape, its best B_j and the node that has it, and the best of the other nodes
+        # (with that node: a shape's value elsewhere than a candidate is one of the two).
+        # Kept as B_j changes; a shape whose best or runner-up node changed is recomputed.
+        j = rows.size
+        self.top_value: FloatArray = np.full(j, -np.inf)
+        self.top_node: IntArray = np.full(j, -1, np.int64)
+        self.second_value: FloatArray = np.full(j, -np.inf)
+        self.second_node: IntArray = np.full(j, -1, np.int64)
+        self.dirty: BoolArray = np.ones(j, np.bool_)
 
     def _keep(self, state: ClusterState, nodes: IndexArray, deltas: FloatArray) -> None:
+        """``deltas`` ``[B, J]`` are the best deltas on ``nodes`` (distinct) now."""
         self.best[:, nodes] = deltas.T
         self.version[nodes] = state.node_version[nodes]
+        self.seq, self.epoch = state.change_seq, state.epoch
+        if nodes.size:
+            merge_top(
+                nodes,
+                deltas,
+                self.top_value,
+                self.top_node,
+                self.second_value,
+                self.second_node,
+                self.dirty,
+            )
 
-    def _best_elsewhere(self, pool: IndexArray) -> FloatArray:
-        """``[C, J]``: each next shape's best delta over the nodes other than each candidate's."""
-        shapes = np.arange(self.rows.size)
-        best_node = np.argmax(self.best, axis=1)
-        best_value = self.best[shapes, best_node]
-        self.best[shapes, best_node] = -np.inf
-        runner_up = self.best.max(axis=1)
-        self.best[shapes, best_node] = best_value
+    def best_elsewhere(self, pool: IndexArray) -> FloatArray:
+        """``[C, J]``: each next shape's best delta over the nodes other than each candidate's:
+        the shape's best, or its runner-up where the candidate has the best (equal bests: the
+        same value whichever holds it)."""
+        if self.dirty.any():
+            self._recompute_top(np.flatnonzero(self.dirty))
         result: FloatArray = np.where(
-            pool[:, None] == best_node[None, :], runner_up[None, :], best_value[None]
+            pool[:, None] == self.top_node[None, :],
+            self.second_value[None, :],
+            self.top_value[None, :],
         )
         return result
+
+    def _recompute_top(self, shapes: IndexArray) -> None:
+        """The best and runner-up of ``shapes`` over every node (the first of equal values, a NaN
+        above every number, as ``np.argmax`` and ``np.max`` take them)."""
+        part = self.best[shapes]
+        at = np.arange(shapes.size)
+        top = np.argmax(part, axis=1)
+        self.top_node[shapes] = top
+        self.top_value[shapes] = part[at, top]
+        part[at, top] = -np.inf
+        second = np.argmax(part, axis=1)
+        self.second_node[shapes] = second
+        self.second_value[shapes] = part[at, second]
+        self.dirty[shapes] = False
 
     def _best_deltas(
         self,
