@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import http.client
 import json
 import os
@@ -478,8 +479,11 @@ def idle(nodes: int, seconds: float, settle_s: float = 10.0) -> dict[str, Any]:
 def in_process(nodes: int, policy: str, requests: int = 3000, seed: int = 0) -> dict[str, object]:
     """The engine alone on the same pool and mix: ``requests`` placements one after another, after
     the compiled loops are loaded. What a placement costs the scheduler, without HTTP, SQLite or
-    threads. Nothing is released, so by 3,000 the A100s are nearly full and a few two-A100
-    requests may find no pair left (``placed`` counts what landed)."""
+    threads: wall-clock latencies, and ``steady_cpu_ms``, the CPU time per placement over the last
+    two thirds (the workload learned); ``placements_digest`` names the nodes chosen, so that two
+    builds that should place alike can be seen to. Nothing is released, so by 3,000 the A100s are
+    nearly full and a few two-A100 requests may find no pair left (``placed`` counts what
+    landed)."""
     from dataclasses import replace
 
     import yaml
@@ -493,12 +497,19 @@ def in_process(nodes: int, policy: str, requests: int = 3000, seed: int = 0) -> 
     engine = Engine(ClusterState(parse_cluster(yaml.safe_load(cluster_yaml(nodes)))), policy)
     specs = [request_from_dict(spec) for weight, spec in MIX for _ in range(weight)]
     rng = np.random.default_rng(seed)
-    latency, placed = [], 0
+    latency, placed, nodes_taken = [], 0, []
+    steady_from = requests // 3  # the steady CPU figure: after the workload is learned
+    cpu_at = 0.0
     for i in range(requests):
         req = replace(specs[int(rng.integers(len(specs)))], name=f"r{i}")
+        if i == steady_from:
+            cpu_at = time.process_time()
         start = time.perf_counter()
-        placed += engine.place(req).ok
+        placement = engine.place(req)
         latency.append(time.perf_counter() - start)
+        placed += placement.ok
+        nodes_taken.append([a.node for a in placement.allocations])
+    steady_cpu = (time.process_time() - cpu_at) / max(requests - steady_from, 1)
     ms = np.asarray(latency[1:]) * 1e3  # the first builds what the policy learns once
     return {
         "nodes": nodes,
@@ -509,6 +520,8 @@ def in_process(nodes: int, policy: str, requests: int = 3000, seed: int = 0) -> 
         "p50_ms": round(float(np.median(ms)), 3),
         "p99_ms": round(float(np.percentile(ms, 99)), 2),
         "max_ms": round(float(ms.max()), 1),
+        "steady_cpu_ms": round(steady_cpu * 1e3, 3),
+        "placements_digest": hashlib.sha256(repr(nodes_taken).encode()).hexdigest()[:12],
     }
 
 
