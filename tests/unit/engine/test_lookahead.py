@@ -23,6 +23,25 @@ WHOLE = Request("whole", 0, 0, DeviceRequest(count=1))
 PAIR = Request("pair", 0, 0, DeviceRequest(count=2))
 
 
+# Shares, a whole card, a pair, and an A10 share: the next shapes of the mixed fleet's tests
+MIXED_SHAPES = (
+    Request("q", 2000, 0, DeviceRequest(count=1, core_permille=250)),
+    Request("h", 4000, 0, DeviceRequest(count=1, core_permille=500)),
+    WHOLE,
+    PAIR,
+    Request("a10", 1000, 0, DeviceRequest(count=1, core_permille=500, models=(A10,))),
+)
+
+
+def mixed_engine(seed: int, a100s: int, a10s: int) -> Engine:
+    """``a100s`` 4-card nodes with 16 cores and ``a10s`` 2-card A10 nodes, no link groups."""
+    nodes = [gpu_node(f"a{i}", count=4, group_size=0, cpu_milli=16_000) for i in range(a100s)]
+    nodes += [
+        gpu_node(f"t{i}", model=A10, memory_mib=24576, count=2, group_size=0) for i in range(a10s)
+    ]
+    return Engine(ClusterState(nodes, seed=seed), "xpupool-fine")
+
+
 def lookahead(engine: Engine, workload: TargetWorkload, capped: bool = False) -> Lookahead:
     frag = FragmentationCache(engine.state, engine.pipeline, workload, capped)
     frag.current()
@@ -70,19 +89,8 @@ def test_best_deltas_match_placing_each_next_shape_and_measuring(seed: int, capp
     to date across the fill) equals the best over real placements (state.apply, fragmentation
     measured again, revert) of that shape there, CPU-capped or not."""
     rng = np.random.default_rng(seed)
-    nodes = [gpu_node(f"a{i}", count=4, group_size=0, cpu_milli=16_000) for i in range(4)]
-    nodes += [
-        gpu_node(f"t{i}", model=A10, memory_mib=24576, count=2, group_size=0) for i in range(3)
-    ]
-    engine = Engine(ClusterState(nodes, seed=seed), "xpupool-fine")
-    shapes = (
-        Request("q", 2000, 0, DeviceRequest(count=1, core_permille=250)),
-        Request("h", 4000, 0, DeviceRequest(count=1, core_permille=500)),
-        WHOLE,
-        PAIR,
-        Request("a10", 1000, 0, DeviceRequest(count=1, core_permille=500, models=(A10,))),
-        Request("cpu", 3000),
-    )
+    engine = mixed_engine(seed, a100s=4, a10s=3)
+    shapes = (*MIXED_SHAPES, Request("cpu", 3000))
     workload = TargetWorkload(shapes, (0.3, 0.2, 0.2, 0.1, 0.1, 0.1))
     look = lookahead(engine, workload, capped)
     look.update(engine.state)
@@ -114,18 +122,8 @@ def test_the_best_elsewhere_kept_as_nodes_change_is_the_whole_fleets(seed: int) 
     from the nodes that changed, equals the one read off every node's kept deltas (identical
     nodes: many equal bests), after every step."""
     rng = np.random.default_rng(seed)
-    nodes = [gpu_node(f"a{i}", count=4, group_size=0, cpu_milli=16_000) for i in range(6)]
-    nodes += [
-        gpu_node(f"t{i}", model=A10, memory_mib=24576, count=2, group_size=0) for i in range(4)
-    ]
-    engine = Engine(ClusterState(nodes, seed=seed), "xpupool-fine")
-    shapes = (
-        Request("q", 2000, 0, DeviceRequest(count=1, core_permille=250)),
-        Request("h", 4000, 0, DeviceRequest(count=1, core_permille=500)),
-        WHOLE,
-        PAIR,
-        Request("a10", 1000, 0, DeviceRequest(count=1, core_permille=500, models=(A10,))),
-    )
+    engine = mixed_engine(seed, a100s=6, a10s=4)
+    shapes = MIXED_SHAPES
     look = lookahead(engine, TargetWorkload(shapes, (0.3, 0.2, 0.2, 0.2, 0.1)))
     look.update(engine.state)
     everyone = np.arange(engine.state.n_nodes)
