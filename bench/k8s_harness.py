@@ -43,6 +43,7 @@ from xpupool.model import Request
 
 ROOT = Path(__file__).resolve().parents[1]
 NS = "default"
+FIRST_BIND_S = 60.0  # how long a run waits for its first bind before it calls the stack stuck
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 REGISTER = "hami.io/node-nvidia-register"
 PRODUCT_LABEL = "nvidia.com/gpu.product"  # gpu-feature-discovery's label, for nodeSelector
@@ -536,6 +537,7 @@ def run_stack(
     *,
     seed: int = 1,
     settle_s: float = 10.0,
+    first_bind_s: float = FIRST_BIND_S,
     timeout_s: float = 900.0,
     concurrency: int = 16,
     log: Callable[[str], None] = lambda _: None,
@@ -543,8 +545,9 @@ def run_stack(
     """A fresh control plane (etcd, kube-apiserver, kwok; no scheduler of its own), the stack's
     nodes, the stack started, then every ask created as that stack's pod as fast as the
     apiserver takes them (``concurrency`` POSTs in flight); waits until every pod is bound, or
-    no pod has been bound for ``settle_s`` once all are created, or ``timeout_s``; returns the
-    end state."""
+    no pod has been bound for ``settle_s`` once all are created (``first_bind_s`` before the
+    first bind: a scheduler that answers ready may still be filling its caches, and kwok still
+    marking the nodes ready), or ``timeout_s``; returns the end state."""
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(workdir / "cluster", ignore_errors=True)  # a kept workdir: etcd starts empty
     with cluster.K8sCluster(workdir / "cluster", scheduler=False, kwok=True) as kc:
@@ -570,7 +573,7 @@ def run_stack(
                     break
                 if done != last:
                     last, last_change = done, time.monotonic()
-                elif time.monotonic() - last_change > settle_s:
+                elif time.monotonic() - last_change > (settle_s if done else first_bind_s):
                     break
                 time.sleep(0.2)
             watcher.stop()

@@ -50,8 +50,8 @@ def test_k8s_e2e_benchmark_compares_both_stacks_on_one_stream() -> None:
         assert fig["pods"] == 40
         assert fig["bound"] + fig["pending"] == 40, fig
         assert fig["bind_seen"] == fig["bound"], fig  # the watch saw every bind
-        assert fig["pods_per_s"] > 0
-        assert 0 < fig["bind_p50_ms"] <= fig["bind_p99_ms"]
+        assert fig["pods_per_s"] > 0, (stack, fig)
+        assert 0 < fig["bind_p50_ms"] <= fig["bind_p99_ms"], (stack, fig)
         assert 0 <= fig["stranded_gpu_memory_pct"] <= fig["idle_gpu_memory_pct"] <= 100
         assert sum(fig["pending_reasons"].values()) <= fig["pending"]  # the top 5
     # The extender grants each share as asked; kube-scheduler alone hands a whole card to each
