@@ -24,8 +24,9 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from fastapi.security.utils import get_authorization_scheme_param
 from pydantic import ValidationError
 
 from xpupool.model.errors import Unavailable
@@ -92,7 +93,8 @@ def submit_answers(
             answers[i] = (_answer(result), who)
         else:  # ASCII: a lone surrogate in a name reaches the worker as the store holds it
             answers[i] = (Answer(201, json.dumps(result.wire()).encode(), render=JOB), who)
-    return [a for a in answers if a is not None]
+    assert all(a is not None for a in answers), "every submission has its answer"
+    return cast(list[tuple[Answer, Principal | None]], answers)
 
 
 def _validated(
@@ -156,13 +158,8 @@ def _json_body(content_type: str | None, body: bytes) -> tuple[object, Answer | 
 
 def _bearer(authorization: str | None) -> tuple[str, str] | None:
     """(scheme, credentials) of an Authorization header, as FastAPI's ``HTTPBearer`` reads it."""
-    if not authorization:
-        return None
-    scheme, _, credentials = authorization.partition(" ")
-    credentials = credentials.strip()
-    if not scheme or not credentials:
-        return None
-    return scheme, credentials
+    scheme, credentials = get_authorization_scheme_param(authorization)
+    return (scheme, credentials) if authorization and scheme and credentials else None
 
 
 def _under_body(errors: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -36,11 +36,11 @@ MAX_LIST = 1000
 
 
 def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
-    accepted = _accept(plane, me, body)
-    with plane.write() as conn:
-        stored = _store(plane, conn, accepted, *_check(plane, conn, accepted))
-    plane.wake.set()
-    return stored.view()
+    """One submission: :func:`submit_many` of one, its refusal raised."""
+    (result,) = submit_many(plane, [(me, body)])
+    if isinstance(result, Exception):
+        raise result
+    return result.view()
 
 
 def submit_many(
