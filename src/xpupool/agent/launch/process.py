@@ -8,8 +8,14 @@ the job's gid and uid, then asks the kernel to SIGKILL it when the agent dies
 (``PR_SET_PDEATHSIG``, kept across exec; set after the uid switch because a credential change
 clears it), and only then execs. A node that is marked lost and whose jobs are requeued therefore
 leaves no process behind to run the same job twice. The launcher exits 126 (cannot set up) or 127
-(cannot run the command) with the reason in the log; ``-I -S`` keeps the job's PYTHON* variables
-from changing it.
+(cannot run the command) with the reason in the log.
+
+The launcher runs as root, so nothing of the job may reach it before the uid switch: a job's
+``LD_PRELOAD``, ``GCONV_PATH`` or ``MALLOC_*`` would otherwise run code or change libc as root
+(issue 43). It therefore starts with :data:`LAUNCHER_ENV`, which the agent builds, and refuses to
+go on when its environment holds anything else; the command's own environment (the job's, or the
+runtime client's for the container back end) travels in a sealed memory file and is applied only
+by the final ``execve``, after the switch. ``-I -S`` keeps PYTHON* variables from changing it.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,15 +38,31 @@ from xpupool.agent.launch.workdir import make_workdir, remove_workdir
 
 log = logging.getLogger("xpupool.agent")
 
+# The launcher's own environment: built here, never the job's. LANG names a UTF-8 locale so that
+# Python does not coerce the C locale by setting LC_CTYPE itself (PEP 538); LANG and LC_CTYPE are
+# all the launcher accepts to find in its environment.
+LAUNCHER_ENV: dict[str, str] = {"LANG": "C.UTF-8"}
+
 # Its arguments: the agent's pid, the uid and gid ("" to keep the agent's), the cgroup.procs
-# files (newline-separated; the agent names them), then the command. Plain strings, not JSON:
-# ``json`` pulls in ``re``, which doubled the launcher's start-up. Everything it imports is imported
-# before the uid switch: the agent's Python may live where the job's uid cannot read (execvp
-# imports ``warnings`` lazily).
+# files (newline-separated; the agent names them), the descriptor of the command's environment
+# (NUL-separated NAME=VALUE), then the command. Plain strings, not JSON: ``json`` pulls in ``re``,
+# which doubled the launcher's start-up. Everything it imports is imported before the uid switch:
+# the agent's Python may live where the job's uid cannot read (execvpe imports ``warnings`` lazily).
 _LAUNCH = """\
 import ctypes, os, sys, warnings
-ppid, uid, gid, procs = sys.argv[1:5]
+ppid, uid, gid, procs, envfd = sys.argv[1:6]
+if any(name not in ("LANG", "LC_CTYPE") for name in os.environ):
+    sys.stderr.write("xpupool: the launcher's environment is not the agent's; refusing to run\\n")
+    os._exit(126)
 try:
+    chunks = []
+    while True:
+        chunk = os.read(int(envfd), 1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(int(envfd))
+    env = dict(item.split(b"=", 1) for item in b"".join(chunks).split(b"\\0") if item)
     for path in filter(None, procs.split("\\n")):
         with open(path, "w") as f:
             f.write(str(os.getpid()))
@@ -48,7 +71,7 @@ try:
         os.setresgid(int(gid), int(gid), int(gid))
         os.setresuid(int(uid), int(uid), int(uid))
     os.umask(0o077)  # what a job writes is its tenant's alone, wherever it writes it
-except OSError as exc:
+except (OSError, ValueError) as exc:
     sys.stderr.write(f"xpupool: cannot set up the job's process: {exc}\\n")
     os._exit(126)
 try:
@@ -58,9 +81,9 @@ except Exception:
 if os.getppid() != int(ppid):
     os._exit(137)  # the agent died before the request took effect
 try:
-    os.execvp(sys.argv[5], sys.argv[5:])
+    os.execvpe(sys.argv[6], sys.argv[6:], env)
 except OSError as exc:
-    sys.stderr.write(f"xpupool: cannot run {sys.argv[5]!r}: {exc}\\n")
+    sys.stderr.write(f"xpupool: cannot run {sys.argv[6]!r}: {exc}\\n")
     os._exit(127)
 """
 
@@ -71,14 +94,40 @@ def launch_argv(
     uid: int | None = None,
     gid: int | None = None,
     procs: tuple[str, ...] = (),
+    env_fd: int = -1,
 ) -> list[str]:
-    """``command`` behind the launcher on Linux; unchanged elsewhere (no uid switch, no cgroups
-    there: the agent runs jobs as itself)."""
+    """``command`` behind the launcher on Linux, which reads the command's environment from
+    ``env_fd``; unchanged elsewhere (no uid switch, no cgroups there: the agent runs jobs as
+    itself)."""
     if not sys.platform.startswith("linux"):
         return list(command)
     ids = ("", "") if uid is None else (str(uid), str(uid if gid is None else gid))
     head = [sys.executable, "-I", "-S", "-c", _LAUNCH, str(os.getpid()), *ids, "\n".join(procs)]
-    return [*head, *command]
+    return [*head, str(env_fd), *command]
+
+
+def environment_file(env: Mapping[str, str]) -> int:
+    """A sealed-by-position memory file holding ``env`` (NUL-separated ``NAME=VALUE``), read
+    from its start by the launcher: nothing on disk, nothing in ``ps``, no size limit of a pipe.
+    Raises LaunchError for a name or value the kernel could not pass (the job's own input)."""
+    items = []
+    for name, value in env.items():
+        if "\0" in name or "\0" in value:
+            raise LaunchError(f"env {name[:80]!r}: a null byte cannot be passed to a process")
+        if not name or "=" in name:
+            raise LaunchError(f"env {name[:80]!r}: not a variable name ('=' in it, or empty)")
+        items.append(os.fsencode(name) + b"=" + os.fsencode(value))
+    fd = os.memfd_create("xpupool-env", os.MFD_CLOEXEC)
+    try:
+        data = b"\0".join(items)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
 
 
 def start_process(
@@ -102,25 +151,35 @@ def start_process(
             plan = None
             limits = f"limits: none (cgroup not created: {exc})"
     uid, gid = (spec.uid, spec.gid) if switch_user else (None, None)
+    procs = plan.procs_files if plan is not None else ()
+    linux = sys.platform.startswith("linux")
     read_fd, write_fd = os.pipe()
+    env_fd = -1
     try:
+        if linux:  # the command's environment reaches only its own execve (module docstring)
+            env_fd = environment_file(spec.env)
         proc = subprocess.Popen(
-            launch_argv(argv, uid=uid, gid=gid, procs=plan.procs_files if plan is not None else ()),
+            launch_argv(argv, uid=uid, gid=gid, procs=procs, env_fd=env_fd),
             stdin=subprocess.DEVNULL,
             stdout=write_fd,
             stderr=write_fd,
-            env=dict(spec.env),
+            env=dict(LAUNCHER_ENV) if linux else dict(spec.env),
+            pass_fds=(env_fd,) if linux else (),
             cwd=spec.workdir,
             start_new_session=True,
         )
-    except (OSError, ValueError) as exc:  # ValueError: a NUL byte or lone surrogate in argv/env
+    except (OSError, ValueError, LaunchError) as exc:  # ValueError: a lone surrogate in argv
         os.close(read_fd)
         if plan is not None:
             cgroups.remove(plan)
         remove_workdir(spec)
+        if isinstance(exc, LaunchError):
+            raise
         raise LaunchError(f"cannot start {argv[0]!r}: {exc}") from None
     finally:
         os.close(write_fd)
+        if env_fd >= 0:
+            os.close(env_fd)
     pump = LogPump(read_fd, spec.log_path, spec.log_cap_bytes, name=f"log-{spec.slug}")
     if plan is None and spec.cgroup is not None and use_cgroup:
         spec = replace(spec, cgroup=None)  # not created: nothing to watch or remove
