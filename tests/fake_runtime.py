@@ -41,6 +41,9 @@ def options(rest):
     opts, i = [], 0
     while i < len(rest) and rest[i].startswith("-"):
         key = rest[i]
+        if key == "--":  # the end of the options: the image follows
+            i += 1
+            break
         if "=" in key:
             key, value = key.split("=", 1)
             opts.append((key, value))

@@ -72,6 +72,23 @@ def test_uid_of_the_tenant_when_the_agent_switches(tmp_path: Path) -> None:
     assert argv[-1] == "busybox"  # no command: the image's entry point
 
 
+@pytest.mark.parametrize("runtime", ["docker", "podman"])
+def test_nothing_of_the_job_is_read_as_a_runtime_option(tmp_path: Path, runtime: str) -> None:
+    """Issue 43: the image and the command come after every option and '--', so that neither
+    runtime's parser (cobra, both) can take ``--privileged`` or ``--volume=/:/host`` for its
+    own; an image that is not a reference (a job stored before the server checked) is refused."""
+    cfg = settings(tmp_path, runtime=runtime)
+    hostile = ["--user=0:0", "--volume=/:/host", "--pid=host", "alpine", "id"]
+    spec = build_spec(work(hostile, image="alpine:3"), tmp_path / "l.log", cfg)
+    argv = ContainerBackend(cfg).argv(spec)
+    cut = argv.index("--")
+    assert argv[cut + 1 :] == ["alpine:3", *hostile]
+    assert "--privileged" not in argv and "--pid=host" not in argv[:cut]
+    spec = build_spec(work(hostile, image="--privileged"), tmp_path / "l.log", cfg)
+    with pytest.raises(LaunchError, match="not an image reference"):
+        ContainerBackend(cfg).argv(spec)
+
+
 def test_no_runtime_no_image(tmp_path: Path) -> None:
     spec = build_spec(work([], image="busybox"), tmp_path / "l.log", settings(tmp_path))
     with pytest.raises(LaunchError, match="container runtime"):

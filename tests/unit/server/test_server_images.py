@@ -35,6 +35,21 @@ def test_neither_command_nor_image_is_422_naming_command(server: Server) -> None
     assert r.status_code == 422 and r.json()["field"] == "image"
 
 
+def test_an_image_that_is_not_a_reference_is_422_and_stores_nothing(server: Server) -> None:
+    """Issue 43: ``--privileged`` as the image reached ``docker run`` as an option."""
+    node(server, "boxes", runtime="podman")
+    a = tenant(server, "a")
+    before = row_counts(server)
+    for image in ("--privileged", "-v=/:/host", "Busybox", "busybox:", "a b"):
+        r = _post(server, a, {"spec": "A100:1", "image": image, "command": ["id"]})
+        assert r.status_code == 422, (image, r.text)
+        body = r.json()
+        assert body["field"] == "image" and "not an image reference" in body["reason"], body
+    assert row_counts(server) == before
+    r = _post(server, a, {"spec": "A100:1", "image": "localhost:5000/team/img:1", "command": []})
+    assert r.status_code == 201, r.text
+
+
 def test_image_job_goes_only_to_a_node_with_a_runtime(server: Server) -> None:
     node(server, "plain")  # A100s, no runtime
     node(server, "boxes", model=L20, memory_mib=46068, runtime="docker")

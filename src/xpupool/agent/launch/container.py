@@ -15,8 +15,9 @@ never stop or remove the other's container), so stopping goes through the runtim
 --signal``) and cleanup is ``rm -f`` by that name; the labels ``xpupool.node``/``xpupool.job``
 find them too.
 
-Not checked against a real engine here (none on the machines this was written on); see
-docs/agent.md.
+The image and the command come after every option and ``--``: nothing of the job's is ever read as
+the runtime's option (``--privileged`` as an image was, before the server checked references).
+tests/integration/test_container_engine.py runs it on a real podman.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from xpupool.agent.env import as_seen_alone
 from xpupool.agent.launch.backend import Launched
 from xpupool.agent.launch.process import ProcessBackend, group_alive, start_process
 from xpupool.agent.launch.spec import LaunchError, LaunchSpec
+from xpupool.catalog.image_ref import ImageRefError, parse_image_ref
 from xpupool.probes.container_runtime import ContainerRuntime, RuntimeName
 from xpupool.probes.device_nodes import container_device_args
 
@@ -124,6 +126,11 @@ class ContainerBackend(ProcessBackend):
         runtime = self.runtime
         if not spec.image:
             raise LaunchError("the container back end runs images; this job has none")
+        try:  # the server checks this at submission; a job stored before it did is checked here
+            parse_image_ref(spec.image)
+        except ImageRefError as exc:
+            why = f"image {spec.image[:80]!r} is not an image reference: {exc.reason}"
+            raise LaunchError(why) from None
         uid = os.geteuid() if spec.uid is None else spec.uid
         gid = os.getegid() if spec.gid is None else spec.gid
         workdir = str(spec.workdir)
@@ -134,7 +141,8 @@ class ContainerBackend(ProcessBackend):
         argv += ["-v", f"{workdir}:{workdir}", "--workdir", workdir]
         argv += limit_args(spec)
         argv += container_device_args(spec.devices, runtime, self.settings.device_root)
-        return [*argv, spec.image, *spec.argv]
+        # every option first, then '--': nothing of the job's (image, command) is an option
+        return [*argv, "--", spec.image, *spec.argv]
 
     def start(self, spec: LaunchSpec) -> Launched:
         argv = self.argv(spec)

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from xpupool.catalog.image_needs import ImageMerge, merge_image_needs
+from xpupool.catalog.image_ref import ImageRefError, parse_image_ref
 from xpupool.model.errors import Conflict, NotFound, RequestError, Unavailable
 from xpupool.model.request import Request
 from xpupool.model.request_model import request_from_dict, request_to_dict
@@ -227,6 +228,15 @@ def _check_what_to_run(body: s.JobIn) -> None:
         raise RequestError(
             "image", body.image, "must not be empty; null runs the command on the host"
         )
+    if body.image is not None:
+        # The OCI reference grammar: a reference never starts with '-', so a runtime can never
+        # read the image as one of its options (issue 43: '--privileged' as the image).
+        try:
+            parse_image_ref(body.image)
+        except ImageRefError as exc:
+            raise RequestError(
+                "image", body.image, f"not an image reference: {exc.reason}"
+            ) from None
     if not body.command and body.image is None:
         raise RequestError("command", body.command, "give a command to run, an image, or both")
 
