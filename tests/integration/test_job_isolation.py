@@ -246,7 +246,8 @@ def test_cpu_and_memory_asked_for_are_enforced(iso: Iso) -> None:
     if version is None:
         assert "replica 0: limits: none (cgroups not writable)" in events, events
         return
-    assert f"replica 0: limits: cgroup v{version} memory=256Mi cpu=500m" in events, events
+    said = f"replica 0: limits: cgroup v{version} memory=256Mi cpu=500m pids=16384"
+    assert said in events, events
     assert f"memory={256 << 20}" in text, text
     assert "cpu=50000/100000" in text, text
 

@@ -145,6 +145,7 @@ def agent_command(
     sandbox: str,
     runtime: RuntimeChoice,
     device_root: str,
+    pids_limit: int,
 ) -> None:
     """Run this host's node agent: register, heartbeat, run and stop assigned work."""
     from xpupool.agent.agent import Agent, HostedNode
@@ -167,7 +168,7 @@ def agent_command(
     os.environ.pop("XPUPOOL_TOKEN", None)  # not for the vendor tools the probes run either
     private = (Path(work_dir), *((Path(token_file),) if token_file else ()))
     settings = launch_settings(
-        job_uid_range, job_root, log_cap, sandbox, runtime, device_root, private
+        job_uid_range, job_root, log_cap, sandbox, runtime, device_root, private, pids_limit
     )
     make_private(Path(work_dir))
     name = node_name(node)

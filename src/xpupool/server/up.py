@@ -48,6 +48,7 @@ class UpConfig:
     sandbox: str = "none"  # none | bwrap
     runtime: str = "auto"  # auto | docker | podman | none: asked at start
     device_root: str = "/dev"
+    pids_limit: int | None = None  # None: the agent's default (agent/launch/cgroups.py)
     reinitialise: bool = False  # a missing/empty database may start a new pool over old files
     rotate_admin_token: bool = False  # write a new admin token, revoking the old one
     max_body: int = DEFAULT_MAX_BODY  # bytes of a request body taken (server/body_limit.py)
@@ -158,6 +159,7 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
             cast(RuntimeChoice, cfg.runtime),  # a click.Choice of the same names
             cfg.device_root,
             (cfg.data,),
+            cfg.pids_limit,
         )
         agent = AgentThread(local_agent(plane, cfg.data / "agent", settings=settings))
         on_start, on_stop = agent.start, agent.stop

@@ -7,12 +7,13 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from agent_work import settings, started, work
 
 from xpupool.agent.launch import cgroups
-from xpupool.agent.launch.cgroups import CgroupHost, detect_cgroups
+from xpupool.agent.launch.cgroups import DEFAULT_PIDS_MAX, CgroupHost, detect_cgroups
 from xpupool.agent.runner import Runner
 
 HOST = detect_cgroups()
@@ -35,9 +36,11 @@ def _fake_v1(root: Path) -> Path:
 def test_v2_fake_tree_places_a_replica_with_memory_max_and_cpu_max(tmp_path: Path) -> None:
     root = _fake_v2(tmp_path / "cgroup")
     host = detect_cgroups(root, self_cgroup="0::/system.slice/xpupool.service\n")
-    assert host == CgroupHost(2, root / "xpupool", root / "xpupool")
-    assert (root / "cgroup.subtree_control").read_text() == "+memory +cpu"  # delegated down
-    assert (root / "xpupool" / "cgroup.subtree_control").read_text() == "+memory +cpu"
+    base = root / "xpupool"
+    assert host == CgroupHost(2, base, base, base, base)
+    delegated = "+memory +cpu +pids"
+    assert (root / "cgroup.subtree_control").read_text() == delegated
+    assert (root / "xpupool" / "cgroup.subtree_control").read_text() == delegated
     plan = host.plan("n1-7-0-1-ab", memory_mib=2048, cpu_milli=1500)
     assert plan is not None
     cgroups.create(plan)
@@ -45,7 +48,8 @@ def test_v2_fake_tree_places_a_replica_with_memory_max_and_cpu_max(tmp_path: Pat
     assert (leaf / "memory.max").read_text() == str(2048 << 20)
     assert (leaf / "cpu.max").read_text() == "150000 100000"
     assert plan.procs_files == (str(leaf / "cgroup.procs"),)
-    assert plan.describe() == "limits: cgroup v2 memory=2048Mi cpu=1500m"
+    assert (leaf / "pids.max").read_text() == str(cgroups.DEFAULT_PIDS_MAX)
+    assert plan.describe() == f"limits: cgroup v2 memory=2048Mi cpu=1500m pids={DEFAULT_PIDS_MAX}"
     (leaf / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
     assert cgroups.oom_kills(plan) == 1
 
@@ -93,10 +97,56 @@ def test_a_parent_removed_by_another_agent_is_made_again(tmp_path: Path) -> None
         assert plan.memory_dir.is_dir()
 
 
-def test_no_limit_asked_means_no_cgroup(tmp_path: Path) -> None:
+def test_no_limit_asked_still_means_a_cgroup_with_a_task_limit(tmp_path: Path) -> None:
+    """Issue 43: a job that asked for neither cpu= nor memory= had no cgroup, so nothing held a
+    process that left its group."""
     host = detect_cgroups(_fake_v2(tmp_path / "cgroup"), self_cgroup="0::/\n")
     assert host is not None
-    assert host.plan("r", memory_mib=0, cpu_milli=0) is None
+    plan = replace(host, pids_max=64).plan("r", memory_mib=0, cpu_milli=0)
+    cgroups.create(plan)
+    assert (plan.memory_dir / "pids.max").read_text() == "64"
+    assert not (plan.memory_dir / "memory.max").exists()
+    assert plan.describe() == "limits: cgroup v2 pids=64"
+
+
+def test_v2_kill_uses_cgroup_kill_or_freezes_and_thaws(tmp_path: Path) -> None:
+    host = detect_cgroups(_fake_v2(tmp_path / "cgroup"), self_cgroup="0::/\n")
+    assert host is not None
+    plan = host.plan("r", memory_mib=0, cpu_milli=0)
+    cgroups.create(plan)
+    leaf = plan.memory_dir
+    (leaf / "cgroup.events").write_text("populated 0\nfrozen 1\n")
+    (leaf / "cgroup.freeze").write_text("0")
+    cgroups.kill_all(plan)
+    assert (leaf / "cgroup.freeze").read_text() == "0"  # frozen for the kills, then thawed
+    (leaf / "cgroup.kill").write_text("")
+    cgroups.kill_all(plan)
+    assert (leaf / "cgroup.kill").read_text() == "1"
+
+
+def test_v1_pids_and_freezer_where_mounted(tmp_path: Path) -> None:
+    root = _fake_v1(tmp_path / "cgroup")
+    own = "9:pids:/agent.slice\n7:freezer:/\n5:memory:/agent.slice\n3:cpu,cpuacct:/agent.slice\n"
+    for controller, probe, parent in (
+        ("pids", "pids.max", "agent.slice/xpupool"),
+        ("freezer", "freezer.state", "xpupool"),
+    ):
+        (root / controller).mkdir()
+        (root / controller / "cgroup.procs").write_text("")
+        (root / controller / parent).mkdir(parents=True)
+        (root / controller / parent / probe).write_text("max\n")  # what the kernel would make
+    host = detect_cgroups(root, self_cgroup=own)
+    assert host is not None
+    assert host.pids_base == root / "pids" / "agent.slice" / "xpupool"
+    assert host.freezer_base == root / "freezer" / "xpupool"
+    plan = replace(host, pids_max=100).plan("r", memory_mib=0, cpu_milli=0)
+    cgroups.create(plan)
+    assert plan.pids_dir is not None and plan.freezer_dir is not None
+    assert (plan.pids_dir / "pids.max").read_text() == "100"
+    assert str(plan.freezer_dir / "cgroup.procs") in plan.procs_files
+    (plan.freezer_dir / "freezer.state").write_text("THAWED")
+    cgroups.kill_all(plan)  # nobody in it; frozen (the fake never reports FROZEN), then thawed
+    assert (plan.freezer_dir / "freezer.state").read_text() == "THAWED"
 
 
 def test_a_tree_that_is_not_there_is_not_used(tmp_path: Path) -> None:
@@ -125,7 +175,7 @@ def test_this_hosts_cgroups_hold_a_real_replica_and_go_with_it(tmp_path: Path) -
     assert rep.pid in cgroups.members(plan)
     limit = "memory.max" if plan.version == 2 else "memory.limit_in_bytes"
     assert (plan.memory_dir / limit).read_text().strip() == str(300 << 20)
-    assert rep.limits == f"limits: cgroup v{plan.version} memory=300Mi cpu=700m"
+    assert rep.limits.startswith(f"limits: cgroup v{plan.version} memory=300Mi cpu=700m")
     deadline = time.monotonic() + 20
     while rep.state == "running" and time.monotonic() < deadline:
         runner.poll()
@@ -175,3 +225,60 @@ def escaped(plan: cgroups.CgroupPlan, group: int, deadline: float) -> list[int]:
         if found or time.monotonic() >= deadline:
             return found
         time.sleep(0.05)
+
+
+def test_what_a_job_without_limits_leaves_behind_dies_before_it_is_reported_over(
+    tmp_path: Path,
+) -> None:
+    """Issue 43: a ``setsid`` child of a job that asked for neither cpu= nor memory= outlived
+    it (and its cancel) with the job's cards in its environment. Now the replica's cgroup holds
+    it, and the replica is reported over only once it is gone."""
+    assert HOST is not None, "no writable cgroup hierarchy on this host: limits are untested"
+    runner = Runner("n1", tmp_path, grace_s=0.2, settings=settings(tmp_path, cgroups=HOST))
+    script = "setsid sleep 300 & echo child=$!"
+    rep = started(runner.start(work(["sh", "-c", script], memory_mib=0, cpu_milli=0)), runner)
+    assert rep is not None and rep.spec is not None
+    assert rep.spec.cgroup is not None  # a cgroup although no limit was asked
+    deadline = time.monotonic() + 20
+    while rep.state == "running" and time.monotonic() < deadline:
+        runner.poll()
+        time.sleep(0.05)
+    assert rep.state == "succeeded", rep.reason
+    text = rep.log_path.read_text()
+    child = int(text.split("child=")[1].split()[0])
+    try:
+        stat = Path(f"/proc/{child}/stat").read_text()
+    except OSError:
+        return  # gone
+    assert stat[stat.rfind(")") + 2] in "ZX", f"the setsid child still runs: {stat}"
+
+
+def test_a_replica_cannot_fork_past_its_task_limit(tmp_path: Path) -> None:
+    assert HOST is not None, "no writable cgroup hierarchy on this host: limits are untested"
+    if HOST.pids_base is None:
+        raise AssertionError("no pids controller on this host: the task limit is untested")
+    limited = replace(HOST, pids_max=20)
+    runner = Runner("n1", tmp_path, grace_s=0.2, settings=settings(tmp_path, cgroups=limited))
+    script = "i=0; while [ $i -lt 60 ]; do sleep 30 & i=$((i+1)); done; echo spawned; exit 0"
+    rep = started(runner.start(work(["sh", "-c", script], memory_mib=0, cpu_milli=0)), runner)
+    assert rep is not None and rep.spec is not None and rep.spec.cgroup is not None
+    assert "pids=20" in rep.limits
+    deadline = time.monotonic() + 30
+    while rep.state == "running" and time.monotonic() < deadline:
+        runner.poll()
+        time.sleep(0.05)
+    assert rep.state != "running"
+    text = rep.log_path.read_text()
+    assert "fork" in text.lower() or "resource temporarily unavailable" in text.lower(), text
+
+
+def test_the_supervisors_copy_of_the_plan_keeps_pids_and_freezer(tmp_path: Path) -> None:
+    """The supervisor starts the replica from the spec file: a plan that lost its pids and
+    freezer directories there would not limit or freeze anything (seen while writing this)."""
+    from xpupool.agent.launch import build_spec, spec_file
+
+    host = CgroupHost(1, tmp_path / "m", tmp_path / "c", tmp_path / "p", tmp_path / "f", 99)
+    cfg = settings(tmp_path, cgroups=host)
+    spec = build_spec(work(["true"], memory_mib=0, cpu_milli=0), tmp_path / "l.log", cfg)
+    back = spec_file.loads(spec_file.dumps(spec_file.SpecFile("host", cfg, spec, 1.0)))
+    assert back.spec.cgroup == spec.cgroup and back.settings.cgroups == host

@@ -1,12 +1,19 @@
-"""CPU and memory limits for a replica, enforced by the kernel's cgroups (v2, else v1).
+"""A cgroup for every replica: what holds all its processes, limits its CPU, memory and task
+count, and lets the agent kill everything of it at once (v2, else v1).
 
 The agent detects once which hierarchy it may write: cgroup v2 (a unified hierarchy whose root
 lists the ``memory`` and ``cpu`` controllers) or v1 (separate ``memory`` and ``cpu`` hierarchies,
-as on the cgroup v1 "hybrid" hosts). Each replica gets a cgroup of its own, created with its limits
-before it starts; the launcher moves itself into it before it switches uid and execs the job, so
-no instruction of the job runs outside it (no window between fork and join). The cgroup is removed
-when the replica's processes are gone. There is no RLIMIT_AS fallback: it caps address space, not
-memory, and breaks runtimes that reserve large address ranges (CUDA).
+as on the cgroup v1 "hybrid" hosts, with ``pids`` and ``freezer`` where mounted). Every replica
+gets a cgroup of its own, whatever it asked for, created with its limits before it starts; the
+launcher moves itself into it before it switches uid and execs the job, so no instruction of the
+job runs outside it (no window between fork and join). A process that leaves the replica's process
+group (``setsid``, a double fork) is still in it: when the replica ends, everything in the cgroup is
+frozen, killed and waited for before the replica is reported over and its cards freed (issue 43:
+a ``setsid`` child of a job that asked for no limit, and so had no cgroup, kept eight cards'
+``CUDA_VISIBLE_DEVICES`` while the next tenant got those cards). ``pids.max`` bounds its tasks
+(threads included). The cgroup is removed when the replica's processes are gone. There is no
+RLIMIT_AS fallback: it caps address space, not memory, and breaks runtimes that reserve large
+address ranges (CUDA).
 
 v1 cgroups nest under the agent's own (a limit placed on the agent also bounds its jobs); v2's
 rule that a cgroup with processes has no controllers for its children makes that impossible
@@ -18,6 +25,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,11 +35,18 @@ log = logging.getLogger("xpupool.agent")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PARENT = "xpupool"
 CPU_PERIOD_US = 100_000
+# Tasks (processes and threads) a replica may have at once unless the operator says otherwise
+# (--pids-limit): far above what a training job with data-loader workers uses, far below what
+# exhausts a host's pid space.
+DEFAULT_PIDS_MAX = 16384
+FREEZE_WAIT_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
 class CgroupPlan:
-    """One replica's cgroup(s): where, and which limits (0: none)."""
+    """One replica's cgroup(s): where, and which limits (0: none). ``pids_dir`` and
+    ``freezer_dir`` are None where that v1 controller is not mounted (v2 has both in its one
+    directory)."""
 
     version: int
     memory_dir: Path
@@ -38,17 +54,17 @@ class CgroupPlan:
     memory_bytes: int
     cpu_quota_us: int
     cpu_period_us: int = CPU_PERIOD_US
+    pids_dir: Path | None = None
+    freezer_dir: Path | None = None
+    pids_max: int = 0
 
     @property
     def dirs(self) -> tuple[Path, ...]:
-        return (
-            (self.memory_dir,)
-            if self.memory_dir == self.cpu_dir
-            else (
-                self.memory_dir,
-                self.cpu_dir,
-            )
-        )
+        out: list[Path] = []
+        for d in (self.memory_dir, self.cpu_dir, self.pids_dir, self.freezer_dir):
+            if d is not None and d not in out:
+                out.append(d)
+        return tuple(out)
 
     @property
     def procs_files(self) -> tuple[str, ...]:
@@ -61,34 +77,43 @@ class CgroupPlan:
             parts.append(f"memory={self.memory_bytes >> 20}Mi")
         if self.cpu_quota_us:
             parts.append(f"cpu={self.cpu_quota_us * 1000 // self.cpu_period_us}m")
+        if self.pids_max and self.pids_dir is not None:
+            parts.append(f"pids={self.pids_max}")
         return "limits: " + " ".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
 class CgroupHost:
-    """A writable cgroup hierarchy found on this host; ``plan`` places a replica in it."""
+    """A writable cgroup hierarchy found on this host; ``plan`` places a replica in it.
+    ``pids_max``: each replica's task limit (0: none)."""
 
     version: int
     memory_base: Path
     cpu_base: Path
+    pids_base: Path | None = None
+    freezer_base: Path | None = None
+    pids_max: int = DEFAULT_PIDS_MAX
 
     def release(self) -> None:
         """Remove this agent's parent cgroup(s) if no replica is left in them (at exit: a parent
         left behind would keep the agent's own cgroup from being removed by its manager)."""
-        for base in {self.memory_base, self.cpu_base}:
+        for base in {self.memory_base, self.cpu_base, self.pids_base, self.freezer_base}:
+            if base is None:
+                continue
             with contextlib.suppress(OSError):
                 base.rmdir()
 
-    def plan(self, name: str, memory_mib: int, cpu_milli: int) -> CgroupPlan | None:
-        """The plan for a replica named ``name``; None when it asks for no limit."""
-        if memory_mib <= 0 and cpu_milli <= 0:
-            return None
+    def plan(self, name: str, memory_mib: int, cpu_milli: int) -> CgroupPlan:
+        """The plan for a replica named ``name``: always one, limits or not (module docstring)."""
         return CgroupPlan(
             version=self.version,
             memory_dir=self.memory_base / name,
             cpu_dir=self.cpu_base / name,
             memory_bytes=max(memory_mib, 0) << 20,
             cpu_quota_us=max(cpu_milli, 0) * CPU_PERIOD_US // 1000,
+            pids_dir=self.pids_base / name if self.pids_base is not None else None,
+            freezer_dir=self.freezer_base / name if self.freezer_base is not None else None,
+            pids_max=max(self.pids_max, 0),
         )
 
 
@@ -109,35 +134,53 @@ def detect_cgroups(root: Path = CGROUP_ROOT, self_cgroup: str | None = None) -> 
 
 def _detect_v2(root: Path) -> CgroupHost | None:
     controllers = root / "cgroup.controllers"
-    if not controllers.is_file() or not {"memory", "cpu"} <= set(controllers.read_text().split()):
+    if not controllers.is_file():
         return None
+    present = set(controllers.read_text().split())
+    if not {"memory", "cpu"} <= present:
+        return None
+    wanted = ("memory", "cpu", "pids") if "pids" in present else ("memory", "cpu")
     base = root / PARENT
-    _enable(root)
+    _enable(root, wanted)
     _mkdir(base)
-    _enable(base)
-    return CgroupHost(2, base, base)
+    _enable(base, wanted)
+    # cgroup.freeze exists in every non-root v2 cgroup: the freezer needs no controller
+    return CgroupHost(2, base, base, base if "pids" in wanted else None, base)
 
 
-def _enable(cgroup: Path) -> None:
+def _enable(cgroup: Path, wanted: tuple[str, ...] = ("memory", "cpu")) -> None:
     control = cgroup / "cgroup.subtree_control"
-    if {"memory", "cpu"} <= set(_read(control).split()):
+    if set(wanted) <= set(_read(control).split()):
         return
-    control.write_text("+memory +cpu")
+    control.write_text(" ".join(f"+{c}" for c in wanted))
 
 
 def _detect_v1(root: Path, self_cgroup: str) -> CgroupHost | None:
-    bases = []
+    bases: dict[str, Path] = {}
     for controller, probe in (("memory", "memory.limit_in_bytes"), ("cpu", "cpu.cfs_quota_us")):
         hierarchy = root / controller
         if not (hierarchy / probe).is_file():
             return None
-        own = _own_path(self_cgroup, controller)
-        base = hierarchy / own.lstrip("/") / PARENT
+        base = hierarchy / _own_path(self_cgroup, controller).lstrip("/") / PARENT
         _mkdir(base)
         if not os.access(base, os.W_OK):
             return None
-        bases.append(base)
-    return CgroupHost(1, bases[0], bases[1])
+        bases[controller] = base
+    # pids and freezer are optional (a replica is then held by the others); their files exist
+    # only below the root, so they are looked for in the agent's parent once it is made
+    for controller, probe in (("pids", "pids.max"), ("freezer", "freezer.state")):
+        hierarchy = root / controller
+        if not (hierarchy / "cgroup.procs").is_file():
+            continue
+        base = hierarchy / _own_path(self_cgroup, controller).lstrip("/") / PARENT
+        try:
+            _mkdir(base)
+        except OSError as exc:
+            log.info("cgroup v1 %s not usable: %s", controller, exc)
+            continue
+        if (base / probe).is_file() and os.access(base, os.W_OK):
+            bases[controller] = base
+    return CgroupHost(1, bases["memory"], bases["cpu"], bases.get("pids"), bases.get("freezer"))
 
 
 def _own_path(self_cgroup: str, controller: str) -> str:
@@ -165,6 +208,8 @@ def create(plan: CgroupPlan) -> None:
             except FileNotFoundError:  # the parent went between the check and the mkdir
                 if attempt == 2:
                     raise
+    if plan.pids_max and plan.pids_dir is not None:
+        (plan.pids_dir / "pids.max").write_text(str(plan.pids_max))
     if plan.version == 2:
         if plan.memory_bytes:
             (plan.memory_dir / "memory.max").write_text(str(plan.memory_bytes))
@@ -201,6 +246,53 @@ def members(plan: CgroupPlan) -> list[int]:
     for d in plan.dirs:
         pids.update(int(p) for p in _read(d / "cgroup.procs").split() if p.isdigit())
     return sorted(pids)
+
+
+def kill_all(plan: CgroupPlan) -> None:
+    """SIGKILL every process of the replica's cgroup, with none able to fork a new one meanwhile:
+    v2's ``cgroup.kill`` where the kernel has it; else the cgroup is frozen (``cgroup.freeze``,
+    v1's ``freezer.state``), its members killed, and thawed, so that the kills take effect. Without
+    a freezer, the members are killed as found (the supervisor repeats until none is left)."""
+    if plan.version == 2:
+        kill = plan.memory_dir / "cgroup.kill"
+        if kill.exists():
+            with contextlib.suppress(OSError):
+                kill.write_text("1")
+                return
+    frozen = _freeze(plan, True)
+    try:
+        for pid in members(plan):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+    finally:
+        if frozen:
+            _freeze(plan, False)
+
+
+def _freeze(plan: CgroupPlan, on: bool) -> bool:
+    """Freeze (or thaw) the replica's cgroup; True once frozen (waits up to FREEZE_WAIT_S)."""
+    d = plan.freezer_dir
+    if d is None:
+        return False
+    if plan.version == 2:
+        control, value, done = d / "cgroup.freeze", "1" if on else "0", d / "cgroup.events"
+    else:
+        control = done = d / "freezer.state"  # read back: FREEZING becomes FROZEN
+        value = "FROZEN" if on else "THAWED"
+    try:
+        control.write_text(value)
+    except OSError as exc:
+        log.debug("cgroup %s: cannot write %s: %s", d, control.name, exc)
+        return False
+    if not on:
+        return False
+    deadline = time.monotonic() + FREEZE_WAIT_S
+    while time.monotonic() < deadline:
+        text = _read(done)
+        if ("frozen 1" in text) if plan.version == 2 else (text.strip() == "FROZEN"):
+            return True
+        time.sleep(0.005)
+    return True  # partly frozen still slows a forking replica; the kill loop finishes it
 
 
 def remove(plan: CgroupPlan) -> bool:

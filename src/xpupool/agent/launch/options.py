@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from xpupool.agent.launch.cgroups import DEFAULT_PIDS_MAX
 from xpupool.agent.launch.identity import DEFAULT_UID_RANGE
 from xpupool.probes.container_runtime import RUNTIME_CHOICES, RuntimeChoice
 
 if TYPE_CHECKING:
+    from xpupool.agent.launch.cgroups import CgroupHost
     from xpupool.agent.launch.spec import LaunchSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -25,8 +27,8 @@ log = logging.getLogger("xpupool.agent")
 
 
 def launch_options(f: F) -> F:
-    """``--job-uid-range``, ``--job-root``, ``--log-cap``, ``--sandbox``, ``--runtime``,
-    ``--device-root``."""
+    """``--job-uid-range``, ``--job-root``, ``--log-cap``, ``--pids-limit``, ``--sandbox``,
+    ``--runtime``, ``--device-root``."""
     options = [
         click.option(
             "--job-uid-range",
@@ -48,6 +50,14 @@ def launch_options(f: F) -> F:
             default=DEFAULT_LOG_CAP,
             show_default=True,
             help="Most output kept per replica (Mi/Gi); the rest is discarded after a marker line",
+        ),
+        click.option(
+            "--pids-limit",
+            default=DEFAULT_PIDS_MAX,
+            show_default=True,
+            type=click.IntRange(0),
+            help="Most tasks (processes and threads) one replica may have at once, through its"
+            " cgroup's pids.max (0: no limit)",
         ),
         click.option(
             "--sandbox",
@@ -88,6 +98,7 @@ def launch_settings(
     runtime: RuntimeChoice = "none",
     device_root: str = "/dev",
     private_paths: tuple[Path, ...] = (),
+    pids_limit: int | None = None,
 ) -> LaunchSettings:
     """The :class:`LaunchSettings` for these option values; cgroups are detected here (once per
     agent), the container runtime asked and bwrap tried (:func:`isolation`). Raises
@@ -121,13 +132,22 @@ def launch_settings(
         job_root=root,
         uid_range=uid_range if os.geteuid() == 0 else None,
         log_cap_bytes=cap_mib << 20,
-        cgroups=detect_cgroups(),
+        cgroups=_with_pids_limit(detect_cgroups(), pids_limit),
         base_path=os.environ.get("PATH") or DEFAULT_PATH,
         lang=os.environ.get("LANG") or "C.UTF-8",
         device_root=Path(device_root),
         private_paths=tuple(p.resolve() for p in private_paths),
     )
     return isolation(settings, sandbox, runtime)
+
+
+def _with_pids_limit(host: CgroupHost | None, pids_limit: int | None) -> CgroupHost | None:
+    """The detected hierarchy with the operator's task limit (None: the default)."""
+    if host is None or pids_limit is None:
+        return host
+    from dataclasses import replace
+
+    return replace(host, pids_max=pids_limit)
 
 
 def isolation(settings: LaunchSettings, sandbox: str, runtime: RuntimeChoice) -> LaunchSettings:

@@ -242,10 +242,14 @@ class ProcessBackend:
         return start_process(spec, self.argv(spec))
 
     def signal(self, launched: Launched, sig: int) -> None:
-        """The process group, and every other process of the replica's cgroup."""
+        """The process group, and every other process of the replica's cgroup (SIGKILL: the
+        whole cgroup at once, frozen so that nothing forks meanwhile)."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(launched.pgid, signal.Signals(sig))
         if launched.spec.cgroup is not None:
+            if sig == signal.SIGKILL:
+                cgroups.kill_all(launched.spec.cgroup)
+                return
             for pid in cgroups.members(launched.spec.cgroup):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.Signals(sig))

@@ -42,7 +42,14 @@ def _plan(p: CgroupPlan | None) -> JsonObj | None:
         "memory_bytes": p.memory_bytes,
         "cpu_quota_us": p.cpu_quota_us,
         "cpu_period_us": p.cpu_period_us,
+        "pids_dir": None if p.pids_dir is None else str(p.pids_dir),
+        "freezer_dir": None if p.freezer_dir is None else str(p.freezer_dir),
+        "pids_max": p.pids_max,
     }
+
+
+def _path_or_none(value: object) -> Path | None:
+    return None if value is None else Path(str(value))
 
 
 def _plan_back(d: object) -> CgroupPlan | None:
@@ -55,7 +62,25 @@ def _plan_back(d: object) -> CgroupPlan | None:
         memory_bytes=int(d["memory_bytes"]),
         cpu_quota_us=int(d["cpu_quota_us"]),
         cpu_period_us=int(d["cpu_period_us"]),
+        # absent in a file an older agent wrote (a run it left, adopted after an upgrade)
+        pids_dir=_path_or_none(d.get("pids_dir")),
+        freezer_dir=_path_or_none(d.get("freezer_dir")),
+        pids_max=int(d.get("pids_max", 0)),
     )
+
+
+def _host_back(cg: list[object]) -> CgroupHost:
+    host = CgroupHost(int(str(cg[0])), Path(str(cg[1])), Path(str(cg[2])))
+    if len(cg) >= 6:  # an older agent's file has the first three only
+        host = CgroupHost(
+            host.version,
+            host.memory_base,
+            host.cpu_base,
+            _path_or_none(cg[3]),
+            _path_or_none(cg[4]),
+            int(str(cg[5])),
+        )
+    return host
 
 
 def dumps(f: SpecFile) -> bytes:
@@ -66,7 +91,14 @@ def dumps(f: SpecFile) -> bytes:
         "log_cap_bytes": s.log_cap_bytes,
         "cgroups": None
         if s.cgroups is None
-        else [s.cgroups.version, str(s.cgroups.memory_base), str(s.cgroups.cpu_base)],
+        else [
+            s.cgroups.version,
+            str(s.cgroups.memory_base),
+            str(s.cgroups.cpu_base),
+            None if s.cgroups.pids_base is None else str(s.cgroups.pids_base),
+            None if s.cgroups.freezer_base is None else str(s.cgroups.freezer_base),
+            s.cgroups.pids_max,
+        ],
         "sandbox": s.sandbox,
         "runtime": s.runtime,
         "runtime_cdi": s.runtime_cdi,
@@ -115,7 +147,7 @@ def loads(data: bytes) -> SpecFile:
         job_root=Path(s["job_root"]),
         uid_range=None if uid_range is None else UidRange(int(uid_range[0]), int(uid_range[1])),
         log_cap_bytes=int(s["log_cap_bytes"]),
-        cgroups=None if cg is None else CgroupHost(int(cg[0]), Path(cg[1]), Path(cg[2])),
+        cgroups=None if cg is None else _host_back(cg),
         sandbox=str(s["sandbox"]),
         runtime=s["runtime"],
         runtime_cdi=bool(s["runtime_cdi"]),
