@@ -121,7 +121,9 @@ class Runner:
     """The replicas of one node. Not thread-safe: one agent loop drives it. ``work_dir`` holds
     one directory per run (``replicas/``: the log, 0600, and the files the supervisor reads and
     writes); the replicas' working directories are under ``settings.job_root``, outside it.
-    Constructing a runner re-attaches to the supervisors a previous agent left there."""
+    ``work_dir`` is made absolute here, once: each supervisor is handed its run's directory and
+    works in ``/`` (a relative one failed every job, issue 42). Constructing a runner re-attaches
+    to the supervisors a previous agent left there."""
 
     def __init__(
         self,
@@ -134,7 +136,7 @@ class Runner:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.node = node
-        self.work_dir = work_dir
+        self.work_dir = work_dir.absolute()
         self.grace_s = grace_s
         self.settings = settings or LaunchSettings()
         self.node_vendors = tuple(node_vendors)
