@@ -64,7 +64,15 @@ def demo(policy: str, cluster: str | None) -> None:
     type=click.Path(file_okay=False, resolve_path=True),
 )
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--port",
+    default=8080,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    envvar="XPUPOOL_PORT",
+    show_envvar=True,
+    help="port of the API and dashboard; also read from XPUPOOL_PORT (so `make run` takes it)",
+)
 @click.option(
     "--cluster",
     type=click.Path(exists=True, dir_okay=False, resolve_path=True),
