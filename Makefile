@@ -15,6 +15,8 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# `XPUPOOL_PORT=8081 make run` serves on another port: `xpupool up` reads XPUPOOL_PORT when no
+# --port is given; the data dir is the default, .xpupool/ here.
 run: $(STAMP)
 	$(BIN)/xpupool up --cluster examples/cluster-mixed.yaml
 

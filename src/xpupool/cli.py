@@ -57,12 +57,25 @@ def demo(policy: str, cluster: str | None) -> None:
 
 
 @main.command()
-@click.option("--data", default=".xpupool", show_default=True, type=click.Path(file_okay=False))
+@click.option(
+    "--data",
+    default=".xpupool",
+    show_default=True,
+    type=click.Path(file_okay=False, resolve_path=True),
+)
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--port",
+    default=8080,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    envvar="XPUPOOL_PORT",
+    show_envvar=True,
+    help="port of the API and dashboard; also read from XPUPOOL_PORT (so `make run` takes it)",
+)
 @click.option(
     "--cluster",
-    type=click.Path(exists=True, dir_okay=False),
+    type=click.Path(exists=True, dir_okay=False, resolve_path=True),
     help="YAML cluster file of simulated nodes to add (see examples/cluster-mixed.yaml)",
 )
 @click.option("--db", help="SQLAlchemy URL instead of DATA/state.db (e.g. PostgreSQL)")
@@ -75,7 +88,7 @@ def demo(policy: str, cluster: str | None) -> None:
 @click.option(
     "--profile",
     "profile_file",
-    type=click.Path(dir_okay=False),
+    type=click.Path(dir_okay=False, resolve_path=True),
     help="YAML profile file (docs/profiles.md) whose profiles jobs, queues and --policy may name",
 )
 @click.option("--heartbeat", default=5.0, show_default=True, help="agent heartbeat period, s")
@@ -113,11 +126,13 @@ def demo(policy: str, cluster: str | None) -> None:
 )
 @click.option(
     "--tls-cert",
-    type=click.Path(exists=True, dir_okay=False),
+    type=click.Path(exists=True, dir_okay=False, resolve_path=True),
     help="PEM certificate (chain) to serve HTTPS with; give --tls-key too",
 )
 @click.option(
-    "--tls-key", type=click.Path(exists=True, dir_okay=False), help="PEM private key of --tls-cert"
+    "--tls-key",
+    type=click.Path(exists=True, dir_okay=False, resolve_path=True),
+    help="PEM private key of --tls-cert",
 )
 @click.option(
     "--retain-jobs",

@@ -13,7 +13,10 @@ times out). ``agent=False`` (default) passes ``--no-agent``: simulated cluster n
 ``piped``: the output goes through a pipe that this process copies to ``DATA/server.log``, for
 tests that take away the server's ability to write files (its log would go with it).
 ``ca`` (with ``--tls-cert``/``--tls-key`` in ``extra_args``): the server speaks HTTPS, verified
-against that CA file.
+against that CA file. ``cwd``: start the server in that folder with no ``--data`` at all, as a user
+types it (its default, ``.xpupool``, relative to ``cwd``): ``data`` must then be
+``cwd/.xpupool``, and the output goes to ``cwd/server.log`` so that the data dir is the server's
+own to create.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_MIXED = ROOT / "examples" / "cluster-mixed.yaml"
+DEFAULT_DATA = ".xpupool"  # `xpupool up`'s --data when none is given
 
 
 def free_port() -> int:
@@ -77,8 +81,12 @@ class ServerProc:
         start_timeout_s: float = 60.0,
         ca: Path | None = None,
         piped: bool = False,
+        cwd: Path | None = None,
     ) -> None:
+        assert cwd is None or data == cwd / DEFAULT_DATA, f"the default data dir is {DEFAULT_DATA}"
         self.data = data
+        self.cwd = cwd
+        self.log_path = (cwd if cwd is not None else data) / "server.log"
         self.piped = piped
         self.cluster = cluster
         self.agent = agent
@@ -104,19 +112,14 @@ class ServerProc:
         """Start (or start again, on the same data) and wait until it answers. ``same_port``:
         on the port of the last start, so that agents started against it find it again."""
         assert self.proc is None or self.proc.poll() is not None, "already running"
-        self.data.mkdir(parents=True, exist_ok=True)
+        if self.cwd is None:
+            self.data.mkdir(parents=True, exist_ok=True)
         if not (same_port and self.port):
             self.port = free_port()
-        args = [
-            sys.executable,
-            "-c",
-            "from xpupool.cli import main; main()",
-            "up",
-            "--data",
-            str(self.data),
-            "--port",
-            str(self.port),
-        ]
+        args = [sys.executable, "-c", "from xpupool.cli import main; main()", "up"]
+        if self.cwd is None:
+            args += ["--data", str(self.data)]
+        args += ["--port", str(self.port)]
         if self.cluster is not None:
             args += ["--cluster", str(self.cluster)]
         if not self.agent:
@@ -128,13 +131,17 @@ class ServerProc:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                cwd=ROOT,
+                cwd=self.cwd or ROOT,
             )
             threading.Thread(target=self._copy_output, args=(self.proc,), daemon=True).start()
         else:
-            log = (self.data / "server.log").open("ab")
+            log = self.log_path.open("ab")
             self.proc = subprocess.Popen(
-                args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT
+                args,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=self.cwd or ROOT,
             )
             log.close()
         deadline = time.monotonic() + self.start_timeout_s
@@ -160,7 +167,7 @@ class ServerProc:
         """``piped``: copy the server's output to DATA/server.log from this process, so that it
         is kept even while the server itself can write no file."""
         assert proc.stdout is not None
-        with (self.data / "server.log").open("ab") as out:
+        with self.log_path.open("ab") as out:
             for line in proc.stdout:
                 out.write(line)
                 out.flush()
@@ -181,7 +188,7 @@ class ServerProc:
             self.kill()
 
     def log(self) -> str:
-        path = self.data / "server.log"
+        path = self.log_path
         return path.read_text(errors="replace")[-4000:] if path.exists() else ""
 
     def __enter__(self) -> ServerProc:

@@ -71,12 +71,12 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
 )
 @click.option(
     "--token-file",
-    type=click.Path(exists=True, dir_okay=False),
+    type=click.Path(exists=True, dir_okay=False, resolve_path=True),
     help="File whose first line is the agent token (mode 0600)",
 )
 @click.option(
     "--ca",
-    type=click.Path(exists=True, dir_okay=False),
+    type=click.Path(exists=True, dir_okay=False, resolve_path=True),
     help="PEM file of the CA that signed the server's TLS certificate [default: system CAs]",
 )
 @click.option("--node", help="Node name [default: this host's name]")
@@ -90,7 +90,7 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
 @click.option(
     "--fake",
     "fake_path",
-    type=click.Path(exists=True, dir_okay=False),
+    type=click.Path(exists=True, dir_okay=False, resolve_path=True),
     help="Devices from a fake-probe YAML file instead of the vendor probes",
 )
 @click.option(
@@ -100,7 +100,7 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
     "--work-dir",
     default=".xpupool-agent",
     show_default=True,
-    type=click.Path(file_okay=False),
+    type=click.Path(file_okay=False, resolve_path=True),
     help="Replica logs and working directories",
 )
 @click.option("--poll", default=0.2, show_default=True, help="Process poll period, s")

@@ -19,10 +19,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -49,6 +50,8 @@ NO_RUNTIME = "container images need a container runtime; none configured"
 # A lease for replicas started before any server said how long one lasts (a runner driven
 # without an agent, or a server that sends no lease_s): the default time before a node is lost.
 DEFAULT_LEASE_S = 30.0
+SUPERVISOR: tuple[str, ...] = (sys.executable, "-m", "xpupool.agent.supervisor")
+"""The command that starts a replica's supervisor; its run's directory and attempt follow."""
 
 __all__ = ["FINAL", "NO_RUNTIME", "Replica", "Runner", "group_alive"]
 
@@ -121,7 +124,10 @@ class Runner:
     """The replicas of one node. Not thread-safe: one agent loop drives it. ``work_dir`` holds
     one directory per run (``replicas/``: the log, 0600, and the files the supervisor reads and
     writes); the replicas' working directories are under ``settings.job_root``, outside it.
-    Constructing a runner re-attaches to the supervisors a previous agent left there."""
+    ``work_dir`` is made absolute here, once: each supervisor is handed its run's directory and
+    works in ``/`` (a relative one failed every job, issue 42). Constructing a runner re-attaches
+    to the supervisors a previous agent left there. ``supervisor``: the command that starts a
+    supervisor (:data:`SUPERVISOR`; another only in tests, one that fails in a known way)."""
 
     def __init__(
         self,
@@ -132,9 +138,11 @@ class Runner:
         settings: LaunchSettings | None = None,
         node_vendors: Iterable[str] = (),
         clock: Callable[[], float] = time.monotonic,
+        supervisor: Sequence[str] = SUPERVISOR,
     ) -> None:
         self.node = node
-        self.work_dir = work_dir
+        self.supervisor = tuple(supervisor)
+        self.work_dir = work_dir.absolute()
         self.grace_s = grace_s
         self.settings = settings or LaunchSettings()
         self.node_vendors = tuple(node_vendors)
@@ -191,7 +199,7 @@ class Runner:
         except ValueError as exc:  # a lone surrogate in argv or env cannot be written or run
             return self._refuse(rep, f"cannot start {(work.command or [''])[0]!r}: {exc}")
         rd.write_lease(d, self.lease_until)
-        rep.supervisor = _spawn(d, work.attempt)
+        rep.supervisor = _spawn(self.supervisor, d, work.attempt)
         log.info("job %d replica %d on %s: supervisor started (%s)", *rep.key, self.node, backend)
         return rep
 
@@ -256,7 +264,7 @@ class Runner:
                 self._read(rep)
                 return
             # the replica dies with its supervisor (PR_SET_PDEATHSIG)
-            rep.state, rep.reason = "failed", "its supervisor ended before it did"
+            rep.state, rep.reason = "failed", _supervisor_ended(rep)
             rep.exit_code = None
 
     def reports(self) -> list[ReplicaReport]:
@@ -382,9 +390,48 @@ class Runner:
             )
 
 
-def _spawn(d: rd.ReplicaDir, attempt: int) -> subprocess.Popen[bytes]:
+def _supervisor_ended(rep: Replica) -> str:
+    """Why ``rep`` failed when its supervisor ended without a final status: its own last line
+    (``supervisor: cannot write ...``, or a traceback's last line), else how it ended; never an
+    exit code of the replica's, which has none. Before the replica started, the reason is the
+    supervisor's alone."""
+    said = _last_line(rep.run_dir.supervisor_log) if rep.run_dir is not None else ""
+    if said and not said.startswith("supervisor: "):
+        said = f"supervisor: {said}"
+    code = rep.supervisor.returncode if rep.supervisor is not None else None
+    if rep.pid is None:  # nothing of the job ran
+        if said:
+            return said
+        how = "ended" if code is None else _how_it_ended(code)
+        return f"supervisor: {how} before it started the replica"
+    return f"its supervisor ended before it did ({said or _how_it_ended(code)})"
+
+
+def _how_it_ended(code: int | None) -> str:
+    if code is None:
+        return "ended"
+    if code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exited with {code}"
+
+
+def _last_line(path: Path, tail_bytes: int = 4096) -> str:
+    """The last non-empty line of ``path`` (its end only: a supervisor's log is small, but
+    need not be), or "" when there is none."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(f.seek(0, os.SEEK_END) - tail_bytes, 0))
+            tail = f.read()
+    except OSError:
+        return ""
+    lines = [line.strip() for line in tail.decode(errors="replace").splitlines()]
+    return next((line for line in reversed(lines) if line), "")
+
+
+def _spawn(command: tuple[str, ...], d: rd.ReplicaDir, attempt: int) -> subprocess.Popen[bytes]:
     """The supervisor of run ``d``: a session of its own (a signal to the agent's group does
-    not reach it) and no parent-death signal, so it outlives the agent."""
+    not reach it) and no parent-death signal, so it outlives the agent. Its output (only ever
+    its own failure) goes to ``supervisor.log``, read back as the reason when it ends early."""
     out = os.open(d.supervisor_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     env = dict(os.environ)
     if env.get("PYTHONPATH"):  # it runs in /: a relative entry would no longer find xpupool
@@ -392,7 +439,7 @@ def _spawn(d: rd.ReplicaDir, attempt: int) -> subprocess.Popen[bytes]:
         env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) if p else p for p in parts)
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "xpupool.agent.supervisor", str(d.path), str(attempt)],
+            [*command, str(d.path), str(attempt)],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=out,

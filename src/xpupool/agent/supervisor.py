@@ -35,6 +35,11 @@ POLL_S = 0.05
 LINGER_AFTER_LEASE_S = 10.0  # a finished run's supervisor waits this long past its lease
 
 
+class SupervisorError(Exception):
+    """The supervisor cannot do its own part (its files); ``main`` prints it as one line,
+    ``supervisor: <this>``, which the agent reads back from ``supervisor.log`` as the reason."""
+
+
 class Supervisor:
     def __init__(self, d: rd.ReplicaDir, attempt: int) -> None:
         self.d = d
@@ -45,7 +50,11 @@ class Supervisor:
 
     def write(self, **changes: object) -> None:
         self.status = replace(self.status, **changes)  # type: ignore[arg-type]
-        rd.write_status(self.d, self.status)
+        try:
+            rd.write_status(self.d, self.status)
+        except OSError as exc:  # without its status the agent can learn nothing of the run
+            detail = exc.strerror or str(exc)
+            raise SupervisorError(f"cannot write {self.d.status}: {detail}") from None
 
     def run(self) -> int:
         self.write()
@@ -154,7 +163,11 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, _term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is for the agent, not us
-    return sup.run()
+    try:
+        return sup.run()
+    except SupervisorError as exc:  # one line, the agent's reason (anything else: a traceback)
+        print(f"supervisor: {exc}", file=sys.stderr, flush=True)
+        return 1
 
 
 if __name__ == "__main__":

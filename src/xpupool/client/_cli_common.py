@@ -46,7 +46,7 @@ def catalog_option(func: F) -> F:
     return click.option(
         "--catalog",
         "catalog_file",
-        type=click.Path(dir_okay=False),
+        type=click.Path(dir_okay=False, resolve_path=True),
         default=None,
         metavar="FILE",
         help="YAML of site catalog rules (images: ...), tried before the built-in ones; checked "

@@ -10,7 +10,9 @@
         link_group_size: 4     # devices per NVLink/HCCS domain (omit: PCIe only)
         uuid_prefix: GPU-a100  # UUIDs are <prefix>-<index> (default: <vendor>-<model>)
 
-Bad entries raise RequestError naming ``devices[i].<field>``.
+Bad entries raise RequestError naming ``devices[i].<field>`` from :func:`parse_fake`, and a
+ProbeError (``parse``, the same words) from :meth:`FakeProbe.discover`, so that an agent reading
+the file each period logs it and carries on, as with a vendor tool's bad output.
 """
 
 from __future__ import annotations
@@ -129,4 +131,7 @@ class FakeProbe:
             ) from None
         except yaml.YAMLError as exc:
             raise ProbeError(self.vendor, str(self.path), ProbeFailure.PARSE, str(exc)) from None
-        return parse_fake(data)
+        try:
+            return parse_fake(data)
+        except RequestError as exc:  # a probe's failure, as a tool's bad output: never fatal
+            raise ProbeError(self.vendor, str(self.path), ProbeFailure.PARSE, str(exc)) from None

@@ -127,11 +127,12 @@ class Stop:
 @dataclass(frozen=True, slots=True)
 class Ended:
     """Every replica is over (the agents reported each one). ``failed``: some replica did not
-    exit 0; ``reason``/``exit_code``: what the run ended with."""
+    exit 0; ``reason``/``exit_code``: what the run ended with (None: no replica that failed has
+    an exit code, e.g. its supervisor failed before starting it)."""
 
     failed: bool
     reason: str
-    exit_code: int = 0
+    exit_code: int | None = 0
 
 
 @dataclass(frozen=True, slots=True)

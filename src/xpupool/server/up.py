@@ -1,8 +1,10 @@
 """``xpupool up``: the whole control plane in one process on one host.
 
-Data lives under ``--data`` (default ``./.xpupool``): ``state.db`` (SQLite, WAL), ``pool`` (the
-pool's id, a mark above every job id handed out), ``admin-token`` (mode 0600, written on first
-start, replaced by ``--rotate-admin-token``), ``logs/``. ``--db`` takes any SQLAlchemy URL instead
+Data lives under ``--data`` (default ``./.xpupool``; the CLI makes it, and every other path
+option, absolute as it parses them, because the replicas' supervisors work in ``/``):
+``state.db`` (SQLite, WAL), ``pool`` (the pool's id, a mark above every job id handed out),
+``admin-token`` (mode 0600, written on first start, replaced by ``--rotate-admin-token``),
+``logs/``. ``--db`` takes any SQLAlchemy URL instead
 (PostgreSQL: ``postgresql+psycopg://...``). What a start refuses, and why: ``server/datadir.py``.
 """
 

@@ -55,3 +55,14 @@ def test_missing_or_broken_file_is_a_probe_error(tmp_path: Path) -> None:
     with pytest.raises(ProbeError) as exc:
         FakeProbe(broken).discover()
     assert exc.value.kind is ProbeFailure.PARSE
+
+
+def test_a_bad_entry_in_the_file_is_a_probe_error_naming_the_field(tmp_path: Path) -> None:
+    """A probe reports and never brings the agent down (its ``Monitor`` only catches
+    ProbeError): an entry the format refuses leaves that file's devices out, saying why."""
+    path = tmp_path / "devices.yaml"
+    path.write_text("devices:\n  - {vendor: nvidia, model: x, memory: 1Gi, count: 0}\n")
+    with pytest.raises(ProbeError) as exc:
+        FakeProbe(path).discover()
+    assert exc.value.kind is ProbeFailure.PARSE
+    assert exc.value.detail.startswith("devices[0].count")

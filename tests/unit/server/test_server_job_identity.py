@@ -67,3 +67,20 @@ def test_a_replica_killed_for_memory_says_so_in_the_jobs_reason(server: Server) 
     j = job(server, job_id)
     assert j["state"] == "failed"
     assert j["reason"] == f"replica 0 exited with 137: {oom}"
+
+
+def test_a_replica_that_never_started_names_the_step_and_has_no_exit_code(
+    server: Server,
+) -> None:
+    """Issue 42: its supervisor could not write its status; the job said "replica 0 exited with
+    0" with exit code 0, and "started on n1 (pid None)", though nothing of it had run."""
+    node(server, "n1", count=1)
+    a = tenant(server, "a")
+    job_id, _ = _placed(server, a)
+    why = "supervisor: cannot write /x/status.json: No such file or directory"
+    heartbeat(server, "n1", [{**report(job_id, 0, "failed"), "reason": why}])
+    j = job(server, job_id)
+    assert j["state"] == "failed"
+    assert j["exit_code"] is None
+    assert j["reason"] == f"replica 0: {why}"
+    assert not any("pid None" in e["reason"] for e in j["events"]), j["events"]

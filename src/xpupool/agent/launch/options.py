@@ -40,7 +40,7 @@ def launch_options(f: F) -> F:
         ),
         click.option(
             "--job-root",
-            type=click.Path(file_okay=False),
+            type=click.Path(file_okay=False, resolve_path=True),
             help="Where each replica gets its private working directory (0700, owned by the"
             " job's uid) [default: /var/lib/xpupool-jobs as root, else"
             " $TMPDIR/xpupool-jobs-UID]",
@@ -78,7 +78,7 @@ def launch_options(f: F) -> F:
         ),
         click.option(
             "--device-root",
-            type=click.Path(exists=True, file_okay=False),
+            type=click.Path(exists=True, file_okay=False, resolve_path=True),
             default="/dev",
             show_default=True,
             help="Where the host's device nodes are (an agent in a container may see them"
@@ -135,7 +135,7 @@ def launch_settings(
         cgroups=_with_pids_limit(detect_cgroups(), pids_limit),
         base_path=os.environ.get("PATH") or DEFAULT_PATH,
         lang=os.environ.get("LANG") or "C.UTF-8",
-        device_root=Path(device_root),
+        device_root=Path(device_root).resolve(),
         private_paths=tuple(p.resolve() for p in private_paths),
     )
     return isolation(settings, sandbox, runtime)

@@ -150,7 +150,8 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: s.Replica
     states = [job.replica_states.get(i) for i in replicas]
     if r.state != "stopped" and job.state is not s.JobPhase.RUNNING:
         # a replica that ran and ended between two heartbeats was still running: record it
-        plane.apply(conn, job.id, lc.Start(f"started on {node} (pid {r.pid})"))
+        started = f"(pid {r.pid})" if r.pid is not None else "(its process never started)"
+        plane.apply(conn, job.id, lc.Start(f"started on {node} {started}"))
     _limits(plane, conn, job, r)
     finished = all(st in ("succeeded", "failed", "stopped") for st in states)
     if r.state == "failed" and job.stop is None and not finished:
@@ -159,7 +160,10 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: s.Replica
     if not finished:
         return
     failed = [i for i in replicas if job.replica_states.get(i) != "succeeded"]
-    code = max((job.exit_codes.get(i, 0) for i in replicas), key=abs, default=0)
+    # the job's exit code: the largest of the failed replicas' own, or empty when none of them
+    # has one (stopped, or never started: a supervisor or launch failure is not "exit 0")
+    codes = [job.exit_codes[i] for i in (failed or replicas) if i in job.exit_codes]
+    code = max(codes, key=abs) if codes else None
     reason = _failure(job, failed[0], code) if failed else "all replicas exited 0"
     plane.apply(conn, job.id, lc.Ended(bool(failed), reason, code))
 
@@ -174,8 +178,12 @@ def _limits(plane: ControlPlane, conn: Connection, job: HeldJob, r: s.ReplicaRep
 def _failure(job: HeldJob, replica: int, code: int | None = None) -> str:
     """Why a replica failed, in the job's reason: ``replica 1 failed (3)`` when a sibling is
     still being stopped, ``replica 0 exited with 137`` when it was the last; followed by the
-    agent's reason when that says more (killed for memory, could not start)."""
+    agent's reason when that says more (killed for memory, could not start). A replica with no
+    exit code of its own never ran (or was stopped): ``replica 0: <the agent's reason>``, which
+    names the step that failed, never an exit code it did not have."""
     reason = job.failures.get(replica, "")
+    if replica not in job.exit_codes:
+        return f"replica {replica}: {reason}" if reason else f"replica {replica} failed"
     if code is None:
         text = f"replica {replica} failed ({job.exit_codes.get(replica)})"
     else:
