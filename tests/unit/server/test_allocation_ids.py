@@ -2,9 +2,12 @@
 engine is rebuilt), not after a restart (it is rebuilt from the store), and the mark above them
 is stored in the transaction that stores the allocation. Before, a rebuilt engine numbered from
 1 again: an agent that had finished allocation 1 skipped the next job's allocation 1, and that
-job sat ``scheduled`` for ever holding its cards."""
+job sat ``scheduled`` for ever holding its cards. An agent that still gets work it cannot run
+says why, and the job fails with that reason."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from server_kit import L20, Server, heartbeat, job, node, reopen, report, submit, tenant
 from sqlalchemy import select
@@ -60,3 +63,16 @@ def test_the_mark_is_stored_with_the_allocation(server: Server) -> None:
     assert _stored_mark(server) == first + 1  # in the same transaction as the allocation row
     _, second = _placed_on_n1(server, user)
     assert _stored_mark(server) == second + 1
+
+
+def test_work_an_agent_cannot_run_fails_the_job_with_the_agents_reason(server: Server) -> None:
+    node(server, "n1", count=1)
+    user = tenant(server, "a")
+    job_id, alloc = _placed_on_n1(server, user)
+    why = f"allocation {alloc} already ran on n1 (job 99 replica 0): not started"
+    refused: dict[str, Any] = {**report(job_id, 0, "failed"), "reason": why}
+    heartbeat(server, "n1", [refused])
+    got = job(server, job_id)
+    assert got["state"] == "failed"
+    assert got["reason"] == f"replica 0 failed: {why}"  # not 'exited with 0': it never ran
+    assert not any("started on" in e["reason"] for e in got["events"])

@@ -148,7 +148,7 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: s.Replica
         job.failures[r.replica] = r.reason
     replicas = {a.replica for a in job.allocations}
     states = [job.replica_states.get(i) for i in replicas]
-    if r.state != "stopped" and job.state is not s.JobPhase.RUNNING:
+    if r.state != "stopped" and job.state is not s.JobPhase.RUNNING and not _never_started(r):
         # a replica that ran and ended between two heartbeats was still running: record it
         plane.apply(conn, job.id, lc.Start(f"started on {node} (pid {r.pid})"))
     _limits(plane, conn, job, r)
@@ -164,6 +164,13 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: s.Replica
     plane.apply(conn, job.id, lc.Ended(bool(failed), reason, code))
 
 
+def _never_started(r: s.ReplicaReport) -> bool:
+    """The agent reports a replica failed with neither a process nor an exit code: it did not
+    start one (it could not build the launch, or it was handed an allocation that already ran
+    there: docs/agent.md). The job is failed with the agent's reason, never marked started."""
+    return r.state == "failed" and r.pid is None and r.exit_code is None
+
+
 def _limits(plane: ControlPlane, conn: Connection, job: HeldJob, r: s.ReplicaReport) -> None:
     """Which CPU/memory enforcement the replica runs under: one event per replica run."""
     if r.limits and job.limits.get(r.replica) != r.limits:
@@ -176,7 +183,9 @@ def _failure(job: HeldJob, replica: int, code: int | None = None) -> str:
     still being stopped, ``replica 0 exited with 137`` when it was the last; followed by the
     agent's reason when that says more (killed for memory, could not start)."""
     reason = job.failures.get(replica, "")
-    if code is None:
+    if replica not in job.exit_codes:  # it exited with nothing: never started, or vanished
+        text = f"replica {replica} failed"
+    elif code is None:
         text = f"replica {replica} failed ({job.exit_codes.get(replica)})"
     else:
         text = f"replica {replica} exited with {code}"
