@@ -183,8 +183,8 @@ def _failure(job: HeldJob, replica: int, code: int | None = None) -> str:
     still being stopped, ``replica 0 exited with 137`` when it was the last; followed by the
     agent's reason when that says more (killed for memory, could not start)."""
     reason = job.failures.get(replica, "")
-    if replica not in job.exit_codes:  # it exited with nothing: never started, or vanished
-        text = f"replica {replica} failed"
+    if job.replica_states.get(replica) == "failed" and replica not in job.exit_codes:
+        text = f"replica {replica} failed"  # no exit at all: never started (_never_started)
     elif code is None:
         text = f"replica {replica} failed ({job.exit_codes.get(replica)})"
     else:

@@ -92,23 +92,9 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
             }
         work_dir = data / "agent"
         agent_log = data / "agent.log"
+        how = ("--fake", str(FAKE), "--grace", "1", "--poll", "0.05", "--work-dir", str(work_dir))
         agent = subprocess.Popen(
-            [
-                *CLI,
-                "agent",
-                "--server",
-                srv.url,
-                "--node",
-                NODE,
-                "--fake",
-                str(FAKE),
-                "--grace",
-                "1",
-                "--poll",
-                "0.05",
-                "--work-dir",
-                str(work_dir),
-            ],
+            [*CLI, "agent", "--server", srv.url, "--node", NODE, *how],
             stdout=agent_log.open("wb"),
             stderr=subprocess.STDOUT,
             env={**os.environ, "XPUPOOL_TOKEN": tokens["agent"]},
