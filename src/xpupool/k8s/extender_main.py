@@ -73,6 +73,8 @@ def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
         images = default_image_catalog()
         if cfg.catalog is not None:
             images = images.with_rules_first(cfg.catalog.images)
+    locks = NodeLocks(api, cfg.node_lock, wait_s=cfg.node_lock_wait_s)
+    view.node_seen = locks.node_changed  # a bind waiting for a node's lock hears of its release
     extender = Extender(
         view,
         api,
@@ -81,7 +83,7 @@ def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
         choose=cfg.choose,
         preemptions=preemptions,
         images=images,
-        locks=NodeLocks(api, cfg.node_lock, wait_s=cfg.node_lock_wait_s),
+        locks=locks,
     )
     registry = CollectorRegistry()
     metrics = ExtenderMetrics(registry)

@@ -17,9 +17,10 @@ older than ``NodeLockTimeout`` (5 minutes, ``HAMI_NODELOCK_EXPIRE``) is expired 
 is one whose owner pod no longer exists; a lock naming the binding pod is already its own; a
 release deletes the lock only when it still names its owner (a value without ``,`` is HAMi's
 legacy form, a time alone). Where HAMi refuses a bind to a locked node (kube-scheduler then backs
-off, 1 s doubling to 10 s), :class:`NodeLocks` holds the bind and polls until the lock is free,
-within a budget kept under kube-scheduler's ``httpTimeout``; binds to other nodes go on meanwhile
-(one waiter per node polls, the rest queue behind it).
+off, 1 s doubling to 10 s), :class:`NodeLocks` holds the bind until the lock is free, within a
+budget kept under kube-scheduler's ``httpTimeout``: it reads the Node again whenever the extender's
+Node watch sees it change (:meth:`NodeLocks.node_changed`), and polls as a fallback. Binds to
+other nodes go on meanwhile (one waiter per node reads, the rest queue behind it).
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ WAIT_S = 25.0
 ``httpTimeout`` is 30 s, and the pod's annotation patch and Binding still have to fit after it."""
 FIRST_POLL_S = 0.02
 MAX_POLL_S = 0.2
-"""Polling a locked node starts at 20 ms and doubles to 200 ms: HAMi's device plugin releases a
-lock within tens of milliseconds of the kubelet's Allocate, and at most one bind per node polls."""
+"""Polling a locked node starts at 20 ms and doubles to 200 ms, at most one bind per node: the
+fallback for a release the Node watch has not reported (or no watch, in tests)."""
 RELEASE_TRIES = 5  # as HAMi's DefaultStrategy.Steps
 
 _FIELD = f"metadata.annotations[{LOCK_KEY}]"
@@ -173,11 +174,14 @@ class NodeLocks:
         expiry_s: float = EXPIRY_S,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
     ) -> None:
+        """``sleep`` replaces the wait between two reads of a locked Node (tests with a fake
+        clock); by default that wait ends early when :meth:`node_changed` names the Node."""
         self.api, self.mode, self.wait_s, self.expiry_s = api, mode, wait_s, expiry_s
         self.now, self.monotonic, self.sleep = now, monotonic, sleep
         self._turns: dict[str, threading.Lock] = {}  # node -> its waiters' turn
+        self._changed: dict[str, threading.Event] = {}  # node -> changed since the last read
         self._turns_lock = threading.Lock()
         self.waits = 0  # binds that found their node locked by another pod (for metrics, tests)
         self.takeovers = 0  # expired or orphaned locks overwritten
@@ -221,12 +225,25 @@ class NodeLocks:
         log.warning("releasing the lock of %s/%s on %s kept conflicting", namespace, pod, node)
         return False
 
+    def node_changed(self, node: str) -> None:
+        """The Node watch saw ``node`` change: a bind waiting for its lock reads it again now."""
+        changed = self._changed.get(node)
+        if changed is not None:
+            changed.set()
+
     def _turn(self, node: str) -> threading.Lock:
         with self._turns_lock:
             turn = self._turns.get(node)
             if turn is None:
                 turn = self._turns[node] = threading.Lock()
+                self._changed[node] = threading.Event()
             return turn
+
+    def _pause(self, node: str, seconds: float) -> None:
+        if self.sleep is not None:
+            self.sleep(seconds)
+        else:
+            self._changed[node].wait(seconds)
 
     def _take(self, node: str, namespace: str, pod: str, start: float, deadline: float) -> bool:
         """Read the node, and write our lock when it is free, stale, orphaned or ours; else poll
@@ -235,6 +252,7 @@ class NodeLocks:
         waited = False
         checked: set[str] = set()  # lock values whose owner pod was looked up
         while True:
+            self._changed[node].clear()  # a change from here on ends the next pause
             meta = _meta(self.api.get_node(node))
             annotations = _annotations(meta)
             if self.mode is LockMode.AUTO and not runs_hami_device_plugin(annotations):
@@ -258,7 +276,7 @@ class NodeLocks:
             left = deadline - self.monotonic()
             if left <= 0:
                 raise NodeLockBusyError(node, str(value), self.monotonic() - start)
-            self.sleep(min(poll, left))
+            self._pause(node, min(poll, left))
             poll = min(poll * 2, MAX_POLL_S)
 
     def _free(self, value: object, namespace: str, pod: str, checked: set[str]) -> bool:

@@ -5,12 +5,14 @@ as the apiserver does when the resourceVersion moved."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
+from xpupool.k8s import node_lock
 from xpupool.k8s.node_lock import (
     EXPIRY_S,
     LOCK_KEY,
@@ -274,3 +276,25 @@ def test_release_deletes_only_the_owners_lock() -> None:
     assert nl.release("n", "ns", "p") is True
     assert LOCK_KEY not in api.annotations
     assert nl.release("n", "ns", "p") is False  # nothing left to release
+
+
+def test_a_watched_release_ends_the_wait_before_the_next_poll(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With no fake sleep, the pause between two reads is cut short by ``node_changed`` (the
+    extender's Node watch): here the poll would be 30 s, the bind goes on at once."""
+    monkeypatch.setattr(node_lock, "FIRST_POLL_S", 30.0)
+    api = FakeNodes()
+    api.annotations[LOCK_KEY] = encode_lock(T0, "ns", "first")
+    nl = NodeLocks(api, now=lambda: T0, wait_s=60.0)
+
+    def device_plugin_releases(nodes: FakeNodes) -> None:  # after our first read
+        if nodes.gets == 1:
+            nodes.write(LOCK_KEY, None)
+            nl.node_changed("n")
+
+    api.on_get = device_plugin_releases
+    started = time.monotonic()
+    assert nl.acquire("n", "ns", "second") is True
+    assert api.gets == 2
+    assert time.monotonic() - started < 10.0
