@@ -315,9 +315,12 @@ class XpupoolHamiStack(XpupoolStack):
     """xpupool's extender on HAMi's nodes as :class:`HamiStack` runs HAMi's scheduler there:
     taking HAMi's node lock at each bind (``--hami-node-lock auto``: the nodes carry HAMi's
     registration annotation), with the same :class:`DevicePluginStandIn` setting ``success``
-    and releasing the lock, so both stacks pay for the lock alike."""
+    and releasing the lock, so both stacks pay for the lock alike. Its extender call timeout is
+    the chart's (and HAMi's) 30 s, and a bind waits up to 25 s for a locked node (the default)."""
 
     node_lock: str = "auto"
+    http_timeout_s: int = 30
+    node_lock_wait_s: float = 25.0
     stand_in: DevicePluginStandIn | None = field(default=None, init=False)
     _stats: dict[str, float] = field(default_factory=dict, init=False)
 

@@ -339,7 +339,8 @@ class XpupoolStack:
     gpu_per_card: int = HAMI_SPLIT
     policy: str | None = None
     node_lock: str = "off"
-    node_lock_wait_s: float = 8.0  # under the 10 s httpTimeout below
+    http_timeout_s: int = 10
+    node_lock_wait_s: float = 8.0  # under http_timeout_s, leaving the Binding its time
     extender: Any = field(default=None, init=False)
     warmup_s: float = field(default=0.0, init=False)
 
@@ -365,7 +366,7 @@ class XpupoolStack:
             url_prefix=self.extender.url,
             preempt_verb="preempt",
             weight=10,
-            http_timeout="10s",
+            http_timeout=f"{self.http_timeout_s}s",
             managed_resources=MANAGED,
         )
         self.warmup_s = warm_extender(self.extender.url, kc.api, self.scheduler_name)
