@@ -189,6 +189,9 @@ class ClusterView:
         """The view's one allocation id counter: its engines' and its pods' charges'."""
         self._informers: list[Informer[Any]] = []
         self.rebuilds = 0
+        self.node_seen: Callable[[str], None] | None = None
+        """Told the name of every Node event, whatever changed (a bind waiting for HAMi's node
+        lock to go, ``node_lock.py``, reads the Node again at once instead of at its next poll)."""
 
     # ------------------------------------------------------------------ the engine
     @contextmanager
@@ -422,6 +425,8 @@ class ClusterView:
 
     def on_node(self, event: Event[NodeRecord]) -> None:
         """Consume a node informer event."""
+        if self.node_seen is not None:
+            self.node_seen(event.key)
         with self._lock:
             before = self._nodes.get(event.key)
             if event.type is EventType.DELETED:
