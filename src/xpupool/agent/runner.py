@@ -180,7 +180,7 @@ class Runner:
         current = self.replicas.get((work.job_id, work.replica))
         alloc = work.assignment.allocation_id
         done = self._done_allocations.get(alloc)
-        if done is not None:
+        if done is not None and not _superseded(done, work):
             if current is None:  # else its own report goes first; the work comes again
                 self._answer(work, done)
             return None
@@ -455,6 +455,19 @@ def _last_line(path: Path, tail_bytes: int = 4096) -> str:
         return ""
     lines = [line.strip() for line in tail.decode(errors="replace").splitlines()]
     return next((line for line in reversed(lines) if line), "")
+
+
+def _superseded(done: ReplicaReport, work: Work) -> bool:
+    """``done`` is a run of this same replica that this agent stopped because ``work``, a later
+    attempt on the same allocation, was handed to it (the server believed the run gone: a
+    heartbeat that did not list it): that attempt is started, not answered with the stopped run
+    (which would fail the job)."""
+    return (
+        (done.job_id, done.replica) == (work.job_id, work.replica)
+        and done.state == "stopped"
+        and done.attempt is not None
+        and work.attempt > done.attempt
+    )
 
 
 def _spawn(command: tuple[str, ...], d: rd.ReplicaDir, attempt: int) -> subprocess.Popen[bytes]:

@@ -53,3 +53,23 @@ def test_a_finished_run_asked_for_again_is_told_as_it_ended(tmp_path: Path) -> N
     assert report.attempt is None  # told, not run: whichever attempt the server counts now
     runner.acknowledge([report])
     assert runner.replicas == {}
+
+
+def test_a_later_attempt_on_the_same_allocation_starts_after_the_run_it_replaced(
+    tmp_path: Path,
+) -> None:
+    """The server hands attempt 2 of a running replica on the same allocation (a heartbeat did
+    not list the run): the agent stops attempt 1 and starts attempt 2, instead of answering
+    attempt 2 with attempt 1's 'stopped', which failed the job (seen in
+    tests/integration/test_admin_node_deletion.py once allocations were answered)."""
+    runner = Runner("n1", tmp_path, grace_s=0.2, settings=settings(tmp_path))
+    first = work(_py("import time; time.sleep(60)"), job_id=7, allocation_id=5)
+    started(runner.start(first), runner)
+    second = first.model_copy(update={"attempt": first.attempt + 1})
+    assert runner.start(second) is None  # attempt 1 is being stopped first
+    poll_until(lambda: runner.replicas[(7, 0)].state == "stopped", runner)
+    runner.acknowledge(runner.reports())
+    rep = started(runner.start(second), runner)
+    assert rep is not None and rep.work.attempt == second.attempt
+    runner.stop(7, 0)
+    poll_until(lambda: runner.replicas[(7, 0)].state == "stopped", runner)
