@@ -11,7 +11,9 @@ Real SQLite files and real ``xpupool up`` processes; the takeover is done as a s
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -73,6 +75,7 @@ def test_a_second_up_with_another_data_dir_on_the_same_db_is_refused(tmp_path: P
     first = tmp_path / "first"
     with ServerProc(first, extra_args=QUIET) as srv:
         assert srv.proc is not None
+        until(lambda: store_rows(first)["fleet_history"], "the owner's first fleet sample")
         before, owner = store_rows(first), owner_row(first)
         code, out = second_up(tmp_path / "second", db_url(first))
         said = out.strip().splitlines()
@@ -80,7 +83,7 @@ def test_a_second_up_with_another_data_dir_on_the_same_db_is_refused(tmp_path: P
         line = said[0]
         assert "owned by another xpupool up" in line, line
         assert f"pid {srv.proc.pid}" in line and str(first) in line, line
-        assert f"host {os.uname().nodename}" in line and "lease ends" in line, line
+        assert f"host {socket.gethostname()}" in line and "lease ends" in line, line
         assert store_rows(first) == before
         after = owner_row(first)
         assert (after["epoch"], after["pid"], after["data_dir"]) == (
@@ -122,7 +125,7 @@ def _claims(taker: Any) -> bool:
     from xpupool.server.ownership import StoreInUseError
 
     try:
-        taker.claim(dir_locked=False)
+        taker.claim()
     except StoreInUseError:
         return False
     return True
@@ -145,11 +148,15 @@ def test_a_clean_stop_releases_the_store_and_a_crash_holds_it_until_its_lease_en
     srv = ServerProc(first, extra_args=QUIET).start()
     srv.stop()  # clean: the next server, on another data dir, takes the store at once
     assert owner_row(first)["lease_until"] == 0
-    other = ServerProc(second, extra_args=(*QUIET, "--db", db_url(first), *SHORT)).start()
-    other.kill()  # a crash: its lease (1 s) still runs
+    second.mkdir()  # the store has an admin token: the second server writes no file of it
+    shutil.copy2(first / "admin-token", second / "admin-token")
+    lease = ("--store-lease", "20")  # long enough for a start on a busy test machine
+    other = ServerProc(second, extra_args=(*QUIET, "--db", db_url(first), *lease)).start()
+    other.kill()  # a crash: its lease still runs
     code, out = second_up(first, db_url(first))
     assert code == 1 and f"data dir {second}" in out, out
-    time.sleep(3.5)  # past the lease and the clock-skew allowance
+    ends = owner_row(first)["lease_until"] + 2  # and the clock-skew allowance
+    time.sleep(max(0.0, ends - time.time()) + 0.5)
     srv.start()  # on its own data dir, after the crashed owner's lease ended
     try:
         assert owner_row(first)["data_dir"] == str(first)
