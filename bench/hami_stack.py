@@ -37,6 +37,7 @@ from k8s_harness import (
     NS,
     REGISTER,
     PodAsk,
+    XpupoolStack,
     cluster,
     hami_pod,
     scheduler_config,
@@ -307,3 +308,37 @@ class HamiStack:
 
     def figures(self) -> dict[str, float]:
         return {"hami_ready_s": round(self.ready_s, 2), **self._stats}
+
+
+@dataclass
+class XpupoolHamiStack(XpupoolStack):
+    """xpupool's extender on HAMi's nodes as :class:`HamiStack` runs HAMi's scheduler there:
+    taking HAMi's node lock at each bind (``--hami-node-lock auto``: the nodes carry HAMi's
+    registration annotation), with the same :class:`DevicePluginStandIn` setting ``success``
+    and releasing the lock, so both stacks pay for the lock alike. Its extender call timeout is
+    the chart's (and HAMi's) 30 s, and a bind waits up to 25 s for a locked node (the default)."""
+
+    node_lock: str = "auto"
+    http_timeout_s: int = 30
+    node_lock_wait_s: float = 25.0
+    stand_in: DevicePluginStandIn | None = field(default=None, init=False)
+    _stats: dict[str, float] = field(default_factory=dict, init=False)
+
+    def start(self, kc: Any, workdir: Path) -> None:
+        self.stand_in = DevicePluginStandIn(kc.api_url, cluster.TOKEN).start()
+        super().start(kc, workdir)
+
+    def stop(self) -> None:
+        stand_in, self.stand_in = self.stand_in, None
+        if stand_in is not None:
+            stand_in.stop()
+            self._stats = {
+                "device_plugin_success_patches": stand_in.patched,
+                "device_plugin_lock_releases": stand_in.released,
+            }
+        super().stop()
+        if stand_in is not None and stand_in.error is not None:
+            raise RuntimeError("the device-plugin stand-in failed") from stand_in.error
+
+    def figures(self) -> dict[str, float]:
+        return super().figures() | self._stats

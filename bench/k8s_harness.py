@@ -329,12 +329,18 @@ class KubeSchedulerAlone:
 class XpupoolStack:
     """kube-scheduler v1.36 with ``xpupool k8s extender`` (a real process, its default profile
     unless ``policy``) as its extender: filter, prioritize, bind and preempt, the HAMi resources
-    managed and ignored by kube-scheduler, as the Helm chart configures it."""
+    managed and ignored by kube-scheduler, as the Helm chart configures it. ``node_lock`` is its
+    ``--hami-node-lock``: off here, where nothing releases HAMi's node lock (no device plugin);
+    ``bench/hami_stack.py`` ``XpupoolHamiStack`` runs a stand-in of HAMi's device plugin and
+    turns it on."""
 
     name: str = "xpupool"
     scheduler_name: str = "bench-xpupool"
     gpu_per_card: int = HAMI_SPLIT
     policy: str | None = None
+    node_lock: str = "off"
+    http_timeout_s: int = 10
+    node_lock_wait_s: float = 8.0  # under http_timeout_s, leaving the Binding its time
     extender: Any = field(default=None, init=False)
     warmup_s: float = field(default=0.0, init=False)
 
@@ -347,13 +353,20 @@ class XpupoolStack:
     def start(self, kc: Any, workdir: Path) -> None:
         port = cluster.free_port()
         log = workdir / "extender.log"
-        self.extender = cluster.ExtenderProcess(kc.kubeconfig, port, log, policy=self.policy)
+        self.extender = cluster.ExtenderProcess(
+            kc.kubeconfig,
+            port,
+            log,
+            ("--hami-node-lock-wait", str(self.node_lock_wait_s)),
+            policy=self.policy,
+            node_lock=self.node_lock,
+        )
         self.extender.start()
         ext = cluster.Extender(
             url_prefix=self.extender.url,
             preempt_verb="preempt",
             weight=10,
-            http_timeout="10s",
+            http_timeout=f"{self.http_timeout_s}s",
             managed_resources=MANAGED,
         )
         self.warmup_s = warm_extender(self.extender.url, kc.api, self.scheduler_name)

@@ -12,7 +12,10 @@ sent to it once. The stacks (``bench/hami_stack.py``, ``bench/k8s_harness.py``):
   chart configuration), pods annotated ``hami.io/node-scheduler-policy`` and
   ``hami.io/gpu-scheduler-policy`` both ``binpack`` or both ``spread``; a stand-in for HAMi's
   device plugin marks each bound pod ``hami.io/bind-phase: success`` and releases its node lock.
-- ``xpupool``: kube-scheduler with ``xpupool k8s extender`` (default profile) as its extender.
+- ``xpupool``: kube-scheduler with ``xpupool k8s extender`` (default profile) as its extender,
+  taking HAMi's node lock at each bind as HAMi's scheduler does (the nodes carry HAMi's
+  registration annotation), with the same device-plugin stand-in releasing it; where HAMi refuses
+  a bind to a locked node (kube-scheduler backs off), xpupool's bind waits for the release.
 
 The streams (``bench/hami_streams.py``): ``hami-mix`` (``--pods`` HAMi-style asks), ``alibaba``
 (the first ``--pods`` GPU tasks of the Alibaba trace's default mix in HAMi's resource names) and
@@ -40,12 +43,11 @@ from pathlib import Path
 from typing import Any
 
 import xpupool
-from hami_stack import POLICIES, HamiStack
+from hami_stack import POLICIES, HamiStack, XpupoolHamiStack
 from hami_streams import BURST, STREAMS, Stream, make_streams
 from k8s_harness import (
     RunResult,
     Stack,
-    XpupoolStack,
     ask_requests,
     bind_figures,
     capacity_figures,
@@ -66,7 +68,7 @@ CAPACITY_KEYS = (
 
 def make_stack(name: str) -> Stack:
     if name == "xpupool":
-        return XpupoolStack()
+        return XpupoolHamiStack()
     policy = name.removeprefix("hami_")
     if policy not in POLICIES:
         raise ValueError(f"stack {name!r} is not one of {STACKS}")

@@ -190,7 +190,7 @@ def test_a_tenant_sees_only_its_own_jobs(browser: Any, pool: Pool) -> None:
     held = _wait_job(team, r.json()["id"], lambda j: j["assignments"], "team's job placed")
     uuid = held["assignments"][0]["devices"][0]["uuid"]
     page.goto(f"/devices?card={uuid}")
-    expect(page.locator("#panel-jobs")).to_contain_text("another tenant's job")
+    expect(page.locator("#panel-jobs")).to_contain_text("in use by other tenants")
     assert page.locator(f'#panel-jobs a[href="/jobs/{held["id"]}"]').count() == 0
     assert "team-card" not in page.content()
     team.post(f"/v1/jobs/{held['id']}/cancel")

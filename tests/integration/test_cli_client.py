@@ -155,7 +155,12 @@ def test_quota_keeps_a_larger_job_pending_with_the_reason(srv: Plane, tmp_path: 
     )
     put = srv.json("queue", "put", "-f", str(queue_file))
     assert put["quotas"][0]["nominal"] == 2
-    job_id = srv.json("submit", "A100:4", "--", "sleep", "1", token=token)["id"]
+    # above what the queue can ever hold: refused, naming the queue and the arithmetic
+    refused = srv.cli("submit", "A100:4", "--", "sleep", "1", token=token)
+    assert refused.exit_code != 0
+    assert "queue" in refused.output and "4 asked > 2 nominal" in refused.output
+    first = srv.json("submit", "A100:2", "--", "sleep", "1", token=token)["id"]
+    job_id = srv.json("submit", "A100:2", "--", "sleep", "1", token=token)["id"]
     _poll(lambda: "quota" in srv.json("job", str(job_id), token=token)["reason"])
     detail = srv.ok("job", str(job_id), token=token).stdout
     assert "pending reason" in detail and "quota" in detail
@@ -164,7 +169,8 @@ def test_quota_keeps_a_larger_job_pending_with_the_reason(srv: Plane, tmp_path: 
     # the flag form replaces the quota; the job then fits
     srv.ok("queue", "put", "--name", "team", "--tenant", "team", "--quota", "A100:devices=4")
     _poll(lambda: srv.json("job", str(job_id), token=token)["state"] == "scheduled")
-    srv.ok("cancel", str(job_id), token=token)
+    for done in (job_id, first):
+        srv.ok("cancel", str(done), token=token)
 
 
 def test_fleet_listings_top_and_cordon(srv: Plane) -> None:

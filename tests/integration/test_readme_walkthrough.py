@@ -12,9 +12,10 @@ that a developer's ``~/.config/xpupool/config.yaml`` cannot lend them another to
 The block is read from README.md, so the test follows the README; each line runs in one shell
 (``eval`` of ``token issue`` carries to the next lines), its output and status kept apart, and
 every documented outcome is checked, not only the status: the first job's log is a device index,
-the job over its queue's quota waits saying so, the ``# refused`` line is refused with its reason,
-``jobs`` lists them, ``cancel 3`` cancels. Then the remaining jobs are cancelled (nothing of theirs
-outlives the test) and ``make run``'s whole process group is stopped.
+the second ``A100:2`` waits while the first holds its queue's quota, saying so, each ``# refused``
+line is refused with its reason (``A100:4`` because the queue can never hold it), ``jobs`` lists
+them, ``cancel 3`` stops the first and the waiting one then runs. Then the remaining jobs are
+cancelled (nothing of theirs outlives the test) and ``make run``'s whole process group is stopped.
 """
 
 from __future__ import annotations
@@ -208,24 +209,35 @@ def test_the_readme_walkthrough_runs_as_written(make_run: MakeRun, tmp_path: Pat
         assert "succeeded" in first.out, first
         logs = _one(ran, "xpupool logs 1")
         assert re.search(r"^\d+$", logs.out, re.M), logs  # the card it was given: its index
-        waits = _one(ran, "--queue vision-a100")
-        assert re.search(r"^job 3 .*: pending$", waits.out, re.M), waits
+        holds, waits = [r for r in ran if "--queue vision-a100" in r.command][:2]
+        assert re.search(r"^job 3 .*: (pending|scheduled|running)$", holds.out, re.M), holds
+        assert re.search(r"^job 4 .*: pending$", waits.out, re.M), waits
+        never = _one(ran, '"A100:4"')
+        assert "queue" in never.err and "the queue can never hold it" in never.err, never
+        assert "4 asked > 2 nominal + 0 borrowable at most" in never.err, never
         refused = _one(ran, "mem=100Gi")
         assert "nothing in the pool can hold it" in refused.err, refused
         assert "asked 100Gi" in refused.err, refused
         jobs = _one(ran, "xpupool jobs")
         assert re.search(r"^\s*1\s.*succeeded", jobs.out, re.M), jobs
         assert "6× 25% L20 on" in jobs.out, jobs  # the six slices, grouped
-        waiting = re.search(r"^\s*3\s.*pending.*$", jobs.out, re.M)
-        assert waiting and "devices quota" in waiting.group(0), jobs  # why job 3 waits
+        assert re.search(r"^\s*3\s.*(scheduled|running)", jobs.out, re.M), jobs
+        waiting = re.search(r"^\s*4\s.*pending.*$", jobs.out, re.M)
+        assert waiting and "devices quota" in waiting.group(0), jobs  # why job 4 waits
+        assert "inadmissible" not in waiting.group(0), jobs  # it waits for quota in use
+        assert not re.search(r"^\s*5\s", jobs.out, re.M), "the refused lines made no job"
         cancel = _one(ran, "xpupool cancel 3")
-        assert cancel.out.startswith("job 3: cancelled"), cancel
-        assert not re.search(r"^\s*4\s", jobs.out, re.M), "the refused line made no job"
+        assert cancel.out.startswith("job 3: ") and "cancelled by user" in cancel.out, cancel
         token = (make_run.folder / ".xpupool" / "admin-token").read_text().strip()
-        third = httpx.get(
-            f"{make_run.url}/v1/jobs/3", headers={"Authorization": f"Bearer {token}"}
-        ).json()
-        assert third["state"] == "cancelled", third
+        with httpx.Client(
+            base_url=make_run.url, headers={"Authorization": f"Bearer {token}"}
+        ) as admin:
+            until(lambda: admin.get("/v1/jobs/3").json()["state"] == "cancelled", "job 3 ends", 60)
+            until(
+                lambda: admin.get("/v1/jobs/4").json()["state"] in ("scheduled", "running"),
+                "job 4 to run in the quota job 3 freed",
+                60,
+            )
         assert "exited with 0" not in everything and "pid None" not in everything
     finally:
         _cancel_the_rest(make_run)

@@ -148,7 +148,9 @@ class Runner:
         self.node_vendors = tuple(node_vendors)
         self.clock = clock
         self.replicas: dict[tuple[int, int], Replica] = {}
-        self._done_allocations: set[int] = set()  # final and acknowledged: never start again
+        # allocation id -> the final report the server acknowledged of the run that held it:
+        # never started again; work handed on it again is answered (see _answer)
+        self._done_allocations: dict[int, ReplicaReport] = {}
         # CLOCK_MONOTONIC seconds until which replicas may run (the supervisors' lease); moved
         # by renew() after each heartbeat the server answered
         self.lease_until = time.monotonic() + DEFAULT_LEASE_S
@@ -171,10 +173,16 @@ class Runner:
     # ------------------------------------------------------------------ acting on the reply
     def start(self, work: Work) -> Replica | None:
         """Start ``work`` unless it already runs (or ran) here; None when nothing was started.
-        A run of an earlier attempt still going here is stopped first (started next time)."""
+        A run of an earlier attempt still going here is stopped first (started next time).
+        Work on an allocation whose run here is over is never started again, nor dropped in
+        silence: it is answered with a report (:meth:`_answer`), so that the job does not wait
+        for ever for a start that will not come."""
         current = self.replicas.get((work.job_id, work.replica))
         alloc = work.assignment.allocation_id
-        if alloc in self._done_allocations:
+        done = self._done_allocations.get(alloc)
+        if done is not None:
+            if current is None:  # else its own report goes first; the work comes again
+                self._answer(work, done)
             return None
         if current is not None and current.state not in FINAL:
             if current.run_dir is not None and current.work.attempt != work.attempt:
@@ -202,6 +210,26 @@ class Runner:
         rep.supervisor = _spawn(self.supervisor, d, work.attempt)
         log.info("job %d replica %d on %s: supervisor started (%s)", *rep.key, self.node, backend)
         return rep
+
+    def _answer(self, work: Work, done: ReplicaReport) -> None:
+        """Report ``work`` (handed on an allocation whose run here is over, ``done`` its final
+        report) without running anything. The same replica asked for again (a server that
+        restarted does not know how its run ended) is told as it ended. Another replica on that
+        allocation id is reported failed with the reason: the server handed the id out twice,
+        and running it would take cards the server may have given to others as well."""
+        alloc = work.assignment.allocation_id
+        rep = Replica(work, Path(os.devnull))
+        if (done.job_id, done.replica) == (work.job_id, work.replica):
+            rep.state, rep.exit_code, rep.reason = done.state, done.exit_code, done.reason
+            log.info("job %d replica %d: allocation %d ran here already", *rep.key, alloc)
+        else:
+            rep.state, rep.exit_code = "failed", None
+            rep.reason = (
+                f"allocation {alloc} already ran on {self.node} (job {done.job_id} replica "
+                f"{done.replica}): not started"
+            )
+            log.warning("job %d replica %d: %s", *rep.key, rep.reason)
+        self.replicas[rep.key] = rep  # no run dir: reported with no attempt, as never started
 
     def _refuse(self, rep: Replica, reason: str) -> Replica:
         write_log_line(rep.log_path, reason)
@@ -285,7 +313,8 @@ class Runner:
                 continue
             if rep.run_dir is not None and rep.shipped < _size(rep.log_path):
                 continue  # its last bytes are not on the server yet: again next heartbeat
-            self._done_allocations.add(rep.work.assignment.allocation_id)
+            if rep.run_dir is not None:  # a run (an answer or a placeholder held none)
+                self._done_allocations[rep.work.assignment.allocation_id] = r
             del self.replicas[rep.key]
             self._collect(rep)
 

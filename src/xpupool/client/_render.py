@@ -243,7 +243,10 @@ def devices_table(devices: Sequence[s.Device]) -> FitTable:
             f"{format_mib(d.allocated_memory_mib)}/{format_mib(d.memory_mib)}",
             percent(d.allocated_core_permille),
             Text(state, style={"healthy": "", "cordoned": "yellow"}.get(state, "red")),
-            ", ".join(str(j) for j in d.jobs) or "-",
+            ", ".join(
+                [str(j) for j in d.jobs] + (["in use (others)"] if d.in_use_by_others else [])
+            )
+            or "-",
             "-" if m is None or m.memory_used_mib is None else format_mib(m.memory_used_mib),
             _metric(m.utilization_pct if m else None, "{:.0f}%"),
             d.uuid,

@@ -225,6 +225,23 @@ def agent(
     "driver is known (xpupool's node agent reports it; HAMi's register annotation does not, "
     "and such a pod would wait there) [default: off]",
 )
+@click.option(
+    "--hami-node-lock",
+    type=click.Choice(["auto", "on", "off"]),
+    default="auto",
+    show_default=True,
+    help="Take HAMi's node lock (hami.io/mutex.lock) around each bind, as HAMi's scheduler does, "
+    "so HAMi's device plugin serves each pod its own cards: auto on nodes with a HAMi "
+    "registration annotation, on for every node, off for none (no HAMi device plugin)",
+)
+@click.option(
+    "--hami-node-lock-wait",
+    type=click.FloatRange(min=0, max=600),
+    default=25.0,
+    show_default=True,
+    help="Seconds a bind (counted from its start) waits for another pod's lock on its node "
+    "before answering Error; keep it under kube-scheduler's httpTimeout for the extender",
+)
 @catalog_option
 def extender(
     kubeconfig: str | None,
@@ -238,12 +255,15 @@ def extender(
     filter_all: bool,
     no_preemption: bool,
     image_needs: bool,
+    hami_node_lock: str,
+    hami_node_lock_wait: float,
     catalog_file: str | None,
 ) -> None:
     """kube-scheduler extender: place pods that ask for accelerators with xpupool's engine."""
     from xpupool.cli import check_policies, load_catalog, load_profiles
     from xpupool.engine import DEFAULT_PROFILE
     from xpupool.k8s.extender_main import ExtenderConfig, run
+    from xpupool.k8s.node_lock import LockMode
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -276,5 +296,7 @@ def extender(
             preempt=not no_preemption,
             image_needs=image_needs,
             catalog=load_catalog(catalog_file),
+            node_lock=LockMode(hami_node_lock),
+            node_lock_wait_s=hami_node_lock_wait,
         )
     )

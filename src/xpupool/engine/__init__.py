@@ -4,6 +4,7 @@ No I/O and no knowledge of HTTP, SQL, Kubernetes or trace formats: every front t
 :class:`~xpupool.model.Request` and :class:`ClusterState` updates and calls :meth:`Engine.place`.
 """
 
+from xpupool.engine.allocation_ids import AllocationIds
 from xpupool.engine.engine import Engine, Placement
 from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile, make_profile
 from xpupool.engine.reasons import Reason, ReasonCount, Unschedulable
@@ -13,6 +14,7 @@ from xpupool.engine.txn import Transaction
 __all__ = [
     "BUILTIN_PROFILES",
     "DEFAULT_PROFILE",
+    "AllocationIds",
     "ClusterState",
     "Engine",
     "Placement",

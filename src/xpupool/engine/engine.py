@@ -13,6 +13,7 @@ from typing import cast
 
 import numpy as np
 
+from xpupool.engine.allocation_ids import AllocationIds
 from xpupool.engine.context import Context
 from xpupool.engine.device_pick import pick_devices
 from xpupool.engine.fragmentation.measure import ShapeTable, TargetWorkload
@@ -69,6 +70,8 @@ class Engine:
     """Places requests on ``state`` with ``profile`` (a built-in name or a :class:`Profile`).
 
     Deterministic: the same state, request sequence, profile and ``seed`` give the same placements.
+    Allocation ids come from ``ids``: a front that rebuilds its engine passes the same counter to
+    each, so that no id is handed out twice (``allocation_ids.py``); by default a new one.
     """
 
     def __init__(
@@ -79,8 +82,10 @@ class Engine:
         seed: int = 0,
         profiles: dict[str, Profile] | None = None,
         workload: TargetWorkload | None = None,
+        ids: AllocationIds | None = None,
     ) -> None:
         self.state = state
+        self.ids = AllocationIds() if ids is None else ids
         self.seed = seed
         self.workload = workload
         self.profiles = dict(BUILTIN_PROFILES if profiles is None else profiles)
@@ -98,7 +103,6 @@ class Engine:
         self._observers: dict[str, tuple[Observer, ...]] = {}
         self._post: dict[str, tuple[PostScorer, ...]] = {}
         self._pickers: dict[str, DevicePicker | None] = {}
-        self._next_id = 1
 
     # ------------------------------------------------------------------ public
     def place(
@@ -221,9 +225,10 @@ class Engine:
         return notes + [m.describe() for m in self._models.values()]
 
     def restore(self, alloc: Allocation) -> None:
-        """Re-apply an allocation recorded earlier (a server restarting from its store)."""
+        """Re-apply an allocation recorded earlier (a server restarting from its store); its id
+        is never handed out again."""
         self.state.apply(alloc)
-        self._next_id = max(self._next_id, alloc.id + 1)
+        self.ids.seen(alloc.id)
 
     # ------------------------------------------------------------------ internals
     def _place_one(
@@ -270,7 +275,7 @@ class Engine:
                 for col in columns
             )
         alloc = Allocation(
-            id=self._next_id,
+            id=self.ids.take(),
             request_name=req.name,
             replica=replica,
             node=s.node_names[node],
@@ -280,7 +285,6 @@ class Engine:
             devices=shares,
             priority=req.priority,
         )
-        self._next_id += 1
         return alloc
 
     def _pick(

@@ -22,6 +22,7 @@ from xpupool.engine.context import Context
 from xpupool.engine.device_fit import CAPACITY_PARTS, DeviceFitCache, count_per_node
 from xpupool.engine.filters.base import Stage
 from xpupool.engine.filters.chain import FilterChain
+from xpupool.engine.filters.device_health import DeviceHealth
 from xpupool.engine.filters.software import HOPE_ORDER, NO_HOPE
 from xpupool.engine.lru import Lru
 from xpupool.engine.reasons import Reason, ReasonCount, Unschedulable
@@ -37,6 +38,11 @@ from xpupool.model.request import WHOLE, Request
 ELIGIBLE_BOUND = 256
 SHARES_BOUND = 256
 STATIC_BLAME_BOUND = 64
+
+
+CONDITION_FILTERS = frozenset({DeviceHealth.name})
+"""Static device filters about a card's condition now (unhealthy, cordoned), which passes:
+:meth:`Pipeline.selectable` leaves them out."""
 
 
 class Pipeline:
@@ -85,13 +91,24 @@ class Pipeline:
 
     def eligible(self, ctx: Context) -> BoolArray:
         """``[N, W]`` devices the request's selectors accept, ignoring free capacity (cached)."""
+        return self._accepted(ctx, self.state.dev_usable, "usable")
+
+    def selectable(self, ctx: Context) -> BoolArray:
+        """``[N, W]`` devices of the pool the request's selectors accept, whether usable now or
+        cordoned or unhealthy (cached): what a verdict about every future of the pool, such as
+        a quota's (``cycle/admission.py`` ``inadmissible``), may count on."""
+        return self._accepted(ctx, self.state.dev_present, "present", skip=CONDITION_FILTERS)
+
+    def _accepted(
+        self, ctx: Context, base: BoolArray, tag: str, skip: frozenset[str] = frozenset()
+    ) -> BoolArray:
         chain = filter_chain(ctx.filters_off)
-        key = (ctx.req.devices.selector_key(), self.state.epoch, chain.static_key)
+        key = (ctx.req.devices.selector_key(), self.state.epoch, chain.static_key, tag)
         found = self.eligible_cache.get(key)
         if found is not None:
             return found
-        mask = self.state.dev_usable
-        for f in chain.static:
+        mask = base
+        for f in (f for f in chain.static if f.name not in skip):
             part = f.device_mask(ctx.req, self.state, ctx)
             if part is not None and part is not mask:
                 mask = mask & part

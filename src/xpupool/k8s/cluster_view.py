@@ -12,6 +12,12 @@ the node records and re-applies every charge, oldest first, as the server's ``pl
 inventory changes are rare and come in bursts (a relist, a rollout of the node agent), so one
 rebuild beats patching columns per event.
 
+Allocation ids come from one counter per view (``engine/allocation_ids.py``), handed to every
+engine it builds and used for the charges it makes from pods, so no two charges share an id however
+often the engine is rebuilt (issue 43, item 3). Nothing needs persisting across an extender restart:
+an id never leaves the process (a bind writes cards and shares on the pod, no id; charges are keyed
+by pod UID), and a restarted view makes every charge afresh from the pods, each with a new id.
+
 Charges are keyed by pod UID. The extender places inside :meth:`ClusterView.engine_locked` and
 records the result with :meth:`ClusterView.reserve`; when the bound pod arrives through the watch
 with the same cards, the reservation simply becomes its charge (never counted twice); with other
@@ -30,6 +36,7 @@ from typing import Any
 from lightkube import operators
 from lightkube.config.kubeconfig import SingleConfig
 
+from xpupool.engine.allocation_ids import AllocationIds
 from xpupool.engine.engine import Engine
 from xpupool.engine.profile import DEFAULT_PROFILE, Profile
 from xpupool.engine.state import ClusterState
@@ -178,9 +185,13 @@ class ClusterView:
         """Evicted pods the API says are gone before their DELETED event came (:meth:`gone`)."""
         self._engine: Engine | None = None
         self._stale = True
-        self._next_id = 1
+        self._ids = AllocationIds()
+        """The view's one allocation id counter: its engines' and its pods' charges'."""
         self._informers: list[Informer[Any]] = []
         self.rebuilds = 0
+        self.node_seen: Callable[[str], None] | None = None
+        """Told the name of every Node event, whatever changed (a bind waiting for HAMi's node
+        lock to go, ``node_lock.py``, reads the Node again at once instead of at its next poll)."""
 
     # ------------------------------------------------------------------ the engine
     @contextmanager
@@ -205,7 +216,9 @@ class ClusterView:
             if rec.node is not None and not rec.schedulable:
                 state.set_node_schedulable(name, False)
         before = self._engine
-        self._engine = Engine(state, self.profile, seed=self.seed, profiles=self.profiles)
+        self._engine = Engine(
+            state, self.profile, seed=self.seed, profiles=self.profiles, ids=self._ids
+        )
         if before is not None:  # the workload learned so far goes on (engine.inherit_learning)
             self._engine.inherit_learning(before)
         elif self.defer_learning:
@@ -273,7 +286,7 @@ class ClusterView:
                 raise Conflict(f"pod {pod_uid} already holds devices")
             allocs = tuple(allocations)
             for alloc in allocs:
-                self._next_id = max(self._next_id, alloc.id + 1)
+                self._ids.seen(alloc.id)  # taken from it already, unless placed elsewhere
             self._charges[pod_uid] = _Charge(allocs, True, True, _charge_key(allocs), pod)
             self.reservations += 1
 
@@ -412,6 +425,8 @@ class ClusterView:
 
     def on_node(self, event: Event[NodeRecord]) -> None:
         """Consume a node informer event."""
+        if self.node_seen is not None:
+            self.node_seen(event.key)
         with self._lock:
             before = self._nodes.get(event.key)
             if event.type is EventType.DELETED:
@@ -465,18 +480,15 @@ class ClusterView:
 
     def _allocations(self, rec: PodRecord, devices: PodDevices) -> tuple[Allocation, ...]:
         """One engine allocation per container with cards (host CPU and memory on the first),
-        with ids no live allocation has; slots are fixed when applied."""
+        each with a new id from the view's counter; slots are fixed when applied."""
         out: list[Allocation] = []
         parts = [c for c in devices.containers if c] or (
             [()] if devices.cpu_milli or devices.memory_mib else []
         )
-        live = self._engine.state.live if self._engine is not None else {}
         for i, shares in enumerate(parts):
-            while self._next_id in live:
-                self._next_id += 1
             out.append(
                 Allocation(
-                    id=self._next_id,
+                    id=self._ids.take(),
                     request_name=rec.name,
                     replica=i,
                     node=devices.node,
@@ -489,7 +501,6 @@ class ClusterView:
                     priority=rec.priority,
                 )
             )
-            self._next_id += 1
         return tuple(out)
 
     # ------------------------------------------------------------------ informers

@@ -16,9 +16,11 @@ in its configuration). For such a pod:
 - ``prioritize`` rates the nodes that fit with the profile's scorers, 0..10.
 - ``bind`` places the pod's containers on the chosen node in one engine transaction under the
   view's lock and records them as the pod's reservation, so no concurrent bind can take the same
-  share; then writes the annotations HAMi's device plugin reads (guarded by the pod's
-  resourceVersion) and posts the Binding. Any failure gives the reservation back and answers
-  ``Error``: kube-scheduler puts the pod back in its queue.
+  share; then, on a node that runs HAMi's device plugin, takes HAMi's node lock (``node_lock.py``:
+  the device plugin finds the pod it allocates for through it; a bind to a locked node waits for
+  the release), writes the annotations HAMi's device plugin reads (guarded by the pod's
+  resourceVersion) and posts the Binding. Any failure gives the reservation back, releases the
+  lock it took and answers ``Error``: kube-scheduler puts the pod back in its queue.
 - A pod of a group (the ``scheduling.x-k8s.io/pod-group`` label or ``xpupool.io/gang``) is placed
   with its whole group or not at all: ``filter`` and ``bind`` hand it to ``gang.py``, which
   reserves the group's places at its first member's filter and holds every member's bind until
@@ -62,6 +64,7 @@ from xpupool.k8s.extender_wire import (
     MetaVictims,
 )
 from xpupool.k8s.gang import Gangs, GroupClaim, group_claim
+from xpupool.k8s.node_lock import NodeLocks
 from xpupool.k8s.pod_images import with_image_needs
 from xpupool.k8s.pod_placement import NOT_IN_POOL, engine_choice, fits_together, place_on
 from xpupool.k8s.pod_request import PodDemand, pod_demand
@@ -137,8 +140,10 @@ class Extender:
         images: ImageCatalog | None = None,
         assume_s: float = ASSUME_S,
         clock: Callable[[], float] = time.monotonic,
+        locks: NodeLocks | None = None,
     ) -> None:
         self.view = view
+        self.locks = locks  # HAMi's node lock around each Binding (None: never taken)
         self.assume_s = assume_s
         self.clock = clock
         self._assumed: dict[str, float] = {}  # pod UID -> when its filter's hold lapses
@@ -368,6 +373,7 @@ class Extender:
 
     # ------------------------------------------------------------------ bind
     def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
+        started = self.clock()
         ns, name, uid, node = args.pod_namespace, args.pod_name, args.pod_uid, args.node
         try:
             pod = self._filtered(uid, ns, name) or self.api.get_pod(ns, name)
@@ -389,7 +395,7 @@ class Extender:
             return ExtenderBindingResult(Error=f"{PREFIX}{gang}")
         if gang is not None:
             rv = str(meta.get("resourceVersion") or "")
-            return self._bind_member(ns, name, pod_uid, rv, node, demand, *gang)
+            return self._bind_member(ns, name, pod_uid, rv, node, demand, *gang, started=started)
         with self.view.engine_locked() as engine:
             self._assumed.pop(pod_uid, None)  # its filter's hold is the bind's now
             held = self.view.reservation(pod_uid)  # filter's hold or a preemptor's shares
@@ -403,9 +409,16 @@ class Extender:
                 placed = placed_now
                 self.view.reserve(pod_uid, placed)
         try:
-            annotations = self.annotate(node, demand, placed)
-            self.api.annotate_pod(ns, name, str(meta.get("resourceVersion") or ""), annotations)
-            self.api.bind_pod(ns, name, pod_uid, node)
+            locked = self._lock(node, ns, name, started)
+            try:
+                annotations = self.annotate(node, demand, placed)
+                rv = str(meta.get("resourceVersion") or "")
+                self.api.annotate_pod(ns, name, rv, annotations)
+                self.api.bind_pod(ns, name, pod_uid, node)
+            except Exception:
+                if locked:
+                    self._unlock(node, ns, name)
+                raise
         except Exception as exc:  # any failure: the shares go back, the pod goes back to its queue
             with self.view.engine_locked():
                 self._unreserve(pod_uid)
@@ -416,6 +429,22 @@ class Extender:
                 self.preemptions.bound(pod_uid)
         self._forget(pod_uid)
         return ExtenderBindingResult()
+
+    def _lock(self, node: str, ns: str, name: str, started: float) -> bool:
+        """Take HAMi's node lock for the pod before its Binding (True: taken, release it on
+        failure), waiting for another pod's lock within what is left of the bind's budget
+        (``NodeLocks.wait_s`` from ``started``). Raises ``NodeLockBusyError`` when that runs
+        out: nothing has been written, and kube-scheduler tries the pod again."""
+        if self.locks is None:
+            return False
+        left = self.locks.wait_s - (self.clock() - started)
+        return self.locks.acquire(node, ns, name, budget_s=left)
+
+    def _unlock(self, node: str, ns: str, name: str) -> None:
+        """Release the pod's lock after a failed bind: the device plugin will never allocate
+        for a pod that was not bound, so no one else would."""
+        assert self.locks is not None
+        self.locks.release(node, ns, name)
 
     def _unreserve(self, pod_uid: str) -> None:
         """Give back what the pod holds unbound (a preemptor's nomination with it)."""
@@ -433,8 +462,12 @@ class Extender:
         demand: PodDemand,
         claim: GroupClaim,
         size: int,
+        *,
+        started: float,
     ) -> ExtenderBindingResult:
-        """A gang member's bind: take its place, annotate, wait for the whole group, bind."""
+        """A gang member's bind: take its place, annotate, wait for the whole group, then take
+        the node's lock (with what is left of the bind's budget) and bind. The annotations come
+        before the lock: HAMi's device plugin looks only at pods already bound to its node."""
         gangs = self.gangs
         assert gangs is not None
         placed = gangs.take(claim, size, demand, pod_uid, node)
@@ -449,9 +482,13 @@ class Extender:
         why = gangs.wait(claim, pod_uid)
         if why is not None:
             return ExtenderBindingResult(Error=f"{PREFIX}{why}")
+        locked = False
         try:
+            locked = self._lock(node, ns, name, started)
             self.api.bind_pod(ns, name, pod_uid, node)
         except Exception as exc:
+            if locked:
+                self._unlock(node, ns, name)
             gangs.bound(claim, pod_uid, ok=False)
             log.info("bind of gang member %s/%s to %s failed: %s", ns, name, node, exc)
             return ExtenderBindingResult(Error=f"{PREFIX}bind to {node} failed: {exc}")

@@ -23,6 +23,7 @@ from xpupool.k8s.gang import DEFAULT_WAIT_S, Gangs, PodGroupSizes, lightkube_pod
 from xpupool.k8s.kubeconfig import load_config, make_client
 from xpupool.k8s.leader import LeaderElector
 from xpupool.k8s.learner import Learner
+from xpupool.k8s.node_lock import WAIT_S, LockMode, NodeLocks
 from xpupool.k8s.pod_api import LightkubePodApi
 from xpupool.k8s.pod_assignment import assignment_annotations
 from xpupool.k8s.preemption import Preemptions
@@ -48,6 +49,8 @@ class ExtenderConfig:
     preempt: bool = True  # evict lower-priority pods for card shares (preemption.py)
     image_needs: bool = False  # containers' images add software needs (pod_images.py)
     catalog: OperatorCatalog | None = None  # --catalog FILE: the site's image rules first
+    node_lock: LockMode = LockMode.AUTO  # HAMi's node lock on nodes its device plugin runs on
+    node_lock_wait_s: float = WAIT_S  # a bind's budget for a locked node, from its start
 
 
 def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
@@ -70,6 +73,8 @@ def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
         images = default_image_catalog()
         if cfg.catalog is not None:
             images = images.with_rules_first(cfg.catalog.images)
+    locks = NodeLocks(api, cfg.node_lock, wait_s=cfg.node_lock_wait_s)
+    view.node_seen = locks.node_changed  # a bind waiting for a node's lock hears of its release
     extender = Extender(
         view,
         api,
@@ -78,6 +83,7 @@ def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
         choose=cfg.choose,
         preemptions=preemptions,
         images=images,
+        locks=locks,
     )
     registry = CollectorRegistry()
     metrics = ExtenderMetrics(registry)

@@ -133,7 +133,13 @@ def decode_heartbeat(text: object) -> datetime:
 
     Raises ``RequestError`` naming the annotation for anything that is not an RFC 3339 time.
     """
-    field = f"metadata.annotations[{HEARTBEAT_KEY}]"
+    return parse_rfc3339(f"metadata.annotations[{HEARTBEAT_KEY}]", text)
+
+
+def parse_rfc3339(field: str, text: object) -> datetime:
+    """``text`` as Go's ``time.Parse(time.RFC3339, ...)`` reads it (any offset, ``Z``, up to nine
+    fraction digits), timezone-aware; ``field`` names where it came from in the ``RequestError``
+    raised for anything else. Shared by every annotation that carries a Go-written time."""
     if not isinstance(text, str):
         raise RequestError(field, type(text).__name__, "expected a string")
     if len(text) > MAX_HEARTBEAT_CHARS or not _RFC3339.match(text):

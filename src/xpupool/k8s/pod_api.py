@@ -1,6 +1,7 @@
 """The API calls the extender makes, on lightkube: read the pod, annotate it if it is still the
 version read (a JSON merge patch carrying ``metadata.resourceVersion``: the apiserver answers 409
-when anyone wrote in between), post its Binding; evict a preemption's victims."""
+when anyone wrote in between), post its Binding; evict a preemption's victims; read a Node and
+write HAMi's node lock on it, guarded the same way (``node_lock.py``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from lightkube.generic_resource import GenericNamespacedResource
 from lightkube.types import PatchType
 
 from xpupool.k8s.extender import BindError
-from xpupool.k8s.kubeconfig import RawPod
+from xpupool.k8s.kubeconfig import RawNode, RawPod
+from xpupool.k8s.node_lock import NodeApiError, NodeConflictError
 from xpupool.k8s.preemption import EvictionRefusedError
 
 
@@ -45,7 +47,8 @@ class RawPodEviction(GenericNamespacedResource):
 
 
 class LightkubePodApi:
-    """:class:`xpupool.k8s.extender.PodApi` on a lightkube client."""
+    """:class:`xpupool.k8s.extender.PodApi` and :class:`xpupool.k8s.node_lock.NodeLockApi` on a
+    lightkube client."""
 
     def __init__(self, client: Client) -> None:
         self.client = client
@@ -111,8 +114,26 @@ class LightkubePodApi:
             return exc.status.code == 404
         except Exception:  # the API cannot say now: the pod waits for the watch instead
             return False
-        meta = pod.get("metadata")
-        return isinstance(meta, Mapping) and meta.get("uid") != uid
+        meta = pod.get("metadata")  # another pod by that name: gone (only when uid is given)
+        return bool(uid) and isinstance(meta, Mapping) and meta.get("uid") != uid
+
+    def get_node(self, name: str) -> dict[str, Any]:
+        try:
+            return dict(self.client.get(RawNode, name))
+        except ApiError as exc:
+            raise NodeApiError(f"node {name}: {_why(exc)}") from None
+
+    def patch_node_annotations(
+        self, name: str, resource_version: str, annotations: Mapping[str, str | None]
+    ) -> None:
+        meta: dict[str, Any] = {"annotations": dict(annotations)}
+        if resource_version:
+            meta["resourceVersion"] = resource_version
+        try:
+            self.client.patch(RawNode, name, {"metadata": meta}, patch_type=PatchType.MERGE)
+        except ApiError as exc:
+            kind = NodeConflictError if exc.status.code == 409 else NodeApiError
+            raise kind(f"annotating node {name}: {_why(exc)}") from None
 
 
 def _why(exc: ApiError) -> str:

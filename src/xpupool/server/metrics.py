@@ -76,7 +76,7 @@ class PlaneCollector(Collector):
                 "xpupool_device_healthy", "1 if the device is healthy, else 0.", labels=dev_labels
             ),
         }
-        for d in fleet.list_devices(p):
+        for d in fleet.list_devices(p, who=None):
             lv = [d.node, d.site, d.uuid, d.vendor, d.canonical_model or d.model]
             g["alloc_mem"].add_metric(lv, d.allocated_memory_mib * MIB)
             g["total_mem"].add_metric(lv, d.memory_mib * MIB)

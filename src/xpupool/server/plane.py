@@ -23,6 +23,7 @@ from sqlalchemy import Connection, delete, func, select, update
 from sqlalchemy.exc import OperationalError
 
 from xpupool.catalog.images import ImageCatalog, default_image_catalog
+from xpupool.engine.allocation_ids import AllocationIds
 from xpupool.engine.cycle.admission import Admission, QueueSpec
 from xpupool.engine.cycle.cycle import SchedulingCycle
 from xpupool.engine.engine import Engine
@@ -57,6 +58,7 @@ from xpupool.server.storage.job_writes import JobWrites, job_update, job_update_
 from xpupool.server.storage.jobs import allocations as t_allocs
 from xpupool.server.storage.jobs import job_events as t_events
 from xpupool.server.storage.jobs import jobs as t_jobs
+from xpupool.server.storage.pool import first_allocation_id
 from xpupool.server.storage.pool import pool as t_pool
 from xpupool.server.storage.tenants import assign_tenant_indices
 from xpupool.server.storage.tenants import queues as t_queues
@@ -240,6 +242,10 @@ class ControlPlane:
         self.learning_pace = LearningPace()  # when the scheduling loop re-learns (its _relearn)
         self.capacity_gen = 0
         self.next_job_id = 1
+        # the pool's one allocation id counter: every engine built here takes its ids from it,
+        # raised to the stored mark on each read (storage/pool.py), so no id repeats after a
+        # registration, a rebuild or a restart (issue 43, item 3)
+        self.allocation_ids = AllocationIds()
         self.principals: dict[str, Principal] = {}  # token hash -> principal, live tokens only
         self.audit = AuditLog(self.db, self.write, clock)
         self.max_log_bytes = max_log_bytes  # what the server keeps of one replica's log
@@ -357,6 +363,7 @@ class ControlPlane:
             top = conn.execute(select(func.max(t_jobs.c.id))).scalar()
             first = conn.execute(select(t_pool.c.first_job_id)).scalar()
             self.next_job_id = max(int(top or 0) + 1, int(first or 1))
+            self.allocation_ids.seen(first_allocation_id(conn) - 1)  # every id below is used
             pending_rows = conn.execute(
                 select(t_jobs).where(t_jobs.c.state == s.JobPhase.PENDING.value)
             ).mappings()
@@ -432,7 +439,9 @@ class ControlPlane:
         """A fresh engine over ``nodes`` with every held allocation re-applied and re-charged;
         changes nothing on the plane. Raises RequestError for a duplicate node name or device
         UUID. An allocation that cannot be re-applied (its node or a device is gone, or it
-        would over-commit) is left out and described in ``problems``."""
+        would over-commit) is left out and described in ``problems``. The engine takes its
+        allocation ids from the plane's one counter (``allocation_ids``), as every engine
+        before it did, so no id is handed out twice however often the engine is rebuilt."""
         state = ClusterState([r.node for r in nodes.values()], seed=self.seed)
         for rec in nodes.values():
             if rec.cordoned or rec.status is s.NodeStatus.LOST:
@@ -440,7 +449,9 @@ class ControlPlane:
             for uuid in rec.cordoned_devices | rec.draining:
                 if uuid in state.uuid_slot:
                     state.set_device_cordoned(uuid, True)
-        engine = Engine(state, self.profile, seed=self.seed, profiles=self.profiles)
+        engine = Engine(
+            state, self.profile, seed=self.seed, profiles=self.profiles, ids=self.allocation_ids
+        )
         engine.defer_learning()  # the scheduling pass re-learns after placing (scheduler_loop.py)
         admission = Admission(engine, self.queue_specs.values())
         kept: dict[int, list[Allocation]] = {job_id: [] for job_id in self.held}

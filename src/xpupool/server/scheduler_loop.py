@@ -22,7 +22,7 @@ from collections.abc import Generator
 from sqlalchemy import Connection
 
 from xpupool.engine.cycle.admission import Admitted
-from xpupool.engine.cycle.cycle import Place, Preempt, Wait
+from xpupool.engine.cycle.cycle import INADMISSIBLE, Place, Preempt, Wait
 from xpupool.model.errors import Unavailable
 from xpupool.server import job_lifecycle as lc
 from xpupool.server import schemas as s
@@ -217,7 +217,7 @@ def _try_admit(plane: ControlPlane, conn: Connection, writes: JobWrites, job: Pe
         decision = plane.cycle.decide(job, plane.held_jobs)
     except Exception as exc:  # a request the engine rejects outright stays pending with the reason
         log.exception("job %d: admission failed", job.id)
-        _still_pending(writes, job, gen, f"cannot be scheduled: {exc}")
+        _still_pending(plane, writes, job, gen, f"cannot be scheduled: {exc}")
         return False
     if isinstance(decision, Place):
         _record_placement(plane, conn, writes, job, decision.admitted)
@@ -228,13 +228,21 @@ def _try_admit(plane: ControlPlane, conn: Connection, writes: JobWrites, job: Pe
         _preempt(
             plane, conn, job, [plane.held_jobs[v.id] for v in decision.victims], decision.reclaim
         )
-    _still_pending(writes, job, gen, decision.reason)
+    _still_pending(plane, writes, job, gen, decision.reason)
     return False
 
 
-def _still_pending(writes: JobWrites, job: PendingJob, gen: int, reason: str) -> None:
+def _still_pending(
+    plane: ControlPlane, writes: JobWrites, job: PendingJob, gen: int, reason: str
+) -> None:
+    """``job`` waits for ``reason``. A wait's reason changes from pass to pass without an event
+    (what is free moves all the time); becoming inadmissible, or admissible again after a quota
+    change, is an event of the job's history: it says the wait has changed its nature."""
     job.tried = gen
     if reason != job.reason:
+        if reason.startswith(INADMISSIBLE) != job.reason.startswith(INADMISSIBLE):
+            state = s.JobPhase.PENDING.value
+            writes.event({"job_id": job.id, "at": plane.clock(), "state": state, "reason": reason})
         job.reason = reason
         writes.update(job.id, {"reason": reason})
 

@@ -840,7 +840,16 @@ class Device(Lenient):
         description="The most compute that may be granted, thousandths of the card: 1000 times "
         "its cores over-commit factor, rounded down.",
     )
-    jobs: list[int] = Field(default_factory=list, description="Jobs holding a share of it.")
+    jobs: list[int] = Field(
+        default_factory=list,
+        description="Jobs holding a share of it that the caller may see: every job for the "
+        "admin, a tenant's own jobs for a tenant.",
+    )
+    in_use_by_others: bool = Field(
+        False,
+        description="Jobs not in ``jobs`` hold a share of it too: another tenant's, shown to a "
+        "tenant as anonymous use (docs/security.md). Always false for the admin.",
+    )
     metrics: DeviceMetrics | None = None
 
 
@@ -869,7 +878,9 @@ class DeviceDetail(Device):
     """``GET /v1/devices/{uuid}``: the card, who holds what of it, and its recent readings."""
 
     shares: list[DeviceShareHeld] = Field(
-        default_factory=list, description="Every replica holding a share of the card."
+        default_factory=list,
+        description="Every replica holding a share of the card, of the jobs in ``jobs``: a "
+        "tenant sees its own jobs' shares only.",
     )
     recent: list[DeviceSample] = Field(
         default_factory=list,

@@ -71,7 +71,7 @@ def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPla
     A data dir or database that cannot be opened as it is raises DataDirError (one line).
     ``owner``: claimed before the first write, and checked by every commit after it
     (``server/ownership.py``); a store another server owns raises StoreInUseError (one line)."""
-    from sqlalchemy.exc import OperationalError
+    from sqlalchemy.exc import DatabaseError, OperationalError
 
     from xpupool.agent.launch.guard import make_private
     from xpupool.model.quantity import parse_memory_mib
@@ -122,6 +122,13 @@ def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPla
         plane.verdicts.warm()  # the empty twin the first submission would build (issue 25)
     except (OperationalError, OSError) as exc:
         raise DataDirError(f"cannot start on {cfg.data}: {store_failure(exc)}") from None
+    except DatabaseError as exc:  # not OperationalError: the file is not a database we can read
+        where = cfg.db or str(cfg.data / "state.db")
+        raise DataDirError(
+            f"{where} is not a readable database ({exc.orig}): restore it from a backup, or move"
+            " it (with its -wal and -shm files) out of the way and start with --reinitialise:"
+            " an empty pool whose job ids continue above the old ones"
+        ) from None
     return plane
 
 

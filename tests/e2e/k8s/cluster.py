@@ -508,7 +508,11 @@ class ExtenderProcess:
     """``xpupool k8s extender`` as a real process (this interpreter, ``xpupool.cli``), serving on
     127.0.0.1:``port`` against the cluster of ``kubeconfig``. :meth:`start` returns once its
     ``/readyz`` answers 200, that is once its view has listed Nodes and Pods: Nodes created
-    before the start are all in that first list. Output goes to ``log``."""
+    before the start are all in that first list. Output goes to ``log``.
+
+    ``node_lock`` is ``--hami-node-lock``: off unless a test says otherwise, because nothing here
+    runs HAMi's device plugin, which is what releases HAMi's node lock after each bind; the tests
+    of the lock (and benchmarks that run a stand-in of the device plugin) pass ``auto``."""
 
     def __init__(
         self,
@@ -518,9 +522,10 @@ class ExtenderProcess:
         extra: tuple[str, ...] = (),
         *,
         policy: str | None = None,
+        node_lock: str = "off",
     ) -> None:
         self.kubeconfig, self.port, self.log, self.policy = kubeconfig, port, log, policy
-        self.extra = extra  # more command-line arguments
+        self.extra = (*extra, "--hami-node-lock", node_lock)  # more command-line arguments
         self.metrics_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -664,15 +669,18 @@ def extender_stack(
     extender: Extender,
     extra: tuple[str, ...] = (),
     prepare: Callable[[K8sCluster], None] | None = None,
+    node_lock: str = "off",
 ) -> Iterator[tuple[K8sCluster, ExtenderProcess]]:
     """A control plane whose kube-scheduler calls ``extender`` (served on 127.0.0.1:``port``),
-    and ``xpupool k8s extender`` serving it (``extra`` arguments), started after ``prepare``
-    (CRDs the extender reads) ran; both torn down on leaving."""
+    and ``xpupool k8s extender`` serving it (``extra`` arguments, ``node_lock`` as
+    :class:`ExtenderProcess`), started after ``prepare`` (CRDs the extender reads) ran; both torn
+    down on leaving."""
     require_binaries(BINARIES)
     with K8sCluster(extender=extender) as kc:
         if prepare is not None:
             prepare(kc)
-        proc = ExtenderProcess(kc.kubeconfig, port, log_dir / "extender.log", extra).start()
+        log = log_dir / "extender.log"
+        proc = ExtenderProcess(kc.kubeconfig, port, log, extra, node_lock=node_lock).start()
         try:
             yield kc, proc
         finally:

@@ -567,6 +567,7 @@ def sa_user(objs: list[dict[str, Any]], kind: str) -> str:
 Access = tuple[str, str, str, str]
 EXTENDER_NEEDS: list[Access] = [
     ("watch", "nodes", "", ""),
+    ("patch", "nodes", "", ""),  # HAMi's node lock (node_lock.py)
     ("list", "pods", "", ""),
     ("watch", "pods", "", ""),
     ("patch", "pods", "team-a", ""),
@@ -577,7 +578,7 @@ EXTENDER_NEEDS: list[Access] = [
 ]
 # (The pod's account may delete pods: system:kube-scheduler grants it, for preemption.)
 EXTENDER_MUST_NOT: list[Access] = [
-    ("patch", "nodes", "", ""),
+    ("delete", "nodes", "", ""),
     ("create", "pods", "team-a", ""),
     ("get", "secrets", "", ""),
 ]

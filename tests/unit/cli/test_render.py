@@ -175,6 +175,24 @@ def test_devices_table_shows_unknown_metrics_as_dash() -> None:
     assert row_b.count(" - ") >= 2  # used memory and utilisation unknown, not 0
 
 
+def test_devices_table_shows_another_tenants_use_as_in_use() -> None:
+    """A tenant's listing names its own jobs only; others' use is anonymous (docs/security.md)."""
+    mine = _device("GPU-a", "n1", 20480, None)
+    theirs = _device("GPU-b", "n1", 0, None).model_copy(update={"in_use_by_others": True})
+    both = mine.model_copy(update={"uuid": "GPU-c", "in_use_by_others": True})
+    rows = {
+        u: next(
+            line
+            for line in _text(devices_table([mine, theirs, both])).splitlines()
+            if line.rstrip().endswith(u)
+        )
+        for u in ("GPU-a", "GPU-b", "GPU-c")
+    }
+    assert " 7 " in rows["GPU-a"] and "in use" not in rows["GPU-a"]
+    assert "in use (others)" in rows["GPU-b"] and " 7 " not in rows["GPU-b"]
+    assert "7, in use (others)" in rows["GPU-c"]
+
+
 def test_queue_quota_shows_use_nominal_and_unlimited_borrowing() -> None:
     text = _text(queues_table([_queue()]))
     assert "A100 memory: 40Gi/160Gi +∞" in text

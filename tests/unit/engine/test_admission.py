@@ -218,3 +218,53 @@ def test_fair_share_counts_what_shares_of_cards_really_hold() -> None:
     shares = admission.dominant_shares()
     assert shares["x"] < shares["y"]
     assert admission.order([(cards(1), "qy"), (cards(1), "qx")]) == [1, 0]
+
+
+# ------------------------------------------------------------------ what no future can admit
+def test_the_ceiling_is_nominal_plus_the_lesser_of_the_limit_and_the_others_nominal() -> None:
+    """Issue 42 part 3: the bound a queue can ever reach, used or not by others now."""
+    engine = engine_for(gpu_node("a", count=8))
+    alone = QueueSpec("alone", "t", (Quota("nvidia", DEV, 2),))
+    capped = QueueSpec("capped", "t", (Quota("nvidia", DEV, 2, 1),), cohort="c")
+    open_ = QueueSpec("open", "u", (Quota("nvidia", DEV, 1),), cohort="c")
+    lender = QueueSpec("lender", "v", (Quota("nvidia", DEV, 4),), cohort="c")
+    admission = Admission(engine, [alone, capped, open_, lender])
+    assert admission.ceiling(alone, alone.quotas[0]) == 2
+    assert admission.ceiling(capped, capped.quotas[0]) == 2 + min(1, 1 + 4)
+    assert admission.ceiling(open_, open_.quotas[0]) == 1 + (2 + 4)
+    # what others use now does not move it
+    assert isinstance(admission.admit(cards(4), "lender"), Admitted)
+    assert admission.ceiling(open_, open_.quotas[0]) == 7
+
+
+def test_a_request_above_every_usable_flavours_ceiling_is_inadmissible() -> None:
+    engine = engine_for(gpu_node("a", count=8))
+    admission = Admission(engine, [QueueSpec("q", "t", (Quota("nvidia", DEV, 2),))])
+    assert admission.inadmissible(cards(4), "q") == (
+        "nvidia: devices quota: 4 asked > 2 nominal + 0 borrowable at most"
+    )
+    assert admission.inadmissible(cards(2), "q") == ""
+    assert isinstance(admission.admit(cards(2), "q"), Admitted)
+    assert admission.inadmissible(cards(2), "q") == ""  # waits for the first: not inadmissible
+
+
+def test_devices_outside_the_quotas_or_another_flavour_keep_a_request_admissible() -> None:
+    engine = engine_for(gpu_node("a", count=8), gpu_node("b", count=8, model=T4))
+    t4 = (Quota("T4", DEV, 8),)
+    two = (Quota("A100", DEV, 2),)
+    allow = Admission(engine, [QueueSpec("q", "t", two)])
+    assert allow.inadmissible(cards(4), "q") == ""  # the T4s are unlisted and allowed
+    deny = Admission(engine, [QueueSpec("q", "t", two, unlisted_flavors=Unlisted.DENY)])
+    assert deny.inadmissible(cards(4), "q").startswith("A100: devices quota: 4 asked")
+    both = Admission(engine, [QueueSpec("q", "t", two + t4, unlisted_flavors=Unlisted.DENY)])
+    assert both.inadmissible(cards(4), "q") == ""  # the T4 flavour can hold it
+
+
+def test_a_cordoned_flavour_still_counts_for_what_may_be_admitted_later() -> None:
+    engine = engine_for(gpu_node("a", count=8), gpu_node("b", count=8, model=T4))
+    quotas = (Quota("A100", DEV, 2), Quota("T4", DEV, 8))
+    admission = Admission(engine, [QueueSpec("q", "t", quotas, unlisted_flavors=Unlisted.DENY)])
+    for j in range(8):  # every T4 cordoned (or unhealthy) now: a cordon ends
+        engine.state.set_device_cordoned(f"b-gpu{j}", True)
+    assert not (engine.pipeline.eligible(engine.pipeline.context(cards(4, models=("T4",))))).any()
+    assert admission.inadmissible(cards(4), "q") == ""

@@ -245,3 +245,20 @@ def test_a_node_joining_keeps_the_workload_the_engine_learned() -> None:
         model = rebuilt._model(rebuilt.profile)
         assert [r.name for r in model.seen] == ["r0", "r1", "r2"]
         assert model.frag.workload.weights == learned.weights == (1.0,)
+
+
+def test_allocation_ids_never_repeat_across_the_views_engines() -> None:
+    """One counter per view, handed to every engine it builds (issue 43, item 3). Before, a pod's
+    charge waiting for its node took an id from the view's counter that the engine did not know,
+    and the engine handed the same id to the next placement (ids key preemption's victims)."""
+    view = view_with(gpu_node("a", count=2))
+    with view.engine_locked():
+        pass
+    view.on_pod(pod_event(EventType.ADDED, "p1", "b", [[("b-gpu0", 8 * GIB, 1000)]]))  # no b yet
+    with view.engine_locked() as engine:
+        view.reserve("p2", engine.place(one_gpu(8 * GIB)).allocations)
+    view.on_node(node_event(EventType.ADDED, gpu_node("c", count=1)))  # the engine is rebuilt
+    with view.engine_locked() as engine:
+        view.reserve("p3", engine.place(one_gpu(8 * GIB)).allocations)
+    ids = [a.id for allocs in view.charges().values() for a in allocs]
+    assert len(ids) == len(set(ids)) == 3

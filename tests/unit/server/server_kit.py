@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from fastapi.testclient import TestClient
 
 from xpupool.server.app import create_app
+from xpupool.server.datadir import open_pool
 from xpupool.server.plane import ControlPlane
 from xpupool.server.scheduler_loop import run_passes, schedule_pass
 from xpupool.server.services import tenants
@@ -98,7 +99,11 @@ class Server:
 
 
 def open_server(data: Path, clock: FakeClock, **kwargs: object) -> tuple[ControlPlane, str | None]:
+    """A plane over ``data`` opened as ``xpupool up`` opens it: the pool's row first
+    (``server/datadir.py``: the marks above every job and allocation id handed out), then the
+    plane. ``kwargs`` go to :class:`ControlPlane`."""
     url = f"sqlite:///{data / 'state.db'}"
+    open_pool(data, url, reinitialise=False)
     plane = ControlPlane(url, data, clock=clock, **kwargs)  # type: ignore[arg-type]
     return plane, tenants.ensure_admin_token(plane)
 

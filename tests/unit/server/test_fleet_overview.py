@@ -92,20 +92,21 @@ def test_overview_equals_devices_and_jobs(server: Server) -> None:
 
 
 def test_a_tenant_sees_only_its_own_pending_reasons(server: Server) -> None:
-    node(server, "n1", count=3)
+    node(server, "n1", count=4)
     a, b = tenant(server, "a"), tenant(server, "b")
-    queue(server, "qb", "b", [quota(0)])
+    queue(server, "qb", "b", [quota(1)])  # a quota of 0 would refuse b's job (inadmissible)
     submit(server, a, "A100:2")
+    submit(server, b, "A100:1", queue="qb")
     server.schedule()
     submit(server, a, "A100:2")  # one card left: no room
-    submit(server, b, "A100:1", queue="qb")  # room, but no quota
+    submit(server, b, "A100:1", queue="qb")  # room, but the quota is in use
     server.schedule()
     admin, mine, theirs = overview(server), overview(server, a), overview(server, b)
     assert admin["pending_by_reason"] == {"insufficient device memory": 1, Waiting.QUOTA: 1}
     assert mine["pending_by_reason"] == {"insufficient device memory": 1}
     assert theirs["pending_by_reason"] == {Waiting.QUOTA: 1}
     assert mine["jobs"] == {"pending": 1, "running": 0, "holding": 1}
-    assert theirs["jobs"] == {"pending": 1, "running": 0, "holding": 0}
+    assert theirs["jobs"] == {"pending": 1, "running": 0, "holding": 1}
     assert (mine["scope"], theirs["scope"]) == ("tenant", "tenant")
     assert mine["groups"] == admin["groups"] == theirs["groups"]  # the fleet is everyone's
 
@@ -134,11 +135,13 @@ def test_stranded_capacity_for_a_fragment_no_shape_fits_until_a_pending_job_does
     assert stranded["by_site"] == {
         "default": {k: stranded[k] for k in ("memory_mib", "core_pct", "devices")}
     }
-    queue(server, "qb", "b", [quota(0)])  # keeps b's job pending although it fits
+    queue(server, "qb", "b", [quota(1)])
     submit(server, b, "A100:1 cores=10%", queue="qb")
+    queue(server, "qb", "b", [quota(0)])  # keeps b's job pending (inadmissible) though it fits
     server.schedule()
     after = overview(server)
-    assert after["jobs"]["pending"] == 1 and after["pending_by_reason"] == {Waiting.QUOTA: 1}
+    assert after["jobs"]["pending"] == 1
+    assert after["pending_by_reason"] == {Waiting.INADMISSIBLE: 1}
     none = {"memory_mib": 0, "core_pct": 0.0, "devices": 0}
     assert after["stranded"] == {
         **none,

@@ -222,7 +222,13 @@ def test_a_batch_writes_its_placements_in_one_statement_per_kind(
     placed: list[int] = []
     sql = statements_during(server.plane, lambda: placed.append(server.schedule()))
     assert placed == [10]
-    assert sorted(sql) == ["INSERT INTO allocations", "INSERT INTO job_events", "UPDATE jobs"]
+    # ... and the pool's allocation mark once for the batch, in its transaction (issue 43)
+    assert sorted(sql) == [
+        "INSERT INTO allocations",
+        "INSERT INTO job_events",
+        "UPDATE jobs",
+        "UPDATE pool",
+    ]
     for i in jobs:  # ... and stored what one statement each stored
         stored = job(server, i)
         assert stored["state"] == "scheduled" and stored["flavor"] is not None

@@ -18,6 +18,7 @@ from xpupool.engine.cycle.admission import (
     Unlisted,
 )
 from xpupool.engine.cycle.cycle import (
+    INADMISSIBLE,
     Decision,
     PendingWork,
     Place,
@@ -30,6 +31,7 @@ from xpupool.engine.cycle.preempt import PreemptionPlan, minimal_victims, plan_p
 
 __all__ = [
     "ANY",
+    "INADMISSIBLE",
     "UNLISTED",
     "Admission",
     "Admitted",

@@ -16,7 +16,7 @@ cluster resource (divided by its weight) is smallest goes first, then higher pri
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -293,16 +293,26 @@ class Admission:
             Resource.CORES_PERMILLE: n * d.need_core_permille,
         }
 
-    def _short_of(self, spec: QueueSpec, flavor: str, demand: dict[Resource, int]) -> str:
-        """Empty when the demand fits the flavour's quota (with borrowing), else what runs out."""
+    def _short_of(
+        self, spec: QueueSpec, flavor: str, demand: dict[Resource, int], *, ever: bool = False
+    ) -> str:
+        """Empty when the demand fits the flavour's quota (with borrowing), else what runs out.
+        ``ever``: against :meth:`ceiling`, the most the queue can hold when nothing else in its
+        cohort is used, instead of its room now."""
         for quota in spec.quotas:
             if quota.flavor != flavor:
                 continue
-            used = self.usage[spec.name][(flavor, quota.resource)]
-            room = self.room(spec, quota)
+            used = 0 if ever else self.usage[spec.name][(flavor, quota.resource)]
+            room = self.ceiling(spec, quota) if ever else self.room(spec, quota)
             if demand[quota.resource] > room:
                 borrowable = max(used + room - quota.nominal, 0) if spec.cohort else 0
                 r = quota.resource
+                if ever:
+                    return (
+                        f"{_LABEL[r]} quota: {_amount(r, demand[r])} asked > "
+                        f"{_amount(r, quota.nominal)} nominal + "
+                        f"{_amount(r, borrowable)} borrowable at most"
+                    )
                 return (
                     f"{_LABEL[r]} quota: {_amount(r, used)} used + {_amount(r, demand[r])} "
                     f"asked > {_amount(r, quota.nominal)} nominal + "
@@ -317,14 +327,28 @@ class Admission:
         then pass its nominal sum until the lender reclaims, see ``cycle.py``). Beyond that it may
         borrow the cohort's unused nominal quota, which already counts what was borrowed, so
         nothing is lent twice; and its total stays within nominal + borrowing limit."""
+        return self._room(spec, quota, lambda name, key: self.usage[name][key])
+
+    def ceiling(self, spec: QueueSpec, quota: Quota) -> int:
+        """The most of ``quota``'s resource the queue can ever hold: its :meth:`room` when nothing
+        in its cohort is used, which is its nominal plus, in a cohort, the lesser of its
+        borrowing limit (none: unlimited) and the nominal quota of the cohort's other queues.
+        Only a change of some quota of the cohort moves it (Kueue keeps a workload above it
+        inadmissible until then)."""
+        return self._room(spec, quota, lambda name, key: 0)
+
+    def _room(
+        self, spec: QueueSpec, quota: Quota, used_of: Callable[[str, tuple[str, Resource]], int]
+    ) -> int:
+        """:meth:`room` with each queue's use of a (flavour, resource) read from ``used_of``."""
         key = (quota.flavor, quota.resource)
-        used = self.usage[spec.name][key]
+        used = used_of(spec.name, key)
         own = max(quota.nominal - used, 0)
         if spec.cohort is None:
             return own
         cohort_unused = sum(
             sum(q.nominal for q in other.quotas if (q.flavor, q.resource) == key)
-            - self.usage[other.name][key]
+            - used_of(other.name, key)
             for other in self.queues.values()
             if other.cohort == spec.cohort
         )
@@ -332,6 +356,36 @@ class Admission:
         if quota.borrowing_limit is not None:
             room = min(room, quota.nominal + quota.borrowing_limit - used)
         return max(room, 0)
+
+    def inadmissible(self, req: Request, queue: str) -> str:
+        """Why no future of ``queue``'s quotas can admit ``req``, or empty when one might.
+
+        ``req`` is inadmissible when every flavour of the queue whose devices its selectors
+        accept (usable now or not: a cordon ends) asks more than :meth:`ceiling` of some
+        resource, and no device is left to it outside the quotas (``unlisted_flavors`` deny,
+        or no such device). Only a quota change in its cohort can change this; capacity freed
+        by other jobs cannot. A request no flavour's devices accept is for the pool's verdict
+        (``engine/verdict.py``), not this one: empty."""
+        spec = self._queue(queue)
+        flavors = list(dict.fromkeys(q.flavor for q in spec.quotas))
+        if req.devices.count == 0 or not flavors:
+            return ""
+        accepted = self.engine.pipeline.selectable(self.engine.pipeline.context(req))
+        if (
+            spec.unlisted_flavors is Unlisted.ALLOW
+            and (accepted & ~self._listed_mask(flavors)).any()
+        ):
+            return ""
+        reasons = []
+        for flavor in flavors:
+            mask = accepted & self.flavor_mask(flavor)
+            if not mask.any():
+                continue
+            short = self._short_of(spec, flavor, self._demand(req, mask), ever=True)
+            if not short:
+                return ""
+            reasons.append(f"{flavor}: {short}")
+        return "; ".join(reasons)
 
     def within_nominal(self, req: Request, queue: str) -> bool:
         """Whether ``req`` would fit some flavour of ``queue`` within its nominal quota alone."""

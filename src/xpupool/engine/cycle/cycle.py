@@ -67,6 +67,11 @@ class Wait:
     reason: str
     waiting_on: frozenset[int] = frozenset()
 
+    @property
+    def inadmissible(self) -> bool:
+        """No future of its queue's quotas can admit it (``reason`` says why)."""
+        return self.reason.startswith(INADMISSIBLE)
+
 
 @dataclass(frozen=True, slots=True)
 class Preempt:
@@ -78,6 +83,11 @@ class Preempt:
 
 
 Decision = Place | Wait | Preempt
+
+INADMISSIBLE = "inadmissible: "
+"""How a wait begins when no future of its queue's quotas can admit the job (Kueue's
+inadmissible workloads): it stays pending, and is decided again when a quota of its cohort
+changes (the server then tries every pending job again)."""
 
 # every field of a request but its name: two requests alike in these fare alike
 _SHAPE = fields_but("name")
@@ -137,6 +147,10 @@ class SchedulingCycle:
             reason = outcome.placement.failures[0].message
         else:
             reason = outcome.reason
+            if not outcome.capacity_only:  # short of quota: now, or in every future?
+                never = self.admission.inadmissible(job.request, job.queue)
+                if never:
+                    return Wait(f"{INADMISSIBLE}{never}")
         stopping = {h.id for h in running.values() if h.stopping == "preempt"}
         waiting_on = frozenset(job.waiting_on & stopping)
         if waiting_on:  # its victims are still stopping: do not pick more

@@ -61,16 +61,18 @@ def delete_node(
 
 @router.get("/devices", response_model=list[s.Device])
 def list_devices(
-    plane: Plane, _: User, node: Annotated[str | None, Query(max_length=63)] = None
+    plane: Plane, who: User, node: Annotated[str | None, Query(max_length=63)] = None
 ) -> list[s.Device]:
-    return fleet.list_devices(plane, node)
+    """Every card; a tenant sees its own jobs named on them, and another tenant's as
+    ``in_use_by_others`` only (docs/security.md)."""
+    return fleet.list_devices(plane, node, who=who)
 
 
 @router.get("/devices/{uuid}", response_model=s.DeviceDetail)
-def get_device(uuid: Uuid, plane: Plane, _: User) -> s.DeviceDetail:
-    """One card: what ``/v1/devices`` says of it, the replicas holding shares of it, and its
-    recent readings (for a sparkline)."""
-    return fleet.device_detail(plane, uuid)
+def get_device(uuid: Uuid, plane: Plane, who: User) -> s.DeviceDetail:
+    """One card: what ``/v1/devices`` says of it, the replicas holding shares of it (a
+    tenant: of its own jobs only), and its recent readings (for a sparkline)."""
+    return fleet.device_detail(plane, uuid, who=who)
 
 
 @router.post("/devices/{uuid}/cordon", response_model=s.Device)

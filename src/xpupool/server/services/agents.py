@@ -148,7 +148,7 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: s.Replica
         job.failures[r.replica] = r.reason
     replicas = {a.replica for a in job.allocations}
     states = [job.replica_states.get(i) for i in replicas]
-    if r.state != "stopped" and job.state is not s.JobPhase.RUNNING:
+    if r.state != "stopped" and job.state is not s.JobPhase.RUNNING and not _never_started(r):
         # a replica that ran and ended between two heartbeats was still running: record it
         started = f"(pid {r.pid})" if r.pid is not None else "(its process never started)"
         plane.apply(conn, job.id, lc.Start(f"started on {node} {started}"))
@@ -166,6 +166,13 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: s.Replica
     code = max(codes, key=abs) if codes else None
     reason = _failure(job, failed[0], code) if failed else "all replicas exited 0"
     plane.apply(conn, job.id, lc.Ended(bool(failed), reason, code))
+
+
+def _never_started(r: s.ReplicaReport) -> bool:
+    """The agent reports a replica failed with neither a process nor an exit code: it did not
+    start one (it could not build the launch, or it was handed an allocation that already ran
+    there: docs/agent.md). The job is failed with the agent's reason, never marked started."""
+    return r.state == "failed" and r.pid is None and r.exit_code is None
 
 
 def _limits(plane: ControlPlane, conn: Connection, job: HeldJob, r: s.ReplicaReport) -> None:

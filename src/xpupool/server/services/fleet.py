@@ -17,6 +17,7 @@ from sqlalchemy import Connection, insert, select, update
 from xpupool.model.device import Node
 from xpupool.model.errors import Conflict, NotFound, RequestError
 from xpupool.server import schemas as s
+from xpupool.server.auth import Principal
 from xpupool.server.drain import plan
 from xpupool.server.plane import ControlPlane, NodeRecord, node_values
 from xpupool.server.storage.fleet import nodes as t_nodes
@@ -231,15 +232,34 @@ def list_nodes(plane: ControlPlane, site: str | None = None) -> list[s.Node]:
         return [node_view(plane, n) for n in names]
 
 
-def list_devices(plane: ControlPlane, node: str | None = None) -> list[s.Device]:
+def _named_for(who: Principal | None) -> str | None:
+    """The tenant whose jobs alone ``who`` sees named on a card; None: every job (the admin, or
+    ``who`` None, the server's own view that ``/metrics`` reads). A tenant sees its own jobs'
+    ids and shares only, and other tenants' use as anonymous "in use" (docs/security.md)."""
+    return None if who is None or who.is_admin else (who.tenant or "")
+
+
+def list_devices(
+    plane: ControlPlane, node: str | None = None, *, who: Principal | None
+) -> list[s.Device]:
+    """Every card (of ``node``, or all), as ``who`` may see it: ``jobs`` lists only the jobs
+    whose names ``who`` may see (:func:`_named_for`), ``in_use_by_others`` says that some other
+    job holds a share too. The allocation figures are the card's whole, everyone's: the fleet's
+    aggregate, which every tenant sees."""
+    mine = _named_for(who)
     with plane.lock:
         st = plane.cluster_state
         mem_commit, core_commit = st.dev_mem_commit.reshape(-1), st.dev_core_commit.reshape(-1)
-        holders: dict[str, list[int]] = {}
+        holders: dict[str, set[int]] = {}
+        others: set[str] = set()
         for job in plane.held_jobs.values():
+            visible = mine is None or job.tenant == mine
             for alloc in job.allocations:
                 for share in alloc.devices:
-                    holders.setdefault(share.uuid, []).append(job.id)
+                    if visible:
+                        holders.setdefault(share.uuid, set()).add(job.id)
+                    else:
+                        others.add(share.uuid)
         out = []
         names = [node] if node is not None else sorted(plane.node_records)
         for name in names:
@@ -270,23 +290,26 @@ def list_devices(plane: ControlPlane, node: str | None = None) -> list[s.Device]
                         ),
                         committable_memory_mib=int(mem_commit[slot]),
                         committable_core_permille=int(core_commit[slot]),
-                        jobs=sorted(set(holders.get(d.uuid, []))),
+                        jobs=sorted(holders.get(d.uuid, ())),
+                        in_use_by_others=d.uuid in others,
                         metrics=plane.metrics.get(d.uuid),
                     )
                 )
         return out
 
 
-def device_detail(plane: ControlPlane, uuid: str) -> s.DeviceDetail:
-    """One card as :func:`list_devices` shows it, with the replicas holding shares of it and
-    its recent readings (``plane.live``); NotFound for a UUID no node in the pool has."""
+def device_detail(plane: ControlPlane, uuid: str, *, who: Principal | None) -> s.DeviceDetail:
+    """One card as :func:`list_devices` shows it to ``who``, with the shares held of it by the
+    jobs ``who`` may see named (another tenant's share is only ``in_use_by_others``) and its
+    recent readings (``plane.live``); NotFound for a UUID no node in the pool has."""
+    mine = _named_for(who)
     with plane.lock:
         st = plane.cluster_state
         slot = st.uuid_slot.get(uuid)
         name = None if slot is None else st.node_names[st.node_of_slot(slot)]
         if name is None or plane.node(name) is None:
             raise NotFound("device", uuid)
-        device = next(d for d in list_devices(plane, name) if d.uuid == uuid)
+        device = next(d for d in list_devices(plane, name, who=who) if d.uuid == uuid)
         shares = [
             s.DeviceShareHeld(
                 job=job.id,
@@ -295,6 +318,7 @@ def device_detail(plane: ControlPlane, uuid: str) -> s.DeviceDetail:
                 core_permille=share.core_permille,
             )
             for job in plane.held_jobs.values()
+            if mine is None or job.tenant == mine
             for alloc in job.allocations
             if alloc.node == name
             for share in alloc.devices
@@ -362,4 +386,5 @@ def cordon_device(plane: ControlPlane, uuid: str, cordoned: bool) -> s.Device:
             raise NotFound("device", uuid)
         plane.cordon_device(conn, rec, uuid, cordoned)
         name = rec.node.name
-    return next(d for d in list_devices(plane, name) if d.uuid == uuid)
+    # only the admin cordons: the answer names every job, as the admin sees it
+    return next(d for d in list_devices(plane, name, who=None) if d.uuid == uuid)

@@ -146,6 +146,9 @@ def _check(plane: ControlPlane, conn: Connection, one: _Accepted) -> tuple[Reque
                 raise RequestError("image", body.image, f"{why} ({from_image.events[-1]})")
             raise RequestError(miss.field, None, why).under(body.request_field)
         waiting = f"unschedulable: nothing in the pool can hold it ({miss.reason})"
+    never = plane.admission.inadmissible(req, queue)
+    if never:  # its queue's quotas can never admit it: only the admin's quota change could
+        raise RequestError("queue", queue, f"the queue can never hold it: {never}")
     grants.check_submission(
         plane,
         conn,

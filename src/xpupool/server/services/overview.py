@@ -23,6 +23,7 @@ from operator import attrgetter
 import numpy as np
 import numpy.typing as npt
 
+from xpupool.engine.cycle import INADMISSIBLE
 from xpupool.engine.fragmentation import ShapeTable, Stranded, TargetWorkload, stranded_capacity
 from xpupool.engine.reasons import PREEMPTION_MAY_HELP, Unschedulable
 from xpupool.engine.state import ClusterState
@@ -57,6 +58,7 @@ class Waiting:
     NEW = "not tried yet"
     GANG = "gang: not every replica fits at once"
     QUOTA = "queue quota"
+    INADMISSIBLE = "inadmissible: its queue's quota can never hold it"
     UNEXPLAINED = "not explained yet"
     ERROR = "cannot be scheduled"
 
@@ -271,7 +273,10 @@ def pending_reason(plane: ControlPlane, job: PendingJob, now: float, budget: lis
     its replicas (capacity reasons first: :func:`_dominant`; ``engine.explain``, once per
     distinct request and state), or, where the engine finds room now, the waiting state that
     holds it back (:class:`Waiting`).
-    ``budget`` ([explanations left]) bounds the engine calls of one overview."""
+    ``budget`` ([explanations left]) bounds the engine calls of one overview. An inadmissible
+    job is that first: room on the cards would not admit it."""
+    if job.reason.startswith(INADMISSIBLE):
+        return Waiting.INADMISSIBLE
     st = plane.cluster_state
     kept = _kept(plane)
     if kept.explained_at is None or not _same(kept.explained_at, st, st.epoch, st.change_seq):

@@ -9,7 +9,9 @@ with every row (``executemany`` on the driver's cursor, ``driver_insert.py``):
 
 - the updates of one job are merged into one, the later value of a column winning, which leaves
   the row as the updates one after another would;
-- events and allocation rows keep their order.
+- events and allocation rows keep their order;
+- the pool's allocation mark is raised above the allocation rows in the same transaction
+  (``storage/pool.py``), so no id stored here is ever handed out again, even after a crash.
 
 Nothing may read or write those rows in between: the transaction's other statements flush first
 (``ControlPlane.apply`` does before any statement of its own), and the owner flushes before the
@@ -27,6 +29,7 @@ from xpupool.server.storage.driver_insert import insert_rows, update_rows
 from xpupool.server.storage.jobs import allocations as t_allocs
 from xpupool.server.storage.jobs import job_events as t_events
 from xpupool.server.storage.jobs import jobs as t_jobs
+from xpupool.server.storage.pool import raise_allocation_mark
 
 
 @functools.lru_cache(maxsize=64)
@@ -86,4 +89,6 @@ class JobWrites:
             update_rows(conn, job_update(key), params)
         insert_rows(conn, t_events, self._events)
         insert_rows(conn, t_allocs, self._allocations)
+        if self._allocations:
+            raise_allocation_mark(conn, max(int(row["id"]) for row in self._allocations))
         self._updates, self._events, self._allocations = {}, [], []

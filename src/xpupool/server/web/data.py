@@ -34,9 +34,10 @@ def history(
     return history_series(plane, window, site, model).model_dump(mode="json")
 
 
-def card(plane: ControlPlane, uuid: str) -> s.DeviceDetail | None:
-    """One card with the shares held of it and its recent readings; None for an unknown UUID."""
+def card(plane: ControlPlane, uuid: str, principal: Principal) -> s.DeviceDetail | None:
+    """One card with the shares ``principal`` may see held of it (a tenant: its own jobs') and
+    its recent readings; None for an unknown UUID."""
     try:
-        return device_detail(plane, uuid)
+        return device_detail(plane, uuid, who=principal)
     except NotFound:
         return None

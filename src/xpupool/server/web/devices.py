@@ -18,6 +18,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from xpupool.model.errors import NotFound
 from xpupool.server import schemas as s
+from xpupool.server.auth import Principal
 from xpupool.server.plane import ControlPlane
 from xpupool.server.services import fleet
 from xpupool.server.web import data
@@ -73,8 +74,9 @@ def _node_names(plane: ControlPlane, site: str) -> list[str]:
     return [n for _, n in sorted(found)]
 
 
-def grid_context(plane: ControlPlane, site: str, page_no: int) -> dict[str, Any]:
-    """A page of nodes (of ``site``, or all), each with its tiles; a page past the last is the last."""
+def grid_context(plane: ControlPlane, who: Principal, site: str, page_no: int) -> dict[str, Any]:
+    """A page of nodes (of ``site``, or all), each with its tiles, as ``who`` may see them; a page
+    past the last is the last."""
     names = _node_names(plane, site)
     pages = max(1, -(-len(names) // PAGE_NODES))
     page_no = min(page_no, pages)
@@ -82,7 +84,7 @@ def grid_context(plane: ControlPlane, site: str, page_no: int) -> dict[str, Any]
     nodes = []
     for name in shown:
         try:
-            node, devs = fleet.node_view(plane, name), fleet.list_devices(plane, name)
+            node, devs = fleet.node_view(plane, name), fleet.list_devices(plane, name, who=who)
         except (NotFound, KeyError):
             continue  # deleted since the names were read
         nodes.append({"node": node, "tiles": [tile(d) for d in devs]})
@@ -96,25 +98,38 @@ def grid_context(plane: ControlPlane, site: str, page_no: int) -> dict[str, Any]
 
 
 def card_panel(plane: ControlPlane, viewer: Viewer, uuid: str) -> dict[str, Any] | None:
-    """The card's panel, or None for a card the pool does not have. A tenant sees the shares
-    other tenants' jobs hold, not which jobs they are."""
-    found = data.card(plane, uuid)
+    """The card's panel, or None for a card the pool does not have. Its jobs are those the API
+    names to the viewer (a tenant: its own, with their shares); other tenants' use is one
+    anonymous "in use" row (``others``) whose figures are the card's allocation less the shares
+    shown, which the card's totals tell anyway: neither which jobs nor how many."""
+    found = data.card(plane, uuid, viewer.principal)
     if found is None:
         return None
-    with plane.lock:
-        owner = {j.id: j.tenant for j in plane.held_jobs.values()}
     jobs = [
         {
             "id": sh.job,
             "replica": sh.replica,
             "memory_mib": sh.memory_mib,
             "core_pct": sh.core_permille / 10,
-            "visible": viewer.is_admin or owner.get(sh.job) == viewer.principal.tenant,
         }
         for sh in found.shares
     ]
+    others = None
+    if found.in_use_by_others:
+        others = {
+            "memory_mib": max(0, found.allocated_memory_mib - sum(j["memory_mib"] for j in jobs)),
+            "core_pct": max(
+                0.0, found.allocated_core_permille / 10 - sum(j["core_pct"] for j in jobs)
+            ),
+        }
     util = [(r.t, r.util_pct) for r in found.recent if r.util_pct is not None]
-    return {"d": found, "jobs": jobs, "spark": sparkline(util), "samples": len(util)}
+    return {
+        "d": found,
+        "jobs": jobs,
+        "others": others,
+        "spark": sparkline(util),
+        "samples": len(util),
+    }
 
 
 def _devices_page(
@@ -138,7 +153,7 @@ def _devices_page(
         card=card,
         panel=panel,
         back="/devices" + ("?" + request.url.query if request.url.query else ""),
-        **grid_context(plane, site, page_no),
+        **grid_context(plane, viewer.principal, site, page_no),
     )
 
 
