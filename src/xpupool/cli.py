@@ -104,6 +104,16 @@ def demo(policy: str, cluster: str | None) -> None:
     "supervisors stop them then; a silent node's jobs run elsewhere only after it) "
     "[default: 5 heartbeats and at least 20 s, at most 80% of --lost-after]",
 )
+@click.option(
+    "--store-lease",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="how long this server owns the store without renewing (it renews every fifth of it): "
+    "another server on the same database (--db) is refused until then, and may take the "
+    "store 2 s after it ends (docs/security.md)",
+)
 @click.option("--agent/--no-agent", default=True, show_default=True, help="in-process local agent")
 @click.option(
     "--max-body",
@@ -179,6 +189,7 @@ def up(
     heartbeat: float,
     lost_after: float,
     lease: float | None,
+    store_lease: float,
     agent: bool,
     job_uid_range: str,
     job_root: str | None,
@@ -268,6 +279,7 @@ def up(
         history_interval_s=history_s,
         catalog=catalog,
         http_workers=http_workers,
+        store_lease_s=store_lease,
     )
     serve(cfg, click.echo)
 

@@ -108,6 +108,42 @@ class ServerProc:
         """Authorization for ``token`` (default: the admin's)."""
         return {"Authorization": f"Bearer {token or self.admin_token}"}
 
+    def tenant_client(self, name: str) -> httpx.Client:
+        """A new tenant ``name`` and a client acting with its own tenant token (close it)."""
+        with httpx.Client(base_url=self.url, headers=self.headers(), verify=self.verify) as admin:
+            admin.post("/v1/tenants", json={"name": name}).raise_for_status()
+            r = admin.post(f"/v1/tenants/{name}/tokens", json={"role": "tenant"})
+            r.raise_for_status()
+        return httpx.Client(
+            base_url=self.url, headers=self.headers(r.json()["token"]), verify=self.verify
+        )
+
+    def agent_token_file(self, path: Path, tenant: str) -> Path:
+        """An agent token of new tenant ``tenant`` (bound to the first node it registers),
+        written 0600 to ``path``, as an operator hands one to ``xpupool agent --token-file``."""
+        with httpx.Client(base_url=self.url, headers=self.headers(), verify=self.verify) as admin:
+            admin.post("/v1/tenants", json={"name": tenant}).raise_for_status()
+            r = admin.post(f"/v1/tenants/{tenant}/tokens", json={"role": "agent"})
+            r.raise_for_status()
+        path.write_text(r.json()["token"] + "\n")
+        path.chmod(0o600)
+        return path
+
+    def start_agent(
+        self, tmp: Path, node: str, fake: Path, *extra: str, env: dict[str, str] | None = None
+    ) -> tuple[subprocess.Popen[bytes], Path]:
+        """A standalone ``xpupool agent`` for ``node`` with devices from ``fake``, its token (of
+        a new tenant ``<node>-ops``) and work dir under ``tmp``; its output in the returned log.
+        Stop it with :func:`stop_process`."""
+        token_file = self.agent_token_file(tmp / "agent-token", f"{node}-ops")
+        log = tmp / "agent.log"
+        argv = [sys.executable, "-c", "from xpupool.cli import main; main()", "agent"]
+        argv += ["--server", self.url, "--token-file", str(token_file), "--node", node]
+        argv += ["--fake", str(fake), "--work-dir", str(tmp / "agent"), *extra]
+        with log.open("wb") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+        return proc, log
+
     def start(self, same_port: bool = False) -> ServerProc:
         """Start (or start again, on the same data) and wait until it answers. ``same_port``:
         on the port of the last start, so that agents started against it find it again."""

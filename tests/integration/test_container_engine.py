@@ -113,11 +113,7 @@ def engine(
             tmp / "data", cluster=cluster, agent=True, extra_args=("--heartbeat", "0.2")
         )
         with srv:
-            admin = httpx.Client(base_url=srv.url, headers=srv.headers())
-            admin.post("/v1/tenants", json={"name": "mallory"}).raise_for_status()
-            token = admin.post("/v1/tenants/mallory/tokens", json={"role": "tenant"}).json()
-            admin.close()
-            user = httpx.Client(base_url=srv.url, headers=srv.headers(token["token"]))
+            user = srv.tenant_client("mallory")
             try:
                 yield Engine(srv, user)
             finally:

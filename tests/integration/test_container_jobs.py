@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 from server_proc import ServerProc, stop_process, until
-from test_agent_e2e import CLI, FAKE
+from test_agent_e2e import FAKE
 
 from fake_runtime import install, path_with, recorded
 
@@ -84,15 +84,6 @@ class Up:
         return runs[0]
 
 
-def _tenant(srv: ServerProc, name: str) -> httpx.Client:
-    admin = httpx.Client(base_url=srv.url, headers=srv.headers())
-    admin.post("/v1/tenants", json={"name": name}).raise_for_status()
-    r = admin.post(f"/v1/tenants/{name}/tokens", json={"role": "tenant"})
-    r.raise_for_status()
-    admin.close()
-    return httpx.Client(base_url=srv.url, headers=srv.headers(r.json()["token"]))
-
-
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     tmp = tmp_path_factory.mktemp("images")
@@ -105,7 +96,7 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
             tmp / "data", cluster=cluster, agent=True, extra_args=("--heartbeat", "0.2")
         )
         with srv:
-            user = _tenant(srv, "team")
+            user = srv.tenant_client("team")
             try:
                 yield Up(srv, user, argv_log)
             finally:
@@ -218,7 +209,7 @@ def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProc,
             tmp / "data", cluster=NO_RUNTIME_CLUSTER, agent=True, extra_args=("--heartbeat", "0.2")
         )
         with srv:
-            user = _tenant(srv, "team")
+            user = srv.tenant_client("team")
             try:
                 yield srv, user
             finally:
@@ -254,34 +245,9 @@ def test_standalone_agent_asks_its_runtime_and_runs_images(tmp_path: Path) -> No
     path = f"{tmp_path / 'nodocker'}{os.pathsep}{path_with(tmp_path / 'bin')}"
     with ServerProc(tmp_path / "data", extra_args=("--heartbeat", "0.2")) as srv:
         admin = httpx.Client(base_url=srv.url, headers=srv.headers())
-        admin.post("/v1/tenants", json={"name": "team"}).raise_for_status()
-        token = admin.post("/v1/tenants/team/tokens", json={"role": "agent"}).json()["token"]
-        token_file = tmp_path / "agent-token"
-        token_file.write_text(token + "\n")
-        token_file.chmod(0o600)
-        user = _tenant(srv, "ops")
-        agent_log = tmp_path / "agent.log"
-        agent = subprocess.Popen(
-            [
-                *CLI,
-                "agent",
-                "--server",
-                srv.url,
-                "--token-file",
-                str(token_file),
-                "--node",
-                "box",
-                "--fake",
-                str(FAKE),
-                "--work-dir",
-                str(tmp_path / "agent"),
-                "--runtime",
-                "auto",
-            ],
-            stdout=agent_log.open("wb"),
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PATH": path},
-        )
+        user = srv.tenant_client("ops")
+        env = {**os.environ, "PATH": path}
+        agent, agent_log = srv.start_agent(tmp_path, "box", FAKE, "--runtime", "auto", env=env)
         try:
             node = until(
                 lambda: (r := admin.get("/v1/nodes/box")).status_code == 200 and r.json(),

@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 from server_proc import ServerProc, stop_process, until
-from test_agent_e2e import CLI, FAKE
+from test_agent_e2e import FAKE
 
 CLUSTER = Path(__file__).parents[1] / "fixtures" / "agent" / "cluster-sim.yaml"
 ROOT = os.geteuid() == 0
@@ -98,14 +98,6 @@ HOSTILE_ENV = {
 }
 
 
-def _tenant(srv: ServerProc, name: str) -> httpx.Client:
-    admin = httpx.Client(base_url=srv.url, headers=srv.headers())
-    admin.post("/v1/tenants", json={"name": name}).raise_for_status()
-    token = admin.post(f"/v1/tenants/{name}/tokens", json={"role": "tenant"}).json()["token"]
-    admin.close()
-    return httpx.Client(base_url=srv.url, headers=srv.headers(token))
-
-
 def _run_preloaded(srv: ServerProc, user: httpx.Client, preload: Preload, spec: str) -> None:
     env = {"LD_PRELOAD": str(preload.library), **HOSTILE_ENV}
     r = user.post("/v1/jobs", json={"command": ["/bin/true"], "spec": spec, "env": env})
@@ -131,7 +123,7 @@ def test_a_preload_in_the_jobs_env_never_runs_as_root_under_up(
 ) -> None:
     args = ("--heartbeat", "0.2", "--job-root", str(job_root), "--sandbox", sandbox)
     with ServerProc(tmp_path / "data", cluster=CLUSTER, agent=True, extra_args=args) as srv:
-        user = _tenant(srv, "mallory")
+        user = srv.tenant_client("mallory")
         try:
             _run_preloaded(srv, user, preload, "cpu=100m")
         finally:
@@ -142,35 +134,8 @@ def test_a_preload_in_the_jobs_env_never_runs_as_root_under_a_standalone_agent(
     tmp_path: Path, preload: Preload, job_root: Path
 ) -> None:
     with ServerProc(tmp_path / "data", extra_args=("--heartbeat", "0.2")) as srv:
-        admin = httpx.Client(base_url=srv.url, headers=srv.headers())
-        admin.post("/v1/tenants", json={"name": "ops"}).raise_for_status()
-        token = admin.post("/v1/tenants/ops/tokens", json={"role": "agent"}).json()["token"]
-        admin.close()
-        token_file = tmp_path / "agent-token"
-        token_file.write_text(token + "\n")
-        token_file.chmod(0o600)
-        agent_log = tmp_path / "agent.log"
-        agent = subprocess.Popen(
-            [
-                *CLI,
-                "agent",
-                "--server",
-                srv.url,
-                "--token-file",
-                str(token_file),
-                "--node",
-                "box",
-                "--fake",
-                str(FAKE),
-                "--work-dir",
-                str(tmp_path / "agent"),
-                "--job-root",
-                str(job_root),
-            ],
-            stdout=agent_log.open("wb"),
-            stderr=subprocess.STDOUT,
-        )
-        user = _tenant(srv, "mallory")
+        agent, agent_log = srv.start_agent(tmp_path, "box", FAKE, "--job-root", str(job_root))
+        user = srv.tenant_client("mallory")
         try:
             until(
                 lambda: user.get("/v1/nodes/box").status_code == 200,

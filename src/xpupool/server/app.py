@@ -83,6 +83,7 @@ def create_app(
     background: bool = True,
     on_start: Callable[[], None] | None = None,
     on_stop: Callable[[], None] | None = None,
+    on_stopped: Callable[[], None] | None = None,
     max_body: int = DEFAULT_MAX_BODY,
     channel: SubmitChannel | None = None,
 ) -> FastAPI:
@@ -90,7 +91,9 @@ def create_app(
     and the lost-node thread (tests of routers alone may turn them off and call ``schedule_pass``
     themselves). ``max_body``: the largest request body taken, in bytes (an agent's log upload
     may always send a full chunk). ``channel``: the submission channel of the plane's HTTP
-    workers (``front/``), listening while the app runs, on its event loop."""
+    workers (``front/``), listening while the app runs, on its event loop. ``on_stopped``: called
+    once the background loops are stopped (``up`` releases the store there: a write after it is
+    refused, never half done)."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -117,6 +120,8 @@ def create_app(
                     await passes
             if watch is not None:
                 watch.stopped.set()
+            if on_stopped is not None:  # the last step: uvicorn may end the process by a signal
+                on_stopped()
 
     app = FastAPI(
         title="xpupool",

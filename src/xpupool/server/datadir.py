@@ -27,6 +27,7 @@ from sqlalchemy.exc import OperationalError
 
 from xpupool.model.errors import XpupoolError
 from xpupool.server.health import probe_writable, store_failure
+from xpupool.server.ownership import StoreOwnership
 from xpupool.server.storage import meta
 from xpupool.server.storage.jobs import jobs as t_jobs
 from xpupool.server.storage.pool import pool as t_pool
@@ -113,21 +114,33 @@ def leftovers(data: Path) -> list[str]:
     return found
 
 
-def open_pool(data: Path, url: str, *, reinitialise: bool) -> PoolFile:
+def open_pool(
+    data: Path,
+    url: str,
+    *,
+    reinitialise: bool,
+    owner: StoreOwnership | None = None,
+) -> PoolFile:
     """Check that ``data`` and the database at ``url`` are one pool and may start, and record
     the start in the database (proving it writable). A missing or empty database next to an
     earlier pool's files is refused unless ``reinitialise``; then those files are moved to
     ``DATA/old-<time>/`` and the new pool's job ids start above every earlier one.
-    Raises DataDirError (one line)."""
+    ``owner``: claimed here, after the checks that must see the database file as it was and
+    before the first write (``server/ownership.py``).
+    Raises DataDirError (one line), or StoreInUseError while another server owns the store."""
     now = time.time()
     file = PoolFile.read(data)
     missing = _sqlite_missing(url)
     if missing and leftovers(data) and not reinitialise:
         _refuse_new_pool(data)  # before the database file is created
     try:
+        if owner is not None:
+            owner.claim()
         db = meta.connect(url)
     except (OperationalError, OSError) as exc:
         raise DataDirError(f"the database cannot be opened: {store_failure(exc)}") from None
+    if owner is not None:
+        owner.fence(db)
     try:
         with db.begin() as conn:
             pool_id = conn.execute(select(t_pool.c.pool_id)).scalar()

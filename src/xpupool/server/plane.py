@@ -46,6 +46,7 @@ from xpupool.server.drain import draining, plan
 from xpupool.server.health import Health, probe_writable, store_failure
 from xpupool.server.lease import Lease
 from xpupool.server.live_metrics import LiveMetrics
+from xpupool.server.ownership import StoreOwnership
 from xpupool.server.pending_jobs import PendingJobs
 from xpupool.server.queue_spec import queue_spec
 from xpupool.server.retention import Retention
@@ -212,6 +213,7 @@ class ControlPlane:
         retention: Retention | None = None,
         history_interval_s: float = DEFAULT_HISTORY_INTERVAL_S,
         image_catalog: ImageCatalog | None = None,
+        ownership: StoreOwnership | None = None,
     ) -> None:
         self.data_dir = data_dir
         # what a job's image implies (catalog/images.py): an operator's rules before the built-in
@@ -273,6 +275,9 @@ class ControlPlane:
         self._verdicts: Verdicts | None = None
         self.observers: list[Callable[[str, float], None]] = []  # (event, seconds) for metrics
         self.health = Health()
+        if ownership is not None:  # every commit checks the store is still this server's
+            ownership.fence(self.db)
+            ownership.on_lost.append(self.health.fail)  # writes and /healthz: 503, and why
         self._stale = False  # memory may be ahead of the store: reload before the next write
         self._unreadable: list[Problem] = []  # allocation rows the last read could not parse
         self._node_notes: list[tuple[str, str]] = []  # (node, why) set aside by the last read

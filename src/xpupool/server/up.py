@@ -25,6 +25,7 @@ from xpupool.server.body_limit import DEFAULT_MAX_BODY
 from xpupool.server.front.plane_side import SubmitChannel
 from xpupool.server.front.workers import HttpWorkers, PlaneSockets, listen
 from xpupool.server.heap_freeze import SurvivorFreeze, freeze_start_heap
+from xpupool.server.ownership import DEFAULT_STORE_LEASE_S, Identity, StoreOwnership
 from xpupool.server.plane import DEFAULT_HISTORY_INTERVAL_S, ControlPlane
 from xpupool.server.retention import Retention
 
@@ -62,11 +63,14 @@ class UpConfig:
     history_interval_s: float = DEFAULT_HISTORY_INTERVAL_S  # --history-interval (history.py)
     catalog: OperatorCatalog | None = None  # --catalog FILE, parsed and checked by the CLI
     http_workers: int = 0  # processes taking the API's connections for the plane (server/front/)
+    store_lease_s: float = DEFAULT_STORE_LEASE_S  # --store-lease: the owner row's (ownership.py)
 
 
-def open_plane(cfg: UpConfig) -> ControlPlane:
+def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPlane:
     """The plane with its admin token and cluster-file nodes in place; logs, prints nothing.
-    A data dir or database that cannot be opened as it is raises DataDirError (one line)."""
+    A data dir or database that cannot be opened as it is raises DataDirError (one line).
+    ``owner``: claimed before the first write, and checked by every commit after it
+    (``server/ownership.py``); a store another server owns raises StoreInUseError (one line)."""
     from sqlalchemy.exc import DatabaseError, OperationalError
 
     from xpupool.agent.launch.guard import make_private
@@ -81,8 +85,8 @@ def open_plane(cfg: UpConfig) -> ControlPlane:
     try:
         check_writable(cfg.data)
         make_private(cfg.data)  # a data dir from a release that made it world-readable
-        url = cfg.db or f"sqlite:///{(cfg.data / 'state.db').resolve()}"
-        pool = open_pool(cfg.data, url, reinitialise=cfg.reinitialise)
+        url = store_url(cfg)
+        pool = open_pool(cfg.data, url, reinitialise=cfg.reinitialise, owner=owner)
         plane = ControlPlane(
             url,
             cfg.data,
@@ -99,6 +103,7 @@ def open_plane(cfg: UpConfig) -> ControlPlane:
                 if cfg.catalog is None
                 else default_image_catalog().with_rules_first(cfg.catalog.images)
             ),
+            ownership=owner,
         )
         plane.before_job_id = pool.reserve
         if cfg.rotate_admin_token:
@@ -127,19 +132,45 @@ def open_plane(cfg: UpConfig) -> ControlPlane:
     return plane
 
 
-def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
-    import uvicorn
+def store_url(cfg: UpConfig) -> str:
+    """``--db``, or ``DATA/state.db``."""
+    return cfg.db or f"sqlite:///{(cfg.data / 'state.db').resolve()}"
 
+
+def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
+    """Lock the data dir, claim the store, serve until stopped, then release both."""
     from xpupool.agent.launch.dirlock import DirLock
     from xpupool.agent.launch.guard import protect_process
-    from xpupool.server.app import create_app
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     protect_process()  # umask 077 before the first file; not dumpable: jobs cannot read us
     lock = DirLock(cfg.data, "xpupool up").acquire()  # before anything in it is read or written
-    plane = open_plane(cfg)
+    owner = StoreOwnership(
+        store_url(cfg), Identity.here(cfg.data), lease_s=cfg.store_lease_s, dir_locked=lock.held
+    )
+    try:
+        plane = open_plane(cfg, owner)
+    except BaseException:
+        owner.release()  # a start refused after the claim leaves the store free at once
+        raise
+    try:
+        _serve(cfg, plane, echo, owner.release)
+    finally:
+        owner.release()  # if the app did not (a failed start); a crash leaves the lease to end
+        lock.release()
+
+
+def _serve(
+    cfg: UpConfig, plane: ControlPlane, echo: Callable[[str], None], release: Callable[[], None]
+) -> None:
+    """Serve ``plane`` until stopped; ``release`` (the store) once the app has stopped: uvicorn
+    ends the process by the signal it caught, so code after ``uvicorn.run`` may never run."""
+    import uvicorn
+
+    from xpupool.server.app import create_app
+
     token_file = admin_token_path(cfg.data)
     echo(f"admin token: {token_file} ({'mode 0600' if token_file.exists() else 'missing'})")
     echo(f"state: {plane.db.url.render_as_string(hide_password=True)}")
@@ -188,7 +219,12 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
         on_start, on_stop = _with_workers(workers, on_start, on_stop)
         echo(f"http workers: {cfg.http_workers}")
     app = create_app(
-        plane, on_start=on_start, on_stop=on_stop, max_body=cfg.max_body, channel=channel
+        plane,
+        on_start=on_start,
+        on_stop=on_stop,
+        on_stopped=release,
+        max_body=cfg.max_body,
+        channel=channel,
     )
     freeze_start_heap()
     survivors = SurvivorFreeze(quiet=no_job_since_asked(plane))
@@ -208,7 +244,6 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
             uvicorn.run(app, uds=str(workers.sockets.http), log_level="warning", access_log=False)
     finally:
         survivors.stop()
-        lock.release()
 
 
 def _with_workers(

@@ -189,3 +189,25 @@ def test_another_protocol_is_426_naming_both(
     assert "this server speaks agent protocol 2" in r.json()["reason"]
     assert r.headers["X-Xpupool-Agent-Protocol"] == "2"
     assert server.client.get("/v1/nodes/n1", headers=server.admin).status_code == 404
+
+
+def test_admin_rows_name_what_was_acted_on_not_the_route(server: Server) -> None:
+    """Issue 43: an admin's 'create_tenant' row said 'POST /v1/tenants', not which tenant."""
+    node(server, "n1", count=1)
+    admin = server.admin
+    assert server.client.post("/v1/tenants", json={"name": "vision"}, headers=admin).is_success
+    r = server.client.post("/v1/tenants", json={"name": "vision"}, headers=admin)
+    assert r.status_code == 409  # refused: the row still names the tenant
+    token = server.client.post(
+        "/v1/tenants/vision/tokens", json={"role": "tenant"}, headers=admin
+    ).json()
+    agent = server.client.post("/v1/tokens", json={"role": "agent", "node": "n9"}, headers=admin)
+    body = {"command": ["true"], "spec": "A100:1", "tenant": "vision"}
+    job = server.client.post("/v1/jobs", json=body, headers=admin).json()
+    rows = [(e.action, e.target, e.status) for e in server.plane.audit.entries(None, 100)]
+    assert ("create_tenant", "tenant vision", 201) in rows, rows
+    assert ("create_tenant", "tenant vision", 409) in rows, rows
+    assert ("issue_token", f"tenant token {token['id']} of tenant vision", 201) in rows, rows
+    said = f"agent token {agent.json()['id']} for node n9"
+    assert ("issue_agent_token", said, 201) in rows, rows
+    assert ("submit", f"job {job['id']} of tenant vision", 201) in rows, rows

@@ -56,6 +56,11 @@ class DirLock:
         self._fd = fd
         return self
 
+    @property
+    def held(self) -> bool:
+        """Whether this process holds the lock (not so when the directory cannot be written)."""
+        return self._fd is not None
+
     def release(self) -> None:
         if self._fd is not None:
             os.close(self._fd)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Request
 
 from xpupool.server import schemas as s
 from xpupool.server.routers.deps import Admin, Plane, User
@@ -15,8 +15,9 @@ NameParam = Annotated[str, Path(pattern=s.NAME_PATTERN, max_length=63)]
 
 
 @router.post("/tenants", status_code=201, response_model=s.Tenant)
-def create_tenant(body: s.TenantIn, plane: Plane, _: Admin) -> s.Tenant:
+def create_tenant(body: s.TenantIn, plane: Plane, _: Admin, request: Request) -> s.Tenant:
     """Create a tenant and its default queue (same name, no quota)."""
+    request.state.audit_target = f"tenant {body.name}"
     return tenants.create_tenant(plane, body)
 
 
@@ -33,16 +34,25 @@ def update_tenant(tenant: NameParam, body: s.TenantPatch, plane: Plane, _: Admin
 
 
 @router.post("/tenants/{tenant}/tokens", status_code=201, response_model=s.Token)
-def issue_token(tenant: NameParam, body: s.TokenIn, plane: Plane, _: Admin) -> s.Token:
+def issue_token(
+    tenant: NameParam, body: s.TokenIn, plane: Plane, _: Admin, request: Request
+) -> s.Token:
     """Issue a token; the secret is in the answer once and never again."""
-    return tenants.issue_token(plane, tenant, body)
+    request.state.audit_target = f"{body.role} token of tenant {tenant}"
+    token = tenants.issue_token(plane, tenant, body)
+    request.state.audit_target = f"{body.role} token {token.id} of tenant {tenant}"
+    return token
 
 
 @router.post("/tokens", status_code=201, response_model=s.Token)
-def issue_agent_token(body: s.TokenIn, plane: Plane, _: Admin) -> s.Token:
+def issue_agent_token(body: s.TokenIn, plane: Plane, _: Admin, request: Request) -> s.Token:
     """Issue an agent token (``node``: the node it speaks for) or a one-time bootstrap token
     (``bootstrap``); the secret is in the answer once and never again."""
-    return tenants.issue_token(plane, None, body)
+    node = f" for node {body.node}" if body.node else ""
+    request.state.audit_target = f"{body.role} token{node}"
+    token = tenants.issue_token(plane, None, body)
+    request.state.audit_target = f"{body.role} token {token.id}{node}"
+    return token
 
 
 @router.get("/tokens", response_model=list[s.Token])

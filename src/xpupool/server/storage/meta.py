@@ -37,6 +37,7 @@ def connect(url: str) -> Engine:
         fleet,
         history,
         jobs,
+        owner,
         pool,
         tenants,
     )
