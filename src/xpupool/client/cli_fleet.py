@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import click
 
 from xpupool.client._cli_common import (
@@ -14,6 +19,9 @@ from xpupool.client._cli_common import (
     to_json,
 )
 from xpupool.client._render import devices_table, nodes_table, queues_table, sites_table
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
 
 
 @click.command(epilog=CONNECTION_HELP)
@@ -98,6 +106,10 @@ def top(
 
         from rich.live import Live
 
+        out = console()
+        if not out.is_terminal:
+            _print_frames(out, lambda: frame(take_snapshot(client, site)), interval)
+            return
         with Live(frame(take_snapshot(client, site)), console=console(), screen=False) as live:
             try:
                 while True:
@@ -105,6 +117,27 @@ def top(
                     live.update(frame(take_snapshot(client, site)))
             except KeyboardInterrupt:
                 return
+
+
+def _print_frames(out: Console, take: Callable[[], RenderableType], interval_s: float) -> None:
+    """``top`` piped or redirected: each frame printed whole and flushed as it is taken, the
+    first at once. rich's live display draws only on a terminal and would hold every frame
+    until it stops, and Python keeps a pipe's output in its buffer, so ``top | tee`` showed
+    nothing for as long as it ran (issue 42). Ctrl-C, or the reader going away (``| head``),
+    ends it quietly."""
+    import time
+
+    try:
+        while True:
+            out.print(take())
+            out.print()
+            out.file.flush()
+            time.sleep(interval_s)
+    except KeyboardInterrupt:
+        return
+    except BrokenPipeError:
+        # Python flushes stdout again at exit; point it at /dev/null so that flush cannot fail.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 @click.group()

@@ -209,8 +209,13 @@ def models_command(catalog_only: bool, url: str | None, token: str | None, outpu
 
 
 def models_table(rows: Sequence[s.CatalogModel]) -> FitTable:
+    """The catalog's models, one a row. Names and numbers are fixed cells (docs/cli.md: never
+    cut); at 80 columns they and the precisions cannot all fit beside the hub id and runtimes
+    (issue 42), so those two give way first, said in the title: the name is what ``plan`` and
+    ``submit --model`` take, the hub id only says where the weights come from."""
     names = ["model", "hub id", "params", "active", "context", "precisions", "runtimes"]
-    table = FitTable(_columns(*names, text=("precisions", "runtimes")), f"{len(rows)} models")
+    columns = _columns(*names, text=("precisions", "runtimes"), spare=("hub id", "runtimes"))
+    table = FitTable(columns, f"{len(rows)} models")
     for m in rows:
         active = "-" if m.active_params_b is None else f"{m.active_params_b:g}B"
         table.add_row(

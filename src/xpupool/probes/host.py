@@ -20,12 +20,20 @@ class Discovery:
     skipped: list[str] = field(default_factory=list)  # probes whose library or tool is absent
 
 
+def _covered(probe: Probe) -> tuple[str, ...]:
+    """The vendors a probe serves: its ``covers`` when one tool serves several (``xpu-smi``:
+    Kunlunxin and Intel), else its ``vendor``. Optional, so that a probe for one vendor stays
+    the Protocol's two methods and a name."""
+    covers: tuple[str, ...] | None = getattr(probe, "covers", None)
+    return covers or (probe.vendor,)
+
+
 def discover_host(probes: Iterable[Probe]) -> Discovery:
     found = Discovery()
     seen: set[str] = set()
     for probe in probes:
         if not probe.available():
-            found.skipped.append(probe.vendor)
+            found.skipped.extend(_covered(probe))
             continue
         try:
             devices = probe.discover()

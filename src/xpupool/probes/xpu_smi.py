@@ -167,6 +167,9 @@ class XpuSmiProbe:
     """
 
     vendor: ClassVar[str] = KUNLUNXIN
+    covers: ClassVar[tuple[str, ...]] = (KUNLUNXIN, INTEL)
+    """Every vendor this one tool serves: all are named when it is absent (issue 42: ``xpupool
+    probe`` named Kunlunxin alone, so an Intel host was never told which tool it lacks)."""
 
     def available(self) -> bool:
         return tool_present(TOOL)

@@ -159,11 +159,14 @@ class PlaneCollector(Collector):
         yield self._heartbeats()
 
     def _stranded(self) -> Iterator[GaugeMetricFamily]:
-        """Per node, idle device capacity no shape of the scheduler's target workload (learned
-        from the requests) can use now (docs/capacity.md); absent until it has learned one."""
+        """Per node, idle device capacity no pending job's shape nor a common one can use now:
+        the fleet overview's figure (``services/overview.py``, docs/capacity.md), so the gauges
+        add up to what the overview and the dashboard show."""
+        from xpupool.server.services.overview import stranded_now
+
         p = self.plane
         with p.lock:
-            gauges = stranded_gauges(p.engine, lambda name: name in p.nodes)
+            gauges = stranded_gauges(p.cluster_state, stranded_now(p), lambda name: name in p.nodes)
         yield from gauges
 
     def _history(self) -> Iterator[GaugeMetricFamily]:

@@ -1,7 +1,12 @@
 """Stranded capacity as Prometheus gauges, per node: one form for every front that holds an engine
 (the embedded server's ``/metrics`` and the Kubernetes extender's), so a dashboard built on one
-reads the other. The figure is the engine's (``Engine.stranded``, ``fragmentation/stranded.py``):
-idle device memory and compute that no shape of the target workload can use now.
+reads the other. The measure is ``engine/fragmentation/stranded.py``'s: idle device memory and
+compute that no shape of a target workload can use now. Each front passes the figure it already
+shows elsewhere, so that its gauges and its other views agree: the server the fleet overview's
+(``services/overview.py``: the pending jobs' shapes and the common ones; the dashboard reads the
+same), the extender its engine's (the workload learned from the pods it placed). Issue 42: the
+server's gauges used the engine's learned workload while its overview used the pending and
+common shapes, so an idle pool showed 2,384 GiB stranded here and 0 there.
 """
 
 from __future__ import annotations
@@ -10,7 +15,8 @@ from collections.abc import Callable
 
 from prometheus_client.core import GaugeMetricFamily
 
-from xpupool.engine import Engine
+from xpupool.engine.fragmentation import Stranded
+from xpupool.engine.state import ClusterState
 
 MIB = 1 << 20
 MEMORY = "xpupool_node_stranded_device_memory_bytes"
@@ -18,15 +24,16 @@ CORES = "xpupool_node_stranded_device_cores"
 
 
 def stranded_gauges(
-    engine: Engine, listed: Callable[[str], bool] = lambda name: True
+    state: ClusterState,
+    stranded: Stranded | None,
+    listed: Callable[[str], bool] = lambda name: True,
 ) -> list[GaugeMetricFamily]:
-    """The two per-node gauges (labels ``node``, ``site``) for the engine's live nodes that
-    ``listed`` keeps; none until the engine has a target workload (given or learned). Call with
-    the engine's owner's lock held: it reads the state once over every node."""
-    stranded = engine.stranded()
+    """The two per-node gauges (labels ``node``, ``site``) for ``state``'s live nodes that
+    ``listed`` keeps, from ``stranded`` (per node of ``state``, as ``stranded_capacity`` gives
+    it); none when there is no figure (no target workload yet). Call with the lock of the
+    state's owner held."""
     if stranded is None:
         return []
-    state = engine.state
     memory = GaugeMetricFamily(
         MEMORY,
         "Idle device memory on the node that no shape of the target workload can use now.",

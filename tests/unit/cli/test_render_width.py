@@ -332,3 +332,32 @@ def test_simulate_tables_fit_80_columns() -> None:
     words = _words(lines)
     for word in ("gpupacking-with-a-long-name", "4.06", "-0.71", "12,346", "123,456", "preempted"):
         assert word in words, f"{word!r}:\n" + "\n".join(lines)
+
+
+def test_models_table_fits_80_columns_and_keeps_names_and_numbers_whole() -> None:
+    """Issue 42 part 4: at 80 columns ``deepseek-r1-distill-qwen-…`` and ``72.…`` were cut,
+    because no column of the shipped catalog's table could give way."""
+    from dataclasses import asdict
+
+    from xpupool.catalog.models import load_models
+    from xpupool.client.cli_models import models_table
+
+    rows = [
+        s.CatalogModel.model_validate(
+            asdict(m)
+            | {
+                "aliases": list(m.aliases),
+                "precisions": list(m.precisions),
+                "runtimes": list(m.runtimes),
+            }
+        )
+        for m in load_models().models
+    ]
+    lines = _lines(models_table(rows))
+    _fits(lines)
+    assert not any("…" in line for line in lines), "\n".join(lines)
+    words = _words(lines)
+    for m in rows:
+        for word in (m.name, f"{m.params_b:g}B", str(m.max_context)):
+            assert word in words, f"{word!r} broken:\n" + "\n".join(lines)
+    assert "left out to fit:" in lines[0] and "hub id" in lines[0]  # said, not silently cut

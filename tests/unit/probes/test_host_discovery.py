@@ -42,4 +42,20 @@ def test_every_registered_probe_runs_on_a_host_without_any_vendor_stack(
     monkeypatch.setenv("PATH", str(tmp_path))  # no vendor tools
     result = discover_host(host_probes())
     assert result.devices == []
-    assert len(result.skipped) + len(result.failures) == len(PROBES)
+    probes = host_probes()
+    said = set(result.skipped) | {f.vendor for f in result.failures}
+    assert {p.vendor for p in probes} <= said  # each said absent or failed, none silent
+    assert "intel" in result.skipped  # xpu-smi's second vendor too (issue 42)
+    assert len(probes) == len(PROBES)
+
+
+def test_an_absent_xpu_smi_names_intel_as_well_as_kunlunxin(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 42 part 4: ``xpupool probe`` never named Intel among the absent tools, because the
+    one ``xpu-smi`` probe serves both vendors and was skipped under Kunlunxin's name alone."""
+    from xpupool.probes import xpu_smi
+
+    monkeypatch.setattr(xpu_smi, "tool_present", lambda tool: False)
+    found = discover_host([xpu_smi.XpuSmiProbe()])
+    assert found.skipped == ["kunlunxin", "intel"]

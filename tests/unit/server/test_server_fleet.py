@@ -292,28 +292,51 @@ def test_a_bad_capacity_setting_is_refused_naming_the_field(
     assert all(d["node"] != "bad" for d in devices(server))
 
 
-def test_stranded_capacity_is_exported_for_the_workload_the_scheduler_learned(
-    server: Server,
-) -> None:
-    """Before any request there is no target workload and no gauge; after half-card jobs on A100s
-    are placed, the T4 node's idle card is stranded for them and the A100 node's is not."""
+def _stranded_gauges(srv: Server) -> dict[str, dict[str, float]]:
+    """The ``/metrics`` stranded gauges: by metric name, node -> value."""
+    text = srv.client.get("/metrics").text
+    found: dict[str, dict[str, float]] = {}
+    for f in text_string_to_metric_families(text):
+        if f.name.startswith("xpupool_node_stranded_device_"):
+            found[f.name] = {s.labels["node"]: s.value for s in f.samples}
+    return found
+
+
+def test_stranded_gauges_are_the_fleet_overviews_figure(server: Server) -> None:
+    """Issue 42 part 4: the gauges summed to 2,384 GiB on an idle pool while the fleet overview
+    and the dashboard said 0, because they measured against the scheduler's learned workload
+    alone and the overview against the pending jobs' shapes and the common ones. One figure
+    now: the T4 node's idle card is wanted by a one-card job even though only half-card A100
+    jobs were ever asked for, so nothing is stranded, in the gauges as in the overview."""
     node(server, "a", count=1)
     node(server, "t", count=1, model="Tesla T4", memory_mib=15360)
-
-    def stranded() -> dict[str, float]:
-        text = server.client.get("/metrics").text
-        return {
-            s.labels["node"]: s.value
-            for f in text_string_to_metric_families(text)
-            if f.name == "xpupool_node_stranded_device_cores"
-            for s in f.samples
-        }
-
-    assert stranded() == {}
     a = tenant(server, "a")
     submit(server, a, "A100:1 cores=50%")
     assert server.schedule() == 1
-    assert stranded() == {"a": 0.0, "t": 1.0}
+    fleet = server.client.get("/v1/fleet/overview", headers=server.as_(server.admin_token))
+    stranded = fleet.json()["stranded"]
+    gauges = _stranded_gauges(server)
+    memory = gauges["xpupool_node_stranded_device_memory_bytes"]
+    cores = gauges["xpupool_node_stranded_device_cores"]
+    assert sum(memory.values()) == stranded["memory_mib"] * (1 << 20) == 0
+    assert sum(cores.values()) * 100 == stranded["core_pct"] == 0
+    assert set(memory) == {"a", "t"}  # every live node has its gauge, 0 included
+
+
+def test_stranded_gauges_follow_a_fragment_no_job_shape_fits(server: Server) -> None:
+    """10 % of a card left on a card some job shares fits no pending or common shape: stranded,
+    the same figure per node in ``/metrics`` as in the overview."""
+    node(server, "a", count=1)
+    a = tenant(server, "a")
+    submit(server, a, "A100:1 cores=90%")
+    assert server.schedule() == 1
+    fleet = server.client.get("/v1/fleet/overview", headers=server.as_(server.admin_token))
+    stranded = fleet.json()["stranded"]
+    gauges = _stranded_gauges(server)
+    assert stranded["core_pct"] == 10.0
+    assert gauges["xpupool_node_stranded_device_cores"] == {"a": 0.1}
+    memory = gauges["xpupool_node_stranded_device_memory_bytes"]
+    assert memory == {"a": stranded["memory_mib"] * (1 << 20)}
 
 
 def test_a_node_joining_keeps_the_workload_the_engine_learned(server: Server) -> None:

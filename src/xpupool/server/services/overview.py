@@ -258,6 +258,12 @@ def _stranded(plane: ControlPlane) -> tuple[Stranded | None, int]:
     return found, len(shapes)
 
 
+def stranded_now(plane: ControlPlane) -> Stranded | None:
+    """The stranded capacity per node the overview shows (None on an empty pool), for the
+    ``/metrics`` gauges: one figure for every view of the server. Call under the plane's lock."""
+    return _stranded(plane)[0]
+
+
 def _key(state: ClusterState, *rest: object) -> Key:
     return (weakref.ref(state), *rest)
 
