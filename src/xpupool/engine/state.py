@@ -93,6 +93,10 @@ class ClusterState:
         self.sites: list[str] = []
         self.models: list[tuple[str, str]] = []  # (vendor, printed model) per model id
         self._model_ids: dict[tuple[str, str], int] = {}
+        # Registered type strings (Device.type_name, else the model) per type id, upper-cased for
+        # the case-insensitive substring match of DeviceRequest.type_contains.
+        self.type_names: list[str] = []
+        self._type_ids: dict[str, int] = {}
         self.profiles: list[SoftwareProfile] = []
         self._profile_ids: dict[SoftwareProfile, int] = {}
         self.uuid_slot: dict[str, int] = {}
@@ -121,6 +125,7 @@ class ClusterState:
         self.dev_healthy = np.zeros((n, w), np.bool_)
         self.dev_cordoned = np.zeros((n, w), np.bool_)
         self.dev_model = np.full((n, w), -1, np.int32)
+        self.dev_type = np.full((n, w), -1, np.int32)
         self.dev_vendor = np.full((n, w), -1, np.int16)
         self.dev_profile = np.full((n, w), -1, np.int32)
         self.dev_card_mib = np.zeros((n, w), np.int64)
@@ -170,6 +175,7 @@ class ClusterState:
             self.dev_core_commit[i, col] = committable(WHOLE, dev.cores_overcommit)
             self.dev_healthy[i, col] = dev.healthy
             self.dev_model[i, col] = self._model_id(dev)
+            self.dev_type[i, col] = self._type_id(dev)
             self.dev_vendor[i, col] = VENDOR_KEYS.index(dev.vendor)
             self.dev_profile[i, col] = self._profile_id(dev)
             self.dev_card_mib[i, col] = self._card_mib(dev)
@@ -239,6 +245,14 @@ class ClusterState:
         if found is None:
             found = self._model_ids[key] = len(self.models)
             self.models.append(key)
+        return found
+
+    def _type_id(self, dev: Device) -> int:
+        key = (dev.model if dev.type_name is None else dev.type_name).upper()
+        found = self._type_ids.get(key)
+        if found is None:
+            found = self._type_ids[key] = len(self.type_names)
+            self.type_names.append(key)
         return found
 
     def _profile_id(self, dev: Device) -> int:

@@ -267,7 +267,8 @@ def device_from_info(
     model = the type string without the device plugin's ``<type>-`` prefix
     (``NVIDIA-Tesla V100-SXM2-32GB`` -> ``V100-SXM2-32GB``, the catalog's name when it knows it),
     memory_mib = devmem, compute_units = devcore, numa_node = numa, healthy = health,
-    max_tasks = count (HAMi's per-card task limit). MIG profiles are not read."""
+    max_tasks = count (HAMi's per-card task limit), type_name = the type string verbatim (what HAMi's
+    ``use-gputype`` annotations match, ``CheckType``). MIG profiles are not read."""
     if not info.id:
         raise HamiAnnotationError(key, i, "id", info.id, "must not be empty")
     if info.devmem <= 0:
@@ -287,6 +288,7 @@ def device_from_info(
         numa_node=info.numa,
         healthy=info.health,
         max_tasks=info.count,
+        type_name=info.type or None,
     )
 
 
@@ -331,11 +333,20 @@ def info_from_device(device: Device, kind: DeviceKind) -> DeviceInfo:
         count=device.max_tasks or DEFAULT_SPLIT_COUNT,
         devmem=device.memory_mib,
         devcore=kind.cores_per_card,
-        type=kind.hami_type if kind.model is not None else _hami_type_string(device.model, kind),
+        type=_registered_type(device, kind),
         numa=device.numa_node or 0,
         mode="hami-core" if kind.vendor == "nvidia" else "",
         health=device.healthy,
     )
+
+
+def _registered_type(device: Device, kind: DeviceKind) -> str:
+    """The type string to register: the card's own when it has one (read from a registration, so
+    writing it back changes nothing a ``use-gputype`` annotation matches), else the device
+    plugin's."""
+    if device.type_name is not None:
+        return device.type_name
+    return kind.hami_type if kind.model is not None else _hami_type_string(device.model, kind)
 
 
 def _hami_type_string(model: str, kind: DeviceKind) -> str:

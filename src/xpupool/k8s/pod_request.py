@@ -27,7 +27,6 @@ from fractions import Fraction
 
 from pydantic import ValidationError
 
-from xpupool.catalog import AcceleratorCatalog, load_accelerators, normalise_model_name
 from xpupool.k8s.quantity import parse_quantity
 from xpupool.k8s.resource_names import RESOURCES, Counts, DeviceKind
 from xpupool.model.errors import RequestError
@@ -107,20 +106,19 @@ class PodDemand:
         return bool(self.demands)
 
 
-def pod_demand(pod: object, catalog: AcceleratorCatalog | None = None) -> PodDemand:
+def pod_demand(pod: object) -> PodDemand:
     """Read a Pod object (the JSON kube-scheduler sends) into a :class:`PodDemand`.
 
     Raises :class:`PodRequestError` naming the field for malformed objects, invalid quantities,
     memory or cores without a count, a container asking for two device types, percentages over
-    100, conflicting annotations and unknown policies. Deterministic; no I/O but the packaged
-    catalog (``catalog`` None) to map HAMi's model names to the catalog's.
+    100, conflicting annotations and unknown policies. Deterministic; no I/O (HAMi's type names
+    are matched later, against the cards' registered type strings, not through the catalog).
     """
     obj = _object("", pod)
     metadata = _object("metadata", obj.get("metadata", {}))
     spec = _object("spec", obj.get("spec"))
     annotations = _annotations(metadata.get("annotations"))
     pod_base = _pod_base(annotations)
-    cat = catalog if catalog is not None else load_accelerators()
     names: list[str] = []
     demands: list[ContainerDemand] = []
     for key, init in (("initContainers", True), ("containers", False)):
@@ -133,7 +131,7 @@ def pod_demand(pod: object, catalog: AcceleratorCatalog | None = None) -> PodDem
             names.append(name)
             if len(names) > MAX_CONTAINERS:
                 raise PodRequestError(f"spec.{key}", len(names), f"more than {MAX_CONTAINERS}")
-            demand = _container(path, ctr, len(names) - 1, init, annotations, pod_base, cat)
+            demand = _container(path, ctr, len(names) - 1, init, annotations, pod_base)
             if demand is not None:
                 demands.append(demand)
     if not names:
@@ -163,7 +161,6 @@ def _container(
     init: bool,
     annotations: Mapping[str, str],
     pod_base: _PodBase,
-    cat: AcceleratorCatalog,
 ) -> ContainerDemand | None:
     resources = _object(f"{path}.resources", ctr.get("resources", {}))
     limits = _object(f"{path}.resources.limits", resources.get("limits", {}))
@@ -203,7 +200,7 @@ def _container(
     name = str(ctr.get("name", ""))
     explicit = bool(set(values) & {Counts.MEMORY, Counts.MEMORY_PERCENT, Counts.CORES})
     devices = _device_request(kind, values)
-    devices = _merge_devices(devices, explicit, kind, annotations, pod_base, cat)
+    devices = _merge_devices(devices, explicit, kind, annotations, pod_base)
     cpu_milli = _cpu_milli(path, requests, limits)
     memory_mib = _memory_mib(path, requests, limits)
     try:
@@ -382,22 +379,16 @@ def _merge_devices(
     kind: DeviceKind,
     annotations: Mapping[str, str],
     pod_base: _PodBase,
-    cat: AcceleratorCatalog,
 ) -> DeviceRequest:
     """The container's DeviceRequest with the pod's selectors: HAMi's type/UUID lists (read with
     HAMi's comma splitting, ``CheckType``/``CheckUUID``) and ``xpupool.io/request``'s devices.
-    ``explicit``: the container's resources named memory or cores (else its shares are HAMi's
-    defaults, which the annotation's shares replace)."""
-    models = _models(kind.use_type_key, annotations, kind, cat)
-    exclude_models = _models(kind.nouse_type_key, annotations, kind, cat)
-    if kind.nouse_type_key is not None and "" in exclude_models:
-        where = _at(kind.nouse_type_key)
-        reason = f"excludes every {kind.vendor} card; remove {kind.count} instead"
-        raise PodRequestError(where, annotations[kind.nouse_type_key], reason)
-    if "" in models:
-        models = ()  # 'NVIDIA' is a substring of every NVIDIA card's type: no constraint
-    if kind.model is not None and not models:
-        models = (kind.model,)  # huawei.com/Ascend910B3 names its chip
+    HAMi's type lists become ``type_contains``/``exclude_type_contains``, matched as HAMi matches
+    them (substrings of the registered type string), while the request annotation's models keep
+    the catalog's matching; a card must pass both. ``explicit``: the container's resources named
+    memory or cores (else its shares are HAMi's defaults, which the annotation's shares replace)."""
+    type_contains = _type_items(kind.use_type_key, annotations)
+    exclude_type_contains = _type_items(kind.nouse_type_key, annotations)
+    models = () if kind.model is None else (kind.model,)  # huawei.com/Ascend910B3 names its chip
     uuids = _items(kind.use_uuid_key, annotations)
     exclude_uuids = _items(kind.nouse_uuid_key, annotations)
     extra = pod_base.devices or DeviceRequest(count=devices.count)
@@ -415,10 +406,12 @@ def _merge_devices(
             reason = "conflicts with the container's device resources"
             raise PodRequestError(f"{where}.devices", list(theirs), reason)
         shares = theirs
-    for name, mine, other in (("type", models, extra.models), ("UUID", uuids, extra.uuids)):
-        if mine and other and set(mine) != set(other):
-            reason = f"conflicts with HAMi's {name} annotation ({', '.join(mine)})"
-            raise PodRequestError(f"{where}.devices", list(other), reason)
+    if models and extra.models and set(models) != set(extra.models):
+        reason = f"conflicts with the container's {kind.count} ({', '.join(models)})"
+        raise PodRequestError(f"{where}.devices", list(extra.models), reason)
+    if uuids and extra.uuids and set(uuids) != set(extra.uuids):
+        reason = f"conflicts with HAMi's UUID annotation ({', '.join(uuids)})"
+        raise PodRequestError(f"{where}.devices", list(extra.uuids), reason)
     try:
         return DeviceRequest(
             count=devices.count,
@@ -427,9 +420,11 @@ def _merge_devices(
             core_permille=shares[2],
             vendors=(kind.vendor,),
             models=models or extra.models,
-            exclude_models=tuple(dict.fromkeys((*exclude_models, *extra.exclude_models))),
+            exclude_models=extra.exclude_models,
             uuids=uuids or extra.uuids,
             exclude_uuids=tuple(dict.fromkeys((*exclude_uuids, *extra.exclude_uuids))),
+            type_contains=type_contains,
+            exclude_type_contains=exclude_type_contains,
             min_card_mib=extra.min_card_mib,
             max_card_mib=extra.max_card_mib,
             software=extra.software,
@@ -439,32 +434,25 @@ def _merge_devices(
         raise PodRequestError(f"{where}.{exc.field}", exc.value, exc.reason) from None
 
 
-def _models(
-    key: str | None, annotations: Mapping[str, str], kind: DeviceKind, cat: AcceleratorCatalog
-) -> tuple[str, ...]:
-    """HAMi's type list as catalog names. HAMi matches each item as a case-insensitive substring
-    of the card's type string (devices.go ``CheckType``); a name the catalog knows is kept (the
-    engine matches it by name, family and alias), others become every catalog model of the
-    vendor whose name or alias contains it, or stay as written when none does. A token that is
-    only the vendor's name (``NVIDIA``), which every card's type contains, becomes ``""``."""
-    out: list[str] = []
-    for token in _items(key, annotations):
-        if cat.knows(token):
-            out.append(token)
-            continue
-        needle = normalise_model_name(token)
-        if not needle or needle in kind.hami_type.lower():
-            out.append("")
-            continue
-        hits = [
-            m.name
-            for m in cat.models
-            if m.vendor == kind.vendor
-            and needle
-            and any(needle in normalise_model_name(n) for n in (m.name, *m.aliases))
-        ]
-        out.extend(hits or [token])
-    return tuple(dict.fromkeys(out))
+def _type_items(key: str | None, annotations: Mapping[str, str]) -> tuple[str, ...]:
+    """HAMi's type list, as ``CheckType`` (pkg/device/devices.go) reads it: blank means no
+    constraint; else split on ``,``, each item trimmed, empty items never match. The items are
+    kept as written (``!`` included: HAMi looks for it in the type string) for a substring match
+    against the registered type; a non-blank list with no item (``" , "``) matches no card in
+    HAMi, so the pod is refused here, naming the annotation, instead of waiting for ever."""
+    if key is None or not annotations.get(key, "").strip():
+        return ()
+    items = _csv(annotations[key])
+    where = _at(key)
+    if not items:
+        reason = "lists no card type, so no card matches it (HAMi's CheckType)"
+        raise PodRequestError(where, annotations[key], reason)
+    if len(items) > MAX_LIST_ITEMS:
+        raise PodRequestError(where, len(items), f"more than {MAX_LIST_ITEMS} items")
+    for i, item in enumerate(items):
+        if len(item) > MAX_ITEM_CHARS:
+            raise PodRequestError(f"{where}[{i}]", item[:MAX_ITEM_CHARS], "not a card type")
+    return tuple(dict.fromkeys(items))
 
 
 def _items(key: str | None, annotations: Mapping[str, str]) -> tuple[str, ...]:

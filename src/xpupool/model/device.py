@@ -25,6 +25,9 @@ class Device:
     ``link_group`` names the NVLink/HCCS/xGMI domain inside the node; devices sharing a name talk
     over the fast link. None means PCIe only. ``max_tasks`` is the most tasks (device shares) that
     may share the card at once, HAMi's ``deviceSplitCount``; None: no limit.
+    ``type_name`` is the type string the node registered the card under, kept verbatim because a
+    request may match substrings of it (HAMi's ``DeviceInfo.Type``, ``NVIDIA-Tesla T4``, which
+    ``nvidia.com/use-gputype`` matches; ``model`` holds the catalog's name, ``T4``). None: ``model``.
     ``memory_overcommit`` and ``cores_overcommit`` are the operator's over-commit factors (>= 1):
     the scheduler commits at most ``floor(memory_mib * memory_overcommit)`` MiB and
     ``floor(1000 * cores_overcommit)`` thousandths of the card (docs/capacity.md).
@@ -44,6 +47,7 @@ class Device:
     max_tasks: int | None = None
     memory_overcommit: float = 1.0
     cores_overcommit: float = 1.0
+    type_name: str | None = None
 
     def __post_init__(self) -> None:
         if not self.uuid:

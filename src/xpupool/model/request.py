@@ -112,6 +112,19 @@ def parse_software_need(text: str, field: str = "software") -> SoftwareNeed:
     return SoftwareNeed(canonical, op, parse_version(version, field))
 
 
+# The tuple-valued fields, which a caller may give as any sequence.
+_LIST_FIELDS = (
+    "vendors",
+    "models",
+    "exclude_models",
+    "uuids",
+    "exclude_uuids",
+    "software",
+    "type_contains",
+    "exclude_type_contains",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceRequest:
     """Devices for one replica. ``count == 0`` means a CPU-only replica.
@@ -123,7 +136,10 @@ class DeviceRequest:
     - only ``core_permille``: that share of compute and the same share of memory (a slice).
     Selectors: ``vendors`` and ``models`` are any-of lists (empty = any); ``exclude_models`` and
     ``exclude_uuids`` win over includes; ``min_card_mib``/``max_card_mib`` bound the card's
-    nominal size.
+    nominal size. ``type_contains`` (any-of) and ``exclude_type_contains`` match case-insensitive
+    substrings of the type string the card was registered under (``Device.type_name``), not the
+    catalog: they carry HAMi's ``use-gputype``/``nouse-gputype`` exactly as HAMi tests them
+    (``CheckType``), so ``A10`` takes an A100 there and ``Tesla`` only a T4.
     """
 
     count: int = 0
@@ -139,6 +155,8 @@ class DeviceRequest:
     max_card_mib: int | None = None
     software: tuple[SoftwareNeed, ...] = ()
     topology: Topology = Topology.NONE
+    type_contains: tuple[str, ...] = ()
+    exclude_type_contains: tuple[str, ...] = ()
     # Every field above, in order, made once: the engine's caches key on a device request per
     # request, and hashing or comparing this tuple costs a fraction of building it each time.
     _key: tuple[object, ...] = field(init=False, repr=False, compare=False)
@@ -189,7 +207,7 @@ class DeviceRequest:
         except ValueError:
             known = ", ".join(t.value for t in Topology)
             raise RequestError("devices.topology", self.topology, f"known: {known}") from None
-        for name in ("vendors", "models", "exclude_models", "uuids", "exclude_uuids", "software"):
+        for name in _LIST_FIELDS:
             object.__setattr__(self, name, tuple(getattr(self, name)))
         # Canonical vendor keys, as Device keeps them: 'cuda' would otherwise match no device.
         vendors = tuple(vendor_key(v, f"devices.vendors[{i}]") for i, v in enumerate(self.vendors))
@@ -201,6 +219,8 @@ class DeviceRequest:
                 "exclude_models": self.exclude_models,
                 "uuids": self.uuids,
                 "exclude_uuids": self.exclude_uuids,
+                "type_contains": self.type_contains,
+                "exclude_type_contains": self.exclude_type_contains,
                 "card_memory": self.min_card_mib is not None or self.max_card_mib is not None,
                 "software": self.software,
                 "topology": self.topology is not Topology.NONE,
@@ -255,6 +275,8 @@ class DeviceRequest:
             self.min_card_mib,
             self.max_card_mib,
             self.software,
+            self.type_contains,
+            self.exclude_type_contains,
         )
 
 

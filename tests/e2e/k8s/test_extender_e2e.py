@@ -31,6 +31,7 @@ MANAGED = (
 )
 A100 = ("NVIDIA A100-SXM4-80GB", 81920)
 T4 = ("NVIDIA Tesla T4", 15360)
+H100 = ("NVIDIA H100 80GB HBM3", 81920)
 NS = "default"
 
 
@@ -233,6 +234,28 @@ def test_type_include_and_exclude(stack: tuple[K8sCluster, ExtenderProcess]) -> 
     finally:
         delete_pods(kc)
         remove_nodes(kc, "type-a100", "type-t4")
+
+
+def test_type_tokens_are_substrings_of_the_registered_type(
+    stack: tuple[K8sCluster, ExtenderProcess],
+) -> None:
+    """HAMi's ``CheckType``: ``Tesla`` is in the T4's type string only, so ``use-gputype: Tesla``
+    lands on the T4, never the H100, and ``nouse-gputype: Tesla`` leaves only the H100 (issue 56:
+    through the catalog, the first went anywhere and the second was refused)."""
+    kc, _ = stack
+    add_nodes(kc, hami_node("tesla-h100", H100, 1), hami_node("tesla-t4", T4, 1))
+    try:
+        create(
+            kc,
+            gpu_pod("want-tesla", {"nvidia.com/gpu": "1"}, {"nvidia.com/use-gputype": "Tesla"}),
+            gpu_pod("not-tesla", {"nvidia.com/gpu": "1"}, {"nvidia.com/nouse-gputype": "tesla"}),
+        )
+        pods = bound(kc, ["want-tesla", "not-tesla"])
+        assert pods["want-tesla"]["spec"]["nodeName"] == "tesla-t4"
+        assert pods["not-tesla"]["spec"]["nodeName"] == "tesla-h100"
+    finally:
+        delete_pods(kc)
+        remove_nodes(kc, "tesla-h100", "tesla-t4")
 
 
 def test_a_pod_that_fits_nowhere_says_why(stack: tuple[K8sCluster, ExtenderProcess]) -> None:

@@ -97,7 +97,7 @@ def test_the_pod_example_is_read_as_the_doc_says() -> None:
     devices = container.request.devices
     assert devices.count == 1 and devices.memory_mib == 20000
     assert devices.core_permille == 300
-    assert set(devices.models) == {"A100", "H100"}
+    assert set(devices.type_contains) == {"A100", "H100"}
 
 
 def test_every_metric_the_doc_names_is_exported() -> None:

@@ -158,24 +158,21 @@ def test_type_and_uuid_annotations() -> None:
             "nvidia.com/nouse-gpuuuid": "GPU-c",
         },
     )
-    assert got.models == ("A100", "H100")
-    assert got.exclude_models == ("T4",)
+    # HAMi's type lists stay as written, for a substring match on the registered type string.
+    assert (got.models, got.exclude_models) == ((), ())
+    assert got.type_contains == ("A100", "H100")
+    assert got.exclude_type_contains == ("T4",)
     assert (got.uuids, got.exclude_uuids) == (("GPU-a", "GPU-b"), ("GPU-c",))
     # Another vendor's keys do not apply to an NVIDIA container.
-    assert devices_of({"nvidia.com/gpu": 1}, **{"hygon.com/use-dcutype": "Z100"}).models == ()
+    other = devices_of({"nvidia.com/gpu": 1}, **{"hygon.com/use-dcutype": "Z100"})
+    assert other.type_contains == ()
 
 
-def test_type_substring_maps_to_catalog_models() -> None:
-    """HAMi matches 'SXM4' as a substring of the card type; the catalog names it."""
-    got = devices_of({"nvidia.com/gpu": 1}, **{"nvidia.com/use-gputype": "sxm4"})
-    assert got.models
-    assert all("SXM4" in name.upper() for name in got.models)
-    unknown = devices_of({"nvidia.com/gpu": 1}, **{"nvidia.com/use-gputype": "NoSuchCard"})
-    assert unknown.models == ("NoSuchCard",)
-    # 'NVIDIA' is in every NVIDIA card's type: HAMi accepts them all, so do we.
-    assert (
-        devices_of({"nvidia.com/gpu": 1}, **{"nvidia.com/use-gputype": "nvidia,A100"}).models == ()
-    )
+def test_type_items_are_not_read_through_the_catalog() -> None:
+    """HAMi matches each item as a substring of the card's type string, so none is mapped to
+    catalog names here (tests/unit/k8s/test_hami_types.py places them)."""
+    got = devices_of({"nvidia.com/gpu": 1}, **{"nvidia.com/use-gputype": "sxm4,NoSuchCard,!T4"})
+    assert (got.models, got.type_contains) == ((), ("sxm4", "NoSuchCard", "!T4"))
 
 
 def test_policies_and_xpupool_annotations() -> None:
@@ -227,8 +224,8 @@ BAD: list[tuple[dict[str, Any], dict[str, str] | None, str]] = [
     ),
     (
         {"nvidia.com/gpu": 1},
-        {"nvidia.com/nouse-gputype": "NVIDIA"},
-        'metadata.annotations["nvidia.com/nouse-gputype"]',
+        {"nvidia.com/use-gputype": " , "},
+        'metadata.annotations["nvidia.com/use-gputype"]',
     ),
     (
         {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 100},

@@ -25,6 +25,8 @@ CHANGES: dict[str, object] = {
     "max_card_mib": 1 << 20,
     "software": (parse_software_need("cuda>=12.4"),),
     "topology": Topology.SAME_LINK_GROUP,
+    "type_contains": ("Tesla",),
+    "exclude_type_contains": ("SXM4",),
 }
 
 
