@@ -120,16 +120,13 @@ class NodeRecord:
 
 @dataclass(frozen=True, slots=True)
 class PodRecord:
-    """A Pod as the view keeps it: the node it holds cards on (None: none yet) and what it holds
-    there (None: nothing managed, or on no node, or finished). ``bound``: ``node`` is its
-    ``spec.nodeName``; False: it is only assigned there (``hami.io/vgpu-node``, its Binding not
-    landed yet), which HAMi's scheduler charges too, and which may be our own bind in flight."""
+    """A Pod as the view keeps it: where it is bound (None: not yet) and what it holds there
+    (None: nothing managed, or not bound, or finished)."""
 
     name: str
     node: str | None
     priority: int
     devices: PodDevices | None
-    bound: bool = True
 
 
 # (node, host CPU millicores, host memory MiB, sorted (card UUID, MiB, permille) shares)
@@ -401,11 +398,8 @@ class ClusterView:
         return NodeRecord(node, not unschedulable)
 
     def pod_record(self, obj: dict[str, Any]) -> PodRecord:
-        """An informer transform: where the pod holds cards and what it holds there. A bound pod
-        holds its charge on ``spec.nodeName``; a pod not bound yet holds it on the node its charge
-        names (``hami.io/vgpu-node``), as HAMi's scheduler charges a pod from its annotations
-        alone (``onAddPod``); a finished pod holds nothing; an unreadable charge is logged and
-        counts as nothing."""
+        """An informer transform: where the pod is bound and what it holds there. A pod not bound,
+        or finished, holds nothing; an unreadable charge is logged and counts as nothing."""
         meta = obj["metadata"]
         name = f"{meta.get('namespace', '')}/{meta['name']}"
         spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
@@ -417,16 +411,13 @@ class ClusterView:
         if isinstance(priority, bool) or not isinstance(priority, int):
             priority = 0
         priority = max(-MAX_PRIORITY, min(MAX_PRIORITY, priority))
-        if status.get("phase") in TERMINAL_PHASES:
+        if node is None or status.get("phase") in TERMINAL_PHASES:
             return PodRecord(name, node, priority, None)
         try:
             devices = self.decode_pod_devices(obj)
         except (XpupoolError, ValueError) as exc:
             log.warning("pod %s: device charge unreadable, counted as none: %s", name, exc)
             devices = None
-        if node is None:  # assigned, not bound: charged where the charge says, or nowhere
-            assigned = None if devices is None else devices.node
-            return PodRecord(name, assigned, priority, devices, bound=False)
         if devices is not None and devices.node != node:
             log.warning("pod %s: charge names node %r, pod is on %r", name, devices.node, node)
             devices = None
@@ -469,10 +460,6 @@ class ClusterView:
                     del self._charges[event.uid]
                 return
             rec = event.value
-            if not rec.bound and charge is not None and charge.reserved:
-                # Our own bind in flight (it annotates before the Binding): its reservation holds
-                # these cards, and unreserve gives them back if the Binding never lands.
-                return
             if rec.devices is None:
                 if charge is not None:
                     self._unapply(charge)

@@ -3,7 +3,6 @@ counted twice when its bound pod arrives, and rebuilding from the same records g
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
@@ -263,58 +262,3 @@ def test_allocation_ids_never_repeat_across_the_views_engines() -> None:
         view.reserve("p3", engine.place(one_gpu(8 * GIB)).allocations)
     ids = [a.id for allocs in view.charges().values() for a in allocs]
     assert len(ids) == len(set(ids)) == 3
-
-
-def test_an_assigned_pod_not_yet_bound_is_charged_on_its_assigned_node() -> None:
-    """HAMi's scheduler charges a pod from the moment it carries ``hami.io/vgpu-node`` and its
-    ``allocated`` annotation (``onAddPod``/``onUpdatePod`` in pkg/scheduler/scheduler.go read the
-    annotation, not ``spec.nodeName``), so a pod HAMi (or a previous leader) assigned and whose
-    Binding has not landed yet must hold its cards here too, as docs/kubernetes.md says."""
-    from xpupool.k8s.decoders import decode_pod_devices
-
-    view = ClusterView(no_decoder, decode_pod_devices, profile="binpack")
-    view.on_node(node_event(EventType.ADDED, gpu_node("a", count=1, memory_mib=80 * GIB)))
-    uuid = "a-gpu0"
-    free = free_mib(view, uuid)
-    pod = {
-        "metadata": {
-            "name": "p",
-            "namespace": "ns",
-            "uid": "u-p",
-            "annotations": {
-                "hami.io/vgpu-node": "a",
-                "hami.io/vgpu-devices-allocated": f"{uuid},NVIDIA,10000,30:;",
-            },
-        },
-        "spec": {"containers": [{"name": "c"}]},
-        "status": {"phase": "Pending"},
-    }
-    rec = view.pod_record(pod)
-    assert rec.node == "a" and rec.devices is not None and not rec.bound
-    view.on_pod(Event(EventType.ADDED, rec.name, "u-p", rec))
-    assert free_mib(view, uuid) == free - 10000
-    # The Binding lands: the same charge, not a second one.
-    pod["spec"] = {"containers": [{"name": "c"}], "nodeName": "a"}
-    bound = view.pod_record(pod)
-    assert bound.bound
-    view.on_pod(Event(EventType.MODIFIED, bound.name, "u-p", bound))
-    assert free_mib(view, uuid) == free - 10000
-
-
-def test_our_own_reservation_is_kept_while_the_pod_is_assigned_but_unbound() -> None:
-    """xpupool's bind writes the annotations before the Binding: the informer then sees the pod
-    assigned but unbound, and the reservation (which unreserve gives back if the bind fails)
-    must stay a reservation, not turn into a charge that nothing would give back."""
-    view = view_with(gpu_node("a", count=1, memory_mib=80 * GIB))
-    uuid = "a-gpu0"
-    free = free_mib(view, uuid)
-    with view.engine_locked() as engine:
-        placement = engine.place(one_gpu(10000))
-        assert placement.ok
-        view.reserve("u-p", placement.allocations)
-    shares = [[(uuid, 10000, 100)]]
-    ev = pod_event(EventType.MODIFIED, "u-p", "a", shares)
-    ev = Event(ev.type, ev.key, ev.uid, dataclasses.replace(ev.value, bound=False))
-    view.on_pod(ev)
-    assert view.unreserve("u-p")
-    assert free_mib(view, uuid) == free
