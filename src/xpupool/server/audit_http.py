@@ -57,6 +57,14 @@ def audit_reason(status: int, body: bytes) -> str:
     return f"{field}: {reason}" if field else reason
 
 
+def submit_target(tenant: str | None, job_id: int | None = None) -> str:
+    """An audited submission's target, the same through the route and the HTTP workers: the job
+    once it is stored, the tenant it was asked for when it was refused."""
+    if job_id is not None:
+        return f"job {job_id} of tenant {tenant}"
+    return f"new job of tenant {tenant}"
+
+
 def _target(scope: Scope, state: dict[str, Any]) -> str:
     given = state.get("audit_target")
     if given:

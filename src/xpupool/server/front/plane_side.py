@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from xpupool.model.errors import Unavailable
 from xpupool.server import schemas as s
-from xpupool.server.audit_http import audit_reason, audited
+from xpupool.server.audit_http import audit_reason, audited, submit_target
 from xpupool.server.auth import Principal
 from xpupool.server.error_answers import ErrorAnswer, error_answer, validation_answer
 from xpupool.server.front.wire import JOB, SUBMIT, FrameError, frame, read_frame, render
@@ -226,7 +226,7 @@ class SubmitChannel:
                     loop.call_soon(self._answer_waiting)
                 answer, who = await answered
                 if who is not None and audited(who, "submit", "POST", answer.status):
-                    await self._audit(who, answer)
+                    await self._audit(who, answer, _submit_target(who, body, answer))
                 head: dict[str, object] = {"status": answer.status, "headers": answer.headers}
                 if answer.render is not None:
                     head["render"] = answer.render
@@ -253,18 +253,38 @@ class SubmitChannel:
             if not answered.done():  # its connection may have gone while it waited
                 answered.set_result(answer)
 
-    async def _audit(self, who: Principal, answer: Answer) -> None:
+    async def _audit(self, who: Principal, answer: Answer, target: str) -> None:
         """The row the audit middleware writes for the route (an admin's submission, refused or
         not), off the loop as it does."""
         reason = audit_reason(answer.status, answer.body)
         try:
             await asyncio.to_thread(
-                self.plane.audit.record, who, "submit", "POST /v1/jobs", answer.status, reason
+                self.plane.audit.record, who, "submit", target, answer.status, reason
             )
         except Unavailable:
             pass  # the store cannot be written: its health said so once
         except Exception:
             log.exception("audit row for submit not written")
+
+
+def _submit_target(who: Principal, body: bytes, answer: Answer) -> str:
+    """The audit target the route names (:func:`submit_target`): the stored job from the answer,
+    else the tenant the request asked for (or the caller's)."""
+    if answer.status < 400:
+        job = _json_object(answer.body)
+        if isinstance(job.get("id"), int):
+            return submit_target(str(job.get("tenant")), job["id"])
+    asked = _json_object(body).get("tenant")
+    return submit_target(asked if isinstance(asked, str) else who.tenant)
+
+
+def _json_object(data: bytes) -> dict[str, Any]:
+    """``data`` as a JSON object; empty when it is not one (a refused body may be anything)."""
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _text(meta: Mapping[str, object], key: str) -> str | None:

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import PlainTextResponse, Response
 
 from xpupool.server import schemas as s
+from xpupool.server.audit_http import submit_target
 from xpupool.server.routers.deps import Plane, User, model_response
 from xpupool.server.services import jobs
 
@@ -22,10 +23,9 @@ async def submit(body: s.JobIn, plane: Plane, me: User, request: Request) -> Res
     # the scheduler for one batch of a few ms at most) and a commit that does not wait for the
     # disk (WAL, synchronous=NORMAL), and the hop to a thread and back was a fifth of what a
     # submission cost the app in process (issue 25).
-    tenant = body.tenant or me.tenant
-    request.state.audit_target = f"new job of tenant {tenant}"  # an admin's is audited
+    request.state.audit_target = submit_target(body.tenant or me.tenant)  # an admin's is audited
     job = jobs.submit(plane, me, body)
-    request.state.audit_target = f"job {job.id} of tenant {job.tenant}"
+    request.state.audit_target = submit_target(job.tenant, job.id)
     return model_response(job, 201)
 
 
