@@ -10,6 +10,7 @@ from rich.console import Console
 
 from xpupool.agent.launch.options import launch_options
 from xpupool.client._cli_common import catalog_option
+from xpupool.log_setup import verbose_option
 from xpupool.model.errors import XpupoolError
 
 if TYPE_CHECKING:
@@ -178,6 +179,7 @@ def demo(policy: str, cluster: str | None) -> None:
 )
 @catalog_option
 @launch_options
+@verbose_option
 def up(
     data: str,
     host: str,
@@ -208,6 +210,7 @@ def up(
     history_interval: str,
     catalog_file: str | None,
     http_workers: int,
+    verbose: bool,
 ) -> None:
     """Start the control plane: REST API, scheduler, SQLite state, metrics, local agent."""
     from pathlib import Path
@@ -269,6 +272,7 @@ def up(
         runtime=runtime,
         device_root=device_root,
         pids_limit=pids_limit,
+        verbose=verbose,
         log_cap=log_cap,
         reinitialise=reinitialise,
         rotate_admin_token=rotate_admin_token,

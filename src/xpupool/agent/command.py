@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import click
 
 from xpupool.agent.launch.options import launch_options, launch_settings
+from xpupool.log_setup import configure_logging, verbose_option
 from xpupool.probes.container_runtime import RuntimeChoice
 from xpupool.server.services.replica_env import ADDRESS_LABEL
 
@@ -123,6 +124,7 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
     "the jobs, and keeps serving the last one)",
 )
 @launch_options
+@verbose_option
 def agent_command(
     server: str,
     token: str | None,
@@ -146,6 +148,7 @@ def agent_command(
     runtime: RuntimeChoice,
     device_root: str,
     pids_limit: int,
+    verbose: bool,
 ) -> None:
     """Run this host's node agent: register, heartbeat, run and stop assigned work."""
     from xpupool.agent.agent import Agent, HostedNode
@@ -159,9 +162,7 @@ def agent_command(
     from xpupool.agent.transport import AgentRefused, HttpTransport
     from xpupool.probes import FakeProbe, Probe, host_probes
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(verbose)
     protect_process()  # before anything is created or the token is read
     DirLock(Path(work_dir), "xpupool agent").acquire()  # one agent per work dir, held to the end
     token = _token(token, token_file)

@@ -66,19 +66,29 @@ class Monitor:
             self._once(f"fail {exc}", logging.WARNING, "probe failed, devices left out: %s", exc)
         reading = Reading(found.devices, found.failures)
         reasons = [r for p in self.probes for r in getattr(p, "skipped", ()) or ()]
+        unread: dict[str, int] = {}
         for d in found.devices:
             m = device_metrics(d)
             for name in _FIELDS:
                 if getattr(m, name) is None:
+                    unread[name] = unread.get(name, 0) + 1
                     why = next((r for r in reasons if r.startswith(d.uuid)), "not reported")
                     self._once(
                         f"{d.uuid} {name}",
-                        logging.INFO,
+                        logging.DEBUG,
                         "%s: %s cannot be read (%s); it is left out of metrics",
                         d.uuid,
                         name,
                         why,
                     )
+        if unread:  # one line, not one per card and field (-v lists them)
+            said = ", ".join(f"{name} of {n}" for name, n in sorted(unread.items()))
+            self._once(
+                f"unread {said}",
+                logging.INFO,
+                "not reported by the vendor tools, left out of metrics: %s device(s) (-v: which)",
+                said,
+            )
         for probe in self.probes:
             read = getattr(probe, "process_memory", None)
             if read is None or not any(d.vendor == probe.vendor for d in found.devices):

@@ -20,6 +20,7 @@ from typing import cast
 from xpupool.catalog.images import default_image_catalog
 from xpupool.catalog.operator_file import OperatorCatalog
 from xpupool.engine.profile import DEFAULT_PROFILE, Profile
+from xpupool.log_setup import configure_logging
 from xpupool.server.admin_token import admin_token_path
 from xpupool.server.body_limit import DEFAULT_MAX_BODY
 from xpupool.server.front.plane_side import SubmitChannel
@@ -62,6 +63,7 @@ class UpConfig:
     )  # finished jobs kept: --retain-jobs, --retain-count
     history_interval_s: float = DEFAULT_HISTORY_INTERVAL_S  # --history-interval (history.py)
     catalog: OperatorCatalog | None = None  # --catalog FILE, parsed and checked by the CLI
+    verbose: bool = False  # -v: every request and unread device field (log_setup.py)
     http_workers: int = 0  # processes taking the API's connections for the plane (server/front/)
     store_lease_s: float = DEFAULT_STORE_LEASE_S  # --store-lease: the owner row's (ownership.py)
 
@@ -142,9 +144,7 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
     from xpupool.agent.launch.dirlock import DirLock
     from xpupool.agent.launch.guard import protect_process
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(cfg.verbose)
     protect_process()  # umask 077 before the first file; not dumpable: jobs cannot read us
     lock = DirLock(cfg.data, "xpupool up").acquire()  # before anything in it is read or written
     owner = StoreOwnership(
