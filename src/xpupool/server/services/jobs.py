@@ -140,6 +140,9 @@ def _check(plane: ControlPlane, conn: Connection, one: _Accepted) -> tuple[Reque
         check_names(plane.engine, req)
     except RequestError as exc:
         raise exc.under(body.request_field) from None
+    _check_what_to_run(body)
+    if req.container:  # first: its words tell the operator what to start
+        _check_runtime_somewhere(plane, body.image)
     waiting = "waiting for the scheduler"
     miss = plane.verdicts.never_fits(req)
     if miss is not None:
@@ -163,9 +166,6 @@ def _check(plane: ControlPlane, conn: Connection, one: _Accepted) -> tuple[Reque
         priority_field=lambda: _priority_field(body),
         replicas=req.replicas,
     )
-    _check_what_to_run(body)
-    if req.container:
-        _check_runtime_somewhere(plane, body.image)
     return req, waiting
 
 

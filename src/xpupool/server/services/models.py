@@ -97,10 +97,10 @@ def plan_rows(plane: ControlPlane, body: s.ModelIntent, at: str = "") -> list[s.
         state = plane.cluster_state
         pool, catalog = pool_nodes(state), state.catalog
     try:
-        rows = plan(request, catalog, models, pool)
+        rows = plan(request, catalog, models, pool, judge=lambda r: _judged(plane, models, r))
     except RequestError as exc:
         raise RequestError(f"{at}{exc.field}", exc.value, exc.reason) from None
-    return [s.PlanRow.model_validate(asdict(_judged(plane, models, r))) for r in rows]
+    return [s.PlanRow.model_validate(asdict(r)) for r in rows]
 
 
 def _judged(plane: ControlPlane, models: ModelCatalog, row: PlanRow) -> PlanRow:
@@ -144,7 +144,7 @@ def expand_model_job(plane: ControlPlane, body: s.JobIn) -> s.JobIn:
         state = plane.cluster_state
         pool, catalog = pool_nodes(state, containers_only=True), state.catalog
     try:
-        rows = plan(request, catalog, models, pool)
+        rows = plan(request, catalog, models, pool, judge=lambda r: _judged(plane, models, r))
         resolved = request.resolved()
     except RequestError as exc:
         raise RequestError(f"model.{exc.field}", exc.value, exc.reason) from None
