@@ -149,3 +149,24 @@ def test_what_a_bind_writes_is_what_hami_decodes() -> None:
         [("GPU-h-0", 50)],
         [("GPU-h-0", 20)],
     ]
+
+
+def test_a_sidecar_runs_beside_the_init_containers_after_it_and_the_app() -> None:
+    """A sidecar (``restartPolicy: Always``) is no init container that ends: sidecar 30 % then
+    init 50 % then app 30 % on one pinned card fit (30 + 50 while initialising, 30 + 30 after)
+    and hold 80 %, two tasks; sidecar 60 % and app 60 % never fit one card together."""
+    view, ext, _ = stack(hami_node("h", cards=1, model=H100))
+
+    def part(name: str, pct: int, sidecar: bool = False) -> dict[str, Any]:
+        limits = {"gpu": "1", "gpumem_percentage": str(pct), "gpucores": str(pct)}
+        return container(name, sidecar=sidecar, **limits)
+
+    pin = {"nvidia.com/use-gpuuuid": "GPU-h-0"}
+    pod = hami_pod("p", None, [part("side", 30, True), part("init", 50)], [part("main", 30)])
+    pod["metadata"]["annotations"].update(pin)
+    assert filter_bind(ext, pod, ["h"]) == ""
+    assert free(view, "GPU-h-0") == (CARD_MIB - CARD_MIB * 80 // 100, 200, 8)
+    both = hami_pod("q", None, [part("side", 60, True)], [part("main", 60)])
+    both["metadata"]["annotations"].update(pin)
+    _, ext, _ = stack(hami_node("h", cards=1, model=H100))  # a fresh cluster
+    assert "xpupool" in filter_bind(ext, both, ["h"])
