@@ -406,8 +406,8 @@ class Extender:
                 placed_now = place_on(engine, demand, node)
                 if isinstance(placed_now, str):
                     return ExtenderBindingResult(Error=f"{PREFIX}{placed_now}")
-                placed = placed_now
-                self.view.reserve(pod_uid, placed)
+                placed = placed_now.placed
+                self.view.reserve(pod_uid, placed_now.charge, placed=placed)
         try:
             locked = self._lock(node, ns, name, started)
             try:
