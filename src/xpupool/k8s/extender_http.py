@@ -2,8 +2,11 @@
 the scheduler configuration's ``urlPrefix``), ``GET /healthz`` and ``/readyz``; Prometheus metrics
 on a port of their own.
 
-A body that is not the verb's wire type is answered 400 naming the field; a logical failure is
-HTTP 200 with ``Error`` set, as kube-scheduler expects. The verbs run in worker threads: the engine
+A body over ``MAX_BODY_BYTES`` is answered 413 by the server's own body limit
+(``server/body_limit.py``) before a verb runs: a declared length at once, a chunked body as soon as
+what arrived passes the limit, the connection then closed rather than read to its end. A body that
+is not the verb's wire type is answered 400 naming the field; a logical failure is HTTP 200 with
+``Error`` set, as kube-scheduler expects. The verbs run in worker threads: the engine
 is guarded by the view's lock, and a bind's API calls do not hold it.
 """
 
@@ -20,9 +23,10 @@ from prometheus_client.registry import Collector
 from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from xpupool.k8s.cluster_view import ClusterView
 from xpupool.k8s.extender import Extender
@@ -40,6 +44,7 @@ from xpupool.k8s.extender_wire import (
     encode,
 )
 from xpupool.k8s.gang import MAX_GANG_SIZE
+from xpupool.server.body_limit import BodyLimit
 from xpupool.server.stranded_gauges import stranded_gauges
 
 VERBS: dict[str, type[BaseModel]] = {
@@ -113,11 +118,12 @@ def create_app(
     synced: Callable[[float], bool],
     metrics: ExtenderMetrics | None = None,
     leading: Callable[[], bool] | None = None,
-) -> Starlette:
-    """The ASGI app serving ``extender``; ``synced(timeout_s)`` says whether the view has listed
-    the cluster (waiting up to ``timeout_s`` for it). With ``leading`` (leader election on), a
-    replica that does not hold the Lease is not ready and answers every verb as a standby: no
-    two replicas ever bind, and a Service in front sends calls to the leader only."""
+) -> ASGIApp:
+    """The ASGI app serving ``extender``, behind the body limit; ``synced(timeout_s)`` says
+    whether the view has listed the cluster (waiting up to ``timeout_s`` for it). With
+    ``leading`` (leader election on), a replica that does not hold the Lease is not ready and
+    answers every verb as a standby: no two replicas ever bind, and a Service in front sends
+    calls to the leader only."""
     if metrics is not None:
         metrics.watch(extender.view)
 
@@ -129,12 +135,10 @@ def create_app(
 
         async def call(request: Request) -> Response:
             started = time.perf_counter()
-            length = request.headers.get("content-length")
-            if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-                return _count(
-                    metrics, verb, "bad_request", started, _bad(f"body over {MAX_BODY_BYTES} bytes")
-                )
-            body = await request.body()
+            try:
+                body = await request.body()
+            except ClientDisconnect:  # gone, or cut off by the body limit (which answered 413)
+                return _count(metrics, verb, "bad_request", started, _bad("no body"))
             try:
                 args = decode(kind, body)
             except WireError as exc:
@@ -167,7 +171,10 @@ def create_app(
 
     routes = [Route(f"/{verb}", endpoint(verb), methods=["POST"]) for verb in VERBS]
     routes += [Route("/healthz", healthz), Route("/readyz", readyz)]
-    return Starlette(routes=routes)
+    return BodyLimit(Starlette(routes=routes), MAX_BODY_BYTES, setting=BODY_SETTING)
+
+
+BODY_SETTING = "the extender's limit: 5,000 full Node objects fit well under it"
 
 
 def _refused(verb: str, reason: str) -> BaseModel:
