@@ -429,6 +429,11 @@ class ClusterView:
         with self._lock:
             return dict(self._nodes)
 
+    def knows_node(self, name: str) -> bool:
+        """Whether ``name`` is a Node the informer has listed, of the pool or not."""
+        with self._lock:
+            return name in self._nodes
+
     # ------------------------------------------------------------------ events
     def node_record(self, obj: dict[str, Any]) -> NodeRecord:
         """An informer transform: the decoded Node (None when the decoder says it is no node of

@@ -47,6 +47,7 @@ __all__ = [
     "ContainerDemand",
     "PodDemand",
     "PodRequestError",
+    "names_managed_resource",
     "pod_demand",
 ]
 
@@ -158,6 +159,27 @@ def pod_demand(pod: object) -> PodDemand:
         containers=tuple(names),
         demands=tuple(demands),
     )
+
+
+def names_managed_resource(pod: object) -> bool:
+    """Whether a container or init container of the pod names a resource of
+    :data:`RESOURCES` in its requests or limits, whatever the amount: kube-scheduler's test for
+    handing a pod to an extender whose ``managedResources`` are those names
+    (``HTTPExtender.IsInterested``, pkg/scheduler/extender.go), so the pods it would send. False
+    for anything that is not a pod's shape."""
+    spec = pod.get("spec") if isinstance(pod, Mapping) else None
+    if not isinstance(spec, Mapping):
+        return False
+    for key in ("initContainers", "containers"):
+        containers = spec.get(key)
+        for ctr in containers if isinstance(containers, list) else ():
+            resources = ctr.get("resources") if isinstance(ctr, Mapping) else None
+            if not isinstance(resources, Mapping):
+                continue
+            for table in (resources.get("limits"), resources.get("requests")):
+                if isinstance(table, Mapping) and any(name in RESOURCES for name in table):
+                    return True
+    return False
 
 
 Given = dict["Counts", tuple[str, object]]  # what a container gives: path and raw value
