@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from extender_kit import ApiPods
 from hami_objects import ALLOCATED, H100, container, hami_node, hami_pod
 
 from xpupool.k8s import hami
@@ -21,14 +22,12 @@ from xpupool.k8s.watch import Event, EventType
 CARD_MIB = H100[1]
 
 
-class AnnotatingApi:
+class AnnotatingApi(ApiPods):
     """Binds without an apiserver and keeps what each bind wrote on its pod."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.written: dict[str, dict[str, str]] = {}
-
-    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        raise AssertionError("not used: filter kept the pod")
 
     def annotate_pod(self, ns: str, name: str, rv: str, annotations: dict[str, str]) -> None:
         self.written[name] = dict(annotations)
@@ -60,7 +59,9 @@ def share_pod(
 
 
 def filter_bind(ext: Extender, pod: dict[str, Any], nodes: list[str]) -> str:
-    """Filter then bind to the node it answered: "" when bound, else why not."""
+    """Filter then bind to the node it answered: "" when bound, else why not. The pod is in the
+    API first: bind reads it from there."""
+    ext.api.add(pod)
     found = ext.filter(ExtenderArgs(Pod=pod, NodeNames=nodes))
     if not found.node_names:
         return f"{found.error} {found.failed_nodes} {found.failed_and_unresolvable_nodes}"
