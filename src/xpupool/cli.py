@@ -158,7 +158,8 @@ def demo(policy: str, cluster: str | None) -> None:
     default=10_000,
     show_default=True,
     type=click.IntRange(0),
-    help="at most this many finished jobs are kept, the oldest deleted first (0: no limit)",
+    help="at most this many finished jobs are kept per tenant, each tenant's oldest deleted "
+    "first, so no tenant's jobs push out another's (0: no limit)",
 )
 @click.option(
     "--history-interval",

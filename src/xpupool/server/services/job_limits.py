@@ -1,15 +1,16 @@
 """Limits on jobs in time: a run is stopped once it lasts longer than its ``max_runtime_s``, and
 finished jobs are forgotten (row, events, logs) once older than the admin's retention or beyond
-its count, so that a long-running server's database and disk stay bounded. Both run from the
-server's watch thread (``app.py``), a pass every half heartbeat; each pass is one indexed query
-when there is nothing to do."""
+each tenant's count, so that a long-running server's database and disk stay bounded. Both run
+from the server's watch thread (``app.py``), a pass every half heartbeat; each pass is one
+indexed query when there is nothing to do."""
 
 from __future__ import annotations
 
 import logging
 import shutil
+from collections import Counter
 
-from sqlalchemy import func, select
+from sqlalchemy import Connection, func, select
 
 from xpupool.server import job_lifecycle as lc
 from xpupool.server import schemas as s
@@ -25,6 +26,36 @@ SWEEP_BATCH = 500
 for long; the next passes go on."""
 
 _FINAL = sorted(p.value for p in s.FINAL_STATES)
+
+
+def _beyond_count(conn: Connection, jobs: int, chosen: list[int], aged: Counter[str]) -> list[int]:
+    """Each tenant's oldest finished jobs (by last change) beyond ``jobs`` of its own, not
+    counting those already ``chosen`` (``aged`` of them per tenant), at most what is left of
+    :data:`SWEEP_BATCH`; one grouped query on ``ix_jobs_tenant_state`` when none is over."""
+    final = t_jobs.c.state.in_(_FINAL)
+    over = (
+        select(t_jobs.c.tenant, func.count())
+        .where(final)
+        .group_by(t_jobs.c.tenant)
+        .having(func.count() > jobs)
+        .order_by(t_jobs.c.tenant)
+    )
+    found: list[int] = []
+    for tenant, total in conn.execute(over).all():
+        room = SWEEP_BATCH - len(chosen) - len(found)
+        if room <= 0:
+            break
+        excess = min(int(total) - aged[tenant] - jobs, room)
+        if excess <= 0:
+            continue
+        oldest = (
+            select(t_jobs.c.id)
+            .where(final, t_jobs.c.tenant == tenant, t_jobs.c.id.not_in(chosen))
+            .order_by(t_jobs.c.updated_at, t_jobs.c.id)
+            .limit(excess)
+        )
+        found += [int(i) for i in conn.execute(oldest).scalars()]
+    return found
 
 
 def stop_overdue(plane: ControlPlane) -> list[int]:
@@ -47,35 +78,28 @@ def stop_overdue(plane: ControlPlane) -> list[int]:
 
 
 def sweep_finished(plane: ControlPlane, keep: Retention) -> list[int]:
-    """Forget finished jobs older than ``keep.seconds`` (by their last change), then the oldest
-    beyond ``keep.jobs``: their rows and events in one transaction, then their log files. A job
-    that is pending or holds devices is never touched; job ids are never handed out again.
+    """Forget finished jobs older than ``keep.seconds`` (by their last change), then each
+    tenant's oldest beyond ``keep.jobs`` of its own, so that no tenant's jobs push out
+    another's: their rows and events in one transaction, then their log files. A job that is
+    pending or holds devices is never touched; job ids are never handed out again.
     Returns the jobs forgotten."""
     now = plane.clock()
     final = t_jobs.c.state.in_(_FINAL)
     with plane.write() as conn:
         ids: list[int] = []
+        aged: Counter[str] = Counter()  # tenant -> its jobs forgotten by age in this pass
         if keep.seconds is not None:
             old = (
-                select(t_jobs.c.id)
+                select(t_jobs.c.id, t_jobs.c.tenant)
                 .where(final, t_jobs.c.updated_at < now - keep.seconds)
                 .order_by(t_jobs.c.id)
                 .limit(SWEEP_BATCH)
             )
-            ids = [int(i) for i in conn.execute(old).scalars()]
+            for job_id, tenant in conn.execute(old):
+                ids.append(int(job_id))
+                aged[tenant] += 1
         if keep.jobs is not None and len(ids) < SWEEP_BATCH:
-            total = int(
-                conn.execute(select(func.count()).select_from(t_jobs).where(final)).scalar_one()
-            )
-            excess = total - len(ids) - keep.jobs
-            if excess > 0:
-                oldest = (
-                    select(t_jobs.c.id)
-                    .where(final, t_jobs.c.id.not_in(ids))
-                    .order_by(t_jobs.c.updated_at, t_jobs.c.id)
-                    .limit(min(excess, SWEEP_BATCH - len(ids)))
-                )
-                ids += [int(i) for i in conn.execute(oldest).scalars()]
+            ids += _beyond_count(conn, keep.jobs, ids, aged)
         if not ids:
             return []
         plane.forget_jobs(conn, ids)
