@@ -44,8 +44,9 @@ log = logging.getLogger("xpupool.server")
 
 
 class LostNodeWatch(threading.Thread):
-    """Every half heartbeat: lost nodes, runs past their limit, the retention sweep, and a
-    fleet history sample when one is due (``history.py``)."""
+    """Every half heartbeat: lost nodes, runs past their limit, the retention sweep, the
+    audit's refusal counts (``audit.py``), and a fleet history sample when one is due
+    (``history.py``)."""
 
     def __init__(self, plane: ControlPlane) -> None:
         super().__init__(name="xpupool-lost-nodes", daemon=True)
@@ -62,6 +63,7 @@ class LostNodeWatch(threading.Thread):
                     mark_lost_nodes(self.plane)
                     stop_overdue(self.plane)
                     sweep_finished(self.plane, self.plane.retention)
+                    self.plane.audit.flush()
             except Unavailable:
                 pass  # said once, by the plane's health
             except Exception:
@@ -120,6 +122,8 @@ def create_app(
                     await passes
             if watch is not None:
                 watch.stopped.set()
+            with suppress(Exception):  # the refusals counted since the last flush; a store
+                await asyncio.to_thread(plane.audit.flush)  # that fails said so already
             if on_stopped is not None:  # the last step: uvicorn may end the process by a signal
                 on_stopped()
 
