@@ -37,7 +37,7 @@ from xpupool.server.plane import ControlPlane
 from xpupool.server.routers import agents, audit, fleet, jobs, models, tenants
 from xpupool.server.scheduler_loop import run_passes
 from xpupool.server.services.agents import mark_lost_nodes
-from xpupool.server.services.job_limits import stop_overdue, sweep_finished
+from xpupool.server.services.job_limits import FinishedSweep, stop_overdue
 from xpupool.server.web import mount as mount_dashboard
 
 log = logging.getLogger("xpupool.server")
@@ -53,6 +53,7 @@ class LostNodeWatch(threading.Thread):
         self.plane = plane
         self.stopped = threading.Event()
         self.history = FleetHistory(plane)
+        self.retention = FinishedSweep(plane, plane.retention)
 
     def run(self) -> None:
         while not self.stopped.wait(max(self.plane.heartbeat_s / 2, 0.05)):
@@ -62,7 +63,7 @@ class LostNodeWatch(threading.Thread):
                 if writable:
                     mark_lost_nodes(self.plane)
                     stop_overdue(self.plane)
-                    sweep_finished(self.plane, self.plane.retention)
+                    self.retention.sweep()
                     self.plane.audit.flush()
             except Unavailable:
                 pass  # said once, by the plane's health
