@@ -39,7 +39,7 @@ from xpupool.model.request import Request
 from xpupool.model.request_model import request_from_dict
 from xpupool.server import job_lifecycle as lc
 from xpupool.server import schemas as s
-from xpupool.server.audit import AuditLog
+from xpupool.server.audit import AuditKeep, AuditLog
 from xpupool.server.auth import AGENT_ROLES, Principal
 from xpupool.server.consistency import Problem, problem_for, settle
 from xpupool.server.drain import draining, plan
@@ -224,6 +224,7 @@ class ControlPlane:
         monotonic: Callable[[], float] = time.monotonic,
         max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
         retention: Retention | None = None,
+        audit_keep: AuditKeep | None = None,
         history_interval_s: float = DEFAULT_HISTORY_INTERVAL_S,
         image_catalog: ImageCatalog | None = None,
         ownership: StoreOwnership | None = None,
@@ -263,7 +264,7 @@ class ControlPlane:
         # registration, a rebuild or a restart (issue 43, item 3)
         self.allocation_ids = AllocationIds()
         self.principals: dict[str, Principal] = {}  # token hash -> principal, live tokens only
-        self.audit = AuditLog(self.db, self.write, clock)
+        self.audit = AuditLog(self.db, self.write, clock, audit_keep)  # rows kept per kind
         self.max_log_bytes = max_log_bytes  # what the server keeps of one replica's log
         self.retention = retention or Retention()  # finished jobs kept (services/job_limits.py)
         if not history_interval_s > 0:

@@ -22,6 +22,7 @@ from xpupool.catalog.operator_file import OperatorCatalog
 from xpupool.engine.profile import DEFAULT_PROFILE, Profile
 from xpupool.log_setup import configure_logging
 from xpupool.server.admin_token import admin_token_path
+from xpupool.server.audit import AuditKeep
 from xpupool.server.body_limit import DEFAULT_MAX_BODY
 from xpupool.server.front.plane_side import SubmitChannel
 from xpupool.server.front.workers import HttpWorkers, PlaneSockets, listen
@@ -61,6 +62,9 @@ class UpConfig:
     retention: Retention = field(
         default_factory=Retention
     )  # finished jobs kept: --retain-jobs, --retain-count
+    audit_keep: AuditKeep = field(
+        default_factory=AuditKeep
+    )  # audit rows kept per kind: --audit-keep, --audit-keep-refused (server/audit.py)
     history_interval_s: float = DEFAULT_HISTORY_INTERVAL_S  # --history-interval (history.py)
     catalog: OperatorCatalog | None = None  # --catalog FILE, parsed and checked by the CLI
     verbose: bool = False  # -v: every request and unread device field (log_setup.py)
@@ -99,6 +103,7 @@ def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPla
             lease_s=cfg.lease_s,
             max_log_bytes=parse_memory_mib("--log-cap", cfg.log_cap) << 20,
             retention=cfg.retention,
+            audit_keep=cfg.audit_keep,
             history_interval_s=cfg.history_interval_s,
             image_catalog=(
                 None
