@@ -143,3 +143,29 @@ def test_the_launchers_view_is_one_argument(tmp_path: Path) -> None:
     argv = launch_argv(["echo", "hi"], env_fd=3, view=view)
     assert argv[-3:] == [f"{tmp_path}\n5\ntp", "echo", "hi"]
     assert launch_argv(["echo"], env_fd=3)[-2:] == ["", "echo"]
+
+
+@as_root
+def test_root_follows_no_link_of_the_jobs_on_the_way_back_to_its_directory(
+    open_dir: Path, tmp_path: Path
+) -> None:
+    """The private /tmp is the job's own: a link in it where the path back to the working
+    directory goes is refused, not followed (root would create directories where it points)."""
+    from xpupool.agent.launch.host import HostBackend
+    from xpupool.agent.launch.workdir import make_workdir
+
+    cfg = LaunchSettings(job_root=open_dir / "jobs", uid_range=RANGE, private_view=True)
+    spec = build_spec(work(["true"], memory_mib=0, tenant_index=3), tmp_path / "l.log", cfg)
+    elsewhere = Path(tempfile.mkdtemp(prefix="xpupool-view-target-", dir="/var/lib"))
+    try:
+        make_workdir(spec)  # as the job's tmp would be, had it planted a link there
+        top = spec.workdir.relative_to("/tmp").parts[0]
+        (spec.tmpdir / top).symlink_to(elsewhere)
+        launched = HostBackend(cfg).start(spec)
+        assert launched.proc.wait(20) == 126
+        HostBackend(cfg).cleanup(launched)
+        said = (tmp_path / "l.log").read_text()
+        assert "cannot set up the job's process" in said and top in said, said
+        assert list(elsewhere.iterdir()) == []
+    finally:
+        shutil.rmtree(elsewhere, ignore_errors=True)

@@ -53,7 +53,8 @@ LAUNCHER_ENV: dict[str, str] = {"LANG": "C.UTF-8"}
 # The mount flags: MS_NOSUID 2, MS_NODEV 4, MS_NOEXEC 8, MS_BIND 0x1000, MS_REC 0x4000, MS_SLAVE
 # 0x80000; CLONE_NEWNS 0x20000. A job root under /tmp is hidden by the private /tmp: the temp dir
 # is bound from a descriptor opened before, and the replica's own directory is bound again at its
-# path (bwrap does the same for its sandbox).
+# path (bwrap does the same for its sandbox), walked down one descriptor at a time without
+# following a link: the new /tmp is the job's, and root must create nothing where a link points.
 _LAUNCH = """\
 import ctypes, os, sys, warnings
 ppid, uid, gid, procs, envfd, view = sys.argv[1:7]
@@ -85,14 +86,19 @@ def make_view(workdir, size, flags):
         except OSError:
             there = False
         if not there:
-            missing, d = [], workdir
-            while not os.path.isdir(d):
-                missing.append(d)
-                d = os.path.dirname(d)
-            for d in reversed(missing):
-                os.mkdir(d)
-                os.chmod(d, 0o711)
-            mount(f"/proc/self/fd/{own}", workdir, "", 0x5000)
+            at = os.open("/", os.O_PATH | os.O_DIRECTORY)
+            mask = os.umask(0o066)
+            for name in workdir.strip("/").split("/"):
+                try:
+                    os.mkdir(name, 0o711, dir_fd=at)
+                except FileExistsError:
+                    pass
+                step = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=at)
+                os.close(at)
+                at = step
+            os.umask(mask)
+            mount(f"/proc/self/fd/{own}", f"/proc/self/fd/{at}", "", 0x5000)
+            os.close(at)
         os.close(own)
     if "p" in flags:
         mount("proc", "/proc", "proc", 14, "hidepid=2")
