@@ -22,6 +22,7 @@ from xpupool.client._render import job_detail, jobs_table
 from xpupool.client._times import duration_s
 from xpupool.client.cli_models import intent, model_options, plan_table
 from xpupool.model.errors import RequestError
+from xpupool.model.job_text import env_pair, retry_causes
 from xpupool.server import schemas as s
 
 WAIT_POLL_S = 0.5
@@ -37,24 +38,6 @@ class _SubmitCommand(click.Command):
             ctx.meta["xpupool.argv"] = args[at + 1 :]
             args = args[:at]
         return super().parse_args(ctx, args)
-
-
-def _env_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise RequestError("--env", pair, "use KEY=VALUE")
-        env[key] = value
-    return env
-
-
-def _causes(text: str | None) -> list[str] | None:
-    """``--retry-on``: a comma list; 'none' retries nothing; unknown names are the server's to
-    refuse (it names the field)."""
-    if text is None:
-        return None
-    return [] if text.strip() == "none" else [c.strip() for c in text.split(",") if c.strip()]
 
 
 def _seconds(option: str, text: str | None) -> float | None:
@@ -193,7 +176,7 @@ def submit(
         "on_node_lost": on_node_lost,
         "tenant": tenant,
         "max_retries": max_retries,
-        "retry_on": _causes(retry_on),
+        "retry_on": retry_causes(retry_on),
         "max_runtime_s": _seconds("--max-runtime", max_runtime),
     }
     argv = ctx.meta.get("xpupool.argv")
@@ -207,7 +190,7 @@ def submit(
             emit(output, rows, lambda: plan_table([r for r in rows if r.feasible]))
             return
         overrides["model"] = block | ({"model_path": model_path} if model_path else {})
-    body = build_job(spec, argv, file, overrides, _env_pairs(env_pairs))
+    body = build_job(spec, argv, file, overrides, dict(env_pair(p, "--env") for p in env_pairs))
     with make_client(url, token) as client:
         job = client.submit(body)
         if output == "table":

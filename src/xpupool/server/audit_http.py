@@ -1,9 +1,10 @@
 """The audit rows of HTTP requests, written by one ASGI middleware so that no route can forget.
 
 Which requests make a row (:func:`audited`): every admin request that changes something (any
-method but GET/HEAD/OPTIONS), every agent registration, and every agent or bootstrap request that
-was refused (4xx/5xx), refusals aggregated per credential and source (``server/audit.py``);
-successful heartbeats and log uploads are counted, not written. The caller
+method but GET/HEAD/OPTIONS, less the routes marked :func:`changes_nothing`), every agent
+registration, and every agent or bootstrap request that was refused (4xx/5xx), refusals aggregated
+per credential and source (``server/audit.py``); successful heartbeats and log uploads are
+counted, not written. The caller
 is what ``routers/deps.py`` authenticated (``scope["state"]["principal"]``); a request refused
 before that (no or unknown token, 401) has no principal and makes no row, so unauthenticated
 noise cannot fill the log. The row is written before the answer's last byte is sent: a client
@@ -14,8 +15,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio.to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -28,16 +30,29 @@ log = logging.getLogger("xpupool.server")
 COUNTED = frozenset({"heartbeat", "append_log"})
 READS = frozenset({"GET", "HEAD", "OPTIONS"})
 MAX_BODY_READ = 8192
+_NOTHING = "_audit_changes_nothing"
+Route = TypeVar("Route", bound=Callable[..., Any])
 
 
-def audited(who: Principal | None, action: str, method: str, status: int) -> bool:
-    """True if this request gets an audit row (see the module docstring)."""
+def changes_nothing(route: Route) -> Route:
+    """Mark ``route`` as a POST that changes nothing, audited as a read: the dashboard's submit
+    form checks itself as you type with a POST (its text, environment values included, stays out
+    of URLs), and an admin typing must not write a row per keystroke."""
+    setattr(route, _NOTHING, True)
+    return route
+
+
+def audited(
+    who: Principal | None, action: str, method: str, status: int, *, reads: bool = False
+) -> bool:
+    """True if this request gets an audit row (see the module docstring); ``reads``: its route
+    is marked :func:`changes_nothing`."""
     if who is None:
         return False
     if action in COUNTED and status < 400:
         return False
     if who.is_admin:
-        return method not in READS
+        return method not in READS and not reads
     if who.role in AGENT_ROLES:
         return action == "register" or status >= 400
     return False
@@ -106,7 +121,8 @@ class AuditMiddleware:
         who = state.get("principal")
         endpoint = scope.get("endpoint")
         action = getattr(endpoint, "__name__", None) or str(scope.get("path", ""))
-        if not audited(who, action, str(scope.get("method", "")), status):
+        reads = getattr(endpoint, _NOTHING, False)
+        if not audited(who, action, str(scope.get("method", "")), status, reads=reads):
             return
         client = scope.get("client")
         write = partial(

@@ -1,10 +1,16 @@
-"""The dashboard's pure parts: chart geometry and what a card's tile says."""
+"""The dashboard's pure parts: chart geometry, what a card's tile says, and counted words."""
 
 from __future__ import annotations
 
+import re
+
 from xpupool.server import schemas as s
+from xpupool.server.auth import Principal
 from xpupool.server.web.charts import bar_chart, sparkline
 from xpupool.server.web.devices import tile
+from xpupool.server.web.render import counted, render
+from xpupool.server.web.sessions import Session
+from xpupool.server.web.viewer import Viewer
 
 
 def test_bars_scale_to_the_largest_and_keep_their_numbers() -> None:
@@ -50,3 +56,54 @@ def test_a_tile_fills_by_allocation_and_borders_by_utilisation() -> None:
     assert t["label"].endswith("utilisation 87%, cordoned, unhealthy")
     over = tile(_device(allocated_memory_mib=1500, committable_memory_mib=1500))
     assert over["a"] == 10  # over-committed memory counts against what may be granted
+
+
+def _node(schedulable: bool, status: s.NodeStatus = s.NodeStatus.READY) -> s.Node:
+    return s.Node(
+        name="n", site="x", status=status, schedulable=schedulable, source="agent",
+        cpu_milli=1000, memory_mib=1024, cpu_allocated_milli=0, memory_allocated_mib=0,
+        labels={}, arch="x86_64", os="linux", devices=1, devices_free=1, last_heartbeat=None,
+    )  # fmt: skip
+
+
+def test_the_tiles_of_a_cordoned_or_lost_node_say_so() -> None:
+    """An idle card of a cordoned node takes no work: its tile is marked (a class the style
+    dashes) and says so in words, as a cordoned card's does; a lost node's cards are hatched."""
+    idle = tile(_device(), _node(schedulable=True))
+    assert idle["classes"] == "tile a0 u0"
+    closed = tile(_device(), _node(schedulable=False))
+    assert closed["classes"] == "tile a0 u0 cordoned"
+    assert closed["label"].endswith("utilisation unknown, node cordoned")
+    lost = tile(_device(), _node(schedulable=False, status=s.NodeStatus.LOST))
+    assert lost["classes"] == "tile a0 u0 unhealthy"
+    assert lost["label"].endswith("utilisation unknown, node lost")
+    card = tile(_device(cordoned=True, healthy=False), _node(schedulable=True))
+    assert card["classes"] == "tile a0 u0 cordoned unhealthy"
+
+
+def test_a_count_of_one_is_singular() -> None:
+    assert [counted(n, "card") for n in (0, 1, 1.0, 2, 2.5, None)] == [
+        "0 cards", "1 card", "1 card", "2 cards", "2.5 cards", "—",
+    ]  # fmt: skip
+    assert counted("1", "sample") == "1 sample"  # another filter's text, e.g. |cards
+
+
+def test_the_overview_says_1_card_not_1_cards() -> None:
+    viewer = Viewer(Principal(1, "tenant", "team"), Session("sid", "digest", "csrf", 0.0))
+    ov = {
+        "jobs": {"pending": 1, "running": 0},
+        "stranded": {"memory_mib": 0, "core_pct": 100.0},
+        "generated_at": 0.0,
+        "pending_by_reason": {},
+    }
+    html = render(
+        "overview_live.html",
+        viewer=viewer,
+        ov=ov,
+        totals={"devices_total": 1, "devices_allocated": 0, "devices_busy": 0},
+        by_site=[],
+        by_model=[],
+        site_chart=bar_chart([]),
+        reason_chart=bar_chart([]),
+    )
+    assert re.search(r'id="stranded-cores">1 card<', html), html

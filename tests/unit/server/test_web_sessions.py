@@ -123,20 +123,123 @@ def test_a_tenant_cannot_cordon(server: Server) -> None:
     assert server.client.get("/v1/nodes/n1", headers=server.admin).json()["schedulable"]
 
 
+def _live(server: Server, csrf: str, **form: str) -> dict[str, object]:
+    """The form's check as you type: the page posts the whole form, CSRF secret included."""
+    r = server.client.post("/ui/validate", data={"csrf": csrf, **form}, headers=HERE)
+    assert r.status_code == 200, r.text
+    assert r.headers["cache-control"] == "no-store"
+    return dict(r.json())
+
+
 def test_the_live_check_is_the_apis_parser(server: Server) -> None:
+    node(server, "n1")
     _sign_in(server.client, tenant(server, "team"))
-    bad = server.client.get("/ui/validate", params={"request": "A100 mem=24Gx"}).json()
+    csrf = _csrf(server.client)
+    bad = _live(server, csrf, request="A100 mem=24Gx")
     assert bad["ok"] is False
-    assert bad["field"] == "request.devices.memory"
+    assert (bad["field"], bad["at"]) == ("request.devices.memory", "request")
     api = server.client.post(
         "/v1/jobs",
         json={"request": "A100 mem=24Gx", "command": ["true"]},
         headers=server.as_(tenant(server, "other")),
     ).json()
     assert (api["field"], api["reason"]) == (bad["field"], bad["reason"])
-    assert server.client.get("/ui/validate", params={"request": "A100 mem=24Gi"}).json() == {
-        "ok": True
+    assert _live(server, csrf, request="A100 mem=24Gi") == {"ok": True}
+
+
+def test_the_live_check_is_the_submissions_verdict(server: Server) -> None:
+    """As you type, the form hears what a submission would: a request nothing in the pool could
+    ever hold, a priority above the queue's cap, an image no node could run; each at its field,
+    in the API's words, and nothing stored. A command not typed yet is not asked about."""
+    node(server, "n1")  # 8 A100s, no container runtime
+    token = tenant(server, "team")
+    _sign_in(server.client, token)
+    csrf = _csrf(server.client)
+    cases = [
+        ({"request": "A100:9"}, {"request": "A100:9", "command": ["true"]}, "request"),
+        ({"request": "A100:1", "priority": "5"}, {"priority": 5, "command": ["true"]}, "priority"),
+        ({"image": "busybox:1"}, {"image": "busybox:1"}, "image"),
+    ]
+    for form, body, at in cases:
+        live = _live(server, csrf, **form)
+        api = server.client.post("/v1/jobs", json=body, headers=server.as_(token)).json()
+        assert live["ok"] is False, form
+        assert (live["field"], live["reason"], live["at"]) == (api["field"], api["reason"], at)
+    assert "nothing in the pool can hold it" in str(_live(server, csrf, request="A100:9")["reason"])
+    assert _live(server, csrf, request="A100:8") == {"ok": True}  # no command yet: fine so far
+    refused = server.client.post("/ui/validate", data={"request": "A100:9"}, headers=HERE)
+    assert refused.status_code == 403  # a POST like every form's: the CSRF secret and this origin
+    assert server.client.get("/v1/jobs", headers=server.admin).json() == []
+
+
+def test_the_admins_live_checks_write_no_audit_rows(server: Server) -> None:
+    """The check as you type is a POST (its text stays out of URLs) that changes nothing: an admin
+    typing must not fill the audit log, while the admin's submit is audited."""
+    node(server, "n1")
+    tenant(server, "team")
+    _sign_in(server.client, server.admin_token)
+    csrf = _csrf(server.client)
+    for typed in ("A", "A1", "A100", "A100:9"):
+        _live(server, csrf, request=typed, tenant="team")
+    form = {"csrf": csrf, "request": "A100:1", "command": "true", "tenant": "team"}
+    assert server.client.post("/submit", data=form, headers=HERE).status_code == 303
+    audit = server.client.get("/v1/audit", headers=server.admin).json()
+    assert [a["action"] for a in audit if a["action"] in ("validate_form", "submit_form")] == [
+        "submit_form"
+    ]
+
+
+def test_the_form_submits_image_env_priority_and_retries(server: Server) -> None:
+    node(server, "n1", runtime="podman")
+    _sign_in(server.client, tenant(server, "team"))
+    csrf = _csrf(server.client)
+    form = {
+        "csrf": csrf,
+        "name": "full",
+        "request": "A100:1",
+        "image": "busybox:1",
+        "command": "sh -c 'echo $GREETING'",
+        "env": "GREETING=hello there\r\n\r\nEXTRA=a=b\n",
+        "priority": "-2",
+        "max_retries": "3",
+        "retry_on": "exit_nonzero, preempted",
     }
+    r = server.client.post("/submit", data=form, headers=HERE)
+    assert r.status_code == 303, r.text
+    job_id = int(r.headers["location"].rsplit("/", 1)[1])
+    api = server.client.get(f"/v1/jobs/{job_id}", headers=server.admin).json()
+    assert api["image"] == "busybox:1"
+    assert api["command"] == ["sh", "-c", "echo $GREETING"]
+    assert api["env"] == {"GREETING": "hello there", "EXTRA": "a=b"}
+    assert (api["priority"], api["max_retries"]) == (-2, 3)
+    assert api["retry_on"] == ["exit_nonzero", "preempted"]
+    page = server.client.get(f"/jobs/{job_id}").text  # the env back, as the API gives it
+    rows = re.findall(r'<tr data-env="([^"]*)"><th scope="row">([^<]*)</th><td>([^<]*)</td>', page)
+    assert rows == [("EXTRA", "EXTRA", "a=b"), ("GREETING", "GREETING", "hello there")]
+    assert "exit_nonzero, preempted" in page
+
+
+def test_the_new_fields_answer_at_their_field_and_keep_what_was_typed(server: Server) -> None:
+    node(server, "n1")
+    _sign_in(server.client, tenant(server, "team"))
+    csrf = _csrf(server.client)
+    base = {"csrf": csrf, "name": "x", "request": "A100:1", "command": "true"}
+    cases = [
+        ({"env": "A=1\nNOVALUE"}, "env", "env: line 2: use KEY=VALUE"),
+        ({"env": "=1"}, "env", "env: line 1: use KEY=VALUE"),
+        ({"priority": "high"}, "priority", "priority: Input should be a valid integer"),
+        ({"priority": "9"}, "priority", "priority: queue &#39;team&#39; takes priorities up to 0"),
+        ({"max_retries": "-1"}, "max_retries", "max_retries: Input should be greater than"),
+        ({"retry_on": "sometimes"}, "retry_on", "retry_on[0]: Input should be"),
+        ({"image": "--privileged"}, "image", "image: not an image reference"),
+    ]
+    for extra, at, said in cases:
+        r = server.client.post("/submit", data=base | extra, headers=HERE)
+        assert r.status_code == 422, extra
+        assert re.search(rf'id="{at}-error"[^>]*>{re.escape(said)}', r.text), (extra, r.text)
+    r = server.client.post("/submit", data=base | {"env": "A=1\nNOVALUE"}, headers=HERE)
+    assert re.search(r'<textarea id="env" name="env"[^>]*>A=1\nNOVALUE</textarea>', r.text)
+    assert server.client.get("/v1/jobs", headers=server.admin).json() == []
 
 
 def test_the_submit_form_puts_errors_next_to_their_field(server: Server) -> None:
@@ -148,7 +251,7 @@ def test_the_submit_form_puts_errors_next_to_their_field(server: Server) -> None
         headers=HERE,
     )
     assert r.status_code == 422
-    assert re.search(r'id="command-error"[^>]*>cannot split into arguments', r.text)
+    assert re.search(r'id="command-error"[^>]*>command: cannot split into arguments', r.text)
     r = server.client.post(
         "/submit",
         data={"csrf": csrf, "name": "x", "request": "A100 mem=24Gx", "command": "echo hi"},

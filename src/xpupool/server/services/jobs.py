@@ -84,6 +84,16 @@ def submit_many(
     return answered
 
 
+def verdict(plane: ControlPlane, me: Principal, body: s.JobIn, *, complete: bool = True) -> str:
+    """What :func:`submit` would answer ``body`` now, storing nothing: raises what would refuse
+    it (the same checks, in the same order: one verdict, not a copy of it), else returns the
+    reason it would wait with. ``complete`` False: a body still being written (the dashboard's
+    form as you type), so what it runs is not asked about yet; the submission asks."""
+    one = _accept(plane, me, body)
+    with plane.lock, plane.db.connect() as conn:
+        return _check(plane, conn, one, complete=complete)[1]
+
+
 @dataclass(frozen=True, slots=True)
 class _Accepted:
     """A submission's request as the body and the token make it, before the lock."""
@@ -124,9 +134,11 @@ def _accept(plane: ControlPlane, me: Principal, body: s.JobIn) -> _Accepted:
     return _Accepted(body, tenant, from_image.request, from_image)
 
 
-def _check(plane: ControlPlane, conn: Connection, one: _Accepted) -> tuple[Request, str]:
+def _check(
+    plane: ControlPlane, conn: Connection, one: _Accepted, *, complete: bool = True
+) -> tuple[Request, str]:
     """Under the plane's lock: the request as its queue completes it and the reason it waits
-    with; raises what refuses it. Writes nothing."""
+    with; raises what refuses it. Writes nothing. ``complete``: see :func:`verdict`."""
     body, tenant, req, from_image = one.body, one.tenant, one.req, one.from_image
     queue = req.queue
     spec = plane.queue_specs.get(queue)
@@ -140,7 +152,8 @@ def _check(plane: ControlPlane, conn: Connection, one: _Accepted) -> tuple[Reque
         check_names(plane.engine, req)
     except RequestError as exc:
         raise exc.under(body.request_field) from None
-    _check_what_to_run(body)
+    if complete or body.image is not None:  # unfinished, it may not say what it runs yet
+        _check_what_to_run(body)
     if req.container:  # first: its words tell the operator what to start
         _check_runtime_somewhere(plane, body.image)
     waiting = "waiting for the scheduler"

@@ -5,8 +5,9 @@ cordon and uncordon of nodes and cards.
 Aggregate first, then drill down: the page lists the sites with their counts and shows at most
 :data:`PAGE_NODES` nodes (of one site, or of all), so a 5,000-node pool is never 40,000 tiles.
 Allocation is the tile's fill (tenths of the card), live utilisation its border width: two
-channels, neither of them a red/green hue; cordoned is a dashed outline, unhealthy a hatching,
-and every tile says all of it in words to a screen reader.
+channels, neither of them a red/green hue; cordoned (the card or its node) is a dashed outline,
+unhealthy (or its node lost) a hatching, and every tile says all of it in words to a screen
+reader.
 """
 
 from __future__ import annotations
@@ -39,8 +40,18 @@ def _tenths(part: float, whole: float) -> int:
     return 0 if whole <= 0 else max(0, min(10, round(10 * part / whole)))
 
 
-def tile(d: s.Device) -> dict[str, Any]:
-    """What a tile shows: its fill and border steps (0..10) and its words."""
+def node_closed(node: s.Node) -> str | None:
+    """Why no card of ``node`` takes work whatever its own state: 'lost' (no heartbeat),
+    'cordoned' (the admin's; the API says not schedulable while ready), else None."""
+    if node.status is s.NodeStatus.LOST:
+        return "lost"
+    return None if node.schedulable else "cordoned"
+
+
+def tile(d: s.Device, node: s.Node | None = None) -> dict[str, Any]:
+    """What a tile shows: its fill and border steps (0..10), its classes and its words. A card
+    of a cordoned node is drawn as a cordoned card (dashed), of a lost node as an unhealthy one
+    (hatched): idle or not, neither takes work, and an idle look would say it could."""
     alloc = max(
         d.allocated_memory_mib / max(d.committable_memory_mib or d.memory_mib, 1),
         d.allocated_core_permille / max(d.committable_core_permille, 1),
@@ -51,16 +62,20 @@ def tile(d: s.Device) -> dict[str, Any]:
         f"{alloc * 100:.0f}% allocated",
         "utilisation unknown" if util is None else f"utilisation {util:.0f}%",
     ]
+    a, u = _tenths(alloc, 1.0), 0 if util is None else _tenths(util, 100.0)
+    classes = ["tile", f"a{a}", f"u{u}"]
+    closed = None if node is None else node_closed(node)
     if d.cordoned:
         words.append("cordoned")
+    if closed is not None:
+        words.append(f"node {closed}")
+    if d.cordoned or closed == "cordoned":
+        classes.append("cordoned")
     if not d.healthy:
         words.append("unhealthy")
-    return {
-        "d": d,
-        "a": _tenths(alloc, 1.0),
-        "u": 0 if util is None else _tenths(util, 100.0),
-        "label": ", ".join(words),
-    }
+    if not d.healthy or closed == "lost":
+        classes.append("unhealthy")
+    return {"d": d, "a": a, "u": u, "classes": " ".join(classes), "label": ", ".join(words)}
 
 
 def _node_names(plane: ControlPlane, site: str) -> list[str]:
@@ -87,7 +102,9 @@ def grid_context(plane: ControlPlane, who: Principal, site: str, page_no: int) -
             node, devs = fleet.node_view(plane, name), fleet.list_devices(plane, name, who=who)
         except (NotFound, KeyError):
             continue  # deleted since the names were read
-        nodes.append({"node": node, "tiles": [tile(d) for d in devs]})
+        nodes.append(
+            {"node": node, "closed": node_closed(node), "tiles": [tile(d, node) for d in devs]}
+        )
     return {
         "site": site,
         "page_no": page_no,

@@ -63,6 +63,16 @@ def cards(core_pct: float | None) -> str:
     return "—" if core_pct is None else num(core_pct / 100)
 
 
+def counted(value: float | str | None, word: str) -> str:
+    """A count and its noun, singular for exactly one: '1 card', '2 cards', '2.5 cards'; a number
+    as :func:`num` writes it, text (another filter's, such as :func:`cards`) as it is; '—' when
+    absent. English plurals in -s only: the dashboard counts cards, nodes, jobs and samples."""
+    text = value if isinstance(value, str) else num(value)
+    if text == "—":
+        return text
+    return f"{text} {word}" if text == "1" else f"{text} {word}s"
+
+
 def _environment() -> Environment:
     env = Environment(
         loader=FileSystemLoader(TEMPLATES),
@@ -71,7 +81,9 @@ def _environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(gib=gib, pct=pct, when=when, num=num, watts=watts, cards=cards)
+    env.filters.update(
+        gib=gib, pct=pct, when=when, num=num, watts=watts, cards=cards, counted=counted
+    )
     return env
 
 

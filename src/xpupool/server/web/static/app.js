@@ -46,26 +46,39 @@
     tick();
   }
 
-  function validate(input) {
-    const out = document.getElementById(input.dataset.errorId);
+  // The submit form as you type: the whole form is posted (a POST with its CSRF secret: its
+  // text, env values included, never goes into a URL) and the server answers what submitting it
+  // would refuse now, at the field to show it at; every other field's message is cleared.
+  function validate(form) {
     let timer = 0;
+    let asked = 0;
     async function check() {
-      const url = input.dataset.validate + "?request=" + encodeURIComponent(input.value);
+      const mine = ++asked;
       try {
-        const r = await fetch(url, { credentials: "same-origin" });
-        if (!r.ok) return;
+        const r = await fetch(form.dataset.validate, {
+          method: "POST", credentials: "same-origin", body: new URLSearchParams(new FormData(form)),
+        });
+        if (r.status === 401) { window.location.assign("/signin"); return; }
+        if (!r.ok || mine !== asked) return; // a later keystroke's answer is the one to show
         const body = await r.json();
-        out.textContent = body.ok ? "" : (body.field ? body.field + ": " : "") + body.reason;
-        input.setAttribute("aria-invalid", body.ok ? "false" : "true");
-        input.dataset.checked = input.value;
+        document.querySelectorAll(".field-error").forEach((out) => {
+          const name = out.id.replace(/-error$/, "");
+          const here = !body.ok && body.at === name;
+          out.textContent = here ? (body.field ? body.field + ": " : "") + body.reason : "";
+          const input = document.getElementById(name);
+          if (input && input.form === form) input.setAttribute("aria-invalid", here ? "true" : "false");
+        });
+        form.dataset.checked = String(mine);
       } catch (e) { /* the form is checked again on submit */ }
     }
-    input.addEventListener("input", () => { window.clearTimeout(timer); timer = window.setTimeout(check, 250); });
+    const later = () => { window.clearTimeout(timer); timer = window.setTimeout(check, 300); };
+    form.addEventListener("input", later);
+    form.addEventListener("change", later);
   }
 
   document.addEventListener("DOMContentLoaded", () => {
     document.querySelectorAll("[data-poll]").forEach(poll);
     document.querySelectorAll("pre[data-log]").forEach(tail);
-    document.querySelectorAll("input[data-validate]").forEach(validate);
+    document.querySelectorAll("form[data-validate]").forEach(validate);
   });
 })();
