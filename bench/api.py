@@ -124,6 +124,9 @@ def start_server(
     args += [] if agent else ["--no-agent"]
     args += ["--data", str(data), "--port", str(port), "--cluster", str(cluster)]
     args += ["--policy", policy]
+    # what the server can take, not what one client may: no rate or connection limits (the
+    # submitting threads share two tokens and one address)
+    args += ["--rate-limit", "0", "--address-rate-limit", "0", "--connections-per-address", "0"]
     log = (data / "server.log").open("ab")
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"

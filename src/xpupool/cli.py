@@ -194,6 +194,42 @@ def demo(policy: str, cluster: str | None) -> None:
     "that its one interpreter spends its time on the pool, not on HTTP (0: the plane serves "
     "HTTP itself); one is enough for about 1,000 submissions/s (docs/benchmarks.md)",
 )
+@click.option(
+    "--rate-limit",
+    default="50/200",
+    show_default=True,
+    metavar="RATE[/BURST]",
+    help="requests a second per token (or dashboard session) on average, BURST at once; more "
+    "is 429 with Retry-After, refused requests counted too; 0: no limit (docs/security.md)",
+)
+@click.option(
+    "--address-rate-limit",
+    default="10/50",
+    show_default=True,
+    metavar="RATE[/BURST]",
+    help="requests a second per source address that carry no valid token (none, unknown, "
+    "revoked, expired); past it a token not seen yet is refused before it is looked up; 0: no "
+    "limit",
+)
+@click.option(
+    "--header-timeout",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="a connection whose request header is not whole this long after it opened (or after "
+    "the request's first byte) is closed",
+)
+@click.option(
+    "--connections-per-address",
+    default=128,
+    show_default=True,
+    type=click.IntRange(0),
+    metavar="N",
+    help="open connections one source address may hold (per HTTP worker with --http-workers); "
+    "more is 429 and closed at once; raise it for many agents behind one NAT address; 0: no "
+    "limit",
+)
 @catalog_option
 @launch_options
 @verbose_option
@@ -229,6 +265,10 @@ def up(
     history_interval: str,
     catalog_file: str | None,
     http_workers: int,
+    rate_limit: str,
+    address_rate_limit: str,
+    header_timeout: float,
+    connections_per_address: int,
     verbose: bool,
 ) -> None:
     """Start the control plane: REST API, scheduler, SQLite state, metrics, local agent."""
@@ -259,6 +299,15 @@ def up(
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--max-body") from None
 
+    from xpupool.server.rate_limit import parse_rate
+
+    rates = {}
+    for hint, text in (("--rate-limit", rate_limit), ("--address-rate-limit", address_rate_limit)):
+        try:
+            rates[hint] = parse_rate(text)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint=hint) from None
+
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("give --tls-cert and --tls-key together")
     profiles = load_profiles(profile_file)
@@ -272,6 +321,7 @@ def up(
     except XpupoolError as exc:
         raise click.BadParameter(str(exc), param_hint="--lease") from None
 
+    from xpupool.server.connection_guard import ConnectionLimits
     from xpupool.server.up import UpConfig, serve
 
     cfg = UpConfig(
@@ -305,6 +355,9 @@ def up(
         catalog=catalog,
         http_workers=http_workers,
         store_lease_s=store_lease,
+        rate_limit=rates["--rate-limit"],
+        address_rate_limit=rates["--address-rate-limit"],
+        connections=ConnectionLimits(header_timeout, connections_per_address),
     )
     serve(cfg, click.echo)
 

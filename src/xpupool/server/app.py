@@ -2,8 +2,8 @@
 
 Errors are answered as ``error_answers.py`` says (422 ``{field, value, reason}`` for bad input,
 404, 409, 403, 429, 503 while the store cannot be written, logged once by ``health.py``); a body
-over the size limit -> 413 (``body_limit.py``); anything else is a bug and is logged (a 500
-with no details).
+over the size limit -> 413 (``body_limit.py``); over a rate limit -> 429 with ``Retry-After``
+(``rate_limit.py``); anything else is a bug and is logged (a 500 with no details).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from xpupool.server.front.plane_side import SubmitChannel
 from xpupool.server.history import FleetHistory
 from xpupool.server.metrics import make_registry
 from xpupool.server.plane import ControlPlane
+from xpupool.server.rate_limit import RateLimiter, RateLimitGate
 from xpupool.server.routers import agents, audit, fleet, jobs, models, tenants
 from xpupool.server.scheduler_loop import run_passes
 from xpupool.server.services.agents import mark_lost_nodes
@@ -89,6 +90,8 @@ def create_app(
     on_stopped: Callable[[], None] | None = None,
     max_body: int = DEFAULT_MAX_BODY,
     channel: SubmitChannel | None = None,
+    limiter: RateLimiter | None = None,
+    forwarded: bool = False,
 ) -> FastAPI:
     """The app over ``plane``. ``background`` runs the scheduling passes on the app's event loop
     and the lost-node thread (tests of routers alone may turn them off and call ``schedule_pass``
@@ -96,7 +99,9 @@ def create_app(
     may always send a full chunk). ``channel``: the submission channel of the plane's HTTP
     workers (``front/``), listening while the app runs, on its event loop. ``on_stopped``: called
     once the background loops are stopped (``up`` releases the store there: a write after it is
-    refused, never half done)."""
+    refused, never half done). ``limiter``: requests per credential and per address, counted
+    before anything else runs (``rate_limit.py``; None: no limit); ``forwarded``: the app serves
+    the HTTP workers' socket, which says each request's source address."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -141,8 +146,10 @@ def create_app(
     )
     app.state.plane = plane
     app.add_middleware(BodyLimit, max_bytes=max_body, routes=[LOG_UPLOAD])
-    registry = make_registry(plane)
+    registry = make_registry(plane, limiter)
     app.add_middleware(AuditMiddleware, plane=plane)
+    if limiter is not None:  # outermost: a refused request costs no audit row, no body read
+        app.add_middleware(RateLimitGate, limiter=limiter, forwarded=forwarded)
     # Routes are matched in this order, one after another: the busiest first (submissions,
     # then every node's heartbeats). Matching the tenants' routes before a submission's cost a
     # tenth of what FastAPI spent on it in process (issue 25). No two routers share a path.

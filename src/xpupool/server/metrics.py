@@ -13,6 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from xpupool.server.plane import ControlPlane
+from xpupool.server.rate_limit import RateLimiter
 from xpupool.server.stranded_gauges import stranded_gauges
 
 MIB = 1 << 20
@@ -213,10 +214,30 @@ class PlaneCollector(Collector):
         return used
 
 
-def make_registry(plane: ControlPlane) -> CollectorRegistry:
+class RateLimitCollector(Collector):
+    """Requests refused over a rate limit: a legitimate client that meets one shows here."""
+
+    def __init__(self, limiter: RateLimiter) -> None:
+        self.limiter = limiter
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        refused = CounterMetricFamily(
+            "xpupool_http_rate_limited",
+            "Requests answered 429 over a rate limit since the server started, by limit: "
+            "'token' (--rate-limit) or 'address' (--address-rate-limit).",
+            labels=["limit"],
+        )
+        for limit in ("token", "address"):
+            refused.add_metric([limit], self.limiter.refused[limit])
+        yield refused
+
+
+def make_registry(plane: ControlPlane, limiter: RateLimiter | None = None) -> CollectorRegistry:
     """A registry of its own per server (tests run several in one process)."""
     registry = CollectorRegistry()
     registry.register(PlaneCollector(plane))
+    if limiter is not None:
+        registry.register(RateLimitCollector(limiter))
     latency = Histogram(
         "xpupool_scheduling_latency_seconds",
         "From submission (or requeue) to placement.",

@@ -24,11 +24,13 @@ from xpupool.log_setup import configure_logging
 from xpupool.server.admin_token import admin_token_path
 from xpupool.server.audit import AuditKeep
 from xpupool.server.body_limit import DEFAULT_MAX_BODY
+from xpupool.server.connection_guard import ConnectionLimits, guarded_protocol
 from xpupool.server.front.plane_side import SubmitChannel
 from xpupool.server.front.workers import HttpWorkers, PlaneSockets, listen
 from xpupool.server.heap_freeze import SurvivorFreeze, freeze_start_heap
 from xpupool.server.ownership import DEFAULT_STORE_LEASE_S, Identity, StoreOwnership
 from xpupool.server.plane import DEFAULT_HISTORY_INTERVAL_S, ControlPlane
+from xpupool.server.rate_limit import ADDRESS_RATE, TOKEN_RATE, Rate, RateLimiter
 from xpupool.server.retention import Retention
 
 log = logging.getLogger("xpupool.server")
@@ -70,6 +72,11 @@ class UpConfig:
     verbose: bool = False  # -v: every request and unread device field (log_setup.py)
     http_workers: int = 0  # processes taking the API's connections for the plane (server/front/)
     store_lease_s: float = DEFAULT_STORE_LEASE_S  # --store-lease: the owner row's (ownership.py)
+    rate_limit: Rate = TOKEN_RATE  # --rate-limit: per credential (server/rate_limit.py)
+    address_rate_limit: Rate = ADDRESS_RATE  # --address-rate-limit: per address, no valid token
+    connections: ConnectionLimits = field(
+        default_factory=ConnectionLimits
+    )  # --header-timeout, --connections-per-address (server/connection_guard.py)
 
 
 def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPlane:
@@ -213,14 +220,18 @@ def _serve(
         notice = isolation_notice(settings.sandbox)
         if notice:
             echo(f"warning: {notice}")
+    limiter = RateLimiter(plane, cfg.rate_limit, cfg.address_rate_limit)
+    echo(f"limits: {limits_line(cfg)}")
     workers: HttpWorkers | None = None
     channel: SubmitChannel | None = None
     if cfg.http_workers:
         listening = listen(cfg.host, cfg.port)  # first: a port in use leaves nothing behind
         sockets = PlaneSockets.create()
         tls = None if cfg.tls_cert is None or cfg.tls_key is None else (cfg.tls_cert, cfg.tls_key)
-        workers = HttpWorkers(cfg.http_workers, listening, sockets, cfg.max_body, tls)
-        channel = SubmitChannel(plane, sockets.channel, cfg.max_body)
+        workers = HttpWorkers(
+            cfg.http_workers, listening, sockets, cfg.max_body, tls, cfg.connections
+        )
+        channel = SubmitChannel(plane, sockets.channel, cfg.max_body, limiter)
         on_start, on_stop = _with_workers(workers, on_start, on_stop)
         echo(f"http workers: {cfg.http_workers}")
     app = create_app(
@@ -230,6 +241,8 @@ def _serve(
         on_stopped=release,
         max_body=cfg.max_body,
         channel=channel,
+        limiter=limiter,
+        forwarded=workers is not None,
     )
     freeze_start_heap()
     survivors = SurvivorFreeze(quiet=no_job_since_asked(plane))
@@ -244,11 +257,22 @@ def _serve(
                 access_log=False,
                 ssl_certfile=None if cfg.tls_cert is None else str(cfg.tls_cert),
                 ssl_keyfile=None if cfg.tls_key is None else str(cfg.tls_key),
+                http=guarded_protocol(cfg.connections),
             )
         else:  # the workers serve the port (and TLS); the plane, a socket only they can reach
             uvicorn.run(app, uds=str(workers.sockets.http), log_level="warning", access_log=False)
     finally:
         survivors.stop()
+
+
+def limits_line(cfg: UpConfig) -> str:
+    """What a client may take, as the start-up output says it."""
+    per_address = cfg.connections.per_address or "no limit"
+    return (
+        f"{cfg.rate_limit} per token, {cfg.address_rate_limit} per address without one; "
+        f"{per_address} connections per address, headers within "
+        f"{cfg.connections.header_timeout_s:g} s"
+    )
 
 
 def _with_workers(

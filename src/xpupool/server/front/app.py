@@ -1,13 +1,15 @@
 """An HTTP worker's ASGI app: it takes the API's requests off the network for the plane.
 
 A job submission (``POST /v1/jobs``, the request a busy pool gets most) goes to the plane as one
-frame on the submission channel (``front/plane_side.py``): the token, the content type and the
-body, answered with the status, headers and body the plane decided; for a job it stored, the job
-as stored, which the worker renders as the route would. Every other request is passed
-to the plane's own HTTP server on a Unix socket as it came (method, path, query, headers and a
-streamed body) and its answer streamed back, so every route, the dashboard and ``/metrics``
-behave as without workers. The body size limit is applied here too, before anything is read
-(``body_limit.py``), with the plane's settings.
+frame on the submission channel (``front/plane_side.py``): the token, the content type, the body
+and the address it came from, answered with the status, headers and body the plane decided; for
+a job it stored, the job as stored, which the worker renders as the route would. Every other
+request is passed to the plane's own HTTP server on a Unix socket as it came (method, path,
+query, headers and a streamed body) with the address it came from (``wire.CLIENT_HEADER``), and
+its answer streamed back, so every route, the dashboard and ``/metrics`` behave as without
+workers; the rate limits are the plane's (``rate_limit.py``). The body size limit is applied
+here too, before anything is read (``body_limit.py``), with the plane's settings; the header
+timeout and the connections per address by the worker's own server (``connection_guard.py``).
 """
 
 from __future__ import annotations
@@ -21,13 +23,22 @@ from typing import TypeVar
 import httpx
 from starlette.types import Message, Receive, Scope, Send
 
-from xpupool.server.front.wire import JOB, SUBMIT, FrameError, frame, read_frame, render
+from xpupool.server.front.wire import (
+    CLIENT_HEADER,
+    JOB,
+    SUBMIT,
+    FrameError,
+    frame,
+    read_frame,
+    render,
+)
 from xpupool.server.job_views import Submitted
 
-# not passed on: hop-by-hop headers, and the plane's own date and server (the worker's server
-# writes its own)
+# not passed on: hop-by-hop headers, the address header (the worker writes its own), and the
+# plane's own date and server (the worker's server writes its own)
 NOT_PASSED = frozenset(
     {
+        CLIENT_HEADER,
         b"connection",
         b"keep-alive",
         b"proxy-authenticate",
@@ -64,14 +75,20 @@ class SubmitClient:
         self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
 
     async def submit(
-        self, authorization: str | None, content_type: str | None, body: bytes
+        self, authorization: str | None, content_type: str | None, body: bytes, client: str
     ) -> tuple[int, dict[str, str], bytes]:
-        """(status, headers, body) of the plane's answer. Raises :class:`PlaneUnreachable` when
+        """(status, headers, body) of the plane's answer (``client``: the request's source
+        address, for the plane's limits per address). Raises :class:`PlaneUnreachable` when
         no connection could be made, or the plane dropped it: the submission may or may not
         have been taken then, as with any request whose answer was lost."""
         reader, writer = await self._connection()
         try:
-            meta = {"op": SUBMIT, "authorization": authorization, "content_type": content_type}
+            meta = {
+                "op": SUBMIT,
+                "authorization": authorization,
+                "content_type": content_type,
+                "client": client,
+            }
             writer.write(frame(meta, body))
             await writer.drain()
             head, answer = await read_frame(reader, MAX_ANSWER)
@@ -126,6 +143,7 @@ class PlaneProxy:
             scheme="http", host="plane", raw_path=path + (b"?" + query if query else b"")
         )
         headers = [(k, v) for k, v in scope["headers"] if k not in NOT_PASSED]
+        headers.append((CLIENT_HEADER, client_host(scope).encode("latin-1")))
         request = httpx.Request(scope["method"], url, headers=headers, content=_body(receive))
         try:
             response = await _retry_connect(lambda: self.client.send(request, stream=True))
@@ -212,7 +230,9 @@ class FrontApp:
         content_type = _header(scope, b"content-type")
         body = await read_body(receive)
         try:
-            status, extra, answer = await submits.submit(authorization, content_type, body)
+            status, extra, answer = await submits.submit(
+                authorization, content_type, body, client_host(scope)
+            )
         except PlaneUnreachable as exc:
             await send_unreachable(send, str(exc))
             return
@@ -232,6 +252,12 @@ class FrontApp:
                     await self.proxy.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def client_host(scope: Scope) -> str:
+    """The address the request came from ('' when the server does not know it)."""
+    client = scope.get("client")
+    return str(client[0]) if client else ""
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from xpupool.server.body_limit import LOG_UPLOAD, BodyLimit
+from xpupool.server.connection_guard import ConnectionLimits, guarded_protocol
 from xpupool.server.front.app import FrontApp
 
 PR_SET_PDEATHSIG = 1
@@ -27,6 +28,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--plane-http", type=Path, required=True)
     parser.add_argument("--channel", type=Path, required=True)
     parser.add_argument("--max-body", type=int, required=True)
+    parser.add_argument("--header-timeout", type=float, required=True)
+    parser.add_argument("--connections-per-address", type=int, required=True)
     parser.add_argument("--tls-cert")
     parser.add_argument("--tls-key")
     args = parser.parse_args(argv)
@@ -45,6 +48,7 @@ def main(argv: list[str] | None = None) -> None:
         lifespan="on",
         ssl_certfile=args.tls_cert,
         ssl_keyfile=args.tls_key,
+        http=guarded_protocol(ConnectionLimits(args.header_timeout, args.connections_per_address)),
     )
     # The socket as it is (TCP), not uvicorn's ``fd=``, which takes any inherited socket for a
     # Unix one: the connections then go without TCP_NODELAY, and an answer's headers and body,

@@ -36,6 +36,7 @@ from xpupool.server.auth import Principal
 from xpupool.server.error_answers import ErrorAnswer, error_answer, validation_answer
 from xpupool.server.front.wire import JOB, SUBMIT, FrameError, frame, read_frame, render
 from xpupool.server.plane import ControlPlane
+from xpupool.server.rate_limit import RateLimiter, bearer_digest
 from xpupool.server.routers.deps import bearer_principal, check_user
 from xpupool.server.services import jobs
 
@@ -195,10 +196,17 @@ class SubmitChannel:
     transaction; while a scheduling batch holds the loop, the next frames wait in their sockets
     and are taken together after it."""
 
-    def __init__(self, plane: ControlPlane, path: Path, max_body: int) -> None:
+    def __init__(
+        self,
+        plane: ControlPlane,
+        path: Path,
+        max_body: int,
+        limiter: RateLimiter | None = None,
+    ) -> None:
         self.plane = plane
         self.path = path
         self.max_body = max_body
+        self.limiter = limiter  # the app's: a submission counts as any other request
         self.server: asyncio.AbstractServer | None = None
         self.waiting: list[tuple[_Ask, asyncio.Future[tuple[Answer, Principal | None]]]] = []
 
@@ -219,12 +227,17 @@ class SubmitChannel:
                 meta, body = await read_frame(reader, self.max_body)
                 if meta.get("op") != SUBMIT:
                     raise FrameError(f"unknown operation {meta.get('op')!r}")
-                answered: asyncio.Future[tuple[Answer, Principal | None]] = loop.create_future()
                 ask = (_text(meta, "authorization"), _text(meta, "content_type"), body)
-                self.waiting.append((ask, answered))
-                if len(self.waiting) == 1:  # the first since the last batch: take them next turn
-                    loop.call_soon(self._answer_waiting)
-                answer, who = await answered
+                refused = self._over_rate(ask[0], _text(meta, "client"))
+                if refused is not None:
+                    answer, who = refused, None
+                else:
+                    answered: asyncio.Future[tuple[Answer, Principal | None]]
+                    answered = loop.create_future()
+                    self.waiting.append((ask, answered))
+                    if len(self.waiting) == 1:  # the first since the last batch: next turn
+                        loop.call_soon(self._answer_waiting)
+                    answer, who = await answered
                 if who is not None and audited(who, "submit", "POST", answer.status):
                     await self._audit(who, answer, _submit_target(who, body, answer))
                 head: dict[str, object] = {"status": answer.status, "headers": answer.headers}
@@ -238,6 +251,13 @@ class SubmitChannel:
             log.warning("HTTP worker channel: %s; connection dropped", exc)
         finally:
             writer.close()
+
+    def _over_rate(self, authorization: str | None, client: str | None) -> Answer | None:
+        """The 429 for a submission over its token's or address's rate (``rate_limit.py``)."""
+        if self.limiter is None:
+            return None
+        refused = self.limiter.admit(bearer_digest(authorization), client)
+        return None if refused is None else Answer.of(refused)
 
     def _answer_waiting(self) -> None:
         """Answer the waiting frames, ``MAX_BATCH`` at a time (the rest on the next turn)."""

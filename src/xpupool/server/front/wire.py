@@ -20,6 +20,11 @@ JOB = "job"
 """An answer whose body is a stored job (``job_views.Submitted.wire()``) for the worker to
 render as the route's answer."""
 
+CLIENT_HEADER = b"x-xpupool-client"
+"""The header a worker adds to each request it passes to the plane's HTTP server: the address the
+request came from (one the client sent is dropped), for the plane's limits per address
+(``rate_limit.py``). The plane believes it only on the socket only its workers reach."""
+
 
 class FrameError(Exception):
     """A frame that breaks the format: the connection is dropped, nothing else changes."""

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xpupool.model.errors import XpupoolError
+from xpupool.server.connection_guard import ConnectionLimits
 
 log = logging.getLogger("xpupool.server")
 RESTART_AFTER_S = 1.0  # a worker that dies is started again after this long
@@ -65,7 +66,8 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 class HttpWorkers:
-    """``count`` worker processes serving ``sock`` for the plane at ``sockets``."""
+    """``count`` worker processes serving ``sock`` for the plane at ``sockets``, each with the
+    ``connections`` limits of its own (``connection_guard.py``)."""
 
     def __init__(
         self,
@@ -74,12 +76,14 @@ class HttpWorkers:
         sockets: PlaneSockets,
         max_body: int,
         tls: tuple[Path, Path] | None = None,
+        connections: ConnectionLimits | None = None,
     ) -> None:
         self.count = count
         self.sock = sock
         self.sockets = sockets
         self.max_body = max_body
         self.tls = tls
+        self.connections = connections or ConnectionLimits()
         self.procs: list[subprocess.Popen[bytes]] = []
         self.stopped = threading.Event()
         self.lock = threading.Lock()  # the watch starts none once stop has begun
@@ -89,6 +93,8 @@ class HttpWorkers:
         args = [sys.executable, "-m", "xpupool.server.front.main", "--fd", str(self.sock.fileno())]
         args += ["--plane-http", str(self.sockets.http), "--channel", str(self.sockets.channel)]
         args += ["--max-body", str(self.max_body)]
+        args += ["--header-timeout", repr(self.connections.header_timeout_s)]
+        args += ["--connections-per-address", str(self.connections.per_address)]
         if self.tls is not None:
             args += ["--tls-cert", str(self.tls[0]), "--tls-key", str(self.tls[1])]
         return args

@@ -53,10 +53,13 @@ def authenticate(plane: ControlPlane, token: str) -> Principal | None:
     return principal_of(plane, token_hash(token))
 
 
-def principal_of(plane: ControlPlane, digest: str) -> Principal | None:
+def principal_of(plane: ControlPlane, digest: str, *, store: bool = True) -> Principal | None:
     """:func:`authenticate` for the token whose SHA-256 is ``digest`` (what a dashboard session
-    keeps instead of the token)."""
+    keeps instead of the token). ``store`` False: only a token already cached is found, without
+    reading the store (the rate limiter asks so before it knows the caller may cost a query)."""
     who = plane.principals.get(digest)
+    if who is None and not store:
+        return None
     if who is None:
         with plane.db.connect() as conn:
             row = conn.execute(
