@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import click
 from rich.console import Console
@@ -16,6 +16,7 @@ from xpupool.model.errors import XpupoolError
 if TYPE_CHECKING:
     from xpupool.catalog.operator_file import OperatorCatalog
     from xpupool.engine.profile import Profile
+    from xpupool.server.routers.deps import MetricsAuth
 
 # The engine's default profile (engine/profile.py DEFAULT_PROFILE), named here so that client commands
 # start without importing the engine.
@@ -230,6 +231,14 @@ def demo(policy: str, cluster: str | None) -> None:
     "more is 429 and closed at once; raise it for many agents behind one NAT address; 0: no "
     "limit",
 )
+@click.option(
+    "--metrics-auth",
+    type=click.Choice(["token", "open"]),
+    default="token",
+    show_default=True,
+    help="who may read /metrics, which names every tenant, queue and node: token, the admin "
+    "token or a metrics token (xpupool token issue --metrics); open, anyone who reaches the port",
+)
 @catalog_option
 @launch_options
 @verbose_option
@@ -269,6 +278,7 @@ def up(
     address_rate_limit: str,
     header_timeout: float,
     connections_per_address: int,
+    metrics_auth: str,
     verbose: bool,
 ) -> None:
     """Start the control plane: REST API, scheduler, SQLite state, metrics, local agent."""
@@ -358,6 +368,7 @@ def up(
         rate_limit=rates["--rate-limit"],
         address_rate_limit=rates["--address-rate-limit"],
         connections=ConnectionLimits(header_timeout, connections_per_address),
+        metrics_auth=cast("MetricsAuth", metrics_auth),  # a click.Choice of the same names
     )
     serve(cfg, click.echo)
 

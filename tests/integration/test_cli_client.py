@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import uvicorn
 from click.testing import CliRunner, Result
@@ -223,6 +224,18 @@ def test_tenant_and_token_admin(srv: Plane) -> None:
     assert "revoked" in srv.ok("token", "revoke", str(token["id"])).stdout
     bad = srv.cli("tenant", "create", "Bad Name")
     assert bad.exit_code == 1 and "name" in bad.output
+
+
+def test_a_metrics_token_is_issued_for_prometheus(srv: Plane) -> None:
+    token = srv.json("token", "issue", "--metrics", "--name", "prometheus")
+    assert (token["role"], token["tenant"]) == ("metrics", None)
+    said = srv.ok("token", "issue", "--metrics").stdout
+    assert "reads /metrics only" in said
+    headers = {"Authorization": f"Bearer {token['token']}"}
+    assert httpx.get(f"{srv.url}/metrics", headers=headers).status_code == 200
+    assert httpx.get(f"{srv.url}/v1/jobs", headers=headers).status_code == 403
+    both = srv.cli("token", "issue", "ops", "--metrics")
+    assert both.exit_code != 0 and "metrics token has no TENANT" in both.output
 
 
 def test_invalid_spec_is_one_line_naming_the_field(srv: Plane) -> None:

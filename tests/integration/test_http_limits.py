@@ -1,7 +1,7 @@
-"""What one client may take of a real ``xpupool up`` (issue 43, items 11 and 18): requests per
-credential and per source address, connections per address, and how long a request's header may
-take. Both ways of serving: the plane alone, and behind its HTTP workers (``--http-workers``),
-where the per-credential count must not be split among workers.
+"""What one client may take of a real ``xpupool up`` (issue 43, items 11, 18 and 14): requests per
+credential and per source address, connections per address, how long a request's header may
+take, and who may read ``/metrics``. Both ways of serving: the plane alone, and behind its HTTP
+workers (``--http-workers``), where the per-credential count must not be split among workers.
 
 Raw sockets for the half-open connections, so the test controls exactly what is sent and when.
 Rates are set small by option so that a burst runs past them in a fraction of a second; the
@@ -15,6 +15,7 @@ import select
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -82,7 +83,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
 
 @pytest.fixture(scope="module")
 def fronted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
-    """The plane behind two HTTP workers, with the same limits."""
+    """The plane behind two HTTP workers, with the same limits and the default metrics auth."""
     args = ("--http-workers", "2", "--rate-limit", f"{RATE}/{BURST}")
     args += ("--header-timeout", str(HEADER_TIMEOUT_S), "--connections-per-address", "100")
     with ServerProc(tmp_path_factory.mktemp("fronted") / "data", extra_args=args) as srv:
@@ -225,6 +226,32 @@ def test_a_slow_header_after_a_kept_alive_request_is_closed(plane: ServerProc) -
         until(lambda: seen.poll().closed, "the slow second header closed", timeout_s=30)
     finally:
         s.close()
+
+
+# ------------------------------------------------------------------------------ /metrics
+def test_metrics_need_a_metrics_or_admin_token(fronted: ServerProc) -> None:
+    """The default (--metrics-auth token): no token 401, a tenant's 403, the admin's and a
+    metrics token's 200; a metrics token reads nothing else."""
+    with httpx.Client(base_url=fronted.url, timeout=30) as c:
+        r = c.get("/metrics")
+        assert r.status_code == 401, r.text
+        assert "tenant" not in r.text
+        tenant = _tenant_token(fronted, "metrics-reader")
+        assert c.get("/metrics", headers=fronted.headers(tenant)).status_code == 403
+        r = c.get("/metrics", headers=fronted.headers())
+        assert r.status_code == 200 and "xpupool_queue_pending" in r.text
+        r = c.post("/v1/tokens", json={"role": "metrics"}, headers=fronted.headers())
+        metrics_token = str(r.raise_for_status().json()["token"])
+        r = c.get("/metrics", headers=fronted.headers(metrics_token))
+        assert r.status_code == 200 and "xpupool_queue_pending" in r.text
+        assert c.get("/v1/jobs", headers=fronted.headers(metrics_token)).status_code == 403
+        assert c.get("/v1/nodes", headers=fronted.headers(metrics_token)).status_code == 403
+
+
+def test_metrics_open_when_the_operator_says_so(tmp_path: Path) -> None:
+    with ServerProc(tmp_path / "data", extra_args=("--metrics-auth", "open")) as srv:
+        r = httpx.get(f"{srv.url}/metrics", timeout=30)
+        assert r.status_code == 200 and "xpupool_queue_pending" in r.text
 
 
 def test_a_client_cannot_name_its_own_address(fronted: ServerProc) -> None:

@@ -156,7 +156,7 @@ def test_other_routes_pass_through_both_ways(pools: tuple[Pool, Pool]) -> None:
     listed = pool.client.get("/v1/jobs", params={"state": "scheduled"}, headers=admin).json()
     assert job in [j["id"] for j in listed]  # the query string went through
     assert pool.client.get("/healthz").text.startswith("ok")
-    metrics = pool.client.get("/metrics")
+    metrics = pool.client.get("/metrics", headers=admin)
     assert "xpupool_scheduling_pass_seconds" in metrics.text
     assert metrics.headers["content-type"].startswith("text/plain")
     page = pool.client.get("/", follow_redirects=True)

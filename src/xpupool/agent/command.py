@@ -116,6 +116,12 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
     "--metrics-host", default="127.0.0.1", show_default=True, help="Address the metrics port binds"
 )
 @click.option(
+    "--metrics-token-file",
+    type=click.Path(exists=True, dir_okay=False, resolve_path=True),
+    help="A file holding a token a scrape must send as 'Authorization: Bearer' (read at each "
+    "scrape) [default: the metrics are open to whoever reaches the port]",
+)
+@click.option(
     "--drain/--no-drain",
     default=False,
     show_default=True,
@@ -140,6 +146,7 @@ def agent_command(
     poll: float,
     metrics_port: int,
     metrics_host: str,
+    metrics_token_file: str | None,
     drain: bool,
     job_uid_range: str,
     job_root: str | None,
@@ -207,7 +214,8 @@ def agent_command(
         from xpupool.agent.metrics import serve_metrics
 
         try:
-            metrics = serve_metrics(agent, metrics_host, metrics_port)
+            scrape_token = None if metrics_token_file is None else Path(metrics_token_file)
+            metrics = serve_metrics(agent, metrics_host, metrics_port, scrape_token)
         except OSError as exc:
             transport.close()
             raise click.ClickException(

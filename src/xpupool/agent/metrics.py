@@ -1,4 +1,6 @@
-"""The standalone agent's own Prometheus endpoint (``xpupool agent --metrics-port``).
+"""The standalone agent's own Prometheus endpoint (``xpupool agent --metrics-port``), and the
+HTTP server every agent-side metrics port runs on (the Kubernetes agent's and extender's too),
+open or behind a bearer token (``--metrics-token-file``).
 
 The server's ``/metrics`` shows what agents reported in heartbeats; this one shows what the agent
 reads now, so a node can be watched even while its server is unreachable, and it carries what only
@@ -10,17 +12,25 @@ from a second copy kept for metrics. A reading the probe could not take is absen
 
 from __future__ import annotations
 
+import hmac
+import socket
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from socketserver import ThreadingMixIn
 from threading import Thread
-from wsgiref.simple_server import WSGIServer
+from typing import TYPE_CHECKING
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from xpupool.agent.agent import Agent
 from xpupool.agent.monitor import Reading, device_metrics
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
 MIB = 1 << 20
 _DEVICE = ["node", "uuid", "vendor", "model"]
@@ -143,14 +153,76 @@ class MetricsServer:
         self.thread.join(5.0)
 
 
-def serve_metrics(agent: Agent, host: str = "127.0.0.1", port: int = 0) -> MetricsServer:
+def serve_metrics(
+    agent: Agent, host: str = "127.0.0.1", port: int = 0, token_file: Path | None = None
+) -> MetricsServer:
     """Serve ``agent``'s metrics at ``http://host:port/metrics`` until ``stop``; port 0 takes a
     free one (the CLI reads 0 as off before calling this). Raises OSError if it cannot bind."""
-    return serve_registry(make_registry(agent), host, port)
+    return serve_registry(make_registry(agent), host, port, token_file)
 
 
-def serve_registry(registry: CollectorRegistry, host: str, port: int) -> MetricsServer:
-    """prometheus_client's HTTP server for ``registry`` on a daemon thread; OSError if it cannot
+def serve_registry(
+    registry: CollectorRegistry, host: str, port: int, token_file: Path | None = None
+) -> MetricsServer:
+    """Prometheus exposition of ``registry`` at ``http://host:port/metrics`` until ``stop``.
+    ``token_file``: a scrape must carry ``Authorization: Bearer <the file's text>``
+    (:func:`bearer_only`); None: anyone who reaches the port reads them. OSError if it cannot
     bind."""
-    server, thread = start_http_server(port, addr=host, registry=registry)
+    app = make_wsgi_app(registry)
+    return serve_wsgi(app if token_file is None else bearer_only(app, token_file), host, port)
+
+
+def serve_wsgi(
+    app: WSGIApplication, host: str, port: int, name: str = "xpupool-metrics"
+) -> MetricsServer:
+    """``app`` on a threaded HTTP server on a daemon thread, one line per request never logged:
+    the server of every agent-side metrics port (this agent's, the Kubernetes agent's and the
+    extender's, ``k8s/extender_http.py``). OSError if it cannot bind."""
+    server_class = _ThreadingServer6 if ":" in host else _ThreadingServer
+    server = make_server(host, port, app, server_class, handler_class=_QuietHandler)
+    thread = Thread(target=server.serve_forever, name=name, daemon=True)
+    thread.start()
     return MetricsServer(server, thread)
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a scrape in progress does not hold the process at exit
+
+
+class _ThreadingServer6(_ThreadingServer):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        """No line per scrape or probe."""
+
+
+def bearer_only(app: WSGIApplication, token_file: Path) -> WSGIApplication:
+    """``app`` for requests that carry the token in ``token_file`` as a bearer token
+    (``--metrics-token-file``); 401 for the rest, 503 while the file cannot be read or is empty
+    (refused, never open). The file is read at each request, so a rotated Kubernetes Secret
+    takes over without a restart."""
+
+    def guarded(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        try:
+            expected = token_file.read_text().strip()
+        except OSError as exc:
+            expected, why = "", f"cannot read {token_file}: {exc.strerror or exc}"
+        else:
+            why = f"{token_file} is empty"
+        if not expected:
+            start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
+            return [f"metrics token unavailable: {why}\n".encode()]
+        scheme, _, sent = str(environ.get("HTTP_AUTHORIZATION", "")).partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            sent.strip().encode(), expected.encode()
+        ):
+            start_response(
+                "401 Unauthorized",
+                [("Content-Type", "text/plain"), ("WWW-Authenticate", "Bearer")],
+            )
+            return [b"missing or wrong bearer token (--metrics-token-file)\n"]
+        return app(environ, start_response)
+
+    return guarded

@@ -116,10 +116,17 @@ def token() -> None:
 @click.argument("tenant_name", metavar="[TENANT]", required=False)
 @click.option(
     "--role",
-    type=click.Choice(["tenant", "agent"]),
-    help="tenant: acts for TENANT (the default with TENANT); agent: as --agent",
+    type=click.Choice(["tenant", "agent", "metrics"]),
+    help="tenant: acts for TENANT (the default with TENANT); agent: as --agent; metrics: as "
+    "--metrics",
 )
 @click.option("--agent", "as_agent", is_flag=True, help="an agent token (no TENANT needed)")
+@click.option(
+    "--metrics",
+    "as_metrics",
+    is_flag=True,
+    help="a token that only reads /metrics, for Prometheus (no TENANT)",
+)
 @click.option("--node", help="agent: the one node the token speaks for")
 @click.option(
     "--bootstrap",
@@ -134,6 +141,7 @@ def token_issue(
     tenant_name: str | None,
     role: str | None,
     as_agent: bool,
+    as_metrics: bool,
     node: str | None,
     bootstrap: bool,
     expires: str | None,
@@ -148,11 +156,14 @@ def token_issue(
     xpupool token issue lab                          # a tenant token for lab
     xpupool token issue --agent --node gpu-7         # speaks for node gpu-7 only
     xpupool token issue --agent --bootstrap --expires 1h   # registers one new node, once
+    xpupool token issue --metrics                    # Prometheus reads /metrics with it
     """
     agent_asked = as_agent or bootstrap or node is not None
     if role == "tenant" and agent_asked:
         raise click.UsageError("--role tenant cannot go with --agent, --node or --bootstrap")
-    role = "agent" if agent_asked else (role or "tenant")
+    if (as_metrics or role == "metrics") and (agent_asked or tenant_name or role == "tenant"):
+        raise click.UsageError("a metrics token has no TENANT, --agent, --node or --bootstrap")
+    role = "agent" if agent_asked else ("metrics" if as_metrics else (role or "tenant"))
     if role == "tenant" and not tenant_name:
         raise click.UsageError("give TENANT for a tenant token, or --agent for an agent token")
     fields: dict[str, Any] = {"name": label, "role": role, "bootstrap": bootstrap, "node": node}
@@ -174,6 +185,8 @@ def token_issue(
     elif found.role == "agent":
         what = f"agent token for node {found.node}" if found.node else "agent token"
         what += "" if found.node else " (bound to the first node that uses it)"
+    elif found.role == "metrics":
+        what = "metrics token: reads /metrics only"
     else:
         what = f"tenant token for {found.tenant}"
     if found.expires_at is not None:

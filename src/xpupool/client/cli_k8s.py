@@ -11,6 +11,7 @@ import re
 import signal
 import socket
 import threading
+from pathlib import Path
 from types import FrameType
 
 import click
@@ -73,6 +74,12 @@ def k8s() -> None:
     help="Serve Prometheus metrics at http://HOST:PORT/metrics [default: off]",
 )
 @click.option(
+    "--metrics-token-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A file holding a token a scrape must send as 'Authorization: Bearer' (read at each "
+    "scrape: a rotated Secret takes effect at once) [default: the metrics are open]",
+)
+@click.option(
     "--fake",
     "fake_path",
     type=click.Path(exists=True, dir_okay=False),
@@ -90,6 +97,7 @@ def agent(
     kubeconfig: str | None,
     interval: float,
     metrics_at: tuple[str, int],
+    metrics_token_file: Path | None,
     fake_path: str | None,
     hami_register: bool,
 ) -> None:
@@ -138,7 +146,7 @@ def agent(
     host, port = metrics_at
     if port:
         try:
-            metrics = serve_registry(make_registry(node_agent), host, port)
+            metrics = serve_registry(make_registry(node_agent), host, port, metrics_token_file)
         except OSError as exc:
             client.close()
             raise click.ClickException(f"metrics port {host}:{port}: {exc}") from None
@@ -182,6 +190,12 @@ def agent(
     "metrics_at",
     callback=_listen,
     help="Serve Prometheus metrics at http://HOST:PORT/metrics [default: off]",
+)
+@click.option(
+    "--metrics-token-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A file holding a token a scrape must send as 'Authorization: Bearer' (read at each "
+    "scrape: a rotated Secret takes effect at once) [default: the metrics are open]",
 )
 @click.option(
     "--leader-elect",
@@ -267,6 +281,7 @@ def extender(
     policy: str | None,
     profile_file: str | None,
     metrics_at: tuple[str, int],
+    metrics_token_file: Path | None,
     lease: str | None,
     identity: str | None,
     gang_wait: float,
@@ -314,6 +329,7 @@ def extender(
             profiles=profiles,
             metrics_host=metrics_at[0],
             metrics_port=metrics_at[1],
+            metrics_token_file=metrics_token_file,
             lease=where,
             identity=identity or socket.gethostname(),
             gang_wait_s=gang_wait,

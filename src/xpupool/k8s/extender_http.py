@@ -13,13 +13,10 @@ the view's lock, and a bind's API calls do not hold it.
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterable
-from socketserver import ThreadingMixIn
+from pathlib import Path
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from anyio import CapacityLimiter, to_thread
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
@@ -33,7 +30,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from xpupool.agent.metrics import MetricsServer
+from xpupool.agent.metrics import MetricsServer, bearer_only, serve_wsgi
 from xpupool.k8s.cluster_view import ClusterView
 from xpupool.k8s.extender import Extender
 from xpupool.k8s.extender_wire import (
@@ -193,13 +190,21 @@ def readiness(
 
 
 def serve_metrics(
-    registry: CollectorRegistry, host: str, port: int, ready: Callable[[], tuple[int, str]]
+    registry: CollectorRegistry,
+    host: str,
+    port: int,
+    ready: Callable[[], tuple[int, str]],
+    token_file: Path | None = None,
 ) -> MetricsServer:
     """Prometheus metrics at ``http://host:port/metrics``, and ``/healthz`` and ``/readyz``
     (``ready()``'s answer) beside them, on a daemon thread until ``stop``. The probes are here
     as well as on the verbs' port because a kubelet's probe presents no client certificate:
-    with ``--client-ca`` it could not reach them there. Raises OSError if it cannot bind."""
+    with ``--client-ca`` it could not reach them there; for the same reason only ``/metrics``
+    needs ``token_file``'s bearer token (``--metrics-token-file``). Raises OSError if it cannot
+    bind."""
     metrics = make_wsgi_app(registry)
+    if token_file is not None:
+        metrics = bearer_only(metrics, token_file)
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
@@ -210,24 +215,7 @@ def serve_metrics(
         start_response(f"{status} {phrase}", [("Content-Type", "text/plain; charset=utf-8")])
         return [text.encode()]
 
-    server_class = _ThreadingServer6 if ":" in host else _ThreadingServer
-    server = make_server(host, port, app, server_class, handler_class=_QuietHandler)
-    thread = threading.Thread(target=server.serve_forever, name="extender-metrics", daemon=True)
-    thread.start()
-    return MetricsServer(server, thread)
-
-
-class _ThreadingServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True  # a scrape in progress does not hold the process at exit
-
-
-class _ThreadingServer6(_ThreadingServer):
-    address_family = socket.AF_INET6
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        """No line per scrape or probe."""
+    return serve_wsgi(app, host, port, "extender-metrics")
 
 
 def _refused(verb: str, reason: str) -> BaseModel:

@@ -9,6 +9,7 @@ import ssl
 import sys
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import uvicorn
 from prometheus_client import CollectorRegistry
@@ -42,6 +43,7 @@ class ExtenderConfig:
     profiles: dict[str, Profile]
     metrics_host: str = ""
     metrics_port: int = 0
+    metrics_token_file: Path | None = None  # a scrape's bearer token (agent/metrics.py)
     sync_timeout_s: float = 120.0
     lease: tuple[str, str] | None = None  # (namespace, name): leader election on
     identity: str = ""  # this replica in the Lease (the pod's name)
@@ -103,7 +105,9 @@ def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
     probes = None
     if cfg.metrics_port:  # /metrics, and /healthz and /readyz for a kubelet (no client cert)
         ready = lambda: readiness(view.wait_synced, leading)  # noqa: E731
-        probes = serve_metrics(registry, cfg.metrics_host, cfg.metrics_port, ready)
+        probes = serve_metrics(
+            registry, cfg.metrics_host, cfg.metrics_port, ready, cfg.metrics_token_file
+        )
     server = uvicorn.Server(
         uvicorn.Config(
             app,

@@ -36,6 +36,7 @@ from xpupool.server.metrics import make_registry
 from xpupool.server.plane import ControlPlane
 from xpupool.server.rate_limit import RateLimiter, RateLimitGate
 from xpupool.server.routers import agents, audit, fleet, jobs, models, tenants
+from xpupool.server.routers.deps import MetricsAuth, MetricsReader
 from xpupool.server.scheduler_loop import run_passes
 from xpupool.server.services.agents import mark_lost_nodes
 from xpupool.server.services.job_limits import FinishedSweep, stop_overdue
@@ -92,6 +93,7 @@ def create_app(
     channel: SubmitChannel | None = None,
     limiter: RateLimiter | None = None,
     forwarded: bool = False,
+    metrics_auth: MetricsAuth = "token",
 ) -> FastAPI:
     """The app over ``plane``. ``background`` runs the scheduling passes on the app's event loop
     and the lost-node thread (tests of routers alone may turn them off and call ``schedule_pass``
@@ -101,7 +103,8 @@ def create_app(
     once the background loops are stopped (``up`` releases the store there: a write after it is
     refused, never half done). ``limiter``: requests per credential and per address, counted
     before anything else runs (``rate_limit.py``; None: no limit); ``forwarded``: the app serves
-    the HTTP workers' socket, which says each request's source address."""
+    the HTTP workers' socket, which says each request's source address. ``metrics_auth``: who
+    may read ``/metrics`` (``routers/deps.py`` ``metrics_reader``)."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -145,6 +148,7 @@ def create_app(
         },
     )
     app.state.plane = plane
+    app.state.metrics_auth = metrics_auth
     app.add_middleware(BodyLimit, max_bytes=max_body, routes=[LOG_UPLOAD])
     registry = make_registry(plane, limiter)
     app.add_middleware(AuditMiddleware, plane=plane)
@@ -195,8 +199,10 @@ def create_app(
         return PlainTextResponse(text, status_code=200 if healthy else 503)
 
     @app.get("/metrics", tags=["ops"])
-    def metrics() -> Response:
-        """Prometheus exposition (names in the README)."""
+    def metrics(_: MetricsReader) -> Response:
+        """Prometheus exposition (names in the README). It names every tenant, queue and node:
+        the admin token or a metrics token is needed, unless the server was started with
+        ``--metrics-auth open`` (docs/security.md)."""
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     return app

@@ -9,7 +9,7 @@ from typing import Literal
 
 from xpupool.server.schemas import BOOTSTRAP_TOKEN_PREFIX
 
-Role = Literal["admin", "tenant", "agent", "bootstrap"]
+Role = Literal["admin", "tenant", "agent", "bootstrap", "metrics"]
 TOKEN_PREFIX = "xpp_"
 AGENT_ROLES = frozenset({"agent", "bootstrap"})
 
@@ -18,7 +18,7 @@ AGENT_ROLES = frozenset({"agent", "bootstrap"})
 class Principal:
     """Who is calling: the admin sees everything; a tenant only its own jobs and queues; an agent
     only the agent endpoints, for the nodes in ``nodes``; a bootstrap token only registers one new
-    node (docs/security.md).
+    node; a metrics token only reads ``/metrics`` (docs/security.md).
 
     ``nodes``: for an agent, the nodes it speaks for (one for a token; the in-process agent's
     hosted nodes); for a bootstrap token, the one name it may register; None = not bound yet (a

@@ -165,9 +165,10 @@ class Tenant(Lenient):
 
 class TokenIn(Strict):
     name: str = Field("", max_length=100, description="A label for the token; empty = none.")
-    role: Literal["tenant", "agent"] = Field(
+    role: Literal["tenant", "agent", "metrics"] = Field(
         "tenant",
-        description="'tenant' acts for the tenant; 'agent' registers one node and reports for it.",
+        description="'tenant' acts for the tenant; 'agent' registers one node and reports for it; "
+        "'metrics' only reads /metrics (a scraper's; issued at /v1/tokens).",
     )
     node: Name | None = Field(
         None,
@@ -198,7 +199,7 @@ class TokenIn(Strict):
 class Token(Lenient):
     id: int
     tenant: str | None = Field(description="The tenant it acts for; null for admin and agents.")
-    role: Literal["admin", "tenant", "agent", "bootstrap"]
+    role: Literal["admin", "tenant", "agent", "bootstrap", "metrics"]
     name: str
     node: str | None = Field(
         None,

@@ -32,6 +32,7 @@ from xpupool.server.ownership import DEFAULT_STORE_LEASE_S, Identity, StoreOwner
 from xpupool.server.plane import DEFAULT_HISTORY_INTERVAL_S, ControlPlane
 from xpupool.server.rate_limit import ADDRESS_RATE, TOKEN_RATE, Rate, RateLimiter
 from xpupool.server.retention import Retention
+from xpupool.server.routers.deps import MetricsAuth
 
 log = logging.getLogger("xpupool.server")
 
@@ -77,6 +78,7 @@ class UpConfig:
     connections: ConnectionLimits = field(
         default_factory=ConnectionLimits
     )  # --header-timeout, --connections-per-address (server/connection_guard.py)
+    metrics_auth: MetricsAuth = "token"  # --metrics-auth: who may read /metrics
 
 
 def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPlane:
@@ -222,6 +224,8 @@ def _serve(
             echo(f"warning: {notice}")
     limiter = RateLimiter(plane, cfg.rate_limit, cfg.address_rate_limit)
     echo(f"limits: {limits_line(cfg)}")
+    if cfg.metrics_auth == "open":
+        echo("warning: /metrics is open to anyone who reaches the port (--metrics-auth open)")
     workers: HttpWorkers | None = None
     channel: SubmitChannel | None = None
     if cfg.http_workers:
@@ -243,6 +247,7 @@ def _serve(
         channel=channel,
         limiter=limiter,
         forwarded=workers is not None,
+        metrics_auth=cfg.metrics_auth,
     )
     freeze_start_heap()
     survivors = SurvivorFreeze(quiet=no_job_since_asked(plane))
@@ -271,7 +276,7 @@ def limits_line(cfg: UpConfig) -> str:
     return (
         f"{cfg.rate_limit} per token, {cfg.address_rate_limit} per address without one; "
         f"{per_address} connections per address, headers within "
-        f"{cfg.connections.header_timeout_s:g} s"
+        f"{cfg.connections.header_timeout_s:g} s; /metrics: {cfg.metrics_auth}"
     )
 
 

@@ -59,7 +59,8 @@ HAMI_NVIDIA = (
 # Prometheus Operator's monitoring.coreos.com_servicemonitors.yaml (prometheus-operator
 # example/prometheus-operator-crd/, operator 0.84.1): spec.jobLabel, spec.selector (a label
 # selector), spec.namespaceSelector.matchNames, spec.endpoints[].{port, path, interval,
-# scrapeTimeout}. No x-kubernetes-preserve-unknown-fields: an unknown field is an error.
+# scrapeTimeout, authorization.{type, credentials}} (credentials a SecretKeySelector). No
+# x-kubernetes-preserve-unknown-fields: an unknown field is an error.
 _DURATION = (
     r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
 )
@@ -123,6 +124,21 @@ SERVICE_MONITOR_CRD: dict[str, Any] = {
                                                 "scrapeTimeout": {
                                                     "type": "string",
                                                     "pattern": _DURATION,
+                                                },
+                                                "authorization": {
+                                                    "type": "object",
+                                                    "properties": {
+                                                        "type": {"type": "string"},
+                                                        "credentials": {
+                                                            "type": "object",
+                                                            "required": ["key"],
+                                                            "properties": {
+                                                                "key": {"type": "string"},
+                                                                "name": {"type": "string"},
+                                                                "optional": {"type": "boolean"},
+                                                            },
+                                                        },
+                                                    },
                                                 },
                                             },
                                         },
@@ -290,6 +306,48 @@ def test_service_monitor_scrapes_both_metrics_services(
         assert ports <= {p["name"] for p in svc["spec"]["ports"]}
 
 
+def test_a_metrics_token_guards_both_ports_and_the_service_monitor_sends_it(
+    tools: dict[str, Path], helm_env: dict[str, str], tmp_path: Path
+) -> None:
+    """metricsToken.secretName: the extender and every agent mount the Secret's key as one file
+    and require it (--metrics-token-file, parsed by the real command line), and each
+    ServiceMonitor endpoint sends it; without it none of that is rendered."""
+    objs = render(
+        tools, helm_env, "serviceMonitor.enabled=true", "metricsToken.secretName=xp-metrics"
+    )
+    for endpoint in only(objs, "ServiceMonitor")["spec"]["endpoints"]:
+        assert endpoint["authorization"] == {
+            "type": "Bearer",
+            "credentials": {"name": "xp-metrics", "key": "token"},
+        }
+    token = tmp_path / "token"
+    token.write_text("s3cret")
+    pods = {
+        "agent": only(objs, "DaemonSet")["spec"]["template"]["spec"],
+        "extender": only(objs, "Deployment")["spec"]["template"]["spec"],
+    }
+    for name, pod in pods.items():
+        box = container(pod, name)
+        (mount,) = [m for m in box["volumeMounts"] if m["name"] == "metrics-token"]
+        (volume,) = [v for v in pod["volumes"] if v["name"] == "metrics-token"]
+        assert volume["secret"] == {
+            "secretName": "xp-metrics",
+            "items": [{"key": "token", "path": "token"}],
+        }
+        assert mount["readOnly"] is True
+        flag = f"--metrics-token-file={mount['mountPath']}/token"
+        assert flag in box["args"]
+        args = [a.replace(f"{mount['mountPath']}/token", str(token)) for a in box["args"]]
+        for key, text in only(objs, "ConfigMap")["data"].items():
+            (tmp_path / key).write_text(text)
+        ctx = parse_command(args, tmp_path)
+        assert Path(ctx.params["metrics_token_file"]) == token
+
+    plain = render(tools, helm_env, "serviceMonitor.enabled=true")
+    assert "authorization" not in only(plain, "ServiceMonitor")["spec"]["endpoints"][0]
+    assert "metrics-token" not in json.dumps(plain)
+
+
 def test_options_reach_the_commands(
     tools: dict[str, Path], helm_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -413,6 +471,7 @@ def test_admission_policy_is_the_plain_manifest(
         ("extender.httpTimeout=30", "/extender/httpTimeout"),
         ("scheduler.percentageOfNodesToScore=101", "/scheduler/percentageOfNodesToScore"),
         ("agent.hostPaths[0].name=x", "/agent/hostPaths/0"),
+        ("metricsToken.secretName=Bad_Name", "/metricsToken/secretName"),
         # the templates' own checks, across fields
         ("scheduler.leaderElection.enabled=false", "scheduler.leaderElection.enabled"),
     ],
@@ -495,7 +554,14 @@ def kubectl_name(obj: dict[str, Any]) -> str:
 
 @pytest.mark.parametrize(
     "sets",
-    [(), ("serviceMonitor.enabled=true", "agent.privileged=true")],
+    [
+        (),
+        (
+            "serviceMonitor.enabled=true",
+            "agent.privileged=true",
+            "metricsToken.secretName=xp-metrics",
+        ),
+    ],
     ids=["defaults", "all-on"],
 )
 def test_apiserver_accepts_every_rendered_object(

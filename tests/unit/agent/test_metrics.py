@@ -147,3 +147,36 @@ def test_metrics_endpoint_serves_prometheus_text_until_stopped(tmp_path: Path) -
         pass
     else:
         raise AssertionError("metrics still served after stop")
+
+
+def test_a_metrics_token_file_closes_the_port_to_scrapes_without_it(tmp_path: Path) -> None:
+    """``--metrics-token-file`` (every agent-side metrics port: this agent's, the Kubernetes
+    agent's and extender's): no or a wrong bearer token is 401; the file is read at each scrape,
+    so a rotated token takes over at once; an empty file refuses every scrape (503), never
+    serves them open."""
+    token = tmp_path / "metrics-token"
+    token.write_text("s3cret\n")
+    node = _node(tmp_path)
+    node.reading = Reading([DeviceInfo("nvidia", "H100", "GPU-0", 0, 81559)])
+    server = serve_metrics(Agent(Flaky(), [node]), "127.0.0.1", 0, token)
+    url = f"http://127.0.0.1:{server.port}/metrics"
+
+    def scrape(sent: str | None) -> httpx.Response:
+        headers = {} if sent is None else {"Authorization": f"Bearer {sent}"}
+        return httpx.get(url, headers=headers, timeout=5.0)
+
+    try:
+        refused = scrape(None)
+        assert refused.status_code == 401 and "GPU-0" not in refused.text
+        assert refused.headers["www-authenticate"] == "Bearer"
+        assert scrape("wrong").status_code == 401
+        r = scrape("s3cret")
+        assert r.status_code == 200 and 'uuid="GPU-0"' in r.text
+        token.write_text("rotated")
+        assert scrape("s3cret").status_code == 401
+        assert scrape("rotated").status_code == 200
+        token.write_text("")
+        assert scrape("rotated").status_code == 503
+        assert scrape(None).status_code == 503
+    finally:
+        server.stop()

@@ -158,7 +158,7 @@ def test_the_last_sample_is_in_metrics(server: Server) -> None:
     server.clock.advance(60)
     busy(server, "n1", 1, 0.0)
     sampler.sample(server.clock.now)
-    text = server.client.get("/metrics").text
+    text = server.client.get("/metrics", headers=server.admin).text
     found = {
         (m.name, s.labels["site"], s.labels["model"]): s.value
         for m in text_string_to_metric_families(text)

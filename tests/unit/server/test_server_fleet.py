@@ -67,7 +67,7 @@ def test_heartbeat_metrics_show_on_devices(server: Server) -> None:
     assert server.client.post("/v1/agent/heartbeat", json=body, headers=server.admin).is_success
     m = devices(server)[0]["metrics"]
     assert m["utilization_pct"] == 42.0 and m["power_w"] is None
-    scrape = server.client.get("/metrics").text
+    scrape = server.client.get("/metrics", headers=server.admin).text
     assert 'xpupool_device_utilization_ratio{model="A100-SXM4-80GB"' in scrape or (
         "xpupool_device_utilization_ratio{" in scrape
     )
@@ -87,7 +87,7 @@ def test_replica_device_memory_is_exported_while_the_job_runs(server: Server) ->
     assert (placed["node"], [d["uuid"] for d in placed["devices"]]) == ("n1", ["n1-gpu0"])
 
     def samples() -> list[tuple[dict[str, str], float]]:
-        text = server.client.get("/metrics").text
+        text = server.client.get("/metrics", headers=server.admin).text
         return [
             (s.labels, s.value)
             for family in text_string_to_metric_families(text)
@@ -267,7 +267,9 @@ def test_over_committed_cards_export_committed_physical_and_committable(server: 
     assert dev["allocated_core_permille"] == 1800
     families = {
         f.name: {s.labels.get("uuid"): s.value for s in f.samples}
-        for f in text_string_to_metric_families(server.client.get("/metrics").text)
+        for f in text_string_to_metric_families(
+            server.client.get("/metrics", headers=server.admin).text
+        )
     }
     mib = 2**20
     assert families["xpupool_device_memory_allocated_bytes"]["oc-gpu0"] == 3 * 40960 * mib
@@ -294,7 +296,7 @@ def test_a_bad_capacity_setting_is_refused_naming_the_field(
 
 def _stranded_gauges(srv: Server) -> dict[str, dict[str, float]]:
     """The ``/metrics`` stranded gauges: by metric name, node -> value."""
-    text = srv.client.get("/metrics").text
+    text = srv.client.get("/metrics", headers=srv.admin).text
     found: dict[str, dict[str, float]] = {}
     for f in text_string_to_metric_families(text):
         if f.name.startswith("xpupool_node_stranded_device_"):

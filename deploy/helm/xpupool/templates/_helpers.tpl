@@ -45,5 +45,29 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
+{{/* Where the pods mount the metrics token (metricsToken.secretName): one file, "token". */}}
+{{- define "xpupool.metricsTokenDir" -}}/var/run/xpupool-metrics{{- end -}}
+
+{{/* The scrape token's argument, mount and volume of a metrics container: included only when
+metricsToken.secretName is set. */}}
+{{- define "xpupool.metricsTokenArg" -}}
+- --metrics-token-file={{ include "xpupool.metricsTokenDir" . }}/token
+{{- end -}}
+
+{{- define "xpupool.metricsTokenMount" -}}
+- name: metrics-token
+  mountPath: {{ include "xpupool.metricsTokenDir" . }}
+  readOnly: true
+{{- end -}}
+
+{{- define "xpupool.metricsTokenVolume" -}}
+- name: metrics-token
+  secret:
+    secretName: {{ .Values.metricsToken.secretName }}
+    items:
+      - key: {{ .Values.metricsToken.secretKey }}
+        path: token
+{{- end -}}
+
 {{/* Where the scheduler pod mounts its ConfigMap. */}}
 {{- define "xpupool.configDir" -}}/etc/xpupool{{- end -}}

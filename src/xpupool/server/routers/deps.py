@@ -8,7 +8,7 @@ in a profile at 200 submissions/s (issue 25)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import Depends, HTTPException, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -66,6 +66,8 @@ async def user(who: Annotated[Principal, Depends(principal)]) -> Principal:
 
 def check_user(who: Principal) -> None:
     """403 unless ``who`` is the admin or a tenant."""
+    if who.role == "metrics":
+        raise HTTPException(403, "metrics tokens may only read /metrics")
     if who.role not in ("admin", "tenant"):
         raise HTTPException(403, f"{who.role} tokens may only use /v1/agent endpoints")
 
@@ -102,6 +104,29 @@ async def agent(request: Request, who: Annotated[Principal, Depends(principal)])
     return who
 
 
+MetricsAuth = Literal["token", "open"]
+"""Who may read ``/metrics`` (``xpupool up --metrics-auth``): 'token', the admin token or a
+metrics token (``POST /v1/tokens {"role": "metrics"}``); 'open', anyone who reaches the port."""
+
+
+async def metrics_reader(
+    request: Request,
+    creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal | None:
+    """Who reads the metrics, which name every tenant, queue and node: the admin or a metrics
+    token, else 401/403; None (no check) when the server was started ``--metrics-auth open``."""
+    if request.app.state.metrics_auth == "open":
+        return None
+    who = await principal(request, creds)
+    if who.role not in ("admin", "metrics"):
+        raise HTTPException(
+            403,
+            "the metrics need the admin token or a metrics token (xpupool token issue --metrics),"
+            " or a server started with --metrics-auth open",
+        )
+    return who
+
+
 def model_response(model: BaseModel, status: int = 200) -> Response:
     """``model`` as the JSON body FastAPI would write for it as the route's ``response_model``
     (the route keeps declaring it, for the OpenAPI schema). Returned as a response, the model is
@@ -113,3 +138,4 @@ def model_response(model: BaseModel, status: int = 200) -> Response:
 User = Annotated[Principal, Depends(user)]
 Admin = Annotated[Principal, Depends(admin)]
 Agent = Annotated[Principal, Depends(agent)]
+MetricsReader = Annotated[Principal | None, Depends(metrics_reader)]

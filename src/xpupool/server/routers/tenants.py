@@ -46,8 +46,9 @@ def issue_token(
 
 @router.post("/tokens", status_code=201, response_model=s.Token)
 def issue_agent_token(body: s.TokenIn, plane: Plane, _: Admin, request: Request) -> s.Token:
-    """Issue an agent token (``node``: the node it speaks for) or a one-time bootstrap token
-    (``bootstrap``); the secret is in the answer once and never again."""
+    """Issue an agent token (``node``: the node it speaks for), a one-time bootstrap token
+    (``bootstrap``) or a metrics token (role ``metrics``: reads /metrics only); the secret is in
+    the answer once and never again."""
     node = f" for node {body.node}" if body.node else ""
     request.state.audit_target = f"{body.role} token{node}"
     token = tenants.issue_token(plane, None, body)

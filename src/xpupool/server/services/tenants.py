@@ -131,11 +131,15 @@ def _tenant_exists(conn: Connection, name: str) -> bool:
 
 
 def issue_token(plane: ControlPlane, tenant: str | None, body: s.TokenIn) -> s.Token:
-    """Issue a token. ``tenant`` None (``POST /v1/tokens``) issues agent and bootstrap tokens
-    only; under a tenant, an agent token belongs to no tenant (as before node binding)."""
-    if tenant is None and body.role != "agent":
+    """Issue a token. ``tenant`` None (``POST /v1/tokens``) issues agent, bootstrap and metrics
+    tokens only; under a tenant, an agent token belongs to no tenant (as before node binding)."""
+    if tenant is None and body.role == "tenant":
         raise RequestError(
             "role", body.role, "tenant tokens are issued under their tenant: /v1/tenants/{t}/tokens"
+        )
+    if tenant is not None and body.role == "metrics":
+        raise RequestError(
+            "role", body.role, "a metrics token belongs to no tenant: it is issued at /v1/tokens"
         )
     now = plane.clock()
     expires_at = body.expires_at

@@ -64,7 +64,7 @@ tokens = Table(
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("tenant", String(63), ForeignKey("tenants.name"), nullable=True),
-    Column("role", String(10), nullable=False),  # admin | tenant | agent | bootstrap
+    Column("role", String(10), nullable=False),  # admin | tenant | agent | bootstrap | metrics
     Column("name", String(100), nullable=False, default=""),
     Column("hash", String(64), nullable=False, unique=True),
     Column("created_at", Float, nullable=False),
