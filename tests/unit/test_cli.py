@@ -182,3 +182,21 @@ def test_up_refuses_a_lease_outside_heartbeat_and_lost_after_before_touching_any
         assert result.exit_code == 2, result.output
         assert "--lease" in result.output and why in result.output, result.output
     assert not data.exists()
+
+
+def test_up_refuses_a_bad_rate_limit_naming_the_option_before_touching_anything(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    for option, value in (
+        ("--rate-limit", "fast"),
+        ("--rate-limit", "5/0"),
+        ("--address-rate-limit", "-1"),
+        ("--header-timeout", "0"),
+        ("--connections-per-address", "-1"),
+        ("--metrics-auth", "none"),
+    ):
+        result = CliRunner().invoke(main, ["up", "--data", str(data), option, value])
+        assert result.exit_code == 2, result.output
+        assert option in result.output, result.output
+    assert not data.exists()

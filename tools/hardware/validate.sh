@@ -21,7 +21,7 @@ for i in $(seq 60); do curl -sf localhost:8080/healthz >/dev/null && break; slee
 sleep 4; tail -5 $D/up.log
 export XPUPOOL_TOKEN=$(cat $D/admin-token) XPUPOOL_URL=http://127.0.0.1:8080
 xp nodes; xp devices
-step metrics; curl -s localhost:8080/metrics | grep -E '^xpupool_device_(memory_used|utilization|power|temperature)' | head -12
+step metrics; curl -s -H "Authorization: Bearer $(cat $D/admin-token)" localhost:8080/metrics | grep -E '^xpupool_device_(memory_used|utilization|power|temperature)' | head -12
 step "tenant + fractional CUDA job"
 xp tenant create team; eval "$(xp token issue team | grep ^export)"
 cat > /tmp/cuda_job.py <<'PY'
@@ -46,7 +46,7 @@ xp job 1; xp logs 1
 step "metrics while a job holds memory"
 xp submit "H100 mem=30Gi" -- $(command -v python3) -c "import torch,time; x=torch.empty(10<<30,dtype=torch.uint8,device='cuda'); a=torch.randn(8192,8192,device='cuda',dtype=torch.bfloat16); t=time.time()
 while time.time()-t<14: a@a"
-sleep 10; curl -s localhost:8080/metrics | grep -E '^xpupool_device_(memory_used|utilization|power)'; xp devices; nvidia-smi --query-gpu=utilization.gpu,memory.used,power.draw --format=csv
+sleep 10; curl -s -H "Authorization: Bearer $(cat $D/admin-token)" localhost:8080/metrics | grep -E '^xpupool_device_(memory_used|utilization|power)'; xp devices; nvidia-smi --query-gpu=utilization.gpu,memory.used,power.draw --format=csv
 export XPUPOOL_TOKEN=$(cat $D/admin-token)
 curl -s -H "Authorization: Bearer $XPUPOOL_TOKEN" localhost:8080/v1/fleet/overview > $OUT/overview.json; head -c 1500 $OUT/overview.json; echo
 step "software verdicts for this driver"
