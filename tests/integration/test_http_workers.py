@@ -75,15 +75,12 @@ def pools(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pool, Pool
 
 
 def _comparable(body: Any) -> Any:
-    """An answer without what differs between two pools: times and generated names, and an
-    audit row's source (the plane sees its workers' connections over a Unix socket, so behind
-    workers it has none: docs/security.md)."""
+    """An answer without what differs between two pools: times and generated names."""
     if isinstance(body, dict):
         return {
             k: _comparable(v)
             for k, v in body.items()
-            if k
-            not in ("at", "first_at", "created_at", "updated_at", "id", "allocation_id", "source")
+            if k not in ("at", "first_at", "created_at", "updated_at", "id", "allocation_id")
         }
     if isinstance(body, list):
         return [_comparable(v) for v in body]
@@ -168,7 +165,12 @@ def test_other_routes_pass_through_both_ways(pools: tuple[Pool, Pool]) -> None:
     assert len(nothing.headers.get_list("date")) == 1  # the worker's, not the plane's as well
 
 
+ACTIONS = ("submit", "cordon_node")  # through the submission channel, and through the plane
+
+
 def test_an_admin_submission_is_audited_as_without_workers(pools: tuple[Pool, Pool]) -> None:
+    """Through the submission channel and through the plane's HTTP server alike, the row names
+    the client's address, as the worker saw it."""
     rows = []
     for pool in pools:
         admin = pool.srv.headers()
@@ -177,10 +179,15 @@ def test_an_admin_submission_is_audited_as_without_workers(pools: tuple[Pool, Po
             "/v1/jobs", json={**OK_JOB, "tenant": "t1", "queue": "x"}, headers=admin
         )
         assert r.status_code == 422
+        r = pool.client.post("/v1/nodes/nowhere/cordon", headers=admin)
+        assert r.status_code == 404
         entries = pool.client.get("/v1/audit", params={"since": since}, headers=admin).json()
-        rows.append([_comparable(e) for e in entries if e["action"] == "submit"][-1])
+        rows.append([[_comparable(e) for e in entries if e["action"] == a][-1] for a in ACTIONS])
     assert rows[1] == rows[0]
-    assert rows[0]["status"] == 422 and rows[0]["result"].startswith("queue:")
+    submit, cordon = rows[0]
+    assert submit["status"] == 422 and submit["result"].startswith("queue:")
+    assert cordon["status"] == 404
+    assert submit["source"] == cordon["source"] == "127.0.0.1"
 
 
 def test_the_plane_listens_only_where_its_user_can_reach(pools: tuple[Pool, Pool]) -> None:

@@ -151,7 +151,7 @@ def create_app(
     app.state.metrics_auth = metrics_auth
     app.add_middleware(BodyLimit, max_bytes=max_body, routes=[LOG_UPLOAD])
     registry = make_registry(plane, limiter)
-    app.add_middleware(AuditMiddleware, plane=plane)
+    app.add_middleware(AuditMiddleware, plane=plane, forwarded=forwarded)
     if limiter is not None:  # outermost: a refused request costs no audit row, no body read
         app.add_middleware(RateLimitGate, limiter=limiter, forwarded=forwarded)
     # Routes are matched in this order, one after another: the busiest first (submissions,

@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from xpupool.model.errors import Unavailable
 from xpupool.server.auth import AGENT_ROLES, Principal
+from xpupool.server.client_address import client_address
 from xpupool.server.plane import ControlPlane
 
 log = logging.getLogger("xpupool.server")
@@ -92,9 +93,13 @@ def _target(scope: Scope, state: dict[str, Any]) -> str:
 
 
 class AuditMiddleware:
-    def __init__(self, app: ASGIApp, plane: ControlPlane) -> None:
+    """``forwarded``: the app serves the HTTP workers' socket; a row's ``source`` is then the
+    address the worker saw (``client_address.py``)."""
+
+    def __init__(self, app: ASGIApp, plane: ControlPlane, forwarded: bool = False) -> None:
         self.app = app
         self.plane = plane
+        self.forwarded = forwarded
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -124,7 +129,6 @@ class AuditMiddleware:
         reads = getattr(endpoint, _NOTHING, False)
         if not audited(who, action, str(scope.get("method", "")), status, reads=reads):
             return
-        client = scope.get("client")
         write = partial(
             self.plane.audit.record,
             who,
@@ -132,7 +136,7 @@ class AuditMiddleware:
             _target(scope, state),
             status,
             audit_reason(status, body),
-            source=str(client[0]) if client else None,
+            source=client_address(scope, self.forwarded),
         )
         try:
             await anyio.to_thread.run_sync(write)

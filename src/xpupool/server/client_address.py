@@ -1,10 +1,36 @@
-"""What a client's address is counted as, by the limits per address: the rate limits
-(``rate_limit.py``) and the connections per address (``connection_guard.py``). Its own module so
-that an HTTP worker, which counts connections, imports nothing of the plane."""
+"""Where a request came from: the address the plane takes for it (its own peer, or, behind the
+HTTP workers, the one its worker saw), and what an address is counted as by the limits per
+address (the rate limits, ``rate_limit.py``, and the connections per address,
+``connection_guard.py``). The audit names the same address (``audit_http.py``). Its own module
+so that an HTTP worker, which counts connections, imports nothing of the plane."""
 
 from __future__ import annotations
 
 import ipaddress
+from typing import Any
+
+from starlette.types import Scope
+
+from xpupool.server.front.wire import CLIENT_HEADER
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    """The first ``name`` header of an ASGI request, as Starlette reads it."""
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+def client_address(scope: Scope, forwarded: bool) -> str | None:
+    """The request's source address: the socket's peer, or, on the plane's socket behind its
+    HTTP workers (``forwarded``), what the worker said it was."""
+    if forwarded:
+        said = header(scope, CLIENT_HEADER)
+        if said is not None:
+            return said
+    client: Any = scope.get("client")
+    return str(client[0]) if client else None
 
 
 def address_key(host: str | None) -> str:

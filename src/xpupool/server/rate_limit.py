@@ -29,16 +29,15 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
 
 from fastapi.security.utils import get_authorization_scheme_param
 from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from xpupool.server.auth import Principal, TokenExpired, token_hash
-from xpupool.server.client_address import address_key
+from xpupool.server.client_address import address_key, client_address, header
 from xpupool.server.error_answers import ErrorAnswer, error_body
-from xpupool.server.front.wire import CLIENT_HEADER, render
+from xpupool.server.front.wire import render
 from xpupool.server.plane import ControlPlane
 from xpupool.server.services import tenants
 from xpupool.server.web.sessions import COOKIE, SessionStore
@@ -201,32 +200,14 @@ def bearer_digest(authorization: str | None) -> str | None:
     return token_hash(credentials)
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers", ()):
-        if key == name:
-            return str(value.decode("latin-1"))
-    return None
-
-
 def _session_digest(scope: Scope) -> str | None:
     """The token hash behind the dashboard session whose id the request's cookie carries."""
-    cookie = _header(scope, b"cookie")
+    cookie = header(scope, b"cookie")
     sessions = getattr(getattr(scope.get("app"), "state", None), "web_sessions", None)
     if cookie is None or not isinstance(sessions, SessionStore):
         return None
     session = sessions.get(cookie_parser(cookie).get(COOKIE))
     return None if session is None else session.digest
-
-
-def client_address(scope: Scope, forwarded: bool) -> str | None:
-    """The request's source address: the socket's peer, or, on the plane's socket behind its
-    HTTP workers (``forwarded``), what the worker said it was."""
-    if forwarded:
-        said = _header(scope, CLIENT_HEADER)
-        if said is not None:
-            return said
-    client: Any = scope.get("client")
-    return str(client[0]) if client else None
 
 
 class RateLimitGate:
@@ -243,7 +224,7 @@ class RateLimitGate:
         if scope["type"] != "http" or self.limiter.off:
             await self.app(scope, receive, send)
             return
-        digest = bearer_digest(_header(scope, b"authorization")) or _session_digest(scope)
+        digest = bearer_digest(header(scope, b"authorization")) or _session_digest(scope)
         refused = self.limiter.admit(digest, client_address(scope, self.forwarded))
         if refused is None:
             await self.app(scope, receive, send)

@@ -228,7 +228,8 @@ class SubmitChannel:
                 if meta.get("op") != SUBMIT:
                     raise FrameError(f"unknown operation {meta.get('op')!r}")
                 ask = (_text(meta, "authorization"), _text(meta, "content_type"), body)
-                refused = self._over_rate(ask[0], _text(meta, "client"))
+                client = _text(meta, "client")
+                refused = self._over_rate(ask[0], client)
                 if refused is not None:
                     answer, who = refused, None
                 else:
@@ -239,7 +240,7 @@ class SubmitChannel:
                         loop.call_soon(self._answer_waiting)
                     answer, who = await answered
                 if who is not None and audited(who, "submit", "POST", answer.status):
-                    await self._audit(who, answer, _submit_target(who, body, answer))
+                    await self._audit(who, answer, _submit_target(who, body, answer), client)
                 head: dict[str, object] = {"status": answer.status, "headers": answer.headers}
                 if answer.render is not None:
                     head["render"] = answer.render
@@ -273,13 +274,14 @@ class SubmitChannel:
             if not answered.done():  # its connection may have gone while it waited
                 answered.set_result(answer)
 
-    async def _audit(self, who: Principal, answer: Answer, target: str) -> None:
+    async def _audit(self, who: Principal, answer: Answer, target: str, source: str | None) -> None:
         """The row the audit middleware writes for the route (an admin's submission, refused or
-        not), off the loop as it does."""
+        not), off the loop as it does; ``source``: the address the worker saw."""
         reason = audit_reason(answer.status, answer.body)
+        record = self.plane.audit.record
         try:
             await asyncio.to_thread(
-                self.plane.audit.record, who, "submit", target, answer.status, reason
+                record, who, "submit", target, answer.status, reason, source=source or None
             )
         except Unavailable:
             pass  # the store cannot be written: its health said so once
