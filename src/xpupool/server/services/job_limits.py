@@ -7,7 +7,6 @@ when there is nothing to do."""
 from __future__ import annotations
 
 import logging
-import shutil
 
 from sqlalchemy import func, select
 
@@ -80,6 +79,6 @@ def sweep_finished(plane: ControlPlane, keep: Retention) -> list[int]:
             return []
         plane.forget_jobs(conn, ids)
     for job_id in ids:  # after the commit: a crash before this leaves files no row names
-        shutil.rmtree(plane.logs_dir / str(job_id), ignore_errors=True)
+        plane.logs.forget(job_id)
     log.info("retention: %d finished jobs forgotten (%s..%s)", len(ids), min(ids), max(ids))
     return ids
