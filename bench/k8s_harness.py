@@ -730,7 +730,7 @@ def capacity_figures(
     for obj in charged:
         devices = decode_pod_devices(obj)
         assert devices is not None
-        shares = [s for c in devices.containers for s in c]
+        shares = [s for c in devices.charged() for s in c]
         granted += sum(s.memory_mib for s in shares)
         req = workload.get(obj["metadata"]["name"])
         if req is not None:

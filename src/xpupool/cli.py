@@ -166,7 +166,24 @@ def demo(policy: str, cluster: str | None) -> None:
     default=10_000,
     show_default=True,
     type=click.IntRange(0),
-    help="at most this many finished jobs are kept, the oldest deleted first (0: no limit)",
+    help="at most this many finished jobs are kept per tenant, each tenant's oldest deleted "
+    "first, so no tenant's jobs push out another's (0: no limit)",
+)
+@click.option(
+    "--audit-keep",
+    default=100_000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="audit rows kept of the admin's actions, and as many of agents' registrations and "
+    "exchanges; refused agent requests never push them out (docs/security.md)",
+)
+@click.option(
+    "--audit-keep-refused",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="audit rows kept of agent credentials' refused requests, each one credential's "
+    "refusals of one kind in a minute, with their count (docs/security.md)",
 )
 @click.option(
     "--history-interval",
@@ -217,6 +234,8 @@ def up(
     max_body: str,
     retain_jobs: str,
     retain_count: int,
+    audit_keep: int,
+    audit_keep_refused: int,
     history_interval: str,
     catalog_file: str | None,
     http_workers: int,
@@ -226,6 +245,7 @@ def up(
     from pathlib import Path
 
     from xpupool.client._times import duration_s
+    from xpupool.server.audit import AuditKeep
     from xpupool.server.retention import Retention
 
     retain_s = None if retain_jobs == "forever" else duration_s(retain_jobs)
@@ -292,6 +312,7 @@ def up(
         tls_key=Path(tls_key) if tls_key else None,
         max_body=max_body_bytes,
         retention=Retention(retain_s, retain_count or None),
+        audit_keep=AuditKeep(audit_keep, audit_keep, audit_keep_refused),
         history_interval_s=history_s,
         catalog=catalog,
         http_workers=http_workers,

@@ -16,7 +16,7 @@ tests that take away the server's ability to write files (its log would go with 
 against that CA file. ``cwd``: start the server in that folder with no ``--data`` at all, as a user
 types it (its default, ``.xpupool``, relative to ``cwd``): ``data`` must then be
 ``cwd/.xpupool``, and the output goes to ``cwd/server.log`` so that the data dir is the server's
-own to create.
+own to create. ``env``: the server's environment (default: this process's).
 """
 
 from __future__ import annotations
@@ -82,10 +82,12 @@ class ServerProc:
         ca: Path | None = None,
         piped: bool = False,
         cwd: Path | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         assert cwd is None or data == cwd / DEFAULT_DATA, f"the default data dir is {DEFAULT_DATA}"
         self.data = data
         self.cwd = cwd
+        self.env = env
         self.log_path = (cwd if cwd is not None else data) / "server.log"
         self.piped = piped
         self.cluster = cluster
@@ -168,6 +170,7 @@ class ServerProc:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 cwd=self.cwd or ROOT,
+                env=self.env,
             )
             threading.Thread(target=self._copy_output, args=(self.proc,), daemon=True).start()
         else:
@@ -178,6 +181,7 @@ class ServerProc:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 cwd=self.cwd or ROOT,
+                env=self.env,
             )
             log.close()
         deadline = time.monotonic() + self.start_timeout_s

@@ -18,32 +18,7 @@ import pytest
 from server_proc import ServerProc, stop_process, until
 from test_node_identity import CLI, PROTOCOL, register_body, start_agent
 
-
-def make_certs(folder: Path) -> tuple[Path, Path, Path]:
-    """(ca.pem, server.pem, server.key): a CA and a server certificate for IP 127.0.0.1."""
-    folder.mkdir(parents=True, exist_ok=True)
-    ca_key, ca, key, csr, cert = (
-        folder / n for n in ("ca.key", "ca.pem", "server.key", "server.csr", "server.pem")
-    )
-    ext = folder / "server.ext"
-    ext.write_text(
-        "subjectAltName=IP:127.0.0.1\n"
-        "basicConstraints=critical,CA:FALSE\n"
-        "keyUsage=critical,digitalSignature,keyEncipherment\n"
-        "extendedKeyUsage=serverAuth\n"
-        "authorityKeyIdentifier=keyid,issuer\n"
-        "subjectKeyIdentifier=hash\n"
-    )
-    new_key = ["-newkey", "rsa:2048", "-nodes"]
-    sign = ["-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-extfile", ext]
-    steps = [
-        ["req", "-x509", *new_key, "-days", "2", "-keyout", ca_key, "-out", ca, "-subj", "/CN=CA"],
-        ["req", *new_key, "-keyout", key, "-out", csr, "-subj", "/CN=127.0.0.1"],
-        ["x509", "-req", "-in", csr, *sign, "-days", "2", "-out", cert],
-    ]
-    for args in steps:
-        subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True, timeout=60)
-    return ca, cert, key
+from tls_certs import make_certs
 
 
 @pytest.fixture(scope="module", params=[0, 1], ids=["plane", "http-workers"])

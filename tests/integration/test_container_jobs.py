@@ -190,10 +190,14 @@ def test_image_only_job_runs_the_entry_point(up: Up) -> None:
     until(lambda: "hello from the image" in up.logs(job_id), "the entry point's output")
 
 
-def test_image_job_waits_for_a_node_with_a_runtime(up: Up) -> None:
-    job_id = up.submit({"image": "busybox", "command": ["true"], "spec": "L20:1"})
-    job = until(lambda: (j := up.job(job_id))["reason"] != "waiting for the scheduler" and j, "a")
-    assert job["state"] == "pending" and "no container runtime" in job["reason"], job
+def test_image_job_for_cards_only_on_nodes_without_a_runtime_is_refused(up: Up) -> None:
+    """The L20 node has no runtime: the job could never start, so it is refused now, naming
+    where the runtimes are (issue 42: it was accepted and waited for ever)."""
+    body = {"image": "busybox", "command": ["true"], "spec": "L20:1"}
+    r = up.user.post("/v1/jobs", json=body)
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] == "image"
+    assert "no node with NVIDIA L20 cards has a container runtime" in r.json()["reason"]
 
 
 # ------------------------------------------------------------------ no runtime anywhere

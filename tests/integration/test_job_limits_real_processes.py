@@ -102,3 +102,46 @@ def test_finished_jobs_and_their_logs_go_after_the_retention(srv: ServerProc) ->
     assert "up" in _log(srv, running)
     r = httpx.post(f"{srv.url}/v1/jobs/{running}/cancel", headers=srv.headers())
     assert r.status_code == 200
+
+
+@pytest.mark.parametrize("srv", [("--retain-count", "50")], indirect=True)
+def test_one_tenants_churn_keeps_another_tenants_finished_jobs_and_logs(srv: ServerProc) -> None:
+    """Issue 43, item 7: 60 submit-and-cancel pairs of one tenant pushed another tenant's
+    finished jobs and logs out of a global ``--retain-count 50``. The count is per tenant."""
+    with srv.tenant_client("alpha") as alpha, srv.tenant_client("beta") as beta:
+        kept = []
+        for word in ("first", "second"):
+            r = beta.post("/v1/jobs", json={"command": [JOB_PYTHON, "-c", f"print('{word}')"]})
+            assert r.status_code == 201, r.text
+            kept.append((int(r.json()["id"]), word))
+        for job_id, word in kept:
+            assert _final(srv, job_id)["state"] == "succeeded"
+            until(lambda j=job_id, w=word: w in _log(srv, j), f"job {job_id}'s log")
+        churn = []
+        for _ in range(60):
+            r = alpha.post("/v1/jobs", json={"command": SLEEP})
+            assert r.status_code == 201, r.text
+            churn.append(int(r.json()["id"]))
+            assert alpha.post(f"/v1/jobs/{churn[-1]}/cancel").status_code == 200
+        final = ("cancelled", "succeeded", "failed")
+        for job_id in churn:  # ended, or already forgotten by the sweep
+            until(
+                lambda j=job_id: (
+                    (r := _job(srv, j)).status_code == 404 or r.json()["state"] in final
+                ),
+                f"job {job_id} to end",
+            )
+
+        def alphas() -> list[int]:
+            r = alpha.get("/v1/jobs", params={"limit": 1000})
+            assert r.status_code == 200, r.text
+            return [int(j["id"]) for j in r.json()]
+
+        until(lambda: len(alphas()) == 50, "alpha's oldest finished jobs to be forgotten", 60)
+        assert set(alphas()) <= set(churn)  # the 10 that went are alpha's own
+        for job_id, word in kept:
+            r = _job(srv, job_id)
+            assert r.status_code == 200, f"beta's job {job_id} was forgotten: {r.text}"
+            assert r.json()["state"] == "succeeded"
+            assert word in _log(srv, job_id)
+            assert (srv.data / "logs" / str(job_id)).exists()

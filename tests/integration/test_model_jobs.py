@@ -87,7 +87,10 @@ def test_plan_against_the_pool(up: Up) -> None:
     assert r.status_code == 200, r.text
     rows = {row["device_model"]: row for row in r.json()}
     a100, l20 = rows["A100-SXM4-80GB"], rows["L20"]
-    assert a100["in_pool"] == 4 and a100["tensor_parallel"] == 2 and a100["fits_now"] is True
+    assert a100["in_pool"] == 4 and a100["tensor_parallel"] == 2
+    # Free enough, but its driver 525 cannot run the runtime's CUDA: a submission is refused,
+    # so the plan says no, with the same reason (issue 42: it said "fits yes").
+    assert a100["fits_now"] is False and "525.85.12 too old" in a100["reason"], a100
     assert l20["in_pool"] == 2 and l20["fits_now"] is False  # needs 4 x 48 GB, the node has 2
     assert rows["H100-SXM5-80GB"]["fits_now"] is False  # in the catalog, not in the pool
     out = up.cli("plan", "--model", "qwen2.5-7b", "--context", "32k", "-o", "json")

@@ -270,8 +270,13 @@ def _check_reported(table: RuntimeTable, op: str, wanted: Version, reported: Ver
         # <, <= and != (the driver serves everything below its maximum).
         if op in ("<", "<=", "!="):
             return Verdict.OK
-        ok = reported > wanted if op == ">" else reported >= wanted
-        return Verdict.OK if ok else Verdict.DRIVER_TOO_OLD
+        # The report is a prefix: "12.4" (CUDA's driver API version, nvidia-smi's "CUDA
+        # Version") serves every 12.4.x update, so cuda>=12.4.1, ==12.4.1 and >12.4 are met by
+        # it. For >, >= and == some served version qualifies iff the wanted version cut to the
+        # report's length is not above it.
+        parts = sum(1 for rank, _ in reported.key if rank == 1)
+        cut = parse_version(".".join(str(n) for n in wanted.release(parts)))
+        return Verdict.OK if reported >= cut else Verdict.DRIVER_TOO_OLD
     if satisfies(reported, op, wanted):
         return Verdict.OK
     return Verdict.DRIVER_TOO_OLD if reported < wanted else Verdict.DRIVER_TOO_NEW

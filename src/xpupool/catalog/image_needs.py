@@ -29,8 +29,15 @@ class ImageMerge:
         return bool(self.added) or self.product_added
 
 
-def merge_image_needs(req: Request, image: str | None, catalog: ImageCatalog) -> ImageMerge:
-    """Merge what ``image`` implies into ``req`` (unchanged when ``image`` is None)."""
+def merge_image_needs(
+    req: Request, image: str | None, catalog: ImageCatalog, *, keep_given: bool = True
+) -> ImageMerge:
+    """Merge what ``image`` implies into ``req`` (unchanged when ``image`` is None).
+
+    ``keep_given``: a need the request names itself wins over the image's need of the same
+    software (the user knows the image better than the catalog). False when the request's needs
+    are not the user's but another catalog's (a model job's serving runtime): then both hold,
+    and the stricter decides."""
     if image is None:
         return ImageMerge(req, (), False, ())
     found = catalog.needs_for(image)
@@ -45,8 +52,10 @@ def merge_image_needs(req: Request, image: str | None, catalog: ImageCatalog) ->
             "for no devices: nothing added"
         )
         return ImageMerge(req, (), False, tuple(events))
-    given = {need.name: need for need in devices.software}
-    added = tuple(need for need in found.software if need.name not in given)
+    given = {need.name: need for need in devices.software} if keep_given else {}
+    added = tuple(
+        need for need in found.software if need.name not in given and need not in devices.software
+    )
     for need in found.software:
         if need.name in given:
             events.append(

@@ -12,7 +12,7 @@ rows. Formulas: docs/models.md.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from xpupool.catalog.accelerators import AcceleratorCatalog, AcceleratorModel
@@ -128,15 +128,19 @@ def plan(
     accelerators: AcceleratorCatalog,
     models: ModelCatalog,
     pool: Sequence[PoolNode] | None = None,
+    judge: Callable[[PlanRow], PlanRow] | None = None,
 ) -> list[PlanRow]:
     """Rows for every catalog card type and every pool card type, best first.
 
-    ``pool`` None: offline (``fits_now`` None, catalog nodes of 8 cards). Raises
-    :class:`RequestError` naming ``precision``, ``context``, ``concurrency``, ``task`` or
-    ``method`` for bad input.
+    ``pool`` None: offline (``fits_now`` None, catalog nodes of 8 cards). ``judge``: the
+    scheduler's word on each row before ranking (a row its engine would refuse does not fit,
+    whatever the free cards say). Raises :class:`RequestError` naming ``precision``,
+    ``context``, ``concurrency``, ``task`` or ``method`` for bad input.
     """
     req = request.resolved()
     rows = [_row(req, card, models, pool is not None) for card in _card_types(accelerators, pool)]
+    if judge is not None:
+        rows = [judge(row) for row in rows]
     return sorted(rows, key=_rank)
 
 

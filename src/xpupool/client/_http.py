@@ -177,8 +177,10 @@ class Client:
     def issue_agent_token(self, body: s.TokenIn) -> s.Token:
         return self._post("/v1/tokens", s.Token, body)
 
-    def audit(self, *, since: float | None = None, limit: int | None = None) -> list[s.AuditEntry]:
-        return self._list("/v1/audit", s.AuditEntry, since=since, limit=limit)
+    def audit(
+        self, *, since: float | None = None, limit: int | None = None, kind: str | None = None
+    ) -> list[s.AuditEntry]:
+        return self._list("/v1/audit", s.AuditEntry, since=since, limit=limit, kind=kind)
 
     def tokens(self) -> list[s.Token]:
         return self._list("/v1/tokens", s.Token)

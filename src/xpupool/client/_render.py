@@ -388,12 +388,23 @@ def audit_table(entries: Sequence[s.AuditEntry], now: float | None = None) -> Fi
             who += f" {e.tenant}"
         if e.node:
             who += f" node {e.node}"
+        if e.source:
+            who += f" from {e.source}"
         table.add_row(
             ago(e.at, now),
             who,
             e.action,
             e.target,
             Text(str(e.status), style="red" if e.status >= 400 else ""),
-            e.result,
+            audit_result(e),
         )
     return table
+
+
+def audit_result(e: s.AuditEntry) -> str:
+    """The row's result; an aggregated row says how many and over how long first, the reason
+    given being the last one's: '285x in 58 s, last: node n2: ...'."""
+    if e.count <= 1:
+        return e.result
+    span_s = e.at - (e.first_at if e.first_at is not None else e.at)
+    return f"{e.count}x in {span_s:.0f} s, last: {e.result}"

@@ -331,14 +331,25 @@ def queue_show(name: str, url: str | None, token: str | None, output: str) -> No
 @click.command("audit", epilog=CONNECTION_HELP)
 @click.option("--since", "since_text", help="a duration back from now (1h, 7d) or an ISO time")
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 10_000))
+@click.option(
+    "--kind",
+    type=click.Choice([k.value for k in s.AuditKind]),
+    help="admin actions, agents' registrations, or agents' refused requests only",
+)
 @connection_options
 @output_option
 def audit(
-    since_text: str | None, limit: int, url: str | None, token: str | None, output: str
+    since_text: str | None,
+    limit: int,
+    kind: str | None,
+    url: str | None,
+    token: str | None,
+    output: str,
 ) -> None:
     """Admin: who did what to the pool (admin actions, agent registrations, refused agent
-    requests), the newest LIMIT entries, oldest first."""
+    requests, each credential's counted together a minute at a time), the newest LIMIT
+    entries, oldest first."""
     start = None if since_text is None else since("--since", since_text, time.time())
     with make_client(url, token) as client:
-        found = client.audit(since=start, limit=limit)
+        found = client.audit(since=start, limit=limit, kind=kind)
     emit(output, found, lambda: audit_table(found))

@@ -242,6 +242,24 @@ def agent(
     help="Seconds a bind (counted from its start) waits for another pod's lock on its node "
     "before answering Error; keep it under kube-scheduler's httpTimeout for the extender",
 )
+@click.option(
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False, resolve_path=True),
+    help="PEM certificate (chain) to serve the verbs over HTTPS with (kube-scheduler's "
+    "enableHTTPS); give --tls-key too",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(exists=True, dir_okay=False, resolve_path=True),
+    help="PEM private key of --tls-cert",
+)
+@click.option(
+    "--client-ca",
+    type=click.Path(exists=True, dir_okay=False, resolve_path=True),
+    help="PEM CA certificate(s): every connection must present a client certificate they "
+    "signed (kube-scheduler's tlsConfig certFile and keyFile), else the TLS handshake fails; "
+    "needs --tls-cert [default: no client authentication]",
+)
 @catalog_option
 def extender(
     kubeconfig: str | None,
@@ -257,6 +275,9 @@ def extender(
     image_needs: bool,
     hami_node_lock: str,
     hami_node_lock_wait: float,
+    tls_cert: str | None,
+    tls_key: str | None,
+    client_ca: str | None,
     catalog_file: str | None,
 ) -> None:
     """kube-scheduler extender: place pods that ask for accelerators with xpupool's engine."""
@@ -268,6 +289,10 @@ def extender(
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if (tls_cert is None) != (tls_key is None):
+        raise click.UsageError("give --tls-cert and --tls-key together")
+    if client_ca is not None and tls_cert is None:
+        raise click.UsageError("--client-ca needs --tls-cert and --tls-key: it is TLS client auth")
     profiles = load_profiles(profile_file)
     name = policy or (next(iter(profiles)) if profiles else DEFAULT_PROFILE)
     check_policies([name], profiles)
@@ -298,5 +323,8 @@ def extender(
             catalog=load_catalog(catalog_file),
             node_lock=LockMode(hami_node_lock),
             node_lock_wait_s=hami_node_lock_wait,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            client_ca=client_ca,
         )
     )

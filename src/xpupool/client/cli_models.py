@@ -169,6 +169,8 @@ def plan_table(rows: Sequence[s.PlanRow]) -> FitTable:
     table = FitTable(columns, f"{len(rows)} plans")
     for r in rows:
         fits = "-" if r.fits_now is None else ("yes" if r.fits_now else "no")
+        if r.fits_now is False and r.reason:  # can never fit: the submission's verdict says why
+            fits = f"no ({r.reason})"
         table.add_row(
             r.device_model,
             r.vendor,

@@ -317,10 +317,21 @@ class Pipeline:
             s = self.state
             out = _Blame(s.n_nodes)
             dev = s.dev_present.copy()
-            out.fail(count_per_node(dev) >= ctx.k, Reason.TOO_FEW_DEVICES)
+            usable: list[Stage] = []
+            # Kind first, then count, then usability (kube-scheduler's first failing filter in a
+            # fixed order): a node without a single card of the kind asked is blamed on the
+            # selector that excludes its last one, whatever its card count or health; "too few"
+            # is left for nodes that have the kind, and "unhealthy" for nodes with enough of it.
             for df in chain.static:
-                for stage in df.stages(ctx.req, s, ctx):
-                    dev = out.stage(stage, dev, ctx.k)
+                stages = df.stages(ctx.req, s, ctx)
+                if isinstance(df, DeviceHealth):
+                    usable.extend(stages)
+                    continue
+                for stage in stages:
+                    dev = out.stage(stage, dev, 1)
+            out.fail(count_per_node(dev) >= ctx.k, Reason.TOO_FEW_DEVICES)
+            for stage in usable:
+                dev = out.stage(stage, dev, ctx.k)
             same = bool(np.array_equal(dev, self.eligible(ctx)))
             found = self.static_blame_cache.put(key, _StaticPart(out, dev, same))
         return found
@@ -354,7 +365,8 @@ class _Blame:
             self.blame[newly] = self.label(reason, detail)
 
     def stage(self, stage: Stage, dev: BoolArray, k: int) -> BoolArray:
-        """Blame the nodes that ``stage`` leaves with fewer than ``k`` devices; the devices left."""
+        """Blame the nodes that ``stage`` leaves with fewer than ``k`` devices (1 for a selector:
+        none of the kind left); the devices left."""
         before, dev = dev, dev & stage.mask
         ok = count_per_node(dev) >= k
         if stage.codes is None:

@@ -43,8 +43,8 @@ class Miss:
 ANSWERS_KEPT = 4096
 """Requests whose answer is kept (a stream repeats a few shapes; a bound for one that does not)."""
 
-_ANSWER_KEY = fields_but("name", "container")
-"""What an answer depends on: the request but its name and whether it runs an image."""
+_ANSWER_KEY = fields_but("name")
+"""What an answer depends on: the request but its name."""
 
 
 class Verdicts:
@@ -63,8 +63,9 @@ class Verdicts:
 
     def never_fits(self, req: Request) -> Miss | None:
         """The closest miss when no node of the empty pool takes ``req`` whole, else None. A pool
-        without nodes yet says nothing: its first nodes may be on their way. Whether a node can
-        run images is not asked here (the caller says that in its own words)."""
+        without nodes yet says nothing: its first nodes may be on their way. A node's container
+        runtime counts as its cards do (an image job whose cards are only on nodes without one
+        can never start); whether a node with one is alive now is the caller's question."""
         if not self.state.n_nodes:
             return None
         pipe = self._empty()
@@ -72,7 +73,7 @@ class Verdicts:
         kept = self._answers.get(key)
         if kept is not None:
             return kept[0]
-        req = replace(req, name="", container=False)
+        req = replace(req, name="")
         return self._answers.put(key, (self._judge(pipe, req),))[0]
 
     def _judge(self, pipe: Pipeline, req: Request) -> Miss | None:
@@ -184,7 +185,7 @@ class Verdicts:
             have = ", ".join(format_card_mib(v) for v in sizes)
             return Miss("devices.card_memory", f"no card of {span} in the pool; it has {have}")
         if reason is Reason.NO_CONTAINER_RUNTIME:
-            return Miss("image", "no node of the pool has a container runtime")
+            return _runtime_miss(s, near, kinds if ctx.k else "")
         field = _FIELDS.get(reason, "devices")
         what = TEXT[reason].format(detail=detail)
         return Miss(field, f"no node of the pool passes: {what}")
@@ -219,6 +220,24 @@ def _placement_miss(state: ClusterState, req: Request, reason: Reason) -> Miss:
         )
     where = " or ".join(req.sites)
     return Miss("site", f"no node in site {where} can hold it; sites: {sites}")
+
+
+def _runtime_miss(state: ClusterState, near: BoolArray, kinds: str) -> Miss:
+    """An image job whose closest nodes have no container runtime: where the runtimes are, so
+    the user can ask for those cards or an operator can add a runtime where the cards are."""
+    having = np.flatnonzero(state.node_container)
+    if not having.size:
+        return Miss("image", "no node of the pool has a container runtime")
+    shown = []
+    for i in having[:4].tolist():
+        on = _models(state, state.dev_present & (np.arange(state.n_nodes) == i)[:, None])
+        shown.append(f"{state.node_names[i]} ({on or 'no cards'})")
+    more = ", ..." if having.size > 4 else ""
+    whose = f"with {kinds} cards " if kinds else "that fits it "
+    return Miss(
+        "image",
+        f"no node {whose}has a container runtime; nodes with one: {', '.join(shown)}{more}",
+    )
 
 
 def _models(state: ClusterState, mask: BoolArray) -> str:

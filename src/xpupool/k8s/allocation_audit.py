@@ -5,10 +5,13 @@ bound pods say what they hold in their ``allocated`` annotation (``hami.io/vgpu-
 for NVIDIA: ``uuid,type,usedmem,usedcores:`` per device, ``;`` per container, HAMi v2.10.0
 ``pkg/device/devices.go`` ``EncodePodSingleDevice``, commit 4707fb02c91c), and Nodes say what each
 card has in their registration annotation (``hami.io/node-nvidia-register``: ``devmem`` MiB,
-``devcore``, ``count`` tasks a card). Summed per card UUID, the grants of every bound pod must stay
-within the card's ``devmem``, ``devcore`` and ``count`` (each device entry of each container is one
-task, as HAMi's ``Used`` counts them); a grant on a card its node does not register is a finding
-too. A benchmark counts the cards over capacity; an operator can run it on a live cluster.
+``devcore``, ``count`` tasks a card). Each pod is charged as HAMi's scheduler charges it
+(``pod_charge.py``): per card the larger of its init containers' peak and its app containers' sum,
+the app containers' alone once its status says every init container succeeded. Summed per card
+UUID, the charges of every bound pod must stay within the card's ``devmem``, ``devcore`` and
+``count`` (each app container on a card is one task, as HAMi's ``Used`` counts them, and the init
+containers one where no app container is); a grant on a card its node does not register is a
+finding too. A benchmark counts the cards over capacity; an operator can run it on a live cluster.
 
 Objects are plain dicts as the API serves them and are treated as hostile: an annotation that does
 not decode is reported (object, key and reason), never raised, so one bad pod cannot hide the rest.
@@ -21,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xpupool.k8s import hami
+from xpupool.k8s.pod_charge import charge, container_roles, init_finished
 from xpupool.model.errors import RequestError
 
 __all__ = ["AuditReport", "OverCommit", "audit_allocations"]
@@ -98,8 +102,9 @@ def _cards(nodes: Iterable[Mapping[str, Any]], unreadable: list[str]) -> dict[st
 def audit_allocations(
     nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
 ) -> AuditReport:
-    """Every bound pod's (``spec.nodeName`` set) ``allocated`` annotations summed per card and
-    compared with the card's registration on that node. Pods not bound yet hold nothing."""
+    """Every bound pod's (``spec.nodeName`` set) ``allocated`` annotations, charged as HAMi
+    charges them, summed per card and compared with the card's registration on that node. Pods
+    not bound yet hold nothing."""
     unreadable: list[str] = []
     cards = _cards(nodes, unreadable)
     use: dict[tuple[str, str], dict[str, Any]] = {}
@@ -116,14 +121,16 @@ def audit_allocations(
             unreadable.append(f"pod {name}: {exc}")
             continue
         checked += 1
+        roles, done = container_roles(spec), init_finished(obj)
         for _kind, containers in assigned:
-            for devices in containers:
-                for d in devices:
+            grants = [[(d.uuid, d.used_mem_mib, d.used_cores) for d in c] for c in containers]
+            for part in charge(grants, roles, done):
+                for uuid, mem, cores in part.shares:
                     slot = use.setdefault(
-                        (node, d.uuid), {"memory_mib": 0, "cores": 0, "tasks": 0, "pods": []}
+                        (node, uuid), {"memory_mib": 0, "cores": 0, "tasks": 0, "pods": []}
                     )
-                    slot["memory_mib"] += d.used_mem_mib
-                    slot["cores"] += d.used_cores
+                    slot["memory_mib"] += mem
+                    slot["cores"] += cores
                     slot["tasks"] += 1
                     if name not in slot["pods"]:
                         slot["pods"].append(name)

@@ -40,6 +40,7 @@ from xpupool.engine.allocation_ids import AllocationIds
 from xpupool.engine.engine import Engine
 from xpupool.engine.profile import DEFAULT_PROFILE, Profile
 from xpupool.engine.state import ClusterState
+from xpupool.k8s import pod_charge
 from xpupool.k8s.kubeconfig import RawNode, RawPod
 from xpupool.k8s.watch import Event, EventType, Informer
 from xpupool.model.allocation import Allocation, DeviceShare
@@ -76,13 +77,18 @@ class CardShare:
 
 @dataclass(frozen=True, slots=True)
 class PodDevices:
-    """What a bound pod holds on ``node``: per container (HAMi's order: init containers first) the
-    cards it uses; ``cpu_milli``/``memory_mib`` of the host when the decoder charges them too."""
+    """What a bound pod was given on ``node``: per container (HAMi's order: init containers first)
+    the cards it uses; ``cpu_milli``/``memory_mib`` of the host when the decoder charges them too.
+    ``roles`` says how long each container runs (none given: every one is an app container) and
+    ``init_done`` whether its init containers have all succeeded: the pod is charged
+    :meth:`charged`, not the sum of its containers (``pod_charge.py``)."""
 
     node: str
     containers: tuple[tuple[CardShare, ...], ...]
     cpu_milli: int = 0
     memory_mib: int = 0
+    roles: tuple[pod_charge.Role, ...] = ()
+    init_done: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.node, str) or not 0 < len(self.node) <= 253:
@@ -97,6 +103,26 @@ class PodDevices:
                     raise RequestError(f"containers[{i}][{j}]", share, "must be a CardShare")
         _check_amount("cpu_milli", self.cpu_milli, 1 << 40)
         _check_amount("memory_mib", self.memory_mib, 1 << 40)
+        if len(self.roles) > MAX_CONTAINERS or not all(
+            isinstance(r, pod_charge.Role) for r in self.roles
+        ):
+            raise RequestError("roles", self.roles[:4], f"at most {MAX_CONTAINERS} Role values")
+        per_card: dict[str, list[int]] = {}  # what the charge of a card can reach, at most
+        for shares in self.containers:
+            for share in shares:
+                total = per_card.setdefault(share.uuid, [0, 0])
+                total[0] += share.memory_mib
+                total[1] += share.core_permille
+                if total[0] > MAX_MIB or total[1] > MAX_PERMILLE:
+                    raise RequestError("containers", share.uuid, "more than a card can hold")
+
+    def charged(self) -> tuple[tuple[CardShare, ...], ...]:
+        """The shares the pod holds, one tuple per task it holds on its cards (``pod_charge``
+        parts: per card the larger of its init containers' peak and its running containers'
+        sum, the running containers' alone once ``init_done``)."""
+        shares = [[(s.uuid, s.memory_mib, s.core_permille) for s in c] for c in self.containers]
+        parts = pod_charge.charge(shares, self.roles, self.init_done)
+        return tuple(tuple(CardShare(*s) for s in part.shares) for part in parts)
 
 
 def _check_amount(field: str, value: object, limit: int) -> None:
@@ -135,8 +161,9 @@ ChargeKey = tuple[str, int, int, tuple[tuple[str, int, int], ...]]
 
 @dataclass(slots=True)
 class _Charge:
-    """What one pod holds in the engine: its allocations (one per container with cards), whether
-    they are applied in the current engine, and whether they are still only a reservation."""
+    """What one pod holds in the engine: its allocations (one per task it holds on its cards,
+    ``pod_charge.py``), whether they are applied in the current engine, and whether they are
+    still only a reservation."""
 
     allocations: tuple[Allocation, ...]
     applied: bool
@@ -146,6 +173,9 @@ class _Charge:
     """False: held for no pod yet (a gang's place, ``gang.py``), left out of :meth:`charges`."""
     name: str = ""
     """The pod's ``namespace/name`` (known once a pod event names it)."""
+    placed: tuple[Allocation, ...] = ()
+    """A reservation's placement, one allocation per container that asks for devices (what its
+    bind writes on the pod); the same as ``allocations`` unless init containers share cards."""
 
 
 class ClusterView:
@@ -276,18 +306,29 @@ class ClusterView:
         charge.applied = False
 
     # ------------------------------------------------------------------ the extender's side
-    def reserve(self, pod_uid: str, allocations: Sequence[Allocation], *, pod: bool = True) -> None:
+    def reserve(
+        self,
+        pod_uid: str,
+        allocations: Sequence[Allocation],
+        *,
+        pod: bool = True,
+        placed: Sequence[Allocation] | None = None,
+    ) -> None:
         """Record ``allocations`` (already placed in this view's engine, inside the same
         :meth:`engine_locked` block) as what pod ``pod_uid`` holds until its bound form arrives;
         with ``pod`` False, as a place held under a key of the caller's (a gang's, handed to a
-        pod later with :meth:`rekey`). Raises Conflict if the key already holds something."""
+        pod later with :meth:`rekey`). ``placed``: the placement they charge, one allocation per
+        container that asks for devices, when it differs from them (``pod_placement.py``:
+        init containers). Raises Conflict if the key already holds something."""
         with self._lock:
             if pod_uid in self._charges:
                 raise Conflict(f"pod {pod_uid} already holds devices")
             allocs = tuple(allocations)
             for alloc in allocs:
                 self._ids.seen(alloc.id)  # taken from it already, unless placed elsewhere
-            self._charges[pod_uid] = _Charge(allocs, True, True, _charge_key(allocs), pod)
+            given = allocs if placed is None else tuple(placed)
+            charge = _Charge(allocs, True, True, _charge_key(allocs), pod, placed=given)
+            self._charges[pod_uid] = charge
             self.reservations += 1
 
     def rekey(self, old: str, new: str) -> None:
@@ -336,12 +377,20 @@ class ClusterView:
             return pod_uid in self._charges or pod_uid in self._evicted
 
     def reservation(self, pod_uid: str) -> tuple[Allocation, ...] | None:
-        """What :meth:`reserve` holds for a pod not bound yet (applied in the engine), or None."""
+        """What :meth:`reserve` placed for a pod not bound yet (its charge applied in the
+        engine), one allocation per container that asks for devices, or None."""
         with self._lock:
             charge = self._charges.get(pod_uid)
             if charge is None or not charge.reserved or not charge.applied:
                 return None
-            return charge.allocations
+            return charge.placed
+
+    def placed(self, pod_uid: str) -> tuple[Allocation, ...]:
+        """What the pod's reservation placed, applied or waiting (one allocation per container
+        that asks for devices: what its bind writes); () when it holds no reservation."""
+        with self._lock:
+            charge = self._charges.get(pod_uid)
+            return () if charge is None or not charge.reserved else charge.placed
 
     def evict(self, uids: Sequence[str]) -> None:
         """Give back the shares of pods being evicted (inside an :meth:`engine_locked` block):
@@ -379,6 +428,11 @@ class ClusterView:
     def nodes(self) -> dict[str, NodeRecord]:
         with self._lock:
             return dict(self._nodes)
+
+    def knows_node(self, name: str) -> bool:
+        """Whether ``name`` is a Node the informer has listed, of the pool or not."""
+        with self._lock:
+            return name in self._nodes
 
     # ------------------------------------------------------------------ events
     def node_record(self, obj: dict[str, Any]) -> NodeRecord:
@@ -479,10 +533,11 @@ class ClusterView:
                 self._apply(event.uid, new)
 
     def _allocations(self, rec: PodRecord, devices: PodDevices) -> tuple[Allocation, ...]:
-        """One engine allocation per container with cards (host CPU and memory on the first),
-        each with a new id from the view's counter; slots are fixed when applied."""
+        """One engine allocation per task the pod holds (:meth:`PodDevices.charged`; host CPU
+        and memory on the first), each with a new id from the view's counter; slots are fixed
+        when applied."""
         out: list[Allocation] = []
-        parts = [c for c in devices.containers if c] or (
+        parts = [c for c in devices.charged() if c] or (
             [()] if devices.cpu_milli or devices.memory_mib else []
         )
         for i, shares in enumerate(parts):
@@ -559,7 +614,7 @@ def _charge_key(allocs: Sequence[Allocation]) -> ChargeKey:
 
 
 def _devices_key(devices: PodDevices) -> ChargeKey:
-    shares = sorted((s.uuid, s.memory_mib, s.core_permille) for c in devices.containers for s in c)
+    shares = sorted((s.uuid, s.memory_mib, s.core_permille) for c in devices.charged() for s in c)
     return devices.node, devices.cpu_milli, devices.memory_mib, tuple(shares)
 
 

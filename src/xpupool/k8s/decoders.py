@@ -8,7 +8,8 @@ managed device is no node of the pool (None).
 
 A pod holds what its ``allocated`` annotations say (HAMi's encoding, which xpupool's bind writes
 too), on the node it is bound to (``spec.nodeName``) or assigned to (``hami.io/vgpu-node``, before
-the Binding lands): a restarted extender rebuilds the exact charges from the pods, whoever
+the Binding lands), its init containers charged as HAMi charges them (``pod_charge.py``, from the
+pod's spec and status): a restarted extender rebuilds the exact charges from the pods, whoever
 scheduled them. A bad annotation raises ``RequestError`` naming it; the view logs it and leaves
 that object out.
 """
@@ -22,6 +23,7 @@ from typing import Any
 from xpupool.k8s import hami
 from xpupool.k8s.cluster_view import CardShare, PodDevices
 from xpupool.k8s.node_annotations import DEVICES_KEY, decode_devices
+from xpupool.k8s.pod_charge import container_roles, init_finished
 from xpupool.k8s.quantity import parse_quantity
 from xpupool.model.device import Node
 from xpupool.model.errors import RequestError
@@ -57,11 +59,13 @@ def decode_node(obj: Mapping[str, Any]) -> Node | None:
 
 
 def decode_pod_devices(obj: Mapping[str, Any]) -> PodDevices | None:
-    """What a pod holds, per container in HAMi's order, or None when it holds nothing managed
+    """What a pod was given, per container in HAMi's order, with how long each runs (its spec)
+    and whether its init containers are done (its status), or None when it holds nothing managed
     or is on no node yet."""
     meta = _mapping(obj.get("metadata"))
     annotations = {str(k): str(v) for k, v in _mapping(meta.get("annotations")).items()}
-    node = _mapping(obj.get("spec")).get("nodeName") or annotations.get(VGPU_NODE)
+    spec = _mapping(obj.get("spec"))
+    node = spec.get("nodeName") or annotations.get(VGPU_NODE)
     if not node:
         return None
     per_container: dict[int, list[CardShare]] = {}
@@ -74,7 +78,8 @@ def decode_pod_devices(obj: Mapping[str, Any]) -> PodDevices | None:
         return None
     width = max(per_container) + 1
     held = tuple(tuple(per_container.get(i, [])) for i in range(width))
-    return PodDevices(node=str(node), containers=held)
+    roles = container_roles(spec)[:width]
+    return PodDevices(str(node), held, roles=roles, init_done=init_finished(obj))
 
 
 def _mapping(value: object) -> Mapping[str, Any]:

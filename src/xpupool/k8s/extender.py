@@ -14,13 +14,17 @@ in its configuration). For such a pod:
   hold goes when the pod binds (it becomes the bind's reservation), is filtered again, is deleted,
   or is not bound within ``assume_s``.
 - ``prioritize`` rates the nodes that fit with the profile's scorers, 0..10.
-- ``bind`` places the pod's containers on the chosen node in one engine transaction under the
-  view's lock and records them as the pod's reservation, so no concurrent bind can take the same
-  share; then, on a node that runs HAMi's device plugin, takes HAMi's node lock (``node_lock.py``:
-  the device plugin finds the pod it allocates for through it; a bind to a locked node waits for
-  the release), writes the annotations HAMi's device plugin reads (guarded by the pod's
-  resourceVersion) and posts the Binding. Any failure gives the reservation back, releases the
-  lock it took and answers ``Error``: kube-scheduler puts the pod back in its queue.
+- ``bind`` reads the pod from the apiserver (never from a filter body, which anyone reaching the
+  port can write) and refuses, writing nothing, a pod that names no managed resource or a node
+  the view has not listed; it places the pod's containers on the chosen node in one engine
+  transaction under the view's lock (filter's hold when filter judged this same pod there) and
+  records them as the pod's reservation, so no concurrent bind can take the same share, and a
+  node where they do not fit now is refused; then, on a node that runs HAMi's device plugin,
+  takes HAMi's node lock (``node_lock.py``: the device plugin finds the pod it allocates for
+  through it; a bind to a locked node waits for the release), writes the annotations HAMi's
+  device plugin reads (guarded by the pod's resourceVersion) and posts the Binding. Any failure
+  gives the reservation back, releases the lock it took and answers ``Error``: kube-scheduler
+  puts the pod back in its queue.
 - A pod of a group (the ``scheduling.x-k8s.io/pod-group`` label or ``xpupool.io/gang``) is placed
   with its whole group or not at all: ``filter`` and ``bind`` hand it to ``gang.py``, which
   reserves the group's places at its first member's filter and holds every member's bind until
@@ -67,7 +71,7 @@ from xpupool.k8s.gang import Gangs, GroupClaim, group_claim
 from xpupool.k8s.node_lock import NodeLocks
 from xpupool.k8s.pod_images import with_image_needs
 from xpupool.k8s.pod_placement import NOT_IN_POOL, engine_choice, fits_together, place_on
-from xpupool.k8s.pod_request import PodDemand, pod_demand
+from xpupool.k8s.pod_request import PodDemand, names_managed_resource, pod_demand
 from xpupool.k8s.preemption import (
     Nomination,
     Preemptions,
@@ -85,7 +89,11 @@ ASSUME_S = 30.0
 """How long a filter's answer holds its shares waiting for the bind (kube-scheduler binds right
 after its scheduling cycle; a pod another plugin turned down never comes)."""
 DEMANDS_KEPT = 4096
-"""Pods whose demand ``filter`` read, kept for ``bind`` (bounded: most recent first)."""
+"""Pods whose demand a verb read, kept for the pod's next verbs (bounded: most recent first)."""
+UNMANAGED = (
+    "asks for no resource xpupool manages: the extender binds only pods that do (kube-scheduler "
+    "sends it no other when its managedResources list them, and binds the rest itself)"
+)
 
 
 class BindError(Exception):
@@ -153,8 +161,7 @@ class Extender:
         self.api = api
         self.annotate = annotate
         self.gangs = gangs
-        self._demands: OrderedDict[str, PodDemand] = OrderedDict()
-        self._pods: OrderedDict[str, dict[str, Any]] = OrderedDict()  # uid -> as filter saw it
+        self._demands: OrderedDict[str, PodDemand] = OrderedDict()  # "uid@resourceVersion"
         self._demands_lock = threading.Lock()
         self._verdicts: tuple[int, Verdicts] | None = None  # (id of the engine, its verdicts)
 
@@ -373,23 +380,33 @@ class Extender:
 
     # ------------------------------------------------------------------ bind
     def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
+        """Bind the pod, or refuse (``Error``, nothing written) unless the pod the apiserver
+        holds names a managed resource, ``args.node`` is a Node of the view, and the engine
+        holds the pod's containers there now (the node passes filter's test for the pod: its
+        hold when filter answered this node for this very demand, else a placement made now).
+        The pod is read from the apiserver, never taken from a filter body: whoever can reach
+        the port can send ``/filter`` any pod (docs/security.md)."""
         started = self.clock()
         ns, name, uid, node = args.pod_namespace, args.pod_name, args.pod_uid, args.node
         try:
-            pod = self._filtered(uid, ns, name) or self.api.get_pod(ns, name)
+            pod = self.api.get_pod(ns, name)
             meta = pod.get("metadata") or {}
             if uid and meta.get("uid") != uid:
                 return ExtenderBindingResult(Error=f"{PREFIX}pod {ns}/{name} is not {uid} any more")
-            demand = self._demand(pod)
+            if not names_managed_resource(pod):
+                return ExtenderBindingResult(Error=f"{PREFIX}pod {ns}/{name} {UNMANAGED}")
+            demand, as_filtered = self._demand_read(pod)
         except (BindError, RequestError) as exc:
             return ExtenderBindingResult(Error=f"{PREFIX}{exc}")
-        if not demand.managed:
+        if not self.view.knows_node(node):
+            return ExtenderBindingResult(Error=f"{PREFIX}{node} is not a Node of the cluster")
+        pod_uid = str(meta.get("uid") or uid)
+        if not demand.managed:  # names a managed resource, asks for none of it: nothing to place
             try:
-                self.api.bind_pod(ns, name, uid, node)
+                self.api.bind_pod(ns, name, pod_uid, node)
             except BindError as exc:
                 return ExtenderBindingResult(Error=f"{PREFIX}{exc}")
             return ExtenderBindingResult()
-        pod_uid = str(meta.get("uid") or uid)
         gang = self._gang_of(pod)
         if isinstance(gang, str):
             return ExtenderBindingResult(Error=f"{PREFIX}{gang}")
@@ -399,15 +416,15 @@ class Extender:
         with self.view.engine_locked() as engine:
             self._assumed.pop(pod_uid, None)  # its filter's hold is the bind's now
             held = self.view.reservation(pod_uid)  # filter's hold or a preemptor's shares
-            if held is not None and all(a.node == node for a in held):
+            if as_filtered and held is not None and all(a.node == node for a in held):
                 placed = held
-            else:
+            else:  # no hold there, or one made for a pod other than the apiserver's
                 self._unreserve(pod_uid)
                 placed_now = place_on(engine, demand, node)
                 if isinstance(placed_now, str):
                     return ExtenderBindingResult(Error=f"{PREFIX}{placed_now}")
-                placed = placed_now
-                self.view.reserve(pod_uid, placed)
+                placed = placed_now.placed
+                self.view.reserve(pod_uid, placed_now.charge, placed=placed)
         try:
             locked = self._lock(node, ns, name, started)
             try:
@@ -533,45 +550,45 @@ class Extender:
 
     # ------------------------------------------------------------------ pods' demands
     def _demand(self, pod: object) -> PodDemand:
-        """The pod's demand, read once per pod (and version) and kept for bind."""
-        if not isinstance(pod, Mapping):
-            raise RequestError("Pod", pod, "expected the Pod object")
-        meta = pod.get("metadata") or {}
-        key = f"{meta.get('uid', '')}@{meta.get('resourceVersion', '')}"
+        """The pod's demand, read once per pod (and version) and kept for the pod's next verbs.
+        Raises RequestError for a pod that is not one."""
+        key = _demand_key(pod)
         with self._demands_lock:
             known = self._demands.get(key)
             if known is not None:
                 self._demands.move_to_end(key)
                 return known
+        demand = self._read(pod)
+        self._keep(key, demand)
+        return demand
+
+    def _demand_read(self, pod: Mapping[str, Any]) -> tuple[PodDemand, bool]:
+        """The demand of ``pod`` as the apiserver holds it, read afresh, and whether filter
+        judged this same demand for this version of the pod (its hold was made for it). The
+        fresh reading replaces what a filter body said of that version."""
+        key = _demand_key(pod)
+        demand = self._read(pod)
+        with self._demands_lock:
+            judged = self._demands.get(key)
+        if judged != demand:
+            self._keep(key, demand)
+        return demand, judged == demand
+
+    def _read(self, pod: object) -> PodDemand:
         read = pod_demand(pod)
         if self.images is not None:
             read = with_image_needs(read, pod, self.images)
-        demand = _for_engine(read, _pod_priority(pod))
+        return _for_engine(read, _pod_priority(pod))
+
+    def _keep(self, key: str, demand: PodDemand) -> None:
         with self._demands_lock:
             self._demands[key] = demand
-            self._pods[str(meta.get("uid", ""))] = dict(pod)
+            self._demands.move_to_end(key)
             while len(self._demands) > DEMANDS_KEPT:
                 self._demands.popitem(last=False)
-            while len(self._pods) > DEMANDS_KEPT:
-                self._pods.popitem(last=False)
-        return demand
-
-    def _filtered(self, uid: str, namespace: str, name: str) -> dict[str, Any] | None:
-        """The pod as filter last saw it, so that bind need not read it again: its
-        resourceVersion guards the annotation patch, so a pod changed since is refused there
-        (409) and kube-scheduler tries it anew."""
-        with self._demands_lock:
-            pod = self._pods.get(uid) if uid else None
-        if pod is None:
-            return None
-        meta = pod.get("metadata") or {}
-        if meta.get("namespace") != namespace or meta.get("name") != name:
-            return None
-        return pod
 
     def _forget(self, pod_uid: str) -> None:
         with self._demands_lock:
-            self._pods.pop(pod_uid, None)
             for key in [k for k in self._demands if k.startswith(pod_uid + "@")]:
                 del self._demands[key]
 
@@ -636,6 +653,16 @@ def _for_engine(demand: PodDemand, priority: int) -> PodDemand:
         for d in demand.demands
     )
     return replace(demand, demands=demands)
+
+
+def _demand_key(pod: object) -> str:
+    """``uid@resourceVersion``: one version of one pod. Raises RequestError for a non-object."""
+    if not isinstance(pod, Mapping):
+        raise RequestError("Pod", pod, "expected the Pod object")
+    meta = pod.get("metadata") or {}
+    if not isinstance(meta, Mapping):
+        raise RequestError("Pod.metadata", meta, "expected a JSON object")
+    return f"{meta.get('uid', '')}@{meta.get('resourceVersion', '')}"
 
 
 def _uid_of(pod: object) -> str:

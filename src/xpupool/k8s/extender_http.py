@@ -2,28 +2,38 @@
 the scheduler configuration's ``urlPrefix``), ``GET /healthz`` and ``/readyz``; Prometheus metrics
 on a port of their own.
 
-A body that is not the verb's wire type is answered 400 naming the field; a logical failure is
-HTTP 200 with ``Error`` set, as kube-scheduler expects. The verbs run in worker threads: the engine
-is guarded by the view's lock, and a bind's API calls do not hold it.
+A body over ``MAX_BODY_BYTES`` is answered 413 by the server's own body limit
+(``server/body_limit.py``) before a verb runs: a declared length at once, a chunked body as soon as
+what arrived passes the limit, the connection then closed rather than read to its end. A body that
+is not the verb's wire type is answered 400 naming the field; a logical failure is HTTP 200 with
+``Error`` set, as kube-scheduler expects. Metrics, and the probes again, are on a port of their
+own, plain HTTP (:func:`serve_metrics`). The verbs run in worker threads: the engine is guarded by
+the view's lock, and a bind's API calls do not hold it.
 """
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from anyio import CapacityLimiter, to_thread
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
+from xpupool.agent.metrics import MetricsServer
 from xpupool.k8s.cluster_view import ClusterView
 from xpupool.k8s.extender import Extender
 from xpupool.k8s.extender_wire import (
@@ -40,6 +50,7 @@ from xpupool.k8s.extender_wire import (
     encode,
 )
 from xpupool.k8s.gang import MAX_GANG_SIZE
+from xpupool.server.body_limit import BodyLimit
 from xpupool.server.stranded_gauges import stranded_gauges
 
 VERBS: dict[str, type[BaseModel]] = {
@@ -113,11 +124,12 @@ def create_app(
     synced: Callable[[float], bool],
     metrics: ExtenderMetrics | None = None,
     leading: Callable[[], bool] | None = None,
-) -> Starlette:
-    """The ASGI app serving ``extender``; ``synced(timeout_s)`` says whether the view has listed
-    the cluster (waiting up to ``timeout_s`` for it). With ``leading`` (leader election on), a
-    replica that does not hold the Lease is not ready and answers every verb as a standby: no
-    two replicas ever bind, and a Service in front sends calls to the leader only."""
+) -> ASGIApp:
+    """The ASGI app serving ``extender``, behind the body limit; ``synced(timeout_s)`` says
+    whether the view has listed the cluster (waiting up to ``timeout_s`` for it). With
+    ``leading`` (leader election on), a replica that does not hold the Lease is not ready and
+    answers every verb as a standby: no two replicas ever bind, and a Service in front sends
+    calls to the leader only."""
     if metrics is not None:
         metrics.watch(extender.view)
 
@@ -129,12 +141,10 @@ def create_app(
 
         async def call(request: Request) -> Response:
             started = time.perf_counter()
-            length = request.headers.get("content-length")
-            if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-                return _count(
-                    metrics, verb, "bad_request", started, _bad(f"body over {MAX_BODY_BYTES} bytes")
-                )
-            body = await request.body()
+            try:
+                body = await request.body()
+            except ClientDisconnect:  # gone, or cut off by the body limit (which answered 413)
+                return _count(metrics, verb, "bad_request", started, _bad("no body"))
             try:
                 args = decode(kind, body)
             except WireError as exc:
@@ -159,15 +169,65 @@ def create_app(
         return PlainTextResponse("ok")
 
     async def readyz(_: Request) -> Response:
-        if leading is not None and not leading():
-            return PlainTextResponse("standby: another replica holds the Lease", status_code=503)
-        if synced(0):
-            return PlainTextResponse("ok")
-        return PlainTextResponse("the cluster view has not synced", status_code=503)
+        status, text = readiness(synced, leading)
+        return PlainTextResponse(text, status_code=status)
 
     routes = [Route(f"/{verb}", endpoint(verb), methods=["POST"]) for verb in VERBS]
     routes += [Route("/healthz", healthz), Route("/readyz", readyz)]
-    return Starlette(routes=routes)
+    return BodyLimit(Starlette(routes=routes), MAX_BODY_BYTES, setting=BODY_SETTING)
+
+
+BODY_SETTING = "the extender's limit: 5,000 full Node objects fit well under it"
+
+
+def readiness(
+    synced: Callable[[float], bool], leading: Callable[[], bool] | None
+) -> tuple[int, str]:
+    """``/readyz``'s status and text: 503 for a standby of leader election (a Service in front
+    sends calls to the leader only) and until the view has listed the cluster, else 200."""
+    if leading is not None and not leading():
+        return 503, "standby: another replica holds the Lease"
+    if synced(0):
+        return 200, "ok"
+    return 503, "the cluster view has not synced"
+
+
+def serve_metrics(
+    registry: CollectorRegistry, host: str, port: int, ready: Callable[[], tuple[int, str]]
+) -> MetricsServer:
+    """Prometheus metrics at ``http://host:port/metrics``, and ``/healthz`` and ``/readyz``
+    (``ready()``'s answer) beside them, on a daemon thread until ``stop``. The probes are here
+    as well as on the verbs' port because a kubelet's probe presents no client certificate:
+    with ``--client-ca`` it could not reach them there. Raises OSError if it cannot bind."""
+    metrics = make_wsgi_app(registry)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path not in ("/healthz", "/readyz"):
+            return metrics(environ, start_response)  # type: ignore[no-any-return]
+        status, text = (200, "ok") if path == "/healthz" else ready()
+        phrase = "OK" if status == 200 else "Service Unavailable"
+        start_response(f"{status} {phrase}", [("Content-Type", "text/plain; charset=utf-8")])
+        return [text.encode()]
+
+    server_class = _ThreadingServer6 if ":" in host else _ThreadingServer
+    server = make_server(host, port, app, server_class, handler_class=_QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, name="extender-metrics", daemon=True)
+    thread.start()
+    return MetricsServer(server, thread)
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a scrape in progress does not hold the process at exit
+
+
+class _ThreadingServer6(_ThreadingServer):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """No line per scrape or probe."""
 
 
 def _refused(verb: str, reason: str) -> BaseModel:

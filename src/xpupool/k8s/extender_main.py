@@ -5,6 +5,7 @@ over it, and the HTTP server kube-scheduler calls; until the view has listed the
 from __future__ import annotations
 
 import logging
+import ssl
 import sys
 import threading
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from xpupool.engine.profile import Profile
 from xpupool.k8s.cluster_view import ClusterView
 from xpupool.k8s.decoders import decode_node, decode_pod_devices
 from xpupool.k8s.extender import Extender
-from xpupool.k8s.extender_http import ExtenderMetrics, create_app
+from xpupool.k8s.extender_http import ExtenderMetrics, create_app, readiness, serve_metrics
 from xpupool.k8s.gang import DEFAULT_WAIT_S, Gangs, PodGroupSizes, lightkube_podgroup_getter
 from xpupool.k8s.kubeconfig import load_config, make_client
 from xpupool.k8s.leader import LeaderElector
@@ -51,6 +52,9 @@ class ExtenderConfig:
     catalog: OperatorCatalog | None = None  # --catalog FILE: the site's image rules first
     node_lock: LockMode = LockMode.AUTO  # HAMi's node lock on nodes its device plugin runs on
     node_lock_wait_s: float = WAIT_S  # a bind's budget for a locked node, from its start
+    tls_cert: str | None = None  # serve the verbs over HTTPS (with tls_key)
+    tls_key: str | None = None
+    client_ca: str | None = None  # require client certificates these CAs signed
 
 
 def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
@@ -87,10 +91,6 @@ def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
     )
     registry = CollectorRegistry()
     metrics = ExtenderMetrics(registry)
-    if cfg.metrics_port:
-        from xpupool.agent.metrics import serve_registry
-
-        serve_registry(registry, cfg.metrics_host, cfg.metrics_port)
     view.watch(config)
     learner = Learner(view).start()
     elector = None
@@ -100,8 +100,22 @@ def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
         elector.start()
     leading = None if elector is None else (lambda: elector.is_leader)
     app = create_app(extender, view.wait_synced, metrics, leading)
+    probes = None
+    if cfg.metrics_port:  # /metrics, and /healthz and /readyz for a kubelet (no client cert)
+        ready = lambda: readiness(view.wait_synced, leading)  # noqa: E731
+        probes = serve_metrics(registry, cfg.metrics_host, cfg.metrics_port, ready)
     server = uvicorn.Server(
-        uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False)
+        uvicorn.Config(
+            app,
+            host=cfg.host,
+            port=cfg.port,
+            log_level="warning",
+            access_log=False,
+            ssl_certfile=cfg.tls_cert,
+            ssl_keyfile=cfg.tls_key,
+            ssl_ca_certs=cfg.client_ca,
+            ssl_cert_reqs=ssl.CERT_NONE if cfg.client_ca is None else ssl.CERT_REQUIRED,
+        )
     )
     if stop is not None:
 
@@ -114,7 +128,11 @@ def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
     # decode watch events: with CPython's default 5 ms switch interval each hop could wait that
     # long for the GIL, on every call kube-scheduler makes in its one scheduling loop.
     sys.setswitchinterval(0.001)
-    log.info("extender on http://%s:%d, profile %s", cfg.host, cfg.port, cfg.policy)
+    scheme = "http" if cfg.tls_cert is None else "https"
+    clients = "any client" if cfg.client_ca is None else "clients with a certificate of --client-ca"
+    log.info(
+        "extender on %s://%s:%d for %s, profile %s", scheme, cfg.host, cfg.port, clients, cfg.policy
+    )
     try:
         server.run()
     finally:
@@ -123,3 +141,5 @@ def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
         learner.stop()
         view.stop()
         client.close()
+        if probes is not None:
+            probes.stop()

@@ -34,7 +34,7 @@ from typing import Any
 
 from xpupool.engine import Engine, Transaction
 from xpupool.k8s.cluster_view import ClusterView
-from xpupool.k8s.pod_placement import node_mask
+from xpupool.k8s.pod_placement import PodPlacement, place_containers
 from xpupool.k8s.pod_request import PodDemand
 from xpupool.model.allocation import Allocation
 from xpupool.model.errors import Conflict, RequestError
@@ -353,10 +353,11 @@ class Gangs:
 
     def _reserve(self, engine: Engine, key: str, size: int, demand: PodDemand) -> Group | str:
         """Place ``size`` copies of the pod in one transaction (the first container as the
-        engine's gang, the others beside each copy on its node) and record them; or why not."""
-        first, *rest = [d.request for d in demand.demands]
+        engine's gang, the others beside each copy on its node, as ``pod_placement`` places a
+        pod's containers) and record them; or why not."""
+        first = demand.demands[0].request
         gang = replace(first, replicas=size, gang=size > 1)
-        slots: list[tuple[str, tuple[Allocation, ...]]] = []
+        slots: list[tuple[str, PodPlacement]] = []
         with Transaction(engine.state) as txn:
             placement = engine.place(gang, txn=txn)
             if not placement.ok:
@@ -365,15 +366,12 @@ class Gangs:
                 return f"gang {key}: {failure.replica} of {size} fit ({failure.message})"
             for alloc in placement.allocations:
                 i = engine.state.node_index[alloc.node]
-                allocs = [alloc]
-                for req in rest:
-                    more = engine.place(req, within=node_mask(engine, i), txn=txn)
-                    if not more.ok:
-                        txn.rollback()
-                        n = len(slots) + 1
-                        return f"gang {key}: member {n} of {size}: containers do not fit together"
-                    allocs.extend(more.allocations)
-                slots.append((alloc.node, tuple(allocs)))
+                pod = place_containers(engine, demand, i, txn, first=alloc)
+                if isinstance(pod, str):
+                    txn.rollback()
+                    n = len(slots) + 1
+                    return f"gang {key}: member {n} of {size}: containers do not fit together"
+                slots.append((alloc.node, pod))
             txn.commit()
         group = Group(
             key,
@@ -384,7 +382,7 @@ class Gangs:
         )
         for i, (node, held) in enumerate(slots):
             slot_key = f"{SLOT_PREFIX}{key}#{i}"
-            self.view.reserve(slot_key, held, pod=False)
+            self.view.reserve(slot_key, held.charge, pod=False, placed=held.placed)
             group.slots.append(Slot(node, slot_key))
         self._groups[key] = group
         log.info("gang %s: %d places reserved on %s", key, size, sorted({n for n, _ in slots}))
@@ -417,7 +415,7 @@ class Gangs:
                 except Conflict as exc:
                     return f"gang {group.key}: {exc}"
                 slot.key, slot.member = uid, uid
-            return self.view.charges().get(uid, ())
+            return self.view.placed(uid)
 
     def wait(self, claim: GroupClaim, uid: str) -> str | None:
         """The member reached bind: wait until every slot's member has, then None (post the

@@ -27,6 +27,7 @@ from fractions import Fraction
 
 from pydantic import ValidationError
 
+from xpupool.k8s.pod_charge import Role, container_role
 from xpupool.k8s.quantity import parse_quantity
 from xpupool.k8s.resource_names import RESOURCES, Counts, DeviceKind
 from xpupool.model.errors import RequestError
@@ -46,6 +47,7 @@ __all__ = [
     "ContainerDemand",
     "PodDemand",
     "PodRequestError",
+    "names_managed_resource",
     "pod_demand",
 ]
 
@@ -77,16 +79,23 @@ class PodRequestError(RequestError):
 @dataclass(frozen=True, slots=True)
 class ContainerDemand:
     """One container that asks for managed devices. ``index`` is its position in HAMi's order
-    (init containers first), the entry it owns in HAMi's device annotations; ``kind`` is the HAMi
-    device type it asks for; ``task_priority`` is HAMi-core's ``nvidia.com/priority`` (None: not
-    given), which the device plugin passes to the limiter and the scheduler does not use."""
+    (init containers first), the entry it owns in HAMi's device annotations; ``role`` how long
+    it runs (an init container, a sidecar, an app container: ``pod_charge.py``, which decides
+    what the pod is charged); ``kind`` is the HAMi device type it asks for; ``task_priority`` is
+    HAMi-core's ``nvidia.com/priority`` (None: not given), which the device plugin passes to the
+    limiter and the scheduler does not use."""
 
     index: int
     name: str
-    init: bool
+    role: Role
     kind: DeviceKind
     request: Request
     task_priority: int | None = None
+
+    @property
+    def init(self) -> bool:
+        """Is it one of ``spec.initContainers`` (a sidecar included)?"""
+        return self.role is not Role.APP
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +140,8 @@ def pod_demand(pod: object) -> PodDemand:
             names.append(name)
             if len(names) > MAX_CONTAINERS:
                 raise PodRequestError(f"spec.{key}", len(names), f"more than {MAX_CONTAINERS}")
-            demand = _container(path, ctr, len(names) - 1, init, annotations, pod_base)
+            role = container_role(ctr, init)
+            demand = _container(path, ctr, len(names) - 1, role, annotations, pod_base)
             if demand is not None:
                 demands.append(demand)
     if not names:
@@ -151,6 +161,27 @@ def pod_demand(pod: object) -> PodDemand:
     )
 
 
+def names_managed_resource(pod: object) -> bool:
+    """Whether a container or init container of the pod names a resource of
+    :data:`RESOURCES` in its requests or limits, whatever the amount: kube-scheduler's test for
+    handing a pod to an extender whose ``managedResources`` are those names
+    (``HTTPExtender.IsInterested``, pkg/scheduler/extender.go), so the pods it would send. False
+    for anything that is not a pod's shape."""
+    spec = pod.get("spec") if isinstance(pod, Mapping) else None
+    if not isinstance(spec, Mapping):
+        return False
+    for key in ("initContainers", "containers"):
+        containers = spec.get(key)
+        for ctr in containers if isinstance(containers, list) else ():
+            resources = ctr.get("resources") if isinstance(ctr, Mapping) else None
+            if not isinstance(resources, Mapping):
+                continue
+            for table in (resources.get("limits"), resources.get("requests")):
+                if isinstance(table, Mapping) and any(name in RESOURCES for name in table):
+                    return True
+    return False
+
+
 Given = dict["Counts", tuple[str, object]]  # what a container gives: path and raw value
 
 
@@ -158,7 +189,7 @@ def _container(
     path: str,
     ctr: Mapping[str, object],
     index: int,
-    init: bool,
+    role: Role,
     annotations: Mapping[str, str],
     pod_base: _PodBase,
 ) -> ContainerDemand | None:
@@ -215,7 +246,7 @@ def _container(
         raise PodRequestError(f"{path}.resources ({exc.field})", exc.value, exc.reason) from None
     priority = values.get(Counts.TASK_PRIORITY)
     task_priority = None if priority is None else _whole(*priority, low=0, high=_INT32)[0]
-    return ContainerDemand(index, name, init, kind, request, task_priority)
+    return ContainerDemand(index, name, role, kind, request, task_priority)
 
 
 def _count(values: Given) -> int:

@@ -183,7 +183,7 @@ class Preemptions:
             for uid in victims:
                 self.view.unevict(uid)
             return None
-        self.view.reserve(pod_uid, placed)
+        self.view.reserve(pod_uid, placed.charge, placed=placed.placed)
         nom = Nomination(
             pod_uid,
             plan.node,

@@ -37,21 +37,23 @@ from xpupool.server.plane import ControlPlane
 from xpupool.server.routers import agents, audit, fleet, jobs, models, tenants
 from xpupool.server.scheduler_loop import run_passes
 from xpupool.server.services.agents import mark_lost_nodes
-from xpupool.server.services.job_limits import stop_overdue, sweep_finished
+from xpupool.server.services.job_limits import FinishedSweep, stop_overdue
 from xpupool.server.web import mount as mount_dashboard
 
 log = logging.getLogger("xpupool.server")
 
 
 class LostNodeWatch(threading.Thread):
-    """Every half heartbeat: lost nodes, runs past their limit, the retention sweep, and a
-    fleet history sample when one is due (``history.py``)."""
+    """Every half heartbeat: lost nodes, runs past their limit, the retention sweep, the
+    audit's refusal counts (``audit.py``), and a fleet history sample when one is due
+    (``history.py``)."""
 
     def __init__(self, plane: ControlPlane) -> None:
         super().__init__(name="xpupool-lost-nodes", daemon=True)
         self.plane = plane
         self.stopped = threading.Event()
         self.history = FleetHistory(plane)
+        self.retention = FinishedSweep(plane, plane.retention)
 
     def run(self) -> None:
         while not self.stopped.wait(max(self.plane.heartbeat_s / 2, 0.05)):
@@ -61,7 +63,8 @@ class LostNodeWatch(threading.Thread):
                 if writable:
                     mark_lost_nodes(self.plane)
                     stop_overdue(self.plane)
-                    sweep_finished(self.plane, self.plane.retention)
+                    self.retention.sweep()
+                    self.plane.audit.flush()
             except Unavailable:
                 pass  # said once, by the plane's health
             except Exception:
@@ -120,6 +123,8 @@ def create_app(
                     await passes
             if watch is not None:
                 watch.stopped.set()
+            with suppress(Exception):  # the refusals counted since the last flush; a store
+                await asyncio.to_thread(plane.audit.flush)  # that fails said so already
             if on_stopped is not None:  # the last step: uvicorn may end the process by a signal
                 on_stopped()
 

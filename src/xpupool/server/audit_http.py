@@ -2,7 +2,8 @@
 
 Which requests make a row (:func:`audited`): every admin request that changes something (any
 method but GET/HEAD/OPTIONS), every agent registration, and every agent or bootstrap request that
-was refused (4xx/5xx); successful heartbeats and log uploads are counted, not written. The caller
+was refused (4xx/5xx), refusals aggregated per credential and source (``server/audit.py``);
+successful heartbeats and log uploads are counted, not written. The caller
 is what ``routers/deps.py`` authenticated (``scope["state"]["principal"]``); a request refused
 before that (no or unknown token, 401) has no principal and makes no row, so unauthenticated
 noise cannot fill the log. The row is written before the answer's last byte is sent: a client
@@ -107,6 +108,7 @@ class AuditMiddleware:
         action = getattr(endpoint, "__name__", None) or str(scope.get("path", ""))
         if not audited(who, action, str(scope.get("method", "")), status):
             return
+        client = scope.get("client")
         write = partial(
             self.plane.audit.record,
             who,
@@ -114,6 +116,7 @@ class AuditMiddleware:
             _target(scope, state),
             status,
             audit_reason(status, body),
+            source=str(client[0]) if client else None,
         )
         try:
             await anyio.to_thread.run_sync(write)

@@ -6,7 +6,8 @@ that declares a ``Content-Length`` over the limit is answered 413 before a byte 
 read, and one that streams (chunked, no length) is answered 413 as soon as the bytes received
 pass the limit; the connection is then closed rather than drained. Both happen before
 authentication, since no route has run. Routes that need more (an agent's log upload) name a
-larger limit by method and path.
+larger limit by method and path. The Kubernetes extender's verbs sit behind the same middleware
+with a limit of their own (``k8s/extender_http.py``).
 """
 
 from __future__ import annotations
@@ -49,13 +50,24 @@ LOG_UPLOAD = RouteLimit(
 )  # an agent ships a replica's output in chunks of up to MAX_LOG_CHUNK, whatever --max-body is
 
 
-class BodyLimit:
-    """Refuse request bodies over ``max_bytes`` (413), counting what arrives, not what is said."""
+SERVER_SETTING = "xpupool up --max-body"
 
-    def __init__(self, app: ASGIApp, max_bytes: int, routes: Sequence[RouteLimit] = ()) -> None:
+
+class BodyLimit:
+    """Refuse request bodies over ``max_bytes`` (413), counting what arrives, not what is said.
+    ``setting`` names where the limit comes from, in the refusal's reason."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        routes: Sequence[RouteLimit] = (),
+        setting: str = SERVER_SETTING,
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.routes = tuple(routes)
+        self.setting = setting
 
     def limit_for(self, method: str, path: str) -> int:
         for route in self.routes:
@@ -70,7 +82,7 @@ class BodyLimit:
         limit = self.limit_for(scope["method"], scope["path"])
         declared = _content_length(scope)
         if declared is not None and declared > limit:
-            await _refuse(send, limit, declared)
+            await _refuse(send, limit, declared, self.setting)
             return
         received = 0
         refused = False
@@ -86,7 +98,7 @@ class BodyLimit:
                 if received > limit:
                     refused = True
                     if not started:
-                        await _refuse(send, limit, None)
+                        await _refuse(send, limit, None, self.setting)
                     return {"type": "http.disconnect"}  # the app stops reading; we answered
             return message
 
@@ -111,9 +123,9 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-async def _refuse(send: Send, limit: int, declared: int | None) -> None:
+async def _refuse(send: Send, limit: int, declared: int | None, setting: str) -> None:
     """413 with an error body, and ``Connection: close``: the rest of the body is not read."""
-    reason = f"the request body is over the limit of {limit} bytes (xpupool up --max-body)"
+    reason = f"the request body is over the limit of {limit} bytes ({setting})"
     body = json.dumps({"field": "body", "value": declared, "reason": reason}).encode()
     await send(
         {

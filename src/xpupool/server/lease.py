@@ -6,8 +6,12 @@ that heartbeat was sent) + ``lease_s``: the server saw it at or after that time,
 outlives what the server believes. When a node falls silent, its replicas' supervisors stop them
 at the lease's end (SIGTERM, SIGKILL ``grace_s`` later). The server therefore frees a silent
 node's jobs only ``requeue_after_s`` = lease + grace + a margin after the last heartbeat it saw:
-by then the old copy is surely dead, and a job never runs twice at once. Durations only: the
-agent's and the server's clocks need not agree.
+by then the old copy is surely dead, and a job never runs twice at once. Durations only, each
+timed on its own side's monotonic clock: the agent's lease from when it sent the heartbeat
+(CLOCK_MONOTONIC, which its supervisors share on the same host), the server's silence from when
+it received the last one (``ControlPlane.monotonic``; after a restart, from the restart). No
+decision subtracts wall-clock times, which a step (NTP, ``date -s``) moves, or compares one
+machine's time with another's: the two clocks need not agree.
 """
 
 from __future__ import annotations

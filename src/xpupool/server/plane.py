@@ -40,7 +40,7 @@ from xpupool.model.request import Request
 from xpupool.model.request_model import request_from_dict
 from xpupool.server import job_lifecycle as lc
 from xpupool.server import schemas as s
-from xpupool.server.audit import AuditLog
+from xpupool.server.audit import AuditKeep, AuditLog
 from xpupool.server.auth import AGENT_ROLES, Principal
 from xpupool.server.consistency import Problem, problem_for, settle
 from xpupool.server.drain import draining, plan
@@ -76,7 +76,13 @@ SEED_JOBS = 2000  # the last jobs a restarted engine learns its workload from (_
 
 @dataclass
 class NodeRecord:
-    """A node as the plane knows it; ``node`` is what the engine schedules on."""
+    """A node as the plane knows it; ``node`` is what the engine schedules on.
+
+    Two times say when it was last heard from: ``last_heartbeat`` (Unix time, stored and shown to
+    people) and ``heard_at`` (the plane's ``monotonic`` seconds: what liveness counts from,
+    never stored). Liveness never subtracts wall-clock times: a step of the wall clock (NTP,
+    ``date -s``) must neither make a heartbeating node lost, and run its jobs a second time
+    elsewhere, nor keep a dead one ready (issue 43, item 9)."""
 
     node: Node
     source: str
@@ -87,9 +93,15 @@ class NodeRecord:
     os: str
     registered_at: float
     last_heartbeat: float | None = None
+    heard_at: float | None = None  # monotonic; None: never heard from (silent for ever)
     target: Node | None = None  # registered, waiting for allocations on ``node`` to end (a drain)
     # Unix time the admin asked to delete it once nothing is held there (cordoned meanwhile)
     deleting_since: float | None = None
+
+    def heard(self, wall: float, monotonic: float) -> None:
+        """A heartbeat (or a registration) arrived at ``wall`` Unix time, ``monotonic`` on the
+        plane's monotonic clock."""
+        self.last_heartbeat, self.heard_at = wall, monotonic
 
     @property
     def draining(self) -> frozenset[str]:
@@ -211,10 +223,12 @@ class ControlPlane:
         lost_after_s: float = 30.0,
         lease_s: float | None = None,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
         max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
         logs_dir: Path | None = None,
         log_reserve_bytes: int = DEFAULT_LOG_RESERVE_BYTES,
         retention: Retention | None = None,
+        audit_keep: AuditKeep | None = None,
         history_interval_s: float = DEFAULT_HISTORY_INTERVAL_S,
         image_catalog: ImageCatalog | None = None,
         ownership: StoreOwnership | None = None,
@@ -237,7 +251,10 @@ class ControlPlane:
         self.heartbeat_s = heartbeat_s
         self.lost_after_s = lost_after_s
         self.lease = Lease.for_settings(heartbeat_s, lost_after_s, lease_s)
-        self.clock = clock
+        self.clock = clock  # Unix time: what is stored and shown
+        # what durations are timed with (node liveness, the lease of a silent node's replicas):
+        # a step of the wall clock moves ``clock``, never this
+        self.monotonic = monotonic
         self.lock = threading.RLock()
         # threads in write() waiting for ``lock``: a scheduling pass lets them in between its
         # batches (the lock is not fair: a thread that lets it go may take it again at once)
@@ -252,7 +269,7 @@ class ControlPlane:
         # registration, a rebuild or a restart (issue 43, item 3)
         self.allocation_ids = AllocationIds()
         self.principals: dict[str, Principal] = {}  # token hash -> principal, live tokens only
-        self.audit = AuditLog(self.db, self.write, clock)
+        self.audit = AuditLog(self.db, self.write, clock, audit_keep)  # rows kept per kind
         self.retention = retention or Retention()  # finished jobs kept (services/job_limits.py)
         if not history_interval_s > 0:
             raise RequestError("--history-interval", history_interval_s, "must be above 0 s")
@@ -404,8 +421,9 @@ class ControlPlane:
             arch=row["arch"],
             os=row["os"],
             registered_at=row["registered_at"],
-            # a restart is not the agents' fault: every node gets a fresh grace period
-            last_heartbeat=None if row["last_heartbeat"] is None else self.clock(),
+            last_heartbeat=row["last_heartbeat"],
+            # a restart is not the agents' fault: liveness counts from the restart, a full grace
+            heard_at=None if row["last_heartbeat"] is None else self.monotonic(),
             target=target,
             deleting_since=row["deleting_since"],
         )
@@ -429,8 +447,8 @@ class ControlPlane:
             raise
         for name, rec in self.nodes.items():
             was = old_nodes.get(name)
-            if was is not None and rec.last_heartbeat is not None:
-                rec.last_heartbeat = was.last_heartbeat
+            if was is not None and rec.heard_at is not None:
+                rec.last_heartbeat, rec.heard_at = was.last_heartbeat, was.heard_at
         for job_id, job in self.held.items():
             before = old_held.get(job_id)
             if before is not None:
@@ -710,10 +728,10 @@ class ControlPlane:
             except (OperationalError, OSError) as exc:
                 self.health.fail(store_failure(exc))
                 return False
-            now = self.clock()
+            now = self.monotonic()
             for rec in self.nodes.values():
-                if rec.last_heartbeat is not None:
-                    rec.last_heartbeat = now
+                if rec.heard_at is not None:
+                    rec.heard_at = now
             self.health.recover()
             self.bump()
             return True

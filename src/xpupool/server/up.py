@@ -24,6 +24,7 @@ from xpupool.disk_reserve import DEFAULT_LOG_RESERVE
 from xpupool.engine.profile import DEFAULT_PROFILE, Profile
 from xpupool.log_setup import configure_logging
 from xpupool.server.admin_token import admin_token_path
+from xpupool.server.audit import AuditKeep
 from xpupool.server.body_limit import DEFAULT_MAX_BODY
 from xpupool.server.front.plane_side import SubmitChannel
 from xpupool.server.front.workers import HttpWorkers, PlaneSockets, listen
@@ -65,6 +66,9 @@ class UpConfig:
     retention: Retention = field(
         default_factory=Retention
     )  # finished jobs kept: --retain-jobs, --retain-count
+    audit_keep: AuditKeep = field(
+        default_factory=AuditKeep
+    )  # audit rows kept per kind: --audit-keep, --audit-keep-refused (server/audit.py)
     history_interval_s: float = DEFAULT_HISTORY_INTERVAL_S  # --history-interval (history.py)
     catalog: OperatorCatalog | None = None  # --catalog FILE, parsed and checked by the CLI
     verbose: bool = False  # -v: every request and unread device field (log_setup.py)
@@ -108,6 +112,7 @@ def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPla
             logs_dir=logs_root(cfg) / "logs",
             log_reserve_bytes=parse_memory_mib("--log-reserve", cfg.log_reserve) << 20,
             retention=cfg.retention,
+            audit_keep=cfg.audit_keep,
             history_interval_s=cfg.history_interval_s,
             image_catalog=(
                 None

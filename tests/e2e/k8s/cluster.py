@@ -156,18 +156,23 @@ class Extender:
     http_timeout: str = "5s"
     ignorable: bool = False
     managed_resources: tuple[str, ...] = ("nvidia.com/gpu",)
+    tls_config: dict[str, str] | None = None  # ExtenderTLSConfig (certFile, keyFile, caFile)
 
     def to_config(self) -> dict[str, object]:
-        verbs = {} if self.preempt_verb is None else {"preemptVerb": self.preempt_verb}
+        verbs: dict[str, object] = {}
+        if self.preempt_verb is not None:
+            verbs["preemptVerb"] = self.preempt_verb
         if self.prioritize_verb is not None:
             verbs["prioritizeVerb"] = self.prioritize_verb
+        if self.tls_config is not None:
+            verbs["tlsConfig"] = self.tls_config
         return {
             **verbs,
             "urlPrefix": self.url_prefix,
             "filterVerb": self.filter_verb,
             "bindVerb": self.bind_verb,
             "weight": self.weight,
-            "enableHTTPS": False,
+            "enableHTTPS": self.tls_config is not None,
             "nodeCacheCapable": True,
             "httpTimeout": self.http_timeout,
             "ignorable": self.ignorable,
@@ -512,7 +517,11 @@ class ExtenderProcess:
 
     ``node_lock`` is ``--hami-node-lock``: off unless a test says otherwise, because nothing here
     runs HAMi's device plugin, which is what releases HAMi's node lock after each bind; the tests
-    of the lock (and benchmarks that run a stand-in of the device plugin) pass ``auto``."""
+    of the lock (and benchmarks that run a stand-in of the device plugin) pass ``auto``.
+
+    ``client_tls`` (the CA that signed the extender's serving certificate, a client certificate
+    and its key): the extender serves HTTPS (``extra`` gives its ``--tls-*`` options) and the
+    readiness checks present that certificate."""
 
     def __init__(
         self,
@@ -523,15 +532,27 @@ class ExtenderProcess:
         *,
         policy: str | None = None,
         node_lock: str = "off",
+        client_tls: tuple[Path, Path, Path] | None = None,
     ) -> None:
         self.kubeconfig, self.port, self.log, self.policy = kubeconfig, port, log, policy
         self.extra = (*extra, "--hami-node-lock", node_lock)  # more command-line arguments
         self.metrics_port = free_port()
+        self.client_tls = client_tls
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "http" if self.client_tls is None else "https"
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    def client(self) -> httpx.Client:
+        """An httpx client for the verbs' port (with ``client_tls``'s CA and certificate)."""
+        if self.client_tls is None:
+            return httpx.Client(timeout=1)
+        from tls_certs import Pair, client_context
+
+        ca, cert, key = self.client_tls
+        return httpx.Client(timeout=1, verify=client_context(ca, Pair(cert, key)))
 
     def start(self, timeout_s: float = 120.0, wait_ready: bool = True) -> ExtenderProcess:
         """Start it; return once it is ready (``wait_ready``) or at least answers /healthz (a
@@ -557,10 +578,12 @@ class ExtenderProcess:
         raise K8sStartError(f"extender not ready in {timeout_s:.0f} s:\n{log_tail(self.log)}")
 
     def ready(self) -> bool:
-        return httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200
+        with self.client() as client:
+            return client.get(f"{self.url}/readyz").status_code == 200
 
     def healthy(self) -> bool:
-        return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
+        with self.client() as client:
+            return client.get(f"{self.url}/healthz").status_code == 200
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -670,17 +693,20 @@ def extender_stack(
     extra: tuple[str, ...] = (),
     prepare: Callable[[K8sCluster], None] | None = None,
     node_lock: str = "off",
+    client_tls: tuple[Path, Path, Path] | None = None,
 ) -> Iterator[tuple[K8sCluster, ExtenderProcess]]:
     """A control plane whose kube-scheduler calls ``extender`` (served on 127.0.0.1:``port``),
-    and ``xpupool k8s extender`` serving it (``extra`` arguments, ``node_lock`` as
-    :class:`ExtenderProcess`), started after ``prepare`` (CRDs the extender reads) ran; both torn
-    down on leaving."""
+    and ``xpupool k8s extender`` serving it (``extra`` arguments, ``node_lock`` and
+    ``client_tls`` as :class:`ExtenderProcess`), started after ``prepare`` (CRDs the extender
+    reads) ran; both torn down on leaving."""
     require_binaries(BINARIES)
     with K8sCluster(extender=extender) as kc:
         if prepare is not None:
             prepare(kc)
         log = log_dir / "extender.log"
-        proc = ExtenderProcess(kc.kubeconfig, port, log, extra, node_lock=node_lock).start()
+        proc = ExtenderProcess(
+            kc.kubeconfig, port, log, extra, node_lock=node_lock, client_tls=client_tls
+        ).start()
         try:
             yield kc, proc
         finally:

@@ -116,8 +116,13 @@ def test_cuda_elsewhere_is_unsupported(table: CompatTable, vendor: str) -> None:
         ("cuda>=12.4", "12.6", OK),
         ("cuda>=12.6", "12.4", OLD),
         ("cuda==12.1", "12.4", OK),  # a 12.4 driver serves 12.1
-        ("cuda==12.4.1", "12.4", OLD),
-        ("cuda>12.4", "12.4", OLD),
+        # The report is the driver API's major.minor (cuDriverGetVersion 12040, nvidia-smi's
+        # "CUDA Version: 12.4"): it serves every 12.4.x toolkit, updates included.
+        ("cuda==12.4.1", "12.4", OK),
+        ("cuda>=12.4.1", "12.4", OK),
+        ("cuda>12.4", "12.4", OK),
+        ("cuda>=12.5", "12.4", OLD),
+        ("cuda>=12.4.1", "12.4.0", OLD),  # a report with a patch level is read as it says
         ("cuda<=11.0", "12.4", OK),
     ],
 )

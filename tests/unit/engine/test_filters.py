@@ -175,5 +175,27 @@ def test_unschedulable_message_reads_like_kube() -> None:
     engine = engine_for(gpu_node("a"), gpu_node("b", model=T4, memory_mib=15360), cpu_node("c"))
     failure = engine.explain(devices(1, models=("H100",)))
     assert failure is not None
-    assert failure.message == "0/3 nodes fit: 2 model not allowed, 1 too few devices"
+    assert failure.message == "0/3 nodes fit: 3 model not allowed"  # a CPU node has no H100
     assert not failure.preemption_may_help
+
+
+def test_each_node_is_blamed_on_the_first_check_it_fails_kind_count_health() -> None:
+    """A node without a single card of the kind asked reads "model not allowed" whatever its
+    card count or health; "too few devices" is for nodes with the kind but not enough of it,
+    "unhealthy" for nodes with enough of it but not usable (issue 42: 13 nodes without an H100
+    were once split over "too few devices" and "unhealthy or cordoned")."""
+    h100 = "NVIDIA H100 80GB HBM3"
+    engine = engine_for(
+        gpu_node("a1", count=1),
+        gpu_node("a1-sick", count=1, healthy=False),
+        gpu_node("a8"),
+        gpu_node("t4", model=T4, memory_mib=15360, count=1),
+        cpu_node("cpu"),
+        gpu_node("h1", model=h100, count=1),
+        gpu_node("h2-sick", model=h100, count=2, healthy=False),
+    )
+    assert reasons_of(engine, devices(2, models=("H100",))) == {
+        (Reason.MODEL_NOT_ALLOWED, ""): 5,
+        (Reason.TOO_FEW_DEVICES, ""): 1,
+        (Reason.DEVICE_UNHEALTHY, ""): 1,
+    }

@@ -123,3 +123,29 @@ def test_an_answer_is_kept_per_request_until_nodes_are_added() -> None:
     state.add_node(big)
     assert verdicts.never_fits(too_big) is None  # a card of 200Gi joined
     assert len(verdicts._answers) == 1
+
+
+def test_an_image_job_whose_cards_sit_only_on_nodes_without_a_runtime_never_fits() -> None:
+    """The runtime is a static property of a node like its cards: an A100 image job in a pool
+    whose only runtime is on the T4 node can never start (issue 42: it was accepted and waited
+    for ever, '15 no container runtime')."""
+    nodes = [
+        gpu_node("a", count=8),  # A100, no runtime
+        replace(gpu_node("t", model=T4, memory_mib=15360, count=4), container_runtime="podman"),
+    ]
+    verdicts = Verdicts(ClusterState(nodes))
+    image_job = replace(ask("A100"), container=True)
+    miss = verdicts.never_fits(image_job)
+    assert miss is not None
+    assert miss.field == "image"
+    assert "no node with NVIDIA A100-SXM4-80GB cards has a container runtime" in miss.reason
+    assert "t (Tesla T4)" in miss.reason  # where the runtimes are
+    assert verdicts.never_fits(replace(ask("A100"), container=False)) is None  # a command fits
+    assert verdicts.never_fits(replace(ask("T4"), container=True)) is None
+
+
+def test_an_image_job_in_a_pool_without_any_runtime_names_the_runtime() -> None:
+    verdicts = Verdicts(ClusterState([gpu_node("a", count=8)]))
+    miss = verdicts.never_fits(replace(ask("A100"), container=True))
+    assert miss is not None
+    assert (miss.field, miss.reason) == ("image", "no node of the pool has a container runtime")

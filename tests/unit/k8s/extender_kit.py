@@ -1,16 +1,37 @@
-"""What the extender's in-process tests share: a Kubernetes API that accepts annotations and
-binds without a server, a decoder for views fed by hand, and a pod asking one card's memory."""
+"""What the extender's in-process tests share: a Kubernetes API that holds pods and accepts
+annotations and binds without a server, a decoder for views fed by hand, and a pod asking one
+card's memory."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
+from xpupool.k8s.extender import BindError
 
-class QuietApi:
-    """Annotates and binds without an apiserver; filter keeps the pod, so none is read."""
+
+class ApiPods:
+    """The pods an apiserver holds, by namespace and name: bind reads its pod from the API
+    (never from a filter body), so a test adds the pods it binds."""
+
+    def __init__(self, *pods: dict[str, Any]) -> None:
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.add(*pods)
+
+    def add(self, *pods: dict[str, Any]) -> None:
+        for pod in pods:
+            meta = pod["metadata"]
+            self.pods[(meta.get("namespace", ""), meta["name"])] = copy.deepcopy(pod)
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        raise AssertionError("not used: filter kept the pod")
+        try:
+            return copy.deepcopy(self.pods[(namespace, name)])
+        except KeyError:
+            raise BindError(f"pod {namespace}/{name}: 404 NotFound") from None
+
+
+class QuietApi(ApiPods):
+    """Holds pods, annotates and binds without an apiserver."""
 
     def annotate_pod(self, *args: object) -> None:
         pass

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import hami_objects
+
 from xpupool.k8s.allocation_audit import audit_allocations
 
 REGISTER = "hami.io/node-nvidia-register"
@@ -104,3 +106,37 @@ def test_garbage_is_reported_not_raised() -> None:
     assert len(report.unreadable) == 2
     assert any("n2" in u and REGISTER in u for u in report.unreadable)
     assert any("default/a" in u and "usedmem" in u for u in report.unreadable)
+
+
+def test_init_containers_are_charged_as_hami_charges_them() -> None:
+    """Issue 56: a pod whose init container and app share a card holds the larger of the two
+    there, one task; the audit summed them and reported double allocations on a cluster only
+    HAMi scheduled (seen failing first: memory 100000 > 81920 on the init pod's card)."""
+    init = [hami_objects.container("init", gpu="1", gpumem="60000")]
+    app = [hami_objects.container("main", gpu="1", gpumem="20000")]
+    card = "GPU-n-0"
+    pods = [
+        hami_objects.hami_pod("a", "n", init, app, [[(card, 60000, 30)], [(card, 20000, 30)]]),
+        pod("b", "n", (card, 20000, 70)),
+    ]
+    report = audit_allocations([hami_objects.hami_node("n", count=2)], pods)
+    assert (report.double_allocations, report.over) == (0, ())  # 60000 + 20000 MiB, 2 tasks
+    pods.append(pod("c", "n", (card, 1000, 0)))
+    (over,) = audit_allocations([hami_objects.hami_node("n", count=2)], pods).over  # 3 tasks
+    assert (over.resource, over.used, over.capacity) == ("count", 3, 2)
+    pods[-1] = pod("c", "n", (card, 30000, 0))  # a real double allocation is still caught
+    report = audit_allocations([hami_objects.hami_node("n", count=3)], pods)
+    assert [(o.resource, o.used) for o in report.over] == [("memory_mib", 110000)]
+
+
+def test_a_finished_init_container_holds_its_card_no_more() -> None:
+    init = [hami_objects.container("init", gpu="1", gpumem="70000")]
+    app = [hami_objects.container("main", gpu="1", gpumem="10000")]
+    grants = [[("GPU-n-1", 70000, 0)], [("GPU-n-0", 10000, 0)]]
+    other = pod("b", "n", ("GPU-n-1", 40000, 0))  # placed once the init container was done
+    nodes = [hami_objects.hami_node("n", cards=2)]
+    done = hami_objects.hami_pod("a", "n", init, app, grants, [hami_objects.DONE])
+    assert audit_allocations(nodes, [done, other]).over == ()
+    running = hami_objects.hami_pod("a", "n", init, app, grants, [hami_objects.RUNNING])
+    (over,) = audit_allocations(nodes, [running, other]).over
+    assert (over.uuid, over.resource, over.used) == ("GPU-n-1", "memory_mib", 110000)

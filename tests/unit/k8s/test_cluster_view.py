@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hami_objects import DONE, RUNNING, container, hami_node, hami_pod
 
 from xpupool.k8s.cluster_view import (
     CardShare,
@@ -15,6 +16,7 @@ from xpupool.k8s.cluster_view import (
     PodDevices,
     PodRecord,
 )
+from xpupool.k8s.decoders import decode_node, decode_pod_devices
 from xpupool.k8s.watch import Event, EventType
 from xpupool.model import DeviceRequest, Request
 from xpupool.model.device import Node
@@ -262,3 +264,61 @@ def test_allocation_ids_never_repeat_across_the_views_engines() -> None:
         view.reserve("p3", engine.place(one_gpu(8 * GIB)).allocations)
     ids = [a.id for allocs in view.charges().values() for a in allocs]
     assert len(ids) == len(set(ids)) == 3
+
+
+# ---------------------------------------------------------------------- init containers (issue 56)
+def hami_view(*nodes: dict[str, Any]) -> ClusterView:
+    """A view with the extender's own decoders, fed Node and Pod objects as the watch delivers."""
+    view = ClusterView(decode_node, decode_pod_devices, profile="binpack")
+    for obj in nodes:
+        view.on_node(Event(EventType.ADDED, obj["metadata"]["name"], "u", view.node_record(obj)))
+    return view
+
+
+def feed(view: ClusterView, kind: EventType, obj: dict[str, Any]) -> None:
+    meta = obj["metadata"]
+    key = f"{meta['namespace']}/{meta['name']}"
+    view.on_pod(Event(kind, key, meta["uid"], view.pod_record(obj)))
+
+
+def test_a_hami_bound_init_container_pod_holds_the_larger_share_not_the_sum() -> None:
+    """HAMi bound init 60000 MiB and app 40000 MiB to one 80 GB card (each fits alone). The view
+    summed them, found 100000 MiB over the card and left the pod's whole charge out: the card
+    looked free, running app container included (seen failing first: 81920 MiB free)."""
+    view = hami_view(hami_node("n", cards=1))
+    init, app = (
+        container("init", gpu="1", gpumem="60000"),
+        container("main", gpu="1", gpumem="40000"),
+    )
+    grants = [[("GPU-n-0", 60000, 0)], [("GPU-n-0", 40000, 0)]]
+    pod = hami_pod("p", "n", init=[init], app=[app], grants=grants, init_states=[RUNNING])
+    feed(view, EventType.ADDED, pod)
+    assert free_mib(view, "GPU-n-0") == 81920 - 60000
+    with view.engine_locked() as engine:
+        assert int(engine.state.dev_task_free.reshape(-1)[0]) == 10 - 1  # one task, as HAMi
+    # the init container succeeded: its card is no longer the pod's beyond the app's share
+    done = hami_pod("p", "n", init=[init], app=[app], grants=grants, init_states=[DONE])
+    feed(view, EventType.MODIFIED, done)
+    assert free_mib(view, "GPU-n-0") == 81920 - 40000
+    view.on_node(node_event(EventType.ADDED, gpu_node("other", count=1)))  # any rebuild
+    assert free_mib(view, "GPU-n-0") == 81920 - 40000
+
+
+def test_init_container_pods_rebuild_whatever_the_order() -> None:
+    """xpupool -> HAMi -> xpupool: pods whose init container and app share a card, next to plain
+    pods, are all charged in any order of events (before, which pod lost its charge depended on
+    the order)."""
+    init, app = (
+        container("init", gpu="1", gpumem="50000"),
+        container("main", gpu="1", gpumem="30000"),
+    )
+    pods = [
+        hami_pod("a-plain", "n", app=[app], grants=[[("GPU-n-0", 30000, 0)]]),
+        hami_pod("b-init", "n", [init], [app], [[("GPU-n-1", 50000, 0)], [("GPU-n-1", 30000, 0)]]),
+        hami_pod("c-init", "n", [init], [app], [[("GPU-n-0", 50000, 0)], [("GPU-n-0", 30000, 0)]]),
+    ]
+    for order in (pods, pods[::-1]):
+        view = hami_view(hami_node("n", cards=2))
+        for obj in order:
+            feed(view, EventType.ADDED, obj)
+        assert (free_mib(view, "GPU-n-0"), free_mib(view, "GPU-n-1")) == (1920, 31920)

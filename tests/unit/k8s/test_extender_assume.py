@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from extender_kit import ApiPods
+
 from xpupool.k8s.cluster_view import ClusterView, NodeRecord, PodRecord
 from xpupool.k8s.extender import ASSUME_S, Extender
 from xpupool.k8s.extender_wire import ExtenderArgs, ExtenderBindingArgs
@@ -28,14 +30,12 @@ class Clock:
         return self.now
 
 
-class RecordingApi:
-    """Annotates and binds without an apiserver; records the binds."""
+class RecordingApi(ApiPods):
+    """Holds pods, annotates and binds without an apiserver; records the binds."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.bound: list[tuple[str, str]] = []
-
-    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        raise AssertionError("not used: filter kept the pod")
 
     def annotate_pod(self, *args: object) -> None:
         pass
@@ -70,7 +70,8 @@ def filter_(ext: Extender, p: dict[str, Any]) -> list[str]:
     return list(result.node_names or [])
 
 
-def bind(ext: Extender, p: dict[str, Any], node: str) -> str:
+def bind(ext: Extender, api: RecordingApi, p: dict[str, Any], node: str) -> str:
+    api.add(p)  # the pod as the apiserver holds it: bind reads it there
     meta = p["metadata"]
     args = ExtenderBindingArgs(
         PodName=meta["name"], PodNamespace=meta["namespace"], PodUID=meta["uid"], Node=node
@@ -89,19 +90,19 @@ def test_the_next_filter_before_a_bind_is_not_answered_the_same_cards() -> None:
     big, small = pod("big", 4), pod("small", 3)
     assert filter_(ext, big) == ["four"]
     assert filter_(ext, small) == ["three"]  # was "four": big's bind had not come yet
-    assert bind(ext, small, "three") == ""
-    assert bind(ext, big, "four") == ""  # failed before: small held 3 of its cards
+    assert bind(ext, api, small, "three") == ""
+    assert bind(ext, api, big, "four") == ""  # failed before: small held 3 of its cards
     assert sorted(api.bound) == [("big", "four"), ("small", "three")]
     assert free_cards(view) == 0
 
 
 def test_the_bind_takes_the_cards_the_filter_held() -> None:
-    view, ext, _, _ = setup()
+    view, ext, api, _ = setup()
     small = pod("small", 3)
     (node,) = filter_(ext, small)
     held = view.reservation("uid-small")
     assert held is not None and free_cards(view) == 4
-    assert bind(ext, small, node) == ""
+    assert bind(ext, api, small, node) == ""
     assert view.reservation("uid-small") == held  # the same shares, placed once
     assert free_cards(view) == 4
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from extender_kit import gpumem_pod, no_decoder
+from extender_kit import ApiPods, gpumem_pod, no_decoder
 
 from xpupool.k8s.cluster_view import ClusterView, NodeRecord
 from xpupool.k8s.extender import BindError, Extender
@@ -21,20 +21,18 @@ from factories import gpu_node
 T0 = datetime(2026, 11, 27, 5, 10, 45, tzinfo=UTC)
 
 
-class Cluster:
+class Cluster(ApiPods):
     """Pods and Nodes without an apiserver, logging every write in order; the Node carries HAMi's
     registration annotation unless told otherwise."""
 
     def __init__(self, hami: bool = True) -> None:
+        super().__init__()
         self.node_annotations: dict[str, str] = (
             {"hami.io/node-nvidia-register": "[]"} if hami else {}
         )
         self.version = 1
         self.writes: list[tuple[str, str]] = []
         self.refuse_binding = False
-
-    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        raise AssertionError("not used: filter kept the pod")
 
     def annotate_pod(self, namespace: str, name: str, *args: object) -> None:
         self.writes.append(("annotate", name))
@@ -87,7 +85,8 @@ def setup(api: Cluster, wait_s: float = 2.0) -> tuple[ClusterView, Extender, Clo
     return view, ext, clock
 
 
-def bind(ext: Extender, pod: dict[str, Any]) -> str:
+def bind(ext: Extender, api: Cluster, pod: dict[str, Any]) -> str:
+    api.add(pod)  # the pod as the apiserver holds it: bind reads it there
     assert ext.filter(ExtenderArgs(Pod=pod, NodeNames=["a100"])).node_names == ["a100"]
     meta = pod["metadata"]
     args = ExtenderBindingArgs(
@@ -99,7 +98,7 @@ def bind(ext: Extender, pod: dict[str, Any]) -> str:
 def test_the_lock_is_taken_before_the_annotations_and_the_binding_and_left_for_the_plugin() -> None:
     api = Cluster()
     _, ext, _ = setup(api)
-    assert bind(ext, gpumem_pod("p1", 8000)) == ""
+    assert bind(ext, api, gpumem_pod("p1", 8000)) == ""
     assert api.writes == [("lock", encode_lock(T0, "ns", "p1")), ("annotate", "p1"), ("bind", "p1")]
     assert api.node_annotations[LOCK_KEY] == "2026-11-27T05:10:45Z,ns,p1"
 
@@ -107,7 +106,7 @@ def test_the_lock_is_taken_before_the_annotations_and_the_binding_and_left_for_t
 def test_a_node_without_hamis_device_plugin_is_not_locked() -> None:
     api = Cluster(hami=False)
     _, ext, _ = setup(api)
-    assert bind(ext, gpumem_pod("p1", 8000)) == ""
+    assert bind(ext, api, gpumem_pod("p1", 8000)) == ""
     assert api.writes == [("annotate", "p1"), ("bind", "p1")]
 
 
@@ -115,7 +114,7 @@ def test_a_refused_binding_releases_the_lock_and_the_shares() -> None:
     api = Cluster()
     view, ext, _ = setup(api)
     api.refuse_binding = True
-    error = bind(ext, gpumem_pod("p1", 8000))
+    error = bind(ext, api, gpumem_pod("p1", 8000))
     assert "bind to a100 failed" in error
     assert LOCK_KEY not in api.node_annotations
     assert api.writes[-1] == ("unlock", LOCK_KEY)
@@ -127,7 +126,7 @@ def test_a_node_locked_by_another_pod_for_the_whole_wait_is_refused_writing_noth
     held = encode_lock(T0, "ns", "first")
     api.node_annotations[LOCK_KEY] = held
     view, ext, clock = setup(api, wait_s=2.0)
-    error = bind(ext, gpumem_pod("p2", 8000))
+    error = bind(ext, api, gpumem_pod("p2", 8000))
     assert "locked by HAMi's node lock" in error
     assert api.writes == []
     assert api.node_annotations[LOCK_KEY] == held

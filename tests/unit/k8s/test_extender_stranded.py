@@ -35,7 +35,8 @@ def test_the_extender_reports_each_nodes_stranded_capacity_once_it_has_learned_a
     for name in ("a", "b"):
         node = gpu_node(name, count=1, memory_mib=CARD_MIB, group_size=0)
         view.on_node(Event(EventType.ADDED, name, f"uid-{name}", NodeRecord(node, True)))
-    ext = Extender(view, QuietApi(), lambda node, demand, allocs: {})
+    api = QuietApi()
+    ext = Extender(view, api, lambda node, demand, allocs: {})
     registry = CollectorRegistry()
     metrics = ExtenderMetrics(registry)
     create_app(ext, lambda timeout: True, metrics)
@@ -43,6 +44,7 @@ def test_the_extender_reports_each_nodes_stranded_capacity_once_it_has_learned_a
     assert gauges(registry, memory) == {}  # nothing learned yet: no workload to strand for
 
     big = gpumem_pod("big", 60000)
+    api.add(big)
     [node] = ext.filter(ExtenderArgs(Pod=big, NodeNames=["a", "b"])).node_names or []
     meta = big["metadata"]
     bound = ext.bind(

@@ -64,15 +64,26 @@ def passes_on_a_loop(plane: ControlPlane, until: Callable[[], bool]) -> None:
 
 
 class FakeClock:
-    """Seconds since the epoch, moved only by ``advance``; starts at a round number."""
+    """The plane's two clocks, moved by hand: the wall clock (``now``, seconds since the epoch,
+    from a round number: what is stored and shown) and the monotonic one (``mono``: what
+    liveness is timed with, ``ControlPlane(monotonic=...)``). ``advance`` moves both, as time
+    passing does; ``step`` moves the wall clock alone, as an NTP step or ``date -s`` does."""
 
     def __init__(self, start: float = 1_000_000.0) -> None:
         self.now = start
+        self.mono = 5_000.0  # monotonic time has no epoch: any start will do
 
     def __call__(self) -> float:
         return self.now
 
+    def monotonic(self) -> float:
+        return self.mono
+
     def advance(self, seconds: float) -> None:
+        self.now += seconds
+        self.mono += seconds
+
+    def step(self, seconds: float) -> None:
         self.now += seconds
 
 
@@ -104,7 +115,7 @@ def open_server(data: Path, clock: FakeClock, **kwargs: object) -> tuple[Control
     plane. ``kwargs`` go to :class:`ControlPlane`."""
     url = f"sqlite:///{data / 'state.db'}"
     open_pool(data, url, reinitialise=False)
-    plane = ControlPlane(url, data, clock=clock, **kwargs)  # type: ignore[arg-type]
+    plane = ControlPlane(url, data, clock=clock, monotonic=clock.monotonic, **kwargs)  # type: ignore[arg-type]
     return plane, tenants.ensure_admin_token(plane)
 
 
@@ -113,7 +124,7 @@ def reopen(srv: Server) -> Server:
     connections are closed first. Use the result's client in a ``with`` block, and dispose of
     its plane's database after it."""
     srv.plane.db.dispose()
-    plane = ControlPlane(srv.db_url, srv.data, clock=srv.clock)
+    plane = ControlPlane(srv.db_url, srv.data, clock=srv.clock, monotonic=srv.clock.monotonic)
     client = TestClient(create_app(plane, background=False))
     return Server(plane, client, srv.admin_token, srv.clock, srv.db_url, srv.data)
 

@@ -10,6 +10,7 @@ from server_kit import Server, node, node_body
 from xpupool.agent.inprocess import PlaneTransport
 from xpupool.model.errors import Forbidden
 from xpupool.server import schemas as s
+from xpupool.server.audit import AuditKeep
 from xpupool.server.audit_http import audited
 from xpupool.server.auth import Principal
 from xpupool.server.services import node_identity, tenants
@@ -149,12 +150,12 @@ def test_which_requests_make_an_audit_row() -> None:
 
 def test_the_audit_log_keeps_the_newest_rows(server: Server) -> None:
     log = server.plane.audit
-    log.keep = 10
+    log.keep = AuditKeep(admin=10)
     who = Principal(1, "admin", None)
     for i in range(1200):
         log.record(who, "test", f"row {i}", 200, "ok")
     rows = log.entries(None, 10_000)
-    assert len(rows) <= 10 + 500  # pruned every 500 rows to the newest `keep`
+    assert len(rows) == 10  # pruned at every tenth of `keep` to the newest `keep`
     assert rows[-1].target == "row 1199"
     assert log.entries(None, 3)[0].target == "row 1197"
 

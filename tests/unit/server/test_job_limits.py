@@ -17,7 +17,7 @@ from server_kit import (
 )
 
 from xpupool.server.retention import Retention
-from xpupool.server.services.job_limits import stop_overdue, sweep_finished
+from xpupool.server.services.job_limits import FinishedSweep, stop_overdue, sweep_finished
 
 
 def run_once(server: Server, job_id: int, code: int) -> None:
@@ -135,6 +135,57 @@ def test_retention_by_count_keeps_the_newest_finished_jobs(server: Server) -> No
         server.clock.advance(1)
     assert sweep_finished(server.plane, Retention(seconds=None, jobs=2)) == [ids[0]]
     assert [job(server, i)["state"] for i in ids[1:]] == ["succeeded", "succeeded"]
+
+
+def test_retention_by_count_counts_each_tenant_apart(server: Server) -> None:
+    """Issue 43, item 7: one tenant's churn (jobs submitted and cancelled) pushed another
+    tenant's finished jobs out of a global count. The count is per tenant: each tenant's own
+    oldest go, and another tenant's jobs and logs stay."""
+    node(server, "n1")
+    a, b = tenant(server, "a"), tenant(server, "b")
+    kept = []
+    for _ in range(2):
+        kept.append(submit(server, b, "A100")["id"])
+        run_once(server, kept[-1], 0)
+        server.plane.log_path(kept[-1], 0).parent.mkdir(parents=True, exist_ok=True)
+        server.plane.log_path(kept[-1], 0).write_text("b's output\n")
+        server.clock.advance(1)
+    churn = []
+    for _ in range(6):
+        churn.append(submit(server, a, "A100")["id"])
+        r = server.client.post(f"/v1/jobs/{churn[-1]}/cancel", headers=server.as_(a))
+        assert r.status_code == 200, r.text
+        server.clock.advance(1)
+    forgotten = sweep_finished(server.plane, Retention(seconds=None, jobs=3))
+    assert forgotten == churn[:3]  # a's oldest, down to its own 3
+    for j in kept:
+        assert job(server, j)["state"] == "succeeded"
+        assert server.plane.log_path(j, 0).read_text() == "b's output\n"
+    assert sweep_finished(server.plane, Retention(seconds=None, jobs=3)) == []
+
+
+def test_a_running_sweep_reads_what_changed_since_its_last_pass(server: Server) -> None:
+    """The watch thread's sweep counts again only the tenants with jobs finished since its last
+    pass (their final events), and looks at the age limit every tenth of it."""
+    node(server, "n1")
+    a, b = tenant(server, "a"), tenant(server, "b")
+    sweep = FinishedSweep(server.plane, Retention(seconds=3600, jobs=2))
+    done_b = submit(server, b, "A100")["id"]
+    run_once(server, done_b, 0)
+    assert sweep.sweep() == []
+    churn = []
+    for _ in range(4):
+        churn.append(submit(server, a, "A100")["id"])
+        server.client.post(f"/v1/jobs/{churn[-1]}/cancel", headers=server.as_(a))
+        server.clock.advance(1)
+    assert sweep.sweep() == churn[:2]
+    assert sweep.sweep() == []
+    server.clock.advance(3600 - 4 + 1)  # b's job is past the age limit; a's two are not
+    assert sweep.sweep() == [done_b]
+    server.clock.advance(3)
+    assert sweep.sweep() == []  # the age was looked at 3 s ago: next look after 360 s
+    server.clock.advance(360)
+    assert sweep.sweep() == churn[2:]
 
 
 def test_a_replica_its_agent_no_longer_reports_runs_again_as_the_next_attempt(

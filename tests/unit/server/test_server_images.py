@@ -52,13 +52,14 @@ def test_an_image_that_is_not_a_reference_is_422_and_stores_nothing(server: Serv
 
 def test_image_job_goes_only_to_a_node_with_a_runtime(server: Server) -> None:
     node(server, "plain")  # A100s, no runtime
-    node(server, "boxes", model=L20, memory_mib=46068, runtime="docker")
+    node(server, "boxes", count=1, model=L20, memory_mib=46068, runtime="docker")
     a = tenant(server, "a")
-    r = _post(server, a, {**IMAGE_JOB, "spec": "A100:1"})
-    assert r.status_code == 201, r.text
-    waiting = r.json()["id"]
+    r = _post(server, a, {**IMAGE_JOB, "spec": "A100:1"})  # the A100s can never run it
+    assert r.status_code == 422 and r.json()["field"] == "image", r.text
     r = _post(server, a, {**IMAGE_JOB, "spec": "L20:1"})
     placed = r.json()["id"]
+    r = _post(server, a, {**IMAGE_JOB, "spec": "L20:1"})  # the one L20 is taken: it waits
+    waiting = r.json()["id"]
     server.schedule()
     assert job(server, placed)["assignments"][0]["node"] == "boxes"
     pending = job(server, waiting)

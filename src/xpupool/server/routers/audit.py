@@ -20,6 +20,10 @@ def list_audit(
         float | None, Query(ge=0, le=1e11, description="Unix time, seconds; none = any.")
     ] = None,
     limit: Annotated[int, Query(ge=1, le=10_000, description="The newest this many.")] = 100,
+    kind: Annotated[
+        s.AuditKind | None, Query(description="Of this kind only; none = every.")
+    ] = None,
 ) -> list[s.AuditEntry]:
-    """The newest ``limit`` entries at or after ``since``, oldest first."""
-    return plane.audit.entries(since, limit)
+    """The newest ``limit`` entries whose last occurrence is at or after ``since``, oldest
+    first; a credential's refused requests come aggregated, with their ``count``."""
+    return plane.audit.entries(since, limit, kind)

@@ -1,7 +1,9 @@
 """The agent protocol: heartbeats carry metrics and replica reports; the reply says what to run
 and what to stop. The server decides, the agent acts and reports back; devices of a stopped job
 are freed only when the agent reports its processes gone. A node that misses heartbeats for
-``lost_after_s`` is marked lost: its jobs are requeued or marked lost, per the job's policy."""
+``lost_after_s`` is marked lost: its jobs are requeued or marked lost, per the job's policy.
+Silence is timed on the server's monotonic clock, from when it received each heartbeat: never
+a difference of wall-clock times, the agent's or its own (``NodeRecord.heard_at``)."""
 
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ def heartbeat(
         if rec is None:
             raise NotFound("node", body.node)
         _check_metrics(rec, body)
-        rec.last_heartbeat = now
+        rec.heard(now, plane.monotonic())
         conn.execute(update(t_nodes).where(t_nodes.c.name == body.node).values(last_heartbeat=now))
         if rec.status is s.NodeStatus.LOST:
             rec.status = s.NodeStatus.READY
@@ -81,7 +83,7 @@ def heartbeat_idle(plane: ControlPlane, nodes: list[str]) -> set[str]:
     their heartbeat says what to run or stop), unknown ones (answered 404 there) and lost ones
     (their heartbeat makes them ready again). Costs a dict update per node and one pass over
     the held allocations, not a heartbeat per node (issue 25)."""
-    now = plane.clock()
+    now, heard_at = plane.clock(), plane.monotonic()
     own: set[str] = set()
     with plane.write() as conn:
         seen = []
@@ -90,7 +92,7 @@ def heartbeat_idle(plane: ControlPlane, nodes: list[str]) -> set[str]:
             if rec is None or rec.status is s.NodeStatus.LOST:
                 own.add(name)
                 continue
-            rec.last_heartbeat = now
+            rec.heard(now, heard_at)
             seen.append(name)
         for k in range(0, len(seen), IDLE_CHUNK):
             chunk = seen[k : k + IDLE_CHUNK]
@@ -360,8 +362,9 @@ def mark_lost_nodes(plane: ControlPlane) -> list[str]:
     there), and deal with their jobs once the lease on their replicas has surely run out
     (``plane.lease.requeue_after_s`` of silence): requeue (the default) or fail with state
     'lost'. Until then the jobs keep their devices: the old copy may still be running. Returns
-    the nodes newly marked."""
-    now = plane.clock()
+    the nodes newly marked. Silence is monotonic time since the server last heard from the node
+    (or since it started): a step of the wall clock changes nothing here."""
+    now = plane.monotonic()
     lost: list[str] = []
     needed = plane.lease.requeue_after_s
     with plane.write() as conn:
@@ -369,7 +372,7 @@ def mark_lost_nodes(plane: ControlPlane) -> list[str]:
         for name, rec in plane.agent_node_records():
             if rec.source != "agent":
                 continue
-            silent = now - rec.last_heartbeat if rec.last_heartbeat is not None else float("inf")
+            silent = now - rec.heard_at if rec.heard_at is not None else float("inf")
             if rec.status is not s.NodeStatus.LOST:
                 if silent <= plane.lost_after_s:
                     continue

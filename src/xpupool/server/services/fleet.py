@@ -74,6 +74,7 @@ def register(
             body.os,
             rec.registered_at if rec is not None else now,
             now,
+            plane.monotonic(),
             target=step.target,
             deleting_since=rec.deleting_since if rec is not None else None,  # the admin's stands
         )

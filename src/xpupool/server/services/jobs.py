@@ -109,6 +109,7 @@ def _accept(plane: ControlPlane, me: Principal, body: s.JobIn) -> _Accepted:
             raise RequestError("tenant", body.tenant, "a tenant token submits only for itself")
         assert me.tenant is not None
         tenant = me.tenant
+    from_model = body.model is not None
     if body.model is not None:
         body = expand_model_job(plane, body)
     req = Request() if body.request is None else body.request.to_request()
@@ -117,7 +118,9 @@ def _accept(plane: ControlPlane, me: Principal, body: s.JobIn) -> _Accepted:
     container = body.image is not None
     name = body.name or req.name  # empty: job-<id>, known under the lock
     req = replace(req, name=name, queue=queue, priority=priority, container=container)
-    from_image = merge_image_needs(req, body.image, plane.image_catalog)
+    # A model job's software needs come from the runtime catalog, not from its user: the
+    # image's own needs then add to them (both hold) instead of giving way.
+    from_image = merge_image_needs(req, body.image, plane.image_catalog, keep_given=not from_model)
     return _Accepted(body, tenant, from_image.request, from_image)
 
 
@@ -137,11 +140,16 @@ def _check(plane: ControlPlane, conn: Connection, one: _Accepted) -> tuple[Reque
         check_names(plane.engine, req)
     except RequestError as exc:
         raise exc.under(body.request_field) from None
+    _check_what_to_run(body)
+    if req.container:  # first: its words tell the operator what to start
+        _check_runtime_somewhere(plane, body.image)
     waiting = "waiting for the scheduler"
     miss = plane.verdicts.never_fits(req)
     if miss is not None:
         if not spec.allow_unfittable:
             why = f"nothing in the pool can hold it, even empty: {miss.reason}"
+            if miss.field == "image":  # the runtime: a property of the job, not its request
+                raise RequestError("image", body.image, why)
             if from_image.changed and miss.field in _IMAGE_FIELDS:
                 raise RequestError("image", body.image, f"{why} ({from_image.events[-1]})")
             raise RequestError(miss.field, None, why).under(body.request_field)
@@ -158,9 +166,6 @@ def _check(plane: ControlPlane, conn: Connection, one: _Accepted) -> tuple[Reque
         priority_field=lambda: _priority_field(body),
         replicas=req.replicas,
     )
-    _check_what_to_run(body)
-    if req.container:
-        _check_runtime_somewhere(plane, body.image)
     return req, waiting
 
 

@@ -10,13 +10,15 @@ and its command with the model and parallelism filled in.
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 
+from xpupool.catalog.image_needs import merge_image_needs
 from xpupool.catalog.models import ModelCatalog, ModelSpec, load_models
 from xpupool.catalog.plan import PlanInput, PlanRow, PoolNode, plan
 from xpupool.engine.state import ClusterState
+from xpupool.engine.verdict import Miss
 from xpupool.model.errors import RequestError
 from xpupool.model.request_model import RequestModel
 from xpupool.server import schemas as s
@@ -95,10 +97,33 @@ def plan_rows(plane: ControlPlane, body: s.ModelIntent, at: str = "") -> list[s.
         state = plane.cluster_state
         pool, catalog = pool_nodes(state), state.catalog
     try:
-        rows = plan(request, catalog, models, pool)
+        rows = plan(request, catalog, models, pool, judge=lambda r: _judged(plane, models, r))
     except RequestError as exc:
         raise RequestError(f"{at}{exc.field}", exc.value, exc.reason) from None
     return [s.PlanRow.model_validate(asdict(r)) for r in rows]
+
+
+def _judged(plane: ControlPlane, models: ModelCatalog, row: PlanRow) -> PlanRow:
+    """``row`` with the verdict a submission of it would get: a row whose serving job no node
+    could ever run (a driver too old for the runtime's CUDA, no container runtime beside the
+    cards) does not fit, now or later, and says why."""
+    if not (row.feasible and row.in_pool and row.runtime):
+        return row
+    miss = _row_miss(plane, models, row)
+    if miss is None:
+        return row
+    return replace(row, fits_now=False, reason=miss.reason)
+
+
+def _row_miss(plane: ControlPlane, models: ModelCatalog, row: PlanRow) -> Miss | None:
+    """The engine's never-fits verdict on the serving job of ``row``, as submitted: an image job,
+    with the runtime catalog's software needs and its image's own (both hold)."""
+    assert row.runtime is not None
+    image = models.runtime(row.runtime).image
+    req = replace(_job_request(models, row).to_request(), container=True)
+    req = merge_image_needs(req, image, plane.image_catalog, keep_given=False).request
+    with plane.lock:
+        return plane.verdicts.never_fits(req)
 
 
 def expand_model_job(plane: ControlPlane, body: s.JobIn) -> s.JobIn:
@@ -119,7 +144,7 @@ def expand_model_job(plane: ControlPlane, body: s.JobIn) -> s.JobIn:
         state = plane.cluster_state
         pool, catalog = pool_nodes(state, containers_only=True), state.catalog
     try:
-        rows = plan(request, catalog, models, pool)
+        rows = plan(request, catalog, models, pool, judge=lambda r: _judged(plane, models, r))
         resolved = request.resolved()
     except RequestError as exc:
         raise RequestError(f"model.{exc.field}", exc.value, exc.reason) from None
@@ -128,8 +153,7 @@ def expand_model_job(plane: ControlPlane, body: s.JobIn) -> s.JobIn:
         if not (row.feasible and row.in_pool and row.runtime):
             continue
         candidate = _job_request(models, row)
-        with plane.lock:
-            miss = plane.verdicts.never_fits(candidate.to_request())
+        miss = _row_miss(plane, models, row)
         if miss is not None:
             misses.append(f"{row.device_model}: {miss.reason}")
             continue
@@ -154,6 +178,8 @@ def expand_model_job(plane: ControlPlane, body: s.JobIn) -> s.JobIn:
             }
         )
     served = [r.device_model for r in rows if r.in_pool and r.feasible and r.runtime]
+    if not served and not misses:
+        misses = _misses_off_runtime_nodes(plane, models, request)
     why = "; ".join(misses[:5]) if misses else "no card type of the pool has a runtime and room"
     if not served and not misses:
         why = (
@@ -161,6 +187,25 @@ def expand_model_job(plane: ControlPlane, body: s.JobIn) -> s.JobIn:
             "catalogued runtime (see POST /v1/plan)"
         )
     raise RequestError("model.name", intent.name, why)
+
+
+def _misses_off_runtime_nodes(
+    plane: ControlPlane, models: ModelCatalog, request: PlanInput
+) -> list[str]:
+    """When no card type on nodes with a container runtime can serve the model: why the card
+    types on the other nodes cannot (their verdict names the missing runtime, and where the
+    runtimes are), so the refusal names the constraint that failed, not "no card type"."""
+    with plane.lock:
+        everywhere = pool_nodes(plane.cluster_state)
+        catalog = plane.cluster_state.catalog
+    misses = []
+    for row in plan(request, catalog, models, everywhere):
+        if not (row.feasible and row.in_pool and row.runtime):
+            continue
+        miss = _row_miss(plane, models, row)
+        if miss is not None:
+            misses.append(f"{row.device_model}: {miss.reason}")
+    return misses
 
 
 def _job_request(models: ModelCatalog, row: PlanRow) -> RequestModel:

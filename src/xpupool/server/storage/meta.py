@@ -43,7 +43,11 @@ def connect(url: str) -> Engine:
     )
 
     metadata.create_all(engine)
-    add_missing_columns(engine)
+    added = add_missing_columns(engine)
+    add_missing_indexes(engine)
+    if "audit.kind" in added:
+        with engine.begin() as conn:
+            audit.classify_stored_rows(conn)
     return engine
 
 
@@ -81,3 +85,13 @@ def add_missing_columns(engine: Engine) -> list[str]:
                 )
                 added.append(f"{table.name}.{column.name}")
     return added
+
+
+def add_missing_indexes(engine: Engine) -> None:
+    """Create every index the metadata has and the stored tables lack (``create_all`` makes
+    the indexes of the tables it creates only), so that an index added to an existing table
+    reaches the databases of older releases too."""
+    with engine.begin() as conn:
+        for table in metadata.sorted_tables:
+            for index in table.indexes:
+                index.create(conn, checkfirst=True)
