@@ -18,6 +18,7 @@ import pytest
 from server_proc import ServerProc, until
 
 CLUSTER = Path(__file__).parents[1] / "fixtures" / "agent" / "cluster-sim.yaml"
+FINAL = ("succeeded", "failed", "cancelled", "lost")
 
 # Runs inside the sandbox (POSIX sh: the tenant's uid may not reach this checkout's Python).
 PROBE = r"""
@@ -91,3 +92,33 @@ def test_job_sees_only_its_own(sandboxed: tuple[ServerProc, httpx.Client]) -> No
     assert seen["server"] == "hidden" and seen["pid1_env"] == "0"
     assert not Path("/tmp/xpupool-sandbox-probe").exists()  # a private /tmp
     assert os.path.exists(srv.data / "admin-token")  # it is there, only not for the job
+
+
+TEMP = r"""
+echo x > /tmp/probe
+if [ -f "$TMPDIR/probe" ]; then echo "/tmp is TMPDIR"; fi
+head -c 209715200 /dev/zero > "$TMPDIR/big" || exit 3
+echo "wrote 200 MiB"
+"""
+
+
+def test_the_sandboxs_tmp_is_its_temp_dir_counted_against_its_memory(
+    sandboxed: tuple[ServerProc, httpx.Client],
+) -> None:
+    """Issue 43 item 12 in the sandbox: /tmp was a tmpfs of bwrap's and $TMPDIR a directory on
+    the disk that no limit counted (200 MiB written there under a 128 MiB limit). Both are now
+    the replica's one temp dir, a tmpfs counted against its memory limit."""
+    _, user = sandboxed
+    body = {"command": ["/bin/sh", "-c", TEMP], "spec": "910B:1 memory=128Mi"}
+    r = user.post("/v1/jobs", json=body)
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+    job = until(
+        lambda: (j := user.get(f"/v1/jobs/{job_id}").json())["state"] in FINAL and j,
+        "the job's end",
+        60,
+    )
+    logs = user.get(f"/v1/jobs/{job_id}/logs").text
+    assert "/tmp is TMPDIR" in logs, (job, logs)
+    assert job["state"] == "failed" and "wrote 200 MiB" not in logs, (job, logs)
+    assert "out of memory" in job["reason"] or "No space left" in logs, (job, logs)

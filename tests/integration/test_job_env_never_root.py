@@ -57,10 +57,11 @@ class Preload:
 @pytest.fixture
 def preload() -> Iterator[Preload]:
     """The library and its marker directory, where any uid can reach them (not under pytest's
-    0700 temp dir): a tenant would leave it in a shared temp dir."""
+    0700 temp dir, nor the host's /tmp or /var/tmp, which a job no longer shares: issue 43 item
+    12), as a tenant's file on shared storage would be."""
     gcc = shutil.which("gcc") or shutil.which("cc")
     assert gcc is not None, "a C compiler is needed to build the preload library"
-    top = Path(tempfile.mkdtemp(prefix="xpupool-preload-", dir="/var/tmp"))
+    top = Path(tempfile.mkdtemp(prefix="xpupool-preload-", dir="/var/lib"))
     try:
         top.chmod(0o755)
         marks = top / "marks"

@@ -85,8 +85,9 @@ class Iso:
 
 @pytest.fixture(scope="module")
 def iso() -> Iterator[Iso]:
-    # the data dir's parent lets everyone through, as /srv or /var/lib would
-    parent = Path(tempfile.mkdtemp(prefix="xpupool-iso-"))
+    # the data dir's parent lets everyone through, as /srv or /var/lib would (not under /tmp,
+    # which a job has its own of: the data dir's modes are what is tested)
+    parent = Path(tempfile.mkdtemp(prefix="xpupool-iso-", dir="/var/lib"))
     os.chmod(parent, 0o755)
     data = parent / "data"
     os.environ[CANARY] = "leaked-from-the-server"
@@ -273,3 +274,80 @@ def test_a_replicas_log_is_capped_with_a_marker_and_the_job_goes_on(iso: Iso) ->
     with copy.open("rb") as f:
         f.seek(-(len(MARKER) + 2), os.SEEK_END)
         assert MARKER in f.read()
+
+
+TEMP_SCRIPT = r"""
+echo "TMPDIR=$TMPDIR TMP=$TMP TEMP=$TEMP"
+echo "marker" > /tmp/xpupool-temp-probe-$1
+if [ -f "$TMPDIR/xpupool-temp-probe-$1" ]; then echo "/tmp is TMPDIR"; fi
+head -c 209715200 /dev/zero > "$TMPDIR/big" || exit 3
+echo "wrote 200 MiB"
+echo END-OF-JOB
+"""
+
+
+def test_a_jobs_temp_dir_is_its_own_counted_against_its_memory_and_removed(iso: Iso) -> None:
+    """Issue 43 item 12: jobs wrote into the host's /tmp (shared by every tenant) and 200 MiB
+    into a $TMPDIR on the disk that no limit counted. A replica's temp dir is its own, at /tmp
+    too, gone with it, and with a memory limit it counts against that limit."""
+    if not ROOT:
+        pytest.fail("only a root agent gives a job a mount namespace: run these tests as root")
+    if _cgroup_version() is None:
+        pytest.fail("no writable cgroup hierarchy on this host: memory limits cannot be tested")
+    tag = f"{os.getpid()}-{time.monotonic_ns()}"
+    job, text = iso.run(iso.alpha, TEMP_SCRIPT.replace("$1", tag), "cpu=1 memory=512Mi")
+    assert job["state"] == "succeeded", (job, text)
+    first = text.splitlines()[0]
+    tmp = first.split()[0].removeprefix("TMPDIR=")
+    assert first == f"TMPDIR={tmp} TMP={tmp} TEMP={tmp}", first
+    assert "/tmp is TMPDIR" in text and "wrote 200 MiB" in text, text
+    assert not Path(f"/tmp/xpupool-temp-probe-{tag}").exists()  # not the host's /tmp
+    assert not Path(tmp).exists()  # gone with the replica
+    # the same 200 MiB over a 128 MiB limit: counted, so the job is stopped at its limit (the
+    # kernel kills the writer or the shell, or the temp dir, as large as the limit, is full)
+    job_id = iso.submit(iso.alpha, ["sh", "-c", TEMP_SCRIPT, "sh", tag], "cpu=1 memory=128Mi")
+    job = iso.wait_done(iso.alpha, job_id)
+    text = iso.log(iso.alpha, job_id)
+    assert job["state"] == "failed" and "wrote 200 MiB" not in text, (job, text)
+    assert "out of memory" in job["reason"] or "No space left" in text, (job, text)
+
+
+SECRET_ARG = "--api-key=TB-SECRET-123"
+PEEK = r"""
+echo "own=$(ls /proc | grep -c '^[0-9]')"
+echo "secret=$(cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' ' ' | grep -c 'TB-SECRET-12[3]')"
+echo "ps=$(ps -eo args | grep -c 'TB-SECRET-12[3]')"
+echo END-OF-JOB
+"""
+
+
+def _command_line_on_host(text: str) -> bool:
+    """Some process of the host has ``text`` in its command line (as the host's ``ps`` sees)."""
+    for path in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text.encode() in path.read_bytes():
+                return True
+        except OSError:  # gone meanwhile
+            continue
+    return False
+
+
+def test_a_job_on_the_host_back_end_cannot_see_another_tenants_command_line(iso: Iso) -> None:
+    """Issue 43 item 13: with the default settings (host back end, bwrap installed or not), a
+    job read another tenant's ``--api-key=...`` in ``ps``. Its /proc shows its own uid's only."""
+    if not ROOT:
+        pytest.fail("only a root agent runs tenants under uids of their own: run as root")
+    assert "--sandbox" not in iso.srv.extra_args  # the default back end, which says so
+    assert "backend host" in iso.srv.log() and "only its own processes in /proc" in iso.srv.log()
+    holder = iso.submit(iso.beta, ["sh", "-c", "sleep 60", SECRET_ARG], "cpu=100m")
+    until(lambda: _command_line_on_host(SECRET_ARG), "beta's process with its secret", 30)
+    try:
+        job, text = iso.run(iso.alpha, PEEK)
+    finally:
+        iso.beta.post(f"/v1/jobs/{holder}/cancel")
+    assert job["state"] == "succeeded", (job, text)
+    seen = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    assert int(seen["own"]) >= 1, text  # its own processes are there
+    assert (seen["secret"], seen["ps"]) == ("0", "0"), text
+    held = iso.wait_done(iso.beta, holder)
+    assert held["state"] == "cancelled" and held["reason"] == "cancelled by user", held

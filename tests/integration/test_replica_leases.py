@@ -7,8 +7,8 @@ time however its agent or server stops, and a restart adopts what still runs.
   restart: the same process runs on, is adopted (one attempt, one start), its log is whole
   (each line once), and the job succeeds when it exits.
 
-The job's processes run as a tenant's uid: the files they touch are in a directory under /tmp
-that every uid may use (pytest's own is private to root).
+The job's processes run as a tenant's uid: the files they touch are in a directory under /var/lib
+that every uid may use (pytest's own is private to root, and a job has a /tmp of its own).
 """
 
 from __future__ import annotations
@@ -54,8 +54,9 @@ MARKS = (
 
 @pytest.fixture
 def shared_dir() -> Iterator[Path]:
-    """A directory the job's uid can write (mode 0777 under /tmp)."""
-    path = Path(tempfile.mkdtemp(prefix="xpupool-lease-test-"))
+    """A directory the job's uid can write (mode 0777; not under /tmp, which a job has its own
+    of: issue 43 item 12)."""
+    path = Path(tempfile.mkdtemp(prefix="xpupool-lease-test-", dir="/var/lib"))
     path.chmod(0o777)
     try:
         yield path

@@ -31,6 +31,7 @@ from xpupool.server.schemas import (
 )
 
 P = JobPhase
+STOPPING = "stopping: "  # how a job's reason starts while its replicas are stopped
 
 
 class IllegalTransition(Conflict):
@@ -178,14 +179,18 @@ Event = (
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What follows an event. ``changed`` False: nothing to store (a second stop for a job being
-    stopped). ``release``: give its allocations back now; ``requeue``: back to its queue, one
-    retry counted when ``retried``, not placed for ``backoff_s`` seconds. ``attempt``: a run
-    counted (``Dispatch``)."""
+    """What follows an event. ``reason``: the event's text. ``stop_reason``: why the job is being
+    stopped (with ``stop``), kept through every event until the stop ends it, so that a start or
+    a note that arrives meanwhile (a cancel racing the start report, issue 43) neither becomes
+    its final reason nor hides the stop. ``changed`` False: nothing to store (a second stop for
+    a job being stopped). ``release``: give its allocations back now; ``requeue``: back to its
+    queue, one retry counted when ``retried``, not placed for ``backoff_s`` seconds.
+    ``attempt``: a run counted (``Dispatch``)."""
 
     phase: JobPhase
     reason: str
     stop: StopCause | None = None
+    stop_reason: str = ""
     release: bool = False
     requeue: bool = False
     retried: bool = False
@@ -194,6 +199,14 @@ class Outcome:
     attempt: int | None = None
     sets_reason: bool = True
     changed: bool = True
+
+    @property
+    def job_reason(self) -> str:
+        """The job's own reason after this outcome: while its replicas are being stopped, the
+        stop's (``stopping: <why>``) whatever the event says; else the event's."""
+        if self.stop is not None and self.phase in HOLDING_STATES:
+            return f"{STOPPING}{self.stop_reason}"
+        return self.reason
 
 
 # ---------------------------------------------------------------------------------- the function
@@ -215,10 +228,12 @@ def transition(job: JobStatus | None, event: Event) -> Outcome:
         return Outcome(P.SCHEDULED, event.reason)
     if isinstance(event, Dispatch) and phase in HOLDING_STATES and job.stop is None:
         return Outcome(phase, event.reason, attempt=event.attempt, sets_reason=False)
+    # a start or a note while the job is being stopped keeps the stop and its reason
     if isinstance(event, Start) and phase in (P.ADMITTED, P.SCHEDULED):
-        return Outcome(P.RUNNING, event.reason, stop=job.stop)
+        return Outcome(P.RUNNING, event.reason, job.stop, job.stop_reason)
     if isinstance(event, Note):
-        return Outcome(phase, event.reason, stop=job.stop, sets_reason=event.sets_reason)
+        reason, sets = event.reason, event.sets_reason
+        return Outcome(phase, reason, job.stop, job.stop_reason, sets_reason=sets)
     if isinstance(event, Stop):
         return _stop(job, event)
     if isinstance(event, Ended) and phase in HOLDING_STATES:
@@ -250,11 +265,11 @@ def _stop(job: JobStatus, event: Stop) -> Outcome:
     if job.stop is not None:
         if cause is StopCause.CANCELLED and job.stop is not StopCause.CANCELLED:
             # the user's word wins: a victim being stopped for preemption ends cancelled
-            return Outcome(job.phase, f"stopping: {event.reason}", stop=cause)
-        return Outcome(job.phase, job.stop_reason, stop=job.stop, changed=False)
+            return Outcome(job.phase, f"{STOPPING}{event.reason}", cause, event.reason)
+        return Outcome(job.phase, job.stop_reason, job.stop, job.stop_reason, changed=False)
     if not job.may_run or cause is StopCause.UNRUNNABLE:
         return _finish(job, cause, event.reason)  # nothing of it can be running
-    return Outcome(job.phase, f"stopping: {event.reason}", stop=cause)
+    return Outcome(job.phase, f"{STOPPING}{event.reason}", cause, event.reason)
 
 
 _RETRIED_AS: dict[StopCause, RetryCause] = {
@@ -291,7 +306,7 @@ def _finish(job: JobStatus, cause: StopCause, reason: str, exit_code: int | None
             )
         reason = f"{reason}; no retries left (max_retries {policy.max_retries})"
     code = exit_code if cause is StopCause.REPLICA_FAILED else None
-    return Outcome(_ENDS_AS[cause], reason, stop=cause, release=held, exit_code=code)
+    return Outcome(_ENDS_AS[cause], reason, cause, reason, release=held, exit_code=code)
 
 
 def retry_policy(row: object) -> RetryPolicy:

@@ -198,7 +198,7 @@ _STORED_HELD = frozenset(
         "max_runtime_s",
     }
 )
-STOPPING = "stopping: "  # how a stored reason starts while the job's replicas are stopped
+STOPPING = lc.STOPPING  # how a stored reason starts while the job's replicas are stopped
 
 
 def carry_transients(before: HeldJob, after: HeldJob) -> None:
@@ -762,7 +762,7 @@ class ControlPlane:
         now = self.clock()
         cols: dict[str, object] = {**values, "updated_at": now}
         if out.sets_reason:
-            cols.update(state=out.phase.value, reason=out.reason)
+            cols.update(state=out.phase.value, reason=out.job_reason)
             cols["stop_cause"] = None if out.stop is None else out.stop.value
         if out.exit_code is not None:
             cols["exit_code"] = out.exit_code
@@ -793,7 +793,7 @@ class ControlPlane:
             if out.phase in s.HOLDING_STATES:
                 held.state = out.phase
             held.stop = out.stop
-            held.stop_reason = out.reason.removeprefix(STOPPING) if out.stop else ""
+            held.stop_reason = out.stop_reason if out.stop else ""
             if out.attempt is not None or isinstance(event, lc.Adopt):
                 held.attempt, held.dispatched = out.attempt or held.attempt, True
             if cols.get("started_at") is not None:

@@ -4,10 +4,21 @@ ones refused, and the stored side (``ControlPlane.apply``) changing nothing when
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from server_kit import Server, heartbeat, job, node, report, row_counts, submit, tenant
+from server_kit import (
+    Server,
+    heartbeat,
+    job,
+    node,
+    reopen,
+    report,
+    row_counts,
+    submit,
+    tenant,
+)
 
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.schemas import JobPhase as P
@@ -214,3 +225,60 @@ def test_a_refused_move_changes_nothing_stored(server: Server) -> None:
     assert row_counts(server) == before and job(server, j) == shown
     r = server.client.post(f"/v1/jobs/{j}/cancel", headers=server.admin)
     assert r.status_code == 409 and row_counts(server) == before
+
+
+@pytest.mark.parametrize("limits", ["limits: none asked", "limits: cgroup v2 pids=16384"])
+def test_a_cancel_racing_the_start_report_ends_cancelled_by_the_cancel(
+    server: Server, limits: str
+) -> None:
+    """Issue 43 item 15: the cancel is stored while the agent starts the replica; its first
+    report (running, with the limits that applied) arrives after the cancel, then the stop.
+    The job ends cancelled with the cancel's reason, not the start's or the limits' text, and
+    keeps it across a restart of the server while it is still being stopped."""
+    node(server, "n1")
+    j = submit(server, tenant(server, "a"), "A100")["id"]
+    server.schedule()
+    heartbeat(server, "n1")  # handed out: the agent starts it
+    r = server.client.post(f"/v1/jobs/{j}/cancel", headers=server.admin)
+    assert r.status_code == 200 and r.json()["state"] == "scheduled"
+    started = {**report(j, 0, "running"), "pid": 4242, "limits": limits}
+    reply = heartbeat(server, "n1", [started])
+    assert reply["stop"] == [[j, 0]]
+    heartbeat(server, "n1", [started])  # reported again before the stop took effect
+    got = job(server, j)
+    assert got["state"] == "running" and got["stop_cause"] == "cancelled"
+    assert got["reason"] == "stopping: cancelled by user"
+    again = reopen(server)  # what the stop is for is read back from the store
+    with again.client:
+        heartbeat(again, "n1", [{**report(j, 0, "stopped", 143), "limits": limits}])
+        got = job(again, j)
+    again.plane.db.dispose()
+    assert got["state"] == "cancelled" and got["stop_cause"] == "cancelled"
+    assert got["reason"] == "cancelled by user"
+    events = [e["reason"] for e in got["events"]]
+    assert f"replica 0: {limits}" in events and any("pid 4242" in e for e in events)
+
+
+def test_a_cancel_before_any_start_report_ends_cancelled_by_the_cancel(server: Server) -> None:
+    """The other order of the race: the stop took effect before the agent reported the start,
+    so its first report is the final one, limits and all."""
+    node(server, "n1")
+    j = submit(server, tenant(server, "a"), "A100")["id"]
+    server.schedule()
+    heartbeat(server, "n1")
+    assert server.client.post(f"/v1/jobs/{j}/cancel", headers=server.admin).status_code == 200
+    stopped = {**report(j, 0, "stopped", 143), "pid": 4242, "limits": "limits: none asked"}
+    heartbeat(server, "n1", [stopped])
+    got = job(server, j)
+    assert (got["state"], got["reason"]) == ("cancelled", "cancelled by user")
+
+
+def test_a_start_or_a_note_keeps_the_stop_under_way() -> None:
+    stopping = st(P.SCHEDULED, stop=C.CANCELLED, stop_reason="cancelled by user", may_run=True)
+    for event in (lc.Start("started on n1 (pid 7)"), lc.Note("replica 0: limits: none asked")):
+        out = lc.transition(stopping, event)
+        assert out.reason == event.reason  # the event's own text, for its event row
+        assert (out.stop, out.stop_reason) == (C.CANCELLED, "cancelled by user")
+        assert out.job_reason == "stopping: cancelled by user"
+    ended = lc.transition(replace(stopping, phase=P.RUNNING), lc.Ended(True, "exited with 143"))
+    assert (ended.phase, ended.reason) == (P.CANCELLED, "cancelled by user")

@@ -1,9 +1,11 @@
 """The ``bwrap`` back end: the job's command inside a bubblewrap sandbox, one per replica.
 
 What the replica sees: the whole system read-only (``--ro-bind / /``); its own working directory
-read-write at the same path; a private ``/tmp`` (tmpfs) and ``/proc`` of a new pid namespace (its
-own processes only: no other job's, no agent's environment); a minimal ``/dev`` (bwrap's: null,
-zero, random, tty, pts, shm) plus only its own cards' nodes (:mod:`xpupool.probes.device_nodes`).
+read-write at the same path; its own temp dir at ``/tmp`` (the same as ``$TMPDIR``: a tmpfs
+counted against its memory limit where a root agent made one, :mod:`.view`) and a ``/proc`` of a
+new pid namespace (its own processes only: no other job's, no agent's environment); a minimal
+``/dev`` (bwrap's: null, zero, random, tty, pts, shm) plus only its own cards' nodes
+(:mod:`xpupool.probes.device_nodes`).
 Covered, so that not even an absolute path reaches them: the agent's private paths (data dir with
 the admin token, database and logs; the agent's work dir; its token file) and every other
 replica's directory (tmpfs over directories, ``/dev/null`` over files), and container runtimes'
@@ -31,6 +33,7 @@ from xpupool.agent.env import as_seen_alone
 from xpupool.agent.launch.backend import Launched
 from xpupool.agent.launch.process import ProcessBackend, start_process
 from xpupool.agent.launch.spec import LaunchError, LaunchSettings, LaunchSpec
+from xpupool.agent.launch.view import view_for
 from xpupool.probes.device_nodes import sandbox_nodes
 
 INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap)"
@@ -131,10 +134,11 @@ def hidden_paths(spec: LaunchSpec, settings: LaunchSettings) -> list[Path]:
 def sandbox_argv(spec: LaunchSpec, settings: LaunchSettings, bwrap: str) -> list[str]:
     """The full bwrap command for ``spec`` (order matters: bwrap applies options in turn, so the
     replica's own directory is bound after its parent is covered, and device nodes after /dev)."""
-    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    workdir = str(spec.workdir)
+    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    argv += ["--bind", str(spec.tmpdir), "/tmp"]  # its own temp dir (view.py), nobody else's
     for path in hidden_paths(spec, settings):
         argv += _cover(path)
-    workdir = str(spec.workdir)
     argv += ["--bind", workdir, workdir]
     for node in sandbox_nodes(spec.devices, settings.device_root):
         argv += ["--dev-bind", str(node.host), str(node.target)]
@@ -162,4 +166,5 @@ class BwrapBackend(ProcessBackend):
 
     def start(self, spec: LaunchSpec) -> Launched:
         alone = replace(spec, env=as_seen_alone(spec.env, spec.devices))
-        return start_process(alone, self.argv(alone))
+        view = view_for(alone, self.settings, sandboxed=True)  # its temp dir's tmpfs, if any
+        return start_process(alone, self.argv(alone), view=view)

@@ -1,14 +1,17 @@
 """The ``host`` back end: the job's command as a plain process group on the host.
 
 Everything that isolates it (its own uid, the clean environment, the private working directory,
-the cgroup limits, the capped log) is the shared start path's (:mod:`.process`); this back end
-only says what to exec.
+the cgroup limits, the capped log, and for a root agent a mount namespace with a private /tmp and
+a /proc showing only its own processes: :mod:`.view`) is the shared start path's
+(:mod:`.process`); this back end only says what to exec and asks for the whole view.
 """
 
 from __future__ import annotations
 
-from xpupool.agent.launch.process import ProcessBackend
+from xpupool.agent.launch.backend import Launched
+from xpupool.agent.launch.process import ProcessBackend, start_process
 from xpupool.agent.launch.spec import LaunchError, LaunchSettings, LaunchSpec
+from xpupool.agent.launch.view import view_for
 
 
 class HostBackend(ProcessBackend):
@@ -23,3 +26,8 @@ class HostBackend(ProcessBackend):
         if not spec.argv:
             raise LaunchError("no command to run (and no image)")
         return list(spec.argv)
+
+    def start(self, spec: LaunchSpec) -> Launched:
+        return start_process(
+            spec, self.argv(spec), view=view_for(spec, self.settings, sandboxed=False)
+        )

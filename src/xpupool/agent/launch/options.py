@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -172,7 +173,10 @@ def isolation(settings: LaunchSettings, sandbox: str, runtime: RuntimeChoice) ->
     """``settings`` with the sandbox and the container runtime that really work here.
 
     ``--sandbox bwrap`` runs one trivial sandbox now, so that a host where bwrap cannot create
-    its namespaces fails at start with bwrap's own words, not on every job. The runtime is asked
+    its namespaces fails at start with bwrap's own words, not on every job. A root agent makes
+    one replica's mount namespace (:func:`~xpupool.agent.launch.view.check_view`): where it
+    cannot (no ``CAP_SYS_ADMIN`` in a container), jobs share the host's /tmp and see its
+    processes, and a warning says why. The runtime is asked
     (``docker info``/``podman info``): ``auto`` settles for none with a log line saying why; an
     explicit ``docker``/``podman`` that does not answer is an error (the operator asked for it).
     """
@@ -180,6 +184,7 @@ def isolation(settings: LaunchSettings, sandbox: str, runtime: RuntimeChoice) ->
 
     from xpupool.agent.launch.bwrap import check_bwrap
     from xpupool.agent.launch.spec import LaunchError
+    from xpupool.agent.launch.view import check_view, hidepid_supported
     from xpupool.probes.container_runtime import detect_runtime
 
     if sandbox == "bwrap":
@@ -188,6 +193,19 @@ def isolation(settings: LaunchSettings, sandbox: str, runtime: RuntimeChoice) ->
             check_bwrap(as_uid=first)
         except LaunchError as exc:
             raise click.BadParameter(exc.reason, param_hint="--sandbox") from None
+    private = hide = False
+    if os.geteuid() == 0:
+        hide = hidepid_supported()
+        why = check_view(settings.job_root, hide)
+        private = why is None
+        if why is not None:
+            log.warning("jobs share the host's /tmp and see its processes: %s", why)
+        elif not hide and sandbox != "bwrap":
+            log.warning(
+                "this kernel (%s) cannot hide other processes from a job (Linux 5.8 and later"
+                " can): jobs see other tenants' command lines; use --sandbox bwrap",
+                platform.release(),
+            )
     found = detect_runtime(runtime)
     if found.runtime is None and runtime in ("docker", "podman"):
         raise click.BadParameter(found.describe(), param_hint="--runtime")
@@ -195,4 +213,11 @@ def isolation(settings: LaunchSettings, sandbox: str, runtime: RuntimeChoice) ->
         log.info("no container runtime for image jobs: %s", found.describe())
     name = found.runtime.name if found.runtime is not None else None
     cdi = found.runtime.cdi if found.runtime is not None else False
-    return replace(settings, sandbox=sandbox, runtime=name, runtime_cdi=cdi)
+    return replace(
+        settings,
+        sandbox=sandbox,
+        runtime=name,
+        runtime_cdi=cdi,
+        private_view=private,
+        hide_processes=hide and private,
+    )

@@ -34,6 +34,7 @@ from xpupool.agent.launch import cgroups
 from xpupool.agent.launch.backend import Launched
 from xpupool.agent.launch.logpipe import LogPump, open_log
 from xpupool.agent.launch.spec import LaunchError, LaunchSettings, LaunchSpec
+from xpupool.agent.launch.view import View
 from xpupool.agent.launch.workdir import make_workdir, remove_workdir
 
 log = logging.getLogger("xpupool.agent")
@@ -45,15 +46,64 @@ LAUNCHER_ENV: dict[str, str] = {"LANG": "C.UTF-8"}
 
 # Its arguments: the agent's pid, the uid and gid ("" to keep the agent's), the cgroup.procs
 # files (newline-separated; the agent names them), the descriptor of the command's environment
-# (NUL-separated NAME=VALUE), then the command. Plain strings, not JSON: ``json`` pulls in ``re``,
+# (NUL-separated NAME=VALUE), the replica's mount namespace ("" for none, else
+# :meth:`View.launcher_arg`), then the command. Plain strings, not JSON: ``json`` pulls in ``re``,
 # which doubled the launcher's start-up. Everything it imports is imported before the uid switch:
 # the agent's Python may live where the job's uid cannot read (execvpe imports ``warnings`` lazily).
+# The mount flags: MS_NOSUID 2, MS_NODEV 4, MS_NOEXEC 8, MS_BIND 0x1000, MS_REC 0x4000, MS_SLAVE
+# 0x80000; CLONE_NEWNS 0x20000. A job root under /tmp is hidden by the private /tmp: the temp dir
+# is bound from a descriptor opened before, and the replica's own directory is bound again at its
+# path (bwrap does the same for its sandbox), walked down one descriptor at a time without
+# following a link: the new /tmp is the job's, and root must create nothing where a link points.
 _LAUNCH = """\
 import ctypes, os, sys, warnings
-ppid, uid, gid, procs, envfd = sys.argv[1:6]
+ppid, uid, gid, procs, envfd, view = sys.argv[1:7]
 if any(name not in ("LANG", "LC_CTYPE") for name in os.environ):
     sys.stderr.write("xpupool: the launcher's environment is not the agent's; refusing to run\\n")
     os._exit(126)
+def mount(src, dst, kind, flags, data=""):
+    if libc.mount(src.encode(), dst.encode(), kind.encode() or None, flags, data.encode() or None):
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {kind or src} on {dst}: {os.strerror(err)}")
+def make_view(workdir, size, flags):
+    if libc.unshare(0x20000):
+        err = ctypes.get_errno()
+        raise OSError(err, f"no mount namespace of its own: {os.strerror(err)}")
+    mount("none", "/", "", 0x84000)
+    tmp = workdir + "/tmp"
+    if int(size):
+        owner = f",uid={uid},gid={gid}" if uid else ""
+        mount("tmpfs", tmp, "tmpfs", 6, f"size={size},mode=0700{owner}")
+    if "t" in flags:
+        own = os.open(workdir, os.O_PATH | os.O_DIRECTORY)
+        mine = os.open(tmp, os.O_PATH | os.O_DIRECTORY)
+        for shared in ("/tmp", "/var/tmp"):
+            if os.path.isdir(shared) and not os.path.islink(shared):
+                mount(f"/proc/self/fd/{mine}", shared, "", 0x5000)
+        os.close(mine)
+        try:
+            there = os.path.samestat(os.stat(workdir), os.fstat(own))
+        except OSError:
+            there = False
+        if not there:
+            at = os.open("/", os.O_PATH | os.O_DIRECTORY)
+            mask = os.umask(0o066)
+            for name in workdir.strip("/").split("/"):
+                try:
+                    os.mkdir(name, 0o711, dir_fd=at)
+                except FileExistsError:
+                    pass
+                step = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=at)
+                os.close(at)
+                at = step
+            os.umask(mask)
+            mount(f"/proc/self/fd/{own}", f"/proc/self/fd/{at}", "", 0x5000)
+            os.close(at)
+        os.close(own)
+    if "p" in flags:
+        mount("proc", "/proc", "proc", 14, "hidepid=2")
+    os.chdir(workdir)
+libc = ctypes.CDLL(None, use_errno=True)
 try:
     chunks = []
     while True:
@@ -66,6 +116,8 @@ try:
     for path in filter(None, procs.split("\\n")):
         with open(path, "w") as f:
             f.write(str(os.getpid()))
+    if view:
+        make_view(*view.split("\\n"))
     if uid:
         os.setgroups([])
         os.setresgid(int(gid), int(gid), int(gid))
@@ -75,15 +127,15 @@ except (OSError, ValueError) as exc:
     sys.stderr.write(f"xpupool: cannot set up the job's process: {exc}\\n")
     os._exit(126)
 try:
-    ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    libc.prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
 except Exception:
     pass
 if os.getppid() != int(ppid):
     os._exit(137)  # the agent died before the request took effect
 try:
-    os.execvpe(sys.argv[6], sys.argv[6:], env)
+    os.execvpe(sys.argv[7], sys.argv[7:], env)
 except OSError as exc:
-    sys.stderr.write(f"xpupool: cannot run {sys.argv[6]!r}: {exc}\\n")
+    sys.stderr.write(f"xpupool: cannot run {sys.argv[7]!r}: {exc}\\n")
     os._exit(127)
 """
 
@@ -95,15 +147,17 @@ def launch_argv(
     gid: int | None = None,
     procs: tuple[str, ...] = (),
     env_fd: int = -1,
+    view: View | None = None,
 ) -> list[str]:
     """``command`` behind the launcher on Linux, which reads the command's environment from
-    ``env_fd``; unchanged elsewhere (no uid switch, no cgroups there: the agent runs jobs as
+    ``env_fd`` and makes ``view``, the replica's mount namespace (:mod:`.view`; None: the
+    agent's); unchanged elsewhere (no uid switch, no cgroups there: the agent runs jobs as
     itself)."""
     if not sys.platform.startswith("linux"):
         return list(command)
     ids = ("", "") if uid is None else (str(uid), str(uid if gid is None else gid))
     head = [sys.executable, "-I", "-S", "-c", _LAUNCH, str(os.getpid()), *ids, "\n".join(procs)]
-    return [*head, str(env_fd), *command]
+    return [*head, str(env_fd), "" if view is None else view.launcher_arg(), *command]
 
 
 def environment_file(env: Mapping[str, str]) -> int:
@@ -131,10 +185,16 @@ def environment_file(env: Mapping[str, str]) -> int:
 
 
 def start_process(
-    spec: LaunchSpec, argv: list[str], *, switch_user: bool = True, use_cgroup: bool = True
+    spec: LaunchSpec,
+    argv: list[str],
+    *,
+    switch_user: bool = True,
+    use_cgroup: bool = True,
+    view: View | None = None,
 ) -> Launched:
     """Start ``argv`` for ``spec``: output through a capped log pipe, in the private working
-    directory, with the clean environment, in the replica's cgroup and as the job's uid.
+    directory, with the clean environment, in the replica's cgroup and as the job's uid, in
+    ``view`` (its own mount namespace, :mod:`.view`; None: the agent's).
     ``switch_user``/``use_cgroup`` False: the caller's runtime does these itself (a container
     runtime's client must run as the agent). Raises :class:`LaunchError`."""
     limits = spec.limits
@@ -159,7 +219,7 @@ def start_process(
         if linux:  # the command's environment reaches only its own execve (module docstring)
             env_fd = environment_file(spec.env)
         proc = subprocess.Popen(
-            launch_argv(argv, uid=uid, gid=gid, procs=procs, env_fd=env_fd),
+            launch_argv(argv, uid=uid, gid=gid, procs=procs, env_fd=env_fd, view=view),
             stdin=subprocess.DEVNULL,
             stdout=write_fd,
             stderr=write_fd,

@@ -51,7 +51,11 @@ class LaunchSettings:
     (``nvidia.com/gpu=UUID``). ``device_root``: where the host's device nodes are (``/dev``; an
     agent in a container may see the host's under another path). ``private_paths``: the agent's
     own files and directories (data dir, work dir, token file) that the bwrap sandbox hides.
-    ``log_reserve_bytes``: free space a replica's log leaves on its disk (``xpupool/disk_reserve.py``)."""
+    ``log_reserve_bytes``: free space a replica's log leaves on its disk (``disk_reserve.py``).
+    ``private_view``: each replica gets a mount namespace of its own (a root agent on Linux,
+    tried at start: :mod:`.view`), with its temp dir a tmpfs counted against its memory limit
+    and, on the host back end, at ``/tmp``; ``hide_processes``: there, a ``/proc`` that shows
+    the job only its own uid's processes (Linux 5.8 and later)."""
 
     job_root: Path = field(default_factory=default_job_root)
     uid_range: UidRange | None = None
@@ -65,6 +69,8 @@ class LaunchSettings:
     private_paths: tuple[Path, ...] = ()
     base_path: str = DEFAULT_PATH
     lang: str = "C.UTF-8"
+    private_view: bool = False
+    hide_processes: bool = False
 
     def describe(self) -> str:
         """One line for the start-up banner: who jobs run as, where, with which limits."""
@@ -79,9 +85,19 @@ class LaunchSettings:
         images = self.runtime or "none (no container runtime)"
         return (
             f"{who}, backend {self.backend_name(None)}, images: {images},"
-            f" working dirs under {self.job_root},"
+            f" working dirs under {self.job_root}, {self.view_text()},"
             f" CPU/memory limits: {limits}, log cap {self.log_cap_bytes >> 20} MiB"
         )
+
+    def view_text(self) -> str:
+        """What a command job sees of /tmp and other processes (:mod:`.view`)."""
+        if self.sandbox == "bwrap":
+            return "private /tmp and /proc (sandbox)"
+        if not self.private_view:
+            return "shared /tmp and /proc"
+        if not self.hide_processes:
+            return "private /tmp, other processes visible (kernel before 5.8)"
+        return "private /tmp, only its own processes in /proc"
 
     def backend_name(self, image: str | None) -> str:
         """The back end for a replica: image jobs go to the container runtime when there is one
@@ -97,7 +113,9 @@ class LaunchSpec:
     """One replica, fully decided. ``argv`` empty: an image's default command. ``env`` is the
     complete environment (nothing is inherited). ``uid``/``gid`` None: the agent's own.
     ``workdir`` is private to ``uid`` (0700, owned by it). ``memory_mib``/``cpu_milli`` 0: no
-    limit. ``cgroup`` None: no cgroup enforcement here (``limits`` says why)."""
+    limit. ``cgroup`` None: no cgroup enforcement here (``limits`` says why). ``tmpfs_bytes``
+    > 0: its temp dir (``tmpdir``) is a tmpfs of that size in its own mount namespace, counted
+    against its memory limit (:mod:`.view`); 0: a directory on the job root's disk."""
 
     job_id: int
     replica: int
@@ -119,6 +137,7 @@ class LaunchSpec:
     limits: str = ""  # the job event that says which enforcement applies
     run_id: str = ""  # unique to this run of this replica on this host (see run_id())
     log_reserve_bytes: int = 0  # free space its log leaves on the disk (disk_reserve.py)
+    tmpfs_bytes: int = 0
 
     @property
     def tmpdir(self) -> Path:
@@ -141,12 +160,17 @@ def job_env(
     work: Work, workdir: Path, settings: LaunchSettings, node_vendors: Iterable[str] = ()
 ) -> dict[str, str]:
     """The clean environment: a minimal base, then the job's own ``env``, then the allocation's
-    device variables, which win. Nothing of the agent's or the server's environment is passed."""
+    device variables, which win. Nothing of the agent's or the server's environment is passed.
+    ``TMPDIR``, ``TMP`` and ``TEMP`` (each a language's or tool's name for it) are the replica's
+    own temp dir."""
+    tmp = str(workdir / "tmp")
     env = {
         "PATH": settings.base_path,
         "HOME": str(workdir),
         "LANG": settings.lang,
-        "TMPDIR": str(workdir / "tmp"),
+        "TMPDIR": tmp,
+        "TMP": tmp,
+        "TEMP": tmp,
     }
     env.update(work.env)
     a = work.assignment
@@ -180,6 +204,8 @@ def build_spec(
     if settings.cgroups is not None:
         cgroup = settings.cgroups.plan(slug, a.memory_mib, a.cpu_milli)
     limits = describe_limits(cgroup, a.memory_mib, a.cpu_milli)
+    # its temp dir counts against its memory limit where the agent can make it a tmpfs (view.py)
+    tmpfs_bytes = max(a.memory_mib, 0) << 20 if settings.private_view else 0
     return LaunchSpec(
         job_id=work.job_id,
         replica=work.replica,
@@ -201,6 +227,7 @@ def build_spec(
         limits=limits,
         run_id=slug,
         log_reserve_bytes=settings.log_reserve_bytes,
+        tmpfs_bytes=tmpfs_bytes,
     )
 
 

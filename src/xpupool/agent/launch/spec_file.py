@@ -107,6 +107,8 @@ def dumps(f: SpecFile) -> bytes:
         "private_paths": [str(p) for p in s.private_paths],
         "base_path": s.base_path,
         "lang": s.lang,
+        "private_view": s.private_view,
+        "hide_processes": s.hide_processes,
     }
     spec: JsonObj = {
         "job_id": sp.job_id,
@@ -129,6 +131,7 @@ def dumps(f: SpecFile) -> bytes:
         "limits": sp.limits,
         "run_id": sp.run_id,
         "log_reserve_bytes": sp.log_reserve_bytes,
+        "tmpfs_bytes": sp.tmpfs_bytes,
     }
     body = {
         "backend": f.backend,
@@ -158,6 +161,9 @@ def loads(data: bytes) -> SpecFile:
         private_paths=tuple(Path(p) for p in s["private_paths"]),
         base_path=str(s["base_path"]),
         lang=str(s["lang"]),
+        # absent in a file an older agent wrote: its replicas ran in the agent's namespace
+        private_view=bool(s.get("private_view", False)),
+        hide_processes=bool(s.get("hide_processes", False)),
     )
     spec = LaunchSpec(
         job_id=int(sp["job_id"]),
@@ -180,5 +186,6 @@ def loads(data: bytes) -> SpecFile:
         limits=str(sp["limits"]),
         run_id=str(sp["run_id"]),
         log_reserve_bytes=int(sp.get("log_reserve_bytes", 0)),
+        tmpfs_bytes=int(sp.get("tmpfs_bytes", 0)),
     )
     return SpecFile(str(body["backend"]), settings, spec, float(body["lease_grace_s"]))
