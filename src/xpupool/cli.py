@@ -82,6 +82,14 @@ def demo(policy: str, cluster: str | None) -> None:
 )
 @click.option("--db", help="SQLAlchemy URL instead of DATA/state.db (e.g. PostgreSQL)")
 @click.option(
+    "--logs",
+    type=click.Path(file_okay=False, resolve_path=True),
+    metavar="DIR",
+    help="keep the replicas' logs (DIR/logs) and the in-process agent's files (DIR/agent) here "
+    "instead of in the data dir: a filesystem that job output may fill without touching the "
+    "store's (DIR/pool-id names the pool: another pool's DIR is refused)",
+)
+@click.option(
     "--policy",
     default=DEFAULT_PROFILE,
     show_default=True,
@@ -248,6 +256,7 @@ def up(
     port: int,
     cluster: str | None,
     db: str | None,
+    logs: str | None,
     policy: str,
     profile_file: str | None,
     heartbeat: float,
@@ -258,6 +267,7 @@ def up(
     job_uid_range: str,
     job_root: str | None,
     log_cap: str,
+    log_reserve: str,
     sandbox: str,
     runtime: str,
     device_root: str,
@@ -354,6 +364,8 @@ def up(
         pids_limit=pids_limit,
         verbose=verbose,
         log_cap=log_cap,
+        log_reserve=log_reserve,
+        logs=Path(logs) if logs else None,
         reinitialise=reinitialise,
         rotate_admin_token=rotate_admin_token,
         tls_cert=Path(tls_cert) if tls_cert else None,

@@ -159,6 +159,11 @@ class Agent:
         for work in reply.run:
             node.runner.start(work)
 
+    def forget_copies(self, job_id: int) -> None:
+        """Remove every hosted node's copies of job ``job_id``'s finished logs."""
+        for node in self.nodes:
+            node.runner.forget_copies(job_id)
+
     def _register(self, node: HostedNode, body: NodeIn) -> None:
         if body == node.registered:
             return

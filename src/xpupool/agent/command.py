@@ -151,6 +151,7 @@ def agent_command(
     job_uid_range: str,
     job_root: str | None,
     log_cap: str,
+    log_reserve: str,
     sandbox: str,
     runtime: RuntimeChoice,
     device_root: str,
@@ -176,7 +177,15 @@ def agent_command(
     os.environ.pop("XPUPOOL_TOKEN", None)  # not for the vendor tools the probes run either
     private = (Path(work_dir), *((Path(token_file),) if token_file else ()))
     settings = launch_settings(
-        job_uid_range, job_root, log_cap, sandbox, runtime, device_root, private, pids_limit
+        job_uid_range,
+        job_root,
+        log_cap,
+        sandbox,
+        runtime,
+        device_root,
+        private,
+        pids_limit,
+        log_reserve=log_reserve,
     )
     make_private(Path(work_dir))
     name = node_name(node)

@@ -339,6 +339,12 @@ class Runner:
         if not alive:
             rd.remove(rep.run_dir)
 
+    def forget_copies(self, job_id: int) -> None:
+        """Remove this node's copies of job ``job_id``'s finished logs (``logs/``): the server
+        forgot the job (retention), and inside ``xpupool up`` they are on the server's disk."""
+        for copy in (self.work_dir / "logs").glob(f"{job_id}-*.log"):
+            copy.unlink(missing_ok=True)
+
     def ship_logs(self, send: LogSend, max_chunk: int = 1 << 20) -> None:
         """Send each replica's new output; a failed send is retried on the next call (the
         offset only moves on success)."""

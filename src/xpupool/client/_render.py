@@ -10,6 +10,7 @@ the server does not know (no metrics yet) is ``-``, never ``0``.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 
@@ -315,9 +316,18 @@ def queues_table(queues: Sequence[s.Queue]) -> FitTable:
 
 
 def tenants_table(tenants: Sequence[s.Tenant], now: float | None = None) -> FitTable:
-    """Limits read as used/limit: pending jobs, pending replicas; replicas per job alone."""
+    """Limits read as used/limit: pending jobs, pending replicas, logs kept (MiB); replicas and
+    log MiB per job alone."""
     columns = _columns(
-        "tenant", "weight", "pending jobs", "pending replicas", "replicas/job", "created"
+        "tenant",
+        "weight",
+        "pending jobs",
+        "pending replicas",
+        "replicas/job",
+        "logs MiB",
+        "log MiB/job",
+        "created",
+        spare=("log MiB/job", "created", "logs MiB"),
     )
     table = FitTable(columns, f"{len(tenants)} tenants")
     for t in tenants:
@@ -327,6 +337,8 @@ def tenants_table(tenants: Sequence[s.Tenant], now: float | None = None) -> FitT
             f"{t.pending_jobs}/{t.max_pending_jobs}",
             f"{t.pending_replicas}/{t.max_pending_replicas}",
             str(t.max_replicas_per_job),
+            f"{math.ceil(t.log_bytes / (1 << 20))}/{t.max_log_mib}",
+            str(t.max_job_log_mib),
             ago(t.created_at, now),
         )
     return table

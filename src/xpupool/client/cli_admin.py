@@ -29,13 +29,15 @@ def tenant() -> None:
 
 
 def limit_options(func: Any) -> Any:
-    """--max-pending-jobs, --max-replicas-per-job, --max-pending-replicas (unset: left as is,
-    or the server's default for a new tenant)."""
+    """--max-pending-jobs, --max-replicas-per-job, --max-pending-replicas, --max-job-log-mib,
+    --max-log-mib (unset: left as is, or the server's default for a new tenant)."""
     for name, what in reversed(
         (
             ("max_pending_jobs", "most jobs it may have pending (over: 429)"),
             ("max_replicas_per_job", "most replicas one job may ask for (over: 403)"),
             ("max_pending_replicas", "most replicas over its pending jobs (over: 429)"),
+            ("max_job_log_mib", "most MiB of log the server keeps of one job (then cut)"),
+            ("max_log_mib", "most MiB of job logs the server keeps for it in all (then cut)"),
         )
     ):
         flag = "--" + name.replace("_", "-")

@@ -3,12 +3,14 @@ database.
 
 A data dir holds the database (``state.db``, unless ``--db``), ``pool`` (the pool's id and a mark
 above every job id handed out), ``admin-token``, job logs (``logs/``) and the in-process agent's
-files (``agent/``). They belong together. A database that is missing or empty next to the rest of
-an earlier pool would start a new pool that hands out job 1 again, and serves it job 1's old log,
-so a start refuses that unless told ``--reinitialise``, which moves the old files aside and starts
-job ids above the mark. A database from another pool is refused. A data dir or database that cannot
-be written is refused before anything else happens. Every refusal is one line
-(:class:`DataDirError`).
+files (``agent/``). They belong together. With ``--logs ROOT`` the last two are under ``ROOT``
+instead (a filesystem of their own), with ``ROOT/pool-id`` naming the pool they belong to: a
+``ROOT`` of another pool is refused, since its job ids (and logs) are another pool's. A database
+that is missing or empty next to the rest of an earlier pool would start a new pool that hands
+out job 1 again, and serves it job 1's old log, so a start refuses that unless told
+``--reinitialise``, which moves the old files aside and starts job ids above the mark. A database
+from another pool is refused. A data dir or database that cannot be written is refused before
+anything else happens. Every refusal is one line (:class:`DataDirError`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ from xpupool.server.storage.tenants import tokens as t_tokens
 
 POOL_FILE = "pool"
 ID_BLOCK = 1000  # job ids reserved per write of the pool file: one small write per 1,000 jobs
-LEFTOVERS = ("admin-token", POOL_FILE, "logs", "agent")  # what an earlier pool leaves behind
+LOGS_POOL_FILE = "pool-id"  # under --logs ROOT: the pool whose logs these are
+LEFTOVERS = ("admin-token", POOL_FILE, "logs", "agent", LOGS_POOL_FILE)  # an earlier pool's
+UNDER_LOGS_ROOT = ("logs", "agent", LOGS_POOL_FILE)  # of those, under --logs ROOT when given
 
 
 class DataDirError(XpupoolError):
@@ -104,14 +108,35 @@ def check_writable(data: Path) -> None:
         ) from None
 
 
-def leftovers(data: Path) -> list[str]:
-    """What an earlier pool left in ``data``: its admin token, pool file, logs, agent files."""
+def _leftover_paths(data: Path, logs_root: Path | None) -> list[Path]:
+    root = logs_root or data
+    return [(root if name in UNDER_LOGS_ROOT else data) / name for name in LEFTOVERS]
+
+
+def leftovers(data: Path, logs_root: Path | None = None) -> list[str]:
+    """What an earlier pool left in ``data`` (and ``logs_root``, ``--logs``): its admin token,
+    pool file, logs, agent files (named in full where under ``logs_root``)."""
     found = []
-    for name in LEFTOVERS:
-        path = data / name
+    for path in _leftover_paths(data, logs_root):
         if path.is_file() or (path.is_dir() and any(path.iterdir())):
+            name = path.name if path.parent == data else str(path)
             found.append(name + ("/" if path.is_dir() else ""))
     return found
+
+
+def check_logs_root(logs_root: Path, pool_id: str) -> None:
+    """Refuse a ``--logs`` root that holds another pool's logs; mark a new one as this pool's."""
+    marker = logs_root / LOGS_POOL_FILE
+    try:
+        found = marker.read_text().strip()
+    except FileNotFoundError:
+        write_private(marker, pool_id + "\n")
+        return
+    if found != pool_id:
+        raise DataDirError(
+            f"{logs_root} holds the logs of pool {found}, and the database is pool {pool_id}'s:"
+            " give each pool a --logs of its own"
+        )
 
 
 def open_pool(
@@ -120,19 +145,21 @@ def open_pool(
     *,
     reinitialise: bool,
     owner: StoreOwnership | None = None,
+    logs_root: Path | None = None,
 ) -> PoolFile:
     """Check that ``data`` and the database at ``url`` are one pool and may start, and record
     the start in the database (proving it writable). A missing or empty database next to an
     earlier pool's files is refused unless ``reinitialise``; then those files are moved to
     ``DATA/old-<time>/`` and the new pool's job ids start above every earlier one.
     ``owner``: claimed here, after the checks that must see the database file as it was and
-    before the first write (``server/ownership.py``).
+    before the first write (``server/ownership.py``). ``logs_root``: ``--logs``, where the logs
+    and the in-process agent's files are instead of ``data``.
     Raises DataDirError (one line), or StoreInUseError while another server owns the store."""
     now = time.time()
     file = PoolFile.read(data)
     missing = _sqlite_missing(url)
-    if missing and leftovers(data) and not reinitialise:
-        _refuse_new_pool(data)  # before the database file is created
+    if missing and leftovers(data, logs_root) and not reinitialise:
+        _refuse_new_pool(data, logs_root)  # before the database file is created
     try:
         if owner is not None:
             owner.claim()
@@ -154,15 +181,19 @@ def open_pool(
                         f"the database belongs to pool {pool_id} but {file.path} to pool "
                         f"{file.pool_id}: --data and --db must be one pool's"
                     )
+                if logs_root is not None:
+                    check_logs_root(logs_root, pool_id)
                 conn.execute(update(t_pool).values(opened_at=now))
                 return file or _new_file(data, pool_id, next_id)
             first_job_id = 1
-            if not has_data and leftovers(data):
+            if not has_data and leftovers(data, logs_root):
                 if not reinitialise:
-                    _refuse_new_pool(data)
-                first_job_id = _move_aside(data, file, now)
+                    _refuse_new_pool(data, logs_root)
+                first_job_id = _move_aside(data, file, now, logs_root)
                 file = None
             pool_id = file.pool_id if file is not None else uuid.uuid4().hex
+            if logs_root is not None:
+                check_logs_root(logs_root, pool_id)
             conn.execute(
                 insert(t_pool).values(
                     id=1, pool_id=pool_id, first_job_id=first_job_id, created_at=now, opened_at=now
@@ -175,12 +206,13 @@ def open_pool(
         db.dispose()
 
 
-def _refuse_new_pool(data: Path) -> None:
+def _refuse_new_pool(data: Path, logs_root: Path | None) -> None:
+    where = f"{data} holds" if logs_root is None else f"{data} and {logs_root} hold"
     raise DataDirError(
-        f"the database is missing or empty but {data} holds an earlier pool's "
-        f"{', '.join(leftovers(data))}: a new pool would hand out its job ids (and logs) again. "
-        "Restore the database, or start with --reinitialise to move those aside and begin a new "
-        "pool"
+        f"the database is missing or empty but {where} an earlier pool's "
+        f"{', '.join(leftovers(data, logs_root))}: a new pool would hand out its job ids (and "
+        "logs) again. Restore the database, or start with --reinitialise to move those aside "
+        "and begin a new pool"
     )
 
 
@@ -190,20 +222,24 @@ def _new_file(data: Path, pool_id: str, next_job_id: int) -> PoolFile:
     return file
 
 
-def _move_aside(data: Path, file: PoolFile | None, now: float) -> int:
-    """Move an earlier pool's files to ``data/old-<UTC time>/``; returns the first job id the
-    new pool may use: above the pool file's mark and every job id the old files are named by."""
+def _move_aside(data: Path, file: PoolFile | None, now: float, logs_root: Path | None) -> int:
+    """Move an earlier pool's files to ``old-<UTC time>/`` beside them (in ``data``, and in
+    ``logs_root`` for what is there); returns the first job id the new pool may use: above the
+    pool file's mark and every job id the old files are named by."""
     first = file.job_ids_below if file is not None else 1
-    for where in (data / "logs", data / "agent"):
+    root = logs_root or data
+    for where in (root / "logs", root / "agent"):
         if where.is_dir():
             for p in where.rglob("*"):
                 head = p.name.split("-", 1)[0].split(".", 1)[0]
                 if head.isdigit():
                     first = max(first, int(head) + 1)
-    aside = data / f"old-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}"
-    aside.mkdir(mode=0o700)
-    for name in leftovers(data):
-        (data / name.rstrip("/")).rename(aside / name.rstrip("/"))
+    stamp = f"old-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}"
+    for path in _leftover_paths(data, logs_root):
+        if path.exists():
+            aside = path.parent / stamp
+            aside.mkdir(mode=0o700, exist_ok=True)
+            path.rename(aside / path.name)
     return first
 
 

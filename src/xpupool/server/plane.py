@@ -23,6 +23,7 @@ from sqlalchemy import Connection, delete, func, select, update
 from sqlalchemy.exc import OperationalError
 
 from xpupool.catalog.images import ImageCatalog, default_image_catalog
+from xpupool.disk_reserve import DEFAULT_LOG_RESERVE_BYTES
 from xpupool.engine.allocation_ids import AllocationIds
 from xpupool.engine.cycle.admission import Admission, QueueSpec
 from xpupool.engine.cycle.cycle import SchedulingCycle
@@ -44,6 +45,7 @@ from xpupool.server.auth import AGENT_ROLES, Principal
 from xpupool.server.consistency import Problem, problem_for, settle
 from xpupool.server.drain import draining, plan
 from xpupool.server.health import Health, probe_writable, store_failure
+from xpupool.server.job_logs import JobLogs
 from xpupool.server.lease import Lease
 from xpupool.server.live_metrics import LiveMetrics
 from xpupool.server.ownership import StoreOwnership
@@ -223,6 +225,8 @@ class ControlPlane:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
+        logs_dir: Path | None = None,
+        log_reserve_bytes: int = DEFAULT_LOG_RESERVE_BYTES,
         retention: Retention | None = None,
         audit_keep: AuditKeep | None = None,
         history_interval_s: float = DEFAULT_HISTORY_INTERVAL_S,
@@ -232,8 +236,9 @@ class ControlPlane:
         self.data_dir = data_dir
         # what a job's image implies (catalog/images.py): an operator's rules before the built-in
         self.image_catalog = image_catalog or default_image_catalog()
-        self.logs_dir = data_dir / "logs"
-        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        # the replicas' logs (server/job_logs.py): DATA/logs, or under ``xpupool up --logs``;
+        # ``max_log_bytes``: what the server keeps of one replica's log (--log-cap)
+        self.logs = JobLogs(logs_dir or data_dir / "logs", max_log_bytes, log_reserve_bytes)
         self.db = meta.connect(db_url)
         self.seed = seed
         self.profile = profile
@@ -265,7 +270,6 @@ class ControlPlane:
         self.allocation_ids = AllocationIds()
         self.principals: dict[str, Principal] = {}  # token hash -> principal, live tokens only
         self.audit = AuditLog(self.db, self.write, clock, audit_keep)  # rows kept per kind
-        self.max_log_bytes = max_log_bytes  # what the server keeps of one replica's log
         self.retention = retention or Retention()  # finished jobs kept (services/job_limits.py)
         if not history_interval_s > 0:
             raise RequestError("--history-interval", history_interval_s, "must be above 0 s")
@@ -304,6 +308,9 @@ class ControlPlane:
         with self.db.begin() as conn:  # tenant name -> its stable index (the job uid's offset)
             self.tenant_index: dict[str, int] = assign_tenant_indices(conn)
         self._load()
+        with self.db.connect() as conn:  # what each tenant's kept logs take (job_logs.py)
+            rows = conn.execute(select(t_jobs.c.id, t_jobs.c.tenant))
+            self.logs.load({int(job_id): str(tenant) for job_id, tenant in rows})
 
     # ------------------------------------------------------------------ loading and rebuilding
     def _load(self) -> None:
@@ -677,9 +684,11 @@ class ControlPlane:
 
     @contextmanager
     def file_writes(self) -> Iterator[None]:
-        """Writes to files in the data dir (job logs), as :meth:`write` for the store: one that
-        fails marks the server unhealthy (logged once) and raises :class:`Unavailable`; while
-        unhealthy they fail at once. They change no memory, so nothing is reloaded."""
+        """Writes to files beside the store (where a run's output starts in its logs), as
+        :meth:`write` for the store: one that fails marks the server unhealthy (logged once) and
+        raises :class:`Unavailable`; while unhealthy they fail at once. They change no memory, so
+        nothing is reloaded. Job output itself is not written here: ``job_logs.py`` drops what
+        the disk cannot take instead."""
         if self.health.failure is not None:
             raise Unavailable(self.health.failure)
         try:
@@ -713,6 +722,7 @@ class ControlPlane:
                 with self.db.begin() as conn:
                     conn.execute(update(t_pool).values(opened_at=self.clock()))
                 probe_writable(self.data_dir)
+                probe_writable(self.logs.dir)  # a run handed out writes its log's first line
                 if self._stale:
                     self.reload()
             except (OperationalError, OSError) as exc:
@@ -956,7 +966,7 @@ class ControlPlane:
         )
 
     def log_path(self, job_id: int, replica: int) -> Path:
-        return self.logs_dir / str(job_id) / f"{replica}.log"
+        return self.logs.path(job_id, replica)
 
     def notify(self, event: str, seconds: float) -> None:
         for observer in self.observers:

@@ -87,6 +87,10 @@ DEFAULT_MAX_PENDING_REPLICAS = 4096
 """Per-tenant limits on queued work, until the admin sets others (docs/security.md says why
 these: every pending job is tried again whenever capacity frees, under the lock submissions
 take, so queued work is what one tenant can make everyone else wait for)."""
+DEFAULT_MAX_JOB_LOG_MIB = 64
+DEFAULT_MAX_LOG_MIB = 4096
+"""Per-tenant limits on the job logs the server keeps (server/job_logs.py), until the admin sets
+others: one job's, all its replicas together, and all the tenant's jobs' together."""
 
 Weight = Annotated[
     float,
@@ -125,6 +129,28 @@ MaxPendingReplicas = Annotated[
     ),
 ]
 
+MaxJobLogMib = Annotated[
+    int,
+    Field(
+        ge=1,
+        le=1 << 20,
+        description="Most MiB of log the server keeps of one job of the tenant, all its replicas"
+        " together (each replica's also stays under the server's --log-cap); the rest is dropped"
+        f" after a marker line. Agents keep no more of a replica either. Default"
+        f" {DEFAULT_MAX_JOB_LOG_MIB}.",
+    ),
+]
+MaxLogMib = Annotated[
+    int,
+    Field(
+        ge=0,
+        le=1 << 30,
+        description="Most MiB of job logs the server keeps for the tenant, all its jobs together;"
+        " a log that would pass it is cut after a marker line (room comes back as retention"
+        f" forgets finished jobs). 0 = none kept. Default {DEFAULT_MAX_LOG_MIB}.",
+    ),
+]
+
 
 class TenantIn(Strict):
     name: Name = Field(description="Tenant name, unique.")
@@ -132,6 +158,8 @@ class TenantIn(Strict):
     max_pending_jobs: MaxPendingJobs = DEFAULT_MAX_PENDING_JOBS
     max_replicas_per_job: MaxReplicasPerJob = DEFAULT_MAX_REPLICAS_PER_JOB
     max_pending_replicas: MaxPendingReplicas = DEFAULT_MAX_PENDING_REPLICAS
+    max_job_log_mib: MaxJobLogMib = DEFAULT_MAX_JOB_LOG_MIB
+    max_log_mib: MaxLogMib = DEFAULT_MAX_LOG_MIB
 
 
 class TenantPatch(Strict):
@@ -141,6 +169,8 @@ class TenantPatch(Strict):
     max_pending_jobs: MaxPendingJobs | None = None
     max_replicas_per_job: MaxReplicasPerJob | None = None
     max_pending_replicas: MaxPendingReplicas | None = None
+    max_job_log_mib: MaxJobLogMib | None = None
+    max_log_mib: MaxLogMib | None = None
 
     @model_validator(mode="after")
     def _something(self) -> TenantPatch:
@@ -159,8 +189,11 @@ class Tenant(Lenient):
     max_pending_jobs: int = DEFAULT_MAX_PENDING_JOBS
     max_replicas_per_job: int = DEFAULT_MAX_REPLICAS_PER_JOB
     max_pending_replicas: int = DEFAULT_MAX_PENDING_REPLICAS
+    max_job_log_mib: int = DEFAULT_MAX_JOB_LOG_MIB
+    max_log_mib: int = DEFAULT_MAX_LOG_MIB
     pending_jobs: int = Field(0, description="Jobs of the tenant pending now.")
     pending_replicas: int = Field(0, description="Replicas of those jobs.")
+    log_bytes: int = Field(0, description="Bytes of its jobs' logs the server keeps now.")
 
 
 class TokenIn(Strict):
@@ -1172,6 +1205,13 @@ class Work(Lenient):
         description="The tenant's stable index: a root agent runs the job as uid"
         " (first of --job-uid-range + index). None from an older server: such work is refused"
         " by a root agent rather than run under a uid another tenant may share.",
+    )
+    log_cap_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="Most bytes of output the server keeps of this job (its tenant's"
+        " max_job_log_mib): the agent keeps no more of the replica's log than this or its own"
+        " --log-cap, whichever is lower. None from an older server: the agent's cap.",
     )
 
 

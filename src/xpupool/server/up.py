@@ -4,7 +4,8 @@ Data lives under ``--data`` (default ``./.xpupool``; the CLI makes it, and every
 option, absolute as it parses them, because the replicas' supervisors work in ``/``):
 ``state.db`` (SQLite, WAL), ``pool`` (the pool's id, a mark above every job id handed out),
 ``admin-token`` (mode 0600, written on first start, replaced by ``--rotate-admin-token``),
-``logs/``. ``--db`` takes any SQLAlchemy URL instead
+``logs/`` and ``agent/`` (the in-process agent's; both under ``--logs ROOT`` instead when given,
+to keep job output off the store's filesystem). ``--db`` takes any SQLAlchemy URL instead
 (PostgreSQL: ``postgresql+psycopg://...``). What a start refuses, and why: ``server/datadir.py``.
 """
 
@@ -19,6 +20,7 @@ from typing import cast
 
 from xpupool.catalog.images import default_image_catalog
 from xpupool.catalog.operator_file import OperatorCatalog
+from xpupool.disk_reserve import DEFAULT_LOG_RESERVE
 from xpupool.engine.profile import DEFAULT_PROFILE, Profile
 from xpupool.log_setup import configure_logging
 from xpupool.server.admin_token import admin_token_path
@@ -53,6 +55,8 @@ class UpConfig:
     job_uid_range: str = "200000-299999"  # the in-process agent's launch options (see agent)
     job_root: str | None = None
     log_cap: str = "64Mi"
+    log_reserve: str = DEFAULT_LOG_RESERVE  # free space job output never takes (disk_reserve.py)
+    logs: Path | None = None  # --logs ROOT: ROOT/logs and ROOT/agent instead of the data dir's
     sandbox: str = "none"  # none | bwrap
     runtime: str = "auto"  # auto | docker | podman | none: asked at start
     device_root: str = "/dev"
@@ -98,10 +102,13 @@ def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPla
     from xpupool.server.services.stored_jobs import settle_stored_jobs
 
     try:
-        check_writable(cfg.data)
-        make_private(cfg.data)  # a data dir from a release that made it world-readable
+        for where in (cfg.data, *((cfg.logs,) if cfg.logs is not None else ())):
+            check_writable(where)
+            make_private(where)  # a data dir from a release that made it world-readable
         url = store_url(cfg)
-        pool = open_pool(cfg.data, url, reinitialise=cfg.reinitialise, owner=owner)
+        pool = open_pool(
+            cfg.data, url, reinitialise=cfg.reinitialise, owner=owner, logs_root=cfg.logs
+        )
         plane = ControlPlane(
             url,
             cfg.data,
@@ -111,6 +118,8 @@ def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPla
             lost_after_s=cfg.lost_after_s,
             lease_s=cfg.lease_s,
             max_log_bytes=parse_memory_mib("--log-cap", cfg.log_cap) << 20,
+            logs_dir=logs_root(cfg) / "logs",
+            log_reserve_bytes=parse_memory_mib("--log-reserve", cfg.log_reserve) << 20,
             retention=cfg.retention,
             audit_keep=cfg.audit_keep,
             history_interval_s=cfg.history_interval_s,
@@ -146,6 +155,11 @@ def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPla
             " an empty pool whose job ids continue above the old ones"
         ) from None
     return plane
+
+
+def logs_root(cfg: UpConfig) -> Path:
+    """Where the replicas' logs (``logs/``) and the in-process agent's files (``agent/``) go."""
+    return cfg.logs or cfg.data
 
 
 def store_url(cfg: UpConfig) -> str:
@@ -188,6 +202,8 @@ def _serve(
     token_file = admin_token_path(cfg.data)
     echo(f"admin token: {token_file} ({'mode 0600' if token_file.exists() else 'missing'})")
     echo(f"state: {plane.db.url.render_as_string(hide_password=True)}")
+    if cfg.logs is not None:
+        echo(f"logs: {cfg.logs} (logs/, agent/)")
     echo(f"nodes: {len(plane.node_records)}, devices: {plane.cluster_state.n_devices}")
     if cfg.catalog is not None:
         echo(f"catalog: {cfg.catalog.path} ({len(cfg.catalog.images)} image rules, tried first)")
@@ -212,10 +228,12 @@ def _serve(
             cfg.sandbox,
             cast(RuntimeChoice, cfg.runtime),  # a click.Choice of the same names
             cfg.device_root,
-            (cfg.data,),
+            (cfg.data, *((cfg.logs,) if cfg.logs is not None else ())),
             cfg.pids_limit,
+            log_reserve=cfg.log_reserve,
         )
-        agent = AgentThread(local_agent(plane, cfg.data / "agent", settings=settings))
+        agent = AgentThread(local_agent(plane, logs_root(cfg) / "agent", settings=settings))
+        plane.logs.on_forget.append(agent.agent.forget_copies)  # retention takes its copies too
         on_start, on_stop = agent.start, agent.stop
         echo(f"agent: in-process, hosting {', '.join(n.name for n in agent.agent.nodes)}")
         echo(f"jobs: {settings.describe()}")

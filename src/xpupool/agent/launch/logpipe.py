@@ -3,7 +3,9 @@
 The job never holds the log file (it runs as another uid, and the file is the agent's, 0600): it
 writes to a pipe, and a thread of the agent copies what arrives into the file until the cap is
 reached, then writes one marker line and keeps reading and discarding, so a chatty job is never
-blocked on a full pipe and never fills the disk.
+blocked on a full pipe and never fills the disk. Below the cap, output that would take the disk
+under its reserve of free space, or that the disk refuses (full, over quota), is discarded the
+same way until there is room again (``xpupool/disk_reserve.py``): the log says where and how much.
 """
 
 from __future__ import annotations
@@ -12,6 +14,13 @@ import contextlib
 import os
 import threading
 from pathlib import Path
+
+from xpupool.disk_reserve import (
+    held_back_marker,
+    kept_again_marker,
+    reserve_on,
+    room_above,
+)
 
 CHUNK = 64 << 10
 
@@ -28,16 +37,22 @@ def open_log(path: Path) -> int:
 
 class LogPump:
     """Copies ``read_fd`` into ``path`` until EOF (every writer of the pipe is gone); owns and
-    closes ``read_fd``. ``written``: bytes kept; ``cut``: True once the cap was reached."""
+    closes ``read_fd``. ``written``: bytes kept; ``cut``: True once the cap was reached;
+    ``held``: bytes discarded since the disk last had room (None while it has).
+    ``reserve_bytes``: free space the log leaves on its filesystem (``--log-reserve``)."""
 
-    def __init__(self, read_fd: int, path: Path, cap_bytes: int, name: str = "log") -> None:
+    def __init__(
+        self, read_fd: int, path: Path, cap_bytes: int, name: str = "log", reserve_bytes: int = 0
+    ) -> None:
         self.read_fd = read_fd
         self.path = path
         self.cap_bytes = cap_bytes
         self.written = 0
         self.discarded = 0
         self.cut = False
+        self.held: int | None = None
         self._out = open_log(path)
+        self.reserve_bytes = reserve_on(self._out, reserve_bytes)
         with contextlib.suppress(OSError):
             self.written = os.fstat(self._out).st_size
         self.thread = threading.Thread(target=self._run, name=f"xpupool-{name}", daemon=True)
@@ -58,20 +73,46 @@ class LogPump:
             self.discarded += len(chunk)
             return
         room = self.cap_bytes - self.written
-        if len(chunk) <= room:
-            self._write(chunk)
+        kept = chunk[: max(room, 0)]
+        if not self._put(kept):  # no room on the disk: discard until there is
+            self._hold(len(chunk))
             return
-        self._write(chunk[:room])
-        self._write(cut_marker(self.cap_bytes))
-        self.discarded += len(chunk) - room
-        self.cut = True
+        if len(chunk) > room:
+            with contextlib.suppress(OSError):
+                self._write(cut_marker(self.cap_bytes))
+            self.discarded += len(chunk) - room
+            self.cut = True
+
+    def _put(self, data: bytes) -> bool:
+        """Write ``data`` (after the line that ends a gap, if one is open) unless that would
+        take the disk under the reserve, or the disk refuses it; whether it was written."""
+        if room_above(self._out, self.reserve_bytes) < len(data):
+            return False
+        try:
+            if self.held is not None:
+                self._write(kept_again_marker(self.held))
+                self.held = None
+            self._write(data)
+        except OSError:  # full, over quota: as under the reserve
+            return False
+        return True
+
+    def _hold(self, n_bytes: int) -> None:
+        """Discard ``n_bytes``; the first of a gap writes the line that says so (it takes a few
+        bytes of the reserve)."""
+        self.discarded += n_bytes
+        if self.held is None:
+            self.held = 0
+            with contextlib.suppress(OSError):
+                self._write(held_back_marker(self.reserve_bytes))
+        self.held += n_bytes
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
             n = os.write(self._out, view)
+            self.written += n
             view = view[n:]
-        self.written += len(data)
 
     def done(self) -> bool:
         return not self.thread.is_alive()

@@ -14,6 +14,7 @@ import click
 
 from xpupool.agent.launch.cgroups import DEFAULT_PIDS_MAX
 from xpupool.agent.launch.identity import DEFAULT_UID_RANGE
+from xpupool.disk_reserve import DEFAULT_LOG_RESERVE
 from xpupool.probes.container_runtime import RUNTIME_CHOICES, RuntimeChoice
 
 if TYPE_CHECKING:
@@ -28,8 +29,8 @@ log = logging.getLogger("xpupool.agent")
 
 
 def launch_options(f: F) -> F:
-    """``--job-uid-range``, ``--job-root``, ``--log-cap``, ``--pids-limit``, ``--sandbox``,
-    ``--runtime``, ``--device-root``."""
+    """``--job-uid-range``, ``--job-root``, ``--log-cap``, ``--log-reserve``, ``--pids-limit``,
+    ``--sandbox``, ``--runtime``, ``--device-root``."""
     options = [
         click.option(
             "--job-uid-range",
@@ -51,6 +52,15 @@ def launch_options(f: F) -> F:
             default=DEFAULT_LOG_CAP,
             show_default=True,
             help="Most output kept per replica (Mi/Gi); the rest is discarded after a marker line",
+        ),
+        click.option(
+            "--log-reserve",
+            default=DEFAULT_LOG_RESERVE,
+            show_default=True,
+            metavar="SIZE",
+            help="Free space job output never takes on the disk of its logs (Mi/Gi; at most a"
+            " quarter of that disk; 0: none): below it output is discarded, with a marker line,"
+            " until there is room again, so the store and the agent's own files always have room",
         ),
         click.option(
             "--pids-limit",
@@ -100,6 +110,7 @@ def launch_settings(
     device_root: str = "/dev",
     private_paths: tuple[Path, ...] = (),
     pids_limit: int | None = None,
+    log_reserve: str = DEFAULT_LOG_RESERVE,
 ) -> LaunchSettings:
     """The :class:`LaunchSettings` for these option values; cgroups are detected here (once per
     agent), the container runtime asked and bwrap tried (:func:`isolation`). Raises
@@ -121,6 +132,12 @@ def launch_settings(
         raise click.BadParameter(str(exc), param_hint="--log-cap") from None
     if cap_mib <= 0:
         raise click.BadParameter(f"{log_cap!r}: must be more than 0", param_hint="--log-cap")
+    try:
+        reserve_mib = parse_memory_mib("--log-reserve", log_reserve)
+    except XpupoolError as exc:
+        raise click.BadParameter(str(exc), param_hint="--log-reserve") from None
+    if reserve_mib < 0:
+        raise click.BadParameter(f"{log_reserve!r}: must be 0 or more", param_hint="--log-reserve")
     root = Path(job_root).resolve() if job_root else default_job_root()
     for private in private_paths:
         if root == private.resolve() or private.resolve() in root.parents:
@@ -133,6 +150,7 @@ def launch_settings(
         job_root=root,
         uid_range=uid_range if os.geteuid() == 0 else None,
         log_cap_bytes=cap_mib << 20,
+        log_reserve_bytes=reserve_mib << 20,
         cgroups=_with_pids_limit(detect_cgroups(), pids_limit),
         base_path=os.environ.get("PATH") or DEFAULT_PATH,
         lang=os.environ.get("LANG") or "C.UTF-8",

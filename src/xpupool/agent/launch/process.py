@@ -240,7 +240,13 @@ def start_process(
         os.close(write_fd)
         if env_fd >= 0:
             os.close(env_fd)
-    pump = LogPump(read_fd, spec.log_path, spec.log_cap_bytes, name=f"log-{spec.slug}")
+    pump = LogPump(
+        read_fd,
+        spec.log_path,
+        spec.log_cap_bytes,
+        name=f"log-{spec.slug}",
+        reserve_bytes=spec.log_reserve_bytes,
+    )
     if plan is None and spec.cgroup is not None and use_cgroup:
         spec = replace(spec, cgroup=None)  # not created: nothing to watch or remove
     return Launched(spec=spec, proc=proc, pump=pump, limits=limits)

@@ -18,6 +18,7 @@ from pathlib import Path
 from xpupool.agent.env import device_env
 from xpupool.agent.launch.cgroups import CgroupHost, CgroupPlan
 from xpupool.agent.launch.identity import UidRange
+from xpupool.disk_reserve import DEFAULT_LOG_RESERVE_BYTES
 from xpupool.server.schemas import DeviceAssignment, Work
 
 DEFAULT_LOG_CAP_BYTES = 64 << 20
@@ -50,6 +51,7 @@ class LaunchSettings:
     (``nvidia.com/gpu=UUID``). ``device_root``: where the host's device nodes are (``/dev``; an
     agent in a container may see the host's under another path). ``private_paths``: the agent's
     own files and directories (data dir, work dir, token file) that the bwrap sandbox hides.
+    ``log_reserve_bytes``: free space a replica's log leaves on its disk (``disk_reserve.py``).
     ``private_view``: each replica gets a mount namespace of its own (a root agent on Linux,
     tried at start: :mod:`.view`), with its temp dir a tmpfs counted against its memory limit
     and, on the host back end, at ``/tmp``; ``hide_processes``: there, a ``/proc`` that shows
@@ -58,6 +60,7 @@ class LaunchSettings:
     job_root: Path = field(default_factory=default_job_root)
     uid_range: UidRange | None = None
     log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES
+    log_reserve_bytes: int = DEFAULT_LOG_RESERVE_BYTES
     cgroups: CgroupHost | None = None
     sandbox: str = "none"
     runtime: str | None = None
@@ -133,6 +136,7 @@ class LaunchSpec:
     cgroup: CgroupPlan | None
     limits: str = ""  # the job event that says which enforcement applies
     run_id: str = ""  # unique to this run of this replica on this host (see run_id())
+    log_reserve_bytes: int = 0  # free space its log leaves on the disk (disk_reserve.py)
     tmpfs_bytes: int = 0
 
     @property
@@ -178,7 +182,8 @@ def build_spec(
     work: Work, log_path: Path, settings: LaunchSettings, node_vendors: Iterable[str] = ()
 ) -> LaunchSpec:
     """The spec for ``work``; raises :class:`LaunchError` when it cannot run here (no uid left
-    in the range for its tenant)."""
+    in the range for its tenant). Its log keeps at most this agent's cap, or the job's own
+    (the tenant's, sent by the server) where that is lower."""
     a = work.assignment
     uid = gid = None
     if settings.uid_range is not None:
@@ -217,10 +222,11 @@ def build_spec(
         memory_mib=a.memory_mib,
         devices=tuple(a.devices),
         log_path=log_path,
-        log_cap_bytes=settings.log_cap_bytes,
+        log_cap_bytes=min(settings.log_cap_bytes, work.log_cap_bytes or settings.log_cap_bytes),
         cgroup=cgroup,
         limits=limits,
         run_id=slug,
+        log_reserve_bytes=settings.log_reserve_bytes,
         tmpfs_bytes=tmpfs_bytes,
     )
 

@@ -89,6 +89,7 @@ def dumps(f: SpecFile) -> bytes:
         "job_root": str(s.job_root),
         "uid_range": None if s.uid_range is None else [s.uid_range.first, s.uid_range.last],
         "log_cap_bytes": s.log_cap_bytes,
+        "log_reserve_bytes": s.log_reserve_bytes,
         "cgroups": None
         if s.cgroups is None
         else [
@@ -129,6 +130,7 @@ def dumps(f: SpecFile) -> bytes:
         "cgroup": _plan(sp.cgroup),
         "limits": sp.limits,
         "run_id": sp.run_id,
+        "log_reserve_bytes": sp.log_reserve_bytes,
         "tmpfs_bytes": sp.tmpfs_bytes,
     }
     body = {
@@ -150,6 +152,7 @@ def loads(data: bytes) -> SpecFile:
         job_root=Path(s["job_root"]),
         uid_range=None if uid_range is None else UidRange(int(uid_range[0]), int(uid_range[1])),
         log_cap_bytes=int(s["log_cap_bytes"]),
+        log_reserve_bytes=int(s.get("log_reserve_bytes", 0)),  # 0: a file from before it
         cgroups=None if cg is None else _host_back(cg),
         sandbox=str(s["sandbox"]),
         runtime=s["runtime"],
@@ -182,6 +185,7 @@ def loads(data: bytes) -> SpecFile:
         cgroup=_plan_back(sp["cgroup"]),
         limits=str(sp["limits"]),
         run_id=str(sp["run_id"]),
+        log_reserve_bytes=int(sp.get("log_reserve_bytes", 0)),
         tmpfs_bytes=int(sp.get("tmpfs_bytes", 0)),
     )
     return SpecFile(str(body["backend"]), settings, spec, float(body["lease_grace_s"]))

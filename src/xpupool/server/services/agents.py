@@ -12,13 +12,14 @@ from typing import Any
 
 from sqlalchemy import Connection, select, update
 
-from xpupool.model.errors import NotFound, RequestError
+from xpupool.model.errors import NotFound, RequestError, Unavailable
 from xpupool.server import job_lifecycle as lc
 from xpupool.server import schemas as s
 from xpupool.server.auth import Principal
 from xpupool.server.body_limit import MAX_LOG_CHUNK
 from xpupool.server.plane import ControlPlane, HeldJob, NodeRecord
 from xpupool.server.schemas import StopCause
+from xpupool.server.services.grants import log_caps
 from xpupool.server.services.jobs import assignment
 from xpupool.server.services.replica_env import distributed_env, node_address
 from xpupool.server.storage.fleet import nodes as t_nodes
@@ -253,6 +254,7 @@ def _reply(
                 tenant=job.tenant,
                 tenant_index=plane.tenant_index.get(job.tenant),
                 attempt=max(job.attempt, 1),
+                log_cap_bytes=log_caps(plane, job.queue, conn).job_bytes,
             )
         )
     return s.HeartbeatReply(
@@ -285,13 +287,9 @@ def _dispatch(plane: ControlPlane, conn: Connection, job: HeldJob, *, adopt: boo
     plane.apply(conn, job.id, lc.Dispatch(attempt, f"attempt {attempt} handed to {nodes}"))
     with plane.file_writes():
         for replica in sorted({a.replica for a in job.allocations}):
-            path = plane.log_path(job.id, replica)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("ab") as f:
-                if attempt > 1:
-                    f.write(attempt_header(attempt))
-                start = f.tell()
-            _attempt_start_path(path).write_text(f"{attempt} {start}\n")
+            header = attempt_header(attempt) if attempt > 1 else b""
+            start = plane.logs.start(job.id, replica, job.tenant, header)
+            _attempt_start_path(plane.log_path(job.id, replica)).write_text(f"{attempt} {start}\n")
 
 
 def attempt_header(attempt: int) -> bytes:
@@ -334,39 +332,29 @@ def append_log(
     offset: int | None = None,
     attempt: int | None = None,
 ) -> None:
-    """Agents ship captured output here; only the node running that replica may write it. The
-    server keeps at most ``plane.max_log_bytes`` of one replica's log: the chunk that crosses it
-    is cut there and followed by one marker line, later chunks are dropped. ``offset`` (where
-    ``chunk`` starts in the output of run ``attempt``): what the server has of it already is
-    skipped, so an agent that sends again after a restart duplicates nothing; a chunk of
-    another attempt than the job's current one is dropped."""
-    with plane.lock, plane.file_writes():  # a full or read-only disk: 503, said once
+    """Agents ship captured output here; only the node running that replica may write it. What
+    the server keeps of it is bounded by ``server/job_logs.py`` (caps per replica, job and
+    tenant, and the disk's reserve); a chunk it cannot keep is dropped, never refused.
+    ``offset`` (where ``chunk`` starts in the output of run ``attempt``): what the server has of
+    it already is skipped, so an agent that sends again after a restart duplicates nothing; a
+    chunk of another attempt than the job's current one is dropped. While the store cannot be
+    written, uploads are 503 as every change is (the agent sends them again)."""
+    with plane.lock:
+        if plane.health.failure is not None:
+            raise Unavailable(plane.health.failure)
         job = plane.held_jobs.get(job_id)
         if job is None or not any(a.node == node and a.replica == replica for a in job.allocations):
             raise NotFound("replica", f"{job_id}/{replica} on {node}")
-        path = plane.log_path(job_id, replica)
-        path.parent.mkdir(parents=True, exist_ok=True)
         chunk = chunk[:MAX_LOG_CHUNK]
-        size = path.stat().st_size if path.exists() else 0
+        end = None
         if offset is not None:
-            start = _attempt_start(path, attempt or max(job.attempt, 1))
+            start = _attempt_start(plane.log_path(job_id, replica), attempt or max(job.attempt, 1))
             if start is None or (attempt is not None and job.attempt and attempt != job.attempt):
                 return  # an earlier run's output: not this attempt's log
-            chunk = chunk[max(size - start - offset, 0) :]
-        room = plane.max_log_bytes - size
-        if room < 0 or not chunk:
-            return  # cut already (the marker took it past the cap), or nothing to add
-        with path.open("ab") as f:
-            if len(chunk) <= room:
-                f.write(chunk)
-            else:
-                f.write(chunk[:room] + log_cut_marker(plane.max_log_bytes))
-
-
-def log_cut_marker(limit_bytes: int) -> bytes:
-    """The line that ends a replica log the server cut (``xpupool up --max-log-mib``)."""
-    mib = limit_bytes / (1 << 20)
-    return f"\n[xpupool: log cut at {mib:g} MiB; the server keeps no more of it]\n".encode()
+            end = offset + len(chunk)
+            chunk = chunk[max(plane.logs.taken(job_id, replica, start) - offset, 0) :]
+        caps = log_caps(plane, job.queue)
+        plane.logs.append(job_id, replica, job.tenant, chunk, caps, taken=end)
 
 
 def mark_lost_nodes(plane: ControlPlane) -> list[str]:

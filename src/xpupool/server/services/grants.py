@@ -7,7 +7,8 @@ Priority is what lets a job preempt another, so it is not the submitter's to cho
 work is what one tenant can make every other wait for (each pending job is tried again whenever
 capacity frees, under the lock submissions take), so a tenant's pending jobs, the replicas of one
 job and the replicas of all its pending jobs are limited (``TenantIn``); over a count limit is
-429 (it passes once some of the tenant's work has started), over the per-job limit 403.
+429 (it passes once some of the tenant's work has started), over the per-job limit 403. The same
+row carries what the tenant's job logs may take on the server (:func:`log_caps`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from sqlalchemy import Connection, bindparam, select, update
 from xpupool.model.errors import NotGranted, OverLimit
 from xpupool.server import job_lifecycle as lc
 from xpupool.server import schemas as s
+from xpupool.server.job_logs import LogCaps
 from xpupool.server.plane import ControlPlane
 from xpupool.server.storage.jobs import jobs as t_jobs
 from xpupool.server.storage.tenants import queues as t_queues
@@ -33,6 +35,8 @@ _GRANTS = (
         t_tenants.c.max_pending_jobs,
         t_tenants.c.max_replicas_per_job,
         t_tenants.c.max_pending_replicas,
+        t_tenants.c.max_job_log_mib,
+        t_tenants.c.max_log_mib,
     )
     .select_from(t_queues.join(t_tenants, t_queues.c.tenant == t_tenants.c.name))
     .where(t_queues.c.name == bindparam("queue"))
@@ -53,9 +57,7 @@ def check_submission(
     at ``priority`` may not join ``queue`` of ``tenant`` now; ``priority_field()`` names where
     the priority came from (asked only for the error). Call under the plane's lock, in the
     transaction that stores the job."""
-    row = plane.grant_rows.get(queue)
-    if row is None:  # read once per queue until tenants or queues change (forget_grants)
-        row = plane.grant_rows[queue] = conn.execute(_GRANTS, {"queue": queue}).one()
+    row = _grant_row(plane, conn, queue)
     if priority > row.max_priority:
         raise NotGranted(
             priority_field(),
@@ -85,6 +87,26 @@ def check_submission(
             f"tenant {tenant!r} has {pending_replicas} pending replicas, its limit "
             f"(max_pending_replicas) is {row.max_pending_replicas}: {replicas} more would pass it",
         )
+
+
+def _grant_row(plane: ControlPlane, conn: Connection | None, queue: str) -> Any:
+    """The queue's and its tenant's limits, read once per queue until tenants or queues change
+    (``plane.forget_grants``); ``conn`` None: on a connection of its own."""
+    row = plane.grant_rows.get(queue)
+    if row is None:
+        if conn is None:
+            with plane.db.connect() as own:
+                row = own.execute(_GRANTS, {"queue": queue}).one()
+        else:
+            row = conn.execute(_GRANTS, {"queue": queue}).one()
+        plane.grant_rows[queue] = row
+    return row
+
+
+def log_caps(plane: ControlPlane, queue: str, conn: Connection | None = None) -> LogCaps:
+    """What the logs of a job of ``queue`` may take on the server (its tenant's limits)."""
+    row = _grant_row(plane, conn, queue)
+    return LogCaps(int(row.max_job_log_mib) << 20, int(row.max_log_mib) << 20)
 
 
 def cap_queued(plane: ControlPlane, conn: Connection, queue: str | None = None) -> list[int]:
@@ -120,4 +142,8 @@ def cap_queued(plane: ControlPlane, conn: Connection, queue: str | None = None) 
 def usage(plane: ControlPlane, tenant: str) -> dict[str, Any]:
     """The tenant's queued work now, as the ``Tenant`` view shows it."""
     jobs, replicas = plane.queued_tally(tenant)
-    return {"pending_jobs": jobs, "pending_replicas": replicas}
+    return {
+        "pending_jobs": jobs,
+        "pending_replicas": replicas,
+        "log_bytes": plane.logs.tenant_bytes(tenant),
+    }

@@ -7,7 +7,6 @@ only what changed since the one before (:class:`FinishedSweep`)."""
 from __future__ import annotations
 
 import logging
-import shutil
 from collections import Counter
 
 from sqlalchemy import Connection, func, select
@@ -148,7 +147,7 @@ class FinishedSweep:
             with plane.write() as conn:
                 plane.forget_jobs(conn, ids)
             for job_id in ids:  # after the commit: a crash before this leaves files no row names
-                shutil.rmtree(plane.logs_dir / str(job_id), ignore_errors=True)
+                plane.logs.forget(job_id)
             log.info("retention: %d finished jobs forgotten (%s..%s)", len(ids), min(ids), max(ids))
         if len(ids) < SWEEP_BATCH:  # a full batch: the next pass goes on from the same marks
             if age_due:

@@ -57,6 +57,19 @@ tenants = Table(
         nullable=False,
         server_default=_default(s.DEFAULT_MAX_PENDING_REPLICAS),
     ),
+    # limits on the job logs the server keeps (server/job_logs.py), MiB
+    Column(
+        "max_job_log_mib",
+        Integer,
+        nullable=False,
+        server_default=_default(s.DEFAULT_MAX_JOB_LOG_MIB),
+    ),
+    Column(
+        "max_log_mib",
+        Integer,
+        nullable=False,
+        server_default=_default(s.DEFAULT_MAX_LOG_MIB),
+    ),
 )
 
 tokens = Table(
