@@ -272,3 +272,20 @@ def test_a_nodes_cordoned_cards_take_no_new_work() -> None:
     }
     assert engine.place(devices(1)).allocations[0].node == "b"
     assert Verdicts(engine.state).never_fits(devices(2)) is None
+
+
+@pytest.mark.parametrize("profile", ["xpupool", "binpack", "spread"])
+def test_every_profile_keeps_a_topology_constraint_when_picking_cards(profile: str) -> None:
+    """The profiles whose scorers pick a multi-card replica's cards themselves (FGD's "first k
+    fitting cards") keep to its NUMA node or link group too, as the device policies do."""
+    node = _numa_node("a", (0, 0, 0, 0, 1, 1, 1, 1))
+    links = tuple(replace(d, link_group=f"l{j % 2}") for j, d in enumerate(node.devices))
+    engine = engine_for(replace(node, devices=links), profile=profile)
+    assert engine.place(devices(1, uuids=("a-gpu0",), memory_mib=1024)).ok
+    for topology, group_of in (
+        (Topology.SAME_NUMA, lambda j: j // 4),
+        (Topology.SAME_LINK_GROUP, lambda j: j % 2),
+    ):
+        placed = engine.place(devices(2, topology=topology))
+        cards = [int(s.uuid.removeprefix("a-gpu")) for s in placed.allocations[0].devices]
+        assert len({group_of(j) for j in cards}) == 1, (topology, cards)
