@@ -62,7 +62,11 @@ def test_every_resource_name_and_register_key_the_doc_names_exists() -> None:
     for name in re.findall(r"`([a-z.-]+\.(?:com|ai)/[A-Za-z0-9.-]+)`", DOC):
         if "<" in name or name.startswith(("nvidia.com/use-", "nvidia.com/nouse-")):
             continue
-        kinds_keys = {k for kind in DEVICE_KINDS for k in (kind.use_type_key, kind.use_uuid_key)}
+        kinds_keys = {
+            k
+            for kind in DEVICE_KINDS
+            for k in (kind.use_type_key, kind.use_uuid_key, kind.mode_key, kind.numa_bind_key)
+        }
         assert name in RESOURCES or name in kinds_keys or _unmodelled(name), name
     for key in re.findall(r"hami\.io/node-[A-Za-z0-9<>*-]*register[A-Za-z0-9<>*-]*", DOC):
         if "<" not in key and "*" not in key:  # a pattern, not a key
