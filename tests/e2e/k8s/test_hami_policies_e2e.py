@@ -107,6 +107,30 @@ def annotate_node(kc: K8sCluster, name: str, annotations: dict[str, str | None])
     assert r.status_code == 200, r.text
 
 
+def nudged(kc: K8sCluster, node: str, ns: str, n: int, exclude: str = "") -> list[str]:
+    """The names of the pods of ``ns`` bound (``exclude`` not counted) once at least ``n`` are,
+    touching ``node`` every few seconds meanwhile. A change that frees room (an uncordon, a pod
+    gone, a new node) reaches kube-scheduler and the extender's watch at about the same time:
+    when kube-scheduler retries first, the extender still refuses, and the pod waits for the
+    next cluster event (a real cluster has plenty; this one none) or kube-scheduler's 5-minute
+    flush. The touch is that next event."""
+    deadline = time.monotonic() + 60
+    touched = 0
+    while True:
+        items = kc.api.get(f"/api/v1/namespaces/{ns}/pods").json()["items"]
+        got = sorted(
+            p["metadata"]["name"]
+            for p in items
+            if p["spec"].get("nodeName") and p["metadata"]["name"] != exclude
+        )
+        if len(got) >= n:
+            return got
+        assert time.monotonic() < deadline, f"{got} bound\n{kc.log('kube-scheduler')[-3000:]}"
+        time.sleep(2.5)
+        touched += 1
+        annotate_node(kc, node, {"xpupool-test/touched": str(touched)})
+
+
 def unbound_for(kc: K8sCluster, names: list[str], seconds: float, ns: str = NS) -> None:
     """None of ``names`` is bound during ``seconds`` (kube-scheduler retries them meanwhile)."""
     deadline = time.monotonic() + seconds
@@ -131,6 +155,7 @@ def test_cordoned_cards_take_no_new_pod_until_uncordoned(
         assert "xpupool:" in why and "cordoned" in why, why
         unbound_for(kc, names, 3)
         annotate_node(kc, "cordon-a", {CORDON: "GPU-cordon-a-0"})  # card 1 back in service
+        nudged(kc, "cordon-a", NS, len(names))
         pods = bound(kc, names)
         assert {uuid for p in pods.values() for uuid, _, _ in shares(p)} == {"GPU-cordon-a-1"}
     finally:
@@ -159,6 +184,7 @@ def test_vgpu_mode_takes_cards_of_that_mode_and_mig_is_refused(
         assert "xpupool:" in why and "MIG" in why, why
         unbound_for(kc, ["want-mps", "want-mig"], 3)
         add_nodes(kc, node("mode-mps", [(0, "mps")]))  # an MPS card: the mps pod goes there
+        nudged(kc, "mode-mps", NS, 2)
         assert bound(kc, ["want-mps"])["want-mps"]["spec"]["nodeName"] == "mode-mps"
         assert not pod(kc, "want-mig")["spec"].get("nodeName")
     finally:
@@ -226,7 +252,7 @@ def test_namespace_quota_on_card_memory_caps_what_its_pods_hold(
         create(kc, other)
         bound(kc, ["no-quota-here"])
         kc.api.delete(f"{path}/pods/{placed[0]}", params={"gracePeriodSeconds": "0"})
-        after = _bound_in(kc, QUOTA_NS, 2, exclude=placed[0])  # its 8,000 MiB are free again
+        after = nudged(kc, "quota-a", QUOTA_NS, 2, exclude=placed[0])  # its 8,000 MiB are free
         assert placed[0] not in after and len(after) == 2, after
     finally:
         delete_pods(kc)
