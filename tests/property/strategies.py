@@ -32,6 +32,7 @@ def nodes(draw: st.DrawFn, max_nodes: int = 6, capacity: bool = False) -> list[N
             }
         count = draw(st.integers(0, 10))
         group_size = draw(st.sampled_from([0, 1, 2, 4]))
+        numa_size = draw(st.sampled_from([0, 2, 4, 8]))  # 0: NUMA nodes not reported
         driver = draw(st.sampled_from(drivers))
         devs = tuple(
             Device(
@@ -42,6 +43,8 @@ def nodes(draw: st.DrawFn, max_nodes: int = 6, capacity: bool = False) -> list[N
                 index=j,
                 driver_version=driver,
                 link_group=None if group_size == 0 else f"g{j // group_size}",
+                numa_node=None if numa_size == 0 else j // numa_size,
+                share_mode=draw(st.sampled_from([None, None, "hami-core", "mps", "mig"])),
                 healthy=draw(st.integers(0, 9)) > 0,
                 **limits,  # type: ignore[arg-type]
             )
@@ -83,6 +86,7 @@ def requests(draw: st.DrawFn) -> Request:
             software=tuple(draw(st.lists(st.sampled_from(NEEDS), max_size=1))),
             topology=draw(st.sampled_from(list(Topology))),
             exclude_uuids=draw(_sometimes(st.sampled_from(["n0-d0", "n1-d1"]), 1)),
+            share_modes=draw(_sometimes(st.sampled_from(["hami-core", "mps"]), 2)),
             **kwargs,  # type: ignore[arg-type]
         )
     return Request(

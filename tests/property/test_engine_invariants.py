@@ -107,6 +107,7 @@ def _reference_fits(state: _State, req: Request, node: int) -> bool:
         return True
     nd = state.nodes[node]
     good_by_group: dict[object, int] = {}
+    good_by_numa: dict[int, int] = {}
     good = 0
     for col, dev in enumerate(nd.devices):
         if not state.dev_usable[node, col]:
@@ -119,6 +120,8 @@ def _reference_fits(state: _State, req: Request, node: int) -> bool:
         if any(state.catalog.matches(t, dev.model, dev.vendor) for t in d.exclude_models):
             continue
         if dev.uuid in d.exclude_uuids or (d.uuids and dev.uuid not in d.uuids):
+            continue
+        if d.share_modes and dev.share_mode is not None and dev.share_mode not in d.share_modes:
             continue
         if any(
             state.compat.check(n, dev.vendor, dev.driver_version, dict(dev.runtimes)).name != "OK"
@@ -146,8 +149,12 @@ def _reference_fits(state: _State, req: Request, node: int) -> bool:
         good += 1
         if dev.link_group is not None:
             good_by_group[dev.link_group] = good_by_group.get(dev.link_group, 0) + 1
+        if dev.numa_node is not None:
+            good_by_numa[dev.numa_node] = good_by_numa.get(dev.numa_node, 0) + 1
     if d.topology is Topology.SAME_LINK_GROUP and d.count > 1:
         return max(good_by_group.values(), default=0) >= d.count
+    if d.topology is Topology.SAME_NUMA and d.count > 1:
+        return max(good_by_numa.values(), default=0) >= d.count
     return good >= d.count
 
 

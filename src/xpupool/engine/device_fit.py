@@ -7,7 +7,8 @@ only the rows of the nodes changed since (``ClusterState.changed_since``): a req
 changed, not the size of the fleet. An inventory change (a new ``epoch``) starts the shape afresh.
 The answer is the same as checking every card: the selectors' mask (``Pipeline.eligible``) and
 the capacity predicate (``capacity.share_fits``), the per-node count of cards that pass, and, for
-several cards, the largest number of them inside one link group. It also keeps how many cards pass
+several cards, the largest number of them inside one group of the request's topology (a NUMA node
+for ``same-numa``, else a link group). It also keeps how many cards pass
 the predicate's first part and its first two (memory; memory and cores), so that a refusal can say
 which part fails first on each node without replaying the checks over the whole grid.
 
@@ -26,7 +27,7 @@ from xpupool.engine.capacity import cores_fit, memory_fits, share_parts_one, slo
 from xpupool.engine.compiled import jit
 from xpupool.engine.lru import Lru
 from xpupool.engine.state import BoolArray, ClusterState, CountArray, IntArray
-from xpupool.engine.topology import best_group_count
+from xpupool.engine.topology import best_group_count, device_groups
 from xpupool.model.request import DeviceRequest
 
 # Shapes kept (each about 50 KB at 5,000 nodes of 8 cards): a mixed stream uses a few hundred,
@@ -42,8 +43,9 @@ FULL_SHARE = 0.25
 class DeviceFit:
     """One shape's answer: ``dev_fit [N, W]`` cards where a share fits, ``passed [3, N]`` per
     node the eligible cards that pass the memory part, the memory and cores parts, and all of the
-    predicate (``count``, its last row), ``group_best [N]`` the most fitting cards in one link
-    group (only for several cards), all as of change number ``seq`` in ``epoch``."""
+    predicate (``count``, its last row), ``group_best [N]`` the most fitting cards in one group of
+    the shape's topology (``topology.device_groups``; only for several cards), all as of change
+    number ``seq`` in ``epoch``."""
 
     epoch: int
     seq: int
@@ -89,7 +91,7 @@ def _refresh_rows_loop(
 ) -> None:
     """Re-check, in place, the nodes in ``rows``: the capacity predicate's parts on each eligible
     card (``need_grid`` per card when ``scalar_need`` < 0), the counts that pass them, and the
-    most fitting cards in one link group (``has_group``). A node is in ``rows`` once per change
+    most fitting cards in one group of ``dev_group`` (``has_group``). A node is in ``rows`` once per change
     (a packing policy changes the same few nodes over and over): ``seen``, all False on entry and
     on return, makes each count once."""
     width = dev_fit.shape[1]
@@ -164,7 +166,7 @@ class DeviceFitCache:
                 need_mib if isinstance(need_mib, np.ndarray) else s.dev_mem_free,
                 need_mib if isinstance(need_mib, int) else -1,
                 need_core,
-                s.dev_group,
+                device_groups(s, devices.topology),
                 fit.dev_fit,
                 fit.passed,
                 fit.group_best if fit.group_best is not None else fit.passed[2],
@@ -190,5 +192,6 @@ class DeviceFitCache:
         passed[2] = passed[1] if dev_fit is by_core else count_per_node(dev_fit)
         group_best: CountArray | None = None
         if devices.count > 1:
-            group_best = cast(CountArray, best_group_count(s, dev_fit).astype(small))
+            best = best_group_count(s, dev_fit, devices.topology)
+            group_best = cast(CountArray, best.astype(small))
         return DeviceFit(s.epoch, s.change_seq, np.ascontiguousarray(dev_fit), passed, group_best)

@@ -4,12 +4,14 @@ Binpack takes the busiest cards that fit (whole cards stay whole for later whole
 among link groups, the one with the fewest free fitting cards (full NVLink domains stay intact).
 Spread does the opposite. A multi-device replica first looks for one link group that can hold all of
 its devices; with ``same-link-group`` that is required (the filter guaranteed such a group exists).
+With ``same-numa`` the groups are the node's NUMA nodes, and one of them is required likewise.
 Works on one node's row (at most a few dozen devices), so plain Python is the fast choice here.
 """
 
 from __future__ import annotations
 
 from xpupool.engine.context import Context
+from xpupool.engine.topology import device_groups
 from xpupool.model.request import DevicePolicy, Topology
 
 
@@ -19,7 +21,8 @@ def pick_devices(ctx: Context, node: int, policy: DevicePolicy) -> list[int]:
     s = ctx.state
     # One row as Python lists: a few dozen values, read many times by the sort keys below.
     cols: list[int] = ctx.dev_fit[node].nonzero()[0].tolist()
-    group: list[int] = s.dev_group[node].tolist()
+    topology = ctx.req.devices.topology
+    group: list[int] = device_groups(s, topology)[node].tolist()
     group_fit: dict[int, int] = {}  # fitting cards per link group (a Counter costs more here)
     for c in cols:
         g = group[c]
@@ -43,7 +46,7 @@ def pick_devices(ctx: Context, node: int, policy: DevicePolicy) -> list[int]:
             chosen = min(roomy, key=lambda g: (sign * group_fit[g], g))
             members = [c for c in cols if group[c] == chosen]
             return sorted(members, key=key)[:k]
-        assert ctx.req.devices.topology is not Topology.SAME_LINK_GROUP
+        assert topology is Topology.NONE
     if k == 1:  # the first in that order (keys end with the column: no two are equal)
         return [min(cols, key=key)]
     return sorted(cols, key=key)[:k]

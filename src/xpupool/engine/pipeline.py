@@ -134,8 +134,8 @@ class Pipeline:
             ctx.group_best = known.group_best
             ctx.passed = known.passed
             fit = fit & (known.count >= ctx.k)
-            group = chain.group
-            if group is not None and group.applies(ctx.req.devices.topology, ctx.k):
+            group = chain.group_for(ctx.req.devices.topology, ctx.k)
+            if group is not None:
                 assert known.group_best is not None  # kept for every request of several cards
                 fit = fit & (known.group_best >= ctx.k)
         elif ctx.k and ctx.within is not None:
@@ -146,8 +146,8 @@ class Pipeline:
                     dev = dev & part
             ctx.dev_fit = dev
             fit = fit & (count_per_node(dev) >= ctx.k)
-            group = chain.group
-            if group is not None and group.applies(ctx.req.devices.topology, ctx.k):
+            group = chain.group_for(ctx.req.devices.topology, ctx.k)
+            if group is not None:
                 fit = fit & group.node_mask(s, dev, ctx.k)
         ctx.node_fit = fit
         return fit
@@ -267,8 +267,8 @@ class Pipeline:
                     out.fail(count_per_node(dev) >= ctx.k, Reason.OUTSIDE_ASSIGNMENT)
                 for stage in df.stages(ctx.req, s, ctx):
                     dev = out.stage(stage, dev, ctx.k)
-            group = chain.group
-            if group is not None and group.applies(ctx.req.devices.topology, ctx.k):
+            group = chain.group_for(ctx.req.devices.topology, ctx.k)
+            if group is not None:
                 out.fail(group.node_mask(s, dev, ctx.k), group.reason)
         return out.labels, out.blame
 
@@ -295,8 +295,8 @@ class Pipeline:
         for row, df in enumerate(chain.dynamic):
             labels.append((df.reason, ""))
             capacity_checks.append((passed[row] < k, len(labels) - 1))
-        group = chain.group
-        if group is not None and group.applies(ctx.req.devices.topology, k):
+        group = chain.group_for(ctx.req.devices.topology, k)
+        if group is not None:
             assert ctx.group_best is not None  # kept for every request of several cards
             labels.append((group.reason, ""))
             capacity_checks.append((ctx.group_best < k, len(labels) - 1))

@@ -35,6 +35,8 @@ class Reason(IntEnum):
     SITE_NOT_ALLOWED = 20
     SITE_EXCLUDED = 21
     LABEL_MISSING = 22
+    NUMA = 23
+    SHARE_MODE = 24
 
 
 TEXT: dict[Reason, str] = {
@@ -62,6 +64,8 @@ TEXT: dict[Reason, str] = {
     Reason.SITE_NOT_ALLOWED: "not in site {detail}",
     Reason.SITE_EXCLUDED: "in excluded site {detail}",
     Reason.LABEL_MISSING: "label {detail} not on node",
+    Reason.NUMA: "no NUMA node with enough free devices",
+    Reason.SHARE_MODE: "devices shared in another mode",
 }
 
 PREEMPTION_MAY_HELP: frozenset[Reason] = frozenset(
@@ -72,6 +76,7 @@ PREEMPTION_MAY_HELP: frozenset[Reason] = frozenset(
         Reason.INSUFFICIENT_DEVICE_CORES,
         Reason.DEVICE_TASK_LIMIT,
         Reason.TOPOLOGY,
+        Reason.NUMA,
     }
 )
 

@@ -16,6 +16,7 @@ from xpupool.engine.filters.chain import FilterChain
 from xpupool.engine.filters.device_cores import DeviceCores
 from xpupool.engine.filters.device_health import DeviceHealth
 from xpupool.engine.filters.device_memory import DeviceMemory
+from xpupool.engine.filters.device_mode import DeviceMode
 from xpupool.engine.filters.device_model import DeviceModel
 from xpupool.engine.filters.device_tasks import DeviceTasks
 from xpupool.engine.filters.device_uuid import DeviceUuid
@@ -27,7 +28,7 @@ from xpupool.engine.filters.node_schedulable import NodeSchedulable
 from xpupool.engine.filters.node_selector import NodeSelector
 from xpupool.engine.filters.node_site import NodeSite
 from xpupool.engine.filters.software import Software
-from xpupool.engine.filters.topology import SameLinkGroup
+from xpupool.engine.filters.topology import GroupFilter, SameLinkGroup, SameNuma
 from xpupool.engine.fragmentation.workload_model import NAME as WORKLOAD
 from xpupool.engine.fragmentation.workload_model import WorkloadArgs
 from xpupool.engine.scorers.base import PluginArgs, PostScorer, Scorer, ScorerEnv
@@ -62,17 +63,18 @@ STATIC_DEVICE_FILTERS: tuple[DeviceFilter, ...] = (
     DeviceHealth(),
     DeviceVendor(),
     DeviceModel(),
+    DeviceMode(),
     DeviceUuid(),
     CardMemory(),
     Software(),
 )
 DYNAMIC_DEVICE_FILTERS: tuple[DeviceFilter, ...] = (DeviceMemory(), DeviceCores(), DeviceTasks())
-GROUP_FILTER = SameLinkGroup()
+GROUP_FILTERS: tuple[GroupFilter, ...] = (SameLinkGroup(), SameNuma())
 
 FILTERS: tuple[str, ...] = (
     *(f.name for f in NODE_FILTERS),
     *(f.name for f in (*STATIC_DEVICE_FILTERS, *DYNAMIC_DEVICE_FILTERS)),
-    GROUP_FILTER.name,
+    *(f.name for f in GROUP_FILTERS),
 )
 # What a node or card has left, and whether it can be used at all: a profile that turned one of
 # these off would over-commit or place on broken hardware, so profiles cannot.
@@ -100,7 +102,7 @@ def filter_chain(disabled: frozenset[str] = frozenset()) -> FilterChain:
         node=tuple(f for f in NODE_FILTERS if f.name not in disabled),
         static=static,
         dynamic=DYNAMIC_DEVICE_FILTERS,
-        group=None if GROUP_FILTER.name in disabled else GROUP_FILTER,
+        groups=tuple(f for f in GROUP_FILTERS if f.name not in disabled),
         static_key=",".join(f.name for f in static),
     )
 

@@ -97,6 +97,9 @@ class ClusterState:
         # the case-insensitive substring match of DeviceRequest.type_contains.
         self.type_names: list[str] = []
         self._type_ids: dict[str, int] = {}
+        # Registered sharing modes (Device.share_mode) per mode id, for DeviceRequest.share_modes.
+        self.share_modes: list[str] = []
+        self._share_mode_ids: dict[str, int] = {}
         self.profiles: list[SoftwareProfile] = []
         self._profile_ids: dict[SoftwareProfile, int] = {}
         self.uuid_slot: dict[str, int] = {}
@@ -126,6 +129,7 @@ class ClusterState:
         self.dev_cordoned = np.zeros((n, w), np.bool_)
         self.dev_model = np.full((n, w), -1, np.int32)
         self.dev_type = np.full((n, w), -1, np.int32)
+        self.dev_mode = np.full((n, w), -1, np.int32)  # -1: the node states no sharing mode
         self.dev_vendor = np.full((n, w), -1, np.int16)
         self.dev_profile = np.full((n, w), -1, np.int32)
         self.dev_card_mib = np.zeros((n, w), np.int64)
@@ -134,6 +138,9 @@ class ClusterState:
         self.dev_core_commit = np.zeros((n, w), np.int64)
         self.dev_group = np.full((n, w), -1, np.int32)
         self.group_node: list[int] = []
+        # NUMA nodes as groups, numbered as link groups are (global, contiguous per node)
+        self.dev_numa = np.full((n, w), -1, np.int32)
+        self.numa_group_node: list[int] = []
         for i, node in enumerate(nodes):
             self._fill_row(i, node)
         self.node_cpu_free = self.node_cpu_total.copy()
@@ -161,6 +168,7 @@ class ClusterState:
         self.node_container[i] = node.container_runtime is not None
         self.node_n_dev[i] = len(node.devices)
         groups: dict[str, int] = {}
+        numas: dict[int, int] = {}
         for col, dev in enumerate(node.devices):
             slot = i * self.width + col
             if dev.uuid in self.uuid_slot:
@@ -174,8 +182,10 @@ class ClusterState:
             self.dev_mem_commit[i, col] = committable(dev.memory_mib, dev.memory_overcommit)
             self.dev_core_commit[i, col] = committable(WHOLE, dev.cores_overcommit)
             self.dev_healthy[i, col] = dev.healthy
+            self.dev_cordoned[i, col] = dev.uuid in node.cordoned_devices
             self.dev_model[i, col] = self._model_id(dev)
             self.dev_type[i, col] = self._type_id(dev)
+            self.dev_mode[i, col] = self._share_mode_id(dev.share_mode)
             self.dev_vendor[i, col] = VENDOR_KEYS.index(dev.vendor)
             self.dev_profile[i, col] = self._profile_id(dev)
             self.dev_card_mib[i, col] = self._card_mib(dev)
@@ -187,6 +197,11 @@ class ClusterState:
                     groups[dev.link_group] = len(self.group_node)
                     self.group_node.append(i)
                 self.dev_group[i, col] = groups[dev.link_group]
+            if dev.numa_node is not None:
+                if dev.numa_node not in numas:
+                    numas[dev.numa_node] = len(self.numa_group_node)
+                    self.numa_group_node.append(i)
+                self.dev_numa[i, col] = numas[dev.numa_node]
 
     def _build_placement_masks(self, nodes: list[Node]) -> None:
         """Per site, the ``[N]`` mask of its nodes; per label, each node's value id (-1: the node
@@ -255,6 +270,15 @@ class ClusterState:
             self.type_names.append(key)
         return found
 
+    def _share_mode_id(self, mode: str | None) -> int:
+        if mode is None:
+            return -1
+        found = self._share_mode_ids.get(mode)
+        if found is None:
+            found = self._share_mode_ids[mode] = len(self.share_modes)
+            self.share_modes.append(mode)
+        return found
+
     def _profile_id(self, dev: Device) -> int:
         profile = SoftwareProfile(
             dev.vendor, dev.driver_version, tuple(sorted(dev.runtimes.items()))
@@ -288,6 +312,8 @@ class ClusterState:
         self.inv_mem_total = _inverse(self.node_mem_total)
         group_node_arr = np.asarray(self.group_node, np.int64)
         self.group_owner_nodes, self.group_starts = np.unique(group_node_arr, return_index=True)
+        numa_node_arr = np.asarray(self.numa_group_node, np.int64)
+        self.numa_owner_nodes, self.numa_starts = np.unique(numa_node_arr, return_index=True)
 
     # ------------------------------------------------------------------ sizes
     @property

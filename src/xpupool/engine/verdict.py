@@ -97,14 +97,17 @@ class Verdicts:
 
     def _empty(self) -> Pipeline:
         """The filters over the empty twin, built again only when nodes were added: the twin
-        holds every node as schedulable and healthy, so a cordon, a health change or a lost
+        holds every node and card as schedulable and healthy, so a cordon, a health change or a lost
         node (each bumps the state's epoch) changes nothing in it. Building it costs as much
         as the pool is large (a second at 5,000 nodes), on the request path (issue 25)."""
         state = self.state
         if self._twin is None or self._twin[0] is not state.nodes:  # add_node makes a new list
             nodes = [
                 replace(
-                    n, schedulable=True, devices=tuple(replace(d, healthy=True) for d in n.devices)
+                    n,
+                    schedulable=True,
+                    devices=tuple(replace(d, healthy=True) for d in n.devices),
+                    cordoned_devices=frozenset(),
                 )
                 for n in state.nodes
             ]
@@ -177,6 +180,19 @@ class Verdicts:
             return Miss(
                 "devices.topology",
                 f"the widest link group of {kinds} cards has {widest}; asked {ctx.k} in one",
+            )
+        if reason is Reason.NUMA:
+            numas = s.dev_numa[eligible]
+            numas = numas[numas >= 0]
+            if not numas.size:
+                return Miss(
+                    "devices.topology",
+                    f"{kinds} cards have no NUMA node reported; asked {ctx.k} on one",
+                )
+            widest = int(np.bincount(numas).max())
+            return Miss(
+                "devices.topology",
+                f"the largest NUMA node has {widest} {kinds} cards; asked {ctx.k} on one",
             )
         if reason is Reason.CARD_MEMORY:
             low, high = d.min_card_mib, d.max_card_mib
@@ -253,6 +269,7 @@ _FIELDS: dict[Reason, str] = {
     Reason.VENDOR_NOT_ALLOWED: "devices.vendors",
     Reason.MODEL_NOT_ALLOWED: "devices.models",
     Reason.UUID_NOT_ALLOWED: "devices.uuids",
+    Reason.SHARE_MODE: "devices.share_modes",
     Reason.CARD_MEMORY: "devices.card_memory",
     Reason.SOFTWARE_UNSUPPORTED: "devices.software",
     Reason.DRIVER_TOO_OLD: "devices.software",

@@ -313,13 +313,15 @@ class ClusterView:
         *,
         pod: bool = True,
         placed: Sequence[Allocation] | None = None,
+        name: str = "",
     ) -> None:
         """Record ``allocations`` (already placed in this view's engine, inside the same
-        :meth:`engine_locked` block) as what pod ``pod_uid`` holds until its bound form arrives;
-        with ``pod`` False, as a place held under a key of the caller's (a gang's, handed to a
-        pod later with :meth:`rekey`). ``placed``: the placement they charge, one allocation per
-        container that asks for devices, when it differs from them (``pod_placement.py``:
-        init containers). Raises Conflict if the key already holds something."""
+        :meth:`engine_locked` block) as what pod ``pod_uid`` (``name``: ``namespace/name``, what a
+        namespace's quota counts by) holds until its bound form arrives; with ``pod`` False, as a
+        place held under a key of the caller's (a gang's, handed to a pod later with
+        :meth:`rekey`). ``placed``: the placement they charge, one allocation per container that
+        asks for devices, when it differs from them (``pod_placement.py``: init containers).
+        Raises Conflict if the key already holds something."""
         with self._lock:
             if pod_uid in self._charges:
                 raise Conflict(f"pod {pod_uid} already holds devices")
@@ -327,7 +329,7 @@ class ClusterView:
             for alloc in allocs:
                 self._ids.seen(alloc.id)  # taken from it already, unless placed elsewhere
             given = allocs if placed is None else tuple(placed)
-            charge = _Charge(allocs, True, True, _charge_key(allocs), pod, placed=given)
+            charge = _Charge(allocs, True, True, _charge_key(allocs), pod, name, placed=given)
             self._charges[pod_uid] = charge
             self.reservations += 1
 

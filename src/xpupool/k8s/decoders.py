@@ -3,8 +3,9 @@
 A Node's devices come from xpupool's own node agent (``xpupool.io/devices``) when it runs there,
 else from HAMi's registration annotations (``hami.io/node-nvidia-register`` and the other
 vendors'), so a cluster that runs HAMi's device plugins needs nothing new on its nodes. Its CPU
-and memory are its ``status.allocatable``; its site the ``xpupool.io/site`` label. A Node with no
-managed device is no node of the pool (None).
+and memory are its ``status.allocatable``; its site the ``xpupool.io/site`` label; its cordoned
+cards HAMi's ``hami.io/device-cordon`` (whoever registered them). A Node with no managed device is
+no node of the pool (None).
 
 A pod holds what its ``allocated`` annotations say (HAMi's encoding, which xpupool's bind writes
 too), on the node it is bound to (``spec.nodeName``) or assigned to (``hami.io/vgpu-node``, before
@@ -55,6 +56,7 @@ def decode_node(obj: Mapping[str, Any]) -> Node | None:
         devices=devices,
         site=labels.get(SITE_LABEL, "default"),
         labels=labels,
+        cordoned_devices=hami.cordoned_cards(annotations),
     )
 
 

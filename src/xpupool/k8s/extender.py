@@ -31,6 +31,9 @@ in its configuration). For such a pod:
   all have come (extenders have no Permit stage).
 - ``preempt`` keeps, per node kube-scheduler proposes, the victims whose card shares the pod
   really needs: kube-scheduler sees only whole extended resources, the engine sees shares.
+- A namespace's ResourceQuotas on HAMi's card resources (``resource_quota.py``) hold in
+  ``filter`` and ``bind``: a pod whose shares would take its namespace past a limit fits nowhere,
+  with the quota as the reason (no preemption: HAMi's ``ResourceQuotaNotFit``).
 
 Wire types are ``extender_wire``; pods become engine requests in ``pod_request``; the API writes
 (get, guarded patch, Binding) are behind :class:`PodApi` so the decisions stay testable.
@@ -52,6 +55,7 @@ from xpupool.catalog.images import ImageCatalog
 from xpupool.engine import Engine
 from xpupool.engine.cycle import minimal_victims
 from xpupool.engine.reasons import PREEMPTION_MAY_HELP, TEXT
+from xpupool.engine.txn import Transaction
 from xpupool.engine.verdict import Verdicts
 from xpupool.k8s.cluster_view import ClusterView
 from xpupool.k8s.extender_wire import (
@@ -70,7 +74,13 @@ from xpupool.k8s.extender_wire import (
 from xpupool.k8s.gang import Gangs, GroupClaim, group_claim
 from xpupool.k8s.node_lock import NodeLocks
 from xpupool.k8s.pod_images import with_image_needs
-from xpupool.k8s.pod_placement import NOT_IN_POOL, engine_choice, fits_together, place_on
+from xpupool.k8s.pod_placement import (
+    NOT_IN_POOL,
+    engine_choice,
+    fits_together,
+    place_containers,
+    place_on,
+)
 from xpupool.k8s.pod_request import PodDemand, names_managed_resource, pod_demand
 from xpupool.k8s.preemption import (
     Nomination,
@@ -78,6 +88,7 @@ from xpupool.k8s.preemption import (
     lower_priority_owners,
     pod_fits_on,
 )
+from xpupool.k8s.resource_quota import NamespaceQuotas
 from xpupool.model.allocation import Allocation
 from xpupool.model.errors import RequestError
 
@@ -149,8 +160,10 @@ class Extender:
         assume_s: float = ASSUME_S,
         clock: Callable[[], float] = time.monotonic,
         locks: NodeLocks | None = None,
+        quotas: NamespaceQuotas | None = None,
     ) -> None:
         self.view = view
+        self.quotas = quotas  # namespaces' ResourceQuotas on card resources (None: not read)
         self.locks = locks  # HAMi's node lock around each Binding (None: never taken)
         self.assume_s = assume_s
         self.clock = clock
@@ -278,8 +291,14 @@ class Extender:
             chosen = engine_choice(engine, demand, asked, keep=keep)
             if chosen is not None:
                 node, placed = chosen
+                over = self._over_quota(engine, demand, placed, uid)
+                if over is not None:  # the engine's best cards: the pod's charge anywhere
+                    if keep:
+                        for alloc in placed:
+                            engine.release(alloc.id)
+                    return _Judgement([], {}, dict.fromkeys(names, PREFIX + over))
                 if keep:
-                    self.view.reserve(uid, placed)
+                    self.view.reserve(uid, placed, name=_pod_name(demand))
                     self._assumed[uid] = self.clock() + self.assume_s
                 return _Judgement([node], {}, {})
         fits_all = asked.copy()
@@ -299,11 +318,22 @@ class Extender:
                 else:
                     failed[name] = f"{PREFIX}containers together: {why}"
             fits = together
+        over_quota: dict[str, str] = {}
+        if fits and self.quotas is not None and self.quotas.limits(demand.namespace):
+            within = []
+            for name in fits:
+                over = self._over_quota_on(engine, demand, state.node_index[name], uid)
+                if over is None:
+                    within.append(name)
+                else:
+                    over_quota[name] = PREFIX + over
+            fits = within
         if fits:
             return _Judgement(fits, {}, {})
         unresolvable = {
             n: PREFIX + NOT_IN_POOL for n, i in zip(names, index, strict=True) if i is None
         }
+        unresolvable.update(over_quota)
         never = self._never(engine, demand)
         if never is not None:  # nothing in the pool could ever hold it: no preemption helps
             for name, i in zip(names, index, strict=True):
@@ -343,6 +373,27 @@ class Extender:
                         held,
                         self.assume_s,
                     )
+
+    def _over_quota(
+        self, engine: Engine, demand: PodDemand, placed: Sequence[Allocation], uid: str
+    ) -> str | None:
+        """Why ``placed`` (the pod's shares) would take its namespace past a ResourceQuota on
+        card resources, or None. Inside the engine lock."""
+        if self.quotas is None:
+            return None
+        holders = self.view.holders()
+        return self.quotas.refusal(demand.namespace, placed, engine.state, holders, uid)
+
+    def _over_quota_on(self, engine: Engine, demand: PodDemand, node: int, uid: str) -> str | None:
+        """:meth:`_over_quota` for the pod placed on ``node`` (a what-if, undone)."""
+        with Transaction(engine.state) as txn:
+            try:
+                placed = place_containers(engine, demand, node, txn)
+                if isinstance(placed, str):
+                    return None  # it does not fit there: not the quota's to say
+                return self._over_quota(engine, demand, placed.charge, uid)
+            finally:
+                txn.rollback()
 
     def _never(self, engine: Engine, demand: PodDemand) -> str | None:
         """Why no node of the pool could ever hold one of the pod's containers, or None."""
@@ -423,8 +474,13 @@ class Extender:
                 placed_now = place_on(engine, demand, node)
                 if isinstance(placed_now, str):
                     return ExtenderBindingResult(Error=f"{PREFIX}{placed_now}")
+                over = self._over_quota(engine, demand, placed_now.charge, pod_uid)
+                if over is not None:
+                    for alloc in placed_now.charge:
+                        engine.release(alloc.id)
+                    return ExtenderBindingResult(Error=f"{PREFIX}{over}")
                 placed = placed_now.placed
-                self.view.reserve(pod_uid, placed_now.charge, placed=placed)
+                self.view.reserve(pod_uid, placed_now.charge, placed=placed, name=_pod_name(demand))
         try:
             locked = self._lock(node, ns, name, started)
             try:
@@ -663,6 +719,11 @@ def _demand_key(pod: object) -> str:
     if not isinstance(meta, Mapping):
         raise RequestError("Pod.metadata", meta, "expected a JSON object")
     return f"{meta.get('uid', '')}@{meta.get('resourceVersion', '')}"
+
+
+def _pod_name(demand: PodDemand) -> str:
+    """``namespace/name``, as the cluster view names a pod's charge."""
+    return f"{demand.namespace}/{demand.name}"
 
 
 def _uid_of(pod: object) -> str:

@@ -1,6 +1,7 @@
-"""``xpupool k8s extender``: the cluster view (Node and Pod informers into one engine), the verbs
-over it, and the HTTP server kube-scheduler calls; until the view has listed the cluster once,
-``/readyz`` says so and the verbs wait for it (a filter before that would see an empty pool)."""
+"""``xpupool k8s extender``: the cluster view (Node and Pod informers into one engine), the
+namespaces' ResourceQuotas on card resources (a third informer), the verbs over them, and the HTTP
+server kube-scheduler calls; until every informer has listed the cluster once, ``/readyz`` says so
+and the verbs wait for it (a filter before that would see an empty pool, or no quota)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from xpupool.k8s.node_lock import WAIT_S, LockMode, NodeLocks
 from xpupool.k8s.pod_api import LightkubePodApi
 from xpupool.k8s.pod_assignment import assignment_annotations
 from xpupool.k8s.preemption import Preemptions
+from xpupool.k8s.resource_quota import NamespaceQuotas
 
 log = logging.getLogger("xpupool.k8s.extender")
 FIELD_MANAGER = "xpupool-extender"
@@ -80,6 +82,7 @@ def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
         if cfg.catalog is not None:
             images = images.with_rules_first(cfg.catalog.images)
     locks = NodeLocks(api, cfg.node_lock, wait_s=cfg.node_lock_wait_s)
+    quotas = NamespaceQuotas()
     view.node_seen = locks.node_changed  # a bind waiting for a node's lock hears of its release
     extender = Extender(
         view,
@@ -90,10 +93,12 @@ def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
         preemptions=preemptions,
         images=images,
         locks=locks,
+        quotas=quotas,
     )
     registry = CollectorRegistry()
     metrics = ExtenderMetrics(registry)
     view.watch(config)
+    quotas.watch(config)
     learner = Learner(view).start()
     elector = None
     if cfg.lease is not None:
@@ -101,10 +106,14 @@ def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
         elector = LeaderElector(config, name=name, namespace=namespace, identity=cfg.identity)
         elector.start()
     leading = None if elector is None else (lambda: elector.is_leader)
-    app = create_app(extender, view.wait_synced, metrics, leading)
+
+    def synced(timeout_s: float) -> bool:
+        return quotas.wait_synced(timeout_s) and view.wait_synced(timeout_s)
+
+    app = create_app(extender, synced, metrics, leading)
     probes = None
     if cfg.metrics_port:  # /metrics, and /healthz and /readyz for a kubelet (no client cert)
-        ready = lambda: readiness(view.wait_synced, leading)  # noqa: E731
+        ready = lambda: readiness(synced, leading)  # noqa: E731
         probes = serve_metrics(
             registry, cfg.metrics_host, cfg.metrics_port, ready, cfg.metrics_token_file
         )
@@ -143,6 +152,7 @@ def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
         if elector is not None:
             elector.stop()  # the Lease given up: a standby takes over at once
         learner.stop()
+        quotas.stop()
         view.stop()
         client.close()
         if probes is not None:

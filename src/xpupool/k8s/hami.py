@@ -6,8 +6,10 @@ AMD, Ascend and Kunlun vXPU write since v2.8), ``EncodeNodeDevices``/``DecodeNod
 legacy ``id,count,devmem,devcore,type,numa,health[,index,mode]`` entries, ``:``-terminated, that
 Hygon and Iluvatar still write and NVIDIA wrote up to v2.7), and ``EncodePodSingleDevice`` /
 ``DecodePodDevices`` (``uuid,type,usedmem,usedcores:`` per device, ``;`` after every container, init
-containers first). Decoding mirrors Go's parsers (``strconv.ParseInt`` 32-bit, ``ParseBool``,
-JSON keys matched case-insensitively, unknown keys ignored, omitted fields zero) but refuses what
+containers first), and the Node annotation ``hami.io/device-cordon`` (pkg/device/nvidia/device.go
+``cordonedDevices``: card UUIDs, comma-separated). Decoding mirrors Go's parsers
+(``strconv.ParseInt`` 32-bit, ``ParseBool``, JSON keys matched case-insensitively, unknown keys
+ignored, omitted fields zero) but refuses what
 HAMi would log and skip: every problem raises :class:`HamiAnnotationError` naming the annotation
 key, the entry index and the field. Values longer than :data:`MAX_ANNOTATION_CHARS` or with more
 than :data:`MAX_ENTRIES` entries are refused before parsing.
@@ -33,6 +35,7 @@ __all__ = [
     "BIND_PHASE",
     "BIND_TIME",
     "DEFAULT_SPLIT_COUNT",
+    "DEVICE_CORDON",
     "MAX_ANNOTATION_CHARS",
     "MAX_ENTRIES",
     "ContainerDevice",
@@ -40,6 +43,7 @@ __all__ = [
     "HamiAnnotationError",
     "assignment_annotations",
     "container_device",
+    "cordoned_cards",
     "core_permille",
     "decode_device_infos",
     "decode_pod_devices",
@@ -48,6 +52,7 @@ __all__ = [
     "encode_legacy_register",
     "encode_pod_devices",
     "encode_register",
+    "go_bool",
     "info_from_device",
     "kind_by_register_key",
     "node_devices",
@@ -60,6 +65,8 @@ ASSIGNED_TIME = "hami.io/vgpu-time"
 BIND_TIME = "hami.io/bind-time"
 BIND_PHASE = "hami.io/bind-phase"
 ALLOCATING = "allocating"
+# pkg/device/nvidia/device.go DeviceCordonAnnotation: read for every card of the node.
+DEVICE_CORDON = "hami.io/device-cordon"
 # The chart's devicePlugin.deviceSplitCount: tasks a card takes when our device says no limit.
 DEFAULT_SPLIT_COUNT = 10
 # Kubernetes caps all annotations of an object at 256 KiB (TotalAnnotationSizeLimitB).
@@ -268,7 +275,8 @@ def device_from_info(
     (``NVIDIA-Tesla V100-SXM2-32GB`` -> ``V100-SXM2-32GB``, the catalog's name when it knows it),
     memory_mib = devmem, compute_units = devcore, numa_node = numa, healthy = health,
     max_tasks = count (HAMi's per-card task limit), type_name = the type string verbatim (what HAMi's
-    ``use-gputype`` annotations match, ``CheckType``). MIG profiles are not read."""
+    ``use-gputype`` annotations match, ``CheckType``), share_mode = mode (``hami-core``, ``mps``,
+    ``mig``; empty: None, not stated). MIG profiles are not read."""
     if not info.id:
         raise HamiAnnotationError(key, i, "id", info.id, "must not be empty")
     if info.devmem <= 0:
@@ -289,6 +297,7 @@ def device_from_info(
         healthy=info.health,
         max_tasks=info.count,
         type_name=info.type or None,
+        share_mode=info.mode or None,
     )
 
 
@@ -467,6 +476,28 @@ def assignment_annotations(
 
 
 # --- whole objects -----------------------------------------------------------------------------
+
+
+def go_bool(text: str) -> bool | None:
+    """``strconv.ParseBool``: True or False for the texts Go accepts, None for any other."""
+    return True if text in _GO_TRUE else False if text in _GO_FALSE else None
+
+
+def cordoned_cards(annotations: Mapping[str, str]) -> frozenset[str]:
+    """The card UUIDs a Node's ``hami.io/device-cordon`` names, read as HAMi reads it
+    (``cordonedDevices``): split on ``,``, each item trimmed, empty items skipped; absent or blank:
+    none. A UUID of no card of the node cordons nothing. Raises :class:`HamiAnnotationError` for
+    a value over :data:`MAX_ANNOTATION_CHARS` or with more than :data:`MAX_ENTRIES` items."""
+    value = annotations.get(DEVICE_CORDON)
+    if value is None:
+        return frozenset()
+    if len(value) > MAX_ANNOTATION_CHARS:
+        raise HamiAnnotationError(DEVICE_CORDON, None, "", len(value), "annotation too large")
+    items = [item.strip() for item in value.split(",")]
+    cards = frozenset(item for item in items if item)
+    if len(cards) > MAX_ENTRIES:
+        raise HamiAnnotationError(DEVICE_CORDON, None, "", len(cards), f"more than {MAX_ENTRIES}")
+    return cards
 
 
 def node_devices(

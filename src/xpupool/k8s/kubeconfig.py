@@ -41,6 +41,14 @@ class RawPod(GenericNamespacedResource):
     _api_info = ApiInfo(resource=ResourceDef("", "v1", "Pod"), plural="pods", verbs=_VERBS)
 
 
+class RawResourceQuota(GenericNamespacedResource):
+    """A core/v1 ResourceQuota as the apiserver's JSON (a dict)."""
+
+    _api_info = ApiInfo(
+        resource=ResourceDef("", "v1", "ResourceQuota"), plural="resourcequotas", verbs=_VERBS
+    )
+
+
 class RawLease(GenericNamespacedResource):
     """A coordination.k8s.io/v1 Lease as the apiserver's JSON (a dict)."""
 

@@ -27,11 +27,12 @@ from fractions import Fraction
 
 from pydantic import ValidationError
 
+from xpupool.k8s.hami import go_bool
 from xpupool.k8s.pod_charge import Role, container_role
 from xpupool.k8s.quantity import parse_quantity
 from xpupool.k8s.resource_names import RESOURCES, Counts, DeviceKind
 from xpupool.model.errors import RequestError
-from xpupool.model.request import WHOLE, DevicePolicy, DeviceRequest, Request
+from xpupool.model.request import WHOLE, DevicePolicy, DeviceRequest, Request, Topology
 from xpupool.model.request_model import RequestModel
 from xpupool.model.validation import request_error
 
@@ -63,6 +64,10 @@ ANNOTATION_PRIORITY = "xpupool.io/priority"
 # HAMi's GPU policies (types.go). Only binpack and spread exist in xpupool's engine; a pod that
 # asks for another is refused rather than placed under a policy it did not ask for.
 _HAMI_GPU_POLICIES = ("binpack", "spread", "topology-aware", "mutex", "numa")
+# HAMi's card sharing modes (pkg/device/nvidia/device.go HamiCoreMode, MpsMode, MigMode), and those
+# xpupool places shares on: MIG instances are not modelled yet, so MIG cards are left alone.
+_HAMI_MODES = ("hami-core", "mps", "mig")
+_PLACED_MODES = ("hami-core", "mps")
 # Hostile-input bounds. Kubernetes caps all annotations of an object at 256 KiB
 # (apimachinery TotalAnnotationSizeLimitB); containers are capped here, not by Kubernetes.
 MAX_ANNOTATION_BYTES = 256 * 1024
@@ -415,7 +420,8 @@ def _merge_devices(
     HAMi's comma splitting, ``CheckType``/``CheckUUID``) and ``xpupool.io/request``'s devices.
     HAMi's type lists become ``type_contains``/``exclude_type_contains``, matched as HAMi matches
     them (substrings of the registered type string), while the request annotation's models keep
-    the catalog's matching; a card must pass both. ``explicit``: the container's resources named
+    the catalog's matching; a card must pass both. HAMi's sharing mode and NUMA binding become
+    ``share_modes`` and the ``same-numa`` topology. ``explicit``: the container's resources named
     memory or cores (else its shares are HAMi's defaults, which the annotation's shares replace)."""
     type_contains = _type_items(kind.use_type_key, annotations)
     exclude_type_contains = _type_items(kind.nouse_type_key, annotations)
@@ -443,6 +449,14 @@ def _merge_devices(
     if uuids and extra.uuids and set(uuids) != set(extra.uuids):
         reason = f"conflicts with HAMi's UUID annotation ({', '.join(uuids)})"
         raise PodRequestError(f"{where}.devices", list(extra.uuids), reason)
+    topology = extra.topology
+    if _numa_bind(kind.numa_bind_key, annotations):
+        assert kind.numa_bind_key is not None
+        if topology is Topology.SAME_LINK_GROUP:
+            reason = f"conflicts with topology {topology.value} in {ANNOTATION_REQUEST}"
+            raise PodRequestError(_at(kind.numa_bind_key), annotations[kind.numa_bind_key], reason)
+        topology = Topology.SAME_NUMA
+    share_modes = _share_modes(kind.mode_key, annotations)
     try:
         return DeviceRequest(
             count=devices.count,
@@ -459,10 +473,49 @@ def _merge_devices(
             min_card_mib=extra.min_card_mib,
             max_card_mib=extra.max_card_mib,
             software=extra.software,
-            topology=extra.topology,
+            topology=topology,
+            share_modes=share_modes,
         )
     except RequestError as exc:
         raise PodRequestError(f"{where}.{exc.field}", exc.value, exc.reason) from None
+
+
+def _share_modes(key: str | None, annotations: Mapping[str, str]) -> tuple[str, ...]:
+    """The card modes a container of a type with a sharing-mode annotation (``vgpu-mode``) may
+    take. HAMi's ``checkType`` takes a card whose registered mode occurs in the annotation's text
+    (``"hami-core,mps"`` takes both); without the annotation, any mode, of which xpupool places on
+    those it models (HAMi-core and MPS: both are memory and core shares, enforced by HAMi-core or
+    by MPS). A text that names only ``mig`` is refused with that reason, and one naming no mode
+    at all is refused too (HAMi would leave the pod pending for ever)."""
+    if key is None:
+        return ()
+    text = annotations.get(key)
+    if text is None:
+        return _PLACED_MODES
+    asked = [mode for mode in _HAMI_MODES if mode in text]
+    placed = tuple(mode for mode in asked if mode in _PLACED_MODES)
+    if not placed:
+        reason = (
+            "MIG instances are not modelled by xpupool yet, so it places no pod on a card in "
+            "MIG mode; ask for hami-core or mps, or leave the pod to HAMi's scheduler"
+            if asked
+            else f"names no mode a card is registered in ({', '.join(_HAMI_MODES)})"
+        )
+        raise PodRequestError(_at(key), _short(text), reason)
+    return placed
+
+
+def _numa_bind(key: str | None, annotations: Mapping[str, str]) -> bool:
+    """HAMi's NUMA binding (``assertNuma``: ``strconv.ParseBool`` of the annotation, true binds a
+    container's cards to one NUMA node). HAMi reads a text Go cannot parse as false; it is
+    refused here instead, naming the annotation."""
+    if key is None or key not in annotations:
+        return False
+    value = go_bool(annotations[key])
+    if value is None:
+        reason = "expected true or false (as Go's strconv.ParseBool reads it: 1, t, true, ...)"
+        raise PodRequestError(_at(key), _short(annotations[key]), reason)
+    return value
 
 
 def _type_items(key: str | None, annotations: Mapping[str, str]) -> tuple[str, ...]:

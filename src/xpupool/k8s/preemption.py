@@ -183,7 +183,8 @@ class Preemptions:
             for uid in victims:
                 self.view.unevict(uid)
             return None
-        self.view.reserve(pod_uid, placed.charge, placed=placed.placed)
+        name = f"{demand.namespace}/{demand.name}"
+        self.view.reserve(pod_uid, placed.charge, placed=placed.placed, name=name)
         nom = Nomination(
             pod_uid,
             plan.node,

@@ -56,7 +56,9 @@ class DeviceKind:
     ``limits_only``: HAMi reads only ``resources.limits`` (else limits, then requests).
     ``per_container_totals``: memory and cores are totals for the container, divided by the count
     (Moore Threads). ``whole_only``: the type has only a count (whole cards).
-    The annotation keys are HAMi's: type and UUID include/exclude lists, the node registration
+    The annotation keys are HAMi's: type and UUID include/exclude lists, the pod's sharing mode
+    (``mode_key``: the card's registered mode must occur in it) and NUMA binding
+    (``numa_bind_key``: a container's cards on one NUMA node), the node registration
     and its format (``json``: ``UnMarshalNodeDevices``; ``legacy``: ``DecodeNodeDevices``), and the
     pod's device assignment (``to_allocate_key`` for the device plugin, ``allocated_key``).
     """
@@ -81,6 +83,8 @@ class DeviceKind:
     nouse_type_key: str | None = None
     use_uuid_key: str | None = None
     nouse_uuid_key: str | None = None
+    mode_key: str | None = None
+    numa_bind_key: str | None = None
     register_key: str | None = None
     register_format: RegisterFormat | None = None
     to_allocate_key: str | None = None
@@ -156,6 +160,8 @@ DEVICE_KINDS: tuple[DeviceKind, ...] = (
         nouse_type_key="nvidia.com/nouse-gputype",
         use_uuid_key="nvidia.com/use-gpuuuid",
         nouse_uuid_key="nvidia.com/nouse-gpuuuid",
+        mode_key="nvidia.com/vgpu-mode",
+        numa_bind_key="nvidia.com/numa-bind",
         register_key="hami.io/node-nvidia-register",
         register_format="json",
         to_allocate_key="hami.io/vgpu-devices-to-allocate",

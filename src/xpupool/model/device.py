@@ -28,6 +28,9 @@ class Device:
     ``type_name`` is the type string the node registered the card under, kept verbatim because a
     request may match substrings of it (HAMi's ``DeviceInfo.Type``, ``NVIDIA-Tesla T4``, which
     ``nvidia.com/use-gputype`` matches; ``model`` holds the catalog's name, ``T4``). None: ``model``.
+    ``share_mode`` is how the card is shared, as its node registered it (HAMi's
+    ``DeviceInfo.Mode``: ``hami-core``, ``mps``, ``mig``); None: not stated, any mode a request
+    accepts (``DeviceRequest.share_modes``) takes it.
     ``memory_overcommit`` and ``cores_overcommit`` are the operator's over-commit factors (>= 1):
     the scheduler commits at most ``floor(memory_mib * memory_overcommit)`` MiB and
     ``floor(1000 * cores_overcommit)`` thousandths of the card (docs/capacity.md).
@@ -48,6 +51,7 @@ class Device:
     memory_overcommit: float = 1.0
     cores_overcommit: float = 1.0
     type_name: str | None = None
+    share_mode: str | None = None
 
     def __post_init__(self) -> None:
         if not self.uuid:
@@ -94,7 +98,8 @@ CONTAINER_RUNTIMES: tuple[str, ...] = ("docker", "podman")
 class Node:
     """A host: its CPU and memory capacity and its devices. ``site`` groups nodes across sites.
     ``container_runtime`` is the runtime its agent found (one of :data:`CONTAINER_RUNTIMES`);
-    None: it cannot run container images."""
+    None: it cannot run container images. ``cordoned_devices`` names cards of the node that take
+    no new work (what runs there stays): UUIDs of other nodes' cards, or of none, change nothing."""
 
     name: str
     cpu_milli: int
@@ -104,6 +109,7 @@ class Node:
     labels: Mapping[str, str] = field(default_factory=dict)
     schedulable: bool = True
     container_runtime: str | None = None
+    cordoned_devices: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -118,6 +124,7 @@ class Node:
             raise RequestError("memory_mib", self.memory_mib, "must not be negative")
         object.__setattr__(self, "devices", tuple(self.devices))
         object.__setattr__(self, "labels", dict(self.labels))
+        object.__setattr__(self, "cordoned_devices", frozenset(self.cordoned_devices))
         seen: set[str] = set()
         for i, device in enumerate(self.devices):
             if device.uuid in seen:

@@ -43,6 +43,7 @@ class Topology(StrEnum):
 
     NONE = "none"
     SAME_LINK_GROUP = "same-link-group"  # all devices in one NVLink/HCCS/xGMI domain
+    SAME_NUMA = "same-numa"  # all devices on one NUMA node of the host (HAMi's numa-bind)
 
 
 class DevicePolicy(StrEnum):
@@ -60,7 +61,8 @@ TOPOLOGY_ALIASES: dict[str, Topology] = {
 
 
 def parse_topology(path: str, value: object) -> Topology:
-    """``"same-link-group"`` (or its alias ``"nvlink"``) or ``"none"``, case-insensitively."""
+    """``"same-link-group"`` (or its alias ``"nvlink"``), ``"same-numa"`` or ``"none"``,
+    case-insensitively."""
     topology = TOPOLOGY_ALIASES.get(_text(path, value).lower())
     if topology is None:
         raise RequestError(path, value, f"unknown topology; known: {', '.join(TOPOLOGY_ALIASES)}")
@@ -122,6 +124,7 @@ _LIST_FIELDS = (
     "software",
     "type_contains",
     "exclude_type_contains",
+    "share_modes",
 )
 
 
@@ -140,6 +143,10 @@ class DeviceRequest:
     substrings of the type string the card was registered under (``Device.type_name``), not the
     catalog: they carry HAMi's ``use-gputype``/``nouse-gputype`` exactly as HAMi tests them
     (``CheckType``), so ``A10`` takes an A100 there and ``Tesla`` only a T4.
+    ``share_modes`` (any-of; empty = any) are the ways of sharing a card the replica accepts, as
+    the card's node registered it (``Device.share_mode``: ``hami-core``, ``mps``, ``mig``); a
+    card whose node states no mode passes. It carries HAMi's ``nvidia.com/vgpu-mode``.
+    ``topology`` ``same-numa`` puts all devices of the replica on one NUMA node of the host.
     """
 
     count: int = 0
@@ -157,6 +164,7 @@ class DeviceRequest:
     topology: Topology = Topology.NONE
     type_contains: tuple[str, ...] = ()
     exclude_type_contains: tuple[str, ...] = ()
+    share_modes: tuple[str, ...] = ()
     # Every field above, in order, made once: the engine's caches key on a device request per
     # request, and hashing or comparing this tuple costs a fraction of building it each time.
     _key: tuple[object, ...] = field(init=False, repr=False, compare=False)
@@ -221,6 +229,7 @@ class DeviceRequest:
                 "exclude_uuids": self.exclude_uuids,
                 "type_contains": self.type_contains,
                 "exclude_type_contains": self.exclude_type_contains,
+                "share_modes": self.share_modes,
                 "card_memory": self.min_card_mib is not None or self.max_card_mib is not None,
                 "software": self.software,
                 "topology": self.topology is not Topology.NONE,
@@ -277,6 +286,7 @@ class DeviceRequest:
             self.software,
             self.type_contains,
             self.exclude_type_contains,
+            self.share_modes,
         )
 
 

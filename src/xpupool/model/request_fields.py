@@ -154,7 +154,7 @@ SoftwareText = Annotated[
     StrictStr, AfterValidator(parsed(lambda p, t: str(parse_software_need(str(t), p))))
 ]
 TopologyName = Annotated[
-    Literal["none", "same-link-group"],
+    Literal["none", "same-link-group", "same-numa"],
     BeforeValidator(parsed(lambda p, v: parse_topology(p, v).value)),
 ]
 DevicePolicyName = Annotated[

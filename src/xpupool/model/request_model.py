@@ -164,7 +164,8 @@ class DevicesModel(_Form):
     topology: TopologyName | None = Field(
         None,
         description="'same-link-group' (alias 'nvlink'): all of a replica's devices in one "
-        "NVLink/HCCS/xGMI domain; 'none' or null: no constraint.",
+        "NVLink/HCCS/xGMI domain; 'same-numa': all on one NUMA node of the host; 'none' or "
+        "null: no constraint.",
     )
     software: list[SoftwareText] | None = Field(
         None,

@@ -464,6 +464,8 @@ def format_spec(req: Request) -> str:
         tokens.append(f"uuid={','.join(entries)}")
     if d.topology is Topology.SAME_LINK_GROUP:
         tokens.append("same-link-group")
+    elif d.topology is not Topology.NONE:
+        tokens.append(f"topology={d.topology.value}")
     for i, need in enumerate(d.software):
         tokens.append(_check_token(f"devices.software[{i}]", str(need)))
     if req.cpu_milli:

@@ -639,6 +639,8 @@ EXTENDER_NEEDS: list[Access] = [
     ("patch", "pods", "team-a", ""),
     ("create", "pods", "team-a", "binding"),
     ("list", "podgroups.scheduling.x-k8s.io", "team-a", ""),
+    ("list", "resourcequotas", "", ""),  # namespaces' quotas on card resources
+    ("watch", "resourcequotas", "", ""),
     ("create", "leases.coordination.k8s.io", NAMESPACE, ""),
     ("update", "leases.coordination.k8s.io/xpupool-extender", NAMESPACE, ""),
 ]

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from xpupool.engine import Reason
-from xpupool.model import Request, Topology, parse_software_need
+from xpupool.engine.verdict import Verdicts
+from xpupool.model import Node, Request, Topology, parse_software_need
 
 from factories import A10, A100, ASCEND_910B3, T4, cpu_node, devices, engine_for, gpu_node
 
@@ -199,3 +202,90 @@ def test_each_node_is_blamed_on_the_first_check_it_fails_kind_count_health() -> 
         (Reason.TOO_FEW_DEVICES, ""): 1,
         (Reason.DEVICE_UNHEALTHY, ""): 1,
     }
+
+
+def _numa_node(name: str, numa_of: tuple[int | None, ...], **kw: object) -> Node:
+    """``gpu_node`` with one link group over all cards and card ``j`` on NUMA ``numa_of[j]``."""
+    node = gpu_node(name, count=len(numa_of), group_size=len(numa_of), **kw)  # type: ignore[arg-type]
+    cards = tuple(replace(d, numa_node=n) for d, n in zip(node.devices, numa_of, strict=True))
+    return replace(node, devices=cards)
+
+
+def test_same_numa_keeps_a_replicas_cards_on_one_numa_node() -> None:
+    """HAMi's numa-bind (pkg/device/nvidia/device.go ``Fit``: NumaNotFit): 8 cards, 4 a NUMA
+    node; after one share on card 0, four whole cards fit only on NUMA 1."""
+    engine = engine_for(_numa_node("a", (0, 0, 0, 0, 1, 1, 1, 1)))
+    assert engine.place(devices(1, uuids=("a-gpu0",), memory_mib=1024)).ok
+    placed = engine.place(devices(4, topology=Topology.SAME_NUMA))
+    assert placed.ok
+    assert sorted(s.uuid for s in placed.allocations[0].devices) == [
+        f"a-gpu{j}" for j in range(4, 8)
+    ]
+    third = engine.place(devices(3, topology=Topology.SAME_NUMA))  # cards 1-3 of NUMA 0
+    assert sorted(s.uuid for s in third.allocations[0].devices) == ["a-gpu1", "a-gpu2", "a-gpu3"]
+
+
+def test_same_numa_needs_the_numa_node_reported_and_wide_enough() -> None:
+    engine = engine_for(_numa_node("a", (0,) * 4 + (1,) * 4), _numa_node("u", (None,) * 8))
+    assert reasons_of(engine, devices(5, topology=Topology.SAME_NUMA)) == {(Reason.NUMA, ""): 2}
+    assert engine.place(devices(5)).ok  # without the constraint, across NUMA nodes
+    miss = Verdicts(engine.state).never_fits(devices(5, topology=Topology.SAME_NUMA))
+    assert miss is not None and miss.field == "devices.topology"
+    assert "the largest NUMA node has 4" in miss.reason, miss
+    assert engine.place(devices(1, topology=Topology.SAME_NUMA)).ok  # one card: any
+
+
+def test_device_mode_takes_cards_of_an_asked_mode_or_of_none_stated() -> None:
+    """HAMi's ``checkType``: the card's registered mode must be one the pod asks for
+    (``nvidia.com/vgpu-mode``); a card with no mode stated takes any."""
+    node = gpu_node("a", count=4)
+    modes = ("hami-core", "mps", "mig", None)
+    cards = tuple(replace(d, share_mode=m) for d, m in zip(node.devices, modes, strict=True))
+    engine = engine_for(replace(node, devices=cards))
+    for asked, usable in (
+        (("mps",), {"a-gpu1", "a-gpu3"}),
+        (("hami-core", "mps"), {"a-gpu0", "a-gpu1", "a-gpu3"}),
+        ((), {"a-gpu0", "a-gpu1", "a-gpu2", "a-gpu3"}),
+    ):
+        ctx = engine.feasible(devices(1, share_modes=asked))
+        assert ctx.dev_fit is not None
+        got = {engine.state.slot_uuid[int(s)] for s in ctx.dev_fit.reshape(-1).nonzero()[0]}
+        assert got == usable, asked
+    other = gpu_node("b", count=2)
+    modes_b = ("hami-core", "mig")
+    no_mps = tuple(replace(d, share_mode=m) for d, m in zip(other.devices, modes_b, strict=True))
+    engine = engine_for(replace(other, devices=no_mps))
+    assert reasons_of(engine, devices(1, share_modes=("mps",))) == {(Reason.SHARE_MODE, ""): 1}
+
+
+def test_a_nodes_cordoned_cards_take_no_new_work() -> None:
+    """``Node.cordoned_devices`` (HAMi's ``hami.io/device-cordon``): those cards of the node are
+    out of service; a UUID of another node's card cordons nothing; a cordon may end, so it is
+    no reason to call a request impossible."""
+    engine = engine_for(
+        replace(gpu_node("a", count=2), cordoned_devices={"a-gpu0", "a-gpu1"}),
+        replace(gpu_node("b", count=1), cordoned_devices={"a-gpu0", "nowhere"}),
+    )
+    assert reasons_of(engine, devices(2)) == {
+        (Reason.DEVICE_UNHEALTHY, ""): 1,
+        (Reason.TOO_FEW_DEVICES, ""): 1,
+    }
+    assert engine.place(devices(1)).allocations[0].node == "b"
+    assert Verdicts(engine.state).never_fits(devices(2)) is None
+
+
+@pytest.mark.parametrize("profile", ["xpupool", "binpack", "spread"])
+def test_every_profile_keeps_a_topology_constraint_when_picking_cards(profile: str) -> None:
+    """The profiles whose scorers pick a multi-card replica's cards themselves (FGD's "first k
+    fitting cards") keep to its NUMA node or link group too, as the device policies do."""
+    node = _numa_node("a", (0, 0, 0, 0, 1, 1, 1, 1))
+    links = tuple(replace(d, link_group=f"l{j % 2}") for j, d in enumerate(node.devices))
+    engine = engine_for(replace(node, devices=links), profile=profile)
+    assert engine.place(devices(1, uuids=("a-gpu0",), memory_mib=1024)).ok
+    for topology, group_of in (
+        (Topology.SAME_NUMA, lambda j: j // 4),
+        (Topology.SAME_LINK_GROUP, lambda j: j % 2),
+    ):
+        placed = engine.place(devices(2, topology=topology))
+        cards = [int(s.uuid.removeprefix("a-gpu")) for s in placed.allocations[0].devices]
+        assert len({group_of(j) for j in cards}) == 1, (topology, cards)

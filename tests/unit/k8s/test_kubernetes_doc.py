@@ -59,10 +59,15 @@ def test_every_xpupool_annotation_the_doc_names_is_one_the_code_reads_or_writes(
 
 def test_every_resource_name_and_register_key_the_doc_names_exists() -> None:
     register = {k.register_key for k in DEVICE_KINDS if k.register_key}
-    for name in re.findall(r"`([a-z.-]+\.(?:com|ai)/[A-Za-z0-9.-]+)`", DOC):
+    for quoted in re.findall(r"`([a-z.-]+\.(?:com|ai)/[A-Za-z0-9.-]+)`", DOC):
+        name = quoted.removeprefix("limits.")  # a ResourceQuota's key on the resource
         if "<" in name or name.startswith(("nvidia.com/use-", "nvidia.com/nouse-")):
             continue
-        kinds_keys = {k for kind in DEVICE_KINDS for k in (kind.use_type_key, kind.use_uuid_key)}
+        kinds_keys = {
+            k
+            for kind in DEVICE_KINDS
+            for k in (kind.use_type_key, kind.use_uuid_key, kind.mode_key, kind.numa_bind_key)
+        }
         assert name in RESOURCES or name in kinds_keys or _unmodelled(name), name
     for key in re.findall(r"hami\.io/node-[A-Za-z0-9<>*-]*register[A-Za-z0-9<>*-]*", DOC):
         if "<" not in key and "*" not in key:  # a pattern, not a key

@@ -56,8 +56,11 @@ def test_table_is_one_index_over_the_rows() -> None:
 
 
 def test_count_only_is_the_whole_card() -> None:
-    """HAMi: memory 100 % (defaultMemory 0) and the webhook's exclusive cores 100."""
-    assert devices_of({"nvidia.com/gpu": "2"}) == DeviceRequest(count=2, vendors=("nvidia",))
+    """HAMi: memory 100 % (defaultMemory 0) and the webhook's exclusive cores 100; any card
+    mode xpupool places shares on (not MIG)."""
+    assert devices_of({"nvidia.com/gpu": "2"}) == DeviceRequest(
+        count=2, vendors=("nvidia",), share_modes=("hami-core", "mps")
+    )
 
 
 def test_memory_and_cores() -> None:
@@ -173,6 +176,52 @@ def test_type_items_are_not_read_through_the_catalog() -> None:
     catalog names here (tests/unit/k8s/test_hami_types.py places them)."""
     got = devices_of({"nvidia.com/gpu": 1}, **{"nvidia.com/use-gputype": "sxm4,NoSuchCard,!T4"})
     assert (got.models, got.type_contains) == ((), ("sxm4", "NoSuchCard", "!T4"))
+
+
+@pytest.mark.parametrize(
+    ("text", "modes"),
+    [
+        ("hami-core", ("hami-core",)),
+        ("mps", ("mps",)),
+        ("hami-core,mps", ("hami-core", "mps")),  # HAMi: the card's mode occurs in the text
+        ("mig,mps", ("mps",)),  # MIG cards are not placed on
+    ],
+)
+def test_vgpu_mode_is_the_card_modes_a_container_takes(text: str, modes: tuple[str, ...]) -> None:
+    """HAMi's ``checkType`` (pkg/device/nvidia/device.go): a card fits when its registered mode
+    occurs in ``nvidia.com/vgpu-mode``."""
+    assert devices_of({"nvidia.com/gpu": 1}, **{"nvidia.com/vgpu-mode": text}).share_modes == modes
+    # another vendor's container has no sharing mode
+    assert devices_of({"hygon.com/dcunum": 1}, **{"nvidia.com/vgpu-mode": text}).share_modes == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "says"), [("mig", "MIG instances are not modelled"), ("core", "names no mode")]
+)
+def test_vgpu_mode_mig_alone_or_no_mode_is_refused(text: str, says: str) -> None:
+    with pytest.raises(PodRequestError) as exc:
+        devices_of({"nvidia.com/gpu": 1}, **{"nvidia.com/vgpu-mode": text})
+    assert exc.value.field == 'metadata.annotations["nvidia.com/vgpu-mode"]'
+    assert says in exc.value.reason
+
+
+def test_numa_bind_is_the_same_numa_topology() -> None:
+    """HAMi's ``assertNuma``: ``strconv.ParseBool`` of ``nvidia.com/numa-bind``."""
+    for text, topology in (("true", Topology.SAME_NUMA), ("1", Topology.SAME_NUMA), ("F", None)):
+        got = devices_of({"nvidia.com/gpu": 4}, **{"nvidia.com/numa-bind": text})
+        assert got.topology is (topology or Topology.NONE), text
+    with pytest.raises(PodRequestError) as exc:  # HAMi reads it as false: refused, named
+        devices_of({"nvidia.com/gpu": 4}, **{"nvidia.com/numa-bind": "yes"})
+    assert exc.value.field == 'metadata.annotations["nvidia.com/numa-bind"]'
+    with pytest.raises(PodRequestError) as exc:  # one topology a container
+        devices_of(
+            {"nvidia.com/gpu": 4},
+            **{
+                "nvidia.com/numa-bind": "true",
+                "xpupool.io/request": '{"devices": {"topology": "nvlink"}}',
+            },
+        )
+    assert exc.value.field == 'metadata.annotations["nvidia.com/numa-bind"]'
 
 
 def test_policies_and_xpupool_annotations() -> None:

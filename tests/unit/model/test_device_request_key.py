@@ -27,6 +27,7 @@ CHANGES: dict[str, object] = {
     "topology": Topology.SAME_LINK_GROUP,
     "type_contains": ("Tesla",),
     "exclude_type_contains": ("SXM4",),
+    "share_modes": ("mps",),
 }
 
 

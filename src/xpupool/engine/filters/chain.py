@@ -11,21 +11,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xpupool.engine.filters.base import DeviceFilter, NodeFilter
-from xpupool.engine.filters.topology import SameLinkGroup
+from xpupool.engine.filters.topology import GroupFilter
+from xpupool.model.request import Topology
 
 
 @dataclass(frozen=True, slots=True)
 class FilterChain:
     """``node[0]`` is always ``NodeSchedulable`` (the pipeline reads it from ``state.node_ok``) and
     ``dynamic[0]`` always ``DeviceMemory`` (explanations insert the caller's restriction before it);
-    ``group`` is None when the profile turns the link-group check off. ``static_key`` names the
-    static device filters that run, for the eligible-mask cache."""
+    ``groups`` are the topology checks the profile keeps (:meth:`group_for`). ``static_key`` names
+    the static device filters that run, for the eligible-mask cache."""
 
     node: tuple[NodeFilter, ...]
     static: tuple[DeviceFilter, ...]
     dynamic: tuple[DeviceFilter, ...]
-    group: SameLinkGroup | None
+    groups: tuple[GroupFilter, ...]
     static_key: str
+
+    def group_for(self, topology: Topology, k: int) -> GroupFilter | None:
+        """The topology check a replica of ``k`` devices under ``topology`` must pass, if any."""
+        for group in self.groups:
+            if group.applies(topology, k):
+                return group
+        return None
 
     @property
     def dynamic_names(self) -> tuple[str, ...]:
@@ -35,9 +43,8 @@ class FilterChain:
     @property
     def names(self) -> tuple[str, ...]:
         """Every filter that runs, in order."""
-        group = () if self.group is None else (self.group.name,)
         return (
             *(f.name for f in self.node),
             *(f.name for f in (*self.static, *self.dynamic)),
-            *group,
+            *(f.name for f in self.groups),
         )

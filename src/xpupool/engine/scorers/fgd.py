@@ -23,6 +23,8 @@ from xpupool.engine.fragmentation.cache import FragmentationCache
 from xpupool.engine.fragmentation.measure import TargetWorkload
 from xpupool.engine.scorers.base import ScorerEnv
 from xpupool.engine.state import FloatArray, IntArray
+from xpupool.engine.topology import device_groups
+from xpupool.model.request import Topology
 
 
 class Fgd:
@@ -68,9 +70,20 @@ class Fgd:
 
 def first_fitting(ctx: Context, node: int) -> list[int] | None:
     """The first ``k`` fitting cards of ``node`` for a replica of several cards (where FGD's
-    measure places them), None for others."""
-    if ctx.k > 1 and ctx.dev_fit is not None:
-        return [int(c) for c in np.flatnonzero(ctx.dev_fit[node])[: ctx.k]]
+    measure places them), None for others. Under a topology constraint, the first ``k`` of the
+    first group (link group, NUMA node) that has ``k`` fitting: the filter made sure one has, and
+    the constraint is the request's, whatever the measure assumed."""
+    if ctx.k <= 1 or ctx.dev_fit is None:
+        return None
+    columns = np.flatnonzero(ctx.dev_fit[node])
+    topology = ctx.req.devices.topology
+    if topology is Topology.NONE:
+        return [int(c) for c in columns[: ctx.k]]
+    groups = device_groups(ctx.state, topology)[node][columns]
+    for group in dict.fromkeys(groups.tolist()):
+        members = columns[groups == group]
+        if group >= 0 and members.size >= ctx.k:
+            return [int(c) for c in members[: ctx.k]]
     return None
 
 

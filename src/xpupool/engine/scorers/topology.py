@@ -1,4 +1,5 @@
-"""Topology: for a multi-device replica, prefer nodes where all its devices fit in one link group.
+"""Topology: for a multi-device replica, prefer nodes where all its devices fit in one link group
+(one NUMA node for a ``same-numa`` replica, whose filter already demands it).
 
 100 when one NVLink/HCCS domain on the node can hold every device, otherwise proportional to the
 largest part that can. For single-device and CPU-only replicas it has no preference and says so
@@ -25,7 +26,7 @@ class Topology:
         best = (
             ctx.group_best
             if ctx.group_best is not None
-            else best_group_count(ctx.state, ctx.dev_fit)
+            else best_group_count(ctx.state, ctx.dev_fit, ctx.req.devices.topology)
         )
         ctx.group_best = best
         result: FloatArray = 100.0 * np.minimum(best, ctx.k) / ctx.k
