@@ -1,17 +1,15 @@
 """Gangs stay in one site (issue 42, part 3): a gang is placed wholly within one site unless it
-asks to span sites (``span-sites``); the refusal, the cycle's wait and the verdict say when no
-single site can hold it though the pool could, and preemption for a gang frees one site."""
+asks to span sites (``span-sites``); the refusal and the verdict say when no single site can hold
+it though the pool could. The cycle's side (its wait, preemption in one site) is in
+``test_cycle.py``."""
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 
 from xpupool.engine import ClusterState, Engine, Placement
-from xpupool.engine.cycle import Admission, QueueSpec
-from xpupool.engine.cycle.cycle import Place, Preempt, RunningWork, SchedulingCycle, Wait
 from xpupool.engine.verdict import Verdicts
-from xpupool.model import Allocation, Node, Request
+from xpupool.model import Node, Request
 from xpupool.model.request_model import RequestModel
 
 from factories import T4, gpu_node
@@ -125,66 +123,3 @@ def test_the_verdict_names_replicas_when_no_site_could_ever_hold_the_gang() -> N
     assert verdicts.never_fits(ask("T4 replicas=4 gang")) is None
     whole = verdicts.never_fits(ask("T4 replicas=9 gang"))  # more than the whole pool holds
     assert whole is not None and "the whole pool, empty, holds 8 replicas" in whole.reason
-
-
-# ---------------------------------------------------------------------------------- the cycle
-@dataclass
-class Job:
-    id: int
-    queue: str
-    priority: int
-    request: Request
-    waiting_on: set[int] = field(default_factory=set)
-
-
-@dataclass
-class Held:
-    id: int
-    priority: int
-    allocations: list[Allocation]
-    stopping: str | None = None
-
-
-def cycle_over(state: ClusterState) -> SchedulingCycle:
-    admission = Admission(Engine(state, "binpack"), [QueueSpec("q", "t", ())])
-    return SchedulingCycle(admission, Verdicts(state))
-
-
-def run(cycle: SchedulingCycle, work: Job, running: dict[int, RunningWork]) -> Held:
-    decision = cycle.decide(work, running)
-    assert isinstance(decision, Place), decision
-    held = Held(work.id, work.priority, list(decision.admitted.placement.allocations))
-    running[work.id] = held
-    return held
-
-
-def test_a_gang_no_site_holds_now_waits_saying_so() -> None:
-    cycle, running = cycle_over(three_sites()), {}
-    run(cycle, Job(1, "q", 0, ask("T4:2 site=site-c")), running)  # site-c: 6 of 8 free
-    decision = cycle.decide(Job(2, "q", 0, ask("T4 replicas=7 gang")), running)
-    assert isinstance(decision, Wait)
-    assert "gang: no single site holds 7 replicas at once (the most: site-c, 6)" in decision.reason
-    assert not decision.reason.startswith("unschedulable")  # site-c could, once free
-
-
-def test_a_gang_no_site_could_ever_hold_waits_as_unschedulable() -> None:
-    cycle = cycle_over(three_sites(c_cards=2))
-    decision = cycle.decide(Job(1, "q", 0, ask("T4 replicas=7 gang")), {})
-    assert isinstance(decision, Wait)
-    assert decision.reason.startswith("unschedulable: nothing in the pool can hold it (no single")
-
-
-def test_preemption_for_a_gang_frees_room_in_one_site() -> None:
-    """site-a has 3 of 4 cards free (one low job), site-b 2 of 4 (two low jobs): the gang of 4
-    fits no site as it is, though 5 cards are free. Its victims are the fewest that free one
-    site: the one job in site-a."""
-    state = ClusterState([t4("a-0", "site-a", 4), t4("b-0", "site-b", 4)])
-    cycle, running = cycle_over(state), {}
-    low_a = run(cycle, Job(1, "q", 1, ask("T4 site=site-a priority=1")), running)
-    run(cycle, Job(2, "q", 1, ask("T4 site=site-b priority=1")), running)
-    run(cycle, Job(3, "q", 1, ask("T4 site=site-b priority=1")), running)
-    live = dict(state.live)
-    decision = cycle.decide(Job(4, "q", 9, ask("T4 replicas=4 gang priority=9")), running)
-    assert isinstance(decision, Preempt), decision
-    assert [v.id for v in decision.victims] == [low_a.id]
-    assert state.live == live
