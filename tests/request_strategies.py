@@ -79,6 +79,7 @@ def requests(
         devices=device_requests(models, uuids, exact_card_sizes),
         replicas=st.integers(1, 10_000),
         gang=st.booleans(),
+        span_sites=st.booleans(),
         priority=st.integers(-(1 << 31), (1 << 31) - 1),
         queue=names,
         node_policy=st.none() | names,

@@ -2,7 +2,9 @@
 
 This is the one entry point the simulator, the server and the Kubernetes extender drive. It does no
 I/O. A request's replicas are placed one at a time inside a transaction: with ``gang`` any failure
-rolls every replica back; without it each replica stands alone and failures are reported per replica.
+rolls every replica back, and the replicas stay in one site unless the request lets them span sites
+(``gang_sites.py``); without it each replica stands alone, goes wherever it fits, and failures are
+reported per replica.
 """
 
 from __future__ import annotations
@@ -20,7 +22,13 @@ from xpupool.engine.fragmentation.measure import ShapeTable, TargetWorkload
 from xpupool.engine.fragmentation.stranded import Stranded, stranded_capacity
 from xpupool.engine.fragmentation.workload_model import NAME as WORKLOAD
 from xpupool.engine.fragmentation.workload_model import WorkloadArgs, WorkloadModel
-from xpupool.engine.gang_bound import gang_refusal
+from xpupool.engine.gang_bound import Room, gang_refusal, gang_room
+from xpupool.engine.gang_sites import (
+    keeps_to_one_site,
+    no_site_refusal,
+    site_rooms,
+    within_sites,
+)
 from xpupool.engine.pipeline import Pipeline
 from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile
 from xpupool.engine.reasons import Unschedulable
@@ -154,23 +162,77 @@ class Engine:
         txn: Transaction | None,
     ) -> Placement:
         if req.gang and req.replicas > 1:
-            refused = gang_refusal(self.pipeline, req, within)  # more than could ever fit now
+            room = gang_room(self.pipeline, req, within)
+            refused = gang_refusal(self.pipeline, req, within, room)  # more than could fit now
             if refused is not None:
                 return Placement(req, (), (refused,))
+            if room.fit.any() and keeps_to_one_site(self.state, req):
+                return self._place_in_one_site(req, profile, within, txn, room)
+        return self._place_replicas(req, profile, within, txn)[0]
+
+    def _place_in_one_site(
+        self,
+        req: Request,
+        profile: Profile,
+        within: BoolArray | None,
+        txn: Transaction | None,
+        room: Room,
+    ) -> Placement:
+        """Gang ``req`` wholly within one of the sites that could take it all now (``room``
+        summed per site, ``gang_sites.py``): the first replica picks the site where the profile
+        scores it best, the others follow it there. A site that fails a later replica (the bound
+        counts cards, not link groups) is rolled back and the next choice tried; the refusal is
+        then the first site's."""
+        rooms = site_rooms(self.state, room)
+        sites = [
+            s for s, n in zip(self.state.sites, rooms.tolist(), strict=True) if n >= req.replicas
+        ]
+        if not sites:
+            return Placement(req, (), (no_site_refusal(self.pipeline, req, within, room, rooms),))
+        refused: Placement | None = None
+        while sites:
+            placement, site = self._place_replicas(req, profile, within, txn, sites)
+            if placement.ok:
+                return placement
+            refused = refused or placement
+            if site is None:  # its first replica fit none of them (not after the bound)
+                break
+            sites.remove(site)
+        assert refused is not None
+        return refused
+
+    def _place_replicas(
+        self,
+        req: Request,
+        profile: Profile,
+        within: BoolArray | None,
+        txn: Transaction | None,
+        sites: Sequence[str] = (),
+    ) -> tuple[Placement, str | None]:
+        """Place ``req``'s replicas one by one in a transaction inside ``txn``: a gang's first
+        failure rolls them all back, other replicas fail alone. With ``sites`` (a gang kept to one
+        site), the first replica goes to one of them and the others to its site, which is
+        returned beside the placement."""
+        each = within_sites(req, sites) if sites else req
+        site: str | None = None
         with Transaction(self.state, parent=txn) as inner:
             failures: list[Unschedulable] = []
             for replica in range(req.replicas):
-                result = self._place_one(req, replica, profile, inner, within)
+                result = self._place_one(each, replica, profile, inner, within)
                 if isinstance(result, Unschedulable):
                     if req.gang:
-                        note = f"gang: replica {replica + 1} of {req.replicas} fits nowhere"
+                        where = "" if site is None else f" in site {site}"
+                        note = f"gang: replica {replica + 1} of {req.replicas} fits nowhere{where}"
                         failure = Unschedulable(result.total_nodes, result.reasons, replica, note)
                         inner.rollback()
-                        return Placement(req, (), (failure,))
+                        return Placement(req, (), (failure,)), site
                     failures.append(result)
+                elif sites and site is None:
+                    site = self.state.nodes[result.node_index].site
+                    each = within_sites(req, (site,))
             allocations = inner.allocations
             inner.commit()
-        return Placement(req, allocations, tuple(failures))
+        return Placement(req, allocations, tuple(failures)), site
 
     def explain(self, req: Request) -> Unschedulable | None:
         """Why one replica of ``req`` fits nowhere right now, or None if it fits. Changes nothing."""

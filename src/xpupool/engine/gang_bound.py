@@ -34,11 +34,13 @@ from xpupool.model.request import Request
 @dataclass(frozen=True, slots=True)
 class Room:
     """``at_most`` replicas fit at once; ``fit`` ``[N]`` the nodes one replica fits; ``bounds``
-    the per-node bounds ``[N]`` with the reason each stands for."""
+    the per-node bounds ``[N]`` with the reason each stands for; ``per_node`` ``[N]`` their
+    minimum, what each node could take (counted where ``fit``)."""
 
     at_most: int
     fit: BoolArray
     bounds: tuple[tuple[IntArray, Reason], ...]
+    per_node: IntArray
 
 
 def gang_room(pipeline: Pipeline, req: Request, within: BoolArray | None = None) -> Room:
@@ -72,18 +74,37 @@ def gang_room(pipeline: Pipeline, req: Request, within: BoolArray | None = None)
             card_reason = Reason.TOO_FEW_DEVICES
         bounds.append((by_cards, card_reason))
     per_node = np.minimum.reduce([b for b, _ in bounds])
-    return Room(int(per_node[fit].sum()), fit, tuple(bounds))
+    return Room(int(per_node[fit].sum()), fit, tuple(bounds), per_node)
 
 
 def gang_refusal(
-    pipeline: Pipeline, req: Request, within: BoolArray | None
+    pipeline: Pipeline, req: Request, within: BoolArray | None, room: Room | None = None
 ) -> Unschedulable | None:
     """The refusal of gang ``req`` when more replicas are asked than could fit at once; None when
     the bound allows them (or when no node takes even one: the caller's first replica says why,
-    as for any request). Changes nothing."""
-    room = gang_room(pipeline, req, within)
+    as for any request). ``room`` is :func:`gang_room`'s answer when the caller has it. Changes
+    nothing."""
+    room = gang_room(pipeline, req, within) if room is None else room
     if room.at_most >= req.replicas or not room.fit.any():
         return None
+    at_most = room.at_most
+    note = (
+        f"gang: replica {at_most + 1} of {req.replicas} fits nowhere; at most {at_most} fit at once"
+    )
+    return room_refusal(pipeline, req, within, room, at_most, note)
+
+
+def room_refusal(
+    pipeline: Pipeline,
+    req: Request,
+    within: BoolArray | None,
+    room: Room,
+    replica: int,
+    note: str,
+) -> Unschedulable:
+    """A gang refused on its ``room``, failing at ``replica`` (0-based) with ``note``: the nodes
+    one replica does not fit counted as explained, the others blamed on the resource that bounds
+    them, as if the replicas that fit had been placed."""
     ctx = pipeline.context(req)
     ctx.within = within
     pipeline.filter(ctx)
@@ -98,8 +119,4 @@ def gang_refusal(
             merged[labels[label]] = merged.get(labels[label], 0) + int(n)
     ordered = sorted(merged.items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1]))
     reasons = tuple(ReasonCount(r, n, d) for (r, d), n in ordered)
-    at_most = room.at_most
-    note = (
-        f"gang: replica {at_most + 1} of {req.replicas} fits nowhere; at most {at_most} fit at once"
-    )
-    return Unschedulable(pipeline.state.n_nodes, reasons, at_most, note)
+    return Unschedulable(pipeline.state.n_nodes, reasons, replica, note)

@@ -2,15 +2,15 @@
 
 A request that fits nowhere now waits for capacity; one that no node could hold even empty (cards
 too small, too few on any node, a node too small for its CPU or memory, link groups too narrow, more
-replicas than the whole pool holds at once) would wait forever. Every registered node counts,
-cordoned, unhealthy and lost ones included: they may come back. The question is answered by the
-same filters on an empty twin of the cluster state, built again when the inventory changes, so
-"could ever fit" and "fits now" cannot disagree about what fits. The answer names the closest miss:
-the check that failed on the nodes that passed the most checks, with the largest value the pool
-has and the value asked ("the largest H100 has 80Gi; asked 100Gi"). Answers are kept per request
-(its name aside) until the twin is built again: a submission of a shape asked before costs a
-lookup, not a pass of the filters over every node (at 1,000 nodes, 37 % of the submit service's
-time at 500 submissions/s).
+replicas than the whole pool holds at once, a gang that no single site holds) would wait forever.
+Every registered node counts, cordoned, unhealthy and lost ones included: they may come back. The
+question is answered by the same filters on an empty twin of the cluster state, built again when the
+inventory changes, so "could ever fit" and "fits now" cannot disagree about what fits. The answer
+names the closest miss: the check that failed on the nodes that passed the most checks, with the
+largest value the pool has and the value asked ("the largest H100 has 80Gi; asked 100Gi"). Answers
+are kept per request (its name aside) until the twin is built again: a submission of a shape asked
+before costs a lookup, not a pass of the filters over every node (at 1,000 nodes, 37 % of the submit
+service's time at 500 submissions/s).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import numpy as np
 
 from xpupool.engine.device_fit import count_per_node
 from xpupool.engine.gang_bound import gang_room
+from xpupool.engine.gang_sites import SPAN_HINT, keeps_to_one_site, largest_site, site_rooms
 from xpupool.engine.lru import Lru
 from xpupool.engine.pipeline import Pipeline
 from xpupool.engine.reasons import TEXT, Reason
@@ -89,6 +90,14 @@ class Verdicts:
                     f"the whole pool, empty, holds {room.at_most} replicas of this at once; "
                     f"asked {req.replicas}",
                 )
+            if keeps_to_one_site(pipe.state, req):
+                site, most = largest_site(pipe.state, site_rooms(pipe.state, room))
+                if most < req.replicas:
+                    return Miss(
+                        "replicas",
+                        f"no single site holds {req.replicas} replicas of this, even empty (the "
+                        f"largest: {site}, {most}); add {SPAN_HINT} to place it across sites",
+                    )
         return None
 
     def warm(self) -> None:

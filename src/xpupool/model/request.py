@@ -302,7 +302,8 @@ class Request:
     ``sites`` is an any-of list of node sites (empty = any), ``exclude_sites`` wins over it,
     ``node_selector`` holds (label, value) pairs sorted by label that a node must all carry, and
     ``preferred_site`` is a preference, not a constraint: its nodes score higher, others still
-    fit. ``container`` True: the job
+    fit. ``span_sites`` lets a gang's replicas span sites; without it a gang is placed within one
+    site (replicas that are not a gang go wherever each fits). ``container`` True: the job
     runs a container image, so only nodes with a container runtime may take it; it is not part of
     the JSON or compact forms (the server sets it from the job's ``image``).
     """
@@ -322,6 +323,7 @@ class Request:
     node_selector: tuple[tuple[str, str], ...] = ()
     preferred_site: str | None = None
     container: bool = False
+    span_sites: bool = False
 
     def __post_init__(self) -> None:
         _check_int("cpu", self.cpu_milli, 0, 1 << 40)

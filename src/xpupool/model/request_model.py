@@ -260,6 +260,11 @@ class RequestModel(_Form):
         description="All replicas placed together or none; null = false (the server "
         "admits a multi-replica job as a gang anyway).",
     )
+    span_sites: StrictBool | None = Field(
+        None,
+        description="Let a gang's replicas span sites; null = false: a gang is placed within "
+        "one site (replicas that are not a gang go wherever each fits).",
+    )
     priority: StrictInt | None = Field(
         None, ge=-INT32, le=INT32 - 1, description="Higher runs first; null = 0."
     )
@@ -329,6 +334,7 @@ class RequestModel(_Form):
             devices=DeviceRequest() if self.devices is None else self.devices.to_devices(),
             replicas=1 if self.replicas is None else self.replicas,
             gang=bool(self.gang),
+            span_sites=bool(self.span_sites),
             priority=self.priority or 0,
             queue="default" if self.queue is None else self.queue,
             node_policy=self.node_policy,
@@ -351,6 +357,7 @@ class RequestModel(_Form):
             else DevicesModel.from_devices(req.devices),
             replicas=None if req.replicas == 1 else req.replicas,
             gang=True if req.gang else None,
+            span_sites=True if req.span_sites else None,
             priority=req.priority or None,
             queue=None if req.queue == "default" else req.queue,
             node_policy=req.node_policy,

@@ -13,7 +13,7 @@ kind at most once:
 - ``any``, or a comma list of vendor names and aliases (``nvidia``, ``ascend,amd``), picks vendors;
 - anything else is a comma list of models, any-of; ``!NAME`` excludes a model.
 
-The tokens after it are flags (``gang``, ``nvlink``/``same-link-group``), ``key=value`` pairs
+The tokens after it are flags (``gang``, ``span-sites``, ``nvlink``/``same-link-group``), ``key=value`` pairs
 (:data:`KEYS`) and software needs (``cuda>=12.4``, ``torch=2.4``). Errors are
 :class:`RequestError` whose ``field`` is the path the token maps to in the JSON form
 (``request_model.py``), so both forms report the same names. :func:`format_spec` writes the
@@ -75,9 +75,10 @@ KEYS: dict[str, str] = {
     "prefer-site": "preferred_site",
     "label": "node_selector",  # repeatable: every label given must be on the node
 }
-# flag -> the JSON path it sets: 'gang' to true, the others to same-link-group.
+# flag -> the JSON path it sets: 'gang' and 'span-sites' to true, the others to same-link-group.
 FLAGS: dict[str, str] = {
     "gang": "gang",
+    "span-sites": "span_sites",
     "nvlink": "devices.topology",
     "same-link-group": "devices.topology",
 }
@@ -117,6 +118,7 @@ class _Draft:
     host_memory_mib: int = 0
     replicas: int = 1
     gang: bool = False
+    span_sites: bool = False
     priority: int = 0
     queue: str = "default"
     name: str = ""
@@ -166,6 +168,7 @@ class _Draft:
             devices=devices,
             replicas=self.replicas,
             gang=self.gang,
+            span_sites=self.span_sites,
             priority=self.priority,
             queue=self.queue,
             node_policy=self.node_policy,
@@ -210,6 +213,8 @@ def parse_spec(text: str) -> Request:
             draft.once(path, token)
             if path == "gang":
                 draft.gang = True
+            elif path == "span_sites":
+                draft.span_sites = True
             else:
                 draft.topology = Topology.SAME_LINK_GROUP
         elif sep:
@@ -476,6 +481,8 @@ def format_spec(req: Request) -> str:
         tokens.append(f"replicas={req.replicas}")
     if req.gang:
         tokens.append("gang")
+    if req.span_sites:
+        tokens.append("span-sites")
     if req.priority:
         tokens.append(f"priority={req.priority}")
     if req.queue != "default":

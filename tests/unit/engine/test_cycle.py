@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from xpupool.engine import ClusterState, Engine
 from xpupool.engine.cycle import Admission, QueueSpec, Quota, Resource
 from xpupool.engine.cycle.cycle import Place, Preempt, RunningWork, SchedulingCycle, Wait
+from xpupool.engine.verdict import Verdicts
 from xpupool.model import Allocation, DeviceRequest, Request
+from xpupool.model.request_model import RequestModel
 
-from factories import engine_for, gpu_node
+from factories import T4, engine_for, gpu_node
 
 
 @dataclass
@@ -130,3 +133,52 @@ def test_no_reclaim_beyond_the_lenders_own_nominal_quota() -> None:
     cycle, running = lender_and_borrower()
     decision = cycle.decide(job(9, priority=0, count=5, queue="lend"), running)
     assert isinstance(decision, Wait)  # five cards would borrow in turn: it waits
+
+
+# ------------------------------------------------------ gangs kept to one site (issue 42, part 3)
+def sited_cycle(*cards: tuple[str, int]) -> SchedulingCycle:
+    """One node of T4s per (site, cards), with verdicts: the cycle as the server runs it."""
+    state = ClusterState(
+        [
+            gpu_node(f"{site}-0", site=site, model=T4, memory_mib=15360, count=n, group_size=0)
+            for site, n in cards
+        ]
+    )
+    admission = Admission(Engine(state, "binpack"), [QueueSpec("q", "t", ())])
+    return SchedulingCycle(admission, Verdicts(state))
+
+
+def spec_job(job_id: int, text: str) -> Job:
+    req = RequestModel.model_validate(text).to_request()
+    return Job(job_id, "q", req.priority, req)
+
+
+def test_a_gang_no_site_holds_now_waits_saying_so() -> None:
+    cycle, running = sited_cycle(("a", 4), ("b", 2), ("c", 8)), {}
+    run(cycle, spec_job(1, "T4:2 site=c"), running)  # site c: 6 of 8 free
+    decision = cycle.decide(spec_job(2, "T4 replicas=7 gang"), running)
+    assert isinstance(decision, Wait)
+    assert "gang: no single site holds 7 replicas at once (the most: c, 6)" in decision.reason
+    assert not decision.reason.startswith("unschedulable")  # site c could, once free
+
+
+def test_a_gang_no_site_could_ever_hold_waits_as_unschedulable() -> None:
+    cycle = sited_cycle(("a", 4), ("b", 2), ("c", 2))
+    decision = cycle.decide(spec_job(1, "T4 replicas=7 gang"), {})
+    assert isinstance(decision, Wait)
+    assert decision.reason.startswith("unschedulable: nothing in the pool can hold it (no single")
+
+
+def test_preemption_for_a_gang_frees_room_in_one_site() -> None:
+    """Site a has 3 of 4 cards free (one low job), site b 2 of 4 (two low jobs): the gang of 4
+    fits no site as it is, though 5 cards are free. Its victims free one site, the one where
+    they are fewest: the one job in site a."""
+    cycle, running = sited_cycle(("a", 4), ("b", 4)), {}
+    low_a = run(cycle, spec_job(1, "T4 site=a priority=1"), running)
+    run(cycle, spec_job(2, "T4 site=b priority=1"), running)
+    run(cycle, spec_job(3, "T4 site=b priority=1"), running)
+    live = dict(cycle.engine.state.live)
+    decision = cycle.decide(spec_job(4, "T4 replicas=4 gang priority=9"), running)
+    assert isinstance(decision, Preempt), decision
+    assert [v.id for v in decision.victims] == [low_a.id]
+    assert cycle.engine.state.live == live

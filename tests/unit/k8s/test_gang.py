@@ -24,7 +24,7 @@ from xpupool.k8s.gang import (
     group_claim,
     min_member,
 )
-from xpupool.k8s.pod_request import PodDemand, pod_demand
+from xpupool.k8s.pod_request import ANNOTATION_REQUEST, PodDemand, pod_demand
 from xpupool.k8s.watch import Event, EventType
 from xpupool.model.device import Node
 from xpupool.model.errors import RequestError
@@ -207,6 +207,25 @@ def test_a_group_that_does_not_fit_is_refused_everywhere_and_holds_nothing() -> 
     assert set(verdict.failed) == {"a", "b"}
     assert "gang ns/g: 7 of 8 fit" in verdict.failed["a"], verdict.failed
     assert gangs.held() == {} and free_cards(view) == 7 and view.charges() == {}
+
+
+def test_a_group_is_reserved_within_one_site_unless_it_may_span_sites() -> None:
+    """Nodes labelled with sites (``xpupool.io/site``): the engine keeps a gang in one site
+    (issue 42), so a group takes the one site that holds it whole, is refused when none does,
+    and spans sites when its pods' request says ``span-sites``."""
+    sited = [gpu_node("a", count=2, site="a"), gpu_node("b", count=2, site="b")]
+    view = view_with(*sited, gpu_node("c", count=4, site="c"))
+    gangs = Gangs(view, wait_s=5, clock=Clock())
+    judge(gangs, view, pod("m0", annotations=ours("g", "3")), ["a", "b", "c"])
+    assert {s.node for s in gangs.held()["ns/g"]} == {"c"}
+    view = view_with(*sited)
+    gangs = Gangs(view, wait_s=5, clock=Clock())
+    refused = judge(gangs, view, pod("m0", annotations=ours("g", "3")), ["a", "b"])
+    assert refused.fits == [] and "no single site holds 3 replicas" in refused.failed["a"]
+    assert gangs.held() == {} and free_cards(view) == 4
+    spanning = ours("g", "3") | {ANNOTATION_REQUEST: "span-sites"}
+    judge(gangs, view, pod("m0", annotations=spanning), ["a", "b"])
+    assert {s.node for s in gangs.held()["ns/g"]} == {"a", "b"}
 
 
 def test_a_pod_group_label_takes_its_size_from_the_lookup() -> None:

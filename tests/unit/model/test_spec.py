@@ -131,6 +131,15 @@ def devices(**kwargs: object) -> Request:
         ),
         ("name==odd", Request(name="=odd")),
         ("gang replicas=2 cpu=1", Request(cpu_milli=1000, replicas=2, gang=True)),
+        (
+            "T4 replicas=7 gang span-sites",
+            Request(
+                devices=DeviceRequest(count=1, models=("T4",)),
+                replicas=7,
+                gang=True,
+                span_sites=True,
+            ),
+        ),
         ("gang:1", devices(count=1, models=("gang",))),
     ],
 )
@@ -183,6 +192,7 @@ def test_parse_spec(text: str, expected: Request) -> None:
         ("any bogus", "bogus", "bogus"),
         ("any A100", "A100", "A100"),
         ("any gang gang", "gang", "gang"),
+        ("any span-sites span-sites", "span_sites", "span-sites"),
         ("any nvlink topology=none", "devices.topology", "none"),
         ("any replicas=x", "replicas", "x"),
         ("any replicas=0", "replicas", 0),
@@ -251,6 +261,7 @@ def test_rejects_non_string() -> None:
         ("any:48GB..:1", "48GB.."),
         ("ascend:910B", "huawei:910B"),
         ("H100:8 nvlink replicas=4 gang", "H100:8 same-link-group replicas=4 gang"),
+        ("T4 span-sites replicas=7 gang", "T4 replicas=7 gang span-sites"),
         ("any", "any"),
         ("any:1", "any"),
         ("nvidia:3", "nvidia:3"),
@@ -402,6 +413,10 @@ EXAMPLES: list[tuple[str, str]] = [
     ("'rocm' as a vendor and as software", "rocm:MI300X:192GB rocm>=6.0"),
     ("Two cards in Beijing, on nodes labelled for team A", "A100:2 site=beijing label=pool=team-a"),
     ("Anywhere but Shanghai, Beijing first", "any site=!shanghai prefer-site=beijing"),
+    (
+        "Seven T4s all or none, across sites if no one site holds them",
+        "T4 replicas=7 gang span-sites",
+    ),
 ]
 ERROR_EXAMPLES: list[str] = [
     "A100:1..2",

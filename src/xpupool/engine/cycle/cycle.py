@@ -11,12 +11,13 @@ persists them and stops processes, the simulator moves its clock.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from xpupool.engine.cycle.admission import Admission, Admitted, Preemption, Refusal
 from xpupool.engine.cycle.preempt import plan_preemption
+from xpupool.engine.gang_sites import keeps_to_one_site, open_sites, within_sites
 from xpupool.engine.txn import Transaction
 from xpupool.engine.verdict import Verdicts
 from xpupool.model.allocation import Allocation
@@ -199,7 +200,9 @@ class SchedulingCycle:
         Goes one replica at a time in a what-if: a replica that fits (in room earlier victims
         freed) is placed without evicting more; else the engine's minimal, deterministic plan
         for it (``preempt.py``) names victims, which are released whole, and the replica is
-        placed, so the next replica sees what is left. The what-if is rolled back.
+        placed, so the next replica sees what is left. The what-if is rolled back. A gang kept
+        to one site (``gang_sites.py``) is tried so in each site open to it, and the victims of
+        the site where they matter least are named.
 
         Victims are jobs of lower priority, or with ``from_queues`` any job charged to one of
         those queues (a lender reclaiming from borrowers: lowest priority, newest first)."""
@@ -217,23 +220,53 @@ class SchedulingCycle:
         if not any(evictable(a) for h in running.values() for a in h.allocations):
             return ()
         one = replace(job.request, replicas=1, gang=False)
+        if not keeps_to_one_site(self.engine.state, job.request):
+            found = self._victims_for(one, job.request.replicas, evictable, holder_of)
+            return () if found is None else tuple(found.values())
+        # A gang kept to one site frees room in one: the site whose victims matter least (the
+        # lowest highest priority, then the fewest, then the lowest priority sum, as ``preempt``
+        # ranks nodes), the first in the pool's order among equals.
+        best: tuple[tuple[int, int, int], dict[int, RunningWork]] | None = None
+        for site in open_sites(self.engine.state, job.request):
+            found = self._victims_for(
+                within_sites(one, (site,)), job.request.replicas, evictable, holder_of
+            )
+            if found is None:
+                continue
+            if not found:  # it fits there as it is: nothing to preempt for it
+                return ()
+            priorities = [v.priority for v in found.values()]
+            key = (max(priorities), len(priorities), sum(priorities))
+            if best is None or key < best[0]:
+                best = (key, found)
+        return () if best is None else tuple(best[1].values())
+
+    def _victims_for(
+        self,
+        one: Request,
+        replicas: int,
+        evictable: Callable[[Allocation], bool],
+        holder_of: Mapping[int, RunningWork],
+    ) -> dict[int, RunningWork] | None:
+        """The jobs to stop so that ``replicas`` copies of ``one`` fit, by job id (empty: they fit
+        as it is), or None when that cannot work; see :meth:`preemption_victims`."""
         victims: dict[int, RunningWork] = {}
         state = self.engine.state
         with Transaction(state) as trial:  # rolled back on leaving
-            for _ in range(job.request.replicas):
+            for _ in range(replicas):
                 if self.engine.place(one, txn=trial).ok:  # room already (freed by earlier victims)
                     continue
                 plan = plan_preemption(self.engine.pipeline, one, evictable)
                 if plan is None:
-                    return ()
+                    return None
                 for alloc in plan.victims:
                     holder = holder_of[alloc.id]
                     if holder.stopping:
-                        return ()
+                        return None
                     victims[holder.id] = holder
                     for a in holder.allocations:  # a victim job goes as a whole
                         if a.id in state.live:
                             trial.release(a.id)
                 if not self.engine.place(one, txn=trial).ok:
-                    return ()
-        return tuple(victims.values())
+                    return None
+        return victims

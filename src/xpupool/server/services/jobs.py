@@ -157,7 +157,7 @@ def _check(
     if req.container:  # first: its words tell the operator what to start
         _check_runtime_somewhere(plane, body.image)
     waiting = "waiting for the scheduler"
-    miss = plane.verdicts.never_fits(req)
+    miss = plane.verdicts.never_fits(gang_request(req))  # judged as the cycle will place it
     if miss is not None:
         if not spec.allow_unfittable:
             why = f"nothing in the pool can hold it, even empty: {miss.reason}"
