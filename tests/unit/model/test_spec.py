@@ -226,7 +226,7 @@ def test_unknown_key_lists_known_keys() -> None:
     assert info.value.field == "gpus"
     assert info.value.reason == (
         "unknown key; known: mem, cores, uuid, topology, cpu, memory, replicas, priority, queue, "
-        "name, policy, device-policy, site, prefer-site, label"
+        "name, policy, device-policy, site, prefer-site, label, tolerate"
     )
 
 
@@ -402,6 +402,10 @@ EXAMPLES: list[tuple[str, str]] = [
     ("'rocm' as a vendor and as software", "rocm:MI300X:192GB rocm>=6.0"),
     ("Two cards in Beijing, on nodes labelled for team A", "A100:2 site=beijing label=pool=team-a"),
     ("Anywhere but Shanghai, Beijing first", "any site=!shanghai prefer-site=beijing"),
+    (
+        "CPU only, also on nodes tainted for the ETL team or as spot",
+        "cpu=2 tolerate=team=etl:NoSchedule tolerate=spot",
+    ),
 ]
 ERROR_EXAMPLES: list[str] = [
     "A100:1..2",
@@ -416,6 +420,7 @@ ERROR_EXAMPLES: list[str] = [
     "any cuda>=12.4 cann>=latest",
     "any gpus=2",
     "any label=pool",
+    "cpu=1 tolerate=gpu:NoExecute",
     "cpu=abc",
     "any A100",
 ]
