@@ -35,6 +35,7 @@ class Reason(IntEnum):
     SITE_NOT_ALLOWED = 20
     SITE_EXCLUDED = 21
     LABEL_MISSING = 22
+    UNTOLERATED_TAINT = 23
 
 
 TEXT: dict[Reason, str] = {
@@ -62,6 +63,8 @@ TEXT: dict[Reason, str] = {
     Reason.SITE_NOT_ALLOWED: "not in site {detail}",
     Reason.SITE_EXCLUDED: "in excluded site {detail}",
     Reason.LABEL_MISSING: "label {detail} not on node",
+    # detail: the taint, "gpu=true:NoSchedule" (filters/node_taints.py)
+    Reason.UNTOLERATED_TAINT: "untolerated taint {detail}",
 }
 
 PREEMPTION_MAY_HELP: frozenset[Reason] = frozenset(

@@ -3,7 +3,9 @@
 A request that fits nowhere now waits for capacity; one that no node could hold even empty (cards
 too small, too few on any node, a node too small for its CPU or memory, link groups too narrow, more
 replicas than the whole pool holds at once) would wait forever. Every registered node counts,
-cordoned, unhealthy and lost ones included: they may come back. The question is answered by the
+cordoned, unhealthy, lost and tainted ones included: they may come back, and an admin may take a
+taint off as they uncordon a node (a request that tolerates no taint of the only nodes that could
+hold it waits, as a pod does in Kubernetes, its reason naming the taint). The question is answered by the
 same filters on an empty twin of the cluster state, built again when the inventory changes, so
 "could ever fit" and "fits now" cannot disagree about what fits. The answer names the closest miss:
 the check that failed on the nodes that passed the most checks, with the largest value the pool
@@ -97,14 +99,17 @@ class Verdicts:
 
     def _empty(self) -> Pipeline:
         """The filters over the empty twin, built again only when nodes were added: the twin
-        holds every node as schedulable and healthy, so a cordon, a health change or a lost
-        node (each bumps the state's epoch) changes nothing in it. Building it costs as much
+        holds every node as schedulable, healthy and untainted, so a cordon, a health change or
+        a lost node (each bumps the state's epoch) changes nothing in it. Building it costs as much
         as the pool is large (a second at 5,000 nodes), on the request path (issue 25)."""
         state = self.state
         if self._twin is None or self._twin[0] is not state.nodes:  # add_node makes a new list
             nodes = [
                 replace(
-                    n, schedulable=True, devices=tuple(replace(d, healthy=True) for d in n.devices)
+                    n,
+                    schedulable=True,
+                    taints=(),
+                    devices=tuple(replace(d, healthy=True) for d in n.devices),
                 )
                 for n in state.nodes
             ]
