@@ -233,7 +233,7 @@ def read_taint(path: str, data: object) -> Taint:
             raise _under(path, exc) from None
     else:
         taint = parse_taint(path, data)
-    supported_effect(f"{path}.effect", taint.effect)
+    supported_effect(f"{path}.effect", taint.effect.value)
     return taint
 
 
