@@ -10,6 +10,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from xpupool.model import DevicePolicy, DeviceRequest, Request, Topology, parse_software_need
+from xpupool.model.taint import SUPPORTED_EFFECTS, Toleration, TolerationOperator
 from xpupool.model.vendor import VENDOR_KEYS
 
 versions = st.from_regex(r"[0-9]{1,3}(\.[0-9]{1,3}){0,2}(\.RC[0-9])?", fullmatch=True)
@@ -63,6 +64,22 @@ def device_requests(
 sites = st.from_regex(r"[a-z][a-z0-9._-]{0,10}", fullmatch=True)
 labels = st.from_regex(r"[a-z][a-z0-9./_-]{0,10}", fullmatch=True)
 label_values = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9=._-]{0,10}", fullmatch=True)
+taint_keys = st.from_regex(
+    r"([a-z0-9]([a-z0-9-]{0,6}[a-z0-9])?(\.[a-z0-9]{1,4})?/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,8}[A-Za-z0-9])?",
+    fullmatch=True,
+)
+taint_values = st.from_regex(r"([A-Za-z0-9]([A-Za-z0-9._-]{0,8}[A-Za-z0-9])?)?", fullmatch=True)
+effects = st.none() | st.sampled_from(SUPPORTED_EFFECTS)
+tolerations = st.one_of(
+    st.builds(
+        Toleration,
+        st.just("") | taint_keys,
+        st.just(TolerationOperator.EXISTS),
+        st.just(""),
+        effects,
+    ),
+    st.builds(Toleration, taint_keys, st.just(TolerationOperator.EQUAL), taint_values, effects),
+)
 
 
 def requests(
@@ -90,4 +107,5 @@ def requests(
             lambda d: tuple(sorted(d.items()))
         ),
         preferred_site=st.none() | sites,
+        tolerations=st.lists(tolerations, max_size=3, unique=True).map(tuple),
     )

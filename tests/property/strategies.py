@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from xpupool.model import Device, DeviceRequest, Node, Request, Topology, parse_software_need
+from xpupool.model.taint import parse_taint, parse_toleration
 
 KINDS = (
     ("nvidia", "NVIDIA A100-SXM4-80GB", 81920, ("550.54.15", "535.104.05", None)),
@@ -14,6 +15,13 @@ KINDS = (
     ("cambricon", "MLU370-X8", 49152, ("5.10.22",)),
 )
 NEEDS = tuple(parse_software_need(t) for t in ("cuda>=12.4", "cuda>=11.8", "cann>=8.0.RC1"))
+TAINTS = tuple(
+    parse_taint("t", t)
+    for t in ("gpu=true:NoSchedule", "team=a:NoSchedule", "spot:PreferNoSchedule")
+)
+TOLERATIONS = tuple(
+    parse_toleration("t", t) for t in ("gpu=true", "gpu:NoSchedule", "*", "spot", "team=b")
+)
 
 
 @st.composite
@@ -50,8 +58,15 @@ def nodes(draw: st.DrawFn, max_nodes: int = 6, capacity: bool = False) -> list[N
             )
             for j in range(count)
         )
+        taints = draw(_sometimes(st.sampled_from(TAINTS), 2))
         out.append(
-            Node(f"n{i}", draw(st.integers(2, 64)) * 1000, draw(st.integers(4, 256)) * 1024, devs)
+            Node(
+                f"n{i}",
+                draw(st.integers(2, 64)) * 1000,
+                draw(st.integers(4, 256)) * 1024,
+                devs,
+                taints=tuple(dict.fromkeys(taints)),  # type: ignore[arg-type]
+            )
         )
     return out
 
@@ -97,4 +112,5 @@ def requests(draw: st.DrawFn) -> Request:
         replicas=draw(st.integers(1, 3)),
         gang=draw(st.booleans()),
         node_policy=draw(st.sampled_from([None, "binpack", "spread", "topology", "random"])),
+        tolerations=tuple(set(draw(_sometimes(st.sampled_from(TOLERATIONS), 2)))),  # type: ignore[arg-type]
     )

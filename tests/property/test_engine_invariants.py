@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from xpupool.engine import ClusterState, Engine
 from xpupool.engine.state import ClusterState as _State
 from xpupool.model import Node, Request, Topology
+from xpupool.model.taint import tolerated
 
 from factories import capacity_arrays
 from strategies import nodes, requests
@@ -101,6 +102,8 @@ def _reference_fits(state: _State, req: Request, node: int) -> bool:
     if not (state.node_ok[node] and state.node_cpu_free[node] >= req.cpu_milli):
         return False
     if state.node_mem_free[node] < req.memory_mib:
+        return False
+    if any(t.keeps_off and not tolerated(req.tolerations, t) for t in state.nodes[node].taints):
         return False
     d = req.devices
     if d.count == 0:

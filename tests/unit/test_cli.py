@@ -200,3 +200,29 @@ def test_up_refuses_a_bad_rate_limit_naming_the_option_before_touching_anything(
         assert result.exit_code == 2, result.output
         assert option in result.output, result.output
     assert not data.exists()
+
+
+def test_demo_and_replay_honour_the_cluster_files_taints(tmp_path: Path) -> None:
+    # The sim front takes the cluster file's nodes as they are: a NoSchedule taint on one of two
+    # nodes keeps every task of a trace (which tolerates nothing) off it.
+    from xpupool.engine.fragmentation import TargetWorkload
+    from xpupool.probes.cluster_file import load_cluster
+    from xpupool.sim.alibaba import TraceTask, to_request
+    from xpupool.sim.replay import replay
+
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(
+        "nodes:\n"
+        "  - {name: kept, cpu: 64, memory: 256Gi, taints: [gpu=true:NoSchedule], devices: [\n"
+        "      {vendor: nvidia, model: NVIDIA A100-SXM4-80GB, count: 4, memory: 80Gi}]}\n"
+        "  - {name: open, cpu: 64, memory: 256Gi, devices: [\n"
+        "      {vendor: nvidia, model: NVIDIA A100-SXM4-80GB, count: 2, memory: 80Gi}]}\n"
+    )
+    nodes = load_cluster(cluster)
+    tasks = [TraceTask(f"t{i}", 1000, 1024, 1, 1000, ()) for i in range(3)]
+    workload = TargetWorkload.from_requests(to_request(t) for t in tasks)
+    trace = replay(nodes, tasks, "binpack", 42, workload)
+    assert trace.failed == 1  # two fit on 'open'; the third finds only the tainted node
+    result = CliRunner().invoke(main, ["demo", "--cluster", str(cluster)])
+    assert result.exit_code == 0
+    assert "untolerated taint gpu=true:NoSchedule" in result.output, result.output

@@ -9,6 +9,7 @@ import socket
 import threading
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import click
@@ -17,6 +18,9 @@ from xpupool.agent.launch.options import launch_options, launch_settings
 from xpupool.log_setup import configure_logging, verbose_option
 from xpupool.probes.container_runtime import RuntimeChoice
 from xpupool.server.services.replica_env import ADDRESS_LABEL
+
+if TYPE_CHECKING:
+    from xpupool.server.schemas import TaintIn
 
 
 def _token(token: str | None, token_file: str | None) -> str:
@@ -52,6 +56,22 @@ def _route_address(server: str) -> str:
         return socket.gethostname()
 
 
+def _taints(values: tuple[str, ...]) -> list[TaintIn]:
+    """``--taint`` values as registration taints; a bad one is a usage error naming it."""
+    from xpupool.model.errors import RequestError
+    from xpupool.model.taint import check_taints, read_taint
+    from xpupool.server.schemas import TaintIn
+
+    taints = []
+    for text in values:
+        try:
+            taints.append(read_taint("--taint", text))
+            check_taints("--taint", taints)
+        except RequestError as exc:
+            raise click.BadParameter(f"{text!r}: {exc.reason}", param_hint="--taint") from None
+    return [TaintIn.from_taint(t) for t in taints]
+
+
 def _labels(values: tuple[str, ...]) -> dict[str, str]:
     out = {}
     for text in values:
@@ -83,6 +103,16 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--node", help="Node name [default: this host's name]")
 @click.option("--site", default="default", show_default=True)
 @click.option("--label", "labels", multiple=True, help="KEY=VALUE node label (repeatable)")
+@click.option(
+    "--taint",
+    "taints",
+    multiple=True,
+    metavar="KEY[=VALUE]:EFFECT",
+    help="Taint the node registers with (repeatable), as kubelet's --register-with-taints: "
+    "NoSchedule keeps off work that does not tolerate it, PreferNoSchedule makes other nodes "
+    "preferred. Taken when the node first registers; afterwards `xpupool node taint` changes "
+    "its taints",
+)
 @click.option(
     "--address",
     help="Address the replicas of a distributed job reach this node at (MASTER_ADDR) "
@@ -139,6 +169,7 @@ def agent_command(
     node: str | None,
     site: str,
     labels: tuple[str, ...],
+    taints: tuple[str, ...],
     address: str | None,
     fake_path: str | None,
     grace: float,
@@ -190,13 +221,20 @@ def agent_command(
     make_private(Path(work_dir))
     name = node_name(node)
     node_labels = {ADDRESS_LABEL: address or _route_address(server), **_labels(labels)}
+    node_taints = _taints(taints)
     probes: list[Probe] = [FakeProbe(fake_path)] if fake_path else host_probes()
     hosted = HostedNode(
         name=name,
         runner=Runner(name, Path(work_dir) / name, grace_s=grace, settings=settings),
         monitor=Monitor(probes),
         inventory=lambda devices: node_in(
-            name, devices, site=site, labels=node_labels, runtime=settings.runtime, drain=drain
+            name,
+            devices,
+            site=site,
+            labels=node_labels,
+            taints=node_taints,
+            runtime=settings.runtime,
+            drain=drain,
         ),
     )
     stored = NodeTokenFile(Path(work_dir) / NODE_TOKEN_FILE)

@@ -11,7 +11,7 @@ import os
 import platform
 import re
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import cast
 
 from pydantic import ValidationError
@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from xpupool.model.errors import RequestError
 from xpupool.probes.base import DeviceInfo
 from xpupool.probes.container_runtime import RuntimeName
-from xpupool.server.schemas import DeviceIn, NodeIn
+from xpupool.server.schemas import DeviceIn, NodeIn, TaintIn
 
 log = logging.getLogger("xpupool.agent")
 
@@ -66,11 +66,13 @@ def node_in(
     *,
     site: str = "default",
     labels: Mapping[str, str] | None = None,
+    taints: Sequence[TaintIn] = (),
     runtime: str | None = None,
     drain: bool = False,
 ) -> NodeIn:
     """This host as a registration body, with the devices the probes found and the container
-    runtime the agent found (``--runtime``; None: no image jobs here). ``drain``: a device that jobs
+    runtime the agent found (``--runtime``; None: no image jobs here), and the taints it declares
+    (``--taint``: the server takes them when the node is new). ``drain``: a device that jobs
     hold and that is gone (or smaller) is cordoned and changed when they end, instead of the
     registration being refused (``server/drain.py``)."""
     found = [x for x in (device_in(d) for d in devices) if x is not None]
@@ -80,6 +82,7 @@ def node_in(
         cpu_milli=host_cpu_milli(),
         memory_mib=host_memory_mib(),
         labels=dict(labels or {}),
+        taints=list(taints),
         arch=platform.machine()[:40],
         os=f"{platform.system()} {platform.release()}"[:200],
         devices=found,

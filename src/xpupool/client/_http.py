@@ -129,6 +129,9 @@ class Client:
     def cordon_node(self, name: str, cordon: bool = True) -> s.Node:
         return self._post(f"/v1/nodes/{name}/{'cordon' if cordon else 'uncordon'}", s.Node)
 
+    def taint_node(self, name: str, change: s.NodeTaintsIn) -> s.Node:
+        return self._post(f"/v1/nodes/{quote(name, safe='')}/taints", s.Node, change)
+
     def delete_node(self, name: str, *, drain: bool = False) -> s.NodeDeletion:
         response = self._call(
             "DELETE", f"/v1/nodes/{quote(name, safe='')}", params={"drain": str(drain).lower()}

@@ -205,8 +205,8 @@ def node_status(node: s.Node) -> Text:
 
 def nodes_table(nodes: Sequence[s.Node], now: float | None = None) -> FitTable:
     columns = _columns(
-        "name", "site", "status", "devices free", "cpu", "memory", "heartbeat", "source",
-        spare=("source", "heartbeat"),
+        "name", "site", "status", "devices free", "cpu", "memory", "taints", "heartbeat", "source",
+        text=("taints",), spare=("source", "heartbeat", "taints"),
     )  # fmt: skip
     table = FitTable(columns, f"{len(nodes)} nodes")
     for n in nodes:
@@ -217,10 +217,16 @@ def nodes_table(nodes: Sequence[s.Node], now: float | None = None) -> FitTable:
             f"{n.devices_free}/{n.devices}",
             f"{n.cpu_allocated_milli / 1000:g}/{n.cpu_milli / 1000:g}",
             f"{format_mib(n.memory_allocated_mib)}/{format_mib(n.memory_mib)}",
+            "\n".join(taint_text(t) for t in n.taints),
             ago(n.last_heartbeat, now),
             n.source,
         )
     return table
+
+
+def taint_text(t: s.TaintView) -> str:
+    """``key=value:Effect`` (``key:Effect`` without a value), as ``kubectl taint`` writes it."""
+    return f"{t.key}{'=' + t.value if t.value else ''}:{t.effect}"
 
 
 def _metric(value: float | int | None, fmt: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import click
@@ -22,6 +22,8 @@ from xpupool.client._render import devices_table, nodes_table, queues_table, sit
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
+
+    from xpupool.server.schemas import NodeTaintsIn
 
 
 @click.command(epilog=CONNECTION_HELP)
@@ -142,7 +144,7 @@ def _print_frames(out: Console, take: Callable[[], RenderableType], interval_s: 
 
 @click.group()
 def node() -> None:
-    """Admin: take a node out of scheduling, put it back, or delete it."""
+    """Admin: take a node out of scheduling, put it back, taint it, or delete it."""
 
 
 @click.group()
@@ -180,6 +182,59 @@ def node_cordon(name: str, url: str | None, token: str | None, output: str) -> N
 def node_uncordon(name: str, url: str | None, token: str | None, output: str) -> None:
     """Let the scheduler use the node again."""
     _node_cordon(name, False, url, token, output)
+
+
+@node.command("taint", epilog=CONNECTION_HELP)
+@click.argument("name")
+@click.argument("changes", nargs=-1, required=True, metavar="KEY[=VALUE]:EFFECT | KEY[:EFFECT]-")
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="let a taint replace the value of one the node has with its key and effect",
+)
+@connection_options
+@output_option
+def node_taint(
+    name: str,
+    changes: tuple[str, ...],
+    overwrite: bool,
+    url: str | None,
+    token: str | None,
+    output: str,
+) -> None:
+    """Put taints on a node, or take them off, as kubectl taint does: `gpu=true:NoSchedule`
+    keeps off work that does not tolerate it (`tolerate=gpu` in a request), `spot:PreferNoSchedule`
+    makes other nodes preferred; `gpu:NoSchedule-` takes one off, `gpu-` every taint of the key.
+    All or nothing; work already on the node stays."""
+    change = taint_change(changes, overwrite)
+    with make_client(url, token) as client:
+        found = client.taint_node(name, change)
+    emit(output, found, lambda: nodes_table([found]))
+
+
+def taint_change(changes: Sequence[str], overwrite: bool) -> NodeTaintsIn:
+    """``kubectl taint``'s arguments as the API's change; a bad one is a usage error naming it."""
+    from xpupool.model.errors import RequestError
+    from xpupool.model.taint import check_key, parse_effect, read_taint
+    from xpupool.server.schemas import NodeTaintsIn, TaintIn, TaintKeyIn
+
+    add: list[TaintIn] = []
+    remove: list[TaintKeyIn] = []
+    for text in changes:
+        try:
+            if text.endswith("-"):
+                pair, sep, effect = text[:-1].partition(":")
+                key = check_key("key", pair.partition("=")[0])
+                remove.append(
+                    TaintKeyIn(key=key, effect=parse_effect("effect", effect) if sep else None)
+                )
+            else:
+                add.append(TaintIn.from_taint(read_taint("taint", text)))
+        except RequestError as exc:
+            raise click.BadParameter(
+                f"{text!r}: {exc.field}: {exc.reason}", param_hint="CHANGES"
+            ) from None
+    return NodeTaintsIn(add=add, remove=remove, overwrite=overwrite)
 
 
 @node.command("delete", epilog=CONNECTION_HELP)

@@ -10,7 +10,7 @@ of similar requests pays only for the capacity checks. Only when nothing fits do
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -20,7 +20,7 @@ from xpupool.engine.card_scores import POSITIONS_BOUND, CardScores
 from xpupool.engine.compiled import jit
 from xpupool.engine.context import Context
 from xpupool.engine.device_fit import CAPACITY_PARTS, DeviceFitCache, count_per_node
-from xpupool.engine.filters.base import Stage
+from xpupool.engine.filters.base import NodeDetails, Stage
 from xpupool.engine.filters.chain import FilterChain
 from xpupool.engine.filters.device_health import DeviceHealth
 from xpupool.engine.filters.software import HOPE_ORDER, NO_HOPE
@@ -251,10 +251,8 @@ class Pipeline:
             if static.is_eligible and chain.dynamic_names == CAPACITY_PARTS:
                 return self._blame_from_counts(ctx, chain, static.blame, ctx.passed)
         out = _Blame(s.n_nodes)
-        for nf in chain.node:
-            part = nf.node_mask(ctx.req, s)
-            if part is not None:
-                out.fail(part, *nf.why(ctx.req))
+        for ok, reason, detail in _node_checks(chain, ctx.req, s):
+            out.fail(ok, reason, detail)
         if ctx.k:
             # What the static checks blame depends only on the selectors and the inventory:
             # computed once per shape and epoch, it goes to the nodes no node check blamed.
@@ -284,11 +282,9 @@ class Pipeline:
         s, k = self.state, ctx.k
         labels: list[tuple[Reason, str]] = [(Reason.FITS, "")]
         node_checks: list[tuple[BoolArray, int]] = []  # (nodes failing, label), in order
-        for nf in chain.node:
-            part = nf.node_mask(ctx.req, s)
-            if part is not None:
-                labels.append(nf.why(ctx.req))
-                node_checks.append((part, len(labels) - 1))
+        for ok, reason, detail in _node_checks(chain, ctx.req, s):
+            labels.append((reason, detail))
+            node_checks.append((ok, len(labels) - 1))
         static_offset = len(labels) - 1
         labels.extend(static.labels[1:])
         capacity_checks: list[tuple[BoolArray, int]] = []
@@ -335,6 +331,26 @@ class Pipeline:
             same = bool(np.array_equal(dev, self.eligible(ctx)))
             found = self.static_blame_cache.put(key, _StaticPart(out, dev, same))
         return found
+
+
+def _node_checks(
+    chain: FilterChain, req: Request, state: ClusterState
+) -> Iterator[tuple[BoolArray, Reason, str]]:
+    """The node filters that run, in order, as (nodes passing, reason, detail); a filter that
+    words each node (:class:`NodeDetails`: which taint) as one check per distinct detail of its
+    failing nodes, which are disjoint, so each node is still blamed on the first it fails."""
+    for nf in chain.node:
+        part = nf.node_mask(req, state)
+        if part is None:
+            continue
+        if isinstance(nf, NodeDetails):
+            codes, texts = nf.details(req, state)
+            failing = ~part
+            for code in np.unique(codes[failing]).tolist():
+                yield ~(failing & (codes == code)), nf.reason, texts[code] if code >= 0 else ""
+            continue
+        reason, detail = nf.why(req)
+        yield part, reason, detail
 
 
 @dataclass(frozen=True, slots=True)

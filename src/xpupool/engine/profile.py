@@ -142,15 +142,27 @@ def make_profile(
     return Profile(name, kept, policy, off, plugin_args, steps)
 
 
-# A request's stated preference (``prefer-site``) outranks the policy in the built-in profiles:
-# 100 x 100 points exceed what all their other scorers together can tell two nodes apart by (at most
-# 11 x 100 for the plain ones; xpupool's weighted sum spans about 840). It counts only for requests
-# that state one (``scorers/base.py`` Preference), so it changes nothing for the others.
+# Every built-in profile ranks what a node is told apart by in this order: a request's stated
+# preference (``prefer-site``), then the operator's PreferNoSchedule taints, then keeping CPU-only
+# work off nodes with devices, then the policy. Each weight x 100 points exceeds what everything
+# below it together can tell two nodes apart by: the policy at most 11 x 100 for the plain
+# profiles (xpupool's weighted sum spans about 840); 20 x 100 for cpu-only; 40 x 100 > 2,000 +
+# 1,100; 100 x 100 > 4,000 + 2,000 + 1,100. Each counts only where it has something to say (the
+# site for requests that state one, ``scorers/base.py`` Preference; the other two when the nodes
+# that fit differ in it, else they are skipped), so it changes nothing for the others.
 PREFERENCE_WEIGHT = 100.0
+TAINT_WEIGHT = 40.0
+CPU_ONLY_WEIGHT = 20.0
 
 
 def _builtin(name: str, scorers: Mapping[str, float], device_policy: str, **more: Any) -> Profile:
-    return make_profile(name, {**scorers, "site": PREFERENCE_WEIGHT}, device_policy, **more)
+    ranked = {
+        **scorers,
+        "site": PREFERENCE_WEIGHT,
+        "taint-toleration": TAINT_WEIGHT,
+        "cpu-only": CPU_ONLY_WEIGHT,
+    }
+    return make_profile(name, ranked, device_policy, **more)
 
 
 # xpupool's scorers and the weights that undo their bounded scores' scales, so that the sum keeps

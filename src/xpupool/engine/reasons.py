@@ -37,6 +37,7 @@ class Reason(IntEnum):
     LABEL_MISSING = 22
     NUMA = 23
     SHARE_MODE = 24
+    UNTOLERATED_TAINT = 25
 
 
 TEXT: dict[Reason, str] = {
@@ -66,6 +67,8 @@ TEXT: dict[Reason, str] = {
     Reason.LABEL_MISSING: "label {detail} not on node",
     Reason.NUMA: "no NUMA node with enough free devices",
     Reason.SHARE_MODE: "devices shared in another mode",
+    # detail: the taint, "gpu=true:NoSchedule" (filters/node_taints.py)
+    Reason.UNTOLERATED_TAINT: "untolerated taint {detail}",
 }
 
 PREEMPTION_MAY_HELP: frozenset[Reason] = frozenset(

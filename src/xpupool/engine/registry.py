@@ -27,6 +27,7 @@ from xpupool.engine.filters.node_memory import NodeMemory
 from xpupool.engine.filters.node_schedulable import NodeSchedulable
 from xpupool.engine.filters.node_selector import NodeSelector
 from xpupool.engine.filters.node_site import NodeSite
+from xpupool.engine.filters.node_taints import NodeTaints
 from xpupool.engine.filters.software import Software
 from xpupool.engine.filters.topology import GroupFilter, SameLinkGroup, SameNuma
 from xpupool.engine.fragmentation.workload_model import NAME as WORKLOAD
@@ -34,6 +35,7 @@ from xpupool.engine.fragmentation.workload_model import WorkloadArgs
 from xpupool.engine.scorers.base import PluginArgs, PostScorer, Scorer, ScorerEnv
 from xpupool.engine.scorers.best_fit import BestFit
 from xpupool.engine.scorers.binpack import NodeBinpack
+from xpupool.engine.scorers.cpu_only import CpuOnly
 from xpupool.engine.scorers.dot_product import DotProduct
 from xpupool.engine.scorers.fgd import Fgd
 from xpupool.engine.scorers.gpu_clustering import GpuClustering
@@ -41,6 +43,7 @@ from xpupool.engine.scorers.gpu_packing import GpuPacking
 from xpupool.engine.scorers.random_pick import RandomPick
 from xpupool.engine.scorers.site_preference import SitePreference
 from xpupool.engine.scorers.spread import NodeSpread
+from xpupool.engine.scorers.taint_toleration import TaintToleration
 from xpupool.engine.scorers.topology import Topology
 from xpupool.engine.scorers.xpupool import (
     Contention,
@@ -55,6 +58,7 @@ NODE_FILTERS: tuple[NodeFilter, ...] = (
     NodeSchedulable(),
     NodeSite(),
     NodeSelector(),
+    NodeTaints(),
     NodeContainerRuntime(),
     NodeCpu(),
     NodeMemory(),
@@ -120,6 +124,8 @@ SCORERS: dict[str, Callable[[ScorerEnv], Scorer]] = {
     GpuPacking.name: lambda env: GpuPacking(),
     GpuClustering.name: lambda env: GpuClustering(),
     SitePreference.name: lambda env: SitePreference(),
+    TaintToleration.name: lambda env: TaintToleration(),
+    CpuOnly.name: lambda env: CpuOnly(),
     # xpupool's policy, one term each (engine/scorers/xpupool/)
     FragmentationDelta.name: FragmentationDelta,
     PackingLoss.name: PackingLoss,

@@ -28,6 +28,7 @@ import numpy.typing as npt
 from xpupool.catalog import AcceleratorCatalog, CompatTable, load_accelerators, load_compat
 from xpupool.engine.capacity import UNLIMITED_TASKS, share_fits_one
 from xpupool.engine.lru import Lru
+from xpupool.engine.taint_columns import TaintColumns
 from xpupool.model.allocation import Allocation
 from xpupool.model.device import Device, Node
 from xpupool.model.errors import Conflict, NotFound, OverCommit, RequestError
@@ -205,8 +206,9 @@ class ClusterState:
 
     def _build_placement_masks(self, nodes: list[Node]) -> None:
         """Per site, the ``[N]`` mask of its nodes; per label, each node's value id (-1: the node
-        lacks the label). Sites and labels change only with a rebuild, so the masks a request
-        asks for are made once and then looked up (:meth:`site_mask`, :meth:`label_mask`)."""
+        lacks the label); the nodes' taints as columns (``taint_columns.py``). Sites, labels and
+        taints change only with a rebuild, so the masks a request asks for are made once and
+        then looked up (:meth:`site_mask`, :meth:`label_mask`, ``taint_columns.answer``)."""
         n = len(nodes)
         self.site_nodes: dict[str, BoolArray] = {
             site: self.node_site == i for i, site in enumerate(self.sites)
@@ -220,6 +222,11 @@ class ClusterState:
                 if column is None:
                     column = self.node_label[label] = np.full(n, -1, np.int32)
                 column[i] = values.setdefault(value, len(values))
+        self.taint_columns = TaintColumns(nodes)
+        # Nodes without devices, and whether the pool has them beside nodes with devices: only
+        # then may the cpu-only scorer tell nodes apart (scorers/cpu_only.py).
+        self.node_no_devices = self.node_n_dev == 0
+        self.mixed_devices = bool(self.node_no_devices.any() and not self.node_no_devices.all())
         self.no_nodes = np.zeros(n, np.bool_)
         # a few dozen distinct asks in use; the bound only stops a long-running server's pile-up
         self._site_masks: Lru[tuple[tuple[str, ...], tuple[str, ...]], BoolArray] = Lru(256)

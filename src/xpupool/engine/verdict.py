@@ -3,14 +3,16 @@
 A request that fits nowhere now waits for capacity; one that no node could hold even empty (cards
 too small, too few on any node, a node too small for its CPU or memory, link groups too narrow, more
 replicas than the whole pool holds at once, a gang that no single site holds) would wait forever.
-Every registered node counts, cordoned, unhealthy and lost ones included: they may come back. The
-question is answered by the same filters on an empty twin of the cluster state, built again when the
-inventory changes, so "could ever fit" and "fits now" cannot disagree about what fits. The answer
-names the closest miss: the check that failed on the nodes that passed the most checks, with the
-largest value the pool has and the value asked ("the largest H100 has 80Gi; asked 100Gi"). Answers
-are kept per request (its name aside) until the twin is built again: a submission of a shape asked
-before costs a lookup, not a pass of the filters over every node (at 1,000 nodes, 37 % of the submit
-service's time at 500 submissions/s).
+Every registered node counts, cordoned, unhealthy, lost and tainted ones included: they may come
+back, and an admin may take a taint off as they uncordon a node (a request that tolerates no taint
+of the only nodes that could hold it waits, as a pod does in Kubernetes, its reason naming the
+taint). The question is answered by the same filters on an empty twin of the cluster state, built
+again when the inventory changes, so "could ever fit" and "fits now" cannot disagree about what
+fits. The answer names the closest miss: the check that failed on the nodes that passed the most
+checks, with the largest value the pool has and the value asked ("the largest H100 has 80Gi; asked
+100Gi"). Answers are kept per request (its name aside) until the twin is built again: a submission
+of a shape asked before costs a lookup, not a pass of the filters over every node (at 1,000 nodes,
+37 % of the submit service's time at 500 submissions/s).
 """
 
 from __future__ import annotations
@@ -106,8 +108,8 @@ class Verdicts:
 
     def _empty(self) -> Pipeline:
         """The filters over the empty twin, built again only when nodes were added: the twin
-        holds every node and card as schedulable and healthy, so a cordon, a health change or a lost
-        node (each bumps the state's epoch) changes nothing in it. Building it costs as much
+        holds every node and card as schedulable, healthy and untainted, so a cordon, a health
+        change or a lost node (each bumps the state's epoch) changes nothing in it. Building it costs as much
         as the pool is large (a second at 5,000 nodes), on the request path (issue 25)."""
         state = self.state
         if self._twin is None or self._twin[0] is not state.nodes:  # add_node makes a new list
@@ -115,6 +117,7 @@ class Verdicts:
                 replace(
                     n,
                     schedulable=True,
+                    taints=(),
                     devices=tuple(replace(d, healthy=True) for d in n.devices),
                     cordoned_devices=frozenset(),
                 )

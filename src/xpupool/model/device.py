@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from xpupool.model.errors import RequestError
+from xpupool.model.taint import Taint, check_taints
 from xpupool.model.vendor import vendor_key
 
 
@@ -99,7 +100,9 @@ class Node:
     """A host: its CPU and memory capacity and its devices. ``site`` groups nodes across sites.
     ``container_runtime`` is the runtime its agent found (one of :data:`CONTAINER_RUNTIMES`);
     None: it cannot run container images. ``cordoned_devices`` names cards of the node that take
-    no new work (what runs there stays): UUIDs of other nodes' cards, or of none, change nothing."""
+    no new work (what runs there stays): UUIDs of other nodes' cards, or of none, change nothing.
+    ``taints`` keep work that does not tolerate them off the node (``model/taint.py``), in
+    Kubernetes' shape: at most one per key and effect."""
 
     name: str
     cpu_milli: int
@@ -110,10 +113,12 @@ class Node:
     schedulable: bool = True
     container_runtime: str | None = None
     cordoned_devices: frozenset[str] = frozenset()
+    taints: tuple[Taint, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name:
             raise RequestError("name", self.name, "must not be empty")
+        object.__setattr__(self, "taints", check_taints("taints", self.taints))
         if self.container_runtime is not None and self.container_runtime not in CONTAINER_RUNTIMES:
             raise RequestError(
                 "runtime", self.container_runtime, f"known: {', '.join(CONTAINER_RUNTIMES)}"

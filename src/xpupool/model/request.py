@@ -17,6 +17,7 @@ from enum import StrEnum
 from operator import attrgetter
 
 from xpupool.model.errors import RequestError
+from xpupool.model.taint import Toleration, check_tolerations
 from xpupool.model.vendor import vendor_key
 from xpupool.model.version import OPERATORS, Version, parse_version
 
@@ -303,7 +304,9 @@ class Request:
     ``node_selector`` holds (label, value) pairs sorted by label that a node must all carry, and
     ``preferred_site`` is a preference, not a constraint: its nodes score higher, others still
     fit. ``span_sites`` lets a gang's replicas span sites; without it a gang is placed within one
-    site (replicas that are not a gang go wherever each fits). ``container`` True: the job
+    site (replicas that are not a gang go wherever each fits). ``tolerations`` (any-of, in one
+    canonical order) let the replicas onto nodes whose taints they tolerate (``model/taint.py``).
+    ``container`` True: the job
     runs a container image, so only nodes with a container runtime may take it; it is not part of
     the JSON or compact forms (the server sets it from the job's ``image``).
     """
@@ -322,6 +325,7 @@ class Request:
     exclude_sites: tuple[str, ...] = ()
     node_selector: tuple[tuple[str, str], ...] = ()
     preferred_site: str | None = None
+    tolerations: tuple[Toleration, ...] = ()
     container: bool = False
     span_sites: bool = False
 
@@ -356,6 +360,7 @@ class Request:
             if i and selector[i - 1][0] == label:
                 raise RequestError(f"node_selector.{label}", value, "label given twice")
         object.__setattr__(self, "node_selector", selector)
+        object.__setattr__(self, "tolerations", check_tolerations("tolerations", self.tolerations))
 
 
 def fields_but(*left_out: str) -> Callable[[Request], tuple[object, ...]]:

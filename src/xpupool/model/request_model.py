@@ -18,7 +18,7 @@ import difflib
 import functools
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -65,10 +65,18 @@ from xpupool.model.request_fields import (
     parsed,
 )
 from xpupool.model.spec import parse_spec
+from xpupool.model.taint import (
+    TaintEffect,
+    Toleration,
+    TolerationOperator,
+    parse_toleration,
+    supported_effect,
+)
 from xpupool.model.validation import field_error, request_error
 
 __all__ = [
     "MAX_SPEC_CHARS",
+    "MAX_TOLERATIONS",
     "CardMemory",
     "DeviceMemory",
     "DevicesModel",
@@ -79,6 +87,7 @@ __all__ = [
 
 INT32 = 1 << 31
 MAX_SPEC_CHARS = 2000  # a compact string longer than this is not a request someone wrote
+MAX_TOLERATIONS = 64  # more than any pool has taints to tolerate
 
 
 class _Form(BaseModel):
@@ -244,6 +253,97 @@ class DevicesModel(_Form):
         )
 
 
+def _operator(path: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise RequestError(path, value, "expected 'Exists' or 'Equal'")
+    try:
+        return TolerationOperator(value).value
+    except ValueError:
+        raise RequestError(path, value, "unknown operator; known: Exists, Equal") from None
+
+
+def _effect(path: str, value: object) -> str:
+    return supported_effect(path, value).value
+
+
+def _or_text_items(schema: dict[str, Any]) -> None:
+    """The tolerations' schema also admits the spec's text per item."""
+    for option in schema.get("anyOf", [schema]):
+        items = option.get("items")
+        if isinstance(items, dict):
+            option["items"] = {
+                "anyOf": [
+                    items,
+                    {"type": "string", "description": "'gpu=true:NoSchedule', 'gpu', '*'"},
+                ]
+            }
+
+
+def _toleration_from_text(value: object) -> object:
+    """``"gpu=true:NoSchedule"`` (the spec's ``tolerate=`` form) -> a TolerationModel."""
+    if isinstance(value, str):
+        t = parsed(parse_toleration)(value)
+        return TolerationModel.from_toleration(t)
+    return value
+
+
+class TolerationModel(_Form):
+    """Kubernetes' toleration (``Pod.spec.tolerations[i]``), matched as Kubernetes matches it."""
+
+    key: StrictStr | None = Field(
+        None,
+        description="The taint key it tolerates; null or empty: every key (operator Exists).",
+    )
+    operator: Annotated[Literal["Exists", "Equal"], BeforeValidator(parsed(_operator))] | None = (
+        Field(
+            None, description="'Equal': the key with 'value'; 'Exists': any value; null = 'Equal'."
+        )
+    )
+    value: StrictStr | None = Field(
+        None, description="The value with 'Equal'; empty with 'Exists'; null = empty."
+    )
+    effect: (
+        Annotated[Literal["NoSchedule", "PreferNoSchedule"], BeforeValidator(parsed(_effect))]
+        | None
+    ) = Field(
+        None,
+        description="'NoSchedule' or 'PreferNoSchedule': taints of that effect only; null: "
+        "every effect. NoExecute is refused (xpupool does not evict).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keys(cls, data: object) -> object:
+        return cls._known_keys(data)
+
+    @model_validator(mode="after")
+    def _rules(self) -> TolerationModel:
+        try:
+            self.to_toleration()
+        except RequestError as exc:
+            raise field_error(exc.reason, exc.value, exc.field) from None
+        return self
+
+    def to_toleration(self) -> Toleration:
+        return Toleration(
+            self.key or "",
+            TolerationOperator(self.operator or "Equal"),
+            self.value or "",
+            None if self.effect is None else TaintEffect(self.effect),
+        )
+
+    @classmethod
+    def from_toleration(cls, t: Toleration) -> TolerationModel:
+        """The canonical form of ``t``: the key (when given), the operator, the value (with
+        Equal, when not empty) and the effect (when given)."""
+        return cls.model_construct(
+            key=t.key or None,
+            operator=t.operator.value,
+            value=t.value or None,
+            effect=None if t.effect is None else t.effect.value,
+        )
+
+
 class RequestModel(_Form):
     """A placement request: ``replicas`` copies of (cpu, memory, devices). Also accepted as the
     compact string of docs/request-syntax.md (``"A100:80GB:2 mem=40Gi cuda>=12.4 replicas=2"``)."""
@@ -294,6 +394,17 @@ class RequestModel(_Form):
         description="A site to prefer: its nodes score higher, the others still fit (a "
         "profile weighs it with the 'site' scorer). Null: no preference.",
     )
+    tolerations: list[Annotated[TolerationModel, BeforeValidator(_toleration_from_text)]] | None = (
+        Field(
+            None,
+            max_length=MAX_TOLERATIONS,
+            description="Node taints the replicas tolerate, any-of, in Kubernetes' form "
+            "([{'key': 'gpu', 'operator': 'Exists', 'effect': 'NoSchedule'}]); an item may also be "
+            "the spec's text ('gpu=true:NoSchedule', 'gpu', '*'). Null: none (nodes with a "
+            "NoSchedule taint are not used).",
+            json_schema_extra=_or_text_items,
+        )
+    )
     _request: Request | None = PrivateAttr(None)
 
     @model_validator(mode="before")
@@ -343,6 +454,7 @@ class RequestModel(_Form):
             exclude_sites=tuple(x[1:] for x in self.site or () if x.startswith("!")),
             node_selector=tuple((self.node_selector or {}).items()),
             preferred_site=self.preferred_site,
+            tolerations=tuple(t.to_toleration() for t in self.tolerations or ()),
         )
 
     @classmethod
@@ -365,6 +477,7 @@ class RequestModel(_Form):
             site=[*req.sites, *(f"!{x}" for x in req.exclude_sites)] or None,
             node_selector=dict(req.node_selector) or None,
             preferred_site=req.preferred_site,
+            tolerations=[TolerationModel.from_toleration(t) for t in req.tolerations] or None,
         )
         model._request = req
         return model

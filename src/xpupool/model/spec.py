@@ -53,6 +53,7 @@ from xpupool.model.request import (
     parse_software_need,
     parse_topology,
 )
+from xpupool.model.taint import Toleration, format_toleration, parse_toleration
 from xpupool.model.vendor import VENDOR_KEYS, VENDOR_NAMES, find_vendor, vendor_key
 
 __all__ = ["FLAGS", "KEYS", "format_spec", "parse_spec"]
@@ -74,7 +75,10 @@ KEYS: dict[str, str] = {
     "site": "site",
     "prefer-site": "preferred_site",
     "label": "node_selector",  # repeatable: every label given must be on the node
+    "tolerate": "tolerations",  # repeatable: any-of, as Kubernetes' tolerations
 }
+# keys that may be given more than once (each setter refuses its own repeats)
+_REPEATABLE = frozenset({"node_selector", "tolerations"})
 # flag -> the JSON path it sets: 'gang' and 'span-sites' to true, the others to same-link-group.
 FLAGS: dict[str, str] = {
     "gang": "gang",
@@ -128,6 +132,7 @@ class _Draft:
     exclude_sites: tuple[str, ...] = ()
     node_selector: dict[str, str] = field(default_factory=dict)
     preferred_site: str | None = None
+    tolerations: list[Toleration] = field(default_factory=list)
     seen: dict[str, str] = field(default_factory=dict)
 
     def once(self, path: str, text: str) -> None:
@@ -177,6 +182,7 @@ class _Draft:
             exclude_sites=self.exclude_sites,
             node_selector=tuple(self.node_selector.items()),
             preferred_site=self.preferred_site,
+            tolerations=tuple(self.tolerations),
         )
 
 
@@ -201,7 +207,7 @@ def parse_spec(text: str) -> Request:
             path = KEYS[key.lower()]
             if not raw:
                 raise RequestError(path, token, f"'{key}=' needs a value")
-            if path != "node_selector":  # labels repeat, one per label (checked by the setter)
+            if path not in _REPEATABLE:  # labels, tolerations: their setters check repeats
                 draft.once(path, raw)
             _SETTERS[path](draft, path, raw)
         elif _SOFTWARE.match(token) or (sep and key.lower() in SOFTWARE_NAMES):
@@ -422,6 +428,15 @@ def _set_label(d: _Draft, path: str, raw: str) -> None:
     d.node_selector[label] = value
 
 
+def _set_toleration(d: _Draft, path: str, raw: str) -> None:
+    """``tolerate=gpu``, ``tolerate=gpu=true:NoSchedule``, ``tolerate=*`` (one each, any-of)."""
+    at = f"{path}[{len(d.tolerations)}]"
+    toleration = parse_toleration(at, raw)
+    if toleration in d.tolerations:
+        raise RequestError(at, raw, "given twice")
+    d.tolerations.append(toleration)
+
+
 _SETTERS: dict[str, Callable[[_Draft, str, str], None]] = {
     "devices.memory": _set_device_memory,
     "devices.cores": _set_cores,
@@ -438,6 +453,7 @@ _SETTERS: dict[str, Callable[[_Draft, str, str], None]] = {
     "site": _set_sites,
     "preferred_site": _set_preferred_site,
     "node_selector": _set_label,
+    "tolerations": _set_toleration,
 }
 
 
@@ -501,6 +517,8 @@ def format_spec(req: Request) -> str:
         tokens.append(f"prefer-site={_check_token('preferred_site', req.preferred_site)}")
     for label, value in req.node_selector:
         tokens.append(f"label={label}={_check_token(f'node_selector.{label}', value)}")
+    for toleration in req.tolerations:
+        tokens.append(f"tolerate={format_toleration(toleration)}")
     return " ".join(tokens)
 
 

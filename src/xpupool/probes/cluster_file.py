@@ -10,6 +10,7 @@
         memory: 1Ti
         labels: {rack: r1}
         runtime: docker        # optional: docker or podman runs its image jobs; none by default
+        taints: [gpu=true:NoSchedule]  # optional: Kubernetes' taints, as text or {key, value, effect}
         device_split_count: 2  # optional: most tasks sharing one of its cards (wins over the model's)
         overcommit: {memory: 1.5}  # optional: over-commit factors of its cards (win over the model's)
         devices:               # the fake probe's entries (probes/fake.py)
@@ -17,7 +18,9 @@
              driver: 550.54.15, runtimes: {cuda: "12.4"}, link_group_size: 4}
 
 Device UUIDs are ``<node>-<index>``, unique across the file. A node that declares ``runtime``
-takes image jobs; the agent inside ``xpupool up`` runs them with that runtime. Bad
+takes image jobs; the agent inside ``xpupool up`` runs them with that runtime. A node's
+``taints`` keep work that does not tolerate them off it (``model/taint.py``; NoExecute is
+refused); a node the store has already keeps the taints it has there. Bad
 input raises RequestError naming the path, e.g. ``nodes[2].devices[0].memory``. The capacity
 settings (``device_split_count``, ``overcommit``) are carried on each Device; docs/capacity.md
 says what they mean.
@@ -40,11 +43,12 @@ from xpupool.model.device import (
 )
 from xpupool.model.errors import RequestError
 from xpupool.model.quantity import parse_cpu_milli, parse_memory_mib
+from xpupool.model.taint import Taint, check_taints, read_taint
 from xpupool.probes.fake import entries, parse_fake
 
 _KEYS = {
     "name", "count", "site", "cpu", "memory", "labels", "devices", "schedulable", "runtime",
-    "device_split_count", "overcommit",
+    "device_split_count", "overcommit", "taints",
 }  # fmt: skip
 _TOP_KEYS = {"nodes", "device_models"}
 _MODEL_KEYS = {"device_split_count", "overcommit"}
@@ -96,6 +100,18 @@ def _settings(where: str, entry: Mapping[str, object]) -> CapacitySettings:
         for k in _OVERCOMMIT_KEYS
     )
     return CapacitySettings(max_tasks, memory, cores)
+
+
+def _taints(where: str, data: object) -> tuple[Taint, ...]:
+    """A node entry's ``taints``: a list of ``key=value:Effect`` texts or ``{key, value, effect}``
+    objects, at most one per key and effect."""
+    if data is None:
+        return ()
+    if not isinstance(data, list):
+        raise RequestError(f"{where}.taints", data, "expected a list such as [gpu=true:NoSchedule]")
+    return check_taints(
+        f"{where}.taints", (read_taint(f"{where}.taints[{i}]", t) for i, t in enumerate(data))
+    )
 
 
 def _model_settings(data: Mapping[str, object]) -> dict[str, CapacitySettings]:
@@ -153,6 +169,7 @@ def parse_cluster(data: object) -> list[Node]:
             raise RequestError(
                 f"{where}.runtime", runtime, f"expected one of: {', '.join(CONTAINER_RUNTIMES)}"
             )
+        taints = _taints(where, entry.get("taints"))
         own = _settings(where, entry)
         names = [name] if count is None else [f"{name}-{k}" for k in range(count)]
         for node_name in names:
@@ -173,6 +190,7 @@ def parse_cluster(data: object) -> list[Node]:
                     labels={str(k): str(v) for k, v in labels.items()},
                     schedulable=bool(entry.get("schedulable", True)),
                     container_runtime=runtime,
+                    taints=taints,
                 )
             )
     unused = sorted(set(models) - used_models)

@@ -38,6 +38,7 @@ from xpupool.model.device import Device, Node
 from xpupool.model.errors import Conflict, RequestError, Unavailable
 from xpupool.model.request import Request
 from xpupool.model.request_model import request_from_dict
+from xpupool.model.taint import Taint
 from xpupool.server import job_lifecycle as lc
 from xpupool.server import schemas as s
 from xpupool.server.audit import AuditKeep, AuditLog
@@ -988,7 +989,23 @@ def node_from_row(row: object) -> Node:
         site=r["site"],
         labels=r["labels"],
         container_runtime=r.get("runtime"),
+        taints=taints_from_row(r.get("taints")),
     )
+
+
+def taints_from_row(data: object) -> tuple[Taint, ...]:
+    """The stored taints (null in a row from before taints: none); read as any valid taint, as
+    a stored row is (a row that holds none raises ValueError or KeyError: the node is noted)."""
+    if data is None:
+        return ()
+    if not isinstance(data, list):
+        raise ValueError(f"taints: expected a list, got {type(data).__name__}")
+    return tuple(Taint(str(t["key"]), str(t.get("value") or ""), t["effect"]) for t in data)
+
+
+def taints_to_row(taints: Iterable[Taint]) -> list[dict[str, object]]:
+    """The stored form of ``taints``: Kubernetes' objects, in the node's order."""
+    return [{"key": t.key, "value": t.value, "effect": t.effect.value} for t in taints]
 
 
 def node_values(rec: NodeRecord) -> dict[str, object]:

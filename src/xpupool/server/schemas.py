@@ -22,7 +22,9 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from xpupool.model.device import Device as DeviceRecord
+from xpupool.model.errors import RequestError
 from xpupool.model.request_model import MAX_SPEC_CHARS, RequestModel, read_spec
+from xpupool.model.taint import Taint, check_taints, read_taint
 from xpupool.model.validation import error_path, error_value, field_error
 from xpupool.server.wire_values import first_unsafe, readable
 
@@ -821,6 +823,81 @@ class DeviceIn(Strict):
         )
 
 
+MAX_TAINTS = 64  # per node: Kubernetes sets no bound, a pool needs a handful
+
+
+class TaintIn(Strict):
+    """A node taint in Kubernetes' shape (``Node.spec.taints[i]``, without ``timeAdded``)."""
+
+    key: str = Field(
+        max_length=317,
+        description="A qualified name: 'gpu', or with a DNS prefix 'example.com/gpu'.",
+    )
+    value: str = Field(
+        "",
+        max_length=63,
+        description="Letters, digits, '-', '_', '.'; empty (the default): the key alone.",
+    )
+    effect: str = Field(
+        description="'NoSchedule': no work that does not tolerate it lands on the node; "
+        "'PreferNoSchedule': other nodes are preferred. 'NoExecute' is refused (xpupool never "
+        "evicts running work for a taint).",
+        json_schema_extra={"enum": ["NoSchedule", "PreferNoSchedule"]},
+    )
+    _taint: Taint | None = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _kubernetes_rules(self) -> TaintIn:
+        try:
+            self._taint = read_taint(
+                "", {"key": self.key, "value": self.value, "effect": self.effect}
+            )
+        except RequestError as exc:
+            raise field_error(exc.reason, exc.value, exc.field.lstrip(".")) from None
+        return self
+
+    def to_taint(self) -> Taint:
+        if self._taint is None:  # built with model_construct: already valid
+            self._taint = Taint(self.key, self.value, self.effect)  # type: ignore[arg-type]
+        return self._taint
+
+    @classmethod
+    def from_taint(cls, t: Taint) -> TaintIn:
+        made = cls.model_construct(key=t.key, value=t.value, effect=t.effect.value)
+        made._taint = t
+        return made
+
+
+class TaintView(Lenient):
+    """A node taint as the API shows it (Kubernetes' shape)."""
+
+    key: str
+    value: str = Field("", description="Empty: the key alone.")
+    effect: str = Field(description="'NoSchedule' or 'PreferNoSchedule'.")
+
+
+class TaintKeyIn(Strict):
+    """Taints to take off a node: those with this key and effect, or with this key and any
+    effect when ``effect`` is null (``kubectl taint NODE key:Effect-`` and ``key-``)."""
+
+    key: str = Field(max_length=317)
+    effect: str | None = Field(
+        None, description="'NoSchedule' or 'PreferNoSchedule'; null: every effect of the key."
+    )
+
+
+class NodeTaintsIn(Strict):
+    """A change to a node's taints, all or nothing, as ``kubectl taint`` makes one: ``remove``
+    takes taints off (each must match one), ``add`` puts taints on; a taint with the key and
+    effect of one the node has replaces it only with ``overwrite`` (else 409)."""
+
+    add: list[TaintIn] = Field(default_factory=list, max_length=MAX_TAINTS)
+    remove: list[TaintKeyIn] = Field(default_factory=list, max_length=MAX_TAINTS)
+    overwrite: bool = Field(
+        False, description="Let an added taint replace the value of one with its key and effect."
+    )
+
+
 class NodeIn(Strict):
     """A node as an agent registers it."""
 
@@ -837,6 +914,13 @@ class NodeIn(Strict):
         description="The container runtime the agent found by asking it (docker info, podman "
         "info); null = none: the node runs no container images, and image jobs go elsewhere.",
     )
+    taints: list[TaintIn] = Field(
+        default_factory=list,
+        max_length=MAX_TAINTS,
+        description="Taints the node registers with (the agent's --taint), taken when the node "
+        "is first registered, as kubelet's --register-with-taints: afterwards the server's "
+        "(changed with POST /v1/nodes/NAME/taints) stand, whatever a registration says.",
+    )
     drain: bool = Field(
         False,
         description="When the new inventory would take a device (or CPU, memory) that live "
@@ -852,6 +936,10 @@ class NodeIn(Strict):
             if d.uuid in seen:
                 raise ValueError(f"devices[{i}].uuid: duplicate UUID {d.uuid!r}")
             seen.add(d.uuid)
+        try:
+            check_taints("taints", [t.to_taint() for t in self.taints])
+        except RequestError as exc:
+            raise field_error(exc.reason, exc.value, exc.field) from None
         return self
 
 
@@ -1063,6 +1151,11 @@ class Node(Lenient):
     last_heartbeat: float | None
     runtime: str | None = Field(
         None, description="Container runtime for image jobs ('docker', 'podman'); null = none."
+    )
+    taints: list[TaintView] = Field(
+        default_factory=list,
+        description="Taints: work that does not tolerate a NoSchedule one is not placed here; "
+        "PreferNoSchedule ones make other nodes preferred.",
     )
     deleting: bool = Field(
         False,

@@ -117,3 +117,21 @@ def test_runs_reports_and_flags_memory_over_the_grant(tmp_path: Path) -> None:
         time.sleep(0.05)
     assert [r.state for r in t.heartbeats[-1].replicas] == ["stopped"]
     assert b"go" in b"".join(t.logs)
+
+
+def test_taint_flags_become_the_registrations_taints() -> None:
+    import click
+    import pytest
+
+    from xpupool.agent.command import _taints
+
+    taints = _taints(("gpu=true:NoSchedule", "spot:PreferNoSchedule"))
+    body = node_in("n1", [], taints=taints)
+    assert [t.model_dump() for t in body.taints] == [
+        {"key": "gpu", "value": "true", "effect": "NoSchedule"},
+        {"key": "spot", "value": "", "effect": "PreferNoSchedule"},
+    ]
+    for bad in (("gpu:NoExecute",), ("gpu",), ("a:NoSchedule", "a=b:NoSchedule")):
+        with pytest.raises(click.BadParameter) as caught:
+            _taints(bad)
+        assert caught.value.param_hint == "--taint" and repr(bad[-1]) in caught.value.message

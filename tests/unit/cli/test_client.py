@@ -71,3 +71,22 @@ def test_a_404_is_its_reason_alone() -> None:
     with pytest.raises(ApiError) as err:
         _client(transport).job(5)
     assert str(err.value) == "job '5' not found"
+
+
+def test_node_taint_arguments_are_kubectls() -> None:
+    import click
+
+    from xpupool.client.cli_fleet import taint_change
+
+    change = taint_change(
+        ["gpu=true:NoSchedule", "spot:PreferNoSchedule", "old:NoSchedule-", "infra-"], True
+    )
+    assert [(t.key, t.value, t.effect) for t in change.add] == [
+        ("gpu", "true", "NoSchedule"),
+        ("spot", "", "PreferNoSchedule"),
+    ]
+    assert [(r.key, r.effect) for r in change.remove] == [("old", "NoSchedule"), ("infra", None)]
+    assert change.overwrite
+    for bad in ("gpu=true", "gpu:NoExecute", "bad key-", "gpu:Nope-"):
+        with pytest.raises(click.BadParameter):
+            taint_change([bad], False)

@@ -229,6 +229,21 @@ def test_nodes_table_fits() -> None:
         assert word in words, "\n".join(lines)
 
 
+def test_nodes_table_shows_each_taint_as_kubectl_writes_it() -> None:
+    tainted = _node("gpu-0").model_copy(
+        update={
+            "taints": [
+                s.TaintView(key="gpu", value="true", effect="NoSchedule"),
+                s.TaintView(key="spot", effect="PreferNoSchedule"),
+            ]
+        }
+    )
+    lines = _lines(nodes_table([tainted, _node("cpu-0")], NOW), width=120)
+    _fits(lines, 120)
+    words = _words(lines)
+    assert "gpu=true:NoSchedule" in words and "spot:PreferNoSchedule" in words, "\n".join(lines)
+
+
 def test_queues_sites_tenants_tokens_and_audit_fit() -> None:
     site = s.Site(
         name="shanghai-datacentre-2",

@@ -4,6 +4,8 @@ inventory changes."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,6 +14,7 @@ from xpupool.engine.pipeline import Pipeline
 from xpupool.engine.topology import best_group_count
 from xpupool.model import DeviceRequest, Request
 from xpupool.model.request import Topology
+from xpupool.model.taint import parse_taint
 
 from factories import A10, gpu_node
 
@@ -100,9 +103,12 @@ def _explained_fresh(state: ClusterState, req: Request) -> object:
 
 
 def _mixed_state() -> ClusterState:
-    """Cards of two sizes, link groups, a task limit per card on some, a little CPU on others:
-    every check of a refusal can be the first to fail somewhere."""
+    """Cards of two sizes, link groups, a task limit per card on some, a little CPU on others,
+    NoSchedule taints of two kinds on two nodes (a check that words each node apart): every check
+    of a refusal can be the first to fail somewhere."""
     nodes = [gpu_node(f"a{i}", count=8, group_size=4, cpu_milli=8_000) for i in range(4)]
+    nodes[0] = replace(nodes[0], taints=(parse_taint("t", "gpu=true:NoSchedule"),))
+    nodes[1] = replace(nodes[1], taints=(parse_taint("t", "team=x:NoSchedule"),))
     nodes += [gpu_node(f"t{i}", count=4, group_size=2, max_tasks=2) for i in range(3)]
     nodes += [
         gpu_node(f"b{i}", model=A10, count=4, memory_mib=24576, group_size=0) for i in range(3)

@@ -53,7 +53,9 @@ def test_example_builds_profiles(tmp_path: Path) -> None:
         "packing",
         "fullest-card",
         "contention",
-        "site",  # the base's preference too
+        "site",  # the base's preferences too
+        "taint-toleration",
+        "cpu-only",
     ]
     assert calm.post == ()
     assert calm.args_of("fragmentation") == FragmentationArgs(steps=25)

@@ -14,6 +14,7 @@ import pytest
 from xpupool.engine import DEFAULT_PROFILE, ClusterState, Engine, make_profile
 from xpupool.engine.fragmentation import TargetWorkload
 from xpupool.engine.fragmentation.workload_model import WorkloadModel, cpu_bound
+from xpupool.engine.profile import BUILTIN_PROFILES
 from xpupool.model import DeviceRequest, Request
 
 from factories import cpu_node, gpu_node
@@ -27,6 +28,16 @@ def whole(cpu: int, name: str = "w") -> Request:
 
 def share(cpu: int, permille: int, name: str = "s") -> Request:
     return Request(name, cpu_milli=cpu, devices=DeviceRequest(count=1, core_permille=permille))
+
+
+# FGD's measure alone, and xpupool's policy alone: the built-in profiles also send CPU-only work
+# to nodes without devices first (the cpu-only scorer), which these tests look past.
+FGD_ALONE = make_profile("fgd-alone", {"fgd": 1})
+XPUPOOL_ALONE = replace(
+    BUILTIN_PROFILES["xpupool"],
+    name="xpupool-alone",
+    scorers=tuple(s for s in BUILTIN_PROFILES["xpupool"].scorers if s[0] != "cpu-only"),
+)
 
 
 def node_of(engine: Engine, req: Request) -> str:
@@ -61,9 +72,9 @@ def test_when_cpu_binds_cpu_is_not_taken_where_it_would_strand_idle_gpus(seed: i
     workload = TargetWorkload((whole(8000),), (1.0,))
     state = ClusterState(nodes, seed=seed)
     assert cpu_bound(workload, state)
-    engine = Engine(state, "xpupool", seed=seed, workload=workload)
+    engine = Engine(state, XPUPOOL_ALONE, seed=seed, workload=workload)
     assert node_of(engine, Request("cpu-only", cpu_milli=4000)) == "cpu"
-    fgd = Engine(ClusterState(nodes, seed=seed), "fgd", seed=seed, workload=workload)
+    fgd = Engine(ClusterState(nodes, seed=seed), FGD_ALONE, seed=seed, workload=workload)
     fits, scores = fgd.rate(Request("cpu-only", cpu_milli=4000))
     assert fits.all() and scores[0] == scores[2] > scores[1]
 
@@ -160,11 +171,14 @@ def test_a_cpu_only_replica_goes_where_cpu_is_spare_beyond_what_idle_gpus_will_n
     workload = TargetWorkload((whole(10_000),), (1.0,))
     state = ClusterState(nodes, seed=seed)
     assert not cpu_bound(workload, state)
-    fgd = Engine(ClusterState(nodes, seed=seed), "fgd", seed=seed, workload=workload)
+    fgd = Engine(ClusterState(nodes, seed=seed), FGD_ALONE, seed=seed, workload=workload)
     fits, scores = fgd.rate(Request("cpu-only", cpu_milli=4000))
     assert fits.all() and len(set(scores.tolist())) == 1
-    engine = Engine(state, "xpupool", seed=seed, workload=workload)
+    engine = Engine(state, XPUPOOL_ALONE, seed=seed, workload=workload)
     assert node_of(engine, Request("cpu-only", cpu_milli=4000)) == "rich"
+    # The built-in profile takes the free CPU-only node first (issue 42, part 3).
+    engine = Engine(ClusterState(nodes, seed=seed), "xpupool", seed=seed, workload=workload)
+    assert node_of(engine, Request("cpu-only", cpu_milli=4000)) == "cpu"
 
 
 @pytest.mark.parametrize("profile", ["xpupool", "xpupool-greedy"])

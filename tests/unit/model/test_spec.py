@@ -236,7 +236,7 @@ def test_unknown_key_lists_known_keys() -> None:
     assert info.value.field == "gpus"
     assert info.value.reason == (
         "unknown key; known: mem, cores, uuid, topology, cpu, memory, replicas, priority, queue, "
-        "name, policy, device-policy, site, prefer-site, label"
+        "name, policy, device-policy, site, prefer-site, label, tolerate"
     )
 
 
@@ -417,6 +417,10 @@ EXAMPLES: list[tuple[str, str]] = [
         "Seven T4s all or none, across sites if no one site holds them",
         "T4 replicas=7 gang span-sites",
     ),
+    (
+        "CPU only, also on nodes tainted for the ETL team or as spot",
+        "cpu=2 tolerate=team=etl:NoSchedule tolerate=spot",
+    ),
 ]
 ERROR_EXAMPLES: list[str] = [
     "A100:1..2",
@@ -431,6 +435,7 @@ ERROR_EXAMPLES: list[str] = [
     "any cuda>=12.4 cann>=latest",
     "any gpus=2",
     "any label=pool",
+    "cpu=1 tolerate=gpu:NoExecute",
     "cpu=abc",
     "any A100",
 ]

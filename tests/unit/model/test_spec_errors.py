@@ -43,6 +43,12 @@ CASES: list[tuple[str, str, tuple[str, ...], tuple[str, ...]]] = [
     ("label=pool", "node_selector", ("label=NAME=VALUE",), ()),
     ("label=pool=a label=pool=b", "node_selector.pool", ("given twice",), ()),
     ("label==a", "node_selector", ("label=NAME=VALUE",), ()),
+    ("tolerate=gpu:NoExecute", "tolerations[0].effect", ("not supported", "never evicts"), ()),
+    ("tolerate=gpu:Nope", "tolerations[0].effect", ("NoSchedule", "PreferNoSchedule"), ()),
+    ("tolerate=gpu tolerate=gpu", "tolerations[1]", ("given twice",), ()),
+    ("tolerate==true", "tolerations[0].key", ("give a key", "'*'"), ()),
+    ("tolerate=GPU_", "tolerations[0].key", ("letter or digit",), ()),
+    ("tolerate=gpu=a:b", "tolerations[0].effect", ("unknown effect",), ()),
 ]
 
 

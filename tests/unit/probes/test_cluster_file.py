@@ -82,3 +82,43 @@ def test_duplicate_names_and_bad_yaml(tmp_path: Path) -> None:
     broken.write_text("nodes: [\n")
     with pytest.raises(RequestError):
         load_cluster(broken)
+
+
+def test_taints_are_read_as_text_or_objects() -> None:
+    from xpupool.model.taint import Taint, TaintEffect
+
+    nodes = parse_cluster(
+        {
+            "nodes": [
+                {
+                    "name": "a",
+                    "count": 2,
+                    "taints": [
+                        "gpu=true:NoSchedule",
+                        {"key": "spot", "effect": "PreferNoSchedule"},
+                    ],
+                }
+            ]
+        }
+    )
+    expected = (
+        Taint("gpu", "true", TaintEffect.NO_SCHEDULE),
+        Taint("spot", "", TaintEffect.PREFER_NO_SCHEDULE),
+    )
+    assert [n.taints for n in nodes] == [expected, expected]
+
+
+@pytest.mark.parametrize(
+    ("taints", "field", "words"),
+    [
+        (["gpu:NoExecute"], "nodes[0].taints[0].effect", "never evicts"),
+        (["gpu=true"], "nodes[0].taints[0]", "effect is required"),
+        ("gpu:NoSchedule", "nodes[0].taints", "expected a list"),
+        ([{"key": "gpu", "effect": "NoSchedule", "x": 1}], "nodes[0].taints[0].x", "unknown key"),
+        (["a:NoSchedule", "a=b:NoSchedule"], "nodes[0].taints[1]", "one per key and effect"),
+    ],
+)
+def test_bad_taints_name_the_entry(taints: object, field: str, words: str) -> None:
+    with pytest.raises(RequestError) as caught:
+        parse_cluster({"nodes": [{"name": "a", "taints": taints}]})
+    assert caught.value.field == field and words in caught.value.reason, caught.value

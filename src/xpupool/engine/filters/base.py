@@ -11,7 +11,7 @@ per device.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, runtime_checkable
 
 from xpupool.engine.context import Context
 from xpupool.engine.reasons import Reason
@@ -44,6 +44,16 @@ class NodeFilter(Protocol):
     def why(self, req: Request) -> tuple[Reason, str]:
         """The reason and its detail that explanations blame a failing node on."""
         ...
+
+
+@runtime_checkable
+class NodeDetails(Protocol):
+    """A node filter whose failing nodes fail for different things (which taint a node carries):
+    ``details`` gives per node ``[N]`` an index into texts (-1 where it passes), each text the
+    detail of the filter's reason. Explanations then count each text apart, as kube's FitError
+    counts "untolerated taint {gpu: true}" apart from "untolerated taint {infra: }"."""
+
+    def details(self, req: Request, state: ClusterState) -> tuple[IntArray, tuple[str, ...]]: ...
 
 
 class FixedReason:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from xpupool.model.errors import RequestError
 from xpupool.server import history
 from xpupool.server import schemas as s
 from xpupool.server.routers.deps import Admin, Plane, User
-from xpupool.server.services import accelerators, fleet, node_deletion, overview
+from xpupool.server.services import accelerators, fleet, node_deletion, node_taints, overview
 from xpupool.server.wire_values import MAX_REASON, quote, shorten
 
 router = APIRouter(prefix="/v1", tags=["fleet"])
@@ -41,6 +41,25 @@ def cordon_node(name: NodeName, plane: Plane, _: Admin) -> s.Node:
 def uncordon_node(name: NodeName, plane: Plane, _: Admin) -> s.Node:
     """Back in service; a node waiting to be deleted (a drain) is not deleted after all."""
     return fleet.cordon_node(plane, name, False)
+
+
+@router.post(
+    "/nodes/{name}/taints",
+    response_model=s.Node,
+    responses={409: {"description": "A taint with that key and effect is on the node already"}},
+)
+def taint_node(
+    name: NodeName, body: s.NodeTaintsIn, request: Request, plane: Plane, _: Admin
+) -> s.Node:
+    """Put taints on the node and take them off, as ``kubectl taint`` does: all or nothing.
+    Work already on the node stays; a removed NoSchedule taint lets pending work in."""
+    change = [*(str(t.to_taint()) for t in body.add), *(_removal(r) for r in body.remove)]
+    request.state.audit_target = f"node {name}: {' '.join(change) or 'no change'}"
+    return node_taints.taint_node(plane, name, body)
+
+
+def _removal(r: s.TaintKeyIn) -> str:
+    return f"{r.key}{'' if r.effect is None else ':' + r.effect}-"
 
 
 @router.delete("/nodes/{name}", response_model=s.NodeDeletion)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from sqlalchemy import Connection, insert, select, update
 
@@ -19,7 +20,7 @@ from xpupool.model.errors import Conflict, NotFound, RequestError
 from xpupool.server import schemas as s
 from xpupool.server.auth import Principal
 from xpupool.server.drain import plan
-from xpupool.server.plane import ControlPlane, NodeRecord, node_values
+from xpupool.server.plane import ControlPlane, NodeRecord, node_values, taints_to_row
 from xpupool.server.storage.fleet import nodes as t_nodes
 
 log = logging.getLogger("xpupool.server")
@@ -37,7 +38,10 @@ def register(
     that would take a device (or CPU, memory) from under live allocations is 409 naming them,
     unless ``body.drain``: then what is in the way is served as it was, cordoned, and changed
     when its last allocation ends (``server/drain.py``). ``within`` runs in the registration's
-    transaction before the node is written; raising there refuses the registration."""
+    transaction before the node is written; raising there refuses the registration. The body's
+    taints are taken when the node is new (kubelet's ``--register-with-taints``); a node the
+    store has keeps its own, which only the admin changes (``services/node_taints.py``), so an
+    agent cannot take off a taint the admin put on."""
     node = Node(
         name=body.name,
         cpu_milli=body.cpu_milli,
@@ -46,10 +50,21 @@ def register(
         site=body.site,
         labels=body.labels,
         container_runtime=body.runtime,
+        taints=tuple(t.to_taint() for t in body.taints),
     )
     with plane.lock:
         _check_uuids_free(plane, body)
         rec = plane.node(body.name)
+        if rec is not None and rec.node.taints != node.taints:
+            if node.taints:
+                log.info(
+                    "node %s registers with taints %s; it keeps %s (taken at its first "
+                    "registration, then changed by the admin: xpupool node taint)",
+                    node.name,
+                    ", ".join(map(str, node.taints)),
+                    ", ".join(map(str, rec.node.taints)) or "none",
+                )
+            node = replace(node, taints=rec.node.taints)
         held = [
             (j.id, a)
             for j in plane.held_jobs.values()
@@ -92,6 +107,7 @@ def register(
             "arch": body.arch,
             "os": body.os,
             "runtime": node.container_runtime,
+            "taints": taints_to_row(node.taints),
             "last_heartbeat": now,
             **node_values(fresh),
         }
@@ -169,6 +185,7 @@ def register_many(plane: ControlPlane, nodes: Iterable[Node], source: str) -> No
                         arch="",
                         os="",
                         runtime=rec.node.container_runtime,
+                        taints=taints_to_row(rec.node.taints),
                         cordoned_devices=[],
                         last_heartbeat=None,
                         registered_at=now,
@@ -221,6 +238,10 @@ def node_view(plane: ControlPlane, name: str) -> s.Node:
             devices_free=free,
             last_heartbeat=rec.last_heartbeat,
             runtime=rec.node.container_runtime,
+            taints=[
+                s.TaintView(key=t.key, value=t.value, effect=t.effect.value)
+                for t in rec.node.taints
+            ],
             deleting=rec.deleting_since is not None,
         )
 

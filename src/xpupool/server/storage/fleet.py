@@ -26,6 +26,9 @@ nodes = Table(
     Column("devices", JSON, nullable=False),  # [DeviceIn as dict]
     Column("cordoned_devices", JSON, nullable=False),  # [uuid]
     Column("runtime", String(10), nullable=True),  # docker | podman | null (no container runtime)
+    # [{key, value, effect}] (a database from before taints: null, none); what a registration
+    # declared first, then what the admin set (POST /v1/nodes/NAME/taints)
+    Column("taints", JSON, nullable=True),
     # the inventory the agent registered while some of it still held allocations (a drain):
     # {cpu_milli, memory_mib, devices}; null when what is served is what was registered
     Column("drain_to", JSON, nullable=True),

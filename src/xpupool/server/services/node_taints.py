@@ -1,0 +1,65 @@
+"""Changing a node's taints (admin only): ``POST /v1/nodes/NAME/taints``, ``xpupool node taint``.
+
+The change is ``kubectl taint``'s (``model/taint.py`` :func:`change_taints`) and all or nothing: a
+refused one (422, 409) changes nothing. The taints are stored in the node's row, where a restart
+reads them and a later registration keeps them (``services/fleet.py`` ``register``); the audit row
+comes from the middleware, as for a cordon. The engine is built again over the node's new taints
+(its columns hold taints as built, and taint changes are rare admin actions), as a registration
+that changes a node does; pending jobs are then tried again, since a taint may have gone. Work
+already running on the node stays (no NoExecute).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from sqlalchemy import update
+
+from xpupool.model.errors import Conflict, NotFound
+from xpupool.model.taint import change_taints, parse_effect
+from xpupool.server import schemas as s
+from xpupool.server.plane import ControlPlane, taints_to_row
+from xpupool.server.services.fleet import node_view
+from xpupool.server.storage.fleet import nodes as t_nodes
+
+log = logging.getLogger("xpupool.server")
+
+
+def taint_node(plane: ControlPlane, name: str, body: s.NodeTaintsIn) -> s.Node:
+    """Apply ``body`` to node ``name``'s taints; NotFound for an unknown node, RequestError
+    (``add[i]``, ``remove[i]``) or Conflict when refused; Unavailable when the store cannot be
+    written, and then memory stays as it was."""
+    remove = [
+        (r.key, None if r.effect is None else parse_effect(f"remove[{i}].effect", r.effect))
+        for i, r in enumerate(body.remove)
+    ]
+    with plane.lock:
+        rec = plane.node(name)
+        if rec is None:
+            raise NotFound("node", name)
+        taints = change_taints(
+            name,
+            rec.node.taints,
+            [t.to_taint() for t in body.add],
+            remove,
+            overwrite=body.overwrite,
+        )
+        if taints != rec.node.taints:
+            target = None if rec.target is None else replace(rec.target, taints=taints)
+            fresh = replace(rec, node=replace(rec.node, taints=taints), target=target)
+            built = plane.build({**plane.node_records, name: fresh})
+            if built.problems:  # taints move no allocation: a store already inconsistent
+                reasons = "; ".join(p.reason for p in built.problems)
+                raise Conflict(f"node {name}: {reasons}. Nothing changed")
+            with plane.write() as conn:
+                conn.execute(
+                    update(t_nodes)
+                    .where(t_nodes.c.name == name)
+                    .values(taints=taints_to_row(taints))
+                )
+            plane.put_nodes({name: fresh})
+            plane.install(built)
+            plane.bump()
+            log.info("node %s taints: %s", name, ", ".join(map(str, taints)) or "none")
+    return node_view(plane, name)
