@@ -35,10 +35,10 @@ H100 = ("NVIDIA H100 80GB HBM3", 81920)
 NS = "default"
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster, ExtenderProcess]]:
-    port = free_port()
-    ext = Extender(
+def every_verb(port: int) -> Extender:
+    """kube-scheduler's configuration of an extender on ``port`` with every verb and HAMi's
+    resources, as the chart configures it."""
+    return Extender(
         url_prefix=f"http://127.0.0.1:{port}",
         preempt_verb="preempt",
         prioritize_verb="prioritize",
@@ -46,7 +46,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster
         http_timeout="10s",
         managed_resources=MANAGED,
     )
-    with extender_stack(tmp_path_factory.mktemp("extender"), port, ext) as both:
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster, ExtenderProcess]]:
+    port = free_port()
+    with extender_stack(tmp_path_factory.mktemp("extender"), port, every_verb(port)) as both:
         yield both
 
 

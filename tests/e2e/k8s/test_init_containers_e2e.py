@@ -18,16 +18,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cluster import Extender, ExtenderProcess, K8sCluster, extender_stack, free_port
+from cluster import ExtenderProcess, K8sCluster, extender_stack, free_port
 from test_extender_e2e import (
     A100,
     H100,
-    MANAGED,
     NS,
     add_nodes,
     bound,
     create,
     delete_pods,
+    every_verb,
     gpu_pod,
     hami_node,
     pod,
@@ -45,15 +45,8 @@ ALLOCATED = "hami.io/vgpu-devices-allocated"
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster, ExtenderProcess]]:
     port = free_port()
-    ext = Extender(
-        url_prefix=f"http://127.0.0.1:{port}",
-        preempt_verb="preempt",
-        prioritize_verb="prioritize",
-        weight=10,
-        http_timeout="10s",
-        managed_resources=MANAGED,
-    )
-    with extender_stack(tmp_path_factory.mktemp("init-containers"), port, ext) as both:
+    folder = tmp_path_factory.mktemp("init-containers")
+    with extender_stack(folder, port, every_verb(port)) as both:
         yield both
 
 

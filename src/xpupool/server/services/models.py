@@ -152,11 +152,10 @@ def expand_model_job(plane: ControlPlane, body: s.JobIn) -> s.JobIn:
     for row in rows:
         if not (row.feasible and row.in_pool and row.runtime):
             continue
-        candidate = _job_request(models, row)
-        miss = _row_miss(plane, models, row)
-        if miss is not None:
-            misses.append(f"{row.device_model}: {miss.reason}")
+        if row.reason:  # judged: a submission of this row would be refused, and why
+            misses.append(f"{row.device_model}: {row.reason}")
             continue
+        candidate = _job_request(models, row)
         runtime = models.runtime(row.runtime)
         assert resolved.context is not None
         argv = runtime.argv(
@@ -198,14 +197,12 @@ def _misses_off_runtime_nodes(
     with plane.lock:
         everywhere = pool_nodes(plane.cluster_state)
         catalog = plane.cluster_state.catalog
-    misses = []
-    for row in plan(request, catalog, models, everywhere):
-        if not (row.feasible and row.in_pool and row.runtime):
-            continue
-        miss = _row_miss(plane, models, row)
-        if miss is not None:
-            misses.append(f"{row.device_model}: {miss.reason}")
-    return misses
+    rows = plan(request, catalog, models, everywhere, judge=lambda r: _judged(plane, models, r))
+    return [
+        f"{row.device_model}: {row.reason}"
+        for row in rows
+        if row.feasible and row.in_pool and row.runtime and row.reason
+    ]
 
 
 def _job_request(models: ModelCatalog, row: PlanRow) -> RequestModel:
