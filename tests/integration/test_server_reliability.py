@@ -172,7 +172,9 @@ def test_sigkill_while_a_pass_commits_batches_places_nothing_twice(tmp_path: Pat
     exactly once, and no device holds more than it has."""
     cluster = tmp_path / "pool.yaml"
     cluster.write_text(CORDONED_POOL)
-    srv = ServerProc(tmp_path / "data", cluster=cluster)
+    # 400 submissions of one token as fast as 8 threads send them: past the default rate limit
+    # (tests/integration/test_http_limits.py has its own tests), which this test is not about
+    srv = ServerProc(tmp_path / "data", cluster=cluster, extra_args=("--rate-limit", "0"))
     db = tmp_path / "data" / "state.db"
     with srv, httpx.Client(base_url=srv.url, headers=srv.headers(), timeout=30) as c:
         names = [n["name"] for n in c.get("/v1/nodes").json()]
