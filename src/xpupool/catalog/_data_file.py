@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from importlib.resources.abc import Traversable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -56,7 +57,15 @@ class LocatedList(list[object]):
     item_lines: list[int]
 
 
-class _LineLoader(yaml.SafeLoader):
+# libyaml's parser when PyYAML was built with it (its wheels are): the catalogs are read at every
+# start, and the pure-Python parser took most of a second of it (docs/benchmarks.md, start-up).
+if TYPE_CHECKING or not getattr(yaml, "__with_libyaml__", False):
+    _SafeLoader = yaml.SafeLoader
+else:
+    _SafeLoader = yaml.CSafeLoader
+
+
+class _LineLoader(_SafeLoader):
     """SafeLoader whose mappings and sequences carry the lines they came from."""
 
 

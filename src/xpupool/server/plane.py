@@ -316,7 +316,7 @@ class ControlPlane:
     # ------------------------------------------------------------------ loading and rebuilding
     def _load(self) -> None:
         self._read()
-        kernels.warm()  # the fragmentation loops compiled before the first request, not during it
+        kernels.warm_in_background()  # compiled while the server starts, not in a request
         self.rebuild_engine()
         self._seed_learning()
         if self._node_notes:  # node rows set aside by the read: cordoned and reported

@@ -108,6 +108,11 @@ def test_a_quota_change_marks_a_pending_job_inadmissible_until_its_cohort_change
     assert r.json()["pending_by_reason"] == {"inadmissible: its queue's quota can never hold it": 1}
 
     queue(server, "qb", "b", [quota("A100", 2)], cohort="c")  # the cohort's quota is back
+    server.schedule()  # decided again at once: admissible, waiting for b's borrowed cards
+    again = job(server, waits["id"])
+    assert again["state"] == "pending"
+    assert not again["reason"].startswith("inadmissible"), again["reason"]
+    assert again["events"][-1]["reason"] == again["reason"]  # leaving the mark is an event too
     server.client.post(f"/v1/jobs/{held['id']}/cancel", headers=server.as_(b))
     server.schedule()
     done = job(server, waits["id"])

@@ -23,6 +23,7 @@ arrays are indexed by a shape's position in its kind's list (``j``), the table's
 
 from __future__ import annotations
 
+import threading
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -710,12 +711,22 @@ def knapsack(sizes: IntArray, prices: FloatArray, card: int) -> tuple[FloatArray
     return value, last
 
 
+def warm_in_background() -> threading.Thread:
+    """:func:`warm` on a thread of its own, so that a server answers while its loops compile (a
+    first start compiles them all, many seconds of CPU: docs/benchmarks.md, start-up). Work that
+    needs a loop before it is ready waits for it on numba's compiler lock, where it would have
+    compiled the loop itself."""
+    thread = threading.Thread(target=warm, name="xpupool-kernels-warm", daemon=True)
+    thread.start()
+    return thread
+
+
 def warm() -> None:
     """Compile the loops now (or load them from the cache), once per process, on a one-node table
     of the types the engine passes, and import the LP solver of the share prices
     (``prices.py``, imported lazily: 0.4 s that the engine's import does not pay). A
-    server calls this before it takes requests: done on the first request instead, each is a stall
-    of about 0.4 s that queues every request behind it."""
+    server starts this before it takes requests: done on the first request instead, each is a
+    stall that queues every request behind it."""
     global _warm
     if _warm:
         return
