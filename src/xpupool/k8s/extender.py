@@ -26,8 +26,8 @@ in its configuration). For such a pod:
   gives the reservation back, releases the lock it took, strips the annotations it wrote unless
   the pod is bound after all (HAMi's scheduler, and the cluster view, charge a pod that carries
   them whether it is bound or not) and answers ``Error``: kube-scheduler puts the pod back in its
-  queue. Filter first drops a pod's own stale assignment (one whose stripping failed), as HAMi's
-  ``Filter`` drops the pod's own charge.
+  queue. Filter and bind first drop a pod's own stale assignment (one whose stripping failed),
+  as HAMi's ``Filter`` drops the pod's own charge.
 - A pod of a group (the ``scheduling.x-k8s.io/pod-group`` label or ``xpupool.io/gang``) is placed
   with its whole group or not at all: ``filter`` and ``bind`` hand it to ``gang.py``, which
   reserves the group's places at its first member's filter and holds every member's bind until
@@ -465,6 +465,7 @@ class Extender:
         if not self.view.knows_node(node):
             return ExtenderBindingResult(Error=f"{PREFIX}{node} is not a Node of the cluster")
         pod_uid = str(meta.get("uid") or uid)
+        self.view.drop_assignment(pod_uid)  # assigned anew now: an old one is dead
         if not demand.managed:  # names a managed resource, asks for none of it: nothing to place
             try:
                 self.api.bind_pod(ns, name, pod_uid, node)
@@ -542,7 +543,7 @@ class Extender:
         ``hami.io/vgpu-node`` and its device annotations) and in a restarted extender, until the
         pod is deleted. Each try reads the pod and patches it guarded by that resourceVersion; a
         failure is logged: this view charges nothing for them meanwhile (``unreserve``), and the
-        pod's next filter drops them."""
+        pod's next filter or bind drops them."""
         if not written:
             return
         why = ""

@@ -155,3 +155,21 @@ def test_filter_does_not_count_a_pods_own_stale_assignment_against_it() -> None:
     feed(view, bound)
     assert free_mib(view) == 81920 - 60000
     assert bound["metadata"]["annotations"][ALLOCATED].startswith("GPU-n-0,NVIDIA,60000,")
+
+
+def test_a_bind_without_its_filter_replaces_a_stale_assignment() -> None:
+    """A bind this view did not filter for (a new leader, an extender restarted in between) of a
+    pod that still carries an assignment a failed bind could not strip: that assignment is dead,
+    the bind's placement is the pod's charge. Seen failing first, once the view charged assigned
+    pods: ``Conflict: pod uid-p already holds devices`` raised out of bind."""
+    view = hami_view()
+    stale = gpumem_pod("p", 10000)
+    stale["metadata"]["annotations"] = {VGPU_NODE: "n", ALLOCATED: "GPU-n-0,NVIDIA,60000,0:;"}
+    feed(view, stale)
+    assert free_mib(view) == 81920 - 60000
+    api = PatchingApi(stale, refuse=False)
+    ext = Extender(view, api, assignment_annotations)
+    args = ExtenderBindingArgs(PodName="p", PodNamespace="ns", PodUID="uid-p", Node="n")
+    assert ext.bind(args).error == ""
+    feed(view, api.get_pod("ns", "p"))
+    assert free_mib(view) == 81920 - 10000
