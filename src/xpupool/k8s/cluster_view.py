@@ -173,6 +173,8 @@ class PodRecord:
 
 # (node, host CPU millicores, host memory MiB, sorted (card UUID, MiB, permille) shares)
 ChargeKey = tuple[str, int, int, tuple[tuple[str, int, int], ...]]
+# (node, sorted card UUIDs): an assignment given back, whatever amounts its annotations round to
+Assignment = tuple[str, tuple[str, ...]]
 
 
 @dataclass(slots=True)
@@ -232,7 +234,7 @@ class ClusterView:
         preemptor's already, so their events change nothing until they are gone."""
         self._gone: set[str] = set()
         """Evicted pods the API says are gone before their DELETED event came (:meth:`gone`)."""
-        self._released: OrderedDict[str, ChargeKey] = OrderedDict()
+        self._released: OrderedDict[str, Assignment] = OrderedDict()
         """Pod UID -> the assignment given back for it (:meth:`unreserve`,
         :meth:`drop_assignment`): the pod's annotations that still say so charge nothing."""
         self._engine: Engine | None = None
@@ -399,7 +401,11 @@ class ClusterView:
             return True
 
     def _release(self, pod_uid: str, key: ChargeKey) -> None:
-        self._released[pod_uid] = key
+        """Remember the assignment of ``key`` given back for the pod: its node and cards, not
+        its amounts (a bind writes compute in the type's units, rounded up, so the annotations
+        can name other amounts than the hold had). Only the pod's own scheduler writes a new
+        assignment, and it holds a reservation while it does."""
+        self._released[pod_uid] = _assignment(key)
         self._released.move_to_end(pod_uid)
         while len(self._released) > RELEASED_KEPT:
             self._released.popitem(last=False)
@@ -569,7 +575,7 @@ class ClusterView:
             if not bound and charge is not None and charge.reserved:
                 return  # a reservation stays until bound, unreserved or gone
             key = None if rec.devices is None else _devices_key(rec.devices)
-            if not bound and key is not None and self._released.get(event.uid) == key:
+            if not bound and key is not None and self._released.get(event.uid) == _assignment(key):
                 return  # the assignment of a hold given back, its annotations not yet stripped
             self._released.pop(event.uid, None)
             if rec.devices is None or key is None:
@@ -669,6 +675,10 @@ def _charge_key(allocs: Sequence[Allocation]) -> ChargeKey:
     shares = sorted((d.uuid, d.memory_mib, d.core_permille) for a in allocs for d in a.devices)
     cpu, mem = sum(a.cpu_milli for a in allocs), sum(a.memory_mib for a in allocs)
     return node, cpu, mem, tuple(shares)
+
+
+def _assignment(key: ChargeKey) -> Assignment:
+    return key[0], tuple(sorted(uuid for uuid, _, _ in key[3]))
 
 
 def _devices_key(devices: PodDevices) -> ChargeKey:

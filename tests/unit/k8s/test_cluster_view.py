@@ -411,3 +411,20 @@ def test_filter_drops_a_pods_own_stale_assignment() -> None:
     feed(view, EventType.MODIFIED, hami_pod("p", "n", grants=[[("GPU-n-0", 60000, 0)]]))
     assert free_mib(view, "GPU-n-0") == 81920 - 60000  # bound with them: charged
     assert not view.drop_assignment("uid-p")  # a bound pod's charge is never dropped
+
+
+def test_a_released_hold_matches_its_annotations_whatever_their_rounding() -> None:
+    """A bind writes compute in the device type's units, rounded up (Moore Threads: 188
+    thousandths of a card become 3.008 sixteenths, written 4, read back as 250): the annotations
+    of a hold given back name its cards with other amounts than the hold had, and still charge
+    nothing. Seen failing first: the pod was charged 250 from them."""
+    view = view_with(gpu_node("a", count=1))
+    request = Request("p", 0, 0, DeviceRequest(count=1, memory_mib=8 * GIB, core_permille=188))
+    with view.engine_locked() as engine:
+        view.reserve("p1", engine.place(request).allocations)
+    assert view.unreserve("p1")
+    written = PodDevices("a", ((CardShare("a-gpu0", 8 * GIB, 250),),))
+    view.on_pod(
+        Event(EventType.MODIFIED, "default/p1", "p1", PodRecord("default/p1", None, 0, written))
+    )
+    assert free_mib(view, "a-gpu0") == 80 * GIB and view.charges() == {}
