@@ -1,6 +1,6 @@
 """The extender's picture of the cluster: ONE engine (``ClusterState`` + ``Engine``, as every front
 has) kept in step with the Node and Pod informers, so that filter, prioritize and bind decide on what
-the cluster holds now, and a restarted extender rebuilds the exact charges from the bound pods.
+the cluster holds now, and a restarted extender rebuilds the exact charges from the pods.
 
 Nodes become ``xpupool.model.Node`` through an injected ``decode_node`` (HAMi's registration
 annotations, xpupool's own; None: not a node of the pool); a Pod is charged to its cards through

@@ -1,4 +1,4 @@
-"""Nodes and bound pods of a cluster as the engine's records, for the cluster view.
+"""Nodes and assigned pods of a cluster as the engine's records, for the cluster view.
 
 A Node's devices come from xpupool's own node agent (``xpupool.io/devices``) when it runs there,
 else from HAMi's registration annotations (``hami.io/node-nvidia-register`` and the other
