@@ -1,11 +1,15 @@
 """The extender's picture of the cluster: ONE engine (``ClusterState`` + ``Engine``, as every front
 has) kept in step with the Node and Pod informers, so that filter, prioritize and bind decide on what
-the cluster holds now, and a restarted extender rebuilds the exact charges from the bound pods.
+the cluster holds now, and a restarted extender rebuilds the exact charges from the pods.
 
 Nodes become ``xpupool.model.Node`` through an injected ``decode_node`` (HAMi's registration
-annotations, xpupool's own; None: not a node of the pool); a bound Pod is charged to its cards
-through an injected ``decode_pod_devices`` (HAMi's ``vgpu-devices-allocated``, xpupool's own; None:
-it holds no managed device). Deleted, Succeeded and Failed pods give back what they held. A cordon
+annotations, xpupool's own; None: not a node of the pool); a Pod is charged to its cards through
+an injected ``decode_pod_devices`` (HAMi's ``vgpu-devices-allocated``, xpupool's own; None: it
+holds no managed device) from the moment it is assigned, bound or not: HAMi's scheduler charges a
+pod that carries ``hami.io/vgpu-node`` and its device annotations before its Binding lands
+(HAMi v2.10.0 ``scheduler.go`` ``onAddPod``), so a pod HAMi's ``Filter`` annotated holds its cards
+here too. A pod bound to another node than the one it was assigned to holds nothing (its cards
+are the other node's); deleted, Succeeded and Failed pods give back what they held. A cordon
 (``spec.unschedulable``) is set on the live engine; any other inventory change (a node added,
 removed, its devices or labels changed) marks the engine stale, and the next user rebuilds it from
 the node records and re-applies every charge, oldest first, as the server's ``plane.build`` does:
@@ -21,13 +25,20 @@ by pod UID), and a restarted view makes every charge afresh from the pods, each 
 Charges are keyed by pod UID. The extender places inside :meth:`ClusterView.engine_locked` and
 records the result with :meth:`ClusterView.reserve`; when the bound pod arrives through the watch
 with the same cards, the reservation simply becomes its charge (never counted twice); with other
-cards, the pod's own annotation wins. One lock guards the engine and the records.
+cards, the pod's own annotation wins. Until the Binding lands a reservation stands whatever the
+pod's annotations say (its bind writes them first), so a bind that fails, or a gang released,
+gives it back with :meth:`ClusterView.unreserve`; the view then remembers the assignment it gave
+back and does not charge the pod again for annotations still on it (the extender strips them,
+``extender.py``; a pod charged from them held its cards until deleted). Filter takes a pod's own
+stale assignment away first (:meth:`ClusterView.drop_assignment`), as HAMi's ``Filter`` does.
+One lock guards the engine and the records.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -57,6 +68,9 @@ MAX_PERMILLE = 1_000_000  # a share's compute, over-commit factors included
 MAX_CONTAINERS = 256
 MAX_CARDS = 256
 MAX_PRIORITY = 2_000_000_000  # kube's system-node-critical; PriorityClass values stay within
+RELEASED_KEPT = 4096
+"""Assignments given back that the view remembers (most recent kept): a pod's entry goes when
+the pod is bound, assigned anew, stripped of its assignment or deleted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,8 +160,10 @@ class NodeRecord:
 
 @dataclass(frozen=True, slots=True)
 class PodRecord:
-    """A Pod as the view keeps it: where it is bound (None: not yet) and what it holds there
-    (None: nothing managed, or not bound, or finished)."""
+    """A Pod as the view keeps it: where it is bound (None: not yet) and what it holds (None:
+    nothing managed, or finished, or bound to another node than the one it was assigned to); a
+    pod assigned but not yet bound holds its cards on the node it was assigned to
+    (``devices.node``)."""
 
     name: str
     node: str | None
@@ -157,6 +173,8 @@ class PodRecord:
 
 # (node, host CPU millicores, host memory MiB, sorted (card UUID, MiB, permille) shares)
 ChargeKey = tuple[str, int, int, tuple[tuple[str, int, int], ...]]
+# (node, sorted card UUIDs): an assignment given back, whatever amounts its annotations round to
+Assignment = tuple[str, tuple[str, ...]]
 
 
 @dataclass(slots=True)
@@ -176,6 +194,9 @@ class _Charge:
     placed: tuple[Allocation, ...] = ()
     """A reservation's placement, one allocation per container that asks for devices (what its
     bind writes on the pod); the same as ``allocations`` unless init containers share cards."""
+    bound: bool = False
+    """The pod's Binding has landed (``spec.nodeName``); False for a reservation and for a pod
+    charged from its assignment annotations alone."""
 
 
 class ClusterView:
@@ -213,6 +234,9 @@ class ClusterView:
         preemptor's already, so their events change nothing until they are gone."""
         self._gone: set[str] = set()
         """Evicted pods the API says are gone before their DELETED event came (:meth:`gone`)."""
+        self._released: OrderedDict[str, Assignment] = OrderedDict()
+        """Pod UID -> the assignment given back for it (:meth:`unreserve`,
+        :meth:`drop_assignment`): the pod's annotations that still say so charge nothing."""
         self._engine: Engine | None = None
         self._stale = True
         self._ids = AllocationIds()
@@ -348,14 +372,43 @@ class ClusterView:
 
     def unreserve(self, pod_uid: str) -> bool:
         """Give back what :meth:`reserve` took for a pod that will not bind (bind failed, timed
-        out); False if the pod holds nothing or is already bound with it."""
+        out, its gang released); False if the pod holds nothing or is already bound with it.
+        The annotations its bind may have written already charge nothing until the pod is bound
+        or assigned anew."""
         with self._lock:
             charge = self._charges.get(pod_uid)
             if charge is None or not charge.reserved:
                 return False
             self._unapply(charge)
             del self._charges[pod_uid]
+            if charge.pod:
+                self._release(pod_uid, charge.key)
             return True
+
+    def drop_assignment(self, pod_uid: str) -> bool:
+        """Give back the charge of a pod assigned but not bound that it holds from its own
+        annotations (not a reservation), as HAMi's ``Filter`` first takes the pod's own charge
+        away (``TakeAndDeletePod``): the pod is being judged again, so that assignment is dead
+        (a bind that failed before its annotations could be stripped, an extender restarted in
+        between). False if the pod holds no such charge."""
+        with self._lock:
+            charge = self._charges.get(pod_uid)
+            if charge is None or charge.reserved or charge.bound or not charge.pod:
+                return False
+            self._unapply(charge)
+            del self._charges[pod_uid]
+            self._release(pod_uid, charge.key)
+            return True
+
+    def _release(self, pod_uid: str, key: ChargeKey) -> None:
+        """Remember the assignment of ``key`` given back for the pod: its node and cards, not
+        its amounts (a bind writes compute in the type's units, rounded up, so the annotations
+        can name other amounts than the hold had). Only the pod's own scheduler writes a new
+        assignment, and it holds a reservation while it does."""
+        self._released[pod_uid] = _assignment(key)
+        self._released.move_to_end(pod_uid)
+        while len(self._released) > RELEASED_KEPT:
+            self._released.popitem(last=False)
 
     def charges(self) -> dict[str, tuple[Allocation, ...]]:
         """Pod UID -> the allocations it holds (applied or waiting), a copy; places held for no
@@ -454,8 +507,10 @@ class ClusterView:
         return NodeRecord(node, not unschedulable)
 
     def pod_record(self, obj: dict[str, Any]) -> PodRecord:
-        """An informer transform: where the pod is bound and what it holds there. A pod not bound,
-        or finished, holds nothing; an unreadable charge is logged and counts as nothing."""
+        """An informer transform: where the pod is bound and what it holds: its assignment,
+        bound or not (HAMi charges a pod from its ``Filter``'s annotations on), unless finished
+        or bound to another node than the assignment names (logged); an unreadable charge is
+        logged and counts as nothing."""
         meta = obj["metadata"]
         name = f"{meta.get('namespace', '')}/{meta['name']}"
         spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
@@ -467,14 +522,14 @@ class ClusterView:
         if isinstance(priority, bool) or not isinstance(priority, int):
             priority = 0
         priority = max(-MAX_PRIORITY, min(MAX_PRIORITY, priority))
-        if node is None or status.get("phase") in TERMINAL_PHASES:
+        if status.get("phase") in TERMINAL_PHASES:
             return PodRecord(name, node, priority, None)
         try:
             devices = self.decode_pod_devices(obj)
         except (XpupoolError, ValueError) as exc:
             log.warning("pod %s: device charge unreadable, counted as none: %s", name, exc)
             devices = None
-        if devices is not None and devices.node != node:
+        if devices is not None and node is not None and devices.node != node:
             log.warning("pod %s: charge names node %r, pod is on %r", name, devices.node, node)
             devices = None
         return PodRecord(name, node, priority, devices)
@@ -509,27 +564,34 @@ class ClusterView:
                     self._gone.discard(event.uid)
                 return
             charge = self._charges.get(event.uid)
-            if event.type is EventType.DELETED or event.value.node is None:
-                # Gone, or (still) unbound: a reservation stays until bound, unreserved or gone.
-                if event.type is EventType.DELETED and charge is not None:
-                    self._unapply(charge)
-                    del self._charges[event.uid]
-                return
-            rec = event.value
-            if rec.devices is None:
+            if event.type is EventType.DELETED:
+                self._released.pop(event.uid, None)
                 if charge is not None:
                     self._unapply(charge)
                     del self._charges[event.uid]
                 return
-            key = _devices_key(rec.devices)
+            rec = event.value
+            bound = rec.node is not None
+            if not bound and charge is not None and charge.reserved:
+                return  # a reservation stays until bound, unreserved or gone
+            key = None if rec.devices is None else _devices_key(rec.devices)
+            if not bound and key is not None and self._released.get(event.uid) == _assignment(key):
+                return  # the assignment of a hold given back, its annotations not yet stripped
+            self._released.pop(event.uid, None)
+            if rec.devices is None or key is None:
+                if charge is not None:
+                    self._unapply(charge)
+                    del self._charges[event.uid]
+                return
             if charge is not None and charge.key == key:
                 charge.reserved = False  # the reservation is the bound pod's charge now
+                charge.bound = bound
                 charge.name = rec.name
                 return
             if charge is not None:
                 self._unapply(charge)
             allocs = self._allocations(rec, rec.devices)
-            new = _Charge(allocs, False, False, key, name=rec.name)
+            new = _Charge(allocs, False, False, key, name=rec.name, bound=bound)
             self._charges[event.uid] = new
             if self._engine is not None and not self._stale:
                 self._apply(event.uid, new)
@@ -613,6 +675,10 @@ def _charge_key(allocs: Sequence[Allocation]) -> ChargeKey:
     shares = sorted((d.uuid, d.memory_mib, d.core_permille) for a in allocs for d in a.devices)
     cpu, mem = sum(a.cpu_milli for a in allocs), sum(a.memory_mib for a in allocs)
     return node, cpu, mem, tuple(shares)
+
+
+def _assignment(key: ChargeKey) -> Assignment:
+    return key[0], tuple(sorted(uuid for uuid, _, _ in key[3]))
 
 
 def _devices_key(devices: PodDevices) -> ChargeKey:

@@ -1,4 +1,4 @@
-"""Nodes and bound pods of a cluster as the engine's records, for the cluster view.
+"""Nodes and assigned pods of a cluster as the engine's records, for the cluster view.
 
 A Node's devices come from xpupool's own node agent (``xpupool.io/devices``) when it runs there,
 else from HAMi's registration annotations (``hami.io/node-nvidia-register`` and the other
@@ -8,9 +8,11 @@ cards HAMi's ``hami.io/device-cordon`` (whoever registered them). A Node with no
 no node of the pool (None).
 
 A pod holds what its ``allocated`` annotations say (HAMi's encoding, which xpupool's bind writes
-too), on the node it is bound to (``spec.nodeName``) or assigned to (``hami.io/vgpu-node``, before
-the Binding lands), its init containers charged as HAMi charges them (``pod_charge.py``, from the
-pod's spec and status): a restarted extender rebuilds the exact charges from the pods, whoever
+too), on the node its ``hami.io/vgpu-node`` names (where HAMi's ``Filter``, or xpupool's bind,
+assigned it: HAMi charges the pod there from then on, bound or not), else on the node it is bound
+to (``spec.nodeName``); the cluster view refuses a charge whose node is not the one the pod is
+bound to. Its init containers are charged as HAMi charges them (``pod_charge.py``, from the pod's
+spec and status): a restarted extender rebuilds the exact charges from the pods, whoever
 scheduled them. A bad annotation raises ``RequestError`` naming it; the view logs it and leaves
 that object out.
 """
@@ -62,12 +64,13 @@ def decode_node(obj: Mapping[str, Any]) -> Node | None:
 
 def decode_pod_devices(obj: Mapping[str, Any]) -> PodDevices | None:
     """What a pod was given, per container in HAMi's order, with how long each runs (its spec)
-    and whether its init containers are done (its status), or None when it holds nothing managed
-    or is on no node yet."""
+    and whether its init containers are done (its status), on the node it was assigned to
+    (``hami.io/vgpu-node``; without one, the node it is bound to), or None when it holds nothing
+    managed or is neither assigned nor bound."""
     meta = _mapping(obj.get("metadata"))
     annotations = {str(k): str(v) for k, v in _mapping(meta.get("annotations")).items()}
     spec = _mapping(obj.get("spec"))
-    node = spec.get("nodeName") or annotations.get(VGPU_NODE)
+    node = annotations.get(VGPU_NODE) or spec.get("nodeName")
     if not node:
         return None
     per_container: dict[int, list[CardShare]] = {}

@@ -23,12 +23,16 @@ in its configuration). For such a pod:
   takes HAMi's node lock (``node_lock.py``: the device plugin finds the pod it allocates for
   through it; a bind to a locked node waits for the release), writes the annotations HAMi's
   device plugin reads (guarded by the pod's resourceVersion) and posts the Binding. Any failure
-  gives the reservation back, releases the lock it took and answers ``Error``: kube-scheduler
-  puts the pod back in its queue.
+  gives the reservation back, releases the lock it took, strips the annotations it wrote unless
+  the pod is bound after all (HAMi's scheduler, and the cluster view, charge a pod that carries
+  them whether it is bound or not) and answers ``Error``: kube-scheduler puts the pod back in its
+  queue. Filter and bind first drop a pod's own stale assignment (one whose stripping failed),
+  as HAMi's ``Filter`` drops the pod's own charge.
 - A pod of a group (the ``scheduling.x-k8s.io/pod-group`` label or ``xpupool.io/gang``) is placed
   with its whole group or not at all: ``filter`` and ``bind`` hand it to ``gang.py``, which
   reserves the group's places at its first member's filter and holds every member's bind until
-  all have come (extenders have no Permit stage).
+  all have come (extenders have no Permit stage); a member whose group is released strips the
+  annotations it wrote, as a failed bind does.
 - ``preempt`` keeps, per node kube-scheduler proposes, the victims whose card shares the pod
   really needs: kube-scheduler sees only whole extended resources, the engine sees shares.
 - A namespace's ResourceQuotas on HAMi's card resources (``resource_quota.py``) hold in
@@ -100,6 +104,9 @@ ASSUME_S = 30.0
 """How long a filter's answer holds its shares waiting for the bind (kube-scheduler binds right
 after its scheduling cycle; a pod another plugin turned down never comes)."""
 DEMANDS_KEPT = 4096
+UNASSIGN_TRIES = 3
+"""Reads and guarded patches a failed bind spends on stripping what it wrote (a conflict means
+the pod changed in between: read it again)."""
 """Pods whose demand a verb read, kept for the pod's next verbs (bounded: most recent first)."""
 UNMANAGED = (
     "asks for no resource xpupool manages: the extender binds only pods that do (kube-scheduler "
@@ -119,10 +126,15 @@ class PodApi(Protocol):
         ...
 
     def annotate_pod(
-        self, namespace: str, name: str, resource_version: str, annotations: Mapping[str, str]
+        self,
+        namespace: str,
+        name: str,
+        resource_version: str,
+        annotations: Mapping[str, str | None],
     ) -> None:
-        """Merge ``annotations`` into the pod if it is still at ``resource_version``; raises
-        BindError on a conflict (409) or any other refusal."""
+        """Merge ``annotations`` into the pod (a None value removes that key, as in a JSON merge
+        patch) if it is still at ``resource_version``; raises BindError on a conflict (409) or
+        any other refusal."""
         ...
 
     def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
@@ -193,6 +205,7 @@ class Extender:
         nomination: Nomination | None = None
         waiting: Nomination | None = None
         with self.view.engine_locked() as engine:
+            self.view.drop_assignment(_uid_of(args.pod))  # judged again: that one is dead
             if gang is not None:  # a gang member: the group's places (gang.py)
                 assert self.gangs is not None
                 uid = _uid_of(args.pod)
@@ -452,6 +465,7 @@ class Extender:
         if not self.view.knows_node(node):
             return ExtenderBindingResult(Error=f"{PREFIX}{node} is not a Node of the cluster")
         pod_uid = str(meta.get("uid") or uid)
+        self.view.drop_assignment(pod_uid)  # assigned anew now: an old one is dead
         if not demand.managed:  # names a managed resource, asks for none of it: nothing to place
             try:
                 self.api.bind_pod(ns, name, pod_uid, node)
@@ -481,6 +495,7 @@ class Extender:
                     return ExtenderBindingResult(Error=f"{PREFIX}{over}")
                 placed = placed_now.placed
                 self.view.reserve(pod_uid, placed_now.charge, placed=placed, name=_pod_name(demand))
+        annotations: Mapping[str, str] = {}
         try:
             locked = self._lock(node, ns, name, started)
             try:
@@ -495,6 +510,7 @@ class Extender:
         except Exception as exc:  # any failure: the shares go back, the pod goes back to its queue
             with self.view.engine_locked():
                 self._unreserve(pod_uid)
+            self._unassign(ns, name, pod_uid, annotations)
             log.info("bind of %s/%s to %s failed: %s", ns, name, node, exc)
             return ExtenderBindingResult(Error=f"{PREFIX}bind to {node} failed: {exc}")
         if self.preemptions is not None:
@@ -518,6 +534,39 @@ class Extender:
         for a pod that was not bound, so no one else would."""
         assert self.locks is not None
         self.locks.release(node, ns, name)
+
+    def _unassign(self, ns: str, name: str, pod_uid: str, written: Mapping[str, str]) -> None:
+        """Strip from a pod whose bind failed the annotations that bind wrote (``written``; those
+        still as it wrote them), unless the pod is bound after all (a Binding the API took though
+        the call failed: they are what its device plugin serves it from). Left on an unbound pod
+        they charge its cards to it, in HAMi's scheduler (``onAddPod`` charges any pod with
+        ``hami.io/vgpu-node`` and its device annotations) and in a restarted extender, until the
+        pod is deleted. Each try reads the pod and patches it guarded by that resourceVersion; a
+        failure is logged: this view charges nothing for them meanwhile (``unreserve``), and the
+        pod's next filter or bind drops them."""
+        if not written:
+            return
+        why = ""
+        for _ in range(UNASSIGN_TRIES):
+            try:
+                pod = self.api.get_pod(ns, name)
+                meta = pod.get("metadata")
+                spec = pod.get("spec")
+                if not isinstance(meta, Mapping) or (pod_uid and meta.get("uid") != pod_uid):
+                    return  # another pod by that name now
+                if isinstance(spec, Mapping) and spec.get("nodeName"):
+                    return
+                held = meta.get("annotations")
+                held = held if isinstance(held, Mapping) else {}
+                stale = [k for k, v in written.items() if held.get(k) == v]
+                if not stale:
+                    return
+                rv = str(meta.get("resourceVersion") or "")
+                self.api.annotate_pod(ns, name, rv, dict.fromkeys(stale))
+                return
+            except BindError as exc:
+                why = str(exc)
+        log.warning("pod %s/%s keeps the assignment of a failed bind: %s", ns, name, why)
 
     def _unreserve(self, pod_uid: str) -> None:
         """Give back what the pod holds unbound (a preemptor's nomination with it)."""
@@ -546,14 +595,17 @@ class Extender:
         placed = gangs.take(claim, size, demand, pod_uid, node)
         if isinstance(placed, str):
             return ExtenderBindingResult(Error=f"{PREFIX}{placed}")
+        annotations: Mapping[str, str] = {}
         try:
             annotations = self.annotate(node, demand, placed)
             self.api.annotate_pod(ns, name, resource_version, annotations)
         except Exception as exc:  # one member cannot bind: the whole group goes back
             gangs.fail(claim, f"gang {claim.key}: annotating {ns}/{name} failed: {exc}")
+            self._unassign(ns, name, pod_uid, annotations)
             return ExtenderBindingResult(Error=f"{PREFIX}bind to {node} failed: {exc}")
         why = gangs.wait(claim, pod_uid)
-        if why is not None:
+        if why is not None:  # the group was released: this member's place with it
+            self._unassign(ns, name, pod_uid, annotations)
             return ExtenderBindingResult(Error=f"{PREFIX}{why}")
         locked = False
         try:
@@ -563,6 +615,7 @@ class Extender:
             if locked:
                 self._unlock(node, ns, name)
             gangs.bound(claim, pod_uid, ok=False)
+            self._unassign(ns, name, pod_uid, annotations)
             log.info("bind of gang member %s/%s to %s failed: %s", ns, name, node, exc)
             return ExtenderBindingResult(Error=f"{PREFIX}bind to {node} failed: {exc}")
         gangs.bound(claim, pod_uid, ok=True)

@@ -60,7 +60,11 @@ class LightkubePodApi:
             raise BindError(f"pod {namespace}/{name}: {_why(exc)}") from None
 
     def annotate_pod(
-        self, namespace: str, name: str, resource_version: str, annotations: Mapping[str, str]
+        self,
+        namespace: str,
+        name: str,
+        resource_version: str,
+        annotations: Mapping[str, str | None],
     ) -> None:
         meta: dict[str, Any] = {"annotations": dict(annotations)}
         if resource_version:

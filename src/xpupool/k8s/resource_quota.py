@@ -14,8 +14,9 @@ else enforces them.
 
 Here a namespace may have several ResourceQuotas and each holds, as Kubernetes reads quotas (HAMi
 keeps the last one seen per resource). What a namespace holds is what the cluster view charges its
-pods (bound pods from their annotations, and the placements the extender holds for pods being
-bound), so two pods judged one after the other both count. The check is made on the cards the
+pods (assigned pods, bound or not, from their annotations, as HAMi's quota counts a pod from its
+``Filter`` on; and the placements the extender holds for pods being bound), so two pods judged one
+after the other both count. The check is made on the cards the
 engine chose: a percentage or whole-card request is charged those cards' memory.
 """
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hami_objects import DONE, RUNNING, container, hami_node, hami_pod
+from hami_objects import ALLOCATED, DONE, RUNNING, TO_ALLOCATE, container, hami_node, hami_pod
 
 from xpupool.k8s.cluster_view import (
     CardShare,
@@ -322,3 +322,109 @@ def test_init_container_pods_rebuild_whatever_the_order() -> None:
         for obj in order:
             feed(view, EventType.ADDED, obj)
         assert (free_mib(view, "GPU-n-0"), free_mib(view, "GPU-n-1")) == (1920, 31920)
+
+
+# ---------------------------------------------------------------------- assigned, not bound (issue 56)
+def assigned(name: str, node: str, mib: int, phase: str = "Pending") -> dict[str, Any]:
+    """A pod HAMi's scheduler assigned to ``node`` (its ``Filter`` wrote ``hami.io/vgpu-node`` and
+    the device annotations) whose Binding has not landed: no ``spec.nodeName``."""
+    pod = hami_pod(name, node, grants=[[(f"GPU-{node}-0", mib, 0)]])
+    del pod["spec"]["nodeName"]
+    pod["metadata"]["annotations"]["hami.io/bind-phase"] = "allocating"
+    pod["status"]["phase"] = phase
+    return pod
+
+
+def test_a_pod_assigned_but_not_bound_is_charged_on_its_vgpu_node() -> None:
+    """HAMi charges a pod from the moment its ``Filter`` annotated it (``onAddPod``: the
+    ``hami.io/vgpu-node`` annotation and the decoded devices, whatever ``spec.nodeName`` says);
+    the view charged nothing until the Binding landed (seen failing first: 81920 MiB free)."""
+    view = hami_view(hami_node("n", cards=1))
+    pod = assigned("p", "n", 60000)
+    feed(view, EventType.ADDED, pod)
+    assert free_mib(view, "GPU-n-0") == 81920 - 60000
+    bound = hami_pod("p", "n", grants=[[("GPU-n-0", 60000, 0)]])
+    feed(view, EventType.MODIFIED, bound)  # its Binding lands: the same charge, not two
+    assert free_mib(view, "GPU-n-0") == 81920 - 60000
+    feed(view, EventType.DELETED, bound)
+    assert free_mib(view, "GPU-n-0") == 81920 and view.charges() == {}
+    feed(view, EventType.ADDED, assigned("q", "n", 50000))
+    feed(view, EventType.DELETED, assigned("q", "n", 50000))  # deleted before its Binding
+    assert free_mib(view, "GPU-n-0") == 81920
+
+
+def test_an_assignment_is_charged_no_longer_once_it_is_gone() -> None:
+    """An assigned pod that finished, or whose assignment annotations were removed, holds
+    nothing; one bound to another node than its ``hami.io/vgpu-node`` holds nothing on the node
+    the annotation names."""
+    view = hami_view(hami_node("n", cards=1), hami_node("m", cards=1))
+    feed(view, EventType.ADDED, assigned("p", "n", 60000, phase="Failed"))
+    assert free_mib(view, "GPU-n-0") == 81920
+    feed(view, EventType.ADDED, assigned("q", "n", 60000))
+    stripped = assigned("q", "n", 60000)
+    stripped["metadata"]["annotations"] = {}
+    feed(view, EventType.MODIFIED, stripped)
+    assert free_mib(view, "GPU-n-0") == 81920 and view.charges() == {}
+    elsewhere = assigned("r", "n", 60000)
+    elsewhere["spec"]["nodeName"] = "m"  # someone else's Binding: it runs on m, not n
+    feed(view, EventType.ADDED, elsewhere)
+    assert (free_mib(view, "GPU-n-0"), free_mib(view, "GPU-m-0")) == (81920, 81920)
+    assert view.charges() == {}
+
+
+def test_a_released_hold_is_not_charged_again_from_the_pods_own_annotations() -> None:
+    """A reservation whose annotations reached the pod stays a reservation until the Binding
+    lands: a failed bind or a released gang gives it back, and the annotations still on the pod
+    (until the extender strips them) do not charge it again. Charged from them, the pod held its
+    cards until deleted: the reverted first attempt at charging assigned pods."""
+    view = hami_view(hami_node("n", cards=1))
+    with view.engine_locked() as engine:
+        placement = engine.place(one_gpu(60000))
+        view.reserve("uid-p", placement.allocations, name="ns/p")
+    ann = assigned("p", "n", 60000)
+    ann["metadata"]["annotations"][ALLOCATED] = "GPU-n-0,NVIDIA,60000,10:;"
+    ann["metadata"]["annotations"][TO_ALLOCATE] = "GPU-n-0,NVIDIA,60000,10:;"
+    feed(view, EventType.MODIFIED, ann)  # the bind's annotations arrive, the Binding does not
+    assert free_mib(view, "GPU-n-0") == 81920 - 60000
+    assert view.unreserve("uid-p")
+    assert free_mib(view, "GPU-n-0") == 81920
+    feed(view, EventType.MODIFIED, ann)  # a later event of the pod, annotations not yet stripped
+    assert free_mib(view, "GPU-n-0") == 81920 and view.charges() == {}
+    stripped = assigned("p", "n", 60000)
+    stripped["metadata"]["annotations"] = {}
+    feed(view, EventType.MODIFIED, stripped)
+    feed(view, EventType.MODIFIED, assigned("p", "n", 20000))  # assigned anew: charged
+    assert free_mib(view, "GPU-n-0") == 81920 - 20000
+
+
+def test_filter_drops_a_pods_own_stale_assignment() -> None:
+    """HAMi's ``Filter`` first takes the pod's own charge away (``TakeAndDeletePod``): a pod
+    judged again must not be refused for what its own earlier assignment holds."""
+    view = hami_view(hami_node("n", cards=1))
+    feed(view, EventType.ADDED, assigned("p", "n", 60000))
+    assert free_mib(view, "GPU-n-0") == 81920 - 60000
+    assert not view.drop_assignment("uid-other")
+    assert view.drop_assignment("uid-p")
+    assert free_mib(view, "GPU-n-0") == 81920
+    feed(view, EventType.MODIFIED, assigned("p", "n", 60000))  # the same stale annotations
+    assert free_mib(view, "GPU-n-0") == 81920
+    feed(view, EventType.MODIFIED, hami_pod("p", "n", grants=[[("GPU-n-0", 60000, 0)]]))
+    assert free_mib(view, "GPU-n-0") == 81920 - 60000  # bound with them: charged
+    assert not view.drop_assignment("uid-p")  # a bound pod's charge is never dropped
+
+
+def test_a_released_hold_matches_its_annotations_whatever_their_rounding() -> None:
+    """A bind writes compute in the device type's units, rounded up (Moore Threads: 188
+    thousandths of a card become 3.008 sixteenths, written 4, read back as 250): the annotations
+    of a hold given back name its cards with other amounts than the hold had, and still charge
+    nothing. Seen failing first: the pod was charged 250 from them."""
+    view = view_with(gpu_node("a", count=1))
+    request = Request("p", 0, 0, DeviceRequest(count=1, memory_mib=8 * GIB, core_permille=188))
+    with view.engine_locked() as engine:
+        view.reserve("p1", engine.place(request).allocations)
+    assert view.unreserve("p1")
+    written = PodDevices("a", ((CardShare("a-gpu0", 8 * GIB, 250),),))
+    view.on_pod(
+        Event(EventType.MODIFIED, "default/p1", "p1", PodRecord("default/p1", None, 0, written))
+    )
+    assert free_mib(view, "a-gpu0") == 80 * GIB and view.charges() == {}
