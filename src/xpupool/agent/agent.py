@@ -35,7 +35,7 @@ from xpupool.agent.transport import (
 )
 from xpupool.model.errors import NotFound
 from xpupool.probes.base import DeviceInfo
-from xpupool.server.schemas import Heartbeat, NodeIn
+from xpupool.server.schemas.agent_protocol import Heartbeat, NodeIn
 
 log = logging.getLogger("xpupool.agent")
 

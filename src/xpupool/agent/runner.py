@@ -40,7 +40,7 @@ from xpupool.agent.launch import (
     spec_file,
 )
 from xpupool.agent.launch.process import write_log_line
-from xpupool.server.schemas import ReplicaReport, Work
+from xpupool.server.schemas.agent_protocol import ReplicaReport, Work
 
 log = logging.getLogger("xpupool.agent")
 
@@ -507,7 +507,7 @@ def _size(path: Path) -> int:
 
 
 def _placeholder(job_id: int, replica: int, node: str) -> Work:
-    from xpupool.server.schemas import ReplicaAssignment
+    from xpupool.server.schemas.agent_protocol import ReplicaAssignment
 
     return Work(
         job_id=job_id,
