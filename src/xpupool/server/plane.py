@@ -52,7 +52,7 @@ from xpupool.server.ownership import StoreOwnership
 from xpupool.server.pending_jobs import PendingJobs
 from xpupool.server.queue_spec import queue_spec
 from xpupool.server.retention import Retention
-from xpupool.server.schemas.agent_protocol import DeviceIn, DeviceMetrics
+from xpupool.server.schemas.agent_protocol import DeviceIn, DeviceMetrics, ReplicaState
 from xpupool.server.schemas.jobs import HOLDING_STATES, JobPhase, StopCause
 from xpupool.server.schemas.nodes import NodeStatus
 from xpupool.server.storage import meta
@@ -143,7 +143,7 @@ class HeldJob:
     priority: int
     state: JobPhase
     allocations: list[Allocation]
-    replica_states: dict[int, str] = field(default_factory=dict)
+    replica_states: dict[int, ReplicaState] = field(default_factory=dict)
     exit_codes: dict[int, int] = field(default_factory=dict)
     stop: StopCause | None = None
     stop_reason: str = ""

@@ -2,7 +2,8 @@
 else. An agent registers its node (:class:`NodeIn`, answered with :class:`Registered`), then
 heartbeats (:class:`Heartbeat`: its cards' readings and a :class:`ReplicaReport` per replica it was
 given), and each answer (:class:`HeartbeatReply`) hands it the :class:`Work` to start and the
-replicas to stop.
+replicas to stop. :class:`ReplicaState` names a replica's states, shared by the agent that reports
+them and the server that reads them.
 
 ``xpupool.agent`` imports this module and no other of the package, so that what an agent loads is
 the protocol, not the API's tenants, queues, jobs and overview. It imports the base, and the node
@@ -12,9 +13,10 @@ agent) and its answer, a :class:`Node`.
 
 from __future__ import annotations
 
-from typing import Literal
+from enum import StrEnum
+from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from xpupool.model.device import Device as DeviceRecord
 from xpupool.model.errors import RequestError
@@ -158,12 +160,38 @@ class DeviceMetrics(Lenient):
     healthy: bool | None = None
 
 
+class ReplicaState(StrEnum):
+    """Where a replica the agent was given is: running, or ended one of three ways. A str enum,
+    so the wire carries the same words as before it existed."""
+
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"  # its process exited 0
+    FAILED = "failed"  # it exited non-zero, or could not be started
+    STOPPED = "stopped"  # it was stopped (asked to, or its lease ran out) or never started
+
+
+FINAL_REPLICA_STATES = frozenset(
+    {ReplicaState.SUCCEEDED, ReplicaState.FAILED, ReplicaState.STOPPED}
+)
+"""The states a replica does not leave: its process is gone."""
+
+if TYPE_CHECKING:
+    ReplicaStateField = ReplicaState
+else:
+    ReplicaStateField = Annotated[
+        Literal[tuple(state.value for state in ReplicaState)], AfterValidator(ReplicaState)
+    ]
+"""``ReplicaReport.state``: a :class:`ReplicaState` once read. Taken in as the ``Literal`` of its
+words, which the field was before the enum: FastAPI lists every enum a field is annotated with
+as an OpenAPI component, so the document, the inline schema and the 422 text stay as they were."""
+
+
 class ReplicaReport(Lenient):
     """What the agent knows of one replica it was given."""
 
     job_id: int
     replica: int
-    state: Literal["running", "succeeded", "failed", "stopped"]
+    state: ReplicaStateField
     exit_code: int | None = None
     reason: str = ""
     pid: int | None = None

@@ -17,7 +17,14 @@ from xpupool.server import job_lifecycle as lc
 from xpupool.server.auth import Principal
 from xpupool.server.body_limit import MAX_LOG_CHUNK
 from xpupool.server.plane import ControlPlane, HeldJob, NodeRecord
-from xpupool.server.schemas.agent_protocol import Heartbeat, HeartbeatReply, ReplicaReport, Work
+from xpupool.server.schemas.agent_protocol import (
+    FINAL_REPLICA_STATES,
+    Heartbeat,
+    HeartbeatReply,
+    ReplicaReport,
+    ReplicaState,
+    Work,
+)
 from xpupool.server.schemas.jobs import JobPhase, StopCause
 from xpupool.server.schemas.nodes import NodeStatus
 from xpupool.server.services.grants import log_caps
@@ -66,7 +73,7 @@ def heartbeat(plane: ControlPlane, body: Heartbeat, who: Principal | None = None
         for r in body.replicas:
             key = (r.job_id, r.replica)
             stale = key not in given or key in strangers
-            if r.state == "running" and stale and key not in reply.stop:
+            if r.state is ReplicaState.RUNNING and stale and key not in reply.stop:
                 reply.stop.append(key)
         return reply
 
@@ -129,13 +136,13 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: ReplicaRe
     job = plane.held_jobs.get(r.job_id)
     if job is None or not any(a.replica == r.replica and a.node == node for a in job.allocations):
         return  # a replica the server no longer gives this node: the reply tells the agent to stop
-    if r.state == "running" and r.memory_used_mib:
+    if r.state is ReplicaState.RUNNING and r.memory_used_mib:
         job.device_memory_used_mib[r.replica] = dict(r.memory_used_mib)
     else:
         job.device_memory_used_mib.pop(r.replica, None)
     if job.replica_states.get(r.replica) == r.state:
         _limits(plane, conn, job, r)
-        if r.state == "running" and r.reason and job.state is JobPhase.RUNNING:
+        if r.state is ReplicaState.RUNNING and r.reason and job.state is JobPhase.RUNNING:
             _flag(plane, conn, job.id, f"replica {r.replica}: {r.reason}")
         return
     if r.stop_cause == "lease_expired" and job.stop is None:
@@ -146,22 +153,26 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: ReplicaRe
     job.replica_states[r.replica] = r.state
     if r.exit_code is not None:
         job.exit_codes[r.replica] = r.exit_code
-    if r.state == "failed" and r.reason:
+    if r.state is ReplicaState.FAILED and r.reason:
         job.failures[r.replica] = r.reason
     replicas = {a.replica for a in job.allocations}
     states = [job.replica_states.get(i) for i in replicas]
-    if r.state != "stopped" and job.state is not JobPhase.RUNNING and not _never_started(r):
+    if (
+        r.state is not ReplicaState.STOPPED
+        and job.state is not JobPhase.RUNNING
+        and not _never_started(r)
+    ):
         # a replica that ran and ended between two heartbeats was still running: record it
         started = f"(pid {r.pid})" if r.pid is not None else "(its process never started)"
         plane.apply(conn, job.id, lc.Start(f"started on {node} {started}"))
     _limits(plane, conn, job, r)
-    finished = all(st in ("succeeded", "failed", "stopped") for st in states)
-    if r.state == "failed" and job.stop is None and not finished:
+    finished = all(st in FINAL_REPLICA_STATES for st in states)
+    if r.state is ReplicaState.FAILED and job.stop is None and not finished:
         plane.apply(conn, job.id, lc.Stop(StopCause.REPLICA_FAILED, _failure(job, r.replica)))
         return
     if not finished:
         return
-    failed = [i for i in replicas if job.replica_states.get(i) != "succeeded"]
+    failed = [i for i in replicas if job.replica_states.get(i) is not ReplicaState.SUCCEEDED]
     # the job's exit code: the largest of the failed replicas' own, or empty when none of them
     # has one (stopped, or never started: a supervisor or launch failure is not "exit 0")
     codes = [job.exit_codes[i] for i in (failed or replicas) if i in job.exit_codes]
@@ -174,7 +185,7 @@ def _never_started(r: ReplicaReport) -> bool:
     """The agent reports a replica failed with neither a process nor an exit code: it did not
     start one (it could not build the launch, or it was handed an allocation that already ran
     there: docs/agent.md). The job is failed with the agent's reason, never marked started."""
-    return r.state == "failed" and r.pid is None and r.exit_code is None
+    return r.state is ReplicaState.FAILED and r.pid is None and r.exit_code is None
 
 
 def _limits(plane: ControlPlane, conn: Connection, job: HeldJob, r: ReplicaReport) -> None:
@@ -227,12 +238,12 @@ def _reply(
             rows[row["id"]] = row
     for job, alloc in held_here:
         if job.stop is not None:
-            if job.replica_states.get(alloc.replica) not in ("succeeded", "failed", "stopped"):
+            if job.replica_states.get(alloc.replica) not in FINAL_REPLICA_STATES:
                 stop.append((job.id, alloc.replica))
             continue
-        if job.replica_states.get(alloc.replica) in ("succeeded", "failed", "stopped"):
+        if job.replica_states.get(alloc.replica) in FINAL_REPLICA_STATES:
             continue
-        gone = job.replica_states.get(alloc.replica) == "running" and (
+        gone = job.replica_states.get(alloc.replica) is ReplicaState.RUNNING and (
             (job.id, alloc.replica) not in reported
         )
         if gone:
@@ -274,7 +285,7 @@ def _dispatch(plane: ControlPlane, conn: Connection, job: HeldJob, *, adopt: boo
     of an earlier run is shown as this run's; where that run's bytes start is recorded beside
     the log (:func:`append_log` keeps each byte once)."""
     nodes = ", ".join(sorted({a.node for a in job.allocations}))
-    running = "running" in job.replica_states.values()
+    running = ReplicaState.RUNNING in job.replica_states.values()
     if adopt and job.state is JobPhase.RUNNING and running:
         if job.attempt == 0:  # a run nobody counted (reported before it was handed out)
             plane.apply(conn, job.id, lc.Dispatch(1, f"attempt 1 running on {nodes}"))
