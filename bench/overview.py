@@ -31,19 +31,20 @@ import numpy as np
 
 from api import MIX, cluster_yaml
 from xpupool.probes.cluster_file import load_cluster
-from xpupool.server import schemas as s
 from xpupool.server.auth import Principal
 from xpupool.server.history import FleetHistory
 from xpupool.server.plane import ControlPlane
 from xpupool.server.scheduler_loop import schedule_pass
+from xpupool.server.schemas.jobs import JobIn
+from xpupool.server.schemas.tenants import TenantIn
 from xpupool.server.services import fleet, jobs, overview, tenants
 from xpupool.server.services.overview import snapshot
 
 ADMIN = Principal(0, "admin", None)
 
 
-def job_body(spec: str) -> s.JobIn:
-    return s.JobIn.model_validate({"spec": spec, "command": ["true"]})
+def job_body(spec: str) -> JobIn:
+    return JobIn.model_validate({"spec": spec, "command": ["true"]})
 
 
 def build(nodes: int, jobs_per_node: float, data: Path, seed: int = 0) -> ControlPlane:
@@ -57,7 +58,7 @@ def build(nodes: int, jobs_per_node: float, data: Path, seed: int = 0) -> Contro
     specs = [spec for _, spec in MIX]
     names = [f"t{k}" for k in range(8)]  # tenants' pending limits: spread the jobs over several
     for name in names:
-        tenants.create_tenant(plane, s.TenantIn(name=name))
+        tenants.create_tenant(plane, TenantIn(name=name))
     wanted = int(nodes * jobs_per_node)
     for k in range(wanted):
         who = Principal(0, "tenant", names[k % len(names)])

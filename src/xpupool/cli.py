@@ -676,7 +676,7 @@ def probe(fake_path: str | None, output: str) -> None:
 
 
 # The control plane's client commands (xpupool/client): they import httpx, pydantic and
-# server/schemas.py only, never FastAPI or SQLAlchemy (tests/unit/cli/test_imports.py).
+# server/schemas/ only, never FastAPI or SQLAlchemy (tests/unit/cli/test_imports.py).
 from xpupool.client import cli_admin, cli_catalog, cli_fleet, cli_jobs, cli_models  # noqa: E402
 
 for _command in (

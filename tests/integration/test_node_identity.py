@@ -353,7 +353,7 @@ def test_an_agent_of_another_protocol_exits_with_both_versions(pool: Pool) -> No
     patched = [
         sys.executable,
         "-c",
-        "import xpupool.server.schemas as s; s.AGENT_PROTOCOL = 99; "
+        "import xpupool.server.schemas.agent_protocol as s; s.AGENT_PROTOCOL = 99; "
         "from xpupool.cli import main; main()",
     ]
     proc, log = start_agent(

@@ -20,9 +20,9 @@ from schemathesis.generation import GenerationMode
 from server_proc import CLUSTER_MIXED
 
 from xpupool.probes.cluster_file import load_cluster
-from xpupool.server import schemas as s
 from xpupool.server.app import create_app
 from xpupool.server.plane import ControlPlane
+from xpupool.server.schemas.tenants import TenantIn
 from xpupool.server.services import fleet, tenants
 
 EXAMPLES = {GenerationMode.POSITIVE: 25, GenerationMode.NEGATIVE: 15}
@@ -34,7 +34,7 @@ def test_no_input_gives_a_5xx(tmp_path: Path) -> None:
     assert token is not None
     fleet.register_many(plane, load_cluster(CLUSTER_MIXED), source="cluster")
     # something for ids and names to hit: a tenant with a job (fuzzed ids are mostly unknown)
-    tenants.create_tenant(plane, s.TenantIn(name="t"))
+    tenants.create_tenant(plane, TenantIn(name="t"))
     app = create_app(plane, background=False)
     schema = schemathesis.openapi.from_asgi("/openapi.json", app)
     headers = {"Authorization": f"Bearer {token}"}

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from xpupool.agent.monitor import Monitor, Reading, device_metrics, over_limit
-from xpupool.agent.runner import DEFAULT_LEASE_S, FINAL, Runner
+from xpupool.agent.runner import DEFAULT_LEASE_S, Runner
 from xpupool.agent.transport import (
     AgentRefused,
     IdleHeartbeats,
@@ -35,7 +35,7 @@ from xpupool.agent.transport import (
 )
 from xpupool.model.errors import NotFound
 from xpupool.probes.base import DeviceInfo
-from xpupool.server.schemas import Heartbeat, NodeIn
+from xpupool.server.schemas.agent_protocol import FINAL_REPLICA_STATES, Heartbeat, NodeIn
 
 log = logging.getLogger("xpupool.agent")
 
@@ -293,7 +293,7 @@ class Agent:
         replicas that did end are reported in a last heartbeat."""
         for node in self.nodes:
             node.runner.poll()
-            if any(rep.state in FINAL for rep in node.runner.replicas.values()):
+            if any(rep.state in FINAL_REPLICA_STATES for rep in node.runner.replicas.values()):
                 try:
                     self.step(node, act=False)
                 except Exception as exc:

@@ -20,7 +20,7 @@ from xpupool.probes.container_runtime import RuntimeChoice
 from xpupool.server.services.replica_env import ADDRESS_LABEL
 
 if TYPE_CHECKING:
-    from xpupool.server.schemas import TaintIn
+    from xpupool.server.schemas.agent_protocol import TaintIn
 
 
 def _token(token: str | None, token_file: str | None) -> str:
@@ -60,7 +60,7 @@ def _taints(values: tuple[str, ...]) -> list[TaintIn]:
     """``--taint`` values as registration taints; a bad one is a usage error naming it."""
     from xpupool.model.errors import RequestError
     from xpupool.model.taint import check_taints, read_taint
-    from xpupool.server.schemas import TaintIn
+    from xpupool.server.schemas.agent_protocol import TaintIn
 
     taints = []
     for text in values:

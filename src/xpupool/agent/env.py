@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from xpupool.server.schemas import DeviceAssignment
+from xpupool.server.schemas.agent_protocol import DeviceAssignment
 
 # Per vendor key: the variables its runtime (and container toolkit) read to restrict devices, and
 # whether each takes indices or UUIDs. Sources: NVIDIA CUDA programming guide "CUDA Environment

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from xpupool.model.errors import RequestError
 from xpupool.probes.base import DeviceInfo
 from xpupool.probes.container_runtime import RuntimeName
-from xpupool.server.schemas import DeviceIn, NodeIn, TaintIn
+from xpupool.server.schemas.agent_protocol import DeviceIn, NodeIn, TaintIn
 
 log = logging.getLogger("xpupool.agent")
 

@@ -28,6 +28,7 @@ from prometheus_client.registry import Collector
 
 from xpupool.agent.agent import Agent
 from xpupool.agent.monitor import Reading, device_metrics
+from xpupool.server.schemas.agent_protocol import ReplicaState
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -98,7 +99,7 @@ class AgentCollector(Collector):
         )
         for node in self.agent.nodes:
             for rep in list(node.runner.replicas.values()):
-                if rep.state != "running" or not rep.memory_measured:
+                if rep.state is not ReplicaState.RUNNING or not rep.memory_measured:
                     continue
                 job, replica = str(rep.work.job_id), str(rep.work.replica)
                 for uuid, mib in rep.memory_used_mib.items():
@@ -122,7 +123,7 @@ class AgentCollector(Collector):
         )
         for node in self.agent.nodes:
             reps = list(node.runner.replicas.values())
-            running.add_metric([node.name], sum(1 for r in reps if r.state == "running"))
+            running.add_metric([node.name], sum(1 for r in reps if r.state is ReplicaState.RUNNING))
             failures.add_metric([node.name], node.heartbeat_failures)
             if node.last_heartbeat is not None:
                 seen.add_metric([node.name], node.last_heartbeat)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from xpupool.probes.base import DeviceInfo, Health, Probe, ProbeError
 from xpupool.probes.host import discover_host
-from xpupool.server.schemas import DeviceMetrics, Work
+from xpupool.server.schemas.agent_protocol import DeviceMetrics, Work
 
 log = logging.getLogger("xpupool.agent")
 

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from xpupool.model.errors import RequestError
-from xpupool.server.schemas import BOOTSTRAP_TOKEN_PREFIX
+from xpupool.server.schemas.agent_protocol import BOOTSTRAP_TOKEN_PREFIX
 
 NODE_TOKEN_FILE = "node-token"
 log = logging.getLogger("xpupool.agent")

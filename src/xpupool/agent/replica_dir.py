@@ -25,9 +25,11 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Literal
 
+from xpupool.server.schemas.agent_protocol import FINAL_REPLICA_STATES
+
 SupervisorState = Literal["starting", "running", "succeeded", "failed", "stopped"]
+"""What ``status.json`` says: ``starting``, or a replica state (``ReplicaState``'s words)."""
 StopKind = Literal["", "requested", "lease_expired", "signalled", "start_failed"]
-FINAL_SUPERVISOR = frozenset({"succeeded", "failed", "stopped"})
 REPLICAS = "replicas"
 
 
@@ -101,7 +103,7 @@ class SupervisorStatus:
 
     @property
     def final(self) -> bool:
-        return self.state in FINAL_SUPERVISOR
+        return self.state in FINAL_REPLICA_STATES
 
 
 def write_atomic(path: Path, data: bytes) -> None:

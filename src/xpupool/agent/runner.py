@@ -26,7 +26,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 from pydantic import ValidationError
 
@@ -40,12 +39,15 @@ from xpupool.agent.launch import (
     spec_file,
 )
 from xpupool.agent.launch.process import write_log_line
-from xpupool.server.schemas import ReplicaReport, Work
+from xpupool.server.schemas.agent_protocol import (
+    FINAL_REPLICA_STATES,
+    ReplicaReport,
+    ReplicaState,
+    Work,
+)
 
 log = logging.getLogger("xpupool.agent")
 
-State = Literal["running", "succeeded", "failed", "stopped"]
-FINAL: frozenset[str] = frozenset({"succeeded", "failed", "stopped"})
 NO_RUNTIME = "container images need a container runtime; none configured"
 # A lease for replicas started before any server said how long one lasts (a runner driven
 # without an agent, or a server that sends no lease_s): the default time before a node is lost.
@@ -53,7 +55,7 @@ DEFAULT_LEASE_S = 30.0
 SUPERVISOR: tuple[str, ...] = (sys.executable, "-m", "xpupool.agent.supervisor")
 """The command that starts a replica's supervisor; its run's directory and attempt follow."""
 
-__all__ = ["FINAL", "NO_RUNTIME", "Replica", "Runner", "group_alive"]
+__all__ = ["NO_RUNTIME", "Replica", "Runner", "group_alive"]
 
 LogSend = Callable[[int, int, bytes, int, int], None]
 """``send(job_id, replica, chunk, offset, attempt)``: ``offset`` is where ``chunk`` starts in
@@ -73,7 +75,7 @@ class Replica:
     spec: LaunchSpec | None = None
     status: rd.SupervisorStatus | None = None
     supervisor: subprocess.Popen[bytes] | None = None
-    state: State = "running"
+    state: ReplicaState = ReplicaState.RUNNING
     exit_code: int | None = None
     reason: str = ""
     stop_kind: str = ""
@@ -99,7 +101,9 @@ class Replica:
     def starting(self) -> bool:
         """Its supervisor has not started it yet: not reported (the server records the pid of
         the first report)."""
-        return self.state == "running" and (self.status is None or self.status.state == "starting")
+        return self.state is ReplicaState.RUNNING and (
+            self.status is None or self.status.state == "starting"
+        )
 
     @property
     def leader_done(self) -> bool:
@@ -111,7 +115,7 @@ class Replica:
             replica=self.work.replica,
             state=self.state,
             exit_code=self.exit_code,
-            reason=self.flag if self.state == "running" else self.reason,
+            reason=self.flag if self.state is ReplicaState.RUNNING else self.reason,
             pid=self.pid,
             memory_used_mib=dict(self.memory_used_mib),
             limits=self.limits,
@@ -164,7 +168,7 @@ class Runner:
         if grace_s is not None:
             self.lease_grace_s = grace_s
         for rep in self.replicas.values():
-            if rep.run_dir is not None and rep.state not in FINAL:
+            if rep.run_dir is not None and rep.state not in FINAL_REPLICA_STATES:
                 try:
                     rd.write_lease(rep.run_dir, until)
                 except OSError as exc:  # its supervisor removed the directory: it is over
@@ -184,7 +188,7 @@ class Runner:
             if current is None:  # else its own report goes first; the work comes again
                 self._answer(work, done)
             return None
-        if current is not None and current.state not in FINAL:
+        if current is not None and current.state not in FINAL_REPLICA_STATES:
             if current.run_dir is not None and current.work.attempt != work.attempt:
                 self.stop(work.job_id, work.replica)
             return None
@@ -223,7 +227,7 @@ class Runner:
             rep.state, rep.exit_code, rep.reason = done.state, done.exit_code, done.reason
             log.info("job %d replica %d: allocation %d ran here already", *rep.key, alloc)
         else:
-            rep.state, rep.exit_code = "failed", None
+            rep.state, rep.exit_code = ReplicaState.FAILED, None
             rep.reason = (
                 f"allocation {alloc} already ran on {self.node} (job {done.job_id} replica "
                 f"{done.replica}): not started"
@@ -233,7 +237,7 @@ class Runner:
 
     def _refuse(self, rep: Replica, reason: str) -> Replica:
         write_log_line(rep.log_path, reason)
-        rep.state, rep.exit_code, rep.reason = "failed", None, reason
+        rep.state, rep.exit_code, rep.reason = ReplicaState.FAILED, None, reason
         log.warning("job %d replica %d: %s", rep.work.job_id, rep.work.replica, reason)
         return rep
 
@@ -243,10 +247,10 @@ class Runner:
         rep = self.replicas.get((job_id, replica))
         if rep is None:
             rep = Replica(_placeholder(job_id, replica, self.node), Path(os.devnull))
-            rep.state, rep.reason = "stopped", "not running on this node"
+            rep.state, rep.reason = ReplicaState.STOPPED, "not running on this node"
             self.replicas[rep.key] = rep
             return
-        if rep.stop_requested or rep.state in FINAL or rep.run_dir is None:
+        if rep.stop_requested or rep.state in FINAL_REPLICA_STATES or rep.run_dir is None:
             return
         rep.stop_requested = True
         log.info("job %d replica %d: stop asked of its supervisor", job_id, replica)
@@ -257,7 +261,7 @@ class Runner:
     def poll(self) -> None:
         """Read each supervisor's status and settle each replica's state."""
         for rep in self.replicas.values():
-            if rep.state not in FINAL:
+            if rep.state not in FINAL_REPLICA_STATES:
                 self._read(rep)
 
     def _read(self, rep: Replica) -> None:
@@ -280,7 +284,7 @@ class Runner:
             else status is None or not rd.is_supervisor(rep.run_dir, status)
         )
         if status is not None and status.final:
-            rep.state = status.state  # type: ignore[assignment]  # a final SupervisorState
+            rep.state = ReplicaState(status.state)  # a final SupervisorState: one of the replica's
             rep.exit_code, rep.reason, rep.stop_kind = (
                 status.exit_code,
                 status.reason,
@@ -292,7 +296,7 @@ class Runner:
                 self._read(rep)
                 return
             # the replica dies with its supervisor (PR_SET_PDEATHSIG)
-            rep.state, rep.reason = "failed", _supervisor_ended(rep)
+            rep.state, rep.reason = ReplicaState.FAILED, _supervisor_ended(rep)
             rep.exit_code = None
 
     def reports(self) -> list[ReplicaReport]:
@@ -309,7 +313,7 @@ class Runner:
         whole log is shipped) and let their supervisors go."""
         for r in sent:
             rep = self.replicas.get((r.job_id, r.replica))
-            if rep is None or r.state not in FINAL or rep.state != r.state:
+            if rep is None or r.state not in FINAL_REPLICA_STATES or rep.state != r.state:
                 continue
             if rep.run_dir is not None and rep.shipped < _size(rep.log_path):
                 continue  # its last bytes are not on the server yet: again next heartbeat
@@ -372,7 +376,7 @@ class Runner:
         return {
             rep.key: rep.pid
             for rep in self.replicas.values()
-            if rep.pid is not None and rep.state not in FINAL
+            if rep.pid is not None and rep.state not in FINAL_REPLICA_STATES
         }
 
     def shutdown(self, timeout_s: float | None = None) -> None:
@@ -384,7 +388,7 @@ class Runner:
         deadline = self.clock() + (self.grace_s + 5.0 if timeout_s is None else timeout_s)
         while self.clock() < deadline:
             self.poll()
-            if all(rep.state in FINAL for rep in self.replicas.values()):
+            if all(rep.state in FINAL_REPLICA_STATES for rep in self.replicas.values()):
                 break
             time.sleep(0.05)
 
@@ -470,7 +474,7 @@ def _superseded(done: ReplicaReport, work: Work) -> bool:
     (which would fail the job)."""
     return (
         (done.job_id, done.replica) == (work.job_id, work.replica)
-        and done.state == "stopped"
+        and done.state is ReplicaState.STOPPED
         and done.attempt is not None
         and work.attempt > done.attempt
     )
@@ -507,7 +511,7 @@ def _size(path: Path) -> int:
 
 
 def _placeholder(job_id: int, replica: int, node: str) -> Work:
-    from xpupool.server.schemas import ReplicaAssignment
+    from xpupool.server.schemas.agent_protocol import ReplicaAssignment
 
     return Work(
         job_id=job_id,

@@ -18,8 +18,8 @@ from typing import Protocol
 import httpx
 
 from xpupool.model.errors import NotFound, XpupoolError
-from xpupool.server import schemas
-from xpupool.server.schemas import Heartbeat, HeartbeatReply, NodeIn, Registered
+from xpupool.server.schemas import agent_protocol
+from xpupool.server.schemas.agent_protocol import Heartbeat, HeartbeatReply, NodeIn, Registered
 
 FATAL_STATUS = frozenset({401, 403, 426})
 
@@ -100,7 +100,7 @@ class HttpTransport:
             base_url=server.rstrip("/"),
             headers={
                 "Authorization": f"Bearer {token}",
-                schemas.AGENT_PROTOCOL_HEADER: str(schemas.AGENT_PROTOCOL),
+                agent_protocol.AGENT_PROTOCOL_HEADER: str(agent_protocol.AGENT_PROTOCOL),
             },
             timeout=timeout_s,
             verify=verify,

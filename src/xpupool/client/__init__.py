@@ -1,6 +1,6 @@
 """The control plane's Python client and the CLI commands built on it.
 
-Imports pydantic, httpx and ``server/schemas.py`` only: never FastAPI or SQLAlchemy, so the CLI
+Imports pydantic, httpx and ``server/schemas/`` only: never FastAPI or SQLAlchemy, so the CLI
 starts fast on a laptop with no server stack (STYLE.md section 4; tests/unit/cli/test_imports.py).
 """
 

@@ -1,5 +1,5 @@
 """The typed HTTP client of the control plane: one method per endpoint, answers parsed with the
-server's own wire types (``server/schemas.py``, read leniently), failures mapped to ``ApiError`` or
+server's own wire types (``server/schemas/``, read leniently), failures mapped to ``ApiError`` or
 ``Unreachable`` as httpx maps transport errors (``httpx/_exceptions.py``)."""
 
 from __future__ import annotations
@@ -13,7 +13,14 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from xpupool.client._config import ClientConfig
 from xpupool.client._errors import ApiError, Unreachable
-from xpupool.server import schemas as s
+from xpupool.server.schemas.audit import AuditEntry
+from xpupool.server.schemas.base import ErrorBody
+from xpupool.server.schemas.devices import Accelerator, Device
+from xpupool.server.schemas.jobs import Job, JobIn
+from xpupool.server.schemas.models import CatalogModel, ModelIntent, PlanRow
+from xpupool.server.schemas.nodes import Node, NodeDeletion, NodeTaintsIn, Site
+from xpupool.server.schemas.queues import Queue, QueueIn
+from xpupool.server.schemas.tenants import Tenant, TenantIn, TenantPatch, Token, TokenIn
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -66,7 +73,7 @@ class Client:
     def _error(self, response: httpx.Response) -> ApiError:
         status = response.status_code
         try:
-            body = s.ErrorBody.model_validate(response.json())
+            body = ErrorBody.model_validate(response.json())
         except (ValueError, ValidationError):
             text = response.text.strip().splitlines()
             reason = text[0][:200] if text else response.reason_phrase
@@ -95,8 +102,8 @@ class Client:
         return model.model_validate(self._call("POST", path, json=payload).json())
 
     # ---------------------------------------------------------------------------- jobs
-    def submit(self, job: s.JobIn) -> s.Job:
-        return self._post("/v1/jobs", s.Job, job)
+    def submit(self, job: JobIn) -> Job:
+        return self._post("/v1/jobs", Job, job)
 
     def jobs(
         self,
@@ -105,14 +112,14 @@ class Client:
         queue: str | None = None,
         tenant: str | None = None,
         limit: int | None = None,
-    ) -> list[s.Job]:
-        return self._list("/v1/jobs", s.Job, state=state, queue=queue, tenant=tenant, limit=limit)
+    ) -> list[Job]:
+        return self._list("/v1/jobs", Job, state=state, queue=queue, tenant=tenant, limit=limit)
 
-    def job(self, job_id: int) -> s.Job:
-        return self._get(f"/v1/jobs/{job_id}", s.Job)
+    def job(self, job_id: int) -> Job:
+        return self._get(f"/v1/jobs/{job_id}", Job)
 
-    def cancel(self, job_id: int) -> s.Job:
-        return self._post(f"/v1/jobs/{job_id}/cancel", s.Job)
+    def cancel(self, job_id: int) -> Job:
+        return self._post(f"/v1/jobs/{job_id}/cancel", Job)
 
     def logs(self, job_id: int, *, replica: int = 0, offset: int = 0) -> bytes:
         """Raw log bytes of one replica from byte ``offset``; the next offset is ``offset + len``."""
@@ -120,85 +127,85 @@ class Client:
         return self._call("GET", f"/v1/jobs/{job_id}/logs", params=params).content
 
     # ---------------------------------------------------------------------------- fleet
-    def nodes(self, *, site: str | None = None) -> list[s.Node]:
-        return self._list("/v1/nodes", s.Node, site=site)
+    def nodes(self, *, site: str | None = None) -> list[Node]:
+        return self._list("/v1/nodes", Node, site=site)
 
-    def node(self, name: str) -> s.Node:
-        return self._get(f"/v1/nodes/{name}", s.Node)
+    def node(self, name: str) -> Node:
+        return self._get(f"/v1/nodes/{name}", Node)
 
-    def cordon_node(self, name: str, cordon: bool = True) -> s.Node:
-        return self._post(f"/v1/nodes/{name}/{'cordon' if cordon else 'uncordon'}", s.Node)
+    def cordon_node(self, name: str, cordon: bool = True) -> Node:
+        return self._post(f"/v1/nodes/{name}/{'cordon' if cordon else 'uncordon'}", Node)
 
-    def taint_node(self, name: str, change: s.NodeTaintsIn) -> s.Node:
-        return self._post(f"/v1/nodes/{quote(name, safe='')}/taints", s.Node, change)
+    def taint_node(self, name: str, change: NodeTaintsIn) -> Node:
+        return self._post(f"/v1/nodes/{quote(name, safe='')}/taints", Node, change)
 
-    def delete_node(self, name: str, *, drain: bool = False) -> s.NodeDeletion:
+    def delete_node(self, name: str, *, drain: bool = False) -> NodeDeletion:
         response = self._call(
             "DELETE", f"/v1/nodes/{quote(name, safe='')}", params={"drain": str(drain).lower()}
         )
-        return s.NodeDeletion.model_validate(response.json())
+        return NodeDeletion.model_validate(response.json())
 
-    def devices(self, *, node: str | None = None) -> list[s.Device]:
-        return self._list("/v1/devices", s.Device, node=node)
+    def devices(self, *, node: str | None = None) -> list[Device]:
+        return self._list("/v1/devices", Device, node=node)
 
-    def cordon_device(self, uuid: str, cordon: bool = True) -> s.Device:
+    def cordon_device(self, uuid: str, cordon: bool = True) -> Device:
         return self._post(
-            f"/v1/devices/{quote(uuid, safe='')}/{'cordon' if cordon else 'uncordon'}", s.Device
+            f"/v1/devices/{quote(uuid, safe='')}/{'cordon' if cordon else 'uncordon'}", Device
         )
 
-    def sites(self) -> list[s.Site]:
-        return self._list("/v1/sites", s.Site)
+    def sites(self) -> list[Site]:
+        return self._list("/v1/sites", Site)
 
-    def accelerators(self) -> list[s.Accelerator]:
-        return self._list("/v1/accelerators", s.Accelerator)
+    def accelerators(self) -> list[Accelerator]:
+        return self._list("/v1/accelerators", Accelerator)
 
-    def models(self) -> list[s.CatalogModel]:
-        return self._list("/v1/models", s.CatalogModel)
+    def models(self) -> list[CatalogModel]:
+        return self._list("/v1/models", CatalogModel)
 
-    def plan(self, body: s.ModelIntent) -> list[s.PlanRow]:
+    def plan(self, body: ModelIntent) -> list[PlanRow]:
         payload = body.model_dump(mode="json", exclude_unset=True)
-        return TypeAdapter(list[s.PlanRow]).validate_python(
+        return TypeAdapter(list[PlanRow]).validate_python(
             self._call("POST", "/v1/plan", json=payload).json()
         )
 
     # ---------------------------------------------------------------------------- tenants
-    def create_tenant(self, body: s.TenantIn) -> s.Tenant:
-        return self._post("/v1/tenants", s.Tenant, body)
+    def create_tenant(self, body: TenantIn) -> Tenant:
+        return self._post("/v1/tenants", Tenant, body)
 
-    def tenants(self) -> list[s.Tenant]:
-        return self._list("/v1/tenants", s.Tenant)
+    def tenants(self) -> list[Tenant]:
+        return self._list("/v1/tenants", Tenant)
 
-    def update_tenant(self, name: str, patch: s.TenantPatch) -> s.Tenant:
+    def update_tenant(self, name: str, patch: TenantPatch) -> Tenant:
         payload = patch.model_dump(mode="json", exclude_unset=True)
-        return s.Tenant.model_validate(
+        return Tenant.model_validate(
             self._call("PATCH", f"/v1/tenants/{quote(name)}", json=payload).json()
         )
 
-    def issue_token(self, tenant: str, body: s.TokenIn) -> s.Token:
-        return self._post(f"/v1/tenants/{tenant}/tokens", s.Token, body)
+    def issue_token(self, tenant: str, body: TokenIn) -> Token:
+        return self._post(f"/v1/tenants/{tenant}/tokens", Token, body)
 
-    def issue_agent_token(self, body: s.TokenIn) -> s.Token:
-        return self._post("/v1/tokens", s.Token, body)
+    def issue_agent_token(self, body: TokenIn) -> Token:
+        return self._post("/v1/tokens", Token, body)
 
     def audit(
         self, *, since: float | None = None, limit: int | None = None, kind: str | None = None
-    ) -> list[s.AuditEntry]:
-        return self._list("/v1/audit", s.AuditEntry, since=since, limit=limit, kind=kind)
+    ) -> list[AuditEntry]:
+        return self._list("/v1/audit", AuditEntry, since=since, limit=limit, kind=kind)
 
-    def tokens(self) -> list[s.Token]:
-        return self._list("/v1/tokens", s.Token)
+    def tokens(self) -> list[Token]:
+        return self._list("/v1/tokens", Token)
 
     def revoke_token(self, token_id: int) -> None:
         self._call("DELETE", f"/v1/tokens/{token_id}")
 
-    def put_queue(self, body: s.QueueIn) -> s.Queue:
+    def put_queue(self, body: QueueIn) -> Queue:
         payload = body.model_dump(mode="json")
-        return s.Queue.model_validate(
+        return Queue.model_validate(
             self._call("PUT", f"/v1/queues/{body.name}", json=payload).json()
         )
 
-    def queues(self) -> list[s.Queue]:
-        return self._list("/v1/queues", s.Queue)
+    def queues(self) -> list[Queue]:
+        return self._list("/v1/queues", Queue)
 
-    def queue(self, name: str) -> s.Queue:
-        return self._get(f"/v1/queues/{name}", s.Queue)
+    def queue(self, name: str) -> Queue:
+        return self._get(f"/v1/queues/{name}", Queue)

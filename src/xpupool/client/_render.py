@@ -19,7 +19,13 @@ from rich.text import Text
 
 from xpupool.fit_table import Column, FitTable
 from xpupool.model.quantity import format_mib
-from xpupool.server import schemas as s
+from xpupool.server.schemas.agent_protocol import DeviceAssignment
+from xpupool.server.schemas.audit import AuditEntry
+from xpupool.server.schemas.devices import Device
+from xpupool.server.schemas.jobs import Job, JobState
+from xpupool.server.schemas.nodes import Node, NodeStatus, Site, TaintView
+from xpupool.server.schemas.queues import Queue, QuotaResource, QuotaUsage
+from xpupool.server.schemas.tenants import Tenant, Token
 
 _STATE_STYLE = {
     "pending": "yellow",
@@ -58,7 +64,7 @@ def _short_model(vendor: str, model: str) -> str:
     return rest if sep and rest and head.lower() == vendor.lower() else model
 
 
-def _share(d: s.DeviceAssignment) -> str:
+def _share(d: DeviceAssignment) -> str:
     """The part of the card granted: '' for all of it, '25%' for that share of its compute and
     memory, '20Gi' for memory alone (compute shared best-effort), else '40Gi 30%'."""
     if d.core_permille >= 1000 and d.memory_mib >= d.card_memory_mib:
@@ -72,14 +78,14 @@ def _share(d: s.DeviceAssignment) -> str:
     return f"{format_mib(d.memory_mib)} {cores}"
 
 
-def placement_summary(job: s.Job) -> list[str]:
+def placement_summary(job: Job) -> list[str]:
     """Where a job's replicas hold devices, one entry per (node, share of a card, model) in
     replica order of first appearance: six quarter L20s on one node read '6× 25% L20 on
     sh-l20-0', not six lines. Before placement: what all its replicas ask for ('6× 25% L20')."""
     if job.assignments:
         held: dict[tuple[str, str], int] = {}  # (node, what) -> devices, in first-seen order
         for a in sorted(job.assignments, key=lambda a: a.replica):
-            cards: list[s.DeviceAssignment | None] = [*a.devices] or [None]
+            cards: list[DeviceAssignment | None] = [*a.devices] or [None]
             for d in cards:
                 what = "" if d is None else f"{_share(d)} {_short_model(d.vendor, d.model)}"
                 held[a.node, what.strip()] = held.get((a.node, what.strip()), 0) + 1
@@ -108,7 +114,7 @@ def _columns(
     return [Column(n, text=n in text, spare=rank.get(n, 0), same=n in same) for n in names]
 
 
-def jobs_table(jobs: Sequence[s.Job], now: float | None = None) -> FitTable:
+def jobs_table(jobs: Sequence[Job], now: float | None = None) -> FitTable:
     columns = _columns(
         "id", "name", "tenant", "queue", "state", "prio", "devices", "age", "reason",
         text=("name", "devices", "reason"), spare=("prio", "age", "name"),
@@ -130,7 +136,7 @@ def jobs_table(jobs: Sequence[s.Job], now: float | None = None) -> FitTable:
     return table
 
 
-def retries_text(job: s.Job) -> str:
+def retries_text(job: Job) -> str:
     """``1 of 2 (on exit_nonzero)``: retries used, the limit, the causes retried."""
     limit = "no limit" if job.max_retries is None else str(job.max_retries)
     causes = ", ".join(job.retry_on) or "nothing"
@@ -138,13 +144,13 @@ def retries_text(job: s.Job) -> str:
     return f"{job.retries} of {limit} (on {causes}){stopped}"
 
 
-def job_detail(job: s.Job, now: float | None = None) -> RenderableType:
+def job_detail(job: Job, now: float | None = None) -> RenderableType:
     head = FitTable([Column("field"), Column("value", text=True)], show_header=False)
     rows: list[tuple[str, str | Text]] = [
         ("job", f"{job.id} ({job.name})"),
         ("tenant / queue", f"{job.tenant} / {job.queue}"),
         ("state", state_text(job.state.value)),
-        ("pending reason" if job.state is s.JobState.PENDING else "reason", job.reason),
+        ("pending reason" if job.state is JobState.PENDING else "reason", job.reason),
         ("priority", str(job.priority)),
         ("flavor", job.flavor or "-"),
         ("command", " ".join(job.command) or "(image entry point)"),
@@ -192,18 +198,18 @@ def job_detail(job: s.Job, now: float | None = None) -> RenderableType:
     return Group(*parts)
 
 
-def node_status(node: s.Node) -> Text:
+def node_status(node: Node) -> Text:
     """'ready', 'lost', ..., or 'cordoned' for a ready node taken out of scheduling
     ('lost,cordoned' for a lost one)."""
     if node.schedulable:
-        ready = node.status is s.NodeStatus.READY
+        ready = node.status is NodeStatus.READY
         return Text(node.status.value, style="green" if ready else "red")
-    if node.status is s.NodeStatus.READY:
+    if node.status is NodeStatus.READY:
         return Text("cordoned", style="yellow")
     return Text(f"{node.status.value},cordoned", style="red")
 
 
-def nodes_table(nodes: Sequence[s.Node], now: float | None = None) -> FitTable:
+def nodes_table(nodes: Sequence[Node], now: float | None = None) -> FitTable:
     columns = _columns(
         "name", "site", "status", "devices free", "cpu", "memory", "taints", "heartbeat", "source",
         text=("taints",), spare=("source", "heartbeat", "taints"),
@@ -224,7 +230,7 @@ def nodes_table(nodes: Sequence[s.Node], now: float | None = None) -> FitTable:
     return table
 
 
-def taint_text(t: s.TaintView) -> str:
+def taint_text(t: TaintView) -> str:
     """``key=value:Effect`` (``key:Effect`` without a value), as ``kubectl taint`` writes it."""
     return f"{t.key}{'=' + t.value if t.value else ''}:{t.effect}"
 
@@ -233,7 +239,7 @@ def _metric(value: float | int | None, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def devices_table(devices: Sequence[s.Device]) -> FitTable:
+def devices_table(devices: Sequence[Device]) -> FitTable:
     columns = _columns(
         "node", "idx", "model", "alloc mem", "alloc cores", "state", "jobs", "used mem", "util",
         "uuid",
@@ -261,7 +267,7 @@ def devices_table(devices: Sequence[s.Device]) -> FitTable:
     return table
 
 
-def sites_table(sites: Sequence[s.Site]) -> FitTable:
+def sites_table(sites: Sequence[Site]) -> FitTable:
     columns = _columns("site", "nodes ready", "devices free", "models", text=("models",))
     table = FitTable(columns, f"{len(sites)} sites")
     for site in sites:
@@ -274,24 +280,24 @@ def sites_table(sites: Sequence[s.Site]) -> FitTable:
     return table
 
 
-def _quota_amount(resource: s.QuotaResource, amount: int | None) -> str:
+def _quota_amount(resource: QuotaResource, amount: int | None) -> str:
     if amount is None:
         return "∞"
-    if resource is s.QuotaResource.DEVICE_MEMORY_MIB:
+    if resource is QuotaResource.DEVICE_MEMORY_MIB:
         return format_mib(amount)
-    if resource is s.QuotaResource.CORES_PERMILLE:
+    if resource is QuotaResource.CORES_PERMILLE:
         return percent(amount)
     return str(amount)
 
 
 _QUOTA_LABELS = {
-    s.QuotaResource.DEVICES: "devices",
-    s.QuotaResource.DEVICE_MEMORY_MIB: "memory",
-    s.QuotaResource.CORES_PERMILLE: "cores",
+    QuotaResource.DEVICES: "devices",
+    QuotaResource.DEVICE_MEMORY_MIB: "memory",
+    QuotaResource.CORES_PERMILLE: "cores",
 }
 
 
-def quota_text(q: s.QuotaUsage, has_cohort: bool) -> str:
+def quota_text(q: QuotaUsage, has_cohort: bool) -> str:
     """'A100 devices: 2/4', plus what it may borrow when it is in a cohort; device memory reads
     'memory' (MiB, shown as 40Gi) and compute 'cores' (thousandths, shown in %)."""
     text = f"{q.flavor} {_QUOTA_LABELS[q.resource]}: "
@@ -301,7 +307,7 @@ def quota_text(q: s.QuotaUsage, has_cohort: bool) -> str:
     return text
 
 
-def queues_table(queues: Sequence[s.Queue]) -> FitTable:
+def queues_table(queues: Sequence[Queue]) -> FitTable:
     quotas = "quotas (used/nominal +borrow)"
     columns = _columns(
         "queue", "tenant", "pending", "running", quotas, "cohort", "max prio",
@@ -321,7 +327,7 @@ def queues_table(queues: Sequence[s.Queue]) -> FitTable:
     return table
 
 
-def tenants_table(tenants: Sequence[s.Tenant], now: float | None = None) -> FitTable:
+def tenants_table(tenants: Sequence[Tenant], now: float | None = None) -> FitTable:
     """Limits read as used/limit: pending jobs, pending replicas, logs kept (MiB); replicas and
     log MiB per job alone."""
     columns = _columns(
@@ -363,7 +369,7 @@ def until(at: float | None, now: float | None = None) -> str:
     return f"in {int(delta)}s"
 
 
-def tokens_table(tokens: Sequence[s.Token], now: float | None = None) -> FitTable:
+def tokens_table(tokens: Sequence[Token], now: float | None = None) -> FitTable:
     columns = _columns(
         "id", "tenant", "role", "node", "name", "created", "expires", "revoked", text=("name",)
     )
@@ -383,7 +389,7 @@ def tokens_table(tokens: Sequence[s.Token], now: float | None = None) -> FitTabl
     return table
 
 
-def audit_table(entries: Sequence[s.AuditEntry], now: float | None = None) -> FitTable:
+def audit_table(entries: Sequence[AuditEntry], now: float | None = None) -> FitTable:
     columns = _columns(
         "when", "who", "action", "target", "status", "result", text=("who", "target", "result")
     )
@@ -407,7 +413,7 @@ def audit_table(entries: Sequence[s.AuditEntry], now: float | None = None) -> Fi
     return table
 
 
-def audit_result(e: s.AuditEntry) -> str:
+def audit_result(e: AuditEntry) -> str:
     """The row's result; an aggregated row says how many and over how long first, the reason
     given being the last one's: '285x in 58 s, last: node n2: ...'."""
     if e.count <= 1:

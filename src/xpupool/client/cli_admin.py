@@ -20,7 +20,9 @@ from xpupool.client._cli_common import (
 from xpupool.client._render import audit_table, queues_table, tenants_table, tokens_table, until
 from xpupool.client._times import expiry, since
 from xpupool.model.errors import RequestError
-from xpupool.server import schemas as s
+from xpupool.server.schemas.audit import AuditKind
+from xpupool.server.schemas.queues import QueueIn, QueuePreemption, UnlistedFlavors
+from xpupool.server.schemas.tenants import TenantIn, TenantPatch, TokenIn
 
 
 @click.group()
@@ -57,7 +59,7 @@ def tenant_create(
     """Create a tenant and its default queue (same name, no quota)."""
     given = {k: v for k, v in limits.items() if v is not None}
     try:
-        body = s.TenantIn(name=name, weight=weight, **given)
+        body = TenantIn(name=name, weight=weight, **given)
     except ValidationError as exc:
         raise request_error(exc) from None
     with make_client(url, token) as client:
@@ -91,7 +93,7 @@ def tenant_set(
     if weight is not None:
         given["weight"] = weight
     try:
-        patch = s.TenantPatch(**given)
+        patch = TenantPatch(**given)
     except ValidationError as exc:
         raise request_error(exc) from None
     with make_client(url, token) as client:
@@ -172,7 +174,7 @@ def token_issue(
     if expires is not None:
         fields.update(expiry("--expires", expires))
     try:
-        body = s.TokenIn.model_validate(fields)
+        body = TokenIn.model_validate(fields)
     except ValidationError as exc:
         raise request_error(exc) from None
     with make_client(url, token) as client:
@@ -255,7 +257,7 @@ def build_queue(
     max_priority: int | None = None,
     preemption: str | None = None,
     unlisted_flavors: str | None = None,
-) -> s.QueueIn:
+) -> QueueIn:
     """The queue body: the ``-f`` file (a QueueIn as YAML), then flags on top (``--quota``
     replaces the file's quotas). Raises ``RequestError`` naming the file and the field."""
     body: dict[str, Any] = load_yaml(file) if file else {}
@@ -267,7 +269,7 @@ def build_queue(
     if quotas:
         body["quotas"] = [_quota(q) for q in quotas]
     try:
-        return s.QueueIn.model_validate(body)
+        return QueueIn.model_validate(body)
     except ValidationError as exc:
         raise request_error(exc, file or "") from None
 
@@ -292,12 +294,12 @@ def build_queue(
 )
 @click.option(
     "--preemption",
-    type=click.Choice([p.value for p in s.QueuePreemption]),
+    type=click.Choice([p.value for p in QueuePreemption]),
     help="may its jobs stop lower-priority ones for room [default: lower_priority]",
 )
 @click.option(
     "--unlisted-flavors",
-    type=click.Choice([u.value for u in s.UnlistedFlavors]),
+    type=click.Choice([u.value for u in UnlistedFlavors]),
     help="devices no --quota names: usable without quota, or not at all [default: allow]",
 )
 @connection_options
@@ -346,7 +348,7 @@ def queue_show(name: str, url: str | None, token: str | None, output: str) -> No
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 10_000))
 @click.option(
     "--kind",
-    type=click.Choice([k.value for k in s.AuditKind]),
+    type=click.Choice([k.value for k in AuditKind]),
     help="admin actions, agents' registrations, or agents' refused requests only",
 )
 @connection_options

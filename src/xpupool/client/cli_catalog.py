@@ -17,7 +17,7 @@ from xpupool.client._cli_common import (
 from xpupool.client._errors import Unreachable
 from xpupool.client._render import _columns
 from xpupool.fit_table import FitTable
-from xpupool.server import schemas as s
+from xpupool.server.schemas.devices import Accelerator
 
 
 @click.command(epilog=CONNECTION_HELP)
@@ -48,7 +48,7 @@ def accelerators(
         from xpupool.catalog import list_accelerators, load_accelerators
 
         rows = [
-            s.Accelerator.model_validate(asdict(r)) for r in list_accelerators(load_accelerators())
+            Accelerator.model_validate(asdict(r)) for r in list_accelerators(load_accelerators())
         ]
     else:
         try:
@@ -66,7 +66,7 @@ def accelerators(
     emit(output, rows, lambda: accelerators_table(rows))
 
 
-def accelerators_table(rows: Sequence[s.Accelerator]) -> FitTable:
+def accelerators_table(rows: Sequence[Accelerator]) -> FitTable:
     """One line per model; a model the catalog lacks says so in the family column. Fits the
     terminal as every table does: aliases wrap, and go first when the width is short."""
     counted = any(r.in_pool is not None for r in rows)

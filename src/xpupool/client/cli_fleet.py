@@ -23,7 +23,7 @@ from xpupool.client._render import devices_table, nodes_table, queues_table, sit
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
-    from xpupool.server.schemas import NodeTaintsIn
+    from xpupool.server.schemas.nodes import NodeTaintsIn
 
 
 @click.command(epilog=CONNECTION_HELP)
@@ -216,7 +216,7 @@ def taint_change(changes: Sequence[str], overwrite: bool) -> NodeTaintsIn:
     """``kubectl taint``'s arguments as the API's change; a bad one is a usage error naming it."""
     from xpupool.model.errors import RequestError
     from xpupool.model.taint import check_key, parse_effect, read_taint
-    from xpupool.server.schemas import NodeTaintsIn, TaintIn, TaintKeyIn
+    from xpupool.server.schemas.nodes import NodeTaintsIn, TaintIn, TaintKeyIn
 
     add: list[TaintIn] = []
     remove: list[TaintKeyIn] = []

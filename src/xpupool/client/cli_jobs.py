@@ -23,7 +23,8 @@ from xpupool.client._times import duration_s
 from xpupool.client.cli_models import intent, model_options, plan_table
 from xpupool.model.errors import RequestError
 from xpupool.model.job_text import env_pair, retry_causes
-from xpupool.server import schemas as s
+from xpupool.server.schemas.jobs import FINAL_STATES, Job, JobIn, JobState
+from xpupool.server.schemas.models import ModelIntent
 
 WAIT_POLL_S = 0.5
 
@@ -55,7 +56,7 @@ def build_job(
     file: str | None,
     overrides: dict[str, Any],
     env: dict[str, str],
-) -> s.JobIn:
+) -> JobIn:
     """The job body: the ``-f`` file (a JobIn as YAML) if any, then the spec, argv and flags on top.
 
     Raises ``RequestError`` naming the file and field on a typo (request bodies are strict)."""
@@ -69,17 +70,17 @@ def build_job(
         body["env"] = {**(body.get("env") or {}), **env}
     body.update({k: v for k, v in overrides.items() if v is not None})
     try:
-        return s.JobIn.model_validate(body)
+        return JobIn.model_validate(body)
     except ValidationError as exc:
         raise request_error(exc, file or "") from None
 
 
-def wait_for(client: Client, job: s.Job, until: str, timeout_s: float) -> s.Job:
+def wait_for(client: Client, job: Job, until: str, timeout_s: float) -> Job:
     """Poll until the job holds devices ('scheduled') or ends ('finished'); a final state ends
     either wait. Raises ``RequestError`` on timeout (the job keeps its place)."""
-    targets = set(s.FINAL_STATES)
+    targets = set(FINAL_STATES)
     if until == "scheduled":
-        targets |= {s.JobState.SCHEDULED, s.JobState.RUNNING}
+        targets |= {JobState.SCHEDULED, JobState.RUNNING}
     deadline = time.monotonic() + timeout_s
     while job.state not in targets:
         if time.monotonic() > deadline:
@@ -186,7 +187,7 @@ def submit(
         block = intent(model, task, precision, context, concurrency, method)
         if dry_run:
             with make_client(url, token) as client:
-                rows = client.plan(s.ModelIntent.model_validate(block))
+                rows = client.plan(ModelIntent.model_validate(block))
             emit(output, rows, lambda: plan_table([r for r in rows if r.feasible]))
             return
         overrides["model"] = block | ({"model_path": model_path} if model_path else {})
@@ -199,12 +200,12 @@ def submit(
             job = wait_for(client, job, until, timeout)
     if output == "json" or wait:
         emit(output, job, lambda: job_detail(job))
-    if wait and until == "finished" and job.state is not s.JobState.SUCCEEDED:
+    if wait and until == "finished" and job.state is not JobState.SUCCEEDED:
         ctx.exit(1)
 
 
 @click.command(epilog=CONNECTION_HELP)
-@click.option("--state", type=click.Choice([st.value for st in s.JobState]))
+@click.option("--state", type=click.Choice([st.value for st in JobState]))
 @click.option("--queue")
 @click.option("--tenant", help="admin only")
 @click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
@@ -273,7 +274,7 @@ def logs(
                 click.echo(chunk, nl=False)  # bytes go to the binary stream as they are
                 offset += len(chunk)
                 continue
-            if not follow or client.job(job_id).state in s.FINAL_STATES:
+            if not follow or client.job(job_id).state in FINAL_STATES:
                 # one last read: output written between the read and the state check
                 rest = client.logs(job_id, replica=replica, offset=offset) if follow else b""
                 click.echo(rest, nl=False)

@@ -25,7 +25,7 @@ from xpupool.client._errors import Unreachable
 from xpupool.client._render import _columns
 from xpupool.fit_table import FitTable
 from xpupool.model.errors import RequestError
-from xpupool.server import schemas as s
+from xpupool.server.schemas.models import CatalogModel, ModelIntent, PlanRow
 
 F = TypeVar("F", bound=Callable[..., Any])
 _CONTEXT = re.compile(r"^\s*(\d+)\s*([kKmM]?)\s*$")
@@ -92,7 +92,7 @@ def intent(
     return body
 
 
-def offline_plan(body: s.ModelIntent) -> list[s.PlanRow]:
+def offline_plan(body: ModelIntent) -> list[PlanRow]:
     """The catalog-only plan, computed here exactly as the server would without a pool."""
     from xpupool.catalog import load_accelerators
     from xpupool.catalog.models import load_models
@@ -108,7 +108,7 @@ def offline_plan(body: s.ModelIntent) -> list[s.PlanRow]:
         method=body.method,
     )
     rows = plan(request, load_accelerators(), models, None)
-    return [s.PlanRow.model_validate(asdict(r)) for r in rows]
+    return [PlanRow.model_validate(asdict(r)) for r in rows]
 
 
 @click.command("plan", epilog=CONNECTION_HELP)
@@ -139,9 +139,7 @@ def plan_command(
     xpupool plan --model qwen2.5-72b --task serve --context 32k --concurrency 16
     xpupool plan --model deepseek-r1 --precision fp8 --catalog-only -o json
     """
-    body = s.ModelIntent.model_validate(
-        intent(model, task, precision, context, concurrency, method)
-    )
+    body = ModelIntent.model_validate(intent(model, task, precision, context, concurrency, method))
     if catalog_only:
         rows = offline_plan(body)
     else:
@@ -157,7 +155,7 @@ def plan_command(
     emit(output, rows, lambda: plan_table(rows))
 
 
-def plan_table(rows: Sequence[s.PlanRow]) -> FitTable:
+def plan_table(rows: Sequence[PlanRow]) -> FitTable:
     names = ["device", "vendor", "cards", "nodes", "tp", "pp", "mem/card", "tok/s", "power"]
     names += ["link", "runtime", "fits"]
     columns = _columns(
@@ -198,7 +196,7 @@ def models_command(catalog_only: bool, url: str | None, token: str | None, outpu
         from xpupool.catalog.models import load_models
 
         rows = [
-            s.CatalogModel.model_validate(
+            CatalogModel.model_validate(
                 {**asdict(m), "aliases": list(m.aliases), "precisions": list(m.precisions)}
                 | {"runtimes": list(m.runtimes)}
             )
@@ -210,7 +208,7 @@ def models_command(catalog_only: bool, url: str | None, token: str | None, outpu
     emit(output, rows, lambda: models_table(rows))
 
 
-def models_table(rows: Sequence[s.CatalogModel]) -> FitTable:
+def models_table(rows: Sequence[CatalogModel]) -> FitTable:
     """The catalog's models, one a row. Names and numbers are fixed cells (docs/cli.md: never
     cut); at 80 columns they and the precisions cannot all fit beside the hub id and runtimes
     (issue 42), so those two give way first, said in the title: the name is what ``plan`` and

@@ -1,10 +1,10 @@
 """xpupool's own Node annotations: the devices the node agent found, and its heartbeat.
 
 ``xpupool.io/devices`` holds ``{"version": 1, "devices": [...]}``, each device in the one wire form
-every other front uses (``server/schemas.py`` ``DeviceIn``: what ``xpupool agent`` registers with
-the embedded server), so a card reads the same whether it came from a probe, the REST API or a
-Node. ``xpupool.io/heartbeat`` is the time of the agent's last pass, RFC 3339 in UTC, as
-Kubernetes writes its own times (``metav1.Time``: ``2026-11-27T05:10:45Z``).
+every other front uses (``DeviceIn`` of ``server/schemas/agent_protocol.py``: what ``xpupool
+agent`` registers with the embedded server), so a card reads the same whether it came from a
+probe, the REST API or a Node. ``xpupool.io/heartbeat`` is the time of the agent's last pass,
+RFC 3339 in UTC, as Kubernetes writes its own times (``metav1.Time``: ``2026-11-27T05:10:45Z``).
 
 The text is deterministic (sorted keys, devices in index order, no spaces), so the agent compares
 texts to decide whether a patch is needed. Reading is lenient on unknown device fields (a newer
@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pydantic import ValidationError
 
 from xpupool.model.errors import RequestError
-from xpupool.server.schemas import DeviceIn
+from xpupool.server.schemas.agent_protocol import DeviceIn
 
 DEVICES_KEY = "xpupool.io/devices"
 HEARTBEAT_KEY = "xpupool.io/heartbeat"

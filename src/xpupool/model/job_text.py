@@ -1,7 +1,7 @@
 """The text a person types for a job's environment and retry causes, read one way by the CLI's
 flags (``--env K=V``, ``--retry-on``) and the dashboard's submit form, so that the two never read
 the same words differently. Only the shape is read here; the names and causes are the API's to
-check (``server/schemas.py`` ``JobIn``), which names the field of any it refuses."""
+check (``server/schemas/jobs.py`` ``JobIn``), which names the field of any it refuses."""
 
 from __future__ import annotations
 

@@ -27,9 +27,8 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Engine, delete, insert, select, update
 
 from xpupool.model.errors import Unavailable
-from xpupool.server import schemas as s
 from xpupool.server.auth import Principal
-from xpupool.server.schemas import AuditKind
+from xpupool.server.schemas.audit import AuditEntry, AuditKind
 from xpupool.server.storage.audit import audit as t_audit
 from xpupool.server.storage.audit import kind_of
 
@@ -313,7 +312,7 @@ class AuditLog:
 
     def entries(
         self, since: float | None, limit: int, kind: AuditKind | None = None
-    ) -> list[s.AuditEntry]:
+    ) -> list[AuditEntry]:
         """The newest ``limit`` rows (of ``kind``; None = every kind) whose last occurrence is
         at or after ``since`` (Unix time; None = any), oldest first, with every refusal counted
         so far (the runs are flushed first, when the store takes writes)."""
@@ -326,4 +325,4 @@ class AuditLog:
             query = query.where(t_audit.c.kind == kind.value)
         with self.db.connect() as conn:
             rows = conn.execute(query).mappings().all()
-        return [s.AuditEntry.model_validate(dict(r)) for r in reversed(rows)]
+        return [AuditEntry.model_validate(dict(r)) for r in reversed(rows)]

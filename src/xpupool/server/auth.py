@@ -7,7 +7,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Literal
 
-from xpupool.server.schemas import BOOTSTRAP_TOKEN_PREFIX
+from xpupool.server.schemas.agent_protocol import BOOTSTRAP_TOKEN_PREFIX
 
 Role = Literal["admin", "tenant", "agent", "bootstrap", "metrics"]
 TOKEN_PREFIX = "xpp_"

@@ -19,7 +19,7 @@ from xpupool.engine.state import ClusterState
 from xpupool.model.allocation import Allocation
 from xpupool.model.errors import Conflict, OverCommit
 from xpupool.server import job_lifecycle as lc
-from xpupool.server.schemas import StopCause
+from xpupool.server.schemas.jobs import StopCause
 
 if TYPE_CHECKING:
     from xpupool.server.plane import ControlPlane

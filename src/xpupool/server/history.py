@@ -29,9 +29,9 @@ from sqlalchemy import Connection, and_, delete, func, insert, select
 from sqlalchemy.exc import OperationalError
 
 from xpupool.model.errors import RequestError
-from xpupool.server import schemas as s
 from xpupool.server.health import store_failure
 from xpupool.server.plane import ControlPlane
+from xpupool.server.schemas.overview import History, HistorySeries
 from xpupool.server.services.overview import Snapshot, layout, snapshot
 from xpupool.server.storage.history import SERIES, fleet_history
 
@@ -244,7 +244,7 @@ class FleetHistory:
 
 def history_series(
     plane: ControlPlane, window: str, site: str | None, model: str | None
-) -> s.History:
+) -> History:
     """The series of (``site``, ``model``) over ``window`` (see the module docstring).
     RequestError names ``window``, ``site`` or ``model`` when it is unknown."""
     if window not in WINDOWS:
@@ -278,7 +278,7 @@ def history_series(
         rows = list(conn.execute(query).mappings())
     kept = [n for n in SERIES if _kept_for(n, site, model)]
     series = [
-        s.HistorySeries(
+        HistorySeries(
             name=name,
             site=site,
             model=model,
@@ -291,7 +291,7 @@ def history_series(
         if tier == RAW
         else next(x.step_s for x in DEFAULT_TIERS if x.name == tier)
     )
-    return s.History(window=window, step_s=step, series=series)  # type: ignore[arg-type]
+    return History(window=window, step_s=step, series=series)  # type: ignore[arg-type]
 
 
 def _kept_for(name: str, site: str | None, model: str | None) -> bool:

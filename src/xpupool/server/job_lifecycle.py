@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xpupool.model.errors import Conflict
-from xpupool.server.schemas import (
+from xpupool.server.schemas.jobs import (
     DEFAULT_BACKOFF_MAX_S,
     DEFAULT_BACKOFF_S,
     DEFAULT_RETRY_ON,

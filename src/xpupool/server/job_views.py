@@ -7,20 +7,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from xpupool.server import schemas as s
 from xpupool.server.job_lifecycle import retry_policy
+from xpupool.server.schemas.agent_protocol import ReplicaAssignment
+from xpupool.server.schemas.jobs import Job, JobEvent, JobPhase
 from xpupool.server.wire_values import readable
 
 
-def job_view(row: Any, assignments: list[s.ReplicaAssignment]) -> s.Job:
+def job_view(row: Any, assignments: list[ReplicaAssignment]) -> Job:
     """The API form of job ``row`` with ``assignments``; reads nothing live (no lock)."""
     shown = readable  # a lone surrogate an older release stored would make the reply fail
-    return s.Job(
+    return Job(
         id=row["id"],
         name=shown(row["name"]),
         tenant=row["tenant"],
         queue=row["queue"],
-        state=s.JobPhase(row["state"]),
+        state=JobPhase(row["state"]),
         reason=shown(row["reason"]),
         priority=row["priority"],
         request=shown(row["request"]),
@@ -51,12 +52,12 @@ class Submitted:
     row: dict[str, Any]
     reasons: tuple[str, ...]
 
-    def view(self) -> s.Job:
+    def view(self) -> Job:
         """The job as ``POST /v1/jobs`` answers it: pending as committed."""
         job = job_view(self.row, [])
-        phase = s.JobPhase(self.row["state"])
+        phase = JobPhase(self.row["state"])
         at = self.row["created_at"]
-        job.events = [s.JobEvent(at=at, state=phase, reason=reason) for reason in self.reasons]
+        job.events = [JobEvent(at=at, state=phase, reason=reason) for reason in self.reasons]
         return job
 
     def wire(self) -> dict[str, Any]:

@@ -40,7 +40,6 @@ from xpupool.model.request import Request
 from xpupool.model.request_model import request_from_dict
 from xpupool.model.taint import Taint
 from xpupool.server import job_lifecycle as lc
-from xpupool.server import schemas as s
 from xpupool.server.audit import AuditKeep, AuditLog
 from xpupool.server.auth import AGENT_ROLES, Principal
 from xpupool.server.consistency import Problem, problem_for, settle
@@ -53,7 +52,9 @@ from xpupool.server.ownership import StoreOwnership
 from xpupool.server.pending_jobs import PendingJobs
 from xpupool.server.queue_spec import queue_spec
 from xpupool.server.retention import Retention
-from xpupool.server.schemas import StopCause
+from xpupool.server.schemas.agent_protocol import DeviceIn, DeviceMetrics, ReplicaState
+from xpupool.server.schemas.jobs import HOLDING_STATES, JobPhase, StopCause
+from xpupool.server.schemas.nodes import NodeStatus
 from xpupool.server.storage import meta
 from xpupool.server.storage.driver_insert import insert_rows, update_rows
 from xpupool.server.storage.fleet import nodes as t_nodes
@@ -87,7 +88,7 @@ class NodeRecord:
 
     node: Node
     source: str
-    status: s.NodeStatus
+    status: NodeStatus
     cordoned: bool
     cordoned_devices: set[str]
     arch: str
@@ -140,9 +141,9 @@ class HeldJob:
     queue: str
     flavor: str
     priority: int
-    state: s.JobPhase
+    state: JobPhase
     allocations: list[Allocation]
-    replica_states: dict[int, str] = field(default_factory=dict)
+    replica_states: dict[int, ReplicaState] = field(default_factory=dict)
     exit_codes: dict[int, int] = field(default_factory=dict)
     stop: StopCause | None = None
     stop_reason: str = ""
@@ -160,7 +161,7 @@ class HeldJob:
     @property
     def may_run(self) -> bool:
         """True once an agent may have started a process: stopping must then wait for it."""
-        return self.state is s.JobPhase.RUNNING or bool(self.handed)
+        return self.state is JobPhase.RUNNING or bool(self.handed)
 
     @property
     def stopping(self) -> str | None:
@@ -281,7 +282,7 @@ class ControlPlane:
         # nodes the admin deleted or took over while this server runs: the in-process agent,
         # which has no token to revoke, speaks for them no more (services/node_identity.py)
         self.released_nodes: set[str] = set()
-        self.metrics: dict[str, s.DeviceMetrics] = {}
+        self.metrics: dict[str, DeviceMetrics] = {}
         self.live = LiveMetrics()  # the same readings as columns, and a ring per card
         self.pending: PendingJobs[PendingJob] = PendingJobs()  # counts per tenant (limits)
         self.held: dict[int, HeldJob] = {}
@@ -370,7 +371,7 @@ class ControlPlane:
                     self.queue_profiles[row["name"]] = row["profile"]
             held_rows = conn.execute(
                 select(t_jobs)
-                .where(t_jobs.c.state.in_([st.value for st in s.HOLDING_STATES]))
+                .where(t_jobs.c.state.in_([st.value for st in HOLDING_STATES]))
                 .order_by(t_jobs.c.id)
             ).mappings()
             for row in held_rows:
@@ -390,7 +391,7 @@ class ControlPlane:
             self.next_job_id = max(int(top or 0) + 1, int(first or 1))
             self.allocation_ids.seen(first_allocation_id(conn) - 1)  # every id below is used
             pending_rows = conn.execute(
-                select(t_jobs).where(t_jobs.c.state == s.JobPhase.PENDING.value)
+                select(t_jobs).where(t_jobs.c.state == JobPhase.PENDING.value)
             ).mappings()
             for row in pending_rows:
                 self.pending[row["id"]] = pending_from_row(row)
@@ -416,7 +417,7 @@ class ControlPlane:
         return NodeRecord(
             node=node,
             source=row["source"],
-            status=s.NodeStatus(row["status"]),
+            status=NodeStatus(row["status"]),
             cordoned=not row["schedulable"],
             cordoned_devices=set(row["cordoned_devices"]),
             arch=row["arch"],
@@ -470,7 +471,7 @@ class ControlPlane:
         before it did, so no id is handed out twice however often the engine is rebuilt."""
         state = ClusterState([r.node for r in nodes.values()], seed=self.seed)
         for rec in nodes.values():
-            if rec.cordoned or rec.status is s.NodeStatus.LOST:
+            if rec.cordoned or rec.status is NodeStatus.LOST:
                 state.set_node_schedulable(rec.node.name, False)
             for uuid in rec.cordoned_devices | rec.draining:
                 if uuid in state.uuid_slot:
@@ -774,7 +775,7 @@ class ControlPlane:
         if isinstance(event, lc.Start) or (
             isinstance(event, lc.Dispatch)
             and status is not None
-            and status.phase is s.JobPhase.RUNNING
+            and status.phase is JobPhase.RUNNING
         ):
             cols["started_at"] = now  # a run again after a restart has no Start: it ran before
         if out.requeue and status is not None:
@@ -791,7 +792,7 @@ class ControlPlane:
             if out.release or out.requeue:
                 writes.flush(conn)  # both go on to read or write the store
         if held is not None:
-            if out.phase in s.HOLDING_STATES:
+            if out.phase in HOLDING_STATES:
                 held.state = out.phase
             held.stop = out.stop
             held.stop_reason = out.stop_reason if out.stop else ""
@@ -801,7 +802,7 @@ class ControlPlane:
                 held.started_at = now
             if out.release:
                 self.release_job(conn, held)
-        elif out.phase is not s.JobPhase.PENDING:
+        elif out.phase is not JobPhase.PENDING:
             self.pending.pop(job_id, None)
         if out.requeue:  # read back: the row as stored now (its retry's not_before)
             row = conn.execute(select(t_jobs).where(t_jobs.c.id == job_id)).mappings().one()
@@ -814,14 +815,14 @@ class ControlPlane:
         """The job as the transition sees it (None: not stored). A placement or a start needs
         only memory; a stop or an end reads the job's retry policy from the store."""
         if held is not None:
-            phase: s.JobPhase = held.state
+            phase: JobPhase = held.state
         elif job_id in self.pending:
-            phase = s.JobPhase.PENDING
+            phase = JobPhase.PENDING
         else:
             stored = conn.execute(select(t_jobs.c.state).where(t_jobs.c.id == job_id)).scalar()
             if stored is None:
                 return None
-            phase = s.JobPhase(stored)
+            phase = JobPhase(stored)
         stop, stop_reason = (held.stop, held.stop_reason) if held else (None, "")
         may_run = held.may_run if held else False
         if not isinstance(event, (lc.Stop, lc.Ended, lc.Lost, lc.LeaseExpired)):
@@ -922,7 +923,7 @@ class ControlPlane:
             log.warning("node %s uncordoned: its deletion is cancelled", name)
         conn.execute(update(t_nodes).where(t_nodes.c.name == name).values(**values))
         self.engine.state.set_node_schedulable(
-            name, not cordoned and rec.status is s.NodeStatus.READY
+            name, not cordoned and rec.status is NodeStatus.READY
         )
         if not cordoned:
             self.bump()
@@ -976,7 +977,7 @@ class ControlPlane:
 
 # ---------------------------------------------------------------------------- row conversions
 def device_from_dict(d: dict[str, object]) -> Device:
-    return s.DeviceIn.model_validate(d).to_device()
+    return DeviceIn.model_validate(d).to_device()
 
 
 def node_from_row(row: object) -> Node:
@@ -1040,7 +1041,7 @@ def drain_target(row: object) -> Node | None:
 
 
 def device_to_dict(d: Device) -> dict[str, object]:
-    return s.DeviceIn.from_device(d).model_dump()
+    return DeviceIn.from_device(d).model_dump()
 
 
 def allocation_to_dict(a: Allocation) -> dict[str, object]:
@@ -1103,7 +1104,7 @@ def held_from_row(row: object) -> HeldJob:
         r["queue"],
         r["flavor"] or "*",
         r["priority"],
-        s.JobPhase(r["state"]),
+        JobPhase(r["state"]),
         [],
         stop=stop,
         stop_reason=str(r["reason"]).removeprefix(STOPPING) if stop else "",

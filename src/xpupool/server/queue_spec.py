@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from xpupool.engine.cycle import Preemption, QueueSpec, Quota, Resource, Unlisted
-from xpupool.server import schemas as s
+from xpupool.server.schemas.queues import QueueIn, QuotaIn
 
 
 def queue_spec(
@@ -23,7 +23,7 @@ def queue_spec(
     the policies as stored (None, from before their columns: the defaults)."""
     out = []
     for q in quotas:
-        qi = s.QuotaIn.model_validate(q)
+        qi = QuotaIn.model_validate(q)
         out.append(Quota(qi.flavor, Resource(qi.resource.value), qi.nominal, qi.borrowing_limit))
     policy = Preemption(preemption) if preemption else Preemption.LOWER_PRIORITY
     unlisted = Unlisted(unlisted_flavors) if unlisted_flavors else Unlisted.ALLOW
@@ -32,7 +32,7 @@ def queue_spec(
     )
 
 
-def queue_spec_of(body: s.QueueIn, weight: float = 1.0) -> QueueSpec:
+def queue_spec_of(body: QueueIn, weight: float = 1.0) -> QueueSpec:
     """The engine's queue for a ``QueueIn`` body."""
     quotas = [q.model_dump(mode="json") for q in body.quotas]
     return queue_spec(

@@ -25,9 +25,8 @@ from xpupool.engine.cycle.admission import Admitted
 from xpupool.engine.cycle.cycle import INADMISSIBLE, Place, Preempt, Wait
 from xpupool.model.errors import Unavailable
 from xpupool.server import job_lifecycle as lc
-from xpupool.server import schemas as s
 from xpupool.server.plane import ControlPlane, HeldJob, PendingJob, allocation_to_dict
-from xpupool.server.schemas import StopCause
+from xpupool.server.schemas.jobs import JobPhase, StopCause
 from xpupool.server.storage.job_writes import JobWrites
 
 log = logging.getLogger("xpupool.scheduler")
@@ -241,7 +240,7 @@ def _still_pending(
     job.tried = gen
     if reason != job.reason:
         if reason.startswith(INADMISSIBLE) != job.reason.startswith(INADMISSIBLE):
-            state = s.JobPhase.PENDING.value
+            state = JobPhase.PENDING.value
             writes.event({"job_id": job.id, "at": plane.clock(), "state": state, "reason": reason})
         job.reason = reason
         writes.update(job.id, {"reason": reason})
@@ -259,7 +258,7 @@ def _record_placement(
             job.queue,
             outcome.flavor,
             job.priority,
-            s.JobPhase.ADMITTED,
+            JobPhase.ADMITTED,
             allocs,
             max_runtime_s=job.max_runtime_s,
             attempt=job.attempts,

@@ -28,8 +28,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from xpupool.client._cli_common import load_yaml, request_error
 from xpupool.engine.cycle import Preemption, QueueSpec
 from xpupool.model.errors import RequestError
-from xpupool.server import schemas as s
 from xpupool.server.queue_spec import queue_spec_of
+from xpupool.server.schemas.base import Name
+from xpupool.server.schemas.queues import QueueIn
 from xpupool.sim.alibaba import TraceTask
 
 # Alibaba QoS classes, most important first (latency-sensitive, burstable, best effort).
@@ -39,13 +40,13 @@ DEFAULT_QUEUE = "default"
 
 class _TenantIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: s.Name
+    name: Name
     weight: float = Field(1.0, gt=0, le=1e6, description="Fair-share weight.")
 
 
 class _RuleIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    queue: s.Name
+    queue: Name
     priority: int = Field(0, ge=-(1 << 31), le=(1 << 31) - 1)
     qos: str | None = Field(None, description="The task's QoS class (LS, Burstable, BE).")
     gpu_spec: str | None = Field(None, description="A GPU model the task is limited to.")
@@ -54,7 +55,7 @@ class _RuleIn(BaseModel):
 class _FileIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     tenants: list[_TenantIn] = Field(default_factory=list)
-    queues: list[s.QueueIn] = Field(min_length=1)
+    queues: list[QueueIn] = Field(min_length=1)
     assign: list[_RuleIn] = Field(min_length=1)
 
 
@@ -98,7 +99,7 @@ class QueueConfig:
         except ValidationError as exc:
             raise request_error(exc, where) from None
         weights = {t.name: t.weight for t in parsed.tenants}
-        queues: dict[str, s.QueueIn] = {}
+        queues: dict[str, QueueIn] = {}
         for i, q in enumerate(parsed.queues):
             if q.name in queues:
                 raise _error(where, f"queues[{i}].name", q.name, "a second queue of that name")

@@ -4,7 +4,7 @@ the view's engine and then bound through the API are not counted twice; and a vi
 (an extender restart) rebuilds the very same engine state from the bound pods alone.
 
 The decoders are the tests' own, small ones: devices in the one device wire form
-(``server/schemas.py`` ``DeviceIn``) under ``test.xpupool.io/devices``, a pod's charge as JSON
+(``server/schemas/agent_protocol.py`` ``DeviceIn``) under ``test.xpupool.io/devices``, a pod's charge as JSON
 under ``test.xpupool.io/charge``; the real HAMi and xpupool codecs plug in the same way.
 """
 
@@ -23,7 +23,7 @@ from xpupool.k8s.cluster_view import CardShare, ClusterView, PodDevices
 from xpupool.k8s.kubeconfig import load_config
 from xpupool.model import DeviceRequest, Request
 from xpupool.model.device import Node
-from xpupool.server.schemas import DeviceIn
+from xpupool.server.schemas.agent_protocol import DeviceIn
 
 from factories import capacity_arrays
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from xpupool.agent.launch import LaunchSettings
 from xpupool.agent.runner import Replica, Runner
-from xpupool.server.schemas import DeviceAssignment, ReplicaAssignment, Work
+from xpupool.server.schemas.agent_protocol import DeviceAssignment, ReplicaAssignment, Work
 
 
 def settings(tmp_path: Path, **kwargs: object) -> LaunchSettings:

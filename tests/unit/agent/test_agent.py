@@ -13,7 +13,7 @@ from xpupool.agent import Agent, HostedNode, Monitor, Runner
 from xpupool.agent.inventory import node_in
 from xpupool.model.errors import NotFound
 from xpupool.probes.base import DeviceInfo
-from xpupool.server.schemas import Heartbeat, HeartbeatReply, NodeIn, Work
+from xpupool.server.schemas.agent_protocol import Heartbeat, HeartbeatReply, NodeIn, Work
 
 
 class Recorder:

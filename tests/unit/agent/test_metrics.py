@@ -16,7 +16,7 @@ from xpupool.agent.monitor import Reading
 from xpupool.agent.runner import Replica
 from xpupool.agent.transport import TransportError
 from xpupool.probes.base import DeviceInfo, Health
-from xpupool.server.schemas import Heartbeat, HeartbeatReply, NodeIn
+from xpupool.server.schemas.agent_protocol import Heartbeat, HeartbeatReply, NodeIn
 
 GIB = 1 << 30
 MIB = 1 << 20

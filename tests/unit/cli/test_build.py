@@ -14,7 +14,7 @@ from xpupool.client.cli_admin import build_queue
 from xpupool.client.cli_jobs import build_job
 from xpupool.model.errors import RequestError
 from xpupool.model.spec import parse_spec
-from xpupool.server import schemas as s
+from xpupool.server.schemas.jobs import Job, RetryCause
 
 
 def test_spec_words_join_and_flags_override_the_file(tmp_path: Path) -> None:
@@ -78,12 +78,12 @@ class _FakeJobs:
     def __init__(self, states: list[str]) -> None:
         self.states = states
 
-    def job(self, job_id: int) -> s.Job:
+    def job(self, job_id: int) -> Job:
         return _job(job_id, self.states.pop(0))
 
 
-def _job(job_id: int, state: str) -> s.Job:
-    return s.Job.model_validate(
+def _job(job_id: int, state: str) -> Job:
+    return Job.model_validate(
         {
             "id": job_id,
             "name": "j",
@@ -141,7 +141,7 @@ def test_submit_takes_retries_and_a_max_runtime(tmp_path: Path) -> None:
     job_file = tmp_path / "job.yaml"
     job_file.write_text("max_retries: 2\nretry_on: [exit_nonzero]\nmax_runtime_s: 120\n")
     body = build_job((), ["./train"], str(job_file), {}, {})
-    assert body.max_retries == 2 and body.retry_on == [s.RetryCause.EXIT_NONZERO]
+    assert body.max_retries == 2 and body.retry_on == [RetryCause.EXIT_NONZERO]
     assert body.max_runtime_s == 120
     result = CliRunner().invoke(
         main, ["submit", "--max-runtime", "soon", "--url", "http://127.0.0.1:9", "--", "true"]

@@ -17,7 +17,10 @@ from xpupool.client._render import (
     queues_table,
 )
 from xpupool.client._top import Snapshot, bar, frame
-from xpupool.server import schemas as s
+from xpupool.server.schemas.devices import Device
+from xpupool.server.schemas.jobs import Job
+from xpupool.server.schemas.nodes import Node
+from xpupool.server.schemas.queues import Queue, QuotaUsage
 
 NOW = 1_700_000_000.0
 
@@ -28,7 +31,7 @@ def _text(renderable: RenderableType) -> str:
     return out.getvalue()
 
 
-def _job(**over: Any) -> s.Job:
+def _job(**over: Any) -> Job:
     fields: dict[str, Any] = {
         "id": 7,
         "name": "train",
@@ -46,11 +49,11 @@ def _job(**over: Any) -> s.Job:
         "updated_at": NOW,
         "events": [{"at": NOW - 90, "state": "pending", "reason": "submitted"}],
     }
-    return s.Job.model_validate({**fields, **over})
+    return Job.model_validate({**fields, **over})
 
 
-def _device(uuid: str, node: str, allocated_mib: int, metrics: dict[str, Any] | None) -> s.Device:
-    return s.Device.model_validate(
+def _device(uuid: str, node: str, allocated_mib: int, metrics: dict[str, Any] | None) -> Device:
+    return Device.model_validate(
         {
             "uuid": uuid,
             "node": node,
@@ -73,8 +76,8 @@ def _device(uuid: str, node: str, allocated_mib: int, metrics: dict[str, Any] | 
     )
 
 
-def _node(name: str) -> s.Node:
-    return s.Node.model_validate(
+def _node(name: str) -> Node:
+    return Node.model_validate(
         {
             "name": name,
             "site": "bj",
@@ -95,8 +98,8 @@ def _node(name: str) -> s.Node:
     )
 
 
-def _queue() -> s.Queue:
-    return s.Queue.model_validate(
+def _queue() -> Queue:
+    return Queue.model_validate(
         {
             "name": "lab",
             "tenant": "lab",
@@ -291,7 +294,7 @@ def test_compute_shows_in_percent_of_a_card_never_permille() -> None:
     device = _device("GPU-a", "n1", 20480, None).model_copy(update={"allocated_core_permille": 125})
     quota = {"flavor": "A100", "resource": "cores_permille", "nominal": 4000, "used": 1500}
     queue = _queue().model_copy(
-        update={"quotas": [s.QuotaUsage.model_validate({**quota, "borrowing_limit": 500})]}
+        update={"quotas": [QuotaUsage.model_validate({**quota, "borrowing_limit": 500})]}
     )
     texts = [
         _text(r) for r in (job_detail(job, NOW), devices_table([device]), queues_table([queue]))

@@ -27,7 +27,13 @@ from xpupool.client._render import (
     tokens_table,
 )
 from xpupool.client._top import Snapshot, frame
-from xpupool.server import schemas as s
+from xpupool.server.schemas.audit import AuditEntry
+from xpupool.server.schemas.devices import Device
+from xpupool.server.schemas.jobs import Job, JobState
+from xpupool.server.schemas.models import CatalogModel
+from xpupool.server.schemas.nodes import Node, Site, TaintView
+from xpupool.server.schemas.queues import Queue
+from xpupool.server.schemas.tenants import Tenant, Token
 
 NOW = 1_700_000_000.0
 LONG_REASON = (
@@ -73,7 +79,7 @@ def _assignment(replica: int, node: str = "sh-l20-0") -> dict[str, Any]:
     }
 
 
-def _job(job_id: int, state: str, **over: Any) -> s.Job:
+def _job(job_id: int, state: str, **over: Any) -> Job:
     fields: dict[str, Any] = {
         "id": job_id,
         "name": "finetune-llama-70b-on-shanghai-l20-with-lora",
@@ -91,11 +97,11 @@ def _job(job_id: int, state: str, **over: Any) -> s.Job:
         "updated_at": NOW,
         "events": [{"at": NOW - 90, "state": state, "reason": LONG_REASON}],
     }
-    return s.Job.model_validate({**fields, **over})
+    return Job.model_validate({**fields, **over})
 
 
-def _device(index: int, jobs: list[int]) -> s.Device:
-    return s.Device.model_validate(
+def _device(index: int, jobs: list[int]) -> Device:
+    return Device.model_validate(
         {
             "uuid": UUID,
             "node": "bj-a100-12",
@@ -120,8 +126,8 @@ def _device(index: int, jobs: list[int]) -> s.Device:
     )
 
 
-def _node(name: str, status: str = "ready", schedulable: bool = True) -> s.Node:
-    return s.Node.model_validate(
+def _node(name: str, status: str = "ready", schedulable: bool = True) -> Node:
+    return Node.model_validate(
         {
             "name": name,
             "site": "shanghai",
@@ -142,7 +148,7 @@ def _node(name: str, status: str = "ready", schedulable: bool = True) -> s.Node:
     )
 
 
-def _queue() -> s.Queue:
+def _queue() -> Queue:
     quotas = [
         {
             "flavor": flavor,
@@ -157,7 +163,7 @@ def _queue() -> s.Queue:
             ("ascend:910B", "cores_permille", 4000),
         )
     ]
-    return s.Queue.model_validate(
+    return Queue.model_validate(
         {
             "name": "research-vision",
             "tenant": "research-vision",
@@ -170,7 +176,7 @@ def _queue() -> s.Queue:
     )
 
 
-STATES = [st.value for st in s.JobState]
+STATES = [st.value for st in JobState]
 
 
 def test_jobs_table_fits_80_columns_and_keeps_every_state_whole() -> None:
@@ -233,8 +239,8 @@ def test_nodes_table_shows_each_taint_as_kubectl_writes_it() -> None:
     tainted = _node("gpu-0").model_copy(
         update={
             "taints": [
-                s.TaintView(key="gpu", value="true", effect="NoSchedule"),
-                s.TaintView(key="spot", effect="PreferNoSchedule"),
+                TaintView(key="gpu", value="true", effect="NoSchedule"),
+                TaintView(key="spot", effect="PreferNoSchedule"),
             ]
         }
     )
@@ -245,7 +251,7 @@ def test_nodes_table_shows_each_taint_as_kubectl_writes_it() -> None:
 
 
 def test_queues_sites_tenants_tokens_and_audit_fit() -> None:
-    site = s.Site(
+    site = Site(
         name="shanghai-datacentre-2",
         nodes=14,
         nodes_ready=13,
@@ -253,10 +259,10 @@ def test_queues_sites_tenants_tokens_and_audit_fit() -> None:
         devices_free=56,
         by_model={"A100-SXM4-80GB": 24, "H100-SXM5-80GB": 16, "910B3": 16, "MLU370-X8": 16},
     )
-    tenant = s.Tenant(
+    tenant = Tenant(
         name="research-vision", weight=2.5, created_at=NOW - 86400 * 3, pending_jobs=999
     )
-    token = s.Token(
+    token = Token(
         id=12345,
         tenant=None,
         role="bootstrap",
@@ -266,7 +272,7 @@ def test_queues_sites_tenants_tokens_and_audit_fit() -> None:
         created_at=NOW - 60,
         revoked=True,
     )
-    entry = s.AuditEntry(
+    entry = AuditEntry(
         id=1,
         at=NOW - 5,
         token_id=17,
@@ -358,7 +364,7 @@ def test_models_table_fits_80_columns_and_keeps_names_and_numbers_whole() -> Non
     from xpupool.client.cli_models import models_table
 
     rows = [
-        s.CatalogModel.model_validate(
+        CatalogModel.model_validate(
             asdict(m)
             | {
                 "aliases": list(m.aliases),

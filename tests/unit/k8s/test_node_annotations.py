@@ -19,7 +19,7 @@ from xpupool.k8s.node_annotations import (
     encode_heartbeat,
 )
 from xpupool.model.errors import RequestError
-from xpupool.server.schemas import DeviceIn
+from xpupool.server.schemas.agent_protocol import DeviceIn
 
 
 def card(i: int, **kw: object) -> DeviceIn:

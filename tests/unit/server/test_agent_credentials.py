@@ -9,10 +9,11 @@ from server_kit import Server, node, node_body
 
 from xpupool.agent.inprocess import PlaneTransport
 from xpupool.model.errors import Forbidden
-from xpupool.server import schemas as s
 from xpupool.server.audit import AuditKeep
 from xpupool.server.audit_http import audited
 from xpupool.server.auth import Principal
+from xpupool.server.schemas.agent_protocol import Heartbeat, NodeIn
+from xpupool.server.schemas.tenants import TokenIn
 from xpupool.server.services import node_identity, tenants
 from xpupool.server.services.node_identity import in_process_principal
 
@@ -28,12 +29,12 @@ def _agent_token(server: Server, **body: object) -> dict[str, object]:
 def test_the_in_process_agent_speaks_for_its_own_nodes_only(server: Server) -> None:
     node(server, "remote-1", count=1)
     transport = PlaneTransport(server.plane, in_process_principal(["local-1"]))
-    transport.register(s.NodeIn.model_validate(node_body("local-1", count=1)))
-    assert transport.heartbeat(s.Heartbeat(node="local-1")).heartbeat_s == 5.0
+    transport.register(NodeIn.model_validate(node_body("local-1", count=1)))
+    assert transport.heartbeat(Heartbeat(node="local-1")).heartbeat_s == 5.0
     with pytest.raises(Forbidden, match="local-1"):
-        transport.heartbeat(s.Heartbeat(node="remote-1"))
+        transport.heartbeat(Heartbeat(node="remote-1"))
     with pytest.raises(Forbidden, match="local-1"):
-        transport.register(s.NodeIn.model_validate(node_body("remote-1", count=2)))
+        transport.register(NodeIn.model_validate(node_body("remote-1", count=2)))
     with pytest.raises(Forbidden):
         transport.append_log("remote-1", 1, 0, b"forged", 0, 1)
     refused = [e for e in server.plane.audit.entries(None, 100) if e.status == 403]
@@ -100,9 +101,9 @@ def test_bad_token_requests_are_422(server: Server, body: dict[str, object], fie
 
 def test_tenant_tokens_cannot_be_bound_to_nodes() -> None:
     with pytest.raises(ValueError, match="agent"):
-        s.TokenIn(role="tenant", node="n1")
+        TokenIn(role="tenant", node="n1")
     with pytest.raises(ValueError, match="agent"):
-        s.TokenIn(role="tenant", bootstrap=True)
+        TokenIn(role="tenant", bootstrap=True)
 
 
 def test_an_unbound_token_binds_once_and_the_binding_is_stored(server: Server) -> None:
@@ -113,9 +114,9 @@ def test_an_unbound_token_binds_once_and_the_binding_is_stored(server: Server) -
     ).json()["token"]
     who = tenants.authenticate(server.plane, token)
     assert who is not None and who.nodes is None
-    node_identity.register(server.plane, who, s.NodeIn.model_validate(node_body("a-1", 1)))
+    node_identity.register(server.plane, who, NodeIn.model_validate(node_body("a-1", 1)))
     with pytest.raises(Forbidden, match="a-1"):  # the stale principal is re-read, not trusted
-        node_identity.register(server.plane, who, s.NodeIn.model_validate(node_body("b-1", 1)))
+        node_identity.register(server.plane, who, NodeIn.model_validate(node_body("b-1", 1)))
     bound = tenants.authenticate(server.plane, token)
     assert bound is not None and bound.nodes == frozenset({"a-1"})
     binds = [e for e in server.plane.audit.entries(None, 100) if e.action == "bind_token"]

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from server_kit import Server, node, node_body
 
 from xpupool.server.audit import AuditKeep
-from xpupool.server.schemas import AuditKind
+from xpupool.server.schemas.audit import AuditKind
 from xpupool.server.storage.meta import connect
 
 AGENT = {"X-Xpupool-Agent-Protocol": "2"}
@@ -147,14 +147,14 @@ def test_a_store_from_before_kinds_gets_them_at_start(tmp_path: Path) -> None:
 def test_the_in_process_agents_refusals_are_aggregated_too(server: Server) -> None:
     from xpupool.agent.inprocess import PlaneTransport
     from xpupool.model.errors import Forbidden
-    from xpupool.server import schemas as s
+    from xpupool.server.schemas.agent_protocol import Heartbeat, NodeIn
     from xpupool.server.services.node_identity import in_process_principal
 
     node(server, "remote-1", count=1)
     transport = PlaneTransport(server.plane, in_process_principal(["local-1"]))
-    transport.register(s.NodeIn.model_validate(node_body("local-1", count=1)))
+    transport.register(NodeIn.model_validate(node_body("local-1", count=1)))
     for _ in range(20):
         with pytest.raises(Forbidden):
-            transport.heartbeat(s.Heartbeat(node="remote-1"))
+            transport.heartbeat(Heartbeat(node="remote-1"))
     refused = _rows(server, kind="refused")
     assert [(r["token_id"], r["action"], r["count"]) for r in refused] == [(0, "heartbeat", 20)]

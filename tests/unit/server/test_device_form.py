@@ -1,5 +1,6 @@
-"""One wire form of a device (``schemas.DeviceIn``): the probe's record, the agent's report, the
-registration and the stored row all convert through it to the same engine ``Device``."""
+"""One wire form of a device (``DeviceIn``, ``schemas/agent_protocol.py``): the probe's record, the
+agent's report, the registration and the stored row all convert through it to the same engine
+``Device``."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import json
 from xpupool.agent.inventory import device_in
 from xpupool.model.device import Device
 from xpupool.probes.base import DeviceInfo, Health
-from xpupool.server import schemas as s
 from xpupool.server.plane import device_from_dict, device_to_dict
+from xpupool.server.schemas.agent_protocol import DeviceIn
 
 INFO = DeviceInfo(
     vendor="huawei",
@@ -32,13 +33,13 @@ def test_probe_record_report_registration_and_row_are_one_device() -> None:
     report = device_in(INFO)
     assert report is not None
     sent = json.loads(report.model_dump_json())  # what the agent puts on the wire
-    assert s.DeviceIn.model_validate(sent).to_device() == device  # what the server registers
+    assert DeviceIn.model_validate(sent).to_device() == device  # what the server registers
     assert device_from_dict(json.loads(json.dumps(device_to_dict(device)))) == device  # stored
     assert device_to_dict(device) == sent
 
 
 def test_vendor_aliases_become_the_key_in_every_form() -> None:
-    device = s.DeviceIn(uuid="u", vendor="ascend", model="910B3", memory_mib=1).to_device()
+    device = DeviceIn(uuid="u", vendor="ascend", model="910B3", memory_mib=1).to_device()
     assert device == Device("u", "huawei", "910B3", 1)
     assert device_to_dict(device)["vendor"] == "huawei"
 

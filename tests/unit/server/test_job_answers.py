@@ -9,7 +9,7 @@ import pytest
 from server_kit import Server, node, submit, tenant
 
 from xpupool.model.request_model import RequestModel
-from xpupool.server import schemas as s
+from xpupool.server.schemas.jobs import Job
 
 
 def _job_schema(server: Server, method: str, path: str, status: str) -> str:
@@ -41,7 +41,7 @@ def test_submit_get_and_cancel_answer_the_job_their_schema_declares(server: Serv
         answers.append(r.json())
     for body in answers:
         assert set(body) == properties
-        assert s.Job.model_validate(body).model_dump(mode="json", by_alias=True) == body
+        assert Job.model_validate(body).model_dump(mode="json", by_alias=True) == body
     assert [a["state"] for a in answers] == ["pending", "pending", "cancelled"]
 
 

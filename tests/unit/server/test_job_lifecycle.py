@@ -21,8 +21,8 @@ from server_kit import (
 )
 
 from xpupool.server import job_lifecycle as lc
-from xpupool.server.schemas import JobPhase as P
-from xpupool.server.schemas import RetryCause, StopCause
+from xpupool.server.schemas.jobs import JobPhase as P
+from xpupool.server.schemas.jobs import RetryCause, StopCause
 
 HOLDING = (P.ADMITTED, P.SCHEDULED, P.RUNNING)
 FINAL = (P.SUCCEEDED, P.FAILED, P.CANCELLED, P.LOST)

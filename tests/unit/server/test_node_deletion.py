@@ -29,12 +29,13 @@ from sqlalchemy.exc import OperationalError
 from xpupool.agent.inprocess import local_agent
 from xpupool.model.device import Device, Node
 from xpupool.model.errors import Forbidden
-from xpupool.server import schemas as s
+from xpupool.server.schemas.agent_protocol import AGENT_PROTOCOL, AGENT_PROTOCOL_HEADER, Heartbeat
+from xpupool.server.schemas.nodes import NodeDeletion
 from xpupool.server.services import fleet, node_identity
 from xpupool.server.services.agents import mark_lost_nodes
 from xpupool.server.storage.fleet import nodes as t_nodes
 
-PROTOCOL = {s.AGENT_PROTOCOL_HEADER: str(s.AGENT_PROTOCOL)}
+PROTOCOL = {AGENT_PROTOCOL_HEADER: str(AGENT_PROTOCOL)}
 
 
 def delete(srv: Server, name: str, token: str | None = None, drain: bool = False) -> Any:
@@ -78,7 +79,7 @@ def test_an_idle_node_is_deleted_with_its_tokens(server: Server) -> None:
     node(server, "n2", count=1)
     r = delete(server, "n1")
     assert r.status_code == 200, r.text
-    body = s.NodeDeletion.model_validate(r.json())
+    body = NodeDeletion.model_validate(r.json())
     assert body.deleted and body.waiting_for == [] and len(body.tokens_revoked) == 1
     assert "token issue --agent --node n1" in body.note
     assert [n["name"] for n in server.client.get("/v1/nodes", headers=server.admin).json()] == [
@@ -118,7 +119,7 @@ def test_a_drain_deletes_the_node_when_its_last_allocation_ends(server: Server) 
     node(server, "n2", count=2)
     r = delete(server, "n1", drain=True)
     assert r.status_code == 200, r.text
-    body = s.NodeDeletion.model_validate(r.json())
+    body = NodeDeletion.model_validate(r.json())
     assert not body.deleted and body.tokens_revoked == []
     assert body.waiting_for == [
         f"allocation {server.plane.held[first['id']].allocations[0].id} (job {first['id']})"
@@ -209,7 +210,7 @@ def cluster_node(name: str) -> Node:
 def test_the_admin_takes_over_a_cluster_file_node(server: Server) -> None:
     fleet.register_many(server.plane, [cluster_node("sim-1"), cluster_node("sim-2")], "cluster")
     hosted = node_identity.in_process_principal(["sim-1", "sim-2"])
-    node_identity.heartbeat(server.plane, hosted, s.Heartbeat(node="sim-1"))
+    node_identity.heartbeat(server.plane, hosted, Heartbeat(node="sim-1"))
     bound = server.client.post(
         "/v1/tokens", json={"role": "agent", "node": "sim-1"}, headers=server.admin
     ).json()["token"]
@@ -223,8 +224,8 @@ def test_the_admin_takes_over_a_cluster_file_node(server: Server) -> None:
     assert r.json()["source"] == "agent"
     # the in-process agent lets go of it; its other node stays its own
     with pytest.raises(Forbidden, match="taken over"):
-        node_identity.heartbeat(server.plane, hosted, s.Heartbeat(node="sim-1"))
-    node_identity.heartbeat(server.plane, hosted, s.Heartbeat(node="sim-2"))
+        node_identity.heartbeat(server.plane, hosted, Heartbeat(node="sim-1"))
+    node_identity.heartbeat(server.plane, hosted, Heartbeat(node="sim-2"))
     # from now on the node's own credential speaks for it, and silence makes it lost
     assert agent_heartbeat(server, bound, "sim-1") == 200
     server.clock.advance(31)
@@ -242,7 +243,7 @@ def test_a_deleted_cluster_file_node_comes_back_from_the_file(server: Server) ->
     assert "cluster file" in r.json()["note"] and "registers it again" in r.json()["note"]
     hosted = node_identity.in_process_principal(["sim-1", "sim-2"])
     with pytest.raises(Forbidden, match="deleted"):
-        node_identity.heartbeat(server.plane, hosted, s.Heartbeat(node="sim-1"))
+        node_identity.heartbeat(server.plane, hosted, Heartbeat(node="sim-1"))
     fleet.register_many(server.plane, [cluster_node("sim-1"), cluster_node("sim-2")], "cluster")
     assert server.plane.nodes["sim-1"].source == "cluster"
     assert sorted(server.plane.engine.state.node_index) == ["sim-1", "sim-2"]

@@ -16,12 +16,12 @@ from sqlalchemy.exc import OperationalError
 
 from xpupool.model.errors import OverLimit, RequestError, Unavailable
 from xpupool.model.request_model import request_to_dict
-from xpupool.server import schemas as s
 from xpupool.server.auth import Principal
 from xpupool.server.front import plane_side
 from xpupool.server.front.app import render_job
 from xpupool.server.front.wire import JOB, frame, read_frame
 from xpupool.server.job_views import Submitted
+from xpupool.server.schemas.jobs import JobIn, JobPhase
 from xpupool.server.services import jobs
 from xpupool.server.services.tenants import authenticate
 from xpupool.server.storage.driver_insert import insert_rows
@@ -37,8 +37,8 @@ def who(server: Server, token: str) -> Principal:
     return found
 
 
-def body(**over: Any) -> s.JobIn:
-    return s.JobIn.model_validate({**OK, **over})
+def body(**over: Any) -> JobIn:
+    return JobIn.model_validate({**OK, **over})
 
 
 def stored(server: Server) -> tuple[list[tuple[int, str]], int]:
@@ -84,7 +84,7 @@ def test_each_is_answered_as_alone_and_the_refused_store_nothing(
     assert sorted(server.plane.queued) == [1, 2, 3]
     # the answer reads as the route's: the job pending, with its first event
     view = made[0].view()
-    assert view.state == s.JobPhase.PENDING and [e.state for e in view.events] == [view.state]
+    assert view.state == JobPhase.PENDING and [e.state for e in view.events] == [view.state]
     again = Submitted.from_wire(made[0].wire())
     assert again.view() == view
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import re
 
-from xpupool.server import schemas as s
 from xpupool.server.auth import Principal
+from xpupool.server.schemas.agent_protocol import DeviceMetrics
+from xpupool.server.schemas.devices import Device
+from xpupool.server.schemas.nodes import Node, NodeStatus
 from xpupool.server.web.charts import bar_chart, sparkline
 from xpupool.server.web.devices import tile
 from xpupool.server.web.render import counted, render
@@ -35,7 +37,7 @@ def test_a_sparkline_spans_its_box_oldest_left_lowest_at_the_bottom() -> None:
     assert (empty.points, empty.low, empty.high, empty.last) == ("", None, None, None)
 
 
-def _device(**kw: object) -> s.Device:
+def _device(**kw: object) -> Device:
     base: dict[str, object] = {
         "uuid": "u", "node": "n", "site": "x", "index": 3, "vendor": "nvidia", "model": "L20",
         "canonical_model": "L20", "memory_mib": 1000, "driver_version": None, "runtimes": {},
@@ -43,14 +45,14 @@ def _device(**kw: object) -> s.Device:
         "allocated_core_permille": 0, "committable_memory_mib": 1000,
         "committable_core_permille": 1000,
     }  # fmt: skip
-    return s.Device.model_validate(base | kw)
+    return Device.model_validate(base | kw)
 
 
 def test_a_tile_fills_by_allocation_and_borders_by_utilisation() -> None:
     t = tile(_device(allocated_memory_mib=250, allocated_core_permille=600))
     assert (t["a"], t["u"]) == (6, 0)  # the larger share of memory and compute
     assert t["label"] == "card 3 L20, 60% allocated, utilisation unknown"
-    metrics = s.DeviceMetrics(uuid="u", utilization_pct=87.0)
+    metrics = DeviceMetrics(uuid="u", utilization_pct=87.0)
     t = tile(_device(metrics=metrics, cordoned=True, healthy=False))
     assert (t["a"], t["u"]) == (0, 9)
     assert t["label"].endswith("utilisation 87%, cordoned, unhealthy")
@@ -58,8 +60,8 @@ def test_a_tile_fills_by_allocation_and_borders_by_utilisation() -> None:
     assert over["a"] == 10  # over-committed memory counts against what may be granted
 
 
-def _node(schedulable: bool, status: s.NodeStatus = s.NodeStatus.READY) -> s.Node:
-    return s.Node(
+def _node(schedulable: bool, status: NodeStatus = NodeStatus.READY) -> Node:
+    return Node(
         name="n", site="x", status=status, schedulable=schedulable, source="agent",
         cpu_milli=1000, memory_mib=1024, cpu_allocated_milli=0, memory_allocated_mib=0,
         labels={}, arch="x86_64", os="linux", devices=1, devices_free=1, last_heartbeat=None,
@@ -74,7 +76,7 @@ def test_the_tiles_of_a_cordoned_or_lost_node_say_so() -> None:
     closed = tile(_device(), _node(schedulable=False))
     assert closed["classes"] == "tile a0 u0 cordoned"
     assert closed["label"].endswith("utilisation unknown, node cordoned")
-    lost = tile(_device(), _node(schedulable=False, status=s.NodeStatus.LOST))
+    lost = tile(_device(), _node(schedulable=False, status=NodeStatus.LOST))
     assert lost["classes"] == "tile a0 u0 unhealthy"
     assert lost["label"].endswith("utilisation unknown, node lost")
     card = tile(_device(cordoned=True, healthy=False), _node(schedulable=True))

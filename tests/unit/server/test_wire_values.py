@@ -1,5 +1,5 @@
 """What the API takes in and how it quotes values back (``server/wire_values.py``), and that every
-request body model refuses what no process, store or encoder can hold (``schemas.Incoming``)."""
+request body model refuses what no process, store or encoder can hold (``schemas/base.py`` ``Incoming``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from xpupool.server import schemas as s
+from xpupool.server.schemas.agent_protocol import Heartbeat, NodeIn
+from xpupool.server.schemas.jobs import JobEvent, JobIn
+from xpupool.server.schemas.queues import QueueIn
+from xpupool.server.schemas.tenants import TenantIn, TenantPatch, TokenIn
 from xpupool.server.wire_values import MAX_QUOTE, first_unsafe, quote, readable, shorten
 
 
@@ -74,21 +77,21 @@ def test_quote_keeps_short_values_and_shortens_long_ones() -> None:
 
 # ------------------------------------------------------------------------ every request model
 REQUESTS: list[tuple[type[BaseModel], dict[str, Any], str]] = [
-    (s.JobIn, {"command": ["echo", "a\x00"]}, "command"),
-    (s.JobIn, {"env": {"A": "\ud800"}}, "env"),
-    (s.JobIn, {"request": {"cpu": math.nan}}, "request"),
-    (s.JobIn, {"priority": math.inf}, "priority"),
-    (s.TenantIn, {"name": "t", "weight": math.nan}, "weight"),
-    (s.TenantPatch, {"weight": math.inf}, "weight"),
-    (s.TokenIn, {"name": "x\x00"}, "name"),
-    (s.QueueIn, {"name": "q", "tenant": "t", "quotas": [{"flavor": "A\x00"}]}, "quotas"),
+    (JobIn, {"command": ["echo", "a\x00"]}, "command"),
+    (JobIn, {"env": {"A": "\ud800"}}, "env"),
+    (JobIn, {"request": {"cpu": math.nan}}, "request"),
+    (JobIn, {"priority": math.inf}, "priority"),
+    (TenantIn, {"name": "t", "weight": math.nan}, "weight"),
+    (TenantPatch, {"weight": math.inf}, "weight"),
+    (TokenIn, {"name": "x\x00"}, "name"),
+    (QueueIn, {"name": "q", "tenant": "t", "quotas": [{"flavor": "A\x00"}]}, "quotas"),
     (
-        s.NodeIn,
+        NodeIn,
         {"name": "n", "cpu_milli": 1, "memory_mib": 1, "labels": {"k": "\x00"}},
         "labels",
     ),
-    (s.Heartbeat, {"node": "n", "metrics": [{"uuid": "u", "power_w": math.nan}]}, "metrics"),
-    (s.Heartbeat, {"node": "n", "replicas": [{"reason": "\ud800"}]}, "replicas"),
+    (Heartbeat, {"node": "n", "metrics": [{"uuid": "u", "power_w": math.nan}]}, "metrics"),
+    (Heartbeat, {"node": "n", "replicas": [{"reason": "\ud800"}]}, "replicas"),
 ]
 
 
@@ -104,5 +107,5 @@ def test_every_request_body_refuses_unsafe_values(
 
 def test_responses_still_read_what_an_older_release_stored() -> None:
     """Responses and peers' answers are read leniently: no value check there."""
-    job = s.JobEvent.model_validate({"at": 1.0, "state": "failed", "reason": "x\ud800"})
+    job = JobEvent.model_validate({"at": 1.0, "state": "failed", "reason": "x\ud800"})
     assert job.reason == "x\ud800"

@@ -19,7 +19,7 @@ from xpupool.agent.env import device_env
 from xpupool.agent.launch.cgroups import CgroupHost, CgroupPlan
 from xpupool.agent.launch.identity import UidRange
 from xpupool.disk_reserve import DEFAULT_LOG_RESERVE_BYTES
-from xpupool.server.schemas import DeviceAssignment, Work
+from xpupool.server.schemas.agent_protocol import DeviceAssignment, Work
 
 DEFAULT_LOG_CAP_BYTES = 64 << 20
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

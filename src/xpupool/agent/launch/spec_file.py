@@ -16,7 +16,7 @@ from typing import cast
 from xpupool.agent.launch.cgroups import CgroupHost, CgroupPlan
 from xpupool.agent.launch.identity import UidRange
 from xpupool.agent.launch.spec import LaunchSettings, LaunchSpec
-from xpupool.server.schemas import DeviceAssignment
+from xpupool.server.schemas.agent_protocol import DeviceAssignment
 
 JsonObj = dict[str, object]
 

@@ -30,7 +30,6 @@ from fastapi.security.utils import get_authorization_scheme_param
 from pydantic import ValidationError
 
 from xpupool.model.errors import Unavailable
-from xpupool.server import schemas as s
 from xpupool.server.audit_http import audit_reason, audited, submit_target
 from xpupool.server.auth import Principal
 from xpupool.server.error_answers import ErrorAnswer, error_answer, validation_answer
@@ -38,6 +37,7 @@ from xpupool.server.front.wire import JOB, SUBMIT, FrameError, frame, read_frame
 from xpupool.server.plane import ControlPlane
 from xpupool.server.rate_limit import RateLimiter, bearer_digest
 from xpupool.server.routers.deps import bearer_principal, check_user
+from xpupool.server.schemas.jobs import JobIn
 from xpupool.server.services import jobs
 
 log = logging.getLogger("xpupool.server")
@@ -78,14 +78,14 @@ def submit_answers(
     body's validation are submitted together (``jobs.submit_many``: one store transaction),
     each answered as it would be alone."""
     answers: list[tuple[Answer, Principal | None] | None] = []
-    valid: list[tuple[int, Principal, s.JobIn]] = []
+    valid: list[tuple[int, Principal, JobIn]] = []
     for i, (authorization, content_type, body) in enumerate(asks):
         checked = _validated(plane, authorization, content_type, body)
         if isinstance(checked[0], Answer):
             answers.append((checked[0], checked[1]))
         else:
             who, job_in = checked
-            assert who is not None and isinstance(job_in, s.JobIn)
+            assert who is not None and isinstance(job_in, JobIn)
             valid.append((i, who, job_in))
             answers.append(None)
     results = jobs.submit_many(plane, [(who, job_in) for _, who, job_in in valid])
@@ -100,7 +100,7 @@ def submit_answers(
 
 def _validated(
     plane: ControlPlane, authorization: str | None, content_type: str | None, body: bytes
-) -> tuple[Answer, Principal | None] | tuple[Principal, s.JobIn]:
+) -> tuple[Answer, Principal | None] | tuple[Principal, JobIn]:
     """The token's principal and the validated body, or the refusal (and who asked, if known),
     checked in FastAPI's order: the body's JSON, the token, the body's fields."""
     parsed, refused = _json_body(content_type, body)
@@ -116,7 +116,7 @@ def _validated(
         if parsed is _MISSING:
             return Answer.of(validation_answer([missing])), who
         # from_attributes as FastAPI validates a body: its wording for what is not an object
-        return who, s.JobIn.model_validate(parsed, from_attributes=True)
+        return who, JobIn.model_validate(parsed, from_attributes=True)
     except ValidationError as exc:
         return Answer.of(validation_answer(_under_body(exc.errors()))), who
     except Exception as exc:

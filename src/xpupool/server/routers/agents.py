@@ -10,23 +10,23 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
 
-from xpupool.server import schemas as s
 from xpupool.server.routers.deps import Agent, Plane
+from xpupool.server.schemas.agent_protocol import Heartbeat, HeartbeatReply, NodeIn, Registered
 from xpupool.server.services import node_identity
 
 router = APIRouter(prefix="/v1/agent", tags=["agent"])
 
 
-@router.post("/register", response_model=s.Registered)
-def register(body: s.NodeIn, plane: Plane, who: Agent, request: Request) -> s.Registered:
+@router.post("/register", response_model=Registered)
+def register(body: NodeIn, plane: Plane, who: Agent, request: Request) -> Registered:
     """Register or update a node; the same body twice changes nothing. With a bootstrap token
     the reply carries the node's own token, once."""
     request.state.audit_target = f"node {body.name}"
     return node_identity.register(plane, who, body)
 
 
-@router.post("/heartbeat", response_model=s.HeartbeatReply)
-def heartbeat(body: s.Heartbeat, plane: Plane, who: Agent, request: Request) -> s.HeartbeatReply:
+@router.post("/heartbeat", response_model=HeartbeatReply)
+def heartbeat(body: Heartbeat, plane: Plane, who: Agent, request: Request) -> HeartbeatReply:
     request.state.audit_target = f"node {body.node}"
     return node_identity.heartbeat(plane, who, body)
 

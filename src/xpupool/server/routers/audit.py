@@ -6,13 +6,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from xpupool.server import schemas as s
 from xpupool.server.routers.deps import Admin, Plane
+from xpupool.server.schemas.audit import AuditEntry, AuditKind
 
 router = APIRouter(prefix="/v1", tags=["audit"])
 
 
-@router.get("/audit", response_model=list[s.AuditEntry])
+@router.get("/audit", response_model=list[AuditEntry])
 def list_audit(
     plane: Plane,
     _: Admin,
@@ -20,10 +20,8 @@ def list_audit(
         float | None, Query(ge=0, le=1e11, description="Unix time, seconds; none = any.")
     ] = None,
     limit: Annotated[int, Query(ge=1, le=10_000, description="The newest this many.")] = 100,
-    kind: Annotated[
-        s.AuditKind | None, Query(description="Of this kind only; none = every.")
-    ] = None,
-) -> list[s.AuditEntry]:
+    kind: Annotated[AuditKind | None, Query(description="Of this kind only; none = every.")] = None,
+) -> list[AuditEntry]:
     """The newest ``limit`` entries whose last occurrence is at or after ``since``, oldest
     first; a credential's refused requests come aggregated, with their ``count``."""
     return plane.audit.entries(since, limit, kind)

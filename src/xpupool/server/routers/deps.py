@@ -14,9 +14,9 @@ from fastapi import Depends, HTTPException, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
-from xpupool.server import schemas as s
 from xpupool.server.auth import Principal, TokenExpired
 from xpupool.server.plane import ControlPlane
+from xpupool.server.schemas.agent_protocol import AGENT_PROTOCOL, AGENT_PROTOCOL_HEADER
 from xpupool.server.services import tenants
 
 _bearer = HTTPBearer(auto_error=False, description="A token from `xpupool up` or the admin.")
@@ -88,18 +88,18 @@ async def agent(request: Request, who: Annotated[Principal, Depends(principal)])
     release is told both versions (426) instead of being misread."""
     if who.role not in ("agent", "bootstrap", "admin"):
         raise HTTPException(403, "agent or admin token required")
-    sent = request.headers.get(s.AGENT_PROTOCOL_HEADER)
+    sent = request.headers.get(AGENT_PROTOCOL_HEADER)
     if sent is None and who.is_admin:
         return who
-    if sent != str(s.AGENT_PROTOCOL):
-        said = f"agent protocol 1 (no {s.AGENT_PROTOCOL_HEADER} header)"
+    if sent != str(AGENT_PROTOCOL):
+        said = f"agent protocol 1 (no {AGENT_PROTOCOL_HEADER} header)"
         if sent:
             said = f"agent protocol {sent[:20]}"
         raise HTTPException(
             426,
-            f"this agent speaks {said}; this server speaks agent protocol {s.AGENT_PROTOCOL}: "
+            f"this agent speaks {said}; this server speaks agent protocol {AGENT_PROTOCOL}: "
             "run an agent of the server's release",
-            headers={s.AGENT_PROTOCOL_HEADER: str(s.AGENT_PROTOCOL)},
+            headers={AGENT_PROTOCOL_HEADER: str(AGENT_PROTOCOL)},
         )
     return who
 

@@ -9,8 +9,11 @@ from fastapi.responses import JSONResponse
 
 from xpupool.model.errors import RequestError
 from xpupool.server import history
-from xpupool.server import schemas as s
 from xpupool.server.routers.deps import Admin, Plane, User
+from xpupool.server.schemas.base import ErrorBody
+from xpupool.server.schemas.devices import Accelerator, Device, DeviceDetail
+from xpupool.server.schemas.nodes import Node, NodeDeletion, NodeTaintsIn, Site, TaintKeyIn
+from xpupool.server.schemas.overview import FleetOverview, History
 from xpupool.server.services import accelerators, fleet, node_deletion, node_taints, overview
 from xpupool.server.wire_values import MAX_REASON, quote, shorten
 
@@ -19,38 +22,38 @@ NodeName = Annotated[str, Path(max_length=63)]
 Uuid = Annotated[str, Path(max_length=200)]
 
 
-@router.get("/nodes", response_model=list[s.Node])
+@router.get("/nodes", response_model=list[Node])
 def list_nodes(
     plane: Plane, _: User, site: Annotated[str | None, Query(max_length=63)] = None
-) -> list[s.Node]:
+) -> list[Node]:
     return fleet.list_nodes(plane, site)
 
 
-@router.get("/nodes/{name}", response_model=s.Node)
-def get_node(name: NodeName, plane: Plane, _: User) -> s.Node:
+@router.get("/nodes/{name}", response_model=Node)
+def get_node(name: NodeName, plane: Plane, _: User) -> Node:
     return fleet.node_view(plane, name)
 
 
-@router.post("/nodes/{name}/cordon", response_model=s.Node)
-def cordon_node(name: NodeName, plane: Plane, _: Admin) -> s.Node:
+@router.post("/nodes/{name}/cordon", response_model=Node)
+def cordon_node(name: NodeName, plane: Plane, _: Admin) -> Node:
     """No new work lands on the node; what runs there stays."""
     return fleet.cordon_node(plane, name, True)
 
 
-@router.post("/nodes/{name}/uncordon", response_model=s.Node)
-def uncordon_node(name: NodeName, plane: Plane, _: Admin) -> s.Node:
+@router.post("/nodes/{name}/uncordon", response_model=Node)
+def uncordon_node(name: NodeName, plane: Plane, _: Admin) -> Node:
     """Back in service; a node waiting to be deleted (a drain) is not deleted after all."""
     return fleet.cordon_node(plane, name, False)
 
 
 @router.post(
     "/nodes/{name}/taints",
-    response_model=s.Node,
+    response_model=Node,
     responses={409: {"description": "A taint with that key and effect is on the node already"}},
 )
 def taint_node(
-    name: NodeName, body: s.NodeTaintsIn, request: Request, plane: Plane, _: Admin
-) -> s.Node:
+    name: NodeName, body: NodeTaintsIn, request: Request, plane: Plane, _: Admin
+) -> Node:
     """Put taints on the node and take them off, as ``kubectl taint`` does: all or nothing.
     Work already on the node stays; a removed NoSchedule taint lets pending work in."""
     change = [*(str(t.to_taint()) for t in body.add), *(_removal(r) for r in body.remove)]
@@ -58,11 +61,11 @@ def taint_node(
     return node_taints.taint_node(plane, name, body)
 
 
-def _removal(r: s.TaintKeyIn) -> str:
+def _removal(r: TaintKeyIn) -> str:
     return f"{r.key}{'' if r.effect is None else ':' + r.effect}-"
 
 
-@router.delete("/nodes/{name}", response_model=s.NodeDeletion)
+@router.delete("/nodes/{name}", response_model=NodeDeletion)
 def delete_node(
     name: NodeName,
     plane: Plane,
@@ -71,52 +74,52 @@ def delete_node(
         bool,
         Query(description="With live allocations: cordon now, remove when they end (else 409)."),
     ] = False,
-) -> s.NodeDeletion:
+) -> NodeDeletion:
     """Remove the node from the pool and revoke the agent tokens bound to it; 409 naming each
     allocation and job while work is held there, unless ``drain``. A cluster-file node is
     registered again by the next start with that file (the reply's ``note`` says so)."""
     return node_deletion.delete_node(plane, name, drain)
 
 
-@router.get("/devices", response_model=list[s.Device])
+@router.get("/devices", response_model=list[Device])
 def list_devices(
     plane: Plane, who: User, node: Annotated[str | None, Query(max_length=63)] = None
-) -> list[s.Device]:
+) -> list[Device]:
     """Every card; a tenant sees its own jobs named on them, and another tenant's as
     ``in_use_by_others`` only (docs/security.md)."""
     return fleet.list_devices(plane, node, who=who)
 
 
-@router.get("/devices/{uuid}", response_model=s.DeviceDetail)
-def get_device(uuid: Uuid, plane: Plane, who: User) -> s.DeviceDetail:
+@router.get("/devices/{uuid}", response_model=DeviceDetail)
+def get_device(uuid: Uuid, plane: Plane, who: User) -> DeviceDetail:
     """One card: what ``/v1/devices`` says of it, the replicas holding shares of it (a
     tenant: of its own jobs only), and its recent readings (for a sparkline)."""
     return fleet.device_detail(plane, uuid, who=who)
 
 
-@router.post("/devices/{uuid}/cordon", response_model=s.Device)
-def cordon_device(uuid: Uuid, plane: Plane, _: Admin) -> s.Device:
+@router.post("/devices/{uuid}/cordon", response_model=Device)
+def cordon_device(uuid: Uuid, plane: Plane, _: Admin) -> Device:
     return fleet.cordon_device(plane, uuid, True)
 
 
-@router.post("/devices/{uuid}/uncordon", response_model=s.Device)
-def uncordon_device(uuid: Uuid, plane: Plane, _: Admin) -> s.Device:
+@router.post("/devices/{uuid}/uncordon", response_model=Device)
+def uncordon_device(uuid: Uuid, plane: Plane, _: Admin) -> Device:
     return fleet.cordon_device(plane, uuid, False)
 
 
-@router.get("/sites", response_model=list[s.Site])
-def list_sites(plane: Plane, _: User) -> list[s.Site]:
+@router.get("/sites", response_model=list[Site])
+def list_sites(plane: Plane, _: User) -> list[Site]:
     return fleet.list_sites(plane)
 
 
-@router.get("/accelerators", response_model=list[s.Accelerator])
-def list_accelerators(plane: Plane, _: User) -> list[s.Accelerator]:
+@router.get("/accelerators", response_model=list[Accelerator])
+def list_accelerators(plane: Plane, _: User) -> list[Accelerator]:
     """The accelerator models a request may name, with how many of each the pool has."""
     return accelerators.accelerators(plane)
 
 
-@router.get("/fleet/overview", response_model=s.FleetOverview)
-def fleet_overview(plane: Plane, who: User) -> s.FleetOverview:
+@router.get("/fleet/overview", response_model=FleetOverview)
+def fleet_overview(plane: Plane, who: User) -> FleetOverview:
     """Per site and model: cards allocated, busy and out of service; stranded capacity; why
     pending jobs wait (a tenant: its own jobs only)."""
     return overview.fleet_overview(plane, who)
@@ -124,8 +127,8 @@ def fleet_overview(plane: Plane, who: User) -> s.FleetOverview:
 
 @router.get(
     "/fleet/history",
-    response_model=s.History,
-    responses={400: {"description": "A bad window, site or model", "model": s.ErrorBody}},
+    response_model=History,
+    responses={400: {"description": "A bad window, site or model", "model": ErrorBody}},
 )
 def fleet_history(
     plane: Plane,
@@ -135,7 +138,7 @@ def fleet_history(
     model: Annotated[
         str | None, Query(description="One device model; every model when absent.")
     ] = None,
-) -> s.History | JSONResponse:
+) -> History | JSONResponse:
     """The fleet's sampled series over ``window`` (server/history.py): a 400 names the field."""
     try:
         return history.history_series(plane, window, site, model)

@@ -7,17 +7,17 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import PlainTextResponse, Response
 
-from xpupool.server import schemas as s
 from xpupool.server.audit_http import submit_target
 from xpupool.server.routers.deps import Plane, User, model_response
+from xpupool.server.schemas.jobs import Job, JobIn, JobPhase
 from xpupool.server.services import jobs
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 JobId = Annotated[int, Path(ge=1, le=1 << 62)]
 
 
-@router.post("", status_code=201, response_model=s.Job)
-async def submit(body: s.JobIn, plane: Plane, me: User, request: Request) -> Response:
+@router.post("", status_code=201, response_model=Job)
+async def submit(body: JobIn, plane: Plane, me: User, request: Request) -> Response:
     """Submit a job. It is stored before the answer; the scheduler places it right after."""
     # On the event loop, not in a thread: a submission is CPU under the plane's lock (held by
     # the scheduler for one batch of a few ms at most) and a commit that does not wait for the
@@ -29,25 +29,25 @@ async def submit(body: s.JobIn, plane: Plane, me: User, request: Request) -> Res
     return model_response(job, 201)
 
 
-@router.get("", response_model=list[s.Job])
+@router.get("", response_model=list[Job])
 def list_jobs(
     plane: Plane,
     me: User,
-    state: s.JobPhase | None = None,
+    state: JobPhase | None = None,
     queue: Annotated[str | None, Query(max_length=63)] = None,
     tenant: Annotated[str | None, Query(max_length=63, description="Admin only")] = None,
     limit: Annotated[int, Query(ge=1, le=jobs.MAX_LIST)] = 100,
-) -> list[s.Job]:
+) -> list[Job]:
     """Newest first."""
     return jobs.list_jobs(plane, me, state=state, queue=queue, tenant=tenant, limit=limit)
 
 
-@router.get("/{job_id}", response_model=s.Job)
+@router.get("/{job_id}", response_model=Job)
 def get_job(job_id: JobId, plane: Plane, me: User) -> Response:
     return model_response(jobs.get(plane, me, job_id))
 
 
-@router.post("/{job_id}/cancel", response_model=s.Job)
+@router.post("/{job_id}/cancel", response_model=Job)
 def cancel(job_id: JobId, plane: Plane, me: User) -> Response:
     return model_response(jobs.cancel(plane, me, job_id))
 

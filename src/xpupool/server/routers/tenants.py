@@ -6,37 +6,39 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
 
-from xpupool.server import schemas as s
 from xpupool.server.routers.deps import Admin, Plane, User
+from xpupool.server.schemas.base import NAME_PATTERN
+from xpupool.server.schemas.queues import Queue, QueueIn
+from xpupool.server.schemas.tenants import Tenant, TenantIn, TenantPatch, Token, TokenIn
 from xpupool.server.services import tenants
 
 router = APIRouter(prefix="/v1", tags=["tenants and queues"])
-NameParam = Annotated[str, Path(pattern=s.NAME_PATTERN, max_length=63)]
+NameParam = Annotated[str, Path(pattern=NAME_PATTERN, max_length=63)]
 
 
-@router.post("/tenants", status_code=201, response_model=s.Tenant)
-def create_tenant(body: s.TenantIn, plane: Plane, _: Admin, request: Request) -> s.Tenant:
+@router.post("/tenants", status_code=201, response_model=Tenant)
+def create_tenant(body: TenantIn, plane: Plane, _: Admin, request: Request) -> Tenant:
     """Create a tenant and its default queue (same name, no quota)."""
     request.state.audit_target = f"tenant {body.name}"
     return tenants.create_tenant(plane, body)
 
 
-@router.get("/tenants", response_model=list[s.Tenant])
-def list_tenants(plane: Plane, _: Admin) -> list[s.Tenant]:
+@router.get("/tenants", response_model=list[Tenant])
+def list_tenants(plane: Plane, _: Admin) -> list[Tenant]:
     """Tenants with their limits and their queued work now."""
     return tenants.list_tenants(plane)
 
 
-@router.patch("/tenants/{tenant}", response_model=s.Tenant)
-def update_tenant(tenant: NameParam, body: s.TenantPatch, plane: Plane, _: Admin) -> s.Tenant:
+@router.patch("/tenants/{tenant}", response_model=Tenant)
+def update_tenant(tenant: NameParam, body: TenantPatch, plane: Plane, _: Admin) -> Tenant:
     """Change a tenant's weight or limits; the fields left out stay as they are."""
     return tenants.update_tenant(plane, tenant, body)
 
 
-@router.post("/tenants/{tenant}/tokens", status_code=201, response_model=s.Token)
+@router.post("/tenants/{tenant}/tokens", status_code=201, response_model=Token)
 def issue_token(
-    tenant: NameParam, body: s.TokenIn, plane: Plane, _: Admin, request: Request
-) -> s.Token:
+    tenant: NameParam, body: TokenIn, plane: Plane, _: Admin, request: Request
+) -> Token:
     """Issue a token; the secret is in the answer once and never again."""
     request.state.audit_target = f"{body.role} token of tenant {tenant}"
     token = tenants.issue_token(plane, tenant, body)
@@ -44,8 +46,8 @@ def issue_token(
     return token
 
 
-@router.post("/tokens", status_code=201, response_model=s.Token)
-def issue_agent_token(body: s.TokenIn, plane: Plane, _: Admin, request: Request) -> s.Token:
+@router.post("/tokens", status_code=201, response_model=Token)
+def issue_agent_token(body: TokenIn, plane: Plane, _: Admin, request: Request) -> Token:
     """Issue an agent token (``node``: the node it speaks for), a one-time bootstrap token
     (``bootstrap``) or a metrics token (role ``metrics``: reads /metrics only); the secret is in
     the answer once and never again."""
@@ -56,8 +58,8 @@ def issue_agent_token(body: s.TokenIn, plane: Plane, _: Admin, request: Request)
     return token
 
 
-@router.get("/tokens", response_model=list[s.Token])
-def list_tokens(plane: Plane, _: Admin) -> list[s.Token]:
+@router.get("/tokens", response_model=list[Token])
+def list_tokens(plane: Plane, _: Admin) -> list[Token]:
     return tenants.list_tokens(plane)
 
 
@@ -66,8 +68,8 @@ def revoke_token(token_id: Annotated[int, Path(ge=1, le=1 << 62)], plane: Plane,
     tenants.revoke_token(plane, token_id, me)
 
 
-@router.put("/queues/{name}", response_model=s.Queue)
-def put_queue(name: NameParam, body: s.QueueIn, plane: Plane, _: Admin) -> s.Queue:
+@router.put("/queues/{name}", response_model=Queue)
+def put_queue(name: NameParam, body: QueueIn, plane: Plane, _: Admin) -> Queue:
     """Create or replace a queue and its quotas."""
     if body.name != name:
         from xpupool.model.errors import RequestError
@@ -76,11 +78,11 @@ def put_queue(name: NameParam, body: s.QueueIn, plane: Plane, _: Admin) -> s.Que
     return tenants.put_queue(plane, body)
 
 
-@router.get("/queues", response_model=list[s.Queue])
-def list_queues(plane: Plane, me: User) -> list[s.Queue]:
+@router.get("/queues", response_model=list[Queue])
+def list_queues(plane: Plane, me: User) -> list[Queue]:
     return tenants.list_queues(plane, me)
 
 
-@router.get("/queues/{name}", response_model=s.Queue)
-def get_queue(name: NameParam, plane: Plane, me: User) -> s.Queue:
+@router.get("/queues/{name}", response_model=Queue)
+def get_queue(name: NameParam, plane: Plane, me: User) -> Queue:
     return tenants.get_queue(plane, name, me)

@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from xpupool.catalog.listing import list_accelerators
-from xpupool.server import schemas as s
 from xpupool.server.plane import ControlPlane
+from xpupool.server.schemas.devices import Accelerator
 
 
-def accelerators(plane: ControlPlane) -> list[s.Accelerator]:
+def accelerators(plane: ControlPlane) -> list[Accelerator]:
     """Every catalog model with its device count in the pool (all registered nodes: cordoned and
     lost ones still belong to it), then the models the pool prints that the catalog lacks."""
     with plane.lock:
@@ -18,4 +18,4 @@ def accelerators(plane: ControlPlane) -> list[s.Accelerator]:
             (d.vendor, d.model) for rec in plane.node_records.values() for d in rec.node.devices
         ]
         catalog = plane.cluster_state.catalog
-    return [s.Accelerator.model_validate(asdict(row)) for row in list_accelerators(catalog, pool)]
+    return [Accelerator.model_validate(asdict(row)) for row in list_accelerators(catalog, pool)]

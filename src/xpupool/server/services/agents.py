@@ -14,11 +14,19 @@ from sqlalchemy import Connection, select, update
 
 from xpupool.model.errors import NotFound, RequestError, Unavailable
 from xpupool.server import job_lifecycle as lc
-from xpupool.server import schemas as s
 from xpupool.server.auth import Principal
 from xpupool.server.body_limit import MAX_LOG_CHUNK
 from xpupool.server.plane import ControlPlane, HeldJob, NodeRecord
-from xpupool.server.schemas import StopCause
+from xpupool.server.schemas.agent_protocol import (
+    FINAL_REPLICA_STATES,
+    Heartbeat,
+    HeartbeatReply,
+    ReplicaReport,
+    ReplicaState,
+    Work,
+)
+from xpupool.server.schemas.jobs import JobPhase, StopCause
+from xpupool.server.schemas.nodes import NodeStatus
 from xpupool.server.services.grants import log_caps
 from xpupool.server.services.jobs import assignment
 from xpupool.server.services.replica_env import distributed_env, node_address
@@ -26,9 +34,7 @@ from xpupool.server.storage.fleet import nodes as t_nodes
 from xpupool.server.storage.jobs import jobs as t_jobs
 
 
-def heartbeat(
-    plane: ControlPlane, body: s.Heartbeat, who: Principal | None = None
-) -> s.HeartbeatReply:
+def heartbeat(plane: ControlPlane, body: Heartbeat, who: Principal | None = None) -> HeartbeatReply:
     """Apply one heartbeat of ``body.node`` (``who`` sent it: named in the audit rows of reports
     it gets ignored). Metrics for a device the node did not register are 422 and the heartbeat
     changes nothing; reports for replicas this node does not hold are ignored and recorded."""
@@ -40,8 +46,8 @@ def heartbeat(
         _check_metrics(rec, body)
         rec.heard(now, plane.monotonic())
         conn.execute(update(t_nodes).where(t_nodes.c.name == body.node).values(last_heartbeat=now))
-        if rec.status is s.NodeStatus.LOST:
-            rec.status = s.NodeStatus.READY
+        if rec.status is NodeStatus.LOST:
+            rec.status = NodeStatus.READY
             conn.execute(update(t_nodes).where(t_nodes.c.name == body.node).values(status="ready"))
             if not rec.cordoned:
                 plane.set_schedulable(body.node, True)
@@ -67,7 +73,7 @@ def heartbeat(
         for r in body.replicas:
             key = (r.job_id, r.replica)
             stale = key not in given or key in strangers
-            if r.state == "running" and stale and key not in reply.stop:
+            if r.state is ReplicaState.RUNNING and stale and key not in reply.stop:
                 reply.stop.append(key)
         return reply
 
@@ -89,7 +95,7 @@ def heartbeat_idle(plane: ControlPlane, nodes: list[str]) -> set[str]:
         seen = []
         for name in nodes:
             rec = plane.node(name)
-            if rec is None or rec.status is s.NodeStatus.LOST:
+            if rec is None or rec.status is NodeStatus.LOST:
                 own.add(name)
                 continue
             rec.heard(now, heard_at)
@@ -103,7 +109,7 @@ def heartbeat_idle(plane: ControlPlane, nodes: list[str]) -> set[str]:
     return own | holding.intersection(nodes)
 
 
-def _check_metrics(rec: NodeRecord, body: s.Heartbeat) -> None:
+def _check_metrics(rec: NodeRecord, body: Heartbeat) -> None:
     """Metrics are kept per device UUID: only for devices this node registered (issue 18: 100k
     invented UUIDs grew the server by 179 MiB)."""
     known = {d.uuid for n in (rec.node, rec.target) if n is not None for d in n.devices}
@@ -114,7 +120,7 @@ def _check_metrics(rec: NodeRecord, body: s.Heartbeat) -> None:
             )
 
 
-def _holds(plane: ControlPlane, node: str, r: s.ReplicaReport) -> bool:
+def _holds(plane: ControlPlane, node: str, r: ReplicaReport) -> bool:
     """True if ``node`` holds the replica ``r`` reports on. A report for one it does not hold is
     stale (released while the agent ran it, from before a restart, or of an earlier attempt than
     the job's current one) or forged: it is ignored and recorded, rather than failing the
@@ -126,17 +132,17 @@ def _holds(plane: ControlPlane, node: str, r: s.ReplicaReport) -> bool:
     return any(a.replica == r.replica and a.node == node for a in job.allocations)
 
 
-def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: s.ReplicaReport) -> None:
+def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: ReplicaReport) -> None:
     job = plane.held_jobs.get(r.job_id)
     if job is None or not any(a.replica == r.replica and a.node == node for a in job.allocations):
         return  # a replica the server no longer gives this node: the reply tells the agent to stop
-    if r.state == "running" and r.memory_used_mib:
+    if r.state is ReplicaState.RUNNING and r.memory_used_mib:
         job.device_memory_used_mib[r.replica] = dict(r.memory_used_mib)
     else:
         job.device_memory_used_mib.pop(r.replica, None)
     if job.replica_states.get(r.replica) == r.state:
         _limits(plane, conn, job, r)
-        if r.state == "running" and r.reason and job.state is s.JobPhase.RUNNING:
+        if r.state is ReplicaState.RUNNING and r.reason and job.state is JobPhase.RUNNING:
             _flag(plane, conn, job.id, f"replica {r.replica}: {r.reason}")
         return
     if r.stop_cause == "lease_expired" and job.stop is None:
@@ -147,22 +153,26 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: s.Replica
     job.replica_states[r.replica] = r.state
     if r.exit_code is not None:
         job.exit_codes[r.replica] = r.exit_code
-    if r.state == "failed" and r.reason:
+    if r.state is ReplicaState.FAILED and r.reason:
         job.failures[r.replica] = r.reason
     replicas = {a.replica for a in job.allocations}
     states = [job.replica_states.get(i) for i in replicas]
-    if r.state != "stopped" and job.state is not s.JobPhase.RUNNING and not _never_started(r):
+    if (
+        r.state is not ReplicaState.STOPPED
+        and job.state is not JobPhase.RUNNING
+        and not _never_started(r)
+    ):
         # a replica that ran and ended between two heartbeats was still running: record it
         started = f"(pid {r.pid})" if r.pid is not None else "(its process never started)"
         plane.apply(conn, job.id, lc.Start(f"started on {node} {started}"))
     _limits(plane, conn, job, r)
-    finished = all(st in ("succeeded", "failed", "stopped") for st in states)
-    if r.state == "failed" and job.stop is None and not finished:
+    finished = all(st in FINAL_REPLICA_STATES for st in states)
+    if r.state is ReplicaState.FAILED and job.stop is None and not finished:
         plane.apply(conn, job.id, lc.Stop(StopCause.REPLICA_FAILED, _failure(job, r.replica)))
         return
     if not finished:
         return
-    failed = [i for i in replicas if job.replica_states.get(i) != "succeeded"]
+    failed = [i for i in replicas if job.replica_states.get(i) is not ReplicaState.SUCCEEDED]
     # the job's exit code: the largest of the failed replicas' own, or empty when none of them
     # has one (stopped, or never started: a supervisor or launch failure is not "exit 0")
     codes = [job.exit_codes[i] for i in (failed or replicas) if i in job.exit_codes]
@@ -171,14 +181,14 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: s.Replica
     plane.apply(conn, job.id, lc.Ended(bool(failed), reason, code))
 
 
-def _never_started(r: s.ReplicaReport) -> bool:
+def _never_started(r: ReplicaReport) -> bool:
     """The agent reports a replica failed with neither a process nor an exit code: it did not
     start one (it could not build the launch, or it was handed an allocation that already ran
     there: docs/agent.md). The job is failed with the agent's reason, never marked started."""
-    return r.state == "failed" and r.pid is None and r.exit_code is None
+    return r.state is ReplicaState.FAILED and r.pid is None and r.exit_code is None
 
 
-def _limits(plane: ControlPlane, conn: Connection, job: HeldJob, r: s.ReplicaReport) -> None:
+def _limits(plane: ControlPlane, conn: Connection, job: HeldJob, r: ReplicaReport) -> None:
     """Which CPU/memory enforcement the replica runs under: one event per replica run."""
     if r.limits and job.limits.get(r.replica) != r.limits:
         job.limits[r.replica] = r.limits
@@ -212,11 +222,11 @@ def _flag(plane: ControlPlane, conn: Connection, job_id: int, reason: str) -> No
 
 def _reply(
     plane: ControlPlane, conn: Connection, node: str, reported: set[tuple[int, int]]
-) -> s.HeartbeatReply:
+) -> HeartbeatReply:
     """What ``node`` must run and stop. ``reported``: the replicas its heartbeat reported; one
     it ran before and reports no more was lost with its agent (a restart): run again, counted
     as the next attempt."""
-    run: list[s.Work] = []
+    run: list[Work] = []
     stop: list[tuple[int, int]] = []
     rows: dict[int, Any] = {}
     held_here = [
@@ -228,12 +238,12 @@ def _reply(
             rows[row["id"]] = row
     for job, alloc in held_here:
         if job.stop is not None:
-            if job.replica_states.get(alloc.replica) not in ("succeeded", "failed", "stopped"):
+            if job.replica_states.get(alloc.replica) not in FINAL_REPLICA_STATES:
                 stop.append((job.id, alloc.replica))
             continue
-        if job.replica_states.get(alloc.replica) in ("succeeded", "failed", "stopped"):
+        if job.replica_states.get(alloc.replica) in FINAL_REPLICA_STATES:
             continue
-        gone = job.replica_states.get(alloc.replica) == "running" and (
+        gone = job.replica_states.get(alloc.replica) is ReplicaState.RUNNING and (
             (job.id, alloc.replica) not in reported
         )
         if gone:
@@ -243,7 +253,7 @@ def _reply(
         row = rows[job.id]
         job.handed.add(alloc.replica)
         run.append(
-            s.Work(
+            Work(
                 job_id=job.id,
                 replica=alloc.replica,
                 name=str(row["name"]),
@@ -257,7 +267,7 @@ def _reply(
                 log_cap_bytes=log_caps(plane, job.queue, conn).job_bytes,
             )
         )
-    return s.HeartbeatReply(
+    return HeartbeatReply(
         run=run,
         stop=stop,
         heartbeat_s=plane.heartbeat_s,
@@ -275,8 +285,8 @@ def _dispatch(plane: ControlPlane, conn: Connection, job: HeldJob, *, adopt: boo
     of an earlier run is shown as this run's; where that run's bytes start is recorded beside
     the log (:func:`append_log` keeps each byte once)."""
     nodes = ", ".join(sorted({a.node for a in job.allocations}))
-    running = "running" in job.replica_states.values()
-    if adopt and job.state is s.JobPhase.RUNNING and running:
+    running = ReplicaState.RUNNING in job.replica_states.values()
+    if adopt and job.state is JobPhase.RUNNING and running:
         if job.attempt == 0:  # a run nobody counted (reported before it was handed out)
             plane.apply(conn, job.id, lc.Dispatch(1, f"attempt 1 running on {nodes}"))
         else:
@@ -373,10 +383,10 @@ def mark_lost_nodes(plane: ControlPlane) -> list[str]:
             if rec.source != "agent":
                 continue
             silent = now - rec.heard_at if rec.heard_at is not None else float("inf")
-            if rec.status is not s.NodeStatus.LOST:
+            if rec.status is not NodeStatus.LOST:
                 if silent <= plane.lost_after_s:
                     continue
-                rec.status = s.NodeStatus.LOST
+                rec.status = NodeStatus.LOST
                 conn.execute(update(t_nodes).where(t_nodes.c.name == name).values(status="lost"))
                 plane.set_schedulable(name, False)
                 lost.append(name)

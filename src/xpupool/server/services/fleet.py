@@ -17,10 +17,13 @@ from sqlalchemy import Connection, insert, select, update
 
 from xpupool.model.device import Node
 from xpupool.model.errors import Conflict, NotFound, RequestError
-from xpupool.server import schemas as s
 from xpupool.server.auth import Principal
 from xpupool.server.drain import plan
 from xpupool.server.plane import ControlPlane, NodeRecord, node_values, taints_to_row
+from xpupool.server.schemas.agent_protocol import NodeIn
+from xpupool.server.schemas.devices import Device, DeviceDetail, DeviceSample, DeviceShareHeld
+from xpupool.server.schemas.nodes import Node as NodeView
+from xpupool.server.schemas.nodes import NodeStatus, Site, TaintView
 from xpupool.server.storage.fleet import nodes as t_nodes
 
 log = logging.getLogger("xpupool.server")
@@ -28,11 +31,11 @@ log = logging.getLogger("xpupool.server")
 
 def register(
     plane: ControlPlane,
-    body: s.NodeIn,
+    body: NodeIn,
     source: str = "agent",
     *,
     within: Callable[[Connection], None] | None = None,
-) -> s.Node:
+) -> NodeView:
     """Register or update a node, all or nothing: a refused registration (any 4xx) changes
     nothing, in memory or in the store. A device UUID another node has is 422. A new inventory
     that would take a device (or CPU, memory) from under live allocations is 409 naming them,
@@ -82,7 +85,7 @@ def register(
         fresh = NodeRecord(
             step.serve,
             source,
-            s.NodeStatus.READY,
+            NodeStatus.READY,
             rec.cordoned if rec is not None else False,
             set(rec.cordoned_devices) if rec is not None else set(),
             body.arch,
@@ -102,7 +105,7 @@ def register(
         values = {
             "site": node.site,
             "source": source,
-            "status": s.NodeStatus.READY.value,
+            "status": NodeStatus.READY.value,
             "labels": dict(node.labels),
             "arch": body.arch,
             "os": body.os,
@@ -131,7 +134,7 @@ def register(
         plane.put_nodes({node.name: fresh})
         if built is not None:
             plane.install(built)
-        elif rec is not None and rec.status is s.NodeStatus.LOST and not rec.cordoned:
+        elif rec is not None and rec.status is NodeStatus.LOST and not rec.cordoned:
             plane.set_schedulable(node.name, True)
             plane.bump()
         if step.blocked:
@@ -139,7 +142,7 @@ def register(
     return node_view(plane, body.name)
 
 
-def _check_uuids_free(plane: ControlPlane, body: s.NodeIn) -> None:
+def _check_uuids_free(plane: ControlPlane, body: NodeIn) -> None:
     """A device UUID names one device in the pool: another node's is refused (422)."""
     owner = {
         d.uuid: name
@@ -166,7 +169,7 @@ def register_many(plane: ControlPlane, nodes: Iterable[Node], source: str) -> No
         known = bool(plane.node_records)
         added = {
             node.name: NodeRecord(
-                node, source, s.NodeStatus.READY, not node.schedulable, set(), "", "", now
+                node, source, NodeStatus.READY, not node.schedulable, set(), "", "", now
             )
             for node in nodes
             if node.name not in plane.node_records
@@ -179,7 +182,7 @@ def register_many(plane: ControlPlane, nodes: Iterable[Node], source: str) -> No
                         name=rec.node.name,
                         site=rec.node.site,
                         source=source,
-                        status=s.NodeStatus.READY.value,
+                        status=NodeStatus.READY.value,
                         schedulable=rec.node.schedulable,
                         labels=dict(rec.node.labels),
                         arch="",
@@ -209,7 +212,7 @@ def _record(plane: ControlPlane, name: str) -> NodeRecord:
     return rec
 
 
-def node_view(plane: ControlPlane, name: str) -> s.Node:
+def node_view(plane: ControlPlane, name: str) -> NodeView:
     with plane.lock:
         rec = _record(plane, name)
         st = plane.cluster_state
@@ -221,11 +224,11 @@ def node_view(plane: ControlPlane, name: str) -> s.Node:
                 & (st.dev_core_free.reshape(-1)[slots] == st.dev_core_commit.reshape(-1)[slots])
             ).sum()
         )
-        return s.Node(
+        return NodeView(
             name=name,
             site=rec.node.site,
             status=rec.status,
-            schedulable=not rec.cordoned and rec.status is s.NodeStatus.READY,
+            schedulable=not rec.cordoned and rec.status is NodeStatus.READY,
             source=rec.source,
             cpu_milli=rec.node.cpu_milli,
             memory_mib=rec.node.memory_mib,
@@ -239,14 +242,13 @@ def node_view(plane: ControlPlane, name: str) -> s.Node:
             last_heartbeat=rec.last_heartbeat,
             runtime=rec.node.container_runtime,
             taints=[
-                s.TaintView(key=t.key, value=t.value, effect=t.effect.value)
-                for t in rec.node.taints
+                TaintView(key=t.key, value=t.value, effect=t.effect.value) for t in rec.node.taints
             ],
             deleting=rec.deleting_since is not None,
         )
 
 
-def list_nodes(plane: ControlPlane, site: str | None = None) -> list[s.Node]:
+def list_nodes(plane: ControlPlane, site: str | None = None) -> list[NodeView]:
     with plane.lock:
         names = sorted(
             n for n, r in plane.node_records.items() if site is None or r.node.site == site
@@ -263,7 +265,7 @@ def _named_for(who: Principal | None) -> str | None:
 
 def list_devices(
     plane: ControlPlane, node: str | None = None, *, who: Principal | None
-) -> list[s.Device]:
+) -> list[Device]:
     """Every card (of ``node``, or all), as ``who`` may see it: ``jobs`` lists only the jobs
     whose names ``who`` may see (:func:`_named_for`), ``in_use_by_others`` says that some other
     job holds a share too. The allocation figures are the card's whole, everyone's: the fleet's
@@ -289,7 +291,7 @@ def list_devices(
             for d in rec.node.devices:
                 slot = st.uuid_slot[d.uuid]
                 out.append(
-                    s.Device(
+                    Device(
                         uuid=d.uuid,
                         node=name,
                         site=rec.node.site,
@@ -320,7 +322,7 @@ def list_devices(
         return out
 
 
-def device_detail(plane: ControlPlane, uuid: str, *, who: Principal | None) -> s.DeviceDetail:
+def device_detail(plane: ControlPlane, uuid: str, *, who: Principal | None) -> DeviceDetail:
     """One card as :func:`list_devices` shows it to ``who``, with the shares held of it by the
     jobs ``who`` may see named (another tenant's share is only ``in_use_by_others``) and its
     recent readings (``plane.live``); NotFound for a UUID no node in the pool has."""
@@ -333,7 +335,7 @@ def device_detail(plane: ControlPlane, uuid: str, *, who: Principal | None) -> s
             raise NotFound("device", uuid)
         device = next(d for d in list_devices(plane, name, who=who) if d.uuid == uuid)
         shares = [
-            s.DeviceShareHeld(
+            DeviceShareHeld(
                 job=job.id,
                 replica=alloc.replica,
                 memory_mib=share.memory_mib,
@@ -347,7 +349,7 @@ def device_detail(plane: ControlPlane, uuid: str, *, who: Principal | None) -> s
             if share.uuid == uuid
         ]
         recent = [
-            s.DeviceSample(
+            DeviceSample(
                 t=r.t,
                 util_pct=r.util_pct,
                 memory_mib_used=r.memory_mib_used,
@@ -356,7 +358,7 @@ def device_detail(plane: ControlPlane, uuid: str, *, who: Principal | None) -> s
             )
             for r in plane.live.recent(uuid)
         ]
-    return s.DeviceDetail(
+    return DeviceDetail(
         **device.model_dump(),
         shares=sorted(shares, key=lambda x: (x.job, x.replica)),
         recent=recent,
@@ -368,9 +370,9 @@ def _canonical(plane: ControlPlane, vendor: str, model: str) -> str | None:
     return None if found is None else found.name
 
 
-def list_sites(plane: ControlPlane) -> list[s.Site]:
+def list_sites(plane: ControlPlane) -> list[Site]:
     with plane.lock:
-        by_site: dict[str, list[s.Node]] = {}
+        by_site: dict[str, list[NodeView]] = {}
         for n in list_nodes(plane):
             by_site.setdefault(n.site, []).append(n)
         models: dict[str, Counter[str]] = {}
@@ -379,10 +381,10 @@ def list_sites(plane: ControlPlane) -> list[s.Site]:
             for d in rec.node.devices:
                 c[_canonical(plane, d.vendor, d.model) or d.model] += 1
         return [
-            s.Site(
+            Site(
                 name=site,
                 nodes=len(ns),
-                nodes_ready=sum(1 for n in ns if n.status is s.NodeStatus.READY),
+                nodes_ready=sum(1 for n in ns if n.status is NodeStatus.READY),
                 devices=sum(n.devices for n in ns),
                 devices_free=sum(n.devices_free for n in ns if n.schedulable),
                 by_model=dict(sorted(models.get(site, Counter()).items())),
@@ -391,14 +393,14 @@ def list_sites(plane: ControlPlane) -> list[s.Site]:
         ]
 
 
-def cordon_node(plane: ControlPlane, name: str, cordoned: bool) -> s.Node:
+def cordon_node(plane: ControlPlane, name: str, cordoned: bool) -> NodeView:
     with plane.write() as conn:
         _record(plane, name)
         plane.cordon_node(conn, name, cordoned)
     return node_view(plane, name)
 
 
-def cordon_device(plane: ControlPlane, uuid: str, cordoned: bool) -> s.Device:
+def cordon_device(plane: ControlPlane, uuid: str, cordoned: bool) -> Device:
     with plane.write() as conn:
         rec = next(
             (r for r in plane.node_records.values() if any(d.uuid == uuid for d in r.node.devices)),

@@ -21,9 +21,9 @@ from sqlalchemy import Connection, bindparam, select, update
 
 from xpupool.model.errors import NotGranted, OverLimit
 from xpupool.server import job_lifecycle as lc
-from xpupool.server import schemas as s
 from xpupool.server.job_logs import LogCaps
 from xpupool.server.plane import ControlPlane
+from xpupool.server.schemas.jobs import JobPhase
 from xpupool.server.storage.jobs import jobs as t_jobs
 from xpupool.server.storage.tenants import queues as t_queues
 from xpupool.server.storage.tenants import tenants as t_tenants
@@ -118,7 +118,7 @@ def cap_queued(plane: ControlPlane, conn: Connection, queue: str | None = None) 
         select(t_jobs.c.id, t_jobs.c.priority, t_queues.c.max_priority)
         .select_from(t_jobs.join(t_queues, t_jobs.c.queue == t_queues.c.name))
         .where(
-            t_jobs.c.state == s.JobPhase.PENDING.value,
+            t_jobs.c.state == JobPhase.PENDING.value,
             t_jobs.c.priority > t_queues.c.max_priority,
         )
     )

@@ -12,10 +12,9 @@ from collections import Counter
 from sqlalchemy import Connection, func, select
 
 from xpupool.server import job_lifecycle as lc
-from xpupool.server import schemas as s
 from xpupool.server.plane import ControlPlane
 from xpupool.server.retention import Retention
-from xpupool.server.schemas import StopCause
+from xpupool.server.schemas.jobs import FINAL_STATES, StopCause
 from xpupool.server.storage.jobs import job_events as t_events
 from xpupool.server.storage.jobs import jobs as t_jobs
 
@@ -28,7 +27,7 @@ AGE_CHECK_MAX_S = 60.0
 """The longest between two looks for finished jobs past ``--retain-jobs`` (a tenth of it when
 that is shorter): a look reads every finished job's last change."""
 
-_FINAL = sorted(p.value for p in s.FINAL_STATES)
+_FINAL = sorted(p.value for p in FINAL_STATES)
 
 
 def _beyond_count(

@@ -16,7 +16,6 @@ from xpupool.model.errors import Conflict, NotFound, RequestError, Unavailable
 from xpupool.model.request import Request
 from xpupool.model.request_model import request_from_dict, request_to_dict
 from xpupool.server import job_lifecycle as lc
-from xpupool.server import schemas as s
 from xpupool.server.auth import Principal
 from xpupool.server.job_views import Submitted, job_view
 from xpupool.server.plane import (
@@ -26,7 +25,8 @@ from xpupool.server.plane import (
     gang_request,
 )
 from xpupool.server.request_names import check_names
-from xpupool.server.schemas import StopCause
+from xpupool.server.schemas.agent_protocol import DeviceAssignment, ReplicaAssignment
+from xpupool.server.schemas.jobs import FINAL_STATES, Job, JobEvent, JobIn, JobPhase, StopCause
 from xpupool.server.services import grants
 from xpupool.server.services.models import expand_model_job
 from xpupool.server.storage.driver_insert import insert_rows
@@ -36,7 +36,7 @@ from xpupool.server.storage.jobs import jobs as t_jobs
 MAX_LIST = 1000
 
 
-def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
+def submit(plane: ControlPlane, me: Principal, body: JobIn) -> Job:
     """One submission: :func:`submit_many` of one, its refusal raised."""
     (result,) = submit_many(plane, [(me, body)])
     if isinstance(result, Exception):
@@ -45,7 +45,7 @@ def submit(plane: ControlPlane, me: Principal, body: s.JobIn) -> s.Job:
 
 
 def submit_many(
-    plane: ControlPlane, asks: Sequence[tuple[Principal, s.JobIn]]
+    plane: ControlPlane, asks: Sequence[tuple[Principal, JobIn]]
 ) -> list[Submitted | Exception]:
     """:func:`submit` for each of ``asks`` in one store transaction: what each would have
     answered alone, in order (a refused one its error, which changes nothing), each seeing those
@@ -84,7 +84,7 @@ def submit_many(
     return answered
 
 
-def verdict(plane: ControlPlane, me: Principal, body: s.JobIn, *, complete: bool = True) -> str:
+def verdict(plane: ControlPlane, me: Principal, body: JobIn, *, complete: bool = True) -> str:
     """What :func:`submit` would answer ``body`` now, storing nothing: raises what would refuse
     it (the same checks, in the same order: one verdict, not a copy of it), else returns the
     reason it would wait with. ``complete`` False: a body still being written (the dashboard's
@@ -98,13 +98,13 @@ def verdict(plane: ControlPlane, me: Principal, body: s.JobIn, *, complete: bool
 class _Accepted:
     """A submission's request as the body and the token make it, before the lock."""
 
-    body: s.JobIn
+    body: JobIn
     tenant: str
     req: Request
     from_image: ImageMerge
 
 
-def _accept(plane: ControlPlane, me: Principal, body: s.JobIn) -> _Accepted:
+def _accept(plane: ControlPlane, me: Principal, body: JobIn) -> _Accepted:
     if me.is_admin:
         if body.tenant is None:
             raise RequestError(
@@ -235,14 +235,14 @@ def _store(
 _IMAGE_FIELDS = frozenset({"devices.software", "devices.vendors", "devices.models"})
 
 
-def _priority_field(body: s.JobIn) -> str:
+def _priority_field(body: JobIn) -> str:
     """Where the job's priority came from, for an error that names it."""
     if body.priority is not None:
         return "priority"
     return "spec" if body.request_field == "spec" else "request.priority"
 
 
-def _check_what_to_run(body: s.JobIn) -> None:
+def _check_what_to_run(body: JobIn) -> None:
     """A job runs a command, an image (its entry point, or the command inside it), or both;
     neither would start nothing and end 'exited with 0'."""
     if body.image is not None and not body.image.strip():
@@ -284,14 +284,14 @@ def _row(conn: Connection, me: Principal, job_id: int) -> Any:
     return row
 
 
-def get(plane: ControlPlane, me: Principal, job_id: int) -> s.Job:
+def get(plane: ControlPlane, me: Principal, job_id: int) -> Job:
     with plane.db.connect() as conn:
         row = _row(conn, me, job_id)
         events = conn.execute(
             select(t_events).where(t_events.c.job_id == job_id).order_by(t_events.c.id)
         ).mappings()
         job = view(plane, row)
-        job.events = [s.JobEvent.model_validate(dict(e)) for e in events]
+        job.events = [JobEvent.model_validate(dict(e)) for e in events]
     return job
 
 
@@ -299,11 +299,11 @@ def list_jobs(
     plane: ControlPlane,
     me: Principal,
     *,
-    state: s.JobPhase | None = None,
+    state: JobPhase | None = None,
     queue: str | None = None,
     tenant: str | None = None,
     limit: int = 100,
-) -> list[s.Job]:
+) -> list[Job]:
     q = select(t_jobs).order_by(t_jobs.c.id.desc()).limit(min(limit, MAX_LIST))
     if not me.is_admin:
         q = q.where(t_jobs.c.tenant == me.tenant)
@@ -318,9 +318,9 @@ def list_jobs(
     return [view(plane, r) for r in rows]
 
 
-def view(plane: ControlPlane, row: Any) -> s.Job:
+def view(plane: ControlPlane, row: Any) -> Job:
     """The API form of a job row, with its live assignment when it holds devices."""
-    assignments: list[s.ReplicaAssignment] = []
+    assignments: list[ReplicaAssignment] = []
     with plane.lock:
         held = plane.held_jobs.get(row["id"])
         if held is not None:
@@ -328,14 +328,14 @@ def view(plane: ControlPlane, row: Any) -> s.Job:
     return job_view(row, assignments)
 
 
-def assignment(plane: ControlPlane, alloc: Any) -> s.ReplicaAssignment:
+def assignment(plane: ControlPlane, alloc: Any) -> ReplicaAssignment:
     rec = plane.node(alloc.node)
     by_uuid = {d.uuid: d for d in rec.node.devices} if rec else {}
     devices = []
     for share in alloc.devices:
         d = by_uuid.get(share.uuid)
         devices.append(
-            s.DeviceAssignment(
+            DeviceAssignment(
                 uuid=share.uuid,
                 index=d.index if d else -1,
                 vendor=d.vendor if d else "",
@@ -345,7 +345,7 @@ def assignment(plane: ControlPlane, alloc: Any) -> s.ReplicaAssignment:
                 card_memory_mib=d.memory_mib if d else 0,
             )
         )
-    return s.ReplicaAssignment(
+    return ReplicaAssignment(
         replica=alloc.replica,
         allocation_id=alloc.id,
         node=alloc.node,
@@ -355,15 +355,15 @@ def assignment(plane: ControlPlane, alloc: Any) -> s.ReplicaAssignment:
     )
 
 
-def cancel(plane: ControlPlane, me: Principal, job_id: int) -> s.Job:
+def cancel(plane: ControlPlane, me: Principal, job_id: int) -> Job:
     """Pending or placed-but-not-started jobs are cancelled at once; running ones are stopped by
     their agent first and cancelled when their processes are gone (their devices stay held).
     The stop is stored before the answer: a server that crashes meanwhile stops the job when it
     is back, and never runs it again."""
     with plane.write() as conn:
         row = _row(conn, me, job_id)
-        phase = s.JobPhase(row["state"])
-        if phase in s.FINAL_STATES:
+        phase = JobPhase(row["state"])
+        if phase in FINAL_STATES:
             raise Conflict(f"job {job_id} is already {phase.value}")
         plane.apply(conn, job_id, lc.Stop(StopCause.CANCELLED, "cancelled by user"))
     return get(plane, me, job_id)

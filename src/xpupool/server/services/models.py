@@ -21,16 +21,18 @@ from xpupool.engine.state import ClusterState
 from xpupool.engine.verdict import Miss
 from xpupool.model.errors import RequestError
 from xpupool.model.request_model import RequestModel
-from xpupool.server import schemas as s
 from xpupool.server.plane import ControlPlane
+from xpupool.server.schemas.jobs import JobIn
+from xpupool.server.schemas.models import CatalogModel, ModelIntent
+from xpupool.server.schemas.models import PlanRow as PlanRowView
 
 SERVE_PORT_ENV = "XPUPOOL_SERVE_PORT"
 MODEL_ENV = "XPUPOOL_MODEL"
 
 
-def list_models() -> list[s.CatalogModel]:
+def list_models() -> list[CatalogModel]:
     return [
-        s.CatalogModel.model_validate(
+        CatalogModel.model_validate(
             {**asdict(m), "aliases": list(m.aliases), "precisions": list(m.precisions)}
             | {"runtimes": list(m.runtimes)}
         )
@@ -77,7 +79,7 @@ def pool_nodes(state: ClusterState, *, containers_only: bool = False) -> list[Po
     return nodes
 
 
-def _plan_input(models: ModelCatalog, body: s.ModelIntent, at: str) -> tuple[ModelSpec, PlanInput]:
+def _plan_input(models: ModelCatalog, body: ModelIntent, at: str) -> tuple[ModelSpec, PlanInput]:
     spec = models.get(body.name, f"{at}name")
     return spec, PlanInput(
         spec,
@@ -89,7 +91,7 @@ def _plan_input(models: ModelCatalog, body: s.ModelIntent, at: str) -> tuple[Mod
     )
 
 
-def plan_rows(plane: ControlPlane, body: s.ModelIntent, at: str = "") -> list[s.PlanRow]:
+def plan_rows(plane: ControlPlane, body: ModelIntent, at: str = "") -> list[PlanRowView]:
     """The plan for ``body`` against the pool now; errors name ``<at><field>``."""
     models = load_models()
     _, request = _plan_input(models, body, at)
@@ -100,7 +102,7 @@ def plan_rows(plane: ControlPlane, body: s.ModelIntent, at: str = "") -> list[s.
         rows = plan(request, catalog, models, pool, judge=lambda r: _judged(plane, models, r))
     except RequestError as exc:
         raise RequestError(f"{at}{exc.field}", exc.value, exc.reason) from None
-    return [s.PlanRow.model_validate(asdict(r)) for r in rows]
+    return [PlanRowView.model_validate(asdict(r)) for r in rows]
 
 
 def _judged(plane: ControlPlane, models: ModelCatalog, row: PlanRow) -> PlanRow:
@@ -126,7 +128,7 @@ def _row_miss(plane: ControlPlane, models: ModelCatalog, row: PlanRow) -> Miss |
         return plane.verdicts.never_fits(req)
 
 
-def expand_model_job(plane: ControlPlane, body: s.JobIn) -> s.JobIn:
+def expand_model_job(plane: ControlPlane, body: JobIn) -> JobIn:
     """``body`` with its ``model`` turned into request, image, command and env (model cleared).
 
     Picks the best-ranked row that the pool has, that has a serving runtime for its vendor, and

@@ -17,14 +17,14 @@ import logging
 from sqlalchemy import update
 
 from xpupool.model.errors import Conflict, NotFound
-from xpupool.server import schemas as s
 from xpupool.server.plane import ControlPlane, NodeRecord
+from xpupool.server.schemas.nodes import NodeDeletion
 from xpupool.server.storage.fleet import nodes as t_nodes
 
 log = logging.getLogger("xpupool.server")
 
 
-def delete_node(plane: ControlPlane, name: str, drain: bool) -> s.NodeDeletion:
+def delete_node(plane: ControlPlane, name: str, drain: bool) -> NodeDeletion:
     """Delete node ``name`` now, or with ``drain`` once nothing is held there. Raises NotFound
     for an unknown node, Conflict (nothing changed) when allocations hold it and not ``drain``;
     a store that cannot be written raises Unavailable, and memory stays as it was."""
@@ -58,10 +58,10 @@ def delete_node(plane: ControlPlane, name: str, drain: bool) -> s.NodeDeletion:
         plane.forget_node(name)
         plane.install(built)
         log.warning("node %s deleted by the admin; tokens revoked: %s", name, revoked or "none")
-    return s.NodeDeletion(name=name, deleted=True, tokens_revoked=revoked, note=_next(rec))
+    return NodeDeletion(name=name, deleted=True, tokens_revoked=revoked, note=_next(rec))
 
 
-def _drain(plane: ControlPlane, rec: NodeRecord, holders: list[str]) -> s.NodeDeletion:
+def _drain(plane: ControlPlane, rec: NodeRecord, holders: list[str]) -> NodeDeletion:
     """Cordon ``rec`` and mark it to be deleted when ``holders`` end (asked again: as it was)."""
     name = rec.node.name
     with plane.write() as conn:
@@ -76,7 +76,7 @@ def _drain(plane: ControlPlane, rec: NodeRecord, holders: list[str]) -> s.NodeDe
         f"cordoned; removed, and its tokens revoked, when {', '.join(holders)} "
         f"{'ends' if len(holders) == 1 else 'end'} (uncordon it to cancel). {_next(rec)}"
     )
-    return s.NodeDeletion(name=name, deleted=False, waiting_for=holders, note=note)
+    return NodeDeletion(name=name, deleted=False, waiting_for=holders, note=note)
 
 
 def _next(rec: NodeRecord) -> str:

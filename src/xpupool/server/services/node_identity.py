@@ -21,9 +21,9 @@ from collections.abc import Iterable
 from sqlalchemy import Connection, insert, select, update
 
 from xpupool.model.errors import Forbidden
-from xpupool.server import schemas as s
 from xpupool.server.auth import Principal, new_token, token_hash
 from xpupool.server.plane import ControlPlane
+from xpupool.server.schemas.agent_protocol import Heartbeat, HeartbeatReply, NodeIn, Registered
 from xpupool.server.services import agents, fleet
 from xpupool.server.storage.tenants import tokens as t_tokens
 
@@ -118,7 +118,7 @@ def _bind(plane: ControlPlane, who: Principal, node: str) -> None:
         plane.principals.clear()
 
 
-def register(plane: ControlPlane, who: Principal, body: s.NodeIn) -> s.Registered:
+def register(plane: ControlPlane, who: Principal, body: NodeIn) -> Registered:
     """Register ``body`` as ``who``: a bootstrap token is exchanged for the node's own token."""
     if who.role == "bootstrap":
         return _exchange(plane, who, body)
@@ -135,7 +135,7 @@ def register(plane: ControlPlane, who: Principal, body: s.NodeIn) -> s.Registere
             log.warning("node %s taken over from the cluster file by the admin", body.name)
         if bind:
             _bind(plane, who, body.name)
-    return s.Registered.model_validate(node.model_dump())
+    return Registered.model_validate(node.model_dump())
 
 
 def _may_exchange(plane: ControlPlane, conn: Connection, who: Principal, name: str) -> None:
@@ -153,7 +153,7 @@ def _may_exchange(plane: ControlPlane, conn: Connection, who: Principal, name: s
         )
 
 
-def _exchange(plane: ControlPlane, who: Principal, body: s.NodeIn) -> s.Registered:
+def _exchange(plane: ControlPlane, who: Principal, body: NodeIn) -> Registered:
     secret = new_token()
     with plane.lock, plane.db.connect() as conn:  # refuse early: before the inventory checks
         _may_exchange(plane, conn, who, body.name)
@@ -189,10 +189,10 @@ def _exchange(plane: ControlPlane, who: Principal, body: s.NodeIn) -> s.Register
 
     node = fleet.register(plane, body, within=spend)
     plane.principals.clear()
-    return s.Registered.model_validate({**node.model_dump(), "token": secret})
+    return Registered.model_validate({**node.model_dump(), "token": secret})
 
 
-def heartbeat(plane: ControlPlane, who: Principal, body: s.Heartbeat) -> s.HeartbeatReply:
+def heartbeat(plane: ControlPlane, who: Principal, body: Heartbeat) -> HeartbeatReply:
     if who.role == "agent" and who.nodes is None and who.token_id != IN_PROCESS_TOKEN_ID:
         with plane.lock:  # first use of an unbound token: check, heartbeat and bind as one
             who = _fresh(plane, who)

@@ -18,15 +18,15 @@ from sqlalchemy import update
 
 from xpupool.model.errors import Conflict, NotFound
 from xpupool.model.taint import change_taints, parse_effect
-from xpupool.server import schemas as s
 from xpupool.server.plane import ControlPlane, taints_to_row
+from xpupool.server.schemas.nodes import Node, NodeTaintsIn
 from xpupool.server.services.fleet import node_view
 from xpupool.server.storage.fleet import nodes as t_nodes
 
 log = logging.getLogger("xpupool.server")
 
 
-def taint_node(plane: ControlPlane, name: str, body: s.NodeTaintsIn) -> s.Node:
+def taint_node(plane: ControlPlane, name: str, body: NodeTaintsIn) -> Node:
     """Apply ``body`` to node ``name``'s taints; NotFound for an unknown node, RequestError
     (``add[i]``, ``remove[i]``) or Conflict when refused; Unavailable when the store cannot be
     written, and then memory stays as it was."""

@@ -28,9 +28,16 @@ from xpupool.engine.fragmentation import ShapeTable, Stranded, TargetWorkload, s
 from xpupool.engine.reasons import PREEMPTION_MAY_HELP, Unschedulable
 from xpupool.engine.state import ClusterState
 from xpupool.model.request import DeviceRequest, Request
-from xpupool.server import schemas as s
 from xpupool.server.auth import Principal
 from xpupool.server.plane import ControlPlane, PendingJob
+from xpupool.server.schemas.jobs import JobPhase
+from xpupool.server.schemas.overview import (
+    FleetOverview,
+    JobCounts,
+    OverviewGroup,
+    StrandedAt,
+    StrandedCapacity,
+)
 
 BUSY_UTIL_PCT = 10.0
 """A card whose reported utilisation is at least this is busy."""
@@ -327,8 +334,8 @@ def _dominant(why: Unschedulable) -> str:
     return best.text
 
 
-def fleet_overview(plane: ControlPlane, principal: Principal) -> s.FleetOverview:
-    """The overview as ``principal`` may see it (see :class:`schemas.FleetOverview`)."""
+def fleet_overview(plane: ControlPlane, principal: Principal) -> FleetOverview:
+    """The overview as ``principal`` may see it (see ``schemas/overview.py``)."""
     mine = None if principal.is_admin else principal.tenant
     now = plane.clock()
     with plane.lock:
@@ -347,23 +354,23 @@ def fleet_overview(plane: ControlPlane, principal: Principal) -> s.FleetOverview
             if mine is not None and held.tenant != mine:
                 continue
             holding += 1
-            running += held.state is s.JobPhase.RUNNING
-    return s.FleetOverview(
+            running += held.state is JobPhase.RUNNING
+    return FleetOverview(
         generated_at=now,
         scope="fleet" if mine is None else "tenant",
         busy_util_pct=BUSY_UTIL_PCT,
         groups=groups(snap),
         stranded=stranded_view(snap),
         pending_by_reason=dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
-        jobs=s.JobCounts(pending=pending, running=running, holding=holding),
+        jobs=JobCounts(pending=pending, running=running, holding=holding),
     )
 
 
-def groups(snap: Snapshot) -> list[s.OverviewGroup]:
+def groups(snap: Snapshot) -> list[OverviewGroup]:
     out = []
     for g, (site, vendor, model) in enumerate(snap.layout.labels):
         out.append(
-            s.OverviewGroup(
+            OverviewGroup(
                 site=site,
                 vendor=vendor,
                 device_model=model,
@@ -385,17 +392,17 @@ def groups(snap: Snapshot) -> list[s.OverviewGroup]:
     return sorted(out, key=lambda g: (g.site, g.vendor, g.device_model))
 
 
-def stranded_view(snap: Snapshot) -> s.StrandedCapacity:
+def stranded_view(snap: Snapshot) -> StrandedCapacity:
     st = snap.stranded
     if st is None:
-        return s.StrandedCapacity(memory_mib=0, core_pct=0.0, devices=0, shapes=snap.shapes)
-    return s.StrandedCapacity(
+        return StrandedCapacity(memory_mib=0, core_pct=0.0, devices=0, shapes=snap.shapes)
+    return StrandedCapacity(
         memory_mib=st.total_memory_mib,
         core_pct=st.total_core_milli / 10,
         devices=int(st.devices.sum()),
         shapes=snap.shapes,
         by_site={
-            site: s.StrandedAt(memory_mib=mib, core_pct=milli / 10, devices=cards)
+            site: StrandedAt(memory_mib=mib, core_pct=milli / 10, devices=cards)
             for site, (mib, milli, cards) in sorted(snap.stranded_by_site.items())
         },
     )

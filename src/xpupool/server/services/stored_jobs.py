@@ -18,16 +18,15 @@ import logging
 from sqlalchemy import select
 
 from xpupool.server import job_lifecycle as lc
-from xpupool.server import schemas as s
 from xpupool.server.plane import ControlPlane
-from xpupool.server.schemas import StopCause
+from xpupool.server.schemas.jobs import HOLDING_STATES, JobPhase, StopCause
 from xpupool.server.services import grants
 from xpupool.server.storage.jobs import jobs as t_jobs
 from xpupool.server.wire_values import first_unsafe
 
 log = logging.getLogger("xpupool.server")
 
-_WAITING = (s.JobPhase.PENDING, *sorted(s.HOLDING_STATES))
+_WAITING = (JobPhase.PENDING, *sorted(HOLDING_STATES))
 
 
 def settle_stored_jobs(plane: ControlPlane) -> None:

@@ -10,10 +10,18 @@ from typing import Any
 from sqlalchemy import Connection, insert, select, update
 
 from xpupool.model.errors import Conflict, NotFound, RequestError
-from xpupool.server import schemas as s
 from xpupool.server.auth import Principal, TokenExpired, new_token, token_hash
 from xpupool.server.plane import ControlPlane
 from xpupool.server.queue_spec import queue_spec, queue_spec_of
+from xpupool.server.schemas.queues import (
+    Queue,
+    QueueIn,
+    QueuePreemption,
+    QuotaResource,
+    QuotaUsage,
+    UnlistedFlavors,
+)
+from xpupool.server.schemas.tenants import Tenant, TenantIn, TenantPatch, Token, TokenIn
 from xpupool.server.services import grants
 from xpupool.server.storage.tenants import assign_tenant_indices
 from xpupool.server.storage.tenants import queues as t_queues
@@ -75,7 +83,7 @@ def principal_of(plane: ControlPlane, digest: str, *, store: bool = True) -> Pri
     return who
 
 
-def create_tenant(plane: ControlPlane, body: s.TenantIn) -> s.Tenant:
+def create_tenant(plane: ControlPlane, body: TenantIn) -> Tenant:
     now = plane.clock()
     with plane.write() as conn:
         if conn.execute(select(t_tenants).where(t_tenants.c.name == body.name)).first():
@@ -92,21 +100,21 @@ def create_tenant(plane: ControlPlane, body: s.TenantIn) -> s.Tenant:
         )
         plane.queue_specs[body.name] = queue_spec(body.name, body.name, None, [], body.weight)
         plane.rebuild_admission()
-    return s.Tenant(**body.model_dump(), created_at=now)
+    return Tenant(**body.model_dump(), created_at=now)
 
 
-def list_tenants(plane: ControlPlane) -> list[s.Tenant]:
+def list_tenants(plane: ControlPlane) -> list[Tenant]:
     with plane.db.connect() as conn:
         rows = conn.execute(select(t_tenants).order_by(t_tenants.c.name)).mappings().all()
     with plane.lock:
         return [_tenant_view(plane, r) for r in rows]
 
 
-def _tenant_view(plane: ControlPlane, row: Any) -> s.Tenant:
-    return s.Tenant.model_validate({**dict(row), **grants.usage(plane, row["name"])})
+def _tenant_view(plane: ControlPlane, row: Any) -> Tenant:
+    return Tenant.model_validate({**dict(row), **grants.usage(plane, row["name"])})
 
 
-def update_tenant(plane: ControlPlane, name: str, patch: s.TenantPatch) -> s.Tenant:
+def update_tenant(plane: ControlPlane, name: str, patch: TenantPatch) -> Tenant:
     """Set the fields ``patch`` gives. A lower limit refuses new submissions only: what is
     queued stays queued. A new weight applies to the next scheduling pass."""
     values = patch.model_dump(exclude_unset=True)
@@ -130,7 +138,7 @@ def _tenant_exists(conn: Connection, name: str) -> bool:
     )
 
 
-def issue_token(plane: ControlPlane, tenant: str | None, body: s.TokenIn) -> s.Token:
+def issue_token(plane: ControlPlane, tenant: str | None, body: TokenIn) -> Token:
     """Issue a token. ``tenant`` None (``POST /v1/tokens``) issues agent, bootstrap and metrics
     tokens only; under a tenant, an agent token belongs to no tenant (as before node binding)."""
     if tenant is None and body.role == "tenant":
@@ -166,7 +174,7 @@ def issue_token(plane: ControlPlane, tenant: str | None, body: s.TokenIn) -> s.T
             )
         )
         token_id = int(result.inserted_primary_key[0])  # type: ignore[index]
-    return s.Token(
+    return Token(
         id=token_id,
         tenant=owner,
         role=role,
@@ -179,10 +187,10 @@ def issue_token(plane: ControlPlane, tenant: str | None, body: s.TokenIn) -> s.T
     )
 
 
-def list_tokens(plane: ControlPlane) -> list[s.Token]:
+def list_tokens(plane: ControlPlane) -> list[Token]:
     with plane.db.connect() as conn:
         rows = conn.execute(select(t_tokens).order_by(t_tokens.c.id)).mappings().all()
-    return [s.Token.model_validate({**dict(r), "token": None}) for r in rows]
+    return [Token.model_validate({**dict(r), "token": None}) for r in rows]
 
 
 def revoke_token(plane: ControlPlane, token_id: int, me: Principal) -> None:
@@ -198,7 +206,7 @@ def revoke_token(plane: ControlPlane, token_id: int, me: Principal) -> None:
 
 
 # ------------------------------------------------------------------------------------ queues
-def put_queue(plane: ControlPlane, body: s.QueueIn) -> s.Queue:
+def put_queue(plane: ControlPlane, body: QueueIn) -> Queue:
     """Create or replace a queue. Lowering a quota below current use evicts nothing: running work
     stays, and the queue admits again once it is back under (Kueue behaves the same)."""
     quotas = [q.model_dump(mode="json") for q in body.quotas]
@@ -252,14 +260,14 @@ def _priority_caps(plane: ControlPlane) -> dict[str, int]:
     return {r.name: int(r.max_priority) for r in rows}
 
 
-def get_queue(plane: ControlPlane, name: str, me: Principal | None) -> s.Queue:
+def get_queue(plane: ControlPlane, name: str, me: Principal | None) -> Queue:
     caps = _priority_caps(plane)
     with plane.lock:
         _visible(plane, name, me)
         return _queue_view(plane, name, caps.get(name, 0))
 
 
-def list_queues(plane: ControlPlane, me: Principal) -> list[s.Queue]:
+def list_queues(plane: ControlPlane, me: Principal) -> list[Queue]:
     caps = _priority_caps(plane)
     with plane.lock:
         names = [
@@ -268,13 +276,13 @@ def list_queues(plane: ControlPlane, me: Principal) -> list[s.Queue]:
         return [_queue_view(plane, n, caps.get(n, 0)) for n in names]
 
 
-def _queue_view(plane: ControlPlane, name: str, max_priority: int) -> s.Queue:
+def _queue_view(plane: ControlPlane, name: str, max_priority: int) -> Queue:
     spec = plane.queue_specs[name]
     usage = plane.admission.usage.get(name, {})
     quotas = [
-        s.QuotaUsage(
+        QuotaUsage(
             flavor=q.flavor,
-            resource=s.QuotaResource(q.resource.value),
+            resource=QuotaResource(q.resource.value),
             nominal=q.nominal,
             borrowing_limit=q.borrowing_limit,
             used=int(usage.get((q.flavor, q.resource), 0)),
@@ -283,13 +291,13 @@ def _queue_view(plane: ControlPlane, name: str, max_priority: int) -> s.Queue:
     ]
     pending = sum(1 for p in plane.queued.values() if p.queue == name)
     running = sum(1 for h in plane.held_jobs.values() if h.queue == name)
-    return s.Queue(
+    return Queue(
         name=name,
         tenant=spec.tenant,
         cohort=spec.cohort,
         max_priority=max_priority,
-        preemption=s.QueuePreemption(spec.preemption.value),
-        unlisted_flavors=s.UnlistedFlavors(spec.unlisted_flavors.value),
+        preemption=QueuePreemption(spec.preemption.value),
+        unlisted_flavors=UnlistedFlavors(spec.unlisted_flavors.value),
         allow_unfittable=spec.allow_unfittable,
         profile=plane.queue_profiles.get(name),
         quotas=quotas,

@@ -2,7 +2,7 @@
 
 One row per admin action, agent registration, bootstrap exchange and binding; refused agent
 requests are aggregated, one row per credential, source, action and status per window with their
-``count`` (``server/audit.py``). Each row has a ``kind`` (``schemas.AuditKind``) and each kind
+``count`` (``server/audit.py``). Each row has a ``kind`` (``schemas/audit.py`` ``AuditKind``) and each kind
 its own bound: the oldest rows of a kind beyond its ``keep`` are deleted as new rows of that kind
 arrive, so a flood of refusals never evicts the admin's history (issue 43, item 8).
 """
@@ -23,7 +23,7 @@ from sqlalchemy import (
 )
 
 from xpupool.server.auth import AGENT_ROLES
-from xpupool.server.schemas import AuditKind
+from xpupool.server.schemas.audit import AuditKind
 from xpupool.server.storage.meta import metadata
 
 REFUSALS = frozenset({"report_ignored"})

@@ -20,7 +20,13 @@ from sqlalchemy import (
     update,
 )
 
-from xpupool.server import schemas as s
+from xpupool.server.schemas.tenants import (
+    DEFAULT_MAX_JOB_LOG_MIB,
+    DEFAULT_MAX_LOG_MIB,
+    DEFAULT_MAX_PENDING_JOBS,
+    DEFAULT_MAX_PENDING_REPLICAS,
+    DEFAULT_MAX_REPLICAS_PER_JOB,
+)
 from xpupool.server.storage.meta import metadata
 
 
@@ -38,37 +44,37 @@ tenants = Table(
     # stable per tenant, never reused: a root agent runs the tenant's jobs as uid first+index
     # (--job-uid-range); NULL only in a database from before it existed, until the next start
     Column("uid_index", Integer, nullable=True),
-    # limits on queued work (schemas.TenantIn); tenants from before them get the defaults
+    # limits on queued work (schemas/tenants.py TenantIn); tenants from before them get the defaults
     Column(
         "max_pending_jobs",
         Integer,
         nullable=False,
-        server_default=_default(s.DEFAULT_MAX_PENDING_JOBS),
+        server_default=_default(DEFAULT_MAX_PENDING_JOBS),
     ),
     Column(
         "max_replicas_per_job",
         Integer,
         nullable=False,
-        server_default=_default(s.DEFAULT_MAX_REPLICAS_PER_JOB),
+        server_default=_default(DEFAULT_MAX_REPLICAS_PER_JOB),
     ),
     Column(
         "max_pending_replicas",
         Integer,
         nullable=False,
-        server_default=_default(s.DEFAULT_MAX_PENDING_REPLICAS),
+        server_default=_default(DEFAULT_MAX_PENDING_REPLICAS),
     ),
     # limits on the job logs the server keeps (server/job_logs.py), MiB
     Column(
         "max_job_log_mib",
         Integer,
         nullable=False,
-        server_default=_default(s.DEFAULT_MAX_JOB_LOG_MIB),
+        server_default=_default(DEFAULT_MAX_JOB_LOG_MIB),
     ),
     Column(
         "max_log_mib",
         Integer,
         nullable=False,
-        server_default=_default(s.DEFAULT_MAX_LOG_MIB),
+        server_default=_default(DEFAULT_MAX_LOG_MIB),
     ),
 )
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from xpupool.model.errors import NotFound
-from xpupool.server import schemas as s
 from xpupool.server.auth import Principal
 from xpupool.server.history import history_series
 from xpupool.server.plane import ControlPlane
+from xpupool.server.schemas.devices import DeviceDetail
 from xpupool.server.services.fleet import device_detail
 from xpupool.server.services.overview import fleet_overview
 
@@ -34,7 +34,7 @@ def history(
     return history_series(plane, window, site, model).model_dump(mode="json")
 
 
-def card(plane: ControlPlane, uuid: str, principal: Principal) -> s.DeviceDetail | None:
+def card(plane: ControlPlane, uuid: str, principal: Principal) -> DeviceDetail | None:
     """One card with the shares ``principal`` may see held of it (a tenant: its own jobs') and
     its recent readings; None for an unknown UUID."""
     try:

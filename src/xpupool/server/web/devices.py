@@ -18,9 +18,10 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from xpupool.model.errors import NotFound
-from xpupool.server import schemas as s
 from xpupool.server.auth import Principal
 from xpupool.server.plane import ControlPlane
+from xpupool.server.schemas.devices import Device
+from xpupool.server.schemas.nodes import Node, NodeStatus
 from xpupool.server.services import fleet
 from xpupool.server.web import data
 from xpupool.server.web.charts import sparkline
@@ -40,15 +41,15 @@ def _tenths(part: float, whole: float) -> int:
     return 0 if whole <= 0 else max(0, min(10, round(10 * part / whole)))
 
 
-def node_closed(node: s.Node) -> str | None:
+def node_closed(node: Node) -> str | None:
     """Why no card of ``node`` takes work whatever its own state: 'lost' (no heartbeat),
     'cordoned' (the admin's; the API says not schedulable while ready), else None."""
-    if node.status is s.NodeStatus.LOST:
+    if node.status is NodeStatus.LOST:
         return "lost"
     return None if node.schedulable else "cordoned"
 
 
-def tile(d: s.Device, node: s.Node | None = None) -> dict[str, Any]:
+def tile(d: Device, node: Node | None = None) -> dict[str, Any]:
     """What a tile shows: its fill and border steps (0..10), its classes and its words. A card
     of a cordoned node is drawn as a cordoned card (dashed), of a lost node as an unhealthy one
     (hatched): idle or not, neither takes work, and an idle look would say it could."""

@@ -14,8 +14,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 
-from xpupool.server import schemas as s
 from xpupool.server.plane import ControlPlane
+from xpupool.server.schemas.jobs import FINAL_STATES, JobPhase
 from xpupool.server.services import jobs
 from xpupool.server.web.forms import FormDep
 from xpupool.server.web.render import HEADERS, page
@@ -33,7 +33,7 @@ def jobs_page(
     request: Request,
     plane: PlaneDep,
     viewer: ViewerDep,
-    state: s.JobPhase | None = None,
+    state: JobPhase | None = None,
 ) -> HTMLResponse:
     listed = jobs.list_jobs(plane, viewer.principal, state=state, limit=PAGE_JOBS)
     return page(
@@ -42,7 +42,7 @@ def jobs_page(
         "jobs.html",
         jobs=listed,
         state=state,
-        states=list(s.JobPhase),
+        states=list(JobPhase),
         limit=PAGE_JOBS,
     )
 
@@ -52,7 +52,7 @@ def _job_context(plane: ControlPlane, viewer: Viewer, job_id: int) -> dict[str, 
     return {
         "job": job,
         "request_json": json.dumps(job.request, indent=2, sort_keys=True),
-        "final": job.state in s.FINAL_STATES,
+        "final": job.state in FINAL_STATES,
         "replicas": int(str(job.request.get("replicas", 1) or 1)),
     }
 

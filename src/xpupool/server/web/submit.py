@@ -21,8 +21,8 @@ from xpupool.model.errors import NotGranted, RequestError
 from xpupool.model.job_text import env_pair, retry_causes
 from xpupool.model.request_model import MAX_SPEC_CHARS
 from xpupool.model.validation import error_path
-from xpupool.server import schemas as s
 from xpupool.server.audit_http import changes_nothing
+from xpupool.server.schemas.jobs import JobIn
 from xpupool.server.services import jobs, models, tenants
 from xpupool.server.web.forms import FormDep, field
 from xpupool.server.web.render import HEADERS, page
@@ -77,7 +77,7 @@ def _env(text: str) -> dict[str, str]:
     return env
 
 
-def _body(values: dict[str, str]) -> s.JobIn:
+def _body(values: dict[str, str]) -> JobIn:
     """The API's body for the form; RequestError (a command or env that does not read) or
     ValidationError (the API's parser) naming the field otherwise."""
     try:
@@ -93,7 +93,7 @@ def _body(values: dict[str, str]) -> s.JobIn:
     if values["model"]:  # a model job: the server fills request, image and command
         what = {k: v for k, v in what.items() if v}  # given anyway: the API says which not to
         what["model"] = {"name": values["model"], "task": values["task"]}
-    return s.JobIn.model_validate(
+    return JobIn.model_validate(
         {
             "name": values["name"],
             **what,
