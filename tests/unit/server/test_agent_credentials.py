@@ -148,6 +148,7 @@ def test_which_requests_make_an_audit_row() -> None:
     assert not audited(None, "heartbeat", "POST", 401)
 
 
+@pytest.mark.slow
 def test_the_audit_log_keeps_the_newest_rows(server: Server) -> None:
     log = server.plane.audit
     log.keep = AuditKeep(admin=10)

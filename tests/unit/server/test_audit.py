@@ -31,6 +31,7 @@ def _rows(server: Server, **params: Any) -> list[dict[str, Any]]:
     return list(r.json())
 
 
+@pytest.mark.slow
 def test_a_flood_of_refusals_is_counted_and_never_evicts_the_admins_history(
     server: Server,
 ) -> None:
@@ -58,6 +59,7 @@ def test_a_flood_of_refusals_is_counted_and_never_evicts_the_admins_history(
     assert [r["action"] for r in _rows(server, kind="admin")] == [a for a, _ in admin]
 
 
+@pytest.mark.slow
 def test_refusals_are_written_once_a_window_until_read(server: Server) -> None:
     """With the clock standing still, 300 refusals are one INSERT and no UPDATE; a read of the
     log writes their count first (one UPDATE), and it is exact."""

@@ -45,6 +45,7 @@ def busy(srv: Server, node_name: str, cards: int, util: float) -> None:
     assert srv.client.post("/v1/agent/heartbeat", json=body, headers=srv.admin).status_code == 200
 
 
+@pytest.mark.slow
 def test_coarse_tiers_hold_the_means_of_the_raw_samples_in_their_buckets(server: Server) -> None:
     node(server, "n1", count=4)
     sampler = FleetHistory(server.plane, interval_s=60)
@@ -80,6 +81,7 @@ def test_coarse_tiers_hold_the_means_of_the_raw_samples_in_their_buckets(server:
     assert len(points) == 60 and points[-1][1] == utils[-1]
 
 
+@pytest.mark.slow
 def test_the_table_stays_bounded_after_many_samples(server: Server) -> None:
     node(server, "n1", count=2)
     node(server, "n2", count=2, model="NVIDIA L20", memory_mib=49152)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from server_kit import Server, devices, node, queue, submit, tenant
 
 from xpupool.server.services.overview import BUSY_UTIL_PCT, Waiting
@@ -36,6 +37,7 @@ def quota(nominal: int) -> dict[str, Any]:
     return {"flavor": "nvidia", "resource": "devices", "nominal": nominal}
 
 
+@pytest.mark.slow
 def test_overview_equals_devices_and_jobs(server: Server) -> None:
     node(server, "n1", count=4)
     node(server, "n2", count=2, model="NVIDIA L20", memory_mib=49152)
@@ -91,6 +93,7 @@ def test_overview_equals_devices_and_jobs(server: Server) -> None:
     assert seen["scope"] == "fleet"
 
 
+@pytest.mark.slow
 def test_a_tenant_sees_only_its_own_pending_reasons(server: Server) -> None:
     node(server, "n1", count=4)
     a, b = tenant(server, "a"), tenant(server, "b")
@@ -150,6 +153,7 @@ def test_stranded_capacity_for_a_fragment_no_shape_fits_until_a_pending_job_does
     }
 
 
+@pytest.mark.slow
 def test_device_detail_has_the_shares_and_recent_readings(server: Server) -> None:
     node(server, "n1", count=2)
     a = tenant(server, "a")

@@ -228,6 +228,7 @@ def test_a_refused_move_changes_nothing_stored(server: Server) -> None:
 
 
 @pytest.mark.parametrize("limits", ["limits: none asked", "limits: cgroup v2 pids=16384"])
+@pytest.mark.slow
 def test_a_cancel_racing_the_start_report_ends_cancelled_by_the_cancel(
     server: Server, limits: str
 ) -> None:

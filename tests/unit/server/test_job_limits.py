@@ -59,6 +59,7 @@ def test_by_default_a_non_zero_exit_is_not_retried(server: Server) -> None:
     assert got["retry_on"] == ["node_lost", "preempted"]
 
 
+@pytest.mark.slow
 def test_a_run_past_its_max_runtime_is_stopped_and_fails(server: Server) -> None:
     node(server, "n1")
     j = submit(server, tenant(server, "a"), "A100", max_runtime_s=30)["id"]
@@ -89,6 +90,7 @@ def test_a_run_past_its_max_runtime_is_stopped_and_fails(server: Server) -> None
         ({"retry_backoff_s": 10, "retry_backoff_max_s": 5}, "retry_backoff_max_s"),
     ],
 )
+@pytest.mark.slow
 def test_bad_limits_are_refused_naming_the_field(
     server: Server, body: dict[str, object], field: str
 ) -> None:
@@ -164,6 +166,7 @@ def test_retention_by_count_counts_each_tenant_apart(server: Server) -> None:
     assert sweep_finished(server.plane, Retention(seconds=None, jobs=3)) == []
 
 
+@pytest.mark.slow
 def test_a_running_sweep_reads_what_changed_since_its_last_pass(server: Server) -> None:
     """The watch thread's sweep counts again only the tenants with jobs finished since its last
     pass (their final events), and looks at the age limit every tenth of it."""

@@ -6,6 +6,7 @@ grace from the restart. The plane's two clocks are injected (``server_kit.FakeCl
 
 from __future__ import annotations
 
+import pytest
 from server_kit import Server, heartbeat, job, node, reopen, report, submit, tenant
 
 from xpupool.server.services.agents import heartbeat_idle, mark_lost_nodes
@@ -66,6 +67,7 @@ def test_a_backward_wall_clock_step_does_not_hide_a_silent_node(server: Server) 
     assert got["state"] == "pending" and f"node {where} lost" in got["reason"]
 
 
+@pytest.mark.slow
 def test_after_a_restart_liveness_counts_from_the_restart(server: Server) -> None:
     """A restart is not the agents' fault: a node silent since before it has its full grace
     from the restart, whatever the wall clock did meanwhile; the last heartbeat shown is still

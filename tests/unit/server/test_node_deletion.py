@@ -73,6 +73,7 @@ def snapshot(srv: Server) -> tuple[object, ...]:
     return row_counts(srv), plane.engine, plane.capacity_gen, nodes, devices(srv)
 
 
+@pytest.mark.slow
 def test_an_idle_node_is_deleted_with_its_tokens(server: Server) -> None:
     token = agent_token(server, "n1")
     node(server, "n2", count=1)
@@ -109,6 +110,7 @@ def test_live_allocations_are_409_naming_them_and_nothing_changes(server: Server
     assert agent_heartbeat(server, token, "n1") == 200
 
 
+@pytest.mark.slow
 def test_a_drain_deletes_the_node_when_its_last_allocation_ends(server: Server) -> None:
     token = agent_token(server, "n1")
     a = tenant(server, "a")
@@ -142,6 +144,7 @@ def test_a_drain_deletes_the_node_when_its_last_allocation_ends(server: Server) 
     assert removed and "node n1" in removed[0]["target"] and "drained" in removed[0]["result"]
 
 
+@pytest.mark.slow
 def test_a_drain_survives_a_restart_and_uncordon_cancels_it(server: Server) -> None:
     node(server, "n1", count=2)
     a = tenant(server, "a")

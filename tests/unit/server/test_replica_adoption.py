@@ -4,6 +4,7 @@ log chunks sent again add nothing."""
 
 from __future__ import annotations
 
+import pytest
 from server_kit import Server, heartbeat, job, node, report, submit, tenant
 
 
@@ -49,6 +50,7 @@ def test_a_replica_stopped_by_its_lease_is_requeued_at_once(server: Server) -> N
     assert "lease expired" in got["reason"]
 
 
+@pytest.mark.slow
 def test_log_chunks_sent_again_are_kept_once(server: Server) -> None:
     job_id, a = _running(server)
     url = f"/v1/agent/nodes/n1/jobs/{job_id}/replicas/0/logs"

@@ -45,6 +45,7 @@ def commits_during(plane: ControlPlane, run: Callable[[], object]) -> int:
     return count
 
 
+@pytest.mark.slow
 def test_a_pass_commits_its_placements_in_batches(
     server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -113,6 +114,7 @@ class SlowToWake:
 
 
 @pytest.mark.parametrize("driver", ["schedule_pass", "run_passes"])
+@pytest.mark.slow
 def test_a_write_waiting_for_the_lock_goes_between_two_batches(
     server: Server, monkeypatch: pytest.MonkeyPatch, driver: str
 ) -> None:
@@ -152,6 +154,7 @@ def test_a_write_waiting_for_the_lock_goes_between_two_batches(
     assert order == [first, "write", second]
 
 
+@pytest.mark.slow
 def test_a_pass_sleeps_until_the_waiting_write_is_in_not_until_its_timeout(
     server: Server,
 ) -> None:
@@ -210,6 +213,7 @@ def statements_during(plane: ControlPlane, run: Callable[[], object]) -> list[st
     return seen
 
 
+@pytest.mark.slow
 def test_a_batch_writes_its_placements_in_one_statement_per_kind(
     server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:

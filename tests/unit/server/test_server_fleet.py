@@ -74,6 +74,7 @@ def test_heartbeat_metrics_show_on_devices(server: Server) -> None:
     assert "xpupool_device_power_watts{" not in scrape  # unread is absent, not zero
 
 
+@pytest.mark.slow
 def test_replica_device_memory_is_exported_while_the_job_runs(server: Server) -> None:
     # Everything here is synchronous (no background threads, each request done when it returns),
     # so there is nothing to wait for. What can differ is the placement: the server only keeps a
@@ -220,6 +221,7 @@ def snapshot(srv: Server) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_restart_rebuilds_the_same_state(server: Server) -> None:
     node(server, "n1")
     node(server, "n2", count=4, model="NVIDIA L20", memory_mib=46068)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from server_kit import FakeClock, Server, heartbeat, job, node, open_server, report, submit, tenant
 from sqlalchemy import update
 
@@ -57,6 +58,7 @@ def test_the_limits_a_replica_runs_under_become_one_event(server: Server) -> Non
     assert events.count("replica 0: limits: cgroup v1 memory=512Mi cpu=500m") == 1
 
 
+@pytest.mark.slow
 def test_a_replica_killed_for_memory_says_so_in_the_jobs_reason(server: Server) -> None:
     node(server, "n1", count=1)
     a = tenant(server, "a")

@@ -112,6 +112,7 @@ def test_queue_without_cohort_cannot_borrow(server: Server) -> None:
     assert r.status_code == 422 and r.json()["field"] == "name"
 
 
+@pytest.mark.slow
 def test_drf_serves_the_tenant_with_the_smaller_share_first(server: Server) -> None:
     node(server, "n1", count=4)
     a, b = tenant(server, "a"), tenant(server, "b")
@@ -212,6 +213,7 @@ def test_a_pass_tries_a_refused_request_once_while_nothing_is_released(
     assert len(reasons) == 1 and "0/1 nodes fit" in next(iter(reasons))
 
 
+@pytest.mark.slow
 def test_a_lender_reclaims_its_quota_from_a_borrowing_queue(server: Server) -> None:
     node(server, "n1")  # 8 cards
     lender, borrower = tenant(server, "lend"), tenant(server, "borrow")

@@ -161,6 +161,7 @@ def test_the_store_being_unhealthy_refuses_the_batch_at_once(
     assert stored(server) == ([], 0)
 
 
+@pytest.mark.slow
 def test_the_channel_takes_what_came_in_one_turn_as_one_batch(
     pool: tuple[Server, Principal, Principal], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

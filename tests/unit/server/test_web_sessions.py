@@ -89,6 +89,7 @@ def test_a_sign_in_from_another_origin_is_refused(server: Server) -> None:
     assert "set-cookie" not in r.headers
 
 
+@pytest.mark.slow
 def test_forms_need_the_csrf_secret_and_this_origin(server: Server) -> None:
     node(server, "n1")
     _sign_in(server.client, server.admin_token)
@@ -219,6 +220,7 @@ def test_the_form_submits_image_env_priority_and_retries(server: Server) -> None
     assert "exit_nonzero, preempted" in page
 
 
+@pytest.mark.slow
 def test_the_new_fields_answer_at_their_field_and_keep_what_was_typed(server: Server) -> None:
     node(server, "n1")
     _sign_in(server.client, tenant(server, "team"))
@@ -242,6 +244,7 @@ def test_the_new_fields_answer_at_their_field_and_keep_what_was_typed(server: Se
     assert server.client.get("/v1/jobs", headers=server.admin).json() == []
 
 
+@pytest.mark.slow
 def test_the_submit_form_puts_errors_next_to_their_field(server: Server) -> None:
     _sign_in(server.client, tenant(server, "team"))
     csrf = _csrf(server.client)

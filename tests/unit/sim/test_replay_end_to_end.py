@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from xpupool.engine import ClusterState, Engine
 from xpupool.engine.fragmentation import ShapeTable, stranded_capacity
 from xpupool.sim.alibaba import capacity_milli, to_request
@@ -57,6 +59,7 @@ def test_a_replay_reports_what_xpupool_chose(tmp_path: Path) -> None:
     assert "% of device tasks); target workload given" in note
 
 
+@pytest.mark.slow
 def test_parallel_runs_equal_serial_runs_and_summary(tmp_path: Path) -> None:
     nodes, pods = write_trace(tmp_path)
     specs = [RunSpec(nodes, pods, p, s) for p in ("bestfit", "random") for s in (1, 2)]
