@@ -37,7 +37,7 @@ test: lint
 
 # What `make test-fast` leaves out: every test that starts servers, agents, a browser or a cluster
 # (tests/conftest.py marks tests/integration, tests/browser and tests/e2e/k8s by folder) and the
-# unit tests marked `slow` (real processes, sleeps, a second or more of work). The property tests
+# unit tests marked `slow` (real processes, sleeps, a quarter second or more). The property tests
 # stay in, drawing a tenth of their examples (XPUPOOL_TEST_FAST). tests/unit/test_test_fast.py
 # reads this line and fails if it would select a test of those folders.
 TEST_FAST_MARKERS := not integration and not browser and not k8s and not slow and not hami

@@ -49,6 +49,7 @@ def test_pipeline_caches_stay_at_their_bounds() -> None:
     assert len(pipeline.shares_cache) <= pipeline.shares_cache.bound
 
 
+@pytest.mark.slow
 def test_fgd_amounts_cache_stays_at_its_bound() -> None:
     engine = _engine("fgd")
     scorer = engine._weighted(engine.profile)[0][0]

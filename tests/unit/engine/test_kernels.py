@@ -54,6 +54,7 @@ def test_the_pressures_demand_per_unit_is_numpys_to_the_bit() -> None:
         assert np.array_equal(got, want)
 
 
+@pytest.mark.slow
 def test_the_displaced_demand_is_numpys_to_the_bit() -> None:
     """``pressure_displaced`` replaces the device pressure's NumPy expression for nodes of one
     class each: ``need * clip(rho - min rho, 0, 1)`` over the nodes' classes (-1 reads the last,

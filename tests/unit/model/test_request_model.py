@@ -368,6 +368,7 @@ def test_a_compact_string_that_fails_fails_each_time_with_the_same_error() -> No
     assert direct.value.errors() == errors[0]
 
 
+@pytest.mark.slow
 def test_the_strings_read_are_kept_within_a_bound() -> None:
     for k in range(SPEC_READS_KEPT + 10):
         read_spec(f"A100:1 mem={k + 1}Mi")

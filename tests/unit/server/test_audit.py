@@ -84,6 +84,7 @@ def test_refusals_are_written_once_a_window_until_read(server: Server) -> None:
     assert [(r["action"], r["count"]) for r in refused] == [("heartbeat", 300)]
 
 
+@pytest.mark.slow
 def test_invented_reports_are_aggregated_with_the_refusals(server: Server) -> None:
     node(server, "n1", count=1)
     hostile = _node_token(server, "n1")
@@ -95,6 +96,7 @@ def test_invented_reports_are_aggregated_with_the_refusals(server: Server) -> No
     assert [(r["kind"], r["count"]) for r in ignored] == [("refused", 200)]
 
 
+@pytest.mark.slow
 def test_a_refused_rows_pruned_run_is_written_again(server: Server) -> None:
     """A run whose row the refused cap pruned while the run went on gets its row back, with
     every refusal counted."""
@@ -146,6 +148,7 @@ def test_a_store_from_before_kinds_gets_them_at_start(tmp_path: Path) -> None:
     assert "audit_kind_id" in indexes
 
 
+@pytest.mark.slow
 def test_the_in_process_agents_refusals_are_aggregated_too(server: Server) -> None:
     from xpupool.agent.inprocess import PlaneTransport
     from xpupool.model.errors import Forbidden

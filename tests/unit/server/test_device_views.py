@@ -62,6 +62,7 @@ def test_a_cards_detail_shows_only_the_callers_own_shares(server: Server) -> Non
     assert {x["job"] for x in r.json()["shares"]} == {ja, jb}
 
 
+@pytest.mark.slow
 def test_the_card_panel_shows_another_tenants_use_as_anonymous_in_use(server: Server) -> None:
     _, b, ja, jb = _two_tenants_on_one_card(server)
     server.client.follow_redirects = False

@@ -108,6 +108,7 @@ def _oldest(srv: Server) -> list[dict[str, Any]]:
         return [dict(r) for r in conn.execute(query).mappings()]
 
 
+@pytest.mark.slow
 def test_series_per_site_model_and_fleet(server: Server) -> None:
     node(server, "n1", count=2)
     a = tenant(server, "a")
@@ -137,6 +138,7 @@ def test_series_per_site_model_and_fleet(server: Server) -> None:
         ({"window": "1w", "model": ""}, "model"),
     ],
 )
+@pytest.mark.slow
 def test_bad_query_is_400_naming_the_field(
     server: Server, params: dict[str, str], field: str
 ) -> None:
@@ -152,6 +154,7 @@ def test_history_needs_a_signed_in_user(server: Server) -> None:
     assert server.client.get("/v1/fleet/overview").status_code == 401
 
 
+@pytest.mark.slow
 def test_the_last_sample_is_in_metrics(server: Server) -> None:
     node(server, "n1", count=2)
     busy(server, "n1", 2, 50.0)

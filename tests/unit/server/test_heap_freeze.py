@@ -98,6 +98,7 @@ def test_a_cycle_that_became_garbage_while_frozen_is_collected_by_the_sweep(
     assert id(survivor) not in tracked_ids()  # the sweep's survivors are frozen again
 
 
+@pytest.mark.slow
 def test_garbage_without_a_cycle_is_freed_though_frozen(survivors: SurvivorFreeze) -> None:
     box = Box()
     gone = weakref.ref(box)

@@ -29,6 +29,7 @@ def _node_status(server: Server, name: str) -> str:
     return str(r.json()["status"])
 
 
+@pytest.mark.slow
 def test_a_forward_wall_clock_step_loses_no_heartbeating_node(server: Server) -> None:
     job_id, where = _running_on_a_node(server)
     server.clock.advance(2)
@@ -55,6 +56,7 @@ def test_a_wall_clock_step_does_not_lose_an_idle_heartbeating_node(server: Serve
     assert mark_lost_nodes(server.plane) == ["n1"]
 
 
+@pytest.mark.slow
 def test_a_backward_wall_clock_step_does_not_hide_a_silent_node(server: Server) -> None:
     job_id, where = _running_on_a_node(server)
     server.clock.step(-3600)  # an hour back, and the node's agent is gone

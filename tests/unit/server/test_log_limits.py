@@ -45,6 +45,7 @@ def _limits(server: Server, name: str, **limits: int) -> dict[str, Any]:
     return dict(r.json())
 
 
+@pytest.mark.slow
 def test_one_jobs_log_is_cut_at_its_tenants_limit_over_all_its_replicas(server: Server) -> None:
     node(server, "n1", count=2)
     a = tenant(server, "a")
@@ -103,6 +104,7 @@ def test_a_tenants_logs_together_are_capped_until_retention_frees_room(server: S
     assert job(server, fourth)["state"] in ("scheduled", "running")
 
 
+@pytest.mark.slow
 def test_log_limits_are_checked_and_a_refusal_changes_nothing(server: Server) -> None:
     tenant(server, "a")
     for body, field in (

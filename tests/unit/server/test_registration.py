@@ -43,6 +43,7 @@ def unchanged(srv: Server) -> tuple[object, ...]:
     return row_counts(srv), plane.engine, plane.capacity_gen, nodes, devices(srv)
 
 
+@pytest.mark.slow
 def test_shrinking_a_held_card_is_409_naming_the_job_and_changes_nothing(server: Server) -> None:
     node(server, "n1", count=2)
     a = tenant(server, "a")
@@ -61,6 +62,7 @@ def test_shrinking_a_held_card_is_409_naming_the_job_and_changes_nothing(server:
     assert unchanged(server) == before
 
 
+@pytest.mark.slow
 def test_a_uuid_of_another_node_is_422_and_changes_nothing(server: Server) -> None:
     node(server, "n1", count=2)
     before = unchanged(server)

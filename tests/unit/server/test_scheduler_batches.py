@@ -60,6 +60,7 @@ def test_a_pass_commits_its_placements_in_batches(
     assert all(job(server, i)["state"] == "scheduled" for i in jobs)
 
 
+@pytest.mark.slow
 def test_a_batch_that_fails_part_way_leaves_nothing_of_itself(
     server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -248,6 +249,7 @@ def test_a_batch_writes_its_placements_in_one_statement_per_kind(
         again.plane.db.dispose()
 
 
+@pytest.mark.slow
 def test_a_batch_stores_why_a_job_waits_beside_its_placements(
     server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:

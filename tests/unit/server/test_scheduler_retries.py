@@ -18,6 +18,7 @@ def _tried_now(server: Server, tenant_name: str) -> int:
     )
 
 
+@pytest.mark.slow
 def test_retries_are_capped_per_tenant_and_rotate(server: Server) -> None:
     node(server, "n1")
     flood, other = tenant(server, "flood"), tenant(server, "other")

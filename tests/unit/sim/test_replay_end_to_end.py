@@ -37,6 +37,7 @@ def write_trace(tmp_path: Path) -> tuple[str, str]:
     return str(nodes), str(pods)
 
 
+@pytest.mark.slow
 def test_small_replay_produces_paper_shaped_results(tmp_path: Path) -> None:
     nodes, pods = write_trace(tmp_path)
     run = run_one(RunSpec(nodes, pods, "fgd", 42))
@@ -51,6 +52,7 @@ def test_small_replay_produces_paper_shaped_results(tmp_path: Path) -> None:
     assert run["notes"] == []  # FGD chooses nothing for itself
 
 
+@pytest.mark.slow
 def test_a_replay_reports_what_xpupool_chose(tmp_path: Path) -> None:
     nodes, pods = write_trace(tmp_path)
     (note,) = run_one(RunSpec(nodes, pods, "xpupool", 42))["notes"]  # type: ignore[misc]
