@@ -1,11 +1,12 @@
-# Two entry points: `make run` (the main job on the embedded default) and `make test`.
-# Both create .venv when it is missing; `make test` also builds the Kubernetes test binaries with Go.
+# Two entry points: `make run` (the main job on the embedded default) and `make test`; `make
+# test-fast` is the two-minute loop while editing. Each creates .venv when it is missing; `make test`
+# also builds the Kubernetes test binaries with Go.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-k8s test-hami k8s-bin hami-bin lint bench clean
+.PHONY: run install test test-fast test-k8s test-hami k8s-bin hami-bin lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +15,8 @@ $(BIN)/python:
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+install: $(STAMP)
 
 # `XPUPOOL_PORT=8081 make run` serves on another port: `xpupool up` reads XPUPOOL_PORT when no
 # --port is given; the data dir is the default, .xpupool/ here.
@@ -32,6 +35,17 @@ test: lint
 	tools/k8s/build.sh >/dev/null
 	$(BIN)/python -m pytest
 
+# What `make test-fast` leaves out: every test that starts servers, agents, a browser or a cluster
+# (tests/conftest.py marks tests/integration, tests/browser and tests/e2e/k8s by folder) and the
+# unit tests marked `slow` (real processes, sleeps, a quarter second or more). The property tests
+# stay in, drawing a tenth of their examples (XPUPOOL_TEST_FAST). tests/unit/test_test_fast.py
+# reads this line and fails if it would select a test of those folders.
+TEST_FAST_MARKERS := not integration and not browser and not k8s and not slow and not hami
+
+# Unit and property tests only, in about two minutes on an idle two-core box; no lint, no Go.
+test-fast: $(STAMP)
+	XPUPOOL_TEST_FAST=1 $(BIN)/python -m pytest -m '$(TEST_FAST_MARKERS)'
+
 # Only the Kubernetes binaries: kube-apiserver, kube-scheduler, kubectl, kwok, etcd and helm, into
 # the versioned cache (nothing when they are there).
 k8s-bin:
@@ -40,7 +54,7 @@ k8s-bin:
 # Only the Kubernetes tests.
 test-k8s: $(STAMP)
 	tools/k8s/build.sh
-	$(BIN)/python -m pytest -m k8s tests/e2e/k8s
+	$(BIN)/python -m pytest -m 'k8s and not hami' tests/e2e/k8s
 
 # HAMi's scheduler (v2.10.0) for bench/vs_hami.py, into the same cache; never built by `make test`
 # or CI. Where the module proxy refuses HAMi, point XPUPOOL_HAMI_GIT at a clone holding the commit.

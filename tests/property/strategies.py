@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from hypothesis import strategies as st
 
 from xpupool.model import Device, DeviceRequest, Node, Request, Topology, parse_software_need
@@ -14,6 +16,16 @@ KINDS = (
     ("amd", "AMD Instinct MI300X", 196592, ("6.7.0",)),
     ("cambricon", "MLU370-X8", 49152, ("5.10.22",)),
 )
+# `make test-fast` sets XPUPOOL_TEST_FAST=1: each property then draws a tenth of its examples, so the
+# fast loop still runs every property in seconds; make test and CI draw them all
+FAST = os.environ.get("XPUPOOL_TEST_FAST") == "1"
+
+
+def examples(n: int) -> int:
+    """The ``max_examples`` of a property: ``n``, or a tenth of it (at least 10) in the fast loop."""
+    return max(10, n // 10) if FAST else n
+
+
 NEEDS = tuple(parse_software_need(t) for t in ("cuda>=12.4", "cuda>=11.8", "cann>=8.0.RC1"))
 TAINTS = tuple(
     parse_taint("t", t)

@@ -19,9 +19,11 @@ from xpupool.engine import ClusterState, Engine
 from xpupool.model import Node, Request
 
 from factories import capacity_arrays
-from strategies import nodes, requests
+from strategies import examples, nodes, requests
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def _check_bounds(state: ClusterState, whole: set[int]) -> None:

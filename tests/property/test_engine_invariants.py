@@ -22,9 +22,11 @@ from xpupool.model import Node, Request, Topology
 from xpupool.model.taint import tolerated
 
 from factories import capacity_arrays
-from strategies import nodes, requests
+from strategies import examples, nodes, requests
 
-SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def _check_capacity(state: _State) -> None:

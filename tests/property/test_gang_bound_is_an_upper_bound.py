@@ -13,9 +13,11 @@ from xpupool.engine import ClusterState, Engine
 from xpupool.engine.gang_bound import gang_room
 from xpupool.model import Node, Request
 
-from strategies import nodes, requests
+from strategies import examples, nodes, requests
 
-SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 @SETTINGS

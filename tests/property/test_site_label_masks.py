@@ -11,6 +11,8 @@ from xpupool.engine.filters.node_selector import NodeSelector
 from xpupool.engine.filters.node_site import NodeSite
 from xpupool.model import Node, Request
 
+from strategies import examples
+
 SITES = st.sampled_from(["beijing", "shanghai", "hangzhou", "nowhere"])
 LABELS = st.dictionaries(st.sampled_from(["pool", "rack", "zone"]), st.sampled_from("abc"))
 
@@ -44,7 +46,7 @@ def _reference(node: Node, req: Request) -> bool:
     return in_site and node.site not in req.exclude_sites and labelled
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(fleets(), st.lists(asks, min_size=1, max_size=4), LABELS)
 def test_masks_equal_the_reference(
     fleet: list[Node], requests: list[Request], extra: dict[str, str]

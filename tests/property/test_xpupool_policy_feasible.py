@@ -12,9 +12,11 @@ from xpupool.engine import ClusterState, Engine
 from xpupool.engine.fragmentation import TargetWorkload
 from xpupool.model import Node, Request
 
-from strategies import nodes, requests
+from strategies import examples, nodes, requests
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 @SETTINGS

@@ -2,8 +2,8 @@
 an HTTP extender, against a real kube-apiserver and etcd. It proves the scheduler configuration,
 the extender wire format and extender-side binding before the engine-backed extender is built.
 
-Run with ``make test-k8s`` (builds the binaries first); plain ``pytest`` deselects the ``k8s``
-marker. Missing binaries fail the test rather than skip it.
+Run with ``make test-k8s`` (builds the binaries first); ``make test`` runs it too and ``make
+test-fast`` leaves out the ``k8s`` marker. Missing binaries fail the test rather than skip it.
 """
 
 from __future__ import annotations

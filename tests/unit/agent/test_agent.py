@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import ClassVar
 
+import pytest
 from agent_work import device, settings, started, work
 
 from xpupool.agent import Agent, HostedNode, Monitor, Runner
@@ -72,6 +73,7 @@ def _agent(tmp_path: Path, cards: Cards, t: Recorder) -> tuple[Agent, HostedNode
     return Agent(t, [node], heartbeat_s=0.1, poll_s=0.02), node
 
 
+@pytest.mark.slow
 def test_registers_once_and_again_only_on_change(tmp_path: Path) -> None:
     cards, t = Cards(), Recorder()
     agent, node = _agent(tmp_path, cards, t)
@@ -88,6 +90,7 @@ def test_registers_once_and_again_only_on_change(tmp_path: Path) -> None:
     assert len(t.registered) == 3
 
 
+@pytest.mark.slow
 def test_runs_reports_and_flags_memory_over_the_grant(tmp_path: Path) -> None:
     cards, t = Cards(), Recorder()
     agent, node = _agent(tmp_path, cards, t)

@@ -72,6 +72,7 @@ def test_missing_bwrap_is_said_at_start(monkeypatch: pytest.MonkeyPatch) -> None
         check_bwrap()
 
 
+@pytest.mark.slow
 def test_sandboxed_replica_sees_only_its_own(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir(mode=0o700)
@@ -116,6 +117,7 @@ def test_sandboxed_replica_sees_only_its_own(tmp_path: Path) -> None:
     runner.shutdown(timeout_s=10)
 
 
+@pytest.mark.slow
 def test_sandboxed_replica_is_stopped_with_its_group(tmp_path: Path) -> None:
     runner = Runner(
         "n1", tmp_path / "agent", grace_s=5.0, settings=settings(tmp_path, sandbox="bwrap")
@@ -129,6 +131,7 @@ def test_sandboxed_replica_is_stopped_with_its_group(tmp_path: Path) -> None:
     assert rep.pid is not None and not group_alive(rep.pid)
 
 
+@pytest.mark.slow
 def test_image_job_without_runtime_is_refused_with_the_reason(tmp_path: Path) -> None:
     runner = Runner("n1", tmp_path / "agent", settings=settings(tmp_path, sandbox="bwrap"))
     rep = started(runner.start(work([], image="busybox")), runner)

@@ -10,6 +10,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from agent_work import settings, started, work
 
 from xpupool.agent.launch import cgroups
@@ -153,6 +154,7 @@ def test_a_tree_that_is_not_there_is_not_used(tmp_path: Path) -> None:
     assert detect_cgroups(tmp_path / "nothing", self_cgroup="0::/\n") is None
 
 
+@pytest.mark.slow
 def test_this_hosts_cgroups_hold_a_real_replica_and_go_with_it(tmp_path: Path) -> None:
     """The machine's own version, for real: the process is in its cgroup from its first
     instruction (it reads its own limit), and the cgroup is removed when it ends."""
@@ -185,6 +187,7 @@ def test_this_hosts_cgroups_hold_a_real_replica_and_go_with_it(tmp_path: Path) -
     assert not plan.memory_dir.exists() and not plan.cpu_dir.exists()
 
 
+@pytest.mark.slow
 def test_a_process_that_leaves_its_group_is_still_stopped(tmp_path: Path) -> None:
     """setsid takes a process out of the replica's process group, not out of its cgroup."""
     assert HOST is not None, "no writable cgroup hierarchy on this host: limits are untested"
@@ -227,6 +230,7 @@ def escaped(plan: cgroups.CgroupPlan, group: int, deadline: float) -> list[int]:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_what_a_job_without_limits_leaves_behind_dies_before_it_is_reported_over(
     tmp_path: Path,
 ) -> None:
@@ -253,6 +257,7 @@ def test_what_a_job_without_limits_leaves_behind_dies_before_it_is_reported_over
     assert stat[stat.rfind(")") + 2] in "ZX", f"the setsid child still runs: {stat}"
 
 
+@pytest.mark.slow
 def test_a_replica_cannot_fork_past_its_task_limit(tmp_path: Path) -> None:
     assert HOST is not None, "no writable cgroup hierarchy on this host: limits are untested"
     if HOST.pids_base is None:

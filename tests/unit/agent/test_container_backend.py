@@ -104,6 +104,7 @@ def test_env_file_is_private_and_refuses_what_it_cannot_carry(tmp_path: Path) ->
         write_env_file(path, {"C": "two\nlines"})
 
 
+@pytest.mark.slow
 def test_image_job_runs_logs_and_cleans_up(tmp_path: Path, argv_log: Path) -> None:
     cfg = settings(tmp_path, runtime="docker")
     runner = Runner("n1", tmp_path / "agent", settings=cfg)
@@ -139,6 +140,7 @@ def test_image_job_runs_logs_and_cleans_up(tmp_path: Path, argv_log: Path) -> No
     assert rep.limits.startswith("limits: docker cgroup")
 
 
+@pytest.mark.slow
 def test_stop_goes_through_the_runtime(tmp_path: Path, argv_log: Path) -> None:
     runner = Runner(
         "n1", tmp_path / "agent", grace_s=5.0, settings=settings(tmp_path, runtime="docker")

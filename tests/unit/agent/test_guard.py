@@ -59,6 +59,7 @@ def _peer_reads(mode: str) -> str:
     return out.stdout.strip()
 
 
+@pytest.mark.slow
 def test_a_process_of_the_agents_uid_cannot_read_its_environment() -> None:
     assert _peer_reads("control") == "dumpable read"  # what a job could do before
     assert _peer_reads("protect") == "not-dumpable denied"

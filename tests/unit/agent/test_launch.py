@@ -89,6 +89,7 @@ def test_a_tenant_beyond_the_range_or_without_an_index_is_refused(tmp_path: Path
 
 
 @as_root
+@pytest.mark.slow
 def test_a_root_agent_runs_the_job_as_the_tenants_uid_in_a_private_directory(
     open_dir: Path,
 ) -> None:
@@ -113,6 +114,7 @@ def test_a_root_agent_runs_the_job_as_the_tenants_uid_in_a_private_directory(
 
 
 @as_root
+@pytest.mark.slow
 def test_a_job_root_the_job_uid_cannot_reach_is_refused_with_the_reason(tmp_path: Path) -> None:
     os.chmod(tmp_path, 0o700)
     runner = Runner("n1", tmp_path, settings=settings(tmp_path, uid_range=RANGE))
@@ -122,6 +124,7 @@ def test_a_job_root_the_job_uid_cannot_reach_is_refused_with_the_reason(tmp_path
 
 
 @as_root
+@pytest.mark.slow
 def test_a_replica_running_as_another_uid_still_dies_with_its_supervisor(open_dir: Path) -> None:
     """PR_SET_PDEATHSIG is set after the uid switch (a credential change clears it)."""
     here = Path(__file__).parent
@@ -165,6 +168,7 @@ def test_a_replica_running_as_another_uid_still_dies_with_its_supervisor(open_di
         proc.kill()
 
 
+@pytest.mark.slow
 def test_output_beyond_the_cap_is_discarded_after_a_marker_and_the_job_goes_on(
     tmp_path: Path,
 ) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import httpx
+import pytest
 from agent_work import device, settings, work
 
 from xpupool.agent import Agent, HostedNode, Monitor, Runner
@@ -128,6 +129,7 @@ def test_step_keeps_the_reading_and_counts_failed_heartbeats(tmp_path: Path) -> 
     assert reg.get_sample_value("xpupool_agent_device_memory_used_bytes", labels) == GIB
 
 
+@pytest.mark.slow
 def test_metrics_endpoint_serves_prometheus_text_until_stopped(tmp_path: Path) -> None:
     node = _node(tmp_path)
     node.reading = Reading([DeviceInfo("nvidia", "H100", "GPU-0", 0, 81559)])
@@ -149,6 +151,7 @@ def test_metrics_endpoint_serves_prometheus_text_until_stopped(tmp_path: Path) -
         raise AssertionError("metrics still served after stop")
 
 
+@pytest.mark.slow
 def test_a_metrics_token_file_closes_the_port_to_scrapes_without_it(tmp_path: Path) -> None:
     """``--metrics-token-file`` (every agent-side metrics port: this agent's, the Kubernetes
     agent's and extender's): no or a wrong bearer token is 401; the file is read at each scrape,

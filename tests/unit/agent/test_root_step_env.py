@@ -31,6 +31,7 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="th
 
 
 @linux_only
+@pytest.mark.slow
 def test_the_launcher_starts_with_the_agents_environment_and_the_job_gets_its_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -55,6 +56,7 @@ def test_the_launcher_starts_with_the_agents_environment_and_the_job_gets_its_ow
 
 
 @linux_only
+@pytest.mark.slow
 def test_the_launcher_refuses_an_environment_it_did_not_get_from_the_agent() -> None:
     read, write = os.pipe()
     os.close(write)

@@ -21,6 +21,7 @@ def _py(code: str) -> list[str]:
     return [sys.executable, "-c", code]
 
 
+@pytest.mark.slow
 def test_runs_captures_output_and_ships_it(tmp_path: Path) -> None:
     runner = Runner("n1", tmp_path, settings=settings(tmp_path))
     code = "import os, sys; print('visible', os.environ['CUDA_VISIBLE_DEVICES']); sys.exit(3)"
@@ -38,6 +39,7 @@ def test_runs_captures_output_and_ships_it(tmp_path: Path) -> None:
     assert runner.start(work(_py("pass"))) is None  # that allocation is done
 
 
+@pytest.mark.slow
 def test_success_and_rerun_under_a_new_allocation(tmp_path: Path) -> None:
     runner = Runner("n1", tmp_path, settings=settings(tmp_path))
     started(runner.start(work(_py("print('hi')"))), runner)
@@ -48,6 +50,7 @@ def test_success_and_rerun_under_a_new_allocation(tmp_path: Path) -> None:
     )  # requeued, placed again
 
 
+@pytest.mark.slow
 def test_start_is_idempotent(tmp_path: Path) -> None:
     runner = Runner("n1", tmp_path, settings=settings(tmp_path))
     first = started(runner.start(work(_py("import time; time.sleep(5)"))), runner)
@@ -56,6 +59,7 @@ def test_start_is_idempotent(tmp_path: Path) -> None:
     runner.shutdown(timeout_s=5)
 
 
+@pytest.mark.slow
 def test_stop_sends_sigterm_and_reports_when_gone(tmp_path: Path) -> None:
     runner = Runner("n1", tmp_path, grace_s=5.0, settings=settings(tmp_path))
     rep = started(
@@ -69,6 +73,7 @@ def test_stop_sends_sigterm_and_reports_when_gone(tmp_path: Path) -> None:
     assert runner.reports()[0].reason == "stopped (killed by SIGTERM)"
 
 
+@pytest.mark.slow
 def test_stop_escalates_to_sigkill(tmp_path: Path) -> None:
     code = (
         "import signal, time\n"
@@ -89,6 +94,7 @@ def test_stop_escalates_to_sigkill(tmp_path: Path) -> None:
     assert "SIGKILL" in report.reason
 
 
+@pytest.mark.slow
 def test_stop_waits_for_the_whole_group(tmp_path: Path) -> None:
     # the leader exits on SIGTERM, its child ignores it: stopped only after the SIGKILL
     code = (
@@ -110,6 +116,7 @@ def test_stop_waits_for_the_whole_group(tmp_path: Path) -> None:
     assert not group_alive(rep.pid)
 
 
+@pytest.mark.slow
 def test_image_fails_clearly(tmp_path: Path) -> None:
     runner = Runner("n1", tmp_path, settings=settings(tmp_path))
     rep = started(runner.start(work(["python"], image="pytorch/pytorch:latest")), runner)
@@ -119,6 +126,7 @@ def test_image_fails_clearly(tmp_path: Path) -> None:
     assert NO_RUNTIME.encode() in rep.log_path.read_bytes()
 
 
+@pytest.mark.slow
 def test_missing_command_is_a_failure_with_its_reason(tmp_path: Path) -> None:
     runner = Runner("n1", tmp_path, settings=settings(tmp_path))
     rep = started(runner.start(work(["/nonexistent/xpupool-test-binary"])), runner)
@@ -135,6 +143,7 @@ def test_stop_of_an_unknown_replica_is_reported_stopped(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux")
+@pytest.mark.slow
 def test_replica_outlives_its_agent_and_dies_with_its_supervisor(tmp_path: Path) -> None:
     # a stand-in agent starts a replica, prints its pid, then is SIGKILLed
     agent = (

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 from agent_work import poll_until, settings, started, work
 
 from xpupool.agent import replica_dir as rd
@@ -27,6 +28,7 @@ def _ran_and_acknowledged(runner: Runner, job_id: int, allocation_id: int) -> No
     assert runner.replicas == {}
 
 
+@pytest.mark.slow
 def test_an_allocation_id_handed_out_again_is_reported_with_the_reason(tmp_path: Path) -> None:
     runner = Runner("n1", tmp_path, settings=settings(tmp_path))
     _ran_and_acknowledged(runner, job_id=7, allocation_id=1)
@@ -44,6 +46,7 @@ def test_an_allocation_id_handed_out_again_is_reported_with_the_reason(tmp_path:
     assert [(r.job_id, r.state) for r in runner.reports()] == [(7, "succeeded")]
 
 
+@pytest.mark.slow
 def test_a_finished_run_asked_for_again_is_told_as_it_ended(tmp_path: Path) -> None:
     runner = Runner("n1", tmp_path, settings=settings(tmp_path))
     _ran_and_acknowledged(runner, job_id=7, allocation_id=3)
@@ -55,6 +58,7 @@ def test_a_finished_run_asked_for_again_is_told_as_it_ended(tmp_path: Path) -> N
     assert runner.replicas == {}
 
 
+@pytest.mark.slow
 def test_a_later_attempt_on_the_same_allocation_starts_after_the_run_it_replaced(
     tmp_path: Path,
 ) -> None:

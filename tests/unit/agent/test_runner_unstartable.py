@@ -21,6 +21,7 @@ from xpupool.agent.runner import Runner
         (["echo", "\ud800"], {}, "surrogates"),
     ],
 )
+@pytest.mark.slow
 def test_unstartable_work_fails_with_the_reason(
     tmp_path: Path, command: list[str], env: dict[str, str], said: str
 ) -> None:

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from agent_work import poll_until, settings, started, work
 
 from xpupool.agent import replica_dir as rd
@@ -25,6 +26,7 @@ def _kill(pid: int | None) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_a_lease_not_renewed_stops_the_replica(tmp_path: Path) -> None:
     runner = Runner("n1", tmp_path, grace_s=0.5, settings=settings(tmp_path))
     runner.renew(time.monotonic() + 3.0, grace_s=0.5)  # as after one heartbeat answered
@@ -44,6 +46,7 @@ def test_a_lease_not_renewed_stops_the_replica(tmp_path: Path) -> None:
         _kill(rep.status.supervisor_pid)
 
 
+@pytest.mark.slow
 def test_a_renewed_lease_keeps_the_replica_running(tmp_path: Path) -> None:
     runner = Runner("n1", tmp_path, grace_s=0.5, settings=settings(tmp_path))
     runner.renew(time.monotonic() + 5.0, grace_s=0.5)
@@ -61,6 +64,7 @@ def test_a_renewed_lease_keeps_the_replica_running(tmp_path: Path) -> None:
         _kill(rep.status.supervisor_pid)
 
 
+@pytest.mark.slow
 def test_an_agent_that_starts_again_adopts_its_supervisors_and_no_reused_pid(
     tmp_path: Path,
 ) -> None:
@@ -102,6 +106,7 @@ def test_an_agent_that_starts_again_adopts_its_supervisors_and_no_reused_pid(
         _kill(rep.status.supervisor_pid)
 
 
+@pytest.mark.slow
 def test_a_result_that_came_while_the_agent_was_away_is_reported(tmp_path: Path) -> None:
     first = Runner("n1", tmp_path, settings=settings(tmp_path))
     rep = started(first.start(work([sys.executable, "-c", "print('done')"])), first)
@@ -121,6 +126,7 @@ def test_a_result_that_came_while_the_agent_was_away_is_reported(tmp_path: Path)
     assert not run.path.exists()  # collected: the supervisor removed it and left
 
 
+@pytest.mark.slow
 def test_a_lease_over_before_the_start_starts_nothing_and_says_why(tmp_path: Path) -> None:
     runner = Runner("n1", tmp_path, settings=settings(tmp_path))
     runner.renew(time.monotonic() - 1.0)  # the agent lost the server before the supervisor ran

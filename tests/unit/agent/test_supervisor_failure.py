@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from agent_work import poll_until, settings, work
 
 from xpupool.agent.runner import Runner
@@ -24,6 +25,7 @@ def _failing(stderr: str) -> tuple[str, ...]:
     return (sys.executable, "-c", f"import sys; sys.stderr.write({stderr!r}); sys.exit(1)")
 
 
+@pytest.mark.slow
 def test_the_supervisor_says_in_one_line_why_it_cannot_run(tmp_path: Path) -> None:
     missing = tmp_path / "gone" / "7.0.1"
     done = subprocess.run(

@@ -62,6 +62,7 @@ def _run(runner: Runner, command: list[str], memory_mib: int) -> Replica:
 
 @as_root
 @pytest.mark.parametrize(("memory_mib", "fs"), [(64, "tmpfs"), (0, "")])
+@pytest.mark.slow
 def test_a_replica_has_its_own_tmp_and_sees_only_its_own_processes(
     open_dir: Path, memory_mib: int, fs: str
 ) -> None:
@@ -85,6 +86,7 @@ def test_a_replica_has_its_own_tmp_and_sees_only_its_own_processes(
 
 
 @as_root
+@pytest.mark.slow
 def test_what_a_replica_keeps_in_tmp_counts_against_its_memory(open_dir: Path) -> None:
     cfg = LaunchSettings(job_root=open_dir / "jobs", uid_range=RANGE, private_view=True)
     runner = Runner("n1", open_dir / "agent", settings=cfg)

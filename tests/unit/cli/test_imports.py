@@ -7,7 +7,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow
 def test_importing_the_cli_pulls_in_neither_fastapi_nor_sqlalchemy() -> None:
     code = (
         "import sys, xpupool.cli, xpupool.client; "

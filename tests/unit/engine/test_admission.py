@@ -26,6 +26,7 @@ def cards(count: int = 1, priority: int = 0, **kwargs: object) -> Request:
     return Request("j", 1000, 1024, devices, priority=priority)
 
 
+@pytest.mark.slow
 def test_quota_caps_devices_and_release_returns_the_charge() -> None:
     engine = engine_for(gpu_node("a", count=4))
     admission = Admission(engine, [QueueSpec("q", "t", (Quota("nvidia", DEV, 2),))])
@@ -166,6 +167,7 @@ def one_card_queues(limit: int | None) -> Admission:
 
 
 @pytest.mark.parametrize(("limit", "reached"), [(2, 6), (None, 8)])
+@pytest.mark.slow
 def test_borrowed_quota_is_counted_once(limit: int | None, reached: int) -> None:
     # nominal 4, the idle peer's 4 to borrow: the limit (2) or the cohort (8) is the bound
     admission = one_card_queues(limit)

@@ -49,6 +49,7 @@ def test_pipeline_caches_stay_at_their_bounds() -> None:
     assert len(pipeline.shares_cache) <= pipeline.shares_cache.bound
 
 
+@pytest.mark.slow
 def test_fgd_amounts_cache_stays_at_its_bound() -> None:
     engine = _engine("fgd")
     scorer = engine._weighted(engine.profile)[0][0]
@@ -60,6 +61,7 @@ def test_fgd_amounts_cache_stays_at_its_bound() -> None:
     assert len(cache) == cache.bound
 
 
+@pytest.mark.slow
 def test_software_verdicts_live_on_the_filter_and_stay_bounded() -> None:
     software = next(f for f in STATIC_DEVICE_FILTERS if isinstance(f, Software))
     state = ClusterState([gpu_node("a", count=2)])

@@ -128,6 +128,7 @@ def expected() -> dict[str, dict[str, object]]:
 
 
 @pytest.mark.parametrize("profile", [*BUILTIN_PROFILES, ONLINE])
+@pytest.mark.slow
 def test_builtin_profile_places_as_recorded(
     profile: str, expected: dict[str, dict[str, object]]
 ) -> None:
@@ -136,6 +137,7 @@ def test_builtin_profile_places_as_recorded(
 
 
 @pytest.mark.parametrize("scorer", list(SCORERS))
+@pytest.mark.slow
 def test_every_scorer_stays_within_bounds(scorer: str) -> None:
     """On the nodes a replica fits, every scorer's scores lie in MIN_SCORE..MAX_SCORE, so that
     weights compare like with like (kube's MinNodeScore..MaxNodeScore)."""
@@ -151,6 +153,7 @@ def test_every_scorer_stays_within_bounds(scorer: str) -> None:
         engine.place(req)
 
 
+@pytest.mark.slow
 def test_plugin_arguments_rebuild_a_builtin(expected: dict[str, dict[str, object]]) -> None:
     # xpupool-greedy is xpupool without its lookahead, xpupool-fine is xpupool at FGD's
     # resolution without the packing and fullest-card terms: the same things said in a file.

@@ -6,6 +6,7 @@ import ast
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,6 +32,7 @@ slots = st.sampled_from([-1, 0, 1, 2, 7, UNLIMITED_TASKS, UNLIMITED_TASKS - 3])
 @given(
     st.lists(st.tuples(amounts, amounts, slots, amounts, amounts), min_size=1, max_size=40),
 )
+@pytest.mark.slow
 def test_numpy_and_compiled_forms_agree(rows: list[tuple[int, int, int, int, int]]) -> None:
     """The array form, the compiled scalar form and the filters' three parts give one answer."""
     mem, core, tasks, need_mib, need_core = (
@@ -62,6 +64,7 @@ def test_numpy_and_compiled_forms_agree(rows: list[tuple[int, int, int, int, int
     st.integers(0, 1000),
     st.integers(1, 20),
 )
+@pytest.mark.slow
 def test_shares_that_fit_counts_shares_taken_one_after_another(
     cards: list[tuple[int, int, int]], need_mib: int, need_core: int, cap: int
 ) -> None:
@@ -109,6 +112,7 @@ def _hand_made_fits(path: Path) -> list[str]:
     return hits
 
 
+@pytest.mark.slow
 def test_no_module_but_the_predicate_compares_free_capacity_with_a_need() -> None:
     """Filters, the measure, the pressure, the kernels and the state ask ``capacity``; a new
     capacity rule (a task limit, an over-commit factor) then changes one module."""
@@ -143,6 +147,7 @@ def test_the_source_check_sees_a_hand_made_comparison(tmp_path: Path) -> None:
     st.integers(0, 81920),
     st.integers(0, 1000),
 )
+@pytest.mark.slow
 def test_binpack_compiled_fraction_is_the_numpy_expression_bit_for_bit(
     nodes: list[tuple[int, int, int, int]], k: int, need_mib: int, need_core: int
 ) -> None:

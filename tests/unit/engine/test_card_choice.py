@@ -5,6 +5,7 @@ card's sum; ties go to the first card, a NaN wins as ``argmax`` lets it."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,6 +30,7 @@ def numpy_choice(
     st.integers(1, 5),
     st.data(),
 )
+@pytest.mark.slow
 def test_the_compiled_choice_is_numpys(nodes: int, width: int, data: st.DataObject) -> None:
     flat = data.draw(st.lists(VALUES, min_size=nodes * width, max_size=nodes * width))
     values = np.asarray(flat, np.float64).reshape(nodes, width)
@@ -53,6 +55,7 @@ def test_the_compiled_choice_is_numpys(nodes: int, width: int, data: st.DataObje
 
 @settings(max_examples=400, deadline=None)
 @given(st.data(), st.integers(1, 12))
+@pytest.mark.slow
 def test_the_lookaheads_nearest_are_the_first_of_a_full_sort(
     data: st.DataObject, size: int
 ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -49,6 +50,7 @@ def _fresh_view(state: ClusterState, req: Request) -> tuple[bytes, bytes, object
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, len(SHAPES) - 1), st.integers(0, 9)), max_size=60))
+@pytest.mark.slow
 def test_kept_answers_equal_fresh_ones(steps: list[tuple[int, int]]) -> None:
     """Each step places one shape (or releases an allocation, or cordons a card); after each,
     the engine's own pipeline, which keeps answers per shape, agrees with a fresh one on every
@@ -132,6 +134,7 @@ REFUSED = (
         max_size=50,
     )
 )
+@pytest.mark.slow
 def test_refusals_from_the_kept_counts_equal_the_replay(steps: list[tuple[int, int, int]]) -> None:
     """A refusal read from the capacity parts' kept counts names, for every node, the same first
     failing check as replaying the chain check by check (node checks, static checks, memory,

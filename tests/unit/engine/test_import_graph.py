@@ -12,6 +12,8 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 import xpupool.engine
 
 ENGINE = Path(xpupool.engine.__file__).resolve().parent
@@ -123,5 +125,6 @@ def test_no_circle_between_the_measure_the_pipeline_and_the_scorers() -> None:
     assert _cycles(family) == []
 
 
+@pytest.mark.slow
 def test_no_circle_in_the_engine() -> None:
     assert _cycles(engine_graph()) == []

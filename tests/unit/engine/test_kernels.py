@@ -33,6 +33,7 @@ def test_compiled_settle_rounds_as_numpy_does() -> None:
     assert np.array_equal(compiled, settled(values))
 
 
+@pytest.mark.slow
 def test_the_pressures_demand_per_unit_is_numpys_to_the_bit() -> None:
     """``pressure_per_unit`` replaces a NumPy expression in the device pressure; placements
     compare pressures, so it must give the same bits: idle counts as integers or floats, groups
@@ -53,6 +54,7 @@ def test_the_pressures_demand_per_unit_is_numpys_to_the_bit() -> None:
         assert np.array_equal(got, want)
 
 
+@pytest.mark.slow
 def test_the_displaced_demand_is_numpys_to_the_bit() -> None:
     """``pressure_displaced`` replaces the device pressure's NumPy expression for nodes of one
     class each: ``need * clip(rho - min rho, 0, 1)`` over the nodes' classes (-1 reads the last,
@@ -117,6 +119,7 @@ WARM_THEN_PLACE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_warm_compiles_what_the_engine_calls() -> None:
     """``warm`` must compile each loop for exactly the argument types the engine passes: else the
     first real request compiles a second version, the stall ``warm`` exists to avoid. In a fresh
@@ -149,6 +152,7 @@ def test_warm_compiles_what_the_engine_calls() -> None:
     }
 
 
+@pytest.mark.slow
 def test_a_read_only_install_compiles_without_a_cache() -> None:
     """Installed read-only (a container's root filesystem) with no writable cache folder, Numba
     refuses ``cache=True`` when the module is imported; the engine must still import and run,

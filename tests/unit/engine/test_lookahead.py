@@ -195,6 +195,7 @@ def allocation(
 
 
 @pytest.mark.parametrize("shapes", [10, 30])
+@pytest.mark.slow
 def test_the_lookahead_reports_what_share_of_the_device_tasks_it_weighs(shapes: int) -> None:
     """Equally likely shares: the 8 looked at are 8 / shapes of the device tasks. The lookahead
     runs however small that share is (it was once off under half, for its cost)."""

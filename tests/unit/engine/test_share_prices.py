@@ -63,6 +63,7 @@ def test_a_loss_is_never_negative() -> None:
         assert (prices.loss(free, size) >= 0).all()
 
 
+@pytest.mark.slow
 def test_hundreds_of_sizes_are_priced_on_a_coarser_grid() -> None:
     # A workload learned online may hold hundreds of share sizes; priced as they are, column
     # generation ran out of rounds (K(1000) 1.39: prices no packing respects). Rounded up to a

@@ -373,6 +373,7 @@ def _mixed_fleet() -> ClusterState:
     return ClusterState(nodes, seed=3)
 
 
+@pytest.mark.slow
 def test_warming_after_a_relearn_places_exactly_as_building_on_demand() -> None:
     # The embedded server re-learns between passes and builds at once what the next placements
     # would build on the new workload (WorkloadModel.warm): the measure, the pressure, the

@@ -7,11 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 from prometheus_client import CollectorRegistry
 
 from xpupool.k8s.extender_http import ExtenderMetrics, serve_metrics
 
 
+@pytest.mark.slow
 def test_only_metrics_need_the_token_the_probes_do_not(tmp_path: Path) -> None:
     token = tmp_path / "token"
     token.write_text("s3cret\n")

@@ -289,6 +289,7 @@ def test_binds_wait_for_the_whole_group_then_all_go() -> None:
     assert gangs.completed(claim)  # a further pod of the group goes alone
 
 
+@pytest.mark.slow
 def test_a_member_that_never_comes_times_out_and_releases_every_place() -> None:
     view = view_with(gpu_node("a", count=4), gpu_node("b", count=4))
     gangs = Gangs(view, wait_s=0.5)

@@ -88,6 +88,7 @@ def served() -> Iterator[tuple[str, FakeApi, Gangs]]:
         thread.join(10)
 
 
+@pytest.mark.slow
 def test_a_gang_of_sixty_binds_over_http(served: tuple[str, FakeApi, Gangs]) -> None:
     url, api, _ = served
     nodes = [f"n{i}" for i in range(8)]

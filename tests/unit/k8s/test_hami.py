@@ -192,6 +192,7 @@ def test_bad_pod_devices(value: object, field: str) -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=st.sampled_from('[]{}":,;-+0123456789aeftrudGPU- '), max_size=200))
+@pytest.mark.slow
 def test_garbage_registrations_raise_only_the_documented_error(text: str) -> None:
     for key in (NVIDIA_KEY, "hami.io/node-dcu-register"):
         with contextlib.suppress(HamiAnnotationError):
@@ -211,6 +212,7 @@ shares = st.builds(
 
 
 @given(st.lists(st.lists(shares, max_size=4).map(tuple), min_size=1, max_size=5).map(tuple))
+@pytest.mark.slow
 def test_pod_devices_round_trip_property(
     containers: tuple[tuple[ContainerDevice, ...], ...],
 ) -> None:

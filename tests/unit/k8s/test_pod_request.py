@@ -474,6 +474,7 @@ annotation_maps = st.dictionaries(
     annotation_maps,
     json_values,
 )
+@pytest.mark.slow
 def test_garbage_raises_only_pod_request_error(
     resources: list[dict[str, Any]], annotations: dict[str, str], junk: object
 ) -> None:

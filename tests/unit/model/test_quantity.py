@@ -270,6 +270,7 @@ def test_format_card_mib(mib: int, text: str) -> None:
 
 
 @given(st.integers(min_value=0, max_value=1 << 50))
+@pytest.mark.slow
 def test_memory_format_round_trips(mib: int) -> None:
     assert parse_memory_mib("memory", format_mib_exact(mib)) == mib
 

@@ -259,6 +259,7 @@ requests = request_strategies.requests(_names, _names, _names)
 
 
 @given(requests)
+@pytest.mark.slow
 def test_json_round_trip(req: Request) -> None:
     data = request_to_dict(req)
     assert request_from_dict(data) == req
@@ -267,6 +268,7 @@ def test_json_round_trip(req: Request) -> None:
 
 
 @given(requests)
+@pytest.mark.slow
 def test_canonical_form_is_a_fixed_point(req: Request) -> None:
     data = request_to_dict(req)
     assert request_to_dict(request_from_dict(data)) == data
@@ -292,6 +294,7 @@ _top_values = st.fixed_dictionaries(
 
 
 @given(_top_values)
+@pytest.mark.slow
 def test_any_input_reads_or_fails_with_request_error(data: dict[str, object]) -> None:
     try:
         req = request_from_dict(data)
@@ -365,6 +368,7 @@ def test_a_compact_string_that_fails_fails_each_time_with_the_same_error() -> No
     assert direct.value.errors() == errors[0]
 
 
+@pytest.mark.slow
 def test_the_strings_read_are_kept_within_a_bound() -> None:
     for k in range(SPEC_READS_KEPT + 10):
         read_spec(f"A100:1 mem={k + 1}Mi")
@@ -372,6 +376,7 @@ def test_the_strings_read_are_kept_within_a_bound() -> None:
 
 
 @given(requests, st.text(max_size=8))
+@pytest.mark.slow
 def test_the_kept_written_form_is_the_models_own_key_for_key(req: Request, name: str) -> None:
     """``request_to_dict`` keeps what it wrote for a request but its name; the result is the
     model's dump, in the same key order, whatever the name, and each call's own dict."""

@@ -315,6 +315,7 @@ spec_requests = request_strategies.requests(_tokens, _models, _uuids, exact_card
 
 
 @given(spec_requests)
+@pytest.mark.slow
 def test_spec_round_trip(req: Request) -> None:
     text = format_spec(req)
     assert parse_spec(text) == req
@@ -322,6 +323,7 @@ def test_spec_round_trip(req: Request) -> None:
 
 
 @given(spec_requests)
+@pytest.mark.slow
 def test_spec_and_json_agree(req: Request) -> None:
     assert request_from_dict(request_to_dict(parse_spec(format_spec(req)))) == req
 

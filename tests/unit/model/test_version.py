@@ -99,6 +99,7 @@ _tags = st.sampled_from(["", ".RC1", ".RC3", ".alpha2", ".beta1"])
 
 
 @given(_parts, _tags, _parts, _tags)
+@pytest.mark.slow
 def test_order_is_total_and_consistent_with_equality(
     a: list[int], tag_a: str, b: list[int], tag_b: str
 ) -> None:

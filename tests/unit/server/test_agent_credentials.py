@@ -26,6 +26,7 @@ def _agent_token(server: Server, **body: object) -> dict[str, object]:
     return dict(r.json())
 
 
+@pytest.mark.slow
 def test_the_in_process_agent_speaks_for_its_own_nodes_only(server: Server) -> None:
     node(server, "remote-1", count=1)
     transport = PlaneTransport(server.plane, in_process_principal(["local-1"]))
@@ -43,6 +44,7 @@ def test_the_in_process_agent_speaks_for_its_own_nodes_only(server: Server) -> N
     assert len(server.client.get("/v1/devices?node=remote-1", headers=server.admin).json()) == 1
 
 
+@pytest.mark.slow
 def test_a_refused_bootstrap_exchange_spends_nothing_and_issues_nothing(server: Server) -> None:
     boot = _agent_token(server, bootstrap=True)
     before = server.client.get("/v1/tokens", headers=server.admin).json()
@@ -149,6 +151,7 @@ def test_which_requests_make_an_audit_row() -> None:
     assert not audited(None, "heartbeat", "POST", 401)
 
 
+@pytest.mark.slow
 def test_the_audit_log_keeps_the_newest_rows(server: Server) -> None:
     log = server.plane.audit
     log.keep = AuditKeep(admin=10)
@@ -178,6 +181,7 @@ def test_ignored_reports_are_recorded_once(server: Server) -> None:
         ({"X-Xpupool-Agent-Protocol": "3"}, "agent protocol 3"),
     ],
 )
+@pytest.mark.slow
 def test_another_protocol_is_426_naming_both(
     server: Server, headers: dict[str, str], said: str
 ) -> None:

@@ -31,6 +31,7 @@ def _rows(server: Server, **params: Any) -> list[dict[str, Any]]:
     return list(r.json())
 
 
+@pytest.mark.slow
 def test_a_flood_of_refusals_is_counted_and_never_evicts_the_admins_history(
     server: Server,
 ) -> None:
@@ -58,6 +59,7 @@ def test_a_flood_of_refusals_is_counted_and_never_evicts_the_admins_history(
     assert [r["action"] for r in _rows(server, kind="admin")] == [a for a, _ in admin]
 
 
+@pytest.mark.slow
 def test_refusals_are_written_once_a_window_until_read(server: Server) -> None:
     """With the clock standing still, 300 refusals are one INSERT and no UPDATE; a read of the
     log writes their count first (one UPDATE), and it is exact."""
@@ -82,6 +84,7 @@ def test_refusals_are_written_once_a_window_until_read(server: Server) -> None:
     assert [(r["action"], r["count"]) for r in refused] == [("heartbeat", 300)]
 
 
+@pytest.mark.slow
 def test_invented_reports_are_aggregated_with_the_refusals(server: Server) -> None:
     node(server, "n1", count=1)
     hostile = _node_token(server, "n1")
@@ -93,6 +96,7 @@ def test_invented_reports_are_aggregated_with_the_refusals(server: Server) -> No
     assert [(r["kind"], r["count"]) for r in ignored] == [("refused", 200)]
 
 
+@pytest.mark.slow
 def test_a_refused_rows_pruned_run_is_written_again(server: Server) -> None:
     """A run whose row the refused cap pruned while the run went on gets its row back, with
     every refusal counted."""
@@ -144,6 +148,7 @@ def test_a_store_from_before_kinds_gets_them_at_start(tmp_path: Path) -> None:
     assert "audit_kind_id" in indexes
 
 
+@pytest.mark.slow
 def test_the_in_process_agents_refusals_are_aggregated_too(server: Server) -> None:
     from xpupool.agent.inprocess import PlaneTransport
     from xpupool.model.errors import Forbidden

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
 from server_kit import Server, node, submit, tenant
 
 HERE = {"Origin": "http://testserver"}
@@ -49,6 +50,7 @@ def test_a_card_no_other_tenant_uses_is_not_in_use_by_others(server: Server) -> 
     assert (_card(server, a)["jobs"], _card(server, a)["in_use_by_others"]) == ([ja], False)
 
 
+@pytest.mark.slow
 def test_a_cards_detail_shows_only_the_callers_own_shares(server: Server) -> None:
     _, b, ja, jb = _two_tenants_on_one_card(server)
     r = server.client.get("/v1/devices/n1-gpu0", headers=server.as_(b))
@@ -60,6 +62,7 @@ def test_a_cards_detail_shows_only_the_callers_own_shares(server: Server) -> Non
     assert {x["job"] for x in r.json()["shares"]} == {ja, jb}
 
 
+@pytest.mark.slow
 def test_the_card_panel_shows_another_tenants_use_as_anonymous_in_use(server: Server) -> None:
     _, b, ja, jb = _two_tenants_on_one_card(server)
     server.client.follow_redirects = False

@@ -45,6 +45,7 @@ def busy(srv: Server, node_name: str, cards: int, util: float) -> None:
     assert srv.client.post("/v1/agent/heartbeat", json=body, headers=srv.admin).status_code == 200
 
 
+@pytest.mark.slow
 def test_coarse_tiers_hold_the_means_of_the_raw_samples_in_their_buckets(server: Server) -> None:
     node(server, "n1", count=4)
     sampler = FleetHistory(server.plane, interval_s=60)
@@ -80,6 +81,7 @@ def test_coarse_tiers_hold_the_means_of_the_raw_samples_in_their_buckets(server:
     assert len(points) == 60 and points[-1][1] == utils[-1]
 
 
+@pytest.mark.slow
 def test_the_table_stays_bounded_after_many_samples(server: Server) -> None:
     node(server, "n1", count=2)
     node(server, "n2", count=2, model="NVIDIA L20", memory_mib=49152)
@@ -106,6 +108,7 @@ def _oldest(srv: Server) -> list[dict[str, Any]]:
         return [dict(r) for r in conn.execute(query).mappings()]
 
 
+@pytest.mark.slow
 def test_series_per_site_model_and_fleet(server: Server) -> None:
     node(server, "n1", count=2)
     a = tenant(server, "a")
@@ -135,6 +138,7 @@ def test_series_per_site_model_and_fleet(server: Server) -> None:
         ({"window": "1w", "model": ""}, "model"),
     ],
 )
+@pytest.mark.slow
 def test_bad_query_is_400_naming_the_field(
     server: Server, params: dict[str, str], field: str
 ) -> None:
@@ -150,6 +154,7 @@ def test_history_needs_a_signed_in_user(server: Server) -> None:
     assert server.client.get("/v1/fleet/overview").status_code == 401
 
 
+@pytest.mark.slow
 def test_the_last_sample_is_in_metrics(server: Server) -> None:
     node(server, "n1", count=2)
     busy(server, "n1", 2, 50.0)

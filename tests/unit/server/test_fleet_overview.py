@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from server_kit import Server, devices, node, queue, submit, tenant
 
 from xpupool.server.services.overview import BUSY_UTIL_PCT, Waiting
@@ -36,6 +37,7 @@ def quota(nominal: int) -> dict[str, Any]:
     return {"flavor": "nvidia", "resource": "devices", "nominal": nominal}
 
 
+@pytest.mark.slow
 def test_overview_equals_devices_and_jobs(server: Server) -> None:
     node(server, "n1", count=4)
     node(server, "n2", count=2, model="NVIDIA L20", memory_mib=49152)
@@ -91,6 +93,7 @@ def test_overview_equals_devices_and_jobs(server: Server) -> None:
     assert seen["scope"] == "fleet"
 
 
+@pytest.mark.slow
 def test_a_tenant_sees_only_its_own_pending_reasons(server: Server) -> None:
     node(server, "n1", count=4)
     a, b = tenant(server, "a"), tenant(server, "b")
@@ -111,6 +114,7 @@ def test_a_tenant_sees_only_its_own_pending_reasons(server: Server) -> None:
     assert mine["groups"] == admin["groups"] == theirs["groups"]  # the fleet is everyone's
 
 
+@pytest.mark.slow
 def test_a_new_job_is_counted_as_not_tried_until_a_pass(server: Server) -> None:
     node(server, "n1", count=2)
     a = tenant(server, "a")
@@ -120,6 +124,7 @@ def test_a_new_job_is_counted_as_not_tried_until_a_pass(server: Server) -> None:
     assert overview(server)["pending_by_reason"] == {}
 
 
+@pytest.mark.slow
 def test_stranded_capacity_for_a_fragment_no_shape_fits_until_a_pending_job_does(
     server: Server,
 ) -> None:
@@ -150,6 +155,7 @@ def test_stranded_capacity_for_a_fragment_no_shape_fits_until_a_pending_job_does
     }
 
 
+@pytest.mark.slow
 def test_device_detail_has_the_shares_and_recent_readings(server: Server) -> None:
     node(server, "n1", count=2)
     a = tenant(server, "a")
@@ -175,6 +181,7 @@ def test_device_detail_has_the_shares_and_recent_readings(server: Server) -> Non
     assert missing.status_code == 404 and missing.json()["field"] == "device"
 
 
+@pytest.mark.slow
 def test_an_absurd_reading_does_not_break_the_overview(server: Server) -> None:
     node(server, "n1", count=2)
     huge = {"uuid": "n1-gpu0", "utilization_pct": 1e308, "power_w": 1e308, "memory_used_mib": 1}
@@ -183,6 +190,7 @@ def test_an_absurd_reading_does_not_break_the_overview(server: Server) -> None:
     assert (group["power_w"], group["core_pct_used"], group["memory_mib_used"]) == (100.0, None, 1)
 
 
+@pytest.mark.slow
 def test_the_overview_follows_cordons_registrations_and_placements(server: Server) -> None:
     """What the overview keeps between calls (layout, shape table, stranded measure) is made
     again when what it was made from changes: a stale one would show the old numbers."""

@@ -9,9 +9,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 PLANE_ONLY = ("numpy", "sqlalchemy", "fastapi", "xpupool.engine", "xpupool.server.plane")
 
 
+@pytest.mark.slow
 def test_a_worker_imports_nothing_of_the_plane() -> None:
     code = (
         "import json, sys\n"

@@ -4,9 +4,11 @@ tests/integration/test_admin_grants.py."""
 
 from __future__ import annotations
 
+import pytest
 from server_kit import Server, job, queue, submit, tenant
 
 
+@pytest.mark.slow
 def test_a_lowered_cap_lowers_the_jobs_that_wait(server: Server) -> None:
     lab = tenant(server, "lab")
     queue(server, "lab", "lab", [], max_priority=10)
@@ -22,6 +24,7 @@ def test_a_lowered_cap_lowers_the_jobs_that_wait(server: Server) -> None:
     assert r.status_code == 403 and r.json()["field"] == "priority"
 
 
+@pytest.mark.slow
 def test_a_new_weight_reaches_the_tenants_queues(server: Server) -> None:
     tenant(server, "lab")
     queue(server, "lab-big", "lab", [])
@@ -35,6 +38,7 @@ def post(server: Server, token: str, **body: object) -> int:
     return r.status_code
 
 
+@pytest.mark.slow
 def test_limits_are_read_once_and_every_change_applies_to_the_next_submission(
     server: Server,
 ) -> None:

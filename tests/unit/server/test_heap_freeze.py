@@ -50,6 +50,7 @@ def tracked_ids() -> set[int]:
     return {id(o) for o in gc.get_objects()}  # the frozen objects are not listed
 
 
+@pytest.mark.slow
 def test_what_survives_a_full_collection_is_out_of_the_next_ones_reach(
     survivors: SurvivorFreeze,
 ) -> None:
@@ -65,6 +66,7 @@ def test_what_survives_a_full_collection_is_out_of_the_next_ones_reach(
     assert id(later) not in tracked_ids()
 
 
+@pytest.mark.slow
 def test_a_full_collection_freezes_nothing_once_it_is_stopped() -> None:
     freeze = SurvivorFreeze(sweep_s=3600)
     freeze.start()
@@ -78,6 +80,7 @@ def test_a_full_collection_freezes_nothing_once_it_is_stopped() -> None:
         gc.unfreeze()
 
 
+@pytest.mark.slow
 def test_a_cycle_that_became_garbage_while_frozen_is_collected_by_the_sweep(
     survivors: SurvivorFreeze,
 ) -> None:
@@ -95,6 +98,7 @@ def test_a_cycle_that_became_garbage_while_frozen_is_collected_by_the_sweep(
     assert id(survivor) not in tracked_ids()  # the sweep's survivors are frozen again
 
 
+@pytest.mark.slow
 def test_garbage_without_a_cycle_is_freed_though_frozen(survivors: SurvivorFreeze) -> None:
     box = Box()
     gone = weakref.ref(box)
@@ -103,6 +107,7 @@ def test_garbage_without_a_cycle_is_freed_though_frozen(survivors: SurvivorFreez
     assert gone() is None
 
 
+@pytest.mark.slow
 def test_the_sweep_runs_every_sweep_s() -> None:
     freeze = SurvivorFreeze(sweep_s=0.05)
     freeze.start()
@@ -120,6 +125,7 @@ def test_a_sweep_period_not_above_zero_is_refused(sweep_s: float) -> None:
         SurvivorFreeze(sweep_s=sweep_s)
 
 
+@pytest.mark.slow
 def test_a_due_sweep_waits_for_a_quiet_moment_one_period_at_most(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -142,6 +148,7 @@ def test_a_due_sweep_waits_for_a_quiet_moment_one_period_at_most(
         gc.unfreeze()
 
 
+@pytest.mark.slow
 def test_a_sweep_that_never_finds_a_quiet_moment_runs_one_period_late(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

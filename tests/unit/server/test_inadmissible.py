@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from server_kit import Server, job, node, queue, row_counts, submit, tenant
 
 DEVICES = "devices"
@@ -32,6 +33,7 @@ def _refused(server: Server, token: str, spec: str, queue_name: str) -> dict[str
     return dict(r.json())
 
 
+@pytest.mark.slow
 def test_a_request_above_the_queues_nominal_without_borrowing_is_refused(server: Server) -> None:
     node(server, "n1")  # 8 A100: the pool could hold it, the quota never
     a = tenant(server, "a")
@@ -48,6 +50,7 @@ def test_a_request_above_the_queues_nominal_without_borrowing_is_refused(server:
     assert job(server, ok["id"])["state"] == "scheduled"
 
 
+@pytest.mark.slow
 def test_in_a_cohort_the_bound_is_the_lesser_of_the_limit_and_the_others_nominal(
     server: Server,
 ) -> None:
@@ -64,6 +67,7 @@ def test_in_a_cohort_the_bound_is_the_lesser_of_the_limit_and_the_others_nominal
     assert body["reason"].endswith("6 asked > 2 nominal + 3 borrowable at most")
 
 
+@pytest.mark.slow
 def test_a_job_that_waits_for_quota_in_use_is_not_inadmissible(server: Server) -> None:
     node(server, "n1")
     a = tenant(server, "a")
@@ -80,6 +84,7 @@ def test_a_job_that_waits_for_quota_in_use_is_not_inadmissible(server: Server) -
     assert job(server, second["id"])["state"] == "scheduled"
 
 
+@pytest.mark.slow
 def test_a_quota_change_marks_a_pending_job_inadmissible_until_its_cohort_changes(
     server: Server,
 ) -> None:

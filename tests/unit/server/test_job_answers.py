@@ -19,6 +19,7 @@ def _job_schema(server: Server, method: str, path: str, status: str) -> str:
     return ref.rsplit("/", 1)[-1]
 
 
+@pytest.mark.slow
 def test_submit_get_and_cancel_answer_the_job_their_schema_declares(server: Server) -> None:
     node(server, "n1")
     lab = tenant(server, "lab")

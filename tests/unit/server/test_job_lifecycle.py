@@ -211,6 +211,7 @@ def test_only_the_lifecycle_moves_a_job() -> None:
     assert offenders == []
 
 
+@pytest.mark.slow
 def test_a_refused_move_changes_nothing_stored(server: Server) -> None:
     """``ControlPlane.apply`` refuses before it writes: the row, its events and memory stay."""
     node(server, "n1")
@@ -228,6 +229,7 @@ def test_a_refused_move_changes_nothing_stored(server: Server) -> None:
 
 
 @pytest.mark.parametrize("limits", ["limits: none asked", "limits: cgroup v2 pids=16384"])
+@pytest.mark.slow
 def test_a_cancel_racing_the_start_report_ends_cancelled_by_the_cancel(
     server: Server, limits: str
 ) -> None:
@@ -259,6 +261,7 @@ def test_a_cancel_racing_the_start_report_ends_cancelled_by_the_cancel(
     assert f"replica 0: {limits}" in events and any("pid 4242" in e for e in events)
 
 
+@pytest.mark.slow
 def test_a_cancel_before_any_start_report_ends_cancelled_by_the_cancel(server: Server) -> None:
     """The other order of the race: the stop took effect before the agent reported the start,
     so its first report is the final one, limits and all."""

@@ -28,6 +28,7 @@ def run_once(server: Server, job_id: int, code: int) -> None:
     heartbeat(server, "n1", [report(job_id, 0, "succeeded" if code == 0 else "failed", code)])
 
 
+@pytest.mark.slow
 def test_a_failing_job_runs_again_after_a_growing_wait_then_fails(server: Server) -> None:
     node(server, "n1")
     a = tenant(server, "a")
@@ -50,6 +51,7 @@ def test_a_failing_job_runs_again_after_a_growing_wait_then_fails(server: Server
     assert got["stop_cause"] == "replica_failed" and "no retries left" in got["reason"]
 
 
+@pytest.mark.slow
 def test_by_default_a_non_zero_exit_is_not_retried(server: Server) -> None:
     node(server, "n1")
     j = submit(server, tenant(server, "a"), "A100")["id"]
@@ -59,6 +61,7 @@ def test_by_default_a_non_zero_exit_is_not_retried(server: Server) -> None:
     assert got["retry_on"] == ["node_lost", "preempted"]
 
 
+@pytest.mark.slow
 def test_a_run_past_its_max_runtime_is_stopped_and_fails(server: Server) -> None:
     node(server, "n1")
     j = submit(server, tenant(server, "a"), "A100", max_runtime_s=30)["id"]
@@ -89,6 +92,7 @@ def test_a_run_past_its_max_runtime_is_stopped_and_fails(server: Server) -> None
         ({"retry_backoff_s": 10, "retry_backoff_max_s": 5}, "retry_backoff_max_s"),
     ],
 )
+@pytest.mark.slow
 def test_bad_limits_are_refused_naming_the_field(
     server: Server, body: dict[str, object], field: str
 ) -> None:
@@ -100,6 +104,7 @@ def test_bad_limits_are_refused_naming_the_field(
     assert row_counts(server) == before
 
 
+@pytest.mark.slow
 def test_retention_forgets_old_finished_jobs_with_their_logs_only(server: Server) -> None:
     node(server, "n1", count=1)
     a = tenant(server, "a")
@@ -125,6 +130,7 @@ def test_retention_forgets_old_finished_jobs_with_their_logs_only(server: Server
     assert later > waiting  # ids are never handed out again
 
 
+@pytest.mark.slow
 def test_retention_by_count_keeps_the_newest_finished_jobs(server: Server) -> None:
     node(server, "n1")
     a = tenant(server, "a")
@@ -137,6 +143,7 @@ def test_retention_by_count_keeps_the_newest_finished_jobs(server: Server) -> No
     assert [job(server, i)["state"] for i in ids[1:]] == ["succeeded", "succeeded"]
 
 
+@pytest.mark.slow
 def test_retention_by_count_counts_each_tenant_apart(server: Server) -> None:
     """Issue 43, item 7: one tenant's churn (jobs submitted and cancelled) pushed another
     tenant's finished jobs out of a global count. The count is per tenant: each tenant's own
@@ -164,6 +171,7 @@ def test_retention_by_count_counts_each_tenant_apart(server: Server) -> None:
     assert sweep_finished(server.plane, Retention(seconds=None, jobs=3)) == []
 
 
+@pytest.mark.slow
 def test_a_running_sweep_reads_what_changed_since_its_last_pass(server: Server) -> None:
     """The watch thread's sweep counts again only the tenants with jobs finished since its last
     pass (their final events), and looks at the age limit every tenth of it."""
@@ -188,6 +196,7 @@ def test_a_running_sweep_reads_what_changed_since_its_last_pass(server: Server) 
     assert sweep.sweep() == churn[2:]
 
 
+@pytest.mark.slow
 def test_a_replica_its_agent_no_longer_reports_runs_again_as_the_next_attempt(
     server: Server,
 ) -> None:

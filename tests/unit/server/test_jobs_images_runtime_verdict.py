@@ -3,9 +3,11 @@ refused at submission naming the runtime and where the runtimes are (issue 42 pa
 
 from __future__ import annotations
 
+import pytest
 from server_kit import Server, node, tenant
 
 
+@pytest.mark.slow
 def test_image_job_for_cards_without_a_runtime_is_refused(server: Server) -> None:
     node(server, "a100s", count=8)  # no runtime
     node(server, "h100s", count=2, model="NVIDIA H100 80GB HBM3", runtime="podman")

@@ -6,6 +6,7 @@ grace from the restart. The plane's two clocks are injected (``server_kit.FakeCl
 
 from __future__ import annotations
 
+import pytest
 from server_kit import Server, heartbeat, job, node, reopen, report, submit, tenant
 
 from xpupool.server.services.agents import heartbeat_idle, mark_lost_nodes
@@ -28,6 +29,7 @@ def _node_status(server: Server, name: str) -> str:
     return str(r.json()["status"])
 
 
+@pytest.mark.slow
 def test_a_forward_wall_clock_step_loses_no_heartbeating_node(server: Server) -> None:
     job_id, where = _running_on_a_node(server)
     server.clock.advance(2)
@@ -54,6 +56,7 @@ def test_a_wall_clock_step_does_not_lose_an_idle_heartbeating_node(server: Serve
     assert mark_lost_nodes(server.plane) == ["n1"]
 
 
+@pytest.mark.slow
 def test_a_backward_wall_clock_step_does_not_hide_a_silent_node(server: Server) -> None:
     job_id, where = _running_on_a_node(server)
     server.clock.step(-3600)  # an hour back, and the node's agent is gone
@@ -66,6 +69,7 @@ def test_a_backward_wall_clock_step_does_not_hide_a_silent_node(server: Server) 
     assert got["state"] == "pending" and f"node {where} lost" in got["reason"]
 
 
+@pytest.mark.slow
 def test_after_a_restart_liveness_counts_from_the_restart(server: Server) -> None:
     """A restart is not the agents' fault: a node silent since before it has its full grace
     from the restart, whatever the wall clock did meanwhile; the last heartbeat shown is still

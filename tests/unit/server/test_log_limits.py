@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from server_kit import Server, heartbeat, job, node, report, submit, tenant
 
 from xpupool.server.retention import Retention
@@ -44,6 +45,7 @@ def _limits(server: Server, name: str, **limits: int) -> dict[str, Any]:
     return dict(r.json())
 
 
+@pytest.mark.slow
 def test_one_jobs_log_is_cut_at_its_tenants_limit_over_all_its_replicas(server: Server) -> None:
     node(server, "n1", count=2)
     a = tenant(server, "a")
@@ -62,6 +64,7 @@ def test_one_jobs_log_is_cut_at_its_tenants_limit_over_all_its_replicas(server: 
     assert _cut(_log(server, j, 0), b"a" * (700 * KIB), "max_job_log_mib")
 
 
+@pytest.mark.slow
 def test_a_tenants_logs_together_are_capped_until_retention_frees_room(server: Server) -> None:
     node(server, "n1", count=1)
     a = tenant(server, "a")
@@ -101,6 +104,7 @@ def test_a_tenants_logs_together_are_capped_until_retention_frees_room(server: S
     assert job(server, fourth)["state"] in ("scheduled", "running")
 
 
+@pytest.mark.slow
 def test_log_limits_are_checked_and_a_refusal_changes_nothing(server: Server) -> None:
     tenant(server, "a")
     for body, field in (
@@ -122,6 +126,7 @@ def test_log_limits_are_checked_and_a_refusal_changes_nothing(server: Server) ->
     assert (seen["c"]["max_job_log_mib"], seen["c"]["max_log_mib"]) == (2, 0)
 
 
+@pytest.mark.slow
 def test_a_resend_after_an_agent_restart_adds_nothing_around_a_cut(server: Server) -> None:
     node(server, "n1", count=1)
     a = tenant(server, "a")

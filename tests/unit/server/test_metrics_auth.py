@@ -5,6 +5,7 @@ anyone. On a real server behind its HTTP workers: ``tests/integration/test_http_
 
 from __future__ import annotations
 
+import pytest
 from fastapi.testclient import TestClient
 from server_kit import Server, tenant
 
@@ -20,6 +21,7 @@ def _metrics_token(server: Server) -> str:
     return str(r.json()["token"])
 
 
+@pytest.mark.slow
 def test_metrics_need_the_admin_or_a_metrics_token(server: Server) -> None:
     tenant(server, "secret-team")
     r = server.client.get("/metrics")
@@ -36,6 +38,7 @@ def test_metrics_need_the_admin_or_a_metrics_token(server: Server) -> None:
     assert r.status_code == 200 and "secret-team" in r.text
 
 
+@pytest.mark.slow
 def test_a_metrics_token_reads_nothing_else(server: Server) -> None:
     reader = server.as_(_metrics_token(server))
     assert server.client.get("/v1/jobs", headers=reader).status_code == 403
@@ -51,6 +54,7 @@ def test_a_metrics_token_reads_nothing_else(server: Server) -> None:
     assert r.status_code == 401  # no dashboard either
 
 
+@pytest.mark.slow
 def test_a_metrics_token_belongs_to_no_tenant(server: Server) -> None:
     tenant(server, "lab")
     r = server.client.post("/v1/tenants/lab/tokens", json={"role": "metrics"}, headers=server.admin)
@@ -62,6 +66,7 @@ def test_a_metrics_token_belongs_to_no_tenant(server: Server) -> None:
     assert r.status_code == 422
 
 
+@pytest.mark.slow
 def test_open_metrics_when_the_operator_says_so(server: Server) -> None:
     tenant(server, "visible")
     with TestClient(create_app(server.plane, background=False, metrics_auth="open")) as client:

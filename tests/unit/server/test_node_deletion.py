@@ -74,6 +74,7 @@ def snapshot(srv: Server) -> tuple[object, ...]:
     return row_counts(srv), plane.engine, plane.capacity_gen, nodes, devices(srv)
 
 
+@pytest.mark.slow
 def test_an_idle_node_is_deleted_with_its_tokens(server: Server) -> None:
     token = agent_token(server, "n1")
     node(server, "n2", count=1)
@@ -95,6 +96,7 @@ def test_an_idle_node_is_deleted_with_its_tokens(server: Server) -> None:
     assert delete(server, "n1").status_code == 404
 
 
+@pytest.mark.slow
 def test_live_allocations_are_409_naming_them_and_nothing_changes(server: Server) -> None:
     token = agent_token(server, "n1")
     a = tenant(server, "a")
@@ -110,6 +112,7 @@ def test_live_allocations_are_409_naming_them_and_nothing_changes(server: Server
     assert agent_heartbeat(server, token, "n1") == 200
 
 
+@pytest.mark.slow
 def test_a_drain_deletes_the_node_when_its_last_allocation_ends(server: Server) -> None:
     token = agent_token(server, "n1")
     a = tenant(server, "a")
@@ -143,6 +146,7 @@ def test_a_drain_deletes_the_node_when_its_last_allocation_ends(server: Server) 
     assert removed and "node n1" in removed[0]["target"] and "drained" in removed[0]["result"]
 
 
+@pytest.mark.slow
 def test_a_drain_survives_a_restart_and_uncordon_cancels_it(server: Server) -> None:
     node(server, "n1", count=2)
     a = tenant(server, "a")
@@ -159,6 +163,7 @@ def test_a_drain_survives_a_restart_and_uncordon_cancels_it(server: Server) -> N
     again.plane.db.dispose()
 
 
+@pytest.mark.slow
 def test_only_the_admin_deletes(server: Server) -> None:
     token = agent_token(server, "n1")
     user = tenant(server, "a")
@@ -175,6 +180,7 @@ def test_only_the_admin_deletes(server: Server) -> None:
     assert done and done[0]["role"] == "admin" and "n1" in done[0]["target"]
 
 
+@pytest.mark.slow
 def test_a_failed_write_changes_nothing(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
     token = agent_token(server, "n1")
     before = snapshot(server)
@@ -207,6 +213,7 @@ def cluster_node(name: str) -> Node:
     )
 
 
+@pytest.mark.slow
 def test_the_admin_takes_over_a_cluster_file_node(server: Server) -> None:
     fleet.register_many(server.plane, [cluster_node("sim-1"), cluster_node("sim-2")], "cluster")
     hosted = node_identity.in_process_principal(["sim-1", "sim-2"])
@@ -236,6 +243,7 @@ def test_the_admin_takes_over_a_cluster_file_node(server: Server) -> None:
     assert [d.uuid for d in server.plane.nodes["sim-1"].node.devices] == ["sim-1-gpu0"]
 
 
+@pytest.mark.slow
 def test_a_deleted_cluster_file_node_comes_back_from_the_file(server: Server) -> None:
     fleet.register_many(server.plane, [cluster_node("sim-1"), cluster_node("sim-2")], "cluster")
     r = delete(server, "sim-1")
@@ -249,6 +257,7 @@ def test_a_deleted_cluster_file_node_comes_back_from_the_file(server: Server) ->
     assert sorted(server.plane.engine.state.node_index) == ["sim-1", "sim-2"]
 
 
+@pytest.mark.slow
 def test_the_in_process_agent_lets_go_of_a_deleted_node(server: Server, tmp_path: Path) -> None:
     fleet.register_many(server.plane, [cluster_node("sim-1"), cluster_node("sim-2")], "cluster")
     agent = local_agent(server.plane, tmp_path / "agent", probes=[], host="host-1")
@@ -269,6 +278,7 @@ def test_the_in_process_agent_lets_go_of_a_deleted_node(server: Server, tmp_path
     assert [r for r in rows if r["status"] == 403] == []  # the admin's doing, not a refusal
 
 
+@pytest.mark.slow
 def test_the_lost_node_watch_walks_agent_nodes_only(server: Server) -> None:
     """``agent_node_records`` (what ``mark_lost_nodes`` walks) follows registrations, takeovers
     and deletions, and leaves the cluster file's nodes out however many there are."""

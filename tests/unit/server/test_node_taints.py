@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from server_kit import Server, job, node_body, reopen, row_counts, submit, tenant
 from sqlalchemy import select, update
 
@@ -41,6 +42,7 @@ def placed_on(srv: Server, job_id: int) -> str | None:
     return str(found[0]["node"]) if found else None
 
 
+@pytest.mark.slow
 def test_a_node_registers_with_taints_and_the_listing_shows_them(server: Server) -> None:
     register(server, "gpu-0", taints=[GPU_TAINT, {"key": "spot", "effect": "PreferNoSchedule"}])
     assert listed(server)["gpu-0"] == [
@@ -62,6 +64,7 @@ def test_a_registration_with_a_bad_taint_is_refused_naming_it(server: Server) ->
     assert row_counts(server) == before
 
 
+@pytest.mark.slow
 def test_untolerating_jobs_wait_naming_the_taint_and_start_when_it_goes(server: Server) -> None:
     user = tenant(server, "lab")
     register(server, "gpu-0", count=3, taints=[GPU_TAINT])
@@ -80,6 +83,7 @@ def test_untolerating_jobs_wait_naming_the_taint_and_start_when_it_goes(server: 
     assert placed_on(server, waiting) == "gpu-0", job(server, waiting)
 
 
+@pytest.mark.slow
 def test_the_admins_change_is_stored_audited_and_kept_across_restart_and_registration(
     server: Server,
 ) -> None:
@@ -101,6 +105,7 @@ def test_the_admins_change_is_stored_audited_and_kept_across_restart_and_registr
         assert [n["taints"] for n in r.json()] == [[GPU_TAINT]]
 
 
+@pytest.mark.slow
 def test_a_refused_change_changes_nothing(server: Server) -> None:
     user = tenant(server, "lab")
     register(server, "gpu-0", taints=[GPU_TAINT])
@@ -123,12 +128,14 @@ def test_a_refused_change_changes_nothing(server: Server) -> None:
     assert server.plane.engine is engine  # not even rebuilt
 
 
+@pytest.mark.slow
 def test_overwrite_replaces_the_value(server: Server) -> None:
     register(server, "gpu-0", taints=[GPU_TAINT])
     r = taint(server, "gpu-0", add=[{**GPU_TAINT, "value": "no"}], overwrite=True)
     assert r.status_code == 200 and r.json()["taints"] == [{**GPU_TAINT, "value": "no"}], r.text
 
 
+@pytest.mark.slow
 def test_a_store_from_before_taints_reads_as_none(server: Server) -> None:
     register(server, "gpu-0")
     with server.plane.db.begin() as conn:
@@ -140,6 +147,7 @@ def test_a_store_from_before_taints_reads_as_none(server: Server) -> None:
         assert conn.execute(select(t_nodes.c.taints)).scalar_one() is None
 
 
+@pytest.mark.slow
 def test_cpu_only_jobs_take_the_cpu_only_node_first(server: Server) -> None:
     user = tenant(server, "lab")
     register(server, "a100-0", count=8)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import xpupool
 
 SRC = Path(xpupool.__file__).resolve().parent
@@ -33,6 +35,7 @@ def _reaches_in(node: ast.Attribute) -> bool:
     )
 
 
+@pytest.mark.slow
 def test_nothing_outside_the_plane_reaches_into_its_state() -> None:
     found = []
     for path in sorted(SRC.rglob("*.py")):

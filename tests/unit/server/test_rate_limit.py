@@ -100,6 +100,7 @@ def test_the_credential_is_the_bearer_tokens_hash(header: str | None, digest: st
     assert bearer_digest(header) == digest
 
 
+@pytest.mark.slow
 def test_each_token_has_its_own_rate_and_a_refusal_says_when_to_come_back(
     server: Server,
 ) -> None:
@@ -130,6 +131,7 @@ def test_requests_without_a_valid_token_count_against_their_address(server: Serv
     assert limiter.admit(None, "192.0.2.2") is None  # another address is not held back
 
 
+@pytest.mark.slow
 def test_past_its_address_limit_a_token_not_seen_yet_is_not_looked_up(server: Server) -> None:
     """A token guess from an address over its limit costs no store query (the cache of live
     tokens stays without it); a token already seen goes by its own rate."""
@@ -170,6 +172,7 @@ def _limited_app(server: Server, token: Rate, address: Rate) -> TestClient:
     return TestClient(create_app(server.plane, background=False, limiter=limiter))
 
 
+@pytest.mark.slow
 def test_the_app_answers_429_before_any_route_with_retry_after(server: Server) -> None:
     with _limited_app(server, Rate(1.0, 2), Rate(1.0, 2)) as client:
         assert [client.get("/v1/jobs", headers=server.admin).status_code for _ in range(3)] == [
@@ -187,6 +190,7 @@ def test_the_app_answers_429_before_any_route_with_retry_after(server: Server) -
         assert [client.get("/healthz").status_code for _ in range(3)] == [200, 200, 429]
 
 
+@pytest.mark.slow
 def test_a_dashboard_session_counts_as_its_token(server: Server) -> None:
     with _limited_app(server, Rate(1.0, 4), Rate(1.0, 100)) as client:
         client.follow_redirects = False

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from server_kit import (
     Server,
     devices,
@@ -42,6 +43,7 @@ def unchanged(srv: Server) -> tuple[object, ...]:
     return row_counts(srv), plane.engine, plane.capacity_gen, nodes, devices(srv)
 
 
+@pytest.mark.slow
 def test_shrinking_a_held_card_is_409_naming_the_job_and_changes_nothing(server: Server) -> None:
     node(server, "n1", count=2)
     a = tenant(server, "a")
@@ -60,6 +62,7 @@ def test_shrinking_a_held_card_is_409_naming_the_job_and_changes_nothing(server:
     assert unchanged(server) == before
 
 
+@pytest.mark.slow
 def test_a_uuid_of_another_node_is_422_and_changes_nothing(server: Server) -> None:
     node(server, "n1", count=2)
     before = unchanged(server)
@@ -72,6 +75,7 @@ def test_a_uuid_of_another_node_is_422_and_changes_nothing(server: Server) -> No
     assert server.client.get("/v1/nodes", headers=server.admin).status_code == 200
 
 
+@pytest.mark.slow
 def test_a_drain_is_stored_and_applied_when_the_held_card_is_free(server: Server) -> None:
     node(server, "n1", count=2)
     a = tenant(server, "a")

@@ -4,6 +4,7 @@ log chunks sent again add nothing."""
 
 from __future__ import annotations
 
+import pytest
 from server_kit import Server, heartbeat, job, node, report, submit, tenant
 
 
@@ -18,6 +19,7 @@ def _running(server: Server) -> tuple[int, str]:
     return int(j["id"]), a
 
 
+@pytest.mark.slow
 def test_a_reported_run_after_a_restart_is_adopted_not_run_again(server: Server) -> None:
     job_id, _ = _running(server)
     server.plane.reload()  # as a server that starts again: nothing handed out by it yet
@@ -31,6 +33,7 @@ def test_a_reported_run_after_a_restart_is_adopted_not_run_again(server: Server)
     assert reply["lease_s"] == 24.0 and reply["lease_grace_s"] == 10.0
 
 
+@pytest.mark.slow
 def test_a_report_of_another_attempt_is_not_the_jobs_and_is_told_to_stop(server: Server) -> None:
     job_id, _ = _running(server)
     reply = heartbeat(server, "n1", [{**report(job_id, 0, "failed", 1), "attempt": 7}])
@@ -40,6 +43,7 @@ def test_a_report_of_another_attempt_is_not_the_jobs_and_is_told_to_stop(server:
     assert [job_id, 0] in reply["stop"]
 
 
+@pytest.mark.slow
 def test_a_replica_stopped_by_its_lease_is_requeued_at_once(server: Server) -> None:
     job_id, _ = _running(server)
     stopped = {**report(job_id, 0, "stopped"), "attempt": 1, "stop_cause": "lease_expired"}
@@ -49,6 +53,7 @@ def test_a_replica_stopped_by_its_lease_is_requeued_at_once(server: Server) -> N
     assert "lease expired" in got["reason"]
 
 
+@pytest.mark.slow
 def test_log_chunks_sent_again_are_kept_once(server: Server) -> None:
     job_id, a = _running(server)
     url = f"/v1/agent/nodes/n1/jobs/{job_id}/replicas/0/logs"

@@ -45,6 +45,7 @@ def commits_during(plane: ControlPlane, run: Callable[[], object]) -> int:
     return count
 
 
+@pytest.mark.slow
 def test_a_pass_commits_its_placements_in_batches(
     server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -59,6 +60,7 @@ def test_a_pass_commits_its_placements_in_batches(
     assert all(job(server, i)["state"] == "scheduled" for i in jobs)
 
 
+@pytest.mark.slow
 def test_a_batch_that_fails_part_way_leaves_nothing_of_itself(
     server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -113,6 +115,7 @@ class SlowToWake:
 
 
 @pytest.mark.parametrize("driver", ["schedule_pass", "run_passes"])
+@pytest.mark.slow
 def test_a_write_waiting_for_the_lock_goes_between_two_batches(
     server: Server, monkeypatch: pytest.MonkeyPatch, driver: str
 ) -> None:
@@ -152,6 +155,7 @@ def test_a_write_waiting_for_the_lock_goes_between_two_batches(
     assert order == [first, "write", second]
 
 
+@pytest.mark.slow
 def test_a_pass_sleeps_until_the_waiting_write_is_in_not_until_its_timeout(
     server: Server,
 ) -> None:
@@ -210,6 +214,7 @@ def statements_during(plane: ControlPlane, run: Callable[[], object]) -> list[st
     return seen
 
 
+@pytest.mark.slow
 def test_a_batch_writes_its_placements_in_one_statement_per_kind(
     server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -244,6 +249,7 @@ def test_a_batch_writes_its_placements_in_one_statement_per_kind(
         again.plane.db.dispose()
 
 
+@pytest.mark.slow
 def test_a_batch_stores_why_a_job_waits_beside_its_placements(
     server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -54,6 +54,7 @@ def test_a_wake_set_before_the_wait_ends_it_at_once_and_none_waits_out_its_timeo
     assert 0.04 < second < LONG_S / 2
 
 
+@pytest.mark.slow
 def test_the_loop_serves_what_came_during_a_batch_before_the_next_batch(
     server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -89,6 +90,7 @@ def wait_until(check: Callable[[], bool]) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_the_app_schedules_on_its_loop_when_a_submission_or_another_thread_wakes_it(
     server: Server,
 ) -> None:

@@ -26,6 +26,7 @@ def learned(server: Server) -> list[int]:
     return sorted(s.devices.core_permille or 1000 for s in model(server).frag.workload.shapes)
 
 
+@pytest.mark.slow
 def test_the_first_relearn_is_at_once_and_the_next_a_second_later(server: Server) -> None:
     node(server, "n1")
     lab = tenant(server, "lab")
@@ -60,6 +61,7 @@ def test_a_relearn_waits_for_the_pass_of_a_job_that_arrived_during_a_pass(
     assert learned(server) == [100, 1000]
 
 
+@pytest.mark.slow
 def test_a_relearn_put_off_by_arrivals_is_done_after_the_wait(
     server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:

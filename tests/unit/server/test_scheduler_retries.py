@@ -3,6 +3,7 @@ always tries new ones: one tenant's long queue does not set everyone's pace (iss
 
 from __future__ import annotations
 
+import pytest
 from server_kit import Server, job, node, queue, submit, tenant
 
 from xpupool.server.scheduler_loop import RETRIES_PER_TENANT
@@ -17,6 +18,7 @@ def _tried_now(server: Server, tenant_name: str) -> int:
     )
 
 
+@pytest.mark.slow
 def test_retries_are_capped_per_tenant_and_rotate(server: Server) -> None:
     node(server, "n1")
     flood, other = tenant(server, "flood"), tenant(server, "other")
@@ -35,6 +37,7 @@ def test_retries_are_capped_per_tenant_and_rotate(server: Server) -> None:
     assert _tried_now(server, "flood") == queued
 
 
+@pytest.mark.slow
 def test_a_backlog_that_fits_goes_on_at_once(server: Server) -> None:
     node(server, "n1")
     lab = tenant(server, "lab")

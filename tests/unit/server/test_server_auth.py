@@ -31,6 +31,7 @@ def test_no_token_is_401_and_says_bearer(server: Server) -> None:
         ("POST", "/v1/agent/heartbeat", {"node": "n1"}),
     ],
 )
+@pytest.mark.slow
 def test_tenant_token_is_403_on_admin_and_agent_endpoints(
     server: Server, method: str, path: str, body: object
 ) -> None:
@@ -58,6 +59,7 @@ def test_admin_cannot_revoke_itself(server: Server) -> None:
     assert server.client.delete(f"/v1/tokens/{admin_id}", headers=server.admin).status_code == 409
 
 
+@pytest.mark.slow
 def test_agent_token_only_speaks_the_agent_protocol(server: Server) -> None:
     tenant(server, "a")
     r = server.client.post("/v1/tenants/a/tokens", json={"role": "agent"}, headers=server.admin)
@@ -70,6 +72,7 @@ def test_agent_token_only_speaks_the_agent_protocol(server: Server) -> None:
     assert r.status_code == 200, r.text
 
 
+@pytest.mark.slow
 def test_tenant_sees_and_touches_only_its_own_jobs(server: Server) -> None:
     a, b = tenant(server, "a"), tenant(server, "b")
     ja = submit(server, a, name="mine")

@@ -23,6 +23,7 @@ from server_kit import (
 )
 
 
+@pytest.mark.slow
 def test_register_twice_changes_nothing(server: Server) -> None:
     node(server, "n1")
     a = tenant(server, "a")
@@ -38,6 +39,7 @@ def test_register_twice_changes_nothing(server: Server) -> None:
     assert job(server, j["id"])["state"] == "scheduled"
 
 
+@pytest.mark.slow
 def test_reregister_with_other_devices_keeps_allocations_still_there(server: Server) -> None:
     node(server, "n1", count=4)
     a = tenant(server, "a")
@@ -61,6 +63,7 @@ def test_heartbeat_tells_agent_to_stop_what_it_was_not_given(server: Server) -> 
     assert reply["run"] == [] and reply["stop"] == [[777, 0]]
 
 
+@pytest.mark.slow
 def test_heartbeat_metrics_show_on_devices(server: Server) -> None:
     node(server, "n1", count=1)
     body = {"node": "n1", "metrics": [{"uuid": "n1-gpu0", "utilization_pct": 42.0}]}
@@ -74,6 +77,7 @@ def test_heartbeat_metrics_show_on_devices(server: Server) -> None:
     assert "xpupool_device_power_watts{" not in scrape  # unread is absent, not zero
 
 
+@pytest.mark.slow
 def test_replica_device_memory_is_exported_while_the_job_runs(server: Server) -> None:
     # Everything here is synchronous (no background threads, each request done when it returns),
     # so there is nothing to wait for. What can differ is the placement: the server only keeps a
@@ -113,6 +117,7 @@ def test_replica_device_memory_is_exported_while_the_job_runs(server: Server) ->
 
 
 @pytest.mark.parametrize(("policy", "final"), [("requeue", "pending"), ("fail", "lost")])
+@pytest.mark.slow
 def test_lost_node_requeues_or_fails_per_job_policy(
     server: Server, policy: str, final: str
 ) -> None:
@@ -163,6 +168,7 @@ def test_cluster_nodes_are_never_lost(server: Server) -> None:
     assert mark_lost_nodes(server.plane) == []
 
 
+@pytest.mark.slow
 def test_cordon_node_and_device(server: Server) -> None:
     node(server, "n1", count=2)
     node(server, "n2", count=2)
@@ -220,6 +226,7 @@ def snapshot(srv: Server) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_restart_rebuilds_the_same_state(server: Server) -> None:
     node(server, "n1")
     node(server, "n2", count=4, model="NVIDIA L20", memory_mib=46068)
@@ -251,6 +258,7 @@ def test_restart_rebuilds_the_same_state(server: Server) -> None:
     plane.db.dispose()
 
 
+@pytest.mark.slow
 def test_over_committed_cards_export_committed_physical_and_committable(server: Server) -> None:
     """A node registered with over-commit factors and a task limit per card: the devices list and
     the metrics show what is granted against the physical card and what may be granted."""

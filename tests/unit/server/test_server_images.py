@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from server_kit import L20, Server, job, node, node_body, open_server, row_counts, tenant
 
 IMAGE_JOB = {"image": "registry.example/train:1", "command": ["python", "train.py"]}
@@ -50,6 +51,7 @@ def test_an_image_that_is_not_a_reference_is_422_and_stores_nothing(server: Serv
     assert r.status_code == 201, r.text
 
 
+@pytest.mark.slow
 def test_image_job_goes_only_to_a_node_with_a_runtime(server: Server) -> None:
     node(server, "plain")  # A100s, no runtime
     node(server, "boxes", count=1, model=L20, memory_mib=46068, runtime="docker")
@@ -70,6 +72,7 @@ def test_image_job_goes_only_to_a_node_with_a_runtime(server: Server) -> None:
     assert job(server, r.json()["id"])["assignments"][0]["node"] == "plain"
 
 
+@pytest.mark.slow
 def test_runtime_is_shown_stored_and_checked(server: Server) -> None:
     node(server, "boxes", runtime="podman")
     node(server, "plain")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from server_kit import FakeClock, Server, heartbeat, job, node, open_server, report, submit, tenant
 from sqlalchemy import update
 
@@ -19,6 +20,7 @@ def _placed(server: Server, token: str, spec: str = "A100:1") -> tuple[int, dict
     return j["id"], work
 
 
+@pytest.mark.slow
 def test_work_carries_the_tenant_and_a_stable_index_per_tenant(server: Server) -> None:
     node(server, "n1", count=4)
     a, b = tenant(server, "a"), tenant(server, "b")
@@ -30,6 +32,7 @@ def test_work_carries_the_tenant_and_a_stable_index_per_tenant(server: Server) -
     assert wa2["tenant_index"] == wa["tenant_index"]
 
 
+@pytest.mark.slow
 def test_indices_survive_a_restart_and_old_rows_get_one(server: Server, clock: FakeClock) -> None:
     tenant(server, "a")
     tenant(server, "b")
@@ -46,6 +49,7 @@ def test_indices_survive_a_restart_and_old_rows_get_one(server: Server, clock: F
         plane.db.dispose()
 
 
+@pytest.mark.slow
 def test_the_limits_a_replica_runs_under_become_one_event(server: Server) -> None:
     node(server, "n1", count=1)
     a = tenant(server, "a")
@@ -57,6 +61,7 @@ def test_the_limits_a_replica_runs_under_become_one_event(server: Server) -> Non
     assert events.count("replica 0: limits: cgroup v1 memory=512Mi cpu=500m") == 1
 
 
+@pytest.mark.slow
 def test_a_replica_killed_for_memory_says_so_in_the_jobs_reason(server: Server) -> None:
     node(server, "n1", count=1)
     a = tenant(server, "a")
@@ -69,6 +74,7 @@ def test_a_replica_killed_for_memory_says_so_in_the_jobs_reason(server: Server) 
     assert j["reason"] == f"replica 0 exited with 137: {oom}"
 
 
+@pytest.mark.slow
 def test_a_replica_that_never_started_names_the_step_and_has_no_exit_code(
     server: Server,
 ) -> None:

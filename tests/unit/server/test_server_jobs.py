@@ -20,6 +20,7 @@ from server_kit import (
 )
 
 
+@pytest.mark.slow
 def test_events_pending_admitted_scheduled_running_succeeded(server: Server) -> None:
     node(server, "n1")
     a = tenant(server, "a")
@@ -90,6 +91,7 @@ def test_failed_replica_stops_the_others_then_fails_the_job(server: Server) -> N
     assert all(d["allocated_memory_mib"] == 0 for d in devices(server))
 
 
+@pytest.mark.slow
 def test_cancel_pending_scheduled_and_running(server: Server) -> None:
     node(server, "n1", count=2)
     a = tenant(server, "a")
@@ -122,6 +124,7 @@ def test_cancel_pending_scheduled_and_running(server: Server) -> None:
     assert states(server, pend["id"]) == ["pending", "cancelled"]
 
 
+@pytest.mark.slow
 def test_logs_are_appended_by_the_agent_and_read_from_an_offset(server: Server) -> None:
     node(server, "n1", count=1)
     a = tenant(server, "a")
@@ -140,6 +143,7 @@ def test_logs_are_appended_by_the_agent_and_read_from_an_offset(server: Server) 
     assert server.client.post(bad, content=b"x", headers=server.admin).status_code == 404
 
 
+@pytest.mark.slow
 def test_list_filters_state_queue_tenant_limit(server: Server) -> None:
     node(server, "n1", count=1)
     a, b = tenant(server, "a"), tenant(server, "b")
@@ -214,6 +218,7 @@ def test_bad_job_is_422_naming_the_field_and_stores_nothing(
         ),
     ],
 )
+@pytest.mark.slow
 def test_bad_admin_input_is_422_and_stores_nothing(
     server: Server, path: str, body: dict[str, Any], field: str
 ) -> None:

@@ -4,9 +4,11 @@ replicas get the distributed environment like any multi-replica job (docs/jobs.m
 
 from __future__ import annotations
 
+import pytest
 from server_kit import Server, job, node, node_body, tenant
 
 
+@pytest.mark.slow
 def test_multi_node_plan_submits_a_gang_of_pipeline_stages(server: Server) -> None:
     # one 80 GB card per node: qwen2.5-72b in bf16 (~68 GiB of weights) needs two stages
     node(server, "s1", count=1, runtime="docker")
@@ -27,6 +29,7 @@ def test_multi_node_plan_submits_a_gang_of_pipeline_stages(server: Server) -> No
     assert sorted(a["node"] for a in placed["assignments"]) == ["s1", "s2"]
 
 
+@pytest.mark.slow
 def test_one_node_too_few_is_refused_naming_the_model(server: Server) -> None:
     node(server, "s1", count=1, runtime="docker")
     token = tenant(server, "a")
@@ -36,6 +39,7 @@ def test_one_node_too_few_is_refused_naming_the_model(server: Server) -> None:
     assert r.json()["field"] == "model.name"
 
 
+@pytest.mark.slow
 def test_no_runtime_anywhere_is_named_as_the_reason(server: Server) -> None:
     """The cards could serve the model; no node can run its image. The refusal says that, not
     "no card type of the pool can serve" (issue 42)."""
@@ -49,6 +53,7 @@ def test_no_runtime_anywhere_is_named_as_the_reason(server: Server) -> None:
     assert "no card type of the pool can serve" not in r.json()["reason"]
 
 
+@pytest.mark.slow
 def test_the_stricter_of_the_image_and_runtime_software_needs_is_kept(server: Server) -> None:
     """The runtime catalog asks cuda>=12.4 of the serving image, the image catalog knows the
     image needs cuda>=12.4.1: both hold, so the job keeps both (issue 42: the image's need was
@@ -65,6 +70,7 @@ def test_the_stricter_of_the_image_and_runtime_software_needs_is_kept(server: Se
     assert "cuda>=12.4.1" in software, (created["image"], software)
 
 
+@pytest.mark.slow
 def test_plan_fits_uses_the_submission_verdict(server: Server) -> None:
     """An L20 node whose driver 535 cannot run the serving runtime's CUDA: the plan's fits column
     says no, with the driver as the reason, as a submission would (issue 42: "fits yes")."""

@@ -32,6 +32,7 @@ def quota(flavor: str, resource: str, nominal: int, borrowing_limit: int | None 
     }
 
 
+@pytest.mark.slow
 def test_submission_beyond_quota_stays_pending_naming_flavour_and_resource(server: Server) -> None:
     node(server, "n1")
     a = tenant(server, "a")
@@ -57,6 +58,7 @@ def test_submission_beyond_quota_stays_pending_naming_flavour_and_resource(serve
     assert queue_used(server, "qa")[("nvidia", DEVICES)] == 1
 
 
+@pytest.mark.slow
 def test_memory_quota_charges_the_real_share(server: Server) -> None:
     node(server, "n1", count=1)
     a = tenant(server, "a")
@@ -70,6 +72,7 @@ def test_memory_quota_charges_the_real_share(server: Server) -> None:
     assert queue_used(server, "qa")[("*", "device_memory_mib")] == 30 * 1024
 
 
+@pytest.mark.slow
 def test_cohort_borrowing_up_to_the_limit(server: Server) -> None:
     node(server, "n1")
     a, b = tenant(server, "a"), tenant(server, "b")
@@ -91,6 +94,7 @@ def test_cohort_borrowing_up_to_the_limit(server: Server) -> None:
     assert queue_used(server, "qb")[("nvidia", DEVICES)] == 2
 
 
+@pytest.mark.slow
 def test_a_quota_set_later_counts_the_jobs_already_running(server: Server) -> None:
     node(server, "n1")
     a = tenant(server, "a")  # its queue 'a' has no quota yet
@@ -102,6 +106,7 @@ def test_a_quota_set_later_counts_the_jobs_already_running(server: Server) -> No
     assert "A100: devices quota: 5 used + 1 asked > 2 nominal" in job(server, late["id"])["reason"]
 
 
+@pytest.mark.slow
 def test_queue_without_cohort_cannot_borrow(server: Server) -> None:
     tenant(server, "a")
     body = {"name": "qa", "tenant": "a", "quotas": [quota("nvidia", DEVICES, 2, 1)]}
@@ -112,6 +117,7 @@ def test_queue_without_cohort_cannot_borrow(server: Server) -> None:
     assert r.status_code == 422 and r.json()["field"] == "name"
 
 
+@pytest.mark.slow
 def test_drf_serves_the_tenant_with_the_smaller_share_first(server: Server) -> None:
     node(server, "n1", count=4)
     a, b = tenant(server, "a"), tenant(server, "b")
@@ -126,6 +132,7 @@ def test_drf_serves_the_tenant_with_the_smaller_share_first(server: Server) -> N
     assert job(server, older["id"])["state"] == "pending"
 
 
+@pytest.mark.slow
 def test_drf_weights(server: Server) -> None:
     node(server, "n1", count=4)
     a, b = tenant(server, "a", weight=4), tenant(server, "b")
@@ -148,6 +155,7 @@ def fill_with_low(server: Server, token: str, n: int, spec: str = "A100:1") -> l
     return ids
 
 
+@pytest.mark.slow
 def test_priority_preempts_minimally_and_requeues_the_victims(server: Server) -> None:
     node(server, "n1")
     a = tenant(server, "a")
@@ -168,6 +176,7 @@ def test_priority_preempts_minimally_and_requeues_the_victims(server: Server) ->
     assert all(len(d["jobs"]) == 1 for d in devices(server))
 
 
+@pytest.mark.slow
 def test_a_queue_that_never_preempts_leaves_lower_priority_work_running(server: Server) -> None:
     node(server, "n1")
     a = tenant(server, "a")
@@ -189,6 +198,7 @@ def test_a_queue_that_never_preempts_leaves_lower_priority_work_running(server: 
     assert kept["preemption"] == "never" and kept["max_priority"] == 10  # unchanged
 
 
+@pytest.mark.slow
 def test_a_pass_tries_a_refused_request_once_while_nothing_is_released(
     server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -212,6 +222,7 @@ def test_a_pass_tries_a_refused_request_once_while_nothing_is_released(
     assert len(reasons) == 1 and "0/1 nodes fit" in next(iter(reasons))
 
 
+@pytest.mark.slow
 def test_a_lender_reclaims_its_quota_from_a_borrowing_queue(server: Server) -> None:
     node(server, "n1")  # 8 cards
     lender, borrower = tenant(server, "lend"), tenant(server, "borrow")
@@ -232,6 +243,7 @@ def test_a_lender_reclaims_its_quota_from_a_borrowing_queue(server: Server) -> N
     assert all(job(server, v)["state"] == "pending" for v in victims)
 
 
+@pytest.mark.slow
 def test_preemption_is_deterministic(server: Server, tmp_path_factory: object) -> None:
     node(server, "n1")
     a = tenant(server, "a")
@@ -244,6 +256,7 @@ def test_preemption_is_deterministic(server: Server, tmp_path_factory: object) -
     assert victims == low[-3:]
 
 
+@pytest.mark.slow
 def test_running_victims_stop_before_the_preemptor_is_placed(server: Server) -> None:
     node(server, "n1", count=2)
     a = tenant(server, "a")
@@ -271,6 +284,7 @@ def test_running_victims_stop_before_the_preemptor_is_placed(server: Server) -> 
     assert job(server, high["id"])["state"] == "scheduled"
 
 
+@pytest.mark.slow
 def test_fractional_victim_frees_only_its_cards_share(server: Server) -> None:
     node(server, "n1", count=2)
     a = tenant(server, "a")
@@ -290,6 +304,7 @@ def test_fractional_victim_frees_only_its_cards_share(server: Server) -> None:
     assert set(after[other]["jobs"]) == before[other]
 
 
+@pytest.mark.slow
 def test_equal_priority_never_preempts(server: Server) -> None:
     node(server, "n1", count=1)
     a = tenant(server, "a")

@@ -6,12 +6,15 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
+import pytest
+
 from xpupool.server.heap_freeze import freeze_start_heap
 from xpupool.server.up import UpConfig, open_plane
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "cluster-mixed.yaml"
 
 
+@pytest.mark.slow
 def test_the_plane_built_at_start_is_out_of_the_collectors_reach(tmp_path: Path) -> None:
     plane = open_plane(UpConfig(data=tmp_path / "data", cluster=EXAMPLE, agent=False))
     records = plane.node_records

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pytest
 from server_kit import Server, devices, job, node, submit, tenant
 from sqlalchemy import update
 
@@ -10,6 +11,7 @@ from xpupool.server.services.stored_jobs import settle_stored_jobs
 from xpupool.server.storage.jobs import jobs as t_jobs
 
 
+@pytest.mark.slow
 def test_a_held_job_with_a_nul_in_its_command_is_failed_and_its_devices_freed(
     server: Server,
 ) -> None:

@@ -55,6 +55,7 @@ def pool(server: Server) -> tuple[Server, Principal, Principal]:
     return server, who(server, tenant(server, "lab")), who(server, tenant(server, "ops"))
 
 
+@pytest.mark.slow
 def test_each_is_answered_as_alone_and_the_refused_store_nothing(
     pool: tuple[Server, Principal, Principal],
 ) -> None:
@@ -89,6 +90,7 @@ def test_each_is_answered_as_alone_and_the_refused_store_nothing(
     assert again.view() == view
 
 
+@pytest.mark.slow
 def test_each_sees_those_before_it(
     server: Server, pool: tuple[Server, Principal, Principal]
 ) -> None:
@@ -101,6 +103,7 @@ def test_each_sees_those_before_it(
     assert stored(server)[0] == [(1, "a"), (2, "b")]
 
 
+@pytest.mark.slow
 def test_a_write_that_fails_fails_the_batch_and_changes_nothing(
     server: Server, pool: tuple[Server, Principal, Principal], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -131,6 +134,7 @@ def test_a_write_that_fails_fails_the_batch_and_changes_nothing(
     assert isinstance(done[0], Submitted) and done[0].row["id"] == 2
 
 
+@pytest.mark.slow
 def test_a_bug_halfway_puts_memory_back_to_the_store(
     server: Server, pool: tuple[Server, Principal, Principal], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -151,6 +155,7 @@ def test_a_bug_halfway_puts_memory_back_to_the_store(
     assert server.plane.health.failure is None  # not the store's failure
 
 
+@pytest.mark.slow
 def test_the_store_being_unhealthy_refuses_the_batch_at_once(
     server: Server, pool: tuple[Server, Principal, Principal]
 ) -> None:
@@ -161,6 +166,7 @@ def test_the_store_being_unhealthy_refuses_the_batch_at_once(
     assert stored(server) == ([], 0)
 
 
+@pytest.mark.slow
 def test_the_channel_takes_what_came_in_one_turn_as_one_batch(
     pool: tuple[Server, Principal, Principal], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -28,6 +28,7 @@ from server_kit import Server, job, node, queue, row_counts, submit, tenant
         ),
     ],
 )
+@pytest.mark.slow
 def test_a_request_nothing_could_hold_is_422_naming_the_closest_miss(
     server: Server, spec: str, field: str, reason: str
 ) -> None:
@@ -46,6 +47,7 @@ def test_a_request_nothing_could_hold_is_422_naming_the_closest_miss(
     assert not server.plane.pending
 
 
+@pytest.mark.slow
 def test_the_json_form_is_refused_the_same_way(server: Server) -> None:
     node(server, "n1")
     a = tenant(server, "a")
@@ -54,6 +56,7 @@ def test_the_json_form_is_refused_the_same_way(server: Server) -> None:
     assert r.status_code == 422 and r.json()["field"] == "request.devices.count"
 
 
+@pytest.mark.slow
 def test_a_queue_for_a_growing_pool_keeps_it_waiting_as_unschedulable(server: Server) -> None:
     node(server, "n1")
     a = tenant(server, "a")
@@ -70,6 +73,7 @@ def test_a_queue_for_a_growing_pool_keeps_it_waiting_as_unschedulable(server: Se
     assert job(server, waiting["id"])["state"] == "scheduled"
 
 
+@pytest.mark.slow
 def test_a_job_that_fits_only_on_a_cordoned_node_waits(server: Server) -> None:
     node(server, "n1")
     a = tenant(server, "a")
@@ -79,6 +83,7 @@ def test_a_job_that_fits_only_on_a_cordoned_node_waits(server: Server) -> None:
     assert job(server, waiting["id"])["state"] == "pending"
 
 
+@pytest.mark.slow
 def test_unlisted_flavors_deny_through_the_api(server: Server) -> None:
     node(server, "a100")
     node(server, "t4", model="Tesla T4", memory_mib=15360, count=2)

@@ -32,6 +32,7 @@ def _nodes(html: str) -> list[str]:
     return re.findall(r'data-node="([^"]+)"', html)
 
 
+@pytest.mark.slow
 def test_the_grid_shows_a_page_of_nodes_grouped_by_site(signed_in: Server) -> None:
     first = signed_in.client.get("/devices").text
     assert _nodes(first)[:3] == ["z0", "z1", "b00"]  # site 'a' first, then 'b', by name
@@ -45,6 +46,7 @@ def test_the_grid_shows_a_page_of_nodes_grouped_by_site(signed_in: Server) -> No
     assert len(re.findall(r'class="tile ', first)) == 2 * PAGE_NODES
 
 
+@pytest.mark.slow
 def test_odd_addresses_get_an_html_answer(signed_in: Server) -> None:
     r = signed_in.client.get("/devices", params={"site": "nowhere"})
     assert r.status_code == 404 and "no site" in r.text and r.text.startswith("<!doctype html>")
@@ -56,6 +58,7 @@ def test_odd_addresses_get_an_html_answer(signed_in: Server) -> None:
     assert signed_in.client.get("/no-such-page").status_code == 404
 
 
+@pytest.mark.slow
 def test_the_admin_cordons_a_card_from_its_panel(signed_in: Server) -> None:
     c = signed_in.client
     panel = c.get("/devices", params={"card": "z0-gpu1"}).text

@@ -33,6 +33,7 @@ def _csrf(client: TestClient) -> str:
     return found.group(1)
 
 
+@pytest.mark.slow
 def test_the_cookie_holds_a_session_id_never_the_token(server: Server) -> None:
     cookie = _sign_in(server.client, server.admin_token)
     assert "HttpOnly" in cookie
@@ -46,6 +47,7 @@ def test_the_cookie_holds_a_session_id_never_the_token(server: Server) -> None:
     assert "script-src 'self'" in page.headers["content-security-policy"]
 
 
+@pytest.mark.slow
 def test_over_tls_the_cookie_is_secure(server: Server) -> None:
     app = create_app(server.plane, background=False)
     with TestClient(app, base_url="https://x", follow_redirects=False) as c:
@@ -53,6 +55,7 @@ def test_over_tls_the_cookie_is_secure(server: Server) -> None:
     assert "Secure" in cookie
 
 
+@pytest.mark.slow
 def test_pages_need_a_session(server: Server) -> None:
     for path in ("/", "/devices", "/queues", "/jobs", "/submit"):
         r = server.client.get(path)
@@ -60,6 +63,7 @@ def test_pages_need_a_session(server: Server) -> None:
     assert server.client.get("/ui/overview").status_code == 401  # fragments: the script redirects
 
 
+@pytest.mark.slow
 def test_a_revoked_token_ends_its_sessions(server: Server) -> None:
     token = tenant(server, "team")
     _sign_in(server.client, token)
@@ -81,6 +85,7 @@ def test_agent_tokens_and_unknown_tokens_cannot_sign_in(server: Server) -> None:
         assert "set-cookie" not in r.headers
 
 
+@pytest.mark.slow
 def test_a_sign_in_from_another_origin_is_refused(server: Server) -> None:
     r = server.client.post(
         "/signin", data={"token": server.admin_token}, headers={"Origin": "http://evil.test"}
@@ -89,6 +94,7 @@ def test_a_sign_in_from_another_origin_is_refused(server: Server) -> None:
     assert "set-cookie" not in r.headers
 
 
+@pytest.mark.slow
 def test_forms_need_the_csrf_secret_and_this_origin(server: Server) -> None:
     node(server, "n1")
     _sign_in(server.client, server.admin_token)
@@ -115,6 +121,7 @@ def test_forms_need_the_csrf_secret_and_this_origin(server: Server) -> None:
     assert sorted(a["status"] for a in mine) == [303, 403, 403, 403, 403]  # refusals too
 
 
+@pytest.mark.slow
 def test_a_tenant_cannot_cordon(server: Server) -> None:
     node(server, "n1")
     _sign_in(server.client, tenant(server, "team"))
@@ -131,6 +138,7 @@ def _live(server: Server, csrf: str, **form: str) -> dict[str, object]:
     return dict(r.json())
 
 
+@pytest.mark.slow
 def test_the_live_check_is_the_apis_parser(server: Server) -> None:
     node(server, "n1")
     _sign_in(server.client, tenant(server, "team"))
@@ -147,6 +155,7 @@ def test_the_live_check_is_the_apis_parser(server: Server) -> None:
     assert _live(server, csrf, request="A100 mem=24Gi") == {"ok": True}
 
 
+@pytest.mark.slow
 def test_the_live_check_is_the_submissions_verdict(server: Server) -> None:
     """As you type, the form hears what a submission would: a request nothing in the pool could
     ever hold, a priority above the queue's cap, an image no node could run; each at its field,
@@ -172,6 +181,7 @@ def test_the_live_check_is_the_submissions_verdict(server: Server) -> None:
     assert server.client.get("/v1/jobs", headers=server.admin).json() == []
 
 
+@pytest.mark.slow
 def test_the_admins_live_checks_write_no_audit_rows(server: Server) -> None:
     """The check as you type is a POST (its text stays out of URLs) that changes nothing: an admin
     typing must not fill the audit log, while the admin's submit is audited."""
@@ -189,6 +199,7 @@ def test_the_admins_live_checks_write_no_audit_rows(server: Server) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_the_form_submits_image_env_priority_and_retries(server: Server) -> None:
     node(server, "n1", runtime="podman")
     _sign_in(server.client, tenant(server, "team"))
@@ -219,6 +230,7 @@ def test_the_form_submits_image_env_priority_and_retries(server: Server) -> None
     assert "exit_nonzero, preempted" in page
 
 
+@pytest.mark.slow
 def test_the_new_fields_answer_at_their_field_and_keep_what_was_typed(server: Server) -> None:
     node(server, "n1")
     _sign_in(server.client, tenant(server, "team"))
@@ -242,6 +254,7 @@ def test_the_new_fields_answer_at_their_field_and_keep_what_was_typed(server: Se
     assert server.client.get("/v1/jobs", headers=server.admin).json() == []
 
 
+@pytest.mark.slow
 def test_the_submit_form_puts_errors_next_to_their_field(server: Server) -> None:
     _sign_in(server.client, tenant(server, "team"))
     csrf = _csrf(server.client)
@@ -261,6 +274,7 @@ def test_the_submit_form_puts_errors_next_to_their_field(server: Server) -> None
     assert server.client.get("/v1/jobs", headers=server.admin).json() == []
 
 
+@pytest.mark.slow
 def test_the_model_picker_offers_the_catalog_and_answers_at_its_field(server: Server) -> None:
     _sign_in(server.client, tenant(server, "team"))
     form = server.client.get("/submit").text
@@ -286,6 +300,7 @@ def test_the_model_picker_offers_the_catalog_and_answers_at_its_field(server: Se
     assert server.client.get("/v1/jobs", headers=server.admin).json() == []
 
 
+@pytest.mark.slow
 def test_signing_in_again_replaces_the_session(server: Server) -> None:
     first = _sign_in(server.client, server.admin_token).split(";")[0]
     second = _sign_in(server.client, server.admin_token).split(";")[0]

@@ -43,6 +43,7 @@ def test_representable_values_pass(value: object) -> None:
     assert first_unsafe(value) is None
 
 
+@pytest.mark.slow
 def test_a_deeply_nested_value_does_not_exhaust_the_stack() -> None:
     value: Any = "end\x00"
     for _ in range(100_000):

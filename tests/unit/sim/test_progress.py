@@ -10,6 +10,7 @@ import io
 from collections.abc import Mapping
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from xpupool.sim.progress import (
@@ -76,6 +77,7 @@ class _Recorder(ProgressContext):
         self.heard.append(("finished", index, int(str(run["tasks"]))))
 
 
+@pytest.mark.slow
 def test_a_serial_run_reports_its_start_its_tasks_and_its_end(tmp_path: Path) -> None:
     nodes, pods = tiny_trace(tmp_path, nodes=100, gpus=8, pods=40, shares=(250, 500))
     recorder = _Recorder()

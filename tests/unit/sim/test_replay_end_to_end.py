@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from xpupool.engine import ClusterState, Engine
 from xpupool.engine.fragmentation import ShapeTable, stranded_capacity
 from xpupool.sim.alibaba import capacity_milli, to_request
@@ -35,6 +37,7 @@ def write_trace(tmp_path: Path) -> tuple[str, str]:
     return str(nodes), str(pods)
 
 
+@pytest.mark.slow
 def test_small_replay_produces_paper_shaped_results(tmp_path: Path) -> None:
     nodes, pods = write_trace(tmp_path)
     run = run_one(RunSpec(nodes, pods, "fgd", 42))
@@ -49,6 +52,7 @@ def test_small_replay_produces_paper_shaped_results(tmp_path: Path) -> None:
     assert run["notes"] == []  # FGD chooses nothing for itself
 
 
+@pytest.mark.slow
 def test_a_replay_reports_what_xpupool_chose(tmp_path: Path) -> None:
     nodes, pods = write_trace(tmp_path)
     (note,) = run_one(RunSpec(nodes, pods, "xpupool", 42))["notes"]  # type: ignore[misc]
@@ -57,6 +61,7 @@ def test_a_replay_reports_what_xpupool_chose(tmp_path: Path) -> None:
     assert "% of device tasks); target workload given" in note
 
 
+@pytest.mark.slow
 def test_parallel_runs_equal_serial_runs_and_summary(tmp_path: Path) -> None:
     nodes, pods = write_trace(tmp_path)
     specs = [RunSpec(nodes, pods, p, s) for p in ("bestfit", "random") for s in (1, 2)]

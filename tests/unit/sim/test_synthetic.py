@@ -51,6 +51,7 @@ def mix(**changes: object) -> Mix:
     return Mix(**base)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_the_mix_comes_out_in_its_proportions() -> None:
     tasks = generate(mix(), fleet(), 20_000, seed=3)
     gpu = [t for t in tasks if t.num_gpu]
@@ -69,6 +70,7 @@ def test_the_mix_comes_out_in_its_proportions() -> None:
     assert len(typed) == pytest.approx(0.3 * len(gpu), rel=0.07)
 
 
+@pytest.mark.slow
 def test_every_task_fits_some_node_of_an_empty_fleet() -> None:
     nodes = fleet()
     for m in held_out(random_mixes=3):
@@ -91,6 +93,7 @@ def test_a_model_named_has_a_node_with_enough_of_its_cards() -> None:
     assert {t.gpu_spec for t in tasks if t.num_gpu == 8} == {("G2",)}
 
 
+@pytest.mark.slow
 def test_cpu_follows_the_mix_ratio() -> None:
     nodes = fleet()
     per_gpu = sum(n.cpu_milli for n in nodes) / sum(len(n.devices) for n in nodes)

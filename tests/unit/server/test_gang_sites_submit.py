@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from server_kit import Server, job, node_body, row_counts, submit, tenant
 
 
@@ -25,6 +26,7 @@ def nodes_of(got: dict[str, Any]) -> list[str]:
     return sorted(a["node"] for a in got["assignments"])
 
 
+@pytest.mark.slow
 def test_a_multi_replica_job_runs_within_one_site(server: Server) -> None:
     three_sites(server, c_cards=8)
     a = tenant(server, "a")
@@ -35,6 +37,7 @@ def test_a_multi_replica_job_runs_within_one_site(server: Server) -> None:
     assert nodes_of(got) == ["c-0"] * 7
 
 
+@pytest.mark.slow
 def test_a_job_no_single_site_could_hold_is_422_naming_replicas(server: Server) -> None:
     three_sites(server, c_cards=2)  # 4 + 2 + 2 cards: the pool holds 7, no site does
     a = tenant(server, "a")
