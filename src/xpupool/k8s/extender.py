@@ -118,11 +118,16 @@ class BindError(Exception):
     """A bind that did not happen: the API refused a write (conflict, gone, forbidden)."""
 
 
+class PodGoneError(BindError):
+    """The pod to bind is not in the apiserver any more (404)."""
+
+
 class PodApi(Protocol):
     """The three API calls a bind makes."""
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        """The Pod as the apiserver's JSON; raises BindError if it is gone."""
+        """The Pod as the apiserver's JSON; raises PodGoneError if it is gone, BindError if it
+        cannot be read."""
         ...
 
     def annotate_pod(
@@ -453,9 +458,14 @@ class Extender:
         started = self.clock()
         ns, name, uid, node = args.pod_namespace, args.pod_name, args.pod_uid, args.node
         try:
-            pod = self.api.get_pod(ns, name)
+            try:
+                pod = self.api.get_pod(ns, name)
+            except PodGoneError:
+                self._drop_hold(uid)
+                raise
             meta = pod.get("metadata") or {}
             if uid and meta.get("uid") != uid:
+                self._drop_hold(uid)
                 return ExtenderBindingResult(Error=f"{PREFIX}pod {ns}/{name} is not {uid} any more")
             if not names_managed_resource(pod):
                 return ExtenderBindingResult(Error=f"{PREFIX}pod {ns}/{name} {UNMANAGED}")
@@ -567,6 +577,17 @@ class Extender:
             except BindError as exc:
                 why = str(exc)
         log.warning("pod %s/%s keeps the assignment of a failed bind: %s", ns, name, why)
+
+    def _drop_hold(self, pod_uid: str) -> None:
+        """The pod of ``pod_uid`` is gone (deleted, or another pod by its name now): what filter
+        held for it goes back now. kube-scheduler filters from its own cache, which may be behind
+        a deletion the view has already seen, so that hold can outlive every event about the pod;
+        left to lapse, it would refuse other pods meanwhile, and kube-scheduler does not try its
+        unschedulable pods again when a hold lapses."""
+        if pod_uid:
+            with self.view.engine_locked():
+                self._assumed.pop(pod_uid, None)
+                self._unreserve(pod_uid)
 
     def _unreserve(self, pod_uid: str) -> None:
         """Give back what the pod holds unbound (a preemptor's nomination with it)."""

@@ -14,7 +14,7 @@ from lightkube.core.resource import ApiInfo, ResourceDef
 from lightkube.generic_resource import GenericNamespacedResource
 from lightkube.types import PatchType
 
-from xpupool.k8s.extender import BindError
+from xpupool.k8s.extender import BindError, PodGoneError
 from xpupool.k8s.kubeconfig import RawNode, RawPod
 from xpupool.k8s.node_lock import NodeApiError, NodeConflictError
 from xpupool.k8s.preemption import EvictionRefusedError
@@ -57,7 +57,8 @@ class LightkubePodApi:
         try:
             return dict(self.client.get(RawPod, name, namespace=namespace))
         except ApiError as exc:
-            raise BindError(f"pod {namespace}/{name}: {_why(exc)}") from None
+            gone = PodGoneError if exc.status.code == 404 else BindError
+            raise gone(f"pod {namespace}/{name}: {_why(exc)}") from None
 
     def annotate_pod(
         self,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from xpupool.k8s.extender import BindError
+from xpupool.k8s.extender import PodGoneError
 
 
 class ApiPods:
@@ -27,7 +27,7 @@ class ApiPods:
         try:
             return copy.deepcopy(self.pods[(namespace, name)])
         except KeyError:
-            raise BindError(f"pod {namespace}/{name}: 404 NotFound") from None
+            raise PodGoneError(f"pod {namespace}/{name}: 404 NotFound") from None
 
 
 class QuietApi(ApiPods):
