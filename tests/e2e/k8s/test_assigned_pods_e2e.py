@@ -17,19 +17,20 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cluster import Extender, ExtenderProcess, K8sCluster, extender_stack, free_port
+from cluster import ExtenderProcess, K8sCluster, extender_stack, free_port
 from test_extender_e2e import (
     A100,
-    MANAGED,
     NS,
     add_nodes,
     bound,
     create,
     delete_pods,
+    every_verb,
     gpu_pod,
     hami_node,
     pod,
     reasons,
+    refused,
     remove_nodes,
     shares,
 )
@@ -44,13 +45,7 @@ ALLOCATED = "hami.io/vgpu-devices-allocated"
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster, ExtenderProcess]]:
     port = free_port()
-    ext = Extender(
-        url_prefix=f"http://127.0.0.1:{port}",
-        prioritize_verb="prioritize",
-        weight=10,
-        http_timeout="10s",
-        managed_resources=MANAGED,
-    )
+    ext = every_verb(port, preempt=False)
     extra = ("--gang-wait", str(GANG_WAIT_S))
     with extender_stack(tmp_path_factory.mktemp("assigned"), port, ext, extra) as both:
         yield both
@@ -72,19 +67,6 @@ def hami_assigns(kc: K8sCluster, name: str, node: str, mib: int) -> None:
         "hami.io/bind-time": now,
     }
     create(kc, p)
-
-
-def refused(kc: K8sCluster, name: str, timeout_s: float = 60) -> str:
-    """The pod's FailedScheduling text once kube-scheduler has tried it; fails if it was bound."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert not pod(kc, name)["spec"].get("nodeName"), f"{name} was bound"
-        params = {"fieldSelector": f"involvedObject.name={name},reason=FailedScheduling"}
-        items = kc.api.get(f"/api/v1/namespaces/{NS}/events", params=params).json()["items"]
-        if items:
-            return " | ".join(e.get("message", "") for e in items)
-        time.sleep(0.3)
-    raise AssertionError(f"{name}: neither bound nor refused in {timeout_s:.0f} s")
 
 
 def test_a_pod_hami_assigned_holds_its_card_before_its_binding(

@@ -35,13 +35,14 @@ H100 = ("NVIDIA H100 80GB HBM3", 81920)
 NS = "default"
 
 
-def every_verb(port: int) -> Extender:
+def every_verb(port: int, *, preempt: bool = True, prioritize: bool = True) -> Extender:
     """kube-scheduler's configuration of an extender on ``port`` with every verb and HAMi's
-    resources, as the chart configures it."""
+    resources, as the chart configures it; a test that is not about preemption (or scoring) may
+    leave that verb out."""
     return Extender(
         url_prefix=f"http://127.0.0.1:{port}",
-        preempt_verb="preempt",
-        prioritize_verb="prioritize",
+        preempt_verb="preempt" if preempt else None,
+        prioritize_verb="prioritize" if prioritize else None,
         weight=10,
         http_timeout="10s",
         managed_resources=MANAGED,
@@ -167,6 +168,19 @@ def shares(p: dict[str, Any]) -> list[tuple[str, int, int]]:
                 uuid, _type, mem, cores = dev.split(",")
                 out.append((uuid, int(mem), int(cores)))
     return out
+
+
+def refused(kc: K8sCluster, name: str, timeout_s: float = 60) -> str:
+    """The pod's FailedScheduling text once kube-scheduler has tried it; fails if it was bound."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert not pod(kc, name)["spec"].get("nodeName"), f"{name} was bound"
+        params = {"fieldSelector": f"involvedObject.name={name},reason=FailedScheduling"}
+        items = kc.api.get(f"/api/v1/namespaces/{NS}/events", params=params).json()["items"]
+        if items:
+            return " | ".join(e.get("message", "") for e in items)
+        time.sleep(0.3)
+    raise AssertionError(f"{name}: neither bound nor refused in {timeout_s:.0f} s")
 
 
 def reasons(kc: K8sCluster, name: str, timeout_s: float = 30) -> str:

@@ -20,16 +20,16 @@ from typing import Any
 
 import httpx
 import pytest
-from cluster import Extender, ExtenderProcess, K8sCluster, extender_stack, free_port
+from cluster import ExtenderProcess, K8sCluster, extender_stack, free_port
 from test_extender_e2e import (
     A100,
-    MANAGED,
     NS,
     add_nodes,
     bound,
     check_no_overcommit,
     create,
     delete_pods,
+    every_verb,
     gpu_pod,
     hami_node,
     reasons,
@@ -87,13 +87,7 @@ PODGROUP_CRD = {
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster, ExtenderProcess]]:
     port = free_port()
-    ext = Extender(
-        url_prefix=f"http://127.0.0.1:{port}",
-        prioritize_verb="prioritize",
-        weight=10,
-        http_timeout="10s",
-        managed_resources=MANAGED,
-    )
+    ext = every_verb(port, preempt=False)
 
     def add_podgroup_crd(kc: K8sCluster) -> None:
         r = kc.api.post(

@@ -25,14 +25,13 @@ from typing import Any
 import httpx
 import pytest
 from cluster import (
-    Extender,
     ExtenderProcess,
     K8sCluster,
     extender_stack,
     free_port,
     make_api_client,
 )
-from test_extender_e2e import A100, MANAGED, NS, add_nodes, gpu_pod, hami_node
+from test_extender_e2e import A100, NS, add_nodes, every_verb, gpu_pod, hami_node
 
 pytestmark = pytest.mark.k8s
 
@@ -48,13 +47,7 @@ WAIT_S = 8.0  # the extender's --hami-node-lock-wait, under the 10 s httpTimeout
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster, ExtenderProcess]]:
     port = free_port()
-    ext = Extender(
-        url_prefix=f"http://127.0.0.1:{port}",
-        preempt_verb="preempt",
-        weight=10,
-        http_timeout="10s",
-        managed_resources=MANAGED,
-    )
+    ext = every_verb(port)
     extra = ("--hami-node-lock-wait", str(WAIT_S))
     log_dir = tmp_path_factory.mktemp("node-lock")
     with extender_stack(log_dir, port, ext, extra, node_lock="auto") as both:

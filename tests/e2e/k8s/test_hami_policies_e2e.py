@@ -24,15 +24,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cluster import Extender, ExtenderProcess, K8sCluster, extender_stack, free_port
+from cluster import ExtenderProcess, K8sCluster, extender_stack, free_port
 from test_extender_e2e import (
     A100,
-    MANAGED,
     NS,
     add_nodes,
     bound,
     create,
     delete_pods,
+    every_verb,
     gpu_pod,
     pod,
     reasons,
@@ -49,13 +49,7 @@ QUOTA_NS = "quota-team"
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster, ExtenderProcess]]:
     port = free_port()
-    ext = Extender(
-        url_prefix=f"http://127.0.0.1:{port}",
-        preempt_verb="preempt",
-        weight=10,
-        http_timeout="10s",
-        managed_resources=MANAGED,
-    )
+    ext = every_verb(port)
     with extender_stack(tmp_path_factory.mktemp("policies"), port, ext) as both:
         yield both
 

@@ -31,6 +31,7 @@ from test_extender_e2e import (
     gpu_pod,
     hami_node,
     pod,
+    refused,
     remove_nodes,
     shares,
 )
@@ -68,19 +69,6 @@ def pinned(name: str, share: int, uuid: str, init_share: int = 0) -> dict[str, A
     if init_share:
         p["spec"]["initContainers"] = [card(init_share, "init")]
     return p
-
-
-def refused(kc: K8sCluster, name: str, timeout_s: float = 60) -> str:
-    """The pod's FailedScheduling text once kube-scheduler has tried it; fails if it was bound."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert not pod(kc, name)["spec"].get("nodeName"), f"{name} was bound"
-        params = {"fieldSelector": f"involvedObject.name={name},reason=FailedScheduling"}
-        items = kc.api.get(f"/api/v1/namespaces/{NS}/events", params=params).json()["items"]
-        if items:
-            return " | ".join(e.get("message", "") for e in items)
-        time.sleep(0.3)
-    raise AssertionError(f"{name}: neither bound nor refused in {timeout_s:.0f} s")
 
 
 def audit(kc: K8sCluster) -> AuditReport:
