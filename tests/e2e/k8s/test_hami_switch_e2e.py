@@ -304,3 +304,60 @@ def bound_by_prefix(kc: K8sCluster) -> Counter[str]:
     """Bound pods by the phase that created them (``p1``, ``p2``, ``p3``)."""
     pods = list_all(kc.api, f"/api/v1/namespaces/{NS}/pods")
     return Counter(p["metadata"]["name"][:2] for p in pods if p["spec"].get("nodeName"))
+
+
+def synthetic_pod(name: str, node: str, allocated: str, bind_time: int) -> dict[str, Any]:
+    """A pod bound to ``node`` as either scheduler leaves it: one container of one card,
+    HAMi's annotations with ``allocated`` as both allocated and to-allocate."""
+    pod = mix("x", XPUPOOL)[0]
+    pod["metadata"]["name"] = name
+    pod["metadata"]["annotations"] = {
+        "hami.io/vgpu-node": node,
+        "hami.io/vgpu-devices-allocated": allocated,
+        "hami.io/vgpu-devices-to-allocate": allocated,
+        "hami.io/bind-time": str(bind_time),
+        "hami.io/bind-phase": "success",
+    }
+    pod["spec"]["nodeName"] = node
+    pod["status"] = {"phase": "Running"}
+    return pod
+
+
+def test_the_checker_sees_overcommit_bad_annotations_and_lockless_lookups(tmp_path: Path) -> None:
+    """The checker is not vacuous: on one node of 8 cards (no cluster), a card charged twice its
+    memory is over capacity, an annotation HAMi cannot parse is a decode error, and two pods
+    bound in the same second without a lock, admitted in the order ``b`` then ``a``, are served
+    the wrong way round (HAMi's lockless lookup takes the first Pending pod by name), while the
+    same admissions with the lock each scheduler writes are served right."""
+    checker = require_binaries((CHECKER,))[CHECKER]
+    node = node_objects(1, 7, HAMI_SPLIT)[0]
+    name = node["metadata"]["name"]
+    card = json.loads(node["metadata"]["annotations"][REGISTER])[0]
+    uuid, mib = card["id"], card["devmem"]
+    half = f"{uuid},NVIDIA,{mib // 2 + 1},50:;"
+    pods = [
+        synthetic_pod("a", name, half, 1000),
+        synthetic_pod("b", name, half, 1000),
+        synthetic_pod("c", name, f"{uuid},NVIDIA,lots,10:;", 1000),
+    ]
+    lockless = {f"{NS}/b": {"lock": "", "at": 1000.5}, f"{NS}/a": {"lock": "", "at": 1000.7}}
+    locked = {
+        f"{NS}/b": {"lock": f"1970-01-01T00:16:40Z,{NS},b", "at": 1000.5},
+        f"{NS}/a": {"lock": f"1970-01-01T00:16:40Z,{NS},a", "at": 1000.7},
+    }
+    answers = {}
+    for label, admissions in (("lockless", lockless), ("locked", locked)):
+        path = tmp_path / f"{label}.json"
+        path.write_text(json.dumps({"nodes": [node], "pods": pods, "admissions": admissions}))
+        out = subprocess.run([str(checker), "-in", str(path)], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr[-2000:]
+        answers[label] = json.loads(out.stdout)
+    got = answers["lockless"]
+    assert got["summary"]["decode_errors"] == 1, got["pods"]
+    assert [c["over"] for c in got["cards"]] == [["memory"]], got["cards"]
+    served = {a["pod"]: a["served"] for a in got["admissions"]}
+    assert served[f"{NS}/b"] == f"{NS}/a", got["admissions"]
+    assert got["summary"]["served_own_pod"] < 2, got["admissions"]
+    served = {a["pod"]: a["served"] for a in answers["locked"]["admissions"]}
+    assert served[f"{NS}/b"] == f"{NS}/b" and served[f"{NS}/a"] == f"{NS}/a", answers["locked"]
+    assert answers["locked"]["summary"]["locks_left"] == 0
