@@ -229,7 +229,8 @@ def hami_phase(kc: K8sCluster, workdir: Path, phase: str, cards: int) -> Iterato
 def hami_check(
     checker: Path, kc: K8sCluster, stand_in: DevicePluginStandIn, path: Path
 ) -> dict[str, Any]:
-    """Every Node and Pod, with what the stand-in saw at each admission, through the checker."""
+    """Every Node and Pod, with what the stand-in saw at each admission, through the checker;
+    its answer, and under ``asked`` what it decoded that differs from what the pods asked."""
     snapshot = {
         "nodes": list_all(kc.api, "/api/v1/nodes"),
         "pods": list_all(kc.api, f"/api/v1/namespaces/{NS}/pods"),
@@ -241,7 +242,39 @@ def hami_check(
     )
     assert out.returncode == 0, f"{checker} failed:\n{out.stderr[-4000:]}"
     path.with_suffix(".check.json").write_text(out.stdout)  # kept for a reader
-    return dict(json.loads(out.stdout))
+    got = dict(json.loads(out.stdout))
+    got["asked"] = asked_as_decoded(snapshot, got)
+    return got
+
+
+def asked_as_decoded(snapshot: dict[str, Any], got: dict[str, Any]) -> list[str]:
+    """What HAMi decoded against what each container asked: per card, ``gpucores`` as the
+    cores, and ``gpumem`` MiB, or ``gpumem-percentage`` of the card's registered memory rounded
+    down as HAMi computes it, as the memory. Returns the differences."""
+    devmem = {
+        card["id"]: card["devmem"]
+        for n in snapshot["nodes"]
+        for card in json.loads(n["metadata"]["annotations"].get(REGISTER, "[]"))
+    }
+    specs = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in snapshot["pods"]}
+    wrong = []
+    for decoded in got["pods"]:
+        spec = specs[decoded["pod"]]["spec"]
+        ctrs = [*spec.get("initContainers", []), *spec["containers"]]
+        for ctr, cards in zip(ctrs, decoded["containers"], strict=False):
+            limits = ctr["resources"]["limits"]
+            for card in cards:
+                want_cores = int(limits.get("nvidia.com/gpucores", 0))
+                if "nvidia.com/gpumem" in limits:
+                    want_mem = int(limits["nvidia.com/gpumem"])
+                else:
+                    pct = int(limits.get("nvidia.com/gpumem-percentage", 100))
+                    want_mem = devmem[card["uuid"]] * pct // 100
+                if (card["mem"], card["cores"]) != (want_mem, want_cores):
+                    wrong.append(
+                        f"{decoded['pod']} {ctr['name']}: {card} asks {want_mem}/{want_cores}"
+                    )
+    return wrong
 
 
 def assert_clean(phase: str, got: dict[str, Any]) -> None:
@@ -250,6 +283,7 @@ def assert_clean(phase: str, got: dict[str, Any]) -> None:
     s = got["summary"]
     bad_pods = [p for p in got["pods"] if p.get("error") or p.get("shape_mismatch")]
     assert s["decode_errors"] == 0 and s["shape_mismatches"] == 0, (phase, bad_pods)
+    assert not got["asked"], (phase, got["asked"])
     assert s["node_decode_errors"] == 0, (phase, got["node_errors"])
     over = [c for c in got["cards"] if c.get("over")]
     assert s["over_capacity_cards"] == 0, (phase, over)
@@ -285,6 +319,7 @@ def test_switch_xpupool_hami_xpupool_audited_by_hamis_own_code(tmp_path: Path) -
                     "created": len(pods),
                     "bound": bound,
                     **got["summary"],
+                    "decoded_not_as_asked": len(got["asked"]),
                     "bound_by_phase": dict(bound_by_prefix(kc)),
                 }
                 print(f"{phase}: {json.dumps(results[phase])}")
