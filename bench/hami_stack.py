@@ -87,13 +87,17 @@ class DevicePluginStandIn:
     """Watches the namespace's pods; each pod seen bound (``spec.nodeName``) with
     ``hami.io/bind-phase: allocating`` gets ``success`` and its node's lock released if that
     lock names it, ``workers`` at a time. Counts what it did (``patched``, ``released``) and keeps
-    the first error for the caller (``error``)."""
+    the first error for the caller (``error``), and for each pod it served what HAMi's device
+    plugin would have read then (``admissions``, ``"<ns>/<pod>"`` -> ``{"lock": the node's
+    hami.io/mutex.lock or "", "at": Unix seconds}``): the interop check of issue 56 replays HAMi's
+    own pod lookup with it (``tools/hami-check``)."""
 
     def __init__(self, api_url: str, token: str, workers: int = 8) -> None:
         self.url, self.token = api_url, token
         self.path = f"/api/v1/namespaces/{NS}/pods"
         self.patched = 0
         self.released = 0
+        self.admissions: dict[str, dict[str, Any]] = {}
         self.error: BaseException | None = None
         self._done: set[str] = set()
         self._count = threading.Lock()
@@ -143,6 +147,7 @@ class DevicePluginStandIn:
 
     def _allocated(self, name: str, node: str) -> None:
         try:
+            at = time.time()
             patch = {"metadata": {"annotations": {hami.BIND_PHASE: SUCCESS}}}
             r = self._api.patch(
                 f"{self.path}/{name}",
@@ -150,23 +155,28 @@ class DevicePluginStandIn:
                 headers={"Content-Type": "application/merge-patch+json"},
             )
             r.raise_for_status()
-            released = self._release(node, f",{NS},{name}")
+            released, lock = self._release(node, f",{NS},{name}")
             with self._count:
                 self.patched += 1
                 self.released += released
+                self.admissions[f"{NS}/{name}"] = {"lock": lock or "", "at": at}
         except BaseException as exc:
             self.error = self.error or exc
 
-    def _release(self, node: str, owner: str, tries: int = 5) -> bool:
+    def _release(self, node: str, owner: str, tries: int = 5) -> tuple[bool, str | None]:
         """Delete the node's lock if it ends with ``owner``; a conflict (the node changed under
-        us: resourceVersion in the patch) is tried again, as HAMi's retry does."""
-        for _ in range(tries):
+        us: resourceVersion in the patch) is tried again, as HAMi's retry does. Returns whether
+        it deleted it, and the lock it first read (what the device plugin's lookup saw)."""
+        first: str | None = None
+        for attempt in range(tries):
             r = self._api.get(f"/api/v1/nodes/{node}")
             r.raise_for_status()
             meta = r.json()["metadata"]
             lock = (meta.get("annotations") or {}).get(LOCK)
+            if attempt == 0:
+                first = lock
             if lock is None or not lock.endswith(owner):
-                return False
+                return False, first
             patch = {
                 "metadata": {
                     "annotations": {LOCK: None},
@@ -181,7 +191,7 @@ class DevicePluginStandIn:
             if r.status_code == 409:
                 continue
             r.raise_for_status()
-            return True
+            return True, first
         raise RuntimeError(f"node {node}: lock release conflicted {tries} times")
 
 

@@ -11,6 +11,9 @@
 #        tools/k8s/build.sh --print-bin-dir print the bin dir only (the pytest harness uses this)
 #        tools/k8s/build.sh --hami          build only HAMi's scheduler (bench/vs_hami.py), into
 #                                           the same bin dir; neither `make test` nor CI runs it
+#        tools/k8s/build.sh --hami-check    build HAMi's scheduler and xpupool-hami-check
+#                                           (tools/hami-check/main.go compiled inside HAMi's
+#                                           module: `make test-hami`), into the same bin dir
 set -euo pipefail
 
 K8S_VERSION="${XPUPOOL_K8S_VERSION:-1.36.3}"   # k8s.io/kubernetes v$K8S_VERSION
@@ -33,8 +36,9 @@ MODE=all
 case "${1:-}" in
     --print-bin-dir) echo "$BIN"; exit 0 ;;
     --hami) MODE=hami ;;
+    --hami-check) MODE=hami-check ;;
     "") ;;
-    *) echo "usage: $0 [--print-bin-dir|--hami]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--print-bin-dir|--hami|--hami-check]" >&2; exit 2 ;;
 esac
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false
@@ -197,6 +201,46 @@ have_hami() {
     have hami-scheduler && [[ "$(cat "$BIN/hami-scheduler.version" 2>/dev/null)" == "$HAMI_TAG $HAMI_COMMIT "* ]]
 }
 
+# xpupool's interop checker (issue 56): our own source, tools/hami-check/main.go, compiled as a
+# command of HAMi's module at HAMI_COMMIT so that it imports HAMi's packages (annotation and
+# registration decoders, init-container charging, the device plugin's pod lookup) rather than
+# copies of them. HAMi's tree comes from the module proxy's zip or from XPUPOOL_HAMI_GIT, as for
+# build_hami; the binary is stamped with the commit and the source's hash, and rebuilt when either
+# changes.
+CHECK_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/tools/hami-check/main.go"
+check_stamp() { echo "$HAMI_TAG $HAMI_COMMIT $(sha256sum <"$CHECK_SRC" | cut -c1-16)"; }
+have_hami_check() {
+    have xpupool-hami-check && [[ "$(cat "$BIN/xpupool-hami-check.version" 2>/dev/null)" == "$(check_stamp)" ]]
+}
+
+build_hami_check() {
+    local wrap="$ROOT/src/hami-check" tree
+    rm -rf "$wrap" && mkdir -p "$wrap"
+    if [[ -n "${XPUPOOL_HAMI_GIT:-}" ]]; then
+        local full
+        full="$(git -C "$XPUPOOL_HAMI_GIT" rev-parse --verify "$HAMI_COMMIT^{commit}")"
+        log "archiving HAMi $full from $XPUPOOL_HAMI_GIT for xpupool-hami-check"
+        tree="$wrap/HAMi" && mkdir -p "$tree"
+        git -C "$XPUPOOL_HAMI_GIT" archive "$full" | tar -x -C "$tree"
+    else
+        local dir
+        dir="$(cd "$wrap" && go mod download -json "github.com/Project-HAMi/HAMi@$HAMI_COMMIT" |
+            python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(d["Error"]) if d.get("Error") else print(d["Dir"])')" || {
+            log "the module proxy refused HAMi@$HAMI_COMMIT; set XPUPOOL_HAMI_GIT to a clone holding it"
+            exit 1
+        }
+        tree="$wrap/HAMi" && cp -r "$dir" "$tree" && chmod -R u+w "$tree"
+    fi
+    mkdir -p "$tree/cmd/xpupool-check"
+    cp "$CHECK_SRC" "$tree/cmd/xpupool-check/main.go"
+    log "compiling xpupool-hami-check inside HAMi's module"
+    (cd "$tree" && CGO_ENABLED=1 "${NICE[@]}" go build -trimpath -ldflags "-s -w" \
+        -o "$BIN/xpupool-hami-check.tmp" ./cmd/xpupool-check)
+    mv "$BIN/xpupool-hami-check.tmp" "$BIN/xpupool-hami-check"
+    check_stamp >"$BIN/xpupool-hami-check.version"
+    rm -rf "$wrap"
+}
+
 fetch_etcd() {
     # apt-get download from a throwaway sources list: nothing is installed, so no init script or
     # systemd unit starts a stray etcd on 2379, and the host's apt state is left alone.
@@ -224,6 +268,13 @@ EOF
 if [[ "$MODE" == hami ]]; then
     have_hami || build_hami
     echo "$BIN/hami-scheduler"
+    exit 0
+fi
+if [[ "$MODE" == hami-check ]]; then
+    have_hami || build_hami
+    have_hami_check || build_hami_check
+    echo "$BIN/hami-scheduler"
+    echo "$BIN/xpupool-hami-check"
     exit 0
 fi
 

@@ -44,6 +44,8 @@ ROOT = Path(__file__).resolve().parents[3]
 BUILD_SH = ROOT / "tools" / "k8s" / "build.sh"
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler")
 HAMI_BINARY = "hami-scheduler"  # HAMi's scheduler, from `tools/k8s/build.sh --hami` only
+# xpupool's interop checker compiled inside HAMi's module (tools/hami-check), from --hami-check
+HAMI_CHECK_BINARY = "xpupool-hami-check"
 SCHEDULER_NAME = "xpupool-scheduler"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 TOKEN = "xpupool-test-token"  # static bearer token of a system:masters user
@@ -89,9 +91,11 @@ def find_binaries(names: Sequence[str] = BINARIES) -> dict[str, Path]:
             missing.append(str(paths["kwok-stages"]))
     if missing:
         builds = []
-        if set(missing) - {HAMI_BINARY}:
+        if set(missing) - {HAMI_BINARY, HAMI_CHECK_BINARY}:
             builds.append("tools/k8s/build.sh (or make test-k8s)")
-        if HAMI_BINARY in missing:
+        if HAMI_CHECK_BINARY in missing:
+            builds.append("XPUPOOL_HAMI_GIT=<a HAMi clone> tools/k8s/build.sh --hami-check")
+        elif HAMI_BINARY in missing:
             builds.append("tools/k8s/build.sh --hami (or make hami-bin; see docs/benchmarks.md)")
         build = " and ".join(builds)
         raise K8sBinariesMissingError(
