@@ -357,7 +357,7 @@ class Extender:
             fails = ~ctx.node_fit & asked
             if not fails.any():
                 continue
-            labels, blame = engine.pipeline.node_reasons(ctx)
+            labels, blame = engine.node_reasons(ctx)
             for name, i in zip(names, index, strict=True):
                 if i is None or not fails[i] or name in failed or name in unresolvable:
                     continue
