@@ -810,7 +810,7 @@ def _victims_needed(
     applied = {uid: [a for a in allocs if a.id in live] for uid, allocs in charges.items()}
     owner = lower_priority_owners(applied, priority, node)
     victims = minimal_victims(
-        engine.pipeline,
+        engine,
         demand.demands[0].request,
         i,
         lambda alloc: alloc.id in owner,
