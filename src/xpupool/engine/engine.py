@@ -246,6 +246,19 @@ class Engine:
         self.pipeline.filter(ctx)
         return ctx
 
+    def transaction(self, parent: Transaction | None = None) -> Transaction:
+        """A what-if on this engine's state (nested in ``parent``): what is placed or released
+        inside goes again when it rolls back."""
+        return Transaction(self.state, parent)
+
+    def set_node_schedulable(self, name: str, schedulable: bool) -> None:
+        """Cordon (False) or uncordon (True) node ``name``; what runs there stays."""
+        self.state.set_node_schedulable(name, schedulable)
+
+    def set_device_cordoned(self, uuid: str, cordoned: bool) -> None:
+        """Whether new work may take card ``uuid`` (False) or not (True); what runs stays."""
+        self.state.set_device_cordoned(uuid, cordoned)
+
     def node_reasons(self, ctx: Context) -> tuple[list[tuple[Reason, str]], IntArray]:
         """Per node, why ``ctx`` (from :meth:`feasible`) fails there: ``(labels, blame)``, where
         ``blame[n]`` indexes ``labels`` (``(reason, detail)``; index 0 is ``Reason.FITS``). For

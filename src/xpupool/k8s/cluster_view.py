@@ -547,7 +547,7 @@ class ClusterView:
                 live = engine is not None and not self._stale and rec.node is not None
                 if live and before.schedulable != rec.schedulable:
                     assert engine is not None
-                    engine.state.set_node_schedulable(event.key, rec.schedulable)
+                    engine.set_node_schedulable(event.key, rec.schedulable)
                 return
             self._stale = True
 

@@ -59,7 +59,6 @@ from xpupool.catalog.images import ImageCatalog
 from xpupool.engine import Engine
 from xpupool.engine.cycle import minimal_victims
 from xpupool.engine.reasons import PREEMPTION_MAY_HELP, TEXT
-from xpupool.engine.txn import Transaction
 from xpupool.k8s.cluster_view import ClusterView
 from xpupool.k8s.extender_wire import (
     MAX_EXTENDER_PRIORITY,
@@ -397,7 +396,7 @@ class Extender:
 
     def _over_quota_on(self, engine: Engine, demand: PodDemand, node: int, uid: str) -> str | None:
         """:meth:`_over_quota` for the pod placed on ``node`` (a what-if, undone)."""
-        with Transaction(engine.state) as txn:
+        with engine.transaction() as txn:
             try:
                 placed = place_containers(engine, demand, node, txn)
                 if isinstance(placed, str):

@@ -592,7 +592,7 @@ class ControlPlane:
 
     def set_schedulable(self, name: str, schedulable: bool) -> None:
         """Whether the engine may place on node ``name`` (ready and not cordoned)."""
-        self.engine.state.set_node_schedulable(name, schedulable)
+        self.engine.set_node_schedulable(name, schedulable)
 
     @property
     def cluster_state(self) -> ClusterState:
@@ -919,9 +919,7 @@ class ControlPlane:
             values["deleting_since"] = None
             log.warning("node %s uncordoned: its deletion is cancelled", name)
         conn.execute(update(t_nodes).where(t_nodes.c.name == name).values(**values))
-        self.engine.state.set_node_schedulable(
-            name, not cordoned and rec.status is NodeStatus.READY
-        )
+        self.engine.set_node_schedulable(name, not cordoned and rec.status is NodeStatus.READY)
         if not cordoned:
             self.bump()
 
@@ -933,7 +931,7 @@ class ControlPlane:
             .where(t_nodes.c.name == rec.node.name)
             .values(cordoned_devices=sorted(rec.cordoned_devices))
         )
-        self.engine.state.set_device_cordoned(uuid, cordoned or uuid in rec.draining)
+        self.engine.set_device_cordoned(uuid, cordoned or uuid in rec.draining)
         if not cordoned:
             self.bump()
 
