@@ -21,9 +21,9 @@ longer fits is to log it and leave it waiting, unapplied, until an inventory cha
 Allocation ids come from the host's one counter (``engine/allocation_ids.py``), handed to every
 engine it builds and used for the charges the view makes from pods, so no two charges share an id
 however often the engine is rebuilt (issue 43, item 3). Nothing needs persisting across an extender
-restart:
-an id never leaves the process (a bind writes cards and shares on the pod, no id; charges are keyed
-by pod UID), and a restarted view makes every charge afresh from the pods, each with a new id.
+restart: an id never leaves the process (a bind writes cards and shares on the pod, no id; charges
+are keyed by pod UID), and a restarted view makes every charge afresh from the pods, each with a
+new id.
 
 Charges are keyed by pod UID. The extender places inside :meth:`ClusterView.engine_locked` and
 records the result with :meth:`ClusterView.reserve`; when the bound pod arrives through the watch
@@ -275,12 +275,12 @@ class ClusterView:
         """A fresh engine from the node records, every charge re-applied oldest first (the
         host's); the view's rule for a charge whose node or card is gone, or that would
         over-commit: it waits unapplied (logged) until an inventory change lets it in again."""
-        self._stale = False
-        for charge in self._charges.values():
-            charge.applied = False
         done = self.host.rebuild(
             self._pool(), ((uid, charge.allocations) for uid, charge in self._charges.items())
         )
+        self._stale = False
+        for charge in self._charges.values():
+            charge.applied = False
         for uid, allocations in done.kept.items():
             charge = self._charges[uid]
             charge.allocations, charge.applied = tuple(allocations), True
