@@ -18,6 +18,7 @@ import numpy as np
 from xpupool.engine.allocation_ids import AllocationIds
 from xpupool.engine.context import Context
 from xpupool.engine.device_pick import pick_devices
+from xpupool.engine.fragmentation.cache import FragmentationCache
 from xpupool.engine.fragmentation.measure import ShapeTable, TargetWorkload
 from xpupool.engine.fragmentation.stranded import Stranded, stranded_capacity
 from xpupool.engine.fragmentation.workload_model import NAME as WORKLOAD
@@ -31,7 +32,7 @@ from xpupool.engine.gang_sites import (
 )
 from xpupool.engine.pipeline import Pipeline
 from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile
-from xpupool.engine.reasons import Unschedulable
+from xpupool.engine.reasons import Reason, Unschedulable
 from xpupool.engine.registry import POST_SCORERS, SCORERS, WORKLOAD_PLUGINS
 from xpupool.engine.scorers.base import (
     Describing,
@@ -44,7 +45,7 @@ from xpupool.engine.scorers.base import (
     ScorerEnv,
 )
 from xpupool.engine.scorers.fgd import Fgd
-from xpupool.engine.state import BoolArray, ClusterState, FloatArray
+from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 from xpupool.engine.txn import Transaction
 from xpupool.model.allocation import Allocation, DeviceShare
 from xpupool.model.errors import RequestError
@@ -244,6 +245,40 @@ class Engine:
         ctx = self.pipeline.context(req)
         self.pipeline.filter(ctx)
         return ctx
+
+    def transaction(self, parent: Transaction | None = None) -> Transaction:
+        """A what-if on this engine's state (nested in ``parent``): what is placed or released
+        inside goes again when it rolls back."""
+        return Transaction(self.state, parent)
+
+    def set_node_schedulable(self, name: str, schedulable: bool) -> None:
+        """Cordon (False) or uncordon (True) node ``name``; what runs there stays."""
+        self.state.set_node_schedulable(name, schedulable)
+
+    def set_device_cordoned(self, uuid: str, cordoned: bool) -> None:
+        """Whether new work may take card ``uuid`` (False) or not (True); what runs stays."""
+        self.state.set_device_cordoned(uuid, cordoned)
+
+    def node_reasons(self, ctx: Context) -> tuple[list[tuple[Reason, str]], IntArray]:
+        """Per node, why ``ctx`` (from :meth:`feasible`) fails there: ``(labels, blame)``, where
+        ``blame[n]`` indexes ``labels`` (``(reason, detail)``; index 0 is ``Reason.FITS``). For
+        fronts that answer per node, as a scheduler extender's ``FailedNodes`` does."""
+        return self.pipeline.node_reasons(ctx)
+
+    def filters_off(self, req: Request) -> frozenset[str]:
+        """The filters ``req``'s profile (else the engine's) turns off: a front that checks a
+        request's names against the pool skips what its profile does not look at."""
+        return self._filters_off(req)
+
+    def shape_table(self, workload: TargetWorkload) -> ShapeTable:
+        """Which shapes of ``workload`` fit each node now, judged by this engine's filters (the
+        measure of stranded capacity a front reports for a workload of its own)."""
+        return ShapeTable(self.state, self.pipeline, workload)
+
+    def fragmentation_cache(self, workload: TargetWorkload) -> FragmentationCache:
+        """The fragmentation measure of ``workload`` kept current per node on this engine's
+        state and filters (the simulator's series)."""
+        return FragmentationCache(self.state, self.pipeline, workload)
 
     def rate(self, req: Request, policy: str | None = None) -> tuple[BoolArray, FloatArray]:
         """Filter and score one replica without placing it: ``(fits [N], weighted score [N])``.

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -29,7 +29,7 @@ from xpupool.catalog import AcceleratorCatalog, CompatTable, load_accelerators, 
 from xpupool.engine.capacity import UNLIMITED_TASKS, share_fits_one
 from xpupool.engine.lru import Lru
 from xpupool.engine.taint_columns import TaintColumns
-from xpupool.model.allocation import Allocation
+from xpupool.model.allocation import Allocation, DeviceShare
 from xpupool.model.device import Device, Node
 from xpupool.model.errors import Conflict, NotFound, OverCommit, RequestError
 from xpupool.model.request import WHOLE
@@ -441,11 +441,48 @@ class ClusterState:
             getattr(self, name)[:n_old, :w_old] = kept[name]
         self.rank = np.concatenate([old_rank, np.asarray([n_old], np.int64)])
         self.node_version[:n_old] = kept_version
-        self.live = {k: self._readdress(a) for k, a in live.items()}
+        self.live = {k: self.readdress(a) for k, a in live.items()}  # the grid widened
         for alloc in self.live.values():
             self.node_allocations[alloc.node_index][alloc.id] = alloc
         self._refresh_derived()
         return n_old
+
+    def readdress(self, alloc: Allocation) -> Allocation:
+        """``alloc`` with this state's node index and device slots. Raises Conflict, naming why,
+        when its node is not here or is removed, or one of its cards is not here or is another
+        node's.
+
+        An allocation names its node and cards (what a store or a pod keeps) and also carries the
+        node index and slots of the state it was placed in; those change when an engine is
+        rebuilt or its grid widens, so an allocation kept across is re-addressed before it is
+        applied again. The fronts once did this three ways, and only the Kubernetes one refused a
+        removed node or another node's card: an allocation naming node A and a card of node B
+        was applied to B's card and charged to A (issue 44, item 1). This is the one way."""
+        node = self.node_index.get(alloc.node)
+        if node is None or not self.node_alive[node]:
+            raise Conflict(f"allocation {alloc.id}: node {alloc.node} is not in the pool")
+        shares = []
+        for d in alloc.devices:
+            slot = self.uuid_slot.get(d.uuid)
+            if slot is None:
+                raise Conflict(f"allocation {alloc.id}: device {d.uuid} is not in the pool")
+            if self.node_of_slot(slot) != node:
+                owner = self.node_names[self.node_of_slot(slot)]
+                raise Conflict(
+                    f"allocation {alloc.id}: device {d.uuid} is node {owner}'s, not {alloc.node}'s"
+                )
+            shares.append(DeviceShare(d.uuid, slot, d.memory_mib, d.core_permille))
+        return Allocation(
+            alloc.id,
+            alloc.request_name,
+            alloc.replica,
+            alloc.node,
+            node,
+            alloc.cpu_milli,
+            alloc.memory_mib,
+            tuple(shares),
+            alloc.priority,
+        )
 
     def remove_node(self, name: str) -> None:
         """Take a node out of scheduling for good. Refuses while allocations still use it."""
@@ -479,11 +516,6 @@ class ClusterState:
             return self.uuid_slot[uuid]
         except KeyError:
             raise NotFound("device", uuid) from None
-
-    def _readdress(self, alloc: Allocation) -> Allocation:
-        """The same allocation with device slots recomputed after the grid changed width."""
-        shares = tuple(replace(s, slot=self.uuid_slot[s.uuid]) for s in alloc.devices)
-        return replace(alloc, node_index=self.node_index[alloc.node], devices=shares)
 
 
 def committable(physical: int, factor: float) -> int:

@@ -14,13 +14,16 @@ are the other node's); deleted, Succeeded and Failed pods give back what they he
 removed, its devices or labels changed) marks the engine stale, and the next user rebuilds it from
 the node records and re-applies every charge, oldest first, as the server's ``plane.build`` does:
 inventory changes are rare and come in bursts (a relist, a rollout of the node agent), so one
-rebuild beats patching columns per event.
+rebuild beats patching columns per event. Building, re-applying and re-addressing are the engine
+host's (``engine/host.py``), as they are for the server; the view's rule for a charge that no
+longer fits is to log it and leave it waiting, unapplied, until an inventory change lets it in.
 
-Allocation ids come from one counter per view (``engine/allocation_ids.py``), handed to every
-engine it builds and used for the charges it makes from pods, so no two charges share an id however
-often the engine is rebuilt (issue 43, item 3). Nothing needs persisting across an extender restart:
-an id never leaves the process (a bind writes cards and shares on the pod, no id; charges are keyed
-by pod UID), and a restarted view makes every charge afresh from the pods, each with a new id.
+Allocation ids come from the host's one counter (``engine/allocation_ids.py``), handed to every
+engine it builds and used for the charges the view makes from pods, so no two charges share an id
+however often the engine is rebuilt (issue 43, item 3). Nothing needs persisting across an extender
+restart: an id never leaves the process (a bind writes cards and shares on the pod, no id; charges
+are keyed by pod UID), and a restarted view makes every charge afresh from the pods, each with a
+new id.
 
 Charges are keyed by pod UID. The extender places inside :meth:`ClusterView.engine_locked` and
 records the result with :meth:`ClusterView.reserve`; when the bound pod arrives through the watch
@@ -47,10 +50,10 @@ from typing import Any
 from lightkube import operators
 from lightkube.config.kubeconfig import SingleConfig
 
-from xpupool.engine.allocation_ids import AllocationIds
 from xpupool.engine.engine import Engine
+from xpupool.engine.host import EngineHost, HostedNode
 from xpupool.engine.profile import DEFAULT_PROFILE, Profile
-from xpupool.engine.state import ClusterState
+from xpupool.engine.verdict import Verdicts
 from xpupool.k8s import pod_charge
 from xpupool.k8s.kubeconfig import RawNode, RawPod
 from xpupool.k8s.watch import Event, EventType, Informer
@@ -215,12 +218,10 @@ class ClusterView:
     ) -> None:
         self.decode_node = decode_node
         self.decode_pod_devices = decode_pod_devices
-        self.profile = profile
-        self.profiles = profiles
-        self.seed = seed
-        self.defer_learning = defer_learning
-        """The engine re-learns its online workload only when told (``k8s/learner.py``), not
-        inside the verb that made it due."""
+        self.host = EngineHost(profile, profiles=profiles, seed=seed, defer_learning=defer_learning)
+        """The engine over the pool and its allocation ids; with ``defer_learning`` the engine
+        re-learns its online workload only when told (``k8s/learner.py``), not inside the verb
+        that made it due."""
         self.reservations = 0
         """Placements recorded so far (:meth:`reserve`): the learner's sign that pods arrived."""
         self._lock = threading.RLock()
@@ -237,12 +238,8 @@ class ClusterView:
         self._released: OrderedDict[str, Assignment] = OrderedDict()
         """Pod UID -> the assignment given back for it (:meth:`unreserve`,
         :meth:`drop_assignment`): the pod's annotations that still say so charge nothing."""
-        self._engine: Engine | None = None
         self._stale = True
-        self._ids = AllocationIds()
-        """The view's one allocation id counter: its engines' and its pods' charges'."""
         self._informers: list[Informer[Any]] = []
-        self.rebuilds = 0
         self.node_seen: Callable[[str], None] | None = None
         """Told the name of every Node event, whatever changed (a bind waiting for HAMi's node
         lock to go, ``node_lock.py``, reads the Node again at once instead of at its next poll)."""
@@ -255,40 +252,47 @@ class ClusterView:
         with self._lock:
             yield self._current()
 
+    @property
+    def rebuilds(self) -> int:
+        """Engines built so far (each inventory change that was used costs one)."""
+        return self.host.rebuilds
+
+    def verdicts(self) -> Verdicts:
+        """Whether a request could ever fit the pool, with the profile's settings (the host's,
+        on the engine served); call inside :meth:`engine_locked`."""
+        with self._lock:
+            self._current()
+            return self.host.verdicts
+
     def _current(self) -> Engine:
-        if self._engine is None or self._stale:
+        if self.host.engine is None or self._stale:
             self._rebuild()
-        assert self._engine is not None
-        return self._engine
+        engine = self.host.engine
+        assert engine is not None
+        return engine
 
     def _rebuild(self) -> None:
-        """A fresh engine from the node records, every charge re-applied oldest first; a charge
-        whose node or card is gone, or that would over-commit, waits unapplied (logged) until an
-        inventory change lets it in again."""
-        state = ClusterState(self._pool(), seed=self.seed)
-        for name, rec in self._nodes.items():
-            if rec.node is not None and not rec.schedulable:
-                state.set_node_schedulable(name, False)
-        before = self._engine
-        self._engine = Engine(
-            state, self.profile, seed=self.seed, profiles=self.profiles, ids=self._ids
+        """A fresh engine from the node records, every charge re-applied oldest first (the
+        host's); the view's rule for a charge whose node or card is gone, or that would
+        over-commit: it waits unapplied (logged) until an inventory change lets it in again."""
+        done = self.host.rebuild(
+            self._pool(), ((uid, charge.allocations) for uid, charge in self._charges.items())
         )
-        if before is not None:  # the workload learned so far goes on (engine.inherit_learning)
-            self._engine.inherit_learning(before)
-        elif self.defer_learning:
-            self._engine.defer_learning()
         self._stale = False
-        self.rebuilds += 1
-        for uid, charge in sorted(self._charges.items(), key=lambda kv: _first_id(kv[1])):
+        for charge in self._charges.values():
             charge.applied = False
-            self._apply(uid, charge)
+        for uid, allocations in done.kept.items():
+            charge = self._charges[uid]
+            charge.allocations, charge.applied = tuple(allocations), True
+        for refused in done.refused:
+            log.warning("charge of pod %s not applied: %s", refused.owner, refused.error)
 
-    def _pool(self) -> list[Node]:
-        """The decoded nodes by name; a node that claims a card UUID an earlier one has is left
-        out (logged): two nodes cannot hold one card, and one bad annotation must not stop the
-        rebuild of the whole pool."""
+    def _pool(self) -> list[HostedNode]:
+        """The decoded nodes by name with their cordons; a node that claims a card UUID an
+        earlier one has is left out (logged): two nodes cannot hold one card, and one bad
+        annotation must not stop the rebuild of the whole pool."""
         seen: dict[str, str] = {}
-        pool: list[Node] = []
+        pool: list[HostedNode] = []
         for name in sorted(self._nodes):
             node = self._nodes[name].node
             if node is None:
@@ -300,33 +304,24 @@ class ClusterView:
                 )
                 continue
             seen.update((d.uuid, name) for d in node.devices)
-            pool.append(node)
+            pool.append(HostedNode(node, self._nodes[name].schedulable))
         return pool
 
     def _apply(self, uid: str, charge: _Charge) -> None:
-        """Apply ``charge`` in the current engine (all its allocations or none)."""
-        engine = self._engine
-        assert engine is not None and not charge.applied
-        readdressed = [_readdress(engine.state, a) for a in charge.allocations]
-        done: list[Allocation] = []
+        """Apply ``charge`` in the current engine (all its allocations or none; the host's)."""
+        assert not charge.applied
         try:
-            for alloc in readdressed:
-                if alloc is None:
-                    raise Conflict(f"pod {uid}: its node or a card is not in the pool")
-                engine.restore(alloc)
-                done.append(alloc)
-        except XpupoolError as exc:
-            for alloc in done:
-                engine.release(alloc.id)
+            charge.allocations = self.host.apply(charge.allocations)
+        except Conflict as exc:
             log.warning("charge of pod %s not applied: %s", uid, exc)
             return
-        charge.allocations = tuple(a for a in readdressed if a is not None)
         charge.applied = True
 
     def _unapply(self, charge: _Charge) -> None:
-        if charge.applied and self._engine is not None and not self._stale:
+        engine = self.host.engine
+        if charge.applied and engine is not None and not self._stale:
             for alloc in charge.allocations:
-                self._engine.release(alloc.id)
+                engine.release(alloc.id)
         charge.applied = False
 
     # ------------------------------------------------------------------ the extender's side
@@ -351,7 +346,7 @@ class ClusterView:
                 raise Conflict(f"pod {pod_uid} already holds devices")
             allocs = tuple(allocations)
             for alloc in allocs:
-                self._ids.seen(alloc.id)  # taken from it already, unless placed elsewhere
+                self.host.ids.seen(alloc.id)  # taken from it already, unless placed elsewhere
             given = allocs if placed is None else tuple(placed)
             charge = _Charge(allocs, True, True, _charge_key(allocs), pod, name, placed=given)
             self._charges[pod_uid] = charge
@@ -465,7 +460,7 @@ class ClusterView:
             if charge is None or uid in self._charges:
                 return
             self._charges[uid] = charge
-            if self._engine is not None and not self._stale:
+            if self.host.engine is not None and not self._stale:
                 self._apply(uid, charge)
 
     def evicting(self, uid: str) -> bool:
@@ -548,10 +543,11 @@ class ClusterView:
             rec = event.value
             self._nodes[event.key] = rec
             if before is not None and before.node == rec.node:
-                live = self._engine is not None and not self._stale and rec.node is not None
+                engine = self.host.engine
+                live = engine is not None and not self._stale and rec.node is not None
                 if live and before.schedulable != rec.schedulable:
-                    assert self._engine is not None
-                    self._engine.state.set_node_schedulable(event.key, rec.schedulable)
+                    assert engine is not None
+                    engine.set_node_schedulable(event.key, rec.schedulable)
                 return
             self._stale = True
 
@@ -593,7 +589,7 @@ class ClusterView:
             allocs = self._allocations(rec, rec.devices)
             new = _Charge(allocs, False, False, key, name=rec.name, bound=bound)
             self._charges[event.uid] = new
-            if self._engine is not None and not self._stale:
+            if self.host.engine is not None and not self._stale:
                 self._apply(event.uid, new)
 
     def _allocations(self, rec: PodRecord, devices: PodDevices) -> tuple[Allocation, ...]:
@@ -607,7 +603,7 @@ class ClusterView:
         for i, shares in enumerate(parts):
             out.append(
                 Allocation(
-                    id=self._ids.take(),
+                    id=self.host.ids.take(),
                     request_name=rec.name,
                     replica=i,
                     node=devices.node,
@@ -664,10 +660,6 @@ class ClusterView:
         self._informers = []
 
 
-def _first_id(charge: _Charge) -> int:
-    return min((a.id for a in charge.allocations), default=0)
-
-
 def _charge_key(allocs: Sequence[Allocation]) -> ChargeKey:
     """What a charge holds, ignoring ids, slots and container order: its node, host CPU and
     memory, and its (card, MiB, permille) shares."""
@@ -684,29 +676,3 @@ def _assignment(key: ChargeKey) -> Assignment:
 def _devices_key(devices: PodDevices) -> ChargeKey:
     shares = sorted((s.uuid, s.memory_mib, s.core_permille) for c in devices.charged() for s in c)
     return devices.node, devices.cpu_milli, devices.memory_mib, tuple(shares)
-
-
-def _readdress(state: ClusterState, alloc: Allocation) -> Allocation | None:
-    """``alloc`` with this state's node index and slots; None if its node or a card is gone.
-    (The server's ``plane.readdress`` does the same; it is not imported to keep the server's
-    store and web stack out of the extender.)"""
-    node = state.node_index.get(alloc.node)
-    if node is None or not state.node_alive[node]:
-        return None
-    shares = []
-    for d in alloc.devices:
-        slot = state.uuid_slot.get(d.uuid)
-        if slot is None or state.node_of_slot(slot) != node:
-            return None
-        shares.append(DeviceShare(d.uuid, slot, d.memory_mib, d.core_permille))
-    return Allocation(
-        alloc.id,
-        alloc.request_name,
-        alloc.replica,
-        alloc.node,
-        node,
-        alloc.cpu_milli,
-        alloc.memory_mib,
-        tuple(shares),
-        alloc.priority,
-    )

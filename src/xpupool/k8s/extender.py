@@ -59,8 +59,6 @@ from xpupool.catalog.images import ImageCatalog
 from xpupool.engine import Engine
 from xpupool.engine.cycle import minimal_victims
 from xpupool.engine.reasons import PREEMPTION_MAY_HELP, TEXT
-from xpupool.engine.txn import Transaction
-from xpupool.engine.verdict import Verdicts
 from xpupool.k8s.cluster_view import ClusterView
 from xpupool.k8s.extender_wire import (
     MAX_EXTENDER_PRIORITY,
@@ -193,7 +191,6 @@ class Extender:
         self.gangs = gangs
         self._demands: OrderedDict[str, PodDemand] = OrderedDict()  # "uid@resourceVersion"
         self._demands_lock = threading.Lock()
-        self._verdicts: tuple[int, Verdicts] | None = None  # (id of the engine, its verdicts)
 
     # ------------------------------------------------------------------ filter
     def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
@@ -215,7 +212,7 @@ class Extender:
                 assert self.gangs is not None
                 uid = _uid_of(args.pod)
                 verdict = self.gangs.judge(engine, *gang, demand, uid, names)
-                if verdict.refused and self._never(engine, demand) is None:
+                if verdict.refused and self._never(demand) is None:
                     for d in demand.demands:  # as a pod no node holds now (_judge)
                         engine.observe(d.request, False)
                 failed = {n: PREFIX + why for n, why in verdict.failed.items()}
@@ -352,7 +349,7 @@ class Extender:
             n: PREFIX + NOT_IN_POOL for n, i in zip(names, index, strict=True) if i is None
         }
         unresolvable.update(over_quota)
-        never = self._never(engine, demand)
+        never = self._never(demand)
         if never is not None:  # nothing in the pool could ever hold it: no preemption helps
             for name, i in zip(names, index, strict=True):
                 if i is not None:
@@ -364,7 +361,7 @@ class Extender:
             fails = ~ctx.node_fit & asked
             if not fails.any():
                 continue
-            labels, blame = engine.pipeline.node_reasons(ctx)
+            labels, blame = engine.node_reasons(ctx)
             for name, i in zip(names, index, strict=True):
                 if i is None or not fails[i] or name in failed or name in unresolvable:
                     continue
@@ -404,7 +401,7 @@ class Extender:
 
     def _over_quota_on(self, engine: Engine, demand: PodDemand, node: int, uid: str) -> str | None:
         """:meth:`_over_quota` for the pod placed on ``node`` (a what-if, undone)."""
-        with Transaction(engine.state) as txn:
+        with engine.transaction() as txn:
             try:
                 placed = place_containers(engine, demand, node, txn)
                 if isinstance(placed, str):
@@ -413,13 +410,13 @@ class Extender:
             finally:
                 txn.rollback()
 
-    def _never(self, engine: Engine, demand: PodDemand) -> str | None:
-        """Why no node of the pool could ever hold one of the pod's containers, or None."""
-        kept = self._verdicts
-        if kept is None or kept[0] != id(engine):
-            kept = self._verdicts = (id(engine), Verdicts(engine.state))
+    def _never(self, demand: PodDemand) -> str | None:
+        """Why no node of the pool could ever hold one of the pod's containers, or None: the
+        view's engine host judges it with the profile's settings (its disabled filters), as the
+        server does, so a pod the profile would fit is never called unresolvable."""
+        verdicts = self.view.verdicts()
         for d in demand.demands:
-            miss = kept[1].never_fits(d.request)
+            miss = verdicts.never_fits(d.request)
             if miss is not None:
                 return f"{miss.field}: {miss.reason}"
         return None
@@ -833,7 +830,7 @@ def _victims_needed(
     applied = {uid: [a for a in allocs if a.id in live] for uid, allocs in charges.items()}
     owner = lower_priority_owners(applied, priority, node)
     victims = minimal_victims(
-        engine.pipeline,
+        engine,
         demand.demands[0].request,
         i,
         lambda alloc: alloc.id in owner,

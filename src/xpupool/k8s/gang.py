@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from xpupool.engine import Engine, Transaction
+from xpupool.engine import Engine
 from xpupool.k8s.cluster_view import ClusterView
 from xpupool.k8s.pod_placement import PodPlacement, place_containers
 from xpupool.k8s.pod_request import PodDemand
@@ -358,7 +358,7 @@ class Gangs:
         first = demand.demands[0].request
         gang = replace(first, replicas=size, gang=size > 1)
         slots: list[tuple[str, PodPlacement]] = []
-        with Transaction(engine.state) as txn:
+        with engine.transaction() as txn:
             placement = engine.place(gang, txn=txn)
             if not placement.ok:
                 txn.rollback()

@@ -63,7 +63,7 @@ def place_containers(
     commits or rolls back."""
     within = node_mask(engine, node)
     placed: list[Allocation] = []
-    with Transaction(engine.state, txn) as pod:
+    with engine.transaction(txn) as pod:
         for k, d in enumerate(demand.demands):
             if k == 0 and first is not None:
                 if d.role is Role.INIT:  # it runs alone: not beside the containers after it
@@ -71,7 +71,7 @@ def place_containers(
                 placed.append(first)
                 continue
             if d.role is Role.INIT:  # alone, then undone: what it took is not beside the rest
-                with Transaction(engine.state, pod) as alone:
+                with engine.transaction(pod) as alone:
                     placement = engine.place(d.request, within=within, txn=alone)
                     alone.rollback()
                 if placement.ok:  # the engine learns of it when the pod commits, all the same
@@ -128,7 +128,7 @@ def place_on(engine: Engine, demand: PodDemand, node: str) -> PodPlacement | str
     i = engine.state.node_index.get(node)
     if i is None:
         return f"{node}: {NOT_IN_POOL}"
-    with Transaction(engine.state) as txn:
+    with engine.transaction() as txn:
         placed = place_containers(engine, demand, i, txn)
         if isinstance(placed, str):
             txn.rollback()
@@ -140,7 +140,7 @@ def place_on(engine: Engine, demand: PodDemand, node: str) -> PodPlacement | str
 def fits_together(engine: Engine, demand: PodDemand, node: int) -> str | None:
     """Why the pod's containers do not fit on ``node`` together, or None. The state is left as
     it was."""
-    with Transaction(engine.state) as txn:
+    with engine.transaction() as txn:
         try:
             placed = place_containers(engine, demand, node, txn)
             return placed if isinstance(placed, str) else None

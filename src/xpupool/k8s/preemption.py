@@ -167,7 +167,7 @@ class Preemptions:
         if not owner:
             return None
         plan = plan_preemption(
-            engine.pipeline,
+            engine,
             demand.demands[0].request,
             lambda alloc: alloc.id in owner,
             nodes=nodes,

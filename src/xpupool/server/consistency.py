@@ -50,6 +50,18 @@ def problem_for(state: ClusterState, job_id: int, alloc: Allocation, error: Conf
             f"{alloc.node} no longer has",
             node=alloc.node,
         )
+    node = state.node_index[alloc.node]
+    elsewhere = [
+        d.uuid for d in alloc.devices if state.node_of_slot(state.uuid_slot[d.uuid]) != node
+    ]
+    if elsewhere:  # a store from a buggy past or a hostile edit: charged to one node, on another
+        owner = state.node_names[state.node_of_slot(state.uuid_slot[elsewhere[0]])]
+        return Problem(
+            job_id,
+            f"allocation {alloc.id} of job {job_id} on node {alloc.node} holds device "
+            f"{elsewhere[0]}, which is node {owner}'s",
+            node=alloc.node,
+        )
     if isinstance(error, OverCommit):
         where = (error.uuid,) if error.uuid is not None else ()
         return Problem(job_id, f"{error} (job {job_id})", where, None if where else alloc.node)

@@ -24,18 +24,18 @@ from sqlalchemy.exc import OperationalError
 
 from xpupool.catalog.images import ImageCatalog, default_image_catalog
 from xpupool.disk_reserve import DEFAULT_LOG_RESERVE_BYTES
-from xpupool.engine.allocation_ids import AllocationIds
 from xpupool.engine.cycle.admission import Admission, QueueSpec
 from xpupool.engine.cycle.cycle import SchedulingCycle
 from xpupool.engine.engine import Engine
 from xpupool.engine.fragmentation import kernels
+from xpupool.engine.host import EngineHost, HostedNode
 from xpupool.engine.learning_pace import LearningPace
 from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile
 from xpupool.engine.state import ClusterState
 from xpupool.engine.verdict import Verdicts
 from xpupool.model.allocation import Allocation, DeviceShare
 from xpupool.model.device import Device, Node
-from xpupool.model.errors import Conflict, RequestError, Unavailable
+from xpupool.model.errors import RequestError, Unavailable
 from xpupool.model.request import Request
 from xpupool.model.request_model import request_from_dict
 from xpupool.model.taint import Taint
@@ -266,10 +266,11 @@ class ControlPlane:
         self.learning_pace = LearningPace()  # when the scheduling loop re-learns (its _relearn)
         self.capacity_gen = 0
         self.next_job_id = 1
-        # the pool's one allocation id counter: every engine built here takes its ids from it,
-        # raised to the stored mark on each read (storage/pool.py), so no id repeats after a
-        # registration, a rebuild or a restart (issue 43, item 3)
-        self.allocation_ids = AllocationIds()
+        # the engine over the pool (engine/host.py): it builds each engine from the node records
+        # and owns the pool's one allocation id counter, raised to the stored mark on each read
+        # (storage/pool.py), so no id repeats after a registration, a rebuild or a restart (issue
+        # 43, item 3); learning is deferred: the scheduling pass re-learns after placing
+        self.host = EngineHost(profile, profiles=self.profiles, seed=seed, defer_learning=True)
         self.principals: dict[str, Principal] = {}  # token hash -> principal, live tokens only
         self.audit = AuditLog(self.db, self.write, clock, audit_keep)  # rows kept per kind
         self.retention = retention or Retention()  # finished jobs kept (services/job_limits.py)
@@ -292,10 +293,8 @@ class ControlPlane:
         # queue: every write to tenants or queues empties it (forget_grants)
         self.grant_rows: dict[str, Any] = {}
         self._writer: Connection | None = None  # the connection of write(), held (see there)
-        self.engine: Engine
         self.admission: Admission
         self._cycle: SchedulingCycle | None = None
-        self._verdicts: Verdicts | None = None
         self.observers: list[Callable[[str, float], None]] = []  # (event, seconds) for metrics
         self.health = Health()
         if ownership is not None:  # every commit checks the store is still this server's
@@ -389,7 +388,7 @@ class ControlPlane:
             top = conn.execute(select(func.max(t_jobs.c.id))).scalar()
             first = conn.execute(select(t_pool.c.first_job_id)).scalar()
             self.next_job_id = max(int(top or 0) + 1, int(first or 1))
-            self.allocation_ids.seen(first_allocation_id(conn) - 1)  # every id below is used
+            self.host.ids.seen(first_allocation_id(conn) - 1)  # every id below is used
             pending_rows = conn.execute(
                 select(t_jobs).where(t_jobs.c.state == JobPhase.PENDING.value)
             ).mappings()
@@ -462,57 +461,57 @@ class ControlPlane:
         self.rebuild_engine()
         self._stale = False
 
-    def build(self, nodes: dict[str, NodeRecord]) -> Built:
+    def build(self, nodes: Mapping[str, NodeRecord]) -> Built:
         """A fresh engine over ``nodes`` with every held allocation re-applied and re-charged;
         changes nothing on the plane. Raises RequestError for a duplicate node name or device
-        UUID. An allocation that cannot be re-applied (its node or a device is gone, or it
-        would over-commit) is left out and described in ``problems``. The engine takes its
-        allocation ids from the plane's one counter (``allocation_ids``), as every engine
-        before it did, so no id is handed out twice however often the engine is rebuilt."""
-        state = ClusterState([r.node for r in nodes.values()], seed=self.seed)
-        for rec in nodes.values():
-            if rec.cordoned or rec.status is NodeStatus.LOST:
-                state.set_node_schedulable(rec.node.name, False)
-            for uuid in rec.cordoned_devices | rec.draining:
-                if uuid in state.uuid_slot:
-                    state.set_device_cordoned(uuid, True)
-        engine = Engine(
-            state, self.profile, seed=self.seed, profiles=self.profiles, ids=self.allocation_ids
+        UUID. An allocation that cannot be re-applied (its node or a device is gone or another
+        node's, or it would over-commit) is left out and described in ``problems``: the plane's
+        rule for what no longer fits is to requeue those jobs by their policy with an event
+        (``consistency.settle``). The engine takes its allocation ids from the host's one
+        counter, so no id is handed out twice however often the engine is rebuilt."""
+        engine = self.host.fresh(
+            HostedNode(
+                rec.node,
+                not (rec.cordoned or rec.status is NodeStatus.LOST),
+                frozenset(rec.cordoned_devices | rec.draining),
+            )
+            for rec in nodes.values()
         )
-        engine.defer_learning()  # the scheduling pass re-learns after placing (scheduler_loop.py)
         admission = Admission(engine, self.queue_specs.values())
-        kept: dict[int, list[Allocation]] = {job_id: [] for job_id in self.held}
-        problems: list[Problem] = []
-        # oldest allocation first: when two claim one device, the one placed first keeps it
-        everything = sorted(
-            ((a, job) for job in self.held.values() for a in job.allocations),
-            key=lambda pair: pair[0].id,
+        held = self.held
+        # one allocation per charge: a job keeps those of its allocations that still fit
+        done = self.host.reapply(
+            engine,
+            ((job.id, (a,)) for job in held.values() for a in job.allocations),
+            lambda job_id, a: admission.restore(a, held[job_id].queue, held[job_id].flavor),
         )
-        for alloc, job in everything:
-            readdressed = readdress(state, alloc)
-            try:
-                if readdressed is None:
-                    raise Conflict(f"allocation {alloc.id} lost its node or a device")
-                admission.restore(readdressed, job.queue, job.flavor)
-            except Conflict as exc:
-                problems.append(problem_for(state, job.id, alloc, exc))
-                continue
-            kept[job.id].append(readdressed)
-        for job in self.held.values():
+        kept: dict[int, list[Allocation]] = {job_id: [] for job_id in held}
+        for job_id, allocations in done.kept.items():
+            kept[job_id].extend(allocations)
+        problems = [
+            problem_for(engine.state, r.owner, r.allocations[0], r.error) for r in done.refused
+        ]
+        for job in held.values():
             if not job.allocations:
                 problems.append(Problem(job.id, f"job {job.id} is {job.state.value} on no device"))
         return Built(engine, admission, kept, problems)
 
     def install(self, built: Built) -> None:
-        """Serve from ``built`` (made by :meth:`build` over the node records now in place); its
+        """Serve ``built`` (made by :meth:`build` over the node records now in place); its
         engine goes on learning the workload from where the engine it replaces was."""
-        if hasattr(self, "engine"):
-            built.engine.inherit_learning(self.engine)
-        self.engine, self.admission = built.engine, built.admission
+        self.host.install(built.engine)
+        self.admission = built.admission
         for job_id, allocations in built.allocations.items():
             if job_id in self.held:
                 self.held[job_id].allocations = allocations
         self.capacity_gen += 1
+
+    @property
+    def engine(self) -> Engine:
+        """The engine served (the host's)."""
+        engine = self.host.engine
+        assert engine is not None, "no engine built yet"
+        return engine
 
     def rebuild_engine(self, conn: Connection | None = None) -> None:
         """A fresh engine from the node records, with every held allocation re-applied and
@@ -533,10 +532,8 @@ class ControlPlane:
 
     @property
     def verdicts(self) -> Verdicts:
-        """Whether a request could ever fit this pool (on the current engine's state)."""
-        if self._verdicts is None or self._verdicts.state is not self.engine.state:
-            self._verdicts = Verdicts(self.engine.state, self.engine.pipeline.filters_off)
-        return self._verdicts
+        """Whether a request could ever fit this pool (the host's, on the engine served)."""
+        return self.host.verdicts
 
     @property
     def cycle(self) -> SchedulingCycle:
@@ -595,7 +592,7 @@ class ControlPlane:
 
     def set_schedulable(self, name: str, schedulable: bool) -> None:
         """Whether the engine may place on node ``name`` (ready and not cordoned)."""
-        self.engine.state.set_node_schedulable(name, schedulable)
+        self.engine.set_node_schedulable(name, schedulable)
 
     @property
     def cluster_state(self) -> ClusterState:
@@ -922,9 +919,7 @@ class ControlPlane:
             values["deleting_since"] = None
             log.warning("node %s uncordoned: its deletion is cancelled", name)
         conn.execute(update(t_nodes).where(t_nodes.c.name == name).values(**values))
-        self.engine.state.set_node_schedulable(
-            name, not cordoned and rec.status is NodeStatus.READY
-        )
+        self.engine.set_node_schedulable(name, not cordoned and rec.status is NodeStatus.READY)
         if not cordoned:
             self.bump()
 
@@ -936,7 +931,7 @@ class ControlPlane:
             .where(t_nodes.c.name == rec.node.name)
             .values(cordoned_devices=sorted(rec.cordoned_devices))
         )
-        self.engine.state.set_device_cordoned(uuid, cordoned or uuid in rec.draining)
+        self.engine.set_device_cordoned(uuid, cordoned or uuid in rec.draining)
         if not cordoned:
             self.bump()
 
@@ -1061,7 +1056,8 @@ def allocation_to_dict(a: Allocation) -> dict[str, object]:
 
 
 def allocation_from_dict(d: dict[str, object]) -> Allocation:
-    """Slots and node index are placeholders here: :func:`readdress` fixes them per engine."""
+    """Slots and node index are placeholders here: :meth:`ClusterState.readdress` fixes
+    them per engine."""
     devices = d["devices"]
     assert isinstance(devices, list)
     return Allocation(
@@ -1077,20 +1073,6 @@ def allocation_from_dict(d: dict[str, object]) -> Allocation:
             for x in devices
         ),
         priority=int(d.get("priority", 0)),  # type: ignore[call-overload]
-    )
-
-
-def readdress(state: ClusterState, a: Allocation) -> Allocation | None:
-    """``a`` with this state's node index and slots; None if its node or a device is gone."""
-    node = state.node_index.get(a.node)
-    if node is None or any(d.uuid not in state.uuid_slot for d in a.devices):
-        return None
-    shares = tuple(
-        DeviceShare(d.uuid, state.uuid_slot[d.uuid], d.memory_mib, d.core_permille)
-        for d in a.devices
-    )
-    return Allocation(
-        a.id, a.request_name, a.replica, a.node, node, a.cpu_milli, a.memory_mib, shares, a.priority
     )
 
 

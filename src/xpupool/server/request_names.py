@@ -45,7 +45,7 @@ def check_names(engine: Engine, req: Request) -> None:
             )
             raise RequestError(f"devices.{key}[{i}]", name, reason)
     _check_sites(engine, req)
-    if "DeviceUuid" in engine.pipeline.filters_off(req):
+    if "DeviceUuid" in engine.filters_off(req):
         return  # its profile places without looking at UUIDs
     for i, uuid in enumerate(d.uuids):
         if uuid not in state.uuid_slot:

@@ -17,7 +17,6 @@ import numpy as np
 
 from xpupool.engine import ClusterState, Engine, Profile
 from xpupool.engine.fragmentation import (
-    FragmentationCache,
     Stranded,
     TargetWorkload,
     kernels,
@@ -61,7 +60,7 @@ def replay(
     start = time.perf_counter()
     state = ClusterState(nodes, seed=seed)
     engine = Engine(state, policy, seed=seed, workload=workload)
-    frag = FragmentationCache(state, engine.pipeline, workload)
+    frag = engine.fragmentation_cache(workload)
     n = len(tasks)
     arrived = np.zeros(n, np.int64)
     placed = np.zeros(n, np.int64)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from xpupool.engine.engine import Engine
 from xpupool.engine.pipeline import Pipeline
 from xpupool.engine.reasons import PREEMPTION_MAY_HELP
 from xpupool.engine.state import ClusterState
@@ -44,7 +45,7 @@ class PreemptionPlan:
 
 
 def plan_preemption(
-    pipeline: Pipeline,
+    engine: Engine | Pipeline,
     req: Request,
     evictable: Evictable | None = None,
     *,
@@ -56,7 +57,9 @@ def plan_preemption(
     ``evictable`` says which allocations may go; by default those of strictly lower priority
     (a lender reclaiming its quota passes "those of queues borrowing from it"). ``nodes`` limits
     the candidates (the Kubernetes front passes those kube-scheduler's own filters passed);
-    ``fits_on`` replaces the fit check (see :data:`FitsOn`)."""
+    ``fits_on`` replaces the fit check (see :data:`FitsOn`). A front passes its engine; the
+    scheduling cycle inside the engine passes the pipeline."""
+    pipeline = _pipeline(engine)
     state = pipeline.state
     may_go = evictable if evictable is not None else (lambda a: a.priority < req.priority)
     best: tuple[tuple[int, int, int, int], PreemptionPlan] | None = None
@@ -109,7 +112,7 @@ def _fits_on(pipeline: Pipeline, req: Request, node: int) -> bool:
 
 
 def minimal_victims(
-    pipeline: Pipeline,
+    engine: Engine | Pipeline,
     req: Request,
     node: int,
     evictable: Evictable,
@@ -118,6 +121,7 @@ def minimal_victims(
     """The evictable allocations of ``node`` to evict so that the preemptor fits there, none of
     which could be spared alone; None when evicting all of them is not enough. A what-if: the
     state is left as it was."""
+    pipeline = _pipeline(engine)
     state: ClusterState = pipeline.state
     fits = fits_on if fits_on is not None else (lambda n: _fits_on(pipeline, req, n))
     lower = sorted(
@@ -138,3 +142,8 @@ def minimal_victims(
                     continue
             victims.append(alloc)
         return victims
+
+
+def _pipeline(engine: Engine | Pipeline) -> Pipeline:
+    """The filters to plan with: a front hands its engine (it never reaches into it)."""
+    return engine.pipeline if isinstance(engine, Engine) else engine

@@ -259,7 +259,7 @@ def _stranded(plane: ControlPlane) -> tuple[Stranded | None, int]:
     if kept.stranded is not None and _same(kept.stranded[0], st, st.epoch, st.change_seq, shapes):
         return kept.stranded[1], len(shapes)
     if kept.table is None or not _same(kept.table[0], st, st.epoch, shapes):
-        kept.table = (_key(st, st.epoch, shapes), ShapeTable(st, plane.engine.pipeline, workload))
+        kept.table = (_key(st, st.epoch, shapes), plane.engine.shape_table(workload))
     found = stranded_capacity(st, kept.table[1])
     kept.stranded = (_key(st, st.epoch, st.change_seq, shapes), found)
     return found, len(shapes)
