@@ -1,6 +1,6 @@
 """A fingerprint of the engine's placements: proof that a refactor changed nothing it should not.
 
-    python bench/fingerprint.py [--json] [--check docs/placement-fingerprint.json] [--jobs 2]
+    python bench/fingerprint.py [--json] [--check docs/results/placement-fingerprint.json] [--jobs 2]
 
 Replays two seeds of three Alibaba traces (FGD protocol, no departures) with four policies and
 hashes every placement (task, node, devices with their memory and core shares, CPU, memory), then

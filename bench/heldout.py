@@ -2,7 +2,7 @@
 
     python bench/heldout.py --jobs 2 [--mixes eighths,random1] [--policies xpupool,fgd,bestfit]
         [--seeds 42-51] [--random 10] [--nodes openb_node_list_all_node.csv | --fleet modern]
-        [--out docs/heldout-results.jsonl] [--reuse] [--keep DIR]
+        [--out docs/results/heldout-results.jsonl] [--reuse] [--keep DIR]
 
 The mixes (``xpupool.sim.synthetic``: five designed, ``--random`` (10) drawn at random from seed 2026) are
 written as ``openb_pod_list_<mix>.csv`` beside the Alibaba GPU node list, then replayed under the FGD
@@ -24,7 +24,7 @@ from policy_table import TRACES, load, measure, record, run_arguments, seed_rang
 from xpupool.sim.alibaba import read_nodes
 from xpupool.sim.synthetic import MODERN_FLEET, Mix, generate, held_out, write_fleet, write_tasks
 
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "docs" / "heldout-results.jsonl"
+DEFAULT_OUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "heldout-results.jsonl"
 TASKS = 8000  # per mix, about the size of the default trace (the protocol resamples to 130 %)
 NODES = "openb_node_list_gpu_node.csv"
 

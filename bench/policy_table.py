@@ -1,7 +1,7 @@
 """xpupool's default policy against FGD and BestFit on every Alibaba trace, FGD protocol.
 
     python bench/policy_table.py --jobs 2 [--traces default,cpu250] [--policies xpupool,fgd,bestfit]
-        [--out docs/placement-policy-results.jsonl] [--reuse] [--plot docs/placement-policy.png]
+        [--out docs/results/placement-policy-results.jsonl] [--reuse] [--plot docs/placement-policy.png]
 
 For each trace in ``../shared/traces/alibaba-gpu-v2023`` and each policy, replays seeds 42..51 and
 records mean and sd of unallocated GPU % at arrived = 100 %, one JSON line per (trace, policy) in
@@ -20,7 +20,9 @@ from pathlib import Path
 from xpupool.sim.runner import RunSpec, run_all, summarise
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "alibaba-gpu-v2023"
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "docs" / "placement-policy-results.jsonl"
+DEFAULT_OUT = (
+    Path(__file__).resolve().parents[1] / "docs" / "results" / "placement-policy-results.jsonl"
+)
 
 
 def all_traces(data: Path) -> list[str]:

@@ -17,7 +17,7 @@ import pytest
 from xpupool.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 README = (ROOT / "README.md").read_text()
 
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
@@ -41,7 +41,7 @@ def _links(path: Path) -> list[str]:
     return [t for t in _LINK.findall(text) if not re.match(r"[a-z]+:", t)]
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_relative_link_and_anchor_resolves(doc: Path) -> None:
     broken = []
     for target in _links(doc):
@@ -96,3 +96,27 @@ def test_every_command_the_docs_show_exists() -> None:
             if isinstance(command, click.Group) and sub not in command.commands:
                 missing.append(f"{doc.name}: xpupool {group} {sub}")
     assert not missing, "\n".join(missing)
+
+
+def test_the_docs_index_lists_every_doc_once() -> None:
+    """docs/index.md is where a reader finds a page: one that is not listed there is not found, and
+    one listed twice is listed in the wrong section once. Raw results count as one entry, their
+    folder."""
+    index = ROOT / "docs" / "index.md"
+    listed = [target.partition("#")[0] for target in _links(index)]
+    docs = ROOT / "docs"
+    pages = {p.relative_to(docs).as_posix() for p in docs.rglob("*.md")} - {"index.md"}
+    expected = pages | {"results/"}
+    inside = [t for t in listed if not t.startswith("../")]
+    assert sorted(set(inside)) == sorted(expected), "docs/index.md and docs/ disagree"
+    assert len(inside) == len(set(inside)), "docs/index.md lists a doc twice"
+    assert "docs/index.md" in README, "the README does not link the docs index"
+
+
+def test_no_raw_result_file_sits_at_the_top_of_docs() -> None:
+    """Results the benchmarks write (JSON, JSON lines, CSV, text) live under docs/results/, where
+    bench/fingerprint.py, bench/policy_table.py and bench/heldout.py read and write them."""
+    loose = [
+        p.name for p in (ROOT / "docs").iterdir() if p.suffix in {".json", ".jsonl", ".csv", ".txt"}
+    ]
+    assert not loose, f"move these under docs/results/: {loose}"
