@@ -15,7 +15,8 @@ The victim's submit round trip is measured three times:
   (each try places every node, then fails and rolls back: the most a job can cost) up to
   ``max_replicas_per_job``, then single jobs no node can take, until refused (429/403);
 - ``flood_raised_limits``: the admin has raised the flooder's limits and it queues jobs of 10,000
-  replicas, as in issue 18 (864 ms submits for the victim with them, 11 ms without).
+  replicas, the case issue 18 reported (the victim's submits many times slower with them than
+  without; current figures in docs/benchmarks.md).
 
 Each phase reports p50/p99/max (ms), how many victim submissions failed, and the flood admitted
 to the queue. The flood is cancelled between phases.

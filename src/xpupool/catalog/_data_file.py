@@ -58,7 +58,8 @@ class LocatedList(list[object]):
 
 
 # libyaml's parser when PyYAML was built with it (its wheels are): the catalogs are read at every
-# start, and the pure-Python parser took most of a second of it (docs/benchmarks.md, start-up).
+# start, and the pure-Python parser was a large part of the start's CPU (docs/benchmarks.md,
+# start-up).
 if TYPE_CHECKING or not getattr(yaml, "__with_libyaml__", False):
     _SafeLoader = yaml.SafeLoader
 else:

@@ -20,7 +20,7 @@ def jit(func: Any) -> Any:
     """``func`` compiled by Numba, its machine code cached for the next process where a folder can
     take it (beside this module, ``NUMBA_CACHE_DIR``, or the user's cache folder); on a read-only
     install with none of them writable, Numba refuses to cache, and each process compiles afresh
-    (about 9 s for all the loops, paid in ``kernels.warm``)."""
+    (seconds of CPU for all the loops, paid in ``kernels.warm``: docs/benchmarks.md, start-up)."""
     try:
         return njit(cache=True, nogil=True)(func)
     except RuntimeError:  # "cannot cache function ...: no locator available"

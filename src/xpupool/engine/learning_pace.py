@@ -1,7 +1,7 @@
 """When a front that defers its engine's online learning (``Engine.defer_learning``) re-learns.
 
 Re-learning the online workload rebuilds the measure, the pressure and the lookahead over every
-node (about 40 ms at 5,000 nodes, with the warm-up ``Engine.relearn(warm=True)`` does), and a
+node (with the warm-up ``Engine.relearn(warm=True)`` does: its cost grows with the pool), and a
 fresh engine finds its workload changed every few requests. Inline, that cost lands on whichever
 request made the change due. The fronts re-learn between requests instead, paced here: at most
 once every ``every_s`` (the first time at once), and not right after requests arrived (the next

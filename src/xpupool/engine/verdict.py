@@ -11,8 +11,8 @@ again when the inventory changes, so "could ever fit" and "fits now" cannot disa
 fits. The answer names the closest miss: the check that failed on the nodes that passed the most
 checks, with the largest value the pool has and the value asked ("the largest H100 has 80Gi; asked
 100Gi"). Answers are kept per request (its name aside) until the twin is built again: a submission
-of a shape asked before costs a lookup, not a pass of the filters over every node (at 1,000 nodes,
-37 % of the submit service's time at 500 submissions/s).
+of a shape asked before costs a lookup, not a pass of the filters over every node, which was a
+large share of the submit service's time (docs/benchmarks.md and its history).
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ class Verdicts:
         """The filters over the empty twin, built again only when nodes were added: the twin
         holds every node and card as schedulable, healthy and untainted, so a cordon, a health
         change or a lost node (each bumps the state's epoch) changes nothing in it. Building it costs as much
-        as the pool is large (a second at 5,000 nodes), on the request path (issue 25)."""
+        as the pool is large, on the request path (issue 25)."""
         state = self.state
         if self._twin is None or self._twin[0] is not state.nodes:  # add_node makes a new list
             nodes = [

@@ -494,11 +494,11 @@ SPEC_READS_KEPT = 1024
 def read_spec(text: str) -> RequestModel:
     """The request model of the compact string ``text``, as ``RequestModel.model_validate(text)``
     gives it, read once per distinct text of the last ``SPEC_READS_KEPT``: reading a string
-    parses it, writes it out and validates that form again, about a third of what a submission
-    cost the app in process (issue 25), and clients send the same few strings again and again
-    (a sweep, a template, the CLI's ``xpupool submit A100:2``). Each call returns its own copy,
-    which its caller may change; a text that fails raises the same ``ValidationError`` each
-    time (failures are not kept)."""
+    parses it, writes it out and validates that form again, a large part of what a submission
+    costs the app (issue 25; docs/benchmarks.md and its history), and clients send the same few
+    strings again and again (a sweep, a template, the CLI's ``xpupool submit A100:2``). Each call
+    returns its own copy, which its caller may change; a text that fails raises the same
+    ``ValidationError`` each time (failures are not kept)."""
     return _read_spec(text).model_copy()
 
 
@@ -529,9 +529,10 @@ def request_to_dict(req: Request) -> dict[str, object]:
     What is written for everything but the name is kept for the last ``FORMS_KEPT`` requests
     that differ in more than their names, their devices told apart by identity (jobs read from
     the same compact string share one, :func:`read_spec`; two equal device requests may be
-    written differently, ``cuda>=0`` and ``cuda>=0.0``): writing it cost a quarter of the
-    submission service's time (issue 25). The name, the model's first field, comes first as in
-    :meth:`RequestModel.dump`; each call returns its own dict."""
+    written differently, ``cuda>=0`` and ``cuda>=0.0``): writing it was a large part of the
+    submission service's time (issue 25; docs/benchmarks.md and its history). The name, the
+    model's first field, comes first as in :meth:`RequestModel.dump`; each call returns its own
+    dict."""
     unnamed = _unnamed_form(_Unnamed(req))
     out: dict[str, object] = {"name": req.name} if req.name else {}
     for key, value in unnamed.items():

@@ -155,8 +155,8 @@ def create_app(
     if limiter is not None:  # outermost: a refused request costs no audit row, no body read
         app.add_middleware(RateLimitGate, limiter=limiter, forwarded=forwarded)
     # Routes are matched in this order, one after another: the busiest first (submissions,
-    # then every node's heartbeats). Matching the tenants' routes before a submission's cost a
-    # tenth of what FastAPI spent on it in process (issue 25). No two routers share a path.
+    # then every node's heartbeats): each route matched before a submission's is paid by every
+    # submission (issue 25; docs/benchmarks.md and its history). No two routers share a path.
     for router in (
         jobs.router,
         agents.router,

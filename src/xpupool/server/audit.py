@@ -7,7 +7,7 @@ own calls). Successful heartbeats are counted per node in memory (``heartbeats``
 bury everything else.
 
 Each row has a kind (``storage/audit.kind_of``) and each kind its own bound (:class:`AuditKeep`):
-a hostile agent credential refused in a loop (285 calls/s measured, issue 43 item 8) once wrote a
+a hostile agent credential refused in a loop (issue 43 item 8) once wrote a
 row per call into one table of 100,000 and pushed the admin's history out in minutes. Now its
 refusals are aggregated: the first of a window (``window_s``, one per credential, source, action
 and status) writes a row, the next ones add to its ``count`` in memory, written to that row at

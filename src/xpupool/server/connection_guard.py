@@ -3,8 +3,8 @@ server's protocol, below the app, since neither reaches the app.
 
 uvicorn times only the idle wait between two requests of a kept-alive connection
 (``timeout_keep_alive``). A connection that never sends anything, or sends part of a request
-header and stops, is kept for ever, and one address may open any number of them (issue 43: 200
-half-sent headers all still open after 71 s). Here, per connection: its request header must be
+header and stops, is kept for ever, and one address may open any number of them (issue 43).
+Here, per connection: its request header must be
 whole within ``header_timeout_s`` of the connection being made, or of the first byte of each
 next request on it, or the connection is closed; and a connection that would make its address
 hold more than ``per_address`` is answered 429 and closed at once. Counted per server process:

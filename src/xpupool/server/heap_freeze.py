@@ -3,15 +3,15 @@ changed since the last one, not all that the server holds.
 
 CPython's full collection (generation 2) walks every object the collector tracks, holding the
 GIL: the API and the scheduling passes stop meanwhile. ``xpupool up`` freezes what it built at
-start (``freeze_start_heap``), but the jobs it holds come later: at 1,000 nodes the full
-collections over 10,000 submissions took 18, 51, 81, 103, 125 and 184 ms, each longer than
-the last as jobs accumulated (issue 25).
+start (``freeze_start_heap``), but the jobs it holds come later, so each full collection took
+longer than the last as jobs accumulated (issue 25; the figures are in docs/benchmarks.md and
+its history).
 
 :class:`SurvivorFreeze` freezes what survived each full collection, once it ends: the next one
 walks only what came since. The price is that frozen objects which later become garbage *in a
 cycle* are not collected (garbage without a cycle is freed by its reference count, frozen or
 not); a sweep every ``sweep_s`` unfreezes everything and collects it once, and the survivors are
-frozen again. That sweep is a full collection of everything (about 170 ms at 5,000 nodes), so it
+frozen again. That sweep is a full collection of everything, the one long pause left, so it
 waits for a quiet moment, a second with no submission and none pending, for one more period at
 most."""
 
@@ -30,9 +30,9 @@ def freeze_start_heap() -> int:
     """Put every object alive once the server has started (the pool's node and device records,
     the engine's tables, the imported modules) out of the cyclic collector's reach, and return
     how many. They live as long as the server; left in the oldest generation, each full
-    collection walks all of them holding the GIL: at 5,000 nodes that stopped the API and the
-    scheduler for 40 to 130 ms of CPU at a time (issue 25). Objects made later (jobs, requests)
-    are collected as usual."""
+    collection walks all of them holding the GIL, and stops the API and the scheduler for longer
+    the larger the pool (issue 25; figures in docs/benchmarks.md and its history). Objects made
+    later (jobs, requests) are collected as usual."""
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count()

@@ -232,8 +232,9 @@ class StoreOwnership:
         The check wraps the engine's own dialect's ``do_commit`` (each engine has its dialect),
         the one call every commit of every connection goes through. A SQLAlchemy ``commit``
         event listener would do the same, but any engine event sends every statement down
-        SQLAlchemy's slower path with events: 30 to 60 us more per transaction, read or write,
-        where this costs one SELECT per writing transaction (bench/store_fence.py)."""
+        SQLAlchemy's slower path with events, a cost on every transaction, read or write, where
+        this costs one SELECT per writing transaction (``bench/store_fence.py``; the figures are
+        in docs/benchmarks.md)."""
         dialect = engine.dialect
         if dialect in self._fenced:
             return

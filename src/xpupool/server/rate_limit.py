@@ -63,8 +63,8 @@ class Rate:
 
 TOKEN_RATE = Rate(50.0, 200)
 """Default per credential: far above an agent (a heartbeat and a log upload per replica every
-few seconds) or a dashboard (a few fragments every 2 s), far below what one client can send (the
-issue measured 285 refused agent calls a second)."""
+few seconds) or a dashboard (a few fragments every 2 s), far below what one client can send in a
+loop of refused calls (issue 43)."""
 ADDRESS_RATE = Rate(10.0, 50)
 """Default per address, for requests with no valid credential: probes, a sign-in page and its
 files, /healthz; not a token-guessing loop."""

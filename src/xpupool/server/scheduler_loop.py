@@ -97,11 +97,10 @@ async def run_passes(plane: ControlPlane, period_s: float = 1.0) -> None:
     woken (a submission, a release, a node change) and every ``period_s``, until cancelled.
 
     Why not a thread: the API and the passes both run Python, and two busy threads of one
-    interpreter take turns at the GIL; at 1,000 nodes and 1,000 submissions/s the handovers
-    cost the server as much CPU as the work (1.4 ms a job in two threads, 1.0 ms here), and it
-    took 660/s (issue 25). Between two batches of a pass the loop serves what came meanwhile,
-    so a submission waits for one batch (``BATCH_S``) at most, as it did for the lock. A
-    cancel lands between two batches, never inside one."""
+    interpreter take turns at the GIL, and at the server's limit the handovers cost about as much
+    CPU as the work (issue 25; docs/benchmarks.md and its history). Between two batches of a
+    pass the loop serves what came meanwhile, so a submission waits for one batch (``BATCH_S``)
+    at most, as it did for the lock. A cancel lands between two batches, never inside one."""
     while True:
         await plane.wake.wait(period_s)
         try:
@@ -126,9 +125,9 @@ def _relearn(plane: ControlPlane, arrived: bool) -> None:
     """Re-learn the engine's online workload if that is due, paced by the plane's
     ``learning_pace`` (``engine/learning_pace.py``: at most once a second, not after a pass during
     which a job ``arrived`` (the next pass is about to place it), for half a second at most).
-    At 5,000 nodes each re-learn costs 30 to 40 ms of the server's time, and the jobs that came
-    meanwhile waited for it (issue 25: a p99 of 112 ms over a 10 s run when it re-learned after
-    every pass that made it due)."""
+    A re-learn is a pass over every node, and the jobs that come meanwhile wait for it:
+    re-learning after every pass that made it due set the submission -> scheduled p99 on a large
+    pool (issue 25; docs/benchmarks.md and its history)."""
     plane.learning_pace.tick(plane.engine, plane.clock(), arrived)
 
 

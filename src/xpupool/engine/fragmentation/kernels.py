@@ -724,7 +724,8 @@ def warm_in_background() -> threading.Thread:
 def warm() -> None:
     """Compile the loops now (or load them from the cache), once per process, on a one-node table
     of the types the engine passes, and import the LP solver of the share prices
-    (``prices.py``, imported lazily: 0.4 s that the engine's import does not pay). A
+    (``prices.py``, imported lazily: SciPy's import is slow, and the engine's import does not
+    pay it). A
     server starts this before it takes requests: done on the first request instead, each is a
     stall that queues every request behind it."""
     global _warm

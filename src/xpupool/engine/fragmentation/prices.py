@@ -89,7 +89,7 @@ def _dual_prices(sizes: IntArray, counts: list[float]) -> FloatArray:
     workload's shares), by column generation from the one-size patterns."""
     if not sizes.size:
         return np.zeros(0)
-    from scipy.optimize import linprog  # 0.4 s to import: only where there are shares to price
+    from scipy.optimize import linprog  # slow to import: only where there are shares to price
 
     demand = np.asarray(counts, np.float64)
     demand = demand / demand.sum()

@@ -1,12 +1,13 @@
 """Distinct rows of a narrow 2-D array and which distinct row each row is: what
 ``np.unique(a, axis=0, return_inverse=True)`` answers, in the same order, without its cost.
 
-``np.unique`` along an axis sorts the rows as records, field by field; at 5,000 nodes the shape
-table's node kinds and the pressure's device classes (40,000 rows) took a tenth of the server's
-time while it placed (issue 25), every time the online workload was learned again. A row that
-packs into 8 bytes is sorted as one big-endian integer instead: the integers sort as the rows do
-(element by element, False before True, 0 before 255), so the distinct rows come in the same
-order and every row gets the same index. Wider rows take ``np.unique`` as before.
+``np.unique`` along an axis sorts the rows as records, field by field; on a large pool the shape
+table's node kinds and the pressure's device classes (a row per card) took a visible share of
+the server's time while it placed (issue 25; docs/benchmarks.md and its history), every time the
+online workload was learned again. A row that packs into 8 bytes is sorted as one big-endian
+integer instead: the integers sort as the rows do (element by element, False before True, 0
+before 255), so the distinct rows come in the same order and every row gets the same index.
+Wider rows take ``np.unique`` as before.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ window's requests are counted per shape as they enter and leave it (``measure.Sh
 re-learn does not go over the whole window again. A re-learn that finds the shapes in use with
 probabilities moved by at most ``relearn_change`` in all (total variation) keeps what is built
 on them: rebuilding the shape table, the measure, the pressure and the lookahead for a workload
-that did not change cost 40 ms a time at 5,000 nodes and set the embedded server's p99. A front
+that did not change is a pass over every node, and it set the embedded server's p99
+(docs/benchmarks.md and its history). A front
 that places in batches defers re-learning to the end of each (``deferred``, :meth:`relearn`), and
 an engine rebuilt for a changed pool starts from its predecessor's window (``seen``) instead of
 learning from nothing again.
@@ -193,9 +194,9 @@ class WorkloadModel:
         measure starts empty). Each is a function of the state and the workload, kept current
         per node afterwards, so building it here or lazily gives the same values. A front that
         re-learns between placements (the embedded server, when no job waits) calls it so that
-        the jobs after a re-learn do not pay for it: at 5,000 nodes the first placement of each
-        shape after one took about 5 ms instead of 1, and a fresh server re-learns many times in
-        its first second."""
+        the jobs after a re-learn do not pay for it: otherwise the first placement of each shape
+        after one builds it and is several times slower than the next, and a fresh server
+        re-learns many times in its first second."""
         self.frag.current()
         pressure = self._pressure_now()
         if pressure.active:

@@ -8,8 +8,8 @@ submits exactly as the route does (``routers/jobs.py``), in the order FastAPI do
 JSON, then the token, then the body's fields), and answers the status, headers and JSON body the
 route would have answered (``error_answers.py``), which the worker sends on as they are; for a
 job it stored, the row as stored, which the worker renders (``front/app.py``). What the plane saves
-is HTTP and the answer's rendering: the connection, the framework and the response cost it about
-0.4 ms of a submission's 1.0 (issue 25). The submissions that come in one turn of the event loop
+is HTTP and the answer's rendering, the larger part of what a submission cost it through the
+framework (issue 25; docs/benchmarks.md). The submissions that come in one turn of the event loop
 are stored in one transaction (``jobs.submit_many``): one commit for several.
 
 The channel is a Unix socket in a directory of mode 0700 (the plane's user only). A connection

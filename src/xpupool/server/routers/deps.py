@@ -2,8 +2,8 @@
 
 They are coroutines: FastAPI runs a plain function dependency in its thread pool, one thread hop
 per dependency per request, and these only read memory (a token's principal is cached; the store
-is read once per token). The thread pool's hand-offs were about a sixth of the server's samples
-in a profile at 200 submissions/s (issue 25)."""
+is read once per token). The thread pool's hand-offs showed in the server's profile under load
+(issue 25; docs/benchmarks.md and its history)."""
 
 from __future__ import annotations
 

@@ -21,8 +21,8 @@ async def submit(body: JobIn, plane: Plane, me: User, request: Request) -> Respo
     """Submit a job. It is stored before the answer; the scheduler places it right after."""
     # On the event loop, not in a thread: a submission is CPU under the plane's lock (held by
     # the scheduler for one batch of a few ms at most) and a commit that does not wait for the
-    # disk (WAL, synchronous=NORMAL), and the hop to a thread and back was a fifth of what a
-    # submission cost the app in process (issue 25).
+    # disk (WAL, synchronous=NORMAL), and the hop to a thread and back was a large part of what
+    # a submission cost the app (issue 25; docs/benchmarks.md and its history).
     request.state.audit_target = submit_target(body.tenant or me.tenant)  # an admin's is audited
     job = jobs.submit(plane, me, body)
     request.state.audit_target = submit_target(job.tenant, job.id)

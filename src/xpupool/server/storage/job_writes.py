@@ -3,7 +3,8 @@
 A scheduling batch places up to 32 jobs in one transaction (``server/scheduler_loop.py``), and
 each placement wrote five statements: the job's row and an event for ``admitted``, its
 allocations, the row and an event again for ``scheduled``. Through SQLAlchemy a statement costs
-more CPU than SQLite takes to run it, so at 1,000 nodes the writes were 40 % of a pass (issue 25).
+more CPU than SQLite takes to run it, so the writes were a large part of a pass (issue 25;
+docs/benchmarks.md and its history).
 :class:`JobWrites` keeps them until :meth:`JobWrites.flush`, then writes one statement per kind
 with every row (``executemany`` on the driver's cursor, ``driver_insert.py``):
 
