@@ -93,13 +93,12 @@ def _target(scope: Scope, state: dict[str, Any]) -> str:
 
 
 class AuditMiddleware:
-    """``forwarded``: the app serves the HTTP workers' socket; a row's ``source`` is then the
-    address the worker saw (``client_address.py``)."""
+    """A row for each audited request; its ``source`` is the client's address (behind the HTTP
+    workers, the one the worker saw: ``client_address.py``)."""
 
-    def __init__(self, app: ASGIApp, plane: ControlPlane, forwarded: bool = False) -> None:
+    def __init__(self, app: ASGIApp, plane: ControlPlane) -> None:
         self.app = app
         self.plane = plane
-        self.forwarded = forwarded
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -136,7 +135,7 @@ class AuditMiddleware:
             _target(scope, state),
             status,
             audit_reason(status, body),
-            source=client_address(scope, self.forwarded),
+            source=client_address(scope),
         )
         try:
             await anyio.to_thread.run_sync(write)

@@ -5,11 +5,12 @@ frame on the submission channel (``front/plane_side.py``): the token, the conten
 and the address it came from, answered with the status, headers and body the plane decided; for
 a job it stored, the job as stored, which the worker renders as the route would. Every other
 request is passed to the plane's own HTTP server on a Unix socket as it came (method, path,
-query, headers and a streamed body) with the address it came from (``wire.CLIENT_HEADER``), and
-its answer streamed back, so every route, the dashboard and ``/metrics`` behave as without
-workers; the rate limits are the plane's (``rate_limit.py``). The body size limit is applied
-here too, before anything is read (``body_limit.py``), with the plane's settings; the header
-timeout and the connections per address by the worker's own server (``connection_guard.py``).
+query, headers and a streamed body) with the address it came from and the scheme it was spoken
+in (``wire.CLIENT_HEADER``, ``wire.SCHEME_HEADER``), and its answer streamed back, so every
+route, the dashboard and ``/metrics`` behave as without workers; the rate limits are the
+plane's (``rate_limit.py``). The body size limit is applied here too, before anything is read
+(``body_limit.py``), with the plane's settings; the header timeout and the connections per
+address by the worker's own server (``connection_guard.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from starlette.types import Message, Receive, Scope, Send
 from xpupool.server.front.wire import (
     CLIENT_HEADER,
     JOB,
+    SCHEME_HEADER,
     SUBMIT,
     FrameError,
     frame,
@@ -34,11 +36,12 @@ from xpupool.server.front.wire import (
 )
 from xpupool.server.job_views import Submitted
 
-# not passed on: hop-by-hop headers, the address header (the worker writes its own), and the
-# plane's own date and server (the worker's server writes its own)
+# not passed on: hop-by-hop headers, the address and scheme headers (the worker writes its own),
+# and the plane's own date and server (the worker's server writes its own)
 NOT_PASSED = frozenset(
     {
         CLIENT_HEADER,
+        SCHEME_HEADER,
         b"connection",
         b"keep-alive",
         b"proxy-authenticate",
@@ -144,6 +147,7 @@ class PlaneProxy:
         )
         headers = [(k, v) for k, v in scope["headers"] if k not in NOT_PASSED]
         headers.append((CLIENT_HEADER, client_host(scope).encode("latin-1")))
+        headers.append((SCHEME_HEADER, str(scope.get("scheme", "http")).encode("latin-1")))
         request = httpx.Request(scope["method"], url, headers=headers, content=_body(receive))
         try:
             response = await _retry_connect(lambda: self.client.send(request, stream=True))

@@ -25,6 +25,12 @@ CLIENT_HEADER = b"x-xpupool-client"
 request came from (one the client sent is dropped), for the plane's limits per address
 (``rate_limit.py``). The plane believes it only on the socket only its workers reach."""
 
+SCHEME_HEADER = b"x-xpupool-scheme"
+"""The header a worker adds to each request it passes on: the scheme the client spoke to it
+(``https`` when the worker holds the TLS), which the plane's own socket, plain HTTP, cannot see.
+The dashboard's origin check and its cookies' ``Secure`` flag read it (``client_address.py``);
+one the client sent is dropped, as :data:`CLIENT_HEADER` is."""
+
 
 class FrameError(Exception):
     """A frame that breaks the format: the connection is dropped, nothing else changes."""
