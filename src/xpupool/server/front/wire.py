@@ -15,7 +15,12 @@ from typing import Any
 LENGTHS = struct.Struct(">II")  # the JSON part's length, then the body's
 MAX_META = 64 << 10
 SUBMIT = "submit"
-"""The one operation the channel carries: ``POST /v1/jobs``."""
+"""``POST /v1/jobs`` with a body the worker validated: the caller's credentials and address, and
+the job (``JobIn`` as JSON)."""
+REFUSE = "refuse"
+"""``POST /v1/jobs`` that the worker refuses (its body is not a valid job): the caller's
+credentials and address, the answer the worker would give, and whether FastAPI checks the token
+before it (``token_first``); the plane says the final answer and audits it."""
 JOB = "job"
 """An answer whose body is a stored job (``job_views.Submitted.wire()``) for the worker to
 render as the route's answer."""
