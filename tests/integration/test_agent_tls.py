@@ -142,3 +142,29 @@ def test_register_over_tls_with_the_protocol_header(tls: tuple[ServerProc, Path]
         verify=context,
     )
     assert r.status_code == 200, r.text
+
+
+def test_a_browser_signs_in_over_https_and_gets_a_secure_cookie(
+    tls: tuple[ServerProc, Path],
+) -> None:
+    """A browser's sign-in carries the page's own ``https://`` Origin: it is this server, with
+    or without HTTP workers (behind them the plane's socket speaks plain HTTP, so it must be told
+    the scheme the browser used), and the session cookie is ``Secure``. Another origin, or the
+    ``http://`` one, is still refused, and a client cannot claim a scheme by a header."""
+    srv, _ = tls
+    here = f"https://127.0.0.1:{srv.port}"
+    form = {"token": srv.admin_token}
+    with httpx.Client(base_url=srv.url, verify=srv.verify) as browser:
+        signed = browser.post("/signin", data=form, headers={"Origin": here})
+        assert signed.status_code == 303, signed.text
+        cookie = signed.headers["set-cookie"]
+        assert "secure" in cookie.lower().split("; "), cookie
+        for origin in (f"http://127.0.0.1:{srv.port}", "https://evil.example"):
+            refused = browser.post("/signin", data=form, headers={"Origin": origin})
+            assert refused.status_code == 403, (origin, refused.text)
+        claimed = browser.post(
+            "/signin",
+            data=form,
+            headers={"Origin": f"http://127.0.0.1:{srv.port}", "X-Xpupool-Scheme": "http"},
+        )
+        assert claimed.status_code == 403, claimed.text

@@ -105,6 +105,15 @@ SUBMISSIONS: list[tuple[str, str, dict[str, str], bytes]] = [
     ("empty body", "tenant", JSON, b""),
     ("a list", "tenant", JSON, b"[1, 2]"),
     ("no token", "", JSON, json.dumps(OK_JOB).encode()),
+    ("no token, unknown field", "", JSON, b'{"spec": "any:1", "command": ["true"], "colour": 1}'),
+    ("no token, empty body", "", JSON, b""),
+    ("agent token, unknown field", "agent", JSON, b'{"spec": "any:1", "colour": 1}'),
+    (
+        "not a bearer token",
+        "",
+        {**JSON, "Authorization": "Basic eDp5"},
+        json.dumps(OK_JOB).encode(),
+    ),
     ("unknown token", "xpp_nobody", JSON, json.dumps(OK_JOB).encode()),
     ("agent token", "agent", JSON, json.dumps(OK_JOB).encode()),
     ("unknown queue", "tenant", JSON, json.dumps({**OK_JOB, "queue": "nope"}).encode()),
@@ -166,11 +175,14 @@ def test_other_routes_pass_through_both_ways(pools: tuple[Pool, Pool]) -> None:
 
 
 ACTIONS = ("submit", "cordon_node")  # through the submission channel, and through the plane
+KINDS = ("queue:", "colour:", "node:")  # the reasons of the three rows the test makes
 
 
 def test_an_admin_submission_is_audited_as_without_workers(pools: tuple[Pool, Pool]) -> None:
-    """Through the submission channel and through the plane's HTTP server alike, the row names
-    the client's address, as the worker saw it."""
+    """Through the submission channel and through the plane's HTTP server alike, the rows (a
+    submission refused by the service, one refused by validation before the route ran, and
+    another route's) name the same targets, reasons and the client's address, as the worker saw
+    it."""
     rows = []
     for pool in pools:
         admin = pool.srv.headers()
@@ -179,15 +191,19 @@ def test_an_admin_submission_is_audited_as_without_workers(pools: tuple[Pool, Po
             "/v1/jobs", json={**OK_JOB, "tenant": "t1", "queue": "x"}, headers=admin
         )
         assert r.status_code == 422
+        r = pool.client.post("/v1/jobs", json={**OK_JOB, "colour": 1}, headers=admin)
+        assert r.status_code == 422
         r = pool.client.post("/v1/nodes/nowhere/cordon", headers=admin)
         assert r.status_code == 404
         entries = pool.client.get("/v1/audit", params={"since": since}, headers=admin).json()
-        rows.append([[_comparable(e) for e in entries if e["action"] == a][-1] for a in ACTIONS])
+        mine = [_comparable(e) for e in entries if e["action"] in ACTIONS]
+        rows.append([[e for e in mine if e["result"].startswith(k)][-1] for k in KINDS])
     assert rows[1] == rows[0]
-    submit, cordon = rows[0]
-    assert submit["status"] == 422 and submit["result"].startswith("queue:")
-    assert cordon["status"] == 404
-    assert submit["source"] == cordon["source"] == "127.0.0.1"
+    queue, colour, cordon = rows[0]
+    assert queue["status"] == colour["status"] == 422, rows[0]
+    assert queue["action"] == colour["action"] == "submit" and colour["target"] == "POST /v1/jobs"
+    assert cordon["status"] == 404 and cordon["action"] == "cordon_node"
+    assert all(e["source"] == "127.0.0.1" for e in rows[0])
 
 
 def test_the_plane_listens_only_where_its_user_can_reach(pools: tuple[Pool, Pool]) -> None:

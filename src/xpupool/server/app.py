@@ -29,6 +29,7 @@ from xpupool.model.errors import (
 )
 from xpupool.server.audit_http import AuditMiddleware
 from xpupool.server.body_limit import DEFAULT_MAX_BODY, LOG_UPLOAD, BodyLimit
+from xpupool.server.client_address import FromWorkers
 from xpupool.server.error_answers import error_answer, validation_answer
 from xpupool.server.front.plane_side import SubmitChannel
 from xpupool.server.history import FleetHistory
@@ -103,7 +104,7 @@ def create_app(
     once the background loops are stopped (``up`` releases the store there: a write after it is
     refused, never half done). ``limiter``: requests per credential and per address, counted
     before anything else runs (``rate_limit.py``; None: no limit); ``forwarded``: the app serves
-    the HTTP workers' socket, which says each request's source address. ``metrics_auth``: who
+    the HTTP workers' socket, which says each request's source address and scheme. ``metrics_auth``: who
     may read ``/metrics`` (``routers/deps.py`` ``metrics_reader``)."""
 
     @asynccontextmanager
@@ -151,9 +152,11 @@ def create_app(
     app.state.metrics_auth = metrics_auth
     app.add_middleware(BodyLimit, max_bytes=max_body, routes=[LOG_UPLOAD])
     registry = make_registry(plane, limiter)
-    app.add_middleware(AuditMiddleware, plane=plane, forwarded=forwarded)
-    if limiter is not None:  # outermost: a refused request costs no audit row, no body read
-        app.add_middleware(RateLimitGate, limiter=limiter, forwarded=forwarded)
+    app.add_middleware(AuditMiddleware, plane=plane)
+    if limiter is not None:  # a refused request costs no audit row, no body read
+        app.add_middleware(RateLimitGate, limiter=limiter)
+    if forwarded:  # outermost: everything after it sees the request as the client sent it
+        app.add_middleware(FromWorkers)
     # Routes are matched in this order, one after another: the busiest first (submissions,
     # then every node's heartbeats): each route matched before a submission's is paid by every
     # submission (issue 25; docs/benchmarks.md and its history). No two routers share a path.

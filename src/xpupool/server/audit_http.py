@@ -93,13 +93,12 @@ def _target(scope: Scope, state: dict[str, Any]) -> str:
 
 
 class AuditMiddleware:
-    """``forwarded``: the app serves the HTTP workers' socket; a row's ``source`` is then the
-    address the worker saw (``client_address.py``)."""
+    """A row for each audited request; its ``source`` is the client's address (behind the HTTP
+    workers, the one the worker saw: ``client_address.py``)."""
 
-    def __init__(self, app: ASGIApp, plane: ControlPlane, forwarded: bool = False) -> None:
+    def __init__(self, app: ASGIApp, plane: ControlPlane) -> None:
         self.app = app
         self.plane = plane
-        self.forwarded = forwarded
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -129,18 +128,29 @@ class AuditMiddleware:
         reads = getattr(endpoint, _NOTHING, False)
         if not audited(who, action, str(scope.get("method", "")), status, reads=reads):
             return
-        write = partial(
-            self.plane.audit.record,
-            who,
-            action,
-            _target(scope, state),
-            status,
-            audit_reason(status, body),
-            source=client_address(scope, self.forwarded),
+        await write_row(
+            self.plane, who, action, _target(scope, state), status, body, client_address(scope)
         )
-        try:
-            await anyio.to_thread.run_sync(write)
-        except Unavailable:
-            pass  # the store cannot be written: its health said so once (server/health.py)
-        except Exception:  # the answer still goes out; the store's health says why (logged)
-            log.exception("audit row for %s not written", action)
+
+
+async def write_row(
+    plane: ControlPlane,
+    who: Principal | None,
+    action: str,
+    target: str,
+    status: int,
+    body: bytes,
+    source: str | None,
+) -> None:
+    """The audit row of one answered request (``body``: the answer's, for a refusal's reason),
+    off the event loop; the HTTP workers' submissions are audited through it too
+    (``front/plane_side.py``)."""
+    write = partial(
+        plane.audit.record, who, action, target, status, audit_reason(status, body), source=source
+    )
+    try:
+        await anyio.to_thread.run_sync(write)
+    except Unavailable:
+        pass  # the store cannot be written: its health said so once (server/health.py)
+    except Exception:  # the answer still goes out; the store's health says why (logged)
+        log.exception("audit row for %s not written", action)

@@ -211,21 +211,18 @@ def _session_digest(scope: Scope) -> str | None:
 
 
 class RateLimitGate:
-    """ASGI middleware: every HTTP request through :meth:`RateLimiter.admit` before the app.
-    ``forwarded``: the app serves the HTTP workers' socket, so the source address is in
-    ``CLIENT_HEADER``."""
+    """ASGI middleware: every HTTP request through :meth:`RateLimiter.admit` before the app."""
 
-    def __init__(self, app: ASGIApp, limiter: RateLimiter, forwarded: bool = False) -> None:
+    def __init__(self, app: ASGIApp, limiter: RateLimiter) -> None:
         self.app = app
         self.limiter = limiter
-        self.forwarded = forwarded
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self.limiter.off:
             await self.app(scope, receive, send)
             return
         digest = bearer_digest(header(scope, b"authorization")) or _session_digest(scope)
-        refused = self.limiter.admit(digest, client_address(scope, self.forwarded))
+        refused = self.limiter.admit(digest, client_address(scope))
         if refused is None:
             await self.app(scope, receive, send)
             return

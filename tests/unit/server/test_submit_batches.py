@@ -18,7 +18,7 @@ from xpupool.model.errors import OverLimit, RequestError, Unavailable
 from xpupool.model.request_model import request_to_dict
 from xpupool.server.auth import Principal
 from xpupool.server.front import plane_side
-from xpupool.server.front.app import render_job
+from xpupool.server.front.channel_client import render_job
 from xpupool.server.front.wire import JOB, frame, read_frame
 from xpupool.server.job_views import Submitted
 from xpupool.server.schemas.jobs import JobIn, JobPhase
@@ -180,7 +180,7 @@ def test_the_channel_takes_what_came_in_one_turn_as_one_batch(
 
     monkeypatch.setattr(jobs, "submit_many", counted)
     channel = plane_side.SubmitChannel(server.plane, tmp_path / "submit.sock", 1 << 20)
-    ask = {"op": "submit", "authorization": f"Bearer {token}", "content_type": "application/json"}
+    ask = {"op": "submit", "scheme": "Bearer", "credentials": token, "client": "127.0.0.1"}
 
     async def five_at_once() -> list[tuple[dict[str, object], bytes]]:
         await channel.start()
@@ -188,8 +188,8 @@ def test_the_channel_takes_what_came_in_one_turn_as_one_batch(
             conns = [await asyncio.open_unix_connection(str(channel.path)) for _ in range(5)]
             await asyncio.sleep(0.1)  # the plane's end of each waits for its frame
             for k, (_, writer) in enumerate(conns):
-                run = "" if k == 2 else ', "command": ["true"]'
-                job = f'{{"spec": "A100:1", "name": "j{k}"{run}}}'
+                queue = ', "queue": "nope"' if k == 2 else ""
+                job = f'{{"spec": "A100:1", "name": "j{k}", "command": ["true"]{queue}}}'
                 writer.write(frame(ask, job.encode()))
             await asyncio.gather(*(writer.drain() for _, writer in conns))
             answers = [await read_frame(reader, 1 << 20) for reader, _ in conns]
@@ -200,7 +200,7 @@ def test_the_channel_takes_what_came_in_one_turn_as_one_batch(
             await channel.stop()
 
     answers = run_loop(five_at_once())
-    # the third has nothing to run: refused in the batch, as alone
+    # the third asks for a queue there is not: refused in the batch, as alone
     assert [head["status"] for head, _ in answers] == [201, 201, 422, 201, 201]
     assert sizes == [5]
     sizes.clear()

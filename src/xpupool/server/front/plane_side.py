@@ -1,16 +1,16 @@
 """The plane's end of the channel from its HTTP workers: job submissions, answered in the API's
 own words, on the plane's event loop.
 
-An HTTP worker (``front/app.py``) takes a ``POST /v1/jobs`` off the network and sends the plane
-what the request said: the ``Authorization`` and ``Content-Type`` headers and the body, as bytes.
-Nothing of it is trusted: the plane authenticates the token, parses and validates the body and
-submits exactly as the route does (``routers/jobs.py``), in the order FastAPI does it (the body's
-JSON, then the token, then the body's fields), and answers the status, headers and JSON body the
-route would have answered (``error_answers.py``), which the worker sends on as they are; for a
-job it stored, the row as stored, which the worker renders (``front/app.py``). What the plane saves
-is HTTP and the answer's rendering, the larger part of what a submission cost it through the
-framework (issue 25; docs/benchmarks.md). The submissions that come in one turn of the event loop
-are stored in one transaction (``jobs.submit_many``): one commit for several.
+An HTTP worker takes a ``POST /v1/jobs`` off the network and reads it as the plane's routes do,
+with FastAPI (``front/submit_route.py``): it sends the plane either the body, once valid, with the
+caller's credentials and address (``wire.SUBMIT``), or the refusal it would answer and whether
+the token comes before it (``wire.REFUSE``). The plane applies its rate limits, authenticates the
+token as the routes do (``routers/deps.py``), submits (``services/jobs.py``), writes the audit
+row as the middleware does (``audit_http.py``), and answers the status, headers and JSON body
+(``error_answers.py``), which the worker sends on as they are; for a job it stored, the row as
+stored, which the worker renders. What the plane saves is HTTP, the framework's dispatch and the
+answer's rendering (docs/benchmarks.md, API). The submissions that come in one turn of the event
+loop are stored in one transaction (``jobs.submit_many``): one commit for several.
 
 The channel is a Unix socket in a directory of mode 0700 (the plane's user only). A connection
 carries one request at a time, answered in order; a worker keeps several.
@@ -19,21 +19,18 @@ carries one request at a time, answered in order; a worker keeps several.
 from __future__ import annotations
 
 import asyncio
-import email.message
 import json
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from fastapi.security.utils import get_authorization_scheme_param
 from pydantic import ValidationError
 
-from xpupool.model.errors import Unavailable
-from xpupool.server.audit_http import audit_reason, audited, submit_target
+from xpupool.server.audit_http import audited, submit_target, write_row
 from xpupool.server.auth import Principal
-from xpupool.server.error_answers import ErrorAnswer, error_answer, validation_answer
-from xpupool.server.front.wire import JOB, SUBMIT, FrameError, frame, read_frame, render
+from xpupool.server.error_answers import ErrorAnswer, error_answer
+from xpupool.server.front.wire import JOB, REFUSE, SUBMIT, FrameError, frame, read_frame, render
 from xpupool.server.plane import ControlPlane
 from xpupool.server.rate_limit import RateLimiter, bearer_digest
 from xpupool.server.routers.deps import bearer_principal, check_user
@@ -44,6 +41,8 @@ log = logging.getLogger("xpupool.server")
 MAX_BATCH = 32
 """Submissions taken in one store transaction at most: a batch holds the event loop (and the
 scheduling passes) for its length, about a millisecond a submission."""
+Credentials = tuple[str, str] | None
+"""The Authorization header's scheme and credentials as the worker's ``HTTPBearer`` read them."""
 
 
 class Answer:
@@ -71,23 +70,26 @@ class Answer:
 
 
 def submit_answers(
-    plane: ControlPlane, asks: Sequence[_Ask]
+    plane: ControlPlane, asks: Sequence[tuple[Credentials, bytes]]
 ) -> list[tuple[Answer, Principal | None]]:
-    """What ``POST /v1/jobs`` answers for each (Authorization, Content-Type, body), and who
-    asked (None when the token was refused), for the audit. Those that pass the token and the
-    body's validation are submitted together (``jobs.submit_many``: one store transaction),
-    each answered as it would be alone."""
+    """What ``POST /v1/jobs`` answers for each (credentials, body the worker validated), and who
+    asked (None when the token was refused), for the audit. Those whose token may submit are
+    submitted together (``jobs.submit_many``: one store transaction), each answered as it
+    would be alone."""
     answers: list[tuple[Answer, Principal | None] | None] = []
     valid: list[tuple[int, Principal, JobIn]] = []
-    for i, (authorization, content_type, body) in enumerate(asks):
-        checked = _validated(plane, authorization, content_type, body)
-        if isinstance(checked[0], Answer):
-            answers.append((checked[0], checked[1]))
-        else:
-            who, job_in = checked
-            assert who is not None and isinstance(job_in, JobIn)
-            valid.append((i, who, job_in))
-            answers.append(None)
+    for i, (creds, job) in enumerate(asks):
+        who, refused = caller(plane, creds)
+        if refused is None:
+            assert who is not None
+            try:  # as FastAPI validated it in the worker: the JSON, then its fields
+                valid.append((i, who, JobIn.model_validate(json.loads(job), from_attributes=True)))
+                answers.append(None)
+                continue
+            except (ValueError, ValidationError) as exc:  # not from a worker of this release
+                log.error("a worker sent a job it should have refused: %s", exc)
+                refused = _answer_500()
+        answers.append((refused, who))
     results = jobs.submit_many(plane, [(who, job_in) for _, who, job_in in valid])
     for (i, who, _), result in zip(valid, results, strict=True):
         if isinstance(result, Exception):
@@ -98,79 +100,30 @@ def submit_answers(
     return cast(list[tuple[Answer, Principal | None]], answers)
 
 
-def _validated(
-    plane: ControlPlane, authorization: str | None, content_type: str | None, body: bytes
-) -> tuple[Answer, Principal | None] | tuple[Principal, JobIn]:
-    """The token's principal and the validated body, or the refusal (and who asked, if known),
-    checked in FastAPI's order: the body's JSON, the token, the body's fields."""
-    parsed, refused = _json_body(content_type, body)
-    if refused is not None:
-        return refused, None
+def caller(plane: ControlPlane, creds: Credentials) -> tuple[Principal | None, Answer | None]:
+    """Who ``creds`` act as, and the refusal when they may not submit (401 unknown, 403 not a
+    user: ``routers/deps.py``, as the route's dependency says it); who is None when unknown."""
     try:
-        who = bearer_principal(plane, _bearer(authorization))
+        who = bearer_principal(plane, creds)
     except Exception as exc:
-        return _answer(exc), None
-    missing = {"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}
+        return None, _answer(exc)
     try:
         check_user(who)
-        if parsed is _MISSING:
-            return Answer.of(validation_answer([missing])), who
-        # from_attributes as FastAPI validates a body: its wording for what is not an object
-        return who, JobIn.model_validate(parsed, from_attributes=True)
-    except ValidationError as exc:
-        return Answer.of(validation_answer(_under_body(exc.errors()))), who
     except Exception as exc:
-        return _answer(exc), who
+        return who, _answer(exc)
+    return who, None
 
 
-_MISSING = object()
-
-
-def _json_body(content_type: str | None, body: bytes) -> tuple[object, Answer | None]:
-    """The body as FastAPI reads it for a JSON body parameter: parsed as JSON when the content
-    type says JSON (application/json or +json; no content type is not JSON), else the bytes as
-    they are (refused by validation); an empty body is a missing one. A body that is not JSON
-    is refused here, before the token is looked at, as FastAPI does."""
-    if not body:
-        return _MISSING, None
-    if content_type is None:
-        return body, None
-    message = email.message.Message()
-    message["content-type"] = content_type
-    subtype = message.get_content_subtype()
-    if message.get_content_maintype() != "application" or not (
-        subtype == "json" or subtype.endswith("+json")
-    ):
-        return body, None
-    try:
-        return json.loads(body), None
-    except json.JSONDecodeError as exc:
-        error = {
-            "type": "json_invalid",
-            "loc": ("body", exc.pos),
-            "msg": "JSON decode error",
-            "input": {},
-            "ctx": {"error": exc.msg},
-        }
-        return None, Answer.of(validation_answer([error]))
-    except ValueError:  # bytes that are not UTF-8, -16 or -32: FastAPI's own 400, as it says it
-        return None, Answer(400, render({"detail": "There was an error parsing the body"}))
-
-
-def _bearer(authorization: str | None) -> tuple[str, str] | None:
-    """(scheme, credentials) of an Authorization header, as FastAPI's ``HTTPBearer`` reads it."""
-    scheme, credentials = get_authorization_scheme_param(authorization)
-    return (scheme, credentials) if authorization and scheme and credentials else None
-
-
-def _under_body(errors: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """pydantic's errors located under 'body', as FastAPI reports a body's."""
-    out = []
-    for error in errors:
-        item = dict(error)
-        item["loc"] = ("body", *error.get("loc", ()))
-        out.append(item)
-    return out
+def refused_answer(
+    plane: ControlPlane, creds: Credentials, worker: Answer, token_first: bool
+) -> tuple[Answer, Principal | None]:
+    """The answer to a submission the worker refused with ``worker``: the token's own refusal
+    first when FastAPI checks the token before the refusal (``token_first``), else the worker's;
+    and who asked, when the token was read."""
+    if not token_first:  # the body is not JSON: FastAPI answers before it reads the token
+        return worker, None
+    who, refused = caller(plane, creds)
+    return (refused or worker), who
 
 
 def _answer(exc: Exception) -> Answer:
@@ -184,9 +137,6 @@ def _answer(exc: Exception) -> Answer:
 def _answer_500() -> Answer:
     """The app's 500, as it says it."""
     return Answer(500, b"Internal Server Error", {"content-type": "text/plain; charset=utf-8"})
-
-
-_Ask = tuple[str | None, str | None, bytes]  # (Authorization, Content-Type, body)
 
 
 class SubmitChannel:
@@ -208,7 +158,9 @@ class SubmitChannel:
         self.max_body = max_body
         self.limiter = limiter  # the app's: a submission counts as any other request
         self.server: asyncio.AbstractServer | None = None
-        self.waiting: list[tuple[_Ask, asyncio.Future[tuple[Answer, Principal | None]]]] = []
+        self.waiting: list[
+            tuple[tuple[Credentials, bytes], asyncio.Future[tuple[Answer, Principal | None]]]
+        ] = []
 
     async def start(self) -> None:
         self.path.unlink(missing_ok=True)  # left by a server that was killed: DirLock is ours
@@ -221,26 +173,15 @@ class SubmitChannel:
         self.path.unlink(missing_ok=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        loop = asyncio.get_running_loop()
         try:
             while True:
                 meta, body = await read_frame(reader, self.max_body)
-                if meta.get("op") != SUBMIT:
-                    raise FrameError(f"unknown operation {meta.get('op')!r}")
-                ask = (_text(meta, "authorization"), _text(meta, "content_type"), body)
-                client = _text(meta, "client")
-                refused = self._over_rate(ask[0], client)
-                if refused is not None:
-                    answer, who = refused, None
-                else:
-                    answered: asyncio.Future[tuple[Answer, Principal | None]]
-                    answered = loop.create_future()
-                    self.waiting.append((ask, answered))
-                    if len(self.waiting) == 1:  # the first since the last batch: next turn
-                        loop.call_soon(self._answer_waiting)
-                    answer, who = await answered
+                answer, who, target = await self._answer(meta, body)
                 if who is not None and audited(who, "submit", "POST", answer.status):
-                    await self._audit(who, answer, _submit_target(who, body, answer), client)
+                    source = _text(meta, "client") or None
+                    await write_row(
+                        self.plane, who, "submit", target, answer.status, answer.body, source
+                    )
                 head: dict[str, object] = {"status": answer.status, "headers": answer.headers}
                 if answer.render is not None:
                     head["render"] = answer.render
@@ -253,10 +194,37 @@ class SubmitChannel:
         finally:
             writer.close()
 
-    def _over_rate(self, authorization: str | None, client: str | None) -> Answer | None:
+    async def _answer(
+        self, meta: Mapping[str, object], body: bytes
+    ) -> tuple[Answer, Principal | None, str]:
+        """The answer to one frame, who asked (None: no audit row) and the audit row's target
+        (what the route names: the job, else the tenant asked for; a request the route never
+        ran for is named by its method and path, as the audit middleware names it)."""
+        op = meta.get("op")
+        if op not in (SUBMIT, REFUSE):
+            raise FrameError(f"unknown operation {op!r}")
+        creds = _credentials(meta)
+        refused = self._over_rate(creds, _text(meta, "client"))
+        if refused is not None:
+            return refused, None, ""
+        if op == REFUSE:
+            answer, who = refused_answer(
+                self.plane, creds, _worker_answer(meta, body), meta.get("token_first") is True
+            )
+            return answer, who, "POST /v1/jobs"
+        answered: asyncio.Future[tuple[Answer, Principal | None]]
+        answered = asyncio.get_running_loop().create_future()
+        self.waiting.append(((creds, body), answered))
+        if len(self.waiting) == 1:  # the first since the last batch: on the next turn
+            asyncio.get_running_loop().call_soon(self._answer_waiting)
+        answer, who = await answered
+        return answer, who, _submit_target(who, body, answer)
+
+    def _over_rate(self, creds: Credentials, client: str | None) -> Answer | None:
         """The 429 for a submission over its token's or address's rate (``rate_limit.py``)."""
         if self.limiter is None:
             return None
+        authorization = None if creds is None else f"{creds[0]} {creds[1]}"
         refused = self.limiter.admit(bearer_digest(authorization), client)
         return None if refused is None else Answer.of(refused)
 
@@ -274,39 +242,40 @@ class SubmitChannel:
             if not answered.done():  # its connection may have gone while it waited
                 answered.set_result(answer)
 
-    async def _audit(self, who: Principal, answer: Answer, target: str, source: str | None) -> None:
-        """The row the audit middleware writes for the route (an admin's submission, refused or
-        not), off the loop as it does; ``source``: the address the worker saw."""
-        reason = audit_reason(answer.status, answer.body)
-        record = self.plane.audit.record
-        try:
-            await asyncio.to_thread(
-                record, who, "submit", target, answer.status, reason, source=source or None
-            )
-        except Unavailable:
-            pass  # the store cannot be written: its health said so once
-        except Exception:
-            log.exception("audit row for submit not written")
 
-
-def _submit_target(who: Principal, body: bytes, answer: Answer) -> str:
+def _submit_target(who: Principal | None, job: bytes, answer: Answer) -> str:
     """The audit target the route names (:func:`submit_target`): the stored job from the answer,
-    else the tenant the request asked for (or the caller's)."""
+    else the tenant the job asked for (or the caller's)."""
     if answer.status < 400:
-        job = _json_object(answer.body)
-        if isinstance(job.get("id"), int):
-            return submit_target(str(job.get("tenant")), job["id"])
-    asked = _json_object(body).get("tenant")
-    return submit_target(asked if isinstance(asked, str) else who.tenant)
+        stored = _json_object(answer.body)
+        if isinstance(stored.get("id"), int):
+            return submit_target(str(stored.get("tenant")), stored["id"])
+    asked = _json_object(job).get("tenant")
+    return submit_target(asked if isinstance(asked, str) else who.tenant if who else None)
 
 
 def _json_object(data: bytes) -> dict[str, Any]:
-    """``data`` as a JSON object; empty when it is not one (a refused body may be anything)."""
+    """``data`` as a JSON object; empty when it is not one."""
     try:
         value = json.loads(data)
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def _credentials(meta: Mapping[str, object]) -> Credentials:
+    scheme, credentials = _text(meta, "scheme"), _text(meta, "credentials")
+    return (scheme, credentials) if scheme and credentials else None
+
+
+def _worker_answer(meta: Mapping[str, object], body: bytes) -> Answer:
+    """The refusal a worker sent, checked as the frame's format: a 4xx status, string headers."""
+    status, headers = meta.get("status"), meta.get("headers")
+    if not isinstance(status, int) or not 400 <= status < 500 or not isinstance(headers, dict):
+        raise FrameError("a refusal without a 4xx status and headers")
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+        raise FrameError("a refusal's headers are not strings")
+    return Answer(status, body, headers)
 
 
 def _text(meta: Mapping[str, object], key: str) -> str | None:

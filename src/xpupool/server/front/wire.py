@@ -15,7 +15,12 @@ from typing import Any
 LENGTHS = struct.Struct(">II")  # the JSON part's length, then the body's
 MAX_META = 64 << 10
 SUBMIT = "submit"
-"""The one operation the channel carries: ``POST /v1/jobs``."""
+"""``POST /v1/jobs`` with a body the worker validated: the caller's credentials and address, and
+the job (``JobIn`` as JSON)."""
+REFUSE = "refuse"
+"""``POST /v1/jobs`` that the worker refuses (its body is not a valid job): the caller's
+credentials and address, the answer the worker would give, and whether FastAPI checks the token
+before it (``token_first``); the plane says the final answer and audits it."""
 JOB = "job"
 """An answer whose body is a stored job (``job_views.Submitted.wire()``) for the worker to
 render as the route's answer."""
@@ -24,6 +29,12 @@ CLIENT_HEADER = b"x-xpupool-client"
 """The header a worker adds to each request it passes to the plane's HTTP server: the address the
 request came from (one the client sent is dropped), for the plane's limits per address
 (``rate_limit.py``). The plane believes it only on the socket only its workers reach."""
+
+SCHEME_HEADER = b"x-xpupool-scheme"
+"""The header a worker adds to each request it passes on: the scheme the client spoke to it
+(``https`` when the worker holds the TLS), which the plane's own socket, plain HTTP, cannot see.
+The dashboard's origin check and its cookies' ``Secure`` flag read it (``client_address.py``);
+one the client sent is dropped, as :data:`CLIENT_HEADER` is."""
 
 
 class FrameError(Exception):
