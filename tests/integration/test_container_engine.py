@@ -201,3 +201,33 @@ def test_output_and_exit_codes(engine: Engine) -> None:
     assert job["state"] == "failed" and job["exit_code"] == 3, job
     assert "exited with 3" in job["reason"], job
     assert "failing" in text, text
+
+
+# replica 0 serves one line on MASTER_PORT; replica 1 connects to MASTER_ADDR:MASTER_PORT
+GANG = """
+if [ "$RANK" = 0 ]; then
+  echo hello-from-rank-0 | nc -l -p "$MASTER_PORT" && echo served
+else
+  i=0
+  while [ $i -lt 100 ]; do
+    got=$(nc -w 2 "$MASTER_ADDR" "$MASTER_PORT" </dev/null 2>/dev/null)
+    case "$got" in *hello-from-rank-0*) echo "reached $MASTER_ADDR:$MASTER_PORT"; exit 0;; esac
+    i=$((i+1)); sleep 0.2
+  done
+  echo "cannot reach $MASTER_ADDR:$MASTER_PORT"; exit 1
+fi
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 45 part 2: image replicas get no network policy; replica 0 listens on the"
+    " bridge network, MASTER_ADDR is the node's address, which replica 1's container cannot reach",
+)
+def test_a_gang_of_images_reaches_its_master(engine: Engine) -> None:
+    job, _ = _run(engine, GANG, spec="cpu=100m replicas=2")
+    served, reached = (
+        engine.user.get(f"/v1/jobs/{job['id']}/logs", params={"replica": r}).text for r in (0, 1)
+    )
+    assert job["state"] == "succeeded", (job["reason"], served, reached)
+    assert "served" in served and "reached" in reached, (served, reached)
