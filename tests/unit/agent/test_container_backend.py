@@ -91,3 +91,30 @@ def test_env_file_is_private_and_refuses_what_it_cannot_carry(tmp_path: Path) ->
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     with pytest.raises(LaunchError, match="env C"):
         write_env_file(path, {"C": "two\nlines"})
+
+
+def test_leftovers_are_found_by_owner_and_only_those_no_run_keeps_are_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ps`` filtered by this runner's owner label; ``rm -f`` for each container it lists
+    except the kept ones and any not named as the agent names its own."""
+    import subprocess
+
+    backend = ContainerBackend(settings(tmp_path, runtime="podman"))
+    calls: list[tuple[str, ...]] = []
+
+    def call(*args: str) -> subprocess.CompletedProcess[str]:
+        calls.append(args)
+        out = (
+            "xpupool-box-1-0-1-aa\nxpupool-box-2-0-2-bb\nsomeone-elses\n" if args[0] == "ps" else ""
+        )
+        return subprocess.CompletedProcess(["podman", *args], 0, out, "")
+
+    monkeypatch.setattr(backend, "_call", call)
+    removed = backend.remove_leftovers(tmp_path / "agent" / "box", {"xpupool-box-2-0-2-bb"})
+    assert removed == ["xpupool-box-1-0-1-aa"]
+    owner = f"label=xpupool.owner={tmp_path / 'agent' / 'box'}"
+    assert calls == [
+        ("ps", "-a", "--filter", owner, "--format", "{{.Names}}"),
+        ("rm", "-f", "xpupool-box-1-0-1-aa"),
+    ]
