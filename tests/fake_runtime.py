@@ -3,7 +3,8 @@ the docker client), put first on PATH by the tests that run image jobs.
 
 It answers ``info`` as the real ones do (exit 0; docker's SystemInfo JSON with a server version and
 ``CDISpecDirs``, or podman's ``{"version": {"Version": ...}}``), records every argv it is given as
-one JSON line in ``argv.log`` next to itself, and for ``run`` runs the command after the image
+one JSON line in ``argv.log`` next to itself (the engine's own options before the verb, as the
+agent's runtime configuration puts them there, are skipped), and for ``run`` runs the command after the image
 locally, with the environment of ``--env-file``/``-e`` and in ``--workdir``, by exec (so its pid is
 the container's, and ``kill --signal`` by name reaches it through a pid file). ``rm -f`` kills
 what is left. It does not switch users, apply limits or pass devices: the tests read those from
@@ -29,7 +30,8 @@ STATE = HERE / "state"
 CDI = CDI_VALUE
 VALUED = {"--name", "--user", "-u", "--env-file", "-e", "--env", "-v", "--volume", "--workdir",
           "-w", "--cpus", "--memory", "-m", "--device", "--gpus", "--label", "-l",
-          "--security-opt", "--network", "--entrypoint", "--signal", "-s", "--format", "-f"}
+          "--security-opt", "--network", "--entrypoint", "--signal", "-s", "--format", "-f",
+          "--pids-limit", "--ulimit", "--filter", "--runtime", "--cgroup-manager"}
 
 args = sys.argv[1:]
 with open(HERE / "argv.log", "a") as f:
@@ -57,6 +59,7 @@ def options(rest):
     return opts, rest[i:]
 
 
+_, args = options(args)  # the engine's own options before the verb (--runtime, --cgroup-manager)
 if not args:
     sys.exit(0)
 verb, rest = args[0], args[1:]
@@ -119,6 +122,9 @@ sys.exit(0)
 """
 
 
+ENGINE_OPTIONS = ("--runtime", "--cgroup-manager")
+
+
 def install(bin_dir: Path, name: str = "docker", *, cdi: bool = False) -> Path:
     """Write the fake as ``bin_dir/name`` (executable, run by this Python) and return its argv log
     path. Put ``bin_dir`` first on PATH for the process that should find it."""
@@ -135,7 +141,15 @@ def recorded(log: Path, verb: str | None = None) -> list[list[str]]:
     if not log.exists():
         return []
     calls = [json.loads(line) for line in log.read_text().splitlines() if line]
-    return [c for c in calls if verb is None or (len(c) > 1 and c[1] == verb)]
+    return [c for c in calls if verb is None or _verb(c) == verb]
+
+
+def _verb(call: list[str]) -> str | None:
+    """The verb of a recorded call, after the engine's own options (``--runtime runc``)."""
+    i = 1
+    while i < len(call) and call[i] in ENGINE_OPTIONS:
+        i += 2
+    return call[i] if i < len(call) else None
 
 
 def path_with(bin_dir: Path) -> str:

@@ -427,6 +427,30 @@ class Runner:
                 rep.state,
                 rep.pid,
             )
+        self._remove_leftover_containers()
+
+    def _remove_leftover_containers(self) -> None:
+        """Containers of this node's runs that no supervisor holds any more (it died with the
+        agent: its client died with it, the container did not) are removed, found by the
+        ``xpupool.owner`` label, this runner's work directory: never another agent's or another
+        pool's. When the spec of a run it keeps cannot be read, nothing is removed."""
+        if not self.settings.runtime:
+            return
+        from xpupool.agent.launch.container import ContainerBackend, container_name
+
+        keep: set[str] = set()
+        for rep in self.replicas.values():
+            if rep.run_dir is None:
+                continue
+            try:
+                keep.add(container_name(spec_file.loads(rep.run_dir.spec.read_bytes()).spec))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log.warning(
+                    "%s: unreadable spec (%s): no leftover container removed", rep.run_dir.path, exc
+                )
+                return
+        for name in ContainerBackend(self.settings).remove_leftovers(self.work_dir, keep):
+            log.warning("container %s: left by a run no supervisor holds; removed", name)
 
 
 def _supervisor_ended(rep: Replica) -> str:

@@ -38,11 +38,17 @@ INFO_ARGV: dict[RuntimeName, tuple[str, ...]] = {
 class ContainerRuntime:
     """A runtime that answered. ``name`` is also the command the agent runs; ``version`` is the
     server's, as printed; ``cdi`` is True when ``--device vendor.com/class=name`` works: podman
-    reads CDI specs from 4.1 on, docker from 25 on and only when the daemon enables CDI."""
+    reads CDI specs from 4.1 on, docker from 25 on and only when the daemon enables CDI.
+    ``oci_runtime`` and ``cgroup_manager`` are what the engine would use when told nothing (podman
+    reports ``host.ociRuntime.name`` and ``host.cgroupManager``, docker ``DefaultRuntime`` and
+    ``CgroupDriver``; "" where it did not say): the agent's runtime configuration starts from
+    them (:mod:`xpupool.agent.launch.runtime_config`)."""
 
     name: RuntimeName
     version: str
     cdi: bool
+    oci_runtime: str = ""
+    cgroup_manager: str = ""
 
 
 def _major_minor(version: str) -> tuple[int, int]:
@@ -72,7 +78,9 @@ def parse_docker_info(text: str) -> ContainerRuntime | None:
         return None
     spec_dirs = data.get("CDISpecDirs")
     cdi = isinstance(spec_dirs, list) and bool(spec_dirs) and _major_minor(version) >= (25, 0)
-    return ContainerRuntime("docker", version, cdi)
+    return ContainerRuntime(
+        "docker", version, cdi, _text(data.get("DefaultRuntime")), _text(data.get("CgroupDriver"))
+    )
 
 
 def parse_podman_info(text: str) -> ContainerRuntime | None:
@@ -82,7 +90,20 @@ def parse_podman_info(text: str) -> ContainerRuntime | None:
     version = block.get("Version") if isinstance(block, dict) else None
     if not isinstance(version, str) or not version:
         return None
-    return ContainerRuntime("podman", version, _major_minor(version) >= (4, 1))
+    host = data.get("host")
+    host = host if isinstance(host, dict) else {}
+    oci = host.get("ociRuntime")
+    return ContainerRuntime(
+        "podman",
+        version,
+        _major_minor(version) >= (4, 1),
+        _text(oci.get("name")) if isinstance(oci, dict) else "",
+        _text(host.get("cgroupManager")),
+    )
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
 
 
 PARSERS = {"docker": parse_docker_info, "podman": parse_podman_info}

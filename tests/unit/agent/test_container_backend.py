@@ -1,29 +1,18 @@
-"""The container back end with a fake runtime first on PATH (this machine has a docker client and
-no engine): the ``run`` argv it builds, the env file, the job's output in its log through the
-same capped pipe, and stopping and cleanup through the runtime."""
+"""The container back end's ``run`` argv and env file, as units. What the container then does
+(uid, environment, working directory, limits, output, stop, restarts, leftovers) is tested on a
+real podman: tests/integration/test_container_engine.py and test_container_lifecycle.py."""
 
 from __future__ import annotations
 
 import os
 import stat
-import sys
 from pathlib import Path
 
 import pytest
-from agent_work import device, poll_until, settings, started, work
+from agent_work import device, settings, work
 
-from fake_runtime import install, path_with, recorded
 from xpupool.agent.launch import LaunchError, build_spec
 from xpupool.agent.launch.container import ContainerBackend, write_env_file
-from xpupool.agent.runner import Runner
-
-
-@pytest.fixture
-def argv_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    log = install(tmp_path / "bin", "docker")
-    monkeypatch.setenv("PATH", path_with(tmp_path / "bin"))
-    monkeypatch.setenv("XPUPOOL_TOKEN", "agent-secret")  # must reach neither client nor job
-    return log
 
 
 def _option(argv: list[str], key: str) -> list[str]:
@@ -104,53 +93,28 @@ def test_env_file_is_private_and_refuses_what_it_cannot_carry(tmp_path: Path) ->
         write_env_file(path, {"C": "two\nlines"})
 
 
-@pytest.mark.slow
-def test_image_job_runs_logs_and_cleans_up(tmp_path: Path, argv_log: Path) -> None:
-    cfg = settings(tmp_path, runtime="docker")
-    runner = Runner("n1", tmp_path / "agent", settings=cfg)
-    code = (
-        "import os; print('in container', os.environ.get('CUDA_VISIBLE_DEVICES'),"
-        " os.environ.get('MY_VAR'), os.environ.get('XPUPOOL_TOKEN'), os.getcwd())"
-    )
-    rep = started(
-        runner.start(
-            work(
-                [sys.executable, "-c", code],
-                image="python:3.12",
-                env={"MY_VAR": "hello"},
-                devices=[device(6)],
-            )
-        ),
-        runner,
-    )
-    assert rep is not None and runner.settings.backend_name(rep.work.image) == "container"
-    assert rep.spec is not None
-    env_file = rep.log_path.with_name(f"{rep.spec.slug}.env")
-    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
-    assert "PATH=" not in env_file.read_text()  # the image keeps its own PATH
-    poll_until(lambda: runner.replicas[(7, 0)].state != "running", runner)
-    out = rep.log_path.read_text()
-    assert runner.replicas[(7, 0)].state == "succeeded", out
-    assert f"in container 0 hello None {rep.spec.workdir}" in out
-    runs = recorded(argv_log, "run")
-    assert len(runs) == 1 and _option(runs[0], "--gpus") == ['"device=nvidia-6"']
-    assert recorded(argv_log, "rm") == [["docker", "rm", "-f", f"xpupool-{rep.spec.slug}"]]
-    assert not env_file.exists()
-    assert not rep.spec.workdir.exists()  # removed once the container is gone
-    assert rep.limits.startswith("limits: docker cgroup")
+def test_leftovers_are_found_by_owner_and_only_those_no_run_keeps_are_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ps`` filtered by this runner's owner label; ``rm -f`` for each container it lists
+    except the kept ones and any not named as the agent names its own."""
+    import subprocess
 
+    backend = ContainerBackend(settings(tmp_path, runtime="podman"))
+    calls: list[tuple[str, ...]] = []
 
-@pytest.mark.slow
-def test_stop_goes_through_the_runtime(tmp_path: Path, argv_log: Path) -> None:
-    runner = Runner(
-        "n1", tmp_path / "agent", grace_s=5.0, settings=settings(tmp_path, runtime="docker")
-    )
-    code = "import time; print('up', flush=True); time.sleep(60)"
-    rep = started(runner.start(work([sys.executable, "-c", code], image="python:3.12")), runner)
-    assert rep is not None and rep.spec is not None
-    poll_until(lambda: rep.log_path.read_bytes().startswith(b"up"), runner)
-    runner.stop(7, 0)
-    poll_until(lambda: runner.replicas[(7, 0)].state == "stopped", runner)
-    name = f"xpupool-{rep.spec.slug}"
-    assert ["docker", "kill", "--signal", "TERM", name] in recorded(argv_log, "kill")
-    assert "SIGTERM" in runner.replicas[(7, 0)].reason
+    def call(*args: str) -> subprocess.CompletedProcess[str]:
+        calls.append(args)
+        out = (
+            "xpupool-box-1-0-1-aa\nxpupool-box-2-0-2-bb\nsomeone-elses\n" if args[0] == "ps" else ""
+        )
+        return subprocess.CompletedProcess(["podman", *args], 0, out, "")
+
+    monkeypatch.setattr(backend, "_call", call)
+    removed = backend.remove_leftovers(tmp_path / "agent" / "box", {"xpupool-box-2-0-2-bb"})
+    assert removed == ["xpupool-box-1-0-1-aa"]
+    owner = f"label=xpupool.owner={tmp_path / 'agent' / 'box'}"
+    assert calls == [
+        ("ps", "-a", "--filter", owner, "--format", "{{.Names}}"),
+        ("rm", "-f", "xpupool-box-1-0-1-aa"),
+    ]

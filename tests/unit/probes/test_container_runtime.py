@@ -33,13 +33,13 @@ def test_docker_client_alone_is_no_runtime() -> None:
 
 def test_docker_engine_with_and_without_cdi() -> None:
     assert parse_docker_info(fixture("docker-27.3.1-cdi.json")) == ContainerRuntime(
-        "docker", "27.3.1", cdi=True
+        "docker", "27.3.1", cdi=True, oci_runtime="runc", cgroup_manager="systemd"
     )
     assert parse_docker_info(fixture("docker-27.3.1-no-cdi.json")) == ContainerRuntime(
-        "docker", "27.3.1", cdi=False
+        "docker", "27.3.1", cdi=False, oci_runtime="runc", cgroup_manager="systemd"
     )
     assert parse_docker_info(fixture("docker-24.0.7.json")) == ContainerRuntime(
-        "docker", "24.0.7", cdi=False
+        "docker", "24.0.7", cdi=False, oci_runtime="runc", cgroup_manager="systemd"
     )
 
 
@@ -49,6 +49,14 @@ def test_podman_reads_cdi_from_4_1() -> None:
     )
     assert parse_podman_info(fixture("podman-3.4.4.json")) == ContainerRuntime(
         "podman", "3.4.4", cdi=False
+    )
+
+
+def test_podman_says_which_oci_runtime_and_cgroup_manager_it_would_use() -> None:
+    """Captured on the test machines (hybrid cgroup v1/v2, no systemd): podman picks crun,
+    which cannot start a container there; the agent's runtime configuration starts from this."""
+    assert parse_podman_info(fixture("podman-4.3.1-debian-hybrid.json")) == ContainerRuntime(
+        "podman", "4.3.1", cdi=True, oci_runtime="crun", cgroup_manager="cgroupfs"
     )
 
 

@@ -13,11 +13,15 @@ forwards signals and reaps) and the name ``xpupool-<run id>`` (node, job, replic
 the run's random suffix: two pools on one engine can hand out the same job numbers, and one must
 never stop or remove the other's container), so stopping goes through the runtime (``kill
 --signal``) and cleanup is ``rm -f`` by that name; the labels ``xpupool.node``/``xpupool.job``
-find them too.
+find them too, and ``xpupool.owner`` (the agent work directory of the node that ran it: one agent
+per work directory on a host) says whose it is: an agent that starts again removes the containers
+it owns that no supervisor holds any more (:meth:`ContainerBackend.remove_leftovers`), and never
+another pool's or another agent's. Every call carries the host's runtime configuration
+(:mod:`.runtime_config`: OCI runtime, cgroup manager, ulimits) and ``--pids-limit``.
 
 The image and the command come after every option and ``--``: nothing of the job's is ever read as
 the runtime's option (``--privileged`` as an image was, before the server checked references).
-tests/integration/test_container_engine.py runs it on a real podman.
+tests/integration/test_container_engine.py and test_container_lifecycle.py run it on a real podman.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from pathlib import Path
 from xpupool.agent.env import as_seen_alone
 from xpupool.agent.launch.backend import Launched
 from xpupool.agent.launch.process import ProcessBackend, group_alive, start_process
+from xpupool.agent.launch.runtime_config import RuntimeConfig
 from xpupool.agent.launch.spec import LaunchError, LaunchSpec
 from xpupool.catalog.image_ref import ImageRefError, parse_image_ref
 from xpupool.probes.container_runtime import ContainerRuntime, RuntimeName
@@ -40,6 +45,7 @@ from xpupool.probes.device_nodes import container_device_args
 log = logging.getLogger("xpupool.agent")
 
 NAME_PREFIX = "xpupool-"
+OWNER_LABEL = "xpupool.owner"
 RUNTIME_CALL_TIMEOUT_S = 15.0
 # What the runtime's client needs from the agent's environment to reach its engine and registry
 # (the job's own variables go to the container, never to the client).
@@ -49,6 +55,12 @@ CLIENT_ENV_PREFIXES = ("DOCKER_", "CONTAINER_", "CONTAINERS_", "REGISTRY_AUTH_FI
 
 def container_name(spec: LaunchSpec) -> str:
     return f"{NAME_PREFIX}{spec.slug}"
+
+
+def owner_of(spec: LaunchSpec) -> str:
+    """The agent work directory a run belongs to: its log is ``<work dir>/replicas/<run>/output.log``
+    (:mod:`xpupool.agent.replica_dir`)."""
+    return str(spec.log_path.parent.parent.parent)
 
 
 def env_file_path(spec: LaunchSpec) -> Path:
@@ -99,6 +111,11 @@ def limit_args(spec: LaunchSpec) -> list[str]:
     return args
 
 
+def pids_args(config: RuntimeConfig) -> list[str]:
+    """``--pids-limit``: the agent's task limit (0: none, ``-1`` to both runtimes)."""
+    return ["--pids-limit", str(config.pids_limit if config.pids_limit > 0 else -1)]
+
+
 def describe_limits(spec: LaunchSpec, runtime: str) -> str:
     parts = []
     if spec.memory_mib:
@@ -121,6 +138,10 @@ class ContainerBackend(ProcessBackend):
         runtime: RuntimeName = "docker" if name == "docker" else "podman"
         return ContainerRuntime(runtime, "", self.settings.runtime_cdi)
 
+    @property
+    def config(self) -> RuntimeConfig:
+        return self.settings.runtime_config.for_runtime(self.runtime.name)
+
     def argv(self, spec: LaunchSpec) -> list[str]:
         """``<runtime> run ...`` for ``spec`` (reads nothing but the spec and the settings)."""
         runtime = self.runtime
@@ -134,12 +155,15 @@ class ContainerBackend(ProcessBackend):
         uid = os.geteuid() if spec.uid is None else spec.uid
         gid = os.getegid() if spec.gid is None else spec.gid
         workdir = str(spec.workdir)
-        argv = [runtime.name, "run", "--rm", "--init", "--name", container_name(spec)]
+        config = self.config
+        argv = [runtime.name, *config.global_args, "run", "--rm", "--init"]
+        argv += ["--name", container_name(spec), *config.run_args]
         argv += ["--user", f"{uid}:{gid}", "--env-file", str(env_file_path(spec))]
         argv += ["--security-opt", "no-new-privileges"]
         argv += ["--label", f"xpupool.node={spec.node}", "--label", f"xpupool.job={spec.job_id}"]
+        argv += ["--label", f"{OWNER_LABEL}={owner_of(spec)}"]
         argv += ["-v", f"{workdir}:{workdir}", "--workdir", workdir]
-        argv += limit_args(spec)
+        argv += limit_args(spec) + pids_args(config)
         argv += container_device_args(spec.devices, runtime, self.settings.device_root)
         # every option first, then '--': nothing of the job's (image, command) is an option
         return [*argv, "--", spec.image, *spec.argv]
@@ -160,7 +184,7 @@ class ContainerBackend(ProcessBackend):
         return launched
 
     def _call(self, *args: str) -> subprocess.CompletedProcess[str] | None:
-        argv = [self.runtime.name, *args]
+        argv = [self.runtime.name, *self.config.global_args, *args]
         try:
             return subprocess.run(
                 argv,
@@ -205,3 +229,24 @@ class ContainerBackend(ProcessBackend):
             launched.cleaned = False
             return
         super().cleanup(launched)
+
+    def remove_leftovers(self, owner: Path, keep: set[str]) -> list[str]:
+        """Remove the containers labelled as ``owner``'s (an agent work directory) but not named
+        in ``keep`` (those of the runs a live supervisor holds): left by a supervisor that died
+        with its agent (the client dies with it, the container does not). Returns the names
+        removed; none when the runtime cannot be asked (logged)."""
+        done = self._call(
+            "ps", "-a", "--filter", f"label={OWNER_LABEL}={owner}", "--format", "{{.Names}}"
+        )
+        if done is None or done.returncode != 0:
+            if done is not None:
+                log.warning("%s ps: %s", self.runtime.name, done.stderr.strip())
+            return []
+        removed = []
+        for name in done.stdout.split():
+            if name in keep or not name.startswith(NAME_PREFIX):
+                continue
+            gone = self._call("rm", "-f", name)
+            if gone is not None and gone.returncode == 0:
+                removed.append(name)
+        return removed

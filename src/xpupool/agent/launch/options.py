@@ -68,7 +68,7 @@ def launch_options(f: F) -> F:
             show_default=True,
             type=click.IntRange(0),
             help="Most tasks (processes and threads) one replica may have at once, through its"
-            " cgroup's pids.max (0: no limit)",
+            " cgroup's pids.max, or its container's --pids-limit (0: no limit)",
         ),
         click.option(
             "--sandbox",
@@ -118,6 +118,7 @@ def launch_settings(
     work dir, token file)."""
     from xpupool.agent.launch.cgroups import detect_cgroups
     from xpupool.agent.launch.identity import UidRange
+    from xpupool.agent.launch.runtime_config import RuntimeConfig
     from xpupool.agent.launch.spec import DEFAULT_PATH, LaunchSettings, default_job_root
     from xpupool.model.errors import XpupoolError
     from xpupool.model.quantity import parse_memory_mib
@@ -156,6 +157,9 @@ def launch_settings(
         lang=os.environ.get("LANG") or "C.UTF-8",
         device_root=Path(device_root).resolve(),
         private_paths=tuple(p.resolve() for p in private_paths),
+        runtime_config=RuntimeConfig(
+            pids_limit=DEFAULT_PIDS_MAX if pids_limit is None else pids_limit
+        ),
     )
     return isolation(settings, sandbox, runtime)
 
@@ -179,10 +183,12 @@ def isolation(settings: LaunchSettings, sandbox: str, runtime: RuntimeChoice) ->
     processes, and a warning says why. The runtime is asked
     (``docker info``/``podman info``): ``auto`` settles for none with a log line saying why; an
     explicit ``docker``/``podman`` that does not answer is an error (the operator asked for it).
+    The one that answers is configured for this host (:mod:`.runtime_config`).
     """
     from dataclasses import replace
 
     from xpupool.agent.launch.bwrap import check_bwrap
+    from xpupool.agent.launch.runtime_config import detect_runtime_config
     from xpupool.agent.launch.spec import LaunchError
     from xpupool.agent.launch.view import check_view, hidepid_supported
     from xpupool.probes.container_runtime import detect_runtime
@@ -213,8 +219,12 @@ def isolation(settings: LaunchSettings, sandbox: str, runtime: RuntimeChoice) ->
         log.info("no container runtime for image jobs: %s", found.describe())
     name = found.runtime.name if found.runtime is not None else None
     cdi = found.runtime.cdi if found.runtime is not None else False
+    config = settings.runtime_config
+    if found.runtime is not None:
+        config = detect_runtime_config(found.runtime, config.pids_limit)
     return replace(
         settings,
+        runtime_config=config,
         sandbox=sandbox,
         runtime=name,
         runtime_cdi=cdi,

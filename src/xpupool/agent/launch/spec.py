@@ -18,6 +18,7 @@ from pathlib import Path
 from xpupool.agent.env import device_env
 from xpupool.agent.launch.cgroups import CgroupHost, CgroupPlan
 from xpupool.agent.launch.identity import UidRange
+from xpupool.agent.launch.runtime_config import RuntimeConfig
 from xpupool.disk_reserve import DEFAULT_LOG_RESERVE_BYTES
 from xpupool.server.schemas.agent_protocol import DeviceAssignment, Work
 
@@ -55,7 +56,8 @@ class LaunchSettings:
     ``private_view``: each replica gets a mount namespace of its own (a root agent on Linux,
     tried at start: :mod:`.view`), with its temp dir a tmpfs counted against its memory limit
     and, on the host back end, at ``/tmp``; ``hide_processes``: there, a ``/proc`` that shows
-    the job only its own uid's processes (Linux 5.8 and later)."""
+    the job only its own uid's processes (Linux 5.8 and later). ``runtime_config``: how the
+    container runtime is called on this host (:mod:`.runtime_config`)."""
 
     job_root: Path = field(default_factory=default_job_root)
     uid_range: UidRange | None = None
@@ -71,6 +73,7 @@ class LaunchSettings:
     lang: str = "C.UTF-8"
     private_view: bool = False
     hide_processes: bool = False
+    runtime_config: RuntimeConfig = field(default_factory=RuntimeConfig)
 
     def describe(self) -> str:
         """One line for the start-up banner: who jobs run as, where, with which limits."""
@@ -83,6 +86,8 @@ class LaunchSettings:
             f"cgroup v{self.cgroups.version}" if self.cgroups else "none (cgroups not writable)"
         )
         images = self.runtime or "none (no container runtime)"
+        if self.runtime:
+            images += f" ({self.runtime_config.for_runtime(self.runtime).describe()})"
         return (
             f"{who}, backend {self.backend_name(None)}, images: {images},"
             f" working dirs under {self.job_root}, {self.view_text()},"

@@ -15,6 +15,7 @@ from typing import cast
 
 from xpupool.agent.launch.cgroups import CgroupHost, CgroupPlan
 from xpupool.agent.launch.identity import UidRange
+from xpupool.agent.launch.runtime_config import RuntimeConfig
 from xpupool.agent.launch.spec import LaunchSettings, LaunchSpec
 from xpupool.server.schemas.agent_protocol import DeviceAssignment
 
@@ -83,6 +84,30 @@ def _host_back(cg: list[object]) -> CgroupHost:
     return host
 
 
+def _runtime_config(c: RuntimeConfig) -> JsonObj:
+    return {
+        "runtime": c.runtime,
+        "global_args": list(c.global_args),
+        "run_args": list(c.run_args),
+        "notes": list(c.notes),
+        "override": c.override,
+        "pids_limit": c.pids_limit,
+    }
+
+
+def _runtime_config_back(d: object) -> RuntimeConfig:
+    if not isinstance(d, dict):  # a file an older agent wrote: the engine's defaults
+        return RuntimeConfig()
+    return RuntimeConfig(
+        runtime=str(d["runtime"]),
+        global_args=tuple(str(a) for a in d["global_args"]),
+        run_args=tuple(str(a) for a in d["run_args"]),
+        notes=tuple(str(a) for a in d["notes"]),
+        override=str(d["override"]),
+        pids_limit=int(d["pids_limit"]),
+    )
+
+
 def dumps(f: SpecFile) -> bytes:
     s, sp = f.settings, f.spec
     settings: JsonObj = {
@@ -109,6 +134,7 @@ def dumps(f: SpecFile) -> bytes:
         "lang": s.lang,
         "private_view": s.private_view,
         "hide_processes": s.hide_processes,
+        "runtime_config": _runtime_config(s.runtime_config),
     }
     spec: JsonObj = {
         "job_id": sp.job_id,
@@ -164,6 +190,7 @@ def loads(data: bytes) -> SpecFile:
         # absent in a file an older agent wrote: its replicas ran in the agent's namespace
         private_view=bool(s.get("private_view", False)),
         hide_processes=bool(s.get("hide_processes", False)),
+        runtime_config=_runtime_config_back(s.get("runtime_config")),
     )
     spec = LaunchSpec(
         job_id=int(sp["job_id"]),
