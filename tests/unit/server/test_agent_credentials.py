@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from server_kit import Server, node, node_body
 
-from xpupool.agent.inprocess import PlaneTransport
 from xpupool.model.errors import Forbidden
 from xpupool.server.audit import AuditKeep
 from xpupool.server.audit_http import audited
 from xpupool.server.auth import Principal
+from xpupool.server.inprocess_agent import PlaneTransport
 from xpupool.server.schemas.agent_protocol import Heartbeat, NodeIn
 from xpupool.server.schemas.tenants import TokenIn
 from xpupool.server.services import node_identity, tenants

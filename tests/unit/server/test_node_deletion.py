@@ -26,9 +26,9 @@ from server_kit import (
 from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
-from xpupool.agent.inprocess import local_agent
 from xpupool.model.device import Device, Node
 from xpupool.model.errors import Forbidden
+from xpupool.server.inprocess_agent import local_agent
 from xpupool.server.schemas.agent_protocol import AGENT_PROTOCOL, AGENT_PROTOCOL_HEADER, Heartbeat
 from xpupool.server.schemas.nodes import NodeDeletion
 from xpupool.server.services import fleet, node_identity

@@ -32,10 +32,9 @@ from xpupool.probes import Probe, host_probes
 from xpupool.probes.container_runtime import RuntimeName, detect_runtime
 from xpupool.server.auth import Principal
 from xpupool.server.plane import ControlPlane
-from xpupool.server.schemas.agent_protocol import Heartbeat, HeartbeatReply, NodeIn
+from xpupool.server.schemas.agent_protocol import ADDRESS_LABEL, Heartbeat, HeartbeatReply, NodeIn
 from xpupool.server.services import node_identity
 from xpupool.server.services.node_identity import in_process_principal
-from xpupool.server.services.replica_env import ADDRESS_LABEL
 
 log = logging.getLogger("xpupool.agent")
 
