@@ -145,10 +145,10 @@ class PlaneCollector(Collector):
         with p.lock:
             for name, spec in p.queue_specs.items():
                 pending.add_metric(
-                    [name, spec.tenant], sum(1 for j in p.pending.values() if j.queue == name)
+                    [name, spec.tenant], sum(1 for j in p.queued.values() if j.queue == name)
                 )
                 running.add_metric(
-                    [name, spec.tenant], sum(1 for j in p.held.values() if j.queue == name)
+                    [name, spec.tenant], sum(1 for j in p.held_jobs.values() if j.queue == name)
                 )
                 usage = p.admission.usage.get(name, {})
                 for q in spec.quotas:
@@ -167,7 +167,9 @@ class PlaneCollector(Collector):
 
         p = self.plane
         with p.lock:
-            gauges = stranded_gauges(p.cluster_state, stranded_now(p), lambda name: name in p.nodes)
+            gauges = stranded_gauges(
+                p.cluster_state, stranded_now(p), lambda name: name in p.node_records
+            )
         yield from gauges
 
     def _history(self) -> Iterator[GaugeMetricFamily]:

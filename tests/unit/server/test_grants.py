@@ -17,7 +17,7 @@ def test_a_lowered_cap_lowers_the_jobs_that_wait(server: Server) -> None:
     got = job(server, waiting["id"])
     assert got["priority"] == 3
     assert "lowered to its queue's max_priority 3" in got["events"][-1]["reason"]
-    assert server.plane.pending[waiting["id"]].request.priority == 3
+    assert server.plane.queued[waiting["id"]].request.priority == 3
     r = server.client.post(
         "/v1/jobs", json={"command": ["x"], "priority": 4}, headers=server.as_(lab)
     )

@@ -1,4 +1,4 @@
-"""Outside ``server/plane.py`` the control plane's live state is reached through its methods and
+"""Outside the ``server/plane/`` package the control plane's live state is reached through its methods and
 read-only views only: no module reaches into its dicts (nodes, pending, held jobs), its private
 fields or the engine's columns (``plane.engine.state``). Read from the source with ``ast``, so
 that a new call site that reaches in fails here, whatever it is named after."""
@@ -39,7 +39,7 @@ def _reaches_in(node: ast.Attribute) -> bool:
 def test_nothing_outside_the_plane_reaches_into_its_state() -> None:
     found = []
     for path in sorted(SRC.rglob("*.py")):
-        if path == SRC / "server" / "plane.py":
+        if path.is_relative_to(SRC / "server" / "plane"):
             continue
         tree = ast.parse(path.read_text(), str(path))
         for node in ast.walk(tree):

@@ -13,13 +13,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field, replace
-from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, select, update
+from sqlalchemy import Connection, delete, select, update
 from sqlalchemy.exc import OperationalError
 
 from xpupool.catalog.images import ImageCatalog, default_image_catalog
@@ -33,181 +31,52 @@ from xpupool.engine.learning_pace import LearningPace
 from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile
 from xpupool.engine.state import ClusterState
 from xpupool.engine.verdict import Verdicts
-from xpupool.model.allocation import Allocation, DeviceShare
-from xpupool.model.device import Device, Node
+from xpupool.model.allocation import Allocation
 from xpupool.model.errors import RequestError, Unavailable
 from xpupool.model.request import Request
-from xpupool.model.request_model import request_from_dict
-from xpupool.model.taint import Taint
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.audit import AuditKeep, AuditLog
-from xpupool.server.auth import AGENT_ROLES, Principal
+from xpupool.server.auth import Principal
 from xpupool.server.consistency import Problem, problem_for, settle
-from xpupool.server.drain import draining, plan
+from xpupool.server.drain import plan
 from xpupool.server.health import Health, probe_writable, store_failure
 from xpupool.server.job_logs import JobLogs
 from xpupool.server.lease import Lease
 from xpupool.server.live_metrics import LiveMetrics
 from xpupool.server.ownership import StoreOwnership
 from xpupool.server.pending_jobs import PendingJobs
-from xpupool.server.queue_spec import queue_spec
+from xpupool.server.plane import node_lifecycle as nl
+from xpupool.server.plane import store
+from xpupool.server.plane.records import (
+    Built,
+    HeldJob,
+    NodeRecord,
+    PendingJob,
+    carry_transients,
+)
+from xpupool.server.plane.store import (
+    node_values,
+    pending_from_row,
+    taints_to_row,
+)
 from xpupool.server.retention import Retention
-from xpupool.server.schemas.agent_protocol import DeviceIn, DeviceMetrics, ReplicaState
-from xpupool.server.schemas.jobs import HOLDING_STATES, JobPhase, StopCause
+from xpupool.server.schemas.agent_protocol import DeviceMetrics
+from xpupool.server.schemas.jobs import HOLDING_STATES, JobPhase
 from xpupool.server.schemas.nodes import NodeStatus
 from xpupool.server.storage import meta
 from xpupool.server.storage.driver_insert import insert_rows, update_rows
-from xpupool.server.storage.fleet import nodes as t_nodes
 from xpupool.server.storage.job_writes import JobWrites, job_update, job_update_params
 from xpupool.server.storage.jobs import allocations as t_allocs
 from xpupool.server.storage.jobs import job_events as t_events
 from xpupool.server.storage.jobs import jobs as t_jobs
-from xpupool.server.storage.pool import first_allocation_id
 from xpupool.server.storage.pool import pool as t_pool
 from xpupool.server.storage.tenants import assign_tenant_indices
-from xpupool.server.storage.tenants import queues as t_queues
-from xpupool.server.storage.tenants import tenants as t_tenants
-from xpupool.server.storage.tenants import tokens as t_tokens
 from xpupool.server.wake import Wake
 
 log = logging.getLogger("xpupool.server")
 DEFAULT_MAX_LOG_BYTES = 64 << 20
 DEFAULT_HISTORY_INTERVAL_S = 60.0  # seconds between two fleet history samples
 SEED_JOBS = 2000  # the last jobs a restarted engine learns its workload from (_seed_learning)
-
-
-@dataclass
-class NodeRecord:
-    """A node as the plane knows it; ``node`` is what the engine schedules on.
-
-    Two times say when it was last heard from: ``last_heartbeat`` (Unix time, stored and shown to
-    people) and ``heard_at`` (the plane's ``monotonic`` seconds: what liveness counts from,
-    never stored). Liveness never subtracts wall-clock times: a step of the wall clock (NTP,
-    ``date -s``) must neither make a heartbeating node lost, and run its jobs a second time
-    elsewhere, nor keep a dead one ready (issue 43, item 9)."""
-
-    node: Node
-    source: str
-    status: NodeStatus
-    cordoned: bool
-    cordoned_devices: set[str]
-    arch: str
-    os: str
-    registered_at: float
-    last_heartbeat: float | None = None
-    heard_at: float | None = None  # monotonic; None: never heard from (silent for ever)
-    target: Node | None = None  # registered, waiting for allocations on ``node`` to end (a drain)
-    # Unix time the admin asked to delete it once nothing is held there (cordoned meanwhile)
-    deleting_since: float | None = None
-
-    def heard(self, wall: float, monotonic: float) -> None:
-        """A heartbeat (or a registration) arrived at ``wall`` Unix time, ``monotonic`` on the
-        plane's monotonic clock."""
-        self.last_heartbeat, self.heard_at = wall, monotonic
-
-    @property
-    def draining(self) -> frozenset[str]:
-        """Devices served until their allocations end, then dropped or changed: cordoned."""
-        return draining(self.node, self.target)
-
-
-@dataclass
-class PendingJob:
-    """A job waiting for admission. ``tried`` is the capacity generation it last failed at: it is
-    not tried again until something is released, added or uncordoned (kube's unschedulable queue)."""
-
-    id: int
-    tenant: str
-    queue: str
-    priority: int
-    request: Request
-    created_at: float
-    tried: int = -1
-    reason: str = ""
-    waiting_on: set[int] = field(default_factory=set)  # victims it preempted, still stopping
-    not_before: float = 0.0  # Unix time: a retry waiting out its backoff is not tried before
-    max_runtime_s: float | None = None  # what each run may last (held with the job once placed)
-    attempts: int = 0  # runs started before (a retry's, held with the job once placed)
-
-
-@dataclass
-class HeldJob:
-    """A job holding devices (admitted, scheduled or running). ``stop`` says why its processes
-    are being stopped (stored with the job); its devices are freed when they are gone. Only
-    :meth:`ControlPlane.apply` changes ``state``, ``stop`` and ``attempt``."""
-
-    id: int
-    tenant: str
-    queue: str
-    flavor: str
-    priority: int
-    state: JobPhase
-    allocations: list[Allocation]
-    replica_states: dict[int, ReplicaState] = field(default_factory=dict)
-    exit_codes: dict[int, int] = field(default_factory=dict)
-    stop: StopCause | None = None
-    stop_reason: str = ""
-    attempt: int = 0  # runs started (the stored ``attempts``)
-    started_at: float | None = None  # Unix time its current run started (max_runtime_s)
-    max_runtime_s: float | None = None
-    handed: set[int] = field(default_factory=set)  # replicas handed to an agent: may be running
-    dispatched: bool = False  # this server handed its current run out (counted in ``attempt``)
-    # {replica: {uuid: MiB}}: the agent's last per-process measurement of a running replica;
-    # absent when not measured; gone with the job when it is released (metrics only, not stored)
-    device_memory_used_mib: dict[int, dict[str, int]] = field(default_factory=dict)
-    limits: dict[int, str] = field(default_factory=dict)  # {replica: enforcement, recorded}
-    failures: dict[int, str] = field(default_factory=dict)  # {replica: the agent's reason}
-
-    @property
-    def may_run(self) -> bool:
-        """True once an agent may have started a process: stopping must then wait for it."""
-        return self.state is JobPhase.RUNNING or bool(self.handed)
-
-    @property
-    def stopping(self) -> str | None:
-        """The stop as the scheduling cycle reads it (``RunningWork``): 'preempt' for a victim of
-        an earlier decision, the cause's name for any other stop, None when not stopping."""
-        if self.stop is None:
-            return None
-        return "preempt" if self.stop is StopCause.PREEMPTED else self.stop.value
-
-
-@dataclass
-class Built:
-    """An engine made by :meth:`ControlPlane.build`, not yet served: the allocations it holds per
-    held job, and those it could not re-apply."""
-
-    engine: Engine
-    admission: Admission
-    allocations: dict[int, list[Allocation]]
-    problems: list[Problem]
-
-
-# What a HeldJob keeps in the store; every other field is live bookkeeping a reload carries over.
-_STORED_HELD = frozenset(
-    {
-        "id",
-        "tenant",
-        "queue",
-        "flavor",
-        "priority",
-        "state",
-        "allocations",
-        "stop",
-        "stop_reason",
-        "attempt",
-        "started_at",
-        "max_runtime_s",
-    }
-)
-STOPPING = lc.STOPPING  # how a stored reason starts while the job's replicas are stopped
-
-
-def carry_transients(before: HeldJob, after: HeldJob) -> None:
-    """Copy what the store does not keep (replica states, stop requests, measurements)."""
-    for f in dataclass_fields(HeldJob):
-        if f.name not in _STORED_HELD:
-            setattr(after, f.name, getattr(before, f.name))
 
 
 class ControlPlane:
@@ -277,16 +146,16 @@ class ControlPlane:
         if not history_interval_s > 0:
             raise RequestError("--history-interval", history_interval_s, "must be above 0 s")
         self.history_interval_s = history_interval_s  # fleet samples kept (server/history.py)
-        self.nodes: dict[str, NodeRecord] = {}
+        self._nodes: dict[str, NodeRecord] = {}
         self._nodes_changed = 0  # counts changes of ``nodes`` (the agent-node list's key)
         self._agent_nodes: tuple[int, list[tuple[str, NodeRecord]]] = (-1, [])
         # nodes the admin deleted or took over while this server runs: the in-process agent,
         # which has no token to revoke, speaks for them no more (services/node_identity.py)
         self.released_nodes: set[str] = set()
-        self.metrics: dict[str, DeviceMetrics] = {}
+        self._metrics: dict[str, DeviceMetrics] = {}
         self.live = LiveMetrics()  # the same readings as columns, and a ring per card
-        self.pending: PendingJobs[PendingJob] = PendingJobs()  # counts per tenant (limits)
-        self.held: dict[int, HeldJob] = {}
+        self._pending: PendingJobs[PendingJob] = PendingJobs()  # counts per tenant (limits)
+        self._held: dict[int, HeldJob] = {}
         self.queue_specs: dict[str, QueueSpec] = {}
         self.queue_profiles: dict[str, str] = {}  # queue -> profile of its jobs that name none
         # queue -> its and its tenant's limits as stored (services/grants.py), read once per
@@ -322,139 +191,61 @@ class ControlPlane:
         if self._node_notes:  # node rows set aside by the read: cordoned and reported
             with self.db.begin() as conn:
                 for name, text in self._node_notes:
-                    if name in self.nodes and not self.nodes[name].cordoned:
+                    if name in self._nodes and not self._nodes[name].cordoned:
                         self.cordon_node(conn, name, True)
                     self.health.note(f"store inconsistent: {text}")
         self._node_notes = []
 
     def _seed_learning(self) -> None:
         """A restarted server's engine learns its workload from the last jobs submitted, as the
-        engine before the restart had, instead of from nothing: at 5,000 nodes a cold engine
-        rebuilds the measure over every node about ten times in its first requests. A stored
-        request that no longer decodes is skipped (it is reported where the job is read)."""
+        engine before the restart had, instead of from nothing: a cold engine rebuilds the
+        measure over every node many times in its first requests (docs/benchmarks.md)."""
         with self.db.begin() as conn:
-            rows = conn.execute(
-                select(t_jobs.c.request).order_by(t_jobs.c.id.desc()).limit(SEED_JOBS)
-            ).all()
-        requests = []
-        for (data,) in reversed(rows):
-            try:
-                requests.append(request_from_dict(data))
-            except (RequestError, KeyError, TypeError, ValueError):
-                continue
+            requests = store.last_requests(conn, SEED_JOBS)
         self.engine.seed_learning(requests)
 
     def _read(self) -> None:
-        """Nodes, queues, held and pending jobs from the store into the (empty) dicts."""
-        self._node_notes = []
+        """Nodes, queues, held and pending jobs from the store into the (empty) books."""
         with self.db.connect() as conn:
-            owners: dict[str, str] = {}  # device UUID -> node: the node registered first keeps it
-            by_age = select(t_nodes).order_by(t_nodes.c.registered_at, t_nodes.c.name)
-            for row in conn.execute(by_age).mappings():
-                rec = self._node_record(row, owners)
-                if rec is not None:
-                    self.nodes[rec.node.name] = rec
-            weights = tenant_weights(conn)
-            for row in conn.execute(select(t_queues)).mappings():
-                self.queue_specs[row["name"]] = queue_spec(
-                    row["name"],
-                    row["tenant"],
-                    row["cohort"],
-                    row["quotas"],
-                    weights[row["tenant"]],
-                    row["preemption"],
-                    row["unlisted_flavors"],
-                    row["allow_unfittable"],
-                )
-                if row["profile"] is not None:
-                    self.queue_profiles[row["name"]] = row["profile"]
-            held_rows = conn.execute(
-                select(t_jobs)
-                .where(t_jobs.c.state.in_([st.value for st in HOLDING_STATES]))
-                .order_by(t_jobs.c.id)
-            ).mappings()
-            for row in held_rows:
-                self.held[row["id"]] = held_from_row(row)
-            self._unreadable = []
-            for row in conn.execute(select(t_allocs).order_by(t_allocs.c.id)).mappings():
-                job = self.held.get(row["job_id"])
-                if job is None:
-                    continue
-                try:
-                    job.allocations.append(allocation_from_dict(row["data"]))
-                except (KeyError, TypeError, ValueError, AssertionError):
-                    why = f"allocation row {row['id']} of job {job.id} cannot be read"
-                    self._unreadable.append(Problem(job.id, why))
-            top = conn.execute(select(func.max(t_jobs.c.id))).scalar()
-            first = conn.execute(select(t_pool.c.first_job_id)).scalar()
-            self.next_job_id = max(int(top or 0) + 1, int(first or 1))
-            self.host.ids.seen(first_allocation_id(conn) - 1)  # every id below is used
-            pending_rows = conn.execute(
-                select(t_jobs).where(t_jobs.c.state == JobPhase.PENDING.value)
-            ).mappings()
-            for row in pending_rows:
-                self.pending[row["id"]] = pending_from_row(row)
+            books = store.read_books(conn, self.monotonic)
+            self.host.ids.seen(books.first_allocation_id - 1)  # every id below is used
+        self._node_notes = books.notes
+        self._nodes.update(books.nodes)
+        self.queue_specs.update(books.queue_specs)
+        self.queue_profiles.update(books.queue_profiles)
+        self._held.update(books.held)
+        self._unreadable = books.unreadable
+        self.next_job_id = books.next_job_id
+        for job in books.pending:
+            self._pending[job.id] = job
         self._nodes_changed += 1
-
-    def _node_record(self, row: Any, owners: dict[str, str]) -> NodeRecord | None:
-        """A stored node as a record, or None (noted) when its row cannot be read. A device UUID
-        an older node has already is left out of it, and the node noted to be cordoned."""
-        name = str(row["name"])
-        try:
-            node, target = node_from_row(row), drain_target(row)
-        except (ValueError, TypeError, KeyError) as exc:  # pydantic's errors are ValueErrors
-            why = f"node {name} cannot be read ({type(exc).__name__}): left out until it registers"
-            self._node_notes.append((name, why))
-            return None
-        taken = [d.uuid for d in node.devices if d.uuid in owners]
-        if taken:
-            text = f"node {name}: device {taken[0]} is node {owners[taken[0]]}'s too: left out"
-            self._node_notes.append((name, f"{text}, node cordoned"))
-            node = replace(node, devices=tuple(d for d in node.devices if d.uuid not in owners))
-            target = None
-        owners.update((d.uuid, name) for d in node.devices)
-        return NodeRecord(
-            node=node,
-            source=row["source"],
-            status=NodeStatus(row["status"]),
-            cordoned=not row["schedulable"],
-            cordoned_devices=set(row["cordoned_devices"]),
-            arch=row["arch"],
-            os=row["os"],
-            registered_at=row["registered_at"],
-            last_heartbeat=row["last_heartbeat"],
-            # a restart is not the agents' fault: liveness counts from the restart, a full grace
-            heard_at=None if row["last_heartbeat"] is None else self.monotonic(),
-            target=target,
-            deleting_since=row["deleting_since"],
-        )
 
     def reload(self) -> None:
         """Memory back to what the store holds, after a write that failed part-way (the store
         rolled back; memory may have moved ahead). What the store does not keep (replica
         states, stop requests, heartbeat times) is carried over for jobs and nodes still there."""
-        old_nodes, old_held, old_pending = self.nodes, self.held, self.pending
+        old_nodes, old_held, old_pending = self._nodes, self._held, self._pending
         old_specs, old_next = self.queue_specs, self.next_job_id
         old_profiles = self.queue_profiles
-        self.nodes, self.held, self.queue_specs, self.queue_profiles = {}, {}, {}, {}
+        self._nodes, self._held, self.queue_specs, self.queue_profiles = {}, {}, {}, {}
         self.forget_grants()
-        self.pending = PendingJobs()
+        self._pending = PendingJobs()
         try:
             self._read()
         except Exception:
-            self.nodes, self.held, self.pending = old_nodes, old_held, old_pending
+            self._nodes, self._held, self._pending = old_nodes, old_held, old_pending
             self.queue_specs, self.next_job_id = old_specs, old_next
             self.queue_profiles = old_profiles
             raise
-        for name, rec in self.nodes.items():
+        for name, rec in self._nodes.items():
             was = old_nodes.get(name)
             if was is not None and rec.heard_at is not None:
                 rec.last_heartbeat, rec.heard_at = was.last_heartbeat, was.heard_at
-        for job_id, job in self.held.items():
+        for job_id, job in self._held.items():
             before = old_held.get(job_id)
             if before is not None:
                 carry_transients(before, job)
-        for job_id, pending in self.pending.items():
+        for job_id, pending in self._pending.items():
             earlier = old_pending.get(job_id)
             if earlier is not None:
                 pending.reason, pending.waiting_on = earlier.reason, earlier.waiting_on
@@ -478,7 +269,7 @@ class ControlPlane:
             for rec in nodes.values()
         )
         admission = Admission(engine, self.queue_specs.values())
-        held = self.held
+        held = self._held
         # one allocation per charge: a job keeps those of its allocations that still fit
         done = self.host.reapply(
             engine,
@@ -502,8 +293,8 @@ class ControlPlane:
         self.host.install(built.engine)
         self.admission = built.admission
         for job_id, allocations in built.allocations.items():
-            if job_id in self.held:
-                self.held[job_id].allocations = allocations
+            if job_id in self._held:
+                self._held[job_id].allocations = allocations
         self.capacity_gen += 1
 
     @property
@@ -518,7 +309,7 @@ class ControlPlane:
         re-charged. Used on start, after a failed write, and when a drained device is free;
         rare, so rebuilding beats patching. What the store holds that cannot be re-applied is
         set aside (``server/consistency.py``) in ``conn``'s transaction or a new one."""
-        built = self.build(self.nodes)
+        built = self.build(self._nodes)
         self.install(built)
         problems = [*self._unreadable, *built.problems]
         self._unreadable = []
@@ -555,7 +346,7 @@ class ControlPlane:
         """New quota books after queues changed, re-charged from the held allocations."""
         with self.lock:
             self.admission = Admission(self.engine, self.queue_specs.values())
-            for job in self.held.values():
+            for job in self._held.values():
                 for alloc in job.allocations:  # the flavour may change with the queue's quotas
                     job.flavor = self.admission.restore(
                         alloc, job.queue, job.flavor, in_engine=False
@@ -570,15 +361,10 @@ class ControlPlane:
     @property
     def node_records(self) -> Mapping[str, NodeRecord]:
         """Every node the plane serves, by name; read-only (change them with the methods)."""
-        return MappingProxyType(self.nodes)
+        return MappingProxyType(self._nodes)
 
     def node(self, name: str) -> NodeRecord | None:
-        return self.nodes.get(name)
-
-    def put_nodes(self, records: Mapping[str, NodeRecord]) -> None:
-        """Serve ``records`` (registered or changed; stored by the caller under the same lock)."""
-        self.nodes.update(records)
-        self._nodes_changed += 1
+        return self._nodes.get(name)
 
     def agent_node_records(self) -> list[tuple[str, NodeRecord]]:
         """(name, record) of every node an agent registered (``source`` 'agent'), a list that
@@ -586,13 +372,25 @@ class ControlPlane:
         and walking thousands of cluster-file nodes under the lock for none of them would make
         an idle pool's cost grow with its size (issue 25)."""
         if self._agent_nodes[0] != self._nodes_changed:
-            agents = [(n, r) for n, r in self.nodes.items() if r.source == "agent"]
+            agents = [(n, r) for n, r in self._nodes.items() if r.source == "agent"]
             self._agent_nodes = (self._nodes_changed, agents)
         return list(self._agent_nodes[1])
 
     def set_schedulable(self, name: str, schedulable: bool) -> None:
-        """Whether the engine may place on node ``name`` (ready and not cordoned)."""
+        """Whether the engine may place on node ``name``, as the node lifecycle said (a lost
+        node registering again is ready: ``NodeOutcome.bump``)."""
         self.engine.set_node_schedulable(name, schedulable)
+
+    def record_metrics(self, m: DeviceMetrics, at: float) -> None:
+        """A heartbeat's readings of one registered device, taken at ``at`` (Unix time)."""
+        self._metrics[m.uuid] = m
+        self.live.record(
+            m.uuid, at, m.utilization_pct, m.memory_used_mib, m.power_w, m.temperature_c
+        )
+
+    def device_metrics(self, uuid: str) -> DeviceMetrics | None:
+        """The last readings of device ``uuid`` (None: none since it registered)."""
+        return self._metrics.get(uuid)
 
     @property
     def cluster_state(self) -> ClusterState:
@@ -602,24 +400,24 @@ class ControlPlane:
     @property
     def queued(self) -> Mapping[int, PendingJob]:
         """The pending jobs by id; read-only."""
-        return MappingProxyType(self.pending)
+        return MappingProxyType(self._pending)
 
     def queue_job(self, job: PendingJob) -> None:
         """``job`` waits in its queue (a submission, stored by the caller under the lock)."""
-        self.pending[job.id] = job
+        self._pending[job.id] = job
 
     def queued_tally(self, tenant: str) -> tuple[int, int]:
         """(pending jobs, their replicas) of ``tenant``."""
-        return self.pending.tally(tenant)
+        return self._pending.tally(tenant)
 
     @property
     def held_jobs(self) -> Mapping[int, HeldJob]:
         """The jobs holding devices by id; read-only."""
-        return MappingProxyType(self.held)
+        return MappingProxyType(self._held)
 
     def hold(self, job: HeldJob) -> None:
         """``job`` holds devices now (placed by the scheduler loop, stored under the lock)."""
-        self.held[job.id] = job
+        self._held[job.id] = job
 
     # ------------------------------------------------------------------ store helpers
     @contextmanager
@@ -728,7 +526,7 @@ class ControlPlane:
                 self.health.fail(store_failure(exc))
                 return False
             now = self.monotonic()
-            for rec in self.nodes.values():
+            for rec in self._nodes.values():
                 if rec.heard_at is not None:
                     rec.heard_at = now
             self.health.recover()
@@ -751,8 +549,8 @@ class ControlPlane:
         before anything is written. With ``writes`` the row and the event are kept there, to be
         written with the transaction's other job writes (``storage/job_writes.py``); what is
         kept is written first wherever this reads or writes anything else."""
-        held = self.held.get(job_id)
-        if writes is not None and held is None and job_id not in self.pending:
+        held = self._held.get(job_id)
+        if writes is not None and held is None and job_id not in self._pending:
             writes.flush(conn)  # the status is read from the store
         status = self._status(conn, job_id, held, event)
         out = lc.transition(status, event)
@@ -800,10 +598,10 @@ class ControlPlane:
             if out.release:
                 self.release_job(conn, held)
         elif out.phase is not JobPhase.PENDING:
-            self.pending.pop(job_id, None)
+            self._pending.pop(job_id, None)
         if out.requeue:  # read back: the row as stored now (its retry's not_before)
             row = conn.execute(select(t_jobs).where(t_jobs.c.id == job_id)).mappings().one()
-            self.pending[job_id] = pending_from_row(row)
+            self._pending[job_id] = pending_from_row(row)
         return out
 
     def _status(
@@ -813,7 +611,7 @@ class ControlPlane:
         only memory; a stop or an end reads the job's retry policy from the store."""
         if held is not None:
             phase: JobPhase = held.state
-        elif job_id in self.pending:
+        elif job_id in self._pending:
             phase = JobPhase.PENDING
         else:
             stored = conn.execute(select(t_jobs.c.state).where(t_jobs.c.id == job_id)).scalar()
@@ -836,7 +634,7 @@ class ControlPlane:
         conn.execute(delete(t_allocs).where(t_allocs.c.job_id == job.id))
         nodes = {a.node for a in job.allocations}
         job.allocations = []
-        self.held.pop(job.id, None)
+        self._held.pop(job.id, None)
         self.advance_drains(conn, nodes)
         self.bump()
 
@@ -847,14 +645,14 @@ class ControlPlane:
         held there (a deletion's drain)."""
         changed = []
         for name in names:
-            rec = self.nodes.get(name)
+            rec = self._nodes.get(name)
             if rec is None or (rec.target is None and rec.deleting_since is None):
                 continue
             on_node = [
-                (j.id, a) for j in self.held.values() for a in j.allocations if a.node == name
+                (j.id, a) for j in self._held.values() for a in j.allocations if a.node == name
             ]
             if rec.deleting_since is not None and not on_node:
-                revoked = self.remove_node(conn, name)
+                revoked = self.remove_node(conn, name, nl.Emptied())
                 self.forget_node(name)
                 self.audit.record(
                     None,
@@ -873,64 +671,111 @@ class ControlPlane:
             step = plan(rec.node, rec.target, on_node)
             if step.serve == rec.node:
                 continue
+            out = nl.transition(rec.life, nl.DrainStep(done=step.target is None))
             rec.node, rec.target = step.serve, step.target
-            conn.execute(update(t_nodes).where(t_nodes.c.name == name).values(**node_values(rec)))
+            assert out.life is not None
+            rec.live(out.life)
+            store.update_node(conn, name, node_values(rec))
             changed.append(name)
             log.info("node %s: drained devices applied (%d left to drain)", name, len(rec.draining))
         if changed:
             self.rebuild_engine(conn)
 
-    def remove_node(self, conn: Connection, name: str) -> list[int]:
-        """The store's half of deleting node ``name``, in ``conn``'s transaction: its row goes
-        and every live credential bound to it (agent tokens, a bootstrap token pinned to its
-        name) is revoked; returns the revoked token ids. Nothing may be held on the node: the
-        caller checked, and rebuilds the engine after :meth:`forget_node`."""
-        bound = select(t_tokens.c.id).where(
-            t_tokens.c.node == name,
-            t_tokens.c.role.in_(sorted(AGENT_ROLES)),
-            t_tokens.c.revoked.is_(False),
-        )
-        revoked = [int(i) for i in conn.execute(bound).scalars()]
-        if revoked:
-            conn.execute(update(t_tokens).where(t_tokens.c.id.in_(revoked)).values(revoked=True))
-        conn.execute(delete(t_nodes).where(t_nodes.c.name == name))
-        return revoked
+    # ------------------------------------------------------------------ nodes
+    # Every change of a node row and record is made here, as the node lifecycle says
+    # (``node_lifecycle.py``); the services decide what to ask for, under the lock.
+    def node_event(self, conn: Connection, name: str, event: nl.NodeEvent) -> nl.NodeOutcome:
+        """Move node ``name`` as :func:`~xpupool.server.plane.node_lifecycle.transition` says
+        for ``event``: the lifecycle's columns are written in ``conn``'s transaction first, then
+        the record and the engine follow, and pending jobs are woken when capacity may have
+        grown. Raises :class:`~xpupool.server.plane.node_lifecycle.IllegalNodeTransition` (409)
+        before anything is written; an event that removes the node goes to
+        :meth:`remove_node`."""
+        rec = self._nodes[name]
+        before = rec.life
+        out = nl.transition(before, event)
+        if out.life is None:
+            raise nl.IllegalNodeTransition(before, event)  # a removal: remove_node's
+        after = out.life
+        values = nl.row_values(after)
+        was = nl.row_values(before)
+        changed = {k: v for k, v in values.items() if was[k] != v}
+        if isinstance(event, (nl.Cordon, nl.Uncordon)):
+            changed["schedulable"] = values["schedulable"]  # the admin's word, stored as given
+        if changed:
+            store.update_node(conn, name, changed)
+        rec.live(after)
+        if out.cancelled_deletion:
+            log.warning("node %s uncordoned: its deletion is cancelled", name)
+        if after.schedulable != before.schedulable or isinstance(event, nl.Cordon | nl.Uncordon):
+            self.engine.set_node_schedulable(name, after.schedulable)
+        if out.bump:
+            self.bump()
+        return out
+
+    def remove_node(self, conn: Connection, name: str, event: nl.NodeEvent) -> list[int]:
+        """The store's half of deleting node ``name`` for ``event`` (which the node lifecycle
+        must say removes it), in ``conn``'s transaction: its row goes and every live credential
+        bound to it is revoked; returns the revoked token ids. Nothing may be held on the node:
+        the caller checked, and rebuilds the engine after :meth:`forget_node`."""
+        rec = self._nodes[name]
+        if not nl.transition(rec.life, event).removed:
+            raise nl.IllegalNodeTransition(rec.life, event)
+        return store.delete_node(conn, name)
 
     def forget_node(self, name: str) -> None:
         """Memory's half of deleting node ``name``: its record and its devices' metrics go,
         cached principals are dropped (their tokens may be revoked now), and the in-process
         agent speaks for it no more. The engine still has it until the caller rebuilds it."""
-        rec = self.nodes.pop(name)
+        rec = self._nodes.pop(name)
         self._nodes_changed += 1
         for n in (rec.node, rec.target):
             for d in n.devices if n is not None else ():
-                self.metrics.pop(d.uuid, None)
+                self._metrics.pop(d.uuid, None)
         self.principals.clear()
         self.released_nodes.add(name)
 
     def cordon_node(self, conn: Connection, name: str, cordoned: bool) -> None:
         """Cordon (or uncordon) a node in memory, engine and store; what runs there stays.
         Uncordoning a node that waits to be deleted cancels the deletion."""
-        rec = self.nodes[name]
-        rec.cordoned = cordoned
-        values: dict[str, object] = {"schedulable": not cordoned}
-        if not cordoned and rec.deleting_since is not None:
-            rec.deleting_since = None
-            values["deleting_since"] = None
-            log.warning("node %s uncordoned: its deletion is cancelled", name)
-        conn.execute(update(t_nodes).where(t_nodes.c.name == name).values(**values))
-        self.engine.set_node_schedulable(name, not cordoned and rec.status is NodeStatus.READY)
-        if not cordoned:
-            self.bump()
+        self.node_event(conn, name, nl.Cordon() if cordoned else nl.Uncordon())
+
+    def heard(self, conn: Connection, names: list[str], at: float) -> None:
+        """Heartbeats of ``names`` (registered nodes) arrived at ``at`` (Unix time): each is
+        seen now (memory, and the stored ``last_heartbeat``); a lost one is made ready again
+        only by :meth:`node_event` (``Heard``)."""
+        monotonic = self.monotonic()
+        for name in names:
+            self._nodes[name].heard(at, monotonic)
+        store.touch_nodes(conn, names, at)
+
+    def register_node(self, conn: Connection, fresh: NodeRecord, values: dict[str, object]) -> None:
+        """Store and serve ``fresh``, a registration the caller checked (under the lock, in
+        ``conn``'s transaction): the row is updated with ``values`` (or added), then the record
+        is served; the caller installs the engine it built for it."""
+        status = nl.row_values(fresh.life)["status"]  # a known node keeps its cordon as stored
+        row = {**values, "status": status}
+        store.upsert_node(conn, fresh.node.name, row, fresh.registered_at)
+
+    def serve_nodes(self, records: Mapping[str, NodeRecord]) -> None:
+        """Serve ``records``, stored by :meth:`register_node`, :meth:`register_nodes` or
+        :meth:`retaint_node` in the transaction that just committed (under the same lock)."""
+        self._nodes.update(records)
+        self._nodes_changed += 1
+
+    def register_nodes(self, conn: Connection, rows: list[dict[str, object]]) -> None:
+        """Store new node rows (cluster-file nodes, registered in one go)."""
+        for row in rows:
+            store.insert_node(conn, row)
+
+    def retaint_node(self, conn: Connection, fresh: NodeRecord) -> None:
+        """Store ``fresh``'s taints (the admin's change); :meth:`serve_nodes` serves it."""
+        store.update_node(conn, fresh.node.name, {"taints": taints_to_row(fresh.node.taints)})
 
     def cordon_device(self, conn: Connection, rec: NodeRecord, uuid: str, cordoned: bool) -> None:
         """Cordon (or uncordon) one device of ``rec``; a draining device stays cordoned."""
         (rec.cordoned_devices.add if cordoned else rec.cordoned_devices.discard)(uuid)
-        conn.execute(
-            update(t_nodes)
-            .where(t_nodes.c.name == rec.node.name)
-            .values(cordoned_devices=sorted(rec.cordoned_devices))
-        )
+        store.update_node(conn, rec.node.name, {"cordoned_devices": sorted(rec.cordoned_devices)})
         self.engine.set_device_cordoned(uuid, cordoned or uuid in rec.draining)
         if not cordoned:
             self.bump()
@@ -942,7 +787,7 @@ class ControlPlane:
         with self.lock:
             return [
                 (j.id, j.max_runtime_s)
-                for j in self.held.values()
+                for j in self._held.values()
                 if j.max_runtime_s is not None
                 and j.started_at is not None
                 and j.stop is None
@@ -953,7 +798,7 @@ class ControlPlane:
         """Delete finished jobs ``job_ids`` (rows and events) in ``conn``'s transaction; the
         pool's first job id moves above every id handed out, so that no id (nor its log
         directory) is ever handed out again, even when the newest jobs are the ones deleted."""
-        assert not any(i in self.held or i in self.pending for i in job_ids), "not finished"
+        assert not any(i in self._held or i in self._pending for i in job_ids), "not finished"
         conn.execute(delete(t_events).where(t_events.c.job_id.in_(job_ids)))
         conn.execute(delete(t_jobs).where(t_jobs.c.id.in_(job_ids)))
         conn.execute(
@@ -968,154 +813,6 @@ class ControlPlane:
     def notify(self, event: str, seconds: float) -> None:
         for observer in self.observers:
             observer(event, seconds)
-
-
-# ---------------------------------------------------------------------------- row conversions
-def device_from_dict(d: dict[str, object]) -> Device:
-    return DeviceIn.model_validate(d).to_device()
-
-
-def node_from_row(row: object) -> Node:
-    r = dict(row)  # type: ignore[call-overload]
-    return Node(
-        name=r["name"],
-        cpu_milli=int(r["cpu_milli"]),
-        memory_mib=int(r["memory_mib"]),
-        devices=tuple(device_from_dict(d) for d in r["devices"]),
-        site=r["site"],
-        labels=r["labels"],
-        container_runtime=r.get("runtime"),
-        taints=taints_from_row(r.get("taints")),
-    )
-
-
-def taints_from_row(data: object) -> tuple[Taint, ...]:
-    """The stored taints (null in a row from before taints: none); read as any valid taint, as
-    a stored row is (a row that holds none raises ValueError or KeyError: the node is noted)."""
-    if data is None:
-        return ()
-    if not isinstance(data, list):
-        raise ValueError(f"taints: expected a list, got {type(data).__name__}")
-    return tuple(Taint(str(t["key"]), str(t.get("value") or ""), t["effect"]) for t in data)
-
-
-def taints_to_row(taints: Iterable[Taint]) -> list[dict[str, object]]:
-    """The stored form of ``taints``: Kubernetes' objects, in the node's order."""
-    return [{"key": t.key, "value": t.value, "effect": t.effect.value} for t in taints]
-
-
-def node_values(rec: NodeRecord) -> dict[str, object]:
-    """The inventory columns of a node row: what is served, and what waits for a drain."""
-    target = rec.target
-    return {
-        "cpu_milli": rec.node.cpu_milli,
-        "memory_mib": rec.node.memory_mib,
-        "devices": [device_to_dict(d) for d in rec.node.devices],
-        "drain_to": None
-        if target is None
-        else {
-            "cpu_milli": target.cpu_milli,
-            "memory_mib": target.memory_mib,
-            "devices": [device_to_dict(d) for d in target.devices],
-        },
-    }
-
-
-def drain_target(row: object) -> Node | None:
-    """The registered node a drain waits to serve (``drain_to``), or None."""
-    r = dict(row)  # type: ignore[call-overload]
-    to = r.get("drain_to")
-    if not to:
-        return None
-    return replace(
-        node_from_row(r),
-        cpu_milli=int(to["cpu_milli"]),
-        memory_mib=int(to["memory_mib"]),
-        devices=tuple(device_from_dict(d) for d in to["devices"]),
-    )
-
-
-def device_to_dict(d: Device) -> dict[str, object]:
-    return DeviceIn.from_device(d).model_dump()
-
-
-def allocation_to_dict(a: Allocation) -> dict[str, object]:
-    return {
-        "id": a.id,
-        "request_name": a.request_name,
-        "replica": a.replica,
-        "node": a.node,
-        "cpu_milli": a.cpu_milli,
-        "memory_mib": a.memory_mib,
-        "priority": a.priority,
-        "devices": [
-            {"uuid": d.uuid, "memory_mib": d.memory_mib, "core_permille": d.core_permille}
-            for d in a.devices
-        ],
-    }
-
-
-def allocation_from_dict(d: dict[str, object]) -> Allocation:
-    """Slots and node index are placeholders here: :meth:`ClusterState.readdress` fixes
-    them per engine."""
-    devices = d["devices"]
-    assert isinstance(devices, list)
-    return Allocation(
-        id=int(d["id"]),  # type: ignore[call-overload]
-        request_name=str(d["request_name"]),
-        replica=int(d["replica"]),  # type: ignore[call-overload]
-        node=str(d["node"]),
-        node_index=-1,
-        cpu_milli=int(d["cpu_milli"]),  # type: ignore[call-overload]
-        memory_mib=int(d["memory_mib"]),  # type: ignore[call-overload]
-        devices=tuple(
-            DeviceShare(str(x["uuid"]), -1, int(x["memory_mib"]), int(x["core_permille"]))
-            for x in devices
-        ),
-        priority=int(d.get("priority", 0)),  # type: ignore[call-overload]
-    )
-
-
-def held_from_row(row: object) -> HeldJob:
-    """A stored job that holds devices, its allocations still to be read."""
-    r = dict(row)  # type: ignore[call-overload]
-    stop = None if r.get("stop_cause") is None else StopCause(r["stop_cause"])
-    return HeldJob(
-        r["id"],
-        r["tenant"],
-        r["queue"],
-        r["flavor"] or "*",
-        r["priority"],
-        JobPhase(r["state"]),
-        [],
-        stop=stop,
-        stop_reason=str(r["reason"]).removeprefix(STOPPING) if stop else "",
-        attempt=int(r.get("attempts") or 0),
-        started_at=r.get("started_at"),
-        max_runtime_s=r.get("max_runtime_s"),
-    )
-
-
-def pending_from_row(row: object) -> PendingJob:
-    r = dict(row)  # type: ignore[call-overload]
-    # not in the stored request form: an image job needs a node with a container runtime
-    req = replace(request_from_dict(r["request"]), container=r["image"] is not None)
-    job = PendingJob(
-        r["id"], r["tenant"], r["queue"], r["priority"], gang_request(req), r["created_at"]
-    )
-    job.not_before = float(r.get("not_before") or 0.0)
-    job.max_runtime_s = r.get("max_runtime_s")
-    job.attempts = int(r.get("attempts") or 0)
-    return job
-
-
-def gang_request(req: Request) -> Request:
-    """The server admits a job's replicas together (Kueue admits a workload as a whole)."""
-    return req if req.gang or req.replicas == 1 else replace(req, gang=True)
-
-
-def tenant_weights(conn: Connection) -> dict[str, float]:
-    return {r.name: r.weight for r in conn.execute(select(t_tenants))}
 
 
 def check_request_names(engine: Engine, req: Request, field: str = "request.node_policy") -> None:
