@@ -50,7 +50,7 @@ class PlaneTransport:
         self.who = who
 
     def _refused(self, action: str, node: str, exc: XpupoolError) -> None:
-        if isinstance(exc, Forbidden) and node in self.plane.released_nodes:
+        if isinstance(exc, Forbidden) and self.plane.is_released(node):
             raise NodeReleased(node, str(exc)) from None  # the admin's doing: no refusal row
         status = 403 if isinstance(exc, Forbidden) else 422
         self.plane.audit.record(self.who, action, f"node {node}", status, str(exc))

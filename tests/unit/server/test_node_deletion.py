@@ -195,7 +195,7 @@ def test_a_failed_write_changes_nothing(server: Server, monkeypatch: pytest.Monk
     r = delete(server, "n1")
     assert r.status_code == 503, r.text
     assert "n1" in server.plane.node_records and "n1" in server.plane.engine.state.node_index
-    assert "n1" not in server.plane.released_nodes
+    assert not server.plane.is_released("n1")
     with server.plane.db.connect() as conn:
         assert conn.execute(select(t_nodes.c.name)).scalars().all() == ["n1"]
     monkeypatch.undo()

@@ -1,6 +1,6 @@
 """The control plane's live state: one engine, one admission book, the store, and one lock.
 
-Decide (engine), then persist (store), then act (agents). Every change takes ``lock``, changes the
+Decide (engine), then persist (store), then act (agents). Every change takes the lock, changes the
 engine, and writes the store in one transaction before the lock is let go; if the write fails the
 engine change is undone. On start the engine is rebuilt from the store alone (nodes, then the
 allocation rows), so what a crash leaves behind is exactly what was committed.
@@ -9,15 +9,14 @@ allocation rows), so what a crash leaves behind is exactly what was committed.
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import Connection, delete, select, update
+from sqlalchemy import Connection
 from sqlalchemy.exc import OperationalError
 
 from xpupool.catalog.images import ImageCatalog, default_image_catalog
@@ -38,15 +37,15 @@ from xpupool.server import job_lifecycle as lc
 from xpupool.server.audit import AuditKeep, AuditLog
 from xpupool.server.auth import Principal
 from xpupool.server.consistency import Problem, problem_for, settle
-from xpupool.server.drain import plan
 from xpupool.server.health import Health, probe_writable, store_failure
 from xpupool.server.job_logs import JobLogs
 from xpupool.server.lease import Lease
 from xpupool.server.live_metrics import LiveMetrics
 from xpupool.server.ownership import StoreOwnership
 from xpupool.server.pending_jobs import PendingJobs
-from xpupool.server.plane import node_lifecycle as nl
 from xpupool.server.plane import store
+from xpupool.server.plane.lock import PlaneLock
+from xpupool.server.plane.nodes import NodeBook
 from xpupool.server.plane.records import (
     Built,
     HeldJob,
@@ -55,21 +54,15 @@ from xpupool.server.plane.records import (
     carry_transients,
 )
 from xpupool.server.plane.store import (
-    node_values,
     pending_from_row,
-    taints_to_row,
 )
+from xpupool.server.plane.tenancy import TenancyBooks
 from xpupool.server.retention import Retention
 from xpupool.server.schemas.agent_protocol import DeviceMetrics
 from xpupool.server.schemas.jobs import HOLDING_STATES, JobPhase
 from xpupool.server.schemas.nodes import NodeStatus
 from xpupool.server.storage import meta
-from xpupool.server.storage.driver_insert import insert_rows, update_rows
-from xpupool.server.storage.job_writes import JobWrites, job_update, job_update_params
-from xpupool.server.storage.jobs import allocations as t_allocs
-from xpupool.server.storage.jobs import job_events as t_events
-from xpupool.server.storage.jobs import jobs as t_jobs
-from xpupool.server.storage.pool import pool as t_pool
+from xpupool.server.storage.job_writes import JobWrites
 from xpupool.server.storage.tenants import assign_tenant_indices
 from xpupool.server.wake import Wake
 
@@ -79,8 +72,9 @@ DEFAULT_HISTORY_INTERVAL_S = 60.0  # seconds between two fleet history samples
 SEED_JOBS = 2000  # the last jobs a restarted engine learns its workload from (_seed_learning)
 
 
-class ControlPlane:
-    """Everything the API and the agents act on. Thread-safe through ``lock``."""
+class ControlPlane(NodeBook, TenancyBooks):
+    """Everything the API and the agents act on. Thread-safe through its one lock: reach the
+    books under :meth:`locked` or :meth:`write`."""
 
     def __init__(
         self,
@@ -126,11 +120,7 @@ class ControlPlane:
         # what durations are timed with (node liveness, the lease of a silent node's replicas):
         # a step of the wall clock moves ``clock``, never this
         self.monotonic = monotonic
-        self.lock = threading.RLock()
-        # threads in write() waiting for ``lock``: a scheduling pass lets them in between its
-        # batches (the lock is not fair: a thread that lets it go may take it again at once)
-        self.writers_waiting = 0
-        self._waiting_guard = threading.Condition()  # notified when no writer waits any more
+        self._lock = PlaneLock()  # the one lock (lock.py): take it with locked() or write()
         self.wake = Wake()  # the scheduling loop's (scheduler_loop.run_passes)
         self.learning_pace = LearningPace()  # when the scheduling loop re-learns (its _relearn)
         self.capacity_gen = 0
@@ -140,7 +130,7 @@ class ControlPlane:
         # (storage/pool.py), so no id repeats after a registration, a rebuild or a restart (issue
         # 43, item 3); learning is deferred: the scheduling pass re-learns after placing
         self.host = EngineHost(profile, profiles=self.profiles, seed=seed, defer_learning=True)
-        self.principals: dict[str, Principal] = {}  # token hash -> principal, live tokens only
+        self._principals: dict[str, Principal] = {}  # token hash -> principal, live tokens only
         self.audit = AuditLog(self.db, self.write, clock, audit_keep)  # rows kept per kind
         self.retention = retention or Retention()  # finished jobs kept (services/job_limits.py)
         if not history_interval_s > 0:
@@ -151,16 +141,16 @@ class ControlPlane:
         self._agent_nodes: tuple[int, list[tuple[str, NodeRecord]]] = (-1, [])
         # nodes the admin deleted or took over while this server runs: the in-process agent,
         # which has no token to revoke, speaks for them no more (services/node_identity.py)
-        self.released_nodes: set[str] = set()
+        self._released_nodes: set[str] = set()
         self._metrics: dict[str, DeviceMetrics] = {}
         self.live = LiveMetrics()  # the same readings as columns, and a ring per card
         self._pending: PendingJobs[PendingJob] = PendingJobs()  # counts per tenant (limits)
         self._held: dict[int, HeldJob] = {}
-        self.queue_specs: dict[str, QueueSpec] = {}
-        self.queue_profiles: dict[str, str] = {}  # queue -> profile of its jobs that name none
+        self._queue_specs: dict[str, QueueSpec] = {}
+        self._queue_profiles: dict[str, str] = {}  # queue -> profile of its jobs that name none
         # queue -> its and its tenant's limits as stored (services/grants.py), read once per
         # queue: every write to tenants or queues empties it (forget_grants)
-        self.grant_rows: dict[str, Any] = {}
+        self._grant_rows: dict[str, Any] = {}
         self._writer: Connection | None = None  # the connection of write(), held (see there)
         self.admission: Admission
         self._cycle: SchedulingCycle | None = None
@@ -176,11 +166,10 @@ class ControlPlane:
         # beside the database (server/datadir.py) so that no database can hand it out again
         self.before_job_id: Callable[[int], None] = lambda _job_id: None
         with self.db.begin() as conn:  # tenant name -> its stable index (the job uid's offset)
-            self.tenant_index: dict[str, int] = assign_tenant_indices(conn)
+            self._tenant_index: dict[str, int] = assign_tenant_indices(conn)
         self._load()
         with self.db.connect() as conn:  # what each tenant's kept logs take (job_logs.py)
-            rows = conn.execute(select(t_jobs.c.id, t_jobs.c.tenant))
-            self.logs.load({int(job_id): str(tenant) for job_id, tenant in rows})
+            self.logs.load(store.job_tenants(conn))
 
     # ------------------------------------------------------------------ loading and rebuilding
     def _load(self) -> None:
@@ -211,8 +200,8 @@ class ControlPlane:
             self.host.ids.seen(books.first_allocation_id - 1)  # every id below is used
         self._node_notes = books.notes
         self._nodes.update(books.nodes)
-        self.queue_specs.update(books.queue_specs)
-        self.queue_profiles.update(books.queue_profiles)
+        self._queue_specs.update(books.queue_specs)
+        self._queue_profiles.update(books.queue_profiles)
         self._held.update(books.held)
         self._unreadable = books.unreadable
         self.next_job_id = books.next_job_id
@@ -225,17 +214,17 @@ class ControlPlane:
         rolled back; memory may have moved ahead). What the store does not keep (replica
         states, stop requests, heartbeat times) is carried over for jobs and nodes still there."""
         old_nodes, old_held, old_pending = self._nodes, self._held, self._pending
-        old_specs, old_next = self.queue_specs, self.next_job_id
-        old_profiles = self.queue_profiles
-        self._nodes, self._held, self.queue_specs, self.queue_profiles = {}, {}, {}, {}
+        old_specs, old_next = self._queue_specs, self.next_job_id
+        old_profiles = self._queue_profiles
+        self._nodes, self._held, self._queue_specs, self._queue_profiles = {}, {}, {}, {}
         self.forget_grants()
         self._pending = PendingJobs()
         try:
             self._read()
         except Exception:
             self._nodes, self._held, self._pending = old_nodes, old_held, old_pending
-            self.queue_specs, self.next_job_id = old_specs, old_next
-            self.queue_profiles = old_profiles
+            self._queue_specs, self.next_job_id = old_specs, old_next
+            self._queue_profiles = old_profiles
             raise
         for name, rec in self._nodes.items():
             was = old_nodes.get(name)
@@ -268,7 +257,7 @@ class ControlPlane:
             )
             for rec in nodes.values()
         )
-        admission = Admission(engine, self.queue_specs.values())
+        admission = Admission(engine, self._queue_specs.values())
         held = self._held
         # one allocation per charge: a job keeps those of its allocations that still fit
         done = self.host.reapply(
@@ -340,12 +329,12 @@ class ControlPlane:
 
     def forget_grants(self) -> None:
         """Tenants' or queues' limits change (under the lock): read them again when next asked."""
-        self.grant_rows = {}
+        self._grant_rows = {}
 
     def rebuild_admission(self) -> None:
         """New quota books after queues changed, re-charged from the held allocations."""
-        with self.lock:
-            self.admission = Admission(self.engine, self.queue_specs.values())
+        with self._lock:
+            self.admission = Admission(self.engine, self._queue_specs.values())
             for job in self._held.values():
                 for alloc in job.allocations:  # the flavour may change with the queue's quotas
                     job.flavor = self.admission.restore(
@@ -357,41 +346,7 @@ class ControlPlane:
     # ------------------------------------------------------------------ what the services see
     # The services, the scheduler loop and the agent inside ``up`` reach the live state only
     # through these: read-only views, and named operations for each change (a source test,
-    # tests/unit/server/test_plane_boundary.py, keeps it so). Call them under ``lock``.
-    @property
-    def node_records(self) -> Mapping[str, NodeRecord]:
-        """Every node the plane serves, by name; read-only (change them with the methods)."""
-        return MappingProxyType(self._nodes)
-
-    def node(self, name: str) -> NodeRecord | None:
-        return self._nodes.get(name)
-
-    def agent_node_records(self) -> list[tuple[str, NodeRecord]]:
-        """(name, record) of every node an agent registered (``source`` 'agent'), a list that
-        is built again only when nodes come or go: the lost-node watch asks every few seconds,
-        and walking thousands of cluster-file nodes under the lock for none of them would make
-        an idle pool's cost grow with its size (issue 25)."""
-        if self._agent_nodes[0] != self._nodes_changed:
-            agents = [(n, r) for n, r in self._nodes.items() if r.source == "agent"]
-            self._agent_nodes = (self._nodes_changed, agents)
-        return list(self._agent_nodes[1])
-
-    def set_schedulable(self, name: str, schedulable: bool) -> None:
-        """Whether the engine may place on node ``name``, as the node lifecycle said (a lost
-        node registering again is ready: ``NodeOutcome.bump``)."""
-        self.engine.set_node_schedulable(name, schedulable)
-
-    def record_metrics(self, m: DeviceMetrics, at: float) -> None:
-        """A heartbeat's readings of one registered device, taken at ``at`` (Unix time)."""
-        self._metrics[m.uuid] = m
-        self.live.record(
-            m.uuid, at, m.utilization_pct, m.memory_used_mib, m.power_w, m.temperature_c
-        )
-
-    def device_metrics(self, uuid: str) -> DeviceMetrics | None:
-        """The last readings of device ``uuid`` (None: none since it registered)."""
-        return self._metrics.get(uuid)
-
+    # tests/unit/server/test_plane_boundary.py, keeps it so). Call them under :meth:`locked` or :meth:`write`.
     @property
     def cluster_state(self) -> ClusterState:
         """The engine's columns, to read (device and node views, metrics)."""
@@ -419,7 +374,15 @@ class ControlPlane:
         """``job`` holds devices now (placed by the scheduler loop, stored under the lock)."""
         self._held[job.id] = job
 
-    # ------------------------------------------------------------------ store helpers
+    # ------------------------------------------------------------------ the lock and the store
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """The plane's lock held for the block: what it reads of the books is one state, and
+        what it decides from them still holds when it writes (:meth:`write` in the block takes
+        the same lock again). Nothing outside the package takes the lock itself (``lock.py``)."""
+        with self._lock:
+            yield
+
     @contextmanager
     def write(self) -> Iterator[Connection]:
         """One store transaction under the plane's lock; commits on success.
@@ -428,8 +391,7 @@ class ControlPlane:
         one line, marks the server unhealthy, and puts memory back to what the store holds, so a
         failed write changes nothing. While unhealthy, writes fail at once, without touching
         anything, until :meth:`check_store` sees the store take a write again."""
-        with self._waiting_count(1):
-            self.lock.acquire()
+        self._lock.acquire_as_writer()
         try:
             if self.health.failure is not None:
                 raise Unavailable(self.health.failure)
@@ -441,7 +403,7 @@ class ControlPlane:
                 self._drop_writer()
                 raise self.store_failed(exc) from None
         finally:
-            self.lock.release()
+            self._lock.release()
 
     def _writer_connection(self) -> Connection:
         """The connection :meth:`write` uses, kept between writes (under the lock, so one thread
@@ -459,25 +421,15 @@ class ControlPlane:
             with suppress(Exception):  # already broken: nothing more to undo
                 conn.invalidate()  # not back to the pool: the store failed under it
 
-    @contextmanager
-    def _waiting_count(self, n: int) -> Iterator[None]:
-        """``writers_waiting`` is ``n`` higher while the block runs."""
-        with self._waiting_guard:
-            self.writers_waiting += n
-        try:
-            yield
-        finally:
-            with self._waiting_guard:
-                self.writers_waiting -= n
-                if not self.writers_waiting:
-                    self._waiting_guard.notify_all()
+    @property
+    def writers_waiting(self) -> int:
+        """Threads in :meth:`write` waiting for the lock (a scheduling pass lets them in)."""
+        return self._lock.writers_waiting
 
     def wait_for_writers(self, timeout_s: float) -> bool:
         """Block (``timeout_s`` at most) until no thread waits in :meth:`write` for the lock;
-        whether none does. One sleep until the last one is in, not a poll: a poll woke the
-        waiting thread every 0.1 ms, and each wake took the GIL from the threads it waited for."""
-        with self._waiting_guard:
-            return self._waiting_guard.wait_for(lambda: not self.writers_waiting, timeout_s)
+        whether none does."""
+        return self._lock.wait_for_writers(timeout_s)
 
     @contextmanager
     def file_writes(self) -> Iterator[None]:
@@ -500,7 +452,7 @@ class ControlPlane:
         returns the error to raise."""
         reason = store_failure(exc)
         self.health.fail(reason)
-        with self.lock:
+        with self._lock:
             try:
                 self.reload()
             except Exception as again:  # the store cannot even be read: reload on recovery
@@ -514,10 +466,10 @@ class ControlPlane:
         grace (their heartbeats were refused meanwhile). Returns whether the store is healthy."""
         if self.health.failure is None:
             return True
-        with self.lock:
+        with self._lock:
             try:
                 with self.db.begin() as conn:
-                    conn.execute(update(t_pool).values(opened_at=self.clock()))
+                    store.mark_opened(conn, self.clock())
                 probe_writable(self.data_dir)
                 probe_writable(self.logs.dir)  # a run handed out writes its log's first line
                 if self._stale:
@@ -579,8 +531,7 @@ class ControlPlane:
             cols["started_at"] = None
         event_row = {"job_id": job_id, "at": now, "state": out.phase.value, "reason": out.reason}
         if writes is None:
-            update_rows(conn, job_update(tuple(sorted(cols))), [job_update_params(job_id, cols)])
-            insert_rows(conn, t_events, [event_row])
+            store.write_job(conn, job_id, cols, event_row)
         else:
             writes.update(job_id, cols)
             writes.event(event_row)
@@ -600,8 +551,7 @@ class ControlPlane:
         elif out.phase is not JobPhase.PENDING:
             self._pending.pop(job_id, None)
         if out.requeue:  # read back: the row as stored now (its retry's not_before)
-            row = conn.execute(select(t_jobs).where(t_jobs.c.id == job_id)).mappings().one()
-            self._pending[job_id] = pending_from_row(row)
+            self._pending[job_id] = pending_from_row(store.job_row(conn, job_id))
         return out
 
     def _status(
@@ -614,15 +564,15 @@ class ControlPlane:
         elif job_id in self._pending:
             phase = JobPhase.PENDING
         else:
-            stored = conn.execute(select(t_jobs.c.state).where(t_jobs.c.id == job_id)).scalar()
+            stored = store.job_phase(conn, job_id)
             if stored is None:
                 return None
-            phase = JobPhase(stored)
+            phase = stored
         stop, stop_reason = (held.stop, held.stop_reason) if held else (None, "")
         may_run = held.may_run if held else False
         if not isinstance(event, (lc.Stop, lc.Ended, lc.Lost, lc.LeaseExpired)):
             return lc.JobStatus(phase, stop, stop_reason, may_run)
-        row = conn.execute(select(t_jobs).where(t_jobs.c.id == job_id)).mappings().one()
+        row = store.job_row(conn, job_id)
         return lc.JobStatus(
             phase, stop, stop_reason, may_run, int(row["retries"] or 0), lc.retry_policy(row)
         )
@@ -631,160 +581,18 @@ class ControlPlane:
         """Give back every allocation of ``job`` (engine, quota and store)."""
         for alloc in job.allocations:
             self.admission.release(alloc.id)
-        conn.execute(delete(t_allocs).where(t_allocs.c.job_id == job.id))
+        store.delete_allocations(conn, job.id)
         nodes = {a.node for a in job.allocations}
         job.allocations = []
         self._held.pop(job.id, None)
         self.advance_drains(conn, nodes)
         self.bump()
 
-    def advance_drains(self, conn: Connection, names: Iterable[str]) -> None:
-        """Apply what draining nodes among ``names`` wait for, as far as the allocations still
-        on them allow: a device whose last allocation ended is dropped or changed now (what a
-        registration's drain registered), a node the admin deletes is removed once nothing is
-        held there (a deletion's drain)."""
-        changed = []
-        for name in names:
-            rec = self._nodes.get(name)
-            if rec is None or (rec.target is None and rec.deleting_since is None):
-                continue
-            on_node = [
-                (j.id, a) for j in self._held.values() for a in j.allocations if a.node == name
-            ]
-            if rec.deleting_since is not None and not on_node:
-                revoked = self.remove_node(conn, name, nl.Emptied())
-                self.forget_node(name)
-                self.audit.record(
-                    None,
-                    "delete_node",
-                    f"node {name}",
-                    200,
-                    f"ok: drained and removed (deletion asked at {rec.deleting_since:.0f}); "
-                    f"tokens revoked: {revoked or 'none'}",
-                    conn,
-                )
-                log.warning("node %s: its last allocation ended, node deleted", name)
-                changed.append(name)
-                continue
-            if rec.target is None:
-                continue
-            step = plan(rec.node, rec.target, on_node)
-            if step.serve == rec.node:
-                continue
-            out = nl.transition(rec.life, nl.DrainStep(done=step.target is None))
-            rec.node, rec.target = step.serve, step.target
-            assert out.life is not None
-            rec.live(out.life)
-            store.update_node(conn, name, node_values(rec))
-            changed.append(name)
-            log.info("node %s: drained devices applied (%d left to drain)", name, len(rec.draining))
-        if changed:
-            self.rebuild_engine(conn)
-
-    # ------------------------------------------------------------------ nodes
-    # Every change of a node row and record is made here, as the node lifecycle says
-    # (``node_lifecycle.py``); the services decide what to ask for, under the lock.
-    def node_event(self, conn: Connection, name: str, event: nl.NodeEvent) -> nl.NodeOutcome:
-        """Move node ``name`` as :func:`~xpupool.server.plane.node_lifecycle.transition` says
-        for ``event``: the lifecycle's columns are written in ``conn``'s transaction first, then
-        the record and the engine follow, and pending jobs are woken when capacity may have
-        grown. Raises :class:`~xpupool.server.plane.node_lifecycle.IllegalNodeTransition` (409)
-        before anything is written; an event that removes the node goes to
-        :meth:`remove_node`."""
-        rec = self._nodes[name]
-        before = rec.life
-        out = nl.transition(before, event)
-        if out.life is None:
-            raise nl.IllegalNodeTransition(before, event)  # a removal: remove_node's
-        after = out.life
-        values = nl.row_values(after)
-        was = nl.row_values(before)
-        changed = {k: v for k, v in values.items() if was[k] != v}
-        if isinstance(event, (nl.Cordon, nl.Uncordon)):
-            changed["schedulable"] = values["schedulable"]  # the admin's word, stored as given
-        if changed:
-            store.update_node(conn, name, changed)
-        rec.live(after)
-        if out.cancelled_deletion:
-            log.warning("node %s uncordoned: its deletion is cancelled", name)
-        if after.schedulable != before.schedulable or isinstance(event, nl.Cordon | nl.Uncordon):
-            self.engine.set_node_schedulable(name, after.schedulable)
-        if out.bump:
-            self.bump()
-        return out
-
-    def remove_node(self, conn: Connection, name: str, event: nl.NodeEvent) -> list[int]:
-        """The store's half of deleting node ``name`` for ``event`` (which the node lifecycle
-        must say removes it), in ``conn``'s transaction: its row goes and every live credential
-        bound to it is revoked; returns the revoked token ids. Nothing may be held on the node:
-        the caller checked, and rebuilds the engine after :meth:`forget_node`."""
-        rec = self._nodes[name]
-        if not nl.transition(rec.life, event).removed:
-            raise nl.IllegalNodeTransition(rec.life, event)
-        return store.delete_node(conn, name)
-
-    def forget_node(self, name: str) -> None:
-        """Memory's half of deleting node ``name``: its record and its devices' metrics go,
-        cached principals are dropped (their tokens may be revoked now), and the in-process
-        agent speaks for it no more. The engine still has it until the caller rebuilds it."""
-        rec = self._nodes.pop(name)
-        self._nodes_changed += 1
-        for n in (rec.node, rec.target):
-            for d in n.devices if n is not None else ():
-                self._metrics.pop(d.uuid, None)
-        self.principals.clear()
-        self.released_nodes.add(name)
-
-    def cordon_node(self, conn: Connection, name: str, cordoned: bool) -> None:
-        """Cordon (or uncordon) a node in memory, engine and store; what runs there stays.
-        Uncordoning a node that waits to be deleted cancels the deletion."""
-        self.node_event(conn, name, nl.Cordon() if cordoned else nl.Uncordon())
-
-    def heard(self, conn: Connection, names: list[str], at: float) -> None:
-        """Heartbeats of ``names`` (registered nodes) arrived at ``at`` (Unix time): each is
-        seen now (memory, and the stored ``last_heartbeat``); a lost one is made ready again
-        only by :meth:`node_event` (``Heard``)."""
-        monotonic = self.monotonic()
-        for name in names:
-            self._nodes[name].heard(at, monotonic)
-        store.touch_nodes(conn, names, at)
-
-    def register_node(self, conn: Connection, fresh: NodeRecord, values: dict[str, object]) -> None:
-        """Store and serve ``fresh``, a registration the caller checked (under the lock, in
-        ``conn``'s transaction): the row is updated with ``values`` (or added), then the record
-        is served; the caller installs the engine it built for it."""
-        status = nl.row_values(fresh.life)["status"]  # a known node keeps its cordon as stored
-        row = {**values, "status": status}
-        store.upsert_node(conn, fresh.node.name, row, fresh.registered_at)
-
-    def serve_nodes(self, records: Mapping[str, NodeRecord]) -> None:
-        """Serve ``records``, stored by :meth:`register_node`, :meth:`register_nodes` or
-        :meth:`retaint_node` in the transaction that just committed (under the same lock)."""
-        self._nodes.update(records)
-        self._nodes_changed += 1
-
-    def register_nodes(self, conn: Connection, rows: list[dict[str, object]]) -> None:
-        """Store new node rows (cluster-file nodes, registered in one go)."""
-        for row in rows:
-            store.insert_node(conn, row)
-
-    def retaint_node(self, conn: Connection, fresh: NodeRecord) -> None:
-        """Store ``fresh``'s taints (the admin's change); :meth:`serve_nodes` serves it."""
-        store.update_node(conn, fresh.node.name, {"taints": taints_to_row(fresh.node.taints)})
-
-    def cordon_device(self, conn: Connection, rec: NodeRecord, uuid: str, cordoned: bool) -> None:
-        """Cordon (or uncordon) one device of ``rec``; a draining device stays cordoned."""
-        (rec.cordoned_devices.add if cordoned else rec.cordoned_devices.discard)(uuid)
-        store.update_node(conn, rec.node.name, {"cordoned_devices": sorted(rec.cordoned_devices)})
-        self.engine.set_device_cordoned(uuid, cordoned or uuid in rec.draining)
-        if not cordoned:
-            self.bump()
-
     def runs_past_limit(self) -> list[tuple[int, float]]:
         """(job, its max_runtime_s) of every run that has lasted longer than its limit and is
         not being stopped yet."""
         now = self.clock()
-        with self.lock:
+        with self._lock:
             return [
                 (j.id, j.max_runtime_s)
                 for j in self._held.values()
@@ -799,13 +607,7 @@ class ControlPlane:
         pool's first job id moves above every id handed out, so that no id (nor its log
         directory) is ever handed out again, even when the newest jobs are the ones deleted."""
         assert not any(i in self._held or i in self._pending for i in job_ids), "not finished"
-        conn.execute(delete(t_events).where(t_events.c.job_id.in_(job_ids)))
-        conn.execute(delete(t_jobs).where(t_jobs.c.id.in_(job_ids)))
-        conn.execute(
-            update(t_pool)
-            .where(t_pool.c.first_job_id < self.next_job_id)
-            .values(first_job_id=self.next_job_id)
-        )
+        store.delete_jobs(conn, job_ids, self.next_job_id)
 
     def log_path(self, job_id: int, replica: int) -> Path:
         return self.logs.path(job_id, replica)

@@ -26,8 +26,11 @@ from xpupool.server.queue_spec import queue_spec
 from xpupool.server.schemas.agent_protocol import DeviceIn
 from xpupool.server.schemas.jobs import HOLDING_STATES, JobPhase, StopCause
 from xpupool.server.schemas.nodes import NodeStatus
+from xpupool.server.storage.driver_insert import insert_rows, update_rows
 from xpupool.server.storage.fleet import nodes as t_nodes
+from xpupool.server.storage.job_writes import job_update, job_update_params
 from xpupool.server.storage.jobs import allocations as t_allocs
+from xpupool.server.storage.jobs import job_events as t_events
 from xpupool.server.storage.jobs import jobs as t_jobs
 from xpupool.server.storage.pool import first_allocation_id
 from xpupool.server.storage.pool import pool as t_pool
@@ -352,3 +355,49 @@ def last_requests(conn: Connection, limit: int) -> list[Request]:
         except (RequestError, KeyError, TypeError, ValueError):
             continue
     return requests
+
+
+# ---------------------------------------------------------------------------- job rows
+def job_row(conn: Connection, job_id: int) -> Any:
+    """Job ``job_id``'s row (it is stored)."""
+    return conn.execute(select(t_jobs).where(t_jobs.c.id == job_id)).mappings().one()
+
+
+def job_phase(conn: Connection, job_id: int) -> JobPhase | None:
+    """Job ``job_id``'s stored phase (None: not stored)."""
+    stored = conn.execute(select(t_jobs.c.state).where(t_jobs.c.id == job_id)).scalar()
+    return None if stored is None else JobPhase(stored)
+
+
+def write_job(
+    conn: Connection, job_id: int, cols: Mapping[str, object], event: Mapping[str, object]
+) -> None:
+    """Job ``job_id``'s columns ``cols`` and one event row, at the driver level
+    (``storage/driver_insert.py``)."""
+    update_rows(conn, job_update(tuple(sorted(cols))), [job_update_params(job_id, dict(cols))])
+    insert_rows(conn, t_events, [dict(event)])
+
+
+def delete_allocations(conn: Connection, job_id: int) -> None:
+    conn.execute(delete(t_allocs).where(t_allocs.c.job_id == job_id))
+
+
+def delete_jobs(conn: Connection, job_ids: list[int], next_job_id: int) -> None:
+    """Finished jobs ``job_ids`` go (rows and events); the pool's first job id moves up to
+    ``next_job_id``, so that no id is handed out again."""
+    conn.execute(delete(t_events).where(t_events.c.job_id.in_(job_ids)))
+    conn.execute(delete(t_jobs).where(t_jobs.c.id.in_(job_ids)))
+    conn.execute(
+        update(t_pool).where(t_pool.c.first_job_id < next_job_id).values(first_job_id=next_job_id)
+    )
+
+
+def job_tenants(conn: Connection) -> dict[int, str]:
+    """Every stored job's tenant, by id (what each tenant's kept logs take)."""
+    rows = conn.execute(select(t_jobs.c.id, t_jobs.c.tenant))
+    return {int(job_id): str(tenant) for job_id, tenant in rows}
+
+
+def mark_opened(conn: Connection, at: float) -> None:
+    """A write that changes nothing else: the store takes writes again."""
+    conn.execute(update(t_pool).values(opened_at=at))

@@ -332,7 +332,7 @@ def append_log(
     it already is skipped, so an agent that sends again after a restart duplicates nothing; a
     chunk of another attempt than the job's current one is dropped. While the store cannot be
     written, uploads are 503 as every change is (the agent sends them again)."""
-    with plane.lock:
+    with plane.locked():
         if plane.health.failure is not None:
             raise Unavailable(plane.health.failure)
         job = plane.held_jobs.get(job_id)

@@ -55,7 +55,7 @@ def register(
         container_runtime=body.runtime,
         taints=tuple(t.to_taint() for t in body.taints),
     )
-    with plane.lock:
+    with plane.locked():
         _check_uuids_free(plane, body)
         rec = plane.node(body.name)
         if rec is not None and rec.node.taints != node.taints:
@@ -156,7 +156,7 @@ def register_many(plane: ControlPlane, nodes: Iterable[Node], source: str) -> No
     One the admin deleted is not in the store: it is registered again, and logged, because the
     file is the operator's declaration (docs/security.md). All or nothing, as :func:`register`."""
     now = plane.clock()
-    with plane.lock:
+    with plane.locked():
         known = bool(plane.node_records)
         added: dict[str, NodeRecord] = {}
         for node in nodes:
@@ -208,7 +208,7 @@ def _record(plane: ControlPlane, name: str) -> NodeRecord:
 
 
 def node_view(plane: ControlPlane, name: str) -> NodeView:
-    with plane.lock:
+    with plane.locked():
         rec = _record(plane, name)
         st = plane.cluster_state
         i = st.node_index[name]
@@ -244,7 +244,7 @@ def node_view(plane: ControlPlane, name: str) -> NodeView:
 
 
 def list_nodes(plane: ControlPlane, site: str | None = None) -> list[NodeView]:
-    with plane.lock:
+    with plane.locked():
         names = sorted(
             n for n, r in plane.node_records.items() if site is None or r.node.site == site
         )
@@ -266,7 +266,7 @@ def list_devices(
     job holds a share too. The allocation figures are the card's whole, everyone's: the fleet's
     aggregate, which every tenant sees."""
     mine = _named_for(who)
-    with plane.lock:
+    with plane.locked():
         st = plane.cluster_state
         mem_commit, core_commit = st.dev_mem_commit.reshape(-1), st.dev_core_commit.reshape(-1)
         holders: dict[str, set[int]] = {}
@@ -322,7 +322,7 @@ def device_detail(plane: ControlPlane, uuid: str, *, who: Principal | None) -> D
     jobs ``who`` may see named (another tenant's share is only ``in_use_by_others``) and its
     recent readings (``plane.live``); NotFound for a UUID no node in the pool has."""
     mine = _named_for(who)
-    with plane.lock:
+    with plane.locked():
         st = plane.cluster_state
         slot = st.uuid_slot.get(uuid)
         name = None if slot is None else st.node_names[st.node_of_slot(slot)]
@@ -366,7 +366,7 @@ def _canonical(plane: ControlPlane, vendor: str, model: str) -> str | None:
 
 
 def list_sites(plane: ControlPlane) -> list[Site]:
-    with plane.lock:
+    with plane.locked():
         by_site: dict[str, list[NodeView]] = {}
         for n in list_nodes(plane):
             by_site.setdefault(n.site, []).append(n)

@@ -26,7 +26,7 @@ def delete_node(plane: ControlPlane, name: str, drain: bool) -> NodeDeletion:
     """Delete node ``name`` now, or with ``drain`` once nothing is held there. Raises NotFound
     for an unknown node, Conflict (nothing changed) when allocations hold it and not ``drain``;
     a store that cannot be written raises Unavailable, and memory stays as it was."""
-    with plane.lock:
+    with plane.locked():
         rec = plane.node(name)
         if rec is None:
             raise NotFound("node", name)

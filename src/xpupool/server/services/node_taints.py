@@ -31,7 +31,7 @@ def taint_node(plane: ControlPlane, name: str, body: NodeTaintsIn) -> Node:
         (r.key, None if r.effect is None else parse_effect(f"remove[{i}].effect", r.effect))
         for i, r in enumerate(body.remove)
     ]
-    with plane.lock:
+    with plane.locked():
         rec = plane.node(name)
         if rec is None:
             raise NotFound("node", name)
