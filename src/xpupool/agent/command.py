@@ -17,7 +17,7 @@ import click
 from xpupool.agent.launch.options import launch_options, launch_settings
 from xpupool.log_setup import configure_logging, verbose_option
 from xpupool.probes.container_runtime import RuntimeChoice
-from xpupool.server.services.replica_env import ADDRESS_LABEL
+from xpupool.server.schemas.agent_protocol import ADDRESS_LABEL
 
 if TYPE_CHECKING:
     from xpupool.server.schemas.agent_protocol import TaintIn

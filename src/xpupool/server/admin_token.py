@@ -52,6 +52,6 @@ def rotate(plane: ControlPlane, data: Path) -> None:
                 .values(revoked=True)
             )
             insert_admin_token(plane, conn, token)
-            plane.principals.clear()
+            plane.forget_principals()
 
     write_private(admin_token_path(data), token + "\n", commit)

@@ -223,7 +223,7 @@ class FleetHistory:
         """Take one sample at ``now``; returns the rows written. The overview's sums are taken
         under the plane's lock; the write is a transaction of its own, outside it."""
         plane = self.plane
-        with plane.lock:
+        with plane.locked():
             snap = snapshot(plane, now)
             pending = len(plane.queued)
             st = plane.cluster_state
@@ -250,7 +250,7 @@ def history_series(
     if window not in WINDOWS:
         raise RequestError("window", window, f"expected one of {', '.join(WINDOWS)}")
     back_s, tier = WINDOWS[window]
-    with plane.lock:
+    with plane.locked():
         sites = {rec.node.site for rec in plane.node_records.values()}
         models = {g[2] for g in layout(plane).labels}
     t = fleet_history

@@ -142,13 +142,13 @@ class PlaneCollector(Collector):
             "Nominal quota, in the resource's unit.",
             labels=["queue", "tenant", "flavor", "resource"],
         )
-        with p.lock:
+        with p.locked():
             for name, spec in p.queue_specs.items():
                 pending.add_metric(
-                    [name, spec.tenant], sum(1 for j in p.pending.values() if j.queue == name)
+                    [name, spec.tenant], sum(1 for j in p.queued.values() if j.queue == name)
                 )
                 running.add_metric(
-                    [name, spec.tenant], sum(1 for j in p.held.values() if j.queue == name)
+                    [name, spec.tenant], sum(1 for j in p.held_jobs.values() if j.queue == name)
                 )
                 usage = p.admission.usage.get(name, {})
                 for q in spec.quotas:
@@ -166,8 +166,10 @@ class PlaneCollector(Collector):
         from xpupool.server.services.overview import stranded_now
 
         p = self.plane
-        with p.lock:
-            gauges = stranded_gauges(p.cluster_state, stranded_now(p), lambda name: name in p.nodes)
+        with p.locked():
+            gauges = stranded_gauges(
+                p.cluster_state, stranded_now(p), lambda name: name in p.node_records
+            )
         yield from gauges
 
     def _history(self) -> Iterator[GaugeMetricFamily]:
@@ -204,7 +206,7 @@ class PlaneCollector(Collector):
             "Device memory a replica's processes use on a card, as its agent last measured it.",
             labels=["job", "replica", "node", "uuid"],
         )
-        with self.plane.lock:
+        with self.plane.locked():
             for job in self.plane.held_jobs.values():
                 nodes = {a.replica: a.node for a in job.allocations}
                 for replica, per_card in job.device_memory_used_mib.items():

@@ -68,7 +68,7 @@ def pass_steps(plane: ControlPlane) -> Generator[None, None, int]:
     A job placed, cancelled or requeued while the pass ran is skipped. The online workload the
     engine learns from the jobs it is asked to place is learned again, when due, once the pass
     is done, and preferably when no job arrived meanwhile (``_relearn``)."""
-    with plane.lock:
+    with plane.locked():
         candidates, left_out = _candidates(plane)
         if not candidates:
             _relearn(plane, arrived=False)
@@ -84,7 +84,7 @@ def pass_steps(plane: ControlPlane) -> Generator[None, None, int]:
         done, k = _batch(plane, candidates, order, k)
         placed += done
         yield
-    with plane.lock:  # once per pass, not in the middle of a batch of placements
+    with plane.locked():  # once per pass, not in the middle of a batch of placements
         _relearn(plane, arrived=plane.next_job_id != next_job)
     plane.notify("pass", time.perf_counter() - started)
     if left_out and placed:  # retries left out while some fitted: a backlog to go on with now
@@ -173,7 +173,7 @@ def _batch(
     except Unavailable:
         raise
     except Exception:  # rolled back: memory may be ahead of the store, so it is read back
-        with plane.lock:
+        with plane.locked():
             plane.reload()
         raise
     return placed, k

@@ -216,10 +216,10 @@ def _serve(
     on_start: Callable[[], None] | None = None
     on_stop: Callable[[], None] | None = None
     if cfg.agent:
-        from xpupool.agent.inprocess import AgentThread, local_agent
         from xpupool.agent.launch.identity import isolation_notice
         from xpupool.agent.launch.options import launch_settings
         from xpupool.probes.container_runtime import RuntimeChoice
+        from xpupool.server.inprocess_agent import AgentThread, local_agent
 
         settings = launch_settings(
             cfg.job_uid_range,

@@ -26,7 +26,7 @@ STILL_REACHED: dict[tuple[str, str], int] = {
     ("k8s/extender_http.py", "state"): 1,
     ("k8s/gang.py", "state"): 1,
     ("k8s/pod_placement.py", "state"): 3,
-    ("server/plane.py", "state"): 2,
+    ("server/plane/control.py", "state"): 2,
     ("server/request_names.py", "state"): 3,
 }
 """(file under src/xpupool, attribute) -> how many reads of an engine's ``pipeline`` or

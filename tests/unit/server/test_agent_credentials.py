@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from server_kit import Server, node, node_body
 
-from xpupool.agent.inprocess import PlaneTransport
 from xpupool.model.errors import Forbidden
 from xpupool.server.audit import AuditKeep
 from xpupool.server.audit_http import audited
 from xpupool.server.auth import Principal
+from xpupool.server.inprocess_agent import PlaneTransport
 from xpupool.server.schemas.agent_protocol import Heartbeat, NodeIn
 from xpupool.server.schemas.tenants import TokenIn
 from xpupool.server.services import node_identity, tenants
@@ -131,7 +131,7 @@ def test_metrics_for_another_nodes_device_are_422(server: Server) -> None:
     body = {"node": "n1", "metrics": [{"uuid": "n2-gpu0", "memory_used_mib": 5}]}
     r = server.client.post("/v1/agent/heartbeat", json=body, headers=server.admin)
     assert r.status_code == 422 and r.json()["field"] == "metrics[0].uuid"
-    assert "n2-gpu0" not in server.plane.metrics
+    assert server.plane.device_metrics("n2-gpu0") is None
 
 
 def test_which_requests_make_an_audit_row() -> None:

@@ -150,8 +150,8 @@ def test_a_store_from_before_kinds_gets_them_at_start(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_in_process_agents_refusals_are_aggregated_too(server: Server) -> None:
-    from xpupool.agent.inprocess import PlaneTransport
     from xpupool.model.errors import Forbidden
+    from xpupool.server.inprocess_agent import PlaneTransport
     from xpupool.server.schemas.agent_protocol import Heartbeat, NodeIn
     from xpupool.server.services.node_identity import in_process_principal
 

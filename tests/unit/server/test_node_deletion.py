@@ -26,9 +26,9 @@ from server_kit import (
 from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
-from xpupool.agent.inprocess import local_agent
 from xpupool.model.device import Device, Node
 from xpupool.model.errors import Forbidden
+from xpupool.server.inprocess_agent import local_agent
 from xpupool.server.schemas.agent_protocol import AGENT_PROTOCOL, AGENT_PROTOCOL_HEADER, Heartbeat
 from xpupool.server.schemas.nodes import NodeDeletion
 from xpupool.server.services import fleet, node_identity
@@ -69,7 +69,7 @@ def snapshot(srv: Server) -> tuple[object, ...]:
     plane = srv.plane
     nodes = {
         n: (r.node, r.target, r.cordoned, set(r.cordoned_devices), r.deleting_since)
-        for n, r in plane.nodes.items()
+        for n, r in plane.node_records.items()
     }
     return row_counts(srv), plane.engine, plane.capacity_gen, nodes, devices(srv)
 
@@ -105,7 +105,7 @@ def test_live_allocations_are_409_naming_them_and_nothing_changes(server: Server
     before = snapshot(server)
     r = delete(server, "n1")
     assert r.status_code == 409, r.text
-    alloc = server.plane.held[j["id"]].allocations[0].id
+    alloc = server.plane.held_jobs[j["id"]].allocations[0].id
     assert f"allocation {alloc} (job {j['id']})" in r.json()["reason"]
     assert "--drain" in r.json()["reason"]
     assert snapshot(server) == before
@@ -125,7 +125,7 @@ def test_a_drain_deletes_the_node_when_its_last_allocation_ends(server: Server) 
     body = NodeDeletion.model_validate(r.json())
     assert not body.deleted and body.tokens_revoked == []
     assert body.waiting_for == [
-        f"allocation {server.plane.held[first['id']].allocations[0].id} (job {first['id']})"
+        f"allocation {server.plane.held_jobs[first['id']].allocations[0].id} (job {first['id']})"
     ]
     view = server.client.get("/v1/nodes/n1", headers=server.admin).json()
     assert view["deleting"] and not view["schedulable"]
@@ -187,15 +187,15 @@ def test_a_failed_write_changes_nothing(server: Server, monkeypatch: pytest.Monk
     engine = server.plane.engine
     real = server.plane.remove_node
 
-    def fails(conn: Any, name: str) -> list[int]:
-        real(conn, name)  # the row and the tokens go in the transaction, then the disk fails
+    def fails(conn: Any, name: str, event: Any) -> list[int]:
+        real(conn, name, event)  # the row and the tokens go in the transaction, then the disk fails
         raise OperationalError("DELETE", {}, Exception("disk I/O error"))
 
     monkeypatch.setattr(server.plane, "remove_node", fails)
     r = delete(server, "n1")
     assert r.status_code == 503, r.text
-    assert "n1" in server.plane.nodes and "n1" in server.plane.engine.state.node_index
-    assert "n1" not in server.plane.released_nodes
+    assert "n1" in server.plane.node_records and "n1" in server.plane.engine.state.node_index
+    assert not server.plane.is_released("n1")
     with server.plane.db.connect() as conn:
         assert conn.execute(select(t_nodes.c.name)).scalars().all() == ["n1"]
     monkeypatch.undo()
@@ -239,8 +239,8 @@ def test_the_admin_takes_over_a_cluster_file_node(server: Server) -> None:
     assert mark_lost_nodes(server.plane) == ["sim-1"]
     # a start with the same cluster file leaves the agent node as it is
     fleet.register_many(server.plane, [cluster_node("sim-1"), cluster_node("sim-2")], "cluster")
-    assert server.plane.nodes["sim-1"].source == "agent"
-    assert [d.uuid for d in server.plane.nodes["sim-1"].node.devices] == ["sim-1-gpu0"]
+    assert server.plane.node_records["sim-1"].source == "agent"
+    assert [d.uuid for d in server.plane.node_records["sim-1"].node.devices] == ["sim-1-gpu0"]
 
 
 @pytest.mark.slow
@@ -253,7 +253,7 @@ def test_a_deleted_cluster_file_node_comes_back_from_the_file(server: Server) ->
     with pytest.raises(Forbidden, match="deleted"):
         node_identity.heartbeat(server.plane, hosted, Heartbeat(node="sim-1"))
     fleet.register_many(server.plane, [cluster_node("sim-1"), cluster_node("sim-2")], "cluster")
-    assert server.plane.nodes["sim-1"].source == "cluster"
+    assert server.plane.node_records["sim-1"].source == "cluster"
     assert sorted(server.plane.engine.state.node_index) == ["sim-1", "sim-2"]
 
 
@@ -263,7 +263,7 @@ def test_the_in_process_agent_lets_go_of_a_deleted_node(server: Server, tmp_path
     agent = local_agent(server.plane, tmp_path / "agent", probes=[], host="host-1")
     agent.tick()
     assert [n.name for n in agent.nodes] == ["host-1", "sim-1", "sim-2"]
-    assert server.plane.nodes["sim-1"].last_heartbeat is not None
+    assert server.plane.node_records["sim-1"].last_heartbeat is not None
     assert delete(server, "sim-1").status_code == 200
     assert delete(server, "host-1").status_code == 200  # its own host too, until the next start
     server.clock.advance(1)
@@ -272,8 +272,8 @@ def test_the_in_process_agent_lets_go_of_a_deleted_node(server: Server, tmp_path
     agent.next_idle_heartbeat = 0.0  # the simulated nodes' period is up too
     agent.tick()
     assert [n.name for n in agent.nodes] == ["sim-2"]
-    assert server.plane.nodes["sim-2"].last_heartbeat == server.clock()
-    assert sorted(server.plane.nodes) == ["sim-2"]  # the local host did not register again
+    assert server.plane.node_records["sim-2"].last_heartbeat == server.clock()
+    assert sorted(server.plane.node_records) == ["sim-2"]  # the local host did not register again
     rows = server.client.get("/v1/audit", headers=server.admin).json()
     assert [r for r in rows if r["status"] == 403] == []  # the admin's doing, not a refusal
 

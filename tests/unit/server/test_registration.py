@@ -38,7 +38,7 @@ def unchanged(srv: Server) -> tuple[object, ...]:
     plane = srv.plane
     nodes = {
         n: (r.node, getattr(r, "target", None), set(r.cordoned_devices))
-        for n, r in plane.nodes.items()
+        for n, r in plane.node_records.items()
     }
     return row_counts(srv), plane.engine, plane.capacity_gen, nodes, devices(srv)
 
@@ -101,5 +101,5 @@ def test_a_drain_is_stored_and_applied_when_the_held_card_is_free(server: Server
         heartbeat(again, "n1", [report(j["id"], 0, "running")])
         heartbeat(again, "n1", [report(j["id"], 0, "succeeded", 0)])
         assert [d["uuid"] for d in devices(again, "n1")] == [smaller["devices"][0]["uuid"]]
-        assert plane.nodes["n1"].target is None
+        assert plane.node_records["n1"].target is None
     plane.db.dispose()

@@ -128,7 +128,7 @@ def test_a_write_waiting_for_the_lock_goes_between_two_batches(
     node(server, "n1")
     lab = tenant(server, "lab")
     first, second = (submit(server, lab, SMALL)["id"] for _ in range(2))
-    monkeypatch.setattr(server.plane, "lock", SlowToWake(server.plane.lock))
+    monkeypatch.setattr(server.plane._lock, "mutex", SlowToWake(server.plane._lock.mutex))
     order: list[object] = []
     real = scheduler_loop._try_admit
 
@@ -172,7 +172,7 @@ def test_a_pass_sleeps_until_the_waiting_write_is_in_not_until_its_timeout(
             release.wait(30)
 
     waiter = threading.Thread(target=write, name="waiter")
-    with plane.lock:
+    with plane.locked():
         waiter.start()
         while plane.writers_waiting == 0:
             time.sleep(0.001)

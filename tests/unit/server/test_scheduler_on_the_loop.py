@@ -102,7 +102,7 @@ def test_the_app_schedules_on_its_loop_when_a_submission_or_another_thread_wakes
     plane = server.plane
 
     def tried(job_id: int) -> int:
-        with plane.lock:
+        with plane.locked():
             return plane.queued[job_id].tried
 
     with TestClient(create_app(plane)) as client:
@@ -113,7 +113,7 @@ def test_the_app_schedules_on_its_loop_when_a_submission_or_another_thread_wakes
         r = client.post("/v1/jobs", json={"spec": "A100:1", "command": ["true"]}, headers=lab)
         waits = r.json()["id"]  # no card is free: tried once, then again only when woken
         assert wait_until(lambda: tried(waits) == plane.capacity_gen)
-        with plane.lock:
+        with plane.locked():
             plane.bump()  # from this thread
             gen = plane.capacity_gen
         assert wait_until(lambda: tried(waits) == gen)

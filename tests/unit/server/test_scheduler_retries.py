@@ -13,7 +13,7 @@ def _tried_now(server: Server, tenant_name: str) -> int:
     plane = server.plane
     return sum(
         1
-        for p in plane.pending.values()
+        for p in plane.queued.values()
         if p.tenant == tenant_name and p.tried == plane.capacity_gen
     )
 

@@ -87,3 +87,27 @@ def test_an_unknown_replica_state_is_refused_naming_the_words() -> None:
     error = caught.value.errors()[0]
     assert error["loc"] == ("replicas", 0, "state")
     assert error["msg"] == "Input should be 'running', 'succeeded', 'failed' or 'stopped'"
+
+
+def _server_imports(path: Path) -> set[str]:
+    """The ``xpupool.server`` modules ``path`` imports, wherever the import stands."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == "xpupool.server" or node.module.startswith("xpupool.server."):
+                found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("xpupool.server"))
+    return found
+
+
+def test_the_agent_imports_nothing_of_the_server_but_the_protocol() -> None:
+    """The agent sits beside the server, not above it (issue 44, part 6): the agent inside
+    ``xpupool up`` lives on the server side (``server/inprocess_agent.py``)."""
+    agent = Path(xpupool.agent.__file__).parent
+    wrong = {
+        str(path.relative_to(agent)): sorted(other)
+        for path in sorted(agent.rglob("*.py"))
+        if (other := _server_imports(path) - {PROTOCOL, "xpupool.server.schemas"})
+    }
+    assert not wrong, wrong

@@ -215,8 +215,8 @@ def snapshot(srv: Server) -> dict[str, Any]:
         "events": [
             job(srv, j["id"])["events"] for j in srv.client.get("/v1/jobs", headers=admin).json()
         ],
-        "pending": sorted(srv.plane.pending),
-        "held": sorted(srv.plane.held),
+        "pending": sorted(srv.plane.queued),
+        "held": sorted(srv.plane.held_jobs),
         "live": sorted((a.id, a.node, a.devices) for a in st.live.values()),
         "arrays": {
             k: getattr(st, k).tolist()

@@ -87,8 +87,8 @@ def test_runtime_is_shown_stored_and_checked(server: Server) -> None:
     held = _post(server, a, {**IMAGE_JOB, "spec": "A100:1", "request": None}).json()["id"]
     plane, _ = open_server(server.data, server.clock)  # a restart reads the same store
     try:
-        assert plane.nodes["boxes"].node.container_runtime == "podman"
-        assert plane.nodes["plain"].node.container_runtime is None
-        assert plane.pending[held].request.container  # still waits for a runtime node
+        assert plane.node_records["boxes"].node.container_runtime == "podman"
+        assert plane.node_records["plain"].node.container_runtime is None
+        assert plane.queued[held].request.container  # still waits for a runtime node
     finally:
         plane.db.dispose()

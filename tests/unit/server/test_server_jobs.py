@@ -192,7 +192,7 @@ def test_bad_job_is_422_naming_the_field_and_stores_nothing(
     assert {"field", "value", "reason"} <= got.keys() and got["reason"]
     assert got["field"] == field
     assert row_counts(server) == before
-    assert server.plane.pending == {}
+    assert server.plane.queued == {}
 
 
 @pytest.mark.parametrize(

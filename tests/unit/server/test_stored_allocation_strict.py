@@ -29,7 +29,7 @@ def test_an_allocation_on_another_nodes_card_is_requeued_not_applied(server: Ser
         other = "n2" if placed_on == "n1" else "n1"
         moved = {**data, "node": other}  # names the other node, keeps this node's card
         conn.execute(update(t_allocs).where(t_allocs.c.id == row_id).values(data=moved))
-    with server.plane.lock:
+    with server.plane.locked():
         server.plane.reload()
     got = job(server, j["id"])
     assert got["state"] == "pending", got["state"]

@@ -27,6 +27,6 @@ def test_a_held_job_with_a_nul_in_its_command_is_failed_and_its_devices_freed(
     settle_stored_jobs(server.plane)
     got = job(server, held["id"])
     assert got["state"] == "failed" and "command[2]" in got["reason"] and "NUL" in got["reason"]
-    assert held["id"] not in server.plane.held
+    assert held["id"] not in server.plane.held_jobs
     assert sum(1 for d in devices(server) if d["jobs"]) == 1  # only the other job's card
     assert job(server, fine["id"])["state"] == "scheduled"

@@ -44,7 +44,7 @@ def test_a_request_nothing_could_hold_is_422_naming_the_closest_miss(
     assert body["reason"].startswith("nothing in the pool can hold it, even empty: ")
     assert reason in body["reason"]
     assert row_counts(server) == before
-    assert not server.plane.pending
+    assert not server.plane.queued
 
 
 @pytest.mark.slow

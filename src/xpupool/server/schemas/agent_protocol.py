@@ -32,6 +32,9 @@ any other with 426. 1 was the protocol before node-bound credentials (no header)
 AGENT_PROTOCOL_HEADER = "X-Xpupool-Agent-Protocol"
 BOOTSTRAP_TOKEN_PREFIX = "xpb_"
 """Bootstrap tokens start with this (others with ``xpp_``), so an agent knows it holds one."""
+ADDRESS_LABEL = "xpupool/address"
+"""The node label an agent registers its address under (``xpupool agent --address``): where a
+job's other replicas reach it (``services/replica_env.py``)."""
 
 
 class DeviceIn(Strict):

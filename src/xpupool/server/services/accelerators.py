@@ -13,7 +13,7 @@ from xpupool.server.schemas.devices import Accelerator
 def accelerators(plane: ControlPlane) -> list[Accelerator]:
     """Every catalog model with its device count in the pool (all registered nodes: cordoned and
     lost ones still belong to it), then the models the pool prints that the catalog lacks."""
-    with plane.lock:
+    with plane.locked():
         pool = [
             (d.vendor, d.model) for rec in plane.node_records.values() for d in rec.node.devices
         ]

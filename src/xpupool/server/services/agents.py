@@ -10,13 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, select
 
 from xpupool.model.errors import NotFound, RequestError, Unavailable
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.auth import Principal
 from xpupool.server.body_limit import MAX_LOG_CHUNK
 from xpupool.server.plane import ControlPlane, HeldJob, NodeRecord
+from xpupool.server.plane import node_lifecycle as nl
 from xpupool.server.schemas.agent_protocol import (
     FINAL_REPLICA_STATES,
     Heartbeat,
@@ -30,7 +31,6 @@ from xpupool.server.schemas.nodes import NodeStatus
 from xpupool.server.services.grants import log_caps
 from xpupool.server.services.jobs import assignment
 from xpupool.server.services.replica_env import distributed_env, node_address
-from xpupool.server.storage.fleet import nodes as t_nodes
 from xpupool.server.storage.jobs import jobs as t_jobs
 
 
@@ -44,19 +44,11 @@ def heartbeat(plane: ControlPlane, body: Heartbeat, who: Principal | None = None
         if rec is None:
             raise NotFound("node", body.node)
         _check_metrics(rec, body)
-        rec.heard(now, plane.monotonic())
-        conn.execute(update(t_nodes).where(t_nodes.c.name == body.node).values(last_heartbeat=now))
+        plane.heard(conn, [body.node], now)
         if rec.status is NodeStatus.LOST:
-            rec.status = NodeStatus.READY
-            conn.execute(update(t_nodes).where(t_nodes.c.name == body.node).values(status="ready"))
-            if not rec.cordoned:
-                plane.set_schedulable(body.node, True)
-                plane.bump()
+            plane.node_event(conn, body.node, nl.Heard())  # ready again
         for m in body.metrics:
-            plane.metrics[m.uuid] = m
-            plane.live.record(
-                m.uuid, now, m.utilization_pct, m.memory_used_mib, m.power_w, m.temperature_c
-            )
+            plane.record_metrics(m, now)
         strangers: set[tuple[int, int]] = set()  # reported, not held: stop them if running
         for report in body.replicas:
             if _holds(plane, body.node, report):
@@ -78,10 +70,6 @@ def heartbeat(plane: ControlPlane, body: Heartbeat, who: Principal | None = None
         return reply
 
 
-IDLE_CHUNK = 500
-"""Node names per UPDATE of an idle heartbeat (SQLite's older builds bind at most 999)."""
-
-
 def heartbeat_idle(plane: ControlPlane, nodes: list[str]) -> set[str]:
     """What a heartbeat with no metrics and no reports does, for many nodes in one transaction:
     each is seen now (memory, and one UPDATE per ``IDLE_CHUNK`` names). Returns the names among
@@ -89,7 +77,7 @@ def heartbeat_idle(plane: ControlPlane, nodes: list[str]) -> set[str]:
     their heartbeat says what to run or stop), unknown ones (answered 404 there) and lost ones
     (their heartbeat makes them ready again). Costs a dict update per node and one pass over
     the held allocations, not a heartbeat per node (issue 25)."""
-    now, heard_at = plane.clock(), plane.monotonic()
+    now = plane.clock()
     own: set[str] = set()
     with plane.write() as conn:
         seen = []
@@ -98,13 +86,8 @@ def heartbeat_idle(plane: ControlPlane, nodes: list[str]) -> set[str]:
             if rec is None or rec.status is NodeStatus.LOST:
                 own.add(name)
                 continue
-            rec.heard(now, heard_at)
             seen.append(name)
-        for k in range(0, len(seen), IDLE_CHUNK):
-            chunk = seen[k : k + IDLE_CHUNK]
-            conn.execute(
-                update(t_nodes).where(t_nodes.c.name.in_(chunk)).values(last_heartbeat=now)
-            )
+        plane.heard(conn, seen, now)
         holding = {a.node for job in plane.held_jobs.values() for a in job.allocations}
     return own | holding.intersection(nodes)
 
@@ -349,7 +332,7 @@ def append_log(
     it already is skipped, so an agent that sends again after a restart duplicates nothing; a
     chunk of another attempt than the job's current one is dropped. While the store cannot be
     written, uploads are 503 as every change is (the agent sends them again)."""
-    with plane.lock:
+    with plane.locked():
         if plane.health.failure is not None:
             raise Unavailable(plane.health.failure)
         job = plane.held_jobs.get(job_id)
@@ -386,9 +369,7 @@ def mark_lost_nodes(plane: ControlPlane) -> list[str]:
             if rec.status is not NodeStatus.LOST:
                 if silent <= plane.lost_after_s:
                     continue
-                rec.status = NodeStatus.LOST
-                conn.execute(update(t_nodes).where(t_nodes.c.name == name).values(status="lost"))
-                plane.set_schedulable(name, False)
+                plane.node_event(conn, name, nl.Silent())
                 lost.append(name)
             if silent < needed:
                 continue

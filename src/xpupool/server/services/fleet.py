@@ -13,18 +13,18 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection
 
 from xpupool.model.device import Node
 from xpupool.model.errors import Conflict, NotFound, RequestError
 from xpupool.server.auth import Principal
 from xpupool.server.drain import plan
 from xpupool.server.plane import ControlPlane, NodeRecord, node_values, taints_to_row
+from xpupool.server.plane import node_lifecycle as nl
 from xpupool.server.schemas.agent_protocol import NodeIn
 from xpupool.server.schemas.devices import Device, DeviceDetail, DeviceSample, DeviceShareHeld
 from xpupool.server.schemas.nodes import Node as NodeView
 from xpupool.server.schemas.nodes import NodeStatus, Site, TaintView
-from xpupool.server.storage.fleet import nodes as t_nodes
 
 log = logging.getLogger("xpupool.server")
 
@@ -55,7 +55,7 @@ def register(
         container_runtime=body.runtime,
         taints=tuple(t.to_taint() for t in body.taints),
     )
-    with plane.lock:
+    with plane.locked():
         _check_uuids_free(plane, body)
         rec = plane.node(body.name)
         if rec is not None and rec.node.taints != node.taints:
@@ -82,11 +82,15 @@ def register(
                 "it now and apply the change when that work ends"
             )
         now = plane.clock()
+        out = nl.transition(
+            rec.life if rec is not None else None, nl.Register(draining=step.target is not None)
+        )
+        assert out.life is not None  # a registration never removes a node
         fresh = NodeRecord(
             step.serve,
             source,
-            NodeStatus.READY,
-            rec.cordoned if rec is not None else False,
+            NodeStatus.LOST if out.life.lost else NodeStatus.READY,
+            out.life.cordoned,
             set(rec.cordoned_devices) if rec is not None else set(),
             body.arch,
             body.os,
@@ -94,7 +98,7 @@ def register(
             now,
             plane.monotonic(),
             target=step.target,
-            deleting_since=rec.deleting_since if rec is not None else None,  # the admin's stands
+            deleting_since=out.life.deleting_since,  # the admin's stands
         )
         changed = rec is None or rec.node != fresh.node or rec.target != fresh.target
         built = plane.build({**plane.node_records, node.name: fresh}) if changed else None
@@ -105,7 +109,6 @@ def register(
         values = {
             "site": node.site,
             "source": source,
-            "status": NodeStatus.READY.value,
             "labels": dict(node.labels),
             "arch": body.arch,
             "os": body.os,
@@ -117,24 +120,12 @@ def register(
         with plane.write() as conn:
             if within is not None:  # e.g. a bootstrap exchange: commits with the node or not at all
                 within(conn)
-            stored = conn.execute(select(t_nodes.c.name).where(t_nodes.c.name == node.name))
-            if stored.first() is None:  # (a row a start could not read is taken over, not added)
-                conn.execute(
-                    insert(t_nodes).values(
-                        name=node.name,
-                        schedulable=True,
-                        cordoned_devices=[],
-                        registered_at=now,
-                        **values,
-                    )
-                )
-            else:
-                conn.execute(update(t_nodes).where(t_nodes.c.name == node.name).values(**values))
+            plane.register_node(conn, fresh, values)
         # stored: now memory, still under the lock
-        plane.put_nodes({node.name: fresh})
+        plane.serve_nodes({node.name: fresh})
         if built is not None:
             plane.install(built)
-        elif rec is not None and rec.status is NodeStatus.LOST and not rec.cordoned:
+        elif out.bump:  # a lost node registers again: ready, and not cordoned
             plane.set_schedulable(node.name, True)
             plane.bump()
         if step.blocked:
@@ -165,37 +156,41 @@ def register_many(plane: ControlPlane, nodes: Iterable[Node], source: str) -> No
     One the admin deleted is not in the store: it is registered again, and logged, because the
     file is the operator's declaration (docs/security.md). All or nothing, as :func:`register`."""
     now = plane.clock()
-    with plane.lock:
+    with plane.locked():
         known = bool(plane.node_records)
-        added = {
-            node.name: NodeRecord(
-                node, source, NodeStatus.READY, not node.schedulable, set(), "", "", now
+        added: dict[str, NodeRecord] = {}
+        for node in nodes:
+            if node.name in plane.node_records:
+                continue
+            life = nl.transition(None, nl.Register(cordoned=not node.schedulable)).life
+            assert life is not None
+            added[node.name] = NodeRecord(
+                node, source, NodeStatus.READY, life.cordoned, set(), "", "", now
             )
-            for node in nodes
-            if node.name not in plane.node_records
-        }
         built = plane.build({**plane.node_records, **added})
         with plane.write() as conn:
-            for rec in added.values():
-                conn.execute(
-                    insert(t_nodes).values(
-                        name=rec.node.name,
-                        site=rec.node.site,
-                        source=source,
-                        status=NodeStatus.READY.value,
-                        schedulable=rec.node.schedulable,
-                        labels=dict(rec.node.labels),
-                        arch="",
-                        os="",
-                        runtime=rec.node.container_runtime,
-                        taints=taints_to_row(rec.node.taints),
-                        cordoned_devices=[],
-                        last_heartbeat=None,
-                        registered_at=now,
+            plane.register_nodes(
+                conn,
+                [
+                    {
+                        "name": rec.node.name,
+                        "site": rec.node.site,
+                        "source": source,
+                        **nl.row_values(rec.life),
+                        "labels": dict(rec.node.labels),
+                        "arch": "",
+                        "os": "",
+                        "runtime": rec.node.container_runtime,
+                        "taints": taints_to_row(rec.node.taints),
+                        "cordoned_devices": [],
+                        "last_heartbeat": None,
+                        "registered_at": now,
                         **node_values(rec),
-                    )
-                )
-        plane.put_nodes(added)
+                    }
+                    for rec in added.values()
+                ],
+            )
+        plane.serve_nodes(added)
         plane.install(built)
     if known and added:  # a node the admin deleted comes back from the file: say so
         log.warning(
@@ -213,7 +208,7 @@ def _record(plane: ControlPlane, name: str) -> NodeRecord:
 
 
 def node_view(plane: ControlPlane, name: str) -> NodeView:
-    with plane.lock:
+    with plane.locked():
         rec = _record(plane, name)
         st = plane.cluster_state
         i = st.node_index[name]
@@ -249,7 +244,7 @@ def node_view(plane: ControlPlane, name: str) -> NodeView:
 
 
 def list_nodes(plane: ControlPlane, site: str | None = None) -> list[NodeView]:
-    with plane.lock:
+    with plane.locked():
         names = sorted(
             n for n, r in plane.node_records.items() if site is None or r.node.site == site
         )
@@ -271,7 +266,7 @@ def list_devices(
     job holds a share too. The allocation figures are the card's whole, everyone's: the fleet's
     aggregate, which every tenant sees."""
     mine = _named_for(who)
-    with plane.lock:
+    with plane.locked():
         st = plane.cluster_state
         mem_commit, core_commit = st.dev_mem_commit.reshape(-1), st.dev_core_commit.reshape(-1)
         holders: dict[str, set[int]] = {}
@@ -316,7 +311,7 @@ def list_devices(
                         committable_core_permille=int(core_commit[slot]),
                         jobs=sorted(holders.get(d.uuid, ())),
                         in_use_by_others=d.uuid in others,
-                        metrics=plane.metrics.get(d.uuid),
+                        metrics=plane.device_metrics(d.uuid),
                     )
                 )
         return out
@@ -327,7 +322,7 @@ def device_detail(plane: ControlPlane, uuid: str, *, who: Principal | None) -> D
     jobs ``who`` may see named (another tenant's share is only ``in_use_by_others``) and its
     recent readings (``plane.live``); NotFound for a UUID no node in the pool has."""
     mine = _named_for(who)
-    with plane.lock:
+    with plane.locked():
         st = plane.cluster_state
         slot = st.uuid_slot.get(uuid)
         name = None if slot is None else st.node_names[st.node_of_slot(slot)]
@@ -371,7 +366,7 @@ def _canonical(plane: ControlPlane, vendor: str, model: str) -> str | None:
 
 
 def list_sites(plane: ControlPlane) -> list[Site]:
-    with plane.lock:
+    with plane.locked():
         by_site: dict[str, list[NodeView]] = {}
         for n in list_nodes(plane):
             by_site.setdefault(n.site, []).append(n)

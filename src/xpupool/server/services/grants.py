@@ -92,14 +92,14 @@ def check_submission(
 def _grant_row(plane: ControlPlane, conn: Connection | None, queue: str) -> Any:
     """The queue's and its tenant's limits, read once per queue until tenants or queues change
     (``plane.forget_grants``); ``conn`` None: on a connection of its own."""
-    row = plane.grant_rows.get(queue)
+    row = plane.grant_row(queue)
     if row is None:
         if conn is None:
             with plane.db.connect() as own:
                 row = own.execute(_GRANTS, {"queue": queue}).one()
         else:
             row = conn.execute(_GRANTS, {"queue": queue}).one()
-        plane.grant_rows[queue] = row
+        plane.keep_grant_row(queue, row)
     return row
 
 

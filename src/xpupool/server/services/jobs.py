@@ -72,7 +72,7 @@ def submit_many(
                     out[i] = _store(plane, conn, one, *checked)
     except Exception as exc:  # the batch's transaction rolled back
         if not isinstance(exc, Unavailable):  # a failed store put memory back already
-            with plane.lock:
+            with plane.locked():
                 plane.reload()
         for i, _ in accepted:
             if not isinstance(out[i], Exception):
@@ -90,7 +90,7 @@ def verdict(plane: ControlPlane, me: Principal, body: JobIn, *, complete: bool =
     reason it would wait with. ``complete`` False: a body still being written (the dashboard's
     form as you type), so what it runs is not asked about yet; the submission asks."""
     one = _accept(plane, me, body)
-    with plane.lock, plane.db.connect() as conn:
+    with plane.locked(), plane.db.connect() as conn:
         return _check(plane, conn, one, complete=complete)[1]
 
 
@@ -321,7 +321,7 @@ def list_jobs(
 def view(plane: ControlPlane, row: Any) -> Job:
     """The API form of a job row, with its live assignment when it holds devices."""
     assignments: list[ReplicaAssignment] = []
-    with plane.lock:
+    with plane.locked():
         held = plane.held_jobs.get(row["id"])
         if held is not None:
             assignments = [assignment(plane, a) for a in held.allocations]

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy import update
-
 from xpupool.model.errors import Conflict, NotFound
 from xpupool.server.plane import ControlPlane, NodeRecord
+from xpupool.server.plane import node_lifecycle as nl
 from xpupool.server.schemas.nodes import NodeDeletion
-from xpupool.server.storage.fleet import nodes as t_nodes
 
 log = logging.getLogger("xpupool.server")
 
@@ -28,7 +26,7 @@ def delete_node(plane: ControlPlane, name: str, drain: bool) -> NodeDeletion:
     """Delete node ``name`` now, or with ``drain`` once nothing is held there. Raises NotFound
     for an unknown node, Conflict (nothing changed) when allocations hold it and not ``drain``;
     a store that cannot be written raises Unavailable, and memory stays as it was."""
-    with plane.lock:
+    with plane.locked():
         rec = plane.node(name)
         if rec is None:
             raise NotFound("node", name)
@@ -45,7 +43,9 @@ def delete_node(plane: ControlPlane, name: str, drain: bool) -> NodeDeletion:
                 f"with drain=true (xpupool node delete {name} --drain) to cordon it now and "
                 "remove it when that work ends"
             )
-        if holders:
+        # the lifecycle decides: removed now when nothing is held there, else marked and cordoned
+        out = nl.transition(rec.life, nl.Delete(at=plane.clock(), held=bool(holders)))
+        if not out.removed:
             return _drain(plane, rec, holders)
         built = plane.build({n: r for n, r in plane.node_records.items() if n != name})
         if built.problems:  # nothing is held there: another node's trouble, not this deletion's
@@ -53,7 +53,7 @@ def delete_node(plane: ControlPlane, name: str, drain: bool) -> NodeDeletion:
                 f"node {name}: {'; '.join(p.reason for p in built.problems)}. Nothing changed"
             )
         with plane.write() as conn:
-            revoked = plane.remove_node(conn, name)
+            revoked = plane.remove_node(conn, name, nl.Delete(at=plane.clock(), held=False))
         # stored: now memory, still under the lock
         plane.forget_node(name)
         plane.install(built)
@@ -65,12 +65,7 @@ def _drain(plane: ControlPlane, rec: NodeRecord, holders: list[str]) -> NodeDele
     """Cordon ``rec`` and mark it to be deleted when ``holders`` end (asked again: as it was)."""
     name = rec.node.name
     with plane.write() as conn:
-        if rec.deleting_since is None:
-            since = plane.clock()
-            conn.execute(update(t_nodes).where(t_nodes.c.name == name).values(deleting_since=since))
-            rec.deleting_since = since
-        if not rec.cordoned:
-            plane.cordon_node(conn, name, True)
+        plane.node_event(conn, name, nl.Delete(at=plane.clock(), held=True))
     log.warning("node %s: deletion waits for %s", name, ", ".join(holders))
     note = (
         f"cordoned; removed, and its tokens revoked, when {', '.join(holders)} "

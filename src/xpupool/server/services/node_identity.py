@@ -45,7 +45,7 @@ def _check(plane: ControlPlane, who: Principal, node: str, action: str) -> bool:
     an unbound agent token that this call will bind to ``node``."""
     if who.is_admin:
         return False
-    if who.token_id == IN_PROCESS_TOKEN_ID and node in plane.released_nodes:
+    if who.token_id == IN_PROCESS_TOKEN_ID and plane.is_released(node):
         raise Forbidden(
             f"node {node!r} was deleted or taken over by the admin: this server's in-process "
             "agent speaks for it no more"
@@ -115,14 +115,14 @@ def _bind(plane: ControlPlane, who: Principal, node: str) -> None:
             plane.audit.record(
                 bound, "bind_token", f"token {who.token_id}", 200, f"ok: bound to node {node}", conn
             )
-        plane.principals.clear()
+        plane.forget_principals()
 
 
 def register(plane: ControlPlane, who: Principal, body: NodeIn) -> Registered:
     """Register ``body`` as ``who``: a bootstrap token is exchanged for the node's own token."""
     if who.role == "bootstrap":
         return _exchange(plane, who, body)
-    with plane.lock:
+    with plane.locked():
         who = _fresh(plane, who)
         bind = _check(plane, who, body.name, "register")
         rec = plane.node(body.name)
@@ -131,7 +131,7 @@ def register(plane: ControlPlane, who: Principal, body: NodeIn) -> Registered:
             raise _cluster_refusal(body.name)
         node = fleet.register(plane, body)  # an agent node from now on
         if cluster:  # the admin took it over: the in-process agent lets go of it
-            plane.released_nodes.add(body.name)
+            plane.release_node(body.name)
             log.warning("node %s taken over from the cluster file by the admin", body.name)
         if bind:
             _bind(plane, who, body.name)
@@ -155,7 +155,7 @@ def _may_exchange(plane: ControlPlane, conn: Connection, who: Principal, name: s
 
 def _exchange(plane: ControlPlane, who: Principal, body: NodeIn) -> Registered:
     secret = new_token()
-    with plane.lock, plane.db.connect() as conn:  # refuse early: before the inventory checks
+    with plane.locked(), plane.db.connect() as conn:  # refuse early: before the inventory checks
         _may_exchange(plane, conn, who, body.name)
 
     def spend(conn: Connection) -> None:
@@ -188,13 +188,13 @@ def _exchange(plane: ControlPlane, who: Principal, body: NodeIn) -> Registered:
         )
 
     node = fleet.register(plane, body, within=spend)
-    plane.principals.clear()
+    plane.forget_principals()
     return Registered.model_validate({**node.model_dump(), "token": secret})
 
 
 def heartbeat(plane: ControlPlane, who: Principal, body: Heartbeat) -> HeartbeatReply:
     if who.role == "agent" and who.nodes is None and who.token_id != IN_PROCESS_TOKEN_ID:
-        with plane.lock:  # first use of an unbound token: check, heartbeat and bind as one
+        with plane.locked():  # first use of an unbound token: check, heartbeat and bind as one
             who = _fresh(plane, who)
             bind = _check(plane, who, body.node, "heartbeat")
             reply = agents.heartbeat(plane, body, who)
@@ -215,7 +215,7 @@ def heartbeat_idle(plane: ControlPlane, who: Principal, nodes: list[str]) -> set
         return set(nodes)
     refused = set(nodes) - who.nodes
     if who.token_id == IN_PROCESS_TOKEN_ID:
-        refused |= plane.released_nodes.intersection(nodes)
+        refused |= plane.released_among(nodes)
     mine = [n for n in nodes if n not in refused] if refused else nodes
     return agents.heartbeat_idle(plane, mine) | refused
 

@@ -14,14 +14,11 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from sqlalchemy import update
-
 from xpupool.model.errors import Conflict, NotFound
 from xpupool.model.taint import change_taints, parse_effect
-from xpupool.server.plane import ControlPlane, taints_to_row
+from xpupool.server.plane import ControlPlane
 from xpupool.server.schemas.nodes import Node, NodeTaintsIn
 from xpupool.server.services.fleet import node_view
-from xpupool.server.storage.fleet import nodes as t_nodes
 
 log = logging.getLogger("xpupool.server")
 
@@ -34,7 +31,7 @@ def taint_node(plane: ControlPlane, name: str, body: NodeTaintsIn) -> Node:
         (r.key, None if r.effect is None else parse_effect(f"remove[{i}].effect", r.effect))
         for i, r in enumerate(body.remove)
     ]
-    with plane.lock:
+    with plane.locked():
         rec = plane.node(name)
         if rec is None:
             raise NotFound("node", name)
@@ -53,12 +50,8 @@ def taint_node(plane: ControlPlane, name: str, body: NodeTaintsIn) -> Node:
                 reasons = "; ".join(p.reason for p in built.problems)
                 raise Conflict(f"node {name}: {reasons}. Nothing changed")
             with plane.write() as conn:
-                conn.execute(
-                    update(t_nodes)
-                    .where(t_nodes.c.name == name)
-                    .values(taints=taints_to_row(taints))
-                )
-            plane.put_nodes({name: fresh})
+                plane.retaint_node(conn, fresh)
+            plane.serve_nodes({name: fresh})
             plane.install(built)
             plane.bump()
             log.info("node %s taints: %s", name, ", ".join(map(str, taints)) or "none")

@@ -338,7 +338,7 @@ def fleet_overview(plane: ControlPlane, principal: Principal) -> FleetOverview:
     """The overview as ``principal`` may see it (see ``schemas/overview.py``)."""
     mine = None if principal.is_admin else principal.tenant
     now = plane.clock()
-    with plane.lock:
+    with plane.locked():
         snap = snapshot(plane, now)
         reasons: dict[str, int] = {}
         budget = [MAX_EXPLAINED]

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from xpupool.model.allocation import Allocation
+from xpupool.server.schemas.agent_protocol import ADDRESS_LABEL
 
-ADDRESS_LABEL = "xpupool/address"
 BASE_PORT = 29500
 PORTS = 1000
 

@@ -65,7 +65,7 @@ def principal_of(plane: ControlPlane, digest: str, *, store: bool = True) -> Pri
     """:func:`authenticate` for the token whose SHA-256 is ``digest`` (what a dashboard session
     keeps instead of the token). ``store`` False: only a token already cached is found, without
     reading the store (the rate limiter asks so before it knows the caller may cost a query)."""
-    who = plane.principals.get(digest)
+    who = plane.cached_principal(digest)
     if who is None and not store:
         return None
     if who is None:
@@ -77,7 +77,7 @@ def principal_of(plane: ControlPlane, digest: str, *, store: bool = True) -> Pri
             return None
         nodes = None if row.node is None else frozenset({row.node})
         who = Principal(row.id, row.role, row.tenant, nodes, row.expires_at)
-        plane.principals[digest] = who
+        plane.cache_principal(digest, who)
     if who.expires_at is not None and plane.clock() >= who.expires_at:
         raise TokenExpired(who.expires_at)
     return who
@@ -92,13 +92,13 @@ def create_tenant(plane: ControlPlane, body: TenantIn) -> Tenant:
             raise Conflict(f"a queue named {body.name!r} already exists")
         conn.execute(insert(t_tenants).values(**body.model_dump(), created_at=now))
         plane.forget_grants()
-        plane.tenant_index = assign_tenant_indices(conn)
+        plane.set_tenant_indices(assign_tenant_indices(conn))
         conn.execute(
             insert(t_queues).values(
                 name=body.name, tenant=body.name, cohort=None, quotas=[], created_at=now
             )
         )
-        plane.queue_specs[body.name] = queue_spec(body.name, body.name, None, [], body.weight)
+        plane.put_queue(body.name, queue_spec(body.name, body.name, None, [], body.weight))
         plane.rebuild_admission()
     return Tenant(**body.model_dump(), created_at=now)
 
@@ -106,7 +106,7 @@ def create_tenant(plane: ControlPlane, body: TenantIn) -> Tenant:
 def list_tenants(plane: ControlPlane) -> list[Tenant]:
     with plane.db.connect() as conn:
         rows = conn.execute(select(t_tenants).order_by(t_tenants.c.name)).mappings().all()
-    with plane.lock:
+    with plane.locked():
         return [_tenant_view(plane, r) for r in rows]
 
 
@@ -127,7 +127,7 @@ def update_tenant(plane: ControlPlane, name: str, patch: TenantPatch) -> Tenant:
         if "weight" in values:
             for queue, spec in list(plane.queue_specs.items()):
                 if spec.tenant == name:
-                    plane.queue_specs[queue] = replace(spec, weight=values["weight"])
+                    plane.put_queue(queue, replace(spec, weight=values["weight"]))
             plane.rebuild_admission()
         return _tenant_view(plane, row)
 
@@ -200,7 +200,7 @@ def revoke_token(plane: ControlPlane, token_id: int, me: Principal) -> None:
         done = conn.execute(
             update(t_tokens).where(t_tokens.c.id == token_id).values(revoked=True)
         ).rowcount
-        plane.principals.clear()
+        plane.forget_principals()
     if not done:
         raise NotFound("token", str(token_id))
 
@@ -238,11 +238,8 @@ def put_queue(plane: ControlPlane, body: QueueIn) -> Queue:
         else:
             conn.execute(update(t_queues).where(t_queues.c.name == body.name).values(**values))
         plane.forget_grants()
-        plane.queue_specs[body.name] = queue_spec_of(body, tenant.weight)
-        if body.profile is None:
-            plane.queue_profiles.pop(body.name, None)
-        else:
-            plane.queue_profiles[body.name] = body.profile
+        plane.put_queue(body.name, queue_spec_of(body, tenant.weight))
+        plane.set_queue_profile(body.name, body.profile)
         plane.rebuild_admission()
         grants.cap_queued(plane, conn, body.name)  # a lowered cap applies to what waits too
     return get_queue(plane, body.name, None)
@@ -262,14 +259,14 @@ def _priority_caps(plane: ControlPlane) -> dict[str, int]:
 
 def get_queue(plane: ControlPlane, name: str, me: Principal | None) -> Queue:
     caps = _priority_caps(plane)
-    with plane.lock:
+    with plane.locked():
         _visible(plane, name, me)
         return _queue_view(plane, name, caps.get(name, 0))
 
 
 def list_queues(plane: ControlPlane, me: Principal) -> list[Queue]:
     caps = _priority_caps(plane)
-    with plane.lock:
+    with plane.locked():
         names = [
             n for n, q in sorted(plane.queue_specs.items()) if me.is_admin or q.tenant == me.tenant
         ]

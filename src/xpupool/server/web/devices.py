@@ -81,7 +81,7 @@ def tile(d: Device, node: Node | None = None) -> dict[str, Any]:
 
 def _node_names(plane: ControlPlane, site: str) -> list[str]:
     """The nodes of ``site`` (all when empty), by site and then by name: a page groups by site."""
-    with plane.lock:
+    with plane.locked():
         found = [
             (r.node.site, n)
             for n, r in plane.node_records.items()

@@ -31,7 +31,7 @@ def _names(plane: ControlPlane, ids: list[int]) -> dict[int, str]:
 def queues_context(plane: ControlPlane, viewer: Viewer) -> dict[str, Any]:
     listed = tenants.list_queues(plane, viewer.principal)
     names = {q.name for q in listed}
-    with plane.lock:
+    with plane.locked():
         waiting = sorted((p for p in plane.queued.values() if p.queue in names), key=lambda p: p.id)
         order = plane.admission.order([(p.request, p.queue) for p in waiting])
         ranked = [waiting[i] for i in order]

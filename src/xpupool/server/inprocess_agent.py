@@ -32,10 +32,9 @@ from xpupool.probes import Probe, host_probes
 from xpupool.probes.container_runtime import RuntimeName, detect_runtime
 from xpupool.server.auth import Principal
 from xpupool.server.plane import ControlPlane
-from xpupool.server.schemas.agent_protocol import Heartbeat, HeartbeatReply, NodeIn
+from xpupool.server.schemas.agent_protocol import ADDRESS_LABEL, Heartbeat, HeartbeatReply, NodeIn
 from xpupool.server.services import node_identity
 from xpupool.server.services.node_identity import in_process_principal
-from xpupool.server.services.replica_env import ADDRESS_LABEL
 
 log = logging.getLogger("xpupool.agent")
 
@@ -51,7 +50,7 @@ class PlaneTransport:
         self.who = who
 
     def _refused(self, action: str, node: str, exc: XpupoolError) -> None:
-        if isinstance(exc, Forbidden) and node in self.plane.released_nodes:
+        if isinstance(exc, Forbidden) and self.plane.is_released(node):
             raise NodeReleased(node, str(exc)) from None  # the admin's doing: no refusal row
         status = 403 if isinstance(exc, Forbidden) else 422
         self.plane.audit.record(self.who, action, f"node {node}", status, str(exc))

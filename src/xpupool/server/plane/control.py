@@ -1,0 +1,625 @@
+"""The control plane's live state: one engine, one admission book, the store, and one lock.
+
+Decide (engine), then persist (store), then act (agents). Every change takes the lock, changes the
+engine, and writes the store in one transaction before the lock is let go; if the write fails the
+engine change is undone. On start the engine is rebuilt from the store alone (nodes, then the
+allocation rows), so what a crash leaves behind is exactly what was committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from sqlalchemy import Connection
+from sqlalchemy.exc import OperationalError
+
+from xpupool.catalog.images import ImageCatalog, default_image_catalog
+from xpupool.disk_reserve import DEFAULT_LOG_RESERVE_BYTES
+from xpupool.engine.cycle.admission import Admission, QueueSpec
+from xpupool.engine.cycle.cycle import SchedulingCycle
+from xpupool.engine.engine import Engine
+from xpupool.engine.fragmentation import kernels
+from xpupool.engine.host import EngineHost, HostedNode
+from xpupool.engine.learning_pace import LearningPace
+from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile
+from xpupool.engine.state import ClusterState
+from xpupool.engine.verdict import Verdicts
+from xpupool.model.allocation import Allocation
+from xpupool.model.errors import RequestError, Unavailable
+from xpupool.model.request import Request
+from xpupool.server import job_lifecycle as lc
+from xpupool.server.audit import AuditKeep, AuditLog
+from xpupool.server.auth import Principal
+from xpupool.server.consistency import Problem, problem_for, settle
+from xpupool.server.health import Health, probe_writable, store_failure
+from xpupool.server.job_logs import JobLogs
+from xpupool.server.lease import Lease
+from xpupool.server.live_metrics import LiveMetrics
+from xpupool.server.ownership import StoreOwnership
+from xpupool.server.pending_jobs import PendingJobs
+from xpupool.server.plane import store
+from xpupool.server.plane.lock import PlaneLock
+from xpupool.server.plane.nodes import NodeBook
+from xpupool.server.plane.records import (
+    Built,
+    HeldJob,
+    NodeRecord,
+    PendingJob,
+    carry_transients,
+)
+from xpupool.server.plane.store import (
+    pending_from_row,
+)
+from xpupool.server.plane.tenancy import TenancyBooks
+from xpupool.server.retention import Retention
+from xpupool.server.schemas.agent_protocol import DeviceMetrics
+from xpupool.server.schemas.jobs import HOLDING_STATES, JobPhase
+from xpupool.server.schemas.nodes import NodeStatus
+from xpupool.server.storage import meta
+from xpupool.server.storage.job_writes import JobWrites
+from xpupool.server.storage.tenants import assign_tenant_indices
+from xpupool.server.wake import Wake
+
+log = logging.getLogger("xpupool.server")
+DEFAULT_MAX_LOG_BYTES = 64 << 20
+DEFAULT_HISTORY_INTERVAL_S = 60.0  # seconds between two fleet history samples
+SEED_JOBS = 2000  # the last jobs a restarted engine learns its workload from (_seed_learning)
+
+
+class ControlPlane(NodeBook, TenancyBooks):
+    """Everything the API and the agents act on. Thread-safe through its one lock: reach the
+    books under :meth:`locked` or :meth:`write`."""
+
+    def __init__(
+        self,
+        db_url: str,
+        data_dir: Path,
+        *,
+        seed: int = 0,
+        profile: str = DEFAULT_PROFILE,
+        profiles: Mapping[str, Profile] | None = None,
+        heartbeat_s: float = 5.0,
+        lost_after_s: float = 30.0,
+        lease_s: float | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
+        logs_dir: Path | None = None,
+        log_reserve_bytes: int = DEFAULT_LOG_RESERVE_BYTES,
+        retention: Retention | None = None,
+        audit_keep: AuditKeep | None = None,
+        history_interval_s: float = DEFAULT_HISTORY_INTERVAL_S,
+        image_catalog: ImageCatalog | None = None,
+        ownership: StoreOwnership | None = None,
+    ) -> None:
+        self.data_dir = data_dir
+        # what a job's image implies (catalog/images.py): an operator's rules before the built-in
+        self.image_catalog = image_catalog or default_image_catalog()
+        # the replicas' logs (server/job_logs.py): DATA/logs, or under ``xpupool up --logs``;
+        # ``max_log_bytes``: what the server keeps of one replica's log (--log-cap)
+        self.logs = JobLogs(logs_dir or data_dir / "logs", max_log_bytes, log_reserve_bytes)
+        self.db = meta.connect(db_url)
+        self.seed = seed
+        self.profile = profile
+        # the built-in profiles and those of the --profile file: what jobs and queues may name
+        self.profiles: dict[str, Profile] = {**BUILTIN_PROFILES, **(profiles or {})}
+        if profile not in self.profiles:
+            raise RequestError(
+                "--policy", profile, f"unknown profile; known: {', '.join(self.profiles)}"
+            )
+        self.heartbeat_s = heartbeat_s
+        self.lost_after_s = lost_after_s
+        self.lease = Lease.for_settings(heartbeat_s, lost_after_s, lease_s)
+        self.clock = clock  # Unix time: what is stored and shown
+        # what durations are timed with (node liveness, the lease of a silent node's replicas):
+        # a step of the wall clock moves ``clock``, never this
+        self.monotonic = monotonic
+        self._lock = PlaneLock()  # the one lock (lock.py): take it with locked() or write()
+        self.wake = Wake()  # the scheduling loop's (scheduler_loop.run_passes)
+        self.learning_pace = LearningPace()  # when the scheduling loop re-learns (its _relearn)
+        self.capacity_gen = 0
+        self.next_job_id = 1
+        # the engine over the pool (engine/host.py): it builds each engine from the node records
+        # and owns the pool's one allocation id counter, raised to the stored mark on each read
+        # (storage/pool.py), so no id repeats after a registration, a rebuild or a restart (issue
+        # 43, item 3); learning is deferred: the scheduling pass re-learns after placing
+        self.host = EngineHost(profile, profiles=self.profiles, seed=seed, defer_learning=True)
+        self._principals: dict[str, Principal] = {}  # token hash -> principal, live tokens only
+        self.audit = AuditLog(self.db, self.write, clock, audit_keep)  # rows kept per kind
+        self.retention = retention or Retention()  # finished jobs kept (services/job_limits.py)
+        if not history_interval_s > 0:
+            raise RequestError("--history-interval", history_interval_s, "must be above 0 s")
+        self.history_interval_s = history_interval_s  # fleet samples kept (server/history.py)
+        self._nodes: dict[str, NodeRecord] = {}
+        self._nodes_changed = 0  # counts changes of ``nodes`` (the agent-node list's key)
+        self._agent_nodes: tuple[int, list[tuple[str, NodeRecord]]] = (-1, [])
+        # nodes the admin deleted or took over while this server runs: the in-process agent,
+        # which has no token to revoke, speaks for them no more (services/node_identity.py)
+        self._released_nodes: set[str] = set()
+        self._metrics: dict[str, DeviceMetrics] = {}
+        self.live = LiveMetrics()  # the same readings as columns, and a ring per card
+        self._pending: PendingJobs[PendingJob] = PendingJobs()  # counts per tenant (limits)
+        self._held: dict[int, HeldJob] = {}
+        self._queue_specs: dict[str, QueueSpec] = {}
+        self._queue_profiles: dict[str, str] = {}  # queue -> profile of its jobs that name none
+        # queue -> its and its tenant's limits as stored (services/grants.py), read once per
+        # queue: every write to tenants or queues empties it (forget_grants)
+        self._grant_rows: dict[str, Any] = {}
+        self._writer: Connection | None = None  # the connection of write(), held (see there)
+        self.admission: Admission
+        self._cycle: SchedulingCycle | None = None
+        self.observers: list[Callable[[str, float], None]] = []  # (event, seconds) for metrics
+        self.health = Health()
+        if ownership is not None:  # every commit checks the store is still this server's
+            ownership.fence(self.db)
+            ownership.on_lost.append(self.health.fail)  # writes and /healthz: 503, and why
+        self._stale = False  # memory may be ahead of the store: reload before the next write
+        self._unreadable: list[Problem] = []  # allocation rows the last read could not parse
+        self._node_notes: list[tuple[str, str]] = []  # (node, why) set aside by the last read
+        # called under the lock before a job id is handed out; ``xpupool up`` records the id
+        # beside the database (server/datadir.py) so that no database can hand it out again
+        self.before_job_id: Callable[[int], None] = lambda _job_id: None
+        with self.db.begin() as conn:  # tenant name -> its stable index (the job uid's offset)
+            self._tenant_index: dict[str, int] = assign_tenant_indices(conn)
+        self._load()
+        with self.db.connect() as conn:  # what each tenant's kept logs take (job_logs.py)
+            self.logs.load(store.job_tenants(conn))
+
+    # ------------------------------------------------------------------ loading and rebuilding
+    def _load(self) -> None:
+        self._read()
+        kernels.warm_in_background()  # compiled while the server starts, not in a request
+        self.rebuild_engine()
+        self._seed_learning()
+        if self._node_notes:  # node rows set aside by the read: cordoned and reported
+            with self.db.begin() as conn:
+                for name, text in self._node_notes:
+                    if name in self._nodes and not self._nodes[name].cordoned:
+                        self.cordon_node(conn, name, True)
+                    self.health.note(f"store inconsistent: {text}")
+        self._node_notes = []
+
+    def _seed_learning(self) -> None:
+        """A restarted server's engine learns its workload from the last jobs submitted, as the
+        engine before the restart had, instead of from nothing: a cold engine rebuilds the
+        measure over every node many times in its first requests (docs/benchmarks.md)."""
+        with self.db.begin() as conn:
+            requests = store.last_requests(conn, SEED_JOBS)
+        self.engine.seed_learning(requests)
+
+    def _read(self) -> None:
+        """Nodes, queues, held and pending jobs from the store into the (empty) books."""
+        with self.db.connect() as conn:
+            books = store.read_books(conn, self.monotonic)
+            self.host.ids.seen(books.first_allocation_id - 1)  # every id below is used
+        self._node_notes = books.notes
+        self._nodes.update(books.nodes)
+        self._queue_specs.update(books.queue_specs)
+        self._queue_profiles.update(books.queue_profiles)
+        self._held.update(books.held)
+        self._unreadable = books.unreadable
+        self.next_job_id = books.next_job_id
+        for job in books.pending:
+            self._pending[job.id] = job
+        self._nodes_changed += 1
+
+    def reload(self) -> None:
+        """Memory back to what the store holds, after a write that failed part-way (the store
+        rolled back; memory may have moved ahead). What the store does not keep (replica
+        states, stop requests, heartbeat times) is carried over for jobs and nodes still there."""
+        old_nodes, old_held, old_pending = self._nodes, self._held, self._pending
+        old_specs, old_next = self._queue_specs, self.next_job_id
+        old_profiles = self._queue_profiles
+        self._nodes, self._held, self._queue_specs, self._queue_profiles = {}, {}, {}, {}
+        self.forget_grants()
+        self._pending = PendingJobs()
+        try:
+            self._read()
+        except Exception:
+            self._nodes, self._held, self._pending = old_nodes, old_held, old_pending
+            self._queue_specs, self.next_job_id = old_specs, old_next
+            self._queue_profiles = old_profiles
+            raise
+        for name, rec in self._nodes.items():
+            was = old_nodes.get(name)
+            if was is not None and rec.heard_at is not None:
+                rec.last_heartbeat, rec.heard_at = was.last_heartbeat, was.heard_at
+        for job_id, job in self._held.items():
+            before = old_held.get(job_id)
+            if before is not None:
+                carry_transients(before, job)
+        for job_id, pending in self._pending.items():
+            earlier = old_pending.get(job_id)
+            if earlier is not None:
+                pending.reason, pending.waiting_on = earlier.reason, earlier.waiting_on
+        self.rebuild_engine()
+        self._stale = False
+
+    def build(self, nodes: Mapping[str, NodeRecord]) -> Built:
+        """A fresh engine over ``nodes`` with every held allocation re-applied and re-charged;
+        changes nothing on the plane. Raises RequestError for a duplicate node name or device
+        UUID. An allocation that cannot be re-applied (its node or a device is gone or another
+        node's, or it would over-commit) is left out and described in ``problems``: the plane's
+        rule for what no longer fits is to requeue those jobs by their policy with an event
+        (``consistency.settle``). The engine takes its allocation ids from the host's one
+        counter, so no id is handed out twice however often the engine is rebuilt."""
+        engine = self.host.fresh(
+            HostedNode(
+                rec.node,
+                not (rec.cordoned or rec.status is NodeStatus.LOST),
+                frozenset(rec.cordoned_devices | rec.draining),
+            )
+            for rec in nodes.values()
+        )
+        admission = Admission(engine, self._queue_specs.values())
+        held = self._held
+        # one allocation per charge: a job keeps those of its allocations that still fit
+        done = self.host.reapply(
+            engine,
+            ((job.id, (a,)) for job in held.values() for a in job.allocations),
+            lambda job_id, a: admission.restore(a, held[job_id].queue, held[job_id].flavor),
+        )
+        kept: dict[int, list[Allocation]] = {job_id: [] for job_id in held}
+        for job_id, allocations in done.kept.items():
+            kept[job_id].extend(allocations)
+        problems = [
+            problem_for(engine.state, r.owner, r.allocations[0], r.error) for r in done.refused
+        ]
+        for job in held.values():
+            if not job.allocations:
+                problems.append(Problem(job.id, f"job {job.id} is {job.state.value} on no device"))
+        return Built(engine, admission, kept, problems)
+
+    def install(self, built: Built) -> None:
+        """Serve ``built`` (made by :meth:`build` over the node records now in place); its
+        engine goes on learning the workload from where the engine it replaces was."""
+        self.host.install(built.engine)
+        self.admission = built.admission
+        for job_id, allocations in built.allocations.items():
+            if job_id in self._held:
+                self._held[job_id].allocations = allocations
+        self.capacity_gen += 1
+
+    @property
+    def engine(self) -> Engine:
+        """The engine served (the host's)."""
+        engine = self.host.engine
+        assert engine is not None, "no engine built yet"
+        return engine
+
+    def rebuild_engine(self, conn: Connection | None = None) -> None:
+        """A fresh engine from the node records, with every held allocation re-applied and
+        re-charged. Used on start, after a failed write, and when a drained device is free;
+        rare, so rebuilding beats patching. What the store holds that cannot be re-applied is
+        set aside (``server/consistency.py``) in ``conn``'s transaction or a new one."""
+        built = self.build(self._nodes)
+        self.install(built)
+        problems = [*self._unreadable, *built.problems]
+        self._unreadable = []
+        if not problems:
+            return
+        if conn is not None:
+            settle(self, conn, problems)
+            return
+        with self.db.begin() as own:
+            settle(self, own, problems)
+
+    @property
+    def verdicts(self) -> Verdicts:
+        """Whether a request could ever fit this pool (the host's, on the engine served)."""
+        return self.host.verdicts
+
+    @property
+    def cycle(self) -> SchedulingCycle:
+        """The scheduling cycle on the current quota books (rebuilt with them)."""
+        if self._cycle is None or self._cycle.admission is not self.admission:
+            self._cycle = SchedulingCycle(self.admission, self.verdicts)
+        return self._cycle
+
+    def bump(self) -> None:
+        """Capacity may have grown: pending jobs are worth trying again."""
+        self.capacity_gen += 1
+        self.wake.set()
+
+    def forget_grants(self) -> None:
+        """Tenants' or queues' limits change (under the lock): read them again when next asked."""
+        self._grant_rows = {}
+
+    def rebuild_admission(self) -> None:
+        """New quota books after queues changed, re-charged from the held allocations."""
+        with self._lock:
+            self.admission = Admission(self.engine, self._queue_specs.values())
+            for job in self._held.values():
+                for alloc in job.allocations:  # the flavour may change with the queue's quotas
+                    job.flavor = self.admission.restore(
+                        alloc, job.queue, job.flavor, in_engine=False
+                    )
+            self.capacity_gen += 1
+            self.wake.set()
+
+    # ------------------------------------------------------------------ what the services see
+    # The services, the scheduler loop and the agent inside ``up`` reach the live state only
+    # through these: read-only views, and named operations for each change (a source test,
+    # tests/unit/server/test_plane_boundary.py, keeps it so). Call them under :meth:`locked` or :meth:`write`.
+    @property
+    def cluster_state(self) -> ClusterState:
+        """The engine's columns, to read (device and node views, metrics)."""
+        return self.engine.state
+
+    @property
+    def queued(self) -> Mapping[int, PendingJob]:
+        """The pending jobs by id; read-only."""
+        return MappingProxyType(self._pending)
+
+    def queue_job(self, job: PendingJob) -> None:
+        """``job`` waits in its queue (a submission, stored by the caller under the lock)."""
+        self._pending[job.id] = job
+
+    def queued_tally(self, tenant: str) -> tuple[int, int]:
+        """(pending jobs, their replicas) of ``tenant``."""
+        return self._pending.tally(tenant)
+
+    @property
+    def held_jobs(self) -> Mapping[int, HeldJob]:
+        """The jobs holding devices by id; read-only."""
+        return MappingProxyType(self._held)
+
+    def hold(self, job: HeldJob) -> None:
+        """``job`` holds devices now (placed by the scheduler loop, stored under the lock)."""
+        self._held[job.id] = job
+
+    # ------------------------------------------------------------------ the lock and the store
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """The plane's lock held for the block: what it reads of the books is one state, and
+        what it decides from them still holds when it writes (:meth:`write` in the block takes
+        the same lock again). Nothing outside the package takes the lock itself (``lock.py``)."""
+        with self._lock:
+            yield
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        """One store transaction under the plane's lock; commits on success.
+
+        A store that fails to write (disk full, read-only) raises :class:`Unavailable` (503) with
+        one line, marks the server unhealthy, and puts memory back to what the store holds, so a
+        failed write changes nothing. While unhealthy, writes fail at once, without touching
+        anything, until :meth:`check_store` sees the store take a write again."""
+        self._lock.acquire_as_writer()
+        try:
+            if self.health.failure is not None:
+                raise Unavailable(self.health.failure)
+            try:
+                conn = self._writer_connection()
+                with conn.begin():
+                    yield conn
+            except (OperationalError, OSError) as exc:
+                self._drop_writer()
+                raise self.store_failed(exc) from None
+        finally:
+            self._lock.release()
+
+    def _writer_connection(self) -> Connection:
+        """The connection :meth:`write` uses, kept between writes (under the lock, so one thread
+        at a time): taking one from the pool and giving it back, which rolls back, cost about a
+        tenth of what the store took per submission (issue 25). A write that failed on the
+        store drops it; the next write connects again."""
+        conn = self._writer
+        if conn is None or conn.closed or conn.invalidated:
+            conn = self._writer = self.db.connect()
+        return conn
+
+    def _drop_writer(self) -> None:
+        conn, self._writer = self._writer, None
+        if conn is not None:
+            with suppress(Exception):  # already broken: nothing more to undo
+                conn.invalidate()  # not back to the pool: the store failed under it
+
+    @property
+    def writers_waiting(self) -> int:
+        """Threads in :meth:`write` waiting for the lock (a scheduling pass lets them in)."""
+        return self._lock.writers_waiting
+
+    def wait_for_writers(self, timeout_s: float) -> bool:
+        """Block (``timeout_s`` at most) until no thread waits in :meth:`write` for the lock;
+        whether none does."""
+        return self._lock.wait_for_writers(timeout_s)
+
+    @contextmanager
+    def file_writes(self) -> Iterator[None]:
+        """Writes to files beside the store (where a run's output starts in its logs), as
+        :meth:`write` for the store: one that fails marks the server unhealthy (logged once) and
+        raises :class:`Unavailable`; while unhealthy they fail at once. They change no memory, so
+        nothing is reloaded. Job output itself is not written here: ``job_logs.py`` drops what
+        the disk cannot take instead."""
+        if self.health.failure is not None:
+            raise Unavailable(self.health.failure)
+        try:
+            yield
+        except OSError as exc:
+            reason = store_failure(exc)
+            self.health.fail(reason)
+            raise Unavailable(reason) from None
+
+    def store_failed(self, exc: BaseException) -> Unavailable:
+        """Record a failed write (logged once) and undo what memory did ahead of the store;
+        returns the error to raise."""
+        reason = store_failure(exc)
+        self.health.fail(reason)
+        with self._lock:
+            try:
+                self.reload()
+            except Exception as again:  # the store cannot even be read: reload on recovery
+                self._stale = True
+                log.error("reloading from the store failed too: %s", store_failure(again))
+        return Unavailable(reason)
+
+    def check_store(self) -> bool:
+        """While unhealthy: try one write that changes nothing else; on success clear the
+        failure (reloading first if memory may be stale) and give every node a fresh heartbeat
+        grace (their heartbeats were refused meanwhile). Returns whether the store is healthy."""
+        if self.health.failure is None:
+            return True
+        with self._lock:
+            try:
+                with self.db.begin() as conn:
+                    store.mark_opened(conn, self.clock())
+                probe_writable(self.data_dir)
+                probe_writable(self.logs.dir)  # a run handed out writes its log's first line
+                if self._stale:
+                    self.reload()
+            except (OperationalError, OSError) as exc:
+                self.health.fail(store_failure(exc))
+                return False
+            now = self.monotonic()
+            for rec in self._nodes.values():
+                if rec.heard_at is not None:
+                    rec.heard_at = now
+            self.health.recover()
+            self.bump()
+            return True
+
+    def apply(
+        self,
+        conn: Connection,
+        job_id: int,
+        event: lc.Event,
+        writes: JobWrites | None = None,
+        **values: object,
+    ) -> lc.Outcome:
+        """Move job ``job_id`` as :func:`~xpupool.server.job_lifecycle.transition` says for
+        ``event``: the new phase, cause and reason and one event row are written in ``conn``'s
+        transaction first, then memory follows (held and pending jobs, devices released, the
+        job requeued). ``values`` are further columns to store with it (the flavour of a
+        placement). Raises :class:`~xpupool.server.job_lifecycle.IllegalTransition` (409)
+        before anything is written. With ``writes`` the row and the event are kept there, to be
+        written with the transaction's other job writes (``storage/job_writes.py``); what is
+        kept is written first wherever this reads or writes anything else."""
+        held = self._held.get(job_id)
+        if writes is not None and held is None and job_id not in self._pending:
+            writes.flush(conn)  # the status is read from the store
+        status = self._status(conn, job_id, held, event)
+        out = lc.transition(status, event)
+        if not out.changed:
+            return out
+        now = self.clock()
+        cols: dict[str, object] = {**values, "updated_at": now}
+        if out.sets_reason:
+            cols.update(state=out.phase.value, reason=out.job_reason)
+            cols["stop_cause"] = None if out.stop is None else out.stop.value
+        if out.exit_code is not None:
+            cols["exit_code"] = out.exit_code
+        if out.attempt is not None:
+            cols["attempts"] = out.attempt
+        if isinstance(event, lc.Admit):
+            cols["not_before"] = None  # a retry's wait is over once it is admitted
+        if isinstance(event, lc.Start) or (
+            isinstance(event, lc.Dispatch)
+            and status is not None
+            and status.phase is JobPhase.RUNNING
+        ):
+            cols["started_at"] = now  # a run again after a restart has no Start: it ran before
+        if out.requeue and status is not None:
+            cols["retries"] = status.retries + int(out.retried)
+            cols["not_before"] = now + out.backoff_s if out.backoff_s > 0 else None
+            cols["started_at"] = None
+        event_row = {"job_id": job_id, "at": now, "state": out.phase.value, "reason": out.reason}
+        if writes is None:
+            store.write_job(conn, job_id, cols, event_row)
+        else:
+            writes.update(job_id, cols)
+            writes.event(event_row)
+            if out.release or out.requeue:
+                writes.flush(conn)  # both go on to read or write the store
+        if held is not None:
+            if out.phase in HOLDING_STATES:
+                held.state = out.phase
+            held.stop = out.stop
+            held.stop_reason = out.stop_reason if out.stop else ""
+            if out.attempt is not None or isinstance(event, lc.Adopt):
+                held.attempt, held.dispatched = out.attempt or held.attempt, True
+            if cols.get("started_at") is not None:
+                held.started_at = now
+            if out.release:
+                self.release_job(conn, held)
+        elif out.phase is not JobPhase.PENDING:
+            self._pending.pop(job_id, None)
+        if out.requeue:  # read back: the row as stored now (its retry's not_before)
+            self._pending[job_id] = pending_from_row(store.job_row(conn, job_id))
+        return out
+
+    def _status(
+        self, conn: Connection, job_id: int, held: HeldJob | None, event: lc.Event
+    ) -> lc.JobStatus | None:
+        """The job as the transition sees it (None: not stored). A placement or a start needs
+        only memory; a stop or an end reads the job's retry policy from the store."""
+        if held is not None:
+            phase: JobPhase = held.state
+        elif job_id in self._pending:
+            phase = JobPhase.PENDING
+        else:
+            stored = store.job_phase(conn, job_id)
+            if stored is None:
+                return None
+            phase = stored
+        stop, stop_reason = (held.stop, held.stop_reason) if held else (None, "")
+        may_run = held.may_run if held else False
+        if not isinstance(event, (lc.Stop, lc.Ended, lc.Lost, lc.LeaseExpired)):
+            return lc.JobStatus(phase, stop, stop_reason, may_run)
+        row = store.job_row(conn, job_id)
+        return lc.JobStatus(
+            phase, stop, stop_reason, may_run, int(row["retries"] or 0), lc.retry_policy(row)
+        )
+
+    def release_job(self, conn: Connection, job: HeldJob) -> None:
+        """Give back every allocation of ``job`` (engine, quota and store)."""
+        for alloc in job.allocations:
+            self.admission.release(alloc.id)
+        store.delete_allocations(conn, job.id)
+        nodes = {a.node for a in job.allocations}
+        job.allocations = []
+        self._held.pop(job.id, None)
+        self.advance_drains(conn, nodes)
+        self.bump()
+
+    def runs_past_limit(self) -> list[tuple[int, float]]:
+        """(job, its max_runtime_s) of every run that has lasted longer than its limit and is
+        not being stopped yet."""
+        now = self.clock()
+        with self._lock:
+            return [
+                (j.id, j.max_runtime_s)
+                for j in self._held.values()
+                if j.max_runtime_s is not None
+                and j.started_at is not None
+                and j.stop is None
+                and now - j.started_at > j.max_runtime_s
+            ]
+
+    def forget_jobs(self, conn: Connection, job_ids: list[int]) -> None:
+        """Delete finished jobs ``job_ids`` (rows and events) in ``conn``'s transaction; the
+        pool's first job id moves above every id handed out, so that no id (nor its log
+        directory) is ever handed out again, even when the newest jobs are the ones deleted."""
+        assert not any(i in self._held or i in self._pending for i in job_ids), "not finished"
+        store.delete_jobs(conn, job_ids, self.next_job_id)
+
+    def log_path(self, job_id: int, replica: int) -> Path:
+        return self.logs.path(job_id, replica)
+
+    def notify(self, event: str, seconds: float) -> None:
+        for observer in self.observers:
+            observer(event, seconds)
+
+
+def check_request_names(engine: Engine, req: Request, field: str = "request.node_policy") -> None:
+    """Fail early on a policy name the engine does not know (``field`` names where it came from)."""
+    if req.node_policy and req.node_policy not in engine.profiles:
+        raise RequestError(
+            field, req.node_policy, f"unknown policy; known: {', '.join(sorted(engine.profiles))}"
+        )

@@ -1,0 +1,58 @@
+"""The plane's one lock, private to the plane: outside the package, ``ControlPlane.locked()``
+(one consistent state of the books for a block) and ``ControlPlane.write()`` (a store transaction
+under it) are the only ways in.
+
+It also counts the threads waiting to write: the lock is not fair (a thread that lets it go may
+take it again at once), so a scheduling pass lets waiting writers in between its batches
+(``server/scheduler_loop.py``) by waiting for that count to drop to zero.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+class PlaneLock:
+    """A re-entrant lock, and the count of writers waiting for it (``writers_waiting``)."""
+
+    def __init__(self) -> None:
+        self.mutex: Any = threading.RLock()  # Any: a test slows it down with a wrapper
+        self.writers_waiting = 0
+        self._guard = threading.Condition()  # notified when no writer waits any more
+
+    def __enter__(self) -> None:
+        self.mutex.acquire()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.mutex.release()
+
+    def acquire_as_writer(self) -> None:
+        """Take the lock, counted in ``writers_waiting`` until it is taken; let it go with
+        :meth:`release`."""
+        with self._waiting():
+            self.mutex.acquire()
+
+    def release(self) -> None:
+        self.mutex.release()
+
+    @contextmanager
+    def _waiting(self) -> Iterator[None]:
+        with self._guard:
+            self.writers_waiting += 1
+        try:
+            yield
+        finally:
+            with self._guard:
+                self.writers_waiting -= 1
+                if not self.writers_waiting:
+                    self._guard.notify_all()
+
+    def wait_for_writers(self, timeout_s: float) -> bool:
+        """Block (``timeout_s`` at most) until no thread waits to write; whether none does. One
+        sleep until the last one is in, not a poll: a poll woke the waiting thread very often,
+        and each wake took the GIL from the threads it waited for."""
+        with self._guard:
+            return self._guard.wait_for(lambda: not self.writers_waiting, timeout_s)

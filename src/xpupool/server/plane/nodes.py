@@ -1,0 +1,227 @@
+"""The plane's node book: every node record, read through views, and changed only here, as the
+node lifecycle says (``node_lifecycle.py``): registrations, heartbeats, a node lost, cordons,
+drains and deletions. ``ControlPlane`` inherits these methods; call them under the plane's lock.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Connection
+
+from xpupool.server.drain import plan
+from xpupool.server.plane import node_lifecycle as nl
+from xpupool.server.plane import store
+from xpupool.server.plane.records import HeldJob, NodeRecord
+from xpupool.server.plane.store import node_values, taints_to_row
+from xpupool.server.schemas.agent_protocol import DeviceMetrics
+
+if TYPE_CHECKING:
+    from xpupool.engine.engine import Engine
+    from xpupool.server.audit import AuditLog
+    from xpupool.server.auth import Principal
+    from xpupool.server.live_metrics import LiveMetrics
+
+log = logging.getLogger("xpupool.server")
+
+
+class NodeBook:
+    """The methods over ``ControlPlane``'s node records."""
+
+    if TYPE_CHECKING:  # what ControlPlane holds and does, that these methods use
+        _nodes: dict[str, NodeRecord]
+        _nodes_changed: int
+        _agent_nodes: tuple[int, list[tuple[str, NodeRecord]]]
+        _held: dict[int, HeldJob]
+        _metrics: dict[str, DeviceMetrics]
+        _principals: dict[str, Principal]
+        _released_nodes: set[str]
+        audit: AuditLog
+        live: LiveMetrics
+        monotonic: Callable[[], float]
+
+        @property
+        def engine(self) -> Engine: ...
+
+        def bump(self) -> None: ...
+
+        def rebuild_engine(self, conn: Connection | None = None) -> None: ...
+
+    @property
+    def node_records(self) -> Mapping[str, NodeRecord]:
+        """Every node the plane serves, by name; read-only (change them with the methods)."""
+        return MappingProxyType(self._nodes)
+
+    def node(self, name: str) -> NodeRecord | None:
+        return self._nodes.get(name)
+
+    def agent_node_records(self) -> list[tuple[str, NodeRecord]]:
+        """(name, record) of every node an agent registered (``source`` 'agent'), a list that
+        is built again only when nodes come or go: the lost-node watch asks every few seconds,
+        and walking thousands of cluster-file nodes under the lock for none of them would make
+        an idle pool's cost grow with its size (issue 25)."""
+        if self._agent_nodes[0] != self._nodes_changed:
+            agents = [(n, r) for n, r in self._nodes.items() if r.source == "agent"]
+            self._agent_nodes = (self._nodes_changed, agents)
+        return list(self._agent_nodes[1])
+
+    def set_schedulable(self, name: str, schedulable: bool) -> None:
+        """Whether the engine may place on node ``name``, as the node lifecycle said (a lost
+        node registering again is ready: ``NodeOutcome.bump``)."""
+        self.engine.set_node_schedulable(name, schedulable)
+
+    def record_metrics(self, m: DeviceMetrics, at: float) -> None:
+        """A heartbeat's readings of one registered device, taken at ``at`` (Unix time)."""
+        self._metrics[m.uuid] = m
+        self.live.record(
+            m.uuid, at, m.utilization_pct, m.memory_used_mib, m.power_w, m.temperature_c
+        )
+
+    def device_metrics(self, uuid: str) -> DeviceMetrics | None:
+        """The last readings of device ``uuid`` (None: none since it registered)."""
+        return self._metrics.get(uuid)
+
+    def advance_drains(self, conn: Connection, names: Iterable[str]) -> None:
+        """Apply what draining nodes among ``names`` wait for, as far as the allocations still
+        on them allow: a device whose last allocation ended is dropped or changed now (what a
+        registration's drain registered), a node the admin deletes is removed once nothing is
+        held there (a deletion's drain)."""
+        changed = []
+        for name in names:
+            rec = self._nodes.get(name)
+            if rec is None or (rec.target is None and rec.deleting_since is None):
+                continue
+            on_node = [
+                (j.id, a) for j in self._held.values() for a in j.allocations if a.node == name
+            ]
+            if rec.deleting_since is not None and not on_node:
+                revoked = self.remove_node(conn, name, nl.Emptied())
+                self.forget_node(name)
+                self.audit.record(
+                    None,
+                    "delete_node",
+                    f"node {name}",
+                    200,
+                    f"ok: drained and removed (deletion asked at {rec.deleting_since:.0f}); "
+                    f"tokens revoked: {revoked or 'none'}",
+                    conn,
+                )
+                log.warning("node %s: its last allocation ended, node deleted", name)
+                changed.append(name)
+                continue
+            if rec.target is None:
+                continue
+            step = plan(rec.node, rec.target, on_node)
+            if step.serve == rec.node:
+                continue
+            out = nl.transition(rec.life, nl.DrainStep(done=step.target is None))
+            rec.node, rec.target = step.serve, step.target
+            assert out.life is not None
+            rec.live(out.life)
+            store.update_node(conn, name, node_values(rec))
+            changed.append(name)
+            log.info("node %s: drained devices applied (%d left to drain)", name, len(rec.draining))
+        if changed:
+            self.rebuild_engine(conn)
+
+    # ------------------------------------------------------------------ nodes
+    # Every change of a node row and record is made here, as the node lifecycle says
+    # (``node_lifecycle.py``); the services decide what to ask for, under the lock.
+    def node_event(self, conn: Connection, name: str, event: nl.NodeEvent) -> nl.NodeOutcome:
+        """Move node ``name`` as :func:`~xpupool.server.plane.node_lifecycle.transition` says
+        for ``event``: the lifecycle's columns are written in ``conn``'s transaction first, then
+        the record and the engine follow, and pending jobs are woken when capacity may have
+        grown. Raises :class:`~xpupool.server.plane.node_lifecycle.IllegalNodeTransition` (409)
+        before anything is written; an event that removes the node goes to
+        :meth:`remove_node`."""
+        rec = self._nodes[name]
+        before = rec.life
+        out = nl.transition(before, event)
+        if out.life is None:
+            raise nl.IllegalNodeTransition(before, event)  # a removal: remove_node's
+        after = out.life
+        values = nl.row_values(after)
+        was = nl.row_values(before)
+        changed = {k: v for k, v in values.items() if was[k] != v}
+        if isinstance(event, (nl.Cordon, nl.Uncordon)):
+            changed["schedulable"] = values["schedulable"]  # the admin's word, stored as given
+        if changed:
+            store.update_node(conn, name, changed)
+        rec.live(after)
+        if out.cancelled_deletion:
+            log.warning("node %s uncordoned: its deletion is cancelled", name)
+        if after.schedulable != before.schedulable or isinstance(event, nl.Cordon | nl.Uncordon):
+            self.engine.set_node_schedulable(name, after.schedulable)
+        if out.bump:
+            self.bump()
+        return out
+
+    def remove_node(self, conn: Connection, name: str, event: nl.NodeEvent) -> list[int]:
+        """The store's half of deleting node ``name`` for ``event`` (which the node lifecycle
+        must say removes it), in ``conn``'s transaction: its row goes and every live credential
+        bound to it is revoked; returns the revoked token ids. Nothing may be held on the node:
+        the caller checked, and rebuilds the engine after :meth:`forget_node`."""
+        rec = self._nodes[name]
+        if not nl.transition(rec.life, event).removed:
+            raise nl.IllegalNodeTransition(rec.life, event)
+        return store.delete_node(conn, name)
+
+    def forget_node(self, name: str) -> None:
+        """Memory's half of deleting node ``name``: its record and its devices' metrics go,
+        cached principals are dropped (their tokens may be revoked now), and the in-process
+        agent speaks for it no more. The engine still has it until the caller rebuilds it."""
+        rec = self._nodes.pop(name)
+        self._nodes_changed += 1
+        for n in (rec.node, rec.target):
+            for d in n.devices if n is not None else ():
+                self._metrics.pop(d.uuid, None)
+        self._principals.clear()
+        self._released_nodes.add(name)
+
+    def cordon_node(self, conn: Connection, name: str, cordoned: bool) -> None:
+        """Cordon (or uncordon) a node in memory, engine and store; what runs there stays.
+        Uncordoning a node that waits to be deleted cancels the deletion."""
+        self.node_event(conn, name, nl.Cordon() if cordoned else nl.Uncordon())
+
+    def heard(self, conn: Connection, names: list[str], at: float) -> None:
+        """Heartbeats of ``names`` (registered nodes) arrived at ``at`` (Unix time): each is
+        seen now (memory, and the stored ``last_heartbeat``); a lost one is made ready again
+        only by :meth:`node_event` (``Heard``)."""
+        monotonic = self.monotonic()
+        for name in names:
+            self._nodes[name].heard(at, monotonic)
+        store.touch_nodes(conn, names, at)
+
+    def register_node(self, conn: Connection, fresh: NodeRecord, values: dict[str, object]) -> None:
+        """Store and serve ``fresh``, a registration the caller checked (under the lock, in
+        ``conn``'s transaction): the row is updated with ``values`` (or added), then the record
+        is served; the caller installs the engine it built for it."""
+        status = nl.row_values(fresh.life)["status"]  # a known node keeps its cordon as stored
+        row = {**values, "status": status}
+        store.upsert_node(conn, fresh.node.name, row, fresh.registered_at)
+
+    def serve_nodes(self, records: Mapping[str, NodeRecord]) -> None:
+        """Serve ``records``, stored by :meth:`register_node`, :meth:`register_nodes` or
+        :meth:`retaint_node` in the transaction that just committed (under the same lock)."""
+        self._nodes.update(records)
+        self._nodes_changed += 1
+
+    def register_nodes(self, conn: Connection, rows: list[dict[str, object]]) -> None:
+        """Store new node rows (cluster-file nodes, registered in one go)."""
+        for row in rows:
+            store.insert_node(conn, row)
+
+    def retaint_node(self, conn: Connection, fresh: NodeRecord) -> None:
+        """Store ``fresh``'s taints (the admin's change); :meth:`serve_nodes` serves it."""
+        store.update_node(conn, fresh.node.name, {"taints": taints_to_row(fresh.node.taints)})
+
+    def cordon_device(self, conn: Connection, rec: NodeRecord, uuid: str, cordoned: bool) -> None:
+        """Cordon (or uncordon) one device of ``rec``; a draining device stays cordoned."""
+        (rec.cordoned_devices.add if cordoned else rec.cordoned_devices.discard)(uuid)
+        store.update_node(conn, rec.node.name, {"cordoned_devices": sorted(rec.cordoned_devices)})
+        self.engine.set_device_cordoned(uuid, cordoned or uuid in rec.draining)
+        if not cordoned:
+            self.bump()

@@ -1,0 +1,170 @@
+"""The plane's books, row by row: what it knows of a node, a pending job, a held job.
+
+A :class:`NodeRecord` is changed only by the plane's node methods, which ask the node lifecycle
+(``node_lifecycle.py``) what follows; a :class:`HeldJob`'s phase and stop only by
+``ControlPlane.apply``, which asks the job lifecycle (``server/job_lifecycle.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
+
+from xpupool.engine.cycle.admission import Admission
+from xpupool.engine.engine import Engine
+from xpupool.model.allocation import Allocation
+from xpupool.model.device import Node
+from xpupool.model.request import Request
+from xpupool.server import job_lifecycle as lc
+from xpupool.server.consistency import Problem
+from xpupool.server.drain import draining
+from xpupool.server.plane.node_lifecycle import NodeLife
+from xpupool.server.schemas.agent_protocol import ReplicaState
+from xpupool.server.schemas.jobs import JobPhase, StopCause
+from xpupool.server.schemas.nodes import NodeStatus
+
+
+@dataclass
+class NodeRecord:
+    """A node as the plane knows it; ``node`` is what the engine schedules on.
+
+    Two times say when it was last heard from: ``last_heartbeat`` (Unix time, stored and shown to
+    people) and ``heard_at`` (the plane's ``monotonic`` seconds: what liveness counts from,
+    never stored). Liveness never subtracts wall-clock times: a step of the wall clock (NTP,
+    ``date -s``) must neither make a heartbeating node lost, and run its jobs a second time
+    elsewhere, nor keep a dead one ready (issue 43, item 9)."""
+
+    node: Node
+    source: str
+    status: NodeStatus
+    cordoned: bool
+    cordoned_devices: set[str]
+    arch: str
+    os: str
+    registered_at: float
+    last_heartbeat: float | None = None
+    heard_at: float | None = None  # monotonic; None: never heard from (silent for ever)
+    target: Node | None = None  # registered, waiting for allocations on ``node`` to end (a drain)
+    # Unix time the admin asked to delete it once nothing is held there (cordoned meanwhile)
+    deleting_since: float | None = None
+
+    def heard(self, wall: float, monotonic: float) -> None:
+        """A heartbeat (or a registration) arrived at ``wall`` Unix time, ``monotonic`` on the
+        plane's monotonic clock."""
+        self.last_heartbeat, self.heard_at = wall, monotonic
+
+    @property
+    def life(self) -> NodeLife:
+        """Its state as the node lifecycle sees it (``node_lifecycle.py``)."""
+        lost = self.status is NodeStatus.LOST
+        return NodeLife(lost, self.cordoned, self.target is not None, self.deleting_since)
+
+    def live(self, life: NodeLife) -> None:
+        """Take the state the node lifecycle says follows (the plane's node methods only; the
+        drain itself is the inventory in ``target``, set with it)."""
+        self.status = NodeStatus.LOST if life.lost else NodeStatus.READY
+        self.cordoned, self.deleting_since = life.cordoned, life.deleting_since
+
+    @property
+    def draining(self) -> frozenset[str]:
+        """Devices served until their allocations end, then dropped or changed: cordoned."""
+        return draining(self.node, self.target)
+
+
+@dataclass
+class PendingJob:
+    """A job waiting for admission. ``tried`` is the capacity generation it last failed at: it is
+    not tried again until something is released, added or uncordoned (kube's unschedulable queue)."""
+
+    id: int
+    tenant: str
+    queue: str
+    priority: int
+    request: Request
+    created_at: float
+    tried: int = -1
+    reason: str = ""
+    waiting_on: set[int] = field(default_factory=set)  # victims it preempted, still stopping
+    not_before: float = 0.0  # Unix time: a retry waiting out its backoff is not tried before
+    max_runtime_s: float | None = None  # what each run may last (held with the job once placed)
+    attempts: int = 0  # runs started before (a retry's, held with the job once placed)
+
+
+@dataclass
+class HeldJob:
+    """A job holding devices (admitted, scheduled or running). ``stop`` says why its processes
+    are being stopped (stored with the job); its devices are freed when they are gone. Only
+    :meth:`ControlPlane.apply` changes ``state``, ``stop`` and ``attempt``."""
+
+    id: int
+    tenant: str
+    queue: str
+    flavor: str
+    priority: int
+    state: JobPhase
+    allocations: list[Allocation]
+    replica_states: dict[int, ReplicaState] = field(default_factory=dict)
+    exit_codes: dict[int, int] = field(default_factory=dict)
+    stop: StopCause | None = None
+    stop_reason: str = ""
+    attempt: int = 0  # runs started (the stored ``attempts``)
+    started_at: float | None = None  # Unix time its current run started (max_runtime_s)
+    max_runtime_s: float | None = None
+    handed: set[int] = field(default_factory=set)  # replicas handed to an agent: may be running
+    dispatched: bool = False  # this server handed its current run out (counted in ``attempt``)
+    # {replica: {uuid: MiB}}: the agent's last per-process measurement of a running replica;
+    # absent when not measured; gone with the job when it is released (metrics only, not stored)
+    device_memory_used_mib: dict[int, dict[str, int]] = field(default_factory=dict)
+    limits: dict[int, str] = field(default_factory=dict)  # {replica: enforcement, recorded}
+    failures: dict[int, str] = field(default_factory=dict)  # {replica: the agent's reason}
+
+    @property
+    def may_run(self) -> bool:
+        """True once an agent may have started a process: stopping must then wait for it."""
+        return self.state is JobPhase.RUNNING or bool(self.handed)
+
+    @property
+    def stopping(self) -> str | None:
+        """The stop as the scheduling cycle reads it (``RunningWork``): 'preempt' for a victim of
+        an earlier decision, the cause's name for any other stop, None when not stopping."""
+        if self.stop is None:
+            return None
+        return "preempt" if self.stop is StopCause.PREEMPTED else self.stop.value
+
+
+@dataclass
+class Built:
+    """An engine made by :meth:`ControlPlane.build`, not yet served: the allocations it holds per
+    held job, and those it could not re-apply."""
+
+    engine: Engine
+    admission: Admission
+    allocations: dict[int, list[Allocation]]
+    problems: list[Problem]
+
+
+# What a HeldJob keeps in the store; every other field is live bookkeeping a reload carries over.
+_STORED_HELD = frozenset(
+    {
+        "id",
+        "tenant",
+        "queue",
+        "flavor",
+        "priority",
+        "state",
+        "allocations",
+        "stop",
+        "stop_reason",
+        "attempt",
+        "started_at",
+        "max_runtime_s",
+    }
+)
+STOPPING = lc.STOPPING  # how a stored reason starts while the job's replicas are stopped
+
+
+def carry_transients(before: HeldJob, after: HeldJob) -> None:
+    """Copy what the store does not keep (replica states, stop requests, measurements)."""
+    for f in dataclass_fields(HeldJob):
+        if f.name not in _STORED_HELD:
+            setattr(after, f.name, getattr(before, f.name))
