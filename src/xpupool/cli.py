@@ -706,6 +706,6 @@ from xpupool.agent.command import agent_command  # noqa: E402
 
 main.add_command(agent_command)
 
-from xpupool.client.cli_k8s import k8s  # noqa: E402
+from xpupool.k8s.cli import k8s  # noqa: E402
 
 main.add_command(k8s)

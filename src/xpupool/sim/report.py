@@ -9,8 +9,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from xpupool.client.fit_table import Column, FitTable
 from xpupool.engine import Profile
-from xpupool.fit_table import Column, FitTable
 from xpupool.sim.progress import progress_for
 from xpupool.sim.queue_config import QueueConfig
 from xpupool.sim.runner import (

@@ -59,8 +59,24 @@ from xpupool.catalog.images import ImageCatalog
 from xpupool.engine import Engine
 from xpupool.engine.cycle import minimal_victims
 from xpupool.engine.reasons import PREEMPTION_MAY_HELP, TEXT
-from xpupool.k8s.cluster_view import ClusterView
-from xpupool.k8s.extender_wire import (
+from xpupool.k8s.codec.node_lock import NodeLocks
+from xpupool.k8s.codec.pod_request import PodDemand, names_managed_resource, pod_demand
+from xpupool.k8s.extender.gang import Gangs, GroupClaim, group_claim
+from xpupool.k8s.extender.pod_images import with_image_needs
+from xpupool.k8s.extender.pod_placement import (
+    NOT_IN_POOL,
+    engine_choice,
+    fits_together,
+    place_containers,
+    place_on,
+)
+from xpupool.k8s.extender.preemption import (
+    Nomination,
+    Preemptions,
+    lower_priority_owners,
+    pod_fits_on,
+)
+from xpupool.k8s.extender.wire import (
     MAX_EXTENDER_PRIORITY,
     ExtenderArgs,
     ExtenderBindingArgs,
@@ -73,24 +89,8 @@ from xpupool.k8s.extender_wire import (
     MetaPod,
     MetaVictims,
 )
-from xpupool.k8s.gang import Gangs, GroupClaim, group_claim
-from xpupool.k8s.node_lock import NodeLocks
-from xpupool.k8s.pod_images import with_image_needs
-from xpupool.k8s.pod_placement import (
-    NOT_IN_POOL,
-    engine_choice,
-    fits_together,
-    place_containers,
-    place_on,
-)
-from xpupool.k8s.pod_request import PodDemand, names_managed_resource, pod_demand
-from xpupool.k8s.preemption import (
-    Nomination,
-    Preemptions,
-    lower_priority_owners,
-    pod_fits_on,
-)
-from xpupool.k8s.resource_quota import NamespaceQuotas
+from xpupool.k8s.informers.cluster_view import ClusterView
+from xpupool.k8s.informers.resource_quota import NamespaceQuotas
 from xpupool.model.allocation import Allocation
 from xpupool.model.errors import RequestError
 
