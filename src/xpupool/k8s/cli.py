@@ -16,7 +16,7 @@ from types import FrameType
 
 import click
 
-from xpupool.client._cli_common import catalog_option
+from xpupool.start_options import catalog_option, check_policies, load_catalog, load_profiles
 
 # A Node name is a DNS-1123 subdomain (apimachinery pkg/util/validation IsDNS1123Subdomain).
 _NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
@@ -301,7 +301,6 @@ def extender(
     catalog_file: str | None,
 ) -> None:
     """kube-scheduler extender: place pods that ask for accelerators with xpupool's engine."""
-    from xpupool.cli import check_policies, load_catalog, load_profiles
     from xpupool.engine import DEFAULT_PROFILE
     from xpupool.k8s.codec.node_lock import LockMode
     from xpupool.k8s.extender.main import ExtenderConfig, run
