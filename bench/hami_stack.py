@@ -44,7 +44,7 @@ from k8s_harness import (
     watch_once,
 )
 from k8s_harness import node_objects as harness_nodes
-from xpupool.k8s import hami
+from xpupool.k8s.codec import hami
 
 LOCK = "hami.io/mutex.lock"  # pkg/util/nodelock/nodelock.go NodeLockKey
 NODE_POLICY = "hami.io/node-scheduler-policy"  # pkg/util/types.go

@@ -33,12 +33,12 @@ import httpx
 import numpy as np
 
 from xpupool.engine.fragmentation import ShapeTable, TargetWorkload, stranded_capacity
-from xpupool.k8s import hami
-from xpupool.k8s.cluster_view import ClusterView
-from xpupool.k8s.decoders import decode_node, decode_pod_devices
-from xpupool.k8s.pod_request import pod_demand
-from xpupool.k8s.resource_names import kind_by_type
-from xpupool.k8s.watch import Event, EventType
+from xpupool.k8s.codec import hami
+from xpupool.k8s.codec.pod_request import pod_demand
+from xpupool.k8s.codec.resource_names import kind_by_type
+from xpupool.k8s.informers.cluster_view import ClusterView
+from xpupool.k8s.informers.decoders import decode_node, decode_pod_devices
+from xpupool.k8s.informers.watch import Event, EventType
 from xpupool.model import Request
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -28,7 +28,7 @@ asks as target workload) and idle, when the first pod was found unschedulable
 ``idle_gpu_cores_pct``; ``measured_at`` says ``first_unschedulable``, or ``end`` when every pod
 found a node) and at the end (``end``); ``double_allocations``: cards whose bound pods'
 ``hami.io/vgpu-devices-allocated`` grants (HAMi's and xpupool's binds both write it) exceed the
-card's registered memory, cores or task count (``xpupool.k8s.allocation_audit``).
+card's registered memory, cores or task count (``xpupool.k8s.codec.allocation_audit``).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from k8s_harness import (
     first_unschedulable_figures,
     run_stack,
 )
-from xpupool.k8s.allocation_audit import audit_allocations
+from xpupool.k8s.codec.allocation_audit import audit_allocations
 
 STACKS = ("hami_binpack", "hami_spread", "xpupool")
 CAPACITY_KEYS = (

@@ -9,13 +9,11 @@ import click
 from rich.console import Console
 
 from xpupool.agent.launch.options import launch_options
-from xpupool.client._cli_common import catalog_option
 from xpupool.log_setup import verbose_option
 from xpupool.model.errors import XpupoolError
+from xpupool.start_options import catalog_option, check_policies, load_catalog, load_profiles
 
 if TYPE_CHECKING:
-    from xpupool.catalog.operator_file import OperatorCatalog
-    from xpupool.engine.profile import Profile
     from xpupool.server.routers.deps import MetricsAuth
 
 # The engine's default profile (engine/profile.py DEFAULT_PROFILE), named here so that client commands
@@ -385,44 +383,6 @@ def up(
     serve(cfg, click.echo)
 
 
-def load_catalog(path: str | None) -> OperatorCatalog | None:
-    """The operator's ``--catalog FILE`` (None without it); a bad file is one line naming the
-    file, line and field, exit 1, before anything is started."""
-    if path is None:
-        return None
-    from xpupool.catalog.operator_file import load_operator_catalog
-
-    try:
-        return load_operator_catalog(path)
-    except XpupoolError as exc:
-        raise click.ClickException(f"--catalog: {exc}") from None
-
-
-def load_profiles(path: str | None) -> dict[str, Profile]:
-    """The profiles of ``--profile FILE`` (none without it); a bad file is one line naming the
-    file and the field, exit 1."""
-    if path is None:
-        return {}
-    from xpupool.engine.profile_file import load_profile_file
-
-    try:
-        return load_profile_file(path)
-    except XpupoolError as exc:
-        raise click.ClickException(f"{path}: {exc}") from None
-
-
-def check_policies(policies: list[str], profiles: dict[str, Profile]) -> None:
-    """Every name in ``policies`` is a built-in profile or one of ``profiles`` (--policy)."""
-    from xpupool.engine import BUILTIN_PROFILES
-
-    known = [*BUILTIN_PROFILES, *profiles]
-    unknown = [p for p in policies if p not in known]
-    if unknown:
-        raise click.BadParameter(
-            f"unknown {', '.join(unknown)}; known: {', '.join(known)}", param_hint="--policy"
-        )
-
-
 @main.command()
 @click.argument("text")
 def spec(text: str) -> None:
@@ -541,7 +501,8 @@ def simulate(
     """Replay a cluster trace under each policy and seed (the FGD paper's protocol, or in time)."""
     from pathlib import Path
 
-    from xpupool.sim.report import print_summary, run_traces, write_report
+    from xpupool.client.sim_tables import print_summary
+    from xpupool.sim.report import run_traces, write_report
     from xpupool.sim.trace_files import DEFAULT_PODS, default_nodes
 
     if nodes_path is None:
@@ -560,14 +521,15 @@ def simulate(
         pods_paths = (str(default),)
     console = Console(stderr=as_json)
     if mode == "timed":
+        from xpupool.client.queue_file import load_queue_config
+        from xpupool.client.sim_tables import print_timed
         from xpupool.model.errors import RequestError
-        from xpupool.sim.queue_config import QueueConfig
-        from xpupool.sim.report import print_timed, run_timed_traces
+        from xpupool.sim.report import run_timed_traces
 
         if compress <= 0:
             raise click.BadParameter("must be positive", param_hint="--compress")
         try:
-            queues = QueueConfig.load(queue_config) if queue_config else None
+            queues = load_queue_config(queue_config) if queue_config else None
         except RequestError as exc:
             raise click.BadParameter(str(exc), param_hint="--queue-config") from None
         timed = run_timed_traces(
@@ -706,6 +668,6 @@ from xpupool.agent.command import agent_command  # noqa: E402
 
 main.add_command(agent_command)
 
-from xpupool.client.cli_k8s import k8s  # noqa: E402
+from xpupool.k8s.cli import k8s  # noqa: E402
 
 main.add_command(k8s)

@@ -70,9 +70,9 @@ step "k8s node agent annotations from the real probe"
 python3 - <<'PY'
 from xpupool.agent.monitor import Monitor
 from xpupool.probes import host_probes
-from xpupool.k8s.hami_register import hami_register_annotations
+from xpupool.k8s.node_agent.hami_register import hami_register_annotations
 from xpupool.agent.inventory import device_in
-from xpupool.k8s.node_annotations import encode_devices
+from xpupool.k8s.codec.node_annotations import encode_devices
 r = Monitor(host_probes()).read()
 print("devices annotation:", encode_devices([x for x in (device_in(d) for d in r.devices) if x])[:800])
 print("hami:", dict(hami_register_annotations(r.devices)))

@@ -40,7 +40,7 @@ _REPLICA = ["job", "replica", "uuid"]
 
 def device_families(readings: Iterable[tuple[str, Reading | None]]) -> list[Metric]:
     """Per device gauges of each ``(node name, last probe pass)``; a node with no pass yet has
-    none. Shared by this agent and the Kubernetes node agent (``k8s/node_agent.py``), so one
+    none. Shared by this agent and the Kubernetes node agent (``k8s/node_agent/agent.py``), so one
     dashboard reads both."""
 
     def gauge(name: str, text: str) -> GaugeMetricFamily:
@@ -178,7 +178,7 @@ def serve_wsgi(
 ) -> MetricsServer:
     """``app`` on a threaded HTTP server on a daemon thread, one line per request never logged:
     the server of every agent-side metrics port (this agent's, the Kubernetes agent's and the
-    extender's, ``k8s/extender_http.py``). OSError if it cannot bind."""
+    extender's, ``k8s/extender/http_app.py``). OSError if it cannot bind."""
     server_class = _ThreadingServer6 if ":" in host else _ThreadingServer
     server = make_server(host, port, app, server_class, handler_class=_QuietHandler)
     thread = Thread(target=server.serve_forever, name=name, daemon=True)

@@ -40,20 +40,6 @@ def connection_options(func: F) -> F:
     return func
 
 
-def catalog_option(func: F) -> F:
-    """Adds ``--catalog FILE`` (the site's image rules, docs/images.md); the command receives
-    ``catalog_file`` and loads it with ``xpupool.cli.load_catalog`` before starting anything."""
-    return click.option(
-        "--catalog",
-        "catalog_file",
-        type=click.Path(dir_okay=False, resolve_path=True),
-        default=None,
-        metavar="FILE",
-        help="YAML of site catalog rules (images: ...), tried before the built-in ones; checked "
-        "at start: a mistake stops it, naming the file, line and field (docs/images.md)",
-    )(func)
-
-
 def output_option(func: F) -> F:
     return click.option(
         "-o",

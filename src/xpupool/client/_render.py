@@ -1,6 +1,6 @@
 """Tables for the API's objects. Pure: models in, renderables out (tested without a server).
 
-Every table is a :class:`~xpupool.fit_table.FitTable`: it fits the terminal, and only free text
+Every table is a :class:`~xpupool.client.fit_table.FitTable`: it fits the terminal, and only free text
 (reasons, names, placements) wraps; states, ids and numbers stay whole.
 
 Quantities keep their unit in the column name or the cell (``20Gi``, ``35%``); compute is in
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from xpupool.fit_table import Column, FitTable
+from xpupool.client.fit_table import Column, FitTable
 from xpupool.model.quantity import format_mib
 from xpupool.server.schemas.agent_protocol import DeviceAssignment
 from xpupool.server.schemas.audit import AuditEntry

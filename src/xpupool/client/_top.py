@@ -17,7 +17,7 @@ from rich.text import Text
 
 from xpupool.client._http import Client
 from xpupool.client._render import node_status, queues_table
-from xpupool.fit_table import Column, FitTable
+from xpupool.client.fit_table import Column, FitTable
 from xpupool.model.quantity import format_mib
 from xpupool.server.schemas.devices import Device
 from xpupool.server.schemas.nodes import Node, NodeStatus

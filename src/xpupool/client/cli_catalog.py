@@ -16,7 +16,7 @@ from xpupool.client._cli_common import (
 )
 from xpupool.client._errors import Unreachable
 from xpupool.client._render import _columns
-from xpupool.fit_table import FitTable
+from xpupool.client.fit_table import FitTable
 from xpupool.server.schemas.devices import Accelerator
 
 

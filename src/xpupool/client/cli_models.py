@@ -23,7 +23,7 @@ from xpupool.client._cli_common import (
 )
 from xpupool.client._errors import Unreachable
 from xpupool.client._render import _columns
-from xpupool.fit_table import FitTable
+from xpupool.client.fit_table import FitTable
 from xpupool.model.errors import RequestError
 from xpupool.server.schemas.models import CatalogModel, ModelIntent, PlanRow
 

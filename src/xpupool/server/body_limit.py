@@ -7,7 +7,7 @@ read, and one that streams (chunked, no length) is answered 413 as soon as the b
 pass the limit; the connection is then closed rather than drained. Both happen before
 authentication, since no route has run. Routes that need more (an agent's log upload) name a
 larger limit by method and path. The Kubernetes extender's verbs sit behind the same middleware
-with a limit of their own (``k8s/extender_http.py``).
+with a limit of their own (``k8s/extender/http_app.py``).
 """
 
 from __future__ import annotations

@@ -533,7 +533,7 @@ def test_metrics_count_the_calls_by_verb_and_outcome(
             assert line in text, text[:3000]
         assert 'xpupool_extender_call_seconds_bucket{le="0.05",verb="filter"}' in text
         # stranded capacity for the workload learned from the pods it placed (the server's
-        # gauges), once its learner has re-learned (between verbs, k8s/learner.py)
+        # gauges), once its learner has re-learned (between verbs, k8s/extender/learner.py)
         wanted = [
             f'xpupool_node_stranded_device_{n}{{node="metrics-a",'
             for n in ("memory_bytes", "cores")

@@ -22,7 +22,7 @@ import pytest
 from cluster import ExtenderProcess, K8sCluster, free_port
 from test_extender_e2e import A100, NS, T4, add_nodes, gpu_pod, hami_node
 
-from xpupool.k8s.extender_wire import MAX_BODY_BYTES
+from xpupool.k8s.extender.wire import MAX_BODY_BYTES
 
 pytestmark = pytest.mark.k8s
 

@@ -36,7 +36,7 @@ from cluster import (
 
 from xpupool import cli
 from xpupool.engine.profile_file import load_profile_file
-from xpupool.k8s.resource_names import RESOURCES
+from xpupool.k8s.codec.resource_names import RESOURCES
 
 pytestmark = pytest.mark.k8s
 

@@ -36,7 +36,7 @@ from test_extender_e2e import (
     shares,
 )
 
-from xpupool.k8s.allocation_audit import AuditReport, audit_allocations
+from xpupool.k8s.codec.allocation_audit import AuditReport, audit_allocations
 
 pytestmark = pytest.mark.k8s
 

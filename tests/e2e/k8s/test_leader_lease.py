@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from cluster import K8sCluster
 
-from xpupool.k8s.kubeconfig import load_config
-from xpupool.k8s.leader import LeaderElector
+from xpupool.k8s.informers.kubeconfig import load_config
+from xpupool.k8s.informers.leader import LeaderElector
 
 pytestmark = pytest.mark.k8s
 

@@ -33,13 +33,13 @@ from cluster import (
 )
 
 from xpupool.catalog import load_accelerators
-from xpupool.k8s.decoders import decode_node
-from xpupool.k8s.node_annotations import (
+from xpupool.k8s.codec.node_annotations import (
     DEVICES_KEY,
     HEARTBEAT_KEY,
     decode_devices,
     decode_heartbeat,
 )
+from xpupool.k8s.informers.decoders import decode_node
 from xpupool.model.device import Device
 
 pytestmark = pytest.mark.k8s

@@ -19,8 +19,8 @@ from agent_identity import AGENT_SA, FAKE, NAMESPACE, agent_rbac, apply_policy, 
 from cluster import K8sCluster, make_api_client, require_binaries
 
 from xpupool.agent.monitor import Monitor
-from xpupool.k8s.node_agent import NodeAgent, NodeAgentError
-from xpupool.k8s.node_annotations import DEVICES_KEY, decode_devices
+from xpupool.k8s.codec.node_annotations import DEVICES_KEY, decode_devices
+from xpupool.k8s.node_agent.agent import NodeAgent, NodeAgentError
 from xpupool.probes import FakeProbe
 
 pytestmark = pytest.mark.k8s

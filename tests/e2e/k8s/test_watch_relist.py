@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from cluster import K8sCluster, TcpProxy, require_binaries, write_kubeconfig
 
-from xpupool.k8s.kubeconfig import RawNode, load_config
-from xpupool.k8s.watch import Event, EventType, Informer
+from xpupool.k8s.informers.kubeconfig import RawNode, load_config
+from xpupool.k8s.informers.watch import Event, EventType, Informer
 
 pytestmark = pytest.mark.k8s
 

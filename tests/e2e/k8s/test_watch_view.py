@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from cluster import K8sCluster
 
-from xpupool.k8s.cluster_view import CardShare, ClusterView, PodDevices
-from xpupool.k8s.kubeconfig import load_config
+from xpupool.k8s.informers.cluster_view import CardShare, ClusterView, PodDevices
+from xpupool.k8s.informers.kubeconfig import load_config
 from xpupool.model import DeviceRequest, Request
 from xpupool.model.device import Node
 from xpupool.server.schemas.agent_protocol import DeviceIn

@@ -322,7 +322,7 @@ def test_the_console_width_is_columns_else_the_terminal_else_80(
 
 
 def test_simulate_tables_fit_80_columns() -> None:
-    from xpupool.sim.report import print_summary, print_timed
+    from xpupool.client.sim_tables import print_summary, print_timed
 
     policies = ("xpupool", "fgd", "gpupacking-with-a-long-name")
     figures = {"mean": 4.0612, "sd": 0.123, "paper_mean": 4.77, "stranded_mean": 1.2}

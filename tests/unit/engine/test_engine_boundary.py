@@ -22,10 +22,10 @@ SOURCES = Path(xpupool.__file__).resolve().parent
 ENGINE = SOURCES / "engine"
 
 STILL_REACHED: dict[tuple[str, str], int] = {
-    ("k8s/extender.py", "state"): 6,
-    ("k8s/extender_http.py", "state"): 1,
-    ("k8s/gang.py", "state"): 1,
-    ("k8s/pod_placement.py", "state"): 3,
+    ("k8s/extender/verbs.py", "state"): 6,
+    ("k8s/extender/http_app.py", "state"): 1,
+    ("k8s/extender/gang.py", "state"): 1,
+    ("k8s/extender/pod_placement.py", "state"): 3,
     ("server/plane/control.py", "state"): 2,
     ("server/request_names.py", "state"): 3,
 }

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from xpupool.k8s.extender import PodGoneError
+from xpupool.k8s.extender.verbs import PodGoneError
 
 
 class ApiPods:

@@ -10,7 +10,7 @@ from typing import Any
 
 import hami_objects
 
-from xpupool.k8s.allocation_audit import audit_allocations
+from xpupool.k8s.codec.allocation_audit import audit_allocations
 
 REGISTER = "hami.io/node-nvidia-register"
 ALLOCATED = "hami.io/vgpu-devices-allocated"

@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 from hami_objects import ALLOCATED, DONE, RUNNING, TO_ALLOCATE, container, hami_node, hami_pod
 
-from xpupool.k8s.cluster_view import (
+from xpupool.k8s.informers.cluster_view import (
     CardShare,
     ClusterView,
     NodeRecord,
     PodDevices,
     PodRecord,
 )
-from xpupool.k8s.decoders import decode_node, decode_pod_devices
-from xpupool.k8s.watch import Event, EventType
+from xpupool.k8s.informers.decoders import decode_node, decode_pod_devices
+from xpupool.k8s.informers.watch import Event, EventType
 from xpupool.model import DeviceRequest, Request
 from xpupool.model.device import Node
 from xpupool.model.errors import Conflict, RequestError

@@ -14,10 +14,10 @@ from typing import Any
 
 from extender_kit import ApiPods
 
-from xpupool.k8s.cluster_view import ClusterView, NodeRecord, PodRecord
-from xpupool.k8s.extender import ASSUME_S, Extender
-from xpupool.k8s.extender_wire import ExtenderArgs, ExtenderBindingArgs
-from xpupool.k8s.watch import Event, EventType
+from xpupool.k8s.extender.verbs import ASSUME_S, Extender
+from xpupool.k8s.extender.wire import ExtenderArgs, ExtenderBindingArgs
+from xpupool.k8s.informers.cluster_view import ClusterView, NodeRecord, PodRecord
+from xpupool.k8s.informers.watch import Event, EventType
 
 from factories import gpu_node
 

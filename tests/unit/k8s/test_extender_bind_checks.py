@@ -15,11 +15,11 @@ from typing import Any
 
 from extender_kit import ApiPods, gpumem_pod, no_decoder
 
-from xpupool.k8s.cluster_view import ClusterView, NodeRecord
-from xpupool.k8s.extender import Extender
-from xpupool.k8s.extender_wire import ExtenderArgs, ExtenderBindingArgs
-from xpupool.k8s.pod_request import PodDemand, names_managed_resource
-from xpupool.k8s.watch import Event, EventType
+from xpupool.k8s.codec.pod_request import PodDemand, names_managed_resource
+from xpupool.k8s.extender.verbs import Extender
+from xpupool.k8s.extender.wire import ExtenderArgs, ExtenderBindingArgs
+from xpupool.k8s.informers.cluster_view import ClusterView, NodeRecord
+from xpupool.k8s.informers.watch import Event, EventType
 from xpupool.model.allocation import Allocation
 
 from factories import gpu_node

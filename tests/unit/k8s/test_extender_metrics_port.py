@@ -10,7 +10,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from xpupool.k8s.extender_http import ExtenderMetrics, serve_metrics
+from xpupool.k8s.extender.http_app import ExtenderMetrics, serve_metrics
 
 
 @pytest.mark.slow

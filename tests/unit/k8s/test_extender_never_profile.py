@@ -16,10 +16,10 @@ from typing import Any
 from extender_kit import QuietApi, no_decoder
 
 from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE
-from xpupool.k8s.cluster_view import ClusterView, NodeRecord
-from xpupool.k8s.extender import Extender
-from xpupool.k8s.extender_wire import ExtenderArgs
-from xpupool.k8s.watch import Event, EventType
+from xpupool.k8s.extender.verbs import Extender
+from xpupool.k8s.extender.wire import ExtenderArgs
+from xpupool.k8s.informers.cluster_view import ClusterView, NodeRecord
+from xpupool.k8s.informers.watch import Event, EventType
 
 from factories import gpu_node
 

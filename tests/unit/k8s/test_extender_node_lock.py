@@ -10,11 +10,11 @@ from typing import Any
 
 from extender_kit import ApiPods, gpumem_pod, no_decoder
 
-from xpupool.k8s.cluster_view import ClusterView, NodeRecord
-from xpupool.k8s.extender import BindError, Extender
-from xpupool.k8s.extender_wire import ExtenderArgs, ExtenderBindingArgs
-from xpupool.k8s.node_lock import LOCK_KEY, NodeConflictError, NodeLocks, encode_lock
-from xpupool.k8s.watch import Event, EventType
+from xpupool.k8s.codec.node_lock import LOCK_KEY, NodeConflictError, NodeLocks, encode_lock
+from xpupool.k8s.extender.verbs import BindError, Extender
+from xpupool.k8s.extender.wire import ExtenderArgs, ExtenderBindingArgs
+from xpupool.k8s.informers.cluster_view import ClusterView, NodeRecord
+from xpupool.k8s.informers.watch import Event, EventType
 
 from factories import gpu_node
 

@@ -10,11 +10,11 @@ import re
 from extender_kit import QuietApi, gpumem_pod, no_decoder
 from prometheus_client import CollectorRegistry, generate_latest
 
-from xpupool.k8s.cluster_view import ClusterView, NodeRecord
-from xpupool.k8s.extender import Extender
-from xpupool.k8s.extender_http import ExtenderMetrics, create_app
-from xpupool.k8s.extender_wire import ExtenderArgs, ExtenderBindingArgs
-from xpupool.k8s.watch import Event, EventType
+from xpupool.k8s.extender.http_app import ExtenderMetrics, create_app
+from xpupool.k8s.extender.verbs import Extender
+from xpupool.k8s.extender.wire import ExtenderArgs, ExtenderBindingArgs
+from xpupool.k8s.informers.cluster_view import ClusterView, NodeRecord
+from xpupool.k8s.informers.watch import Event, EventType
 
 from factories import gpu_node
 

@@ -14,13 +14,13 @@ from typing import Any
 from extender_kit import ApiPods, gpumem_pod
 from hami_objects import ALLOCATED, hami_node
 
-from xpupool.k8s.cluster_view import ClusterView
-from xpupool.k8s.decoders import decode_node, decode_pod_devices
-from xpupool.k8s.extender import BindError, Extender
-from xpupool.k8s.extender_wire import ExtenderArgs, ExtenderBindingArgs
-from xpupool.k8s.gang import Gangs
-from xpupool.k8s.pod_assignment import assignment_annotations
-from xpupool.k8s.watch import Event, EventType
+from xpupool.k8s.codec.pod_assignment import assignment_annotations
+from xpupool.k8s.extender.gang import Gangs
+from xpupool.k8s.extender.verbs import BindError, Extender
+from xpupool.k8s.extender.wire import ExtenderArgs, ExtenderBindingArgs
+from xpupool.k8s.informers.cluster_view import ClusterView
+from xpupool.k8s.informers.decoders import decode_node, decode_pod_devices
+from xpupool.k8s.informers.watch import Event, EventType
 
 VGPU_NODE = "hami.io/vgpu-node"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from xpupool.k8s.extender_wire import (
+from xpupool.k8s.extender.wire import (
     MAX_BODY_BYTES,
     MAX_EXTENDER_PRIORITY,
     ExtenderArgs,

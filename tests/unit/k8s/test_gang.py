@@ -10,10 +10,8 @@ from typing import Any
 
 import pytest
 
-from xpupool.k8s.cluster_view import ClusterView, NodeRecord
-from xpupool.k8s.extender import Extender
-from xpupool.k8s.extender_wire import ExtenderArgs, ExtenderFilterResult
-from xpupool.k8s.gang import (
+from xpupool.k8s.codec.pod_request import ANNOTATION_REQUEST, PodDemand, pod_demand
+from xpupool.k8s.extender.gang import (
     GANG_ANNOTATION,
     GANG_SIZE_ANNOTATION,
     MAX_GANG_SIZE,
@@ -24,8 +22,10 @@ from xpupool.k8s.gang import (
     group_claim,
     min_member,
 )
-from xpupool.k8s.pod_request import ANNOTATION_REQUEST, PodDemand, pod_demand
-from xpupool.k8s.watch import Event, EventType
+from xpupool.k8s.extender.verbs import Extender
+from xpupool.k8s.extender.wire import ExtenderArgs, ExtenderFilterResult
+from xpupool.k8s.informers.cluster_view import ClusterView, NodeRecord
+from xpupool.k8s.informers.watch import Event, EventType
 from xpupool.model.device import Node
 from xpupool.model.errors import RequestError
 

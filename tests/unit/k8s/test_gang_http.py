@@ -15,11 +15,11 @@ import httpx
 import pytest
 import uvicorn
 
-from xpupool.k8s.cluster_view import ClusterView, NodeRecord
-from xpupool.k8s.extender import Extender
-from xpupool.k8s.extender_http import create_app
-from xpupool.k8s.gang import Gangs
-from xpupool.k8s.watch import Event, EventType
+from xpupool.k8s.extender.gang import Gangs
+from xpupool.k8s.extender.http_app import create_app
+from xpupool.k8s.extender.verbs import Extender
+from xpupool.k8s.informers.cluster_view import ClusterView, NodeRecord
+from xpupool.k8s.informers.watch import Event, EventType
 
 from factories import gpu_node
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xpupool.k8s.hami import (
+from xpupool.k8s.codec.hami import (
     ALLOCATING,
     MAX_ANNOTATION_CHARS,
     ContainerDevice,
@@ -29,7 +29,7 @@ from xpupool.k8s.hami import (
     node_devices,
     pod_assignment,
 )
-from xpupool.k8s.resource_names import kind_by_type
+from xpupool.k8s.codec.resource_names import kind_by_type
 from xpupool.model import DeviceShare
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "k8s" / "hami"

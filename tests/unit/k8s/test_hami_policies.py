@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from xpupool.engine import ClusterState, Engine, Reason
-from xpupool.k8s.decoders import decode_node
-from xpupool.k8s.hami import (
+from xpupool.k8s.codec.hami import (
     DEVICE_CORDON,
     MAX_ANNOTATION_CHARS,
     MAX_ENTRIES,
@@ -21,7 +20,8 @@ from xpupool.k8s.hami import (
     cordoned_cards,
     go_bool,
 )
-from xpupool.k8s.pod_request import pod_demand
+from xpupool.k8s.codec.pod_request import pod_demand
+from xpupool.k8s.informers.decoders import decode_node
 from xpupool.model.device import Node
 from xpupool.model.request import Request
 

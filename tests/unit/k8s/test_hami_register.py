@@ -11,8 +11,12 @@ import pytest
 import yaml
 
 from xpupool.catalog import load_accelerators
-from xpupool.k8s.hami import decode_device_infos, node_devices
-from xpupool.k8s.hami_register import REGISTER_KEYS, hami_register_annotations, register_kind
+from xpupool.k8s.codec.hami import decode_device_infos, node_devices
+from xpupool.k8s.node_agent.hami_register import (
+    REGISTER_KEYS,
+    hami_register_annotations,
+    register_kind,
+)
 from xpupool.model.device import Device
 from xpupool.probes.base import DeviceInfo, Health
 

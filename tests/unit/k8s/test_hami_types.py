@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from xpupool.engine import ClusterState, Engine
-from xpupool.k8s.decoders import decode_node
-from xpupool.k8s.pod_request import PodRequestError, pod_demand
+from xpupool.k8s.codec.pod_request import PodRequestError, pod_demand
+from xpupool.k8s.informers.decoders import decode_node
 from xpupool.model.device import Node
 
 # node name -> the type string HAMi's NVIDIA device plugin registers for that card

@@ -9,9 +9,11 @@ from typing import Any
 
 import yaml
 
-from xpupool.k8s import decoders, gang, node_annotations, pod_request
-from xpupool.k8s.hami_register import REGISTER_KEYS
-from xpupool.k8s.resource_names import DEVICE_KINDS, RESOURCES
+from xpupool.k8s.codec import node_annotations, pod_request
+from xpupool.k8s.codec.resource_names import DEVICE_KINDS, RESOURCES
+from xpupool.k8s.extender import gang
+from xpupool.k8s.informers import decoders
+from xpupool.k8s.node_agent.hami_register import REGISTER_KEYS
 
 ROOT = Path(__file__).parents[3]
 DOC = (ROOT / "docs" / "kubernetes.md").read_text()
@@ -110,8 +112,8 @@ def test_every_metric_the_doc_names_is_exported() -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
     from xpupool.agent.monitor import Monitor
-    from xpupool.k8s.extender_http import ExtenderMetrics
-    from xpupool.k8s.node_agent import NodeAgent, make_registry
+    from xpupool.k8s.extender.http_app import ExtenderMetrics
+    from xpupool.k8s.node_agent.agent import NodeAgent, make_registry
     from xpupool.probes import FakeProbe
     from xpupool.server import stranded_gauges
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from xpupool.k8s.kubeconfig import load_config
-from xpupool.k8s.leader import LeaderElector, micro_time
+from xpupool.k8s.informers.kubeconfig import load_config
+from xpupool.k8s.informers.leader import LeaderElector, micro_time
 
 
 def test_micro_time_is_rfc3339_with_microseconds_in_utc() -> None:

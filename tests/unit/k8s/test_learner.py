@@ -1,5 +1,5 @@
 """The extender re-learns its online workload between verbs, not inside the filter that made it
-due (``k8s/learner.py``), on a real ClusterView and engine (default profile), with a fake clock."""
+due (``k8s/extender/learner.py``), on a real ClusterView and engine (default profile), with a fake clock."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from typing import Any
 from extender_kit import QuietApi, gpumem_pod, no_decoder
 
 from xpupool.engine import learning_pace
-from xpupool.k8s.cluster_view import ClusterView, NodeRecord
-from xpupool.k8s.extender import Extender
-from xpupool.k8s.extender_wire import ExtenderArgs
-from xpupool.k8s.gang import GANG_ANNOTATION, GANG_SIZE_ANNOTATION, Gangs
-from xpupool.k8s.learner import Learner
-from xpupool.k8s.watch import Event, EventType
+from xpupool.k8s.extender.gang import GANG_ANNOTATION, GANG_SIZE_ANNOTATION, Gangs
+from xpupool.k8s.extender.learner import Learner
+from xpupool.k8s.extender.verbs import Extender
+from xpupool.k8s.extender.wire import ExtenderArgs
+from xpupool.k8s.informers.cluster_view import ClusterView, NodeRecord
+from xpupool.k8s.informers.watch import Event, EventType
 
 from factories import gpu_node
 

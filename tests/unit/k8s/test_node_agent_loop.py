@@ -18,8 +18,8 @@ from lightkube import Client, KubeConfig
 from prometheus_client import generate_latest
 
 from xpupool.agent.monitor import Monitor
-from xpupool.k8s.node_agent import NodeAgent, NodeAgentError, make_registry
-from xpupool.k8s.node_annotations import DEVICES_KEY, HEARTBEAT_KEY, decode_devices
+from xpupool.k8s.codec.node_annotations import DEVICES_KEY, HEARTBEAT_KEY, decode_devices
+from xpupool.k8s.node_agent.agent import NodeAgent, NodeAgentError, make_registry
 from xpupool.probes import FakeProbe
 
 FAKE = Path(__file__).parents[2] / "fixtures" / "agent" / "fake-a100x2.yaml"

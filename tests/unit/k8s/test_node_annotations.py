@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from xpupool.k8s.node_annotations import (
+from xpupool.k8s.codec.node_annotations import (
     DEVICES_KEY,
     MAX_DEVICES,
     MAX_DEVICES_CHARS,

@@ -1,4 +1,4 @@
-"""HAMi's node lock (``k8s/node_lock.py``): the value as HAMi v2.10.0 ``nodelock.go`` writes and
+"""HAMi's node lock (``k8s/codec/node_lock.py``): the value as HAMi v2.10.0 ``nodelock.go`` writes and
 reads it, its expiry, and the take/wait/release protocol against a fake Node API that answers 409
 as the apiserver does when the resourceVersion moved."""
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from xpupool.k8s import node_lock
-from xpupool.k8s.node_lock import (
+from xpupool.k8s.codec import node_lock
+from xpupool.k8s.codec.node_lock import (
     EXPIRY_S,
     LOCK_KEY,
     LockMode,

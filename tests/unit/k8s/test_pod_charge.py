@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import pytest
 from hami_objects import DONE, FAILED, RUNNING, container, hami_pod
 
-from xpupool.k8s.pod_charge import Part, Role, charge, container_roles, init_finished
+from xpupool.k8s.codec.pod_charge import Part, Role, charge, container_roles, init_finished
 
 INIT, SIDECAR, APP = Role.INIT, Role.SIDECAR, Role.APP
 Share = tuple[str, int, int]

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from xpupool.catalog.images import default_image_catalog
-from xpupool.k8s.cluster_view import ClusterView, NodeRecord
-from xpupool.k8s.extender import Extender
-from xpupool.k8s.extender_wire import ExtenderArgs
-from xpupool.k8s.pod_images import container_images
-from xpupool.k8s.watch import Event, EventType
+from xpupool.k8s.extender.pod_images import container_images
+from xpupool.k8s.extender.verbs import Extender
+from xpupool.k8s.extender.wire import ExtenderArgs
+from xpupool.k8s.informers.cluster_view import ClusterView, NodeRecord
+from xpupool.k8s.informers.watch import Event, EventType
 
 from factories import gpu_node
 

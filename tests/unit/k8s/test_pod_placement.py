@@ -10,14 +10,14 @@ from typing import Any
 from extender_kit import ApiPods
 from hami_objects import ALLOCATED, H100, container, hami_node, hami_pod
 
-from xpupool.k8s import hami
-from xpupool.k8s.cluster_view import ClusterView
-from xpupool.k8s.decoders import decode_node, decode_pod_devices
-from xpupool.k8s.extender import Extender
-from xpupool.k8s.extender_wire import ExtenderArgs, ExtenderBindingArgs
-from xpupool.k8s.gang import GANG_ANNOTATION, GANG_SIZE_ANNOTATION, Gangs
-from xpupool.k8s.pod_assignment import assignment_annotations
-from xpupool.k8s.watch import Event, EventType
+from xpupool.k8s.codec import hami
+from xpupool.k8s.codec.pod_assignment import assignment_annotations
+from xpupool.k8s.extender.gang import GANG_ANNOTATION, GANG_SIZE_ANNOTATION, Gangs
+from xpupool.k8s.extender.verbs import Extender
+from xpupool.k8s.extender.wire import ExtenderArgs, ExtenderBindingArgs
+from xpupool.k8s.informers.cluster_view import ClusterView
+from xpupool.k8s.informers.decoders import decode_node, decode_pod_devices
+from xpupool.k8s.informers.watch import Event, EventType
 
 CARD_MIB = H100[1]
 

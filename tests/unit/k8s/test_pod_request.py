@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xpupool.k8s.pod_request import PodRequestError, pod_demand
-from xpupool.k8s.resource_names import DEVICE_KINDS, RESOURCES, Counts, kind_by_type
+from xpupool.k8s.codec.pod_request import PodRequestError, pod_demand
+from xpupool.k8s.codec.resource_names import DEVICE_KINDS, RESOURCES, Counts, kind_by_type
 from xpupool.model import DevicePolicy, DeviceRequest, Topology
 from xpupool.model.request import WHOLE
 

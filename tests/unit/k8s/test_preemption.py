@@ -8,11 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from xpupool.k8s.cluster_view import CardShare, ClusterView, NodeRecord, PodDevices, PodRecord
-from xpupool.k8s.extender import Extender
-from xpupool.k8s.extender_wire import ExtenderArgs
-from xpupool.k8s.preemption import EvictionRefusedError, Preemptions
-from xpupool.k8s.watch import Event, EventType
+from xpupool.k8s.extender.preemption import EvictionRefusedError, Preemptions
+from xpupool.k8s.extender.verbs import Extender
+from xpupool.k8s.extender.wire import ExtenderArgs
+from xpupool.k8s.informers.cluster_view import (
+    CardShare,
+    ClusterView,
+    NodeRecord,
+    PodDevices,
+    PodRecord,
+)
+from xpupool.k8s.informers.watch import Event, EventType
 
 from factories import gpu_node
 

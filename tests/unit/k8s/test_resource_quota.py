@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from extender_kit import QuietApi, no_decoder
 
-from xpupool.k8s.cluster_view import ClusterView, NodeRecord
-from xpupool.k8s.extender import Extender
-from xpupool.k8s.extender_wire import ExtenderArgs, ExtenderBindingArgs
-from xpupool.k8s.resource_quota import NamespaceQuotas, QuotaLimits, quota_limits
-from xpupool.k8s.watch import Event, EventType
+from xpupool.k8s.extender.verbs import Extender
+from xpupool.k8s.extender.wire import ExtenderArgs, ExtenderBindingArgs
+from xpupool.k8s.informers.cluster_view import ClusterView, NodeRecord
+from xpupool.k8s.informers.resource_quota import NamespaceQuotas, QuotaLimits, quota_limits
+from xpupool.k8s.informers.watch import Event, EventType
 from xpupool.model.errors import RequestError
 
 from factories import gpu_node

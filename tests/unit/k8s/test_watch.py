@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from xpupool.k8s.watch import BadObjectError, backoff_s, identity
+from xpupool.k8s.informers.watch import BadObjectError, backoff_s, identity
 
 
 def test_identity_of_cluster_and_namespaced_objects() -> None:

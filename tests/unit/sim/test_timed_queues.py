@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from xpupool.client.queue_file import queue_config_from_dict
 from xpupool.engine.fragmentation import TargetWorkload
 from xpupool.model import Device, Node, RequestError
 from xpupool.sim.alibaba import TraceTask, to_request
-from xpupool.sim.queue_config import QueueConfig
 from xpupool.sim.timed_replay import timed_replay
 
 
@@ -27,7 +27,7 @@ def job(name: str, arrive: int, run: int, qos: str = "BE") -> TraceTask:
 
 def replay(gpus: int, tasks: list[TraceTask], config: dict[str, Any]) -> Any:
     workload = TargetWorkload.from_requests(to_request(t) for t in tasks)
-    queues = QueueConfig.from_dict(config)
+    queues = queue_config_from_dict(config)
     return timed_replay([node(gpus)], tasks, "bestfit", 0, workload, queues=queues)
 
 
@@ -97,7 +97,7 @@ def test_fair_share_serves_the_tenant_holding_less_first() -> None:
 )
 def test_bad_configurations_name_the_field(config: dict[str, Any], field: str, reason: str) -> None:
     with pytest.raises(RequestError) as caught:
-        QueueConfig.from_dict(config, "queues.yaml")
+        queue_config_from_dict(config, "queues.yaml")
     assert caught.value.field == f"queues.yaml: {field}"
     assert reason in caught.value.reason
 

@@ -23,11 +23,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from xpupool.k8s import hami
-from xpupool.k8s.cluster_view import CardShare, PodDevices
-from xpupool.k8s.node_annotations import DEVICES_KEY, decode_devices
-from xpupool.k8s.pod_charge import container_roles, init_finished
-from xpupool.k8s.quantity import parse_quantity
+from xpupool.k8s.codec import hami
+from xpupool.k8s.codec.node_annotations import DEVICES_KEY, decode_devices
+from xpupool.k8s.codec.pod_charge import container_roles, init_finished
+from xpupool.k8s.codec.quantity import parse_quantity
+from xpupool.k8s.informers.cluster_view import CardShare, PodDevices
 from xpupool.model.device import Node
 from xpupool.model.errors import RequestError
 

@@ -32,7 +32,7 @@ cards, the pod's own annotation wins. Until the Binding lands a reservation stan
 pod's annotations say (its bind writes them first), so a bind that fails, or a gang released,
 gives it back with :meth:`ClusterView.unreserve`; the view then remembers the assignment it gave
 back and does not charge the pod again for annotations still on it (the extender strips them,
-``extender.py``; a pod charged from them held its cards until deleted). Filter takes a pod's own
+``extender/verbs.py``; a pod charged from them held its cards until deleted). Filter takes a pod's own
 stale assignment away first (:meth:`ClusterView.drop_assignment`), as HAMi's ``Filter`` does.
 One lock guards the engine and the records.
 """
@@ -54,9 +54,9 @@ from xpupool.engine.engine import Engine
 from xpupool.engine.host import EngineHost, HostedNode
 from xpupool.engine.profile import DEFAULT_PROFILE, Profile
 from xpupool.engine.verdict import Verdicts
-from xpupool.k8s import pod_charge
-from xpupool.k8s.kubeconfig import RawNode, RawPod
-from xpupool.k8s.watch import Event, EventType, Informer
+from xpupool.k8s.codec import pod_charge
+from xpupool.k8s.informers.kubeconfig import RawNode, RawPod
+from xpupool.k8s.informers.watch import Event, EventType, Informer
 from xpupool.model.allocation import Allocation, DeviceShare
 from xpupool.model.device import Node
 from xpupool.model.errors import Conflict, RequestError, XpupoolError
@@ -220,7 +220,7 @@ class ClusterView:
         self.decode_pod_devices = decode_pod_devices
         self.host = EngineHost(profile, profiles=profiles, seed=seed, defer_learning=defer_learning)
         """The engine over the pool and its allocation ids; with ``defer_learning`` the engine
-        re-learns its online workload only when told (``k8s/learner.py``), not inside the verb
+        re-learns its online workload only when told (``k8s/extender/learner.py``), not inside the verb
         that made it due."""
         self.reservations = 0
         """Placements recorded so far (:meth:`reserve`): the learner's sign that pods arrived."""

@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from xpupool.k8s import hami
-from xpupool.k8s.pod_request import PodDemand
+from xpupool.k8s.codec import hami
+from xpupool.k8s.codec.pod_request import PodDemand
 from xpupool.model.allocation import Allocation
 
 

@@ -34,8 +34,8 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
 
-from xpupool.k8s.hami import kind_by_register_key
-from xpupool.k8s.node_annotations import parse_rfc3339
+from xpupool.k8s.codec.hami import kind_by_register_key
+from xpupool.k8s.codec.node_annotations import parse_rfc3339
 from xpupool.model.errors import RequestError, XpupoolError
 
 log = logging.getLogger(__name__)

@@ -22,8 +22,8 @@ import numpy as np
 
 from xpupool.engine import Engine, Transaction
 from xpupool.engine.state import BoolArray
-from xpupool.k8s.pod_charge import Role, charge
-from xpupool.k8s.pod_request import PodDemand
+from xpupool.k8s.codec.pod_charge import Role, charge
+from xpupool.k8s.codec.pod_request import PodDemand
 from xpupool.model.allocation import Allocation, DeviceShare
 from xpupool.model.request import Request
 

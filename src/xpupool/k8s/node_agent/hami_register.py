@@ -23,8 +23,8 @@ from collections.abc import Sequence
 
 from xpupool.agent.inventory import device_in
 from xpupool.catalog import AcceleratorCatalog, load_accelerators
-from xpupool.k8s.hami import encode_legacy_register, encode_register, info_from_device
-from xpupool.k8s.resource_names import DEVICE_KINDS, DeviceKind
+from xpupool.k8s.codec.hami import encode_legacy_register, encode_register, info_from_device
+from xpupool.k8s.codec.resource_names import DEVICE_KINDS, DeviceKind
 from xpupool.model.device import Device
 from xpupool.probes.base import DeviceInfo as ProbedDevice
 

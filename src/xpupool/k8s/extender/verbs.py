@@ -49,7 +49,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -59,8 +59,34 @@ from xpupool.catalog.images import ImageCatalog
 from xpupool.engine import Engine
 from xpupool.engine.cycle import minimal_victims
 from xpupool.engine.reasons import PREEMPTION_MAY_HELP, TEXT
-from xpupool.k8s.cluster_view import ClusterView
-from xpupool.k8s.extender_wire import (
+from xpupool.k8s.codec.node_lock import NodeLocks
+from xpupool.k8s.codec.pod_request import PodDemand, names_managed_resource, pod_demand
+from xpupool.k8s.extender.args import (
+    demand_key,
+    name_of,
+    node_names,
+    pod_priority,
+    priorities,
+    proposed_victims,
+    scale,
+    uid_of,
+)
+from xpupool.k8s.extender.gang import Gangs, GroupClaim, group_claim
+from xpupool.k8s.extender.pod_images import with_image_needs
+from xpupool.k8s.extender.pod_placement import (
+    NOT_IN_POOL,
+    engine_choice,
+    fits_together,
+    place_containers,
+    place_on,
+)
+from xpupool.k8s.extender.preemption import (
+    Nomination,
+    Preemptions,
+    lower_priority_owners,
+    pod_fits_on,
+)
+from xpupool.k8s.extender.wire import (
     MAX_EXTENDER_PRIORITY,
     ExtenderArgs,
     ExtenderBindingArgs,
@@ -68,29 +94,12 @@ from xpupool.k8s.extender_wire import (
     ExtenderFilterResult,
     ExtenderPreemptionArgs,
     ExtenderPreemptionResult,
-    HostPriority,
     HostPriorityList,
     MetaPod,
     MetaVictims,
 )
-from xpupool.k8s.gang import Gangs, GroupClaim, group_claim
-from xpupool.k8s.node_lock import NodeLocks
-from xpupool.k8s.pod_images import with_image_needs
-from xpupool.k8s.pod_placement import (
-    NOT_IN_POOL,
-    engine_choice,
-    fits_together,
-    place_containers,
-    place_on,
-)
-from xpupool.k8s.pod_request import PodDemand, names_managed_resource, pod_demand
-from xpupool.k8s.preemption import (
-    Nomination,
-    Preemptions,
-    lower_priority_owners,
-    pod_fits_on,
-)
-from xpupool.k8s.resource_quota import NamespaceQuotas
+from xpupool.k8s.informers.cluster_view import ClusterView
+from xpupool.k8s.informers.resource_quota import NamespaceQuotas
 from xpupool.model.allocation import Allocation
 from xpupool.model.errors import RequestError
 
@@ -194,7 +203,7 @@ class Extender:
 
     # ------------------------------------------------------------------ filter
     def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
-        names = _node_names(args)
+        names = node_names(args)
         try:
             demand = self._demand(args.pod)
         except RequestError as exc:
@@ -207,10 +216,10 @@ class Extender:
         nomination: Nomination | None = None
         waiting: Nomination | None = None
         with self.view.engine_locked() as engine:
-            self.view.drop_assignment(_uid_of(args.pod))  # judged again: that one is dead
+            self.view.drop_assignment(uid_of(args.pod))  # judged again: that one is dead
             if gang is not None:  # a gang member: the group's places (gang.py)
                 assert self.gangs is not None
-                uid = _uid_of(args.pod)
+                uid = uid_of(args.pod)
                 verdict = self.gangs.judge(engine, *gang, demand, uid, names)
                 if verdict.refused and self._never(demand) is None:
                     for d in demand.demands:  # as a pod no node holds now (_judge)
@@ -220,7 +229,7 @@ class Extender:
             else:
                 if self.gangs is not None:
                     self.gangs.sweep()
-                self._sweep_assumed(_uid_of(args.pod))
+                self._sweep_assumed(uid_of(args.pod))
                 judged, nomination, waiting = self._judge_or_preempt(
                     engine, args.pod, demand, names
                 )
@@ -237,7 +246,7 @@ class Extender:
         kept = set(judged.fits)
         nodes = None
         if args.nodes is not None:  # not nodeCacheCapable: the NodeList back, filtered
-            items = [n for n in args.nodes.get("items") or [] if _name_of(n) in kept]
+            items = [n for n in args.nodes.get("items") or [] if name_of(n) in kept]
             nodes = {**args.nodes, "items": items}
         return ExtenderFilterResult(
             Nodes=nodes,
@@ -255,7 +264,7 @@ class Extender:
         nomination to evict for, and the nomination whose victims this view still sees leaving
         (the caller evicts, or asks the API, outside the lock)."""
         pre = self.preemptions
-        uid = _uid_of(pod)
+        uid = uid_of(pod)
         if pre is not None:
             pre.sweep()
             nom = pre.held(uid)
@@ -276,7 +285,7 @@ class Extender:
         state = engine.state
         asked = np.zeros(state.n_nodes, bool)
         asked[[state.node_index[n] for n in judged.failed if n in state.node_index]] = True
-        nom = pre.nominate(engine, demand, uid, _pod_priority(pod), asked)
+        nom = pre.nominate(engine, demand, uid, pod_priority(pod), asked)
         if nom is None:
             return judged, None, None
         why = (
@@ -423,15 +432,15 @@ class Extender:
 
     # ------------------------------------------------------------------ prioritize
     def prioritize(self, args: ExtenderArgs) -> HostPriorityList:
-        names = _node_names(args)
+        names = node_names(args)
         try:
             demand = self._demand(args.pod)
         except RequestError:
-            return _priorities((n, 0) for n in names)
+            return priorities((n, 0) for n in names)
         if not demand.managed:
-            return _priorities((n, 0) for n in names)
+            return priorities((n, 0) for n in names)
         if len(names) == 1:  # filter answered the engine's choice: nothing to rank
-            return _priorities((n, MAX_EXTENDER_PRIORITY) for n in names)
+            return priorities((n, MAX_EXTENDER_PRIORITY) for n in names)
         with self.view.engine_locked() as engine:
             fits, score = engine.rate(demand.demands[0].request)
             index = [engine.state.node_index.get(n) for n in names]
@@ -440,9 +449,9 @@ class Extender:
             for n, i in zip(names, index, strict=True)
             if i is not None and fits[i]
         ]
-        scores = _scale([s for _, s in rated])
+        scores = scale([s for _, s in rated])
         by_name = {n: s for (n, _), s in zip(rated, scores, strict=True)}
-        return _priorities((n, by_name.get(n, 0)) for n in names)
+        return priorities((n, by_name.get(n, 0)) for n in names)
 
     # ------------------------------------------------------------------ bind
     def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
@@ -659,13 +668,13 @@ class Extender:
             demand = self._demand(args.pod)
         except RequestError:
             return ExtenderPreemptionResult(NodeNameToMetaVictims={})
-        proposed = _proposed_victims(args)
+        proposed = proposed_victims(args)
         if not demand.managed:  # not ours to judge: kube-scheduler's victims stand
             kept = {
                 n: MetaVictims(Pods=[MetaPod(UID=u) for u in uids]) for n, uids in proposed.items()
             }
             return ExtenderPreemptionResult(NodeNameToMetaVictims=dict(kept))
-        priority = _pod_priority(args.pod)
+        priority = pod_priority(args.pod)
         out: dict[str, MetaVictims | None] = {}
         charges = self.view.charges()
         with self.view.engine_locked() as engine:
@@ -679,7 +688,7 @@ class Extender:
     def _demand(self, pod: object) -> PodDemand:
         """The pod's demand, read once per pod (and version) and kept for the pod's next verbs.
         Raises RequestError for a pod that is not one."""
-        key = _demand_key(pod)
+        key = demand_key(pod)
         with self._demands_lock:
             known = self._demands.get(key)
             if known is not None:
@@ -693,7 +702,7 @@ class Extender:
         """The demand of ``pod`` as the apiserver holds it, read afresh, and whether filter
         judged this same demand for this version of the pod (its hold was made for it). The
         fresh reading replaces what a filter body said of that version."""
-        key = _demand_key(pod)
+        key = demand_key(pod)
         demand = self._read(pod)
         with self._demands_lock:
             judged = self._demands.get(key)
@@ -705,7 +714,7 @@ class Extender:
         read = pod_demand(pod)
         if self.images is not None:
             read = with_image_needs(read, pod, self.images)
-        return _for_engine(read, _pod_priority(pod))
+        return _for_engine(read, pod_priority(pod))
 
     def _keep(self, key: str, demand: PodDemand) -> None:
         with self._demands_lock:
@@ -721,56 +730,6 @@ class Extender:
 
 
 # ---------------------------------------------------------------------- helpers
-def _priorities(scores: Iterable[tuple[str, int]]) -> HostPriorityList:
-    """The answer to prioritize, built without validating each entry again: names come from
-    the request (validated there) and scores from :func:`_scale` (0..10). One entry per node:
-    at 1,000 nodes validating them was most of a prioritize call's time."""
-    return HostPriorityList.model_construct(
-        [HostPriority.model_construct(host=n, score=s) for n, s in scores]
-    )
-
-
-def _node_names(args: ExtenderArgs) -> list[str]:
-    if args.node_names is not None:
-        return list(args.node_names)
-    items = (args.nodes or {}).get("items") or []
-    return [n for n in (_name_of(i) for i in items) if n]
-
-
-def _name_of(node: object) -> str:
-    if isinstance(node, Mapping):
-        meta = node.get("metadata")
-        if isinstance(meta, Mapping) and isinstance(meta.get("name"), str):
-            return str(meta["name"])
-    return ""
-
-
-def _scale(scores: Sequence[float]) -> list[int]:
-    """Scores onto 0..MaxExtenderPriority, the best node 10, order kept (ties stay ties)."""
-    if not scores:
-        return []
-    low, high = min(scores), max(scores)
-    if high - low <= 1e-12:
-        return [MAX_EXTENDER_PRIORITY] * len(scores)
-    span = high - low
-    return [round(MAX_EXTENDER_PRIORITY * (s - low) / span) for s in scores]
-
-
-def _proposed_victims(args: ExtenderPreemptionArgs) -> dict[str, list[str]]:
-    """Node -> the UIDs of the pods kube-scheduler would evict there."""
-    out: dict[str, list[str]] = {}
-    for node, meta in (args.node_name_to_meta_victims or {}).items():
-        out[node] = [p.uid for p in (meta.pods or []) if p is not None] if meta else []
-    for node, victims in (args.node_name_to_victims or {}).items():
-        uids = []
-        for pod in (victims.pods or []) if victims else []:
-            uid = ((pod or {}).get("metadata") or {}).get("uid")
-            if isinstance(uid, str):
-                uids.append(uid)
-        out.setdefault(node, uids)
-    return out
-
-
 def _for_engine(demand: PodDemand, priority: int) -> PodDemand:
     """The pod's requests as the engine should judge them here: with the pod's priority (what
     preemption compares), and without host CPU and memory, which kube-scheduler's own
@@ -782,32 +741,9 @@ def _for_engine(demand: PodDemand, priority: int) -> PodDemand:
     return replace(demand, demands=demands)
 
 
-def _demand_key(pod: object) -> str:
-    """``uid@resourceVersion``: one version of one pod. Raises RequestError for a non-object."""
-    if not isinstance(pod, Mapping):
-        raise RequestError("Pod", pod, "expected the Pod object")
-    meta = pod.get("metadata") or {}
-    if not isinstance(meta, Mapping):
-        raise RequestError("Pod.metadata", meta, "expected a JSON object")
-    return f"{meta.get('uid', '')}@{meta.get('resourceVersion', '')}"
-
-
 def _pod_name(demand: PodDemand) -> str:
     """``namespace/name``, as the cluster view names a pod's charge."""
     return f"{demand.namespace}/{demand.name}"
-
-
-def _uid_of(pod: object) -> str:
-    """The pod's UID ("" when it has none)."""
-    meta = pod.get("metadata") if isinstance(pod, Mapping) else None
-    return str(meta.get("uid") or "") if isinstance(meta, Mapping) else ""
-
-
-def _pod_priority(pod: object) -> int:
-    """``spec.priority`` (what the Priority admission plugin resolved), 0 when absent."""
-    spec = pod.get("spec") if isinstance(pod, Mapping) else None
-    value = spec.get("priority") if isinstance(spec, Mapping) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _victims_needed(

@@ -14,10 +14,10 @@ from lightkube.core.resource import ApiInfo, ResourceDef
 from lightkube.generic_resource import GenericNamespacedResource
 from lightkube.types import PatchType
 
-from xpupool.k8s.extender import BindError, PodGoneError
-from xpupool.k8s.kubeconfig import RawNode, RawPod
-from xpupool.k8s.node_lock import NodeApiError, NodeConflictError
-from xpupool.k8s.preemption import EvictionRefusedError
+from xpupool.k8s.codec.node_lock import NodeApiError, NodeConflictError
+from xpupool.k8s.extender.preemption import EvictionRefusedError
+from xpupool.k8s.extender.verbs import BindError, PodGoneError
+from xpupool.k8s.informers.kubeconfig import RawNode, RawPod
 
 
 class RawPodBinding(GenericNamespacedResource):
@@ -47,7 +47,7 @@ class RawPodEviction(GenericNamespacedResource):
 
 
 class LightkubePodApi:
-    """:class:`xpupool.k8s.extender.PodApi` and :class:`xpupool.k8s.node_lock.NodeLockApi` on a
+    """:class:`xpupool.k8s.extender.verbs.PodApi` and :class:`xpupool.k8s.codec.node_lock.NodeLockApi` on a
     lightkube client."""
 
     def __init__(self, client: Client) -> None:

@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from xpupool.catalog import AcceleratorCatalog, load_accelerators
-from xpupool.k8s.extender_wire import go_json
-from xpupool.k8s.resource_names import DEVICE_KINDS, DeviceKind, kind_by_type
+from xpupool.k8s.codec.go_json import go_json
+from xpupool.k8s.codec.resource_names import DEVICE_KINDS, DeviceKind, kind_by_type
 from xpupool.model.allocation import DeviceShare
 from xpupool.model.device import Device
 from xpupool.model.errors import RequestError

@@ -18,19 +18,24 @@ from prometheus_client import CollectorRegistry
 from xpupool.catalog.images import default_image_catalog
 from xpupool.catalog.operator_file import OperatorCatalog
 from xpupool.engine.profile import Profile
-from xpupool.k8s.cluster_view import ClusterView
-from xpupool.k8s.decoders import decode_node, decode_pod_devices
-from xpupool.k8s.extender import Extender
-from xpupool.k8s.extender_http import ExtenderMetrics, create_app, readiness, serve_metrics
-from xpupool.k8s.gang import DEFAULT_WAIT_S, Gangs, PodGroupSizes, lightkube_podgroup_getter
-from xpupool.k8s.kubeconfig import load_config, make_client
-from xpupool.k8s.leader import LeaderElector
-from xpupool.k8s.learner import Learner
-from xpupool.k8s.node_lock import WAIT_S, LockMode, NodeLocks
-from xpupool.k8s.pod_api import LightkubePodApi
-from xpupool.k8s.pod_assignment import assignment_annotations
-from xpupool.k8s.preemption import Preemptions
-from xpupool.k8s.resource_quota import NamespaceQuotas
+from xpupool.k8s.codec.node_lock import WAIT_S, LockMode, NodeLocks
+from xpupool.k8s.codec.pod_assignment import assignment_annotations
+from xpupool.k8s.extender.gang import (
+    DEFAULT_WAIT_S,
+    Gangs,
+    PodGroupSizes,
+    lightkube_podgroup_getter,
+)
+from xpupool.k8s.extender.http_app import ExtenderMetrics, create_app, readiness, serve_metrics
+from xpupool.k8s.extender.learner import Learner
+from xpupool.k8s.extender.pod_api import LightkubePodApi
+from xpupool.k8s.extender.preemption import Preemptions
+from xpupool.k8s.extender.verbs import Extender
+from xpupool.k8s.informers.cluster_view import ClusterView
+from xpupool.k8s.informers.decoders import decode_node, decode_pod_devices
+from xpupool.k8s.informers.kubeconfig import load_config, make_client
+from xpupool.k8s.informers.leader import LeaderElector
+from xpupool.k8s.informers.resource_quota import NamespaceQuotas
 
 log = logging.getLogger("xpupool.k8s.extender")
 FIELD_MANAGER = "xpupool-extender"

@@ -32,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from xpupool.k8s.codec.go_json import go_json
 from xpupool.model.errors import RequestError
 from xpupool.model.validation import request_error
 
@@ -53,7 +54,6 @@ __all__ = [
     "WireError",
     "decode",
     "encode",
-    "go_json",
 ]
 
 # types.go: MinExtenderPriority int64 = 0, MaxExtenderPriority int64 = 10.
@@ -255,23 +255,6 @@ def encode(message: BaseModel) -> bytes:
         return go_json(rows).encode()
     data = message.model_dump(mode="json", by_alias=True)
     return go_json(data).encode()
-
-
-def go_json(data: object) -> str:
-    """Compact JSON with Go's string escaping (HTML-safe, as ``json.Marshal`` does by default)."""
-    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
-    for char, escaped in _GO_ESCAPES:
-        text = text.replace(char, escaped)
-    return text
-
-
-_GO_ESCAPES = (
-    ("<", "\\u003c"),
-    (">", "\\u003e"),
-    ("&", "\\u0026"),
-    ("\u2028", "\\u2028"),
-    ("\u2029", "\\u2029"),
-)
 
 
 def _go_path(path: str) -> str:

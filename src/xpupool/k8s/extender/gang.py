@@ -33,9 +33,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from xpupool.engine import Engine
-from xpupool.k8s.cluster_view import ClusterView
-from xpupool.k8s.pod_placement import PodPlacement, place_containers
-from xpupool.k8s.pod_request import PodDemand
+from xpupool.k8s.codec.pod_request import PodDemand
+from xpupool.k8s.extender.pod_placement import PodPlacement, place_containers
+from xpupool.k8s.informers.cluster_view import ClusterView
 from xpupool.model.allocation import Allocation
 from xpupool.model.errors import Conflict, RequestError
 from xpupool.model.request import Request

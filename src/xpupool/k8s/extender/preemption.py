@@ -35,9 +35,9 @@ from xpupool.engine import Engine
 from xpupool.engine.cycle import plan_preemption
 from xpupool.engine.cycle.preempt import FitsOn
 from xpupool.engine.state import BoolArray
-from xpupool.k8s.cluster_view import ClusterView
-from xpupool.k8s.pod_placement import fits_together, place_on
-from xpupool.k8s.pod_request import PodDemand
+from xpupool.k8s.codec.pod_request import PodDemand
+from xpupool.k8s.extender.pod_placement import fits_together, place_on
+from xpupool.k8s.informers.cluster_view import ClusterView
 from xpupool.model.allocation import Allocation
 
 log = logging.getLogger(__name__)

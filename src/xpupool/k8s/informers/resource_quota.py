@@ -33,10 +33,10 @@ from typing import Any
 from lightkube.config.kubeconfig import SingleConfig
 
 from xpupool.engine.state import ClusterState
-from xpupool.k8s.kubeconfig import RawResourceQuota
-from xpupool.k8s.quantity import parse_quantity
-from xpupool.k8s.resource_names import DEVICE_KINDS, DeviceKind
-from xpupool.k8s.watch import Event, EventType, Informer
+from xpupool.k8s.codec.quantity import parse_quantity
+from xpupool.k8s.codec.resource_names import DEVICE_KINDS, DeviceKind
+from xpupool.k8s.informers.kubeconfig import RawResourceQuota
+from xpupool.k8s.informers.watch import Event, EventType, Informer
 from xpupool.model.allocation import Allocation
 from xpupool.model.device import Device
 from xpupool.model.errors import RequestError

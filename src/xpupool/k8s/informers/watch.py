@@ -37,7 +37,7 @@ from lightkube.core.resource import NamespacedResource
 from lightkube.generic_resource import Generic as RawObject
 from lightkube.types import OnErrorAction, OnErrorResult
 
-from xpupool.k8s.kubeconfig import InterruptibleTransport, make_client
+from xpupool.k8s.informers.kubeconfig import InterruptibleTransport, make_client
 
 log = logging.getLogger(__name__)
 

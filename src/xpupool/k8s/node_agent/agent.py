@@ -2,7 +2,7 @@
 them, with a heartbeat, in the Node's annotations.
 
 Each pass reads the same probes the embedded agent reads (``agent/monitor.py``), turns the
-devices into the one wire form (``agent/inventory.device_in``, ``k8s/node_annotations.py``) and
+devices into the one wire form (``agent/inventory.device_in``, ``k8s/codec/node_annotations.py``) and
 patches the Node with only the annotations whose text changed: the heartbeat every pass, the
 devices when they changed. The patch is a JSON merge patch carrying the resourceVersion the agent
 read, so the apiserver refuses it (409) when anyone wrote the Node in between; the agent then
@@ -31,7 +31,7 @@ from prometheus_client.registry import Collector
 from xpupool.agent.inventory import device_in
 from xpupool.agent.metrics import device_families
 from xpupool.agent.monitor import Monitor, Reading
-from xpupool.k8s.node_annotations import (
+from xpupool.k8s.codec.node_annotations import (
     DEVICES_KEY,
     HEARTBEAT_KEY,
     encode_devices,

@@ -31,9 +31,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from xpupool.agent.metrics import MetricsServer, bearer_only, serve_wsgi
-from xpupool.k8s.cluster_view import ClusterView
-from xpupool.k8s.extender import Extender
-from xpupool.k8s.extender_wire import (
+from xpupool.k8s.extender.gang import MAX_GANG_SIZE
+from xpupool.k8s.extender.verbs import Extender
+from xpupool.k8s.extender.wire import (
     MAX_BODY_BYTES,
     ExtenderArgs,
     ExtenderBindingArgs,
@@ -46,7 +46,7 @@ from xpupool.k8s.extender_wire import (
     decode,
     encode,
 )
-from xpupool.k8s.gang import MAX_GANG_SIZE
+from xpupool.k8s.informers.cluster_view import ClusterView
 from xpupool.server.body_limit import BodyLimit
 from xpupool.server.stranded_gauges import stranded_gauges
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 
 from xpupool.engine.learning_pace import LearningPace
-from xpupool.k8s.cluster_view import ClusterView
+from xpupool.k8s.informers.cluster_view import ClusterView
 
 log = logging.getLogger("xpupool.k8s.learner")
 TICK_S = 0.1

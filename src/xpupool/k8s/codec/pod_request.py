@@ -27,10 +27,10 @@ from fractions import Fraction
 
 from pydantic import ValidationError
 
-from xpupool.k8s.hami import go_bool
-from xpupool.k8s.pod_charge import Role, container_role
-from xpupool.k8s.quantity import parse_quantity
-from xpupool.k8s.resource_names import RESOURCES, Counts, DeviceKind
+from xpupool.k8s.codec.hami import go_bool
+from xpupool.k8s.codec.pod_charge import Role, container_role
+from xpupool.k8s.codec.quantity import parse_quantity
+from xpupool.k8s.codec.resource_names import RESOURCES, Counts, DeviceKind
 from xpupool.model.errors import RequestError
 from xpupool.model.request import WHOLE, DevicePolicy, DeviceRequest, Request, Topology
 from xpupool.model.request_model import RequestModel

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from xpupool.catalog.image_needs import merge_image_needs
 from xpupool.catalog.images import ImageCatalog
-from xpupool.k8s.pod_request import PodDemand
+from xpupool.k8s.codec.pod_request import PodDemand
 
 MAX_IMAGE_CHARS = 1024
 """An image reference longer than this reads as none (a hostile pod's padding)."""

@@ -26,7 +26,7 @@ from typing import Any
 from lightkube.config.kubeconfig import SingleConfig
 from lightkube.core.exceptions import ApiError
 
-from xpupool.k8s.kubeconfig import RawLease, make_client
+from xpupool.k8s.informers.kubeconfig import RawLease, make_client
 
 log = logging.getLogger(__name__)
 

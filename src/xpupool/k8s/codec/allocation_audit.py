@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from xpupool.k8s import hami
-from xpupool.k8s.pod_charge import charge, container_roles, init_finished
+from xpupool.k8s.codec import hami
+from xpupool.k8s.codec.pod_charge import charge, container_roles, init_finished
 from xpupool.model.errors import RequestError
 
 __all__ = ["AuditReport", "OverCommit", "audit_allocations"]

@@ -16,7 +16,7 @@ from types import FrameType
 
 import click
 
-from xpupool.client._cli_common import catalog_option
+from xpupool.start_options import catalog_option, check_policies, load_catalog, load_profiles
 
 # A Node name is a DNS-1123 subdomain (apimachinery pkg/util/validation IsDNS1123Subdomain).
 _NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
@@ -108,7 +108,12 @@ def agent(
 
     from xpupool.agent.metrics import serve_registry
     from xpupool.agent.monitor import Monitor
-    from xpupool.k8s.node_agent import FIELD_MANAGER, ExtraAnnotations, NodeAgent, make_registry
+    from xpupool.k8s.node_agent.agent import (
+        FIELD_MANAGER,
+        ExtraAnnotations,
+        NodeAgent,
+        make_registry,
+    )
     from xpupool.probes import FakeProbe, Probe, host_probes
 
     logging.basicConfig(
@@ -119,7 +124,7 @@ def agent(
     if hami_register:
         # HAMi's register annotations beside ours; the admission policy allows exactly
         # hami_register.REGISTER_KEYS, and the agent owns them (a stale one is deleted).
-        from xpupool.k8s.hami_register import REGISTER_KEYS, hami_register_annotations
+        from xpupool.k8s.node_agent.hami_register import REGISTER_KEYS, hami_register_annotations
 
         extra, extra_keys = hami_register_annotations, REGISTER_KEYS
     try:
@@ -296,10 +301,9 @@ def extender(
     catalog_file: str | None,
 ) -> None:
     """kube-scheduler extender: place pods that ask for accelerators with xpupool's engine."""
-    from xpupool.cli import check_policies, load_catalog, load_profiles
     from xpupool.engine import DEFAULT_PROFILE
-    from xpupool.k8s.extender_main import ExtenderConfig, run
-    from xpupool.k8s.node_lock import LockMode
+    from xpupool.k8s.codec.node_lock import LockMode
+    from xpupool.k8s.extender.main import ExtenderConfig, run
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -1,0 +1,75 @@
+"""The options every process that places work reads at start, whichever front it serves: the
+site catalog (``--catalog FILE``), the profile file (``--profile FILE``) and the policy named
+(``--policy``). ``xpupool up``, ``xpupool simulate`` and ``xpupool k8s extender`` all take them, so
+they live below the command modules (``cli.py`` and ``k8s/cli.py``) that each of those commands sits
+in, and a bad file or name reads the same whichever command was given it: one line naming the file
+and the field, exit 1, before anything starts. Heavy imports stay inside the functions, so that
+``xpupool --help`` does not load the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from xpupool.model.errors import XpupoolError
+
+if TYPE_CHECKING:
+    from xpupool.catalog.operator_file import OperatorCatalog
+    from xpupool.engine.profile import Profile
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def catalog_option(func: F) -> F:
+    """Adds ``--catalog FILE`` (the site's image rules, docs/images.md); the command receives
+    ``catalog_file`` and loads it with :func:`load_catalog` before starting anything."""
+    return click.option(
+        "--catalog",
+        "catalog_file",
+        type=click.Path(dir_okay=False, resolve_path=True),
+        default=None,
+        metavar="FILE",
+        help="YAML of site catalog rules (images: ...), tried before the built-in ones; checked "
+        "at start: a mistake stops it, naming the file, line and field (docs/images.md)",
+    )(func)
+
+
+def load_catalog(path: str | None) -> OperatorCatalog | None:
+    """The operator's ``--catalog FILE`` (None without it); a bad file is one line naming the
+    file, line and field, exit 1, before anything is started."""
+    if path is None:
+        return None
+    from xpupool.catalog.operator_file import load_operator_catalog
+
+    try:
+        return load_operator_catalog(path)
+    except XpupoolError as exc:
+        raise click.ClickException(f"--catalog: {exc}") from None
+
+
+def load_profiles(path: str | None) -> dict[str, Profile]:
+    """The profiles of ``--profile FILE`` (none without it); a bad file is one line naming the
+    file and the field, exit 1."""
+    if path is None:
+        return {}
+    from xpupool.engine.profile_file import load_profile_file
+
+    try:
+        return load_profile_file(path)
+    except XpupoolError as exc:
+        raise click.ClickException(f"{path}: {exc}") from None
+
+
+def check_policies(policies: list[str], profiles: dict[str, Profile]) -> None:
+    """Every name in ``policies`` is a built-in profile or one of ``profiles`` (--policy)."""
+    from xpupool.engine import BUILTIN_PROFILES
+
+    known = [*BUILTIN_PROFILES, *profiles]
+    unknown = [p for p in policies if p not in known]
+    if unknown:
+        raise click.BadParameter(
+            f"unknown {', '.join(unknown)}; known: {', '.join(known)}", param_hint="--policy"
+        )
