@@ -6,23 +6,19 @@ Refusing to start would keep the whole pool down until someone edits the databas
 sets each aside and serves on: it is named in the log and on ``/healthz``, its job gets an event
 and is requeued (or marked lost, per its ``on_node_lost`` policy, as when its node is lost), and
 the device or node it touches is cordoned until the admin has looked and uncordons it.
+
+This module says what is wrong (:class:`Problem`); the plane sets it aside in its own books
+(``plane/control.py``, ``ControlPlane.settle``), so that the plane and this module do not import
+each other.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-from sqlalchemy import Connection
 
 from xpupool.engine.state import ClusterState
 from xpupool.model.allocation import Allocation
 from xpupool.model.errors import Conflict, OverCommit
-from xpupool.server import job_lifecycle as lc
-from xpupool.server.schemas.jobs import StopCause
-
-if TYPE_CHECKING:
-    from xpupool.server.plane import ControlPlane
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,41 +62,3 @@ def problem_for(state: ClusterState, job_id: int, alloc: Allocation, error: Conf
         where = (error.uuid,) if error.uuid is not None else ()
         return Problem(job_id, f"{error} (job {job_id})", where, None if where else alloc.node)
     return Problem(job_id, f"{error} (job {job_id})", tuple(d.uuid for d in alloc.devices))
-
-
-def settle(plane: ControlPlane, conn: Connection, problems: list[Problem]) -> None:
-    """Set ``problems`` aside in ``conn``'s transaction: cordon what each touches, then requeue
-    (or mark lost) each job, with an event, a log line and a ``/healthz`` note per job."""
-    by_job: dict[int, list[Problem]] = {}
-    for p in problems:
-        by_job.setdefault(p.job_id, []).append(p)
-    for job_id, found in sorted(by_job.items()):
-        cordoned = [c for p in found for c in _cordon(plane, conn, p)]
-        reason = "; ".join(dict.fromkeys(p.reason for p in found))
-        job = plane.held_jobs.get(job_id)
-        if job is None:
-            continue
-        out = plane.apply(conn, job_id, lc.Lost(StopCause.SET_ASIDE, f"set aside: {reason}"))
-        done = "requeued" if out.requeue else f"marked {out.phase.value}"
-        after = f"; {', '.join(cordoned)} cordoned" if cordoned else ""
-        plane.health.note(f"store inconsistent: {reason}: job {job_id} {done}{after}")
-
-
-def _cordon(plane: ControlPlane, conn: Connection, p: Problem) -> list[str]:
-    done = []
-    if (
-        p.node is not None
-        and p.node in plane.node_records
-        and not plane.node_records[p.node].cordoned
-    ):
-        plane.cordon_node(conn, p.node, True)
-        done.append(f"node {p.node}")
-    for uuid in p.devices:
-        rec = next(
-            (r for r in plane.node_records.values() if any(d.uuid == uuid for d in r.node.devices)),
-            None,
-        )
-        if rec is not None and uuid not in rec.cordoned_devices:
-            plane.cordon_device(conn, rec, uuid, True)
-            done.append(f"device {uuid}")
-    return done

@@ -36,7 +36,7 @@ from xpupool.model.request import Request
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.audit import AuditKeep, AuditLog
 from xpupool.server.auth import Principal
-from xpupool.server.consistency import Problem, problem_for, settle
+from xpupool.server.consistency import Problem, problem_for
 from xpupool.server.health import Health, probe_writable, store_failure
 from xpupool.server.job_logs import JobLogs
 from xpupool.server.lease import Lease
@@ -59,7 +59,7 @@ from xpupool.server.plane.store import (
 from xpupool.server.plane.tenancy import TenancyBooks
 from xpupool.server.retention import Retention
 from xpupool.server.schemas.agent_protocol import DeviceMetrics
-from xpupool.server.schemas.jobs import HOLDING_STATES, JobPhase
+from xpupool.server.schemas.jobs import HOLDING_STATES, JobPhase, StopCause
 from xpupool.server.schemas.nodes import NodeStatus
 from xpupool.server.storage import meta
 from xpupool.server.storage.job_writes import JobWrites
@@ -247,7 +247,7 @@ class ControlPlane(NodeBook, TenancyBooks):
         UUID. An allocation that cannot be re-applied (its node or a device is gone or another
         node's, or it would over-commit) is left out and described in ``problems``: the plane's
         rule for what no longer fits is to requeue those jobs by their policy with an event
-        (``consistency.settle``). The engine takes its allocation ids from the host's one
+        (:meth:`settle`). The engine takes its allocation ids from the host's one
         counter, so no id is handed out twice however often the engine is rebuilt."""
         engine = self.host.fresh(
             HostedNode(
@@ -297,7 +297,7 @@ class ControlPlane(NodeBook, TenancyBooks):
         """A fresh engine from the node records, with every held allocation re-applied and
         re-charged. Used on start, after a failed write, and when a drained device is free;
         rare, so rebuilding beats patching. What the store holds that cannot be re-applied is
-        set aside (``server/consistency.py``) in ``conn``'s transaction or a new one."""
+        set aside (:meth:`settle`) in ``conn``'s transaction or a new one."""
         built = self.build(self._nodes)
         self.install(built)
         problems = [*self._unreadable, *built.problems]
@@ -305,10 +305,44 @@ class ControlPlane(NodeBook, TenancyBooks):
         if not problems:
             return
         if conn is not None:
-            settle(self, conn, problems)
+            self.settle(conn, problems)
             return
         with self.db.begin() as own:
-            settle(self, own, problems)
+            self.settle(own, problems)
+
+    def settle(self, conn: Connection, problems: list[Problem]) -> None:
+        """Set ``problems`` aside in ``conn``'s transaction (``server/consistency.py`` says
+        why): cordon what each touches, then requeue (or mark lost) each job, with an event, a
+        log line and a ``/healthz`` note per job."""
+        by_job: dict[int, list[Problem]] = {}
+        for p in problems:
+            by_job.setdefault(p.job_id, []).append(p)
+        for job_id, found in sorted(by_job.items()):
+            cordoned = [c for p in found for c in self._cordon_problem(conn, p)]
+            reason = "; ".join(dict.fromkeys(p.reason for p in found))
+            if job_id not in self.held_jobs:
+                continue
+            out = self.apply(conn, job_id, lc.Lost(StopCause.SET_ASIDE, f"set aside: {reason}"))
+            done = "requeued" if out.requeue else f"marked {out.phase.value}"
+            after = f"; {', '.join(cordoned)} cordoned" if cordoned else ""
+            self.health.note(f"store inconsistent: {reason}: job {job_id} {done}{after}")
+
+    def _cordon_problem(self, conn: Connection, p: Problem) -> list[str]:
+        """Cordon the node and the devices ``p`` touches that are not cordoned yet."""
+        done = []
+        records = self.node_records
+        if p.node is not None and p.node in records and not records[p.node].cordoned:
+            self.cordon_node(conn, p.node, True)
+            done.append(f"node {p.node}")
+        for uuid in p.devices:
+            rec = next(
+                (r for r in records.values() if any(d.uuid == uuid for d in r.node.devices)),
+                None,
+            )
+            if rec is not None and uuid not in rec.cordoned_devices:
+                self.cordon_device(conn, rec, uuid, True)
+                done.append(f"device {uuid}")
+        return done
 
     @property
     def verdicts(self) -> Verdicts:
