@@ -9,7 +9,7 @@ reported per replica.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -48,6 +48,7 @@ from xpupool.engine.scorers.fgd import Fgd
 from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 from xpupool.engine.txn import Transaction
 from xpupool.model.allocation import Allocation, DeviceShare
+from xpupool.model.device import Device
 from xpupool.model.errors import RequestError
 from xpupool.model.request import Request
 
@@ -326,6 +327,71 @@ class Engine:
         is never handed out again."""
         self.state.apply(alloc)
         self.ids.seen(alloc.id)
+
+    # ---------------------------------------------------- what the fronts look up by name
+    # Fronts ask these instead of reading ``state``'s columns (issue 44 part 1), so that the
+    # columns can change without touching a front; tests/unit/engine/test_engine_boundary.py
+    # keeps it so.
+
+    def node_index(self, name: str) -> int | None:
+        """The engine's index of node ``name`` (None: not in the pool)."""
+        return self.state.node_index.get(name)
+
+    def nodes_named(self, names: Iterable[str]) -> BoolArray:
+        """``[N]`` the nodes of ``names`` that are in the pool (a name not in it is skipped)."""
+        mask = np.zeros(self.state.n_nodes, np.bool_)
+        index = self.state.node_index
+        mask[[index[n] for n in names if n in index]] = True
+        return mask
+
+    def devices_on(self, nodes: BoolArray) -> BoolArray:
+        """``[N, W]`` the devices of the ``nodes`` mask: what a placement ``within`` them may use."""
+        return self.state.dev_present & nodes[:, None]
+
+    def node_devices(self, node: int) -> BoolArray:
+        """``[N, W]`` the devices of the node at index ``node`` alone."""
+        within = np.zeros_like(self.state.dev_present)
+        within[node] = self.state.dev_present[node]
+        return within
+
+    def device(self, uuid: str) -> tuple[str, Device] | None:
+        """The node (by name) that has device ``uuid``, and the device (None: no node has it)."""
+        slot = self.state.uuid_slot.get(uuid)
+        if slot is None:
+            return None
+        node, col = divmod(slot, self.state.width)
+        return self.state.node_names[node], self.state.nodes[node].devices[col]
+
+    def is_live(self, alloc_id: int) -> bool:
+        """Whether allocation ``alloc_id`` holds its devices in this engine."""
+        return alloc_id in self.state.live
+
+    def sites(self) -> list[str]:
+        """The sites of the pool's nodes, in the order the nodes named them."""
+        return list(self.state.sites)
+
+    def knows_model(self, name: str) -> bool:
+        """Whether ``name`` names a card model: one the catalog knows, or one of the pool's
+        (its printed name, or an alias of it)."""
+        catalog = self.state.catalog
+        return catalog.knows(name) or any(
+            catalog.matches(name, printed, vendor) for vendor, printed in self.state.models
+        )
+
+    def model_names(self) -> list[str]:
+        """Every card model name :meth:`knows_model` knows by its own name: the catalog's, then
+        the pool's printed ones (for a "did you mean" hint)."""
+        return [m.name for m in self.state.catalog.models] + [p for _, p in self.state.models]
+
+    def live_nodes(self) -> list[tuple[int, str, str]]:
+        """(index, name, site) of each node that is up, in index order: the rows of per-node
+        figures such as :meth:`stranded`'s."""
+        state = self.state
+        return [
+            (i, name, state.nodes[i].site)
+            for i, name in enumerate(state.node_names)
+            if state.node_alive[i]
+        ]
 
     # ------------------------------------------------------------------ internals
     def _place_one(

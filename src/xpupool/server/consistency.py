@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xpupool.engine.state import ClusterState
+from xpupool.engine.engine import Engine
 from xpupool.model.allocation import Allocation
 from xpupool.model.errors import Conflict, OverCommit
 
@@ -32,13 +32,15 @@ class Problem:
     node: str | None = None
 
 
-def problem_for(state: ClusterState, job_id: int, alloc: Allocation, error: Conflict) -> Problem:
-    """Why ``alloc`` of ``job_id`` does not fit ``state`` (``error`` is what applying it raised)."""
-    if alloc.node not in state.node_index:
+def problem_for(engine: Engine, job_id: int, alloc: Allocation, error: Conflict) -> Problem:
+    """Why ``alloc`` of ``job_id`` does not fit ``engine``'s pool (``error`` is what applying it
+    raised)."""
+    if engine.node_index(alloc.node) is None:
         return Problem(
             job_id, f"allocation {alloc.id} of job {job_id} is on node {alloc.node}, which is gone"
         )
-    gone = [d.uuid for d in alloc.devices if d.uuid not in state.uuid_slot]
+    owners = {d.uuid: engine.device(d.uuid) for d in alloc.devices}
+    gone = [uuid for uuid, found in owners.items() if found is None]
     if gone:
         return Problem(
             job_id,
@@ -46,16 +48,13 @@ def problem_for(state: ClusterState, job_id: int, alloc: Allocation, error: Conf
             f"{alloc.node} no longer has",
             node=alloc.node,
         )
-    node = state.node_index[alloc.node]
-    elsewhere = [
-        d.uuid for d in alloc.devices if state.node_of_slot(state.uuid_slot[d.uuid]) != node
-    ]
+    elsewhere = [(uuid, f[0]) for uuid, f in owners.items() if f is not None and f[0] != alloc.node]
     if elsewhere:  # a store from a buggy past or a hostile edit: charged to one node, on another
-        owner = state.node_names[state.node_of_slot(state.uuid_slot[elsewhere[0]])]
+        uuid, owner = elsewhere[0]
         return Problem(
             job_id,
             f"allocation {alloc.id} of job {job_id} on node {alloc.node} holds device "
-            f"{elsewhere[0]}, which is node {owner}'s",
+            f"{uuid}, which is node {owner}'s",
             node=alloc.node,
         )
     if isinstance(error, OverCommit):

@@ -168,7 +168,7 @@ class PlaneCollector(Collector):
         p = self.plane
         with p.locked():
             gauges = stranded_gauges(
-                p.cluster_state, stranded_now(p), lambda name: name in p.node_records
+                p.engine.live_nodes(), stranded_now(p), lambda name: name in p.node_records
             )
         yield from gauges
 

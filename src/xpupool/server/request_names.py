@@ -28,16 +28,12 @@ def check_names(engine: Engine, req: Request) -> None:
     if req.node_policy and req.node_policy not in engine.profiles:
         known = ", ".join(sorted(engine.profiles))
         raise RequestError("node_policy", req.node_policy, f"unknown policy; known: {known}")
-    state = engine.state
     d = req.devices
     for key, names in (("models", d.models), ("exclude_models", d.exclude_models)):
         for i, name in enumerate(names):
-            if state.catalog.knows(name) or any(
-                state.catalog.matches(name, printed, vendor) for vendor, printed in state.models
-            ):
+            if engine.knows_model(name):
                 continue
-            shown = [m.name for m in state.catalog.models] + [p for _, p in state.models]
-            close = difflib.get_close_matches(name, shown, n=1)
+            close = difflib.get_close_matches(name, engine.model_names(), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             reason = (
                 f"no accelerator model of that name in the catalog or in the pool{hint}; "
@@ -48,7 +44,7 @@ def check_names(engine: Engine, req: Request) -> None:
     if "DeviceUuid" in engine.filters_off(req):
         return  # its profile places without looking at UUIDs
     for i, uuid in enumerate(d.uuids):
-        if uuid not in state.uuid_slot:
+        if engine.device(uuid) is None:
             raise RequestError(f"devices.uuids[{i}]", uuid, "no device in the pool has this UUID")
 
 
@@ -56,14 +52,14 @@ def _check_sites(engine: Engine, req: Request) -> None:
     """A site to run in, avoid or prefer must be a site of the pool's nodes: a misspelt one would
     leave the job waiting forever, exclude nothing or prefer nothing. A pool without nodes yet
     says nothing (its first nodes may be on their way)."""
-    sites = engine.state.sites
+    sites = engine.sites()
     if not sites:
         return
     named = [("site", x) for x in (*req.sites, *req.exclude_sites)]
     if req.preferred_site is not None:
         named.append(("preferred_site", req.preferred_site))
     for field, site in named:
-        if site in engine.state.site_nodes:
+        if site in sites:
             continue
         close = difflib.get_close_matches(site, sites, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""

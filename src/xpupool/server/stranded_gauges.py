@@ -16,7 +16,6 @@ from collections.abc import Callable
 from prometheus_client.core import GaugeMetricFamily
 
 from xpupool.engine.fragmentation import Stranded
-from xpupool.engine.state import ClusterState
 
 MIB = 1 << 20
 MEMORY = "xpupool_node_stranded_device_memory_bytes"
@@ -24,14 +23,14 @@ CORES = "xpupool_node_stranded_device_cores"
 
 
 def stranded_gauges(
-    state: ClusterState,
+    nodes: list[tuple[int, str, str]],
     stranded: Stranded | None,
     listed: Callable[[str], bool] = lambda name: True,
 ) -> list[GaugeMetricFamily]:
-    """The two per-node gauges (labels ``node``, ``site``) for ``state``'s live nodes that
-    ``listed`` keeps, from ``stranded`` (per node of ``state``, as ``stranded_capacity`` gives
-    it); none when there is no figure (no target workload yet). Call with the lock of the
-    state's owner held."""
+    """The two per-node gauges (labels ``node``, ``site``) for the live ``nodes`` (index, name,
+    site: ``Engine.live_nodes``) that ``listed`` keeps, from ``stranded`` (per node index, as
+    ``stranded_capacity`` gives it); none when there is no figure (no target workload yet). Call
+    with the lock of the engine's owner held."""
     if stranded is None:
         return []
     memory = GaugeMetricFamily(
@@ -45,10 +44,9 @@ def stranded_gauges(
         "use now.",
         labels=["node", "site"],
     )
-    for i, name in enumerate(state.node_names):
-        if not state.node_alive[i] or not listed(name):
+    for i, name, site in nodes:
+        if not listed(name):
             continue
-        site = state.nodes[i].site
         memory.add_metric([name, site], int(stranded.memory_mib[i]) * MIB)
         cores.add_metric([name, site], int(stranded.core_milli[i]) / 1000)
     return [memory, cores]

@@ -365,7 +365,8 @@ class Gangs:
                 failure = placement.failures[0]
                 return f"gang {key}: {failure.replica} of {size} fit ({failure.message})"
             for alloc in placement.allocations:
-                i = engine.state.node_index[alloc.node]
+                i = engine.node_index(alloc.node)
+                assert i is not None, "the engine placed it on a node of its pool"
                 pod = place_containers(engine, demand, i, txn, first=alloc)
                 if isinstance(pod, str):
                     txn.rollback()

@@ -103,7 +103,7 @@ class StrandedCollector(Collector):
 
     def collect(self) -> list[Metric]:
         with self.view.engine_locked() as engine:
-            return list(stranded_gauges(engine.state, engine.stranded()))
+            return list(stranded_gauges(engine.live_nodes(), engine.stranded()))
 
 
 BIND_THREADS = MAX_GANG_SIZE + 16

@@ -43,10 +43,7 @@ class PodPlacement:
 
 def node_mask(engine: Engine, node: int) -> np.ndarray:
     """The devices of one node: what a placement ``within`` it may use."""
-    state = engine.state
-    within = np.zeros_like(state.dev_present)
-    within[node] = state.dev_present[node]
-    return within
+    return engine.node_devices(node)
 
 
 def place_containers(
@@ -125,7 +122,7 @@ def _charge(
 def place_on(engine: Engine, demand: PodDemand, node: str) -> PodPlacement | str:
     """Every container of the pod placed on ``node`` (its charge committed), or why not (nothing
     changed)."""
-    i = engine.state.node_index.get(node)
+    i = engine.node_index(node)
     if i is None:
         return f"{node}: {NOT_IN_POOL}"
     with engine.transaction() as txn:
@@ -154,9 +151,8 @@ def engine_choice(
     """The node of the ``asked`` ones the engine would place a one-container pod on, with its
     allocations there (None: none holds it): a placement restricted to their cards, committed
     with ``keep`` (the caller records it), else a what-if undone at once."""
-    state = engine.state
-    within = state.dev_present & asked[:, None]
-    with Transaction(state) as txn:
+    within = engine.devices_on(asked)
+    with engine.transaction() as txn:
         placement = engine.place(demand.demands[0].request, within=within, txn=txn)
         if not (placement.ok and placement.allocations):
             txn.rollback()

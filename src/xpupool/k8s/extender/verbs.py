@@ -53,8 +53,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-import numpy as np
-
 from xpupool.catalog.images import ImageCatalog
 from xpupool.engine import Engine
 from xpupool.engine.cycle import minimal_victims
@@ -282,9 +280,7 @@ class Extender:
         judged = self._judge(engine, demand, names, uid)
         if pre is None or judged.fits or not judged.failed:
             return judged, None, None
-        state = engine.state
-        asked = np.zeros(state.n_nodes, bool)
-        asked[[state.node_index[n] for n in judged.failed if n in state.node_index]] = True
+        asked = engine.nodes_named(judged.failed)
         nom = pre.nominate(engine, demand, uid, pod_priority(pod), asked)
         if nom is None:
             return judged, None, None
@@ -306,10 +302,9 @@ class Extender:
         worked out only when nothing fits: then kube-scheduler shows them and weighs
         preemption. The engine's choice for pod ``uid`` holds its shares (:meth:`_sweep_assumed`)
         unless the pod already holds some."""
-        state = engine.state
-        index = [state.node_index.get(n) for n in names]
-        asked = np.zeros(state.n_nodes, bool)
-        asked[[i for i in index if i is not None]] = True
+        index = [engine.node_index(n) for n in names]
+        at = {n: i for n, i in zip(names, index, strict=True) if i is not None}
+        asked = engine.nodes_named(at)
         if self.choose and len(demand.demands) == 1:  # one placement answers a pod that fits
             keep = bool(uid) and not self.view.holds(uid)
             chosen = engine_choice(engine, demand, asked, keep=keep)
@@ -336,7 +331,7 @@ class Extender:
         if len(demand.demands) > 1:  # each fits alone; do they fit together?
             together = []
             for name in fits:
-                why = fits_together(engine, demand, state.node_index[name])
+                why = fits_together(engine, demand, at[name])
                 if why is None:
                     together.append(name)
                 else:
@@ -346,7 +341,7 @@ class Extender:
         if fits and self.quotas is not None and self.quotas.limits(demand.namespace):
             within = []
             for name in fits:
-                over = self._over_quota_on(engine, demand, state.node_index[name], uid)
+                over = self._over_quota_on(engine, demand, at[name], uid)
                 if over is None:
                     within.append(name)
                 else:
@@ -406,7 +401,7 @@ class Extender:
         if self.quotas is None:
             return None
         holders = self.view.holders()
-        return self.quotas.refusal(demand.namespace, placed, engine.state, holders, uid)
+        return self.quotas.refusal(demand.namespace, placed, engine.device, holders, uid)
 
     def _over_quota_on(self, engine: Engine, demand: PodDemand, node: int, uid: str) -> str | None:
         """:meth:`_over_quota` for the pod placed on ``node`` (a what-if, undone)."""
@@ -443,7 +438,7 @@ class Extender:
             return priorities((n, MAX_EXTENDER_PRIORITY) for n in names)
         with self.view.engine_locked() as engine:
             fits, score = engine.rate(demand.demands[0].request)
-            index = [engine.state.node_index.get(n) for n in names]
+            index = [engine.node_index(n) for n in names]
         rated = [
             (n, float(score[i]))
             for n, i in zip(names, index, strict=True)
@@ -759,11 +754,10 @@ def _victims_needed(
     the answer: a proposed pod holding nothing the pod needs is spared, a pod it did not propose
     is named when its shares are needed (kube-scheduler takes back any pod of the node by UID).
     A what-if: the state is left as it was."""
-    i = engine.state.node_index.get(node)
+    i = engine.node_index(node)
     if i is None:
         return None
-    live = engine.state.live
-    applied = {uid: [a for a in allocs if a.id in live] for uid, allocs in charges.items()}
+    applied = {uid: [a for a in allocs if engine.is_live(a.id)] for uid, allocs in charges.items()}
     owner = lower_priority_owners(applied, priority, node)
     victims = minimal_victims(
         engine,

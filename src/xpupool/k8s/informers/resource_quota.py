@@ -25,14 +25,13 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from lightkube.config.kubeconfig import SingleConfig
 
-from xpupool.engine.state import ClusterState
 from xpupool.k8s.codec.quantity import parse_quantity
 from xpupool.k8s.codec.resource_names import DEVICE_KINDS, DeviceKind
 from xpupool.k8s.informers.kubeconfig import RawResourceQuota
@@ -41,6 +40,9 @@ from xpupool.model.allocation import Allocation
 from xpupool.model.device import Device
 from xpupool.model.errors import RequestError
 from xpupool.model.request import WHOLE
+
+DeviceOf = Callable[[str], tuple[str, Device] | None]
+"""A card's node and device by UUID, None for a card the pool lacks (``Engine.device``)."""
 
 __all__ = ["QUOTA_PREFIX", "NamespaceQuotas", "QuotaLimits", "quota_limits"]
 
@@ -159,25 +161,25 @@ class NamespaceQuotas:
         self,
         namespace: str,
         placed: Sequence[Allocation],
-        state: ClusterState,
+        device: DeviceOf,
         holders: Mapping[str, tuple[str, tuple[Allocation, ...]]],
         uid: str,
     ) -> str | None:
-        """Why the pod ``uid`` of ``namespace`` may not hold ``placed`` (its card shares in
-        ``state``), or None: what the namespace's other pods hold (``holders``: pod UID ->
-        ``(namespace/name, allocations)``, the cluster view's) plus ``placed`` must stay within
-        each limit of the namespace's quotas."""
+        """Why the pod ``uid`` of ``namespace`` may not hold ``placed`` (its card shares, whose
+        cards ``device`` finds: ``Engine.device``), or None: what the namespace's other pods
+        hold (``holders``: pod UID -> ``(namespace/name, allocations)``, the cluster view's)
+        plus ``placed`` must stay within each limit of the namespace's quotas."""
         limits = self.limits(namespace)
         if not limits:
             return None
-        asked = self.charge(state, placed)
+        asked = self.charge(device, placed)
         if not any(name in limits for name in asked):
             return None
         prefix = namespace + "/"
         held: dict[str, int] = {}
         for other, (name, allocations) in holders.items():
             if other != uid and name.startswith(prefix):
-                for resource, amount in self.charge(state, allocations).items():
+                for resource, amount in self.charge(device, allocations).items():
                     held[resource] = held.get(resource, 0) + amount
         for resource in sorted(asked):
             if resource not in limits:
@@ -193,17 +195,16 @@ class NamespaceQuotas:
                 )
         return None
 
-    def charge(self, state: ClusterState, allocations: Iterable[Allocation]) -> dict[str, int]:
+    def charge(self, device: DeviceOf, allocations: Iterable[Allocation]) -> dict[str, int]:
         """Resource name -> what ``allocations`` hold of it: MiB of memory, cores in the type's
         units (each share rounded up, as the annotation HAMi charges from writes it)."""
         out: dict[str, int] = {}
         for alloc in allocations:
             for share in alloc.devices:
-                slot = state.uuid_slot.get(share.uuid)
-                if slot is None:
+                found = device(share.uuid)
+                if found is None:
                     continue
-                node, col = divmod(slot, state.width)
-                kind = self._kind(state.nodes[node].devices[col])
+                kind = self._kind(found[1])
                 if kind is None:
                     continue
                 if kind.memory is not None:

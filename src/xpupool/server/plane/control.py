@@ -268,9 +268,7 @@ class ControlPlane(NodeBook, TenancyBooks):
         kept: dict[int, list[Allocation]] = {job_id: [] for job_id in held}
         for job_id, allocations in done.kept.items():
             kept[job_id].extend(allocations)
-        problems = [
-            problem_for(engine.state, r.owner, r.allocations[0], r.error) for r in done.refused
-        ]
+        problems = [problem_for(engine, r.owner, r.allocations[0], r.error) for r in done.refused]
         for job in held.values():
             if not job.allocations:
                 problems.append(Problem(job.id, f"job {job.id} is {job.state.value} on no device"))
