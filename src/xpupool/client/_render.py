@@ -13,19 +13,27 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from xpupool.client._views import (
+    DeviceView,
+    NodeView,
+    QueueView,
+    QuotaUsageView,
+    SiteView,
+    TaintView,
+)
 from xpupool.fit_table import Column, FitTable
 from xpupool.model.quantity import format_mib
-from xpupool.server.schemas.agent_protocol import DeviceAssignment
-from xpupool.server.schemas.audit import AuditEntry
-from xpupool.server.schemas.devices import Device
-from xpupool.server.schemas.jobs import Job, JobState
-from xpupool.server.schemas.nodes import Node, NodeStatus, Site, TaintView
-from xpupool.server.schemas.queues import Queue, QuotaResource, QuotaUsage
-from xpupool.server.schemas.tenants import Tenant, Token
+
+if TYPE_CHECKING:  # the fleet's tables read client/_views.py's records: no pydantic for them
+    from xpupool.server.schemas.agent_protocol import DeviceAssignment
+    from xpupool.server.schemas.audit import AuditEntry
+    from xpupool.server.schemas.jobs import Job
+    from xpupool.server.schemas.tenants import Tenant, Token
 
 _STATE_STYLE = {
     "pending": "yellow",
@@ -150,7 +158,7 @@ def job_detail(job: Job, now: float | None = None) -> RenderableType:
         ("job", f"{job.id} ({job.name})"),
         ("tenant / queue", f"{job.tenant} / {job.queue}"),
         ("state", state_text(job.state.value)),
-        ("pending reason" if job.state is JobState.PENDING else "reason", job.reason),
+        ("pending reason" if job.state == "pending" else "reason", job.reason),
         ("priority", str(job.priority)),
         ("flavor", job.flavor or "-"),
         ("command", " ".join(job.command) or "(image entry point)"),
@@ -198,18 +206,17 @@ def job_detail(job: Job, now: float | None = None) -> RenderableType:
     return Group(*parts)
 
 
-def node_status(node: Node) -> Text:
+def node_status(node: NodeView) -> Text:
     """'ready', 'lost', ..., or 'cordoned' for a ready node taken out of scheduling
     ('lost,cordoned' for a lost one)."""
     if node.schedulable:
-        ready = node.status is NodeStatus.READY
-        return Text(node.status.value, style="green" if ready else "red")
-    if node.status is NodeStatus.READY:
+        return Text(node.status, style="green" if node.status == "ready" else "red")
+    if node.status == "ready":
         return Text("cordoned", style="yellow")
-    return Text(f"{node.status.value},cordoned", style="red")
+    return Text(f"{node.status},cordoned", style="red")
 
 
-def nodes_table(nodes: Sequence[Node], now: float | None = None) -> FitTable:
+def nodes_table(nodes: Sequence[NodeView], now: float | None = None) -> FitTable:
     columns = _columns(
         "name", "site", "status", "devices free", "cpu", "memory", "taints", "heartbeat", "source",
         text=("taints",), spare=("source", "heartbeat", "taints"),
@@ -239,7 +246,7 @@ def _metric(value: float | int | None, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def devices_table(devices: Sequence[Device]) -> FitTable:
+def devices_table(devices: Sequence[DeviceView]) -> FitTable:
     columns = _columns(
         "node", "idx", "model", "alloc mem", "alloc cores", "state", "jobs", "used mem", "util",
         "uuid",
@@ -267,7 +274,7 @@ def devices_table(devices: Sequence[Device]) -> FitTable:
     return table
 
 
-def sites_table(sites: Sequence[Site]) -> FitTable:
+def sites_table(sites: Sequence[SiteView]) -> FitTable:
     columns = _columns("site", "nodes ready", "devices free", "models", text=("models",))
     table = FitTable(columns, f"{len(sites)} sites")
     for site in sites:
@@ -280,24 +287,20 @@ def sites_table(sites: Sequence[Site]) -> FitTable:
     return table
 
 
-def _quota_amount(resource: QuotaResource, amount: int | None) -> str:
+def _quota_amount(resource: str, amount: int | None) -> str:
     if amount is None:
         return "∞"
-    if resource is QuotaResource.DEVICE_MEMORY_MIB:
+    if resource == "device_memory_mib":
         return format_mib(amount)
-    if resource is QuotaResource.CORES_PERMILLE:
+    if resource == "cores_permille":
         return percent(amount)
     return str(amount)
 
 
-_QUOTA_LABELS = {
-    QuotaResource.DEVICES: "devices",
-    QuotaResource.DEVICE_MEMORY_MIB: "memory",
-    QuotaResource.CORES_PERMILLE: "cores",
-}
+_QUOTA_LABELS = {"devices": "devices", "device_memory_mib": "memory", "cores_permille": "cores"}
 
 
-def quota_text(q: QuotaUsage, has_cohort: bool) -> str:
+def quota_text(q: QuotaUsageView, has_cohort: bool) -> str:
     """'A100 devices: 2/4', plus what it may borrow when it is in a cohort; device memory reads
     'memory' (MiB, shown as 40Gi) and compute 'cores' (thousandths, shown in %)."""
     text = f"{q.flavor} {_QUOTA_LABELS[q.resource]}: "
@@ -307,7 +310,7 @@ def quota_text(q: QuotaUsage, has_cohort: bool) -> str:
     return text
 
 
-def queues_table(queues: Sequence[Queue]) -> FitTable:
+def queues_table(queues: Sequence[QueueView]) -> FitTable:
     quotas = "quotas (used/nominal +borrow)"
     columns = _columns(
         "queue", "tenant", "pending", "running", quotas, "cohort", "max prio",
