@@ -4,18 +4,49 @@ launch options name the agent's back ends); cli.py names it in its table of comm
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import click
 
-from xpupool.agent.launch.options import launch_options
+from xpupool.agent.launch.options import launch_options, launch_settings
 from xpupool.cli import DEFAULT_PROFILE, check_policies, load_catalog, load_profiles
 from xpupool.client._cli_common import catalog_option
-from xpupool.log_setup import verbose_option
+from xpupool.log_setup import configure_logging, verbose_option
 from xpupool.model.errors import XpupoolError
 
 if TYPE_CHECKING:
+    from xpupool.agent.launch import LaunchSettings
+    from xpupool.probes.container_runtime import RuntimeChoice
     from xpupool.server.routers.deps import MetricsAuth
+
+T = TypeVar("T")
+
+
+def in_background(make: Callable[[], T], name: str) -> Callable[[], T]:
+    """``make()`` on a thread of its own, started now; the function returned waits for it, then
+    returns what it returned or raises what it raised."""
+    made: list[T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            made.append(make())
+        except BaseException as exc:  # raised again where the result is asked for
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+
+    def result() -> T:
+        thread.join()
+        if failed:
+            raise failed[0]
+        return made[0]
+
+    return result
 
 
 @click.command()
@@ -252,8 +283,28 @@ def up(
     verbose: bool,
 ) -> None:
     """Start the control plane: REST API, scheduler, SQLite state, metrics, local agent."""
-    from pathlib import Path
-
+    configure_logging(verbose)  # before the probe below logs what it found
+    launch: Callable[[], LaunchSettings] | None = None
+    if agent:
+        # The in-process agent's launch settings ask the container runtime (`podman info` or
+        # `docker info`: about a second of waiting) and try the sandbox: asked now, on a thread,
+        # while the server's modules import and its store opens. The agent is built with them,
+        # so no node of its is registered, nor offered image jobs, before its runtime is known;
+        # a bad option is raised where it was before, after the store opened (server/up.py).
+        launch = in_background(
+            lambda: launch_settings(
+                job_uid_range,
+                job_root,
+                log_cap,
+                sandbox,
+                cast("RuntimeChoice", runtime),  # a click.Choice of the same names
+                device_root,
+                (Path(data), *((Path(logs),) if logs else ())),
+                pids_limit,
+                log_reserve=log_reserve,
+            ),
+            "xpupool-launch-probe",
+        )
     from xpupool.client._times import duration_s
     from xpupool.server.audit import AuditKeep
     from xpupool.server.retention import Retention
@@ -316,12 +367,6 @@ def up(
         lost_after_s=lost_after,
         lease_s=lease,
         agent=agent,
-        job_uid_range=job_uid_range,
-        job_root=job_root,
-        sandbox=sandbox,
-        runtime=runtime,
-        device_root=device_root,
-        pids_limit=pids_limit,
         verbose=verbose,
         log_cap=log_cap,
         log_reserve=log_reserve,
@@ -341,5 +386,6 @@ def up(
         address_rate_limit=rates["--address-rate-limit"],
         connections=ConnectionLimits(header_timeout, connections_per_address),
         metrics_auth=cast("MetricsAuth", metrics_auth),  # a click.Choice of the same names
+        launch=launch,
     )
     serve(cfg, click.echo)
