@@ -1,7 +1,7 @@
 """The typed client of the control plane: one method per endpoint, over ``_wire.Wire``.
 
-The fleet's reads (nodes, devices, sites, queues) come back as ``_views`` records, so the CLI's
-most common commands import neither pydantic nor the server's wire types; every other answer is
+Jobs and the fleet's reads (nodes, devices, sites, queues) come back as ``_views`` records, so
+the CLI's most common commands import neither pydantic nor the server's wire types; every other answer is
 parsed with the server's own wire types (``server/schemas/``, read leniently), imported by the
 method that needs them. Failures are ``ApiError``, ``Unreachable`` or ``BadAnswer``.
 """
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 from xpupool.client._config import ClientConfig
-from xpupool.client._views import DeviceView, NodeView, QueueView, SiteView, read_list
+from xpupool.client._views import DeviceView, JobView, NodeView, QueueView, SiteView, read_list
 from xpupool.client._wire import Send, Wire
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from xpupool.server.schemas.audit import AuditEntry
     from xpupool.server.schemas.devices import Accelerator
-    from xpupool.server.schemas.jobs import Job, JobIn
+    from xpupool.server.schemas.jobs import JobIn
     from xpupool.server.schemas.models import CatalogModel, ModelIntent, PlanRow
     from xpupool.server.schemas.nodes import NodeDeletion, NodeTaintsIn
     from xpupool.server.schemas.queues import QueueIn
@@ -66,10 +66,8 @@ class Client:
         return body.model_dump(mode="json", exclude_unset=True)
 
     # ---------------------------------------------------------------------------- jobs
-    def submit(self, job: JobIn) -> Job:
-        from xpupool.server.schemas.jobs import Job
-
-        return self._model(Job, "POST", "/v1/jobs", self._dump(job))
+    def submit(self, job: JobIn) -> JobView:
+        return JobView.read(self._json("POST", "/v1/jobs", self._dump(job)))
 
     def jobs(
         self,
@@ -78,20 +76,15 @@ class Client:
         queue: str | None = None,
         tenant: str | None = None,
         limit: int | None = None,
-    ) -> list[Job]:
-        from xpupool.server.schemas.jobs import Job
+    ) -> list[JobView]:
+        found = self._json("GET", "/v1/jobs", state=state, queue=queue, tenant=tenant, limit=limit)
+        return read_list(found, JobView.read, "jobs")
 
-        return self._models(Job, "/v1/jobs", state=state, queue=queue, tenant=tenant, limit=limit)
+    def job(self, job_id: int) -> JobView:
+        return JobView.read(self._json("GET", f"/v1/jobs/{job_id}"))
 
-    def job(self, job_id: int) -> Job:
-        from xpupool.server.schemas.jobs import Job
-
-        return self._model(Job, "GET", f"/v1/jobs/{job_id}")
-
-    def cancel(self, job_id: int) -> Job:
-        from xpupool.server.schemas.jobs import Job
-
-        return self._model(Job, "POST", f"/v1/jobs/{job_id}/cancel")
+    def cancel(self, job_id: int) -> JobView:
+        return JobView.read(self._json("POST", f"/v1/jobs/{job_id}/cancel"))
 
     def logs(self, job_id: int, *, replica: int = 0, offset: int = 0) -> bytes:
         """Raw log bytes of one replica from byte ``offset``; the next offset is ``offset + len``."""

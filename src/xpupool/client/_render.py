@@ -19,7 +19,9 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from xpupool.client._views import (
+    DeviceAssignmentView,
     DeviceView,
+    JobView,
     NodeView,
     QueueView,
     QuotaUsageView,
@@ -29,10 +31,8 @@ from xpupool.client._views import (
 from xpupool.fit_table import Column, FitTable
 from xpupool.model.quantity import format_mib
 
-if TYPE_CHECKING:  # the fleet's tables read client/_views.py's records: no pydantic for them
-    from xpupool.server.schemas.agent_protocol import DeviceAssignment
+if TYPE_CHECKING:  # jobs and the fleet's tables read client/_views.py's records: no pydantic
     from xpupool.server.schemas.audit import AuditEntry
-    from xpupool.server.schemas.jobs import Job
     from xpupool.server.schemas.tenants import Tenant, Token
 
 _STATE_STYLE = {
@@ -72,7 +72,7 @@ def _short_model(vendor: str, model: str) -> str:
     return rest if sep and rest and head.lower() == vendor.lower() else model
 
 
-def _share(d: DeviceAssignment) -> str:
+def _share(d: DeviceAssignmentView) -> str:
     """The part of the card granted: '' for all of it, '25%' for that share of its compute and
     memory, '20Gi' for memory alone (compute shared best-effort), else '40Gi 30%'."""
     if d.core_permille >= 1000 and d.memory_mib >= d.card_memory_mib:
@@ -86,14 +86,14 @@ def _share(d: DeviceAssignment) -> str:
     return f"{format_mib(d.memory_mib)} {cores}"
 
 
-def placement_summary(job: Job) -> list[str]:
+def placement_summary(job: JobView) -> list[str]:
     """Where a job's replicas hold devices, one entry per (node, share of a card, model) in
     replica order of first appearance: six quarter L20s on one node read '6× 25% L20 on
     sh-l20-0', not six lines. Before placement: what all its replicas ask for ('6× 25% L20')."""
     if job.assignments:
         held: dict[tuple[str, str], int] = {}  # (node, what) -> devices, in first-seen order
         for a in sorted(job.assignments, key=lambda a: a.replica):
-            cards: list[DeviceAssignment | None] = [*a.devices] or [None]
+            cards: list[DeviceAssignmentView | None] = [*a.devices] or [None]
             for d in cards:
                 what = "" if d is None else f"{_share(d)} {_short_model(d.vendor, d.model)}"
                 held[a.node, what.strip()] = held.get((a.node, what.strip()), 0) + 1
@@ -122,7 +122,7 @@ def _columns(
     return [Column(n, text=n in text, spare=rank.get(n, 0), same=n in same) for n in names]
 
 
-def jobs_table(jobs: Sequence[Job], now: float | None = None) -> FitTable:
+def jobs_table(jobs: Sequence[JobView], now: float | None = None) -> FitTable:
     columns = _columns(
         "id", "name", "tenant", "queue", "state", "prio", "devices", "age", "reason",
         text=("name", "devices", "reason"), spare=("prio", "age", "name"),
@@ -135,7 +135,7 @@ def jobs_table(jobs: Sequence[Job], now: float | None = None) -> FitTable:
             j.name,
             j.tenant,
             j.queue,
-            state_text(j.state.value),
+            state_text(j.state),
             str(j.priority),
             "\n".join(placement_summary(j)),
             ago(j.created_at, now),
@@ -144,7 +144,7 @@ def jobs_table(jobs: Sequence[Job], now: float | None = None) -> FitTable:
     return table
 
 
-def retries_text(job: Job) -> str:
+def retries_text(job: JobView) -> str:
     """``1 of 2 (on exit_nonzero)``: retries used, the limit, the causes retried."""
     limit = "no limit" if job.max_retries is None else str(job.max_retries)
     causes = ", ".join(job.retry_on) or "nothing"
@@ -152,12 +152,12 @@ def retries_text(job: Job) -> str:
     return f"{job.retries} of {limit} (on {causes}){stopped}"
 
 
-def job_detail(job: Job, now: float | None = None) -> RenderableType:
+def job_detail(job: JobView, now: float | None = None) -> RenderableType:
     head = FitTable([Column("field"), Column("value", text=True)], show_header=False)
     rows: list[tuple[str, str | Text]] = [
         ("job", f"{job.id} ({job.name})"),
         ("tenant / queue", f"{job.tenant} / {job.queue}"),
-        ("state", state_text(job.state.value)),
+        ("state", state_text(job.state)),
         ("pending reason" if job.state == "pending" else "reason", job.reason),
         ("priority", str(job.priority)),
         ("flavor", job.flavor or "-"),
@@ -201,7 +201,7 @@ def job_detail(job: Job, now: float | None = None) -> RenderableType:
     if job.events:
         events = FitTable(_columns("when", "state", "reason", text=("reason",)), "events")
         for e in job.events:
-            events.add_row(ago(e.at, now), state_text(e.state.value), e.reason)
+            events.add_row(ago(e.at, now), state_text(e.state), e.reason)
         parts.append(events)
     return Group(*parts)
 

@@ -1,12 +1,13 @@
-"""The fleet as the client reads it: nodes, devices, sites and queues as small frozen records,
-checked field by field as they are read.
+"""Jobs and the fleet as the client reads them: jobs, nodes, devices, sites and queues as small
+frozen records, checked field by field as they are read.
 
 The server's wire types (``server/schemas/``) are pydantic models, and building them is most of
-what a CLI command used to spend before it sent its request; ``xpupool nodes``, ``devices``,
-``sites``, ``queues`` and ``top`` read these instead (tests/unit/cli/test_imports.py keeps it so).
-What matters is checked as the lenient models did: every field the tables read must be there with
-its type (else ``BadAnswer`` naming it), unknown fields are ignored, and ``raw`` keeps the answer
-as the server sent it for ``-o json``. tests/unit/cli/test_views.py checks that each record names
+what a CLI command used to spend before it sent its request; ``xpupool jobs``, ``job``,
+``nodes``, ``devices``, ``sites``, ``queues`` and ``top`` read these instead
+(tests/unit/cli/test_imports.py keeps it so). What matters is checked as the lenient models did:
+every field must be there with its type unless the schema gives it a default (else
+``BadAnswer`` naming it), unknown fields are ignored, and ``raw`` keeps the answer as the server
+sent it for ``-o json``. tests/unit/cli/test_views.py checks that each record names
 the fields of the schema it mirrors.
 """
 
@@ -70,7 +71,7 @@ class _Reader:
     def mapping(self, key: str, values: type[T]) -> dict[str, T]:
         found = self._get(key, (dict,), _MISSING)
         for k, v in found.items():
-            if not isinstance(v, values) or (isinstance(v, bool) and values is not bool):
+            if not isinstance(v, values) or (values is int and isinstance(v, bool)):
                 raise BadAnswer(f"{self.where}.{key}.{k}", v, f"not {values.__name__}")
         return dict(found)
 
@@ -326,3 +327,169 @@ def read_list(data: object, read: Callable[[object, str], T], where: str) -> lis
     if not isinstance(data, list):
         raise BadAnswer(where, type(data).__name__, "not a list")
     return [read(item, f"{where}[{i}]") for i, item in enumerate(data)]
+
+
+JOB_STATES = (
+    "pending", "admitted", "scheduled", "running", "succeeded", "failed", "cancelled", "lost",
+)  # fmt: skip
+"""schemas/jobs.py ``JobPhase``'s values, in its order (tests/unit/cli/test_views.py)."""
+FINAL_JOB_STATES = frozenset({"succeeded", "failed", "cancelled", "lost"})
+"""schemas/jobs.py ``FINAL_STATES``: a job in one of these never changes again."""
+
+
+def _job_state(r: _Reader, key: str) -> str:
+    state = r.text(key)
+    if state not in JOB_STATES:
+        raise BadAnswer(f"{r.where}.{key}", state, f"not one of {', '.join(JOB_STATES)}")
+    return state
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceAssignmentView:
+    """A card granted to a replica (schemas/agent_protocol.py ``DeviceAssignment``)."""
+
+    uuid: str
+    index: int
+    vendor: str
+    model: str
+    memory_mib: int
+    core_permille: int
+    card_memory_mib: int
+
+    @classmethod
+    def read(cls, data: object, where: str) -> DeviceAssignmentView:
+        r = _Reader(data, where)
+        return cls(
+            r.text("uuid"),
+            r.integer("index"),
+            r.text("vendor"),
+            r.text("model"),
+            r.integer("memory_mib"),
+            r.integer("core_permille"),
+            r.integer("card_memory_mib"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaAssignmentView:
+    """Where one replica runs (schemas/agent_protocol.py ``ReplicaAssignment``)."""
+
+    replica: int
+    allocation_id: int
+    node: str
+    cpu_milli: int
+    memory_mib: int
+    devices: tuple[DeviceAssignmentView, ...]
+
+    @classmethod
+    def read(cls, data: object, where: str) -> ReplicaAssignmentView:
+        r = _Reader(data, where)
+        return cls(
+            r.integer("replica"),
+            r.integer("allocation_id"),
+            r.text("node"),
+            r.integer("cpu_milli"),
+            r.integer("memory_mib"),
+            tuple(
+                DeviceAssignmentView.read(d, f"{where}.devices[{i}]")
+                for i, d in enumerate(r.items("devices"))
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobEventView:
+    """A step of a job's history (schemas/jobs.py ``JobEvent``)."""
+
+    at: float
+    state: str
+    reason: str
+
+    @classmethod
+    def read(cls, data: object, where: str) -> JobEventView:
+        r = _Reader(data, where)
+        at = r.opt_float("at")
+        if at is None:
+            raise BadAnswer(f"{where}.at", None, "missing")
+        return cls(at, _job_state(r, "state"), r.text("reason"))
+
+
+def _texts(r: _Reader, key: str) -> tuple[str, ...]:
+    found = r.items(key, [])
+    for i, item in enumerate(found):
+        if not isinstance(item, str):
+            raise BadAnswer(f"{r.where}.{key}[{i}]", item, "not str")
+    return tuple(found)
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """A job of ``GET /v1/jobs`` (schemas/jobs.py ``Job``); ``state`` one of JOB_STATES."""
+
+    id: int
+    name: str
+    tenant: str
+    queue: str
+    state: str
+    reason: str
+    priority: int
+    request: dict[str, Any]
+    command: tuple[str, ...]
+    image: str | None
+    env: dict[str, str]
+    on_node_lost: str
+    flavor: str | None
+    assignments: tuple[ReplicaAssignmentView, ...]
+    exit_code: int | None
+    attempts: int
+    retries: int
+    stop_cause: str | None
+    max_retries: int | None
+    retry_on: tuple[str, ...]
+    max_runtime_s: float | None
+    not_before: float | None
+    created_at: float
+    updated_at: float
+    events: tuple[JobEventView, ...]
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def read(cls, data: object, where: str = "job") -> JobView:
+        r = _Reader(data, where)
+        created, updated = r.opt_float("created_at"), r.opt_float("updated_at")
+        if created is None or updated is None:
+            raise BadAnswer(f"{where}.created_at", None, "missing")
+        return cls(
+            id=r.integer("id"),
+            name=r.text("name"),
+            tenant=r.text("tenant"),
+            queue=r.text("queue"),
+            state=_job_state(r, "state"),
+            reason=r.text("reason"),
+            priority=r.integer("priority"),
+            request=r.mapping("request", object),
+            command=_texts(r, "command"),
+            image=r.opt_text("image"),
+            env=r.mapping("env", str),
+            on_node_lost=r.text("on_node_lost"),
+            flavor=r.opt_text("flavor"),
+            assignments=tuple(
+                ReplicaAssignmentView.read(a, f"{where}.assignments[{i}]")
+                for i, a in enumerate(r.items("assignments", []))
+            ),
+            exit_code=r.opt_integer("exit_code"),
+            attempts=r.integer("attempts", 0),
+            retries=r.integer("retries", 0),
+            stop_cause=r.opt_text("stop_cause"),
+            max_retries=r.opt_integer("max_retries"),
+            retry_on=_texts(r, "retry_on"),
+            max_runtime_s=r.opt_float("max_runtime_s"),
+            not_before=r.opt_float("not_before"),
+            created_at=created,
+            updated_at=updated,
+            events=tuple(
+                JobEventView.read(e, f"{where}.events[{i}]")
+                for i, e in enumerate(r.items("events", []))
+            ),
+            raw=r.data,
+        )

@@ -63,7 +63,7 @@ def pool_url() -> Iterator[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", ["nodes", "devices", "sites", "queues"])
+@pytest.mark.parametrize("command", ["nodes", "devices", "sites", "queues", "jobs"])
 def test_a_fleet_command_imports_only_what_it_needs(pool_url: str, command: str) -> None:
     code = (
         "import sys\n"

@@ -18,8 +18,7 @@ from xpupool.client._render import (
     queues_table,
 )
 from xpupool.client._top import Snapshot, bar, frame
-from xpupool.client._views import DeviceView, NodeView, QueueView, QuotaUsageView
-from xpupool.server.schemas.jobs import Job
+from xpupool.client._views import DeviceView, JobView, NodeView, QueueView, QuotaUsageView
 
 NOW = 1_700_000_000.0
 
@@ -30,7 +29,7 @@ def _text(renderable: RenderableType) -> str:
     return out.getvalue()
 
 
-def _job(**over: Any) -> Job:
+def _job(**over: Any) -> JobView:
     fields: dict[str, Any] = {
         "id": 7,
         "name": "train",
@@ -48,7 +47,7 @@ def _job(**over: Any) -> Job:
         "updated_at": NOW,
         "events": [{"at": NOW - 90, "state": "pending", "reason": "submitted"}],
     }
-    return Job.model_validate({**fields, **over})
+    return JobView.read({**fields, **over})
 
 
 def _device(uuid: str, node: str, allocated_mib: int, metrics: dict[str, Any] | None) -> DeviceView:

@@ -28,9 +28,16 @@ from xpupool.client._render import (
     tokens_table,
 )
 from xpupool.client._top import Snapshot, frame
-from xpupool.client._views import DeviceView, NodeView, QueueView, SiteView, TaintView
+from xpupool.client._views import (
+    JOB_STATES,
+    DeviceView,
+    JobView,
+    NodeView,
+    QueueView,
+    SiteView,
+    TaintView,
+)
 from xpupool.server.schemas.audit import AuditEntry
-from xpupool.server.schemas.jobs import Job, JobState
 from xpupool.server.schemas.models import CatalogModel
 from xpupool.server.schemas.tenants import Tenant, Token
 
@@ -78,7 +85,7 @@ def _assignment(replica: int, node: str = "sh-l20-0") -> dict[str, Any]:
     }
 
 
-def _job(job_id: int, state: str, **over: Any) -> Job:
+def _job(job_id: int, state: str, **over: Any) -> JobView:
     fields: dict[str, Any] = {
         "id": job_id,
         "name": "finetune-llama-70b-on-shanghai-l20-with-lora",
@@ -96,7 +103,7 @@ def _job(job_id: int, state: str, **over: Any) -> Job:
         "updated_at": NOW,
         "events": [{"at": NOW - 90, "state": state, "reason": LONG_REASON}],
     }
-    return Job.model_validate({**fields, **over})
+    return JobView.read({**fields, **over})
 
 
 def _device(index: int, jobs: list[int]) -> DeviceView:
@@ -175,7 +182,7 @@ def _queue() -> QueueView:
     )
 
 
-STATES = [st.value for st in JobState]
+STATES = list(JOB_STATES)
 
 
 def test_jobs_table_fits_80_columns_and_keeps_every_state_whole() -> None:

@@ -10,8 +10,9 @@ import pytest
 from pydantic import BaseModel
 
 from xpupool.client import _views
-from xpupool.server.schemas.agent_protocol import DeviceMetrics
+from xpupool.server.schemas.agent_protocol import DeviceAssignment, DeviceMetrics, ReplicaAssignment
 from xpupool.server.schemas.devices import Device
+from xpupool.server.schemas.jobs import FINAL_STATES, Job, JobEvent, JobPhase
 from xpupool.server.schemas.nodes import Node, Site, TaintView
 from xpupool.server.schemas.queues import Queue, QuotaResource, QuotaUsage
 
@@ -23,6 +24,10 @@ PAIRS: list[tuple[type, type[BaseModel]]] = [
     (_views.SiteView, Site),
     (_views.QueueView, Queue),
     (_views.QuotaUsageView, QuotaUsage),
+    (_views.JobView, Job),
+    (_views.JobEventView, JobEvent),
+    (_views.ReplicaAssignmentView, ReplicaAssignment),
+    (_views.DeviceAssignmentView, DeviceAssignment),
 ]
 
 
@@ -32,8 +37,10 @@ def test_each_record_has_the_fields_of_its_schema(record: type, schema: type[Bas
     assert names == set(schema.model_fields)
 
 
-def test_quota_resources_are_the_schemas() -> None:
+def test_the_enumerations_are_the_schemas() -> None:
     assert set(_views.QUOTA_RESOURCES) == {r.value for r in QuotaResource}
+    assert tuple(p.value for p in JobPhase) == _views.JOB_STATES
+    assert {p.value for p in FINAL_STATES} == _views.FINAL_JOB_STATES
 
 
 def test_a_record_reads_the_servers_own_dump() -> None:
