@@ -156,8 +156,8 @@ def create_app(
         app.add_middleware(RateLimitGate, limiter=limiter, forwarded=forwarded)
 
     # /healthz and /metrics first: FastAPI builds an included router's routes when a request is
-    # first matched against them (all of a router's at once, a quarter second of CPU for the
-    # API's), so a health check answered before them is answered without waiting for that.
+    # first matched against them (all of a router's at once: docs/benchmarks/startup-42.md), so
+    # a health check answered before them is answered without waiting for that.
     @app.get("/healthz", response_class=PlainTextResponse, tags=["ops"])
     def healthz() -> PlainTextResponse:
         """'ok', or 503 'unhealthy: <reason>' while the store cannot be written; below it, one
