@@ -288,9 +288,10 @@ def up(
     if agent:
         # The in-process agent's launch settings ask the container runtime (`podman info` or
         # `docker info`, a wait: docs/benchmarks/startup-42.md) and try the sandbox: now, on a
-        # thread, while the server's modules import and its store opens. The agent is built with them,
-        # so no node of its is registered, nor offered image jobs, before its runtime is known;
-        # a bad option is raised where it was before, after the store opened (server/up.py).
+        # thread, while the server's modules import and its store opens. The agent is built
+        # with them, so no node of its is registered, nor offered image jobs, before its
+        # runtime is known; a bad option is raised where it was before, after the store opened
+        # (server/up.py).
         launch = in_background(
             lambda: launch_settings(
                 job_uid_range,

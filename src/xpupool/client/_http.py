@@ -1,9 +1,9 @@
 """The typed client of the control plane: one method per endpoint, over ``_wire.Wire``.
 
 Jobs and the fleet's reads (nodes, devices, sites, queues) come back as ``_views`` records, so
-the CLI's most common commands import neither pydantic nor the server's wire types; every other answer is
-parsed with the server's own wire types (``server/schemas/``, read leniently), imported by the
-method that needs them. Failures are ``ApiError``, ``Unreachable`` or ``BadAnswer``.
+the CLI's most common commands import neither pydantic nor the server's wire types; every other
+answer is parsed with the server's own wire types (``server/schemas/``, read leniently), imported
+by the method that needs them. Failures are ``ApiError``, ``Unreachable`` or ``BadAnswer``.
 """
 
 from __future__ import annotations
