@@ -4,6 +4,7 @@ launch options name the agent's back ends); cli.py names it in its table of comm
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -283,6 +284,11 @@ def up(
     verbose: bool,
 ) -> None:
     """Start the control plane: REST API, scheduler, SQLite state, metrics, local agent."""
+    # No cyclic collection while the server starts: its imports and tables are thousands of
+    # objects that all live on, and each collection walks them again; server/up.py freezes them
+    # (heap_freeze.py) and turns the collector back on before it serves.
+    gc.disable()
+    click.get_current_context().call_on_close(gc.enable)  # also when the start is refused
     configure_logging(verbose)  # before the probe below logs what it found
     launch: Callable[[], LaunchSettings] | None = None
     if agent:

@@ -66,3 +66,18 @@ def test_a_runtime_asked_for_that_does_not_answer_still_stops_the_start(
     assert order[-1] == "runtime None"
     done, _ = _run_up(tmp_path, monkeypatch, absent, "--runtime", "podman")
     assert done.exit_code == 2 and "--runtime" in done.output, done.output
+
+
+def test_the_collector_is_back_on_after_a_start_that_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``up`` turns the cyclic collector off while the server starts (cli_up.py); whatever the
+    start's outcome, it is on again once the command returns."""
+    import gc
+
+    absent = RuntimeDetection(
+        None, (ProbeError("podman", "podman info", ProbeFailure.TOOL_MISSING, "not found"),)
+    )
+    done, _ = _run_up(tmp_path, monkeypatch, absent, "--runtime", "podman")
+    assert done.exit_code == 2
+    assert gc.isenabled()

@@ -11,6 +11,7 @@ to keep job output off the store's filesystem). ``--db`` takes any SQLAlchemy UR
 
 from __future__ import annotations
 
+import gc
 import ipaddress
 import logging
 from collections.abc import Callable
@@ -258,6 +259,7 @@ def _serve(
         metrics_auth=cfg.metrics_auth,
     )
     freeze_start_heap()
+    gc.enable()  # off while the server started (cli_up.py): collected as usual from here on
     survivors = SurvivorFreeze(quiet=no_job_since_asked(plane))
     survivors.start()
     try:
