@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+DEFAULT_PROFILE = "xpupool"
+"""The engine's default profile (engine/profile.py ``DEFAULT_PROFILE``), named here so that the
+commands start without importing the engine (a unit test keeps the two equal)."""
+
 
 def catalog_option(func: F) -> F:
     """Adds ``--catalog FILE`` (the site's image rules, docs/images.md); the command receives

@@ -9,16 +9,17 @@ import shutil
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from pydantic import BaseModel, ValidationError
-from rich.console import Console, RenderableType
 
 from xpupool.client._config import resolve_config
 from xpupool.client._http import Client
 from xpupool.model.errors import RequestError
-from xpupool.model.validation import error_path, error_value
+
+if TYPE_CHECKING:  # rich and pydantic are imported when a command prints or parses input
+    from pydantic import ValidationError
+    from rich.console import Console, RenderableType
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -66,20 +67,33 @@ def console_width() -> int:
 def console() -> Console:
     """On a terminal rich follows its width as it changes (``top`` redraws for a resized window);
     piped or redirected, ``console_width()``."""
+    from rich.console import Console
+
     return Console(highlight=False, width=None if sys.stdout.isatty() else console_width())
 
 
-def to_json(data: BaseModel | Sequence[BaseModel] | dict[str, Any]) -> str:
-    if isinstance(data, BaseModel):
-        return json.dumps(data.model_dump(mode="json"), indent=2)
+def _plain(item: Any) -> Any:
+    """A record as JSON data: a ``_views`` record is the server's own object (``raw``), a wire
+    model its dump."""
+    if hasattr(item, "raw"):
+        return item.raw
+    if hasattr(item, "model_dump"):
+        return item.model_dump(mode="json")
+    return item
+
+
+def to_json(data: Any) -> str:
+    """A record, a list of records or a dict as indented JSON (``-o json``)."""
     if isinstance(data, dict):
         return json.dumps(data, indent=2, default=str)
-    return json.dumps([m.model_dump(mode="json") for m in data], indent=2)
+    if isinstance(data, Sequence) and not isinstance(data, str):
+        return json.dumps([_plain(m) for m in data], indent=2)
+    return json.dumps(_plain(data), indent=2)
 
 
 def emit(
     output: str,
-    data: BaseModel | Sequence[BaseModel],
+    data: Any,
     render: Callable[[], RenderableType],
 ) -> None:
     """Print ``data`` as JSON or as what ``render`` builds."""
@@ -91,6 +105,8 @@ def emit(
 
 def request_error(exc: ValidationError, where: str = "") -> RequestError:
     """The first pydantic error as one ``RequestError`` with a dotted path (``quotas[0].nominal``)."""
+    from xpupool.model.validation import error_path, error_value
+
     first = exc.errors()[0]
     path = error_path(first)
     field = f"{where}: {path}" if where and path else (where or path or "input")

@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import yaml
-
 from xpupool.model.errors import RequestError
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -52,6 +50,8 @@ def _read_file_config(path: Path, required: bool) -> dict[str, str]:
         if required:
             raise RequestError("XPUPOOL_CONFIG", str(path), "no such file")
         return {}
+    import yaml  # only when there is a file: most commands run without one
+
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:

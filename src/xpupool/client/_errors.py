@@ -29,3 +29,18 @@ class Unreachable(XpupoolError):  # noqa: N818 - names what happened, as NotFoun
         self.url = url
         self.detail = detail
         super().__init__(f"cannot reach xpupool at {url}: {detail}")
+
+
+class BadAnswer(XpupoolError):  # noqa: N818 - names what happened, as Unreachable does
+    """The server answered 2xx with something the client cannot read: not JSON, or a field it
+    needs missing or of the wrong type (a server of another version, or not xpupool at all)."""
+
+    def __init__(self, where: str, value: object, reason: str) -> None:
+        self.where = where
+        self.value = value
+        self.reason = reason
+        shown = repr(value)
+        super().__init__(
+            f"unexpected answer from the server: {where}: {reason}"
+            + ("" if value is None else f" (got {shown[:80]})")
+        )

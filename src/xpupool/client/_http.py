@@ -1,55 +1,45 @@
-"""The typed HTTP client of the control plane: one method per endpoint, answers parsed with the
-server's own wire types (``server/schemas/``, read leniently), failures mapped to ``ApiError`` or
-``Unreachable`` as httpx maps transport errors (``httpx/_exceptions.py``)."""
+"""The typed client of the control plane: one method per endpoint, over ``_wire.Wire``.
+
+Jobs and the fleet's reads (nodes, devices, sites, queues) come back as ``_views`` records, so
+the CLI's most common commands import neither pydantic nor the server's wire types; every other
+answer is parsed with the server's own wire types (``server/schemas/``, read leniently), imported
+by the method that needs them. Failures are ``ApiError``, ``Unreachable`` or ``BadAnswer``.
+"""
 
 from __future__ import annotations
 
-import ssl
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
-import httpx
-from pydantic import BaseModel, TypeAdapter, ValidationError
-
 from xpupool.client._config import ClientConfig
-from xpupool.client._errors import ApiError, Unreachable
-from xpupool.server.schemas.audit import AuditEntry
-from xpupool.server.schemas.base import ErrorBody
-from xpupool.server.schemas.devices import Accelerator, Device
-from xpupool.server.schemas.jobs import Job, JobIn
-from xpupool.server.schemas.models import CatalogModel, ModelIntent, PlanRow
-from xpupool.server.schemas.nodes import Node, NodeDeletion, NodeTaintsIn, Site
-from xpupool.server.schemas.queues import Queue, QueueIn
-from xpupool.server.schemas.tenants import Tenant, TenantIn, TenantPatch, Token, TokenIn
+from xpupool.client._views import DeviceView, JobView, NodeView, QueueView, SiteView, read_list
+from xpupool.client._wire import Send, Wire
 
-M = TypeVar("M", bound=BaseModel)
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from xpupool.server.schemas.audit import AuditEntry
+    from xpupool.server.schemas.devices import Accelerator
+    from xpupool.server.schemas.jobs import JobIn
+    from xpupool.server.schemas.models import CatalogModel, ModelIntent, PlanRow
+    from xpupool.server.schemas.nodes import NodeDeletion, NodeTaintsIn
+    from xpupool.server.schemas.queues import QueueIn
+    from xpupool.server.schemas.tenants import Tenant, TenantIn, TenantPatch, Token, TokenIn
+
+    M = TypeVar("M", bound=BaseModel)
 
 
 class Client:
-    """A session with one server. ``transport`` lets tests drive an app in-process."""
+    """A session with one server. ``send`` lets tests answer without a network (``_wire.Send``)."""
 
     def __init__(
-        self,
-        config: ClientConfig,
-        *,
-        timeout_s: float = 30.0,
-        transport: httpx.BaseTransport | None = None,
+        self, config: ClientConfig, *, timeout_s: float = 30.0, send: Send | None = None
     ) -> None:
         self.config = config
-        headers = {"Authorization": f"Bearer {config.token}"} if config.token else {}
-        verify: ssl.SSLContext | bool = True
-        if config.ca is not None:
-            verify = ssl.create_default_context(cafile=config.ca)
-        self._http = httpx.Client(
-            base_url=config.url,
-            headers=headers,
-            timeout=timeout_s,
-            transport=transport,
-            verify=verify,
-        )
+        self._wire = Wire(config, timeout_s=timeout_s, send=send)
 
     def close(self) -> None:
-        self._http.close()
+        """Nothing held between requests (``Wire`` opens a connection per request)."""
 
     def __enter__(self) -> Client:
         return self
@@ -58,52 +48,26 @@ class Client:
         self.close()
 
     # ---------------------------------------------------------------------------- plumbing
-    def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
-            response = self._http.request(method, path, **kwargs)
-        except httpx.TransportError as exc:
-            detail = str(exc) or type(exc).__name__
-            if "CERTIFICATE_VERIFY_FAILED" in detail:
-                detail += " (set XPUPOOL_CA to the CA file that signed the server's certificate)"
-            raise Unreachable(self.config.url, detail) from None
-        if response.status_code >= 400:
-            raise self._error(response)
-        return response
+    def _json(self, method: str, path: str, body: Any = None, **params: Any) -> Any:
+        return self._wire.json(method, path, params=params, json_body=body)
 
-    def _error(self, response: httpx.Response) -> ApiError:
-        status = response.status_code
-        try:
-            body = ErrorBody.model_validate(response.json())
-        except (ValueError, ValidationError):
-            text = response.text.strip().splitlines()
-            reason = text[0][:200] if text else response.reason_phrase
-            return ApiError(status, None, None, f"server answered {status}: {reason}")
-        reason = body.reason
-        if status == 401:
-            reason = f"{reason} (token from {self.config.token_source})"
-            if self.config.token is None:
-                reason = "no token: give --token, set XPUPOOL_TOKEN or a config file"
-        if status == 404:  # the reason already names it: "job '5' not found"
-            return ApiError(status, None, body.value, reason)
-        return ApiError(status, body.field, body.value, reason)
+    def _model(self, model: type[M], method: str, path: str, body: Any = None, **params: Any) -> M:
+        return model.model_validate(self._json(method, path, body, **params))
 
-    def _get(self, path: str, model: type[M], **params: Any) -> M:
-        query = {k: v for k, v in params.items() if v is not None}
-        return model.model_validate(self._call("GET", path, params=query).json())
+    def _models(self, model: type[M], path: str, **params: Any) -> list[M]:
+        from pydantic import TypeAdapter
 
-    def _list(self, path: str, model: type[M], **params: Any) -> list[M]:
-        query = {k: v for k, v in params.items() if v is not None}
         return TypeAdapter(list[model]).validate_python(  # type: ignore[valid-type]
-            self._call("GET", path, params=query).json()
+            self._json("GET", path, **params)
         )
 
-    def _post(self, path: str, model: type[M], body: BaseModel | None = None) -> M:
-        payload = body.model_dump(mode="json", exclude_unset=True) if body is not None else None
-        return model.model_validate(self._call("POST", path, json=payload).json())
+    @staticmethod
+    def _dump(body: BaseModel) -> Any:
+        return body.model_dump(mode="json", exclude_unset=True)
 
     # ---------------------------------------------------------------------------- jobs
-    def submit(self, job: JobIn) -> Job:
-        return self._post("/v1/jobs", Job, job)
+    def submit(self, job: JobIn) -> JobView:
+        return JobView.read(self._json("POST", "/v1/jobs", self._dump(job)))
 
     def jobs(
         self,
@@ -112,100 +76,117 @@ class Client:
         queue: str | None = None,
         tenant: str | None = None,
         limit: int | None = None,
-    ) -> list[Job]:
-        return self._list("/v1/jobs", Job, state=state, queue=queue, tenant=tenant, limit=limit)
+    ) -> list[JobView]:
+        found = self._json("GET", "/v1/jobs", state=state, queue=queue, tenant=tenant, limit=limit)
+        return read_list(found, JobView.read, "jobs")
 
-    def job(self, job_id: int) -> Job:
-        return self._get(f"/v1/jobs/{job_id}", Job)
+    def job(self, job_id: int) -> JobView:
+        return JobView.read(self._json("GET", f"/v1/jobs/{job_id}"))
 
-    def cancel(self, job_id: int) -> Job:
-        return self._post(f"/v1/jobs/{job_id}/cancel", Job)
+    def cancel(self, job_id: int) -> JobView:
+        return JobView.read(self._json("POST", f"/v1/jobs/{job_id}/cancel"))
 
     def logs(self, job_id: int, *, replica: int = 0, offset: int = 0) -> bytes:
         """Raw log bytes of one replica from byte ``offset``; the next offset is ``offset + len``."""
         params = {"replica": replica, "offset": offset}
-        return self._call("GET", f"/v1/jobs/{job_id}/logs", params=params).content
+        return self._wire.call("GET", f"/v1/jobs/{job_id}/logs", params=params).body
 
     # ---------------------------------------------------------------------------- fleet
-    def nodes(self, *, site: str | None = None) -> list[Node]:
-        return self._list("/v1/nodes", Node, site=site)
+    def nodes(self, *, site: str | None = None) -> list[NodeView]:
+        return read_list(self._json("GET", "/v1/nodes", site=site), NodeView.read, "nodes")
 
-    def node(self, name: str) -> Node:
-        return self._get(f"/v1/nodes/{name}", Node)
+    def node(self, name: str) -> NodeView:
+        return NodeView.read(self._json("GET", f"/v1/nodes/{name}"))
 
-    def cordon_node(self, name: str, cordon: bool = True) -> Node:
-        return self._post(f"/v1/nodes/{name}/{'cordon' if cordon else 'uncordon'}", Node)
+    def cordon_node(self, name: str, cordon: bool = True) -> NodeView:
+        verb = "cordon" if cordon else "uncordon"
+        return NodeView.read(self._json("POST", f"/v1/nodes/{name}/{verb}"))
 
-    def taint_node(self, name: str, change: NodeTaintsIn) -> Node:
-        return self._post(f"/v1/nodes/{quote(name, safe='')}/taints", Node, change)
+    def taint_node(self, name: str, change: NodeTaintsIn) -> NodeView:
+        path = f"/v1/nodes/{quote(name, safe='')}/taints"
+        return NodeView.read(self._json("POST", path, self._dump(change)))
 
     def delete_node(self, name: str, *, drain: bool = False) -> NodeDeletion:
-        response = self._call(
-            "DELETE", f"/v1/nodes/{quote(name, safe='')}", params={"drain": str(drain).lower()}
-        )
-        return NodeDeletion.model_validate(response.json())
+        from xpupool.server.schemas.nodes import NodeDeletion
 
-    def devices(self, *, node: str | None = None) -> list[Device]:
-        return self._list("/v1/devices", Device, node=node)
+        return self._model(NodeDeletion, "DELETE", f"/v1/nodes/{quote(name, safe='')}", drain=drain)
 
-    def cordon_device(self, uuid: str, cordon: bool = True) -> Device:
-        return self._post(
-            f"/v1/devices/{quote(uuid, safe='')}/{'cordon' if cordon else 'uncordon'}", Device
-        )
+    def devices(self, *, node: str | None = None) -> list[DeviceView]:
+        return read_list(self._json("GET", "/v1/devices", node=node), DeviceView.read, "devices")
 
-    def sites(self) -> list[Site]:
-        return self._list("/v1/sites", Site)
+    def cordon_device(self, uuid: str, cordon: bool = True) -> DeviceView:
+        verb = "cordon" if cordon else "uncordon"
+        return DeviceView.read(self._json("POST", f"/v1/devices/{quote(uuid, safe='')}/{verb}"))
+
+    def sites(self) -> list[SiteView]:
+        return read_list(self._json("GET", "/v1/sites"), SiteView.read, "sites")
 
     def accelerators(self) -> list[Accelerator]:
-        return self._list("/v1/accelerators", Accelerator)
+        from xpupool.server.schemas.devices import Accelerator
+
+        return self._models(Accelerator, "/v1/accelerators")
 
     def models(self) -> list[CatalogModel]:
-        return self._list("/v1/models", CatalogModel)
+        from xpupool.server.schemas.models import CatalogModel
+
+        return self._models(CatalogModel, "/v1/models")
 
     def plan(self, body: ModelIntent) -> list[PlanRow]:
-        payload = body.model_dump(mode="json", exclude_unset=True)
+        from pydantic import TypeAdapter
+
+        from xpupool.server.schemas.models import PlanRow
+
         return TypeAdapter(list[PlanRow]).validate_python(
-            self._call("POST", "/v1/plan", json=payload).json()
+            self._json("POST", "/v1/plan", self._dump(body))
         )
 
     # ---------------------------------------------------------------------------- tenants
     def create_tenant(self, body: TenantIn) -> Tenant:
-        return self._post("/v1/tenants", Tenant, body)
+        from xpupool.server.schemas.tenants import Tenant
+
+        return self._model(Tenant, "POST", "/v1/tenants", self._dump(body))
 
     def tenants(self) -> list[Tenant]:
-        return self._list("/v1/tenants", Tenant)
+        from xpupool.server.schemas.tenants import Tenant
+
+        return self._models(Tenant, "/v1/tenants")
 
     def update_tenant(self, name: str, patch: TenantPatch) -> Tenant:
-        payload = patch.model_dump(mode="json", exclude_unset=True)
-        return Tenant.model_validate(
-            self._call("PATCH", f"/v1/tenants/{quote(name)}", json=payload).json()
-        )
+        from xpupool.server.schemas.tenants import Tenant
+
+        return self._model(Tenant, "PATCH", f"/v1/tenants/{quote(name)}", self._dump(patch))
 
     def issue_token(self, tenant: str, body: TokenIn) -> Token:
-        return self._post(f"/v1/tenants/{tenant}/tokens", Token, body)
+        from xpupool.server.schemas.tenants import Token
+
+        return self._model(Token, "POST", f"/v1/tenants/{tenant}/tokens", self._dump(body))
 
     def issue_agent_token(self, body: TokenIn) -> Token:
-        return self._post("/v1/tokens", Token, body)
+        from xpupool.server.schemas.tenants import Token
+
+        return self._model(Token, "POST", "/v1/tokens", self._dump(body))
 
     def audit(
         self, *, since: float | None = None, limit: int | None = None, kind: str | None = None
     ) -> list[AuditEntry]:
-        return self._list("/v1/audit", AuditEntry, since=since, limit=limit, kind=kind)
+        from xpupool.server.schemas.audit import AuditEntry
+
+        return self._models(AuditEntry, "/v1/audit", since=since, limit=limit, kind=kind)
 
     def tokens(self) -> list[Token]:
-        return self._list("/v1/tokens", Token)
+        from xpupool.server.schemas.tenants import Token
+
+        return self._models(Token, "/v1/tokens")
 
     def revoke_token(self, token_id: int) -> None:
-        self._call("DELETE", f"/v1/tokens/{token_id}")
+        self._wire.call("DELETE", f"/v1/tokens/{token_id}")
 
-    def put_queue(self, body: QueueIn) -> Queue:
+    def put_queue(self, body: QueueIn) -> QueueView:
         payload = body.model_dump(mode="json")
-        return Queue.model_validate(
-            self._call("PUT", f"/v1/queues/{body.name}", json=payload).json()
-        )
+        return QueueView.read(self._json("PUT", f"/v1/queues/{body.name}", payload))
 
-    def queues(self) -> list[Queue]:
-        return self._list("/v1/queues", Queue)
+    def queues(self) -> list[QueueView]:
+        return read_list(self._json("GET", "/v1/queues"), QueueView.read, "queues")
 
-    def queue(self, name: str) -> Queue:
-        return self._get(f"/v1/queues/{name}", Queue)
+    def queue(self, name: str) -> QueueView:
+        return QueueView.read(self._json("GET", f"/v1/queues/{name}"))

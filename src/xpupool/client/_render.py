@@ -13,19 +13,27 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from xpupool.client._views import (
+    DeviceAssignmentView,
+    DeviceView,
+    JobView,
+    NodeView,
+    QueueView,
+    QuotaUsageView,
+    SiteView,
+    TaintView,
+)
 from xpupool.client.fit_table import Column, FitTable
 from xpupool.model.quantity import format_mib
-from xpupool.server.schemas.agent_protocol import DeviceAssignment
-from xpupool.server.schemas.audit import AuditEntry
-from xpupool.server.schemas.devices import Device
-from xpupool.server.schemas.jobs import Job, JobState
-from xpupool.server.schemas.nodes import Node, NodeStatus, Site, TaintView
-from xpupool.server.schemas.queues import Queue, QuotaResource, QuotaUsage
-from xpupool.server.schemas.tenants import Tenant, Token
+
+if TYPE_CHECKING:  # jobs and the fleet's tables read client/_views.py's records: no pydantic
+    from xpupool.server.schemas.audit import AuditEntry
+    from xpupool.server.schemas.tenants import Tenant, Token
 
 _STATE_STYLE = {
     "pending": "yellow",
@@ -64,7 +72,7 @@ def _short_model(vendor: str, model: str) -> str:
     return rest if sep and rest and head.lower() == vendor.lower() else model
 
 
-def _share(d: DeviceAssignment) -> str:
+def _share(d: DeviceAssignmentView) -> str:
     """The part of the card granted: '' for all of it, '25%' for that share of its compute and
     memory, '20Gi' for memory alone (compute shared best-effort), else '40Gi 30%'."""
     if d.core_permille >= 1000 and d.memory_mib >= d.card_memory_mib:
@@ -78,14 +86,14 @@ def _share(d: DeviceAssignment) -> str:
     return f"{format_mib(d.memory_mib)} {cores}"
 
 
-def placement_summary(job: Job) -> list[str]:
+def placement_summary(job: JobView) -> list[str]:
     """Where a job's replicas hold devices, one entry per (node, share of a card, model) in
     replica order of first appearance: six quarter L20s on one node read '6× 25% L20 on
     sh-l20-0', not six lines. Before placement: what all its replicas ask for ('6× 25% L20')."""
     if job.assignments:
         held: dict[tuple[str, str], int] = {}  # (node, what) -> devices, in first-seen order
         for a in sorted(job.assignments, key=lambda a: a.replica):
-            cards: list[DeviceAssignment | None] = [*a.devices] or [None]
+            cards: list[DeviceAssignmentView | None] = [*a.devices] or [None]
             for d in cards:
                 what = "" if d is None else f"{_share(d)} {_short_model(d.vendor, d.model)}"
                 held[a.node, what.strip()] = held.get((a.node, what.strip()), 0) + 1
@@ -114,7 +122,7 @@ def _columns(
     return [Column(n, text=n in text, spare=rank.get(n, 0), same=n in same) for n in names]
 
 
-def jobs_table(jobs: Sequence[Job], now: float | None = None) -> FitTable:
+def jobs_table(jobs: Sequence[JobView], now: float | None = None) -> FitTable:
     columns = _columns(
         "id", "name", "tenant", "queue", "state", "prio", "devices", "age", "reason",
         text=("name", "devices", "reason"), spare=("prio", "age", "name"),
@@ -127,7 +135,7 @@ def jobs_table(jobs: Sequence[Job], now: float | None = None) -> FitTable:
             j.name,
             j.tenant,
             j.queue,
-            state_text(j.state.value),
+            state_text(j.state),
             str(j.priority),
             "\n".join(placement_summary(j)),
             ago(j.created_at, now),
@@ -136,7 +144,7 @@ def jobs_table(jobs: Sequence[Job], now: float | None = None) -> FitTable:
     return table
 
 
-def retries_text(job: Job) -> str:
+def retries_text(job: JobView) -> str:
     """``1 of 2 (on exit_nonzero)``: retries used, the limit, the causes retried."""
     limit = "no limit" if job.max_retries is None else str(job.max_retries)
     causes = ", ".join(job.retry_on) or "nothing"
@@ -144,13 +152,13 @@ def retries_text(job: Job) -> str:
     return f"{job.retries} of {limit} (on {causes}){stopped}"
 
 
-def job_detail(job: Job, now: float | None = None) -> RenderableType:
+def job_detail(job: JobView, now: float | None = None) -> RenderableType:
     head = FitTable([Column("field"), Column("value", text=True)], show_header=False)
     rows: list[tuple[str, str | Text]] = [
         ("job", f"{job.id} ({job.name})"),
         ("tenant / queue", f"{job.tenant} / {job.queue}"),
-        ("state", state_text(job.state.value)),
-        ("pending reason" if job.state is JobState.PENDING else "reason", job.reason),
+        ("state", state_text(job.state)),
+        ("pending reason" if job.state == "pending" else "reason", job.reason),
         ("priority", str(job.priority)),
         ("flavor", job.flavor or "-"),
         ("command", " ".join(job.command) or "(image entry point)"),
@@ -193,23 +201,22 @@ def job_detail(job: Job, now: float | None = None) -> RenderableType:
     if job.events:
         events = FitTable(_columns("when", "state", "reason", text=("reason",)), "events")
         for e in job.events:
-            events.add_row(ago(e.at, now), state_text(e.state.value), e.reason)
+            events.add_row(ago(e.at, now), state_text(e.state), e.reason)
         parts.append(events)
     return Group(*parts)
 
 
-def node_status(node: Node) -> Text:
+def node_status(node: NodeView) -> Text:
     """'ready', 'lost', ..., or 'cordoned' for a ready node taken out of scheduling
     ('lost,cordoned' for a lost one)."""
     if node.schedulable:
-        ready = node.status is NodeStatus.READY
-        return Text(node.status.value, style="green" if ready else "red")
-    if node.status is NodeStatus.READY:
+        return Text(node.status, style="green" if node.status == "ready" else "red")
+    if node.status == "ready":
         return Text("cordoned", style="yellow")
-    return Text(f"{node.status.value},cordoned", style="red")
+    return Text(f"{node.status},cordoned", style="red")
 
 
-def nodes_table(nodes: Sequence[Node], now: float | None = None) -> FitTable:
+def nodes_table(nodes: Sequence[NodeView], now: float | None = None) -> FitTable:
     columns = _columns(
         "name", "site", "status", "devices free", "cpu", "memory", "taints", "heartbeat", "source",
         text=("taints",), spare=("source", "heartbeat", "taints"),
@@ -239,7 +246,7 @@ def _metric(value: float | int | None, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def devices_table(devices: Sequence[Device]) -> FitTable:
+def devices_table(devices: Sequence[DeviceView]) -> FitTable:
     columns = _columns(
         "node", "idx", "model", "alloc mem", "alloc cores", "state", "jobs", "used mem", "util",
         "uuid",
@@ -267,7 +274,7 @@ def devices_table(devices: Sequence[Device]) -> FitTable:
     return table
 
 
-def sites_table(sites: Sequence[Site]) -> FitTable:
+def sites_table(sites: Sequence[SiteView]) -> FitTable:
     columns = _columns("site", "nodes ready", "devices free", "models", text=("models",))
     table = FitTable(columns, f"{len(sites)} sites")
     for site in sites:
@@ -280,24 +287,20 @@ def sites_table(sites: Sequence[Site]) -> FitTable:
     return table
 
 
-def _quota_amount(resource: QuotaResource, amount: int | None) -> str:
+def _quota_amount(resource: str, amount: int | None) -> str:
     if amount is None:
         return "∞"
-    if resource is QuotaResource.DEVICE_MEMORY_MIB:
+    if resource == "device_memory_mib":
         return format_mib(amount)
-    if resource is QuotaResource.CORES_PERMILLE:
+    if resource == "cores_permille":
         return percent(amount)
     return str(amount)
 
 
-_QUOTA_LABELS = {
-    QuotaResource.DEVICES: "devices",
-    QuotaResource.DEVICE_MEMORY_MIB: "memory",
-    QuotaResource.CORES_PERMILLE: "cores",
-}
+_QUOTA_LABELS = {"devices": "devices", "device_memory_mib": "memory", "cores_permille": "cores"}
 
 
-def quota_text(q: QuotaUsage, has_cohort: bool) -> str:
+def quota_text(q: QuotaUsageView, has_cohort: bool) -> str:
     """'A100 devices: 2/4', plus what it may borrow when it is in a cohort; device memory reads
     'memory' (MiB, shown as 40Gi) and compute 'cores' (thousandths, shown in %)."""
     text = f"{q.flavor} {_QUOTA_LABELS[q.resource]}: "
@@ -307,7 +310,7 @@ def quota_text(q: QuotaUsage, has_cohort: bool) -> str:
     return text
 
 
-def queues_table(queues: Sequence[Queue]) -> FitTable:
+def queues_table(queues: Sequence[QueueView]) -> FitTable:
     quotas = "quotas (used/nominal +borrow)"
     columns = _columns(
         "queue", "tenant", "pending", "running", quotas, "cohort", "max prio",

@@ -17,20 +17,18 @@ from rich.text import Text
 
 from xpupool.client._http import Client
 from xpupool.client._render import node_status, queues_table
+from xpupool.client._views import DeviceView, NodeView, QueueView
 from xpupool.client.fit_table import Column, FitTable
 from xpupool.model.quantity import format_mib
-from xpupool.server.schemas.devices import Device
-from xpupool.server.schemas.nodes import Node, NodeStatus
-from xpupool.server.schemas.queues import Queue
 
 BAR_WIDTH = 10
 
 
 @dataclass(slots=True)
 class Snapshot:
-    nodes: list[Node]
-    devices: list[Device]
-    queues: list[Queue]
+    nodes: list[NodeView]
+    devices: list[DeviceView]
+    queues: list[QueueView]
     taken_at: float = field(default_factory=time.time)
 
 
@@ -68,7 +66,7 @@ class _Usage:
     util_sum: float = 0.0
     util_n: int = 0
 
-    def add(self, d: Device) -> None:
+    def add(self, d: DeviceView) -> None:
         self.devices += 1
         self.busy += bool(d.allocated_memory_mib or d.allocated_core_permille)
         self.memory_mib += d.memory_mib
@@ -114,7 +112,7 @@ def frame(snap: Snapshot) -> RenderableType:
     sites = _usage_table("sites", ("site", "nodes ready"))
     ready: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for n in snap.nodes:
-        ready[n.site][0] += n.status is NodeStatus.READY
+        ready[n.site][0] += n.status == "ready"
         ready[n.site][1] += 1
     for site in sorted(ready):
         sites.add_row(site, f"{ready[site][0]}/{ready[site][1]}", *by_site[site].cells())

@@ -95,9 +95,9 @@ def top(
                     to_json(
                         {
                             "taken_at": snap.taken_at,
-                            "nodes": [n.model_dump(mode="json") for n in snap.nodes],
-                            "devices": [d.model_dump(mode="json") for d in snap.devices],
-                            "queues": [q.model_dump(mode="json") for q in snap.queues],
+                            "nodes": [n.raw for n in snap.nodes],
+                            "devices": [d.raw for d in snap.devices],
+                            "queues": [q.raw for q in snap.queues],
                         }
                     )
                 )

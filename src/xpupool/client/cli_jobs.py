@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from pydantic import ValidationError
 
 from xpupool.client._cli_common import (
     CONNECTION_HELP,
@@ -20,11 +19,13 @@ from xpupool.client._cli_common import (
 from xpupool.client._http import Client
 from xpupool.client._render import job_detail, jobs_table
 from xpupool.client._times import duration_s
+from xpupool.client._views import FINAL_JOB_STATES, JOB_STATES, JobView
 from xpupool.client.cli_models import intent, model_options, plan_table
 from xpupool.model.errors import RequestError
 from xpupool.model.job_text import env_pair, retry_causes
-from xpupool.server.schemas.jobs import FINAL_STATES, Job, JobIn, JobState
-from xpupool.server.schemas.models import ModelIntent
+
+if TYPE_CHECKING:  # what a submission is checked with, imported by submit alone
+    from xpupool.server.schemas.jobs import JobIn
 
 WAIT_POLL_S = 0.5
 
@@ -69,23 +70,27 @@ def build_job(
     if env:
         body["env"] = {**(body.get("env") or {}), **env}
     body.update({k: v for k, v in overrides.items() if v is not None})
+    from pydantic import ValidationError
+
+    from xpupool.server.schemas.jobs import JobIn
+
     try:
         return JobIn.model_validate(body)
     except ValidationError as exc:
         raise request_error(exc, file or "") from None
 
 
-def wait_for(client: Client, job: Job, until: str, timeout_s: float) -> Job:
+def wait_for(client: Client, job: JobView, until: str, timeout_s: float) -> JobView:
     """Poll until the job holds devices ('scheduled') or ends ('finished'); a final state ends
     either wait. Raises ``RequestError`` on timeout (the job keeps its place)."""
-    targets = set(FINAL_STATES)
+    targets = set(FINAL_JOB_STATES)
     if until == "scheduled":
-        targets |= {JobState.SCHEDULED, JobState.RUNNING}
+        targets |= {"scheduled", "running"}
     deadline = time.monotonic() + timeout_s
     while job.state not in targets:
         if time.monotonic() > deadline:
             raise RequestError(
-                "--timeout", timeout_s, f"job {job.id} still {job.state.value}: {job.reason}"
+                "--timeout", timeout_s, f"job {job.id} still {job.state}: {job.reason}"
             )
         time.sleep(WAIT_POLL_S)
         job = client.job(job.id)
@@ -186,6 +191,8 @@ def submit(
     if model is not None:
         block = intent(model, task, precision, context, concurrency, method)
         if dry_run:
+            from xpupool.server.schemas.models import ModelIntent
+
             with make_client(url, token) as client:
                 rows = client.plan(ModelIntent.model_validate(block))
             emit(output, rows, lambda: plan_table([r for r in rows if r.feasible]))
@@ -200,12 +207,12 @@ def submit(
             job = wait_for(client, job, until, timeout)
     if output == "json" or wait:
         emit(output, job, lambda: job_detail(job))
-    if wait and until == "finished" and job.state is not JobState.SUCCEEDED:
+    if wait and until == "finished" and job.state != "succeeded":
         ctx.exit(1)
 
 
 @click.command(epilog=CONNECTION_HELP)
-@click.option("--state", type=click.Choice([st.value for st in JobState]))
+@click.option("--state", type=click.Choice(JOB_STATES))
 @click.option("--queue")
 @click.option("--tenant", help="admin only")
 @click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
@@ -248,7 +255,7 @@ def cancel(job_id: int, url: str | None, token: str | None, output: str) -> None
     if output == "json":
         emit(output, found, lambda: job_detail(found))
     else:
-        click.echo(f"job {found.id}: {found.state.value} ({found.reason})")
+        click.echo(f"job {found.id}: {found.state} ({found.reason})")
 
 
 @click.command(epilog=CONNECTION_HELP)
@@ -274,7 +281,7 @@ def logs(
                 click.echo(chunk, nl=False)  # bytes go to the binary stream as they are
                 offset += len(chunk)
                 continue
-            if not follow or client.job(job_id).state in FINAL_STATES:
+            if not follow or client.job(job_id).state in FINAL_JOB_STATES:
                 # one last read: output written between the read and the state check
                 rest = client.logs(job_id, replica=replica, offset=offset) if follow else b""
                 click.echo(rest, nl=False)

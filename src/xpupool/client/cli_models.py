@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -25,7 +25,9 @@ from xpupool.client._errors import Unreachable
 from xpupool.client._render import _columns
 from xpupool.client.fit_table import FitTable
 from xpupool.model.errors import RequestError
-from xpupool.server.schemas.models import CatalogModel, ModelIntent, PlanRow
+
+if TYPE_CHECKING:  # imported where they are used: `xpupool jobs` imports this module too
+    from xpupool.server.schemas.models import CatalogModel, ModelIntent, PlanRow
 
 F = TypeVar("F", bound=Callable[..., Any])
 _CONTEXT = re.compile(r"^\s*(\d+)\s*([kKmM]?)\s*$")
@@ -97,6 +99,7 @@ def offline_plan(body: ModelIntent) -> list[PlanRow]:
     from xpupool.catalog import load_accelerators
     from xpupool.catalog.models import load_models
     from xpupool.catalog.plan import PlanInput, plan
+    from xpupool.server.schemas.models import PlanRow
 
     models = load_models()
     request = PlanInput(
@@ -139,6 +142,8 @@ def plan_command(
     xpupool plan --model qwen2.5-72b --task serve --context 32k --concurrency 16
     xpupool plan --model deepseek-r1 --precision fp8 --catalog-only -o json
     """
+    from xpupool.server.schemas.models import ModelIntent
+
     body = ModelIntent.model_validate(intent(model, task, precision, context, concurrency, method))
     if catalog_only:
         rows = offline_plan(body)
@@ -194,6 +199,7 @@ def models_command(catalog_only: bool, url: str | None, token: str | None, outpu
     """List the models plan and submit --model know: parameters, context, precisions, runtimes."""
     if catalog_only:
         from xpupool.catalog.models import load_models
+        from xpupool.server.schemas.models import CatalogModel
 
         rows = [
             CatalogModel.model_validate(

@@ -157,6 +157,25 @@ def create_app(
         app.add_middleware(RateLimitGate, limiter=limiter)
     if forwarded:  # outermost: everything after it sees the request as the client sent it
         app.add_middleware(FromWorkers)
+
+    # /healthz and /metrics first: FastAPI builds an included router's routes when a request is
+    # first matched against them (all of a router's at once: docs/benchmarks/startup-42.md), so
+    # a health check answered before them is answered without waiting for that.
+    @app.get("/healthz", response_class=PlainTextResponse, tags=["ops"])
+    def healthz() -> PlainTextResponse:
+        """'ok', or 503 'unhealthy: <reason>' while the store cannot be written; below it, one
+        line per inconsistency the last start found in the store and set aside."""
+        plane.check_store()
+        healthy, text = plane.health.report()
+        return PlainTextResponse(text, status_code=200 if healthy else 503)
+
+    @app.get("/metrics", tags=["ops"])
+    def metrics(_: MetricsReader) -> Response:
+        """Prometheus exposition (names in the README). It names every tenant, queue and node:
+        the admin token or a metrics token is needed, unless the server was started with
+        ``--metrics-auth open`` (docs/security.md)."""
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
     # Routes are matched in this order, one after another: the busiest first (submissions,
     # then every node's heartbeats): each route matched before a submission's is paid by every
     # submission (issue 25; docs/benchmarks.md and its history). No two routers share a path.
@@ -192,20 +211,5 @@ def create_app(
         return JSONResponse(answer.body, status_code=answer.status)
 
     mount_dashboard(app)  # the web dashboard at / (server/web/), after the handlers it wraps
-
-    @app.get("/healthz", response_class=PlainTextResponse, tags=["ops"])
-    def healthz() -> PlainTextResponse:
-        """'ok', or 503 'unhealthy: <reason>' while the store cannot be written; below it, one
-        line per inconsistency the last start found in the store and set aside."""
-        plane.check_store()
-        healthy, text = plane.health.report()
-        return PlainTextResponse(text, status_code=200 if healthy else 503)
-
-    @app.get("/metrics", tags=["ops"])
-    def metrics(_: MetricsReader) -> Response:
-        """Prometheus exposition (names in the README). It names every tenant, queue and node:
-        the admin token or a metrics token is needed, unless the server was started with
-        ``--metrics-auth open`` (docs/security.md)."""
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     return app

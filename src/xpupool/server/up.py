@@ -11,12 +11,13 @@ to keep job output off the store's filesystem). ``--db`` takes any SQLAlchemy UR
 
 from __future__ import annotations
 
+import gc
 import ipaddress
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING
 
 from xpupool.catalog.images import default_image_catalog
 from xpupool.catalog.operator_file import OperatorCatalog
@@ -36,6 +37,9 @@ from xpupool.server.rate_limit import ADDRESS_RATE, TOKEN_RATE, Rate, RateLimite
 from xpupool.server.retention import Retention
 from xpupool.server.routers.deps import MetricsAuth
 
+if TYPE_CHECKING:
+    from xpupool.agent.launch import LaunchSettings
+
 log = logging.getLogger("xpupool.server")
 
 
@@ -52,15 +56,9 @@ class UpConfig:
     lost_after_s: float = 30.0
     lease_s: float | None = None  # None: server/lease.py's default
     agent: bool = True
-    job_uid_range: str = "200000-299999"  # the in-process agent's launch options (see agent)
-    job_root: str | None = None
     log_cap: str = "64Mi"
     log_reserve: str = DEFAULT_LOG_RESERVE  # free space job output never takes (disk_reserve.py)
     logs: Path | None = None  # --logs ROOT: ROOT/logs and ROOT/agent instead of the data dir's
-    sandbox: str = "none"  # none | bwrap
-    runtime: str = "auto"  # auto | docker | podman | none: asked at start
-    device_root: str = "/dev"
-    pids_limit: int | None = None  # None: the agent's default (agent/launch/cgroups.py)
     reinitialise: bool = False  # a missing/empty database may start a new pool over old files
     rotate_admin_token: bool = False  # write a new admin token, revoking the old one
     max_body: int = DEFAULT_MAX_BODY  # bytes of a request body taken (server/body_limit.py)
@@ -83,6 +81,10 @@ class UpConfig:
         default_factory=ConnectionLimits
     )  # --header-timeout, --connections-per-address (server/connection_guard.py)
     metrics_auth: MetricsAuth = "token"  # --metrics-auth: who may read /metrics
+    # The in-process agent's launch settings (isolation, container runtime: agent/launch/), being
+    # found on another thread: cli_up.py starts asking the runtime before the server's imports,
+    # and the agent is made with what it found. None: the defaults, no sandbox and no runtime.
+    launch: Callable[[], LaunchSettings] | None = None
 
 
 def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPlane:
@@ -216,22 +218,11 @@ def _serve(
     on_start: Callable[[], None] | None = None
     on_stop: Callable[[], None] | None = None
     if cfg.agent:
+        from xpupool.agent.launch import LaunchSettings
         from xpupool.agent.launch.identity import isolation_notice
-        from xpupool.agent.launch.options import launch_settings
-        from xpupool.probes.container_runtime import RuntimeChoice
         from xpupool.server.inprocess_agent import AgentThread, local_agent
 
-        settings = launch_settings(
-            cfg.job_uid_range,
-            cfg.job_root,
-            cfg.log_cap,
-            cfg.sandbox,
-            cast(RuntimeChoice, cfg.runtime),  # a click.Choice of the same names
-            cfg.device_root,
-            (cfg.data, *((cfg.logs,) if cfg.logs is not None else ())),
-            cfg.pids_limit,
-            log_reserve=cfg.log_reserve,
-        )
+        settings = cfg.launch() if cfg.launch is not None else LaunchSettings()
         agent = AgentThread(local_agent(plane, logs_root(cfg) / "agent", settings=settings))
         plane.logs.on_forget.append(agent.agent.forget_copies)  # retention takes its copies too
         on_start, on_stop = agent.start, agent.stop
@@ -268,6 +259,7 @@ def _serve(
         metrics_auth=cfg.metrics_auth,
     )
     freeze_start_heap()
+    gc.enable()  # off while the server started (cli_up.py): collected as usual from here on
     survivors = SurvivorFreeze(quiet=no_job_since_asked(plane))
     survivors.start()
     try:

@@ -4,6 +4,7 @@ Unknown readings are '-', never 0; units stay in the cells."""
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from typing import Any
 
 from rich.console import Console, RenderableType
@@ -17,10 +18,7 @@ from xpupool.client._render import (
     queues_table,
 )
 from xpupool.client._top import Snapshot, bar, frame
-from xpupool.server.schemas.devices import Device
-from xpupool.server.schemas.jobs import Job
-from xpupool.server.schemas.nodes import Node
-from xpupool.server.schemas.queues import Queue, QuotaUsage
+from xpupool.client._views import DeviceView, JobView, NodeView, QueueView, QuotaUsageView
 
 NOW = 1_700_000_000.0
 
@@ -31,7 +29,7 @@ def _text(renderable: RenderableType) -> str:
     return out.getvalue()
 
 
-def _job(**over: Any) -> Job:
+def _job(**over: Any) -> JobView:
     fields: dict[str, Any] = {
         "id": 7,
         "name": "train",
@@ -49,11 +47,11 @@ def _job(**over: Any) -> Job:
         "updated_at": NOW,
         "events": [{"at": NOW - 90, "state": "pending", "reason": "submitted"}],
     }
-    return Job.model_validate({**fields, **over})
+    return JobView.read({**fields, **over})
 
 
-def _device(uuid: str, node: str, allocated_mib: int, metrics: dict[str, Any] | None) -> Device:
-    return Device.model_validate(
+def _device(uuid: str, node: str, allocated_mib: int, metrics: dict[str, Any] | None) -> DeviceView:
+    return DeviceView.read(
         {
             "uuid": uuid,
             "node": node,
@@ -76,8 +74,8 @@ def _device(uuid: str, node: str, allocated_mib: int, metrics: dict[str, Any] | 
     )
 
 
-def _node(name: str) -> Node:
-    return Node.model_validate(
+def _node(name: str) -> NodeView:
+    return NodeView.read(
         {
             "name": name,
             "site": "bj",
@@ -98,8 +96,8 @@ def _node(name: str) -> Node:
     )
 
 
-def _queue() -> Queue:
-    return Queue.model_validate(
+def _queue() -> QueueView:
+    return QueueView.read(
         {
             "name": "lab",
             "tenant": "lab",
@@ -181,8 +179,8 @@ def test_devices_table_shows_unknown_metrics_as_dash() -> None:
 def test_devices_table_shows_another_tenants_use_as_in_use() -> None:
     """A tenant's listing names its own jobs only; others' use is anonymous (docs/security.md)."""
     mine = _device("GPU-a", "n1", 20480, None)
-    theirs = _device("GPU-b", "n1", 0, None).model_copy(update={"in_use_by_others": True})
-    both = mine.model_copy(update={"uuid": "GPU-c", "in_use_by_others": True})
+    theirs = replace(_device("GPU-b", "n1", 0, None), in_use_by_others=True)
+    both = replace(mine, uuid="GPU-c", in_use_by_others=True)
     rows = {
         u: next(
             line
@@ -291,11 +289,9 @@ def test_compute_shows_in_percent_of_a_card_never_permille() -> None:
     """Requests say 'cores=25%'; what was granted, what is allocated and the quotas say it the same
     way (issue 21: they showed 250‰)."""
     job = _job(state="running", assignments=[_replica(0, "sh-l20-0", L20_QUARTER)])
-    device = _device("GPU-a", "n1", 20480, None).model_copy(update={"allocated_core_permille": 125})
+    device = replace(_device("GPU-a", "n1", 20480, None), allocated_core_permille=125)
     quota = {"flavor": "A100", "resource": "cores_permille", "nominal": 4000, "used": 1500}
-    queue = _queue().model_copy(
-        update={"quotas": [QuotaUsage.model_validate({**quota, "borrowing_limit": 500})]}
-    )
+    queue = replace(_queue(), quotas=(QuotaUsageView.read({**quota, "borrowing_limit": 500}, "q"),))
     texts = [
         _text(r) for r in (job_detail(job, NOW), devices_table([device]), queues_table([queue]))
     ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import re
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -27,12 +28,17 @@ from xpupool.client._render import (
     tokens_table,
 )
 from xpupool.client._top import Snapshot, frame
+from xpupool.client._views import (
+    JOB_STATES,
+    DeviceView,
+    JobView,
+    NodeView,
+    QueueView,
+    SiteView,
+    TaintView,
+)
 from xpupool.server.schemas.audit import AuditEntry
-from xpupool.server.schemas.devices import Device
-from xpupool.server.schemas.jobs import Job, JobState
 from xpupool.server.schemas.models import CatalogModel
-from xpupool.server.schemas.nodes import Node, Site, TaintView
-from xpupool.server.schemas.queues import Queue
 from xpupool.server.schemas.tenants import Tenant, Token
 
 NOW = 1_700_000_000.0
@@ -79,7 +85,7 @@ def _assignment(replica: int, node: str = "sh-l20-0") -> dict[str, Any]:
     }
 
 
-def _job(job_id: int, state: str, **over: Any) -> Job:
+def _job(job_id: int, state: str, **over: Any) -> JobView:
     fields: dict[str, Any] = {
         "id": job_id,
         "name": "finetune-llama-70b-on-shanghai-l20-with-lora",
@@ -97,11 +103,11 @@ def _job(job_id: int, state: str, **over: Any) -> Job:
         "updated_at": NOW,
         "events": [{"at": NOW - 90, "state": state, "reason": LONG_REASON}],
     }
-    return Job.model_validate({**fields, **over})
+    return JobView.read({**fields, **over})
 
 
-def _device(index: int, jobs: list[int]) -> Device:
-    return Device.model_validate(
+def _device(index: int, jobs: list[int]) -> DeviceView:
+    return DeviceView.read(
         {
             "uuid": UUID,
             "node": "bj-a100-12",
@@ -126,8 +132,8 @@ def _device(index: int, jobs: list[int]) -> Device:
     )
 
 
-def _node(name: str, status: str = "ready", schedulable: bool = True) -> Node:
-    return Node.model_validate(
+def _node(name: str, status: str = "ready", schedulable: bool = True) -> NodeView:
+    return NodeView.read(
         {
             "name": name,
             "site": "shanghai",
@@ -148,7 +154,7 @@ def _node(name: str, status: str = "ready", schedulable: bool = True) -> Node:
     )
 
 
-def _queue() -> Queue:
+def _queue() -> QueueView:
     quotas = [
         {
             "flavor": flavor,
@@ -163,7 +169,7 @@ def _queue() -> Queue:
             ("ascend:910B", "cores_permille", 4000),
         )
     ]
-    return Queue.model_validate(
+    return QueueView.read(
         {
             "name": "research-vision",
             "tenant": "research-vision",
@@ -176,7 +182,7 @@ def _queue() -> Queue:
     )
 
 
-STATES = [st.value for st in JobState]
+STATES = list(JOB_STATES)
 
 
 def test_jobs_table_fits_80_columns_and_keeps_every_state_whole() -> None:
@@ -236,13 +242,9 @@ def test_nodes_table_fits() -> None:
 
 
 def test_nodes_table_shows_each_taint_as_kubectl_writes_it() -> None:
-    tainted = _node("gpu-0").model_copy(
-        update={
-            "taints": [
-                TaintView(key="gpu", value="true", effect="NoSchedule"),
-                TaintView(key="spot", effect="PreferNoSchedule"),
-            ]
-        }
+    tainted = replace(
+        _node("gpu-0"),
+        taints=(TaintView("gpu", "true", "NoSchedule"), TaintView("spot", "", "PreferNoSchedule")),
     )
     lines = _lines(nodes_table([tainted, _node("cpu-0")], NOW), width=120)
     _fits(lines, 120)
@@ -251,13 +253,15 @@ def test_nodes_table_shows_each_taint_as_kubectl_writes_it() -> None:
 
 
 def test_queues_sites_tenants_tokens_and_audit_fit() -> None:
-    site = Site(
-        name="shanghai-datacentre-2",
-        nodes=14,
-        nodes_ready=13,
-        devices=112,
-        devices_free=56,
-        by_model={"A100-SXM4-80GB": 24, "H100-SXM5-80GB": 16, "910B3": 16, "MLU370-X8": 16},
+    site = SiteView.read(
+        {
+            "name": "shanghai-datacentre-2",
+            "nodes": 14,
+            "nodes_ready": 13,
+            "devices": 112,
+            "devices_free": 56,
+            "by_model": {"A100-SXM4-80GB": 24, "H100-SXM5-80GB": 16, "910B3": 16, "MLU370-X8": 16},
+        }
     )
     tenant = Tenant(
         name="research-vision", weight=2.5, created_at=NOW - 86400 * 3, pending_jobs=999

@@ -1,0 +1,403 @@
+"""``xpupool up``: the control plane's command, its options and their checks before anything
+starts. Its own module so that the CLI's other commands do not import what its options need (the
+launch options name the agent's back ends); cli.py names it in its table of commands."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar, cast
+
+import click
+
+from xpupool.agent.launch.options import launch_options, launch_settings
+from xpupool.log_setup import configure_logging, verbose_option
+from xpupool.model.errors import XpupoolError
+from xpupool.start_options import (
+    DEFAULT_PROFILE,
+    catalog_option,
+    check_policies,
+    load_catalog,
+    load_profiles,
+)
+
+if TYPE_CHECKING:
+    from xpupool.agent.launch import LaunchSettings
+    from xpupool.probes.container_runtime import RuntimeChoice
+    from xpupool.server.routers.deps import MetricsAuth
+
+T = TypeVar("T")
+
+
+def in_background(make: Callable[[], T], name: str) -> Callable[[], T]:
+    """``make()`` on a thread of its own, started now; the function returned waits for it, then
+    returns what it returned or raises what it raised."""
+    made: list[T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            made.append(make())
+        except BaseException as exc:  # raised again where the result is asked for
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+
+    def result() -> T:
+        thread.join()
+        if failed:
+            raise failed[0]
+        return made[0]
+
+    return result
+
+
+@click.command()
+@click.option(
+    "--data",
+    default=".xpupool",
+    show_default=True,
+    type=click.Path(file_okay=False, resolve_path=True),
+)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option(
+    "--port",
+    default=8080,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    envvar="XPUPOOL_PORT",
+    show_envvar=True,
+    help="port of the API and dashboard; also read from XPUPOOL_PORT (so `make run` takes it)",
+)
+@click.option(
+    "--cluster",
+    type=click.Path(exists=True, dir_okay=False, resolve_path=True),
+    help="YAML cluster file of simulated nodes to add (see examples/cluster-mixed.yaml)",
+)
+@click.option("--db", help="SQLAlchemy URL instead of DATA/state.db (e.g. PostgreSQL)")
+@click.option(
+    "--logs",
+    type=click.Path(file_okay=False, resolve_path=True),
+    metavar="DIR",
+    help="keep the replicas' logs (DIR/logs) and the in-process agent's files (DIR/agent) here "
+    "instead of in the data dir: a filesystem that job output may fill without touching the "
+    "store's (DIR/pool-id names the pool: another pool's DIR is refused)",
+)
+@click.option(
+    "--policy",
+    default=DEFAULT_PROFILE,
+    show_default=True,
+    help="default placement profile: a built-in or one of the --profile file",
+)
+@click.option(
+    "--profile",
+    "profile_file",
+    type=click.Path(dir_okay=False, resolve_path=True),
+    help="YAML profile file (docs/profiles.md) whose profiles jobs, queues and --policy may name",
+)
+@click.option("--heartbeat", default=5.0, show_default=True, help="agent heartbeat period, s")
+@click.option(
+    "--lost-after", default=30.0, show_default=True, help="silence before a node is lost, s"
+)
+@click.option(
+    "--lease",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="how long a node's replicas run on without a heartbeat the server answered (their "
+    "supervisors stop them then; a silent node's jobs run elsewhere only after it) "
+    "[default: 5 heartbeats and at least 20 s, at most 80% of --lost-after]",
+)
+@click.option(
+    "--store-lease",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="how long this server owns the store without renewing (it renews every fifth of it): "
+    "another server on the same database (--db) is refused until then, and may take the "
+    "store 2 s after it ends (docs/security.md)",
+)
+@click.option("--agent/--no-agent", default=True, show_default=True, help="in-process local agent")
+@click.option(
+    "--max-body",
+    default="1Mi",
+    show_default=True,
+    metavar="SIZE",
+    help="largest request body taken (bytes, or 512Ki, 8Mi, ...); larger is 413, before the "
+    "token is checked (an agent's log upload may always send 1 MiB)",
+)
+@click.option(
+    "--reinitialise",
+    is_flag=True,
+    help="Start a new pool although the database is missing or empty while DATA holds an "
+    "earlier pool's files (moved to DATA/old-<time>/; job ids continue above the old ones)",
+)
+@click.option(
+    "--rotate-admin-token",
+    is_flag=True,
+    help="Write a new DATA/admin-token (mode 0600) and revoke every earlier admin token",
+)
+@click.option(
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False, resolve_path=True),
+    help="PEM certificate (chain) to serve HTTPS with; give --tls-key too",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(exists=True, dir_okay=False, resolve_path=True),
+    help="PEM private key of --tls-cert",
+)
+@click.option(
+    "--retain-jobs",
+    default="7d",
+    show_default=True,
+    metavar="DURATION",
+    help="finished jobs (with their events and logs) are deleted this long after they ended "
+    "(30m, 12h, 7d, ...; 'forever' keeps them)",
+)
+@click.option(
+    "--retain-count",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(0),
+    help="at most this many finished jobs are kept per tenant, each tenant's oldest deleted "
+    "first, so no tenant's jobs push out another's (0: no limit)",
+)
+@click.option(
+    "--audit-keep",
+    default=100_000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="audit rows kept of the admin's actions, and as many of agents' registrations and "
+    "exchanges; refused agent requests never push them out (docs/security.md)",
+)
+@click.option(
+    "--audit-keep-refused",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="audit rows kept of agent credentials' refused requests, each one credential's "
+    "refusals of one kind in a minute, with their count (docs/security.md)",
+)
+@click.option(
+    "--history-interval",
+    default="60s",
+    show_default=True,
+    metavar="DURATION",
+    help="how often the server samples the fleet for its history (GET /v1/fleet/history; "
+    "docs/fleet-overview.md): 10s, 1m, ...",
+)
+@click.option(
+    "--http-workers",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, 64),
+    help="processes that take the API's connections and pass them to the control plane, so "
+    "that its one interpreter spends its time on the pool, not on HTTP (0: the plane serves "
+    "HTTP itself); one is enough for about 1,000 submissions/s (docs/benchmarks.md)",
+)
+@click.option(
+    "--rate-limit",
+    default="50/200",
+    show_default=True,
+    metavar="RATE[/BURST]",
+    help="requests a second per token (or dashboard session) on average, BURST at once; more "
+    "is 429 with Retry-After, refused requests counted too; 0: no limit (docs/security.md)",
+)
+@click.option(
+    "--address-rate-limit",
+    default="10/50",
+    show_default=True,
+    metavar="RATE[/BURST]",
+    help="requests a second per source address that carry no valid token (none, unknown, "
+    "revoked, expired); past it a token not seen yet is refused before it is looked up; 0: no "
+    "limit",
+)
+@click.option(
+    "--header-timeout",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="a connection whose request header is not whole this long after it opened (or after "
+    "the request's first byte) is closed",
+)
+@click.option(
+    "--connections-per-address",
+    default=128,
+    show_default=True,
+    type=click.IntRange(0),
+    metavar="N",
+    help="open connections one source address may hold (per HTTP worker with --http-workers); "
+    "more is 429 and closed at once; raise it for many agents behind one NAT address; 0: no "
+    "limit",
+)
+@click.option(
+    "--metrics-auth",
+    type=click.Choice(["token", "open"]),
+    default="token",
+    show_default=True,
+    help="who may read /metrics, which names every tenant, queue and node: token, the admin "
+    "token or a metrics token (xpupool token issue --metrics); open, anyone who reaches the port",
+)
+@catalog_option
+@launch_options
+@verbose_option
+def up(
+    data: str,
+    host: str,
+    port: int,
+    cluster: str | None,
+    db: str | None,
+    logs: str | None,
+    policy: str,
+    profile_file: str | None,
+    heartbeat: float,
+    lost_after: float,
+    lease: float | None,
+    store_lease: float,
+    agent: bool,
+    job_uid_range: str,
+    job_root: str | None,
+    log_cap: str,
+    log_reserve: str,
+    sandbox: str,
+    runtime: str,
+    device_root: str,
+    pids_limit: int,
+    reinitialise: bool,
+    rotate_admin_token: bool,
+    tls_cert: str | None,
+    tls_key: str | None,
+    max_body: str,
+    retain_jobs: str,
+    retain_count: int,
+    audit_keep: int,
+    audit_keep_refused: int,
+    history_interval: str,
+    catalog_file: str | None,
+    http_workers: int,
+    rate_limit: str,
+    address_rate_limit: str,
+    header_timeout: float,
+    connections_per_address: int,
+    metrics_auth: str,
+    verbose: bool,
+) -> None:
+    """Start the control plane: REST API, scheduler, SQLite state, metrics, local agent."""
+    # No cyclic collection while the server starts: its imports and tables are thousands of
+    # objects that all live on, and each collection walks them again; server/up.py freezes them
+    # (heap_freeze.py) and turns the collector back on before it serves.
+    gc.disable()
+    click.get_current_context().call_on_close(gc.enable)  # also when the start is refused
+    configure_logging(verbose)  # before the probe below logs what it found
+    launch: Callable[[], LaunchSettings] | None = None
+    if agent:
+        # The in-process agent's launch settings ask the container runtime (`podman info` or
+        # `docker info`, a wait: docs/benchmarks/startup-42.md) and try the sandbox: now, on a
+        # thread, while the server's modules import and its store opens. The agent is built
+        # with them, so no node of its is registered, nor offered image jobs, before its
+        # runtime is known; a bad option is raised where it was before, after the store opened
+        # (server/up.py).
+        launch = in_background(
+            lambda: launch_settings(
+                job_uid_range,
+                job_root,
+                log_cap,
+                sandbox,
+                cast("RuntimeChoice", runtime),  # a click.Choice of the same names
+                device_root,
+                (Path(data), *((Path(logs),) if logs else ())),
+                pids_limit,
+                log_reserve=log_reserve,
+            ),
+            "xpupool-launch-probe",
+        )
+    from xpupool.client._times import duration_s
+    from xpupool.server.audit import AuditKeep
+    from xpupool.server.retention import Retention
+
+    retain_s = None if retain_jobs == "forever" else duration_s(retain_jobs)
+    if retain_jobs != "forever" and not retain_s:
+        raise click.BadParameter(
+            f"{retain_jobs!r}: use a duration such as 12h or 7d, or 'forever'",
+            param_hint="--retain-jobs",
+        )
+
+    history_s = duration_s(history_interval)
+    if not history_s:
+        raise click.BadParameter(
+            f"{history_interval!r}: use a duration above 0 such as 30s or 1m",
+            param_hint="--history-interval",
+        )
+
+    from xpupool.server.body_limit import parse_size
+
+    try:
+        max_body_bytes = parse_size(max_body)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--max-body") from None
+
+    from xpupool.server.rate_limit import parse_rate
+
+    rates = {}
+    for hint, text in (("--rate-limit", rate_limit), ("--address-rate-limit", address_rate_limit)):
+        try:
+            rates[hint] = parse_rate(text)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint=hint) from None
+
+    if (tls_cert is None) != (tls_key is None):
+        raise click.UsageError("give --tls-cert and --tls-key together")
+    profiles = load_profiles(profile_file)
+    check_policies([policy], profiles)
+    catalog = load_catalog(catalog_file)
+
+    from xpupool.server.lease import Lease
+
+    try:
+        Lease.for_settings(heartbeat, lost_after, lease)
+    except XpupoolError as exc:
+        raise click.BadParameter(str(exc), param_hint="--lease") from None
+
+    from xpupool.server.connection_guard import ConnectionLimits
+    from xpupool.server.up import UpConfig, serve
+
+    cfg = UpConfig(
+        data=Path(data),
+        host=host,
+        port=port,
+        cluster=Path(cluster) if cluster else None,
+        db=db,
+        profile=policy,
+        profiles=tuple(profiles.values()),
+        heartbeat_s=heartbeat,
+        lost_after_s=lost_after,
+        lease_s=lease,
+        agent=agent,
+        verbose=verbose,
+        log_cap=log_cap,
+        log_reserve=log_reserve,
+        logs=Path(logs) if logs else None,
+        reinitialise=reinitialise,
+        rotate_admin_token=rotate_admin_token,
+        tls_cert=Path(tls_cert) if tls_cert else None,
+        tls_key=Path(tls_key) if tls_key else None,
+        max_body=max_body_bytes,
+        retention=Retention(retain_s, retain_count or None),
+        audit_keep=AuditKeep(audit_keep, audit_keep, audit_keep_refused),
+        history_interval_s=history_s,
+        catalog=catalog,
+        http_workers=http_workers,
+        store_lease_s=store_lease,
+        rate_limit=rates["--rate-limit"],
+        address_rate_limit=rates["--address-rate-limit"],
+        connections=ConnectionLimits(header_timeout, connections_per_address),
+        metrics_auth=cast("MetricsAuth", metrics_auth),  # a click.Choice of the same names
+        launch=launch,
+    )
+    serve(cfg, click.echo)
