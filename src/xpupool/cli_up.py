@@ -198,7 +198,7 @@ def in_background(make: Callable[[], T], name: str) -> Callable[[], T]:
     type=click.IntRange(0, 64),
     help="processes that take the API's connections and pass them to the control plane, so "
     "that its one interpreter spends its time on the pool, not on HTTP (0: the plane serves "
-    "HTTP itself); one is enough for about 1,000 submissions/s (docs/benchmarks.md)",
+    "HTTP itself); what one buys: docs/benchmarks.md (the API)",
 )
 @click.option(
     "--rate-limit",
