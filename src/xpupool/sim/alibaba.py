@@ -135,8 +135,8 @@ def to_request(task: TraceTask) -> Request:
     """The engine request for one task (see the module docstring for the share mapping).
 
     Built through the request model, as every front builds its requests, once per task shape:
-    validating each of a replay's ~10,800 tasks would cost ~0.1 ms apiece (about 15 % of a
-    replay), while a trace has only ~150 distinct shapes (at most ~460, in the gpuspec traces).
+    validating each of a replay's ten thousand or so tasks would be a visible part of a replay,
+    while a trace has only a few hundred distinct shapes at most.
     """
     shape = _shape_request(
         task.cpu_milli, task.memory_mib, task.num_gpu, task.gpu_milli, task.gpu_spec

@@ -2,14 +2,13 @@
 
 The default profile learns the workload it places for from the pods (``Engine.place`` tells its
 learners when a placement commits). Inline, a re-learn ran inside whichever filter made it due,
-with the view's lock held: ``bench/extender.py --nodes 5000`` measured a filter p99 of 28 ms and
-a maximum of 35 to 46 ms, against a p99 of 4 to 5 ms without learning. The view's engine defers
-learning (``ClusterView(defer_learning=True)``), and this thread re-learns when due, paced as the
-embedded server's scheduling loop paces it (``engine/learning_pace.py``): at most once a second,
-and not while pods keep arriving, for half a second at most. It also builds at once what the next filters
-would build on a new workload (``Engine.relearn(warm=True)``). The first re-learn at 5,000 nodes
-takes about 185 ms (every node's measure and lookahead built for the first time), later ones tens
-of milliseconds, and one whose workload moved little keeps what is built (under 1 ms).
+with the view's lock held, and set the filters' tail latency (``bench/extender.py --nodes 5000``;
+docs/benchmarks.md). The view's engine defers learning (``ClusterView(defer_learning=True)``),
+and this thread re-learns when due, paced as the embedded server's scheduling loop paces it
+(``engine/learning_pace.py``): at most once a second, and not while pods keep arriving, for half a
+second at most. It also builds at once what the next filters would build on a new workload
+(``Engine.relearn(warm=True)``). The first re-learn builds every node's measure and lookahead, the
+dearest; a later one whose workload moved little keeps what is built.
 """
 
 from __future__ import annotations
