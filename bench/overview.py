@@ -73,9 +73,8 @@ def build(nodes: int, jobs_per_node: float, data: Path, seed: int = 0) -> Contro
     while schedule_pass(plane):
         pass
     now = plane.clock()
-    with plane.locked():
-        for uuid in plane.cluster_state.uuid_slot:
-            plane.live.record(uuid, now, float(rng.uniform(0, 100)), 1000.0, 250.0, 55.0)
+    for uuid in plane.read_columns(lambda state: list(state.uuid_slot)):
+        plane.live.record(uuid, now, float(rng.uniform(0, 100)), 1000.0, 250.0, 55.0)
     return plane
 
 
@@ -111,8 +110,7 @@ def measure(nodes: int, jobs_per_node: float, repeat: int) -> dict[str, Any]:
             history.sample(clock[0])
 
         def under_lock() -> None:
-            with plane.locked():
-                snapshot(plane, plane.clock())
+            plane.read(lambda: snapshot(plane, plane.clock()))
 
         result = {
             "nodes": nodes,

@@ -220,15 +220,11 @@ class FleetHistory:
         return True
 
     def sample(self, now: float) -> int:
-        """Take one sample at ``now``; returns the rows written. The overview's sums are taken
-        under the plane's lock; the write is a transaction of its own, outside it."""
+        """Take one sample at ``now``; returns the rows written. The overview's sums are read
+        from one state of the plane; the write is a transaction of its own, outside it."""
         plane = self.plane
-        with plane.locked():
-            snap = snapshot(plane, now)
-            pending = len(plane.queued)
-            st = plane.cluster_state
-            if len(plane.live) > st.n_devices + st.n_devices // 4 + 64:
-                plane.live.keep_only(st.uuid_slot)  # cards gone from the pool
+        snap, pending = plane.read(lambda: (snapshot(plane, now), len(plane.queued)))
+        plane.forget_gone_cards()
         rows = sample_rows(snap, pending)
         self.last = now  # a failed write is tried again one interval later
         try:
@@ -250,9 +246,8 @@ def history_series(
     if window not in WINDOWS:
         raise RequestError("window", window, f"expected one of {', '.join(WINDOWS)}")
     back_s, tier = WINDOWS[window]
-    with plane.locked():
-        sites = {rec.node.site for rec in plane.node_records.values()}
-        models = {g[2] for g in layout(plane).labels}
+    sites = plane.node_sites()
+    models = plane.read(lambda: {g[2] for g in layout(plane).labels})
     t = fleet_history
     with plane.db.connect() as conn:
         for name, value, known in (("site", site, sites), ("model", model, models)):

@@ -142,7 +142,8 @@ class PlaneCollector(Collector):
             "Nominal quota, in the resource's unit.",
             labels=["queue", "tenant", "flavor", "resource"],
         )
-        with p.locked():
+
+        def add_queues() -> None:  # the families are this scrape's own: filled from one state
             for name, spec in p.queue_specs.items():
                 pending.add_metric(
                     [name, spec.tenant], sum(1 for j in p.queued.values() if j.queue == name)
@@ -155,6 +156,8 @@ class PlaneCollector(Collector):
                     lv = [name, spec.tenant, q.flavor, q.resource.value]
                     quota.add_metric(lv, usage.get((q.flavor, q.resource), 0))
                     nominal.add_metric(lv, q.nominal)
+
+        p.read(add_queues)
         yield from (pending, running, quota, nominal)
         yield self._replica_memory()
         yield self._heartbeats()
@@ -166,10 +169,11 @@ class PlaneCollector(Collector):
         from xpupool.server.services.overview import stranded_now
 
         p = self.plane
-        with p.locked():
-            gauges = stranded_gauges(
+        gauges = p.read(
+            lambda: stranded_gauges(
                 p.engine.live_nodes(), stranded_now(p), lambda name: name in p.node_records
             )
+        )
         yield from gauges
 
     def _history(self) -> Iterator[GaugeMetricFamily]:
@@ -206,13 +210,8 @@ class PlaneCollector(Collector):
             "Device memory a replica's processes use on a card, as its agent last measured it.",
             labels=["job", "replica", "node", "uuid"],
         )
-        with self.plane.locked():
-            for job in self.plane.held_jobs.values():
-                nodes = {a.replica: a.node for a in job.allocations}
-                for replica, per_card in job.device_memory_used_mib.items():
-                    for uuid, mib in per_card.items():
-                        lv = [str(job.id), str(replica), nodes.get(replica, ""), uuid]
-                        used.add_metric(lv, mib * MIB)
+        for job_id, replica, node, uuid, mib in self.plane.replica_memory():
+            used.add_metric([str(job_id), str(replica), node, uuid], mib * MIB)
         return used
 
 

@@ -46,6 +46,7 @@ from xpupool.server.pending_jobs import PendingJobs
 from xpupool.server.plane import store
 from xpupool.server.plane.lock import PlaneLock
 from xpupool.server.plane.nodes import NodeBook
+from xpupool.server.plane.reads import PlaneReads
 from xpupool.server.plane.records import (
     Built,
     HeldJob,
@@ -72,7 +73,7 @@ DEFAULT_HISTORY_INTERVAL_S = 60.0  # seconds between two fleet history samples
 SEED_JOBS = 2000  # the last jobs a restarted engine learns its workload from (_seed_learning)
 
 
-class ControlPlane(NodeBook, TenancyBooks):
+class ControlPlane(NodeBook, TenancyBooks, PlaneReads):
     """Everything the API and the agents act on. Thread-safe through its one lock: reach the
     books under :meth:`locked` or :meth:`write`."""
 
@@ -212,7 +213,12 @@ class ControlPlane(NodeBook, TenancyBooks):
     def reload(self) -> None:
         """Memory back to what the store holds, after a write that failed part-way (the store
         rolled back; memory may have moved ahead). What the store does not keep (replica
-        states, stop requests, heartbeat times) is carried over for jobs and nodes still there."""
+        states, stop requests, heartbeat times) is carried over for jobs and nodes still there.
+        Takes the plane's lock: no reader sees the books half reloaded."""
+        with self._lock:
+            self._reload()
+
+    def _reload(self) -> None:
         old_nodes, old_held, old_pending = self._nodes, self._held, self._pending
         old_specs, old_next = self._queue_specs, self.next_job_id
         old_profiles = self._queue_profiles
@@ -633,6 +639,16 @@ class ControlPlane(NodeBook, TenancyBooks):
                 and j.stop is None
                 and now - j.started_at > j.max_runtime_s
             ]
+
+    def take_job_id(self) -> int:
+        """The id of the job being submitted (under the lock, in :meth:`write`): recorded beside
+        the store first (:attr:`before_job_id`), so that no store hands it out again, and never
+        handed out again by this plane. Ids come from memory: one insert, no re-read; a write
+        that fails reloads the mark from the store with everything else."""
+        job_id = self.next_job_id
+        self.before_job_id(job_id)
+        self.next_job_id = job_id + 1
+        return job_id
 
     def forget_jobs(self, conn: Connection, job_ids: list[int]) -> None:
         """Delete finished jobs ``job_ids`` (rows and events) in ``conn``'s transaction; the

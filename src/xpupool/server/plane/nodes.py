@@ -7,15 +7,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection
 
+from xpupool.model.errors import Conflict, NotFound
+from xpupool.model.taint import Taint
 from xpupool.server.drain import plan
 from xpupool.server.plane import node_lifecycle as nl
 from xpupool.server.plane import store
-from xpupool.server.plane.records import HeldJob, NodeRecord
+from xpupool.server.plane.lock import PlaneLock
+from xpupool.server.plane.records import Built, HeldJob, NodeRecord
 from xpupool.server.plane.store import node_values, taints_to_row
 from xpupool.server.schemas.agent_protocol import DeviceMetrics
 
@@ -26,6 +31,16 @@ if TYPE_CHECKING:
     from xpupool.server.live_metrics import LiveMetrics
 
 log = logging.getLogger("xpupool.server")
+
+
+@dataclass(frozen=True, slots=True)
+class Deletion:
+    """What :meth:`NodeBook.delete_node` did to node ``rec`` (the record as it was)."""
+
+    rec: NodeRecord
+    removed: bool  # gone now; else cordoned and marked, removed when ``holders`` end
+    holders: list[str] = field(default_factory=list)  # "allocation A (job J)" still there
+    revoked: list[int] = field(default_factory=list)  # token ids revoked with the removal
 
 
 class NodeBook:
@@ -39,14 +54,22 @@ class NodeBook:
         _metrics: dict[str, DeviceMetrics]
         _principals: dict[str, Principal]
         _released_nodes: set[str]
+        _lock: PlaneLock
         audit: AuditLog
         live: LiveMetrics
         monotonic: Callable[[], float]
+        clock: Callable[[], float]
 
         @property
         def engine(self) -> Engine: ...
 
         def bump(self) -> None: ...
+
+        def build(self, nodes: Mapping[str, NodeRecord]) -> Built: ...
+
+        def install(self, built: Built) -> None: ...
+
+        def write(self) -> AbstractContextManager[Connection]: ...
 
         def rebuild_engine(self, conn: Connection | None = None) -> None: ...
 
@@ -225,3 +248,75 @@ class NodeBook:
         self.engine.set_device_cordoned(uuid, cordoned or uuid in rec.draining)
         if not cordoned:
             self.bump()
+
+    # ------------------------------------------------------------------ the admin's node changes
+    # Each takes the plane's lock itself: what it checks still holds when it writes.
+    def delete_node(self, name: str, drain: bool) -> Deletion:
+        """Delete node ``name`` as one step: removed now (its row, its credentials, the engine
+        rebuilt without it) when nothing is held there; else, with ``drain``, cordoned and
+        marked (``advance_drains`` removes it when its last allocation ends). Raises NotFound
+        for an unknown node, and Conflict, with nothing changed, when allocations hold it and
+        not ``drain`` or when the engine without it would not take every held allocation; a
+        store that cannot be written raises Unavailable, and memory stays as it was."""
+        with self._lock:
+            rec = self._nodes.get(name)
+            if rec is None:
+                raise NotFound("node", name)
+            held = sorted(
+                (a.id, job.id)
+                for job in self._held.values()
+                for a in job.allocations
+                if a.node == name
+            )
+            holders = [f"allocation {alloc_id} (job {job_id})" for alloc_id, job_id in held]
+            if holders and not drain:
+                raise Conflict(
+                    f"node {name} holds live work: {', '.join(holders)}. Nothing changed; delete "
+                    f"it with drain=true (xpupool node delete {name} --drain) to cordon it now "
+                    "and remove it when that work ends"
+                )
+            # the lifecycle decides: removed now when nothing is held there, else marked
+            out = nl.transition(rec.life, nl.Delete(at=self.clock(), held=bool(holders)))
+            if not out.removed:
+                with self.write() as conn:
+                    self.node_event(conn, name, nl.Delete(at=self.clock(), held=True))
+                return Deletion(rec, removed=False, holders=holders)
+            built = self.build({n: r for n, r in self._nodes.items() if n != name})
+            if built.problems:  # nothing is held there: another node's trouble, not this one's
+                raise Conflict(
+                    f"node {name}: {'; '.join(p.reason for p in built.problems)}. Nothing changed"
+                )
+            with self.write() as conn:
+                revoked = self.remove_node(conn, name, nl.Delete(at=self.clock(), held=False))
+            self.forget_node(name)  # stored: now memory, still under the lock
+            self.install(built)
+            return Deletion(rec, removed=True, revoked=revoked)
+
+    def retaint(
+        self, name: str, change: Callable[[tuple[Taint, ...]], tuple[Taint, ...]]
+    ) -> tuple[Taint, ...] | None:
+        """Node ``name``'s taints become ``change(its taints now)``, read and changed as one
+        step: stored, served, the engine built again over them (its columns hold taints as
+        built) and pending jobs tried again. Returns the new taints (None: ``change`` left them
+        as they were). Raises NotFound for an unknown node, what ``change`` raises, and
+        Conflict, with nothing changed, when the rebuilt engine would not take every held
+        allocation (taints move none: a store already inconsistent)."""
+        with self._lock:
+            rec = self._nodes.get(name)
+            if rec is None:
+                raise NotFound("node", name)
+            taints = change(rec.node.taints)
+            if taints == rec.node.taints:
+                return None
+            target = None if rec.target is None else replace(rec.target, taints=taints)
+            fresh = replace(rec, node=replace(rec.node, taints=taints), target=target)
+            built = self.build({**self._nodes, name: fresh})
+            if built.problems:
+                reasons = "; ".join(p.reason for p in built.problems)
+                raise Conflict(f"node {name}: {reasons}. Nothing changed")
+            with self.write() as conn:
+                self.retaint_node(conn, fresh)
+            self.serve_nodes({name: fresh})
+            self.install(built)
+            self.bump()
+            return taints

@@ -13,9 +13,5 @@ from xpupool.server.schemas.devices import Accelerator
 def accelerators(plane: ControlPlane) -> list[Accelerator]:
     """Every catalog model with its device count in the pool (all registered nodes: cordoned and
     lost ones still belong to it), then the models the pool prints that the catalog lacks."""
-    with plane.locked():
-        pool = [
-            (d.vendor, d.model) for rec in plane.node_records.values() for d in rec.node.devices
-        ]
-        catalog = plane.cluster_state.catalog
+    pool, catalog = plane.registered_models()
     return [Accelerator.model_validate(asdict(row)) for row in list_accelerators(catalog, pool)]

@@ -72,8 +72,7 @@ def submit_many(
                     out[i] = _store(plane, conn, one, *checked)
     except Exception as exc:  # the batch's transaction rolled back
         if not isinstance(exc, Unavailable):  # a failed store put memory back already
-            with plane.locked():
-                plane.reload()
+            plane.reload()
         for i, _ in accepted:
             if not isinstance(out[i], Exception):
                 out[i] = exc
@@ -90,8 +89,12 @@ def verdict(plane: ControlPlane, me: Principal, body: JobIn, *, complete: bool =
     reason it would wait with. ``complete`` False: a body still being written (the dashboard's
     form as you type), so what it runs is not asked about yet; the submission asks."""
     one = _accept(plane, me, body)
-    with plane.locked(), plane.db.connect() as conn:
-        return _check(plane, conn, one, complete=complete)[1]
+
+    def check() -> str:
+        with plane.db.connect() as conn:
+            return _check(plane, conn, one, complete=complete)[1]
+
+    return plane.read(check)  # the checks, as a submission makes them: on one state
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,8 +192,7 @@ def _store(
     its queue."""
     body = one.body
     now = plane.clock()
-    job_id = plane.next_job_id  # ids come from memory under the lock: one insert, no re-read
-    plane.before_job_id(job_id)  # recorded beside the store first: never handed out twice
+    job_id = plane.take_job_id()
     name = body.name or f"job-{job_id}"
     if req.name != name:
         req = replace(req, name=name)
@@ -224,7 +226,6 @@ def _store(
     event = {"job_id": job_id, "at": now, "state": submitted.phase.value}
     reasons = (submitted.reason, *one.from_image.events)
     insert_rows(conn, t_events, [{**event, "reason": text} for text in reasons])
-    plane.next_job_id = job_id + 1
     pending = PendingJob(job_id, one.tenant, req.queue, req.priority, gang_request(req), now)
     pending.max_runtime_s = body.max_runtime_s
     plane.queue_job(pending)
@@ -320,12 +321,12 @@ def list_jobs(
 
 def view(plane: ControlPlane, row: Any) -> Job:
     """The API form of a job row, with its live assignment when it holds devices."""
-    assignments: list[ReplicaAssignment] = []
-    with plane.locked():
+
+    def assigned() -> list[ReplicaAssignment]:
         held = plane.held_jobs.get(row["id"])
-        if held is not None:
-            assignments = [assignment(plane, a) for a in held.allocations]
-    return job_view(row, assignments)
+        return [] if held is None else [assignment(plane, a) for a in held.allocations]
+
+    return job_view(row, plane.read(assigned))
 
 
 def assignment(plane: ControlPlane, alloc: Any) -> ReplicaAssignment:

@@ -95,9 +95,7 @@ def plan_rows(plane: ControlPlane, body: ModelIntent, at: str = "") -> list[Plan
     """The plan for ``body`` against the pool now; errors name ``<at><field>``."""
     models = load_models()
     _, request = _plan_input(models, body, at)
-    with plane.locked():
-        state = plane.cluster_state
-        pool, catalog = pool_nodes(state), state.catalog
+    pool, catalog = plane.read_columns(lambda state: (pool_nodes(state), state.catalog))
     try:
         rows = plan(request, catalog, models, pool, judge=lambda r: _judged(plane, models, r))
     except RequestError as exc:
@@ -124,8 +122,7 @@ def _row_miss(plane: ControlPlane, models: ModelCatalog, row: PlanRow) -> Miss |
     image = models.runtime(row.runtime).image
     req = replace(_job_request(models, row).to_request(), container=True)
     req = merge_image_needs(req, image, plane.image_catalog, keep_given=False).request
-    with plane.locked():
-        return plane.verdicts.never_fits(req)
+    return plane.never_fits(req)
 
 
 def expand_model_job(plane: ControlPlane, body: JobIn) -> JobIn:
@@ -142,9 +139,9 @@ def expand_model_job(plane: ControlPlane, body: JobIn) -> JobIn:
         raise RequestError("model.task", intent.task, reason)
     models = load_models()
     spec, request = _plan_input(models, intent, "model.")
-    with plane.locked():
-        state = plane.cluster_state
-        pool, catalog = pool_nodes(state, containers_only=True), state.catalog
+    pool, catalog = plane.read_columns(
+        lambda state: (pool_nodes(state, containers_only=True), state.catalog)
+    )
     try:
         rows = plan(request, catalog, models, pool, judge=lambda r: _judged(plane, models, r))
         resolved = request.resolved()
@@ -196,9 +193,7 @@ def _misses_off_runtime_nodes(
     """When no card type on nodes with a container runtime can serve the model: why the card
     types on the other nodes cannot (their verdict names the missing runtime, and where the
     runtimes are), so the refusal names the constraint that failed, not "no card type"."""
-    with plane.locked():
-        everywhere = pool_nodes(plane.cluster_state)
-        catalog = plane.cluster_state.catalog
+    everywhere, catalog = plane.read_columns(lambda state: (pool_nodes(state), state.catalog))
     rows = plan(request, catalog, models, everywhere, judge=lambda r: _judged(plane, models, r))
     return [
         f"{row.device_model}: {row.reason}"

@@ -155,8 +155,12 @@ def _may_exchange(plane: ControlPlane, conn: Connection, who: Principal, name: s
 
 def _exchange(plane: ControlPlane, who: Principal, body: NodeIn) -> Registered:
     secret = new_token()
-    with plane.locked(), plane.db.connect() as conn:  # refuse early: before the inventory checks
-        _may_exchange(plane, conn, who, body.name)
+
+    def may_exchange() -> None:
+        with plane.db.connect() as conn:
+            _may_exchange(plane, conn, who, body.name)
+
+    plane.read(may_exchange)  # refuse early: before the inventory checks
 
     def spend(conn: Connection) -> None:
         _may_exchange(plane, conn, who, body.name)  # again, in the registration's transaction

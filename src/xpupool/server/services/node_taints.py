@@ -12,9 +12,7 @@ already running on the node stays (no NoExecute).
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 
-from xpupool.model.errors import Conflict, NotFound
 from xpupool.model.taint import change_taints, parse_effect
 from xpupool.server.plane import ControlPlane
 from xpupool.server.schemas.nodes import Node, NodeTaintsIn
@@ -31,28 +29,12 @@ def taint_node(plane: ControlPlane, name: str, body: NodeTaintsIn) -> Node:
         (r.key, None if r.effect is None else parse_effect(f"remove[{i}].effect", r.effect))
         for i, r in enumerate(body.remove)
     ]
-    with plane.locked():
-        rec = plane.node(name)
-        if rec is None:
-            raise NotFound("node", name)
-        taints = change_taints(
-            name,
-            rec.node.taints,
-            [t.to_taint() for t in body.add],
-            remove,
-            overwrite=body.overwrite,
-        )
-        if taints != rec.node.taints:
-            target = None if rec.target is None else replace(rec.target, taints=taints)
-            fresh = replace(rec, node=replace(rec.node, taints=taints), target=target)
-            built = plane.build({**plane.node_records, name: fresh})
-            if built.problems:  # taints move no allocation: a store already inconsistent
-                reasons = "; ".join(p.reason for p in built.problems)
-                raise Conflict(f"node {name}: {reasons}. Nothing changed")
-            with plane.write() as conn:
-                plane.retaint_node(conn, fresh)
-            plane.serve_nodes({name: fresh})
-            plane.install(built)
-            plane.bump()
-            log.info("node %s taints: %s", name, ", ".join(map(str, taints)) or "none")
+    taints = plane.retaint(
+        name,
+        lambda now: change_taints(
+            name, now, [t.to_taint() for t in body.add], remove, overwrite=body.overwrite
+        ),
+    )
+    if taints is not None:
+        log.info("node %s taints: %s", name, ", ".join(map(str, taints)) or "none")
     return node_view(plane, name)

@@ -338,7 +338,8 @@ def fleet_overview(plane: ControlPlane, principal: Principal) -> FleetOverview:
     """The overview as ``principal`` may see it (see ``schemas/overview.py``)."""
     mine = None if principal.is_admin else principal.tenant
     now = plane.clock()
-    with plane.locked():
+
+    def tally() -> tuple[Snapshot, dict[str, int], JobCounts]:
         snap = snapshot(plane, now)
         reasons: dict[str, int] = {}
         budget = [MAX_EXPLAINED]
@@ -355,6 +356,9 @@ def fleet_overview(plane: ControlPlane, principal: Principal) -> FleetOverview:
                 continue
             holding += 1
             running += held.state is JobPhase.RUNNING
+        return snap, reasons, JobCounts(pending=pending, running=running, holding=holding)
+
+    snap, reasons, counts = plane.read(tally)  # the sums and the counts of one state
     return FleetOverview(
         generated_at=now,
         scope="fleet" if mine is None else "tenant",
@@ -362,7 +366,7 @@ def fleet_overview(plane: ControlPlane, principal: Principal) -> FleetOverview:
         groups=groups(snap),
         stranded=stranded_view(snap),
         pending_by_reason=dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
-        jobs=JobCounts(pending=pending, running=running, holding=holding),
+        jobs=counts,
     )
 
 

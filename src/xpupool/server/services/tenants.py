@@ -106,8 +106,7 @@ def create_tenant(plane: ControlPlane, body: TenantIn) -> Tenant:
 def list_tenants(plane: ControlPlane) -> list[Tenant]:
     with plane.db.connect() as conn:
         rows = conn.execute(select(t_tenants).order_by(t_tenants.c.name)).mappings().all()
-    with plane.locked():
-        return [_tenant_view(plane, r) for r in rows]
+    return plane.read(lambda: [_tenant_view(plane, r) for r in rows])
 
 
 def _tenant_view(plane: ControlPlane, row: Any) -> Tenant:
@@ -259,18 +258,24 @@ def _priority_caps(plane: ControlPlane) -> dict[str, int]:
 
 def get_queue(plane: ControlPlane, name: str, me: Principal | None) -> Queue:
     caps = _priority_caps(plane)
-    with plane.locked():
+
+    def look() -> Queue:
         _visible(plane, name, me)
         return _queue_view(plane, name, caps.get(name, 0))
+
+    return plane.read(look)
 
 
 def list_queues(plane: ControlPlane, me: Principal) -> list[Queue]:
     caps = _priority_caps(plane)
-    with plane.locked():
+
+    def look() -> list[Queue]:
         names = [
             n for n, q in sorted(plane.queue_specs.items()) if me.is_admin or q.tenant == me.tenant
         ]
         return [_queue_view(plane, n, caps.get(n, 0)) for n in names]
+
+    return plane.read(look)
 
 
 def _queue_view(plane: ControlPlane, name: str, max_priority: int) -> Queue:

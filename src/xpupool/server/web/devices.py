@@ -79,21 +79,10 @@ def tile(d: Device, node: Node | None = None) -> dict[str, Any]:
     return {"d": d, "a": a, "u": u, "classes": " ".join(classes), "label": ", ".join(words)}
 
 
-def _node_names(plane: ControlPlane, site: str) -> list[str]:
-    """The nodes of ``site`` (all when empty), by site and then by name: a page groups by site."""
-    with plane.locked():
-        found = [
-            (r.node.site, n)
-            for n, r in plane.node_records.items()
-            if not site or r.node.site == site
-        ]
-    return [n for _, n in sorted(found)]
-
-
 def grid_context(plane: ControlPlane, who: Principal, site: str, page_no: int) -> dict[str, Any]:
     """A page of nodes (of ``site``, or all), each with its tiles, as ``who`` may see them; a page
     past the last is the last."""
-    names = _node_names(plane, site)
+    names = plane.node_names(site)  # by site, then by name: a page groups by site
     pages = max(1, -(-len(names) // PAGE_NODES))
     page_no = min(page_no, pages)
     shown = names[(page_no - 1) * PAGE_NODES : page_no * PAGE_NODES]

@@ -28,25 +28,31 @@ def _names(plane: ControlPlane, ids: list[int]) -> dict[int, str]:
     return {int(r.id): str(r.name) for r in rows}
 
 
+def _jobs_of(
+    plane: ControlPlane, names: set[str]
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]]]:
+    """The pending jobs of queues ``names`` in the order the next pass tries them, and their
+    running jobs; read from one state of the plane (:meth:`ControlPlane.read`)."""
+    waiting = sorted((p for p in plane.queued.values() if p.queue in names), key=lambda p: p.id)
+    order = plane.admission.order([(p.request, p.queue) for p in waiting])
+    ranked = [waiting[i] for i in order]
+    pending: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    for rank, p in enumerate(ranked, 1):
+        pending[p.queue].append(
+            {"id": p.id, "rank": rank, "priority": p.priority, "reason": p.reason}
+        )
+    running: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    for h in sorted(plane.held_jobs.values(), key=lambda h: h.id):
+        if h.queue in names:
+            nodes = sorted({a.node for a in h.allocations})
+            running[h.queue].append({"id": h.id, "state": h.state.value, "nodes": ", ".join(nodes)})
+    return pending, running
+
+
 def queues_context(plane: ControlPlane, viewer: Viewer) -> dict[str, Any]:
     listed = tenants.list_queues(plane, viewer.principal)
     names = {q.name for q in listed}
-    with plane.locked():
-        waiting = sorted((p for p in plane.queued.values() if p.queue in names), key=lambda p: p.id)
-        order = plane.admission.order([(p.request, p.queue) for p in waiting])
-        ranked = [waiting[i] for i in order]
-        pending: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
-        for rank, p in enumerate(ranked, 1):
-            pending[p.queue].append(
-                {"id": p.id, "rank": rank, "priority": p.priority, "reason": p.reason}
-            )
-        running: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
-        for h in sorted(plane.held_jobs.values(), key=lambda h: h.id):
-            if h.queue in names:
-                nodes = sorted({a.node for a in h.allocations})
-                running[h.queue].append(
-                    {"id": h.id, "state": h.state.value, "nodes": ", ".join(nodes)}
-                )
+    pending, running = plane.read(lambda: _jobs_of(plane, names))
     shown = [j["id"] for q in names for j in pending[q][:SHOWN] + running[q][:SHOWN]]
     job_names = _names(plane, shown)
     return {
