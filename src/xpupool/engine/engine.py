@@ -303,7 +303,11 @@ class Engine:
         """Idle device capacity that no shape of the target workload can use now, per node
         (``fragmentation.stranded_capacity``): the workload a scorer keeps (given, or learned from
         the requests by xpupool's workload model), else the one given to the engine; None when
-        there is none yet. For fronts that have no workload of their own (the server's metrics)."""
+        there is none yet. For a front whose only workload is what it placed (the Kubernetes
+        extender's gauges). The embedded server measures for the pending and common shapes
+        instead (``server/services/overview.py`` ``stranded_now``), so its figure does not hang
+        on what the scheduler happened to learn: same measure, another target workload
+        (docs/capacity.md says which front reports which)."""
         table: ShapeTable | None = None
         kept = [s.frag for s in self._scorers.values() if isinstance(s, Fgd)]
         for frag in [*kept, *(m.frag for m in self._models.values())][:1]:
