@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from xpupool.model.errors import XpupoolError
+from xpupool.model.errors import RequestError, XpupoolError
 
 if TYPE_CHECKING:
     from xpupool.catalog.operator_file import OperatorCatalog
@@ -70,10 +70,13 @@ def load_profiles(path: str | None) -> dict[str, Profile]:
 def check_policies(policies: list[str], profiles: dict[str, Profile]) -> None:
     """Every name in ``policies`` is a built-in profile or one of ``profiles`` (--policy)."""
     from xpupool.engine import BUILTIN_PROFILES
+    from xpupool.engine.profile import known_profile
 
-    known = [*BUILTIN_PROFILES, *profiles]
-    unknown = [p for p in policies if p not in known]
-    if unknown:
-        raise click.BadParameter(
-            f"unknown {', '.join(unknown)}; known: {', '.join(known)}", param_hint="--policy"
-        )
+    known = {**BUILTIN_PROFILES, **profiles}
+    for policy in policies:
+        try:
+            known_profile(known, policy, "--policy")
+        except RequestError as exc:
+            raise click.BadParameter(
+                f"{exc.reason} (got {policy!r})", param_hint=exc.field
+            ) from None

@@ -31,7 +31,7 @@ from xpupool.engine.gang_sites import (
     within_sites,
 )
 from xpupool.engine.pipeline import Pipeline
-from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile
+from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile, known_profile
 from xpupool.engine.reasons import Reason, Unschedulable
 from xpupool.engine.registry import POST_SCORERS, SCORERS, WORKLOAD_PLUGINS
 from xpupool.engine.scorers.base import (
@@ -49,7 +49,6 @@ from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 from xpupool.engine.txn import Transaction
 from xpupool.model.allocation import Allocation, DeviceShare
 from xpupool.model.device import Device
-from xpupool.model.errors import RequestError
 from xpupool.model.request import Request
 
 
@@ -304,7 +303,11 @@ class Engine:
         """Idle device capacity that no shape of the target workload can use now, per node
         (``fragmentation.stranded_capacity``): the workload a scorer keeps (given, or learned from
         the requests by xpupool's workload model), else the one given to the engine; None when
-        there is none yet. For fronts that have no workload of their own (the server's metrics)."""
+        there is none yet. For a front whose only workload is what it placed (the Kubernetes
+        extender's gauges). The embedded server measures for the pending and common shapes
+        instead (``server/services/overview.py`` ``stranded_now``), so its figure does not hang
+        on what the scheduler happened to learn: same measure, another target workload
+        (docs/capacity.md says which front reports which)."""
         table: ShapeTable | None = None
         kept = [s.frag for s in self._scorers.values() if isinstance(s, Fgd)]
         for frag in [*kept, *(m.frag for m in self._models.values())][:1]:
@@ -475,12 +478,7 @@ class Engine:
         return pick_devices(ctx, node, ctx.req.device_policy or profile.device_policy)
 
     def _profile(self, name: str) -> Profile:
-        try:
-            return self.profiles[name]
-        except KeyError:
-            raise RequestError(
-                "node_policy", name, f"unknown policy; known: {', '.join(sorted(self.profiles))}"
-            ) from None
+        return known_profile(self.profiles, name, "node_policy")
 
     def _post_steps(self, profile: Profile) -> tuple[PostScorer, ...]:
         """The profile's scorers that declare a post-score step, in the profile's order, then

@@ -202,3 +202,16 @@ BUILTIN_PROFILES: dict[str, Profile] = {
     "xpupool-greedy": _builtin("xpupool-greedy", XPUPOOL_SCORERS, "binpack"),
 }
 DEFAULT_PROFILE = "xpupool"
+
+
+def known_profile(profiles: Mapping[str, Profile], name: str, field: str) -> Profile:
+    """The profile ``name`` names among ``profiles``, or :class:`RequestError` on ``field``.
+
+    Every front that takes a policy name (a request's ``node_policy``, a queue's ``profile``,
+    ``--policy``, a profile file's ``base``) refuses an unknown one here, so the wording and the
+    list of known names are the same wherever the name came from; only the field differs."""
+    found = profiles.get(name)
+    if found is None:
+        known = ", ".join(sorted(profiles))
+        raise RequestError(field, name, f"unknown policy; known: {known}")
+    return found

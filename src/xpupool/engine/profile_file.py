@@ -28,6 +28,7 @@ from xpupool.engine.profile import (
     check_post,
     check_scorer,
     check_weight,
+    known_profile,
 )
 from xpupool.engine.registry import FILTERS, PLUGIN_ARGS, WORKLOAD_PLUGINS
 from xpupool.engine.scorers.base import PluginArgs
@@ -93,11 +94,7 @@ def _profile(data: object, at: str, known: Mapping[str, Profile]) -> Profile:
         )
     base: Profile | None = None
     if "base" in raw:
-        base = known.get(str(raw["base"])) if isinstance(raw["base"], str) else None
-        if base is None:
-            raise RequestError(
-                f"{at}.base", raw["base"], f"unknown profile; known: {', '.join(known)}"
-            )
+        base = known_profile(known, str(raw["base"]), f"{at}.base")
     policy = base.device_policy if base else DevicePolicy.BINPACK
     if "devicePolicy" in raw:
         policy = check_device_policy(raw["devicePolicy"], f"{at}.devicePolicy")

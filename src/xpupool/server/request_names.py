@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 
 from xpupool.engine.engine import Engine
+from xpupool.engine.profile import known_profile
 from xpupool.model.errors import RequestError
 from xpupool.model.request import Request
 
@@ -25,9 +26,8 @@ def check_names(engine: Engine, req: Request) -> None:
     prints it (``G2`` in a trace cluster); an excluded model is checked too, as a typo there
     would exclude nothing. A UUID to run on must be a device of the pool; an excluded one need not.
     """
-    if req.node_policy and req.node_policy not in engine.profiles:
-        known = ", ".join(sorted(engine.profiles))
-        raise RequestError("node_policy", req.node_policy, f"unknown policy; known: {known}")
+    if req.node_policy:
+        known_profile(engine.profiles, req.node_policy, "node_policy")
     d = req.devices
     for key, names in (("models", d.models), ("exclude_models", d.exclude_models)):
         for i, name in enumerate(names):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from xpupool.engine.cycle.admission import Admission, Admitted, Preemption, Refusal
+from xpupool.engine.cycle.eviction import may_evict, may_reclaim
 from xpupool.engine.cycle.preempt import plan_preemption
 from xpupool.engine.gang_sites import keeps_to_one_site, open_sites, within_sites
 from xpupool.engine.txn import Transaction
@@ -209,13 +210,14 @@ class SchedulingCycle:
         admission = self.admission
         holder_of = {a.id: h for h in running.values() for a in h.allocations}
 
-        def evictable(alloc: Allocation) -> bool:
+        def evictable(alloc: Allocation) -> bool:  # the rule: eviction.py
             holder = holder_of.get(alloc.id)
-            if holder is None or holder.stopping:
+            if holder is None:
                 return False
+            leaving = bool(holder.stopping)
             if from_queues is None:
-                return holder.priority < job.priority
-            return admission.queue_of(alloc.id) in from_queues
+                return may_evict(holder.priority, job.priority, leaving=leaving)
+            return may_reclaim(admission.queue_of(alloc.id), from_queues, leaving=leaving)
 
         if not any(evictable(a) for h in running.values() for a in h.allocations):
             return ()

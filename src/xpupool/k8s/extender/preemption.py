@@ -33,6 +33,7 @@ from typing import Protocol
 
 from xpupool.engine import Engine
 from xpupool.engine.cycle import plan_preemption
+from xpupool.engine.cycle.eviction import evictable_owners
 from xpupool.engine.cycle.preempt import FitsOn
 from xpupool.engine.state import BoolArray
 from xpupool.k8s.codec.pod_request import PodDemand
@@ -75,16 +76,10 @@ class Nomination:
 def lower_priority_owners(
     charges: Mapping[str, Sequence[Allocation]], priority: int, node: str | None = None
 ) -> dict[int, str]:
-    """Allocation id -> pod UID for the pods preemption may evict for a pod of ``priority``:
-    those whose every allocation is of lower priority (and, with ``node``, that hold something
-    there). Evicting a pod frees all of them."""
-    owner: dict[int, str] = {}
-    for uid, allocs in charges.items():
-        if not allocs or max(a.priority for a in allocs) >= priority:
-            continue
-        if node is None or any(a.node == node for a in allocs):
-            owner.update((a.id, uid) for a in allocs)
-    return owner
+    """Allocation id -> pod UID for the pods preemption may evict for a pod of ``priority``
+    (and, with ``node``, that hold something there): the engine's rule
+    (``engine/cycle/eviction.py``), which the control plane's cycle applies to jobs."""
+    return evictable_owners(charges, priority, node)
 
 
 def pod_fits_on(engine: Engine, demand: PodDemand) -> FitsOn | None:

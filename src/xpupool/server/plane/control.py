@@ -27,7 +27,7 @@ from xpupool.engine.engine import Engine
 from xpupool.engine.fragmentation import kernels
 from xpupool.engine.host import EngineHost, HostedNode
 from xpupool.engine.learning_pace import LearningPace
-from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile
+from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile, known_profile
 from xpupool.engine.state import ClusterState
 from xpupool.engine.verdict import Verdicts
 from xpupool.model.allocation import Allocation
@@ -110,10 +110,7 @@ class ControlPlane(NodeBook, TenancyBooks, PlaneReads):
         self.profile = profile
         # the built-in profiles and those of the --profile file: what jobs and queues may name
         self.profiles: dict[str, Profile] = {**BUILTIN_PROFILES, **(profiles or {})}
-        if profile not in self.profiles:
-            raise RequestError(
-                "--policy", profile, f"unknown profile; known: {', '.join(self.profiles)}"
-            )
+        known_profile(self.profiles, profile, "--policy")
         self.heartbeat_s = heartbeat_s
         self.lost_after_s = lost_after_s
         self.lease = Lease.for_settings(heartbeat_s, lost_after_s, lease_s)
@@ -667,7 +664,5 @@ class ControlPlane(NodeBook, TenancyBooks, PlaneReads):
 
 def check_request_names(engine: Engine, req: Request, field: str = "request.node_policy") -> None:
     """Fail early on a policy name the engine does not know (``field`` names where it came from)."""
-    if req.node_policy and req.node_policy not in engine.profiles:
-        raise RequestError(
-            field, req.node_policy, f"unknown policy; known: {', '.join(sorted(engine.profiles))}"
-        )
+    if req.node_policy:
+        known_profile(engine.profiles, req.node_policy, field)

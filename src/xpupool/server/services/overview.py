@@ -267,7 +267,9 @@ def _stranded(plane: ControlPlane) -> tuple[Stranded | None, int]:
 
 def stranded_now(plane: ControlPlane) -> Stranded | None:
     """The stranded capacity per node the overview shows (None on an empty pool), for the
-    ``/metrics`` gauges: one figure for every view of the server. Call under the plane's lock."""
+    ``/metrics`` gauges: one figure for every view of the server (overview, dashboard, history,
+    gauges). Not ``Engine.stranded``, which measures for the workload the engine learned (the
+    extender's figure; docs/capacity.md). Call under the plane's lock."""
     return _stranded(plane)[0]
 
 

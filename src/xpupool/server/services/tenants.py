@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
 
+from xpupool.engine.profile import known_profile
 from xpupool.model.errors import Conflict, NotFound, RequestError
 from xpupool.server.auth import Principal, TokenExpired, new_token, token_hash
 from xpupool.server.plane import ControlPlane
@@ -209,10 +210,8 @@ def put_queue(plane: ControlPlane, body: QueueIn) -> Queue:
     """Create or replace a queue. Lowering a quota below current use evicts nothing: running work
     stays, and the queue admits again once it is back under (Kueue behaves the same)."""
     quotas = [q.model_dump(mode="json") for q in body.quotas]
-    if body.profile is not None and body.profile not in plane.profiles:
-        raise RequestError(
-            "profile", body.profile, f"unknown profile; known: {', '.join(plane.profiles)}"
-        )
+    if body.profile is not None:
+        known_profile(plane.profiles, body.profile, "profile")
     with plane.write() as conn:
         tenant = conn.execute(select(t_tenants).where(t_tenants.c.name == body.tenant)).first()
         if tenant is None:
