@@ -250,19 +250,18 @@ def _record_placement(
 ) -> None:
     allocs = list(outcome.placement.allocations)
     plane.apply(conn, job.id, lc.Admit(f"queue {job.queue}, flavour {outcome.flavor}"), writes)
-    plane.hold(
-        HeldJob(
-            job.id,
-            job.tenant,
-            job.queue,
-            outcome.flavor,
-            job.priority,
-            JobPhase.ADMITTED,
-            allocs,
-            max_runtime_s=job.max_runtime_s,
-            attempt=job.attempts,
-        )
+    held = HeldJob(
+        job.id,
+        job.tenant,
+        job.queue,
+        outcome.flavor,
+        job.priority,
+        JobPhase.ADMITTED,
+        allocs,
+        max_runtime_s=job.max_runtime_s,
+        attempt=job.attempts,
     )
+    plane.hold(held)
     writes.allocations(
         [
             {
@@ -279,6 +278,7 @@ def _record_placement(
     )
     nodes = sorted({a.node for a in allocs})
     plane.apply(conn, job.id, lc.Schedule(f"on {', '.join(nodes)}"), writes, flavor=outcome.flavor)
+    plane.start(held)  # the sites of its nodes run it (server/sites/)
     plane.notify("scheduled", plane.clock() - job.created_at)
 
 

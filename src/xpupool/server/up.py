@@ -36,6 +36,7 @@ from xpupool.server.plane import DEFAULT_HISTORY_INTERVAL_S, ControlPlane
 from xpupool.server.rate_limit import ADDRESS_RATE, TOKEN_RATE, Rate, RateLimiter
 from xpupool.server.retention import Retention
 from xpupool.server.routers.deps import MetricsAuth
+from xpupool.server.sites import AgentPoolSite, Site, Sites
 
 if TYPE_CHECKING:
     from xpupool.agent.launch import LaunchSettings
@@ -85,6 +86,15 @@ class UpConfig:
     # found on another thread: cli_up.py starts asking the runtime before the server's imports,
     # and the agent is made with what it found. None: the defaults, no sandbox and no runtime.
     launch: Callable[[], LaunchSettings] | None = None
+    # sites beside the agent pool, in order (issue 49's sites file builds them: server/sites/)
+    sites: tuple[Site, ...] = ()
+
+
+def build_sites(cfg: UpConfig) -> Sites:
+    """The plane's sites: the agent pool first (the nodes ``xpupool agent`` registers and the
+    cluster file's; their ``site`` labels name sites of the pool for placement), then
+    ``cfg.sites`` in their order. A site of a name already taken is refused."""
+    return Sites([AgentPoolSite(), *cfg.sites])
 
 
 def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPlane:
@@ -131,6 +141,7 @@ def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPla
                 else default_image_catalog().with_rules_first(cfg.catalog.images)
             ),
             ownership=owner,
+            sites=build_sites(cfg),
         )
         plane.before_job_id = pool.reserve
         if cfg.rotate_admin_token:

@@ -25,7 +25,7 @@ from xpupool.engine.cycle.admission import Admission, QueueSpec
 from xpupool.engine.cycle.cycle import SchedulingCycle
 from xpupool.engine.engine import Engine
 from xpupool.engine.fragmentation import kernels
-from xpupool.engine.host import EngineHost, HostedNode
+from xpupool.engine.host import EngineHost
 from xpupool.engine.learning_pace import LearningPace
 from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile, known_profile
 from xpupool.engine.state import ClusterState
@@ -61,7 +61,8 @@ from xpupool.server.plane.tenancy import TenancyBooks
 from xpupool.server.retention import Retention
 from xpupool.server.schemas.agent_protocol import DeviceMetrics
 from xpupool.server.schemas.jobs import HOLDING_STATES, JobPhase, StopCause
-from xpupool.server.schemas.nodes import NodeStatus
+from xpupool.server.sites.agent_pool import AgentPoolSite
+from xpupool.server.sites.protocol import Sites
 from xpupool.server.storage import meta
 from xpupool.server.storage.job_writes import JobWrites
 from xpupool.server.storage.tenants import assign_tenant_indices
@@ -98,8 +99,12 @@ class ControlPlane(NodeBook, TenancyBooks, PlaneReads):
         history_interval_s: float = DEFAULT_HISTORY_INTERVAL_S,
         image_catalog: ImageCatalog | None = None,
         ownership: StoreOwnership | None = None,
+        sites: Sites | None = None,
     ) -> None:
         self.data_dir = data_dir
+        # where the nodes live and work runs (server/sites/): ``xpupool up`` hands them in; by
+        # default the agent pool alone, as every plane had before sites
+        self.sites = sites if sites is not None else Sites([AgentPoolSite()])
         # what a job's image implies (catalog/images.py): an operator's rules before the built-in
         self.image_catalog = image_catalog or default_image_catalog()
         # the replicas' logs (server/job_logs.py): DATA/logs, or under ``xpupool up --logs``;
@@ -206,6 +211,7 @@ class ControlPlane(NodeBook, TenancyBooks, PlaneReads):
         for job in books.pending:
             self._pending[job.id] = job
         self._nodes_changed += 1
+        self.sites.adopt(self._held.values(), self._nodes)
 
     def reload(self) -> None:
         """Memory back to what the store holds, after a write that failed part-way (the store
@@ -252,14 +258,7 @@ class ControlPlane(NodeBook, TenancyBooks, PlaneReads):
         rule for what no longer fits is to requeue those jobs by their policy with an event
         (:meth:`settle`). The engine takes its allocation ids from the host's one
         counter, so no id is handed out twice however often the engine is rebuilt."""
-        engine = self.host.fresh(
-            HostedNode(
-                rec.node,
-                not (rec.cordoned or rec.status is NodeStatus.LOST),
-                frozenset(rec.cordoned_devices | rec.draining),
-            )
-            for rec in nodes.values()
-        )
+        engine = self.host.fresh(self.sites.hosted(nodes.values()))  # each site lists its own
         admission = Admission(engine, self._queue_specs.values())
         held = self._held
         # one allocation per charge: a job keeps those of its allocations that still fit
@@ -408,6 +407,11 @@ class ControlPlane(NodeBook, TenancyBooks, PlaneReads):
     def hold(self, job: HeldJob) -> None:
         """``job`` holds devices now (placed by the scheduler loop, stored under the lock)."""
         self._held[job.id] = job
+
+    def start(self, job: HeldJob) -> None:
+        """Run held ``job`` on the sites of its nodes (the scheduler loop, as it records the
+        placement): the one way the scheduler's placements reach where work runs."""
+        self.sites.start(job, self._nodes)
 
     # ------------------------------------------------------------------ the lock and the store
     @contextmanager
@@ -575,6 +579,7 @@ class ControlPlane(NodeBook, TenancyBooks, PlaneReads):
         if held is not None:
             if out.phase in HOLDING_STATES:
                 held.state = out.phase
+            stopping = out.stop is not None and held.stop is None
             held.stop = out.stop
             held.stop_reason = out.stop_reason if out.stop else ""
             if out.attempt is not None or isinstance(event, lc.Adopt):
@@ -583,6 +588,8 @@ class ControlPlane(NodeBook, TenancyBooks, PlaneReads):
                 held.started_at = now
             if out.release:
                 self.release_job(conn, held)
+            elif stopping:  # the sites of its nodes stop it; released when they report it ended
+                self.sites.stop(held, self._nodes)
         elif out.phase is not JobPhase.PENDING:
             self._pending.pop(job_id, None)
         if out.requeue:  # read back: the row as stored now (its retry's not_before)

@@ -31,6 +31,7 @@ from xpupool.server.schemas.nodes import NodeStatus
 from xpupool.server.services.grants import log_caps
 from xpupool.server.services.jobs import assignment
 from xpupool.server.services.replica_env import distributed_env, node_address
+from xpupool.server.sites.agent_pool import agent_pool
 from xpupool.server.storage.jobs import jobs as t_jobs
 
 
@@ -88,8 +89,8 @@ def heartbeat_idle(plane: ControlPlane, nodes: list[str]) -> set[str]:
                 continue
             seen.append(name)
         plane.heard(conn, seen, now)
-        holding = {a.node for job in plane.held_jobs.values() for a in job.allocations}
-    return own | holding.intersection(nodes)
+        holding = agent_pool(plane.sites).busy(nodes, plane.held_jobs)
+    return own | holding
 
 
 def _check_metrics(rec: NodeRecord, body: Heartbeat) -> None:
@@ -212,9 +213,8 @@ def _reply(
     run: list[Work] = []
     stop: list[tuple[int, int]] = []
     rows: dict[int, Any] = {}
-    held_here = [
-        (job, a) for job in plane.held_jobs.values() for a in job.allocations if a.node == node
-    ]
+    rec = plane.node(node)  # None: its reports just ended the drain that deleted it
+    held_here = [] if rec is None else agent_pool(plane.sites).on_node(rec, plane.held_jobs)
     if held_here:
         ids = sorted({job.id for job, _ in held_here})
         for row in conn.execute(select(t_jobs).where(t_jobs.c.id.in_(ids))).mappings():
