@@ -200,7 +200,7 @@ class Runner:
         rep = Replica(work, d.log, run_dir=d)
         self.replicas[rep.key] = rep
         try:
-            rep.spec = build_spec(work, d.log, self.settings, self.node_vendors)
+            rep.spec = build_spec(work, d.log, self.settings, self.node_vendors, self.held_ports())
         except LaunchError as exc:
             return self._refuse(rep, exc.reason)
         backend = self.settings.backend_name(work.image)
@@ -214,6 +214,15 @@ class Runner:
         rep.supervisor = _spawn(self.supervisor, d, work.attempt)
         log.info("job %d replica %d on %s: supervisor started (%s)", *rep.key, self.node, backend)
         return rep
+
+    def held_ports(self) -> set[int]:
+        """The host ports of this node's live replicas (re-attached ones too: their specs are
+        read back from their run directories), never handed out again while they run."""
+        held: set[int] = set()
+        for rep in self.replicas.values():
+            if rep.spec is not None and rep.state not in FINAL_REPLICA_STATES:
+                held.update(rep.spec.ports)
+        return held
 
     def _answer(self, work: Work, done: ReplicaReport) -> None:
         """Report ``work`` (handed on an allocation whose run here is over, ``done`` its final
@@ -413,6 +422,8 @@ class Runner:
                     rd.remove(d)
                 continue
             rep = Replica(work, d.log, run_dir=d, status=status, shipped=rd.read_shipped(d))
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                rep.spec = spec_file.loads(d.spec.read_bytes()).spec  # its ports stay held
             self._read(rep)
             older = self.replicas.get(rep.key)
             if older is not None and older.run_dir is not None:
