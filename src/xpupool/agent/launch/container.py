@@ -119,12 +119,19 @@ def client_env() -> dict[str, str]:
 
 
 def limit_args(spec: LaunchSpec) -> list[str]:
-    """``--cpus`` (whole CPUs, from millicores) and ``--memory`` (MiB); none for 0 (no limit)."""
+    """``--cpus`` (whole CPUs, from millicores) and ``--memory`` (MiB); none for 0 (no limit).
+    A replica with several cards and a memory limit also gets ``--shm-size`` of that limit: the
+    engines' 64 MiB ``/dev/shm`` is too small for NCCL's and PyTorch's shared-memory transports
+    between its cards' processes, and what a tmpfs holds counts against the container's memory
+    cgroup anyway, so the limit is the most it could use (``--ipc host`` would share the host's,
+    other tenants' included)."""
     args = []
     if spec.cpu_milli:
         args += ["--cpus", f"{spec.cpu_milli / 1000:g}"]
     if spec.memory_mib:
         args += ["--memory", f"{spec.memory_mib}m"]
+        if len(spec.devices) > 1:
+            args += ["--shm-size", f"{spec.memory_mib}m"]
     return args
 
 
