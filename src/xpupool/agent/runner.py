@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,9 @@ from xpupool.server.schemas.agent_protocol import (
 )
 
 log = logging.getLogger("xpupool.agent")
+# every runner of this process: the nodes of one agent process (``xpupool up`` hosts several)
+# share the host's ports, so a port one holds is held for all (Runner.held_ports)
+_RUNNERS: weakref.WeakSet[Runner] = weakref.WeakSet()
 
 NO_RUNTIME = "container images need a container runtime; none configured"
 # A lease for replicas started before any server said how long one lasts (a runner driven
@@ -159,6 +163,7 @@ class Runner:
         # by renew() after each heartbeat the server answered
         self.lease_until = time.monotonic() + DEFAULT_LEASE_S
         self.lease_grace_s = grace_s  # SIGTERM to SIGKILL when a lease ends (the server's)
+        _RUNNERS.add(self)
         self.reattach()
 
     # ------------------------------------------------------------------ leases
@@ -216,12 +221,14 @@ class Runner:
         return rep
 
     def held_ports(self) -> set[int]:
-        """The host ports of this node's live replicas (re-attached ones too: their specs are
-        read back from their run directories), never handed out again while they run."""
+        """The host ports of the live replicas of every node this process runs (re-attached ones
+        too: their specs are read back from their run directories), never handed out again
+        while they run. Two agent processes on one host are given disjoint ``--ports``."""
         held: set[int] = set()
-        for rep in self.replicas.values():
-            if rep.spec is not None and rep.state not in FINAL_REPLICA_STATES:
-                held.update(rep.spec.ports)
+        for runner in list(_RUNNERS):
+            for rep in runner.replicas.values():
+                if rep.spec is not None and rep.state not in FINAL_REPLICA_STATES:
+                    held.update(rep.spec.ports)
         return held
 
     def _answer(self, work: Work, done: ReplicaReport) -> None:

@@ -101,3 +101,20 @@ def test_network_and_ports_travel_to_the_supervisor(tmp_path: Path) -> None:
     back = loads(dumps(SpecFile("container", cfg, spec, 1.0)))
     assert (back.settings.network, back.settings.ports) == ("host", PortRange(31000, 31009))
     assert back.spec.ports == (31000,)
+
+
+def test_the_nodes_of_one_process_never_share_a_port(tmp_path: Path) -> None:
+    """``xpupool up`` runs several nodes' runners on one host: a port one holds is held for all."""
+    from xpupool.agent.runner import Runner
+
+    cfg = settings(tmp_path, runtime="podman", ports=PortRange(30000, 30009))
+    never = ("/bin/false",)  # no supervisor is needed to see the spec's port
+    a = Runner("a", tmp_path / "a", settings=cfg, supervisor=never)
+    b = Runner("b", tmp_path / "b", settings=cfg, supervisor=never)
+    first = a.start(work(["true"], image="busybox", node="a", job_id=1))
+    second = b.start(work(["true"], image="busybox", node="b", job_id=2))
+    assert first is not None and second is not None
+    assert first.spec is not None and second.spec is not None
+    assert first.spec.ports != second.spec.ports
+    both = {*first.spec.ports, *second.spec.ports}
+    assert both <= a.held_ports() and both <= b.held_ports()
