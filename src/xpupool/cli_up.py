@@ -269,6 +269,7 @@ def up(
     runtime: str,
     device_root: str,
     pids_limit: int,
+    network: str,
     reinitialise: bool,
     rotate_admin_token: bool,
     tls_cert: str | None,
@@ -314,6 +315,7 @@ def up(
                 (Path(data), *((Path(logs),) if logs else ())),
                 pids_limit,
                 log_reserve=log_reserve,
+                network=network,
             ),
             "xpupool-launch-probe",
         )

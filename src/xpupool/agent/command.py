@@ -15,9 +15,10 @@ from urllib.parse import urlsplit
 import click
 
 from xpupool.agent.launch.options import launch_options, launch_settings
+from xpupool.agent.launch.ports import DEFAULT_PORTS
 from xpupool.log_setup import configure_logging, verbose_option
 from xpupool.probes.container_runtime import RuntimeChoice
-from xpupool.server.schemas.agent_protocol import ADDRESS_LABEL
+from xpupool.server.schemas.agent_protocol import ADDRESS_LABEL, PORTS_LABEL
 
 if TYPE_CHECKING:
     from xpupool.server.schemas.agent_protocol import TaintIn
@@ -159,6 +160,15 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
     "drop or change it once they end (--no-drain: the server refuses the new inventory, naming "
     "the jobs, and keeps serving the last one)",
 )
+@click.option(
+    "--ports",
+    default=DEFAULT_PORTS,
+    show_default=True,
+    metavar="FIRST-LAST",
+    help="Host ports image replicas are given (PORT, XPUPOOL_PORTS; a gang's MASTER_PORT on"
+    " this node), one per live replica, published under --network bridge; declared to the"
+    " server (the xpupool/ports label), which picks a gang's master port from it.",
+)
 @launch_options
 @verbose_option
 def agent_command(
@@ -187,6 +197,8 @@ def agent_command(
     runtime: RuntimeChoice,
     device_root: str,
     pids_limit: int,
+    network: str,
+    ports: str,
     verbose: bool,
 ) -> None:
     """Run this host's node agent: register, heartbeat, run and stop assigned work."""
@@ -217,10 +229,16 @@ def agent_command(
         private,
         pids_limit,
         log_reserve=log_reserve,
+        network=network,
+        ports=ports,
     )
     make_private(Path(work_dir))
     name = node_name(node)
-    node_labels = {ADDRESS_LABEL: address or _route_address(server), **_labels(labels)}
+    node_labels = {
+        ADDRESS_LABEL: address or _route_address(server),
+        PORTS_LABEL: str(settings.ports),
+        **_labels(labels),
+    }
     node_taints = _taints(taints)
     probes: list[Probe] = [FakeProbe(fake_path)] if fake_path else host_probes()
     hosted = HostedNode(

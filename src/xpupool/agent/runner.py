@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,9 @@ from xpupool.server.schemas.agent_protocol import (
 )
 
 log = logging.getLogger("xpupool.agent")
+# every runner of this process: the nodes of one agent process (``xpupool up`` hosts several)
+# share the host's ports, so a port one holds is held for all (Runner.held_ports)
+_RUNNERS: weakref.WeakSet[Runner] = weakref.WeakSet()
 
 NO_RUNTIME = "container images need a container runtime; none configured"
 # A lease for replicas started before any server said how long one lasts (a runner driven
@@ -159,6 +163,7 @@ class Runner:
         # by renew() after each heartbeat the server answered
         self.lease_until = time.monotonic() + DEFAULT_LEASE_S
         self.lease_grace_s = grace_s  # SIGTERM to SIGKILL when a lease ends (the server's)
+        _RUNNERS.add(self)
         self.reattach()
 
     # ------------------------------------------------------------------ leases
@@ -200,7 +205,7 @@ class Runner:
         rep = Replica(work, d.log, run_dir=d)
         self.replicas[rep.key] = rep
         try:
-            rep.spec = build_spec(work, d.log, self.settings, self.node_vendors)
+            rep.spec = build_spec(work, d.log, self.settings, self.node_vendors, self.held_ports())
         except LaunchError as exc:
             return self._refuse(rep, exc.reason)
         backend = self.settings.backend_name(work.image)
@@ -214,6 +219,17 @@ class Runner:
         rep.supervisor = _spawn(self.supervisor, d, work.attempt)
         log.info("job %d replica %d on %s: supervisor started (%s)", *rep.key, self.node, backend)
         return rep
+
+    def held_ports(self) -> set[int]:
+        """The host ports of the live replicas of every node this process runs (re-attached ones
+        too: their specs are read back from their run directories), never handed out again
+        while they run. Two agent processes on one host are given disjoint ``--ports``."""
+        held: set[int] = set()
+        for runner in list(_RUNNERS):
+            for rep in runner.replicas.values():
+                if rep.spec is not None and rep.state not in FINAL_REPLICA_STATES:
+                    held.update(rep.spec.ports)
+        return held
 
     def _answer(self, work: Work, done: ReplicaReport) -> None:
         """Report ``work`` (handed on an allocation whose run here is over, ``done`` its final
@@ -413,6 +429,8 @@ class Runner:
                     rd.remove(d)
                 continue
             rep = Replica(work, d.log, run_dir=d, status=status, shipped=rd.read_shipped(d))
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                rep.spec = spec_file.loads(d.spec.read_bytes()).spec  # its ports stay held
             self._read(rep)
             older = self.replicas.get(rep.key)
             if older is not None and older.run_dir is not None:

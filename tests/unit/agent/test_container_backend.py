@@ -38,6 +38,7 @@ def test_run_argv_carries_the_spec(tmp_path: Path) -> None:
     assert _option(argv, "--user") == [f"{os.geteuid()}:{os.getegid()}"]
     assert _option(argv, "--env-file") == [str(tmp_path / "logs" / f"{spec.slug}.env")]
     assert _option(argv, "--cpus") == ["2.5"] and _option(argv, "--memory") == ["4096m"]
+    assert _option(argv, "--shm-size") == ["4096m"]  # two cards: room for NCCL's shared memory
     assert _option(argv, "--workdir") == [str(spec.workdir)]
     assert f"{spec.workdir}:{spec.workdir}" in _option(argv, "-v")
     assert _option(argv, "--device") == [
@@ -58,6 +59,7 @@ def test_uid_of_the_tenant_when_the_agent_switches(tmp_path: Path) -> None:
     spec = build_spec(work([], image="busybox", tenant_index=4), tmp_path / "l.log", cfg)
     argv = ContainerBackend(cfg).argv(spec)
     assert argv[0] == "podman" and _option(argv, "--user") == ["200004:200004"]
+    assert _option(argv, "--shm-size") == []  # one card or none: the engine's default
     assert argv[-1] == "busybox"  # no command: the image's entry point
 
 

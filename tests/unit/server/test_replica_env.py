@@ -28,3 +28,13 @@ def test_a_nodes_address_is_its_agents_then_loopback_for_cluster_nodes_then_its_
     assert node_address("gpu1", {"xpupool/address": "10.1.2.3"}, "agent") == "10.1.2.3"
     assert node_address("sim-a100", {}, "cluster") == "127.0.0.1"
     assert node_address("gpu1", {}, "agent") == "gpu1"
+
+
+def test_the_master_port_is_from_the_master_nodes_declared_range() -> None:
+    from xpupool.server.services.replica_env import port_range
+
+    placed = [alloc(0, "a"), alloc(1, "b")]
+    ranges = {"a": port_range({"xpupool/ports": "31000-31009"}), "b": port_range({})}
+    env = distributed_env(27, placed, 1, {"a": "10.0.0.1", "b": "10.0.0.2"}, ranges)
+    assert env["MASTER_PORT"] == "31007"  # 31000 + 27 % 10
+    assert port_range({"xpupool/ports": "junk"}) == (29500, 30499)  # the agent's default

@@ -17,7 +17,9 @@ find them too, and ``xpupool.owner`` (the agent work directory of the node that 
 per work directory on a host) says whose it is: an agent that starts again removes the containers
 it owns that no supervisor holds any more (:meth:`ContainerBackend.remove_leftovers`), and never
 another pool's or another agent's. Every call carries the host's runtime configuration
-(:mod:`.runtime_config`: OCI runtime, cgroup manager, ulimits) and ``--pids-limit``.
+(:mod:`.runtime_config`: OCI runtime, cgroup manager, ulimits) and ``--pids-limit``. The network
+is the operator's policy (``--network``): ``host``, or the engine's bridge with the replica's
+host ports (:mod:`.ports`) published as themselves (:func:`network_args`).
 
 The image and the command come after every option and ``--``: nothing of the job's is ever read as
 the runtime's option (``--privileged`` as an image was, before the server checked references).
@@ -50,6 +52,9 @@ RUNTIME_CALL_TIMEOUT_S = 15.0
 # What the runtime's client needs from the agent's environment to reach its engine and registry
 # (the job's own variables go to the container, never to the client).
 CLIENT_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME")
+# what a container on the bridge network calls the host (podman adds its own to /etc/hosts;
+# docker's is added with --add-host NAME:host-gateway)
+HOST_NAMES = {"podman": "host.containers.internal", "docker": "host.docker.internal"}
 CLIENT_ENV_PREFIXES = ("DOCKER_", "CONTAINER_", "CONTAINERS_", "REGISTRY_AUTH_FILE")
 
 
@@ -68,12 +73,24 @@ def env_file_path(spec: LaunchSpec) -> Path:
     return spec.log_path.with_name(f"{spec.slug}.env")
 
 
-def container_env(spec: LaunchSpec) -> dict[str, str]:
+def container_env(spec: LaunchSpec, network: str = "host", host_name: str = "") -> dict[str, str]:
     """The job's environment as the container gets it: the image keeps its own ``PATH``; device
-    indices are as the container numbers its cards (:func:`~xpupool.agent.env.as_seen_alone`)."""
+    indices are as the container numbers its cards (:func:`~xpupool.agent.env.as_seen_alone`).
+    On the bridge network the host's loopback is the container's own: a peer address that is
+    loopback (a node ``xpupool up`` runs itself, all replicas on this host) becomes
+    ``host_name``, the name the runtime gives the host (where the published ports are)."""
     env = as_seen_alone(spec.env, spec.devices)
     env.pop("PATH", None)
+    if network == "bridge" and host_name:
+        for name in ("MASTER_ADDR", "XPUPOOL_PEERS"):
+            if name in env:
+                peers = env[name].split(",")
+                env[name] = ",".join(host_name if _loopback(p) else p for p in peers)
     return env
+
+
+def _loopback(address: str) -> bool:
+    return address == "localhost" or address.startswith("127.") or address == "::1"
 
 
 def write_env_file(path: Path, env: dict[str, str]) -> None:
@@ -102,12 +119,34 @@ def client_env() -> dict[str, str]:
 
 
 def limit_args(spec: LaunchSpec) -> list[str]:
-    """``--cpus`` (whole CPUs, from millicores) and ``--memory`` (MiB); none for 0 (no limit)."""
+    """``--cpus`` (whole CPUs, from millicores) and ``--memory`` (MiB); none for 0 (no limit).
+    A replica with several cards and a memory limit also gets ``--shm-size`` of that limit: the
+    engines' 64 MiB ``/dev/shm`` is too small for NCCL's and PyTorch's shared-memory transports
+    between its cards' processes, and what a tmpfs holds counts against the container's memory
+    cgroup anyway, so the limit is the most it could use (``--ipc host`` would share the host's,
+    other tenants' included)."""
     args = []
     if spec.cpu_milli:
         args += ["--cpus", f"{spec.cpu_milli / 1000:g}"]
     if spec.memory_mib:
         args += ["--memory", f"{spec.memory_mib}m"]
+        if len(spec.devices) > 1:
+            args += ["--shm-size", f"{spec.memory_mib}m"]
+    return args
+
+
+def network_args(spec: LaunchSpec, network: str, runtime: str) -> list[str]:
+    """``--network host``, or (bridge, the runtime's default network) ``-p PORT:PORT`` for each
+    of the replica's ports: the same number inside and out, so the port the job is told is the
+    one its peers dial (:mod:`.ports`). Docker is told the host's name (podman names it
+    ``host.containers.internal`` itself)."""
+    if network == "host":
+        return ["--network", "host"]
+    args = []
+    if runtime == "docker":
+        args += ["--add-host", f"{HOST_NAMES['docker']}:host-gateway"]
+    for port in spec.ports:
+        args += ["-p", f"{port}:{port}"]
     return args
 
 
@@ -125,6 +164,12 @@ def describe_limits(spec: LaunchSpec, runtime: str) -> str:
     if not parts:
         return "limits: none asked"
     return f"limits: {runtime} cgroup " + " ".join(parts)
+
+
+def describe_network(spec: LaunchSpec, network: str) -> str:
+    """Appended to the limits line the job's events show: its network and host ports."""
+    ports = ",".join(map(str, spec.ports)) or "none"
+    return f"; network {network}, ports {ports}"
 
 
 class ContainerBackend(ProcessBackend):
@@ -164,6 +209,7 @@ class ContainerBackend(ProcessBackend):
         argv += ["--label", f"{OWNER_LABEL}={owner_of(spec)}"]
         argv += ["-v", f"{workdir}:{workdir}", "--workdir", workdir]
         argv += limit_args(spec) + pids_args(config)
+        argv += network_args(spec, self.settings.network, runtime.name)
         argv += container_device_args(spec.devices, runtime, self.settings.device_root)
         # every option first, then '--': nothing of the job's (image, command) is an option
         return [*argv, "--", spec.image, *spec.argv]
@@ -171,10 +217,12 @@ class ContainerBackend(ProcessBackend):
     def start(self, spec: LaunchSpec) -> Launched:
         argv = self.argv(spec)
         path = env_file_path(spec)
-        write_env_file(path, container_env(spec))
+        network, runtime = self.settings.network, self.runtime.name
+        write_env_file(path, container_env(spec, network, HOST_NAMES[runtime]))
         # the client runs as the agent, outside any cgroup of the agent's: the runtime's own
         # cgroup holds the container
-        client = replace(spec, env=client_env(), limits=describe_limits(spec, argv[0]), cgroup=None)
+        limits = describe_limits(spec, argv[0]) + describe_network(spec, network)
+        client = replace(spec, env=client_env(), limits=limits, cgroup=None)
         try:
             launched = start_process(client, argv, switch_user=False, use_cgroup=False)
         except LaunchError:

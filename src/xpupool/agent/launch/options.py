@@ -14,6 +14,7 @@ import click
 
 from xpupool.agent.launch.cgroups import DEFAULT_PIDS_MAX
 from xpupool.agent.launch.identity import DEFAULT_UID_RANGE
+from xpupool.agent.launch.ports import DEFAULT_PORTS, NETWORKS
 from xpupool.disk_reserve import DEFAULT_LOG_RESERVE
 from xpupool.probes.container_runtime import RUNTIME_CHOICES, RuntimeChoice
 
@@ -30,7 +31,9 @@ log = logging.getLogger("xpupool.agent")
 
 def launch_options(f: F) -> F:
     """``--job-uid-range``, ``--job-root``, ``--log-cap``, ``--log-reserve``, ``--pids-limit``,
-    ``--sandbox``, ``--runtime``, ``--device-root``."""
+    ``--sandbox``, ``--runtime``, ``--device-root``, ``--network``. (``--ports`` is the
+    standalone agent's only: the server picks a gang's master port from the range a node
+    declares, and the nodes of ``xpupool up`` declare none, so they keep the default range.)"""
     options = [
         click.option(
             "--job-uid-range",
@@ -95,6 +98,16 @@ def launch_options(f: F) -> F:
             help="Where the host's device nodes are (an agent in a container may see them"
             " elsewhere); the sandbox and containers get the granted ones from here.",
         ),
+        click.option(
+            "--network",
+            type=click.Choice(list(NETWORKS)),
+            default="bridge",
+            show_default=True,
+            help="The network of image replicas: bridge (the runtime's own, each replica's"
+            " ports published on the host) or host (the host's network: what NCCL and RDMA"
+            " usually need; the job then also reaches the host's loopback, the server and this"
+            " agent's metrics).",
+        ),
     ]
     for option in reversed(options):
         f = option(f)
@@ -111,6 +124,8 @@ def launch_settings(
     private_paths: tuple[Path, ...] = (),
     pids_limit: int | None = None,
     log_reserve: str = DEFAULT_LOG_RESERVE,
+    network: str = "bridge",
+    ports: str = DEFAULT_PORTS,
 ) -> LaunchSettings:
     """The :class:`LaunchSettings` for these option values; cgroups are detected here (once per
     agent), the container runtime asked and bwrap tried (:func:`isolation`). Raises
@@ -118,6 +133,7 @@ def launch_settings(
     work dir, token file)."""
     from xpupool.agent.launch.cgroups import detect_cgroups
     from xpupool.agent.launch.identity import UidRange
+    from xpupool.agent.launch.ports import PortRange
     from xpupool.agent.launch.runtime_config import RuntimeConfig
     from xpupool.agent.launch.spec import DEFAULT_PATH, LaunchSettings, default_job_root
     from xpupool.model.errors import XpupoolError
@@ -139,6 +155,10 @@ def launch_settings(
         raise click.BadParameter(str(exc), param_hint="--log-reserve") from None
     if reserve_mib < 0:
         raise click.BadParameter(f"{log_reserve!r}: must be 0 or more", param_hint="--log-reserve")
+    try:
+        port_range = PortRange.parse(ports)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--ports") from None
     root = Path(job_root).resolve() if job_root else default_job_root()
     for private in private_paths:
         if root == private.resolve() or private.resolve() in root.parents:
@@ -160,6 +180,8 @@ def launch_settings(
         runtime_config=RuntimeConfig(
             pids_limit=DEFAULT_PIDS_MAX if pids_limit is None else pids_limit
         ),
+        network=network,
+        ports=port_range,
     )
     return isolation(settings, sandbox, runtime)
 

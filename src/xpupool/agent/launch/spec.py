@@ -18,6 +18,7 @@ from pathlib import Path
 from xpupool.agent.env import device_env
 from xpupool.agent.launch.cgroups import CgroupHost, CgroupPlan
 from xpupool.agent.launch.identity import UidRange
+from xpupool.agent.launch.ports import DEFAULT_PORTS, PortRange, replica_ports
 from xpupool.agent.launch.runtime_config import RuntimeConfig
 from xpupool.disk_reserve import DEFAULT_LOG_RESERVE_BYTES
 from xpupool.server.schemas.agent_protocol import DeviceAssignment, Work
@@ -57,7 +58,9 @@ class LaunchSettings:
     tried at start: :mod:`.view`), with its temp dir a tmpfs counted against its memory limit
     and, on the host back end, at ``/tmp``; ``hide_processes``: there, a ``/proc`` that shows
     the job only its own uid's processes (Linux 5.8 and later). ``runtime_config``: how the
-    container runtime is called on this host (:mod:`.runtime_config`)."""
+    container runtime is called on this host (:mod:`.runtime_config`). ``network``: an image
+    replica's network, ``bridge`` (its ports published) or ``host``; ``ports``: the host ports
+    image replicas are given (:mod:`.ports`)."""
 
     job_root: Path = field(default_factory=default_job_root)
     uid_range: UidRange | None = None
@@ -74,6 +77,8 @@ class LaunchSettings:
     private_view: bool = False
     hide_processes: bool = False
     runtime_config: RuntimeConfig = field(default_factory=RuntimeConfig)
+    network: str = "bridge"
+    ports: PortRange = field(default_factory=lambda: PortRange.parse(DEFAULT_PORTS))
 
     def describe(self) -> str:
         """One line for the start-up banner: who jobs run as, where, with which limits."""
@@ -88,6 +93,7 @@ class LaunchSettings:
         images = self.runtime or "none (no container runtime)"
         if self.runtime:
             images += f" ({self.runtime_config.for_runtime(self.runtime).describe()})"
+            images += f", network {self.network}, ports {self.ports}"
         return (
             f"{who}, backend {self.backend_name(None)}, images: {images},"
             f" working dirs under {self.job_root}, {self.view_text()},"
@@ -143,6 +149,7 @@ class LaunchSpec:
     run_id: str = ""  # unique to this run of this replica on this host (see run_id())
     log_reserve_bytes: int = 0  # free space its log leaves on the disk (disk_reserve.py)
     tmpfs_bytes: int = 0
+    ports: tuple[int, ...] = ()  # the host ports it is given (image replicas: .ports)
 
     @property
     def tmpdir(self) -> Path:
@@ -184,11 +191,17 @@ def job_env(
 
 
 def build_spec(
-    work: Work, log_path: Path, settings: LaunchSettings, node_vendors: Iterable[str] = ()
+    work: Work,
+    log_path: Path,
+    settings: LaunchSettings,
+    node_vendors: Iterable[str] = (),
+    held_ports: Iterable[int] = (),
 ) -> LaunchSpec:
     """The spec for ``work``; raises :class:`LaunchError` when it cannot run here (no uid left
-    in the range for its tenant). Its log keeps at most this agent's cap, or the job's own
-    (the tenant's, sent by the server) where that is lower."""
+    in the range for its tenant, no port left for an image replica: ``held_ports`` are those of
+    this agent's live replicas). Its log keeps at most this agent's cap, or the job's own
+    (the tenant's, sent by the server) where that is lower. An image replica is told its port
+    as ``PORT`` and ``XPUPOOL_PORTS``."""
     a = work.assignment
     uid = gid = None
     if settings.uid_range is not None:
@@ -211,6 +224,15 @@ def build_spec(
     limits = describe_limits(cgroup, a.memory_mib, a.cpu_milli)
     # its temp dir counts against its memory limit where the agent can make it a tmpfs (view.py)
     tmpfs_bytes = max(a.memory_mib, 0) << 20 if settings.private_view else 0
+    env = job_env(work, workdir, settings, node_vendors)
+    ports: tuple[int, ...] = ()
+    if settings.backend_name(work.image) == "container":
+        try:
+            ports = replica_ports(env, settings.ports, held_ports)
+        except ValueError as exc:
+            raise LaunchError(str(exc)) from None
+        env["PORT"] = str(ports[0])
+        env["XPUPOOL_PORTS"] = ",".join(map(str, ports))
     return LaunchSpec(
         job_id=work.job_id,
         replica=work.replica,
@@ -219,7 +241,7 @@ def build_spec(
         tenant=work.tenant,
         argv=tuple(work.command),
         image=work.image,
-        env=job_env(work, workdir, settings, node_vendors),
+        env=env,
         uid=uid,
         gid=gid,
         workdir=workdir,
@@ -233,6 +255,7 @@ def build_spec(
         run_id=slug,
         log_reserve_bytes=settings.log_reserve_bytes,
         tmpfs_bytes=tmpfs_bytes,
+        ports=ports,
     )
 
 

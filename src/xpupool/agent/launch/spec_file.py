@@ -15,6 +15,7 @@ from typing import cast
 
 from xpupool.agent.launch.cgroups import CgroupHost, CgroupPlan
 from xpupool.agent.launch.identity import UidRange
+from xpupool.agent.launch.ports import DEFAULT_PORTS, PortRange
 from xpupool.agent.launch.runtime_config import RuntimeConfig
 from xpupool.agent.launch.spec import LaunchSettings, LaunchSpec
 from xpupool.server.schemas.agent_protocol import DeviceAssignment
@@ -108,6 +109,12 @@ def _runtime_config_back(d: object) -> RuntimeConfig:
     )
 
 
+def _ports_back(d: object) -> PortRange:
+    if not isinstance(d, list) or len(d) != 2:  # a file an older agent wrote
+        return PortRange.parse(DEFAULT_PORTS)
+    return PortRange(int(d[0]), int(d[1]))
+
+
 def dumps(f: SpecFile) -> bytes:
     s, sp = f.settings, f.spec
     settings: JsonObj = {
@@ -135,6 +142,8 @@ def dumps(f: SpecFile) -> bytes:
         "private_view": s.private_view,
         "hide_processes": s.hide_processes,
         "runtime_config": _runtime_config(s.runtime_config),
+        "network": s.network,
+        "ports": [s.ports.first, s.ports.last],
     }
     spec: JsonObj = {
         "job_id": sp.job_id,
@@ -158,6 +167,7 @@ def dumps(f: SpecFile) -> bytes:
         "run_id": sp.run_id,
         "log_reserve_bytes": sp.log_reserve_bytes,
         "tmpfs_bytes": sp.tmpfs_bytes,
+        "ports": list(sp.ports),
     }
     body = {
         "backend": f.backend,
@@ -191,6 +201,9 @@ def loads(data: bytes) -> SpecFile:
         private_view=bool(s.get("private_view", False)),
         hide_processes=bool(s.get("hide_processes", False)),
         runtime_config=_runtime_config_back(s.get("runtime_config")),
+        # absent in a file an older agent wrote: its containers had no network options
+        network=str(s.get("network", "bridge")),
+        ports=_ports_back(s.get("ports")),
     )
     spec = LaunchSpec(
         job_id=int(sp["job_id"]),
@@ -214,5 +227,6 @@ def loads(data: bytes) -> SpecFile:
         run_id=str(sp["run_id"]),
         log_reserve_bytes=int(sp.get("log_reserve_bytes", 0)),
         tmpfs_bytes=int(sp.get("tmpfs_bytes", 0)),
+        ports=tuple(int(p) for p in sp.get("ports", ())),
     )
     return SpecFile(str(body["backend"]), settings, spec, float(body["lease_grace_s"]))

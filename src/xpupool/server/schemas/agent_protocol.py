@@ -33,6 +33,8 @@ AGENT_PROTOCOL_HEADER = "X-Xpupool-Agent-Protocol"
 BOOTSTRAP_TOKEN_PREFIX = "xpb_"
 """Bootstrap tokens start with this (others with ``xpp_``), so an agent knows it holds one."""
 ADDRESS_LABEL = "xpupool/address"
+# the host ports an agent gives image replicas, FIRST-LAST (agent/launch/ports.py)
+PORTS_LABEL = "xpupool/ports"
 """The node label an agent registers its address under (``xpupool agent --address``): where a
 job's other replicas reach it (``services/replica_env.py``)."""
 

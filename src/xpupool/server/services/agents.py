@@ -30,7 +30,7 @@ from xpupool.server.schemas.jobs import JobPhase, StopCause
 from xpupool.server.schemas.nodes import NodeStatus
 from xpupool.server.services.grants import log_caps
 from xpupool.server.services.jobs import assignment
-from xpupool.server.services.replica_env import distributed_env, node_address
+from xpupool.server.services.replica_env import distributed_env, node_address, port_range
 from xpupool.server.sites.agent_pool import agent_pool
 from xpupool.server.storage.jobs import jobs as t_jobs
 
@@ -296,7 +296,12 @@ def _distributed(plane: ControlPlane, job: HeldJob, replica: int) -> dict[str, s
         for name in {a.node for a in job.allocations}
         if (rec := plane.node(name)) is not None
     }
-    return distributed_env(job.id, job.allocations, replica, addresses)
+    ports = {
+        name: port_range(rec.node.labels)
+        for name in {a.node for a in job.allocations}
+        if (rec := plane.node(name)) is not None
+    }
+    return distributed_env(job.id, job.allocations, replica, addresses, ports)
 
 
 def _attempt_start_path(log: Path) -> Path:
