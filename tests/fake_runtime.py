@@ -31,7 +31,8 @@ CDI = CDI_VALUE
 VALUED = {"--name", "--user", "-u", "--env-file", "-e", "--env", "-v", "--volume", "--workdir",
           "-w", "--cpus", "--memory", "-m", "--device", "--gpus", "--label", "-l",
           "--security-opt", "--network", "--entrypoint", "--signal", "-s", "--format", "-f",
-          "--pids-limit", "--ulimit", "--filter", "--runtime", "--cgroup-manager"}
+          "--pids-limit", "--ulimit", "--filter", "--runtime", "--cgroup-manager", "-p",
+          "--publish", "--shm-size", "--add-host", "--ipc"}
 
 args = sys.argv[1:]
 with open(HERE / "argv.log", "a") as f:
