@@ -323,3 +323,29 @@ def test_a_port_in_use_stops_up_with_one_line(tmp_path: Path) -> None:
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(f"Error: cannot listen on 127.0.0.1:{port}: "), done.stderr
     assert "Traceback" not in done.stderr
+
+
+ORPHAN_PARENT = """
+import sys
+from pathlib import Path
+from xpupool.server.front.workers import HttpWorkers, PlaneSockets, listen
+workers = HttpWorkers(1, listen("127.0.0.1", 0), PlaneSockets(Path(sys.argv[1])), max_body=1 << 20)
+print(workers._spawn().pid, flush=True)
+"""
+
+
+def test_a_worker_whose_plane_died_before_it_was_ready_exits(tmp_path: Path) -> None:
+    """The death signal is asked for only once the worker runs its own code; a plane that dies
+    before then (a crash right after the start, a loaded machine) must still take it along. Here
+    the "plane" exits as soon as the worker is spawned, long before the worker is ready."""
+    out = tmp_path / "parent.out"
+    with out.open("w") as sink:  # a file, not a pipe: the worker inherits it and lives on
+        subprocess.run(
+            [sys.executable, "-c", ORPHAN_PARENT, str(tmp_path)], stdout=sink, check=True
+        )
+    worker = int(out.read_text().split()[0])
+    try:
+        until(lambda: not _running(worker), "the orphaned worker's exit")
+    finally:
+        if _running(worker):
+            os.kill(worker, signal.SIGKILL)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import os
 import signal
 import socket
 import sys
@@ -18,13 +19,23 @@ from xpupool.server.front.app import FrontApp
 PR_SET_PDEATHSIG = 1
 
 
+def _die_with(plane_pid: int) -> None:
+    """Ask for SIGTERM when the plane dies, then look whether it has died already: the request
+    covers only deaths after it, and a worker is slow to get here (its imports), so a plane that
+    crashed in between would otherwise leave it serving on the plane's port forever."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != plane_pid:
+        raise SystemExit(f"xpupool-http-worker: the plane (pid {plane_pid}) is gone")
+
+
 def main(argv: list[str] | None = None) -> None:
-    import uvicorn
 
     from xpupool.agent.launch.guard import protect_process
 
     parser = argparse.ArgumentParser(prog="xpupool-http-worker")
     parser.add_argument("--fd", type=int, required=True, help="the inherited listening socket")
+    parser.add_argument("--plane-pid", type=int, required=True, help="the process to die with")
     parser.add_argument("--plane-http", type=Path, required=True)
     parser.add_argument("--channel", type=Path, required=True)
     parser.add_argument("--max-body", type=int, required=True)
@@ -33,9 +44,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tls-cert")
     parser.add_argument("--tls-key")
     args = parser.parse_args(argv)
+    _die_with(args.plane_pid)  # a plane killed outright takes its workers with it
+    import uvicorn
+
     protect_process()  # not dumpable: it holds the tokens of the requests it carries
-    if sys.platform.startswith("linux"):  # a plane killed outright takes its workers with it
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     app = BodyLimit(
         FrontApp(args.plane_http, args.channel),
         max_bytes=args.max_body,

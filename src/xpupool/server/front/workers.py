@@ -11,6 +11,7 @@ and the submission channel (``front/plane_side.py``).
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import socket
 import subprocess
@@ -91,6 +92,7 @@ class HttpWorkers:
 
     def command(self) -> list[str]:
         args = [sys.executable, "-m", "xpupool.server.front.main", "--fd", str(self.sock.fileno())]
+        args += ["--plane-pid", str(os.getpid())]
         args += ["--plane-http", str(self.sockets.http), "--channel", str(self.sockets.channel)]
         args += ["--max-body", str(self.max_body)]
         args += ["--header-timeout", repr(self.connections.header_timeout_s)]
