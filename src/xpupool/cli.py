@@ -36,6 +36,7 @@ LAZY_COMMANDS = {
     "token": "xpupool.client.cli_admin:token",
     "queue": "xpupool.client.cli_admin:queue",
     "audit": "xpupool.client.cli_admin:audit",
+    "secret": "xpupool.client.cli_secrets:secret",
     "k8s": "xpupool.k8s.cli:k8s",
 }
 

@@ -87,6 +87,13 @@ def in_background(make: Callable[[], T], name: str) -> Callable[[], T]:
     "store's (DIR/pool-id names the pool: another pool's DIR is refused)",
 )
 @click.option(
+    "--secret-key-file",
+    type=click.Path(dir_okay=False, resolve_path=True),
+    metavar="FILE",
+    help="the key tenants' secrets are sealed under (made, mode 0600, when missing); default "
+    "DATA/secret.key, which protects a leaked database or backup but not a leaked data dir",
+)
+@click.option(
     "--policy",
     default=DEFAULT_PROFILE,
     show_default=True,
@@ -254,6 +261,7 @@ def up(
     cluster: str | None,
     db: str | None,
     logs: str | None,
+    secret_key_file: str | None,
     policy: str,
     profile_file: str | None,
     heartbeat: float,
@@ -385,6 +393,7 @@ def up(
         log_cap=log_cap,
         log_reserve=log_reserve,
         logs=Path(logs) if logs else None,
+        secret_key_file=Path(secret_key_file) if secret_key_file else None,
         reinitialise=reinitialise,
         rotate_admin_token=rotate_admin_token,
         tls_cert=Path(tls_cert) if tls_cert else None,

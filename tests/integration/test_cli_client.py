@@ -274,3 +274,28 @@ def test_an_unknown_job_and_a_non_admin_are_clean_errors(srv: Plane) -> None:
     refused = srv.cli("tenant", "list", token=token)
     assert refused.exit_code == 1 and "admin only" in refused.output
     assert "needs the admin token" in refused.output  # how to act, not only what is wrong
+
+
+def test_secret_set_list_delete(srv: Plane, tmp_path: Path) -> None:
+    token = _tenant(srv, "vault")
+    value = "hf_cli_secret_value_never_printed"
+    result = CliRunner().invoke(
+        main,
+        ["secret", "set", "hf-token", "-o", "json"],
+        input=value,
+        env={"XPUPOOL_URL": srv.url, "XPUPOOL_TOKEN": token, "HOME": str(srv.home)},
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["size"] == len(value) and value not in result.output
+    keystore = tmp_path / "keystore.bin"
+    keystore.write_bytes(bytes(range(256)))
+    srv.ok("secret", "set", "keystore", "--from-file", str(keystore), token=token)
+    listed = srv.json("secret", "list", token=token)
+    assert [(s["name"], s["size"]) for s in listed] == [("hf-token", len(value)), ("keystore", 256)]
+    assert "hf-token" in srv.ok("secret", "list", "--tenant", "vault").stdout  # the admin's view
+    assert "deleted" in srv.ok("secret", "delete", "keystore", token=token).stdout
+    assert [s["name"] for s in srv.json("secret", "list", token=token)] == ["hf-token"]
+    gone = srv.cli("secret", "delete", "keystore", token=token)
+    assert gone.exit_code == 1 and "not found" in gone.output
+    rotated = srv.json("secret", "rotate-key")
+    assert rotated["resealed"] >= 1

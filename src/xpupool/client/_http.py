@@ -8,6 +8,7 @@ by the method that needs them. Failures are ``ApiError``, ``Unreachable`` or ``B
 
 from __future__ import annotations
 
+import base64
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
@@ -180,6 +181,30 @@ class Client:
 
     def revoke_token(self, token_id: int) -> None:
         self._wire.call("DELETE", f"/v1/tokens/{token_id}")
+
+    def set_secret(self, name: str, value: bytes, *, tenant: str | None = None) -> dict[str, Any]:
+        """Store ``value`` as secret ``name``: as text when it is UTF-8 without NUL, else base64."""
+        try:
+            text = value.decode()
+            body = {"secret": text} if "\0" not in text else None
+        except UnicodeDecodeError:
+            body = None
+        if body is None:
+            body = {"secret_base64": base64.b64encode(value).decode()}
+        found: dict[str, Any] = self._json("PUT", f"/v1/secrets/{name}", body, tenant=tenant)
+        return found
+
+    def secrets(self, *, tenant: str | None = None) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self._json("GET", "/v1/secrets", tenant=tenant)
+        return found
+
+    def delete_secret(self, name: str, *, tenant: str | None = None) -> None:
+        params = {} if tenant is None else {"tenant": tenant}
+        self._wire.call("DELETE", f"/v1/secrets/{name}", params=params)
+
+    def rotate_secret_key(self) -> dict[str, Any]:
+        found: dict[str, Any] = self._json("POST", "/v1/secrets/rotate-key")
+        return found
 
     def put_queue(self, body: QueueIn) -> QueueView:
         payload = body.model_dump(mode="json")

@@ -29,6 +29,7 @@ from xpupool.model.errors import (
     Unavailable,
 )
 from xpupool.model.validation import error_path, error_value
+from xpupool.server.schemas.secrets import SECRET_FIELDS
 from xpupool.server.wire_values import MAX_REASON, quote, shorten
 
 MAX_ERRORS = 20  # entries of a validation error's "errors" list; one per bad item otherwise
@@ -55,7 +56,9 @@ def validation_answer(errors: Sequence[Mapping[str, Any]]) -> ErrorAnswer:
     """422 for pydantic ``errors`` (each with a ``loc`` under 'body', 'query' or 'path'): the
     first one as ``field``/``value``/``reason``, all of them (up to ``MAX_ERRORS``) listed."""
     first = errors[0] if errors else {"loc": (), "msg": "invalid input"}
-    body = error_body(error_path(first), error_value(first), str(first.get("msg")))
+    body = error_body(
+        error_path(first), _unsecret(first, error_value(first)), str(first.get("msg"))
+    )
     listed: list[dict[str, str | None]] = [
         {"field": shorten(error_path(e)), "reason": shorten(str(e.get("msg")), MAX_REASON)}
         for e in errors[:MAX_ERRORS]
@@ -64,6 +67,15 @@ def validation_answer(errors: Sequence[Mapping[str, Any]]) -> ErrorAnswer:
         listed.append({"field": None, "reason": f"{len(errors) - MAX_ERRORS} more"})
     body["errors"] = listed
     return ErrorAnswer(422, body)
+
+
+def _unsecret(error: Mapping[str, Any], value: object) -> object:
+    """``value`` as an answer may quote it: a secret's value (``schemas/secrets.py``) never is."""
+    if any(part in SECRET_FIELDS for part in error.get("loc", ())):
+        return None
+    if isinstance(value, Mapping) and SECRET_FIELDS & value.keys():
+        return {k: ("(hidden)" if k in SECRET_FIELDS else v) for k, v in value.items()}
+    return value
 
 
 def error_answer(exc: Exception) -> ErrorAnswer | None:

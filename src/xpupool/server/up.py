@@ -60,6 +60,7 @@ class UpConfig:
     log_cap: str = "64Mi"
     log_reserve: str = DEFAULT_LOG_RESERVE  # free space job output never takes (disk_reserve.py)
     logs: Path | None = None  # --logs ROOT: ROOT/logs and ROOT/agent instead of the data dir's
+    secret_key_file: Path | None = None  # None: DATA/secret.key (server/secret_box.py)
     reinitialise: bool = False  # a missing/empty database may start a new pool over old files
     rotate_admin_token: bool = False  # write a new admin token, revoking the old one
     max_body: int = DEFAULT_MAX_BODY  # bytes of a request body taken (server/body_limit.py)
@@ -142,6 +143,7 @@ def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPla
             ),
             ownership=owner,
             sites=build_sites(cfg),
+            secret_key_file=cfg.secret_key_file,
         )
         plane.before_job_id = pool.reserve
         if cfg.rotate_admin_token:

@@ -43,7 +43,7 @@ from xpupool.server.lease import Lease
 from xpupool.server.live_metrics import LiveMetrics
 from xpupool.server.ownership import StoreOwnership
 from xpupool.server.pending_jobs import PendingJobs
-from xpupool.server.plane import store
+from xpupool.server.plane import secret_rows, store
 from xpupool.server.plane.lock import PlaneLock
 from xpupool.server.plane.nodes import NodeBook
 from xpupool.server.plane.reads import PlaneReads
@@ -61,6 +61,7 @@ from xpupool.server.plane.tenancy import TenancyBooks
 from xpupool.server.retention import Retention
 from xpupool.server.schemas.agent_protocol import DeviceMetrics
 from xpupool.server.schemas.jobs import HOLDING_STATES, JobPhase, StopCause
+from xpupool.server.secret_box import SecretBox
 from xpupool.server.sites.agent_pool import AgentPoolSite
 from xpupool.server.sites.protocol import Sites
 from xpupool.server.storage import meta
@@ -100,6 +101,7 @@ class ControlPlane(NodeBook, TenancyBooks, PlaneReads):
         image_catalog: ImageCatalog | None = None,
         ownership: StoreOwnership | None = None,
         sites: Sites | None = None,
+        secret_key_file: Path | None = None,
     ) -> None:
         self.data_dir = data_dir
         # where the nodes live and work runs (server/sites/): ``xpupool up`` hands them in; by
@@ -111,6 +113,9 @@ class ControlPlane(NodeBook, TenancyBooks, PlaneReads):
         # ``max_log_bytes``: what the server keeps of one replica's log (--log-cap)
         self.logs = JobLogs(logs_dir or data_dir / "logs", max_log_bytes, log_reserve_bytes)
         self.db = meta.connect(db_url)
+        # tenants' secrets are sealed under this key (secret_box.py; --secret-key-file)
+        self.secret_box = SecretBox(secret_key_file or data_dir / "secret.key")
+        self.secret_box.recover(lambda: secret_rows.key_ids(self))
         self.seed = seed
         self.profile = profile
         # the built-in profiles and those of the --profile file: what jobs and queues may name

@@ -39,6 +39,7 @@ def connect(url: str) -> Engine:
         jobs,
         owner,
         pool,
+        secrets,
         tenants,
     )
 
