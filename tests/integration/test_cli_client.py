@@ -299,3 +299,17 @@ def test_secret_set_list_delete(srv: Plane, tmp_path: Path) -> None:
     assert gone.exit_code == 1 and "not found" in gone.output
     rotated = srv.json("secret", "rotate-key")
     assert rotated["resealed"] >= 1
+
+
+def test_submit_names_secrets(srv: Plane) -> None:
+    token = _tenant(srv, "keyed")
+    CliRunner().invoke(
+        main,
+        ["secret", "set", "hf"],
+        input="v",
+        env={"XPUPOOL_URL": srv.url, "XPUPOOL_TOKEN": token, "HOME": str(srv.home)},
+    )
+    job = srv.json("submit", "cpu=100m", "--secret", "hf:HF_TOKEN", "--", "true", token=token)
+    assert job["secrets"] == [{"name": "hf", "env": "HF_TOKEN"}]
+    bad = srv.cli("submit", "cpu=100m", "--secret", "nope", "--", "true", token=token)
+    assert bad.exit_code == 1 and "secrets[0].name" in bad.output

@@ -21,6 +21,7 @@ In CI podman is installed by .ci/run: a missing engine fails these tests.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -254,3 +255,25 @@ def test_a_gang_of_images_reaches_its_master(engine: Engine) -> None:
 def test_a_gang_of_images_reaches_its_master_on_the_host_network(host_engine: Engine) -> None:
     events = _gang(host_engine)
     assert any("network host, ports 29" in e for e in events), events
+
+
+def test_a_secret_reaches_the_container_as_a_file_and_a_variable(engine: Engine) -> None:
+    value = "registry-secret-9Kq2"
+    assert engine.user.put("/v1/secrets/token", json={"secret": value}).status_code in (200, 201)
+    script = (
+        'echo dir=$XPUPOOL_SECRETS_DIR; echo file=$(sha256sum < "$XPUPOOL_SECRETS_DIR/token"); '
+        'echo var=$(printf %s "$TOKEN" | sha256sum); '
+        'echo mode=$(stat -c %a "$XPUPOOL_SECRETS_DIR/token"); '
+        'echo ro=$(touch "$XPUPOOL_SECRETS_DIR/x" 2>/dev/null && echo no || echo yes)'
+    )
+    job, text = _run(engine, script, secrets=[{"name": "token", "env": "TOKEN"}])
+    assert job["state"] == "succeeded", (job, text)
+    got = _values(text)
+    assert got["dir"] == "/run/secrets", text
+    digest = hashlib.sha256(value.encode()).hexdigest()
+    assert got["file"].split()[0] == got["var"].split()[0] == digest, text
+    assert got["mode"] == "400" and got["ro"] == "yes", text
+    # the value never reached the data dir (the env file of the job's own env is there)
+    for path in engine.srv.data.rglob("*"):
+        if path.is_file():
+            assert value.encode() not in path.read_bytes(), path

@@ -37,6 +37,7 @@ from xpupool.agent.launch import (
     LaunchSpec,
     build_spec,
     group_alive,
+    secret_files,
     spec_file,
 )
 from xpupool.agent.launch.process import write_log_line
@@ -163,6 +164,8 @@ class Runner:
         # by renew() after each heartbeat the server answered
         self.lease_until = time.monotonic() + DEFAULT_LEASE_S
         self.lease_grace_s = grace_s  # SIGTERM to SIGKILL when a lease ends (the server's)
+        # where its replicas' secrets are written (secret_files.py: a memory filesystem)
+        self.secrets_root = secret_files.secrets_root(self.work_dir, node, self.settings.job_root)
         _RUNNERS.add(self)
         self.reattach()
 
@@ -205,14 +208,18 @@ class Runner:
         rep = Replica(work, d.log, run_dir=d)
         self.replicas[rep.key] = rep
         try:
-            rep.spec = build_spec(work, d.log, self.settings, self.node_vendors, self.held_ports())
+            spec = build_spec(work, d.log, self.settings, self.node_vendors, self.held_ports())
+            rep.spec = secret_files.place(self.secrets_root, spec, work.secrets)
         except LaunchError as exc:
             return self._refuse(rep, exc.reason)
+        except OSError as exc:
+            return self._refuse(rep, f"cannot write the job's secrets: {exc}")
         backend = self.settings.backend_name(work.image)
         try:
             handed = spec_file.SpecFile(backend, self.settings, rep.spec, self.lease_grace_s)
             rd.write_atomic(d.spec, spec_file.dumps(handed))
-            rd.write_atomic(d.work, work.model_dump_json().encode())
+            # without its secrets' values: they are in the secret files only
+            rd.write_atomic(d.work, work.model_dump_json(exclude={"secrets"}).encode())
         except ValueError as exc:  # a lone surrogate in argv or env cannot be written or run
             return self._refuse(rep, f"cannot start {(work.command or [''])[0]!r}: {exc}")
         rd.write_lease(d, self.lease_until)
@@ -341,6 +348,8 @@ class Runner:
     def _collect(self, rep: Replica) -> None:
         """The run's directory goes (its supervisor removes it, or this agent when there is no
         supervisor any more); its log stays, as the agent's copy under ``logs/``."""
+        if rep.spec is not None and rep.spec.secrets_dir:
+            secret_files.remove(self.secrets_root, rep.spec)
         if rep.run_dir is None:
             return
         logs = self.work_dir / "logs"
@@ -445,6 +454,9 @@ class Runner:
                 rep.state,
                 rep.pid,
             )
+        runs = {r.spec.slug for r in self.replicas.values() if r.spec is not None}
+        for slug in secret_files.remove_leftovers(self.secrets_root, runs):
+            log.warning("secrets of run %s: left by a run no supervisor holds; removed", slug)
         self._remove_leftover_containers()
 
     def _remove_leftover_containers(self) -> None:

@@ -172,6 +172,9 @@ def job_detail(job: JobView, now: float | None = None) -> RenderableType:
     ]
     if job.env:
         rows.append(("env", " ".join(f"{k}={v}" for k, v in sorted(job.env.items()))))
+    if job.secrets:
+        given = [s.name if s.env is None else f"{s.name} (as {s.env})" for s in job.secrets]
+        rows.append(("secrets", ", ".join(given)))
     for key, value in rows:
         head.add_row(Text(key, style="bold"), value)
     parts: list[RenderableType] = [head]

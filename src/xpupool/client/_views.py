@@ -423,6 +423,19 @@ def _texts(r: _Reader, key: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True, slots=True)
+class SecretRefView:
+    """A secret a job gets (schemas/jobs.py ``SecretRef``): its name, never its value."""
+
+    name: str
+    env: str | None
+
+    @classmethod
+    def read(cls, data: object, where: str) -> SecretRefView:
+        r = _Reader(data, where)
+        return cls(r.text("name"), r.opt_text("env"))
+
+
+@dataclass(frozen=True, slots=True)
 class JobView:
     """A job of ``GET /v1/jobs`` (schemas/jobs.py ``Job``); ``state`` one of JOB_STATES."""
 
@@ -437,6 +450,7 @@ class JobView:
     command: tuple[str, ...]
     image: str | None
     env: dict[str, str]
+    secrets: tuple[SecretRefView, ...]
     on_node_lost: str
     flavor: str | None
     assignments: tuple[ReplicaAssignmentView, ...]
@@ -471,6 +485,10 @@ class JobView:
             command=_texts(r, "command"),
             image=r.opt_text("image"),
             env=r.mapping("env", str),
+            secrets=tuple(
+                SecretRefView.read(x, f"{where}.secrets[{i}]")
+                for i, x in enumerate(r.items("secrets", []))
+            ),
             on_node_lost=r.text("on_node_lost"),
             flavor=r.opt_text("flavor"),
             assignments=tuple(

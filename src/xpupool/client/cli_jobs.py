@@ -80,6 +80,12 @@ def build_job(
         raise request_error(exc, file or "") from None
 
 
+def _secret_ref(text: str) -> dict[str, str]:
+    """``NAME`` or ``NAME:VAR`` of ``--secret``."""
+    name, _, var = text.partition(":")
+    return {"name": name, "env": var} if var else {"name": name}
+
+
 def wait_for(client: Client, job: JobView, until: str, timeout_s: float) -> JobView:
     """Poll until the job holds devices ('scheduled') or ends ('finished'); a final state ends
     either wait. Raises ``RequestError`` on timeout (the job keeps its place)."""
@@ -104,6 +110,14 @@ def wait_for(client: Client, job: JobView, until: str, timeout_s: float) -> JobV
 @click.option("--queue", help="queue [default: the queue named after the tenant]")
 @click.option("--priority", type=int, help="higher runs first and may preempt lower")
 @click.option("--env", "env_pairs", multiple=True, metavar="K=V", help="environment (repeat)")
+@click.option(
+    "--secret",
+    "secret_refs",
+    multiple=True,
+    metavar="NAME[:VAR]",
+    help="give the job your secret NAME as the file $XPUPOOL_SECRETS_DIR/NAME, and as the "
+    "variable VAR too when given (repeat; xpupool secret set NAME)",
+)
 @click.option("--image", help="container image [default: run on the host]")
 @click.option("--on-node-lost", type=click.Choice(["requeue", "fail"]), help="[default: requeue]")
 @click.option("--tenant", help="admin only: submit for this tenant")
@@ -144,6 +158,7 @@ def submit(
     queue: str | None,
     priority: int | None,
     env_pairs: tuple[str, ...],
+    secret_refs: tuple[str, ...],
     image: str | None,
     on_node_lost: str | None,
     tenant: str | None,
@@ -171,6 +186,7 @@ def submit(
     \b
     xpupool submit "A100 mem=20Gi" -- python train.py
     xpupool submit L20:2 --queue research --env EPOCHS=3 -- ./run.sh
+    xpupool submit A100 --secret hf-token:HF_TOKEN -- python train.py
     xpupool submit -f job.yaml --wait --until finished
     xpupool submit --model qwen2.5-7b --task serve --context 32k --dry-run
     """
@@ -184,6 +200,7 @@ def submit(
         "max_retries": max_retries,
         "retry_on": retry_causes(retry_on),
         "max_runtime_s": _seconds("--max-runtime", max_runtime),
+        "secrets": [_secret_ref(r) for r in secret_refs] or None,
     }
     argv = ctx.meta.get("xpupool.argv")
     if model is None and (model_path or dry_run):

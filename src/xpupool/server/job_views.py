@@ -9,7 +9,7 @@ from typing import Any
 
 from xpupool.server.job_lifecycle import retry_policy
 from xpupool.server.schemas.agent_protocol import ReplicaAssignment
-from xpupool.server.schemas.jobs import Job, JobEvent, JobPhase
+from xpupool.server.schemas.jobs import Job, JobEvent, JobPhase, SecretRef
 from xpupool.server.wire_values import readable
 
 
@@ -28,6 +28,7 @@ def job_view(row: Any, assignments: list[ReplicaAssignment]) -> Job:
         command=shown(row["command"]),
         image=shown(row["image"]),
         env=shown(row["env"]),
+        secrets=[SecretRef.model_construct(**ref) for ref in row.get("secrets") or ()],
         on_node_lost=row["on_node_lost"],
         flavor=row["flavor"],
         assignments=assignments,

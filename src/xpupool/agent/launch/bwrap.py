@@ -32,6 +32,7 @@ from pathlib import Path
 from xpupool.agent.env import as_seen_alone
 from xpupool.agent.launch.backend import Launched
 from xpupool.agent.launch.process import ProcessBackend, start_process
+from xpupool.agent.launch.secret_files import with_secret_env
 from xpupool.agent.launch.spec import LaunchError, LaunchSettings, LaunchSpec
 from xpupool.agent.launch.view import view_for
 from xpupool.probes.device_nodes import sandbox_nodes
@@ -140,6 +141,8 @@ def sandbox_argv(spec: LaunchSpec, settings: LaunchSettings, bwrap: str) -> list
     for path in hidden_paths(spec, settings):
         argv += _cover(path)
     argv += ["--bind", workdir, workdir]
+    if spec.secrets_dir:  # its own secrets (secret_files.py), at their path, read-only
+        argv += ["--ro-bind", spec.secrets_dir, spec.secrets_dir]
     for node in sandbox_nodes(spec.devices, settings.device_root):
         argv += ["--dev-bind", str(node.host), str(node.target)]
     argv += ["--unshare-pid", "--unshare-ipc", "--die-with-parent", "--chdir", workdir]
@@ -165,6 +168,6 @@ class BwrapBackend(ProcessBackend):
         return sandbox_argv(spec, self.settings, self._bwrap)
 
     def start(self, spec: LaunchSpec) -> Launched:
-        alone = replace(spec, env=as_seen_alone(spec.env, spec.devices))
+        alone = with_secret_env(replace(spec, env=as_seen_alone(spec.env, spec.devices)))
         view = view_for(alone, self.settings, sandboxed=True)  # its temp dir's tmpfs, if any
         return start_process(alone, self.argv(alone), view=view)

@@ -36,6 +36,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from xpupool.agent.env import as_seen_alone
+from xpupool.agent.launch import secret_files
 from xpupool.agent.launch.backend import Launched
 from xpupool.agent.launch.process import ProcessBackend, group_alive, start_process
 from xpupool.agent.launch.runtime_config import RuntimeConfig
@@ -208,6 +209,10 @@ class ContainerBackend(ProcessBackend):
         argv += ["--label", f"xpupool.node={spec.node}", "--label", f"xpupool.job={spec.job_id}"]
         argv += ["--label", f"{OWNER_LABEL}={owner_of(spec)}"]
         argv += ["-v", f"{workdir}:{workdir}", "--workdir", workdir]
+        if spec.secrets_dir:  # its secrets (secret_files.py), read-only where the job looks
+            argv += ["-v", f"{spec.secrets_dir}:{secret_files.CONTAINER_DIR}:ro"]
+            if spec.secret_env:
+                argv += ["--env-file", str(secret_files.env_file_path(spec))]
         argv += limit_args(spec) + pids_args(config)
         argv += network_args(spec, self.settings.network, runtime.name)
         argv += container_device_args(spec.devices, runtime, self.settings.device_root)
@@ -219,6 +224,8 @@ class ContainerBackend(ProcessBackend):
         path = env_file_path(spec)
         network, runtime = self.settings.network, self.runtime.name
         write_env_file(path, container_env(spec, network, HOST_NAMES[runtime]))
+        if spec.secret_env:
+            secret_files.write_env_file(spec, secret_files.secret_env(spec))
         # the client runs as the agent, outside any cgroup of the agent's: the runtime's own
         # cgroup holds the container
         limits = describe_limits(spec, argv[0]) + describe_network(spec, network)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from xpupool.agent.launch.backend import Launched
 from xpupool.agent.launch.process import ProcessBackend, start_process
+from xpupool.agent.launch.secret_files import with_secret_env
 from xpupool.agent.launch.spec import LaunchError, LaunchSettings, LaunchSpec
 from xpupool.agent.launch.view import view_for
 
@@ -28,6 +29,5 @@ class HostBackend(ProcessBackend):
         return list(spec.argv)
 
     def start(self, spec: LaunchSpec) -> Launched:
-        return start_process(
-            spec, self.argv(spec), view=view_for(spec, self.settings, sandboxed=False)
-        )
+        view = view_for(spec, self.settings, sandboxed=False)
+        return start_process(with_secret_env(spec), self.argv(spec), view=view)

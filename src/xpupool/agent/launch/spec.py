@@ -150,6 +150,9 @@ class LaunchSpec:
     log_reserve_bytes: int = 0  # free space its log leaves on the disk (disk_reserve.py)
     tmpfs_bytes: int = 0
     ports: tuple[int, ...] = ()  # the host ports it is given (image replicas: .ports)
+    # its secrets' files (.secret_files; "" = none) and (variable, file name) to fill at start
+    secrets_dir: str = ""
+    secret_env: tuple[tuple[str, str], ...] = ()
 
     @property
     def tmpdir(self) -> Path:

@@ -168,6 +168,8 @@ def dumps(f: SpecFile) -> bytes:
         "log_reserve_bytes": sp.log_reserve_bytes,
         "tmpfs_bytes": sp.tmpfs_bytes,
         "ports": list(sp.ports),
+        "secrets_dir": sp.secrets_dir,
+        "secret_env": [list(p) for p in sp.secret_env],  # names only, never a value
     }
     body = {
         "backend": f.backend,
@@ -228,5 +230,7 @@ def loads(data: bytes) -> SpecFile:
         log_reserve_bytes=int(sp.get("log_reserve_bytes", 0)),
         tmpfs_bytes=int(sp.get("tmpfs_bytes", 0)),
         ports=tuple(int(p) for p in sp.get("ports", ())),
+        secrets_dir=str(sp.get("secrets_dir", "")),
+        secret_env=tuple((str(v), str(n)) for v, n in sp.get("secret_env", ())),
     )
     return SpecFile(str(body["backend"]), settings, spec, float(body["lease_grace_s"]))

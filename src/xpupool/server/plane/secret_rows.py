@@ -57,6 +57,14 @@ def sealed(conn: Connection, tenant: str, names: Iterable[str]) -> dict[str, Sea
     return {r.name: Sealed(r.key_id, bytes(r.sealed)) for r in conn.execute(q)}
 
 
+def names(conn: Connection, tenant: str, wanted: Iterable[str]) -> set[str]:
+    """Which of ``wanted`` are ``tenant``'s secrets."""
+    q = select(t_secrets.c.name).where(
+        (t_secrets.c.tenant == tenant) & t_secrets.c.name.in_(sorted(set(wanted)))
+    )
+    return {r[0] for r in conn.execute(q)}
+
+
 def key_ids(plane: Store) -> set[str]:
     """The keys the stored values are sealed under (one, but for a rotation cut off half way)."""
     with plane.db.connect() as conn:

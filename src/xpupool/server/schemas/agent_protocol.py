@@ -250,6 +250,20 @@ class ReplicaAssignment(Lenient):
     devices: list[DeviceAssignment]
 
 
+class SecretGrant(Lenient):
+    """One of the job's secrets, with its value, for the node that runs it (never stored by the
+    agent outside the replica's secret files: agent/launch/secret_files.py)."""
+
+    name: str
+    value_base64: str
+    env: str | None = None
+
+    def __repr__(self) -> str:  # a log line or a traceback never shows the value
+        return f"SecretGrant(name={self.name!r}, env={self.env!r})"
+
+    __str__ = __repr__
+
+
 class Work(Lenient):
     """One replica the agent must run on its node."""
 
@@ -279,6 +293,11 @@ class Work(Lenient):
         description="Most bytes of output the server keeps of this job (its tenant's"
         " max_job_log_mib): the agent keeps no more of the replica's log than this or its own"
         " --log-cap, whichever is lower. None from an older server: the agent's cap.",
+    )
+    secrets: list[SecretGrant] = Field(
+        default_factory=list,
+        description="The job's secrets with their values, for this replica only; never written"
+        " by the agent but to the replica's secret files.",
     )
 
 

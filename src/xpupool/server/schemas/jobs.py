@@ -85,6 +85,23 @@ class _SpecText(str):
         return made
 
 
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,254}$"
+MAX_JOB_SECRETS = 32
+
+
+class SecretRef(Strict):
+    """One of the tenant's secrets given to the job (docs/security.md#secrets): always as a file
+    in ``$XPUPOOL_SECRETS_DIR`` (named as the secret), and also as an environment variable when
+    ``env`` names one."""
+
+    name: Name = Field(description="The tenant's secret (xpupool secret set NAME).")
+    env: str | None = Field(
+        None,
+        pattern=ENV_NAME,
+        description="Also give the value as this environment variable; null = only the file.",
+    )
+
+
 class JobIn(Strict):
     """A job: what to run and what it needs. ``request`` is the request, as the JSON object or as
     the compact string (docs/request-syntax.md); ``spec`` is the same string under its older name,
@@ -101,6 +118,12 @@ class JobIn(Strict):
     )
     env: dict[str, str] = Field(
         default_factory=dict, description="Extra environment variables for the process."
+    )
+    secrets: list[SecretRef] = Field(
+        default_factory=list,
+        max_length=MAX_JOB_SECRETS,
+        description="The tenant's secrets the job gets, as files (and variables where asked); "
+        "their values never appear in the job's views.",
     )
     spec: str | None = Field(
         None,
@@ -196,6 +219,14 @@ class JobIn(Strict):
         for key in self.env:
             if not key or "=" in key or "\0" in key:
                 raise ValueError(f"env: invalid variable name {key!r}")
+        names = [s.name for s in self.secrets]
+        for i, ref in enumerate(self.secrets):
+            if names.index(ref.name) != i:
+                raise field_error("names a secret twice", ref.name, f"secrets[{i}].name")
+            if ref.env is not None and ref.env in self.env:
+                raise field_error("is also set in env", ref.env, f"secrets[{i}].env")
+            if ref.env is not None and [r.env for r in self.secrets].index(ref.env) != i:
+                raise field_error("names a variable twice", ref.env, f"secrets[{i}].env")
         if self.retry_on is not None and len(set(self.retry_on)) != len(self.retry_on):
             raise field_error("names a cause twice", self.retry_on, "retry_on")
         if self.on_node_lost == "fail" and RetryCause.NODE_LOST in (self.retry_on or ()):
@@ -235,6 +266,9 @@ class Job(Lenient):
     command: list[str]
     image: str | None
     env: dict[str, str]
+    secrets: list[SecretRef] = Field(
+        default_factory=list, description="The secrets the job gets, by name (never a value)."
+    )
     on_node_lost: str
     flavor: str | None = None
     assignments: list[ReplicaAssignment] = Field(default_factory=list)

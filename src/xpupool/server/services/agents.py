@@ -7,6 +7,7 @@ a difference of wall-clock times, the agent's or its own (``NodeRecord.heard_at`
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from xpupool.model.errors import NotFound, RequestError, Unavailable
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.auth import Principal
 from xpupool.server.body_limit import MAX_LOG_CHUNK
-from xpupool.server.plane import ControlPlane, HeldJob, NodeRecord
+from xpupool.server.plane import ControlPlane, HeldJob, NodeRecord, secret_rows
 from xpupool.server.plane import node_lifecycle as nl
 from xpupool.server.schemas.agent_protocol import (
     FINAL_REPLICA_STATES,
@@ -24,6 +25,7 @@ from xpupool.server.schemas.agent_protocol import (
     HeartbeatReply,
     ReplicaReport,
     ReplicaState,
+    SecretGrant,
     Work,
 )
 from xpupool.server.schemas.jobs import JobPhase, StopCause
@@ -248,6 +250,7 @@ def _reply(
                 tenant_index=plane.tenant_index.get(job.tenant),
                 attempt=max(job.attempt, 1),
                 log_cap_bytes=log_caps(plane, job.queue, conn).job_bytes,
+                secrets=_grants(plane, conn, job.tenant, row["secrets"]),
             )
         )
     return HeartbeatReply(
@@ -257,6 +260,30 @@ def _reply(
         lease_s=plane.lease.lease_s,
         lease_grace_s=plane.lease.grace_s,
     )
+
+
+def _grants(
+    plane: ControlPlane, conn: Connection, tenant: str, refs: list[dict[str, Any]] | None
+) -> list[SecretGrant]:
+    """The job's secrets opened for the node that runs it. One deleted since the submission is
+    left out (the job finds no file of that name)."""
+    if not refs:
+        return []
+    sealed = secret_rows.sealed(conn, tenant, [r["name"] for r in refs])
+    grants = []
+    for ref in refs:
+        found = sealed.get(ref["name"])
+        if found is None:
+            continue
+        value = plane.secret_box.unseal(tenant, ref["name"], found)
+        grants.append(
+            SecretGrant(
+                name=ref["name"],
+                value_base64=base64.b64encode(value).decode(),
+                env=ref.get("env"),
+            )
+        )
+    return grants
 
 
 def _dispatch(plane: ControlPlane, conn: Connection, job: HeldJob, *, adopt: bool) -> None:

@@ -23,6 +23,7 @@ from xpupool.server.plane import (
     PendingJob,
     check_request_names,
     gang_request,
+    secret_rows,
 )
 from xpupool.server.request_names import check_names
 from xpupool.server.schemas.agent_protocol import DeviceAssignment, ReplicaAssignment
@@ -173,6 +174,7 @@ def _check(
     never = plane.admission.inadmissible(req, queue)
     if never:  # its queue's quotas can never admit it: only the admin's quota change could
         raise RequestError("queue", queue, f"the queue can never hold it: {never}")
+    _check_secrets(conn, tenant, body)
     grants.check_submission(
         plane,
         conn,
@@ -209,6 +211,7 @@ def _store(
         "command": body.command,
         "image": body.image,
         "env": body.env,
+        "secrets": [ref.model_dump() for ref in body.secrets] or None,
         "on_node_lost": body.on_node_lost,
         "flavor": None,
         "exit_code": None,
@@ -234,6 +237,21 @@ def _store(
 
 # Fields of a never-fits miss that the image's needs may have caused: named as "image" then.
 _IMAGE_FIELDS = frozenset({"devices.software", "devices.vendors", "devices.models"})
+
+
+def _check_secrets(conn: Connection, tenant: str, body: JobIn) -> None:
+    """Every secret the job names is one of its tenant's (a job never names another tenant's:
+    names are looked up in its own tenant's only)."""
+    if not body.secrets:
+        return
+    have = secret_rows.names(conn, tenant, [ref.name for ref in body.secrets])
+    for i, ref in enumerate(body.secrets):
+        if ref.name not in have:
+            raise RequestError(
+                f"secrets[{i}].name",
+                ref.name,
+                f"tenant {tenant!r} has no secret of that name (xpupool secret set NAME)",
+            )
 
 
 def _priority_field(body: JobIn) -> str:

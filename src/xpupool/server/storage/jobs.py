@@ -25,6 +25,7 @@ jobs = Table(
     Column("command", JSON, nullable=False),
     Column("image", String(500), nullable=True),
     Column("env", JSON, nullable=False),
+    Column("secrets", JSON, nullable=True),  # [{"name", "env"}]: names only (schemas SecretRef)
     Column("on_node_lost", String(10), nullable=False),
     Column("flavor", String(63), nullable=True),
     Column("exit_code", Integer, nullable=True),
