@@ -277,3 +277,25 @@ def test_a_secret_reaches_the_container_as_a_file_and_a_variable(engine: Engine)
     for path in engine.srv.data.rglob("*"):
         if path.is_file():
             assert value.encode() not in path.read_bytes(), path
+
+
+def test_a_volume_is_mounted_where_the_job_asked(engine: Engine, tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # the job's uid writes here (a shared volume: the admin's choice)
+    (shared / "hello").write_text("hi\n")
+    with httpx.Client(base_url=engine.srv.url, headers=engine.srv.headers()) as admin:
+        assert admin.put("/v1/volumes/rw", json={"path": str(shared)}).status_code in (200, 201)
+        ro = {"path": str(shared), "read_only": True}
+        assert admin.put("/v1/volumes/ro", json=ro).status_code in (200, 201)
+    script = (
+        "echo seen=$(cat /data/hello); echo x > /data/out && echo wrote=yes; "
+        "echo ro=$(touch /ref/y 2>/dev/null && echo no || echo yes); echo env=$XPUPOOL_VOLUME_RW"
+    )
+    mounts = [{"name": "rw", "path": "/data"}, {"name": "ro", "path": "/ref", "read_only": True}]
+    job, text = _run(engine, script, volumes=mounts)
+    assert job["state"] == "succeeded", (job, text)
+    got = _values(text)
+    assert got["seen"] == "hi" and got["wrote"] == "yes" and got["ro"] == "yes", text
+    assert got["env"] == "/data", text
+    assert (shared / "out").read_text() == "x\n" and not (shared / "y").exists()

@@ -39,6 +39,7 @@ from xpupool.agent.launch import (
     group_alive,
     secret_files,
     spec_file,
+    volume_mounts,
 )
 from xpupool.agent.launch.process import write_log_line
 from xpupool.server.schemas.agent_protocol import (
@@ -207,14 +208,15 @@ class Runner:
         d.path.mkdir(mode=0o700, parents=True, exist_ok=True)
         rep = Replica(work, d.log, run_dir=d)
         self.replicas[rep.key] = rep
+        backend = self.settings.backend_name(work.image)
         try:
             spec = build_spec(work, d.log, self.settings, self.node_vendors, self.held_ports())
+            spec = volume_mounts.prepare(spec, work.volumes, backend)
             rep.spec = secret_files.place(self.secrets_root, spec, work.secrets)
         except LaunchError as exc:
             return self._refuse(rep, exc.reason)
         except OSError as exc:
-            return self._refuse(rep, f"cannot write the job's secrets: {exc}")
-        backend = self.settings.backend_name(work.image)
+            return self._refuse(rep, f"cannot prepare its volumes or secrets: {exc}")
         try:
             handed = spec_file.SpecFile(backend, self.settings, rep.spec, self.lease_grace_s)
             rd.write_atomic(d.spec, spec_file.dumps(handed))

@@ -206,6 +206,17 @@ class Client:
         found: dict[str, Any] = self._json("POST", "/v1/secrets/rotate-key")
         return found
 
+    def put_volume(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        found: dict[str, Any] = self._json("PUT", f"/v1/volumes/{name}", body)
+        return found
+
+    def volumes(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self._json("GET", "/v1/volumes")
+        return found
+
+    def delete_volume(self, name: str) -> None:
+        self._wire.call("DELETE", f"/v1/volumes/{name}")
+
     def put_queue(self, body: QueueIn) -> QueueView:
         payload = body.model_dump(mode="json")
         return QueueView.read(self._json("PUT", f"/v1/queues/{body.name}", payload))

@@ -172,6 +172,9 @@ def job_detail(job: JobView, now: float | None = None) -> RenderableType:
     ]
     if job.env:
         rows.append(("env", " ".join(f"{k}={v}" for k, v in sorted(job.env.items()))))
+    if job.volumes:
+        mounts = [f"{v.name} at {v.path}{' (ro)' if v.read_only else ''}" for v in job.volumes]
+        rows.append(("volumes", ", ".join(mounts)))
     if job.secrets:
         given = [s.name if s.env is None else f"{s.name} (as {s.env})" for s in job.secrets]
         rows.append(("secrets", ", ".join(given)))

@@ -436,6 +436,23 @@ class SecretRefView:
 
 
 @dataclass(frozen=True, slots=True)
+class VolumeMountView:
+    """A volume a job mounts (schemas/volumes.py ``VolumeMount``)."""
+
+    name: str
+    path: str
+    read_only: bool
+
+    @classmethod
+    def read(cls, data: object, where: str) -> VolumeMountView:
+        r = _Reader(data, where)
+        ro = r.data.get("read_only", False)
+        if not isinstance(ro, bool):
+            raise BadAnswer(f"{where}.read_only", ro, "not a bool")
+        return cls(r.text("name"), r.text("path"), ro)
+
+
+@dataclass(frozen=True, slots=True)
 class JobView:
     """A job of ``GET /v1/jobs`` (schemas/jobs.py ``Job``); ``state`` one of JOB_STATES."""
 
@@ -451,6 +468,7 @@ class JobView:
     image: str | None
     env: dict[str, str]
     secrets: tuple[SecretRefView, ...]
+    volumes: tuple[VolumeMountView, ...]
     on_node_lost: str
     flavor: str | None
     assignments: tuple[ReplicaAssignmentView, ...]
@@ -488,6 +506,10 @@ class JobView:
             secrets=tuple(
                 SecretRefView.read(x, f"{where}.secrets[{i}]")
                 for i, x in enumerate(r.items("secrets", []))
+            ),
+            volumes=tuple(
+                VolumeMountView.read(x, f"{where}.volumes[{i}]")
+                for i, x in enumerate(r.items("volumes", []))
             ),
             on_node_lost=r.text("on_node_lost"),
             flavor=r.opt_text("flavor"),

@@ -80,6 +80,17 @@ def build_job(
         raise request_error(exc, file or "") from None
 
 
+def _volume_mount(text: str) -> dict[str, Any]:
+    """``NAME:PATH`` or ``NAME:PATH:ro`` of ``--volume``."""
+    name, _, rest = text.partition(":")
+    path, ro = rest, False
+    if rest.endswith(":ro"):
+        path, ro = rest[: -len(":ro")], True
+    if not name or not path:
+        raise RequestError("--volume", text, "use NAME:/mount/path or NAME:/mount/path:ro")
+    return {"name": name, "path": path, "read_only": ro}
+
+
 def _secret_ref(text: str) -> dict[str, str]:
     """``NAME`` or ``NAME:VAR`` of ``--secret``."""
     name, _, var = text.partition(":")
@@ -110,6 +121,13 @@ def wait_for(client: Client, job: JobView, until: str, timeout_s: float) -> JobV
 @click.option("--queue", help="queue [default: the queue named after the tenant]")
 @click.option("--priority", type=int, help="higher runs first and may preempt lower")
 @click.option("--env", "env_pairs", multiple=True, metavar="K=V", help="environment (repeat)")
+@click.option(
+    "--volume",
+    "volume_mounts",
+    multiple=True,
+    metavar="NAME:PATH[:ro]",
+    help="mount volume NAME at PATH (repeat; xpupool volume list)",
+)
 @click.option(
     "--secret",
     "secret_refs",
@@ -158,6 +176,7 @@ def submit(
     queue: str | None,
     priority: int | None,
     env_pairs: tuple[str, ...],
+    volume_mounts: tuple[str, ...],
     secret_refs: tuple[str, ...],
     image: str | None,
     on_node_lost: str | None,
@@ -187,6 +206,7 @@ def submit(
     xpupool submit "A100 mem=20Gi" -- python train.py
     xpupool submit L20:2 --queue research --env EPOCHS=3 -- ./run.sh
     xpupool submit A100 --secret hf-token:HF_TOKEN -- python train.py
+    xpupool submit L20 --volume datasets:/data:ro --image trainer:1 -- python train.py
     xpupool submit -f job.yaml --wait --until finished
     xpupool submit --model qwen2.5-7b --task serve --context 32k --dry-run
     """
@@ -201,6 +221,7 @@ def submit(
         "retry_on": retry_causes(retry_on),
         "max_runtime_s": _seconds("--max-runtime", max_runtime),
         "secrets": [_secret_ref(r) for r in secret_refs] or None,
+        "volumes": [_volume_mount(m) for m in volume_mounts] or None,
     }
     argv = ctx.meta.get("xpupool.argv")
     if model is None and (model_path or dry_run):

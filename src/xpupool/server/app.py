@@ -36,7 +36,16 @@ from xpupool.server.history import FleetHistory
 from xpupool.server.metrics import make_registry
 from xpupool.server.plane import ControlPlane
 from xpupool.server.rate_limit import RateLimiter, RateLimitGate
-from xpupool.server.routers import agents, audit, fleet, jobs, models, secrets, tenants
+from xpupool.server.routers import (
+    agents,
+    audit,
+    fleet,
+    jobs,
+    models,
+    secrets,
+    tenants,
+    volumes,
+)
 from xpupool.server.routers.deps import MetricsAuth, MetricsReader
 from xpupool.server.scheduler_loop import run_passes
 from xpupool.server.services.agents import mark_lost_nodes
@@ -187,6 +196,7 @@ def create_app(
         models.router,
         audit.router,
         secrets.router,
+        volumes.router,
     ):
         app.include_router(router)
 

@@ -10,6 +10,7 @@ from typing import Any
 from xpupool.server.job_lifecycle import retry_policy
 from xpupool.server.schemas.agent_protocol import ReplicaAssignment
 from xpupool.server.schemas.jobs import Job, JobEvent, JobPhase, SecretRef
+from xpupool.server.schemas.volumes import VolumeMount
 from xpupool.server.wire_values import readable
 
 
@@ -29,6 +30,7 @@ def job_view(row: Any, assignments: list[ReplicaAssignment]) -> Job:
         image=shown(row["image"]),
         env=shown(row["env"]),
         secrets=[SecretRef.model_construct(**ref) for ref in row.get("secrets") or ()],
+        volumes=[VolumeMount.model_construct(**m) for m in row.get("volumes") or ()],
         on_node_lost=row["on_node_lost"],
         flavor=row["flavor"],
         assignments=assignments,

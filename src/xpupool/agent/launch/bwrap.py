@@ -143,6 +143,8 @@ def sandbox_argv(spec: LaunchSpec, settings: LaunchSettings, bwrap: str) -> list
     argv += ["--bind", workdir, workdir]
     if spec.secrets_dir:  # its own secrets (secret_files.py), at their path, read-only
         argv += ["--ro-bind", spec.secrets_dir, spec.secrets_dir]
+    for host, target, read_only in spec.volumes:  # its volumes (volume_mounts.py)
+        argv += ["--ro-bind" if read_only else "--bind", host, target]
     for node in sandbox_nodes(spec.devices, settings.device_root):
         argv += ["--dev-bind", str(node.host), str(node.target)]
     argv += ["--unshare-pid", "--unshare-ipc", "--die-with-parent", "--chdir", workdir]

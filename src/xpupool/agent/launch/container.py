@@ -209,6 +209,8 @@ class ContainerBackend(ProcessBackend):
         argv += ["--label", f"xpupool.node={spec.node}", "--label", f"xpupool.job={spec.job_id}"]
         argv += ["--label", f"{OWNER_LABEL}={owner_of(spec)}"]
         argv += ["-v", f"{workdir}:{workdir}", "--workdir", workdir]
+        for host, target, read_only in spec.volumes:  # its volumes (volume_mounts.py)
+            argv += ["-v", f"{host}:{target}" + (":ro" if read_only else "")]
         if spec.secrets_dir:  # its secrets (secret_files.py), read-only where the job looks
             argv += ["-v", f"{spec.secrets_dir}:{secret_files.CONTAINER_DIR}:ro"]
             if spec.secret_env:

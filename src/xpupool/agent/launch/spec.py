@@ -153,6 +153,8 @@ class LaunchSpec:
     # its secrets' files (.secret_files; "" = none) and (variable, file name) to fill at start
     secrets_dir: str = ""
     secret_env: tuple[tuple[str, str], ...] = ()
+    # its volumes (.volume_mounts): (host directory, mount path, read-only)
+    volumes: tuple[tuple[str, str, bool], ...] = ()
 
     @property
     def tmpdir(self) -> Path:

@@ -170,6 +170,7 @@ def dumps(f: SpecFile) -> bytes:
         "ports": list(sp.ports),
         "secrets_dir": sp.secrets_dir,
         "secret_env": [list(p) for p in sp.secret_env],  # names only, never a value
+        "volumes": [list(v) for v in sp.volumes],
     }
     body = {
         "backend": f.backend,
@@ -232,5 +233,6 @@ def loads(data: bytes) -> SpecFile:
         ports=tuple(int(p) for p in sp.get("ports", ())),
         secrets_dir=str(sp.get("secrets_dir", "")),
         secret_env=tuple((str(v), str(n)) for v, n in sp.get("secret_env", ())),
+        volumes=tuple((str(h), str(t), bool(ro)) for h, t, ro in sp.get("volumes", ())),
     )
     return SpecFile(str(body["backend"]), settings, spec, float(body["lease_grace_s"]))

@@ -264,6 +264,17 @@ class SecretGrant(Lenient):
     __str__ = __repr__
 
 
+class VolumeGrant(Lenient):
+    """A volume the replica mounts, as the server resolved it for this node
+    (server/services/volumes.py); the agent makes the mount (agent/launch/volume_mounts.py)."""
+
+    name: str
+    host_path: str = Field(description="The volume's directory on this node.")
+    per_tenant: bool = Field(description="The job gets host_path/<tenant>, its tenant's own.")
+    mount_path: str = Field(description="Where the job sees it.")
+    read_only: bool
+
+
 class Work(Lenient):
     """One replica the agent must run on its node."""
 
@@ -293,6 +304,9 @@ class Work(Lenient):
         description="Most bytes of output the server keeps of this job (its tenant's"
         " max_job_log_mib): the agent keeps no more of the replica's log than this or its own"
         " --log-cap, whichever is lower. None from an older server: the agent's cap.",
+    )
+    volumes: list[VolumeGrant] = Field(
+        default_factory=list, description="The volumes the replica mounts."
     )
     secrets: list[SecretGrant] = Field(
         default_factory=list,

@@ -19,6 +19,7 @@ from xpupool.model.validation import error_path, error_value, field_error
 from xpupool.server.schemas.agent_protocol import ReplicaAssignment
 from xpupool.server.schemas.base import Lenient, Name, Strict
 from xpupool.server.schemas.models import ModelJob
+from xpupool.server.schemas.volumes import MAX_JOB_VOLUMES, VolumeMount
 
 
 class JobPhase(StrEnum):
@@ -118,6 +119,11 @@ class JobIn(Strict):
     )
     env: dict[str, str] = Field(
         default_factory=dict, description="Extra environment variables for the process."
+    )
+    volumes: list[VolumeMount] = Field(
+        default_factory=list,
+        max_length=MAX_JOB_VOLUMES,
+        description="Volumes the admin declared (xpupool volume list), mounted by name.",
     )
     secrets: list[SecretRef] = Field(
         default_factory=list,
@@ -219,6 +225,12 @@ class JobIn(Strict):
         for key in self.env:
             if not key or "=" in key or "\0" in key:
                 raise ValueError(f"env: invalid variable name {key!r}")
+        paths = [m.path for m in self.volumes]
+        for i, path in enumerate(paths):
+            for j, other in enumerate(paths[:i]):
+                if path == other or path.startswith(other + "/") or other.startswith(path + "/"):
+                    why = f"overlaps volumes[{j}].path {other!r}"
+                    raise field_error(why, path, f"volumes[{i}].path")
         names = [s.name for s in self.secrets]
         for i, ref in enumerate(self.secrets):
             if names.index(ref.name) != i:
@@ -268,6 +280,9 @@ class Job(Lenient):
     env: dict[str, str]
     secrets: list[SecretRef] = Field(
         default_factory=list, description="The secrets the job gets, by name (never a value)."
+    )
+    volumes: list[VolumeMount] = Field(
+        default_factory=list, description="The volumes the job mounts."
     )
     on_node_lost: str
     flavor: str | None = None

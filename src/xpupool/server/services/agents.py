@@ -30,6 +30,7 @@ from xpupool.server.schemas.agent_protocol import (
 )
 from xpupool.server.schemas.jobs import JobPhase, StopCause
 from xpupool.server.schemas.nodes import NodeStatus
+from xpupool.server.services import volumes
 from xpupool.server.services.grants import log_caps
 from xpupool.server.services.jobs import assignment
 from xpupool.server.services.replica_env import distributed_env, node_address, port_range
@@ -251,6 +252,7 @@ def _reply(
                 attempt=max(job.attempt, 1),
                 log_cap_bytes=log_caps(plane, job.queue, conn).job_bytes,
                 secrets=_grants(plane, conn, job.tenant, row["secrets"]),
+                volumes=volumes.grants(conn, job.tenant, job.queue, alloc.node, row["volumes"]),
             )
         )
     return HeartbeatReply(

@@ -28,7 +28,7 @@ from xpupool.server.plane import (
 from xpupool.server.request_names import check_names
 from xpupool.server.schemas.agent_protocol import DeviceAssignment, ReplicaAssignment
 from xpupool.server.schemas.jobs import FINAL_STATES, Job, JobEvent, JobIn, JobPhase, StopCause
-from xpupool.server.services import grants
+from xpupool.server.services import grants, volumes
 from xpupool.server.services.models import expand_model_job
 from xpupool.server.storage.driver_insert import insert_rows
 from xpupool.server.storage.jobs import job_events as t_events
@@ -175,6 +175,7 @@ def _check(
     if never:  # its queue's quotas can never admit it: only the admin's quota change could
         raise RequestError("queue", queue, f"the queue can never hold it: {never}")
     _check_secrets(conn, tenant, body)
+    volumes.check_mounts(conn, tenant, queue, body.volumes)
     grants.check_submission(
         plane,
         conn,
@@ -212,6 +213,7 @@ def _store(
         "image": body.image,
         "env": body.env,
         "secrets": [ref.model_dump() for ref in body.secrets] or None,
+        "volumes": [m.model_dump() for m in body.volumes] or None,
         "on_node_lost": body.on_node_lost,
         "flavor": None,
         "exit_code": None,

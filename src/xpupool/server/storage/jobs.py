@@ -26,6 +26,7 @@ jobs = Table(
     Column("image", String(500), nullable=True),
     Column("env", JSON, nullable=False),
     Column("secrets", JSON, nullable=True),  # [{"name", "env"}]: names only (schemas SecretRef)
+    Column("volumes", JSON, nullable=True),  # [{"name", "path", "read_only"}] (VolumeMount)
     Column("on_node_lost", String(10), nullable=False),
     Column("flavor", String(63), nullable=True),
     Column("exit_code", Integer, nullable=True),

@@ -41,6 +41,7 @@ def connect(url: str) -> Engine:
         pool,
         secrets,
         tenants,
+        volumes,
     )
 
     metadata.create_all(engine)
