@@ -107,7 +107,7 @@ class Agent:
         if node.monitor is not None:
             reading = node.monitor.read()
             node.reading = reading
-            metrics = [device_metrics(d) for d in reading.devices]
+            metrics = [device_metrics(d, node.monitor.warnings) for d in reading.devices]
             if node.inventory is not None:
                 self._register(node, node.inventory(reading.devices))
             if reading.process_memory is not None:

@@ -169,6 +169,16 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
     " this node), one per live replica, published under --network bridge; declared to the"
     " server (the xpupool/ports label), which picks a gang's master port from it.",
 )
+@click.option(
+    "--health-warning",
+    "health_warnings",
+    multiple=True,
+    metavar="CAUSE",
+    help="A health cause to keep as a warning (repeatable): a kind such as ecc-uncorrectable "
+    "or xid-94, or an XID number. A card with it is reported healthy with the cause: shown and "
+    "counted, its jobs left running. Application XIDs (13, 31, 43, 45, 68) and corrected or "
+    "contained ECC XIDs (63, 92, 94) are warnings already (docs/agent.md#card-health)",
+)
 @launch_options
 @verbose_option
 def agent_command(
@@ -199,6 +209,7 @@ def agent_command(
     pids_limit: int,
     network: str,
     ports: str,
+    health_warnings: tuple[str, ...],
     verbose: bool,
 ) -> None:
     """Run this host's node agent: register, heartbeat, run and stop assigned work."""
@@ -241,10 +252,14 @@ def agent_command(
     }
     node_taints = _taints(taints)
     probes: list[Probe] = [FakeProbe(fake_path)] if fake_path else host_probes()
+    for probe in probes:  # NVML's XID events come from a thread of their own (probes/nvml_xid.py)
+        watch = getattr(probe, "watch_xids", None)
+        if watch is not None:
+            watch(threading.Event())
     hosted = HostedNode(
         name=name,
         runner=Runner(name, Path(work_dir) / name, grace_s=grace, settings=settings),
-        monitor=Monitor(probes),
+        monitor=Monitor(probes, warnings=frozenset(w.strip().lower() for w in health_warnings)),
         inventory=lambda devices: node_in(
             name,
             devices,

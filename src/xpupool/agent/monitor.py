@@ -6,6 +6,11 @@ device and metric. Where a probe can list device memory per process (NVML's runn
 ``process_memory()``), the processes are mapped to replicas by process group and a replica using
 more than it was granted on a card is flagged: logged, and reported with the reason so the server
 records it on the job.
+
+Each reading says whether a card is healthy and why not (``health_cause``, its kind first:
+``probes/health_causes.py``). A cause whose kind the operator lists as a warning (the agent's
+``--health-warning``) is reported with the card healthy: the server shows and counts it, and
+leaves the card and its jobs alone.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from xpupool.probes.base import DeviceInfo, Health, Probe, ProbeError
+from xpupool.probes.health_causes import is_warning
 from xpupool.probes.host import discover_host
 from xpupool.server.schemas.agent_protocol import DeviceMetrics, Work
 
@@ -34,24 +40,36 @@ class Reading:
     process_memory: dict[str, dict[int, int]] | None = None  # None: no probe can tell
 
 
-def device_metrics(d: DeviceInfo) -> DeviceMetrics:
-    """The wire form of a device's live readings; unknown health is None, not healthy."""
+def device_metrics(d: DeviceInfo, warnings: frozenset[str] = frozenset()) -> DeviceMetrics:
+    """The wire form of a device's live readings; unknown health is None, not healthy. A cause
+    listed in ``warnings`` (kinds, or XID numbers) leaves the card healthy."""
+    healthy = None if d.health is Health.UNKNOWN else d.health is Health.HEALTHY
+    cause = d.health_detail or None
+    if healthy is False and cause is not None and is_warning(cause, warnings):
+        healthy = True
     return DeviceMetrics(
         uuid=d.uuid,
         memory_used_mib=d.memory_used_mib,
         utilization_pct=d.utilization_pct,
         power_w=d.power_watts,
         temperature_c=d.temperature_c,
-        healthy=None if d.health is Health.UNKNOWN else d.health is Health.HEALTHY,
+        healthy=healthy,
+        health_cause=cause,
     )
 
 
 class Monitor:
     """Reads ``probes`` each pass; logs each distinct failure or missing metric once."""
 
-    def __init__(self, probes: Sequence[Probe], pgid_of: Callable[[int], int] = os.getpgid) -> None:
+    def __init__(
+        self,
+        probes: Sequence[Probe],
+        pgid_of: Callable[[int], int] = os.getpgid,
+        warnings: frozenset[str] = frozenset(),
+    ) -> None:
         self.probes = list(probes)
         self.pgid_of = pgid_of
+        self.warnings = warnings  # health causes kept as warnings (--health-warning)
         self._logged: set[str] = set()
 
     def _once(self, key: str, level: int, message: str, *args: object) -> None:
@@ -68,7 +86,7 @@ class Monitor:
         reasons = [r for p in self.probes for r in getattr(p, "skipped", ()) or ()]
         unread: dict[str, int] = {}
         for d in found.devices:
-            m = device_metrics(d)
+            m = device_metrics(d, self.warnings)
             for name in _FIELDS:
                 if getattr(m, name) is None:
                     unread[name] = unread.get(name, 0) + 1
