@@ -60,8 +60,8 @@ class NvmlProbe(LibraryProbe):
         """Start the thread that reads XID events (until ``stop``); None when NVML has no event
         sets here. NVML stays initialised while it runs: its init is counted, so the probe's
         own sessions open and close around it."""
-        nvml = self.library()
         try:
+            nvml = self.library()  # a host without NVIDIA's library or driver: no watch
             nvml.nvmlInit()
             handles = {}
             for i in range(nvml.nvmlDeviceGetCount()):

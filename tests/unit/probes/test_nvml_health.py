@@ -100,3 +100,16 @@ def test_a_gpu_lost_before_its_first_reading_is_left_out_with_the_reason() -> No
     probe = probe_with(fake)
     assert [d.index for d in probe.discover()] == [0, 2, 3]
     assert any("GPU 1: lost before it was first read" in s for s in probe.skipped)
+
+
+def test_no_xid_watch_without_nvml_and_no_error_either() -> None:
+    class NoDriver(FakeNvml):
+        def nvmlInit(self) -> None:  # noqa: N802 (NVML's name)
+            raise RuntimeError("Driver Not Loaded")
+
+    probe = probe_with(NoDriver())
+    assert probe.watch_xids(threading.Event()) is None
+    assert any("XID events: Driver Not Loaded" in s for s in probe.skipped)
+    missing = NvmlProbe()
+    missing.module_name = "no_such_nvml_module"  # type: ignore[misc]
+    assert missing.watch_xids(threading.Event()) is None
