@@ -182,6 +182,8 @@ class Agent:
         assert node.monitor is not None
         per_replica = node.monitor.replica_usage(node.runner.running_groups(), usage, node.name)
         shares = node.monitor.shares
+        if shares is not None:
+            shares.keep(per_replica)
         for key, used in per_replica.items():
             rep = node.runner.replicas[key]
             rep.memory_used_mib, rep.memory_measured = used, True

@@ -13,7 +13,7 @@ its grant is never touched; a brief peak over it (a spike shorter than the grace
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from xpupool.server.schemas.agent_protocol import Work
@@ -43,9 +43,11 @@ class ShareWatch:
             return ""
         return f"{over}, for {now - since:.0f} s (grace {self.grace_s:g} s)"
 
-    def forget(self, key: tuple[int, int]) -> None:
-        """Replica ``key`` ended: nothing to remember of it."""
-        self._since.pop(key, None)
+    def keep(self, running: Iterable[tuple[int, int]]) -> None:
+        """Forget every replica but ``running``: those that ended leave nothing behind."""
+        alive = set(running)
+        for key in [k for k in self._since if k not in alive]:
+            del self._since[key]
 
     def _over(self, work: Work, used: Mapping[str, int]) -> str:
         granted = {d.uuid: d.memory_mib for d in work.assignment.devices}

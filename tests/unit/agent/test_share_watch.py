@@ -55,6 +55,8 @@ def test_a_pass_back_under_the_share_starts_the_grace_again() -> None:
     assert watch.check((7, 0), w, {"GPU-0": 4096}) == ""
     clock.now += 11
     assert watch.check((7, 0), w, {"GPU-0": 4096}) != ""
+    watch.keep([(8, 0)])  # (7, 0) ended: a later run of that key starts from nothing
+    assert watch.check((7, 0), w, {"GPU-0": 4096}) == ""
 
 
 def test_a_card_not_granted_is_over_at_any_use() -> None:
