@@ -110,6 +110,13 @@ def in_background(make: Callable[[], T], name: str) -> Callable[[], T]:
     "--lost-after", default=30.0, show_default=True, help="silence before a node is lost, s"
 )
 @click.option(
+    "--card-settle",
+    default=300.0,
+    show_default=True,
+    help="how long a card read unhealthy must read healthy before it takes work again, s "
+    "(or the admin uncordons it: xpupool device uncordon UUID)",
+)
+@click.option(
     "--lease",
     type=float,
     default=None,
@@ -266,6 +273,7 @@ def up(
     profile_file: str | None,
     heartbeat: float,
     lost_after: float,
+    card_settle: float,
     lease: float | None,
     store_lease: float,
     agent: bool,
@@ -387,6 +395,7 @@ def up(
         profiles=tuple(profiles.values()),
         heartbeat_s=heartbeat,
         lost_after_s=lost_after,
+        card_settle_s=card_settle,
         lease_s=lease,
         agent=agent,
         verbose=verbose,

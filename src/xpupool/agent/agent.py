@@ -107,7 +107,7 @@ class Agent:
         if node.monitor is not None:
             reading = node.monitor.read()
             node.reading = reading
-            metrics = [device_metrics(d) for d in reading.devices]
+            metrics = [device_metrics(d, node.monitor.warnings) for d in reading.devices]
             if node.inventory is not None:
                 self._register(node, node.inventory(reading.devices))
             if reading.process_memory is not None:
@@ -180,12 +180,22 @@ class Agent:
 
     def _measure(self, node: HostedNode, usage: dict[str, dict[int, int]]) -> None:
         assert node.monitor is not None
-        per_replica = node.monitor.replica_usage(node.runner.running_groups(), usage)
+        per_replica = node.monitor.replica_usage(node.runner.running_groups(), usage, node.name)
+        shares = node.monitor.shares
+        if shares is not None:
+            shares.keep(per_replica)
         for key, used in per_replica.items():
             rep = node.runner.replicas[key]
             rep.memory_used_mib, rep.memory_measured = used, True
+            if rep.flag.startswith("stopped: "):
+                continue  # said once; its supervisor is stopping it
             flag = over_limit(rep.work, used)
-            if flag and flag != rep.flag:
+            why = shares.check(key, rep.work, used) if shares is not None else ""
+            if why and not rep.stop_requested:  # watch and stop (agent/share_watch.py)
+                log.warning("job %d replica %d on %s: stopped: %s", *key, node.name, why)
+                flag = f"stopped: {why}"
+                node.runner.stop(*key)
+            elif flag and flag != rep.flag:
                 log.warning("job %d replica %d on %s: %s", *key, node.name, flag)
             rep.flag = flag
 

@@ -169,6 +169,37 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
     " this node), one per live replica, published under --network bridge; declared to the"
     " server (the xpupool/ports label), which picks a gang's master port from it.",
 )
+@click.option(
+    "--health-warning",
+    "health_warnings",
+    multiple=True,
+    metavar="CAUSE",
+    help="A health cause to keep as a warning (repeatable): a kind such as ecc-uncorrectable "
+    "or xid-94, or an XID number. A card with it is reported healthy with the cause: shown and "
+    "counted, its jobs left running. Application XIDs (13, 31, 43, 45, 68) and corrected or "
+    "contained ECC XIDs (63, 92, 94) are warnings already (docs/agent.md#card-health)",
+)
+@click.option(
+    "--share-grace",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds a replica may use more device memory than its share (beyond "
+    "--share-tolerance) before it is stopped, where the vendor reports memory per process",
+)
+@click.option(
+    "--share-tolerance",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Percent of its share a replica may use beyond it without being stopped",
+)
+@click.option(
+    "--share-stop/--no-share-stop",
+    default=True,
+    show_default=True,
+    help="Stop a replica over its device memory share (--no-share-stop: only flag it)",
+)
 @launch_options
 @verbose_option
 def agent_command(
@@ -199,6 +230,10 @@ def agent_command(
     pids_limit: int,
     network: str,
     ports: str,
+    health_warnings: tuple[str, ...],
+    share_grace: float,
+    share_tolerance: float,
+    share_stop: bool,
     verbose: bool,
 ) -> None:
     """Run this host's node agent: register, heartbeat, run and stop assigned work."""
@@ -210,6 +245,7 @@ def agent_command(
     from xpupool.agent.monitor import Monitor
     from xpupool.agent.node_token import NODE_TOKEN_FILE, NodeTokenFile
     from xpupool.agent.runner import Runner
+    from xpupool.agent.share_watch import ShareWatch
     from xpupool.agent.transport import AgentRefused, HttpTransport
     from xpupool.probes import FakeProbe, Probe, host_probes
 
@@ -241,10 +277,18 @@ def agent_command(
     }
     node_taints = _taints(taints)
     probes: list[Probe] = [FakeProbe(fake_path)] if fake_path else host_probes()
+    for probe in probes:  # NVML's XID events come from a thread of their own (probes/nvml_xid.py)
+        watch = getattr(probe, "watch_xids", None)
+        if watch is not None:
+            watch(threading.Event())
     hosted = HostedNode(
         name=name,
         runner=Runner(name, Path(work_dir) / name, grace_s=grace, settings=settings),
-        monitor=Monitor(probes),
+        monitor=Monitor(
+            probes,
+            warnings=frozenset(w.strip().lower() for w in health_warnings),
+            shares=ShareWatch(share_tolerance / 100, share_grace) if share_stop else None,
+        ),
         inventory=lambda devices: node_in(
             name,
             devices,

@@ -3,19 +3,29 @@
 Readings come from the same probes that build the inventory; a reading a probe cannot take stays
 None on the wire (absent from Prometheus, never a made-up zero) and its reason is logged once per
 device and metric. Where a probe can list device memory per process (NVML's running processes:
-``process_memory()``), the processes are mapped to replicas by process group and a replica using
-more than it was granted on a card is flagged: logged, and reported with the reason so the server
-records it on the job.
+``process_memory()``), the processes are mapped to replicas by the cgroup the agent made for each
+replica (``/proc/PID/cgroup``: a job cannot leave it nor claim another's; never its environment),
+or by process group where the agent has no cgroups, and a replica using more than it was granted
+on a card is flagged: logged, and reported with the reason so the server records it on the job;
+past the grace of ``shares`` (``agent/share_watch.py``) it is stopped.
+
+Each reading says whether a card is healthy and why not (``health_cause``, its kind first:
+``probes/health_causes.py``). A cause whose kind the operator lists as a warning (the agent's
+``--health-warning``) is reported with the card healthy: the server shows and counts it, and
+leaves the card and its jobs alone.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from xpupool.agent.share_watch import ShareWatch
 from xpupool.probes.base import DeviceInfo, Health, Probe, ProbeError
+from xpupool.probes.health_causes import is_warning
 from xpupool.probes.host import discover_host
 from xpupool.server.schemas.agent_protocol import DeviceMetrics, Work
 
@@ -23,6 +33,26 @@ log = logging.getLogger("xpupool.agent")
 
 ProcessMemory = Mapping[str, Mapping[int, int]]  # {uuid: {pid: MiB}}
 _FIELDS = ("memory_used_mib", "utilization_pct", "power_w", "temperature_c", "healthy")
+# a replica's cgroup is named by its run id (agent/launch/spec.py run_id): node-job-replica-alloc-hex
+_RUN_CGROUP = re.compile(r"^(?P<node>.+)-(?P<job>\d+)-(?P<replica>\d+)-\d+-[0-9a-f]{8}$")
+
+
+def proc_cgroup(pid: int) -> str:
+    """``/proc/PID/cgroup`` of ``pid``; OSError when it is gone (or of another namespace)."""
+    with open(f"/proc/{pid}/cgroup") as f:
+        return f.read()
+
+
+def replica_of_cgroup(text: str, node: str) -> tuple[int, int] | None:
+    """The (job, replica) whose cgroup, made by this node's agent, a process is in, read from its
+    ``/proc/PID/cgroup`` text (v2's one line, or v1's one per hierarchy); None: none of ours."""
+    for line in text.splitlines():
+        path = line.split(":", 2)[-1]
+        for part in reversed(path.strip("/").split("/")):
+            found = _RUN_CGROUP.match(part)
+            if found is not None and found["node"] == node:
+                return int(found["job"]), int(found["replica"])
+    return None
 
 
 @dataclass(slots=True)
@@ -34,24 +64,40 @@ class Reading:
     process_memory: dict[str, dict[int, int]] | None = None  # None: no probe can tell
 
 
-def device_metrics(d: DeviceInfo) -> DeviceMetrics:
-    """The wire form of a device's live readings; unknown health is None, not healthy."""
+def device_metrics(d: DeviceInfo, warnings: frozenset[str] = frozenset()) -> DeviceMetrics:
+    """The wire form of a device's live readings; unknown health is None, not healthy. A cause
+    listed in ``warnings`` (kinds, or XID numbers) leaves the card healthy."""
+    healthy = None if d.health is Health.UNKNOWN else d.health is Health.HEALTHY
+    cause = d.health_detail or None
+    if healthy is False and cause is not None and is_warning(cause, warnings):
+        healthy = True
     return DeviceMetrics(
         uuid=d.uuid,
         memory_used_mib=d.memory_used_mib,
         utilization_pct=d.utilization_pct,
         power_w=d.power_watts,
         temperature_c=d.temperature_c,
-        healthy=None if d.health is Health.UNKNOWN else d.health is Health.HEALTHY,
+        healthy=healthy,
+        health_cause=cause,
     )
 
 
 class Monitor:
     """Reads ``probes`` each pass; logs each distinct failure or missing metric once."""
 
-    def __init__(self, probes: Sequence[Probe], pgid_of: Callable[[int], int] = os.getpgid) -> None:
+    def __init__(
+        self,
+        probes: Sequence[Probe],
+        pgid_of: Callable[[int], int] = os.getpgid,
+        warnings: frozenset[str] = frozenset(),
+        shares: ShareWatch | None = None,
+        cgroup_of: Callable[[int], str] = proc_cgroup,
+    ) -> None:
         self.probes = list(probes)
         self.pgid_of = pgid_of
+        self.cgroup_of = cgroup_of
+        self.shares = shares  # None: over-share replicas are flagged, never stopped
+        self.warnings = warnings  # health causes kept as warnings (--health-warning)
         self._logged: set[str] = set()
 
     def _once(self, key: str, level: int, message: str, *args: object) -> None:
@@ -68,7 +114,7 @@ class Monitor:
         reasons = [r for p in self.probes for r in getattr(p, "skipped", ()) or ()]
         unread: dict[str, int] = {}
         for d in found.devices:
-            m = device_metrics(d)
+            m = device_metrics(d, self.warnings)
             for name in _FIELDS:
                 if getattr(m, name) is None:
                     unread[name] = unread.get(name, 0) + 1
@@ -105,20 +151,34 @@ class Monitor:
         return reading
 
     def replica_usage(
-        self, groups: Mapping[tuple[int, int], int], usage: ProcessMemory
+        self,
+        groups: Mapping[tuple[int, int], int],
+        usage: ProcessMemory,
+        node: str | None = None,
     ) -> dict[tuple[int, int], dict[str, int]]:
-        """Device memory per replica per card, MiB: the processes of each replica's group."""
+        """Device memory per replica per card, MiB: the processes in each replica's cgroup (of
+        ``node``'s agent), else in its process group (no cgroup: an agent not root)."""
         by_group = {pgid: key for key, pgid in groups.items()}
         out: dict[tuple[int, int], dict[str, int]] = {key: {} for key in groups}
         for uuid, per_pid in usage.items():
             for pid, mib in per_pid.items():
-                try:
-                    key = by_group.get(self.pgid_of(pid))
-                except OSError:
-                    continue  # gone, or another PID namespace (a container's)
-                if key is not None:
+                key = self._replica_of(pid, node)
+                if key is None:
+                    try:
+                        key = by_group.get(self.pgid_of(pid))
+                    except OSError:
+                        continue  # gone, or another PID namespace (a container's)
+                if key is not None and key in out:
                     out[key][uuid] = out[key].get(uuid, 0) + mib
         return out
+
+    def _replica_of(self, pid: int, node: str | None) -> tuple[int, int] | None:
+        if node is None:
+            return None
+        try:
+            return replica_of_cgroup(self.cgroup_of(pid), node)
+        except OSError:
+            return None
 
 
 def over_limit(work: Work, used: Mapping[str, int]) -> str:

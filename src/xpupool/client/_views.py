@@ -151,6 +151,7 @@ class DeviceMetricsView:
     power_w: float | None
     temperature_c: float | None
     healthy: bool | None
+    health_cause: str | None = None
 
     @classmethod
     def read(cls, data: object, where: str) -> DeviceMetricsView:
@@ -162,6 +163,7 @@ class DeviceMetricsView:
             power_w=r.opt_float("power_w"),
             temperature_c=r.opt_float("temperature_c"),
             healthy=r.opt_flag("healthy"),
+            health_cause=r.opt_text("health_cause"),
         )
 
 
@@ -181,6 +183,8 @@ class DeviceView:
     runtimes: dict[str, str]
     link_group: str | None
     healthy: bool
+    health: str
+    health_cause: str | None
     cordoned: bool
     draining: bool
     allocated_memory_mib: int
@@ -213,6 +217,8 @@ class DeviceView:
             runtimes=r.mapping("runtimes", str),
             link_group=r.opt_text("link_group"),
             healthy=r.flag("healthy"),
+            health=r.text("health", "healthy"),
+            health_cause=r.opt_text("health_cause"),
             cordoned=r.flag("cordoned"),
             draining=r.flag("draining", False),
             allocated_memory_mib=r.integer("allocated_memory_mib"),

@@ -4,6 +4,9 @@ The library's dictionaries changed keys between ROCm releases; every optional re
 ``_optional`` and yields None (with the reason in ``skipped``) rather than failing the probe.
 Note for operators: ``amdsmi`` reports the kernel driver's own version, not the ROCm release the
 compatibility table is keyed by; ``runtimes["rocm"]`` is set only when the library says it.
+Health: uncorrectable ECC errors from ``amdsmi_get_gpu_total_ecc_count`` (its ``correctable_count``,
+``uncorrectable_count`` and ``deferred_count``: AMD SMI's Python API reference) make a card
+unhealthy; a library without the call, or a card without ECC, leaves it healthy as before.
 """
 
 from __future__ import annotations
@@ -46,6 +49,12 @@ class AmdSmiProbe(LibraryProbe):
         driver = self.optional(lambda: lib.amdsmi_get_gpu_driver_info(h), "driver") or {}
         numa = self.optional(lambda: lib.amdsmi_topo_get_numa_node_number(h), "numa")
         watts = power.get("current_socket_power", power.get("average_socket_power"))
+        ecc = self.optional(lambda: lib.amdsmi_get_gpu_total_ecc_count(h), f"{uuid} ECC") or {}
+        bad = _number(ecc.get("uncorrectable_count"))
+        health, detail = Health.HEALTHY, ""
+        if bad:
+            health = Health.UNHEALTHY
+            detail = f"ecc-uncorrectable: {int(bad)} uncorrectable ECC error(s) (amdsmi)"
         if "vram_total" not in vram:
             raise ProbeError(
                 self.vendor,
@@ -75,7 +84,8 @@ class AmdSmiProbe(LibraryProbe):
             numa_node=int(numa) if isinstance(numa, int) and numa >= 0 else None,
             link_group="xgmi-0" if peers else None,
             peers=peers,
-            health=Health.HEALTHY,
+            health=health,
+            health_detail=detail,
         )
 
     def _is_xgmi(self, lib: Any, a: object, b: object) -> bool:

@@ -9,6 +9,7 @@
         runtimes: {cuda: "12.4"}
         link_group_size: 4     # devices per NVLink/HCCS domain (omit: PCIe only)
         uuid_prefix: GPU-a100  # UUIDs are <prefix>-<index> (default: <vendor>-<model>)
+        healthy: false         # default true; with health_cause: why ("xid-79: fell off the bus")
 
 Bad entries raise RequestError naming ``devices[i].<field>`` from :func:`parse_fake`, and a
 ProbeError (``parse``, the same words) from :meth:`FakeProbe.discover`, so that an agent reading
@@ -38,6 +39,7 @@ _KEYS = {
     "link_group_size",
     "uuid_prefix",
     "healthy",
+    "health_cause",
     "compute_units",
 }
 
@@ -92,6 +94,7 @@ def parse_fake(data: object) -> list[DeviceInfo]:
             raise RequestError(f"{where}.compute_units", units, "must be a whole number >= 0")
         prefix = str(entry.get("uuid_prefix") or f"{vendor}-{model}".replace(" ", "-"))
         healthy = bool(entry.get("healthy", True))
+        cause = str(entry.get("health_cause") or "")
         for j in range(count):
             index = len(out)
             out.append(
@@ -108,6 +111,7 @@ def parse_fake(data: object) -> list[DeviceInfo]:
                     runtimes={str(k): str(v) for k, v in runtimes.items()},
                     link_group=f"link-{i}-{j // group_size}" if group_size else None,
                     health=Health.HEALTHY if healthy else Health.UNHEALTHY,
+                    health_detail=cause,
                 )
             )
     return out

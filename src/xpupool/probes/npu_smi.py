@@ -218,7 +218,10 @@ def parse_npu_common(text: str) -> dict[int, dict[str, str]]:
 
 def _health(printed: str) -> tuple[Health, str]:
     health = _HEALTH.get(printed.upper(), Health.UNKNOWN)
-    return health, "" if health is Health.HEALTHY else f"npu-smi health: {printed}"
+    if health is Health.HEALTHY:
+        return health, ""
+    kind = printed.lower() if printed.upper() in _HEALTH else "unknown"
+    return health, f"npu-{kind}: npu-smi health: {printed}"  # its kind first (health_causes.py)
 
 
 class NpuSmiProbe:

@@ -4,20 +4,33 @@ Identity and capacity come from NVML directly; the CUDA version the driver serve
 ``nvmlSystemGetCudaDriverVersion`` (12040 -> "12.4"). NVLink peers are read per link and grouped into
 connected components, which become link groups ("nvlink-0", ...). A metric NVML refuses for a device
 (not supported, no permission) is None, with the reason kept in ``skipped`` for the agent to log.
+
+A card's health (:meth:`NvmlProbe._health`) is the first of: the GPU lost (NVML answers
+``NVML_ERROR_GPU_IS_LOST`` for it: the card read before is reported, unhealthy), a critical XID
+since the last reading (``probes/nvml_xid.py``, when :meth:`NvmlProbe.watch_xids` runs),
+volatile uncorrectable ECC errors, a failed or pending row remap (A100 and later) or page
+retirement (earlier cards). An XID NVIDIA counts as an application's error is a warning: the card
+stays healthy and the cause is reported (``probes/health_causes.py``).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any, ClassVar
 
 from xpupool.probes.base import DeviceInfo, DeviceNodes, Health, canonical
 from xpupool.probes.container_runtime import ContainerRuntime
+from xpupool.probes.health_causes import xid_cause
 from xpupool.probes.library import LibraryProbe
+from xpupool.probes.nvml_xid import XidWatch
 
 MIB = 1024 * 1024
 _MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS on Hopper; older parts answer "not supported" past theirs
+GPU_IS_LOST = 15  # NVML_ERROR_GPU_IS_LOST (nvml.h)
+_UNCORRECTED, _VOLATILE = 1, 0  # NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC
 
 
 def _text(value: object) -> str:
@@ -35,8 +48,32 @@ class NvmlProbe(LibraryProbe):
     init_name: ClassVar[str] = "nvmlInit"
     shutdown_name: ClassVar[str] = "nvmlShutdown"
 
+    def __init__(self, library: Any = None) -> None:
+        super().__init__(library)
+        self.xids: XidWatch | None = None
+        self._last: dict[int, DeviceInfo] = {}  # by index: what a lost GPU is reported as
+
     def read_devices(self, lib: Any) -> list[DeviceInfo]:
         return self._discover(lib)
+
+    def watch_xids(self, stop: threading.Event) -> XidWatch | None:
+        """Start the thread that reads XID events (until ``stop``); None when NVML has no event
+        sets here. NVML stays initialised while it runs: its init is counted, so the probe's
+        own sessions open and close around it."""
+        try:
+            nvml = self.library()  # a host without NVIDIA's library or driver: no watch
+            nvml.nvmlInit()
+            handles = {}
+            for i in range(nvml.nvmlDeviceGetCount()):
+                handle = nvml.nvmlDeviceGetHandleByIndex(i)
+                handles[_text(nvml.nvmlDeviceGetUUID(handle))] = handle
+            watch = XidWatch(nvml, handles)
+        except Exception as exc:
+            self.skipped.append(f"XID events: {exc}")
+            return None
+        self.xids = watch
+        threading.Thread(target=watch.run, args=(stop,), name="nvml-xid", daemon=True).start()
+        return watch
 
     def process_memory(self) -> dict[str, dict[int, int]]:
         """Device memory in MiB used by each process, per device UUID: ``{uuid: {pid: mib}}``.
@@ -73,8 +110,15 @@ class NvmlProbe(LibraryProbe):
         handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
         bus_to_uuid = {}
         infos: list[dict[str, Any]] = []
+        lost: list[DeviceInfo] = []
         for index, handle in enumerate(handles):
-            uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+            try:
+                uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+            except Exception as exc:
+                if not _is_lost(nvml, exc):
+                    raise
+                lost.extend(self._lost(index, exc))
+                continue
             bus = self.optional(partial(_bus_id, nvml, handle), "pci")
             if bus:
                 bus_to_uuid[bus.lower()] = uuid
@@ -83,7 +127,38 @@ class NvmlProbe(LibraryProbe):
             info["uuid"]: self._nvlink_peers(nvml, info["handle"], bus_to_uuid) for info in infos
         }
         groups = _components(peers)
-        return [self._device(nvml, info, driver, runtimes, peers, groups) for info in infos]
+        found = list(lost)
+        for info in infos:
+            try:
+                device = self._device(nvml, info, driver, runtimes, peers, groups)
+            except Exception as exc:
+                if not _is_lost(nvml, exc):
+                    raise
+                found.extend(self._lost(info["index"], exc))
+                continue
+            self._last[device.index] = device
+            found.append(device)
+        return sorted(found, key=lambda d: d.index)
+
+    def _lost(self, index: int, exc: Exception) -> list[DeviceInfo]:
+        """The card at ``index`` as last read, unhealthy: NVML lost it (fallen off the bus, or
+        a fault the driver cannot recover from). Never read yet: left out, with the reason."""
+        before = self._last.get(index)
+        if before is None:
+            self.skipped.append(f"GPU {index}: lost before it was first read: {exc}")
+            return []
+        gone = f"gpu-lost: NVML_ERROR_GPU_IS_LOST ({exc})"
+        return [
+            replace(
+                before,
+                memory_used_mib=None,
+                utilization_pct=None,
+                power_watts=None,
+                temperature_c=None,
+                health=Health.UNHEALTHY,
+                health_detail=gone,
+            )
+        ]
 
     def _device(
         self,
@@ -146,18 +221,59 @@ class NvmlProbe(LibraryProbe):
         return tuple(sorted(found))
 
     def _health(self, nvml: Any, handle: object, uuid: str) -> tuple[Health, str]:
-        """Remapped-row failure (A100 and later) marks a GPU unhealthy; no answer means unknown."""
-        try:
-            rows = nvml.nvmlDeviceGetRemappedRows(handle)
-        except Exception as exc:
-            self.skipped.append(f"{uuid} remapped rows: {exc}")
-            return Health.HEALTHY, "answers NVML queries; remapped rows not reported"
+        """(health, cause): the first fault found, in the module's order; a warning XID leaves
+        the card healthy with its cause. Checks NVML refuses (not supported on the card, no ECC)
+        are skipped with the reason; none answering leaves the card healthy, as it answered the
+        queries that read it."""
+        warning = ""
+        for xid in self.xids.take(uuid) if self.xids is not None else ():
+            critical, cause = xid_cause(xid)
+            if critical:
+                return Health.UNHEALTHY, cause
+            warning = warning or cause
+        ecc = self._check(
+            lambda: nvml.nvmlDeviceGetTotalEccErrors(handle, _UNCORRECTED, _VOLATILE),
+            f"{uuid} volatile ECC",
+        )
+        if ecc:
+            return (
+                Health.UNHEALTHY,
+                f"ecc-uncorrectable: {int(ecc)} volatile uncorrectable ECC error(s) since the "
+                "driver loaded",
+            )
+        rows = self._check(lambda: nvml.nvmlDeviceGetRemappedRows(handle), f"{uuid} remapped rows")
         # (correctable, uncorrectable, pending, failure)
-        if len(rows) >= 4 and rows[3]:
-            return Health.UNHEALTHY, "row remapping failed"
-        if len(rows) >= 3 and rows[2]:
-            return Health.UNHEALTHY, "row remapping pending: reset needed"
-        return Health.HEALTHY, ""
+        if rows is not None and len(rows) >= 4 and rows[3]:
+            return Health.UNHEALTHY, "row-remap-failed: row remapping failed"
+        if rows is not None and len(rows) >= 3 and rows[2]:
+            return Health.UNHEALTHY, "row-remap-pending: row remapping pending, reset needed"
+        if rows is None:  # cards before A100 retire pages instead of remapping rows
+            pending = self._check(
+                lambda: nvml.nvmlDeviceGetRetiredPagesPendingStatus(handle),
+                f"{uuid} retired pages",
+            )
+            if pending:
+                return (
+                    Health.UNHEALTHY,
+                    "page-retire-pending: page retirement pending, reset needed",
+                )
+        return Health.HEALTHY, warning
+
+    def _check(self, read: Any, what: str) -> Any:
+        """As :meth:`optional`, but a lost GPU is raised: the card is reported lost, not
+        healthy with a check skipped."""
+        try:
+            return read()
+        except Exception as exc:
+            if _is_lost(self.library(), exc):
+                raise
+            self.skipped.append(f"{what}: {exc}")
+            return None
+
+
+def _is_lost(nvml: Any, exc: Exception) -> bool:
+    """Whether NVML said the GPU is lost (``NVML_ERROR_GPU_IS_LOST``)."""
+    return getattr(exc, "value", None) == getattr(nvml, "NVML_ERROR_GPU_IS_LOST", GPU_IS_LOST)
 
 
 def _components(peers: dict[str, tuple[str, ...]]) -> dict[str, str]:

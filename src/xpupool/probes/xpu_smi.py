@@ -17,6 +17,7 @@ from typing import ClassVar
 from xpupool.probes.base import (
     DeviceInfo,
     DeviceNodes,
+    Health,
     ProbeError,
     ProbeFailure,
     canonical,
@@ -38,6 +39,7 @@ _KL_HEADER = re.compile(
 _KL_ROW1 = re.compile(
     r"^\|\s*(?P<index>\d+)\s+(?P<name>.+?)\s+\S+\s*\|\s*"
     r"(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s+\S+\s*\|"
+    r"(?:\s*(?P<ecc>\S+)\s*\|)?"  # Volatile Uncorr. ECC, as nvidia-smi's table
 )
 _KL_ROW2 = re.compile(
     r"^\|\s*\S+\s+(?P<temp>\S+)\s+\S+\s+(?P<power>\S+)\s*/\s*\S+\s*\|\s*"
@@ -94,6 +96,7 @@ def parse_kunlunxin_table(text: str) -> list[DeviceInfo]:
                 f"on the line after {line.strip()!r}",
             )
         model = first["name"].strip()
+        health, detail = _kunlunxin_health(first["ecc"])
         devices.append(
             DeviceInfo(
                 vendor=KUNLUNXIN,
@@ -108,9 +111,21 @@ def parse_kunlunxin_table(text: str) -> list[DeviceInfo]:
                 temperature_c=_number(second["temp"], "C"),
                 driver_version=header["driver"],
                 runtimes=runtimes,
+                health=health,
+                health_detail=detail,
             )
         )
     return devices
+
+
+def _kunlunxin_health(ecc: str | None) -> tuple[Health, str]:
+    """The table's ``Volatile Uncorr. ECC`` cell: 0 healthy, more unhealthy (as NVML's volatile
+    uncorrectable count, ``probes/nvml.py``), N/A or absent unknown."""
+    if ecc is None or not ecc.isdigit():
+        return Health.UNKNOWN, ""
+    if int(ecc) == 0:
+        return Health.HEALTHY, ""
+    return Health.UNHEALTHY, f"ecc-uncorrectable: {int(ecc)} volatile uncorrectable ECC error(s)"
 
 
 def parse_intel_dump(text: str) -> list[DeviceInfo]:

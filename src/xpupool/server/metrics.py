@@ -97,6 +97,15 @@ class PlaneCollector(Collector):
             if m.temperature_c is not None:
                 g["temp"].add_metric(lv, m.temperature_c)
         yield from g.values()
+        events = CounterMetricFamily(
+            "xpupool_device_health_events",
+            "Cards read unhealthy (or warned) since the server started, by cause kind "
+            "(xid-79, ecc-uncorrectable, ...: server/card_health.py).",
+            labels=["cause"],
+        )
+        for cause, count in sorted(p.card_health.counts().items()):
+            events.add_metric([cause], float(count))
+        yield events
         yield from self._stranded()
         yield from self._history()
 

@@ -55,6 +55,7 @@ class UpConfig:
     profiles: tuple[Profile, ...] = ()  # from --profile FILE (engine/profile_file.py)
     heartbeat_s: float = 5.0
     lost_after_s: float = 30.0
+    card_settle_s: float = 300.0  # healthy this long before a card read unhealthy serves again
     lease_s: float | None = None  # None: server/lease.py's default
     agent: bool = True
     log_cap: str = "64Mi"
@@ -145,6 +146,7 @@ def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPla
             sites=build_sites(cfg),
             secret_key_file=cfg.secret_key_file,
         )
+        plane.card_health.settle_s = cfg.card_settle_s
         plane.before_job_id = pool.reserve
         if cfg.rotate_admin_token:
             admin_token.rotate(plane, cfg.data)

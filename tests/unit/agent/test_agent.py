@@ -122,6 +122,32 @@ def test_runs_reports_and_flags_memory_over_the_grant(tmp_path: Path) -> None:
     assert b"go" in b"".join(t.logs)
 
 
+@pytest.mark.slow
+def test_a_replica_over_its_share_past_the_grace_is_stopped(tmp_path: Path) -> None:
+    from xpupool.agent.share_watch import ShareWatch
+
+    cards, t = Cards(), Recorder()
+    agent, node = _agent(tmp_path, cards, t)
+    assert node.monitor is not None
+    node.monitor.shares = ShareWatch(tolerance=0.05, grace_s=0.2)
+    code = "import time; print('go', flush=True); time.sleep(30)"
+    grant = device(0, memory_mib=20480)
+    grant.uuid = "GPU-0"
+    t.run = [work([sys.executable, "-c", code], node="n1", devices=[grant])]
+    agent.step(node)
+    rep = started(node.runner.replicas[(7, 0)], node.runner)
+    assert rep.pid is not None
+    cards.pids = [rep.pid]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (7, 0) in node.runner.replicas:
+        agent.tick()
+        time.sleep(0.05)
+    reasons = [r.reason for hb in t.heartbeats for r in hb.replicas if r.reason]
+    said = "stopped: used 48.8 GiB of its 20 GiB share on card GPU-0"
+    assert any(r.startswith(said) for r in reasons), reasons
+    assert [r.state for r in t.heartbeats[-1].replicas] == ["stopped"]  # the card is free
+
+
 def test_taint_flags_become_the_registrations_taints() -> None:
     import click
     import pytest

@@ -99,3 +99,18 @@ def test_vanished_processes_are_skipped() -> None:
 
     monitor = Monitor([], pgid_of=gone)
     assert monitor.replica_usage({(1, 0): 5}, {"GPU-0": {5: 10}}) == {(1, 0): {}}
+
+
+def test_a_cause_the_operator_keeps_as_a_warning_leaves_the_card_healthy() -> None:
+    from xpupool.agent.monitor import device_metrics
+    from xpupool.probes.base import DeviceInfo, Health
+
+    sick = DeviceInfo(
+        "nvidia", "H100", "GPU-1", 0, 81920, health=Health.UNHEALTHY, health_detail="xid-94: x"
+    )
+    m = device_metrics(sick)
+    assert m.healthy is False and m.health_cause == "xid-94: x"
+    kept = device_metrics(sick, frozenset({"94"}))
+    assert kept.healthy is True and kept.health_cause == "xid-94: x"
+    fine = device_metrics(DeviceInfo("nvidia", "H100", "GPU-2", 1, 81920, health=Health.HEALTHY))
+    assert fine.healthy is True and fine.health_cause is None

@@ -63,3 +63,19 @@ def test_missing_vram_is_a_parse_error() -> None:
     with pytest.raises(ProbeError) as exc:
         AmdSmiProbe(library=NoVram()).discover()  # type: ignore[arg-type]
     assert exc.value.kind is ProbeFailure.PARSE
+
+
+def test_uncorrectable_ecc_errors_mark_the_card_unhealthy() -> None:
+    from xpupool.probes import Health
+
+    class Ecc(FakeAmdSmi):
+        def amdsmi_get_gpu_total_ecc_count(self, h: str) -> dict[str, int]:
+            bad = 2 if h == "h1" else 0
+            return {"correctable_count": 5, "uncorrectable_count": bad, "deferred_count": 0}
+
+    first, second = AmdSmiProbe(library=Ecc()).discover()  # type: ignore[arg-type]
+    assert first.health is Health.HEALTHY and first.health_detail == ""
+    assert second.health is Health.UNHEALTHY
+    assert second.health_detail == "ecc-uncorrectable: 2 uncorrectable ECC error(s) (amdsmi)"
+    plain = AmdSmiProbe(library=FakeAmdSmi()).discover()  # type: ignore[arg-type]
+    assert all(d.health is Health.HEALTHY for d in plain)  # no ECC call: as before

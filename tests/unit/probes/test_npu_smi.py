@@ -171,7 +171,7 @@ def test_discover_910b_combines_table_board_memory_common(monkeypatch: pytest.Mo
     assert first.health is Health.HEALTHY
     assert first.health_detail == ""
     assert second.health is Health.UNHEALTHY
-    assert second.health_detail == "npu-smi health: Warning"
+    assert second.health_detail == "npu-warning: npu-smi health: Warning"
     assert ["npu-smi", "info", "-t", "board", "-i", "1"] in fake.calls
 
 
@@ -192,7 +192,7 @@ def test_discover_310p_tolerates_unsupported_detail_queries(
     assert devices[0].compute_units is None
     assert devices[0].driver_version == "23.0.0"
     assert devices[3].health is Health.UNHEALTHY
-    assert devices[3].health_detail == "npu-smi health: Alarm"
+    assert devices[3].health_detail == "npu-alarm: npu-smi health: Alarm"
 
 
 def test_discover_raises_on_timeout_of_a_detail_query(monkeypatch: pytest.MonkeyPatch) -> None:

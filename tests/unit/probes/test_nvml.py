@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -13,18 +14,36 @@ GIB = 1024**3
 
 
 class NVMLError(Exception):
-    pass
+    def __init__(self, text: str, value: int = 999) -> None:
+        super().__init__(text)
+        self.value = value  # pynvml's NVMLError carries the nvmlReturn_t here
 
 
 class FakeNvml:
     """Four H100s: NVLink pairs (0,1) and (2,3); GPU 2 in MIG mode; GPU 3 has no power reading
-    and a pending row remap."""
+    and a pending row remap. Faults a test injects: ``ecc`` (volatile uncorrectable errors per
+    index), ``lost`` (indices NVML answers GPU_IS_LOST for), ``xids`` ((index, XID) events the
+    event set hands out, then a timeout), ``no_remap`` (indices without remapped rows, as
+    before A100) with ``retire_pending``."""
 
     NVML_TEMPERATURE_GPU = 0
+    NVML_ERROR_TIMEOUT = 10
+    NVML_ERROR_GPU_IS_LOST = 15
+    nvmlEventTypeXidCriticalError = 8  # noqa: N815 (pynvml's name)
 
     def __init__(self, count: int = 4) -> None:
         self.count = count
         self.calls: list[str] = []
+        self.ecc: dict[int, int] = {}
+        self.lost: set[int] = set()
+        self.xids: list[tuple[int, int]] = []
+        self.registered: list[int] = []
+        self.no_remap: set[int] = set()
+        self.retire_pending: set[int] = set()
+
+    def _alive(self, h: int) -> None:
+        if h in self.lost:
+            raise NVMLError("GPU is lost", self.NVML_ERROR_GPU_IS_LOST)
 
     def nvmlInit(self) -> None:
         self.calls.append("init")
@@ -51,6 +70,7 @@ class FakeNvml:
         return SimpleNamespace(busId=f"00000000:{0x18 + h:02X}:00.0")
 
     def nvmlDeviceGetName(self, h: int) -> str:
+        self._alive(h)
         return "NVIDIA H100 80GB HBM3"
 
     def nvmlDeviceGetMemoryInfo(self, h: int) -> SimpleNamespace:
@@ -86,7 +106,30 @@ class FakeNvml:
         return SimpleNamespace(busId=f"00000000:{0x18 + partner:02X}:00.0")
 
     def nvmlDeviceGetRemappedRows(self, h: int) -> tuple[int, int, int, int]:
+        if h in self.no_remap:
+            raise NVMLError("Not Supported", 3)
         return (0, 0, 1, 0) if h == 3 else (0, 0, 0, 0)
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h: int) -> int:
+        return int(h in self.retire_pending)
+
+    def nvmlDeviceGetTotalEccErrors(self, h: int, kind: int, counter: int) -> int:
+        assert (kind, counter) == (1, 0)  # uncorrected, volatile
+        return self.ecc.get(h, 0)
+
+    def nvmlEventSetCreate(self) -> str:
+        return "event-set"
+
+    def nvmlDeviceRegisterEvents(self, h: int, kinds: int, event_set: str) -> None:
+        assert kinds == self.nvmlEventTypeXidCriticalError and event_set == "event-set"
+        self.registered.append(h)
+
+    def nvmlEventSetWait(self, event_set: str, timeout_ms: int) -> SimpleNamespace:
+        if not self.xids:
+            time.sleep(min(timeout_ms, 20) / 1000)  # as NVML waits, bounded for the tests
+            raise NVMLError("Timeout", self.NVML_ERROR_TIMEOUT)
+        h, xid = self.xids.pop(0)
+        return SimpleNamespace(device=h, eventType=8, eventData=xid)
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[SimpleNamespace]:
         if h == 0:

@@ -29,7 +29,7 @@ def test_kunlunxin_table_gives_four_p800_with_exact_fields() -> None:
     assert (first.utilization_pct, first.power_watts, first.temperature_c) == (87.0, 212.0, 43.0)
     assert first.driver_version == "5.0.21.26"
     assert first.runtimes == {"xpu-rt": "5.0.21"}
-    assert first.health is Health.UNKNOWN and first.compute_units is None
+    assert first.health is Health.HEALTHY and first.compute_units is None  # ECC 0
     assert devices[2].memory_used_mib == 0 and devices[2].utilization_pct == 0.0
 
 
@@ -133,3 +133,9 @@ def test_missing_tool(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     with pytest.raises(ProbeError) as info:
         probe.discover()
     assert info.value.kind is ProbeFailure.TOOL_MISSING
+
+
+def test_kunlunxin_uncorrectable_ecc_marks_the_xpu_unhealthy() -> None:
+    devices = parse_xpu_smi(fixture("kunlunxin_p800_ecc.txt"))
+    assert [d.health for d in devices] == [Health.HEALTHY, Health.UNHEALTHY]
+    assert devices[1].health_detail == "ecc-uncorrectable: 3 volatile uncorrectable ECC error(s)"

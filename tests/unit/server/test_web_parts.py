@@ -60,6 +60,17 @@ def test_a_tile_fills_by_allocation_and_borders_by_utilisation() -> None:
     assert over["a"] == 10  # over-committed memory counts against what may be granted
 
 
+def test_an_unhealthy_tile_is_hatched_and_names_its_cause_a_warning_only_names_it() -> None:
+    sick = tile(
+        _device(healthy=False, cordoned=True, health="unhealthy", health_cause="xid-79: off bus")
+    )
+    assert "unhealthy" in sick["classes"].split()  # the CSS hatching
+    assert sick["label"].endswith("cordoned, unhealthy: xid-79: off bus")  # the tile's title
+    warned = tile(_device(health="warning", health_cause="xid-13: graphics engine exception"))
+    assert "unhealthy" not in warned["classes"].split()
+    assert warned["label"].endswith("warning: xid-13: graphics engine exception")
+
+
 def _node(schedulable: bool, status: NodeStatus = NodeStatus.READY) -> Node:
     return Node(
         name="n", site="x", status=status, schedulable=schedulable, source="agent",

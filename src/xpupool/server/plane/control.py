@@ -36,6 +36,7 @@ from xpupool.model.request import Request
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.audit import AuditKeep, AuditLog
 from xpupool.server.auth import Principal
+from xpupool.server.card_health import CardHealth
 from xpupool.server.consistency import Problem, problem_for
 from xpupool.server.health import Health, probe_writable, store_failure
 from xpupool.server.job_logs import JobLogs
@@ -152,6 +153,7 @@ class ControlPlane(NodeBook, TenancyBooks, PlaneReads):
         self._released_nodes: set[str] = set()
         self._metrics: dict[str, DeviceMetrics] = {}
         self.live = LiveMetrics()  # the same readings as columns, and a ring per card
+        self.card_health = CardHealth()  # cards read unhealthy: cordoned, emptied, settling
         self._pending: PendingJobs[PendingJob] = PendingJobs()  # counts per tenant (limits)
         self._held: dict[int, HeldJob] = {}
         self._queue_specs: dict[str, QueueSpec] = {}

@@ -163,6 +163,8 @@ class DeviceMetrics(Lenient):
     power_w: float | None = None
     temperature_c: float | None = None
     healthy: bool | None = None
+    # why: unhealthy, or healthy with a warning ("xid-13: ..."); "" or null: nothing to say
+    health_cause: str | None = Field(None, max_length=300)
 
 
 class ReplicaState(StrEnum):

@@ -26,6 +26,16 @@ class Device(Lenient):
     runtimes: dict[str, str]
     link_group: str | None
     healthy: bool
+    health: str = Field(
+        "healthy",
+        description="'healthy', 'warning' (a cause its agent's operator keeps as a warning: the "
+        "card serves on) or 'unhealthy' (cordoned, its jobs stopped and requeued by their "
+        "on_node_lost policy, until it reads healthy for the settle period or the admin "
+        "uncordons it).",
+    )
+    health_cause: str | None = Field(
+        None, description="Why it is unhealthy or warned, its kind first ('xid-79: ...')."
+    )
     cordoned: bool
     draining: bool = Field(
         False,

@@ -53,6 +53,7 @@ def heartbeat(plane: ControlPlane, body: Heartbeat, who: Principal | None = None
             plane.node_event(conn, body.node, nl.Heard())  # ready again
         for m in body.metrics:
             plane.record_metrics(m, now)
+        plane.card_health.observe(plane, conn, body.node, body.metrics)  # cordon, empty, settle
         strangers: set[tuple[int, int]] = set()  # reported, not held: stop them if running
         for report in body.replicas:
             if _holds(plane, body.node, report):

@@ -285,6 +285,7 @@ def list_devices(
             rec = _record(plane, name)
             for d in rec.node.devices:
                 slot = st.uuid_slot[d.uuid]
+                health, cause = plane.card_health.state(d.uuid)
                 out.append(
                     Device(
                         uuid=d.uuid,
@@ -298,7 +299,9 @@ def list_devices(
                         driver_version=d.driver_version,
                         runtimes=dict(d.runtimes),
                         link_group=d.link_group,
-                        healthy=bool(st.dev_healthy.reshape(-1)[slot]),
+                        healthy=bool(st.dev_healthy.reshape(-1)[slot]) and health != "unhealthy",
+                        health=health,
+                        health_cause=cause,
                         cordoned=d.uuid in rec.cordoned_devices or d.uuid in rec.draining,
                         draining=d.uuid in rec.draining,
                         allocated_memory_mib=int(
@@ -404,6 +407,8 @@ def cordon_device(plane: ControlPlane, uuid: str, cordoned: bool) -> Device:
         if rec is None:
             raise NotFound("device", uuid)
         plane.cordon_device(conn, rec, uuid, cordoned)
+        if not cordoned:  # back by the admin's word, whatever its health said (card_health.py)
+            plane.card_health.forget(uuid)
         name = rec.node.name
     # only the admin cordons: the answer names every job, as the admin sees it
     return next(d for d in list_devices(plane, name, who=None) if d.uuid == uuid)

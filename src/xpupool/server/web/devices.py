@@ -73,7 +73,9 @@ def tile(d: Device, node: Node | None = None) -> dict[str, Any]:
     if d.cordoned or closed == "cordoned":
         classes.append("cordoned")
     if not d.healthy:
-        words.append("unhealthy")
+        words.append(f"unhealthy: {d.health_cause}" if d.health_cause else "unhealthy")
+    elif d.health == "warning" and d.health_cause:
+        words.append(f"warning: {d.health_cause}")
     if not d.healthy or closed == "lost":
         classes.append("unhealthy")
     return {"d": d, "a": a, "u": u, "classes": " ".join(classes), "label": ", ".join(words)}
