@@ -59,6 +59,7 @@ from xpupool.server.plane.store import (
     pending_from_row,
 )
 from xpupool.server.plane.tenancy import TenancyBooks
+from xpupool.server.plane.tenant_store import TenantStore
 from xpupool.server.retention import Retention
 from xpupool.server.schemas.agent_protocol import DeviceMetrics
 from xpupool.server.schemas.jobs import HOLDING_STATES, JobPhase, StopCause
@@ -75,7 +76,7 @@ DEFAULT_HISTORY_INTERVAL_S = 60.0  # seconds between two fleet history samples
 SEED_JOBS = 2000  # the last jobs a restarted engine learns its workload from (_seed_learning)
 
 
-class ControlPlane(NodeBook, TenancyBooks, PlaneReads):
+class ControlPlane(NodeBook, TenancyBooks, TenantStore, PlaneReads):
     """Everything the API and the agents act on. Thread-safe through its one lock: reach the
     books under :meth:`locked` or :meth:`write`."""
 
