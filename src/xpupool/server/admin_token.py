@@ -11,13 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import update
-
 from xpupool.server.auth import new_token
 from xpupool.server.datadir import write_private
 from xpupool.server.plane import ControlPlane
-from xpupool.server.services.tenants import ensure_admin_token, insert_admin_token
-from xpupool.server.storage.tenants import tokens as t_tokens
+from xpupool.server.services.tenants import ensure_admin_token
 
 
 def admin_token_path(data: Path) -> Path:
@@ -44,14 +41,4 @@ def rotate(plane: ControlPlane, data: Path) -> None:
     """A new admin token in the store and in the file; every earlier admin token is revoked."""
     token = new_token()
 
-    def commit() -> None:
-        with plane.write() as conn:
-            conn.execute(
-                update(t_tokens)
-                .where(t_tokens.c.role == "admin", t_tokens.c.revoked.is_(False))
-                .values(revoked=True)
-            )
-            insert_admin_token(plane, conn, token)
-            plane.forget_principals()
-
-    write_private(admin_token_path(data), token + "\n", commit)
+    write_private(admin_token_path(data), token + "\n", lambda: plane.rotate_admin_token(token))

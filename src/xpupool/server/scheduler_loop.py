@@ -2,7 +2,8 @@
 decides.
 
 One pass takes the pending jobs that could have become placeable since they last failed (at most
-``RETRIES_PER_TENANT`` retries per tenant, so one tenant's queue does not set everyone's pace). The
+``RETRIES_PER_TENANT`` retries per tenant, so one tenant's queue does not set everyone's pace: the
+plane's retry gate, ``engine/cycle/retry_gate.py``, which the timed simulator holds too). The
 cycle (``engine/cycle/``) orders them by dominant resource fairness, then priority, then age, and
 decides each: placed, waiting (with the reason), or preempting lower-priority jobs. Jobs that do not
 fit are skipped, not waited on (Kueue's BestEffortFIFO), so a large job never blocks small ones
@@ -16,13 +17,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import defaultdict
 from collections.abc import Generator
 
 from sqlalchemy import Connection
 
 from xpupool.engine.cycle.admission import Admitted
 from xpupool.engine.cycle.cycle import INADMISSIBLE, Place, Preempt, Wait
+from xpupool.engine.cycle.retry_gate import PERIODIC_PASS_S, RETRIES_PER_TENANT
 from xpupool.model.errors import Unavailable
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.plane import ControlPlane, HeldJob, PendingJob, allocation_to_dict
@@ -30,9 +31,15 @@ from xpupool.server.schemas.jobs import JobPhase, StopCause
 from xpupool.server.storage.job_writes import JobWrites
 
 log = logging.getLogger("xpupool.scheduler")
-RETRIES_PER_TENANT = 16
-"""Jobs of one tenant that failed before and are tried again in one pass (see ``_candidates``)."""
-
+__all__ = [
+    "BATCH_JOBS",
+    "BATCH_S",
+    "RETRIES_PER_TENANT",  # the gate's, named here as the pass's cap it is
+    "YIELD_S",
+    "pass_steps",
+    "run_passes",
+    "schedule_pass",
+]
 
 BATCH_JOBS = 32
 """Jobs tried in one batch at most: one lock hold and one store transaction (see ``_batch``)."""
@@ -69,7 +76,8 @@ def pass_steps(plane: ControlPlane) -> Generator[None, None, int]:
     engine learns from the jobs it is asked to place is learned again, when due, once the pass
     is done, and preferably when no job arrived meanwhile (``_relearn``)."""
     with plane.locked():
-        candidates, left_out = _candidates(plane)
+        choice = plane.retry_gate.choose(plane.queued.values(), plane.clock())
+        candidates = choice.jobs
         if not candidates:
             _relearn(plane, arrived=False)
             return 0
@@ -87,12 +95,12 @@ def pass_steps(plane: ControlPlane) -> Generator[None, None, int]:
     with plane.locked():  # once per pass, not in the middle of a batch of placements
         _relearn(plane, arrived=plane.next_job_id != next_job)
     plane.notify("pass", time.perf_counter() - started)
-    if left_out and placed:  # retries left out while some fitted: a backlog to go on with now
+    if choice.again_at_once(placed):  # retries left out while some fitted: a backlog to go on with
         plane.wake.set()
     return placed
 
 
-async def run_passes(plane: ControlPlane, period_s: float = 1.0) -> None:
+async def run_passes(plane: ControlPlane, period_s: float = PERIODIC_PASS_S) -> None:
     """The server's scheduling loop, on the event loop that serves the API: a pass whenever
     woken (a submission, a release, a node change) and every ``period_s``, until cancelled.
 
@@ -163,7 +171,7 @@ def _batch(
             while k < end:
                 job = candidates[order[k]]
                 k += 1
-                if plane.queued.get(job.id) is not job or job.tried == plane.capacity_gen:
+                if plane.queued.get(job.id) is not job or plane.retry_gate.tried_now(job):
                     continue
                 if _try_admit(plane, conn, writes, job):
                     placed += 1
@@ -179,38 +187,11 @@ def _batch(
     return placed, k
 
 
-def _candidates(plane: ControlPlane) -> tuple[list[PendingJob], bool]:
-    """The jobs this pass tries: every job not tried yet (new, or requeued), and of the jobs that
-    failed before and may fit now (capacity changed since), at most ``RETRIES_PER_TENANT`` per
-    tenant: the highest priority first, then those tried longest ago, so the rest come in later
-    passes (the next at once when this one placed something, else at the next event or period).
-    Without that cap every release (a job ending) would retry every queued job of every tenant,
-    and one tenant's queue would set everyone's pace (issue 18). Returns the jobs and whether
-    some were left out."""
-    fresh: list[PendingJob] = []
-    again: dict[str, list[PendingJob]] = defaultdict(list)
-    now = plane.clock()
-    for p in plane.queued.values():
-        if p.not_before > now:
-            continue  # a retry waiting out its backoff (the periodic pass finds it later)
-        if p.tried < 0:
-            fresh.append(p)
-        elif p.tried != plane.capacity_gen:
-            again[p.tenant].append(p)
-    left_out = False
-    for jobs in again.values():
-        if len(jobs) > RETRIES_PER_TENANT:
-            jobs.sort(key=lambda p: (-p.priority, p.tried, p.id))
-            left_out = True
-        fresh.extend(jobs[:RETRIES_PER_TENANT])
-    return fresh, left_out
-
-
 def _try_admit(plane: ControlPlane, conn: Connection, writes: JobWrites, job: PendingJob) -> bool:
     """Carry out the cycle's decision for ``job``: record a placement, preempt, or note why not.
     The batch's job rows, events and allocations are kept in ``writes`` and written together
     (``storage/job_writes.py``)."""
-    gen = plane.capacity_gen
+    gen = plane.retry_gate.generation
     try:
         decision = plane.cycle.decide(job, plane.held_jobs)
     except Exception as exc:  # a request the engine rejects outright stays pending with the reason
@@ -236,7 +217,7 @@ def _still_pending(
     """``job`` waits for ``reason``. A wait's reason changes from pass to pass without an event
     (what is free moves all the time); becoming inadmissible, or admissible again after a quota
     change, is an event of the job's history: it says the wait has changed its nature."""
-    job.tried = gen
+    plane.retry_gate.failed(job, gen)
     if reason != job.reason:
         if reason.startswith(INADMISSIBLE) != job.reason.startswith(INADMISSIBLE):
             state = JobPhase.PENDING.value

@@ -1,12 +1,16 @@
 """Replay a trace in time: tasks arrive at their creation time, run for their recorded duration once
 placed, and wait in a queue while nothing fits.
 
-The engine and the scheduling cycle are the server's own (``engine/cycle/``); this loop only decides
-*when* to run a pass. After every arrival or departure the pending tasks are tried in the cycle's
-order (fair share between tenants, then priority, then arrival), each admitted against its queue's
-quota, and a task refused for capacity alone may preempt lower-priority tasks as the server would.
-A victim stops at once, loses its progress and waits again with its original arrival; the pass is
-then run again at the same instant. Without a queue configuration every task goes to one queue
+The engine, the scheduling cycle and the retry gate are the server's own (``engine/cycle/``); this
+loop only decides *when* to run a pass. After every arrival or departure the pending tasks the
+retry gate lets in (new ones, and those that failed before the last release, at most
+``RETRIES_PER_TENANT`` per tenant) are tried in the cycle's order (fair share between tenants,
+then priority, then arrival), each admitted against its queue's quota, and a task refused for
+capacity alone may preempt lower-priority tasks as the server would. A victim stops at once, loses
+its progress and waits again with its original arrival; the pass is then run again at the same
+instant, as it is when retries were left out while some task fitted. Retries left out by a pass
+that placed nothing are tried ``PERIODIC_PASS_S`` later (the server's periodic pass) unless an
+event comes first. Without a queue configuration every task goes to one queue
 without quota or preemption, with priority 0 (``fifo``) or its QoS class (``priority``).
 A task's duration is ``deletion - scheduled`` from the trace (``deletion - creation`` when it was
 never scheduled there), see ``TraceTask.duration_s``.
@@ -17,7 +21,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
@@ -25,6 +29,7 @@ import numpy as np
 
 from xpupool.engine import ClusterState, Engine, Profile
 from xpupool.engine.cycle import Admission, Place, Preempt, SchedulingCycle
+from xpupool.engine.cycle.retry_gate import NEVER_TRIED, PERIODIC_PASS_S, RetryGate
 from xpupool.engine.fragmentation import TargetWorkload, kernels
 from xpupool.model import Allocation, Node, Request
 from xpupool.sim.alibaba import TraceTask, capacity_milli, to_request
@@ -83,13 +88,17 @@ class TimedResult:
 
 @dataclass(slots=True, eq=False)
 class _Task:
-    """One trace task as the cycle sees it: pending work, then (once placed) running work."""
+    """One trace task as the cycle and the retry gate see it: pending work, then (once placed)
+    running work. ``tenant`` is its queue's; it has no backoff (a trace task does not fail)."""
 
     id: int
     rank: int  # arrival order: its place in the queue, kept when it is preempted
     queue: str
+    tenant: str
     priority: int
     request: Request
+    tried: int = NEVER_TRIED  # the capacity generation it last failed at (engine/cycle/retry_gate)
+    not_before: float = 0.0
     waiting_on: set[int] = field(default_factory=set)
     allocations: list[Allocation] = field(default_factory=list)
     stopping: str | None = None
@@ -104,13 +113,15 @@ def timed_replay(
     order: QueueOrder = QueueOrder.FIFO,
     compress: float = 1.0,
     queues: QueueConfig | None = None,
+    on_pass: Callable[[int, list[int]], None] | None = None,
 ) -> TimedResult:
     """Run ``tasks`` by their trace times under ``policy``; see the module docstring.
 
     ``compress`` > 1 brings arrivals closer together (times divided by it) while durations stay
     as recorded: the trace is a sample, so this is how to ask "what if the load were N times higher".
     ``queues`` maps tasks to queues and priorities (``sim/queue_config.py``); without it ``order``
-    says whether priorities come from the tasks' QoS classes.
+    says whether priorities come from the tasks' QoS classes. ``on_pass(now, tried)`` is told,
+    after each pass, the tasks it tried (indices into ``tasks``, in the order tried).
     """
     if compress <= 0:
         raise ValueError("compress must be positive")
@@ -120,11 +131,14 @@ def timed_replay(
     engine = Engine(ClusterState(nodes, seed=seed), policy, seed=seed, workload=workload)
     config = queues if queues is not None else QueueConfig.single(order is QueueOrder.PRIORITY)
     cycle = SchedulingCycle(Admission(engine, config.queues))
+    gate = RetryGate()
+    tenant_of = {q.name: q.tenant for q in config.queues}
     capacity = capacity_milli(nodes)
     work: list[_Task] = []
     for i, task in enumerate(tasks):
         queue, priority = config.assign(task)
-        work.append(_Task(i, 0, queue, priority, replace(to_request(task), priority=priority)))
+        request = replace(to_request(task), priority=priority)
+        work.append(_Task(i, 0, queue, tenant_of.get(queue, queue), priority, request))
     wait = np.full(len(tasks), np.nan)
     jct = np.full(len(tasks), np.nan)
     arrivals = sorted(range(len(tasks)), key=lambda i: (arrive_at[i], i))
@@ -138,15 +152,30 @@ def timed_replay(
     times: list[float] = []
     util: list[float] = []
     next_arrival = 0
+    retry_at: int | None = None  # the periodic pass that tries the retries left out
+    period = max(1, round(PERIODIC_PASS_S))  # trace times are whole seconds
 
-    def one_pass(now: int) -> bool:
-        """Try every pending task once; True when something was preempted (so run again)."""
+    def release(job: _Task) -> None:
+        nonlocal used
+        for alloc in job.allocations:
+            cycle.admission.release(alloc.id)
+        used -= tasks[job.id].gpu_request_milli
+        gate.capacity_changed()
+
+    def one_pass(now: int) -> tuple[bool, bool]:
+        """Try the pending tasks the retry gate lets in, once each; returns whether to run
+        another pass at once (something was preempted, or a backlog fits) and whether retries
+        were left out."""
         nonlocal used, preempted
+        choice = gate.choose(pending, now)
+        candidates = choice.jobs
         cycle.begin_pass()
         placed: set[int] = set()
         stopped_now: list[_Task] = []
-        for index in cycle.order(pending):
-            job = pending[index]
+        order = cycle.order(candidates)
+        for index in order:
+            job = candidates[index]
+            generation = gate.generation
             decision = cycle.decide(job, running)
             if isinstance(decision, Place):
                 i = job.id
@@ -157,42 +186,49 @@ def timed_replay(
                 jct[i] = wait[i] + tasks[i].duration_s
                 used += tasks[i].gpu_request_milli
                 heapq.heappush(departures, (now + tasks[i].duration_s, i, job.allocations[0].id))
-            elif isinstance(decision, Preempt):
+                continue
+            if isinstance(decision, Preempt):
                 for victim in decision.victims:
                     stopped = running.pop(victim.id)
-                    for alloc in stopped.allocations:
-                        cycle.admission.release(alloc.id)
+                    release(stopped)
                     stopped.allocations = []
-                    used -= tasks[stopped.id].gpu_request_milli
                     wait[stopped.id] = jct[stopped.id] = np.nan
                     stopped_now.append(stopped)
                     preempted += 1
+            gate.failed(job, generation)
+        if on_pass is not None:
+            on_pass(now, [candidates[index].id for index in order])
         pending[:] = [t for t in pending if t.id not in placed]
-        for stopped in stopped_now:  # back in the queue at their first arrival
+        for stopped in stopped_now:  # back in the queue at their first arrival, as new
+            stopped.tried = NEVER_TRIED
             bisect.insort(pending, stopped, key=lambda t: t.rank)
-        return bool(stopped_now)
+        return bool(stopped_now) or choice.again_at_once(len(placed)), choice.left_out
 
-    while next_arrival < len(arrivals) or departures:
+    while next_arrival < len(arrivals) or departures or retry_at is not None:
         arrival_time = arrive_at[arrivals[next_arrival]] if next_arrival < len(arrivals) else None
-        if departures and (arrival_time is None or departures[0][0] <= arrival_time):
+        departure_time = departures[0][0] if departures else None
+        next_event = min((t for t in (arrival_time, departure_time) if t is not None), default=None)
+        if retry_at is not None and (next_event is None or retry_at < next_event):
+            now = retry_at  # the periodic pass, before any event
+        elif departures and (arrival_time is None or departures[0][0] <= arrival_time):
             now = departures[0][0]
             while departures and departures[0][0] == now:
                 _, i, first = heapq.heappop(departures)
                 job = work[i]
                 if i not in running or job.allocations[0].id != first:
                     continue  # preempted since: this departure is void
-                for alloc in job.allocations:
-                    cycle.admission.release(alloc.id)
+                release(job)
                 del running[i]
-                used -= tasks[i].gpu_request_milli
         else:
             assert arrival_time is not None
             now = arrival_time
             while next_arrival < len(arrivals) and arrive_at[arrivals[next_arrival]] == now:
                 pending.append(work[arrivals[next_arrival]])
                 next_arrival += 1
-        while one_pass(now):
-            pass
+        again, left_out = one_pass(now)
+        while again:
+            again, left_out = one_pass(now)
+        retry_at = now + period if left_out else None
         times.append(float(now))
         util.append(100.0 * used / capacity if capacity else 0.0)
     last_arrival = float(max(arrive_at, default=0))

@@ -23,6 +23,7 @@ from xpupool.catalog.images import ImageCatalog, default_image_catalog
 from xpupool.disk_reserve import DEFAULT_LOG_RESERVE_BYTES
 from xpupool.engine.cycle.admission import Admission, QueueSpec
 from xpupool.engine.cycle.cycle import SchedulingCycle
+from xpupool.engine.cycle.retry_gate import RetryGate
 from xpupool.engine.engine import Engine
 from xpupool.engine.fragmentation import kernels
 from xpupool.engine.host import EngineHost
@@ -59,6 +60,7 @@ from xpupool.server.plane.store import (
     pending_from_row,
 )
 from xpupool.server.plane.tenancy import TenancyBooks
+from xpupool.server.plane.tenant_store import TenantStore
 from xpupool.server.retention import Retention
 from xpupool.server.schemas.agent_protocol import DeviceMetrics
 from xpupool.server.schemas.jobs import HOLDING_STATES, JobPhase, StopCause
@@ -76,7 +78,7 @@ DEFAULT_HISTORY_INTERVAL_S = 60.0  # seconds between two fleet history samples
 SEED_JOBS = 2000  # the last jobs a restarted engine learns its workload from (_seed_learning)
 
 
-class ControlPlane(NodeBook, TenancyBooks, PlaneReads):
+class ControlPlane(NodeBook, TenancyBooks, TenantStore, PlaneReads):
     """Everything the API and the agents act on. Thread-safe through its one lock: reach the
     books under :meth:`locked` or :meth:`write`."""
 
@@ -132,7 +134,9 @@ class ControlPlane(NodeBook, TenancyBooks, PlaneReads):
         self._lock = PlaneLock()  # the one lock (lock.py): take it with locked() or write()
         self.wake = Wake()  # the scheduling loop's (scheduler_loop.run_passes)
         self.learning_pace = LearningPace()  # when the scheduling loop re-learns (its _relearn)
-        self.capacity_gen = 0
+        # which pending jobs a pass tries (engine/cycle/retry_gate.py): its capacity generation
+        # moves whenever something is released, added, uncordoned or re-quoted
+        self.retry_gate = RetryGate()
         self.next_job_id = 1
         # the engine over the pool (engine/host.py): it builds each engine from the node records
         # and owns the pool's one allocation id counter, raised to the stored mark on each read
@@ -291,7 +295,7 @@ class ControlPlane(NodeBook, TenancyBooks, PlaneReads):
         for job_id, allocations in built.allocations.items():
             if job_id in self._held:
                 self._held[job_id].allocations = allocations
-        self.capacity_gen += 1
+        self.retry_gate.capacity_changed()
 
     @property
     def engine(self) -> Engine:
@@ -363,9 +367,15 @@ class ControlPlane(NodeBook, TenancyBooks, PlaneReads):
             self._cycle = SchedulingCycle(self.admission, self.verdicts)
         return self._cycle
 
+    @property
+    def capacity_gen(self) -> int:
+        """The retry gate's capacity generation: a pending job whose ``tried`` is this one
+        failed since the pool last changed."""
+        return self.retry_gate.generation
+
     def bump(self) -> None:
         """Capacity may have grown: pending jobs are worth trying again."""
-        self.capacity_gen += 1
+        self.retry_gate.capacity_changed()
         self.wake.set()
 
     def forget_grants(self) -> None:
@@ -381,7 +391,7 @@ class ControlPlane(NodeBook, TenancyBooks, PlaneReads):
                     job.flavor = self.admission.restore(
                         alloc, job.queue, job.flavor, in_engine=False
                     )
-            self.capacity_gen += 1
+            self.retry_gate.capacity_changed()
             self.wake.set()
 
     # ------------------------------------------------------------------ what the services see

@@ -4,10 +4,9 @@ fits) so that it can submit at once; the admin narrows it with quotas when the p
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import insert, select, update
 
 from xpupool.engine.profile import known_profile
 from xpupool.model.errors import Conflict, NotFound, RequestError
@@ -24,7 +23,6 @@ from xpupool.server.schemas.queues import (
 )
 from xpupool.server.schemas.tenants import Tenant, TenantIn, TenantPatch, Token, TokenIn
 from xpupool.server.services import grants
-from xpupool.server.storage.tenants import assign_tenant_indices
 from xpupool.server.storage.tenants import queues as t_queues
 from xpupool.server.storage.tenants import tenants as t_tenants
 from xpupool.server.storage.tenants import tokens as t_tokens
@@ -32,27 +30,7 @@ from xpupool.server.storage.tenants import tokens as t_tokens
 
 def ensure_admin_token(plane: ControlPlane) -> str | None:
     """Create the admin token on first start and return it; None when one exists already."""
-    with plane.write() as conn:
-        found = conn.execute(select(t_tokens.c.id).where(t_tokens.c.role == "admin")).first()
-        if found is not None:
-            return None
-        token = new_token()
-        insert_admin_token(plane, conn, token)
-        return token
-
-
-def insert_admin_token(plane: ControlPlane, conn: Connection, token: str) -> None:
-    """Store ``token`` (its hash) as an admin token in ``conn``'s transaction."""
-    conn.execute(
-        insert(t_tokens).values(
-            tenant=None,
-            role="admin",
-            name="admin",
-            hash=token_hash(token),
-            created_at=plane.clock(),
-            revoked=False,
-        )
-    )
+    return plane.ensure_admin_token()
 
 
 def authenticate(plane: ControlPlane, token: str) -> Principal | None:
@@ -86,21 +64,9 @@ def principal_of(plane: ControlPlane, digest: str, *, store: bool = True) -> Pri
 
 def create_tenant(plane: ControlPlane, body: TenantIn) -> Tenant:
     now = plane.clock()
-    with plane.write() as conn:
-        if conn.execute(select(t_tenants).where(t_tenants.c.name == body.name)).first():
-            raise Conflict(f"tenant {body.name!r} already exists")
-        if conn.execute(select(t_queues).where(t_queues.c.name == body.name)).first():
-            raise Conflict(f"a queue named {body.name!r} already exists")
-        conn.execute(insert(t_tenants).values(**body.model_dump(), created_at=now))
-        plane.forget_grants()
-        plane.set_tenant_indices(assign_tenant_indices(conn))
-        conn.execute(
-            insert(t_queues).values(
-                name=body.name, tenant=body.name, cohort=None, quotas=[], created_at=now
-            )
-        )
-        plane.put_queue(body.name, queue_spec(body.name, body.name, None, [], body.weight))
-        plane.rebuild_admission()
+    plane.add_tenant(
+        body.model_dump(), queue_spec(body.name, body.name, None, [], body.weight), now
+    )
     return Tenant(**body.model_dump(), created_at=now)
 
 
@@ -117,25 +83,8 @@ def _tenant_view(plane: ControlPlane, row: Any) -> Tenant:
 def update_tenant(plane: ControlPlane, name: str, patch: TenantPatch) -> Tenant:
     """Set the fields ``patch`` gives. A lower limit refuses new submissions only: what is
     queued stays queued. A new weight applies to the next scheduling pass."""
-    values = patch.model_dump(exclude_unset=True)
-    with plane.write() as conn:
-        if not _tenant_exists(conn, name):
-            raise NotFound("tenant", name)
-        conn.execute(update(t_tenants).where(t_tenants.c.name == name).values(**values))
-        plane.forget_grants()
-        row = conn.execute(select(t_tenants).where(t_tenants.c.name == name)).mappings().one()
-        if "weight" in values:
-            for queue, spec in list(plane.queue_specs.items()):
-                if spec.tenant == name:
-                    plane.put_queue(queue, replace(spec, weight=values["weight"]))
-            plane.rebuild_admission()
-        return _tenant_view(plane, row)
-
-
-def _tenant_exists(conn: Connection, name: str) -> bool:
-    return (
-        conn.execute(select(t_tenants.c.name).where(t_tenants.c.name == name)).first() is not None
-    )
+    row = plane.update_tenant(name, patch.model_dump(exclude_unset=True))
+    return plane.read(lambda: _tenant_view(plane, row))
 
 
 def issue_token(plane: ControlPlane, tenant: str | None, body: TokenIn) -> Token:
@@ -158,22 +107,19 @@ def issue_token(plane: ControlPlane, tenant: str | None, body: TokenIn) -> Token
     role = "bootstrap" if body.bootstrap else body.role
     owner = tenant if role == "tenant" else None
     token = new_token(bootstrap=body.bootstrap)
-    with plane.write() as conn:
-        if tenant is not None and not _tenant_exists(conn, tenant):
-            raise NotFound("tenant", tenant)
-        result = conn.execute(
-            insert(t_tokens).values(
-                tenant=owner,
-                role=role,
-                name=body.name,
-                hash=token_hash(token),
-                created_at=now,
-                revoked=False,
-                node=body.node,
-                expires_at=expires_at,
-            )
-        )
-        token_id = int(result.inserted_primary_key[0])  # type: ignore[index]
+    token_id = plane.add_token(
+        tenant,
+        {
+            "tenant": owner,
+            "role": role,
+            "name": body.name,
+            "hash": token_hash(token),
+            "created_at": now,
+            "revoked": False,
+            "node": body.node,
+            "expires_at": expires_at,
+        },
+    )
     return Token(
         id=token_id,
         tenant=owner,
@@ -196,12 +142,7 @@ def list_tokens(plane: ControlPlane) -> list[Token]:
 def revoke_token(plane: ControlPlane, token_id: int, me: Principal) -> None:
     if token_id == me.token_id:
         raise Conflict("a token cannot revoke itself")
-    with plane.write() as conn:
-        done = conn.execute(
-            update(t_tokens).where(t_tokens.c.id == token_id).values(revoked=True)
-        ).rowcount
-        plane.forget_principals()
-    if not done:
+    if not plane.revoke_token(token_id):
         raise NotFound("token", str(token_id))
 
 
