@@ -254,3 +254,17 @@ def test_a_gang_of_images_reaches_its_master(engine: Engine) -> None:
 def test_a_gang_of_images_reaches_its_master_on_the_host_network(host_engine: Engine) -> None:
     events = _gang(host_engine)
     assert any("network host, ports 29" in e for e in events), events
+
+
+def test_an_image_the_engine_cannot_get_fails_the_job_with_the_reason(engine: Engine) -> None:
+    """Issue 45: the fake runtime's ``run`` exiting before any container existed left its job
+    ``scheduled``. On podman the job did fail, but as ``replica 0 exited with 125`` (podman's
+    own code for its own errors, the pull's retries only in the log); the pull is now a step of
+    its own whose failure is the reason (test_container_pulls.py has a real registry)."""
+    missing = "localhost/xpupool-test/not-built:nope"  # no registry listens on localhost:443
+    r = engine.submit({"image": missing, "command": ["true"]})
+    assert r.status_code == 201, r.text
+    job = engine.finished(r.json()["id"])
+    assert job["state"] == "failed", job
+    assert f"ErrImagePull: registry unreachable: {missing}" in job["reason"], job
+    assert f"pulling {missing}" in engine.logs(job["id"])

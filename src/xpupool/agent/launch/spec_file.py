@@ -17,7 +17,12 @@ from xpupool.agent.launch.cgroups import CgroupHost, CgroupPlan
 from xpupool.agent.launch.identity import UidRange
 from xpupool.agent.launch.ports import DEFAULT_PORTS, PortRange
 from xpupool.agent.launch.runtime_config import RuntimeConfig
-from xpupool.agent.launch.spec import LaunchSettings, LaunchSpec
+from xpupool.agent.launch.spec import (
+    DEFAULT_PULL_POLICY,
+    DEFAULT_PULL_TIMEOUT_S,
+    LaunchSettings,
+    LaunchSpec,
+)
 from xpupool.server.schemas.agent_protocol import DeviceAssignment
 
 JsonObj = dict[str, object]
@@ -144,6 +149,7 @@ def dumps(f: SpecFile) -> bytes:
         "runtime_config": _runtime_config(s.runtime_config),
         "network": s.network,
         "ports": [s.ports.first, s.ports.last],
+        "pull_timeout_s": s.pull_timeout_s,
     }
     spec: JsonObj = {
         "job_id": sp.job_id,
@@ -168,6 +174,7 @@ def dumps(f: SpecFile) -> bytes:
         "log_reserve_bytes": sp.log_reserve_bytes,
         "tmpfs_bytes": sp.tmpfs_bytes,
         "ports": list(sp.ports),
+        "pull": sp.pull,
     }
     body = {
         "backend": f.backend,
@@ -204,6 +211,7 @@ def loads(data: bytes) -> SpecFile:
         # absent in a file an older agent wrote: its containers had no network options
         network=str(s.get("network", "bridge")),
         ports=_ports_back(s.get("ports")),
+        pull_timeout_s=float(s.get("pull_timeout_s", DEFAULT_PULL_TIMEOUT_S)),
     )
     spec = LaunchSpec(
         job_id=int(sp["job_id"]),
@@ -228,5 +236,6 @@ def loads(data: bytes) -> SpecFile:
         log_reserve_bytes=int(sp.get("log_reserve_bytes", 0)),
         tmpfs_bytes=int(sp.get("tmpfs_bytes", 0)),
         ports=tuple(int(p) for p in sp.get("ports", ())),
+        pull=str(sp.get("pull", DEFAULT_PULL_POLICY)),  # absent: written before pull policies
     )
     return SpecFile(str(body["backend"]), settings, spec, float(body["lease_grace_s"]))
