@@ -13,6 +13,7 @@ In CI the registry is installed by .ci/run: a missing registry fails these tests
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -155,8 +156,8 @@ def engine(
             user.close()
 
 
-def _run(engine: Engine, image: str) -> tuple[dict[str, object], str]:
-    r = engine.submit({"image": image, "command": ["sh", "-c", "echo ran-from-registry"]})
+def _run(engine: Engine, image: str, **body: object) -> tuple[dict[str, object], str]:
+    r = engine.submit({"image": image, "command": ["sh", "-c", "echo ran-from-registry"], **body})
     assert r.status_code == 201, r.text
     job = engine.finished(r.json()["id"])
     return job, engine.logs(int(job["id"]))  # type: ignore[call-overload]
@@ -177,6 +178,68 @@ def test_an_image_only_in_the_registry_is_pulled_and_the_pull_is_shown(
     assert f"pulling {pushed}" not in text, text
     events = [e["reason"] for e in job["events"]]  # type: ignore[attr-defined]
     assert any("image present; limits" in e for e in events), events
+
+
+def test_pull_always_pulls_a_present_image_again_and_the_job_shows_its_policy(
+    engine: Engine, pushed: str
+) -> None:
+    _run(engine, pushed)  # present now, whichever test ran first
+    job, text = _run(engine, pushed, pull="always")
+    assert job["state"] == "succeeded", (job, text)
+    assert job["pull"] == "always", job
+    assert f"pulling {pushed}" in text, text
+
+
+def test_pull_never_fails_a_missing_image_without_asking_the_registry(
+    engine: Engine, registry: str
+) -> None:
+    image = f"{registry}/xpupool-test/busybox:pushed-never"
+    job, text = _run(engine, image, pull="never")
+    assert job["state"] == "failed", (job, text)
+    assert f"ErrImageNeverPull: image not present: {image}" in str(job["reason"]), job
+    assert "pulling" not in text, text
+
+
+def test_the_cli_submits_a_pull_policy_and_shows_it(
+    engine: Engine, pushed: str, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from xpupool.cli import main
+
+    env = {
+        "XPUPOOL_URL": engine.srv.url,
+        "XPUPOOL_TOKEN": engine.user.headers["Authorization"].removeprefix("Bearer "),
+        "HOME": str(tmp_path),
+        "XPUPOOL_CONFIG": None,
+        "COLUMNS": "200",
+    }
+    argv = ["submit", "cpu=100m", "--image", pushed, "--pull", "always", "-o", "json", "--"]
+    done = CliRunner().invoke(main, [*argv, "sh", "-c", "true"], env=env)  # type: ignore[arg-type]
+    assert done.exit_code == 0, done.output
+    job = engine.finished(json.loads(done.output)["id"])
+    assert job["state"] == "succeeded" and job["pull"] == "always", job
+    shown = CliRunner().invoke(main, ["job", str(job["id"])], env=env)  # type: ignore[arg-type]
+    assert shown.exit_code == 0, shown.output
+    assert any(line.split()[:2] == ["pull", "always"] for line in shown.output.splitlines()), (
+        shown.output
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        ({"image": "busybox", "pull": "sometimes"}, "if-not-present"),
+        ({"command": ["true"], "pull": "always"}, "no image"),
+    ],
+)
+def test_a_pull_policy_is_checked_at_the_edge(
+    engine: Engine, body: dict[str, object], why: str
+) -> None:
+    r = engine.submit(body)
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] == "pull", r.json()
+    assert why in r.json()["reason"], r.json()
 
 
 def test_a_missing_tag_fails_the_job_image_not_found(engine: Engine, registry: str) -> None:

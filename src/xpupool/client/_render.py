@@ -163,6 +163,7 @@ def job_detail(job: JobView, now: float | None = None) -> RenderableType:
         ("flavor", job.flavor or "-"),
         ("command", " ".join(job.command) or "(image entry point)"),
         ("image", job.image or "(host)"),
+        *((("pull", job.pull),) if job.pull else ()),
         ("on node lost", job.on_node_lost),
         ("attempts", str(job.attempts)),
         ("retries", retries_text(job)),

@@ -436,6 +436,7 @@ class JobView:
     request: dict[str, Any]
     command: tuple[str, ...]
     image: str | None
+    pull: str | None
     env: dict[str, str]
     on_node_lost: str
     flavor: str | None
@@ -470,6 +471,7 @@ class JobView:
             request=r.mapping("request", object),
             command=_texts(r, "command"),
             image=r.opt_text("image"),
+            pull=r.opt_text("pull"),
             env=r.mapping("env", str),
             on_node_lost=r.text("on_node_lost"),
             flavor=r.opt_text("flavor"),

@@ -105,6 +105,11 @@ def wait_for(client: Client, job: JobView, until: str, timeout_s: float) -> JobV
 @click.option("--priority", type=int, help="higher runs first and may preempt lower")
 @click.option("--env", "env_pairs", multiple=True, metavar="K=V", help="environment (repeat)")
 @click.option("--image", help="container image [default: run on the host]")
+@click.option(
+    "--pull",
+    type=click.Choice(["if-not-present", "always", "never"]),
+    help="when the node pulls --image [default: if-not-present]",
+)
 @click.option("--on-node-lost", type=click.Choice(["requeue", "fail"]), help="[default: requeue]")
 @click.option("--tenant", help="admin only: submit for this tenant")
 @click.option(
@@ -145,6 +150,7 @@ def submit(
     priority: int | None,
     env_pairs: tuple[str, ...],
     image: str | None,
+    pull: str | None,
     on_node_lost: str | None,
     tenant: str | None,
     max_retries: int | None,
@@ -179,6 +185,7 @@ def submit(
         "queue": queue,
         "priority": priority,
         "image": image,
+        "pull": pull,
         "on_node_lost": on_node_lost,
         "tenant": tenant,
         "max_retries": max_retries,

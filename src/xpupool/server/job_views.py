@@ -27,6 +27,7 @@ def job_view(row: Any, assignments: list[ReplicaAssignment]) -> Job:
         request=shown(row["request"]),
         command=shown(row["command"]),
         image=shown(row["image"]),
+        pull=row.get("pull"),
         env=shown(row["env"]),
         on_node_lost=row["on_node_lost"],
         flavor=row["flavor"],

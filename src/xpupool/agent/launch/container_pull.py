@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 from typing import Literal, get_args
 
 from xpupool.agent.launch.spec import LaunchError
+from xpupool.server.schemas.agent_protocol import PullPolicy
 
-PullPolicy = Literal["if-not-present", "always", "never"]
 PULL_POLICIES: tuple[str, ...] = get_args(PullPolicy)
 EXISTS_TIMEOUT_S = 30.0
 STDERR_KEPT = 20  # lines of the engine's stderr kept to classify a failure

@@ -247,6 +247,7 @@ def build_spec(
         tenant=work.tenant,
         argv=tuple(work.command),
         image=work.image,
+        pull=work.pull or DEFAULT_PULL_POLICY,
         env=env,
         uid=uid,
         gid=gid,

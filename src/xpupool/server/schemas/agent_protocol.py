@@ -26,6 +26,10 @@ from xpupool.server.schemas.base import Lenient, LenientIn, Name, Strict
 from xpupool.server.schemas.nodes import MAX_TAINTS, Node
 from xpupool.server.schemas.nodes import TaintIn as TaintIn  # re-exported: the agent builds them
 
+PullPolicy = Literal["if-not-present", "always", "never"]
+"""When the agent pulls a job's image (Kubernetes' imagePullPolicy; agent/launch/container_pull.py):
+only when the node lacks it (the default), before every run, or never (it must be there)."""
+
 AGENT_PROTOCOL = 2
 """The agent protocol's version: agents send it in ``AGENT_PROTOCOL_HEADER``; the server refuses
 any other with 426. 1 was the protocol before node-bound credentials (no header)."""
@@ -258,6 +262,9 @@ class Work(Lenient):
     name: str
     command: list[str]
     image: str | None
+    pull: PullPolicy | None = Field(
+        default=None, description="Its image's pull policy; null: if-not-present."
+    )
     env: dict[str, str] = Field(description="The job's env plus the device variables.")
     assignment: ReplicaAssignment
     tenant: str = Field(default="", description="The job's tenant; empty from an older server.")

@@ -242,6 +242,7 @@ def _reply(
                 name=str(row["name"]),
                 command=list(row["command"]),
                 image=row["image"],
+                pull=row["pull"],
                 env={**_distributed(plane, job, alloc.replica), **row["env"]},
                 assignment=assignment(plane, alloc),
                 tenant=job.tenant,

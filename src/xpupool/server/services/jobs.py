@@ -208,6 +208,7 @@ def _store(
         "request": request_to_dict(req),
         "command": body.command,
         "image": body.image,
+        "pull": body.pull,
         "env": body.env,
         "on_node_lost": body.on_node_lost,
         "flavor": None,
@@ -261,6 +262,8 @@ def _check_what_to_run(body: JobIn) -> None:
             ) from None
     if not body.command and body.image is None:
         raise RequestError("command", body.command, "give a command to run, an image, or both")
+    if body.pull is not None and body.image is None:
+        raise RequestError("pull", body.pull, "only an image is pulled; this job has no image")
 
 
 def _check_runtime_somewhere(plane: ControlPlane, image: str | None) -> None:
