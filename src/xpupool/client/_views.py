@@ -380,10 +380,14 @@ class ReplicaAssignmentView:
     cpu_milli: int
     memory_mib: int
     devices: tuple[DeviceAssignmentView, ...]
+    ports: tuple[int, ...] = ()
 
     @classmethod
     def read(cls, data: object, where: str) -> ReplicaAssignmentView:
         r = _Reader(data, where)
+        ports = r.items("ports", [])  # absent from an older server
+        if any(not isinstance(p, int) or isinstance(p, bool) for p in ports):
+            raise BadAnswer(f"{where}.ports", ports, "not a list of port numbers")
         return cls(
             r.integer("replica"),
             r.integer("allocation_id"),
@@ -394,6 +398,7 @@ class ReplicaAssignmentView:
                 DeviceAssignmentView.read(d, f"{where}.devices[{i}]")
                 for i, d in enumerate(r.items("devices"))
             ),
+            tuple(ports),
         )
 
 

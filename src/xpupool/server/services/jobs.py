@@ -327,12 +327,14 @@ def view(plane: ControlPlane, row: Any) -> Job:
 
     def assigned() -> list[ReplicaAssignment]:
         held = plane.held_jobs.get(row["id"])
-        return [] if held is None else [assignment(plane, a) for a in held.allocations]
+        if held is None:
+            return []
+        return [assignment(plane, a, held.ports.get(a.replica, ())) for a in held.allocations]
 
     return job_view(row, plane.read(assigned))
 
 
-def assignment(plane: ControlPlane, alloc: Any) -> ReplicaAssignment:
+def assignment(plane: ControlPlane, alloc: Any, ports: Sequence[int] = ()) -> ReplicaAssignment:
     rec = plane.node(alloc.node)
     by_uuid = {d.uuid: d for d in rec.node.devices} if rec else {}
     devices = []
@@ -356,6 +358,7 @@ def assignment(plane: ControlPlane, alloc: Any) -> ReplicaAssignment:
         cpu_milli=alloc.cpu_milli,
         memory_mib=alloc.memory_mib,
         devices=devices,
+        ports=list(ports),
     )
 
 
