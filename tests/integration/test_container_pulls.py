@@ -115,13 +115,15 @@ def silent_registry() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def pushed(registry: str, busybox_image: str) -> str:
-    """The busybox image in the registry, and not in the engine's store under that name."""
+def pushed(registry: str, busybox_image: str) -> Iterator[str]:
+    """The busybox image in the registry, and not in the engine's store under that name (nor
+    left there afterwards: the registry's port, part of the name, is new each run)."""
     image = f"{registry}/xpupool-test/busybox:pushed"
     done = podman("push", "--tls-verify=false", busybox_image, f"docker://{image}", timeout_s=120)
     assert done.returncode == 0, done.stderr
     podman("rmi", "-f", image)
-    return image
+    yield image
+    podman("rmi", "-f", image)
 
 
 @pytest.fixture(scope="module")
