@@ -286,6 +286,7 @@ def up(
     device_root: str,
     pids_limit: int,
     network: str,
+    pull_timeout: float,
     reinitialise: bool,
     rotate_admin_token: bool,
     tls_cert: str | None,
@@ -332,6 +333,7 @@ def up(
                 pids_limit,
                 log_reserve=log_reserve,
                 network=network,
+                pull_timeout=pull_timeout,
             ),
             "xpupool-launch-probe",
         )

@@ -299,3 +299,62 @@ def test_a_volume_is_mounted_where_the_job_asked(engine: Engine, tmp_path: Path)
     assert got["seen"] == "hi" and got["wrote"] == "yes" and got["ro"] == "yes", text
     assert got["env"] == "/data", text
     assert (shared / "out").read_text() == "x\n" and not (shared / "y").exists()
+
+
+def test_an_image_the_engine_cannot_get_fails_the_job_with_the_reason(engine: Engine) -> None:
+    """Issue 45: the fake runtime's ``run`` exiting before any container existed left its job
+    ``scheduled``. On podman the job did fail, but as ``replica 0 exited with 125`` (podman's
+    own code for its own errors, the pull's retries only in the log); the pull is now a step of
+    its own whose failure is the reason (test_container_pulls.py has a real registry)."""
+    missing = "localhost/xpupool-test/not-built:nope"  # no registry listens on localhost:443
+    r = engine.submit({"image": missing, "command": ["true"]})
+    assert r.status_code == 201, r.text
+    job = engine.finished(r.json()["id"])
+    assert job["state"] == "failed", job
+    assert f"ErrImagePull: registry unreachable: {missing}" in job["reason"], job
+    assert f"pulling {missing}" in engine.logs(job["id"])
+
+
+@pytest.mark.parametrize("ports", [[0], [65536], ["29500"], list(range(29500, 29517))], ids=str)
+def test_a_replicas_ports_are_checked_at_the_edge(ports: list[object]) -> None:
+    from pydantic import ValidationError
+
+    from xpupool.server.schemas.agent_protocol import ReplicaReport
+
+    report = {"job_id": 1, "replica": 0, "state": "running", "ports": ports}
+    with pytest.raises(ValidationError, match="ports"):
+        ReplicaReport.model_validate(report)
+
+
+def test_a_running_image_replica_shows_its_ports_in_the_job_view(engine: Engine) -> None:
+    """Issue 45 part 2: the ports were only in the limits event's text; they are a field of
+    the job's assignment (``xpupool job ID`` lists them) while it runs."""
+    from click.testing import CliRunner
+
+    from xpupool.cli import main
+
+    r = engine.submit({"image": engine.image, "command": ["sh", "-c", "echo port=$PORT; sleep 60"]})
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+    try:
+        job = until(
+            lambda: (
+                (j := engine.user.get(f"/v1/jobs/{job_id}").json())["assignments"]
+                and j["assignments"][0]["ports"]
+                and j
+            ),
+            f"job {job_id} to report its ports",
+            60,
+        )
+        ports = job["assignments"][0]["ports"]
+        assert len(ports) == 1 and 29500 <= ports[0] < 30500, job
+        token = engine.user.headers["Authorization"].removeprefix("Bearer ")
+        env = {"XPUPOOL_URL": engine.srv.url, "XPUPOOL_TOKEN": token, "COLUMNS": "200"}
+        shown = CliRunner().invoke(main, ["job", str(job_id)], env=env)
+        assert shown.exit_code == 0, shown.output
+        assert "ports" in shown.output and str(ports[0]) in shown.output, shown.output
+        text = until(lambda: "port=" in (t := engine.logs(job_id)) and t, "its output", 30)
+        assert f"port={ports[0]}" in text, text
+    finally:
+        engine.user.post(f"/v1/jobs/{job_id}/cancel")
+    assert engine.finished(job_id)["state"] == "cancelled"

@@ -229,6 +229,7 @@ def agent_command(
     device_root: str,
     pids_limit: int,
     network: str,
+    pull_timeout: float,
     ports: str,
     health_warnings: tuple[str, ...],
     share_grace: float,
@@ -266,6 +267,7 @@ def agent_command(
         pids_limit,
         log_reserve=log_reserve,
         network=network,
+        pull_timeout=pull_timeout,
         ports=ports,
     )
     make_private(Path(work_dir))

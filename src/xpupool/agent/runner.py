@@ -127,6 +127,7 @@ class Replica:
             limits=self.limits,
             attempt=self.work.attempt if self.run_dir is not None else None,
             stop_cause="lease_expired" if self.stop_kind == "lease_expired" else "",
+            ports=list(self.spec.ports) if self.spec is not None else [],
         )
 
 

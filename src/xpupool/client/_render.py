@@ -163,6 +163,7 @@ def job_detail(job: JobView, now: float | None = None) -> RenderableType:
         ("flavor", job.flavor or "-"),
         ("command", " ".join(job.command) or "(image entry point)"),
         ("image", job.image or "(host)"),
+        *((("pull", job.pull),) if job.pull else ()),
         ("on node lost", job.on_node_lost),
         ("attempts", str(job.attempts)),
         ("retries", retries_text(job)),
@@ -183,8 +184,8 @@ def job_detail(job: JobView, now: float | None = None) -> RenderableType:
     parts: list[RenderableType] = [head]
     if job.assignments:
         columns = _columns(
-            "replica", "node", "cpu", "memory", "device", "model", "device memory", "cores", "uuid",
-            text=("model",), spare=("uuid",),
+            "replica", "node", "cpu", "memory", "device", "model", "device memory", "cores",
+            "ports", "uuid", text=("model",), spare=("uuid",),
         )  # fmt: skip
         assigned = FitTable(columns, "assignments")
         for a in job.assignments:
@@ -201,6 +202,7 @@ def job_detail(job: JobView, now: float | None = None) -> RenderableType:
                     if d is None
                     else f"{format_mib(d.memory_mib)}/{format_mib(d.card_memory_mib)}",
                     "-" if d is None else percent(d.core_permille),
+                    (",".join(map(str, a.ports)) or "-") if first else "",
                     "-" if d is None else d.uuid,
                 )
         parts.append(assigned)

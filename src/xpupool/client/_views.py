@@ -386,10 +386,14 @@ class ReplicaAssignmentView:
     cpu_milli: int
     memory_mib: int
     devices: tuple[DeviceAssignmentView, ...]
+    ports: tuple[int, ...] = ()
 
     @classmethod
     def read(cls, data: object, where: str) -> ReplicaAssignmentView:
         r = _Reader(data, where)
+        ports = r.items("ports", [])  # absent from an older server
+        if any(not isinstance(p, int) or isinstance(p, bool) for p in ports):
+            raise BadAnswer(f"{where}.ports", ports, "not a list of port numbers")
         return cls(
             r.integer("replica"),
             r.integer("allocation_id"),
@@ -400,6 +404,7 @@ class ReplicaAssignmentView:
                 DeviceAssignmentView.read(d, f"{where}.devices[{i}]")
                 for i, d in enumerate(r.items("devices"))
             ),
+            tuple(ports),
         )
 
 
@@ -472,6 +477,7 @@ class JobView:
     request: dict[str, Any]
     command: tuple[str, ...]
     image: str | None
+    pull: str | None
     env: dict[str, str]
     secrets: tuple[SecretRefView, ...]
     volumes: tuple[VolumeMountView, ...]
@@ -508,6 +514,7 @@ class JobView:
             request=r.mapping("request", object),
             command=_texts(r, "command"),
             image=r.opt_text("image"),
+            pull=r.opt_text("pull"),
             env=r.mapping("env", str),
             secrets=tuple(
                 SecretRefView.read(x, f"{where}.secrets[{i}]")

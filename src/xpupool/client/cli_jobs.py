@@ -137,6 +137,11 @@ def wait_for(client: Client, job: JobView, until: str, timeout_s: float) -> JobV
     "variable VAR too when given (repeat; xpupool secret set NAME)",
 )
 @click.option("--image", help="container image [default: run on the host]")
+@click.option(
+    "--pull",
+    type=click.Choice(["if-not-present", "always", "never"]),
+    help="when the node pulls --image [default: if-not-present]",
+)
 @click.option("--on-node-lost", type=click.Choice(["requeue", "fail"]), help="[default: requeue]")
 @click.option("--tenant", help="admin only: submit for this tenant")
 @click.option(
@@ -179,6 +184,7 @@ def submit(
     volume_mounts: tuple[str, ...],
     secret_refs: tuple[str, ...],
     image: str | None,
+    pull: str | None,
     on_node_lost: str | None,
     tenant: str | None,
     max_retries: int | None,
@@ -215,6 +221,7 @@ def submit(
         "queue": queue,
         "priority": priority,
         "image": image,
+        "pull": pull,
         "on_node_lost": on_node_lost,
         "tenant": tenant,
         "max_retries": max_retries,

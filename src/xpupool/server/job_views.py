@@ -28,6 +28,7 @@ def job_view(row: Any, assignments: list[ReplicaAssignment]) -> Job:
         request=shown(row["request"]),
         command=shown(row["command"]),
         image=shown(row["image"]),
+        pull=row.get("pull"),
         env=shown(row["env"]),
         secrets=[SecretRef.model_construct(**ref) for ref in row.get("secrets") or ()],
         volumes=[VolumeMount.model_construct(**m) for m in row.get("volumes") or ()],

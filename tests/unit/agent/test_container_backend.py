@@ -33,7 +33,7 @@ def test_run_argv_carries_the_spec(tmp_path: Path) -> None:
     )
     spec = build_spec(w, tmp_path / "logs" / "12-1-40.log", cfg)
     argv = ContainerBackend(cfg).argv(spec)
-    assert argv[:5] == ["docker", "run", "--rm", "--init", "--name"]
+    assert argv[:6] == ["docker", "run", "--rm", "--init", "--pull=never", "--name"]
     assert _option(argv, "--name") == [f"xpupool-{spec.slug}"]
     assert _option(argv, "--user") == [f"{os.geteuid()}:{os.getegid()}"]
     assert _option(argv, "--env-file") == [str(tmp_path / "logs" / f"{spec.slug}.env")]

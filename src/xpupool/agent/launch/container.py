@@ -19,7 +19,10 @@ it owns that no supervisor holds any more (:meth:`ContainerBackend.remove_leftov
 another pool's or another agent's. Every call carries the host's runtime configuration
 (:mod:`.runtime_config`: OCI runtime, cgroup manager, ulimits) and ``--pids-limit``. The network
 is the operator's policy (``--network``): ``host``, or the engine's bridge with the replica's
-host ports (:mod:`.ports`) published as themselves (:func:`network_args`).
+host ports (:mod:`.ports`) published as themselves (:func:`network_args`). The image is got
+first, in a step of its own under the job's pull policy and the agent's pull timeout
+(:mod:`.container_pull`: its progress in the job's log, a failure classified as Kubernetes'
+ErrImagePull), and ``run`` gets ``--pull never``; what the step did heads the limits line.
 
 The image and the command come after every option and ``--``: nothing of the job's is ever read as
 the runtime's option (``--privileged`` as an image was, before the server checked references).
@@ -38,7 +41,13 @@ from pathlib import Path
 from xpupool.agent.env import as_seen_alone
 from xpupool.agent.launch import secret_files
 from xpupool.agent.launch.backend import Launched
-from xpupool.agent.launch.process import ProcessBackend, group_alive, start_process
+from xpupool.agent.launch.container_pull import ensure_image
+from xpupool.agent.launch.process import (
+    ProcessBackend,
+    group_alive,
+    start_process,
+    write_log_line,
+)
 from xpupool.agent.launch.runtime_config import RuntimeConfig
 from xpupool.agent.launch.spec import LaunchError, LaunchSpec
 from xpupool.catalog.image_ref import ImageRefError, parse_image_ref
@@ -202,7 +211,8 @@ class ContainerBackend(ProcessBackend):
         gid = os.getegid() if spec.gid is None else spec.gid
         workdir = str(spec.workdir)
         config = self.config
-        argv = [runtime.name, *config.global_args, "run", "--rm", "--init"]
+        # the image is the pull step's (.container_pull): run never pulls behind its back
+        argv = [runtime.name, *config.global_args, "run", "--rm", "--init", "--pull=never"]
         argv += ["--name", container_name(spec), *config.run_args]
         argv += ["--user", f"{uid}:{gid}", "--env-file", str(env_file_path(spec))]
         argv += ["--security-opt", "no-new-privileges"]
@@ -225,12 +235,20 @@ class ContainerBackend(ProcessBackend):
         argv = self.argv(spec)
         path = env_file_path(spec)
         network, runtime = self.settings.network, self.runtime.name
+        pulled = ensure_image(
+            [runtime, *self.config.global_args],
+            spec.image or "",
+            spec.pull,
+            self.settings.pull_timeout_s,
+            lambda line: write_log_line(spec.log_path, line),
+            client_env(),
+        )
         write_env_file(path, container_env(spec, network, HOST_NAMES[runtime]))
         if spec.secret_env:
             secret_files.write_env_file(spec, secret_files.secret_env(spec))
         # the client runs as the agent, outside any cgroup of the agent's: the runtime's own
         # cgroup holds the container
-        limits = describe_limits(spec, argv[0]) + describe_network(spec, network)
+        limits = f"{pulled}; " + describe_limits(spec, argv[0]) + describe_network(spec, network)
         client = replace(spec, env=client_env(), limits=limits, cgroup=None)
         try:
             launched = start_process(client, argv, switch_user=False, use_cgroup=False)

@@ -15,6 +15,7 @@ import click
 from xpupool.agent.launch.cgroups import DEFAULT_PIDS_MAX
 from xpupool.agent.launch.identity import DEFAULT_UID_RANGE
 from xpupool.agent.launch.ports import DEFAULT_PORTS, NETWORKS
+from xpupool.agent.launch.spec import DEFAULT_PULL_TIMEOUT_S
 from xpupool.disk_reserve import DEFAULT_LOG_RESERVE
 from xpupool.probes.container_runtime import RUNTIME_CHOICES, RuntimeChoice
 
@@ -31,7 +32,7 @@ log = logging.getLogger("xpupool.agent")
 
 def launch_options(f: F) -> F:
     """``--job-uid-range``, ``--job-root``, ``--log-cap``, ``--log-reserve``, ``--pids-limit``,
-    ``--sandbox``, ``--runtime``, ``--device-root``, ``--network``. (``--ports`` is the
+    ``--sandbox``, ``--runtime``, ``--device-root``, ``--network``, ``--pull-timeout``. (``--ports`` is the
     standalone agent's only: the server picks a gang's master port from the range a node
     declares, and the nodes of ``xpupool up`` declare none, so they keep the default range.)"""
     options = [
@@ -108,6 +109,15 @@ def launch_options(f: F) -> F:
             " usually need; the job then also reaches the host's loopback, the server and this"
             " agent's metrics).",
         ),
+        click.option(
+            "--pull-timeout",
+            default=DEFAULT_PULL_TIMEOUT_S,
+            show_default=True,
+            type=click.FloatRange(min=1.0),
+            metavar="SECONDS",
+            help="Most an image job's pull may take; past it the attempt fails"
+            " ('ErrImagePull: timed out') and the job's retry policy decides what follows.",
+        ),
     ]
     for option in reversed(options):
         f = option(f)
@@ -126,6 +136,7 @@ def launch_settings(
     log_reserve: str = DEFAULT_LOG_RESERVE,
     network: str = "bridge",
     ports: str = DEFAULT_PORTS,
+    pull_timeout: float = DEFAULT_PULL_TIMEOUT_S,
 ) -> LaunchSettings:
     """The :class:`LaunchSettings` for these option values; cgroups are detected here (once per
     agent), the container runtime asked and bwrap tried (:func:`isolation`). Raises
@@ -182,6 +193,7 @@ def launch_settings(
         ),
         network=network,
         ports=port_range,
+        pull_timeout_s=pull_timeout,
     )
     return isolation(settings, sandbox, runtime)
 

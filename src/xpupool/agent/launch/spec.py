@@ -26,6 +26,8 @@ from xpupool.server.schemas.agent_protocol import DeviceAssignment, Work
 DEFAULT_LOG_CAP_BYTES = 64 << 20
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SYSTEM_JOB_ROOT = Path("/var/lib/xpupool-jobs")
+DEFAULT_PULL_POLICY = "if-not-present"  # Kubernetes' default (.container_pull)
+DEFAULT_PULL_TIMEOUT_S = 600.0
 
 
 class LaunchError(Exception):
@@ -60,7 +62,8 @@ class LaunchSettings:
     the job only its own uid's processes (Linux 5.8 and later). ``runtime_config``: how the
     container runtime is called on this host (:mod:`.runtime_config`). ``network``: an image
     replica's network, ``bridge`` (its ports published) or ``host``; ``ports``: the host ports
-    image replicas are given (:mod:`.ports`)."""
+    image replicas are given (:mod:`.ports`). ``pull_timeout_s``: the most an image's pull may
+    take before the attempt fails (:mod:`.container_pull`)."""
 
     job_root: Path = field(default_factory=default_job_root)
     uid_range: UidRange | None = None
@@ -79,6 +82,7 @@ class LaunchSettings:
     runtime_config: RuntimeConfig = field(default_factory=RuntimeConfig)
     network: str = "bridge"
     ports: PortRange = field(default_factory=lambda: PortRange.parse(DEFAULT_PORTS))
+    pull_timeout_s: float = DEFAULT_PULL_TIMEOUT_S
 
     def describe(self) -> str:
         """One line for the start-up banner: who jobs run as, where, with which limits."""
@@ -94,6 +98,7 @@ class LaunchSettings:
         if self.runtime:
             images += f" ({self.runtime_config.for_runtime(self.runtime).describe()})"
             images += f", network {self.network}, ports {self.ports}"
+            images += f", pull timeout {self.pull_timeout_s:g} s"
         return (
             f"{who}, backend {self.backend_name(None)}, images: {images},"
             f" working dirs under {self.job_root}, {self.view_text()},"
@@ -155,6 +160,7 @@ class LaunchSpec:
     secret_env: tuple[tuple[str, str], ...] = ()
     # its volumes (.volume_mounts): (host directory, mount path, read-only)
     volumes: tuple[tuple[str, str, bool], ...] = ()
+    pull: str = DEFAULT_PULL_POLICY  # its image's pull policy (.container_pull)
 
     @property
     def tmpdir(self) -> Path:
@@ -246,6 +252,7 @@ def build_spec(
         tenant=work.tenant,
         argv=tuple(work.command),
         image=work.image,
+        pull=work.pull or DEFAULT_PULL_POLICY,
         env=env,
         uid=uid,
         gid=gid,

@@ -17,7 +17,12 @@ from xpupool.agent.launch.cgroups import CgroupHost, CgroupPlan
 from xpupool.agent.launch.identity import UidRange
 from xpupool.agent.launch.ports import DEFAULT_PORTS, PortRange
 from xpupool.agent.launch.runtime_config import RuntimeConfig
-from xpupool.agent.launch.spec import LaunchSettings, LaunchSpec
+from xpupool.agent.launch.spec import (
+    DEFAULT_PULL_POLICY,
+    DEFAULT_PULL_TIMEOUT_S,
+    LaunchSettings,
+    LaunchSpec,
+)
 from xpupool.server.schemas.agent_protocol import DeviceAssignment
 
 JsonObj = dict[str, object]
@@ -144,6 +149,7 @@ def dumps(f: SpecFile) -> bytes:
         "runtime_config": _runtime_config(s.runtime_config),
         "network": s.network,
         "ports": [s.ports.first, s.ports.last],
+        "pull_timeout_s": s.pull_timeout_s,
     }
     spec: JsonObj = {
         "job_id": sp.job_id,
@@ -171,6 +177,7 @@ def dumps(f: SpecFile) -> bytes:
         "secrets_dir": sp.secrets_dir,
         "secret_env": [list(p) for p in sp.secret_env],  # names only, never a value
         "volumes": [list(v) for v in sp.volumes],
+        "pull": sp.pull,
     }
     body = {
         "backend": f.backend,
@@ -207,6 +214,7 @@ def loads(data: bytes) -> SpecFile:
         # absent in a file an older agent wrote: its containers had no network options
         network=str(s.get("network", "bridge")),
         ports=_ports_back(s.get("ports")),
+        pull_timeout_s=float(s.get("pull_timeout_s", DEFAULT_PULL_TIMEOUT_S)),
     )
     spec = LaunchSpec(
         job_id=int(sp["job_id"]),
@@ -234,5 +242,6 @@ def loads(data: bytes) -> SpecFile:
         secrets_dir=str(sp.get("secrets_dir", "")),
         secret_env=tuple((str(v), str(n)) for v, n in sp.get("secret_env", ())),
         volumes=tuple((str(h), str(t), bool(ro)) for h, t, ro in sp.get("volumes", ())),
+        pull=str(sp.get("pull", DEFAULT_PULL_POLICY)),  # absent: written before pull policies
     )
     return SpecFile(str(body["backend"]), settings, spec, float(body["lease_grace_s"]))

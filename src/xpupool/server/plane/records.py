@@ -116,6 +116,7 @@ class HeldJob:
     # absent when not measured; gone with the job when it is released (metrics only, not stored)
     device_memory_used_mib: dict[int, dict[str, int]] = field(default_factory=dict)
     limits: dict[int, str] = field(default_factory=dict)  # {replica: enforcement, recorded}
+    ports: dict[int, list[int]] = field(default_factory=dict)  # {replica: its agent's ports}
     failures: dict[int, str] = field(default_factory=dict)  # {replica: the agent's reason}
 
     @property

@@ -16,7 +16,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field, StrictInt, model_validator
 
 from xpupool.model.device import Device as DeviceRecord
 from xpupool.model.errors import RequestError
@@ -25,6 +25,12 @@ from xpupool.model.validation import field_error
 from xpupool.server.schemas.base import Lenient, LenientIn, Name, Strict
 from xpupool.server.schemas.nodes import MAX_TAINTS, Node
 from xpupool.server.schemas.nodes import TaintIn as TaintIn  # re-exported: the agent builds them
+
+MAX_REPLICA_PORTS = 16  # an agent gives a replica one port today (agent/launch/ports.py)
+Port = Annotated[StrictInt, Field(ge=1, le=65535)]  # a number, never "29500"
+PullPolicy = Literal["if-not-present", "always", "never"]
+"""When the agent pulls a job's image (Kubernetes' imagePullPolicy; agent/launch/container_pull.py):
+only when the node lacks it (the default), before every run, or never (it must be there)."""
 
 AGENT_PROTOCOL = 2
 """The agent protocol's version: agents send it in ``AGENT_PROTOCOL_HEADER``; the server refuses
@@ -221,6 +227,12 @@ class ReplicaReport(Lenient):
         description="'lease_expired': its supervisor stopped it because the agent's lease on it"
         " ran out (the agent was cut off from the server); empty: any other end.",
     )
+    ports: list[Port] = Field(
+        default_factory=list,
+        max_length=MAX_REPLICA_PORTS,
+        description="The host ports the agent gave it (image replicas: published under the"
+        " bridge network); empty: none, or an older agent.",
+    )
 
 
 class Heartbeat(LenientIn):
@@ -250,6 +262,11 @@ class ReplicaAssignment(Lenient):
     cpu_milli: int
     memory_mib: int
     devices: list[DeviceAssignment]
+    ports: list[int] = Field(
+        default_factory=list,
+        description="The host ports its replica listens on, as its agent reported them (image"
+        " replicas); empty: none, or not reported yet.",
+    )
 
 
 class SecretGrant(Lenient):
@@ -285,6 +302,9 @@ class Work(Lenient):
     name: str
     command: list[str]
     image: str | None
+    pull: PullPolicy | None = Field(
+        default=None, description="Its image's pull policy; null: if-not-present."
+    )
     env: dict[str, str] = Field(description="The job's env plus the device variables.")
     assignment: ReplicaAssignment
     tenant: str = Field(default="", description="The job's tenant; empty from an older server.")

@@ -16,7 +16,7 @@ from pydantic import Field, PrivateAttr, ValidationError, field_validator, model
 
 from xpupool.model.request_model import MAX_SPEC_CHARS, RequestModel, read_spec
 from xpupool.model.validation import error_path, error_value, field_error
-from xpupool.server.schemas.agent_protocol import ReplicaAssignment
+from xpupool.server.schemas.agent_protocol import PullPolicy, ReplicaAssignment
 from xpupool.server.schemas.base import Lenient, Name, Strict
 from xpupool.server.schemas.models import ModelJob
 from xpupool.server.schemas.volumes import MAX_JOB_VOLUMES, VolumeMount
@@ -116,6 +116,12 @@ class JobIn(Strict):
     )
     image: str | None = Field(
         None, max_length=500, description="Container image reference; null = run on the host."
+    )
+    pull: PullPolicy | None = Field(
+        None,
+        description="When the node's agent pulls the image: if-not-present (pulled only when"
+        " the node lacks it), always (before every run), never (it must be on the node); null ="
+        " if-not-present. Only with an image.",
     )
     env: dict[str, str] = Field(
         default_factory=dict, description="Extra environment variables for the process."
@@ -277,6 +283,7 @@ class Job(Lenient):
     request: dict[str, object] = Field(description="The canonical JSON request.")
     command: list[str]
     image: str | None
+    pull: PullPolicy | None = Field(None, description="Its image's pull policy; null: default.")
     env: dict[str, str]
     secrets: list[SecretRef] = Field(
         default_factory=list, description="The secrets the job gets, by name (never a value)."

@@ -177,7 +177,10 @@ def _never_started(r: ReplicaReport) -> bool:
 
 
 def _limits(plane: ControlPlane, conn: Connection, job: HeldJob, r: ReplicaReport) -> None:
-    """Which CPU/memory enforcement the replica runs under: one event per replica run."""
+    """Which CPU/memory enforcement the replica runs under: one event per replica run; and its
+    ports, for the job's view (not stored: reported again by an agent after a restart)."""
+    if r.ports:
+        job.ports[r.replica] = list(r.ports)
     if r.limits and job.limits.get(r.replica) != r.limits:
         job.limits[r.replica] = r.limits
         plane.apply(conn, job.id, lc.Note(f"replica {r.replica}: {r.limits}", sets_reason=False))
@@ -246,6 +249,7 @@ def _reply(
                 name=str(row["name"]),
                 command=list(row["command"]),
                 image=row["image"],
+                pull=row["pull"],
                 env={**_distributed(plane, job, alloc.replica), **row["env"]},
                 assignment=assignment(plane, alloc),
                 tenant=job.tenant,

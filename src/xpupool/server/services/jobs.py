@@ -211,6 +211,7 @@ def _store(
         "request": request_to_dict(req),
         "command": body.command,
         "image": body.image,
+        "pull": body.pull,
         "env": body.env,
         "secrets": [ref.model_dump() for ref in body.secrets] or None,
         "volumes": [m.model_dump() for m in body.volumes] or None,
@@ -281,6 +282,8 @@ def _check_what_to_run(body: JobIn) -> None:
             ) from None
     if not body.command and body.image is None:
         raise RequestError("command", body.command, "give a command to run, an image, or both")
+    if body.pull is not None and body.image is None:
+        raise RequestError("pull", body.pull, "only an image is pulled; this job has no image")
 
 
 def _check_runtime_somewhere(plane: ControlPlane, image: str | None) -> None:
@@ -344,12 +347,14 @@ def view(plane: ControlPlane, row: Any) -> Job:
 
     def assigned() -> list[ReplicaAssignment]:
         held = plane.held_jobs.get(row["id"])
-        return [] if held is None else [assignment(plane, a) for a in held.allocations]
+        if held is None:
+            return []
+        return [assignment(plane, a, held.ports.get(a.replica, ())) for a in held.allocations]
 
     return job_view(row, plane.read(assigned))
 
 
-def assignment(plane: ControlPlane, alloc: Any) -> ReplicaAssignment:
+def assignment(plane: ControlPlane, alloc: Any, ports: Sequence[int] = ()) -> ReplicaAssignment:
     rec = plane.node(alloc.node)
     by_uuid = {d.uuid: d for d in rec.node.devices} if rec else {}
     devices = []
@@ -373,6 +378,7 @@ def assignment(plane: ControlPlane, alloc: Any) -> ReplicaAssignment:
         cpu_milli=alloc.cpu_milli,
         memory_mib=alloc.memory_mib,
         devices=devices,
+        ports=list(ports),
     )
 
 

@@ -24,6 +24,7 @@ jobs = Table(
     Column("request", JSON, nullable=False),  # request_to_dict(Request)
     Column("command", JSON, nullable=False),
     Column("image", String(500), nullable=True),
+    Column("pull", String(16), nullable=True),  # the image's pull policy; null: if-not-present
     Column("env", JSON, nullable=False),
     Column("secrets", JSON, nullable=True),  # [{"name", "env"}]: names only (schemas SecretRef)
     Column("volumes", JSON, nullable=True),  # [{"name", "path", "read_only"}] (VolumeMount)

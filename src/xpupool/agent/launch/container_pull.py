@@ -1,0 +1,188 @@
+"""Getting an image job's image onto the host before its container runs: a step of its own.
+
+A separate ``<runtime> pull`` (rather than ``run --pull``) is what lets the job's log show the
+pull as it goes (``pulling IMAGE``, the engine's own progress lines, ``pulled IMAGE in N s``),
+bounds it by the agent's pull timeout, and tells a failed pull from a failed container: the
+container's ``run`` then gets ``--pull=never`` and never pulls again behind the agent's back.
+
+The pull policy is Kubernetes' (``if-not-present``, the default: pulled only when the engine
+lacks the image; ``always``; ``never``: the image must already be there). A failed pull is one
+:class:`LaunchError` whose reason starts with Kubernetes' words (``ErrImagePull``,
+``ErrImageNeverPull``) and says which of :data:`PULL_FAILURES` it was, classified from the
+engine's stderr (:func:`classify`): the attempt fails once, and the job's own retry policy (not
+this module) decides whether it runs again, so nothing here retries for ever.
+
+Registry credentials are the engine's own (its auth file, ``REGISTRY_AUTH_FILE`` in the agent's
+environment); per-tenant credentials are not supported yet (docs/agent.md).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Literal, get_args
+
+from xpupool.agent.launch.spec import LaunchError
+from xpupool.server.schemas.agent_protocol import PullPolicy
+
+PULL_POLICIES: tuple[str, ...] = get_args(PullPolicy)
+EXISTS_TIMEOUT_S = 30.0
+STDERR_KEPT = 20  # lines of the engine's stderr kept to classify a failure
+
+PullFailure = Literal[
+    "image not found", "unauthorised", "registry unreachable", "timed out", "failed"
+]
+PULL_FAILURES: tuple[str, ...] = get_args(PullFailure)
+
+# what the engines (podman, docker) print for each failure, lower-cased; the first match wins
+_SIGNS: tuple[tuple[PullFailure, tuple[str, ...]], ...] = (
+    (
+        "unauthorised",
+        (
+            "unauthorized",
+            "authentication required",
+            "access denied",
+            "denied:",
+            "401 unauthorized",
+            "403 forbidden",
+        ),
+    ),
+    (
+        "image not found",
+        ("manifest unknown", "name unknown", "not found", "does not exist", "no such image"),
+    ),
+    (
+        "registry unreachable",
+        (
+            "connection refused",
+            "no such host",
+            "network is unreachable",
+            "no route to host",
+            "i/o timeout",
+            "connection reset",
+            "tls handshake",
+            "server gave http response to https client",
+            "pinging container registry",
+            "dial tcp",
+        ),
+    ),
+)
+
+
+def classify(stderr: str) -> PullFailure:
+    """Which failure the engine's ``stderr`` of a failed pull says it was."""
+    text = stderr.lower()
+    for failure, signs in _SIGNS:
+        if any(sign in text for sign in signs):
+            return failure
+    return "failed"
+
+
+def failure_reason(image: str, failure: PullFailure, detail: str) -> str:
+    """The attempt's reason: Kubernetes' word, the class, the image, the engine's last line."""
+    detail = detail.strip().splitlines()[-1][:300] if detail.strip() else ""
+    return f"ErrImagePull: {failure}: {image}" + (f" ({detail})" if detail else "")
+
+
+Log = Callable[[str], None]
+
+
+def image_present(
+    base: Sequence[str],
+    image: str,
+    env: dict[str, str] | None = None,
+    timeout_s: float = EXISTS_TIMEOUT_S,
+) -> bool:
+    """``<runtime> image inspect IMAGE`` (both engines have it; podman's ``image exists`` is
+    podman's only) exits 0."""
+    try:
+        done = subprocess.run(
+            [*base, "image", "inspect", "--format", "{{.Id}}", image],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def pull(
+    base: Sequence[str],
+    image: str,
+    timeout_s: float,
+    log: Log,
+    env: dict[str, str] | None = None,
+) -> str:
+    """``<runtime> pull IMAGE`` with each line of its output given to ``log`` as it comes (the
+    engine's progress: ``Copying blob ...``); killed after ``timeout_s``. Returns the summary
+    line (``pulled IMAGE in N s, K layers``); raises LaunchError with the classified reason."""
+    log(f"pulling {image} (timeout {timeout_s:g} s)")
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            [*base, "pull", image],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+    except OSError as exc:
+        raise LaunchError(failure_reason(image, "failed", str(exc))) from None
+    kept: list[str] = []
+    layers = [0]
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.rstrip()
+            if not line:
+                continue
+            if line.startswith("Copying blob"):
+                layers[0] += 1
+            kept.append(line)
+            del kept[:-STDERR_KEPT]
+            log(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        reader.join(5.0)
+        why = f"no image after {timeout_s:g} s"
+        raise LaunchError(failure_reason(image, "timed out", why)) from None
+    reader.join(5.0)
+    elapsed = time.monotonic() - start
+    if code != 0:
+        text = "\n".join(kept)
+        raise LaunchError(failure_reason(image, classify(text), text))
+    return f"pulled {image} in {elapsed:.1f} s, {layers[0]} layers"
+
+
+def ensure_image(
+    base: Sequence[str],
+    image: str,
+    policy: str,
+    timeout_s: float,
+    log: Log,
+    env: dict[str, str] | None = None,
+) -> str:
+    """The image on this host under ``policy``; returns what was done, for the job's events
+    (``image present``, or :func:`pull`'s summary). Raises LaunchError (the attempt's reason)."""
+    if policy not in PULL_POLICIES:
+        raise LaunchError(f"pull policy {policy!r}: not one of {', '.join(PULL_POLICIES)}")
+    if policy != "always" and image_present(base, image, env):
+        return "image present"
+    if policy == "never":
+        reason = f"ErrImageNeverPull: image not present: {image} (pull policy never)"
+        log(reason)
+        raise LaunchError(reason)
+    return pull(base, image, timeout_s, log, env)
