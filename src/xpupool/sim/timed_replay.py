@@ -24,7 +24,7 @@ from enum import StrEnum
 import numpy as np
 
 from xpupool.engine import ClusterState, Engine, Profile
-from xpupool.engine.cycle import Admission, Place, Preempt, SchedulingCycle
+from xpupool.engine.cycle import Admission, Place, Preempt, SchedulingCycle, Stopping
 from xpupool.engine.fragmentation import TargetWorkload, kernels
 from xpupool.model import Allocation, Node, Request
 from xpupool.sim.alibaba import TraceTask, capacity_milli, to_request
@@ -92,7 +92,7 @@ class _Task:
     request: Request
     waiting_on: set[int] = field(default_factory=set)
     allocations: list[Allocation] = field(default_factory=list)
-    stopping: str | None = None
+    stopping: Stopping | None = None
 
 
 def timed_replay(

@@ -368,7 +368,7 @@ class Gangs:
                 i = engine.node_index(alloc.node)
                 assert i is not None, "the engine placed it on a node of its pool"
                 pod = place_containers(engine, demand, i, txn, first=alloc)
-                if isinstance(pod, str):
+                if not isinstance(pod, PodPlacement):
                     txn.rollback()
                     n = len(slots) + 1
                     return f"gang {key}: member {n} of {size}: containers do not fit together"

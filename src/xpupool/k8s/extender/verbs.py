@@ -56,6 +56,13 @@ from typing import Any, Protocol
 from xpupool.catalog.images import ImageCatalog
 from xpupool.engine import Engine
 from xpupool.engine.cycle import minimal_victims
+from xpupool.engine.outcomes import (
+    ContainerDoesNotFit,
+    FieldNeverFits,
+    NamespaceQuota,
+    OnNode,
+    render,
+)
 from xpupool.engine.reasons import PREEMPTION_MAY_HELP, TEXT
 from xpupool.k8s.codec.node_lock import NodeLocks
 from xpupool.k8s.codec.pod_request import PodDemand, names_managed_resource, pod_demand
@@ -315,7 +322,7 @@ class Extender:
                     if keep:
                         for alloc in placed:
                             engine.release(alloc.id)
-                    return _Judgement([], {}, dict.fromkeys(names, PREFIX + over))
+                    return _Judgement([], {}, dict.fromkeys(names, PREFIX + render(over)))
                 if keep:
                     self.view.reserve(uid, placed, name=_pod_name(demand))
                     self._assumed[uid] = self.clock() + self.assume_s
@@ -335,7 +342,7 @@ class Extender:
                 if why is None:
                     together.append(name)
                 else:
-                    failed[name] = f"{PREFIX}containers together: {why}"
+                    failed[name] = f"{PREFIX}containers together: {render(why)}"
             fits = together
         over_quota: dict[str, str] = {}
         if fits and self.quotas is not None and self.quotas.limits(demand.namespace):
@@ -345,7 +352,7 @@ class Extender:
                 if over is None:
                     within.append(name)
                 else:
-                    over_quota[name] = PREFIX + over
+                    over_quota[name] = PREFIX + render(over)
             fits = within
         if fits:
             return _Judgement(fits, {}, {})
@@ -357,7 +364,7 @@ class Extender:
         if never is not None:  # nothing in the pool could ever hold it: no preemption helps
             for name, i in zip(names, index, strict=True):
                 if i is not None:
-                    unresolvable[name] = PREFIX + never
+                    unresolvable[name] = PREFIX + render(never)
             return _Judgement([], {}, unresolvable)
         for d in demand.demands:  # refused for now: what the workload asks all the same
             engine.observe(d.request, False)
@@ -395,7 +402,7 @@ class Extender:
 
     def _over_quota(
         self, engine: Engine, demand: PodDemand, placed: Sequence[Allocation], uid: str
-    ) -> str | None:
+    ) -> NamespaceQuota | None:
         """Why ``placed`` (the pod's shares) would take its namespace past a ResourceQuota on
         card resources, or None. Inside the engine lock."""
         if self.quotas is None:
@@ -403,18 +410,20 @@ class Extender:
         holders = self.view.holders()
         return self.quotas.refusal(demand.namespace, placed, engine.device, holders, uid)
 
-    def _over_quota_on(self, engine: Engine, demand: PodDemand, node: int, uid: str) -> str | None:
+    def _over_quota_on(
+        self, engine: Engine, demand: PodDemand, node: int, uid: str
+    ) -> NamespaceQuota | None:
         """:meth:`_over_quota` for the pod placed on ``node`` (a what-if, undone)."""
         with engine.transaction() as txn:
             try:
                 placed = place_containers(engine, demand, node, txn)
-                if isinstance(placed, str):
+                if isinstance(placed, ContainerDoesNotFit):
                     return None  # it does not fit there: not the quota's to say
                 return self._over_quota(engine, demand, placed.charge, uid)
             finally:
                 txn.rollback()
 
-    def _never(self, demand: PodDemand) -> str | None:
+    def _never(self, demand: PodDemand) -> FieldNeverFits | None:
         """Why no node of the pool could ever hold one of the pod's containers, or None: the
         view's engine host judges it with the profile's settings (its disabled filters), as the
         server does, so a pod the profile would fit is never called unresolvable."""
@@ -422,7 +431,7 @@ class Extender:
         for d in demand.demands:
             miss = verdicts.never_fits(d.request)
             if miss is not None:
-                return f"{miss.field}: {miss.reason}"
+                return FieldNeverFits(miss.field, miss.reason)
         return None
 
     # ------------------------------------------------------------------ prioritize
@@ -497,13 +506,13 @@ class Extender:
             else:  # no hold there, or one made for a pod other than the apiserver's
                 self._unreserve(pod_uid)
                 placed_now = place_on(engine, demand, node)
-                if isinstance(placed_now, str):
-                    return ExtenderBindingResult(Error=f"{PREFIX}{placed_now}")
+                if isinstance(placed_now, OnNode):
+                    return ExtenderBindingResult(Error=f"{PREFIX}{render(placed_now)}")
                 over = self._over_quota(engine, demand, placed_now.charge, pod_uid)
                 if over is not None:
                     for alloc in placed_now.charge:
                         engine.release(alloc.id)
-                    return ExtenderBindingResult(Error=f"{PREFIX}{over}")
+                    return ExtenderBindingResult(Error=f"{PREFIX}{render(over)}")
                 placed = placed_now.placed
                 self.view.reserve(pod_uid, placed_now.charge, placed=placed, name=_pod_name(demand))
         annotations: Mapping[str, str] = {}
