@@ -14,7 +14,7 @@ outcome first.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import IntEnum
 from typing import ClassVar
 
@@ -44,6 +44,19 @@ class Code(IntEnum):
     ON_NODE = 17
     NAMESPACE_QUOTA = 18
     FIELD_NEVER_FITS = 19
+    GANG_TOO_FEW_FIT = 20
+    GANG_MEMBER_DOES_NOT_FIT = 21
+    GANG_NO_FREE_PLACE = 22
+    GANG_PLACE_ELSEWHERE = 23
+    GANG_RELEASED = 24
+    GANG_NO_PLACE_FOR_POD = 25
+    GANG_CONFLICT = 26
+    GANG_SIZE_MISMATCH = 27
+    GANG_OTHER_DEVICES = 28
+    GANG_BIND_TIMEOUT = 29
+    GANG_MEMBERS_LATE = 30
+    GANG_ANNOTATION_FAILED = 31
+    GANG_NEEDS_UID = 32
 
 
 INADMISSIBLE = "inadmissible: "
@@ -78,6 +91,26 @@ TEXT: dict[Code, str] = {
         "the pod asks {asked}"
     ),
     Code.FIELD_NEVER_FITS: "{field}: {detail}",
+    Code.GANG_TOO_FEW_FIT: "gang {key}: {fit} of {size} fit ({why})",
+    Code.GANG_MEMBER_DOES_NOT_FIT: (
+        "gang {key}: member {member} of {size}: containers do not fit together"
+    ),
+    Code.GANG_NO_FREE_PLACE: "gang {key}: no free place of the group on {where}",
+    Code.GANG_PLACE_ELSEWHERE: "gang {key}: this pod's place is on {node}{not_asked}",
+    Code.GANG_RELEASED: "gang {key}: no places held for the group (released); retrying",
+    Code.GANG_NO_PLACE_FOR_POD: "gang {key}: no place held for this pod",
+    Code.GANG_CONFLICT: "gang {key}: {error}",
+    Code.GANG_SIZE_MISMATCH: "gang {key}: this pod claims size {claimed}, the group holds {size}",
+    Code.GANG_OTHER_DEVICES: (
+        "gang {key}: this pod asks for other devices than the group's places hold"
+    ),
+    Code.GANG_BIND_TIMEOUT: (
+        "gang {key}: {ready} of {size} members reached bind within {wait_s:g}s; "
+        "every place released"
+    ),
+    Code.GANG_MEMBERS_LATE: "gang {key}: members did not reach bind in time",
+    Code.GANG_ANNOTATION_FAILED: "gang {key}: annotating {pod} failed: {error}",
+    Code.GANG_NEEDS_UID: "a gang member needs its metadata.uid",
 }
 
 # how a quota outcome names each resource (``admission.Resource`` values) and writes its amounts:
@@ -310,7 +343,147 @@ class FieldNeverFits:
 
 PodRefusal = ContainerDoesNotFit | NotInPool | OnNode | NamespaceQuota | FieldNeverFits
 
-Outcome = FlavorCause | WaitCause | PreemptCause | Preempted | PodRefusal
+
+# ---------------------------------------------------------------------- gangs in the extender
+# ``key`` is the group's (namespace/name); see ``k8s/extender/gang.py`` for places and binds.
+
+
+@dataclass(frozen=True, slots=True)
+class GangTooFewFit:
+    """Only ``fit`` of the group's ``size`` members fit now (``why``: the first that did not)."""
+
+    code: ClassVar[Code] = Code.GANG_TOO_FEW_FIT
+    key: str
+    fit: int
+    size: int
+    why: Unschedulable
+
+
+@dataclass(frozen=True, slots=True)
+class GangMemberDoesNotFit:
+    """Member ``member`` (from 1) of ``size``: the pod's containers do not fit beside its place."""
+
+    code: ClassVar[Code] = Code.GANG_MEMBER_DOES_NOT_FIT
+    key: str
+    member: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class GangNoFreePlace:
+    """Every place of the group on ``node`` (empty: on the nodes asked about) is taken."""
+
+    code: ClassVar[Code] = Code.GANG_NO_FREE_PLACE
+    key: str
+    node: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GangPlaceElsewhere:
+    """This pod's place is on ``node``, not on ``asked`` (empty: not on the nodes asked about)."""
+
+    code: ClassVar[Code] = Code.GANG_PLACE_ELSEWHERE
+    key: str
+    node: str
+    asked: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GangReleased:
+    """The group holds no places (released): its members start over."""
+
+    code: ClassVar[Code] = Code.GANG_RELEASED
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class GangNoPlaceForPod:
+    """The pod reached bind holding no place of its group."""
+
+    code: ClassVar[Code] = Code.GANG_NO_PLACE_FOR_POD
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class GangConflict:
+    """A place could not be handed to the pod (``error``: the cluster view's conflict)."""
+
+    code: ClassVar[Code] = Code.GANG_CONFLICT
+    key: str
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class GangSizeMismatch:
+    """The pod claims a group of ``claimed`` members; the group holds ``size`` places."""
+
+    code: ClassVar[Code] = Code.GANG_SIZE_MISMATCH
+    key: str
+    claimed: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class GangOtherDevices:
+    """The pod asks for other devices than the group's places were made for."""
+
+    code: ClassVar[Code] = Code.GANG_OTHER_DEVICES
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class GangBindTimeout:
+    """Only ``ready`` of ``size`` members reached bind within ``wait_s``: every place released."""
+
+    code: ClassVar[Code] = Code.GANG_BIND_TIMEOUT
+    key: str
+    ready: int
+    size: int
+    wait_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class GangMembersLate:
+    """The group's deadline passed with no member waiting in bind: every place released."""
+
+    code: ClassVar[Code] = Code.GANG_MEMBERS_LATE
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class GangAnnotationFailed:
+    """Member ``pod`` (namespace/name) could not be annotated (``error``): the group goes back."""
+
+    code: ClassVar[Code] = Code.GANG_ANNOTATION_FAILED
+    key: str
+    pod: str
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class GangNeedsUid:
+    """The member has no ``metadata.uid``: its place could not be told from another's."""
+
+    code: ClassVar[Code] = Code.GANG_NEEDS_UID
+
+
+GangRefusal = (
+    GangNeedsUid
+    | GangTooFewFit
+    | GangMemberDoesNotFit
+    | GangNoFreePlace
+    | GangPlaceElsewhere
+    | GangReleased
+    | GangNoPlaceForPod
+    | GangConflict
+    | GangSizeMismatch
+    | GangOtherDevices
+    | GangBindTimeout
+    | GangMembersLate
+    | GangAnnotationFailed
+)
+
+Outcome = FlavorCause | WaitCause | PreemptCause | Preempted | PodRefusal | GangRefusal
 
 
 def render(outcome: Outcome) -> str:
@@ -374,4 +547,23 @@ def _pod_fields(o: Outcome) -> dict[str, object]:
         }
     if isinstance(o, FieldNeverFits):
         return {"field": o.field, "detail": o.detail}
+    if isinstance(o, GangTooFewFit):
+        return {"key": o.key, "fit": o.fit, "size": o.size, "why": o.why.message}
+    if isinstance(o, GangNoFreePlace):
+        return {"key": o.key, "where": o.node or "these nodes"}
+    if isinstance(o, GangPlaceElsewhere):
+        return {"key": o.key, "node": o.node, "not_asked": f", not {o.asked}" if o.asked else ""}
+    if isinstance(
+        o,
+        GangMemberDoesNotFit
+        | GangReleased
+        | GangNoPlaceForPod
+        | GangConflict
+        | GangSizeMismatch
+        | GangOtherDevices
+        | GangBindTimeout
+        | GangMembersLate
+        | GangAnnotationFailed,
+    ):
+        return {f.name: getattr(o, f.name) for f in fields(o)}
     return {}  # NoUsableFlavor, NotInPool: no fields

@@ -9,6 +9,11 @@ from xpupool.engine.outcomes import (
     Code,
     ContainerDoesNotFit,
     FieldNeverFits,
+    GangAnnotationFailed,
+    GangBindTimeout,
+    GangNoFreePlace,
+    GangPlaceElsewhere,
+    GangTooFewFit,
     Inadmissible,
     NamespaceQuota,
     NeverFits,
@@ -84,4 +89,18 @@ def test_a_pods_refusals_render_for_the_extender() -> None:
     assert render(cores).endswith("150 of 200 (100 a card) held, the pod asks 100")
     assert (
         render(FieldNeverFits("devices.count", "no node has 9")) == "devices.count: no node has 9"
+    )
+
+
+def test_a_gangs_refusals_render_for_the_extender() -> None:
+    assert render(GangBindTimeout("ns/g", 7, 8, 0.5)) == (
+        "gang ns/g: 7 of 8 members reached bind within 0.5s; every place released"
+    )
+    assert render(GangTooFewFit("ns/g", 1, 3, FULL)) == (
+        "gang ns/g: 1 of 3 fit (0/2 nodes fit: 2 insufficient device memory)"
+    )
+    assert render(GangNoFreePlace("ns/g")) == "gang ns/g: no free place of the group on these nodes"
+    assert render(GangPlaceElsewhere("ns/g", "a")) == "gang ns/g: this pod's place is on a"
+    assert render(GangAnnotationFailed("ns/g", "ns/p", "409")) == (
+        "gang ns/g: annotating ns/p failed: 409"
     )

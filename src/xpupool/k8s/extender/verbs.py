@@ -59,6 +59,7 @@ from xpupool.engine.cycle import minimal_victims
 from xpupool.engine.outcomes import (
     ContainerDoesNotFit,
     FieldNeverFits,
+    GangAnnotationFailed,
     NamespaceQuota,
     OnNode,
     render,
@@ -215,9 +216,10 @@ class Extender:
             return ExtenderFilterResult(Error=f"{PREFIX}{exc}")
         if not demand.managed:
             return ExtenderFilterResult(Nodes=args.nodes, NodeNames=args.node_names)
-        gang = self._gang_of(args.pod)
-        if isinstance(gang, str):
-            return ExtenderFilterResult(Error=f"{PREFIX}{gang}")
+        try:
+            gang = self._gang_of(args.pod)
+        except RequestError as exc:
+            return ExtenderFilterResult(Error=f"{PREFIX}{exc}")
         nomination: Nomination | None = None
         waiting: Nomination | None = None
         with self.view.engine_locked() as engine:
@@ -229,7 +231,7 @@ class Extender:
                 if verdict.refused and self._never(demand) is None:
                     for d in demand.demands:  # as a pod no node holds now (_judge)
                         engine.observe(d.request, False)
-                failed = {n: PREFIX + why for n, why in verdict.failed.items()}
+                failed = {n: PREFIX + render(why) for n, why in verdict.failed.items()}
                 judged = _Judgement(verdict.fits, failed, {})
             else:
                 if self.gangs is not None:
@@ -492,9 +494,10 @@ class Extender:
             except BindError as exc:
                 return ExtenderBindingResult(Error=f"{PREFIX}{exc}")
             return ExtenderBindingResult()
-        gang = self._gang_of(pod)
-        if isinstance(gang, str):
-            return ExtenderBindingResult(Error=f"{PREFIX}{gang}")
+        try:
+            gang = self._gang_of(pod)
+        except RequestError as exc:
+            return ExtenderBindingResult(Error=f"{PREFIX}{exc}")
         if gang is not None:
             rv = str(meta.get("resourceVersion") or "")
             return self._bind_member(ns, name, pod_uid, rv, node, demand, *gang, started=started)
@@ -624,20 +627,20 @@ class Extender:
         gangs = self.gangs
         assert gangs is not None
         placed = gangs.take(claim, size, demand, pod_uid, node)
-        if isinstance(placed, str):
-            return ExtenderBindingResult(Error=f"{PREFIX}{placed}")
+        if not isinstance(placed, tuple):
+            return ExtenderBindingResult(Error=f"{PREFIX}{render(placed)}")
         annotations: Mapping[str, str] = {}
         try:
             annotations = self.annotate(node, demand, placed)
             self.api.annotate_pod(ns, name, resource_version, annotations)
         except Exception as exc:  # one member cannot bind: the whole group goes back
-            gangs.fail(claim, f"gang {claim.key}: annotating {ns}/{name} failed: {exc}")
+            gangs.fail(claim, GangAnnotationFailed(claim.key, f"{ns}/{name}", str(exc)))
             self._unassign(ns, name, pod_uid, annotations)
             return ExtenderBindingResult(Error=f"{PREFIX}bind to {node} failed: {exc}")
         why = gangs.wait(claim, pod_uid)
         if why is not None:  # the group was released: this member's place with it
             self._unassign(ns, name, pod_uid, annotations)
-            return ExtenderBindingResult(Error=f"{PREFIX}{why}")
+            return ExtenderBindingResult(Error=f"{PREFIX}{render(why)}")
         locked = False
         try:
             locked = self._lock(node, ns, name, started)
@@ -653,18 +656,15 @@ class Extender:
         self._forget(pod_uid)
         return ExtenderBindingResult()
 
-    def _gang_of(self, pod: object) -> tuple[GroupClaim, int] | str | None:
+    def _gang_of(self, pod: object) -> tuple[GroupClaim, int] | None:
         """The pod's group and its size when it is placed as a gang; None when it is placed
-        alone (no group, or its group already bound); a bad claim's error text."""
+        alone (no group, or its group already bound). Raises RequestError for a bad claim."""
         if self.gangs is None:
             return None
-        try:
-            claim = group_claim(pod)
-            if claim is None or self.gangs.completed(claim):
-                return None
-            return claim, self.gangs.size_of(claim)
-        except RequestError as exc:
-            return str(exc)
+        claim = group_claim(pod)
+        if claim is None or self.gangs.completed(claim):
+            return None
+        return claim, self.gangs.size_of(claim)
 
     # ------------------------------------------------------------------ preempt
     def preempt(self, args: ExtenderPreemptionArgs) -> ExtenderPreemptionResult:
