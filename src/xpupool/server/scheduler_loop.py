@@ -22,8 +22,16 @@ from collections.abc import Generator
 from sqlalchemy import Connection
 
 from xpupool.engine.cycle.admission import Admitted
-from xpupool.engine.cycle.cycle import INADMISSIBLE, Place, Preempt, Wait
+from xpupool.engine.cycle.cycle import Place, Preempt, Wait
 from xpupool.engine.cycle.retry_gate import PERIODIC_PASS_S, RETRIES_PER_TENANT
+from xpupool.engine.outcomes import (
+    INADMISSIBLE,
+    CannotSchedule,
+    Preempted,
+    PreemptedByPriority,
+    PreemptedByReclaim,
+    render,
+)
 from xpupool.model.errors import Unavailable
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.plane import ControlPlane, HeldJob, PendingJob, allocation_to_dict
@@ -196,7 +204,7 @@ def _try_admit(plane: ControlPlane, conn: Connection, writes: JobWrites, job: Pe
         decision = plane.cycle.decide(job, plane.held_jobs)
     except Exception as exc:  # a request the engine rejects outright stays pending with the reason
         log.exception("job %d: admission failed", job.id)
-        _still_pending(plane, writes, job, gen, f"cannot be scheduled: {exc}")
+        _still_pending(plane, writes, job, gen, render(CannotSchedule(str(exc))))
         return False
     if isinstance(decision, Place):
         _record_placement(plane, conn, writes, job, decision.admitted)
@@ -207,16 +215,18 @@ def _try_admit(plane: ControlPlane, conn: Connection, writes: JobWrites, job: Pe
         _preempt(
             plane, conn, job, [plane.held_jobs[v.id] for v in decision.victims], decision.reclaim
         )
-    _still_pending(plane, writes, job, gen, decision.reason)
+    _still_pending(plane, writes, job, gen, render(decision.outcome))
     return False
 
 
 def _still_pending(
     plane: ControlPlane, writes: JobWrites, job: PendingJob, gen: int, reason: str
 ) -> None:
-    """``job`` waits for ``reason``. A wait's reason changes from pass to pass without an event
-    (what is free moves all the time); becoming inadmissible, or admissible again after a quota
-    change, is an event of the job's history: it says the wait has changed its nature."""
+    """``job`` waits for ``reason`` (rendered: job reasons are stored as text). A wait's reason
+    changes from pass to pass without an event (what is free moves all the time); becoming
+    inadmissible, or admissible again after a quota change, is an event of the job's history: it
+    says the wait has changed its nature. The stored reason before it may be a row read back
+    from the store, so both sides are told by the text's ``INADMISSIBLE`` prefix."""
     plane.retry_gate.failed(job, gen)
     if reason != job.reason:
         if reason.startswith(INADMISSIBLE) != job.reason.startswith(INADMISSIBLE):
@@ -269,10 +279,12 @@ def _preempt(
     """Stop ``victims`` for ``by``: released at once what runs nowhere yet, else agents are asked
     to stop them (the stop is stored first) and ``by`` waits for them."""
     for victim in victims:
-        if reclaim:
-            reason = f"preempted by job {by.id}: queue {by.queue} reclaims the quota it lent"
-        else:
-            reason = f"preempted by job {by.id} (priority {by.priority} > {victim.priority})"
+        why: Preempted = (
+            PreemptedByReclaim(by.id, by.queue)
+            if reclaim
+            else PreemptedByPriority(by.id, by.priority, victim.priority)
+        )
+        reason = render(why)
         may_run = victim.may_run
         plane.apply(conn, victim.id, lc.Stop(StopCause.PREEMPTED, reason))
         if may_run:

@@ -28,7 +28,7 @@ from enum import StrEnum
 import numpy as np
 
 from xpupool.engine import ClusterState, Engine, Profile
-from xpupool.engine.cycle import Admission, Place, Preempt, SchedulingCycle
+from xpupool.engine.cycle import Admission, Place, Preempt, SchedulingCycle, Stopping
 from xpupool.engine.cycle.retry_gate import NEVER_TRIED, PERIODIC_PASS_S, RetryGate
 from xpupool.engine.fragmentation import TargetWorkload, kernels
 from xpupool.model import Allocation, Node, Request
@@ -101,7 +101,7 @@ class _Task:
     not_before: float = 0.0
     waiting_on: set[int] = field(default_factory=set)
     allocations: list[Allocation] = field(default_factory=list)
-    stopping: str | None = None
+    stopping: Stopping | None = None
 
 
 def timed_replay(

@@ -14,6 +14,16 @@ from xpupool.engine.cycle.admission import (
     Resource,
     Unlisted,
 )
+from xpupool.engine.outcomes import (
+    Inadmissible,
+    NoNodeFits,
+    NotAdmitted,
+    NoUsableFlavor,
+    QuotaCeiling,
+    QuotaExceeded,
+    render,
+)
+from xpupool.engine.reasons import Reason
 from xpupool.model import DeviceRequest, NotFound, Request
 
 from factories import ASCEND_910B3, T4, engine_for, gpu_node
@@ -34,7 +44,7 @@ def test_quota_caps_devices_and_release_returns_the_charge() -> None:
     assert isinstance(first, Admitted) and first.flavor == "nvidia"
     refused = admission.admit(cards(2), "q")
     assert isinstance(refused, Refusal)
-    assert refused.reason == "nvidia: devices quota: 1 used + 2 asked > 2 nominal + 0 borrowable"
+    assert refused.outcome == NotAdmitted((QuotaExceeded("nvidia", DEV, 1, 2, 2, 0),))
     admission.release(first.placement.allocations[0])
     assert admission.usage["q"][("nvidia", DEV)] == 0
     assert isinstance(admission.admit(cards(2), "q"), Admitted)
@@ -52,12 +62,12 @@ def test_a_refusal_writes_memory_and_compute_as_requests_do() -> None:
     refused = admission.admit(cards(2, core_permille=750, memory_mib=1024), "q")
     assert isinstance(refused, Refusal)
     assert (
-        refused.reason
+        render(refused.outcome)
         == "nvidia: cores quota: 50% used + 150% asked > 150% nominal + 0% borrowable"
     )
     refused = admission.admit(cards(1, core_permille=100, memory_mib=40 * 1024), "q")
     assert isinstance(refused, Refusal)
-    assert refused.reason == (
+    assert render(refused.outcome) == (
         "nvidia: device memory quota: 1Gi used + 40Gi asked > 40Gi nominal + 0Mi borrowable"
     )
 
@@ -88,15 +98,13 @@ def test_cohort_borrowing_up_to_the_limit_and_never_lending_twice() -> None:
     )
     assert isinstance(admission.admit(cards(4), "borrow"), Admitted)  # 2 own + 2 of the lender's
     limit = admission.admit(cards(1), "borrow")
-    assert (
-        isinstance(limit, Refusal) and "4 used + 1 asked > 2 nominal + 2 borrowable" in limit.reason
-    )
+    assert isinstance(limit, Refusal)
+    assert limit.outcome == NotAdmitted((QuotaExceeded("nvidia", DEV, 4, 1, 2, 2),))
     # Cohort nominal 6, used 4: "free" (nominal 0) may borrow the 2 left, and no more.
     assert isinstance(admission.admit(cards(2), "free"), Admitted)
     full = admission.admit(cards(1), "free")
-    assert (
-        isinstance(full, Refusal) and "2 used + 1 asked > 0 nominal + 2 borrowable" in full.reason
-    )
+    assert isinstance(full, Refusal)
+    assert full.outcome == NotAdmitted((QuotaExceeded("nvidia", DEV, 2, 1, 0, 2),))
     # A lender's nominal quota is guaranteed even while lent out (reclaiming room from borrowers
     # is the cycle's preemption decision).
     assert isinstance(admission.admit(cards(1), "lend"), Admitted)
@@ -117,7 +125,7 @@ def test_refused_when_no_flavour_has_usable_devices_or_queue_is_unknown() -> Non
     spec = QueueSpec("q", "t", (Quota("nvidia", DEV, 8),), unlisted_flavors=Unlisted.DENY)
     admission = Admission(engine, [spec])
     refused = admission.admit(cards(1), "q")
-    assert isinstance(refused, Refusal) and "no flavour" in refused.reason
+    assert isinstance(refused, Refusal) and refused.outcome == NoUsableFlavor()
     with pytest.raises(NotFound):
         admission.admit(cards(1), "nope")
 
@@ -130,11 +138,13 @@ def test_full_flavour_is_explained_even_when_other_devices_are_free() -> None:
     admission = Admission(engine, [spec])
     assert isinstance(admission.admit(cards(1), "q"), Admitted)
     refused = admission.admit(cards(1), "q")
-    assert isinstance(refused, Refusal)
-    assert refused.reason == (
-        "nvidia: 0/2 nodes fit: 1 insufficient device memory, "
-        "1 devices outside the admitted quota flavour"
-    )
+    assert isinstance(refused, Refusal) and isinstance(refused.outcome, NotAdmitted)
+    (cause,) = refused.outcome.causes
+    assert isinstance(cause, NoNodeFits) and cause.flavor == "nvidia"
+    assert {(r.reason, r.count) for r in cause.why.reasons} == {
+        (Reason.INSUFFICIENT_DEVICE_MEMORY, 1),
+        (Reason.OUTSIDE_ASSIGNMENT, 1),
+    }
 
 
 def test_dominant_resource_fairness_orders_tenants_then_priority_then_age() -> None:
@@ -177,7 +187,8 @@ def test_borrowed_quota_is_counted_once(limit: int | None, reached: int) -> None
     assert admitted == reached
     refused = admission.admit(cards(1), "q")
     assert isinstance(refused, Refusal)
-    assert f"{reached} used + 1 asked > 4 nominal + {reached - 4} borrowable" in refused.reason
+    short = QuotaExceeded("nvidia", DEV, reached, 1, 4, reached - 4)
+    assert refused.outcome == NotAdmitted((short,))
 
 
 def test_a_new_quota_counts_the_work_admitted_before_it() -> None:
@@ -204,7 +215,7 @@ def test_devices_no_quota_names_are_free_to_use_unless_denied() -> None:
     assert allow.usage["q"][("A100", DEV)] == 0
     deny = QueueSpec("q", "t", (Quota("A100", DEV, 2),), unlisted_flavors=Unlisted.DENY)
     refused = Admission(engine, [deny]).admit(cards(1, models=(T4,)), "q")
-    assert isinstance(refused, Refusal) and "no flavour" in refused.reason
+    assert isinstance(refused, Refusal) and refused.outcome == NoUsableFlavor()
 
 
 def test_fair_share_counts_what_shares_of_cards_really_hold() -> None:
@@ -242,12 +253,14 @@ def test_the_ceiling_is_nominal_plus_the_lesser_of_the_limit_and_the_others_nomi
 def test_a_request_above_every_usable_flavours_ceiling_is_inadmissible() -> None:
     engine = engine_for(gpu_node("a", count=8))
     admission = Admission(engine, [QueueSpec("q", "t", (Quota("nvidia", DEV, 2),))])
-    assert admission.inadmissible(cards(4), "q") == (
-        "nvidia: devices quota: 4 asked > 2 nominal + 0 borrowable at most"
+    never = admission.inadmissible(cards(4), "q")
+    assert never == Inadmissible((QuotaCeiling("nvidia", DEV, 4, 2, 0),))
+    assert render(never) == (
+        "inadmissible: nvidia: devices quota: 4 asked > 2 nominal + 0 borrowable at most"
     )
-    assert admission.inadmissible(cards(2), "q") == ""
+    assert admission.inadmissible(cards(2), "q") is None
     assert isinstance(admission.admit(cards(2), "q"), Admitted)
-    assert admission.inadmissible(cards(2), "q") == ""  # waits for the first: not inadmissible
+    assert admission.inadmissible(cards(2), "q") is None  # waits for the first: not inadmissible
 
 
 def test_devices_outside_the_quotas_or_another_flavour_keep_a_request_admissible() -> None:
@@ -255,11 +268,11 @@ def test_devices_outside_the_quotas_or_another_flavour_keep_a_request_admissible
     t4 = (Quota("T4", DEV, 8),)
     two = (Quota("A100", DEV, 2),)
     allow = Admission(engine, [QueueSpec("q", "t", two)])
-    assert allow.inadmissible(cards(4), "q") == ""  # the T4s are unlisted and allowed
+    assert allow.inadmissible(cards(4), "q") is None  # the T4s are unlisted and allowed
     deny = Admission(engine, [QueueSpec("q", "t", two, unlisted_flavors=Unlisted.DENY)])
-    assert deny.inadmissible(cards(4), "q").startswith("A100: devices quota: 4 asked")
+    assert deny.inadmissible(cards(4), "q") == Inadmissible((QuotaCeiling("A100", DEV, 4, 2, 0),))
     both = Admission(engine, [QueueSpec("q", "t", two + t4, unlisted_flavors=Unlisted.DENY)])
-    assert both.inadmissible(cards(4), "q") == ""  # the T4 flavour can hold it
+    assert both.inadmissible(cards(4), "q") is None  # the T4 flavour can hold it
 
 
 def test_a_cordoned_flavour_still_counts_for_what_may_be_admitted_later() -> None:
@@ -269,4 +282,4 @@ def test_a_cordoned_flavour_still_counts_for_what_may_be_admitted_later() -> Non
     for j in range(8):  # every T4 cordoned (or unhealthy) now: a cordon ends
         engine.state.set_device_cordoned(f"b-gpu{j}", True)
     assert not (engine.pipeline.eligible(engine.pipeline.context(cards(4, models=("T4",))))).any()
-    assert admission.inadmissible(cards(4), "q") == ""
+    assert admission.inadmissible(cards(4), "q") is None

@@ -6,7 +6,26 @@ from dataclasses import dataclass, field
 
 from xpupool.engine import ClusterState, Engine
 from xpupool.engine.cycle import Admission, QueueSpec, Quota, Resource
-from xpupool.engine.cycle.cycle import Place, Preempt, RunningWork, SchedulingCycle, Wait
+from xpupool.engine.cycle.cycle import (
+    Place,
+    Preempt,
+    RunningWork,
+    SchedulingCycle,
+    Stopping,
+    Wait,
+)
+from xpupool.engine.outcomes import (
+    Code,
+    GangIncomplete,
+    NeverFits,
+    NoNodeFits,
+    NotAdmitted,
+    PreemptingLowerPriority,
+    QuotaExceeded,
+    Reclaiming,
+    WaitingForVictims,
+    render,
+)
 from xpupool.engine.verdict import Verdicts
 from xpupool.model import Allocation, DeviceRequest, Request
 from xpupool.model.request_model import RequestModel
@@ -28,7 +47,7 @@ class Held:
     id: int
     priority: int
     allocations: list[Allocation]
-    stopping: str | None = None
+    stopping: Stopping | None = None
 
 
 def job(job_id: int, priority: int = 0, count: int = 1, replicas: int = 1, queue: str = "q") -> Job:
@@ -55,7 +74,10 @@ def test_places_then_waits_for_quota_with_the_reason() -> None:
     run(cycle, job(1, count=2), running)
     decision = cycle.decide(job(2), running)
     assert isinstance(decision, Wait)
-    assert "devices quota: 2 used + 1 asked > 2 nominal" in decision.reason
+    assert decision.outcome == NotAdmitted((QuotaExceeded("nvidia", Resource.DEVICES, 2, 1, 2, 0),))
+    assert render(decision.outcome) == (  # the text the server stores, one check of it
+        "nvidia: devices quota: 2 used + 1 asked > 2 nominal + 0 borrowable"
+    )
     assert cycle.engine.state.live.keys() == {a.id for a in running[1].allocations}
 
 
@@ -63,7 +85,7 @@ def test_a_job_that_fits_only_in_part_is_given_back_whole() -> None:
     cycle, running = cycle_on(2), {}
     before = dict(cycle.engine.state.live)
     decision = cycle.decide(job(1, count=2, replicas=2), running)  # not a gang: one replica fits
-    assert isinstance(decision, Wait)
+    assert isinstance(decision, Wait) and isinstance(decision.outcome, GangIncomplete)
     assert cycle.engine.state.live == before
     assert not any(cycle.admission.usage["q"].values())
 
@@ -76,19 +98,34 @@ def test_preempts_whole_lower_priority_jobs_and_changes_nothing_while_deciding()
     decision = cycle.decide(job(3, priority=9, count=1, replicas=2), running)
     assert isinstance(decision, Preempt)
     assert [v.id for v in decision.victims] == [low.id]  # the whole job, not one replica
-    assert "preempting 1 lower-priority job(s)" in decision.reason
+    assert isinstance(decision.outcome, PreemptingLowerPriority)
+    assert decision.outcome.count == 1 and not decision.reclaim
+    assert render(decision.outcome).endswith("; preempting 1 lower-priority job(s)")
     assert cycle.engine.state.live == live
 
 
 def test_waits_on_victims_still_stopping_instead_of_picking_more() -> None:
     cycle, running = cycle_on(1), {}
     victim = run(cycle, job(1, priority=1), running)
-    victim.stopping = "preempt"
+    victim.stopping = Stopping.PREEMPT
     waiting = job(2, priority=9)
     waiting.waiting_on = {victim.id}
     decision = cycle.decide(waiting, running)
     assert isinstance(decision, Wait) and decision.waiting_on == {victim.id}
-    assert "waiting for preempted job(s) [1] to stop" in decision.reason
+    assert isinstance(decision.outcome, WaitingForVictims)
+    assert decision.outcome.victims == (victim.id,)
+    assert render(decision.outcome).endswith("; waiting for preempted job(s) [1] to stop")
+
+
+def test_a_victim_stopped_for_another_cause_is_not_waited_on() -> None:
+    cycle, running = cycle_on(1), {}
+    victim = run(cycle, job(1, priority=1), running)
+    victim.stopping = Stopping.OTHER  # cancelled, say: not preempted again, not waited on
+    waiting = job(2, priority=9)
+    waiting.waiting_on = {victim.id}
+    decision = cycle.decide(waiting, running)
+    assert isinstance(decision, Wait) and decision.outcome.code is not Code.WAITING_FOR_VICTIMS
+    assert not decision.waiting_on
 
 
 def test_never_preempts_equal_or_higher_priority() -> None:
@@ -125,7 +162,8 @@ def test_a_lender_reclaims_lent_quota_from_the_lowest_priority_newest_borrower_j
     cycle, running = lender_and_borrower()
     decision = cycle.decide(job(9, priority=0, count=2, queue="lend"), running)
     assert isinstance(decision, Preempt)
-    assert "reclaiming quota lent to borrow: preempting 2 job(s)" in decision.reason
+    assert decision.reclaim and isinstance(decision.outcome, Reclaiming)
+    assert (decision.outcome.borrowers, decision.outcome.count) == (("borrow",), 2)
     assert sorted(v.id for v in decision.victims) == [5, 7]  # priority 1, the newest two
 
 
@@ -157,16 +195,16 @@ def test_a_gang_no_site_holds_now_waits_saying_so() -> None:
     cycle, running = sited_cycle(("a", 4), ("b", 2), ("c", 8)), {}
     run(cycle, spec_job(1, "T4:2 site=c"), running)  # site c: 6 of 8 free
     decision = cycle.decide(spec_job(2, "T4 replicas=7 gang"), running)
-    assert isinstance(decision, Wait)
-    assert "gang: no single site holds 7 replicas at once (the most: c, 6)" in decision.reason
-    assert not decision.reason.startswith("unschedulable")  # site c could, once free
+    assert isinstance(decision, Wait) and isinstance(decision.outcome, NoNodeFits)
+    note = decision.outcome.why.note  # site c could, once free: not NeverFits
+    assert "gang: no single site holds 7 replicas at once (the most: c, 6)" in note
 
 
 def test_a_gang_no_site_could_ever_hold_waits_as_unschedulable() -> None:
     cycle = sited_cycle(("a", 4), ("b", 2), ("c", 2))
     decision = cycle.decide(spec_job(1, "T4 replicas=7 gang"), {})
-    assert isinstance(decision, Wait)
-    assert decision.reason.startswith("unschedulable: nothing in the pool can hold it (no single")
+    assert isinstance(decision, Wait) and isinstance(decision.outcome, NeverFits)
+    assert decision.outcome.detail.startswith("no single")
 
 
 def test_preemption_for_a_gang_frees_room_in_one_site() -> None:

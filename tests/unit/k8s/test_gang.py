@@ -10,6 +10,17 @@ from typing import Any
 
 import pytest
 
+from xpupool.engine.outcomes import (
+    GangBindTimeout,
+    GangNeedsUid,
+    GangNoFreePlace,
+    GangOtherDevices,
+    GangPlaceElsewhere,
+    GangReleased,
+    GangSizeMismatch,
+    GangTooFewFit,
+    render,
+)
 from xpupool.k8s.codec.pod_request import ANNOTATION_REQUEST, PodDemand, pod_demand
 from xpupool.k8s.extender.gang import (
     GANG_ANNOTATION,
@@ -187,16 +198,17 @@ def test_first_member_reserves_the_whole_group_each_member_gets_one_place() -> N
     assert {n: sum(f == [n] for f in sent) for n in names} == per_node  # never more than held
     assert len(gangs.held()["ns/g"]) == 6 and free_cards(view) == 6  # nothing more taken
     seventh = judge(gangs, view, members[6], names)
-    assert seventh.fits == [] and "no free place" in seventh.failed["a"]
+    assert seventh.fits == [] and seventh.failed["a"] == GangNoFreePlace("ns/g")
     no_uid = pod("anon", annotations=ours("g", "6"))
     no_uid["metadata"]["uid"] = ""
-    assert "metadata.uid" in judge(gangs, view, no_uid, names).failed["a"]
+    assert judge(gangs, view, no_uid, names).failed["a"] == GangNeedsUid()
     only_c = judge(gangs, view, pod("late", annotations=ours("g", "6")), ["c"])
-    assert only_c.fits == [] and "no free place of the group on these nodes" in only_c.failed["c"]
+    assert only_c.fits == [] and only_c.failed["c"] == GangNoFreePlace("ns/g")
+    assert render(only_c.failed["c"]) == "gang ns/g: no free place of the group on these nodes"
     other = judge(gangs, view, pod("x", annotations=ours("g", "7")), ["a"])
-    assert other.fits == [] and "claims size 7" in other.failed["a"]
+    assert other.fits == [] and other.failed["a"] == GangSizeMismatch("ns/g", 7, 6)
     bigger = judge(gangs, view, pod("y", annotations=ours("g", "6"), mem="1000"), ["a"])
-    assert bigger.fits == [] and "other devices" in bigger.failed["a"]
+    assert bigger.fits == [] and bigger.failed["a"] == GangOtherDevices("ns/g")
 
 
 def test_a_group_that_does_not_fit_is_refused_everywhere_and_holds_nothing() -> None:
@@ -205,7 +217,9 @@ def test_a_group_that_does_not_fit_is_refused_everywhere_and_holds_nothing() -> 
     verdict = judge(gangs, view, pod("m0", annotations=ours("g", "8")), ["a", "b"])
     assert verdict.fits == []
     assert set(verdict.failed) == {"a", "b"}
-    assert "gang ns/g: 7 of 8 fit" in verdict.failed["a"], verdict.failed
+    why = verdict.failed["a"]
+    assert isinstance(why, GangTooFewFit) and (why.fit, why.size) == (7, 8), verdict.failed
+    assert render(why).startswith("gang ns/g: 7 of 8 fit (0/2 nodes fit")
     assert gangs.held() == {} and free_cards(view) == 7 and view.charges() == {}
 
 
@@ -221,7 +235,9 @@ def test_a_group_is_reserved_within_one_site_unless_it_may_span_sites() -> None:
     view = view_with(*sited)
     gangs = Gangs(view, wait_s=5, clock=Clock())
     refused = judge(gangs, view, pod("m0", annotations=ours("g", "3")), ["a", "b"])
-    assert refused.fits == [] and "no single site holds 3 replicas" in refused.failed["a"]
+    why = refused.failed["a"]
+    assert refused.fits == [] and isinstance(why, GangTooFewFit)
+    assert "no single site holds 3 replicas" in why.why.note
     assert gangs.held() == {} and free_cards(view) == 4
     spanning = ours("g", "3") | {ANNOTATION_REQUEST: "span-sites"}
     judge(gangs, view, pod("m0", annotations=spanning), ["a", "b"])
@@ -232,7 +248,8 @@ def test_a_pod_group_label_takes_its_size_from_the_lookup() -> None:
     view = view_with(gpu_node("a", count=2))
     gangs = Gangs(view, sizes=lambda ns, name: 3, wait_s=5, clock=Clock())
     verdict = judge(gangs, view, pod("m0", labels={POD_GROUP_LABEL: "pg"}), ["a"])
-    assert verdict.fits == [] and "2 of 3 fit" in verdict.failed["a"]
+    why = verdict.failed["a"]
+    assert verdict.fits == [] and isinstance(why, GangTooFewFit) and (why.fit, why.size) == (2, 3)
     no_reader = Gangs(view, wait_s=5)
     with pytest.raises(RequestError, match="PodGroup"):
         no_reader.size_of(GroupClaim("ns", "pg", None))
@@ -249,7 +266,7 @@ def bind_all(gangs: Gangs, pods: list[dict[str, Any]], node_of: dict[str, str]) 
         assert claim is not None
         uid = p["metadata"]["uid"]
         placed = gangs.take(claim, gangs.size_of(claim), demand_of(p), uid, node_of[uid])
-        if isinstance(placed, str):
+        if not isinstance(placed, tuple):
             out[uid] = placed
             return
         why = gangs.wait(claim, uid)
@@ -297,10 +314,11 @@ def test_a_member_that_never_comes_times_out_and_releases_every_place() -> None:
     node_of = reserve(gangs, view, members)
     result = bind_all(gangs, members[:7], node_of)  # the 8th never comes
     assert len(result) == 7
-    assert all(why and "7 of 8 members reached bind" in why for why in result.values()), result
+    timeout = GangBindTimeout("ns/g", 7, 8, 0.5)
+    assert all(why == timeout for why in result.values()), result
     assert view.charges() == {} and free_cards(view) == 8 and gangs.held() == {}
     late = bind_all(gangs, members[7:], node_of)  # too late: nothing held for it any more
-    assert "released" in late[members[7]["metadata"]["uid"]]
+    assert late[members[7]["metadata"]["uid"]] == GangReleased("ns/g")
     # the next attempt starts over and, with every member there, binds
     node_of = reserve(gangs, view, members)
     assert bind_all(gangs, members, node_of) == dict.fromkeys(node_of)
@@ -315,9 +333,10 @@ def test_a_bind_on_another_node_than_its_place_is_refused() -> None:
     elsewhere = "b" if held_on == "a" else "a"
     claim = GroupClaim("ns", "g", 2)
     why = gangs.take(claim, 2, demand_of(members[0]), "uid-m0", elsewhere)
-    assert why == f"gang ns/g: this pod's place is on {held_on}, not {elsewhere}"
+    assert why == GangPlaceElsewhere("ns/g", held_on, elsewhere)
+    assert render(why) == f"gang ns/g: this pod's place is on {held_on}, not {elsewhere}"
     why = gangs.take(claim, 2, demand_of(members[1]), "uid-m1", elsewhere)  # never filtered
-    assert why == f"gang ns/g: no free place of the group on {elsewhere}"
+    assert why == GangNoFreePlace("ns/g", elsewhere)
     assert view.charges() == {}  # nothing taken
 
 

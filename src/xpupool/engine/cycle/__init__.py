@@ -18,20 +18,19 @@ from xpupool.engine.cycle.admission import (
     Unlisted,
 )
 from xpupool.engine.cycle.cycle import (
-    INADMISSIBLE,
     Decision,
     PendingWork,
     Place,
     Preempt,
     RunningWork,
     SchedulingCycle,
+    Stopping,
     Wait,
 )
 from xpupool.engine.cycle.preempt import PreemptionPlan, minimal_victims, plan_preemption
 
 __all__ = [
     "ANY",
-    "INADMISSIBLE",
     "UNLISTED",
     "Admission",
     "Admitted",
@@ -47,6 +46,7 @@ __all__ = [
     "Resource",
     "RunningWork",
     "SchedulingCycle",
+    "Stopping",
     "Unlisted",
     "Wait",
     "minimal_victims",

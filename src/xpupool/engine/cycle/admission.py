@@ -24,10 +24,19 @@ import numpy as np
 
 from xpupool.engine.engine import Engine, Placement
 from xpupool.engine.filters.device_model import model_table_mask
+from xpupool.engine.outcomes import (
+    FlavorCause,
+    Inadmissible,
+    NoNodeFits,
+    NotAdmitted,
+    NoUsableFlavor,
+    QuotaCeiling,
+    QuotaExceeded,
+    Refused,
+)
 from xpupool.engine.state import BoolArray
 from xpupool.model.allocation import Allocation
 from xpupool.model.errors import NotFound, RequestError
-from xpupool.model.quantity import format_mib, format_permille
 from xpupool.model.request import WHOLE, Request
 from xpupool.model.vendor import VENDOR_KEYS, find_vendor
 
@@ -39,23 +48,6 @@ class Resource(StrEnum):
     DEVICES = "devices"
     DEVICE_MEMORY_MIB = "device_memory_mib"
     CORES_PERMILLE = "cores_permille"
-
-
-# how a refusal names each resource and writes its amounts: as requests write them
-_LABEL = {
-    Resource.DEVICES: "devices",
-    Resource.DEVICE_MEMORY_MIB: "device memory",
-    Resource.CORES_PERMILLE: "cores",
-}
-
-
-def _amount(resource: Resource, amount: int) -> str:
-    """``amount`` of ``resource`` in the units of a request: cards, MiB/GiB, % of a card."""
-    if resource is Resource.DEVICE_MEMORY_MIB:
-        return format_mib(amount)
-    if resource is Resource.CORES_PERMILLE:
-        return format_permille(amount)
-    return str(amount)
 
 
 # what a tenant really holds, for fair share: a device count would count a 1 GiB share as a card
@@ -109,10 +101,11 @@ class QueueSpec:
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """Why a request was not admitted; ``reason`` names the flavour and resource that ran out."""
+    """Why a request was not admitted: ``outcome`` names the flavours and what ran out in each
+    (``engine/outcomes.py`` renders it)."""
 
     queue: str
-    reason: str
+    outcome: Refused
     capacity_only: bool = False  # every flavour had quota but no room: preemption may help
 
 
@@ -146,34 +139,35 @@ class Admission:
             outcome = self._place(req, spec, ANY, None)
             if outcome.placement.allocations:
                 return outcome
-            return Refusal(queue, outcome.placement.failures[0].message, capacity_only=True)
+            why = NoNodeFits(outcome.placement.failures[0])
+            return Refusal(queue, why, capacity_only=True)
         ctx = self.engine.pipeline.context(req)
         eligible = self.engine.pipeline.eligible(ctx)
-        reasons = []
+        causes: list[FlavorCause] = []
         quota_short = False
         for flavor in flavors:
             mask = eligible & self.flavor_mask(flavor)
             if not mask.any():
                 continue
             short = self._short_of(spec, flavor, self._demand(req, mask))
-            if short:
-                reasons.append(f"{flavor}: {short}")
+            if short is not None:
+                causes.append(short)
                 quota_short = True
                 continue
             outcome = self._place(req, spec, flavor, mask)
             if outcome.placement.allocations:  # placed, fully or (without gang) in part
                 return outcome
-            reasons.append(f"{flavor}: {outcome.placement.failures[0].message}")
+            causes.append(NoNodeFits(outcome.placement.failures[0], flavor))
         if spec.unlisted_flavors is Unlisted.ALLOW:
             mask = eligible & ~self._listed_mask(flavors)
             if mask.any():
                 outcome = self._place(req, spec, UNLISTED, mask)
                 if outcome.placement.allocations:
                     return outcome
-                reasons.append(f"{UNLISTED}: {outcome.placement.failures[0].message}")
-        if not reasons:
-            return Refusal(queue, "no flavour of this queue has devices the request can use")
-        return Refusal(queue, "; ".join(reasons), capacity_only=not quota_short)
+                causes.append(NoNodeFits(outcome.placement.failures[0], UNLISTED))
+        if not causes:
+            return Refusal(queue, NoUsableFlavor())
+        return Refusal(queue, NotAdmitted(tuple(causes)), capacity_only=not quota_short)
 
     def restore(self, alloc: Allocation, queue: str, flavor: str, *, in_engine: bool = True) -> str:
         """Re-charge an allocation admitted earlier (a server restarting from its store, or queues
@@ -295,8 +289,8 @@ class Admission:
 
     def _short_of(
         self, spec: QueueSpec, flavor: str, demand: dict[Resource, int], *, ever: bool = False
-    ) -> str:
-        """Empty when the demand fits the flavour's quota (with borrowing), else what runs out.
+    ) -> QuotaExceeded | QuotaCeiling | None:
+        """None when the demand fits the flavour's quota (with borrowing), else what runs out.
         ``ever``: against :meth:`ceiling`, the most the queue can hold when nothing else in its
         cohort is used, instead of its room now."""
         for quota in spec.quotas:
@@ -306,19 +300,11 @@ class Admission:
             room = self.ceiling(spec, quota) if ever else self.room(spec, quota)
             if demand[quota.resource] > room:
                 borrowable = max(used + room - quota.nominal, 0) if spec.cohort else 0
-                r = quota.resource
+                r, asked = quota.resource, demand[quota.resource]
                 if ever:
-                    return (
-                        f"{_LABEL[r]} quota: {_amount(r, demand[r])} asked > "
-                        f"{_amount(r, quota.nominal)} nominal + "
-                        f"{_amount(r, borrowable)} borrowable at most"
-                    )
-                return (
-                    f"{_LABEL[r]} quota: {_amount(r, used)} used + {_amount(r, demand[r])} "
-                    f"asked > {_amount(r, quota.nominal)} nominal + "
-                    f"{_amount(r, borrowable)} borrowable"
-                )
-        return ""
+                    return QuotaCeiling(flavor, r, asked, quota.nominal, borrowable)
+                return QuotaExceeded(flavor, r, used, asked, quota.nominal, borrowable)
+        return None
 
     def room(self, spec: QueueSpec, quota: Quota) -> int:
         """How much more of ``quota``'s resource the queue may take now.
@@ -357,35 +343,35 @@ class Admission:
             room = min(room, quota.nominal + quota.borrowing_limit - used)
         return max(room, 0)
 
-    def inadmissible(self, req: Request, queue: str) -> str:
-        """Why no future of ``queue``'s quotas can admit ``req``, or empty when one might.
+    def inadmissible(self, req: Request, queue: str) -> Inadmissible | None:
+        """Why no future of ``queue``'s quotas can admit ``req``, or None when one might.
 
         ``req`` is inadmissible when every flavour of the queue whose devices its selectors
         accept (usable now or not: a cordon ends) asks more than :meth:`ceiling` of some
         resource, and no device is left to it outside the quotas (``unlisted_flavors`` deny,
         or no such device). Only a quota change in its cohort can change this; capacity freed
         by other jobs cannot. A request no flavour's devices accept is for the pool's verdict
-        (``engine/verdict.py``), not this one: empty."""
+        (``engine/verdict.py``), not this one: None."""
         spec = self._queue(queue)
         flavors = list(dict.fromkeys(q.flavor for q in spec.quotas))
         if req.devices.count == 0 or not flavors:
-            return ""
+            return None
         accepted = self.engine.pipeline.selectable(self.engine.pipeline.context(req))
         if (
             spec.unlisted_flavors is Unlisted.ALLOW
             and (accepted & ~self._listed_mask(flavors)).any()
         ):
-            return ""
-        reasons = []
+            return None
+        ceilings: list[QuotaCeiling] = []
         for flavor in flavors:
             mask = accepted & self.flavor_mask(flavor)
             if not mask.any():
                 continue
             short = self._short_of(spec, flavor, self._demand(req, mask), ever=True)
-            if not short:
-                return ""
-            reasons.append(f"{flavor}: {short}")
-        return "; ".join(reasons)
+            if not isinstance(short, QuotaCeiling):
+                return None
+            ceilings.append(short)
+        return Inadmissible(tuple(ceilings)) if ceilings else None
 
     def within_nominal(self, req: Request, queue: str) -> bool:
         """Whether ``req`` would fit some flavour of ``queue`` within its nominal quota alone."""

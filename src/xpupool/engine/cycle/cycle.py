@@ -13,12 +13,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Protocol
 
 from xpupool.engine.cycle.admission import Admission, Admitted, Preemption, Refusal
 from xpupool.engine.cycle.eviction import may_evict, may_reclaim
 from xpupool.engine.cycle.preempt import plan_preemption
 from xpupool.engine.gang_sites import keeps_to_one_site, open_sites, within_sites
+from xpupool.engine.outcomes import (
+    GangIncomplete,
+    Inadmissible,
+    NeverFits,
+    PreemptCause,
+    PreemptingLowerPriority,
+    Reclaiming,
+    Refused,
+    WaitCause,
+    WaitingForVictims,
+)
 from xpupool.engine.txn import Transaction
 from xpupool.engine.verdict import Verdicts
 from xpupool.model.allocation import Allocation
@@ -40,10 +52,19 @@ class PendingWork(Protocol):
     def waiting_on(self) -> set[int]: ...
 
 
+class Stopping(StrEnum):
+    """Why a running job's processes are being stopped, as far as the cycle cares: a victim of
+    an earlier preemption is waited on by its preemptor (:attr:`PREEMPT`); any other stop
+    (cancelled, node lost, ...) only keeps it from being preempted again or counted as room."""
+
+    PREEMPT = "preempt"
+    OTHER = "other"
+
+
 class RunningWork(Protocol):
     """A job holding devices. ``stopping`` says why its processes are being stopped, if they are
-    ('preempt' for a victim of an earlier decision); it is then neither preempted again nor
-    counted as room."""
+    (:attr:`Stopping.PREEMPT` for a victim of an earlier decision); it is then neither preempted
+    again nor counted as room."""
 
     @property
     def id(self) -> int: ...
@@ -52,7 +73,7 @@ class RunningWork(Protocol):
     @property
     def allocations(self) -> list[Allocation]: ...
     @property
-    def stopping(self) -> str | None: ...
+    def stopping(self) -> Stopping | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,32 +85,34 @@ class Place:
 
 @dataclass(frozen=True, slots=True)
 class Wait:
-    """Stays pending for ``reason``; ``waiting_on`` are its earlier victims still stopping."""
+    """Stays pending for ``outcome`` (``engine/outcomes.py`` renders it); ``waiting_on`` are its
+    earlier victims still stopping."""
 
-    reason: str
+    outcome: WaitCause
     waiting_on: frozenset[int] = frozenset()
 
     @property
     def inadmissible(self) -> bool:
-        """No future of its queue's quotas can admit it (``reason`` says why)."""
-        return self.reason.startswith(INADMISSIBLE)
+        """No future of its queue's quotas can admit it (Kueue's inadmissible workloads): it
+        stays pending, and is decided again when a quota of its cohort changes (the server then
+        tries every pending job again)."""
+        return isinstance(self.outcome, Inadmissible)
 
 
 @dataclass(frozen=True, slots=True)
 class Preempt:
     """Stays pending until ``victims`` (whole jobs, lower priority) have stopped and freed room."""
 
-    reason: str
+    outcome: PreemptCause
     victims: tuple[RunningWork, ...]
-    reclaim: bool = False  # for quota the job's queue lent (else: for priority)
+
+    @property
+    def reclaim(self) -> bool:
+        """For quota the job's queue lent (else: for priority)."""
+        return isinstance(self.outcome, Reclaiming)
 
 
 Decision = Place | Wait | Preempt
-
-INADMISSIBLE = "inadmissible: "
-"""How a wait begins when no future of its queue's quotas can admit the job (Kueue's
-inadmissible workloads): it stays pending, and is decided again when a quota of its cohort
-changes (the server then tries every pending job again)."""
 
 # every field of a request but its name: two requests alike in these fare alike
 _SHAPE = fields_but("name")
@@ -143,38 +166,36 @@ class SchedulingCycle:
         outcome = self.admission.admit(job.request, job.queue)
         if isinstance(outcome, Admitted) and outcome.placement.ok:
             return Place(outcome)
+        reason: Refused
         if isinstance(outcome, Admitted):  # some replicas placed, not all: a job runs whole
             for alloc in outcome.placement.allocations:
                 self.admission.release(alloc.id)
-            reason = outcome.placement.failures[0].message
+            reason = GangIncomplete(outcome.placement.failures[0])
         else:
-            reason = outcome.reason
+            reason = outcome.outcome
             if not outcome.capacity_only:  # short of quota: now, or in every future?
                 never = self.admission.inadmissible(job.request, job.queue)
-                if never:
-                    return Wait(f"{INADMISSIBLE}{never}")
-        stopping = {h.id for h in running.values() if h.stopping == "preempt"}
+                if never is not None:
+                    return Wait(never)
+        stopping = {h.id for h in running.values() if h.stopping is Stopping.PREEMPT}
         waiting_on = frozenset(job.waiting_on & stopping)
         if waiting_on:  # its victims are still stopping: do not pick more
-            ids = sorted(waiting_on)
-            return Wait(f"{reason}; waiting for preempted job(s) {ids} to stop", waiting_on)
+            return Wait(WaitingForVictims(reason, tuple(sorted(waiting_on))), waiting_on)
         if isinstance(outcome, Refusal) and outcome.capacity_only:
             spec = self.admission.queues[job.queue]
             if spec.preemption is Preemption.LOWER_PRIORITY:
                 victims = self.preemption_victims(job, running)
                 if victims:
-                    note = f"preempting {len(victims)} lower-priority job(s)"
-                    return Preempt(f"{reason}; {note}", victims)
+                    return Preempt(PreemptingLowerPriority(reason, len(victims)), victims)
             borrowers = self._borrowers(job)
             if borrowers:
                 victims = self.preemption_victims(job, running, borrowers)
                 if victims:
-                    note = f"reclaiming quota lent to {', '.join(sorted(borrowers))}"
-                    note = f"{note}: preempting {len(victims)} job(s)"
-                    return Preempt(f"{reason}; {note}", victims, reclaim=True)
+                    lent = Reclaiming(reason, tuple(sorted(borrowers)), len(victims))
+                    return Preempt(lent, victims)
             miss = None if self.verdicts is None else self.verdicts.never_fits(job.request)
             if miss is not None:
-                return Wait(f"unschedulable: nothing in the pool can hold it ({miss.reason})")
+                return Wait(NeverFits(miss.reason))
         return Wait(reason)
 
     def _borrowers(self, job: PendingWork) -> set[str]:

@@ -33,6 +33,22 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from xpupool.engine import Engine
+from xpupool.engine.outcomes import (
+    GangBindTimeout,
+    GangConflict,
+    GangMemberDoesNotFit,
+    GangMembersLate,
+    GangNeedsUid,
+    GangNoFreePlace,
+    GangNoPlaceForPod,
+    GangOtherDevices,
+    GangPlaceElsewhere,
+    GangRefusal,
+    GangReleased,
+    GangSizeMismatch,
+    GangTooFewFit,
+    render,
+)
 from xpupool.k8s.codec.pod_request import PodDemand
 from xpupool.k8s.extender.pod_placement import PodPlacement, place_containers
 from xpupool.k8s.informers.cluster_view import ClusterView
@@ -247,7 +263,7 @@ class Group:
     template: tuple[Request, ...]
     slots: list[Slot]
     deadline: float
-    failed: str | None = None
+    failed: GangRefusal | None = None
     done: bool = False
     members: dict[str, int] = field(default_factory=dict)
 
@@ -257,12 +273,13 @@ class Group:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """Filter's answer for a group member: the nodes it may go to and, per other node, why not;
-    ``refused``: the engine could not hold the group now (the extender teaches the member's
-    requests to the engine's learners as refused, as it does a pod no node holds)."""
+    """Filter's answer for a group member: the nodes it may go to and, per other node, why not
+    (rendered where the extender answers, ``engine/outcomes.py``); ``refused``: the engine could
+    not hold the group now (the extender teaches the member's requests to the engine's learners
+    as refused, as it does a pod no node holds)."""
 
     fits: list[str]
-    failed: dict[str, str]
+    failed: dict[str, GangRefusal]
     refused: bool = False
 
 
@@ -323,13 +340,13 @@ class Gangs:
         per member: were members offered every node with a free place, kube-scheduler (which
         binds asynchronously) could send more members to a node than it has places."""
         if not uid:
-            return Verdict([], dict.fromkeys(names, "a gang member needs its metadata.uid"))
+            return Verdict([], dict.fromkeys(names, GangNeedsUid()))
         with self._cond:
             self._sweep()
             group = self._groups.get(claim.key)
             if group is None:
                 placed = self._reserve(engine, claim.key, size, demand)
-                if isinstance(placed, str):
+                if not isinstance(placed, Group):
                     return Verdict([], dict.fromkeys(names, placed), refused=True)
                 group = placed
             why = _mismatch(group, size, demand)
@@ -340,18 +357,19 @@ class Gangs:
             if slot is None:  # claim a free place on a node kube-scheduler's own filters kept
                 slot = next((s for s in group.free() if s.node in kept), None)
                 if slot is None:
-                    text = f"gang {group.key}: no free place of the group on these nodes"
-                    return Verdict([], dict.fromkeys(names, text))
+                    return Verdict([], dict.fromkeys(names, GangNoFreePlace(group.key)))
                 slot.member = uid
             if slot.node in kept:
                 # Its node alone, as filter answers a pod that fits (extender.py): kube-scheduler
                 # reads the other nodes' reasons only when nothing fits, and 5,000 of them made
                 # each member's answer 300 kB to write and read.
                 return Verdict([slot.node], {})
-            other = f"gang {group.key}: this pod's place is on {slot.node}"
+            other = GangPlaceElsewhere(group.key, slot.node)
             return Verdict([], dict.fromkeys(names, other))
 
-    def _reserve(self, engine: Engine, key: str, size: int, demand: PodDemand) -> Group | str:
+    def _reserve(
+        self, engine: Engine, key: str, size: int, demand: PodDemand
+    ) -> Group | GangTooFewFit | GangMemberDoesNotFit:
         """Place ``size`` copies of the pod in one transaction (the first container as the
         engine's gang, the others beside each copy on its node, as ``pod_placement`` places a
         pod's containers) and record them; or why not."""
@@ -363,15 +381,14 @@ class Gangs:
             if not placement.ok:
                 txn.rollback()
                 failure = placement.failures[0]
-                return f"gang {key}: {failure.replica} of {size} fit ({failure.message})"
+                return GangTooFewFit(key, failure.replica, size, failure)
             for alloc in placement.allocations:
                 i = engine.node_index(alloc.node)
                 assert i is not None, "the engine placed it on a node of its pool"
                 pod = place_containers(engine, demand, i, txn, first=alloc)
-                if isinstance(pod, str):
+                if not isinstance(pod, PodPlacement):
                     txn.rollback()
-                    n = len(slots) + 1
-                    return f"gang {key}: member {n} of {size}: containers do not fit together"
+                    return GangMemberDoesNotFit(key, len(slots) + 1, size)
                 slots.append((alloc.node, pod))
             txn.commit()
         group = Group(
@@ -392,33 +409,33 @@ class Gangs:
     # ------------------------------------------------------------------ bind
     def take(
         self, claim: GroupClaim, size: int, demand: PodDemand, uid: str, node: str
-    ) -> tuple[Allocation, ...] | str:
+    ) -> tuple[Allocation, ...] | GangRefusal:
         """A member's bind takes its slot on ``node``: the slot's reservation becomes the pod's.
         The pod's allocations, or why not (nothing changed)."""
         with self._cond:
             self._sweep()
             group = self._groups.get(claim.key)
             if group is None or group.failed is not None:
-                return f"gang {claim.key}: no places held for the group (released); retrying"
+                return GangReleased(claim.key)
             why = _mismatch(group, size, demand)
             if why is not None:
                 return why
             slot = next((s for s in group.slots if s.member == uid), None)
             if slot is not None and slot.node != node:
-                return f"gang {group.key}: this pod's place is on {slot.node}, not {node}"
+                return GangPlaceElsewhere(group.key, slot.node, node)
             if slot is None:  # not filtered here (a restarted extender): a free place on node
                 slot = next((s for s in group.free() if s.node == node), None)
                 if slot is None:
-                    return f"gang {group.key}: no free place of the group on {node}"
+                    return GangNoFreePlace(group.key, node)
             if slot.key != uid:
                 try:
                     self.view.rekey(slot.key, uid)
                 except Conflict as exc:
-                    return f"gang {group.key}: {exc}"
+                    return GangConflict(group.key, str(exc))
                 slot.key, slot.member = uid, uid
             return self.view.placed(uid)
 
-    def wait(self, claim: GroupClaim, uid: str) -> str | None:
+    def wait(self, claim: GroupClaim, uid: str) -> GangRefusal | None:
         """The member reached bind: wait until every slot's member has, then None (post the
         Binding now); or why not, after which every reservation of the group is released."""
         deadline = self._clock() + self.wait_s
@@ -428,7 +445,7 @@ class Gangs:
                 None if group is None else next((s for s in group.slots if s.member == uid), None)
             )
             if group is None or slot is None:
-                return f"gang {claim.key}: no place held for this pod"
+                return GangNoPlaceForPod(claim.key)
             slot.waiting = True
             group.deadline = max(group.deadline, deadline)
             self._cond.notify_all()
@@ -440,15 +457,12 @@ class Gangs:
                 left = deadline - self._clock()
                 if left <= 0:
                     ready = sum(s.waiting for s in group.slots)
-                    why = (
-                        f"gang {group.key}: {ready} of {group.size} members reached bind "
-                        f"within {self.wait_s:g}s; every place released"
-                    )
+                    why = GangBindTimeout(group.key, ready, group.size, self.wait_s)
                     self._fail(group, why)
                     return why
                 self._cond.wait(min(left, 1.0))
 
-    def fail(self, claim: GroupClaim, why: str) -> None:
+    def fail(self, claim: GroupClaim, why: GangRefusal) -> None:
         """Release every reservation of the group (a member could not be annotated)."""
         with self._cond:
             group = self._groups.get(claim.key)
@@ -491,15 +505,15 @@ class Gangs:
                 and now > group.deadline
                 and not any(s.waiting for s in group.slots)
             ):
-                self._fail(group, f"gang {group.key}: members did not reach bind in time")
+                self._fail(group, GangMembersLate(group.key))
 
-    def _fail(self, group: Group, why: str) -> None:
+    def _fail(self, group: Group, why: GangRefusal) -> None:
         group.failed = why
         for slot in group.slots:
             self.view.unreserve(slot.key)
         if self._groups.get(group.key) is group:
             del self._groups[group.key]
-        log.info("%s", why)
+        log.info("%s", render(why))
         self._cond.notify_all()
 
     def held(self) -> dict[str, list[Slot]]:
@@ -508,9 +522,11 @@ class Gangs:
             return {k: [replace(s) for s in g.slots] for k, g in self._groups.items()}
 
 
-def _mismatch(group: Group, size: int, demand: PodDemand) -> str | None:
+def _mismatch(
+    group: Group, size: int, demand: PodDemand
+) -> GangSizeMismatch | GangOtherDevices | None:
     if size != group.size:
-        return f"gang {group.key}: this pod claims size {size}, the group holds {group.size}"
+        return GangSizeMismatch(group.key, size, group.size)
     if tuple(d.request for d in demand.demands) != group.template:
-        return f"gang {group.key}: this pod asks for other devices than the group's places hold"
+        return GangOtherDevices(group.key)
     return None

@@ -2,7 +2,8 @@
 
 A pod's containers must share its node; each is one engine request. Placing them all inside one
 transaction answers both "do they fit together here?" (rolled back) and "take their shares"
-(committed), with one code path and one failure text.
+(committed), with one code path and one failure outcome (``engine/outcomes.py`` renders it where
+the extender answers kube-scheduler).
 
 Init containers run one at a time before the app containers start (Kubernetes' order; a sidecar,
 ``restartPolicy: Always``, runs on beside what starts after it), so they are placed as HAMi v2.10.0
@@ -21,13 +22,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from xpupool.engine import Engine, Transaction
+from xpupool.engine.outcomes import ContainerDoesNotFit, NotInPool, OnNode, render
 from xpupool.engine.state import BoolArray
 from xpupool.k8s.codec.pod_charge import Role, charge
 from xpupool.k8s.codec.pod_request import PodDemand
 from xpupool.model.allocation import Allocation, DeviceShare
 from xpupool.model.request import Request
 
-NOT_IN_POOL = "node has no device xpupool manages"
+NOT_IN_POOL = render(NotInPool())
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,10 +54,10 @@ def place_containers(
     node: int,
     txn: Transaction,
     first: Allocation | None = None,
-) -> PodPlacement | str:
+) -> PodPlacement | ContainerDoesNotFit:
     """Place every container of the pod on ``node`` inside ``txn``, init containers each alone
-    (see the module docstring), and leave the pod's charge applied there; or why not
-    (``container NAME: reason``) when one does not fit. ``first``: the first container's
+    (see the module docstring), and leave the pod's charge applied there; or why not (the
+    container that does not fit, and the engine's reason). ``first``: the first container's
     allocation, already applied in ``txn`` (a gang placed it with its copies). The caller
     commits or rolls back."""
     within = node_mask(engine, node)
@@ -76,9 +78,7 @@ def place_containers(
             else:
                 placement = engine.place(d.request, within=within, txn=pod)
             if not placement.ok:
-                reasons = placement.failures[0].reasons
-                text = reasons[0].text if reasons else placement.failures[0].message
-                return f"container {d.name}: {text}"
+                return ContainerDoesNotFit(d.name, placement.failures[0])
             placed.append(placement.allocations[0])
         charged = _charge(engine, demand, placed, pod)
         pod.commit()
@@ -119,28 +119,28 @@ def _charge(
     return tuple(out)
 
 
-def place_on(engine: Engine, demand: PodDemand, node: str) -> PodPlacement | str:
+def place_on(engine: Engine, demand: PodDemand, node: str) -> PodPlacement | OnNode:
     """Every container of the pod placed on ``node`` (its charge committed), or why not (nothing
     changed)."""
     i = engine.node_index(node)
     if i is None:
-        return f"{node}: {NOT_IN_POOL}"
+        return OnNode(node, NotInPool())
     with engine.transaction() as txn:
         placed = place_containers(engine, demand, i, txn)
-        if isinstance(placed, str):
+        if isinstance(placed, ContainerDoesNotFit):
             txn.rollback()
-            return f"{node}: {placed}"
+            return OnNode(node, placed)
         txn.commit()
     return placed
 
 
-def fits_together(engine: Engine, demand: PodDemand, node: int) -> str | None:
+def fits_together(engine: Engine, demand: PodDemand, node: int) -> ContainerDoesNotFit | None:
     """Why the pod's containers do not fit on ``node`` together, or None. The state is left as
     it was."""
     with engine.transaction() as txn:
         try:
             placed = place_containers(engine, demand, node, txn)
-            return placed if isinstance(placed, str) else None
+            return placed if isinstance(placed, ContainerDoesNotFit) else None
         finally:
             txn.rollback()
 

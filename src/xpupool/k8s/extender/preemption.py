@@ -35,6 +35,7 @@ from xpupool.engine import Engine
 from xpupool.engine.cycle import plan_preemption
 from xpupool.engine.cycle.eviction import evictable_owners
 from xpupool.engine.cycle.preempt import FitsOn
+from xpupool.engine.outcomes import OnNode, render
 from xpupool.engine.state import BoolArray
 from xpupool.k8s.codec.pod_request import PodDemand
 from xpupool.k8s.extender.pod_placement import fits_together, place_on
@@ -173,8 +174,9 @@ class Preemptions:
         victims = list(dict.fromkeys(owner[a.id] for a in plan.victims))
         self.view.evict(victims)  # whole pods go: every share each one holds
         placed = place_on(engine, demand, plan.node)
-        if isinstance(placed, str):  # cannot happen: whole pods free at least the planned shares
-            log.warning("preemption for pod %s on %s did not place: %s", pod_uid, plan.node, placed)
+        if isinstance(placed, OnNode):  # cannot happen: whole pods free at least the planned shares
+            why = render(placed)
+            log.warning("preemption for pod %s on %s did not place: %s", pod_uid, plan.node, why)
             for uid in victims:
                 self.view.unevict(uid)
             return None

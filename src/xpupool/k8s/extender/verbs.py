@@ -56,6 +56,14 @@ from typing import Any, Protocol
 from xpupool.catalog.images import ImageCatalog
 from xpupool.engine import Engine
 from xpupool.engine.cycle import minimal_victims
+from xpupool.engine.outcomes import (
+    ContainerDoesNotFit,
+    FieldNeverFits,
+    GangAnnotationFailed,
+    NamespaceQuota,
+    OnNode,
+    render,
+)
 from xpupool.engine.reasons import PREEMPTION_MAY_HELP, TEXT
 from xpupool.k8s.codec.node_lock import NodeLocks
 from xpupool.k8s.codec.pod_request import PodDemand, names_managed_resource, pod_demand
@@ -208,9 +216,10 @@ class Extender:
             return ExtenderFilterResult(Error=f"{PREFIX}{exc}")
         if not demand.managed:
             return ExtenderFilterResult(Nodes=args.nodes, NodeNames=args.node_names)
-        gang = self._gang_of(args.pod)
-        if isinstance(gang, str):
-            return ExtenderFilterResult(Error=f"{PREFIX}{gang}")
+        try:
+            gang = self._gang_of(args.pod)
+        except RequestError as exc:
+            return ExtenderFilterResult(Error=f"{PREFIX}{exc}")
         nomination: Nomination | None = None
         waiting: Nomination | None = None
         with self.view.engine_locked() as engine:
@@ -222,7 +231,7 @@ class Extender:
                 if verdict.refused and self._never(demand) is None:
                     for d in demand.demands:  # as a pod no node holds now (_judge)
                         engine.observe(d.request, False)
-                failed = {n: PREFIX + why for n, why in verdict.failed.items()}
+                failed = {n: PREFIX + render(why) for n, why in verdict.failed.items()}
                 judged = _Judgement(verdict.fits, failed, {})
             else:
                 if self.gangs is not None:
@@ -315,7 +324,7 @@ class Extender:
                     if keep:
                         for alloc in placed:
                             engine.release(alloc.id)
-                    return _Judgement([], {}, dict.fromkeys(names, PREFIX + over))
+                    return _Judgement([], {}, dict.fromkeys(names, PREFIX + render(over)))
                 if keep:
                     self.view.reserve(uid, placed, name=_pod_name(demand))
                     self._assumed[uid] = self.clock() + self.assume_s
@@ -335,7 +344,7 @@ class Extender:
                 if why is None:
                     together.append(name)
                 else:
-                    failed[name] = f"{PREFIX}containers together: {why}"
+                    failed[name] = f"{PREFIX}containers together: {render(why)}"
             fits = together
         over_quota: dict[str, str] = {}
         if fits and self.quotas is not None and self.quotas.limits(demand.namespace):
@@ -345,7 +354,7 @@ class Extender:
                 if over is None:
                     within.append(name)
                 else:
-                    over_quota[name] = PREFIX + over
+                    over_quota[name] = PREFIX + render(over)
             fits = within
         if fits:
             return _Judgement(fits, {}, {})
@@ -357,7 +366,7 @@ class Extender:
         if never is not None:  # nothing in the pool could ever hold it: no preemption helps
             for name, i in zip(names, index, strict=True):
                 if i is not None:
-                    unresolvable[name] = PREFIX + never
+                    unresolvable[name] = PREFIX + render(never)
             return _Judgement([], {}, unresolvable)
         for d in demand.demands:  # refused for now: what the workload asks all the same
             engine.observe(d.request, False)
@@ -395,7 +404,7 @@ class Extender:
 
     def _over_quota(
         self, engine: Engine, demand: PodDemand, placed: Sequence[Allocation], uid: str
-    ) -> str | None:
+    ) -> NamespaceQuota | None:
         """Why ``placed`` (the pod's shares) would take its namespace past a ResourceQuota on
         card resources, or None. Inside the engine lock."""
         if self.quotas is None:
@@ -403,18 +412,20 @@ class Extender:
         holders = self.view.holders()
         return self.quotas.refusal(demand.namespace, placed, engine.device, holders, uid)
 
-    def _over_quota_on(self, engine: Engine, demand: PodDemand, node: int, uid: str) -> str | None:
+    def _over_quota_on(
+        self, engine: Engine, demand: PodDemand, node: int, uid: str
+    ) -> NamespaceQuota | None:
         """:meth:`_over_quota` for the pod placed on ``node`` (a what-if, undone)."""
         with engine.transaction() as txn:
             try:
                 placed = place_containers(engine, demand, node, txn)
-                if isinstance(placed, str):
+                if isinstance(placed, ContainerDoesNotFit):
                     return None  # it does not fit there: not the quota's to say
                 return self._over_quota(engine, demand, placed.charge, uid)
             finally:
                 txn.rollback()
 
-    def _never(self, demand: PodDemand) -> str | None:
+    def _never(self, demand: PodDemand) -> FieldNeverFits | None:
         """Why no node of the pool could ever hold one of the pod's containers, or None: the
         view's engine host judges it with the profile's settings (its disabled filters), as the
         server does, so a pod the profile would fit is never called unresolvable."""
@@ -422,7 +433,7 @@ class Extender:
         for d in demand.demands:
             miss = verdicts.never_fits(d.request)
             if miss is not None:
-                return f"{miss.field}: {miss.reason}"
+                return FieldNeverFits(miss.field, miss.reason)
         return None
 
     # ------------------------------------------------------------------ prioritize
@@ -483,9 +494,10 @@ class Extender:
             except BindError as exc:
                 return ExtenderBindingResult(Error=f"{PREFIX}{exc}")
             return ExtenderBindingResult()
-        gang = self._gang_of(pod)
-        if isinstance(gang, str):
-            return ExtenderBindingResult(Error=f"{PREFIX}{gang}")
+        try:
+            gang = self._gang_of(pod)
+        except RequestError as exc:
+            return ExtenderBindingResult(Error=f"{PREFIX}{exc}")
         if gang is not None:
             rv = str(meta.get("resourceVersion") or "")
             return self._bind_member(ns, name, pod_uid, rv, node, demand, *gang, started=started)
@@ -497,13 +509,13 @@ class Extender:
             else:  # no hold there, or one made for a pod other than the apiserver's
                 self._unreserve(pod_uid)
                 placed_now = place_on(engine, demand, node)
-                if isinstance(placed_now, str):
-                    return ExtenderBindingResult(Error=f"{PREFIX}{placed_now}")
+                if isinstance(placed_now, OnNode):
+                    return ExtenderBindingResult(Error=f"{PREFIX}{render(placed_now)}")
                 over = self._over_quota(engine, demand, placed_now.charge, pod_uid)
                 if over is not None:
                     for alloc in placed_now.charge:
                         engine.release(alloc.id)
-                    return ExtenderBindingResult(Error=f"{PREFIX}{over}")
+                    return ExtenderBindingResult(Error=f"{PREFIX}{render(over)}")
                 placed = placed_now.placed
                 self.view.reserve(pod_uid, placed_now.charge, placed=placed, name=_pod_name(demand))
         annotations: Mapping[str, str] = {}
@@ -615,20 +627,20 @@ class Extender:
         gangs = self.gangs
         assert gangs is not None
         placed = gangs.take(claim, size, demand, pod_uid, node)
-        if isinstance(placed, str):
-            return ExtenderBindingResult(Error=f"{PREFIX}{placed}")
+        if not isinstance(placed, tuple):
+            return ExtenderBindingResult(Error=f"{PREFIX}{render(placed)}")
         annotations: Mapping[str, str] = {}
         try:
             annotations = self.annotate(node, demand, placed)
             self.api.annotate_pod(ns, name, resource_version, annotations)
         except Exception as exc:  # one member cannot bind: the whole group goes back
-            gangs.fail(claim, f"gang {claim.key}: annotating {ns}/{name} failed: {exc}")
+            gangs.fail(claim, GangAnnotationFailed(claim.key, f"{ns}/{name}", str(exc)))
             self._unassign(ns, name, pod_uid, annotations)
             return ExtenderBindingResult(Error=f"{PREFIX}bind to {node} failed: {exc}")
         why = gangs.wait(claim, pod_uid)
         if why is not None:  # the group was released: this member's place with it
             self._unassign(ns, name, pod_uid, annotations)
-            return ExtenderBindingResult(Error=f"{PREFIX}{why}")
+            return ExtenderBindingResult(Error=f"{PREFIX}{render(why)}")
         locked = False
         try:
             locked = self._lock(node, ns, name, started)
@@ -644,18 +656,15 @@ class Extender:
         self._forget(pod_uid)
         return ExtenderBindingResult()
 
-    def _gang_of(self, pod: object) -> tuple[GroupClaim, int] | str | None:
+    def _gang_of(self, pod: object) -> tuple[GroupClaim, int] | None:
         """The pod's group and its size when it is placed as a gang; None when it is placed
-        alone (no group, or its group already bound); a bad claim's error text."""
+        alone (no group, or its group already bound). Raises RequestError for a bad claim."""
         if self.gangs is None:
             return None
-        try:
-            claim = group_claim(pod)
-            if claim is None or self.gangs.completed(claim):
-                return None
-            return claim, self.gangs.size_of(claim)
-        except RequestError as exc:
-            return str(exc)
+        claim = group_claim(pod)
+        if claim is None or self.gangs.completed(claim):
+            return None
+        return claim, self.gangs.size_of(claim)
 
     # ------------------------------------------------------------------ preempt
     def preempt(self, args: ExtenderPreemptionArgs) -> ExtenderPreemptionResult:

@@ -32,6 +32,7 @@ from typing import Any
 
 from lightkube.config.kubeconfig import SingleConfig
 
+from xpupool.engine.outcomes import NamespaceQuota
 from xpupool.k8s.codec.quantity import parse_quantity
 from xpupool.k8s.codec.resource_names import DEVICE_KINDS, DeviceKind
 from xpupool.k8s.informers.kubeconfig import RawResourceQuota
@@ -164,7 +165,7 @@ class NamespaceQuotas:
         device: DeviceOf,
         holders: Mapping[str, tuple[str, tuple[Allocation, ...]]],
         uid: str,
-    ) -> str | None:
+    ) -> NamespaceQuota | None:
         """Why the pod ``uid`` of ``namespace`` may not hold ``placed`` (its card shares, whose
         cards ``device`` finds: ``Engine.device``), or None: what the namespace's other pods
         hold (``holders``: pod UID -> ``(namespace/name, allocations)``, the cluster view's)
@@ -188,10 +189,9 @@ class NamespaceQuotas:
             unit = managed.kind.memory_unit_mib if managed.memory else 1
             limit = limits[resource] * unit
             if held.get(resource, 0) + asked[resource] > limit:
-                what = "MiB" if managed.memory else f"({managed.kind.cores_per_card} a card)"
-                return (
-                    f"quota of namespace {namespace}: {resource} {held.get(resource, 0)} of "
-                    f"{limit} {what} held, the pod asks {asked[resource]}"
+                per_card = None if managed.memory else managed.kind.cores_per_card
+                return NamespaceQuota(
+                    namespace, resource, held.get(resource, 0), limit, asked[resource], per_card
                 )
         return None
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
 
 from xpupool.engine.cycle.admission import Admission
+from xpupool.engine.cycle.cycle import Stopping
 from xpupool.engine.engine import Engine
 from xpupool.model.allocation import Allocation
 from xpupool.model.device import Node
@@ -125,12 +126,12 @@ class HeldJob:
         return self.state is JobPhase.RUNNING or bool(self.handed)
 
     @property
-    def stopping(self) -> str | None:
-        """The stop as the scheduling cycle reads it (``RunningWork``): 'preempt' for a victim of
-        an earlier decision, the cause's name for any other stop, None when not stopping."""
+    def stopping(self) -> Stopping | None:
+        """The stop as the scheduling cycle reads it (``RunningWork``): ``PREEMPT`` for a victim
+        of an earlier decision, ``OTHER`` for any other stop, None when not stopping."""
         if self.stop is None:
             return None
-        return "preempt" if self.stop is StopCause.PREEMPTED else self.stop.value
+        return Stopping.PREEMPT if self.stop is StopCause.PREEMPTED else Stopping.OTHER
 
 
 @dataclass

@@ -12,6 +12,7 @@ from sqlalchemy import Connection, select
 
 from xpupool.catalog.image_needs import ImageMerge, merge_image_needs
 from xpupool.catalog.image_ref import ImageRefError, parse_image_ref
+from xpupool.engine.outcomes import NeverFits, NotAdmitted, render
 from xpupool.model.errors import Conflict, NotFound, RequestError, Unavailable
 from xpupool.model.request import Request
 from xpupool.model.request_model import request_from_dict, request_to_dict
@@ -170,10 +171,11 @@ def _check(
             if from_image.changed and miss.field in _IMAGE_FIELDS:
                 raise RequestError("image", body.image, f"{why} ({from_image.events[-1]})")
             raise RequestError(miss.field, None, why).under(body.request_field)
-        waiting = f"unschedulable: nothing in the pool can hold it ({miss.reason})"
+        waiting = render(NeverFits(miss.reason))
     never = plane.admission.inadmissible(req, queue)
-    if never:  # its queue's quotas can never admit it: only the admin's quota change could
-        raise RequestError("queue", queue, f"the queue can never hold it: {never}")
+    if never is not None:  # its queue's quotas can never admit it: only a quota change could
+        causes = render(NotAdmitted(never.causes))
+        raise RequestError("queue", queue, f"the queue can never hold it: {causes}")
     _check_secrets(conn, tenant, body)
     volumes.check_mounts(conn, tenant, queue, body.volumes)
     grants.check_submission(

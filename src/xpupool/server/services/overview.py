@@ -23,8 +23,8 @@ from operator import attrgetter
 import numpy as np
 import numpy.typing as npt
 
-from xpupool.engine.cycle import INADMISSIBLE
 from xpupool.engine.fragmentation import ShapeTable, Stranded, TargetWorkload, stranded_capacity
+from xpupool.engine.outcomes import INADMISSIBLE
 from xpupool.engine.reasons import PREEMPTION_MAY_HELP, Unschedulable
 from xpupool.engine.state import ClusterState
 from xpupool.model.request import DeviceRequest, Request
