@@ -13,6 +13,9 @@ In CI the registry is installed by .ci/run: a missing registry fails these tests
 
 from __future__ import annotations
 
+import base64
+import http.client
+import http.server
 import json
 import os
 import shutil
@@ -114,6 +117,61 @@ def silent_registry() -> Iterator[str]:
         server.close()
 
 
+AUTH_USER, AUTH_PASSWORD = "puller", "pull-pass-7Qm"
+
+
+class _AuthProxy(http.server.BaseHTTPRequestHandler):
+    """The registry behind HTTP basic authentication, as a private registry is: every request
+    without the right credentials gets 401 and the challenge; the others are passed on."""
+
+    backend = ""
+    expected = "Basic " + base64.b64encode(f"{AUTH_USER}:{AUTH_PASSWORD}".encode()).decode()
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+    def _forward(self) -> None:
+        if self.headers.get("Authorization") != self.expected:
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="xpupool-test"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        conn = http.client.HTTPConnection(self.backend, timeout=30)
+        conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
+        for key, value in self.headers.items():  # every Accept: a client sends several
+            if key.lower() != "authorization":
+                conn.putheader(key, value)
+        conn.endheaders()
+        answer = conn.getresponse()
+        body = answer.read()
+        self.send_response(answer.status)
+        for key, value in answer.getheaders():
+            if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+        conn.close()
+
+    do_GET = do_HEAD = _forward  # noqa: N815 - the names http.server calls
+
+
+@pytest.fixture(scope="module")
+def private_registry(registry: str) -> Iterator[str]:
+    """``127.0.0.1:PORT`` of the test registry behind basic authentication."""
+    handler = type("Proxy", (_AuthProxy,), {"backend": registry})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.fixture(scope="module")
 def pushed(registry: str, busybox_image: str) -> Iterator[str]:
     """The busybox image in the registry, and not in the engine's store under that name (nor
@@ -128,7 +186,10 @@ def pushed(registry: str, busybox_image: str) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def engine(
-    tmp_path_factory: pytest.TempPathFactory, registry: str, silent_registry: str
+    tmp_path_factory: pytest.TempPathFactory,
+    registry: str,
+    silent_registry: str,
+    private_registry: str,
 ) -> Iterator[Engine]:
     """``xpupool up`` on podman, told that the test's registries speak plain HTTP."""
     tmp = tmp_path_factory.mktemp("pull-up")
@@ -137,7 +198,7 @@ def engine(
     conf.write_text(
         "".join(
             f'[[registry]]\nlocation = "{r}"\ninsecure = true\n\n'
-            for r in (registry, silent_registry, down)
+            for r in (registry, silent_registry, private_registry, down)
         )
     )
     (tmp / "cluster.yaml").write_text(CLUSTER)
@@ -268,3 +329,30 @@ def test_a_registry_that_never_answers_fails_the_job_at_the_pull_timeout(
     assert f"ErrImagePull: timed out: {image}" in str(job["reason"]), (job, text)
     assert f"no image after {PULL_TIMEOUT_S} s" in str(job["reason"]), job
     assert time.monotonic() - start < PULL_TIMEOUT_S + 60
+
+
+def test_a_private_registry_is_pulled_from_with_the_jobs_pull_secret(
+    engine: Engine, pushed: str, private_registry: str, registry: str
+) -> None:
+    """Issue 45 part 3 and issue 48: registry credentials are a tenant's secret, given to the
+    pull alone; without them the pull fails ``unauthorised``; they reach no file of the server's
+    or the agent's and no answer."""
+    image = pushed.replace(registry, private_registry, 1)
+    token = base64.b64encode(f"{AUTH_USER}:{AUTH_PASSWORD}".encode()).decode()
+    auth = json.dumps({"auths": {private_registry: {"auth": token}}})
+    r = engine.user.put("/v1/secrets/registry", json={"secret": auth})
+    assert r.status_code in (200, 201), r.text
+    refused = engine.submit({"image": image, "command": ["true"], "pull_secret": "nope"})
+    assert refused.status_code == 422 and refused.json()["field"] == "pull_secret", refused.text
+    job, text = _run(engine, image, pull="always")
+    assert job["state"] == "failed", (job, text)
+    assert f"ErrImagePull: unauthorised: {image}" in str(job["reason"]), (job, text)
+    job, text = _run(engine, image, pull="always", pull_secret="registry")
+    assert job["state"] == "succeeded", (job, text)
+    assert "ran-from-registry" in text and "with its pull secret" in text, text
+    assert job["pull_secret"] == "registry", job
+    for path in engine.srv.data.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert AUTH_PASSWORD.encode() not in data and token.encode() not in data, path
+    assert token not in engine.user.get(f"/v1/jobs/{job['id']}").text

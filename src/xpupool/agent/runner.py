@@ -213,7 +213,8 @@ class Runner:
         try:
             spec = build_spec(work, d.log, self.settings, self.node_vendors, self.held_ports())
             spec = volume_mounts.prepare(spec, work.volumes, backend)
-            rep.spec = secret_files.place(self.secrets_root, spec, work.secrets)
+            spec = secret_files.place(self.secrets_root, spec, work.secrets)
+            rep.spec = secret_files.place_pull_auth(self.secrets_root, spec, work.pull_secret)
         except LaunchError as exc:
             return self._refuse(rep, exc.reason)
         except OSError as exc:
@@ -222,7 +223,8 @@ class Runner:
             handed = spec_file.SpecFile(backend, self.settings, rep.spec, self.lease_grace_s)
             rd.write_atomic(d.spec, spec_file.dumps(handed))
             # without its secrets' values: they are in the secret files only
-            rd.write_atomic(d.work, work.model_dump_json(exclude={"secrets"}).encode())
+            unsealed = {"secrets", "pull_secret"}
+            rd.write_atomic(d.work, work.model_dump_json(exclude=unsealed).encode())
         except ValueError as exc:  # a lone surrogate in argv or env cannot be written or run
             return self._refuse(rep, f"cannot start {(work.command or [''])[0]!r}: {exc}")
         rd.write_lease(d, self.lease_until)
@@ -351,7 +353,7 @@ class Runner:
     def _collect(self, rep: Replica) -> None:
         """The run's directory goes (its supervisor removes it, or this agent when there is no
         supervisor any more); its log stays, as the agent's copy under ``logs/``."""
-        if rep.spec is not None and rep.spec.secrets_dir:
+        if rep.spec is not None and (rep.spec.secrets_dir or rep.spec.pull_auth):
             secret_files.remove(self.secrets_root, rep.spec)
         if rep.run_dir is None:
             return

@@ -164,6 +164,7 @@ def job_detail(job: JobView, now: float | None = None) -> RenderableType:
         ("command", " ".join(job.command) or "(image entry point)"),
         ("image", job.image or "(host)"),
         *((("pull", job.pull),) if job.pull else ()),
+        *((("pull secret", job.pull_secret),) if job.pull_secret else ()),
         ("on node lost", job.on_node_lost),
         ("attempts", str(job.attempts)),
         ("retries", retries_text(job)),

@@ -478,6 +478,7 @@ class JobView:
     command: tuple[str, ...]
     image: str | None
     pull: str | None
+    pull_secret: str | None
     env: dict[str, str]
     secrets: tuple[SecretRefView, ...]
     volumes: tuple[VolumeMountView, ...]
@@ -515,6 +516,7 @@ class JobView:
             command=_texts(r, "command"),
             image=r.opt_text("image"),
             pull=r.opt_text("pull"),
+            pull_secret=r.opt_text("pull_secret"),
             env=r.mapping("env", str),
             secrets=tuple(
                 SecretRefView.read(x, f"{where}.secrets[{i}]")

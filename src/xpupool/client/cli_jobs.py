@@ -142,6 +142,12 @@ def wait_for(client: Client, job: JobView, until: str, timeout_s: float) -> JobV
     type=click.Choice(["if-not-present", "always", "never"]),
     help="when the node pulls --image [default: if-not-present]",
 )
+@click.option(
+    "--pull-secret",
+    metavar="NAME",
+    help="pull --image with your secret NAME: a registry auth file (podman login --authfile F; "
+    "xpupool secret set NAME --from-file F)",
+)
 @click.option("--on-node-lost", type=click.Choice(["requeue", "fail"]), help="[default: requeue]")
 @click.option("--tenant", help="admin only: submit for this tenant")
 @click.option(
@@ -185,6 +191,7 @@ def submit(
     secret_refs: tuple[str, ...],
     image: str | None,
     pull: str | None,
+    pull_secret: str | None,
     on_node_lost: str | None,
     tenant: str | None,
     max_retries: int | None,
@@ -222,6 +229,7 @@ def submit(
         "priority": priority,
         "image": image,
         "pull": pull,
+        "pull_secret": pull_secret,
         "on_node_lost": on_node_lost,
         "tenant": tenant,
         "max_retries": max_retries,

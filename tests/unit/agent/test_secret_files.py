@@ -18,6 +18,7 @@ from xpupool.agent.launch.container import ContainerBackend
 from xpupool.agent.launch.secret_files import (
     CONTAINER_DIR,
     place,
+    place_pull_auth,
     remove,
     remove_leftovers,
     secret_env,
@@ -119,3 +120,22 @@ def test_the_back_ends_see_them_read_only(tmp_path: Path) -> None:
     at = bw.index(host.secrets_dir)
     assert bw[at - 1] == "--ro-bind" and bw[at + 1] == host.secrets_dir
     assert os.path.isdir(host.secrets_dir)
+
+
+def test_a_pull_secret_is_the_pulls_alone(tmp_path: Path) -> None:
+    cfg = settings(tmp_path, runtime="podman")
+    root = tmp_path / "root"
+    spec = build_spec(work(["sh"], image="busybox"), tmp_path / "l.log", cfg)
+    spec = place(root, spec, [grant("hf")])
+    auth = b'{"auths": {"registry.example": {"auth": "dTpw"}}}'
+    placed = place_pull_auth(root, spec, grant("reg", auth))
+    path = Path(placed.pull_auth)
+    assert path.read_bytes() == auth and stat.S_IMODE(path.stat().st_mode) == 0o400
+    assert path.stat().st_uid == os.geteuid()  # the agent's, never the job's
+    assert not path.is_relative_to(Path(placed.secrets_dir))  # not where the job looks
+    assert (Path(placed.secrets_dir) / "hf").exists()  # the job's own secrets stay
+    data = spec_file.dumps(spec_file.SpecFile("container", cfg, placed, 1.0))
+    assert b"dTpw" not in data and spec_file.loads(data).spec.pull_auth == str(path)
+    with pytest.raises(LaunchError, match="not a registry auth file"):
+        place_pull_auth(root, spec, grant("bad", b"user:password"))
+    assert place_pull_auth(root, spec, None) is spec

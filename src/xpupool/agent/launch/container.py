@@ -242,6 +242,7 @@ class ContainerBackend(ProcessBackend):
             self.settings.pull_timeout_s,
             lambda line: write_log_line(spec.log_path, line),
             client_env(),
+            spec.pull_auth,
         )
         write_env_file(path, container_env(spec, network, HOST_NAMES[runtime]))
         if spec.secret_env:

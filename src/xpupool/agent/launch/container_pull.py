@@ -12,16 +12,19 @@ lacks the image; ``always``; ``never``: the image must already be there). A fail
 engine's stderr (:func:`classify`): the attempt fails once, and the job's own retry policy (not
 this module) decides whether it runs again, so nothing here retries for ever.
 
-Registry credentials are the engine's own (its auth file, ``REGISTRY_AUTH_FILE`` in the agent's
-environment); per-tenant credentials are not supported yet (docs/agent.md).
+Registry credentials are the job's pull secret where it names one (a tenant's registry auth
+file, written for the pull only: agent/launch/secret_files.py), else the engine's own (its auth
+file, ``REGISTRY_AUTH_FILE`` in the agent's environment).
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Literal, get_args
 
 from xpupool.agent.launch.spec import LaunchError
@@ -111,21 +114,41 @@ def image_present(
     return done.returncode == 0
 
 
+def auth_args(
+    base: Sequence[str], authfile: str, env: dict[str, str] | None
+) -> tuple[list[str], dict[str, str] | None]:
+    """The pull's options and environment for the registry auth file ``authfile`` ("" = none):
+    podman's ``--authfile FILE``; docker reads ``config.json`` of the directory ``DOCKER_CONFIG``."""
+    if not authfile:
+        return [], env
+    if Path(base[0]).name == "docker":
+        return [], {
+            **(env if env is not None else os.environ),
+            "DOCKER_CONFIG": str(Path(authfile).parent),
+        }
+    return ["--authfile", authfile], env
+
+
 def pull(
     base: Sequence[str],
     image: str,
     timeout_s: float,
     log: Log,
     env: dict[str, str] | None = None,
+    authfile: str = "",
 ) -> str:
     """``<runtime> pull IMAGE`` with each line of its output given to ``log`` as it comes (the
     engine's progress: ``Copying blob ...``); killed after ``timeout_s``. Returns the summary
     line (``pulled IMAGE in N s, K layers``); raises LaunchError with the classified reason."""
-    log(f"pulling {image} (timeout {timeout_s:g} s)")
+    log(
+        f"pulling {image} (timeout {timeout_s:g} s)"
+        + (", with its pull secret" if authfile else "")
+    )
+    options, env = auth_args(base, authfile, env)
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
-            [*base, "pull", image],
+            [*base, "pull", *options, image],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -174,6 +197,7 @@ def ensure_image(
     timeout_s: float,
     log: Log,
     env: dict[str, str] | None = None,
+    authfile: str = "",
 ) -> str:
     """The image on this host under ``policy``; returns what was done, for the job's events
     (``image present``, or :func:`pull`'s summary). Raises LaunchError (the attempt's reason)."""
@@ -185,4 +209,4 @@ def ensure_image(
         reason = f"ErrImageNeverPull: image not present: {image} (pull policy never)"
         log(reason)
         raise LaunchError(reason)
-    return pull(base, image, timeout_s, log, env)
+    return pull(base, image, timeout_s, log, env, authfile)

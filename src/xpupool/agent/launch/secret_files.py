@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import json
 import os
 import shutil
 from collections.abc import Iterable, Mapping
@@ -83,6 +84,33 @@ def place(root: Path, spec: LaunchSpec, grants: Iterable[SecretGrant]) -> Launch
     env = {**spec.env, ENV_VAR: inside}
     pairs = tuple((g.env, g.name) for g in grants if g.env)
     return replace(spec, env=env, secrets_dir=str(files), secret_env=pairs)
+
+
+def place_pull_auth(root: Path, spec: LaunchSpec, grant: SecretGrant | None) -> LaunchSpec:
+    """Write the registry auth file ``grant`` holds for ``spec``'s pull (after :func:`place`):
+    ``<run>/pull/config.json``, the agent's alone (0400 in a 0700 directory), never the job's.
+    ``podman pull --authfile`` reads the file, ``docker pull`` the directory (``DOCKER_CONFIG``)."""
+    if grant is None:
+        return spec
+    try:
+        value = base64.b64decode(grant.value_base64, validate=True)
+        auths = json.loads(value).get("auths")
+    except (ValueError, AttributeError):
+        auths = None
+    if not isinstance(auths, dict):
+        raise LaunchError(
+            f"pull secret {grant.name!r} is not a registry auth file (JSON with 'auths', as "
+            "'podman login --authfile FILE' writes)"
+        )
+    _private_dir(root, 0o711)
+    run = run_dir(root, spec)
+    _private_dir(run, 0o711)
+    pull = run / "pull"
+    shutil.rmtree(pull, ignore_errors=True)
+    pull.mkdir(mode=0o700)
+    path = pull / "config.json"
+    _write(path, value, os.geteuid(), os.getegid())
+    return replace(spec, pull_auth=str(path))
 
 
 def secret_env(spec: LaunchSpec) -> dict[str, str]:

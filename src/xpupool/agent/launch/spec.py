@@ -161,6 +161,7 @@ class LaunchSpec:
     # its volumes (.volume_mounts): (host directory, mount path, read-only)
     volumes: tuple[tuple[str, str, bool], ...] = ()
     pull: str = DEFAULT_PULL_POLICY  # its image's pull policy (.container_pull)
+    pull_auth: str = ""  # the registry auth file its image is pulled with (.secret_files)
 
     @property
     def tmpdir(self) -> Path:

@@ -178,6 +178,7 @@ def dumps(f: SpecFile) -> bytes:
         "secret_env": [list(p) for p in sp.secret_env],  # names only, never a value
         "volumes": [list(v) for v in sp.volumes],
         "pull": sp.pull,
+        "pull_auth": sp.pull_auth,  # a path on the memory filesystem, never the credentials
     }
     body = {
         "backend": f.backend,
@@ -242,6 +243,7 @@ def loads(data: bytes) -> SpecFile:
         secrets_dir=str(sp.get("secrets_dir", "")),
         secret_env=tuple((str(v), str(n)) for v, n in sp.get("secret_env", ())),
         volumes=tuple((str(h), str(t), bool(ro)) for h, t, ro in sp.get("volumes", ())),
-        pull=str(sp.get("pull", DEFAULT_PULL_POLICY)),  # absent: written before pull policies
+        pull=str(sp.get("pull", DEFAULT_PULL_POLICY)),
+        pull_auth=str(sp.get("pull_auth", "")),  # absent: written before pull policies
     )
     return SpecFile(str(body["backend"]), settings, spec, float(body["lease_grace_s"]))

@@ -330,6 +330,11 @@ class Work(Lenient):
     volumes: list[VolumeGrant] = Field(
         default_factory=list, description="The volumes the replica mounts."
     )
+    pull_secret: SecretGrant | None = Field(
+        default=None,
+        description="The registry auth file its image is pulled with; never written by the agent"
+        " but to the replica's secret directory, never given to the job.",
+    )
     secrets: list[SecretGrant] = Field(
         default_factory=list,
         description="The job's secrets with their values, for this replica only; never written"

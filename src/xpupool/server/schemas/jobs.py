@@ -123,6 +123,11 @@ class JobIn(Strict):
         " the node lacks it), always (before every run), never (it must be on the node); null ="
         " if-not-present. Only with an image.",
     )
+    pull_secret: Name | None = Field(
+        None,
+        description="The tenant's secret the node's agent pulls the image with: a registry auth"
+        " file (what 'podman login --authfile FILE' writes). Only with an image.",
+    )
     env: dict[str, str] = Field(
         default_factory=dict, description="Extra environment variables for the process."
     )
@@ -284,6 +289,7 @@ class Job(Lenient):
     command: list[str]
     image: str | None
     pull: PullPolicy | None = Field(None, description="Its image's pull policy; null: default.")
+    pull_secret: str | None = Field(None, description="The secret its image is pulled with.")
     env: dict[str, str]
     secrets: list[SecretRef] = Field(
         default_factory=list, description="The secrets the job gets, by name (never a value)."

@@ -257,6 +257,9 @@ def _reply(
                 attempt=max(job.attempt, 1),
                 log_cap_bytes=log_caps(plane, job.queue, conn).job_bytes,
                 secrets=_grants(plane, conn, job.tenant, row["secrets"]),
+                pull_secret=next(
+                    iter(_grants(plane, conn, job.tenant, _pull_ref(row["pull_secret"]))), None
+                ),
                 volumes=volumes.grants(conn, job.tenant, job.queue, alloc.node, row["volumes"]),
             )
         )
@@ -267,6 +270,10 @@ def _reply(
         lease_s=plane.lease.lease_s,
         lease_grace_s=plane.lease.grace_s,
     )
+
+
+def _pull_ref(name: str | None) -> list[dict[str, Any]] | None:
+    return None if name is None else [{"name": name, "env": None}]
 
 
 def _grants(

@@ -214,6 +214,7 @@ def _store(
         "command": body.command,
         "image": body.image,
         "pull": body.pull,
+        "pull_secret": body.pull_secret,
         "env": body.env,
         "secrets": [ref.model_dump() for ref in body.secrets] or None,
         "volumes": [m.model_dump() for m in body.volumes] or None,
@@ -247,6 +248,9 @@ _IMAGE_FIELDS = frozenset({"devices.software", "devices.vendors", "devices.model
 def _check_secrets(conn: Connection, tenant: str, body: JobIn) -> None:
     """Every secret the job names is one of its tenant's (a job never names another tenant's:
     names are looked up in its own tenant's only)."""
+    if body.pull_secret is not None and not secret_rows.names(conn, tenant, [body.pull_secret]):
+        why = f"tenant {tenant!r} has no secret of that name (xpupool secret set NAME)"
+        raise RequestError("pull_secret", body.pull_secret, why)
     if not body.secrets:
         return
     have = secret_rows.names(conn, tenant, [ref.name for ref in body.secrets])
@@ -286,6 +290,9 @@ def _check_what_to_run(body: JobIn) -> None:
         raise RequestError("command", body.command, "give a command to run, an image, or both")
     if body.pull is not None and body.image is None:
         raise RequestError("pull", body.pull, "only an image is pulled; this job has no image")
+    if body.pull_secret is not None and body.image is None:
+        why = "only an image is pulled; this job has no image"
+        raise RequestError("pull_secret", body.pull_secret, why)
 
 
 def _check_runtime_somewhere(plane: ControlPlane, image: str | None) -> None:

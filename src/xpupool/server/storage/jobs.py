@@ -28,6 +28,7 @@ jobs = Table(
     Column("env", JSON, nullable=False),
     Column("secrets", JSON, nullable=True),  # [{"name", "env"}]: names only (schemas SecretRef)
     Column("volumes", JSON, nullable=True),  # [{"name", "path", "read_only"}] (VolumeMount)
+    Column("pull_secret", String(63), nullable=True),  # the secret the image is pulled with
     Column("on_node_lost", String(10), nullable=False),
     Column("flavor", String(63), nullable=True),
     Column("exit_code", Integer, nullable=True),
