@@ -73,6 +73,12 @@ def test_a_job_writes_its_own_volume_and_reads_a_shared_one(place: Path, sandbox
                     mine.stat().st_uid != 0 and (mine / "out").stat().st_uid == mine.stat().st_uid
                 )
             assert not (place / "ref" / "x").exists()
+
+            def measured() -> bool:
+                vols = {v["name"]: v for v in user.get("/v1/volumes").json()}
+                return [u["tenant"] for u in vols["scratch"]["usage"]] == ["lab"]
+
+            until(measured, "the agent's measure of the tenant's directory", 30)
         finally:
             user.close()
             other.close()

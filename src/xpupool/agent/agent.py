@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from xpupool.agent import volume_usage
 from xpupool.agent.monitor import Monitor, Reading, device_metrics, over_limit
 from xpupool.agent.runner import DEFAULT_LEASE_S, Runner
 from xpupool.agent.transport import (
@@ -35,7 +36,12 @@ from xpupool.agent.transport import (
 )
 from xpupool.model.errors import NotFound
 from xpupool.probes.base import DeviceInfo
-from xpupool.server.schemas.agent_protocol import FINAL_REPLICA_STATES, Heartbeat, NodeIn
+from xpupool.server.schemas.agent_protocol import (
+    FINAL_REPLICA_STATES,
+    Heartbeat,
+    NodeIn,
+    VolumeUsageReport,
+)
 
 log = logging.getLogger("xpupool.agent")
 
@@ -62,6 +68,7 @@ class HostedNode:
     # the failure last logged, per kind ("register", "heartbeat"): the same one again (a server
     # that stays down, a registration it keeps refusing) is not logged again until one succeeds
     failing: dict[str, str] = field(default_factory=dict)
+    next_volume_measure: float = 0.0  # when its volumes are measured next (volume_usage.py)
 
 
 def _failed(node: HostedNode, kind: str, text: str) -> None:
@@ -134,7 +141,9 @@ class Agent:
         reports = node.runner.reports()
         sent = time.monotonic()  # the lease's clock: CLOCK_MONOTONIC, shared with supervisors
         try:
-            body = Heartbeat(node=node.name, metrics=metrics, replicas=reports)
+            body = Heartbeat(
+                node=node.name, metrics=metrics, replicas=reports, volumes=self._volumes(node)
+            )
             reply = self.transport.heartbeat(body)
         except NotFound:
             log.warning("server does not know node %s: registering again", node.name)
@@ -158,6 +167,21 @@ class Agent:
             node.runner.stop(job_id, replica)
         for work in reply.run:
             node.runner.start(work)
+
+    def _volumes(self, node: HostedNode) -> list[VolumeUsageReport] | None:
+        """What ``node``'s volumes hold, when their measure is due (None otherwise)."""
+        dirs = node.runner.volume_dirs
+        now = self.clock()
+        if not dirs or now < node.next_volume_measure:
+            return None
+        node.next_volume_measure = now + volume_usage.EVERY_S
+        out = []
+        for (name, tenant), path in sorted(dirs.items(), key=lambda kv: kv[0][0])[:64]:
+            m = volume_usage.measure(path)
+            out.append(
+                VolumeUsageReport(name=name, tenant=tenant, bytes=m.bytes, complete=m.complete)
+            )
+        return out
 
     def forget_copies(self, job_id: int) -> None:
         """Remove every hosted node's copies of job ``job_id``'s finished logs."""

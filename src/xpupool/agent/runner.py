@@ -168,6 +168,9 @@ class Runner:
         self.lease_grace_s = grace_s  # SIGTERM to SIGKILL when a lease ends (the server's)
         # where its replicas' secrets are written (secret_files.py: a memory filesystem)
         self.secrets_root = secret_files.secrets_root(self.work_dir, node, self.settings.job_root)
+        # (volume, its tenant for a per-tenant one) -> the directory its replicas were given,
+        # measured now and then for the server (volume_usage.py)
+        self.volume_dirs: dict[tuple[str, str | None], str] = {}
         _RUNNERS.add(self)
         self.reattach()
 
@@ -213,6 +216,8 @@ class Runner:
         try:
             spec = build_spec(work, d.log, self.settings, self.node_vendors, self.held_ports())
             spec = volume_mounts.prepare(spec, work.volumes, backend)
+            for g, (host, _, _) in zip(work.volumes, spec.volumes, strict=True):
+                self.volume_dirs[(g.name, work.tenant if g.per_tenant else None)] = host
             spec = secret_files.place(self.secrets_root, spec, work.secrets)
             rep.spec = secret_files.place_pull_auth(self.secrets_root, spec, work.pull_secret)
         except LaunchError as exc:

@@ -14,6 +14,7 @@ from xpupool.client._cli_common import (
     make_client,
     output_option,
 )
+from xpupool.model.quantity import format_mib, parse_memory_mib
 
 
 @click.group()
@@ -28,6 +29,12 @@ def volume() -> None:
 @click.option("--read-only", is_flag=True, help="jobs mount it read-only")
 @click.option("--tenant", "tenants", multiple=True, help="a tenant that may mount it (repeat)")
 @click.option("--queue", "queues", multiple=True, help="a queue whose jobs may mount it (repeat)")
+@click.option(
+    "--quota",
+    metavar="SIZE",
+    help="what a tenant's directory (--per-tenant) or the volume may hold, e.g. 500Gi: "
+    "reported when over, not enforced",
+)
 @connection_options
 @output_option
 def volume_create(
@@ -37,6 +44,7 @@ def volume_create(
     read_only: bool,
     tenants: tuple[str, ...],
     queues: tuple[str, ...],
+    quota: str | None,
     url: str | None,
     token: str | None,
     output: str,
@@ -53,6 +61,7 @@ def volume_create(
         "read_only": read_only,
         "tenants": list(tenants) or None,
         "queues": list(queues) or None,
+        "quota_bytes": None if quota is None else parse_memory_mib("--quota", quota) << 20,
     }
     with make_client(url, token) as client:
         found = client.put_volume(name, body)
@@ -80,8 +89,10 @@ def volume_delete(name: str, url: str | None, token: str | None) -> None:
 
 
 def _table(rows: list[dict[str, Any]]) -> Table:
-    table = Table("NAME", "PATH", "PER TENANT", "MODE", "TENANTS", "QUEUES")
+    table = Table("NAME", "PATH", "PER TENANT", "MODE", "TENANTS", "QUEUES", "USED", "QUOTA")
     for r in rows:
+        used, quota = r.get("used_bytes"), r.get("quota_bytes")
+        over = r.get("over_quota") or []
         table.add_row(
             str(r["name"]),
             str(r["path"]),
@@ -89,5 +100,8 @@ def _table(rows: list[dict[str, Any]]) -> Table:
             "ro" if r["read_only"] else "rw",
             ", ".join(r["tenants"]) if r["tenants"] else "all",
             ", ".join(r["queues"]) if r["queues"] else "all",
+            "-" if used is None else format_mib(int(used) >> 20),
+            ("-" if quota is None else format_mib(int(quota) >> 20))
+            + (f" (over: {', '.join(over)})" if over else ""),
         )
     return table

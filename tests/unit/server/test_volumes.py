@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from server_kit import Server, queue, tenant
+from server_kit import Server, node, queue, tenant
 
 from xpupool.server.services import volumes
 
@@ -118,3 +118,68 @@ def test_the_node_gets_the_path_resolved_and_nothing_it_may_no_longer_mount(
     declare(server, "narrowed", tenants=["other"])
     with server.plane.db.connect() as conn:
         assert [g.name for g in volumes.grants(conn, "lab", "lab", "n", mounts)] == ["scratch"]
+
+
+def beat(srv: Server, node_name: str, volumes: object) -> Any:
+    body = {"node": node_name, "volumes": volumes}
+    return srv.client.post("/v1/agent/heartbeat", json=body, headers=srv.admin)
+
+
+def test_usage_the_agents_measure_is_shown_and_over_quota_named(server: Server) -> None:
+    lab = tenant(server, "lab")
+    other = tenant(server, "other")
+    node(server, "n1")
+    node(server, "n2")
+    gib = 1 << 30
+    declare(server, "scratch", path="/srv/{node}/s", per_tenant=True, quota_bytes=3 * gib)
+    declare(server, "shared", path="/nfs/shared", quota_bytes=10 * gib)
+    r = beat(
+        server,
+        "n1",
+        [
+            {"name": "scratch", "tenant": "lab", "bytes": 2 * gib},
+            {"name": "scratch", "tenant": "other", "bytes": gib},
+            {"name": "shared", "bytes": 4 * gib},
+        ],
+    )
+    assert r.status_code == 200, r.text
+    beat(
+        server,
+        "n2",
+        [
+            {"name": "scratch", "tenant": "lab", "bytes": 2 * gib, "complete": False},
+            {"name": "shared", "bytes": 5 * gib},
+        ],
+    )
+    vols = {v["name"]: v for v in server.client.get("/v1/volumes", headers=server.admin).json()}
+    assert vols["scratch"]["used_bytes"] == 5 * gib  # one directory per node: they add up
+    assert vols["scratch"]["over_quota"] == ["lab"]  # 4 GiB over its 3 GiB
+    assert vols["shared"]["used_bytes"] == 5 * gib  # one path everywhere: the largest measure
+    assert vols["shared"]["over_quota"] == []
+    mine = {
+        v["name"]: v for v in server.client.get("/v1/volumes", headers=server.as_(other)).json()
+    }
+    assert [u["tenant"] for u in mine["scratch"]["usage"]] == ["other"]  # its own only
+    assert mine["scratch"]["used_bytes"] == gib
+    assert [
+        u["tenant"]
+        for u in server.client.get("/v1/volumes", headers=server.as_(lab)).json()[0]["usage"]
+    ] == ["lab", "lab"]
+
+
+def test_a_bad_usage_report_is_refused_and_changes_nothing(server: Server) -> None:
+    node(server, "n1")
+    declare(server, "shared")
+    assert beat(server, "n1", [{"name": "shared", "bytes": 7}]).status_code == 200
+    for bad in (
+        [{"name": "shared", "bytes": -1}],
+        [{"name": "Not A Name", "bytes": 1}],
+        [{"name": "shared", "bytes": 1}] * 65,
+    ):
+        r = beat(server, "n1", bad)
+        assert r.status_code == 422, (bad, r.text)
+        assert r.json()["field"].startswith("volumes"), r.json()
+    (shared,) = server.client.get("/v1/volumes", headers=server.admin).json()
+    assert shared["used_bytes"] == 7
+    assert beat(server, "n1", None).status_code == 200  # not measured this time: kept
+    assert server.client.get("/v1/volumes", headers=server.admin).json()[0]["used_bytes"] == 7

@@ -62,7 +62,7 @@ from xpupool.server.plane.store import (
 from xpupool.server.plane.tenancy import TenancyBooks
 from xpupool.server.plane.tenant_store import TenantStore
 from xpupool.server.retention import Retention
-from xpupool.server.schemas.agent_protocol import DeviceMetrics
+from xpupool.server.schemas.agent_protocol import DeviceMetrics, VolumeUsageReport
 from xpupool.server.schemas.jobs import HOLDING_STATES, JobPhase, StopCause
 from xpupool.server.secret_box import SecretBox
 from xpupool.server.sites.agent_pool import AgentPoolSite
@@ -158,6 +158,8 @@ class ControlPlane(NodeBook, TenancyBooks, TenantStore, PlaneReads):
         self._metrics: dict[str, DeviceMetrics] = {}
         self.live = LiveMetrics()  # the same readings as columns, and a ring per card
         self.card_health = CardHealth()  # cards read unhealthy: cordoned, emptied, settling
+        # node -> (when, what its volumes held): the last measure each agent sent (not stored)
+        self.volume_usage: dict[str, tuple[float, list[VolumeUsageReport]]] = {}
         self._pending: PendingJobs[PendingJob] = PendingJobs()  # counts per tenant (limits)
         self._held: dict[int, HeldJob] = {}
         self._queue_specs: dict[str, QueueSpec] = {}

@@ -235,6 +235,16 @@ class ReplicaReport(Lenient):
     )
 
 
+class VolumeUsageReport(LenientIn):
+    """What one volume directory holds on the node (agent/volume_usage.py): a per-tenant
+    volume's tenant directory, or a shared volume's whole."""
+
+    name: Name
+    tenant: Name | None = None
+    bytes: int = Field(ge=0, le=1 << 62)
+    complete: bool = Field(True, description="False: the walk stopped at its bound; at least.")
+
+
 class Heartbeat(LenientIn):
     node: str
     metrics: list[DeviceMetrics] = Field(
@@ -243,6 +253,11 @@ class Heartbeat(LenientIn):
         description="One per registered device at most; a UUID the node did not register is 422.",
     )
     replicas: list[ReplicaReport] = Field(default_factory=list)
+    volumes: list[VolumeUsageReport] | None = Field(
+        default=None,
+        max_length=64,
+        description="The bytes in the volumes this node mounts; null: not measured this time.",
+    )
 
 
 class DeviceAssignment(Lenient):

@@ -48,6 +48,13 @@ class VolumeIn(Strict):
     queues: list[Name] | None = Field(
         None, max_length=1000, description="Queues whose jobs may mount it; null = every queue."
     )
+    quota_bytes: int | None = Field(
+        None,
+        ge=0,
+        le=1 << 62,
+        description="Bytes a tenant's directory (per_tenant) or the volume may hold; reported "
+        "when over (over_quota), not enforced: null = no quota.",
+    )
 
     @field_validator("path")
     @classmethod
@@ -58,6 +65,16 @@ class VolumeIn(Strict):
         return clean
 
 
+class VolumeUsage(Lenient):
+    """What the volume holds on one node (for a tenant, per_tenant), as its agent last measured."""
+
+    node: str
+    tenant: str | None
+    bytes: int
+    complete: bool = Field(description="False: the measure stopped at its bound; at least.")
+    at: float = Field(description="When the agent sent it (Unix time).")
+
+
 class Volume(Lenient):
     name: Name
     path: str
@@ -65,7 +82,15 @@ class Volume(Lenient):
     read_only: bool
     tenants: list[str] | None
     queues: list[str] | None
+    quota_bytes: int | None = None
     created_at: float
+    usage: list[VolumeUsage] = Field(
+        default_factory=list, description="Per node (and tenant): the agents' last measures."
+    )
+    used_bytes: int | None = Field(None, description="Their sum; null: not measured yet.")
+    over_quota: list[str] = Field(
+        default_factory=list, description="Who holds more than quota_bytes: tenants, or 'all'."
+    )
 
 
 class VolumeMount(Strict):

@@ -54,6 +54,8 @@ def heartbeat(plane: ControlPlane, body: Heartbeat, who: Principal | None = None
         for m in body.metrics:
             plane.record_metrics(m, now)
         plane.card_health.observe(plane, conn, body.node, body.metrics)  # cordon, empty, settle
+        if body.volumes is not None:  # the node's last measure replaces its earlier one
+            plane.volume_usage[body.node] = (now, list(body.volumes))
         strangers: set[tuple[int, int]] = set()  # reported, not held: stop them if running
         for report in body.replicas:
             if _holds(plane, body.node, report):

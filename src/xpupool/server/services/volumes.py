@@ -16,7 +16,7 @@ from xpupool.model.errors import Forbidden, NotFound, RequestError
 from xpupool.server.auth import Principal
 from xpupool.server.plane import volume_rows
 from xpupool.server.schemas.agent_protocol import VolumeGrant
-from xpupool.server.schemas.volumes import Volume, VolumeIn, VolumeMount
+from xpupool.server.schemas.volumes import Volume, VolumeIn, VolumeMount, VolumeUsage
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -27,18 +27,43 @@ if TYPE_CHECKING:
 def put_volume(plane: ControlPlane, name: str, body: VolumeIn) -> tuple[Volume, bool]:
     created = volume_rows.put(plane, name, body.model_dump(), plane.clock())
     with plane.db.connect() as conn:
-        return Volume(**volume_rows.listed(conn, [name])[0]), created
+        return _view(plane, volume_rows.listed(conn, [name])[0], None), created
 
 
 def list_volumes(plane: ControlPlane, who: Principal) -> list[Volume]:
-    """Every volume for the admin; for a tenant, those it may mount."""
+    """Every volume for the admin; for a tenant, those it may mount, with its own usage only."""
     with plane.db.connect() as conn:
         rows = volume_rows.listed(conn)
     if not who.is_admin:
         if who.tenant is None:
             raise Forbidden("only a tenant or the admin sees volumes")
         rows = [r for r in rows if _tenant_may(r, who.tenant)]
-    return [Volume(**r) for r in rows]
+    return [_view(plane, r, None if who.is_admin else who.tenant) for r in rows]
+
+
+def _view(plane: ControlPlane, row: dict[str, Any], tenant: str | None) -> Volume:
+    """``row`` with what the agents last measured of it (``tenant``: only that tenant's own
+    directories of a per-tenant volume), and who holds more than its quota."""
+    usage = [
+        VolumeUsage(node=node, tenant=r.tenant, bytes=r.bytes, complete=r.complete, at=at)
+        for node, (at, reports) in sorted(plane.volume_usage.items())
+        for r in reports
+        if r.name == row["name"] and (tenant is None or not row["per_tenant"] or r.tenant == tenant)
+    ]
+    # one directory per node ('{node}' in the path) adds up; one path on every node is taken
+    # for shared storage, which each node measures whole: its largest measure counts
+    per_node = "{node}" in row["path"]
+    held: dict[str | None, int] = {}
+    for u in usage:
+        held[u.tenant] = (
+            held.get(u.tenant, 0) + u.bytes if per_node else max(held.get(u.tenant, 0), u.bytes)
+        )
+    used = sum(held.values()) if usage else None
+    quota = row.get("quota_bytes")
+    over: list[str] = []
+    if quota is not None:
+        over = sorted(t or "all" for t, n in held.items() if n > quota)
+    return Volume(**row, usage=usage, used_bytes=used, over_quota=over)
 
 
 def delete_volume(plane: ControlPlane, name: str) -> None:

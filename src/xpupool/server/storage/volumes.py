@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, Boolean, Column, Float, String, Table
+from sqlalchemy import JSON, BigInteger, Boolean, Column, Float, String, Table
 
 from xpupool.server.storage.meta import metadata
 
@@ -15,5 +15,6 @@ volumes = Table(
     Column("read_only", Boolean, nullable=False),
     Column("tenants", JSON, nullable=True),  # null: every tenant
     Column("queues", JSON, nullable=True),  # null: every queue
+    Column("quota_bytes", BigInteger, nullable=True),  # reported when over, not enforced
     Column("created_at", Float, nullable=False),
 )
