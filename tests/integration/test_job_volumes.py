@@ -79,6 +79,23 @@ def test_a_job_writes_its_own_volume_and_reads_a_shared_one(place: Path, sandbox
                 return [u["tenant"] for u in vols["scratch"]["usage"]] == ["lab"]
 
             until(measured, "the agent's measure of the tenant's directory", 30)
+            if os.geteuid() == 0:  # another tenant's job, on the same volume, next to lab's own
+                snoop = (
+                    'cat "$XPUPOOL_VOLUME_SCRATCH/../lab/out" 2>/dev/null && echo read-it '
+                    '|| echo denied; ls "$XPUPOOL_VOLUME_SCRATCH/.." 2>/dev/null | grep -c lab'
+                )
+                theirs = {
+                    "command": ["/bin/sh", "-c", snoop],
+                    "spec": "cpu=100m",
+                    "volumes": [{"name": "scratch", "path": str(place / "mnt-scratch")}],
+                }
+                r = other.post("/v1/jobs", json=theirs)
+                assert r.status_code == 201, r.text
+                oid = r.json()["id"]
+                until(lambda: _ended(other, oid), f"job {oid} ({srv.log()[-2000:]})", 60)
+                seen = other.get(f"/v1/jobs/{oid}/logs").text
+                assert "denied" in seen and "read-it" not in seen and "data" not in seen, seen
+                assert (place / "scratch" / "other").stat().st_uid != mine.stat().st_uid
         finally:
             user.close()
             other.close()
