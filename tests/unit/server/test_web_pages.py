@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from server_kit import Server, node_body
+from server_kit import Server, node_body, tenant
 
 from xpupool.server.web.devices import PAGE_NODES
 
@@ -83,3 +83,26 @@ def test_the_admin_cordons_a_card_from_its_panel(signed_in: Server) -> None:
         headers=HERE,
     )
     assert r.headers["location"] == "/devices"  # only a path of this site is a way back
+
+
+def test_a_jobs_page_names_its_volumes_and_secrets_never_a_value(server: Server) -> None:
+    lab = tenant(server, "lab")
+    value = "page-secret-value-31"
+    r = server.client.put("/v1/secrets/hf", json={"secret": value}, headers=server.as_(lab))
+    assert r.status_code == 201
+    r = server.client.put("/v1/volumes/data", json={"path": "/srv/d"}, headers=server.admin)
+    assert r.status_code == 201
+    job = {
+        "command": ["true"],
+        "secrets": [{"name": "hf", "env": "HF_TOKEN"}],
+        "volumes": [{"name": "data", "path": "/data", "read_only": True}],
+    }
+    r = server.client.post("/v1/jobs", json=job, headers=server.as_(lab))
+    assert r.status_code == 201, r.text
+    server.client.follow_redirects = False
+    signin = server.client.post("/signin", data={"token": lab}, headers=HERE)
+    assert signin.status_code == 303
+    page = server.client.get(f"/jobs/{r.json()['id']}").text
+    assert 'data-volume="data"' in page and "data at /data (read-only)" in page
+    assert 'data-secret="hf"' in page and "(also as HF_TOKEN)" in page
+    assert value not in page
