@@ -218,6 +218,7 @@ class Agent:
             if why and not rep.stop_requested:  # watch and stop (agent/share_watch.py)
                 log.warning("job %d replica %d on %s: stopped: %s", *key, node.name, why)
                 flag = f"stopped: {why}"
+                rep.stopped_for = why
                 node.runner.stop(*key)
             elif flag and flag != rep.flag:
                 log.warning("job %d replica %d on %s: %s", *key, node.name, flag)

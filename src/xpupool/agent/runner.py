@@ -90,6 +90,9 @@ class Replica:
     memory_used_mib: dict[str, int] = field(default_factory=dict)  # per UUID, last measured
     memory_measured: bool = False  # False: no probe could list its processes' memory this pass
     flag: str = ""  # a problem to report while running (over its device memory)
+    # why the agent itself stopped it (over its share: agent/share_watch.py): it then ends as a
+    # failure with that reason, not as a stop the server asked for
+    stopped_for: str = ""
 
     @property
     def key(self) -> tuple[int, int]:
@@ -323,6 +326,11 @@ class Runner:
                 status.reason,
                 status.stop_kind,
             )
+            if rep.stopped_for and rep.state is not ReplicaState.SUCCEEDED:
+                rep.state = ReplicaState.FAILED
+                rep.reason = (
+                    f"{rep.stopped_for} ({status.reason})" if status.reason else rep.stopped_for
+                )
         elif sup_gone:
             status = rd.read_status(rep.run_dir)  # it may have written its last status just now
             if status is not None and status.final:

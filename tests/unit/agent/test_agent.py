@@ -145,7 +145,10 @@ def test_a_replica_over_its_share_past_the_grace_is_stopped(tmp_path: Path) -> N
     reasons = [r.reason for hb in t.heartbeats for r in hb.replicas if r.reason]
     said = "stopped: used 48.8 GiB of its 20 GiB share on card GPU-0"
     assert any(r.startswith(said) for r in reasons), reasons
-    assert [r.state for r in t.heartbeats[-1].replicas] == ["stopped"]  # the card is free
+    # the card is free, and the replica ended as a failure of its own, saying why: the job fails
+    # (or retries) with that reason, and the server stops its other replicas
+    (last,) = t.heartbeats[-1].replicas
+    assert last.state == "failed" and last.reason.startswith(said.removeprefix("stopped: ")), last
 
 
 def test_taint_flags_become_the_registrations_taints() -> None:
