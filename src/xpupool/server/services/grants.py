@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, select, update
 
+from xpupool.engine.cycle.retry_gate import NEVER_TRIED
 from xpupool.model.errors import NotGranted, OverLimit
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.job_logs import LogCaps
@@ -134,7 +135,7 @@ def cap_queued(plane: ControlPlane, conn: Connection, queue: str | None = None) 
         if job is not None:
             job.priority = cap
             job.request = replace(job.request, priority=cap)
-            job.tried = -1
+            job.tried = NEVER_TRIED  # tried again in the next pass, as a new job is
         changed.append(int(row.id))
     return changed
 

@@ -23,6 +23,7 @@ from operator import attrgetter
 import numpy as np
 import numpy.typing as npt
 
+from xpupool.engine.cycle.retry_gate import NEVER_TRIED
 from xpupool.engine.fragmentation import ShapeTable, Stranded, TargetWorkload, stranded_capacity
 from xpupool.engine.outcomes import INADMISSIBLE
 from xpupool.engine.reasons import PREEMPTION_MAY_HELP, Unschedulable
@@ -315,7 +316,7 @@ def pending_reason(plane: ControlPlane, job: PendingJob, now: float, budget: lis
         return Waiting.PREEMPTED
     if job.not_before > now:
         return Waiting.BACKOFF
-    if job.tried < 0:
+    if job.tried == NEVER_TRIED:
         return Waiting.NEW
     if job.request.gang and job.request.replicas > 1:
         return Waiting.GANG
