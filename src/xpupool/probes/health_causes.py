@@ -41,6 +41,23 @@ CRITICAL_XIDS: dict[int, str] = {
 }
 
 _KEY = re.compile(r"^([a-z0-9][a-z0-9-]{0,39}):")
+_XID_KEY = re.compile(r"^xid-[0-9]{1,4}$")
+KINDS = frozenset(
+    {
+        "ecc-uncorrectable",
+        "gpu-lost",
+        "row-remap-pending",
+        "row-remap-failed",
+        "page-retire-pending",
+        "npu-warning",
+        "npu-alarm",
+        "npu-critical",
+        "npu-unknown",
+    }
+)
+"""The kinds a probe of this package writes, besides ``xid-N``: the cause arrives from an agent,
+which may be anyone's, so a kind outside this set (or an XID past four digits) counts as
+``other``: a hostile agent cannot grow the server's Prometheus labels without bound."""
 
 
 def xid_cause(xid: int) -> tuple[bool, str]:
@@ -55,7 +72,8 @@ def cause_key(cause: str) -> str:
     """The kind of ``cause``: its lower-case slug before the colon (``xid-79``), or ``other``
     for a text that names none (a vendor tool's free text)."""
     found = _KEY.match(cause)
-    return found.group(1) if found else "other"
+    key = found.group(1) if found else "other"
+    return key if key in KINDS or _XID_KEY.match(key) else "other"
 
 
 def is_warning(cause: str, warnings: frozenset[str]) -> bool:

@@ -113,3 +113,12 @@ def test_no_xid_watch_without_nvml_and_no_error_either() -> None:
     missing = NvmlProbe()
     missing.module_name = "no_such_nvml_module"  # type: ignore[misc]
     assert missing.watch_xids(threading.Event()) is None
+
+
+def test_a_kind_no_probe_writes_counts_as_other() -> None:
+    """The cause comes from an agent, which may be hostile: each made-up kind would be a new
+    Prometheus label of the server's (``xpupool_device_health_events_total{cause}``)."""
+    made_up = {cause_key(f"evil-{i}: x") for i in range(1000)}
+    assert made_up == {"other"}
+    assert cause_key("xid-123456: x") == "other"
+    assert cause_key("npu-alarm: npu-smi health: Alarm") == "npu-alarm"
