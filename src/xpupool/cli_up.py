@@ -286,6 +286,7 @@ def up(
     device_root: str,
     pids_limit: int,
     network: str,
+    allow_network: tuple[str, ...],
     pull_timeout: float,
     reinitialise: bool,
     rotate_admin_token: bool,
@@ -334,6 +335,7 @@ def up(
                 log_reserve=log_reserve,
                 network=network,
                 pull_timeout=pull_timeout,
+                allow_network=allow_network,
             ),
             "xpupool-launch-probe",
         )

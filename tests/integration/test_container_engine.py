@@ -358,3 +358,34 @@ def test_a_running_image_replica_shows_its_ports_in_the_job_view(engine: Engine)
     finally:
         engine.user.post(f"/v1/jobs/{job_id}/cancel")
     assert engine.finished(job_id)["state"] == "cancelled"
+
+
+def _queue_with_network(engine: Engine, queue: str, network: str) -> None:
+    with httpx.Client(base_url=engine.srv.url, headers=engine.srv.headers()) as admin:
+        body = {"name": queue, "tenant": "mallory", "quotas": [], "network": network}
+        r = admin.put(f"/v1/queues/{queue}", json=body)
+        assert r.status_code == 200, r.text
+        assert r.json()["network"] == network
+
+
+def test_a_queue_asking_for_a_network_the_node_does_not_allow_is_refused(engine: Engine) -> None:
+    _queue_with_network(engine, "nccl", "host")
+    job, text = _run(engine, "echo ran", queue="nccl")
+    assert job["state"] == "failed", (job, text)
+    assert "its queue asks for the host network; this node allows only bridge" in job["reason"]
+
+
+@pytest.fixture(scope="module")
+def open_engine(tmp_path_factory: pytest.TempPathFactory, busybox_image: str) -> Iterator[Engine]:
+    """Image replicas on the bridge network, but queues may ask for the host's."""
+    yield from _engine(tmp_path_factory, busybox_image, "--allow-network", "host")
+
+
+def test_a_queue_gets_the_host_network_where_the_node_allows_it(open_engine: Engine) -> None:
+    _queue_with_network(open_engine, "nccl", "host")
+    job, text = _run(open_engine, "echo ran", queue="nccl")
+    assert job["state"] == "succeeded", (job, text)
+    events = [e["reason"] for e in job["events"]]
+    assert any("network host" in e for e in events), events
+    plain, _ = _run(open_engine, "echo ran")  # its own queue: the node's network
+    assert any("network bridge" in e["reason"] for e in plain["events"]), plain["events"]

@@ -229,6 +229,7 @@ def agent_command(
     device_root: str,
     pids_limit: int,
     network: str,
+    allow_network: tuple[str, ...],
     pull_timeout: float,
     ports: str,
     health_warnings: tuple[str, ...],
@@ -269,6 +270,7 @@ def agent_command(
         network=network,
         pull_timeout=pull_timeout,
         ports=ports,
+        allow_network=allow_network,
     )
     make_private(Path(work_dir))
     name = node_name(node)

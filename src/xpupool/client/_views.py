@@ -300,6 +300,7 @@ class QueueView:
     preemption: str
     unlisted_flavors: str
     allow_unfittable: bool
+    network: str | None
     profile: str | None
     quotas: tuple[QuotaUsageView, ...]
     pending: int
@@ -317,6 +318,7 @@ class QueueView:
             preemption=r.text("preemption", "lower_priority"),
             unlisted_flavors=r.text("unlisted_flavors", "allow"),
             allow_unfittable=r.flag("allow_unfittable", False),
+            network=r.opt_text("network"),
             profile=r.opt_text("profile"),
             quotas=tuple(
                 QuotaUsageView.read(q, f"{where}.quotas[{i}]")

@@ -302,6 +302,12 @@ def build_queue(
     type=click.Choice([u.value for u in UnlistedFlavors]),
     help="devices no --quota names: usable without quota, or not at all [default: allow]",
 )
+@click.option(
+    "--network",
+    type=click.Choice(["bridge", "host"]),
+    help="its jobs' image replicas' network, where the node allows it (agent --allow-network) "
+    "[default: the node's]",
+)
 @connection_options
 @output_option
 def queue_put(
@@ -313,6 +319,7 @@ def queue_put(
     max_priority: int | None,
     preemption: str | None,
     unlisted_flavors: str | None,
+    network: str | None,
     url: str | None,
     token: str | None,
     output: str,
@@ -327,6 +334,8 @@ def queue_put(
     body = build_queue(
         file, name, tenant_name, cohort, quotas, max_priority, preemption, unlisted_flavors
     )
+    if network is not None:
+        body = body.model_copy(update={"network": network})
     with make_client(url, token) as client:
         found = client.put_queue(body)
     emit(output, found, lambda: queues_table([found]))

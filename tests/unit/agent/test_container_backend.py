@@ -120,3 +120,25 @@ def test_leftovers_are_found_by_owner_and_only_those_no_run_keeps_are_removed(
         ("ps", "-a", "--filter", owner, "--format", "{{.Names}}"),
         ("rm", "-f", "xpupool-box-1-0-1-aa"),
     ]
+
+
+def test_a_queues_network_is_taken_where_the_node_allows_it(tmp_path: Path) -> None:
+    allowed = settings(tmp_path, runtime="podman", allowed_networks=("bridge", "host"))
+    w = work(["sh"], image="busybox")
+    w.network = "host"
+    spec = build_spec(w, tmp_path / "l.log", allowed)
+    assert spec.network == "host"
+    argv = ContainerBackend(allowed).argv(spec)
+    assert _option(argv, "--network") == ["host"] and "-p" not in argv
+    from xpupool.agent.launch import spec_file
+
+    data = spec_file.dumps(spec_file.SpecFile("container", allowed, spec, 1.0))
+    back = spec_file.loads(data)
+    assert back.spec.network == "host" and back.settings.allowed_networks == ("bridge", "host")
+    only_bridge = settings(tmp_path, runtime="podman")
+    with pytest.raises(
+        LaunchError, match="asks for the host network; this node allows only bridge"
+    ):
+        build_spec(w, tmp_path / "l.log", only_bridge)
+    w.network = None  # the node's own
+    assert build_spec(w, tmp_path / "l.log", only_bridge).network == ""

@@ -226,7 +226,7 @@ class ContainerBackend(ProcessBackend):
             if spec.secret_env:
                 argv += ["--env-file", str(secret_files.env_file_path(spec))]
         argv += limit_args(spec) + pids_args(config)
-        argv += network_args(spec, self.settings.network, runtime.name)
+        argv += network_args(spec, spec.network or self.settings.network, runtime.name)
         argv += container_device_args(spec.devices, runtime, self.settings.device_root)
         # every option first, then '--': nothing of the job's (image, command) is an option
         return [*argv, "--", spec.image, *spec.argv]
@@ -234,7 +234,7 @@ class ContainerBackend(ProcessBackend):
     def start(self, spec: LaunchSpec) -> Launched:
         argv = self.argv(spec)
         path = env_file_path(spec)
-        network, runtime = self.settings.network, self.runtime.name
+        network, runtime = spec.network or self.settings.network, self.runtime.name
         pulled = ensure_image(
             [runtime, *self.config.global_args],
             spec.image or "",

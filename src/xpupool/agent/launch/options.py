@@ -110,6 +110,15 @@ def launch_options(f: F) -> F:
             " agent's metrics).",
         ),
         click.option(
+            "--allow-network",
+            "allow_network",
+            multiple=True,
+            type=click.Choice(list(NETWORKS)),
+            help="A network a queue may ask for its jobs' image replicas besides --network"
+            " (repeat; e.g. host, for the queues of distributed training); a replica whose"
+            " queue asks for another is refused with the reason.",
+        ),
+        click.option(
             "--pull-timeout",
             default=DEFAULT_PULL_TIMEOUT_S,
             show_default=True,
@@ -137,6 +146,7 @@ def launch_settings(
     network: str = "bridge",
     ports: str = DEFAULT_PORTS,
     pull_timeout: float = DEFAULT_PULL_TIMEOUT_S,
+    allow_network: tuple[str, ...] = (),
 ) -> LaunchSettings:
     """The :class:`LaunchSettings` for these option values; cgroups are detected here (once per
     agent), the container runtime asked and bwrap tried (:func:`isolation`). Raises
@@ -192,6 +202,7 @@ def launch_settings(
             pids_limit=DEFAULT_PIDS_MAX if pids_limit is None else pids_limit
         ),
         network=network,
+        allowed_networks=tuple(sorted({network, *allow_network})),
         ports=port_range,
         pull_timeout_s=pull_timeout,
     )

@@ -81,6 +81,7 @@ class LaunchSettings:
     hide_processes: bool = False
     runtime_config: RuntimeConfig = field(default_factory=RuntimeConfig)
     network: str = "bridge"
+    allowed_networks: tuple[str, ...] = ()  # what a queue may ask for besides ``network``
     ports: PortRange = field(default_factory=lambda: PortRange.parse(DEFAULT_PORTS))
     pull_timeout_s: float = DEFAULT_PULL_TIMEOUT_S
 
@@ -97,7 +98,10 @@ class LaunchSettings:
         images = self.runtime or "none (no container runtime)"
         if self.runtime:
             images += f" ({self.runtime_config.for_runtime(self.runtime).describe()})"
-            images += f", network {self.network}, ports {self.ports}"
+            others = [n for n in self.allowed_networks if n != self.network]
+            images += f", network {self.network}"
+            images += f" (queues may ask for {', '.join(others)})" if others else ""
+            images += f", ports {self.ports}"
             images += f", pull timeout {self.pull_timeout_s:g} s"
         return (
             f"{who}, backend {self.backend_name(None)}, images: {images},"
@@ -161,6 +165,7 @@ class LaunchSpec:
     # its volumes (.volume_mounts): (host directory, mount path, read-only)
     volumes: tuple[tuple[str, str, bool], ...] = ()
     pull: str = DEFAULT_PULL_POLICY  # its image's pull policy (.container_pull)
+    network: str = ""  # an image replica's network when its queue asked for one ("": the node's)
     pull_auth: str = ""  # the registry auth file its image is pulled with (.secret_files)
 
     @property
@@ -238,7 +243,16 @@ def build_spec(
     tmpfs_bytes = max(a.memory_mib, 0) << 20 if settings.private_view else 0
     env = job_env(work, workdir, settings, node_vendors)
     ports: tuple[int, ...] = ()
+    network = ""
     if settings.backend_name(work.image) == "container":
+        if work.network and work.network != settings.network:
+            allowed = settings.allowed_networks or (settings.network,)
+            if work.network not in allowed:
+                raise LaunchError(
+                    f"its queue asks for the {work.network} network; this node allows only"
+                    f" {', '.join(allowed)} (xpupool agent --allow-network {work.network})"
+                )
+            network = work.network
         try:
             ports = replica_ports(env, settings.ports, held_ports)
         except ValueError as exc:
@@ -254,6 +268,7 @@ def build_spec(
         argv=tuple(work.command),
         image=work.image,
         pull=work.pull or DEFAULT_PULL_POLICY,
+        network=network,
         env=env,
         uid=uid,
         gid=gid,

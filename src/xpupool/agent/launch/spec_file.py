@@ -148,6 +148,7 @@ def dumps(f: SpecFile) -> bytes:
         "hide_processes": s.hide_processes,
         "runtime_config": _runtime_config(s.runtime_config),
         "network": s.network,
+        "allowed_networks": list(s.allowed_networks),
         "ports": [s.ports.first, s.ports.last],
         "pull_timeout_s": s.pull_timeout_s,
     }
@@ -178,6 +179,7 @@ def dumps(f: SpecFile) -> bytes:
         "secret_env": [list(p) for p in sp.secret_env],  # names only, never a value
         "volumes": [list(v) for v in sp.volumes],
         "pull": sp.pull,
+        "network": sp.network,
         "pull_auth": sp.pull_auth,  # a path on the memory filesystem, never the credentials
     }
     body = {
@@ -214,6 +216,7 @@ def loads(data: bytes) -> SpecFile:
         runtime_config=_runtime_config_back(s.get("runtime_config")),
         # absent in a file an older agent wrote: its containers had no network options
         network=str(s.get("network", "bridge")),
+        allowed_networks=tuple(str(n) for n in s.get("allowed_networks", ())),
         ports=_ports_back(s.get("ports")),
         pull_timeout_s=float(s.get("pull_timeout_s", DEFAULT_PULL_TIMEOUT_S)),
     )
@@ -244,6 +247,7 @@ def loads(data: bytes) -> SpecFile:
         secret_env=tuple((str(v), str(n)) for v, n in sp.get("secret_env", ())),
         volumes=tuple((str(h), str(t), bool(ro)) for h, t, ro in sp.get("volumes", ())),
         pull=str(sp.get("pull", DEFAULT_PULL_POLICY)),
+        network=str(sp.get("network", "")),
         pull_auth=str(sp.get("pull_auth", "")),  # absent: written before pull policies
     )
     return SpecFile(str(body["backend"]), settings, spec, float(body["lease_grace_s"]))

@@ -345,6 +345,10 @@ class Work(Lenient):
     volumes: list[VolumeGrant] = Field(
         default_factory=list, description="The volumes the replica mounts."
     )
+    network: Literal["bridge", "host"] | None = Field(
+        default=None,
+        description="The network its queue asks for an image replica; null: the node's own.",
+    )
     pull_secret: SecretGrant | None = Field(
         default=None,
         description="The registry auth file its image is pulled with; never written by the agent"

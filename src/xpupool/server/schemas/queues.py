@@ -5,6 +5,7 @@ cohort it borrows in, its preemption and placement settings, and what it uses no
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -83,6 +84,11 @@ class QueueIn(Strict):
         description="Accept jobs that nothing in the pool could hold even empty (they wait, "
         "'unschedulable', for nodes that can); false = refuse them at submission (422).",
     )
+    network: Literal["bridge", "host"] | None = Field(
+        None,
+        description="The network its jobs' image replicas get where the node's agent allows it "
+        "(xpupool agent --allow-network): host for NCCL and RDMA; null = the node's own.",
+    )
     profile: Name | None = Field(
         None,
         description="Placement profile (a built-in such as xpupool or binpack, or one from the "
@@ -123,6 +129,7 @@ class Queue(Lenient):
     preemption: QueuePreemption = QueuePreemption.LOWER_PRIORITY
     unlisted_flavors: UnlistedFlavors = UnlistedFlavors.ALLOW
     allow_unfittable: bool = False
+    network: str | None = Field(None, description="Its image replicas' network; null: the node's.")
     profile: str | None = Field(
         None, description="Placement profile of its jobs that name none; null = the default."
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import Connection, select
 
@@ -36,6 +36,7 @@ from xpupool.server.services.jobs import assignment
 from xpupool.server.services.replica_env import distributed_env, node_address, port_range
 from xpupool.server.sites.agent_pool import agent_pool
 from xpupool.server.storage.jobs import jobs as t_jobs
+from xpupool.server.storage.tenants import queues as t_queues
 
 
 def heartbeat(plane: ControlPlane, body: Heartbeat, who: Principal | None = None) -> HeartbeatReply:
@@ -224,10 +225,14 @@ def _reply(
     rows: dict[int, Any] = {}
     rec = plane.node(node)  # None: its reports just ended the drain that deleted it
     held_here = [] if rec is None else agent_pool(plane.sites).on_node(rec, plane.held_jobs)
+    networks: dict[str, str | None] = {}
     if held_here:
         ids = sorted({job.id for job, _ in held_here})
         for row in conn.execute(select(t_jobs).where(t_jobs.c.id.in_(ids))).mappings():
             rows[row["id"]] = row
+        queues = sorted({job.queue for job, _ in held_here})
+        q = select(t_queues.c.name, t_queues.c.network).where(t_queues.c.name.in_(queues))
+        networks = {r.name: r.network for r in conn.execute(q)}
     for job, alloc in held_here:
         if job.stop is not None:
             if job.replica_states.get(alloc.replica) not in FINAL_REPLICA_STATES:
@@ -263,6 +268,7 @@ def _reply(
                     iter(_grants(plane, conn, job.tenant, _pull_ref(row["pull_secret"]))), None
                 ),
                 volumes=volumes.grants(conn, job.tenant, job.queue, alloc.node, row["volumes"]),
+                network=_network(networks.get(job.queue)) if row["image"] else None,
             )
         )
     return HeartbeatReply(
@@ -272,6 +278,11 @@ def _reply(
         lease_s=plane.lease.lease_s,
         lease_grace_s=plane.lease.grace_s,
     )
+
+
+def _network(stored: str | None) -> Literal["bridge", "host"] | None:
+    """A queue's stored network as the protocol takes it (anything else: the node's own)."""
+    return "host" if stored == "host" else "bridge" if stored == "bridge" else None
 
 
 def _pull_ref(name: str | None) -> list[dict[str, Any]] | None:

@@ -169,6 +169,7 @@ def put_queue(plane: ControlPlane, body: QueueIn) -> Queue:
             "unlisted_flavors": body.unlisted_flavors.value,
             "allow_unfittable": int(body.allow_unfittable),
             "profile": body.profile,
+            "network": body.network,
         }
         if existing is None:
             conn.execute(
@@ -190,10 +191,12 @@ def _visible(plane: ControlPlane, name: str, me: Principal | None) -> None:
         raise NotFound("queue", name)
 
 
-def _priority_caps(plane: ControlPlane) -> dict[str, int]:
+def _priority_caps(plane: ControlPlane) -> dict[str, tuple[int, str | None]]:
+    """Each queue's priority cap and network, as stored."""
     with plane.db.connect() as conn:
-        rows = conn.execute(select(t_queues.c.name, t_queues.c.max_priority)).all()
-    return {r.name: int(r.max_priority) for r in rows}
+        q = select(t_queues.c.name, t_queues.c.max_priority, t_queues.c.network)
+        rows = conn.execute(q).all()
+    return {r.name: (int(r.max_priority), r.network) for r in rows}
 
 
 def get_queue(plane: ControlPlane, name: str, me: Principal | None) -> Queue:
@@ -201,7 +204,7 @@ def get_queue(plane: ControlPlane, name: str, me: Principal | None) -> Queue:
 
     def look() -> Queue:
         _visible(plane, name, me)
-        return _queue_view(plane, name, caps.get(name, 0))
+        return _queue_view(plane, name, *caps.get(name, (0, None)))
 
     return plane.read(look)
 
@@ -213,12 +216,14 @@ def list_queues(plane: ControlPlane, me: Principal) -> list[Queue]:
         names = [
             n for n, q in sorted(plane.queue_specs.items()) if me.is_admin or q.tenant == me.tenant
         ]
-        return [_queue_view(plane, n, caps.get(n, 0)) for n in names]
+        return [_queue_view(plane, n, *caps.get(n, (0, None))) for n in names]
 
     return plane.read(look)
 
 
-def _queue_view(plane: ControlPlane, name: str, max_priority: int) -> Queue:
+def _queue_view(
+    plane: ControlPlane, name: str, max_priority: int, network: str | None = None
+) -> Queue:
     spec = plane.queue_specs[name]
     usage = plane.admission.usage.get(name, {})
     quotas = [
@@ -242,6 +247,7 @@ def _queue_view(plane: ControlPlane, name: str, max_priority: int) -> Queue:
         unlisted_flavors=UnlistedFlavors(spec.unlisted_flavors.value),
         allow_unfittable=spec.allow_unfittable,
         profile=plane.queue_profiles.get(name),
+        network=network,
         quotas=quotas,
         pending=pending,
         running=running,

@@ -112,6 +112,8 @@ queues = Table(
     Column("allow_unfittable", Integer, nullable=True),
     # placement profile of the queue's jobs that name none; NULL = the server's default
     Column("profile", String(63), nullable=True),
+    # the network of its jobs' image replicas (bridge, host) where the node allows; NULL = node's
+    Column("network", String(8), nullable=True),
 )
 
 
