@@ -287,6 +287,7 @@ def up(
     pids_limit: int,
     network: str,
     pull_timeout: float,
+    hami_core: str | None,
     reinitialise: bool,
     rotate_admin_token: bool,
     tls_cert: str | None,
@@ -334,6 +335,7 @@ def up(
                 log_reserve=log_reserve,
                 network=network,
                 pull_timeout=pull_timeout,
+                hami_core=hami_core,
             ),
             "xpupool-launch-probe",
         )

@@ -230,6 +230,7 @@ def agent_command(
     pids_limit: int,
     network: str,
     pull_timeout: float,
+    hami_core: str | None,
     ports: str,
     health_warnings: tuple[str, ...],
     share_grace: float,
@@ -268,6 +269,7 @@ def agent_command(
         log_reserve=log_reserve,
         network=network,
         pull_timeout=pull_timeout,
+        hami_core=hami_core,
         ports=ports,
     )
     make_private(Path(work_dir))

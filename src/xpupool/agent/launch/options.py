@@ -32,9 +32,10 @@ log = logging.getLogger("xpupool.agent")
 
 def launch_options(f: F) -> F:
     """``--job-uid-range``, ``--job-root``, ``--log-cap``, ``--log-reserve``, ``--pids-limit``,
-    ``--sandbox``, ``--runtime``, ``--device-root``, ``--network``, ``--pull-timeout``. (``--ports`` is the
-    standalone agent's only: the server picks a gang's master port from the range a node
-    declares, and the nodes of ``xpupool up`` declare none, so they keep the default range.)"""
+    ``--sandbox``, ``--runtime``, ``--device-root``, ``--network``, ``--pull-timeout``,
+    ``--hami-core``. (``--ports`` is the standalone agent's only: the server picks a gang's
+    master port from the range a node declares, and the nodes of ``xpupool up`` declare none,
+    so they keep the default range.)"""
     options = [
         click.option(
             "--job-uid-range",
@@ -118,6 +119,16 @@ def launch_options(f: F) -> F:
             help="Most an image job's pull may take; past it the attempt fails"
             " ('ErrImagePull: timed out') and the job's retry policy decides what follows.",
         ),
+        click.option(
+            "--hami-core",
+            type=click.Path(dir_okay=False),
+            default=None,
+            metavar="PATH",
+            help="HAMi-core's libvgpu.so: preloaded into each replica holding a share of an"
+            " NVIDIA card, which then enforces its memory and compute limits. Must be a regular"
+            " file owned by root, writable by no one else, in directories others cannot write;"
+            " checked at start.",
+        ),
     ]
     for option in reversed(options):
         f = option(f)
@@ -137,6 +148,7 @@ def launch_settings(
     network: str = "bridge",
     ports: str = DEFAULT_PORTS,
     pull_timeout: float = DEFAULT_PULL_TIMEOUT_S,
+    hami_core: str | None = None,
 ) -> LaunchSettings:
     """The :class:`LaunchSettings` for these option values; cgroups are detected here (once per
     agent), the container runtime asked and bwrap tried (:func:`isolation`). Raises
@@ -170,6 +182,12 @@ def launch_settings(
         port_range = PortRange.parse(ports)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--ports") from None
+    from xpupool.agent.launch.hami_core import check_library
+
+    try:
+        preload = check_library(hami_core) if hami_core else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--hami-core") from None
     root = Path(job_root).resolve() if job_root else default_job_root()
     for private in private_paths:
         if root == private.resolve() or private.resolve() in root.parents:
@@ -194,6 +212,7 @@ def launch_settings(
         network=network,
         ports=port_range,
         pull_timeout_s=pull_timeout,
+        hami_core=preload,
     )
     return isolation(settings, sandbox, runtime)
 
