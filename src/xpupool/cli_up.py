@@ -288,6 +288,7 @@ def up(
     network: str,
     pull_timeout: float,
     hami_core: str | None,
+    mps: bool,
     reinitialise: bool,
     rotate_admin_token: bool,
     tls_cert: str | None,
@@ -336,6 +337,7 @@ def up(
                 network=network,
                 pull_timeout=pull_timeout,
                 hami_core=hami_core,
+                mps=mps,
             ),
             "xpupool-launch-probe",
         )

@@ -231,6 +231,7 @@ def agent_command(
     network: str,
     pull_timeout: float,
     hami_core: str | None,
+    mps: bool,
     ports: str,
     health_warnings: tuple[str, ...],
     share_grace: float,
@@ -270,6 +271,7 @@ def agent_command(
         network=network,
         pull_timeout=pull_timeout,
         hami_core=hami_core,
+        mps=mps,
         ports=ports,
     )
     make_private(Path(work_dir))

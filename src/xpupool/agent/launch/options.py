@@ -33,7 +33,7 @@ log = logging.getLogger("xpupool.agent")
 def launch_options(f: F) -> F:
     """``--job-uid-range``, ``--job-root``, ``--log-cap``, ``--log-reserve``, ``--pids-limit``,
     ``--sandbox``, ``--runtime``, ``--device-root``, ``--network``, ``--pull-timeout``,
-    ``--hami-core``. (``--ports`` is the standalone agent's only: the server picks a gang's
+    ``--hami-core``, ``--mps``. (``--ports`` is the standalone agent's only: the server picks a gang's
     master port from the range a node declares, and the nodes of ``xpupool up`` declare none,
     so they keep the default range.)"""
     options = [
@@ -129,6 +129,15 @@ def launch_options(f: F) -> F:
             " file owned by root, writable by no one else, in directories others cannot write;"
             " checked at start.",
         ),
+        click.option(
+            "--mps/--no-mps",
+            default=False,
+            show_default=True,
+            help="Run one NVIDIA MPS control daemon per (card, tenant uid) for replicas holding"
+            " a share of one card, capping each one's memory and SMs"
+            " (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE)."
+            " Needs nvidia-cuda-mps-control on PATH.",
+        ),
     ]
     for option in reversed(options):
         f = option(f)
@@ -149,6 +158,7 @@ def launch_settings(
     ports: str = DEFAULT_PORTS,
     pull_timeout: float = DEFAULT_PULL_TIMEOUT_S,
     hami_core: str | None = None,
+    mps: bool = False,
 ) -> LaunchSettings:
     """The :class:`LaunchSettings` for these option values; cgroups are detected here (once per
     agent), the container runtime asked and bwrap tried (:func:`isolation`). Raises
@@ -213,6 +223,7 @@ def launch_settings(
         ports=port_range,
         pull_timeout_s=pull_timeout,
         hami_core=preload,
+        mps=mps,
     )
     return isolation(settings, sandbox, runtime)
 

@@ -65,7 +65,8 @@ class LaunchSettings:
     replica's network, ``bridge`` (its ports published) or ``host``; ``ports``: the host ports
     image replicas are given (:mod:`.ports`). ``pull_timeout_s``: the most an image's pull may
     take before the attempt fails (:mod:`.container_pull`). ``hami_core``: HAMi-core's
-    library, preloaded into replicas holding a share of an NVIDIA card (:mod:`.hami_core`)."""
+    library, preloaded into replicas holding a share of an NVIDIA card (:mod:`.hami_core`);
+    ``mps``: such replicas get an MPS daemon per (card, uid) (:mod:`.mps`, the runner's)."""
 
     job_root: Path = field(default_factory=default_job_root)
     uid_range: UidRange | None = None
@@ -86,6 +87,7 @@ class LaunchSettings:
     ports: PortRange = field(default_factory=lambda: PortRange.parse(DEFAULT_PORTS))
     pull_timeout_s: float = DEFAULT_PULL_TIMEOUT_S
     hami_core: Path | None = None
+    mps: bool = False
 
     def describe(self) -> str:
         """One line for the start-up banner: who jobs run as, where, with which limits."""
