@@ -17,6 +17,10 @@ The daemon is started by the agent (``nvidia-cuda-mps-control -d`` with
 ``CUDA_VISIBLE_DEVICES=<uuid>``, so it sees that card only) when the first replica on the pair
 starts, and stopped (``echo quit | nvidia-cuda-mps-control``) when the last one ends.
 
+The daemon runs as the agent (root) and writes its sockets into a directory the tenant's uid
+owns, as NVIDIA's own setups do with a world-writable ``/tmp/nvidia-mps``; the directory is that
+tenant's alone, so what a job plants there reaches only its own daemon.
+
 The limits come from the job's environment, which a job may change: MPS shares a card fairly
 between cooperating jobs; the share watch (:mod:`xpupool.agent.share_watch`) still stops one
 that takes more than its grant.
