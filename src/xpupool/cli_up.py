@@ -288,6 +288,8 @@ def up(
     network: str,
     allow_network: tuple[str, ...],
     pull_timeout: float,
+    hami_core: str | None,
+    mps: bool,
     reinitialise: bool,
     rotate_admin_token: bool,
     tls_cert: str | None,
@@ -336,6 +338,8 @@ def up(
                 network=network,
                 pull_timeout=pull_timeout,
                 allow_network=allow_network,
+                hami_core=hami_core,
+                mps=mps,
             ),
             "xpupool-launch-probe",
         )

@@ -231,6 +231,8 @@ def agent_command(
     network: str,
     allow_network: tuple[str, ...],
     pull_timeout: float,
+    hami_core: str | None,
+    mps: bool,
     ports: str,
     health_warnings: tuple[str, ...],
     share_grace: float,
@@ -269,6 +271,8 @@ def agent_command(
         log_reserve=log_reserve,
         network=network,
         pull_timeout=pull_timeout,
+        hami_core=hami_core,
+        mps=mps,
         ports=ports,
         allow_network=allow_network,
     )

@@ -41,6 +41,7 @@ from xpupool.agent.launch import (
     spec_file,
     volume_mounts,
 )
+from xpupool.agent.launch.mps import MpsDaemons, mps_root
 from xpupool.agent.launch.process import write_log_line
 from xpupool.server.schemas.agent_protocol import (
     FINAL_REPLICA_STATES,
@@ -174,6 +175,12 @@ class Runner:
         # (volume, its tenant for a per-tenant one) -> the directory its replicas were given,
         # measured now and then for the server (volume_usage.py)
         self.volume_dirs: dict[tuple[str, str | None], str] = {}
+        # one MPS daemon per (card, tenant uid) of its shares, with --mps (launch/mps.py)
+        self.mps = (
+            MpsDaemons(mps_root(self.settings.job_root), self.settings.base_path)
+            if self.settings.mps
+            else None
+        )
         _RUNNERS.add(self)
         self.reattach()
 
@@ -223,6 +230,8 @@ class Runner:
                 self.volume_dirs[(g.name, work.tenant if g.per_tenant else None)] = host
             spec = secret_files.place(self.secrets_root, spec, work.secrets)
             rep.spec = secret_files.place_pull_auth(self.secrets_root, spec, work.pull_secret)
+            if self.mps is not None:
+                rep.spec = self.mps.attach(rep.spec)
         except LaunchError as exc:
             return self._refuse(rep, exc.reason)
         except OSError as exc:
@@ -368,6 +377,8 @@ class Runner:
         supervisor any more); its log stays, as the agent's copy under ``logs/``."""
         if rep.spec is not None and (rep.spec.secrets_dir or rep.spec.pull_auth):
             secret_files.remove(self.secrets_root, rep.spec)
+        if rep.spec is not None and self.mps is not None:
+            self.mps.detach(rep.spec.slug)
         if rep.run_dir is None:
             return
         logs = self.work_dir / "logs"
@@ -476,6 +487,8 @@ class Runner:
         for slug in secret_files.remove_leftovers(self.secrets_root, runs):
             log.warning("secrets of run %s: left by a run no supervisor holds; removed", slug)
         self._remove_leftover_containers()
+        if self.mps is not None:
+            self.mps.adopt(r.spec for r in self.replicas.values() if r.spec is not None)
 
     def _remove_leftover_containers(self) -> None:
         """Containers of this node's runs that no supervisor holds any more (it died with the

@@ -225,6 +225,8 @@ class ContainerBackend(ProcessBackend):
             argv += ["-v", f"{spec.secrets_dir}:{secret_files.CONTAINER_DIR}:ro"]
             if spec.secret_env:
                 argv += ["--env-file", str(secret_files.env_file_path(spec))]
+        if spec.preload:  # HAMi-core (.hami_core), at the path LD_PRELOAD names, read-only
+            argv += ["-v", f"{spec.preload}:{spec.preload}:ro"]
         argv += limit_args(spec) + pids_args(config)
         argv += network_args(spec, spec.network or self.settings.network, runtime.name)
         argv += container_device_args(spec.devices, runtime, self.settings.device_root)
@@ -249,7 +251,8 @@ class ContainerBackend(ProcessBackend):
             secret_files.write_env_file(spec, secret_files.secret_env(spec))
         # the client runs as the agent, outside any cgroup of the agent's: the runtime's own
         # cgroup holds the container
-        limits = f"{pulled}; " + describe_limits(spec, argv[0]) + describe_network(spec, network)
+        limits = f"{pulled}; " + describe_limits(spec, argv[0]) + spec.device_limits
+        limits += describe_network(spec, network)
         client = replace(spec, env=client_env(), limits=limits, cgroup=None)
         try:
             launched = start_process(client, argv, switch_user=False, use_cgroup=False)

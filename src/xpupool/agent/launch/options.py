@@ -32,9 +32,10 @@ log = logging.getLogger("xpupool.agent")
 
 def launch_options(f: F) -> F:
     """``--job-uid-range``, ``--job-root``, ``--log-cap``, ``--log-reserve``, ``--pids-limit``,
-    ``--sandbox``, ``--runtime``, ``--device-root``, ``--network``, ``--pull-timeout``. (``--ports`` is the
-    standalone agent's only: the server picks a gang's master port from the range a node
-    declares, and the nodes of ``xpupool up`` declare none, so they keep the default range.)"""
+    ``--sandbox``, ``--runtime``, ``--device-root``, ``--network``, ``--pull-timeout``,
+    ``--hami-core``, ``--mps``. (``--ports`` is the standalone agent's only: the server picks a gang's
+    master port from the range a node declares, and the nodes of ``xpupool up`` declare none,
+    so they keep the default range.)"""
     options = [
         click.option(
             "--job-uid-range",
@@ -127,6 +128,25 @@ def launch_options(f: F) -> F:
             help="Most an image job's pull may take; past it the attempt fails"
             " ('ErrImagePull: timed out') and the job's retry policy decides what follows.",
         ),
+        click.option(
+            "--hami-core",
+            type=click.Path(dir_okay=False),
+            default=None,
+            metavar="PATH",
+            help="HAMi-core's libvgpu.so: preloaded into each replica holding a share of an"
+            " NVIDIA card, which then enforces its memory and compute limits. Must be a regular"
+            " file owned by root, writable by no one else, in directories others cannot write;"
+            " checked at start.",
+        ),
+        click.option(
+            "--mps/--no-mps",
+            default=False,
+            show_default=True,
+            help="Run one NVIDIA MPS control daemon per (card, tenant uid) for replicas holding"
+            " a share of one card, capping each one's memory and SMs"
+            " (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE)."
+            " Needs nvidia-cuda-mps-control on PATH.",
+        ),
     ]
     for option in reversed(options):
         f = option(f)
@@ -147,6 +167,8 @@ def launch_settings(
     ports: str = DEFAULT_PORTS,
     pull_timeout: float = DEFAULT_PULL_TIMEOUT_S,
     allow_network: tuple[str, ...] = (),
+    hami_core: str | None = None,
+    mps: bool = False,
 ) -> LaunchSettings:
     """The :class:`LaunchSettings` for these option values; cgroups are detected here (once per
     agent), the container runtime asked and bwrap tried (:func:`isolation`). Raises
@@ -180,6 +202,12 @@ def launch_settings(
         port_range = PortRange.parse(ports)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--ports") from None
+    from xpupool.agent.launch.hami_core import check_library
+
+    try:
+        preload = check_library(hami_core) if hami_core else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--hami-core") from None
     root = Path(job_root).resolve() if job_root else default_job_root()
     for private in private_paths:
         if root == private.resolve() or private.resolve() in root.parents:
@@ -205,6 +233,8 @@ def launch_settings(
         allowed_networks=tuple(sorted({network, *allow_network})),
         ports=port_range,
         pull_timeout_s=pull_timeout,
+        hami_core=preload,
+        mps=mps,
     )
     return isolation(settings, sandbox, runtime)
 

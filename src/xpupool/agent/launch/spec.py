@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xpupool.agent.env import device_env
+from xpupool.agent.launch import hami_core
 from xpupool.agent.launch.cgroups import CgroupHost, CgroupPlan
 from xpupool.agent.launch.identity import UidRange
 from xpupool.agent.launch.ports import DEFAULT_PORTS, PortRange, replica_ports
@@ -63,7 +64,9 @@ class LaunchSettings:
     container runtime is called on this host (:mod:`.runtime_config`). ``network``: an image
     replica's network, ``bridge`` (its ports published) or ``host``; ``ports``: the host ports
     image replicas are given (:mod:`.ports`). ``pull_timeout_s``: the most an image's pull may
-    take before the attempt fails (:mod:`.container_pull`)."""
+    take before the attempt fails (:mod:`.container_pull`). ``hami_core``: HAMi-core's
+    library, preloaded into replicas holding a share of an NVIDIA card (:mod:`.hami_core`);
+    ``mps``: such replicas get an MPS daemon per (card, uid) (:mod:`.mps`, the runner's)."""
 
     job_root: Path = field(default_factory=default_job_root)
     uid_range: UidRange | None = None
@@ -84,6 +87,8 @@ class LaunchSettings:
     allowed_networks: tuple[str, ...] = ()  # what a queue may ask for besides ``network``
     ports: PortRange = field(default_factory=lambda: PortRange.parse(DEFAULT_PORTS))
     pull_timeout_s: float = DEFAULT_PULL_TIMEOUT_S
+    hami_core: Path | None = None
+    mps: bool = False
 
     def describe(self) -> str:
         """One line for the start-up banner: who jobs run as, where, with which limits."""
@@ -167,6 +172,8 @@ class LaunchSpec:
     pull: str = DEFAULT_PULL_POLICY  # its image's pull policy (.container_pull)
     network: str = ""  # an image replica's network when its queue asked for one ("": the node's)
     pull_auth: str = ""  # the registry auth file its image is pulled with (.secret_files)
+    preload: str = ""  # HAMi-core's library it preloads (.hami_core; "" = none)
+    device_limits: str = ""  # what limits its device share, for the limits event
 
     @property
     def tmpdir(self) -> Path:
@@ -241,7 +248,10 @@ def build_spec(
     limits = describe_limits(cgroup, a.memory_mib, a.cpu_milli)
     # its temp dir counts against its memory limit where the agent can make it a tmpfs (view.py)
     tmpfs_bytes = max(a.memory_mib, 0) << 20 if settings.private_view else 0
-    env = job_env(work, workdir, settings, node_vendors)
+    env = hami_core.preload_env(
+        job_env(work, workdir, settings, node_vendors), settings.hami_core, a.devices
+    )
+    device_limits = hami_core.describe(settings.hami_core, a.devices)
     ports: tuple[int, ...] = ()
     network = ""
     if settings.backend_name(work.image) == "container":
@@ -279,11 +289,13 @@ def build_spec(
         log_path=log_path,
         log_cap_bytes=min(settings.log_cap_bytes, work.log_cap_bytes or settings.log_cap_bytes),
         cgroup=cgroup,
-        limits=limits,
+        limits=limits + device_limits,
         run_id=slug,
         log_reserve_bytes=settings.log_reserve_bytes,
         tmpfs_bytes=tmpfs_bytes,
         ports=ports,
+        preload=str(settings.hami_core) if device_limits else "",
+        device_limits=device_limits,
     )
 
 
