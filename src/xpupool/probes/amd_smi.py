@@ -12,6 +12,7 @@ unhealthy; a library without the call, or a card without ECC, leaves it healthy 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, ClassVar
 
 from xpupool.probes.base import (
@@ -25,6 +26,8 @@ from xpupool.probes.base import (
 )
 from xpupool.probes.library import LibraryProbe
 
+MIB = 1 << 20
+
 
 class AmdSmiProbe(LibraryProbe):
     vendor: ClassVar[str] = "amd"
@@ -32,6 +35,36 @@ class AmdSmiProbe(LibraryProbe):
     install_hint: ClassVar[str] = "install ROCm's amdsmi package"
     init_name: ClassVar[str] = "amdsmi_init"
     shutdown_name: ClassVar[str] = "amdsmi_shut_down"
+
+    def process_memory(self) -> dict[str, dict[int, int]]:
+        """Device memory in MiB used by each process, per device UUID: ``{uuid: {pid: mib}}``,
+        for the agent's watch on shares (agent/share_watch.py), as NVML's is.
+
+        ``amdsmi_get_gpu_process_list(handle)`` returns one dict per process in the Python API
+        (AMD SMI's Python API reference: ``pid``, ``mem`` in bytes and ``memory_usage`` with
+        ``vram_mem``); VRAM is what a share grants, so ``vram_mem`` counts, else ``mem``. Older
+        releases returned process handles instead of dicts: those, and entries without a figure,
+        are left out, as a process NVML reports without one is.
+        """
+        with self.session() as lib:
+            usage: dict[str, dict[int, int]] = {}
+            for index, h in enumerate(lib.amdsmi_get_processor_handles()):
+                got = self.optional(partial(lib.amdsmi_get_gpu_device_uuid, h), "uuid")
+                uuid = str(got or f"amd-{index}")
+                listing = getattr(lib, "amdsmi_get_gpu_process_list", None)
+                procs = self.optional(partial(listing, h), f"{uuid} processes") if listing else ()
+                per_pid: dict[int, int] = {}
+                for proc in procs or ():
+                    if not isinstance(proc, dict):
+                        continue
+                    pid = proc.get("pid")
+                    split = proc.get("memory_usage")
+                    used = split.get("vram_mem") if isinstance(split, dict) else None
+                    used = used if isinstance(used, int) else proc.get("mem")
+                    if isinstance(pid, int) and isinstance(used, int) and used >= 0:
+                        per_pid[pid] = per_pid.get(pid, 0) + used // MIB
+                usage[uuid] = per_pid
+            return usage
 
     def read_devices(self, lib: Any) -> list[DeviceInfo]:
         handles = list(lib.amdsmi_get_processor_handles())

@@ -79,3 +79,20 @@ def test_uncorrectable_ecc_errors_mark_the_card_unhealthy() -> None:
     assert second.health_detail == "ecc-uncorrectable: 2 uncorrectable ECC error(s) (amdsmi)"
     plain = AmdSmiProbe(library=FakeAmdSmi()).discover()  # type: ignore[arg-type]
     assert all(d.health is Health.HEALTHY for d in plain)  # no ECC call: as before
+
+
+def test_process_memory_per_card_for_the_share_watch() -> None:
+    class Procs(FakeAmdSmi):
+        def amdsmi_get_gpu_process_list(self, h: str) -> list[object]:
+            if h == "h1":
+                return ["an older release's handle"]
+            return [
+                {"pid": 41, "mem": 9 << 30, "memory_usage": {"vram_mem": 8 << 30, "gtt_mem": 0}},
+                {"pid": 42, "mem": 3 << 20},  # no split: the total counts
+                {"pid": "N/A", "mem": 5},
+            ]
+
+    usage = AmdSmiProbe(library=Procs()).process_memory()  # type: ignore[arg-type]
+    assert usage == {"uuid-h0": {41: 8192, 42: 3}, "uuid-h1": {}}
+    none = AmdSmiProbe(library=FakeAmdSmi()).process_memory()  # type: ignore[arg-type]
+    assert none == {"uuid-h0": {}, "uuid-h1": {}}  # a library without the call: nothing
