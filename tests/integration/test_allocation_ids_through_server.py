@@ -71,11 +71,20 @@ class Pool:
         lines = self.agent_log.read_text(errors="replace").splitlines()
         return "\n".join(line for line in lines if "HTTP Request" not in line)[-1500:]
 
-    def allocations_run(self) -> list[int]:
-        """The allocation ids the agent finished, from the logs it keeps of each run
-        (``NODE/logs/JOB-REPLICA-ALLOCATION-ATTEMPT.log`` under its work dir)."""
+    def allocations_run(self) -> dict[int, int]:
+        """Each finished job's allocation id, from the logs the agent keeps of each run
+        (``NODE/logs/JOB-REPLICA-ALLOCATION-ATTEMPT.log`` under its work dir). A log moves
+        there only once the server acknowledged the run's end, a heartbeat after the job
+        shows ``succeeded``: wait for a given job's, never for a count."""
         logs = self.work_dir / NODE / "logs"
-        return sorted(int(p.name.split("-")[2]) for p in logs.glob("*.log"))
+        return {int(p.name.split("-")[0]): int(p.name.split("-")[2]) for p in logs.glob("*.log")}
+
+    def allocation_of(self, job: dict[str, Any]) -> dict[int, int]:
+        """Wait until the agent kept job ``job``'s log; every job's allocation id so far."""
+        job_id = int(job["id"])
+        return until(
+            lambda: job_id in (ids := self.allocations_run()) and ids, f"job {job_id}'s log"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -132,22 +141,15 @@ def _register_other_node(pool: Pool) -> None:
 
 
 def test_a_registration_does_not_reuse_a_finished_allocations_id(pool: Pool) -> None:
-    pool.run_to_the_end("before the registration")
-    until(lambda: pool.allocations_run(), "the agent's log of the first run")
+    pool.allocation_of(pool.run_to_the_end("before the registration"))
     _register_other_node(pool)
-    pool.run_to_the_end("after a node registered")
-    ran = until(lambda: len(pool.allocations_run()) == 2 and pool.allocations_run(), "two runs")
-    assert len(set(ran)) == 2, ran
+    ran = pool.allocation_of(pool.run_to_the_end("after a node registered"))
+    assert len(ran) == 2 and len(set(ran.values())) == 2, ran
 
 
 def test_a_restart_does_not_reuse_a_finished_allocations_id(pool: Pool) -> None:
-    pool.run_to_the_end("before the restart")
-    before = until(lambda: pool.allocations_run(), "the agent's log of the run before")
+    before = pool.allocation_of(pool.run_to_the_end("before the restart"))
     pool.srv.stop()
     pool.srv.start(same_port=True)  # the external agent keeps running and finds it again
-    pool.run_to_the_end("after the server restarted")
-    ran = until(
-        lambda: len(pool.allocations_run()) == len(before) + 1 and pool.allocations_run(),
-        "one more run",
-    )
-    assert len(set(ran)) == len(ran), ran
+    ran = pool.allocation_of(pool.run_to_the_end("after the server restarted"))
+    assert len(ran) == len(before) + 1 and len(set(ran.values())) == len(ran), ran

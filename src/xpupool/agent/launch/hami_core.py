@@ -7,7 +7,9 @@ refused past its grant at allocation time instead of being stopped afterwards by
 
 The library runs inside every tenant's process, so whoever may write it runs code in all of
 them: the operator's path must be a regular file owned by root, writable by no one else, in
-directories others cannot write (the security rule of issue 43, as for the agent's own files).
+directories others cannot write, or that carry the sticky bit (``/tmp``: there only an entry's
+owner or root may rename or remove it, and every entry on the path must already be root's).
+That is the security rule of issue 43, as for the agent's own files.
 It is checked once at agent start (a bad path refuses the start with one line) and reaches the
 job only through ``LD_PRELOAD`` in the environment the launcher hands to the job's own
 ``execve``, after the uid switch (:mod:`.process`): the agent itself never loads it. A whole
@@ -47,10 +49,10 @@ def check_library(path: str, owner: int = 0) -> Path:
         )
     for parent in lib.parents:
         pst = os.stat(parent)
-        if pst.st_mode & stat.S_IWOTH:
-            raise ValueError(f"{parent} is writable by others: anyone could replace {lib.name}")
         if pst.st_uid not in (0, owner):
             raise ValueError(f"{parent} is owned by uid {pst.st_uid}, who could replace {lib.name}")
+        if pst.st_mode & stat.S_IWOTH and not pst.st_mode & stat.S_ISVTX:
+            raise ValueError(f"{parent} is writable by others: anyone could replace {lib.name}")
     return lib
 
 
