@@ -1,0 +1,49 @@
+"""Where a service's requests may go, and how busy they keep it: the seam between the service
+controller (which knows replicas, their readiness and their addresses) and the proxy (which
+forwards requests and counts them).
+
+The proxy reads only :class:`Endpoints`: a list of ready (host, port) per service, whoever found
+them. On an agent site the service controller fills it from its replicas' reports and its own
+readiness probes; a Kubernetes site will fill it from EndpointSlices, with no change to the proxy.
+The controller reads only :class:`Traffic`: the requests in flight per service, which the proxy
+counts, to scale replicas on (issue 47).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One ready replica of a service: where to send a request, and which replica that is (so
+    the proxy's counts and the controller's drain speak of the same one)."""
+
+    job_id: int
+    replica: int
+    host: str
+    port: int
+
+
+class Endpoints(Protocol):
+    """The ready endpoints of each service; an unknown service has none."""
+
+    def ready(self, tenant: str, service: str) -> Sequence[Endpoint]:
+        """Ready endpoints of ``tenant``'s ``service``, excluding draining ones, in a stable
+        order (the proxy round-robins over them)."""
+        ...
+
+
+class Traffic(Protocol):
+    """What the proxy saw of each service's requests."""
+
+    def in_flight(self, tenant: str, service: str) -> int:
+        """Requests forwarded to ``service`` and not yet answered in full."""
+        ...
+
+    def in_flight_at(self, endpoint: Endpoint) -> int:
+        """Requests forwarded to this one endpoint and not yet answered (a draining replica is
+        stopped when this reaches 0)."""
+        ...
