@@ -47,3 +47,8 @@ class Traffic(Protocol):
         """Requests forwarded to this one endpoint and not yet answered (a draining replica is
         stopped when this reaches 0)."""
         ...
+
+    def rate(self, tenant: str, service: str) -> tuple[float, float | None]:
+        """Requests per second answered over the last minute, and their p99 latency in
+        milliseconds (None: no request in that minute), for ``xpupool services``."""
+        ...
