@@ -148,15 +148,18 @@ def limit_args(spec: LaunchSpec) -> list[str]:
 def network_args(spec: LaunchSpec, network: str, runtime: str) -> list[str]:
     """``--network host``, or (bridge, the runtime's default network) ``-p PORT:PORT`` for each
     of the replica's ports: the same number inside and out, so the port the job is told is the
-    one its peers dial (:mod:`.ports`). Docker is told the host's name (podman names it
-    ``host.containers.internal`` itself)."""
+    one its peers dial (:mod:`.ports`). A job that names the port its process listens on inside
+    the container (a server image's own, e.g. 8000) has its first host port published to that
+    one instead. Docker is told the host's name (podman names it ``host.containers.internal``
+    itself)."""
     if network == "host":
         return ["--network", "host"]
     args = []
     if runtime == "docker":
         args += ["--add-host", f"{HOST_NAMES['docker']}:host-gateway"]
-    for port in spec.ports:
-        args += ["-p", f"{port}:{port}"]
+    for i, port in enumerate(spec.ports):
+        inside = spec.container_port if i == 0 and spec.container_port else port
+        args += ["-p", f"{port}:{inside}"]
     return args
 
 
