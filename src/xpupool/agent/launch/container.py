@@ -49,7 +49,7 @@ from xpupool.agent.launch.process import (
     write_log_line,
 )
 from xpupool.agent.launch.runtime_config import RuntimeConfig
-from xpupool.agent.launch.spec import LaunchError, LaunchSpec
+from xpupool.agent.launch.spec import LaunchError, LaunchSpec, StopAsked, never
 from xpupool.catalog.image_ref import ImageRefError, parse_image_ref
 from xpupool.probes.container_runtime import ContainerRuntime, RuntimeName
 from xpupool.probes.device_nodes import container_device_args
@@ -236,7 +236,7 @@ class ContainerBackend(ProcessBackend):
         # every option first, then '--': nothing of the job's (image, command) is an option
         return [*argv, "--", spec.image, *spec.argv]
 
-    def start(self, spec: LaunchSpec) -> Launched:
+    def start(self, spec: LaunchSpec, stop_asked: StopAsked = never) -> Launched:
         argv = self.argv(spec)
         path = env_file_path(spec)
         network, runtime = spec.network or self.settings.network, self.runtime.name
@@ -248,6 +248,7 @@ class ContainerBackend(ProcessBackend):
             lambda line: write_log_line(spec.log_path, line),
             client_env(),
             spec.pull_auth,
+            stop_asked,
         )
         write_env_file(path, container_env(spec, network, HOST_NAMES[runtime]))
         if spec.secret_env:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +37,19 @@ class LaunchError(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class LaunchStoppedError(LaunchError):
+    """A stop was asked for while the replica was still being started (its image pulled): the
+    start was given up, nothing of the replica runs, and the run ends stopped, not failed."""
+
+
+StopAsked = Callable[[], bool]  # whether a stop of the replica was asked for since it was given
+
+
+def never() -> bool:
+    """The :data:`StopAsked` of a start that nothing stops (a caller without a supervisor)."""
+    return False
 
 
 def default_job_root() -> Path:
