@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from xpupool.probes import Health, ProbeError, ProbeFailure, xpu_smi
-from xpupool.probes.xpu_smi import XpuSmiProbe, parse_xpu_smi
+from xpupool.probes.health_causes import cause_key
+from xpupool.probes.xpu_smi import XpuSmiProbe, parse_intel_health, parse_xpu_smi
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "probes" / "xpu-smi"
 
@@ -112,6 +113,7 @@ def test_discover_on_intel_falls_through_help_to_dump(monkeypatch: pytest.Monkey
         {
             ("xpu-smi",): fixture("intel_help.txt"),
             xpu_smi.INTEL_ARGV: fixture("intel_max1550_4x.txt"),
+            xpu_smi.INTEL_HEALTH_ARGV: fixture("intel_health_ok.txt"),
         }
     )
     monkeypatch.setattr(xpu_smi, "run_tool", run)
@@ -121,7 +123,13 @@ def test_discover_on_intel_falls_through_help_to_dump(monkeypatch: pytest.Monkey
 
 def test_discover_on_intel_when_plain_call_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     failed = ProbeError("kunlunxin", "xpu-smi", ProbeFailure.TOOL_FAILED, "exit code 1")
-    run = fake_runner({("xpu-smi",): failed, xpu_smi.INTEL_ARGV: fixture("intel_max1550_4x.txt")})
+    run = fake_runner(
+        {
+            ("xpu-smi",): failed,
+            xpu_smi.INTEL_ARGV: fixture("intel_max1550_4x.txt"),
+            xpu_smi.INTEL_HEALTH_ARGV: fixture("intel_health_ok.txt"),
+        }
+    )
     monkeypatch.setattr(xpu_smi, "run_tool", run)
     assert [d.vendor for d in XpuSmiProbe().discover()] == ["intel"] * 4
 
@@ -139,3 +147,64 @@ def test_kunlunxin_uncorrectable_ecc_marks_the_xpu_unhealthy() -> None:
     devices = parse_xpu_smi(fixture("kunlunxin_p800_ecc.txt"))
     assert [d.health for d in devices] == [Health.HEALTHY, Health.UNHEALTHY]
     assert devices[1].health_detail == "ecc-uncorrectable: 3 volatile uncorrectable ECC error(s)"
+
+
+def _intel(health: str | ProbeError) -> object:
+    return fake_runner(
+        {
+            ("xpu-smi",): fixture("intel_help.txt"),
+            xpu_smi.INTEL_ARGV: fixture("intel_max1550_4x.txt"),
+            xpu_smi.INTEL_HEALTH_ARGV: health,
+        }
+    )
+
+
+def test_intel_health_all_ok_is_healthy_and_unknown_parts_are_not_faults() -> None:
+    health = parse_intel_health(fixture("intel_health_ok.txt"))
+    assert health == dict.fromkeys(range(4), (Health.HEALTHY, ""))  # device 3: Xe Link Unknown
+
+
+@pytest.mark.parametrize(
+    ("name", "sick", "cause"),
+    [
+        ("intel_health_warning.txt", 1, "xpu-smi health: GPU Memory Temperature Warning"),
+        ("intel_health_critical.txt", 2, "xpu-smi health: GPU Memory Critical"),
+    ],
+)
+def test_intel_health_warning_or_critical_marks_that_card_unhealthy(
+    monkeypatch: pytest.MonkeyPatch, name: str, sick: int, cause: str
+) -> None:
+    monkeypatch.setattr(xpu_smi, "run_tool", _intel(fixture(name)))
+    devices = XpuSmiProbe().discover()
+    assert [d.health for d in devices] == [
+        Health.UNHEALTHY if d.index == sick else Health.HEALTHY for d in devices
+    ]
+    assert devices[sick].health_detail == cause
+    assert cause_key(cause) == "other"
+
+
+def test_an_unknown_status_word_is_unhealthy_and_all_unknown_is_unknown() -> None:
+    text = fixture("intel_health_ok.txt")
+    odd = parse_intel_health(text.replace("Status: Ok   ", "Status: Lost ", 1))
+    assert odd[0] == (Health.UNHEALTHY, "xpu-smi health: GPU Core Temperature Lost")
+    blind = parse_intel_health(
+        text.replace("Status: Ok ", "Status: Unknown").replace("OK", "Unknown")
+    )
+    assert blind[0] == (Health.UNKNOWN, "")
+
+
+@pytest.mark.parametrize(
+    "health",
+    [
+        ProbeError("intel", "xpu-smi health -l", ProbeFailure.TOOL_FAILED, "unknown subcommand"),
+        "Error: Level Zero initialization failed\n",
+    ],
+)
+def test_a_failed_or_unreadable_health_query_leaves_health_unknown(
+    monkeypatch: pytest.MonkeyPatch, health: str | ProbeError
+) -> None:
+    monkeypatch.setattr(xpu_smi, "run_tool", _intel(health))
+    probe = XpuSmiProbe()
+    devices = probe.discover()
+    assert len(devices) == 4 and {d.health for d in devices} == {Health.UNKNOWN}
+    assert len(probe.skipped) == 4 and "health" in probe.skipped[0]
