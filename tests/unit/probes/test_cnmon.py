@@ -97,7 +97,7 @@ def test_cnmon5_health_state_good_is_healthy() -> None:
 
 
 def test_a_device_health_other_than_good_is_unhealthy_of_kind_other() -> None:
-    (card,) = parse_cnmon(fixture("mlu370-x4-unhealthy.txt"))
+    (card,) = parse_cnmon(fixture("mlu370-x8-unhealthy.txt"))
     assert card.health is Health.UNHEALTHY
     assert card.health_detail == "cnmon health: Device Bad"
     assert cause_key(card.health_detail) == "other"
