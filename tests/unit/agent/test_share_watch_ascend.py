@@ -4,6 +4,7 @@ share as it does on NVIDIA (test_agent.py); the tool is replaced at probes/npu_s
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from collections.abc import Sequence
@@ -102,3 +103,26 @@ def test_a_replica_within_its_share_on_an_ascend_card_runs_on(
     while time.monotonic() < deadline and (7, 0) in node.runner.replicas:
         agent.tick()
         time.sleep(0.05)
+
+
+def test_an_unreadable_process_table_measures_nothing_and_is_logged_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cut process row: the devices are still read, per-process memory is not (None, so the
+    agent reports nothing measured and the watch stops no one), and the reason is logged once."""
+    cut = SUMMARY.with_name("procs-truncated.txt").read_text()
+
+    def run(vendor: str, argv: Sequence[str], timeout_s: float = 10.0) -> str:
+        if list(argv) != ["npu-smi", "info"]:
+            raise ProbeError(vendor, " ".join(argv), ProbeFailure.TOOL_FAILED, "not supported")
+        return cut
+
+    monkeypatch.setattr(npu_smi, "run_tool", run)
+    monkeypatch.setattr(npu_smi, "tool_present", lambda name: True)
+    monitor = Monitor([NpuSmiProbe()])
+    with caplog.at_level(logging.INFO, logger="xpupool.agent"):
+        first, second = monitor.read(), monitor.read()
+    assert [d.uuid for d in first.devices] == [CARD, "ascend-0000:C2:00.0"]
+    assert first.process_memory is None and second.process_memory is None
+    said = [r.message for r in caplog.records if "per-process memory" in r.message]
+    assert len(said) == 1 and "process row cut off" in said[0]
