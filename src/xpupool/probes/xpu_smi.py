@@ -13,6 +13,12 @@ temperature, power, memory, Xe Link port, frequency; Intel's smi_user_guide.md, 
 OK and Unknown), or any word outside those, makes the card unhealthy with a cause of kind
 ``other``; ``Unknown`` only says the component cannot be read. An Intel host where the health
 query fails keeps its cards' health unknown, with the reason in ``skipped``.
+
+Per-process memory (the agent's watch on shares): Intel's ``xpu-smi ps`` prints one row per
+process and device, ``PID Command DeviceID SHR MEM``, with ``MEM`` the device memory the process
+allocated, in kB (the same guide). It is read as 1000 bytes, the smaller reading, so that a
+process is never charged more than it holds. Kunlunxin's table has a ``Processes:`` section
+whose header is published but no row of it is, so Kunlunxin processes are not read.
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ KUNLUNXIN_ARGV: tuple[str, ...] = (TOOL,)
 # 4 UUID, 8 Driver Version, 11 PCI BDF Address, 16 Memory Physical Size.
 INTEL_ARGV: tuple[str, ...] = (TOOL, "discovery", "--dump", "1,2,4,8,11,16")
 INTEL_HEALTH_ARGV: tuple[str, ...] = (TOOL, "health", "-l")
+INTEL_PS_ARGV: tuple[str, ...] = (TOOL, "ps")
+_PS_COLUMNS = ("PID", "Command", "DeviceID", "SHR", "MEM")
 _HEALTH_DEVICE = re.compile(r"^\|\s*Device ID\s*\|\s*(\d+)\s*\|")
 _HEALTH_ROW = re.compile(r"^\|\s*\d+\.\s*(?P<part>[^|]*?)\s*\|\s*Status:\s*(?P<status>[^|]*?)\s*\|")
 _HEALTH_FINE = frozenset({"ok", "unknown"})
@@ -220,6 +228,32 @@ def parse_intel_health(text: str) -> dict[int, tuple[Health, str]]:
     return health
 
 
+def parse_intel_ps(text: str) -> list[tuple[int, int, int]]:
+    """(pid, device id, MiB) per row of Intel's ``xpu-smi ps``; [] when no process is listed.
+    The command name is the one free column (it may hold spaces), so the row is read from both
+    ends. Raises ProbeError(PARSE) without the ``PID Command DeviceID SHR MEM`` header or for a
+    row whose numbers are not numbers."""
+    lines = [line.split() for line in text.splitlines() if line.strip()]
+    command = " ".join(INTEL_PS_ARGV)
+    if not lines or tuple(lines[0]) != _PS_COLUMNS:
+        raise ProbeError(
+            INTEL, command, ProbeFailure.PARSE, f"expected the header {' '.join(_PS_COLUMNS)!r}"
+        )
+    rows: list[tuple[int, int, int]] = []
+    for cells in lines[1:]:
+        numbers = [cells[0], *cells[-3:]] if len(cells) >= 4 else []
+        if not numbers or not all(n.isdigit() for n in numbers):
+            raise ProbeError(
+                INTEL,
+                command,
+                ProbeFailure.PARSE,
+                f"expected '<pid> <command> <device> <shr kB> <mem kB>', got {' '.join(cells)!r}",
+            )
+        pid, device, _shared, mem_kb = (int(n) for n in numbers)
+        rows.append((pid, device, mem_kb * 1000 // (1 << 20)))
+    return rows
+
+
 class XpuSmiProbe:
     """Kunlunxin or Intel ``xpu-smi``; ``vendor`` is the key the tool name alias maps to.
 
@@ -235,6 +269,34 @@ class XpuSmiProbe:
 
     def __init__(self) -> None:
         self.skipped: list[str] = []  # what could not be read, for the monitor's log
+        self._intel_uuids: dict[int, str] = {}  # Intel device id -> UUID, from discover
+        self._kunlunxin = False  # the last discover read Kunlunxin's table
+
+    def process_memory(self) -> dict[str, dict[int, int]]:
+        """Device memory in MiB used by each process, per Intel card UUID (every card, ``{}``
+        when idle), for the agent's watch on shares. Raises ProbeError on a Kunlunxin host (its
+        rows are not read: module docstring) and for a row on a device discover does not know."""
+        if not self._intel_uuids and not self._kunlunxin:
+            self.discover()
+        if not self._intel_uuids:
+            raise ProbeError(
+                KUNLUNXIN, TOOL, ProbeFailure.PARSE, "per-process memory is read on Intel only"
+            )
+        rows = parse_intel_ps(run_tool(INTEL, INTEL_PS_ARGV))
+        if any(device not in self._intel_uuids for _, device, _ in rows):
+            self.discover()
+        usage: dict[str, dict[int, int]] = {uuid: {} for uuid in self._intel_uuids.values()}
+        for pid, device, mib in rows:
+            uuid = self._intel_uuids.get(device)
+            if uuid is None:
+                raise ProbeError(
+                    INTEL,
+                    " ".join(INTEL_PS_ARGV),
+                    ProbeFailure.PARSE,
+                    f"process {pid} is on device {device}, which discovery does not list",
+                )
+            usage[uuid][pid] = usage[uuid].get(pid, 0) + mib
+        return usage
 
     def available(self) -> bool:
         return tool_present(TOOL)
@@ -247,10 +309,13 @@ class XpuSmiProbe:
             if exc.kind is not ProbeFailure.TOOL_FAILED:
                 raise
             text = ""
-        if _KL_HEADER.search(text):
+        self._kunlunxin = bool(_KL_HEADER.search(text))
+        if self._kunlunxin:
+            self._intel_uuids = {}
             return parse_kunlunxin_table(text)
         devices = parse_xpu_smi(run_tool(INTEL, INTEL_ARGV))
-        if not any(d.vendor == INTEL for d in devices):
+        self._intel_uuids = {d.index: d.uuid for d in devices if d.vendor == INTEL}
+        if not self._intel_uuids:
             return devices
         try:
             health = parse_intel_health(run_tool(INTEL, INTEL_HEALTH_ARGV))

@@ -1,6 +1,8 @@
-"""Watch and stop on an Ascend card: the agent reads per-process memory from ``npu-smi info``'s
-process table (a recorded-format fixture whose PID is the replica's) and stops a replica over its
-share as it does on NVIDIA (test_agent.py); the tool is replaced at probes/npu_smi.py's seam."""
+"""Watch and stop beyond NVIDIA: on an Ascend card the agent reads per-process memory from
+``npu-smi info``'s process table (a recorded-format fixture whose PID is the replica's) and stops
+a replica over its share as it does on NVIDIA (test_agent.py); the tools are replaced at the
+probes' ``run_tool`` seam. And the monitor asks a probe that serves several vendors (xpu-smi:
+Kunlunxin and Intel) for per-process memory when any of them has cards."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from test_agent import Recorder
 from xpupool.agent import Agent, HostedNode, Monitor, Runner
 from xpupool.agent.inventory import node_in
 from xpupool.agent.share_watch import ShareWatch
-from xpupool.probes import npu_smi
+from xpupool.probes import npu_smi, xpu_smi
 from xpupool.probes.base import ProbeError, ProbeFailure
 from xpupool.probes.npu_smi import NpuSmiProbe
 
@@ -126,3 +128,24 @@ def test_an_unreadable_process_table_measures_nothing_and_is_logged_once(
     assert first.process_memory is None and second.process_memory is None
     said = [r.message for r in caplog.records if "per-process memory" in r.message]
     assert len(said) == 1 and "process row cut off" in said[0]
+
+
+def test_the_monitor_reads_intel_processes_through_the_two_vendor_xpu_smi_probe(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fixtures = SUMMARY.parents[1] / "xpu-smi"
+    answers = {
+        ("xpu-smi",): (fixtures / "intel_help.txt").read_text(),
+        xpu_smi.INTEL_ARGV: (fixtures / "intel_max1550_4x.txt").read_text(),
+        xpu_smi.INTEL_HEALTH_ARGV: (fixtures / "intel_health_ok.txt").read_text(),
+        xpu_smi.INTEL_PS_ARGV: (fixtures / "intel_ps.txt").read_text(),
+    }
+    monkeypatch.setattr(
+        xpu_smi, "run_tool", lambda vendor, argv, timeout_s=10.0: answers[tuple(argv)]
+    )
+    monkeypatch.setattr(xpu_smi, "tool_present", lambda name: True)
+    reading = Monitor([xpu_smi.XpuSmiProbe()]).read()
+    assert {d.vendor for d in reading.devices} == {"intel"}  # the probe's vendor is kunlunxin
+    assert reading.process_memory is not None
+    first = reading.devices[0].uuid
+    assert reading.process_memory[first] == {48211: 40000, 48502: 500}
