@@ -189,7 +189,10 @@ def parse_npu_processes(text: str) -> list[NpuProcess]:
     Raises ProbeError(PARSE) when there is no process table (npu-smi prints none on some 310
     boards: nothing can be told then, which is not "nothing runs") or a row has the wrong shape,
     so that a misread never attributes memory to the wrong process or chip. A table with an extra
-    column (``Process id in container``, printed inside containers) is read by its header.
+    column (``Process id in container``, printed inside containers) is read by its header. The
+    name is the process's own (a job sets it): a ``|`` in it is kept in the name, since every
+    other column is a number; a newline in it cuts the row, which is an error (nothing is
+    measured that pass), never memory charged to another PID.
     """
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if _PROC_HEADER in line), None)
@@ -209,6 +212,9 @@ def parse_npu_processes(text: str) -> list[NpuProcess]:
             raise _parse_error(_SUMMARY, f"process row cut off: {line.strip()!r}")
         if cells is None or (len(cells) == 1 and _NO_PROCESS.match(cells[0])):
             continue  # rules, the tool's trailing warnings, "No running processes found"
+        extra = len(cells) - len(header)
+        if extra > 0 and name_at is not None:  # a process may put "|" in its own name
+            cells[name_at : name_at + extra + 1] = ["|".join(cells[name_at : name_at + extra + 1])]
         chip = re.fullmatch(r"(\d+)\s+(\d+)", cells[0])
         if (
             len(cells) != len(header)

@@ -307,3 +307,14 @@ def test_process_memory_that_cannot_be_read_raises_rather_than_guess(
     with pytest.raises(ProbeError) as caught:
         NpuSmiProbe().process_memory()
     assert caught.value.kind is ProbeFailure.PARSE and said in caught.value.detail
+
+
+def test_a_process_name_with_bars_is_kept_whole_and_charges_no_other_pid() -> None:
+    """The name is the job's to choose: '|' in it must not shift the PID or memory columns."""
+    text = fixture("910b-five-digit-used.txt").replace(
+        "| python3                  | 57934", "| py|99999|thon          | 57934", 1
+    )
+    first = parse_npu_processes(text)[0]
+    assert (first.pid, first.name, first.memory_mib) == (2210417, "py|99999|thon", 57934)
+    container = fixture("910b-procs-container.txt").replace("| python3      |", "| a|1|b        |")
+    assert parse_npu_processes(container)[0] == NpuProcess(0, 0, 3120551, "a|1|b", 40960)
