@@ -10,7 +10,10 @@ a ``Health State`` group whose ``Device`` line says ``Good`` on a working card, 
 group listing each process (``Process : N`` with ``PID``, ``cmdline`` and ``MLU Memory Usage``
 under it). The health word is read as NVML's path reads an unknown fault: anything but ``Good`` is
 unhealthy, with a cause of kind ``other`` (probes/health_causes.py). The process list feeds the
-agent's watch on shares (``process_memory``), from the same ``cnmon info`` call.
+agent's watch on shares (``process_memory``), from the same ``cnmon info`` call. ``cmdline``
+is the process's own text: whether cnmon escapes a newline in it is not known (no capture shows
+one), and a raw one could forge a process block naming another PID; a process's device nodes
+(``/proc/PID/fd``) are not checked against the card it is charged on.
 """
 
 from __future__ import annotations
