@@ -137,7 +137,8 @@ class Monitor:
             )
         for probe in self.probes:
             read = getattr(probe, "process_memory", None)
-            if read is None or not any(d.vendor == probe.vendor for d in found.devices):
+            covers = getattr(probe, "covers", None) or (probe.vendor,)  # xpu-smi: two vendors
+            if read is None or not any(d.vendor in covers for d in found.devices):
                 continue
             try:
                 usage = read()

@@ -7,6 +7,11 @@ compatibility table is keyed by; ``runtimes["rocm"]`` is set only when the libra
 Health: uncorrectable ECC errors from ``amdsmi_get_gpu_total_ecc_count`` (its ``correctable_count``,
 ``uncorrectable_count`` and ``deferred_count``: AMD SMI's Python API reference) make a card
 unhealthy; a library without the call, or a card without ECC, leaves it healthy as before.
+Bad pages from ``amdsmi_get_gpu_bad_page_info`` (one dict per page with ``status``, the C enum
+``amdsmi_memory_page_status_t``: 0 reserved, 1 pending, 2 unreservable; the Python binding passes
+the number through, and says "No bad pages found." as a string where there are none): a page
+pending retirement makes the card unhealthy (``page-retire-pending``, as NVML's pending
+retirement does), one that cannot be retired too (kind ``other``); retired pages leave it healthy.
 """
 
 from __future__ import annotations
@@ -88,6 +93,9 @@ class AmdSmiProbe(LibraryProbe):
         if bad:
             health = Health.UNHEALTHY
             detail = f"ecc-uncorrectable: {int(bad)} uncorrectable ECC error(s) (amdsmi)"
+        else:
+            pages = self.optional(lambda: lib.amdsmi_get_gpu_bad_page_info(h), f"{uuid} bad pages")
+            health, detail = _bad_page_health(pages)
         if "vram_total" not in vram:
             raise ProbeError(
                 self.vendor,
@@ -124,6 +132,29 @@ class AmdSmiProbe(LibraryProbe):
     def _is_xgmi(self, lib: Any, a: object, b: object) -> bool:
         link = self.optional(lambda: lib.amdsmi_topo_get_link_type(a, b), "link type") or {}
         return "XGMI" in str(link.get("type", "")).upper()
+
+
+_PAGE_STATUS = {0: "RESERVED", 1: "PENDING", 2: "UNRESERVABLE"}  # amdsmi_memory_page_status_t
+
+
+def _bad_page_health(pages: object) -> tuple[Health, str]:
+    """Health from ``amdsmi_get_gpu_bad_page_info``'s records (module docstring); anything but a
+    list of records (the "none found" string, no such call) is a card without bad pages."""
+    counts: dict[str, int] = {}
+    for page in pages if isinstance(pages, list) else ():
+        raw = page.get("status") if isinstance(page, dict) else None
+        status = _PAGE_STATUS.get(raw, str(raw)) if isinstance(raw, int) else str(raw).upper()
+        status = status.removeprefix("AMDSMI_MEM_PAGE_STATUS_")
+        counts[status] = counts.get(status, 0) + 1
+    if counts.get("PENDING"):
+        return Health.UNHEALTHY, (
+            f"page-retire-pending: {counts['PENDING']} bad page(s) pending retirement (amdsmi)"
+        )
+    odd = {k: n for k, n in counts.items() if k != "RESERVED"}
+    if odd:
+        said = ", ".join(f"{n} {k.lower()}" for k, n in sorted(odd.items()))
+        return Health.UNHEALTHY, f"amdsmi bad pages: {said}"  # kind other
+    return Health.HEALTHY, ""
 
 
 def _number(value: object) -> float | None:

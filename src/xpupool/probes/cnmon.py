@@ -4,6 +4,16 @@
 opens a group whose more-indented lines are its members (``Total : 49152 MiB``). We flatten those
 into ``Group/Key`` so ``Physical Memory Usage/Total`` and ``Virtual Memory Usage/Total`` cannot be
 confused. Values carry their unit (``MiB``, ``%``, ``W``, ``C``); we read the leading number.
+
+cnmon 5 prints more per card (the layout a public cnmon parser reads, tests/fixtures/probes/README.md):
+a ``Health State`` group whose ``Device`` line says ``Good`` on a working card, and a ``Processes``
+group listing each process (``Process : N`` with ``PID``, ``cmdline`` and ``MLU Memory Usage``
+under it). The health word is read as NVML's path reads an unknown fault: anything but ``Good`` is
+unhealthy, with a cause of kind ``other`` (probes/health_causes.py). The process list feeds the
+agent's watch on shares (``process_memory``), from the same ``cnmon info`` call. ``cmdline``
+is the process's own text: whether cnmon escapes a newline in it is not known (no capture shows
+one), and a raw one could forge a process block naming another PID; a process's device nodes
+(``/proc/PID/fd``) are not checked against the card it is charged on.
 """
 
 from __future__ import annotations
@@ -32,6 +42,17 @@ _NO_DEVICE = ("no mlu", "no device")
 
 _MEM_TOTAL = "Physical Memory Usage/Total"
 _MEM_USED = "Physical Memory Usage/Used"
+_HEALTH = "Health State/Device"
+_HEALTHY_WORDS = frozenset({"good"})
+_MIB_PER = {
+    "b": 1 / 2**20,
+    "kib": 1 / 1024,
+    "kb": 1 / 1024,
+    "mib": 1,
+    "mb": 1,
+    "gib": 1024,
+    "gb": 1024,
+}
 
 
 def _parse_error(detail: str) -> ProbeError:
@@ -86,6 +107,7 @@ def _device(index: int, fields: Mapping[str, str]) -> DeviceInfo:
     if total is None:
         raise _parse_error(f"card {index}: expected '{_MEM_TOTAL}' in MiB")
     used = _number(fields, _MEM_USED)
+    health, detail = _health(fields)
     return DeviceInfo(
         vendor=VENDOR,
         model=model,
@@ -98,8 +120,73 @@ def _device(index: int, fields: Mapping[str, str]) -> DeviceInfo:
         power_watts=_number(fields, "Power/Usage"),
         temperature_c=_number(fields, "Temperature/Board"),
         driver_version=fields.get("Driver"),
-        health=Health.UNKNOWN,  # cnmon info prints no health verdict
+        health=health,
+        health_detail=detail,
     )
+
+
+def _health(fields: Mapping[str, str]) -> tuple[Health, str]:
+    """``Health State`` / ``Device``: Good is healthy, any other word unhealthy (kind
+    ``other``); no such line (older cnmon) is unknown, as before."""
+    word = fields.get(_HEALTH, "").strip()
+    if not word:
+        return Health.UNKNOWN, ""
+    if word.lower() in _HEALTHY_WORDS:
+        return Health.HEALTHY, ""
+    return Health.UNHEALTHY, f"cnmon health: Device {word}"
+
+
+def parse_cnmon_processes(text: str) -> dict[int, dict[int, int]]:
+    """Device memory in MiB per process, per card index: ``{card: {pid: mib}}``. A card whose
+    ``Processes`` group is present and empty maps to ``{}``; a card without the group (cnmon
+    before 5) is absent, because nothing can be told about it.
+
+    Raises ProbeError(PARSE) for a process without a numeric ``PID`` or ``MLU Memory Usage``
+    with a known unit: a misread must not charge memory to anyone.
+    """
+    usage: dict[int, dict[int, int]] = {}
+    card: int | None = None
+    group_indent: int | None = None  # indent of this card's "Processes :" line
+    current: dict[str, str] | None = None
+    found: list[tuple[int, dict[str, str]]] = []
+    for line in text.splitlines():
+        heading = _CARD.match(line)
+        if heading is not None:
+            card, group_indent, current = int(heading.group(1)), None, None
+            continue
+        key, sep, value = line.partition(":")
+        if not sep or not key.strip() or card is None:
+            continue
+        indent = len(key) - len(key.lstrip())
+        if group_indent is not None and indent <= group_indent:
+            group_indent, current = None, None
+        if key.strip() == "Processes" and not value.strip():
+            group_indent = indent
+            usage.setdefault(card, {})
+            continue
+        if group_indent is None:
+            continue
+        if key.strip() == "Process":
+            current = {}
+            found.append((card, current))
+        elif current is not None:
+            current[key.strip()] = value.strip()
+    for index, proc in found:
+        pid, mib = proc.get("PID", ""), _mib(proc.get("MLU Memory Usage", ""))
+        if not pid.isdigit() or mib is None:
+            raise _parse_error(
+                f"card {index}: expected a process with a numeric 'PID' and "
+                f"'MLU Memory Usage' in MiB, got {proc!r}"
+            )
+        usage[index][int(pid)] = usage[index].get(int(pid), 0) + mib
+    return usage
+
+
+def _mib(value: str) -> int | None:
+    parts = value.split()
+    if len(parts) != 2 or parts[1].lower() not in _MIB_PER or _NUMBER.fullmatch(parts[0]) is None:
+        return None
+    return int(float(parts[0]) * _MIB_PER[parts[1].lower()])
 
 
 def parse_cnmon(text: str) -> list[DeviceInfo]:
@@ -118,6 +205,18 @@ class CnmonProbe:
     def discover(self) -> list[DeviceInfo]:
         """Raises ProbeError: tool missing, permission, timeout, tool failed, parse."""
         return parse_cnmon(run_tool(VENDOR, ARGV))
+
+    def process_memory(self) -> dict[str, dict[int, int]]:
+        """Device memory in MiB used by each process, per card UUID, for the agent's watch on
+        shares, as NVML's; cards whose ``cnmon info`` lists no ``Processes`` group are left out.
+        Raises ProbeError (the monitor logs it and measures nothing this pass) when no card has
+        one: this cnmon cannot tell, which is not "nothing runs"."""
+        text = run_tool(VENDOR, ARGV)
+        uuids = {d.index: d.uuid for d in parse_cnmon(text)}
+        per_card = parse_cnmon_processes(text)
+        if uuids and not per_card:
+            raise _parse_error("no 'Processes' group in any card: per-process memory not printed")
+        return {uuids[index]: procs for index, procs in per_card.items() if index in uuids}
 
 
 def device_nodes(indices: Sequence[int]) -> DeviceNodes:

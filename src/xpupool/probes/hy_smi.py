@@ -5,6 +5,14 @@ hy-smi renamed rocm-smi's keys and changed their units: older drivers print ``Ca
 ``vram Total Memory (MiB)`` with ``DCU use (%)``. Each field below lists every spelling, newest
 first, with the unit it implies, so a rename costs a table row rather than a new parser. The card
 key is ``card0`` (or ``card:0``); a top-level ``system`` object carries the driver version.
+
+Per-process device memory comes from ``hy-smi --showpids`` (no JSON form): after ``PIDs for KFD
+processes:``, one ``PID: N`` block per process with indented fields, of which ``HCU Index``
+(the card indices it holds, ``['2']``) and ``VRAM USED(MiB)`` are read; ``No KFD PIDs currently
+running`` when there is none. The figure is the process's total over its cards, as rocm-smi's
+``VRAM USED`` is, so a process on several cards cannot be split per card: it is left out (a
+multi-card job is not watched on Hygon) rather than charged to each card, which could stop it
+for memory it does not use.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 from xpupool.probes.base import (
@@ -40,8 +49,13 @@ ARGV = (
     "--json",
 )
 _COMMAND = " ".join(ARGV)
+PIDS_ARGV = (TOOL, "--showpids")
+_PIDS_COMMAND = " ".join(PIDS_ARGV)
 _MIB = 1024 * 1024
 _CARD = re.compile(r"^card:?(\d+)$")
+_PID = re.compile(r"^\s*PID:\s*(\S*)\s*$")
+_CARD_INDEX = re.compile(r"'(\d+)'")
+_NO_PIDS = "no kfd pids currently running"
 
 _MODEL_KEYS = ("Card Series", "Card series", "Card SKU")
 # (key, bytes per unit): new hy-smi prints MiB, the older rocm-smi-style output bytes.
@@ -133,17 +147,97 @@ def _device(index: int, fields: Mapping[str, object], driver: str | None) -> Dev
     )
 
 
+@dataclass(frozen=True, slots=True)
+class DcuProcess:
+    """One ``PID:`` block of ``hy-smi --showpids``: the cards it holds and its VRAM, MiB."""
+
+    pid: int
+    cards: tuple[int, ...]
+    vram_mib: int
+
+
+def parse_hy_smi_pids(text: str) -> list[DcuProcess]:
+    """The processes of ``hy-smi --showpids``; [] when none runs.
+
+    Raises ProbeError(PARSE) when the text is neither the process list nor the "none" line, or
+    a block lacks a numeric ``PID``, its ``HCU Index`` or a numeric ``VRAM USED(MiB)``: a misread
+    must not charge memory to anyone.
+    """
+    if _NO_PIDS in text.lower():
+        return []
+    blocks: list[dict[str, str]] = []
+    for line in text.splitlines():
+        pid = _PID.match(line)
+        if pid is not None:
+            blocks.append({"PID": pid.group(1)})
+            continue
+        key, sep, value = line.partition(":")
+        if sep and blocks and line[:1].isspace():
+            blocks[-1][key.strip()] = value.strip()
+    if not blocks:
+        if "pids for kfd processes" in text.lower():
+            return []
+        raise ProbeError(
+            VENDOR,
+            _PIDS_COMMAND,
+            ProbeFailure.PARSE,
+            "expected 'PIDs for KFD processes:' with 'PID: N' blocks, or 'No KFD PIDs'",
+        )
+    return [_process(block) for block in blocks]
+
+
+def _process(block: Mapping[str, str]) -> DcuProcess:
+    vram = block.get("VRAM USED(MiB)", "")
+    if not block["PID"].isdigit() or "HCU Index" not in block or not vram.isdigit():
+        raise ProbeError(
+            VENDOR,
+            _PIDS_COMMAND,
+            ProbeFailure.PARSE,
+            "expected a 'PID: N' block with 'HCU Index' and a numeric 'VRAM USED(MiB)', "
+            f"got {dict(block)!r}",
+        )
+    cards = tuple(int(i) for i in _CARD_INDEX.findall(block["HCU Index"]))
+    return DcuProcess(pid=int(block["PID"]), cards=cards, vram_mib=int(vram))
+
+
 class HySmiProbe:
     """Hygon DCUs via one ``hy-smi ... --json`` call."""
 
     vendor: ClassVar[str] = VENDOR
+
+    def __init__(self) -> None:
+        self._uuids: dict[int, str] = {}  # card index -> UUID, from the last discover
 
     def available(self) -> bool:
         return tool_present(TOOL)
 
     def discover(self) -> list[DeviceInfo]:
         """Raises ProbeError: tool missing, permission, timeout, tool failed, parse."""
-        return parse_hy_smi_json(run_tool(VENDOR, ARGV))
+        devices = parse_hy_smi_json(run_tool(VENDOR, ARGV))
+        self._uuids = {d.index: d.uuid for d in devices}
+        return devices
+
+    def process_memory(self) -> dict[str, dict[int, int]]:
+        """Device memory in MiB used by each process, per card UUID (every card, ``{}`` when
+        idle), for the agent's watch on shares, as NVML's. Processes on several cards are left
+        out (module docstring); a process on a card index discover does not know raises."""
+        processes = parse_hy_smi_pids(run_tool(VENDOR, PIDS_ARGV))
+        if not self._uuids or any(c not in self._uuids for p in processes for c in p.cards):
+            self.discover()
+        usage: dict[str, dict[int, int]] = {uuid: {} for uuid in self._uuids.values()}
+        for proc in processes:
+            unknown = [c for c in proc.cards if c not in self._uuids]
+            if unknown:
+                raise ProbeError(
+                    VENDOR,
+                    _PIDS_COMMAND,
+                    ProbeFailure.PARSE,
+                    f"process {proc.pid} holds card(s) {unknown}, which hy-smi does not list",
+                )
+            if len(proc.cards) == 1:
+                per_pid = usage[self._uuids[proc.cards[0]]]
+                per_pid[proc.pid] = per_pid.get(proc.pid, 0) + proc.vram_mib
+        return usage
 
 
 def device_nodes(indices: Sequence[int]) -> DeviceNodes:

@@ -6,6 +6,11 @@ so once it reaches five digits the space before ``/`` disappears (``59356/ 65536
 regex below accepts both forms. Per NPU, ``-t board`` gives the serial number (our UUID) and
 driver version, ``-t memory`` the capacity, ``-t common`` the AI-core count. Detail queries a board
 does not support (exit non-zero) only leave those fields None; every other failure is raised.
+
+After the device table the summary prints a process table (``print_proc_total_info`` and
+``print_proc_total_info_with_HBM`` in the driver source: NPU id, chip index on that NPU, host PID,
+name, and the process's device memory as bytes / 1024 / 1024, so MiB). ``process_memory`` reads it
+for the agent's watch on shares (agent/share_watch.py), as NVML's per-process figures are read.
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ _NPU_ROW = re.compile(r"^(\d+)\s+(\S+)$")
 _CHIP_ROW = re.compile(r"^(\d+)(?:\s+(\d+))?$")
 _VERSION = re.compile(r"Version:\s*(\S+)")
 _NO_DEVICE = ("there is no npu card", "no npu found")
+_PROC_HEADER = "Process id"
+_PROC_MEMORY = "Process memory(MB)"
+_NO_PROCESS = re.compile(r"^No running processes found in NPU\s+\d+$")
 # npu-smi's health words (npu_common_get_health_state_str): OK, Warning, Alarm, Critical, UNKNOWN.
 _HEALTH = {
     "OK": Health.HEALTHY,
@@ -164,6 +172,73 @@ def _chip_row(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class NpuProcess:
+    """One row of the summary's process table: a host process and the chip memory it holds."""
+
+    npu_id: int
+    chip_id: int  # the chip's index on its NPU, as in the device table's chip row
+    pid: int
+    name: str
+    memory_mib: int
+
+
+def parse_npu_processes(text: str) -> list[NpuProcess]:
+    """The process table of ``npu-smi info``; [] when it lists no process.
+
+    Raises ProbeError(PARSE) when there is no process table (npu-smi prints none on some 310
+    boards: nothing can be told then, which is not "nothing runs") or a row has the wrong shape,
+    so that a misread never attributes memory to the wrong process or chip. A table with an extra
+    column (``Process id in container``, printed inside containers) is read by its header. The
+    name is the process's own (a job sets it): a ``|`` in it is kept in the name, since every
+    other column is a number; a newline in it cuts the row, which is an error (nothing is
+    measured that pass), never memory charged to another PID.
+    """
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if _PROC_HEADER in line), None)
+    if start is None:
+        raise _parse_error(_SUMMARY, f"expected the process table ('{_PROC_HEADER}' header)")
+    header = _cells(lines[start]) or []
+    if _PROC_HEADER not in header or _PROC_MEMORY not in header:
+        raise _parse_error(
+            _SUMMARY, f"expected '{_PROC_HEADER}' and '{_PROC_MEMORY}' columns, got {header!r}"
+        )
+    pid_at, memory_at = header.index(_PROC_HEADER), header.index(_PROC_MEMORY)
+    name_at = header.index("Process name") if "Process name" in header else None
+    processes: list[NpuProcess] = []
+    for line in lines[start + 1 :]:
+        cells = _cells(line)
+        if cells is None and line.lstrip().startswith("|"):
+            raise _parse_error(_SUMMARY, f"process row cut off: {line.strip()!r}")
+        if cells is None or (len(cells) == 1 and _NO_PROCESS.match(cells[0])):
+            continue  # rules, the tool's trailing warnings, "No running processes found"
+        extra = len(cells) - len(header)
+        if extra > 0 and name_at is not None:  # a process may put "|" in its own name
+            cells[name_at : name_at + extra + 1] = ["|".join(cells[name_at : name_at + extra + 1])]
+        chip = re.fullmatch(r"(\d+)\s+(\d+)", cells[0])
+        if (
+            len(cells) != len(header)
+            or chip is None
+            or not cells[pid_at].isdigit()
+            or not cells[memory_at].isdigit()
+        ):
+            raise _parse_error(
+                _SUMMARY,
+                "expected a process row '<npu> <chip> | <pid> | <name> | <MiB>', "
+                f"got {'|'.join(cells)!r}",
+            )
+        processes.append(
+            NpuProcess(
+                npu_id=int(chip.group(1)),
+                chip_id=int(chip.group(2)),
+                pid=int(cells[pid_at]),
+                name=cells[name_at] if name_at is not None else "",
+                memory_mib=int(cells[memory_at]),
+            )
+        )
+    return processes
+
+
 def _kv_blocks(text: str) -> list[dict[str, str]]:
     """``key : value`` lines grouped into blocks; a blank line or a repeated key starts a block."""
     blocks: list[dict[str, str]] = [{}]
@@ -229,12 +304,47 @@ class NpuSmiProbe:
 
     vendor: ClassVar[str] = VENDOR
 
+    def __init__(self) -> None:
+        # (npu id, chip index) -> the UUID discover gave that chip; the process table names
+        # chips by these two numbers only
+        self._uuids: dict[tuple[int, int], str] = {}
+
     def available(self) -> bool:
         return tool_present(TOOL)
 
     def discover(self) -> list[DeviceInfo]:
         """Raises ProbeError: tool missing, permission, timeout, failed summary, parse."""
-        rows = parse_npu_smi_info(run_tool(VENDOR, [TOOL, "info"]))
+        return self._discover(parse_npu_smi_info(run_tool(VENDOR, [TOOL, "info"])))
+
+    def process_memory(self) -> dict[str, dict[int, int]]:
+        """Device memory in MiB used by each process, per chip UUID: ``{uuid: {pid: mib}}``,
+        every chip of the table present (``{}``: nothing runs on it), for the agent's watch on
+        shares as NVML's is. One ``npu-smi info``; the detail queries run again only when the
+        table shows a chip discover has not named. Raises ProbeError (the monitor logs it and
+        measures nothing this pass): a process row for a chip the table does not list is a
+        misread, not memory to charge to some card.
+        """
+        text = run_tool(VENDOR, [TOOL, "info"])
+        rows = parse_npu_smi_info(text)
+        processes = parse_npu_processes(text)
+        if any((row.npu_id, row.chip_id) not in self._uuids for row in rows):
+            self._discover(rows)
+        usage: dict[str, dict[int, int]] = {
+            self._uuids[(row.npu_id, row.chip_id)]: {} for row in rows
+        }
+        listed = {(row.npu_id, row.chip_id) for row in rows}
+        for proc in processes:
+            if (proc.npu_id, proc.chip_id) not in listed:
+                raise _parse_error(
+                    _SUMMARY,
+                    f"process {proc.pid} is on NPU {proc.npu_id} chip {proc.chip_id}, "
+                    "which the device table does not list",
+                )
+            per_pid = usage[self._uuids[(proc.npu_id, proc.chip_id)]]
+            per_pid[proc.pid] = per_pid.get(proc.pid, 0) + proc.memory_mib
+        return usage
+
+    def _discover(self, rows: list[NpuChipRow]) -> list[DeviceInfo]:
         per_npu: dict[int, tuple[dict[str, str], dict[int, int], dict[int, dict[str, str]]]] = {}
         for npu_id in dict.fromkeys(row.npu_id for row in rows):
             board_text = self._detail(npu_id, "board")
@@ -244,10 +354,12 @@ class NpuSmiProbe:
             common = parse_npu_common(self._detail(npu_id, "common"))
             per_npu[npu_id] = (board, memory, common)
         chips_per_npu = {n: sum(r.npu_id == n for r in rows) for n in per_npu}
-        return [
+        devices = [
             self._device(position, row, *per_npu[row.npu_id], chips_per_npu[row.npu_id])
             for position, row in enumerate(rows)
         ]
+        self._uuids = {(r.npu_id, r.chip_id): d.uuid for r, d in zip(rows, devices, strict=True)}
+        return devices
 
     @staticmethod
     def _detail(npu_id: int, kind: str) -> str:

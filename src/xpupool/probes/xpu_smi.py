@@ -5,6 +5,20 @@ Kunlunxin (P800) ships an ``xpu-smi`` whose default output is an nvidia-smi-like
 whose ``discovery --dump`` prints CSV headed ``Device ID,Device Name,...``. Which tool is installed
 cannot be known from its name, so :func:`parse_xpu_smi` decides the vendor from the output itself
 and every :class:`DeviceInfo` carries the vendor it was read from.
+
+Health: Kunlunxin's table carries a ``Volatile Uncorr. ECC`` cell; on Intel, ``xpu-smi health
+-l`` prints per device (``| Device ID | 0 |``) one ``Status:`` per component (core and memory
+temperature, power, memory, Xe Link port, frequency; Intel's smi_user_guide.md, which shows both
+``Ok`` and ``OK``). A component in ``Warning`` or ``Critical`` (XPU Manager's health states besides
+OK and Unknown), or any word outside those, makes the card unhealthy with a cause of kind
+``other``; ``Unknown`` only says the component cannot be read. An Intel host where the health
+query fails keeps its cards' health unknown, with the reason in ``skipped``.
+
+Per-process memory (the agent's watch on shares): Intel's ``xpu-smi ps`` prints one row per
+process and device, ``PID Command DeviceID SHR MEM``, with ``MEM`` the device memory the process
+allocated, in kB (the same guide). It is read as 1000 bytes, the smaller reading, so that a
+process is never charged more than it holds. Kunlunxin's table has a ``Processes:`` section
+whose header is published but no row of it is, so Kunlunxin processes are not read.
 """
 
 from __future__ import annotations
@@ -12,6 +26,7 @@ from __future__ import annotations
 import csv
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import ClassVar
 
 from xpupool.probes.base import (
@@ -32,6 +47,12 @@ KUNLUNXIN_ARGV: tuple[str, ...] = (TOOL,)
 # Property ids of Intel's `discovery --dump` (smi_user_guide.md): 1 Device ID, 2 Device Name,
 # 4 UUID, 8 Driver Version, 11 PCI BDF Address, 16 Memory Physical Size.
 INTEL_ARGV: tuple[str, ...] = (TOOL, "discovery", "--dump", "1,2,4,8,11,16")
+INTEL_HEALTH_ARGV: tuple[str, ...] = (TOOL, "health", "-l")
+INTEL_PS_ARGV: tuple[str, ...] = (TOOL, "ps")
+_PS_COLUMNS = ("PID", "Command", "DeviceID", "SHR", "MEM")
+_HEALTH_DEVICE = re.compile(r"^\|\s*Device ID\s*\|\s*(\d+)\s*\|")
+_HEALTH_ROW = re.compile(r"^\|\s*\d+\.\s*(?P<part>[^|]*?)\s*\|\s*Status:\s*(?P<status>[^|]*?)\s*\|")
+_HEALTH_FINE = frozenset({"ok", "unknown"})
 
 _KL_HEADER = re.compile(
     r"XPU-SMI\s+Driver Version:\s*(?P<driver>\S+)(?:\s+XPU-RT Version:\s*(?P<rt>\S+))?"
@@ -173,6 +194,66 @@ def parse_intel_dump(text: str) -> list[DeviceInfo]:
     return devices
 
 
+def parse_intel_health(text: str) -> dict[int, tuple[Health, str]]:
+    """(health, cause) per device id of Intel's ``xpu-smi health -l`` table (module docstring):
+    the first component not Ok or Unknown names the cause; a device whose every component is
+    Unknown stays unknown. Raises ProbeError(PARSE) when no ``Device ID`` row is found, or a
+    device lists no component."""
+    parts: dict[int, list[tuple[str, str]]] = {}
+    device: int | None = None
+    for line in text.splitlines():
+        found = _HEALTH_DEVICE.match(line)
+        if found is not None:
+            device = int(found.group(1))
+            parts[device] = []
+            continue
+        row = _HEALTH_ROW.match(line)
+        if row is not None and device is not None:
+            parts[device].append((row["part"], row["status"]))
+    command = " ".join(INTEL_HEALTH_ARGV)
+    if not parts or not all(parts.values()):
+        raise ProbeError(
+            INTEL, command, ProbeFailure.PARSE, "expected '| Device ID | N |' and 'Status:' rows"
+        )
+    health: dict[int, tuple[Health, str]] = {}
+    for index, statuses in parts.items():
+        bad = [(part, status) for part, status in statuses if status.lower() not in _HEALTH_FINE]
+        if bad:
+            said = "; ".join(f"{part} {status}" for part, status in bad)
+            health[index] = (Health.UNHEALTHY, f"xpu-smi health: {said}")  # kind other
+        elif all(status.lower() == "unknown" for _, status in statuses):
+            health[index] = (Health.UNKNOWN, "")
+        else:
+            health[index] = (Health.HEALTHY, "")
+    return health
+
+
+def parse_intel_ps(text: str) -> list[tuple[int, int, int]]:
+    """(pid, device id, MiB) per row of Intel's ``xpu-smi ps``; [] when no process is listed.
+    The command name is the one free column (it may hold spaces), so the row is read from both
+    ends. Raises ProbeError(PARSE) without the ``PID Command DeviceID SHR MEM`` header or for a
+    row whose numbers are not numbers."""
+    lines = [line.split() for line in text.splitlines() if line.strip()]
+    command = " ".join(INTEL_PS_ARGV)
+    if not lines or tuple(lines[0]) != _PS_COLUMNS:
+        raise ProbeError(
+            INTEL, command, ProbeFailure.PARSE, f"expected the header {' '.join(_PS_COLUMNS)!r}"
+        )
+    rows: list[tuple[int, int, int]] = []
+    for cells in lines[1:]:
+        numbers = [cells[0], *cells[-3:]] if len(cells) >= 4 else []
+        if not numbers or not all(n.isdigit() for n in numbers):
+            raise ProbeError(
+                INTEL,
+                command,
+                ProbeFailure.PARSE,
+                f"expected '<pid> <command> <device> <shr kB> <mem kB>', got {' '.join(cells)!r}",
+            )
+        pid, device, _shared, mem_kb = (int(n) for n in numbers)
+        rows.append((pid, device, mem_kb * 1000 // (1 << 20)))
+    return rows
+
+
 class XpuSmiProbe:
     """Kunlunxin or Intel ``xpu-smi``; ``vendor`` is the key the tool name alias maps to.
 
@@ -186,19 +267,67 @@ class XpuSmiProbe:
     """Every vendor this one tool serves: all are named when it is absent (issue 42: ``xpupool
     probe`` named Kunlunxin alone, so an Intel host was never told which tool it lacks)."""
 
+    def __init__(self) -> None:
+        self.skipped: list[str] = []  # what could not be read, for the monitor's log
+        self._intel_uuids: dict[int, str] = {}  # Intel device id -> UUID, from discover
+        self._kunlunxin = False  # the last discover read Kunlunxin's table
+
+    def process_memory(self) -> dict[str, dict[int, int]]:
+        """Device memory in MiB used by each process, per Intel card UUID (every card, ``{}``
+        when idle), for the agent's watch on shares. Raises ProbeError on a Kunlunxin host (its
+        rows are not read: module docstring) and for a row on a device discover does not know."""
+        if not self._intel_uuids and not self._kunlunxin:
+            self.discover()
+        if not self._intel_uuids:
+            raise ProbeError(
+                KUNLUNXIN, TOOL, ProbeFailure.PARSE, "per-process memory is read on Intel only"
+            )
+        rows = parse_intel_ps(run_tool(INTEL, INTEL_PS_ARGV))
+        if any(device not in self._intel_uuids for _, device, _ in rows):
+            self.discover()
+        usage: dict[str, dict[int, int]] = {uuid: {} for uuid in self._intel_uuids.values()}
+        for pid, device, mib in rows:
+            uuid = self._intel_uuids.get(device)
+            if uuid is None:
+                raise ProbeError(
+                    INTEL,
+                    " ".join(INTEL_PS_ARGV),
+                    ProbeFailure.PARSE,
+                    f"process {pid} is on device {device}, which discovery does not list",
+                )
+            usage[uuid][pid] = usage[uuid].get(pid, 0) + mib
+        return usage
+
     def available(self) -> bool:
         return tool_present(TOOL)
 
     def discover(self) -> list[DeviceInfo]:
+        self.skipped = []
         try:
             text = run_tool(self.vendor, KUNLUNXIN_ARGV)
         except ProbeError as exc:
             if exc.kind is not ProbeFailure.TOOL_FAILED:
                 raise
             text = ""
-        if _KL_HEADER.search(text):
+        self._kunlunxin = bool(_KL_HEADER.search(text))
+        if self._kunlunxin:
+            self._intel_uuids = {}
             return parse_kunlunxin_table(text)
-        return parse_xpu_smi(run_tool(INTEL, INTEL_ARGV))
+        devices = parse_xpu_smi(run_tool(INTEL, INTEL_ARGV))
+        self._intel_uuids = {d.index: d.uuid for d in devices if d.vendor == INTEL}
+        if not self._intel_uuids:
+            return devices
+        try:
+            health = parse_intel_health(run_tool(INTEL, INTEL_HEALTH_ARGV))
+        except ProbeError as exc:  # an older xpu-smi, or an odd table: health stays unknown
+            self.skipped.extend(f"{d.uuid} health: {exc}" for d in devices)
+            return devices
+        return [
+            replace(d, health=health[d.index][0], health_detail=health[d.index][1])
+            if d.index in health
+            else d
+            for d in devices
+        ]
 
 
 def _canonical_kunlunxin(model: str) -> str | None:

@@ -96,3 +96,44 @@ def test_process_memory_per_card_for_the_share_watch() -> None:
     assert usage == {"uuid-h0": {41: 8192, 42: 3}, "uuid-h1": {}}
     none = AmdSmiProbe(library=FakeAmdSmi()).process_memory()  # type: ignore[arg-type]
     assert none == {"uuid-h0": {}, "uuid-h1": {}}  # a library without the call: nothing
+
+
+class BadPages(FakeAmdSmi):
+    """h1's bad pages as ``amdsmi_get_gpu_bad_page_info`` returns them (a dict per page, the C
+    status enum passed through); h0 has none, which the binding says as a string."""
+
+    def __init__(self, statuses: list[object]) -> None:
+        self.statuses = statuses
+
+    def amdsmi_get_gpu_bad_page_info(self, h: str) -> list[dict[str, object]] | str:
+        if h == "h0":
+            return "No bad pages found."
+        return [
+            {"value": i, "page_address": 0x7F000 + i * 4096, "page_size": 4096, "status": s}
+            for i, s in enumerate(self.statuses)
+        ]
+
+
+@pytest.mark.parametrize(
+    ("statuses", "healthy", "cause", "kind"),
+    [
+        ([0, 0], True, "", None),  # retired: the card serves on
+        ([0, 1, 1], False, "page-retire-pending: 2 bad page(s) pending retirement (amdsmi)", None),
+        ([2], False, "amdsmi bad pages: 1 unreservable", "other"),
+        (["AMDSMI_MEM_PAGE_STATUS_PENDING"], False, None, "page-retire-pending"),
+        ([7], False, "amdsmi bad pages: 1 7", "other"),  # a status no table names
+    ],
+)
+def test_bad_pages_pending_or_unreservable_mark_the_card_unhealthy(
+    statuses: list[object], healthy: bool, cause: str | None, kind: str | None
+) -> None:
+    from xpupool.probes import Health
+    from xpupool.probes.health_causes import cause_key
+
+    first, second = AmdSmiProbe(library=BadPages(statuses)).discover()  # type: ignore[arg-type]
+    assert first.health is Health.HEALTHY and first.health_detail == ""
+    assert (second.health is Health.HEALTHY) is healthy
+    if cause is not None:
+        assert second.health_detail == cause
+    if kind is not None and not healthy:
+        assert cause_key(second.health_detail) == kind

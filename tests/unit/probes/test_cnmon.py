@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
 from xpupool.probes import cnmon
 from xpupool.probes.base import Health, ProbeError, ProbeFailure
-from xpupool.probes.cnmon import CnmonProbe, parse_cnmon, parse_cnmon_info
+from xpupool.probes.cnmon import CnmonProbe, parse_cnmon, parse_cnmon_info, parse_cnmon_processes
+from xpupool.probes.health_causes import cause_key
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "probes" / "cnmon"
 
@@ -78,3 +79,63 @@ def test_missing_tool(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     with pytest.raises(ProbeError) as caught:
         probe.discover()
     assert caught.value.kind is ProbeFailure.TOOL_MISSING
+
+
+def _tool(name: str) -> Callable[[str, Sequence[str], float], str]:
+    def run(vendor: str, argv: Sequence[str], timeout_s: float = 10.0) -> str:
+        assert list(argv) == ["cnmon", "info"]
+        return fixture(name)
+
+    return run
+
+
+def test_cnmon5_health_state_good_is_healthy() -> None:
+    first, second = parse_cnmon(fixture("mlu370-x4-procs.txt"))
+    assert (first.health, first.health_detail) == (Health.HEALTHY, "")
+    assert second.health is Health.HEALTHY
+    assert (first.memory_used_mib, first.utilization_pct) == (17860, 71.0)
+
+
+def test_a_device_health_other_than_good_is_unhealthy_of_kind_other() -> None:
+    (card,) = parse_cnmon(fixture("mlu370-x8-unhealthy.txt"))
+    assert card.health is Health.UNHEALTHY
+    assert card.health_detail == "cnmon health: Device Bad"
+    assert cause_key(card.health_detail) == "other"
+
+
+def test_processes_per_card_in_mib() -> None:
+    assert parse_cnmon_processes(fixture("mlu370-x4-procs.txt")) == {
+        0: {402811: 16384, 402990: 1024},
+        1: {},
+    }
+    assert parse_cnmon_processes(fixture("mlu370-x8.txt")) == {}  # no Processes group
+
+
+def test_a_process_without_a_memory_figure_is_a_parse_error() -> None:
+    with pytest.raises(ProbeError) as caught:
+        parse_cnmon_processes(fixture("procs-no-memory.txt"))
+    assert caught.value.kind is ProbeFailure.PARSE
+    assert "MLU Memory Usage" in caught.value.detail
+
+
+def test_process_memory_by_card_uuid(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cnmon, "run_tool", _tool("mlu370-x4-procs.txt"))
+    assert CnmonProbe().process_memory() == {
+        "3F0A9C21-58B4-4D7E-A1C6-7E2B90D4F113": {402811: 16384, 402990: 1024},
+        "3F0A9C21-58B4-4D7E-A1C6-7E2B90D4F2A8": {},
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [("mlu370-x8.txt", "no 'Processes' group"), ("procs-no-memory.txt", "MLU Memory Usage")],
+)
+def test_process_memory_that_cannot_be_told_raises(
+    monkeypatch: pytest.MonkeyPatch, name: str, said: str
+) -> None:
+    """An older cnmon, or a process row without a figure: the monitor logs the error and
+    measures nothing, so no replica is stopped on a guess."""
+    monkeypatch.setattr(cnmon, "run_tool", _tool(name))
+    with pytest.raises(ProbeError) as caught:
+        CnmonProbe().process_memory()
+    assert caught.value.kind is ProbeFailure.PARSE and said in caught.value.detail

@@ -9,7 +9,14 @@ import pytest
 
 from xpupool.probes import hy_smi
 from xpupool.probes.base import DeviceInfo, Health, ProbeError, ProbeFailure
-from xpupool.probes.hy_smi import ARGV, HySmiProbe, parse_hy_smi_json
+from xpupool.probes.hy_smi import (
+    ARGV,
+    PIDS_ARGV,
+    DcuProcess,
+    HySmiProbe,
+    parse_hy_smi_json,
+    parse_hy_smi_pids,
+)
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "probes" / "hy-smi"
 
@@ -99,3 +106,79 @@ def test_missing_tool(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         probe.discover()
     assert caught.value.kind is ProbeFailure.TOOL_MISSING
     assert caught.value.vendor == "hygon"
+
+
+class HySmi:
+    """run_tool's stand-in: the JSON query answers with ``cards``, --showpids with ``pids``."""
+
+    def __init__(self, pids: str, cards: str = "k100-new-keys.json") -> None:
+        self.pids, self.cards = pids, cards
+        self.calls: list[tuple[str, ...]] = []
+
+    def __call__(self, vendor: str, argv: Sequence[str], timeout_s: float = 10.0) -> str:
+        self.calls.append(tuple(argv))
+        return fixture(self.pids if tuple(argv) == PIDS_ARGV else self.cards)
+
+
+def test_showpids_blocks_with_card_indices_and_mib() -> None:
+    assert parse_hy_smi_pids(fixture("showpids.txt")) == [
+        DcuProcess(pid=1840211, cards=(1,), vram_mib=57344),
+        DcuProcess(pid=1840377, cards=(0,), vram_mib=1024),
+        DcuProcess(pid=1902544, cards=(0, 1), vram_mib=30720),
+        DcuProcess(pid=1902600, cards=(), vram_mib=1),
+    ]
+    assert parse_hy_smi_pids(fixture("showpids-none.txt")) == []
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (fixture("showpids-no-vram.txt"), "numeric 'VRAM USED(MiB)'"),
+        ("hy-smi: unrecognized arguments: --showpids\n", "expected 'PIDs for KFD"),
+    ],
+)
+def test_showpids_that_cannot_be_read_is_a_parse_error(body: str, said: str) -> None:
+    with pytest.raises(ProbeError) as caught:
+        parse_hy_smi_pids(body)
+    assert caught.value.kind is ProbeFailure.PARSE and said in caught.value.detail
+    assert caught.value.command == "hy-smi --showpids"
+
+
+def test_process_memory_per_card_uuid_leaves_multi_card_processes_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """1902544 holds cards 0 and 1 with one total: charging it to each card could stop it for
+    memory it does not use, so it is not charged at all."""
+    tool = HySmi("showpids.txt")
+    monkeypatch.setattr(hy_smi, "run_tool", tool)
+    probe = HySmiProbe()
+    assert probe.process_memory() == {
+        "0x2c5a8d13e0f4b671": {1840377: 1024},
+        "0x2c5a8d13e0f4b9a2": {1840211: 57344},
+    }
+    tool.calls.clear()
+    probe.process_memory()
+    assert tool.calls == [PIDS_ARGV]  # cards known: the JSON query is not run again
+
+
+def test_process_memory_with_no_process_lists_every_card_idle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(hy_smi, "run_tool", HySmi("showpids-none.txt"))
+    assert HySmiProbe().process_memory() == {"0x2c5a8d13e0f4b671": {}, "0x2c5a8d13e0f4b9a2": {}}
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("showpids-unknown-card.txt", "holds card(s) [7], which hy-smi does not list"),
+        ("showpids-no-vram.txt", "VRAM USED(MiB)"),
+    ],
+)
+def test_process_memory_that_cannot_be_read_raises_rather_than_guess(
+    monkeypatch: pytest.MonkeyPatch, name: str, said: str
+) -> None:
+    monkeypatch.setattr(hy_smi, "run_tool", HySmi(name))
+    with pytest.raises(ProbeError) as caught:
+        HySmiProbe().process_memory()
+    assert caught.value.kind is ProbeFailure.PARSE and said in caught.value.detail

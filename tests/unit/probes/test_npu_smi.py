@@ -11,10 +11,12 @@ from xpupool.probes import npu_smi
 from xpupool.probes.base import Health, ProbeError, ProbeFailure
 from xpupool.probes.npu_smi import (
     NpuChipRow,
+    NpuProcess,
     NpuSmiProbe,
     parse_npu_board,
     parse_npu_common,
     parse_npu_memory,
+    parse_npu_processes,
     parse_npu_smi_info,
 )
 
@@ -215,3 +217,104 @@ def test_missing_tool(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         probe.discover()
     assert caught.value.kind is ProbeFailure.TOOL_MISSING
     assert caught.value.command == "npu-smi info"
+
+
+def test_process_table_rows_in_mib() -> None:
+    assert parse_npu_processes(fixture("910b-five-digit-used.txt")) == [
+        NpuProcess(npu_id=0, chip_id=0, pid=2210417, name="python3", memory_mib=57934),
+        NpuProcess(npu_id=1, chip_id=0, pid=2210418, name="python3", memory_mib=5498),
+    ]
+    assert parse_npu_processes(fixture("910b-8chips.txt")) == []  # "No running processes found"
+    assert [(p.npu_id, p.chip_id, p.pid) for p in parse_npu_processes(fixture("310p.txt"))] == [
+        (2, 0, 90417)
+    ]
+
+
+def test_process_table_read_by_its_header_inside_a_container() -> None:
+    """The container variant adds 'Process id in container'; the host PID is what maps to a
+    cgroup, and a process may print no name."""
+    procs = parse_npu_processes(fixture("910b-procs-container.txt"))
+    assert [(p.pid, p.name, p.memory_mib) for p in procs] == [
+        (3120551, "python3", 40960),
+        (3120552, "", 2048),
+        (3120790, "mindie_llm_b", 5498),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("procs-truncated.txt", "process row cut off"),
+        ("310p-no-process-table.txt", "expected the process table"),
+    ],
+)
+def test_a_cut_or_missing_process_table_is_a_parse_error(name: str, said: str) -> None:
+    with pytest.raises(ProbeError) as caught:
+        parse_npu_processes(fixture(name))
+    assert caught.value.kind is ProbeFailure.PARSE
+    assert said in caught.value.detail
+
+
+def test_a_process_row_of_the_wrong_shape_is_a_parse_error() -> None:
+    text = fixture("910b-five-digit-used.txt").replace("| 57934 ", "| NA    ")
+    with pytest.raises(ProbeError) as caught:
+        parse_npu_processes(text)
+    assert "expected a process row" in caught.value.detail
+
+
+def test_process_memory_per_chip_uuid_for_the_share_watch(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeNpuSmi("910b-procs-container.txt", details=False)
+    monkeypatch.setattr(npu_smi, "run_tool", fake)
+    probe = NpuSmiProbe()
+    usage = probe.process_memory()  # no discover yet: it names the chips itself
+    assert usage == {
+        "ascend-0000:C1:00.0": {3120551: 40960, 3120552: 2048},
+        "ascend-0000:C2:00.0": {3120790: 5498},
+    }
+    assert probe.discover()[0].uuid == "ascend-0000:C1:00.0"  # the same names as the inventory
+    fake.calls.clear()
+    probe.process_memory()
+    assert fake.calls == [["npu-smi", "info"]]  # chips known: one call, no detail queries
+
+
+def test_process_memory_lists_idle_chips_and_the_310p_logical_chips(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(npu_smi, "run_tool", FakeNpuSmi("310p.txt", details=False))
+    usage = NpuSmiProbe().process_memory()
+    assert usage == {
+        "ascend-0000:01:00.0-0": {},
+        "ascend-0000:01:00.0-1": {},
+        "ascend-0000:81:00.0-0": {90417: 13312},
+        "ascend-0000:81:00.0-1": {},
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("procs-unknown-npu.txt", "NPU 5 chip 0, which the device table does not list"),
+        ("procs-truncated.txt", "process row cut off"),
+        ("310p-no-process-table.txt", "expected the process table"),
+    ],
+)
+def test_process_memory_that_cannot_be_read_raises_rather_than_guess(
+    monkeypatch: pytest.MonkeyPatch, name: str, said: str
+) -> None:
+    """A misread charges no memory to any card: the monitor logs the error and measures
+    nothing this pass, so no replica is stopped on it."""
+    monkeypatch.setattr(npu_smi, "run_tool", FakeNpuSmi(name, details=False))
+    with pytest.raises(ProbeError) as caught:
+        NpuSmiProbe().process_memory()
+    assert caught.value.kind is ProbeFailure.PARSE and said in caught.value.detail
+
+
+def test_a_process_name_with_bars_is_kept_whole_and_charges_no_other_pid() -> None:
+    """The name is the job's to choose: '|' in it must not shift the PID or memory columns."""
+    text = fixture("910b-five-digit-used.txt").replace(
+        "| python3                  | 57934", "| py|99999|thon          | 57934", 1
+    )
+    first = parse_npu_processes(text)[0]
+    assert (first.pid, first.name, first.memory_mib) == (2210417, "py|99999|thon", 57934)
+    container = fixture("910b-procs-container.txt").replace("| python3      |", "| a|1|b        |")
+    assert parse_npu_processes(container)[0] == NpuProcess(0, 0, 3120551, "a|1|b", 40960)

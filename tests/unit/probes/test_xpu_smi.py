@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from xpupool.probes import Health, ProbeError, ProbeFailure, xpu_smi
-from xpupool.probes.xpu_smi import XpuSmiProbe, parse_xpu_smi
+from xpupool.probes.health_causes import cause_key
+from xpupool.probes.xpu_smi import (
+    XpuSmiProbe,
+    parse_intel_health,
+    parse_intel_ps,
+    parse_xpu_smi,
+)
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "probes" / "xpu-smi"
 
@@ -112,6 +118,7 @@ def test_discover_on_intel_falls_through_help_to_dump(monkeypatch: pytest.Monkey
         {
             ("xpu-smi",): fixture("intel_help.txt"),
             xpu_smi.INTEL_ARGV: fixture("intel_max1550_4x.txt"),
+            xpu_smi.INTEL_HEALTH_ARGV: fixture("intel_health_ok.txt"),
         }
     )
     monkeypatch.setattr(xpu_smi, "run_tool", run)
@@ -121,7 +128,13 @@ def test_discover_on_intel_falls_through_help_to_dump(monkeypatch: pytest.Monkey
 
 def test_discover_on_intel_when_plain_call_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     failed = ProbeError("kunlunxin", "xpu-smi", ProbeFailure.TOOL_FAILED, "exit code 1")
-    run = fake_runner({("xpu-smi",): failed, xpu_smi.INTEL_ARGV: fixture("intel_max1550_4x.txt")})
+    run = fake_runner(
+        {
+            ("xpu-smi",): failed,
+            xpu_smi.INTEL_ARGV: fixture("intel_max1550_4x.txt"),
+            xpu_smi.INTEL_HEALTH_ARGV: fixture("intel_health_ok.txt"),
+        }
+    )
     monkeypatch.setattr(xpu_smi, "run_tool", run)
     assert [d.vendor for d in XpuSmiProbe().discover()] == ["intel"] * 4
 
@@ -139,3 +152,133 @@ def test_kunlunxin_uncorrectable_ecc_marks_the_xpu_unhealthy() -> None:
     devices = parse_xpu_smi(fixture("kunlunxin_p800_ecc.txt"))
     assert [d.health for d in devices] == [Health.HEALTHY, Health.UNHEALTHY]
     assert devices[1].health_detail == "ecc-uncorrectable: 3 volatile uncorrectable ECC error(s)"
+
+
+def _intel(health: str | ProbeError) -> object:
+    return fake_runner(
+        {
+            ("xpu-smi",): fixture("intel_help.txt"),
+            xpu_smi.INTEL_ARGV: fixture("intel_max1550_4x.txt"),
+            xpu_smi.INTEL_HEALTH_ARGV: health,
+        }
+    )
+
+
+def test_intel_health_all_ok_is_healthy_and_unknown_parts_are_not_faults() -> None:
+    health = parse_intel_health(fixture("intel_health_ok.txt"))
+    assert health == dict.fromkeys(range(4), (Health.HEALTHY, ""))  # device 3: Xe Link Unknown
+
+
+@pytest.mark.parametrize(
+    ("name", "sick", "cause"),
+    [
+        ("intel_health_warning.txt", 1, "xpu-smi health: GPU Memory Temperature Warning"),
+        ("intel_health_critical.txt", 2, "xpu-smi health: GPU Memory Critical"),
+    ],
+)
+def test_intel_health_warning_or_critical_marks_that_card_unhealthy(
+    monkeypatch: pytest.MonkeyPatch, name: str, sick: int, cause: str
+) -> None:
+    monkeypatch.setattr(xpu_smi, "run_tool", _intel(fixture(name)))
+    devices = XpuSmiProbe().discover()
+    assert [d.health for d in devices] == [
+        Health.UNHEALTHY if d.index == sick else Health.HEALTHY for d in devices
+    ]
+    assert devices[sick].health_detail == cause
+    assert cause_key(cause) == "other"
+
+
+def test_an_unknown_status_word_is_unhealthy_and_all_unknown_is_unknown() -> None:
+    text = fixture("intel_health_ok.txt")
+    odd = parse_intel_health(text.replace("Status: Ok   ", "Status: Lost ", 1))
+    assert odd[0] == (Health.UNHEALTHY, "xpu-smi health: GPU Core Temperature Lost")
+    blind = parse_intel_health(
+        text.replace("Status: Ok ", "Status: Unknown").replace("OK", "Unknown")
+    )
+    assert blind[0] == (Health.UNKNOWN, "")
+
+
+@pytest.mark.parametrize(
+    "health",
+    [
+        ProbeError("intel", "xpu-smi health -l", ProbeFailure.TOOL_FAILED, "unknown subcommand"),
+        "Error: Level Zero initialization failed\n",
+    ],
+)
+def test_a_failed_or_unreadable_health_query_leaves_health_unknown(
+    monkeypatch: pytest.MonkeyPatch, health: str | ProbeError
+) -> None:
+    monkeypatch.setattr(xpu_smi, "run_tool", _intel(health))
+    probe = XpuSmiProbe()
+    devices = probe.discover()
+    assert len(devices) == 4 and {d.health for d in devices} == {Health.UNKNOWN}
+    assert len(probe.skipped) == 4 and "health" in probe.skipped[0]
+
+
+def test_intel_ps_rows_per_process_and_device_in_mib() -> None:
+    """MEM is kB, read as 1000 bytes (the smaller reading): 41943040 kB is 40000 MiB."""
+    assert parse_intel_ps(fixture("intel_ps.txt")) == [
+        (48211, 0, 40000),
+        (48211, 1, 1000),
+        (48390, 2, 2000),
+        (48502, 0, 500),  # a command name with a space
+    ]
+    assert parse_intel_ps(fixture("intel_ps_none.txt")) == []
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (fixture("intel_ps_cut.txt"), "expected '<pid> <command>"),
+        ("Error: unknown subcommand ps\n", "expected the header"),
+    ],
+)
+def test_intel_ps_that_cannot_be_read_is_a_parse_error(body: str, said: str) -> None:
+    with pytest.raises(ProbeError) as caught:
+        parse_intel_ps(body)
+    assert caught.value.kind is ProbeFailure.PARSE and said in caught.value.detail
+
+
+def _intel_with_ps(ps: str) -> object:
+    return fake_runner(
+        {
+            ("xpu-smi",): fixture("intel_help.txt"),
+            xpu_smi.INTEL_ARGV: fixture("intel_max1550_4x.txt"),
+            xpu_smi.INTEL_HEALTH_ARGV: fixture("intel_health_ok.txt"),
+            xpu_smi.INTEL_PS_ARGV: ps,
+        }
+    )
+
+
+def test_intel_process_memory_per_card_uuid(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(xpu_smi, "run_tool", _intel_with_ps(fixture("intel_ps.txt")))
+    probe = XpuSmiProbe()
+    uuids = [d.uuid for d in probe.discover()]
+    assert probe.process_memory() == {
+        uuids[0]: {48211: 40000, 48502: 500},
+        uuids[1]: {48211: 1000},
+        uuids[2]: {48390: 2000},
+        uuids[3]: {},
+    }
+
+
+def test_intel_process_on_an_unknown_device_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    ps = (
+        fixture("intel_ps_none.txt")
+        + "48211     python3             7              0              1024\n"
+    )
+    monkeypatch.setattr(xpu_smi, "run_tool", _intel_with_ps(ps))
+    with pytest.raises(ProbeError) as caught:
+        XpuSmiProbe().process_memory()
+    assert "device 7, which discovery does not list" in caught.value.detail
+
+
+def test_kunlunxin_processes_are_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    run = fake_runner({("xpu-smi",): fixture("kunlunxin_p800_4x.txt")})
+    monkeypatch.setattr(xpu_smi, "run_tool", run)
+    probe = XpuSmiProbe()
+    probe.discover()
+    with pytest.raises(ProbeError) as caught:
+        probe.process_memory()
+    assert "Intel only" in caught.value.detail
+    assert run.calls == [("xpu-smi",)]  # type: ignore[attr-defined]  # no second discover

@@ -146,3 +146,46 @@ def test_a_cordon_the_admin_set_stays_after_the_settle(server: Server) -> None:
     beat(server, "n1")
     got = card(server, "n1-gpu0")
     assert got["cordoned"] is True and got["health"] == "healthy"
+
+
+def test_a_cambricon_card_cnmon_reads_unhealthy_empties_the_same_way(server: Server) -> None:
+    """The path of another vendor than NVIDIA: ``cnmon info``'s Health State (a recorded-format
+    fixture) read by the probe, put on the wire by the agent's ``device_metrics``, and acted on
+    by the server as an XID is: cordoned, its job stopped, counted under ``other``."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from xpupool.agent.inventory import node_in
+    from xpupool.agent.monitor import device_metrics
+    from xpupool.probes.base import DeviceInfo, Health
+    from xpupool.probes.cnmon import parse_cnmon
+
+    fixtures = Path(__file__).parents[2] / "fixtures" / "probes" / "cnmon"
+    (sick,) = parse_cnmon((fixtures / "mlu370-x8-unhealthy.txt").read_text())
+    assert sick.health is Health.UNHEALTHY
+    fine = replace(sick, health=Health.HEALTHY, health_detail="")  # the same card, read Good
+    body = node_in("n1", [fine]).model_dump(mode="json")
+    r = server.client.post("/v1/agent/register", json=body, headers=server.admin)
+    assert r.status_code == 200, r.text
+    a = tenant(server, "a")
+    j = submit(server, a, "MLU370-X8:1", on_node_lost="requeue")
+    server.schedule()
+    assert job(server, j["id"])["assignments"][0]["devices"][0]["uuid"] == sick.uuid
+
+    def beat_with(d: DeviceInfo, replicas: list[dict[str, Any]]) -> dict[str, Any]:
+        metrics = [device_metrics(d).model_dump(mode="json")]
+        hb = {"node": "n1", "replicas": replicas, "metrics": metrics}
+        r = server.client.post("/v1/agent/heartbeat", json=hb, headers=server.admin)
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
+    running = [report(j["id"], 0, "running")]
+    assert not beat_with(fine, running)["stop"]
+    reply = beat_with(sick, running)
+    assert [j["id"], 0] in [list(s) for s in reply["stop"]]
+    got = card(server, sick.uuid)
+    assert got["healthy"] is False and got["cordoned"] is True
+    assert got["health_cause"] == "cnmon health: Device Bad"
+    beat_with(sick, [report(j["id"], 0, "stopped")])
+    assert job(server, j["id"])["state"] == "pending"  # requeued, by its on_node_lost policy
+    assert health_events(server) == {"other": 1.0}

@@ -1,0 +1,151 @@
+"""Watch and stop beyond NVIDIA: on an Ascend card the agent reads per-process memory from
+``npu-smi info``'s process table (a recorded-format fixture whose PID is the replica's) and stops
+a replica over its share as it does on NVIDIA (test_agent.py); the tools are replaced at the
+probes' ``run_tool`` seam. And the monitor asks a probe that serves several vendors (xpu-smi:
+Kunlunxin and Intel) for per-process memory when any of them has cards."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from agent_work import device, settings, started, work
+from test_agent import Recorder
+
+from xpupool.agent import Agent, HostedNode, Monitor, Runner
+from xpupool.agent.inventory import node_in
+from xpupool.agent.share_watch import ShareWatch
+from xpupool.probes import npu_smi, xpu_smi
+from xpupool.probes.base import ProbeError, ProbeFailure
+from xpupool.probes.npu_smi import NpuSmiProbe
+
+SUMMARY = Path(__file__).parents[2] / "fixtures" / "probes" / "npu-smi" / "910b-five-digit-used.txt"
+CARD = "ascend-0000:C1:00.0"  # NPU 0 of the fixture (no board serial: named by its bus id)
+
+
+class NpuSmi:
+    """``npu-smi info`` with NPU 0's process (57934 MiB) given ``pid``; detail queries fail as
+    on a board that does not support them."""
+
+    def __init__(self) -> None:
+        self.pid = 0
+
+    def __call__(self, vendor: str, argv: Sequence[str], timeout_s: float = 10.0) -> str:
+        if list(argv) != ["npu-smi", "info"]:
+            raise ProbeError(vendor, " ".join(argv), ProbeFailure.TOOL_FAILED, "not supported")
+        return SUMMARY.read_text().replace("2210417", str(self.pid or 2210417))
+
+
+@pytest.mark.slow
+def test_a_replica_over_its_share_on_an_ascend_card_is_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tool = NpuSmi()
+    monkeypatch.setattr(npu_smi, "run_tool", tool)
+    monkeypatch.setattr(npu_smi, "tool_present", lambda name: True)
+    t = Recorder()
+    node = HostedNode(
+        name="n1",
+        runner=Runner("n1", tmp_path, grace_s=0.5, settings=settings(tmp_path)),
+        monitor=Monitor([NpuSmiProbe()], shares=ShareWatch(tolerance=0.05, grace_s=0.2)),
+        inventory=lambda devices: node_in("n1", devices),
+    )
+    agent = Agent(t, [node], heartbeat_s=0.1, poll_s=0.02)
+    code = "import time; print('go', flush=True); time.sleep(30)"
+    grant = device(0, memory_mib=20480)
+    grant.uuid = CARD
+    t.run = [work([sys.executable, "-c", code], node="n1", devices=[grant])]
+    agent.step(node)
+    assert [d.uuid for d in t.registered[0].devices] == [CARD, "ascend-0000:C2:00.0"]
+    rep = started(node.runner.replicas[(7, 0)], node.runner)
+    assert rep.pid is not None
+    tool.pid = rep.pid
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (7, 0) in node.runner.replicas:
+        agent.tick()
+        time.sleep(0.05)
+    said = f"used 56.6 GiB of its 20 GiB share on card {CARD}"
+    (last,) = t.heartbeats[-1].replicas
+    assert last.state == "failed" and last.reason.startswith(said), last
+
+
+@pytest.mark.slow
+def test_a_replica_within_its_share_on_an_ascend_card_runs_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tool = NpuSmi()
+    monkeypatch.setattr(npu_smi, "run_tool", tool)
+    monkeypatch.setattr(npu_smi, "tool_present", lambda name: True)
+    t = Recorder()
+    node = HostedNode(
+        name="n1",
+        runner=Runner("n1", tmp_path, grace_s=0.5, settings=settings(tmp_path)),
+        monitor=Monitor([NpuSmiProbe()], shares=ShareWatch(tolerance=0.05, grace_s=0.0)),
+        inventory=lambda devices: node_in("n1", devices),
+    )
+    agent = Agent(t, [node], heartbeat_s=0.1, poll_s=0.02)
+    grant = device(0, memory_mib=61440)  # 60 GiB: the fixture's 57934 MiB fits
+    grant.uuid = CARD
+    code = "import time; time.sleep(30)"
+    t.run = [work([sys.executable, "-c", code], node="n1", devices=[grant])]
+    agent.step(node)
+    rep = started(node.runner.replicas[(7, 0)], node.runner)
+    tool.pid = rep.pid or 0
+    for _ in range(5):
+        agent.step(node)
+    measured = [r for hb in t.heartbeats for r in hb.replicas if r.memory_used_mib]
+    assert measured and measured[-1].memory_used_mib == {CARD: 57934}
+    assert (7, 0) in node.runner.replicas and not measured[-1].reason
+    node.runner.stop(7, 0)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (7, 0) in node.runner.replicas:
+        agent.tick()
+        time.sleep(0.05)
+
+
+def test_an_unreadable_process_table_measures_nothing_and_is_logged_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cut process row: the devices are still read, per-process memory is not (None, so the
+    agent reports nothing measured and the watch stops no one), and the reason is logged once."""
+    cut = SUMMARY.with_name("procs-truncated.txt").read_text()
+
+    def run(vendor: str, argv: Sequence[str], timeout_s: float = 10.0) -> str:
+        if list(argv) != ["npu-smi", "info"]:
+            raise ProbeError(vendor, " ".join(argv), ProbeFailure.TOOL_FAILED, "not supported")
+        return cut
+
+    monkeypatch.setattr(npu_smi, "run_tool", run)
+    monkeypatch.setattr(npu_smi, "tool_present", lambda name: True)
+    monitor = Monitor([NpuSmiProbe()])
+    with caplog.at_level(logging.INFO, logger="xpupool.agent"):
+        first, second = monitor.read(), monitor.read()
+    assert [d.uuid for d in first.devices] == [CARD, "ascend-0000:C2:00.0"]
+    assert first.process_memory is None and second.process_memory is None
+    said = [r.message for r in caplog.records if "per-process memory" in r.message]
+    assert len(said) == 1 and "process row cut off" in said[0]
+
+
+def test_the_monitor_reads_intel_processes_through_the_two_vendor_xpu_smi_probe(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fixtures = SUMMARY.parents[1] / "xpu-smi"
+    answers = {
+        ("xpu-smi",): (fixtures / "intel_help.txt").read_text(),
+        xpu_smi.INTEL_ARGV: (fixtures / "intel_max1550_4x.txt").read_text(),
+        xpu_smi.INTEL_HEALTH_ARGV: (fixtures / "intel_health_ok.txt").read_text(),
+        xpu_smi.INTEL_PS_ARGV: (fixtures / "intel_ps.txt").read_text(),
+    }
+    monkeypatch.setattr(
+        xpu_smi, "run_tool", lambda vendor, argv, timeout_s=10.0: answers[tuple(argv)]
+    )
+    monkeypatch.setattr(xpu_smi, "tool_present", lambda name: True)
+    reading = Monitor([xpu_smi.XpuSmiProbe()]).read()
+    assert {d.vendor for d in reading.devices} == {"intel"}  # the probe's vendor is kunlunxin
+    assert reading.process_memory is not None
+    first = reading.devices[0].uuid
+    assert reading.process_memory[first] == {48211: 40000, 48502: 500}
