@@ -15,6 +15,7 @@ the agent detects (:mod:`xpupool.agent.launch.runtime_config`), never one of the
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -31,6 +32,9 @@ APPLETS = (
     "touch", "stat", "kill", "grep", "head", "printf", "test", "wc", "tr",
 )  # fmt: skip
 REPOSITORY = "localhost/xpupool-test/busybox"
+STUB_SOURCE = Path(__file__).parent / "fixtures" / "services" / "stub"
+STUB_REPOSITORY = "localhost/xpupool-test/stub"
+STUB_CACHE = Path.home() / ".cache" / "xpupool-test"  # outside the repository: not carried
 
 
 def require_podman() -> None:
@@ -113,5 +117,64 @@ def busybox_image() -> str:
     return ensure_busybox_image()
 
 
+def stub_hash() -> str:
+    """A digest of the stub server's source: its binary and image are named by it."""
+    digest = hashlib.sha256()
+    for path in sorted(STUB_SOURCE.iterdir()):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def stub_binary() -> Path:
+    """The stub server (``tests/fixtures/services/stub``, an OpenAI-compatible test server in Go,
+    static), built with this machine's ``go`` into a cache outside the repository, keyed by
+    its source's digest, only when missing."""
+    out = STUB_CACHE / f"stub-{stub_hash()}" / "stub"
+    if out.exists():
+        return out
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    assert Path(go).exists(), "go is needed to build the stub server (tests/fixtures/services)"
+    start = time.monotonic()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_suffix(".partial")
+    env = {**os.environ, "CGO_ENABLED": "0"}
+    done = subprocess.run(
+        [go, "build", "-trimpath", "-o", str(partial), "."],
+        cwd=STUB_SOURCE,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, f"go build of the stub server: {done.stderr}"
+    partial.replace(out)  # whole or absent: a build cut short is never taken
+    print(f"stub server {out}: built in {time.monotonic() - start:.1f} s", file=sys.stderr)
+    return out
+
+
+def ensure_stub_image() -> str:
+    """The stub server as an image (FROM scratch: the static binary alone, at /stub), imported
+    first if this engine lacks it."""
+    require_podman()
+    tag = f"{STUB_REPOSITORY}:{stub_hash()}"
+    if _podman_plain("image", "exists", tag).returncode == 0:
+        return tag
+    binary = stub_binary()
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="xpupool-image-") as tmp:
+        root = Path(tmp) / "rootfs.tar"
+        with tarfile.open(root, "w") as tar:
+            info = tar.gettarinfo(str(binary), arcname="stub")
+            info.mode = 0o755
+            with binary.open("rb") as f:
+                tar.addfile(info, f)
+        done = _podman_plain("import", "--change", "ENTRYPOINT=/stub", str(root), tag)
+    assert done.returncode == 0, f"podman import: {done.stderr}"
+    print(f"test image {tag}: built in {time.monotonic() - start:.1f} s", file=sys.stderr)
+    return tag
+
+
 if __name__ == "__main__":  # .ci/run's image stage
     print(ensure_busybox_image())
+    print(ensure_stub_image())
