@@ -18,6 +18,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.routing import Mount
 
 from xpupool.model.errors import (
     Conflict,
@@ -43,11 +44,14 @@ from xpupool.server.routers import (
     jobs,
     models,
     secrets,
+    service_tokens,
     tenants,
     volumes,
 )
 from xpupool.server.routers.deps import MetricsAuth, MetricsReader
 from xpupool.server.scheduler_loop import run_passes
+from xpupool.server.service_access import ServiceTokenCache
+from xpupool.server.service_proxy import PREFIX, ServiceProxy
 from xpupool.server.services.agents import mark_lost_nodes
 from xpupool.server.services.job_limits import FinishedSweep, stop_overdue
 from xpupool.server.web import mount as mount_dashboard
@@ -116,6 +120,8 @@ def create_app(
     the HTTP workers' socket, which says each request's source address and scheme. ``metrics_auth``: who
     may read ``/metrics`` (``routers/deps.py`` ``metrics_reader``)."""
 
+    proxy = ServiceProxy(plane, ServiceTokenCache())
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         watch: LostNodeWatch | None = None
@@ -135,6 +141,7 @@ def create_app(
                 await asyncio.to_thread(on_stop)
             if channel is not None:
                 await channel.stop()
+            await proxy.close()
             if passes is not None:
                 passes.cancel()  # between two batches: a batch is never cut short
                 with suppress(asyncio.CancelledError):
@@ -159,6 +166,7 @@ def create_app(
     )
     app.state.plane = plane
     app.state.metrics_auth = metrics_auth
+    app.state.service_tokens = proxy.tokens  # the revoke route drops a token from it
     app.add_middleware(BodyLimit, max_bytes=max_body, routes=[LOG_UPLOAD])
     registry = make_registry(plane, limiter)
     app.add_middleware(AuditMiddleware, plane=plane)
@@ -197,8 +205,11 @@ def create_app(
         audit.router,
         secrets.router,
         volumes.router,
+        service_tokens.router,
     ):
         app.include_router(router)
+    # a service's proxy first of all: it is a service's every request (service_proxy.py)
+    app.router.routes.insert(0, Mount(PREFIX, app=proxy))
 
     async def _answer(_: Request, exc: Exception) -> JSONResponse:
         answer = error_answer(exc)
