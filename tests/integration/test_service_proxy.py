@@ -9,13 +9,10 @@ controller, which finds them for real, is another part of issue 47): the proxy r
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -23,10 +20,10 @@ import pytest
 import uvicorn
 from click.testing import CliRunner
 from server_proc import free_port, stop_process, until
+from service_stubs import StaticEndpoints, Stub, start_stub
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect as ws_connect
 
-from container_images import stub_binary
 from xpupool.cli import main
 from xpupool.server.app import create_app
 from xpupool.server.plane import ControlPlane
@@ -34,26 +31,6 @@ from xpupool.server.service_endpoints import Endpoint
 from xpupool.server.up import UpConfig, admin_token_path, open_plane
 
 CLUSTER = Path(__file__).resolve().parents[2] / "examples" / "cluster-mixed.yaml"
-
-
-@dataclass
-class StaticEndpoints:
-    """Ready endpoints the test sets by hand: (tenant, service) -> endpoints."""
-
-    ready_by: dict[tuple[str, str], list[Endpoint]] = field(default_factory=dict)
-
-    def ready(self, tenant: str, service: str) -> Sequence[Endpoint]:
-        return self.ready_by.get((tenant, service), [])
-
-
-@dataclass
-class Stub:
-    name: str
-    port: int
-    proc: subprocess.Popen[bytes]
-
-    def endpoint(self, replica: int) -> Endpoint:
-        return Endpoint(job_id=1, replica=replica, host="127.0.0.1", port=self.port)
 
 
 @dataclass
@@ -70,21 +47,6 @@ class Pool:
 
     def auth(self, tenant: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[tenant]}"}
-
-
-def _start_stub(name: str) -> Stub:
-    port = free_port()
-    env = {**os.environ, "PORT": str(port), "HOST": "127.0.0.1", "STUB_NAME": name}
-    proc = subprocess.Popen(
-        [str(stub_binary())], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-
-    def up() -> bool:
-        with socket.socket() as s:
-            return s.connect_ex(("127.0.0.1", port)) == 0
-
-    until(up, f"stub {name} listening")
-    return Stub(name, port, proc)
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +71,7 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
         httpx.post(f"{url}/v1/tenants", json={"name": tenant}, headers=h).raise_for_status()
         r = httpx.post(f"{url}/v1/tenants/{tenant}/tokens", json={"name": "t"}, headers=h)
         tokens[tenant] = r.raise_for_status().json()["token"]
-    stubs = [_start_stub("a"), _start_stub("b")]
+    stubs = [start_stub("a"), start_stub("b")]
     try:
         yield Pool(url, admin, plane, endpoints, stubs, tokens)
     finally:

@@ -10,17 +10,16 @@ websocket so); with no replica reachable, the socket is accepted and closed at o
 
 from __future__ import annotations
 
-import asyncio
-from contextlib import suppress
 from typing import TYPE_CHECKING
 
 from starlette.types import Receive, Scope, Send
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidHandshake, InvalidStatus
 from websockets.typing import Subprotocol
 
 from xpupool.server.service_access import Caller
 from xpupool.server.service_proxy import CONNECT_TIMEOUT_S, forwarded_headers, upstream_path
+from xpupool.server.websocket_pump import accept_and_pump
 
 if TYPE_CHECKING:
     from xpupool.server.service_proxy import ServiceProxy
@@ -73,7 +72,7 @@ async def forward_websocket(
             continue
         proxy.traffic.started(who.tenant, name, endpoint)
         try:
-            await _accept_and_pump(upstream, receive, send)
+            await accept_and_pump(upstream, receive, send)
         finally:
             proxy.traffic.finished(who.tenant, name, endpoint, 101, 0.0)
         return
@@ -85,45 +84,3 @@ async def forward_websocket(
 async def _refuse(send: Send, code: int, reason: str) -> None:
     await send({"type": "websocket.accept"})
     await send({"type": "websocket.close", "code": code, "reason": reason[:120]})
-
-
-async def _accept_and_pump(upstream: ClientConnection, receive: Receive, send: Send) -> None:
-    accept: dict[str, object] = {"type": "websocket.accept"}
-    if upstream.subprotocol is not None:
-        accept["subprotocol"] = upstream.subprotocol
-    await send(accept)
-
-    async def down() -> None:  # replica -> caller
-        try:
-            async for message in upstream:
-                key = "text" if isinstance(message, str) else "bytes"
-                await send({"type": "websocket.send", key: message})
-        except ConnectionClosed:
-            pass
-        code = upstream.close_code or 1000
-        with suppress(Exception):  # the caller may be gone already
-            await send(
-                {"type": "websocket.close", "code": code, "reason": upstream.close_reason or ""}
-            )
-
-    async def up() -> None:  # caller -> replica
-        while True:
-            message = await receive()
-            if message["type"] == "websocket.disconnect":
-                await upstream.close(int(message.get("code", 1000)))
-                return
-            if message.get("text") is not None:
-                await upstream.send(message["text"])
-            elif message.get("bytes") is not None:
-                await upstream.send(message["bytes"])
-
-    tasks = [asyncio.ensure_future(down()), asyncio.ensure_future(up())]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with suppress(asyncio.CancelledError, ConnectionClosed):
-                await task
-        await upstream.close()
