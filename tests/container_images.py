@@ -32,7 +32,9 @@ APPLETS = (
     "touch", "stat", "kill", "grep", "head", "printf", "test", "wc", "tr",
 )  # fmt: skip
 REPOSITORY = "localhost/xpupool-test/busybox"
-STUB_SOURCE = Path(__file__).parent / "fixtures" / "services" / "stub"
+SERVICES = Path(__file__).parent / "fixtures" / "services"
+STUB_SOURCE = SERVICES / "stub"
+LOAD_SOURCE = SERVICES / "load"  # bench/service_proxy.py's load generator
 STUB_REPOSITORY = "localhost/xpupool-test/stub"
 STUB_CACHE = Path.home() / ".cache" / "xpupool-test"  # outside the repository: not carried
 
@@ -117,39 +119,49 @@ def busybox_image() -> str:
     return ensure_busybox_image()
 
 
-def stub_hash() -> str:
-    """A digest of the stub server's source: its binary and image are named by it."""
+def source_hash(source: Path = STUB_SOURCE) -> str:
+    """A digest of a Go program's source: its binary (and the stub's image) are named by it."""
     digest = hashlib.sha256()
-    for path in sorted(STUB_SOURCE.iterdir()):
+    for path in sorted(source.iterdir()):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]
 
 
+def stub_hash() -> str:
+    return source_hash(STUB_SOURCE)
+
+
 def stub_binary() -> Path:
     """The stub server (``tests/fixtures/services/stub``, an OpenAI-compatible test server in Go,
-    static), built with this machine's ``go`` into a cache outside the repository, keyed by
-    its source's digest, only when missing."""
-    out = STUB_CACHE / f"stub-{stub_hash()}" / "stub"
+    static): :func:`go_binary`."""
+    return go_binary(STUB_SOURCE)
+
+
+def go_binary(source: Path) -> Path:
+    """The Go program in ``source`` (standard library only), built static with this machine's
+    ``go`` into a cache outside the repository, keyed by its source's digest, only when
+    missing."""
+    out = STUB_CACHE / f"{source.name}-{source_hash(source)}" / source.name
     if out.exists():
         return out
     go = shutil.which("go") or "/usr/local/go/bin/go"
-    assert Path(go).exists(), "go is needed to build the stub server (tests/fixtures/services)"
+    assert Path(go).exists(), f"go is needed to build {source.name} ({source})"
     start = time.monotonic()
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_suffix(".partial")
     env = {**os.environ, "CGO_ENABLED": "0"}
     done = subprocess.run(
         [go, "build", "-trimpath", "-o", str(partial), "."],
-        cwd=STUB_SOURCE,
+        cwd=source,
         env=env,
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
     )
-    assert done.returncode == 0, f"go build of the stub server: {done.stderr}"
+    assert done.returncode == 0, f"go build of {source}: {done.stderr}"
     partial.replace(out)  # whole or absent: a build cut short is never taken
-    print(f"stub server {out}: built in {time.monotonic() - start:.1f} s", file=sys.stderr)
+    print(f"{source.name} {out}: built in {time.monotonic() - start:.1f} s", file=sys.stderr)
     return out
 
 

@@ -106,7 +106,7 @@ def test_a_refused_replica_is_skipped_and_all_refused_is_502(pool: Pool) -> None
     r = httpx.get(pool.proxy("gone", "/v1/models"), headers=pool.auth("t1"))
     assert r.status_code == 502
     assert "no replica answered" in r.json()["detail"]
-    assert "ConnectError" in r.json()["detail"]
+    assert "Connection refused" in r.json()["detail"]
 
 
 def test_no_ready_replica_is_503_with_retry_after(pool: Pool) -> None:
@@ -131,6 +131,7 @@ def test_the_backend_never_sees_the_callers_credentials(pool: Pool) -> None:
         },
     )
     assert r.status_code == 200, r.text
+    assert len(r.headers.get_list("date")) == 1  # the replica's is hop-by-hop: the server's only
     got = r.json()
     headers = {k.lower(): v for k, v in got["headers"].items()}
     assert headers["authorization"] == ["Bearer sk-backend"]
@@ -184,9 +185,9 @@ def test_a_client_that_goes_away_mid_stream_is_no_longer_in_flight(pool: Pool) -
             headers=pool.auth("t1"),
         ) as r,
     ):
-        next(line for line in r.iter_lines() if line)
-        codes = dict(traffic.services()).get(("t1", "leave"))
-        assert traffic.in_flight("t1", "leave") == 1, codes
+        lines = r.iter_lines()  # held: an iterator dropped closes the response (httpx)
+        next(line for line in lines if line)
+        assert traffic.in_flight("t1", "leave") == 1
         assert traffic.in_flight_at(endpoint) == 1
     until(lambda: traffic.in_flight("t1", "leave") == 0, "the request counted out")
     assert traffic.in_flight_at(endpoint) == 0

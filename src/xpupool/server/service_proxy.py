@@ -13,10 +13,11 @@ with ``--api-key``), is sent as ``X-Upstream-Authorization`` and reaches it as
 are set.
 
 A proxied request passes no router, no dependency and no store read once its token is cached:
-one raw ASGI app, matched before every other route, with one pooled HTTP client (issue 47 asks
-for little added latency: docs/benchmarks.md). A request body with a length up to
-:data:`REPLAYABLE_BYTES` is read before it is sent (so a retry can send it again); a longer or
-chunked one is streamed, and retried only if the refused attempt had not started reading it.
+one raw ASGI app, matched before every other route, with pooled keep-alive connections to the
+replicas (``upstream_http.py``; issue 47 asks for little added latency: docs/benchmarks.md).
+A request body with a length up to :data:`REPLAYABLE_BYTES` is read before it is sent (so a
+retry can send it again); a longer or chunked one is streamed, and retried only if the refused
+attempt had not started reading it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import suppress
 
-import httpx
 from starlette.types import Receive, Scope, Send
 
 from xpupool.server.client_address import client_address
@@ -34,6 +34,7 @@ from xpupool.server.plane import ControlPlane
 from xpupool.server.service_access import Caller, ServiceTokenCache, caller
 from xpupool.server.service_endpoints import Endpoint
 from xpupool.server.service_traffic import ProxyTraffic
+from xpupool.server.upstream_http import UpstreamError, UpstreamPool, UpstreamResponse
 
 PREFIX = "/v1/services/{name}/proxy"
 REPLAYABLE_BYTES = 1 << 20
@@ -63,7 +64,6 @@ NOT_FORWARDED = HOP_BY_HOP | {
     b"x-forwarded-host",
 }
 NOT_ANSWERED = HOP_BY_HOP | {b"date", b"server"}
-RETRIED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.ReadError, httpx.RemoteProtocolError)
 
 
 def forwarded_headers(scope: Scope) -> tuple[list[tuple[bytes, bytes]], str | None]:
@@ -139,20 +139,10 @@ class ServiceProxy:
         self.tokens = tokens
         self.traffic: ProxyTraffic = plane.service_traffic
         self._turn: dict[tuple[str, str], int] = {}  # round robin: the next index per service
-        self._client: httpx.AsyncClient | None = None  # made on the serving loop, on first use
-
-    def client(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S),
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
-            )
-        return self._client
+        self.upstream = UpstreamPool(CONNECT_TIMEOUT_S)  # keep-alive connections to replicas
 
     async def close(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        self.upstream.close()
 
     def who(self, scope: Scope, authorization: str | None) -> Caller | tuple[int, str]:
         """The caller, or the refusal; a service token of another service, and another tenant's
@@ -214,21 +204,21 @@ class ServiceProxy:
         body = _Body(scope, receive)
         content = await body.content()
         path = upstream_path(scope, scope["path_params"]["name"])
-        client = self.client()
         causes: list[str] = []
-        response: httpx.Response | None = None
+        response: UpstreamResponse | None = None
         at: Endpoint | None = endpoints[0]
         for i, endpoint in enumerate(endpoints):
             if i:
                 self.traffic.moved(at, endpoint)
                 at = endpoint
-            url = httpx.URL(scheme="http", host=endpoint.host, port=endpoint.port, raw_path=path)
-            request = httpx.Request(scope["method"], url, headers=headers, content=content)
+            address = (endpoint.host, endpoint.port)
             try:
-                response = await client.send(request, stream=True)
+                response = await self.upstream.request(
+                    address, scope["method"], path, headers, content
+                )
                 break
-            except RETRIED as exc:
-                causes.append(f"{endpoint.host}:{endpoint.port}: {type(exc).__name__}: {exc}")
+            except UpstreamError as exc:
+                causes.append(f"{endpoint.host}:{endpoint.port}: {exc}")
                 if not body.replayable():
                     break
                 content = body.again()
@@ -236,12 +226,11 @@ class ServiceProxy:
             name = scope["path_params"]["name"]
             await answer(send, 502, f"service {name}: no replica answered ({'; '.join(causes)})")
             return 502, at
-        status = response.status_code
         try:
             finished = await _stream_back(response, send, body)
         finally:
-            await response.aclose()
-        return (status if finished else 499), at
+            response.close()
+        return (response.status if finished else 499), at
 
 
 class _Body:
@@ -250,11 +239,15 @@ class _Body:
 
     def __init__(self, scope: Scope, receive: Receive) -> None:
         self.receive = receive
-        self.length = -1
+        self.length = 0  # HTTP/1.1: no length and not chunked is no body
         for key, value in scope["headers"]:
             if key == b"content-length":
-                with suppress(ValueError):
+                try:
                     self.length = int(value)
+                except ValueError:
+                    self.length = -1
+            elif key == b"transfer-encoding":
+                self.length = -1  # chunked: streamed, of a length known at its end
         self.buffered: bytes | None = None
         self.streaming = False
         self.done = asyncio.Event()  # read to its end: what comes next is a disconnect
@@ -301,7 +294,7 @@ class _Body:
                 self.gone = True
 
 
-async def _stream_back(response: httpx.Response, send: Send, body: _Body) -> bool:
+async def _stream_back(response: UpstreamResponse, send: Send, body: _Body) -> bool:
     """The replica's answer sent on as it comes; False if the client went away first (the
     replica's answer is then dropped, its connection closed)."""
 
@@ -309,13 +302,11 @@ async def _stream_back(response: httpx.Response, send: Send, body: _Body) -> boo
         await send(
             {
                 "type": "http.response.start",
-                "status": response.status_code,
-                "headers": [
-                    (k.lower(), v) for k, v in response.headers.raw if k.lower() not in NOT_ANSWERED
-                ],
+                "status": response.status,
+                "headers": [(k, v) for k, v in response.headers if k not in NOT_ANSWERED],
             }
         )
-        async for chunk in response.aiter_raw():
+        async for chunk in response.chunks():
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
 
