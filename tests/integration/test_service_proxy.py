@@ -27,7 +27,10 @@ from websockets.sync.client import connect as ws_connect
 from xpupool.cli import main
 from xpupool.server.app import create_app
 from xpupool.server.plane import ControlPlane
+from xpupool.server.rate_limit import Rate, RateLimiter
+from xpupool.server.schemas.tenants import TenantIn, TokenIn
 from xpupool.server.service_endpoints import Endpoint
+from xpupool.server.services import tenants
 from xpupool.server.up import UpConfig, admin_token_path, open_plane
 
 CLUSTER = Path(__file__).resolve().parents[2] / "examples" / "cluster-mixed.yaml"
@@ -325,3 +328,42 @@ def test_the_cli_creates_lists_and_revokes_service_tokens(pool: Pool, tmp_path: 
     assert "nb" in listed and secret not in listed
     assert "revoked" in cli("revoke", "cli", str(issued["id"]))
     assert httpx.get(pool.proxy("cli", "/v1/models"), headers=svc).status_code == 401
+
+
+def test_a_services_traffic_is_not_held_to_the_apis_rate_limits(tmp_path: Path) -> None:
+    """The API's limits are per credential (a few requests a second for a token, fewer for an
+    address with none valid): a service's callers are the service's load, not the API's. A
+    service token is not an API credential: it was counted as none, at the address's rate."""
+    plane = open_plane(UpConfig(data=tmp_path / ".xpupool", cluster=CLUSTER, agent=False))
+    stub = start_stub("limited")
+    endpoints = StaticEndpoints()
+    endpoints.ready_by[("t1", "busy")] = [stub.endpoint(0)]
+    plane.service_endpoints = endpoints
+    limiter = RateLimiter(plane, Rate(1.0, 3), Rate(1.0, 3))
+    app = create_app(plane, background=False, limiter=limiter)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        until(lambda: server.started, "the server started")
+        url = f"http://127.0.0.1:{port}"
+        tenant = tenants.create_tenant(plane, TenantIn(name="t1"))
+        token = tenants.issue_token(plane, tenant.name, TokenIn(name="t")).token
+        assert token is not None
+        issued = httpx.post(
+            f"{url}/v1/services/busy/tokens", json={}, headers={"Authorization": f"Bearer {token}"}
+        )
+        for secret in (token, issued.raise_for_status().json()["token"]):
+            codes = {
+                httpx.get(
+                    f"{url}/v1/services/busy/proxy/v1/models",
+                    headers={"Authorization": f"Bearer {secret}"},
+                ).status_code
+                for _ in range(12)
+            }
+            assert codes == {200}
+    finally:
+        stop_process(stub.proc)
+        server.should_exit = True
+        thread.join(10)

@@ -18,7 +18,6 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.routing import Mount
 
 from xpupool.model.errors import (
     Conflict,
@@ -51,7 +50,7 @@ from xpupool.server.routers import (
 from xpupool.server.routers.deps import MetricsAuth, MetricsReader
 from xpupool.server.scheduler_loop import run_passes
 from xpupool.server.service_access import ServiceTokenCache
-from xpupool.server.service_proxy import PREFIX, ServiceProxy
+from xpupool.server.service_proxy import ProxyFirst, ServiceProxy
 from xpupool.server.services.agents import mark_lost_nodes
 from xpupool.server.services.job_limits import FinishedSweep, stop_overdue
 from xpupool.server.web import mount as mount_dashboard
@@ -172,6 +171,8 @@ def create_app(
     app.add_middleware(AuditMiddleware, plane=plane)
     if limiter is not None:  # a refused request costs no audit row, no body read
         app.add_middleware(RateLimitGate, limiter=limiter)
+    # a service's proxy path before all of the API's (service_proxy.py: its every request)
+    app.add_middleware(ProxyFirst, proxy=proxy)
     if forwarded:  # outermost: everything after it sees the request as the client sent it
         app.add_middleware(FromWorkers)
 
@@ -208,8 +209,6 @@ def create_app(
         service_tokens.router,
     ):
         app.include_router(router)
-    # a service's proxy first of all: it is a service's every request (service_proxy.py)
-    app.router.routes.insert(0, Mount(PREFIX, app=proxy))
 
     async def _answer(_: Request, exc: Exception) -> JSONResponse:
         answer = error_answer(exc)

@@ -38,10 +38,18 @@ class Caller:
 
 
 class ServiceTokenCache:
-    """Live service tokens by hash: (id, tenant, service)."""
+    """Live service tokens by hash: (id, tenant, service); and the hashes of tokens found
+    unknown, so that a caller retrying a wrong token costs no store read each time (a token
+    is random: none is presented before it is issued)."""
 
     def __init__(self) -> None:
         self._live: dict[str, tuple[int, str, str]] = {}
+        self.unknown: set[str] = set()
+
+    def remember_unknown(self, digest: str) -> None:
+        if len(self.unknown) >= MAX_CACHED:
+            self.unknown.clear()
+        self.unknown.add(digest)
 
     def get(self, plane: ControlPlane, digest: str) -> tuple[int, str, str] | None:
         found = self._live.get(digest)
@@ -74,9 +82,12 @@ def caller(
     if scheme.lower() != "bearer" or not token:
         return 401, "missing bearer token"
     digest = token_hash(token)
+    if digest in cache.unknown:
+        return 401, "unknown or revoked token"
     if token.startswith(SERVICE_TOKEN_PREFIX):
         found = cache.get(plane, digest)
         if found is None:
+            cache.remember_unknown(digest)
             return 401, "unknown or revoked token"
         return Caller(found[1], found[2], found[0])
     try:
@@ -84,6 +95,7 @@ def caller(
     except TokenExpired:
         return 401, "token expired"
     if who is None:
+        cache.remember_unknown(digest)
         return 401, "unknown or revoked token"
     if who.role != "tenant" or who.tenant is None:
         return 403, f"a {who.role} token does not call services: the owning tenant's does"

@@ -27,7 +27,7 @@ import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import suppress
 
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from xpupool.server.client_address import client_address
 from xpupool.server.plane import ControlPlane
@@ -131,8 +131,39 @@ async def answer(
     await send({"type": "http.response.body", "body": body})
 
 
+def proxy_route(path: str) -> tuple[str, str] | None:
+    """(service name, the rest of the path) when ``path`` is a service's proxy path."""
+    if not path.startswith("/v1/services/"):
+        return None
+    name, _, rest = path[len("/v1/services/") :].partition("/")
+    if not name or not (rest == "proxy" or rest.startswith("proxy/")):
+        return None
+    return name, rest[len("proxy/") :]
+
+
+class ProxyFirst:
+    """ASGI middleware: a service's proxy path goes to the proxy before anything of the API's
+    runs (``app.py`` puts it inside the HTTP workers' address middleware only). The API's rate
+    limits are per API credential: a service token is none, and a service's callers are the
+    service's load, which its replicas and their scaling answer; the API's body limit does not
+    apply either (the replica decides what it takes)."""
+
+    def __init__(self, app: ASGIApp, proxy: ServiceProxy) -> None:
+        self.app = app
+        self.proxy = proxy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            found = proxy_route(scope["path"])
+            if found is not None:
+                scope = {**scope, "path_params": {"name": found[0], "path": found[1]}}
+                await self.proxy(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 class ServiceProxy:
-    """The ASGI app mounted at :data:`PREFIX` (``app.py``)."""
+    """The ASGI app of a service's proxy path (:class:`ProxyFirst` routes to it)."""
 
     def __init__(self, plane: ControlPlane, tokens: ServiceTokenCache) -> None:
         self.plane = plane
