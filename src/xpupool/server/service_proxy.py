@@ -341,7 +341,12 @@ async def _stream_back(response: UpstreamResponse, send: Send, body: _Body) -> b
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
 
-    if not body.done.is_set():  # a streamed body the replica answered before reading it all
+    sized = any(k == b"content-length" for k, _ in response.headers)
+    if sized or not body.done.is_set():
+        # an answer of known length ends by itself (uvicorn drops what is sent to a client that
+        # went away), and the request's own body, still streaming, cannot be watched beside
+        # it: only an open-ended answer (a stream of events) is watched for the client leaving,
+        # which saves two tasks on every other request
         await pump()
         return True
     sending = asyncio.ensure_future(pump())
