@@ -9,6 +9,7 @@ controller, which finds them for real, is another part of issue 47): the proxy r
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -367,3 +368,48 @@ def test_a_services_traffic_is_not_held_to_the_apis_rate_limits(tmp_path: Path) 
         stop_process(stub.proc)
         server.should_exit = True
         thread.join(10)
+
+
+def test_a_replica_that_closes_before_answering_is_skipped(pool: Pool) -> None:
+    """Accepted, then closed without a byte of answer (a replica dying): the next one answers."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        port = listener.getsockname()[1]
+        stop = threading.Event()
+
+        def close_each() -> None:
+            listener.settimeout(0.2)
+            while not stop.is_set():
+                try:
+                    conn, _ = listener.accept()
+                except TimeoutError:
+                    continue
+                conn.recv(65536)
+                conn.close()
+
+        closer = threading.Thread(target=close_each, daemon=True)
+        closer.start()
+        try:
+            rude = Endpoint(job_id=8, replica=0, host="127.0.0.1", port=port)
+            pool.endpoints.ready_by[("t1", "rude")] = [rude, pool.stubs[1].endpoint(1)]
+            for _ in range(3):
+                r = httpx.post(
+                    pool.proxy("rude", "/headers"), headers=pool.auth("t1"), content=b"again"
+                )
+                assert r.status_code == 200 and r.json()["body"] == "again"
+            pool.endpoints.ready_by[("t1", "rude")] = [rude]
+            r = httpx.get(pool.proxy("rude", "/v1/models"), headers=pool.auth("t1"))
+            assert r.status_code == 502 and "closed the connection" in r.json()["detail"]
+        finally:
+            stop.set()
+            closer.join(5)
+
+
+def test_a_service_token_is_no_api_credential(pool: Pool) -> None:
+    base = f"{pool.url}/v1/services/api2/tokens"
+    secret = httpx.post(base, json={}, headers=pool.auth("t1")).json()["token"]
+    svc = {"Authorization": f"Bearer {secret}"}
+    assert httpx.get(f"{pool.url}/v1/jobs", headers=svc).status_code == 401
+    assert httpx.post(base, json={}, headers=svc).status_code == 401
+    assert httpx.get(base, headers=svc).status_code == 401

@@ -89,7 +89,9 @@ async def _next_event(conn: _Connection) -> object:
         if event is not h11.NEED_DATA:
             return event
         data = await conn.reader.read(READ_BYTES)
-        conn.h11.receive_data(data)  # b"": the peer closed
+        if not data and conn.h11.their_state is h11.SEND_RESPONSE:
+            raise ConnectionResetError("the replica closed the connection before answering")
+        conn.h11.receive_data(data)  # b"": the peer closed (the end of a body read to the close)
 
 
 class UpstreamPool:
