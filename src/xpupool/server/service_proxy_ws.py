@@ -74,7 +74,7 @@ async def forward_websocket(
         try:
             await accept_and_pump(upstream, receive, send)
         finally:
-            proxy.traffic.finished(who.tenant, name, endpoint, 101, 0.0)
+            proxy.traffic.finished(who.tenant, name, endpoint, 101, None)
         return
     await _refuse(
         send, FAILED, f"service {name}: no replica took the websocket ({'; '.join(causes)})"

@@ -86,15 +86,23 @@ class ProxyTraffic(Traffic):
             self._endpoints[new] += 1
 
     def finished(
-        self, tenant: str, service: str, endpoint: Endpoint | None, status: int, seconds: float
+        self,
+        tenant: str,
+        service: str,
+        endpoint: Endpoint | None,
+        status: int,
+        seconds: float | None,
     ) -> None:
         """The request's answer was sent in full, or the client went away (``status`` as sent,
-        499 when it went away before an answer started)."""
+        499 when it went away before an answer started). ``seconds`` None: not a latency (a
+        websocket, open as long as its two sides like), counted but not timed."""
         svc = self._of(tenant, service)
         svc.in_flight -= 1
         if endpoint is not None:
             self._endpoint_done(endpoint)
         svc.codes[status] += 1
+        if seconds is None:
+            return
         svc.seconds_sum += seconds
         svc.seconds_count += 1
         for i, bound in enumerate(SECONDS_BUCKETS):

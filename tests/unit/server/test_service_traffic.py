@@ -67,3 +67,12 @@ def test_the_metrics_are_the_counts() -> None:
     assert 'xpupool_service_request_seconds_bucket{le="0.005",service="s",tenant="t"} 3.0' in text
     assert 'xpupool_service_request_seconds_bucket{le="0.0025",service="s",tenant="t"} 0.0' in text
     assert 'xpupool_service_in_flight{service="s",tenant="t"} 1.0' in text
+
+
+def test_a_websocket_is_counted_but_not_timed() -> None:
+    traffic = ProxyTraffic(Clock())
+    traffic.started("t", "s", A)
+    traffic.finished("t", "s", A, 101, None)
+    assert traffic.in_flight("t", "s") == 0 and traffic.rate("t", "s") == (0.0, None)
+    [(_, svc)] = traffic.services()
+    assert svc.codes == {101: 1} and svc.seconds_count == 0
