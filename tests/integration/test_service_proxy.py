@@ -413,3 +413,13 @@ def test_a_service_token_is_no_api_credential(pool: Pool) -> None:
     assert httpx.get(f"{pool.url}/v1/jobs", headers=svc).status_code == 401
     assert httpx.post(base, json={}, headers=svc).status_code == 401
     assert httpx.get(base, headers=svc).status_code == 401
+
+
+def test_a_long_sized_request_body_is_streamed_with_its_length(pool: Pool) -> None:
+    pool.endpoints.ready_by[("t1", "long")] = [pool.stubs[0].endpoint(0)]
+    body = b"x" * (3 << 20)  # past what the proxy reads before sending (and the API's body limit)
+    r = httpx.post(pool.proxy("long", "/headers"), headers=pool.auth("t1"), content=body)
+    assert r.status_code == 200, r.text[:300]
+    got = r.json()
+    assert len(got["body"]) == len(body)
+    assert got["content_length"] == len(body) and not got["transfer_encoding"]

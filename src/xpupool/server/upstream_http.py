@@ -161,19 +161,13 @@ class UpstreamPool:
         body: bytes | AsyncIterator[bytes],
     ) -> UpstreamResponse:
         host = f"{address[0]}:{address[1]}".encode()
-        if isinstance(body, bytes):
-            framing = (
-                [(b"content-length", str(len(body)).encode())]
-                if body
-                or method
-                not in (
-                    "GET",
-                    "HEAD",
-                )
-                else []
-            )
-        else:
+        framing: list[tuple[bytes, bytes]] = []
+        if any(k == b"content-length" for k, _ in headers):
+            pass  # the caller's length frames the body, read whole or streamed (h11 checks it)
+        elif not isinstance(body, bytes):
             framing = [(b"transfer-encoding", b"chunked")]
+        elif body or method not in ("GET", "HEAD"):
+            framing = [(b"content-length", str(len(body)).encode())]
         try:
             head = h11.Request(
                 method=method, target=target, headers=[(b"host", host), *headers, *framing]
@@ -197,5 +191,5 @@ class UpstreamPool:
                 if isinstance(event, h11.ConnectionClosed):
                     raise UpstreamError("the replica closed the connection before answering")
                 # an InformationalResponse (100 Continue): read on
-        except (OSError, h11.RemoteProtocolError) as exc:
+        except (OSError, h11.ProtocolError) as exc:  # ours too: a body short of its length
             raise UpstreamError(f"{type(exc).__name__}: {exc}") from None
