@@ -36,6 +36,7 @@ SERVICES = Path(__file__).parent / "fixtures" / "services"
 STUB_SOURCE = SERVICES / "stub"
 LOAD_SOURCE = SERVICES / "load"  # bench/service_proxy.py's load generator
 STUB_REPOSITORY = "localhost/xpupool-test/stub"
+STUB_ENTRYPOINT = 'ENTRYPOINT ["/stub"]'  # exec form: the image has no shell
 STUB_CACHE = Path.home() / ".cache" / "xpupool-test"  # outside the repository: not carried
 
 
@@ -169,7 +170,8 @@ def ensure_stub_image() -> str:
     """The stub server as an image (FROM scratch: the static binary alone, at /stub), imported
     first if this engine lacks it."""
     require_podman()
-    tag = f"{STUB_REPOSITORY}:{stub_hash()}"
+    recipe = hashlib.sha256(f"{stub_hash()}:{STUB_ENTRYPOINT}".encode()).hexdigest()[:12]
+    tag = f"{STUB_REPOSITORY}:{recipe}"  # a new source or a new recipe: a new image
     if _podman_plain("image", "exists", tag).returncode == 0:
         return tag
     binary = stub_binary()
@@ -181,7 +183,7 @@ def ensure_stub_image() -> str:
             info.mode = 0o755
             with binary.open("rb") as f:
                 tar.addfile(info, f)
-        done = _podman_plain("import", "--change", "ENTRYPOINT=/stub", str(root), tag)
+        done = _podman_plain("import", "--change", STUB_ENTRYPOINT, str(root), tag)
     assert done.returncode == 0, f"podman import: {done.stderr}"
     print(f"test image {tag}: built in {time.monotonic() - start:.1f} s", file=sys.stderr)
     return tag
