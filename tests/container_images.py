@@ -15,6 +15,7 @@ the agent detects (:mod:`xpupool.agent.launch.runtime_config`), never one of the
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -31,6 +32,12 @@ APPLETS = (
     "touch", "stat", "kill", "grep", "head", "printf", "test", "wc", "tr",
 )  # fmt: skip
 REPOSITORY = "localhost/xpupool-test/busybox"
+SERVICES = Path(__file__).parent / "fixtures" / "services"
+STUB_SOURCE = SERVICES / "stub"
+LOAD_SOURCE = SERVICES / "load"  # bench/service_proxy.py's load generator
+STUB_REPOSITORY = "localhost/xpupool-test/stub"
+STUB_ENTRYPOINT = 'ENTRYPOINT ["/stub"]'  # exec form: the image has no shell
+STUB_CACHE = Path.home() / ".cache" / "xpupool-test"  # outside the repository: not carried
 
 
 def require_podman() -> None:
@@ -113,5 +120,75 @@ def busybox_image() -> str:
     return ensure_busybox_image()
 
 
+def source_hash(source: Path = STUB_SOURCE) -> str:
+    """A digest of a Go program's source: its binary (and the stub's image) are named by it."""
+    digest = hashlib.sha256()
+    for path in sorted(source.iterdir()):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def stub_hash() -> str:
+    return source_hash(STUB_SOURCE)
+
+
+def stub_binary() -> Path:
+    """The stub server (``tests/fixtures/services/stub``, an OpenAI-compatible test server in Go,
+    static): :func:`go_binary`."""
+    return go_binary(STUB_SOURCE)
+
+
+def go_binary(source: Path) -> Path:
+    """The Go program in ``source`` (standard library only), built static with this machine's
+    ``go`` into a cache outside the repository, keyed by its source's digest, only when
+    missing."""
+    out = STUB_CACHE / f"{source.name}-{source_hash(source)}" / source.name
+    if out.exists():
+        return out
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    assert Path(go).exists(), f"go is needed to build {source.name} ({source})"
+    start = time.monotonic()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_suffix(".partial")
+    env = {**os.environ, "CGO_ENABLED": "0"}
+    done = subprocess.run(
+        [go, "build", "-trimpath", "-o", str(partial), "."],
+        cwd=source,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, f"go build of {source}: {done.stderr}"
+    partial.replace(out)  # whole or absent: a build cut short is never taken
+    print(f"{source.name} {out}: built in {time.monotonic() - start:.1f} s", file=sys.stderr)
+    return out
+
+
+def ensure_stub_image() -> str:
+    """The stub server as an image (FROM scratch: the static binary alone, at /stub), imported
+    first if this engine lacks it."""
+    require_podman()
+    recipe = hashlib.sha256(f"{stub_hash()}:{STUB_ENTRYPOINT}".encode()).hexdigest()[:12]
+    tag = f"{STUB_REPOSITORY}:{recipe}"  # a new source or a new recipe: a new image
+    if _podman_plain("image", "exists", tag).returncode == 0:
+        return tag
+    binary = stub_binary()
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="xpupool-image-") as tmp:
+        root = Path(tmp) / "rootfs.tar"
+        with tarfile.open(root, "w") as tar:
+            info = tar.gettarinfo(str(binary), arcname="stub")
+            info.mode = 0o755
+            with binary.open("rb") as f:
+                tar.addfile(info, f)
+        done = _podman_plain("import", "--change", STUB_ENTRYPOINT, str(root), tag)
+    assert done.returncode == 0, f"podman import: {done.stderr}"
+    print(f"test image {tag}: built in {time.monotonic() - start:.1f} s", file=sys.stderr)
+    return tag
+
+
 if __name__ == "__main__":  # .ci/run's image stage
     print(ensure_busybox_image())
+    print(ensure_stub_image())

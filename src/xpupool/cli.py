@@ -37,6 +37,7 @@ LAZY_COMMANDS = {
     "queue": "xpupool.client.cli_admin:queue",
     "audit": "xpupool.client.cli_admin:audit",
     "secret": "xpupool.client.cli_secrets:secret",
+    "service": "xpupool.client.cli_service_tokens:service",
     "volume": "xpupool.client.cli_volumes:volume",
     "k8s": "xpupool.k8s.cli:k8s",
 }

@@ -206,6 +206,25 @@ class Client:
         found: dict[str, Any] = self._json("POST", "/v1/secrets/rotate-key")
         return found
 
+    def issue_service_token(
+        self, service: str, name: str | None = None, *, tenant: str | None = None
+    ) -> dict[str, Any]:
+        body = {} if name is None else {"name": name}
+        path = f"/v1/services/{service}/tokens"
+        found: dict[str, Any] = self._json("POST", path, body, tenant=tenant)
+        return found
+
+    def service_tokens(self, service: str, *, tenant: str | None = None) -> list[dict[str, Any]]:
+        path = f"/v1/services/{service}/tokens"
+        found: list[dict[str, Any]] = self._json("GET", path, tenant=tenant)
+        return found
+
+    def revoke_service_token(
+        self, service: str, token_id: int, *, tenant: str | None = None
+    ) -> None:
+        params = {} if tenant is None else {"tenant": tenant}
+        self._wire.call("DELETE", f"/v1/services/{service}/tokens/{token_id}", params=params)
+
     def put_volume(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
         found: dict[str, Any] = self._json("PUT", f"/v1/volumes/{name}", body)
         return found

@@ -43,11 +43,14 @@ from xpupool.server.routers import (
     jobs,
     models,
     secrets,
+    service_tokens,
     tenants,
     volumes,
 )
 from xpupool.server.routers.deps import MetricsAuth, MetricsReader
 from xpupool.server.scheduler_loop import run_passes
+from xpupool.server.service_access import ServiceTokenCache
+from xpupool.server.service_proxy import ProxyFirst, ServiceProxy
 from xpupool.server.services.agents import mark_lost_nodes
 from xpupool.server.services.job_limits import FinishedSweep, stop_overdue
 from xpupool.server.web import mount as mount_dashboard
@@ -116,6 +119,8 @@ def create_app(
     the HTTP workers' socket, which says each request's source address and scheme. ``metrics_auth``: who
     may read ``/metrics`` (``routers/deps.py`` ``metrics_reader``)."""
 
+    proxy = ServiceProxy(plane, ServiceTokenCache())
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         watch: LostNodeWatch | None = None
@@ -135,6 +140,7 @@ def create_app(
                 await asyncio.to_thread(on_stop)
             if channel is not None:
                 await channel.stop()
+            await proxy.close()
             if passes is not None:
                 passes.cancel()  # between two batches: a batch is never cut short
                 with suppress(asyncio.CancelledError):
@@ -159,11 +165,14 @@ def create_app(
     )
     app.state.plane = plane
     app.state.metrics_auth = metrics_auth
+    app.state.service_tokens = proxy.tokens  # the revoke route drops a token from it
     app.add_middleware(BodyLimit, max_bytes=max_body, routes=[LOG_UPLOAD])
     registry = make_registry(plane, limiter)
     app.add_middleware(AuditMiddleware, plane=plane)
     if limiter is not None:  # a refused request costs no audit row, no body read
         app.add_middleware(RateLimitGate, limiter=limiter)
+    # a service's proxy path before all of the API's (service_proxy.py: its every request)
+    app.add_middleware(ProxyFirst, proxy=proxy)
     if forwarded:  # outermost: everything after it sees the request as the client sent it
         app.add_middleware(FromWorkers)
 
@@ -197,6 +206,7 @@ def create_app(
         audit.router,
         secrets.router,
         volumes.router,
+        service_tokens.router,
     ):
         app.include_router(router)
 

@@ -48,14 +48,15 @@ class FromWorkers:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
+        if scope["type"] in ("http", "websocket"):  # a websocket: a service's proxy path
             scope = dict(scope)
             address = header(scope, CLIENT_HEADER)
             if address is not None:
                 scope["client"] = (address, 0)
             scheme = header(scope, SCHEME_HEADER)
             if scheme in SCHEMES:
-                scope["scheme"] = scheme
+                secure = scheme == "https"
+                scope["scheme"] = scheme if scope["type"] == "http" else ("wss" if secure else "ws")
             scope["headers"] = [
                 (k, v) for k, v in scope["headers"] if k not in (CLIENT_HEADER, SCHEME_HEADER)
             ]

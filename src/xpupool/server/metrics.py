@@ -14,6 +14,7 @@ from prometheus_client.registry import Collector
 
 from xpupool.server.plane import ControlPlane
 from xpupool.server.rate_limit import RateLimiter
+from xpupool.server.service_traffic import TrafficCollector
 from xpupool.server.stranded_gauges import stranded_gauges
 
 MIB = 1 << 20
@@ -246,6 +247,7 @@ def make_registry(plane: ControlPlane, limiter: RateLimiter | None = None) -> Co
     """A registry of its own per server (tests run several in one process)."""
     registry = CollectorRegistry()
     registry.register(PlaneCollector(plane))
+    registry.register(TrafficCollector(lambda: plane.service_traffic))
     if limiter is not None:
         registry.register(RateLimitCollector(limiter))
     latency = Histogram(

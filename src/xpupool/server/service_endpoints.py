@@ -52,3 +52,10 @@ class Traffic(Protocol):
         """Requests per second answered over the last minute, and their p99 latency in
         milliseconds (None: no request in that minute), for ``xpupool services``."""
         ...
+
+
+class NoEndpoints:
+    """No service has a ready endpoint: the plane's until a service controller sets its own."""
+
+    def ready(self, tenant: str, service: str) -> Sequence[Endpoint]:
+        return ()

@@ -29,6 +29,7 @@ from xpupool.server.front.channel_client import (
 )
 from xpupool.server.front.submit_route import submission_app, unreachable
 from xpupool.server.front.wire import CLIENT_HEADER, SCHEME_HEADER
+from xpupool.server.front.ws_forward import forward_websocket
 
 # not passed on: hop-by-hop headers, the address and scheme headers (the worker writes its own),
 # and the plane's own date and server (the worker's server writes its own)
@@ -134,8 +135,11 @@ class FrontApp:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
             return
+        if scope["type"] == "websocket":  # a service's proxy path (server/service_proxy.py)
+            await forward_websocket(self.plane_http, scope, receive, send)
+            return
         if scope["type"] != "http":
-            return  # no websockets in this API
+            return
         assert self.submits is not None and self.proxy is not None
         if scope["method"] == "POST" and scope["path"] == "/v1/jobs":
             await self.submission(scope, receive, send)

@@ -65,6 +65,8 @@ from xpupool.server.retention import Retention
 from xpupool.server.schemas.agent_protocol import DeviceMetrics, VolumeUsageReport
 from xpupool.server.schemas.jobs import HOLDING_STATES, JobPhase, StopCause
 from xpupool.server.secret_box import SecretBox
+from xpupool.server.service_endpoints import Endpoints, NoEndpoints
+from xpupool.server.service_traffic import ProxyTraffic
 from xpupool.server.sites.agent_pool import AgentPoolSite
 from xpupool.server.sites.protocol import Sites
 from xpupool.server.storage import meta
@@ -172,6 +174,10 @@ class ControlPlane(NodeBook, TenancyBooks, TenantStore, PlaneReads):
         self._cycle: SchedulingCycle | None = None
         self.observers: list[Callable[[str, float], None]] = []  # (event, seconds) for metrics
         self.health = Health()
+        # services (issue 47): where the proxy sends each service's requests (the service
+        # controller sets its own), and what the proxy counts of them (service_traffic.py)
+        self.service_endpoints: Endpoints = NoEndpoints()
+        self.service_traffic = ProxyTraffic(monotonic)
         if ownership is not None:  # every commit checks the store is still this server's
             ownership.fence(self.db)
             ownership.on_lost.append(self.health.fail)  # writes and /healthz: 503, and why

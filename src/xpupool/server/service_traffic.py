@@ -1,0 +1,198 @@
+"""What the service proxy saw: requests in flight per service and per endpoint (the controller
+scales and drains on them), requests per second and p99 latency over the last minute (``xpupool
+services``), and the Prometheus series of ``/metrics`` (:class:`TrafficCollector`).
+
+Everything is counted on the proxy's event loop, one thread, so no lock: the scrape and the
+controller read plain integers another thread may be moving, which is as good as a scrape gets.
+The minute is a ring of per-second buckets, each with a coarse latency histogram (log-spaced,
+about 10 % wide), so a p99 costs one merge of 60 small arrays, not a sort of every request.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from xpupool.server.service_endpoints import Endpoint, Traffic
+
+WINDOW_S = 60  # the minute rate() and p99 are over
+_RATIO = 1.1  # one latency bucket's upper bound over its lower one
+_FLOOR_MS = 0.05  # latencies below this share the first bucket
+_BINS = int(math.log(120_000 / _FLOOR_MS) / math.log(_RATIO)) + 2  # up to two minutes, then one
+SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+Key = tuple[str, str]  # (tenant, service)
+
+
+def _bin(ms: float) -> int:
+    if ms <= _FLOOR_MS:
+        return 0
+    return min(int(math.log(ms / _FLOOR_MS) / math.log(_RATIO)) + 1, _BINS - 1)
+
+
+def _bin_upper_ms(i: int) -> float:
+    return _FLOOR_MS * _RATIO**i
+
+
+@dataclass(slots=True)
+class _Second:
+    at: int = -1  # which whole second (monotonic) this bucket holds
+    count: int = 0
+    bins: Counter[int] = field(default_factory=Counter)
+
+
+@dataclass(slots=True)
+class _Service:
+    """One service's counts: the ring of the last minute and the totals since start."""
+
+    in_flight: int = 0
+    ring: list[_Second] = field(default_factory=lambda: [_Second() for _ in range(WINDOW_S)])
+    codes: Counter[int] = field(default_factory=Counter)  # status -> answers since start
+    buckets: list[int] = field(default_factory=lambda: [0] * len(SECONDS_BUCKETS))
+    seconds_sum: float = 0.0
+    seconds_count: int = 0
+
+
+class ProxyTraffic(Traffic):
+    """The proxy's counts; ``monotonic``: the clock seconds are bucketed by."""
+
+    def __init__(self, monotonic: Callable[[], float]) -> None:
+        self.monotonic = monotonic
+        self._services: dict[Key, _Service] = {}
+        self._endpoints: Counter[Endpoint] = Counter()
+
+    def _of(self, tenant: str, service: str) -> _Service:
+        found = self._services.get((tenant, service))
+        if found is None:
+            found = self._services[(tenant, service)] = _Service()
+        return found
+
+    # ------------------------------------------------------------------ the proxy's side
+    def started(self, tenant: str, service: str, endpoint: Endpoint | None) -> None:
+        """A request is being forwarded (``endpoint`` None: not yet placed on one)."""
+        self._of(tenant, service).in_flight += 1
+        if endpoint is not None:
+            self._endpoints[endpoint] += 1
+
+    def moved(self, old: Endpoint | None, new: Endpoint | None) -> None:
+        """The request in flight left ``old`` for ``new`` (a retry after a refused connection)."""
+        if old is not None:
+            self._endpoint_done(old)
+        if new is not None:
+            self._endpoints[new] += 1
+
+    def finished(
+        self,
+        tenant: str,
+        service: str,
+        endpoint: Endpoint | None,
+        status: int,
+        seconds: float | None,
+    ) -> None:
+        """The request's answer was sent in full, or the client went away (``status`` as sent,
+        499 when it went away before an answer started). ``seconds`` None: not a latency (a
+        websocket, open as long as its two sides like), counted but not timed."""
+        svc = self._of(tenant, service)
+        svc.in_flight -= 1
+        if endpoint is not None:
+            self._endpoint_done(endpoint)
+        svc.codes[status] += 1
+        if seconds is None:
+            return
+        svc.seconds_sum += seconds
+        svc.seconds_count += 1
+        for i, bound in enumerate(SECONDS_BUCKETS):
+            if seconds <= bound:
+                svc.buckets[i] += 1
+                break
+        now = int(self.monotonic())
+        second = svc.ring[now % WINDOW_S]
+        if second.at != now:
+            second.at, second.count = now, 0
+            second.bins.clear()
+        second.count += 1
+        second.bins[_bin(seconds * 1000.0)] += 1
+
+    def _endpoint_done(self, endpoint: Endpoint) -> None:
+        left = self._endpoints[endpoint] - 1
+        if left > 0:
+            self._endpoints[endpoint] = left
+        else:
+            del self._endpoints[endpoint]
+
+    # ------------------------------------------------------------------ Traffic
+    def in_flight(self, tenant: str, service: str) -> int:
+        found = self._services.get((tenant, service))
+        return 0 if found is None else found.in_flight
+
+    def in_flight_at(self, endpoint: Endpoint) -> int:
+        return self._endpoints.get(endpoint, 0)
+
+    def rate(self, tenant: str, service: str) -> tuple[float, float | None]:
+        found = self._services.get((tenant, service))
+        if found is None:
+            return 0.0, None
+        now = int(self.monotonic())
+        seconds = [s for s in found.ring if now - WINDOW_S < s.at <= now]
+        total = sum(s.count for s in seconds)
+        if total == 0:
+            return 0.0, None
+        merged: Counter[int] = Counter()
+        for s in seconds:
+            merged.update(s.bins)
+        rank = math.ceil(total * 0.99)
+        seen = 0
+        for i in sorted(merged):
+            seen += merged[i]
+            if seen >= rank:
+                return total / WINDOW_S, round(_bin_upper_ms(i), 3)
+        return total / WINDOW_S, None  # not reached: the bins hold ``total`` requests
+
+    def services(self) -> list[tuple[Key, _Service]]:
+        return list(self._services.items())
+
+
+class TrafficCollector(Collector):
+    """The proxy's series on ``/metrics``, read from the plane's traffic at scrape time."""
+
+    def __init__(self, traffic: Callable[[], Traffic]) -> None:
+        self.traffic = traffic
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
+        traffic = self.traffic()
+        if not isinstance(traffic, ProxyTraffic):
+            return
+        labels = ["tenant", "service"]
+        total = CounterMetricFamily(
+            "xpupool_service_requests",
+            "Requests the service proxy answered, by service and status (499: the client went "
+            "away first).",
+            labels=[*labels, "code"],
+        )
+        seconds = HistogramMetricFamily(
+            "xpupool_service_request_seconds",
+            "From a proxied request's arrival to its answer's last byte.",
+            labels=labels,
+        )
+        flight = GaugeMetricFamily(
+            "xpupool_service_in_flight",
+            "Requests forwarded to the service and not yet answered in full.",
+            labels=labels,
+        )
+        for (tenant, service), svc in traffic.services():
+            for code, n in sorted(svc.codes.items()):
+                total.add_metric([tenant, service, str(code)], n)
+            cumulative, running = [], 0
+            for bound, n in zip(SECONDS_BUCKETS, svc.buckets, strict=True):
+                running += n
+                cumulative.append((str(bound), running))
+            cumulative.append(("+Inf", svc.seconds_count))
+            seconds.add_metric([tenant, service], cumulative, svc.seconds_sum)
+            flight.add_metric([tenant, service], svc.in_flight)
+        yield total
+        yield seconds
+        yield flight
