@@ -126,7 +126,7 @@ def _accept(plane: ControlPlane, me: Principal, body: JobIn) -> _Accepted:
         tenant = me.tenant
     from_model = body.model is not None
     if body.model is not None:
-        body = expand_model_job(plane, body)
+        body = expand_model_job(plane, body, tenant)
     req = Request() if body.request is None else body.request.to_request()
     queue = body.queue or (req.queue if req.queue != "default" else tenant)
     priority = body.priority if body.priority is not None else req.priority
