@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 from xpupool.client._config import ClientConfig
+from xpupool.client._errors import BadAnswer
 from xpupool.client._views import DeviceView, JobView, NodeView, QueueView, SiteView, read_list
 from xpupool.client._wire import Send, Wire
 
@@ -91,6 +92,15 @@ class Client:
         """Raw log bytes of one replica from byte ``offset``; the next offset is ``offset + len``."""
         params = {"replica": replica, "offset": offset}
         return self._wire.call("GET", f"/v1/jobs/{job_id}/logs", params=params).body
+
+    def service_replicas(self, name: str) -> list[dict[str, Any]]:
+        """``replicas`` of ``GET /v1/services/NAME`` (``job_id``, ``state``, ``ready``, ...), as
+        ``xpupool logs SERVICE`` follows them."""
+        found = self._json("GET", f"/v1/services/{quote(name, safe='')}")
+        replicas = found.get("replicas") if isinstance(found, dict) else None
+        if not isinstance(replicas, list):
+            raise BadAnswer("service.replicas", replicas, "expected a list")
+        return [r for r in replicas if isinstance(r, dict)]
 
     # ---------------------------------------------------------------------------- fleet
     def nodes(self, *, site: str | None = None) -> list[NodeView]:
