@@ -6,7 +6,8 @@ A service's replicas are looked up in ``GET /v1/services/NAME``; until the servi
 serves that route, a plain HTTP server on 127.0.0.1 answers it in the view's shape (``replicas:
 [{job_id, ...}]``) and hands every other request to the real server, so the replicas' logs are
 real. It changes its answer as a controller would: a replica restarted as a new job, then the
-service deleted (404)."""
+service deleted (404). The logs keep their last MiB (``--log-cap 1Mi``): a reader that comes
+late is told of the bytes rotated away, and reads nothing twice."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ LINES = "for i in 1 2 3; do echo b$i; sleep 0.3; done; printf b-last"
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
     data = tmp_path_factory.mktemp("logs") / "data"
-    with ServerProc(data, cluster=CLUSTER, agent=True, extra_args=("--heartbeat", "0.2")) as s:
+    args = ("--heartbeat", "0.2", "--log-cap", "1Mi")  # logs keep their last MiB
+    with ServerProc(data, cluster=CLUSTER, agent=True, extra_args=args) as s:
         yield s
 
 
@@ -233,3 +235,33 @@ def test_a_job_id_is_still_one_job(srv: ServerProc, lab: httpx.Client, tmp_path:
     )
     assert done.returncode == 0 and done.stdout.endswith(b"plain-job\n"), done
     assert b"[" not in done.stdout  # unprefixed, as before
+
+
+def test_a_late_reader_is_told_of_the_rotated_bytes_and_reads_nothing_twice(
+    srv: ServerProc, lab: httpx.Client
+) -> None:
+    job_id = submit(lab, "chatty", "seq 1 400000")  # 2.7 MB: more than twice the cap
+    until(lambda: _ended(lab, job_id), f"job {job_id}", 60)
+    out: list[bytes] = []
+    with Client(ClientConfig(srv.url, token_of(lab), "XPUPOOL_TOKEN")) as client:
+        follow_jobs(client, lambda: [(job_id, "chatty")], out.append, follow=True)
+    lines = lines_of(b"".join(out))
+    assert all(x.startswith("[chatty] ") for x in lines), lines[:3]
+    # told before the rest: by the server's answer (its copy rotated them away before they
+    # were read), and by the agent's line where its copy rotated some away before it sent them
+    notes = [i for i, x in enumerate(lines) if "rotated away" in x]
+    assert notes and notes[-1] <= 3, lines[:5]
+    numbers = [int(x[9:]) for x in lines[notes[-1] + 2 :]]  # the first may be a line's end
+    assert numbers == list(range(numbers[0], 400_001)), "a line twice, or one missing"
+    assert 0 < len(b"".join(out)) < (1 << 20) + 20 * len(lines)
+
+    env = {**os.environ, "XPUPOOL_URL": srv.url, "XPUPOOL_TOKEN": token_of(lab)}
+    done = subprocess.run(
+        [*CLI, "logs", str(job_id)], env=env, capture_output=True, timeout=60, check=False
+    )
+    assert done.returncode == 0 and done.stdout.endswith(b"\n399999\n400000\n"), done.stderr
+    told = b"rotated away before they were read" in done.stderr
+    assert told or b"rotated away on the node" in done.stdout[:200], (
+        done.stdout[:200],
+        done.stderr,
+    )

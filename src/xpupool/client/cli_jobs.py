@@ -22,6 +22,7 @@ from xpupool.client._render import job_detail, jobs_table
 from xpupool.client._times import duration_s
 from xpupool.client._views import FINAL_JOB_STATES, JOB_STATES, JobView
 from xpupool.client.cli_models import intent, model_options, plan_table
+from xpupool.client.log_follow import skipped_note
 from xpupool.model.errors import RequestError
 from xpupool.model.job_text import env_pair, retry_causes
 
@@ -349,15 +350,20 @@ def logs(
                 f"{name_or_id!r}: a job id is 1 or more", param_hint="NAME_OR_ID"
             )
         offset = 0
+        last = False
         while True:
-            chunk = client.logs(job_id, replica=replica, offset=offset)
-            if chunk:
-                click.echo(chunk, nl=False)  # bytes go to the binary stream as they are
-                offset += len(chunk)
+            skipped, chunk = client.logs(job_id, replica=replica, offset=offset)
+            if skipped:
+                click.echo(skipped_note(skipped), err=True)
+            offset += skipped + len(chunk)
+            click.echo(chunk, nl=False)  # bytes go to the binary stream as they are
+            if chunk or last:
+                if last and not chunk:
+                    return
                 continue
-            if not follow or client.job(job_id).state in FINAL_JOB_STATES:
-                # one last read: output written between the read and the state check
-                rest = client.logs(job_id, replica=replica, offset=offset) if follow else b""
-                click.echo(rest, nl=False)
+            if not follow:
                 return
+            if client.job(job_id).state in FINAL_JOB_STATES:
+                last = True  # one last read: output written between the read and the check
+                continue
             time.sleep(interval)

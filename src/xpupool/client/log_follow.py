@@ -7,7 +7,8 @@ printed: the bytes after a job's last newline wait for the rest of their line, s
 split by another job's. A job's unfinished last line is printed (with a newline) once the job has
 ended. The set of jobs is asked for again every ``refresh_s`` (a service's replicas:
 ``GET /v1/services/NAME``), so a replica that restarts as a new job is followed too; a job that
-left the set is still read to its end.
+left the set is still read to its end. A log that rotated away bytes before they were read says
+so in a line of its own, in the stream of that job.
 """
 
 from __future__ import annotations
@@ -19,6 +20,13 @@ from dataclasses import dataclass
 from xpupool.client._errors import ApiError
 from xpupool.client._http import Client
 from xpupool.client._views import FINAL_JOB_STATES
+
+
+def skipped_note(n_bytes: int) -> str:
+    """What a reader is told of bytes the log rotated away before they were read (the log keeps
+    its last ``--log-cap`` bytes: ``xpupool/log_rotation.py``)."""
+    return f"[xpupool: {n_bytes} bytes of this log were rotated away before they were read]"
+
 
 Jobs = Callable[[], Sequence[tuple[int, str]]]
 """The jobs to follow now, as (job id, label); raises ApiError when there are none any more
@@ -88,15 +96,20 @@ class LogFollower:
 
     def _read(self, stream: _Stream) -> bool:
         try:
-            chunk = self._client.logs(stream.job_id, offset=stream.offset)
+            skipped, chunk = self._client.logs(stream.job_id, offset=stream.offset)
         except ApiError as exc:
             if exc.status != 404:
                 raise
             stream.done = True  # the job is gone (retention): nothing more to read
             return False
+        if skipped:  # rotated away before it was read: the line in hand ends there
+            ended = [stream.partial] if stream.partial else []
+            note = [*ended, skipped_note(skipped).encode()]
+            self._write(b"".join(stream.prefix + line + b"\n" for line in note))
+            stream.partial = b""
+        stream.offset += skipped + len(chunk)
         if not chunk:
-            return False
-        stream.offset += len(chunk)
+            return bool(skipped)
         data = stream.partial + chunk
         cut = data.rfind(b"\n") + 1
         stream.partial = data[cut:]
