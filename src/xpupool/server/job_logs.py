@@ -219,11 +219,12 @@ class JobLogs:
                 return
             if missing:
                 chunk = gap_marker(missing, after_line=_tail(path, 1) in (b"", b"\n")) + chunk
-            rotating = self._rotate(path, self.replica_cap_bytes - len(chunk))
-            if rotating:
+            rotating = not self._no_rotation
+            if rotating and size + len(chunk) > self.replica_cap_bytes:
+                rotating = self._rotate(path, self.replica_cap_bytes - len(chunk))
                 size = _kept(path)
                 self._set_size(key, tenant, size)
-            elif size > self.replica_cap_bytes:
+            if not rotating and size > self.replica_cap_bytes:
                 return
             room, marker = self._room(key, tenant, size, caps, replica_cap=not rotating)
             kept = chunk[: max(room, 0)]
@@ -237,7 +238,7 @@ class JobLogs:
             self._held.pop(key, None)
             if cut:
                 self._cut.add(key)
-            if rotating:  # a chunk longer than the cap: what is kept is its end
+            if rotating and _kept(path) > self.replica_cap_bytes:  # a chunk longer than it
                 self._rotate(path, self.replica_cap_bytes)
             self._set_size(key, tenant, _kept(path))
             if self._dropping is not None:

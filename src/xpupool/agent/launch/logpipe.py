@@ -82,8 +82,9 @@ class LogPump:
             if not self._put(chunk):
                 self._hold(len(chunk))
                 return
-            with contextlib.suppress(OSError):  # a log that cannot rotate now is tried again
-                self.rotating = keep_last(self._out, self.cap_bytes) is not None
+            if self.written > self.cap_bytes:
+                with contextlib.suppress(OSError):  # a log that cannot rotate now: next time
+                    self.rotating = keep_last(self._out, self.cap_bytes) is not None
             if not self.rotating and self.written > self.cap_bytes:  # cannot: cut here
                 with contextlib.suppress(OSError):
                     self._write(cut_marker(self.cap_bytes))
