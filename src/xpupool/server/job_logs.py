@@ -8,8 +8,7 @@ log rotates, and how offsets keep their meaning), so a long-running service stay
 the filesystem cannot drop them, the cap cuts the log as the next two do. Two caps cut a log for
 good, each with one marker line: the tenant's ``max_job_log_mib`` per job (its replicas
 together) and ``max_log_mib`` for all its jobs, counted in the bytes the logs keep. The third
-limit is the disk's: a
-write that would take its free space under the reserve (``--log-reserve``,
+limit is the disk's: a write that would take its free space under the reserve (``--log-reserve``,
 ``xpupool/disk_reserve.py``) is dropped instead, with a line saying from where and, once
 there is room again, how much was dropped. So job output never takes the room the store (on the
 same disk by default) needs to commit, and a disk freed by retention or by hand is used again at

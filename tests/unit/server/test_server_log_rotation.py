@@ -100,3 +100,25 @@ def test_a_follower_across_the_rotation_sees_no_duplicate_and_is_told_of_the_gap
     assert numbers == sorted(set(numbers)), "a line read twice or out of order"
     assert got.endswith(lines(sent_lines - 1000, 1000))
     assert read(small, job_id, token, offset) == (0, b"")
+
+
+@pytest.mark.slow
+def test_a_job_limit_as_large_as_the_cap_does_not_cut_a_rotating_log(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """The tenant's ``max_job_log_mib`` counts the bytes the logs keep: a one-replica job whose
+    limit equals ``--log-cap`` (64 MiB both, by default) rotates for ever and is never cut."""
+    plane, admin = open_server(tmp_path, clock, max_log_bytes=1 << 20)
+    assert admin is not None
+    with TestClient(create_app(plane, background=False)) as client:
+        srv = Server(plane, client, admin, clock, f"sqlite:///{tmp_path / 'state.db'}", tmp_path)
+        job_id, token = running(srv)
+        r = client.patch("/v1/tenants/a", json={"max_job_log_mib": 1}, headers=srv.admin)
+        assert r.status_code == 200, r.text
+        up = Uploads(srv, job_id)
+        for first in range(0, 300_000, 20_000):  # 3.6 MB
+            up.send(lines(first, 20_000))
+        skipped, data = read(srv, job_id, token, 0)
+        assert b"log cut" not in data and data.endswith(lines(280_000, 20_000))
+        assert skipped + len(data) == up.sent
+    plane.db.dispose()
