@@ -62,6 +62,7 @@ def read(srv: Server, job_id: int, token: str, offset: int) -> tuple[int, bytes]
     return int(r.headers.get(SKIPPED, "0")), r.content
 
 
+@pytest.mark.slow
 def test_a_replica_writing_past_the_cap_keeps_writing_and_its_last_bytes_are_readable(
     small: Server,
 ) -> None:
@@ -78,6 +79,7 @@ def test_a_replica_writing_past_the_cap_keeps_writing_and_its_last_bytes_are_rea
     assert path.stat().st_blocks * 512 <= CAP + 16 * KIB  # on disk too: the rest is dropped
 
 
+@pytest.mark.slow
 def test_a_follower_across_the_rotation_sees_no_duplicate_and_is_told_of_the_gap(
     small: Server,
 ) -> None:
