@@ -5,6 +5,7 @@ launch options name the agent's back ends); cli.py names it in its table of comm
 from __future__ import annotations
 
 import gc
+import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -258,6 +259,14 @@ def in_background(make: Callable[[], T], name: str) -> Callable[[], T]:
     help="who may read /metrics, which names every tenant, queue and node: token, the admin "
     "token or a metrics token (xpupool token issue --metrics); open, anyone who reaches the port",
 )
+@click.option(
+    "--model-cache",
+    metavar="VOLUME",
+    default=None,
+    help="a declared volume (xpupool volume create) that model jobs mount read-write at their "
+    "serving runtime's cache path (vLLM: HF_HOME), so a second replica on a node does not "
+    "download the weights again; a job that mounts something there keeps its own",
+)
 @catalog_option
 @launch_options
 @verbose_option
@@ -307,6 +316,7 @@ def up(
     header_timeout: float,
     connections_per_address: int,
     metrics_auth: str,
+    model_cache: str | None,
     verbose: bool,
 ) -> None:
     """Start the control plane: REST API, scheduler, SQLite state, metrics, local agent."""
@@ -382,6 +392,12 @@ def up(
     profiles = load_profiles(profile_file)
     check_policies([policy], profiles)
     catalog = load_catalog(catalog_file)
+    from xpupool.server.schemas.base import NAME_PATTERN
+
+    if model_cache is not None and not re.fullmatch(NAME_PATTERN, model_cache):
+        raise click.BadParameter(
+            f"{model_cache!r} is not a volume name", param_hint="--model-cache"
+        )
 
     from xpupool.server.lease import Lease
 
@@ -420,6 +436,7 @@ def up(
         audit_keep=AuditKeep(audit_keep, audit_keep, audit_keep_refused),
         history_interval_s=history_s,
         catalog=catalog,
+        model_cache=model_cache,
         http_workers=http_workers,
         store_lease_s=store_lease,
         rate_limit=rates["--rate-limit"],

@@ -3,7 +3,8 @@ nodes differ in card, driver and container runtime, and a fake ``docker`` first 
 records its argv (tests/fake_runtime.py). The model job must land on the only node whose card
 has a catalogued runtime, whose driver runs that runtime's CUDA and which can run images, with
 the runtime's image and command (model, tp, pp, port) in the job and in ``docker run``. Also
-``GET /v1/models``, ``POST /v1/plan`` with the pool, and the API's validation errors."""
+``GET /v1/models``, ``POST /v1/plan`` with the pool, the API's validation errors, and the model
+cache (``--model-cache``): two model jobs bind the same cache directory at the runtime's path."""
 
 from __future__ import annotations
 
@@ -58,11 +59,17 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PATH", path_with(tmp / "bin"))
         srv = ServerProc(
-            tmp / "data", cluster=cluster, agent=True, extra_args=("--heartbeat", "0.2")
+            tmp / "data",
+            cluster=cluster,
+            agent=True,
+            extra_args=("--heartbeat", "0.2", "--model-cache", "models"),
         )
         with srv:
             admin = httpx.Client(base_url=srv.url, headers=srv.headers())
             admin.post("/v1/tenants", json={"name": "team"}).raise_for_status()
+            cache = tmp / "models"
+            cache.mkdir()
+            admin.put("/v1/volumes/models", json={"path": str(cache)}).raise_for_status()
             r = admin.post("/v1/tenants/team/tokens", json={"role": "tenant"})
             r.raise_for_status()
             admin.close()
@@ -153,3 +160,27 @@ def test_model_path_and_dry_run(up: Up) -> None:
     r = up.user.post("/v1/jobs", json={"model": {"name": "qwen2.5-0.5b", "model_path": "/m/q"}})
     assert r.status_code == 201, r.text
     assert r.json()["command"][:2] == ["--model", "/m/q"]
+
+
+def test_model_jobs_share_the_model_cache(up: Up) -> None:
+    """Two replicas of a model on one node bind the same cache directory at the runtime's cache
+    path, with HF_HOME there: the second finds what the first downloaded."""
+    cache = "/root/.cache/huggingface"
+    ids = []
+    for _ in range(2):
+        r = up.user.post("/v1/jobs", json={"model": {"name": "qwen2.5-0.5b", "context": 4096}})
+        assert r.status_code == 201, r.text
+        assert {"name": "models", "path": cache, "read_only": False} in r.json()["volumes"]
+        ids.append(r.json()["id"])
+    host = str(up.srv.data.parent / "models")
+
+    def runs() -> list[list[str]] | None:
+        found = [
+            next((a for a in recorded(up.argv_log, "run") if f"xpupool.job={i}" in a), None)
+            for i in ids
+        ]
+        return None if None in found else [a for a in found if a is not None]
+
+    for argv in until(runs, f"docker run of jobs {ids} (server log: {up.srv.log()[-2000:]})"):
+        binds = [argv[i + 1] for i, a in enumerate(argv) if a == "-v"]
+        assert f"{host}:{cache}" in binds, binds

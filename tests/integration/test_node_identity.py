@@ -562,7 +562,9 @@ def test_a_cluster_file_node_keeps_its_devices_across_a_restart(tmp_path: Path) 
         assert after == before
 
 
-def test_the_server_caps_what_it_keeps_of_a_replica_log(tmp_path: Path) -> None:
+def test_the_server_keeps_the_last_cap_of_a_replica_log(tmp_path: Path) -> None:
+    """``--log-cap``: the server keeps a replica's last MiB (log_rotation.py), a reader from 0
+    starting at the oldest byte kept and told how many bytes it skipped."""
     with ServerProc(tmp_path / "data", extra_args=("--log-cap", "1Mi")) as srv:
         admin = httpx.Client(base_url=srv.url, headers=srv.headers(), timeout=30)
         admin.post("/v1/tenants", json={"name": "t"}).raise_for_status()
@@ -583,9 +585,12 @@ def test_the_server_caps_what_it_keeps_of_a_replica_log(tmp_path: Path) -> None:
         for _ in range(3):
             r = agent.post(f"/v1/agent/nodes/logs-1/jobs/{job_id}/replicas/0/logs", content=mib)
             assert r.status_code == 204, r.text
-        log = user.get(f"/v1/jobs/{job_id}/logs").content
-        assert log.startswith(mib)
-        assert b"log cut at 1 MiB" in log[1 << 20 :] and len(log) < (1 << 20) + 200
+        end = agent.post(f"/v1/agent/nodes/logs-1/jobs/{job_id}/replicas/0/logs", content=b"end\n")
+        assert end.status_code == 204, end.text
+        r = user.get(f"/v1/jobs/{job_id}/logs")
+        skipped = int(r.headers["X-Xpupool-Log-Skipped"])
+        assert r.content.endswith(b"x" * 1000 + b"end\n") and len(r.content) <= 1 << 20
+        assert skipped >= 2 << 20 and skipped + len(r.content) == 3 * (1 << 20) + 4
 
 
 def test_an_agent_token_from_before_the_upgrade_binds_to_the_first_node_it_uses(

@@ -195,6 +195,7 @@ def test_up_refuses_a_bad_rate_limit_naming_the_option_before_touching_anything(
         ("--header-timeout", "0"),
         ("--connections-per-address", "-1"),
         ("--metrics-auth", "none"),
+        ("--model-cache", "Models/HF"),
     ):
         result = CliRunner().invoke(main, ["up", "--data", str(data), option, value])
         assert result.exit_code == 2, result.output

@@ -43,6 +43,7 @@ from xpupool.agent.launch import (
 )
 from xpupool.agent.launch.mps import MpsDaemons, mps_root
 from xpupool.agent.launch.process import write_log_line
+from xpupool.log_rotation import read_kept
 from xpupool.server.schemas.agent_protocol import (
     FINAL_REPLICA_STATES,
     ReplicaReport,
@@ -413,12 +414,15 @@ class Runner:
             while rep.shipped < size:
                 try:
                     with rep.log_path.open("rb") as f:
-                        f.seek(rep.shipped)
-                        chunk = f.read(min(max_chunk, size - rep.shipped))
+                        # bytes the log rotated away before they were sent are skipped: the
+                        # server sees the gap in the offset (log_rotation.py)
+                        skipped, chunk = read_kept(f.fileno(), rep.shipped, max_chunk)
                 except OSError:
                     break
+                chunk = chunk[: max(size - rep.shipped - skipped, 0)]
                 if not chunk:
                     break
+                rep.shipped += skipped
                 send(rep.work.job_id, rep.work.replica, chunk, rep.shipped, rep.work.attempt)
                 rep.shipped += len(chunk)
                 if rep.run_dir is not None:

@@ -37,7 +37,7 @@ _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 
 _RUNTIME_FIELDS = frozenset(
     {"name", "vendors", "engine", "image", "command", "port", "software", "precisions"}
-    | {"source", "notes"}
+    | {"cache_path", "cache_env", "source", "notes"}
 )
 _MODEL_FIELDS = frozenset(
     {"name", "aliases", "hub_id", "kind", "params_b", "active_params_b", "experts", "layers"}
@@ -50,7 +50,10 @@ _MODEL_FIELDS = frozenset(
 class ServingRuntime:
     """A serving image for one vendor stack. ``command`` is the argv after the image, with
     ``{model}``, ``{tp}``, ``{pp}``, ``{port}``, ``{max_model_len}`` placeholders;
-    ``software`` are request-syntax needs (``cuda>=12.4``) the node's driver must meet."""
+    ``software`` are request-syntax needs (``cuda>=12.4``) the node's driver must meet.
+    ``cache_path`` is where the runtime keeps downloaded weights and ``cache_env`` the variable
+    that points it there (vLLM: ``HF_HOME``); the operator's model cache volume is mounted there
+    so that a second replica on a node does not download again ("": the runtime has none)."""
 
     name: str
     vendors: tuple[str, ...]
@@ -62,6 +65,8 @@ class ServingRuntime:
     precisions: tuple[str, ...]
     source: str
     notes: str = ""
+    cache_path: str = ""
+    cache_env: str = ""
 
     def argv(self, *, model: str, tp: int, pp: int, port: int, max_model_len: int) -> list[str]:
         """The command with every placeholder filled (values are never re-scanned)."""
@@ -244,6 +249,7 @@ def _parse_runtime(label: str, index: int, row: object) -> ServingRuntime:
     assert port is not None
     if port > 65535:
         raise entry.error("port", f"expected a TCP port (1..65535), got {port}")
+    cache_path, cache_env = _cache(entry)
     return ServingRuntime(
         name=entry.text("name"),
         vendors=vendors,
@@ -255,7 +261,26 @@ def _parse_runtime(label: str, index: int, row: object) -> ServingRuntime:
         precisions=_precisions(entry, "precisions"),
         source=entry.source(),
         notes=entry.optional_text("notes"),
+        cache_path=cache_path,
+        cache_env=cache_env,
     )
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _cache(entry: Entry) -> tuple[str, str]:
+    """``cache_path`` and ``cache_env``, both or neither: a path without its variable would be
+    mounted where the runtime may not look."""
+    path = entry.optional_text("cache_path")
+    env = entry.optional_text("cache_env")
+    if bool(path) != bool(env):
+        raise entry.error("cache_env" if path else "cache_path", "give cache_path and cache_env")
+    if path and (not path.startswith("/") or path == "/" or ".." in path.split("/")):
+        raise entry.error("cache_path", f"expected a plain absolute path, got {path!r}")
+    if env and not _ENV_NAME.fullmatch(env):
+        raise entry.error("cache_env", f"expected a variable name, got {env!r}")
+    return path, env
 
 
 def _optional_int(entry: Entry, field: str) -> int | None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 from xpupool.client._config import ClientConfig
+from xpupool.client._errors import BadAnswer
 from xpupool.client._views import DeviceView, JobView, NodeView, QueueView, SiteView, read_list
 from xpupool.client._wire import Send, Wire
 
@@ -87,10 +88,27 @@ class Client:
     def cancel(self, job_id: int) -> JobView:
         return JobView.read(self._json("POST", f"/v1/jobs/{job_id}/cancel"))
 
-    def logs(self, job_id: int, *, replica: int = 0, offset: int = 0) -> bytes:
-        """Raw log bytes of one replica from byte ``offset``; the next offset is ``offset + len``."""
+    def logs(self, job_id: int, *, replica: int = 0, offset: int = 0) -> tuple[int, bytes]:
+        """Raw log bytes of one replica from byte ``offset``, and how many bytes before them
+        the log no longer holds (rotated away: ``xpupool/log_rotation.py``); the next offset is
+        ``offset`` plus both."""
+        from xpupool.log_rotation import SKIPPED_HEADER
+
         params = {"replica": replica, "offset": offset}
-        return self._wire.call("GET", f"/v1/jobs/{job_id}/logs", params=params).body
+        answer = self._wire.call("GET", f"/v1/jobs/{job_id}/logs", params=params)
+        skipped = answer.headers.get(SKIPPED_HEADER.lower(), "0")
+        if not skipped.isdigit():
+            raise BadAnswer(SKIPPED_HEADER, skipped, "expected a count of bytes")
+        return int(skipped), answer.body
+
+    def service_replicas(self, name: str) -> list[dict[str, Any]]:
+        """``replicas`` of ``GET /v1/services/NAME`` (``job_id``, ``state``, ``ready``, ...), as
+        ``xpupool logs SERVICE`` follows them."""
+        found = self._json("GET", f"/v1/services/{quote(name, safe='')}")
+        replicas = found.get("replicas") if isinstance(found, dict) else None
+        if not isinstance(replicas, list):
+            raise BadAnswer("service.replicas", replicas, "expected a list")
+        return [r for r in replicas if isinstance(r, dict)]
 
     # ---------------------------------------------------------------------------- fleet
     def nodes(self, *, site: str | None = None) -> list[NodeView]:

@@ -13,7 +13,7 @@ import http.client
 import json
 import ssl
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -28,6 +28,7 @@ class Answer:
     status: int
     reason: str
     body: bytes
+    headers: Mapping[str, str] = field(default_factory=dict)  # names lower-cased
 
 
 Send = Callable[[str, str, Mapping[str, str], bytes | None], Answer]
@@ -70,7 +71,9 @@ class Wire:
         try:
             conn.request(method, target, body=body, headers=dict(headers))
             response = conn.getresponse()
-            return Answer(response.status, response.reason, response.read())
+            body = response.read()
+            headers = {k.lower(): v for k, v in response.getheaders()}
+            return Answer(response.status, response.reason, body, headers)
         finally:
             conn.close()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,7 @@ from xpupool.client._render import job_detail, jobs_table
 from xpupool.client._times import duration_s
 from xpupool.client._views import FINAL_JOB_STATES, JOB_STATES, JobView
 from xpupool.client.cli_models import intent, model_options, plan_table
+from xpupool.client.log_follow import skipped_note
 from xpupool.model.errors import RequestError
 from xpupool.model.job_text import env_pair, retry_causes
 
@@ -320,31 +322,56 @@ def cancel(job_id: int, url: str | None, token: str | None, output: str) -> None
 
 
 @click.command(epilog=CONNECTION_HELP)
-@click.argument("job_id", type=click.IntRange(1))
+@click.argument("name_or_id")
 @click.option("--replica", type=click.IntRange(0), default=0, show_default=True)
 @click.option("-f", "--follow", is_flag=True, help="keep printing until the job ends")
 @click.option("--interval", default=1.0, show_default=True, help="--follow poll period, s")
 @connection_options
 def logs(
-    job_id: int,
+    name_or_id: str,
     replica: int,
     follow: bool,
     interval: float,
     url: str | None,
     token: str | None,
 ) -> None:
-    """Print a replica's captured stdout and stderr."""
-    offset = 0
+    """Print a replica's captured stdout and stderr; for a service's NAME, those of every
+    replica, each line prefixed with the replica's job name ([chat-2] ...)."""
     with make_client(url, token) as client:
+        if not name_or_id.isdigit():
+            from xpupool.client.log_follow import follow_jobs, service_jobs
+
+            replicas = service_jobs(client, name_or_id)
+            out = sys.stdout.buffer
+
+            def write(data: bytes) -> None:
+                out.write(data)
+                out.flush()
+
+            follow_jobs(
+                client, replicas, write, follow=follow, interval_s=interval, more_may_come=True
+            )
+            return
+        job_id = int(name_or_id)
+        if job_id < 1:
+            raise click.BadParameter(
+                f"{name_or_id!r}: a job id is 1 or more", param_hint="NAME_OR_ID"
+            )
+        offset = 0
+        last = False
         while True:
-            chunk = client.logs(job_id, replica=replica, offset=offset)
-            if chunk:
-                click.echo(chunk, nl=False)  # bytes go to the binary stream as they are
-                offset += len(chunk)
+            skipped, chunk = client.logs(job_id, replica=replica, offset=offset)
+            if skipped:
+                click.echo(skipped_note(skipped), err=True)
+            offset += skipped + len(chunk)
+            click.echo(chunk, nl=False)  # bytes go to the binary stream as they are
+            if chunk or last:
+                if last and not chunk:
+                    return
                 continue
-            if not follow or client.job(job_id).state in FINAL_JOB_STATES:
-                # one last read: output written between the read and the state check
-                rest = client.logs(job_id, replica=replica, offset=offset) if follow else b""
-                click.echo(rest, nl=False)
+            if not follow:
                 return
+            if client.job(job_id).state in FINAL_JOB_STATES:
+                last = True  # one last read: output written between the read and the check
+                continue
             time.sleep(interval)

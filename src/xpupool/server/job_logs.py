@@ -2,10 +2,13 @@
 the server keeps, so that no tenant's output can stop the control plane (issue 43, item 5).
 
 A replica's log is ``DIR/<job>/<replica>.log``, ``DIR`` being ``DATA/logs`` or, with ``xpupool up
---logs ROOT``, ``ROOT/logs`` (a filesystem of its own). Three caps cut a log for good, each with
-one marker line: the server's ``--log-cap`` per replica, the tenant's ``max_job_log_mib`` per job
-(its replicas together) and ``max_log_mib`` for all its jobs. The fourth limit is the disk's: a
-write that would take its free space under the reserve (``--log-reserve``,
+--logs ROOT``, ``ROOT/logs`` (a filesystem of its own). A replica's log keeps its last
+``--log-cap`` bytes: past it, the oldest are dropped (``xpupool/log_rotation.py``: why every job's
+log rotates, and how offsets keep their meaning), so a long-running service stays logged; where
+the filesystem cannot drop them, the cap cuts the log as the next two do. Two caps cut a log for
+good, each with one marker line: the tenant's ``max_job_log_mib`` per job (its replicas
+together) and ``max_log_mib`` for all its jobs, counted in the bytes the logs keep. The third
+limit is the disk's: a write that would take its free space under the reserve (``--log-reserve``,
 ``xpupool/disk_reserve.py``) is dropped instead, with a line saying from where and, once
 there is room again, how much was dropped. So job output never takes the room the store (on the
 same disk by default) needs to commit, and a disk freed by retention or by hand is used again at
@@ -20,6 +23,7 @@ at most every ``RECOUNT_S``, so logs removed by hand give the room back too.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import threading
 import time
@@ -35,6 +39,7 @@ from xpupool.disk_reserve import (
     room_above,
     size_text,
 )
+from xpupool.log_rotation import first_kept, keep_last
 
 log = logging.getLogger("xpupool.server")
 
@@ -55,6 +60,13 @@ def log_cut_marker(limit_bytes: int) -> bytes:
     """The line that ends a replica log the server cut (``xpupool up --log-cap``)."""
     mib = limit_bytes / (1 << 20)
     return f"\n[xpupool: log cut at {mib:g} MiB; the server keeps no more of it]\n".encode()
+
+
+def gap_marker(n_bytes: int, *, after_line: bool) -> bytes:
+    """The line where output the agent never sent is missing (its own copy rotated them away
+    before they were sent); ``after_line``: the log ends a line already."""
+    line = f"[xpupool: {size_text(n_bytes)} of output missing here (rotated away on the node)]\n"
+    return (line if after_line else "\n" + line).encode()
 
 
 def job_cut_marker(tenant: str, limit_bytes: int) -> bytes:
@@ -94,6 +106,7 @@ class JobLogs:
         # agent counts it: what a resend skips (markers and gaps make the file's size differ)
         self._taken: dict[tuple[int, int], int] = {}
         self._dropping: str | None = None  # why log bytes are being dropped (said once)
+        self._no_rotation = False  # the filesystem cannot punch holes: the replica cap cuts
 
     def path(self, job_id: int, replica: int) -> Path:
         return self.dir / str(job_id) / f"{replica}.log"
@@ -111,7 +124,7 @@ class JobLogs:
                     if not f.stem.isdigit():
                         continue
                     key = (job_id, int(f.stem))
-                    size = _size(f)
+                    size = _kept(f)
                     self._set_size(key, tenants.get(job_id, ""), size)
                     if size and CUT_PREFIX in _tail(f):
                         self._cut.add(key)
@@ -136,7 +149,7 @@ class JobLogs:
             return
         self._recounted[tenant] = now
         for key in [k for k in self._sizes if self._job_tenant.get(k[0]) == tenant]:
-            self._set_size(key, tenant, _size(self.path(*key)))
+            self._set_size(key, tenant, _kept(self.path(*key)))
 
     def forget(self, job_id: int) -> None:
         """Remove job ``job_id``'s logs (retention) and what was counted for them."""
@@ -164,7 +177,8 @@ class JobLogs:
             if header:
                 f.write(header)
             start = f.tell()
-            self._set_size((job_id, replica), tenant, start)
+            f.flush()
+            self._set_size((job_id, replica), tenant, _kept(path))
             self._held.pop((job_id, replica), None)
             self._taken.pop((job_id, replica), None)
         return start
@@ -187,20 +201,31 @@ class JobLogs:
         chunk: bytes,
         caps: LogCaps,
         taken: int | None = None,
+        missing: int = 0,
     ) -> None:
         """Add ``chunk`` to the replica's log as far as the caps and the disk let it (see the
         module's docstring); never raises for the disk. ``taken``: where the chunk ends in the
-        run's output (see :meth:`taken`)."""
+        run's output (see :meth:`taken`); ``missing``: bytes of the run's output before the
+        chunk that never came (the agent rotated them away first), said with a line."""
         key = (job_id, replica)
         path = self.path(job_id, replica)
         with self._lock:
             if taken is not None:
                 self._taken[key] = max(taken, self._taken.get(key, 0))
-            size = _size(path)
+            size = _kept(path)
             self._set_size(key, tenant, size)
-            if key in self._cut or size > self.replica_cap_bytes or not chunk:
+            if key in self._cut or not chunk:
                 return
-            room, marker = self._room(key, tenant, size, caps)
+            if missing:
+                chunk = gap_marker(missing, after_line=_tail(path, 1) in (b"", b"\n")) + chunk
+            rotating = not self._no_rotation
+            if rotating and size + len(chunk) > self.replica_cap_bytes:
+                rotating = self._rotate(path, self.replica_cap_bytes - len(chunk))
+                size = _kept(path)
+                self._set_size(key, tenant, size)
+            if not rotating and size > self.replica_cap_bytes:
+                return
+            room, marker = self._room(key, tenant, size, caps, replica_cap=not rotating)
             kept = chunk[: max(room, 0)]
             cut = len(chunk) > room
             out = kept + marker if cut else kept
@@ -212,20 +237,53 @@ class JobLogs:
             self._held.pop(key, None)
             if cut:
                 self._cut.add(key)
-            self._set_size(key, tenant, _size(path))
+            if rotating and _kept(path) > self.replica_cap_bytes:  # a chunk longer than it
+                self._rotate(path, self.replica_cap_bytes)
+            self._set_size(key, tenant, _kept(path))
             if self._dropping is not None:
                 log.warning("job logs: kept again")
                 self._dropping = None
 
+    def _rotate(self, path: Path, keep_bytes: int) -> bool:
+        """Drop the oldest bytes of ``path`` so that it keeps at most ``keep_bytes``; False when
+        its filesystem cannot (the replica cap then cuts the log), said once."""
+        if self._no_rotation:
+            return False
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return True  # nothing to drop yet
+        except OSError as exc:
+            self._say("cannot be written", f"{exc.strerror or exc} ({path})")
+            return True  # the write will fail the same way, and hold the bytes
+        try:
+            if keep_last(fd, max(keep_bytes, 0)) is None:
+                self._no_rotation = True
+                log.warning(
+                    "job logs: %s cannot drop a log's oldest bytes (no hole punching): replica "
+                    "logs stop at --log-cap instead of keeping their last bytes",
+                    self.dir,
+                )
+                return False
+        except OSError as exc:
+            self._say("cannot be rotated", f"{exc.strerror or exc} ({path})")
+        finally:
+            os.close(fd)
+        return True
+
     def _room(
-        self, key: tuple[int, int], tenant: str, size: int, caps: LogCaps
+        self, key: tuple[int, int], tenant: str, size: int, caps: LogCaps, *, replica_cap: bool
     ) -> tuple[int, bytes]:
-        """Bytes the replica's log may still take, and the marker that ends it at that point."""
+        """Bytes the replica's log may still take, and the marker that ends it at that point;
+        ``replica_cap``: the replica's cap cuts too (its log cannot rotate)."""
         owner = self._job_tenant.get(key[0], tenant)
         if self._tenant_bytes.get(owner, 0) >= caps.tenant_bytes:
             self._recount(owner)
         limits = (
-            (self.replica_cap_bytes - size, log_cut_marker(self.replica_cap_bytes)),
+            (
+                self.replica_cap_bytes - size if replica_cap else caps.job_bytes,
+                log_cut_marker(self.replica_cap_bytes),
+            ),
             (
                 caps.job_bytes - self._job_bytes.get(key[0], 0),
                 job_cut_marker(owner, caps.job_bytes),
@@ -265,6 +323,18 @@ class JobLogs:
         if what != self._dropping:
             log.warning("job logs: %s: %s", what, detail)
         self._dropping = what
+
+
+def _kept(path: Path) -> int:
+    """Bytes the log holds: its length less what rotation dropped from its start."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return 0
+    try:
+        return os.fstat(fd).st_size - first_kept(fd)
+    finally:
+        os.close(fd)
 
 
 def _size(path: Path) -> int:

@@ -36,6 +36,7 @@ from xpupool.server.plane import DEFAULT_HISTORY_INTERVAL_S, ControlPlane
 from xpupool.server.rate_limit import ADDRESS_RATE, TOKEN_RATE, Rate, RateLimiter
 from xpupool.server.retention import Retention
 from xpupool.server.routers.deps import MetricsAuth
+from xpupool.server.services.model_cache import model_cache_line
 from xpupool.server.sites import AgentPoolSite, Site, Sites
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ class UpConfig:
     )  # audit rows kept per kind: --audit-keep, --audit-keep-refused (server/audit.py)
     history_interval_s: float = DEFAULT_HISTORY_INTERVAL_S  # --history-interval (history.py)
     catalog: OperatorCatalog | None = None  # --catalog FILE, parsed and checked by the CLI
+    model_cache: str | None = None  # --model-cache VOLUME (server/services/model_cache.py)
     verbose: bool = False  # -v: every request and unread device field (log_setup.py)
     http_workers: int = 0  # processes taking the API's connections for the plane (server/front/)
     store_lease_s: float = DEFAULT_STORE_LEASE_S  # --store-lease: the owner row's (ownership.py)
@@ -145,6 +147,7 @@ def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPla
             ownership=owner,
             sites=build_sites(cfg),
             secret_key_file=cfg.secret_key_file,
+            model_cache=cfg.model_cache,
         )
         plane.card_health.settle_s = cfg.card_settle_s
         plane.before_job_id = pool.reserve
@@ -224,6 +227,8 @@ def _serve(
     echo(f"nodes: {len(plane.node_records)}, devices: {plane.cluster_state.n_devices}")
     if cfg.catalog is not None:
         echo(f"catalog: {cfg.catalog.path} ({len(cfg.catalog.images)} image rules, tried first)")
+    if cfg.model_cache is not None:
+        echo(model_cache_line(plane, cfg.model_cache))
     scheme = "https" if cfg.tls_cert is not None else "http"
     base = f"{scheme}://{cfg.host}:{cfg.port}"
     echo(f"dashboard: {base}/  API: {base}/v1  docs: {base}/docs")

@@ -19,8 +19,8 @@ from agent_work import settings, started, work
 
 from xpupool.agent.launch import LaunchSettings, UidRange, build_spec
 from xpupool.agent.launch.identity import isolation_notice
-from xpupool.agent.launch.logpipe import cut_marker
 from xpupool.agent.runner import Replica, Runner
+from xpupool.log_rotation import read_kept
 
 ROOT = os.geteuid() == 0
 as_root = pytest.mark.skipif(not ROOT, reason="switching uids needs root")
@@ -169,21 +169,34 @@ def test_a_replica_running_as_another_uid_still_dies_with_its_supervisor(open_di
 
 
 @pytest.mark.slow
-def test_output_beyond_the_cap_is_discarded_after_a_marker_and_the_job_goes_on(
+def test_a_replica_writing_past_the_cap_keeps_writing_and_its_last_bytes_are_kept(
     tmp_path: Path,
 ) -> None:
+    """The log keeps its last ``log_cap_bytes`` (log_rotation.py): the job is neither blocked
+    nor killed, its last line is kept, offsets are those of its whole output, and shipping
+    skips what was rotated away before it was sent."""
     runner = Runner("n1", tmp_path, settings=settings(tmp_path, log_cap_bytes=4096))
     code = (
-        "import sys\nfor _ in range(200):\n    sys.stdout.write('y' * 1000 + '\\n')\nsys.exit(0)\n"
+        "import sys\nfor _ in range(200):\n    sys.stdout.write('y' * 1000 + '\\n')\n"
+        "print('the end')\n"
     )
     rep = started(runner.start(work([sys.executable, "-c", code])), runner)
     assert rep is not None and rep.spec is not None
     _finish(runner, rep)
     assert rep.state == "succeeded"  # not blocked on a full pipe, not killed
-    data = rep.log_path.read_bytes()
-    assert len(data) == 4096 + len(cut_marker(4096))
-    assert data.endswith(cut_marker(4096))
-    assert b"log cut at 4096 bytes; further output discarded" in data
+    size = rep.log_path.stat().st_size
+    assert size >= 200 * 1001  # offsets of the whole output
+    with rep.log_path.open("rb") as f:
+        skipped, kept = read_kept(f.fileno(), 0, 1 << 20)
+    assert kept.endswith(b"y" * 1000 + b"\nthe end\n"), kept[-100:]
+    assert 0 < len(kept) <= 4096 and skipped + len(kept) == size
+    assert b"log cut" not in kept
+    assert rep.log_path.stat().st_blocks * 512 <= 2 * 4096  # the rest is gone from the disk
+    sent: list[tuple[int, bytes]] = []
+    rep.shipped = 0  # as if nothing had been sent: all but the kept bytes were rotated away
+    runner.ship_logs(lambda job, replica, chunk, offset, attempt: sent.append((offset, chunk)))
+    assert sent[0][0] == skipped and b"".join(c for _, c in sent) == kept
+    assert rep.shipped == size
 
 
 def test_the_notice_when_jobs_get_no_isolation() -> None:

@@ -100,3 +100,18 @@ def test_the_back_ends_bind_at_the_asked_path(tmp_path: Path) -> None:
     assert bw[at - 1] == "--bind" and bw[at + 1] == str(target)
     with pytest.raises(LaunchError, match="under bwrap"):
         prepare(spec_for(tmp_path), [grant(root, "/no/such/dir")], "bwrap")
+
+
+def test_the_model_cache_is_bound_read_write_at_the_runtimes_cache_path(tmp_path: Path) -> None:
+    """``xpupool up --model-cache``: the server grants the cache volume at the serving runtime's
+    cache path (server/services/model_cache.py); the container binds it there, writable, so
+    every replica on the node reads and writes the same weights."""
+    root = volume_root(tmp_path)
+    cache = "/root/.cache/huggingface"  # not a directory here: a container needs none
+    models = VolumeGrant(
+        name="models", host_path=str(root), per_tenant=False, mount_path=cache, read_only=False
+    )
+    spec = prepare(spec_for(tmp_path, "vllm/vllm-openai:v0.8.5"), [models], "container")
+    argv = ContainerBackend(settings(tmp_path, runtime="podman")).argv(spec)
+    assert argv[argv.index(f"{root}:{cache}") - 1] == "-v"
+    assert spec.env[env_name("models")] == cache

@@ -64,6 +64,15 @@ def test_runtimes_per_vendor_fill_the_template() -> None:
     assert catalog.runtime_for(model, "huawei", "int4") is None  # vllm-ascend: no int4 path
 
 
+def test_every_serving_runtime_names_its_cache() -> None:
+    """The model cache (``xpupool up --model-cache``) is mounted where each runtime looks for
+    downloaded weights; a runtime without one would download again in every replica."""
+    for runtime in load_models().runtimes:
+        assert runtime.cache_path.startswith("/") and runtime.cache_env, runtime.name
+    cuda = load_models().runtime("vllm-cuda")
+    assert (cuda.cache_path, cuda.cache_env) == ("/root/.cache/huggingface", "HF_HOME")
+
+
 def test_every_accelerator_has_a_bandwidth_field_and_source() -> None:
     for card in load_accelerators().models:
         assert card.memory_bandwidth_source.startswith("https://"), card.name
@@ -138,6 +147,20 @@ def test_minimal_file_loads(tmp_path: Path) -> None:
         ("head_dim: 16", "head_dims: 16", "models[0] (m)", "head_dims"),
         ("native_precision: bf16", "native_precision: fp8", "models[0] (m)", "native_precision"),
         ("params_b: 1", "params_b: -1", "models[0] (m)", "params_b"),
+        ("port: 8000", "port: 8000\n    cache_path: /c", "runtimes[0] (r)", "cache_env"),
+        ("port: 8000", "port: 8000\n    cache_env: HF_HOME", "runtimes[0] (r)", "cache_path"),
+        (
+            "port: 8000",
+            "port: 8000\n    cache_path: c\n    cache_env: HF_HOME",
+            "runtimes[0] (r)",
+            "cache_path",
+        ),
+        (
+            "port: 8000",
+            "port: 8000\n    cache_path: /c\n    cache_env: HF-HOME",
+            "runtimes[0] (r)",
+            "cache_env",
+        ),
     ],
 )
 def test_malformed_file_names_entry_and_field(

@@ -152,6 +152,7 @@ FLOORS: dict[str, int] = {
     "model": 0,
     "log_setup": 0,  # logging options; imports nothing of the package
     "disk_reserve": 0,  # the disk headroom rule; imports nothing of the package
+    "log_rotation": 0,  # a log keeps its last bytes (agent, server, client); imports nothing
     "catalog": 1,
     "engine": 2,
     "probes": 2,  # vendor tools read into devices: model and catalog only, beside the engine

@@ -1,9 +1,12 @@
-"""A replica's output: a pipe the agent drains into the replica's log file, up to a cap.
+"""A replica's output: a pipe the agent drains into the replica's log file, which keeps its last
+``--log-cap`` bytes.
 
 The job never holds the log file (it runs as another uid, and the file is the agent's, 0600): it
-writes to a pipe, and a thread of the agent copies what arrives into the file until the cap is
-reached, then writes one marker line and keeps reading and discarding, so a chatty job is never
-blocked on a full pipe and never fills the disk. Below the cap, output that would take the disk
+writes to a pipe, and a thread of the agent copies what arrives into the file; past the cap the
+oldest bytes are dropped from the file's start, its offsets unchanged (``xpupool/log_rotation.py``:
+why every job's log rotates), so a chatty job is never blocked on a full pipe, never fills the
+disk, and its last words are kept. Where the filesystem cannot drop them, the cap cuts the log
+instead: one marker line, then the rest is read and discarded. Output that would take the disk
 under its reserve of free space, or that the disk refuses (full, over quota), is discarded the
 same way until there is room again (``xpupool/disk_reserve.py``): the log says where and how much.
 """
@@ -21,6 +24,7 @@ from xpupool.disk_reserve import (
     reserve_on,
     room_above,
 )
+from xpupool.log_rotation import keep_last
 
 CHUNK = 64 << 10
 
@@ -37,7 +41,8 @@ def open_log(path: Path) -> int:
 
 class LogPump:
     """Copies ``read_fd`` into ``path`` until EOF (every writer of the pipe is gone); owns and
-    closes ``read_fd``. ``written``: bytes kept; ``cut``: True once the cap was reached;
+    closes ``read_fd``. ``written``: the log's length (what rotation dropped included); ``cut``:
+    True once the cap was reached where the log cannot rotate (``rotating`` False);
     ``held``: bytes discarded since the disk last had room (None while it has).
     ``reserve_bytes``: free space the log leaves on its filesystem (``--log-reserve``)."""
 
@@ -50,6 +55,7 @@ class LogPump:
         self.written = 0
         self.discarded = 0
         self.cut = False
+        self.rotating = True  # until the filesystem says it cannot drop a log's oldest bytes
         self.held: int | None = None
         self._out = open_log(path)
         self.reserve_bytes = reserve_on(self._out, reserve_bytes)
@@ -71,6 +77,18 @@ class LogPump:
     def _keep(self, chunk: bytes) -> None:
         if self.cut:
             self.discarded += len(chunk)
+            return
+        if self.rotating:
+            if not self._put(chunk):
+                self._hold(len(chunk))
+                return
+            if self.written > self.cap_bytes:
+                with contextlib.suppress(OSError):  # a log that cannot rotate now: next time
+                    self.rotating = keep_last(self._out, self.cap_bytes) is not None
+            if not self.rotating and self.written > self.cap_bytes:  # cannot: cut here
+                with contextlib.suppress(OSError):
+                    self._write(cut_marker(self.cap_bytes))
+                self.cut = True
             return
         room = self.cap_bytes - self.written
         kept = chunk[: max(room, 0)]

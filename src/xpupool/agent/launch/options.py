@@ -56,7 +56,8 @@ def launch_options(f: F) -> F:
             "--log-cap",
             default=DEFAULT_LOG_CAP,
             show_default=True,
-            help="Most output kept per replica (Mi/Gi); the rest is discarded after a marker line",
+            help="Most output kept per replica (Mi/Gi): a log keeps its last SIZE, its oldest "
+            "bytes dropped (where the filesystem cannot, the rest is discarded after a marker)",
         ),
         click.option(
             "--log-reserve",

@@ -107,8 +107,12 @@ class ControlPlane(NodeBook, TenancyBooks, TenantStore, PlaneReads):
         ownership: StoreOwnership | None = None,
         sites: Sites | None = None,
         secret_key_file: Path | None = None,
+        model_cache: str | None = None,
     ) -> None:
         self.data_dir = data_dir
+        # the volume model jobs mount at their runtime's cache path (services/model_cache.py;
+        # ``xpupool up --model-cache``); None: none
+        self.model_cache = model_cache
         # where the nodes live and work runs (server/sites/): ``xpupool up`` hands them in; by
         # default the agent pool alone, as every plane had before sites
         self.sites = sites if sites is not None else Sites([AgentPoolSite()])

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import PlainTextResponse, Response
 
+from xpupool.log_rotation import SKIPPED_HEADER
 from xpupool.server.audit_http import submit_target
 from xpupool.server.routers.deps import Plane, User, model_response
 from xpupool.server.schemas.jobs import Job, JobIn, JobPhase
@@ -60,6 +61,9 @@ def logs(
     replica: Annotated[int, Query(ge=0, le=10_000)] = 0,
     offset: Annotated[int, Query(ge=0, le=1 << 50)] = 0,
 ) -> PlainTextResponse:
-    """Captured stdout and stderr of one replica, from byte ``offset`` (up to 4 MiB, as stored:
-    the next offset is ``offset`` plus the bytes received; past the end is 422)."""
-    return PlainTextResponse(jobs.logs(plane, me, job_id, replica, offset))
+    """Captured stdout and stderr of one replica, from byte ``offset`` (up to 4 MiB, as stored;
+    past the end is 422). A log keeps its last ``--log-cap`` bytes: when ``offset`` was rotated
+    away the answer starts at the oldest byte kept and ``X-Xpupool-Log-Skipped`` says how many
+    bytes were skipped. The next offset is ``offset`` plus those and the bytes received."""
+    skipped, data = jobs.logs(plane, me, job_id, replica, offset)
+    return PlainTextResponse(data, headers={SKIPPED_HEADER: str(skipped)})

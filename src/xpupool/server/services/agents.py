@@ -400,14 +400,17 @@ def append_log(
             raise NotFound("replica", f"{job_id}/{replica} on {node}")
         chunk = chunk[:MAX_LOG_CHUNK]
         end = None
+        missing = 0
         if offset is not None:
             start = _attempt_start(plane.log_path(job_id, replica), attempt or max(job.attempt, 1))
             if start is None or (attempt is not None and job.attempt and attempt != job.attempt):
                 return  # an earlier run's output: not this attempt's log
             end = offset + len(chunk)
-            chunk = chunk[max(plane.logs.taken(job_id, replica, start) - offset, 0) :]
+            taken = plane.logs.taken(job_id, replica, start)
+            chunk = chunk[max(taken - offset, 0) :]
+            missing = max(offset - taken, 0)  # the agent's copy rotated them away unsent
         caps = log_caps(plane, job.queue)
-        plane.logs.append(job_id, replica, job.tenant, chunk, caps, taken=end)
+        plane.logs.append(job_id, replica, job.tenant, chunk, caps, taken=end, missing=missing)
 
 
 def mark_lost_nodes(plane: ControlPlane) -> list[str]:

@@ -4,6 +4,7 @@ acknowledged job survives a crash; placement happens in the scheduling loop righ
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -13,6 +14,7 @@ from sqlalchemy import Connection, select
 from xpupool.catalog.image_needs import ImageMerge, merge_image_needs
 from xpupool.catalog.image_ref import ImageRefError, parse_image_ref
 from xpupool.engine.outcomes import NeverFits, NotAdmitted, render
+from xpupool.log_rotation import read_kept
 from xpupool.model.errors import Conflict, NotFound, RequestError, Unavailable
 from xpupool.model.request import Request
 from xpupool.model.request_model import request_from_dict, request_to_dict
@@ -126,7 +128,7 @@ def _accept(plane: ControlPlane, me: Principal, body: JobIn) -> _Accepted:
         tenant = me.tenant
     from_model = body.model is not None
     if body.model is not None:
-        body = expand_model_job(plane, body)
+        body = expand_model_job(plane, body, tenant)
     req = Request() if body.request is None else body.request.to_request()
     queue = body.queue or (req.queue if req.queue != "default" else tenant)
     priority = body.priority if body.priority is not None else req.priority
@@ -409,10 +411,13 @@ def cancel(plane: ControlPlane, me: Principal, job_id: int) -> Job:
     return get(plane, me, job_id)
 
 
-def logs(plane: ControlPlane, me: Principal, job_id: int, replica: int, offset: int) -> bytes:
-    """Up to 4 MiB of the replica's log from byte ``offset``, as stored (bytes, so that the next
-    offset is ``offset`` plus the length received). An offset past the end is a RequestError:
-    no answer of this endpoint leads there."""
+def logs(
+    plane: ControlPlane, me: Principal, job_id: int, replica: int, offset: int
+) -> tuple[int, bytes]:
+    """Up to 4 MiB of the replica's log from byte ``offset``, as stored, and how many bytes
+    before them were skipped because the log no longer holds them (rotated away:
+    ``xpupool/log_rotation.py``); the next offset is ``offset`` plus both. An offset past the
+    end is a RequestError: no answer of this endpoint leads there."""
     with plane.db.connect() as conn:
         row = _row(conn, me, job_id)
     replicas = request_from_dict(row["request"]).replicas
@@ -425,7 +430,9 @@ def logs(plane: ControlPlane, me: Principal, job_id: int, replica: int, offset: 
     if offset > size:
         raise RequestError("offset", offset, f"past the end of the log ({size} bytes so far)")
     if offset == size:
-        return b""
-    with path.open("rb") as f:
-        f.seek(offset)
-        return f.read(4 << 20)
+        return 0, b""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return read_kept(fd, offset, 4 << 20)
+    finally:
+        os.close(fd)

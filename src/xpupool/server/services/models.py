@@ -25,6 +25,7 @@ from xpupool.server.plane import ControlPlane
 from xpupool.server.schemas.jobs import JobIn
 from xpupool.server.schemas.models import CatalogModel, ModelIntent
 from xpupool.server.schemas.models import PlanRow as PlanRowView
+from xpupool.server.services.model_cache import with_model_cache
 
 SERVE_PORT_ENV = "XPUPOOL_SERVE_PORT"
 MODEL_ENV = "XPUPOOL_MODEL"
@@ -125,8 +126,9 @@ def _row_miss(plane: ControlPlane, models: ModelCatalog, row: PlanRow) -> Miss |
     return plane.never_fits(req)
 
 
-def expand_model_job(plane: ControlPlane, body: JobIn) -> JobIn:
-    """``body`` with its ``model`` turned into request, image, command and env (model cleared).
+def expand_model_job(plane: ControlPlane, body: JobIn, tenant: str) -> JobIn:
+    """``body`` with its ``model`` turned into request, image, command and env (model cleared),
+    and the operator's model cache mounted at the runtime's cache path (model_cache.py).
 
     Picks the best-ranked row that the pool has, that has a serving runtime for its vendor, and
     that the engine says some nodes could hold when empty (card, driver and software needs); a
@@ -165,7 +167,7 @@ def expand_model_job(plane: ControlPlane, body: JobIn) -> JobIn:
             max_model_len=resolved.context,
         )
         env = {MODEL_ENV: spec.hub_id, SERVE_PORT_ENV: str(runtime.port), **body.env}
-        return body.model_copy(
+        expanded = body.model_copy(
             update={
                 "model": None,
                 "request": candidate,
@@ -176,6 +178,7 @@ def expand_model_job(plane: ControlPlane, body: JobIn) -> JobIn:
                 "name": body.name or f"{spec.name}-serve",
             }
         )
+        return with_model_cache(plane, expanded, tenant, runtime)
     served = [r.device_model for r in rows if r.in_pool and r.feasible and r.runtime]
     if not served and not misses:
         misses = _misses_off_runtime_nodes(plane, models, request)

@@ -76,6 +76,11 @@ def _tenant_may(row: dict[str, Any], tenant: str) -> bool:
     return row["tenants"] is None or tenant in row["tenants"]
 
 
+def may_mount(row: dict[str, Any], tenant: str, queue: str) -> bool:
+    """Whether a job of ``tenant`` in ``queue`` may mount the volume of ``row``."""
+    return _tenant_may(row, tenant) and (row["queues"] is None or queue in row["queues"])
+
+
 def check_mounts(conn: Connection, tenant: str, queue: str, mounts: Sequence[VolumeMount]) -> None:
     """Refuse a job's mounts (422 naming ``volumes[i]``) of a volume that does not exist, that
     its tenant or queue may not mount, or read-write of a read-only volume. A volume the tenant

@@ -85,7 +85,9 @@ def job_log(
 ) -> PlainTextResponse:
     """Up to :data:`LOG_CHUNK` bytes of the replica's log from ``offset``; ``X-Next-Offset`` is
     where the next poll starts (text is cut back to a whole UTF-8 character)."""
-    chunk = jobs.logs(plane, viewer.principal, job_id, replica, offset)[:LOG_CHUNK]
+    skipped, chunk = jobs.logs(plane, viewer.principal, job_id, replica, offset)
+    offset += skipped  # rotated away (log_rotation.py): the page goes on from what is kept
+    chunk = chunk[:LOG_CHUNK]
     cut = len(chunk)
     while cut > 0 and cut > len(chunk) - 4:
         try:
