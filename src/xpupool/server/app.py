@@ -43,11 +43,13 @@ from xpupool.server.routers import (
     jobs,
     models,
     secrets,
+    services,
     tenants,
     volumes,
 )
 from xpupool.server.routers.deps import MetricsAuth, MetricsReader
 from xpupool.server.scheduler_loop import run_passes
+from xpupool.server.service_controller import ServiceController, run_services
 from xpupool.server.services.agents import mark_lost_nodes
 from xpupool.server.services.job_limits import FinishedSweep, stop_overdue
 from xpupool.server.web import mount as mount_dashboard
@@ -120,10 +122,13 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         watch: LostNodeWatch | None = None
         passes: asyncio.Task[None] | None = None
+        keeper: asyncio.Task[None] | None = None  # the service controller's (issue 47)
         if background:
             watch = LostNodeWatch(plane)
             watch.start()
             passes = asyncio.get_running_loop().create_task(run_passes(plane))
+            plane.service_endpoints = controller = ServiceController(plane)
+            keeper = asyncio.get_running_loop().create_task(run_services(controller))
         if channel is not None:
             await channel.start()
         if on_start is not None:
@@ -135,6 +140,10 @@ def create_app(
                 await asyncio.to_thread(on_stop)
             if channel is not None:
                 await channel.stop()
+            if keeper is not None:
+                keeper.cancel()
+                with suppress(asyncio.CancelledError):
+                    await keeper
             if passes is not None:
                 passes.cancel()  # between two batches: a batch is never cut short
                 with suppress(asyncio.CancelledError):
@@ -197,6 +206,7 @@ def create_app(
         audit.router,
         secrets.router,
         volumes.router,
+        services.router,
     ):
         app.include_router(router)
 

@@ -36,6 +36,16 @@ class Endpoints(Protocol):
         ...
 
 
+class NoEndpoints:
+    """No service has a ready endpoint: what the plane holds while no controller runs."""
+
+    def ready(self, tenant: str, service: str) -> Sequence[Endpoint]:
+        return ()
+
+
+NO_ENDPOINTS = NoEndpoints()
+
+
 class Traffic(Protocol):
     """What the proxy saw of each service's requests."""
 

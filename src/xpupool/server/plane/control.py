@@ -65,6 +65,7 @@ from xpupool.server.retention import Retention
 from xpupool.server.schemas.agent_protocol import DeviceMetrics, VolumeUsageReport
 from xpupool.server.schemas.jobs import HOLDING_STATES, JobPhase, StopCause
 from xpupool.server.secret_box import SecretBox
+from xpupool.server.service_endpoints import NO_ENDPOINTS, Endpoints
 from xpupool.server.sites.agent_pool import AgentPoolSite
 from xpupool.server.sites.protocol import Sites
 from xpupool.server.storage import meta
@@ -158,6 +159,10 @@ class ControlPlane(NodeBook, TenancyBooks, TenantStore, PlaneReads):
         self._metrics: dict[str, DeviceMetrics] = {}
         self.live = LiveMetrics()  # the same readings as columns, and a ring per card
         self.card_health = CardHealth()  # cards read unhealthy: cordoned, emptied, settling
+        # the ready replicas of each service (service_endpoints.py), which the proxy reads: the
+        # service controller's once it runs (service_controller.py); none before; what wakes it
+        self.service_endpoints: Endpoints = NO_ENDPOINTS
+        self.services_wake = Wake()
         # node -> (when, what its volumes held): the last measure each agent sent (not stored)
         self.volume_usage: dict[str, tuple[float, list[VolumeUsageReport]]] = {}
         self._pending: PendingJobs[PendingJob] = PendingJobs()  # counts per tenant (limits)

@@ -40,6 +40,7 @@ def connect(url: str) -> Engine:
         owner,
         pool,
         secrets,
+        services,
         tenants,
         volumes,
     )
