@@ -38,6 +38,9 @@ LAZY_COMMANDS = {
     "audit": "xpupool.client.cli_admin:audit",
     "secret": "xpupool.client.cli_secrets:secret",
     "volume": "xpupool.client.cli_volumes:volume",
+    "serve": "xpupool.client.cli_services:serve",
+    "services": "xpupool.client.cli_services:services",
+    "service": "xpupool.client.cli_services:service",
     "k8s": "xpupool.k8s.cli:k8s",
 }
 

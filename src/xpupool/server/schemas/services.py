@@ -11,6 +11,7 @@ and the scaling target (docs/services.md).
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
@@ -204,7 +205,10 @@ class Service(Lenient):
     port: int | None
     requests_per_s: float = Field(0.0, description="Answered over the last minute.")
     p99_ms: float | None = Field(None, description="Their p99 latency; null = no request.")
-    spec: ServiceIn = Field(description="The service as last created or changed.")
+    spec: dict[str, Any] = Field(
+        description="The service's body as last created or changed (the fields it gave): what "
+        "a PUT changes."
+    )
     replicas: list[ServiceReplica] = Field(default_factory=list)
     created_at: float
     updated_at: float

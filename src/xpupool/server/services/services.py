@@ -28,6 +28,7 @@ from xpupool.server.schemas.services import (
     ServiceState,
 )
 from xpupool.server.services import jobs
+from xpupool.server.services.models import SERVE_PORT_ENV, expand_model_job
 from xpupool.server.services.replica_env import node_address
 from xpupool.server.storage.jobs import jobs as t_jobs
 
@@ -61,17 +62,22 @@ def replica_job(spec: ServiceIn, name: str) -> JobIn:
     return spec.job.model_copy(update=update)
 
 
-def _check_runs(plane: ControlPlane, tenant: str, spec: ServiceIn) -> None:
-    """What a replica's submission would refuse, refused now (under ``job``)."""
+def _check_runs(plane: ControlPlane, tenant: str, spec: ServiceIn) -> ServiceIn:
+    """What a replica's submission would refuse, refused now (under ``job``); the spec to store:
+    a catalog model's with the port its runtime listens on, when it names none."""
     try:
         jobs.verdict(plane, as_tenant(tenant), replica_job(spec, f"{spec.name}-0"))
+        if spec.job.model is not None and spec.port is None:
+            served = expand_model_job(plane, spec.job)
+            spec = spec.model_copy(update={"port": int(served.env[SERVE_PORT_ENV])})
     except RequestError as exc:
         raise exc.under("job") from None
+    return spec
 
 
 def create(plane: ControlPlane, me: Principal, body: ServiceIn) -> Service:
     tenant = tenant_of(me, body.tenant)
-    _check_runs(plane, tenant, body)
+    body = _check_runs(plane, tenant, body)
     now = plane.clock()
     values = {
         "tenant": tenant,
@@ -130,7 +136,7 @@ def update(plane: ControlPlane, me: Principal, name: str, body: ServiceIn) -> Se
     if body.name != name:
         raise RequestError("name", body.name, f"the service is {name!r}: a name is not changed")
     row = _row(plane, me, name, body.tenant)
-    _check_runs(plane, row["tenant"], body)
+    body = _check_runs(plane, row["tenant"], body)
     old = ServiceIn.model_validate(row["spec"])
     rolls = old.replica_spec() != body.replica_spec()
     generation = row["generation"] + (1 if rolls else 0)
@@ -231,7 +237,7 @@ def view(plane: ControlPlane, row: dict[str, Any]) -> Service:
         port=spec.port,
         requests_per_s=rate,
         p99_ms=p99,
-        spec=spec,
+        spec=row["spec"],
         replicas=replicas,
         created_at=row["created_at"],
         updated_at=row["updated_at"],
