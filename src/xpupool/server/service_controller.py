@@ -177,6 +177,8 @@ class ServiceController:
         if missing > 0 and not waiting:
             for _ in range(missing):
                 started = self._start(row, spec, restarts, now)
+                if started == "deleted":
+                    return ()
                 events.append(started)
                 if started.startswith("cannot"):
                     waiting = True
@@ -249,6 +251,8 @@ class ServiceController:
     def _start(self, row: dict[str, Any], spec: ServiceIn, restarts: _Restarts, now: float) -> str:
         """Submit one replica of the current generation; the event that says so."""
         ordinal = service_rows.take_ordinal(self.plane, row["id"])
+        if ordinal is None:
+            return "deleted"  # meanwhile: the next pass forgets it
         name = f"{row['name']}-{ordinal}"
         try:
             job = jobs.submit(self.plane, as_tenant(row["tenant"]), replica_job(spec, name))
@@ -260,7 +264,9 @@ class ServiceController:
             restarts.next_try = now + wait
             restarts.last = f"replica {name} was refused: {exc}"
             return f"cannot start replica {name}: {exc}; next try in {wait:g} s"
-        service_rows.link(self.plane, row["id"], job.id, ordinal, row["generation"])
+        if not service_rows.link(self.plane, row["id"], job.id, ordinal, row["generation"]):
+            service_rows.stop_jobs(self.plane, [job.id], f"service {row['name']} deleted")
+            return "deleted"
         return f"started replica {name} (job {job.id}), generation {row['generation']}"
 
     def _state(

@@ -15,6 +15,7 @@ import httpx
 import pytest
 from server_kit import Server, heartbeat, job, node_body, report, row_counts, run_loop, tenant
 
+from xpupool.server.plane import service_rows
 from xpupool.server.service_controller import ServiceController
 from xpupool.server.service_endpoints import Endpoint
 
@@ -451,3 +452,18 @@ def test_a_drain_ends_at_its_timeout_whatever_is_in_flight(
     server.clock.advance(30)
     controller.reconcile()
     stopped(server, [max(ids)])
+
+
+def test_a_service_deleted_during_a_pass_leaves_no_replica_running(server: Server) -> None:
+    agent_node(server)
+    a = tenant(server, "a")
+    create(server, a)
+    controller = keeper(server)
+    with server.plane.db.connect() as conn:
+        row = service_rows.get(conn, "a", "web")  # as the pass read it, before the delete
+    assert row is not None
+    assert server.client.delete("/v1/services/web", headers=server.as_(a)).status_code == 204
+    controller._service(row, [], {})  # the rest of that pass
+    jobs = server.client.get("/v1/jobs", headers=server.as_(a)).json()
+    assert all(j["state"] == "cancelled" for j in jobs), jobs
+    assert row_counts(server)["service_events"] == 0

@@ -55,8 +55,10 @@ def change(plane: Store, sid: int, values: dict[str, Any], reasons: Iterable[str
     """Update service ``sid``'s row, and add an event for each of ``reasons`` (in its state
     after the update)."""
     with plane.write() as conn:
-        conn.execute(update(t_services).where(t_services.c.id == sid).values(**values))
-        state = conn.execute(select(t_services.c.state).where(t_services.c.id == sid)).scalar()
+        where = t_services.c.id == sid
+        if not conn.execute(update(t_services).where(where).values(**values)).rowcount:
+            return  # deleted meanwhile: no event of a service that is gone
+        state = conn.execute(select(t_services.c.state).where(where)).scalar()
         for reason in reasons:
             add_event(conn, sid, values["updated_at"], str(state), reason)
 
@@ -91,19 +93,25 @@ def replicas(conn: Connection, sid: int | None = None) -> list[Any]:
     return list(conn.execute(q))
 
 
-def link(plane: Store, sid: int, job_id: int, ordinal: int, generation: int) -> None:
-    """Link job ``job_id`` to service ``sid`` as its replica ``ordinal``."""
+def link(plane: Store, sid: int, job_id: int, ordinal: int, generation: int) -> bool:
+    """Link job ``job_id`` to service ``sid`` as its replica ``ordinal``; False (nothing
+    linked) when the service was deleted meanwhile."""
     with plane.write() as conn:
+        if conn.execute(select(t_services.c.id).where(t_services.c.id == sid)).first() is None:
+            return False
         values = {"service_id": sid, "ordinal": ordinal, "generation": generation}
         conn.execute(insert(t_replicas).values(job_id=job_id, draining=False, **values))
+        return True
 
 
-def take_ordinal(plane: Store, sid: int) -> int:
-    """The next replica's <n> (from 1), counted in the service's row so that no two share one."""
+def take_ordinal(plane: Store, sid: int) -> int | None:
+    """The next replica's <n> (from 1), counted in the service's row so that no two share one;
+    None when the service was deleted meanwhile."""
     with plane.write() as conn:
         where = t_services.c.id == sid
         conn.execute(update(t_services).where(where).values(started=t_services.c.started + 1))
-        return int(conn.execute(select(t_services.c.started).where(where)).scalar_one())
+        found = conn.execute(select(t_services.c.started).where(where)).scalar()
+        return None if found is None else int(found)
 
 
 def drain(plane: Store, job_ids: Iterable[int], now: float) -> None:
