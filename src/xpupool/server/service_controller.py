@@ -64,6 +64,14 @@ class _Restarts:
     next_try: float = 0.0  # Unix time before which no replica is started
     last: str = ""  # what ended last, for the state's reason
 
+    def record(self, what: str, spec: ServiceIn, now: float) -> float:
+        """One more replica ended (``what`` happened to it): the seconds until the next start,
+        ``backoff_s`` doubled for each end since the last reset, at most ``backoff_max_s``."""
+        self.ended += 1
+        wait = min(spec.restart.backoff_s * 2 ** (self.ended - 1), spec.restart.backoff_max_s)
+        self.next_try, self.last = now + wait, what
+        return float(wait)
+
 
 @dataclass(slots=True)
 class _Window:
@@ -104,8 +112,14 @@ class ServiceController:
             by_service.setdefault(link.service_id, []).append(link)
         ready: dict[tuple[str, str], tuple[Endpoint, ...]] = {}
         for row in rows:
-            mine = by_service.get(row["id"], [])
-            ready[(row["tenant"], row["name"])] = self._service(row, mine, facts)
+            key = (row["tenant"], row["name"])
+            try:
+                ready[key] = self._service(row, by_service.get(row["id"], []), facts)
+            except Unavailable:
+                raise  # the store cannot be written: said once by the plane's health
+            except Exception:  # one service's failure is not every service's
+                log.exception("service %s of tenant %s: pass failed", row["name"], row["tenant"])
+                ready[key] = tuple(self._ready.get(key, ()))
         self._ready = ready
         alive = {link.job_id for link in links}
         self.prober.keep_only(alive)
@@ -134,13 +148,8 @@ class ServiceController:
             service_rows.unlink(self.plane, [link.job_id])
             if link.draining:
                 continue
-            restarts.ended += 1
-            wait = min(
-                spec.restart.backoff_s * 2 ** (restarts.ended - 1), spec.restart.backoff_max_s
-            )
-            restarts.next_try = now + wait
-            restarts.last = f"replica {name}-{link.ordinal} {_ended(fact)}"
-            events.append(f"{restarts.last}; next try in {wait:g} s")
+            what = f"replica {name}-{link.ordinal} {_ended(fact)}"
+            events.append(f"{what}; next try in {restarts.record(what, spec, now):g} s")
 
         for link in alive:
             target = _target(facts[link.job_id], spec)
@@ -155,7 +164,7 @@ class ServiceController:
                 restarts.ended = 0
 
         serving = [link for link in alive if link.job_id in is_ready and not link.draining]
-        desired = self._desired(row, spec, len(serving), now)
+        desired = self._desired(row, spec, now)
         if desired != row["desired"]:
             events.append(f"scaled from {row['desired']} to {desired} replicas")
         active = [link for link in alive if not link.draining]
@@ -196,7 +205,7 @@ class ServiceController:
             if (target := _target(facts[link.job_id], spec)) is not None
         )
 
-    def _desired(self, row: dict[str, Any], spec: ServiceIn, serving: int, now: float) -> int:
+    def _desired(self, row: dict[str, Any], spec: ServiceIn, now: float) -> int:
         """Replicas wanted now (the module's step 2)."""
         low, high = spec.replicas.min, spec.replicas.upper
         current = min(max(int(row["desired"]), low), high)
@@ -257,12 +266,7 @@ class ServiceController:
         try:
             job = jobs.submit(self.plane, as_tenant(row["tenant"]), replica_job(spec, name))
         except (XpupoolError, ValueError) as exc:
-            restarts.ended += 1
-            wait = min(
-                spec.restart.backoff_s * 2 ** (restarts.ended - 1), spec.restart.backoff_max_s
-            )
-            restarts.next_try = now + wait
-            restarts.last = f"replica {name} was refused: {exc}"
+            wait = restarts.record(f"replica {name} was refused: {exc}", spec, now)
             return f"cannot start replica {name}: {exc}; next try in {wait:g} s"
         if not service_rows.link(self.plane, row["id"], job.id, ordinal, row["generation"]):
             service_rows.stop_jobs(self.plane, [job.id], f"service {row['name']} deleted")
