@@ -13,7 +13,17 @@ from typing import Any
 
 import httpx
 import pytest
-from server_kit import Server, heartbeat, job, node_body, report, row_counts, run_loop, tenant
+from server_kit import (
+    Server,
+    heartbeat,
+    job,
+    node_body,
+    reopen,
+    report,
+    row_counts,
+    run_loop,
+    tenant,
+)
 
 from xpupool.server.plane import service_rows
 from xpupool.server.service_controller import ServiceController
@@ -467,3 +477,29 @@ def test_a_service_deleted_during_a_pass_leaves_no_replica_running(server: Serve
     jobs = server.client.get("/v1/jobs", headers=server.as_(a)).json()
     assert all(j["state"] == "cancelled" for j in jobs), jobs
     assert row_counts(server)["service_events"] == 0
+
+
+def test_a_restarted_server_finds_its_replicas_again_and_starts_no_other(
+    server: Server, replicas: list[Replica]
+) -> None:
+    agent_node(server)
+    a = tenant(server, "a")
+    assert server.plane.service_endpoints.ready("a", "web") == ()  # no controller yet: none
+    create(server, a)
+    controller = keeper(server)
+    step(server, controller)
+    (one,) = replica_jobs(server, a)
+    web = http_replica(replicas)
+    run_replicas(server, {one["job_id"]: web.port})
+    settle(controller)
+    assert show(server, a)["state"] == "ready"
+    again = reopen(server)
+    with again.client:
+        controller = keeper(again)
+        heartbeat(again, "n1", [{**report(one["job_id"], 0, "running"), "ports": [web.port]}])
+        settle(controller)
+        got = show(again, a)
+        assert got["state"] == "ready", got
+        assert [r["job_id"] for r in got["replicas"]] == [one["job_id"]]
+        assert len(again.client.get("/v1/jobs", headers=again.as_(a)).json()) == 1
+    again.plane.db.dispose()
