@@ -257,6 +257,8 @@ def test_a_tenant_sees_and_touches_only_its_own_services(server: Server) -> None
         ("b", "web"),
     ]
     assert server.client.get("/v1/services/mine", headers=server.admin).json()["tenant"] == "b"
+    both = server.client.get("/v1/services/web", headers=server.admin)
+    assert both.status_code == 422 and both.json()["field"] == "tenant", both.text
     assert (
         server.client.get("/v1/services/web?tenant=a", headers=server.admin).json()["tenant"] == "a"
     )

@@ -109,7 +109,11 @@ def _row(plane: ControlPlane, me: Principal, name: str, tenant: str | None) -> d
         row = None if owner is None else service_rows.get(conn, owner, name)
         if row is None and me.is_admin and tenant is None:  # the admin may leave it out
             found = [r for r in service_rows.listed(conn) if r["name"] == name]
-            row = found[0] if len(found) == 1 else None
+            if len(found) > 1:
+                owners = ", ".join(r["tenant"] for r in found)
+                why = f"tenants {owners} each have a service {name!r}: name the tenant"
+                raise RequestError("tenant", None, why)
+            row = found[0] if found else None
     if row is None:
         raise NotFound("service", name)
     return row
