@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from typing import Any
 
 import httpx
 import pytest
+from job_commands import JOB_PYTHON
 from server_proc import ServerProc, until
 
 from container_images import busybox_image, require_podman
@@ -355,6 +357,67 @@ def test_a_running_image_replica_shows_its_ports_in_the_job_view(engine: Engine)
         assert "ports" in shown.output and str(ports[0]) in shown.output, shown.output
         text = until(lambda: "port=" in (t := engine.logs(job_id)) and t, "its output", 30)
         assert f"port={ports[0]}" in text, text
+    finally:
+        engine.user.post(f"/v1/jobs/{job_id}/cancel")
+    assert engine.finished(job_id)["state"] == "cancelled"
+
+
+def _node_port(engine: Engine, job_id: int) -> int:
+    job = until(
+        lambda: (
+            (j := engine.user.get(f"/v1/jobs/{job_id}").json())["assignments"]
+            and j["assignments"][0]["ports"]
+            and j
+        ),
+        f"job {job_id} to report its port",
+        60,
+    )
+    return int(job["assignments"][0]["ports"][0])
+
+
+def _read_from(port: int) -> bytes:
+    """What the replica's server sends on connecting, once it listens (its start takes a
+    moment: a refused connection is tried again)."""
+
+    def once() -> bytes:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+                return conn.recv(100)
+        except OSError:
+            return b""
+
+    return bytes(until(once, f"an answer on node port {port}", 60))
+
+
+def test_an_images_own_port_is_reached_on_its_node_port(engine: Engine) -> None:
+    """Issue 47: a server image listens on its own port (``port: 8000``), published on a node
+    port its agent picks; what a caller dials is that node port, as the job's view says."""
+    serve = "while true; do echo hello | nc -l -p 8000; done"
+    r = engine.submit({"image": engine.image, "command": ["sh", "-c", serve], "port": 8000})
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+    try:
+        port = _node_port(engine, job_id)
+        assert port != 8000 and _read_from(port).strip() == b"hello"
+    finally:
+        engine.user.post(f"/v1/jobs/{job_id}/cancel")
+    assert engine.finished(job_id)["state"] == "cancelled"
+
+
+def test_a_host_process_that_asks_for_a_port_listens_on_port(engine: Engine) -> None:
+    """``port: 0`` on a host job: the agent hands it a node port as $PORT (before, only image
+    replicas had one, so a served process on the host had nowhere safe to listen)."""
+    serve = (
+        "import os, socket\n"
+        "s = socket.create_server(('0.0.0.0', int(os.environ['PORT'])))\n"
+        "while True:\n"
+        "    c, _ = s.accept(); c.sendall(b'hello'); c.close()\n"
+    )
+    r = engine.submit({"command": [JOB_PYTHON, "-c", serve], "port": 0})
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+    try:
+        assert _read_from(_node_port(engine, job_id)) == b"hello"
     finally:
         engine.user.post(f"/v1/jobs/{job_id}/cancel")
     assert engine.finished(job_id)["state"] == "cancelled"

@@ -29,7 +29,7 @@ from xpupool.agent import replica_dir as rd
 from xpupool.agent.launch import spec_file
 from xpupool.agent.launch.backend import Backend, Launched, backend_for
 from xpupool.agent.launch.process import write_log_line
-from xpupool.agent.launch.spec import LaunchError
+from xpupool.agent.launch.spec import LaunchError, LaunchStoppedError
 
 POLL_S = 0.05
 LINGER_AFTER_LEASE_S = 10.0  # a finished run's supervisor waits this long past its lease
@@ -71,7 +71,12 @@ class Supervisor:
             return self.linger()
         try:
             backend = backend_for(f.backend, f.settings)
-            launched = backend.start(f.spec)
+            launched = backend.start(f.spec, self._stop_asked)
+        except LaunchStoppedError as exc:
+            write_log_line(f.spec.log_path, exc.reason)
+            kind = self._stop_kind() or "requested"
+            self.write(state="stopped", reason=f"stopped ({exc.reason})", stop_kind=kind)
+            return self.linger()
         except LaunchError as exc:
             write_log_line(f.spec.log_path, exc.reason)
             self.write(state="failed", reason=exc.reason, stop_kind="start_failed")
@@ -79,6 +84,20 @@ class Supervisor:
         self.write(state="running", replica_pid=launched.pid, limits=launched.limits)
         self.watch(backend, launched, f.lease_grace_s)
         return self.linger()
+
+    def _stop_kind(self) -> rd.StopKind:
+        """Why the replica is to stop before it ran: asked for, signalled, or its lease over;
+        "" while none of them."""
+        if rd.stop_requested(self.d) is not None:
+            return "requested"
+        if self.signalled:
+            return "signalled"
+        return "lease_expired" if time.monotonic() >= rd.read_lease(self.d) else ""
+
+    def _stop_asked(self) -> bool:
+        """For a start with a long step before the replica runs (an image's pull): a stop
+        asked for meanwhile gives the start up instead of waiting for the step's end."""
+        return self._stop_kind() != ""
 
     def watch(self, backend: Backend, launched: Launched, lease_grace_s: float) -> None:
         """Until nothing of the replica is left: reap its leader, carry out a stop (asked for,

@@ -152,6 +152,11 @@ def retries_text(job: JobView) -> str:
     return f"{job.retries} of {limit} (on {causes}){stopped}"
 
 
+def _listens(port: int) -> str:
+    """JobIn.port as the user reads it; the node's port is under its assignment."""
+    return "$PORT (a node port)" if port == 0 else f"{port} in its container"
+
+
 def job_detail(job: JobView, now: float | None = None) -> RenderableType:
     head = FitTable([Column("field"), Column("value", text=True)], show_header=False)
     rows: list[tuple[str, str | Text]] = [
@@ -165,6 +170,7 @@ def job_detail(job: JobView, now: float | None = None) -> RenderableType:
         ("image", job.image or "(host)"),
         *((("pull", job.pull),) if job.pull else ()),
         *((("pull secret", job.pull_secret),) if job.pull_secret else ()),
+        *((("listens on", _listens(job.port)),) if job.port is not None else ()),
         ("on node lost", job.on_node_lost),
         ("attempts", str(job.attempts)),
         ("retries", retries_text(job)),

@@ -481,6 +481,7 @@ class JobView:
     image: str | None
     pull: str | None
     pull_secret: str | None
+    port: int | None
     env: dict[str, str]
     secrets: tuple[SecretRefView, ...]
     volumes: tuple[VolumeMountView, ...]
@@ -519,6 +520,7 @@ class JobView:
             image=r.opt_text("image"),
             pull=r.opt_text("pull"),
             pull_secret=r.opt_text("pull_secret"),
+            port=r.opt_integer("port"),
             env=r.mapping("env", str),
             secrets=tuple(
                 SecretRefView.read(x, f"{where}.secrets[{i}]")

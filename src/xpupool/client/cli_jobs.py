@@ -177,6 +177,12 @@ def wait_for(client: Client, job: JobView, until: str, timeout_s: float) -> JobV
 @click.option("--model-path", help="with --model: weights path for the runtime [default: hub id]")
 @click.option("--dry-run", is_flag=True, help="with --model: print the plan, submit nothing")
 @connection_options
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    help="the port the process listens on: 0 = on $PORT (the agent picks it); with --image, N = "
+    "on N inside the container, published on a node port (the job's view shows it)",
+)
 @output_option
 @click.pass_context
 def submit(
@@ -192,6 +198,7 @@ def submit(
     image: str | None,
     pull: str | None,
     pull_secret: str | None,
+    port: int | None,
     on_node_lost: str | None,
     tenant: str | None,
     max_retries: int | None,
@@ -232,6 +239,7 @@ def submit(
         "image": image,
         "pull": pull,
         "pull_secret": pull_secret,
+        "port": port,
         "on_node_lost": on_node_lost,
         "tenant": tenant,
         "max_retries": max_retries,

@@ -30,6 +30,7 @@ def job_view(row: Any, assignments: list[ReplicaAssignment]) -> Job:
         image=shown(row["image"]),
         pull=row.get("pull"),
         pull_secret=row.get("pull_secret"),
+        port=row.get("port"),
         env=shown(row["env"]),
         secrets=[SecretRef.model_construct(**ref) for ref in row.get("secrets") or ()],
         volumes=[VolumeMount.model_construct(**m) for m in row.get("volumes") or ()],

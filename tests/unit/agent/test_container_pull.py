@@ -4,6 +4,7 @@ tests/integration/test_container_pulls.py."""
 
 from __future__ import annotations
 
+import os
 import stat
 import time
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from xpupool.agent.launch.container_pull import classify, ensure_image
-from xpupool.agent.launch.spec import LaunchError
+from xpupool.agent.launch.spec import LaunchError, LaunchStoppedError
 
 # what podman 4.3 printed for each, against Debian's docker-registry and closed ports
 PODMAN = {
@@ -81,3 +82,48 @@ def test_a_pull_past_the_timeout_is_killed(tmp_path: Path) -> None:
 def test_an_unknown_policy_is_refused(tmp_path: Path) -> None:
     with pytest.raises(LaunchError, match="pull policy 'sometimes'"):
         ensure_image(_engine(tmp_path, "exit 0"), "reg/x:1", "sometimes", 10, lambda _: None)
+
+
+def test_a_stop_gives_a_pull_up_at_once(tmp_path: Path) -> None:
+    base = _engine(tmp_path, "exec sleep 30")
+    lines: list[str] = []
+    asked_at = time.monotonic() + 0.5
+    with pytest.raises(LaunchStoppedError, match=r"stopped while its image reg/x:1 was pulled"):
+        ensure_image(
+            base,
+            "reg/x:1",
+            "always",
+            600,
+            lines.append,
+            stop_asked=lambda: time.monotonic() > asked_at,
+        )
+    assert lines[-1] == "pull of reg/x:1 given up: the replica was stopped", lines
+
+
+def test_a_job_cancelled_while_its_image_is_pulled_stops_without_waiting_for_the_pull(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 45: a stop asked for during the pull step waited for the pull's end (up to the
+    agent's pull timeout) before the replica was reported stopped; the cancel of a job whose
+    image is large or whose registry hangs sat for minutes. Through a real supervisor process,
+    with an engine on PATH whose pull never ends."""
+    from agent_work import poll_until, settings, work
+
+    from xpupool.agent.runner import Runner
+
+    engine = tmp_path / "bin" / "podman"
+    engine.parent.mkdir()
+    engine.write_text(
+        '#!/bin/sh\ncase "$1" in image) exit 1;; pull) exec sleep 300;; *) exit 0;; esac\n'
+    )
+    engine.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{engine.parent}:{os.environ['PATH']}")
+    cfg = settings(tmp_path, runtime="podman", pull_timeout_s=600.0)
+    runner = Runner("n1", tmp_path / "agent", settings=cfg)
+    rep = runner.start(work(["true"], image="reg/x:1"))
+    assert rep is not None
+    poll_until(lambda: rep.log_path.exists() and b"pulling" in rep.log_path.read_bytes(), runner)
+    runner.stop(rep.work.job_id, rep.work.replica)
+    poll_until(lambda: rep.state == "stopped", runner, timeout_s=30)
+    report = runner.reports()[0]
+    assert "stopped while its image reg/x:1 was pulled" in report.reason, report

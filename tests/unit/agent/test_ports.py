@@ -118,3 +118,36 @@ def test_the_nodes_of_one_process_never_share_a_port(tmp_path: Path) -> None:
     assert first.spec.ports != second.spec.ports
     both = {*first.spec.ports, *second.spec.ports}
     assert both <= a.held_ports() and both <= b.held_ports()
+
+
+def test_a_host_job_that_asks_for_a_port_gets_one_as_port(tmp_path: Path) -> None:
+    """Issue 47: a served process on the host needs a port its node's agent hands out (so two
+    replicas on one node never fight for one); ``port: 0`` asks for it, nothing else changes."""
+    cfg = settings(tmp_path, ports=PortRange(30000, 30009))
+    w = work(["python3", "-m", "http.server"]).model_copy(update={"port": 0})
+    spec = build_spec(w, tmp_path / "l.log", cfg, held_ports={30000})
+    assert spec.ports == (30001,) and spec.container_port == 0
+    assert (spec.env["PORT"], spec.env["XPUPOOL_PORTS"]) == ("30001", "30001")
+
+
+@pytest.mark.parametrize("runtime", ["docker", "podman"])
+def test_an_images_own_port_is_published_on_the_node_port(tmp_path: Path, runtime: str) -> None:
+    """A server image listens on its own port (vLLM: 8000): the node port the agent picks is
+    published to that one, and the process is told the port it listens on."""
+    cfg = settings(tmp_path, runtime=runtime, ports=PortRange(30000, 30009))
+    w = work([], image="vllm").model_copy(update={"port": 8000})
+    spec = build_spec(w, tmp_path / "l.log", cfg)
+    argv = ContainerBackend(cfg).argv(spec)
+    assert _option(argv[: argv.index("--")], "-p") == ["30000:8000"]
+    assert (spec.env["PORT"], spec.env["XPUPOOL_PORTS"]) == ("8000", "30000")
+    back = loads(dumps(SpecFile("container", cfg, spec, 1.0)))
+    assert back.spec.container_port == 8000  # the supervisor builds the same argv
+
+
+def test_an_images_own_port_cannot_be_kept_on_the_hosts_network(tmp_path: Path) -> None:
+    cfg = settings(tmp_path, runtime="podman", network="host")
+    w = work([], image="vllm").model_copy(update={"port": 8000})
+    with pytest.raises(LaunchError, match=r"listen on \$PORT.*give the job port 0"):
+        build_spec(w, tmp_path / "l.log", cfg)
+    anywhere = build_spec(w.model_copy(update={"port": 0}), tmp_path / "l.log", cfg)
+    assert anywhere.env["PORT"] == str(anywhere.ports[0])

@@ -92,3 +92,26 @@ def test_runtime_is_shown_stored_and_checked(server: Server) -> None:
         assert plane.queued[held].request.container  # still waits for a runtime node
     finally:
         plane.db.dispose()
+
+
+def test_a_port_is_checked_at_the_edge_and_kept(server: Server) -> None:
+    """Issue 47: ``port`` N names a port inside an image's container; a host process listens on
+    the port its agent picks (port 0). Refusals name the field and store nothing."""
+    node(server, "boxes", runtime="podman")
+    a = tenant(server, "a")
+    before = row_counts(server)
+    for body, why in (
+        ({"command": ["serve"], "port": 8000}, "give port 0"),
+        ({"command": ["serve"], "port": 65536}, "65535"),
+        ({"command": ["serve"], "port": -1}, "0"),
+    ):
+        r = _post(server, a, {"spec": "A100:1", **body})
+        assert r.status_code == 422, (body, r.text)
+        assert r.json()["field"] == "port" and why in r.json()["reason"], r.json()
+    assert row_counts(server) == before
+    host = _post(server, a, {"spec": "A100:1", "command": ["serve"], "port": 0})
+    assert host.status_code == 201 and host.json()["port"] == 0, host.text
+    image = _post(server, a, {"spec": "A100:1", "image": "vllm/vllm:1", "port": 8000})
+    assert image.status_code == 201 and image.json()["port"] == 8000, image.text
+    got = server.client.get(f"/v1/jobs/{image.json()['id']}", headers=server.as_(a))
+    assert got.json()["port"] == 8000

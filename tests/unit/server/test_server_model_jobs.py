@@ -23,6 +23,8 @@ def test_multi_node_plan_submits_a_gang_of_pipeline_stages(server: Server) -> No
     argv = created["command"]
     assert argv[argv.index("--pipeline-parallel-size") + 1] == "2"
     assert argv[argv.index("--tensor-parallel-size") + 1] == "1"
+    # the runtime's own port, published on a node port (issue 47: a served model is reachable)
+    assert created["port"] == int(argv[argv.index("--port") + 1]) == 8000
     server.schedule()
     placed = job(server, created["id"], token)
     assert placed["state"] in ("scheduled", "running"), placed

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from xpupool.agent.launch.logpipe import LogPump
-from xpupool.agent.launch.spec import LaunchError, LaunchSettings, LaunchSpec
+from xpupool.agent.launch.spec import LaunchError, LaunchSettings, LaunchSpec, StopAsked, never
 
 
 @dataclass
@@ -48,7 +48,10 @@ class Backend(Protocol):
         """The full argv the process group's leader runs (after the launcher)."""
         ...
 
-    def start(self, spec: LaunchSpec) -> Launched: ...
+    def start(self, spec: LaunchSpec, stop_asked: StopAsked = never) -> Launched:
+        """Start the replica; a back end with a long step before the process runs (an image's
+        pull) gives it up with :class:`LaunchStoppedError` once ``stop_asked()`` says so."""
+        ...
 
     def signal(self, launched: Launched, sig: int) -> None:
         """Deliver ``sig`` to everything of the replica."""

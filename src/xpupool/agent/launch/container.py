@@ -49,7 +49,7 @@ from xpupool.agent.launch.process import (
     write_log_line,
 )
 from xpupool.agent.launch.runtime_config import RuntimeConfig
-from xpupool.agent.launch.spec import LaunchError, LaunchSpec
+from xpupool.agent.launch.spec import LaunchError, LaunchSpec, StopAsked, never
 from xpupool.catalog.image_ref import ImageRefError, parse_image_ref
 from xpupool.probes.container_runtime import ContainerRuntime, RuntimeName
 from xpupool.probes.device_nodes import container_device_args
@@ -148,15 +148,18 @@ def limit_args(spec: LaunchSpec) -> list[str]:
 def network_args(spec: LaunchSpec, network: str, runtime: str) -> list[str]:
     """``--network host``, or (bridge, the runtime's default network) ``-p PORT:PORT`` for each
     of the replica's ports: the same number inside and out, so the port the job is told is the
-    one its peers dial (:mod:`.ports`). Docker is told the host's name (podman names it
-    ``host.containers.internal`` itself)."""
+    one its peers dial (:mod:`.ports`). A job that names the port its process listens on inside
+    the container (a server image's own, e.g. 8000) has its first host port published to that
+    one instead. Docker is told the host's name (podman names it ``host.containers.internal``
+    itself)."""
     if network == "host":
         return ["--network", "host"]
     args = []
     if runtime == "docker":
         args += ["--add-host", f"{HOST_NAMES['docker']}:host-gateway"]
-    for port in spec.ports:
-        args += ["-p", f"{port}:{port}"]
+    for i, port in enumerate(spec.ports):
+        inside = spec.container_port if i == 0 and spec.container_port else port
+        args += ["-p", f"{port}:{inside}"]
     return args
 
 
@@ -233,7 +236,7 @@ class ContainerBackend(ProcessBackend):
         # every option first, then '--': nothing of the job's (image, command) is an option
         return [*argv, "--", spec.image, *spec.argv]
 
-    def start(self, spec: LaunchSpec) -> Launched:
+    def start(self, spec: LaunchSpec, stop_asked: StopAsked = never) -> Launched:
         argv = self.argv(spec)
         path = env_file_path(spec)
         network, runtime = spec.network or self.settings.network, self.runtime.name
@@ -245,6 +248,7 @@ class ContainerBackend(ProcessBackend):
             lambda line: write_log_line(spec.log_path, line),
             client_env(),
             spec.pull_auth,
+            stop_asked,
         )
         write_env_file(path, container_env(spec, network, HOST_NAMES[runtime]))
         if spec.secret_env:

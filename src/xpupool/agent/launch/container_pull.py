@@ -27,12 +27,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal, get_args
 
-from xpupool.agent.launch.spec import LaunchError
+from xpupool.agent.launch.spec import LaunchError, LaunchStoppedError, StopAsked, never
 from xpupool.server.schemas.agent_protocol import PullPolicy
 
 PULL_POLICIES: tuple[str, ...] = get_args(PullPolicy)
 EXISTS_TIMEOUT_S = 30.0
 STDERR_KEPT = 20  # lines of the engine's stderr kept to classify a failure
+STOP_POLL_S = 0.2  # how often a pull looks whether its replica was stopped meanwhile
 
 PullFailure = Literal[
     "image not found", "unauthorised", "registry unreachable", "timed out", "failed"
@@ -136,10 +137,13 @@ def pull(
     log: Log,
     env: dict[str, str] | None = None,
     authfile: str = "",
+    stop_asked: StopAsked = never,
 ) -> str:
     """``<runtime> pull IMAGE`` with each line of its output given to ``log`` as it comes (the
-    engine's progress: ``Copying blob ...``); killed after ``timeout_s``. Returns the summary
-    line (``pulled IMAGE in N s, K layers``); raises LaunchError with the classified reason."""
+    engine's progress: ``Copying blob ...``); killed after ``timeout_s``, or as soon as
+    ``stop_asked()`` says the replica is stopped (a cancel must not wait out a long pull:
+    :class:`LaunchStoppedError`). Returns the summary line (``pulled IMAGE in N s, K layers``);
+    raises LaunchError with the classified reason."""
     log(
         f"pulling {image} (timeout {timeout_s:g} s)"
         + (", with its pull secret" if authfile else "")
@@ -174,14 +178,22 @@ def pull(
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    try:
-        code = proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        reader.join(5.0)
-        why = f"no image after {timeout_s:g} s"
-        raise LaunchError(failure_reason(image, "timed out", why)) from None
+    deadline = start + timeout_s
+    code = proc.poll()
+    while code is None:
+        if stop_asked() or time.monotonic() >= deadline:
+            proc.kill()
+            proc.wait()
+            reader.join(5.0)
+            if time.monotonic() < deadline:
+                log(f"pull of {image} given up: the replica was stopped")
+                raise LaunchStoppedError(f"stopped while its image {image} was pulled")
+            why = f"no image after {timeout_s:g} s"
+            raise LaunchError(failure_reason(image, "timed out", why))
+        try:
+            code = proc.wait(timeout=min(STOP_POLL_S, max(deadline - time.monotonic(), 0.0)))
+        except subprocess.TimeoutExpired:
+            code = None
     reader.join(5.0)
     elapsed = time.monotonic() - start
     if code != 0:
@@ -198,6 +210,7 @@ def ensure_image(
     log: Log,
     env: dict[str, str] | None = None,
     authfile: str = "",
+    stop_asked: StopAsked = never,
 ) -> str:
     """The image on this host under ``policy``; returns what was done, for the job's events
     (``image present``, or :func:`pull`'s summary). Raises LaunchError (the attempt's reason)."""
@@ -209,4 +222,4 @@ def ensure_image(
         reason = f"ErrImageNeverPull: image not present: {image} (pull policy never)"
         log(reason)
         raise LaunchError(reason)
-    return pull(base, image, timeout_s, log, env, authfile)
+    return pull(base, image, timeout_s, log, env, authfile, stop_asked)

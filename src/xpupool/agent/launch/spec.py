@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +37,19 @@ class LaunchError(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class LaunchStoppedError(LaunchError):
+    """A stop was asked for while the replica was still being started (its image pulled): the
+    start was given up, nothing of the replica runs, and the run ends stopped, not failed."""
+
+
+StopAsked = Callable[[], bool]  # whether a stop of the replica was asked for since it was given
+
+
+def never() -> bool:
+    """The :data:`StopAsked` of a start that nothing stops (a caller without a supervisor)."""
+    return False
 
 
 def default_job_root() -> Path:
@@ -164,6 +177,7 @@ class LaunchSpec:
     log_reserve_bytes: int = 0  # free space its log leaves on the disk (disk_reserve.py)
     tmpfs_bytes: int = 0
     ports: tuple[int, ...] = ()  # the host ports it is given (image replicas: .ports)
+    container_port: int = 0  # the port its image's process listens on (0: ports[0], as itself)
     # its secrets' files (.secret_files; "" = none) and (variable, file name) to fill at start
     secrets_dir: str = ""
     secret_env: tuple[tuple[str, str], ...] = ()
@@ -254,7 +268,9 @@ def build_spec(
     device_limits = hami_core.describe(settings.hami_core, a.devices)
     ports: tuple[int, ...] = ()
     network = ""
-    if settings.backend_name(work.image) == "container":
+    container_port = 0
+    image = settings.backend_name(work.image) == "container"
+    if image:
         if work.network and work.network != settings.network:
             allowed = settings.allowed_networks or (settings.network,)
             if work.network not in allowed:
@@ -263,11 +279,19 @@ def build_spec(
                     f" {', '.join(allowed)} (xpupool agent --allow-network {work.network})"
                 )
             network = work.network
+        container_port = work.port or 0
+        if container_port and (network or settings.network) == "host":
+            raise LaunchError(
+                f"its process listens on port {container_port} inside its container, but this"
+                " node runs images on the host's network, where it must listen on $PORT (the"
+                " port the agent picks): give the job port 0"
+            )
+    if image or work.port is not None:
         try:
             ports = replica_ports(env, settings.ports, held_ports)
         except ValueError as exc:
             raise LaunchError(str(exc)) from None
-        env["PORT"] = str(ports[0])
+        env["PORT"] = str(container_port or ports[0])
         env["XPUPOOL_PORTS"] = ",".join(map(str, ports))
     return LaunchSpec(
         job_id=work.job_id,
@@ -294,6 +318,7 @@ def build_spec(
         log_reserve_bytes=settings.log_reserve_bytes,
         tmpfs_bytes=tmpfs_bytes,
         ports=ports,
+        container_port=container_port,
         preload=str(settings.hami_core) if device_limits else "",
         device_limits=device_limits,
     )

@@ -175,6 +175,7 @@ def dumps(f: SpecFile) -> bytes:
         "log_reserve_bytes": sp.log_reserve_bytes,
         "tmpfs_bytes": sp.tmpfs_bytes,
         "ports": list(sp.ports),
+        "container_port": sp.container_port,
         "secrets_dir": sp.secrets_dir,
         "secret_env": [list(p) for p in sp.secret_env],  # names only, never a value
         "volumes": [list(v) for v in sp.volumes],
@@ -243,6 +244,7 @@ def loads(data: bytes) -> SpecFile:
         log_reserve_bytes=int(sp.get("log_reserve_bytes", 0)),
         tmpfs_bytes=int(sp.get("tmpfs_bytes", 0)),
         ports=tuple(int(p) for p in sp.get("ports", ())),
+        container_port=int(sp.get("container_port", 0)),
         secrets_dir=str(sp.get("secrets_dir", "")),
         secret_env=tuple((str(v), str(n)) for v, n in sp.get("secret_env", ())),
         volumes=tuple((str(h), str(t), bool(ro)) for h, t, ro in sp.get("volumes", ())),

@@ -320,6 +320,14 @@ class Work(Lenient):
     pull: PullPolicy | None = Field(
         default=None, description="Its image's pull policy; null: if-not-present."
     )
+    port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="The port its process listens on (the job's 'port'): 0 = on $PORT, which the"
+        " agent picks (a host process too); N = on N inside its container, published on the port"
+        " the agent picks; null = as an older server: an image replica is given $PORT.",
+    )
     env: dict[str, str] = Field(description="The job's env plus the device variables.")
     assignment: ReplicaAssignment
     tenant: str = Field(default="", description="The job's tenant; empty from an older server.")

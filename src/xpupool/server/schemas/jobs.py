@@ -128,6 +128,16 @@ class JobIn(Strict):
         description="The tenant's secret the node's agent pulls the image with: a registry auth"
         " file (what 'podman login --authfile FILE' writes). Only with an image.",
     )
+    port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="The port the process listens on. 0: on $PORT, a port of its node the agent"
+        " picks (a host process binds it itself); N (an image only): on N inside its container,"
+        " published on a port of its node the agent picks; null: an image's process is told $PORT"
+        " and published on it, a host process gets none. The job's view shows the node's port"
+        " (assignments[].ports).",
+    )
     env: dict[str, str] = Field(
         default_factory=dict, description="Extra environment variables for the process."
     )
@@ -290,6 +300,9 @@ class Job(Lenient):
     image: str | None
     pull: PullPolicy | None = Field(None, description="Its image's pull policy; null: default.")
     pull_secret: str | None = Field(None, description="The secret its image is pulled with.")
+    port: int | None = Field(
+        None, description="The port its process listens on (JobIn.port); null: none asked."
+    )
     env: dict[str, str]
     secrets: list[SecretRef] = Field(
         default_factory=list, description="The secrets the job gets, by name (never a value)."

@@ -257,6 +257,7 @@ def _reply(
                 command=list(row["command"]),
                 image=row["image"],
                 pull=row["pull"],
+                port=row["port"],
                 env={**_distributed(plane, job, alloc.replica), **row["env"]},
                 assignment=assignment(plane, alloc),
                 tenant=job.tenant,

@@ -215,6 +215,7 @@ def _store(
         "image": body.image,
         "pull": body.pull,
         "pull_secret": body.pull_secret,
+        "port": body.port,
         "env": body.env,
         "secrets": [ref.model_dump() for ref in body.secrets] or None,
         "volumes": [m.model_dump() for m in body.volumes] or None,
@@ -293,6 +294,9 @@ def _check_what_to_run(body: JobIn) -> None:
     if body.pull_secret is not None and body.image is None:
         why = "only an image is pulled; this job has no image"
         raise RequestError("pull_secret", body.pull_secret, why)
+    if body.port and body.image is None:
+        why = "a host process listens on the port the agent picks ($PORT): give port 0"
+        raise RequestError("port", body.port, why)
 
 
 def _check_runtime_somewhere(plane: ControlPlane, image: str | None) -> None:

@@ -171,6 +171,7 @@ def expand_model_job(plane: ControlPlane, body: JobIn) -> JobIn:
                 "request": candidate,
                 "image": runtime.image,
                 "command": argv,
+                "port": runtime.port if body.port is None else body.port,
                 "env": env,
                 "name": body.name or f"{spec.name}-serve",
             }

@@ -29,6 +29,7 @@ jobs = Table(
     Column("secrets", JSON, nullable=True),  # [{"name", "env"}]: names only (schemas SecretRef)
     Column("volumes", JSON, nullable=True),  # [{"name", "path", "read_only"}] (VolumeMount)
     Column("pull_secret", String(63), nullable=True),  # the secret the image is pulled with
+    Column("port", Integer, nullable=True),  # the port its process listens on (JobIn.port)
     Column("on_node_lost", String(10), nullable=False),
     Column("flavor", String(63), nullable=True),
     Column("exit_code", Integer, nullable=True),
