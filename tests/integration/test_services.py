@@ -16,11 +16,11 @@ from typing import Any
 import httpx
 import pytest
 from job_commands import JOB_PYTHON
-from server_proc import ServerProc, free_port, until
+from server_proc import ServerProc, until
 
 CLI = [sys.executable, "-c", "from xpupool.cli import main; main()"]
 REPLICA = """
-import http.server, os, sys
+import http.server, os
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/crash":
@@ -30,7 +30,7 @@ class H(http.server.BaseHTTPRequestHandler):
         self.wfile.write(os.environ.get("VERSION", "1").encode())
     def log_message(self, *args):
         pass
-http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+http.server.HTTPServer(("127.0.0.1", int(os.environ["PORT"])), H).serve_forever()
 """
 
 
@@ -51,17 +51,15 @@ def cli(env: dict[str, str], *args: str) -> Any:
     return json.loads(done.stdout) if "json" in args else done.stdout
 
 
-def replica_command(port: int) -> list[str]:
-    return [JOB_PYTHON, "-c", REPLICA, str(port)]
+REPLICA_COMMAND = [JOB_PYTHON, "-c", REPLICA]
 
 
 def test_a_host_service_is_ready_restarted_rolled_and_deleted(
     up: tuple[ServerProc, httpx.Client, dict[str, str]],
 ) -> None:
     _, user, env = up
-    first = free_port()
-    made = cli(env, "serve", "--name", "web", "--port", str(first), "--ready-path", "/health",
-               "-o", "json", "--", *replica_command(first))  # fmt: skip
+    made = cli(env, "serve", "--name", "web", "--ready-path", "/health", "-o", "json",
+               "--", *REPLICA_COMMAND)  # fmt: skip
     assert made["url"] == "/v1/services/web/proxy/" and made["state"] == "pending"
 
     def service() -> dict[str, Any]:
@@ -76,7 +74,8 @@ def test_a_host_service_is_ready_restarted_rolled_and_deleted(
 
     got = until(lambda: ready(1), "service web ready", 60)
     (one,) = got["replicas"]
-    assert (one["host"], one["port"]) == ("127.0.0.1", first)
+    first = one["port"]  # the node port the agent picked, the replica's $PORT
+    assert one["host"] == "127.0.0.1" and first
     assert httpx.get(f"http://127.0.0.1:{first}/", timeout=5).text == "1"
 
     with pytest.raises(httpx.HTTPError):  # the replica exits 1 on this request
@@ -91,10 +90,8 @@ def test_a_host_service_is_ready_restarted_rolled_and_deleted(
     assert any("replica web-1 exited 1; next try in" in r for r in reasons), reasons
     assert user.get(f"/v1/jobs/{one['job_id']}").json()["state"] == "failed"
 
-    second = free_port()
     spec = dict(got["spec"])
-    spec["job"] = {**spec["job"], "command": replica_command(second), "env": {"VERSION": "2"}}
-    spec["port"] = second
+    spec["job"] = {**spec["job"], "env": {"VERSION": "2"}}
     spec["readiness"] = {"path": "/health", "interval_s": 0.5, "timeout_s": 0.5}
     r = user.put("/v1/services/web", json=spec)
     assert r.status_code == 200 and r.json()["generation"] == 2, r.text
@@ -105,6 +102,7 @@ def test_a_host_service_is_ready_restarted_rolled_and_deleted(
         return got if got and [x["generation"] for x in got["replicas"]] == [2] else None
 
     got = until(rolled, "the service rolled to generation 2", 60)
+    second = got["replicas"][0]["port"]
     assert httpx.get(f"http://127.0.0.1:{second}/", timeout=5).text == "2"
     until(lambda: user.get(f"/v1/jobs/{old}").json()["state"] == "cancelled", "old replica gone")
     assert any(e["state"] == "updating" for e in got["events"])

@@ -102,7 +102,11 @@ def create_and_show(url: str | None, token: str | None, body: ServiceIn, output:
 @click.command(cls=_SubmitCommand, epilog=CONNECTION_HELP)
 @click.option("--name", help="the service's name [default: from the model, image or program]")
 @click.option("--image", help="container image [default: run on the host]")
-@click.option("--port", type=click.IntRange(1, 65535), help="port it listens on [default: $PORT]")
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    help="port the image listens on (vLLM's 8000) [default: $PORT, as a host process always]",
+)
 @click.option("--replicas", metavar="N|MIN..MAX", help="replicas, or a range to scale in [1]")
 @click.option("--ready-path", help="readiness probe path [default: /health]")
 @click.option("--target-in-flight", type=float, help="requests in flight per replica aimed at")
@@ -146,7 +150,7 @@ def serve(
     \b
     xpupool serve --image vllm/vllm-openai:v0.8.5 --port 8000 --replicas 1..3 -- --model M
     xpupool serve --model qwen2.5-7b --replicas 2
-    xpupool serve --name hello --ready-path / -- python3 -m http.server
+    xpupool serve --name hello --ready-path / -- sh -c 'exec python3 -m http.server $PORT'
     """
     if task != "serve":
         raise RequestError("--task", task, "a service serves: --task serve")

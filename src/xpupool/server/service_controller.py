@@ -312,12 +312,11 @@ class ServiceController:
 
 
 def _target(fact: ReplicaFacts, spec: ServiceIn) -> Target | None:
-    """Where a running replica is probed and reached: its node's address and the port its agent
-    reported (the service's port for a host process before its agent reports one)."""
-    port = fact.port if fact.port is not None else spec.port
-    if fact.state != JobPhase.RUNNING or fact.host is None or port is None:
+    """Where a running replica is probed and reached: its node's address and the node port its
+    agent reported for it (none yet: not probed)."""
+    if fact.state != JobPhase.RUNNING or fact.host is None or fact.port is None:
         return None
-    return Target(fact.host, port, spec.readiness)
+    return Target(fact.host, fact.port, spec.readiness)
 
 
 def _ended(fact: ReplicaFacts | None) -> str:

@@ -149,7 +149,7 @@ def run_replicas(srv: Server, ports: dict[int, int], node_name: str = "n1") -> N
 
 def test_a_service_is_created_listed_shown_and_deleted(server: Server) -> None:
     a = tenant(server, "a")
-    r = create(server, a, port=8000, replicas={"min": 2, "max": 4})
+    r = create(server, a, replicas={"min": 2, "max": 4})
     assert r.status_code == 201, r.text
     got = r.json()
     assert got["state"] == "pending" and got["url"] == "/v1/services/web/proxy/"
@@ -211,6 +211,8 @@ def test_a_replica_is_started_probed_and_becomes_a_ready_endpoint(
         ({"readiness": {"interval_s": 1, "timeout_s": 5}}, "readiness.timeout_s", "interval_s"),
         ({"restart": {"backoff_s": 10, "backoff_max_s": 1}}, "restart.backoff_max_s", "backoff"),
         ({"port": 70000}, "port", ""),
+        ({"port": 8000}, "port", "$PORT"),  # a host process: the agent picks its port
+        ({"job": {"command": ["x"], "port": 0}}, "job.port", "service's port"),
         ({"job": {"command": ["x"], "max_retries": 3}}, "job.max_retries", "restart"),
         ({"job": {"command": ["x"], "name": "mine"}}, "job.name", "<service>-<n>"),
         ({"job": {}}, "job.command", "command to run"),

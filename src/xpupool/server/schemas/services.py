@@ -32,6 +32,7 @@ _OWNED_JOB_FIELDS = {
     "retry_backoff_max_s": "the service replaces a replica that ends: use restart.backoff_max_s",
     "on_node_lost": "the service replaces a replica whose node is lost",
     "max_runtime_s": "a service's replicas run until it is deleted or changed",
+    "port": "give the service's port (port), not the job's",
 }
 
 
@@ -150,8 +151,10 @@ class ServiceIn(Strict):
         None,
         ge=1,
         le=65535,
-        description="The port the process listens on inside its container; null = it listens "
-        "on $PORT, which its node's agent gives it.",
+        description="The port the process listens on inside its container (an image or a "
+        "model only), published on a port of its node the agent picks; null = it listens on "
+        "$PORT, that port itself (a host process always does). A catalog model's is its "
+        "runtime's.",
     )
     replicas: Replicas = Field(default_factory=lambda: Replicas.model_validate({}))
     readiness: Readiness = Field(default_factory=lambda: Readiness.model_validate({}))
@@ -164,6 +167,15 @@ class ServiceIn(Strict):
         for name in sorted(job.model_fields_set & _OWNED_JOB_FIELDS.keys()):
             raise field_error(_OWNED_JOB_FIELDS[name], getattr(job, name), name)
         return job
+
+    @model_validator(mode="after")
+    def _port_of_an_image(self) -> ServiceIn:
+        if self.port is not None and self.job.image is None and self.job.model is None:
+            why = (
+                "a host process listens on $PORT, a port of its node the agent picks: leave it out"
+            )
+            raise field_error(why, self.port, "port")
+        return self
 
     def replica_spec(self) -> dict[str, object]:
         """What a change of rolls the replicas: the job and its port (a change of the bounds,

@@ -57,8 +57,11 @@ def as_tenant(tenant: str) -> Principal:
 
 def replica_job(spec: ServiceIn, name: str) -> JobIn:
     """The job one replica of ``spec`` runs, named ``name``: the service's job, which the
-    service restarts itself (no retries of its own; a lost node ends it)."""
-    update = {"name": name, "max_retries": 0, "retry_on": [], "on_node_lost": "fail"}
+    service restarts itself (no retries of its own; a lost node ends it), listening on the
+    service's port or on $PORT, reached at the node port its agent picks either way (so the
+    plane probes only ports an agent handed out, never one a tenant named)."""
+    port = 0 if spec.port is None else spec.port  # 0: on $PORT, which the agent picks
+    update = {"name": name, "max_retries": 0, "retry_on": [], "on_node_lost": "fail", "port": port}
     return spec.job.model_copy(update=update)
 
 
@@ -223,7 +226,7 @@ def view(plane: ControlPlane, row: dict[str, Any]) -> Service:
                 draining=bool(link.draining),
                 node=f.node,
                 host=f.host,
-                port=f.port if f.port is not None else spec.port,
+                port=f.port,
             )
         )
     rate, p99 = _rate(plane, row["tenant"], row["name"])
