@@ -17,6 +17,7 @@ from server_kit import (
     Server,
     heartbeat,
     job,
+    node,
     node_body,
     reopen,
     report,
@@ -507,3 +508,18 @@ def test_a_restarted_server_finds_its_replicas_again_and_starts_no_other(
         assert [r["job_id"] for r in got["replicas"]] == [one["job_id"]]
         assert len(again.client.get("/v1/jobs", headers=again.as_(a)).json()) == 1
     again.plane.db.dispose()
+
+
+def test_a_model_service_runs_the_catalog_job_on_its_runtimes_port(server: Server) -> None:
+    node(server, "g1", count=1, runtime="docker")
+    a = tenant(server, "a")
+    r = create(server, a, name="qwen", job={"model": {"name": "qwen2.5-7b"}})
+    assert r.status_code == 201, r.text
+    assert r.json()["port"] == 8000  # the runtime's, taken when the service was created
+    step(server, keeper(server))
+    (one,) = replica_jobs(server, a, "qwen")
+    replica = job(server, one["job_id"], a)
+    assert replica["image"].startswith("vllm/") and replica["port"] == 8000
+    assert replica["command"][replica["command"].index("--port") + 1] == "8000"
+    wrong = create(server, a, name="nope", job={"model": {"name": "qwen9-1t"}})
+    assert wrong.status_code == 422 and wrong.json()["field"] == "job.model.name"

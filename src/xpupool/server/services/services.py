@@ -60,7 +60,9 @@ def replica_job(spec: ServiceIn, name: str) -> JobIn:
     service restarts itself (no retries of its own; a lost node ends it), listening on the
     service's port or on $PORT, reached at the node port its agent picks either way (so the
     plane probes only ports an agent handed out, never one a tenant named)."""
-    port = 0 if spec.port is None else spec.port  # 0: on $PORT, which the agent picks
+    port: int | None = 0 if spec.port is None else spec.port  # 0: on $PORT, the agent picks
+    if spec.port is None and spec.job.model is not None:
+        port = None  # the runtime's (services/models.py); stored services name it already
     update = {"name": name, "max_retries": 0, "retry_on": [], "on_node_lost": "fail", "port": port}
     return spec.job.model_copy(update=update)
 
