@@ -265,6 +265,9 @@ def test_a_tenant_sees_and_touches_only_its_own_services(server: Server) -> None
     assert (
         server.client.get("/v1/services/web?tenant=a", headers=server.admin).json()["tenant"] == "a"
     )
+    theirs = {**change, "tenant": "b"}
+    other = server.client.put("/v1/services/web", json=theirs, headers=server.as_(a))
+    assert other.status_code == 422 and other.json()["field"] == "tenant"
     renamed = server.client.put(
         "/v1/services/web", json={**change, "name": "x"}, headers=server.as_(a)
     )

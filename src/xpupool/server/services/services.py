@@ -144,6 +144,8 @@ def update(plane: ControlPlane, me: Principal, name: str, body: ServiceIn) -> Se
     """Replace the service's spec; a new generation when its job or port changed."""
     if body.name != name:
         raise RequestError("name", body.name, f"the service is {name!r}: a name is not changed")
+    if not me.is_admin:
+        tenant_of(me, body.tenant)  # a tenant names none but itself
     row = _row(plane, me, name, body.tenant)
     body = _check_runs(plane, row["tenant"], body)
     old = ServiceIn.model_validate(row["spec"])
