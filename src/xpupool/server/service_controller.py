@@ -61,7 +61,7 @@ class _Restarts:
     """A service's restart budget (not stored: a restarted server starts it over)."""
 
     ended: int = 0  # replicas ended since a replica was last ready long enough
-    next_try: float = 0.0  # Unix time before which no replica is started
+    next_try: float = 0.0  # monotonic time before which no replica is started
     last: str = ""  # what ended last, for the state's reason
 
     def record(self, what: str, spec: ServiceIn, now: float) -> float:
@@ -133,7 +133,8 @@ class ServiceController:
         self, row: dict[str, Any], links: list[Any], facts: dict[int, ReplicaFacts]
     ) -> tuple[Endpoint, ...]:
         """One service's pass; its ready endpoints."""
-        now = self.plane.clock()
+        now = self.plane.clock()  # Unix time: what is stored and shown
+        mono = self.plane.monotonic()  # what waits are timed with: a clock step moves it not
         spec = ServiceIn.model_validate({**row["spec"], "tenant": None})
         name, sid, generation = row["name"], row["id"], row["generation"]
         restarts = self._restarts.setdefault(sid, _Restarts())
@@ -149,7 +150,7 @@ class ServiceController:
             if link.draining:
                 continue
             what = f"replica {name}-{link.ordinal} {_ended(fact)}"
-            events.append(f"{what}; next try in {restarts.record(what, spec, now):g} s")
+            events.append(f"{what}; next try in {restarts.record(what, spec, mono):g} s")
 
         for link in alive:
             target = _target(facts[link.job_id], spec)
@@ -160,11 +161,11 @@ class ServiceController:
         is_ready = {link.job_id for link in alive if self.prober.is_ready(link.job_id)}
         for link in alive:
             since = self.prober.ready_since(link.job_id)
-            if since is not None and now - since >= spec.restart.reset_after_s:
+            if since is not None and mono - since >= spec.restart.reset_after_s:
                 restarts.ended = 0
 
         serving = [link for link in alive if link.job_id in is_ready and not link.draining]
-        desired = self._desired(row, spec, now)
+        desired = self._desired(row, spec, mono)
         if desired != row["desired"]:
             events.append(f"scaled from {row['desired']} to {desired} replicas")
         active = [link for link in alive if not link.draining]
@@ -182,10 +183,10 @@ class ServiceController:
         self._drain(row, spec, alive, retire, is_ready, facts, now)
 
         missing = desired + (1 if old else 0) - len(active)
-        waiting = missing > 0 and now < restarts.next_try
+        waiting = missing > 0 and mono < restarts.next_try
         if missing > 0 and not waiting:
             for _ in range(missing):
-                started = self._start(row, spec, restarts, now)
+                started = self._start(row, spec, restarts, mono)
                 if started == "deleted":
                     return ()
                 events.append(started)
@@ -292,7 +293,7 @@ class ServiceController:
             why = f"generation {row['generation']}: {new} new replica(s), {len(old)} old to go"
             return ServiceState.UPDATING, why
         if waiting:
-            wait = max(0.0, restarts.next_try - self.plane.clock())
+            wait = max(0.0, restarts.next_try - self.plane.monotonic())
             return ServiceState.RESTARTING, f"restarting: {restarts.last}, next try in {wait:.0f} s"
         if serving and len(serving) >= desired:
             return ServiceState.READY, f"{len(serving)}/{desired} replicas ready"
@@ -366,4 +367,4 @@ async def run_services(controller: ServiceController, period_s: float = PASS_S) 
                 pass  # the store cannot be written: said once by the plane's health
             except Exception:
                 log.exception("service controller pass failed")
-            controller.prober.start_due(client, plane.clock())
+            controller.prober.start_due(client, plane.monotonic())

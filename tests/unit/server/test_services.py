@@ -119,7 +119,7 @@ def probe(controller: ServiceController) -> None:
 
     async def once() -> None:
         async with httpx.AsyncClient(trust_env=False) as client:
-            tasks = controller.prober.start_due(client, controller.plane.clock())
+            tasks = controller.prober.start_due(client, controller.plane.monotonic())
             await asyncio.gather(*tasks)
 
     run_loop(once())
@@ -526,3 +526,24 @@ def test_a_model_service_runs_the_catalog_job_on_its_runtimes_port(server: Serve
     assert replica["command"][replica["command"].index("--port") + 1] == "8000"
     wrong = create(server, a, name="nope", job={"model": {"name": "qwen9-1t"}})
     assert wrong.status_code == 422 and wrong.json()["field"] == "job.model.name"
+
+
+def test_a_step_of_the_wall_clock_neither_stalls_nor_skips_the_backoff(
+    server: Server, replicas: list[Replica]
+) -> None:
+    agent_node(server)
+    a = tenant(server, "a")
+    create(server, a, restart={"backoff_s": 4})
+    controller = keeper(server)
+    step(server, controller)
+    (one,) = replica_jobs(server, a)
+    run_replicas(server, {one["job_id"]: http_replica(replicas).port})
+    heartbeat(server, "n1", [report(one["job_id"], 0, "failed", 1)])
+    controller.reconcile()
+    server.clock.step(3600)  # NTP sets the wall clock an hour on: the wait is not over
+    step(server, controller)
+    assert replica_jobs(server, a) == []
+    server.clock.step(-7200)  # and back past where it was: the wait does not grow
+    server.clock.advance(4)
+    step(server, controller)
+    assert [r["name"] for r in replica_jobs(server, a)] == ["web-2"]
