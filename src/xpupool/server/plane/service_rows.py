@@ -33,7 +33,7 @@ def create(plane: Store, values: dict[str, Any], reason: str) -> int:
         if get(conn, values["tenant"], values["name"]) is not None:
             raise Conflict(f"service {values['name']!r} exists: change it with PUT")
         sid = int(conn.execute(insert(t_services).values(**values)).inserted_primary_key[0])
-        add_event(conn, sid, values["created_at"], values["state"], reason)
+        _service_event(conn, sid, values["created_at"], values["state"], reason)
         return sid
 
 
@@ -60,7 +60,7 @@ def change(plane: Store, sid: int, values: dict[str, Any], reasons: Iterable[str
             return  # deleted meanwhile: no event of a service that is gone
         state = conn.execute(select(t_services.c.state).where(where)).scalar()
         for reason in reasons:
-            add_event(conn, sid, values["updated_at"], str(state), reason)
+            _service_event(conn, sid, values["updated_at"], str(state), reason)
 
 
 def stop_jobs(plane: ControlPlane, job_ids: Iterable[int], why: str) -> None:
@@ -125,9 +125,11 @@ def unlink(plane: Store, job_ids: Iterable[int]) -> None:
         conn.execute(delete(t_replicas).where(t_replicas.c.job_id.in_(sorted(job_ids))))
 
 
-def add_event(conn: Connection, sid: int, at: float, state: str, reason: str) -> None:
-    """One event; the oldest beyond ``MAX_EVENTS`` go."""
-    conn.execute(insert(t_events).values(service_id=sid, at=at, state=state, reason=reason))
+def _service_event(conn: Connection, sid: int, at: float, state: str, reason: str) -> None:
+    """One event of a service (never of a job: only the job lifecycle writes those); the oldest
+    beyond ``MAX_EVENTS`` go."""
+    row = {"service_id": sid, "at": at, "state": state, "reason": reason}  # a service's state
+    conn.execute(insert(t_events).values(row))
     count = conn.execute(
         select(func.count()).select_from(t_events).where(t_events.c.service_id == sid)
     ).scalar_one()
