@@ -37,8 +37,10 @@ LAZY_COMMANDS = {
     "queue": "xpupool.client.cli_admin:queue",
     "audit": "xpupool.client.cli_admin:audit",
     "secret": "xpupool.client.cli_secrets:secret",
-    "service": "xpupool.client.cli_service_tokens:service",
     "volume": "xpupool.client.cli_volumes:volume",
+    "serve": "xpupool.client.cli_services:serve",
+    "services": "xpupool.client.cli_services:services",
+    "service": "xpupool.client.cli_services:service",
     "k8s": "xpupool.k8s.cli:k8s",
 }
 

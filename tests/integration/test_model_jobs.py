@@ -131,7 +131,16 @@ def test_submit_model_lands_on_the_only_node_that_can_run_it(up: Up) -> None:
         "submit", "--model", "qwen2.5-7b", "--task", "serve", "--context", "8k", "-o", "json"
     )
     assert out.returncode == 0, out.stderr
-    job = json.loads(out.stdout)
+    service = json.loads(out.stdout)  # a served model is a service (docs/services.md)
+    assert service["name"] == "qwen2.5-7b" and service["port"] == 8000
+
+    def replica() -> list[Any]:
+        found = up.user.get("/v1/services/qwen2.5-7b").json()["replicas"]
+        return [r["job_id"] for r in found]
+
+    (job_id,) = until(replica, "the service's replica")
+    job = up.user.get(f"/v1/jobs/{job_id}").json()
+    assert job["name"] == "qwen2.5-7b-1"
     image = "vllm/vllm-openai:v0.8.5"
     assert job["image"] == image
     command = [
@@ -142,7 +151,6 @@ def test_submit_model_lands_on_the_only_node_that_can_run_it(up: Up) -> None:
     devices = job["request"]["devices"]
     assert devices["models"] == ["L20"] and "cuda>=12.4" in devices["software"]
     assert job["env"]["XPUPOOL_SERVE_PORT"] == "8000"
-    job_id = job["id"]
 
     def run() -> list[str] | None:
         runs = [a for a in recorded(up.argv_log, "run") if f"xpupool.job={job_id}" in a]

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from xpupool.server.schemas.models import CatalogModel, ModelIntent, PlanRow
     from xpupool.server.schemas.nodes import NodeDeletion, NodeTaintsIn
     from xpupool.server.schemas.queues import QueueIn
+    from xpupool.server.schemas.services import Service, ServiceIn
     from xpupool.server.schemas.tenants import Tenant, TenantIn, TenantPatch, Token, TokenIn
 
     M = TypeVar("M", bound=BaseModel)
@@ -263,3 +264,24 @@ class Client:
 
     def queue(self, name: str) -> QueueView:
         return QueueView.read(self._json("GET", f"/v1/queues/{name}"))
+
+    # ---------------------------------------------------------------------------- services
+    def create_service(self, body: ServiceIn) -> Service:
+        from xpupool.server.schemas.services import Service
+
+        return self._model(Service, "POST", "/v1/services", self._dump(body))
+
+    def services(self, tenant: str | None = None) -> list[Service]:
+        from xpupool.server.schemas.services import Service
+
+        return self._models(Service, "/v1/services", **({"tenant": tenant} if tenant else {}))
+
+    def service(self, name: str, tenant: str | None = None) -> Service:
+        from xpupool.server.schemas.services import Service
+
+        params = {"tenant": tenant} if tenant else {}
+        return self._model(Service, "GET", f"/v1/services/{quote(name, safe='')}", **params)
+
+    def delete_service(self, name: str, tenant: str | None = None) -> None:
+        params = {"tenant": tenant} if tenant else {}
+        self._wire.call("DELETE", f"/v1/services/{quote(name, safe='')}", params=params)

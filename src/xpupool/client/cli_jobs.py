@@ -231,6 +231,8 @@ def submit(
     xpupool submit L20 --volume datasets:/data:ro --image trainer:1 -- python train.py
     xpupool submit -f job.yaml --wait --until finished
     xpupool submit --model qwen2.5-7b --task serve --context 32k --dry-run
+
+    A served model (--model M --task serve) is created as a service (xpupool serve --model M).
     """
     overrides: dict[str, Any] = {
         "name": name,
@@ -262,6 +264,14 @@ def submit(
             return
         overrides["model"] = block | ({"model_path": model_path} if model_path else {})
     body = build_job(spec, argv, file, overrides, dict(env_pair(p, "--env") for p in env_pairs))
+    if model is not None and task == "serve":  # a served model is a service (docs/services.md)
+        from xpupool.client.cli_services import create_and_show, service_body
+
+        kept = body.model_copy(update={"name": "", "tenant": None})
+        kept.model_fields_set.difference_update({"name", "tenant"})
+        named = service_body(name or model, kept, None, None, None, None, None, tenant)
+        create_and_show(url, token, named, output)
+        return
     with make_client(url, token) as client:
         job = client.submit(body)
         if output == "table":

@@ -21,11 +21,6 @@ TENANT_HELP = "admin: the tenant whose service this is"
 
 
 @click.group()
-def service() -> None:
-    """A service's tokens (the service itself: xpupool serve, xpupool services)."""
-
-
-@service.group()
 def token() -> None:
     """Tokens that reach one service's proxy only: create, list, revoke."""
 

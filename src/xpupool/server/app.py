@@ -44,12 +44,14 @@ from xpupool.server.routers import (
     models,
     secrets,
     service_tokens,
+    services,
     tenants,
     volumes,
 )
 from xpupool.server.routers.deps import MetricsAuth, MetricsReader
 from xpupool.server.scheduler_loop import run_passes
 from xpupool.server.service_access import ServiceTokenCache
+from xpupool.server.service_controller import ServiceController, run_services
 from xpupool.server.service_proxy import ProxyFirst, ServiceProxy
 from xpupool.server.services.agents import mark_lost_nodes
 from xpupool.server.services.job_limits import FinishedSweep, stop_overdue
@@ -125,10 +127,13 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         watch: LostNodeWatch | None = None
         passes: asyncio.Task[None] | None = None
+        keeper: asyncio.Task[None] | None = None  # the service controller's (issue 47)
         if background:
             watch = LostNodeWatch(plane)
             watch.start()
             passes = asyncio.get_running_loop().create_task(run_passes(plane))
+            plane.service_endpoints = controller = ServiceController(plane)
+            keeper = asyncio.get_running_loop().create_task(run_services(controller))
         if channel is not None:
             await channel.start()
         if on_start is not None:
@@ -141,6 +146,10 @@ def create_app(
             if channel is not None:
                 await channel.stop()
             await proxy.close()
+            if keeper is not None:
+                keeper.cancel()
+                with suppress(asyncio.CancelledError):
+                    await keeper
             if passes is not None:
                 passes.cancel()  # between two batches: a batch is never cut short
                 with suppress(asyncio.CancelledError):
@@ -207,6 +216,7 @@ def create_app(
         secrets.router,
         volumes.router,
         service_tokens.router,
+        services.router,
     ):
         app.include_router(router)
 

@@ -36,6 +36,16 @@ class Endpoints(Protocol):
         ...
 
 
+class NoEndpoints:
+    """No service has a ready endpoint: what the plane holds while no controller runs."""
+
+    def ready(self, tenant: str, service: str) -> Sequence[Endpoint]:
+        return ()
+
+
+NO_ENDPOINTS = NoEndpoints()
+
+
 class Traffic(Protocol):
     """What the proxy saw of each service's requests."""
 
@@ -52,10 +62,3 @@ class Traffic(Protocol):
         """Requests per second answered over the last minute, and their p99 latency in
         milliseconds (None: no request in that minute), for ``xpupool services``."""
         ...
-
-
-class NoEndpoints:
-    """No service has a ready endpoint: the plane's until a service controller sets its own."""
-
-    def ready(self, tenant: str, service: str) -> Sequence[Endpoint]:
-        return ()

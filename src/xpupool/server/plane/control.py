@@ -65,7 +65,7 @@ from xpupool.server.retention import Retention
 from xpupool.server.schemas.agent_protocol import DeviceMetrics, VolumeUsageReport
 from xpupool.server.schemas.jobs import HOLDING_STATES, JobPhase, StopCause
 from xpupool.server.secret_box import SecretBox
-from xpupool.server.service_endpoints import Endpoints, NoEndpoints
+from xpupool.server.service_endpoints import NO_ENDPOINTS, Endpoints
 from xpupool.server.service_traffic import ProxyTraffic
 from xpupool.server.sites.agent_pool import AgentPoolSite
 from xpupool.server.sites.protocol import Sites
@@ -164,6 +164,13 @@ class ControlPlane(NodeBook, TenancyBooks, TenantStore, PlaneReads):
         self._metrics: dict[str, DeviceMetrics] = {}
         self.live = LiveMetrics()  # the same readings as columns, and a ring per card
         self.card_health = CardHealth()  # cards read unhealthy: cordoned, emptied, settling
+        # services (issue 47): the ready replicas of each service (service_endpoints.py), which
+        # the proxy reads: the service controller's once it runs (service_controller.py), none
+        # before; what wakes the controller; what the proxy counts (service_traffic.py), which
+        # the controller scales on
+        self.service_endpoints: Endpoints = NO_ENDPOINTS
+        self.services_wake = Wake()
+        self.service_traffic = ProxyTraffic(monotonic)
         # node -> (when, what its volumes held): the last measure each agent sent (not stored)
         self.volume_usage: dict[str, tuple[float, list[VolumeUsageReport]]] = {}
         self._pending: PendingJobs[PendingJob] = PendingJobs()  # counts per tenant (limits)
@@ -178,10 +185,6 @@ class ControlPlane(NodeBook, TenancyBooks, TenantStore, PlaneReads):
         self._cycle: SchedulingCycle | None = None
         self.observers: list[Callable[[str, float], None]] = []  # (event, seconds) for metrics
         self.health = Health()
-        # services (issue 47): where the proxy sends each service's requests (the service
-        # controller sets its own), and what the proxy counts of them (service_traffic.py)
-        self.service_endpoints: Endpoints = NoEndpoints()
-        self.service_traffic = ProxyTraffic(monotonic)
         if ownership is not None:  # every commit checks the store is still this server's
             ownership.fence(self.db)
             ownership.on_lost.append(self.health.fail)  # writes and /healthz: 503, and why

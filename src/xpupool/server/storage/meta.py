@@ -41,6 +41,7 @@ def connect(url: str) -> Engine:
         pool,
         secrets,
         service_tokens,
+        services,
         tenants,
         volumes,
     )
