@@ -52,6 +52,7 @@ from xpupool.server.routers.deps import MetricsAuth, MetricsReader
 from xpupool.server.scheduler_loop import run_passes
 from xpupool.server.service_access import ServiceTokenCache
 from xpupool.server.service_controller import ServiceController, run_services
+from xpupool.server.service_endpoints import NO_ENDPOINTS
 from xpupool.server.service_proxy import ProxyFirst, ServiceProxy
 from xpupool.server.services.agents import mark_lost_nodes
 from xpupool.server.services.job_limits import FinishedSweep, stop_overdue
@@ -132,8 +133,12 @@ def create_app(
             watch = LostNodeWatch(plane)
             watch.start()
             passes = asyncio.get_running_loop().create_task(run_passes(plane))
-            plane.service_endpoints = controller = ServiceController(plane)
-            keeper = asyncio.get_running_loop().create_task(run_services(controller))
+            if plane.service_endpoints is NO_ENDPOINTS:
+                # the controller finds agent sites' replicas; endpoints given before the start
+                # (a test's fixed list, the proxy benchmark's stub) are kept, and no
+                # controller runs beside them
+                plane.service_endpoints = controller = ServiceController(plane)
+                keeper = asyncio.get_running_loop().create_task(run_services(controller))
         if channel is not None:
             await channel.start()
         if on_start is not None:
