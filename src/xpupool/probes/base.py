@@ -111,6 +111,21 @@ class ProbeFailure(StrEnum):
     PARSE = "parse"
 
 
+# MiB in one of each memory unit the vendor tools print (lower-cased; K, M, G, T as binary, as the
+# tools mean them): one table for every probe that reads a size with its unit
+MIB_PER_UNIT: dict[str, float] = {
+    "b": 1 / (1024 * 1024),
+    "kib": 1 / 1024,
+    "kb": 1 / 1024,
+    "mib": 1,
+    "mb": 1,
+    "gib": 1024,
+    "gb": 1024,
+    "tib": 1024 * 1024,
+    "tb": 1024 * 1024,
+}
+
+
 class ProbeError(XpupoolError):
     """A probe could not report: which vendor, which command, what kind of failure, and detail."""
 

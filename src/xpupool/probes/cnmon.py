@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 from xpupool.probes.base import (
+    MIB_PER_UNIT,
     DeviceInfo,
     DeviceNodes,
     Health,
@@ -44,15 +45,6 @@ _MEM_TOTAL = "Physical Memory Usage/Total"
 _MEM_USED = "Physical Memory Usage/Used"
 _HEALTH = "Health State/Device"
 _HEALTHY_WORDS = frozenset({"good"})
-_MIB_PER = {
-    "b": 1 / 2**20,
-    "kib": 1 / 1024,
-    "kb": 1 / 1024,
-    "mib": 1,
-    "mb": 1,
-    "gib": 1024,
-    "gb": 1024,
-}
 
 
 def _parse_error(detail: str) -> ProbeError:
@@ -184,9 +176,13 @@ def parse_cnmon_processes(text: str) -> dict[int, dict[int, int]]:
 
 def _mib(value: str) -> int | None:
     parts = value.split()
-    if len(parts) != 2 or parts[1].lower() not in _MIB_PER or _NUMBER.fullmatch(parts[0]) is None:
+    if (
+        len(parts) != 2
+        or parts[1].lower() not in MIB_PER_UNIT
+        or _NUMBER.fullmatch(parts[0]) is None
+    ):
         return None
-    return int(float(parts[0]) * _MIB_PER[parts[1].lower()])
+    return int(float(parts[0]) * MIB_PER_UNIT[parts[1].lower()])
 
 
 def parse_cnmon(text: str) -> list[DeviceInfo]:

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 from xpupool.probes.base import (
+    MIB_PER_UNIT,
     DeviceInfo,
     DeviceNodes,
     Health,
@@ -46,17 +47,6 @@ _COMMAND = " ".join(ARGV)
 _ABSENT = {"", "N/A", "NA", "n/a", "[N/A]", "Not Supported", "[Not Supported]"}
 _NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
-_MIB_PER_UNIT = {
-    "b": 1 / (1024 * 1024),
-    "kib": 1 / 1024,
-    "kb": 1 / 1024,
-    "mib": 1,
-    "mb": 1,
-    "gib": 1024,
-    "gb": 1024,
-    "tib": 1024 * 1024,
-    "tb": 1024 * 1024,
-}
 
 _UUID_KEYS = ("GPU UUID", "UUID", "Serial Number")
 _BUS_ID_KEYS = ("Bus Id", "Bus ID", "BusId")
@@ -113,7 +103,7 @@ def _mib(where: str, fields: object, key: str) -> int | None:
             f"got {value!r}"
         )
     unit = (match.group(2) or "MiB").lower()
-    return int(float(match.group(1)) * _MIB_PER_UNIT[unit])
+    return int(float(match.group(1)) * MIB_PER_UNIT[unit])
 
 
 def _index(position: int, fields: Mapping[str, object]) -> int:

@@ -30,6 +30,7 @@ from dataclasses import replace
 from typing import ClassVar
 
 from xpupool.probes.base import (
+    MIB_PER_UNIT,
     DeviceInfo,
     DeviceNodes,
     Health,
@@ -66,15 +67,6 @@ _KL_ROW2 = re.compile(
     r"^\|\s*\S+\s+(?P<temp>\S+)\s+\S+\s+(?P<power>\S+)\s*/\s*\S+\s*\|\s*"
     r"(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB\s*\|\s*(?P<util>\S+)"
 )
-_UNITS_MIB = {
-    "b": 1 / 2**20,
-    "kib": 1 / 1024,
-    "kb": 1 / 1024,
-    "mib": 1,
-    "mb": 1,
-    "gib": 1024,
-    "gb": 1024,
-}
 
 
 def parse_xpu_smi(text: str) -> list[DeviceInfo]:
@@ -347,7 +339,7 @@ def _mib(text: str) -> int | None:
     match = re.fullmatch(r"([\d.]+)\s*([A-Za-z]*)", text.strip())
     if match is None:
         return None
-    factor = _UNITS_MIB.get(match[2].lower() or "mib")
+    factor = MIB_PER_UNIT.get(match[2].lower() or "mib")
     return round(float(match[1]) * factor) if factor is not None else None
 
 
