@@ -89,6 +89,13 @@ def test_a_served_model_is_reached_when_ready_and_scales_with_its_load(
     seen = user.get(f"{proxy}/headers").json()
     assert not any(k.lower() == "authorization" for k in seen["headers"]), seen
 
+    # its replicas' logs, each line prefixed with the replica's job name (a name, not an id)
+    logs = subprocess.run(
+        [*CLI, "logs", "chat"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert logs.returncode == 0, logs.stderr
+    assert "[chat-1] " in logs.stdout and "stub listening on" in logs.stdout, logs.stdout
+
     # three slow requests in flight on one replica, target 1 per replica: a second replica
     results: list[int] = []
 

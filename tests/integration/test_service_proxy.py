@@ -113,11 +113,28 @@ def test_a_refused_replica_is_skipped_and_all_refused_is_502(pool: Pool) -> None
     assert "Connection refused" in r.json()["detail"]
 
 
+def _stored(pool: Pool, tenant: str, name: str) -> None:
+    """A service of ``tenant`` in the store (no controller runs here: it gets no replica)."""
+    body = {"name": name, "job": {"command": ["true"]}}
+    r = httpx.post(f"{pool.url}/v1/services", json=body, headers=pool.auth(tenant))
+    assert r.status_code == 201, r.text
+
+
 def test_no_ready_replica_is_503_with_retry_after(pool: Pool) -> None:
+    _stored(pool, "t1", "starting")
     r = httpx.get(pool.proxy("starting", "/v1/models"), headers=pool.auth("t1"))
     assert r.status_code == 503
     assert r.json()["detail"] == "service starting has no ready replica"
     assert int(r.headers["retry-after"]) > 0
+
+
+def test_a_name_the_tenant_has_no_service_of_is_404_not_503(pool: Pool) -> None:
+    """It was 503 "no ready replica" with Retry-After, which clients that retry 503s (OpenAI's
+    do) would retry for ever on a typo."""
+    r = httpx.get(pool.proxy("no-such-service", "/v1/models"), headers=pool.auth("t1"))
+    assert r.status_code == 404, r.text
+    assert r.json()["detail"] == "service no-such-service not found"
+    assert "retry-after" not in r.headers
 
 
 def test_the_backend_never_sees_the_callers_credentials(pool: Pool) -> None:
@@ -205,9 +222,10 @@ def test_tokens_of_no_one_of_another_role_or_of_another_tenant(pool: Pool) -> No
     admin = {"Authorization": f"Bearer {pool.admin}"}
     assert httpx.get(pool.proxy("mine", "/v1/models"), headers=admin).status_code == 403
     # another tenant is answered as for any name it has no service of: nothing says t1 has one
+    _stored(pool, "t1", "mine")
     r = httpx.get(pool.proxy("mine", "/v1/models"), headers=pool.auth("t2"))
     r_none = httpx.get(pool.proxy("nothing-here", "/v1/models"), headers=pool.auth("t2"))
-    assert r.status_code == r_none.status_code == 503
+    assert r.status_code == r_none.status_code == 404
     assert r.json()["detail"].replace("mine", "X") == r_none.json()["detail"].replace(
         "nothing-here", "X"
     )

@@ -5,7 +5,9 @@ upgrade on the same path is passed through (``service_proxy_ws.py``).
 
 Which replica: round robin over the ready ones. A connection refused or reset before the
 replica answered a byte is tried on the next one, each at most once, then answered 502 naming
-the cause; no ready replica: 503 with ``Retry-After``. Who may call: ``service_access.py``; the
+the cause; no ready replica: 503 with ``Retry-After``, but only for a service the caller's tenant
+has (a name it has not is 404: a client that retries 503s, as OpenAI's do, must not retry a
+typo for ever; the store is read only on that path). Who may call: ``service_access.py``; the
 caller's credentials (``Authorization``, the dashboard's cookie, any ``X-Xpupool-*`` header) never
 reach the replica. The replica's own key, if it wants one (an OpenAI-compatible server started
 with ``--api-key``), is sent as ``X-Upstream-Authorization`` and reaches it as
@@ -30,7 +32,7 @@ from contextlib import suppress
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from xpupool.server.client_address import client_address
-from xpupool.server.plane import ControlPlane
+from xpupool.server.plane import ControlPlane, service_rows
 from xpupool.server.service_access import Caller, ServiceTokenCache, caller
 from xpupool.server.service_endpoints import Endpoint
 from xpupool.server.service_traffic import ProxyTraffic
@@ -184,6 +186,18 @@ class ServiceProxy:
             return 404, f"service {name} not found"
         return found
 
+    async def none_ready(self, tenant: str, name: str) -> tuple[int, str]:
+        """The answer when ``tenant``'s ``name`` has no ready endpoint: 503 for a service it
+        has (starting, restarting), 404 for a name it has not; another tenant's service is
+        "not found" alike."""
+        if await asyncio.to_thread(self._stored, tenant, name):
+            return 503, f"service {name} has no ready replica"
+        return 404, f"service {name} not found"
+
+    def _stored(self, tenant: str, name: str) -> bool:
+        with self.plane.db.connect() as conn:
+            return service_rows.get(conn, tenant, name) is not None
+
     def order(self, tenant: str, name: str) -> list[Endpoint]:
         """The ready endpoints, starting at this service's turn."""
         ready = self.plane.service_endpoints.ready(tenant, name)
@@ -209,8 +223,9 @@ class ServiceProxy:
         name: str = scope["path_params"]["name"]
         endpoints = self.order(who.tenant, name)
         if not endpoints:
-            retry = [(b"retry-after", str(RETRY_AFTER_S).encode())]
-            await answer(send, 503, f"service {name} has no ready replica", retry)
+            status, why = await self.none_ready(who.tenant, name)
+            retry = [(b"retry-after", str(RETRY_AFTER_S).encode())] if status == 503 else []
+            await answer(send, status, why, retry)
             return
         started = asyncio.get_running_loop().time()
         status = 499  # the client went away before an answer started

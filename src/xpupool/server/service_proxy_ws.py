@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 TRY_AGAIN = 1013
 FAILED = 1011
+POLICY = 1008  # as a refused caller: the service is not found
 
 
 async def forward_websocket(
@@ -42,7 +43,8 @@ async def forward_websocket(
     name: str = scope["path_params"]["name"]
     endpoints = proxy.order(who.tenant, name)
     if not endpoints:
-        await _refuse(send, TRY_AGAIN, f"service {name} has no ready replica")
+        status, why = await proxy.none_ready(who.tenant, name)
+        await _refuse(send, TRY_AGAIN if status == 503 else POLICY, why)
         return
     passed = [
         (k.decode("latin-1"), v.decode("latin-1"))
