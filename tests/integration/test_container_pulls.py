@@ -329,6 +329,10 @@ def test_a_registry_that_never_answers_fails_the_job_at_the_pull_timeout(
     assert f"ErrImagePull: timed out: {image}" in str(job["reason"]), (job, text)
     assert f"no image after {PULL_TIMEOUT_S} s" in str(job["reason"]), job
     assert time.monotonic() - start < PULL_TIMEOUT_S + 60
+    # while it hung, the pull was in the job's events (the agent's starting report), not only
+    # in its log
+    events = [e["reason"] for e in job["events"]]  # type: ignore[attr-defined]
+    assert f"replica 0: pulling {image}" in events, events
 
 
 def test_a_private_registry_is_pulled_from_with_the_jobs_pull_secret(

@@ -142,7 +142,11 @@ class Agent:
         sent = time.monotonic()  # the lease's clock: CLOCK_MONOTONIC, shared with supervisors
         try:
             body = Heartbeat(
-                node=node.name, metrics=metrics, replicas=reports, volumes=self._volumes(node)
+                node=node.name,
+                metrics=metrics,
+                replicas=reports,
+                starting=node.runner.starting_reports(),
+                volumes=self._volumes(node),
             )
             reply = self.transport.heartbeat(body)
         except NotFound:

@@ -88,7 +88,8 @@ class SupervisorStatus:
     boot (field 22 of /proc/PID/stat), which tells that supervisor from a later process that got
     its pid. ``replica_pid``: the replica's process group leader (0 before it started).
     ``leader_done``: the leader exited, the rest of the group may still be going. ``stop_kind``:
-    why it was stopped ("" when it ended on its own)."""
+    why it was stopped ("" when it ended on its own). ``step``: what a start with a long step
+    before the replica runs is doing (an image's pull), for the job's events."""
 
     supervisor_pid: int
     supervisor_started: int
@@ -100,6 +101,7 @@ class SupervisorStatus:
     stop_kind: StopKind = ""
     limits: str = ""
     leader_done: bool = False
+    step: str = ""
 
     @property
     def final(self) -> bool:

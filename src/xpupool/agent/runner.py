@@ -46,8 +46,11 @@ from xpupool.agent.launch.process import write_log_line
 from xpupool.log_rotation import read_kept
 from xpupool.server.schemas.agent_protocol import (
     FINAL_REPLICA_STATES,
+    MAX_STARTING_REPORTS,
+    MAX_STEP_CHARS,
     ReplicaReport,
     ReplicaState,
+    StartingReport,
     Work,
 )
 
@@ -352,6 +355,20 @@ class Runner:
 
     def reports(self) -> list[ReplicaReport]:
         return [rep.report() for rep in self.replicas.values() if not rep.starting]
+
+    def starting_reports(self) -> list[StartingReport]:
+        """The replicas still being started with the step their supervisor is at (an image's
+        pull), every heartbeat while it lasts: the server records a step once, when it changes."""
+        return [
+            StartingReport(
+                job_id=rep.work.job_id,
+                replica=rep.work.replica,
+                attempt=rep.work.attempt,
+                step=rep.status.step[:MAX_STEP_CHARS],
+            )
+            for rep in self.replicas.values()
+            if rep.starting and rep.status is not None and rep.status.step
+        ][:MAX_STARTING_REPORTS]
 
     @property
     def idle(self) -> bool:

@@ -32,6 +32,7 @@ from xpupool.agent.launch.process import write_log_line
 from xpupool.agent.launch.spec import LaunchError, LaunchStoppedError
 
 POLL_S = 0.05
+STEP_EVERY_S = 2.0  # a start's step (an image's pull) is written at most this often after its first
 LINGER_AFTER_LEASE_S = 10.0  # a finished run's supervisor waits this long past its lease
 
 
@@ -47,6 +48,8 @@ class Supervisor:
         started = rd.process_started(pid)
         self.status = rd.SupervisorStatus(pid, started or 0, attempt)
         self.signalled = False
+        self.step_written = float("-inf")
+        self.step_pending = ""
 
     def write(self, **changes: object) -> None:
         self.status = replace(self.status, **changes)  # type: ignore[arg-type]
@@ -71,7 +74,7 @@ class Supervisor:
             return self.linger()
         try:
             backend = backend_for(f.backend, f.settings)
-            launched = backend.start(f.spec, self._stop_asked)
+            launched = backend.start(f.spec, self._stop_asked, self._step)
         except LaunchStoppedError as exc:
             write_log_line(f.spec.log_path, exc.reason)
             kind = self._stop_kind() or "requested"
@@ -96,8 +99,25 @@ class Supervisor:
 
     def _stop_asked(self) -> bool:
         """For a start with a long step before the replica runs (an image's pull): a stop
-        asked for meanwhile gives the start up instead of waiting for the step's end."""
+        asked for meanwhile gives the start up instead of waiting for the step's end. (Also
+        the moment a step held back by :meth:`_step` is written: the pull calls it often.)"""
+        self._write_step()
         return self._stop_kind() != ""
+
+    def _step(self, text: str) -> None:
+        """What the start is doing (an image's pull), into the status the agent reports from:
+        its first step at once, later ones every :data:`STEP_EVERY_S` at most (a pull of many
+        layers); the last one held back is written by the pull's next stop check."""
+        self.step_pending = text
+        self._write_step()
+
+    def _write_step(self) -> None:
+        text, now = self.step_pending, time.monotonic()
+        if text == self.status.step:
+            return
+        if not self.status.step or now >= self.step_written + STEP_EVERY_S:
+            self.step_written = now
+            self.write(step=text)
 
     def watch(self, backend: Backend, launched: Launched, lease_grace_s: float) -> None:
         """Until nothing of the replica is left: reap its leader, carry out a stop (asked for,

@@ -127,3 +127,47 @@ def test_a_job_cancelled_while_its_image_is_pulled_stops_without_waiting_for_the
     poll_until(lambda: rep.state == "stopped", runner, timeout_s=30)
     report = runner.reports()[0]
     assert "stopped while its image reg/x:1 was pulled" in report.reason, report
+
+
+def test_a_replica_being_pulled_is_reported_with_the_pulls_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 45 part 3: the pull's progress reached the job's events only once the pull ended
+    (the limits line); a replica still starting was not reported at all. Its supervisor now
+    writes the step it is at, and the runner reports it (``StartingReport``) every heartbeat
+    while the replica is starting; never as a replica report, which the server takes as the
+    start. Through a real supervisor process, with an engine on PATH whose pull copies two
+    layers and then hangs."""
+    from agent_work import poll_until, settings, work
+
+    from xpupool.agent.runner import Runner
+
+    engine = tmp_path / "bin" / "podman"
+    engine.parent.mkdir()
+    engine.write_text(
+        '#!/bin/sh\ncase "$1" in image) exit 1;;\n'
+        "pull) echo 'Copying blob sha256:aa'; echo 'Copying blob sha256:bb'; exec sleep 300;;\n"
+        "*) exit 0;; esac\n"
+    )
+    engine.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{engine.parent}:{os.environ['PATH']}")
+    cfg = settings(tmp_path, runtime="podman", pull_timeout_s=600.0)
+    runner = Runner("n1", tmp_path / "agent", settings=cfg)
+    rep = runner.start(work(["true"], image="reg/x:1"))
+    assert rep is not None
+    poll_until(lambda: bool(runner.starting_reports()), runner)
+    first = runner.starting_reports()
+    assert [(s.job_id, s.replica, s.attempt) for s in first] == [
+        (rep.work.job_id, rep.work.replica, rep.work.attempt)
+    ]
+    assert first[0].step.startswith("pulling reg/x:1"), first
+    # the layers copied follow within the supervisor's step period
+    poll_until(
+        lambda: runner.starting_reports()[0].step == "pulling reg/x:1: 2 layers copied",
+        runner,
+        timeout_s=15,
+    )
+    assert runner.reports() == []  # still starting: no replica report
+    runner.stop(rep.work.job_id, rep.work.replica)
+    poll_until(lambda: rep.state == "stopped", runner, timeout_s=30)
+    assert runner.starting_reports() == []

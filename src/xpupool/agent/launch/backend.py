@@ -13,7 +13,15 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from xpupool.agent.launch.logpipe import LogPump
-from xpupool.agent.launch.spec import LaunchError, LaunchSettings, LaunchSpec, StopAsked, never
+from xpupool.agent.launch.spec import (
+    LaunchError,
+    LaunchSettings,
+    LaunchSpec,
+    Step,
+    StopAsked,
+    never,
+    no_step,
+)
 
 
 @dataclass
@@ -48,7 +56,9 @@ class Backend(Protocol):
         """The full argv the process group's leader runs (after the launcher)."""
         ...
 
-    def start(self, spec: LaunchSpec, stop_asked: StopAsked = never) -> Launched:
+    def start(
+        self, spec: LaunchSpec, stop_asked: StopAsked = never, step: Step = no_step
+    ) -> Launched:
         """Start the replica; a back end with a long step before the process runs (an image's
         pull) gives it up with :class:`LaunchStoppedError` once ``stop_asked()`` says so."""
         ...

@@ -33,7 +33,15 @@ from xpupool.agent.env import as_seen_alone
 from xpupool.agent.launch.backend import Launched
 from xpupool.agent.launch.process import ProcessBackend, start_process
 from xpupool.agent.launch.secret_files import with_secret_env
-from xpupool.agent.launch.spec import LaunchError, LaunchSettings, LaunchSpec, StopAsked, never
+from xpupool.agent.launch.spec import (
+    LaunchError,
+    LaunchSettings,
+    LaunchSpec,
+    Step,
+    StopAsked,
+    never,
+    no_step,
+)
 from xpupool.agent.launch.view import view_for
 from xpupool.probes.device_nodes import sandbox_nodes
 
@@ -169,7 +177,9 @@ class BwrapBackend(ProcessBackend):
             raise LaunchError(f"--sandbox bwrap: bwrap is not on PATH; {INSTALL_HINT}")
         return sandbox_argv(spec, self.settings, self._bwrap)
 
-    def start(self, spec: LaunchSpec, stop_asked: StopAsked = never) -> Launched:
+    def start(
+        self, spec: LaunchSpec, stop_asked: StopAsked = never, step: Step = no_step
+    ) -> Launched:
         alone = with_secret_env(replace(spec, env=as_seen_alone(spec.env, spec.devices)))
         view = view_for(alone, self.settings, sandboxed=True)  # its temp dir's tmpfs, if any
         return start_process(alone, self.argv(alone), view=view)

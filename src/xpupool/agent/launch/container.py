@@ -49,7 +49,7 @@ from xpupool.agent.launch.process import (
     write_log_line,
 )
 from xpupool.agent.launch.runtime_config import RuntimeConfig
-from xpupool.agent.launch.spec import LaunchError, LaunchSpec, StopAsked, never
+from xpupool.agent.launch.spec import LaunchError, LaunchSpec, Step, StopAsked, never, no_step
 from xpupool.catalog.image_ref import ImageRefError, parse_image_ref
 from xpupool.probes.container_runtime import ContainerRuntime, RuntimeName
 from xpupool.probes.device_nodes import container_device_args
@@ -236,7 +236,9 @@ class ContainerBackend(ProcessBackend):
         # every option first, then '--': nothing of the job's (image, command) is an option
         return [*argv, "--", spec.image, *spec.argv]
 
-    def start(self, spec: LaunchSpec, stop_asked: StopAsked = never) -> Launched:
+    def start(
+        self, spec: LaunchSpec, stop_asked: StopAsked = never, step: Step = no_step
+    ) -> Launched:
         argv = self.argv(spec)
         path = env_file_path(spec)
         network, runtime = spec.network or self.settings.network, self.runtime.name
@@ -249,6 +251,7 @@ class ContainerBackend(ProcessBackend):
             client_env(),
             spec.pull_auth,
             stop_asked,
+            step,
         )
         write_env_file(path, container_env(spec, network, HOST_NAMES[runtime]))
         if spec.secret_env:

@@ -27,7 +27,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal, get_args
 
-from xpupool.agent.launch.spec import LaunchError, LaunchStoppedError, StopAsked, never
+from xpupool.agent.launch.spec import (
+    LaunchError,
+    LaunchStoppedError,
+    Step,
+    StopAsked,
+    never,
+    no_step,
+)
 from xpupool.server.schemas.agent_protocol import PullPolicy
 
 PULL_POLICIES: tuple[str, ...] = get_args(PullPolicy)
@@ -138,16 +145,19 @@ def pull(
     env: dict[str, str] | None = None,
     authfile: str = "",
     stop_asked: StopAsked = never,
+    step: Step = no_step,
 ) -> str:
     """``<runtime> pull IMAGE`` with each line of its output given to ``log`` as it comes (the
-    engine's progress: ``Copying blob ...``); killed after ``timeout_s``, or as soon as
-    ``stop_asked()`` says the replica is stopped (a cancel must not wait out a long pull:
-    :class:`LaunchStoppedError`). Returns the summary line (``pulled IMAGE in N s, K layers``);
-    raises LaunchError with the classified reason."""
+    engine's progress: ``Copying blob ...``) and the layers copied so far to ``step`` (the job's
+    events); killed after ``timeout_s``, or as soon as ``stop_asked()`` says the replica is
+    stopped (a cancel must not wait out a long pull: :class:`LaunchStoppedError`). Returns the
+    summary line (``pulled IMAGE in N s, K layers``); raises LaunchError with the classified
+    reason."""
     log(
         f"pulling {image} (timeout {timeout_s:g} s)"
         + (", with its pull secret" if authfile else "")
     )
+    step(f"pulling {image}")
     options, env = auth_args(base, authfile, env)
     start = time.monotonic()
     try:
@@ -172,6 +182,7 @@ def pull(
                 continue
             if line.startswith("Copying blob"):
                 layers[0] += 1
+                step(f"pulling {image}: {layers[0]} layers copied")
             kept.append(line)
             del kept[:-STDERR_KEPT]
             log(line)
@@ -211,6 +222,7 @@ def ensure_image(
     env: dict[str, str] | None = None,
     authfile: str = "",
     stop_asked: StopAsked = never,
+    step: Step = no_step,
 ) -> str:
     """The image on this host under ``policy``; returns what was done, for the job's events
     (``image present``, or :func:`pull`'s summary). Raises LaunchError (the attempt's reason)."""
@@ -222,4 +234,4 @@ def ensure_image(
         reason = f"ErrImageNeverPull: image not present: {image} (pull policy never)"
         log(reason)
         raise LaunchError(reason)
-    return pull(base, image, timeout_s, log, env, authfile, stop_asked)
+    return pull(base, image, timeout_s, log, env, authfile, stop_asked, step)

@@ -11,7 +11,15 @@ from __future__ import annotations
 from xpupool.agent.launch.backend import Launched
 from xpupool.agent.launch.process import ProcessBackend, start_process
 from xpupool.agent.launch.secret_files import with_secret_env
-from xpupool.agent.launch.spec import LaunchError, LaunchSettings, LaunchSpec, StopAsked, never
+from xpupool.agent.launch.spec import (
+    LaunchError,
+    LaunchSettings,
+    LaunchSpec,
+    Step,
+    StopAsked,
+    never,
+    no_step,
+)
 from xpupool.agent.launch.view import view_for
 
 
@@ -28,6 +36,8 @@ class HostBackend(ProcessBackend):
             raise LaunchError("no command to run (and no image)")
         return list(spec.argv)
 
-    def start(self, spec: LaunchSpec, stop_asked: StopAsked = never) -> Launched:
+    def start(
+        self, spec: LaunchSpec, stop_asked: StopAsked = never, step: Step = no_step
+    ) -> Launched:
         view = view_for(spec, self.settings, sandboxed=False)
         return start_process(with_secret_env(spec), self.argv(spec), view=view)

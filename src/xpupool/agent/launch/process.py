@@ -33,7 +33,15 @@ from pathlib import Path
 from xpupool.agent.launch import cgroups
 from xpupool.agent.launch.backend import Launched
 from xpupool.agent.launch.logpipe import LogPump, open_log
-from xpupool.agent.launch.spec import LaunchError, LaunchSettings, LaunchSpec, StopAsked, never
+from xpupool.agent.launch.spec import (
+    LaunchError,
+    LaunchSettings,
+    LaunchSpec,
+    Step,
+    StopAsked,
+    never,
+    no_step,
+)
 from xpupool.agent.launch.view import View
 from xpupool.agent.launch.workdir import make_workdir, remove_workdir
 
@@ -304,7 +312,9 @@ class ProcessBackend:
     def argv(self, spec: LaunchSpec) -> list[str]:
         raise NotImplementedError
 
-    def start(self, spec: LaunchSpec, stop_asked: StopAsked = never) -> Launched:
+    def start(
+        self, spec: LaunchSpec, stop_asked: StopAsked = never, step: Step = no_step
+    ) -> Launched:
         return start_process(spec, self.argv(spec))
 
     def signal(self, launched: Launched, sig: int) -> None:

@@ -52,6 +52,16 @@ def never() -> bool:
     return False
 
 
+Step = Callable[[str], None]
+"""What a start with a long step before the replica runs is doing now (``pulling IMAGE: 3 layers
+copied``): the supervisor writes it into its status, and the agent reports it to the server, which
+records it in the job's events (issue 45: a pull a user can follow)."""
+
+
+def no_step(text: str) -> None:
+    """The :data:`Step` of a start nobody follows (a caller without a supervisor)."""
+
+
 def default_job_root() -> Path:
     """Where replicas' working directories go unless configured: a system directory for a root
     agent, one per user under the system temp dir otherwise. Never inside the data dir."""

@@ -119,6 +119,9 @@ class HeldJob:
     limits: dict[int, str] = field(default_factory=dict)  # {replica: enforcement, recorded}
     ports: dict[int, list[int]] = field(default_factory=dict)  # {replica: its agent's ports}
     failures: dict[int, str] = field(default_factory=dict)  # {replica: the agent's reason}
+    # {replica: (attempt, step, the plane's clock)}: the last start step recorded in its events
+    # (an image's pull)
+    steps: dict[int, tuple[int | None, str, float]] = field(default_factory=dict)
 
     @property
     def may_run(self) -> bool:

@@ -27,6 +27,10 @@ from xpupool.server.schemas.nodes import MAX_TAINTS, Node
 from xpupool.server.schemas.nodes import TaintIn as TaintIn  # re-exported: the agent builds them
 
 MAX_REPLICA_PORTS = 16  # an agent gives a replica one port today (agent/launch/ports.py)
+MAX_STARTING_REPORTS = 256  # replicas a node is starting at once, at most, in one heartbeat
+MAX_STEP_CHARS = (
+    1024  # a start's step: an image reference (500 at most) and a few words; the agent clips
+)
 Port = Annotated[StrictInt, Field(ge=1, le=65535)]  # a number, never "29500"
 PullPolicy = Literal["if-not-present", "always", "never"]
 """When the agent pulls a job's image (Kubernetes' imagePullPolicy; agent/launch/container_pull.py):
@@ -235,6 +239,18 @@ class ReplicaReport(Lenient):
     )
 
 
+class StartingReport(LenientIn):
+    """A replica the agent was given whose process has not started yet, and the step it is at
+    (``pulling IMAGE: 3 layers copied``): recorded in the job's events when it changes, so a
+    user can follow a long image pull (issue 45). Not a :class:`ReplicaReport`: the server takes
+    a replica's first report as its start."""
+
+    job_id: int
+    replica: int = Field(ge=0)
+    attempt: int | None = Field(default=None, ge=1)
+    step: str = Field(min_length=1, max_length=MAX_STEP_CHARS)
+
+
 class VolumeUsageReport(LenientIn):
     """What one volume directory holds on the node (agent/volume_usage.py): a per-tenant
     volume's tenant directory, or a shared volume's whole."""
@@ -253,6 +269,12 @@ class Heartbeat(LenientIn):
         description="One per registered device at most; a UUID the node did not register is 422.",
     )
     replicas: list[ReplicaReport] = Field(default_factory=list)
+    starting: list[StartingReport] = Field(
+        default_factory=list,
+        max_length=MAX_STARTING_REPORTS,
+        description="Replicas given and not started yet, with what the agent is doing for them"
+        " (an image's pull); absent from an older agent.",
+    )
     volumes: list[VolumeUsageReport] | None = Field(
         default=None,
         max_length=64,

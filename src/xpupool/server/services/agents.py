@@ -26,6 +26,7 @@ from xpupool.server.schemas.agent_protocol import (
     ReplicaReport,
     ReplicaState,
     SecretGrant,
+    StartingReport,
     Work,
 )
 from xpupool.server.schemas.jobs import JobPhase, StopCause
@@ -37,6 +38,8 @@ from xpupool.server.services.replica_env import distributed_env, node_address, p
 from xpupool.server.sites.agent_pool import agent_pool
 from xpupool.server.storage.jobs import jobs as t_jobs
 from xpupool.server.storage.tenants import queues as t_queues
+
+STEP_EVENT_EVERY_S = 15.0  # a replica's changing start step (a pull's layers) in its events
 
 
 def heartbeat(plane: ControlPlane, body: Heartbeat, who: Principal | None = None) -> HeartbeatReply:
@@ -64,6 +67,9 @@ def heartbeat(plane: ControlPlane, body: Heartbeat, who: Principal | None = None
             else:
                 strangers.add((report.job_id, report.replica))
                 plane.audit.report_ignored(conn, who, body.node, report.job_id, report.replica)
+        for starting in body.starting:
+            if _holds(plane, body.node, starting):
+                _step(plane, conn, starting, now)
         reported = {(r.job_id, r.replica) for r in body.replicas}
         reply = _reply(plane, conn, body.node, reported)
         # a process the server no longer gives this node (released while the agent started it,
@@ -111,7 +117,7 @@ def _check_metrics(rec: NodeRecord, body: Heartbeat) -> None:
             )
 
 
-def _holds(plane: ControlPlane, node: str, r: ReplicaReport) -> bool:
+def _holds(plane: ControlPlane, node: str, r: ReplicaReport | StartingReport) -> bool:
     """True if ``node`` holds the replica ``r`` reports on. A report for one it does not hold is
     stale (released while the agent ran it, from before a restart, or of an earlier attempt than
     the job's current one) or forged: it is ignored and recorded, rather than failing the
@@ -187,6 +193,19 @@ def _limits(plane: ControlPlane, conn: Connection, job: HeldJob, r: ReplicaRepor
     if r.limits and job.limits.get(r.replica) != r.limits:
         job.limits[r.replica] = r.limits
         plane.apply(conn, job.id, lc.Note(f"replica {r.replica}: {r.limits}", sets_reason=False))
+
+
+def _step(plane: ControlPlane, conn: Connection, r: StartingReport, now: float) -> None:
+    """A replica's start step (an image's pull: ``pulling IMAGE: 3 layers copied``) in the job's
+    events: the first at once, a changed one at most every :data:`STEP_EVENT_EVERY_S`, so that a
+    long pull is followed without flooding the events (the agent sends it every heartbeat)."""
+    job = plane.held_jobs[r.job_id]
+    last = job.steps.get(r.replica)
+    same_run = last is not None and last[0] == r.attempt
+    if same_run and last is not None and (last[1] == r.step or now < last[2] + STEP_EVENT_EVERY_S):
+        return
+    job.steps[r.replica] = (r.attempt, r.step, now)
+    plane.apply(conn, job.id, lc.Note(f"replica {r.replica}: {r.step}", sets_reason=False))
 
 
 def _failure(job: HeldJob, replica: int, code: int | None = None) -> str:
