@@ -114,3 +114,26 @@ def test_a_host_service_is_ready_restarted_rolled_and_deleted(
     assert "service web deleted" in cli(env, "service", "delete", "web")
     assert user.get("/v1/services/web").status_code == 404
     until(lambda: user.get(f"/v1/jobs/{last}").json()["state"] == "cancelled", "replica stopped")
+
+
+def test_serve_wait_shows_the_service_once_ready_and_a_timeout_names_its_state(
+    up: tuple[ServerProc, httpx.Client, dict[str, str]],
+) -> None:
+    """Issue 47: ``--wait`` was ignored for a service (``submit --model M --task serve --wait``
+    answered at once with a pending service); ``serve --wait`` now returns once the service is
+    ready, and a service that never gets ready fails the wait naming ``--timeout`` and its
+    state, the service left running."""
+    _, user, env = up
+    made = cli(env, "serve", "--name", "waited", "--wait", "--timeout", "60", "-o", "json",
+               "--", *REPLICA_COMMAND)  # fmt: skip
+    assert made["state"] == "ready" and made["ready"] == 1, made
+    never = [JOB_PYTHON, "-c", "import time; time.sleep(600)"]  # never answers its probe
+    done = subprocess.run(
+        [*CLI, "serve", "--name", "never", "--wait", "--timeout", "3", "--", *never],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode != 0, done.stdout
+    assert "--timeout" in done.stderr and "service never still" in done.stderr, done.stderr
+    assert user.get("/v1/services/never").status_code == 200  # not deleted by the wait
+    for name in ("waited", "never"):
+        assert user.delete(f"/v1/services/{name}").status_code in (200, 204)

@@ -165,7 +165,11 @@ def wait_for(client: Client, job: JobView, until: str, timeout_s: float) -> JobV
 @click.option(
     "--max-runtime", metavar="DURATION", help="stop and fail a run longer than this (90s, 2h, ...)"
 )
-@click.option("--wait", is_flag=True, help="wait until the job is scheduled (or --until finished)")
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="wait until the job is scheduled (or --until finished); a served model: until ready",
+)
 @click.option(
     "--until",
     type=click.Choice(["scheduled", "finished"]),
@@ -270,7 +274,7 @@ def submit(
         kept = body.model_copy(update={"name": "", "tenant": None})
         kept.model_fields_set.difference_update({"name", "tenant"})
         named = service_body(name or model, kept, None, None, None, None, None, tenant)
-        create_and_show(url, token, named, output)
+        create_and_show(url, token, named, output, timeout if wait else None)
         return
     with make_client(url, token) as client:
         job = client.submit(body)

@@ -4,6 +4,7 @@ behind one endpoint (docs/services.md)."""
 from __future__ import annotations
 
 import re
+import time
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -21,13 +22,14 @@ from xpupool.client._cli_common import (
 )
 from xpupool.client._render import ago, state_text
 from xpupool.client._times import duration_s
-from xpupool.client.cli_jobs import _SubmitCommand, build_job
+from xpupool.client.cli_jobs import WAIT_POLL_S, _SubmitCommand, build_job
 from xpupool.client.cli_models import intent, model_options
 from xpupool.client.cli_service_tokens import token
 from xpupool.model.errors import RequestError
 from xpupool.model.job_text import env_pair
 
 if TYPE_CHECKING:
+    from xpupool.client import Client
     from xpupool.server.schemas.jobs import JobIn
     from xpupool.server.schemas.services import Service, ServiceIn
 
@@ -91,13 +93,42 @@ def service_body(
         raise request_error(exc) from None
 
 
-def create_and_show(url: str | None, token: str | None, body: ServiceIn, output: str) -> None:
+def create_and_show(
+    url: str | None,
+    token: str | None,
+    body: ServiceIn,
+    output: str,
+    wait_s: float | None = None,
+) -> None:
+    """Create the service and show it; with ``wait_s``, show it once it is ready (a service
+    never finishes: ready is what a wait can mean), or fail naming ``--timeout`` after that
+    long, the service left as it is."""
     with make_client(url, token) as client:
         found = client.create_service(body)
-    if output == "json":
+        if output == "table":
+            click.echo(f"service {found.name} created: {found.url} ({found.state.value})")
+        if wait_s is not None:
+            found = wait_ready(client, found, wait_s)
+    if output == "json" or wait_s is not None:
         emit(output, found, lambda: detail(found))
-    else:
-        click.echo(f"service {found.name} created: {found.url} ({found.state.value})")
+
+
+def wait_ready(client: Client, found: Service, timeout_s: float) -> Service:
+    """Poll until the service is ready. Raises ``RequestError`` on timeout with its state and
+    reason (a replica that keeps failing leaves it ``restarting``: the reason says why)."""
+    from xpupool.server.schemas.services import ServiceState
+
+    deadline = time.monotonic() + timeout_s
+    while found.state is not ServiceState.READY:
+        if time.monotonic() > deadline:
+            raise RequestError(
+                "--timeout",
+                timeout_s,
+                f"service {found.name} still {found.state.value}: {found.reason}",
+            )
+        time.sleep(WAIT_POLL_S)
+        found = client.service(found.name, found.tenant)
+    return found
 
 
 @click.command(cls=_SubmitCommand, epilog=CONNECTION_HELP)
@@ -119,6 +150,8 @@ def create_and_show(url: str | None, token: str | None, body: ServiceIn, output:
 @click.option("--model", "model", help="serve a catalog model: the server picks cards and image")
 @model_options
 @click.option("--model-path", help="with --model: weights path for the runtime [default: hub id]")
+@click.option("--wait", is_flag=True, help="wait until the service is ready, then show it")
+@click.option("--timeout", default=600.0, show_default=True, help="--wait limit, seconds")
 @connection_options
 @output_option
 @click.pass_context
@@ -142,6 +175,8 @@ def serve(
     concurrency: int,
     method: str | None,
     model_path: str | None,
+    wait: bool,
+    timeout: float,
     url: str | None,
     token: str | None,
     output: str,
@@ -171,7 +206,7 @@ def serve(
         window,
         tenant,
     )
-    create_and_show(url, token, body, output)
+    create_and_show(url, token, body, output, timeout if wait else None)
 
 
 @click.command(epilog=CONNECTION_HELP)
