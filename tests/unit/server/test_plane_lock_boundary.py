@@ -31,11 +31,10 @@ STILL_TAKEN: dict[tuple[str, str], int] = {
     # a token's first use binds it around fleet.register and agents.heartbeat (above), as one step
     ("server/services/node_identity.py", "locked"): 2,
     ("server/services/node_identity.py", "write"): 1,
-    # store transactions over queues and job rows that change few or no books (the tenants' and
-    # tokens' are the plane's own: server/plane/tenant_store.py)
-    ("server/services/tenants.py", "write"): 1,
-    ("server/services/jobs.py", "write"): 2,
-    ("server/services/job_limits.py", "write"): 2,
+    # the submission's checks that read the store and its insert, as one step; the start's
+    # settling of stored jobs an older release left unrunnable (the tenants', tokens' and
+    # queues' writes are the plane's own: server/plane/tenant_store.py; stops: control.py)
+    ("server/services/jobs.py", "write"): 1,
     ("server/services/stored_jobs.py", "write"): 1,
 }
 """(file under src/xpupool, or bench/..., and ``locked`` or ``write``) -> how many times it may

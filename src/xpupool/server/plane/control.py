@@ -686,12 +686,32 @@ class ControlPlane(NodeBook, TenancyBooks, TenantStore, PlaneReads):
         self.next_job_id = job_id + 1
         return job_id
 
-    def forget_jobs(self, conn: Connection, job_ids: list[int]) -> None:
-        """Delete finished jobs ``job_ids`` (rows and events) in ``conn``'s transaction; the
-        pool's first job id moves above every id handed out, so that no id (nor its log
-        directory) is ever handed out again, even when the newest jobs are the ones deleted."""
-        assert not any(i in self._held or i in self._pending for i in job_ids), "not finished"
-        store.delete_jobs(conn, job_ids, self.next_job_id)
+    def stop_job(self, job_id: int, stop: lc.Stop) -> None:
+        """Apply ``stop`` to job ``job_id`` as one step; :class:`lc.IllegalTransition` (409)
+        when the job cannot be stopped now (it ended meanwhile)."""
+        with self.write() as conn:
+            self.apply(conn, job_id, stop)
+
+    def stop_jobs(self, stops: list[tuple[int, lc.Stop]]) -> list[int]:
+        """Apply each (job, stop) in one transaction; returns the jobs stopped. A job that
+        ended, or began stopping, between the caller's look and the lock is left as it is."""
+        done = []
+        with self.write() as conn:
+            for job_id, stop in stops:
+                try:
+                    self.apply(conn, job_id, stop)
+                except lc.IllegalTransition:
+                    continue
+                done.append(job_id)
+        return done
+
+    def forget_jobs(self, job_ids: list[int]) -> None:
+        """Delete finished jobs ``job_ids`` (rows and events) in one transaction; the pool's
+        first job id moves above every id handed out, so that no id (nor its log directory) is
+        ever handed out again, even when the newest jobs are the ones deleted."""
+        with self.write() as conn:
+            assert not any(i in self._held or i in self._pending for i in job_ids), "not finished"
+            store.delete_jobs(conn, job_ids, self.next_job_id)
 
     def log_path(self, job_id: int, replica: int) -> Path:
         return self.logs.path(job_id, replica)

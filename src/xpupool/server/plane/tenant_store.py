@@ -36,6 +36,7 @@ class TenantStore:
         def forget_principals(self, *digests: str) -> None: ...
         def set_tenant_indices(self, indices: dict[str, int]) -> None: ...
         def put_queue(self, name: str, spec: QueueSpec) -> None: ...
+        def set_queue_profile(self, name: str, profile: str | None) -> None: ...
         def rebuild_admission(self) -> None: ...
         @property
         def queue_specs(self) -> Mapping[str, QueueSpec]: ...
@@ -128,6 +129,35 @@ class TenantStore:
             ).rowcount
             self.forget_principals()
         return bool(done)
+
+    def store_queue(
+        self,
+        name: str,
+        values: dict[str, Any],
+        spec: Callable[[float], QueueSpec],
+        then: Callable[[Connection], object],
+    ) -> None:
+        """Create or replace queue ``name`` with row ``values`` (its ``tenant`` among them) and
+        serve it: ``spec(weight)`` with its tenant's weight, its profile, admission rebuilt, and
+        ``then(conn)`` in the same step (what waits in it under a lowered cap). :class:`NotFound`
+        when the tenant does not exist, :class:`Conflict` when another tenant has the name."""
+        tenant = values["tenant"]
+        with self.write() as conn:
+            row = conn.execute(select(t_tenants).where(t_tenants.c.name == tenant)).first()
+            if row is None:
+                raise NotFound("tenant", tenant)
+            existing = conn.execute(select(t_queues).where(t_queues.c.name == name)).first()
+            if existing is not None and existing.tenant != tenant:
+                raise Conflict(f"queue {name!r} belongs to tenant {existing.tenant!r}")
+            if existing is None:
+                conn.execute(insert(t_queues).values(name=name, created_at=self.clock(), **values))
+            else:
+                conn.execute(update(t_queues).where(t_queues.c.name == name).values(**values))
+            self.forget_grants()
+            self.put_queue(name, spec(row.weight))
+            self.set_queue_profile(name, values.get("profile"))
+            self.rebuild_admission()
+            then(conn)
 
 
 def tenant_exists(conn: Connection, name: str) -> bool:

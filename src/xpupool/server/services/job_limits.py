@@ -79,16 +79,14 @@ def stop_overdue(plane: ControlPlane) -> list[int]:
     overdue = plane.runs_past_limit()
     if not overdue:
         return []
-    stopped = []
-    with plane.write() as conn:
-        for job_id, limit_s in overdue:
-            reason = f"ran longer than its max_runtime_s ({limit_s:g} s)"
-            try:
-                plane.apply(conn, job_id, lc.Stop(StopCause.MAX_RUNTIME, reason))
-            except lc.IllegalTransition:
-                continue  # it ended between the look and the lock
-            stopped.append(job_id)
-            log.warning("job %d: %s", job_id, reason)
+    reasons = {
+        job_id: f"ran longer than its max_runtime_s ({limit_s:g} s)" for job_id, limit_s in overdue
+    }
+    stopped = plane.stop_jobs(
+        [(job_id, lc.Stop(StopCause.MAX_RUNTIME, reason)) for job_id, reason in reasons.items()]
+    )
+    for job_id in stopped:
+        log.warning("job %d: %s", job_id, reasons[job_id])
     return stopped
 
 
@@ -143,8 +141,7 @@ class FinishedSweep:
                 if tenants != []:
                     ids += _beyond_count(conn, keep.jobs, ids, aged, tenants)
         if ids:
-            with plane.write() as conn:
-                plane.forget_jobs(conn, ids)
+            plane.forget_jobs(ids)
             for job_id in ids:  # after the commit: a crash before this leaves files no row names
                 plane.logs.forget(job_id)
             log.info("retention: %d finished jobs forgotten (%s..%s)", len(ids), min(ids), max(ids))

@@ -402,12 +402,12 @@ def cancel(plane: ControlPlane, me: Principal, job_id: int) -> Job:
     their agent first and cancelled when their processes are gone (their devices stay held).
     The stop is stored before the answer: a server that crashes meanwhile stops the job when it
     is back, and never runs it again."""
-    with plane.write() as conn:
+    with plane.db.connect() as conn:  # whose it is never changes; a final state stays final
         row = _row(conn, me, job_id)
-        phase = JobPhase(row["state"])
-        if phase in FINAL_STATES:
-            raise Conflict(f"job {job_id} is already {phase.value}")
-        plane.apply(conn, job_id, lc.Stop(StopCause.CANCELLED, "cancelled by user"))
+    phase = JobPhase(row["state"])
+    if phase in FINAL_STATES:
+        raise Conflict(f"job {job_id} is already {phase.value}")
+    plane.stop_job(job_id, lc.Stop(StopCause.CANCELLED, "cancelled by user"))
     return get(plane, me, job_id)
 
 

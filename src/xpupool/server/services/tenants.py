@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import select
 
 from xpupool.engine.profile import known_profile
 from xpupool.model.errors import Conflict, NotFound, RequestError
@@ -153,35 +153,23 @@ def put_queue(plane: ControlPlane, body: QueueIn) -> Queue:
     quotas = [q.model_dump(mode="json") for q in body.quotas]
     if body.profile is not None:
         known_profile(plane.profiles, body.profile, "profile")
-    with plane.write() as conn:
-        tenant = conn.execute(select(t_tenants).where(t_tenants.c.name == body.tenant)).first()
-        if tenant is None:
-            raise NotFound("tenant", body.tenant)
-        existing = conn.execute(select(t_queues).where(t_queues.c.name == body.name)).first()
-        if existing is not None and existing.tenant != body.tenant:
-            raise Conflict(f"queue {body.name!r} belongs to tenant {existing.tenant!r}")
-        values = {
-            "tenant": body.tenant,
-            "cohort": body.cohort,
-            "quotas": quotas,
-            "max_priority": body.max_priority,
-            "preemption": body.preemption.value,
-            "unlisted_flavors": body.unlisted_flavors.value,
-            "allow_unfittable": int(body.allow_unfittable),
-            "profile": body.profile,
-            "network": body.network,
-        }
-        if existing is None:
-            conn.execute(
-                insert(t_queues).values(name=body.name, created_at=plane.clock(), **values)
-            )
-        else:
-            conn.execute(update(t_queues).where(t_queues.c.name == body.name).values(**values))
-        plane.forget_grants()
-        plane.put_queue(body.name, queue_spec_of(body, tenant.weight))
-        plane.set_queue_profile(body.name, body.profile)
-        plane.rebuild_admission()
-        grants.cap_queued(plane, conn, body.name)  # a lowered cap applies to what waits too
+    values = {
+        "tenant": body.tenant,
+        "cohort": body.cohort,
+        "quotas": quotas,
+        "max_priority": body.max_priority,
+        "preemption": body.preemption.value,
+        "unlisted_flavors": body.unlisted_flavors.value,
+        "allow_unfittable": int(body.allow_unfittable),
+        "profile": body.profile,
+        "network": body.network,
+    }
+    plane.store_queue(
+        body.name,
+        values,
+        lambda weight: queue_spec_of(body, weight),
+        lambda conn: grants.cap_queued(plane, conn, body.name),  # a lowered cap: what waits too
+    )
     return get_queue(plane, body.name, None)
 
 
