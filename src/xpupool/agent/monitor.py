@@ -13,6 +13,10 @@ Each reading says whether a card is healthy and why not (``health_cause``, its k
 ``probes/health_causes.py``). A cause whose kind the operator lists as a warning (the agent's
 ``--health-warning``) is reported with the card healthy: the server shows and counts it, and
 leaves the card and its jobs alone.
+
+A per-process row is charged to a card only when its process holds that card's device node open
+(``agent/card_holders.py``): vendor tools print process names raw, so a job can forge a row; a
+row that fails is dropped from the reading and logged (at most once a minute per card and PID).
 """
 
 from __future__ import annotations
@@ -20,11 +24,15 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from xpupool.agent.card_holders import SYS_DRM, card_nodes, held_nodes
 from xpupool.agent.share_watch import ShareWatch
 from xpupool.probes.base import DeviceInfo, Health, Probe, ProbeError
+from xpupool.probes.device_nodes import DEV
 from xpupool.probes.health_causes import is_warning
 from xpupool.probes.host import discover_host
 from xpupool.server.schemas.agent_protocol import DeviceMetrics, Work
@@ -35,6 +43,7 @@ ProcessMemory = Mapping[str, Mapping[int, int]]  # {uuid: {pid: MiB}}
 _FIELDS = ("memory_used_mib", "utilization_pct", "power_w", "temperature_c", "healthy")
 # a replica's cgroup is named by its run id (agent/launch/spec.py run_id): node-job-replica-alloc-hex
 _RUN_CGROUP = re.compile(r"^(?P<node>.+)-(?P<job>\d+)-(?P<replica>\d+)-\d+-[0-9a-f]{8}$")
+UNPROVEN_LOG_S = 60.0  # a row that fails the device-node check is logged at most this often
 
 
 def proc_cgroup(pid: int) -> str:
@@ -92,13 +101,18 @@ class Monitor:
         warnings: frozenset[str] = frozenset(),
         shares: ShareWatch | None = None,
         cgroup_of: Callable[[int], str] = proc_cgroup,
+        dev_root: Path = DEV,
+        sys_drm: Path = SYS_DRM,
     ) -> None:
         self.probes = list(probes)
+        self.dev_root = dev_root  # where the cards' nodes are (a test: stand-ins)
+        self.sys_drm = sys_drm  # where a render node's PCI bus id is read
         self.pgid_of = pgid_of
         self.cgroup_of = cgroup_of
         self.shares = shares  # None: over-share replicas are flagged, never stopped
         self.warnings = warnings  # health causes kept as warnings (--health-warning)
         self._logged: set[str] = set()
+        self._unproven: dict[tuple[str, int], float] = {}  # (card, pid) -> last logged
 
     def _once(self, key: str, level: int, message: str, *args: object) -> None:
         if key not in self._logged:
@@ -149,7 +163,49 @@ class Monitor:
             for uuid, per_pid in usage.items():
                 merged.setdefault(uuid, {}).update(per_pid)
             reading.process_memory = merged
+        if reading.process_memory is not None:
+            reading.process_memory = self._proven(found.devices, reading.process_memory)
         return reading
+
+    def _proven(
+        self, devices: Sequence[DeviceInfo], usage: Mapping[str, Mapping[int, int]]
+    ) -> dict[str, dict[int, int]]:
+        """``usage`` without the rows whose process does not hold its card's node open."""
+        nodes = card_nodes(devices, self.dev_root, self.sys_drm)
+        held: dict[int, frozenset[int] | None] = {}
+        out: dict[str, dict[int, int]] = {}
+        now = time.monotonic()
+        for uuid, per_pid in usage.items():
+            rdevs = nodes.get(uuid)
+            if rdevs is None:  # no per-card node known for its vendor, or a card not listed
+                self._once(
+                    f"nodes {uuid}",
+                    logging.WARNING,
+                    "%s: no device node of its own is known, so its per-process rows are "
+                    "charged as the vendor tool prints them (a process name can forge one)",
+                    uuid,
+                )
+                out[uuid] = dict(per_pid)
+                continue
+            out[uuid] = {}
+            for pid, mib in per_pid.items():
+                if pid not in held:
+                    held[pid] = held_nodes(pid)
+                holds = held[pid]
+                if holds is not None and rdevs & holds:
+                    out[uuid][pid] = mib
+                elif now - self._unproven.get((uuid, pid), -UNPROVEN_LOG_S) >= UNPROVEN_LOG_S:
+                    self._unproven[(uuid, pid)] = now
+                    log.warning(
+                        "%s: ignored the vendor tool's row of process %d (%d MiB): it does not "
+                        "hold the card's device node open (a forged row, or a process gone)",
+                        uuid,
+                        pid,
+                        mib,
+                    )
+        for key in [k for k, at in self._unproven.items() if now - at >= UNPROVEN_LOG_S]:
+            del self._unproven[key]
+        return out
 
     def replica_usage(
         self,

@@ -1,0 +1,107 @@
+"""Which processes a vendor tool's row may charge to a card: those holding the card's node open.
+
+Vendor tools print each process's name as the process set it, raw; a name with a newline in it
+can end its own row early and print a row of its choosing after it, naming any PID, any card and
+any figure. The share watch stops replicas on these rows, so a row is charged only when the
+process it names holds the card's own device node open (an entry of ``/proc/PID/fd`` whose
+``st_rdev`` is the node's): a forged row can then charge only a process that really uses that
+card. A row that fails is ignored and logged, never acted on.
+
+The node of a card is the per-card part of its vendor's node list (``probes/device_nodes.py``:
+the nodes of that one card less the control nodes every card shares, such as ``/dev/nvidiactl``
+or ``/dev/kfd``). A DRM render node (AMD, Hygon, Intel, Moore Threads, MetaX) is found by the
+card's PCI bus id through ``/sys/class/drm/renderD*/device`` where the card's UUID carries one,
+else by the index rule of :func:`xpupool.probes.base.render_node`. A vendor without a per-card
+node keeps the rule without proof (the rows are charged as printed), with a warning.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from xpupool.probes.base import DeviceInfo
+from xpupool.probes.device_nodes import DEV, DEVICE_NODES
+
+SYS_DRM = Path("/sys/class/drm")
+_BUS_ID = re.compile(r"([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])")
+
+# {uuid: the st_rdev of the card's own nodes}; None: its vendor has no per-card node
+CardNodes = Mapping[str, frozenset[int] | None]
+
+
+def per_card_names(vendor: str, index: int) -> tuple[str, ...] | None:
+    """The names under /dev that only card ``index`` of ``vendor`` has; None: none known."""
+    make = DEVICE_NODES.get(vendor)
+    if make is None:
+        return None
+    shared = {*make([]).required, *make([]).optional}
+    own = make([index])
+    names = tuple(n for n in (*own.required, *own.optional) if n not in shared)
+    return names or None
+
+
+def render_node_by_bus(bus_id: str, sys_drm: Path = SYS_DRM) -> str | None:
+    """``dri/renderD<N>`` of the card at PCI ``bus_id`` (``0000:c1:00.0``), read from sysfs:
+    each ``renderD*`` entry's ``device`` link ends in its card's bus id. None: not found."""
+    try:
+        entries = sorted(p for p in sys_drm.iterdir() if p.name.startswith("renderD"))
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            target = os.path.realpath(entry / "device")
+        except OSError:
+            continue
+        if os.path.basename(target).lower() == bus_id.lower():
+            return f"dri/{entry.name}"
+    return None
+
+
+def card_nodes(
+    devices: Iterable[DeviceInfo], root: Path = DEV, sys_drm: Path = SYS_DRM
+) -> dict[str, frozenset[int] | None]:
+    """Each card's own nodes as ``st_rdev`` numbers: ``{uuid: rdevs}``, an empty set where none
+    exists under ``root`` (no process can prove it holds the card), None where its vendor has
+    no per-card node."""
+    out: dict[str, frozenset[int] | None] = {}
+    for d in devices:
+        names = per_card_names(d.vendor, d.index)
+        if names is None:
+            out[d.uuid] = None
+            continue
+        bus = _BUS_ID.search(d.uuid)
+        rdevs: set[int] = set()
+        for name in names:
+            if name.startswith("dri/renderD") and bus is not None:
+                name = render_node_by_bus(bus.group(1), sys_drm) or name
+            try:
+                st = os.stat(root / name)
+            except OSError:
+                continue
+            if stat.S_ISCHR(st.st_mode):
+                rdevs.add(st.st_rdev)
+        out[d.uuid] = frozenset(rdevs)
+    return out
+
+
+def held_nodes(pid: int, proc: Path = Path("/proc")) -> frozenset[int] | None:
+    """The ``st_rdev`` of every character device ``pid`` holds open; None: its descriptors
+    cannot be read (gone, another user's without root)."""
+    fd_dir = proc / str(pid) / "fd"
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return None
+    held: set[int] = set()
+    for name in names:
+        try:
+            st = os.stat(fd_dir / name)  # follows the link: the open file itself
+        except OSError:
+            continue  # closed since the listing
+        if stat.S_ISCHR(st.st_mode):
+            held.add(st.st_rdev)
+    return frozenset(held)
