@@ -112,7 +112,7 @@ class Monitor:
         self.shares = shares  # None: over-share replicas are flagged, never stopped
         self.warnings = warnings  # health causes kept as warnings (--health-warning)
         self._logged: set[str] = set()
-        self._unproven: dict[tuple[str, int], float] = {}  # (card, pid) -> last logged
+        self._said: dict[str, float] = {}  # what _every said last, when (monotonic)
 
     def _once(self, key: str, level: int, message: str, *args: object) -> None:
         if key not in self._logged:
@@ -159,6 +159,13 @@ class Monitor:
             except Exception as exc:
                 self._once(f"procs {probe.vendor}", logging.INFO, "per-process memory: %s", exc)
                 continue
+            for why in getattr(probe, "rows_skipped", ()) or ():
+                self._every(
+                    f"row {probe.vendor} {why}",
+                    "%s: a process row was left out, the others count: %s",
+                    probe.vendor,
+                    why,
+                )
             merged = reading.process_memory or {}
             for uuid, per_pid in usage.items():
                 merged.setdefault(uuid, {}).update(per_pid)
@@ -174,7 +181,6 @@ class Monitor:
         nodes = card_nodes(devices, self.dev_root, self.sys_drm)
         held: dict[int, frozenset[int] | None] = {}
         out: dict[str, dict[int, int]] = {}
-        now = time.monotonic()
         for uuid, per_pid in usage.items():
             rdevs = nodes.get(uuid)
             if rdevs is None:  # no per-card node known for its vendor, or a card not listed
@@ -194,18 +200,27 @@ class Monitor:
                 holds = held[pid]
                 if holds is not None and rdevs & holds:
                     out[uuid][pid] = mib
-                elif now - self._unproven.get((uuid, pid), -UNPROVEN_LOG_S) >= UNPROVEN_LOG_S:
-                    self._unproven[(uuid, pid)] = now
-                    log.warning(
+                else:
+                    self._every(
+                        f"unproven {uuid} {pid}",
                         "%s: ignored the vendor tool's row of process %d (%d MiB): it does not "
                         "hold the card's device node open (a forged row, or a process gone)",
                         uuid,
                         pid,
                         mib,
                     )
-        for key in [k for k, at in self._unproven.items() if now - at >= UNPROVEN_LOG_S]:
-            del self._unproven[key]
         return out
+
+    def _every(self, key: str, message: str, *args: object) -> None:
+        """A warning, said at most once per ``UNPROVEN_LOG_S`` for ``key`` (a job can repeat a
+        forged row each pass; the log must not grow with it)."""
+        now = time.monotonic()
+        if now - self._said.get(key, -UNPROVEN_LOG_S) < UNPROVEN_LOG_S:
+            return
+        for old in [k for k, at in self._said.items() if now - at >= UNPROVEN_LOG_S]:
+            del self._said[old]
+        self._said[key] = now
+        log.warning(message, *args)
 
     def replica_usage(
         self,

@@ -161,3 +161,28 @@ def test_rows_are_charged_only_to_holders_and_the_rest_logged_once_a_minute(
     assert second.process_memory == first.process_memory
     said = [r.message for r in caplog.records if f"process {os.getpid()}" in r.message]
     assert len(said) == 1 and "does not hold the card's device node open" in said[0]
+
+
+def test_a_cut_row_leaves_the_rows_that_can_be_read_measured(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    holder: subprocess.Popen[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A process on NPU 1 names itself with a newline, cutting its row: before, the whole table
+    was dropped, so a job could switch the watch off for every replica, pass after pass. Now the
+    cut row alone is dropped (and said), and NPU 0's row still counts."""
+    tool = NpuSmi()
+    tool.text = (
+        SUMMARY.read_text()
+        .replace("2210417", str(holder.pid))
+        .replace(ROW1, "| 1       0                 | 2210418       | py\nthon3  |")
+    )
+    monkeypatch.setattr(npu_smi, "run_tool", tool)
+    monkeypatch.setattr(npu_smi, "tool_present", lambda name: True)
+    monitor = Monitor([NpuSmiProbe()], dev_root=stand_ins(tmp_path / "dev", davinci0="/dev/full"))
+    with caplog.at_level(logging.WARNING, logger="xpupool.agent"):
+        reading = monitor.read()
+    assert reading.process_memory == {CARD0: {holder.pid: 57934}, CARD1: {}}
+    said = [r.message for r in caplog.records if "process row" in r.message]
+    assert said and "cut off" in said[0], said
