@@ -5,8 +5,10 @@ None on the wire (absent from Prometheus, never a made-up zero) and its reason i
 device and metric. Where a probe can list device memory per process (NVML's running processes:
 ``process_memory()``), the processes are mapped to replicas by the cgroup the agent made for each
 replica (``/proc/PID/cgroup``: a job cannot leave it nor claim another's; never its environment),
-or by process group where the agent has no cgroups, and a replica using more than it was granted
-on a card is flagged: logged, and reported with the reason so the server records it on the job;
+or, for an image replica, by the container id in its cgroup path (the engine's cgroup holds a
+container: ``libpod-<id>``, ``docker-<id>.scope``; the runtime wrote the id to the replica's
+``--cidfile``), or by process group where the agent has no cgroups, and a replica using more than
+it was granted on a card is flagged: logged, and reported with the reason so the server records it on the job;
 past the grace of ``shares`` (``agent/share_watch.py``) it is stopped.
 
 Each reading says whether a card is healthy and why not (``health_cause``, its kind first:
@@ -43,6 +45,7 @@ ProcessMemory = Mapping[str, Mapping[int, int]]  # {uuid: {pid: MiB}}
 _FIELDS = ("memory_used_mib", "utilization_pct", "power_w", "temperature_c", "healthy")
 # a replica's cgroup is named by its run id (agent/launch/spec.py run_id): node-job-replica-alloc-hex
 _RUN_CGROUP = re.compile(r"^(?P<node>.+)-(?P<job>\d+)-(?P<replica>\d+)-\d+-[0-9a-f]{8}$")
+_CONTAINER_ID = re.compile(r"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")  # docker's and podman's ids
 UNPROVEN_LOG_S = 60.0  # a row that fails the device-node check is logged at most this often
 
 
@@ -50,6 +53,18 @@ def proc_cgroup(pid: int) -> str:
     """``/proc/PID/cgroup`` of ``pid``; OSError when it is gone (or of another namespace)."""
     with open(f"/proc/{pid}/cgroup") as f:
         return f.read()
+
+
+def container_of_cgroup(
+    text: str, containers: Mapping[str, tuple[int, int]]
+) -> tuple[int, int] | None:
+    """The (job, replica) whose container a process is in, read from its ``/proc/PID/cgroup``
+    text: a 64-hex id in the path that ``containers`` (id -> replica) knows; None: none."""
+    for line in text.splitlines():
+        for cid in _CONTAINER_ID.findall(line.split(":", 2)[-1]):
+            if cid in containers:
+                return containers[cid]
+    return None
 
 
 def replica_of_cgroup(text: str, node: str) -> tuple[int, int] | None:
@@ -227,14 +242,16 @@ class Monitor:
         groups: Mapping[tuple[int, int], int],
         usage: ProcessMemory,
         node: str | None = None,
+        containers: Mapping[str, tuple[int, int]] | None = None,
     ) -> dict[tuple[int, int], dict[str, int]]:
         """Device memory per replica per card, MiB: the processes in each replica's cgroup (of
-        ``node``'s agent), else in its process group (no cgroup: an agent not root)."""
+        ``node``'s agent), or in its container (``containers``: id -> replica), else in its
+        process group (no cgroup: an agent not root)."""
         by_group = {pgid: key for key, pgid in groups.items()}
         out: dict[tuple[int, int], dict[str, int]] = {key: {} for key in groups}
         for uuid, per_pid in usage.items():
             for pid, mib in per_pid.items():
-                key = self._replica_of(pid, node)
+                key = self._replica_of(pid, node, containers or {})
                 if key is None:
                     try:
                         key = by_group.get(self.pgid_of(pid))
@@ -244,13 +261,17 @@ class Monitor:
                     out[key][uuid] = out[key].get(uuid, 0) + mib
         return out
 
-    def _replica_of(self, pid: int, node: str | None) -> tuple[int, int] | None:
-        if node is None:
+    def _replica_of(
+        self, pid: int, node: str | None, containers: Mapping[str, tuple[int, int]]
+    ) -> tuple[int, int] | None:
+        if node is None and not containers:
             return None
         try:
-            return replica_of_cgroup(self.cgroup_of(pid), node)
+            text = self.cgroup_of(pid)
         except OSError:
             return None
+        key = replica_of_cgroup(text, node) if node is not None else None
+        return key if key is not None else container_of_cgroup(text, containers)
 
 
 def over_limit(work: Work, used: Mapping[str, int]) -> str:
