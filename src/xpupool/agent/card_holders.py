@@ -9,7 +9,10 @@ card. A row that fails is ignored and logged, never acted on.
 
 The node of a card is the per-card part of its vendor's node list (``probes/device_nodes.py``:
 the nodes of that one card less the control nodes every card shares, such as ``/dev/nvidiactl``
-or ``/dev/kfd``). A DRM render node (AMD, Hygon, Intel, Moore Threads, MetaX) is found by the
+or ``/dev/kfd``). An NVIDIA card's ``/dev/nvidia<minor>`` takes its minor from the driver's
+``/proc/driver/nvidia/gpus/<bus id>/information`` (its ``GPU UUID:`` and ``Device Minor:``
+lines, printed by nv-procfs.c in NVIDIA's open kernel modules): the minor is not always the NVML
+index. A DRM render node (AMD, Hygon, Intel, Moore Threads, MetaX) is found by the
 card's PCI bus id through ``/sys/class/drm/renderD*/device`` where the card's UUID carries one,
 else by the index rule of :func:`xpupool.probes.base.render_node`. A vendor without a per-card
 node keeps the rule without proof (the rows are charged as printed), with a warning.
@@ -27,6 +30,7 @@ from xpupool.probes.base import DeviceInfo
 from xpupool.probes.device_nodes import DEV, DEVICE_NODES
 
 SYS_DRM = Path("/sys/class/drm")
+NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
 _BUS_ID = re.compile(r"([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])")
 
 # {uuid: the st_rdev of the card's own nodes}; None: its vendor has no per-card node
@@ -61,15 +65,41 @@ def render_node_by_bus(bus_id: str, sys_drm: Path = SYS_DRM) -> str | None:
     return None
 
 
+def nvidia_minors(gpus: Path = NVIDIA_GPUS) -> dict[str, int]:
+    """``{GPU UUID: device minor}`` from the NVIDIA driver's procfs; {} without the driver."""
+    out: dict[str, int] = {}
+    try:
+        entries = sorted(gpus.iterdir())
+    except OSError:
+        return out
+    for entry in entries:
+        try:
+            text = (entry / "information").read_text()
+        except OSError:
+            continue
+        fields = {
+            k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in text.splitlines())
+        }
+        minor, uuid = fields.get("Device Minor", ""), fields.get("GPU UUID", "")
+        if minor.isdigit() and uuid:
+            out[uuid] = int(minor)
+    return out
+
+
 def card_nodes(
-    devices: Iterable[DeviceInfo], root: Path = DEV, sys_drm: Path = SYS_DRM
+    devices: Iterable[DeviceInfo],
+    root: Path = DEV,
+    sys_drm: Path = SYS_DRM,
+    nvidia_gpus: Path = NVIDIA_GPUS,
 ) -> dict[str, frozenset[int] | None]:
     """Each card's own nodes as ``st_rdev`` numbers: ``{uuid: rdevs}``, an empty set where none
     exists under ``root`` (no process can prove it holds the card), None where its vendor has
     no per-card node."""
     out: dict[str, frozenset[int] | None] = {}
-    for d in devices:
-        names = per_card_names(d.vendor, d.index)
+    listed = list(devices)
+    minors = nvidia_minors(nvidia_gpus) if any(d.vendor == "nvidia" for d in listed) else {}
+    for d in listed:
+        names = per_card_names(d.vendor, minors.get(d.uuid, d.index))
         if names is None:
             out[d.uuid] = None
             continue

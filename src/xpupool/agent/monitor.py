@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xpupool.agent.card_holders import SYS_DRM, card_nodes, held_nodes
+from xpupool.agent.card_holders import NVIDIA_GPUS, SYS_DRM, card_nodes, held_nodes
 from xpupool.agent.share_watch import ShareWatch
 from xpupool.probes.base import DeviceInfo, Health, Probe, ProbeError
 from xpupool.probes.device_nodes import DEV
@@ -118,10 +118,12 @@ class Monitor:
         cgroup_of: Callable[[int], str] = proc_cgroup,
         dev_root: Path = DEV,
         sys_drm: Path = SYS_DRM,
+        nvidia_gpus: Path = NVIDIA_GPUS,
     ) -> None:
         self.probes = list(probes)
         self.dev_root = dev_root  # where the cards' nodes are (a test: stand-ins)
         self.sys_drm = sys_drm  # where a render node's PCI bus id is read
+        self.nvidia_gpus = nvidia_gpus  # where an NVIDIA card's device minor is read
         self.pgid_of = pgid_of
         self.cgroup_of = cgroup_of
         self.shares = shares  # None: over-share replicas are flagged, never stopped
@@ -193,7 +195,7 @@ class Monitor:
         self, devices: Sequence[DeviceInfo], usage: Mapping[str, Mapping[int, int]]
     ) -> dict[str, dict[int, int]]:
         """``usage`` without the rows whose process does not hold its card's node open."""
-        nodes = card_nodes(devices, self.dev_root, self.sys_drm)
+        nodes = card_nodes(devices, self.dev_root, self.sys_drm, self.nvidia_gpus)
         held: dict[int, frozenset[int] | None] = {}
         out: dict[str, dict[int, int]] = {}
         for uuid, per_pid in usage.items():

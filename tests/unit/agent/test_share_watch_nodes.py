@@ -134,6 +134,21 @@ def test_a_render_node_is_found_by_the_cards_bus_id(tmp_path: Path) -> None:
     assert card_nodes([gone, odd], root, drm) == {gone.uuid: frozenset(), odd.uuid: None}
 
 
+def test_an_nvidia_cards_node_is_named_by_the_drivers_minor_not_its_index(tmp_path: Path) -> None:
+    """The driver's procfs as nv-procfs.c writes it: NVML's card 0 here is /dev/nvidia5."""
+    info = tmp_path / "gpus" / "0000:62:00.0" / "information"
+    info.parent.mkdir(parents=True)
+    info.write_text(
+        "Model: \t\t NVIDIA H100 80GB HBM3\nGPU UUID: \t GPU-aa\nBus Location: \t 0000:62:00.0\n"
+        "Device Minor: \t 5\nGPU Excluded: \t No\n"
+    )
+    root = stand_ins(tmp_path / "dev", nvidia0="/dev/null", nvidia5="/dev/full")
+    card, other = (DeviceInfo("nvidia", "H100", u, 0, 81559) for u in ("GPU-aa", "GPU-bb"))
+    full, null = os.stat("/dev/full").st_rdev, os.stat("/dev/null").st_rdev
+    found = card_nodes([card, other], root, tmp_path / "drm", tmp_path / "gpus")
+    assert found == {"GPU-aa": frozenset({full}), "GPU-bb": frozenset({null})}  # bb: no entry
+
+
 def test_a_process_holds_the_nodes_it_has_open(holder: subprocess.Popen[str]) -> None:
     held = held_nodes(holder.pid)
     assert held is not None and os.stat("/dev/full").st_rdev in held
