@@ -11,11 +11,11 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from agent_work import HOLD, device, settings, stand_ins, started, work
+from agent_work import device, settings, stand_ins, started, work
 from test_agent import Recorder
 
 from xpupool.agent import Agent, HostedNode, Monitor, Runner
@@ -42,20 +42,8 @@ def forged(victim: int) -> str:
     return text.replace(ROW1 + " 5498                    |\n", "")
 
 
-@pytest.fixture
-def holder() -> Iterator[subprocess.Popen[str]]:
-    """A real process that holds /dev/full open (no test runner holds it)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", HOLD, "/dev/full"], stdout=subprocess.PIPE, text=True
-    )
-    assert proc.stdout is not None and proc.stdout.readline() == "go\n"
-    yield proc
-    proc.kill()
-    proc.wait()
-
-
 class NpuSmi:
-    """``npu-smi info`` as ``text()`` says; detail queries fail as on a board without them."""
+    """``npu-smi info`` as ``text`` holds it; detail queries fail as on a board without them."""
 
     def __init__(self) -> None:
         self.text = SUMMARY.read_text()

@@ -12,7 +12,7 @@ import logging
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -28,18 +28,6 @@ from xpupool.probes.npu_smi import NpuSmiProbe
 
 SUMMARY = Path(__file__).parents[2] / "fixtures" / "probes" / "npu-smi" / "910b-five-digit-used.txt"
 CARD = "ascend-0000:C1:00.0"  # NPU 0 of the fixture (no board serial: named by its bus id)
-
-
-@pytest.fixture
-def holder() -> Iterator[subprocess.Popen[str]]:
-    """A real process that holds /dev/full open (no test runner holds it)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", HOLD, "/dev/full"], stdout=subprocess.PIPE, text=True
-    )
-    assert proc.stdout is not None and proc.stdout.readline() == "go\n"
-    yield proc
-    proc.kill()
-    proc.wait()
 
 
 class NpuSmi:
