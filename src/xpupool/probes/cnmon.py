@@ -27,6 +27,7 @@ from xpupool.probes.base import (
     DeviceInfo,
     DeviceNodes,
     Health,
+    PrintedRows,
     ProbeError,
     ProbeFailure,
     canonical,
@@ -164,6 +165,7 @@ def parse_cnmon_processes(text: str, skipped: list[str] | None = None) -> dict[i
         elif current is not None:
             current[key.strip()] = value.strip()
     dropped = skipped if skipped is not None else []
+    charged = PrintedRows(usage, dropped)
     for index, proc in found:
         pid, mib = proc.get("PID", ""), _mib(proc.get("MLU Memory Usage", ""))
         if not pid.isdigit() or mib is None:
@@ -172,8 +174,8 @@ def parse_cnmon_processes(text: str, skipped: list[str] | None = None) -> dict[i
                 f"'MLU Memory Usage' in MiB, got {proc!r}"
             )
             continue
-        usage[index][int(pid)] = usage[index].get(int(pid), 0) + mib
-    return usage
+        charged.add(index, int(pid), mib)
+    return charged.usage
 
 
 def _mib(value: str) -> int | None:

@@ -27,6 +27,7 @@ from xpupool.probes.base import (
     DeviceInfo,
     DeviceNodes,
     Health,
+    PrintedRows,
     ProbeError,
     ProbeFailure,
     canonical,
@@ -226,7 +227,7 @@ class HySmiProbe:
         processes = parse_hy_smi_pids(run_tool(VENDOR, PIDS_ARGV), self.rows_skipped)
         if not self._uuids or any(c not in self._uuids for p in processes for c in p.cards):
             self.discover()
-        usage: dict[str, dict[int, int]] = {uuid: {} for uuid in self._uuids.values()}
+        charged = PrintedRows(self._uuids.values(), self.rows_skipped)
         for proc in processes:
             unknown = [c for c in proc.cards if c not in self._uuids]
             if unknown:
@@ -235,9 +236,8 @@ class HySmiProbe:
                 )
                 continue
             if len(proc.cards) == 1:
-                per_pid = usage[self._uuids[proc.cards[0]]]
-                per_pid[proc.pid] = per_pid.get(proc.pid, 0) + proc.vram_mib
-        return usage
+                charged.add(self._uuids[proc.cards[0]], proc.pid, proc.vram_mib)
+        return charged.usage
 
 
 def device_nodes(indices: Sequence[int]) -> DeviceNodes:

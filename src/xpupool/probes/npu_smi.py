@@ -24,6 +24,7 @@ from xpupool.probes.base import (
     DeviceInfo,
     DeviceNodes,
     Health,
+    PrintedRows,
     ProbeError,
     ProbeFailure,
     canonical,
@@ -339,6 +340,7 @@ class NpuSmiProbe:
             self._uuids[(row.npu_id, row.chip_id)]: {} for row in rows
         }
         listed = {(row.npu_id, row.chip_id) for row in rows}
+        charged = PrintedRows(usage, self.rows_skipped)
         for proc in processes:
             if (proc.npu_id, proc.chip_id) not in listed:
                 self.rows_skipped.append(
@@ -346,9 +348,8 @@ class NpuSmiProbe:
                     "which the device table does not list"
                 )
                 continue
-            per_pid = usage[self._uuids[(proc.npu_id, proc.chip_id)]]
-            per_pid[proc.pid] = per_pid.get(proc.pid, 0) + proc.memory_mib
-        return usage
+            charged.add(self._uuids[(proc.npu_id, proc.chip_id)], proc.pid, proc.memory_mib)
+        return charged.usage
 
     def _discover(self, rows: list[NpuChipRow]) -> list[DeviceInfo]:
         per_npu: dict[int, tuple[dict[str, str], dict[int, int], dict[int, dict[str, str]]]] = {}

@@ -34,6 +34,7 @@ from xpupool.probes.base import (
     DeviceInfo,
     DeviceNodes,
     Health,
+    PrintedRows,
     ProbeError,
     ProbeFailure,
     canonical,
@@ -280,7 +281,7 @@ class XpuSmiProbe:
         rows = parse_intel_ps(run_tool(INTEL, INTEL_PS_ARGV), self.rows_skipped)
         if any(device not in self._intel_uuids for _, device, _ in rows):
             self.discover()
-        usage: dict[str, dict[int, int]] = {uuid: {} for uuid in self._intel_uuids.values()}
+        charged = PrintedRows(self._intel_uuids.values(), self.rows_skipped)
         for pid, device, mib in rows:
             uuid = self._intel_uuids.get(device)
             if uuid is None:
@@ -288,8 +289,8 @@ class XpuSmiProbe:
                     f"process {pid} is on device {device}, which discovery does not list"
                 )
                 continue
-            usage[uuid][pid] = usage[uuid].get(pid, 0) + mib
-        return usage
+            charged.add(uuid, pid, mib)
+        return charged.usage
 
     def available(self) -> bool:
         return tool_present(TOOL)

@@ -189,3 +189,28 @@ def test_a_cut_row_leaves_the_rows_that_can_be_read_measured(
     assert reading.process_memory == {CARD0: {holder.pid: 57934}, CARD1: {}}
     said = [r.message for r in caplog.records if "process row" in r.message]
     assert said and "cut off" in said[0], said
+
+
+def test_a_forged_row_naming_a_co_tenant_on_the_same_card_charges_no_one(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    holder: subprocess.Popen[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``holder`` really uses NPU 0 (its own row: 100 MiB); another process's name forges a
+    second row for it with 57934 MiB. The node check passes (it holds the card), but a process
+    listed twice on one card is a forgery's mark: neither row is charged, and it is said."""
+    tool = NpuSmi()
+    own = f"| 0       0                 | {holder.pid}       | python3                  | 100 |\n"
+    text = forged(holder.pid)
+    at = text.index("| 0       0                 | 2210417")
+    tool.text = text[:at] + own + text[at:]
+    monkeypatch.setattr(npu_smi, "run_tool", tool)
+    monkeypatch.setattr(npu_smi, "tool_present", lambda name: True)
+    monitor = Monitor([NpuSmiProbe()], dev_root=stand_ins(tmp_path / "dev", davinci0="/dev/full"))
+    with caplog.at_level(logging.WARNING, logger="xpupool.agent"):
+        reading = monitor.read()
+    assert reading.process_memory is not None
+    assert holder.pid not in reading.process_memory[CARD0], reading.process_memory
+    said = [r.message for r in caplog.records if "listed twice" in r.message]
+    assert said and str(holder.pid) in said[0], [r.message for r in caplog.records]
