@@ -144,13 +144,22 @@ class PrintedRows(Generic[CardKey]):
         self.usage: dict[CardKey, dict[int, int]] = {card: {} for card in cards}
         self.skipped = skipped
         self._twice: set[tuple[CardKey, int]] = set()
+        self._uncharged: set[tuple[CardKey, int]] = set()
+
+    def listed(self, card: CardKey, pid: int) -> None:
+        """``pid`` has a row on ``card`` that is not charged (hy-smi's total over several
+        cards): a second row for it there is still a forgery's mark."""
+        if (card, pid) in self._uncharged or pid in self.usage.get(card, {}):
+            self.add(card, pid, 0)  # the second row: neither counts
+        else:
+            self._uncharged.add((card, pid))
 
     def add(self, card: CardKey, pid: int, mib: int) -> None:
         per_pid = self.usage.setdefault(card, {})
         if (card, pid) in self._twice:
             return
-        if pid in per_pid:
-            del per_pid[pid]
+        if pid in per_pid or (card, pid) in self._uncharged:
+            per_pid.pop(pid, None)
             self._twice.add((card, pid))
             self.skipped.append(
                 f"process {pid} is listed twice on card {card} (one row is forged): "

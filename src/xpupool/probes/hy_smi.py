@@ -237,6 +237,9 @@ class HySmiProbe:
                 continue
             if len(proc.cards) == 1:
                 charged.add(self._uuids[proc.cards[0]], proc.pid, proc.vram_mib)
+            else:  # one total over its cards: not charged, but listed on each
+                for card in proc.cards:
+                    charged.listed(self._uuids[card], proc.pid)
         return charged.usage
 
 

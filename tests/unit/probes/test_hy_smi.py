@@ -185,3 +185,22 @@ def test_a_process_that_cannot_be_read_is_left_out_and_said(
     usage = probe.process_memory()
     assert usage and all(7 not in per_pid for per_pid in usage.values())
     assert any(said in why for why in probe.rows_skipped), probe.rows_skipped
+
+
+def test_a_forged_block_for_a_multi_card_process_charges_it_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """1902544 holds cards 0 and 1 (one total, not charged); a block a job's name forged puts
+    it on card 0 alone with a figure: listed twice there, so neither counts, and it is said."""
+    forged = fixture("showpids.txt") + (
+        "PID: 1902544\n\tPASID: 1\n\tHCU Index: ['0']\n\tVRAM USED(MiB): 99999\n"
+    )
+
+    def run(vendor: str, argv: Sequence[str], timeout_s: float = 10.0) -> str:
+        return forged if tuple(argv) == PIDS_ARGV else fixture("k100-new-keys.json")
+
+    monkeypatch.setattr(hy_smi, "run_tool", run)
+    probe = HySmiProbe()
+    usage = probe.process_memory()
+    assert all(1902544 not in per_pid for per_pid in usage.values()), usage
+    assert any("1902544 is listed twice" in why for why in probe.rows_skipped)
