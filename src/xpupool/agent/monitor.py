@@ -8,8 +8,8 @@ replica (``/proc/PID/cgroup``: a job cannot leave it nor claim another's; never 
 or, for an image replica, by the container id in its cgroup path (the engine's cgroup holds a
 container: ``libpod-<id>``, ``docker-<id>.scope``; the runtime wrote the id to the replica's
 ``--cidfile``), or by process group where the agent has no cgroups, and a replica using more than
-it was granted on a card is flagged: logged, and reported with the reason so the server records it on the job;
-past the grace of ``shares`` (``agent/share_watch.py``) it is stopped.
+it was granted on a card is flagged: logged, and reported with the reason so the server records
+it on the job; past the grace of ``shares`` (``agent/share_watch.py``) it is stopped.
 
 Each reading says whether a card is healthy and why not (``health_cause``, its kind first:
 ``probes/health_causes.py``). A cause whose kind the operator lists as a warning (the agent's
@@ -199,8 +199,15 @@ class Monitor:
         held: dict[int, frozenset[int] | None] = {}
         out: dict[str, dict[int, int]] = {}
         for uuid, per_pid in usage.items():
-            rdevs = nodes.get(uuid)
-            if rdevs is None:  # no per-card node known for its vendor, or a card not listed
+            if uuid not in nodes:  # not a card this pass found: nothing to prove it by
+                self._every(
+                    f"unlisted {uuid}",
+                    "%s: per-process rows of a card the probes did not list are ignored",
+                    uuid,
+                )
+                continue
+            rdevs = nodes[uuid]
+            if rdevs is None:  # no per-card node known for its vendor
                 self._once(
                     f"nodes {uuid}",
                     logging.WARNING,

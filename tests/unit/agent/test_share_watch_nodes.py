@@ -214,3 +214,29 @@ def test_a_forged_row_naming_a_co_tenant_on_the_same_card_charges_no_one(
     assert holder.pid not in reading.process_memory[CARD0], reading.process_memory
     said = [r.message for r in caplog.records if "listed twice" in r.message]
     assert said and str(holder.pid) in said[0], [r.message for r in caplog.records]
+
+
+class Unlisted:
+    """An NVML-shaped probe whose process rows name a card its devices do not include."""
+
+    vendor = "nvidia"
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def available(self) -> bool:
+        return True
+
+    def discover(self) -> list[DeviceInfo]:
+        return [DeviceInfo("nvidia", "H100", "GPU-0", 0, 81559)]
+
+    def process_memory(self) -> dict[str, dict[int, int]]:
+        return {"GPU-0": {}, "GPU-9": {self.pid: 4096}}
+
+
+def test_rows_of_a_card_the_probes_did_not_list_are_ignored(
+    tmp_path: Path, holder: subprocess.Popen[str]
+) -> None:
+    root = stand_ins(tmp_path / "dev", nvidia0="/dev/full", nvidia9="/dev/full")
+    reading = Monitor([Unlisted(holder.pid)], dev_root=root, nvidia_gpus=tmp_path / "no").read()
+    assert reading.process_memory == {"GPU-0": {}}
