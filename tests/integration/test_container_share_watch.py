@@ -139,8 +139,12 @@ def agent(tmp_path: Path) -> Iterator[tuple[Agent, HostedNode, Npu, Server]]:
     require_podman()
     root = stand_ins(tmp_path / "dev")
     config = detect_runtime_config(ask_runtime("podman"), DEFAULT_PIDS_MAX)
-    settings = LaunchSettings(
-        job_root=tmp_path / "jobs", runtime="podman", device_root=root, runtime_config=config
+    settings = LaunchSettings(  # the host network: no published port to collide with others'
+        job_root=tmp_path / "jobs",
+        runtime="podman",
+        device_root=root,
+        runtime_config=config,
+        network="host",
     )
     npu, server = Npu(), Server()
     node = HostedNode(
