@@ -48,6 +48,7 @@ class Npu:
     """NPU 0, and a vendor tool whose rows charge ``pids`` with 50000 MiB each."""
 
     vendor: ClassVar[str] = "huawei"
+    prints_names: ClassVar[bool] = True  # npu-smi's rows: the device-node check applies
 
     def __init__(self) -> None:
         self.pids: list[int] = []

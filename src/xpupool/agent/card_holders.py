@@ -2,10 +2,14 @@
 
 Vendor tools print each process's name as the process set it, raw; a name with a newline in it
 can end its own row early and print a row of its choosing after it, naming any PID, any card and
-any figure. The share watch stops replicas on these rows, so a row is charged only when the
-process it names holds the card's own device node open (an entry of ``/proc/PID/fd`` whose
+any figure. The share watch stops replicas on these rows, so a row of such a tool (a probe with
+``prints_names``: npu-smi, cnmon, hy-smi, xpu-smi) is charged only when the process it names
+holds the card's own device node open (an entry of ``/proc/PID/fd`` whose
 ``st_rdev`` is the node's): a forged row can then charge only a process that really uses that
-card. A row that fails is ignored and logged, never acted on.
+card. A row that fails is ignored and logged, never acted on. NVML and amdsmi are libraries: the
+driver gives each PID and figure and no name is printed, so their rows are charged as reported
+(checking them would add nothing but a way out: a process whose descriptors are too many to
+check).
 
 The node of a card is the per-card part of its vendor's node list (``probes/device_nodes.py``:
 the nodes of that one card less the control nodes every card shares, such as ``/dev/nvidiactl``
@@ -30,6 +34,7 @@ from xpupool.probes.base import DeviceInfo
 from xpupool.probes.device_nodes import DEV, DEVICE_NODES
 
 SYS_DRM = Path("/sys/class/drm")
+MOST_DESCRIPTORS = 4096  # a process with more open files is not checked (its rows are dropped)
 NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
 _BUS_ID = re.compile(r"([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])")
 
@@ -118,13 +123,18 @@ def card_nodes(
     return out
 
 
-def held_nodes(pid: int, proc: Path = Path("/proc")) -> frozenset[int] | None:
+def held_nodes(
+    pid: int, proc: Path = Path("/proc"), most: int = MOST_DESCRIPTORS
+) -> frozenset[int] | None:
     """The ``st_rdev`` of every character device ``pid`` holds open; None: its descriptors
-    cannot be read (gone, another user's without root)."""
+    cannot be read (gone, another user's without root) or number more than ``most`` (each is
+    one ``stat`` in the agent's loop: a job must not be able to stall it)."""
     fd_dir = proc / str(pid) / "fd"
     try:
         names = os.listdir(fd_dir)
     except OSError:
+        return None
+    if len(names) > most:
         return None
     held: set[int] = set()
     for name in names:

@@ -16,9 +16,11 @@ Each reading says whether a card is healthy and why not (``health_cause``, its k
 ``--health-warning``) is reported with the card healthy: the server shows and counts it, and
 leaves the card and its jobs alone.
 
-A per-process row is charged to a card only when its process holds that card's device node open
-(``agent/card_holders.py``): vendor tools print process names raw, so a job can forge a row; a
-row that fails is dropped from the reading and logged (at most once a minute per card and PID).
+A per-process row of a tool that prints process names (npu-smi, cnmon, hy-smi, xpu-smi: a probe
+with ``prints_names``) is charged to a card only when its process holds that card's device node
+open (``agent/card_holders.py``): a job can forge such a row through its name; a row that fails is
+dropped from the reading and logged (at most once a minute per card and PID). NVML's and amdsmi's
+rows come from the driver and are charged as reported.
 """
 
 from __future__ import annotations
@@ -183,12 +185,12 @@ class Monitor:
                     probe.vendor,
                     why,
                 )
+            if getattr(probe, "prints_names", False):  # a process name can forge its rows
+                usage = self._proven(found.devices, usage)
             merged = reading.process_memory or {}
             for uuid, per_pid in usage.items():
                 merged.setdefault(uuid, {}).update(per_pid)
             reading.process_memory = merged
-        if reading.process_memory is not None:
-            reading.process_memory = self._proven(found.devices, reading.process_memory)
         return reading
 
     def _proven(

@@ -198,6 +198,7 @@ class CnmonProbe:
     """Cambricon MLUs via ``cnmon info``."""
 
     vendor: ClassVar[str] = VENDOR
+    prints_names: ClassVar[bool] = True  # rows a process name can forge: agent/card_holders.py
 
     def __init__(self) -> None:
         self.rows_skipped: list[str] = []  # the last process list's entries left out, and why

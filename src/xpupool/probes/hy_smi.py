@@ -204,6 +204,7 @@ class HySmiProbe:
     """Hygon DCUs via one ``hy-smi ... --json`` call."""
 
     vendor: ClassVar[str] = VENDOR
+    prints_names: ClassVar[bool] = True  # rows a process name can forge: agent/card_holders.py
 
     def __init__(self) -> None:
         self._uuids: dict[int, str] = {}  # card index -> UUID, from the last discover

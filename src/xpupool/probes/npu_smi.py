@@ -308,6 +308,7 @@ class NpuSmiProbe:
     """Ascend NPUs via ``npu-smi``: one DeviceInfo per chip (a 310P Duo card reports two)."""
 
     vendor: ClassVar[str] = VENDOR
+    prints_names: ClassVar[bool] = True  # rows a process name can forge: agent/card_holders.py
 
     def __init__(self) -> None:
         # (npu id, chip index) -> the UUID discover gave that chip; the process table names

@@ -256,6 +256,7 @@ class XpuSmiProbe:
     """
 
     vendor: ClassVar[str] = KUNLUNXIN
+    prints_names: ClassVar[bool] = True  # rows a process name can forge: agent/card_holders.py
     covers: ClassVar[tuple[str, ...]] = (KUNLUNXIN, INTEL)
     """Every vendor this one tool serves: all are named when it is absent (issue 42: ``xpupool
     probe`` named Kunlunxin alone, so an Intel host was never told which tool it lacks)."""

@@ -142,6 +142,7 @@ def test_a_process_holds_the_nodes_it_has_open(holder: subprocess.Popen[str]) ->
     assert held is not None and os.stat("/dev/full").st_rdev in held
     assert os.stat("/dev/zero").st_rdev not in held
     assert held_nodes(2**22 + 1) is None  # no such process
+    assert held_nodes(holder.pid, most=2) is None  # too many to check (stdin, out, err, full)
 
 
 def test_rows_are_charged_only_to_holders_and_the_rest_logged_once_a_minute(
@@ -217,9 +218,10 @@ def test_a_forged_row_naming_a_co_tenant_on_the_same_card_charges_no_one(
 
 
 class Unlisted:
-    """An NVML-shaped probe whose process rows name a card its devices do not include."""
+    """A text tool's probe whose process rows name a card its devices do not include."""
 
     vendor = "nvidia"
+    prints_names = True
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
