@@ -28,6 +28,7 @@ import os
 import re
 import stat
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from xpupool.probes.base import DeviceInfo
@@ -35,6 +36,7 @@ from xpupool.probes.device_nodes import DEV, DEVICE_NODES
 
 SYS_DRM = Path("/sys/class/drm")
 MOST_DESCRIPTORS = 4096  # a process with more open files is not checked (its rows are dropped)
+PASS_DESCRIPTORS = 16384  # descriptors one pass checks at most, over every process
 NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
 _BUS_ID = re.compile(r"([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])")
 
@@ -123,19 +125,32 @@ def card_nodes(
     return out
 
 
+@dataclass(slots=True)
+class Budget:
+    """How many more descriptors one pass may ``stat`` (a job's many processes share it)."""
+
+    left: int = PASS_DESCRIPTORS
+
+
 def held_nodes(
-    pid: int, proc: Path = Path("/proc"), most: int = MOST_DESCRIPTORS
+    pid: int,
+    proc: Path = Path("/proc"),
+    most: int = MOST_DESCRIPTORS,
+    budget: Budget | None = None,
 ) -> frozenset[int] | None:
     """The ``st_rdev`` of every character device ``pid`` holds open; None: its descriptors
-    cannot be read (gone, another user's without root) or number more than ``most`` (each is
-    one ``stat`` in the agent's loop: a job must not be able to stall it)."""
+    cannot be read (gone, another user's without root), number more than ``most`` or than the
+    pass's ``budget`` has left (each is one ``stat`` in the agent's loop: a job must not be able
+    to stall it)."""
     fd_dir = proc / str(pid) / "fd"
     try:
         names = os.listdir(fd_dir)
     except OSError:
         return None
-    if len(names) > most:
+    if len(names) > most or (budget is not None and len(names) > budget.left):
         return None
+    if budget is not None:
+        budget.left -= len(names)
     held: set[int] = set()
     for name in names:
         try:

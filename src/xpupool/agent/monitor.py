@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xpupool.agent.card_holders import NVIDIA_GPUS, SYS_DRM, card_nodes, held_nodes
+from xpupool.agent.card_holders import NVIDIA_GPUS, SYS_DRM, Budget, card_nodes, held_nodes
 from xpupool.agent.share_watch import ShareWatch
 from xpupool.probes.base import DeviceInfo, Health, Probe, ProbeError
 from xpupool.probes.device_nodes import DEV
@@ -199,6 +199,7 @@ class Monitor:
         """``usage`` without the rows whose process does not hold its card's node open."""
         nodes = card_nodes(devices, self.dev_root, self.sys_drm, self.nvidia_gpus)
         held: dict[int, frozenset[int] | None] = {}
+        budget = Budget()
         out: dict[str, dict[int, int]] = {}
         for uuid, per_pid in usage.items():
             if uuid not in nodes:  # not a card this pass found: nothing to prove it by
@@ -222,7 +223,7 @@ class Monitor:
             out[uuid] = {}
             for pid, mib in per_pid.items():
                 if pid not in held:
-                    held[pid] = held_nodes(pid)
+                    held[pid] = held_nodes(pid, budget=budget)
                 holds = held[pid]
                 if holds is not None and rdevs & holds:
                     out[uuid][pid] = mib

@@ -19,7 +19,13 @@ from agent_work import device, settings, stand_ins, started, work
 from test_agent import Recorder
 
 from xpupool.agent import Agent, HostedNode, Monitor, Runner
-from xpupool.agent.card_holders import card_nodes, held_nodes, per_card_names, render_node_by_bus
+from xpupool.agent.card_holders import (
+    Budget,
+    card_nodes,
+    held_nodes,
+    per_card_names,
+    render_node_by_bus,
+)
 from xpupool.agent.inventory import node_in
 from xpupool.agent.share_watch import ShareWatch
 from xpupool.probes import npu_smi
@@ -143,6 +149,9 @@ def test_a_process_holds_the_nodes_it_has_open(holder: subprocess.Popen[str]) ->
     assert os.stat("/dev/zero").st_rdev not in held
     assert held_nodes(2**22 + 1) is None  # no such process
     assert held_nodes(holder.pid, most=2) is None  # too many to check (stdin, out, err, full)
+    budget = Budget(left=6)  # one pass's: the first look spends 4 (stdin, out, err, full)
+    assert held_nodes(holder.pid, budget=budget) is not None
+    assert held_nodes(holder.pid, budget=budget) is None  # 2 left: not enough for a second
 
 
 def test_rows_are_charged_only_to_holders_and_the_rest_logged_once_a_minute(
