@@ -228,13 +228,19 @@ class Monitor:
                 if holds is not None and rdevs & holds:
                     out[uuid][pid] = mib
                 else:
+                    why = (
+                        "it does not hold the card's device node open (a forged row?)"
+                        if holds is not None
+                        else "its open files cannot be checked (gone, not readable, or more "
+                        "than the agent checks)"
+                    )
                     self._every(
                         f"unproven {uuid} {pid}",
-                        "%s: ignored the vendor tool's row of process %d (%d MiB): it does not "
-                        "hold the card's device node open (a forged row, or a process gone)",
+                        "%s: ignored the vendor tool's row of process %d (%d MiB): %s",
                         uuid,
                         pid,
                         mib,
+                        why,
                     )
         return out
 
