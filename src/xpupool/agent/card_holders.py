@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,9 +39,6 @@ MOST_DESCRIPTORS = 4096  # a process with more open files is not checked (its ro
 PASS_DESCRIPTORS = 16384  # descriptors one pass checks at most, over every process
 NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
 _BUS_ID = re.compile(r"([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])")
-
-# {uuid: the st_rdev of the card's own nodes}; None: its vendor has no per-card node
-CardNodes = Mapping[str, frozenset[int] | None]
 
 
 def per_card_names(vendor: str, index: int) -> tuple[str, ...] | None:
