@@ -208,7 +208,9 @@ class Agent:
 
     def _measure(self, node: HostedNode, usage: dict[str, dict[int, int]]) -> None:
         assert node.monitor is not None
-        per_replica = node.monitor.replica_usage(node.runner.running_groups(), usage, node.name)
+        per_replica = node.monitor.replica_usage(
+            node.runner.running_groups(), usage, node.name, node.runner.containers()
+        )
         shares = node.monitor.shares
         if shares is not None:
             shares.keep(per_replica)

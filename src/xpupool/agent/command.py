@@ -296,6 +296,7 @@ def agent_command(
             probes,
             warnings=frozenset(w.strip().lower() for w in health_warnings),
             shares=ShareWatch(share_tolerance / 100, share_grace) if share_stop else None,
+            dev_root=settings.device_root,  # the nodes a card's processes must hold
         ),
         inventory=lambda devices: node_in(
             name,

@@ -5,14 +5,22 @@ None on the wire (absent from Prometheus, never a made-up zero) and its reason i
 device and metric. Where a probe can list device memory per process (NVML's running processes:
 ``process_memory()``), the processes are mapped to replicas by the cgroup the agent made for each
 replica (``/proc/PID/cgroup``: a job cannot leave it nor claim another's; never its environment),
-or by process group where the agent has no cgroups, and a replica using more than it was granted
-on a card is flagged: logged, and reported with the reason so the server records it on the job;
-past the grace of ``shares`` (``agent/share_watch.py``) it is stopped.
+or, for an image replica, by the container id in its cgroup path (the engine's cgroup holds a
+container: ``libpod-<id>``, ``docker-<id>.scope``; the runtime wrote the id to the replica's
+``--cidfile``), or by process group where the agent has no cgroups, and a replica using more than
+it was granted on a card is flagged: logged, and reported with the reason so the server records
+it on the job; past the grace of ``shares`` (``agent/share_watch.py``) it is stopped.
 
 Each reading says whether a card is healthy and why not (``health_cause``, its kind first:
 ``probes/health_causes.py``). A cause whose kind the operator lists as a warning (the agent's
 ``--health-warning``) is reported with the card healthy: the server shows and counts it, and
 leaves the card and its jobs alone.
+
+A per-process row of a tool that prints process names (npu-smi, cnmon, hy-smi, xpu-smi: a probe
+with ``prints_names``) is charged to a card only when its process holds that card's device node
+open (``agent/card_holders.py``): a job can forge such a row through its name; a row that fails is
+dropped from the reading and logged (at most once a minute per card and PID). NVML's and amdsmi's
+rows come from the driver and are charged as reported.
 """
 
 from __future__ import annotations
@@ -20,11 +28,15 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from xpupool.agent.card_holders import NVIDIA_GPUS, SYS_DRM, Budget, card_nodes, held_nodes
 from xpupool.agent.share_watch import ShareWatch
 from xpupool.probes.base import DeviceInfo, Health, Probe, ProbeError
+from xpupool.probes.device_nodes import DEV
 from xpupool.probes.health_causes import is_warning
 from xpupool.probes.host import discover_host
 from xpupool.server.schemas.agent_protocol import DeviceMetrics, Work
@@ -35,12 +47,26 @@ ProcessMemory = Mapping[str, Mapping[int, int]]  # {uuid: {pid: MiB}}
 _FIELDS = ("memory_used_mib", "utilization_pct", "power_w", "temperature_c", "healthy")
 # a replica's cgroup is named by its run id (agent/launch/spec.py run_id): node-job-replica-alloc-hex
 _RUN_CGROUP = re.compile(r"^(?P<node>.+)-(?P<job>\d+)-(?P<replica>\d+)-\d+-[0-9a-f]{8}$")
+_CONTAINER_ID = re.compile(r"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")  # docker's and podman's ids
+UNPROVEN_LOG_S = 60.0  # a row that fails the device-node check is logged at most this often
 
 
 def proc_cgroup(pid: int) -> str:
     """``/proc/PID/cgroup`` of ``pid``; OSError when it is gone (or of another namespace)."""
     with open(f"/proc/{pid}/cgroup") as f:
         return f.read()
+
+
+def container_of_cgroup(
+    text: str, containers: Mapping[str, tuple[int, int]]
+) -> tuple[int, int] | None:
+    """The (job, replica) whose container a process is in, read from its ``/proc/PID/cgroup``
+    text: a 64-hex id in the path that ``containers`` (id -> replica) knows; None: none."""
+    for line in text.splitlines():
+        for cid in _CONTAINER_ID.findall(line.split(":", 2)[-1]):
+            if cid in containers:
+                return containers[cid]
+    return None
 
 
 def replica_of_cgroup(text: str, node: str) -> tuple[int, int] | None:
@@ -92,13 +118,20 @@ class Monitor:
         warnings: frozenset[str] = frozenset(),
         shares: ShareWatch | None = None,
         cgroup_of: Callable[[int], str] = proc_cgroup,
+        dev_root: Path = DEV,
+        sys_drm: Path = SYS_DRM,
+        nvidia_gpus: Path = NVIDIA_GPUS,
     ) -> None:
         self.probes = list(probes)
+        self.dev_root = dev_root  # where the cards' nodes are (a test: stand-ins)
+        self.sys_drm = sys_drm  # where a render node's PCI bus id is read
+        self.nvidia_gpus = nvidia_gpus  # where an NVIDIA card's device minor is read
         self.pgid_of = pgid_of
         self.cgroup_of = cgroup_of
         self.shares = shares  # None: over-share replicas are flagged, never stopped
         self.warnings = warnings  # health causes kept as warnings (--health-warning)
         self._logged: set[str] = set()
+        self._said: dict[str, float] = {}  # what _every said last, when (monotonic)
 
     def _once(self, key: str, level: int, message: str, *args: object) -> None:
         if key not in self._logged:
@@ -145,25 +178,98 @@ class Monitor:
             except Exception as exc:
                 self._once(f"procs {probe.vendor}", logging.INFO, "per-process memory: %s", exc)
                 continue
+            for why in getattr(probe, "rows_skipped", ()) or ():
+                self._every(
+                    f"row {probe.vendor} {why}",
+                    "%s: a process row was left out, the others count: %s",
+                    probe.vendor,
+                    why,
+                )
+            if getattr(probe, "prints_names", False):  # a process name can forge its rows
+                usage = self._proven(found.devices, usage)
             merged = reading.process_memory or {}
             for uuid, per_pid in usage.items():
                 merged.setdefault(uuid, {}).update(per_pid)
             reading.process_memory = merged
         return reading
 
+    def _proven(
+        self, devices: Sequence[DeviceInfo], usage: Mapping[str, Mapping[int, int]]
+    ) -> dict[str, dict[int, int]]:
+        """``usage`` without the rows whose process does not hold its card's node open."""
+        nodes = card_nodes(devices, self.dev_root, self.sys_drm, self.nvidia_gpus)
+        held: dict[int, frozenset[int] | None] = {}
+        budget = Budget()
+        out: dict[str, dict[int, int]] = {}
+        for uuid, per_pid in usage.items():
+            if uuid not in nodes:  # not a card this pass found: nothing to prove it by
+                self._every(
+                    f"unlisted {uuid}",
+                    "%s: per-process rows of a card the probes did not list are ignored",
+                    uuid,
+                )
+                continue
+            rdevs = nodes[uuid]
+            if rdevs is None:  # no per-card node known for its vendor
+                self._once(
+                    f"nodes {uuid}",
+                    logging.WARNING,
+                    "%s: no device node of its own is known, so its per-process rows are "
+                    "charged as the vendor tool prints them (a process name can forge one)",
+                    uuid,
+                )
+                out[uuid] = dict(per_pid)
+                continue
+            out[uuid] = {}
+            for pid, mib in per_pid.items():
+                if pid not in held:
+                    held[pid] = held_nodes(pid, budget=budget)
+                holds = held[pid]
+                if holds is not None and rdevs & holds:
+                    out[uuid][pid] = mib
+                else:
+                    why = (
+                        "it does not hold the card's device node open (a forged row?)"
+                        if holds is not None
+                        else "its open files cannot be checked (gone, not readable, or more "
+                        "than the agent checks)"
+                    )
+                    self._every(
+                        f"unproven {uuid} {pid}",
+                        "%s: ignored the vendor tool's row of process %d (%d MiB): %s",
+                        uuid,
+                        pid,
+                        mib,
+                        why,
+                    )
+        return out
+
+    def _every(self, key: str, message: str, *args: object) -> None:
+        """A warning, said at most once per ``UNPROVEN_LOG_S`` for ``key`` (a job can repeat a
+        forged row each pass; the log must not grow with it)."""
+        now = time.monotonic()
+        if now - self._said.get(key, -UNPROVEN_LOG_S) < UNPROVEN_LOG_S:
+            return
+        for old in [k for k, at in self._said.items() if now - at >= UNPROVEN_LOG_S]:
+            del self._said[old]
+        self._said[key] = now
+        log.warning(message, *args)
+
     def replica_usage(
         self,
         groups: Mapping[tuple[int, int], int],
         usage: ProcessMemory,
         node: str | None = None,
+        containers: Mapping[str, tuple[int, int]] | None = None,
     ) -> dict[tuple[int, int], dict[str, int]]:
         """Device memory per replica per card, MiB: the processes in each replica's cgroup (of
-        ``node``'s agent), else in its process group (no cgroup: an agent not root)."""
+        ``node``'s agent), or in its container (``containers``: id -> replica), else in its
+        process group (no cgroup: an agent not root)."""
         by_group = {pgid: key for key, pgid in groups.items()}
         out: dict[tuple[int, int], dict[str, int]] = {key: {} for key in groups}
         for uuid, per_pid in usage.items():
             for pid, mib in per_pid.items():
-                key = self._replica_of(pid, node)
+                key = self._replica_of(pid, node, containers or {})
                 if key is None:
                     try:
                         key = by_group.get(self.pgid_of(pid))
@@ -173,13 +279,17 @@ class Monitor:
                     out[key][uuid] = out[key].get(uuid, 0) + mib
         return out
 
-    def _replica_of(self, pid: int, node: str | None) -> tuple[int, int] | None:
-        if node is None:
+    def _replica_of(
+        self, pid: int, node: str | None, containers: Mapping[str, tuple[int, int]]
+    ) -> tuple[int, int] | None:
+        if node is None and not containers:
             return None
         try:
-            return replica_of_cgroup(self.cgroup_of(pid), node)
+            text = self.cgroup_of(pid)
         except OSError:
             return None
+        key = replica_of_cgroup(text, node) if node is not None else None
+        return key if key is not None else container_of_cgroup(text, containers)
 
 
 def over_limit(work: Work, used: Mapping[str, int]) -> str:

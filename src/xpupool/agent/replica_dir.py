@@ -4,7 +4,8 @@
 (``work.json``: the server's work item; ``spec.json``: the launch specification and the agent's
 launch settings), what the supervisor says back (``status.json``: its own pid and start time, the
 replica's pid, the attempt, the state, the exit code, the stop cause), the replica's log
-(``output.log``; ``shipped``: how much of it the server has), and the agent's instructions:
+(``output.log``; ``shipped``: how much of it the server has; ``container.id``: an image replica's
+container id, which the runtime writes, for the share watch), and the agent's instructions:
 ``lease`` (the time, on CLOCK_MONOTONIC, until which the replica may run; the agent moves it
 forward after each heartbeat the server answered), ``stop`` (stop now; the grace period in
 seconds inside) and ``collected`` (the server has the result: the supervisor may remove the
@@ -31,6 +32,7 @@ SupervisorState = Literal["starting", "running", "succeeded", "failed", "stopped
 """What ``status.json`` says: ``starting``, or a replica state (``ReplicaState``'s words)."""
 StopKind = Literal["", "requested", "lease_expired", "signalled", "start_failed"]
 REPLICAS = "replicas"
+CONTAINER_ID = "container.id"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,11 @@ class ReplicaDir:
     @property
     def log(self) -> Path:
         return self.path / "output.log"
+
+    @property
+    def container_id(self) -> Path:
+        """The runtime's ``--cidfile``: the container id its cgroup path carries."""
+        return self.path / CONTAINER_ID
 
     @property
     def supervisor_log(self) -> Path:

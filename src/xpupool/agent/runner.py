@@ -454,6 +454,21 @@ class Runner:
             if rep.pid is not None and rep.state not in FINAL_REPLICA_STATES
         }
 
+    def containers(self) -> dict[str, tuple[int, int]]:
+        """The container id of every running image replica: ``{id: (job, replica)}``, read
+        from the ``--cidfile`` its runtime wrote (none yet: not in the map)."""
+        out: dict[str, tuple[int, int]] = {}
+        for rep in self.replicas.values():
+            if rep.run_dir is None or rep.state in FINAL_REPLICA_STATES:
+                continue
+            try:
+                cid = rep.run_dir.container_id.read_text().strip()
+            except OSError:
+                continue
+            if cid:
+                out[cid] = rep.key
+        return out
+
     def shutdown(self, timeout_s: float | None = None) -> None:
         """Stop every replica and wait for them to go (up to ``timeout_s``, default the grace
         period plus five seconds); used when the server gives this node to no one through this

@@ -7,10 +7,10 @@ monitoring must be able to tell "0 W" from "unknown".
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import ClassVar, Protocol
+from typing import ClassVar, Generic, Protocol, TypeVar
 
 from xpupool.catalog import AcceleratorCatalog, load_accelerators
 from xpupool.model.device import Device
@@ -124,6 +124,49 @@ MIB_PER_UNIT: dict[str, float] = {
     "tib": 1024 * 1024,
     "tb": 1024 * 1024,
 }
+
+
+CardKey = TypeVar("CardKey", bound=Hashable)
+
+
+class PrintedRows(Generic[CardKey]):
+    """A text tool's per-process rows as ``{card: {pid: MiB}}``, each card and PID charged once.
+
+    The tools print each process's name raw, so a name can forge a row after its own (the share
+    watch then checks the PID holds the card's node: agent/card_holders.py). A process really on
+    a card is listed once per card; listed twice, one row is forged, and which cannot be told, so
+    neither is charged and why goes to ``skipped``: a job cannot charge a co-tenant of its card
+    with a made-up figure. (NVML and amdsmi print no names; their probes sum as the library
+    reports.)
+    """
+
+    def __init__(self, cards: Iterable[CardKey], skipped: list[str]) -> None:
+        self.usage: dict[CardKey, dict[int, int]] = {card: {} for card in cards}
+        self.skipped = skipped
+        self._twice: set[tuple[CardKey, int]] = set()
+        self._uncharged: set[tuple[CardKey, int]] = set()
+
+    def listed(self, card: CardKey, pid: int) -> None:
+        """``pid`` has a row on ``card`` that is not charged (hy-smi's total over several
+        cards): a second row for it there is still a forgery's mark."""
+        if (card, pid) in self._uncharged or pid in self.usage.get(card, {}):
+            self.add(card, pid, 0)  # the second row: neither counts
+        else:
+            self._uncharged.add((card, pid))
+
+    def add(self, card: CardKey, pid: int, mib: int) -> None:
+        per_pid = self.usage.setdefault(card, {})
+        if (card, pid) in self._twice:
+            return
+        if pid in per_pid or (card, pid) in self._uncharged:
+            per_pid.pop(pid, None)
+            self._twice.add((card, pid))
+            self.skipped.append(
+                f"process {pid} is listed twice on card {card} (one row is forged): "
+                "neither is charged"
+            )
+            return
+        per_pid[pid] = mib
 
 
 class ProbeError(XpupoolError):

@@ -27,6 +27,7 @@ from xpupool.probes.base import (
     DeviceInfo,
     DeviceNodes,
     Health,
+    PrintedRows,
     ProbeError,
     ProbeFailure,
     canonical,
@@ -128,13 +129,13 @@ def _health(fields: Mapping[str, str]) -> tuple[Health, str]:
     return Health.UNHEALTHY, f"cnmon health: Device {word}"
 
 
-def parse_cnmon_processes(text: str) -> dict[int, dict[int, int]]:
+def parse_cnmon_processes(text: str, skipped: list[str] | None = None) -> dict[int, dict[int, int]]:
     """Device memory in MiB per process, per card index: ``{card: {pid: mib}}``. A card whose
     ``Processes`` group is present and empty maps to ``{}``; a card without the group (cnmon
     before 5) is absent, because nothing can be told about it.
 
-    Raises ProbeError(PARSE) for a process without a numeric ``PID`` or ``MLU Memory Usage``
-    with a known unit: a misread must not charge memory to anyone.
+    A process without a numeric ``PID`` or ``MLU Memory Usage`` with a known unit is left out,
+    with why appended to ``skipped``: a misread charges no one, and costs no other process.
     """
     usage: dict[int, dict[int, int]] = {}
     card: int | None = None
@@ -163,15 +164,18 @@ def parse_cnmon_processes(text: str) -> dict[int, dict[int, int]]:
             found.append((card, current))
         elif current is not None:
             current[key.strip()] = value.strip()
+    dropped = skipped if skipped is not None else []
+    charged = PrintedRows(usage, dropped)
     for index, proc in found:
         pid, mib = proc.get("PID", ""), _mib(proc.get("MLU Memory Usage", ""))
         if not pid.isdigit() or mib is None:
-            raise _parse_error(
+            dropped.append(
                 f"card {index}: expected a process with a numeric 'PID' and "
                 f"'MLU Memory Usage' in MiB, got {proc!r}"
             )
-        usage[index][int(pid)] = usage[index].get(int(pid), 0) + mib
-    return usage
+            continue
+        charged.add(index, int(pid), mib)
+    return charged.usage
 
 
 def _mib(value: str) -> int | None:
@@ -194,6 +198,10 @@ class CnmonProbe:
     """Cambricon MLUs via ``cnmon info``."""
 
     vendor: ClassVar[str] = VENDOR
+    prints_names: ClassVar[bool] = True  # rows a process name can forge: agent/card_holders.py
+
+    def __init__(self) -> None:
+        self.rows_skipped: list[str] = []  # the last process list's entries left out, and why
 
     def available(self) -> bool:
         return tool_present(TOOL)
@@ -206,10 +214,12 @@ class CnmonProbe:
         """Device memory in MiB used by each process, per card UUID, for the agent's watch on
         shares, as NVML's; cards whose ``cnmon info`` lists no ``Processes`` group are left out.
         Raises ProbeError (the monitor logs it and measures nothing this pass) when no card has
-        one: this cnmon cannot tell, which is not "nothing runs"."""
+        one: this cnmon cannot tell, which is not "nothing runs". A process that cannot be read
+        is left out and said in ``rows_skipped``."""
         text = run_tool(VENDOR, ARGV)
         uuids = {d.index: d.uuid for d in parse_cnmon(text)}
-        per_card = parse_cnmon_processes(text)
+        self.rows_skipped = []
+        per_card = parse_cnmon_processes(text, self.rows_skipped)
         if uuids and not per_card:
             raise _parse_error("no 'Processes' group in any card: per-process memory not printed")
         return {uuids[index]: procs for index, procs in per_card.items() if index in uuids}

@@ -27,6 +27,7 @@ from xpupool.probes.base import (
     DeviceInfo,
     DeviceNodes,
     Health,
+    PrintedRows,
     ProbeError,
     ProbeFailure,
     canonical,
@@ -156,12 +157,13 @@ class DcuProcess:
     vram_mib: int
 
 
-def parse_hy_smi_pids(text: str) -> list[DcuProcess]:
+def parse_hy_smi_pids(text: str, skipped: list[str] | None = None) -> list[DcuProcess]:
     """The processes of ``hy-smi --showpids``; [] when none runs.
 
-    Raises ProbeError(PARSE) when the text is neither the process list nor the "none" line, or
-    a block lacks a numeric ``PID``, its ``HCU Index`` or a numeric ``VRAM USED(MiB)``: a misread
-    must not charge memory to anyone.
+    Raises ProbeError(PARSE) when the text is neither the process list nor the "none" line. A
+    block that lacks a numeric ``PID``, its ``HCU Index`` or a numeric ``VRAM USED(MiB)`` is
+    left out, with why appended to ``skipped``: a misread charges no one, and a block a job
+    garbled through its own name costs only that block, not the list.
     """
     if _NO_PIDS in text.lower():
         return []
@@ -183,30 +185,30 @@ def parse_hy_smi_pids(text: str) -> list[DcuProcess]:
             ProbeFailure.PARSE,
             "expected 'PIDs for KFD processes:' with 'PID: N' blocks, or 'No KFD PIDs'",
         )
-    return [_process(block) for block in blocks]
-
-
-def _process(block: Mapping[str, str]) -> DcuProcess:
-    vram = block.get("VRAM USED(MiB)", "")
-    if not block["PID"].isdigit() or "HCU Index" not in block or not vram.isdigit():
-        raise ProbeError(
-            VENDOR,
-            _PIDS_COMMAND,
-            ProbeFailure.PARSE,
-            "expected a 'PID: N' block with 'HCU Index' and a numeric 'VRAM USED(MiB)', "
-            f"got {dict(block)!r}",
-        )
-    cards = tuple(int(i) for i in _CARD_INDEX.findall(block["HCU Index"]))
-    return DcuProcess(pid=int(block["PID"]), cards=cards, vram_mib=int(vram))
+    dropped = skipped if skipped is not None else []
+    out: list[DcuProcess] = []
+    for block in blocks:
+        vram = block.get("VRAM USED(MiB)", "")
+        if not block["PID"].isdigit() or "HCU Index" not in block or not vram.isdigit():
+            dropped.append(
+                "expected a 'PID: N' block with 'HCU Index' and a numeric 'VRAM USED(MiB)', "
+                f"got {dict(block)!r}"
+            )
+            continue
+        cards = tuple(int(i) for i in _CARD_INDEX.findall(block["HCU Index"]))
+        out.append(DcuProcess(pid=int(block["PID"]), cards=cards, vram_mib=int(vram)))
+    return out
 
 
 class HySmiProbe:
     """Hygon DCUs via one ``hy-smi ... --json`` call."""
 
     vendor: ClassVar[str] = VENDOR
+    prints_names: ClassVar[bool] = True  # rows a process name can forge: agent/card_holders.py
 
     def __init__(self) -> None:
         self._uuids: dict[int, str] = {}  # card index -> UUID, from the last discover
+        self.rows_skipped: list[str] = []  # the last process list's blocks left out, and why
 
     def available(self) -> bool:
         return tool_present(TOOL)
@@ -220,24 +222,26 @@ class HySmiProbe:
     def process_memory(self) -> dict[str, dict[int, int]]:
         """Device memory in MiB used by each process, per card UUID (every card, ``{}`` when
         idle), for the agent's watch on shares, as NVML's. Processes on several cards are left
-        out (module docstring); a process on a card index discover does not know raises."""
-        processes = parse_hy_smi_pids(run_tool(VENDOR, PIDS_ARGV))
+        out (module docstring); a block that cannot be read, or names a card index discover
+        does not know, is left out and said in ``rows_skipped``."""
+        self.rows_skipped = []
+        processes = parse_hy_smi_pids(run_tool(VENDOR, PIDS_ARGV), self.rows_skipped)
         if not self._uuids or any(c not in self._uuids for p in processes for c in p.cards):
             self.discover()
-        usage: dict[str, dict[int, int]] = {uuid: {} for uuid in self._uuids.values()}
+        charged = PrintedRows(self._uuids.values(), self.rows_skipped)
         for proc in processes:
             unknown = [c for c in proc.cards if c not in self._uuids]
             if unknown:
-                raise ProbeError(
-                    VENDOR,
-                    _PIDS_COMMAND,
-                    ProbeFailure.PARSE,
-                    f"process {proc.pid} holds card(s) {unknown}, which hy-smi does not list",
+                self.rows_skipped.append(
+                    f"process {proc.pid} holds card(s) {unknown}, which hy-smi does not list"
                 )
+                continue
             if len(proc.cards) == 1:
-                per_pid = usage[self._uuids[proc.cards[0]]]
-                per_pid[proc.pid] = per_pid.get(proc.pid, 0) + proc.vram_mib
-        return usage
+                charged.add(self._uuids[proc.cards[0]], proc.pid, proc.vram_mib)
+            else:  # one total over its cards: not charged, but listed on each
+                for card in proc.cards:
+                    charged.listed(self._uuids[card], proc.pid)
+        return charged.usage
 
 
 def device_nodes(indices: Sequence[int]) -> DeviceNodes:

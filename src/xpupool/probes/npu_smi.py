@@ -24,6 +24,7 @@ from xpupool.probes.base import (
     DeviceInfo,
     DeviceNodes,
     Health,
+    PrintedRows,
     ProbeError,
     ProbeFailure,
     canonical,
@@ -183,16 +184,18 @@ class NpuProcess:
     memory_mib: int
 
 
-def parse_npu_processes(text: str) -> list[NpuProcess]:
+def parse_npu_processes(text: str, skipped: list[str] | None = None) -> list[NpuProcess]:
     """The process table of ``npu-smi info``; [] when it lists no process.
 
     Raises ProbeError(PARSE) when there is no process table (npu-smi prints none on some 310
-    boards: nothing can be told then, which is not "nothing runs") or a row has the wrong shape,
-    so that a misread never attributes memory to the wrong process or chip. A table with an extra
-    column (``Process id in container``, printed inside containers) is read by its header. The
-    name is the process's own (a job sets it): a ``|`` in it is kept in the name, since every
-    other column is a number; a newline in it cuts the row, which is an error (nothing is
-    measured that pass), never memory charged to another PID.
+    boards: nothing can be told then, which is not "nothing runs"). A row of the wrong shape is
+    left out, with why appended to ``skipped``, and the other rows are kept: the name is the
+    process's own (a job sets it), and a newline in it cuts its row, which must cost that row,
+    not the whole table (a job could otherwise switch the share watch off for every replica).
+    A row that only looks right (a forged one after the cut) is the watch's to refuse: it
+    charges a row only to a process holding the card's node (agent/card_holders.py). A table
+    with an extra column (``Process id in container``, printed inside containers) is read by
+    its header; a ``|`` in a name is kept in the name, since every other column is a number.
     """
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if _PROC_HEADER in line), None)
@@ -206,10 +209,12 @@ def parse_npu_processes(text: str) -> list[NpuProcess]:
     pid_at, memory_at = header.index(_PROC_HEADER), header.index(_PROC_MEMORY)
     name_at = header.index("Process name") if "Process name" in header else None
     processes: list[NpuProcess] = []
+    dropped = skipped if skipped is not None else []
     for line in lines[start + 1 :]:
         cells = _cells(line)
         if cells is None and line.lstrip().startswith("|"):
-            raise _parse_error(_SUMMARY, f"process row cut off: {line.strip()!r}")
+            dropped.append(f"process row cut off: {line.strip()!r}")
+            continue
         if cells is None or (len(cells) == 1 and _NO_PROCESS.match(cells[0])):
             continue  # rules, the tool's trailing warnings, "No running processes found"
         extra = len(cells) - len(header)
@@ -222,11 +227,11 @@ def parse_npu_processes(text: str) -> list[NpuProcess]:
             or not cells[pid_at].isdigit()
             or not cells[memory_at].isdigit()
         ):
-            raise _parse_error(
-                _SUMMARY,
+            dropped.append(
                 "expected a process row '<npu> <chip> | <pid> | <name> | <MiB>', "
-                f"got {'|'.join(cells)!r}",
+                f"got {'|'.join(cells)!r}"
             )
+            continue
         processes.append(
             NpuProcess(
                 npu_id=int(chip.group(1)),
@@ -303,11 +308,13 @@ class NpuSmiProbe:
     """Ascend NPUs via ``npu-smi``: one DeviceInfo per chip (a 310P Duo card reports two)."""
 
     vendor: ClassVar[str] = VENDOR
+    prints_names: ClassVar[bool] = True  # rows a process name can forge: agent/card_holders.py
 
     def __init__(self) -> None:
         # (npu id, chip index) -> the UUID discover gave that chip; the process table names
         # chips by these two numbers only
         self._uuids: dict[tuple[int, int], str] = {}
+        self.rows_skipped: list[str] = []  # the last process table's rows left out, and why
 
     def available(self) -> bool:
         return tool_present(TOOL)
@@ -320,29 +327,30 @@ class NpuSmiProbe:
         """Device memory in MiB used by each process, per chip UUID: ``{uuid: {pid: mib}}``,
         every chip of the table present (``{}``: nothing runs on it), for the agent's watch on
         shares as NVML's is. One ``npu-smi info``; the detail queries run again only when the
-        table shows a chip discover has not named. Raises ProbeError (the monitor logs it and
-        measures nothing this pass): a process row for a chip the table does not list is a
-        misread, not memory to charge to some card.
+        table shows a chip discover has not named. A process row that cannot be read, or names
+        a chip the table does not list, is left out and said in ``rows_skipped`` (the monitor
+        logs it); the other rows count. Raises ProbeError when there is no process table.
         """
         text = run_tool(VENDOR, [TOOL, "info"])
         rows = parse_npu_smi_info(text)
-        processes = parse_npu_processes(text)
+        self.rows_skipped = []
+        processes = parse_npu_processes(text, self.rows_skipped)
         if any((row.npu_id, row.chip_id) not in self._uuids for row in rows):
             self._discover(rows)
         usage: dict[str, dict[int, int]] = {
             self._uuids[(row.npu_id, row.chip_id)]: {} for row in rows
         }
         listed = {(row.npu_id, row.chip_id) for row in rows}
+        charged = PrintedRows(usage, self.rows_skipped)
         for proc in processes:
             if (proc.npu_id, proc.chip_id) not in listed:
-                raise _parse_error(
-                    _SUMMARY,
+                self.rows_skipped.append(
                     f"process {proc.pid} is on NPU {proc.npu_id} chip {proc.chip_id}, "
-                    "which the device table does not list",
+                    "which the device table does not list"
                 )
-            per_pid = usage[self._uuids[(proc.npu_id, proc.chip_id)]]
-            per_pid[proc.pid] = per_pid.get(proc.pid, 0) + proc.memory_mib
-        return usage
+                continue
+            charged.add(self._uuids[(proc.npu_id, proc.chip_id)], proc.pid, proc.memory_mib)
+        return charged.usage
 
     def _discover(self, rows: list[NpuChipRow]) -> list[DeviceInfo]:
         per_npu: dict[int, tuple[dict[str, str], dict[int, int], dict[int, dict[str, str]]]] = {}

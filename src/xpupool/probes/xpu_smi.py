@@ -34,6 +34,7 @@ from xpupool.probes.base import (
     DeviceInfo,
     DeviceNodes,
     Health,
+    PrintedRows,
     ProbeError,
     ProbeFailure,
     canonical,
@@ -220,11 +221,12 @@ def parse_intel_health(text: str) -> dict[int, tuple[Health, str]]:
     return health
 
 
-def parse_intel_ps(text: str) -> list[tuple[int, int, int]]:
+def parse_intel_ps(text: str, skipped: list[str] | None = None) -> list[tuple[int, int, int]]:
     """(pid, device id, MiB) per row of Intel's ``xpu-smi ps``; [] when no process is listed.
     The command name is the one free column (it may hold spaces), so the row is read from both
-    ends. Raises ProbeError(PARSE) without the ``PID Command DeviceID SHR MEM`` header or for a
-    row whose numbers are not numbers."""
+    ends. Raises ProbeError(PARSE) without the ``PID Command DeviceID SHR MEM`` header; a row
+    whose numbers are not numbers (a name with a newline cuts its row) is left out, with why
+    appended to ``skipped``, and the other rows kept."""
     lines = [line.split() for line in text.splitlines() if line.strip()]
     command = " ".join(INTEL_PS_ARGV)
     if not lines or tuple(lines[0]) != _PS_COLUMNS:
@@ -232,15 +234,14 @@ def parse_intel_ps(text: str) -> list[tuple[int, int, int]]:
             INTEL, command, ProbeFailure.PARSE, f"expected the header {' '.join(_PS_COLUMNS)!r}"
         )
     rows: list[tuple[int, int, int]] = []
+    dropped = skipped if skipped is not None else []
     for cells in lines[1:]:
         numbers = [cells[0], *cells[-3:]] if len(cells) >= 4 else []
         if not numbers or not all(n.isdigit() for n in numbers):
-            raise ProbeError(
-                INTEL,
-                command,
-                ProbeFailure.PARSE,
-                f"expected '<pid> <command> <device> <shr kB> <mem kB>', got {' '.join(cells)!r}",
+            dropped.append(
+                f"expected '<pid> <command> <device> <shr kB> <mem kB>', got {' '.join(cells)!r}"
             )
+            continue
         pid, device, _shared, mem_kb = (int(n) for n in numbers)
         rows.append((pid, device, mem_kb * 1000 // (1 << 20)))
     return rows
@@ -255,40 +256,42 @@ class XpuSmiProbe:
     """
 
     vendor: ClassVar[str] = KUNLUNXIN
+    prints_names: ClassVar[bool] = True  # rows a process name can forge: agent/card_holders.py
     covers: ClassVar[tuple[str, ...]] = (KUNLUNXIN, INTEL)
     """Every vendor this one tool serves: all are named when it is absent (issue 42: ``xpupool
     probe`` named Kunlunxin alone, so an Intel host was never told which tool it lacks)."""
 
     def __init__(self) -> None:
         self.skipped: list[str] = []  # what could not be read, for the monitor's log
+        self.rows_skipped: list[str] = []  # the last ``ps`` rows left out, and why
         self._intel_uuids: dict[int, str] = {}  # Intel device id -> UUID, from discover
         self._kunlunxin = False  # the last discover read Kunlunxin's table
 
     def process_memory(self) -> dict[str, dict[int, int]]:
         """Device memory in MiB used by each process, per Intel card UUID (every card, ``{}``
         when idle), for the agent's watch on shares. Raises ProbeError on a Kunlunxin host (its
-        rows are not read: module docstring) and for a row on a device discover does not know."""
+        rows are not read: module docstring); a row that cannot be read, or is on a device
+        discover does not know, is left out and said in ``rows_skipped``."""
         if not self._intel_uuids and not self._kunlunxin:
             self.discover()
         if not self._intel_uuids:
             raise ProbeError(
                 KUNLUNXIN, TOOL, ProbeFailure.PARSE, "per-process memory is read on Intel only"
             )
-        rows = parse_intel_ps(run_tool(INTEL, INTEL_PS_ARGV))
+        self.rows_skipped = []
+        rows = parse_intel_ps(run_tool(INTEL, INTEL_PS_ARGV), self.rows_skipped)
         if any(device not in self._intel_uuids for _, device, _ in rows):
             self.discover()
-        usage: dict[str, dict[int, int]] = {uuid: {} for uuid in self._intel_uuids.values()}
+        charged = PrintedRows(self._intel_uuids.values(), self.rows_skipped)
         for pid, device, mib in rows:
             uuid = self._intel_uuids.get(device)
             if uuid is None:
-                raise ProbeError(
-                    INTEL,
-                    " ".join(INTEL_PS_ARGV),
-                    ProbeFailure.PARSE,
-                    f"process {pid} is on device {device}, which discovery does not list",
+                self.rows_skipped.append(
+                    f"process {pid} is on device {device}, which discovery does not list"
                 )
-            usage[uuid][pid] = usage[uuid].get(pid, 0) + mib
-        return usage
+                continue
+            charged.add(uuid, pid, mib)
+        return charged.usage
 
     def available(self) -> bool:
         return tool_present(TOOL)

@@ -131,7 +131,7 @@ def local_agent(
         HostedNode(
             name=name,
             runner=Runner(name, work_dir / name, grace_s=grace_s, settings=settings),
-            monitor=Monitor(found),
+            monitor=Monitor(found, dev_root=settings.device_root),
             inventory=lambda devices: node_in(
                 name,
                 devices,

@@ -85,3 +85,16 @@ def started(rep: Replica | None, runner: Runner) -> Replica:
     assert rep is not None
     poll_until(lambda: not rep.starting, runner)
     return rep
+
+
+HOLD = "import sys, time; f = open(sys.argv[1], 'rb'); print('go', flush=True); time.sleep(30)"
+
+
+def stand_ins(root: Path, **nodes: str) -> Path:
+    """A device root whose entries (``davinci0="/dev/zero"``; ``__`` for ``/``) link to real
+    character devices: the watch reads the ``st_rdev`` of the link's target."""
+    for name, target in nodes.items():
+        link = root / name.replace("__", "/")
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(target)
+    return root

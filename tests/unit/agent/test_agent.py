@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from agent_work import device, settings, started, work
+from agent_work import HOLD, device, settings, stand_ins, started, work
 
 from xpupool.agent import Agent, HostedNode, Monitor, Runner
 from xpupool.agent.inventory import node_in
@@ -67,7 +67,7 @@ def _agent(tmp_path: Path, cards: Cards, t: Recorder) -> tuple[Agent, HostedNode
     node = HostedNode(
         name="n1",
         runner=Runner("n1", tmp_path, grace_s=0.5, settings=settings(tmp_path)),
-        monitor=Monitor([cards]),
+        monitor=Monitor([cards], dev_root=stand_ins(tmp_path / "dev", nvidia0="/dev/zero")),
         inventory=lambda devices: node_in("n1", devices),
     )
     return Agent(t, [node], heartbeat_s=0.1, poll_s=0.02), node
@@ -94,10 +94,9 @@ def test_registers_once_and_again_only_on_change(tmp_path: Path) -> None:
 def test_runs_reports_and_flags_memory_over_the_grant(tmp_path: Path) -> None:
     cards, t = Cards(), Recorder()
     agent, node = _agent(tmp_path, cards, t)
-    code = "import time; print('go', flush=True); time.sleep(30)"
     grant = device(0, memory_mib=20480)
     grant.uuid = "GPU-0"
-    t.run = [work([sys.executable, "-c", code], node="n1", devices=[grant])]
+    t.run = [work([sys.executable, "-c", HOLD, "/dev/zero"], node="n1", devices=[grant])]
     agent.step(node)
     rep = started(node.runner.replicas[(7, 0)], node.runner)
     assert rep.pid is not None
@@ -130,10 +129,9 @@ def test_a_replica_over_its_share_past_the_grace_is_stopped(tmp_path: Path) -> N
     agent, node = _agent(tmp_path, cards, t)
     assert node.monitor is not None
     node.monitor.shares = ShareWatch(tolerance=0.05, grace_s=0.2)
-    code = "import time; print('go', flush=True); time.sleep(30)"
     grant = device(0, memory_mib=20480)
     grant.uuid = "GPU-0"
-    t.run = [work([sys.executable, "-c", code], node="n1", devices=[grant])]
+    t.run = [work([sys.executable, "-c", HOLD, "/dev/zero"], node="n1", devices=[grant])]
     agent.step(node)
     rep = started(node.runner.replicas[(7, 0)], node.runner)
     assert rep.pid is not None

@@ -81,7 +81,7 @@ def test_replica_usage_by_process_group_and_over_limit() -> None:
     usage = {"GPU-0": {101: 30000, 102: 500, 999: 7}, "GPU-1": {103: 10}}
     groups = {101: 100, 102: 100, 103: 100, 999: 900}  # pid -> pgid
     monitor = Monitor([NvmlLike(usage)], pgid_of=lambda pid: groups[pid])
-    reading = monitor.read()
+    reading = monitor.read()  # a library's rows (no names printed) are charged as reported
     assert reading.process_memory == usage
     per_replica = monitor.replica_usage({(7, 0): 100}, usage)
     assert per_replica == {(7, 0): {"GPU-0": 30500, "GPU-1": 10}}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from agent_work import device, work
 
-from xpupool.agent.monitor import Monitor, replica_of_cgroup
+from xpupool.agent.monitor import Monitor, container_of_cgroup, replica_of_cgroup
 from xpupool.agent.share_watch import ShareWatch
 
 
@@ -87,3 +87,19 @@ def test_replica_usage_takes_the_cgroup_before_the_process_group() -> None:
     usage = {"GPU-0": {11: 1000, 12: 10, 13: 5}}
     per = monitor.replica_usage({(7, 0): 400, (9, 0): 500, (8, 0): 600}, usage, "n1")
     assert per == {(7, 0): {"GPU-0": 1000}, (9, 0): {}, (8, 0): {"GPU-0": 15}}
+
+
+def test_processes_map_to_image_replicas_by_the_container_id_in_their_cgroup() -> None:
+    cid = "78c0d8f5433481436d92794cf756cead0ddf5828150b093be7c9a1cb4a724ba0"
+    known = {cid: (7, 0)}
+    cgroupfs = f"9:name=systemd:/libpod_parent/libpod-{cid}\n8:pids:/libpod_parent/libpod-{cid}\n"
+    systemd = f"0::/machine.slice/libpod-{cid}.scope/container\n"
+    docker = f"0::/system.slice/docker-{cid}.scope\n"
+    for text in (cgroupfs, systemd, docker):
+        assert container_of_cgroup(text, known) == (7, 0)
+    other = "0::/machine.slice/libpod-" + "ab" * 32 + ".scope\n"
+    assert container_of_cgroup(other, known) is None  # another container: not ours
+    assert container_of_cgroup(f"0::/x/{cid}1\n", known) is None  # not the id, a longer word
+    monitor = Monitor([], pgid_of=lambda pid: 1, cgroup_of=lambda pid: systemd)
+    per = monitor.replica_usage({(7, 0): 0}, {"GPU-0": {4242: 900}}, "n1", known)
+    assert per == {(7, 0): {"GPU-0": 900}}

@@ -1,19 +1,22 @@
 """Watch and stop beyond NVIDIA: on an Ascend card the agent reads per-process memory from
 ``npu-smi info``'s process table (a recorded-format fixture whose PID is the replica's) and stops
 a replica over its share as it does on NVIDIA (test_agent.py); the tools are replaced at the
-probes' ``run_tool`` seam. And the monitor asks a probe that serves several vendors (xpu-smi:
-Kunlunxin and Intel) for per-process memory when any of them has cards."""
+probes' ``run_tool`` seam. The replica's process holds a stand-in of NPU 0's node open (the device
+root's ``davinci0`` is a link to /dev/zero: agent/card_holders.py). And the monitor asks a probe
+that serves several vendors (xpu-smi: Kunlunxin and Intel) for per-process memory when any of
+them has cards."""
 
 from __future__ import annotations
 
 import logging
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from agent_work import device, settings, started, work
+from agent_work import HOLD, device, settings, stand_ins, started, work
 from test_agent import Recorder
 
 from xpupool.agent import Agent, HostedNode, Monitor, Runner
@@ -51,14 +54,17 @@ def test_a_replica_over_its_share_on_an_ascend_card_is_stopped(
     node = HostedNode(
         name="n1",
         runner=Runner("n1", tmp_path, grace_s=0.5, settings=settings(tmp_path)),
-        monitor=Monitor([NpuSmiProbe()], shares=ShareWatch(tolerance=0.05, grace_s=0.2)),
+        monitor=Monitor(
+            [NpuSmiProbe()],
+            shares=ShareWatch(tolerance=0.05, grace_s=0.2),
+            dev_root=stand_ins(tmp_path / "dev", davinci0="/dev/zero"),
+        ),
         inventory=lambda devices: node_in("n1", devices),
     )
     agent = Agent(t, [node], heartbeat_s=0.1, poll_s=0.02)
-    code = "import time; print('go', flush=True); time.sleep(30)"
     grant = device(0, memory_mib=20480)
     grant.uuid = CARD
-    t.run = [work([sys.executable, "-c", code], node="n1", devices=[grant])]
+    t.run = [work([sys.executable, "-c", HOLD, "/dev/zero"], node="n1", devices=[grant])]
     agent.step(node)
     assert [d.uuid for d in t.registered[0].devices] == [CARD, "ascend-0000:C2:00.0"]
     rep = started(node.runner.replicas[(7, 0)], node.runner)
@@ -84,18 +90,25 @@ def test_a_replica_within_its_share_on_an_ascend_card_runs_on(
     node = HostedNode(
         name="n1",
         runner=Runner("n1", tmp_path, grace_s=0.5, settings=settings(tmp_path)),
-        monitor=Monitor([NpuSmiProbe()], shares=ShareWatch(tolerance=0.05, grace_s=0.0)),
+        monitor=Monitor(
+            [NpuSmiProbe()],
+            shares=ShareWatch(tolerance=0.05, grace_s=0.0),
+            dev_root=stand_ins(tmp_path / "dev", davinci0="/dev/zero"),
+        ),
         inventory=lambda devices: node_in("n1", devices),
     )
     agent = Agent(t, [node], heartbeat_s=0.1, poll_s=0.02)
     grant = device(0, memory_mib=61440)  # 60 GiB: the fixture's 57934 MiB fits
     grant.uuid = CARD
-    code = "import time; time.sleep(30)"
-    t.run = [work([sys.executable, "-c", code], node="n1", devices=[grant])]
+    t.run = [work([sys.executable, "-c", HOLD, "/dev/zero"], node="n1", devices=[grant])]
     agent.step(node)
     rep = started(node.runner.replicas[(7, 0)], node.runner)
     tool.pid = rep.pid or 0
-    for _ in range(5):
+    deadline = time.monotonic() + 10  # until the job has opened its node
+    while time.monotonic() < deadline and not node.runner.replicas[(7, 0)].memory_used_mib:
+        agent.step(node)
+        time.sleep(0.05)
+    for _ in range(3):
         agent.step(node)
     measured = [r for hb in t.heartbeats for r in hb.replicas if r.memory_used_mib]
     assert measured and measured[-1].memory_used_mib == {CARD: 57934}
@@ -107,11 +120,11 @@ def test_a_replica_within_its_share_on_an_ascend_card_runs_on(
         time.sleep(0.05)
 
 
-def test_an_unreadable_process_table_measures_nothing_and_is_logged_once(
+def test_a_cut_process_row_is_left_out_and_logged_once(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A cut process row: the devices are still read, per-process memory is not (None, so the
-    agent reports nothing measured and the watch stops no one), and the reason is logged once."""
+    """A cut process row: the devices are still read, and per-process memory too, without
+    that row (no card is charged for it); the reason is logged once, not every pass."""
     cut = SUMMARY.with_name("procs-truncated.txt").read_text()
 
     def run(vendor: str, argv: Sequence[str], timeout_s: float = 10.0) -> str:
@@ -125,27 +138,32 @@ def test_an_unreadable_process_table_measures_nothing_and_is_logged_once(
     with caplog.at_level(logging.INFO, logger="xpupool.agent"):
         first, second = monitor.read(), monitor.read()
     assert [d.uuid for d in first.devices] == [CARD, "ascend-0000:C2:00.0"]
-    assert first.process_memory is None and second.process_memory is None
-    said = [r.message for r in caplog.records if "per-process memory" in r.message]
+    assert first.process_memory == second.process_memory == {CARD: {}, "ascend-0000:C2:00.0": {}}
+    said = [r.message for r in caplog.records if "process row" in r.message]
     assert len(said) == 1 and "process row cut off" in said[0]
 
 
 def test_the_monitor_reads_intel_processes_through_the_two_vendor_xpu_smi_probe(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, holder: subprocess.Popen[str]
 ) -> None:
+    """Process 48211 of the recorded table is ``holder`` (it holds card 0's stand-in render
+    node, /dev/full); 48502 holds none, so its row is dropped."""
     fixtures = SUMMARY.parents[1] / "xpu-smi"
     answers = {
         ("xpu-smi",): (fixtures / "intel_help.txt").read_text(),
         xpu_smi.INTEL_ARGV: (fixtures / "intel_max1550_4x.txt").read_text(),
         xpu_smi.INTEL_HEALTH_ARGV: (fixtures / "intel_health_ok.txt").read_text(),
-        xpu_smi.INTEL_PS_ARGV: (fixtures / "intel_ps.txt").read_text(),
+        xpu_smi.INTEL_PS_ARGV: (fixtures / "intel_ps.txt")
+        .read_text()
+        .replace("48211", str(holder.pid)),
     }
     monkeypatch.setattr(
         xpu_smi, "run_tool", lambda vendor, argv, timeout_s=10.0: answers[tuple(argv)]
     )
     monkeypatch.setattr(xpu_smi, "tool_present", lambda name: True)
-    reading = Monitor([xpu_smi.XpuSmiProbe()]).read()
+    root = stand_ins(tmp_path / "dev", dri__renderD128="/dev/full")
+    reading = Monitor([xpu_smi.XpuSmiProbe()], dev_root=root).read()
     assert {d.vendor for d in reading.devices} == {"intel"}  # the probe's vendor is kunlunxin
     assert reading.process_memory is not None
     first = reading.devices[0].uuid
-    assert reading.process_memory[first] == {48211: 40000, 48502: 500}
+    assert reading.process_memory[first] == {holder.pid: 40000}

@@ -1,28 +1,29 @@
-"""The ``container`` back end: an image job through docker or podman, from the same launch spec.
-
-The replica's process group is the runtime's client (``docker run``, attached, so its exit code is
-the container's and its output goes through the same capped log pipe); the client runs as the
-agent, which the engine's socket trusts, and the container runs as the job: ``--user UID:GID``
-(the tenant's uid when the agent switches users, else the agent's own, never the image's root).
-What the spec decides becomes runtime flags: the environment through an ``--env-file`` (0600, in
-the agent's private log directory, gone at cleanup: nothing in ``ps``), the CPU and memory limits
-as ``--cpus``/``--memory`` (the runtime's cgroup enforces them, not the agent's), the private
-working directory mounted at its own path as the working directory, the cards the vendor's way
+"""The ``container`` back end: an image job through docker or podman, from the same launch spec. The
+replica's process group is the runtime's client (``docker run``, attached, so its exit code is the
+container's and its output goes through the same capped log pipe); the client runs as the agent,
+which the engine's socket trusts, and the container runs as the job: ``--user UID:GID`` (the
+tenant's uid when the agent switches users, else the agent's own, never the image's root). What the
+spec decides becomes runtime flags: the environment through an ``--env-file`` (0600, in the agent's
+private log directory, gone at cleanup: nothing in ``ps``), the CPU and memory limits as
+``--cpus``/``--memory`` (the runtime's cgroup enforces them, not the agent's), the private working
+directory mounted at its own path as the working directory, the cards the vendor's way
 (:func:`xpupool.probes.device_nodes.container_device_args`). ``--rm``, ``--init`` (a PID 1 that
 forwards signals and reaps) and the name ``xpupool-<run id>`` (node, job, replica, allocation and
 the run's random suffix: two pools on one engine can hand out the same job numbers, and one must
 never stop or remove the other's container), so stopping goes through the runtime (``kill
---signal``) and cleanup is ``rm -f`` by that name; the labels ``xpupool.node``/``xpupool.job``
-find them too, and ``xpupool.owner`` (the agent work directory of the node that ran it: one agent
-per work directory on a host) says whose it is: an agent that starts again removes the containers
-it owns that no supervisor holds any more (:meth:`ContainerBackend.remove_leftovers`), and never
-another pool's or another agent's. Every call carries the host's runtime configuration
-(:mod:`.runtime_config`: OCI runtime, cgroup manager, ulimits) and ``--pids-limit``. The network
-is the operator's policy (``--network``): ``host``, or the engine's bridge with the replica's
-host ports (:mod:`.ports`) published as themselves (:func:`network_args`). The image is got
-first, in a step of its own under the job's pull policy and the agent's pull timeout
-(:mod:`.container_pull`: its progress in the job's log, a failure classified as Kubernetes'
-ErrImagePull), and ``run`` gets ``--pull never``; what the step did heads the limits line.
+--signal``) and cleanup is ``rm -f`` by that name; ``--cidfile`` leaves the container's id next to
+its log (the share watch finds the replica of a card's process by it); the labels
+``xpupool.node``/``xpupool.job`` find them too, and ``xpupool.owner`` (the agent work directory of
+the node that ran it: one agent per work directory on a host) says whose it is: an agent that
+starts again removes the containers it owns that no supervisor holds any more
+(:meth:`ContainerBackend.remove_leftovers`), and never another pool's or another agent's. Every
+call carries the host's runtime configuration (:mod:`.runtime_config`: OCI runtime, cgroup manager,
+ulimits) and ``--pids-limit``. The network is the operator's policy (``--network``): ``host``, or
+the engine's bridge with the replica's host ports (:mod:`.ports`) published as themselves
+(:func:`network_args`). The image is got first, in a step of its own under the job's pull policy
+and the agent's pull timeout (:mod:`.container_pull`: its progress in the job's log, a failure
+classified as Kubernetes' ErrImagePull), and ``run`` gets ``--pull never``; what the step did heads
+the limits line.
 
 The image and the command come after every option and ``--``: nothing of the job's is ever read as
 the runtime's option (``--privileged`` as an image was, before the server checked references).
@@ -50,6 +51,7 @@ from xpupool.agent.launch.process import (
 )
 from xpupool.agent.launch.runtime_config import RuntimeConfig
 from xpupool.agent.launch.spec import LaunchError, LaunchSpec, Step, StopAsked, never, no_step
+from xpupool.agent.replica_dir import CONTAINER_ID
 from xpupool.catalog.image_ref import ImageRefError, parse_image_ref
 from xpupool.probes.container_runtime import ContainerRuntime, RuntimeName
 from xpupool.probes.device_nodes import container_device_args
@@ -217,6 +219,8 @@ class ContainerBackend(ProcessBackend):
         # the image is the pull step's (.container_pull): run never pulls behind its back
         argv = [runtime.name, *config.global_args, "run", "--rm", "--init", "--pull=never"]
         argv += ["--name", container_name(spec), *config.run_args]
+        # the id its cgroup path carries: the share watch maps a card's process to the replica
+        argv += ["--cidfile", str(spec.log_path.with_name(CONTAINER_ID))]
         argv += ["--user", f"{uid}:{gid}", "--env-file", str(env_file_path(spec))]
         argv += ["--security-opt", "no-new-privileges"]
         argv += ["--label", f"xpupool.node={spec.node}", "--label", f"xpupool.job={spec.job_id}"]
