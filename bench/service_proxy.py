@@ -193,13 +193,13 @@ def _ready_replica(url: str, token: str, stub: Path) -> str:
     auth = {"Authorization": f"Bearer {token}"}
     body = {
         "name": SERVICE,
-        "job": {"command": [str(stub)], "spec": "cpu=500m"},
+        "job": {"command": [str(stub)], "spec": "cpu=2"},
         "readiness": {"path": "/health", "interval_s": 1, "timeout_s": 1},
     }
-    httpx.post(f"{url}/v1/services", json=body, headers=auth).raise_for_status()
+    httpx.post(f"{url}/v1/services", json=body, headers=auth, timeout=60).raise_for_status()
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        found = httpx.get(f"{url}/v1/services/{SERVICE}", headers=auth).json()
+        found = httpx.get(f"{url}/v1/services/{SERVICE}", headers=auth, timeout=60).json()
         ready = [r for r in found.get("replicas", []) if r["ready"]]
         if found.get("state") == "ready" and ready:
             return f"{ready[0]['host']}:{ready[0]['port']}"
@@ -212,8 +212,12 @@ def _measure(
 ) -> dict[str, Any]:
     url = f"http://127.0.0.1:{port}"
     admin = {"Authorization": f"Bearer {(data / 'admin-token').read_text().strip()}"}
-    httpx.post(f"{url}/v1/tenants", json={"name": TENANT}, headers=admin).raise_for_status()
-    r = httpx.post(f"{url}/v1/tenants/{TENANT}/tokens", json={"name": "bench"}, headers=admin)
+    httpx.post(
+        f"{url}/v1/tenants", json={"name": TENANT}, headers=admin, timeout=60
+    ).raise_for_status()
+    r = httpx.post(
+        f"{url}/v1/tenants/{TENANT}/tokens", json={"name": "bench"}, headers=admin, timeout=60
+    )
     token = r.raise_for_status().json()["token"]
     direct = f"http://{_ready_replica(url, token, stub)}/v1/models"
     proxied = f"{url}/v1/services/{SERVICE}/proxy/v1/models"
