@@ -15,8 +15,9 @@ address from the service. A fixed-rate load generator in a process of its own
 time, so a proxy that falls behind shows as latency, not as a lower rate) sends ``GET
 /v1/models`` to the replica directly and through ``/v1/services/stub/proxy/v1/models`` in turn,
 at each ``--rates`` for ``--seconds``, ``--runs`` times; while it does, a thread submits
-``--jobs-per-s`` small jobs asking for a card the pool lacks, which stay pending, so every
-scheduling pass of the plane considers more of them as it proxies.
+``--jobs-per-s`` small jobs asking for the pool's one card (a second, simulated node's): the
+first holds it, the others stay pending, so every scheduling pass of the plane considers more of
+them as it proxies.
 Then a closed loop of ``--concurrency`` clients gives the requests per second at saturation,
 direct and through the proxy.
 
@@ -51,6 +52,11 @@ TENANT, SERVICE = "bench", "stub"
 CLUSTER = """\
 nodes:
   - {name: box, cpu: 8, memory: 16Gi}
+  - name: gpu
+    cpu: 8
+    memory: 16Gi
+    devices:
+      - {vendor: nvidia, model: NVIDIA A100-SXM4-80GB, count: 1, memory: 80Gi}
 """
 UP = "from xpupool.cli import main; main()"
 
@@ -120,18 +126,22 @@ class Submitter(threading.Thread):
         self.stopped = threading.Event()
         self.sent = 0
         self.refused = 0
+        self.first_refusal = ""
 
     def run(self) -> None:
         start = time.monotonic()
         while not self.stopped.is_set():
             due = start + self.sent / self.per_s
             self.stopped.wait(max(0.0, due - time.monotonic()))
-            # a card no node has: it stays pending, and every scheduling pass considers it (the
-            # agent would otherwise start a supervisor process a job, which this measure is not)
-            job = {"spec": "nvidia:1 mem=1Gi", "command": ["true"]}
+            # the pool's one card: the first job holds it, the others stay pending, and every
+            # scheduling pass considers them (jobs that ran would each start a supervisor
+            # process, which is not what this measures)
+            job = {"spec": "nvidia:1", "command": ["sleep", "3600"]}
             r = self.client.post("/v1/jobs", json=job)
             self.sent += 1
-            self.refused += r.status_code != 201
+            if r.status_code != 201:
+                self.refused += 1
+                self.first_refusal = self.first_refusal or f"{r.status_code} {r.text[:200]}"
 
 
 def _load(load: Path, url: str, token: str | None, seconds: float, **how: float) -> dict[str, Any]:
@@ -172,17 +182,25 @@ def run(args: argparse.Namespace, src: Path) -> dict[str, Any]:
 
 
 def _remove_service(url: str, data: Path) -> None:
-    """Delete the service and wait for its replica to end: a replica outlives its server."""
+    """Delete the service, cancel the job that holds the card, and wait for both to end: a
+    replica outlives its server."""
     admin = {"Authorization": f"Bearer {(data / 'admin-token').read_text().strip()}"}
     try:
         httpx.delete(f"{url}/v1/services/{SERVICE}?tenant={TENANT}", headers=admin, timeout=30)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            jobs = httpx.get(
-                f"{url}/v1/jobs", params={"state": "running"}, headers=admin, timeout=30
-            ).json()
-            if not [j for j in jobs if str(j.get("name", "")).startswith(f"{SERVICE}-")]:
+            holding = [
+                j
+                for state in ("scheduled", "running")
+                for j in httpx.get(
+                    f"{url}/v1/jobs", params={"state": state}, headers=admin, timeout=30
+                ).json()
+            ]
+            if not holding:
                 return
+            for job in holding:
+                if not str(job.get("name", "")).startswith(f"{SERVICE}-"):
+                    httpx.post(f"{url}/v1/jobs/{job['id']}/cancel", headers=admin, timeout=30)
             time.sleep(0.5)
     except (httpx.HTTPError, ValueError):
         pass  # the server is gone: its replica is said in the report
@@ -259,6 +277,7 @@ def _measure(
         "http_workers": args.http_workers,
         "jobs_submitted": submitter.sent,
         "jobs_refused": submitter.refused,
+        "first_refusal": submitter.first_refusal,
         "rates": {
             str(rate): {key: _median(values) for key, values in row.items()}
             for rate, row in rows.items()
