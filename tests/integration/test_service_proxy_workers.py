@@ -26,7 +26,10 @@ from websockets.sync.client import connect as ws_connect
 from xpupool.server.app import create_app
 from xpupool.server.front.app import FrontApp
 from xpupool.server.front.plane_side import SubmitChannel
+from xpupool.server.front.proxy_plane import ProxyAnswers
+from xpupool.server.front.wire import CALLER, SNAPSHOT, FrameError
 from xpupool.server.plane import ControlPlane
+from xpupool.server.service_access import ServiceTokenCache
 from xpupool.server.service_endpoints import Endpoint
 from xpupool.server.service_proxy import ProxyFirst
 from xpupool.server.up import UpConfig, open_plane
@@ -249,3 +252,36 @@ def test_the_requests_in_flight_in_the_worker_reach_the_plane(worker: Worker) ->
     until(lambda: traffic.in_flight("t1", "llm") == 0, "the answered request no more in flight")
     rate, p99 = traffic.rate("t1", "llm")
     assert rate > 0 and p99 is not None and p99 >= 4000
+
+
+FIVE_IN_FLIGHT = {"services": [["t1", "llm", 5, 0, []]], "endpoints": []}
+
+
+@pytest.mark.parametrize(
+    ("op", "asked"),
+    [
+        (SNAPSHOT, "not json"),
+        (SNAPSHOT, []),
+        (SNAPSHOT, {"worker": "evil", "tokens": {}, "traffic": FIVE_IN_FLIGHT}),
+        (SNAPSHOT, {"worker": "evil", "tokens": [["x" * 64, True]], "traffic": FIVE_IN_FLIGHT}),
+        (
+            SNAPSHOT,
+            {"worker": "evil", "tokens": [["a" * 64, True], "b"], "traffic": FIVE_IN_FLIGHT},
+        ),
+        (SNAPSHOT, {"worker": "evil", "tokens": [], "traffic": {"services": [["t1"]]}}),
+        (CALLER, {"token": ["ab", False]}),
+        (CALLER, {"token": ["a" * 64, "yes"]}),
+    ],
+)
+def test_a_workers_frame_that_breaks_the_format_is_refused_and_changes_nothing(
+    worker: Worker, op: str, asked: object
+) -> None:
+    """The plane checks what a worker sends as any edge does: the connection is dropped
+    (FrameError), no traffic is taken, no token looked up."""
+    answers = ProxyAnswers(worker.plane, ServiceTokenCache())
+    body = asked.encode() if isinstance(asked, str) else json.dumps(asked).encode()
+    future = asyncio.run_coroutine_threadsafe(answers.answer(op, body), worker.plane_loop)
+    with pytest.raises(FrameError):
+        future.result(10)
+    assert worker.plane.service_traffic.in_flight("t1", "llm") == 0
+    assert not answers.tokens.unknown

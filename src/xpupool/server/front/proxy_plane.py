@@ -49,11 +49,15 @@ class ProxyAnswers:
         worker, tokens = asked.get("worker"), asked.get("tokens")
         if not isinstance(worker, str) or not isinstance(tokens, list) or len(tokens) > MAX_TOKENS:
             raise FrameError("snapshot: a worker name and a list of tokens are needed")
+        for (
+            token
+        ) in tokens:  # all checked before anything is taken: a refused frame changes nothing
+            _digest(token)
         try:
             self.plane.service_traffic.take(worker, asked.get("traffic"))
         except ReportError as exc:
             raise FrameError(str(exc)) from None
-        checked = [[t[0], self._token(t)] for t in tokens if isinstance(t, list) and t]
+        checked = [[t[0], self._token(t)] for t in tokens]
         names = await asyncio.to_thread(self._names)
         ready = self.plane.service_endpoints.ready
         services = [
@@ -65,15 +69,8 @@ class ProxyAnswers:
     def _token(self, asked: Any) -> dict[str, list[Any]]:
         """``asked`` ([digest, is a service token]) checked: ``{"caller": [tenant, service,
         token id]}`` or ``{"refused": [status, reason]}``."""
-        if not (
-            isinstance(asked, list)
-            and len(asked) == 2
-            and isinstance(asked[0], str)
-            and DIGEST.fullmatch(asked[0])
-            and isinstance(asked[1], bool)
-        ):
-            raise FrameError("a token is asked as [SHA-256 hex digest, is a service token]")
-        found = caller_of(self.plane, self.tokens, asked[0], asked[1])
+        digest, service = _digest(asked)
+        found = caller_of(self.plane, self.tokens, digest, service)
         if isinstance(found, Caller):
             return {"caller": [found.tenant, found.service, found.token_id]}
         return {"refused": list(found)}
@@ -81,3 +78,16 @@ class ProxyAnswers:
     def _names(self) -> list[tuple[str, str]]:
         with self.plane.db.connect() as conn:
             return [(r["tenant"], r["name"]) for r in service_rows.listed(conn)]
+
+
+def _digest(asked: Any) -> tuple[str, bool]:
+    """A token as a worker asks it: [SHA-256 hex digest, is a service token]."""
+    if not (
+        isinstance(asked, list)
+        and len(asked) == 2
+        and isinstance(asked[0], str)
+        and DIGEST.fullmatch(asked[0])
+        and isinstance(asked[1], bool)
+    ):
+        raise FrameError("a token is asked as [SHA-256 hex digest, is a service token]")
+    return asked[0], asked[1]
