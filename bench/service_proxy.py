@@ -1,27 +1,31 @@
 """Latency a service's proxy adds, and the requests per second it carries at saturation.
 
     python bench/service_proxy.py --json                   # 100, 500, 1,000 req/s; 3 runs
-    python bench/service_proxy.py --rates 500 --runs 1 --seconds 5
+    python bench/service_proxy.py --rates 500 --runs 1 --seconds 5 --http-workers 0
+    python bench/service_proxy.py --json --compare base=/path/to/checkout   # that build too
 
-Starts the Go stub server (``tests/fixtures/services/stub``) and a real ``xpupool up --no-agent``
-on 127.0.0.1 over the example pool, whose one service (tenant ``bench``, service ``stub``) is the
-stub; a fixed-rate load generator in a process of its own (``tests/fixtures/services/load``, Go:
-open loop, each request's latency measured from its due time, so a proxy that falls behind shows
-as latency, not as a lower rate) sends ``GET /v1/models`` to the stub directly and through
-``/v1/services/stub/proxy/v1/models`` in turn, at each ``--rates`` for ``--seconds``, ``--runs``
-times; while it does, a thread submits ``--jobs-per-s`` small jobs, so the plane schedules as it
-proxies. Then a closed loop of ``--concurrency`` clients gives the requests per second at
-saturation, direct and through the proxy.
+Starts a real ``xpupool up`` (its in-process agent hosting one node, ``--http-workers`` 2 by
+default) on 127.0.0.1 and creates, through the API, a service (tenant ``bench``, service
+``stub``) whose one replica is the Go stub server (``tests/fixtures/services/stub``) run by the
+agent as a host process (the binary copied under ``--stub-dir``, which all may read: the
+replica runs as a uid of its own, with a /tmp and /var/tmp of its own); it waits until the
+service is ready, and takes the replica's
+address from the service. A fixed-rate load generator in a process of its own
+(``tests/fixtures/services/load``, Go: open loop, each request's latency measured from its due
+time, so a proxy that falls behind shows as latency, not as a lower rate) sends ``GET
+/v1/models`` to the replica directly and through ``/v1/services/stub/proxy/v1/models`` in turn,
+at each ``--rates`` for ``--seconds``, ``--runs`` times; while it does, a thread submits
+``--jobs-per-s`` small jobs asking for the pool's one card (a second, simulated node's): the
+first holds it, the others stay pending, so every scheduling pass of the plane considers more of
+them as it proxies.
+Then a closed loop of ``--concurrency`` clients gives the requests per second at saturation,
+direct and through the proxy.
 
 Reports per rate the medians over the runs of the direct and proxied p50/p99 (ms), the added
 p50/p99 (proxied minus direct, per run, then the median), the rate achieved and the errors; and
-the saturation rates. Goal (issue 47): p99 added <= 2 ms at 500 requests/s, and the proxy not
-the bottleneck below 1,000 requests/s.
-
-Until the service controller finds replicas (issue 47, its other part), nothing in the product
-names the stub a service's replica: the server is ``xpupool up`` started through its own CLI by a
-small launcher (``--serve``) that gives the plane a static list of ready endpoints (the stub)
-before it serves. Everything else is ``xpupool up`` as shipped.
+the saturation rates. ``--compare NAME=CHECKOUT`` measures the server of another checkout's
+``src`` the same way, after this one (one JSON object per build). Goal (issue 47): p99 added
+<= 2 ms at 500 requests/s, and the proxy not the bottleneck below 1,000 requests/s.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -37,16 +42,23 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
-CLUSTER = ROOT / "examples" / "cluster-mixed.yaml"
 TENANT, SERVICE = "bench", "stub"
-STUB_ENV = "XPUPOOL_BENCH_STUB"  # host:port of the stub, for the launcher
+CLUSTER = """\
+nodes:
+  - {name: box, cpu: 8, memory: 16Gi}
+  - name: gpu
+    cpu: 8
+    memory: 16Gi
+    devices:
+      - {vendor: nvidia, model: NVIDIA A100-SXM4-80GB, count: 1, memory: 80Gi}
+"""
+UP = "from xpupool.cli import main; main()"
 
 
 def _free_port() -> int:
@@ -66,37 +78,14 @@ def _binaries() -> tuple[Path, Path]:
     return go_binary(STUB_SOURCE), go_binary(LOAD_SOURCE)
 
 
-def serve(argv: Sequence[str]) -> None:
-    """The launcher (``--serve``, in the server's process): ``xpupool up ARGV`` whose plane's
-    service ``bench/stub`` has the stub as its one ready endpoint."""
-    from xpupool.cli import main as cli_main
-    from xpupool.server import up
-    from xpupool.server.service_endpoints import Endpoint
-
-    host, _, port = os.environ[STUB_ENV].rpartition(":")
-    stub = (Endpoint(job_id=0, replica=0, host=host, port=int(port)),)
-
-    class StubEndpoints:
-        def ready(self, tenant: str, service: str) -> Sequence[Endpoint]:
-            return stub if (tenant, service) == (TENANT, SERVICE) else ()
-
-    opened = up.open_plane
-
-    def open_plane(cfg: Any, owner: Any = None) -> Any:
-        plane = opened(cfg, owner)
-        plane.service_endpoints = StubEndpoints()
-        return plane
-
-    up.open_plane = open_plane
-    cli_main(["up", *argv])
-
-
-def _start(data: Path, port: int, stub_port: int, http_workers: int) -> subprocess.Popen[bytes]:
-    args = [sys.executable, __file__, "--serve", "--no-agent", "--data", str(data)]
-    args += ["--port", str(port), "--cluster", str(CLUSTER)]
-    args += ["--http-workers", str(http_workers)] if http_workers else []
+def _start(data: Path, port: int, http_workers: int, src: Path) -> subprocess.Popen[bytes]:
+    """``xpupool up`` of the checkout whose package is under ``src``."""
+    data.parent.joinpath("cluster.yaml").write_text(CLUSTER)
+    args = [sys.executable, "-c", UP, "up", "--data", str(data), "--port", str(port)]
+    args += ["--cluster", str(data.parent / "cluster.yaml")]
+    args += ["--http-workers", str(http_workers)]
     args += ["--rate-limit", "0", "--address-rate-limit", "0", "--connections-per-address", "0"]
-    env = {**os.environ, STUB_ENV: f"127.0.0.1:{stub_port}"}
+    env = {**os.environ, "PYTHONPATH": str(src)}
     log = (data.parent / "server.log").open("ab")
     proc = subprocess.Popen(
         args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
@@ -137,16 +126,22 @@ class Submitter(threading.Thread):
         self.stopped = threading.Event()
         self.sent = 0
         self.refused = 0
+        self.first_refusal = ""
 
     def run(self) -> None:
         start = time.monotonic()
         while not self.stopped.is_set():
             due = start + self.sent / self.per_s
             self.stopped.wait(max(0.0, due - time.monotonic()))
-            job = {"spec": "nvidia:1 mem=1Gi", "command": ["true"]}
+            # the pool's one card: the first job holds it, the others stay pending, and every
+            # scheduling pass considers them (jobs that ran would each start a supervisor
+            # process, which is not what this measures)
+            job = {"spec": "nvidia:1", "command": ["sleep", "3600"]}
             r = self.client.post("/v1/jobs", json=job)
             self.sent += 1
-            self.refused += r.status_code != 201
+            if r.status_code != 201:
+                self.refused += 1
+                self.first_refusal = self.first_refusal or f"{r.status_code} {r.text[:200]}"
 
 
 def _load(load: Path, url: str, token: str | None, seconds: float, **how: float) -> dict[str, Any]:
@@ -164,34 +159,85 @@ def _median(values: list[float]) -> float:
     return round(statistics.median(values), 3)
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace, src: Path) -> dict[str, Any]:
+    """One build's measures: ``xpupool up`` from ``src``."""
     stub_bin, load_bin = _binaries()
+    # the replica runs as a uid of its own with /tmp and /var/tmp of its own: its binary lies
+    # outside them, readable by all
+    args.stub_dir.mkdir(parents=True, exist_ok=True)
+    shared = Path(tempfile.mkdtemp(prefix="xpupool-bench-stub-", dir=args.stub_dir))
+    shared.chmod(0o755)
+    stub = shared / "stub"
+    shutil.copy(stub_bin, stub)
+    stub.chmod(0o755)
     with tempfile.TemporaryDirectory(prefix="xpupool-bench-proxy-") as tmp:
-        stub_port, port = _free_port(), _free_port()
-        stub = subprocess.Popen(
-            [str(stub_bin), "-port", str(stub_port)],
-            env={**os.environ, "HOST": "127.0.0.1"},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        server = _start(Path(tmp) / "data", port, stub_port, args.http_workers)
+        port = _free_port()
+        server = _start(Path(tmp) / "data", port, args.http_workers, src)
         try:
-            return _measure(args, load_bin, Path(tmp) / "data", port, stub_port)
+            return _measure(args, load_bin, stub, Path(tmp) / "data", port)
         finally:
+            _remove_service(f"http://127.0.0.1:{port}", Path(tmp) / "data")
             _stop(server)
-            stub.terminate()
-            stub.wait(10)
+            shutil.rmtree(shared, ignore_errors=True)
+
+
+def _remove_service(url: str, data: Path) -> None:
+    """Delete the service, cancel the job that holds the card, and wait for both to end: a
+    replica outlives its server."""
+    admin = {"Authorization": f"Bearer {(data / 'admin-token').read_text().strip()}"}
+    try:
+        httpx.delete(f"{url}/v1/services/{SERVICE}?tenant={TENANT}", headers=admin, timeout=30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            holding = [
+                j
+                for state in ("scheduled", "running")
+                for j in httpx.get(
+                    f"{url}/v1/jobs", params={"state": state}, headers=admin, timeout=30
+                ).json()
+            ]
+            if not holding:
+                return
+            for job in holding:
+                if not str(job.get("name", "")).startswith(f"{SERVICE}-"):
+                    httpx.post(f"{url}/v1/jobs/{job['id']}/cancel", headers=admin, timeout=30)
+            time.sleep(0.5)
+    except (httpx.HTTPError, ValueError):
+        pass  # the server is gone: its replica is said in the report
+
+
+def _ready_replica(url: str, token: str, stub: Path) -> str:
+    """Create the service of the stub and wait until its replica is ready: its address."""
+    auth = {"Authorization": f"Bearer {token}"}
+    body = {
+        "name": SERVICE,
+        "job": {"command": [str(stub)], "spec": "cpu=2"},
+        "readiness": {"path": "/health", "interval_s": 1, "timeout_s": 1},
+    }
+    httpx.post(f"{url}/v1/services", json=body, headers=auth, timeout=60).raise_for_status()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        found = httpx.get(f"{url}/v1/services/{SERVICE}", headers=auth, timeout=60).json()
+        ready = [r for r in found.get("replicas", []) if r["ready"]]
+        if found.get("state") == "ready" and ready:
+            return f"{ready[0]['host']}:{ready[0]['port']}"
+        time.sleep(0.2)
+    raise RuntimeError(f"service {SERVICE} not ready in 120 s: {found}")
 
 
 def _measure(
-    args: argparse.Namespace, load_bin: Path, data: Path, port: int, stub_port: int
+    args: argparse.Namespace, load_bin: Path, stub: Path, data: Path, port: int
 ) -> dict[str, Any]:
     url = f"http://127.0.0.1:{port}"
     admin = {"Authorization": f"Bearer {(data / 'admin-token').read_text().strip()}"}
-    httpx.post(f"{url}/v1/tenants", json={"name": TENANT}, headers=admin).raise_for_status()
-    r = httpx.post(f"{url}/v1/tenants/{TENANT}/tokens", json={"name": "bench"}, headers=admin)
+    httpx.post(
+        f"{url}/v1/tenants", json={"name": TENANT}, headers=admin, timeout=60
+    ).raise_for_status()
+    r = httpx.post(
+        f"{url}/v1/tenants/{TENANT}/tokens", json={"name": "bench"}, headers=admin, timeout=60
+    )
     token = r.raise_for_status().json()["token"]
-    direct = f"http://127.0.0.1:{stub_port}/v1/models"
+    direct = f"http://{_ready_replica(url, token, stub)}/v1/models"
     proxied = f"{url}/v1/services/{SERVICE}/proxy/v1/models"
     _load(load_bin, proxied, token, 2, rate=100)  # warm: connections, caches, the token
     submitter = Submitter(url, token, args.jobs_per_s)
@@ -231,6 +277,7 @@ def _measure(
         "http_workers": args.http_workers,
         "jobs_submitted": submitter.sent,
         "jobs_refused": submitter.refused,
+        "first_refusal": submitter.first_refusal,
         "rates": {
             str(rate): {key: _median(values) for key, values in row.items()}
             for rate, row in rows.items()
@@ -241,9 +288,6 @@ def _measure(
 
 
 def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--serve":
-        serve(sys.argv[2:])
-        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--rates", type=lambda s: [int(x) for x in s.split(",")], default=[100, 500, 1000]
@@ -252,29 +296,49 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="per rate and target")
     parser.add_argument("--jobs-per-s", type=float, default=10.0, help="submissions meanwhile")
     parser.add_argument("--concurrency", type=int, default=32, help="saturation's clients")
-    parser.add_argument("--http-workers", type=int, default=0)
+    parser.add_argument("--http-workers", type=int, default=2)
+    parser.add_argument(
+        "--compare",
+        action="append",
+        default=[],
+        metavar="NAME=CHECKOUT",
+        help="measure that checkout's server too, after this one",
+    )
+    parser.add_argument(
+        "--stub-dir",
+        type=Path,
+        default=ROOT / "build",
+        help="where the replica's binary is copied: every user must reach it, not under /tmp",
+    )
     parser.add_argument("--json", action="store_true", help="one line of JSON")
     args = parser.parse_args()
-    result = run(args)
+    builds = [("this", ROOT / "src")]
+    for spec in args.compare:
+        name, _, checkout = spec.partition("=")
+        builds.append((name, Path(checkout).resolve() / "src"))
+    results = {name: run(args, src) for name, src in builds}
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(results))
         return
-    print(
-        f"runs: {result['runs']} x {result['seconds']} s per rate and target; "
-        f"jobs submitted meanwhile: {result['jobs_submitted']}"
-    )
-    for rate, row in result["rates"].items():
+    for name, result in results.items():
         print(
-            f"{rate:>5}/s  direct p50 {row['direct_p50_ms']:.2f} p99 {row['direct_p99_ms']:.2f}  "
-            f"proxy p50 {row['proxy_p50_ms']:.2f} p99 {row['proxy_p99_ms']:.2f}  "
-            f"added p50 {row['added_p50_ms']:.2f} p99 {row['added_p99_ms']:.2f} ms  "
-            f"errors {row['proxy_errors']:.0f}"
+            f"{name}: runs: {result['runs']} x {result['seconds']} s per rate and target; "
+            f"http workers {result['http_workers']}; jobs submitted meanwhile: "
+            f"{result['jobs_submitted']}"
         )
-    sat = result["saturation_rps"]
-    print(
-        f"saturation ({result['concurrency']} clients): direct {sat['direct']}/s, "
-        f"proxy {sat['proxy']}/s"
-    )
+        for rate, row in result["rates"].items():
+            print(
+                f"{rate:>5}/s  direct p50 {row['direct_p50_ms']:.2f} "
+                f"p99 {row['direct_p99_ms']:.2f}  proxy p50 {row['proxy_p50_ms']:.2f} "
+                f"p99 {row['proxy_p99_ms']:.2f}  added p50 {row['added_p50_ms']:.2f} "
+                f"p99 {row['added_p99_ms']:.2f} ms  achieved {row['proxy_rate']:.1f}/s  "
+                f"errors {row['proxy_errors']:.0f}"
+            )
+        sat = result["saturation_rps"]
+        print(
+            f"saturation ({result['concurrency']} clients): direct {sat['direct']}/s, "
+            f"proxy {sat['proxy']}/s"
+        )
 
 
 if __name__ == "__main__":

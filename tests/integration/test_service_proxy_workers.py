@@ -1,16 +1,19 @@
-"""A service's proxy behind the plane's HTTP workers (``xpupool up --http-workers``): a worker
-passes every request but submissions to the plane's own HTTP server on a Unix socket
-(``front/app.py``), and a websocket too (``front/ws_forward.py``). Here both run in this process
-on real sockets (the worker's app on TCP, the plane's on its Unix socket), so the test can give
-the plane its replicas (the Go stub, ``service_stubs.py``): a streamed answer must still arrive
-event by event, a websocket must pass, and the replica must see the client's address, not the
-worker's socket, and none of the caller's credentials."""
+"""A service's proxy in the plane's HTTP workers (``xpupool up --http-workers``): a worker serves
+a service's proxy path itself, over the endpoints and token checks it polls from the plane on the
+submission channel (``front/proxy_source.py``). Here both run in this process on real sockets
+(the worker's app on TCP, the plane's on its Unix sockets), so the test can give the plane its
+replicas (the Go stub, ``service_stubs.py``) and take them away: a streamed answer must still
+arrive event by event, a websocket must pass, the replica must see the client's address and none
+of the caller's credentials, a replica taken away and a revoked token must stop within the poll's
+bound, and the requests in flight in the worker must reach the plane's counts."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -22,6 +25,13 @@ from websockets.sync.client import connect as ws_connect
 
 from xpupool.server.app import create_app
 from xpupool.server.front.app import FrontApp
+from xpupool.server.front.plane_side import SubmitChannel
+from xpupool.server.front.proxy_plane import ProxyAnswers
+from xpupool.server.front.wire import CALLER, SNAPSHOT, FrameError
+from xpupool.server.plane import ControlPlane
+from xpupool.server.service_access import ServiceTokenCache
+from xpupool.server.service_endpoints import Endpoint
+from xpupool.server.service_proxy import ProxyFirst
 from xpupool.server.up import UpConfig, open_plane
 
 CLUSTER = Path(__file__).resolve().parents[2] / "examples" / "cluster-mixed.yaml"
@@ -35,9 +45,29 @@ def _serve(config: uvicorn.Config) -> tuple[uvicorn.Server, threading.Thread]:
     return server, thread
 
 
+@dataclass
+class Worker:
+    url: str  # the worker's
+    token: str  # a tenant token of t1
+    stub: Stub  # t1's service 'llm'
+    plane: ControlPlane
+    endpoints: StaticEndpoints
+    plane_loop: asyncio.AbstractEventLoop
+
+    def auth(self, token: str | None = None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token or self.token}"}
+
+    def proxy(self, service: str, path: str) -> str:
+        return f"{self.url}/v1/services/{service}/proxy{path}"
+
+    def store(self, name: str) -> None:
+        """A service of t1 in the store (no controller runs here: it gets no replica)."""
+        body = {"name": name, "job": {"command": ["true"]}}
+        httpx.post(f"{self.url}/v1/services", json=body, headers=self.auth()).raise_for_status()
+
+
 @pytest.fixture(scope="module")
-def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Stub]]:
-    """(the worker's URL, a tenant token of t1, the stub that is t1's service 'llm')."""
+def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
     root = tmp_path_factory.mktemp("workers")
     plane = open_plane(UpConfig(data=root / ".xpupool", cluster=CLUSTER, agent=False))
     stub = start_stub("w")
@@ -45,19 +75,29 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str,
     endpoints.ready_by[("t1", "llm")] = [stub.endpoint(0)]
     plane.service_endpoints = endpoints
     sock = root / "plane.sock"
-    plane_app = create_app(plane, background=False, forwarded=True)
+    loops: list[asyncio.AbstractEventLoop] = []
+    channel = SubmitChannel(plane, root / "channel.sock", 1 << 20)
+    plane_app = create_app(
+        plane,
+        background=False,
+        forwarded=True,
+        channel=channel,
+        on_start=lambda: loops.append(asyncio.get_running_loop()),
+    )
     inner = _serve(uvicorn.Config(plane_app, uds=str(sock), log_level="warning"))
     front = FrontApp(sock, root / "channel.sock")
     port = free_port()
-    outer = _serve(uvicorn.Config(front, host="127.0.0.1", port=port, log_level="warning"))
+    app = ProxyFirst(front, front.services)  # as front/main.py serves it
+    outer = _serve(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     url = f"http://127.0.0.1:{port}"
     admin = (root / ".xpupool" / "admin-token").read_text().strip()
     h = {"Authorization": f"Bearer {admin}"}
     httpx.post(f"{url}/v1/tenants", json={"name": "t1"}, headers=h).raise_for_status()
     r = httpx.post(f"{url}/v1/tenants/t1/tokens", json={"name": "t"}, headers=h)
-    token = r.raise_for_status().json()["token"]
+    w = Worker(url, r.raise_for_status().json()["token"], stub, plane, endpoints, loops[0])
+    w.store("llm")
     try:
-        yield url, token, stub
+        yield w
     finally:
         stop_process(stub.proc)
         for server, thread in (outer, inner):
@@ -66,9 +106,9 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str,
 
 
 def test_a_streamed_answer_passes_the_worker_event_by_event(
-    worker: tuple[str, str, Stub],
+    worker: Worker,
 ) -> None:
-    url, token, stub = worker
+    url, token, stub = worker.url, worker.token, worker.stub
     with (
         httpx.Client(timeout=httpx.Timeout(20)) as client,
         client.stream(
@@ -88,9 +128,9 @@ def test_a_streamed_answer_passes_the_worker_event_by_event(
 
 
 def test_the_replica_sees_the_clients_address_and_no_credentials(
-    worker: tuple[str, str, Stub],
+    worker: Worker,
 ) -> None:
-    url, token, _ = worker
+    url, token = worker.url, worker.token
     r = httpx.get(
         f"{url}/v1/services/llm/proxy/headers",
         headers={"Authorization": f"Bearer {token}", "X-Xpupool-Client": "6.6.6.6"},
@@ -103,10 +143,145 @@ def test_the_replica_sees_the_clients_address_and_no_credentials(
     assert token not in r.text
 
 
-def test_a_websocket_passes_the_worker(worker: tuple[str, str, Stub]) -> None:
-    url, token, _ = worker
+def test_a_websocket_passes_the_worker(worker: Worker) -> None:
+    url, token = worker.url, worker.token
     ws_url = url.replace("http://", "ws://") + "/v1/services/llm/proxy/ws"
     auth = {"Authorization": f"Bearer {token}"}
     with ws_connect(ws_url, additional_headers=auth, open_timeout=10) as ws:
         ws.send("through the worker")
         assert ws.recv(timeout=10) == "through the worker"
+
+
+def test_a_proxied_request_does_not_wait_for_the_planes_event_loop(worker: Worker) -> None:
+    """The plane's event loop held (as a long scheduling pass or store write holds it): a
+    request through the worker's proxy is answered meanwhile, from the worker's snapshot."""
+    assert httpx.get(worker.proxy("llm", "/v1/models"), headers=worker.auth()).status_code == 200
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        held.set()
+        release.wait(60)
+
+    worker.plane_loop.call_soon_threadsafe(hold)
+    try:
+        assert held.wait(10)
+        r = httpx.get(worker.proxy("llm", "/v1/models"), headers=worker.auth(), timeout=10)
+        assert r.status_code == 200 and r.json()["object"] == "list"
+    finally:
+        release.set()
+
+
+def test_refusals_through_the_worker(worker: Worker) -> None:
+    """404 for a name t1 has no service of, 503 with Retry-After for one with no ready
+    replica, 502 when no replica takes the connection, 401 for a token no one has."""
+    r = httpx.get(worker.proxy("nothing", "/v1/models"), headers=worker.auth())
+    assert r.status_code == 404, r.text
+    worker.store("idle")
+    until(
+        lambda: httpx.get(worker.proxy("idle", "/"), headers=worker.auth()).status_code == 503,
+        "a stored service with no replica is 503",
+    )
+    r = httpx.get(worker.proxy("idle", "/v1/models"), headers=worker.auth())
+    assert r.json()["detail"] == "service idle has no ready replica"
+    assert int(r.headers["retry-after"]) > 0
+    worker.store("dead")
+    dead = Endpoint(job_id=9, replica=0, host="127.0.0.1", port=free_port())
+    worker.endpoints.ready_by[("t1", "dead")] = [dead]
+    until(
+        lambda: httpx.get(worker.proxy("dead", "/"), headers=worker.auth()).status_code == 502,
+        "a service whose replica refuses is 502",
+    )
+    r = httpx.get(worker.proxy("dead", "/v1/models"), headers=worker.auth())
+    assert "Connection refused" in r.json()["detail"]
+    r = httpx.get(worker.proxy("llm", "/v1/models"), headers=worker.auth("no-such-token"))
+    assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+
+
+def test_a_replica_taken_away_leaves_the_workers_list(worker: Worker) -> None:
+    worker.store("shrinks")
+    worker.endpoints.ready_by[("t1", "shrinks")] = [worker.stub.endpoint(0)]
+    until(
+        lambda: (
+            httpx.get(worker.proxy("shrinks", "/v1/models"), headers=worker.auth()).status_code
+            == 200
+        ),
+        "the replica reached through the worker",
+    )
+    worker.endpoints.ready_by[("t1", "shrinks")] = []
+    until(
+        lambda: (
+            httpx.get(worker.proxy("shrinks", "/v1/models"), headers=worker.auth()).status_code
+            == 503
+        ),
+        "the replica gone from the worker's snapshot",
+    )
+
+
+def test_a_revoked_service_token_is_refused_by_the_worker(worker: Worker) -> None:
+    base = f"{worker.url}/v1/services/llm/tokens"
+    r = httpx.post(base, json={"name": "web"}, headers=worker.auth())
+    assert r.status_code == 201, r.text
+    issued = r.json()
+    svc = worker.auth(issued["token"])
+    assert httpx.get(worker.proxy("llm", "/v1/models"), headers=svc).status_code == 200
+    assert httpx.get(worker.proxy("other", "/v1/models"), headers=svc).status_code == 404
+    assert httpx.delete(f"{base}/{issued['id']}", headers=worker.auth()).status_code == 204
+    until(
+        lambda: httpx.get(worker.proxy("llm", "/v1/models"), headers=svc).status_code == 401,
+        "the revoked token refused by the worker",
+    )
+    r = httpx.get(worker.proxy("llm", "/v1/models"), headers=svc)
+    assert r.json()["detail"] == "unknown or revoked token"
+
+
+def test_the_requests_in_flight_in_the_worker_reach_the_plane(worker: Worker) -> None:
+    """The controller scales on ``plane.service_traffic``: a worker's requests count there."""
+    results: list[int] = []
+
+    def slow() -> None:
+        r = httpx.get(worker.proxy("llm", "/slow?ms=4000"), headers=worker.auth(), timeout=30)
+        results.append(r.status_code)
+
+    caller = threading.Thread(target=slow)
+    caller.start()
+    traffic = worker.plane.service_traffic
+    until(lambda: traffic.in_flight("t1", "llm") == 1, "the worker's request counted")
+    assert traffic.in_flight_at(worker.stub.endpoint(0)) == 1
+    caller.join(30)
+    assert results == [200]
+    until(lambda: traffic.in_flight("t1", "llm") == 0, "the answered request no more in flight")
+    rate, p99 = traffic.rate("t1", "llm")
+    assert rate > 0 and p99 is not None and p99 >= 4000
+
+
+FIVE_IN_FLIGHT = {"services": [["t1", "llm", 5, 0, []]], "endpoints": []}
+
+
+@pytest.mark.parametrize(
+    ("op", "asked"),
+    [
+        (SNAPSHOT, "not json"),
+        (SNAPSHOT, []),
+        (SNAPSHOT, {"worker": "evil", "tokens": {}, "traffic": FIVE_IN_FLIGHT}),
+        (SNAPSHOT, {"worker": "evil", "tokens": [["x" * 64, True]], "traffic": FIVE_IN_FLIGHT}),
+        (
+            SNAPSHOT,
+            {"worker": "evil", "tokens": [["a" * 64, True], "b"], "traffic": FIVE_IN_FLIGHT},
+        ),
+        (SNAPSHOT, {"worker": "evil", "tokens": [], "traffic": {"services": [["t1"]]}}),
+        (CALLER, {"token": ["ab", False]}),
+        (CALLER, {"token": ["a" * 64, "yes"]}),
+    ],
+)
+def test_a_workers_frame_that_breaks_the_format_is_refused_and_changes_nothing(
+    worker: Worker, op: str, asked: object
+) -> None:
+    """The plane checks what a worker sends as any edge does: the connection is dropped
+    (FrameError), no traffic is taken, no token looked up."""
+    answers = ProxyAnswers(worker.plane, ServiceTokenCache())
+    body = asked.encode() if isinstance(asked, str) else json.dumps(asked).encode()
+    future = asyncio.run_coroutine_threadsafe(answers.answer(op, body), worker.plane_loop)
+    with pytest.raises(FrameError):
+        future.result(10)
+    assert worker.plane.service_traffic.in_flight("t1", "llm") == 0
+    assert not answers.tokens.unknown

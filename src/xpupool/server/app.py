@@ -32,6 +32,7 @@ from xpupool.server.body_limit import DEFAULT_MAX_BODY, LOG_UPLOAD, BodyLimit
 from xpupool.server.client_address import FromWorkers
 from xpupool.server.error_answers import error_answer, validation_answer
 from xpupool.server.front.plane_side import SubmitChannel
+from xpupool.server.front.proxy_plane import ProxyAnswers
 from xpupool.server.history import FleetHistory
 from xpupool.server.metrics import make_registry
 from xpupool.server.plane import ControlPlane
@@ -50,7 +51,7 @@ from xpupool.server.routers import (
 )
 from xpupool.server.routers.deps import MetricsAuth, MetricsReader
 from xpupool.server.scheduler_loop import run_passes
-from xpupool.server.service_access import ServiceTokenCache
+from xpupool.server.service_access import PlaneSource, ServiceTokenCache
 from xpupool.server.service_controller import ServiceController, run_services
 from xpupool.server.service_endpoints import NO_ENDPOINTS
 from xpupool.server.service_proxy import ProxyFirst, ServiceProxy
@@ -122,7 +123,8 @@ def create_app(
     the HTTP workers' socket, which says each request's source address and scheme. ``metrics_auth``: who
     may read ``/metrics`` (``routers/deps.py`` ``metrics_reader``)."""
 
-    proxy = ServiceProxy(plane, ServiceTokenCache())
+    tokens = ServiceTokenCache()
+    proxy = ServiceProxy(PlaneSource(plane, tokens), plane.service_traffic)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -179,7 +181,9 @@ def create_app(
     )
     app.state.plane = plane
     app.state.metrics_auth = metrics_auth
-    app.state.service_tokens = proxy.tokens  # the revoke route drops a token from it
+    app.state.service_tokens = tokens  # the revoke route drops a token from it
+    if channel is not None:  # the HTTP workers' proxies poll the plane's endpoints and tokens
+        channel.proxy = ProxyAnswers(plane, tokens)
     app.add_middleware(BodyLimit, max_bytes=max_body, routes=[LOG_UPLOAD])
     registry = make_registry(plane, limiter)
     app.add_middleware(AuditMiddleware, plane=plane)

@@ -3,38 +3,33 @@ the tenant issued for that one service (``routers/service_tokens.py``).
 
 Every proxied request is checked, so neither check reads the store once a token is known: API
 tokens through the plane's principal cache (``services/tenants.py``), service tokens through
-:class:`ServiceTokenCache`. Revoking a service token drops it from the cache in the same process
-that serves the proxy (the plane's; the HTTP workers pass proxied requests to it), so the next
-request with it is refused: revocation is immediate, with no time-to-live to wait out.
+:class:`ServiceTokenCache`. Revoking a service token drops it from the cache of the plane, so the
+plane's next check of it refuses it: at once for the plane's own proxy; an HTTP worker's proxy
+(``front/proxy_source.py``) has every token it used checked again by the plane with each of its
+snapshot polls, so a revoked token stops there within one poll interval.
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
-from dataclasses import dataclass
+from collections.abc import Sequence
 
-from xpupool.server.auth import TokenExpired, token_hash
-from xpupool.server.plane import ControlPlane
+from xpupool.server.auth import TokenExpired
+from xpupool.server.plane import ControlPlane, service_rows
 from xpupool.server.plane import service_token_rows as rows
+from xpupool.server.service_caller import SERVICE_TOKEN_PREFIX, UNKNOWN, Caller, bearer
+from xpupool.server.service_endpoints import Endpoint
 from xpupool.server.services import tenants
 
-SERVICE_TOKEN_PREFIX = "xps_"
+__all__ = ["SERVICE_TOKEN_PREFIX", "Caller", "PlaneSource", "ServiceTokenCache", "caller"]
+
 MAX_CACHED = 10_000  # tokens remembered; past it the cache starts again (a flood of new tokens)
 
 
 def new_service_token() -> str:
     """A fresh secret, told apart from an API token by its prefix (one store lookup, not two)."""
     return SERVICE_TOKEN_PREFIX + secrets.token_urlsafe(32)
-
-
-@dataclass(frozen=True, slots=True)
-class Caller:
-    """Whose request this is: ``tenant`` may reach any of its services, or only ``service``
-    (a service token)."""
-
-    tenant: str
-    service: str | None
-    token_id: int
 
 
 class ServiceTokenCache:
@@ -75,20 +70,23 @@ def caller(
     refused with: 401 for no, an unknown, a revoked or an expired token; 403 for a token of
     another role (the admin's included: a proxy path names no tenant, and the admin's requests
     are audited, which a service's traffic must not be)."""
-    if authorization is None:
+    found = bearer(authorization)
+    if found is None:
         return 401, "missing bearer token"
-    scheme, _, token = authorization.partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
-        return 401, "missing bearer token"
-    digest = token_hash(token)
+    return caller_of(plane, cache, *found)
+
+
+def caller_of(
+    plane: ControlPlane, cache: ServiceTokenCache, digest: str, service_token: bool
+) -> Caller | tuple[int, str]:
+    """:func:`caller` for the token whose SHA-256 is ``digest``."""
     if digest in cache.unknown:
-        return 401, "unknown or revoked token"
-    if token.startswith(SERVICE_TOKEN_PREFIX):
+        return 401, UNKNOWN
+    if service_token:
         found = cache.get(plane, digest)
         if found is None:
             cache.remember_unknown(digest)
-            return 401, "unknown or revoked token"
+            return 401, UNKNOWN
         return Caller(found[1], found[2], found[0])
     try:
         who = tenants.principal_of(plane, digest)
@@ -96,7 +94,30 @@ def caller(
         return 401, "token expired"
     if who is None:
         cache.remember_unknown(digest)
-        return 401, "unknown or revoked token"
+        return 401, UNKNOWN
     if who.role != "tenant" or who.tenant is None:
         return 403, f"a {who.role} token does not call services: the owning tenant's does"
     return Caller(who.tenant, None, who.token_id)
+
+
+class PlaneSource:
+    """What the proxy asks (``service_proxy.ProxySource``), answered from the plane's own books:
+    its token caches, its endpoints (the service controller's), and the store for a name with no
+    ready endpoint."""
+
+    def __init__(self, plane: ControlPlane, tokens: ServiceTokenCache) -> None:
+        self.plane = plane
+        self.tokens = tokens
+
+    async def who(self, authorization: str | None) -> Caller | tuple[int, str]:
+        return caller(self.plane, self.tokens, authorization)
+
+    def ready(self, tenant: str, name: str) -> Sequence[Endpoint]:
+        return self.plane.service_endpoints.ready(tenant, name)
+
+    async def exists(self, tenant: str, name: str) -> bool:
+        return await asyncio.to_thread(self._stored, tenant, name)
+
+    def _stored(self, tenant: str, name: str) -> bool:
+        with self.plane.db.connect() as conn:
+            return service_rows.get(conn, tenant, name) is not None

@@ -28,12 +28,12 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import suppress
+from typing import Protocol
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from xpupool.server.client_address import client_address
-from xpupool.server.plane import ControlPlane, service_rows
-from xpupool.server.service_access import Caller, ServiceTokenCache, caller
+from xpupool.server.service_caller import Caller
 from xpupool.server.service_endpoints import Endpoint
 from xpupool.server.service_traffic import ProxyTraffic
 from xpupool.server.upstream_http import UpstreamError, UpstreamPool, UpstreamResponse
@@ -164,24 +164,37 @@ class ProxyFirst:
         await self.app(scope, receive, send)
 
 
-class ServiceProxy:
-    """The ASGI app of a service's proxy path (:class:`ProxyFirst` routes to it)."""
+class ProxySource(Protocol):
+    """What the proxy asks of where it runs: who a token is, a service's ready endpoints, and
+    whether a tenant has a service of a name. The plane answers from its own books
+    (``service_access.PlaneSource``); an HTTP worker from the snapshot it polls from the plane
+    (``front/proxy_source.py``). :meth:`who` is always asked first."""
 
-    def __init__(self, plane: ControlPlane, tokens: ServiceTokenCache) -> None:
-        self.plane = plane
-        self.tokens = tokens
-        self.traffic: ProxyTraffic = plane.service_traffic
+    async def who(self, authorization: str | None) -> Caller | tuple[int, str]: ...
+
+    def ready(self, tenant: str, name: str) -> Sequence[Endpoint]: ...
+
+    async def exists(self, tenant: str, name: str) -> bool: ...
+
+
+class ServiceProxy:
+    """The ASGI app of a service's proxy path (:class:`ProxyFirst` routes to it), in the plane
+    or in an HTTP worker: ``source`` says which, ``traffic`` counts what it forwards."""
+
+    def __init__(self, source: ProxySource, traffic: ProxyTraffic) -> None:
+        self.source = source
+        self.traffic = traffic
         self._turn: dict[tuple[str, str], int] = {}  # round robin: the next index per service
         self.upstream = UpstreamPool(CONNECT_TIMEOUT_S)  # keep-alive connections to replicas
 
     async def close(self) -> None:
         self.upstream.close()
 
-    def who(self, scope: Scope, authorization: str | None) -> Caller | tuple[int, str]:
+    async def who(self, scope: Scope, authorization: str | None) -> Caller | tuple[int, str]:
         """The caller, or the refusal; a service token of another service, and another tenant's
         service, are 404 alike: nothing says whether the name exists elsewhere."""
         name: str = scope["path_params"]["name"]
-        found = caller(self.plane, self.tokens, authorization)
+        found = await self.source.who(authorization)
         if isinstance(found, Caller) and found.service is not None and found.service != name:
             return 404, f"service {name} not found"
         return found
@@ -190,17 +203,13 @@ class ServiceProxy:
         """The answer when ``tenant``'s ``name`` has no ready endpoint: 503 for a service it
         has (starting, restarting), 404 for a name it has not; another tenant's service is
         "not found" alike."""
-        if await asyncio.to_thread(self._stored, tenant, name):
+        if await self.source.exists(tenant, name):
             return 503, f"service {name} has no ready replica"
         return 404, f"service {name} not found"
 
-    def _stored(self, tenant: str, name: str) -> bool:
-        with self.plane.db.connect() as conn:
-            return service_rows.get(conn, tenant, name) is not None
-
     def order(self, tenant: str, name: str) -> list[Endpoint]:
         """The ready endpoints, starting at this service's turn."""
-        ready = self.plane.service_endpoints.ready(tenant, name)
+        ready = self.source.ready(tenant, name)
         if not ready:
             return []
         key = (tenant, name)
@@ -215,7 +224,7 @@ class ServiceProxy:
             await forward_websocket(self, scope, receive, send)
             return
         headers, authorization = forwarded_headers(scope)
-        who = self.who(scope, authorization)
+        who = await self.who(scope, authorization)
         if not isinstance(who, Caller):
             extra = [(b"www-authenticate", b"Bearer")] if who[0] == 401 else []
             await answer(send, who[0], who[1], extra)

@@ -17,7 +17,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidHandshake, InvalidStatus
 from websockets.typing import Subprotocol
 
-from xpupool.server.service_access import Caller
+from xpupool.server.service_caller import Caller
 from xpupool.server.service_proxy import CONNECT_TIMEOUT_S, forwarded_headers, upstream_path
 from xpupool.server.websocket_pump import accept_and_pump
 
@@ -36,7 +36,7 @@ async def forward_websocket(
     if (await receive())["type"] != "websocket.connect":
         return
     headers, authorization = forwarded_headers(scope)
-    who = proxy.who(scope, authorization)
+    who = await proxy.who(scope, authorization)
     if not isinstance(who, Caller):
         await send({"type": "websocket.close", "code": 1008, "reason": who[1]})
         return

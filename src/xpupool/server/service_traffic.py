@@ -2,6 +2,12 @@
 scales and drains on them), requests per second and p99 latency over the last minute (``xpupool
 services``), and the Prometheus series of ``/metrics`` (:class:`TrafficCollector`).
 
+Behind HTTP workers each worker counts its own requests and sends :meth:`ProxyTraffic.report`
+with each snapshot poll (``front/proxy_source.py``); the plane adds the latest report of each
+worker (:meth:`ProxyTraffic.take`) to what it counted itself, so the controller sees a worker's
+requests one poll interval late at most, and a worker silent for :data:`REPORT_FRESH_S` (gone)
+no more.
+
 Everything is counted on the proxy's event loop, one thread, so no lock: the scrape and the
 controller read plain integers another thread may be moving, which is as good as a scrape gets.
 The minute is a ring of per-second buckets, each with a coarse latency histogram (log-spaced,
@@ -21,6 +27,7 @@ from prometheus_client.registry import Collector
 from xpupool.server.service_endpoints import Endpoint, Traffic
 
 WINDOW_S = 60  # the minute rate() and p99 are over
+REPORT_FRESH_S = 2.0  # a worker's report older than this is dropped (the worker is gone)
 _RATIO = 1.1  # one latency bucket's upper bound over its lower one
 _FLOOR_MS = 0.05  # latencies below this share the first bucket
 _BINS = int(math.log(120_000 / _FLOOR_MS) / math.log(_RATIO)) + 2  # up to two minutes, then one
@@ -57,6 +64,20 @@ class _Service:
     seconds_count: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class _Report:
+    """What one HTTP worker's proxy counted, as it last said (:meth:`ProxyTraffic.report`)."""
+
+    at: float
+    in_flight: dict[Key, int]
+    minute: dict[Key, tuple[int, Counter[int]]]  # requests in the last minute, latency bins
+    endpoints: Counter[Endpoint]
+
+
+class ReportError(ValueError):
+    """A worker's report that breaks its format (nothing of it is taken)."""
+
+
 class ProxyTraffic(Traffic):
     """The proxy's counts; ``monotonic``: the clock seconds are bucketed by."""
 
@@ -64,6 +85,43 @@ class ProxyTraffic(Traffic):
         self.monotonic = monotonic
         self._services: dict[Key, _Service] = {}
         self._endpoints: Counter[Endpoint] = Counter()
+        self._reports: dict[str, _Report] = {}  # HTTP worker -> its last report
+
+    # ------------------------------------------------------------------ the HTTP workers
+    def report(self) -> dict[str, object]:
+        """This proxy's counts as JSON, for the plane (:meth:`take`)."""
+        services = []
+        for (tenant, service), svc in self._services.items():
+            total, bins = self._minute(svc)
+            if svc.in_flight or total:
+                services.append([tenant, service, svc.in_flight, total, sorted(bins.items())])
+        endpoints = [[e.job_id, e.replica, e.host, e.port, n] for e, n in self._endpoints.items()]
+        return {"services": services, "endpoints": endpoints}
+
+    def take(self, worker: str, report: object) -> None:
+        """Keep ``worker``'s ``report`` in place of its last; :class:`ReportError` when it
+        breaks the format of :meth:`report`."""
+        try:
+            assert isinstance(report, dict)
+            in_flight: dict[Key, int] = {}
+            minute: dict[Key, tuple[int, Counter[int]]] = {}
+            for tenant, service, flying, total, bins in report["services"]:
+                key = (str(tenant), str(service))
+                in_flight[key] = int(flying)
+                minute[key] = (int(total), Counter({int(i): int(n) for i, n in bins}))
+            endpoints: Counter[Endpoint] = Counter()
+            for job_id, replica, host, port, n in report["endpoints"]:
+                endpoints[Endpoint(int(job_id), int(replica), str(host), int(port))] = int(n)
+        except (AssertionError, KeyError, TypeError, ValueError) as exc:
+            raise ReportError(f"traffic report: {exc!r}") from None
+        now = self.monotonic()
+        self._reports[worker] = _Report(now, in_flight, minute, endpoints)
+        for gone in [w for w, r in self._reports.items() if now - r.at > REPORT_FRESH_S]:
+            del self._reports[gone]
+
+    def _fresh(self) -> list[_Report]:
+        now = self.monotonic()
+        return [r for r in self._reports.values() if now - r.at <= REPORT_FRESH_S]
 
     def _of(self, tenant: str, service: str) -> _Service:
         found = self._services.get((tenant, service))
@@ -127,23 +185,31 @@ class ProxyTraffic(Traffic):
     # ------------------------------------------------------------------ Traffic
     def in_flight(self, tenant: str, service: str) -> int:
         found = self._services.get((tenant, service))
-        return 0 if found is None else found.in_flight
+        workers = sum(r.in_flight.get((tenant, service), 0) for r in self._fresh())
+        return workers + (0 if found is None else found.in_flight)
 
     def in_flight_at(self, endpoint: Endpoint) -> int:
-        return self._endpoints.get(endpoint, 0)
+        return self._endpoints.get(endpoint, 0) + sum(
+            r.endpoints.get(endpoint, 0) for r in self._fresh()
+        )
 
-    def rate(self, tenant: str, service: str) -> tuple[float, float | None]:
-        found = self._services.get((tenant, service))
-        if found is None:
-            return 0.0, None
+    def _minute(self, svc: _Service) -> tuple[int, Counter[int]]:
         now = int(self.monotonic())
-        seconds = [s for s in found.ring if now - WINDOW_S < s.at <= now]
-        total = sum(s.count for s in seconds)
-        if total == 0:
-            return 0.0, None
+        seconds = [s for s in svc.ring if now - WINDOW_S < s.at <= now]
         merged: Counter[int] = Counter()
         for s in seconds:
             merged.update(s.bins)
+        return sum(s.count for s in seconds), merged
+
+    def rate(self, tenant: str, service: str) -> tuple[float, float | None]:
+        found = self._services.get((tenant, service))
+        total, merged = (0, Counter[int]()) if found is None else self._minute(found)
+        for r in self._fresh():
+            count, bins = r.minute.get((tenant, service), (0, Counter[int]()))
+            total += count
+            merged.update(bins)
+        if total == 0:
+            return 0.0, None
         rank = math.ceil(total * 0.99)
         seen = 0
         for i in sorted(merged):

@@ -1,7 +1,6 @@
 """One websocket passed through: the caller's (an ASGI websocket) and the upstream one (a
 ``websockets`` client connection), message by message both ways until either side closes. Used
-by a service's proxy (``service_proxy_ws.py``) and by the HTTP workers, which pass a websocket
-to the plane (``front/ws_forward.py``); it imports nothing of either, so a worker stays light."""
+by a service's proxy (``service_proxy_ws.py``), in the plane or in an HTTP worker."""
 
 from __future__ import annotations
 

@@ -3,10 +3,18 @@ the last minute's rate and p99, and the Prometheus series; on a clock the test m
 
 from __future__ import annotations
 
+import json
+
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from xpupool.server.service_endpoints import Endpoint
-from xpupool.server.service_traffic import ProxyTraffic, TrafficCollector
+from xpupool.server.service_traffic import (
+    REPORT_FRESH_S,
+    ProxyTraffic,
+    ReportError,
+    TrafficCollector,
+)
 
 A = Endpoint(job_id=1, replica=0, host="10.0.0.1", port=8000)
 B = Endpoint(job_id=1, replica=1, host="10.0.0.2", port=8000)
@@ -76,3 +84,37 @@ def test_a_websocket_is_counted_but_not_timed() -> None:
     assert traffic.in_flight("t", "s") == 0 and traffic.rate("t", "s") == (0.0, None)
     [(_, svc)] = traffic.services()
     assert svc.codes == {101: 1} and svc.seconds_count == 0
+
+
+def test_an_http_workers_report_adds_to_the_planes_counts_until_it_goes_stale() -> None:
+    """What a worker's proxy counted reaches the plane's (the controller scales on it) through
+    its report, as JSON; a worker silent for REPORT_FRESH_S counts no more."""
+    clock = Clock()
+    worker, plane = ProxyTraffic(clock), ProxyTraffic(clock)
+    worker.started("t", "s", A)
+    worker.started("t", "s", B)
+    worker.finished("t", "s", B, 200, 0.004)
+    plane.started("t", "s", A)
+    plane.take("w1", json.loads(json.dumps(worker.report())))
+    assert plane.in_flight("t", "s") == 2 and plane.in_flight_at(A) == 2
+    assert plane.in_flight_at(B) == 0
+    rate, p99 = plane.rate("t", "s")
+    assert rate == 1 / 60 and p99 is not None and 4 <= p99 < 5
+    plane.take("w1", ProxyTraffic(clock).report())  # its latest report replaces the last
+    assert plane.in_flight("t", "s") == 1
+    plane.take("w2", json.loads(json.dumps(worker.report())))
+    clock.now += REPORT_FRESH_S + 1
+    assert plane.in_flight("t", "s") == 1 and plane.in_flight_at(A) == 1
+
+
+def test_a_report_that_breaks_the_format_is_refused_whole() -> None:
+    plane = ProxyTraffic(Clock())
+    for bad in (
+        None,
+        {"services": []},
+        {"services": [["t", "s", "many", 0, []]], "endpoints": []},
+        {"services": [], "endpoints": [[1, 0, "h"]]},
+    ):
+        with pytest.raises(ReportError):
+            plane.take("w", bad)
+    assert plane.in_flight("t", "s") == 0

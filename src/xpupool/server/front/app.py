@@ -4,7 +4,10 @@ A job submission (``POST /v1/jobs``, the request a busy pool gets most) is read 
 here by FastAPI (``front/submit_route.py``) and goes to the plane as one frame on the submission
 channel (``front/plane_side.py``): the validated job, or the refusal, with the credentials and the
 address it came from, answered with the status, headers and body the plane decided; for a job it
-stored, the job as stored, which the worker renders as the route would. Every other
+stored, the job as stored, which the worker renders as the route would. A service's proxy path
+(``/v1/services/NAME/proxy/...``, websockets included) is served here, by the plane's own proxy
+app over the endpoints and token checks the worker polls from the plane
+(``front/proxy_source.py``): it never waits for the plane's event loop. Every other
 request is passed to the plane's own HTTP server on a Unix socket as it came (method, path,
 query, headers and a streamed body) with the address it came from and the scheme it was spoken
 in (``wire.CLIENT_HEADER``, ``wire.SCHEME_HEADER``), and its answer streamed back, so every
@@ -16,7 +19,10 @@ address by the worker's own server (``connection_guard.py``).
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
+from contextlib import suppress
 from pathlib import Path
 
 import httpx
@@ -27,9 +33,11 @@ from xpupool.server.front.channel_client import (
     SubmitClient,
     retry_connect,
 )
+from xpupool.server.front.proxy_source import WorkerSource
 from xpupool.server.front.submit_route import submission_app, unreachable
 from xpupool.server.front.wire import CLIENT_HEADER, SCHEME_HEADER
-from xpupool.server.front.ws_forward import forward_websocket
+from xpupool.server.service_proxy import ServiceProxy
+from xpupool.server.service_traffic import ProxyTraffic
 
 # not passed on: hop-by-hop headers, the address and scheme headers (the worker writes its own),
 # and the plane's own date and server (the worker's server writes its own)
@@ -126,6 +134,10 @@ class FrontApp:
         self.submits: SubmitClient | None = None
         self.proxy: PlaneProxy | None = None
         self.submission = submission_app(self._submits)
+        self.source = WorkerSource(channel, ProxyTraffic(time.monotonic))
+        # the services' proxy paths, which ``ProxyFirst`` routes here before anything else
+        self.services = ServiceProxy(self.source, self.source.traffic)
+        self.poller: asyncio.Task[None] | None = None
 
     def _submits(self) -> SubmitClient:
         assert self.submits is not None, "the lifespan has started"
@@ -135,8 +147,9 @@ class FrontApp:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
             return
-        if scope["type"] == "websocket":  # a service's proxy path (server/service_proxy.py)
-            await forward_websocket(self.plane_http, scope, receive, send)
+        if scope["type"] == "websocket":  # not a service's proxy path: the API has none
+            if (await receive())["type"] == "websocket.connect":
+                await send({"type": "websocket.close", "code": 1008})
             return
         if scope["type"] != "http":
             return
@@ -152,8 +165,15 @@ class FrontApp:
             if message["type"] == "lifespan.startup":
                 self.submits = SubmitClient(self.channel)
                 self.proxy = PlaneProxy(self.plane_http)
+                self.poller = asyncio.get_running_loop().create_task(self.source.run())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                if self.poller is not None:
+                    self.poller.cancel()
+                    with suppress(asyncio.CancelledError):
+                        await self.poller
+                self.source.close()
+                await self.services.close()
                 if self.submits is not None:
                     self.submits.close()
                 if self.proxy is not None:

@@ -66,7 +66,7 @@ class SubmitClient:
         Raises :class:`PlaneUnreachable` when no connection could be made, or the plane dropped
         it: the submission may or may not have been taken then, as with any request whose
         answer was lost."""
-        return await self._ask({"op": SUBMIT, **caller.meta()}, job)
+        return await self.ask({"op": SUBMIT, **caller.meta()}, job)
 
     async def refuse(self, caller: Caller, answer: PlaneAnswer, token_first: bool) -> PlaneAnswer:
         """The final answer to ``caller``'s submission that the worker refuses with ``answer``:
@@ -79,9 +79,9 @@ class SubmitClient:
             "headers": answer.headers,
             "token_first": token_first,
         }
-        return await self._ask(meta, answer.body)
+        return await self.ask(meta, answer.body)
 
-    async def _ask(self, meta: dict[str, Any], body: bytes) -> PlaneAnswer:
+    async def ask(self, meta: dict[str, Any], body: bytes) -> PlaneAnswer:
         reader, writer = await self._connection()
         try:
             writer.write(frame(meta, body))

@@ -15,6 +15,7 @@ from pathlib import Path
 from xpupool.server.body_limit import LOG_UPLOAD, BodyLimit
 from xpupool.server.connection_guard import ConnectionLimits, guarded_protocol
 from xpupool.server.front.app import FrontApp
+from xpupool.server.service_proxy import ProxyFirst
 
 PR_SET_PDEATHSIG = 1
 
@@ -48,11 +49,9 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     protect_process()  # not dumpable: it holds the tokens of the requests it carries
-    app = BodyLimit(
-        FrontApp(args.plane_http, args.channel),
-        max_bytes=args.max_body,
-        routes=[LOG_UPLOAD],
-    )
+    front = FrontApp(args.plane_http, args.channel)
+    # a service's proxy path first, outside the API's body limit, as in the plane (app.py)
+    app = ProxyFirst(BodyLimit(front, max_bytes=args.max_body, routes=[LOG_UPLOAD]), front.services)
     config = uvicorn.Config(
         app,
         log_level="warning",

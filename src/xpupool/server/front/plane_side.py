@@ -12,6 +12,9 @@ stored, which the worker renders. What the plane saves is HTTP, the framework's 
 answer's rendering (docs/benchmarks.md, API). The submissions that come in one turn of the event
 loop are stored in one transaction (``jobs.submit_many``): one commit for several.
 
+The same channel carries the workers' service proxies' polls for the services' endpoints and
+their token checks (``wire.SNAPSHOT``, ``wire.CALLER``), answered by ``front/proxy_plane.py``.
+
 The channel is a Unix socket in a directory of mode 0700 (the plane's user only). A connection
 carries one request at a time, answered in order; a worker keeps several.
 """
@@ -30,7 +33,18 @@ from pydantic import ValidationError
 from xpupool.server.audit_http import audited, submit_target, write_row
 from xpupool.server.auth import Principal
 from xpupool.server.error_answers import ErrorAnswer, error_answer
-from xpupool.server.front.wire import JOB, REFUSE, SUBMIT, FrameError, frame, read_frame, render
+from xpupool.server.front.proxy_plane import ProxyAnswers
+from xpupool.server.front.wire import (
+    CALLER,
+    JOB,
+    REFUSE,
+    SNAPSHOT,
+    SUBMIT,
+    FrameError,
+    frame,
+    read_frame,
+    render,
+)
 from xpupool.server.plane import ControlPlane
 from xpupool.server.rate_limit import RateLimiter, bearer_digest
 from xpupool.server.routers.deps import bearer_principal, check_user
@@ -157,6 +171,7 @@ class SubmitChannel:
         self.path = path
         self.max_body = max_body
         self.limiter = limiter  # the app's: a submission counts as any other request
+        self.proxy: ProxyAnswers | None = None  # the workers' proxies' answers (create_app's)
         self.server: asyncio.AbstractServer | None = None
         self.waiting: list[
             tuple[tuple[Credentials, bytes], asyncio.Future[tuple[Answer, Principal | None]]]
@@ -176,6 +191,11 @@ class SubmitChannel:
         try:
             while True:
                 meta, body = await read_frame(reader, self.max_body)
+                if meta.get("op") in (SNAPSHOT, CALLER) and self.proxy is not None:
+                    answered = await self.proxy.answer(str(meta["op"]), body)
+                    writer.write(frame({"status": 200, "headers": {}}, answered))
+                    await writer.drain()
+                    continue
                 answer, who, target = await self._answer(meta, body)
                 if who is not None and audited(who, "submit", "POST", answer.status):
                     source = _text(meta, "client") or None

@@ -21,6 +21,11 @@ REFUSE = "refuse"
 """``POST /v1/jobs`` that the worker refuses (its body is not a valid job): the caller's
 credentials and address, the answer the worker would give, and whether FastAPI checks the token
 before it (``token_first``); the plane says the final answer and audits it."""
+SNAPSHOT = "snapshot"
+"""A worker's service proxy asks for the services' ready endpoints, sending its traffic counts
+and the tokens it accepted lately (``front/proxy_plane.py``); the body is JSON both ways."""
+CALLER = "caller"
+"""A worker's service proxy asks who a token (its SHA-256) is (``front/proxy_plane.py``)."""
 JOB = "job"
 """An answer whose body is a stored job (``job_views.Submitted.wire()``) for the worker to
 render as the route's answer."""

@@ -1,0 +1,107 @@
+"""A service through the HTTP workers' proxy, every part real: ``xpupool up --http-workers 2``
+with its in-process agent runs the replicas on podman (the Go stub's image), the controller
+probes them, and callers reach ``/v1/services/NAME/proxy/...`` on the port the workers serve,
+which proxy from the snapshot they poll from the plane (``front/proxy_source.py``): requests,
+a streamed answer and a websocket pass; a name with no service is 404; a revoked service token
+and a deleted service stop within the poll's bound; and requests in flight in the workers reach
+the controller, which scales on them."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from server_proc import ServerProc, until
+from websockets.sync.client import connect as ws_connect
+
+from container_images import ensure_stub_image, require_podman
+
+CLUSTER = """\
+nodes:
+  - {name: box, cpu: 8, memory: 16Gi, runtime: podman}
+"""
+
+
+@pytest.fixture
+def up(tmp_path: Path) -> Iterator[tuple[ServerProc, httpx.Client]]:
+    require_podman()
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    args = ("--heartbeat", "0.2", "--lost-after", "3", "--http-workers", "2")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("CONTAINERS_CONF", raising=False)  # the product's defaults, nothing of ours
+        srv = ServerProc(
+            tmp_path / "data", cluster=tmp_path / "cluster.yaml", agent=True, extra_args=args
+        )
+        with srv, srv.tenant_client("team") as user:
+            yield srv, user
+
+
+def _service(user: httpx.Client, name: str) -> dict[str, Any]:
+    r = user.get(f"/v1/services/{name}")
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+def test_a_service_through_the_workers(up: tuple[ServerProc, httpx.Client]) -> None:
+    srv, user = up
+    body = {
+        "name": "chat",
+        "job": {"image": ensure_stub_image(), "spec": "cpu=100m"},
+        "replicas": {"min": 1, "max": 2},
+        "readiness": {"path": "/health", "interval_s": 0.5, "timeout_s": 0.5},
+        "scaling": {"target_in_flight": 1, "window_s": 2, "drain_timeout_s": 30},
+    }
+    r = user.post("/v1/services", json=body)
+    assert r.status_code == 201, r.text
+    proxy = "/v1/services/chat/proxy"
+    until(lambda: _service(user, "chat")["state"] == "ready", "service chat ready", 120)
+    until(lambda: user.get(f"{proxy}/v1/models").status_code == 200, "chat through a worker")
+    assert user.get("/v1/services/none/proxy/v1/models").status_code == 404
+
+    with user.stream(
+        "POST", f"{proxy}/v1/completions", json={"model": "m", "prompt": "hi", "stream": True}
+    ) as streamed:
+        events = [line for line in streamed.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "data: [DONE]" and len(events) > 2, events
+
+    ws_url = srv.url.replace("http://", "ws://") + f"{proxy}/ws"
+    with ws_connect(
+        ws_url, additional_headers={"Authorization": user.headers["Authorization"]}, open_timeout=10
+    ) as ws:
+        ws.send("through a worker")
+        assert ws.recv(timeout=10) == "through a worker"
+
+    issued = user.post("/v1/services/chat/tokens", json={"name": "web"}).json()
+    svc = {"Authorization": f"Bearer {issued['token']}"}
+    assert httpx.get(f"{srv.url}{proxy}/v1/models", headers=svc).status_code == 200
+    assert user.delete(f"/v1/services/chat/tokens/{issued['id']}").status_code == 204
+    until(
+        lambda: httpx.get(f"{srv.url}{proxy}/v1/models", headers=svc).status_code == 401,
+        "the revoked token refused by the workers",
+    )
+
+    # three slow requests in flight in the workers, target 1 per replica: a second replica
+    results: list[int] = []
+
+    def slow() -> None:
+        with httpx.Client(base_url=srv.url, headers=user.headers, timeout=60) as c:
+            results.append(c.get(f"{proxy}/slow", params={"ms": "6000"}).status_code)
+
+    callers = [threading.Thread(target=slow) for _ in range(3)]
+    for t in callers:
+        t.start()
+    until(lambda: _service(user, "chat")["desired"] == 2, "a second replica for the load", 30)
+    for t in callers:
+        t.join(60)
+    assert results == [200, 200, 200]
+
+    assert user.delete("/v1/services/chat").status_code in (200, 202, 204)
+    until(
+        lambda: user.get(f"{proxy}/v1/models").status_code == 404,
+        "the deleted service gone from the workers' snapshot",
+        60,
+    )
