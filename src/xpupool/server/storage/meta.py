@@ -10,12 +10,26 @@ from sqlalchemy import Engine, MetaData, create_engine, event, inspect, text
 metadata = MetaData()
 
 
+def driver_url(url: str) -> str:
+    """``url`` with the driver the store uses: a bare ``postgresql://`` (or ``postgres://``, as
+    many hosting services write it) means psycopg 3, the driver xpupool depends on, where
+    SQLAlchemy would pick psycopg2. Any other URL is kept as given."""
+    for bare in ("postgresql://", "postgres://"):
+        if url.startswith(bare):
+            return "postgresql+psycopg://" + url[len(bare) :]
+    return url
+
+
 def connect(url: str) -> Engine:
     """An engine for ``url`` (``sqlite:///path`` or any SQLAlchemy URL, e.g. PostgreSQL).
 
     SQLite gets WAL with ``synchronous=NORMAL``: a committed transaction survives the process being
     killed (the WAL is in the OS page cache); only a power loss may drop the last commits.
+    PostgreSQL runs at its default isolation (read committed): every write of the plane goes
+    through one writer, fenced by the owner row (``server/ownership.py``), so nothing stronger is
+    needed. Its driver is imported only here, for such a URL: a SQLite plane never loads it.
     """
+    url = driver_url(url)
     is_sqlite = url.startswith("sqlite")
     kwargs: dict[str, Any] = {}
     if is_sqlite:
