@@ -10,6 +10,22 @@ from sqlalchemy import Engine, MetaData, create_engine, event, inspect, text
 metadata = MetaData()
 
 
+PG_CONNECT_ARGS: dict[str, Any] = {
+    "connect_timeout": 10,
+    # a database host that vanished (partition, power) is found by the kernel in ~11 s, not
+    # the ~15 min of TCP retransmissions, so a plane cut off fails its writes and renewals
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    # a plane paused (SIGSTOP) or cut off inside a transaction keeps its row locks, the owner
+    # row's among them, until PostgreSQL ends its session: after this long, so a standby's
+    # claim waits that much at most (docs/postgresql.md)
+    "options": "-c idle_in_transaction_session_timeout=5000",
+}
+"""psycopg's connection settings for the store (libpq's names)."""
+
+
 def driver_url(url: str) -> str:
     """``url`` with the driver the store uses: a bare ``postgresql://`` (or ``postgres://``, as
     many hosting services write it) means psycopg 3, the driver xpupool depends on, where
@@ -34,6 +50,8 @@ def connect(url: str) -> Engine:
     kwargs: dict[str, Any] = {}
     if is_sqlite:
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+    elif url.startswith("postgresql+psycopg"):
+        kwargs["connect_args"] = PG_CONNECT_ARGS
     engine = create_engine(url, **kwargs)
     if is_sqlite:
 
