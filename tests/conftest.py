@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from markers import folder_marker
-from postgres import Postgres
+from postgres import Postgres, store_param
 from postgres import start as start_postgres
 
 
@@ -44,7 +44,7 @@ def pg_url(postgres: Postgres) -> Iterator[str]:
     postgres.drop_database(url)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=[store_param("sqlite"), store_param("postgresql")])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The store's URL, once on a SQLite file and once on a fresh PostgreSQL database: the tests
     of the store run on both."""

@@ -20,6 +20,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,6 +40,12 @@ def unavailable(reason: str) -> None:
     if required():
         pytest.fail(f"PostgreSQL tests cannot run: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+def store_param(store: str) -> Any:
+    """``store`` as a test parameter: PostgreSQL's marked ``slow`` (a server process per
+    session, a database per test), so ``make test-fast`` runs the SQLite one only."""
+    return pytest.param(store, marks=pytest.mark.slow) if store == "postgresql" else store
 
 
 def bin_dir() -> Path | None:
