@@ -91,8 +91,8 @@ def wait_for_store(
             try:
                 owner.claim()
                 break
-            except StoreInUseError as exc:
-                server.why, kind = str(exc), StoreInUseError
+            except StoreInUseError as exc:  # the owner and when its lease ends, not the advice
+                server.why, kind = str(exc).split(" unless it renews", 1)[0], StoreInUseError
             except OperationalError as exc:  # the database is unreachable: try again
                 server.why, kind = f"the store cannot be reached: {exc.orig}", OperationalError
             if kind is not told:  # once per change, not every poll
