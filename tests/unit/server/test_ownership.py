@@ -97,3 +97,17 @@ def test_release_frees_the_store_at_once_and_the_dir_lock_proves_a_crash(store_u
     restarted.claim()  # same host and data dir, its lock held: the old process is gone
     assert restarted.epoch == 3
     restarted.release()
+
+
+def test_claiming_a_store_already_held_keeps_it_as_it_is(store_url: str) -> None:
+    """A standby claims before its start claims again (server/standby.py): the second claim
+    changes nothing, neither the epoch nor the lease."""
+    clock = Clock()
+    standby = owner(store_url, "/b", clock)
+    standby.claim()
+    clock.now += 3
+    standby.claim()
+    assert standby.epoch == 1
+    with pytest.raises(StoreInUseError, match=r"epoch 1\); its lease ends"):
+        owner(store_url, "/c", clock).claim()
+    standby.release()
