@@ -5,6 +5,7 @@
     python bench/api.py --in-process [--policy binpack]   # the engine alone, same pool and mix
     python bench/api.py --sweep [--seconds 10] [--table]  # issue 25's table, one server per row
     python bench/api.py --idle 5000                # CPU of an idle server (in-process agent)
+    python bench/api.py --nodes 1000 --db postgresql://user@host/db   # SQLite, then PostgreSQL
 
 Starts a real ``xpupool up --no-agent`` on 127.0.0.1 with a generated cluster file (``--nodes``
 simulated hosts x 8 cards over six models of five vendors), creates two tenants, and submits
@@ -24,6 +25,12 @@ submitted ``--steady-after`` seconds (3) or more after the first: a fresh server
 workload from the first requests (``engine/fragmentation/workload_model.py``) and rebuilds what is
 built on it several times in its first second; a server that has run a while has not.
 Goal (DESIGN.md section 7): p99 <= 50 ms at 200 submissions/s, nothing lost.
+
+``--db URL`` (a PostgreSQL server's URL, any database on it) runs the same measurement twice in
+one run, first on the embedded SQLite, then with ``xpupool up --db`` on a database of its own
+that the bench creates on that server (``CREATE DATABASE``: the user needs that right) and drops
+at the end, so nothing already on the server is read or changed; prints ``{"sqlite": ...,
+"postgresql": ...}``.
 
 ``--sweep`` runs the rows of issue 25's table one after another, a fresh server each: nodes 200,
 1,000, 5,000 and 10,000 at 200/s, then 200, 500 and 1,000/s at 1,000 nodes, each for
@@ -50,6 +57,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,8 +65,11 @@ from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 
 from xpupool.engine import DEFAULT_PROFILE
+from xpupool.server.storage import meta
 
 # (name prefix, site, vendor, model, memory, driver, link group size)
 KINDS: tuple[tuple[str, str, str, str, str, str, int], ...] = (
@@ -118,8 +129,10 @@ def start_server(
     policy: str = DEFAULT_PROFILE,
     agent: bool = False,
     http_workers: int = 0,
+    db: str | None = None,
 ) -> subprocess.Popen[bytes]:
     args = [sys.executable, "-c", "from xpupool.cli import main; main()", "up"]
+    args += ["--db", db] if db else []
     args += ["--http-workers", str(http_workers)] if http_workers else []
     args += [] if agent else ["--no-agent"]
     args += ["--data", str(data), "--port", str(port), "--cluster", str(cluster)]
@@ -262,6 +275,7 @@ def run(
     profile: Path | None = None,
     steady_after_s: float = STEADY_AFTER_S,
     http_workers: int = 0,
+    db: str | None = None,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="xpupool-bench-") as tmp:
         data = Path(tmp) / "data"
@@ -269,7 +283,7 @@ def run(
         cluster = Path(tmp) / "cluster.yaml"
         cluster.write_text(cluster_yaml(nodes))
         port = free_port()
-        proc = start_server(data, cluster, port, policy, http_workers=http_workers)
+        proc = start_server(data, cluster, port, policy, http_workers=http_workers, db=db)
         url = f"http://127.0.0.1:{port}"
         try:
             admin = (data / "admin-token").read_text().strip()
@@ -333,6 +347,7 @@ def run(
     ]
     elapsed = sent.last - sent.first
     return {
+        "store": "sqlite" if db is None else make_url(db).get_backend_name(),
         "nodes": nodes,
         "devices": nodes * 8,
         "target_rate_per_s": rate,
@@ -364,6 +379,24 @@ def run(
         "first_not_scheduled": unscheduled,
         "pending_at_end": still_pending,
     }
+
+
+@contextlib.contextmanager
+def scratch_database(url: str) -> Iterator[str]:
+    """A new database on the server of ``url`` for one run, dropped after it: its URL."""
+    server = make_url(meta.driver_url(url))
+    name = f"xpupool_bench_{os.getpid()}_{int(time.time())}"
+    admin = create_engine(server, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        try:
+            yield server.set(database=name).render_as_string(hide_password=False)
+        finally:
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        admin.dispose()
 
 
 SWEEP: tuple[tuple[int, float], ...] = (
@@ -561,6 +594,11 @@ def main() -> None:
     parser.add_argument(
         "--in-process", action="store_true", help="time the engine alone on the same pool and mix"
     )
+    parser.add_argument(
+        "--db",
+        metavar="URL",
+        help="also run on this PostgreSQL server (a database of its own), after SQLite",
+    )
     args = parser.parse_args()
     if args.sweep:
         print(
@@ -579,6 +617,10 @@ def main() -> None:
         out = idle(args.idle, args.idle_seconds)
     elif args.in_process:
         out = in_process(args.nodes, args.policy)
+    elif args.db:
+        out = {"sqlite": run_args(args, None)}
+        with scratch_database(args.db) as db:
+            out[make_url(db).get_backend_name()] = run_args(args, db)
     else:
         out = run(
             args.rate,
@@ -591,6 +633,21 @@ def main() -> None:
             args.http_workers,
         )
     print(json.dumps(out, indent=None if args.json else 2))
+
+
+def run_args(args: argparse.Namespace, db: str | None) -> dict[str, Any]:
+    """:func:`run` with the command line's settings, on ``db`` (None: SQLite)."""
+    return run(
+        args.rate,
+        args.seconds,
+        args.nodes,
+        args.workers,
+        args.policy,
+        args.py_spy,
+        args.steady_after,
+        args.http_workers,
+        db,
+    )
 
 
 if __name__ == "__main__":

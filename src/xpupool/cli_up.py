@@ -136,6 +136,12 @@ def in_background(make: Callable[[], T], name: str) -> Callable[[], T]:
     "another server on the same database (--db) is refused until then, and may take the "
     "store 2 s after it ends (docs/security.md)",
 )
+@click.option(
+    "--standby",
+    is_flag=True,
+    help="on a database another xpupool up owns (--db): answer 503 on the port and take the "
+    "store over when that server's lease ends, then start (docs/postgresql.md)",
+)
 @click.option("--agent/--no-agent", default=True, show_default=True, help="in-process local agent")
 @click.option(
     "--max-body",
@@ -285,6 +291,7 @@ def up(
     card_settle: float,
     lease: float | None,
     store_lease: float,
+    standby: bool,
     agent: bool,
     job_uid_range: str,
     job_root: str | None,
@@ -439,6 +446,7 @@ def up(
         model_cache=model_cache,
         http_workers=http_workers,
         store_lease_s=store_lease,
+        standby=standby,
         rate_limit=rates["--rate-limit"],
         address_rate_limit=rates["--address-rate-limit"],
         connections=ConnectionLimits(header_timeout, connections_per_address),

@@ -28,8 +28,8 @@ epoch.
 Clocks: safety never depends on them; only the epoch decides who writes. The lease times only
 decide when a take-over is allowed: a server whose clock runs behind the claimant's by more than
 :data:`CLOCK_SKEW_S`, or which is paused past its lease, may lose the store while alive, and then
-stops writing (503) instead of corrupting it. This is the mechanism a standby plane (issue 50)
-takes over through: it calls :meth:`StoreOwnership.claim` until it succeeds.
+stops writing (503) instead of corrupting it. This is the mechanism a standby plane takes over
+through (``server/standby.py``): it calls :meth:`StoreOwnership.claim` until it succeeds.
 """
 
 from __future__ import annotations
@@ -159,7 +159,11 @@ class StoreOwnership:
         """Take the store, or raise :class:`StoreInUseError` (one line) and write nothing.
         Once taken, the lease is
         renewed from a thread of its own (:class:`LeaseRenewer`) until :meth:`release`: a start
-        that takes longer than the lease (a big pool's first engine) keeps the store."""
+        that takes longer than the lease (a big pool's first engine) keeps the store.
+        Claiming a store this object holds does nothing: a standby (``server/standby.py``) has
+        claimed it before the start claims it again."""
+        if self.epoch is not None and self.lost is None:
+            return
         now = self.clock()
         if self.db is None:
             self.db = meta.connect(self.url)

@@ -80,6 +80,7 @@ class UpConfig:
     verbose: bool = False  # -v: every request and unread device field (log_setup.py)
     http_workers: int = 0  # processes taking the API's connections for the plane (server/front/)
     store_lease_s: float = DEFAULT_STORE_LEASE_S  # --store-lease: the owner row's (ownership.py)
+    standby: bool = False  # --standby: wait for the store's owner to be lost, then start
     rate_limit: Rate = TOKEN_RATE  # --rate-limit: per credential (server/rate_limit.py)
     address_rate_limit: Rate = ADDRESS_RATE  # --address-rate-limit: per address, no valid token
     connections: ConnectionLimits = field(
@@ -199,6 +200,13 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
         store_url(cfg), Identity.here(cfg.data), lease_s=cfg.store_lease_s, dir_locked=lock.held
     )
     try:
+        if cfg.standby:
+            from xpupool.server.standby import wait_for_store
+
+            tls = (
+                None if cfg.tls_cert is None or cfg.tls_key is None else (cfg.tls_cert, cfg.tls_key)
+            )
+            wait_for_store(owner, cfg.host, cfg.port, echo, tls=tls)
         plane = open_plane(cfg, owner)
     except BaseException:
         owner.release()  # a start refused after the claim leaves the store free at once

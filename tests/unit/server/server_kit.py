@@ -1,7 +1,8 @@
 """The in-process control plane the server tests drive, and small API builders over it.
 
-A :class:`Server` is a real SQLite file in a temporary folder, no background threads (each test
-calls ``schedule`` itself, so every outcome is deterministic), and a clock the test moves by hand
+A :class:`Server` is a real SQLite file in a temporary folder (or a real PostgreSQL database:
+:data:`BOTH_STORES`), no background threads (each test calls ``schedule`` itself, so every
+outcome is deterministic), and a clock the test moves by hand
 (heartbeats, lost nodes and event timestamps without sleeping). The builders are plain functions
 (STYLE.md section 6: factories, not fixture magic); each asserts the status it expects, so a failing
 setup names the step that failed.
@@ -109,11 +110,18 @@ class Server:
         return schedule_pass(self.plane)
 
 
-def open_server(data: Path, clock: FakeClock, **kwargs: object) -> tuple[ControlPlane, str | None]:
+BOTH_STORES = ("sqlite", "postgresql")
+"""A module's ``STORES``: each of its tests that takes ``server`` runs once on a SQLite file and
+once on a real PostgreSQL (conftest.py's ``pytest_generate_tests``)."""
+
+
+def open_server(
+    data: Path, clock: FakeClock, url: str | None = None, **kwargs: object
+) -> tuple[ControlPlane, str | None]:
     """A plane over ``data`` opened as ``xpupool up`` opens it: the pool's row first
     (``server/datadir.py``: the marks above every job and allocation id handed out), then the
-    plane. ``kwargs`` go to :class:`ControlPlane`."""
-    url = f"sqlite:///{data / 'state.db'}"
+    plane. ``url``: the store (None: ``data/state.db``); ``kwargs`` go to :class:`ControlPlane`."""
+    url = url or f"sqlite:///{data / 'state.db'}"
     open_pool(data, url, reinitialise=False)
     plane = ControlPlane(url, data, clock=clock, monotonic=clock.monotonic, **kwargs)  # type: ignore[arg-type]
     return plane, tenants.ensure_admin_token(plane)

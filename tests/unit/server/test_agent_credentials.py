@@ -5,7 +5,7 @@ The same checks against a real server and real agents: tests/integration/test_no
 from __future__ import annotations
 
 import pytest
-from server_kit import Server, node, node_body
+from server_kit import BOTH_STORES, Server, node, node_body
 
 from xpupool.model.errors import Forbidden
 from xpupool.server.audit import AuditKeep
@@ -16,6 +16,8 @@ from xpupool.server.schemas.agent_protocol import Heartbeat, NodeIn
 from xpupool.server.schemas.tenants import TokenIn
 from xpupool.server.services import node_identity, tenants
 from xpupool.server.services.node_identity import in_process_principal
+
+STORES = BOTH_STORES  # its tests' server on SQLite and on PostgreSQL (conftest.py)
 
 AGENT = {"X-Xpupool-Agent-Protocol": "2"}
 

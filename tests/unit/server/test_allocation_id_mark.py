@@ -9,10 +9,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from server_kit import L20, Server, heartbeat, job, node, reopen, report, submit, tenant
+from server_kit import (
+    BOTH_STORES,
+    L20,
+    Server,
+    heartbeat,
+    job,
+    node,
+    reopen,
+    report,
+    submit,
+    tenant,
+)
 from sqlalchemy import select
 
 from xpupool.server.storage.pool import pool as t_pool
+
+STORES = BOTH_STORES  # its tests' server on SQLite and on PostgreSQL (conftest.py)
 
 
 def _placed_on_n1(srv: Server, token: str) -> tuple[int, int]:

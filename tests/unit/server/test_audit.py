@@ -10,11 +10,13 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from server_kit import Server, node, node_body
+from server_kit import BOTH_STORES, Server, node, node_body
 
 from xpupool.server.audit import AuditKeep
 from xpupool.server.schemas.audit import AuditKind
 from xpupool.server.storage.meta import connect
+
+STORES = BOTH_STORES  # its tests' server on SQLite and on PostgreSQL (conftest.py)
 
 AGENT = {"X-Xpupool-Agent-Protocol": "2"}
 

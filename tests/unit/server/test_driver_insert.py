@@ -1,16 +1,16 @@
 """Rows a submission and a scheduling batch write through the driver's cursor
 (``storage/driver_insert.py``) are the rows SQLAlchemy writes, byte for byte, on a real SQLite
-file; a driver error is SQLAlchemy's."""
+file, and on a real PostgreSQL (``store_url``), where they go through SQLAlchemy itself; a driver
+error is SQLAlchemy's."""
 
 from __future__ import annotations
 
 import sqlite3
-from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, insert, text
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy import Engine, create_engine, insert, text
+from sqlalchemy.exc import IntegrityError, OperationalError, StatementError
 
 from xpupool.server.storage import meta
 from xpupool.server.storage.driver_insert import insert_rows, update_rows
@@ -50,21 +50,21 @@ def job_row(job_id: int, **over: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Any:
-    engine = meta.connect(f"sqlite:///{tmp_path / 'state.db'}")
+def db(store_url: str) -> Any:
+    engine = meta.connect(store_url)
     with engine.begin() as conn:
-        conn.execute(text("PRAGMA foreign_keys=ON"))
         conn.execute(insert(tenants).values(name="lab", weight=1.0, created_at=1.0))
         conn.execute(
             insert(queues).values(name="lab", tenant="lab", cohort=None, quotas=[], created_at=1)
         )
-    yield engine, tmp_path / "state.db"
+    yield engine, engine
     engine.dispose()
 
 
-def raw_rows(path: Path, table: str) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(path) as raw:
-        return raw.execute(f"SELECT * FROM {table} ORDER BY id").fetchall()
+def raw_rows(engine: Engine, table: str) -> list[tuple[Any, ...]]:
+    """The rows as the driver returns them, no SQLAlchemy type between."""
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.exec_driver_sql(f"SELECT * FROM {table} ORDER BY id")]
 
 
 @pytest.mark.parametrize(
@@ -107,11 +107,20 @@ def test_a_driver_error_is_raised_as_sqlalchemy_raises_it(db: Any) -> None:
         insert_rows(conn, jobs, [job_row(1, tenant="nobody")])
     with engine.begin() as conn:
         insert_rows(conn, jobs, [job_row(1)])
-    locked = create_engine(f"sqlite:///{path}", connect_args={"timeout": 0.05})
-    holder = sqlite3.connect(path)
-    holder.execute("BEGIN EXCLUSIVE")  # another writer holds the store
+    if engine.dialect.name == "sqlite":
+        file = engine.url.database
+        locked = create_engine(f"sqlite:///{file}", connect_args={"timeout": 0.05})
+        holder: Any = sqlite3.connect(file)
+        holder.execute("BEGIN EXCLUSIVE")  # another writer holds the store
+        why = "locked"
+    else:
+        locked = create_engine(engine.url, connect_args={"options": "-c lock_timeout=50"})
+        holder = engine.connect()
+        holder.begin()
+        holder.execute(text("LOCK TABLE jobs IN EXCLUSIVE MODE"))
+        why = "lock timeout"
     try:
-        with pytest.raises(OperationalError, match="locked"), locked.begin() as conn:
+        with pytest.raises(OperationalError, match=why), locked.begin() as conn:
             insert_rows(conn, jobs, [job_row(2)])
     finally:
         holder.rollback()
@@ -153,19 +162,22 @@ def test_rows_of_other_keys_go_in_a_statement_of_their_own(db: Any) -> None:
             [
                 {"id": 7, "job_id": 1, "replica": 0, "node": "n1", "queue": "lab",
                  "flavor": "f", "data": {"a": 1}},
-                {"job_id": 1, "replica": 1, "node": "n2", "queue": "lab", "flavor": "f",
-                 "data": {"b": [1, 2]}},
+                {"id": 8, "replica": 1, "node": "n2", "queue": "lab", "flavor": "f",
+                 "data": {"b": [1, 2]}, "job_id": 1},
             ],
         )  # fmt: skip
+        insert_rows(conn, jobs, [job_row(2), {k: v for k, v in job_row(3).items() if k != "image"}])
     stored = raw_rows(path, "allocations")
     assert [(r[0], r[2], r[3]) for r in stored] == [(7, 0, "n1"), (8, 1, "n2")]
+    assert [r[0] for r in raw_rows(path, "jobs")] == [1, 2, 3]
 
 
 def test_an_update_with_other_bound_values_than_its_statement_is_refused(db: Any) -> None:
     engine, path = db
     with engine.begin() as conn:
         insert_rows(conn, jobs, [job_row(1)])
-    with pytest.raises(ValueError, match="b_state"), engine.begin() as conn:
+    # refused before it runs: by driver_insert (SQLite), by SQLAlchemy's own check (PostgreSQL)
+    with pytest.raises((ValueError, StatementError), match="b_state"), engine.begin() as conn:
         update_rows(conn, job_update(("reason", "state")), [{"b_id": 1, "b_reason": "x"}])
     assert raw_rows(path, "jobs")[0][5] == "waiting for the scheduler"
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from server_kit import (
+    BOTH_STORES,
     Server,
     heartbeat,
     job,
@@ -23,6 +24,8 @@ from server_kit import (
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.schemas.jobs import JobPhase as P
 from xpupool.server.schemas.jobs import RetryCause, StopCause
+
+STORES = BOTH_STORES  # its tests' server on SQLite and on PostgreSQL (conftest.py)
 
 HOLDING = (P.ADMITTED, P.SCHEDULED, P.RUNNING)
 FINAL = (P.SUCCEEDED, P.FAILED, P.CANCELLED, P.LOST)

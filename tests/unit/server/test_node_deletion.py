@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from server_kit import (
+    BOTH_STORES,
     Server,
     devices,
     heartbeat,
@@ -34,6 +35,8 @@ from xpupool.server.schemas.nodes import NodeDeletion
 from xpupool.server.services import fleet, node_identity
 from xpupool.server.services.agents import mark_lost_nodes
 from xpupool.server.storage.fleet import nodes as t_nodes
+
+STORES = BOTH_STORES  # its tests' server on SQLite and on PostgreSQL (conftest.py)
 
 PROTOCOL = {AGENT_PROTOCOL_HEADER: str(AGENT_PROTOCOL)}
 

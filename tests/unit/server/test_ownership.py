@@ -1,9 +1,8 @@
-"""The store's owner row and its fence (``server/ownership.py``) on a real SQLite file, in one
-process: two :class:`StoreOwnership` stand for two servers, with clocks the test moves."""
+"""The store's owner row and its fence (``server/ownership.py``) in one process, on a real SQLite
+file and on a real PostgreSQL (``store_url``): two :class:`StoreOwnership` stand for two servers,
+with clocks the test moves."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 from sqlalchemy import Connection, insert, select, text
@@ -39,8 +38,8 @@ def count(url: str) -> int:
         db.dispose()
 
 
-def test_a_live_owner_refuses_a_second_claim_and_an_ended_lease_is_taken(tmp_path: Path) -> None:
-    url, clock = f"sqlite:///{tmp_path / 'state.db'}", Clock()
+def test_a_live_owner_refuses_a_second_claim_and_an_ended_lease_is_taken(store_url: str) -> None:
+    url, clock = store_url, Clock()
     first = owner(url, "/a", clock)
     first.claim()
     second = owner(url, "/b", clock)
@@ -53,8 +52,8 @@ def test_a_live_owner_refuses_a_second_claim_and_an_ended_lease_is_taken(tmp_pat
         o.release()
 
 
-def test_a_write_after_a_take_over_is_rolled_back_and_every_later_one_too(tmp_path: Path) -> None:
-    url, clock = f"sqlite:///{tmp_path / 'state.db'}", Clock()
+def test_a_write_after_a_take_over_is_rolled_back_and_every_later_one_too(store_url: str) -> None:
+    url, clock = store_url, Clock()
     first = owner(url, "/a", clock)
     first.claim()
     told: list[str] = []
@@ -84,8 +83,8 @@ def test_a_write_after_a_take_over_is_rolled_back_and_every_later_one_too(tmp_pa
     taker.release()
 
 
-def test_release_frees_the_store_at_once_and_the_dir_lock_proves_a_crash(tmp_path: Path) -> None:
-    url, clock = f"sqlite:///{tmp_path / 'state.db'}", Clock()
+def test_release_frees_the_store_at_once_and_the_dir_lock_proves_a_crash(store_url: str) -> None:
+    url, clock = store_url, Clock()
     first = owner(url, "/a", clock)
     first.claim()
     first.release()
@@ -98,3 +97,17 @@ def test_release_frees_the_store_at_once_and_the_dir_lock_proves_a_crash(tmp_pat
     restarted.claim()  # same host and data dir, its lock held: the old process is gone
     assert restarted.epoch == 3
     restarted.release()
+
+
+def test_claiming_a_store_already_held_keeps_it_as_it_is(store_url: str) -> None:
+    """A standby claims before its start claims again (server/standby.py): the second claim
+    changes nothing, neither the epoch nor the lease."""
+    clock = Clock()
+    standby = owner(store_url, "/b", clock)
+    standby.claim()
+    clock.now += 3
+    standby.claim()
+    assert standby.epoch == 1
+    with pytest.raises(StoreInUseError, match=r"epoch 1\); its lease ends"):
+        owner(store_url, "/c", clock).claim()
+    standby.release()

@@ -12,12 +12,24 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from server_kit import Server, job, node, passes_on_a_loop, reopen, states, submit, tenant
+from server_kit import (
+    BOTH_STORES,
+    Server,
+    job,
+    node,
+    passes_on_a_loop,
+    reopen,
+    states,
+    submit,
+    tenant,
+)
 from sqlalchemy import event
 
 from xpupool.server import scheduler_loop
 from xpupool.server.plane import ControlPlane, PendingJob
 from xpupool.server.storage import driver_insert
+
+STORES = BOTH_STORES  # its tests' server on SQLite and on PostgreSQL (conftest.py)
 
 SMALL = "A100 mem=1Gi cores=1%"
 

@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from server_kit import Server, reopen, tenant
+from server_kit import BOTH_STORES, Server, reopen, tenant
 
 from xpupool.server.plane import secret_rows
 from xpupool.server.secret_box import (
@@ -27,6 +27,8 @@ from xpupool.server.secret_box import (
     seal,
     unseal,
 )
+
+STORES = BOTH_STORES  # its tests' server on SQLite and on PostgreSQL (conftest.py)
 
 VALUE = "hf_Wq8zPl3secretVALUEdonotleak"
 

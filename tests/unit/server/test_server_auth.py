@@ -4,7 +4,9 @@ admin endpoints and for an agent token outside /v1/agent, 404 for another tenant
 from __future__ import annotations
 
 import pytest
-from server_kit import Server, node, submit, tenant
+from server_kit import BOTH_STORES, Server, node, submit, tenant
+
+STORES = BOTH_STORES  # its tests' server on SQLite and on PostgreSQL (conftest.py)
 
 
 def test_no_token_is_401_and_says_bearer(server: Server) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from server_kit import (
+    BOTH_STORES,
     Server,
     devices,
     heartbeat,
@@ -21,6 +22,8 @@ from server_kit import (
     submit,
     tenant,
 )
+
+STORES = BOTH_STORES  # its tests' server on SQLite and on PostgreSQL (conftest.py)
 
 
 @pytest.mark.slow

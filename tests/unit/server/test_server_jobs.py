@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from server_kit import (
+    BOTH_STORES,
     Server,
     devices,
     heartbeat,
@@ -18,6 +19,8 @@ from server_kit import (
     submit,
     tenant,
 )
+
+STORES = BOTH_STORES  # its tests' server on SQLite and on PostgreSQL (conftest.py)
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from server_kit import (
+    BOTH_STORES,
     Server,
     heartbeat,
     job,
@@ -29,6 +30,8 @@ from server_kit import (
 from xpupool.server.plane import service_rows
 from xpupool.server.service_controller import ServiceController
 from xpupool.server.service_endpoints import Endpoint
+
+STORES = BOTH_STORES  # its tests' server on SQLite and on PostgreSQL (conftest.py)
 
 
 class _Health(BaseHTTPRequestHandler):

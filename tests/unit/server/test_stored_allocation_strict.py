@@ -10,10 +10,12 @@ then requeues the job with an event and cordons the node it names.
 
 from __future__ import annotations
 
-from server_kit import Server, job, node, submit, tenant
+from server_kit import BOTH_STORES, Server, job, node, submit, tenant
 from sqlalchemy import select, update
 
 from xpupool.server.storage.jobs import allocations as t_allocs
+
+STORES = BOTH_STORES  # its tests' server on SQLite and on PostgreSQL (conftest.py)
 
 
 def test_an_allocation_on_another_nodes_card_is_requeued_not_applied(server: Server) -> None:

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import pytest
-from server_kit import Server, devices, job, node, submit, tenant
+from server_kit import BOTH_STORES, Server, devices, job, node, submit, tenant
 from sqlalchemy import update
 
 from xpupool.server.services.stored_jobs import settle_stored_jobs
 from xpupool.server.storage.jobs import jobs as t_jobs
+
+STORES = BOTH_STORES  # its tests' server on SQLite and on PostgreSQL (conftest.py)
 
 
 @pytest.mark.slow

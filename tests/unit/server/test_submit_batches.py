@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from server_kit import Server, node, run_loop, tenant
+from server_kit import BOTH_STORES, Server, node, run_loop, tenant
 from sqlalchemy import func, select
 from sqlalchemy.exc import OperationalError
 
@@ -27,6 +27,8 @@ from xpupool.server.services.tenants import authenticate
 from xpupool.server.storage.driver_insert import insert_rows
 from xpupool.server.storage.jobs import job_events as t_events
 from xpupool.server.storage.jobs import jobs as t_jobs
+
+STORES = BOTH_STORES  # its tests' server on SQLite and on PostgreSQL (conftest.py)
 
 OK = {"spec": "A100 mem=4Gi", "command": ["true"]}
 

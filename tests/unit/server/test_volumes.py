@@ -7,9 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from server_kit import Server, node, queue, tenant
+from server_kit import BOTH_STORES, Server, node, queue, tenant
 
 from xpupool.server.services import volumes
+
+STORES = BOTH_STORES  # its tests' server on SQLite and on PostgreSQL (conftest.py)
 
 
 def declare(srv: Server, name: str, **body: Any) -> Any:

@@ -7,10 +7,12 @@ import re
 
 import pytest
 from fastapi.testclient import TestClient
-from server_kit import Server, node, tenant
+from server_kit import BOTH_STORES, Server, node, tenant
 
 from xpupool.server.app import create_app
 from xpupool.server.auth import token_hash
+
+STORES = BOTH_STORES  # its tests' server on SQLite and on PostgreSQL (conftest.py)
 
 HERE = {"Origin": "http://testserver"}
 

@@ -9,7 +9,10 @@ cost beyond placing them (issue 25). :func:`insert_rows` and :func:`update_rows`
 statement once per statement, columns and dialect, convert the values with the bound parameters'
 own processors (the JSON columns are written exactly as SQLAlchemy writes them) and run it on
 the connection's driver cursor, inside the connection's transaction. A dialect whose parameters
-are not positional (``?``) goes through SQLAlchemy as before. A driver error is raised as
+are not positional (``?``), PostgreSQL's psycopg among them, goes through SQLAlchemy, one
+statement per set of columns as here: there SQLAlchemy's own many-rows ``INSERT`` (``insertmany
+values``) is the fast path, and the database's round trip, not SQLAlchemy's CPU, is the cost
+(docs/benchmarks.md, the store on PostgreSQL). A driver error is raised as
 SQLAlchemy raises it (``OperationalError`` for a full disk), so ``ControlPlane.write`` reports
 and undoes it as any other failed write.
 """
@@ -38,7 +41,8 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) 
     if not rows:
         return
     if conn.dialect.paramstyle != "qmark":
-        conn.execute(insert(table), list(rows))
+        for part in _by_keys(rows).values():  # one statement names one set of columns
+            conn.execute(_insert(table), part)
         return
     for columns, part in _by_keys(rows).items():
         _run(conn, _compile(_insert(table), columns, conn.dialect), part)
@@ -50,7 +54,8 @@ def update_rows(conn: Connection, statement: Update, rows: Sequence[dict[str, An
     if not rows:
         return
     if conn.dialect.paramstyle != "qmark":
-        conn.execute(statement, list(rows))
+        for part in _by_keys(rows).values():
+            conn.execute(statement, part)
         return
     for columns, part in _by_keys(rows).items():
         _run(conn, _compile(statement, columns, conn.dialect), part)

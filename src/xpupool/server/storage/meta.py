@@ -10,16 +10,48 @@ from sqlalchemy import Engine, MetaData, create_engine, event, inspect, text
 metadata = MetaData()
 
 
+PG_CONNECT_ARGS: dict[str, Any] = {
+    "connect_timeout": 10,
+    # a database host that vanished (partition, power) is found by the kernel in ~11 s, not
+    # the ~15 min of TCP retransmissions, so a plane cut off fails its writes and renewals
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    # a plane paused (SIGSTOP) or cut off inside a transaction keeps its row locks, the owner
+    # row's among them, until PostgreSQL ends its session: after this long, so a standby's
+    # claim waits that much at most (docs/postgresql.md)
+    "options": "-c idle_in_transaction_session_timeout=5000",
+}
+"""psycopg's connection settings for the store (libpq's names)."""
+
+
+def driver_url(url: str) -> str:
+    """``url`` with the driver the store uses: a bare ``postgresql://`` (or ``postgres://``, as
+    many hosting services write it) means psycopg 3, the driver xpupool depends on, where
+    SQLAlchemy would pick psycopg2. Any other URL is kept as given."""
+    for bare in ("postgresql://", "postgres://"):
+        if url.startswith(bare):
+            return "postgresql+psycopg://" + url[len(bare) :]
+    return url
+
+
 def connect(url: str) -> Engine:
     """An engine for ``url`` (``sqlite:///path`` or any SQLAlchemy URL, e.g. PostgreSQL).
 
     SQLite gets WAL with ``synchronous=NORMAL``: a committed transaction survives the process being
     killed (the WAL is in the OS page cache); only a power loss may drop the last commits.
+    PostgreSQL runs at its default isolation (read committed): every write of the plane goes
+    through one writer, fenced by the owner row (``server/ownership.py``), so nothing stronger is
+    needed. Its driver is imported only here, for such a URL: a SQLite plane never loads it.
     """
+    url = driver_url(url)
     is_sqlite = url.startswith("sqlite")
     kwargs: dict[str, Any] = {}
     if is_sqlite:
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+    elif url.startswith("postgresql+psycopg"):
+        kwargs["connect_args"] = PG_CONNECT_ARGS
     engine = create_engine(url, **kwargs)
     if is_sqlite:
 

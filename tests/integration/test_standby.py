@@ -1,0 +1,244 @@
+"""Two ``xpupool up`` on one PostgreSQL database (``server/standby.py``): the active one serves;
+the other, started with ``--standby``, answers 503 until the active plane is lost (SIGKILL, or
+SIGSTOP past its store lease, or cut off from the database), then takes the store and serves the
+same pool. Submissions run all along: every job either plane acknowledged is in the store once.
+The plane that was paused and woken (SIGCONT), or whose cut ended, after the take-over writes
+nothing more: its epoch is fenced.
+
+Real processes on a real PostgreSQL (tests/postgres.py) on 127.0.0.1; the store lease is the
+default (10 s), as an operator runs it: the take-over takes that long.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from server_proc import CLUSTER_MIXED, ServerProc, free_port, until
+from sqlalchemy.engine import make_url
+
+CLI = [sys.executable, "-c", "from xpupool.cli import main; main()"]
+JOB = {"spec": "A100 mem=1Gi cores=1%", "command": ["true"]}
+TAKEOVER_S = 60.0  # the most a test waits (a loaded machine); the figure is in the report
+
+
+class Submitter(threading.Thread):
+    """Submits one job after another to whichever of ``urls`` answers, recording each id a plane
+    acknowledged (201); a refused or unanswered submission is tried on the next URL."""
+
+    def __init__(self, urls: list[str], token: str) -> None:
+        super().__init__(daemon=True)
+        self.urls, self.token = urls, token
+        self.acked: list[int] = []
+        self.refused = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        k = 0
+        while not self.stop.is_set():
+            url = self.urls[k % len(self.urls)]
+            try:
+                r = httpx.post(
+                    f"{url}/v1/jobs",
+                    json={**JOB, "name": f"s{len(self.acked)}"},
+                    headers={"Authorization": f"Bearer {self.token}"},
+                    timeout=2.0,
+                )
+            except httpx.TransportError:
+                r = None
+            if r is not None and r.status_code == 201:
+                self.acked.append(int(r.json()["id"]))
+                time.sleep(0.05)
+            else:
+                self.refused += 1
+                k += 1  # the next plane
+                time.sleep(0.1)
+
+
+def start_standby(data: Path, port: int, url: str) -> subprocess.Popen[bytes]:
+    data.mkdir(parents=True, exist_ok=True)
+    argv = [*CLI, "up", "--standby", "--db", url, "--data", str(data), "--port", str(port)]
+    argv += ["--cluster", str(CLUSTER_MIXED), "--no-agent"]
+    with (data / "server.log").open("ab") as log:
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def health(url: str) -> tuple[int, str]:
+    try:
+        r = httpx.get(f"{url}/healthz", timeout=1.0)
+    except httpx.TransportError as exc:
+        return 0, repr(exc)
+    return r.status_code, r.text
+
+
+@pytest.mark.parametrize("loss", ["SIGKILL", "SIGSTOP"])
+def test_the_standby_takes_over_and_every_acknowledged_job_is_kept_once(
+    tmp_path: Path, pg_url: str, loss: str
+) -> None:
+    active = ServerProc(
+        tmp_path / "a", cluster=CLUSTER_MIXED, extra_args=("--db", pg_url, "--no-agent")
+    )
+    standby_port = free_port()
+    standby_url = f"http://127.0.0.1:{standby_port}"
+    standby: subprocess.Popen[bytes] | None = None
+    submitter: Submitter | None = None
+    try:
+        active.start()
+        with active.tenant_client("team") as team:
+            token = team.headers["Authorization"].split()[1]
+        standby = start_standby(tmp_path / "b", standby_port, pg_url)
+        status, text = until(
+            lambda: (lambda h: h if "owned by another xpupool up" in h[1] else None)(
+                health(standby_url)
+            ),
+            "the standby answering 503, naming the owner",
+        )
+        assert status == 503 and text.startswith("standby: the store ")
+        r = httpx.post(f"{standby_url}/v1/jobs", json=JOB, headers=active.headers())
+        assert r.status_code == 503  # nothing is taken while standing by
+        submitter = Submitter([active.url, standby_url], token)
+        submitter.start()
+        until(lambda: len(submitter.acked) >= 5, "jobs acknowledged by the active plane")
+        assert active.proc is not None
+        lost_at = time.monotonic()
+        os.killpg(active.proc.pid, getattr(signal, loss))
+        until(lambda: health(standby_url)[0] == 200, "the standby serving", timeout_s=TAKEOVER_S)
+        took_s = time.monotonic() - lost_at
+        print(f"take-over after {loss}: {took_s:.1f} s")
+        before = len(submitter.acked)
+        until(lambda: len(submitter.acked) >= before + 5, "jobs acknowledged by the new plane")
+        if loss == "SIGSTOP":
+            os.killpg(active.proc.pid, signal.SIGCONT)  # it wakes up, believing it owns the store
+            status, text = until(
+                lambda: (lambda h: h if h[0] == 503 else None)(health(active.url)),
+                "the woken plane reporting the store lost",
+            )
+            assert "lost the store to another xpupool up" in text
+            r = httpx.post(f"{active.url}/v1/jobs", json=JOB, headers=active.headers(token))
+            assert r.status_code == 503, r.text
+        submitter.stop.set()
+        submitter.join(10)
+        admin = {"Authorization": f"Bearer {active.admin_token}"}
+        listed = httpx.get(
+            f"{standby_url}/v1/jobs", params={"limit": 1000}, headers=admin, timeout=10
+        ).json()
+        ids = [j["id"] for j in listed]
+        assert len(ids) == len(set(ids))  # no job stored twice
+        assert set(submitter.acked) <= set(ids), set(submitter.acked) - set(ids)
+        assert len(submitter.acked) == len(set(submitter.acked))  # no id handed out twice
+    finally:
+        if submitter is not None:
+            submitter.stop.set()
+        if active.proc is not None and active.proc.poll() is None:
+            os.killpg(active.proc.pid, signal.SIGCONT)
+        active.kill()
+        if standby is not None and standby.poll() is None:
+            os.killpg(standby.pid, signal.SIGKILL)
+            standby.wait(10)
+
+
+class Cut:
+    """A TCP relay from a free port of 127.0.0.1 to ``target``: the active plane's only way to
+    the database. :meth:`cut` closes every relayed connection and refuses new ones (the database
+    unreachable); :meth:`heal` lets new ones through again."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self.open: list[socket.socket] = []
+        self.lock = threading.Lock()
+        self.down = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.down.is_set():
+                client.close()
+                continue
+            upstream = socket.create_connection(self.target)
+            with self.lock:
+                self.open += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        self.down.set()
+        with self.lock:
+            for s in self.open:
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+            self.open.clear()
+
+    def heal(self) -> None:
+        self.down.clear()
+
+    def close(self) -> None:
+        self.cut()
+        self.listener.close()
+
+
+def test_a_plane_cut_off_from_the_database_loses_it_to_the_standby_and_stays_fenced(
+    tmp_path: Path, pg_url: str
+) -> None:
+    url = make_url(pg_url)
+    relay = Cut((str(url.host), int(url.port or 5432)))
+    through_relay = url.set(port=relay.port).render_as_string(hide_password=False)
+    active = ServerProc(
+        tmp_path / "a", cluster=CLUSTER_MIXED, extra_args=("--db", through_relay, "--no-agent")
+    )
+    standby_url = ""
+    standby: subprocess.Popen[bytes] | None = None
+    try:
+        active.start()
+        with active.tenant_client("team") as team:
+            token = team.headers["Authorization"].split()[1]
+            assert team.post("/v1/jobs", json=JOB).status_code == 201
+        port = free_port()
+        standby_url = f"http://127.0.0.1:{port}"
+        standby = start_standby(tmp_path / "b", port, pg_url)
+        until(lambda: "owned by another" in health(standby_url)[1], "the standby")
+        relay.cut()
+        r = httpx.post(f"{active.url}/v1/jobs", json=JOB, headers=active.headers(token))
+        assert r.status_code == 503, r.text  # the database is unreachable: nothing taken
+        until(lambda: health(standby_url)[0] == 200, "the standby serving", timeout_s=TAKEOVER_S)
+        relay.heal()  # the cut ends: the old plane reaches the database again
+        status, _ = until(
+            lambda: (lambda h: h if "lost the store" in h[1] else None)(health(active.url)),
+            "the old plane finding the store taken",
+        )
+        assert status == 503
+        r = httpx.post(f"{active.url}/v1/jobs", json=JOB, headers=active.headers(token))
+        assert r.status_code == 503, r.text
+        r = httpx.post(f"{standby_url}/v1/jobs", json=JOB, headers=active.headers(token))
+        assert r.status_code == 201, r.text
+    finally:
+        active.kill()
+        relay.close()
+        if standby is not None and standby.poll() is None:
+            os.killpg(standby.pid, signal.SIGKILL)
+            standby.wait(10)
