@@ -107,6 +107,14 @@ def test_the_server_part_renders_a_statefulset_with_its_volume_service_and_sites
             }
         ]
     }
+    # The site's own loader, where this tree has it (the Kubernetes site, issue 49), reads it.
+    try:
+        from xpupool.k8s.site.sites_file import parse_sites  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        pass
+    else:
+        (site,) = parse_sites(sites)
+        assert site.in_cluster and site.namespace("ml-team") == "research"
     # A RoleBinding in each tenant namespace, the mapped one included.
     bindings = [o for o in server_objects(objs) if o["kind"] == "RoleBinding"]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["research", *TENANTS]
@@ -153,9 +161,20 @@ def test_the_namespace_rights_come_only_with_create_namespaces(
 ) -> None:
     name = f"{SERVER}-namespaces"
     assert not [o for o in render(tools, helm_env, *ON) if o["metadata"]["name"] == name]
-    role = only(render(tools, helm_env, *ON, "server.createNamespaces=true"), "ClusterRole", name)
+    creating = render(tools, helm_env, *ON, "server.createNamespaces=true")
+    role = only(creating, "ClusterRole", name)
     (bind,) = [r for r in role["rules"] if "bind" in r["verbs"]]
     assert bind["resourceNames"] == [TENANT_ROLE]
+    # The gate then reaches namespaces the plane will create: every one but the system's and
+    # the release's own (with a fixed list, only the listed ones).
+    (expr,) = only(creating, "MutatingAdmissionPolicyBinding")["spec"]["matchResources"][
+        "namespaceSelector"
+    ]["matchExpressions"]
+    assert expr["operator"] == "NotIn" and NAMESPACE in expr["values"]
+    (expr,) = only(render(tools, helm_env, *ON), "MutatingAdmissionPolicyBinding")["spec"][
+        "matchResources"
+    ]["namespaceSelector"]["matchExpressions"]
+    assert (expr["operator"], expr["values"]) == ("In", list(TENANTS))
 
 
 # -- the real control plane -------------------------------------------------------------------
