@@ -8,7 +8,6 @@ tested on a real apiserver in test_plane_policies_e2e.py.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 from cluster import K8sCluster, require_binaries
+from plane_identity import SERVER, USER, apply
 from test_helm_chart import (
     NAMESPACE,
     RELEASE,
@@ -35,8 +35,7 @@ from xpupool.cli_up import up
 pytestmark = pytest.mark.k8s
 __all__ = ["helm_env", "tools"]  # fixtures, imported for pytest
 
-SERVER = f"{RELEASE}-xpupool-server"
-USER = f"system:serviceaccount:{NAMESPACE}:{SERVER}"
+assert SERVER.startswith(f"{RELEASE}-") and f":{NAMESPACE}:" in USER  # the same release
 TENANT_ROLE = f"{SERVER}-tenant"
 TENANTS = ("team-a", "team-b")
 # What every server rendering here sets: the Secret of the sealing key and two tenant namespaces.
@@ -210,18 +209,6 @@ def test_apiserver_accepts_every_rendered_object(
         assert kubectl_name(obj) in accepted, (kubectl_name(obj), sorted(accepted))
 
 
-def apply(tools: dict[str, Path], kc: K8sCluster, objs: list[dict[str, Any]]) -> None:
-    """``kubectl apply`` for real (admission policies and RBAC take effect)."""
-    out = subprocess.run(
-        [str(tools["kubectl"]), f"--kubeconfig={kc.kubeconfig}", "apply", "-f", "-"],
-        input=yaml.safe_dump_all(objs),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 0, out.stderr
-
-
 def can(kc: K8sCluster, verb: str, resource: str, namespace: str, name: str = "") -> bool:
     """A SubjectAccessReview for the plane's service account (with its groups)."""
     resource, _, subresource = resource.partition("/")
@@ -285,7 +272,7 @@ def test_rbac_gives_the_plane_what_it_needs_and_nothing_beside(
     tools: dict[str, Path], helm_env: dict[str, str], kc: K8sCluster
 ) -> None:
     objs = render(tools, helm_env, *ON)
-    apply(tools, kc, [o for o in objs if o["kind"] in RBAC_KINDS])
+    apply(kc, [o for o in objs if o["kind"] in RBAC_KINDS])
     for need in PLANE_NEEDS:
         assert can(kc, *need), need
     for extra in PLANE_MUST_NOT:
@@ -298,7 +285,7 @@ def test_create_namespaces_lets_the_plane_bind_only_the_tenant_role(
     """As the plane (impersonated): it creates a namespace and binds itself the tenant role
     there; binding any other role (cluster-admin) is refused by RBAC's escalation check."""
     objs = render(tools, helm_env, *ON, "server.createNamespaces=true")
-    apply(tools, kc, [o for o in objs if o["kind"] in RBAC_KINDS])
+    apply(kc, [o for o in objs if o["kind"] in RBAC_KINDS])
     assert can(kc, "create", "namespaces", "")
     assert not can(kc, "delete", "namespaces", "")
     plane = [

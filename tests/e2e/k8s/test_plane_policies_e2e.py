@@ -15,17 +15,14 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from cluster import K8sCluster, require_binaries
-from test_helm_chart import NAMESPACE, helm_env, render, tools
-from test_helm_server import ON, RBAC_KINDS, SERVER, USER, apply
+from plane_identity import NAMESPACE, SERVER, USER, plane_identity
 
 pytestmark = pytest.mark.k8s
-__all__ = ["helm_env", "tools"]  # fixtures, imported for pytest
 
 GATE = "xpupool.io/admission"
 QUEUE = "xpupool.io/queue"
@@ -39,26 +36,36 @@ PLANE = [
     ("Impersonate-Group", "system:authenticated"),
 ]
 SERIAL = itertools.count()
-POLICY_KINDS = {
-    "ValidatingAdmissionPolicy",
-    "ValidatingAdmissionPolicyBinding",
-    "MutatingAdmissionPolicy",
-    "MutatingAdmissionPolicyBinding",
-}
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+POLICY_PATHS = (
+    f"{ADMISSION}/validatingadmissionpolicies",
+    f"{ADMISSION}/validatingadmissionpolicybindings",
+    f"{ADMISSION}/mutatingadmissionpolicies",
+    f"{ADMISSION}/mutatingadmissionpolicybindings",
+)
+
+
+def suffix(path: str) -> str:
+    """The name ending of the chart's object at ``path``."""
+    return "pod-updates" if "validating" in path else "admission-gate"
 
 
 @pytest.fixture(scope="module")
-def kc(tools: dict[str, Path], helm_env: dict[str, str]) -> Iterator[K8sCluster]:
-    """The chart's RBAC and policies for the plane, applied for real; returns once the mutating
-    policy gates a probe pod (the policies' informers take a moment after creation)."""
+def kc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[K8sCluster]:
+    """The chart's identity for the plane (plane_identity.py: its RBAC and policies applied for
+    real); returns once the mutating policy gates a probe pod (the policies' informers take a
+    moment after creation)."""
     require_binaries(("etcd", "kube-apiserver"))
     with K8sCluster(scheduler=False) as cluster:
-        for ns in (NAMESPACE, "team-a", "team-b", "elsewhere"):
-            cluster.create("/api/v1/namespaces", {"metadata": {"name": ns}})
-        objs = render(tools, helm_env, *ON)
-        mine = [o for o in objs if o["metadata"]["name"].startswith(SERVER)]
-        assert {o["kind"] for o in mine} >= POLICY_KINDS
-        apply(tools, cluster, [o for o in mine if o["kind"] in RBAC_KINDS | POLICY_KINDS])
+        cluster.create("/api/v1/namespaces", {"metadata": {"name": "elsewhere"}})
+        workdir = tmp_path_factory.mktemp("plane")
+        plane_identity(cluster, workdir, tenant_namespaces=("team-a", "team-b"))
+        kinds = {
+            path.rsplit("/", 1)[-1]
+            for path in POLICY_PATHS
+            if cluster.api.get(f"{path}/{SERVER}-{suffix(path)}").status_code == 200
+        }
+        assert len(kinds) == len(POLICY_PATHS), kinds
         deadline = time.monotonic() + 30
         n = 0
         while not gates(create_pod(cluster, TENANT, f"probe-{n}", queue="q")):
@@ -193,3 +200,21 @@ def test_the_plane_keeps_other_gates(kc: K8sCluster) -> None:
     r = patch(kc, "two-gates", remove_gates(["example.com/wait"]), JSON_PATCH)
     assert r.status_code == 200, r.text
     assert gates(r.json()) == ["example.com/wait"]
+
+
+def test_the_planes_own_token_acts_with_the_charts_rights(kc: K8sCluster) -> None:
+    """With the ServiceAccount's token (what the chart's pod, or a test's local plane with
+    plane_identity's kubeconfig, presents): it reads pods everywhere, creates them only in
+    tenant namespaces, and its patch of a gated pod is held to the gate's removal."""
+    token = {"Authorization": f"Bearer {kc.token(NAMESPACE, SERVER)}"}
+    assert kc.api.get("/api/v1/pods", headers=token).status_code == 200
+    body = pod("by-token", queue="research")
+    r = kc.api.post("/api/v1/namespaces/elsewhere/pods", json=body, headers=token)
+    assert r.status_code == 403, r.text
+    create_pod(kc, TENANT, "by-token", queue="research")
+    path = f"/api/v1/namespaces/{TENANT}/pods/by-token"
+    r = kc.api.patch(path, json={"metadata": {"labels": {"x": "y"}}}, headers={**MERGE, **token})
+    assert r.status_code == 403, r.text
+    r = kc.api.patch(path, json=remove_gates([]), headers={**JSON_PATCH, **token})
+    assert r.status_code == 200, r.text
+    assert gates(r.json()) == []
