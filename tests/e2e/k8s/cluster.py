@@ -39,7 +39,6 @@ from types import TracebackType
 from typing import Any
 
 import httpx
-from tcp_proxy import TcpProxy as TcpProxy  # re-exported: tests import it from here
 
 ROOT = Path(__file__).resolve().parents[3]
 BUILD_SH = ROOT / "tools" / "k8s" / "build.sh"

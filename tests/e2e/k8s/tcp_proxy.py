@@ -1,5 +1,6 @@
 """A TCP relay a test can cut, standing for a network partition between a client and
-kube-apiserver (``cluster.TcpProxy`` re-exports it)."""
+kube-apiserver. Its own module, not part of cluster.py: bench/k8s_harness.py loads cluster.py by
+its path, where this folder is not on the import path, so cluster.py imports nothing from here."""
 
 from __future__ import annotations
 
