@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the real Kubernetes control plane the k8s tests run against: kube-apiserver,
-# kube-scheduler and kubectl from k8s.io/kubernetes, kwok from sigs.k8s.io/kwok, helm from
+# kube-scheduler, kube-controller-manager and kubectl from k8s.io/kubernetes, kwok from sigs.k8s.io/kwok, helm from
 # helm.sh/helm/v3 (renders deploy/helm/xpupool), all through the Go module proxy, plus etcd from
 # Debian trixie's etcd-server package (bookworm's 3.4.23 is older than what kube-apiserver 1.3x
 # expects). Nothing lands in the repo: binaries go to a cache keyed by version,
@@ -76,13 +76,14 @@ build_kube() {
     # packages the two servers already compiled.
     "${NICE[@]}" go get "k8s.io/kubernetes/cmd/kube-apiserver@v$K8S_VERSION" \
         "k8s.io/kubernetes/cmd/kube-scheduler@v$K8S_VERSION" \
+        "k8s.io/kubernetes/cmd/kube-controller-manager@v$K8S_VERSION" \
         "k8s.io/kubernetes/cmd/kubectl@v$K8S_VERSION"
     local ver
     for ver in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
         ldf+=" -X $ver.gitVersion=v$K8S_VERSION -X $ver.gitMajor=1 -X $ver.gitMinor=$minor"
     done
     local cmd
-    for cmd in kube-apiserver kube-scheduler kubectl; do
+    for cmd in kube-apiserver kube-scheduler kube-controller-manager kubectl; do
         have "$cmd" && continue
         log "compiling $cmd"
         "${NICE[@]}" go build -trimpath -ldflags "$ldf" -o "$BIN/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd"
@@ -278,13 +279,16 @@ if [[ "$MODE" == hami-check ]]; then
     exit 0
 fi
 
-have kube-apiserver && have kube-scheduler && have kubectl || build_kube
+# kube-controller-manager joined later: a cache built before it gains only that binary (the
+# loop in build_kube skips what exists), not a rebuild of the others.
+have kube-apiserver && have kube-scheduler && have kube-controller-manager && have kubectl ||
+    build_kube
 have kwok || build_kwok
 [[ -s "$SHARE/kwok-stages.yaml" ]] || stage_kwok
 have etcd || fetch_etcd
 have_helm || build_helm
 
-for b in kube-apiserver kube-scheduler kubectl kwok etcd helm; do
+for b in kube-apiserver kube-scheduler kube-controller-manager kubectl kwok etcd helm; do
     echo "$BIN/$b"
 done
 echo "$SHARE/kwok-stages.yaml"

@@ -6,12 +6,13 @@ Kubernetes front against upstream code rather than against fixtures we wrote.
 
 ``K8sCluster`` starts etcd, kube-apiserver and kube-scheduler (the binaries ``tools/k8s/build.sh``
 builds), all on 127.0.0.1 with ports picked at runtime, and stops them on exit, also when the start
-itself fails. No kube-controller-manager runs: tests create Nodes themselves, and the admission
-plugins that rely on its controllers are off (ServiceAccount: nobody creates the ``default``
-ServiceAccount; TaintNodesByCondition: nobody lifts the not-ready taint it adds to new Nodes, so no
-pod would ever schedule). Each process runs in its own session so a teardown kill reaches its whole
-group and nothing else. A start that fails or times out raises ``K8sStartError`` with the tail of
-that component's log.
+itself fails. kube-controller-manager runs only where a test asks for it (``controller_manager``,
+with the controllers of ``CONTROLLERS``): tests create Nodes themselves, and the admission plugins
+that rely on controllers are off either way (ServiceAccount: pods would wait for the ``default``
+ServiceAccount; TaintNodesByCondition: no node lifecycle controller lifts the not-ready taint it
+adds to new Nodes, so no pod would ever schedule). Each process runs in its own session so a
+teardown kill reaches its whole group and nothing else. A start that fails or times out raises
+``K8sStartError`` with the tail of that component's log.
 
 Binaries come from ``$XPUPOOL_K8S_BIN`` or the cache directory ``build.sh --print-bin-dir``
 names. When one is missing, ``find_binaries`` raises ``K8sBinariesMissingError``; fixtures turn that
@@ -29,7 +30,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -43,6 +43,19 @@ import httpx
 ROOT = Path(__file__).resolve().parents[3]
 BUILD_SH = ROOT / "tools" / "k8s" / "build.sh"
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler")
+CONTROLLER_MANAGER = "kube-controller-manager"
+# The controllers K8sCluster(controller_manager=True) runs: what the plane's Kubernetes site relies
+# on (Deployments to ReplicaSets to Pods, EndpointSlices of Services, owner-reference garbage
+# collection, a deleted namespace emptied) and the ServiceAccount controller, which makes each
+# namespace's "default" ServiceAccount. Nothing else (no node lifecycle: tests own their Nodes).
+CONTROLLERS = (
+    "deployment",
+    "replicaset",
+    "endpointslice",
+    "garbagecollector",
+    "namespace",
+    "serviceaccount",
+)
 HAMI_BINARY = "hami-scheduler"  # HAMi's scheduler, from `tools/k8s/build.sh --hami` only
 # xpupool's interop checker compiled inside HAMi's module (tools/hami-check), from --hami-check
 HAMI_CHECK_BINARY = "xpupool-hami-check"
@@ -197,7 +210,9 @@ class K8sCluster:
     (bound pods go Running), driven by the upstream "fast" stages that build.sh keeps in
     ``<cache>/share/kwok-stages.yaml``. With ``scheduler=False`` no kube-scheduler runs (tests of
     the API alone: admission policies, the node agent, watches, leases); ``apiserver_args`` are
-    added to kube-apiserver's flags.
+    added to kube-apiserver's flags. With ``controller_manager=True`` kube-controller-manager
+    runs the controllers of ``CONTROLLERS`` (or the names given instead) against the same
+    apiserver, signing with the ServiceAccount key the apiserver verifies.
     """
 
     def __init__(
@@ -210,6 +225,7 @@ class K8sCluster:
         kwok: bool = False,
         scheduler: bool = True,
         apiserver_args: Sequence[str] = (),
+        controller_manager: bool | Sequence[str] = False,
         start_timeout_s: float = 90.0,
     ) -> None:
         if extender is None and extender_url is not None:
@@ -219,6 +235,13 @@ class K8sCluster:
         self.kwok = kwok
         self.scheduler = scheduler
         self.apiserver_args = tuple(apiserver_args)
+        self.controllers: tuple[str, ...] = (
+            ()
+            if controller_manager is False
+            else CONTROLLERS
+            if controller_manager is True
+            else tuple(controller_manager)
+        )
         self.start_timeout_s = start_timeout_s
         self.etcd_url = ""
         self.workdir = workdir
@@ -243,7 +266,9 @@ class K8sCluster:
 
     def start(self) -> K8sCluster:
         """Start all components in order and wait for each; on any failure stop what started."""
-        names = BINARIES if self.scheduler else ("etcd", "kube-apiserver")
+        names: tuple[str, ...] = BINARIES if self.scheduler else ("etcd", "kube-apiserver")
+        if self.controllers:
+            names = (*names, CONTROLLER_MANAGER)
         bins = find_binaries((*names, "kwok") if self.kwok else names)
         if self.workdir is None:
             self.workdir = Path(tempfile.mkdtemp(prefix="xpupool-k8s-"))
@@ -252,6 +277,8 @@ class K8sCluster:
         try:
             self.etcd_url = self._start_etcd(bins["etcd"])
             self._start_apiserver(bins["kube-apiserver"], self.etcd_url)
+            if self.controllers:
+                self._start_controller_manager(bins[CONTROLLER_MANAGER])
             if self.scheduler:
                 self._start_scheduler(bins["kube-scheduler"])
             if self.kwok:
@@ -303,8 +330,8 @@ class K8sCluster:
         return dict(r.json())
 
     def service_account(self, namespace: str, name: str) -> None:
-        """The namespace (if new) and a ServiceAccount in it. Nothing creates ServiceAccounts
-        here (no kube-controller-manager), so tests make the ones they use."""
+        """The namespace (if new) and a ServiceAccount in it. Only the named ServiceAccount:
+        its controller runs only with ``controller_manager``, and then makes ``default`` alone."""
         if self.api.get(f"/api/v1/namespaces/{namespace}").status_code == 404:
             self.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
         self.create(
@@ -437,9 +464,9 @@ class K8sCluster:
                 f"--service-account-key-file={d / 'sa.pub'}",
                 f"--service-account-signing-key-file={d / 'sa.key'}",
                 "--service-cluster-ip-range=10.0.0.0/24",
-                # No kube-controller-manager runs: nothing would create the default
-                # ServiceAccount, nor lift the node.kubernetes.io/not-ready taint that
-                # TaintNodesByCondition puts on every Node at creation.
+                # Without kube-controller-manager nothing creates the default ServiceAccount,
+                # and with it no node lifecycle controller lifts the node.kubernetes.io/not-ready
+                # taint TaintNodesByCondition puts on every Node at creation: off either way.
                 "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
                 "--endpoint-reconciler-type=none",
                 # As kubeadm and kind run it: the default (false) refuses every privileged pod,
@@ -456,6 +483,33 @@ class K8sCluster:
             if time.monotonic() > deadline:
                 raise K8sStartError(f"namespace default never appeared:\n{log_tail(comp.log)}")
             time.sleep(0.2)
+
+    def _start_controller_manager(self, binary: Path) -> None:
+        """kube-controller-manager with ``self.controllers``, as the admin (one client for all
+        controllers: per-controller service-account credentials would need the ServiceAccount
+        token controller and RBAC bootstrap for each), ready once ``/healthz`` answers 200."""
+        port = free_port()
+        comp = self._spawn(
+            CONTROLLER_MANAGER,
+            [
+                str(binary),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--controllers={','.join(self.controllers)}",
+                "--leader-elect=false",
+                "--use-service-account-credentials=false",
+                f"--service-account-private-key-file={self.dir / 'sa.key'}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.dir / 'pki-controller-manager'}",
+                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+                # As the scheduler's 500/1000: the defaults (20/30) throttle a test's bursts.
+                "--kube-api-qps=500",
+                "--kube-api-burst=1000",
+                "--concurrent-gc-syncs=5",
+                "--v=2",
+            ],
+        )
+        self._wait(comp, f"https://127.0.0.1:{port}/healthz")
 
     def _start_scheduler(self, binary: Path) -> None:
         profile: dict[str, object] = {"schedulerName": self.scheduler_name}
@@ -740,88 +794,3 @@ def write_kubeconfig(path: Path, api_url: str, token: str = TOKEN) -> None:
         "current-context": "local",
     }
     path.write_text(json.dumps(config, indent=2))
-
-
-class TcpProxy:
-    """A TCP relay on 127.0.0.1 in front of ``target`` (host, port) that a test can cut: :meth:`cut`
-    drops every open connection and refuses new ones (accepted, then closed at once: a client
-    sees its watch end and its reconnects fail), :meth:`resume` lets them through again. It stands
-    for a network partition between a client and kube-apiserver; TLS passes through untouched."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self._server = socket.socket()
-        self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._server.bind(("127.0.0.1", 0))
-        self._server.listen(64)
-        self.port = int(self._server.getsockname()[1])
-        self._lock = threading.Lock()
-        self._open: set[socket.socket] = set()
-        self._cut = False
-        self._closed = False
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-        self._thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
-
-    def cut(self) -> None:
-        with self._lock:
-            self._cut = True
-            socks, self._open = list(self._open), set()
-        for s in socks:
-            _shut(s)
-
-    def resume(self) -> None:
-        with self._lock:
-            self._cut = False
-
-    def close(self) -> None:
-        self._closed = True
-        self.cut()
-        _shut(self._server)
-        self._server.close()
-        self._thread.join(5)
-
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return
-            with self._lock:
-                refuse = self._cut
-            if refuse:
-                _shut(client)
-                continue
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-            except OSError:
-                _shut(client)
-                continue
-            upstream.settimeout(None)
-            with self._lock:
-                self._open.update((client, upstream))
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            _shut(src)
-            _shut(dst)
-            with self._lock:
-                self._open.discard(src)
-                self._open.discard(dst)
-
-
-def _shut(s: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        s.shutdown(socket.SHUT_RDWR)
-    with contextlib.suppress(OSError):
-        s.close()

@@ -2,7 +2,7 @@
 compacted its history: its watch gets a real ``410 Gone`` and it lists again, and the consumer sees
 each change made while it was away exactly once (deletes included), as if it had never left.
 
-How the 410 really happens: a TCP relay (``cluster.TcpProxy``) stands between the informer and the
+How the 410 really happens: a TCP relay (``tcp_proxy.TcpProxy``) stands between the informer and the
 apiserver; the test cuts it (the informer's watch ends, its reconnects fail and back off), changes
 Nodes directly, compacts etcd to its current revision (``K8sCluster.compact_etcd``, what the
 apiserver's own compactor does every 5 minutes), and lets the informer through again. It resumes
@@ -18,7 +18,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cluster import K8sCluster, TcpProxy, require_binaries, write_kubeconfig
+from cluster import K8sCluster, require_binaries, write_kubeconfig
+from tcp_proxy import TcpProxy
 
 from xpupool.k8s.informers.kubeconfig import RawNode, load_config
 from xpupool.k8s.informers.watch import Event, EventType, Informer

@@ -18,6 +18,9 @@ from xpupool.k8s.node_agent.hami_register import REGISTER_KEYS
 ROOT = Path(__file__).parents[3]
 DOC = (ROOT / "docs" / "kubernetes.md").read_text()
 VALUES = yaml.safe_load((ROOT / "deploy" / "helm" / "xpupool" / "values.yaml").read_text())
+# The scheduling gate the chart's MutatingAdmissionPolicy writes, as its helpers define it.
+HELPERS = (ROOT / "deploy" / "helm" / "xpupool" / "templates" / "_helpers.tpl").read_text()
+CHART_GATE = re.search(r'define "xpupool.admissionGate" -}}([^{]+){{', HELPERS)
 
 
 def _has_path(tree: Any, dotted: str) -> bool:
@@ -49,6 +52,7 @@ def test_every_xpupool_annotation_the_doc_names_is_one_the_code_reads_or_writes(
         decoders.SITE_LABEL,
         gang.GANG_ANNOTATION,
         gang.GANG_SIZE_ANNOTATION,
+        *([CHART_GATE.group(1)] if CHART_GATE else []),
         *(
             getattr(pod_request, name)
             for name in dir(pod_request)

@@ -71,3 +71,27 @@ metricsToken.secretName is set. */}}
 
 {{/* Where the scheduler pod mounts its ConfigMap. */}}
 {{- define "xpupool.configDir" -}}/etc/xpupool{{- end -}}
+
+{{- define "xpupool.server.fullname" -}}
+{{- printf "%s-server" (include "xpupool.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The control plane's user name as the apiserver sees it (its pod's service account). */}}
+{{- define "xpupool.server.user" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "xpupool.server.fullname" . }}
+{{- end -}}
+
+{{/* The ClusterRole the plane holds in each tenant namespace (through a RoleBinding there). */}}
+{{- define "xpupool.server.tenantRole" -}}
+{{- printf "%s-tenant" (include "xpupool.server.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The tenant namespaces, one per line, sorted, without repeats: server.tenantNamespaces and
+the namespaces of the sites file's fixed mapping (server.namespaces). */}}
+{{- define "xpupool.server.tenantNamespaces" -}}
+{{- $all := concat .Values.server.tenantNamespaces (values .Values.server.namespaces) | uniq | sortAlpha -}}
+{{- join "\n" $all -}}
+{{- end -}}
+
+{{/* The scheduling gate the plane admits kubectl users' pods through. */}}
+{{- define "xpupool.admissionGate" -}}xpupool.io/admission{{- end -}}
