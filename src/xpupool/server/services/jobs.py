@@ -163,6 +163,8 @@ def _check(
         _check_what_to_run(body)
     if req.container:  # first: its words tell the operator what to start
         _check_runtime_somewhere(plane, body.image)
+    else:
+        _check_no_image_site(plane, req)
     waiting = "waiting for the scheduler"
     miss = plane.verdicts.never_fits(gang_request(req))  # judged as the cycle will place it
     if miss is not None:
@@ -314,6 +316,18 @@ def _check_runtime_somewhere(plane: ControlPlane, image: str | None) -> None:
             "--runtime where 'docker info' or 'podman info' answers, or submit a command without "
             "an image",
         )
+
+
+def _check_no_image_site(plane: ControlPlane, req: Request) -> None:
+    """A job without an image names a site whose nodes run images only (a Kubernetes site: a
+    kubelet runs a pod's image, never a host command): refused naming the site, as it would
+    wait there for ever."""
+    for site in plane.sites.active():
+        name = site.name
+        if name in req.sites:
+            raise RequestError(
+                "image", None, f"site {name} runs container images only: give the job an image"
+            )
 
 
 def _row(conn: Connection, me: Principal, job_id: int) -> Any:

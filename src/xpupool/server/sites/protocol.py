@@ -25,6 +25,7 @@ from xpupool.model.errors import RequestError
 
 if TYPE_CHECKING:
     from xpupool.engine.host import HostedNode
+    from xpupool.server.plane import ControlPlane
     from xpupool.server.plane.records import HeldJob, NodeRecord
 
 
@@ -85,6 +86,26 @@ class Site(Protocol):
         ...
 
 
+@runtime_checkable
+class ActiveSite(Protocol):
+    """A site with threads of its own (a Kubernetes site's watches and worker), which reach the
+    plane through its services: ``xpupool up`` attaches it once the plane has read its books,
+    and detaches it as the server stops. Its nodes run container images only (a kubelet runs
+    a pod's image, never a host command), so a job without an image naming it is refused at
+    submission (``services/jobs.py``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def attach(self, plane: ControlPlane) -> None:
+        """Start watching and acting for ``plane``."""
+        ...
+
+    def detach(self) -> None:
+        """Stop its threads; what they had queued is the next plane's to adopt."""
+        ...
+
+
 class UnknownSiteError(RequestError):
     """A node no registered site owns: a configuration error (a site removed from the sites
     file while the store still has its nodes), refused naming the node."""
@@ -118,6 +139,10 @@ class Sites:
 
     def __len__(self) -> int:
         return len(self._sites)
+
+    def active(self) -> list[ActiveSite]:
+        """The sites with threads of their own, in order."""
+        return [s for s in self._sites.values() if isinstance(s, ActiveSite)]
 
     def site_of(self, record: NodeRecord) -> Site:
         """The site that owns ``record``; :class:`UnknownSiteError` if none does."""
