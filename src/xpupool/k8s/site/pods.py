@@ -33,6 +33,7 @@ from xpupool.server.schemas.agent_protocol import ReplicaReport, ReplicaState
 __all__ = [
     "ATTEMPT",
     "JOB",
+    "PRIORITY_CLASS",
     "QUEUE",
     "REPLICA",
     "SITE",
@@ -43,6 +44,7 @@ __all__ = [
     "kind_of_vendor",
     "pod_name",
     "pod_state",
+    "priority_class",
     "report",
 ]
 
@@ -53,9 +55,26 @@ TENANT = "xpupool.io/tenant"
 QUEUE = "xpupool.io/queue"
 SITE = "xpupool.io/plane-site"
 CONTAINER = "main"
+# The plane's PriorityClass: its pods never preempt (``preemptionPolicy: Never``): only the plane
+# preempts, for quota; kube's priority admission refuses a pod whose policy differs from its
+# class's, so the pods name this class, which the site's worker creates when it is missing.
+PRIORITY_CLASS = "xpupool-plane"
 MAX_ID = (1 << 53) - 1  # job ids, replicas and attempts as the plane stores them
 MAX_REASON_CHARS = 1024  # a pod's reason and message, as the job's reason takes them
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")  # kube's C_IDENTIFIER-ish env var name
+
+
+def priority_class() -> dict[str, Any]:
+    """The plane's PriorityClass (:data:`PRIORITY_CLASS`): value 0, never preempting."""
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": PRIORITY_CLASS},
+        "value": 0,
+        "preemptionPolicy": "Never",
+        "globalDefault": False,
+        "description": "pods the xpupool control plane created: only the plane preempts them",
+    }
 
 
 def pod_name(job: int, replica: int, attempt: int) -> str:
@@ -156,6 +175,7 @@ def build_pod(plan: PodPlan) -> dict[str, Any]:
         },
         "spec": {
             "schedulerName": plan.scheduler_name,
+            "priorityClassName": PRIORITY_CLASS,
             "restartPolicy": "Never",
             "preemptionPolicy": "Never",
             "affinity": {

@@ -44,7 +44,16 @@ from xpupool.engine.host import HostedNode
 from xpupool.k8s.informers.decoders import decode_node
 from xpupool.k8s.informers.kubeconfig import RawNode, RawPod, load_config, make_client
 from xpupool.k8s.informers.watch import Event, EventType, Informer, backoff_s
-from xpupool.k8s.site.pods import JOB, SITE, PodPlan, PodState, build_pod, pod_name, pod_state
+from xpupool.k8s.site.pods import (
+    JOB,
+    SITE,
+    PodPlan,
+    PodState,
+    build_pod,
+    pod_name,
+    pod_state,
+    priority_class,
+)
 from xpupool.k8s.site.pods import report as pod_report
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
 from xpupool.model.device import Node
@@ -77,6 +86,14 @@ _VERBS = ["delete", "get", "global_list", "list", "post"]
 class RawNamespace(GenericGlobalResource):
     _api_info = ApiInfo(
         resource=ResourceDef("", "v1", "Namespace"), plural="namespaces", verbs=_VERBS
+    )
+
+
+class RawPriorityClass(GenericGlobalResource):
+    _api_info = ApiInfo(
+        resource=ResourceDef("scheduling.k8s.io", "v1", "PriorityClass"),
+        plural="priorityclasses",
+        verbs=_VERBS,
     )
 
 
@@ -160,6 +177,7 @@ class KubernetesSite:
         self._worker: threading.Thread | None = None
         self._client: Client | None = None
         self._closed = threading.Event()
+        self._priority_class = False  # the plane's PriorityClass is there (made or found)
 
     # ------------------------------------------------------------------ the Site protocol
     @property
@@ -400,6 +418,10 @@ class KubernetesSite:
             return
         client = self._client
         assert client is not None
+        if not self._priority_class:
+            with _exists_ok():
+                client.create(RawPriorityClass.from_dict(priority_class()))
+            self._priority_class = True
         namespaces = {p.namespace for p, _ in plans}
         for ns in sorted(namespaces) if self.config.create_namespaces else ():
             body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
