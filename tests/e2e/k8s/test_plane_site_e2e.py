@@ -32,6 +32,8 @@ from cluster import (
     require_binaries,
 )
 
+from xpupool.k8s.codec.allocation_audit import audit_allocations
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "integration"))
 from server_proc import ServerProc, until
 
@@ -253,8 +255,41 @@ def test_a_restarted_plane_adopts_its_pods_without_making_any_twice(
     assert job(srv, job_id)["state"] == "running"
     (after,) = pods(kc, job_id)
     assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    assert job(srv, job_id)["attempts"] == 1  # adopted, not run again
     assert user.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
     state_is(srv, job_id, "cancelled")
+
+
+def test_the_plane_counts_each_pods_cards_once_and_frees_them_only_when_it_is_gone(
+    plane: tuple[K8sCluster, ServerProc], user: httpx.Client
+) -> None:
+    """The site's four cards, each held by a running pod: a fifth job waits in the plane (no pod
+    made); the bound pods' own annotations never over-commit a card (the audit); once one job is
+    cancelled, the fifth gets its card only after that job's pod is gone."""
+    kc, srv = plane
+    held = [submit(user, image=SLEEP) for _ in range(4)]
+    for job_id in held:
+        state_is(srv, job_id, "running")
+    waiting = submit(user, image=SLEEP)
+    time.sleep(1)  # a cycle or more: it must stay without a pod
+    assert job(srv, waiting)["state"] in ("pending", "admitted"), job(srv, waiting)
+    assert not pods(kc, waiting)
+    all_nodes = kc.api.get("/api/v1/nodes").json()["items"]
+    bound = [p for j in held for p in pods(kc, j)]
+    audit = audit_allocations(all_nodes, bound)
+    assert audit.pods == 4 and not audit.over and not audit.unreadable, audit
+    (victim,) = pods(kc, held[0])
+    assert user.post(f"/v1/jobs/{held[0]}/cancel").status_code == 200
+    state_is(srv, waiting, "running")
+    r = kc.api.get(f"/api/v1/namespaces/xpupool-ml/pods/{victim['metadata']['name']}")
+    assert r.status_code == 404, "the card was given again while the cancelled pod existed"
+    bound = [p for j in (*held[1:], waiting) for p in pods(kc, j)]
+    audit = audit_allocations(kc.api.get("/api/v1/nodes").json()["items"], bound)
+    assert audit.pods == 4 and not audit.over, audit
+    for job_id in (*held[1:], waiting):
+        assert user.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+    for job_id in (*held[1:], waiting):
+        state_is(srv, job_id, "cancelled")
 
 
 def test_a_job_without_an_image_is_refused_for_the_site(
