@@ -164,7 +164,7 @@ def _check(
     if req.container:  # first: its words tell the operator what to start
         _check_runtime_somewhere(plane, body.image)
     else:
-        _check_no_image_site(plane, req)
+        req = _agent_sites_only(plane, req)
     waiting = "waiting for the scheduler"
     miss = plane.verdicts.never_fits(gang_request(req))  # judged as the cycle will place it
     if miss is not None:
@@ -318,16 +318,19 @@ def _check_runtime_somewhere(plane: ControlPlane, image: str | None) -> None:
         )
 
 
-def _check_no_image_site(plane: ControlPlane, req: Request) -> None:
-    """A job without an image names a site whose nodes run images only (a Kubernetes site: a
-    kubelet runs a pod's image, never a host command): refused naming the site, as it would
-    wait there for ever."""
-    for site in plane.sites.active():
-        name = site.name
+def _agent_sites_only(plane: ControlPlane, req: Request) -> Request:
+    """A job without an image runs on agent sites only: the active sites' nodes (a Kubernetes
+    site's: a kubelet runs a pod's image, never a host command) run images only. Naming one is
+    refused naming the site; naming none, the request excludes them (stored so: the job's
+    request says where it may not go)."""
+    active = [site.name for site in plane.sites.active()]
+    for name in active:
         if name in req.sites:
             raise RequestError(
                 "image", None, f"site {name} runs container images only: give the job an image"
             )
+    extra = tuple(n for n in active if n not in req.exclude_sites)
+    return replace(req, exclude_sites=req.exclude_sites + extra) if extra else req
 
 
 def _row(conn: Connection, me: Principal, job_id: int) -> Any:
