@@ -209,7 +209,12 @@ def test_an_api_job_becomes_a_bound_pod_runs_and_succeeds(
     kc, srv = plane
     listed = nodes(srv)
     assert {n["source"] for n in listed} == {f"kubernetes:{SITE}"}
-    job_id = submit(user, image=DONE, command=["python", "-c", "print(1)"], env={"EPOCHS": "3"})
+    r = user.put("/v1/secrets/token", json={"secret": "s3cret"})
+    assert r.status_code == 201, r.text
+    secrets = [{"name": "token", "env": "TOKEN"}]
+    job_id = submit(
+        user, image=DONE, command=["python", "-c", "1"], env={"EPOCHS": "3"}, secrets=secrets
+    )
     done = state_is(srv, job_id, "succeeded")
     events = " | ".join(e["reason"] for e in done.get("events", []))
     (pod,) = pods(kc, job_id)
@@ -222,7 +227,13 @@ def test_an_api_job_becomes_a_bound_pod_runs_and_succeeds(
     assert f"on {node}" in events  # the plane's placement: the scheduled event names it
     assert f"GPU-{node}-" in meta["annotations"]["hami.io/vgpu-devices-allocated"]
     assert pod["spec"]["preemptionPolicy"] == "Never"
-    assert pod["spec"]["containers"][0]["env"] == [{"name": "EPOCHS", "value": "3"}]
+    env = pod["spec"]["containers"][0]["env"]
+    assert env[0] == {"name": "EPOCHS", "value": "3"}
+    held = f"xp-{job_id}-1-secrets"  # the run's secrets, as a Secret of the namespace
+    assert {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": held, "key": "token"}}} in env
+    r = kc.api.get(f"/api/v1/namespaces/xpupool-ml/secrets/{held}")
+    assert r.status_code == 200, r.text
+    assert r.json()["data"] == {"token": "czNjcmV0"}
     assert done["exit_code"] == 0
 
 

@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 
 from xpupool.k8s.codec.pod_request import pod_demand
-from xpupool.k8s.site.pods import PodPlan, build_pod, pod_name, pod_state, report
+from xpupool.k8s.site.pods import (
+    PodPlan,
+    build_pod,
+    pod_name,
+    pod_state,
+    report,
+    secret_object,
+)
 from xpupool.k8s.site.site import read_node
 from xpupool.k8s.site.sites_file import load_sites
 from xpupool.model.allocation import Allocation, DeviceShare
@@ -140,8 +147,29 @@ def test_what_no_pod_can_say_is_refused_naming_it() -> None:
         build_pod(plan(env={"BAD NAME": "x"}))
     with pytest.raises(RequestError, match="no HAMi resource names"):
         build_pod(plan(vendor="nonesuch"))
-    secret = build_pod(plan(env_secret="xp-12-env"))["spec"]["containers"][0]
-    assert "env" not in secret and secret["envFrom"] == [{"secretRef": {"name": "xp-12-env"}}]
+    with pytest.raises(RequestError, match="volumes are not mounted"):
+        build_pod(plan(volumes=True))
+
+
+def test_a_jobs_secrets_are_files_and_variables_from_one_secret_of_its_run() -> None:
+    p = plan(secrets=(("token", "TOKEN"), ("key.pem", None)))
+    spec = build_pod(p)["spec"]
+    (ctr,) = spec["containers"]
+    assert ctr["env"][1:] == [
+        {"name": "XPUPOOL_SECRETS_DIR", "value": "/run/secrets"},
+        {
+            "name": "TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": "xp-12-2-secrets", "key": "token"}},
+        },
+    ]
+    assert ctr["volumeMounts"] == [
+        {"name": "secrets", "mountPath": "/run/secrets", "readOnly": True}
+    ]
+    assert spec["volumes"][0]["secret"]["secretName"] == "xp-12-2-secrets"
+    obj = secret_object(p, {"token": b"s3cret", "key.pem": b"\x00\x01"})
+    assert obj["metadata"]["name"] == "xp-12-2-secrets"
+    assert obj["metadata"]["labels"]["xpupool.io/job"] == "12"
+    assert obj["data"] == {"token": "czNjcmV0", "key.pem": "AAE="}
 
 
 def pod(phase: str, **status: Any) -> dict[str, Any]:

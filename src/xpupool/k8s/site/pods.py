@@ -19,6 +19,7 @@ back from its pods, validated as strictly as an agent's report.
 
 from __future__ import annotations
 
+import base64
 import math
 import re
 from collections.abc import Mapping
@@ -46,6 +47,8 @@ __all__ = [
     "pod_state",
     "priority_class",
     "report",
+    "secret_object",
+    "secrets_name",
 ]
 
 JOB = "xpupool.io/job"
@@ -55,6 +58,8 @@ TENANT = "xpupool.io/tenant"
 QUEUE = "xpupool.io/queue"
 SITE = "xpupool.io/plane-site"
 CONTAINER = "main"
+SECRETS_DIR = "/run/secrets"  # where a job finds its secrets, as in an agent node's container
+SECRETS_ENV = "XPUPOOL_SECRETS_DIR"
 # The plane's PriorityClass: its pods never preempt (``preemptionPolicy: Never``): only the plane
 # preempts, for quota; kube's priority admission refuses a pod whose policy differs from its
 # class's, so the pods name this class, which the site's worker creates when it is missing.
@@ -110,7 +115,9 @@ class PodPlan:
     allocation: Allocation
     vendor: str  # of the allocation's cards (the engine never mixes vendors in one request)
     card_memory_mib: int  # memory of a whole card of the allocation, for the cores of a share
-    env_secret: str | None = None  # a Secret of the namespace the container takes its env from
+    # the job's secrets: (secret name, env var or None), in the Secret :func:`secrets_name` names
+    secrets: tuple[tuple[str, str | None], ...] = ()
+    volumes: bool = False  # the job mounts volumes: not on a Kubernetes site yet (refused)
 
 
 def _limits(plan: PodPlan) -> tuple[dict[str, str], dict[str, str]]:
@@ -138,24 +145,36 @@ def build_pod(plan: PodPlan) -> dict[str, Any]:
     """The Pod of ``plan`` as the apiserver takes it (a dict). Raises :class:`RequestError` for
     what no Pod can say (an env name Kubernetes refuses, cards of a vendor HAMi has no names
     for)."""
+    if plan.volumes:
+        why = f"site {plan.site}: a job's volumes are not mounted on a Kubernetes site yet"
+        raise RequestError("volumes", None, why)
     limits, annotations = _limits(plan)
-    env = []
+    env: list[dict[str, Any]] = []
     for name, value in plan.env.items():
         if not _ENV_NAME.fullmatch(name):
             raise RequestError(f"env.{name}", name, "not an environment variable name for a pod")
-        if plan.env_secret is None:
-            env.append({"name": name, "value": value})
+        env.append({"name": name, "value": value})
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": plan.image,
         "resources": {"limits": limits},
     }
+    volumes: list[dict[str, Any]] = []
+    if plan.secrets:  # as on agent nodes: files in $XPUPOOL_SECRETS_DIR, some also variables
+        held = secrets_name(plan.job, plan.attempt)
+        env.append({"name": SECRETS_ENV, "value": SECRETS_DIR})
+        for secret, var in plan.secrets:
+            if var is not None:
+                ref = {"secretKeyRef": {"name": held, "key": secret}}
+                env.append({"name": var, "valueFrom": ref})
+        volumes.append({"name": "secrets", "secret": {"secretName": held, "defaultMode": 0o400}})
+        container["volumeMounts"] = [
+            {"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": True}
+        ]
     if plan.command:
         container["command"] = list(plan.command)
     if env:
         container["env"] = env
-    if plan.env_secret is not None:
-        container["envFrom"] = [{"secretRef": {"name": plan.env_secret}}]
     node = plan.allocation.node
     return {
         "apiVersion": "v1",
@@ -192,7 +211,34 @@ def build_pod(plan: PodPlan) -> dict[str, Any]:
                 }
             },
             "containers": [container],
+            **({"volumes": volumes} if volumes else {}),
         },
+    }
+
+
+def secrets_name(job: int, attempt: int) -> str:
+    """The Secret holding the secrets of ``job``'s ``attempt``-th run (one for all replicas)."""
+    return f"xp-{job}-{attempt}-secrets"
+
+
+def secret_object(plan: PodPlan, values: Mapping[str, bytes]) -> dict[str, Any]:
+    """The Secret of ``plan``'s run: each of the job's secrets under its name, labelled as
+    the run's pods are (so that a stop deletes it with them)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": secrets_name(plan.job, plan.attempt),
+            "namespace": plan.namespace,
+            "labels": {
+                JOB: str(plan.job),
+                ATTEMPT: str(plan.attempt),
+                TENANT: plan.tenant,
+                SITE: plan.site,
+            },
+        },
+        "data": {name: base64.b64encode(value).decode() for name, value in values.items()},
     }
 
 

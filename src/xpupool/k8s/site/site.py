@@ -53,6 +53,7 @@ from xpupool.k8s.site.pods import (
     pod_name,
     pod_state,
     priority_class,
+    secret_object,
 )
 from xpupool.k8s.site.pods import report as pod_report
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
@@ -60,6 +61,7 @@ from xpupool.model.device import Node
 from xpupool.model.errors import RequestError, XpupoolError
 from xpupool.model.taint import Taint, parse_effect
 from xpupool.server import job_lifecycle as lc
+from xpupool.server.plane import secret_rows
 from xpupool.server.schemas.agent_protocol import (
     FINAL_REPLICA_STATES,
     Heartbeat,
@@ -125,6 +127,15 @@ class _Adopt:
 
 
 _Task = _Start | _Stop | _Adopt
+
+
+@dataclass(frozen=True, slots=True)
+class _Made:
+    """What a run is made of: each replica's pod plan with the node the plane placed it on,
+    and the Secret of the job's secrets (None: it names none)."""
+
+    pods: list[tuple[PodPlan, str]]
+    secret: dict[str, Any] | None
 
 
 def read_node(obj: Mapping[str, Any], site: str) -> SiteNode:
@@ -367,7 +378,7 @@ class KubernetesSite:
             )
             self._send(a.node, r)
 
-    def _plans(self, job_id: int, attempt: int) -> list[tuple[PodPlan, str]] | None:
+    def _plans(self, job_id: int, attempt: int) -> _Made | None:
         """Count the run and read what its pods are made of, in one write; None when the job
         is gone, stopping, or this run is counted already (a start after an adoption)."""
         plane = self._plane
@@ -386,6 +397,9 @@ class KubernetesSite:
             row = conn.execute(select(t_jobs).where(t_jobs.c.id == job_id)).mappings().first()
             assert row is not None
             namespace = self.config.namespace(job.tenant)
+            refs = [(str(r["name"]), r.get("env")) for r in row["secrets"] or ()]
+            values = self._open_secrets(conn, job.tenant, [name for name, _ in refs])
+            secrets = tuple((name, env) for name, env in refs if name in values)
             out: list[tuple[PodPlan, str]] = []
             for a in job.allocations:
                 rec = plane.node(a.node)
@@ -408,14 +422,28 @@ class KubernetesSite:
                     allocation=a,
                     vendor=first.vendor if first is not None else "",
                     card_memory_mib=first.memory_mib if first is not None else 0,
+                    secrets=secrets,
+                    volumes=bool(row["volumes"]),
                 )
                 out.append((plan, a.node))
-            return out
+            secret = secret_object(out[0][0], values) if out and secrets else None
+            return _Made(out, secret)
+
+    def _open_secrets(self, conn: Any, tenant: str, names: list[str]) -> dict[str, bytes]:
+        """The tenant's secrets ``names`` opened (one deleted since the submission is left out,
+        as an agent leaves it out)."""
+        plane = self._plane
+        assert plane is not None
+        if not names:
+            return {}
+        sealed = secret_rows.sealed(conn, tenant, names)
+        return {n: plane.secret_box.unseal(tenant, n, sealed[n]) for n in names if n in sealed}
 
     def _create(self, job_id: int, attempt: int) -> None:
-        plans = self._plans(job_id, attempt)
-        if not plans:
+        made = self._plans(job_id, attempt)
+        if made is None or not made.pods:
             return
+        plans = made.pods
         client = self._client
         assert client is not None
         if not self._priority_class:
@@ -427,6 +455,9 @@ class KubernetesSite:
             body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
             with _exists_ok():
                 client.create(RawNamespace.from_dict(body))
+        if made.secret is not None:
+            with _exists_ok():
+                client.create(RawSecret.from_dict(made.secret), namespace=plans[0][0].namespace)
         for plan, node in plans:
             try:
                 pod = build_pod(plan)
@@ -465,6 +496,11 @@ class KubernetesSite:
             meta = pod["metadata"]
             with _gone_ok():
                 client.delete(RawPod, meta["name"], namespace=meta["namespace"])
+        labels: dict[str, Any] = {JOB: str(job_id), SITE: self.name}
+        for secret in client.list(RawSecret, namespace="*", labels=labels):
+            meta = dict(secret)["metadata"]
+            with _gone_ok():
+                client.delete(RawSecret, meta["name"], namespace=meta["namespace"])
         if not pods:
             self._stopped_without_pods(job_id)
 
