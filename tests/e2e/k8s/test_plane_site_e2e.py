@@ -303,6 +303,52 @@ def test_the_plane_counts_each_pods_cards_once_and_frees_them_only_when_it_is_go
         state_is(srv, job_id, "cancelled")
 
 
+def test_when_the_extender_finds_no_card_the_job_waits_with_its_reason(
+    plane: tuple[K8sCluster, ServerProc], user: httpx.Client
+) -> None:
+    """The plane and the extender disagree: a pod the plane did not make (kubectl's) takes the
+    card the plane then gives a job. The job's pod waits, the job says why (kube-scheduler's and
+    the extender's words); once the other pod is gone, it is bound and runs."""
+    kc, srv = plane
+    held = [submit(user, image=SLEEP) for _ in range(3)]
+    for job_id in held:
+        state_is(srv, job_id, "running")
+    other = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "by-kubectl", "namespace": "default"},
+        "spec": {
+            "schedulerName": "xpupool-scheduler",
+            "containers": [
+                {"name": "c", "image": SLEEP, "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+            ],
+        },
+    }
+    r = kc.api.post("/api/v1/namespaces/default/pods", json=other)
+    assert r.status_code == 201, r.text
+
+    def bound() -> bool:
+        got = kc.api.get("/api/v1/namespaces/default/pods/by-kubectl").json()
+        return bool(got["spec"].get("nodeName"))
+
+    until(bound, "the kubectl pod bound", 30)
+    late = submit(user, image=SLEEP)
+
+    def waits() -> str:
+        events = job(srv, late)["events"]
+        return next((e["reason"] for e in events if f"waits on site {SITE}" in e["reason"]), "")
+
+    why = until(waits, "the job's reason from the unbound pod", 60)
+    assert "xpupool" in why or "nodes are available" in why, why
+    assert job(srv, late)["state"] == "scheduled"
+    kc.api.delete("/api/v1/namespaces/default/pods/by-kubectl", params={"gracePeriodSeconds": "0"})
+    state_is(srv, late, "running")
+    for job_id in (*held, late):
+        assert user.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+    for job_id in (*held, late):
+        state_is(srv, job_id, "cancelled")
+
+
 def test_a_job_without_an_image_is_refused_for_the_site(
     plane: tuple[K8sCluster, ServerProc], user: httpx.Client
 ) -> None:

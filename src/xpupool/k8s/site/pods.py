@@ -254,6 +254,7 @@ class PodState:
     deleting: bool  # metadata.deletionTimestamp is set
     reason: str
     exit_code: int | None
+    waiting: str = ""  # why kube-scheduler (and the extender) has not bound it, while Pending
 
 
 def _label_int(labels: Mapping[str, Any], key: str) -> int:
@@ -300,7 +301,14 @@ def pod_state(obj: Mapping[str, Any]) -> PodState:
         if -(1 << 31) <= exit_code < (1 << 31) and (code is None or exit_code):
             code = exit_code
             why.append(_text(done.get("reason")))
+    waiting = ""
+    conditions = status.get("conditions")
+    for cond in conditions if isinstance(conditions, list) and phase == "Pending" else []:
+        c = _mapping(cond, "status.conditions")
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            waiting = ": ".join(w for w in (_text(c.get("reason")), _text(c.get("message"))) if w)
     return PodState(
+        waiting=waiting[:MAX_REASON_CHARS],
         job=_label_int(labels, JOB),
         replica=_label_int(labels, REPLICA),
         attempt=_label_int(labels, ATTEMPT),

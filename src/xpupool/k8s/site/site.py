@@ -184,6 +184,7 @@ class KubernetesSite:
         self._plane: ControlPlane | None = None
         self._tasks: queue.Queue[_Task | None] = queue.Queue()
         self._pods: dict[str, PodState] = {}  # namespace/name -> state, the pod informer's
+        self._waiting: dict[str, str] = {}  # namespace/name -> the unbound pod's reason noted
         self._informers: list[Informer[Any]] = []
         self._worker: threading.Thread | None = None
         self._client: Client | None = None
@@ -293,9 +294,29 @@ class KubernetesSite:
         state = event.value
         if event.type is EventType.DELETED:
             self._pods.pop(event.key, None)
+            self._waiting.pop(event.key, None)
         else:
             self._pods[event.key] = state
+            if state.waiting and self._waiting.get(event.key) != state.waiting:
+                self._waiting[event.key] = state.waiting
+                self._note_waiting(state)
         self._report(state, gone=event.type is EventType.DELETED)
+
+    def _note_waiting(self, state: PodState) -> None:
+        """The plane admitted the job, the cluster has not bound its pod (the extender found no
+        node: another scheduler's pod took the cards in between, say): the job waits with
+        kube-scheduler's and the extender's reason, as one event each time it changes."""
+        plane = self._plane
+        if plane is None:
+            return
+        with plane.write() as conn:
+            job = plane.held_jobs.get(state.job)
+            if job is None or job.attempt != state.attempt or job.stop is not None:
+                return
+            if job.state is JobPhase.RUNNING:
+                return
+            why = f"replica {state.replica} waits on site {self.name}: {state.waiting}"
+            plane.apply(conn, job.id, lc.Note(why))
 
     def _report(self, state: PodState, *, gone: bool) -> None:
         plane = self._plane
