@@ -156,7 +156,13 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster
                 f"sites:\n  - name: {SITE}\n    kubeconfig: {kc.kubeconfig}\n"
                 "    create_namespaces: true\n"
             )
-            with ServerProc(tmp / "data", extra_args=("--sites", str(sites))) as srv:
+            cluster = tmp / "cluster.yaml"  # an agent-pool node whose name the cluster reuses
+            cluster.write_text(
+                "nodes:\n  - name: kw-dup\n    cpu: 8\n    memory: 32Gi\n    devices:\n"
+                "      - {vendor: nvidia, model: NVIDIA Tesla T4, count: 1, memory: 15Gi}\n"
+            )
+            extra = ("--sites", str(sites))
+            with ServerProc(tmp / "data", cluster=cluster, extra_args=extra) as srv:
                 until(lambda: len(nodes(srv)) == 2, "the site's nodes in /v1/nodes", 60)
                 yield kc, srv
         finally:
@@ -347,6 +353,33 @@ def test_when_the_extender_finds_no_card_the_job_waits_with_its_reason(
         assert user.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
     for job_id in (*held, late):
         state_is(srv, job_id, "cancelled")
+
+
+def test_a_sites_nodes_never_change_another_sites_and_a_bad_one_stops_no_other(
+    plane: tuple[K8sCluster, ServerProc],
+) -> None:
+    """A cluster Node named as an agent-pool node leaves that node as it is; a Node the plane's
+    book cannot hold (a name of 64 characters, which Kubernetes allows) is left out, and a good
+    Node after it registers."""
+    kc, srv = plane
+    long = kwok_node("k" * 64)
+    del long["metadata"]["labels"]["kubernetes.io/hostname"]  # a label value holds 63
+    try:
+        for node in (kwok_node("kw-dup"), long, kwok_node("kw-2")):
+            r = kc.api.post("/api/v1/nodes", json=node)
+            assert r.status_code == 201, r.text
+        until(lambda: len(nodes(srv)) == 3, "kw-2 registered", 30)
+        r = httpx.get(f"{srv.url}/v1/nodes", headers=srv.headers())
+        listed = {n["name"]: n for n in r.json()}
+        assert "k" * 64 not in listed
+        dup = listed["kw-dup"]
+        assert (dup["source"], dup["site"]) == ("cluster", "default")
+        r = httpx.get(f"{srv.url}/v1/devices", headers=srv.headers())
+        models = {d["model"] for d in r.json() if d["node"] == "kw-dup"}
+        assert models == {"NVIDIA Tesla T4"}, models
+    finally:
+        for name in ("kw-dup", "k" * 64, "kw-2"):
+            kc.api.delete(f"/api/v1/nodes/{name}")
 
 
 def test_a_job_without_an_image_is_refused_for_the_site(
