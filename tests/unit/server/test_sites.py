@@ -192,3 +192,18 @@ def test_a_job_without_an_image_goes_to_agent_sites_only(tmp_path: Path, clock: 
         assert placed == [["a1"], ["a1"], []]  # the third waits: the edge site's cards idle
         assert job(srv, jobs[2]["id"])["request"]["site"] == ["!edge"]
     plane.db.dispose()
+
+
+def test_a_pushing_sites_running_replica_starts_its_job_without_a_pid(
+    two_sites: tuple[Server, EdgeSite],
+) -> None:
+    """A site's replica has no process id the plane could show (a pod): the job starts on its
+    first running report, and its event does not say the process never started."""
+    srv, _ = two_sites
+    a = make_tenant(srv, "a")
+    on_edge = submit(srv, a, "A100:1 site=edge")
+    srv.schedule()
+    heartbeat(srv, "e1", [report(on_edge["id"], 0, "running")])
+    got = job(srv, on_edge["id"])
+    assert got["state"] == "running"
+    assert got["events"][-1]["reason"] == "started on e1", got["events"][-1]
