@@ -355,6 +355,45 @@ def test_when_the_extender_finds_no_card_the_job_waits_with_its_reason(
         state_is(srv, job_id, "cancelled")
 
 
+def test_a_node_deleted_from_the_cluster_requeues_its_job_elsewhere(
+    plane: tuple[K8sCluster, ServerProc], user: httpx.Client
+) -> None:
+    """A Node deleted from the cluster is lost in the plane; its job is dealt with as a lost
+    node's (requeued: its next attempt's pod on the other node), and the first run's pod, left
+    with no kubelet, is deleted. The Node back, the plane's node is ready again."""
+    kc, srv = plane
+    job_id = submit(user, image=SLEEP)
+    state_is(srv, job_id, "running")
+    (first,) = pods(kc, job_id)
+    gone = first["spec"]["nodeName"]
+    assert kc.api.delete(f"/api/v1/nodes/{gone}").status_code == 200
+    try:
+
+        def second_run_only() -> list[dict[str, Any]]:
+            now = pods(kc, job_id)
+            names = [p["metadata"]["name"] for p in now]
+            return now if names == [f"xp-{job_id}-0-2"] and now[0]["spec"].get("nodeName") else []
+
+        try:
+            (second,) = until(second_run_only, "the second run's pod alone, bound", 90)
+        except AssertionError:
+            names = [(p["metadata"]["name"], p["spec"].get("nodeName")) for p in pods(kc, job_id)]
+            raise AssertionError(f"{names}\n{job(srv, job_id)}\n{srv.log()}") from None
+        assert second["spec"]["nodeName"] != gone
+        state_is(srv, job_id, "running")
+        status = {n["name"]: n["status"] for n in nodes(srv)}
+        assert status[gone] == "lost", status
+    finally:
+        kc.api.post("/api/v1/nodes", json=kwok_node(gone))
+    until(
+        lambda: {n["name"]: n["status"] for n in nodes(srv)}.get(gone) == "ready",
+        "the node ready again",
+        30,
+    )
+    assert user.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+    state_is(srv, job_id, "cancelled")
+
+
 def test_a_sites_nodes_never_change_another_sites_and_a_bad_one_stops_no_other(
     plane: tuple[K8sCluster, ServerProc],
 ) -> None:

@@ -61,6 +61,7 @@ from xpupool.model.device import Node
 from xpupool.model.errors import RequestError, XpupoolError
 from xpupool.model.taint import Taint, parse_effect
 from xpupool.server import job_lifecycle as lc
+from xpupool.server.plane import node_lifecycle as nl
 from xpupool.server.plane import secret_rows
 from xpupool.server.schemas.agent_protocol import (
     FINAL_REPLICA_STATES,
@@ -83,6 +84,7 @@ RUNTIME = "kubernetes"  # the node's container runtime as the engine sees it: it
 _NODE_NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$")  # the node book holds 63
 MAX_TAINTS = 64
 _VERBS = ["delete", "get", "global_list", "list", "post"]
+TERMINAL = ("Succeeded", "Failed")
 
 
 class RawNamespace(GenericGlobalResource):
@@ -126,7 +128,13 @@ class _Adopt:
     jobs: tuple[int, ...]
 
 
-_Task = _Start | _Stop | _Adopt
+@dataclass(frozen=True, slots=True)
+class _DeletePod:
+    namespace: str
+    name: str
+
+
+_Task = _Start | _Stop | _Adopt | _DeletePod
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,9 +281,15 @@ class KubernetesSite:
     def _on_node(self, event: Event[SiteNode]) -> None:
         plane = self._plane
         node = event.value.node
-        if plane is None or node is None or event.type is EventType.DELETED:
-            return  # a node gone from the cluster: its jobs end with their pods
+        if plane is None or node is None:
+            return
+        if event.type is EventType.DELETED:
+            self._node_gone(plane, node.name)
+            return
         rec = plane.node(node.name)
+        if rec is not None and self.owns(rec) and rec.status is NodeStatus.LOST:
+            with plane.write() as conn:  # back in the cluster: ready again
+                plane.node_event(conn, node.name, nl.Heard())
         if rec is None:
             fleet.register_many(plane, [node], source=self.source)
             log.info("site %s: node %s registered", self.name, node.name)
@@ -289,6 +303,22 @@ class KubernetesSite:
         elif rec.cordoned == node.schedulable:
             fleet.cordon_node(plane, node.name, not node.schedulable)
 
+    def _node_gone(self, plane: ControlPlane, name: str) -> None:
+        """A Node deleted from the cluster: lost in the plane's book (nothing new goes there),
+        and its jobs dealt with as a lost node's (requeued by default); their pods there, if
+        any are left, belong to no run of the plane any more and are deleted."""
+        rec = plane.node(name)
+        if rec is None or not self.owns(rec):
+            return
+        with plane.write() as conn:
+            if rec.status is not NodeStatus.LOST:
+                plane.node_event(conn, name, nl.Silent())
+            for job in [
+                j for j in plane.held_jobs.values() if any(a.node == name for a in j.allocations)
+            ]:
+                why = f"node {name} deleted from site {self.name}"
+                plane.apply(conn, job.id, lc.LeaseExpired(why, reported=True))
+
     # ------------------------------------------------------------------ pods
     def _on_pod(self, event: Event[PodState]) -> None:
         state = event.value
@@ -297,10 +327,25 @@ class KubernetesSite:
             self._waiting.pop(event.key, None)
         else:
             self._pods[event.key] = state
+            if self._stray(state):
+                namespace, _, name = event.key.partition("/")
+                self._tasks.put(_DeletePod(namespace, name))
+                return
             if state.waiting and self._waiting.get(event.key) != state.waiting:
                 self._waiting[event.key] = state.waiting
                 self._note_waiting(state)
         self._report(state, gone=event.type is EventType.DELETED)
+
+    def _stray(self, state: PodState) -> bool:
+        """A pod still running (or waiting) that no run of the plane owns any more: of a job
+        released or of an earlier attempt (its node deleted, say). It would hold cards the plane
+        counts as free."""
+        plane = self._plane
+        if plane is None or state.phase in TERMINAL:
+            return False
+        with plane.locked():
+            job = plane.held_jobs.get(state.job)
+            return job is None or state.attempt < job.attempt
 
     def _note_waiting(self, state: PodState) -> None:
         """The plane admitted the job, the cluster has not bound its pod (the extender found no
@@ -375,6 +420,12 @@ class KubernetesSite:
             self._create(task.job, task.attempt)
         elif isinstance(task, _Stop):
             self._delete(task.job)
+        elif isinstance(task, _DeletePod):  # no kubelet may be left to wait for: at once
+            client = self._client
+            assert client is not None
+            log.info("site %s: pod %s/%s of no run deleted", self.name, task.namespace, task.name)
+            with _gone_ok():
+                client.delete(RawPod, task.name, namespace=task.namespace, grace_period=0)
         else:
             for job in task.jobs:
                 self._reconcile(job)
@@ -465,6 +516,10 @@ class KubernetesSite:
         if made is None or not made.pods:
             return
         plans = made.pods
+        for key, old in self._pods.copy().items():  # an earlier run's pods (a lost node's)
+            if old.job == job_id and old.attempt < attempt and old.phase not in TERMINAL:
+                namespace, _, name = key.partition("/")
+                self._do(_DeletePod(namespace, name))
         client = self._client
         assert client is not None
         if not self._priority_class:
