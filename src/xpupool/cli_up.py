@@ -28,8 +28,23 @@ if TYPE_CHECKING:
     from xpupool.agent.launch import LaunchSettings
     from xpupool.probes.container_runtime import RuntimeChoice
     from xpupool.server.routers.deps import MetricsAuth
+    from xpupool.server.sites import Site
 
 T = TypeVar("T")
+
+
+def load_site_file(path: str | None) -> tuple[Site, ...]:
+    """The sites of ``--sites FILE`` (none without it), built but not started (``xpupool up``
+    attaches them to the plane); a bad file is one line naming the file and the field, exit 1,
+    before anything starts."""
+    if path is None:
+        return ()
+    from xpupool.k8s.site import kubernetes_sites
+
+    try:
+        return kubernetes_sites(path)
+    except XpupoolError as exc:
+        raise click.ClickException(f"--sites {path}: {exc}") from None
 
 
 def in_background(make: Callable[[], T], name: str) -> Callable[[], T]:
@@ -77,6 +92,13 @@ def in_background(make: Callable[[], T], name: str) -> Callable[[], T]:
     "--cluster",
     type=click.Path(exists=True, dir_okay=False, resolve_path=True),
     help="YAML cluster file of simulated nodes to add (see examples/cluster-mixed.yaml)",
+)
+@click.option(
+    "--sites",
+    "sites_file",
+    type=click.Path(exists=True, dir_okay=False, resolve_path=True),
+    metavar="FILE",
+    help="YAML sites file: Kubernetes clusters the plane manages as sites (docs/kubernetes.md)",
 )
 @click.option("--db", help="SQLAlchemy URL instead of DATA/state.db (e.g. PostgreSQL)")
 @click.option(
@@ -281,6 +303,7 @@ def up(
     host: str,
     port: int,
     cluster: str | None,
+    sites_file: str | None,
     db: str | None,
     logs: str | None,
     secret_key_file: str | None,
@@ -398,6 +421,7 @@ def up(
         raise click.UsageError("give --tls-cert and --tls-key together")
     profiles = load_profiles(profile_file)
     check_policies([policy], profiles)
+    sites = load_site_file(sites_file)
     catalog = load_catalog(catalog_file)
     from xpupool.server.schemas.base import NAME_PATTERN
 
@@ -452,5 +476,6 @@ def up(
         connections=ConnectionLimits(header_timeout, connections_per_address),
         metrics_auth=cast("MetricsAuth", metrics_auth),  # a click.Choice of the same names
         launch=launch,
+        sites=sites,
     )
     serve(cfg, click.echo)

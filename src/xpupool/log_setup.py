@@ -17,7 +17,7 @@ import click
 F = TypeVar("F", bound=Callable[..., object])
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-CHATTY = ("httpx", "httpcore")  # a line per request at INFO
+CHATTY = ("httpx", "httpcore", "httpx2")  # a line per request at INFO (httpx2: lightkube's)
 
 
 def verbose_option(f: F) -> F:

@@ -93,6 +93,9 @@ def check_overcommit(field: str, value: object) -> float:
 # Container runtimes a node can run image jobs with (``--runtime`` on the agent, ``runtime:`` in a
 # cluster file); a node without one runs command jobs only.
 CONTAINER_RUNTIMES: tuple[str, ...] = ("docker", "podman")
+# A site's nodes whose images its own machinery runs (a Kubernetes site's kubelets): never an
+# agent's runtime, which the agent protocol and the cluster file keep to CONTAINER_RUNTIMES.
+SITE_RUNTIMES: tuple[str, ...] = ("kubernetes",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,10 +122,9 @@ class Node:
         if not self.name:
             raise RequestError("name", self.name, "must not be empty")
         object.__setattr__(self, "taints", check_taints("taints", self.taints))
-        if self.container_runtime is not None and self.container_runtime not in CONTAINER_RUNTIMES:
-            raise RequestError(
-                "runtime", self.container_runtime, f"known: {', '.join(CONTAINER_RUNTIMES)}"
-            )
+        known = (*CONTAINER_RUNTIMES, *SITE_RUNTIMES)
+        if self.container_runtime is not None and self.container_runtime not in known:
+            raise RequestError("runtime", self.container_runtime, f"known: {', '.join(known)}")
         if self.cpu_milli < 0:
             raise RequestError("cpu_milli", self.cpu_milli, "must not be negative")
         if self.memory_mib < 0:

@@ -211,9 +211,14 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
     except BaseException:
         owner.release()  # a start refused after the claim leaves the store free at once
         raise
+    active = plane.sites.active()
     try:
+        for site in active:  # its watches register its nodes and report its pods from now on
+            site.attach(plane)
         _serve(cfg, plane, echo, owner.release)
     finally:
+        for site in active:
+            site.detach()
         owner.release()  # if the app did not (a failed start); a crash leaves the lease to end
         lock.release()
 

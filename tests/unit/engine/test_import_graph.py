@@ -240,9 +240,17 @@ def test_no_circle_in_the_package() -> None:
     assert _cycles(package_graph()) == KNOWN_CYCLES
 
 
-K8S_FLOORS: dict[str, int] = {"codec": 0, "informers": 1, "node_agent": 1, "extender": 2, "cli": 3}
+K8S_FLOORS: dict[str, int] = {
+    "codec": 0,
+    "informers": 1,
+    "node_agent": 1,
+    "extender": 2,
+    "site": 2,
+    "cli": 3,
+}
 """The Kubernetes front's own floors (``k8s/__init__.py``): the formats, then what reads the
-cluster (informers) or writes a node (node agent), then the extender, then the commands."""
+cluster (informers) or writes a node (node agent), then the extender and the plane's site, then the
+commands."""
 
 
 def test_the_kubernetes_front_imports_downwards() -> None:

@@ -153,3 +153,57 @@ def test_a_job_across_two_sites_is_started_by_each_on_its_own_nodes(
     assert edge.started == [both["id"]]
     assert [w["job_id"] for w in heartbeat(srv, "a1")["run"]] == [both["id"]]
     assert heartbeat(srv, "e1")["run"] == []  # the agent pool hands out on its own nodes only
+
+
+class ActiveEdgeSite(EdgeSite):
+    """An edge site with threads of its own, as the Kubernetes site is: its nodes run images
+    only, and ``xpupool up`` attaches it to the plane."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.plane: object = None
+
+    def attach(self, plane: object) -> None:
+        self.plane = plane
+
+    def detach(self) -> None:
+        self.plane = None
+
+
+def test_a_job_without_an_image_goes_to_agent_sites_only(tmp_path: Path, clock: FakeClock) -> None:
+    edge = ActiveEdgeSite()
+    sites = build_sites(UpConfig(data=tmp_path, sites=(edge,)))
+    assert sites.active() == [edge]
+    plane, token = open_server(tmp_path, clock, sites=sites)
+    assert token is not None
+    with TestClient(create_app(plane, background=False)) as client:
+        srv = Server(plane, client, token, clock, f"sqlite:///{tmp_path / 'state.db'}", tmp_path)
+        edge.publish(srv)
+        node(srv, "a1", count=2)
+        a = make_tenant(srv, "a")
+        body = {"spec": "A100:1 site=edge", "command": ["true"]}
+        r = srv.client.post("/v1/jobs", json=body, headers=srv.as_(a))
+        assert r.status_code == 422, r.text
+        assert "site edge runs container images only" in r.text
+        assert srv.client.get("/v1/jobs", headers=srv.as_(a)).json() == []  # nothing stored
+        jobs = [submit(srv, a, "A100:1") for _ in range(3)]
+        srv.schedule()
+        placed = [[x["node"] for x in job(srv, j["id"])["assignments"]] for j in jobs]
+        assert placed == [["a1"], ["a1"], []]  # the third waits: the edge site's cards idle
+        assert job(srv, jobs[2]["id"])["request"]["site"] == ["!edge"]
+    plane.db.dispose()
+
+
+def test_a_pushing_sites_running_replica_starts_its_job_without_a_pid(
+    two_sites: tuple[Server, EdgeSite],
+) -> None:
+    """A site's replica has no process id the plane could show (a pod): the job starts on its
+    first running report, and its event does not say the process never started."""
+    srv, _ = two_sites
+    a = make_tenant(srv, "a")
+    on_edge = submit(srv, a, "A100:1 site=edge")
+    srv.schedule()
+    heartbeat(srv, "e1", [report(on_edge["id"], 0, "running")])
+    got = job(srv, on_edge["id"])
+    assert got["state"] == "running"
+    assert got["events"][-1]["reason"] == "started on e1", got["events"][-1]

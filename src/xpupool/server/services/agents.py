@@ -160,8 +160,15 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: ReplicaRe
         and not _never_started(r)
     ):
         # a replica that ran and ended between two heartbeats was still running: record it
-        started = f"(pid {r.pid})" if r.pid is not None else "(its process never started)"
-        plane.apply(conn, job.id, lc.Start(f"started on {node} {started}"))
+        # a site's replica (a pod) has no pid to show; an agent's that has none never started
+        started = (
+            f" (pid {r.pid})"
+            if r.pid is not None
+            else ""
+            if r.state is ReplicaState.RUNNING
+            else " (its process never started)"
+        )
+        plane.apply(conn, job.id, lc.Start(f"started on {node}{started}"))
     _limits(plane, conn, job, r)
     finished = all(st in FINAL_REPLICA_STATES for st in states)
     if r.state is ReplicaState.FAILED and job.stop is None and not finished:

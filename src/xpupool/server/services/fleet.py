@@ -192,7 +192,7 @@ def register_many(plane: ControlPlane, nodes: Iterable[Node], source: str) -> No
             )
         plane.serve_nodes(added)
         plane.install(built)
-    if known and added:  # a node the admin deleted comes back from the file: say so
+    if known and added and source == "cluster":  # the admin deleted it; the file says so
         log.warning(
             "cluster file: registered %s (not in the store: new in the file, or deleted by the "
             "admin since the last start; the file declares them)",

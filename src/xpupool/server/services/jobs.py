@@ -163,6 +163,8 @@ def _check(
         _check_what_to_run(body)
     if req.container:  # first: its words tell the operator what to start
         _check_runtime_somewhere(plane, body.image)
+    else:
+        req = _agent_sites_only(plane, req)
     waiting = "waiting for the scheduler"
     miss = plane.verdicts.never_fits(gang_request(req))  # judged as the cycle will place it
     if miss is not None:
@@ -314,6 +316,21 @@ def _check_runtime_somewhere(plane: ControlPlane, image: str | None) -> None:
             "--runtime where 'docker info' or 'podman info' answers, or submit a command without "
             "an image",
         )
+
+
+def _agent_sites_only(plane: ControlPlane, req: Request) -> Request:
+    """A job without an image runs on agent sites only: the active sites' nodes (a Kubernetes
+    site's: a kubelet runs a pod's image, never a host command) run images only. Naming one is
+    refused naming the site; naming none, the request excludes them (stored so: the job's
+    request says where it may not go)."""
+    active = [site.name for site in plane.sites.active()]
+    for name in active:
+        if name in req.sites:
+            raise RequestError(
+                "image", None, f"site {name} runs container images only: give the job an image"
+            )
+    extra = tuple(n for n in active if n not in req.exclude_sites)
+    return replace(req, exclude_sites=req.exclude_sites + extra) if extra else req
 
 
 def _row(conn: Connection, me: Principal, job_id: int) -> Any:

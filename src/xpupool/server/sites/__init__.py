@@ -9,6 +9,6 @@ in ``k8s/`` and is handed to the plane by ``xpupool up``; ``server/`` never impo
 """
 
 from xpupool.server.sites.agent_pool import AGENT_POOL, AgentPoolSite
-from xpupool.server.sites.protocol import Site, Sites, UnknownSiteError
+from xpupool.server.sites.protocol import ActiveSite, Site, Sites, UnknownSiteError
 
-__all__ = ["AGENT_POOL", "AgentPoolSite", "Site", "Sites", "UnknownSiteError"]
+__all__ = ["AGENT_POOL", "ActiveSite", "AgentPoolSite", "Site", "Sites", "UnknownSiteError"]

@@ -19,7 +19,7 @@ package and a site's package imports the plane, not the other way round.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from xpupool.model.errors import RequestError
 
@@ -85,6 +85,27 @@ class Site(Protocol):
         ...
 
 
+@runtime_checkable
+class ActiveSite(Protocol):
+    """A site with threads of its own (a Kubernetes site's watches and worker), which reach the
+    plane through its services: ``xpupool up`` attaches it once the plane has read its books,
+    and detaches it as the server stops. Its nodes run container images only (a kubelet runs
+    a pod's image, never a host command), so a job without an image naming it is refused at
+    submission (``services/jobs.py``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def attach(self, plane: Any) -> None:
+        """Start watching and acting for ``plane`` (the ``ControlPlane``: typed ``Any`` here
+        because the plane imports this module, tests/unit/engine/test_import_graph.py)."""
+        ...
+
+    def detach(self) -> None:
+        """Stop its threads; what they had queued is the next plane's to adopt."""
+        ...
+
+
 class UnknownSiteError(RequestError):
     """A node no registered site owns: a configuration error (a site removed from the sites
     file while the store still has its nodes), refused naming the node."""
@@ -118,6 +139,10 @@ class Sites:
 
     def __len__(self) -> int:
         return len(self._sites)
+
+    def active(self) -> list[ActiveSite]:
+        """The sites with threads of their own, in order."""
+        return [s for s in self._sites.values() if isinstance(s, ActiveSite)]
 
     def site_of(self, record: NodeRecord) -> Site:
         """The site that owns ``record``; :class:`UnknownSiteError` if none does."""

@@ -1,0 +1,676 @@
+"""A Kubernetes cluster as a site of the plane (docs/sites.md, docs/kubernetes.md).
+
+The site watches the cluster's Nodes and its own Pods on its own threads (the informers of
+``k8s/informers/watch.py``), and acts on the cluster from one worker thread; the plane's calls
+(:meth:`KubernetesSite.start`, ``stop``, ``adopt``, made under the plane's lock) only queue work
+for that thread, so no plane operation waits on the network.
+
+- Nodes: decoded as the extender's cluster view decodes them (HAMi's registration annotations,
+  xpupool's device annotation, ``status.allocatable``), plus ``spec.taints`` and
+  ``spec.unschedulable``, checked as strictly as an agent's registration (a node name the plane's
+  book can hold, bounded counts), then registered through ``services/fleet.register_many`` with
+  this site's ``source``; the node's ``site`` is the site's name, so ``site=NAME`` in a request
+  names it. A node whose name another site's node has is refused and logged: one site's objects
+  never change another's.
+- Pods: the plane's own (labelled ``xpupool.io/job``), each a replica of a job in a run
+  (``pods.py``). Their phases become the agent protocol's replica reports, sent through the
+  heartbeat service (``services/agents.py``) under the node the plane placed the replica on, so
+  a job's lifecycle is the one agent jobs have.
+- Work: ``start`` counts the run (the job's next attempt, which names its pods) and creates one
+  pod per replica; ``stop`` deletes them (their grace period), the job's cards staying held until
+  the pods are gone; ``adopt`` (a restarted plane) lists the pods of its held jobs: a pod of an
+  older attempt is deleted, a missing one of a running job is a lost replica, a job counted but
+  never made gets its pods (idempotent names: nothing is created twice).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import re
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from lightkube import Client, operators
+from lightkube.core.exceptions import ApiError
+from lightkube.core.resource import ApiInfo, ResourceDef
+from lightkube.generic_resource import GenericGlobalResource, GenericNamespacedResource
+from sqlalchemy import select
+
+from xpupool.engine.host import HostedNode
+from xpupool.k8s.informers.decoders import decode_node
+from xpupool.k8s.informers.kubeconfig import RawNode, RawPod, load_config, make_client
+from xpupool.k8s.informers.watch import Event, EventType, Informer, backoff_s
+from xpupool.k8s.site.pods import (
+    JOB,
+    SITE,
+    PodPlan,
+    PodState,
+    build_pod,
+    pod_name,
+    pod_state,
+    priority_class,
+    secret_object,
+)
+from xpupool.k8s.site.pods import report as pod_report
+from xpupool.k8s.site.sites_file import KubernetesSiteConfig
+from xpupool.model.device import Node
+from xpupool.model.errors import RequestError, XpupoolError
+from xpupool.model.taint import Taint, parse_effect
+from xpupool.server import job_lifecycle as lc
+from xpupool.server.plane import node_lifecycle as nl
+from xpupool.server.plane import secret_rows
+from xpupool.server.schemas.agent_protocol import (
+    FINAL_REPLICA_STATES,
+    Heartbeat,
+    ReplicaReport,
+    ReplicaState,
+)
+from xpupool.server.schemas.jobs import JobPhase
+from xpupool.server.schemas.nodes import NodeStatus
+from xpupool.server.services import agents, fleet
+from xpupool.server.storage.jobs import jobs as t_jobs
+
+if TYPE_CHECKING:
+    from xpupool.server.plane import ControlPlane, HeldJob, NodeRecord
+
+log = logging.getLogger(__name__)
+
+KIND = "kubernetes"
+RUNTIME = "kubernetes"  # the node's container runtime as the engine sees it: it runs images
+_NODE_NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$")  # the node book holds 63
+MAX_TAINTS = 64
+_VERBS = ["delete", "get", "global_list", "list", "post"]
+TERMINAL = ("Succeeded", "Failed")
+
+
+class RawNamespace(GenericGlobalResource):
+    _api_info = ApiInfo(
+        resource=ResourceDef("", "v1", "Namespace"), plural="namespaces", verbs=_VERBS
+    )
+
+
+class RawPriorityClass(GenericGlobalResource):
+    _api_info = ApiInfo(
+        resource=ResourceDef("scheduling.k8s.io", "v1", "PriorityClass"),
+        plural="priorityclasses",
+        verbs=_VERBS,
+    )
+
+
+class RawSecret(GenericNamespacedResource):
+    _api_info = ApiInfo(resource=ResourceDef("", "v1", "Secret"), plural="secrets", verbs=_VERBS)
+
+
+@dataclass(frozen=True, slots=True)
+class SiteNode:
+    """A Node of the cluster as the site reads it: the pool's record, or None (no managed card)."""
+
+    node: Node | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Start:
+    job: int
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Stop:
+    job: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Adopt:
+    jobs: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _DeletePod:
+    namespace: str
+    name: str
+
+
+_Task = _Start | _Stop | _Adopt | _DeletePod
+
+
+@dataclass(frozen=True, slots=True)
+class _Made:
+    """What a run is made of: each replica's pod plan with the node the plane placed it on,
+    and the Secret of the job's secrets (None: it names none)."""
+
+    pods: list[tuple[PodPlan, str]]
+    secret: dict[str, Any] | None
+
+
+def read_node(obj: Mapping[str, Any], site: str) -> SiteNode:
+    """A Node object as this site registers it. Raises :class:`RequestError` naming the field
+    for what the plane's book cannot hold (the informer then treats the node as absent)."""
+    node = decode_node(obj)
+    if node is None:
+        return SiteNode(None)
+    if not _NODE_NAME.fullmatch(node.name):
+        raise RequestError("metadata.name", node.name[:80], "a node name of at most 63 characters")
+    spec = obj.get("spec") or {}
+    if not isinstance(spec, Mapping):
+        raise RequestError("spec", repr(spec)[:80], "expected an object")
+    raw = spec.get("taints") or []
+    if not isinstance(raw, list) or len(raw) > MAX_TAINTS:
+        raise RequestError("spec.taints", repr(raw)[:80], f"a list of at most {MAX_TAINTS}")
+    taints: dict[tuple[str, str], Taint] = {}
+    for i, t in enumerate(raw):
+        if not isinstance(t, Mapping):
+            raise RequestError(f"spec.taints[{i}]", repr(t)[:80], "expected an object")
+        taint = Taint(
+            str(t.get("key", "")),
+            str(t.get("value") or ""),
+            parse_effect(f"spec.taints[{i}].effect", t.get("effect")),
+        )
+        taints.setdefault((taint.key, taint.effect.value), taint)
+    unschedulable = spec.get("unschedulable", False) is True
+    return SiteNode(
+        replace(
+            node,
+            site=site,
+            container_runtime=RUNTIME,
+            taints=tuple(taints.values()),
+            schedulable=not unschedulable,
+        )
+    )
+
+
+class KubernetesSite:
+    """One Kubernetes cluster behind :class:`~xpupool.server.sites.protocol.Site`."""
+
+    def __init__(self, config: KubernetesSiteConfig, *, resync_s: float = 300.0) -> None:
+        self.config = config
+        self.source = f"{KIND}:{config.name}"
+        self.resync_s = resync_s
+        self._plane: ControlPlane | None = None
+        self._tasks: queue.Queue[_Task | None] = queue.Queue()
+        self._pods: dict[str, PodState] = {}  # namespace/name -> state, the pod informer's
+        self._waiting: dict[str, str] = {}  # namespace/name -> the unbound pod's reason noted
+        self._informers: list[Informer[Any]] = []
+        self._worker: threading.Thread | None = None
+        self._client: Client | None = None
+        self._closed = threading.Event()
+        self._priority_class = False  # the plane's PriorityClass is there (made or found)
+
+    # ------------------------------------------------------------------ the Site protocol
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def kind(self) -> str:
+        return KIND
+
+    def owns(self, record: NodeRecord) -> bool:
+        return record.source == self.source
+
+    def hosted(self, records: Iterable[NodeRecord]) -> Iterator[HostedNode]:
+        """A cordoned node (``spec.unschedulable``, or the admin's cordon) or a lost one takes no
+        new work; HAMi's cordoned cards and the admin's neither."""
+        for rec in records:
+            yield HostedNode(
+                rec.node,
+                not (rec.cordoned or rec.status is NodeStatus.LOST),
+                frozenset(rec.cordoned_devices | rec.node.cordoned_devices),
+            )
+
+    def start(self, job: HeldJob) -> bool:
+        """Queue the creation of the job's pods, as its next attempt; they may run from now on."""
+        self._tasks.put(_Start(job.id, job.attempt + 1))
+        return True
+
+    def stop(self, job: HeldJob) -> None:
+        """Queue the deletion of the job's pods; its cards stay held until they are gone."""
+        self._tasks.put(_Stop(job.id))
+
+    def adopt(self, jobs: Iterable[HeldJob]) -> None:
+        """Queue the reconciliation of ``jobs`` with the cluster's pods (the worker lists them
+        once the site is attached)."""
+        self._tasks.put(_Adopt(tuple(j.id for j in jobs)))
+
+    # ------------------------------------------------------------------ lifecycle
+    def attach(self, plane: ControlPlane) -> None:
+        """Start watching the cluster and acting on it for ``plane`` (``xpupool up`` calls it
+        once the plane has read its books)."""
+        self._plane = plane
+        config = load_config(self.config.kubeconfig, self.config.context)
+        self._client = make_client(config)
+        nodes: Informer[SiteNode] = Informer(
+            config,
+            RawNode,
+            lambda obj: read_node(obj, self.name),
+            self._on_node,
+            resync_s=self.resync_s,
+            name=f"site-{self.name}-nodes",
+        )
+        pods: Informer[PodState] = Informer(
+            config,
+            RawPod,
+            pod_state,
+            self._on_pod,
+            labels={JOB: operators.exists(), SITE: self.name},
+            resync_s=self.resync_s,
+            name=f"site-{self.name}-pods",
+        )
+        self._informers = [nodes.start(), pods.start()]
+        self._worker = threading.Thread(target=self._work, name=f"site-{self.name}", daemon=True)
+        self._worker.start()
+
+    def wait_synced(self, timeout_s: float | None = None) -> bool:
+        return all(i.wait_synced(timeout_s) for i in self._informers)
+
+    def detach(self) -> None:
+        """Stop the informers and the worker (what is queued is dropped: the next plane adopts)."""
+        self._closed.set()
+        self._tasks.put(None)
+        for informer in self._informers:
+            informer.stop()
+        if self._worker is not None:
+            self._worker.join(10)
+        if self._client is not None:
+            self._client.close()
+
+    # ------------------------------------------------------------------ nodes
+    def _on_node(self, event: Event[SiteNode]) -> None:
+        plane = self._plane
+        node = event.value.node
+        if plane is None or node is None:
+            return
+        if event.type is EventType.DELETED:
+            self._node_gone(plane, node.name)
+            return
+        rec = plane.node(node.name)
+        if rec is not None and self.owns(rec) and rec.status is NodeStatus.LOST:
+            with plane.write() as conn:  # back in the cluster: ready again
+                plane.node_event(conn, node.name, nl.Heard())
+        if rec is None:
+            fleet.register_many(plane, [node], source=self.source)
+            log.info("site %s: node %s registered", self.name, node.name)
+        elif not self.owns(rec):
+            log.warning(
+                "site %s: node %s refused: the plane has a node of that name from %s",
+                self.name,
+                node.name,
+                rec.source,
+            )
+        elif rec.cordoned == node.schedulable:
+            fleet.cordon_node(plane, node.name, not node.schedulable)
+
+    def _node_gone(self, plane: ControlPlane, name: str) -> None:
+        """A Node deleted from the cluster: lost in the plane's book (nothing new goes there),
+        and its jobs dealt with as a lost node's (requeued by default); their pods there, if
+        any are left, belong to no run of the plane any more and are deleted."""
+        rec = plane.node(name)
+        if rec is None or not self.owns(rec):
+            return
+        with plane.write() as conn:
+            if rec.status is not NodeStatus.LOST:
+                plane.node_event(conn, name, nl.Silent())
+            for job in [
+                j for j in plane.held_jobs.values() if any(a.node == name for a in j.allocations)
+            ]:
+                why = f"node {name} deleted from site {self.name}"
+                plane.apply(conn, job.id, lc.LeaseExpired(why, reported=True))
+
+    # ------------------------------------------------------------------ pods
+    def _on_pod(self, event: Event[PodState]) -> None:
+        state = event.value
+        if event.type is EventType.DELETED:
+            self._pods.pop(event.key, None)
+            self._waiting.pop(event.key, None)
+        else:
+            self._pods[event.key] = state
+            if self._stray(state):
+                namespace, _, name = event.key.partition("/")
+                self._tasks.put(_DeletePod(namespace, name))
+                return
+            if state.waiting and self._waiting.get(event.key) != state.waiting:
+                self._waiting[event.key] = state.waiting
+                self._note_waiting(state)
+        self._report(state, gone=event.type is EventType.DELETED)
+
+    def _stray(self, state: PodState) -> bool:
+        """A pod still running (or waiting) that no run of the plane owns any more: of a job
+        released or of an earlier attempt (its node deleted, say). It would hold cards the plane
+        counts as free."""
+        plane = self._plane
+        if plane is None or state.phase in TERMINAL:
+            return False
+        with plane.locked():
+            job = plane.held_jobs.get(state.job)
+            return job is None or state.attempt < job.attempt
+
+    def _note_waiting(self, state: PodState) -> None:
+        """The plane admitted the job, the cluster has not bound its pod (the extender found no
+        node: another scheduler's pod took the cards in between, say): the job waits with
+        kube-scheduler's and the extender's reason, as one event each time it changes."""
+        plane = self._plane
+        if plane is None:
+            return
+        with plane.write() as conn:
+            job = plane.held_jobs.get(state.job)
+            if job is None or job.attempt != state.attempt or job.stop is not None:
+                return
+            if job.state is JobPhase.RUNNING:
+                return
+            why = f"replica {state.replica} waits on site {self.name}: {state.waiting}"
+            plane.apply(conn, job.id, lc.Note(why))
+
+    def _report(self, state: PodState, *, gone: bool) -> None:
+        plane = self._plane
+        if plane is None:
+            return
+        with plane.locked():
+            job = plane.held_jobs.get(state.job)
+            if job is None or (job.attempt and state.attempt != job.attempt):
+                return  # a pod of a released job, or of another run: the worker deletes it
+            if job.replica_states.get(state.replica) in FINAL_REPLICA_STATES:
+                return
+            node = next((a.node for a in job.allocations if a.replica == state.replica), None)
+            stopping = job.stop is not None
+        if node is None:
+            return
+        r = pod_report(state, gone=gone, stopping=stopping)
+        if r is not None:
+            self._send(node, r)
+
+    def _send(self, node: str, r: ReplicaReport) -> None:
+        assert self._plane is not None
+        try:
+            agents.heartbeat(self._plane, Heartbeat(node=node, replicas=[r]))
+        except XpupoolError as exc:
+            log.warning("site %s: report of job %d refused: %s", self.name, r.job_id, exc)
+
+    # ------------------------------------------------------------------ the worker
+    def _work(self) -> None:
+        failures = 0
+        while not self._closed.is_set():
+            task = self._tasks.get()
+            if task is None:
+                return
+            try:
+                self._do(task)
+                failures = 0
+            except ApiError as exc:
+                if exc.status.code is not None and 400 <= exc.status.code < 500:
+                    log.warning("site %s: %s refused: %s", self.name, task, exc)
+                    self._refused(task, str(exc))
+                    continue
+                failures += 1
+                self._retry(task, failures, exc)
+            except Exception as exc:  # the API server unreachable: try again, later
+                failures += 1
+                self._retry(task, failures, exc)
+
+    def _retry(self, task: _Task, failures: int, exc: Exception) -> None:
+        delay = backoff_s(failures)
+        log.warning("site %s: %s: %s; again in %.1f s", self.name, task, exc, delay)
+        if not self._closed.wait(delay):
+            self._tasks.put(task)
+
+    def _do(self, task: _Task) -> None:
+        if isinstance(task, _Start):
+            self._create(task.job, task.attempt)
+        elif isinstance(task, _Stop):
+            self._delete(task.job)
+        elif isinstance(task, _DeletePod):  # no kubelet may be left to wait for: at once
+            client = self._client
+            assert client is not None
+            log.info("site %s: pod %s/%s of no run deleted", self.name, task.namespace, task.name)
+            with _gone_ok():
+                client.delete(RawPod, task.name, namespace=task.namespace, grace_period=0)
+        else:
+            for job in task.jobs:
+                self._reconcile(job)
+
+    def _refused(self, task: _Task, why: str) -> None:
+        """The API server refused the site's request (not a 409): the job fails with its
+        answer, as an agent's replica that could not start."""
+        if not isinstance(task, _Start):
+            return
+        plane = self._plane
+        assert plane is not None
+        with plane.locked():
+            job = plane.held_jobs.get(task.job)
+            allocs = [] if job is None else list(job.allocations)
+        for a in allocs:
+            r = ReplicaReport(
+                job_id=task.job,
+                replica=a.replica,
+                state=ReplicaState.FAILED,
+                attempt=task.attempt,
+                reason=f"site {self.name}: {why[:500]}",
+            )
+            self._send(a.node, r)
+
+    def _plans(self, job_id: int, attempt: int) -> _Made | None:
+        """Count the run and read what its pods are made of, in one write; None when the job
+        is gone, stopping, or this run is counted already (a start after an adoption)."""
+        plane = self._plane
+        assert plane is not None
+        with plane.write() as conn:
+            job = plane.held_jobs.get(job_id)
+            if job is None or job.stop is not None:
+                return None
+            if job.attempt < attempt:
+                where = f"site {self.name}, namespace {self.config.namespace(job.tenant)}"
+                plane.apply(
+                    conn, job.id, lc.Dispatch(attempt, f"attempt {attempt}: pods in {where}")
+                )
+            elif job.attempt != attempt:
+                return None
+            row = conn.execute(select(t_jobs).where(t_jobs.c.id == job_id)).mappings().first()
+            assert row is not None
+            namespace = self.config.namespace(job.tenant)
+            refs = [(str(r["name"]), r.get("env")) for r in row["secrets"] or ()]
+            values = self._open_secrets(conn, job.tenant, [name for name, _ in refs])
+            secrets = tuple((name, env) for name, env in refs if name in values)
+            out: list[tuple[PodPlan, str]] = []
+            for a in job.allocations:
+                rec = plane.node(a.node)
+                if rec is None or not self.owns(rec):
+                    continue
+                cards = {d.uuid: d for d in rec.node.devices}
+                first = cards.get(a.devices[0].uuid) if a.devices else None
+                plan = PodPlan(
+                    job=job.id,
+                    replica=a.replica,
+                    attempt=attempt,
+                    tenant=job.tenant,
+                    queue=job.queue,
+                    site=self.name,
+                    namespace=namespace,
+                    scheduler_name=self.config.scheduler_name,
+                    image=str(row["image"] or ""),
+                    command=tuple(row["command"] or ()),
+                    env=dict(row["env"] or {}),
+                    allocation=a,
+                    vendor=first.vendor if first is not None else "",
+                    card_memory_mib=first.memory_mib if first is not None else 0,
+                    secrets=secrets,
+                    volumes=bool(row["volumes"]),
+                )
+                out.append((plan, a.node))
+            secret = secret_object(out[0][0], values) if out and secrets else None
+            return _Made(out, secret)
+
+    def _open_secrets(self, conn: Any, tenant: str, names: list[str]) -> dict[str, bytes]:
+        """The tenant's secrets ``names`` opened (one deleted since the submission is left out,
+        as an agent leaves it out)."""
+        plane = self._plane
+        assert plane is not None
+        if not names:
+            return {}
+        sealed = secret_rows.sealed(conn, tenant, names)
+        return {n: plane.secret_box.unseal(tenant, n, sealed[n]) for n in names if n in sealed}
+
+    def _create(self, job_id: int, attempt: int) -> None:
+        made = self._plans(job_id, attempt)
+        if made is None or not made.pods:
+            return
+        plans = made.pods
+        for key, old in self._pods.copy().items():  # an earlier run's pods (a lost node's)
+            if old.job == job_id and old.attempt < attempt and old.phase not in TERMINAL:
+                namespace, _, name = key.partition("/")
+                self._do(_DeletePod(namespace, name))
+        client = self._client
+        assert client is not None
+        if not self._priority_class:
+            with _exists_ok():
+                client.create(RawPriorityClass.from_dict(priority_class()))
+            self._priority_class = True
+        namespaces = {p.namespace for p, _ in plans}
+        for ns in sorted(namespaces) if self.config.create_namespaces else ():
+            body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+            with _exists_ok():
+                client.create(RawNamespace.from_dict(body))
+        if made.secret is not None:
+            with _exists_ok():
+                client.create(RawSecret.from_dict(made.secret), namespace=plans[0][0].namespace)
+        for plan, node in plans:
+            try:
+                pod = build_pod(plan)
+            except RequestError as exc:
+                r = ReplicaReport(
+                    job_id=job_id,
+                    replica=plan.replica,
+                    state=ReplicaState.FAILED,
+                    attempt=attempt,
+                    reason=f"site {self.name}: {exc}",
+                )
+                self._send(node, r)
+                continue
+            with _exists_ok():
+                client.create(RawPod.from_dict(pod), namespace=plan.namespace)
+            log.info(
+                "site %s: pod %s/%s created",
+                self.name,
+                plan.namespace,
+                pod_name(job_id, plan.replica, attempt),
+            )
+
+    def _job_pods(self, job_id: int) -> list[dict[str, Any]]:
+        client = self._client
+        assert client is not None
+        labels: dict[str, Any] = {JOB: str(job_id), SITE: self.name}
+        return [dict(p) for p in client.list(RawPod, namespace="*", labels=labels)]
+
+    def _delete(self, job_id: int) -> None:
+        """Delete the job's pods (their own grace period); with none there, its replicas are
+        reported stopped at once (it was stopped before its pods were made)."""
+        client = self._client
+        assert client is not None
+        pods = self._job_pods(job_id)
+        for pod in pods:
+            meta = pod["metadata"]
+            with _gone_ok():
+                client.delete(RawPod, meta["name"], namespace=meta["namespace"])
+        labels: dict[str, Any] = {JOB: str(job_id), SITE: self.name}
+        for secret in client.list(RawSecret, namespace="*", labels=labels):
+            meta = dict(secret)["metadata"]
+            with _gone_ok():
+                client.delete(RawSecret, meta["name"], namespace=meta["namespace"])
+        if not pods:
+            self._stopped_without_pods(job_id)
+
+    def _stopped_without_pods(self, job_id: int) -> None:
+        plane = self._plane
+        assert plane is not None
+        with plane.locked():
+            job = plane.held_jobs.get(job_id)
+            if job is None:
+                return
+            todo = [
+                (a.node, a.replica)
+                for a in job.allocations
+                if job.replica_states.get(a.replica) not in FINAL_REPLICA_STATES
+            ]
+            attempt = job.attempt or None
+        for node, replica in todo:
+            r = ReplicaReport(
+                job_id=job_id, replica=replica, state=ReplicaState.STOPPED, attempt=attempt
+            )
+            self._send(node, r)
+
+    def _reconcile(self, job_id: int) -> None:
+        """One held job after a restart: its pods of other runs deleted; its current run's pods
+        reported (a missing one of a running job is lost), or made when never made."""
+        plane = self._plane
+        client = self._client
+        assert plane is not None and client is not None
+        pods = self._job_pods(job_id)
+        with plane.locked():
+            job = plane.held_jobs.get(job_id)
+            if job is None:
+                stale = pods
+                job_state = None
+            else:
+                stale = [p for p in pods if _attempt(p) != job.attempt]
+                job_state = (job.attempt, job.state, job.stop is not None)
+        for pod in stale:
+            meta = pod["metadata"]
+            log.info("site %s: pod %s of an earlier run deleted", self.name, meta["name"])
+            with _gone_ok():
+                client.delete(RawPod, meta["name"], namespace=meta["namespace"])
+        if job_state is None:
+            return
+        attempt, phase, stopping = job_state
+        current = [pod_state(p) for p in pods if _attempt(p) == attempt]
+        if stopping:
+            self._delete(job_id)
+            return
+        if attempt == 0 or (not current and phase is not JobPhase.RUNNING):
+            self._create(job_id, max(attempt, 1))  # counted but never made, or never counted
+            return
+        seen = {s.replica for s in current}
+        for s in current:
+            self._report(s, gone=False)
+        with plane.locked():
+            held = plane.held_jobs.get(job_id)
+            missing = (
+                []
+                if held is None
+                else [(a.node, a.replica) for a in held.allocations if a.replica not in seen]
+            )
+        for node, replica in missing:
+            why = f"pod {pod_name(job_id, replica, attempt)} is missing on site {self.name}"
+            r = ReplicaReport(
+                job_id=job_id,
+                replica=replica,
+                state=ReplicaState.FAILED,
+                attempt=attempt,
+                reason=why,
+            )
+            self._send(node, r)
+
+
+def _attempt(pod: Mapping[str, Any]) -> int:
+    try:
+        return pod_state(pod).attempt
+    except RequestError:
+        return -1
+
+
+@contextlib.contextmanager
+def _exists_ok() -> Iterator[None]:
+    try:
+        yield
+    except ApiError as exc:
+        if exc.status.code != 409:
+            raise
+
+
+@contextlib.contextmanager
+def _gone_ok() -> Iterator[None]:
+    try:
+        yield
+    except ApiError as exc:
+        if exc.status.code != 404:
+            raise

@@ -1,0 +1,122 @@
+"""The sites file of ``xpupool up --sites FILE``: the Kubernetes clusters the plane manages as
+sites, beside its agent pool, in the order a job naming no site is offered them.
+
+    sites:
+      - name: gpu-a                  # the registry's name of the site; its nodes' site label
+        kind: kubernetes
+        kubeconfig: gpu-a.kubeconfig # relative to this file; in_cluster: true instead
+        context: admin@gpu-a         # optional: the kubeconfig's current context otherwise
+        scheduler_name: xpupool-scheduler  # the cluster's profile with xpupool's extender
+        namespace_prefix: xpupool-   # a tenant's namespace: prefix + tenant name
+        namespaces: {ml-team: research}    # optional fixed mapping, wins over the prefix
+        create_namespaces: false     # the plane creates a tenant's namespace when missing
+
+Read as strictly as every other file the operator gives: unknown keys, a bad name, two sites of
+one name, a kubeconfig that is not a file are refused with a :class:`RequestError` naming the
+path inside the file (``sites[0].scheduler_name``), before anything starts.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from xpupool.model.errors import RequestError
+from xpupool.model.validation import request_error
+
+__all__ = ["KubernetesSiteConfig", "SitesFile", "load_sites", "parse_sites"]
+
+# A DNS-1123 label: what a namespace, and the site's name as a label value, may be.
+DNS_LABEL = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+_SITE_NAME = r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$"
+MAX_SITES = 64
+
+
+class KubernetesSiteConfig(BaseModel):
+    """One Kubernetes cluster managed as a site (the module docstring shows every key)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=_SITE_NAME)
+    kind: Literal["kubernetes"] = "kubernetes"
+    kubeconfig: Path | None = None
+    in_cluster: bool = False
+    context: str | None = Field(default=None, min_length=1, max_length=253)
+    scheduler_name: str = Field(default="xpupool-scheduler", pattern=r"^[a-z0-9][a-z0-9.-]{0,62}$")
+    namespace_prefix: str = Field(default="xpupool-", pattern=r"^[a-z0-9]([a-z0-9-]{0,30})?$")
+    namespaces: dict[str, str] = Field(default_factory=dict, max_length=10_000)
+    create_namespaces: bool = False
+
+    @field_validator("namespaces")
+    @classmethod
+    def _namespaces(cls, value: dict[str, str]) -> dict[str, str]:
+        for tenant, namespace in value.items():
+            if not re.fullmatch(DNS_LABEL, namespace):
+                raise ValueError(f"{tenant}: {namespace!r} is not a namespace name (DNS label)")
+        return value
+
+    @model_validator(mode="after")
+    def _credentials(self) -> KubernetesSiteConfig:
+        if (self.kubeconfig is None) == (not self.in_cluster):
+            raise ValueError("give a kubeconfig, or in_cluster: true (not both)")
+        return self
+
+    def namespace(self, tenant: str) -> str:
+        """The namespace ``tenant``'s pods go to. Raises :class:`RequestError` naming the tenant
+        when the prefix's form is no namespace name (a tenant name with ``.`` or ``_``)."""
+        name = self.namespaces.get(tenant, f"{self.namespace_prefix}{tenant}")
+        if not re.fullmatch(DNS_LABEL, name):
+            why = f"{name!r} is not a namespace name: map the tenant in the sites file's namespaces"
+            raise RequestError("tenant", tenant, f"site {self.name}: {why}")
+        return name
+
+
+class SitesFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sites: list[KubernetesSiteConfig] = Field(max_length=MAX_SITES)
+
+    @model_validator(mode="after")
+    def _unique(self) -> SitesFile:
+        seen: set[str] = set()
+        for site in self.sites:
+            if site.name in seen:
+                raise ValueError(f"two sites named {site.name!r}")
+            seen.add(site.name)
+        return self
+
+
+def parse_sites(data: object, base: Path | None = None) -> list[KubernetesSiteConfig]:
+    """The sites of a parsed file; relative kubeconfig paths are taken from ``base`` (the file's
+    folder) and must be files. Raises :class:`RequestError` naming the path in the file."""
+    try:
+        parsed = SitesFile.model_validate(data)
+    except ValidationError as exc:
+        raise request_error(exc, "sites") from None
+    out: list[KubernetesSiteConfig] = []
+    for i, site in enumerate(parsed.sites):
+        if site.name == "agents":
+            raise RequestError(f"sites[{i}].name", site.name, "the agent pool's name")
+        if site.kubeconfig is not None:
+            path = site.kubeconfig if base is None else base / site.kubeconfig
+            if not path.is_file():
+                raise RequestError(f"sites[{i}].kubeconfig", str(path), "no such file")
+            site = site.model_copy(update={"kubeconfig": path.resolve()})
+        out.append(site)
+    return out
+
+
+def load_sites(path: str | Path) -> list[KubernetesSiteConfig]:
+    """The sites of the YAML file at ``path``; YAML errors name the file."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise RequestError(str(path), "", f"not valid YAML: {exc}") from None
+    except OSError as exc:
+        raise RequestError(str(path), "", f"cannot be read: {exc.strerror}") from None
+    return parse_sites(data, path.parent)

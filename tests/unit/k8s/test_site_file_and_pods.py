@@ -1,0 +1,256 @@
+"""The Kubernetes site's pure parts (issue 49): the sites file is read as strictly as every other
+file the operator gives (a bad one refused naming the field), a replica becomes the Pod the
+extender reads (idempotent name, labels, HAMi's names, the plane's node and cards as constraints,
+``preemptionPolicy: Never``), and a Pod's state becomes the replica report the heartbeat takes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from xpupool.k8s.codec.pod_request import pod_demand
+from xpupool.k8s.site.pods import (
+    PodPlan,
+    build_pod,
+    pod_name,
+    pod_state,
+    report,
+    secret_object,
+)
+from xpupool.k8s.site.site import read_node
+from xpupool.k8s.site.sites_file import load_sites
+from xpupool.model.allocation import Allocation, DeviceShare
+from xpupool.model.errors import RequestError
+from xpupool.server.schemas.agent_protocol import ReplicaState
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "kc.yaml").write_text("apiVersion: v1\nkind: Config\n")
+    path = tmp_path / "sites.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_sites_file_gives_each_site_its_settings_and_defaults(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "sites:\n"
+        "  - {name: gpu-a, kubeconfig: kc.yaml, namespaces: {ml: research}}\n"
+        "  - {name: gpu-b, in_cluster: true, create_namespaces: true, namespace_prefix: t-}\n",
+    )
+    a, b = load_sites(path)
+    assert (a.name, a.kind, a.kubeconfig, a.scheduler_name) == (
+        "gpu-a",
+        "kubernetes",
+        (tmp_path / "kc.yaml").resolve(),
+        "xpupool-scheduler",
+    )
+    assert a.namespace("ml") == "research" and a.namespace("ops") == "xpupool-ops"
+    assert not a.create_namespaces and b.create_namespaces and b.namespace("ops") == "t-ops"
+    with pytest.raises(RequestError, match=r"tenant.*not a namespace name"):
+        a.namespace("dots.in.name")
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "why"),
+    [
+        ("sites:\n  - {name: a, kubeconfig: kc.yaml, colour: red}\n", "sites[0].colour", "Extra"),
+        ("sites:\n  - {name: A_B, kubeconfig: kc.yaml}\n", "sites[0].name", "pattern"),
+        ("sites:\n  - {name: a}\n", "sites[0]", "kubeconfig, or in_cluster"),
+        ("sites:\n  - {name: a, kubeconfig: nope.yaml}\n", "sites[0].kubeconfig", "no such file"),
+        ("sites:\n  - {name: a, in_cluster: true, kind: slurm}\n", "sites[0].kind", "kubernetes"),
+        (
+            "sites:\n  - {name: a, in_cluster: true, scheduler_name: 'Bad Name'}\n",
+            "sites[0].scheduler_name",
+            "pattern",
+        ),
+        (
+            "sites:\n  - {name: a, in_cluster: true, namespaces: {t: Not_A_Label}}\n",
+            "sites[0].namespaces",
+            "not a namespace name",
+        ),
+        (
+            "sites:\n  - {name: a, in_cluster: true}\n  - {name: a, in_cluster: true}\n",
+            "sites",
+            "two",
+        ),
+        ("sites:\n  - {name: agents, in_cluster: true}\n", "sites[0].name", "agent pool"),
+        ("nodes: []\n", "sites", "Field required"),
+        ("sites: [\n", "sites.yaml", "not valid YAML"),
+    ],
+)
+def test_a_bad_sites_file_is_refused_naming_the_field(
+    tmp_path: Path, text: str, field: str, why: str
+) -> None:
+    with pytest.raises(RequestError) as err:
+        load_sites(write(tmp_path, text))
+    assert field in err.value.field and why in str(err.value), str(err.value)
+
+
+def plan(**overrides: Any) -> PodPlan:
+    shares = (DeviceShare("GPU-n1-0", 0, 20480, 250), DeviceShare("GPU-n1-1", 1, 20480, 250))
+    alloc = Allocation(7, "job-12", 1, "n1", 0, 2000, 4096, shares)
+    values: dict[str, Any] = {
+        "job": 12,
+        "replica": 1,
+        "attempt": 2,
+        "tenant": "ml",
+        "queue": "ml-main",
+        "site": "gpu-a",
+        "namespace": "xpupool-ml",
+        "scheduler_name": "xpupool-scheduler",
+        "image": "registry.example/train:1",
+        "command": ("python", "train.py"),
+        "env": {"EPOCHS": "3"},
+        "allocation": alloc,
+        "vendor": "nvidia",
+        "card_memory_mib": 81920,
+    }
+    return PodPlan(**{**values, **overrides})
+
+
+def test_a_replica_becomes_a_pod_the_extender_reads_as_the_plane_placed_it() -> None:
+    pod = build_pod(plan())
+    meta, spec = pod["metadata"], pod["spec"]
+    assert meta["name"] == pod_name(12, 1, 2) == "xp-12-1-2"
+    assert meta["namespace"] == "xpupool-ml"
+    assert meta["labels"] == {
+        "xpupool.io/job": "12",
+        "xpupool.io/replica": "1",
+        "xpupool.io/attempt": "2",
+        "xpupool.io/tenant": "ml",
+        "xpupool.io/queue": "ml-main",
+        "xpupool.io/plane-site": "gpu-a",
+    }
+    assert spec["schedulerName"] == "xpupool-scheduler"
+    assert spec["preemptionPolicy"] == "Never" and spec["restartPolicy"] == "Never"
+    term = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["n1"]
+    (ctr,) = spec["containers"]
+    assert ctr["image"] == "registry.example/train:1"
+    assert ctr["command"] == ["python", "train.py"]
+    assert ctr["env"] == [{"name": "EPOCHS", "value": "3"}]
+    # the extender's own reader takes it as two cards of 20 GiB and a quarter of each
+    demand = pod_demand({**pod, "metadata": {**meta, "uid": "u1"}})
+    (one,) = demand.demands
+    assert one.request.devices.count == 2
+    assert one.request.devices.memory_mib == 20480
+    assert one.request.devices.core_permille == 250
+    assert set(one.request.devices.uuids) == {"GPU-n1-0", "GPU-n1-1"}
+    assert one.request.cpu_milli == 2000 and one.request.memory_mib == 4096
+
+
+def test_what_no_pod_can_say_is_refused_naming_it() -> None:
+    with pytest.raises(RequestError, match="env"):
+        build_pod(plan(env={"BAD NAME": "x"}))
+    with pytest.raises(RequestError, match="no HAMi resource names"):
+        build_pod(plan(vendor="nonesuch"))
+    with pytest.raises(RequestError, match="volumes are not mounted"):
+        build_pod(plan(volumes=True))
+
+
+def test_a_jobs_secrets_are_files_and_variables_from_one_secret_of_its_run() -> None:
+    p = plan(secrets=(("token", "TOKEN"), ("key.pem", None)))
+    spec = build_pod(p)["spec"]
+    (ctr,) = spec["containers"]
+    assert ctr["env"][1:] == [
+        {"name": "XPUPOOL_SECRETS_DIR", "value": "/run/secrets"},
+        {
+            "name": "TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": "xp-12-2-secrets", "key": "token"}},
+        },
+    ]
+    assert ctr["volumeMounts"] == [
+        {"name": "secrets", "mountPath": "/run/secrets", "readOnly": True}
+    ]
+    assert spec["volumes"][0]["secret"]["secretName"] == "xp-12-2-secrets"
+    obj = secret_object(p, {"token": b"s3cret", "key.pem": b"\x00\x01"})
+    assert obj["metadata"]["name"] == "xp-12-2-secrets"
+    assert obj["metadata"]["labels"]["xpupool.io/job"] == "12"
+    assert obj["data"] == {"token": "czNjcmV0", "key.pem": "AAE="}
+
+
+def pod(phase: str, **status: Any) -> dict[str, Any]:
+    labels = {"xpupool.io/job": "12", "xpupool.io/replica": "1", "xpupool.io/attempt": "2"}
+    return {
+        "metadata": {"name": "xp-12-1-2", "namespace": "xpupool-ml", "labels": labels},
+        "spec": {"nodeName": "n1"},
+        "status": {"phase": phase, **status},
+    }
+
+
+def test_pod_phases_become_replica_reports() -> None:
+    assert report(pod_state(pod("Pending"))) is None  # the job stays scheduled
+    running = report(pod_state(pod("Running")))
+    assert running is not None and running.state is ReplicaState.RUNNING
+    assert (running.job_id, running.replica, running.attempt) == (12, 1, 2)
+    done = report(pod_state(pod("Succeeded")))
+    assert done is not None and (done.state, done.exit_code) == (ReplicaState.SUCCEEDED, 0)
+    terminated = {"state": {"terminated": {"exitCode": 3, "reason": "Error"}}}
+    failed = report(
+        pod_state(
+            pod("Failed", reason="Evicted", message="low memory", containerStatuses=[terminated])
+        )
+    )
+    assert failed is not None and failed.state is ReplicaState.FAILED
+    assert failed.exit_code == 3 and failed.reason == "Evicted: low memory: Error"
+    stopped = report(pod_state(pod("Running")), gone=True, stopping=True)
+    assert stopped is not None and stopped.state is ReplicaState.STOPPED
+    lost = report(pod_state(pod("Running")), gone=True)
+    assert lost is not None and lost.state is ReplicaState.FAILED and "deleted" in lost.reason
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"metadata": {"labels": {"xpupool.io/job": "-1"}}}, "xpupool.io/job"),
+        ({"metadata": {"labels": {"xpupool.io/job": "9" * 40}}}, "xpupool.io/job"),
+        ({"status": {"phase": "Exploded"}}, "status.phase"),
+        ({"spec": {"nodeName": "n" * 300}}, "spec.nodeName"),
+    ],
+)
+def test_a_hostile_pod_is_refused_naming_the_field(change: dict[str, Any], field: str) -> None:
+    obj = pod("Running")
+    for key, part in change.items():
+        if key == "metadata":
+            obj["metadata"]["labels"].update(part["labels"])
+        else:
+            obj[key].update(part)
+    with pytest.raises(RequestError) as err:
+        pod_state(obj)
+    assert field in err.value.field
+
+
+def hami_node(name: str, **spec: Any) -> dict[str, Any]:
+    register = (
+        '[{"id":"GPU-0","index":0,"count":10,"devmem":81920,"devcore":100,'
+        '"type":"NVIDIA A100-SXM4-80GB","numa":0,"mode":"hami-core","health":true}]'
+    )
+    return {
+        "metadata": {
+            "name": name,
+            "annotations": {"hami.io/node-nvidia-register": register},
+            "labels": {"xpupool.io/site": "elsewhere"},
+        },
+        "spec": spec,
+        "status": {"allocatable": {"cpu": "8", "memory": "32Gi"}},
+    }
+
+
+def test_a_node_reads_as_the_sites_own_with_its_taints_and_cordon() -> None:
+    got = read_node(
+        hami_node("n1", unschedulable=True, taints=[{"key": "gpu", "effect": "NoSchedule"}]),
+        "gpu-a",
+    ).node
+    assert got is not None
+    assert got.site == "gpu-a"  # the site's name, whatever the label says: site=gpu-a names it
+    assert got.container_runtime == "kubernetes" and not got.schedulable
+    assert [str(t) for t in got.taints] == ["gpu:NoSchedule"]
+    assert [d.uuid for d in got.devices] == ["GPU-0"]
+    assert read_node({"metadata": {"name": "plain"}, "status": {}}, "gpu-a").node is None
+    with pytest.raises(RequestError, match="63"):
+        read_node(hami_node("n" * 64), "gpu-a")
+    with pytest.raises(RequestError, match="effect"):
+        read_node(hami_node("n1", taints=[{"key": "k", "effect": "Sometimes"}]), "gpu-a")
