@@ -11,10 +11,8 @@ default (10 s), as an operator runs it: the take-over takes that long.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,6 +23,8 @@ import httpx
 import pytest
 from server_proc import CLUSTER_MIXED, ServerProc, free_port, until
 from sqlalchemy.engine import make_url
+
+from tcp_proxy import TcpProxy
 
 CLI = [sys.executable, "-c", "from xpupool.cli import main; main()"]
 JOB = {"spec": "A100 mem=1Gi cores=1%", "command": ["true"]}
@@ -146,67 +146,11 @@ def test_the_standby_takes_over_and_every_acknowledged_job_is_kept_once(
             standby.wait(10)
 
 
-class Cut:
-    """A TCP relay from a free port of 127.0.0.1 to ``target``: the active plane's only way to
-    the database. :meth:`cut` closes every relayed connection and refuses new ones (the database
-    unreachable); :meth:`heal` lets new ones through again."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self.listener.getsockname()[1])
-        self.open: list[socket.socket] = []
-        self.lock = threading.Lock()
-        self.down = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            if self.down.is_set():
-                client.close()
-                continue
-            upstream = socket.create_connection(self.target)
-            with self.lock:
-                self.open += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-
-    def cut(self) -> None:
-        self.down.set()
-        with self.lock:
-            for s in self.open:
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-            self.open.clear()
-
-    def heal(self) -> None:
-        self.down.clear()
-
-    def close(self) -> None:
-        self.cut()
-        self.listener.close()
-
-
 def test_a_plane_cut_off_from_the_database_loses_it_to_the_standby_and_stays_fenced(
     tmp_path: Path, pg_url: str
 ) -> None:
     url = make_url(pg_url)
-    relay = Cut((str(url.host), int(url.port or 5432)))
+    relay = TcpProxy((str(url.host), int(url.port or 5432)))
     through_relay = url.set(port=relay.port).render_as_string(hide_password=False)
     active = ServerProc(
         tmp_path / "a", cluster=CLUSTER_MIXED, extra_args=("--db", through_relay, "--no-agent")
@@ -226,7 +170,7 @@ def test_a_plane_cut_off_from_the_database_loses_it_to_the_standby_and_stays_fen
         r = httpx.post(f"{active.url}/v1/jobs", json=JOB, headers=active.headers(token))
         assert r.status_code == 503, r.text  # the database is unreachable: nothing taken
         until(lambda: health(standby_url)[0] == 200, "the standby serving", timeout_s=TAKEOVER_S)
-        relay.heal()  # the cut ends: the old plane reaches the database again
+        relay.resume()  # the cut ends: the old plane reaches the database again
         status, _ = until(
             lambda: (lambda h: h if "lost the store" in h[1] else None)(health(active.url)),
             "the old plane finding the store taken",

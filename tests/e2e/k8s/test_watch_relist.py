@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 from cluster import K8sCluster, require_binaries, write_kubeconfig
-from tcp_proxy import TcpProxy
 
+from tcp_proxy import TcpProxy
 from xpupool.k8s.informers.kubeconfig import RawNode, load_config
 from xpupool.k8s.informers.watch import Event, EventType, Informer
 

@@ -1,6 +1,7 @@
-"""A TCP relay a test can cut, standing for a network partition between a client and
-kube-apiserver. Its own module, not part of cluster.py: bench/k8s_harness.py loads cluster.py by
-its path, where this folder is not on the import path, so cluster.py imports nothing from here."""
+"""A TCP relay a test can cut, standing for a network partition between a client and its server
+(kube-apiserver for the watches, PostgreSQL for the plane's store). Not part of
+tests/e2e/k8s/cluster.py: bench/k8s_harness.py loads cluster.py by its path, where the tests'
+folders are not on the import path, so cluster.py imports nothing of theirs."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ class TcpProxy:
     """A TCP relay on 127.0.0.1 in front of ``target`` (host, port) that a test can cut: :meth:`cut`
     drops every open connection and refuses new ones (accepted, then closed at once: a client
     sees its watch end and its reconnects fail), :meth:`resume` lets them through again. It stands
-    for a network partition between a client and kube-apiserver; TLS passes through untouched."""
+    for a network partition between a client and its server; TLS passes through untouched."""
 
     def __init__(self, target: tuple[str, int]) -> None:
         self.target = target
