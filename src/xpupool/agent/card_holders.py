@@ -33,11 +33,11 @@ from pathlib import Path
 
 from xpupool.probes.base import DeviceInfo
 from xpupool.probes.device_nodes import DEV, DEVICE_NODES
+from xpupool.probes.nvml import NVIDIA_GPUS, nvidia_minors
 
 SYS_DRM = Path("/sys/class/drm")
 MOST_DESCRIPTORS = 4096  # a process with more open files is not checked (its rows are dropped)
 PASS_DESCRIPTORS = 16384  # descriptors one pass checks at most, over every process
-NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
 _BUS_ID = re.compile(r"([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])")
 
 
@@ -67,27 +67,6 @@ def render_node_by_bus(bus_id: str, sys_drm: Path = SYS_DRM) -> str | None:
         if os.path.basename(target).lower() == bus_id.lower():
             return f"dri/{entry.name}"
     return None
-
-
-def nvidia_minors(gpus: Path = NVIDIA_GPUS) -> dict[str, int]:
-    """``{GPU UUID: device minor}`` from the NVIDIA driver's procfs; {} without the driver."""
-    out: dict[str, int] = {}
-    try:
-        entries = sorted(gpus.iterdir())
-    except OSError:
-        return out
-    for entry in entries:
-        try:
-            text = (entry / "information").read_text()
-        except OSError:
-            continue
-        fields = {
-            k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in text.splitlines())
-        }
-        minor, uuid = fields.get("Device Minor", ""), fields.get("GPU UUID", "")
-        if minor.isdigit() and uuid:
-            out[uuid] = int(minor)
-    return out
 
 
 def card_nodes(

@@ -33,12 +33,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xpupool.agent.card_holders import NVIDIA_GPUS, SYS_DRM, Budget, card_nodes, held_nodes
+from xpupool.agent.card_holders import SYS_DRM, Budget, card_nodes, held_nodes
 from xpupool.agent.share_watch import ShareWatch
 from xpupool.probes.base import DeviceInfo, Health, Probe, ProbeError
 from xpupool.probes.device_nodes import DEV
 from xpupool.probes.health_causes import is_warning
 from xpupool.probes.host import discover_host
+from xpupool.probes.nvml import NVIDIA_GPUS
 from xpupool.server.schemas.agent_protocol import DeviceMetrics, Work
 
 log = logging.getLogger("xpupool.agent")

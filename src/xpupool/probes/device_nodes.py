@@ -74,19 +74,30 @@ def by_vendor(devices: Iterable[Granted]) -> dict[str, list[Granted]]:
     return out
 
 
-def vendor_nodes(vendor: str, devices: Sequence[Granted]) -> DeviceNodes:
-    """The vendor's nodes for these devices; none for a vendor without a function."""
+def vendor_nodes(
+    vendor: str, devices: Sequence[Granted], nvidia_gpus: Path = nvml.NVIDIA_GPUS
+) -> DeviceNodes:
+    """The vendor's nodes for these devices; none for a vendor without a function. An NVIDIA
+    card's node is named by the driver's minor for its UUID where the driver says it (it is not
+    always the index: a sandbox given ``/dev/nvidia<index>`` could hold another tenant's card)."""
     make = DEVICE_NODES.get(vendor)
-    return make([d.index for d in devices]) if make is not None else DeviceNodes(required=())
+    if make is None:
+        return DeviceNodes(required=())
+    if vendor == "nvidia":
+        minors = nvml.nvidia_minors(nvidia_gpus)
+        return make([minors.get(d.uuid, d.index) for d in devices])
+    return make([d.index for d in devices])
 
 
-def sandbox_nodes(devices: Iterable[Granted], root: Path = DEV) -> list[NodeBind]:
+def sandbox_nodes(
+    devices: Iterable[Granted], root: Path = DEV, nvidia_gpus: Path = nvml.NVIDIA_GPUS
+) -> list[NodeBind]:
     """The nodes a sandbox binds: every required and optional node present under ``root``, in a
     stable order without repeats. An absent required node is left out (a sandbox cannot create
     it); the job then finds no card, as it would on the host."""
     out: dict[Path, NodeBind] = {}
     for vendor, granted in by_vendor(devices).items():
-        nodes = vendor_nodes(vendor, granted)
+        nodes = vendor_nodes(vendor, granted, nvidia_gpus)
         for name in (*nodes.required, *nodes.optional):
             host = root / name
             if host.exists() and host not in out:

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 from typing import Any, ClassVar
 
 from xpupool.probes.base import DeviceInfo, DeviceNodes, Health, canonical
@@ -28,6 +29,7 @@ from xpupool.probes.library import LibraryProbe
 from xpupool.probes.nvml_xid import XidWatch
 
 MIB = 1024 * 1024
+NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")  # the driver's procfs: one folder per card
 _MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS on Hopper; older parts answer "not supported" past theirs
 GPU_IS_LOST = 15  # NVML_ERROR_GPU_IS_LOST (nvml.h)
 _UNCORRECTED, _VOLATILE = 1, 0  # NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC
@@ -297,12 +299,37 @@ def _components(peers: dict[str, tuple[str, ...]]) -> dict[str, str]:
     return seen
 
 
+def nvidia_minors(gpus: Path = NVIDIA_GPUS) -> dict[str, int]:
+    """``{GPU UUID: device minor}`` from the NVIDIA driver's procfs
+    (``<bus id>/information``: its ``GPU UUID:`` and ``Device Minor:`` lines, printed by
+    nv-procfs.c in NVIDIA's open kernel modules); {} without the driver. ``/dev/nvidia<N>`` is
+    named by the minor, which is not always the NVML index (cards hot-plugged, or bound out of
+    PCI order): the sandbox's nodes and the share watch's proof of a card read it here."""
+    out: dict[str, int] = {}
+    try:
+        entries = sorted(gpus.iterdir())
+    except OSError:
+        return out
+    for entry in entries:
+        try:
+            text = (entry / "information").read_text()
+        except OSError:
+            continue
+        fields = {
+            k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in text.splitlines())
+        }
+        minor, uuid = fields.get("Device Minor", ""), fields.get("GPU UUID", "")
+        if minor.isdigit() and uuid:
+            out[uuid] = int(minor)
+    return out
+
+
 def device_nodes(indices: Sequence[int]) -> DeviceNodes:
     """NVIDIA: ``/dev/nvidia<N>`` per card, ``nvidiactl`` and ``nvidia-uvm`` (CUDA's unified memory)
     always, ``nvidia-uvm-tools`` and ``nvidia-modeset`` where the driver made them: the nodes
     ``nvidia-container-cli list`` prints for one GPU (quoted in "Container Runtime CDI与NRI介绍",
-    developer.aliyun.com/article/1180698). ``N`` is the device's minor number, taken to be its
-    NVML index; the two agree unless cards were hot-plugged or bound out of PCI order. Containers do
+    developer.aliyun.com/article/1180698). ``N`` is the device's minor number: callers pass the
+    driver's minors (:func:`nvidia_minors`) where they can, the NVML index otherwise. Containers do
     not use this list: the NVIDIA toolkit passes nodes and libraries (:func:`container_devices`).
     """
     return DeviceNodes(

@@ -90,6 +90,22 @@ def test_sandbox_leaves_out_what_the_host_lacks(tmp_path: Path) -> None:
     assert targets == ["/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-modeset"]
 
 
+def test_a_sandbox_gets_the_nvidia_node_of_the_drivers_minor_not_of_the_index(
+    tmp_path: Path,
+) -> None:
+    """NVML's card 1 here is /dev/nvidia5 (the driver's procfs says so: a card hot-plugged or
+    bound out of PCI order); the sandbox bound /dev/nvidia1, another card, which a job there
+    could then use. A card the driver does not list keeps the index rule."""
+    info = tmp_path / "gpus" / "0000:62:00.0" / "information"
+    info.parent.mkdir(parents=True)
+    info.write_text("GPU UUID: \t nvidia-uuid-1\nDevice Minor: \t 5\n")
+    dev = tree(tmp_path, "nvidia1", "nvidia2", "nvidia5", "nvidiactl", "nvidia-uvm")
+    targets = [str(b.target) for b in sandbox_nodes(cards("nvidia", 1), dev, tmp_path / "gpus")]
+    assert targets == ["/dev/nvidia5", "/dev/nvidiactl", "/dev/nvidia-uvm"]
+    both = [str(b.target) for b in sandbox_nodes(cards("nvidia", 1, 2), dev, tmp_path / "gpus")]
+    assert both[:2] == ["/dev/nvidia5", "/dev/nvidia2"]
+
+
 def test_nvidia_container_devices_by_cdi_or_gpus() -> None:
     granted = cards("nvidia", 0, 3)
     assert container_device_args(granted, DOCKER_CDI) == [
