@@ -21,12 +21,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from server_proc import CLUSTER_MIXED, ServerProc, free_port, until
+from job_commands import JOB_PYTHON
+from server_proc import CLUSTER_MIXED, ServerProc, free_port, stop_process, until
 from sqlalchemy.engine import make_url
 
 from tcp_proxy import TcpProxy
 
 CLI = [sys.executable, "-c", "from xpupool.cli import main; main()"]
+FAKE = Path(__file__).parents[1] / "fixtures" / "agent" / "fake-a100x2.yaml"
 JOB = {"spec": "A100 mem=1Gi cores=1%", "command": ["true"]}
 TAKEOVER_S = 60.0  # the most a test waits (a loaded machine); the figure is in the report
 
@@ -64,10 +66,12 @@ class Submitter(threading.Thread):
                 time.sleep(0.1)
 
 
-def start_standby(data: Path, port: int, url: str) -> subprocess.Popen[bytes]:
+def start_standby(
+    data: Path, port: int, url: str, extra: tuple[str, ...] = ("--cluster", str(CLUSTER_MIXED))
+) -> subprocess.Popen[bytes]:
     data.mkdir(parents=True, exist_ok=True)
     argv = [*CLI, "up", "--standby", "--db", url, "--data", str(data), "--port", str(port)]
-    argv += ["--cluster", str(CLUSTER_MIXED), "--no-agent"]
+    argv += [*extra, "--no-agent"]
     with (data / "server.log").open("ab") as log:
         return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -183,6 +187,87 @@ def test_a_plane_cut_off_from_the_database_loses_it_to_the_standby_and_stays_fen
     finally:
         active.kill()
         relay.close()
+        if standby is not None and standby.poll() is None:
+            os.killpg(standby.pid, signal.SIGKILL)
+            standby.wait(10)
+
+
+def test_an_agent_given_both_planes_follows_the_take_over_and_no_job_runs_twice(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """Issue 50: agents reconnect to whichever plane is active. A standalone agent is given
+    both URLs (``--server A,B``); a job runs on its node when the active plane is killed. The
+    standby takes the store, the agent's next heartbeats reach it, the running job is adopted
+    and ends there after its one run, and a job submitted to the new plane runs on the node."""
+    timing = ("--heartbeat", "0.5", "--lost-after", "60")
+    active = ServerProc(tmp_path / "a", extra_args=("--db", pg_url, "--no-agent", *timing))
+    standby_port = free_port()
+    standby_url = f"http://127.0.0.1:{standby_port}"
+    standby: subprocess.Popen[bytes] | None = None
+    agent: subprocess.Popen[bytes] | None = None
+    try:
+        active.start()
+        admin = active.headers()
+        with active.tenant_client("team") as team:
+            token = team.headers["Authorization"].split()[1]
+        r = httpx.post(
+            f"{active.url}/v1/tenants/team/tokens", json={"role": "agent"}, headers=admin
+        )
+        env = {**os.environ, "XPUPOOL_TOKEN": r.json()["token"]}
+        user = {"Authorization": f"Bearer {token}"}
+        standby = start_standby(tmp_path / "b", standby_port, pg_url, timing)
+        argv = [*CLI, "agent", "--server", f"{active.url},{standby_url}", "--node", "box"]
+        argv += ["--fake", str(FAKE), "--work-dir", str(tmp_path / "agent"), "--poll", "0.05"]
+        with (tmp_path / "agent.log").open("ab") as log:
+            agent = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+        until(
+            lambda: httpx.get(f"{active.url}/v1/nodes/box", headers=admin).status_code == 200,
+            "the agent registered with the active plane",
+        )
+        long_job = {"spec": "A100", "command": [JOB_PYTHON, "-c", "import time; time.sleep(12)"]}
+        r = httpx.post(f"{active.url}/v1/jobs", json=long_job, headers=user)
+        assert r.status_code == 201, r.text
+        job_id = r.json()["id"]
+
+        def state(url: str, jid: int) -> dict[str, object] | None:
+            try:
+                got = httpx.get(f"{url}/v1/jobs/{jid}", headers=user, timeout=2.0)
+            except httpx.TransportError:
+                return None
+            return dict(got.json()) if got.status_code == 200 else None
+
+        until(
+            lambda: (state(active.url, job_id) or {}).get("state") == "running",
+            "the job running on the agent's node",
+        )
+        assert active.proc is not None
+        os.killpg(active.proc.pid, signal.SIGKILL)
+        until(lambda: health(standby_url)[0] == 200, "the standby serving", timeout_s=TAKEOVER_S)
+        ended = until(
+            lambda: (lambda j: j if j and j["state"] in ("succeeded", "failed") else None)(
+                state(standby_url, job_id)
+            ),
+            "the running job ending on the new plane",
+            timeout_s=TAKEOVER_S,
+        )
+        assert ended["state"] == "succeeded" and ended["attempts"] == 1, ended  # one run
+        r = httpx.post(
+            f"{standby_url}/v1/jobs", json={"spec": "A100", "command": ["true"]}, headers=user
+        )
+        assert r.status_code == 201, r.text
+        second = r.json()["id"]
+        done = until(
+            lambda: (lambda j: j if j and j["state"] in ("succeeded", "failed") else None)(
+                state(standby_url, second)
+            ),
+            "a new job run on the node through the new plane",
+            timeout_s=TAKEOVER_S,
+        )
+        assert done["state"] == "succeeded", done
+    finally:
+        if agent is not None:
+            stop_process(agent)
+        active.kill()
         if standby is not None and standby.poll() is None:
             os.killpg(standby.pid, signal.SIGKILL)
             standby.wait(10)

@@ -44,6 +44,20 @@ def _token(token: str | None, token_file: str | None) -> str:
     return token
 
 
+def _servers(text: str) -> list[str]:
+    """``--server``'s URLs: one, or several comma-separated (a plane and its standbys); each an
+    http(s) URL with a host, checked before anything starts."""
+    out = []
+    for url in (part.strip() for part in text.split(",")):
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise click.BadParameter(
+                f"{url!r}: expected an http:// or https:// URL with a host", param_hint="--server"
+            )
+        out.append(url)
+    return out
+
+
 def _route_address(server: str) -> str:
     """This host's address on the route to ``server`` (a UDP connect sends nothing)."""
     parts = urlsplit(server)
@@ -84,7 +98,12 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
 
 
 @click.command("agent")
-@click.option("--server", required=True, help="Control plane URL, e.g. http://10.0.0.1:8080")
+@click.option(
+    "--server",
+    required=True,
+    help="Control plane URL, e.g. http://10.0.0.1:8080; or several, comma-separated: an active"
+    " plane and its standbys on one store, tried in turn (docs/postgresql.md)",
+)
 @click.option(
     "--token",
     envvar="XPUPOOL_TOKEN",
@@ -253,6 +272,7 @@ def agent_command(
     from xpupool.agent.transport import AgentRefused, HttpTransport
     from xpupool.probes import FakeProbe, Probe, host_probes
 
+    servers = _servers(server)
     configure_logging(verbose)
     protect_process()  # before anything is created or the token is read
     DirLock(Path(work_dir), "xpupool agent").acquire()  # one agent per work dir, held to the end
@@ -279,7 +299,7 @@ def agent_command(
     make_private(Path(work_dir))
     name = node_name(node)
     node_labels = {
-        ADDRESS_LABEL: address or _route_address(server),
+        ADDRESS_LABEL: address or _route_address(servers[0]),
         PORTS_LABEL: str(settings.ports),
         **_labels(labels),
     }
@@ -312,7 +332,7 @@ def agent_command(
     token, why = stored.choose(token)
     if why:
         click.echo(why)
-    transport = HttpTransport(server, token, ca=ca, on_token=stored.save)
+    transport = HttpTransport(servers, token, ca=ca, on_token=stored.save)
     stop = threading.Event()
 
     def _stop(signum: int, _: FrameType | None) -> None:
@@ -321,7 +341,7 @@ def agent_command(
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    click.echo(f"agent for node {name} -> {server}")
+    click.echo(f"agent for node {name} -> {', '.join(servers)}")
     click.echo(f"jobs: {settings.describe()}")
     notice = isolation_notice(settings.sandbox)
     if notice:

@@ -12,7 +12,7 @@ this agent's: the agent lets go of it and goes on with the others).
 from __future__ import annotations
 
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import httpx
@@ -79,13 +79,19 @@ def _untrusted_certificate(exc: BaseException) -> ssl.SSLCertVerificationError |
 class HttpTransport:
     """The agent protocol over HTTP(S) with a bearer token (an agent, bootstrap or admin token).
 
-    ``ca``: a PEM file of the CA that signed the server's certificate (``--ca``); None = the
-    system's trust store. ``on_token``: called with the node's own token when a registration with
-    a bootstrap token returns one, before the transport switches to it (the agent stores it)."""
+    ``servers``: one control plane URL, or several: an active plane and its standbys on one
+    store (docs/postgresql.md). Each call goes to the one that answered last; a connection that
+    fails, or a 503 (what a standby answers to everything, and a plane that lost its store), is
+    tried on the next one, each once, so an agent follows a take-over without a restart. Every
+    agent call may be sent twice: a registration and a heartbeat say the whole state, a log
+    chunk carries its offset. ``ca``: a PEM file of the CA that signed the servers' certificates
+    (``--ca``); None = the system's trust store. ``on_token``: called with the node's own token
+    when a registration with a bootstrap token returns one, before the transport switches to it
+    (the agent stores it; the planes share the store that knows it)."""
 
     def __init__(
         self,
-        server: str,
+        servers: str | Sequence[str],
         token: str,
         timeout_s: float = 10.0,
         *,
@@ -96,8 +102,12 @@ class HttpTransport:
         if ca is not None:
             verify = ssl.create_default_context(cafile=ca)
         self.on_token = on_token
+        listed = [servers] if isinstance(servers, str) else list(servers)
+        self.servers = [s.rstrip("/") for s in listed]
+        if not self.servers:
+            raise ValueError("no server URL")
+        self.current = 0  # the server that answered last
         self.client = httpx.Client(
-            base_url=server.rstrip("/"),
             headers={
                 "Authorization": f"Bearer {token}",
                 agent_protocol.AGENT_PROTOCOL_HEADER: str(agent_protocol.AGENT_PROTOCOL),
@@ -106,9 +116,30 @@ class HttpTransport:
             verify=verify,
         )
 
+    @property
+    def server(self) -> str:
+        """The server calls go to now."""
+        return self.servers[self.current]
+
     def _post(self, path: str, **kwargs: object) -> httpx.Response:
+        failed: list[str] = []
+        for _ in self.servers:
+            try:
+                response = self._post_once(path, **kwargs)
+            except TransportError as exc:
+                failed.append(str(exc))
+            else:
+                if response.status_code != 503 or len(self.servers) == 1:
+                    return self._checked(path, response)
+                failed.append(f"{self.server}: 503 {_reason(response)}")
+            self.current = (self.current + 1) % len(self.servers)
+        if len(self.servers) == 1:
+            raise TransportError(failed[0])
+        raise TransportError(f"POST {path}: no server answered: " + "; ".join(failed))
+
+    def _post_once(self, path: str, **kwargs: object) -> httpx.Response:
         try:
-            response = self.client.post(path, **kwargs)  # type: ignore[arg-type]
+            return self.client.post(self.server + path, **kwargs)  # type: ignore[arg-type]
         except httpx.HTTPError as exc:
             untrusted = _untrusted_certificate(exc)
             if untrusted is not None:
@@ -117,6 +148,8 @@ class HttpTransport:
                     "give --ca FILE with the CA that signed it"
                 ) from None
             raise TransportError(f"POST {path}: {exc}") from None
+
+    def _checked(self, path: str, response: httpx.Response) -> httpx.Response:
         if response.status_code == 404:
             raise NotFound("path", path)
         if response.status_code in FATAL_STATUS:
