@@ -32,7 +32,7 @@ VALUED = {"--name", "--user", "-u", "--env-file", "-e", "--env", "-v", "--volume
           "-w", "--cpus", "--memory", "-m", "--device", "--gpus", "--label", "-l",
           "--security-opt", "--network", "--entrypoint", "--signal", "-s", "--format", "-f",
           "--pids-limit", "--ulimit", "--filter", "--runtime", "--cgroup-manager", "-p",
-          "--publish", "--shm-size", "--add-host", "--ipc"}
+          "--publish", "--shm-size", "--add-host", "--ipc", "--cidfile"}
 
 args = sys.argv[1:]
 with open(HERE / "argv.log", "a") as f:
@@ -87,6 +87,8 @@ if verb == "run":
             env[k] = v if sep else os.environ.get(k, "")
         elif key == "--name":
             name = value
+        elif key == "--cidfile":  # the container's id, as docker and podman write it
+            Path(value).write_text(os.urandom(32).hex())
         elif key in ("--workdir", "-w"):
             workdir = value
     if name:
