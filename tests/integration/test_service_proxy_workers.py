@@ -96,6 +96,14 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
     r = httpx.post(f"{url}/v1/tenants/t1/tokens", json={"name": "t"}, headers=h)
     w = Worker(url, r.raise_for_status().json()["token"], stub, plane, endpoints, loops[0])
     w.store("llm")
+    # the worker serves from the snapshot it polls: the first test must not race its first poll
+    # (on a loaded machine the service was not in it yet)
+    until(
+        lambda: (
+            httpx.get(w.proxy("llm", "/health"), headers=w.auth(), timeout=5).status_code == 200
+        ),
+        "the worker's snapshot holding the service",
+    )
     try:
         yield w
     finally:
