@@ -24,11 +24,9 @@ STILL_TAKEN: dict[tuple[str, str], int] = {
     # plane's node lifecycle and engine host by their own change
     ("server/services/agents.py", "locked"): 1,
     ("server/services/agents.py", "write"): 3,
-    ("server/services/fleet.py", "locked"): 7,
-    ("server/services/fleet.py", "write"): 4,
     ("server/scheduler_loop.py", "locked"): 3,
     ("server/scheduler_loop.py", "write"): 1,
-    # a token's first use binds it around fleet.register and agents.heartbeat (above), as one step
+    # a token's first use binds it around fleet.register and agents.heartbeat, as one step
     ("server/services/node_identity.py", "locked"): 2,
     ("server/services/node_identity.py", "write"): 1,
     # the submission's checks that read the store and its insert, as one step; the start's

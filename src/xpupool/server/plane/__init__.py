@@ -1,15 +1,15 @@
 """The control plane: one engine, the books of nodes and jobs, the store, and one lock.
 
 ``control.py`` holds :class:`ControlPlane` (the engine host, the job books, the writes), with its
-node book in ``nodes.py``, its tenant, queue and token books in ``tenancy.py``, the tenant and token
-rows it writes in ``tenant_store.py``, and the read operations that take the lock themselves in
-``reads.py``: every book is reached through methods. ``node_lifecycle.py`` is the one function that
-moves a node (ready, lost, cordoned, draining, deleting), as ``server/job_lifecycle.py`` moves a
-job; ``records.py`` holds the books' entries, ``store.py`` the plane's rows (converters and the SQL
-it runs), and ``lock.py`` the lock, private to the package: outside it, named operations take it (a
-source test, tests/unit/server/test_plane_lock_boundary.py, lists the modules that still take it
-through ``ControlPlane.locked()`` and ``ControlPlane.write()``). Every other module imports from
-here.
+node book in ``nodes.py`` (registrations in ``registration.py``), its tenant, queue and token books
+in ``tenancy.py``, the tenant and token rows it writes in ``tenant_store.py``, and the read
+operations that take the lock themselves in ``reads.py``: every book is reached through methods.
+``node_lifecycle.py`` is the one function that moves a node (ready, lost, cordoned, draining,
+deleting), as ``server/job_lifecycle.py`` moves a job; ``records.py`` holds the books' entries,
+``store.py`` the plane's rows (converters and the SQL it runs), and ``lock.py`` the lock, private to
+the package: outside it, named operations take it (a source test,
+tests/unit/server/test_plane_lock_boundary.py, lists the modules that still take it through
+``ControlPlane.locked()`` and ``ControlPlane.write()``). Every other module imports from here.
 """
 
 from xpupool.server.plane.control import (

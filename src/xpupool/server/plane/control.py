@@ -56,6 +56,7 @@ from xpupool.server.plane.records import (
     PendingJob,
     carry_transients,
 )
+from xpupool.server.plane.registration import NodeRegistration
 from xpupool.server.plane.store import (
     pending_from_row,
 )
@@ -80,7 +81,7 @@ DEFAULT_HISTORY_INTERVAL_S = 60.0  # seconds between two fleet history samples
 SEED_JOBS = 2000  # the last jobs a restarted engine learns its workload from (_seed_learning)
 
 
-class ControlPlane(NodeBook, TenancyBooks, TenantStore, PlaneReads):
+class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneReads):
     """Everything the API and the agents act on. Thread-safe through its one lock: reach the
     books under :meth:`locked` or :meth:`write`."""
 

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from xpupool.engine.engine import Engine
     from xpupool.server.audit import AuditLog
     from xpupool.server.auth import Principal
+    from xpupool.server.card_health import CardHealth
     from xpupool.server.live_metrics import LiveMetrics
 
 log = logging.getLogger("xpupool.server")
@@ -57,6 +58,7 @@ class NodeBook:
         _lock: PlaneLock
         audit: AuditLog
         live: LiveMetrics
+        card_health: CardHealth
         monotonic: Callable[[], float]
         clock: Callable[[], float]
 
@@ -251,6 +253,31 @@ class NodeBook:
 
     # ------------------------------------------------------------------ the admin's node changes
     # Each takes the plane's lock itself: what it checks still holds when it writes.
+    def set_cordon(self, name: str, cordoned: bool) -> None:
+        """Cordon (or uncordon) node ``name`` as one step; NotFound for an unknown node."""
+        with self._lock:
+            if name not in self._nodes:
+                raise NotFound("node", name)
+            with self.write() as conn:
+                self.cordon_node(conn, name, cordoned)
+
+    def set_card_cordon(self, uuid: str, cordoned: bool) -> str:
+        """Cordon (or uncordon) the card ``uuid`` as one step; the name of its node. NotFound
+        for a UUID no node has. Uncordoning is the admin's word: the card's health verdict is
+        forgotten (``card_health.py``), whatever it said."""
+        with self._lock:
+            rec = next(
+                (r for r in self._nodes.values() if any(d.uuid == uuid for d in r.node.devices)),
+                None,
+            )
+            if rec is None:
+                raise NotFound("device", uuid)
+            with self.write() as conn:
+                self.cordon_device(conn, rec, uuid, cordoned)
+            if not cordoned:
+                self.card_health.forget(uuid)
+            return rec.node.name
+
     def delete_node(self, name: str, drain: bool) -> Deletion:
         """Delete node ``name`` as one step: removed now (its row, its credentials, the engine
         rebuilt without it) when nothing is held there; else, with ``drain``, cordoned and
