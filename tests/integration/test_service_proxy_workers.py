@@ -264,6 +264,29 @@ def test_the_requests_in_flight_in_the_worker_reach_the_plane(worker: Worker) ->
     assert rate > 0 and p99 is not None and p99 >= 4000
 
 
+def test_a_stopped_service_is_answered_503_naming_its_state_by_the_worker(
+    worker: Worker,
+) -> None:
+    """The worker's snapshot carries each service's state: a stopped one is 503 saying so,
+    without Retry-After (only its tenant starts it again); started, it waits for replicas."""
+    worker.store("halted")
+
+    def detail() -> str:
+        """The status, the reason and Retry-After (a 404 until the worker's poll has it)."""
+        r = httpx.get(worker.proxy("halted", "/v1/models"), headers=worker.auth())
+        return f"{r.status_code} {r.json()['detail']} retry-after={r.headers.get('retry-after')}"
+
+    until(lambda: "503 service halted has no" in detail(), "the worker's snapshot with 'halted'")
+    assert "retry-after=2" in detail()
+    r = httpx.post(f"{worker.url}/v1/services/halted/stop", headers=worker.auth())
+    assert r.status_code == 200 and r.json()["state"] == "stopped", r.text
+    until(lambda: "503 service halted is stopped" in detail(), "the worker saying it is stopped")
+    assert "retry-after=None" in detail()
+    r = httpx.post(f"{worker.url}/v1/services/halted/start", headers=worker.auth())
+    assert r.status_code == 200 and r.json()["state"] == "pending", r.text
+    until(lambda: "503 service halted has no" in detail(), "the worker saying 'halted' waits")
+
+
 def _answered(worker: Worker, code: str) -> float:
     """``xpupool_service_requests_total`` of t1's llm for ``code``, as the plane's /metrics
     says it (through the worker, as a scraper reads it)."""
