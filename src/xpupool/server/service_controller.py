@@ -141,6 +141,8 @@ class ServiceController:
         name, sid, generation = row["name"], row["id"], row["generation"]
         restarts = self._restarts.setdefault(sid, _Restarts())
         stopped = row["state"] == ServiceState.STOPPED.value
+        if stopped:  # a start is the tenant's: its replicas start at once, no backoff left over
+            restarts.ended, restarts.next_try = 0, 0.0
         events: list[str] = []
 
         alive = []

@@ -641,3 +641,23 @@ def test_a_pass_that_read_the_service_before_its_stop_does_not_undo_it(
     controller.reconcile()
     got = show(server, a)
     assert got["state"] == "stopped" and all(r["draining"] for r in got["replicas"]), got
+
+
+def test_a_start_after_a_stop_leaves_no_restart_backoff(server: Server) -> None:
+    """A crash-looping service stopped and started by its tenant starts its replica at once:
+    the start is the tenant's, not one more restart."""
+    agent_node(server)
+    a = tenant(server, "a")
+    create(server, a, restart={"backoff_s": 100, "backoff_max_s": 100})
+    controller = keeper(server)
+    step(server, controller)
+    (one,) = replica_jobs(server, a)
+    heartbeat(server, "n1", [report(one["job_id"], 0, "failed", 1)])
+    controller.reconcile()
+    assert show(server, a)["state"] == "restarting"
+    assert server.client.post("/v1/services/web/stop", headers=server.as_(a)).status_code == 200
+    controller.reconcile()
+    assert server.client.post("/v1/services/web/start", headers=server.as_(a)).status_code == 200
+    step(server, controller)
+    (two,) = replica_jobs(server, a)
+    assert two["job_id"] != one["job_id"] and show(server, a)["state"] == "pending"
