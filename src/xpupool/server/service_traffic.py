@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -156,15 +156,21 @@ class ProxyTraffic(Traffic):
         endpoints = [[e.job_id, e.replica, e.host, e.port, n] for e, n in self._endpoints.items()]
         return {"services": services, "endpoints": endpoints}
 
-    def take(self, worker: str, report: object) -> None:
+    def take(self, worker: str, report: object, known: Container[Key] | None = None) -> None:
         """Keep ``worker``'s ``report`` in place of its last, and add to the totals what grew
         since its last; :class:`ReportError`, with nothing taken, when it breaks the format of
-        :meth:`report` or its bounds."""
+        :meth:`report` or its bounds. ``known``: the services that exist; what the report says
+        of others (deleted, or never created) is left out, so a worker cannot make the plane
+        keep series for any number of names."""
         try:
             taken = _parse(report)
         except (AssertionError, KeyError, TypeError, ValueError) as exc:
             raise ReportError(f"traffic report: {exc}") from None
         in_flight, minute, endpoints, totals = taken
+        if known is not None:
+            in_flight = {k: v for k, v in in_flight.items() if k in known}
+            minute = {k: v for k, v in minute.items() if k in known}
+            totals = {k: v for k, v in totals.items() if k in known}
         now = self.monotonic()
         self._reports[worker] = _Report(now, in_flight, minute, endpoints, totals)
         for gone in [w for w, r in self._reports.items() if now - r.at > REPORT_FRESH_S]:

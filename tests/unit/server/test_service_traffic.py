@@ -177,3 +177,15 @@ def test_a_report_that_breaks_the_format_is_refused_whole() -> None:
     assert plane.in_flight("t", "s") == 0 and plane.services() == []
     plane.take("w", well)
     assert 'requests_total{code="200",service="s",tenant="t"} 1.0' in _metrics(plane)
+
+
+def test_a_report_of_services_that_do_not_exist_adds_nothing() -> None:
+    """The plane passes the services that exist: a worker's counts of any other name (a deleted
+    service, or names made up) keep no series."""
+    worker, plane = ProxyTraffic(Clock()), ProxyTraffic(Clock())
+    for name in ("s", "gone", "made-up"):
+        worker.started("t", name, A)
+        worker.finished("t", name, A, 200, 0.003)
+    plane.take("w", worker.report(), known={("t", "s")})
+    assert [key for key, _ in plane.services()] == [("t", "s")]
+    assert plane.rate("t", "gone") == (0.0, None)

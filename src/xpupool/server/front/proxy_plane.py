@@ -53,12 +53,13 @@ class ProxyAnswers:
             token
         ) in tokens:  # all checked before anything is taken: a refused frame changes nothing
             _digest(token)
+        names = await asyncio.to_thread(self._names)
         try:
-            self.plane.service_traffic.take(worker, asked.get("traffic"))
+            known = {(tenant, name) for tenant, name, _ in names}
+            self.plane.service_traffic.take(worker, asked.get("traffic"), known)
         except ReportError as exc:
             raise FrameError(str(exc)) from None
         checked = [[t[0], self._token(t)] for t in tokens]
-        names = await asyncio.to_thread(self._names)
         ready = self.plane.service_endpoints.ready
         services = [
             [
