@@ -49,6 +49,7 @@ def _serve(config: uvicorn.Config) -> tuple[uvicorn.Server, threading.Thread]:
 class Worker:
     url: str  # the worker's
     token: str  # a tenant token of t1
+    admin: str  # the admin token (reads /metrics)
     stub: Stub  # t1's service 'llm'
     plane: ControlPlane
     endpoints: StaticEndpoints
@@ -94,7 +95,8 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
     h = {"Authorization": f"Bearer {admin}"}
     httpx.post(f"{url}/v1/tenants", json={"name": "t1"}, headers=h).raise_for_status()
     r = httpx.post(f"{url}/v1/tenants/t1/tokens", json={"name": "t"}, headers=h)
-    w = Worker(url, r.raise_for_status().json()["token"], stub, plane, endpoints, loops[0])
+    token = r.raise_for_status().json()["token"]
+    w = Worker(url, token, admin, stub, plane, endpoints, loops[0])
     w.store("llm")
     # the worker serves from the snapshot it polls: the first test must not race its first poll
     # (on a loaded machine the service was not in it yet)
@@ -262,7 +264,62 @@ def test_the_requests_in_flight_in_the_worker_reach_the_plane(worker: Worker) ->
     assert rate > 0 and p99 is not None and p99 >= 4000
 
 
-FIVE_IN_FLIGHT = {"services": [["t1", "llm", 5, 0, []]], "endpoints": []}
+def test_a_stopped_service_is_answered_503_naming_its_state_by_the_worker(
+    worker: Worker,
+) -> None:
+    """The worker's snapshot carries each service's state: a stopped one is 503 saying so,
+    without Retry-After (only its tenant starts it again); started, it waits for replicas."""
+    worker.store("halted")
+
+    def detail() -> str:
+        """The status, the reason and Retry-After (a 404 until the worker's poll has it)."""
+        r = httpx.get(worker.proxy("halted", "/v1/models"), headers=worker.auth())
+        return f"{r.status_code} {r.json()['detail']} retry-after={r.headers.get('retry-after')}"
+
+    until(lambda: "503 service halted has no" in detail(), "the worker's snapshot with 'halted'")
+    assert "retry-after=2" in detail()
+    r = httpx.post(f"{worker.url}/v1/services/halted/stop", headers=worker.auth())
+    assert r.status_code == 200 and r.json()["state"] == "stopped", r.text
+    until(lambda: "503 service halted is stopped" in detail(), "the worker saying it is stopped")
+    assert "retry-after=None" in detail()
+    r = httpx.post(f"{worker.url}/v1/services/halted/start", headers=worker.auth())
+    assert r.status_code == 200 and r.json()["state"] == "pending", r.text
+    until(lambda: "503 service halted has no" in detail(), "the worker saying 'halted' waits")
+
+
+def _answered(worker: Worker, code: str) -> float:
+    """``xpupool_service_requests_total`` of t1's llm for ``code``, as the plane's /metrics
+    says it (through the worker, as a scraper reads it)."""
+    r = httpx.get(f"{worker.url}/metrics", headers=worker.auth(worker.admin), timeout=10)
+    r.raise_for_status()
+    line = f'xpupool_service_requests_total{{code="{code}",service="llm",tenant="t1"}} '
+    found = [x for x in r.text.splitlines() if x.startswith(line)]
+    return float(found[0][len(line) :]) if found else 0.0
+
+
+def test_the_requests_the_worker_answered_show_in_the_metrics_and_the_service(
+    worker: Worker,
+) -> None:
+    """The worker forwards the requests; the plane's /metrics and ``GET /v1/services`` count
+    them (the worker's cumulative counts reach the plane with its poll)."""
+    before = _answered(worker, "200")
+    for _ in range(5):
+        assert httpx.get(worker.proxy("llm", "/v1/models"), headers=worker.auth()).is_success
+    until(lambda: _answered(worker, "200") >= before + 5, "the worker's answers in /metrics")
+    r = httpx.get(f"{worker.url}/metrics", headers=worker.auth(worker.admin), timeout=10)
+    assert 'xpupool_service_request_seconds_count{service="llm",tenant="t1"}' in r.text
+    r = httpx.get(f"{worker.url}/v1/services/llm", headers=worker.auth())
+    assert r.json()["requests_per_s"] > 0 and r.json()["p99_ms"] is not None
+
+
+TOTALS = {"codes": [[200, 9]], "buckets": [9] + [0] * 14, "sum": 0.009, "count": 9}
+FIVE_IN_FLIGHT = {"services": [["t1", "llm", 5, 0, [], TOTALS]], "endpoints": []}
+
+
+def _traffic(**totals: object) -> dict[str, object]:
+    """A snapshot whose traffic report is well formed but for ``totals``' fields."""
+    bad = [["t1", "llm", 0, 9, [[10, 9]], {**TOTALS, **totals}]]
+    return {"worker": "evil", "tokens": [], "traffic": {"services": bad, "endpoints": []}}
 
 
 @pytest.mark.parametrize(
@@ -277,6 +334,12 @@ FIVE_IN_FLIGHT = {"services": [["t1", "llm", 5, 0, []]], "endpoints": []}
             {"worker": "evil", "tokens": [["a" * 64, True], "b"], "traffic": FIVE_IN_FLIGHT},
         ),
         (SNAPSHOT, {"worker": "evil", "tokens": [], "traffic": {"services": [["t1"]]}}),
+        (SNAPSHOT, _traffic(codes=[[200, -9]])),
+        (SNAPSHOT, _traffic(codes=[[7000, 9]])),
+        (SNAPSHOT, _traffic(buckets=[9])),
+        (SNAPSHOT, _traffic(sum=-1.0)),
+        (SNAPSHOT, _traffic(count=True)),
+        (SNAPSHOT, _traffic(extra=1)),
         (CALLER, {"token": ["ab", False]}),
         (CALLER, {"token": ["a" * 64, "yes"]}),
     ],
@@ -289,7 +352,9 @@ def test_a_workers_frame_that_breaks_the_format_is_refused_and_changes_nothing(
     answers = ProxyAnswers(worker.plane, ServiceTokenCache())
     body = asked.encode() if isinstance(asked, str) else json.dumps(asked).encode()
     future = asyncio.run_coroutine_threadsafe(answers.answer(op, body), worker.plane_loop)
+    before = _answered(worker, "200")
     with pytest.raises(FrameError):
         future.result(10)
     assert worker.plane.service_traffic.in_flight("t1", "llm") == 0
+    assert _answered(worker, "200") == before
     assert not answers.tokens.unknown

@@ -3,8 +3,9 @@ with its in-process agent runs the replicas on podman (the Go stub's image), the
 probes them, and callers reach ``/v1/services/NAME/proxy/...`` on the port the workers serve,
 which proxy from the snapshot they poll from the plane (``front/proxy_source.py``): requests,
 a streamed answer and a websocket pass; a name with no service is 404; a revoked service token
-and a deleted service stop within the poll's bound; and requests in flight in the workers reach
-the controller, which scales on them."""
+and a deleted service stop within the poll's bound; requests in flight in the workers reach
+the controller, which scales on them, and their answers the plane's /metrics; a stopped service
+ends its containers and is answered 503 by the workers until it is started again."""
 
 from __future__ import annotations
 
@@ -111,6 +112,36 @@ def test_a_service_through_the_workers(up: tuple[ServerProc, httpx.Client]) -> N
     for t in callers:
         t.join(60)
     assert results == [200, 200, 200]
+
+    def answered() -> float:
+        """The plane's count of chat's 200s: every one was answered by a worker."""
+        text = httpx.get(f"{srv.url}/metrics", headers=srv.headers(), timeout=10).text
+        line = 'xpupool_service_requests_total{code="200",service="chat",tenant="team"} '
+        found = [x for x in text.splitlines() if x.startswith(line)]
+        return float(found[0][len(line) :]) if found else 0.0
+
+    until(lambda: answered() >= 5, "the workers' answers in the plane's /metrics")
+    assert _service(user, "chat")["requests_per_s"] > 0
+
+    # stopped: the replicas end, the workers answer 503 naming the state; started: ready again
+    jobs = [r["job_id"] for r in _service(user, "chat")["replicas"]]
+    r = user.post("/v1/services/chat/stop")
+    assert r.status_code == 200 and r.json()["state"] == "stopped", r.text
+
+    def ended() -> bool:
+        return all(user.get(f"/v1/jobs/{j}").json()["state"] == "cancelled" for j in jobs)
+
+    until(ended, "the stopped service's replicas ended", 60)
+
+    def refused() -> bool:  # whichever worker answers (each polls on its own)
+        r = user.get(f"{proxy}/v1/models")
+        return r.status_code == 503 and "is stopped" in r.json()["detail"]
+
+    until(refused, "a worker answering that chat is stopped")
+    assert _service(user, "chat")["state"] == "stopped"
+    assert user.post("/v1/services/chat/start").status_code == 200
+    until(lambda: _service(user, "chat")["state"] == "ready", "chat ready after its start", 120)
+    until(lambda: user.get(f"{proxy}/v1/models").status_code == 200, "chat through a worker again")
 
     assert user.delete("/v1/services/chat").status_code in (200, 202, 204)
     until(

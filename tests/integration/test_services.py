@@ -1,7 +1,8 @@
 """A service end to end: a real ``xpupool up`` whose in-process agent runs each replica as a host
-process (a stdlib HTTP server), the CLI creating, listing, showing and deleting it. The service
-becomes ready, a replica that exits is replaced, a change of its job rolls it to a new generation,
-and deleting it stops its replicas."""
+process (a stdlib HTTP server), the CLI creating, listing, showing, stopping, starting and
+deleting it. The service becomes ready, a replica that exits is replaced, a change of its job
+rolls it to a new generation, stopping it ends its replicas until it is started, and deleting it
+stops its replicas."""
 
 from __future__ import annotations
 
@@ -110,6 +111,20 @@ def test_a_host_service_is_ready_restarted_rolled_and_deleted(
     listed = cli(env, "services", "-o", "json")
     assert [(s["name"], s["ready"], s["desired"]) for s in listed] == [("web", 1, 1)]
     assert "web-" in cli(env, "service", "show", "web")
+    last = got["replicas"][0]["job_id"]
+
+    assert "service web stopped" in cli(env, "service", "stop", "web")
+    until(lambda: user.get(f"/v1/jobs/{last}").json()["state"] == "cancelled", "replica ended")
+    until(lambda: service()["replicas"] == [], "the stopped service's replicas gone")
+    assert service()["state"] == "stopped"
+    r = user.get("/v1/services/web/proxy/")
+    assert r.status_code == 503 and "is stopped" in r.json()["detail"], r.text
+    refused = subprocess.run([*CLI, "service", "stop", "web"], env=env, capture_output=True,
+                             text=True, timeout=60)  # fmt: skip
+    assert refused.returncode != 0 and "stopped already" in refused.stderr, refused.stderr
+    assert "service web pending" in cli(env, "service", "start", "web")
+    got = until(lambda: ready(2), "service web ready again after its start", 60)
+    assert got["replicas"][0]["job_id"] != last
     last = got["replicas"][0]["job_id"]
     assert "service web deleted" in cli(env, "service", "delete", "web")
     assert user.get("/v1/services/web").status_code == 404

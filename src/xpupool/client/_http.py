@@ -282,6 +282,19 @@ class Client:
         params = {"tenant": tenant} if tenant else {}
         return self._model(Service, "GET", f"/v1/services/{quote(name, safe='')}", **params)
 
+    def stop_service(self, name: str, tenant: str | None = None) -> Service:
+        from xpupool.server.schemas.services import Service
+
+        params = {"tenant": tenant} if tenant else {}
+        return self._model(Service, "POST", f"/v1/services/{quote(name, safe='')}/stop", **params)
+
+    def start_service(self, name: str, tenant: str | None = None) -> Service:
+        from xpupool.server.schemas.services import Service
+
+        params = {"tenant": tenant} if tenant else {}
+        path = f"/v1/services/{quote(name, safe='')}/start"
+        return self._model(Service, "POST", path, **params)
+
     def delete_service(self, name: str, tenant: str | None = None) -> None:
         params = {"tenant": tenant} if tenant else {}
         self._wire.call("DELETE", f"/v1/services/{quote(name, safe='')}", params=params)

@@ -1,4 +1,4 @@
-"""``xpupool serve | services | service show|delete``: services, a job kept running as replicas
+"""``xpupool serve | services | service show|stop|start|delete``: services, a job kept running as replicas
 behind one endpoint (docs/services.md)."""
 
 from __future__ import annotations
@@ -222,7 +222,7 @@ def services(tenant: str | None, url: str | None, token: str | None, output: str
 
 @click.group()
 def service() -> None:
-    """One service: show, delete, its tokens (xpupool serve creates one)."""
+    """One service: show, stop, start, delete, its tokens (xpupool serve creates one)."""
 
 
 service.add_command(token)
@@ -240,6 +240,29 @@ def service_show(
     with make_client(url, token) as client:
         found = client.service(name, tenant)
     emit(output, found, lambda: detail(found))
+
+
+@service.command("stop", epilog=CONNECTION_HELP)
+@click.argument("name")
+@click.option("--tenant", help="admin only: that tenant's")
+@connection_options
+def service_stop(name: str, tenant: str | None, url: str | None, token: str | None) -> None:
+    """Stop service NAME: its replicas drain and end, none starts until it is started again;
+    its endpoint answers 503."""
+    with make_client(url, token) as client:
+        found = client.stop_service(name, tenant)
+    click.echo(f"service {name} {found.state.value}: {found.reason}")
+
+
+@service.command("start", epilog=CONNECTION_HELP)
+@click.argument("name")
+@click.option("--tenant", help="admin only: that tenant's")
+@connection_options
+def service_start(name: str, tenant: str | None, url: str | None, token: str | None) -> None:
+    """Start stopped service NAME again: its minimum of replicas."""
+    with make_client(url, token) as client:
+        found = client.start_service(name, tenant)
+    click.echo(f"service {name} {found.state.value}: {found.reason}")
 
 
 @service.command("delete", epilog=CONNECTION_HELP)

@@ -115,9 +115,10 @@ class PlaneSource:
     def ready(self, tenant: str, name: str) -> Sequence[Endpoint]:
         return self.plane.service_endpoints.ready(tenant, name)
 
-    async def exists(self, tenant: str, name: str) -> bool:
+    async def state(self, tenant: str, name: str) -> str | None:
         return await asyncio.to_thread(self._stored, tenant, name)
 
-    def _stored(self, tenant: str, name: str) -> bool:
+    def _stored(self, tenant: str, name: str) -> str | None:
         with self.plane.db.connect() as conn:
-            return service_rows.get(conn, tenant, name) is not None
+            row = service_rows.get(conn, tenant, name)
+        return None if row is None else str(row["state"])

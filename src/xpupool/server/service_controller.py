@@ -9,7 +9,9 @@ replica links and their jobs, and for each service decides, in this order (docs/
    (doubled for each replica that ended since, capped; it starts over once a replica has been ready
    for ``restart.reset_after_s``), so a crash loop waits longer and longer and says so in the
    service's state, never spinning.
-2. The replicas wanted: between min and max by the requests in flight per ready replica (the
+2. The replicas wanted: none while the service is stopped (its stored state: the tenant's, which
+   no pass changes; a pass that read it before a stop or a start writes nothing over it), else
+   between min and max by the requests in flight per ready replica (the
    proxy's counts, ``plane.service_traffic``), up at once, down only after the load has stayed low
    for the scaling window (Knative's and dstack's way).
 3. A change of the job or the port (a new generation) rolls as Kubernetes' default rolling update
@@ -138,6 +140,9 @@ class ServiceController:
         spec = ServiceIn.model_validate({**row["spec"], "tenant": None})
         name, sid, generation = row["name"], row["id"], row["generation"]
         restarts = self._restarts.setdefault(sid, _Restarts())
+        stopped = row["state"] == ServiceState.STOPPED.value
+        if stopped:  # a start is the tenant's: its replicas start at once, no backoff left over
+            restarts.ended, restarts.next_try = 0, 0.0
         events: list[str] = []
 
         alive = []
@@ -147,7 +152,7 @@ class ServiceController:
                 alive.append(link)
                 continue
             service_rows.unlink(self.plane, [link.job_id])
-            if link.draining:
+            if link.draining or stopped:
                 continue
             what = f"replica {name}-{link.ordinal} {_ended(fact)}"
             events.append(f"{what}; next try in {restarts.record(what, spec, mono):g} s")
@@ -165,13 +170,13 @@ class ServiceController:
                 restarts.ended = 0
 
         serving = [link for link in alive if link.job_id in is_ready and not link.draining]
-        desired = self._desired(row, spec, mono)
+        desired = 0 if stopped else self._desired(row, spec, mono)
         if desired != row["desired"]:
             events.append(f"scaled from {row['desired']} to {desired} replicas")
         active = [link for link in alive if not link.draining]
         old = [link for link in active if link.generation < generation]
 
-        retire = _to_retire(active, old, is_ready, len(serving), desired)
+        retire = active if stopped else _to_retire(active, old, is_ready, len(serving), desired)
         if retire:
             service_rows.drain(self.plane, [link.job_id for link in retire], now)
             for link in retire:
@@ -199,7 +204,7 @@ class ServiceController:
         changed = any(row[k] != values[k] for k in ("state", "reason", "desired"))
         if changed or events:
             moved = [reason] if row["state"] != state.value else []
-            service_rows.change(self.plane, sid, values, [*events, *moved])
+            service_rows.change(self.plane, sid, values, [*events, *moved], stopped=stopped)
         return tuple(
             Endpoint(link.job_id, 0, target.host, target.port)
             for link in serving
@@ -287,6 +292,9 @@ class ServiceController:
     ) -> tuple[ServiceState, str]:
         """The service's state and its reason, from what this pass saw and did."""
         name = row["name"]
+        if row["state"] == ServiceState.STOPPED.value:
+            ending = f": {len(alive)} replica(s) ending" if alive else ""
+            return ServiceState.STOPPED, f"stopped{ending}"
         desired = max(row["desired"], spec.replicas.min)
         if old:
             new = len([link for link in alive if link.generation == row["generation"]])

@@ -5,8 +5,9 @@ upgrade on the same path is passed through (``service_proxy_ws.py``).
 
 Which replica: round robin over the ready ones. A connection refused or reset before the
 replica answered a byte is tried on the next one, each at most once, then answered 502 naming
-the cause; no ready replica: 503 with ``Retry-After``, but only for a service the caller's tenant
-has (a name it has not is 404: a client that retries 503s, as OpenAI's do, must not retry a
+the cause; no ready replica: 503 with ``Retry-After`` (without it, naming the state, for a
+service its tenant stopped), but only for a service the caller's tenant has (a name it has not
+is 404: a client that retries 503s, as OpenAI's do, must not retry a
 typo for ever; the store is read only on that path). Who may call: ``service_access.py``; the
 caller's credentials (``Authorization``, the dashboard's cookie, any ``X-Xpupool-*`` header) never
 reach the replica. The replica's own key, if it wants one (an OpenAI-compatible server started
@@ -33,6 +34,7 @@ from typing import Protocol
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from xpupool.server.client_address import client_address
+from xpupool.server.schemas.services import ServiceState
 from xpupool.server.service_caller import Caller
 from xpupool.server.service_endpoints import Endpoint
 from xpupool.server.service_traffic import ProxyTraffic
@@ -166,7 +168,7 @@ class ProxyFirst:
 
 class ProxySource(Protocol):
     """What the proxy asks of where it runs: who a token is, a service's ready endpoints, and
-    whether a tenant has a service of a name. The plane answers from its own books
+    the stored state of a tenant's service of a name (None: it has none). The plane answers from its own books
     (``service_access.PlaneSource``); an HTTP worker from the snapshot it polls from the plane
     (``front/proxy_source.py``). :meth:`who` is always asked first."""
 
@@ -174,7 +176,7 @@ class ProxySource(Protocol):
 
     def ready(self, tenant: str, name: str) -> Sequence[Endpoint]: ...
 
-    async def exists(self, tenant: str, name: str) -> bool: ...
+    async def state(self, tenant: str, name: str) -> str | None: ...
 
 
 class ServiceProxy:
@@ -199,13 +201,18 @@ class ServiceProxy:
             return 404, f"service {name} not found"
         return found
 
-    async def none_ready(self, tenant: str, name: str) -> tuple[int, str]:
+    async def none_ready(self, tenant: str, name: str) -> tuple[int, str, bool]:
         """The answer when ``tenant``'s ``name`` has no ready endpoint: 503 for a service it
-        has (starting, restarting), 404 for a name it has not; another tenant's service is
-        "not found" alike."""
-        if await self.source.exists(tenant, name):
-            return 503, f"service {name} has no ready replica"
-        return 404, f"service {name} not found"
+        has (starting, restarting; one it stopped, said so), 404 for a name it has not; another
+        tenant's service is "not found" alike; and whether to ask again soon (``Retry-After``:
+        not for a stopped service, which only its tenant starts again)."""
+        state = await self.source.state(tenant, name)
+        if state is None:
+            return 404, f"service {name} not found", False
+        if state == ServiceState.STOPPED.value:
+            why = f"service {name} is stopped: start it (xpupool service start {name})"
+            return 503, why, False
+        return 503, f"service {name} has no ready replica", True
 
     def order(self, tenant: str, name: str) -> list[Endpoint]:
         """The ready endpoints, starting at this service's turn."""
@@ -232,8 +239,8 @@ class ServiceProxy:
         name: str = scope["path_params"]["name"]
         endpoints = self.order(who.tenant, name)
         if not endpoints:
-            status, why = await self.none_ready(who.tenant, name)
-            retry = [(b"retry-after", str(RETRY_AFTER_S).encode())] if status == 503 else []
+            status, why, again = await self.none_ready(who.tenant, name)
+            retry = [(b"retry-after", str(RETRY_AFTER_S).encode())] if again else []
             await answer(send, status, why, retry)
             return
         started = asyncio.get_running_loop().time()

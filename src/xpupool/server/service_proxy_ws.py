@@ -43,7 +43,7 @@ async def forward_websocket(
     name: str = scope["path_params"]["name"]
     endpoints = proxy.order(who.tenant, name)
     if not endpoints:
-        status, why = await proxy.none_ready(who.tenant, name)
+        status, why, _ = await proxy.none_ready(who.tenant, name)
         await _refuse(send, TRY_AGAIN if status == 503 else POLICY, why)
         return
     passed = [

@@ -6,7 +6,11 @@ Behind HTTP workers each worker counts its own requests and sends :meth:`ProxyTr
 with each snapshot poll (``front/proxy_source.py``); the plane adds the latest report of each
 worker (:meth:`ProxyTraffic.take`) to what it counted itself, so the controller sees a worker's
 requests one poll interval late at most, and a worker silent for :data:`REPORT_FRESH_S` (gone)
-no more.
+no more. A report also carries the worker's totals since it started (answers by status, latency
+histogram); the plane adds what grew since that worker's previous report to its own totals, so
+``/metrics`` counts every request whichever process answered it, a report taken twice counts
+once, and a lost one is made up by the next. A report is untrusted input: every field is
+checked and bounded before any of it is taken (:class:`ReportError`).
 
 Everything is counted on the proxy's event loop, one thread, so no lock: the scrape and the
 controller read plain integers another thread may be moving, which is as good as a scrape gets.
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -28,6 +32,11 @@ from xpupool.server.service_endpoints import Endpoint, Traffic
 
 WINDOW_S = 60  # the minute rate() and p99 are over
 REPORT_FRESH_S = 2.0  # a worker's report older than this is dropped (the worker is gone)
+TOTALS_KEEP_S = 600.0  # a worker's last totals are kept this long after its last report
+MAX_WORKERS = 256  # workers whose last totals are kept (the oldest go first)
+MAX_REPORTED = 10_000  # services, and endpoints, one report may name
+MAX_COUNT = 1 << 53  # a count past this is no proxy's
+MAX_NAME = 255  # a tenant's, service's or host's name, characters
 _RATIO = 1.1  # one latency bucket's upper bound over its lower one
 _FLOOR_MS = 0.05  # latencies below this share the first bucket
 _BINS = int(math.log(120_000 / _FLOOR_MS) / math.log(_RATIO)) + 2  # up to two minutes, then one
@@ -63,6 +72,53 @@ class _Service:
     seconds_sum: float = 0.0
     seconds_count: int = 0
 
+    def totals(self) -> _Totals:
+        return _Totals(
+            Counter(self.codes), tuple(self.buckets), self.seconds_sum, self.seconds_count
+        )
+
+    def add(self, grown: _Totals) -> None:
+        self.codes.update(grown.codes)
+        self.buckets = [a + b for a, b in zip(self.buckets, grown.buckets, strict=True)]
+        self.seconds_sum += grown.seconds_sum
+        self.seconds_count += grown.seconds_count
+
+
+@dataclass(frozen=True, slots=True)
+class _Totals:
+    """A proxy's totals for one service since it started: answers by status, the latency
+    histogram's buckets (:data:`SECONDS_BUCKETS`, not cumulative), their sum and count."""
+
+    codes: Counter[int]
+    buckets: tuple[int, ...]
+    seconds_sum: float
+    seconds_count: int
+
+    def wire(self) -> dict[str, object]:
+        return {
+            "codes": sorted(self.codes.items()),
+            "buckets": list(self.buckets),
+            "sum": self.seconds_sum,
+            "count": self.seconds_count,
+        }
+
+    def since(self, last: _Totals | None) -> _Totals:
+        """What was counted after ``last`` (the same worker's previous totals); all of these
+        when a count went down (the worker started again under the same name)."""
+        if last is None or (
+            any(self.codes[c] < n for c, n in last.codes.items())
+            or any(a < b for a, b in zip(self.buckets, last.buckets, strict=True))
+            or self.seconds_count < last.seconds_count
+            or self.seconds_sum < last.seconds_sum
+        ):
+            return self
+        return _Totals(
+            self.codes - last.codes,
+            tuple(a - b for a, b in zip(self.buckets, last.buckets, strict=True)),
+            self.seconds_sum - last.seconds_sum,
+            self.seconds_count - last.seconds_count,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class _Report:
@@ -72,6 +128,7 @@ class _Report:
     in_flight: dict[Key, int]
     minute: dict[Key, tuple[int, Counter[int]]]  # requests in the last minute, latency bins
     endpoints: Counter[Endpoint]
+    totals: dict[Key, _Totals]
 
 
 class ReportError(ValueError):
@@ -86,6 +143,7 @@ class ProxyTraffic(Traffic):
         self._services: dict[Key, _Service] = {}
         self._endpoints: Counter[Endpoint] = Counter()
         self._reports: dict[str, _Report] = {}  # HTTP worker -> its last report
+        self._totals: dict[str, tuple[float, dict[Key, _Totals]]] = {}  # worker -> when, totals
 
     # ------------------------------------------------------------------ the HTTP workers
     def report(self) -> dict[str, object]:
@@ -93,31 +151,38 @@ class ProxyTraffic(Traffic):
         services = []
         for (tenant, service), svc in self._services.items():
             total, bins = self._minute(svc)
-            if svc.in_flight or total:
-                services.append([tenant, service, svc.in_flight, total, sorted(bins.items())])
+            totals = svc.totals().wire()
+            services.append([tenant, service, svc.in_flight, total, sorted(bins.items()), totals])
         endpoints = [[e.job_id, e.replica, e.host, e.port, n] for e, n in self._endpoints.items()]
         return {"services": services, "endpoints": endpoints}
 
-    def take(self, worker: str, report: object) -> None:
-        """Keep ``worker``'s ``report`` in place of its last; :class:`ReportError` when it
-        breaks the format of :meth:`report`."""
+    def take(self, worker: str, report: object, known: Container[Key] | None = None) -> None:
+        """Keep ``worker``'s ``report`` in place of its last, and add to the totals what grew
+        since its last; :class:`ReportError`, with nothing taken, when it breaks the format of
+        :meth:`report` or its bounds. ``known``: the services that exist; what the report says
+        of others (deleted, or never created) is left out, so a worker cannot make the plane
+        keep series for any number of names."""
         try:
-            assert isinstance(report, dict)
-            in_flight: dict[Key, int] = {}
-            minute: dict[Key, tuple[int, Counter[int]]] = {}
-            for tenant, service, flying, total, bins in report["services"]:
-                key = (str(tenant), str(service))
-                in_flight[key] = int(flying)
-                minute[key] = (int(total), Counter({int(i): int(n) for i, n in bins}))
-            endpoints: Counter[Endpoint] = Counter()
-            for job_id, replica, host, port, n in report["endpoints"]:
-                endpoints[Endpoint(int(job_id), int(replica), str(host), int(port))] = int(n)
+            taken = _parse(report)
         except (AssertionError, KeyError, TypeError, ValueError) as exc:
-            raise ReportError(f"traffic report: {exc!r}") from None
+            raise ReportError(f"traffic report: {exc}") from None
+        in_flight, minute, endpoints, totals = taken
+        if known is not None:
+            in_flight = {k: v for k, v in in_flight.items() if k in known}
+            minute = {k: v for k, v in minute.items() if k in known}
+            totals = {k: v for k, v in totals.items() if k in known}
         now = self.monotonic()
-        self._reports[worker] = _Report(now, in_flight, minute, endpoints)
+        self._reports[worker] = _Report(now, in_flight, minute, endpoints, totals)
         for gone in [w for w, r in self._reports.items() if now - r.at > REPORT_FRESH_S]:
             del self._reports[gone]
+        _, last = self._totals.pop(worker, (now, {}))
+        for key, grown in totals.items():
+            self._of(*key).add(grown.since(last.get(key)))
+        self._totals[worker] = (now, totals)  # the newest last: the oldest are first to go
+        for gone in [w for w, (at, _) in self._totals.items() if now - at > TOTALS_KEEP_S]:
+            del self._totals[gone]
+        while len(self._totals) > MAX_WORKERS:
+            del self._totals[next(iter(self._totals))]
 
     def _fresh(self) -> list[_Report]:
         now = self.monotonic()
@@ -258,7 +323,70 @@ class TrafficCollector(Collector):
                 cumulative.append((str(bound), running))
             cumulative.append(("+Inf", svc.seconds_count))
             seconds.add_metric([tenant, service], cumulative, svc.seconds_sum)
-            flight.add_metric([tenant, service], svc.in_flight)
+            flight.add_metric([tenant, service], traffic.in_flight(tenant, service))
         yield total
         yield seconds
         yield flight
+
+
+Parsed = tuple[
+    dict[Key, int], dict[Key, tuple[int, Counter[int]]], Counter[Endpoint], dict[Key, _Totals]
+]
+
+
+def _parse(report: object) -> Parsed:
+    """A worker's report (:meth:`ProxyTraffic.report`) read whole, or an exception naming what
+    breaks it; nothing is kept from a report that breaks it."""
+    assert isinstance(report, dict), "not an object"
+    services, reported = report["services"], report["endpoints"]
+    assert isinstance(services, list) and len(services) <= MAX_REPORTED, "services: a list"
+    assert isinstance(reported, list) and len(reported) <= MAX_REPORTED, "endpoints: a list"
+    in_flight: dict[Key, int] = {}
+    minute: dict[Key, tuple[int, Counter[int]]] = {}
+    totals: dict[Key, _Totals] = {}
+    for tenant, service, flying, total, bins, grown in services:
+        key = (_name(tenant), _name(service))
+        assert key not in in_flight, f"service {key} twice"
+        assert isinstance(bins, list) and len(bins) <= _BINS, "bins: a list"
+        in_flight[key] = _count(flying)
+        minute[key] = (_count(total), Counter({_index(i, _BINS): _count(n) for i, n in bins}))
+        totals[key] = _totals(grown)
+    endpoints: Counter[Endpoint] = Counter()
+    for job_id, replica, host, port, n in reported:
+        endpoint = Endpoint(_count(job_id), _count(replica), _name(host), _index(port, 65_536))
+        endpoints[endpoint] = _count(n)
+    return in_flight, minute, endpoints, totals
+
+
+def _totals(grown: object) -> _Totals:
+    assert isinstance(grown, dict) and set(grown) == {"codes", "buckets", "sum", "count"}, (
+        "totals: an object of codes, buckets, sum and count"
+    )
+    codes, buckets, seconds = grown["codes"], grown["buckets"], grown["sum"]
+    assert isinstance(codes, list) and len(codes) <= 500, "codes: a list"
+    assert isinstance(buckets, list) and len(buckets) == len(SECONDS_BUCKETS), "buckets: a list"
+    assert type(seconds) in (int, float) and 0 <= seconds < math.inf, "sum: seconds"
+    return _Totals(
+        Counter({_index(c, 600, 100): _count(n) for c, n in codes}),
+        tuple(_count(n) for n in buckets),
+        float(seconds),
+        _count(grown["count"]),
+    )
+
+
+def _count(value: object) -> int:
+    if type(value) is not int or not 0 <= value <= MAX_COUNT:
+        raise ValueError(f"{value!r} is not a count")
+    return value
+
+
+def _index(value: object, end: int, start: int = 0) -> int:
+    if type(value) is not int or not start <= value < end:
+        raise ValueError(f"{value!r} is not in {start}..{end - 1}")
+    return value
+
+
+def _name(value: object) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_NAME:
+        raise ValueError(f"{value!r} is not a name")
+    return value

@@ -94,10 +94,14 @@ def test_the_client_sends_service_calls_and_reads_the_view() -> None:
     }
     assert [s.name for s in client.services("a")] == ["web"]
     assert client.service("web", "a").p99_ms == 12.5
+    assert client.stop_service("web").name == "web"
+    assert client.start_service("web", "a").name == "web"
     client.delete_service("web")
     assert [(m, t) for m, t, _ in sent[1:]] == [
         ("GET", "/v1/services?tenant=a"),
         ("GET", "/v1/services/web?tenant=a"),
+        ("POST", "/v1/services/web/stop"),
+        ("POST", "/v1/services/web/start?tenant=a"),
         ("DELETE", "/v1/services/web"),
     ]
     console = Console(width=160, record=True)

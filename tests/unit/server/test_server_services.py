@@ -550,3 +550,114 @@ def test_a_step_of_the_wall_clock_neither_stalls_nor_skips_the_backoff(
     server.clock.advance(4)
     step(server, controller)
     assert [r["name"] for r in replica_jobs(server, a)] == ["web-2"]
+
+
+def test_a_stopped_service_drains_its_replicas_and_starts_none_until_started(
+    server: Server, replicas: list[Replica]
+) -> None:
+    """Stop: the replicas leave the endpoints and end, nothing restarts them (not a pass, not
+    a restart of the server), the endpoint answers 503 naming the state; start: back to min."""
+    agent_node(server)
+    a = tenant(server, "a")
+    create(server, a, replicas={"min": 2, "max": 3})
+    controller = keeper(server)
+    step(server, controller)
+    ids = [r["job_id"] for r in replica_jobs(server, a)]
+    run_replicas(server, {j: http_replica(replicas).port for j in ids})
+    settle(controller)
+    assert show(server, a)["state"] == "ready"
+    r = server.client.post("/v1/services/web/stop", headers=server.as_(a))
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert (got["state"], got["desired"]) == ("stopped", 0), got
+    assert got["events"][-1]["state"] == "stopped"
+    controller.reconcile()
+    assert controller.ready("a", "web") == ()
+    assert all(r["draining"] for r in replica_jobs(server, a))
+    stopped(server, ids)
+    for _ in range(3):
+        server.clock.advance(400)  # past any restart backoff
+        step(server, controller)
+    got = show(server, a)
+    assert got["state"] == "stopped" and got["replicas"] == [], got
+    assert len(server.client.get("/v1/jobs", headers=server.as_(a)).json()) == 2
+    answer = server.client.get("/v1/services/web/proxy/v1/models", headers=server.as_(a))
+    assert answer.status_code == 503 and "stopped" in answer.json()["detail"], answer.text
+    again = reopen(server)  # the stop is stored: a restarted plane starts nothing either
+    with again.client:
+        controller = keeper(again)
+        step(again, controller)
+        assert show(again, a)["state"] == "stopped"
+        assert len(again.client.get("/v1/jobs", headers=again.as_(a)).json()) == 2
+        r = again.client.post("/v1/services/web/start", headers=again.as_(a))
+        assert r.status_code == 200, r.text
+        assert (r.json()["state"], r.json()["desired"]) == ("pending", 2)
+        step(again, controller)
+        got = show(again, a)
+        assert len([r for r in got["replicas"] if not r["draining"]]) == 2, got
+        reasons = [e["reason"] for e in got["events"]]
+        assert reasons.index("stopped") < reasons.index("started"), reasons
+    again.plane.db.dispose()
+
+
+def test_refused_stops_and_starts_name_the_reason_and_change_nothing(server: Server) -> None:
+    a = tenant(server, "a")
+    b = tenant(server, "b")
+    create(server, a)
+    before = row_counts(server)
+    r = server.client.post("/v1/services/web/start", headers=server.as_(a))  # not stopped
+    assert r.status_code == 409 and "not stopped" in r.json()["reason"], r.text
+    r = server.client.post("/v1/services/web/stop", headers=server.as_(b))  # a's: not b's
+    assert r.status_code == 404, r.text
+    assert row_counts(server) == before and show(server, a)["state"] == "pending"
+    assert server.client.post("/v1/services/web/stop", headers=server.as_(a)).status_code == 200
+    before = row_counts(server)
+    r = server.client.post("/v1/services/web/stop", headers=server.as_(a))
+    assert r.status_code == 409 and "stopped already" in r.json()["reason"], r.text
+    assert row_counts(server) == before
+    assert server.client.delete("/v1/services/web", headers=server.as_(a)).status_code == 204
+    before = row_counts(server)
+    for verb in ("stop", "start"):
+        r = server.client.post(f"/v1/services/web/{verb}", headers=server.as_(a))
+        assert r.status_code == 404 and "not found" in r.json()["reason"], r.text
+    assert row_counts(server) == before
+
+
+def test_a_pass_that_read_the_service_before_its_stop_does_not_undo_it(
+    server: Server,
+) -> None:
+    """The controller's pass and a stop may cross: what the pass read before the stop is not
+    written over it, and the next pass drains what it started."""
+    agent_node(server)
+    a = tenant(server, "a")
+    create(server, a)
+    controller = keeper(server)
+    with server.plane.db.connect() as conn:
+        row = service_rows.get(conn, "a", "web")  # as the pass read it, before the stop
+    assert row is not None
+    assert server.client.post("/v1/services/web/stop", headers=server.as_(a)).status_code == 200
+    controller._service(row, [], {})  # the rest of that pass: it starts a replica
+    assert show(server, a)["state"] == "stopped"
+    controller.reconcile()
+    got = show(server, a)
+    assert got["state"] == "stopped" and all(r["draining"] for r in got["replicas"]), got
+
+
+def test_a_start_after_a_stop_leaves_no_restart_backoff(server: Server) -> None:
+    """A crash-looping service stopped and started by its tenant starts its replica at once:
+    the start is the tenant's, not one more restart."""
+    agent_node(server)
+    a = tenant(server, "a")
+    create(server, a, restart={"backoff_s": 100, "backoff_max_s": 100})
+    controller = keeper(server)
+    step(server, controller)
+    (one,) = replica_jobs(server, a)
+    heartbeat(server, "n1", [report(one["job_id"], 0, "failed", 1)])
+    controller.reconcile()
+    assert show(server, a)["state"] == "restarting"
+    assert server.client.post("/v1/services/web/stop", headers=server.as_(a)).status_code == 200
+    controller.reconcile()
+    assert server.client.post("/v1/services/web/start", headers=server.as_(a)).status_code == 200
+    step(server, controller)
+    (two,) = replica_jobs(server, a)
+    assert two["job_id"] != one["job_id"] and show(server, a)["state"] == "pending"

@@ -107,14 +107,85 @@ def test_an_http_workers_report_adds_to_the_planes_counts_until_it_goes_stale() 
     assert plane.in_flight("t", "s") == 1 and plane.in_flight_at(A) == 1
 
 
+def _metrics(traffic: ProxyTraffic) -> str:
+    registry = CollectorRegistry()
+    registry.register(TrafficCollector(lambda: traffic))
+    return generate_latest(registry).decode()
+
+
+def test_a_workers_totals_add_to_the_metrics_once_each() -> None:
+    """The workers' answers count in /metrics: what grew since the worker's last report is
+    added; the same report taken twice adds nothing; a worker started again (its counts went
+    down) adds all it says; a worker gone keeps what it added (a counter never goes down)."""
+    clock = Clock()
+    worker, plane = ProxyTraffic(clock), ProxyTraffic(clock)
+    plane.started("t", "s", A)
+    plane.finished("t", "s", A, 200, 0.003)
+    for status in (200, 502):
+        worker.started("t", "s", A)
+        worker.finished("t", "s", A, status, 0.003)
+    worker.started("t", "s", B)
+    plane.take("w1", json.loads(json.dumps(worker.report())))
+    plane.take("w1", json.loads(json.dumps(worker.report())))  # taken twice: counted once
+    text = _metrics(plane)
+    assert 'xpupool_service_requests_total{code="200",service="s",tenant="t"} 2.0' in text
+    assert 'xpupool_service_requests_total{code="502",service="s",tenant="t"} 1.0' in text
+    assert 'xpupool_service_request_seconds_bucket{le="0.005",service="s",tenant="t"} 3.0' in text
+    assert 'xpupool_service_request_seconds_count{service="s",tenant="t"} 3.0' in text
+    assert 'xpupool_service_in_flight{service="s",tenant="t"} 1.0' in text  # the worker's
+    worker.finished("t", "s", B, 200, 0.003)
+    plane.take("w1", worker.report())
+    assert 'requests_total{code="200",service="s",tenant="t"} 3.0' in _metrics(plane)
+    again = ProxyTraffic(clock)  # w1 started again: its counts start from nothing
+    again.started("t", "s", A)
+    again.finished("t", "s", A, 200, 0.003)
+    plane.take("w1", again.report())
+    clock.now += REPORT_FRESH_S + 1  # and went away
+    text = _metrics(plane)
+    assert 'requests_total{code="200",service="s",tenant="t"} 4.0' in text
+    assert 'xpupool_service_in_flight{service="s",tenant="t"} 0.0' in text
+
+
 def test_a_report_that_breaks_the_format_is_refused_whole() -> None:
     plane = ProxyTraffic(Clock())
+    good = ProxyTraffic(Clock())
+    good.started("t", "s", A)
+    good.finished("t", "s", A, 200, 0.003)
+    well = good.report()
+    [row] = well["services"]  # type: ignore[misc]
+    totals = row[5]
     for bad in (
         None,
         {"services": []},
         {"services": [["t", "s", "many", 0, []]], "endpoints": []},
         {"services": [], "endpoints": [[1, 0, "h"]]},
+        {"services": [row[:5]], "endpoints": []},  # no totals
+        {"services": [[*row[:5], {**totals, "codes": [[200, -1]]}]], "endpoints": []},
+        {"services": [[*row[:5], {**totals, "codes": [[99, 1]]}]], "endpoints": []},
+        {"services": [[*row[:5], {**totals, "buckets": [1]}]], "endpoints": []},
+        {"services": [[*row[:5], {**totals, "sum": float("inf")}]], "endpoints": []},
+        {"services": [[*row[:5], {**totals, "count": 1.5}]], "endpoints": []},
+        {"services": [["t", "s", -1, *row[3:]]], "endpoints": []},
+        {"services": [["t", "s", 0, 1, [[10**6, 1]], totals]], "endpoints": []},
+        {"services": [["", *row[1:]]], "endpoints": []},
+        {"services": [row, row], "endpoints": []},
+        {"services": [row], "endpoints": [[1, 0, "h", 70_000, 1]]},
+        {"services": [row] * 10_001, "endpoints": []},
     ):
         with pytest.raises(ReportError):
             plane.take("w", bad)
-    assert plane.in_flight("t", "s") == 0
+    assert plane.in_flight("t", "s") == 0 and plane.services() == []
+    plane.take("w", well)
+    assert 'requests_total{code="200",service="s",tenant="t"} 1.0' in _metrics(plane)
+
+
+def test_a_report_of_services_that_do_not_exist_adds_nothing() -> None:
+    """The plane passes the services that exist: a worker's counts of any other name (a deleted
+    service, or names made up) keep no series."""
+    worker, plane = ProxyTraffic(Clock()), ProxyTraffic(Clock())
+    for name in ("s", "gone", "made-up"):
+        worker.started("t", name, A)
+        worker.finished("t", name, A, 200, 0.003)
+    plane.take("w", worker.report(), known={("t", "s")})
+    assert [key for key, _ in plane.services()] == [("t", "s")]
+    assert plane.rate("t", "gone") == (0.0, None)

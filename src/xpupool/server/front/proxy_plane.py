@@ -3,8 +3,8 @@ worker's end), on the submission channel (``front/plane_side.py``):
 
 - :data:`wire.SNAPSHOT`, every ``proxy_source.POLL_S`` from each worker: the worker's traffic
   counts (taken into ``plane.service_traffic``, which the controller scales on) and the digests
-  of the tokens it accepted since its last poll; answered with every stored service and its ready
-  endpoints, and each of those tokens checked again (a revoked one is refused).
+  of the tokens it accepted since its last poll; answered with every stored service, its state
+  and its ready endpoints, and each of those tokens checked again (a revoked one is refused).
 - :data:`wire.CALLER`: a token the worker has not seen (or not lately), checked as the plane's
   own proxy checks it (``service_access.caller_of``).
 
@@ -53,16 +53,22 @@ class ProxyAnswers:
             token
         ) in tokens:  # all checked before anything is taken: a refused frame changes nothing
             _digest(token)
+        names = await asyncio.to_thread(self._names)
         try:
-            self.plane.service_traffic.take(worker, asked.get("traffic"))
+            known = {(tenant, name) for tenant, name, _ in names}
+            self.plane.service_traffic.take(worker, asked.get("traffic"), known)
         except ReportError as exc:
             raise FrameError(str(exc)) from None
         checked = [[t[0], self._token(t)] for t in tokens]
-        names = await asyncio.to_thread(self._names)
         ready = self.plane.service_endpoints.ready
         services = [
-            [tenant, name, [[e.job_id, e.replica, e.host, e.port] for e in ready(tenant, name)]]
-            for tenant, name in names
+            [
+                tenant,
+                name,
+                [[e.job_id, e.replica, e.host, e.port] for e in ready(tenant, name)],
+                state,
+            ]
+            for tenant, name, state in names
         ]
         return json.dumps({"services": services, "tokens": checked}).encode()
 
@@ -75,9 +81,9 @@ class ProxyAnswers:
             return {"caller": [found.tenant, found.service, found.token_id]}
         return {"refused": list(found)}
 
-    def _names(self) -> list[tuple[str, str]]:
+    def _names(self) -> list[tuple[str, str, str]]:
         with self.plane.db.connect() as conn:
-            return [(r["tenant"], r["name"]) for r in service_rows.listed(conn)]
+            return [(r["tenant"], r["name"], r["state"]) for r in service_rows.listed(conn)]
 
 
 def _digest(asked: Any) -> tuple[str, bool]:

@@ -3,7 +3,8 @@ app) with what it asks answered here, so that a proxied request never waits for 
 event loop (its scheduling passes, its store writes, its other routes).
 
 The worker polls the plane every :data:`POLL_S` on the submission channel (``wire.SNAPSHOT``,
-answered by ``front/proxy_plane.py``) for every stored service and its ready endpoints, and
+answered by ``front/proxy_plane.py``) for every stored service, its state and its ready
+endpoints, and
 serves from the last answer. Bounds, while the plane answers: a replica that stops being ready
 (or is drained) leaves a worker's list within one poll interval plus the poll's round trip after
 the plane's controller dropped it (a connection it refuses meanwhile is retried on the next
@@ -45,6 +46,7 @@ class WorkerSource:
         self.traffic = traffic
         self.name = str(os.getpid())
         self.services: dict[tuple[str, str], tuple[Endpoint, ...]] = {}
+        self.states: dict[tuple[str, str], str] = {}  # every stored service's state
         self.loaded = asyncio.Event()
         self.live: dict[str, Caller] = {}  # tokens the plane said yes to lately, by digest
         self.fresh: dict[str, Caller] = {}  # ... of which, those asked since the poll was sent
@@ -81,8 +83,8 @@ class WorkerSource:
     def ready(self, tenant: str, name: str) -> Sequence[Endpoint]:
         return self.services.get((tenant, name), ())
 
-    async def exists(self, tenant: str, name: str) -> bool:
-        return (tenant, name) in self.services
+    async def state(self, tenant: str, name: str) -> str | None:
+        return self.states.get((tenant, name))
 
     # ------------------------------------------------------------------ the poll
     def _take(
@@ -119,8 +121,9 @@ class WorkerSource:
         got = json.loads(answer.body)
         self.services = {
             (str(t), str(n)): tuple(Endpoint(int(j), int(r), str(h), int(p)) for j, r, h, p in e)
-            for t, n, e in got["services"]
+            for t, n, e, _ in got["services"]
         }
+        self.states = {(str(t), str(n)): str(state) for t, n, _, state in got["services"]}
         live: dict[str, Caller] = dict(self.fresh)
         self.live = live
         for digest, checked in got["tokens"]:

@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, delete, func, insert, select, update
 
-from xpupool.model.errors import Conflict
+from xpupool.model.errors import Conflict, NotFound
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.plane.secret_rows import Store
 from xpupool.server.schemas.jobs import FINAL_STATES, JobPhase, StopCause
+from xpupool.server.schemas.services import ServiceState
 from xpupool.server.storage.jobs import jobs as t_jobs
 from xpupool.server.storage.services import service_events as t_events
 from xpupool.server.storage.services import service_replicas as t_replicas
@@ -22,6 +23,7 @@ from xpupool.server.storage.services import services as t_services
 if TYPE_CHECKING:
     from xpupool.server.plane.control import ControlPlane
 
+STOPPED, PENDING = ServiceState.STOPPED.value, ServiceState.PENDING.value
 MAX_EVENTS = 200
 """Events kept per service: the newest; a crash loop adds one per restart."""
 
@@ -51,16 +53,66 @@ def listed(conn: Connection, tenant: str | None = None) -> list[dict[str, Any]]:
     return [dict(r) for r in conn.execute(q).mappings()]
 
 
-def change(plane: Store, sid: int, values: dict[str, Any], reasons: Iterable[str] = ()) -> None:
+def change(
+    plane: Store,
+    sid: int,
+    values: dict[str, Any],
+    reasons: Iterable[str] = (),
+    stopped: bool | None = None,
+) -> None:
     """Update service ``sid``'s row, and add an event for each of ``reasons`` (in its state
-    after the update)."""
+    after the update). ``stopped`` (the controller's): only while the service is still stopped,
+    or still not, as the pass read it; a stop or a start in between wins, and the next pass
+    works from it."""
     with plane.write() as conn:
         where = t_services.c.id == sid
+        if stopped is not None:
+            is_stopped = t_services.c.state == STOPPED
+            where = where & (is_stopped if stopped else ~is_stopped)
         if not conn.execute(update(t_services).where(where).values(**values)).rowcount:
-            return  # deleted meanwhile: no event of a service that is gone
+            return  # deleted (or stopped, or started) meanwhile: no event of that
         state = conn.execute(select(t_services.c.state).where(where)).scalar()
         for reason in reasons:
             _service_event(conn, sid, values["updated_at"], str(state), reason)
+
+
+def stop(plane: Store, sid: int, name: str, now: float) -> None:
+    """Stop service ``sid`` (named ``name``): stored as its state, so that no pass and no
+    restarted plane keeps a replica; its replicas are taken away (drained, then ended by the
+    controller). :class:`Conflict` when it is stopped already; :class:`NotFound` when gone."""
+    with plane.write() as conn:
+        state = _state(conn, sid, name)
+        if state == STOPPED:
+            raise Conflict(f"service {name!r} is stopped already")
+        values = {"state": STOPPED, "reason": "stopped", "desired": 0, "updated_at": now}
+        conn.execute(update(t_services).where(t_services.c.id == sid).values(**values))
+        draining = (t_replicas.c.service_id == sid) & ~t_replicas.c.draining
+        conn.execute(update(t_replicas).where(draining).values(draining=True, drain_since=now))
+        _service_event(conn, sid, now, STOPPED, "stopped")
+
+
+def start(plane: Store, sid: int, name: str, desired: int, now: float) -> None:
+    """Start stopped service ``sid`` again with ``desired`` replicas (its min); the controller
+    starts them. :class:`Conflict` when it is not stopped; :class:`NotFound` when gone."""
+    with plane.write() as conn:
+        state = _state(conn, sid, name)
+        if state != STOPPED:
+            raise Conflict(f"service {name!r} is not stopped: it is {state}")
+        values = {
+            "state": PENDING,
+            "reason": "started: waiting for the controller to start its replicas",
+            "desired": desired,
+            "updated_at": now,
+        }
+        conn.execute(update(t_services).where(t_services.c.id == sid).values(**values))
+        _service_event(conn, sid, now, PENDING, "started")
+
+
+def _state(conn: Connection, sid: int, name: str) -> str:
+    state = conn.execute(select(t_services.c.state).where(t_services.c.id == sid)).scalar()
+    if state is None:
+        raise NotFound("service", name)
+    return str(state)
 
 
 def stop_jobs(plane: ControlPlane, job_ids: Iterable[int], why: str) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request
 
 from xpupool.server.routers.deps import Plane, User
-from xpupool.server.schemas.base import NAME_PATTERN
+from xpupool.server.schemas.base import NAME_PATTERN, ErrorBody
 from xpupool.server.schemas.services import Service, ServiceIn
 from xpupool.server.services import services
 
@@ -41,6 +41,35 @@ def update(name: NameParam, body: ServiceIn, plane: Plane, me: User, request: Re
     """Change a service: a change of its job or port rolls its replicas, one at a time."""
     request.state.audit_target = f"service {name}"
     return services.update(plane, me, name, body)
+
+
+@router.post(
+    "/{name}/stop",
+    response_model=Service,
+    responses={409: {"description": "The service is stopped already", "model": ErrorBody}},
+)
+def stop(
+    name: NameParam, plane: Plane, me: User, request: Request, tenant: TenantParam = None
+) -> Service:
+    """Stop a service: its replicas are drained and end, none is started (not after a restart
+    of the server either) and its endpoint answers 503 until it is started; 409 when it is
+    stopped already."""
+    request.state.audit_target = f"service {name}"
+    return services.stop(plane, me, name, tenant)
+
+
+@router.post(
+    "/{name}/start",
+    response_model=Service,
+    responses={409: {"description": "The service is not stopped", "model": ErrorBody}},
+)
+def start(
+    name: NameParam, plane: Plane, me: User, request: Request, tenant: TenantParam = None
+) -> Service:
+    """Start a stopped service: its controller starts its minimum of replicas; 409 when it is
+    not stopped."""
+    request.state.audit_target = f"service {name}"
+    return services.start(plane, me, name, tenant)
 
 
 @router.delete("/{name}", status_code=204)

@@ -45,6 +45,7 @@ class ServiceState(StrEnum):
     DEGRADED = "degraded"  # some ready, fewer than desired
     RESTARTING = "restarting"  # a replica ended: its replacement waits for the backoff
     UPDATING = "updating"  # replicas of an older generation are being replaced
+    STOPPED = "stopped"  # its tenant stopped it: no replica is kept until it is started
 
 
 class Replicas(Strict):

@@ -1,5 +1,5 @@
-"""Services (``/v1/services``): create, read, list, change, delete. The API's side; the replicas
-are kept by ``server/service_controller.py``.
+"""Services (``/v1/services``): create, read, list, change, stop, start, delete. The API's side;
+the replicas are kept by ``server/service_controller.py``.
 
 A service is checked, when created and when changed, by the one verdict a job submission gets
 (``jobs.verdict``, errors named under ``job.``), so a service that could never start a replica is
@@ -164,6 +164,25 @@ def delete(plane: ControlPlane, me: Principal, name: str, tenant: str | None = N
     job_ids = service_rows.remove(plane, row["id"])
     service_rows.stop_jobs(plane, job_ids, f"service {name} deleted")
     plane.services_wake.set()
+
+
+def stop(plane: ControlPlane, me: Principal, name: str, tenant: str | None = None) -> Service:
+    """Stop the service: stored before the answer, its replicas drained and ended by the
+    controller, none started until :func:`start`; 409 when stopped already."""
+    row = _row(plane, me, name, tenant)
+    service_rows.stop(plane, row["id"], name, plane.clock())
+    plane.services_wake.set()
+    return get(plane, me, name, row["tenant"])
+
+
+def start(plane: ControlPlane, me: Principal, name: str, tenant: str | None = None) -> Service:
+    """Start a stopped service again: its min replicas, started by the controller; 409 when it
+    is not stopped."""
+    row = _row(plane, me, name, tenant)
+    spec = ServiceIn.model_validate({**row["spec"], "tenant": None})
+    service_rows.start(plane, row["id"], name, spec.replicas.min, plane.clock())
+    plane.services_wake.set()
+    return get(plane, me, name, row["tenant"])
 
 
 @dataclass(frozen=True, slots=True)
