@@ -442,3 +442,52 @@ def test_a_bad_sites_file_is_refused_naming_the_field(tmp_path: Path) -> None:
     )
     assert out.returncode == 1, out.stdout + out.stderr
     assert "sites[0].namespace" in out.stderr, out.stderr
+
+
+def test_a_nodes_changed_cards_labels_and_taints_reach_the_plane(
+    plane: tuple[K8sCluster, ServerProc],
+) -> None:
+    """A Node of the site whose cards (HAMi's registration annotation), labels and taints change
+    is registered again with them: the plane's book follows the cluster, as an agent's new
+    inventory is followed (here nothing runs there, so nothing drains). Last in the module: the
+    deleted Node stays in the plane's book, lost."""
+    kc, srv = plane
+    r = kc.api.post("/api/v1/nodes", json=kwok_node("kw-grow", cards=2))
+    assert r.status_code == 201, r.text
+
+    def cards() -> int:
+        r = httpx.get(f"{srv.url}/v1/devices", headers=srv.headers())
+        return sum(1 for d in r.json() if d["node"] == "kw-grow") if r.status_code == 200 else -1
+
+    try:
+        until(lambda: cards() == 2, "kw-grow's two cards", 30)
+        grown = kwok_node("kw-grow", cards=4)["metadata"]
+        patch = {
+            "metadata": {
+                "labels": {"zone": "b"},
+                "annotations": {
+                    "hami.io/node-nvidia-register": grown["annotations"][
+                        "hami.io/node-nvidia-register"
+                    ]
+                },
+            },
+            "spec": {"taints": [{"key": "team", "value": "ml", "effect": "NoSchedule"}]},
+        }
+        r = kc.api.patch(
+            "/api/v1/nodes/kw-grow",
+            json=patch,
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        assert r.status_code == 200, r.text
+        until(lambda: cards() == 4, "kw-grow's four cards", 30)
+
+        def view() -> dict[str, Any]:
+            return next(n for n in nodes(srv) if n["name"] == "kw-grow")
+
+        until(lambda: view()["labels"].get("zone") == "b", "kw-grow's new label", 30)
+        assert [(t["key"], t["value"], t["effect"]) for t in view()["taints"]] == [
+            ("team", "ml", "NoSchedule")
+        ], view()
+        assert view()["status"] == "ready" and view()["schedulable"], view()
+    finally:
+        kc.api.delete("/api/v1/nodes/kw-grow")

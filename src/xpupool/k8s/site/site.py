@@ -9,9 +9,10 @@ for that thread, so no plane operation waits on the network.
   xpupool's device annotation, ``status.allocatable``), plus ``spec.taints`` and
   ``spec.unschedulable``, checked as strictly as an agent's registration (a node name the plane's
   book can hold, bounded counts), then registered through ``services/fleet.register_many`` with
-  this site's ``source``; the node's ``site`` is the site's name, so ``site=NAME`` in a request
-  names it. A node whose name another site's node has is refused and logged: one site's objects
-  never change another's.
+  this site's ``source`` (a known one whose cards, capacity, labels or taints change is registered
+  again through the plane's ``register``, draining); the node's ``site`` is the site's name, so
+  ``site=NAME`` in a request names it. A node whose name another site's node has is refused and
+  logged: one site's objects never change another's.
 - Pods: the plane's own (labelled ``xpupool.io/job``), each a replica of a job in a run
   (``pods.py``). Their phases become the agent protocol's replica reports, sent through the
   heartbeat service (``services/agents.py``) under the node the plane placed the replica on, so
@@ -58,7 +59,7 @@ from xpupool.k8s.site.pods import (
 from xpupool.k8s.site.pods import report as pod_report
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
 from xpupool.model.device import Node
-from xpupool.model.errors import RequestError, XpupoolError
+from xpupool.model.errors import Conflict, RequestError, XpupoolError
 from xpupool.model.taint import Taint, parse_effect
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.plane import node_lifecycle as nl
@@ -293,15 +294,33 @@ class KubernetesSite:
         if rec is None:
             fleet.register_many(plane, [node], source=self.source)
             log.info("site %s: node %s registered", self.name, node.name)
-        elif not self.owns(rec):
+            return
+        if not self.owns(rec):
             log.warning(
                 "site %s: node %s refused: the plane has a node of that name from %s",
                 self.name,
                 node.name,
                 rec.source,
             )
-        elif rec.cordoned == node.schedulable:
+            return
+        if _inventory(rec.node) != _inventory(node):
+            self._node_changed(plane, node)
+        if rec.cordoned == node.schedulable:
             fleet.cordon_node(plane, node.name, not node.schedulable)
+
+    def _node_changed(self, plane: ControlPlane, node: Node) -> None:
+        """A Node of this site whose cards, capacity, labels or taints changed: registered again
+        as an agent's new inventory is, draining (what live work holds of the old one stays
+        served, cordoned, until that work ends: ``server/drain.py``); one the plane cannot serve
+        (a card UUID another node has, an engine that would not take the held work) is left as
+        it was, and logged."""
+        schedulable = replace(node, schedulable=True)  # the cordon follows, as for a new node
+        try:
+            plane.register(schedulable, source=self.source, drain=True, declared_taints=True)
+        except (RequestError, Conflict) as exc:
+            log.warning("site %s: node %s kept as it was: %s", self.name, node.name, exc)
+            return
+        log.info("site %s: node %s changed", self.name, node.name)
 
     def _node_gone(self, plane: ControlPlane, name: str) -> None:
         """A Node deleted from the cluster: lost in the plane's book (nothing new goes there),
@@ -674,3 +693,9 @@ def _gone_ok() -> Iterator[None]:
     except ApiError as exc:
         if exc.status.code != 404:
             raise
+
+
+def _inventory(node: Node) -> Node:
+    """What a Node's change re-registers: all but its cordon (``spec.unschedulable``, which
+    cordons and uncordons the node on its own)."""
+    return replace(node, schedulable=True)

@@ -69,6 +69,7 @@ class NodeRegistration:
         os: str = "",
         drain: bool = False,
         within: Callable[[Connection], None] | None = None,
+        declared_taints: bool = False,
     ) -> None:
         """Register or update ``node``, all or nothing. A device UUID another node has is a
         RequestError on ``devices[i].uuid``; a new inventory that would take a device (or CPU,
@@ -77,11 +78,13 @@ class NodeRegistration:
         ends. ``within`` runs in the registration's transaction before the node is written;
         raising there refuses the registration. ``node.taints`` are taken when the node is new
         (kubelet's ``--register-with-taints``); a node the store has keeps its own, which only
-        the admin changes, so an agent cannot take off a taint the admin put on."""
+        the admin changes, so an agent cannot take off a taint the admin put on; unless
+        ``declared_taints``: a Kubernetes site's Node, whose ``spec.taints`` the cluster's admin
+        owns, is registered with them as they are now."""
         with self._lock:
             self._check_uuids_free(node)
             rec = self._nodes.get(node.name)
-            if rec is not None and rec.node.taints != node.taints:
+            if rec is not None and rec.node.taints != node.taints and not declared_taints:
                 if node.taints:
                     log.info(
                         "node %s registers with taints %s; it keeps %s (taken at its first "
