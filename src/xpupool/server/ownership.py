@@ -154,6 +154,13 @@ class StoreOwnership:
         self._lost_guard = threading.Lock()
         self._fenced: weakref.WeakSet[Dialect] = weakref.WeakSet()  # dialects checked (fence)
 
+    @property
+    def made_schema(self) -> bool:
+        """Whether this owner's engine is open, having made the store's schema: the plane's
+        engines then skip that work (``meta.connect(schema=False)``), most of a second on
+        PostgreSQL, once per engine, on the way to serving after a take-over."""
+        return self.db is not None
+
     # ------------------------------------------------------------------ claim
     def claim(self) -> None:
         """Take the store, or raise :class:`StoreInUseError` (one line) and write nothing.

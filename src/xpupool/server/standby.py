@@ -73,10 +73,16 @@ def wait_for_store(
     tls: tuple[Path, Path] | None = None,
     poll_s: float = POLL_S,
     stopped: threading.Event | None = None,
+    prepare: Callable[[], None] | None = None,
 ) -> None:
     """Answer 503 on ``host:port`` and claim the store every ``poll_s`` until the claim
     succeeds; then free the port and return (the caller starts the plane). ``stopped``: set to
-    give up (returns with the store not claimed)."""
+    give up (returns with the store not claimed). ``prepare``: run on a thread of its own while
+    standing by, for the start's work that needs no store (imports, compiled loops), which would
+    otherwise come after the take-over, before serving. The first claim opens the owner's
+    engine and makes the schema (``StoreOwnership.made_schema``), also before the take-over."""
+    if prepare is not None:
+        threading.Thread(target=prepare, name="xpupool-standby-prepare", daemon=True).start()
     server = _StandbyServer((host, port), _Standby)
     if tls is not None:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

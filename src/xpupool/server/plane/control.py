@@ -121,7 +121,8 @@ class ControlPlane(NodeBook, TenancyBooks, TenantStore, PlaneReads):
         # the replicas' logs (server/job_logs.py): DATA/logs, or under ``xpupool up --logs``;
         # ``max_log_bytes``: what the server keeps of one replica's log (--log-cap)
         self.logs = JobLogs(logs_dir or data_dir / "logs", max_log_bytes, log_reserve_bytes)
-        self.db = meta.connect(db_url)
+        # the schema is made once per process: by the store owner's claim when there is one
+        self.db = meta.connect(db_url, schema=ownership is None or not ownership.made_schema)
         # tenants' secrets are sealed under this key (secret_box.py; --secret-key-file)
         self.secret_box = SecretBox(secret_key_file or data_dir / "secret.key")
         self.secret_box.recover(lambda: secret_rows.key_ids(self))
