@@ -271,3 +271,64 @@ def test_an_agent_given_both_planes_follows_the_take_over_and_no_job_runs_twice(
         if standby is not None and standby.poll() is None:
             os.killpg(standby.pid, signal.SIGKILL)
             standby.wait(10)
+
+
+def test_sessions_the_audit_and_secrets_survive_a_take_over(tmp_path: Path, pg_url: str) -> None:
+    """Issue 50: what a browser, the admin and a tenant had on the lost plane is on the new
+    one. A dashboard session made on the active plane works on the standby after the take-over
+    (its CSRF secret too: the same page); the audit rows written before are all there and new
+    ones are appended after them; a tenant's secret still opens (a key rotation opens every
+    sealed value), both planes given the same ``--secret-key-file``, as the chart mounts one
+    Secret in every replica."""
+    key = tmp_path / "secret.key"
+    shared = ("--secret-key-file", str(key))
+    active = ServerProc(
+        tmp_path / "a", cluster=CLUSTER_MIXED, extra_args=("--db", pg_url, "--no-agent", *shared)
+    )
+    standby_port = free_port()
+    standby_url = f"http://127.0.0.1:{standby_port}"
+    standby: subprocess.Popen[bytes] | None = None
+    try:
+        active.start()
+        admin = active.headers()
+        with active.tenant_client("team") as team:
+            r = team.put("/v1/secrets/db-password", json={"secret": "hunter2"})
+            assert r.status_code == 201, r.text
+        r = httpx.post(
+            f"{active.url}/signin",
+            data={"token": active.admin_token},
+            headers={"Origin": active.url},
+        )
+        assert r.status_code == 303, r.text
+        sid = r.cookies["xpupool_session"]
+        page = httpx.get(f"{active.url}/submit", cookies={"xpupool_session": sid})
+        assert page.status_code == 200, page.text
+        csrf = page.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+        before = httpx.get(f"{active.url}/v1/audit", params={"limit": 1000}, headers=admin)
+        assert before.status_code == 200 and before.json(), before.text
+        standby = start_standby(
+            tmp_path / "b", standby_port, pg_url, ("--cluster", str(CLUSTER_MIXED), *shared)
+        )
+        until(lambda: "owned by another" in health(standby_url)[1], "the standby")
+        assert active.proc is not None
+        os.killpg(active.proc.pid, signal.SIGKILL)
+        until(lambda: health(standby_url)[0] == 200, "the standby serving", timeout_s=TAKEOVER_S)
+
+        page = httpx.get(f"{standby_url}/submit", cookies={"xpupool_session": sid})
+        assert page.status_code == 200, (page.status_code, page.headers.get("location"))
+        assert f'name="csrf" value="{csrf}"' in page.text  # the same session, the same secret
+        r = httpx.post(f"{standby_url}/v1/tenants", json={"name": "later"}, headers=admin)
+        assert r.status_code == 201, r.text
+        after = httpx.get(f"{standby_url}/v1/audit", params={"limit": 1000}, headers=admin)
+        kept = {e["id"]: e for e in after.json()}
+        assert all(kept.get(e["id"]) == e for e in before.json())  # every row, unchanged
+        newest = max(e["id"] for e in before.json())
+        assert any(e["id"] > newest and "later" in e["target"] for e in after.json())
+        r = httpx.post(f"{standby_url}/v1/secrets/rotate-key", headers=admin)
+        assert r.status_code == 200, r.text
+        assert r.json()["resealed"] == 1  # the secret opened under the shared key
+    finally:
+        active.kill()
+        if standby is not None and standby.poll() is None:
+            os.killpg(standby.pid, signal.SIGKILL)
+            standby.wait(10)

@@ -81,6 +81,7 @@ def connect(url: str, *, schema: bool = True) -> Engine:
         services,
         tenants,
         volumes,
+        web_sessions,
     )
 
     if not schema:
