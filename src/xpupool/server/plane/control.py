@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from sqlalchemy import Connection
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from xpupool.catalog.images import ImageCatalog, default_image_catalog
 from xpupool.disk_reserve import DEFAULT_LOG_RESERVE_BYTES
@@ -43,7 +43,7 @@ from xpupool.server.health import Health, probe_writable, store_failure
 from xpupool.server.job_logs import JobLogs
 from xpupool.server.lease import Lease
 from xpupool.server.live_metrics import LiveMetrics
-from xpupool.server.ownership import StoreOwnership
+from xpupool.server.ownership import StoreFenced, StoreOwnership
 from xpupool.server.pending_jobs import PendingJobs
 from xpupool.server.plane import secret_rows, store
 from xpupool.server.plane.lock import PlaneLock
@@ -186,6 +186,7 @@ class ControlPlane(NodeBook, TenancyBooks, TenantStore, PlaneReads):
         self._cycle: SchedulingCycle | None = None
         self.observers: list[Callable[[str, float], None]] = []  # (event, seconds) for metrics
         self.health = Health()
+        self.ownership = ownership  # None: this plane writes unfenced (tests, tools)
         if ownership is not None:  # every commit checks the store is still this server's
             ownership.fence(self.db)
             ownership.on_lost.append(self.health.fail)  # writes and /healthz: 503, and why
@@ -474,6 +475,14 @@ class ControlPlane(NodeBook, TenancyBooks, TenantStore, PlaneReads):
             except (OperationalError, OSError) as exc:
                 self._drop_writer()
                 raise self.store_failed(exc) from None
+            except DBAPIError:
+                if self.ownership is None or self.ownership.lost is None:
+                    raise
+                # a write that hung on a partition while its lease ran out, and reached the
+                # store after a take-over (a job id the new plane took meanwhile): the store
+                # is lost, which is the answer, and the fence refused the commit anyway
+                self._drop_writer()
+                raise StoreFenced(self.ownership.lost) from None
         finally:
             self._lock.release()
 
@@ -538,6 +547,11 @@ class ControlPlane(NodeBook, TenancyBooks, TenantStore, PlaneReads):
         grace (their heartbeats were refused meanwhile). Returns whether the store is healthy."""
         if self.health.failure is None:
             return True
+        if self.ownership is not None and self.ownership.lost is not None:
+            # for good, and the reason to give (a failed write may have said something else
+            # since); and the lock may be held by a write stuck on a partition
+            self.health.fail(self.ownership.lost)
+            return False
         with self._lock:
             try:
                 with self.db.begin() as conn:
