@@ -14,7 +14,9 @@ epoch.
   the row raises the epoch by one, compare-and-set, so two claimants never both win.
 - **Renew** every ``lease_s * RENEW_FRACTION`` seconds of monotonic time (:class:`LeaseRenewer`),
   so a wall-clock step never delays or hurries a renewal; the row stores the expiry as the
-  owner's wall-clock time, which another process can compare with its own.
+  owner's wall-clock time, which another process can compare with its own. A lease that ends
+  unrenewed is given up on this process's own clock (``LeaseRenewer.watch``), without waiting
+  for a database that may be silent behind a partition.
 - **Fence**: every transaction that wrote something checks, just before its ``COMMIT`` and inside
   it, that the row still carries this server's epoch (:meth:`StoreOwnership.fence`, on the
   commit of each engine the server writes through: one place, whatever opened the

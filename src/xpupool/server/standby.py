@@ -13,8 +13,10 @@ and agents and clients that retry reach it.
 Timings with the default ``--store-lease`` of 10 s: the active plane renews every 2 s; the
 standby may take the store 2 s (the clock allowance) after the lease ends, and looks every
 :data:`POLL_S`; so it claims at most 10 + 2 + 0.5 s after the active plane's last renewal, and
-serves after its own start (a few seconds on a large pool). The plane that lost the store never
-writes again: every commit checks the owner row's epoch (the fence).
+serves once it has read the pool from the store: the rest of a start (the schema, imports,
+compiled loops) is done while it stands by. The plane that lost the store never writes again:
+every commit checks the owner row's epoch (the fence), and a plane that cannot renew gives the
+store up when its lease ends, on its own clock. Figures: docs/benchmarks.md.
 """
 
 from __future__ import annotations
