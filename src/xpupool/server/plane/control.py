@@ -64,7 +64,7 @@ from xpupool.server.plane.tenant_store import TenantStore
 from xpupool.server.retention import Retention
 from xpupool.server.schemas.agent_protocol import DeviceMetrics, VolumeUsageReport
 from xpupool.server.schemas.jobs import HOLDING_STATES, JobPhase, StopCause
-from xpupool.server.secret_box import SecretBox
+from xpupool.server.secret_box import SecretBox, key_id
 from xpupool.server.service_endpoints import NO_ENDPOINTS, Endpoints
 from xpupool.server.service_traffic import ProxyTraffic
 from xpupool.server.sites.agent_pool import AgentPoolSite
@@ -201,6 +201,23 @@ class ControlPlane(NodeBook, TenancyBooks, TenantStore, PlaneReads):
         self._load()
         with self.db.connect() as conn:  # what each tenant's kept logs take (job_logs.py)
             self.logs.load(store.job_tenants(conn))
+        self._check_secret_key()
+
+    def _check_secret_key(self) -> None:
+        """Say on ``/healthz`` when the key file cannot open the stored secrets: a plane
+        started on another host's store with its own key (a standby given another
+        ``--secret-key-file`` than the plane it took over from). It serves all the same; a job
+        given a secret would not start until the right key is given."""
+        stored = secret_rows.key_ids(self)
+        if not stored:
+            return
+        held = key_id(self.secret_box.key())
+        if held not in stored:
+            self.health.note(
+                f"tenants' secrets are sealed under key {', '.join(sorted(stored))} and "
+                f"{self.secret_box.path} holds key {held}: they cannot be opened; give this "
+                "plane the --secret-key-file of the plane that sealed them"
+            )
 
     # ------------------------------------------------------------------ loading and rebuilding
     def _load(self) -> None:
