@@ -14,7 +14,11 @@ class TcpProxy:
     """A TCP relay on 127.0.0.1 in front of ``target`` (host, port) that a test can cut: :meth:`cut`
     drops every open connection and refuses new ones (accepted, then closed at once: a client
     sees its watch end and its reconnects fail), :meth:`resume` lets them through again. It stands
-    for a network partition between a client and its server; TLS passes through untouched."""
+    for a network partition between a client and its server; TLS passes through untouched.
+    :meth:`stall` stands for a partition that drops packets instead (a blackhole): connections
+    stay open and new ones are accepted, but nothing crosses either way until :meth:`resume`,
+    so a client's statements hang rather than fail (this host's kernel still answers its
+    keepalives: only a timeout of the client's own ends the wait)."""
 
     def __init__(self, target: tuple[str, int]) -> None:
         self.target = target
@@ -27,6 +31,8 @@ class TcpProxy:
         self._open: set[socket.socket] = set()
         self._cut = False
         self._closed = False
+        self._flowing = threading.Event()  # cleared while stalled
+        self._flowing.set()
         self._thread = threading.Thread(target=self._accept, daemon=True)
         self._thread.start()
 
@@ -41,9 +47,13 @@ class TcpProxy:
         for s in socks:
             _shut(s)
 
+    def stall(self) -> None:
+        self._flowing.clear()
+
     def resume(self) -> None:
         with self._lock:
             self._cut = False
+        self._flowing.set()
 
     def close(self) -> None:
         self._closed = True
@@ -63,20 +73,33 @@ class TcpProxy:
             if refuse:
                 _shut(client)
                 continue
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-            except OSError:
-                _shut(client)
+            if not self._flowing.is_set():  # accepted, then held until the stall ends
+                threading.Thread(target=self._connect, args=(client,), daemon=True).start()
                 continue
-            upstream.settimeout(None)
-            with self._lock:
-                self._open.update((client, upstream))
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            self._connect(client)
+
+    def _connect(self, client: socket.socket) -> None:
+        while not self._flowing.wait(0.1):
+            if self._closed:
+                _shut(client)
+                return
+        try:
+            upstream = socket.create_connection(self.target, timeout=5)
+        except OSError:
+            _shut(client)
+            return
+        upstream.settimeout(None)
+        with self._lock:
+            self._open.update((client, upstream))
+        for a, b in ((client, upstream), (upstream, client)):
+            threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         try:
             while data := src.recv(65536):
+                while not self._flowing.wait(0.1):  # stalled: held, neither sent nor dropped
+                    if self._closed:
+                        return
                 dst.sendall(data)
         except OSError:
             pass

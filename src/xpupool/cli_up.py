@@ -100,7 +100,13 @@ def in_background(make: Callable[[], T], name: str) -> Callable[[], T]:
     metavar="FILE",
     help="YAML sites file: Kubernetes clusters the plane manages as sites (docs/kubernetes.md)",
 )
-@click.option("--db", help="SQLAlchemy URL instead of DATA/state.db (e.g. PostgreSQL)")
+@click.option(
+    "--db",
+    envvar="XPUPOOL_DB",
+    show_envvar=True,
+    help="SQLAlchemy URL instead of DATA/state.db (e.g. PostgreSQL); from the environment, a "
+    "password in it stays off the command line",
+)
 @click.option(
     "--logs",
     type=click.Path(file_okay=False, resolve_path=True),

@@ -163,7 +163,7 @@ def open_pool(
     try:
         if owner is not None:
             owner.claim()
-        db = meta.connect(url)
+        db = meta.connect(url, schema=owner is None or not owner.made_schema)
     except (OperationalError, OSError) as exc:
         raise DataDirError(f"the database cannot be opened: {store_failure(exc)}") from None
     if owner is not None:

@@ -14,7 +14,9 @@ epoch.
   the row raises the epoch by one, compare-and-set, so two claimants never both win.
 - **Renew** every ``lease_s * RENEW_FRACTION`` seconds of monotonic time (:class:`LeaseRenewer`),
   so a wall-clock step never delays or hurries a renewal; the row stores the expiry as the
-  owner's wall-clock time, which another process can compare with its own.
+  owner's wall-clock time, which another process can compare with its own. A lease that ends
+  unrenewed is given up on this process's own clock (``LeaseRenewer.watch``), without waiting
+  for a database that may be silent behind a partition.
 - **Fence**: every transaction that wrote something checks, just before its ``COMMIT`` and inside
   it, that the row still carries this server's epoch (:meth:`StoreOwnership.fence`, on the
   commit of each engine the server writes through: one place, whatever opened the
@@ -154,6 +156,13 @@ class StoreOwnership:
         self._lost_guard = threading.Lock()
         self._fenced: weakref.WeakSet[Dialect] = weakref.WeakSet()  # dialects checked (fence)
 
+    @property
+    def made_schema(self) -> bool:
+        """Whether this owner's engine is open, having made the store's schema: the plane's
+        engines then skip that work (``meta.connect(schema=False)``), most of a second on
+        PostgreSQL, once per engine, on the way to serving after a take-over."""
+        return self.db is not None
+
     # ------------------------------------------------------------------ claim
     def claim(self) -> None:
         """Take the store, or raise :class:`StoreInUseError` (one line) and write nothing.
@@ -164,6 +173,7 @@ class StoreOwnership:
         claimed it before the start claims it again."""
         if self.epoch is not None and self.lost is None:
             return
+        started = time.monotonic()  # the lease runs from before the row is read, at the latest
         now = self.clock()
         if self.db is None:
             self.db = meta.connect(self.url)
@@ -203,7 +213,7 @@ class StoreOwnership:
             raise StoreInUseError("the store was taken by another server meanwhile") from None
         self.epoch = epoch
         self.fence(self.db)
-        self._renewer = LeaseRenewer(self)
+        self._renewer = LeaseRenewer(self, valid_until=started + self.lease_s)
         self._renewer.start()
 
     def _free(self, owner: Owner, now: float) -> str | None:
@@ -267,7 +277,7 @@ class StoreOwnership:
                 cursor.close()
             if row is not None and int(row[0]) == self.epoch:
                 return
-            self._lose(
+            self.lose(
                 "the store's owner row is gone"
                 if row is None
                 else f"this server lost the store to another xpupool up ({_owner(row).named()})"
@@ -276,7 +286,9 @@ class StoreOwnership:
         assert self.lost is not None
         raise StoreFenced(self.lost)
 
-    def _lose(self, why: str) -> None:
+    def lose(self, why: str) -> None:
+        """Give the store up for good (``why`` says how it was lost): every later commit is
+        refused, and ``on_lost`` is told once."""
         with self._lost_guard:
             if self.lost is not None:
                 return
@@ -328,22 +340,51 @@ class StoreOwnership:
 
 class LeaseRenewer(threading.Thread):
     """Renews ``ownership`` every ``lease_s * RENEW_FRACTION`` s (``Event.wait`` times with the
-    monotonic clock) until stopped or the store is lost."""
+    monotonic clock) until stopped or the store is lost; and watches the lease's end on a thread
+    of its own (:meth:`watch`).
 
-    def __init__(self, ownership: StoreOwnership) -> None:
+    ``valid_until``: monotonic time until which the lease holds, ``lease_s`` after the start of
+    the last claim or renewal that committed. The row's ``lease_until`` was read from the wall
+    clock after that start, so the lease ends here no later than a standby may take the store
+    (``CLOCK_SKEW_S`` after the row's end, on a clock that agrees within that much)."""
+
+    def __init__(self, ownership: StoreOwnership, *, valid_until: float) -> None:
         super().__init__(name="xpupool-store-lease", daemon=True)
         self.ownership = ownership
+        self.valid_until = valid_until
         self.stopped = threading.Event()
+        self._watch = threading.Thread(target=self.watch, name="xpupool-lease-watch", daemon=True)
+
+    def start(self) -> None:
+        super().start()
+        self._watch.start()
 
     def run(self) -> None:
         period = self.ownership.lease_s * RENEW_FRACTION
         while not self.stopped.wait(period):
+            started = time.monotonic()
             try:
                 if not self.ownership.renew():
                     return
             except OperationalError as exc:
                 log.warning("store lease not renewed (tried again in %.1f s): %s", period, exc.orig)
+            else:
+                self.valid_until = started + self.ownership.lease_s
+
+    def watch(self) -> None:
+        """Give the store up when the lease ends unrenewed, without asking the database: a plane
+        cut off from it by a partition that drops packets waits on its statements for as long as
+        TCP keeps the connection (minutes), and a renewal stuck among them tells nothing. Its
+        writes then answer 503 and ``/healthz`` says why, before a standby may take over; the
+        fence still refuses whatever commit reaches the database after that."""
+        while not self.stopped.is_set():
+            left = self.valid_until - time.monotonic()
+            if left <= 0:
+                self.ownership.lose(f"this server lost the store ({-left:.1f} s past its lease)")
+                return
+            self.stopped.wait(left)
 
     def stop(self) -> None:
         self.stopped.set()
         self.join(timeout=5)
+        self._watch.join(timeout=5)

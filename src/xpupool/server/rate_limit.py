@@ -206,7 +206,7 @@ def _session_digest(scope: Scope) -> str | None:
     sessions = getattr(getattr(scope.get("app"), "state", None), "web_sessions", None)
     if cookie is None or not isinstance(sessions, SessionStore):
         return None
-    session = sessions.get(cookie_parser(cookie).get(COOKIE))
+    session = sessions.cached(cookie_parser(cookie).get(COOKIE))
     return None if session is None else session.digest
 
 

@@ -13,8 +13,10 @@ and agents and clients that retry reach it.
 Timings with the default ``--store-lease`` of 10 s: the active plane renews every 2 s; the
 standby may take the store 2 s (the clock allowance) after the lease ends, and looks every
 :data:`POLL_S`; so it claims at most 10 + 2 + 0.5 s after the active plane's last renewal, and
-serves after its own start (a few seconds on a large pool). The plane that lost the store never
-writes again: every commit checks the owner row's epoch (the fence).
+serves once it has read the pool from the store: the rest of a start (the schema, imports,
+compiled loops) is done while it stands by. The plane that lost the store never writes again:
+every commit checks the owner row's epoch (the fence), and a plane that cannot renew gives the
+store up when its lease ends, on its own clock. Figures: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -73,10 +75,16 @@ def wait_for_store(
     tls: tuple[Path, Path] | None = None,
     poll_s: float = POLL_S,
     stopped: threading.Event | None = None,
+    prepare: Callable[[], None] | None = None,
 ) -> None:
     """Answer 503 on ``host:port`` and claim the store every ``poll_s`` until the claim
     succeeds; then free the port and return (the caller starts the plane). ``stopped``: set to
-    give up (returns with the store not claimed)."""
+    give up (returns with the store not claimed). ``prepare``: run on a thread of its own while
+    standing by, for the start's work that needs no store (imports, compiled loops), which would
+    otherwise come after the take-over, before serving. The first claim opens the owner's
+    engine and makes the schema (``StoreOwnership.made_schema``), also before the take-over."""
+    if prepare is not None:
+        threading.Thread(target=prepare, name="xpupool-standby-prepare", daemon=True).start()
     server = _StandbyServer((host, port), _Standby)
     if tls is not None:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -206,7 +206,7 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
             tls = (
                 None if cfg.tls_cert is None or cfg.tls_key is None else (cfg.tls_cert, cfg.tls_key)
             )
-            wait_for_store(owner, cfg.host, cfg.port, echo, tls=tls)
+            wait_for_store(owner, cfg.host, cfg.port, echo, tls=tls, prepare=prepare_start)
         plane = open_plane(cfg, owner)
     except BaseException:
         owner.release()  # a start refused after the claim leaves the store free at once
@@ -221,6 +221,20 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
             site.detach()
         owner.release()  # if the app did not (a failed start); a crash leaves the lease to end
         lock.release()
+
+
+def prepare_start() -> None:
+    """The start's work that needs no store, done ahead by a standby while it waits
+    (``server/standby.py``): the app's and uvicorn's imports, and the engine's compiled loops
+    (``kernels.warm``, seconds of CPU on a first start); after the take-over, only the store's
+    reads remain before serving."""
+    import uvicorn  # noqa: F401
+
+    from xpupool.engine.fragmentation import kernels
+    from xpupool.server import app  # noqa: F401
+
+    kernels.warm()
+    freeze_start_heap()  # what is alive now: the start's own freeze then walks the plane's alone
 
 
 def _serve(

@@ -44,6 +44,8 @@ ON = (
     "server.secretKey.secretName=xp-secret-key",
     "server.tenantNamespaces={team-a,team-b}",
 )
+# PostgreSQL from a Secret's URL, and a standby beside the active plane (docs/postgresql.md).
+STANDBY = ("server.database.urlSecretName=xp-db", "server.replicas=2")
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 
 
@@ -136,6 +138,46 @@ def test_the_server_args_are_the_real_command(
     assert ctx.params["agent"] is False
 
 
+def test_on_postgresql_two_planes_run_as_standbys_with_the_url_from_a_secret(
+    tools: dict[str, Path],
+    helm_env: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 50: the store's URL comes from a Secret in ``XPUPOOL_DB`` (never the command line);
+    with two replicas both run ``--standby`` (the first to claim serves), start in parallel (a
+    standby is never ready), and are kept alive by their port, since a standby's ``/healthz``
+    is 503 while it waits; readiness stays ``/healthz``, so the Service reaches the active one
+    only."""
+    sts = only(render(tools, helm_env, *ON, *STANDBY), "StatefulSet", SERVER)
+    assert sts["spec"]["replicas"] == 2
+    assert sts["spec"]["podManagementPolicy"] == "Parallel"
+    server = container(sts["spec"]["template"]["spec"], "server")
+    assert "--standby" in server["args"]
+    assert not any(a.startswith("--db") for a in server["args"])
+    (env,) = server["env"]
+    assert env == {
+        "name": "XPUPOOL_DB",
+        "valueFrom": {"secretKeyRef": {"name": "xp-db", "key": "url"}},
+    }
+    assert server["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert server["livenessProbe"]["tcpSocket"] == {"port": "http"}
+    assert "httpGet" not in server["livenessProbe"]
+    # the real command line takes the URL from that variable
+    monkeypatch.setenv("XPUPOOL_DB", "postgresql://xp:pw@db:5432/xp")
+    args = [a for a in server["args"] if not a.startswith("--sites=")]
+    ctx = parse_command(args, tmp_path)
+    assert ctx.params["standby"] is True
+    assert ctx.params["db"] == "postgresql://xp:pw@db:5432/xp"
+
+    # one plane on PostgreSQL: the URL, no standby, /healthz keeps it alive as on SQLite
+    one = only(render(tools, helm_env, *ON, STANDBY[0]), "StatefulSet", SERVER)
+    assert one["spec"]["replicas"] == 1
+    server = container(one["spec"]["template"]["spec"], "server")
+    assert "--standby" not in server["args"] and server["env"][0]["name"] == "XPUPOOL_DB"
+    assert server["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
 @pytest.mark.parametrize(
     ("sets", "field"),
     [
@@ -144,7 +186,9 @@ def test_the_server_args_are_the_real_command(
         ((*ON, "server.admissionGate.apiVersion=v1"), "/server/admissionGate/apiVersion"),
         ((*ON, "server.siteName=Bad.Site"), "/server/siteName"),
         ((*ON, "server.storage.size=lots"), "/server/storage/size"),
-        ((*ON, "server.replicas=2"), "'replicas' not allowed"),
+        ((*ON, "server.replicas=2"), "server.database.urlSecretName"),  # SQLite: one plane
+        ((*ON, *STANDBY[:1], "server.replicas=3"), "/server/replicas"),
+        ((*ON, "server.database.urlSecretName=Bad_Name"), "/server/database/urlSecretName"),
     ],
 )
 def test_bad_server_values_are_refused_naming_the_field(
@@ -191,8 +235,13 @@ def kc(tools: dict[str, Path]) -> Iterator[K8sCluster]:
 
 @pytest.mark.parametrize(
     "sets",
-    [(), ON, (*ON, "server.createNamespaces=true", "server.service.type=NodePort")],
-    ids=["server-off", "server-on", "server-creates-namespaces"],
+    [
+        (),
+        ON,
+        (*ON, "server.createNamespaces=true", "server.service.type=NodePort"),
+        (*ON, *STANDBY),
+    ],
+    ids=["server-off", "server-on", "server-creates-namespaces", "server-standby"],
 )
 def test_apiserver_accepts_every_rendered_object(
     tools: dict[str, Path],

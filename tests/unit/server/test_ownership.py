@@ -4,12 +4,15 @@ with clocks the test moves."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
-from sqlalchemy import Connection, insert, select, text
+from sqlalchemy import Connection, insert, select, text, update
 
 from xpupool.server.ownership import Identity, StoreFenced, StoreInUseError, StoreOwnership
 from xpupool.server.storage import meta
 from xpupool.server.storage.audit import audit
+from xpupool.server.storage.owner import store_owner
 
 
 class Clock:
@@ -111,3 +114,41 @@ def test_claiming_a_store_already_held_keeps_it_as_it_is(store_url: str) -> None
     with pytest.raises(StoreInUseError, match=r"epoch 1\); its lease ends"):
         owner(store_url, "/c", clock).claim()
     standby.release()
+
+
+def test_a_lease_that_runs_out_unrenewed_is_given_up_without_asking_the_database(
+    store_url: str,
+) -> None:
+    """A renewal stuck on the database (here behind a lock; in production a partition that
+    drops packets) tells nothing: the lease's end, timed in this process, gives the store up.
+    The server is told once, with why; the stuck renewal, when it gets through, commits nothing
+    (the row keeps the lease it had)."""
+    first = StoreOwnership(store_url, Identity("h", 1, "/a"), lease_s=1.0)  # real clocks
+    told: list[str] = []
+    first.on_lost.append(told.append)
+    first.claim()
+    blocker = meta.connect(store_url)
+    conn = blocker.connect()
+    tx = conn.begin()
+    try:
+        conn.execute(update(store_owner).where(store_owner.c.id == 1).values(id=1))  # its lock
+        held = conn.execute(select(store_owner.c.lease_until)).scalar_one()
+        deadline = time.monotonic() + 60
+        while not told and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(told) == 1 and "past its lease" in told[0], told
+    finally:
+        tx.rollback()
+        conn.close()
+    renewer = first._renewer
+    assert renewer is not None
+    renewer.join(timeout=60)  # the stuck renewal ends, refused
+    assert not renewer.is_alive()
+    first.fence(blocker)
+    with pytest.raises(StoreFenced), blocker.begin() as c:
+        row(c, 1)
+    assert count(store_url) == 0
+    with blocker.connect() as c:
+        assert c.execute(select(store_owner.c.lease_until)).scalar_one() == held
+    blocker.dispose()
+    first.release()

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from server_kit import BOTH_STORES, Server, reopen, tenant
 
-from xpupool.server.plane import secret_rows
+from xpupool.server.plane import ControlPlane, secret_rows
 from xpupool.server.secret_box import (
     SealBrokenError,
     Sealed,
@@ -213,3 +213,30 @@ def test_a_rotation_cut_off_after_its_commit_finishes_at_the_next_start(server: 
     with srv.plane.db.connect() as conn:
         sealed = secret_rows.sealed(conn, "lab", ["a"])["a"]
     assert srv.plane.secret_box.unseal("lab", "a", sealed) == VALUE.encode()
+
+
+def test_a_plane_whose_key_cannot_open_the_stored_secrets_says_so(
+    server: Server, tmp_path: Path
+) -> None:
+    """Issue 50: a standby on another host has its own data dir, so by default its own key; a
+    take-over by it would leave every stored secret sealed. It serves, and /healthz names both
+    keys and the option; given the key that sealed them, nothing is said."""
+    lab = tenant(server, "lab")
+    assert put(server, lab, "hf-token", {"secret": VALUE}).status_code == 201
+    sealed_under = key_id(server.plane.secret_box.key())
+    elsewhere = tmp_path / "standby"
+    elsewhere.mkdir()
+    other = ControlPlane(server.db_url, elsewhere, clock=server.clock)
+    try:
+        (note,) = other.health.notes
+        assert sealed_under in note and "--secret-key-file" in note
+        assert other.health.failure is None  # it serves
+    finally:
+        other.db.dispose()
+    shared = ControlPlane(
+        server.db_url, elsewhere, clock=server.clock, secret_key_file=server.data / "secret.key"
+    )
+    try:
+        assert shared.health.notes == []
+    finally:
+        shared.db.dispose()

@@ -7,10 +7,13 @@ import re
 
 import pytest
 from fastapi.testclient import TestClient
-from server_kit import BOTH_STORES, Server, node, tenant
+from server_kit import BOTH_STORES, Server, node, reopen, tenant
+from sqlalchemy import select
 
 from xpupool.server.app import create_app
 from xpupool.server.auth import token_hash
+from xpupool.server.storage.web_sessions import web_sessions
+from xpupool.server.web.sessions import SESSION_TTL_S
 
 STORES = BOTH_STORES  # its tests' server on SQLite and on PostgreSQL (conftest.py)
 
@@ -311,3 +314,30 @@ def test_signing_in_again_replaces_the_session(server: Server) -> None:
     sid = first.split("=", 1)[1]
     r = server.client.get("/jobs", cookies={"xpupool_session": sid})
     assert (r.status_code, r.headers.get("location")) == (303, "/signin")
+
+
+@pytest.mark.slow
+def test_a_session_survives_a_restart_or_a_take_over_until_it_expires(server: Server) -> None:
+    """Issue 50: sessions are kept in the store, so a plane opened on it after this one (a
+    restart, or a standby that took over) knows the browser; the store holds only the id's
+    hash, and the session's age still ends it there."""
+    cookie = _sign_in(server.client, server.admin_token).split(";")[0]
+    sid = cookie.split("=", 1)[1]
+    csrf = _csrf(server.client)
+    with server.plane.db.connect() as conn:
+        stored = conn.execute(select(web_sessions)).all()
+    assert len(stored) == 1 and sid not in str(stored[0]) and csrf not in str(stored[0])
+    again = reopen(server)
+    try:
+        with again.client as c:
+            c.follow_redirects = False
+            c.cookies.set("xpupool_session", sid)
+            assert c.get("/jobs").status_code == 200  # signed in on the new plane
+            assert _csrf(c) == csrf  # its forms take the secret the page had before
+            again.clock.advance(SESSION_TTL_S + 1)
+            r = c.get("/jobs")
+            assert (r.status_code, r.headers.get("location")) == (303, "/signin")
+        with again.plane.db.connect() as conn:
+            assert conn.execute(select(web_sessions)).all() == []  # the expired one dropped
+    finally:
+        again.plane.db.dispose()

@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from sqlalchemy import Connection
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from xpupool.catalog.images import ImageCatalog, default_image_catalog
 from xpupool.disk_reserve import DEFAULT_LOG_RESERVE_BYTES
@@ -43,7 +43,7 @@ from xpupool.server.health import Health, probe_writable, store_failure
 from xpupool.server.job_logs import JobLogs
 from xpupool.server.lease import Lease
 from xpupool.server.live_metrics import LiveMetrics
-from xpupool.server.ownership import StoreOwnership
+from xpupool.server.ownership import StoreFenced, StoreOwnership
 from xpupool.server.pending_jobs import PendingJobs
 from xpupool.server.plane import secret_rows, store
 from xpupool.server.plane.lock import PlaneLock
@@ -65,7 +65,7 @@ from xpupool.server.plane.tenant_store import TenantStore
 from xpupool.server.retention import Retention
 from xpupool.server.schemas.agent_protocol import DeviceMetrics, VolumeUsageReport
 from xpupool.server.schemas.jobs import HOLDING_STATES, JobPhase, StopCause
-from xpupool.server.secret_box import SecretBox
+from xpupool.server.secret_box import SecretBox, key_id
 from xpupool.server.service_endpoints import NO_ENDPOINTS, Endpoints
 from xpupool.server.service_traffic import ProxyTraffic
 from xpupool.server.sites.agent_pool import AgentPoolSite
@@ -122,7 +122,8 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         # the replicas' logs (server/job_logs.py): DATA/logs, or under ``xpupool up --logs``;
         # ``max_log_bytes``: what the server keeps of one replica's log (--log-cap)
         self.logs = JobLogs(logs_dir or data_dir / "logs", max_log_bytes, log_reserve_bytes)
-        self.db = meta.connect(db_url)
+        # the schema is made once per process: by the store owner's claim when there is one
+        self.db = meta.connect(db_url, schema=ownership is None or not ownership.made_schema)
         # tenants' secrets are sealed under this key (secret_box.py; --secret-key-file)
         self.secret_box = SecretBox(secret_key_file or data_dir / "secret.key")
         self.secret_box.recover(lambda: secret_rows.key_ids(self))
@@ -186,6 +187,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         self._cycle: SchedulingCycle | None = None
         self.observers: list[Callable[[str, float], None]] = []  # (event, seconds) for metrics
         self.health = Health()
+        self.ownership = ownership  # None: this plane writes unfenced (tests, tools)
         if ownership is not None:  # every commit checks the store is still this server's
             ownership.fence(self.db)
             ownership.on_lost.append(self.health.fail)  # writes and /healthz: 503, and why
@@ -200,6 +202,23 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         self._load()
         with self.db.connect() as conn:  # what each tenant's kept logs take (job_logs.py)
             self.logs.load(store.job_tenants(conn))
+        self._check_secret_key()
+
+    def _check_secret_key(self) -> None:
+        """Say on ``/healthz`` when the key file cannot open the stored secrets: a plane
+        started on another host's store with its own key (a standby given another
+        ``--secret-key-file`` than the plane it took over from). It serves all the same; a job
+        given a secret would not start until the right key is given."""
+        stored = secret_rows.key_ids(self)
+        if not stored:
+            return
+        held = key_id(self.secret_box.key())
+        if held not in stored:
+            self.health.note(
+                f"tenants' secrets are sealed under key {', '.join(sorted(stored))} and "
+                f"{self.secret_box.path} holds key {held}: they cannot be opened; give this "
+                "plane the --secret-key-file of the plane that sealed them"
+            )
 
     # ------------------------------------------------------------------ loading and rebuilding
     def _load(self) -> None:
@@ -474,6 +493,14 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
             except (OperationalError, OSError) as exc:
                 self._drop_writer()
                 raise self.store_failed(exc) from None
+            except DBAPIError:
+                if self.ownership is None or self.ownership.lost is None:
+                    raise
+                # a write that hung on a partition while its lease ran out, and reached the
+                # store after a take-over (a job id the new plane took meanwhile): the store
+                # is lost, which is the answer, and the fence refused the commit anyway
+                self._drop_writer()
+                raise StoreFenced(self.ownership.lost) from None
         finally:
             self._lock.release()
 
@@ -538,6 +565,11 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         grace (their heartbeats were refused meanwhile). Returns whether the store is healthy."""
         if self.health.failure is None:
             return True
+        if self.ownership is not None and self.ownership.lost is not None:
+            # for good, and the reason to give (a failed write may have said something else
+            # since); and the lock may be held by a write stuck on a partition
+            self.health.fail(self.ownership.lost)
+            return False
         with self._lock:
             try:
                 with self.db.begin() as conn:

@@ -36,8 +36,13 @@ def driver_url(url: str) -> str:
     return url
 
 
-def connect(url: str) -> Engine:
+def connect(url: str, *, schema: bool = True) -> Engine:
     """An engine for ``url`` (``sqlite:///path`` or any SQLAlchemy URL, e.g. PostgreSQL).
+
+    ``schema``: create the missing tables, columns and indexes first. Reading the stored schema
+    is a hundred queries or more on PostgreSQL (most of a second), so a process opens it once:
+    ``False`` for the engines opened after the store's owner row was claimed, whose own engine
+    made the schema (``server/ownership.py``).
 
     SQLite gets WAL with ``synchronous=NORMAL``: a committed transaction survives the process being
     killed (the WAL is in the OS page cache); only a power loss may drop the last commits.
@@ -76,8 +81,11 @@ def connect(url: str) -> Engine:
         services,
         tenants,
         volumes,
+        web_sessions,
     )
 
+    if not schema:
+        return engine
     metadata.create_all(engine)
     added = add_missing_columns(engine)
     add_missing_indexes(engine)

@@ -59,7 +59,7 @@ _STATUS: dict[type[Exception], int] = {
 def mount(app: FastAPI) -> None:
     """Add the dashboard's routes, static files and session store to ``app``. Call it after the
     API's exception handlers are in place: its pages answer errors in HTML, the API in JSON."""
-    app.state.web_sessions = SessionStore()
+    app.state.web_sessions = SessionStore(app.state.plane)  # kept in the store: take-overs
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     for module in (signin, overview, devices, queues, jobs, submit):
         app.include_router(module.router)
