@@ -74,6 +74,7 @@ def connect(url: str) -> Engine:
         secrets,
         service_tokens,
         services,
+        site_pods,
         tenants,
         volumes,
     )
