@@ -302,20 +302,26 @@ class GatedPods:
     def attach(self, plane: ControlPlane, client: Client, config: SingleConfig) -> Informer[Any]:
         """Read the stored pod jobs of this site and watch its labelled pods (not the plane's
         own, which carry :data:`~xpupool.k8s.site.pods.JOB`); returns the informer, started."""
+        self.bind(plane, client)
+        informer: Informer[dict[str, Any]] = Informer(
+            config,
+            RawPod,
+            lambda obj: obj,
+            self.on_pod,
+            labels={QUEUE: operators.exists(), JOB: operators.not_exists()},
+            name=f"site-{self.site}-gated",
+        )
+        return informer.start()
+
+    def bind(self, plane: ControlPlane, client: Client | None) -> None:
+        """Serve ``plane`` (acting on the cluster through ``client``): read the stored pod jobs
+        of this site. :meth:`attach` calls it; a test without a cluster calls it alone and
+        drives :meth:`on_pod` itself."""
         self._plane, self._client = plane, client
         with plane.db.connect() as conn:
             rows = conn.execute(select(t_site_pods).where(t_site_pods.c.site == self.site))
             for row in rows.mappings():
                 self._remember(_Known(row["job_id"], row["namespace"], row["name"], row["uid"]))
-        informer: Informer[dict[str, Any]] = Informer(
-            config,
-            RawPod,
-            lambda obj: obj,
-            self._on_pod,
-            labels={QUEUE: operators.exists(), JOB: operators.not_exists()},
-            name=f"site-{self.site}-gated",
-        )
-        return informer.start()
 
     def owns(self, job: int) -> bool:
         """Does ``job`` stand for a pod the plane did not create?"""
@@ -327,7 +333,8 @@ class GatedPods:
         self._by_job[known.job] = known
 
     # ------------------------------------------------------------------ the informer's thread
-    def _on_pod(self, event: Event[dict[str, Any]]) -> None:
+    def on_pod(self, event: Event[dict[str, Any]]) -> None:
+        """The informer's consumer: a labelled pod not of the plane's, added, changed or gone."""
         obj = event.value
         meta = obj.get("metadata") or {}
         uid, namespace = str(meta.get("uid", "")), str(meta.get("namespace", ""))
