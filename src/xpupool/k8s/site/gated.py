@@ -42,7 +42,7 @@ from xpupool.k8s.codec.pod_request import ANNOTATION_QUEUE, pod_cpu_memory, pod_
 from xpupool.k8s.codec.resource_names import DeviceKind
 from xpupool.k8s.informers.kubeconfig import RawPod
 from xpupool.k8s.informers.watch import Event, EventType, Informer
-from xpupool.k8s.site.pods import JOB, QUEUE, pod_status
+from xpupool.k8s.site.pods import JOB, QUEUE, PodState, pod_status
 from xpupool.k8s.site.pods import report as pod_report
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
 from xpupool.model.errors import RequestError, XpupoolError
@@ -284,16 +284,19 @@ class GatedPods:
         config: KubernetesSiteConfig,
         put: Callable[[GatedTask], None],
         send: Callable[[str, ReplicaReport], None],
+        note_waiting: Callable[[PodState], None] = lambda state: None,
     ) -> None:
         self.config = config
         self._put = put
         self._send = send
+        self._note_waiting = note_waiting  # the site's: an admitted pod the cluster has not bound
         self._plane: ControlPlane | None = None
         self._client: Client | None = None
         self._lock = threading.Lock()  # held across a submission and its row: owns() waits
         self._by_uid: dict[str, _Known] = {}
         self._by_job: dict[int, _Known] = {}
         self._refused: dict[str, str] = {}  # uid -> the refusal its Event said
+        self._waiting: dict[str, str] = {}  # uid -> the unbound pod's reason noted
 
     @property
     def site(self) -> str:
@@ -381,6 +384,8 @@ class GatedPods:
                 node = next((a.node for a in job.allocations if a.replica == 0), None)
                 attempt, stopping = job.attempt, job.stop is not None
                 final = job.replica_states.get(0) in FINAL_REPLICA_STATES
+        if gone:
+            self._waiting.pop(known.uid, None)
         if gone and (pending or not stopping):
             with contextlib.suppress(XpupoolError):  # already final
                 jobs.cancel(plane, as_tenant(self._tenant(known)), known.job)
@@ -391,6 +396,9 @@ class GatedPods:
             state = pod_status(obj, job=known.job, replica=0, attempt=attempt)
         except RequestError:
             return
+        if not gone and state.waiting and self._waiting.get(known.uid) != state.waiting:
+            self._waiting[known.uid] = state.waiting
+            self._note_waiting(state)
         r = pod_report(state, gone=gone, stopping=stopping)
         if r is not None:
             self._send(node, r)

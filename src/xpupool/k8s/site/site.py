@@ -201,7 +201,8 @@ class KubernetesSite:
         self._client: Client | None = None
         self._closed = threading.Event()
         self._priority_class = False  # the plane's PriorityClass is there (made or found)
-        self._gated = GatedPods(config, self._tasks.put, self._send)  # kubectl users' pods
+        # kubectl users' pods under the plane's queues
+        self._gated = GatedPods(config, self._tasks.put, self._send, self._note_waiting)
 
     # ------------------------------------------------------------------ the Site protocol
     @property
