@@ -23,6 +23,7 @@ tenant writes. A pod is one job of one replica: pods of one owner are not yet on
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -74,6 +75,8 @@ __all__ = [
     "read_gated_pod",
     "tenant_of_namespace",
 ]
+
+log = logging.getLogger(__name__)
 
 GATE = "xpupool.io/admission"
 EVENT_REASON = "NotAdmitted"
@@ -365,12 +368,20 @@ class GatedPods:
             except XpupoolError as exc:
                 why = f"xpupool site {self.site}: not admitted: {exc}"
                 self._refused[where["uid"]] = why
+                log.info(
+                    "site %s: pod %s/%s refused: %s",
+                    self.site,
+                    where["namespace"],
+                    where["name"],
+                    exc,
+                )
                 self._put(GatedTask("event", where["namespace"], where["name"], where["uid"], why))
                 return
             known = _Known(job.id, pod.namespace, pod.name, pod.uid)
             with plane.write() as conn:
                 conn.execute(insert(t_site_pods).values(job_id=job.id, site=self.site, **where))
             self._remember(known)
+        log.info("site %s: pod %s/%s is job %d", self.site, pod.namespace, pod.name, job.id)
 
     def _follow(self, known: _Known, obj: Mapping[str, Any], *, gone: bool) -> None:
         """A pod the plane has a job for changed (or went): its phase as the job's replica
@@ -465,6 +476,12 @@ class GatedPods:
             return
         ops = gate_patch(obj)
         if ops is not None:
+            log.info(
+                "site %s: pod %s/%s admitted, its gate removed",
+                self.site,
+                task.namespace,
+                task.name,
+            )
             client.patch(
                 RawPod, task.name, ops, namespace=task.namespace, patch_type=PatchType.JSON
             )
