@@ -9,7 +9,8 @@ its one submission path, admits it in its cycle, removes the gate (the Validatin
 allows the plane nothing else), and kube-scheduler with the extender binds it on a kwok node. A
 second one waits on the queue's quota while the first holds it, and is admitted once its user
 deletes the first (which cancels the first's job). A pod that can never fit, and one with a bad
-annotation, get a Warning Event with the plane's reason and stay gated, no job made.
+annotation, get a Warning Event with the plane's reason and stay gated, no job made. A restarted
+plane knows its kubectl pods' jobs again and submits none twice.
 """
 
 from __future__ import annotations
@@ -243,3 +244,32 @@ def test_a_gated_pod_deleted_by_its_user_ends_its_job(
     job_state(srv, "given-up", "cancelled")
     kc.api.delete(f"{PODS}/holder", params={"gracePeriodSeconds": "0"})
     job_state(srv, "holder", "cancelled")
+
+
+def test_a_restarted_plane_knows_its_kubectl_pods_and_submits_none_twice(
+    plane: tuple[K8sCluster, ServerProc],
+) -> None:
+    """A crash while a kubectl pod runs and another waits gated on quota: the restarted plane
+    finds both jobs by the stored pod uids (its watch lists both pods again), submits neither
+    again, and still ends them when their users delete the pods."""
+    kc, srv = plane
+    create(kc, pod("kept"))
+    job_state(srv, "kept", "running")
+    create(kc, pod("queued"))
+    job_state(srv, "queued", "pending")
+    srv.kill()  # a crash: nothing flushed
+    srv.start(same_port=True)
+    until(lambda: len(nodes(srv)) == 2, "the site's nodes after the restart", 60)
+    time.sleep(2)  # the site's watch lists the pods again; nothing must be submitted twice
+
+    def named(name: str) -> list[dict[str, Any]]:
+        r = httpx.get(f"{srv.url}/v1/jobs", headers=srv.headers(), timeout=30)
+        return [j for j in r.json() if j["name"] == f"pod {NAMESPACE}/{name}"]
+
+    assert len(named("kept")) == 1 and len(named("queued")) == 1
+    assert job_state(srv, "kept", "running")["attempts"] == 1
+    assert gates(get(kc, "queued")) == [GATE]
+    kc.api.delete(f"{PODS}/queued", params={"gracePeriodSeconds": "0"})
+    job_state(srv, "queued", "cancelled")
+    kc.api.delete(f"{PODS}/kept", params={"gracePeriodSeconds": "0"})
+    job_state(srv, "kept", "cancelled")
