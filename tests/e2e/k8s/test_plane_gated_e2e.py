@@ -10,7 +10,8 @@ allows the plane nothing else), and kube-scheduler with the extender binds it on
 second one waits on the queue's quota while the first holds it, and is admitted once its user
 deletes the first (which cancels the first's job). A pod that can never fit, and one with a bad
 annotation, get a Warning Event with the plane's reason and stay gated, no job made. A restarted
-plane knows its kubectl pods' jobs again and submits none twice.
+plane knows its kubectl pods' jobs again and submits none twice; cancelling such a job through the
+API deletes its pod.
 """
 
 from __future__ import annotations
@@ -273,3 +274,19 @@ def test_a_restarted_plane_knows_its_kubectl_pods_and_submits_none_twice(
     job_state(srv, "queued", "cancelled")
     kc.api.delete(f"{PODS}/kept", params={"gracePeriodSeconds": "0"})
     job_state(srv, "kept", "cancelled")
+
+
+def test_cancelling_a_kubectl_pods_job_deletes_the_pod(
+    plane: tuple[K8sCluster, ServerProc],
+) -> None:
+    kc, srv = plane
+    create(kc, pod("cancelled"))
+    job_id = job_state(srv, "cancelled", "running")["id"]
+    r = httpx.post(f"{srv.url}/v1/jobs/{job_id}/cancel", headers=srv.headers(), timeout=30)
+    assert r.status_code == 200, r.text
+    job_state(srv, "cancelled", "cancelled")
+    until(
+        lambda: kc.api.get(f"{PODS}/cancelled").status_code == 404,
+        "the cancelled job's pod deleted",
+        30,
+    )
