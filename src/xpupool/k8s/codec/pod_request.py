@@ -49,6 +49,7 @@ __all__ = [
     "PodDemand",
     "PodRequestError",
     "names_managed_resource",
+    "pod_cpu_memory",
     "pod_demand",
 ]
 
@@ -185,6 +186,28 @@ def names_managed_resource(pod: object) -> bool:
                 if isinstance(table, Mapping) and any(name in RESOURCES for name in table):
                     return True
     return False
+
+
+def pod_cpu_memory(pod: object) -> tuple[int, int]:
+    """(CPU millicores, memory MiB) a pod asks for as kube-scheduler counts them: the larger of
+    its app containers' sum and its largest init container (component-helpers
+    ``resource.PodRequests``, sidecars left as init containers here). Raises
+    :class:`PodRequestError` naming the field for a shape or quantity that is not a pod's."""
+    spec = _object("spec", _object("", pod).get("spec"))
+    totals: dict[bool, list[int]] = {True: [0, 0], False: [0, 0]}
+    for key, init in (("initContainers", True), ("containers", False)):
+        for i, container in enumerate(_list(f"spec.{key}", spec.get(key))):
+            path = f"spec.{key}[{i}]"
+            resources = _object(f"{path}.resources", _object(path, container).get("resources", {}))
+            limits = _object(f"{path}.resources.limits", resources.get("limits", {}))
+            requests = _object(f"{path}.resources.requests", resources.get("requests", {}))
+            cpu, memory = _cpu_milli(path, requests, limits), _memory_mib(path, requests, limits)
+            got = totals[init]
+            if init:
+                got[0], got[1] = max(got[0], cpu), max(got[1], memory)
+            else:
+                got[0], got[1] = got[0] + cpu, got[1] + memory
+    return max(totals[True][0], totals[False][0]), max(totals[True][1], totals[False][1])
 
 
 Given = dict["Counts", tuple[str, object]]  # what a container gives: path and raw value

@@ -45,6 +45,7 @@ __all__ = [
     "kind_of_vendor",
     "pod_name",
     "pod_state",
+    "pod_status",
     "priority_class",
     "report",
     "secret_object",
@@ -281,6 +282,20 @@ def pod_state(obj: Mapping[str, Any]) -> PodState:
     one whose labels or status are not what the plane writes and kubelet reports."""
     meta = _mapping(obj.get("metadata"), "metadata")
     labels = _mapping(meta.get("labels"), "metadata.labels")
+    return pod_status(
+        obj,
+        job=_label_int(labels, JOB),
+        replica=_label_int(labels, REPLICA),
+        attempt=_label_int(labels, ATTEMPT),
+    )
+
+
+def pod_status(obj: Mapping[str, Any], *, job: int, replica: int, attempt: int) -> PodState:
+    """A pod's status as :class:`PodState` of ``job``'s ``replica`` in its ``attempt``-th run:
+    the plane's own pods name these in their labels (:func:`pod_state`), a kubectl user's gated
+    pod is known by its uid (``gated.py``). :class:`RequestError` naming the field for a status
+    kubelet would not report."""
+    meta = _mapping(obj.get("metadata"), "metadata")
     spec = _mapping(obj.get("spec"), "spec")
     status = _mapping(obj.get("status"), "status")
     phase = status.get("phase", "Pending")
@@ -309,9 +324,9 @@ def pod_state(obj: Mapping[str, Any]) -> PodState:
             waiting = ": ".join(w for w in (_text(c.get("reason")), _text(c.get("message"))) if w)
     return PodState(
         waiting=waiting[:MAX_REASON_CHARS],
-        job=_label_int(labels, JOB),
-        replica=_label_int(labels, REPLICA),
-        attempt=_label_int(labels, ATTEMPT),
+        job=job,
+        replica=replica,
+        attempt=attempt,
         phase=phase,
         node=node,
         deleting=meta.get("deletionTimestamp") is not None,

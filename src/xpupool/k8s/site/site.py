@@ -17,6 +17,8 @@ for that thread, so no plane operation waits on the network.
   (``pods.py``). Their phases become the agent protocol's replica reports, sent through the
   heartbeat service (``services/agents.py``) under the node the plane placed the replica on, so
   a job's lifecycle is the one agent jobs have.
+- Kubectl users' pods: labelled ``xpupool.io/queue`` and gated, submitted as jobs and their gate
+  removed on admission (``gated.py``); ``start``, ``stop`` and ``adopt`` of their jobs go there.
 - Work: ``start`` counts the run (the job's next attempt, which names its pods) and creates one
   pod per replica; ``stop`` deletes them (their grace period), the job's cards staying held until
   the pods are gone; ``adopt`` (a restarted plane) lists the pods of its held jobs: a pod of an
@@ -45,6 +47,7 @@ from xpupool.engine.host import HostedNode
 from xpupool.k8s.informers.decoders import decode_node
 from xpupool.k8s.informers.kubeconfig import RawNode, RawPod, load_config, make_client
 from xpupool.k8s.informers.watch import Event, EventType, Informer, backoff_s
+from xpupool.k8s.site.gated import GatedPods, GatedTask
 from xpupool.k8s.site.pods import (
     JOB,
     SITE,
@@ -135,7 +138,7 @@ class _DeletePod:
     name: str
 
 
-_Task = _Start | _Stop | _Adopt | _DeletePod
+_Task = _Start | _Stop | _Adopt | _DeletePod | GatedTask
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +202,8 @@ class KubernetesSite:
         self._client: Client | None = None
         self._closed = threading.Event()
         self._priority_class = False  # the plane's PriorityClass is there (made or found)
+        # kubectl users' pods under the plane's queues
+        self._gated = GatedPods(config, self._tasks.put, self._send, self._note_waiting)
 
     # ------------------------------------------------------------------ the Site protocol
     @property
@@ -261,6 +266,7 @@ class KubernetesSite:
             name=f"site-{self.name}-pods",
         )
         self._informers = [nodes.start(), pods.start()]
+        self._informers.append(self._gated.attach(plane, self._client, config))
         self._worker = threading.Thread(target=self._work, name=f"site-{self.name}", daemon=True)
         self._worker.start()
 
@@ -435,7 +441,13 @@ class KubernetesSite:
             self._tasks.put(task)
 
     def _do(self, task: _Task) -> None:
-        if isinstance(task, _Start):
+        if isinstance(task, GatedTask):
+            self._gated.do(task)
+        elif isinstance(task, _Start) and self._gated.owns(task.job):
+            self._gated.do(self._gated.start(task.job, task.attempt))
+        elif isinstance(task, _Stop) and self._gated.owns(task.job):
+            self._gated.do(self._gated.stop(task.job))
+        elif isinstance(task, _Start):
             self._create(task.job, task.attempt)
         elif isinstance(task, _Stop):
             self._delete(task.job)
@@ -452,6 +464,8 @@ class KubernetesSite:
     def _refused(self, task: _Task, why: str) -> None:
         """The API server refused the site's request (not a 409): the job fails with its
         answer, as an agent's replica that could not start."""
+        if isinstance(task, GatedTask) and task.kind == "admit":
+            task = _Start(task.job, task.attempt)
         if not isinstance(task, _Start):
             return
         plane = self._plane
@@ -624,6 +638,13 @@ class KubernetesSite:
         plane = self._plane
         client = self._client
         assert plane is not None and client is not None
+        if self._gated.owns(job_id):  # a kubectl user's pod: admitted again, its gate removed
+            with plane.locked():
+                held = plane.held_jobs.get(job_id)
+                attempt = -1 if held is None or held.stop is not None else held.attempt
+            if attempt >= 0:
+                self._gated.do(self._gated.reconcile(job_id, attempt))
+            return
         pods = self._job_pods(job_id)
         with plane.locked():
             job = plane.held_jobs.get(job_id)

@@ -79,6 +79,7 @@ def connect(url: str, *, schema: bool = True) -> Engine:
         secrets,
         service_tokens,
         services,
+        site_pods,
         tenants,
         volumes,
         web_sessions,

@@ -1,0 +1,519 @@
+"""Pods the plane did not create, under the same queues (issue 49, part 3; docs/kubernetes.md,
+"kubectl users and the gate").
+
+A pod created with kubectl (or by any controller) in a tenant's namespace and labelled
+``xpupool.io/queue: NAME`` carries the scheduling gate :data:`GATE` (the chart's
+MutatingAdmissionPolicy adds it, or its user writes it), so kube-scheduler leaves it alone. The
+site reads its request off its resources and annotations with the extender's codec
+(``k8s/codec/pod_request.py``: HAMi's and xpupool's resource names and annotations) and submits
+it as a job of the namespace's tenant through the one submission path (``services/jobs.py``):
+the same checks, the same queue, quotas, borrowing and priority grants, the same scheduling
+cycle. A refused one gets a Kubernetes Event with the API's words and stays gated: nothing is
+admitted. When the cycle admits the job (the site's ``start``), the site counts the run and
+removes the gate with a JSON patch that tests and removes that one gate (the chart's
+ValidatingAdmissionPolicy allows the plane nothing else); kube-scheduler and the extender then
+place the pod, and its phases become the job's replica reports as the plane's own pods' do. A
+gated pod deleted by its user cancels its job; a job cancelled or preempted through the plane
+deletes its pod.
+
+Which job stands for which pod is stored (``storage/site_pods.py``), never read from anything a
+tenant writes. A pod is one job of one replica: pods of one owner are not yet one gang.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from lightkube import Client, operators
+from lightkube.config.kubeconfig import SingleConfig
+from lightkube.core.exceptions import ApiError
+from lightkube.core.resource import ApiInfo, ResourceDef
+from lightkube.generic_resource import GenericNamespacedResource
+from lightkube.types import PatchType
+from pydantic import ValidationError
+from sqlalchemy import insert, select
+
+from xpupool.k8s.codec.pod_request import ANNOTATION_QUEUE, pod_cpu_memory, pod_demand
+from xpupool.k8s.codec.resource_names import DeviceKind
+from xpupool.k8s.informers.kubeconfig import RawPod
+from xpupool.k8s.informers.watch import Event, EventType, Informer
+from xpupool.k8s.site.pods import JOB, QUEUE, PodState, pod_status
+from xpupool.k8s.site.pods import report as pod_report
+from xpupool.k8s.site.sites_file import KubernetesSiteConfig
+from xpupool.model.errors import RequestError, XpupoolError
+from xpupool.model.request import Request
+from xpupool.model.request_model import RequestModel
+from xpupool.model.validation import request_error
+from xpupool.server import job_lifecycle as lc
+from xpupool.server.schemas.agent_protocol import (
+    FINAL_REPLICA_STATES,
+    ReplicaReport,
+    ReplicaState,
+)
+from xpupool.server.schemas.jobs import JobIn
+from xpupool.server.services import jobs
+from xpupool.server.services.services import as_tenant
+from xpupool.server.storage.site_pods import site_pods as t_site_pods
+
+if TYPE_CHECKING:
+    from xpupool.server.plane import ControlPlane
+
+__all__ = [
+    "GATE",
+    "GatedPod",
+    "GatedPods",
+    "event_object",
+    "gate_patch",
+    "has_gate",
+    "job_of_pod",
+    "read_gated_pod",
+    "tenant_of_namespace",
+]
+
+log = logging.getLogger(__name__)
+
+GATE = "xpupool.io/admission"
+EVENT_REASON = "NotAdmitted"
+COMPONENT = "xpupool-plane"
+MAX_EVENT_CHARS = 1024  # an Event's message as kube truncates notes (events.k8s.io: 1 KiB)
+_VERBS = ["delete", "get", "list", "post"]
+
+
+class RawEvent(GenericNamespacedResource):
+    _api_info = ApiInfo(resource=ResourceDef("", "v1", "Event"), plural="events", verbs=_VERBS)
+
+
+@dataclass(frozen=True, slots=True)
+class GatedPod:
+    """A gated pod as the plane submits it: where it is, what runs, what it asks for."""
+
+    namespace: str
+    name: str
+    uid: str
+    queue: str
+    image: str
+    request: Request
+
+
+def has_gate(obj: Mapping[str, Any]) -> bool:
+    """Does the pod carry :data:`GATE` (kube-scheduler waits for the plane)?"""
+    spec = obj.get("spec")
+    gates = spec.get("schedulingGates") if isinstance(spec, Mapping) else None
+    return isinstance(gates, list) and any(
+        isinstance(g, Mapping) and g.get("name") == GATE for g in gates
+    )
+
+
+def read_gated_pod(obj: Mapping[str, Any], site: str) -> GatedPod:
+    """A labelled pod as the job the plane submits for it on ``site``: one replica whose request
+    is the pod's device container's (HAMi's and xpupool's resource names and annotations, read as
+    the extender reads them) with the pod's CPU and memory as kube-scheduler counts them, in the
+    queue its label names. Raises :class:`RequestError` naming the pod's field: a bad quantity or
+    annotation, two containers asking for devices (one per gated pod), an annotation naming
+    another queue or site, no image."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        raise RequestError("metadata", None, "expected an object")
+    labels = meta.get("labels") or {}
+    queue = labels.get(QUEUE) if isinstance(labels, Mapping) else None
+    if not isinstance(queue, str) or not queue:
+        raise RequestError(f'metadata.labels["{QUEUE}"]', queue, "names the queue; none given")
+    demand = pod_demand(obj)
+    if len(demand.demands) > 1:
+        names = [d.name for d in demand.demands]
+        why = "a gated pod may have one container that asks for devices"
+        raise RequestError("spec.containers", names, why)
+    cpu_milli, memory_mib = pod_cpu_memory(obj)
+    req = Request()
+    if demand.demands:
+        req = demand.demands[0].request
+        _expressible(demand.demands[0].kind, req)
+    annotations = meta.get("annotations") or {}
+    asked_queue = annotations.get(ANNOTATION_QUEUE) if isinstance(annotations, Mapping) else None
+    if asked_queue is not None and asked_queue != queue:
+        field = f'metadata.annotations["{ANNOTATION_QUEUE}"]'
+        raise RequestError(field, asked_queue, f"the pod's label names queue {queue!r}")
+    if req.queue not in ("default", queue):
+        raise RequestError("metadata.annotations", req.queue, f"the label names queue {queue!r}")
+    if any(s != site for s in req.sites) or site in req.exclude_sites:
+        why = f"a pod on site {site} runs there: it may not name another site"
+        raise RequestError('metadata.annotations["xpupool.io/site"]', list(req.sites), why)
+    spec = obj.get("spec")
+    containers = spec.get("containers") if isinstance(spec, Mapping) else None
+    first = containers[0] if isinstance(containers, list) and containers else None
+    image = first.get("image") if isinstance(first, Mapping) else None
+    if not isinstance(image, str) or not image:
+        raise RequestError("spec.containers[0].image", image, "a pod runs an image; none given")
+    req = replace(
+        req,
+        name="",
+        queue=queue,
+        sites=(site,),
+        cpu_milli=cpu_milli,
+        memory_mib=memory_mib,
+        replicas=1,
+        gang=False,
+    )
+    return GatedPod(demand.namespace, demand.name, demand.uid, queue, image, req)
+
+
+def _expressible(kind: DeviceKind, req: Request) -> None:
+    """A job's request holds card models, not HAMi's substrings of a card's type: a pod that
+    asks by those is refused (admitting it under no model would charge the wrong quota flavor),
+    naming the annotation and what to write instead."""
+    for key, given in (
+        (kind.use_type_key, req.devices.type_contains),
+        (kind.nouse_type_key, req.devices.exclude_type_contains),
+    ):
+        if given:
+            why = (
+                "a gated pod names card models in xpupool.io/request (devices.models), "
+                "not HAMi's card type substrings"
+            )
+            raise RequestError(f'metadata.annotations["{key}"]', ",".join(given), why)
+
+
+def job_of_pod(pod: GatedPod, tenant: str) -> JobIn:
+    """The submission that stands for ``pod``: run once (its controller, if any, makes the next
+    pod), failed rather than requeued when its node goes (a pod is bound once)."""
+    try:
+        return JobIn.model_validate(
+            {
+                "name": f"pod {pod.namespace}/{pod.name}"[:200],
+                "image": pod.image,
+                "request": RequestModel.from_request(pod.request).dump(),
+                "queue": pod.queue,
+                "tenant": tenant,
+                "max_retries": 0,
+                "retry_on": [],
+                "on_node_lost": "fail",
+            }
+        )
+    except ValidationError as exc:
+        raise request_error(exc, "pod") from None
+
+
+def tenant_of_namespace(config: KubernetesSiteConfig, namespace: str) -> str | None:
+    """The tenant whose namespace ``namespace`` is on this site (the fixed mapping first, then
+    the prefix), or None: not a tenant's, the plane leaves its pods alone."""
+    for tenant, ns in config.namespaces.items():
+        if ns == namespace:
+            return tenant
+    prefix = config.namespace_prefix
+    if prefix and namespace.startswith(prefix) and len(namespace) > len(prefix):
+        tenant = namespace[len(prefix) :]
+        return None if tenant in config.namespaces else tenant
+    return None
+
+
+def gate_patch(obj: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """The JSON patch that removes :data:`GATE` from the pod and nothing else: a ``test`` of the
+    gate's name at its index, then its removal (so a pod whose gates changed in between is
+    refused, 422, not patched wrongly). None when the pod has no such gate."""
+    spec = obj.get("spec")
+    gates = spec.get("schedulingGates") if isinstance(spec, Mapping) else None
+    for i, g in enumerate(gates if isinstance(gates, list) else []):
+        if isinstance(g, Mapping) and g.get("name") == GATE:
+            path = f"/spec/schedulingGates/{i}"
+            return [
+                {"op": "test", "path": f"{path}/name", "value": GATE},
+                {"op": "remove", "path": path},
+            ]
+    return None
+
+
+def event_object(pod: Mapping[str, str], message: str, site: str) -> dict[str, Any]:
+    """A Warning Event on ``pod`` (namespace, name, uid) saying why the plane does not admit it,
+    as ``kubectl describe pod`` shows it."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{pod['name'][:200]}.", "namespace": pod["namespace"]},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": pod["namespace"],
+            "name": pod["name"],
+            "uid": pod["uid"],
+        },
+        "reason": EVENT_REASON,
+        "message": message[:MAX_EVENT_CHARS],
+        "type": "Warning",
+        "source": {"component": COMPONENT},
+        "reportingComponent": COMPONENT,
+        "reportingInstance": site,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    job: int
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class GatedTask:
+    """Work for the site's worker thread: ``kind`` is ``event`` (the refusal ``message`` on the
+    pod), ``admit`` (count the run ``attempt`` of ``job`` and remove the gate) or ``delete``."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str = ""
+    message: str = ""
+    job: int = 0
+    attempt: int = 0
+
+
+class GatedPods:
+    """The labelled pods of one site that the plane did not create: their jobs, their gates.
+    The informer's thread submits and reports; the site's worker thread (``do``) acts on the
+    cluster."""
+
+    def __init__(
+        self,
+        config: KubernetesSiteConfig,
+        put: Callable[[GatedTask], None],
+        send: Callable[[str, ReplicaReport], None],
+        note_waiting: Callable[[PodState], None] = lambda state: None,
+    ) -> None:
+        self.config = config
+        self._put = put
+        self._send = send
+        self._note_waiting = note_waiting  # the site's: an admitted pod the cluster has not bound
+        self._plane: ControlPlane | None = None
+        self._client: Client | None = None
+        self._lock = threading.Lock()  # held across a submission and its row: owns() waits
+        self._by_uid: dict[str, _Known] = {}
+        self._by_job: dict[int, _Known] = {}
+        self._refused: dict[str, str] = {}  # uid -> the refusal its Event said
+        self._waiting: dict[str, str] = {}  # uid -> the unbound pod's reason noted
+
+    @property
+    def site(self) -> str:
+        return self.config.name
+
+    def attach(self, plane: ControlPlane, client: Client, config: SingleConfig) -> Informer[Any]:
+        """Read the stored pod jobs of this site and watch its labelled pods (not the plane's
+        own, which carry :data:`~xpupool.k8s.site.pods.JOB`); returns the informer, started."""
+        self.bind(plane, client)
+        informer: Informer[dict[str, Any]] = Informer(
+            config,
+            RawPod,
+            lambda obj: obj,
+            self.on_pod,
+            labels={QUEUE: operators.exists(), JOB: operators.not_exists()},
+            name=f"site-{self.site}-gated",
+        )
+        return informer.start()
+
+    def bind(self, plane: ControlPlane, client: Client | None) -> None:
+        """Serve ``plane`` (acting on the cluster through ``client``): read the stored pod jobs
+        of this site. :meth:`attach` calls it; a test without a cluster calls it alone and
+        drives :meth:`on_pod` itself."""
+        self._plane, self._client = plane, client
+        with plane.db.connect() as conn:
+            rows = conn.execute(select(t_site_pods).where(t_site_pods.c.site == self.site))
+            for row in rows.mappings():
+                self._remember(_Known(row["job_id"], row["namespace"], row["name"], row["uid"]))
+
+    def owns(self, job: int) -> bool:
+        """Does ``job`` stand for a pod the plane did not create?"""
+        with self._lock:
+            return job in self._by_job
+
+    def _remember(self, known: _Known) -> None:
+        self._by_uid[known.uid] = known
+        self._by_job[known.job] = known
+
+    # ------------------------------------------------------------------ the informer's thread
+    def on_pod(self, event: Event[dict[str, Any]]) -> None:
+        """The informer's consumer: a labelled pod not of the plane's, added, changed or gone."""
+        obj = event.value
+        meta = obj.get("metadata") or {}
+        uid, namespace = str(meta.get("uid", "")), str(meta.get("namespace", ""))
+        known = self._by_uid.get(uid)
+        if known is not None:
+            self._follow(known, obj, gone=event.type is EventType.DELETED)
+            return
+        if event.type is EventType.DELETED or not has_gate(obj):
+            self._refused.pop(uid, None)
+            return  # not gated (its gate removed by someone else): a plain pod
+        tenant = tenant_of_namespace(self.config, namespace)
+        if tenant is None or uid in self._refused:
+            return
+        self._submit(obj, tenant)
+
+    def _submit(self, obj: Mapping[str, Any], tenant: str) -> None:
+        plane = self._plane
+        assert plane is not None
+        meta = obj.get("metadata") or {}
+        where = {k: str(meta.get(k, "")) for k in ("namespace", "name", "uid")}
+        with self._lock:
+            try:
+                pod = read_gated_pod(obj, self.site)
+                job = jobs.submit(plane, as_tenant(tenant), job_of_pod(pod, tenant))
+            except XpupoolError as exc:
+                why = f"xpupool site {self.site}: not admitted: {exc}"
+                self._refused[where["uid"]] = why
+                log.info(
+                    "site %s: pod %s/%s refused: %s",
+                    self.site,
+                    where["namespace"],
+                    where["name"],
+                    exc,
+                )
+                self._put(GatedTask("event", where["namespace"], where["name"], where["uid"], why))
+                return
+            known = _Known(job.id, pod.namespace, pod.name, pod.uid)
+            with plane.write() as conn:
+                conn.execute(insert(t_site_pods).values(job_id=job.id, site=self.site, **where))
+            self._remember(known)
+        log.info("site %s: pod %s/%s is job %d", self.site, pod.namespace, pod.name, job.id)
+
+    def _follow(self, known: _Known, obj: Mapping[str, Any], *, gone: bool) -> None:
+        """A pod the plane has a job for changed (or went): its phase as the job's replica
+        report; deleted by its user, the job is cancelled first (so it ends cancelled)."""
+        plane = self._plane
+        assert plane is not None
+        with plane.locked():
+            job = plane.held_jobs.get(known.job)
+            pending = job is None
+            if job is not None:
+                node = next((a.node for a in job.allocations if a.replica == 0), None)
+                attempt, stopping = job.attempt, job.stop is not None
+                final = job.replica_states.get(0) in FINAL_REPLICA_STATES
+        if gone:
+            self._waiting.pop(known.uid, None)
+        if gone and (pending or not stopping):
+            with contextlib.suppress(XpupoolError):  # already final
+                jobs.cancel(plane, as_tenant(self._tenant(known)), known.job)
+            stopping = True
+        if pending or node is None or attempt == 0 or final:
+            return
+        try:
+            state = pod_status(obj, job=known.job, replica=0, attempt=attempt)
+        except RequestError:
+            return
+        if not gone and state.waiting and self._waiting.get(known.uid) != state.waiting:
+            self._waiting[known.uid] = state.waiting
+            self._note_waiting(state)
+        r = pod_report(state, gone=gone, stopping=stopping)
+        if r is not None:
+            self._send(node, r)
+
+    def _tenant(self, known: _Known) -> str:
+        return tenant_of_namespace(self.config, known.namespace) or ""
+
+    # ------------------------------------------------------------------ the site's calls
+    def start(self, job: int, attempt: int) -> GatedTask:
+        known = self._by_job[job]
+        return GatedTask("admit", known.namespace, known.name, known.uid, job=job, attempt=attempt)
+
+    def stop(self, job: int) -> GatedTask:
+        known = self._by_job[job]
+        return GatedTask("delete", known.namespace, known.name, known.uid, job=job)
+
+    # ------------------------------------------------------------------ the worker's thread
+    def do(self, task: GatedTask) -> None:
+        """Act on the cluster for ``task`` (ApiErrors other than 404 go to the site's retry)."""
+        client = self._client
+        assert client is not None
+        if task.kind == "event":
+            body = event_object(
+                {"namespace": task.namespace, "name": task.name, "uid": task.uid},
+                task.message,
+                self.site,
+            )
+            client.create(RawEvent.from_dict(body), namespace=task.namespace)
+        elif task.kind == "delete":
+            try:
+                client.delete(RawPod, task.name, namespace=task.namespace)
+            except ApiError as exc:
+                if exc.status.code != 404:
+                    raise
+                self._vanished(task)
+        else:
+            self._admit(task)
+
+    def _admit(self, task: GatedTask) -> None:
+        """Count the run and remove the gate. The run is counted first (a crash in between: the
+        restarted plane's reconciliation removes the gate of a counted run still gated)."""
+        plane, client = self._plane, self._client
+        assert plane is not None and client is not None
+        with plane.write() as conn:
+            job = plane.held_jobs.get(task.job)
+            if job is None or job.stop is not None:
+                return
+            if job.attempt < task.attempt:
+                why = (
+                    f"attempt {task.attempt}: the gate of pod {task.namespace}/{task.name} removed"
+                )
+                plane.apply(conn, job.id, lc.Dispatch(task.attempt, f"{why} on site {self.site}"))
+            elif job.attempt != task.attempt:
+                return
+        try:
+            obj = dict(client.get(RawPod, task.name, namespace=task.namespace))
+        except ApiError as exc:
+            if exc.status.code != 404:
+                raise
+            self._vanished(task)
+            return
+        if str((obj.get("metadata") or {}).get("uid", "")) != task.uid:
+            self._vanished(task)  # deleted, and another made under its name
+            return
+        ops = gate_patch(obj)
+        if ops is not None:
+            log.info(
+                "site %s: pod %s/%s admitted, its gate removed",
+                self.site,
+                task.namespace,
+                task.name,
+            )
+            client.patch(
+                RawPod, task.name, ops, namespace=task.namespace, patch_type=PatchType.JSON
+            )
+
+    def _vanished(self, task: GatedTask) -> None:
+        """The pod is gone with no deletion seen (deleted while the plane was down, or before
+        its stop): its job is cancelled, its replica reported stopped."""
+        plane = self._plane
+        assert plane is not None
+        known = self._by_job.get(task.job)
+        if known is None:
+            return
+        with contextlib.suppress(XpupoolError):  # already final
+            jobs.cancel(plane, as_tenant(self._tenant(known)), known.job)
+        with plane.locked():
+            job = plane.held_jobs.get(known.job)
+            node = None if job is None else next((a.node for a in job.allocations), None)
+            attempt = 0 if job is None else job.attempt
+        if node is not None and attempt:
+            r = ReplicaReport(
+                job_id=known.job,
+                replica=0,
+                attempt=attempt,
+                state=ReplicaState.STOPPED,
+                reason=f"pod {known.namespace}/{known.name} is gone",
+            )
+            self._send(node, r)
+
+    def reconcile(self, job: int, attempt: int) -> GatedTask:
+        """A held job after a restart: admitted again (the gate removed if still there; the
+        run counted if it never was)."""
+        known = self._by_job[job]
+        return GatedTask(
+            "admit", known.namespace, known.name, known.uid, job=job, attempt=max(attempt, 1)
+        )

@@ -1,0 +1,108 @@
+"""A kubectl user's gated pod on a real plane (issue 49, part 3): the pod's watch events go
+through ``k8s/site/gated.py`` into the one submission path. A bad annotation, a queue that is not
+the tenant's, and a request nothing in the site can hold each give the Event task the site's
+worker posts, with the API's words, and store nothing; a pod in a namespace that is no tenant's is
+left alone. A good pod becomes a pending job of the namespace's tenant, which a restarted plane's
+site knows again, and which its deletion cancels."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from server_kit import Server, node, row_counts, tenant
+
+from xpupool.k8s.informers.watch import Event, EventType
+from xpupool.k8s.site.gated import GATE, GatedPods, GatedTask
+from xpupool.k8s.site.sites_file import KubernetesSiteConfig
+from xpupool.server.schemas.agent_protocol import ReplicaReport
+
+SITE = "default"  # the pool's agent nodes' site: a request naming it is judged against them
+
+
+def pod(
+    name: str,
+    *,
+    queue: str = "ml",
+    namespace: str = "xpupool-ml",
+    gpus: int = 1,
+    **annotations: str,
+) -> Any:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{name}",
+            "labels": {"xpupool.io/queue": queue},
+            "annotations": annotations,
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "train:1",
+                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                }
+            ],
+            "schedulingGates": [{"name": GATE}],
+        },
+    }
+
+
+def test_refused_pods_get_the_apis_reason_as_an_event_and_store_nothing(server: Server) -> None:
+    tenant(server, "ml")
+    node(server, "n1", runtime="docker")  # eight cards: a pod asking for nine never fits
+    tasks: list[GatedTask] = []
+    reports: list[tuple[str, ReplicaReport]] = []
+    config = KubernetesSiteConfig(name=SITE, in_cluster=True)
+    gated = GatedPods(config, tasks.append, lambda n, r: reports.append((n, r)))
+    gated.bind(server.plane, None)  # no cluster: the watch's events are driven below
+    before = row_counts(server)
+    for obj in (
+        pod("bad", **{"xpupool.io/request": "{not json"}),
+        pod("other-queue", queue="nobody"),
+        pod("never-fits", gpus=9),
+        pod("not-a-tenants", namespace="default"),
+    ):
+        gated.on_pod(Event(EventType.ADDED, "k", obj["metadata"]["uid"], obj))
+    said = {t.name: t.message for t in tasks}
+    assert [t.kind for t in tasks] == ["event"] * 3
+    assert set(said) == {"bad", "other-queue", "never-fits"}  # the default namespace: not seen
+    assert 'metadata.annotations["xpupool.io/request"]' in said["bad"]
+    assert "queue" in said["other-queue"] and "nobody" in said["other-queue"]
+    assert "nothing in the pool can hold it, even empty" in said["never-fits"]
+    assert all(m.startswith(f"xpupool site {SITE}: not admitted: ") for m in said.values())
+    assert row_counts(server) == before  # a refused pod changes nothing
+    assert not reports and not gated.owns(1)
+    # the same pod seen again (a resync) is not refused twice
+    again = pod("bad", **{"xpupool.io/request": "{not json"})
+    gated.on_pod(Event(EventType.MODIFIED, "k", "uid-bad", again))
+    assert len(tasks) == 3
+
+
+def test_a_good_pod_becomes_a_job_its_deletion_cancels_it_and_a_restart_knows_it(
+    server: Server,
+) -> None:
+    tenant(server, "ml")
+    node(server, "n1", runtime="docker")
+    tasks: list[GatedTask] = []
+    config = KubernetesSiteConfig(name=SITE, in_cluster=True)
+    gated = GatedPods(config, tasks.append, lambda n, r: None)
+    gated.bind(server.plane, None)
+    obj = pod("good", gpus=2)
+    gated.on_pod(Event(EventType.ADDED, "xpupool-ml/good", "uid-good", obj))
+    assert not tasks
+    (got,) = server.client.get("/v1/jobs", headers=server.admin).json()
+    assert (got["name"], got["tenant"], got["queue"], got["state"]) == (
+        "pod xpupool-ml/good",
+        "ml",
+        "ml",
+        "pending",
+    )
+    assert got["request"]["devices"]["count"] == 2 and got["image"] == "train:1"
+    assert gated.owns(got["id"])
+    later = GatedPods(config, tasks.append, lambda n, r: None)  # a restarted plane's site
+    later.bind(server.plane, None)
+    assert later.owns(got["id"])
+    gated.on_pod(Event(EventType.DELETED, "xpupool-ml/good", "uid-good", obj))
+    after = server.client.get(f"/v1/jobs/{got['id']}", headers=server.admin).json()
+    assert after["state"] == "cancelled", after
