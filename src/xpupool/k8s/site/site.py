@@ -16,6 +16,9 @@ for that thread, so no plane operation waits on the network.
   (``pods.py``). Their phases become the agent protocol's replica reports, sent through the
   heartbeat service (``services/agents.py``) under the node the plane placed the replica on, so
   a job's lifecycle is the one agent jobs have.
+- Services: a service whose job names this site is a Deployment plus a Service, kept by
+  ``site_services.py`` on its own thread as the plane's service controller wants them
+  (:meth:`KubernetesSite.want_services`); their ready endpoints come from EndpointSlices.
 - Work: ``start`` counts the run (the job's next attempt, which names its pods) and creates one
   pod per replica; ``stop`` deletes them (their grace period), the job's cards staying held until
   the pods are gone; ``adopt`` (a restarted plane) lists the pods of its held jobs: a pod of an
@@ -30,7 +33,7 @@ import logging
 import queue
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +59,7 @@ from xpupool.k8s.site.pods import (
     secret_object,
 )
 from xpupool.k8s.site.pods import report as pod_report
+from xpupool.k8s.site.site_services import SiteServices
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
 from xpupool.model.device import Node
 from xpupool.model.errors import RequestError, XpupoolError
@@ -71,6 +75,8 @@ from xpupool.server.schemas.agent_protocol import (
 )
 from xpupool.server.schemas.jobs import JobPhase
 from xpupool.server.schemas.nodes import NodeStatus
+from xpupool.server.service_endpoints import Endpoint
+from xpupool.server.service_sites import ServiceKey, ServiceWant
 from xpupool.server.services import agents, fleet
 from xpupool.server.storage.jobs import jobs as t_jobs
 
@@ -198,6 +204,7 @@ class KubernetesSite:
         self._client: Client | None = None
         self._closed = threading.Event()
         self._priority_class = False  # the plane's PriorityClass is there (made or found)
+        self.services = SiteServices(config, self._vendors)
 
     # ------------------------------------------------------------------ the Site protocol
     @property
@@ -235,6 +242,29 @@ class KubernetesSite:
         once the site is attached)."""
         self._tasks.put(_Adopt(tuple(j.id for j in jobs)))
 
+    # ------------------------------------------------------------------ services (service_sites)
+    def want_services(self, wants: Mapping[ServiceKey, ServiceWant]) -> None:
+        self.services.want(wants)
+
+    def ready(self, tenant: str, service: str) -> Sequence[Endpoint]:
+        return self.services.ready(tenant, service)
+
+    def problem(self, tenant: str, service: str) -> str:
+        return self.services.problem(tenant, service)
+
+    def _vendors(self) -> set[str]:
+        plane = self._plane
+        if plane is None:
+            return set()
+        return plane.read(
+            lambda: {
+                d.vendor
+                for r in plane.node_records.values()
+                if self.owns(r)
+                for d in r.node.devices
+            }
+        )
+
     # ------------------------------------------------------------------ lifecycle
     def attach(self, plane: ControlPlane) -> None:
         """Start watching the cluster and acting on it for ``plane`` (``xpupool up`` calls it
@@ -260,11 +290,13 @@ class KubernetesSite:
             name=f"site-{self.name}-pods",
         )
         self._informers = [nodes.start(), pods.start()]
+        self.services.start(config, self._client, self.resync_s)
         self._worker = threading.Thread(target=self._work, name=f"site-{self.name}", daemon=True)
         self._worker.start()
 
     def wait_synced(self, timeout_s: float | None = None) -> bool:
-        return all(i.wait_synced(timeout_s) for i in self._informers)
+        synced = all(i.wait_synced(timeout_s) for i in self._informers)
+        return synced and self.services.wait_synced(timeout_s)
 
     def detach(self) -> None:
         """Stop the informers and the worker (what is queued is dropped: the next plane adopts)."""
@@ -272,6 +304,7 @@ class KubernetesSite:
         self._tasks.put(None)
         for informer in self._informers:
             informer.stop()
+        self.services.stop()
         if self._worker is not None:
             self._worker.join(10)
         if self._client is not None:
