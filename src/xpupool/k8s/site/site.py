@@ -16,6 +16,8 @@ for that thread, so no plane operation waits on the network.
   (``pods.py``). Their phases become the agent protocol's replica reports, sent through the
   heartbeat service (``services/agents.py``) under the node the plane placed the replica on, so
   a job's lifecycle is the one agent jobs have.
+- Logs: each of its pods that runs or ran has its log followed through the API server into the
+  replica's log on the plane (``pod_logs.py``), as an agent uploads it.
 - Services: a service whose job names this site is a Deployment plus a Service, kept by
   ``site_services.py`` on its own thread as the plane's service controller wants them
   (:meth:`KubernetesSite.want_services`); their ready endpoints come from EndpointSlices.
@@ -47,6 +49,7 @@ from xpupool.engine.host import HostedNode
 from xpupool.k8s.informers.decoders import decode_node
 from xpupool.k8s.informers.kubeconfig import RawNode, RawPod, load_config, make_client
 from xpupool.k8s.informers.watch import Event, EventType, Informer, backoff_s
+from xpupool.k8s.site.pod_logs import LogTarget, PodLogs
 from xpupool.k8s.site.pods import (
     JOB,
     SITE,
@@ -62,7 +65,7 @@ from xpupool.k8s.site.pods import report as pod_report
 from xpupool.k8s.site.site_services import SiteServices
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
 from xpupool.model.device import Node
-from xpupool.model.errors import RequestError, XpupoolError
+from xpupool.model.errors import NotFound, RequestError, XpupoolError
 from xpupool.model.taint import Taint, parse_effect
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.plane import node_lifecycle as nl
@@ -205,6 +208,7 @@ class KubernetesSite:
         self._closed = threading.Event()
         self._priority_class = False  # the plane's PriorityClass is there (made or found)
         self.services = SiteServices(config, self._vendors)
+        self.logs = PodLogs(config.name, lambda: self._client, self._log_sink, self._log_done)
 
     # ------------------------------------------------------------------ the Site protocol
     @property
@@ -305,6 +309,7 @@ class KubernetesSite:
         for informer in self._informers:
             informer.stop()
         self.services.stop()
+        self.logs.close()
         if self._worker is not None:
             self._worker.join(10)
         if self._client is not None:
@@ -368,6 +373,46 @@ class KubernetesSite:
                 self._waiting[event.key] = state.waiting
                 self._note_waiting(state)
         self._report(state, gone=event.type is EventType.DELETED)
+        if event.type is not EventType.DELETED and state.phase in ("Running", *TERMINAL):
+            self._follow_log(event.key, state)
+
+    # ------------------------------------------------------------------ logs (pod_logs.py)
+    def _follow_log(self, key: str, state: PodState) -> None:
+        plane = self._plane
+        if plane is None or key in self.logs.following():
+            return
+
+        def node() -> str | None:
+            job = plane.held_jobs.get(state.job)
+            if job is None or job.attempt != state.attempt:
+                return None
+            return next((a.node for a in job.allocations if a.replica == state.replica), None)
+
+        found = plane.read(node)
+        if found is not None:
+            self.logs.follow(key, LogTarget(state.job, state.replica, state.attempt, found))
+
+    def _log_sink(self, target: LogTarget, chunk: bytes, offset: int) -> bool:
+        plane = self._plane
+        if plane is None:
+            return False
+        try:
+            agents.append_log(
+                plane,
+                target.node,
+                target.job,
+                target.replica,
+                chunk,
+                offset=offset,
+                attempt=target.attempt,
+            )
+        except NotFound:
+            return False  # the job was released: nothing more of it is kept
+        return True
+
+    def _log_done(self, key: str) -> bool:
+        state = self._pods.get(key)
+        return state is None or state.phase in TERMINAL
 
     def _stray(self, state: PodState) -> bool:
         """A pod still running (or waiting) that no run of the plane owns any more: of a job
