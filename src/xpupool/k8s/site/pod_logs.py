@@ -12,6 +12,10 @@ pod is finished or gone ends the follower, as does a 404 (the pod is gone) or a 
 (the job was released). A stream that broke is read again even when its pod has finished meanwhile
 (the rest of its log is still the kubelet's), at most :data:`TRIES_AFTER_END` times. A 400 (the
 container has not started) is tried again after the backoff.
+
+One thread per followed pod: at most :data:`MAX_FOLLOWED` at once per site; a pod seen while that
+many are followed is not (said once in the server's log), and is followed at its next event when
+there is room (its log then read from its start).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ log = logging.getLogger(__name__)
 __all__ = ["LogTarget", "PodLogs"]
 
 MAX_LINE_BYTES = 64 * 1024  # a longer line is cut there (the upload chunk is bigger still)
+MAX_FOLLOWED = 256
 TRIES_AFTER_END = 3  # reads of a finished pod's log whose stream broke, before giving up
 
 
@@ -66,12 +71,24 @@ class PodLogs:
         self._lock = threading.Lock()
         self._following: dict[str, threading.Thread] = {}
         self._closed = threading.Event()
+        self._full = False  # said that the limit was reached
 
     def follow(self, key: str, target: LogTarget) -> None:
         """Follow pod ``key`` (``namespace/name``) into ``target``, unless already followed."""
         with self._lock:
             if self._closed.is_set() or key in self._following:
                 return
+            if len(self._following) >= MAX_FOLLOWED:
+                if not self._full:
+                    log.warning(
+                        "site %s: %d pod logs followed already: pod %s's is not, for now",
+                        self.site,
+                        MAX_FOLLOWED,
+                        key,
+                    )
+                self._full = True
+                return
+            self._full = False
             thread = threading.Thread(
                 target=self._run, args=(key, target), name=f"log-{key}", daemon=True
             )
