@@ -41,7 +41,7 @@ import httpx
 
 from xpupool.model.errors import Unavailable, XpupoolError
 from xpupool.server.plane import service_rows
-from xpupool.server.schemas.jobs import FINAL_STATES, JobPhase
+from xpupool.server.schemas.jobs import FINAL_STATES, JobIn, JobPhase
 from xpupool.server.schemas.services import ServiceIn, ServiceState
 from xpupool.server.service_endpoints import Endpoint, Traffic
 from xpupool.server.service_probe import Prober, Target
@@ -108,7 +108,7 @@ class ServiceController:
         # services on a site that runs them: the last want of each (kept when a pass fails,
         # so that a failure never reads as a deletion), and the model expansion per generation
         self._wants: dict[ServiceKey, tuple[str, ServiceWant]] = {}
-        self._expanded: dict[tuple[int, int], ServiceIn] = {}
+        self._expanded: dict[tuple[int, int], JobIn] = {}
 
     def ready(self, tenant: str, service: str) -> Sequence[Endpoint]:
         return self._ready.get((tenant, service), ())
@@ -265,13 +265,13 @@ class ServiceController:
         desired = self._desired(row, spec, mono)
         if desired != row["desired"]:
             events.append(f"scaled from {row['desired']} to {desired} replicas")
-        run = self._expanded.get((row["id"], row["generation"]))
-        if run is None:
-            run = spec
-            if spec.job.model is not None:
+        run = spec
+        if spec.job.model is not None:  # the job changes only with the generation
+            job = self._expanded.get((row["id"], row["generation"]))
+            if job is None:
                 job = expand_model_job(self.plane, spec.job, tenant)
-                run = spec.model_copy(update={"job": job})
-            self._expanded[(row["id"], row["generation"])] = run
+                self._expanded[(row["id"], row["generation"])] = job
+            run = spec.model_copy(update={"job": job})
         req = run.job.request.to_request() if run.job.request is not None else None
         queue = run.job.queue or (req.queue if req is not None and req.queue != "default" else "")
         want = ServiceWant(tenant, name, run, queue or tenant, desired)

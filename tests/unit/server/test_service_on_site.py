@@ -107,6 +107,12 @@ def test_a_service_on_a_site_is_wanted_scaled_served_and_deleted(server: Server)
     assert got["desired"] == 3 and got["state"] == "degraded"
     assert any("scaled from 1 to 3" in e["reason"] for e in got["events"])
 
+    changed = {**service, "readiness": {"path": "/healthz"}}  # not a new generation
+    r = server.client.put("/v1/services/web", json=changed, headers=server.as_(a))
+    assert r.status_code == 200, r.text
+    controller.reconcile()
+    assert site.wants[-1][("a", "web")].spec.readiness.path == "/healthz"
+
     site.problems[("a", "web")] = "job.secrets: not passed yet"
     controller.reconcile()
     got = show(server, a)

@@ -202,7 +202,6 @@ def build_service(plan: ServicePlan, owner: Mapping[str, Any]) -> dict[str, Any]
                     "kind": "Deployment",
                     "name": meta["name"],
                     "uid": meta["uid"],
-                    "blockOwnerDeletion": True,
                 }
             ],
         },
