@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 __all__ = ["LogTarget", "PodLogs"]
 
 MAX_LINE_BYTES = 64 * 1024  # a longer line is cut there (the upload chunk is bigger still)
-MAX_FOLLOWED = 256
+MAX_FOLLOWED = 64  # under the client's connection pool (100): each stream holds one
 TRIES_AFTER_END = 3  # reads of a finished pod's log whose stream broke, before giving up
 
 

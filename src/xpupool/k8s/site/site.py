@@ -208,7 +208,10 @@ class KubernetesSite:
         self._closed = threading.Event()
         self._priority_class = False  # the plane's PriorityClass is there (made or found)
         self.services = SiteServices(config, self._vendors)
-        self.logs = PodLogs(config.name, lambda: self._client, self._log_sink, self._log_done)
+        # the log streams hold their connections open: a client of their own, so that they never
+        # take the connections the worker's requests need
+        self._log_client: Client | None = None
+        self.logs = PodLogs(config.name, lambda: self._log_client, self._log_sink, self._log_done)
 
     # ------------------------------------------------------------------ the Site protocol
     @property
@@ -276,6 +279,7 @@ class KubernetesSite:
         self._plane = plane
         config = load_config(self.config.kubeconfig, self.config.context)
         self._client = make_client(config)
+        self._log_client = make_client(config)
         nodes: Informer[SiteNode] = Informer(
             config,
             RawNode,
@@ -312,8 +316,9 @@ class KubernetesSite:
         self.logs.close()
         if self._worker is not None:
             self._worker.join(10)
-        if self._client is not None:
-            self._client.close()
+        for client in (self._client, self._log_client):
+            if client is not None:
+                client.close()
 
     # ------------------------------------------------------------------ nodes
     def _on_node(self, event: Event[SiteNode]) -> None:
