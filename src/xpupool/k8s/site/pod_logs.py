@@ -112,9 +112,17 @@ class PodLogs:
             with self._lock:
                 self._following.pop(key, None)
 
+    def _say(self, key: str, why: str, said: str) -> str:
+        """Log why a pod's log cannot be read, once for each new reason (a kubelet the API server
+        cannot reach answers the same on every retry); the reason said."""
+        if why != said:
+            log.warning("site %s: log of pod %s: %s; tried again later", self.site, key, why)
+        return why
+
     def _copy(self, key: str, target: LogTarget) -> None:
         namespace, _, name = key.partition("/")
         failures = after_end = 0
+        said = ""
         while not self._closed.is_set():
             client = self._client()
             if client is None:
@@ -135,9 +143,9 @@ class PodLogs:
                 if exc.status.code == 404:
                     return
                 if exc.status.code != 400:  # 400: the container has not started yet
-                    log.warning("site %s: log of pod %s: %s", self.site, key, exc)
+                    said = self._say(key, str(exc), said)
             except Exception as exc:  # the API server or the kubelet away: again, later
-                log.warning("site %s: log of pod %s: %s", self.site, key, exc)
+                said = self._say(key, str(exc), said)
             if self._done(key):
                 after_end += 1
                 if whole or after_end > TRIES_AFTER_END:
