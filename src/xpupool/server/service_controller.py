@@ -21,6 +21,11 @@ replica links and their jobs, and for each service decides, in this order (docs/
    once, and its job is cancelled once the proxy counts no request in flight to it, or after the
    drain timeout.
 
+A service whose job names a site that runs services itself (a Kubernetes site:
+``service_sites.py``) has no replica jobs: each pass decides its replicas by the same step 2 and
+hands the site the whole set of its services (the site makes, scales, rolls and deletes its
+Deployments and Services); its ready endpoints are the site's, read from EndpointSlices.
+
 The controller is the plane's :class:`~xpupool.server.service_endpoints.Endpoints`: the ready,
 non-draining replicas of each service, published whole after each pass.
 """
@@ -38,11 +43,19 @@ import httpx
 
 from xpupool.model.errors import Unavailable, XpupoolError
 from xpupool.server.plane import service_rows
-from xpupool.server.schemas.jobs import FINAL_STATES, JobPhase
+from xpupool.server.schemas.jobs import FINAL_STATES, JobIn, JobPhase
 from xpupool.server.schemas.services import ServiceIn, ServiceState
 from xpupool.server.service_endpoints import Endpoint, Traffic
 from xpupool.server.service_probe import Prober, Target
+from xpupool.server.service_sites import (
+    ServiceKey,
+    ServiceSite,
+    ServiceWant,
+    service_site,
+    service_sites,
+)
 from xpupool.server.services import jobs
+from xpupool.server.services.models import expand_model_job
 from xpupool.server.services.services import (
     ReplicaFacts,
     as_tenant,
@@ -94,6 +107,10 @@ class ServiceController:
         self._restarts: dict[int, _Restarts] = {}
         self._windows: dict[int, _Window] = {}
         self._stopping: set[int] = set()  # replica jobs this controller cancelled
+        # services on a site that runs them: the last want of each (kept when a pass fails,
+        # so that a failure never reads as a deletion), and the model expansion per generation
+        self._wants: dict[ServiceKey, tuple[str, ServiceWant]] = {}
+        self._expanded: dict[tuple[int, int], JobIn] = {}
 
     def ready(self, tenant: str, service: str) -> Sequence[Endpoint]:
         return self._ready.get((tenant, service), ())
@@ -113,16 +130,32 @@ class ServiceController:
         for link in links:
             by_service.setdefault(link.service_id, []).append(link)
         ready: dict[tuple[str, str], tuple[Endpoint, ...]] = {}
+        wants: dict[ServiceKey, tuple[str, ServiceWant]] = {}
         for row in rows:
             key = (row["tenant"], row["name"])
             try:
-                ready[key] = self._service(row, by_service.get(row["id"], []), facts)
+                spec = ServiceIn.model_validate({**row["spec"], "tenant": None})
+                site = service_site(self.plane, spec)
+                service_links = by_service.get(row["id"], [])
+                if site is None:
+                    ready[key] = self._service(row, service_links, facts)
+                else:
+                    if key in self._wants:
+                        wants[key] = self._wants[key]  # until this pass says otherwise
+                    ready[key] = self._on_site(row, spec, site, service_links, facts, wants)
             except Unavailable:
                 raise  # the store cannot be written: said once by the plane's health
             except Exception:  # one service's failure is not every service's
                 log.exception("service %s of tenant %s: pass failed", row["name"], row["tenant"])
                 ready[key] = tuple(self._ready.get(key, ()))
+                if key in self._wants:
+                    wants[key] = self._wants[key]
         self._ready = ready
+        self._wants = wants
+        for site in service_sites(self.plane):
+            site.want_services({k: w for k, (name, w) in wants.items() if name == site.name})
+        live = {(row["id"], row["generation"]) for row in rows}
+        self._expanded = {k: v for k, v in self._expanded.items() if k in live}
         alive = {link.job_id for link in links}
         self.prober.keep_only(alive)
         self._stopping &= alive
@@ -210,6 +243,60 @@ class ServiceController:
             for link in serving
             if (target := _target(facts[link.job_id], spec)) is not None
         )
+
+    def _on_site(
+        self,
+        row: dict[str, Any],
+        spec: ServiceIn,
+        site: ServiceSite,
+        links: list[Any],
+        facts: dict[int, ReplicaFacts],
+        wants: dict[ServiceKey, tuple[str, ServiceWant]],
+    ) -> tuple[Endpoint, ...]:
+        """One pass of a service on a site that runs it (the module's docstring): its want
+        (into ``wants``), its state from the site's ready endpoints; replica jobs left from
+        before it moved there are stopped."""
+        now, mono = self.plane.clock(), self.plane.monotonic()
+        tenant, name = row["tenant"], row["name"]
+        events: list[str] = []
+        for link in links:  # of a generation that ran on agent nodes
+            fact = facts.get(link.job_id)
+            if fact is None or fact.state in FINAL_STATES:
+                service_rows.unlink(self.plane, [link.job_id])
+            elif link.job_id not in self._stopping:
+                why = f"service {name} moved to site {site.name}"
+                service_rows.stop_jobs(self.plane, [link.job_id], why)
+                self._stopping.add(link.job_id)
+        desired = self._desired(row, spec, mono)
+        if desired != row["desired"]:
+            events.append(f"scaled from {row['desired']} to {desired} replicas")
+        run = spec
+        if spec.job.model is not None:  # the job changes only with the generation
+            job = self._expanded.get((row["id"], row["generation"]))
+            if job is None:
+                job = expand_model_job(self.plane, spec.job, tenant)
+                self._expanded[(row["id"], row["generation"])] = job
+            run = spec.model_copy(update={"job": job})
+        req = run.job.request.to_request() if run.job.request is not None else None
+        queue = run.job.queue or (req.queue if req is not None and req.queue != "default" else "")
+        want = ServiceWant(tenant, name, run, queue or tenant, desired)
+        wants[(tenant, name)] = (site.name, want)
+        ready = tuple(site.ready(tenant, name))
+        problem = site.problem(tenant, name)
+        if problem:
+            state, reason = ServiceState.PENDING, f"site {site.name}: {problem}"
+        elif len(ready) >= desired:
+            state, reason = ServiceState.READY, f"{len(ready)}/{desired} replicas ready"
+        elif ready:
+            state, reason = ServiceState.DEGRADED, f"{len(ready)}/{desired} replicas ready"
+        else:
+            why = f"waiting for its Deployment's pods on site {site.name} to be ready"
+            state, reason = ServiceState.STARTING, why
+        values = {"state": state.value, "reason": reason, "desired": desired, "updated_at": now}
+        if any(row[k] != values[k] for k in ("state", "reason", "desired")) or events:
+            moved = [reason] if row["state"] != state.value else []
+            service_rows.change(self.plane, row["id"], values, [*events, *moved])
+        return ready
 
     def _desired(self, row: dict[str, Any], spec: ServiceIn, now: float) -> int:
         """Replicas wanted now (the module's step 2)."""

@@ -301,6 +301,10 @@ PLANE_NEEDS = [
     ("create", "services", "team-b"),
     ("create", "deployments.apps", "team-a"),
     ("list", "deployments.apps", "team-a"),
+    ("patch", "deployments.apps", "team-a"),  # a service's Deployment, applied server-side
+    ("patch", "services", "team-b"),
+    ("watch", "endpointslices.discovery.k8s.io", ""),  # a service's ready endpoints
+    ("list", "deployments.apps", ""),  # a restarted plane's sweep, by label
     ("create", "events", "team-a"),
 ]
 PLANE_MUST_NOT = [

@@ -15,6 +15,7 @@ from xpupool.k8s.extender import gang
 from xpupool.k8s.informers import decoders
 from xpupool.k8s.node_agent.hami_register import REGISTER_KEYS
 from xpupool.k8s.site import pods as site_pods
+from xpupool.k8s.site import services as site_services
 
 ROOT = Path(__file__).parents[3]
 DOC = (ROOT / "docs" / "kubernetes.md").read_text()
@@ -55,7 +56,7 @@ def test_every_xpupool_annotation_the_doc_names_is_one_the_code_reads_or_writes(
         gang.GANG_SIZE_ANNOTATION,
         *([CHART_GATE.group(1)] if CHART_GATE else []),
         *(site_pods.JOB, site_pods.REPLICA, site_pods.ATTEMPT, site_pods.TENANT),
-        *(site_pods.QUEUE, site_pods.SITE),
+        *(site_pods.QUEUE, site_pods.SITE, site_services.SERVICE),
         *(
             getattr(pod_request, name)
             for name in dir(pod_request)

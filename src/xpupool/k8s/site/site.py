@@ -19,6 +19,11 @@ for that thread, so no plane operation waits on the network.
   a job's lifecycle is the one agent jobs have.
 - Kubectl users' pods: labelled ``xpupool.io/queue`` and gated, submitted as jobs and their gate
   removed on admission (``gated.py``); ``start``, ``stop`` and ``adopt`` of their jobs go there.
+- Logs: each of its pods that runs or ran has its log followed through the API server into the
+  replica's log on the plane (``pod_logs.py``), as an agent uploads it.
+- Services: a service whose job names this site is a Deployment plus a Service, kept by
+  ``site_services.py`` on its own thread as the plane's service controller wants them
+  (:meth:`KubernetesSite.want_services`); their ready endpoints come from EndpointSlices.
 - Work: ``start`` counts the run (the job's next attempt, which names its pods) and creates one
   pod per replica; ``stop`` deletes them (their grace period), the job's cards staying held until
   the pods are gone; ``adopt`` (a restarted plane) lists the pods of its held jobs: a pod of an
@@ -33,7 +38,7 @@ import logging
 import queue
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +53,7 @@ from xpupool.k8s.informers.decoders import decode_node
 from xpupool.k8s.informers.kubeconfig import RawNode, RawPod, load_config, make_client
 from xpupool.k8s.informers.watch import Event, EventType, Informer, backoff_s
 from xpupool.k8s.site.gated import GatedPods, GatedTask
+from xpupool.k8s.site.pod_logs import LogTarget, PodLogs
 from xpupool.k8s.site.pods import (
     JOB,
     SITE,
@@ -60,9 +66,10 @@ from xpupool.k8s.site.pods import (
     secret_object,
 )
 from xpupool.k8s.site.pods import report as pod_report
+from xpupool.k8s.site.site_services import SiteServices
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
 from xpupool.model.device import Node
-from xpupool.model.errors import Conflict, RequestError, XpupoolError
+from xpupool.model.errors import Conflict, NotFound, RequestError, XpupoolError
 from xpupool.model.taint import Taint, parse_effect
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.plane import node_lifecycle as nl
@@ -75,6 +82,8 @@ from xpupool.server.schemas.agent_protocol import (
 )
 from xpupool.server.schemas.jobs import JobPhase
 from xpupool.server.schemas.nodes import NodeStatus
+from xpupool.server.service_endpoints import Endpoint
+from xpupool.server.service_sites import ServiceKey, ServiceWant
 from xpupool.server.services import agents, fleet
 from xpupool.server.storage.jobs import jobs as t_jobs
 
@@ -204,6 +213,11 @@ class KubernetesSite:
         self._priority_class = False  # the plane's PriorityClass is there (made or found)
         # kubectl users' pods under the plane's queues
         self._gated = GatedPods(config, self._tasks.put, self._send, self._note_waiting)
+        self.services = SiteServices(config, self._vendors)
+        # the log streams hold their connections open: a client of their own, so that they never
+        # take the connections the worker's requests need
+        self._log_client: Client | None = None
+        self.logs = PodLogs(config.name, lambda: self._log_client, self._log_sink, self._log_done)
 
     # ------------------------------------------------------------------ the Site protocol
     @property
@@ -241,6 +255,29 @@ class KubernetesSite:
         once the site is attached)."""
         self._tasks.put(_Adopt(tuple(j.id for j in jobs)))
 
+    # ------------------------------------------------------------------ services (service_sites)
+    def want_services(self, wants: Mapping[ServiceKey, ServiceWant]) -> None:
+        self.services.want(wants)
+
+    def ready(self, tenant: str, service: str) -> Sequence[Endpoint]:
+        return self.services.ready(tenant, service)
+
+    def problem(self, tenant: str, service: str) -> str:
+        return self.services.problem(tenant, service)
+
+    def _vendors(self) -> set[str]:
+        plane = self._plane
+        if plane is None:
+            return set()
+        return plane.read(
+            lambda: {
+                d.vendor
+                for r in plane.node_records.values()
+                if self.owns(r)
+                for d in r.node.devices
+            }
+        )
+
     # ------------------------------------------------------------------ lifecycle
     def attach(self, plane: ControlPlane) -> None:
         """Start watching the cluster and acting on it for ``plane`` (``xpupool up`` calls it
@@ -248,6 +285,7 @@ class KubernetesSite:
         self._plane = plane
         config = load_config(self.config.kubeconfig, self.config.context)
         self._client = make_client(config)
+        self._log_client = make_client(config)
         nodes: Informer[SiteNode] = Informer(
             config,
             RawNode,
@@ -267,11 +305,13 @@ class KubernetesSite:
         )
         self._informers = [nodes.start(), pods.start()]
         self._informers.append(self._gated.attach(plane, self._client, config))
+        self.services.start(config, self._client, self.resync_s)
         self._worker = threading.Thread(target=self._work, name=f"site-{self.name}", daemon=True)
         self._worker.start()
 
     def wait_synced(self, timeout_s: float | None = None) -> bool:
-        return all(i.wait_synced(timeout_s) for i in self._informers)
+        synced = all(i.wait_synced(timeout_s) for i in self._informers)
+        return synced and self.services.wait_synced(timeout_s)
 
     def detach(self) -> None:
         """Stop the informers and the worker (what is queued is dropped: the next plane adopts)."""
@@ -279,10 +319,13 @@ class KubernetesSite:
         self._tasks.put(None)
         for informer in self._informers:
             informer.stop()
+        self.services.stop()
+        self.logs.close()
         if self._worker is not None:
             self._worker.join(10)
-        if self._client is not None:
-            self._client.close()
+        for client in (self._client, self._log_client):
+            if client is not None:
+                client.close()
 
     # ------------------------------------------------------------------ nodes
     def _on_node(self, event: Event[SiteNode]) -> None:
@@ -360,6 +403,46 @@ class KubernetesSite:
                 self._waiting[event.key] = state.waiting
                 self._note_waiting(state)
         self._report(state, gone=event.type is EventType.DELETED)
+        if event.type is not EventType.DELETED and state.phase in ("Running", *TERMINAL):
+            self._follow_log(event.key, state)
+
+    # ------------------------------------------------------------------ logs (pod_logs.py)
+    def _follow_log(self, key: str, state: PodState) -> None:
+        plane = self._plane
+        if plane is None or key in self.logs.following():
+            return
+
+        def node() -> str | None:
+            job = plane.held_jobs.get(state.job)
+            if job is None or job.attempt != state.attempt:
+                return None
+            return next((a.node for a in job.allocations if a.replica == state.replica), None)
+
+        found = plane.read(node)
+        if found is not None:
+            self.logs.follow(key, LogTarget(state.job, state.replica, state.attempt, found))
+
+    def _log_sink(self, target: LogTarget, chunk: bytes, offset: int) -> bool:
+        plane = self._plane
+        if plane is None:
+            return False
+        try:
+            agents.append_log(
+                plane,
+                target.node,
+                target.job,
+                target.replica,
+                chunk,
+                offset=offset,
+                attempt=target.attempt,
+            )
+        except NotFound:
+            return False  # the job was released: nothing more of it is kept
+        return True
+
+    def _log_done(self, key: str) -> bool:
+        state = self._pods.get(key)
+        return state is None or state.phase in TERMINAL
 
     def _stray(self, state: PodState) -> bool:
         """A pod still running (or waiting) that no run of the plane owns any more: of a job

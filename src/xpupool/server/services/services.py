@@ -233,7 +233,8 @@ def view(plane: ControlPlane, row: dict[str, Any]) -> Service:
     with plane.db.connect() as conn:
         links = service_rows.replicas(conn, row["id"])
     facts = replica_facts(plane, [r.job_id for r in links])
-    ready = {e.job_id for e in plane.service_endpoints.ready(row["tenant"], row["name"])}
+    endpoints = plane.service_endpoints.ready(row["tenant"], row["name"])
+    ready = {e.job_id for e in endpoints}  # replica jobs; a site's own replicas have none
     replicas = []
     for link in links:
         f = facts.get(link.job_id)
@@ -261,7 +262,7 @@ def view(plane: ControlPlane, row: dict[str, Any]) -> Service:
         url=PROXY_PATH.format(name=row["name"]),
         generation=row["generation"],
         desired=row["desired"],
-        ready=len(ready),
+        ready=len(endpoints),
         min=spec.replicas.min,
         max=spec.replicas.upper,
         port=spec.port,
