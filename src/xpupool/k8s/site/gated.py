@@ -50,9 +50,7 @@ from xpupool.model.errors import RequestError, XpupoolError
 from xpupool.model.request import Request
 from xpupool.model.request_model import RequestModel
 from xpupool.model.validation import request_error
-from xpupool.server import job_lifecycle as lc
 from xpupool.server.schemas.agent_protocol import (
-    FINAL_REPLICA_STATES,
     ReplicaReport,
     ReplicaState,
 )
@@ -388,13 +386,11 @@ class GatedPods:
         report; deleted by its user, the job is cancelled first (so it ends cancelled)."""
         plane = self._plane
         assert plane is not None
-        with plane.locked():
-            job = plane.held_jobs.get(known.job)
-            pending = job is None
-            if job is not None:
-                node = next((a.node for a in job.allocations if a.replica == 0), None)
-                attempt, stopping = job.attempt, job.stop is not None
-                final = job.replica_states.get(0) in FINAL_REPLICA_STATES
+        run = plane.held_run(known.job)
+        pending = run is None
+        if run is not None:
+            node = run.node_of(0)
+            attempt, stopping, final = run.attempt, run.stopping, 0 in run.final
         if gone:
             self._waiting.pop(known.uid, None)
         if gone and (pending or not stopping):
@@ -453,17 +449,9 @@ class GatedPods:
         restarted plane's reconciliation removes the gate of a counted run still gated)."""
         plane, client = self._plane, self._client
         assert plane is not None and client is not None
-        with plane.write() as conn:
-            job = plane.held_jobs.get(task.job)
-            if job is None or job.stop is not None:
-                return
-            if job.attempt < task.attempt:
-                why = (
-                    f"attempt {task.attempt}: the gate of pod {task.namespace}/{task.name} removed"
-                )
-                plane.apply(conn, job.id, lc.Dispatch(task.attempt, f"{why} on site {self.site}"))
-            elif job.attempt != task.attempt:
-                return
+        why = f"attempt {task.attempt}: the gate of pod {task.namespace}/{task.name} removed"
+        if plane.count_run(task.job, task.attempt, lambda _: f"{why} on site {self.site}") is None:
+            return
         try:
             obj = dict(client.get(RawPod, task.name, namespace=task.namespace))
         except ApiError as exc:
@@ -496,10 +484,9 @@ class GatedPods:
             return
         with contextlib.suppress(XpupoolError):  # already final
             jobs.cancel(plane, as_tenant(self._tenant(known)), known.job)
-        with plane.locked():
-            job = plane.held_jobs.get(known.job)
-            node = None if job is None else next((a.node for a in job.allocations), None)
-            attempt = 0 if job is None else job.attempt
+        run = plane.held_run(known.job)
+        node = None if run is None else run.node_of(0)
+        attempt = 0 if run is None else run.attempt
         if node is not None and attempt:
             r = ReplicaReport(
                 job_id=known.job,

@@ -75,7 +75,6 @@ from xpupool.server import job_lifecycle as lc
 from xpupool.server.plane import node_lifecycle as nl
 from xpupool.server.plane import secret_rows
 from xpupool.server.schemas.agent_protocol import (
-    FINAL_REPLICA_STATES,
     Heartbeat,
     ReplicaReport,
     ReplicaState,
@@ -451,9 +450,8 @@ class KubernetesSite:
         plane = self._plane
         if plane is None or state.phase in TERMINAL:
             return False
-        with plane.locked():
-            job = plane.held_jobs.get(state.job)
-            return job is None or state.attempt < job.attempt
+        run = plane.held_run(state.job)
+        return run is None or state.attempt < run.attempt
 
     def _note_waiting(self, state: PodState) -> None:
         """The plane admitted the job, the cluster has not bound its pod (the extender found no
@@ -475,14 +473,12 @@ class KubernetesSite:
         plane = self._plane
         if plane is None:
             return
-        with plane.locked():
-            job = plane.held_jobs.get(state.job)
-            if job is None or (job.attempt and state.attempt != job.attempt):
-                return  # a pod of a released job, or of another run: the worker deletes it
-            if job.replica_states.get(state.replica) in FINAL_REPLICA_STATES:
-                return
-            node = next((a.node for a in job.allocations if a.replica == state.replica), None)
-            stopping = job.stop is not None
+        run = plane.held_run(state.job)
+        if run is None or (run.attempt and state.attempt != run.attempt):
+            return  # a pod of a released job, or of another run: the worker deletes it
+        if state.replica in run.final:
+            return
+        node, stopping = run.node_of(state.replica), run.stopping
         if node is None:
             return
         r = pod_report(state, gone=gone, stopping=stopping)
@@ -553,18 +549,16 @@ class KubernetesSite:
             return
         plane = self._plane
         assert plane is not None
-        with plane.locked():
-            job = plane.held_jobs.get(task.job)
-            allocs = [] if job is None else list(job.allocations)
-        for a in allocs:
+        run = plane.held_run(task.job)
+        for replica, node in () if run is None else run.allocations:
             r = ReplicaReport(
                 job_id=task.job,
-                replica=a.replica,
+                replica=replica,
                 state=ReplicaState.FAILED,
                 attempt=task.attempt,
                 reason=f"site {self.name}: {why[:500]}",
             )
-            self._send(a.node, r)
+            self._send(node, r)
 
     def _plans(self, job_id: int, attempt: int) -> _Made | None:
         """Count the run and read what its pods are made of, in one write; None when the job
@@ -699,17 +693,11 @@ class KubernetesSite:
     def _stopped_without_pods(self, job_id: int) -> None:
         plane = self._plane
         assert plane is not None
-        with plane.locked():
-            job = plane.held_jobs.get(job_id)
-            if job is None:
-                return
-            todo = [
-                (a.node, a.replica)
-                for a in job.allocations
-                if job.replica_states.get(a.replica) not in FINAL_REPLICA_STATES
-            ]
-            attempt = job.attempt or None
-        for node, replica in todo:
+        run = plane.held_run(job_id)
+        if run is None:
+            return
+        attempt = run.attempt or None
+        for node, replica in run.unfinished():
             r = ReplicaReport(
                 job_id=job_id, replica=replica, state=ReplicaState.STOPPED, attempt=attempt
             )
@@ -722,21 +710,19 @@ class KubernetesSite:
         client = self._client
         assert plane is not None and client is not None
         if self._gated.owns(job_id):  # a kubectl user's pod: admitted again, its gate removed
-            with plane.locked():
-                held = plane.held_jobs.get(job_id)
-                attempt = -1 if held is None or held.stop is not None else held.attempt
+            run = plane.held_run(job_id)
+            attempt = -1 if run is None or run.stopping else run.attempt
             if attempt >= 0:
                 self._gated.do(self._gated.reconcile(job_id, attempt))
             return
         pods = self._job_pods(job_id)
-        with plane.locked():
-            job = plane.held_jobs.get(job_id)
-            if job is None:
-                stale = pods
-                job_state = None
-            else:
-                stale = [p for p in pods if _attempt(p) != job.attempt]
-                job_state = (job.attempt, job.state, job.stop is not None)
+        run = plane.held_run(job_id)
+        if run is None:
+            stale = pods
+            job_state = None
+        else:
+            stale = [p for p in pods if _attempt(p) != run.attempt]
+            job_state = (run.attempt, run.state, run.stopping)
         for pod in stale:
             meta = pod["metadata"]
             log.info("site %s: pod %s of an earlier run deleted", self.name, meta["name"])
@@ -755,13 +741,10 @@ class KubernetesSite:
         seen = {s.replica for s in current}
         for s in current:
             self._report(s, gone=False)
-        with plane.locked():
-            held = plane.held_jobs.get(job_id)
-            missing = (
-                []
-                if held is None
-                else [(a.node, a.replica) for a in held.allocations if a.replica not in seen]
-            )
+        held = plane.held_run(job_id)
+        missing = (
+            [] if held is None else [(node, r) for r, node in held.allocations if r not in seen]
+        )
         for node, replica in missing:
             why = f"pod {pod_name(job_id, replica, attempt)} is missing on site {self.name}"
             r = ReplicaReport(

@@ -54,6 +54,7 @@ from xpupool.server.plane.records import (
     HeldJob,
     NodeRecord,
     PendingJob,
+    RunView,
     carry_transients,
 )
 from xpupool.server.plane.registration import NodeRegistration
@@ -694,6 +695,21 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         self._held.pop(job.id, None)
         self.advance_drains(conn, nodes)
         self.bump()
+
+    def count_run(self, job_id: int, attempt: int, why: Callable[[RunView], str]) -> RunView | None:
+        """Count run ``attempt`` of held job ``job_id`` as handed out (``Dispatch``, with the
+        reason ``why(run)`` in its events) unless it is counted already, as one step; the run
+        as counted, or None when the job is not held, is stopping, or holds another attempt
+        (a start after an adoption, a late task of an older run)."""
+        with self.write() as conn:
+            job = self._held.get(job_id)
+            if job is None or job.stop is not None:
+                return None
+            if job.attempt < attempt:
+                self.apply(conn, job_id, lc.Dispatch(attempt, why(RunView.of(job))))
+            elif job.attempt != attempt:
+                return None
+            return RunView.of(job)
 
     def runs_past_limit(self) -> list[tuple[int, float]]:
         """(job, its max_runtime_s) of every run that has lasted longer than its limit and is

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from xpupool.server.plane.lock import PlaneLock
+from xpupool.server.plane.records import RunView
 
 if TYPE_CHECKING:
     from xpupool.catalog import AcceleratorCatalog
@@ -99,3 +100,9 @@ class PlaneReads:
             st = self.cluster_state
             if len(self.live) > st.n_devices + st.n_devices // 4 + 64:
                 self.live.keep_only(st.uuid_slot)
+
+    def held_run(self, job_id: int) -> RunView | None:
+        """Job ``job_id``'s run as held now (None: not held: pending, or ended and released)."""
+        with self._lock:
+            job = self._held.get(job_id)
+            return None if job is None else RunView.of(job)

@@ -20,7 +20,7 @@ from xpupool.server import job_lifecycle as lc
 from xpupool.server.consistency import Problem
 from xpupool.server.drain import draining
 from xpupool.server.plane.node_lifecycle import NodeLife
-from xpupool.server.schemas.agent_protocol import ReplicaState
+from xpupool.server.schemas.agent_protocol import FINAL_REPLICA_STATES, ReplicaState
 from xpupool.server.schemas.jobs import JobPhase, StopCause
 from xpupool.server.schemas.nodes import NodeStatus
 
@@ -135,6 +135,41 @@ class HeldJob:
         if self.stop is None:
             return None
         return Stopping.PREEMPT if self.stop is StopCause.PREEMPTED else Stopping.OTHER
+
+
+@dataclass(frozen=True, slots=True)
+class RunView:
+    """A held job's run as one read of the plane saw it (``PlaneReads.held_run``): a copy, for
+    code outside the plane that acts on it afterwards (a Kubernetes site's worker), so that it
+    never holds the plane's lock while it talks to a cluster."""
+
+    job: int
+    tenant: str
+    state: JobPhase
+    attempt: int
+    stopping: bool
+    allocations: tuple[tuple[int, str], ...]  # (replica, node) of each allocation
+    final: frozenset[int]  # replicas whose last report is final
+
+    @classmethod
+    def of(cls, job: HeldJob) -> RunView:
+        return cls(
+            job.id,
+            job.tenant,
+            job.state,
+            job.attempt,
+            job.stop is not None,
+            tuple((a.replica, a.node) for a in job.allocations),
+            frozenset(r for r, st in job.replica_states.items() if st in FINAL_REPLICA_STATES),
+        )
+
+    def node_of(self, replica: int) -> str | None:
+        """The node replica ``replica`` was placed on; None: no such replica."""
+        return next((node for r, node in self.allocations if r == replica), None)
+
+    def unfinished(self) -> list[tuple[str, int]]:
+        """(node, replica) of each replica whose last report is not final."""
+        return [(node, r) for r, node in self.allocations if r not in self.final]
 
 
 @dataclass
