@@ -48,3 +48,14 @@ def test_a_record_that_cannot_be_a_device_is_left_out_of_the_report() -> None:
     assert device_in(DeviceInfo("nvidia", "H100", "GPU-0", 0, 0)) is None  # no memory
     assert device_in(DeviceInfo("acme", "X1", "X-0", 0, 1024)) is None  # no such vendor
     assert device_in(DeviceInfo("nvidia", "H100", "GPU-0", 0, 1 << 31)) is None  # over the bound
+
+
+def test_the_stored_row_keeps_what_a_kubernetes_node_registered_its_card_as() -> None:
+    """A Kubernetes site's card carries HAMi's type string and share mode, which an agent's
+    wire form does not: the stored row keeps them, so a restarted plane reads back the device it
+    served (else every Node of a site looked changed after a restart and was registered again,
+    draining under its jobs)."""
+    device = Device(
+        "GPU-0", "nvidia", "A100-SXM4-80GB", 81920, type_name="NVIDIA A100", share_mode="mps"
+    )
+    assert device_from_dict(json.loads(json.dumps(device_to_dict(device)))) == device

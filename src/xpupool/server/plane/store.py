@@ -38,9 +38,19 @@ from xpupool.server.storage.tenants import queues as t_queues
 from xpupool.server.storage.tenants import tenants as t_tenants
 from xpupool.server.storage.tenants import tokens as t_tokens
 
+_SITE_FIELDS = ("type_name", "share_mode")
+"""What a Kubernetes site's card carries beyond an agent's wire form (``DeviceIn``): stored beside
+it, only when set, so an agent's card's row is its wire form exactly."""
+
 
 def device_from_dict(d: dict[str, object]) -> Device:
-    return DeviceIn.model_validate(d).to_device()
+    device = DeviceIn.model_validate({k: v for k, v in d.items() if k not in _SITE_FIELDS})
+    type_name, share_mode = d.get("type_name"), d.get("share_mode")
+    return replace(
+        device.to_device(),
+        type_name=None if type_name is None else str(type_name),
+        share_mode=None if share_mode is None else str(share_mode),
+    )
 
 
 def node_from_row(row: object) -> Node:
@@ -104,7 +114,8 @@ def drain_target(row: object) -> Node | None:
 
 
 def device_to_dict(d: Device) -> dict[str, object]:
-    return DeviceIn.from_device(d).model_dump()
+    extra = {k: getattr(d, k) for k in _SITE_FIELDS if getattr(d, k) is not None}
+    return {**DeviceIn.from_device(d).model_dump(), **extra}
 
 
 def allocation_to_dict(a: Allocation) -> dict[str, object]:
