@@ -348,7 +348,11 @@ def test_when_the_extender_finds_no_card_the_job_waits_with_its_reason(
     assert "xpupool" in why or "nodes are available" in why, why
     assert job(srv, late)["state"] == "scheduled"
     kc.api.delete("/api/v1/namespaces/default/pods/by-kubectl", params={"gracePeriodSeconds": "0"})
-    state_is(srv, late, "running")
+    # kube-scheduler tries the waiting pod again on the deletion; when that try comes before the
+    # extender's own view has the deletion (two informers), it is turned away once more and waits
+    # for the next change of the cluster, or the scheduler's flush of pods unschedulable for five
+    # minutes (docs/kubernetes.md): bounded by that flush, not by the usual minute
+    state_is(srv, late, "running", timeout_s=360)
     for job_id in (*held, late):
         assert user.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
     for job_id in (*held, late):
