@@ -138,8 +138,9 @@ def create_app(
             # thread from here, as the socket starts listening: not beside the start's imports
             # and the plane's opening, which they slowed by holding the interpreter half the
             # time (docs/benchmarks.md, start-up). A placement that needs a loop before it is
-            # ready waits for it on numba's compiler lock.
-            kernels.warm_in_background()
+            # ready waits for it on numba's compiler lock. The share prices' LP solver is not
+            # imported with them: ``xpupool up`` imports it at a quiet moment (server/up.py).
+            kernels.warm_in_background(solver=False)
             watch = LostNodeWatch(plane)
             watch.start()
             passes = asyncio.get_running_loop().create_task(run_passes(plane))

@@ -15,6 +15,7 @@ from server_kit import FakeClock, open_server
 
 from xpupool.engine.fragmentation import kernels
 from xpupool.server.app import create_app
+from xpupool.server.up import solver_when_quiet
 
 
 def test_the_loops_warm_up_once_the_app_starts_and_it_answers_meanwhile(
@@ -22,7 +23,10 @@ def test_the_loops_warm_up_once_the_app_starts_and_it_answers_meanwhile(
 ) -> None:
     compiling, done = threading.Event(), threading.Event()
 
-    def slow_warm() -> None:  # a first start's compile, held until the test lets it go
+    asked: list[dict[str, object]] = []
+
+    def slow_warm(**kwargs: object) -> None:  # a first start's compile, held until let go
+        asked.append(kwargs)
         compiling.set()
         done.wait(30)
 
@@ -35,6 +39,24 @@ def test_the_loops_warm_up_once_the_app_starts_and_it_answers_meanwhile(
             assert client.get("/healthz").status_code == 200
             assert not done.is_set()
             done.set()
+        assert asked == [{"solver": False}], "the LP solver's import came with the loops"
     finally:
         done.set()
         plane.db.dispose()
+
+
+def test_the_solver_is_imported_at_the_first_quiet_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The share prices' LP solver (SciPy) waits for a moment with no submission and none
+    pending: beside the first placement it took half the interpreter's time."""
+    imported = threading.Event()
+    monkeypatch.setattr(kernels, "warm_solver", imported.set)
+    answers = iter([False, False, True])
+    asked: list[bool] = []
+
+    def quiet() -> bool:
+        asked.append(next(answers))
+        return asked[-1]
+
+    solver_when_quiet(quiet).join(30)
+    assert imported.is_set()
+    assert asked == [False, False, True]
