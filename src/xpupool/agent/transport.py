@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Callable, Sequence
-from typing import Protocol
-
-import httpx
+from typing import TYPE_CHECKING, Protocol
 
 from xpupool.model.errors import NotFound, XpupoolError
 from xpupool.server.schemas import agent_protocol
 from xpupool.server.schemas.agent_protocol import Heartbeat, HeartbeatReply, NodeIn, Registered
+
+if TYPE_CHECKING:
+    # imported by HttpTransport, which only a standalone agent makes: the in-process agent of
+    # ``xpupool up`` calls the plane directly, and importing httpx cost its start a fifth of a
+    # CPU second (docs/benchmarks.md, start-up)
+    import httpx
 
 FATAL_STATUS = frozenset({401, 403, 426})
 
@@ -98,6 +102,8 @@ class HttpTransport:
         ca: str | None = None,
         on_token: Callable[[str], None] | None = None,
     ) -> None:
+        import httpx
+
         verify: ssl.SSLContext | bool = True
         if ca is not None:
             verify = ssl.create_default_context(cafile=ca)
@@ -138,6 +144,8 @@ class HttpTransport:
         raise TransportError(f"POST {path}: no server answered: " + "; ".join(failed))
 
     def _post_once(self, path: str, **kwargs: object) -> httpx.Response:
+        import httpx  # loaded by __init__: a dictionary look-up
+
         try:
             return self.client.post(self.server + path, **kwargs)  # type: ignore[arg-type]
         except httpx.HTTPError as exc:

@@ -19,6 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from xpupool.engine.fragmentation import kernels
 from xpupool.model.errors import (
     Conflict,
     Forbidden,
@@ -112,16 +113,17 @@ def create_app(
     forwarded: bool = False,
     metrics_auth: MetricsAuth = "token",
 ) -> FastAPI:
-    """The app over ``plane``. ``background`` runs the scheduling passes on the app's event loop
-    and the lost-node thread (tests of routers alone may turn them off and call ``schedule_pass``
-    themselves). ``max_body``: the largest request body taken, in bytes (an agent's log upload
-    may always send a full chunk). ``channel``: the submission channel of the plane's HTTP
+    """The app over ``plane``. ``background`` runs the scheduling passes on the app's event loop and
+    the lost-node thread (tests of routers alone may turn them off and call ``schedule_pass``
+    themselves) and starts the engine's loops' warm-up (``kernels.warm_in_background``): the plane
+    alone never warms them. ``max_body``: the largest request body taken, in bytes (an agent's log
+    upload may always send a full chunk). ``channel``: the submission channel of the plane's HTTP
     workers (``front/``), listening while the app runs, on its event loop. ``on_stopped``: called
     once the background loops are stopped (``up`` releases the store there: a write after it is
-    refused, never half done). ``limiter``: requests per credential and per address, counted
-    before anything else runs (``rate_limit.py``; None: no limit); ``forwarded``: the app serves
-    the HTTP workers' socket, which says each request's source address and scheme. ``metrics_auth``: who
-    may read ``/metrics`` (``routers/deps.py`` ``metrics_reader``)."""
+    refused, never half done). ``limiter``: requests per credential and per address, counted before
+    anything else runs (``rate_limit.py``; None: no limit); ``forwarded``: the app serves the HTTP
+    workers' socket, which says each request's source address and scheme. ``metrics_auth``: who may
+    read ``/metrics`` (``routers/deps.py`` ``metrics_reader``)."""
 
     tokens = ServiceTokenCache()
     proxy = ServiceProxy(PlaneSource(plane, tokens), plane.service_traffic)
@@ -132,6 +134,13 @@ def create_app(
         passes: asyncio.Task[None] | None = None
         keeper: asyncio.Task[None] | None = None  # the service controller's (issue 47)
         if background:
+            # The engine's loops load from numba's cache (or compile, on a first start) on a
+            # thread from here, as the socket starts listening: not beside the start's imports
+            # and the plane's opening, which they slowed by holding the interpreter half the
+            # time (docs/benchmarks.md, start-up). A placement that needs a loop before it is
+            # ready waits for it on numba's compiler lock. The share prices' LP solver is not
+            # imported with them: ``xpupool up`` imports it at a quiet moment (server/up.py).
+            kernels.warm_in_background(solver=False)
             watch = LostNodeWatch(plane)
             watch.start()
             passes = asyncio.get_running_loop().create_task(run_passes(plane))

@@ -32,8 +32,12 @@ def freeze_start_heap() -> int:
     how many. They live as long as the server; left in the oldest generation, each full
     collection walks all of them holding the GIL, and stops the API and the scheduler for longer
     the larger the pool (issue 25; figures in docs/benchmarks.md and its history). Objects made
-    later (jobs, requests) are collected as usual."""
-    gc.collect()
+    later (jobs, requests) are collected as usual.
+
+    No collection comes first: it would walk all of those objects (a quarter of a CPU second
+    before the server answers: docs/benchmarks.md, start-up) to find the start's few cyclic
+    garbage, which is frozen with the rest and collected by :class:`SurvivorFreeze`'s first
+    sweep instead, at a quiet moment."""
     gc.freeze()
     return gc.get_freeze_count()
 

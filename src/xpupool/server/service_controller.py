@@ -39,8 +39,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from xpupool.model.errors import Unavailable, XpupoolError
 from xpupool.server.plane import service_rows
 from xpupool.server.schemas.jobs import FINAL_STATES, JobIn, JobPhase
@@ -64,6 +62,8 @@ from xpupool.server.services.services import (
 )
 
 if TYPE_CHECKING:
+    import httpx  # imported by run_services for the first replica to probe
+
     from xpupool.server.plane.control import ControlPlane
 
 log = logging.getLogger("xpupool.services")
@@ -453,7 +453,10 @@ async def run_services(controller: ServiceController, period_s: float = PASS_S) 
     passes share) whenever woken and every ``period_s``, then the probes that are due, started as
     tasks of their own; until cancelled."""
     plane = controller.plane
-    async with httpx.AsyncClient(trust_env=False) as client:
+    # Made for the first replica to probe: importing httpx cost the start a fifth of a CPU second
+    # on the event loop (docs/benchmarks.md, start-up), and a pool may run no service at all.
+    client: httpx.AsyncClient | None = None
+    try:
         while True:
             await plane.services_wake.wait(period_s)
             try:
@@ -462,4 +465,12 @@ async def run_services(controller: ServiceController, period_s: float = PASS_S) 
                 pass  # the store cannot be written: said once by the plane's health
             except Exception:
                 log.exception("service controller pass failed")
-            controller.prober.start_due(client, plane.monotonic())
+            if client is None and controller.prober.watching:
+                import httpx
+
+                client = httpx.AsyncClient(trust_env=False)
+            if client is not None:
+                controller.prober.start_due(client, plane.monotonic())
+    finally:
+        if client is not None:
+            await client.aclose()

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-
-import httpx
+from typing import TYPE_CHECKING
 
 from xpupool.server.schemas.services import Readiness
+
+if TYPE_CHECKING:
+    import httpx  # imported where the first probe runs (service_controller.run_services)
 
 MAX_PROBES = 64
 """Probes in flight at once, over every service; more wait for a free slot."""
@@ -72,6 +74,11 @@ class Prober:
         for job_id in [j for j in self._probed if j not in job_ids]:
             del self._probed[job_id]
 
+    @property
+    def watching(self) -> bool:
+        """Whether any replica is to be probed."""
+        return bool(self._probed)
+
     def is_ready(self, job_id: int) -> bool:
         probed = self._probed.get(job_id)
         return probed is not None and probed.ready
@@ -102,6 +109,8 @@ class Prober:
         return started
 
     async def _probe(self, client: httpx.AsyncClient, job_id: int, probed: _Probed) -> None:
+        import httpx  # in sys.modules by now: the client was made with it
+
         assert self._slots is not None
         readiness = probed.target.readiness
         error = ""

@@ -14,6 +14,8 @@ from __future__ import annotations
 import gc
 import ipaddress
 import logging
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING
 from xpupool.catalog.images import default_image_catalog
 from xpupool.catalog.operator_file import OperatorCatalog
 from xpupool.disk_reserve import DEFAULT_LOG_RESERVE
+from xpupool.engine.fragmentation import kernels
 from xpupool.engine.profile import DEFAULT_PROFILE, Profile
 from xpupool.log_setup import configure_logging
 from xpupool.server.admin_token import admin_token_path
@@ -30,7 +33,7 @@ from xpupool.server.body_limit import DEFAULT_MAX_BODY
 from xpupool.server.connection_guard import ConnectionLimits, guarded_protocol
 from xpupool.server.front.plane_side import SubmitChannel
 from xpupool.server.front.workers import HttpWorkers, PlaneSockets, listen
-from xpupool.server.heap_freeze import SurvivorFreeze, freeze_start_heap
+from xpupool.server.heap_freeze import QUIET_CHECK_S, SurvivorFreeze, freeze_start_heap
 from xpupool.server.ownership import DEFAULT_STORE_LEASE_S, Identity, StoreOwnership
 from xpupool.server.plane import DEFAULT_HISTORY_INTERVAL_S, ControlPlane
 from xpupool.server.rate_limit import ADDRESS_RATE, TOKEN_RATE, Rate, RateLimiter
@@ -309,6 +312,7 @@ def _serve(
     gc.enable()  # off while the server started (cli_up.py): collected as usual from here on
     survivors = SurvivorFreeze(quiet=no_job_since_asked(plane))
     survivors.start()
+    solver_when_quiet(no_job_since_asked(plane))
     try:
         if workers is None:
             uvicorn.run(
@@ -357,6 +361,24 @@ def _with_workers(
             on_stop()
 
     return start, stop
+
+
+def solver_when_quiet(quiet: Callable[[], bool]) -> threading.Thread:
+    """Import the share prices' LP solver (``kernels.warm_solver``, SciPy: 0.4 CPU s) on a thread
+    at the first check, one a second, that finds the server ``quiet``: beside the first
+    placements, which seldom need it, it held the interpreter half the time
+    (docs/benchmarks.md, start-up). A job that needs it sooner imports it itself."""
+
+    def run() -> None:
+        while True:
+            time.sleep(QUIET_CHECK_S)
+            if quiet():
+                kernels.warm_solver()
+                return
+
+    thread = threading.Thread(target=run, name="xpupool-solver-import", daemon=True)
+    thread.start()
+    return thread
 
 
 def no_job_since_asked(plane: ControlPlane) -> Callable[[], bool]:

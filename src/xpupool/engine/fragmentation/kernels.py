@@ -711,23 +711,29 @@ def knapsack(sizes: IntArray, prices: FloatArray, card: int) -> tuple[FloatArray
     return value, last
 
 
-def warm_in_background() -> threading.Thread:
+def warm_in_background(*, solver: bool = True) -> threading.Thread:
     """:func:`warm` on a thread of its own, so that a server answers while its loops compile (a
     first start compiles them all, many seconds of CPU: docs/benchmarks.md, start-up). Work that
     needs a loop before it is ready waits for it on numba's compiler lock, where it would have
     compiled the loop itself."""
-    thread = threading.Thread(target=warm, name="xpupool-kernels-warm", daemon=True)
+    thread = threading.Thread(
+        target=lambda: warm(solver=solver), name="xpupool-kernels-warm", daemon=True
+    )
     thread.start()
     return thread
 
 
-def warm() -> None:
+def warm(*, solver: bool = True) -> None:
     """Compile the loops now (or load them from the cache), once per process, on a one-node table
-    of the types the engine passes, and import the LP solver of the share prices
-    (``prices.py``, imported lazily: SciPy's import is slow, and the engine's import does not
-    pay it). A
-    server starts this before it takes requests: done on the first request instead, each is a
-    stall that queues every request behind it."""
+    of the types the engine passes, and (``solver``) import the LP solver of the share prices
+    (:func:`warm_solver`). A server starts this before it takes requests: done on the first
+    request instead, each is a stall that queues every request behind it."""
+    _warm_loops()
+    if solver:
+        warm_solver()
+
+
+def _warm_loops() -> None:
     global _warm
     if _warm:
         return
@@ -761,6 +767,11 @@ def warm() -> None:
     pressure_displaced(ints, ints, floats, 1, np.empty(1, f64))
     for usable in (grid, np.zeros((1, 1), f64)):  # plain nodes' counts, or with others
         pressure_per_unit(usable, np.ones((1, 1), f64), ints, floats)
-    import scipy.optimize  # noqa: F401  (the share prices' LP, on their first use otherwise)
-
     _warm = True
+
+
+def warm_solver() -> None:
+    """Import the LP solver of the share prices (``prices.py`` imports it where it first prices a
+    share, which a request would wait for): SciPy's import is slow, 0.4 CPU s here, and the
+    engine's import does not pay it."""
+    import scipy.optimize  # noqa: F401

@@ -25,7 +25,6 @@ from xpupool.engine.cycle.admission import Admission, QueueSpec
 from xpupool.engine.cycle.cycle import SchedulingCycle
 from xpupool.engine.cycle.retry_gate import RetryGate
 from xpupool.engine.engine import Engine
-from xpupool.engine.fragmentation import kernels
 from xpupool.engine.host import EngineHost
 from xpupool.engine.learning_pace import LearningPace
 from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile, known_profile
@@ -224,7 +223,6 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
     # ------------------------------------------------------------------ loading and rebuilding
     def _load(self) -> None:
         self._read()
-        kernels.warm_in_background()  # compiled while the server starts, not in a request
         self.rebuild_engine()
         self._seed_learning()
         if self._node_notes:  # node rows set aside by the read: cordoned and reported
