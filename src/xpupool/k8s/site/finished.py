@@ -128,6 +128,16 @@ class FinishedJobs:
             self._due.setdefault(j, now + self.retention_s)
         self.delete_due()
 
+    def delete_secrets(self, job: int, namespaces: Iterable[str]) -> None:
+        """Delete job ``job``'s Secrets in ``namespaces`` (its pods' and its tenant's: where the
+        chart lets the plane list Secrets), as a stop does."""
+        client = self._client()
+        assert client is not None
+        labels: dict[str, Any] = {JOB: str(job), SITE: self.site}
+        for ns in sorted(set(namespaces)):
+            for secret in client.list(self._secret, namespace=ns, labels=labels):
+                self._delete(client, self._secret, dict(secret), "Secret")
+
     def _tenant_namespaces(self, plane: ControlPlane) -> set[str]:
         with plane.db.connect() as conn:
             names = conn.execute(select(t_tenants.c.name)).scalars().all()
@@ -162,7 +172,7 @@ class FinishedJobs:
         with _gone_ok():
             client.delete(kind, meta["name"], namespace=meta["namespace"])
         log.info(
-            "site %s: %s %s/%s of finished job %s deleted",
+            "site %s: %s %s/%s of job %s deleted",
             self.site,
             what,
             meta["namespace"],

@@ -720,8 +720,10 @@ class KubernetesSite:
         return [dict(p) for p in client.list(RawPod, namespace="*", labels=labels)]
 
     def _delete(self, job_id: int) -> None:
-        """Delete the job's pods (their own grace period); with none there, its replicas are
-        reported stopped at once (it was stopped before its pods were made)."""
+        """Delete the job's pods (their own grace period) and its Secret (listed in the pods'
+        namespaces and the tenant's: the plane may not list Secrets cluster-wide); with no pod
+        there, its replicas are reported stopped at once (it was stopped before its pods were
+        made)."""
         client = self._client
         assert client is not None
         pods = self._job_pods(job_id)
@@ -729,11 +731,13 @@ class KubernetesSite:
             meta = pod["metadata"]
             with _gone_ok():
                 client.delete(RawPod, meta["name"], namespace=meta["namespace"])
-        labels: dict[str, Any] = {JOB: str(job_id), SITE: self.name}
-        for secret in client.list(RawSecret, namespace="*", labels=labels):
-            meta = dict(secret)["metadata"]
-            with _gone_ok():
-                client.delete(RawSecret, meta["name"], namespace=meta["namespace"])
+        namespaces = {str(p["metadata"]["namespace"]) for p in pods}
+        plane = self._plane
+        run = None if plane is None else plane.held_run(job_id)
+        if run is not None:
+            with contextlib.suppress(RequestError):  # no namespace name: no Secret there either
+                namespaces.add(self.config.namespace(run.tenant))
+        self.finished.delete_secrets(job_id, namespaces)
         if not pods:
             self._stopped_without_pods(job_id)
 
