@@ -7,9 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from server_kit import Server, heartbeat, job, node, report, submit, tenant
+from server_kit import BOTH_STORES, Server, heartbeat, job, node, report, submit, tenant
 
-from xpupool.k8s.site.finished import finished_jobs, job_label
+from xpupool.k8s.site.finished import CHUNK, finished_jobs, job_label
+
+STORES = BOTH_STORES
 
 
 def test_a_job_is_finished_once_final_or_unknown_never_while_held_or_waiting(
@@ -31,6 +33,10 @@ def test_a_job_is_finished_once_final_or_unknown_never_while_held_or_waiting(
     unknown = 987654
     assert finished_jobs(server.plane, [ran, waiting, unknown]) == {ran, waiting, unknown}
     assert finished_jobs(server.plane, []) == set()
+    many = [ran, *range(unknown, unknown + 2 * CHUNK + 1)]  # more ids than one query takes
+    assert finished_jobs(server.plane, many) == set(many)
+    again = submit(server, token, "A100:1")["id"]
+    assert finished_jobs(server.plane, [*many, again]) == set(many)  # pending: not finished
 
 
 @pytest.mark.parametrize(

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_JOB_ID = 2**63 - 1
+CHUNK = 500  # job ids per query: far below SQLite's and PostgreSQL's parameter limits
 
 
 def job_label(obj: Mapping[str, Any]) -> int | None:
@@ -63,11 +64,12 @@ def finished_jobs(plane: ControlPlane, ids: Iterable[int]) -> set[int]:
         return set()
 
     def look() -> set[int]:
+        states: dict[int, JobPhase] = {}
         with plane.db.connect() as conn:
-            rows = conn.execute(
-                select(t_jobs.c.id, t_jobs.c.state).where(t_jobs.c.id.in_(wanted))
-            ).all()
-        states = {int(r.id): JobPhase(r.state) for r in rows}
+            for i in range(0, len(wanted), CHUNK):  # bounded bound parameters per statement
+                chunk = wanted[i : i + CHUNK]
+                query = select(t_jobs.c.id, t_jobs.c.state).where(t_jobs.c.id.in_(chunk))
+                states.update((int(r.id), JobPhase(r.state)) for r in conn.execute(query))
         return {
             j
             for j in wanted
