@@ -109,6 +109,8 @@ class FinishedJobs:
         client, plane = self._client(), self._plane()
         if client is None or plane is None:
             return
+        if job is not None and job in self._due:
+            return  # seen finished already, its Secret deleted (a restart's pods, one by one)
         labels: dict[str, Any] = {JOB: operators.exists() if job is None else str(job)}
         labels[SITE] = self.site
         pods = [dict(p) for p in client.list(self._pod, namespace="*", labels=labels)]
