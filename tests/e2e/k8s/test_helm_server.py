@@ -105,6 +105,7 @@ def test_the_server_part_renders_a_statefulset_with_its_volume_service_and_sites
                 "namespace_prefix": "xpupool-",
                 "namespaces": {"ml-team": "research"},
                 "create_namespaces": False,
+                "finished_pods_retention_s": 300,
             }
         ]
     }
@@ -185,6 +186,7 @@ def test_on_postgresql_two_planes_run_as_standbys_with_the_url_from_a_secret(
         ((*ON, "server.tenantNamespaces[0]=Team_A"), "/server/tenantNamespaces/0"),
         ((*ON, "server.admissionGate.apiVersion=v1"), "/server/admissionGate/apiVersion"),
         ((*ON, "server.siteName=Bad.Site"), "/server/siteName"),
+        ((*ON, "server.finishedPodsRetentionS=-1"), "/server/finishedPodsRetentionS"),
         ((*ON, "server.storage.size=lots"), "/server/storage/size"),
         ((*ON, "server.replicas=2"), "server.database.urlSecretName"),  # SQLite: one plane
         ((*ON, *STANDBY[:1], "server.replicas=3"), "/server/replicas"),

@@ -204,10 +204,15 @@ def test_the_plane_keeps_other_gates(kc: K8sCluster) -> None:
 
 def test_the_planes_own_token_acts_with_the_charts_rights(kc: K8sCluster) -> None:
     """With the ServiceAccount's token (what the chart's pod, or a test's local plane with
-    plane_identity's kubeconfig, presents): it reads pods everywhere, creates them only in
-    tenant namespaces, and its patch of a gated pod is held to the gate's removal."""
+    plane_identity's kubeconfig, presents): it reads pods everywhere and Secrets in tenant
+    namespaces only, creates pods only in tenant namespaces, and its patch of a gated pod is
+    held to the gate's removal."""
     token = {"Authorization": f"Bearer {kc.token(NAMESPACE, SERVER)}"}
     assert kc.api.get("/api/v1/pods", headers=token).status_code == 200
+    # Secrets only namespace by namespace: the site lists a run's Secrets where its pods are
+    assert kc.api.get("/api/v1/secrets", headers=token).status_code == 403
+    r = kc.api.get(f"/api/v1/namespaces/{TENANT}/secrets", headers=token)
+    assert r.status_code == 200, r.text
     body = pod("by-token", queue="research")
     r = kc.api.post("/api/v1/namespaces/elsewhere/pods", json=body, headers=token)
     assert r.status_code == 403, r.text

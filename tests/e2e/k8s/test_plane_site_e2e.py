@@ -42,6 +42,7 @@ pytestmark = pytest.mark.k8s
 SITE = "gpu-a"
 DONE = "registry.invalid/done:1"  # kwok completes it (this module's Stage)
 SLEEP = "registry.invalid/sleep:1"  # runs until deleted
+SLOW = "registry.invalid/slow:1"  # kwok completes it after 10 s (this module's second Stage)
 MANAGED = (
     "nvidia.com/gpu",
     "nvidia.com/gpumem",
@@ -89,6 +90,11 @@ spec:
       {{{{ end }}}}
       phase: Succeeded
 """
+SLOW_STAGE = (
+    COMPLETE_STAGE.replace("xpupool-test-complete", "xpupool-test-complete-slow")
+    .replace(DONE, SLOW)
+    .replace("durationMilliseconds: 1500", "durationMilliseconds: 10000")
+)
 
 
 def kwok_node(name: str, cards: int = 2) -> dict[str, Any]:
@@ -133,7 +139,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster
     with K8sCluster(tmp / "cluster", extender=extender) as kc:
         bins = find_binaries(("kwok",))
         stages = tmp / "kwok-stages.yaml"
-        stages.write_text(bins["kwok-stages"].read_text() + COMPLETE_STAGE)
+        stages.write_text(bins["kwok-stages"].read_text() + COMPLETE_STAGE + SLOW_STAGE)
         kwok_port = free_port()
         comp = kc._spawn(
             "kwok",
@@ -215,7 +221,7 @@ def test_an_api_job_becomes_a_bound_pod_runs_and_succeeds(
     kc, srv = plane
     listed = nodes(srv)
     assert {n["source"] for n in listed} == {f"kubernetes:{SITE}"}
-    r = user.put("/v1/secrets/token", json={"secret": "s3cret"})
+    r = user.put("/v1/secrets/token", json={"secret": "s3cret"}, timeout=60)  # the first seals
     assert r.status_code == 201, r.text
     secrets = [{"name": "token", "env": "TOKEN"}]
     job_id = submit(
@@ -237,22 +243,30 @@ def test_an_api_job_becomes_a_bound_pod_runs_and_succeeds(
     assert env[0] == {"name": "EPOCHS", "value": "3"}
     held = f"xp-{job_id}-1-secrets"  # the run's secrets, as a Secret of the namespace
     assert {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": held, "key": "token"}}} in env
-    r = kc.api.get(f"/api/v1/namespaces/xpupool-ml/secrets/{held}")
-    assert r.status_code == 200, r.text
-    assert r.json()["data"] == {"token": "czNjcmV0"}
     assert done["exit_code"] == 0
+
+
+def secret_status(kc: K8sCluster, name: str, namespace: str = "xpupool-ml") -> int:
+    return kc.api.get(f"/api/v1/namespaces/{namespace}/secrets/{name}").status_code
 
 
 def test_cancel_deletes_the_pods_and_the_job_ends_once_they_are_gone(
     plane: tuple[K8sCluster, ServerProc], user: httpx.Client
 ) -> None:
     kc, srv = plane
-    job_id = submit(user, image=SLEEP)
+    r = user.put("/v1/secrets/token", json={"secret": "s3cret"}, timeout=60)  # the first seals
+    assert r.status_code in (200, 201), r.text
+    job_id = submit(user, image=SLEEP, secrets=[{"name": "token", "env": "TOKEN"}])
     state_is(srv, job_id, "running")
+    held = f"xp-{job_id}-1-secrets"  # the run's secrets, as a Secret of the namespace
+    r = kc.api.get(f"/api/v1/namespaces/xpupool-ml/secrets/{held}")
+    assert r.status_code == 200, r.text
+    assert r.json()["data"] == {"token": "czNjcmV0"}
     r = user.post(f"/v1/jobs/{job_id}/cancel")
     assert r.status_code == 200, r.text
     state_is(srv, job_id, "cancelled")
     until(lambda: not pods(kc, job_id), "the job's pods gone", 30)
+    until(lambda: secret_status(kc, held) == 404, "the job's Secret gone", 30)
     # its card is free again: a job that needs every card of the site runs
     both = submit(user, image=DONE, spec=f"A100:2 replicas=2 site={SITE}")
     state_is(srv, both, "succeeded")
@@ -446,6 +460,70 @@ def test_a_bad_sites_file_is_refused_naming_the_field(tmp_path: Path) -> None:
     )
     assert out.returncode == 1, out.stdout + out.stderr
     assert "sites[0].namespace" in out.stderr, out.stderr
+
+
+def labelled(kind: str, name: str, job_id: int, site: str, **spec: Any) -> dict[str, Any]:
+    labels = {"xpupool.io/job": str(job_id), "xpupool.io/plane-site": site}
+    meta = {"name": name, "namespace": "xpupool-ml", "labels": labels}
+    return {"apiVersion": "v1", "kind": kind, "metadata": meta, **spec}
+
+
+def test_a_finished_jobs_secret_goes_at_once_and_its_pods_after_the_retention(
+    plane: tuple[K8sCluster, ServerProc], user: httpx.Client
+) -> None:
+    """A job that succeeds loses its Secret at once and keeps its pod for the sites file's
+    retention (300 s by default: still there); a job that ends while the plane is down, and a
+    Secret of a job the plane never had, are cleaned up by the restarted plane, its pods after
+    the retention (here 2 s); another site's objects with the same job label are left alone."""
+    kc, srv = plane
+    r = user.put("/v1/secrets/token", json={"secret": "s3cret"}, timeout=60)  # the first seals
+    assert r.status_code in (200, 201), r.text
+    secrets = [{"name": "token", "env": "TOKEN"}]
+    first = submit(user, image=DONE, secrets=secrets)
+    state_is(srv, first, "succeeded")
+    held = f"xp-{first}-1-secrets"
+    until(lambda: secret_status(kc, held) == 404, "the finished job's Secret deleted", 30)
+    assert len(pods(kc, first)) == 1  # kept for the retention: kubectl logs still answers
+
+    ended = submit(user, image=SLOW, secrets=secrets)
+    state_is(srv, ended, "running")
+    srv.kill()  # kwok ends the pod while no plane watches
+
+    def phase() -> str:
+        found = pods(kc, ended)
+        return str(found[0]["status"].get("phase")) if found else ""
+
+    until(lambda: phase() == "Succeeded", "the slow pod done while the plane is down", 60)
+    stray = labelled("Secret", "xp-987654-1-secrets", 987654, SITE, data={})
+    other_secret = labelled("Secret", f"xp-{first}-other", first, "gpu-other", data={})
+    spec = {"schedulerName": "no-such-scheduler", "containers": [{"name": "c", "image": SLEEP}]}
+    other_pod = labelled("Pod", f"xp-{first}-other", first, "gpu-other", spec=spec)
+    for obj, plural in ((stray, "secrets"), (other_secret, "secrets"), (other_pod, "pods")):
+        r = kc.api.post(f"/api/v1/namespaces/xpupool-ml/{plural}", json=obj)
+        assert r.status_code == 201, r.text
+    sites = Path(srv.extra_args[srv.extra_args.index("--sites") + 1])
+    before = sites.read_text()
+    sites.write_text(before + "    finished_pods_retention_s: 2\n")
+    try:
+        srv.start(same_port=True)
+        state_is(srv, ended, "succeeded")  # reconciled from its pod by the restarted plane
+        until(
+            lambda: secret_status(kc, f"xp-{ended}-1-secrets") == 404,
+            "the Secret of the job that ended while the plane was down deleted",
+            60,
+        )
+        until(lambda: secret_status(kc, stray["metadata"]["name"]) == 404, "the stray Secret", 60)
+        until(lambda: not pods(kc, ended), "the pod of the job ended while down deleted", 60)
+        until(
+            lambda: [p["metadata"]["name"] for p in pods(kc, first)] == [f"xp-{first}-other"],
+            "the first job's pod deleted after the retention, another site's pod left",
+            60,
+        )
+        assert secret_status(kc, other_secret["metadata"]["name"]) == 200
+    finally:
+        sites.write_text(before)  # a later restart runs with the default retention again
+        kc.api.delete(f"/api/v1/namespaces/xpupool-ml/pods/{other_pod['metadata']['name']}")
+        kc.api.delete(f"/api/v1/namespaces/xpupool-ml/secrets/{other_secret['metadata']['name']}")
 
 
 def test_a_nodes_changed_cards_labels_and_taints_reach_the_plane(

@@ -49,8 +49,20 @@ def test_a_sites_file_gives_each_site_its_settings_and_defaults(tmp_path: Path) 
     )
     assert a.namespace("ml") == "research" and a.namespace("ops") == "xpupool-ops"
     assert not a.create_namespaces and b.create_namespaces and b.namespace("ops") == "t-ops"
+    assert a.finished_pods_retention_s == 300  # kubectl logs answers a few minutes after the end
     with pytest.raises(RequestError, match=r"tenant.*not a namespace name"):
         a.namespace("dots.in.name")
+
+
+def test_a_finished_jobs_pods_are_kept_as_long_as_the_sites_file_says(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "sites:\n"
+        "  - {name: gpu-a, in_cluster: true, finished_pods_retention_s: 0}\n"
+        "  - {name: gpu-b, in_cluster: true, finished_pods_retention_s: 2.5}\n",
+    )
+    a, b = load_sites(path)
+    assert (a.finished_pods_retention_s, b.finished_pods_retention_s) == (0, 2.5)
 
 
 @pytest.mark.parametrize(
@@ -78,6 +90,31 @@ def test_a_sites_file_gives_each_site_its_settings_and_defaults(tmp_path: Path) 
         ),
         ("sites:\n  - {name: agents, in_cluster: true}\n", "sites[0].name", "agent pool"),
         ("nodes: []\n", "sites", "Field required"),
+        (
+            "sites:\n  - {name: a, in_cluster: true, finished_pods_retention_s: -1}\n",
+            "sites[0].finished_pods_retention_s",
+            "greater than or equal to 0",
+        ),
+        (
+            "sites:\n  - {name: a, in_cluster: true, finished_pods_retention_s: 1000000}\n",
+            "sites[0].finished_pods_retention_s",
+            "less than or equal to 604800",
+        ),
+        (
+            "sites:\n  - {name: a, in_cluster: true, finished_pods_retention_s: .nan}\n",
+            "sites[0].finished_pods_retention_s",
+            "finite number",
+        ),
+        (
+            "sites:\n  - {name: a, in_cluster: true, finished_pods_retention_s: '60'}\n",
+            "sites[0].finished_pods_retention_s",
+            "valid number",
+        ),
+        (
+            "sites:\n  - {name: a, in_cluster: true, finished_pods_retention_s: true}\n",
+            "sites[0].finished_pods_retention_s",
+            "valid number",
+        ),
         ("sites: [\n", "sites.yaml", "not valid YAML"),
     ],
 )

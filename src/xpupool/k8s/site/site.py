@@ -29,6 +29,10 @@ for that thread, so no plane operation waits on the network.
   the pods are gone; ``adopt`` (a restarted plane) lists the pods of its held jobs: a pod of an
   older attempt is deleted, a missing one of a running job is a lost replica, a job counted but
   never made gets its pods (idempotent names: nothing is created twice).
+- Finished jobs: the Secret of a job whose run ended is deleted at once, its pods after the sites
+  file's ``finished_pods_retention_s`` (``finished.py``); the worker looks at every job's leftovers
+  when the site is attached (a restarted plane: what ended while it was down) and every
+  ``resync_s``, and at a job's when one of its pods ends and the plane holds the job no more.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import logging
 import queue
 import re
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -52,6 +57,7 @@ from xpupool.engine.host import HostedNode
 from xpupool.k8s.informers.decoders import decode_node
 from xpupool.k8s.informers.kubeconfig import RawNode, RawPod, load_config, make_client
 from xpupool.k8s.informers.watch import Event, EventType, Informer, backoff_s
+from xpupool.k8s.site.finished import FinishedJobs
 from xpupool.k8s.site.gated import GatedPods, GatedTask
 from xpupool.k8s.site.pod_logs import LogTarget, PodLogs
 from xpupool.k8s.site.pods import (
@@ -146,7 +152,19 @@ class _DeletePod:
     name: str
 
 
-_Task = _Start | _Stop | _Adopt | _DeletePod | GatedTask
+@dataclass(frozen=True, slots=True)
+class _Sweep:
+    """Look for finished jobs' leftovers: of ``job``, or of every job when None."""
+
+    job: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Due:
+    """Delete the pods of finished jobs whose retention has passed."""
+
+
+_Task = _Start | _Stop | _Adopt | _DeletePod | _Sweep | _Due | GatedTask
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +235,13 @@ class KubernetesSite:
         # take the connections the worker's requests need
         self._log_client: Client | None = None
         self.logs = PodLogs(config.name, lambda: self._log_client, self._log_sink, self._log_done)
+        self.finished = FinishedJobs(
+            config,
+            lambda: self._client,
+            lambda: self._plane,
+            RawPod,
+            RawSecret,
+        )
 
     # ------------------------------------------------------------------ the Site protocol
     @property
@@ -305,6 +330,7 @@ class KubernetesSite:
         self._informers = [nodes.start(), pods.start()]
         self._informers.append(self._gated.attach(plane, self._client, config))
         self.services.start(config, self._client, self.resync_s)
+        self._tasks.put(_Sweep(None))  # what ended while no plane watched
         self._worker = threading.Thread(target=self._work, name=f"site-{self.name}", daemon=True)
         self._worker.start()
 
@@ -404,6 +430,10 @@ class KubernetesSite:
         self._report(state, gone=event.type is EventType.DELETED)
         if event.type is not EventType.DELETED and state.phase in ("Running", *TERMINAL):
             self._follow_log(event.key, state)
+        plane = self._plane
+        ended = event.type is not EventType.DELETED and state.phase in TERMINAL
+        if ended and plane is not None and plane.held_run(state.job) is None:
+            self._tasks.put(_Sweep(state.job))  # its run is over: is the job finished?
 
     # ------------------------------------------------------------------ logs (pod_logs.py)
     def _follow_log(self, key: str, state: PodState) -> None:
@@ -495,8 +525,21 @@ class KubernetesSite:
     # ------------------------------------------------------------------ the worker
     def _work(self) -> None:
         failures = 0
+        sweep_at = time.monotonic() + self.resync_s if self.resync_s > 0 else None
         while not self._closed.is_set():
-            task = self._tasks.get()
+            # what is due goes first, so that a busy queue never holds a deletion back
+            now, due = time.monotonic(), self.finished.next_due()
+            task: _Task | None
+            if sweep_at is not None and now >= sweep_at:
+                sweep_at, task = now + self.resync_s, _Sweep(None)
+            elif due is not None and now >= due:
+                task = _Due()
+            else:
+                wake = [t for t in (due, sweep_at) if t is not None]
+                try:
+                    task = self._tasks.get(timeout=max(0.0, min(wake) - now) if wake else None)
+                except queue.Empty:
+                    continue
             if task is None:
                 return
             try:
@@ -530,6 +573,10 @@ class KubernetesSite:
             self._create(task.job, task.attempt)
         elif isinstance(task, _Stop):
             self._delete(task.job)
+        elif isinstance(task, _Sweep):
+            self.finished.sweep(task.job)
+        elif isinstance(task, _Due):
+            self.finished.delete_due()
         elif isinstance(task, _DeletePod):  # no kubelet may be left to wait for: at once
             client = self._client
             assert client is not None
@@ -673,8 +720,10 @@ class KubernetesSite:
         return [dict(p) for p in client.list(RawPod, namespace="*", labels=labels)]
 
     def _delete(self, job_id: int) -> None:
-        """Delete the job's pods (their own grace period); with none there, its replicas are
-        reported stopped at once (it was stopped before its pods were made)."""
+        """Delete the job's pods (their own grace period) and its Secret (listed in the pods'
+        namespaces and the tenant's: the plane may not list Secrets cluster-wide); with no pod
+        there, its replicas are reported stopped at once (it was stopped before its pods were
+        made)."""
         client = self._client
         assert client is not None
         pods = self._job_pods(job_id)
@@ -682,11 +731,13 @@ class KubernetesSite:
             meta = pod["metadata"]
             with _gone_ok():
                 client.delete(RawPod, meta["name"], namespace=meta["namespace"])
-        labels: dict[str, Any] = {JOB: str(job_id), SITE: self.name}
-        for secret in client.list(RawSecret, namespace="*", labels=labels):
-            meta = dict(secret)["metadata"]
-            with _gone_ok():
-                client.delete(RawSecret, meta["name"], namespace=meta["namespace"])
+        namespaces = {str(p["metadata"]["namespace"]) for p in pods}
+        plane = self._plane
+        run = None if plane is None else plane.held_run(job_id)
+        if run is not None:
+            with contextlib.suppress(RequestError):  # no namespace name: no Secret there either
+                namespaces.add(self.config.namespace(run.tenant))
+        self.finished.delete_secrets(job_id, namespaces)
         if not pods:
             self._stopped_without_pods(job_id)
 

@@ -10,6 +10,7 @@ sites, beside its agent pool, in the order a job naming no site is offered them.
         namespace_prefix: xpupool-   # a tenant's namespace: prefix + tenant name
         namespaces: {ml-team: research}    # optional fixed mapping, wins over the prefix
         create_namespaces: false     # the plane creates a tenant's namespace when missing
+        finished_pods_retention_s: 300  # a finished job's pods kept so long (0: deleted at once)
 
 Read as strictly as every other file the operator gives: unknown keys, a bad name, two sites of
 one name, a kubeconfig that is not a file are refused with a :class:`RequestError` naming the
@@ -34,6 +35,7 @@ __all__ = ["KubernetesSiteConfig", "SitesFile", "load_sites", "parse_sites"]
 DNS_LABEL = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 _SITE_NAME = r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$"
 MAX_SITES = 64
+MAX_RETENTION_S = 7 * 24 * 3600  # a week: what is kept longer is the cluster's own business
 
 
 class KubernetesSiteConfig(BaseModel):
@@ -50,6 +52,9 @@ class KubernetesSiteConfig(BaseModel):
     namespace_prefix: str = Field(default="xpupool-", pattern=r"^[a-z0-9]([a-z0-9-]{0,30})?$")
     namespaces: dict[str, str] = Field(default_factory=dict, max_length=10_000)
     create_namespaces: bool = False
+    finished_pods_retention_s: float = Field(
+        default=300.0, ge=0, le=MAX_RETENTION_S, strict=True, allow_inf_nan=False
+    )
 
     @field_validator("namespaces")
     @classmethod
