@@ -20,14 +20,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from lightkube import Client, operators
-from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import GenericNamespacedResource
 from sqlalchemy import select
 
+from xpupool.k8s.site.api_errors import gone_ok
 from xpupool.k8s.site.pods import JOB, SITE
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
 from xpupool.model.errors import RequestError
@@ -173,7 +173,7 @@ class FinishedJobs:
         what: str,
     ) -> None:
         meta = obj["metadata"]
-        with _gone_ok():
+        with gone_ok():
             client.delete(kind, meta["name"], namespace=meta["namespace"])
         log.info(
             "site %s: %s %s/%s of job %s deleted",
@@ -183,12 +183,3 @@ class FinishedJobs:
             meta["name"],
             job_label(obj),
         )
-
-
-@contextlib.contextmanager
-def _gone_ok() -> Iterator[None]:
-    try:
-        yield
-    except ApiError as exc:
-        if exc.status.code != 404:
-            raise

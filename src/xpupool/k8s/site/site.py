@@ -57,6 +57,7 @@ from xpupool.engine.host import HostedNode
 from xpupool.k8s.informers.decoders import decode_node
 from xpupool.k8s.informers.kubeconfig import RawNode, RawPod, load_config, make_client
 from xpupool.k8s.informers.watch import Event, EventType, Informer, backoff_s
+from xpupool.k8s.site.api_errors import exists_ok, gone_ok
 from xpupool.k8s.site.finished import FinishedJobs
 from xpupool.k8s.site.gated import GatedPods, GatedTask
 from xpupool.k8s.site.pod_logs import LogTarget, PodLogs
@@ -581,7 +582,7 @@ class KubernetesSite:
             client = self._client
             assert client is not None
             log.info("site %s: pod %s/%s of no run deleted", self.name, task.namespace, task.name)
-            with _gone_ok():
+            with gone_ok():
                 client.delete(RawPod, task.name, namespace=task.namespace, grace_period=0)
         else:
             for job in task.jobs:
@@ -680,16 +681,16 @@ class KubernetesSite:
         client = self._client
         assert client is not None
         if not self._priority_class:
-            with _exists_ok():
+            with exists_ok():
                 client.create(RawPriorityClass.from_dict(priority_class()))
             self._priority_class = True
         namespaces = {p.namespace for p, _ in plans}
         for ns in sorted(namespaces) if self.config.create_namespaces else ():
             body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
-            with _exists_ok():
+            with exists_ok():
                 client.create(RawNamespace.from_dict(body))
         if made.secret is not None:
-            with _exists_ok():
+            with exists_ok():
                 client.create(RawSecret.from_dict(made.secret), namespace=plans[0][0].namespace)
         for plan, node in plans:
             try:
@@ -704,7 +705,7 @@ class KubernetesSite:
                 )
                 self._send(node, r)
                 continue
-            with _exists_ok():
+            with exists_ok():
                 client.create(RawPod.from_dict(pod), namespace=plan.namespace)
             log.info(
                 "site %s: pod %s/%s created",
@@ -729,7 +730,7 @@ class KubernetesSite:
         pods = self._job_pods(job_id)
         for pod in pods:
             meta = pod["metadata"]
-            with _gone_ok():
+            with gone_ok():
                 client.delete(RawPod, meta["name"], namespace=meta["namespace"])
         namespaces = {str(p["metadata"]["namespace"]) for p in pods}
         plane = self._plane
@@ -777,7 +778,7 @@ class KubernetesSite:
         for pod in stale:
             meta = pod["metadata"]
             log.info("site %s: pod %s of an earlier run deleted", self.name, meta["name"])
-            with _gone_ok():
+            with gone_ok():
                 client.delete(RawPod, meta["name"], namespace=meta["namespace"])
         if job_state is None:
             return
@@ -813,24 +814,6 @@ def _attempt(pod: Mapping[str, Any]) -> int:
         return pod_state(pod).attempt
     except RequestError:
         return -1
-
-
-@contextlib.contextmanager
-def _exists_ok() -> Iterator[None]:
-    try:
-        yield
-    except ApiError as exc:
-        if exc.status.code != 409:
-            raise
-
-
-@contextlib.contextmanager
-def _gone_ok() -> Iterator[None]:
-    try:
-        yield
-    except ApiError as exc:
-        if exc.status.code != 404:
-            raise
 
 
 def _inventory(node: Node) -> Node:

@@ -18,12 +18,11 @@ a backoff.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from lightkube import Client, operators
@@ -33,6 +32,7 @@ from lightkube.core.resource import ApiInfo, ResourceDef
 from lightkube.generic_resource import GenericGlobalResource, GenericNamespacedResource
 
 from xpupool.k8s.informers.watch import Informer, backoff_s
+from xpupool.k8s.site.api_errors import exists_ok, gone_ok
 from xpupool.k8s.site.endpoint_slices import SliceBook, SliceEndpoints, read_slice
 from xpupool.k8s.site.pods import SITE, TENANT, priority_class
 from xpupool.k8s.site.services import (
@@ -262,11 +262,11 @@ class SiteServices:
         """The namespace (where the site makes them) and the plane's PriorityClass."""
         client = self._client
         assert client is not None
-        with _exists_ok():
+        with exists_ok():
             client.create(_RawPriorityClass.from_dict(priority_class()))
         if self.config.create_namespaces:
             body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
-            with _exists_ok():
+            with exists_ok():
                 client.create(_RawNamespace.from_dict(body))
 
     def _delete(self, key: ServiceKey) -> None:
@@ -283,26 +283,8 @@ class SiteServices:
     def _delete_objects(self, namespace: str, name: str, key: ServiceKey) -> None:
         client = self._client
         assert client is not None
-        with _gone_ok():
+        with gone_ok():
             client.delete(RawService, name, namespace=namespace)
-        with _gone_ok():  # its ReplicaSets and pods: the garbage collector's
+        with gone_ok():  # its ReplicaSets and pods: the garbage collector's
             client.delete(RawDeployment, name, namespace=namespace)
         log.info("site %s: service %s/%s deleted", self.config.name, *key)
-
-
-@contextlib.contextmanager
-def _exists_ok() -> Iterator[None]:
-    try:
-        yield
-    except ApiError as exc:
-        if exc.status.code != 409:
-            raise
-
-
-@contextlib.contextmanager
-def _gone_ok() -> Iterator[None]:
-    try:
-        yield
-    except ApiError as exc:
-        if exc.status.code != 404:
-            raise
