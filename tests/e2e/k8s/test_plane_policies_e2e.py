@@ -72,6 +72,21 @@ def kc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[K8sCluster]:
             n += 1
             assert time.monotonic() < deadline, "the MutatingAdmissionPolicy never gated a pod"
             time.sleep(0.3)
+        # and once the validating one refuses the plane a label change on it (each policy is
+        # taken up by its own informer: the mutating one in force says nothing of the other;
+        # the module's cases failed together once on a loaded machine, the plane's patches let
+        # through)
+        probe = f"probe-{n}"
+        while (
+            patch(cluster, probe, {"metadata": {"labels": {QUEUE: "x"}}}, MERGE).status_code != 403
+        ):
+            assert time.monotonic() < deadline, "the ValidatingAdmissionPolicy never refused"
+            cluster.api.patch(  # undone by the admin, so the next try is a change again
+                f"/api/v1/namespaces/{TENANT}/pods/{probe}",
+                json={"metadata": {"labels": {QUEUE: "q"}}},
+                headers=MERGE,
+            )
+            time.sleep(0.3)
         yield cluster
 
 
