@@ -21,8 +21,8 @@ seen bound (the pods' ``creationTimestamp`` has 1 s resolution).
 - ``plane_cpu_s_per_job``: user + system CPU seconds of the plane's process (``/proc/PID/stat``)
   from the first POST until every pod is bound, over ``--jobs``.
 
-``--restart-pods K`` (0: skipped; else at least ``--jobs``, whose jobs stay held): jobs are added
-(as fast as the API takes them, untimed) until K run, each with its pod Running; the plane is
+``--restart-pods K`` (0: skipped): the timed jobs beyond the first K are cancelled, or jobs are
+added (as fast as the API takes them, untimed) until K run, each with its pod Running; the plane is
 killed (SIGKILL, as a crash) and started again on the same data. ``reconcile_s``: the restarted
 ``up`` started -> the stamp of its log line saying that the site reconciled every held job with
 the cluster (the site's adopt task: each job's pods listed and matched, none made or deleted;
@@ -137,27 +137,27 @@ def ms(values: Sequence[float], q: float) -> float:
     return round(float(np.percentile(np.asarray(values) * 1e3, q)), 1)
 
 
-def running_pods(kc: Any) -> dict[str, str]:
-    """Name -> uid of the tenant namespace's Running pods."""
+def pods_now(kc: Any) -> dict[str, str]:
+    """Name -> uid of the tenant namespace's pods, if every one is Running and none is being
+    deleted; else empty."""
     pods = list_all(kc.api, f"/api/v1/namespaces/{NAMESPACE}/pods")
-    return {
-        p["metadata"]["name"]: p["metadata"]["uid"]
-        for p in pods
-        if (p.get("status") or {}).get("phase") == "Running"
-    }
+    for p in pods:
+        if p["metadata"].get("deletionTimestamp") or p["status"].get("phase") != "Running":
+            return {}
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
 
 
 def restart(kc: Any, srv: Any, user: httpx.Client, held: list[int]) -> dict[str, float]:
-    """Kill the plane holding ``held`` (every pod Running), start it again, time its
-    reconciliation; checks that no pod was made again or deleted."""
-    wait(lambda: len(running_pods(kc)) >= len(held), f"{len(held)} pods running")
+    """Kill the plane holding ``held`` (their pods all Running, no other pod left), start it
+    again, time its reconciliation; checks that no pod was made again or deleted."""
+    wait(lambda: len(pods_now(kc)) == len(held), f"{len(held)} pods running, no other")
 
     def running_in_plane(job_id: int) -> bool:
         return bool(user.get(f"/v1/jobs/{job_id}").json().get("state") == "running")
 
     for job_id in (held[0], held[-1]):  # the first and the last made (the plane reads in order)
         wait(partial(running_in_plane, job_id), f"job {job_id} running in the plane")
-    before = running_pods(kc)
+    before = pods_now(kc)
     srv.kill()
     offset = srv.log_path.stat().st_size
     line = f"site {SITE}: {len(held)} held jobs reconciled with the cluster"
@@ -178,7 +178,7 @@ def restart(kc: Any, srv: Any, user: httpx.Client, held: list[int]) -> dict[str,
     at = reconciled()
     assert at is not None
     reconcile_s = (at - wall0).total_seconds()
-    after = running_pods(kc)
+    after = pods_now(kc)
     if after != before:
         changed = sorted(set(before.items()) ^ set(after.items()))[:5]
         raise RuntimeError(f"pods changed across the restart: {changed}")
@@ -253,8 +253,12 @@ def run(
                     "restart_pods": restart_pods,
                 }
                 if restart_pods:
-                    held = sorted(sent)
-                    held += sorted(submit_paced(user, restart_pods - n_jobs, 0))
+                    held = sorted(sent)[:restart_pods]
+                    for job_id in sorted(sent)[restart_pods:]:
+                        r = user.post(f"/v1/jobs/{job_id}/cancel")
+                        if r.status_code != 200:
+                            raise RuntimeError(f"cancel {job_id}: HTTP {r.status_code}: {r.text}")
+                    held += sorted(submit_paced(user, restart_pods - len(held), 0))
                     out.update(restart(kc, srv, user, held))
                     log(f"restart with {restart_pods} pods: {out['reconcile_s']} s")
         finally:
@@ -278,8 +282,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.nodes < 1 or args.jobs < 1 or args.rate < 0:
         parser.error("--nodes and --jobs must be at least 1, --rate at least 0")
-    if args.restart_pods and args.restart_pods < args.jobs:
-        parser.error("--restart-pods must be 0 or at least --jobs (their jobs stay held)")
+    if args.restart_pods < 0:
+        parser.error("--restart-pods must be at least 0")
     if max(args.jobs, args.restart_pods) > args.nodes * CARDS_PER_NODE:
         parser.error(f"more jobs than cards: --nodes N holds {CARDS_PER_NODE} * N one-card jobs")
 
