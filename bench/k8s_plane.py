@@ -8,7 +8,8 @@ A real control plane as local processes (etcd, kube-apiserver v1.36.3, kube-sche
 ``xpupool k8s extender`` as its extender, kwok v0.8.0 with upstream's stages: bound pods run until
 deleted), ``--nodes`` kwok nodes of 8 cards of four NVIDIA models with HAMi's registration
 annotation (``bench/k8s_harness.py``), and ``xpupool up --sites`` (a real process, SQLite) managing
-the cluster as site ``gpu-a``. Once the plane lists every node and the extender has made its first
+the cluster as site ``gpu-a`` (its per-token and per-address rate limits off: one client sends
+every job). Once the plane lists every node and the extender has made its first
 filter, ``--jobs`` jobs of one card (``nvidia:1 site=gpu-a``, an image, tenant ``bench``) are
 submitted through the API at ``--rate`` jobs a second (each at its slot, 8 in flight at most).
 A watch of the tenant's namespace stamps each pod locally when it is first seen and when first
@@ -213,7 +214,9 @@ def run(
                 f"sites:\n  - name: {SITE}\n    kubeconfig: {kc.kubeconfig}\n"
                 "    create_namespaces: true\n"
             )
-            srv = server_proc.ServerProc(workdir / "data", extra_args=("--sites", str(sites)))
+            limits = ("--rate-limit", "0", "--address-rate-limit", "0")  # one token, one address
+            extra = ("--sites", str(sites), *limits)
+            srv = server_proc.ServerProc(workdir / "data", extra_args=extra)
             with srv, srv.tenant_client(TENANT) as user:
 
                 def site_nodes() -> int:
