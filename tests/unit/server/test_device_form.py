@@ -48,3 +48,19 @@ def test_a_record_that_cannot_be_a_device_is_left_out_of_the_report() -> None:
     assert device_in(DeviceInfo("nvidia", "H100", "GPU-0", 0, 0)) is None  # no memory
     assert device_in(DeviceInfo("acme", "X1", "X-0", 0, 1024)) is None  # no such vendor
     assert device_in(DeviceInfo("nvidia", "H100", "GPU-0", 0, 1 << 31)) is None  # over the bound
+
+
+def test_a_cards_registered_type_and_share_mode_survive_the_store() -> None:
+    """A Kubernetes site's card keeps HAMi's type string and mode through the stored row: a
+    restarted plane that read them back as None saw every site Node as changed and registered
+    each again, draining (bench/k8s_plane.py's restart: all 200 nodes "changed")."""
+    device = Device(
+        "GPU-a-0",
+        "nvidia",
+        "T4",
+        15360,
+        max_tasks=10,
+        type_name="NVIDIA Tesla T4",
+        share_mode="hami-core",
+    )
+    assert device_from_dict(json.loads(json.dumps(device_to_dict(device)))) == device

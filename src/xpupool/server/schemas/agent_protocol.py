@@ -93,6 +93,20 @@ class DeviceIn(Strict):
         description="Over-commit factor of the card's compute: at most floor(1000 x factor) "
         "thousandths are granted to jobs. 1.0 (the default): none.",
     )
+    type_name: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="The type string the card was registered under, verbatim (HAMi's device "
+        "type, 'NVIDIA-Tesla T4'), which a request may match substrings of; null = the model.",
+    )
+    share_mode: str | None = Field(
+        None,
+        min_length=1,
+        max_length=40,
+        description="How the card is shared, as registered (HAMi's mode: 'hami-core', 'mps', "
+        "'mig'); null = not stated.",
+    )
 
     def to_device(self) -> DeviceRecord:
         """The engine's record; raises ``RequestError`` for a vendor no alias names."""
@@ -116,6 +130,8 @@ class DeviceIn(Strict):
             max_tasks=d.max_tasks,
             memory_overcommit=d.memory_overcommit,
             cores_overcommit=d.cores_overcommit,
+            type_name=d.type_name,
+            share_mode=d.share_mode,
         )
 
 
