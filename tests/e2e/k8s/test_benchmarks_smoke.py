@@ -85,3 +85,19 @@ def test_k8s_e2e_benchmark_on_a_full_pool_says_who_waits_and_why() -> None:
     # alone 31 to 34, so the counts are not compared.)
     assert got["xpupool"]["granted_unasked_gpu_memory_pct"] == 0
     assert got["kube_scheduler"]["granted_unasked_gpu_memory_pct"] > 10
+
+
+def test_k8s_plane_benchmark_times_jobs_to_pods_and_a_restarted_planes_reconcile() -> None:
+    """``bench/k8s_plane.py``: the plane in front of a site (issue 49). Each pod is seen bound no
+    earlier than it is seen made, so every quantile of bind is at least creation's; the restart
+    (which the script checks leaves every pod as it was) is timed to the site's log line."""
+    got = bench(
+        "k8s_plane.py", "--nodes", "3", "--jobs", "12", "--rate", "10", "--restart-pods", "16"
+    )
+    assert (got["nodes"], got["jobs"], got["rate"], got["restart_pods"]) == (3, 12, 10.0, 16)
+    assert 0 < got["created_p50_ms"] <= got["created_p99_ms"], got
+    assert 0 < got["bound_p50_ms"] <= got["bound_p99_ms"], got
+    assert got["created_p50_ms"] <= got["bound_p50_ms"], got
+    assert got["created_p99_ms"] <= got["bound_p99_ms"], got
+    assert got["admitted_per_s"] > 0 and got["plane_cpu_s_per_job"] > 0, got
+    assert got["reconcile_s"] > 0 and got["restart_up_s"] > 0, got

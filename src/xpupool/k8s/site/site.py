@@ -587,6 +587,8 @@ class KubernetesSite:
         else:
             for job in task.jobs:
                 self._reconcile(job)
+            # the end of a restart's reconciliation (bench/k8s_plane.py times it from this)
+            log.info("site %s: %d held jobs reconciled with the cluster", self.name, len(task.jobs))
 
     def _refused(self, task: _Task, why: str) -> None:
         """The API server refused the site's request (not a 409): the job fails with its

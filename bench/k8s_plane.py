@@ -1,0 +1,307 @@
+"""The control plane in front of a Kubernetes site (issue 49): submit -> pod created and submit ->
+pod bound latency, jobs admitted per second, the plane's CPU per job, and the time a restarted
+plane takes to reconcile the pods of its held jobs.
+
+    python bench/k8s_plane.py --nodes 200 --jobs 400 --restart-pods 200 --json
+
+A real control plane as local processes (etcd, kube-apiserver v1.36.3, kube-scheduler with
+``xpupool k8s extender`` as its extender, kwok v0.8.0 with upstream's stages: bound pods run until
+deleted), ``--nodes`` kwok nodes of 8 cards of four NVIDIA models with HAMi's registration
+annotation (``bench/k8s_harness.py``), and ``xpupool up --sites`` (a real process, SQLite) managing
+the cluster as site ``gpu-a`` (its per-token and per-address rate limits off: one client sends
+every job). Once the plane lists every node and the extender has made its first
+filter, ``--jobs`` jobs of one card (``nvidia:1 site=gpu-a``, an image, tenant ``bench``) are
+submitted through the API at ``--rate`` jobs a second (each at its slot, 8 in flight at most).
+A watch of the tenant's namespace stamps each pod locally when it is first seen and when first
+seen bound (the pods' ``creationTimestamp`` has 1 s resolution).
+
+- ``created_p50_ms`` / ``created_p99_ms``: POST of the job sent -> its pod first seen.
+- ``bound_p50_ms`` / ``bound_p99_ms``: POST sent -> its pod first seen with ``spec.nodeName``.
+- ``admitted_per_s``: jobs whose pod was made / first POST sent -> last pod seen; bounded by
+  ``--rate``.
+- ``plane_cpu_s_per_job``: user + system CPU seconds of the plane's process (``/proc/PID/stat``)
+  from the first POST until every pod is bound, over ``--jobs``.
+
+``--restart-pods K`` (0: skipped): the timed jobs beyond the first K are cancelled, or jobs are
+added (as fast as the API takes them, untimed) until K run, each with its pod Running; the plane is
+killed (SIGKILL, as a crash) and started again on the same data. ``reconcile_s``: the restarted
+``up`` started -> the stamp of its log line saying that the site reconciled every held job with
+the cluster (the site's adopt task: each job's pods listed and matched, none made or deleted;
+it may end before ``/healthz`` answers); ``restart_up_s``: until ``/healthz`` answers. The run
+checks that every pod is still there under the same uid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from functools import partial
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import httpx
+import numpy as np
+
+from k8s_harness import (
+    CARDS_PER_NODE,
+    HAMI_SPLIT,
+    MANAGED,
+    ROOT,
+    BindWatcher,
+    PodAsk,
+    cluster,
+    create_all,
+    list_all,
+    node_objects,
+    warm_extender,
+)
+
+SITE = "gpu-a"
+TENANT = "bench"
+NAMESPACE = f"xpupool-{TENANT}"  # the site's default tenant namespace
+SPEC = f"nvidia:1 site={SITE}"
+IMAGE = "registry.invalid/sleep:1"  # kwok runs it until deleted
+IN_FLIGHT = 8
+SETTLE_S = 300.0  # the most a phase waits for the cluster or the plane before it gives up
+
+
+def _load_server_proc() -> ModuleType:
+    """``tests/integration/server_proc.py`` (``ServerProc``: ``xpupool up`` as a process), the
+    one the e2e tests use, loaded by path as the harness loads ``cluster.py``."""
+    path = ROOT / "tests" / "integration" / "server_proc.py"
+    spec = importlib.util.spec_from_file_location("xpupool_bench_server_proc", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+server_proc = _load_server_proc()
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid``, all its threads (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait(check: Callable[[], bool], what: str, timeout_s: float = SETTLE_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def pod_name(job_id: int) -> str:
+    return f"xp-{job_id}-0-1"  # replica 0, attempt 1
+
+
+def submit_paced(user: httpx.Client, n: int, rate: float) -> dict[int, float]:
+    """``n`` jobs, job ``i`` sent at its slot ``i / rate`` (0: at once), at most
+    :data:`IN_FLIGHT` in flight; job id -> ``time.monotonic()`` its POST was sent."""
+    sent: dict[int, float] = {}
+    lock = threading.Lock()
+    t0 = time.monotonic()
+
+    def one(i: int) -> None:
+        if rate > 0:
+            delay = t0 + i / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+        at = time.monotonic()
+        r = user.post("/v1/jobs", json={"spec": SPEC, "image": IMAGE})
+        if r.status_code != 201:
+            raise RuntimeError(f"job {i}: HTTP {r.status_code}: {r.text[-500:]}")
+        with lock:
+            sent[int(r.json()["id"])] = at
+
+    with ThreadPoolExecutor(IN_FLIGHT) as pool:
+        for _ in pool.map(one, range(n)):
+            pass
+    return sent
+
+
+def ms(values: Sequence[float], q: float) -> float:
+    return round(float(np.percentile(np.asarray(values) * 1e3, q)), 1)
+
+
+def pods_now(kc: Any) -> dict[str, str]:
+    """Name -> uid of the tenant namespace's pods, if every one is Running and none is being
+    deleted; else empty."""
+    pods = list_all(kc.api, f"/api/v1/namespaces/{NAMESPACE}/pods")
+    for p in pods:
+        if p["metadata"].get("deletionTimestamp") or p["status"].get("phase") != "Running":
+            return {}
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
+
+
+def restart(kc: Any, srv: Any, user: httpx.Client, held: list[int]) -> dict[str, float]:
+    """Kill the plane holding ``held`` (their pods all Running, no other pod left), start it
+    again, time its reconciliation; checks that no pod was made again or deleted."""
+    wait(lambda: len(pods_now(kc)) == len(held), f"{len(held)} pods running, no other")
+
+    def running_in_plane(job_id: int) -> bool:
+        return bool(user.get(f"/v1/jobs/{job_id}").json().get("state") == "running")
+
+    for job_id in (held[0], held[-1]):  # the first and the last made (the plane reads in order)
+        wait(partial(running_in_plane, job_id), f"job {job_id} running in the plane")
+    before = pods_now(kc)
+    srv.kill()
+    offset = srv.log_path.stat().st_size
+    line = f"site {SITE}: {len(held)} held jobs reconciled with the cluster"
+
+    def reconciled() -> datetime | None:
+        """When the log says so (its own stamp, ms: the line may come before ``/healthz``)."""
+        with srv.log_path.open("rb") as f:
+            f.seek(offset)
+            for text in f.read().decode(errors="replace").splitlines():
+                if line in text:
+                    return datetime.strptime(text[:23], "%Y-%m-%d %H:%M:%S,%f")
+        return None
+
+    t0, wall0 = time.monotonic(), datetime.now()
+    srv.start(same_port=True)
+    up_s = time.monotonic() - t0
+    wait(lambda: reconciled() is not None, f"the log line {line!r}")
+    at = reconciled()
+    assert at is not None
+    reconcile_s = (at - wall0).total_seconds()
+    after = pods_now(kc)
+    if after != before:
+        changed = sorted(set(before.items()) ^ set(after.items()))[:5]
+        raise RuntimeError(f"pods changed across the restart: {changed}")
+    return {"restart_up_s": round(up_s, 2), "reconcile_s": round(reconcile_s, 2)}
+
+
+def run(
+    n_nodes: int,
+    n_jobs: int,
+    rate: float,
+    restart_pods: int,
+    seed: int,
+    workdir: Path,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    port = cluster.free_port()
+    ext_conf = cluster.Extender(
+        url_prefix=f"http://127.0.0.1:{port}", weight=10, managed_resources=MANAGED
+    )
+    with cluster.K8sCluster(workdir / "cluster", extender=ext_conf, kwok=True) as kc:
+        t0 = time.monotonic()
+        create_all(kc.api, "/api/v1/nodes", node_objects(n_nodes, seed, HAMI_SPLIT))
+        log(f"{n_nodes} nodes in {time.monotonic() - t0:.1f} s")
+        ext = cluster.ExtenderProcess(kc.kubeconfig, port, workdir / "extender.log").start()
+        try:
+            # an ask no node holds: a share the warm-up's filter held would be a card the
+            # plane does not know is taken (it pins its pods to cards)
+            unfit = PodAsk("warm-up", CARDS_PER_NODE + 1)
+            warm_extender(ext.url, kc.api, cluster.SCHEDULER_NAME, unfit)
+            sites = workdir / "sites.yaml"
+            sites.write_text(
+                f"sites:\n  - name: {SITE}\n    kubeconfig: {kc.kubeconfig}\n"
+                "    create_namespaces: true\n"
+            )
+            limits = ("--rate-limit", "0", "--address-rate-limit", "0")  # one token, one address
+            extra = ("--sites", str(sites), *limits)
+            srv = server_proc.ServerProc(workdir / "data", extra_args=extra)
+            with srv, srv.tenant_client(TENANT) as user:
+
+                def site_nodes() -> int:
+                    r = httpx.get(f"{srv.url}/v1/nodes", headers=srv.headers(), timeout=60)
+                    return sum(1 for n in r.json() if n["site"] == SITE)
+
+                wait(lambda: site_nodes() == n_nodes, f"the plane's {n_nodes} nodes")
+                log("the plane lists every node")
+                watcher = BindWatcher(kc.api_url, cluster.TOKEN, NAMESPACE).start()
+                try:
+                    cpu0 = cpu_s(srv.proc.pid)
+                    sent = submit_paced(user, n_jobs, rate)
+                    names = {pod_name(j): at for j, at in sent.items()}
+                    wait(
+                        lambda: all(n in watcher.bound for n in names) or watcher.error is not None,
+                        f"{n_jobs} pods bound",
+                    )
+                    cpu = cpu_s(srv.proc.pid) - cpu0
+                finally:
+                    watcher.stop()
+                if watcher.error is not None:
+                    raise RuntimeError("the pod watch failed") from watcher.error
+                log(f"{n_jobs} jobs bound")
+                created = [watcher.seen[n] - at for n, at in names.items()]
+                bound = [watcher.bound[n] - at for n, at in names.items()]
+                span = max(watcher.seen[n] for n in names) - min(names.values())
+                out: dict[str, Any] = {
+                    "nodes": n_nodes,
+                    "jobs": n_jobs,
+                    "rate": rate,
+                    "created_p50_ms": ms(created, 50),
+                    "created_p99_ms": ms(created, 99),
+                    "bound_p50_ms": ms(bound, 50),
+                    "bound_p99_ms": ms(bound, 99),
+                    "admitted_per_s": round(n_jobs / span, 1) if span > 0 else None,
+                    "plane_cpu_s_per_job": round(cpu / n_jobs, 4),
+                    "restart_pods": restart_pods,
+                }
+                if restart_pods:
+                    held = sorted(sent)[:restart_pods]
+                    for job_id in sorted(sent)[restart_pods:]:
+                        r = user.post(f"/v1/jobs/{job_id}/cancel")
+                        if r.status_code != 200:
+                            raise RuntimeError(f"cancel {job_id}: HTTP {r.status_code}: {r.text}")
+                    held += sorted(submit_paced(user, restart_pods - len(held), 0))
+                    out.update(restart(kc, srv, user, held))
+                    log(f"restart with {restart_pods} pods: {out['reconcile_s']} s")
+        finally:
+            ext.stop()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--nodes", type=int, default=50)
+    parser.add_argument("--jobs", type=int, default=200, help="timed jobs, one card each")
+    parser.add_argument("--rate", type=float, default=100.0, help="jobs a second (0: at once)")
+    parser.add_argument(
+        "--restart-pods", type=int, default=200, help="pods held at the restart (0: no restart)"
+    )
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--workdir", type=Path, help="keep logs here [default: a temp dir]")
+    parser.add_argument("--json", action="store_true", help="print JSON only")
+    args = parser.parse_args()
+    if args.nodes < 1 or args.jobs < 1 or args.rate < 0:
+        parser.error("--nodes and --jobs must be at least 1, --rate at least 0")
+    if args.restart_pods < 0:
+        parser.error("--restart-pods must be at least 0")
+    if max(args.jobs, args.restart_pods) > args.nodes * CARDS_PER_NODE:
+        parser.error(f"more jobs than cards: --nodes N holds {CARDS_PER_NODE} * N one-card jobs")
+
+    def log(text: str) -> None:
+        if not args.json:
+            print(text, file=sys.stderr, flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="xpupool-bench-k8s-plane-") as tmp:
+        root = args.workdir or Path(tmp)
+        shutil.rmtree(root / "cluster", ignore_errors=True)  # a kept workdir starts empty
+        shutil.rmtree(root / "data", ignore_errors=True)
+        root.mkdir(parents=True, exist_ok=True)
+        out = run(args.nodes, args.jobs, args.rate, args.restart_pods, args.seed, root, log)
+    print(json.dumps(out, indent=None if args.json else 2))
+
+
+if __name__ == "__main__":
+    main()
