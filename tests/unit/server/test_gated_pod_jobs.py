@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from server_kit import Server, node, row_counts, tenant
+from sqlalchemy import insert
+from sqlalchemy.exc import IntegrityError
 
 from xpupool.k8s.informers.watch import Event, EventType
 from xpupool.k8s.site.gated import GATE, GatedPods, GatedTask
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
 from xpupool.server.schemas.agent_protocol import ReplicaReport
+from xpupool.server.storage.site_pods import site_pods
 
 SITE = "default"  # the pool's agent nodes' site: a request naming it is judged against them
 
@@ -106,3 +110,49 @@ def test_a_good_pod_becomes_a_job_its_deletion_cancels_it_and_a_restart_knows_it
     gated.on_pod(Event(EventType.DELETED, "xpupool-ml/good", "uid-good", obj))
     after = server.client.get(f"/v1/jobs/{got['id']}", headers=server.admin).json()
     assert after["state"] == "cancelled", after
+    # the pod gone and its job final: the pair is forgotten, its row too
+    assert not gated.owns(got["id"]) and row_counts(server)["site_pods"] == 0
+    again = GatedPods(config, tasks.append, lambda n, r: None)
+    again.bind(server.plane, None)
+    assert not again.owns(got["id"])
+
+
+def test_a_pod_jobs_row_goes_with_the_job_when_retention_deletes_it(server: Server) -> None:
+    """A pod job that ended while its pod stays (cancelled through the API): the row names a pod
+    the plane has nothing more to do with, and goes when retention deletes the job."""
+    tenant(server, "ml")
+    node(server, "n1", runtime="docker")
+    config = KubernetesSiteConfig(name=SITE, in_cluster=True)
+    gated = GatedPods(config, lambda t: None, lambda n, r: None)
+    gated.bind(server.plane, None)
+    obj = pod("kept", gpus=1)
+    gated.on_pod(Event(EventType.ADDED, "xpupool-ml/kept", "uid-kept", obj))
+    (got,) = server.client.get("/v1/jobs", headers=server.admin).json()
+    r = server.client.post(f"/v1/jobs/{got['id']}/cancel", headers=server.admin)
+    assert r.status_code == 200, r.text
+    assert row_counts(server)["site_pods"] == 1
+    server.plane.forget_jobs([got["id"]])
+    assert row_counts(server)["site_pods"] == 0
+
+
+def test_a_pod_job_is_stored_with_its_row_or_not_at_all(server: Server) -> None:
+    """The job and the row naming its pod are one transaction: a job stored without its row
+    would be taken, after a restart, for one the plane makes pods for. A row that cannot be
+    written (here a stale row on the job's id) leaves no job behind."""
+    tenant(server, "ml")
+    node(server, "n1", runtime="docker")
+    config = KubernetesSiteConfig(name=SITE, in_cluster=True)
+    gated = GatedPods(config, lambda t: None, lambda n, r: None)
+    gated.bind(server.plane, None)
+    with server.plane.db.begin() as conn:
+        conn.execute(
+            insert(site_pods).values(
+                job_id=server.plane.next_job_id, site=SITE, namespace="x", name="y", uid="z"
+            )
+        )
+    before = row_counts(server)
+    obj = pod("torn", gpus=1)
+    with pytest.raises(IntegrityError):
+        gated.on_pod(Event(EventType.ADDED, "xpupool-ml/torn", "uid-torn", obj))
+    assert row_counts(server) == before
+    assert server.client.get("/v1/jobs", headers=server.admin).json() == []

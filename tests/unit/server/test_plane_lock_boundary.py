@@ -35,11 +35,9 @@ STILL_TAKEN: dict[tuple[str, str], int] = {
     ("server/services/jobs.py", "write"): 1,
     ("server/services/stored_jobs.py", "write"): 1,
     # the Kubernetes site (issue 49): a Node back, a pod's waiting reason, a deleted node's jobs,
-    # and counting a run with what its pods are made of (its secrets read in the same step); a
-    # kubectl user's pod's row beside its job (k8s/site/gated.py). Reads of a run are the plane's
-    # held_run, a run counted alone its count_run
+    # and counting a run with what its pods are made of (its secrets read in the same step). Reads
+    # of a run are the plane's held_run, a run counted alone its count_run
     ("k8s/site/site.py", "write"): 4,
-    ("k8s/site/gated.py", "write"): 1,
 }
 """(file under src/xpupool, or bench/..., and ``locked`` or ``write``) -> how many times it may
 still take the plane's lock; lower it when one goes."""

@@ -37,7 +37,7 @@ from lightkube.core.resource import ApiInfo, ResourceDef
 from lightkube.generic_resource import GenericNamespacedResource
 from lightkube.types import PatchType
 from pydantic import ValidationError
-from sqlalchemy import insert, select
+from sqlalchemy import Connection
 
 from xpupool.k8s.codec.pod_request import ANNOTATION_QUEUE, pod_cpu_memory, pod_demand
 from xpupool.k8s.codec.resource_names import DeviceKind
@@ -50,6 +50,9 @@ from xpupool.model.errors import RequestError, XpupoolError
 from xpupool.model.request import Request
 from xpupool.model.request_model import RequestModel
 from xpupool.model.validation import request_error
+from xpupool.server.job_views import Submitted
+from xpupool.server.plane import site_pod_rows
+from xpupool.server.plane.site_pod_rows import PodJob
 from xpupool.server.schemas.agent_protocol import (
     ReplicaReport,
     ReplicaState,
@@ -57,7 +60,6 @@ from xpupool.server.schemas.agent_protocol import (
 from xpupool.server.schemas.jobs import JobIn
 from xpupool.server.services import jobs
 from xpupool.server.services.services import as_tenant
-from xpupool.server.storage.site_pods import site_pods as t_site_pods
 
 if TYPE_CHECKING:
     from xpupool.server.plane import ControlPlane
@@ -254,14 +256,6 @@ def event_object(pod: Mapping[str, str], message: str, site: str) -> dict[str, A
 
 
 @dataclass(frozen=True, slots=True)
-class _Known:
-    job: int
-    namespace: str
-    name: str
-    uid: str
-
-
-@dataclass(frozen=True, slots=True)
 class GatedTask:
     """Work for the site's worker thread: ``kind`` is ``event`` (the refusal ``message`` on the
     pod), ``admit`` (count the run ``attempt`` of ``job`` and remove the gate) or ``delete``."""
@@ -294,8 +288,8 @@ class GatedPods:
         self._plane: ControlPlane | None = None
         self._client: Client | None = None
         self._lock = threading.Lock()  # held across a submission and its row: owns() waits
-        self._by_uid: dict[str, _Known] = {}
-        self._by_job: dict[int, _Known] = {}
+        self._by_uid: dict[str, PodJob] = {}
+        self._by_job: dict[int, PodJob] = {}
         self._refused: dict[str, str] = {}  # uid -> the refusal its Event said
         self._waiting: dict[str, str] = {}  # uid -> the unbound pod's reason noted
 
@@ -323,16 +317,15 @@ class GatedPods:
         drives :meth:`on_pod` itself."""
         self._plane, self._client = plane, client
         with plane.db.connect() as conn:
-            rows = conn.execute(select(t_site_pods).where(t_site_pods.c.site == self.site))
-            for row in rows.mappings():
-                self._remember(_Known(row["job_id"], row["namespace"], row["name"], row["uid"]))
+            for known in site_pod_rows.known(conn, self.site):
+                self._remember(known)
 
     def owns(self, job: int) -> bool:
         """Does ``job`` stand for a pod the plane did not create?"""
         with self._lock:
             return job in self._by_job
 
-    def _remember(self, known: _Known) -> None:
+    def _remember(self, known: PodJob) -> None:
         self._by_uid[known.uid] = known
         self._by_job[known.job] = known
 
@@ -362,7 +355,12 @@ class GatedPods:
         with self._lock:
             try:
                 pod = read_gated_pod(obj, self.site)
-                job = jobs.submit(plane, as_tenant(tenant), job_of_pod(pod, tenant))
+
+                def row(conn: Connection, stored: Submitted) -> None:
+                    known = PodJob(int(stored.row["id"]), pod.namespace, pod.name, pod.uid)
+                    site_pod_rows.remember(conn, self.site, known)
+
+                job = jobs.submit(plane, as_tenant(tenant), job_of_pod(pod, tenant), then=row)
             except XpupoolError as exc:
                 why = f"xpupool site {self.site}: not admitted: {exc}"
                 self._refused[where["uid"]] = why
@@ -375,15 +373,23 @@ class GatedPods:
                 )
                 self._put(GatedTask("event", where["namespace"], where["name"], where["uid"], why))
                 return
-            known = _Known(job.id, pod.namespace, pod.name, pod.uid)
-            with plane.write() as conn:
-                conn.execute(insert(t_site_pods).values(job_id=job.id, site=self.site, **where))
-            self._remember(known)
+            self._remember(PodJob(job.id, pod.namespace, pod.name, pod.uid))
         log.info("site %s: pod %s/%s is job %d", self.site, pod.namespace, pod.name, job.id)
 
-    def _follow(self, known: _Known, obj: Mapping[str, Any], *, gone: bool) -> None:
+    def _follow(self, known: PodJob, obj: Mapping[str, Any], *, gone: bool) -> None:
         """A pod the plane has a job for changed (or went): its phase as the job's replica
-        report; deleted by its user, the job is cancelled first (so it ends cancelled)."""
+        report; deleted by its user, the job is cancelled first (so it ends cancelled). Once the
+        pod is gone and its job final, the plane forgets the pair (its row too)."""
+        self._report(known, obj, gone=gone)
+        plane = self._plane
+        assert plane is not None
+        if gone and known.job not in plane.queued and plane.held_run(known.job) is None:
+            with self._lock:
+                self._by_uid.pop(known.uid, None)
+                self._by_job.pop(known.job, None)
+            site_pod_rows.forget(plane, known.job)
+
+    def _report(self, known: PodJob, obj: Mapping[str, Any], *, gone: bool) -> None:
         plane = self._plane
         assert plane is not None
         run = plane.held_run(known.job)
@@ -410,7 +416,7 @@ class GatedPods:
         if r is not None:
             self._send(node, r)
 
-    def _tenant(self, known: _Known) -> str:
+    def _tenant(self, known: PodJob) -> str:
         return tenant_of_namespace(self.config, known.namespace) or ""
 
     # ------------------------------------------------------------------ the site's calls

@@ -34,6 +34,7 @@ from xpupool.server.storage.jobs import job_events as t_events
 from xpupool.server.storage.jobs import jobs as t_jobs
 from xpupool.server.storage.pool import first_allocation_id
 from xpupool.server.storage.pool import pool as t_pool
+from xpupool.server.storage.site_pods import site_pods as t_site_pods
 from xpupool.server.storage.tenants import queues as t_queues
 from xpupool.server.storage.tenants import tenants as t_tenants
 from xpupool.server.storage.tenants import tokens as t_tokens
@@ -395,8 +396,10 @@ def delete_allocations(conn: Connection, job_id: int) -> None:
 
 def delete_jobs(conn: Connection, job_ids: list[int], next_job_id: int) -> None:
     """Finished jobs ``job_ids`` go (rows and events); the pool's first job id moves up to
-    ``next_job_id``, so that no id is handed out again."""
+    ``next_job_id``, so that no id is handed out again. A job's pod row (a Kubernetes site's
+    kubectl pod it stood for) goes with it."""
     conn.execute(delete(t_events).where(t_events.c.job_id.in_(job_ids)))
+    conn.execute(delete(t_site_pods).where(t_site_pods.c.job_id.in_(job_ids)))
     conn.execute(delete(t_jobs).where(t_jobs.c.id.in_(job_ids)))
     conn.execute(
         update(t_pool).where(t_pool.c.first_job_id < next_job_id).values(first_job_id=next_job_id)

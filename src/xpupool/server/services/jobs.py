@@ -5,7 +5,7 @@ acknowledged job survives a crash; placement happens in the scheduling loop righ
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -40,16 +40,27 @@ from xpupool.server.storage.jobs import jobs as t_jobs
 MAX_LIST = 1000
 
 
-def submit(plane: ControlPlane, me: Principal, body: JobIn) -> Job:
-    """One submission: :func:`submit_many` of one, its refusal raised."""
-    (result,) = submit_many(plane, [(me, body)])
+def submit(
+    plane: ControlPlane,
+    me: Principal,
+    body: JobIn,
+    *,
+    then: Callable[[Connection, Submitted], None] | None = None,
+) -> Job:
+    """One submission: :func:`submit_many` of one, its refusal raised. ``then`` writes what
+    belongs with the job in the same transaction (a Kubernetes site's row naming the pod the job
+    stands for): if it fails, the job is not stored either."""
+    (result,) = submit_many(plane, [(me, body)], then=then)
     if isinstance(result, Exception):
         raise result
     return result.view()
 
 
 def submit_many(
-    plane: ControlPlane, asks: Sequence[tuple[Principal, JobIn]]
+    plane: ControlPlane,
+    asks: Sequence[tuple[Principal, JobIn]],
+    *,
+    then: Callable[[Connection, Submitted], None] | None = None,
 ) -> list[Submitted | Exception]:
     """:func:`submit` for each of ``asks`` in one store transaction: what each would have
     answered alone, in order (a refused one its error, which changes nothing), each seeing those
@@ -73,7 +84,9 @@ def submit_many(
                     except Exception as exc:  # checks write nothing
                         out[i] = exc
                         continue
-                    out[i] = _store(plane, conn, one, *checked)
+                    stored = out[i] = _store(plane, conn, one, *checked)
+                    if then is not None:
+                        then(conn, stored)
     except Exception as exc:  # the batch's transaction rolled back
         if not isinstance(exc, Unavailable):  # a failed store put memory back already
             plane.reload()
