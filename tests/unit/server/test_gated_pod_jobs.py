@@ -156,3 +156,25 @@ def test_a_pod_job_is_stored_with_its_row_or_not_at_all(server: Server) -> None:
         gated.on_pod(Event(EventType.ADDED, "xpupool-ml/torn", "uid-torn", obj))
     assert row_counts(server) == before
     assert server.client.get("/v1/jobs", headers=server.admin).json() == []
+
+
+def test_a_pod_deleted_while_the_plane_was_down_cancels_its_job_once_listed(server: Server) -> None:
+    """No DELETED event comes for a pod deleted while the plane was down: the restarted site's
+    first full list is what says it is gone. A pod still there keeps its job."""
+    tenant(server, "ml")
+    node(server, "n1", runtime="docker")
+    config = KubernetesSiteConfig(name=SITE, in_cluster=True)
+    gated = GatedPods(config, lambda t: None, lambda n, r: None)
+    gated.bind(server.plane, None)
+    for name in ("gone", "kept"):
+        gated.on_pod(Event(EventType.ADDED, f"xpupool-ml/{name}", f"uid-{name}", pod(name)))
+    ids = {j["name"]: j["id"] for j in server.client.get("/v1/jobs", headers=server.admin).json()}
+    later = GatedPods(config, lambda t: None, lambda n, r: None)  # the plane restarted
+    later.bind(server.plane, None)
+    later.reap_missing(lambda: {"uid-kept"})  # what the watch listed
+    states = {
+        j["name"]: j["state"] for j in server.client.get("/v1/jobs", headers=server.admin).json()
+    }
+    assert states == {"pod xpupool-ml/gone": "cancelled", "pod xpupool-ml/kept": "pending"}
+    assert not later.owns(ids["pod xpupool-ml/gone"]) and later.owns(ids["pod xpupool-ml/kept"])
+    assert row_counts(server)["site_pods"] == 1

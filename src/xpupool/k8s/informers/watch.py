@@ -198,9 +198,17 @@ class Informer(Generic[T]):
     def synced(self) -> bool:
         return self._synced.is_set()
 
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
     def keys(self) -> list[str]:
         """Keys of the objects the consumer holds now (a copy)."""
         return list(self._known)
+
+    def uids(self) -> set[str]:
+        """Uids of the objects the consumer holds now (a copy)."""
+        return {known.uid for known in list(self._known.values())}
 
     def resync(self) -> None:
         """List again now and deliver what differs (also what ``resync_s`` does)."""

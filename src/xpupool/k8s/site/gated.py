@@ -309,7 +309,40 @@ class GatedPods:
             labels={QUEUE: operators.exists(), JOB: operators.not_exists()},
             name=f"site-{self.site}-gated",
         )
-        return informer.start()
+        informer.start()
+        threading.Thread(
+            target=self._reap_when_synced,
+            args=(informer,),
+            name=f"site-{self.site}-reap",
+            daemon=True,
+        ).start()
+        return informer
+
+    def _reap_when_synced(self, informer: Informer[Any]) -> None:
+        while not informer.wait_synced(1.0):
+            if informer.stopped:
+                return
+        self.reap_missing(informer.uids)
+
+    def reap_missing(self, present: Callable[[], set[str]]) -> None:
+        """Pods the plane has jobs for that the cluster no longer has, once the watch has listed
+        everything: deleted while the plane was down, they get what their deletion would have
+        given (a waiting job cancelled, a running one's replica ended), and are forgotten.
+        ``present`` is read after the known pods, so a pod admitted meanwhile (listed, then
+        known) is never taken for a missing one."""
+        with self._lock:
+            known = list(self._by_uid.values())
+        there = present()
+        for one in known:
+            if one.uid not in there:
+                log.info(
+                    "site %s: pod %s/%s of job %d is gone",
+                    self.site,
+                    one.namespace,
+                    one.name,
+                    one.job,
+                )
+                self._follow(one, {}, gone=True)
 
     def bind(self, plane: ControlPlane, client: Client | None) -> None:
         """Serve ``plane`` (acting on the cluster through ``client``): read the stored pod jobs
