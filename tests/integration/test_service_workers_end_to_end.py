@@ -149,3 +149,9 @@ def test_a_service_through_the_workers(up: tuple[ServerProc, httpx.Client]) -> N
         "the deleted service gone from the workers' snapshot",
         60,
     )
+
+    def series() -> list[str]:
+        text = httpx.get(f"{srv.url}/metrics", headers=srv.headers(), timeout=10).text
+        return [x for x in text.splitlines() if 'service="chat"' in x]
+
+    until(lambda: not series(), "the deleted service's series gone from /metrics", 60)

@@ -115,9 +115,13 @@ class ServiceController:
     def ready(self, tenant: str, service: str) -> Sequence[Endpoint]:
         return self._ready.get((tenant, service), ())
 
-    def _traffic(self) -> Traffic | None:
+    def traffic(self) -> Traffic | None:
         traffic: Traffic | None = getattr(self.plane, "service_traffic", None)
         return traffic
+
+    def services(self) -> set[tuple[str, str]]:
+        """Every service of the last pass, as (tenant, name)."""
+        return set(self._ready)
 
     def reconcile(self) -> None:
         """One pass over every service (see the module's docstring)."""
@@ -302,7 +306,7 @@ class ServiceController:
         """Replicas wanted now (the module's step 2)."""
         low, high = spec.replicas.min, spec.replicas.upper
         current = min(max(int(row["desired"]), low), high)
-        traffic = self._traffic()
+        traffic = self.traffic()
         if traffic is None or low == high:
             self._windows.pop(row["id"], None)
             return current
@@ -333,7 +337,7 @@ class ServiceController:
     ) -> None:
         """Cancel each draining replica's job once no request is in flight to it (or it was
         not serving, or the drain timeout has passed)."""
-        traffic = self._traffic()
+        traffic = self.traffic()
         just = {link.job_id for link in retired}
         stop = []
         for link in alive:
@@ -465,6 +469,10 @@ async def run_services(controller: ServiceController, period_s: float = PASS_S) 
                 pass  # the store cannot be written: said once by the plane's health
             except Exception:
                 log.exception("service controller pass failed")
+            else:
+                traffic = controller.traffic()
+                if traffic is not None:  # on this loop, the one the proxy counts on
+                    traffic.keep_only(controller.services())
             if client is None and controller.prober.watching:
                 import httpx
 

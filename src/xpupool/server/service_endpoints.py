@@ -11,7 +11,7 @@ counts, to scale replicas on (issue 47).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -61,4 +61,9 @@ class Traffic(Protocol):
     def rate(self, tenant: str, service: str) -> tuple[float, float | None]:
         """Requests per second answered over the last minute, and their p99 latency in
         milliseconds (None: no request in that minute), for ``xpupool services``."""
+        ...
+
+    def keep_only(self, known: Container[tuple[str, str]]) -> None:
+        """Forget the counts of services not in ``known`` (deleted) that have no request in
+        flight: their series leave ``/metrics``. Called on the proxy's event loop."""
         ...

@@ -286,6 +286,16 @@ class ProxyTraffic(Traffic):
     def services(self) -> list[tuple[Key, _Service]]:
         return list(self._services.items())
 
+    def keep_only(self, known: Container[Key]) -> None:
+        """Counts of deleted services (not in ``known``, nothing in flight) go: a tenant that
+        makes and deletes services in a loop must not grow the plane's memory and ``/metrics``
+        for ever. A worker's last totals stay, so that a service made again under the name
+        counts only what grows after."""
+        for key in [
+            k for k, svc in self._services.items() if k not in known and svc.in_flight <= 0
+        ]:
+            del self._services[key]
+
 
 class TrafficCollector(Collector):
     """The proxy's series on ``/metrics``, read from the plane's traffic at scrape time."""

@@ -189,3 +189,22 @@ def test_a_report_of_services_that_do_not_exist_adds_nothing() -> None:
     plane.take("w", worker.report(), known={("t", "s")})
     assert [key for key, _ in plane.services()] == [("t", "s")]
     assert plane.rate("t", "gone") == (0.0, None)
+
+
+def test_a_deleted_services_counts_go_once_nothing_is_in_flight() -> None:
+    """A tenant that makes and deletes services in a loop must not grow the plane's memory and
+    /metrics for ever; a request still in flight keeps its service's counts until it ends."""
+    traffic = ProxyTraffic(Clock())
+    for name in ("kept", "gone", "busy"):
+        traffic.started("t", name, A)
+        traffic.finished("t", name, A, 200, 0.01)
+    traffic.started("t", "busy", A)  # still in flight
+    traffic.keep_only({("t", "kept")})
+    assert [key for key, _ in traffic.services()] == [("t", "kept"), ("t", "busy")]
+    registry = CollectorRegistry()
+    registry.register(TrafficCollector(lambda: traffic))
+    text = generate_latest(registry).decode()
+    assert 'service="gone"' not in text and 'service="kept"' in text
+    traffic.finished("t", "busy", A, 200, 0.01)
+    traffic.keep_only({("t", "kept")})
+    assert [key for key, _ in traffic.services()] == [("t", "kept")]

@@ -124,6 +124,7 @@ class WorkerSource:
             for t, n, e, _ in got["services"]
         }
         self.states = {(str(t), str(n)): str(state) for t, n, _, state in got["services"]}
+        self.traffic.keep_only(self.states)  # a deleted service's counts go here too
         live: dict[str, Caller] = dict(self.fresh)
         self.live = live
         for digest, checked in got["tokens"]:
