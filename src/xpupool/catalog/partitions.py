@@ -17,6 +17,7 @@ from pathlib import Path
 
 from xpupool.catalog._data_file import CatalogFileError, Entry, read_yaml
 from xpupool.catalog.accelerators import AcceleratorCatalog, normalise_model_name
+from xpupool.model.errors import RequestError
 
 KINDS = ("mig", "vnpu")  # NVIDIA Multi-Instance GPU; Huawei Ascend vNPU templates
 _SCHEME_FIELDS = frozenset(
@@ -239,3 +240,37 @@ def _mig_profile(p: Entry, compute: int, memory_slices: int) -> PartitionProfile
         starts=tuple(sorted(set(starts))),
         max_instances=_positive(p, "max_instances"),
     )
+
+
+def check_profile(
+    partitions: PartitionCatalog,
+    accelerators: AcceleratorCatalog,
+    models: tuple[str, ...],
+    profile: str,
+) -> None:
+    """Refuse a partition request no named model can ever satisfy: :class:`RequestError` on
+    ``devices.partition`` that names each model's profiles (or that it has none). ``models`` are
+    the request's any-of names (a family names all its models); empty: any model, so some
+    scheme must have the profile."""
+    schemes: dict[str, PartitionScheme | None] = {}
+    for name in models:
+        known = accelerators.lookup(name)
+        resolved = (known,) if known is not None else accelerators.by_family(name)
+        for model in resolved:
+            schemes[model.name] = partitions.scheme_for(model.name)
+        if not resolved:
+            schemes[name] = partitions.scheme_for(name)
+    if not models:
+        if any(s.profile(profile) for s in partitions.schemes):
+            return
+        known_names = ", ".join(sorted(partitions.profile_names()))
+        raise RequestError(
+            "devices.partition", profile, f"no partitionable model has it; known: {known_names}"
+        )
+    if any(s is not None and s.profile(profile) is not None for s in schemes.values()):
+        return
+    said = "; ".join(
+        f"{name}: {', '.join(s.profile_names) if s else 'no partitions'}"
+        for name, s in schemes.items()
+    )
+    raise RequestError("devices.partition", profile, f"the named models lack it ({said})")
