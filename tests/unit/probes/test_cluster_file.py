@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from xpupool.demo import demo_cluster_path
+from xpupool.engine import ClusterState, Engine
 from xpupool.model import RequestError
+from xpupool.model.spec import parse_spec
 from xpupool.probes.cluster_file import load_cluster, parse_cluster
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "cluster-mixed.yaml"
@@ -180,3 +182,15 @@ def test_a_layout_the_card_cannot_hold_is_refused(
     with pytest.raises(RequestError) as info:
         parse_cluster({"nodes": [{"name": "a", "devices": [entry]}]})
     assert info.value.field == field
+
+
+def test_the_partitions_example_loads_and_places_by_profile() -> None:
+    path = Path(__file__).resolve().parents[3] / "examples" / "cluster-partitions.yaml"
+    nodes = load_cluster(path)
+    cut = [d for n in nodes for d in n.devices if d.partition is not None]
+    assert len(cut) == 2 * 2 + 3 + 2 * 3
+    engine = Engine(ClusterState(nodes))
+    placed = engine.place(parse_spec("A100 mig=4g.40gb")).allocations
+    assert [d.uuid for a in placed for d in a.devices] == ["MIG-mig-a100-2-0"]
+    placed = engine.place(parse_spec("910B3 vnpu=vir10_3c_32g")).allocations
+    assert placed and placed[0].node == "vnpu-910b"
