@@ -91,7 +91,7 @@ def device_env(
         by_vendor.setdefault(d.vendor, []).append(d)
     for vendor, granted in by_vendor.items():
         for name, kind in VISIBLE_DEVICES.get(vendor, ()):
-            out[name] = ",".join(d.uuid if kind == UUID else str(d.index) for d in granted)
+            out[name] = ",".join(_visible(d, name, kind) for d in granted)
         if vendor == "nvidia":
             out["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         if vendor in HAMI_VENDORS:
@@ -106,20 +106,36 @@ def device_env(
     return ReplicaEnv(out, tuple(hidden))
 
 
+def _visible(d: DeviceAssignment, name: str, kind: str) -> str:
+    """How variable ``name`` names device ``d``: by UUID or index as the vendor's runtime reads
+    it, except a MIG instance, which CUDA names only by its UUID (``CUDA_VISIBLE_DEVICES=MIG-...``:
+    NVIDIA MIG User Guide, "CUDA Device Enumeration"); the card index it shares with its siblings
+    would expose them all. A vNPU's index is its vNPU ID, which Ascend's runtime takes in
+    ``ASCEND_VISIBLE_DEVICES`` (Ascend Virtual Instance guide: mounting vNPUs with Ascend Docker;
+    HAMi sets the same variable, pkg/device/ascend/device.go at 4707fb02)."""
+    if kind == UUID or (d.partition is not None and name == "CUDA_VISIBLE_DEVICES"):
+        return d.uuid
+    return str(d.index)
+
+
 def as_seen_alone(env: Mapping[str, str], devices: Sequence[DeviceAssignment]) -> dict[str, str]:
     """``env`` for a replica whose ``/dev`` holds only its own cards (the bwrap sandbox, a
     container): the vendor's runtime then numbers them ``0..n-1`` in host order, so each
     index-based visible-devices variable of a granted vendor becomes those positions (host index
-    3 alone is ``0``). Variables by UUID, hidden vendors' empty values and ``XPUPOOL_*`` (host
-    indices, for the record) are kept. Slurm does the same for jobs confined to their GPUs by the
-    devices cgroup (its CUDA_VISIBLE_DEVICES is then 0-based)."""
+    3 alone is ``0``). Variables by UUID (a MIG instance's ``CUDA_VISIBLE_DEVICES`` too), hidden
+    vendors' empty values and ``XPUPOOL_*`` (host indices, for the record) are kept. Slurm does
+    the same for jobs confined to their GPUs by the devices cgroup (its CUDA_VISIBLE_DEVICES is
+    then 0-based)."""
     out = dict(env)
     counts: dict[str, int] = {}
+    by_uuid: set[str] = set()  # variables naming a vendor's devices by UUID (MIG instances)
     for d in devices:
         counts[d.vendor] = counts.get(d.vendor, 0) + 1
+        if d.partition is not None and d.vendor == "nvidia":
+            by_uuid.add("CUDA_VISIBLE_DEVICES")
     for vendor, n in counts.items():
         for name, kind in VISIBLE_DEVICES.get(vendor, ()):
-            if kind == INDEX:
+            if kind == INDEX and name not in by_uuid:
                 out[name] = ",".join(str(i) for i in range(n))
     return out
 

@@ -35,6 +35,12 @@ from xpupool.catalog.images import (
     needs_for_image,
 )
 from xpupool.catalog.listing import ListedAccelerator, list_accelerators
+from xpupool.catalog.partitions import (
+    PartitionCatalog,
+    PartitionProfile,
+    PartitionScheme,
+    load_partitions,
+)
 
 __all__ = [
     "LINKS",
@@ -47,6 +53,9 @@ __all__ = [
     "ImageCatalog",
     "ImageNeeds",
     "ListedAccelerator",
+    "PartitionCatalog",
+    "PartitionProfile",
+    "PartitionScheme",
     "ProductLine",
     "RuntimeTable",
     "TorchBuild",
@@ -56,6 +65,7 @@ __all__ = [
     "list_accelerators",
     "load_accelerators",
     "load_compat",
+    "load_partitions",
     "needs_for_image",
     "normalise_model_name",
     "satisfies",

@@ -261,6 +261,16 @@ def _metric(value: float | int | None, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
 
 
+def _model_text(d: DeviceView) -> str:
+    """The model, and for a hardware partition its profile and place on its card: ``A100-SXM4-80GB
+    3g.40gb@4`` (a vNPU has no place: ``910B3 vir05_1c_16g``)."""
+    model = d.canonical_model or d.model
+    if d.partition is None:
+        return model
+    place = "" if d.partition_start is None else f"@{d.partition_start}"
+    return f"{model} {d.partition}{place}"
+
+
 def devices_table(devices: Sequence[DeviceView]) -> FitTable:
     columns = _columns(
         "node", "idx", "model", "alloc mem", "alloc cores", "state", "jobs", "used mem", "util",
@@ -274,7 +284,7 @@ def devices_table(devices: Sequence[DeviceView]) -> FitTable:
         table.add_row(
             d.node,
             str(d.index),
-            d.canonical_model or d.model,
+            _model_text(d),
             f"{format_mib(d.allocated_memory_mib)}/{format_mib(d.memory_mib)}",
             percent(d.allocated_core_permille),
             Text(state, style={"healthy": "", "cordoned": "yellow"}.get(state, "red")),

@@ -195,6 +195,9 @@ class DeviceView:
     in_use_by_others: bool
     metrics: DeviceMetricsView | None
     raw: dict[str, Any] = field(repr=False, compare=False)
+    partition: str | None = None
+    partition_of: str | None = None
+    partition_start: int | None = None
 
     @classmethod
     def read(cls, data: object, where: str = "device") -> DeviceView:
@@ -231,6 +234,9 @@ class DeviceView:
             if metrics is None
             else DeviceMetricsView.read(metrics, f"{where}.metrics"),
             raw=r.data,
+            partition=r.opt_text("partition"),
+            partition_of=r.opt_text("partition_of"),
+            partition_start=r.opt_integer("partition_start"),
         )
 
 
@@ -363,6 +369,7 @@ class DeviceAssignmentView:
     memory_mib: int
     core_permille: int
     card_memory_mib: int
+    partition: str | None = None
 
     @classmethod
     def read(cls, data: object, where: str) -> DeviceAssignmentView:
@@ -375,6 +382,7 @@ class DeviceAssignmentView:
             r.integer("memory_mib"),
             r.integer("core_permille"),
             r.integer("card_memory_mib"),
+            r.opt_text("partition"),
         )
 
 

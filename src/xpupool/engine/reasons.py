@@ -38,6 +38,8 @@ class Reason(IntEnum):
     NUMA = 23
     SHARE_MODE = 24
     UNTOLERATED_TAINT = 25
+    PARTITIONED = 26
+    PARTITION_PROFILE = 27
 
 
 TEXT: dict[Reason, str] = {
@@ -69,6 +71,8 @@ TEXT: dict[Reason, str] = {
     Reason.SHARE_MODE: "devices shared in another mode",
     # detail: the taint, "gpu=true:NoSchedule" (filters/node_taints.py)
     Reason.UNTOLERATED_TAINT: "untolerated taint {detail}",
+    Reason.PARTITIONED: "devices are hardware partitions",
+    Reason.PARTITION_PROFILE: "no partition of the asked profile",
 }
 
 PREEMPTION_MAY_HELP: frozenset[Reason] = frozenset(

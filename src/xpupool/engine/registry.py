@@ -18,6 +18,7 @@ from xpupool.engine.filters.device_health import DeviceHealth
 from xpupool.engine.filters.device_memory import DeviceMemory
 from xpupool.engine.filters.device_mode import DeviceMode
 from xpupool.engine.filters.device_model import DeviceModel
+from xpupool.engine.filters.device_partition import DevicePartition
 from xpupool.engine.filters.device_tasks import DeviceTasks
 from xpupool.engine.filters.device_uuid import DeviceUuid
 from xpupool.engine.filters.device_vendor import DeviceVendor
@@ -68,6 +69,7 @@ STATIC_DEVICE_FILTERS: tuple[DeviceFilter, ...] = (
     DeviceVendor(),
     DeviceModel(),
     DeviceMode(),
+    DevicePartition(),
     DeviceUuid(),
     CardMemory(),
     Software(),
@@ -88,6 +90,7 @@ CAPACITY_FILTERS = frozenset(
         NodeCpu.name,
         NodeMemory.name,
         DeviceHealth.name,
+        DevicePartition.name,
         DeviceMemory.name,
         DeviceCores.name,
     }

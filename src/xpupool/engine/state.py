@@ -101,6 +101,9 @@ class ClusterState:
         # Registered sharing modes (Device.share_mode) per mode id, for DeviceRequest.share_modes.
         self.share_modes: list[str] = []
         self._share_mode_ids: dict[str, int] = {}
+        # Hardware partitions (Device.partition) per partition id: (model id, profile name).
+        self.partitions: list[tuple[int, str]] = []
+        self._partition_ids: dict[tuple[int, str], int] = {}
         self.profiles: list[SoftwareProfile] = []
         self._profile_ids: dict[SoftwareProfile, int] = {}
         self.uuid_slot: dict[str, int] = {}
@@ -131,6 +134,7 @@ class ClusterState:
         self.dev_model = np.full((n, w), -1, np.int32)
         self.dev_type = np.full((n, w), -1, np.int32)
         self.dev_mode = np.full((n, w), -1, np.int32)  # -1: the node states no sharing mode
+        self.dev_partition = np.full((n, w), -1, np.int32)  # -1: not a hardware partition
         self.dev_vendor = np.full((n, w), -1, np.int16)
         self.dev_profile = np.full((n, w), -1, np.int32)
         self.dev_card_mib = np.zeros((n, w), np.int64)
@@ -187,6 +191,8 @@ class ClusterState:
             self.dev_model[i, col] = self._model_id(dev)
             self.dev_type[i, col] = self._type_id(dev)
             self.dev_mode[i, col] = self._share_mode_id(dev.share_mode)
+            if dev.partition is not None:
+                self.dev_partition[i, col] = self._partition_id(int(self.dev_model[i, col]), dev)
             self.dev_vendor[i, col] = VENDOR_KEYS.index(dev.vendor)
             self.dev_profile[i, col] = self._profile_id(dev)
             self.dev_card_mib[i, col] = self._card_mib(dev)
@@ -286,6 +292,14 @@ class ClusterState:
             self.share_modes.append(mode)
         return found
 
+    def _partition_id(self, model: int, dev: Device) -> int:
+        key = (model, str(dev.partition))
+        found = self._partition_ids.get(key)
+        if found is None:
+            found = self._partition_ids[key] = len(self.partitions)
+            self.partitions.append(key)
+        return found
+
     def _profile_id(self, dev: Device) -> int:
         profile = SoftwareProfile(
             dev.vendor, dev.driver_version, tuple(sorted(dev.runtimes.items()))
@@ -305,6 +319,9 @@ class ClusterState:
         """Recompute per-node sums and the static usability mask after an inventory change."""
         self.epoch += 1
         self.dev_usable = self.dev_present & self.dev_healthy & ~self.dev_cordoned
+        # Some card is a hardware partition: only then does the partition filter mask anything
+        # for a request that asks for none (filters/device_partition.py).
+        self.has_partitions = bool((self.dev_partition >= 0).any())
         self.node_ok = self.node_schedulable & self.node_alive
         # Some card limits its tasks: the task-slot filter and the scorers' twin test look then.
         self.tasks_limited = bool((self.dev_task_total[self.dev_present] < UNLIMITED_TASKS).any())

@@ -282,6 +282,7 @@ _FIELDS: dict[Reason, str] = {
     Reason.MODEL_NOT_ALLOWED: "devices.models",
     Reason.UUID_NOT_ALLOWED: "devices.uuids",
     Reason.SHARE_MODE: "devices.share_modes",
+    Reason.PARTITION_PROFILE: "devices.partition",
     Reason.CARD_MEMORY: "devices.card_memory",
     Reason.SOFTWARE_UNSUPPORTED: "devices.software",
     Reason.DRIVER_TOO_OLD: "devices.software",

@@ -32,6 +32,12 @@ class Device:
     ``share_mode`` is how the card is shared, as its node registered it (HAMi's
     ``DeviceInfo.Mode``: ``hami-core``, ``mps``, ``mig``); None: not stated, any mode a request
     accepts (``DeviceRequest.share_modes``) takes it.
+    ``partition`` names the hardware partition profile this device is (``3g.40gb``, a MIG
+    instance; ``vir05_1c_16g``, an Ascend vNPU), cut from the card ``partition_of`` (its UUID)
+    starting at memory slice ``partition_start`` (MIG; None for vNPU). Such a device takes only
+    requests for partitions, whole and alone (``DeviceRequest.partition``/``isolated_mib``),
+    and never a software share; the catalog's geometry (``catalog/partitions.py``) says which
+    profiles a model has. None: a card (or software-shared device) as before.
     ``memory_overcommit`` and ``cores_overcommit`` are the operator's over-commit factors (>= 1):
     the scheduler commits at most ``floor(memory_mib * memory_overcommit)`` MiB and
     ``floor(1000 * cores_overcommit)`` thousandths of the card (docs/capacity.md).
@@ -53,10 +59,14 @@ class Device:
     cores_overcommit: float = 1.0
     type_name: str | None = None
     share_mode: str | None = None
+    partition: str | None = None
+    partition_of: str | None = None
+    partition_start: int | None = None
 
     def __post_init__(self) -> None:
         if not self.uuid:
             raise RequestError("uuid", self.uuid, "must not be empty")
+        check_partition_fields(self.partition, self.partition_of, self.partition_start)
         if self.max_tasks is not None:
             check_max_tasks("max_tasks", self.max_tasks)
         object.__setattr__(
@@ -69,6 +79,24 @@ class Device:
         if self.memory_mib <= 0:
             raise RequestError("memory_mib", self.memory_mib, "must be more than 0")
         object.__setattr__(self, "runtimes", dict(self.runtimes))
+
+
+def check_partition_fields(
+    partition: str | None, partition_of: str | None, start: int | None
+) -> None:
+    """A partition names its profile and its card together; a start only with a partition."""
+    if partition is None:
+        if partition_of is not None:
+            raise RequestError("partition_of", partition_of, "given without partition")
+        if start is not None:
+            raise RequestError("partition_start", start, "given without partition")
+        return
+    if not isinstance(partition, str) or not partition.strip() or partition != partition.strip():
+        raise RequestError("partition", partition, "expected a profile name such as '3g.40gb'")
+    if not partition_of:
+        raise RequestError("partition_of", partition_of, "a partition names its card's UUID")
+    if start is not None and (isinstance(start, bool) or not isinstance(start, int) or start < 0):
+        raise RequestError("partition_start", start, "must be a whole number >= 0 (memory slice)")
 
 
 def check_max_tasks(field: str, value: object) -> int:

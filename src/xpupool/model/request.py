@@ -148,6 +148,11 @@ class DeviceRequest:
     the card's node registered it (``Device.share_mode``: ``hami-core``, ``mps``, ``mig``); a
     card whose node states no mode passes. It carries HAMi's ``nvidia.com/vgpu-mode``.
     ``topology`` ``same-numa`` puts all devices of the replica on one NUMA node of the host.
+    Hardware partitions (``Device.partition``): ``partition`` names the profile each device must
+    be (``3g.40gb``, ``vir05_1c_16g``); ``isolated_mib`` asks for a partition holding that much
+    memory, the smallest profile of the card's model that does (``mem=20Gi isolated``). Either
+    takes each partition whole and alone, and only partitions; without them a request never
+    lands on one. Both are shapes of a whole-device request, so no share is given beside them.
     """
 
     count: int = 0
@@ -166,6 +171,8 @@ class DeviceRequest:
     type_contains: tuple[str, ...] = ()
     exclude_type_contains: tuple[str, ...] = ()
     share_modes: tuple[str, ...] = ()
+    partition: str | None = None
+    isolated_mib: int | None = None
     # Every field above, in order, made once: the engine's caches key on a device request per
     # request, and hashing or comparing this tuple costs a fraction of building it each time.
     _key: tuple[object, ...] = field(init=False, repr=False, compare=False)
@@ -193,6 +200,7 @@ class DeviceRequest:
         if self.core_permille is not None:
             # 0 would be a zero-sized slice on its own and the same as None next to memory.
             _check_int("devices.cores", self.core_permille, 1, WHOLE)
+        _check_partition(self)
         if self.count == 0 and self.shares_specified:
             raise RequestError(
                 "devices.count", 0, "memory or cores per device need a count of at least 1"
@@ -234,6 +242,8 @@ class DeviceRequest:
                 "card_memory": self.min_card_mib is not None or self.max_card_mib is not None,
                 "software": self.software,
                 "topology": self.topology is not Topology.NONE,
+                "partition": self.partition is not None,
+                "isolated": self.isolated_mib is not None,
             }
             for name, given in selectors.items():
                 if given:
@@ -288,6 +298,46 @@ class DeviceRequest:
             self.type_contains,
             self.exclude_type_contains,
             self.share_modes,
+            self.partition,
+            self.isolated_mib,
+        )
+
+
+# A partition profile's name as the vendor tools print it: MIG (``1g.10gb``, ``1g.10gb+me``,
+# ``3g.40gb``) or an Ascend vNPU template (``vir02``, ``vir05_1c_16g``).
+MIG_PROFILE = re.compile(r"^[1-9][0-9]?g\.[0-9]+gb(\+me)?$")
+VNPU_TEMPLATE = re.compile(r"^vir[0-9]{2}(_[0-9]+c_[0-9]+g)?$")
+
+
+def check_partition_name(path: str, value: object, kind: str | None = None) -> str:
+    """``value`` as a profile name of ``kind`` (``mig``, ``vnpu``; None: either), else a
+    RequestError on ``path`` that shows the shapes."""
+    text = _text(path, value)
+    shapes = {"mig": MIG_PROFILE, "vnpu": VNPU_TEMPLATE}
+    kinds = (kind,) if kind is not None else tuple(shapes)
+    if not any(shapes[k].match(text) for k in kinds):
+        examples = {"mig": "'3g.40gb' or '1g.10gb+me'", "vnpu": "'vir05_1c_16g' or 'vir02'"}
+        said = " or ".join(examples[k] for k in kinds)
+        raise RequestError(path, value, f"expected a partition profile such as {said}")
+    return text
+
+
+def _check_partition(d: DeviceRequest) -> None:
+    """A partition request takes whole partitions: no share, one way of naming the profile."""
+    if d.partition is not None:
+        check_partition_name("devices.partition", d.partition)
+        if d.isolated_mib is not None:
+            raise RequestError(
+                "devices.isolated", True, "give a profile or isolated memory, not both"
+            )
+    if d.isolated_mib is not None:
+        _check_int("devices.memory", d.isolated_mib, 1, 1 << 40)
+    if (d.partition is not None or d.isolated_mib is not None) and d.shares_specified:
+        field = "devices.partition" if d.partition is not None else "devices.isolated"
+        raise RequestError(
+            field,
+            d.partition or True,
+            "a partition is taken whole; give no memory or cores share beside it",
         )
 
 

@@ -28,6 +28,7 @@ from xpupool.model.quantity import (
 )
 from xpupool.model.request import (
     check_label,
+    check_partition_name,
     check_site_name,
     parse_device_policy,
     parse_software_need,
@@ -156,6 +157,9 @@ SoftwareText = Annotated[
 TopologyName = Annotated[
     Literal["none", "same-link-group", "same-numa"],
     BeforeValidator(parsed(lambda p, v: parse_topology(p, v).value)),
+]
+PartitionName = Annotated[
+    StrictStr, AfterValidator(parsed(lambda p, v: check_partition_name(p, v)))
 ]
 DevicePolicyName = Annotated[
     Literal["binpack", "spread"],

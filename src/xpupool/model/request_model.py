@@ -56,6 +56,7 @@ from xpupool.model.request_fields import (
     MemoryMib,
     ModelName,
     NonBlank,
+    PartitionName,
     Permille,
     SiteName,
     SoftwareText,
@@ -181,6 +182,18 @@ class DevicesModel(_Form):
         description="Software the devices must run: 'cuda>=12.1', 'cann>=8.0', 'rocm>=6', "
         "'torch==2.4' (name, operator, version).",
     )
+    partition: PartitionName | None = Field(
+        None,
+        description="A hardware partition profile each device must be, taken whole: a MIG "
+        "profile ('3g.40gb', '1g.10gb+me') or an Ascend vNPU template ('vir05_1c_16g'); the "
+        "card's model must have it. null = not a partition request.",
+    )
+    isolated: StrictBool | None = Field(
+        None,
+        description="true: 'memory' (an amount) asks for a hardware partition holding it, the "
+        "smallest profile of the card's model that does, taken whole. null or false: a "
+        "software share (or the whole card).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -210,12 +223,21 @@ class DevicesModel(_Form):
             setattr(self, f"exclude_{key}", exclude or None)
         return self
 
+    @model_validator(mode="after")
+    def _isolated(self) -> DevicesModel:
+        if self.isolated and (self.memory is None or self.memory.mib is None):
+            raise field_error("needs 'memory' as an amount such as '20Gi'", True, "isolated")
+        return self
+
     def to_devices(self) -> DeviceRequest:
         memory = self.memory or DeviceMemory(None, None)
         card = self.card_memory
+        isolated_mib = memory.mib if self.isolated else None
         return DeviceRequest(
             count=1 if self.count is None else self.count,
-            memory_mib=memory.mib,
+            partition=self.partition,
+            isolated_mib=isolated_mib,
+            memory_mib=None if self.isolated else memory.mib,
             memory_permille=memory.permille,
             core_permille=self.cores,
             vendors=tuple(self.vendors or ()),
@@ -235,6 +257,8 @@ class DevicesModel(_Form):
         memory = None
         if d.memory_mib is not None or d.memory_permille is not None:
             memory = DeviceMemory(d.memory_mib, d.memory_permille)
+        if d.isolated_mib is not None:
+            memory = DeviceMemory(d.isolated_mib, None)
         card = None
         if d.min_card_mib is not None or d.max_card_mib is not None:
             card = CardMemory.model_construct(min=d.min_card_mib, max=d.max_card_mib)
@@ -250,6 +274,8 @@ class DevicesModel(_Form):
             exclude_uuids=list(d.exclude_uuids) or None,
             topology=None if d.topology is Topology.NONE else d.topology.value,
             software=[str(n) for n in d.software] or None,
+            partition=d.partition,
+            isolated=True if d.isolated_mib is not None else None,
         )
 
 

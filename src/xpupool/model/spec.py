@@ -43,12 +43,14 @@ from xpupool.model.quantity import (
 from xpupool.model.request import (
     MAX_DEVICES_PER_REPLICA,
     MAX_REPLICAS,
+    MIG_PROFILE,
     SOFTWARE_NAMES,
     DevicePolicy,
     DeviceRequest,
     Request,
     SoftwareNeed,
     Topology,
+    check_partition_name,
     parse_device_policy,
     parse_software_need,
     parse_topology,
@@ -64,6 +66,8 @@ KEYS: dict[str, str] = {
     "cores": "devices.cores",
     "uuid": "devices.uuids",
     "topology": "devices.topology",
+    "mig": "devices.partition",  # a MIG profile: mig=3g.40gb
+    "vnpu": "devices.partition",  # an Ascend vNPU template: vnpu=vir05_1c_16g
     "cpu": "cpu",
     "memory": "memory",
     "replicas": "replicas",
@@ -85,8 +89,16 @@ FLAGS: dict[str, str] = {
     "span-sites": "span_sites",
     "nvlink": "devices.topology",
     "same-link-group": "devices.topology",
+    "isolated": "devices.isolated",  # mem=20Gi isolated: the smallest partition holding it
 }
-_DEVICE_PATHS = ("devices.memory", "devices.cores", "devices.uuids", "devices.topology")
+_DEVICE_PATHS = (
+    "devices.memory",
+    "devices.cores",
+    "devices.uuids",
+    "devices.topology",
+    "devices.partition",
+    "devices.isolated",
+)
 
 _COUNT = re.compile(r"^[0-9]+$")
 _SIGNED_COUNT = re.compile(r"^[+-][0-9]+$")
@@ -116,6 +128,8 @@ class _Draft:
     uuids: tuple[str, ...] = ()
     exclude_uuids: tuple[str, ...] = ()
     topology: Topology = Topology.NONE
+    partition: str | None = None
+    isolated: bool = False
     software: list[SoftwareNeed] = field(default_factory=list)
     software_tokens: list[str] = field(default_factory=list)
     cpu_milli: int = 0
@@ -150,9 +164,18 @@ class _Draft:
                     "devices.software[0]", self.software_tokens[0], _NEEDS_DEVICE_PART
                 )
         devices = DeviceRequest()
+        isolated_mib = None
+        if self.isolated:
+            if self.memory_mib is None:
+                raise RequestError(
+                    "devices.isolated", "isolated", "needs mem= as an amount such as 'mem=20Gi'"
+                )
+            isolated_mib, self.memory_mib = self.memory_mib, None
         if self.has_devices:
             devices = DeviceRequest(
                 count=self.count,
+                partition=self.partition,
+                isolated_mib=isolated_mib,
                 memory_mib=self.memory_mib,
                 memory_permille=self.memory_permille,
                 core_permille=self.core_permille,
@@ -219,6 +242,8 @@ def parse_spec(text: str) -> Request:
             draft.once(path, token)
             if path == "gang":
                 draft.gang = True
+            elif path == "devices.isolated":
+                draft.isolated = True
             elif path == "span_sites":
                 draft.span_sites = True
             else:
@@ -370,6 +395,10 @@ def _set_cores(d: _Draft, path: str, raw: str) -> None:
     d.core_permille = parse_percent_permille(path, raw)
 
 
+def _set_partition(d: _Draft, path: str, raw: str) -> None:
+    d.partition = check_partition_name(path, raw)
+
+
 def _set_uuids(d: _Draft, path: str, raw: str) -> None:
     d.uuids, d.exclude_uuids = _split_excludes(path, raw)
 
@@ -441,6 +470,7 @@ _SETTERS: dict[str, Callable[[_Draft, str, str], None]] = {
     "devices.memory": _set_device_memory,
     "devices.cores": _set_cores,
     "devices.uuids": _set_uuids,
+    "devices.partition": _set_partition,
     "devices.topology": _set_topology,
     "cpu": _set_cpu,
     "memory": _set_memory,
@@ -476,6 +506,11 @@ def format_spec(req: Request) -> str:
         tokens.append(f"mem={format_permille(d.memory_permille)}")
     if d.core_permille is not None:
         tokens.append(f"cores={format_permille(d.core_permille)}")
+    if d.partition is not None:
+        key = "mig" if MIG_PROFILE.match(d.partition) else "vnpu"
+        tokens.append(f"{key}={d.partition}")
+    if d.isolated_mib is not None:
+        tokens.append(f"mem={format_mib_exact(d.isolated_mib)} isolated")
     if d.uuids or d.exclude_uuids:
         for path, uuid in _indexed("devices", "uuids", d.uuids, d.exclude_uuids):
             _check_token(path, uuid)

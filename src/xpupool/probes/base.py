@@ -31,7 +31,10 @@ class DeviceInfo:
     when the catalog does not know it). ``runtimes`` maps a runtime to the highest version the driver
     serves or the installed version (``{"cuda": "12.4"}``, ``{"cann": "8.0.RC2"}``). ``link_group``
     names the fast-link domain (NVLink/HCCS/xGMI) on the host and ``peers`` lists the UUIDs this
-    device reaches over it.
+    device reaches over it. A hardware partition (a MIG instance, a vNPU) is reported as a
+    device of its own: ``partition`` its profile, ``partition_of`` its card's UUID,
+    ``partition_start`` its first memory slice (MIG); the card it was cut from is then not
+    reported as a device (it serves work only through its instances).
     """
 
     vendor: str
@@ -53,6 +56,9 @@ class DeviceInfo:
     health: Health = Health.UNKNOWN
     health_detail: str = ""
     mig_mode: bool | None = None
+    partition: str | None = None
+    partition_of: str | None = None
+    partition_start: int | None = None
 
     def to_device(self) -> Device:
         """The engine's view: capacity and identity; live metrics stay with the agent."""
@@ -68,6 +74,10 @@ class DeviceInfo:
             numa_node=self.numa_node,
             link_group=self.link_group,
             healthy=self.health is not Health.UNHEALTHY,
+            max_tasks=1 if self.partition is not None else None,
+            partition=self.partition,
+            partition_of=self.partition_of,
+            partition_start=self.partition_start,
         )
 
 

@@ -17,7 +17,9 @@
           - {vendor: nvidia, model: NVIDIA A100-SXM4-80GB, count: 8, memory: 80Gi,
              driver: 550.54.15, runtimes: {cuda: "12.4"}, link_group_size: 4}
 
-Device UUIDs are ``<node>-<index>``, unique across the file. A node that declares ``runtime``
+Device UUIDs are ``<node>-<index>``, unique across the file; a card cut into partitions
+(``partitions`` in its device entry, ``probes/fake.py``) is its instances instead,
+``MIG-<node>-<index>-<start>`` (MIG) or ``<node>-<index>-vnpu<k>`` (vNPU). A node that declares ``runtime``
 takes image jobs; the agent inside ``xpupool up`` runs them with that runtime. A node's
 ``taints`` keep work that does not tolerate them off it (``model/taint.py``; NoExecute is
 refused); a node the store has already keeps the taints it has there. Bad
@@ -34,6 +36,7 @@ from pathlib import Path
 
 import yaml
 
+from xpupool.catalog.partition_cards import instance_uuid
 from xpupool.model.device import (
     CONTAINER_RUNTIMES,
     Device,
@@ -44,6 +47,7 @@ from xpupool.model.device import (
 from xpupool.model.errors import RequestError
 from xpupool.model.quantity import parse_cpu_milli, parse_memory_mib
 from xpupool.model.taint import Taint, check_taints, read_taint
+from xpupool.probes.base import DeviceInfo
 from xpupool.probes.fake import entries, parse_fake
 
 _KEYS = {
@@ -174,10 +178,8 @@ def parse_cluster(data: object) -> list[Node]:
         names = [name] if count is None else [f"{name}-{k}" for k in range(count)]
         for node_name in names:
             devices = tuple(
-                own.over(models.get(d.model, CapacitySettings())).apply(
-                    replace(d.to_device(), uuid=f"{node_name}-{d.index}")
-                )
-                for d in template
+                own.over(models.get(d.model, CapacitySettings())).apply(_named(node_name, d, k))
+                for k, d in enumerate(template)
             )
             used_models.update(d.model for d in devices)
             nodes.append(
@@ -202,6 +204,18 @@ def parse_cluster(data: object) -> list[Node]:
             raise RequestError("nodes.name", node.name, "duplicate node name")
         seen.add(node.name)
     return nodes
+
+
+def _named(node: str, info: DeviceInfo, position: int) -> Device:
+    """The device of ``info`` on ``node``: a card is ``<node>-<index>``; a partition of it is
+    named from that (``MIG-<node>-<index>-<start>``; ``<node>-<index>-vnpu<position>``, its
+    place among the node's devices) and points to it."""
+    card = f"{node}-{info.index}"
+    if info.partition is None:
+        return replace(info.to_device(), uuid=card)
+    kind = "mig" if info.partition_start is not None else "vnpu"
+    uuid = instance_uuid(card, kind, info.partition_start, position)
+    return replace(info.to_device(), uuid=uuid, partition_of=card)
 
 
 def load_cluster(path: str | Path) -> list[Node]:

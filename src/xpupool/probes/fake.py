@@ -10,7 +10,12 @@
         link_group_size: 4     # devices per NVLink/HCCS domain (omit: PCIe only)
         uuid_prefix: GPU-a100  # UUIDs are <prefix>-<index> (default: <vendor>-<model>)
         healthy: false         # default true; with health_cause: why ("xid-79: fell off the bus")
+        partitions: [3g.40gb@0, 3g.40gb@4]  # optional: each card cut into these hardware
+                               # partitions (MIG profile@first memory slice; a vNPU template
+                               # alone), reported as devices of their own in the card's place
 
+A layout the card's model cannot hold (a profile it lacks, a start outside the vendor's placement
+table, overlapping instances) is refused by the catalog's geometry (``catalog/partition_cards.py``).
 Bad entries raise RequestError naming ``devices[i].<field>`` from :func:`parse_fake`, and a
 ProbeError (``parse``, the same words) from :meth:`FakeProbe.discover`, so that an agent reading
 the file each period logs it and carries on, as with a vendor tool's bad output.
@@ -19,11 +24,15 @@ the file each period logs it and carries on, as with a vendor tool's bad output.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar
 
 import yaml
 
+from xpupool.catalog import load_accelerators, load_partitions
+from xpupool.catalog.partition_cards import cut_card
+from xpupool.catalog.partition_geometry import Layout
 from xpupool.model.errors import RequestError
 from xpupool.model.quantity import parse_memory_mib
 from xpupool.model.vendor import vendor_key
@@ -41,6 +50,7 @@ _KEYS = {
     "healthy",
     "health_cause",
     "compute_units",
+    "partitions",
 }
 
 
@@ -68,6 +78,7 @@ def entries(data: object, key: str, known: set[str]) -> list[tuple[str, Mapping[
 def parse_fake(data: object) -> list[DeviceInfo]:
     """Devices from the parsed YAML document (see the module docstring)."""
     out: list[DeviceInfo] = []
+    cards = 0  # a card's index counts cards, whatever partitions the ones before it hold
     for i, (where, entry) in enumerate(entries(data, "devices", _KEYS)):
         vendor = vendor_key(str(entry.get("vendor", "")), f"{where}.vendor")
         model = entry.get("model")
@@ -95,26 +106,59 @@ def parse_fake(data: object) -> list[DeviceInfo]:
         prefix = str(entry.get("uuid_prefix") or f"{vendor}-{model}".replace(" ", "-"))
         healthy = bool(entry.get("healthy", True))
         cause = str(entry.get("health_cause") or "")
+        layout = _layout(f"{where}.partitions", entry.get("partitions"))
         for j in range(count):
-            index = len(out)
-            out.append(
-                DeviceInfo(
-                    vendor=vendor,
-                    model=model,
-                    canonical_model=canonical(model, vendor),
-                    uuid=f"{prefix}-{j}",
-                    index=index,
-                    memory_total_mib=memory,
-                    memory_used_mib=0,
-                    compute_units=units,
-                    driver_version=str(entry["driver"]) if entry.get("driver") else None,
-                    runtimes={str(k): str(v) for k, v in runtimes.items()},
-                    link_group=f"link-{i}-{j // group_size}" if group_size else None,
-                    health=Health.HEALTHY if healthy else Health.UNHEALTHY,
-                    health_detail=cause,
-                )
+            index = cards
+            cards += 1
+            card = DeviceInfo(
+                vendor=vendor,
+                model=model,
+                canonical_model=canonical(model, vendor),
+                uuid=f"{prefix}-{j}",
+                index=index,
+                memory_total_mib=memory,
+                memory_used_mib=0,
+                compute_units=units,
+                driver_version=str(entry["driver"]) if entry.get("driver") else None,
+                runtimes={str(k): str(v) for k, v in runtimes.items()},
+                link_group=f"link-{i}-{j // group_size}" if group_size else None,
+                health=Health.HEALTHY if healthy else Health.UNHEALTHY,
+                health_detail=cause,
             )
+            out.extend(_cut(card, layout, f"{where}.partitions") if layout else (card,))
     return out
+
+
+def _layout(path: str, data: object) -> Layout:
+    """``[3g.40gb@0, vir05_1c_16g]`` -> ``(("3g.40gb", 0), ("vir05_1c_16g", None))``."""
+    if data is None:
+        return ()
+    if not isinstance(data, list) or not data:
+        raise RequestError(path, data, "expected a list such as [3g.40gb@0, 3g.40gb@4]")
+    layout: list[tuple[str, int | None]] = []
+    for i, item in enumerate(data):
+        name, at, start = str(item).partition("@")
+        if at and not start.isdigit():
+            raise RequestError(f"{path}[{i}]", item, "expected PROFILE@START such as '3g.40gb@4'")
+        layout.append((name, int(start) if at else None))
+    return tuple(layout)
+
+
+def _cut(card: DeviceInfo, layout: Layout, path: str) -> list[DeviceInfo]:
+    """``card``'s instances, checked against its model's geometry; each keeps the card's index
+    and identity, with the instance's UUID, memory and place."""
+    devices = cut_card(card.to_device(), layout, load_partitions(), load_accelerators(), path)
+    return [
+        replace(
+            card,
+            uuid=d.uuid,
+            memory_total_mib=d.memory_mib,
+            partition=d.partition,
+            partition_of=d.partition_of,
+            partition_start=d.partition_start,
+        )
+        for d in devices
+    ]
 
 
 class FakeProbe:

@@ -6,6 +6,7 @@ so once it reaches five digits the space before ``/`` disappears (``59356/ 65536
 regex below accepts both forms. Per NPU, ``-t board`` gives the serial number (our UUID) and
 driver version, ``-t memory`` the capacity, ``-t common`` the AI-core count. Detail queries a board
 does not support (exit non-zero) only leave those fields None; every other failure is raised.
+A chip with vNPUs cut (``-t info-vnpu``, ``probes/npu_smi_vnpu.py``) is reported as its vNPUs.
 
 After the device table the summary prints a process table (``print_proc_total_info`` and
 ``print_proc_total_info_with_HBM`` in the driver source: NPU id, chip index on that NPU, host PID,
@@ -29,6 +30,7 @@ from xpupool.probes.base import (
     ProbeFailure,
     canonical,
 )
+from xpupool.probes.npu_smi_vnpu import parse_vnpu_info, vnpu_devices
 from xpupool.probes.tool import run_tool, tool_present
 
 VENDOR = "huawei"
@@ -315,12 +317,14 @@ class NpuSmiProbe:
         # chips by these two numbers only
         self._uuids: dict[tuple[int, int], str] = {}
         self.rows_skipped: list[str] = []  # the last process table's rows left out, and why
+        self.skipped: list[str] = []  # the last discovery's vNPUs left out, and why
 
     def available(self) -> bool:
         return tool_present(TOOL)
 
     def discover(self) -> list[DeviceInfo]:
         """Raises ProbeError: tool missing, permission, timeout, failed summary, parse."""
+        self.skipped = []
         return self._discover(parse_npu_smi_info(run_tool(VENDOR, [TOOL, "info"])))
 
     def process_memory(self) -> dict[str, dict[int, int]]:
@@ -367,7 +371,24 @@ class NpuSmiProbe:
             for position, row in enumerate(rows)
         ]
         self._uuids = {(r.npu_id, r.chip_id): d.uuid for r, d in zip(rows, devices, strict=True)}
-        return devices
+        out: list[DeviceInfo] = []
+        for row, device in zip(rows, devices, strict=True):
+            listing = self._vnpus(row.npu_id, row.chip_id)
+            cut = vnpu_devices(device, parse_vnpu_info(listing), self.skipped) if listing else []
+            out.extend(cut or (device,))
+        return out
+
+    @staticmethod
+    def _vnpus(npu_id: int, chip_id: int) -> str:
+        """Output of ``npu-smi info -t info-vnpu -i <npu> -c <chip>``; "" when the chip does not
+        answer it (not in vNPU mode, an older npu-smi)."""
+        try:
+            argv = [TOOL, "info", "-t", "info-vnpu", "-i", str(npu_id), "-c", str(chip_id)]
+            return run_tool(VENDOR, argv)
+        except ProbeError as exc:
+            if exc.kind is ProbeFailure.TOOL_FAILED:
+                return ""
+            raise
 
     @staticmethod
     def _detail(npu_id: int, kind: str) -> str:

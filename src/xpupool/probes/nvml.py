@@ -10,7 +10,9 @@ A card's health (:meth:`NvmlProbe._health`) is the first of: the GPU lost (NVML 
 since the last reading (``probes/nvml_xid.py``, when :meth:`NvmlProbe.watch_xids` runs),
 volatile uncorrectable ECC errors, a failed or pending row remap (A100 and later) or page
 retirement (earlier cards). An XID NVIDIA counts as an application's error is a warning: the card
-stays healthy and the cause is reported (``probes/health_causes.py``).
+stays healthy and the cause is reported (``probes/health_causes.py``). A card in MIG mode with
+instances cut is reported as its instances (``probes/nvml_mig.py``); one in MIG mode whose
+instances NVML cannot list, or with none cut, is reported as the card with ``mig_mode`` set.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from xpupool.probes.base import DeviceInfo, DeviceNodes, Health, canonical
 from xpupool.probes.container_runtime import ContainerRuntime
 from xpupool.probes.health_causes import xid_cause
 from xpupool.probes.library import LibraryProbe
+from xpupool.probes.nvml_mig import mig_instances
 from xpupool.probes.nvml_xid import XidWatch
 
 MIB = 1024 * 1024
@@ -139,7 +142,10 @@ class NvmlProbe(LibraryProbe):
                 found.extend(self._lost(info["index"], exc))
                 continue
             self._last[device.index] = device
-            found.append(device)
+            instances = None
+            if device.mig_mode:
+                instances = mig_instances(nvml, info["handle"], device, self.skipped)
+            found.extend(instances if instances else (device,))
         return sorted(found, key=lambda d: d.index)
 
     def _lost(self, index: int, exc: Exception) -> list[DeviceInfo]:

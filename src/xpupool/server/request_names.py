@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 
+from xpupool.catalog.partitions import check_profile, load_partitions
 from xpupool.engine.engine import Engine
 from xpupool.engine.profile import known_profile
 from xpupool.model.errors import RequestError
@@ -24,7 +25,9 @@ def check_names(engine: Engine, req: Request) -> None:
 
     A model is known when the catalog knows it (the node may join later) or a device of the pool
     prints it (``G2`` in a trace cluster); an excluded model is checked too, as a typo there
-    would exclude nothing. A UUID to run on must be a device of the pool; an excluded one need not.
+    would exclude nothing. A partition profile must be one a named model (any model, when none
+    is named) has: the refusal lists each named model's profiles.
+    A UUID to run on must be a device of the pool; an excluded one need not.
     """
     if req.node_policy:
         known_profile(engine.profiles, req.node_policy, "node_policy")
@@ -40,6 +43,8 @@ def check_names(engine: Engine, req: Request) -> None:
                 "see `xpupool accelerators`"
             )
             raise RequestError(f"devices.{key}[{i}]", name, reason)
+    if d.partition is not None:
+        check_profile(load_partitions(), engine.state.catalog, d.models, d.partition)
     _check_sites(engine, req)
     if "DeviceUuid" in engine.filters_off(req):
         return  # its profile places without looking at UUIDs

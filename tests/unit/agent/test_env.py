@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 from agent_work import device, work
 
-from xpupool.agent.env import VISIBLE_DEVICES, device_env, hami_limits
+from xpupool.agent.env import VISIBLE_DEVICES, as_seen_alone, device_env, hami_limits
 from xpupool.agent.launch import LaunchSettings
 from xpupool.agent.launch.spec import job_env
 from xpupool.model.vendor import VENDOR_KEYS
@@ -102,3 +102,13 @@ def test_allocation_wins_over_job_env_and_nothing_of_the_agent_is_inherited(
     assert env["MY"] == "x"
     assert env["PATH"] == "/bin"
     assert "XPUPOOL_TOKEN" not in env
+
+
+def test_a_mig_instance_is_visible_by_its_uuid_alone() -> None:
+    mig = device(2).model_copy(update={"uuid": "MIG-4f1c", "partition": "3g.40gb"})
+    env = device_env(7, 0, "n1", [mig]).variables
+    assert env["CUDA_VISIBLE_DEVICES"] == "MIG-4f1c"
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "MIG-4f1c"
+    assert env["XPUPOOL_DEVICE_INDICES"] == "2"
+    assert not [k for k in env if k.startswith("CUDA_DEVICE_MEMORY_LIMIT")]  # taken whole
+    assert as_seen_alone(env, [mig])["CUDA_VISIBLE_DEVICES"] == "MIG-4f1c"

@@ -300,3 +300,15 @@ def test_compute_shows_in_percent_of_a_card_never_permille() -> None:
     assert " 25% " in detail
     assert " 12.5% " in devices
     assert "A100 cores: 150%/400% +50%" in queues
+
+
+def test_devices_table_shows_a_partitions_profile_and_place() -> None:
+    card = _device("GPU-a", "n1", 0, None)
+    mig = replace(
+        card, uuid="MIG-a-4", partition="3g.40gb", partition_of="GPU-a", partition_start=4
+    )
+    vnpu = replace(card, uuid="n-2-vnpu0", partition="vir05_1c_16g", partition_of="n-2")
+    text = _text(devices_table([mig, vnpu]))
+    assert "3g.40gb@4" in next(line for line in text.splitlines() if "MIG-a-4" in line)
+    row = next(line for line in text.splitlines() if "vnpu0" in line)
+    assert "vir05_1c_16g" in row and "vir05_1c_16g@" not in row

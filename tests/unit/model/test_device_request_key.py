@@ -28,7 +28,11 @@ CHANGES: dict[str, object] = {
     "type_contains": ("Tesla",),
     "exclude_type_contains": ("SXM4",),
     "share_modes": ("mps",),
+    "partition": "3g.40gb",
+    "isolated_mib": 20480,
 }
+# fields that take a device whole: changed with BASE's shares left out
+WHOLE_ONLY = frozenset({"partition", "isolated_mib"})
 
 
 def test_every_field_counts() -> None:
@@ -37,7 +41,13 @@ def test_every_field_counts() -> None:
     for name, value in CHANGES.items():
         if getattr(BASE, name) == value:
             continue
-        other = dataclasses.replace(BASE, **{name: value})
+        shares: dict[str, object] = {}
+        if name in WHOLE_ONLY:
+            shares = {"memory_mib": None, "core_permille": None}
+            assert dataclasses.replace(BASE, **shares) != dataclasses.replace(
+                BASE, **shares, **{name: value}
+            ), name
+        other = dataclasses.replace(BASE, **{name: value, **shares})
         assert other != BASE, name
         assert dataclasses.replace(other) == other and hash(dataclasses.replace(other)) == hash(
             other

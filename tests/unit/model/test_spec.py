@@ -235,8 +235,8 @@ def test_unknown_key_lists_known_keys() -> None:
         parse_spec("any gpus=2")
     assert info.value.field == "gpus"
     assert info.value.reason == (
-        "unknown key; known: mem, cores, uuid, topology, cpu, memory, replicas, priority, queue, "
-        "name, policy, device-policy, site, prefer-site, label, tolerate"
+        "unknown key; known: mem, cores, uuid, topology, mig, vnpu, cpu, memory, replicas, "
+        "priority, queue, name, policy, device-policy, site, prefer-site, label, tolerate"
     )
 
 
@@ -423,8 +423,13 @@ EXAMPLES: list[tuple[str, str]] = [
         "CPU only, also on nodes tainted for the ETL team or as spot",
         "cpu=2 tolerate=team=etl:NoSchedule tolerate=spot",
     ),
+    ("One MIG instance of profile 3g.40gb (a hardware partition)", "A100 mig=3g.40gb"),
+    ("Two Ascend 910B3 vNPUs of template vir05_1c_16g", "910B3:2 vnpu=vir05_1c_16g"),
+    ("The smallest partition of an A100 holding 20 GiB", "A100 mem=20Gi isolated"),
 ]
 ERROR_EXAMPLES: list[str] = [
+    "A100 mig=3g.40gb mem=20Gi",
+    "A100 isolated",
     "A100:1..2",
     "A100:80",
     "A100:1.5",
@@ -496,3 +501,31 @@ if __name__ == "__main__":  # regenerate the examples section of the docs
     start, end = doc.index(BEGIN), doc.index(END) + len(END)
     DOC.write_text(doc[:start] + render_examples() + doc[end:], encoding="utf-8")
     sys.stdout.write(f"wrote {DOC}\n")
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ("A100 mig=3g.40gb mem=20Gi", "devices.partition"),
+        ("A100 mig=3g.40gb cores=50%", "devices.partition"),
+        ("A100 isolated", "devices.isolated"),
+        ("A100 mem=50% isolated", "devices.isolated"),
+        ("A100 mig=big", "devices.partition"),
+        ("A100 mig=1g.5gb vnpu=vir02", "devices.partition"),
+        ("mig=1g.5gb", "devices.partition"),
+    ],
+)
+def test_partition_requests_refuse_shares_and_bad_profiles(spec: str, field: str) -> None:
+    with pytest.raises(RequestError) as info:
+        parse_spec(spec)
+    assert info.value.field == field
+
+
+@pytest.mark.parametrize(
+    "spec", ["A100 mig=3g.40gb", "910B3:2 vnpu=vir05_1c_16g", "A100 mem=20Gi isolated"]
+)
+def test_partition_requests_round_trip_in_both_forms(spec: str) -> None:
+    req = parse_spec(spec)
+    assert format_spec(req) == spec
+    assert request_from_dict(request_to_dict(req)) == req
+    assert req.devices.whole

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from xpupool.demo import demo_cluster_path
+from xpupool.engine import ClusterState, Engine
 from xpupool.model import RequestError
+from xpupool.model.spec import parse_spec
 from xpupool.probes.cluster_file import load_cluster, parse_cluster
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "cluster-mixed.yaml"
@@ -122,3 +124,73 @@ def test_bad_taints_name_the_entry(taints: object, field: str, words: str) -> No
     with pytest.raises(RequestError) as caught:
         parse_cluster({"nodes": [{"name": "a", "taints": taints}]})
     assert caught.value.field == field and words in caught.value.reason, caught.value
+
+
+def test_cards_cut_into_partitions_are_their_instances() -> None:
+    nodes = parse_cluster(
+        {
+            "nodes": [
+                {
+                    "name": "a",
+                    "cpu": 64,
+                    "memory": "256Gi",
+                    "devices": [
+                        {
+                            "vendor": "nvidia",
+                            "model": "NVIDIA A100-SXM4-80GB",
+                            "count": 2,
+                            "memory": "80Gi",
+                            "partitions": ["3g.40gb@0", "3g.40gb@4"],
+                        },
+                        {
+                            "vendor": "huawei",
+                            "model": "910B3",
+                            "memory": "64Gi",
+                            "partitions": ["vir05_1c_16g", "vir10_3c_32g"],
+                        },
+                    ],
+                }
+            ]
+        }
+    )
+    devices = nodes[0].devices
+    assert [(d.uuid, d.partition, d.partition_of, d.partition_start) for d in devices] == [
+        ("MIG-a-0-0", "3g.40gb", "a-0", 0),
+        ("MIG-a-0-4", "3g.40gb", "a-0", 4),
+        ("MIG-a-1-0", "3g.40gb", "a-1", 0),
+        ("MIG-a-1-4", "3g.40gb", "a-1", 4),
+        ("a-2-vnpu4", "vir05_1c_16g", "a-2", None),
+        ("a-2-vnpu5", "vir10_3c_32g", "a-2", None),
+    ]
+    assert devices[0].memory_mib == 40 * 1024 and devices[0].index == 0
+    assert devices[4].index == 2 and devices[5].memory_mib == 32 * 1024
+
+
+@pytest.mark.parametrize(
+    ("model", "partitions", "field"),
+    [
+        ("NVIDIA A100-SXM4-80GB", ["3g.40gb@0", "4g.40gb@0"], "nodes[0].devices[0].partitions"),
+        ("NVIDIA A100-SXM4-80GB", ["3g.20gb@0"], "nodes[0].devices[0].partitions"),
+        ("NVIDIA A100-SXM4-80GB", ["3g.40gb@x"], "nodes[0].devices[0].partitions[0]"),
+        ("Tesla T4", ["1g.5gb@0"], "nodes[0].devices[0].partitions"),
+    ],
+)
+def test_a_layout_the_card_cannot_hold_is_refused(
+    model: str, partitions: list[str], field: str
+) -> None:
+    entry = {"vendor": "nvidia", "model": model, "memory": "80Gi", "partitions": partitions}
+    with pytest.raises(RequestError) as info:
+        parse_cluster({"nodes": [{"name": "a", "devices": [entry]}]})
+    assert info.value.field == field
+
+
+def test_the_partitions_example_loads_and_places_by_profile() -> None:
+    path = Path(__file__).resolve().parents[3] / "examples" / "cluster-partitions.yaml"
+    nodes = load_cluster(path)
+    cut = [d for n in nodes for d in n.devices if d.partition is not None]
+    assert len(cut) == 2 * 2 + 3 + 2 * 3
+    engine = Engine(ClusterState(nodes))
+    placed = engine.place(parse_spec("A100 mig=4g.40gb")).allocations
+    assert [d.uuid for a in placed for d in a.devices] == ["MIG-mig-a100-2-0"]
+    placed = engine.place(parse_spec("910B3 vnpu=vir10_3c_32g")).allocations
+    assert placed and placed[0].node == "vnpu-910b"

@@ -19,6 +19,7 @@ from xpupool.probes.npu_smi import (
     parse_npu_processes,
     parse_npu_smi_info,
 )
+from xpupool.probes.npu_smi_vnpu import parse_vnpu_info
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "probes" / "npu-smi"
 
@@ -327,3 +328,38 @@ def test_a_process_name_with_bars_is_kept_whole_and_charges_no_other_pid() -> No
     assert (first.pid, first.name, first.memory_mib) == (2210417, "py|99999|thon", 57934)
     container = fixture("910b-procs-container.txt").replace("| python3      |", "| a|1|b        |")
     assert parse_npu_processes(container)[0] == NpuProcess(0, 0, 3120551, "a|1|b", 40960)
+
+
+def test_vnpu_listing_reads_ids_and_templates_by_header() -> None:
+    assert parse_vnpu_info(fixture("info-vnpu-0.txt")) == []
+    rows = parse_vnpu_info(fixture("info-vnpu-910b3.txt"))
+    assert [(r.vnpu_id, r.template) for r in rows] == [
+        (100, "vir05_1c_16g"),
+        (101, "vir10_3c_32g"),
+        (102, "vir99_9c_99g"),
+    ]
+
+
+def test_a_chip_with_vnpus_is_reported_as_its_vnpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeNpuSmi("910b-five-digit-used.txt", details=True)
+
+    def run(vendor: str, argv: Sequence[str], timeout_s: float = 10.0) -> str:
+        if list(argv[:4]) == ["npu-smi", "info", "-t", "info-vnpu"] and argv[5] == "0":
+            fake.calls.append(list(argv))
+            return fixture("info-vnpu-910b3.txt")
+        return fake(vendor, argv, timeout_s)
+
+    monkeypatch.setattr(npu_smi, "run_tool", run)
+    probe = NpuSmiProbe()
+    devices = probe.discover()
+    cut = [d for d in devices if d.partition is not None]
+    assert [(d.uuid, d.index, d.partition, d.memory_total_mib) for d in cut] == [
+        ("102431077420-vnpu100", 100, "vir05_1c_16g", 16384),
+        ("102431077420-vnpu101", 101, "vir10_3c_32g", 32768),
+    ]
+    assert all(d.partition_of == "102431077420" for d in cut)
+    # NPU 0 serves through its vNPUs; NPU 1 lists none and is reported as itself (the fake's
+    # boards all print one serial, so the chips are told apart by index)
+    assert [d.index for d in devices if d.partition is None] == [1]
+    assert any("vir99_9c_99g unknown" in s for s in probe.skipped)
+    assert ["npu-smi", "info", "-t", "info-vnpu", "-i", "0", "-c", "0"] in fake.calls

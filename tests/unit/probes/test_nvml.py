@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pytest
@@ -19,12 +20,28 @@ class NVMLError(Exception):
         self.value = value  # pynvml's NVMLError carries the nvmlReturn_t here
 
 
+@dataclass(frozen=True)
+class MigDevice:
+    """A MIG device handle of the fake: its card, its index there, and its GPU instance's
+    geometry (GPU slices, compute slices, first memory slice, memory slices, MiB)."""
+
+    card: int
+    index: int
+    gpu_slices: int
+    compute_slices: int
+    start: int
+    size: int
+    mib: int
+
+
 class FakeNvml:
     """Four H100s: NVLink pairs (0,1) and (2,3); GPU 2 in MIG mode; GPU 3 has no power reading
     and a pending row remap. Faults a test injects: ``ecc`` (volatile uncorrectable errors per
     index), ``lost`` (indices NVML answers GPU_IS_LOST for), ``xids`` ((index, XID) events the
     event set hands out, then a timeout), ``no_remap`` (indices without remapped rows, as
-    before A100) with ``retire_pending``."""
+    before A100) with ``retire_pending``. ``mig`` cuts instances on a card in MIG mode (by card
+    index, as ``(gpu slices, compute slices, start, memory slices, MiB)``), which NVML then
+    lists through its MIG calls; without it GPU 2 is in MIG mode with no instance cut."""
 
     NVML_TEMPERATURE_GPU = 0
     NVML_ERROR_TIMEOUT = 10
@@ -40,6 +57,7 @@ class FakeNvml:
         self.registered: list[int] = []
         self.no_remap: set[int] = set()
         self.retire_pending: set[int] = set()
+        self.mig: dict[int, list[tuple[int, int, int, int, int]]] = {}
 
     def _alive(self, h: int) -> None:
         if h in self.lost:
@@ -63,7 +81,9 @@ class FakeNvml:
     def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
         return i
 
-    def nvmlDeviceGetUUID(self, h: int) -> str:
+    def nvmlDeviceGetUUID(self, h: int | MigDevice) -> str:
+        if isinstance(h, MigDevice):
+            return f"MIG-{h.card:02d}{h.index:02d}aaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
         return f"GPU-{h:04d}"
 
     def nvmlDeviceGetPciInfo(self, h: int) -> SimpleNamespace:
@@ -73,7 +93,9 @@ class FakeNvml:
         self._alive(h)
         return "NVIDIA H100 80GB HBM3"
 
-    def nvmlDeviceGetMemoryInfo(self, h: int) -> SimpleNamespace:
+    def nvmlDeviceGetMemoryInfo(self, h: int | MigDevice) -> SimpleNamespace:
+        if isinstance(h, MigDevice):
+            return SimpleNamespace(total=h.mib * 1024 * 1024, used=0)
         return SimpleNamespace(total=81559 * 1024 * 1024, used=(h + 1) * GIB)
 
     def nvmlDeviceGetUtilizationRates(self, h: int) -> SimpleNamespace:
@@ -87,8 +109,32 @@ class FakeNvml:
     def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:
         return 30 + h
 
-    def nvmlDeviceGetAttributes(self, h: int) -> SimpleNamespace:
+    def nvmlDeviceGetAttributes(self, h: int | MigDevice) -> SimpleNamespace:
+        if isinstance(h, MigDevice):
+            return SimpleNamespace(
+                multiprocessorCount=16 * h.gpu_slices,
+                gpuInstanceSliceCount=h.gpu_slices,
+                computeInstanceSliceCount=h.compute_slices,
+            )
         return SimpleNamespace(multiprocessorCount=132)
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: int) -> int:
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: int, i: int) -> MigDevice:
+        cut = self.mig.get(h, [])
+        if i >= len(cut):
+            raise NVMLError("Not Found", 6)
+        return MigDevice(h, i, *cut[i])
+
+    def nvmlDeviceGetGpuInstanceId(self, mig: MigDevice) -> tuple[int, int]:
+        return (mig.card, mig.index)
+
+    def nvmlDeviceGetGpuInstanceById(self, h: int, gi: tuple[int, int]) -> MigDevice:
+        return MigDevice(h, gi[1], *self.mig[h][gi[1]])
+
+    def nvmlGpuInstanceGetInfo(self, gi: MigDevice) -> SimpleNamespace:
+        return SimpleNamespace(placement=SimpleNamespace(start=gi.start, size=gi.size))
 
     def nvmlDeviceGetNumaNodeId(self, h: int) -> int:
         return 0 if h < 2 else 1
@@ -213,3 +259,30 @@ def test_process_memory_per_device_skips_processes_without_a_figure() -> None:
     assert usage["GPU-0000"] == {4242: 2048}
     assert usage["GPU-0001"] == {}
     assert any("GraphicsRunningProcesses" in s for s in probe.skipped)
+
+
+def test_a_card_in_mig_mode_is_reported_as_its_instances() -> None:
+    fake = FakeNvml()
+    # GPU 2 cut as the guide's 3g.40gb at 0, 2g.20gb at 4, and a 1g.10gb whose compute
+    # instance is the whole GPU instance; one MIG device index left empty between them
+    fake.mig[2] = [(3, 3, 0, 4, 40192), (2, 2, 4, 2, 19968), (1, 1, 6, 1, 9728)]
+    devices = NvmlProbe(library=fake).discover()  # type: ignore[arg-type]
+    assert "GPU-0002" not in [d.uuid for d in devices]
+    cut = [d for d in devices if d.partition_of == "GPU-0002"]
+    assert [(d.partition, d.partition_start) for d in cut] == [
+        ("3g.40gb", 0),
+        ("2g.20gb", 4),
+        ("1g.10gb", 6),
+    ]
+    assert cut[0].uuid.startswith("MIG-") and cut[0].memory_total_mib == 40192
+    assert cut[0].index == 2 and cut[0].compute_units == 48
+    device = cut[0].to_device()
+    assert (device.partition, device.partition_of, device.max_tasks) == ("3g.40gb", "GPU-0002", 1)
+    assert [d.uuid for d in devices if d.partition is None] == ["GPU-0000", "GPU-0001", "GPU-0003"]
+
+
+def test_a_compute_instance_smaller_than_its_gpu_instance_is_named_so() -> None:
+    fake = FakeNvml()
+    fake.mig[2] = [(3, 1, 0, 4, 40192)]
+    devices = NvmlProbe(library=fake).discover()  # type: ignore[arg-type]
+    assert [d.partition for d in devices if d.partition] == ["1c.3g.40gb"]

@@ -120,3 +120,10 @@ def test_the_overview_says_1_card_not_1_cards() -> None:
         reason_chart=bar_chart([]),
     )
     assert re.search(r'id="stranded-cores">1 card<', html), html
+
+
+def test_a_partitions_tile_names_its_profile_place_and_card() -> None:
+    mig = tile(_device(partition="3g.40gb", partition_of="GPU-c", partition_start=4))
+    assert mig["label"].startswith("card 3 L20 partition 3g.40gb@4 of GPU-c, 0% allocated")
+    vnpu = tile(_device(partition="vir05_1c_16g", partition_of="NPU-c"))
+    assert vnpu["label"].startswith("card 3 L20 partition vir05_1c_16g of NPU-c,")

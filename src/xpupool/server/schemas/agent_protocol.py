@@ -93,6 +93,18 @@ class DeviceIn(Strict):
         description="Over-commit factor of the card's compute: at most floor(1000 x factor) "
         "thousandths are granted to jobs. 1.0 (the default): none.",
     )
+    partition: str | None = Field(
+        None,
+        max_length=40,
+        description="The hardware partition profile this device is ('3g.40gb', a MIG instance; "
+        "'vir05_1c_16g', an Ascend vNPU); null = a card, not a partition.",
+    )
+    partition_of: str | None = Field(
+        None, max_length=200, description="The UUID of the card the partition was cut from."
+    )
+    partition_start: int | None = Field(
+        None, ge=0, le=64, description="MIG: the first memory slice it occupies; null for vNPU."
+    )
 
     def to_device(self) -> DeviceRecord:
         """The engine's record; raises ``RequestError`` for a vendor no alias names."""
@@ -116,6 +128,9 @@ class DeviceIn(Strict):
             max_tasks=d.max_tasks,
             memory_overcommit=d.memory_overcommit,
             cores_overcommit=d.cores_overcommit,
+            partition=d.partition,
+            partition_of=d.partition_of,
+            partition_start=d.partition_start,
         )
 
 
@@ -290,6 +305,10 @@ class DeviceAssignment(Lenient):
     memory_mib: int = Field(description="Device memory granted on this card.")
     core_permille: int = Field(description="Compute granted, thousandths of the card.")
     card_memory_mib: int
+    partition: str | None = Field(
+        None,
+        description="The partition profile the device is (a MIG instance, a vNPU); null: a card.",
+    )
 
 
 class ReplicaAssignment(Lenient):

@@ -67,6 +67,17 @@ class Device(Lenient):
         "tenant as anonymous use (docs/security.md). Always false for the admin.",
     )
     metrics: DeviceMetrics | None = None
+    partition: str | None = Field(
+        None,
+        description="The hardware partition profile this device is ('3g.40gb', a MIG instance; "
+        "'vir05_1c_16g', an Ascend vNPU), taken whole by one job; null: a card. A card's layout "
+        "is the devices whose partition_of is its UUID; an instance is free when no job holds "
+        "it (allocated_core_permille 0).",
+    )
+    partition_of: str | None = Field(None, description="The UUID of the card it was cut from.")
+    partition_start: int | None = Field(
+        None, description="MIG: the first memory slice it occupies on its card; null for vNPU."
+    )
 
 
 class DeviceShareHeld(Lenient):

@@ -190,6 +190,9 @@ def _list_devices(plane: ControlPlane, node: str | None, who: Principal | None) 
                     jobs=sorted(holders.get(d.uuid, ())),
                     in_use_by_others=d.uuid in others,
                     metrics=plane.device_metrics(d.uuid),
+                    partition=d.partition,
+                    partition_of=d.partition_of,
+                    partition_start=d.partition_start,
                 )
             )
     return out

@@ -414,6 +414,7 @@ def assignment(plane: ControlPlane, alloc: Any, ports: Sequence[int] = ()) -> Re
                 memory_mib=share.memory_mib,
                 core_permille=share.core_permille,
                 card_memory_mib=d.memory_mib if d else 0,
+                partition=d.partition if d else None,
             )
         )
     return ReplicaAssignment(

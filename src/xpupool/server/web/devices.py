@@ -49,6 +49,15 @@ def node_closed(node: Node) -> str | None:
     return None if node.schedulable else "cordoned"
 
 
+def partition_words(d: Device) -> str:
+    """`` partition 3g.40gb@4 of GPU-...`` for a hardware partition (no ``@`` for a vNPU); ""
+    for a card."""
+    if d.partition is None:
+        return ""
+    place = "" if d.partition_start is None else f"@{d.partition_start}"
+    return f" partition {d.partition}{place} of {d.partition_of}"
+
+
 def tile(d: Device, node: Node | None = None) -> dict[str, Any]:
     """What a tile shows: its fill and border steps (0..10), its classes and its words. A card
     of a cordoned node is drawn as a cordoned card (dashed), of a lost node as an unhealthy one
@@ -59,7 +68,7 @@ def tile(d: Device, node: Node | None = None) -> dict[str, Any]:
     )
     util = d.metrics.utilization_pct if d.metrics is not None else None
     words = [
-        f"card {d.index} {d.canonical_model or d.model}",
+        f"card {d.index} {d.canonical_model or d.model}{partition_words(d)}",
         f"{alloc * 100:.0f}% allocated",
         "utilisation unknown" if util is None else f"utilisation {util:.0f}%",
     ]
