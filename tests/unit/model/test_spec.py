@@ -236,7 +236,7 @@ def test_unknown_key_lists_known_keys() -> None:
     assert info.value.field == "gpus"
     assert info.value.reason == (
         "unknown key; known: mem, cores, uuid, topology, cpu, memory, replicas, priority, queue, "
-        "name, policy, device-policy, site, prefer-site, label, tolerate"
+        "name, policy, device-policy, site, prefer-site, label, tolerate, kind, speed"
     )
 
 
@@ -422,6 +422,10 @@ EXAMPLES: list[tuple[str, str]] = [
     (
         "CPU only, also on nodes tainted for the ETL team or as spot",
         "cpu=2 tolerate=team=etl:NoSchedule tolerate=spot",
+    ),
+    (
+        "A ResNet run that is 10x faster on a V100 than on a K80, placed for it",
+        "any kind=resnet50 speed=V100:10,P100:5,K80:1 policy=throughput",
     ),
 ]
 ERROR_EXAMPLES: list[str] = [
