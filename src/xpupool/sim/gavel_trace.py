@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from xpupool.engine import Profile
+from xpupool.engine.fragmentation import TargetWorkload
 from xpupool.model import Allocation, Device, Node, Request, RequestError
 from xpupool.sim.alibaba import GPU_MILLI, TraceTask, to_request
 
@@ -171,3 +173,26 @@ class GavelWorkload:
         workers = {a.node.split("-", 1)[0] for a in allocations}
         rate = min(self.rates[index][w] for w in workers)
         return max(1, math.ceil(self.jobs[index].total_steps / rate))
+
+
+def run_timed(
+    trace_path: str,
+    throughputs_path: str,
+    policy: Profile | str,
+    seed: int,
+    cluster_spec: str = "300:300:300",
+    gpus_per_server: int = 8,
+    compress: float = 1.0,
+) -> dict[str, object]:
+    """One timed replay of a Gavel trace (``xpupool simulate --mode timed --throughputs``): the
+    run's summary, as ``sim.runner.run_timed`` gives it for an Alibaba trace."""
+    from xpupool.sim.timed_replay import QueueOrder, timed_replay
+
+    work = GavelWorkload(read_trace(trace_path), GavelMatrix.load(throughputs_path))
+    workload = TargetWorkload.from_requests(work.request(i, t) for i, t in enumerate(work.tasks))
+    nodes = cluster(cluster_spec, gpus_per_server)
+    result = timed_replay(
+        nodes, work.tasks, policy, seed, workload, QueueOrder.FIFO, compress, speeds=work
+    )
+    name = policy if isinstance(policy, str) else policy.name
+    return {"trace": Path(trace_path).stem, "policy": name, "seed": seed, **result.summary()}

@@ -89,3 +89,70 @@ def test_run_time_follows_the_card_and_throughput_picks_the_fast_one(
     # two-card job does not fit on K80s (throughput 0) and goes to the V100s whatever the policy
     assert where == ["k80-0", "v100-0"]
     assert jct.tolist() == [36_000.0, 56.0]
+
+
+def _tiny_data(tmp_path: Path) -> Path:
+    """A data folder laid out as ../shared/traces/gavel: the matrix above and one MSR trace of
+    twelve jobs, half 'fast', a few asking for more GPUs than the matrix has."""
+    (tmp_path / "msr" / "seed=0").mkdir(parents=True)
+    (tmp_path / "simulation_throughputs.json").write_text(json.dumps(MATRIX))
+    rows = []
+    for i in range(12):
+        job_type, gpus = ("fast" if i % 2 else "flat"), 16 if i % 4 == 3 else 1
+        rows.append(f"{job_type}\tcmd\t-n\t1\t{3600 * (1 + i % 3)}\t{60.0 * i}\t{gpus}")
+    (tmp_path / "msr" / "seed=0" / "tiny.trace").write_text("\n".join(rows) + "\n")
+    return tmp_path
+
+
+def test_simulate_replays_a_gavel_trace(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from xpupool.cli import main
+
+    data = _tiny_data(tmp_path)
+    args = ["simulate", "--mode", "timed", "--pods", str(data / "msr" / "seed=0" / "tiny.trace")]
+    args += ["--throughputs", str(data / "simulation_throughputs.json"), "--seeds", "0"]
+    args += ["--gavel-cluster", "8:8:8", "--policy", "xpupool,throughput", "--json"]
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code == 0, out.output
+    runs = json.loads(out.output)["runs"]
+    assert [(r["policy"], r["tasks"], r["never_placed"]) for r in runs] == [
+        ("xpupool", 12.0, 0.0),
+        ("throughput", 12.0, 0.0),
+    ]
+    assert runs[1]["mean_jct_s"] < runs[0]["mean_jct_s"]  # the fast jobs on V100s
+    wrong = CliRunner().invoke(main, [*args[:1], *args[3:]])  # without --mode timed
+    assert wrong.exit_code == 2 and "--throughputs" in wrong.output
+
+
+@pytest.mark.slow
+def test_heterogeneity_bench_xpupool_side(tmp_path: Path) -> None:
+    """bench/heterogeneity.py without Gavel: every rate and policy gives its figures."""
+    import importlib.util
+    import sys
+
+    bench = Path(__file__).resolve().parents[3] / "bench" / "heterogeneity.py"
+    spec = importlib.util.spec_from_file_location("heterogeneity_bench", bench)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    data = _tiny_data(tmp_path)
+    argv = ["heterogeneity.py", "--json", "--data", str(data), "--vc", "tiny", "--jobs", "12"]
+    argv += ["--window", "2:10", "--rates", "low=6,high=60"]
+    old = sys.argv
+    sys.argv = argv
+    try:
+        import contextlib
+        import io
+
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(io.StringIO()):
+            module.main()
+    finally:
+        sys.argv = old
+    report = json.loads(printed.getvalue())
+    for rate in ("low", "high"):
+        for policy in ("xpupool:xpupool", "xpupool:throughput"):
+            row = report["runs"][rate][policy]
+            assert row["window_done"] == 8 and row["avg_jct_h"] > 0, (rate, policy, row)
+    assert report["decision"]["throughput"]["decisions"] > 0
