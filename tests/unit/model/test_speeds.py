@@ -4,7 +4,10 @@ refused at its path."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from xpupool.model import Request
 from xpupool.model.errors import RequestError
 from xpupool.model.request_model import request_from_dict, request_to_dict
 from xpupool.model.spec import format_spec, parse_spec
@@ -49,3 +52,22 @@ def test_bad_kind_is_refused_at_its_field() -> None:
     with pytest.raises(RequestError) as exc:
         request_from_dict({"kind": "two words"})
     assert exc.value.field == "kind"
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.from_regex(r"[A-Za-z0-9][A-Za-z0-9.-]{0,8}", fullmatch=True),
+            st.floats(1e-9, 1e9, allow_nan=False, allow_infinity=False),
+        ),
+        max_size=4,
+        unique_by=lambda pair: pair[0].upper(),
+    ),
+    st.none() | st.from_regex(r"[A-Za-z][A-Za-z0-9._-]{0,12}", fullmatch=True),
+)
+def test_any_speeds_round_trip_through_both_forms(
+    pairs: list[tuple[str, float]], kind: str | None
+) -> None:
+    req = Request(devices=parse_spec("any").devices, kind=kind, speeds=tuple(pairs))
+    assert parse_spec(format_spec(req)) == req
+    assert request_from_dict(request_to_dict(req)) == req
