@@ -4,7 +4,7 @@ and the card type it got (issue 55)."""
 from __future__ import annotations
 
 import pytest
-from server_kit import Server, job, node, submit, tenant
+from server_kit import Server, job, node, queue, submit, tenant
 
 
 @pytest.mark.slow
@@ -21,3 +21,21 @@ def test_admission_event_gives_speeds_and_the_choice(server: Server) -> None:
     plain = submit(server, token, "any")
     server.schedule()
     assert not any("speed" in (e["reason"] or "") for e in job(server, plain["id"])["events"])
+
+
+@pytest.mark.slow
+def test_a_queue_can_place_its_jobs_by_throughput(server: Server) -> None:
+    """A queue whose profile is 'throughput' places its jobs that name no policy by their speeds;
+    the default queue, with the default policy, does not look at them."""
+    token = tenant(server, "team")
+    queue(server, "fast-first", "team", [], profile="throughput")
+    node(server, "a-slow", count=2, model="T4", memory_mib=16_384)  # first in the packing order
+    node(server, "b-fast", count=2, model="A100-SXM4-80GB")
+    plain = submit(server, token, "any speed=A100:1.0,T4:0.25")
+    server.schedule()
+    by_speed = submit(server, token, "any speed=A100:1.0,T4:0.25 queue=fast-first")
+    server.schedule()
+    reasons = " ".join(e["reason"] or "" for e in job(server, plain["id"])["events"])
+    assert "on T4 (0.25x)" in reasons  # packed: the default policy ignores speeds
+    reasons = " ".join(e["reason"] or "" for e in job(server, by_speed["id"])["events"])
+    assert "on A100-SXM4-80GB (1.0x)" in reasons
