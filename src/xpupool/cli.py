@@ -198,6 +198,18 @@ def parse_seeds(text: str) -> list[int]:
     show_default=True,
     help="timed mode: divide arrival times by this (load what-if); durations unchanged",
 )
+@click.option(
+    "--throughputs",
+    type=click.Path(dir_okay=False, exists=True),
+    help="timed mode: the --pods are Gavel traces and this is Gavel's throughput matrix "
+    "(simulation_throughputs.json): run times follow the card each job gets",
+)
+@click.option(
+    "--gavel-cluster",
+    default="300:300:300",
+    show_default=True,
+    help="with --throughputs: #v100:#p100:#k80, in servers of 8 cards",
+)
 def simulate(
     nodes_path: str | None,
     pods_paths: tuple[str, ...],
@@ -214,6 +226,8 @@ def simulate(
     queue: str,
     queue_config: str | None,
     compress: float,
+    throughputs: str | None,
+    gavel_cluster: str,
 ) -> None:
     """Replay a cluster trace under each policy and seed (the FGD paper's protocol, or in time)."""
     from pathlib import Path
@@ -224,8 +238,12 @@ def simulate(
     from xpupool.sim.report import run_traces, write_report
     from xpupool.sim.trace_files import DEFAULT_PODS, default_nodes
 
+    if throughputs is not None and mode != "timed":
+        raise click.BadParameter("needs --mode timed", param_hint="--throughputs")
+    if throughputs is not None and not pods_paths:
+        raise click.BadParameter("give the Gavel traces with --pods", param_hint="--pods")
     if nodes_path is None:
-        nodes_path = str(default_nodes())
+        nodes_path = "" if throughputs is not None else str(default_nodes())
     profiles = load_profiles(profile_file)
     names = [p.strip() for p in policy.split(",") if p.strip()]
     source = click.get_current_context().get_parameter_source("policy")
@@ -251,6 +269,23 @@ def simulate(
             queues = load_queue_config(queue_config) if queue_config else None
         except RequestError as exc:
             raise click.BadParameter(str(exc), param_hint="--queue-config") from None
+        if throughputs is not None:
+            from xpupool.sim.gavel_trace import run_timed
+
+            try:
+                timed = [
+                    run_timed(pods, throughputs, p, s, gavel_cluster, compress=compress)
+                    for pods in pods_paths
+                    for p in policies
+                    for s in parse_seeds(seeds)
+                ]
+            except RequestError as exc:
+                raise click.BadParameter(str(exc), param_hint="--pods") from None
+            if as_json:
+                click.echo(json.dumps({"mode": "timed", "compress": compress, "runs": timed}))
+            else:
+                print_timed(console, timed)
+            return
         timed = run_timed_traces(
             nodes_path,
             list(pods_paths),

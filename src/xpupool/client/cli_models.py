@@ -158,6 +158,18 @@ def plan_command(
     if not show_all and output == "table":
         rows = [r for r in rows if r.feasible]
     emit(output, rows, lambda: plan_table(rows))
+    if output == "table" and rows:
+        click.echo(f"expected speed: {speed_line(rows)}")
+
+
+def speed_line(rows: Sequence[PlanRow]) -> str:
+    """Each feasible card type's decode speed relative to the fastest, and where the figures
+    come from (``catalog/throughput.py``): ``H100-SXM5-80GB: 1.0x, A100-SXM4-80GB: 0.6x
+    (estimated)``."""
+    from xpupool.catalog.throughput import card_speeds, describe
+
+    rates = {r.device_model: r.est_tokens_per_s for r in rows if r.feasible and r.est_tokens_per_s}
+    return describe(card_speeds("llm-decode", list(rates), estimate=rates)) or "unknown"
 
 
 def plan_table(rows: Sequence[PlanRow]) -> FitTable:

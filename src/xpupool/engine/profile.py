@@ -200,6 +200,11 @@ BUILTIN_PROFILES: dict[str, Profile] = {
         post=("lookahead",),
     ),
     "xpupool-greedy": _builtin("xpupool-greedy", XPUPOOL_SCORERS, "binpack"),
+    # Each job on the cards where it runs best for what they are worth to others
+    # (scorers/throughput.py); among those, packed. 10 x 100 exceeds binpack and topology together.
+    "throughput": _builtin(
+        "throughput", {"throughput": 10, "binpack": 1, "topology": 1}, "binpack"
+    ),
 }
 DEFAULT_PROFILE = "xpupool"
 

@@ -45,6 +45,7 @@ from xpupool.engine.scorers.random_pick import RandomPick
 from xpupool.engine.scorers.site_preference import SitePreference
 from xpupool.engine.scorers.spread import NodeSpread
 from xpupool.engine.scorers.taint_toleration import TaintToleration
+from xpupool.engine.scorers.throughput import Throughput
 from xpupool.engine.scorers.topology import Topology
 from xpupool.engine.scorers.xpupool import (
     Contention,
@@ -129,6 +130,7 @@ SCORERS: dict[str, Callable[[ScorerEnv], Scorer]] = {
     SitePreference.name: lambda env: SitePreference(),
     TaintToleration.name: lambda env: TaintToleration(),
     CpuOnly.name: lambda env: CpuOnly(),
+    Throughput.name: lambda env: Throughput(),
     # xpupool's policy, one term each (engine/scorers/xpupool/)
     FragmentationDelta.name: FragmentationDelta,
     PackingLoss.name: PackingLoss,

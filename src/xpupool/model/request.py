@@ -17,6 +17,7 @@ from enum import StrEnum
 from operator import attrgetter
 
 from xpupool.model.errors import RequestError
+from xpupool.model.speeds import Speeds, check_kind, check_speeds
 from xpupool.model.taint import Toleration, check_tolerations
 from xpupool.model.vendor import vendor_key
 from xpupool.model.version import OPERATORS, Version, parse_version
@@ -356,6 +357,9 @@ class Request:
     fit. ``span_sites`` lets a gang's replicas span sites; without it a gang is placed within one
     site (replicas that are not a gang go wherever each fits). ``tolerations`` (any-of, in one
     canonical order) let the replicas onto nodes whose taints they tolerate (``model/taint.py``).
+    ``kind`` names the job type and ``speeds`` its relative speed per card model
+    (``model/speeds.py``): declared by the job, or filled in by the server from what it measured
+    or estimated; the throughput scorer reads them.
     ``container`` True: the job
     runs a container image, so only nodes with a container runtime may take it; it is not part of
     the JSON or compact forms (the server sets it from the job's ``image``).
@@ -378,6 +382,8 @@ class Request:
     tolerations: tuple[Toleration, ...] = ()
     container: bool = False
     span_sites: bool = False
+    kind: str | None = None
+    speeds: Speeds = ()
 
     def __post_init__(self) -> None:
         _check_int("cpu", self.cpu_milli, 0, 1 << 40)
@@ -411,6 +417,9 @@ class Request:
                 raise RequestError(f"node_selector.{label}", value, "label given twice")
         object.__setattr__(self, "node_selector", selector)
         object.__setattr__(self, "tolerations", check_tolerations("tolerations", self.tolerations))
+        if self.kind is not None:
+            check_kind("kind", self.kind)
+        object.__setattr__(self, "speeds", check_speeds("speed", tuple(self.speeds)))
 
 
 def fields_but(*left_out: str) -> Callable[[Request], tuple[object, ...]]:

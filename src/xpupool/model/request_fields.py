@@ -34,6 +34,7 @@ from xpupool.model.request import (
     parse_software_need,
     parse_topology,
 )
+from xpupool.model.speeds import check_kind, format_speeds, parse_speeds
 from xpupool.model.validation import field_error
 from xpupool.model.vendor import vendor_key
 
@@ -165,6 +166,19 @@ DevicePolicyName = Annotated[
     Literal["binpack", "spread"],
     BeforeValidator(parsed(lambda p, v: parse_device_policy(p, v).value)),
 ]
+
+
+SpeedsField = Annotated[
+    tuple[tuple[str, float], ...],
+    BeforeValidator(parsed(parse_speeds)),
+    PlainSerializer(format_speeds, return_type=str),
+    _text_schema(
+        "Relative speed per card model: 'A100:1.0,910B3:0.7' or {'A100': 1.0, '910B3': 0.7}; "
+        "only ratios matter.",
+        False,
+    ),
+]
+KindName = Annotated[StrictStr, AfterValidator(parsed(check_kind))]
 
 
 def or_string(description: str) -> Callable[[dict[str, Any]], None]:

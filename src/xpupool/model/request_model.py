@@ -51,6 +51,7 @@ from xpupool.model.request_fields import (
     DeviceMemory,
     DeviceMemoryField,
     DevicePolicyName,
+    KindName,
     LabelName,
     LabelValue,
     MemoryMib,
@@ -60,6 +61,7 @@ from xpupool.model.request_fields import (
     Permille,
     SiteName,
     SoftwareText,
+    SpeedsField,
     TopologyName,
     VendorName,
     or_string,
@@ -431,6 +433,17 @@ class RequestModel(_Form):
             json_schema_extra=_or_text_items,
         )
     )
+    kind: KindName | None = Field(
+        None,
+        description="The job's type ('resnet50', 'llm-decode'): speeds are learned and "
+        "estimated per kind (docs/placement-policy.md). Null: the image, else the model name.",
+    )
+    speed: SpeedsField | None = Field(
+        None,
+        description="Relative speed per card model, as the job declares it ('A100:1.0,910B3:0.7'"
+        "); the 'throughput' policy prefers the cards where the job runs best. Null: measured or "
+        "estimated by the server.",
+    )
     _request: Request | None = PrivateAttr(None)
 
     @model_validator(mode="before")
@@ -481,6 +494,8 @@ class RequestModel(_Form):
             node_selector=tuple((self.node_selector or {}).items()),
             preferred_site=self.preferred_site,
             tolerations=tuple(t.to_toleration() for t in self.tolerations or ()),
+            kind=self.kind,
+            speeds=self.speed or (),
         )
 
     @classmethod
@@ -504,6 +519,8 @@ class RequestModel(_Form):
             node_selector=dict(req.node_selector) or None,
             preferred_site=req.preferred_site,
             tolerations=[TolerationModel.from_toleration(t) for t in req.tolerations] or None,
+            kind=req.kind,
+            speed=req.speeds or None,
         )
         model._request = req
         return model

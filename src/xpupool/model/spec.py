@@ -55,6 +55,7 @@ from xpupool.model.request import (
     parse_software_need,
     parse_topology,
 )
+from xpupool.model.speeds import Speeds, check_kind, format_speeds, parse_speeds
 from xpupool.model.taint import Toleration, format_toleration, parse_toleration
 from xpupool.model.vendor import VENDOR_KEYS, VENDOR_NAMES, find_vendor, vendor_key
 
@@ -80,6 +81,8 @@ KEYS: dict[str, str] = {
     "prefer-site": "preferred_site",
     "label": "node_selector",  # repeatable: every label given must be on the node
     "tolerate": "tolerations",  # repeatable: any-of, as Kubernetes' tolerations
+    "kind": "kind",
+    "speed": "speed",
 }
 # keys that may be given more than once (each setter refuses its own repeats)
 _REPEATABLE = frozenset({"node_selector", "tolerations"})
@@ -147,6 +150,8 @@ class _Draft:
     node_selector: dict[str, str] = field(default_factory=dict)
     preferred_site: str | None = None
     tolerations: list[Toleration] = field(default_factory=list)
+    kind: str | None = None
+    speeds: Speeds = ()
     seen: dict[str, str] = field(default_factory=dict)
 
     def once(self, path: str, text: str) -> None:
@@ -206,6 +211,8 @@ class _Draft:
             node_selector=tuple(self.node_selector.items()),
             preferred_site=self.preferred_site,
             tolerations=tuple(self.tolerations),
+            kind=self.kind,
+            speeds=self.speeds,
         )
 
 
@@ -466,6 +473,14 @@ def _set_toleration(d: _Draft, path: str, raw: str) -> None:
     d.tolerations.append(toleration)
 
 
+def _set_kind(d: _Draft, path: str, raw: str) -> None:
+    d.kind = check_kind(path, raw)
+
+
+def _set_speeds(d: _Draft, path: str, raw: str) -> None:
+    d.speeds = parse_speeds(path, raw)
+
+
 _SETTERS: dict[str, Callable[[_Draft, str, str], None]] = {
     "devices.memory": _set_device_memory,
     "devices.cores": _set_cores,
@@ -484,6 +499,8 @@ _SETTERS: dict[str, Callable[[_Draft, str, str], None]] = {
     "preferred_site": _set_preferred_site,
     "node_selector": _set_label,
     "tolerations": _set_toleration,
+    "kind": _set_kind,
+    "speed": _set_speeds,
 }
 
 
@@ -554,6 +571,10 @@ def format_spec(req: Request) -> str:
         tokens.append(f"label={label}={_check_token(f'node_selector.{label}', value)}")
     for toleration in req.tolerations:
         tokens.append(f"tolerate={format_toleration(toleration)}")
+    if req.kind is not None:
+        tokens.append(f"kind={_check_token('kind', req.kind)}")
+    if req.speeds:
+        tokens.append(f"speed={format_speeds(req.speeds)}")
     return " ".join(tokens)
 
 

@@ -36,6 +36,7 @@ from xpupool.model.errors import Unavailable
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.plane import ControlPlane, HeldJob, PendingJob, allocation_to_dict
 from xpupool.server.schemas.jobs import JobPhase, StopCause
+from xpupool.server.speed_note import speed_note
 from xpupool.server.storage.job_writes import JobWrites
 
 log = logging.getLogger("xpupool.scheduler")
@@ -240,7 +241,10 @@ def _record_placement(
     plane: ControlPlane, conn: Connection, writes: JobWrites, job: PendingJob, outcome: Admitted
 ) -> None:
     allocs = list(outcome.placement.allocations)
-    plane.apply(conn, job.id, lc.Admit(f"queue {job.queue}, flavour {outcome.flavor}"), writes)
+    note = speed_note(plane.engine, job.request, allocs)
+    plane.apply(
+        conn, job.id, lc.Admit(f"queue {job.queue}, flavour {outcome.flavor}{note}"), writes
+    )
     held = HeldJob(
         job.id,
         job.tenant,

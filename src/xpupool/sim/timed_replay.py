@@ -34,6 +34,7 @@ from xpupool.engine.fragmentation import TargetWorkload, kernels
 from xpupool.model import Allocation, Node, Request
 from xpupool.sim.alibaba import TraceTask, capacity_milli, to_request
 from xpupool.sim.queue_config import QueueConfig
+from xpupool.sim.task_speeds import TaskSpeeds
 
 
 class QueueOrder(StrEnum):
@@ -114,6 +115,7 @@ def timed_replay(
     compress: float = 1.0,
     queues: QueueConfig | None = None,
     on_pass: Callable[[int, list[int]], None] | None = None,
+    speeds: TaskSpeeds | None = None,
 ) -> TimedResult:
     """Run ``tasks`` by their trace times under ``policy``; see the module docstring.
 
@@ -122,6 +124,8 @@ def timed_replay(
     ``queues`` maps tasks to queues and priorities (``sim/queue_config.py``); without it ``order``
     says whether priorities come from the tasks' QoS classes. ``on_pass(now, tried)`` is told,
     after each pass, the tasks it tried (indices into ``tasks``, in the order tried).
+    ``speeds`` (``sim/task_speeds.py``) gives each task's request and its duration on the cards
+    it gets, for traces whose run times depend on the card (Gavel's).
     """
     if compress <= 0:
         raise ValueError("compress must be positive")
@@ -137,7 +141,8 @@ def timed_replay(
     work: list[_Task] = []
     for i, task in enumerate(tasks):
         queue, priority = config.assign(task)
-        request = replace(to_request(task), priority=priority)
+        base = speeds.request(i, task) if speeds is not None else to_request(task)
+        request = replace(base, priority=priority)
         work.append(_Task(i, 0, queue, tenant_of.get(queue, queue), priority, request))
     wait = np.full(len(tasks), np.nan)
     jct = np.full(len(tasks), np.nan)
@@ -183,9 +188,12 @@ def timed_replay(
                 running[i] = job
                 placed.add(i)
                 wait[i] = now - arrive_at[i]
-                jct[i] = wait[i] + tasks[i].duration_s
+                runs_s = (
+                    tasks[i].duration_s if speeds is None else speeds.duration_s(i, job.allocations)
+                )
+                jct[i] = wait[i] + runs_s
                 used += tasks[i].gpu_request_milli
-                heapq.heappush(departures, (now + tasks[i].duration_s, i, job.allocations[0].id))
+                heapq.heappush(departures, (now + runs_s, i, job.allocations[0].id))
                 continue
             if isinstance(decision, Preempt):
                 for victim in decision.victims:

@@ -236,7 +236,8 @@ def test_unknown_key_lists_known_keys() -> None:
     assert info.value.field == "gpus"
     assert info.value.reason == (
         "unknown key; known: mem, cores, uuid, topology, mig, vnpu, cpu, memory, replicas, "
-        "priority, queue, name, policy, device-policy, site, prefer-site, label, tolerate"
+        "priority, queue, name, policy, device-policy, site, prefer-site, label, tolerate, kind, "
+        "speed"
     )
 
 
@@ -426,6 +427,10 @@ EXAMPLES: list[tuple[str, str]] = [
     ("One MIG instance of profile 3g.40gb (a hardware partition)", "A100 mig=3g.40gb"),
     ("Two Ascend 910B3 vNPUs of template vir05_1c_16g", "910B3:2 vnpu=vir05_1c_16g"),
     ("The smallest partition of an A100 holding 20 GiB", "A100 mem=20Gi isolated"),
+    (
+        "A ResNet run that is 10x faster on a V100 than on a K80, placed for it",
+        "any kind=resnet50 speed=V100:10,P100:5,K80:1 policy=throughput",
+    ),
 ]
 ERROR_EXAMPLES: list[str] = [
     "A100 mig=3g.40gb mem=20Gi",

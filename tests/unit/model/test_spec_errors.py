@@ -51,6 +51,9 @@ CASES: list[tuple[str, str, tuple[str, ...], tuple[str, ...]]] = [
     ("tolerate==true", "tolerations[0].key", ("give a key", "'*'"), ()),
     ("tolerate=GPU_", "tolerations[0].key", ("letter or digit",), ()),
     ("tolerate=gpu=a:b", "tolerations[0].effect", ("unknown effect",), ()),
+    ("kind=", "kind", ("needs a value",), ()),
+    ("speed=A100:0", "speed.A100", ("finite and > 0",), ()),
+    ("speed=A100", "speed[0]", ("MODEL:SPEED",), ()),
 ]
 
 
