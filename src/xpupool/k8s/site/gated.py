@@ -325,6 +325,11 @@ class GatedPods:
         with self._lock:
             return job in self._by_job
 
+    def holds_pod(self, uid: str) -> bool:
+        """Does the pod of ``uid`` stand for a job of the plane's (its job counts its cards)?"""
+        with self._lock:
+            return uid in self._by_uid
+
     def _remember(self, known: PodJob) -> None:
         self._by_uid[known.uid] = known
         self._by_job[known.job] = known

@@ -1,0 +1,142 @@
+"""Pods on a site's nodes that are no job of the plane's, counted as use (issue 49, "foreign
+use"; docs/kubernetes.md, "Pods the plane did not create").
+
+Another scheduler's pods, HAMi users' pods outside the plane's queues and system pods hold cards
+the plane would otherwise count as free. The site watches the pods bound to nodes (finished ones
+left out by the API server) and reads which cards each holds with the extender's reader
+(``informers/cluster_view.read_pod`` over ``informers/decoders.decode_pod_devices``: HAMi's
+``allocated`` annotations, which xpupool's bind writes too, init containers charged as HAMi
+charges them; ``pod_allocations`` makes the engine's allocations), so the plane's books and the
+extender's count a pod alike. What is counted:
+
+- a pod labelled as one of this site's plane pods (``xpupool.io/job`` and this site's
+  ``xpupool.io/plane-site``), or a kubectl user's pod the plane has a job for, is left out: its
+  job's allocation counts it;
+- a pod whose cards are announced by no annotation (a whole-card ``nvidia.com/gpu`` limit that
+  the device plugin filled, HAMi or xpupool never asked) counts nothing: no annotation says which
+  cards it holds, and the extender counts nothing for it either, so the two agree;
+- a pod on a node of another site, or of no site, counts nothing here, nor one whose annotation
+  names a card its node does not have (logged: the annotations are anyone's to write);
+- only cards: the decoder charges no host CPU or memory.
+
+Each change goes to the plane's engine (``server/plane/foreign_use.py``) as the charge of holder
+``pod NAMESPACE/NAME``, nobody's job and in no tenant's quota; the site's book here is what the
+plane re-applies when it rebuilds its engine (:meth:`ForeignPods.foreign`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from xpupool.k8s.informers.cluster_view import PodDevices, pod_allocations, read_pod
+from xpupool.k8s.informers.decoders import decode_pod_devices
+from xpupool.k8s.informers.watch import Event, EventType
+from xpupool.k8s.site.pods import JOB, SITE
+from xpupool.model.allocation import Allocation
+from xpupool.server.plane import foreign_use
+
+if TYPE_CHECKING:
+    from xpupool.server.plane import ControlPlane, NodeRecord
+
+__all__ = ["ForeignPods", "holder_of"]
+
+log = logging.getLogger(__name__)
+
+# what a charge holds, ids and slots aside: (node, sorted (card, MiB, permille) shares)
+_Held = tuple[str, tuple[tuple[str, int, int], ...]]
+
+
+def holder_of(key: str) -> str:
+    """The holder's name of the pod whose informer key is ``key`` (``namespace/name``)."""
+    return f"pod {key}"
+
+
+class ForeignPods:
+    """The foreign use of one site: what each pod bound to its nodes that is no job of the
+    plane's holds. The informer's thread feeds :meth:`on_pod`; the plane reads :meth:`foreign`
+    under its lock when it builds its engine."""
+
+    def __init__(
+        self,
+        site: str,
+        owns: Callable[[NodeRecord], bool],
+        plane_job_pod: Callable[[str], bool],
+    ) -> None:
+        self.site = site
+        self._owns = owns  # is a node record this site's?
+        self._plane_job_pod = plane_job_pod  # is the pod of this uid a kubectl user's job?
+        self._plane: ControlPlane | None = None
+        self._book: dict[str, tuple[_Held, tuple[Allocation, ...]]] = {}  # holder -> use
+
+    def bind(self, plane: ControlPlane) -> None:
+        """Serve ``plane`` (the site's ``attach``; a test without a cluster calls it alone and
+        drives :meth:`on_pod` itself)."""
+        self._plane = plane
+
+    def foreign(self) -> dict[str, tuple[Allocation, ...]]:
+        """Holder -> the allocations it holds (the site protocol's ``foreign``)."""
+        return {holder: allocs for holder, (_, allocs) in self._book.items()}
+
+    def on_pod(self, event: Event[dict[str, Any]]) -> None:
+        """The informer's consumer: a pod bound to a node, added, changed or gone."""
+        plane = self._plane
+        if plane is None:
+            return
+        holder = holder_of(event.key)
+        # asked before the plane's lock: a kubectl user's submission takes that lock under its own
+        counted = event.type is not EventType.DELETED and not self._plane_job_pod(event.uid)
+
+        def make(take_id: Callable[[], int]) -> tuple[Allocation, ...] | None:
+            """Under the plane's lock: the book and the engine change together."""
+            assert plane is not None
+            what = self._use(plane, event) if counted else None
+            before = self._book.get(holder)
+            if what is None:
+                if before is None:
+                    return None
+                del self._book[holder]
+                log.info("site %s: %s holds nothing any more", self.site, holder)
+                return ()
+            key, devices, priority = what
+            if before is not None and before[0] == key:
+                return None  # the same cards: a status change
+            allocs = pod_allocations(holder, devices, priority, take_id)
+            self._book[holder] = (key, allocs)
+            log.info("site %s: %s holds cards on node %s", self.site, holder, key[0])
+            return allocs
+
+        foreign_use.change(plane, self.site, holder, make)
+
+    def _use(
+        self, plane: ControlPlane, event: Event[dict[str, Any]]
+    ) -> tuple[_Held, PodDevices, int] | None:
+        """(held key, PodDevices, priority) of the pod, or None when it counts nothing here (a
+        kubectl user's pod the plane has a job for is left out by the caller)."""
+        obj = event.value
+        meta = obj.get("metadata")
+        labels = meta.get("labels") if isinstance(meta, Mapping) else None
+        labels = labels if isinstance(labels, Mapping) else {}
+        if JOB in labels and labels.get(SITE) == self.site:
+            return None  # the plane's own pod: its job's allocation counts it
+        rec = read_pod(obj, decode_pod_devices)
+        devices = rec.devices
+        if devices is None or not devices.charged():
+            return None
+        node = plane.node(devices.node)
+        if node is None or not self._owns(node):
+            return None  # another site's node, or no node of the plane's
+        cards = {d.uuid for d in node.node.devices}
+        if any(s.uuid not in cards for c in devices.charged() for s in c):
+            log.warning(
+                "site %s: %s names cards node %s does not have: counted as none",
+                self.site,
+                holder_of(event.key),
+                devices.node,
+            )
+            return None
+        shares = sorted(
+            (s.uuid, s.memory_mib, s.core_permille) for c in devices.charged() for s in c
+        )
+        return (devices.node, tuple(shares)), devices, rec.priority
