@@ -17,14 +17,17 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from server_kit import FakeClock, Server, job, node, open_server, queue_used, submit, tenant
+from sqlalchemy import select
 
 from xpupool.k8s.informers.watch import Event, EventType
+from xpupool.k8s.site.gated import GATE
 from xpupool.k8s.site.site import KubernetesSite, read_node
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
 from xpupool.server.app import create_app
 from xpupool.server.schemas.agent_protocol import Heartbeat, ReplicaReport, ReplicaState
 from xpupool.server.services import agents, fleet
 from xpupool.server.sites import AgentPoolSite, Sites
+from xpupool.server.storage.jobs import allocations as t_allocs
 
 SITE = "kube"
 A100 = "NVIDIA A100-SXM4-80GB"
@@ -64,6 +67,7 @@ def bound_pod(
     labels: dict[str, str] | None = None,
     phase: str = "Running",
     annotate: bool = True,
+    namespace: str = "other",
 ) -> dict[str, Any]:
     """A pod bound to ``node`` holding ``cards`` whole, as HAMi's scheduler (or xpupool's
     extender) annotates it; ``annotate`` False: the same pod with only its resource limit."""
@@ -81,8 +85,8 @@ def bound_pod(
     return {
         "metadata": {
             "name": name,
-            "namespace": "other",
-            "uid": f"uid-{name}",
+            "namespace": namespace,
+            "uid": f"uid-{namespace}-{name}",
             "labels": labels or {},
             "annotations": annotations,
         },
@@ -154,19 +158,34 @@ def test_a_pod_not_of_the_planes_holds_its_cards_until_it_ends(
 def test_what_a_site_does_not_count(kube: tuple[Server, KubernetesSite]) -> None:
     srv, site = kube
     node(srv, "a1", count=2)  # an agent node: another site's
-    own = {"xpupool.io/job": "7", "xpupool.io/plane-site": SITE}
-    another_planes = {"xpupool.io/job": "7", "xpupool.io/plane-site": "elsewhere"}
-    seen(site, bound_pod("mine", "k1", ["GPU-k1-0"], labels=own))
+    a = tenant(srv, "a")
+    one = submit(srv, a, f"A100:1 site={SITE}", image="train:1")["id"]
+    srv.schedule()
+    assert srv.plane.count_run(one, 1, lambda _: "pods made") is not None  # the site's worker
+    ((_, placed),) = cards_of(srv, one)
+    labels = {
+        "xpupool.io/job": str(one),
+        "xpupool.io/replica": "0",
+        "xpupool.io/attempt": "1",
+        "xpupool.io/plane-site": SITE,
+    }
+    mine = bound_pod(f"xp-{one}-0-1", "k1", [placed], labels=labels, namespace="xpupool-a")
+    seen(site, mine)  # the plane's own pod: its job counts it
     seen(site, bound_pod("agents", "a1", ["a1-gpu0"]))
     seen(site, bound_pod("plugin-only", "k1", ["GPU-k1-0"], annotate=False))
     seen(site, bound_pod("hostile", "k1", ["GPU-k9-0"]))  # a card not of the node
     assert site.foreign() == {} and srv.plane.foreign_use.applied == {}
-    seen(site, bound_pod("theirs", "k1", ["GPU-k1-1"], labels=another_planes))
-    assert list(site.foreign()) == ["pod other/theirs"]  # another plane's pod is foreign here
-    a = tenant(srv, "a")
-    one = submit(srv, a, f"A100:1 site={SITE}", image="train:1")
-    srv.schedule()
-    assert job(srv, one["id"])["state"] != "pending"
+    free = "GPU-k1-1" if placed == "GPU-k1-0" else "GPU-k1-0"
+    # labelled as the plane's, but of a run it does not hold, or of another plane: counted
+    fake = {**labels, "xpupool.io/attempt": "2"}
+    theirs = {**labels, "xpupool.io/plane-site": "elsewhere"}
+    seen(site, bound_pod(f"xp-{one}-0-2", "k1", [free], labels=fake, namespace="xpupool-a"))
+    seen(site, bound_pod(f"xp-{one}-0-1", "k1", [free], labels=theirs, namespace="theirs"))
+    held = [f"pod xpupool-a/xp-{one}-0-2", f"pod theirs/xp-{one}-0-1"]
+    assert sorted(site.foreign()) == sorted(held)
+    assert list(srv.plane.foreign_use.applied) == [(SITE, held[0])]
+    assert srv.plane.foreign_use.waiting == {(SITE, held[1])}  # the same card: once
+    assert cards_of(srv, one) == [("k1", placed)]  # neither moved the job
 
 
 def test_a_pod_on_cards_a_job_holds_is_counted_once_the_job_gives_them_back(
@@ -195,3 +214,70 @@ def test_a_pod_on_cards_a_job_holds_is_counted_once_the_job_gives_them_back(
     two = submit(srv, a, f"A100:2 site={SITE}", image="train:1")
     srv.schedule()
     assert "pod other/late on k1" in job(srv, two["id"])["reason"]
+
+
+def gated_pod(name: str, namespace: str = "xpupool-a") -> dict[str, Any]:
+    """A kubectl user's pod under queue ``a``, gated, asking for one card."""
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{name}",
+            "labels": {"xpupool.io/queue": "a"},
+            "annotations": {},
+        },
+        "spec": {
+            "containers": [
+                {"name": "main", "image": "x:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+            ],
+            "schedulingGates": [{"name": GATE}],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+def cards_of(srv: Server, job_id: int) -> list[tuple[str, str]]:
+    return [(x["node"], d["uuid"]) for x in job(srv, job_id)["assignments"] for d in x["devices"]]
+
+
+def test_a_kubectl_users_pod_bound_to_other_cards_moves_its_jobs_allocation_there(
+    kube: tuple[Server, KubernetesSite],
+) -> None:
+    """The plane admits a gated pod by removing its gate; the extender binds it where it
+    picks. Bound to the card the plane did not place it on, the job's allocation follows (event,
+    stored row), the placement's card comes free; a pod bound to a card another job holds in
+    the plane's books leaves its job where it was, with an event."""
+    srv, site = kube
+    tenant(srv, "a")
+    site.gated.bind(srv.plane, None)  # no cluster: the watches' events are driven below
+    gated = gated_pod("train")
+    meta = gated["metadata"]
+    site.gated.on_pod(Event(EventType.ADDED, "xpupool-a/train", meta["uid"], gated))
+    assert site.gated.job_of_uid(meta["uid"]) is not None
+    (job_id,) = srv.plane.queued
+    srv.schedule()
+    ((_, placed),) = cards_of(srv, job_id)
+    other = "GPU-k1-1" if placed == "GPU-k1-0" else "GPU-k1-0"
+    assert srv.plane.count_run(job_id, 1, lambda _: "the gate removed") is not None
+    bound = bound_pod("train", "k1", [other], labels=meta["labels"], namespace="xpupool-a")
+    bound["metadata"]["uid"] = meta["uid"]  # the same pod, bound by the extender
+    seen(site, bound)
+    assert cards_of(srv, job_id) == [("k1", other)]
+    reasons = [e["reason"] for e in job(srv, job_id)["events"]]
+    assert any(f"bound to {other} on k1" in r and "re-addressed" in r for r in reasons), reasons
+    assert site.foreign() == {}  # its job counts it, once
+    with srv.plane.db.connect() as conn:
+        row = conn.execute(select(t_allocs.c.data).where(t_allocs.c.job_id == job_id)).one()
+    assert [d["uuid"] for d in row.data["devices"]] == [other]
+    # the placement's card is free now: a job of one card gets it, and none is left
+    a = tenant(srv, "b")
+    next_job = submit(srv, a, f"A100:1 site={SITE}", image="x:1")
+    srv.schedule()
+    assert cards_of(srv, next_job["id"]) == [("k1", placed)]
+    # bound again, to the card the other job holds: nothing changes but an event
+    again = bound_pod("train", "k1", [placed], labels=meta["labels"], namespace="xpupool-a")
+    again["metadata"]["uid"] = meta["uid"]
+    seen(site, again, EventType.MODIFIED)
+    assert cards_of(srv, job_id) == [("k1", other)]
+    reasons = [e["reason"] for e in job(srv, job_id)["events"]]
+    assert any("which the plane's books hold for other work" in r for r in reasons), reasons

@@ -9,15 +9,19 @@ left out by the API server) and reads which cards each holds with the extender's
 charges them; ``pod_allocations`` makes the engine's allocations), so the plane's books and the
 extender's count a pod alike. What is counted:
 
-- a pod labelled as one of this site's plane pods (``xpupool.io/job`` and this site's
-  ``xpupool.io/plane-site``), or a kubectl user's pod the plane has a job for, is left out: its
-  job's allocation counts it;
+- the plane's own pod of a run it holds (its labels, and the name and namespace the plane gives
+  that replica's pod), or a kubectl user's pod the plane has a job for, is left out: its job's
+  allocation counts it (a pod labelled as the plane's but of no run it holds is counted);
 - a pod whose cards are announced by no annotation (a whole-card ``nvidia.com/gpu`` limit that
   the device plugin filled, HAMi or xpupool never asked) counts nothing: no annotation says which
   cards it holds, and the extender counts nothing for it either, so the two agree;
 - a pod on a node of another site, or of no site, counts nothing here, nor one whose annotation
   names a card its node does not have (logged: the annotations are anyone's to write);
 - only cards: the decoder charges no host CPU or memory.
+
+The same watch follows the cards the plane's jobs' pods were bound to: a kubectl user's pod,
+which the extender places on its own, may get other cards than the plane's placement; the job's
+allocation is then re-addressed to them (``server/plane/bound_cards.py``).
 
 Each change goes to the plane's engine (``server/plane/foreign_use.py``) as the charge of holder
 ``pod NAMESPACE/NAME``, nobody's job and in no tenant's quota; the site's book here is what the
@@ -33,9 +37,11 @@ from typing import TYPE_CHECKING, Any
 from xpupool.k8s.informers.cluster_view import PodDevices, pod_allocations, read_pod
 from xpupool.k8s.informers.decoders import decode_pod_devices
 from xpupool.k8s.informers.watch import Event, EventType
-from xpupool.k8s.site.pods import JOB, SITE
+from xpupool.k8s.site.pods import JOB, SITE, pod_name, pod_state
+from xpupool.k8s.site.sites_file import KubernetesSiteConfig
 from xpupool.model.allocation import Allocation
-from xpupool.server.plane import foreign_use
+from xpupool.model.errors import RequestError
+from xpupool.server.plane import bound_cards, foreign_use
 
 if TYPE_CHECKING:
     from xpupool.server.plane import ControlPlane, NodeRecord
@@ -60,13 +66,14 @@ class ForeignPods:
 
     def __init__(
         self,
-        site: str,
+        config: KubernetesSiteConfig,
         owns: Callable[[NodeRecord], bool],
-        plane_job_pod: Callable[[str], bool],
+        gated_job: Callable[[str], int | None],
     ) -> None:
-        self.site = site
+        self.config = config
+        self.site = config.name
         self._owns = owns  # is a node record this site's?
-        self._plane_job_pod = plane_job_pod  # is the pod of this uid a kubectl user's job?
+        self._gated_job = gated_job  # the job a kubectl user's pod of this uid stands for
         self._plane: ControlPlane | None = None
         self._book: dict[str, tuple[_Held, tuple[Allocation, ...]]] = {}  # holder -> use
 
@@ -86,7 +93,8 @@ class ForeignPods:
             return
         holder = holder_of(event.key)
         # asked before the plane's lock: a kubectl user's submission takes that lock under its own
-        counted = event.type is not EventType.DELETED and not self._plane_job_pod(event.uid)
+        replica = None if event.type is EventType.DELETED else self._replica(plane, event)
+        counted = event.type is not EventType.DELETED and replica is None
 
         def make(take_id: Callable[[], int]) -> tuple[Allocation, ...] | None:
             """Under the plane's lock: the book and the engine change together."""
@@ -108,18 +116,65 @@ class ForeignPods:
             return allocs
 
         foreign_use.change(plane, self.site, holder, make)
+        if replica is not None:
+            self._rebind(plane, event, replica)
 
-    def _use(
+    def _replica(
         self, plane: ControlPlane, event: Event[dict[str, Any]]
-    ) -> tuple[_Held, PodDevices, int] | None:
-        """(held key, PodDevices, priority) of the pod, or None when it counts nothing here (a
-        kubectl user's pod the plane has a job for is left out by the caller)."""
+    ) -> tuple[int, int, int | None] | None:
+        """(job, replica, attempt or None: the current) of a pod that is a replica of a run the
+        plane holds: its own pod (valid labels, the name and namespace the plane gives that
+        replica's pod) or a kubectl user's pod it has a job for; None for any other pod, which
+        is counted as use (a pod labelled as the plane's but of no run it holds, a stray the
+        site deletes, holds its cards until it is gone)."""
         obj = event.value
         meta = obj.get("metadata")
         labels = meta.get("labels") if isinstance(meta, Mapping) else None
         labels = labels if isinstance(labels, Mapping) else {}
         if JOB in labels and labels.get(SITE) == self.site:
-            return None  # the plane's own pod: its job's allocation counts it
+            try:
+                state = pod_state(obj)
+                run = plane.held_run(state.job)
+                if run is None or run.attempt != state.attempt:
+                    return None
+                name = pod_name(state.job, state.replica, state.attempt)
+                if event.key != f"{self.config.namespace(run.tenant)}/{name}":
+                    return None
+            except RequestError:
+                return None
+            return state.job, state.replica, state.attempt
+        job = self._gated_job(event.uid)
+        return None if job is None else (job, 0, None)
+
+    def _rebind(
+        self,
+        plane: ControlPlane,
+        event: Event[dict[str, Any]],
+        replica: tuple[int, int, int | None],
+    ) -> None:
+        """A plane job's pod bound: when the cards it got are not those of the plane's placement
+        (a kubectl user's pod, which the extender places on its own), the job's allocation
+        follows them (``server/plane/bound_cards.py``). A pod whose cards take more than one
+        task (init containers beside the app's) is left to its placement."""
+        rec = read_pod(event.value, decode_pod_devices)
+        devices = rec.devices
+        if rec.node is None or devices is None:
+            return
+        parts = devices.charged()
+        node = plane.node(devices.node)
+        if len(parts) != 1 or node is None or not self._owns(node):
+            return
+        shares = [(s.uuid, s.memory_mib, s.core_permille) for s in parts[0]]
+        job, index, attempt = replica
+        where = holder_of(event.key)
+        bound_cards.rebind(plane, job, index, devices.node, shares, where, attempt)
+
+    def _use(
+        self, plane: ControlPlane, event: Event[dict[str, Any]]
+    ) -> tuple[_Held, PodDevices, int] | None:
+        """(held key, PodDevices, priority) of the pod, or None when it counts nothing here (a
+        pod of a plane job is left out by the caller: its job's allocation counts it)."""
+        obj = event.value
         rec = read_pod(obj, decode_pod_devices)
         devices = rec.devices
         if devices is None or not devices.charged():

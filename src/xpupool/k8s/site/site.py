@@ -233,8 +233,9 @@ class KubernetesSite:
         self._priority_class = False  # the plane's PriorityClass is there (made or found)
         # kubectl users' pods under the plane's queues
         self._gated = GatedPods(config, self._tasks.put, self._send, self._note_waiting)
-        # pods on its nodes that are no job of the plane's: counted as use (foreign.py)
-        self.foreign_pods = ForeignPods(config.name, self.owns, self._gated.holds_pod)
+        # pods bound to its nodes: those of no job of the plane's counted as use, the cards its
+        # jobs' pods were bound to followed (foreign.py)
+        self.foreign_pods = ForeignPods(config, self.owns, self._gated.job_of_uid)
         self.services = SiteServices(config, self._vendors)
         # the log streams hold their connections open: a client of their own, so that they never
         # take the connections the worker's requests need
@@ -283,6 +284,11 @@ class KubernetesSite:
         """Queue the reconciliation of ``jobs`` with the cluster's pods (the worker lists them
         once the site is attached)."""
         self._tasks.put(_Adopt(tuple(j.id for j in jobs)))
+
+    @property
+    def gated(self) -> GatedPods:
+        """Its kubectl users' pods under the plane's queues (``gated.py``)."""
+        return self._gated
 
     def foreign(self) -> Mapping[str, Sequence[Allocation]]:
         """What pods on its nodes that are no job of the plane's hold (``foreign.py``)."""
