@@ -9,7 +9,7 @@ until the job gives them back."""
 
 from __future__ import annotations
 
-import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,34 +29,11 @@ from xpupool.server.services import agents, fleet
 from xpupool.server.sites import AgentPoolSite, Sites
 from xpupool.server.storage.jobs import allocations as t_allocs
 
+# Nodes as HAMi's device plugin registers them: the k8s unit tests' recorded objects
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "k8s"))
+from hami_objects import hami_node
+
 SITE = "kube"
-A100 = "NVIDIA A100-SXM4-80GB"
-
-
-def hami_node(name: str, cards: int) -> dict[str, Any]:
-    """A Node whose cards ``GPU-<name>-<i>`` HAMi's device plugin registered (HAMi v2.10.0)."""
-    infos = [
-        {
-            "id": f"GPU-{name}-{i}",
-            "index": i,
-            "count": 10,
-            "devmem": 81920,
-            "devcore": 100,
-            "type": A100,
-            "numa": 0,
-            "mode": "hami-core",
-            "health": True,
-        }
-        for i in range(cards)
-    ]
-    return {
-        "metadata": {
-            "name": name,
-            "uid": f"uid-{name}",
-            "annotations": {"hami.io/node-nvidia-register": json.dumps(infos)},
-        },
-        "status": {"allocatable": {"cpu": "64", "memory": "512Gi"}},
-    }
 
 
 def bound_pod(
