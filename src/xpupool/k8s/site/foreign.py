@@ -115,7 +115,8 @@ class ForeignPods:
             log.info("site %s: %s holds cards on node %s", self.site, holder, key[0])
             return allocs
 
-        foreign_use.change(plane, self.site, holder, make)
+        if counted or holder in self._book:  # (only this thread changes the book)
+            foreign_use.change(plane, self.site, holder, make)
         if replica is not None:
             self._rebind(plane, event, replica)
 
