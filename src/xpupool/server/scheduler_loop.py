@@ -34,7 +34,7 @@ from xpupool.engine.outcomes import (
 )
 from xpupool.model.errors import Unavailable
 from xpupool.server import job_lifecycle as lc
-from xpupool.server.plane import ControlPlane, HeldJob, PendingJob, allocation_to_dict
+from xpupool.server.plane import ControlPlane, HeldJob, PendingJob, allocation_to_dict, foreign_use
 from xpupool.server.schemas.jobs import JobPhase, StopCause
 from xpupool.server.speed_note import speed_note
 from xpupool.server.storage.job_writes import JobWrites
@@ -216,7 +216,9 @@ def _try_admit(plane: ControlPlane, conn: Connection, writes: JobWrites, job: Pe
         _preempt(
             plane, conn, job, [plane.held_jobs[v.id] for v in decision.victims], decision.reclaim
         )
-    _still_pending(plane, writes, job, gen, render(decision.outcome))
+    # cards held by pods that are no job of the plane's are named (plane/foreign_use.py)
+    reason = render(decision.outcome) + foreign_use.note(plane, decision.outcome)
+    _still_pending(plane, writes, job, gen, reason)
     return False
 
 

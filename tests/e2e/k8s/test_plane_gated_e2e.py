@@ -185,7 +185,18 @@ def test_a_kubectl_pod_is_gated_admitted_and_placed_and_a_second_waits_on_quota(
     first = get(kc, "first")
     assert gates(first) == [], first["spec"]
     node = first["spec"]["nodeName"]  # bound by kube-scheduler through the extender
-    assert f"GPU-{node}-" in first["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"]
+    allocated = first["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"]
+    assert f"GPU-{node}-" in allocated
+    # the plane's books hold the cards the extender bound it to, whatever its placement was
+    card = allocated.split(",")[0]
+    job_id = (job_of(srv, "first") or {})["id"]
+
+    def cards() -> list[tuple[str, str]]:
+        r = httpx.get(f"{srv.url}/v1/jobs/{job_id}", headers=srv.headers(), timeout=30)
+        held = r.json()["assignments"]
+        return [(x["node"], d["uuid"]) for x in held for d in x["devices"]]
+
+    until(lambda: cards() == [(node, card)], "the job's cards: the bound pod's", 30)
     # the plane's identity removed only its gate: labels and annotations are the user's
     assert first["metadata"]["labels"] == {"xpupool.io/queue": TENANT}
 

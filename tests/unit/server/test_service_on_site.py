@@ -14,6 +14,7 @@ from server_kit import Server, node_body, tenant
 from test_server_services import Counts, keeper, show
 
 from xpupool.engine.host import HostedNode
+from xpupool.model.allocation import Allocation
 from xpupool.server.plane.records import HeldJob, NodeRecord
 from xpupool.server.service_endpoints import Endpoint
 from xpupool.server.service_sites import ServiceKey, ServiceWant
@@ -50,6 +51,9 @@ class StubSite:
 
     def adopt(self, jobs: Iterable[HeldJob]) -> None:
         pass
+
+    def foreign(self) -> Mapping[str, Sequence[Allocation]]:
+        return {}
 
     def want_services(self, wants: Mapping[ServiceKey, ServiceWant]) -> None:
         self.wants.append(dict(wants))

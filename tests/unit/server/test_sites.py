@@ -5,7 +5,7 @@ through the same heartbeat service as an agent's."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -14,6 +14,7 @@ from server_kit import FakeClock, Server, heartbeat, job, node, open_server, rep
 from server_kit import tenant as make_tenant
 
 from xpupool.engine.host import HostedNode
+from xpupool.model.allocation import Allocation
 from xpupool.model.device import Device, Node
 from xpupool.model.errors import RequestError
 from xpupool.server.app import create_app
@@ -58,6 +59,9 @@ class EdgeSite:
 
     def adopt(self, jobs: Iterable[HeldJob]) -> None:
         self.adopted.append(sorted(j.id for j in jobs))
+
+    def foreign(self) -> Mapping[str, Sequence[Allocation]]:
+        return {}
 
     def publish(self, srv: Server) -> None:
         """What its watch of its nodes does: report them to the plane."""

@@ -502,32 +502,8 @@ class ClusterView:
         return NodeRecord(node, not unschedulable)
 
     def pod_record(self, obj: dict[str, Any]) -> PodRecord:
-        """An informer transform: where the pod is bound and what it holds: its assignment,
-        bound or not (HAMi charges a pod from its ``Filter``'s annotations on), unless finished
-        or bound to another node than the assignment names (logged); an unreadable charge is
-        logged and counts as nothing."""
-        meta = obj["metadata"]
-        name = f"{meta.get('namespace', '')}/{meta['name']}"
-        spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
-        status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
-        assert isinstance(spec, Mapping) and isinstance(status, Mapping)
-        node = spec.get("nodeName")
-        node = node if isinstance(node, str) and node else None
-        priority = spec.get("priority", 0)
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            priority = 0
-        priority = max(-MAX_PRIORITY, min(MAX_PRIORITY, priority))
-        if status.get("phase") in TERMINAL_PHASES:
-            return PodRecord(name, node, priority, None)
-        try:
-            devices = self.decode_pod_devices(obj)
-        except (XpupoolError, ValueError) as exc:
-            log.warning("pod %s: device charge unreadable, counted as none: %s", name, exc)
-            devices = None
-        if devices is not None and node is not None and devices.node != node:
-            log.warning("pod %s: charge names node %r, pod is on %r", name, devices.node, node)
-            devices = None
-        return PodRecord(name, node, priority, devices)
+        """An informer transform: :func:`read_pod` with this view's decoder."""
+        return read_pod(obj, self.decode_pod_devices)
 
     def on_node(self, event: Event[NodeRecord]) -> None:
         """Consume a node informer event."""
@@ -593,30 +569,7 @@ class ClusterView:
                 self._apply(event.uid, new)
 
     def _allocations(self, rec: PodRecord, devices: PodDevices) -> tuple[Allocation, ...]:
-        """One engine allocation per task the pod holds (:meth:`PodDevices.charged`; host CPU
-        and memory on the first), each with a new id from the view's counter; slots are fixed
-        when applied."""
-        out: list[Allocation] = []
-        parts = [c for c in devices.charged() if c] or (
-            [()] if devices.cpu_milli or devices.memory_mib else []
-        )
-        for i, shares in enumerate(parts):
-            out.append(
-                Allocation(
-                    id=self.host.ids.take(),
-                    request_name=rec.name,
-                    replica=i,
-                    node=devices.node,
-                    node_index=-1,
-                    cpu_milli=devices.cpu_milli if i == 0 else 0,
-                    memory_mib=devices.memory_mib if i == 0 else 0,
-                    devices=tuple(
-                        DeviceShare(s.uuid, -1, s.memory_mib, s.core_permille) for s in shares
-                    ),
-                    priority=rec.priority,
-                )
-            )
-        return tuple(out)
+        return pod_allocations(rec.name, devices, rec.priority, self.host.ids.take)
 
     # ------------------------------------------------------------------ informers
     def watch(self, config: SingleConfig, *, resync_s: float = 300.0) -> ClusterView:
@@ -658,6 +611,65 @@ class ClusterView:
         for informer in self._informers:
             informer.stop()
         self._informers = []
+
+
+def read_pod(obj: Mapping[str, Any], decode: PodDecoder) -> PodRecord:
+    """Where a pod is bound and what it holds: its assignment, bound or not (HAMi charges a pod
+    from its ``Filter``'s annotations on), unless finished or bound to another node than the
+    assignment names (logged); an unreadable charge is logged and counts as nothing. The
+    extender's view and the plane's Kubernetes site read pods through it."""
+    meta = obj["metadata"]
+    name = f"{meta.get('namespace', '')}/{meta['name']}"
+    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+    assert isinstance(spec, Mapping) and isinstance(status, Mapping)
+    node = spec.get("nodeName")
+    node = node if isinstance(node, str) and node else None
+    priority = spec.get("priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        priority = 0
+    priority = max(-MAX_PRIORITY, min(MAX_PRIORITY, priority))
+    if status.get("phase") in TERMINAL_PHASES:
+        return PodRecord(name, node, priority, None)
+    try:
+        devices = decode(dict(obj))
+    except (XpupoolError, ValueError) as exc:
+        log.warning("pod %s: device charge unreadable, counted as none: %s", name, exc)
+        devices = None
+    if devices is not None and node is not None and devices.node != node:
+        log.warning("pod %s: charge names node %r, pod is on %r", name, devices.node, node)
+        devices = None
+    return PodRecord(name, node, priority, devices)
+
+
+def pod_allocations(
+    name: str, devices: PodDevices, priority: int, take_id: Callable[[], int]
+) -> tuple[Allocation, ...]:
+    """One engine allocation per task the pod ``name`` holds (:meth:`PodDevices.charged`; host
+    CPU and memory on the first), each with a new id from ``take_id`` (the front's host counter);
+    slots are fixed when applied. The extender's view and the plane's Kubernetes site charge a
+    pod through it, so both count its cards alike."""
+    out: list[Allocation] = []
+    parts = [c for c in devices.charged() if c] or (
+        [()] if devices.cpu_milli or devices.memory_mib else []
+    )
+    for i, shares in enumerate(parts):
+        out.append(
+            Allocation(
+                id=take_id(),
+                request_name=name,
+                replica=i,
+                node=devices.node,
+                node_index=-1,
+                cpu_milli=devices.cpu_milli if i == 0 else 0,
+                memory_mib=devices.memory_mib if i == 0 else 0,
+                devices=tuple(
+                    DeviceShare(s.uuid, -1, s.memory_mib, s.core_permille) for s in shares
+                ),
+                priority=priority,
+            )
+        )
+    return tuple(out)
 
 
 def _charge_key(allocs: Sequence[Allocation]) -> ChargeKey:

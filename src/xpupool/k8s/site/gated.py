@@ -358,6 +358,12 @@ class GatedPods:
         with self._lock:
             return job in self._by_job
 
+    def job_of_uid(self, uid: str) -> int | None:
+        """The job the pod of ``uid`` stands for (its job counts its cards), or None."""
+        with self._lock:
+            known = self._by_uid.get(uid)
+            return None if known is None else known.job
+
     def _remember(self, known: PodJob) -> None:
         self._by_uid[known.uid] = known
         self._by_job[known.job] = known

@@ -59,6 +59,7 @@ from xpupool.k8s.informers.kubeconfig import RawNode, RawPod, load_config, make_
 from xpupool.k8s.informers.watch import Event, EventType, Informer, backoff_s
 from xpupool.k8s.site.api_errors import exists_ok, gone_ok
 from xpupool.k8s.site.finished import FinishedJobs
+from xpupool.k8s.site.foreign import ForeignPods
 from xpupool.k8s.site.gated import GatedPods, GatedTask
 from xpupool.k8s.site.pod_logs import LogTarget, PodLogs
 from xpupool.k8s.site.pods import (
@@ -75,6 +76,7 @@ from xpupool.k8s.site.pods import (
 from xpupool.k8s.site.pods import report as pod_report
 from xpupool.k8s.site.site_services import SiteServices
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
+from xpupool.model.allocation import Allocation
 from xpupool.model.device import Node
 from xpupool.model.errors import Conflict, NotFound, RequestError, XpupoolError
 from xpupool.model.taint import Taint, parse_effect
@@ -231,6 +233,9 @@ class KubernetesSite:
         self._priority_class = False  # the plane's PriorityClass is there (made or found)
         # kubectl users' pods under the plane's queues
         self._gated = GatedPods(config, self._tasks.put, self._send, self._note_waiting)
+        # pods bound to its nodes: those of no job of the plane's counted as use, the cards its
+        # jobs' pods were bound to followed (foreign.py)
+        self.foreign_pods = ForeignPods(config, self.owns, self._gated.job_of_uid)
         self.services = SiteServices(config, self._vendors)
         # the log streams hold their connections open: a client of their own, so that they never
         # take the connections the worker's requests need
@@ -280,6 +285,15 @@ class KubernetesSite:
         once the site is attached)."""
         self._tasks.put(_Adopt(tuple(j.id for j in jobs)))
 
+    @property
+    def gated(self) -> GatedPods:
+        """Its kubectl users' pods under the plane's queues (``gated.py``)."""
+        return self._gated
+
+    def foreign(self) -> Mapping[str, Sequence[Allocation]]:
+        """What pods on its nodes that are no job of the plane's hold (``foreign.py``)."""
+        return self.foreign_pods.foreign()
+
     # ------------------------------------------------------------------ services (service_sites)
     def want_services(self, wants: Mapping[ServiceKey, ServiceWant]) -> None:
         self.services.want(wants)
@@ -328,7 +342,20 @@ class KubernetesSite:
             resync_s=self.resync_s,
             name=f"site-{self.name}-pods",
         )
-        self._informers = [nodes.start(), pods.start()]
+        self.foreign_pods.bind(plane)
+        bound: Informer[dict[str, Any]] = Informer(
+            config,
+            RawPod,
+            lambda obj: obj,
+            self.foreign_pods.on_pod,
+            fields={
+                "spec.nodeName": operators.not_equal(""),
+                "status.phase": operators.not_in(list(TERMINAL)),
+            },
+            resync_s=self.resync_s,
+            name=f"site-{self.name}-bound",
+        )
+        self._informers = [nodes.start(), pods.start(), bound.start()]
         self._informers.append(self._gated.attach(plane, self._client, config))
         self.services.start(config, self._client, self.resync_s)
         self._tasks.put(_Sweep(None))  # what ended while no plane watched

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import MappingProxyType
@@ -44,7 +44,7 @@ from xpupool.server.lease import Lease
 from xpupool.server.live_metrics import LiveMetrics
 from xpupool.server.ownership import StoreFenced, StoreOwnership
 from xpupool.server.pending_jobs import PendingJobs
-from xpupool.server.plane import secret_rows, store
+from xpupool.server.plane import foreign_use, secret_rows, store
 from xpupool.server.plane.lock import PlaneLock
 from xpupool.server.plane.nodes import NodeBook
 from xpupool.server.plane.reads import PlaneReads
@@ -177,6 +177,8 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         self.volume_usage: dict[str, tuple[float, list[VolumeUsageReport]]] = {}
         self._pending: PendingJobs[PendingJob] = PendingJobs()  # counts per tenant (limits)
         self._held: dict[int, HeldJob] = {}
+        # what the sites' nodes hold for work that is no job of the plane's (foreign_use.py)
+        self.foreign_use = foreign_use.ForeignUse()
         self._queue_specs: dict[str, QueueSpec] = {}
         self._queue_profiles: dict[str, str] = {}  # queue -> profile of its jobs that name none
         # queue -> its and its tenant's limits as stored (services/grants.py), read once per
@@ -306,26 +308,46 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         engine = self.host.fresh(self.sites.hosted(nodes.values()))  # each site lists its own
         admission = Admission(engine, self._queue_specs.values())
         held = self._held
-        # one allocation per charge: a job keeps those of its allocations that still fit
+        # one allocation per charge: a job keeps those of its allocations that still fit; the
+        # sites' foreign use (nobody's job, no quota: foreign_use.py) is one charge per holder
+        charges: list[tuple[int | foreign_use.ForeignKey, Sequence[Allocation]]] = [
+            (job.id, (a,)) for job in held.values() for a in job.allocations
+        ]
+        charges.extend(self.sites.foreign())
         done = self.host.reapply(
             engine,
-            ((job.id, (a,)) for job in held.values() for a in job.allocations),
-            lambda job_id, a: admission.restore(a, held[job_id].queue, held[job_id].flavor),
+            charges,
+            lambda owner, a: (
+                admission.restore(a, held[owner].queue, held[owner].flavor)
+                if isinstance(owner, int)
+                else engine.restore(a)
+            ),
         )
         kept: dict[int, list[Allocation]] = {job_id: [] for job_id in held}
-        for job_id, allocations in done.kept.items():
-            kept[job_id].extend(allocations)
-        problems = [problem_for(engine, r.owner, r.allocations[0], r.error) for r in done.refused]
+        foreign: dict[foreign_use.ForeignKey, tuple[Allocation, ...]] = {}
+        for owner, allocations in done.kept.items():
+            if isinstance(owner, int):
+                kept[owner].extend(allocations)
+            else:
+                foreign[owner] = tuple(allocations)
+        problems: list[Problem] = []
+        waiting: set[foreign_use.ForeignKey] = set()
+        for r in done.refused:
+            if isinstance(r.owner, int):
+                problems.append(problem_for(engine, r.owner, r.allocations[0], r.error))
+            else:
+                waiting.add(r.owner)
         for job in held.values():
             if not job.allocations:
                 problems.append(Problem(job.id, f"job {job.id} is {job.state.value} on no device"))
-        return Built(engine, admission, kept, problems)
+        return Built(engine, admission, kept, problems, foreign_use.ForeignUse(foreign, waiting))
 
     def install(self, built: Built) -> None:
         """Serve ``built`` (made by :meth:`build` over the node records now in place); its
         engine goes on learning the workload from where the engine it replaces was."""
         self.host.install(built.engine)
         self.admission = built.admission
+        self.foreign_use = built.foreign
         for job_id, allocations in built.allocations.items():
             if job_id in self._held:
                 self._held[job_id].allocations = allocations
@@ -692,6 +714,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         job.allocations = []
         self._held.pop(job.id, None)
         self.advance_drains(conn, nodes)
+        foreign_use.retry(self)  # a foreign charge waiting for these cards
         self.bump()
 
     def count_run(self, job_id: int, attempt: int, why: Callable[[RunView], str]) -> RunView | None:

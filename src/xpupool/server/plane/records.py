@@ -19,6 +19,7 @@ from xpupool.model.request import Request
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.consistency import Problem
 from xpupool.server.drain import draining
+from xpupool.server.plane.foreign_use import ForeignUse
 from xpupool.server.plane.node_lifecycle import NodeLife
 from xpupool.server.schemas.agent_protocol import FINAL_REPLICA_STATES, ReplicaState
 from xpupool.server.schemas.jobs import JobPhase, StopCause
@@ -181,6 +182,8 @@ class Built:
     admission: Admission
     allocations: dict[int, list[Allocation]]
     problems: list[Problem]
+    foreign: ForeignUse = field(default_factory=ForeignUse)
+    """The sites' foreign use applied, and what waits (``foreign_use.py``)."""
 
 
 # What a HeldJob keeps in the store; every other field is live bookkeeping a reload carries over.

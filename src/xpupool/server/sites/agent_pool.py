@@ -12,7 +12,7 @@ this pool* for placement (``site=`` in a request); it is not a :class:`Site` of 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from xpupool.engine.host import HostedNode
@@ -73,6 +73,10 @@ class AgentPoolSite:
         self._book = {}
         for job in jobs:
             self._enter(job)
+
+    def foreign(self) -> Mapping[str, Sequence[Allocation]]:
+        """None: an agent node runs the plane's jobs only."""
+        return {}
 
     def _enter(self, job: HeldJob) -> None:
         for a in job.allocations:

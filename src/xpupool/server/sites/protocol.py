@@ -18,13 +18,14 @@ package and a site's package imports the plane, not the other way round.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from xpupool.model.errors import RequestError
 
 if TYPE_CHECKING:
     from xpupool.engine.host import HostedNode
+    from xpupool.model.allocation import Allocation
     from xpupool.server.plane.records import HeldJob, NodeRecord
 
 
@@ -82,6 +83,17 @@ class Site(Protocol):
         since before. The site takes them as its own again without starting any twice (the
         agent pool adopts what its agents report; a Kubernetes site matches its pods by
         label)."""
+        ...
+
+    def foreign(self) -> Mapping[str, Sequence[Allocation]]:
+        """What this site's nodes hold for work that is no job of the plane's, by holder (a
+        name that says whose it is: ``pod NAMESPACE/NAME``): cards (and host CPU and memory)
+        another scheduler's pods, a HAMi user's or a system pod hold. Read by
+        :meth:`~xpupool.server.plane.ControlPlane.build` whenever the engine is built, which
+        charges them to nobody's quota: they take capacity, so placement and a pending job's
+        reason see them. A site tells the plane of each change as it sees it
+        (``server/plane/foreign_use.py``). The agent pool has none: its nodes run the plane's
+        jobs only."""
         ...
 
 
@@ -190,6 +202,12 @@ class Sites:
                     for a in job.allocations
                     if a.node in records and site.owns(records[a.node])
                 )
+
+    def foreign(self) -> Iterator[tuple[tuple[str, str], Sequence[Allocation]]]:
+        """Every site's :meth:`Site.foreign` use, keyed (site, holder)."""
+        for name, site in self._sites.items():
+            for holder, allocations in site.foreign().items():
+                yield (name, holder), allocations
 
     def stop(self, job: HeldJob, records: dict[str, NodeRecord]) -> None:
         """Stop ``job`` on every site its allocations are on (``records``: the node book)."""

@@ -1,0 +1,123 @@
+"""A job's replica bound to other cards than the plane placed it on: the plane's books follow
+(issue 49, "the cards a gated pod really got").
+
+On a Kubernetes site the plane admits a kubectl user's gated pod by removing its gate; the
+extender then binds the pod to the node and cards it picks, which may not be those of the
+plane's own placement (the plane's own pods carry their placement as constraints, so theirs
+match). Left alone, the plane's books would hold the placement's cards while the pod holds
+others: two pods could be given one card, and a free card counted held. So when the site sees
+the pod bound, it hands the cards here and the job's allocation is re-addressed to them through
+the engine host's one re-address path (:meth:`~xpupool.engine.host.EngineHost.reapply`, which
+fixes the slots, all or none), its quota charged again under its flavour, its stored row
+updated, with an event on the job. When the bound cards are held in the plane's books by another
+charge (the two disagreed, each for a short while), nothing changes: the job keeps its
+placement's cards, an event says so, and nothing is over-committed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from sqlalchemy import update
+
+from xpupool.model.allocation import Allocation, DeviceShare
+from xpupool.server import job_lifecycle as lc
+from xpupool.server.plane import foreign_use
+from xpupool.server.plane.store import allocation_to_dict
+from xpupool.server.storage.jobs import allocations as t_allocs
+
+if TYPE_CHECKING:
+    from xpupool.server.plane.control import ControlPlane
+    from xpupool.server.plane.records import HeldJob
+
+__all__ = ["Share", "rebind"]
+
+log = logging.getLogger(__name__)
+
+Share = tuple[str, int, int]
+"""(card UUID, memory MiB, compute permille) a pod was bound to."""
+
+
+def _placed(job: HeldJob, replica: int) -> Allocation | None:
+    return next((a for a in job.allocations if a.replica == replica), None)
+
+
+def _same(alloc: Allocation, node: str, shares: Sequence[Share]) -> bool:
+    return alloc.node == node and sorted(alloc.device_uuids) == sorted(u for u, _, _ in shares)
+
+
+def rebind(
+    plane: ControlPlane,
+    job_id: int,
+    replica: int,
+    node: str,
+    shares: Sequence[Share],
+    where: str,
+    attempt: int | None = None,
+) -> bool:
+    """Replica ``replica`` of held job ``job_id`` (of run ``attempt``; None: the current one) is
+    bound to ``shares`` on ``node`` (``where``: the pod, for the event). Re-address its
+    allocation there when those are other cards than the plane's; returns whether it did. A
+    job not held, of another run, stopping, or already on those cards is left as it is."""
+    if not shares:
+        return False
+
+    def differs() -> bool:
+        job = plane.held_jobs.get(job_id)
+        if job is None or job.stop is not None:
+            return False
+        if attempt is not None and job.attempt != attempt:
+            return False
+        old = _placed(job, replica)
+        return old is not None and not _same(old, node, shares)
+
+    if not plane.read(differs):  # the common case (the same cards) takes no write
+        return False
+    with plane.write() as conn:
+        if not differs():
+            return False
+        job = plane.held_jobs[job_id]
+        old = _placed(job, replica)
+        assert old is not None
+        new = replace(
+            old,
+            node=node,
+            node_index=-1,
+            devices=tuple(DeviceShare(u, -1, mib, permille) for u, mib, permille in shares),
+        )
+        admission = plane.admission
+        admission.release(old.id)
+        done = plane.host.reapply(
+            plane.engine,
+            [(job_id, (new,))],
+            lambda _job, a: admission.restore(a, job.queue, job.flavor),
+        )
+        cards = ", ".join(u for u, _, _ in shares)
+        if done.refused:
+            admission.restore(old, job.queue, job.flavor)  # its own slots: it fits again
+            why = (
+                f"{where} bound to {cards} on {node}, which the plane's books hold for other "
+                f"work: kept on {', '.join(old.device_uuids)} on {old.node}"
+            )
+            plane.apply(conn, job_id, lc.Note(why, sets_reason=False))
+            log.warning("job %d: %s", job_id, why)
+            return False
+        (bound,) = done.kept[job_id]
+        job.allocations = [bound if a.id == old.id else a for a in job.allocations]
+        conn.execute(
+            update(t_allocs)
+            .where(t_allocs.c.id == old.id)
+            .values(node=node, data=allocation_to_dict(bound))
+        )
+        why = (
+            f"{where} bound to {cards} on {node} (placed on {', '.join(old.device_uuids)} on "
+            f"{old.node}): its cards re-addressed"
+        )
+        plane.apply(conn, job_id, lc.Note(why, sets_reason=False))
+        log.info("job %d: %s", job_id, why)
+        foreign_use.retry(plane)  # a foreign charge may wait for the cards given back
+        plane.bump()
+        return True

@@ -1,0 +1,260 @@
+"""Pods on a Kubernetes site's nodes that are no job of the plane's, counted as use (issue 49,
+"foreign use"): recorded pod objects go through the site's watch consumer
+(``k8s/site/foreign.py``) into a real plane, without a cluster. A pod another scheduler bound
+holds its cards in the plane's engine: a job that needs them waits with a reason naming the pod,
+no tenant's quota counts them, an engine rebuild keeps them, and they come free (and the job
+runs) when the pod ends. The plane's own pods, pods on another site's node and pods whose cards
+no annotation names count nothing; a pod bound to cards the plane gave a job waits to be counted
+until the job gives them back."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from server_kit import FakeClock, Server, job, node, open_server, queue_used, submit, tenant
+from sqlalchemy import select
+
+from xpupool.k8s.informers.watch import Event, EventType
+from xpupool.k8s.site.gated import GATE
+from xpupool.k8s.site.site import KubernetesSite, read_node
+from xpupool.k8s.site.sites_file import KubernetesSiteConfig
+from xpupool.server.app import create_app
+from xpupool.server.schemas.agent_protocol import Heartbeat, ReplicaReport, ReplicaState
+from xpupool.server.services import agents, fleet
+from xpupool.server.sites import AgentPoolSite, Sites
+from xpupool.server.storage.jobs import allocations as t_allocs
+
+# Nodes as HAMi's device plugin registers them: the k8s unit tests' recorded objects
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "k8s"))
+from hami_objects import hami_node
+
+SITE = "kube"
+
+
+def bound_pod(
+    name: str,
+    node: str,
+    cards: list[str],
+    *,
+    labels: dict[str, str] | None = None,
+    phase: str = "Running",
+    annotate: bool = True,
+    namespace: str = "other",
+) -> dict[str, Any]:
+    """A pod bound to ``node`` holding ``cards`` whole, as HAMi's scheduler (or xpupool's
+    extender) annotates it; ``annotate`` False: the same pod with only its resource limit."""
+    allocated = "".join(f"{u},NVIDIA,81920,100:" for u in cards) + ";"
+    annotations = (
+        {
+            "hami.io/vgpu-node": node,
+            "hami.io/vgpu-devices-allocated": allocated,
+            "hami.io/bind-phase": "success",
+        }
+        if annotate
+        else {}
+    )
+    limits = {"nvidia.com/gpu": str(len(cards))}
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{namespace}-{name}",
+            "labels": labels or {},
+            "annotations": annotations,
+        },
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "main", "image": "x:1", "resources": {"limits": limits}}],
+        },
+        "status": {"phase": phase},
+    }
+
+
+def seen(site: KubernetesSite, obj: dict[str, Any], kind: EventType = EventType.ADDED) -> None:
+    """What the site's watch of bound pods hands its consumer."""
+    meta = obj["metadata"]
+    key = f"{meta['namespace']}/{meta['name']}"
+    site.foreign_pods.on_pod(Event(kind, key, meta["uid"], obj))
+
+
+@pytest.fixture
+def kube(tmp_path: Path, clock: FakeClock) -> Iterator[tuple[Server, KubernetesSite]]:
+    """A plane with the agent pool and a Kubernetes site (not attached: no cluster) whose node
+    k1 (two A100s, HAMi's registration) the site's node watch registered."""
+    site = KubernetesSite(KubernetesSiteConfig(name=SITE, in_cluster=True))
+    plane, token = open_server(tmp_path, clock, sites=Sites([AgentPoolSite(), site]))
+    assert token is not None
+    with TestClient(create_app(plane, background=False)) as client:
+        srv = Server(plane, client, token, clock, f"sqlite:///{tmp_path / 'state.db'}", tmp_path)
+        k1 = read_node(hami_node("k1", 2), SITE).node
+        assert k1 is not None
+        fleet.register_many(plane, [k1], source=site.source)
+        site.foreign_pods.bind(plane)
+        yield srv, site
+    plane.db.dispose()
+
+
+def test_a_pod_not_of_the_planes_holds_its_cards_until_it_ends(
+    kube: tuple[Server, KubernetesSite],
+) -> None:
+    srv, site = kube
+    a = tenant(srv, "a")
+    used_before = queue_used(srv, "a")
+    other = bound_pod("other", "k1", ["GPU-k1-0"])
+    seen(site, other)
+    both = submit(srv, a, f"A100:2 site={SITE}", image="train:1")
+    srv.schedule()
+    waiting = job(srv, both["id"])
+    assert waiting["state"] == "pending"
+    assert "cards held outside the plane's queues: pod other/other on k1" in waiting["reason"]
+    assert queue_used(srv, "a") == used_before  # nobody's quota
+    assert {h: [d.uuid for x in al for d in x.devices] for h, al in site.foreign().items()} == {
+        "pod other/other": ["GPU-k1-0"]
+    }
+    # an engine rebuild (a node registered, a failed write) keeps the pod's cards held
+    with srv.plane.locked():
+        srv.plane.rebuild_engine()
+    srv.schedule()
+    assert job(srv, both["id"])["state"] == "pending"
+    # a status change with the same cards changes nothing; the pod ending gives them back
+    seen(site, {**other, "status": {"phase": "Running", "podIP": "10.0.0.9"}}, EventType.MODIFIED)
+    seen(site, {**other, "status": {"phase": "Succeeded"}}, EventType.MODIFIED)
+    assert site.foreign() == {}
+    srv.schedule()
+    placed = job(srv, both["id"])
+    assert placed["state"] != "pending", placed["reason"]
+    cards = {d["uuid"] for x in placed["assignments"] for d in x["devices"]}
+    assert cards == {"GPU-k1-0", "GPU-k1-1"}
+
+
+def test_what_a_site_does_not_count(kube: tuple[Server, KubernetesSite]) -> None:
+    srv, site = kube
+    node(srv, "a1", count=2)  # an agent node: another site's
+    a = tenant(srv, "a")
+    one = submit(srv, a, f"A100:1 site={SITE}", image="train:1")["id"]
+    srv.schedule()
+    assert srv.plane.count_run(one, 1, lambda _: "pods made") is not None  # the site's worker
+    ((_, placed),) = cards_of(srv, one)
+    labels = {
+        "xpupool.io/job": str(one),
+        "xpupool.io/replica": "0",
+        "xpupool.io/attempt": "1",
+        "xpupool.io/plane-site": SITE,
+    }
+    mine = bound_pod(f"xp-{one}-0-1", "k1", [placed], labels=labels, namespace="xpupool-a")
+    seen(site, mine)  # the plane's own pod: its job counts it
+    seen(site, bound_pod("agents", "a1", ["a1-gpu0"]))
+    seen(site, bound_pod("plugin-only", "k1", ["GPU-k1-0"], annotate=False))
+    seen(site, bound_pod("hostile", "k1", ["GPU-k9-0"]))  # a card not of the node
+    assert site.foreign() == {} and srv.plane.foreign_use.applied == {}
+    free = "GPU-k1-1" if placed == "GPU-k1-0" else "GPU-k1-0"
+    # labelled as the plane's, but of a run it does not hold, or of another plane: counted
+    fake = {**labels, "xpupool.io/attempt": "2"}
+    theirs = {**labels, "xpupool.io/plane-site": "elsewhere"}
+    seen(site, bound_pod(f"xp-{one}-0-2", "k1", [free], labels=fake, namespace="xpupool-a"))
+    seen(site, bound_pod(f"xp-{one}-0-1", "k1", [free], labels=theirs, namespace="theirs"))
+    held = [f"pod xpupool-a/xp-{one}-0-2", f"pod theirs/xp-{one}-0-1"]
+    assert sorted(site.foreign()) == sorted(held)
+    assert list(srv.plane.foreign_use.applied) == [(SITE, held[0])]
+    assert srv.plane.foreign_use.waiting == {(SITE, held[1])}  # the same card: once
+    assert cards_of(srv, one) == [("k1", placed)]  # neither moved the job
+
+
+def test_a_pod_on_cards_a_job_holds_is_counted_once_the_job_gives_them_back(
+    kube: tuple[Server, KubernetesSite],
+) -> None:
+    srv, site = kube
+    a = tenant(srv, "a")
+    both = submit(srv, a, f"A100:2 site={SITE}", image="train:1")
+    srv.schedule()
+    assert job(srv, both["id"])["state"] != "pending"
+    seen(site, bound_pod("late", "k1", ["GPU-k1-1"]))  # bound by another scheduler meanwhile
+    assert srv.plane.foreign_use.waiting == {(SITE, "pod other/late")}
+    r = srv.client.post(f"/v1/jobs/{both['id']}/cancel", headers=srv.as_(a))
+    assert r.status_code == 200, r.text
+    # the job's pods are gone: the site's report of it, and the job ends
+    agents.heartbeat(
+        srv.plane,
+        Heartbeat(
+            node="k1",
+            replicas=[ReplicaReport(job_id=both["id"], replica=0, state=ReplicaState.STOPPED)],
+        ),
+    )
+    assert job(srv, both["id"])["state"] == "cancelled"
+    assert srv.plane.foreign_use.waiting == set()
+    assert (SITE, "pod other/late") in srv.plane.foreign_use.applied
+    two = submit(srv, a, f"A100:2 site={SITE}", image="train:1")
+    srv.schedule()
+    assert "pod other/late on k1" in job(srv, two["id"])["reason"]
+
+
+def gated_pod(name: str, namespace: str = "xpupool-a") -> dict[str, Any]:
+    """A kubectl user's pod under queue ``a``, gated, asking for one card."""
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{name}",
+            "labels": {"xpupool.io/queue": "a"},
+            "annotations": {},
+        },
+        "spec": {
+            "containers": [
+                {"name": "main", "image": "x:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+            ],
+            "schedulingGates": [{"name": GATE}],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+def cards_of(srv: Server, job_id: int) -> list[tuple[str, str]]:
+    return [(x["node"], d["uuid"]) for x in job(srv, job_id)["assignments"] for d in x["devices"]]
+
+
+def test_a_kubectl_users_pod_bound_to_other_cards_moves_its_jobs_allocation_there(
+    kube: tuple[Server, KubernetesSite],
+) -> None:
+    """The plane admits a gated pod by removing its gate; the extender binds it where it
+    picks. Bound to the card the plane did not place it on, the job's allocation follows (event,
+    stored row), the placement's card comes free; a pod bound to a card another job holds in
+    the plane's books leaves its job where it was, with an event."""
+    srv, site = kube
+    tenant(srv, "a")
+    site.gated.bind(srv.plane, None)  # no cluster: the watches' events are driven below
+    gated = gated_pod("train")
+    meta = gated["metadata"]
+    site.gated.on_pod(Event(EventType.ADDED, "xpupool-a/train", meta["uid"], gated))
+    assert site.gated.job_of_uid(meta["uid"]) is not None
+    (job_id,) = srv.plane.queued
+    srv.schedule()
+    ((_, placed),) = cards_of(srv, job_id)
+    other = "GPU-k1-1" if placed == "GPU-k1-0" else "GPU-k1-0"
+    assert srv.plane.count_run(job_id, 1, lambda _: "the gate removed") is not None
+    bound = bound_pod("train", "k1", [other], labels=meta["labels"], namespace="xpupool-a")
+    bound["metadata"]["uid"] = meta["uid"]  # the same pod, bound by the extender
+    seen(site, bound)
+    assert cards_of(srv, job_id) == [("k1", other)]
+    reasons = [e["reason"] for e in job(srv, job_id)["events"]]
+    assert any(f"bound to {other} on k1" in r and "re-addressed" in r for r in reasons), reasons
+    assert site.foreign() == {}  # its job counts it, once
+    with srv.plane.db.connect() as conn:
+        row = conn.execute(select(t_allocs.c.data).where(t_allocs.c.job_id == job_id)).one()
+    assert [d["uuid"] for d in row.data["devices"]] == [other]
+    # the placement's card is free now: a job of one card gets it, and none is left
+    a = tenant(srv, "b")
+    next_job = submit(srv, a, f"A100:1 site={SITE}", image="x:1")
+    srv.schedule()
+    assert cards_of(srv, next_job["id"]) == [("k1", placed)]
+    # bound again, to the card the other job holds: nothing changes but an event
+    again = bound_pod("train", "k1", [placed], labels=meta["labels"], namespace="xpupool-a")
+    again["metadata"]["uid"] = meta["uid"]
+    seen(site, again, EventType.MODIFIED)
+    assert cards_of(srv, job_id) == [("k1", other)]
+    reasons = [e["reason"] for e in job(srv, job_id)["events"]]
+    assert any("which the plane's books hold for other work" in r for r in reasons), reasons
