@@ -394,6 +394,11 @@ class RequestModel(_Form):
         description="A site to prefer: its nodes score higher, the others still fit (a "
         "profile weighs it with the 'site' scorer). Null: no preference.",
     )
+    data: SiteName | None = Field(
+        None,
+        description="A dataset of the sites file the job reads ('imagenet'): a site is chosen "
+        "weighing how long the data takes to reach it (docs/sites.md). Null: none.",
+    )
     tolerations: list[Annotated[TolerationModel, BeforeValidator(_toleration_from_text)]] | None = (
         Field(
             None,
@@ -455,6 +460,7 @@ class RequestModel(_Form):
             node_selector=tuple((self.node_selector or {}).items()),
             preferred_site=self.preferred_site,
             tolerations=tuple(t.to_toleration() for t in self.tolerations or ()),
+            data=self.data,
         )
 
     @classmethod
@@ -478,6 +484,7 @@ class RequestModel(_Form):
             node_selector=dict(req.node_selector) or None,
             preferred_site=req.preferred_site,
             tolerations=[TolerationModel.from_toleration(t) for t in req.tolerations] or None,
+            data=req.data,
         )
         model._request = req
         return model
