@@ -1,10 +1,10 @@
 """Choosing a site for a job that names no single site: one what-if per site, ranked by one rule.
 
-For each site open to the job (``gang_sites.open_sites``) the engine places it there in a
-transaction that is rolled back, so the answer is the engine's own and nothing changes: whether it
-fits now, on how many nodes, and how much fragmentation the placement adds on them (the FGD
-measure of the target workload, ``fragmentation/``; 0 without one). A site that could never hold
-it, even empty, is left out. Sites are then ranked by, in order:
+For each site open to the job (``gang_sites.open_sites``) the engine says whether it fits there
+now: one filter pass over the pool for a job of one replica, else a placement in a transaction
+that is rolled back (every replica, a gang within the site), so the answer is the engine's own and
+nothing changes. A site that could never hold it, even empty, is left out. Sites are then ranked
+by, in order:
 
 1. the job's stated preference (``prefer-site=``): the preferred site first;
 2. the expected start delay, ``wait + transfer``: the time its dataset takes to reach the site
@@ -12,7 +12,10 @@ it, even empty, is left out. Sites are then ranked by, in order:
    to a far site only when the wait it saves is larger than the transfer, and at equal delay the
    site with less data to move wins (3);
 3. the transfer alone;
-4. the fragmentation the placement leaves;
+4. the fragmentation the placement adds on the nodes it takes (the FGD measure of the target
+   workload, ``fragmentation/``; 0 without one), from a rolled-back placement in the site. It is
+   measured only where it decides: for the sites tied on the keys before it with the best, so a
+   choice costs one filter pass when the delays differ and one what-if per tied site when not;
 5. the load (the share of the site's card compute allocated).
 
 The wait estimator, exact and named: **expected wait = (the job's position in the site's queue
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -181,6 +184,13 @@ class SiteChooser:
             None if workload is None else engine.fragmentation_cache(workload)
         )
 
+    def warm(self) -> None:
+        """Build now what the first choices would (the empty twin of the verdicts, the
+        fragmentation of every node), not in the middle of a pass."""
+        self._verdicts.warm()
+        if self._frag is not None:
+            self._frag.current()
+
     def applies(self, req: Request) -> bool:
         """Whether there is a choice to make: more than one site of the pool is open to it."""
         return len(open_sites(self.engine.state, req)) > 1
@@ -202,10 +212,16 @@ class SiteChooser:
         queued = queued or {}
         runtime_s, runtime_from = self.runtimes.mean_s(req, max_runtime_s)
         base = None if self._frag is None else self._frag.current().copy()
+        single = req.replicas == 1
+        node_fit = self.engine.feasible(req).node_fit if single else None
         options: list[SiteOption] = []
         for site in sites:
             one = within_sites(req, (site,))
-            fits, nodes, fragment = self._what_if(one, base)
+            if node_fit is not None:
+                fits = bool((node_fit & self.engine.state.site_mask((site,))).any())
+                nodes, fragment = int(fits), 0.0
+            else:
+                fits, nodes, fragment = self._what_if(one, base)
             if not fits and self._verdicts.never_fits(one) is not None:
                 continue
             transfer = None if req.data is None else self.network.transfer(req.data, site)
@@ -230,6 +246,15 @@ class SiteChooser:
         if not options:
             return None
         options.sort(key=SiteOption.rank)
+        if single and self._frag is not None:
+            tied = [o for o in options if o.rank()[:3] == options[0].rank()[:3] and o.fits_now]
+            if len(tied) > 1:  # fragmentation decides between them: measure it
+                measured = {}
+                for o in tied:
+                    _, _, fragment = self._what_if(within_sites(req, (o.site,)), base)
+                    measured[o.site] = replace(o, fragment_milli=fragment)
+                options = [measured.get(o.site, o) for o in options]
+                options.sort(key=SiteOption.rank)
         return SiteChoice(tuple(options))
 
     def _what_if(self, req: Request, base: np.ndarray | None) -> tuple[bool, int, float]:
