@@ -20,7 +20,7 @@ from xpupool.k8s.site.pods import (
     secret_object,
 )
 from xpupool.k8s.site.site import read_node
-from xpupool.k8s.site.sites_file import load_sites
+from xpupool.k8s.site.sites_file import load_site_network, load_sites
 from xpupool.model.allocation import Allocation, DeviceShare
 from xpupool.model.errors import RequestError
 from xpupool.server.schemas.agent_protocol import ReplicaState
@@ -116,6 +116,17 @@ def test_a_finished_jobs_pods_are_kept_as_long_as_the_sites_file_says(tmp_path: 
             "valid number",
         ),
         ("sites: [\n", "sites.yaml", "not valid YAML"),
+        (
+            "sites: []\nlinks: [{sites: [a, b], bandwidth_gbps: -1}]\n",
+            "links[0].bandwidth_gbps",
+            "greater than 0",
+        ),
+        (
+            "sites: []\nlinks: [{sites: [a, b], bandwidth_gbps: 1}, {sites: [b, a], bandwidth_gbps: 2}]\n",
+            "links[1].sites",
+            "given twice",
+        ),
+        ("sites: []\ndatasets: {x: {size: 1Qi, sites: [a]}}\n", "datasets.x.size", "unit"),
     ],
 )
 def test_a_bad_sites_file_is_refused_naming_the_field(
@@ -124,6 +135,19 @@ def test_a_bad_sites_file_is_refused_naming_the_field(
     with pytest.raises(RequestError) as err:
         load_sites(write(tmp_path, text))
     assert field in err.value.field and why in str(err.value), str(err.value)
+
+
+def test_links_and_datasets_are_read_from_the_sites_file(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "sites: []\n"
+        "links: [{sites: [gpu-a, agents-bj], bandwidth_gbps: 25}]\n"
+        "datasets: {imagenet: {size: 150Gi, sites: [gpu-a]}}\n",
+    )
+    assert load_sites(path) == []
+    network = load_site_network(path)
+    assert network.bandwidth_gbps("agents-bj", "gpu-a") == 25
+    assert network.transfer("imagenet", "agents-bj").source == "gpu-a"
 
 
 def plan(**overrides: Any) -> PodPlan:
