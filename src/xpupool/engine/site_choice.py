@@ -12,10 +12,12 @@ by, in order:
    to a far site only when the wait it saves is larger than the transfer, and at equal delay the
    site with less data to move wins (3);
 3. the transfer alone;
-4. the fragmentation the placement adds on the nodes it takes (the FGD measure of the target
-   workload, ``fragmentation/``; 0 without one), from a rolled-back placement in the site. It is
-   measured only where it decides: for the sites tied on the keys before it with the best, so a
-   choice costs one filter pass when the delays differ and one what-if per tied site when not;
+4. the fragmentation the placement adds (the FGD measure of the target workload,
+   ``fragmentation/``; 0 without one): for one replica, the least any node and card of the site
+   that fits would add (FGD's own evaluation, one vectorised pass over the fitting nodes); for
+   more, what the rolled-back placement adds on the nodes it took. It is measured only where it
+   decides, for the sites tied with the best on the keys before it, so a choice of one replica
+   costs one filter pass, and one evaluation when sites tie;
 5. the load (the share of the site's card compute allocated).
 
 The wait estimator, exact and named: **expected wait = (the job's position in the site's queue
@@ -33,7 +35,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from xpupool.engine.context import Context
 from xpupool.engine.engine import Engine
+from xpupool.engine.fragmentation.after import AfterPlacement
 from xpupool.engine.fragmentation.cache import FragmentationCache
 from xpupool.engine.fragmentation.measure import ShapeKey, TargetWorkload, shape_key
 from xpupool.engine.gang_sites import open_sites, within_sites
@@ -183,6 +187,7 @@ class SiteChooser:
         self._frag: FragmentationCache | None = (
             None if workload is None else engine.fragmentation_cache(workload)
         )
+        self._after = None if self._frag is None else AfterPlacement(self._frag)
 
     def warm(self) -> None:
         """Build now what the first choices would (the empty twin of the verdicts, the
@@ -213,7 +218,8 @@ class SiteChooser:
         runtime_s, runtime_from = self.runtimes.mean_s(req, max_runtime_s)
         base = None if self._frag is None else self._frag.current().copy()
         single = req.replicas == 1
-        node_fit = self.engine.feasible(req).node_fit if single else None
+        ctx = self.engine.feasible(req) if single else None
+        node_fit = None if ctx is None else ctx.node_fit
         options: list[SiteOption] = []
         for site in sites:
             one = within_sites(req, (site,))
@@ -246,13 +252,11 @@ class SiteChooser:
         if not options:
             return None
         options.sort(key=SiteOption.rank)
-        if single and self._frag is not None:
+        if ctx is not None:
             tied = [o for o in options if o.rank()[:3] == options[0].rank()[:3] and o.fits_now]
             if len(tied) > 1:  # fragmentation decides between them: measure it
-                measured = {}
-                for o in tied:
-                    _, _, fragment = self._what_if(within_sites(req, (o.site,)), base)
-                    measured[o.site] = replace(o, fragment_milli=fragment)
+                least = self._least_fragment(ctx)
+                measured = {o.site: replace(o, fragment_milli=least[o.site]) for o in tied}
                 options = [measured.get(o.site, o) for o in options]
                 options.sort(key=SiteOption.rank)
         return SiteChoice(tuple(options))
@@ -271,6 +275,27 @@ class SiteChooser:
                 fragment = float((after[nodes] - base[nodes]).sum())
             trial.rollback()
         return True, int(nodes.size), fragment
+
+    def _least_fragment(self, ctx: Context) -> dict[str, float]:
+        """Per site, the least fragmentation one replica of ``ctx`` (filtered) would add on any
+        of its fitting nodes and cards (0 for all without a target workload)."""
+        state = self.engine.state
+        out = dict.fromkeys(state.sites, 0.0)
+        if self._after is None:
+            return out
+        seen = self._after.evaluate(ctx)
+        nodes = seen.candidates
+        after = seen.after.frag_after[nodes]
+        if after.ndim == 2:  # per card: the best card that fits
+            assert ctx.dev_fit is not None
+            after = np.where(ctx.dev_fit[nodes], after, np.inf).min(axis=1)
+        added = after - seen.before[nodes]
+        site_of = state.node_site[nodes]
+        for i, site in enumerate(state.sites):
+            mine = added[site_of == i]
+            if mine.size:
+                out[site] = float(mine.min())
+        return out
 
     def _load(self, site: str) -> float:
         state = self.engine.state
