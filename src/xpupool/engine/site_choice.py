@@ -228,7 +228,11 @@ class SiteChooser:
                 nodes, fragment = int(fits), 0.0
             else:
                 fits, nodes, fragment = self._what_if(one, base)
-            if not fits and self._verdicts.never_fits(one) is not None:
+            if not fits and (
+                site not in self._verdicts.sites_that_fit(req)
+                if single
+                else self._verdicts.never_fits(one) is not None
+            ):
                 continue
             transfer = None if req.data is None else self.network.transfer(req.data, site)
             if transfer is not None and math.isinf(transfer.seconds):
