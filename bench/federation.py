@@ -10,6 +10,13 @@ pool is first filled to ``--fill`` of its device memory with ``placement.py``'s 
 measure of the stream's target workload, the ranking) and placed in the site it chose, so the
 state moves as it would. Prints the choice's time per job (p50, p99, mean, ms) and how the
 choices fell. One core, one process; goal p99 <= 5 ms (DESIGN.md section 7).
+
+    python bench/federation.py --study --seed 42 --json
+
+The study of issue 51 instead: the timed replay of the Alibaba ``default`` trace over the three
+sites of ``examples/sites-sim.yaml`` (``xpupool simulate --mode timed --sites``, the same code),
+once per data setting (every dataset's size scaled: ``tiny`` x0.01, ``comparable`` x1, the file's,
+``dominant`` x20) and site rule (xpupool, least-loaded, random): mean and p95 wait, GiB moved.
 """
 
 from __future__ import annotations
@@ -65,6 +72,45 @@ def three_sites(per_site: int, seed: int) -> list[Node]:
     return nodes
 
 
+SETTINGS = {"tiny": 0.01, "comparable": 1.0, "dominant": 20.0}
+
+
+def study(seed: int, compress: float) -> dict[str, object]:
+    """Per data setting and site rule, the timed replay's figures (see the module docstring)."""
+    from pathlib import Path
+
+    import yaml
+
+    from xpupool.sim.runner import RunSpec, run_timed
+    from xpupool.sim.site_dispatch import RULES, parse_sim_sites
+    from xpupool.sim.trace_files import DEFAULT_PODS, default_nodes
+
+    root = Path(__file__).resolve().parents[1]
+    base = yaml.safe_load((root / "examples" / "sites-sim.yaml").read_text())
+    nodes = default_nodes()
+    spec = RunSpec(str(nodes), str(nodes.parent / DEFAULT_PODS), "xpupool", seed)
+    out: dict[str, object] = {"seed": seed, "compress": compress, "settings": {}}
+    for name, scale in SETTINGS.items():
+        data = dict(base)
+        data["datasets"] = {
+            k: {**v, "size": f"{parse_size_gib(v['size']) * scale:g}Gi"}
+            for k, v in base["datasets"].items()
+        }
+        sites = parse_sim_sites(data)
+        rows = {}
+        for rule in RULES:
+            run = run_timed(spec, "priority", compress, None, sites, rule)
+            rows[rule] = {k: run[k] for k in ("mean_wait_s", "p95_wait_s", "gib_moved")}
+        out["settings"][name] = rows  # type: ignore[index]
+    return out
+
+
+def parse_size_gib(text: str) -> float:
+    from xpupool.model.quantity import parse_memory_mib
+
+    return parse_memory_mib("size", text) / 1024
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -74,7 +120,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true", help="print JSON only")
+    parser.add_argument("--study", action="store_true", help="the timed replay study instead")
+    parser.add_argument("--compress", type=float, default=50000.0, help="--study: arrivals")
     args = parser.parse_args()
+    if args.study:
+        print(json.dumps(study(args.seed, args.compress)))
+        return
     kernels.warm()
     nodes = three_sites(args.nodes_per_site, args.seed)
     state = ClusterState(nodes, seed=7)
