@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from xpupool.engine import ClusterState, Engine
 from xpupool.k8s.codec.pod_request import pod_demand
 from xpupool.k8s.site.pods import (
     PodPlan,
@@ -23,6 +24,7 @@ from xpupool.k8s.site.site import read_node
 from xpupool.k8s.site.sites_file import load_site_network, load_sites
 from xpupool.model.allocation import Allocation, DeviceShare
 from xpupool.model.errors import RequestError
+from xpupool.model.spec import parse_spec
 from xpupool.server.schemas.agent_protocol import ReplicaState
 
 
@@ -315,3 +317,24 @@ def test_a_node_reads_as_the_sites_own_with_its_taints_and_cordon() -> None:
         read_node(hami_node("n" * 64), "gpu-a")
     with pytest.raises(RequestError, match="effect"):
         read_node(hami_node("n1", taints=[{"key": "k", "effect": "Sometimes"}]), "gpu-a")
+
+
+def test_a_gang_keeps_to_one_kubernetes_site() -> None:
+    """Issue 51 part 3: a Kubernetes site's nodes carry its name as their site, so the engine's
+    one-site rule for gangs (``engine/gang_sites.py``) holds across Kubernetes sites as across
+    agent sites: two sites of one card each cannot hold a gang of two, though the pool could."""
+    nodes = []
+    for site in ("gpu-a", "gpu-b"):
+        obj = hami_node(f"{site}-n1")
+        notes = obj["metadata"]["annotations"]
+        notes["hami.io/node-nvidia-register"] = notes["hami.io/node-nvidia-register"].replace(
+            "GPU-0", f"GPU-{site}"
+        )
+        node = read_node(obj, site).node
+        assert node is not None
+        nodes.append(node)
+    engine = Engine(ClusterState(nodes), "binpack")
+    refused = engine.place(parse_spec("A100 replicas=2 gang"))
+    assert not refused.ok
+    assert "no single site holds 2 replicas" in refused.failures[0].note
+    assert engine.place(parse_spec("A100 replicas=2 gang sites=any")).ok
