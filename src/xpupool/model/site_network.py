@@ -20,7 +20,7 @@ the server's sites file and the simulator's read one definition.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator
@@ -170,6 +170,18 @@ class SiteNetwork:
         """The bottleneck bandwidth of the widest path from ``a`` to ``b`` (inf when a == b, 0
         when no path joins them)."""
         return math.inf if a == b else self._widest.get((a, b), 0.0)
+
+    def span_text(self, sites: Sequence[str]) -> str:
+        """What a job across ``sites`` (a gang that may span sites) talks over, for its events:
+        the narrowest widest-path bandwidth between two of them, or the pair no link joins."""
+        pairs = [(a, b) for i, a in enumerate(sites) for b in sites[i + 1 :]]
+        if not pairs:
+            return "one site"
+        a, b = min(pairs, key=lambda p: self.bandwidth_gbps(*p))
+        width = self.bandwidth_gbps(a, b)
+        if not width:
+            return f"no link known between {a} and {b}"
+        return f"narrowest link {width:g} Gbit/s ({a} to {b})"
 
     def dataset(self, name: str) -> Dataset:
         """The dataset ``name``; raises :class:`RequestError` at ``data`` naming the known ones."""

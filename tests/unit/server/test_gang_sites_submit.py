@@ -81,3 +81,26 @@ def test_a_job_naming_an_unknown_dataset_is_422_naming_the_known_ones(server: Se
     assert "known: imagenet" in r.json()["reason"]
     assert row_counts(server) == before
     assert submit(server, a, "A100 data=imagenet")["id"]
+
+
+@pytest.mark.slow
+def test_a_gang_across_sites_says_what_links_join_them(server: Server) -> None:
+    server.plane.site_network = parse_network(
+        {
+            "links": [
+                {"sites": ["site-a", "site-b"], "bandwidth_gbps": 25},
+                {"sites": ["site-b", "site-c"], "bandwidth_gbps": 10},
+            ]
+        }
+    )
+    three_sites(server, c_cards=2)
+    a = tenant(server, "a")
+    spanning = submit(server, a, "A100 replicas=7 sites=any")
+    server.schedule()
+    got = job(server, spanning["id"])
+    assert got["state"] == "scheduled"
+    reasons = [e["reason"] for e in got["events"]]
+    assert any(
+        "across sites site-a, site-b, site-c: narrowest link 10 Gbit/s (site-a to site-c)" in r
+        for r in reasons
+    ), reasons
