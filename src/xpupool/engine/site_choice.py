@@ -216,23 +216,20 @@ class SiteChooser:
             return None
         queued = queued or {}
         runtime_s, runtime_from = self.runtimes.mean_s(req, max_runtime_s)
-        base = None if self._frag is None else self._frag.current().copy()
         single = req.replicas == 1
         ctx = self.engine.feasible(req) if single else None
-        node_fit = None if ctx is None else ctx.node_fit
+        base = None if single or self._frag is None else self._frag.current().copy()
         options: list[SiteOption] = []
         for site in sites:
-            one = within_sites(req, (site,))
-            if node_fit is not None:
-                fits = bool((node_fit & self.engine.state.site_mask((site,))).any())
+            if ctx is not None:  # one replica: the filter pass says where it fits now
+                fits = bool((ctx.node_fit & self.engine.state.site_mask((site,))).any())
                 nodes, fragment = int(fits), 0.0
+                never = not fits and site not in self._verdicts.sites_that_fit(req)
             else:
+                one = within_sites(req, (site,))
                 fits, nodes, fragment = self._what_if(one, base)
-            if not fits and (
-                site not in self._verdicts.sites_that_fit(req)
-                if single
-                else self._verdicts.never_fits(one) is not None
-            ):
+                never = not fits and self._verdicts.never_fits(one) is not None
+            if never:
                 continue
             transfer = None if req.data is None else self.network.transfer(req.data, site)
             if transfer is not None and math.isinf(transfer.seconds):
