@@ -108,4 +108,5 @@ def requests(
         ),
         preferred_site=st.none() | sites,
         tolerations=st.lists(tolerations, max_size=3, unique=True).map(tuple),
+        data=st.none() | sites,  # a dataset's name follows a site's rule
     )

@@ -210,6 +210,13 @@ def parse_seeds(text: str) -> list[int]:
     show_default=True,
     help="with --throughputs: #v100:#p100:#k80, in servers of 8 cards",
 )
+@click.option(
+    "--sites",
+    "sites_file",
+    type=click.Path(dir_okay=False, exists=True),
+    help="timed mode: split the nodes into sites with links and datasets, and compare the site "
+    "choice of xpupool with least-loaded and random (docs/simulator.md)",
+)
 def simulate(
     nodes_path: str | None,
     pods_paths: tuple[str, ...],
@@ -228,6 +235,7 @@ def simulate(
     compress: float,
     throughputs: str | None,
     gavel_cluster: str,
+    sites_file: str | None,
 ) -> None:
     """Replay a cluster trace under each policy and seed (the FGD paper's protocol, or in time)."""
     from pathlib import Path
@@ -265,6 +273,8 @@ def simulate(
 
         if compress <= 0:
             raise click.BadParameter("must be positive", param_hint="--compress")
+        from xpupool.sim.site_dispatch import load_sim_sites
+
         try:
             queues = load_queue_config(queue_config) if queue_config else None
         except RequestError as exc:
@@ -286,6 +296,10 @@ def simulate(
             else:
                 print_timed(console, timed)
             return
+        try:
+            sites = load_sim_sites(sites_file) if sites_file else None
+        except RequestError as exc:
+            raise click.BadParameter(str(exc), param_hint="--sites") from None
         timed = run_timed_traces(
             nodes_path,
             list(pods_paths),
@@ -295,6 +309,7 @@ def simulate(
             compress,
             queues,
             console,
+            sites,
         )
         if as_json:
             click.echo(

@@ -26,6 +26,7 @@ from xpupool.start_options import (
 
 if TYPE_CHECKING:
     from xpupool.agent.launch import LaunchSettings
+    from xpupool.model.site_network import SiteNetwork
     from xpupool.probes.container_runtime import RuntimeChoice
     from xpupool.server.routers.deps import MetricsAuth
     from xpupool.server.sites import Site
@@ -43,6 +44,21 @@ def load_site_file(path: str | None) -> tuple[Site, ...]:
 
     try:
         return kubernetes_sites(path)
+    except XpupoolError as exc:
+        raise click.ClickException(f"--sites {path}: {exc}") from None
+
+
+def load_site_network(path: str | None) -> SiteNetwork:
+    """The links and datasets of ``--sites FILE`` (none without it); a bad file as
+    :func:`load_site_file`."""
+    from xpupool.model.site_network import SiteNetwork
+
+    if path is None:
+        return SiteNetwork()
+    from xpupool.k8s.site.sites_file import load_site_network as load
+
+    try:
+        return load(path)
     except XpupoolError as exc:
         raise click.ClickException(f"--sites {path}: {exc}") from None
 
@@ -428,6 +444,7 @@ def up(
     profiles = load_profiles(profile_file)
     check_policies([policy], profiles)
     sites = load_site_file(sites_file)
+    site_network = load_site_network(sites_file)
     catalog = load_catalog(catalog_file)
     from xpupool.server.schemas.base import NAME_PATTERN
 
@@ -483,5 +500,6 @@ def up(
         metrics_auth=cast("MetricsAuth", metrics_auth),  # a click.Choice of the same names
         launch=launch,
         sites=sites,
+        site_network=site_network,
     )
     serve(cfg, click.echo)

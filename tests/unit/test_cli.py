@@ -139,6 +139,28 @@ def test_simulate_timed_with_a_queue_config(tmp_path: Path) -> None:
     assert "assign[0].priority" in refused.output and "Traceback" not in refused.output
 
 
+def test_simulate_timed_with_sites_compares_the_three_rules(tmp_path: Path) -> None:
+    nodes, pods = _trace(tmp_path)
+    sites = tmp_path / "sites.yaml"
+    sites.write_text(
+        "sites: [{name: a, models: [T4]}, {name: b, models: [T4]}]\n"
+        "links: [{sites: [a, b], bandwidth_gbps: 10}]\n"
+        "datasets: {d: {size: 10Gi, sites: [a]}}\n"
+        "data: {share: 1.0}\n"
+    )
+    args = ["simulate", "--nodes", nodes, "--pods", pods, "--policy", "bestfit", "--seeds", "1"]
+    args += ["--mode", "timed", "--sites", str(sites), "--json"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    runs = json.loads(result.stdout)["runs"]
+    assert [r["sites"] for r in runs] == ["xpupool", "least-loaded", "random"]
+    assert all("gib_moved" in r for r in runs)
+    sites.write_text("sites: [{name: a}, {name: b}]\ndata: {share: 3}\n")
+    refused = CliRunner().invoke(main, args)
+    assert refused.exit_code == 2
+    assert "data.share" in refused.output and "Traceback" not in refused.output
+
+
 def test_simulate_runs_the_profiles_of_a_file(tmp_path: Path) -> None:
     nodes, pods = _trace(tmp_path)
     profiles = tmp_path / "profiles.yaml"

@@ -61,10 +61,12 @@ def print_timed(console: Console, runs: list[dict[str, object]]) -> None:
         "preemptions": "preempted",
         "seconds": "s/run",
     }
+    if any("sites" in r for r in runs):  # --sites: the rule that chose them, the data moved
+        columns = {"sites": "sites", **columns, "gib_moved": "GiB moved"}
     table = FitTable(
         [
             Column(h, justify="right", spare={"p95_wait_s": 1, "peak_util_pct": 2}.get(k, 0))
-            if k != "policy"
+            if k not in ("policy", "sites")
             else Column(h, text=True)  # a profile's name, folded only when nothing else gives
             for k, h in columns.items()
         ],

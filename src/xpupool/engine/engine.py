@@ -15,6 +15,7 @@ from typing import cast
 
 import numpy as np
 
+from xpupool.catalog import AcceleratorCatalog
 from xpupool.engine.allocation_ids import AllocationIds
 from xpupool.engine.context import Context
 from xpupool.engine.device_pick import pick_devices
@@ -372,6 +373,12 @@ class Engine:
     def sites(self) -> list[str]:
         """The sites of the pool's nodes, in the order the nodes named them."""
         return list(self.state.sites)
+
+    @property
+    def catalog(self) -> AcceleratorCatalog:
+        """The card catalog the engine reads its cards with (names, aliases, sizes): fronts check
+        a request's names against the same one."""
+        return self.state.catalog
 
     def knows_model(self, name: str) -> bool:
         """Whether ``name`` names a card model: one the catalog knows, or one of the pool's

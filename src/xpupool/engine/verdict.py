@@ -63,6 +63,7 @@ class Verdicts:
         self._twin: tuple[list[Node], Pipeline] | None = None  # (the nodes it was built from, it)
         # for this twin, keyed by _ANSWER_KEY
         self._answers: Lru[tuple[object, ...], tuple[Miss | None]] = Lru(ANSWERS_KEPT)
+        self._sites: Lru[tuple[object, ...], frozenset[str]] = Lru(ANSWERS_KEPT)
 
     def never_fits(self, req: Request) -> Miss | None:
         """The closest miss when no node of the empty pool takes ``req`` whole, else None. A pool
@@ -102,6 +103,19 @@ class Verdicts:
                     )
         return None
 
+    def sites_that_fit(self, req: Request) -> frozenset[str]:
+        """The sites where some node of the empty pool takes one replica of ``req``: where it
+        could ever run, without the closest miss :meth:`never_fits` works out (site choice asks
+        per site, ``site_choice.py``)."""
+        pipe = self._empty()
+        key = _ANSWER_KEY(req)
+        kept = self._sites.get(key)
+        if kept is None:
+            fit = pipe.filter(pipe.context(replace(req, name="")))
+            found = np.unique(pipe.state.node_site[fit])
+            kept = self._sites.put(key, frozenset(pipe.state.sites[i] for i in found.tolist()))
+        return kept
+
     def warm(self) -> None:
         """Build the empty twin now (at start), not on the first submission that asks."""
         self._empty()
@@ -129,6 +143,7 @@ class Verdicts:
                 pipe.filters_off = self.filters_off
             self._twin = (state.nodes, pipe)
             self._answers.clear()
+            self._sites.clear()
         return self._twin[1]
 
     def _closest_miss(self, pipe: Pipeline, req: Request) -> Miss:

@@ -360,7 +360,8 @@ class Request:
     ``kind`` names the job type and ``speeds`` its relative speed per card model
     (``model/speeds.py``): declared by the job, or filled in by the server from what it measured
     or estimated; the throughput scorer reads them.
-    ``container`` True: the job
+    ``data`` names a dataset of the sites file the job reads, so that a site is chosen knowing
+    where it lives (``engine/site_choice.py``); None: no dataset. ``container`` True: the job
     runs a container image, so only nodes with a container runtime may take it; it is not part of
     the JSON or compact forms (the server sets it from the job's ``image``).
     """
@@ -384,6 +385,7 @@ class Request:
     span_sites: bool = False
     kind: str | None = None
     speeds: Speeds = ()
+    data: str | None = None
 
     def __post_init__(self) -> None:
         _check_int("cpu", self.cpu_milli, 0, 1 << 40)
@@ -408,6 +410,8 @@ class Request:
                 check_site_name(f"site[{i}]", name)  # the JSON form holds both in 'site'
         if self.preferred_site is not None:
             check_site_name("preferred_site", self.preferred_site)
+        if self.data is not None:
+            check_dataset_name("data", self.data)
         pairs = self.node_selector
         items = pairs.items() if isinstance(pairs, Mapping) else pairs
         selector = tuple(sorted((k, v) for k, v in items))
@@ -438,6 +442,14 @@ def check_site_name(path: str, name: object) -> str:
             path, name, "a site name is non-empty, without whitespace, ',' or a leading '!'"
         )
     return name
+
+
+def check_dataset_name(path: str, name: object) -> str:
+    """A dataset's name, as the sites file and ``data=`` write it: one word, as a site's."""
+    try:
+        return check_site_name(path, name)
+    except RequestError as exc:
+        raise RequestError(path, name, exc.reason.replace("site", "dataset")) from None
 
 
 def check_label(path: str, label: object, value: object) -> None:

@@ -422,6 +422,11 @@ class RequestModel(_Form):
         description="A site to prefer: its nodes score higher, the others still fit (a "
         "profile weighs it with the 'site' scorer). Null: no preference.",
     )
+    data: SiteName | None = Field(
+        None,
+        description="A dataset of the sites file the job reads ('imagenet'): a site is chosen "
+        "weighing how long the data takes to reach it (docs/sites.md). Null: none.",
+    )
     tolerations: list[Annotated[TolerationModel, BeforeValidator(_toleration_from_text)]] | None = (
         Field(
             None,
@@ -496,6 +501,7 @@ class RequestModel(_Form):
             tolerations=tuple(t.to_toleration() for t in self.tolerations or ()),
             kind=self.kind,
             speeds=self.speed or (),
+            data=self.data,
         )
 
     @classmethod
@@ -521,6 +527,7 @@ class RequestModel(_Form):
             tolerations=[TolerationModel.from_toleration(t) for t in req.tolerations] or None,
             kind=req.kind,
             speed=req.speeds or None,
+            data=req.data,
         )
         model._request = req
         return model

@@ -79,6 +79,8 @@ KEYS: dict[str, str] = {
     "device-policy": "device_policy",
     "site": "site",
     "prefer-site": "preferred_site",
+    "data": "data",
+    "sites": "span_sites",  # only 'sites=any': the flag span-sites written as a key
     "label": "node_selector",  # repeatable: every label given must be on the node
     "tolerate": "tolerations",  # repeatable: any-of, as Kubernetes' tolerations
     "kind": "kind",
@@ -152,6 +154,7 @@ class _Draft:
     tolerations: list[Toleration] = field(default_factory=list)
     kind: str | None = None
     speeds: Speeds = ()
+    data: str | None = None
     seen: dict[str, str] = field(default_factory=dict)
 
     def once(self, path: str, text: str) -> None:
@@ -213,6 +216,7 @@ class _Draft:
             tolerations=tuple(self.tolerations),
             kind=self.kind,
             speeds=self.speeds,
+            data=self.data,
         )
 
 
@@ -454,6 +458,18 @@ def _set_preferred_site(d: _Draft, path: str, raw: str) -> None:
     d.preferred_site = raw
 
 
+def _set_data(d: _Draft, path: str, raw: str) -> None:
+    d.data = raw
+
+
+def _set_span_sites(d: _Draft, path: str, raw: str) -> None:
+    if raw != "any":
+        raise RequestError(
+            path, raw, "only 'sites=any' (a gang may span sites); 'site=' names sites"
+        )
+    d.span_sites = True
+
+
 def _set_label(d: _Draft, path: str, raw: str) -> None:
     """``label=gpu-pool=a``: the first '=' after the key splits the label from its value."""
     label, sep, value = raw.partition("=")
@@ -497,6 +513,8 @@ _SETTERS: dict[str, Callable[[_Draft, str, str], None]] = {
     "device_policy": _set_device_policy,
     "site": _set_sites,
     "preferred_site": _set_preferred_site,
+    "data": _set_data,
+    "span_sites": _set_span_sites,
     "node_selector": _set_label,
     "tolerations": _set_toleration,
     "kind": _set_kind,
@@ -567,6 +585,8 @@ def format_spec(req: Request) -> str:
         tokens.append(f"site={','.join([*req.sites, *(f'!{x}' for x in req.exclude_sites)])}")
     if req.preferred_site is not None:
         tokens.append(f"prefer-site={_check_token('preferred_site', req.preferred_site)}")
+    if req.data is not None:
+        tokens.append(f"data={_check_token('data', req.data)}")
     for label, value in req.node_selector:
         tokens.append(f"label={label}={_check_token(f'node_selector.{label}', value)}")
     for toleration in req.tolerations:

@@ -44,7 +44,7 @@ def check_names(engine: Engine, req: Request) -> None:
             )
             raise RequestError(f"devices.{key}[{i}]", name, reason)
     if d.partition is not None:
-        check_profile(load_partitions(), engine.state.catalog, d.models, d.partition)
+        check_profile(load_partitions(), engine.catalog, d.models, d.partition)
     _check_sites(engine, req)
     if "DeviceUuid" in engine.filters_off(req):
         return  # its profile places without looking at UUIDs

@@ -274,7 +274,11 @@ def _record_placement(
         ],
     )
     nodes = sorted({a.node for a in allocs})
-    plane.apply(conn, job.id, lc.Schedule(f"on {', '.join(nodes)}"), writes, flavor=outcome.flavor)
+    where = f"on {', '.join(nodes)}"
+    sites = sorted({r.node.site for r in map(plane.node, nodes) if r is not None})
+    if len(sites) > 1:  # a job that may span sites: what its replicas talk over (issue 51)
+        where += f"; across sites {', '.join(sites)}: {plane.site_network.span_text(sites)}"
+    plane.apply(conn, job.id, lc.Schedule(where), writes, flavor=outcome.flavor)
     plane.start(held)  # the sites of its nodes run it (server/sites/)
     plane.notify("scheduled", plane.clock() - job.created_at)
 

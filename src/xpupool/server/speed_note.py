@@ -32,6 +32,6 @@ def speed_note(engine: Engine, req: Request, allocations: Sequence[Allocation]) 
                 models.append(found[1].model)
     got = []
     for model in models:
-        hit = next((r for r in rows if engine.state.catalog.matches(r.model, model)), None)
+        hit = next((r for r in rows if engine.catalog.matches(r.model, model)), None)
         got.append(f"{model} ({round(hit.speed, 2)}x)" if hit else model)
     return f"; speed {describe(rows)}; on {', '.join(got) or '-'}"

@@ -27,6 +27,7 @@ from xpupool.disk_reserve import DEFAULT_LOG_RESERVE
 from xpupool.engine.fragmentation import kernels
 from xpupool.engine.profile import DEFAULT_PROFILE, Profile
 from xpupool.log_setup import configure_logging
+from xpupool.model.site_network import SiteNetwork
 from xpupool.server.admin_token import admin_token_path
 from xpupool.server.audit import AuditKeep
 from xpupool.server.body_limit import DEFAULT_MAX_BODY
@@ -90,6 +91,7 @@ class UpConfig:
         default_factory=ConnectionLimits
     )  # --header-timeout, --connections-per-address (server/connection_guard.py)
     metrics_auth: MetricsAuth = "token"  # --metrics-auth: who may read /metrics
+    site_network: SiteNetwork = field(default_factory=SiteNetwork)  # --sites FILE's links, datasets
     # The in-process agent's launch settings (isolation, container runtime: agent/launch/), being
     # found on another thread: cli_up.py starts asking the runtime before the server's imports,
     # and the agent is made with what it found. None: the defaults, no sandbox and no runtime.
@@ -154,6 +156,7 @@ def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPla
             model_cache=cfg.model_cache,
         )
         plane.card_health.settle_s = cfg.card_settle_s
+        plane.site_network = cfg.site_network
         plane.before_job_id = pool.reserve
         if cfg.rotate_admin_token:
             admin_token.rotate(plane, cfg.data)

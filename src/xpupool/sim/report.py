@@ -22,6 +22,7 @@ from xpupool.sim.runner import (
     summarise,
     trace_name,
 )
+from xpupool.sim.site_dispatch import RULES, SimSites
 
 
 def run_traces(
@@ -107,18 +108,21 @@ def run_timed_traces(
     compress: float,
     queues: QueueConfig | None = None,
     console: Console | None = None,
+    sites: SimSites | None = None,
 ) -> list[dict[str, object]]:
     """Timed replays, one per (trace, policy, seed), serially (each is one pass over a trace);
-    with ``console``, progress as each run starts and finishes."""
+    with ``console``, progress as each run starts and finishes. With ``sites``, each run once per
+    site rule (``site_dispatch.RULES``), so the rules are compared in the same command."""
     specs = [
         RunSpec(nodes_path, pods, p, s) for pods in pods_paths for p in policies for s in seeds
     ]
+    rules = RULES if sites is not None else ("",)
     runs: list[dict[str, object]] = []
     with progress_for(console or Console(quiet=True), spec_labels(specs)) as progress:
         for i, spec in enumerate(specs):
             progress.started(i)
-            runs.append(
-                {"trace": trace_name(spec.pods_path), **run_timed(spec, queue, compress, queues)}
-            )
+            for rule in rules:
+                timed = run_timed(spec, queue, compress, queues, sites, rule)
+                runs.append({"trace": trace_name(spec.pods_path), **timed})
             progress.finished(i, runs[-1])
     return runs

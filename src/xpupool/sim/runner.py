@@ -15,7 +15,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
-from xpupool.engine import Profile
+from xpupool.engine import Engine, Profile
 from xpupool.engine.fragmentation import TargetWorkload
 from xpupool.model import Node
 from xpupool.sim.alibaba import TraceTask, capacity_milli, read_nodes, read_tasks, to_request
@@ -25,6 +25,7 @@ from xpupool.sim.metrics import curves, unallocated_at
 from xpupool.sim.progress import RunLabel, RunProgress, run_labels
 from xpupool.sim.queue_config import QueueConfig
 from xpupool.sim.replay import ReplayTrace, replay
+from xpupool.sim.site_dispatch import SimSites
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,16 +78,38 @@ def run_timed(
     order: str = "fifo",
     compress: float = 1.0,
     queues: QueueConfig | None = None,
+    sites: SimSites | None = None,
+    rule: str = "xpupool",
 ) -> dict[str, object]:
     """One replay in time (arrivals, departures, queueing); the summary figures of the run, and
-    with ``queues`` the mean wait per queue."""
+    with ``queues`` the mean wait per queue. With ``sites`` the nodes are split into them and each
+    task is sent to one by ``rule`` (``site_dispatch.py``)."""
+    from xpupool.sim.site_dispatch import Dispatch
     from xpupool.sim.timed_replay import QueueOrder, timed_replay
 
     nodes, tasks, workload = _load(spec.nodes_path, spec.pods_path)
+    dispatch: Callable[[Engine], Dispatch] | None = None
+    if sites is not None:
+        nodes = sites.split(nodes)
+        data = sites.datasets_of(len(tasks), spec.seed)
+        dispatch = functools.partial(
+            Dispatch, sites=sites, rule=rule, workload=workload, seed=spec.seed, datasets=data
+        )
     result = timed_replay(
-        nodes, tasks, spec.policy, spec.seed, workload, QueueOrder(order), compress, queues
+        nodes,
+        tasks,
+        spec.policy,
+        spec.seed,
+        workload,
+        QueueOrder(order),
+        compress,
+        queues,
+        dispatch=dispatch,
     )
-    out: dict[str, object] = {"policy": spec.policy_name, "seed": spec.seed, **result.summary()}
+    out: dict[str, object] = {"policy": spec.policy_name, "seed": spec.seed}
+    if sites is not None:
+        out["sites"] = rule
+    out.update(result.summary())
     if queues is not None:
         out["wait_by_queue"] = result.wait_by_queue()
     return out

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -34,6 +35,7 @@ from xpupool.engine.fragmentation import TargetWorkload, kernels
 from xpupool.model import Allocation, Node, Request
 from xpupool.sim.alibaba import TraceTask, capacity_milli, to_request
 from xpupool.sim.queue_config import QueueConfig
+from xpupool.sim.site_dispatch import Dispatch
 from xpupool.sim.task_speeds import TaskSpeeds
 
 
@@ -58,6 +60,8 @@ class TimedResult:
     seconds: float
     preemptions: int = 0
     queue_of: tuple[str, ...] = ()  # per task
+    sites_rule: str = ""  # with sites (``site_dispatch.py``): the rule that chose them
+    gib_moved: float = 0.0  # data moved to the sites chosen, GiB
 
     def wait_by_queue(self) -> dict[str, float]:
         """Mean wait (s) of the placed tasks of each queue."""
@@ -84,6 +88,7 @@ class TimedResult:
             "mean_jct_s": round(float(self.jct_s[placed].mean()), 1) if waits.size else 0.0,
             "preemptions": float(self.preemptions),
             "seconds": round(self.seconds, 3),
+            **({"gib_moved": round(self.gib_moved, 1)} if self.sites_rule else {}),
         }
 
 
@@ -116,6 +121,7 @@ def timed_replay(
     queues: QueueConfig | None = None,
     on_pass: Callable[[int, list[int]], None] | None = None,
     speeds: TaskSpeeds | None = None,
+    dispatch: Callable[[Engine], Dispatch] | None = None,
 ) -> TimedResult:
     """Run ``tasks`` by their trace times under ``policy``; see the module docstring.
 
@@ -126,6 +132,8 @@ def timed_replay(
     after each pass, the tasks it tried (indices into ``tasks``, in the order tried).
     ``speeds`` (``sim/task_speeds.py``) gives each task's request and its duration on the cards
     it gets, for traces whose run times depend on the card (Gavel's).
+    ``dispatch`` builds, on the replay's engine, the rule that sends each task to a site as it
+    arrives (``site_dispatch.py``); a task then starts no sooner than its data is there.
     """
     if compress <= 0:
         raise ValueError("compress must be positive")
@@ -136,6 +144,8 @@ def timed_replay(
     config = queues if queues is not None else QueueConfig.single(order is QueueOrder.PRIORITY)
     cycle = SchedulingCycle(Admission(engine, config.queues))
     gate = RetryGate()
+    sited = None if dispatch is None else dispatch(engine)
+    ready_at = [0] * len(tasks)  # when each task's data is at its site (trace seconds)
     tenant_of = {q.name: q.tenant for q in config.queues}
     capacity = capacity_milli(nodes)
     work: list[_Task] = []
@@ -187,13 +197,16 @@ def timed_replay(
                 job.allocations = list(decision.admitted.placement.allocations)
                 running[i] = job
                 placed.add(i)
-                wait[i] = now - arrive_at[i]
                 runs_s = (
                     tasks[i].duration_s if speeds is None else speeds.duration_s(i, job.allocations)
                 )
+                start = max(now, ready_at[i])  # it holds its cards while its data arrives
+                wait[i] = start - arrive_at[i]
                 jct[i] = wait[i] + runs_s
                 used += tasks[i].gpu_request_milli
-                heapq.heappush(departures, (now + runs_s, i, job.allocations[0].id))
+                heapq.heappush(departures, (start + runs_s, i, job.allocations[0].id))
+                if sited is not None:
+                    sited.started(i)
                 continue
             if isinstance(decision, Preempt):
                 for victim in decision.victims:
@@ -227,11 +240,17 @@ def timed_replay(
                     continue  # preempted since: this departure is void
                 release(job)
                 del running[i]
+                if sited is not None:
+                    sited.finished(job.request, tasks[i].duration_s)
         else:
             assert arrival_time is not None
             now = arrival_time
             while next_arrival < len(arrivals) and arrive_at[arrivals[next_arrival]] == now:
-                pending.append(work[arrivals[next_arrival]])
+                job = work[arrivals[next_arrival]]
+                if sited is not None:
+                    job.request, transfer_s = sited.arrive(job.id, job.request)
+                    ready_at[job.id] = now + math.ceil(transfer_s)
+                pending.append(job)
                 next_arrival += 1
         again, left_out = one_pass(now)
         while again:
@@ -250,4 +269,6 @@ def timed_replay(
         time.perf_counter() - started,
         preempted,
         tuple(w.queue for w in work),
+        "" if sited is None else sited.rule,
+        0.0 if sited is None else sited.gib_moved,
     )

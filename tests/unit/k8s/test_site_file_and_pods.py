@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from xpupool.engine import ClusterState, Engine
 from xpupool.k8s.codec.pod_request import pod_demand
 from xpupool.k8s.site.pods import (
     PodPlan,
@@ -20,9 +21,10 @@ from xpupool.k8s.site.pods import (
     secret_object,
 )
 from xpupool.k8s.site.site import read_node
-from xpupool.k8s.site.sites_file import load_sites
+from xpupool.k8s.site.sites_file import load_site_network, load_sites
 from xpupool.model.allocation import Allocation, DeviceShare
 from xpupool.model.errors import RequestError
+from xpupool.model.spec import parse_spec
 from xpupool.server.schemas.agent_protocol import ReplicaState
 
 
@@ -116,6 +118,17 @@ def test_a_finished_jobs_pods_are_kept_as_long_as_the_sites_file_says(tmp_path: 
             "valid number",
         ),
         ("sites: [\n", "sites.yaml", "not valid YAML"),
+        (
+            "sites: []\nlinks: [{sites: [a, b], bandwidth_gbps: -1}]\n",
+            "links[0].bandwidth_gbps",
+            "greater than 0",
+        ),
+        (
+            "sites: []\nlinks: [{sites: [a, b], bandwidth_gbps: 1}, {sites: [b, a], bandwidth_gbps: 2}]\n",
+            "links[1].sites",
+            "given twice",
+        ),
+        ("sites: []\ndatasets: {x: {size: 1Qi, sites: [a]}}\n", "datasets.x.size", "unit"),
     ],
 )
 def test_a_bad_sites_file_is_refused_naming_the_field(
@@ -124,6 +137,19 @@ def test_a_bad_sites_file_is_refused_naming_the_field(
     with pytest.raises(RequestError) as err:
         load_sites(write(tmp_path, text))
     assert field in err.value.field and why in str(err.value), str(err.value)
+
+
+def test_links_and_datasets_are_read_from_the_sites_file(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "sites: []\n"
+        "links: [{sites: [gpu-a, agents-bj], bandwidth_gbps: 25}]\n"
+        "datasets: {imagenet: {size: 150Gi, sites: [gpu-a]}}\n",
+    )
+    assert load_sites(path) == []
+    network = load_site_network(path)
+    assert network.bandwidth_gbps("agents-bj", "gpu-a") == 25
+    assert network.transfer("imagenet", "agents-bj").source == "gpu-a"
 
 
 def plan(**overrides: Any) -> PodPlan:
@@ -291,3 +317,24 @@ def test_a_node_reads_as_the_sites_own_with_its_taints_and_cordon() -> None:
         read_node(hami_node("n" * 64), "gpu-a")
     with pytest.raises(RequestError, match="effect"):
         read_node(hami_node("n1", taints=[{"key": "k", "effect": "Sometimes"}]), "gpu-a")
+
+
+def test_a_gang_keeps_to_one_kubernetes_site() -> None:
+    """Issue 51 part 3: a Kubernetes site's nodes carry its name as their site, so the engine's
+    one-site rule for gangs (``engine/gang_sites.py``) holds across Kubernetes sites as across
+    agent sites: two sites of one card each cannot hold a gang of two, though the pool could."""
+    nodes = []
+    for site in ("gpu-a", "gpu-b"):
+        obj = hami_node(f"{site}-n1")
+        notes = obj["metadata"]["annotations"]
+        notes["hami.io/node-nvidia-register"] = notes["hami.io/node-nvidia-register"].replace(
+            "GPU-0", f"GPU-{site}"
+        )
+        node = read_node(obj, site).node
+        assert node is not None
+        nodes.append(node)
+    engine = Engine(ClusterState(nodes), "binpack")
+    refused = engine.place(parse_spec("A100 replicas=2 gang"))
+    assert not refused.ok
+    assert "no single site holds 2 replicas" in refused.failures[0].note
+    assert engine.place(parse_spec("A100 replicas=2 gang sites=any")).ok

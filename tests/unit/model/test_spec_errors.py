@@ -42,6 +42,8 @@ CASES: list[tuple[str, str, tuple[str, ...], tuple[str, ...]]] = [
     ("site=a,,b", "site[1]", ("name",), ()),
     ("site=sh anghai", "anghai", ("unknown flag",), ()),
     ("prefer-site=!x", "preferred_site", ("site name",), ()),
+    ("data=a,b", "data", ("dataset name",), ()),
+    ("sites=beijing", "span_sites", ("sites=any", "site="), ()),
     ("label=pool", "node_selector", ("label=NAME=VALUE",), ()),
     ("label=pool=a label=pool=b", "node_selector.pool", ("given twice",), ()),
     ("label==a", "node_selector", ("label=NAME=VALUE",), ()),

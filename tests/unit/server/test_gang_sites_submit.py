@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from server_kit import Server, job, node_body, row_counts, submit, tenant
 
+from xpupool.model.site_network import parse_network
+
 
 def site_node(server: Server, name: str, site: str, count: int) -> None:
     body = node_body(name, count=count) | {"site": site}
@@ -60,3 +62,45 @@ def test_a_job_no_single_site_could_hold_is_422_naming_replicas(server: Server) 
     assert got["state"] == "scheduled"
     assert got["request"]["span_sites"] is True
     assert set(nodes_of(got)) == {"a-0", "b-0", "c-0"}
+
+
+@pytest.mark.slow
+def test_a_job_naming_an_unknown_dataset_is_422_naming_the_known_ones(server: Server) -> None:
+    """The sites file's datasets (``xpupool up --sites FILE``) are what ``data=`` may name."""
+    server.plane.site_network = parse_network(
+        {"datasets": {"imagenet": {"size": "150Gi", "sites": ["site-a"]}}}
+    )
+    three_sites(server, c_cards=2)
+    a = tenant(server, "a")
+    before = row_counts(server)
+    r = server.client.post(
+        "/v1/jobs", json={"spec": "A100 data=cifar", "command": ["true"]}, headers=server.as_(a)
+    )
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] == "spec.data"
+    assert "known: imagenet" in r.json()["reason"]
+    assert row_counts(server) == before
+    assert submit(server, a, "A100 data=imagenet")["id"]
+
+
+@pytest.mark.slow
+def test_a_gang_across_sites_says_what_links_join_them(server: Server) -> None:
+    server.plane.site_network = parse_network(
+        {
+            "links": [
+                {"sites": ["site-a", "site-b"], "bandwidth_gbps": 25},
+                {"sites": ["site-b", "site-c"], "bandwidth_gbps": 10},
+            ]
+        }
+    )
+    three_sites(server, c_cards=2)
+    a = tenant(server, "a")
+    spanning = submit(server, a, "A100 replicas=7 sites=any")
+    server.schedule()
+    got = job(server, spanning["id"])
+    assert got["state"] == "scheduled"
+    reasons = [e["reason"] for e in got["events"]]
+    assert any(
+        "across sites site-a, site-b, site-c: narrowest link 10 Gbit/s (site-a to site-c)" in r
+        for r in reasons
+    ), reasons

@@ -11,6 +11,10 @@ sites, beside its agent pool, in the order a job naming no site is offered them.
         namespaces: {ml-team: research}    # optional fixed mapping, wins over the prefix
         create_namespaces: false     # the plane creates a tenant's namespace when missing
         finished_pods_retention_s: 300  # a finished job's pods kept so long (0: deleted at once)
+    links:                           # optional: between node sites (model/site_network.py)
+      - {sites: [gpu-a, agents-bj], bandwidth_gbps: 25, latency_ms: 30}
+    datasets:                        # optional: where named datasets live
+      imagenet: {size: 150Gi, sites: [gpu-a]}
 
 Read as strictly as every other file the operator gives: unknown keys, a bad name, two sites of
 one name, a kubeconfig that is not a file are refused with a :class:`RequestError` naming the
@@ -27,9 +31,17 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from xpupool.model.errors import RequestError
+from xpupool.model.site_network import (
+    MAX_DATASETS,
+    MAX_LINKS,
+    DatasetSpec,
+    LinkSpec,
+    SiteNetwork,
+    parse_network,
+)
 from xpupool.model.validation import request_error
 
-__all__ = ["KubernetesSiteConfig", "SitesFile", "load_sites", "parse_sites"]
+__all__ = ["KubernetesSiteConfig", "SitesFile", "load_site_network", "load_sites", "parse_sites"]
 
 # A DNS-1123 label: what a namespace, and the site's name as a label value, may be.
 DNS_LABEL = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
@@ -84,6 +96,8 @@ class SitesFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     sites: list[KubernetesSiteConfig] = Field(max_length=MAX_SITES)
+    links: list[LinkSpec] = Field(default_factory=list, max_length=MAX_LINKS)
+    datasets: dict[str, DatasetSpec] = Field(default_factory=dict, max_length=MAX_DATASETS)
 
     @model_validator(mode="after")
     def _unique(self) -> SitesFile:
@@ -102,6 +116,7 @@ def parse_sites(data: object, base: Path | None = None) -> list[KubernetesSiteCo
         parsed = SitesFile.model_validate(data)
     except ValidationError as exc:
         raise request_error(exc, "sites") from None
+    parse_network(data)  # the links' and datasets' own rules (a pair given twice, ...)
     out: list[KubernetesSiteConfig] = []
     for i, site in enumerate(parsed.sites):
         if site.name == "agents":
@@ -118,10 +133,18 @@ def parse_sites(data: object, base: Path | None = None) -> list[KubernetesSiteCo
 def load_sites(path: str | Path) -> list[KubernetesSiteConfig]:
     """The sites of the YAML file at ``path``; YAML errors name the file."""
     path = Path(path)
+    return parse_sites(_read(path), path.parent)
+
+
+def load_site_network(path: str | Path) -> SiteNetwork:
+    """The links and datasets of the sites file at ``path`` (empty without them)."""
+    return parse_network(_read(Path(path)))
+
+
+def _read(path: Path) -> object:
     try:
-        data = yaml.safe_load(path.read_text())
+        return yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
         raise RequestError(str(path), "", f"not valid YAML: {exc}") from None
     except OSError as exc:
         raise RequestError(str(path), "", f"cannot be read: {exc.strerror}") from None
-    return parse_sites(data, path.parent)

@@ -33,6 +33,7 @@ from xpupool.engine.verdict import Verdicts
 from xpupool.model.allocation import Allocation
 from xpupool.model.errors import RequestError, Unavailable
 from xpupool.model.request import Request
+from xpupool.model.site_network import SiteNetwork
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.audit import AuditKeep, AuditLog
 from xpupool.server.auth import Principal
@@ -114,6 +115,9 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         # the volume model jobs mount at their runtime's cache path (services/model_cache.py;
         # ``xpupool up --model-cache``); None: none
         self.model_cache = model_cache
+        # the links between node sites and where named datasets live (``xpupool up --sites
+        # FILE``, model/site_network.py): a job's ``data`` names one of these datasets
+        self.site_network = SiteNetwork()
         # where the nodes live and work runs (server/sites/): ``xpupool up`` hands them in; by
         # default the agent pool alone, as every plane had before sites
         self.sites = sites if sites is not None else Sites([AgentPoolSite()])

@@ -172,6 +172,11 @@ def _check(
         check_names(plane.engine, req)
     except RequestError as exc:
         raise exc.under(body.request_field) from None
+    if req.data is not None:  # a dataset of the sites file (docs/sites.md, "Choosing a site")
+        try:
+            plane.site_network.dataset(req.data)
+        except RequestError as exc:
+            raise exc.under(body.request_field) from None
     if complete or body.image is not None:  # unfinished, it may not say what it runs yet
         _check_what_to_run(body)
     if req.container:  # first: its words tell the operator what to start
