@@ -208,10 +208,14 @@ def create_app(
     # a health check answered before them is answered without waiting for that.
     @app.get("/healthz", response_class=PlainTextResponse, tags=["ops"])
     def healthz() -> PlainTextResponse:
-        """'ok', or 503 'unhealthy: <reason>' while the store cannot be written; below it, one
+        """'ok', or 503 'unhealthy: <reason>' while the store cannot be written or does not
+        answer; below it, one
         line per inconsistency the last start found in the store and set aside."""
         plane.check_store()
         healthy, text = plane.health.report()
+        stall = plane.store_stall() if healthy else None  # a write hangs: not known failed yet
+        if stall is not None:
+            healthy, text = False, f"unhealthy: {stall}\n"
         return PlainTextResponse(text, status_code=200 if healthy else 503)
 
     @app.get("/metrics", tags=["ops"])
