@@ -31,6 +31,7 @@ CLI = [sys.executable, "-c", "from xpupool.cli import main; main()"]
 FAKE = Path(__file__).parents[1] / "fixtures" / "agent" / "fake-a100x2.yaml"
 JOB = {"spec": "A100 mem=1Gi cores=1%", "command": ["true"]}
 TAKEOVER_S = 60.0  # the most a test waits (a loaded machine); the figure is in the report
+ANSWER_S = 10.0  # the most a plane whose store stalls may take to answer (a loaded machine)
 
 
 class Submitter(threading.Thread):
@@ -378,6 +379,21 @@ def test_a_plane_behind_a_blackhole_gives_the_store_up_at_its_lease_and_never_wr
 
         across = threading.Thread(target=submit, daemon=True)
         across.start()
+        # the submission hangs in the store holding the plane's lock; the plane still answers
+        # (the scheduling pass, on the event loop, used to wait for that lock, and every request
+        # with it) and says why
+        answered = httpx.get(f"{active.url}/healthz", timeout=ANSWER_S)
+        assert answered.status_code in (200, 503), answered.text
+        until(
+            lambda: "has not answered" in httpx.get(f"{active.url}/healthz", timeout=ANSWER_S).text,
+            "/healthz saying the store is stalled",
+        )
+        r = httpx.get(f"{active.url}/v1/jobs/1", headers=active.headers(token), timeout=ANSWER_S)
+        assert r.status_code == 503 and "has not answered" in r.text, r.text
+        r = httpx.post(
+            f"{active.url}/v1/jobs", json=JOB, headers=active.headers(token), timeout=ANSWER_S
+        )
+        assert r.status_code == 503 and "store" in r.text, r.text  # not queued behind the lock
         until(lambda: health(standby_url)[0] == 200, "the standby serving", timeout_s=TAKEOVER_S)
         log = tmp_path / "a" / "server.log"
         until(
@@ -386,6 +402,8 @@ def test_a_plane_behind_a_blackhole_gives_the_store_up_at_its_lease_and_never_wr
         )
         r = httpx.post(f"{standby_url}/v1/jobs", json=JOB, headers=active.headers(token))
         assert r.status_code == 201, r.text
+        answered = httpx.get(f"{active.url}/healthz", timeout=ANSWER_S)  # still stalled
+        assert answered.status_code == 503 and "lost the store" in answered.text, answered.text
         relay.resume()
         across.join(TAKEOVER_S * 2)
         assert hung and isinstance(hung[0], httpx.Response), hung

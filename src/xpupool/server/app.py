@@ -19,7 +19,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from xpupool.engine.fragmentation import kernels
 from xpupool.model.errors import (
     Conflict,
     Forbidden,
@@ -28,6 +27,7 @@ from xpupool.model.errors import (
     RequestError,
     Unavailable,
 )
+from xpupool.server import rehearsal
 from xpupool.server.audit_http import AuditMiddleware
 from xpupool.server.body_limit import DEFAULT_MAX_BODY, LOG_UPLOAD, BodyLimit
 from xpupool.server.client_address import FromWorkers
@@ -115,7 +115,7 @@ def create_app(
 ) -> FastAPI:
     """The app over ``plane``. ``background`` runs the scheduling passes on the app's event loop and
     the lost-node thread (tests of routers alone may turn them off and call ``schedule_pass``
-    themselves) and starts the engine's loops' warm-up (``kernels.warm_in_background``): the plane
+    themselves) and starts the engine's loops' warm-up (``rehearsal.warm_in_background``): the plane
     alone never warms them. ``max_body``: the largest request body taken, in bytes (an agent's log
     upload may always send a full chunk). ``channel``: the submission channel of the plane's HTTP
     workers (``front/``), listening while the app runs, on its event loop. ``on_stopped``: called
@@ -137,10 +137,10 @@ def create_app(
             # The engine's loops load from numba's cache (or compile, on a first start) on a
             # thread from here, as the socket starts listening: not beside the start's imports
             # and the plane's opening, which they slowed by holding the interpreter half the
-            # time (docs/benchmarks.md, start-up). A placement that needs a loop before it is
-            # ready waits for it on numba's compiler lock. The share prices' LP solver is not
-            # imported with them: ``xpupool up`` imports it at a quiet moment (server/up.py).
-            kernels.warm_in_background(solver=False)
+            # time (docs/benchmarks.md, start-up). The passes wait for them off the event loop
+            # (rehearsal.py). The share prices' LP solver is not imported with them:
+            # ``xpupool up`` imports it at a quiet moment (server/up.py).
+            rehearsal.warm_in_background(plane.profile, plane.profiles)
             watch = LostNodeWatch(plane)
             watch.start()
             passes = asyncio.get_running_loop().create_task(run_passes(plane))
@@ -208,10 +208,14 @@ def create_app(
     # a health check answered before them is answered without waiting for that.
     @app.get("/healthz", response_class=PlainTextResponse, tags=["ops"])
     def healthz() -> PlainTextResponse:
-        """'ok', or 503 'unhealthy: <reason>' while the store cannot be written; below it, one
+        """'ok', or 503 'unhealthy: <reason>' while the store cannot be written or does not
+        answer; below it, one
         line per inconsistency the last start found in the store and set aside."""
         plane.check_store()
         healthy, text = plane.health.report()
+        stall = plane.store_stall() if healthy else None  # a write hangs: not known failed yet
+        if stall is not None:
+            healthy, text = False, f"unhealthy: {stall}\n"
         return PlainTextResponse(text, status_code=200 if healthy else 503)
 
     @app.get("/metrics", tags=["ops"])

@@ -34,6 +34,7 @@ from xpupool.engine.outcomes import (
 )
 from xpupool.model.errors import Unavailable
 from xpupool.server import job_lifecycle as lc
+from xpupool.server import rehearsal
 from xpupool.server.plane import ControlPlane, HeldJob, PendingJob, allocation_to_dict, foreign_use
 from xpupool.server.schemas.jobs import JobPhase, StopCause
 from xpupool.server.speed_note import speed_note
@@ -117,10 +118,18 @@ async def run_passes(plane: ControlPlane, period_s: float = PERIODIC_PASS_S) -> 
     interpreter take turns at the GIL, and at the server's limit the handovers cost about as much
     CPU as the work (issue 25; docs/benchmarks.md and its history). Between two batches of a
     pass the loop serves what came meanwhile, so a submission waits for one batch (``BATCH_S``)
-    at most, as it did for the lock. A cancel lands between two batches, never inside one."""
+    at most, as it did for the lock. A cancel lands between two batches, never inside one.
+
+    Numba compiles a loop on its first call and holds its compiler's lock meanwhile: a pass that
+    called a loop still compiling (a first start, or a loop's source changed) would wait there,
+    seconds of CPU, tens on a loaded machine, and the event loop with it, serving nothing, not even
+    ``/healthz`` (issue 42). So until every loop a placement calls is loaded
+    (``rehearsal.py``), the passes wait for that on a thread."""
     while True:
         await plane.wake.wait(period_s)
         try:
+            if not rehearsal.ready():
+                await asyncio.to_thread(rehearsal.warm, plane.profile, plane.profiles)
             for _ in pass_steps(plane):
                 await _serve_between_batches(plane)
         except Unavailable:

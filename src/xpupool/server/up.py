@@ -232,14 +232,15 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
 def prepare_start() -> None:
     """The start's work that needs no store, done ahead by a standby while it waits
     (``server/standby.py``): the app's and uvicorn's imports, and the engine's compiled loops
-    (``kernels.warm``, seconds of CPU on a first start); after the take-over, only the store's
+    (``rehearsal.warm``, seconds of CPU on a first start); after the take-over, only the store's
     reads remain before serving."""
     import uvicorn  # noqa: F401
 
     from xpupool.engine.fragmentation import kernels
-    from xpupool.server import app  # noqa: F401
+    from xpupool.server import app, rehearsal  # noqa: F401
 
-    kernels.warm()
+    rehearsal.warm()  # the default profile's: the plane's own, if another, loads the rest
+    kernels.warm_solver()
     freeze_start_heap()  # what is alive now: the start's own freeze then walks the plane's alone
 
 

@@ -111,10 +111,10 @@ class SlowToWake:
     def __init__(self, lock: object) -> None:
         self.lock = lock
 
-    def acquire(self) -> bool:
+    def acquire(self, timeout: float = -1) -> bool:
         if threading.current_thread().name == "waiter":
             time.sleep(0.2)
-        return bool(self.lock.acquire())  # type: ignore[attr-defined]
+        return bool(self.lock.acquire(timeout=timeout))  # type: ignore[attr-defined]
 
     def release(self) -> None:
         self.lock.release()  # type: ignore[attr-defined]

@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from server_kit import FakeClock, open_server
 
 from xpupool.engine.fragmentation import kernels
+from xpupool.server import rehearsal
 from xpupool.server.app import create_app
 from xpupool.server.up import solver_when_quiet
 
@@ -31,6 +32,7 @@ def test_the_loops_warm_up_once_the_app_starts_and_it_answers_meanwhile(
         done.wait(30)
 
     monkeypatch.setattr(kernels, "warm", slow_warm)
+    monkeypatch.setattr(rehearsal, "_done", threading.Event())  # as in a fresh process
     plane, _ = open_server(tmp_path, FakeClock())
     try:
         assert not compiling.wait(0.5), "the plane's opening warmed the loops up"

@@ -23,7 +23,6 @@ arrays are indexed by a shape's position in its kind's list (``j``), the table's
 
 from __future__ import annotations
 
-import threading
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -709,18 +708,6 @@ def knapsack(sizes: IntArray, prices: FloatArray, card: int) -> tuple[FloatArray
     last = np.full(card + 1, -1, np.int64)
     _knapsack_jit(sizes.astype(np.int64), prices.astype(np.float64), card, value, last)
     return value, last
-
-
-def warm_in_background(*, solver: bool = True) -> threading.Thread:
-    """:func:`warm` on a thread of its own, so that a server answers while its loops compile (a
-    first start compiles them all, many seconds of CPU: docs/benchmarks.md, start-up). Work that
-    needs a loop before it is ready waits for it on numba's compiler lock, where it would have
-    compiled the loop itself."""
-    thread = threading.Thread(
-        target=lambda: warm(solver=solver), name="xpupool-kernels-warm", daemon=True
-    )
-    thread.start()
-    return thread
 
 
 def warm(*, solver: bool = True) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, event
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from xpupool.catalog.images import ImageCatalog, default_image_catalog
@@ -144,6 +144,9 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         # a step of the wall clock moves ``clock``, never this
         self.monotonic = monotonic
         self._lock = PlaneLock()  # the one lock (lock.py): take it with locked() or write()
+        # while the lock's holder waits on a store that does not answer, a new connection (a
+        # read's) is refused at once, not after TCP gives up (plane/store_stall.py)
+        event.listen(self.db, "checkout", lambda *_: self._lock.stall.refuse())
         self.wake = Wake()  # the scheduling loop's (scheduler_loop.run_passes)
         self.learning_pace = LearningPace()  # when the scheduling loop re-learns (its _relearn)
         # which pending jobs a pass tries (engine/cycle/retry_gate.py): its capacity generation
@@ -513,7 +516,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
                 raise Unavailable(self.health.failure)
             try:
                 conn = self._writer_connection()
-                with conn.begin():
+                with self._lock.stall.entered(), conn.begin():
                     yield conn
             except (OperationalError, OSError) as exc:
                 self._drop_writer()
@@ -571,6 +574,17 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
             self.health.fail(reason)
             raise Unavailable(reason) from None
 
+    @property
+    def store_is_local(self) -> bool:
+        """Whether the store is a file of this host (SQLite), not a server over the network:
+        what the event loop may wait for (``routers/jobs.py``)."""
+        return self.db.dialect.name == "sqlite"
+
+    def store_stall(self) -> str | None:
+        """Why the store counts as stalled (``plane/store_stall.py``), or None."""
+        waited = self._lock.stall.stalled_s()
+        return None if waited is None else f"the store has not answered for {waited:.0f} s"
+
     def store_failed(self, exc: BaseException) -> Unavailable:
         """Record a failed write (logged once) and undo what memory did ahead of the store;
         returns the error to raise."""
@@ -597,7 +611,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
             return False
         with self._lock:
             try:
-                with self.db.begin() as conn:
+                with self._lock.stall.entered(), self.db.begin() as conn:
                     store.mark_opened(conn, self.clock())
                 probe_writable(self.data_dir)
                 probe_writable(self.logs.dir)  # a run handed out writes its log's first line

@@ -2,6 +2,9 @@
 (one consistent state of the books for a block) and ``ControlPlane.write()`` (a store transaction
 under it) are the only ways in.
 
+A thread waiting for it is refused (``Unavailable``, 503) once its holder has waited on the store
+for ``store_stall.STALL_S``: it would wait for the store too (``store_stall.py``).
+
 It also counts the threads waiting to write: the lock is not fair (a thread that lets it go may
 take it again at once), so a scheduling pass lets waiting writers in between its batches
 (``server/scheduler_loop.py``) by waiting for that count to drop to zero.
@@ -14,6 +17,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from xpupool.server.plane.store_stall import StoreStall
+
+WAIT_SLICE_S = 0.05
+"""How often a thread waiting for the lock looks whether the store has stalled."""
+
 
 class PlaneLock:
     """A re-entrant lock, and the count of writers waiting for it (``writers_waiting``)."""
@@ -22,9 +30,10 @@ class PlaneLock:
         self.mutex: Any = threading.RLock()  # Any: a test slows it down with a wrapper
         self.writers_waiting = 0
         self._guard = threading.Condition()  # notified when no writer waits any more
+        self.stall = StoreStall()  # the holder marks its statements; waiters look at it
 
     def __enter__(self) -> None:
-        self.mutex.acquire()
+        self._take()
 
     def __exit__(self, *_exc: object) -> None:
         self.mutex.release()
@@ -33,7 +42,12 @@ class PlaneLock:
         """Take the lock, counted in ``writers_waiting`` until it is taken; let it go with
         :meth:`release`."""
         with self._waiting():
-            self.mutex.acquire()
+            self._take()
+
+    def _take(self) -> None:
+        """Take the lock, or raise ``Unavailable`` once the store holds its holder stalled."""
+        while not self.mutex.acquire(timeout=WAIT_SLICE_S):
+            self.stall.refuse()
 
     def release(self) -> None:
         self.mutex.release()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
@@ -24,8 +25,13 @@ async def submit(body: JobIn, plane: Plane, me: User, request: Request) -> Respo
     # the scheduler for one batch of a few ms at most) and a commit that does not wait for the
     # disk (WAL, synchronous=NORMAL), and the hop to a thread and back was a large part of what
     # a submission cost the app (issue 25; docs/benchmarks.md and its history).
+    # A store over the network (PostgreSQL) is waited for on a thread: its round trips, and a
+    # partition's hang, would stop the loop and every request with it (issue 50).
     request.state.audit_target = submit_target(body.tenant or me.tenant)  # an admin's is audited
-    job = jobs.submit(plane, me, body)
+    if plane.store_is_local:
+        job = jobs.submit(plane, me, body)
+    else:
+        job = await asyncio.to_thread(jobs.submit, plane, me, body)
     request.state.audit_target = submit_target(job.tenant, job.id)
     return model_response(job, 201)
 

@@ -18,6 +18,10 @@ PG_CONNECT_ARGS: dict[str, Any] = {
     "keepalives_idle": 5,
     "keepalives_interval": 2,
     "keepalives_count": 3,
+    # keepalives are not sent while a statement's bytes wait to be acknowledged: a database
+    # that drops packets (a blackhole) would hold such a write for the ~15 min of TCP
+    # retransmissions; after this many ms unacknowledged the connection fails instead
+    "tcp_user_timeout": 10_000,
     # a plane paused (SIGSTOP) or cut off inside a transaction keeps its row locks, the owner
     # row's among them, until PostgreSQL ends its session: after this long, so a standby's
     # claim waits that much at most (docs/postgresql.md)
