@@ -81,6 +81,7 @@ def connect(url: str, *, schema: bool = True) -> Engine:
         services,
         site_pods,
         tenants,
+        usage,
         volumes,
         web_sessions,
     )

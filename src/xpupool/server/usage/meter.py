@@ -1,0 +1,484 @@
+"""Metering: what each replica run held, for how long, and the energy of its cards (issue 52).
+
+The plane tells the meter three things, under its own lock, each an append to a list
+(:meth:`UsageMeter.replica_started` when a replica is first reported running,
+:meth:`replica_ended` when its report is final, :meth:`job_released` when the job's devices are
+given back for any reason: a lost node, a lease, a stop before a start). Everything else happens
+in :meth:`flush`, on the watch thread every heartbeat interval, outside the plane's lock, in one
+transaction of its own: the events are applied in order, every open run is advanced to now, and
+the records, the hourly and daily rollups and the all-time totals are written together. So a run
+in progress is visible, a crash loses at most one interval, and the scheduling path pays a list
+append per replica start or end.
+
+Never counted twice: a record is keyed by (job, attempt, replica, card); a run adopted after a
+restart is reported running again and continues its stored open record from where it was last
+advanced (the plane was down, the run went on: the gap is counted); a retry or a preemption's
+requeue is a new attempt, so a new record. At the first flush, stored records left open by runs
+the plane no longer holds (they ended while it was down) are closed where they were last counted.
+
+Energy: each card's power at the flush (its agent's reading, else the catalog model at its
+reported utilisation: ``catalog/power.py``) times the time held, split among the card's holders
+by their compute share; what the holders leave of a held card's energy over the interval (the
+unheld share, the unheld part of the interval) is charged to tenant ``pool``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from sqlalchemy import ColumnElement, Connection, Table, and_, delete, insert, select, update
+
+from xpupool.catalog.power import PowerModel
+from xpupool.server.storage.usage import LABELS, SUMS, usage_records, usage_rollups, usage_totals
+from xpupool.server.usage.buckets import STEPS, split
+
+if TYPE_CHECKING:
+    from xpupool.model.device import Node
+    from xpupool.server.plane import ControlPlane, HeldJob
+
+log = logging.getLogger("xpupool.server")
+
+POOL = "pool"
+"""The tenant the unheld remainder of a held card's energy is charged to."""
+DEFAULT_KEEP_DAYS = 400.0
+SWEEP_EVERY_S = 3600.0
+
+Key = tuple[int, int, int, str]  # job, attempt, replica, card uuid
+Labels = tuple[str, str, str, str]  # tenant, queue, site, model
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One open record as the meter holds it; the sums are those counted up to ``advanced_at``."""
+
+    key: Key
+    tenant: str
+    queue: str
+    priority: int
+    site: str
+    node: str
+    model: str
+    share: float
+    memory_gib: float
+    units: float
+    started_at: float
+    advanced_at: float
+    seconds: float = 0.0
+    device_seconds: float = 0.0
+    gib_seconds: float = 0.0
+    cu_seconds: float = 0.0
+    energy_j: float = 0.0
+    stored: bool = False
+
+    @property
+    def labels(self) -> Labels:
+        return (self.tenant, self.queue, self.site, self.model)
+
+
+@dataclass(frozen=True, slots=True)
+class _Start:
+    at: float
+    runs: tuple[Run, ...]  # units 0 until the flush looks the model up
+
+
+@dataclass(frozen=True, slots=True)
+class _End:
+    at: float
+    job_id: int
+    attempt: int
+    replica: int | None  # None: every replica of the attempt (released)
+
+
+Sums = list[float]  # in SUMS order
+
+
+class UsageMeter:
+    """Records replica runs (see the module docstring). ``keep_s``: records and rollups kept
+    (``xpupool up --usage-retention``); ``power``: the one power model and compute units."""
+
+    def __init__(self, keep_s: float = DEFAULT_KEEP_DAYS * 86400.0) -> None:
+        if not keep_s > 0:
+            raise ValueError("usage retention must be above 0")
+        self.keep_s = keep_s
+        self.power = PowerModel()
+        self._events: list[_Start | _End] = []
+        self._events_lock = threading.Lock()
+        self._open: dict[Key, Run] = {}
+        self._last: float | None = None  # the last flush's time
+        self._swept: float | None = None
+        self._reconciled = False
+        self._totals: dict[Labels, Sums] | None = None  # seeded from the store on first use
+        self._flush_lock = threading.Lock()
+
+    # ---- called by the plane, under its lock: appends only
+    def replica_started(self, job: HeldJob, replica: int, node: Node | None, at: float) -> None:
+        """Replica ``replica`` of ``job`` is reported running on ``node`` (as of ``at``)."""
+        alloc = next((a for a in job.allocations if a.replica == replica), None)
+        if alloc is None or node is None:
+            return
+        models = {d.uuid: d.model for d in node.devices}
+        runs = tuple(
+            Run(
+                key=(job.id, job.attempt, replica, share.uuid),
+                tenant=job.tenant,
+                queue=job.queue,
+                priority=job.priority,
+                site=node.site,
+                node=alloc.node,
+                model=models.get(share.uuid, ""),
+                share=min(share.core_permille, 1000) / 1000.0,
+                memory_gib=share.memory_mib / 1024.0,
+                units=0.0,
+                started_at=at,
+                advanced_at=at,
+            )
+            for share in alloc.devices
+        )
+        if runs:
+            self._add(_Start(at, runs))
+
+    def replica_ended(self, job_id: int, attempt: int, replica: int, at: float) -> None:
+        self._add(_End(at, job_id, attempt, replica))
+
+    def job_released(self, job_id: int, attempt: int, at: float) -> None:
+        self._add(_End(at, job_id, attempt, None))
+
+    def _add(self, event: _Start | _End) -> None:
+        with self._events_lock:
+            self._events.append(event)
+
+    # ---- the watch thread
+    def flush(self, plane: ControlPlane, now: float | None = None) -> int:
+        """Apply the events, advance every open run to ``now`` and write it all in one
+        transaction; returns the records written. On a failed write nothing in memory moves
+        (the events are kept for the next flush) and the error is raised."""
+        with self._flush_lock:
+            now = plane.clock() if now is None else now
+            with self._events_lock:
+                events, self._events = self._events, []
+            try:
+                return self._flush(plane, events, now)
+            except BaseException:
+                with self._events_lock:
+                    self._events[:0] = events
+                raise
+
+    def _flush(self, plane: ControlPlane, events: list[_Start | _End], now: float) -> int:
+        open_runs = dict(self._open)
+        changed: dict[Key, Run] = {}
+        rollup: dict[tuple[str, float, Labels], Sums] = {}
+        totals: dict[Labels, Sums] = {}
+        closed: dict[Key, float] = {}
+        with plane.db.begin() as conn:
+            if self._totals is None:
+                self._totals = _read_totals(conn)
+            if not self._reconciled:
+                held = plane.read(lambda: {(j.id, j.attempt) for j in plane.held_jobs.values()})
+                _close_stale(conn, held)
+            stored = _stored_open(conn, events, open_runs)
+            for event in events:
+                if isinstance(event, _Start):
+                    for run in event.runs:
+                        if run.key in open_runs:
+                            continue
+                        found = stored.pop(run.key, None)
+                        units = self.power.compute_units(run.model)
+                        open_runs[run.key] = found or replace(run, units=units)
+                    continue
+                for key in [k for k in (*open_runs, *stored) if _ends(event, k)]:
+                    found = open_runs.pop(key, None)
+                    run = found if found is not None else stored.pop(key)
+                    closed[key] = event.at
+                    changed[key] = run
+                    open_runs[key] = run  # advanced below, to its end
+            window_start = self._last
+            watts = self._watts(plane, open_runs.values())
+            held_energy: dict[str, float] = {}
+            for key, run in open_runs.items():
+                end = closed.get(key, now)
+                advanced = _advance(run, end, watts.get(key[3], 0.0))
+                changed[key] = advanced
+                _add_rollups(rollup, totals, advanced.labels, run, advanced)
+                lo = run.advanced_at if window_start is None else max(run.advanced_at, window_start)
+                held_energy[key[3]] = held_energy.get(key[3], 0.0) + watts.get(
+                    key[3], 0.0
+                ) * run.share * max(end - lo, 0.0)
+            self._pool_energy(open_runs, watts, held_energy, window_start, now, rollup, totals)
+            _write_records(conn, changed.values(), closed)
+            _write_sums(conn, rollup, totals)
+            if self._swept is None or now - self._swept >= SWEEP_EVERY_S:
+                self._sweep(conn, now)
+        # committed: memory follows
+        self._reconciled = True
+        self._last = now
+        self._open = {k: replace(r, stored=True) for k, r in changed.items() if k not in closed} | {
+            k: r for k, r in self._open.items() if k not in changed and k not in closed
+        }
+        for labels, sums in totals.items():
+            mine = self._totals.setdefault(labels, [0.0] * len(SUMS))
+            for i, v in enumerate(sums):
+                mine[i] += v
+        return len(changed)
+
+    def _watts(self, plane: ControlPlane, runs: Iterable[Run]) -> dict[str, float]:
+        """Each held card's power now: its agent's reading, else the catalog model at its
+        reported utilisation (unreported: busy)."""
+        cards = {r.key[3]: r.model for r in runs}
+        readings = plane.read(lambda: {u: plane.device_metrics(u) for u in cards})
+        out = {}
+        for uuid, model in cards.items():
+            m = readings.get(uuid)
+            out[uuid] = self.power.watts(
+                model,
+                None if m is None else m.utilization_pct,
+                None if m is None else m.power_w,
+            )
+        return out
+
+    def _pool_energy(
+        self,
+        runs: Mapping[Key, Run],
+        watts: Mapping[str, float],
+        held_energy: Mapping[str, float],
+        window_start: float | None,
+        now: float,
+        rollup: dict[tuple[str, float, Labels], Sums],
+        totals: dict[Labels, Sums],
+    ) -> None:
+        """The card's energy over the window less what its holders were charged in it: the
+        pool's. The first flush has no window (nothing before it was watched)."""
+        if window_start is None:
+            return
+        cards: dict[str, Run] = {}
+        for run in runs.values():
+            cards.setdefault(run.key[3], run)
+        for uuid, run in cards.items():
+            rest = watts.get(uuid, 0.0) * (now - window_start) - held_energy.get(uuid, 0.0)
+            if rest <= 1e-9:
+                continue
+            labels = (POOL, "", run.site, run.model)
+            sums = [0.0, 0.0, 0.0, rest]
+            _spread(rollup, labels, window_start, now, sums)
+            _accumulate(totals.setdefault(labels, [0.0] * len(SUMS)), sums)
+
+    def _sweep(self, conn: Connection, now: float) -> None:
+        """Records ended and rollup buckets older than the usage retention go; totals stay."""
+        cut = now - self.keep_s
+        conn.execute(delete(usage_records).where(usage_records.c.ended_at < cut))
+        conn.execute(delete(usage_rollups).where(usage_rollups.c.bucket < cut))
+        self._swept = now
+
+    def totals(self, plane: ControlPlane) -> dict[Labels, Sums]:
+        """The all-time sums per (tenant, queue, site, model): ``/metrics``' counters, seeded
+        from the store, so they never go back across a restart."""
+        if self._totals is None:
+            with plane.db.connect() as conn:
+                self._totals = _read_totals(conn)
+        return {k: list(v) for k, v in self._totals.items()}
+
+    def open_runs(self) -> int:
+        return len(self._open)
+
+
+def _ends(event: _End, key: Key) -> bool:
+    return (
+        key[0] == event.job_id
+        and key[1] == event.attempt
+        and (event.replica is None or key[2] == event.replica)
+    )
+
+
+def _advance(run: Run, end: float, watts: float) -> Run:
+    """``run`` counted up to ``end`` (never backwards)."""
+    dt = max(end - run.advanced_at, 0.0)
+    return replace(
+        run,
+        advanced_at=max(end, run.advanced_at),
+        seconds=run.seconds + dt,
+        device_seconds=run.device_seconds + run.share * dt,
+        gib_seconds=run.gib_seconds + run.memory_gib * dt,
+        cu_seconds=run.cu_seconds + run.share * run.units * dt,
+        energy_j=run.energy_j + watts * run.share * dt,
+    )
+
+
+def _delta(before: Run, after: Run) -> Sums:
+    return [
+        after.device_seconds - before.device_seconds,
+        after.gib_seconds - before.gib_seconds,
+        after.cu_seconds - before.cu_seconds,
+        after.energy_j - before.energy_j,
+    ]
+
+
+def _accumulate(into: Sums, sums: Sums) -> None:
+    for i, v in enumerate(sums):
+        into[i] += v
+
+
+def _spread(
+    rollup: dict[tuple[str, float, Labels], Sums],
+    labels: Labels,
+    start: float,
+    end: float,
+    sums: Sums,
+) -> None:
+    for step, step_s in STEPS.items():
+        for bucket, fraction in split(start, end, step_s):
+            row = rollup.setdefault((step, bucket, labels), [0.0] * len(SUMS))
+            _accumulate(row, [v * fraction for v in sums])
+
+
+def _add_rollups(
+    rollup: dict[tuple[str, float, Labels], Sums],
+    totals: dict[Labels, Sums],
+    labels: Labels,
+    before: Run,
+    after: Run,
+) -> None:
+    sums = _delta(before, after)
+    if not any(sums):
+        return
+    _spread(rollup, labels, before.advanced_at, after.advanced_at, sums)
+    _accumulate(totals.setdefault(labels, [0.0] * len(SUMS)), sums)
+
+
+def _stored_open(
+    conn: Connection, events: list[_Start | _End], held: Mapping[Key, Run]
+) -> dict[Key, Run]:
+    """The stored open records of the jobs the events name that memory does not hold (runs
+    adopted after a restart, or released before they were reported again)."""
+    jobs = {e.job_id for e in events if isinstance(e, _End)}
+    jobs |= {r.key[0] for e in events if isinstance(e, _Start) for r in e.runs}
+    jobs -= {k[0] for k in held}
+    if not jobs:
+        return {}
+    t = usage_records
+    rows = conn.execute(
+        select(t).where(t.c.ended_at.is_(None), t.c.job_id.in_(sorted(jobs)))
+    ).mappings()
+    out: dict[Key, Run] = {}
+    for r in rows:
+        key = (int(r["job_id"]), int(r["attempt"]), int(r["replica"]), str(r["uuid"]))
+        out[key] = Run(
+            key=key,
+            tenant=str(r["tenant"]),
+            queue=str(r["queue"]),
+            priority=int(r["priority"]),
+            site=str(r["site"]),
+            node=str(r["node"]),
+            model=str(r["model"]),
+            share=float(r["share"]),
+            memory_gib=float(r["memory_gib"]),
+            units=float(r["units"]),
+            started_at=float(r["started_at"]),
+            advanced_at=float(r["advanced_at"]),
+            seconds=float(r["seconds"]),
+            device_seconds=float(r["device_seconds"]),
+            gib_seconds=float(r["gib_seconds"]),
+            cu_seconds=float(r["cu_seconds"]),
+            energy_j=float(r["energy_j"]),
+            stored=True,
+        )
+    return out
+
+
+def _close_stale(conn: Connection, held: set[tuple[int, int]]) -> None:
+    """Close, where last counted, the stored open records of runs the plane does not hold."""
+    t = usage_records
+    rows = conn.execute(
+        select(t.c.job_id, t.c.attempt).where(t.c.ended_at.is_(None)).distinct()
+    ).all()
+    for job_id, attempt in rows:
+        if (int(job_id), int(attempt)) in held:
+            continue
+        conn.execute(
+            update(t)
+            .where(t.c.job_id == job_id, t.c.attempt == attempt, t.c.ended_at.is_(None))
+            .values(ended_at=t.c.advanced_at)
+        )
+
+
+def _write_records(conn: Connection, runs: Iterable[Run], closed: Mapping[Key, float]) -> None:
+    t = usage_records
+    new, old = [], []
+    for run in runs:
+        row = {
+            "job_id": run.key[0],
+            "attempt": run.key[1],
+            "replica": run.key[2],
+            "uuid": run.key[3],
+            "advanced_at": run.advanced_at,
+            "ended_at": closed.get(run.key),
+            "seconds": run.seconds,
+            **{f: getattr(run, f) for f in SUMS},
+        }
+        if run.stored:
+            old.append(row)
+            continue
+        row |= {
+            f: getattr(run, f)
+            for f in (*LABELS, "priority", "node", "share", "memory_gib", "units", "started_at")
+        }
+        new.append(row)
+    if new:
+        conn.execute(insert(t), new)
+    for row in old:  # few per flush: the runs that moved
+        key = and_(
+            t.c.job_id == row["job_id"],
+            t.c.attempt == row["attempt"],
+            t.c.replica == row["replica"],
+            t.c.uuid == row["uuid"],
+        )
+        conn.execute(update(t).where(key).values({k: v for k, v in row.items() if k not in _KEY}))
+
+
+_KEY = frozenset({"job_id", "attempt", "replica", "uuid"})
+
+
+def _write_sums(
+    conn: Connection,
+    rollup: Mapping[tuple[str, float, Labels], Sums],
+    totals: Mapping[Labels, Sums],
+) -> None:
+    """Add the flush's sums to their rows (an UPDATE that adds, or an INSERT when the row is
+    new): one writer, so no two flushes race for a row."""
+    for (step, bucket, labels), sums in rollup.items():
+        t = usage_rollups
+        where = and_(
+            t.c.step == step,
+            t.c.bucket == bucket,
+            *(t.c[name] == value for name, value in zip(LABELS, labels, strict=True)),
+        )
+        _add_to(conn, t, where, {"step": step, "bucket": bucket}, labels, sums)
+    for labels, sums in totals.items():
+        t = usage_totals
+        where = and_(*(t.c[name] == value for name, value in zip(LABELS, labels, strict=True)))
+        _add_to(conn, t, where, {}, labels, sums)
+
+
+def _add_to(
+    conn: Connection,
+    t: Table,
+    where: ColumnElement[bool],
+    extra: dict[str, object],
+    labels: Labels,
+    sums: Sums,
+) -> None:
+    values = {name: t.c[name] + v for name, v in zip(SUMS, sums, strict=True)}
+    done = conn.execute(update(t).where(where).values(values))
+    if done.rowcount == 0:
+        row = extra | dict(zip(LABELS, labels, strict=True)) | dict(zip(SUMS, sums, strict=True))
+        conn.execute(insert(t).values(row))
+
+
+def _read_totals(conn: Connection) -> dict[Labels, Sums]:
+    t = usage_totals
+    return {
+        (r[0], r[1], r[2], r[3]): [float(v) for v in r[4:]]
+        for r in conn.execute(select(*(t.c[n] for n in (*LABELS, *SUMS)))).all()
+    }

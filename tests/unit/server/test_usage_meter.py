@@ -1,0 +1,128 @@
+"""Metering against the jobs' own timestamped events (issue 52): one record per attempt,
+replica and card, advanced at each flush, continued after a restart, closed at the end; energy
+split by share with the remainder charged to the pool. The plane runs on a hand-moved clock, so
+every time below is exact."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from server_kit import Server, heartbeat, job, node, reopen, report, submit, tenant
+from sqlalchemy import select
+
+from xpupool.server.storage.usage import usage_records, usage_rollups, usage_totals
+from xpupool.server.usage.meter import POOL
+
+
+def _records(server: Server) -> list[dict[str, Any]]:
+    with server.plane.db.connect() as conn:
+        t = usage_records
+        rows = conn.execute(select(t).order_by(t.c.job_id, t.c.attempt, t.c.replica)).mappings()
+        return [dict(r) for r in rows]
+
+
+def _event_at(server: Server, job_id: int, state: str, nth: int = 0) -> float:
+    return [e["at"] for e in job(server, job_id)["events"] if e["state"] == state][nth]
+
+
+def _start(server: Server, token: str, spec: str = "A100:1") -> int:
+    j = submit(server, token, spec)
+    server.schedule()
+    heartbeat(server, "n1")  # handed out
+    heartbeat(server, "n1", [report(j["id"], 0, "running")])
+    return int(j["id"])
+
+
+def test_a_run_is_recorded_while_it_runs_and_closed_at_its_end(server: Server) -> None:
+    node(server, "n1", count=1)
+    a = tenant(server, "a")
+    job_id = _start(server, a)
+    server.clock.advance(100)
+    server.plane.meter.flush(server.plane)
+    (rec,) = _records(server)
+    assert rec["ended_at"] is None and rec["seconds"] == 100.0  # visible while it runs
+    server.clock.advance(50)
+    heartbeat(server, "n1", [report(job_id, 0, "succeeded", 0)])
+    server.clock.advance(30)  # the flush comes later; the end is when it was reported
+    server.plane.meter.flush(server.plane)
+    (rec,) = _records(server)
+    ran = _event_at(server, job_id, "succeeded") - _event_at(server, job_id, "running")
+    assert rec["seconds"] == ran == 150.0
+    assert rec["ended_at"] == _event_at(server, job_id, "succeeded")
+    assert (rec["tenant"], rec["share"], rec["memory_gib"]) == ("a", 1.0, 80.0)
+    assert rec["device_seconds"] == 150.0 and rec["cu_seconds"] == 150.0 * rec["units"] > 0
+    assert rec["gib_seconds"] == 80.0 * 150.0 and rec["energy_j"] > 0
+
+
+def test_an_adopted_run_continues_its_record_and_a_retry_gets_its_own(server: Server) -> None:
+    node(server, "n1", count=1)
+    a = tenant(server, "a")
+    job_id = _start(server, a)
+    server.clock.advance(40)
+    server.plane.meter.flush(server.plane)
+    server.clock.advance(10)  # counted by no flush: the plane stops here
+    server = reopen(server)
+    server.clock.advance(20)
+    for held in server.plane.held_jobs.values():
+        held.dispatched = False
+    heartbeat(server, "n1", [{**report(job_id, 0, "running"), "attempt": 1}])  # adopted
+    server.plane.meter.flush(server.plane)
+    (rec,) = _records(server)
+    assert rec["seconds"] == 70.0 and rec["ended_at"] is None  # the same row, the gap counted
+    server.clock.advance(5)
+    lease = {**report(job_id, 0, "stopped"), "attempt": 1, "stop_cause": "lease_expired"}
+    heartbeat(server, "n1", [lease])  # requeued: attempt 1 ends
+    server.schedule()
+    heartbeat(server, "n1")
+    server.clock.advance(1)
+    heartbeat(server, "n1", [{**report(job_id, 0, "running"), "attempt": 2}])
+    server.clock.advance(9)
+    server.plane.meter.flush(server.plane)
+    first, second = _records(server)
+    assert (first["attempt"], first["seconds"], second["attempt"]) == (1, 75.0, 2)
+    assert first["ended_at"] == _event_at(server, job_id, "pending", 1)
+    assert second["seconds"] == 9.0 and second["ended_at"] is None
+    assert second["started_at"] == _event_at(server, job_id, "running", -1)
+
+
+def test_a_preempted_or_lost_run_ends_when_its_devices_are_released(server: Server) -> None:
+    node(server, "n1", count=1)
+    a = tenant(server, "a")
+    job_id = _start(server, a)
+    server.clock.advance(12)
+    r = server.client.post(f"/v1/jobs/{job_id}/cancel", headers=server.as_(a))
+    assert r.status_code in (200, 202), r.text
+    server.clock.advance(3)
+    heartbeat(server, "n1", [report(job_id, 0, "stopped")])
+    server.plane.meter.flush(server.plane)
+    (rec,) = _records(server)
+    assert rec["seconds"] == 15.0 and rec["ended_at"] == server.clock.now
+
+
+def test_energy_of_a_shared_card_is_split_by_share_and_the_rest_is_the_pool(
+    server: Server,
+) -> None:
+    node(server, "n1", count=1)
+    a, b = tenant(server, "a"), tenant(server, "b")
+    ja = submit(server, a, "A100:1 cores=25% mem=10Gi")["id"]
+    jb = submit(server, b, "A100:1 cores=50% mem=10Gi")["id"]
+    server.schedule()
+    heartbeat(server, "n1")
+    heartbeat(server, "n1", [report(ja, 0, "running"), report(jb, 0, "running")])
+    server.plane.meter.flush(server.plane)  # the first flush opens the window
+    metrics = [{"uuid": "n1-gpu0", "power_w": 200.0, "utilization_pct": 30.0}]
+    body = {"node": "n1", "metrics": metrics, "replicas": []}
+    assert server.client.post("/v1/agent/heartbeat", json=body, headers=server.admin).is_success
+    server.clock.advance(10)
+    server.plane.meter.flush(server.plane)
+    energy = {r["tenant"]: r["energy_j"] for r in _records(server)}
+    assert energy == {"a": pytest.approx(200 * 0.25 * 10), "b": pytest.approx(200 * 0.5 * 10)}
+    with server.plane.db.connect() as conn:
+        t = usage_totals
+        pool = conn.execute(select(t.c.energy_j).where(t.c.tenant == POOL)).scalar_one()
+        hours = conn.execute(
+            select(usage_rollups.c.energy_j).where(usage_rollups.c.step == "hour")
+        ).scalars()
+        assert sum(hours) == pytest.approx(200 * 10)  # holders and pool: the card's samples
+    assert pool == pytest.approx(200 * 0.25 * 10)
