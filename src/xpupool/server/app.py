@@ -48,6 +48,7 @@ from xpupool.server.routers import (
     service_tokens,
     services,
     tenants,
+    usage,
     volumes,
 )
 from xpupool.server.routers.deps import MetricsAuth, MetricsReader
@@ -243,6 +244,7 @@ def create_app(
         volumes.router,
         service_tokens.router,
         services.router,
+        usage.router,
     ):
         app.include_router(router)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from server_kit import Server, heartbeat, job, node, reopen, report, submit, tenant
+from server_kit import Server, heartbeat, job, node, reopen, report, row_counts, submit, tenant
 from sqlalchemy import select
 
 from xpupool.server.storage.usage import usage_records, usage_rollups, usage_totals
@@ -126,3 +126,94 @@ def test_energy_of_a_shared_card_is_split_by_share_and_the_rest_is_the_pool(
         ).scalars()
         assert sum(hours) == pytest.approx(200 * 10)  # holders and pool: the card's samples
     assert pool == pytest.approx(200 * 0.25 * 10)
+
+
+def _two_tenants_ran(server: Server) -> tuple[str, str]:
+    node(server, "n1", count=2)
+    a, b = tenant(server, "a"), tenant(server, "b")
+    ja = submit(server, a, "A100:1")["id"]
+    jb = submit(server, b, "A100:1")["id"]
+    server.schedule()
+    heartbeat(server, "n1")
+    heartbeat(server, "n1", [report(ja, 0, "running"), report(jb, 0, "running")])
+    server.clock.advance(7200)
+    heartbeat(server, "n1", [report(ja, 0, "succeeded", 0), report(jb, 0, "running")])
+    server.clock.advance(1800)
+    server.plane.meter.flush(server.plane)
+    return a, b
+
+
+def test_a_tenant_reads_its_own_usage_and_the_admin_everyones(server: Server) -> None:
+    a, _b = _two_tenants_ran(server)
+    params = {"by": "tenant,model", "step": "hour", "from": "0"}
+    mine = server.client.get("/v1/usage", params=params, headers=server.as_(a)).json()
+    assert {r["tenant"] for r in mine["rows"]} == {"a"}
+    assert sum(r["device_seconds"] for r in mine["rows"]) == pytest.approx(7200)
+    every = server.client.get("/v1/usage", params=params, headers=server.admin).json()
+    seconds: dict[str, float] = {}
+    for r in every["rows"]:
+        seconds[r["tenant"]] = seconds.get(r["tenant"], 0.0) + r["device_seconds"]
+    assert seconds == {"a": pytest.approx(7200), "b": pytest.approx(9000)}
+    days = server.client.get(
+        "/v1/usage", params={"step": "month", "from": "0"}, headers=server.admin
+    ).json()
+    assert sum(r["device_seconds"] for r in days["rows"]) == pytest.approx(16200)
+    assert all(r["queue"] is None for r in days["rows"])  # not asked for: summed over
+
+
+def test_bad_usage_queries_are_refused_naming_the_field(server: Server) -> None:
+    a, _b = _two_tenants_ran(server)
+    before = row_counts(server)
+    for params, field in [
+        ({"by": "tenant,colour"}, "by"),
+        ({"by": "tenant,tenant"}, "by"),
+        ({"step": "week"}, "step"),
+        ({"from": "yesterday"}, "from"),
+        ({"to": "1e300"}, "to"),
+        ({"from": "2000", "to": "1000"}, "from"),
+        ({"step": "hour", "from": "0", "to": "1e8"}, "from"),  # more buckets than one answer holds
+    ]:
+        r = server.client.get("/v1/usage", params=params, headers=server.as_(a))
+        assert r.status_code == 422 and r.json()["field"] == field, (params, r.text)
+    for month in ("2026-13", "0000-01", "26-11"):
+        r = server.client.get("/v1/usage/export", params={"month": month}, headers=server.admin)
+        assert r.status_code == 422 and r.json()["field"] == "month", r.text
+    assert row_counts(server) == before
+
+
+def test_the_month_export_is_one_row_per_tenant_queue_site_model(server: Server) -> None:
+    a, _b = _two_tenants_ran(server)
+    from datetime import UTC, datetime
+
+    month = datetime.fromtimestamp(server.clock.now, UTC).strftime("%Y-%m")
+    r = server.client.get("/v1/usage/export", params={"month": month}, headers=server.admin)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/csv")
+    lines = r.text.splitlines()
+    assert lines[0] == (
+        "month,tenant,queue,site,model,device_hours,device_memory_gib_hours,"
+        "compute_unit_hours,energy_kwh"
+    )
+    rows = {line.split(",")[1]: line.split(",") for line in lines[1:]}
+    assert set(rows) == {"a", "b"}  # no flush watched a card partly idle: no pool row
+    assert float(rows["a"][5]) == pytest.approx(2.0) and float(rows["b"][5]) == pytest.approx(2.5)
+    mine = server.client.get("/v1/usage/export", params={"month": month}, headers=server.as_(a))
+    assert [line.split(",")[1] for line in mine.text.splitlines()[1:]] == ["a"]
+
+
+def test_counters_in_metrics_go_on_from_the_store_after_a_restart(server: Server) -> None:
+    _two_tenants_ran(server)
+
+    def device_seconds(srv: Server) -> float:
+        text = srv.client.get("/metrics", headers=srv.admin).text
+        line = next(
+            x
+            for x in text.splitlines()
+            if x.startswith("xpupool_device_seconds_total{") and 'tenant="b"' in x
+        )
+        return float(line.rsplit(" ", 1)[1])
+
+    assert device_seconds(server) == pytest.approx(9000)
+    server = reopen(server)
+    assert device_seconds(server) == pytest.approx(9000)  # seeded, not zero
+    paths = server.client.get("/openapi.json").json()["paths"]
+    assert "/v1/usage" in paths and "/v1/usage/export" in paths

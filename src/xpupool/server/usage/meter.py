@@ -218,10 +218,9 @@ class UsageMeter:
         self._open = {k: replace(r, stored=True) for k, r in changed.items() if k not in closed} | {
             k: r for k, r in self._open.items() if k not in changed and k not in closed
         }
-        for labels, sums in totals.items():
-            mine = self._totals.setdefault(labels, [0.0] * len(SUMS))
-            for i, v in enumerate(sums):
-                mine[i] += v
+        with self._events_lock:  # a scrape copies them (totals)
+            for labels, sums in totals.items():
+                _accumulate(self._totals.setdefault(labels, [0.0] * len(SUMS)), sums)
         return len(changed)
 
     def _watts(self, plane: ControlPlane, runs: Iterable[Run]) -> dict[str, float]:
@@ -277,8 +276,12 @@ class UsageMeter:
         from the store, so they never go back across a restart."""
         if self._totals is None:
             with plane.db.connect() as conn:
-                self._totals = _read_totals(conn)
-        return {k: list(v) for k, v in self._totals.items()}
+                seeded = _read_totals(conn)
+            with self._events_lock:
+                if self._totals is None:
+                    self._totals = seeded
+        with self._events_lock:
+            return {k: list(v) for k, v in self._totals.items()}
 
     def open_runs(self) -> int:
         return len(self._open)
