@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, func, select
 
@@ -67,6 +67,7 @@ step = st.tuples(
         st.tuples(st.just("start"), st.integers(0, CARDS - 1), st.sampled_from([250, 500, 1000])),
         st.tuples(st.just("end"), st.integers(0, 20), st.booleans()),
         st.tuples(st.just("flush"), st.just(0), st.just(0)),
+        st.tuples(st.just("release"), st.just(0), st.just(0)),
     ),
 )
 
@@ -80,6 +81,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(steps=st.lists(step, min_size=1, max_size=30))
+# a replica's end, then its job's release, written by one flush: the run ends at the first
+@example(steps=[(0.0, ("start", 0, 1000)), (10.0, ("end", 1, True)), (100.0, ("release", 0, 0))])
 def test_usage_adds_up_to_the_allocations_integral(store: Path, steps: list[Any]) -> None:
     path = store / "state.db"
     path.unlink(missing_ok=True)
@@ -88,6 +91,7 @@ def test_usage_adds_up_to_the_allocations_integral(store: Path, steps: list[Any]
     meter = UsageMeter()
     held: dict[int, tuple[float, float, int]] = {}  # job -> (start, share, card)
     integral = 0.0
+    ended: list[int] = []
     first_flush: float | None = None
     next_id = 1
     for later, (what, a, b) in steps:
@@ -103,10 +107,15 @@ def test_usage_adds_up_to_the_allocations_integral(store: Path, steps: list[Any]
             start, share, _card = held.pop(a)
             plane.held.pop(a)
             integral += share * (plane.now - start)
-            if b:
+            if b:  # its replica ended; the job's devices are given back later
                 meter.replica_ended(a, 1, 0, plane.now)
+                ended.append(a)
             else:
                 meter.job_released(a, 1, plane.now)
+        elif what == "release":  # the release of jobs whose replica ended earlier
+            for job_id in ended:
+                meter.job_released(job_id, 1, plane.now)
+            ended.clear()
         elif what == "flush":
             meter.flush(plane)  # type: ignore[arg-type]
             first_flush = plane.now if first_flush is None else first_flush

@@ -28,11 +28,20 @@ import logging
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, Connection, Table, and_, delete, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Table,
+    and_,
+    bindparam,
+    delete,
+    select,
+    update,
+)
 
 from xpupool.catalog.power import PowerModel
+from xpupool.server.storage.driver_insert import insert_rows, update_rows
 from xpupool.server.storage.usage import LABELS, SUMS, usage_records, usage_rollups, usage_totals
 from xpupool.server.usage.buckets import STEPS, split
 
@@ -180,20 +189,25 @@ class UsageMeter:
                 held = plane.read(lambda: {(j.id, j.attempt) for j in plane.held_jobs.values()})
                 _close_stale(conn, held)
             stored = _stored_open(conn, events, open_runs)
+            by_attempt: dict[tuple[int, int], set[Key]] = {}  # the runs an end may close
+            for key in (*open_runs, *stored):
+                by_attempt.setdefault((key[0], key[1]), set()).add(key)
             for event in events:
                 if isinstance(event, _Start):
                     for run in event.runs:
-                        if run.key in open_runs:
+                        if run.key in open_runs or run.key in closed:
                             continue
                         found = stored.pop(run.key, None)
                         units = self.power.compute_units(run.model)
                         open_runs[run.key] = found or replace(run, units=units)
+                        by_attempt.setdefault((run.key[0], run.key[1]), set()).add(run.key)
                     continue
-                for key in [k for k in (*open_runs, *stored) if _ends(event, k)]:
+                for key in by_attempt.get((event.job_id, event.attempt), ()):
+                    if key in closed or (event.replica is not None and key[2] != event.replica):
+                        continue  # ended once: a later release does not move its end
                     found = open_runs.pop(key, None)
                     run = found if found is not None else stored.pop(key)
                     closed[key] = event.at
-                    changed[key] = run
                     open_runs[key] = run  # advanced below, to its end
             window_start = self._last
             watts = self._watts(plane, open_runs.values())
@@ -285,14 +299,6 @@ class UsageMeter:
 
     def open_runs(self) -> int:
         return len(self._open)
-
-
-def _ends(event: _End, key: Key) -> bool:
-    return (
-        key[0] == event.job_id
-        and key[1] == event.attempt
-        and (event.replica is None or key[2] == event.replica)
-    )
 
 
 def _advance(run: Run, end: float, watts: float) -> Run:
@@ -428,19 +434,19 @@ def _write_records(conn: Connection, runs: Iterable[Run], closed: Mapping[Key, f
             for f in (*LABELS, "priority", "node", "share", "memory_gib", "units", "started_at")
         }
         new.append(row)
-    if new:
-        conn.execute(insert(t), new)
-    for row in old:  # few per flush: the runs that moved
-        key = and_(
-            t.c.job_id == row["job_id"],
-            t.c.attempt == row["attempt"],
-            t.c.replica == row["replica"],
-            t.c.uuid == row["uuid"],
+    insert_rows(conn, t, new)
+    if old:  # one statement, run for many rows: the runs advanced by this flush
+        key = and_(*(t.c[k] == bindparam(f"k_{k}") for k in _KEY))
+        moved = ("advanced_at", "ended_at", "seconds", *SUMS)
+        statement = update(t).where(key).values({k: bindparam(f"v_{k}") for k in moved})
+        update_rows(
+            conn,
+            statement,
+            [{f"k_{k}": row[k] for k in _KEY} | {f"v_{k}": row[k] for k in moved} for row in old],
         )
-        conn.execute(update(t).where(key).values({k: v for k, v in row.items() if k not in _KEY}))
 
 
-_KEY = frozenset({"job_id", "attempt", "replica", "uuid"})
+_KEY = ("job_id", "attempt", "replica", "uuid")
 
 
 def _write_sums(
@@ -448,35 +454,56 @@ def _write_sums(
     rollup: Mapping[tuple[str, float, Labels], Sums],
     totals: Mapping[Labels, Sums],
 ) -> None:
-    """Add the flush's sums to their rows (an UPDATE that adds, or an INSERT when the row is
-    new): one writer, so no two flushes race for a row."""
-    for (step, bucket, labels), sums in rollup.items():
-        t = usage_rollups
-        where = and_(
-            t.c.step == step,
-            t.c.bucket == bucket,
-            *(t.c[name] == value for name, value in zip(LABELS, labels, strict=True)),
-        )
-        _add_to(conn, t, where, {"step": step, "bucket": bucket}, labels, sums)
-    for labels, sums in totals.items():
-        t = usage_totals
-        where = and_(*(t.c[name] == value for name, value in zip(LABELS, labels, strict=True)))
-        _add_to(conn, t, where, {}, labels, sums)
+    """Add the flush's sums to their rows: which rows exist is read once (the buckets the
+    flush touched, every total), then one UPDATE that adds and one INSERT, each run for many
+    rows. One writer, so no two flushes race for a row."""
+    r = usage_rollups
+    buckets = sorted({(step, bucket) for step, bucket, _l in rollup})
+    have: set[tuple[object, ...]] = set()
+    for step, bucket in buckets:
+        found = conn.execute(
+            select(r.c.step, r.c.bucket, *(r.c[n] for n in LABELS)).where(
+                r.c.step == step, r.c.bucket == bucket
+            )
+        ).all()
+        have.update((str(x[0]), float(x[1]), tuple(x[2:])) for x in found)
+    _add_rows(
+        conn,
+        r,
+        ("step", "bucket"),
+        {(s, b, *labels): v for (s, b, labels), v in rollup.items()},
+        have,
+    )
+    t = usage_totals
+    have_totals: set[tuple[object, ...]] = {
+        (tuple(x),) for x in conn.execute(select(*(t.c[n] for n in LABELS))).all()
+    }
+    _add_rows(conn, t, (), {tuple(k): v for k, v in totals.items()}, have_totals)
 
 
-def _add_to(
+def _add_rows(
     conn: Connection,
     t: Table,
-    where: ColumnElement[bool],
-    extra: dict[str, object],
-    labels: Labels,
-    sums: Sums,
+    extra: tuple[str, ...],
+    sums: Mapping[tuple[Any, ...], Sums],
+    have: set[tuple[object, ...]],
 ) -> None:
-    values = {name: t.c[name] + v for name, v in zip(SUMS, sums, strict=True)}
-    done = conn.execute(update(t).where(where).values(values))
-    if done.rowcount == 0:
-        row = extra | dict(zip(LABELS, labels, strict=True)) | dict(zip(SUMS, sums, strict=True))
-        conn.execute(insert(t).values(row))
+    keys = (*extra, *LABELS)
+    old: list[dict[str, Any]] = []
+    new: list[dict[str, Any]] = []
+    for key, values in sums.items():
+        row = dict(zip(keys, key, strict=True)) | dict(zip(SUMS, values, strict=True))
+        marker = (*key[: len(extra)], tuple(key[len(extra) :]))
+        (old if marker in have else new).append(row)
+    if old:
+        where = and_(*(t.c[k] == bindparam(f"k_{k}") for k in keys))
+        adds = {n: t.c[n] + bindparam(f"v_{n}") for n in SUMS}
+        update_rows(
+            conn,
+            update(t).where(where).values(adds),
+            [{f"k_{k}": row[k] for k in keys} | {f"v_{n}": row[n] for n in SUMS} for row in old],
+        )
+    insert_rows(conn, t, new)
 
 
 def _read_totals(conn: Connection) -> dict[Labels, Sums]:

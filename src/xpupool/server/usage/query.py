@@ -106,9 +106,20 @@ def usage(
     if (to - frm) / width > MAX_BUCKETS:
         raise RequestError("from", start, f"more than {MAX_BUCKETS} {step}s; ask coarser steps")
     frm = month_start(frm) if step == "month" else math.floor(frm / width) * width
-    rows = _read(plane, who, labels, "hour" if step == "hour" else "day", frm, to)
-    if step == "month":
-        rows = _by_month(rows)
+    if step == "month":  # each month summed by the store, over its days' rollups
+        rows = []
+        month = frm
+        while month < to:
+            end_of = next_month(month)
+            rows += [
+                (month, names, sums)
+                for _b, names, sums in _read(
+                    plane, who, labels, "day", month, min(end_of, to), True
+                )
+            ]
+            month = end_of
+    else:
+        rows = _read(plane, who, labels, step, frm, to)
     answer = [
         UsageRow.model_validate(
             {"start": bucket, **dict(zip(labels, names, strict=True))}
@@ -131,32 +142,30 @@ def _read(
     step: str,
     frm: float,
     to: float,
+    whole: bool = False,
 ) -> list[Row]:
+    """Sums of ``step`` rollups in [``frm``, ``to``) per bucket and ``labels`` (``whole``: over
+    the whole range, the bucket given as ``frm``); a tenant's own rows only."""
     t = usage_rollups
     columns = [t.c[name] for name in labels]
+    keys = columns if whole else [t.c.bucket, *columns]
     query = (
-        select(t.c.bucket, *columns, *(func.sum(t.c[name]) for name in SUMS))
+        select(*keys, *(func.sum(t.c[name]) for name in SUMS))
         .where(t.c.step == step, t.c.bucket >= frm, t.c.bucket < to)
-        .group_by(t.c.bucket, *columns)
-        .order_by(t.c.bucket, *columns)
+        .group_by(*keys)
+        .order_by(*keys)
     )
     if not who.is_admin:
         query = query.where(t.c.tenant == (who.tenant or ""))
     n = len(labels)
     with plane.db.connect() as conn:
-        return [
-            (float(r[0]), tuple(str(x) for x in r[1 : 1 + n]), [float(v) for v in r[1 + n :]])
-            for r in conn.execute(query).all()
-        ]
-
-
-def _by_month(rows: list[Row]) -> list[Row]:
-    acc: dict[tuple[float, tuple[str, ...]], list[float]] = {}
-    for bucket, names, sums in rows:
-        into = acc.setdefault((month_start(bucket), names), [0.0] * len(SUMS))
-        for i, v in enumerate(sums):
-            into[i] += v
-    return [(k[0], k[1], v) for k, v in sorted(acc.items())]
+        found = conn.execute(query).all()
+    if whole:
+        return [(frm, tuple(str(x) for x in r[:n]), [float(v) for v in r[n:]]) for r in found]
+    return [
+        (float(r[0]), tuple(str(x) for x in r[1 : 1 + n]), [float(v) for v in r[1 + n :]])
+        for r in found
+    ]
 
 
 def export_csv(plane: ControlPlane, who: Principal, month: str) -> str:
@@ -166,12 +175,10 @@ def export_csv(plane: ControlPlane, who: Principal, month: str) -> str:
     if found is None or not 1 <= int(found.group(2)) <= 12 or int(found.group(1)) < 1970:
         raise RequestError("month", month, "expected YYYY-MM (1970 or later) such as 2026-11")
     frm = datetime(int(found.group(1)), int(found.group(2)), 1, tzinfo=UTC).timestamp()
-    rows = _read(plane, who, LABELS, "day", frm, next_month(frm))
-    totals: dict[tuple[str, ...], list[float]] = {}
-    for _bucket, names, sums in rows:
-        into = totals.setdefault(names, [0.0] * len(SUMS))
-        for i, v in enumerate(sums):
-            into[i] += v
+    totals = {
+        names: sums
+        for _b, names, sums in _read(plane, who, LABELS, "day", frm, next_month(frm), True)
+    }
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
