@@ -43,7 +43,7 @@ from xpupool.server.storage import meta
 from xpupool.server.storage.driver_insert import insert_rows
 from xpupool.server.storage.usage import SUMS, usage_records, usage_rollups, usage_totals
 from xpupool.server.usage import query
-from xpupool.server.usage.buckets import STEPS, split
+from xpupool.server.usage.buckets import spread
 from xpupool.server.usage.meter import UsageMeter
 
 T = TypeVar("T")
@@ -175,11 +175,10 @@ def fill(db: Engine, records: int, now: float, seed: int = 0) -> int:
                 **dict(zip(SUMS, sums, strict=True)),
             }
         )
-        for step, step_s in STEPS.items():
-            for bucket, fraction in split(start, start + seconds, step_s):
-                into = rollup.setdefault((step, bucket, tenant, queue, site, model), [0.0] * 4)
-                for k, v in enumerate(sums):
-                    into[k] += v * fraction
+        for step, bucket, fraction in spread(start, start + seconds):
+            into = rollup.setdefault((step, bucket, tenant, queue, site, model), [0.0] * 4)
+            for k, v in enumerate(sums):
+                into[k] += v * fraction
         if len(rows) >= batch:
             with db.begin() as conn:
                 insert_rows(conn, usage_records, rows)

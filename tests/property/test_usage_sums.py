@@ -129,7 +129,7 @@ def test_usage_adds_up_to_the_allocations_integral(store: Path, steps: list[Any]
                 select(func.sum(usage_rollups.c.device_seconds)).where(usage_rollups.c.step == step)
             ).scalar()
             or 0.0
-            for step in ("hour", "day")
+            for step in ("hour", "day", "month")
         }
         total = conn.execute(select(func.sum(usage_totals.c.device_seconds))).scalar() or 0.0
         energy = dict(
@@ -139,7 +139,7 @@ def test_usage_adds_up_to_the_allocations_integral(store: Path, steps: list[Any]
                 )
             ).all()
         )
-    for found in (recorded, by_step["hour"], by_step["day"], total):
+    for found in (recorded, *by_step.values(), total):
         assert found == pytest.approx(integral, rel=1e-9, abs=1e-6)
     held_energy = energy.get("t", 0.0)
     assert held_energy == pytest.approx(WATTS * integral, rel=1e-9, abs=1e-3)

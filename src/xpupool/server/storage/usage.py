@@ -1,11 +1,12 @@
-"""Metering (issue 52): one row per run of a replica on a card or a share of one, its hourly and
-daily sums, and the all-time totals ``/metrics`` counts from.
+"""Metering (issue 52): one row per run of a replica on a card or a share of one, its hourly,
+daily and monthly sums, and the all-time totals ``/metrics`` counts from.
 
 A record is keyed by (job, attempt, replica, card): each attempt of a job is its own record, and
 an adopted run after a restart continues the row it had (``server/usage/meter.py``). Its sums
 (``seconds`` held, card-seconds by share, GiB-seconds, compute-unit-seconds, joules) grow at each
 sampling interval while it is open (``ended_at`` null) and stop when it is closed. The rollups
-hold the same sums per bucket (``step`` 'hour' or 'day', ``bucket`` its start in Unix seconds)
+hold the same sums per bucket (``step`` 'hour', 'day' or 'month' (UTC calendar months),
+``bucket`` its start in Unix seconds)
 and per (tenant, queue, site, model); tenant ``pool`` holds the energy of the shared cards'
 unheld remainder. Records and rollups are kept ``--usage-retention`` (400 days by default),
 apart from job retention; the totals are never deleted (one row per label set).
@@ -51,7 +52,7 @@ usage_records = Table(
 usage_rollups = Table(
     "usage_rollups",
     metadata,
-    Column("step", String(8), primary_key=True),  # hour | day
+    Column("step", String(8), primary_key=True),  # hour | day | month
     Column("bucket", Float, primary_key=True),  # its start, Unix seconds (UTC)
     *(Column(name, String(200), primary_key=True) for name in LABELS),
     *(Column(name, Float, nullable=False) for name in SUMS),

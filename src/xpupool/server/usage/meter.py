@@ -43,7 +43,7 @@ from sqlalchemy import (
 from xpupool.catalog.power import PowerModel
 from xpupool.server.storage.driver_insert import insert_rows, update_rows
 from xpupool.server.storage.usage import LABELS, SUMS, usage_records, usage_rollups, usage_totals
-from xpupool.server.usage.buckets import STEPS, split
+from xpupool.server.usage.buckets import spread
 
 if TYPE_CHECKING:
     from xpupool.model.device import Node
@@ -336,10 +336,9 @@ def _spread(
     end: float,
     sums: Sums,
 ) -> None:
-    for step, step_s in STEPS.items():
-        for bucket, fraction in split(start, end, step_s):
-            row = rollup.setdefault((step, bucket, labels), [0.0] * len(SUMS))
-            _accumulate(row, [v * fraction for v in sums])
+    for step, bucket, fraction in spread(start, end):
+        row = rollup.setdefault((step, bucket, labels), [0.0] * len(SUMS))
+        _accumulate(row, [v * fraction for v in sums])
 
 
 def _add_rollups(

@@ -1,9 +1,9 @@
 """Reads of the usage rollups: ``GET /v1/usage`` and the month's CSV export (issue 52).
 
-Answers come from the hourly and daily rollups (``storage/usage.py``), never from the records,
-so a month of a fleet is a few thousand rows whatever the number of runs; a month is the sum of
-its UTC days. A tenant reads its own rows only; the admin every tenant's, ``pool`` included.
-Every bad parameter is a :class:`RequestError` naming it (422).
+Answers come from the hourly, daily and monthly rollups (``storage/usage.py``), never from the
+records, so a month of a fleet is one row per label set whatever the number of runs. A tenant
+reads its own rows only; the admin every tenant's, ``pool`` included. Every bad parameter is a
+:class:`RequestError` naming it (422).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from xpupool.server.auth import Principal
 from xpupool.server.plane import ControlPlane
 from xpupool.server.schemas.usage import UsageAnswer, UsageRow
 from xpupool.server.storage.usage import LABELS, SUMS, usage_rollups
+from xpupool.server.usage.buckets import month_start
 
 MAX_BUCKETS = 5000
 """Buckets one answer may span (an hourly query over about 7 months)."""
@@ -74,17 +75,6 @@ def parse_time(field: str, text: str) -> float:
     return value
 
 
-def month_start(t: float) -> float:
-    when = datetime.fromtimestamp(t, UTC)
-    return datetime(when.year, when.month, 1, tzinfo=UTC).timestamp()
-
-
-def next_month(t: float) -> float:
-    when = datetime.fromtimestamp(t, UTC)
-    year, month = (when.year + 1, 1) if when.month == 12 else (when.year, when.month + 1)
-    return datetime(year, month, 1, tzinfo=UTC).timestamp()
-
-
 def usage(
     plane: ControlPlane,
     who: Principal,
@@ -106,20 +96,7 @@ def usage(
     if (to - frm) / width > MAX_BUCKETS:
         raise RequestError("from", start, f"more than {MAX_BUCKETS} {step}s; ask coarser steps")
     frm = month_start(frm) if step == "month" else math.floor(frm / width) * width
-    if step == "month":  # each month summed by the store, over its days' rollups
-        rows = []
-        month = frm
-        while month < to:
-            end_of = next_month(month)
-            rows += [
-                (month, names, sums)
-                for _b, names, sums in _read(
-                    plane, who, labels, "day", month, min(end_of, to), True
-                )
-            ]
-            month = end_of
-    else:
-        rows = _read(plane, who, labels, step, frm, to)
+    rows = _read(plane, who, labels, step, frm, to)
     answer = [
         UsageRow.model_validate(
             {"start": bucket, **dict(zip(labels, names, strict=True))}
@@ -176,8 +153,7 @@ def export_csv(plane: ControlPlane, who: Principal, month: str) -> str:
         raise RequestError("month", month, "expected YYYY-MM (1970 or later) such as 2026-11")
     frm = datetime(int(found.group(1)), int(found.group(2)), 1, tzinfo=UTC).timestamp()
     totals = {
-        names: sums
-        for _b, names, sums in _read(plane, who, LABELS, "day", frm, next_month(frm), True)
+        names: sums for _b, names, sums in _read(plane, who, LABELS, "month", frm, frm + 1, True)
     }
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
