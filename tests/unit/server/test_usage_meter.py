@@ -8,11 +8,24 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from server_kit import Server, heartbeat, job, node, reopen, report, row_counts, submit, tenant
+from server_kit import (
+    BOTH_STORES,
+    Server,
+    heartbeat,
+    job,
+    node,
+    reopen,
+    report,
+    row_counts,
+    submit,
+    tenant,
+)
 from sqlalchemy import select
 
 from xpupool.server.storage.usage import usage_records, usage_rollups, usage_totals
 from xpupool.server.usage.meter import POOL
+
+STORES = BOTH_STORES  # the records, rollups and totals through SQLite and PostgreSQL alike
 
 
 def _records(server: Server) -> list[dict[str, Any]]:
