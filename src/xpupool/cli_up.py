@@ -245,7 +245,7 @@ def in_background(make: Callable[[], T], name: str) -> Callable[[], T]:
     default="400d",
     show_default=True,
     metavar="DURATION",
-    help="usage records and their hourly and daily sums are kept this long, apart from "
+    help="usage records and their hourly, daily and monthly sums are kept this long, apart from "
     "--retain-jobs (GET /v1/usage; docs/usage.md)",
 )
 @click.option(
