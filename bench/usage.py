@@ -58,6 +58,7 @@ class PlaneStandIn:
         self.db = db
         self.now = now
         self.held: dict[int, HeldJob] = {}
+        self.metrics: dict[str, DeviceMetrics] = {}
 
     def clock(self) -> float:
         return self.now
@@ -70,7 +71,12 @@ class PlaneStandIn:
         return self.held
 
     def device_metrics(self, uuid: str) -> DeviceMetrics:
-        return DeviceMetrics(uuid=uuid, power_w=300.0, utilization_pct=80.0, health_cause=None)
+        """The card's last reading, as the plane keeps it (made once, not per read)."""
+        found = self.metrics.get(uuid)
+        if found is None:
+            found = DeviceMetrics(uuid=uuid, power_w=300.0, utilization_pct=80.0, health_cause=None)
+            self.metrics[uuid] = found
+        return found
 
 
 def recording(runs: int, tmp: Path) -> dict[str, float]:
