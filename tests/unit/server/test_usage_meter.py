@@ -20,7 +20,7 @@ from server_kit import (
     submit,
     tenant,
 )
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from xpupool.server.storage.usage import usage_records, usage_rollups, usage_totals
 from xpupool.server.usage.meter import POOL
@@ -230,3 +230,19 @@ def test_counters_in_metrics_go_on_from_the_store_after_a_restart(server: Server
     assert device_seconds(server) == pytest.approx(9000)  # seeded, not zero
     paths = server.client.get("/openapi.json").json()["paths"]
     assert "/v1/usage" in paths and "/v1/usage/export" in paths
+
+
+def test_usage_is_kept_its_own_retention_and_the_totals_for_ever(server: Server) -> None:
+    _two_tenants_ran(server)
+    heartbeat(server, "n1", [report(2, 0, "succeeded", 0)])  # b's job ends too
+    server.plane.meter.flush(server.plane)
+    server.plane.meter.keep_s = 2 * 86400.0
+    server.clock.advance(3 * 86400.0)  # the hourly sweep is due
+    server.plane.meter.flush(server.plane)
+    assert _records(server) == []  # ended more than the retention ago
+    with server.plane.db.connect() as conn:
+        steps = conn.execute(select(usage_rollups.c.step).distinct()).scalars().all()
+        assert steps == ["month"]  # hours and days gone; the month is not over yet
+        kept = conn.execute(select(func.sum(usage_totals.c.device_seconds))).scalar()
+    assert kept == pytest.approx(16200)  # b's 9,000 s ran to its end, not further
+    assert job(server, 1)["state"] == "succeeded"  # jobs keep their own retention

@@ -43,7 +43,7 @@ from sqlalchemy import (
 from xpupool.catalog.power import PowerModel
 from xpupool.server.storage.driver_insert import insert_rows, update_rows
 from xpupool.server.storage.usage import LABELS, SUMS, usage_records, usage_rollups, usage_totals
-from xpupool.server.usage.buckets import spread
+from xpupool.server.usage.buckets import STEPS, month_start, spread
 
 if TYPE_CHECKING:
     from xpupool.model.device import Node
@@ -290,10 +290,14 @@ class UsageMeter:
             _accumulate(totals.setdefault(labels, [0.0] * len(SUMS)), sums)
 
     def _sweep(self, conn: Connection, now: float) -> None:
-        """Records ended and rollup buckets older than the usage retention go; totals stay."""
+        """Records ended and rollup buckets over before the usage retention's start go (a
+        month that began before it stays until it is all before it); totals stay."""
         cut = now - self.keep_s
+        r = usage_rollups
         conn.execute(delete(usage_records).where(usage_records.c.ended_at < cut))
-        conn.execute(delete(usage_rollups).where(usage_rollups.c.bucket < cut))
+        for step, step_s in STEPS.items():
+            conn.execute(delete(r).where(r.c.step == step, r.c.bucket <= cut - step_s))
+        conn.execute(delete(r).where(r.c.step == "month", r.c.bucket < month_start(cut)))
         self._swept = now
 
     def totals(self, plane: ControlPlane) -> dict[Labels, Sums]:
