@@ -138,7 +138,7 @@ def test_usage_per_attempt_equals_the_jobs_events(tmp_path: Path) -> None:
                 assert len(mine) == 2  # one per card
                 for rec in mine:
                     assert abs(rec["started_at"] - start) <= 1.0, (rec, start)
-                    assert abs(rec["ended_at"] - end) <= 1.0, (rec, end)
+                    assert abs(rec["ended_at"] - end) <= 1.0, (rec, job["events"])
                     assert abs(rec["seconds"] - (end - start)) <= 1.0, (rec, end - start)
         # the tenant's CLI reads its own usage; another tenant's token sees none of it
         env = {**os.environ, "XPUPOOL_URL": srv.url, "XPUPOOL_TOKEN": user}

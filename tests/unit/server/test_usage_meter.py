@@ -246,3 +246,21 @@ def test_usage_is_kept_its_own_retention_and_the_totals_for_ever(server: Server)
         kept = conn.execute(select(func.sum(usage_totals.c.device_seconds))).scalar()
     assert kept == pytest.approx(16200)  # b's 9,000 s ran to its end, not further
     assert job(server, 1)["state"] == "succeeded"  # jobs keep their own retention
+
+
+def test_a_run_the_plane_stopped_before_writing_is_recorded_from_its_start(
+    server: Server,
+) -> None:
+    node(server, "n1", count=1)
+    a = tenant(server, "a")
+    job_id = _start(server, a)
+    server.clock.advance(3)  # the plane stops before its next flush: nothing written yet
+    server = reopen(server)
+    server.clock.advance(2)
+    for held in server.plane.held_jobs.values():
+        held.dispatched = False
+    heartbeat(server, "n1", [{**report(job_id, 0, "running"), "attempt": 1}])  # adopted
+    server.plane.meter.flush(server.plane)
+    (rec,) = _records(server)
+    assert rec["started_at"] == _event_at(server, job_id, "running")
+    assert rec["seconds"] == 5.0

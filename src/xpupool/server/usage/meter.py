@@ -125,10 +125,14 @@ class UsageMeter:
 
     # ---- called by the plane, under its lock: appends only
     def replica_started(self, job: HeldJob, replica: int, node: Node | None, at: float) -> None:
-        """Replica ``replica`` of ``job`` is reported running on ``node`` (as of ``at``)."""
+        """Replica ``replica`` of ``job`` is reported running on ``node`` (as of ``at``). A run
+        the job's row says began earlier (``started_at``: reported again after a restart) is
+        recorded from then when no record of it was written before the plane stopped; a stored
+        record is continued instead (:meth:`flush`)."""
         alloc = next((a for a in job.allocations if a.replica == replica), None)
         if alloc is None or node is None:
             return
+        begun = at if job.started_at is None else min(at, job.started_at)
         models = {d.uuid: d.model for d in node.devices}
         runs = tuple(
             Run(
@@ -142,8 +146,8 @@ class UsageMeter:
                 share=min(share.core_permille, 1000) / 1000.0,
                 memory_gib=share.memory_mib / 1024.0,
                 units=0.0,
-                started_at=at,
-                advanced_at=at,
+                started_at=begun,
+                advanced_at=begun,
             )
             for share in alloc.devices
         )
