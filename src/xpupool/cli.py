@@ -36,6 +36,7 @@ LAZY_COMMANDS = {
     "token": "xpupool.client.cli_admin:token",
     "queue": "xpupool.client.cli_admin:queue",
     "audit": "xpupool.client.cli_admin:audit",
+    "usage": "xpupool.client.cli_usage:usage",
     "secret": "xpupool.client.cli_secrets:secret",
     "volume": "xpupool.client.cli_volumes:volume",
     "serve": "xpupool.client.cli_services:serve",

@@ -257,6 +257,14 @@ def in_background(make: Callable[[], T], name: str) -> Callable[[], T]:
     "docs/fleet-overview.md): 10s, 1m, ...",
 )
 @click.option(
+    "--usage-retention",
+    default="400d",
+    show_default=True,
+    metavar="DURATION",
+    help="usage records and their hourly, daily and monthly sums are kept this long, apart from "
+    "--retain-jobs (GET /v1/usage; docs/usage.md)",
+)
+@click.option(
     "--http-workers",
     default=0,
     show_default=True,
@@ -361,6 +369,7 @@ def up(
     audit_keep: int,
     audit_keep_refused: int,
     history_interval: str,
+    usage_retention: str,
     catalog_file: str | None,
     http_workers: int,
     rate_limit: str,
@@ -421,6 +430,13 @@ def up(
         raise click.BadParameter(
             f"{history_interval!r}: use a duration above 0 such as 30s or 1m",
             param_hint="--history-interval",
+        )
+
+    usage_keep_s = duration_s(usage_retention)
+    if not usage_keep_s:
+        raise click.BadParameter(
+            f"{usage_retention!r}: use a duration above 0 such as 90d or 400d",
+            param_hint="--usage-retention",
         )
 
     from xpupool.server.body_limit import parse_size
@@ -489,6 +505,7 @@ def up(
         retention=Retention(retain_s, retain_count or None),
         audit_keep=AuditKeep(audit_keep, audit_keep, audit_keep_refused),
         history_interval_s=history_s,
+        usage_retention_s=usage_keep_s,
         catalog=catalog,
         model_cache=model_cache,
         http_workers=http_workers,

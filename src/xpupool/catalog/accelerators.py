@@ -48,6 +48,8 @@ _FIELDS = frozenset(
         "fp16_tflops",
         "bf16_tflops",
         "tdp_watts",
+        "idle_watts",
+        "idle_watts_source",
         "link",
         "aliases",
         "source",
@@ -126,6 +128,10 @@ class AcceleratorModel:
     memory_bandwidth_gbps: float | None = None
     memory_bandwidth_source: str = ""
     memory_bandwidth_notes: str = ""
+    # board power with nothing running (W), with its own source; None: no published or measured
+    # figure (catalog/power.py then takes 0 W idle: energy scales with utilisation alone)
+    idle_watts: float | None = None
+    idle_watts_source: str = ""
 
 
 class AcceleratorCatalog:
@@ -261,6 +267,12 @@ def _parse_model(label: str, index: int, row: object) -> AcceleratorModel:
         bandwidth_source = entry.source("memory_bandwidth_source")
     elif entry.has("memory_bandwidth_source"):
         raise entry.error("memory_bandwidth_source", "given without memory_bandwidth_gbps")
+    idle_watts = idle_source = None
+    if "idle_watts" in entry.data:
+        idle_watts = entry.number("idle_watts", nullable=True)
+        idle_source = entry.source("idle_watts_source")
+    elif entry.has("idle_watts_source"):
+        raise entry.error("idle_watts_source", "given without idle_watts")
     return AcceleratorModel(
         vendor=vendor,
         name=entry.text("name"),
@@ -276,4 +288,6 @@ def _parse_model(label: str, index: int, row: object) -> AcceleratorModel:
         memory_bandwidth_gbps=bandwidth,
         memory_bandwidth_source=bandwidth_source or "",
         memory_bandwidth_notes=entry.optional_text("memory_bandwidth_notes"),
+        idle_watts=idle_watts,
+        idle_watts_source=idle_source or "",
     )

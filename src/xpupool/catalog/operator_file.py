@@ -1,7 +1,8 @@
 """An operator's catalog file (``xpupool up --catalog FILE``): site rules read at start.
 
 The file is YAML whose top-level keys are sections, each read by its own parser: ``images:``
-holds image rules in the shape of ``data/images.yaml`` (tried before the built-in ones). A
+holds image rules in the shape of ``data/images.yaml`` (tried before the built-in ones);
+``accelerators:`` overrides a card model's compute units and watts (``catalog/power.py``). A
 section no parser reads is an error, so a typo (``image:``) never silently drops a site's rules.
 New sections register a parser in :data:`SECTIONS` (the model catalog will add ``models:``);
 until one does, ``models:`` is refused as not supported yet. Everything is checked at load, and
@@ -16,11 +17,15 @@ from pathlib import Path
 
 from xpupool.catalog._data_file import CatalogFileError, Entry, line_of, read_yaml
 from xpupool.catalog.images import ImageRule, parse_image_rules
+from xpupool.catalog.power import Override, parse_overrides
 
 # (file label, the top-level entry, the section's key) -> the section, parsed and validated.
 SectionParser = Callable[[str, Entry, str], object]
 
-SECTIONS: dict[str, SectionParser] = {"images": parse_image_rules}
+SECTIONS: dict[str, SectionParser] = {
+    "images": parse_image_rules,
+    "accelerators": parse_overrides,  # compute units and watts per card model (power.py)
+}
 
 # Sections that are known to come but have no parser yet: refused with this reason.
 PLANNED: dict[str, str] = {"models": "not supported yet"}
@@ -38,6 +43,12 @@ class OperatorCatalog:
         rules = self.sections.get("images", ())
         assert isinstance(rules, tuple)
         return rules
+
+    @property
+    def accelerators(self) -> tuple[Override, ...]:
+        overrides = self.sections.get("accelerators", ())
+        assert isinstance(overrides, tuple)
+        return overrides
 
 
 def load_operator_catalog(path: str | Path) -> OperatorCatalog:

@@ -186,6 +186,18 @@ class Client:
 
         return self._model(Token, "POST", "/v1/tokens", self._dump(body))
 
+    def usage(
+        self, *, by: str, start: float | None, end: float | None, step: str
+    ) -> dict[str, Any]:
+        """``GET /v1/usage`` as the server answers it (docs/usage.md)."""
+        answer = self._json("GET", "/v1/usage", by=by, step=step, **{"from": start, "to": end})
+        assert isinstance(answer, dict)
+        return answer
+
+    def usage_export(self, month: str) -> str:
+        """The month's CSV (``GET /v1/usage/export``)."""
+        return self._wire.call("GET", "/v1/usage/export", params={"month": month}).body.decode()
+
     def audit(
         self, *, since: float | None = None, limit: int | None = None, kind: str | None = None
     ) -> list[AuditEntry]:

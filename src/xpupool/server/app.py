@@ -48,6 +48,7 @@ from xpupool.server.routers import (
     service_tokens,
     services,
     tenants,
+    usage,
     volumes,
 )
 from xpupool.server.routers.deps import MetricsAuth, MetricsReader
@@ -65,8 +66,8 @@ log = logging.getLogger("xpupool.server")
 
 class LostNodeWatch(threading.Thread):
     """Every half heartbeat: lost nodes, runs past their limit, the retention sweep, the
-    audit's refusal counts (``audit.py``), and a fleet history sample when one is due
-    (``history.py``)."""
+    audit's refusal counts (``audit.py``), a fleet history sample when one is due
+    (``history.py``) and, every heartbeat interval, the usage records (``usage/meter.py``)."""
 
     def __init__(self, plane: ControlPlane) -> None:
         super().__init__(name="xpupool-lost-nodes", daemon=True)
@@ -74,6 +75,7 @@ class LostNodeWatch(threading.Thread):
         self.stopped = threading.Event()
         self.history = FleetHistory(plane)
         self.retention = FinishedSweep(plane, plane.retention)
+        self.metered = -float("inf")  # the plane's monotonic time of the last usage flush
 
     def run(self) -> None:
         while not self.stopped.wait(max(self.plane.heartbeat_s / 2, 0.05)):
@@ -98,6 +100,13 @@ class LostNodeWatch(threading.Thread):
         except Exception:  # a history write that fails is not the pool's failure
             self.history.last = self.plane.clock()  # tried again one interval later
             log.exception("fleet history sample failed")
+        now = self.plane.monotonic()
+        if now - self.metered >= self.plane.heartbeat_s:  # usage, once a heartbeat interval
+            self.metered = now
+            try:
+                self.plane.meter.flush(self.plane)
+            except Exception:  # kept in memory, written at the next interval
+                log.exception("usage flush failed")
 
 
 def create_app(
@@ -239,6 +248,7 @@ def create_app(
         volumes.router,
         service_tokens.router,
         services.router,
+        usage.router,
     ):
         app.include_router(router)
 

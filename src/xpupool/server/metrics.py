@@ -16,6 +16,7 @@ from xpupool.server.plane import ControlPlane
 from xpupool.server.rate_limit import RateLimiter
 from xpupool.server.service_traffic import TrafficCollector
 from xpupool.server.stranded_gauges import stranded_gauges
+from xpupool.server.usage.counters import UsageCollector
 
 MIB = 1 << 20
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -248,6 +249,7 @@ def make_registry(plane: ControlPlane, limiter: RateLimiter | None = None) -> Co
     registry = CollectorRegistry()
     registry.register(PlaneCollector(plane))
     registry.register(TrafficCollector(lambda: plane.service_traffic))
+    registry.register(UsageCollector(plane))  # metering's counters (usage/counters.py)
     if limiter is not None:
         registry.register(RateLimitCollector(limiter))
     latency = Histogram(

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from xpupool.catalog.images import default_image_catalog
 from xpupool.catalog.operator_file import OperatorCatalog
+from xpupool.catalog.power import PowerModel
 from xpupool.disk_reserve import DEFAULT_LOG_RESERVE
 from xpupool.engine.fragmentation import kernels
 from xpupool.engine.profile import DEFAULT_PROFILE, Profile
@@ -42,6 +43,7 @@ from xpupool.server.retention import Retention
 from xpupool.server.routers.deps import MetricsAuth
 from xpupool.server.services.model_cache import model_cache_line
 from xpupool.server.sites import AgentPoolSite, Site, Sites
+from xpupool.server.usage.meter import DEFAULT_KEEP_DAYS
 
 if TYPE_CHECKING:
     from xpupool.agent.launch import LaunchSettings
@@ -79,6 +81,7 @@ class UpConfig:
         default_factory=AuditKeep
     )  # audit rows kept per kind: --audit-keep, --audit-keep-refused (server/audit.py)
     history_interval_s: float = DEFAULT_HISTORY_INTERVAL_S  # --history-interval (history.py)
+    usage_retention_s: float = DEFAULT_KEEP_DAYS * 86400.0  # --usage-retention (usage/meter.py)
     catalog: OperatorCatalog | None = None  # --catalog FILE, parsed and checked by the CLI
     model_cache: str | None = None  # --model-cache VOLUME (server/services/model_cache.py)
     verbose: bool = False  # -v: every request and unread device field (log_setup.py)
@@ -157,6 +160,9 @@ def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPla
         )
         plane.card_health.settle_s = cfg.card_settle_s
         plane.site_network = cfg.site_network
+        plane.meter.keep_s = cfg.usage_retention_s  # usage kept apart from jobs (usage/meter.py)
+        if cfg.catalog is not None and cfg.catalog.accelerators:
+            plane.meter.power = PowerModel(overrides=cfg.catalog.accelerators)
         plane.before_job_id = pool.reserve
         if cfg.rotate_admin_token:
             admin_token.rotate(plane, cfg.data)

@@ -74,6 +74,7 @@ from xpupool.server.sites.protocol import Sites
 from xpupool.server.storage import meta
 from xpupool.server.storage.job_writes import JobWrites
 from xpupool.server.storage.tenants import assign_tenant_indices
+from xpupool.server.usage.meter import UsageMeter
 from xpupool.server.wake import Wake
 
 log = logging.getLogger("xpupool.server")
@@ -173,6 +174,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         self._metrics: dict[str, DeviceMetrics] = {}
         self.live = LiveMetrics()  # the same readings as columns, and a ring per card
         self.card_health = CardHealth()  # cards read unhealthy: cordoned, emptied, settling
+        self.meter = UsageMeter()  # what each replica run used (server/usage/meter.py)
         # services (issue 47): the ready replicas of each service (service_endpoints.py), which
         # the proxy reads: the service controller's once it runs (service_controller.py), none
         # before; what wakes the controller; what the proxy counts (service_traffic.py), which
@@ -725,6 +727,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
 
     def release_job(self, conn: Connection, job: HeldJob) -> None:
         """Give back every allocation of ``job`` (engine, quota and store)."""
+        self.meter.job_released(job.id, job.attempt, self.clock())  # its runs end (usage/)
         for alloc in job.allocations:
             self.admission.release(alloc.id)
         store.delete_allocations(conn, job.id)

@@ -148,6 +148,7 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: ReplicaRe
         plane.apply(conn, job.id, lc.LeaseExpired(why, reported=True))
         return
     job.replica_states[r.replica] = r.state
+    _meter(plane, job, node, r)
     if r.exit_code is not None:
         job.exit_codes[r.replica] = r.exit_code
     if r.state is ReplicaState.FAILED and r.reason:
@@ -183,6 +184,15 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: ReplicaRe
     code = max(codes, key=abs) if codes else None
     reason = _failure(job, failed[0], code) if failed else "all replicas exited 0"
     plane.apply(conn, job.id, lc.Ended(bool(failed), reason, code))
+
+
+def _meter(plane: ControlPlane, job: HeldJob, node: str, r: ReplicaReport) -> None:
+    """Tell the meter a replica began or stopped holding its cards (server/usage/meter.py)."""
+    if r.state is ReplicaState.RUNNING:
+        rec = plane.node(node)
+        plane.meter.replica_started(job, r.replica, rec.node if rec else None, plane.clock())
+    elif r.state in FINAL_REPLICA_STATES:
+        plane.meter.replica_ended(job.id, job.attempt, r.replica, plane.clock())
 
 
 def _never_started(r: ReplicaReport) -> bool:

@@ -1,0 +1,531 @@
+"""Metering: what each replica run held, for how long, and the energy of its cards (issue 52).
+
+The plane tells the meter three things, under its own lock, each an append to a list
+(:meth:`UsageMeter.replica_started` when a replica is first reported running,
+:meth:`replica_ended` when its report is final, :meth:`job_released` when the job's devices are
+given back for any reason: a lost node, a lease, a stop before a start). Everything else happens
+in :meth:`flush`, on the watch thread every heartbeat interval, outside the plane's lock, in one
+transaction of its own: the events are applied in order, every open run is advanced to now, and
+the records, the hourly and daily rollups and the all-time totals are written together. So a run
+in progress is visible, a crash loses at most one interval, and the scheduling path pays a list
+append per replica start or end.
+
+Never counted twice: a record is keyed by (job, attempt, replica, card); a run adopted after a
+restart is reported running again and continues its stored open record from where it was last
+advanced (the plane was down, the run went on: the gap is counted); a retry or a preemption's
+requeue is a new attempt, so a new record. At the first flush, stored records left open by runs
+the plane no longer holds (they ended while it was down) are closed where they were last counted.
+
+Energy: each card's power at the flush (its agent's reading, else the catalog model at its
+reported utilisation: ``catalog/power.py``) times the time held, split among the card's holders
+by their compute share; what the holders leave of a held card's energy over the interval (the
+unheld share, the unheld part of the interval) is charged to tenant ``pool``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import (
+    Connection,
+    Table,
+    and_,
+    bindparam,
+    delete,
+    select,
+    update,
+)
+
+from xpupool.catalog.power import PowerModel
+from xpupool.server.storage.driver_insert import insert_rows, update_rows
+from xpupool.server.storage.usage import LABELS, SUMS, usage_records, usage_rollups, usage_totals
+from xpupool.server.usage.buckets import STEPS, month_start, spread
+
+if TYPE_CHECKING:
+    from xpupool.model.device import Node
+    from xpupool.server.plane import ControlPlane, HeldJob
+
+log = logging.getLogger("xpupool.server")
+
+POOL = "pool"
+"""The tenant the unheld remainder of a held card's energy is charged to."""
+DEFAULT_KEEP_DAYS = 400.0
+SWEEP_EVERY_S = 3600.0
+
+Key = tuple[int, int, int, str]  # job, attempt, replica, card uuid
+Labels = tuple[str, str, str, str]  # tenant, queue, site, model
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One open record as the meter holds it; the sums are those counted up to ``advanced_at``."""
+
+    key: Key
+    tenant: str
+    queue: str
+    priority: int
+    site: str
+    node: str
+    model: str
+    share: float
+    memory_gib: float
+    units: float
+    started_at: float
+    advanced_at: float
+    seconds: float = 0.0
+    device_seconds: float = 0.0
+    gib_seconds: float = 0.0
+    cu_seconds: float = 0.0
+    energy_j: float = 0.0
+    stored: bool = False
+
+    @property
+    def labels(self) -> Labels:
+        return (self.tenant, self.queue, self.site, self.model)
+
+
+@dataclass(frozen=True, slots=True)
+class _Start:
+    at: float
+    runs: tuple[Run, ...]  # units 0 until the flush looks the model up
+
+
+@dataclass(frozen=True, slots=True)
+class _End:
+    at: float
+    job_id: int
+    attempt: int
+    replica: int | None  # None: every replica of the attempt (released)
+
+
+Sums = list[float]  # in SUMS order
+
+
+class UsageMeter:
+    """Records replica runs (see the module docstring). ``keep_s``: records and rollups kept
+    (``xpupool up --usage-retention``); ``power``: the one power model and compute units."""
+
+    def __init__(self, keep_s: float = DEFAULT_KEEP_DAYS * 86400.0) -> None:
+        if not keep_s > 0:
+            raise ValueError("usage retention must be above 0")
+        self.keep_s = keep_s
+        self.power = PowerModel()
+        self._events: list[_Start | _End] = []
+        self._events_lock = threading.Lock()
+        self._open: dict[Key, Run] = {}
+        self._last: float | None = None  # the last flush's time
+        self._swept: float | None = None
+        self._reconciled = False
+        self._totals: dict[Labels, Sums] | None = None  # seeded from the store on first use
+        self._flush_lock = threading.Lock()
+
+    # ---- called by the plane, under its lock: appends only
+    def replica_started(self, job: HeldJob, replica: int, node: Node | None, at: float) -> None:
+        """Replica ``replica`` of ``job`` is reported running on ``node`` (as of ``at``). A run
+        the job's row says began earlier (``started_at``: reported again after a restart) is
+        recorded from then when no record of it was written before the plane stopped; a stored
+        record is continued instead (:meth:`flush`)."""
+        alloc = next((a for a in job.allocations if a.replica == replica), None)
+        if alloc is None or node is None:
+            return
+        begun = at if job.started_at is None else min(at, job.started_at)
+        models = {d.uuid: d.model for d in node.devices}
+        runs = tuple(
+            Run(
+                key=(job.id, job.attempt, replica, share.uuid),
+                tenant=job.tenant,
+                queue=job.queue,
+                priority=job.priority,
+                site=node.site,
+                node=alloc.node,
+                model=models.get(share.uuid, ""),
+                share=min(share.core_permille, 1000) / 1000.0,
+                memory_gib=share.memory_mib / 1024.0,
+                units=0.0,
+                started_at=begun,
+                advanced_at=begun,
+            )
+            for share in alloc.devices
+        )
+        if runs:
+            self._add(_Start(at, runs))
+
+    def replica_ended(self, job_id: int, attempt: int, replica: int, at: float) -> None:
+        self._add(_End(at, job_id, attempt, replica))
+
+    def job_released(self, job_id: int, attempt: int, at: float) -> None:
+        self._add(_End(at, job_id, attempt, None))
+
+    def _add(self, event: _Start | _End) -> None:
+        with self._events_lock:
+            self._events.append(event)
+
+    # ---- the watch thread
+    def flush(self, plane: ControlPlane, now: float | None = None) -> int:
+        """Apply the events, advance every open run to ``now`` and write it all in one
+        transaction; returns the records written. On a failed write nothing in memory moves
+        (the events are kept for the next flush) and the error is raised."""
+        with self._flush_lock:
+            now = plane.clock() if now is None else now
+            with self._events_lock:
+                events, self._events = self._events, []
+            try:
+                return self._flush(plane, events, now)
+            except BaseException:
+                with self._events_lock:
+                    self._events[:0] = events
+                raise
+
+    def _flush(self, plane: ControlPlane, events: list[_Start | _End], now: float) -> int:
+        open_runs = dict(self._open)
+        changed: dict[Key, Run] = {}
+        rollup: dict[tuple[str, float, Labels], Sums] = {}
+        totals: dict[Labels, Sums] = {}
+        closed: dict[Key, float] = {}
+        spans: dict[tuple[Labels, float, float], Sums] = {}
+        with plane.db.begin() as conn:
+            if self._totals is None:
+                self._totals = _read_totals(conn)
+            if not self._reconciled:
+                held = plane.read(lambda: {(j.id, j.attempt) for j in plane.held_jobs.values()})
+                _close_stale(conn, held)
+            stored = _stored_open(conn, events, open_runs)
+            by_attempt: dict[tuple[int, int], set[Key]] = {}  # the runs an end may close
+            for key in (*open_runs, *stored):
+                by_attempt.setdefault((key[0], key[1]), set()).add(key)
+            for event in events:
+                if isinstance(event, _Start):
+                    for run in event.runs:
+                        if run.key in open_runs or run.key in closed:
+                            continue
+                        found = stored.pop(run.key, None)
+                        units = self.power.compute_units(run.model)
+                        open_runs[run.key] = found or replace(run, units=units)
+                        by_attempt.setdefault((run.key[0], run.key[1]), set()).add(run.key)
+                    continue
+                for key in by_attempt.get((event.job_id, event.attempt), ()):
+                    if key in closed or (event.replica is not None and key[2] != event.replica):
+                        continue  # ended once: a later release does not move its end
+                    found = open_runs.pop(key, None)
+                    run = found if found is not None else stored.pop(key)
+                    closed[key] = event.at
+                    open_runs[key] = run  # advanced below, to its end
+            window_start = self._last
+            watts = self._watts(plane, open_runs.values())
+            held_energy: dict[str, float] = {}
+            for key, run in open_runs.items():
+                end = closed.get(key, now)
+                advanced = _advance(run, end, watts.get(key[3], 0.0))
+                changed[key] = advanced
+                # runs of one label set advanced over one stretch are spread over buckets once
+                span = spans.setdefault(
+                    (run.labels, run.advanced_at, advanced.advanced_at), [0.0] * 4
+                )
+                _accumulate(span, _delta(run, advanced))
+                lo = run.advanced_at if window_start is None else max(run.advanced_at, window_start)
+                held_energy[key[3]] = held_energy.get(key[3], 0.0) + watts.get(
+                    key[3], 0.0
+                ) * run.share * max(end - lo, 0.0)
+            for (labels, start, end), sums in spans.items():
+                if any(sums):
+                    _spread(rollup, labels, start, end, sums)
+                    _accumulate(totals.setdefault(labels, [0.0] * len(SUMS)), sums)
+            self._pool_energy(open_runs, watts, held_energy, window_start, now, rollup, totals)
+            _write_records(conn, changed.values(), closed)
+            _write_sums(conn, rollup, totals)
+            if self._swept is None or now - self._swept >= SWEEP_EVERY_S:
+                self._sweep(conn, now)
+        # committed: memory follows
+        self._reconciled = True
+        self._last = now
+        self._open = {
+            k: r if r.stored else replace(r, stored=True)
+            for k, r in changed.items()
+            if k not in closed
+        } | {k: r for k, r in self._open.items() if k not in changed and k not in closed}
+        with self._events_lock:  # a scrape copies them (totals)
+            for labels, sums in totals.items():
+                _accumulate(self._totals.setdefault(labels, [0.0] * len(SUMS)), sums)
+        return len(changed)
+
+    def _watts(self, plane: ControlPlane, runs: Iterable[Run]) -> dict[str, float]:
+        """Each held card's power now: its agent's reading, else the catalog model at its
+        reported utilisation (unreported: busy)."""
+        cards = {r.key[3]: r.model for r in runs}
+        readings = plane.read(lambda: {u: plane.device_metrics(u) for u in cards})
+        out = {}
+        for uuid, model in cards.items():
+            m = readings.get(uuid)
+            out[uuid] = self.power.watts(
+                model,
+                None if m is None else m.utilization_pct,
+                None if m is None else m.power_w,
+            )
+        return out
+
+    def _pool_energy(
+        self,
+        runs: Mapping[Key, Run],
+        watts: Mapping[str, float],
+        held_energy: Mapping[str, float],
+        window_start: float | None,
+        now: float,
+        rollup: dict[tuple[str, float, Labels], Sums],
+        totals: dict[Labels, Sums],
+    ) -> None:
+        """The card's energy over the window less what its holders were charged in it: the
+        pool's. The first flush has no window (nothing before it was watched)."""
+        if window_start is None:
+            return
+        cards: dict[str, Run] = {}
+        for run in runs.values():
+            cards.setdefault(run.key[3], run)
+        for uuid, run in cards.items():
+            rest = watts.get(uuid, 0.0) * (now - window_start) - held_energy.get(uuid, 0.0)
+            if rest <= 1e-9:
+                continue
+            labels = (POOL, "", run.site, run.model)
+            sums = [0.0, 0.0, 0.0, rest]
+            _spread(rollup, labels, window_start, now, sums)
+            _accumulate(totals.setdefault(labels, [0.0] * len(SUMS)), sums)
+
+    def _sweep(self, conn: Connection, now: float) -> None:
+        """Records ended and rollup buckets over before the usage retention's start go (a
+        month that began before it stays until it is all before it); totals stay."""
+        cut = now - self.keep_s
+        r = usage_rollups
+        conn.execute(delete(usage_records).where(usage_records.c.ended_at < cut))
+        for step, step_s in STEPS.items():
+            conn.execute(delete(r).where(r.c.step == step, r.c.bucket <= cut - step_s))
+        conn.execute(delete(r).where(r.c.step == "month", r.c.bucket < month_start(cut)))
+        self._swept = now
+
+    def totals(self, plane: ControlPlane) -> dict[Labels, Sums]:
+        """The all-time sums per (tenant, queue, site, model): ``/metrics``' counters, seeded
+        from the store, so they never go back across a restart."""
+        if self._totals is None:
+            with plane.db.connect() as conn:
+                seeded = _read_totals(conn)
+            with self._events_lock:
+                if self._totals is None:
+                    self._totals = seeded
+        with self._events_lock:
+            return {k: list(v) for k, v in self._totals.items()}
+
+    def open_runs(self) -> int:
+        return len(self._open)
+
+
+def _advance(run: Run, end: float, watts: float) -> Run:
+    """``run`` counted up to ``end`` (never backwards). Built field by field: this runs for
+    every held card at every flush, and ``dataclasses.replace`` costs several times as much."""
+    dt = max(end - run.advanced_at, 0.0)
+    held = run.share * dt
+    return Run(
+        run.key,
+        run.tenant,
+        run.queue,
+        run.priority,
+        run.site,
+        run.node,
+        run.model,
+        run.share,
+        run.memory_gib,
+        run.units,
+        run.started_at,
+        max(end, run.advanced_at),
+        run.seconds + dt,
+        run.device_seconds + held,
+        run.gib_seconds + run.memory_gib * dt,
+        run.cu_seconds + held * run.units,
+        run.energy_j + watts * held,
+        run.stored,
+    )
+
+
+def _delta(before: Run, after: Run) -> Sums:
+    return [
+        after.device_seconds - before.device_seconds,
+        after.gib_seconds - before.gib_seconds,
+        after.cu_seconds - before.cu_seconds,
+        after.energy_j - before.energy_j,
+    ]
+
+
+def _accumulate(into: Sums, sums: Sums) -> None:
+    for i, v in enumerate(sums):
+        into[i] += v
+
+
+def _spread(
+    rollup: dict[tuple[str, float, Labels], Sums],
+    labels: Labels,
+    start: float,
+    end: float,
+    sums: Sums,
+) -> None:
+    for step, bucket, fraction in spread(start, end):
+        row = rollup.setdefault((step, bucket, labels), [0.0] * len(SUMS))
+        _accumulate(row, [v * fraction for v in sums])
+
+
+def _stored_open(
+    conn: Connection, events: list[_Start | _End], held: Mapping[Key, Run]
+) -> dict[Key, Run]:
+    """The stored open records of the jobs the events name that memory does not hold (runs
+    adopted after a restart, or released before they were reported again)."""
+    jobs = {e.job_id for e in events if isinstance(e, _End)}
+    jobs |= {r.key[0] for e in events if isinstance(e, _Start) for r in e.runs}
+    jobs -= {k[0] for k in held}
+    if not jobs:
+        return {}
+    t = usage_records
+    rows = conn.execute(
+        select(t).where(t.c.ended_at.is_(None), t.c.job_id.in_(sorted(jobs)))
+    ).mappings()
+    out: dict[Key, Run] = {}
+    for r in rows:
+        key = (int(r["job_id"]), int(r["attempt"]), int(r["replica"]), str(r["uuid"]))
+        out[key] = Run(
+            key=key,
+            tenant=str(r["tenant"]),
+            queue=str(r["queue"]),
+            priority=int(r["priority"]),
+            site=str(r["site"]),
+            node=str(r["node"]),
+            model=str(r["model"]),
+            share=float(r["share"]),
+            memory_gib=float(r["memory_gib"]),
+            units=float(r["units"]),
+            started_at=float(r["started_at"]),
+            advanced_at=float(r["advanced_at"]),
+            seconds=float(r["seconds"]),
+            device_seconds=float(r["device_seconds"]),
+            gib_seconds=float(r["gib_seconds"]),
+            cu_seconds=float(r["cu_seconds"]),
+            energy_j=float(r["energy_j"]),
+            stored=True,
+        )
+    return out
+
+
+def _close_stale(conn: Connection, held: set[tuple[int, int]]) -> None:
+    """Close, where last counted, the stored open records of runs the plane does not hold."""
+    t = usage_records
+    rows = conn.execute(
+        select(t.c.job_id, t.c.attempt).where(t.c.ended_at.is_(None)).distinct()
+    ).all()
+    for job_id, attempt in rows:
+        if (int(job_id), int(attempt)) in held:
+            continue
+        conn.execute(
+            update(t)
+            .where(t.c.job_id == job_id, t.c.attempt == attempt, t.c.ended_at.is_(None))
+            .values(ended_at=t.c.advanced_at)
+        )
+
+
+def _write_records(conn: Connection, runs: Iterable[Run], closed: Mapping[Key, float]) -> None:
+    t = usage_records
+    new, old = [], []
+    for run in runs:
+        row = {
+            "job_id": run.key[0],
+            "attempt": run.key[1],
+            "replica": run.key[2],
+            "uuid": run.key[3],
+            "advanced_at": run.advanced_at,
+            "ended_at": closed.get(run.key),
+            "seconds": run.seconds,
+            **{f: getattr(run, f) for f in SUMS},
+        }
+        if run.stored:
+            old.append(row)
+            continue
+        row |= {
+            f: getattr(run, f)
+            for f in (*LABELS, "priority", "node", "share", "memory_gib", "units", "started_at")
+        }
+        new.append(row)
+    insert_rows(conn, t, new)
+    if old:  # one statement, run for many rows: the runs advanced by this flush
+        key = and_(*(t.c[k] == bindparam(f"k_{k}") for k in _KEY))
+        moved = ("advanced_at", "ended_at", "seconds", *SUMS)
+        statement = update(t).where(key).values({k: bindparam(f"v_{k}") for k in moved})
+        update_rows(
+            conn,
+            statement,
+            [{f"k_{k}": row[k] for k in _KEY} | {f"v_{k}": row[k] for k in moved} for row in old],
+        )
+
+
+_KEY = ("job_id", "attempt", "replica", "uuid")
+
+
+def _write_sums(
+    conn: Connection,
+    rollup: Mapping[tuple[str, float, Labels], Sums],
+    totals: Mapping[Labels, Sums],
+) -> None:
+    """Add the flush's sums to their rows: which rows exist is read once (the buckets the
+    flush touched, every total), then one UPDATE that adds and one INSERT, each run for many
+    rows. One writer, so no two flushes race for a row."""
+    r = usage_rollups
+    buckets = sorted({(step, bucket) for step, bucket, _l in rollup})
+    have: set[tuple[object, ...]] = set()
+    for step, bucket in buckets:
+        found = conn.execute(
+            select(r.c.step, r.c.bucket, *(r.c[n] for n in LABELS)).where(
+                r.c.step == step, r.c.bucket == bucket
+            )
+        ).all()
+        have.update((str(x[0]), float(x[1]), tuple(x[2:])) for x in found)
+    _add_rows(
+        conn,
+        r,
+        ("step", "bucket"),
+        {(s, b, *labels): v for (s, b, labels), v in rollup.items()},
+        have,
+    )
+    t = usage_totals
+    have_totals: set[tuple[object, ...]] = {
+        (tuple(x),) for x in conn.execute(select(*(t.c[n] for n in LABELS))).all()
+    }
+    _add_rows(conn, t, (), {tuple(k): v for k, v in totals.items()}, have_totals)
+
+
+def _add_rows(
+    conn: Connection,
+    t: Table,
+    extra: tuple[str, ...],
+    sums: Mapping[tuple[Any, ...], Sums],
+    have: set[tuple[object, ...]],
+) -> None:
+    keys = (*extra, *LABELS)
+    old: list[dict[str, Any]] = []
+    new: list[dict[str, Any]] = []
+    for key, values in sums.items():
+        row = dict(zip(keys, key, strict=True)) | dict(zip(SUMS, values, strict=True))
+        marker = (*key[: len(extra)], tuple(key[len(extra) :]))
+        (old if marker in have else new).append(row)
+    if old:
+        where = and_(*(t.c[k] == bindparam(f"k_{k}") for k in keys))
+        adds = {n: t.c[n] + bindparam(f"v_{n}") for n in SUMS}
+        update_rows(
+            conn,
+            update(t).where(where).values(adds),
+            [{f"k_{k}": row[k] for k in keys} | {f"v_{n}": row[n] for n in SUMS} for row in old],
+        )
+    insert_rows(conn, t, new)
+
+
+def _read_totals(conn: Connection) -> dict[Labels, Sums]:
+    t = usage_totals
+    return {
+        (r[0], r[1], r[2], r[3]): [float(v) for v in r[4:]]
+        for r in conn.execute(select(*(t.c[n] for n in (*LABELS, *SUMS)))).all()
+    }
