@@ -257,6 +257,14 @@ def in_background(make: Callable[[], T], name: str) -> Callable[[], T]:
     "docs/fleet-overview.md): 10s, 1m, ...",
 )
 @click.option(
+    "--usage-interval",
+    default="60s",
+    show_default=True,
+    metavar="DURATION",
+    help="how often usage records are advanced and written (a crash loses at most this much; "
+    "each write costs CPU per held card: docs/benchmarks.md, metering)",
+)
+@click.option(
     "--usage-retention",
     default="400d",
     show_default=True,
@@ -369,6 +377,7 @@ def up(
     audit_keep: int,
     audit_keep_refused: int,
     history_interval: str,
+    usage_interval: str,
     usage_retention: str,
     catalog_file: str | None,
     http_workers: int,
@@ -432,6 +441,12 @@ def up(
             param_hint="--history-interval",
         )
 
+    usage_every_s = duration_s(usage_interval)
+    if not usage_every_s:
+        raise click.BadParameter(
+            f"{usage_interval!r}: use a duration above 0 such as 15s or 1m",
+            param_hint="--usage-interval",
+        )
     usage_keep_s = duration_s(usage_retention)
     if not usage_keep_s:
         raise click.BadParameter(
@@ -506,6 +521,7 @@ def up(
         audit_keep=AuditKeep(audit_keep, audit_keep, audit_keep_refused),
         history_interval_s=history_s,
         usage_retention_s=usage_keep_s,
+        usage_interval_s=usage_every_s,
         catalog=catalog,
         model_cache=model_cache,
         http_workers=http_workers,

@@ -25,7 +25,7 @@ from test_job_intent import _job, _team
 
 pytestmark = pytest.mark.slow
 
-FAST_UP = ("--heartbeat", "0.2", "--lost-after", "60", "--lease", "30")
+FAST_UP = ("--heartbeat", "0.2", "--lost-after", "60", "--lease", "30", "--usage-interval", "0.2s")
 # Waits for the file named by argv[1]; then exits 1 the first time (it leaves argv[2]), else 0.
 WAIT_THEN_FAIL_ONCE = (
     "import os, sys, time\n"

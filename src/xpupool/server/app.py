@@ -101,7 +101,7 @@ class LostNodeWatch(threading.Thread):
             self.history.last = self.plane.clock()  # tried again one interval later
             log.exception("fleet history sample failed")
         now = self.plane.monotonic()
-        if now - self.metered >= self.plane.heartbeat_s:  # usage, once a heartbeat interval
+        if now - self.metered >= self.plane.meter.every_s:  # usage, once an interval
             self.metered = now
             try:
                 self.plane.meter.flush(self.plane)

@@ -43,7 +43,7 @@ from xpupool.server.retention import Retention
 from xpupool.server.routers.deps import MetricsAuth
 from xpupool.server.services.model_cache import model_cache_line
 from xpupool.server.sites import AgentPoolSite, Site, Sites
-from xpupool.server.usage.meter import DEFAULT_KEEP_DAYS
+from xpupool.server.usage.meter import DEFAULT_EVERY_S, DEFAULT_KEEP_DAYS
 
 if TYPE_CHECKING:
     from xpupool.agent.launch import LaunchSettings
@@ -82,6 +82,7 @@ class UpConfig:
     )  # audit rows kept per kind: --audit-keep, --audit-keep-refused (server/audit.py)
     history_interval_s: float = DEFAULT_HISTORY_INTERVAL_S  # --history-interval (history.py)
     usage_retention_s: float = DEFAULT_KEEP_DAYS * 86400.0  # --usage-retention (usage/meter.py)
+    usage_interval_s: float = DEFAULT_EVERY_S  # --usage-interval: how often records are written
     catalog: OperatorCatalog | None = None  # --catalog FILE, parsed and checked by the CLI
     model_cache: str | None = None  # --model-cache VOLUME (server/services/model_cache.py)
     verbose: bool = False  # -v: every request and unread device field (log_setup.py)
@@ -161,6 +162,7 @@ def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPla
         plane.card_health.settle_s = cfg.card_settle_s
         plane.site_network = cfg.site_network
         plane.meter.keep_s = cfg.usage_retention_s  # usage kept apart from jobs (usage/meter.py)
+        plane.meter.every_s = cfg.usage_interval_s
         if cfg.catalog is not None and cfg.catalog.accelerators:
             plane.meter.power = PowerModel(overrides=cfg.catalog.accelerators)
         plane.before_job_id = pool.reserve

@@ -4,7 +4,7 @@ The plane tells the meter three things, under its own lock, each an append to a 
 (:meth:`UsageMeter.replica_started` when a replica is first reported running,
 :meth:`replica_ended` when its report is final, :meth:`job_released` when the job's devices are
 given back for any reason: a lost node, a lease, a stop before a start). Everything else happens
-in :meth:`flush`, on the watch thread every heartbeat interval, outside the plane's lock, in one
+in :meth:`flush`, on the watch thread every ``every_s``, outside the plane's lock, in one
 transaction of its own: the events are applied in order, every open run is advanced to now, and
 the records, the hourly and daily rollups and the all-time totals are written together. So a run
 in progress is visible, a crash loses at most one interval, and the scheduling path pays a list
@@ -54,6 +54,10 @@ log = logging.getLogger("xpupool.server")
 POOL = "pool"
 """The tenant the unheld remainder of a held card's energy is charged to."""
 DEFAULT_KEEP_DAYS = 400.0
+DEFAULT_EVERY_S = 60.0
+"""How often the server flushes (``xpupool up --usage-interval``): a flush costs CPU per held card
+(docs/benchmarks.md, metering), so a large pool pays for a short interval; a crash loses at most
+one."""
 SWEEP_EVERY_S = 3600.0
 
 Key = tuple[int, int, int, str]  # job, attempt, replica, card uuid
@@ -107,12 +111,16 @@ Sums = list[float]  # in SUMS order
 
 class UsageMeter:
     """Records replica runs (see the module docstring). ``keep_s``: records and rollups kept
-    (``xpupool up --usage-retention``); ``power``: the one power model and compute units."""
+    (``xpupool up --usage-retention``); ``every_s``: how often the server flushes
+    (``--usage-interval``); ``power``: the one power model and compute units."""
 
-    def __init__(self, keep_s: float = DEFAULT_KEEP_DAYS * 86400.0) -> None:
+    def __init__(
+        self, keep_s: float = DEFAULT_KEEP_DAYS * 86400.0, every_s: float = DEFAULT_EVERY_S
+    ) -> None:
         if not keep_s > 0:
             raise ValueError("usage retention must be above 0")
         self.keep_s = keep_s
+        self.every_s = every_s
         self.power = PowerModel()
         self._events: list[_Start | _End] = []
         self._events_lock = threading.Lock()
