@@ -33,6 +33,13 @@ from xpupool.model.request import (
     parse_software_need,
     parse_topology,
 )
+from xpupool.model.stopping import (
+    MAX_GRACE_S,
+    MAX_MIN_RUN_S,
+    format_duration,
+    parse_checkpoint_signal,
+    parse_duration,
+)
 from xpupool.model.validation import field_error
 from xpupool.model.vendor import vendor_key
 
@@ -161,6 +168,21 @@ DevicePolicyName = Annotated[
     Literal["binpack", "spread"],
     BeforeValidator(parsed(lambda p, v: parse_device_policy(p, v).value)),
 ]
+
+
+GraceSeconds = Annotated[
+    float,
+    BeforeValidator(parsed(lambda p, v: parse_duration(p, v, MAX_GRACE_S))),
+    PlainSerializer(format_duration, return_type=str),
+    _text_schema("A duration: '30s', '2m', or a number of seconds."),
+]
+MinRunSeconds = Annotated[
+    float,
+    BeforeValidator(parsed(lambda p, v: parse_duration(p, v, MAX_MIN_RUN_S))),
+    PlainSerializer(format_duration, return_type=str),
+    _text_schema("A duration: '10m', '1h', or a number of seconds."),
+]
+CheckpointSignal = Annotated[StrictStr, AfterValidator(parsed(parse_checkpoint_signal))]
 
 
 def or_string(description: str) -> Callable[[dict[str, Any]], None]:

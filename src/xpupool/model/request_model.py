@@ -47,13 +47,16 @@ from xpupool.model.request import (
 )
 from xpupool.model.request_fields import (
     CardMib,
+    CheckpointSignal,
     CpuMilli,
     DeviceMemory,
     DeviceMemoryField,
     DevicePolicyName,
+    GraceSeconds,
     LabelName,
     LabelValue,
     MemoryMib,
+    MinRunSeconds,
     ModelName,
     NonBlank,
     Permille,
@@ -405,6 +408,22 @@ class RequestModel(_Form):
             json_schema_extra=_or_text_items,
         )
     )
+    grace: GraceSeconds | None = Field(
+        None,
+        description="Seconds between SIGTERM and SIGKILL when the job is stopped ('30s', '2m' "
+        "or a number of seconds; at most 1h, and at most the server's --max-grace); null = the "
+        "server's default.",
+    )
+    checkpoint_signal: CheckpointSignal | None = Field(
+        None,
+        description="A signal sent before SIGTERM when the job is preempted or stopped by the "
+        "plane, so it can save its state ('USR1'; docs/jobs.md 'Stopping well'); null = none.",
+    )
+    min_run: MinRunSeconds | None = Field(
+        None,
+        description="Not preempted before it has run this long ('10m'), unless the preemptor's "
+        "queue has preempts_min_run; null = preemptible at once.",
+    )
     _request: Request | None = PrivateAttr(None)
 
     @model_validator(mode="before")
@@ -455,6 +474,9 @@ class RequestModel(_Form):
             node_selector=tuple((self.node_selector or {}).items()),
             preferred_site=self.preferred_site,
             tolerations=tuple(t.to_toleration() for t in self.tolerations or ()),
+            grace_s=self.grace,
+            checkpoint_signal=self.checkpoint_signal,
+            min_run_s=self.min_run,
         )
 
     @classmethod
@@ -478,6 +500,9 @@ class RequestModel(_Form):
             node_selector=dict(req.node_selector) or None,
             preferred_site=req.preferred_site,
             tolerations=[TolerationModel.from_toleration(t) for t in req.tolerations] or None,
+            grace=req.grace_s,
+            checkpoint_signal=req.checkpoint_signal,
+            min_run=req.min_run_s,
         )
         model._request = req
         return model

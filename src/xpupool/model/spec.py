@@ -53,6 +53,13 @@ from xpupool.model.request import (
     parse_software_need,
     parse_topology,
 )
+from xpupool.model.stopping import (
+    MAX_GRACE_S,
+    MAX_MIN_RUN_S,
+    format_duration,
+    parse_checkpoint_signal,
+    parse_duration,
+)
 from xpupool.model.taint import Toleration, format_toleration, parse_toleration
 from xpupool.model.vendor import VENDOR_KEYS, VENDOR_NAMES, find_vendor, vendor_key
 
@@ -76,6 +83,9 @@ KEYS: dict[str, str] = {
     "prefer-site": "preferred_site",
     "label": "node_selector",  # repeatable: every label given must be on the node
     "tolerate": "tolerations",  # repeatable: any-of, as Kubernetes' tolerations
+    "grace": "grace",
+    "checkpoint-signal": "checkpoint_signal",
+    "min-run": "min_run",
 }
 # keys that may be given more than once (each setter refuses its own repeats)
 _REPEATABLE = frozenset({"node_selector", "tolerations"})
@@ -133,6 +143,9 @@ class _Draft:
     node_selector: dict[str, str] = field(default_factory=dict)
     preferred_site: str | None = None
     tolerations: list[Toleration] = field(default_factory=list)
+    grace_s: float | None = None
+    checkpoint_signal: str | None = None
+    min_run_s: float | None = None
     seen: dict[str, str] = field(default_factory=dict)
 
     def once(self, path: str, text: str) -> None:
@@ -183,6 +196,9 @@ class _Draft:
             node_selector=tuple(self.node_selector.items()),
             preferred_site=self.preferred_site,
             tolerations=tuple(self.tolerations),
+            grace_s=self.grace_s,
+            checkpoint_signal=self.checkpoint_signal,
+            min_run_s=self.min_run_s,
         )
 
 
@@ -437,6 +453,18 @@ def _set_toleration(d: _Draft, path: str, raw: str) -> None:
     d.tolerations.append(toleration)
 
 
+def _set_grace(d: _Draft, path: str, raw: str) -> None:
+    d.grace_s = parse_duration(path, raw, MAX_GRACE_S)
+
+
+def _set_checkpoint_signal(d: _Draft, path: str, raw: str) -> None:
+    d.checkpoint_signal = parse_checkpoint_signal(path, raw)
+
+
+def _set_min_run(d: _Draft, path: str, raw: str) -> None:
+    d.min_run_s = parse_duration(path, raw, MAX_MIN_RUN_S)
+
+
 _SETTERS: dict[str, Callable[[_Draft, str, str], None]] = {
     "devices.memory": _set_device_memory,
     "devices.cores": _set_cores,
@@ -454,6 +482,9 @@ _SETTERS: dict[str, Callable[[_Draft, str, str], None]] = {
     "preferred_site": _set_preferred_site,
     "node_selector": _set_label,
     "tolerations": _set_toleration,
+    "grace": _set_grace,
+    "checkpoint_signal": _set_checkpoint_signal,
+    "min_run": _set_min_run,
 }
 
 
@@ -519,6 +550,12 @@ def format_spec(req: Request) -> str:
         tokens.append(f"label={label}={_check_token(f'node_selector.{label}', value)}")
     for toleration in req.tolerations:
         tokens.append(f"tolerate={format_toleration(toleration)}")
+    if req.grace_s is not None:
+        tokens.append(f"grace={format_duration(req.grace_s)}")
+    if req.checkpoint_signal is not None:
+        tokens.append(f"checkpoint-signal={req.checkpoint_signal}")
+    if req.min_run_s is not None:
+        tokens.append(f"min-run={format_duration(req.min_run_s)}")
     return " ".join(tokens)
 
 

@@ -236,7 +236,8 @@ def test_unknown_key_lists_known_keys() -> None:
     assert info.value.field == "gpus"
     assert info.value.reason == (
         "unknown key; known: mem, cores, uuid, topology, cpu, memory, replicas, priority, queue, "
-        "name, policy, device-policy, site, prefer-site, label, tolerate"
+        "name, policy, device-policy, site, prefer-site, label, tolerate, grace, "
+        "checkpoint-signal, min-run"
     )
 
 

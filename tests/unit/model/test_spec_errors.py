@@ -49,6 +49,11 @@ CASES: list[tuple[str, str, tuple[str, ...], tuple[str, ...]]] = [
     ("tolerate==true", "tolerations[0].key", ("give a key", "'*'"), ()),
     ("tolerate=GPU_", "tolerations[0].key", ("letter or digit",), ()),
     ("tolerate=gpu=a:b", "tolerations[0].effect", ("unknown effect",), ()),
+    ("grace=30", "grace", ("duration such as 30s",), ()),
+    ("grace=2h", "grace", ("at most 3600 s",), ()),
+    ("grace=10s grace=20s", "grace", ("given twice",), ()),
+    ("checkpoint-signal=KILL", "checkpoint_signal", ("USR1", "checkpoint on"), ()),
+    ("min-run=0m", "min_run", ("more than 0",), ()),
 ]
 
 
