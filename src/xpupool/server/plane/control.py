@@ -8,6 +8,7 @@ allocation rows), so what a crash leaves behind is exactly what was committed.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -39,6 +40,7 @@ from xpupool.server.auth import Principal
 from xpupool.server.card_health import CardHealth
 from xpupool.server.consistency import Problem, problem_for
 from xpupool.server.health import Health, probe_writable, store_failure
+from xpupool.server.job_checkpoints import record_checkpoint, stop_cost_of
 from xpupool.server.job_logs import JobLogs
 from xpupool.server.lease import Lease
 from xpupool.server.live_metrics import LiveMetrics
@@ -398,7 +400,8 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
     def cycle(self) -> SchedulingCycle:
         """The scheduling cycle on the current quota books (rebuilt with them)."""
         if self._cycle is None or self._cycle.admission is not self.admission:
-            self._cycle = SchedulingCycle(self.admission, self.verdicts)
+            costs = functools.partial(stop_cost_of, self)  # checkpoint-aware preemption
+            self._cycle = SchedulingCycle(self.admission, self.verdicts, costs)
         return self._cycle
 
     @property
@@ -732,6 +735,14 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         self.before_job_id(job_id)
         self.next_job_id = job_id + 1
         return job_id
+
+    def checkpoint(self, job_id: int) -> float | None:
+        """Job ``job_id`` saved its state now (server/job_checkpoints.py): the time of its last
+        checkpoint kept, or None when it is not running."""
+        with self.locked():
+            if not record_checkpoint(self, job_id, self.clock()):
+                return None
+            return self._held[job_id].checkpoint_at
 
     def stop_job(self, job_id: int, stop: lc.Stop) -> None:
         """Apply ``stop`` to job ``job_id`` as one step; :class:`lc.IllegalTransition` (409)

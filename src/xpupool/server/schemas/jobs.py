@@ -281,6 +281,13 @@ class JobIn(Strict):
         return self._request_field
 
 
+class Checkpoint(Lenient):
+    """A running job's last checkpoint, as the plane keeps it (``POST /v1/jobs/{id}/checkpoint``)."""
+
+    job_id: int
+    at: float = Field(description="Unix time of the job's last checkpoint in its current run.")
+
+
 class JobEvent(Lenient):
     at: float = Field(description="Unix time, seconds.")
     state: JobState

@@ -1,0 +1,39 @@
+"""A running job's last checkpoint, and what stopping it now would cost (issue 54 part 2).
+
+A job reports a checkpoint through ``POST /v1/jobs/{id}/checkpoint``; the plane keeps the latest
+per job holding devices (with the job in memory: after a restart of the plane, until the next
+report, the planner counts the job's whole run as what it would lose, so it is spared rather
+than taken). The scheduling cycle asks :func:`stop_cost_of` for each running job when it
+plans a preemption (``engine/cycle/stop_cost.py``): the victims that lose least go first, and
+none inside its ``min-run`` unless the preemptor's queue has ``preempts_min_run``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from xpupool.engine.cycle.stop_cost import StopCost, stop_cost
+
+if TYPE_CHECKING:
+    from xpupool.server.plane.control import ControlPlane
+
+
+def stop_cost_of(plane: ControlPlane, job_id: int) -> StopCost:
+    """What stopping held job ``job_id`` now would lose (nothing when it holds nothing or has
+    not started running). Called under the plane's lock, by the cycle."""
+    job = plane.held_jobs.get(job_id)
+    if job is None:
+        return StopCost(0.0)
+    return stop_cost(plane.clock(), job.started_at, job.checkpoint_at, job.min_run_s)
+
+
+def record_checkpoint(plane: ControlPlane, job_id: int, at: float) -> bool:
+    """Job ``job_id`` saved its state at ``at`` (the plane's clock); kept when it is running and
+    ``at`` is later than what it has (an older report changes nothing). Under the plane's lock;
+    returns whether the job runs."""
+    job = plane.held_jobs.get(job_id)
+    if job is None or job.started_at is None:
+        return False
+    if at >= job.started_at and (job.checkpoint_at is None or at > job.checkpoint_at):
+        job.checkpoint_at = at
+    return True
