@@ -303,8 +303,9 @@ class Runner:
             return
         rep.stop_requested = True
         log.info("job %d replica %d: stop asked of its supervisor", job_id, replica)
+        grace = rep.work.grace_s if rep.work.grace_s is not None else self.grace_s
         with contextlib.suppress(OSError):
-            rd.request_stop(rep.run_dir, self.grace_s)
+            rd.request_stop(rep.run_dir, grace, rep.work.checkpoint_signal)
 
     # ------------------------------------------------------------------ watching
     def poll(self) -> None:

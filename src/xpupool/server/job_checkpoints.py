@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from xpupool.engine.cycle.stop_cost import StopCost, stop_cost
+from xpupool.model.stopping import MAX_GRACE_S, parse_duration
 
 if TYPE_CHECKING:
     from xpupool.server.plane.control import ControlPlane
@@ -37,3 +38,12 @@ def record_checkpoint(plane: ControlPlane, job_id: int, at: float) -> bool:
     if at >= job.started_at and (job.checkpoint_at is None or at > job.checkpoint_at):
         job.checkpoint_at = at
     return True
+
+
+def stopping_of(request: object) -> tuple[float | None, str | None]:
+    """How the agent stops the job's replicas (``Work.grace_s``, ``Work.checkpoint_signal``),
+    from its stored request (canonical, so valid); None: the agent's defaults."""
+    stored = request if isinstance(request, dict) else {}
+    grace, signal = stored.get("grace"), stored.get("checkpoint_signal")
+    seconds = None if grace is None else parse_duration("grace", grace, MAX_GRACE_S)
+    return seconds, None if signal is None else str(signal)

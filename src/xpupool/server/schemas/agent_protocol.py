@@ -389,6 +389,18 @@ class Work(Lenient):
         description="The job's secrets with their values, for this replica only; never written"
         " by the agent but to the replica's secret files.",
     )
+    grace_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="SIGTERM to SIGKILL when the server stops it (the job's grace); null: the"
+        " agent's own --grace (and from an older server).",
+    )
+    checkpoint_signal: str | None = Field(
+        default=None,
+        max_length=8,
+        description="A signal (USR1, ...) sent before SIGTERM when the server stops it, so it"
+        " can save its state (model/stopping.py); null: none. An older agent ignores it.",
+    )
 
 
 class HeartbeatReply(Lenient):

@@ -17,6 +17,7 @@ from xpupool.model.errors import NotFound, RequestError, Unavailable
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.auth import Principal
 from xpupool.server.body_limit import MAX_LOG_CHUNK
+from xpupool.server.job_checkpoints import stopping_of
 from xpupool.server.plane import ControlPlane, HeldJob, NodeRecord, secret_rows
 from xpupool.server.plane import node_lifecycle as nl
 from xpupool.server.schemas.agent_protocol import (
@@ -296,6 +297,8 @@ def _reply(
                 ),
                 volumes=volumes.grants(conn, job.tenant, job.queue, alloc.node, row["volumes"]),
                 network=_network(networks.get(job.queue)) if row["image"] else None,
+                grace_s=stopping_of(row["request"])[0],
+                checkpoint_signal=stopping_of(row["request"])[1],
             )
         )
     return HeartbeatReply(
