@@ -21,6 +21,10 @@ DURATION_HINT = "use a duration such as 30s, 10m or 2h"
 MAX_GRACE_S = 3600.0  # the most any job may ask; an operator may set a lower bound per server
 MAX_MIN_RUN_S = 7 * 86400.0
 CHECKPOINT_LEAD_S = 5.0  # between the checkpoint signal and SIGTERM when a job names one
+# A job reports a checkpoint by writing or touching the file this variable names (in its own
+# working directory): its agent sends the file's age with the replica's report.
+CHECKPOINT_FILE_ENV = "XPUPOOL_CHECKPOINT_FILE"
+CHECKPOINT_FILE_NAME = ".xpupool-checkpoint"
 # Signals a job may take as its checkpoint signal: those a program may catch and that ask it
 # nothing else (not KILL or STOP, which cannot be caught; not TERM, which is the stop itself).
 CHECKPOINT_SIGNALS = ("USR1", "USR2", "HUP", "INT", "QUIT", "WINCH", "URG", "PWR")

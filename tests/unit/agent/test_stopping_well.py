@@ -61,3 +61,33 @@ def test_checkpoint_signal_then_term_then_kill_after_the_jobs_grace(
     finally:
         _kill(rep.pid)
         _kill(rep.status.supervisor_pid)
+
+
+TOUCHES = [
+    sys.executable,
+    "-c",
+    "import os, sys, time\n"
+    "print('up', flush=True)\n"
+    "sys.stdin.close(); time.sleep(0.5)\n"
+    "open(os.environ['XPUPOOL_CHECKPOINT_FILE'], 'w').close()\n"
+    "print('saved', flush=True); time.sleep(60)\n",
+]
+
+
+@pytest.mark.slow
+def test_the_checkpoint_files_age_goes_with_the_replicas_report(tmp_path: Path) -> None:
+    runner = Runner("n1", tmp_path, grace_s=0.1, settings=settings(tmp_path))
+    runner.renew(time.monotonic() + 120.0, grace_s=0.1)
+    rep = started(runner.start(work(TOUCHES)), runner)
+    assert rep.status is not None
+    try:
+        poll_until(lambda: b"up" in rep.log_path.read_bytes(), runner)
+        first = runner.reports()[0]
+        if b"saved" not in rep.log_path.read_bytes():
+            assert first.checkpoint_age_s is None  # nothing written yet
+        poll_until(lambda: b"saved" in rep.log_path.read_bytes(), runner)
+        age = runner.reports()[0].checkpoint_age_s
+        assert age is not None and age >= 0
+    finally:
+        _kill(rep.pid)
+        _kill(rep.status.supervisor_pid)

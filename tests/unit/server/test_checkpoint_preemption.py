@@ -78,3 +78,21 @@ def test_only_a_running_jobs_owner_reports_its_checkpoint(server: Server) -> Non
     server.schedule()
     r = server.client.post(f"/v1/jobs/{pending}/checkpoint", headers=server.as_(a))
     assert r.status_code == 409 and "not running" in r.text
+
+
+@pytest.mark.slow
+def test_a_checkpoint_reported_with_the_replica_counts_as_one_through_the_api(
+    server: Server,
+) -> None:
+    _, low = two_running(server)
+    older = low[0]  # today's planner spares the older and takes the newer (low[1])
+    run_for(server, 100, low)
+    running = [report(i, 0, "running") for i in low]
+    running[0]["checkpoint_age_s"] = 20.0  # the agent saw its file written 20 s ago
+    heartbeat(server, "n1", running)
+    a2 = tenant(server, "b")
+    queue(server, "b", "b", [], max_priority=10)
+    submit(server, a2, "A100:1", queue="b", priority=10)
+    server.schedule()
+    assert victim_of(server, low) == older
+    assert "lost 0.3 card-min since its checkpoint" in job(server, older)["events"][-1]["reason"]

@@ -237,6 +237,14 @@ class ReplicaReport(Lenient):
         description="The host ports the agent gave it (image replicas: published under the"
         " bridge network); empty: none, or an older agent.",
     )
+    checkpoint_age_s: float | None = Field(
+        default=None,
+        ge=0,
+        le=1e10,
+        description="Seconds since the replica last wrote its $XPUPOOL_CHECKPOINT_FILE (an age,"
+        " not a time: the agent's clock need not agree with the server's); null: it wrote none,"
+        " or an older agent.",
+    )
 
 
 class StartingReport(LenientIn):
