@@ -15,6 +15,7 @@ from xpupool.sim.progress import progress_for
 from xpupool.sim.queue_config import QueueConfig
 from xpupool.sim.runner import (
     RunSpec,
+    TimedOptions,
     lower_bound,
     run_all,
     run_timed,
@@ -107,6 +108,7 @@ def run_timed_traces(
     compress: float,
     queues: QueueConfig | None = None,
     console: Console | None = None,
+    options: TimedOptions | None = None,
 ) -> list[dict[str, object]]:
     """Timed replays, one per (trace, policy, seed), serially (each is one pass over a trace);
     with ``console``, progress as each run starts and finishes."""
@@ -118,7 +120,10 @@ def run_timed_traces(
         for i, spec in enumerate(specs):
             progress.started(i)
             runs.append(
-                {"trace": trace_name(spec.pods_path), **run_timed(spec, queue, compress, queues)}
+                {
+                    "trace": trace_name(spec.pods_path),
+                    **run_timed(spec, queue, compress, queues, options),
+                }
             )
             progress.finished(i, runs[-1])
     return runs
