@@ -13,9 +13,19 @@ from typing import Any
 import httpx
 import pytest
 from job_commands import JOB_PYTHON
-from server_proc import ServerProc, until
+from server_proc import ServerProc, stop_process, until
 
 pytestmark = pytest.mark.slow
+
+FAKE = Path(__file__).parents[1] / "fixtures" / "agent" / "fake-a100x2.yaml"
+SLEEPS = [JOB_PYTHON, "-c", "import time; print('up', flush=True); time.sleep(120)"]
+SAVES = [
+    JOB_PYTHON,
+    "-c",
+    "import os, time\n"
+    "open(os.environ['XPUPOOL_CHECKPOINT_FILE'], 'w').close()\n"
+    "print('saved', flush=True); time.sleep(120)\n",
+]
 
 TRAPS = [
     JOB_PYTHON,
@@ -65,3 +75,44 @@ def test_cancel_sends_the_checkpoint_signal_then_term_and_waits_out_the_grace(
     # most, 60 ticks is 6 s, more than its 3 s and less than the in-process agent's own 10 s
     after_term = lines[lines.index("term") + 1 :].count("tick")
     assert 3 <= after_term <= 60, after_term
+
+
+def test_min_run_and_a_checkpoint_file_decide_a_real_preemption(tmp_path: Path) -> None:
+    """Two cards, two low jobs: one inside its min-run, one that touched its checkpoint file. A
+    priority job preempts the second (the first is spared), and its event says it lost only the
+    time since its checkpoint, which reached the plane through its agent's report."""
+    with ServerProc(tmp_path / "data", extra_args=("--heartbeat", "0.2")) as srv:
+        agent, agent_log = srv.start_agent(tmp_path, "n1", FAKE, "--grace", "1")
+        try:
+            with (
+                srv.tenant_client("team") as team,
+                httpx.Client(base_url=srv.url, headers=srv.headers(), timeout=10) as admin,
+            ):
+                queue = {"name": "team", "tenant": "team", "max_priority": 10}
+                admin.put("/v1/queues/team", json=queue).raise_for_status()
+                until(lambda: admin.get("/v1/nodes").json(), "the agent's node", 60)
+
+                def submit(request: str, command: list[str], priority: int = 0) -> int:
+                    body = {"request": request, "command": command, "priority": priority}
+                    r = team.post("/v1/jobs", json=body)
+                    assert r.status_code == 201, r.text
+                    return int(r.json()["id"])
+
+                def job(job_id: int) -> dict[str, Any]:
+                    return dict(team.get(f"/v1/jobs/{job_id}").json())
+
+                kept = submit("A100:1 min-run=1h", SLEEPS)
+                saver = submit("A100:1", SAVES)
+                for i in (kept, saver):
+                    until(lambda i=i: job(i)["state"] == "running", f"job {i} to run", 90)
+                until(lambda: job(saver)["checkpoint_at"] is not None, "its checkpoint", 60)
+                assert job(kept)["checkpoint_at"] is None
+                high = submit("A100:1", SLEEPS, priority=10)
+                until(lambda: job(saver)["state"] == "pending", "the saver preempted", 90)
+                until(lambda: job(high)["state"] in ("scheduled", "running"), "the high job", 90)
+                assert job(kept)["state"] == "running"  # inside its min-run: spared
+                why = next(e["reason"] for e in job(saver)["events"] if "preempted" in e["reason"])
+                assert "since its checkpoint" in why, why
+        finally:
+            stop_process(agent)
+            print(agent_log.read_text()[-2000:])

@@ -35,7 +35,10 @@ def record_checkpoint(plane: ControlPlane, job_id: int, at: float) -> bool:
     job = plane.held_jobs.get(job_id)
     if job is None or job.started_at is None:
         return False
-    if at >= job.started_at and (job.checkpoint_at is None or at > job.checkpoint_at):
+    # A report is of the current run (its file is in the run's own directory), but a job that
+    # saves at once can date it before the plane heard of its start: it counts from the start.
+    at = max(at, job.started_at)
+    if job.checkpoint_at is None or at > job.checkpoint_at:
         job.checkpoint_at = at
     return True
 

@@ -96,3 +96,19 @@ def test_a_checkpoint_reported_with_the_replica_counts_as_one_through_the_api(
     server.schedule()
     assert victim_of(server, low) == older
     assert "lost 0.3 card-min since its checkpoint" in job(server, older)["events"][-1]["reason"]
+
+
+@pytest.mark.slow
+def test_a_checkpoint_dated_before_the_plane_heard_of_the_start_counts_from_the_start(
+    server: Server,
+) -> None:
+    """A job that saves as it starts reports a file older than the start the plane recorded (the
+    report comes later); it was dropped, and the job counted as never checkpointed."""
+    _, low = two_running(server)
+    started = server.clock.now
+    assert job(server, low[0])["checkpoint_at"] is None
+    run_for(server, 30, low)
+    running = [report(i, 0, "running") for i in low]
+    running[0]["checkpoint_age_s"] = 300.0  # older than the run, as the plane counts it
+    heartbeat(server, "n1", running)
+    assert job(server, low[0])["checkpoint_at"] == started

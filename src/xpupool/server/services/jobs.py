@@ -356,6 +356,8 @@ def get(plane: ControlPlane, me: Principal, job_id: int) -> Job:
         ).mappings()
         job = view(plane, row)
         job.events = [JobEvent.model_validate(dict(e)) for e in events]
+    held = plane.held_jobs.get(job_id)
+    job.checkpoint_at = None if held is None else held.checkpoint_at
     return job
 
 
