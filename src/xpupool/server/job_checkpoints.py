@@ -10,29 +10,36 @@ none inside its ``min-run`` unless the preemptor's queue has ``preempts_min_run`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Protocol
 
 from xpupool.engine.cycle.stop_cost import StopCost, stop_cost
 from xpupool.model.stopping import MAX_GRACE_S, parse_duration
 
-if TYPE_CHECKING:
-    from xpupool.server.plane.control import ControlPlane
+
+class Run(Protocol):
+    """What of a held job (``server/plane/records.py`` ``HeldJob``) this module reads and sets;
+    a protocol, so that the plane can call in here without a circle of imports."""
+
+    started_at: float | None
+    checkpoint_at: float | None
+    min_run_s: float | None
 
 
-def stop_cost_of(plane: ControlPlane, job_id: int) -> StopCost:
-    """What stopping held job ``job_id`` now would lose (nothing when it holds nothing or has
-    not started running). Called under the plane's lock, by the cycle."""
-    job = plane.held_jobs.get(job_id)
+def stop_cost_of(held: Mapping[int, Run], now: float, job_id: int) -> StopCost:
+    """What stopping held job ``job_id`` at ``now`` would lose (nothing when it holds nothing or
+    has not started running). Called under the plane's lock, by the cycle."""
+    job = held.get(job_id)
     if job is None:
         return StopCost(0.0)
-    return stop_cost(plane.clock(), job.started_at, job.checkpoint_at, job.min_run_s)
+    return stop_cost(now, job.started_at, job.checkpoint_at, job.min_run_s)
 
 
-def record_checkpoint(plane: ControlPlane, job_id: int, at: float) -> bool:
+def record_checkpoint(held: Mapping[int, Run], job_id: int, at: float) -> bool:
     """Job ``job_id`` saved its state at ``at`` (the plane's clock); kept when it is running and
     ``at`` is later than what it has (an older report changes nothing). Under the plane's lock;
     returns whether the job runs."""
-    job = plane.held_jobs.get(job_id)
+    job = held.get(job_id)
     if job is None or job.started_at is None:
         return False
     # A report is of the current run (its file is in the run's own directory), but a job that

@@ -287,7 +287,7 @@ def _preempt(
             if reclaim
             else PreemptedByPriority(by.id, by.priority, victim.priority)
         )
-        cost = stop_cost_of(plane, victim.id)  # why it and not another: what it loses
+        cost = stop_cost_of(plane.held_jobs, plane.clock(), victim.id)  # why it: what it loses
         reason = f"{render(why)}; {describe(cost, lost_card_s(cost, victim.allocations))}"
         may_run = victim.may_run
         plane.apply(conn, victim.id, lc.Stop(StopCause.PREEMPTED, reason))
