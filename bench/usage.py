@@ -97,7 +97,7 @@ def recording(runs: int, tmp: Path) -> dict[str, float]:
         share = DeviceShare(f"g{i}", i, 81920, 1000)
         alloc = Allocation(i + 1, "r", 0, f"n{i // 8}", 0, 0, 0, (share,))
         jobs.append(HeldJob(i + 1, f"t{i % 100}", "q", "", 0, JobPhase.RUNNING, [alloc], attempt=1))
-    meter.flush(plane)  # type: ignore[arg-type]  # seeds the totals: not a recording cost
+    meter.flush(plane)  # seeds the totals: not a recording cost
 
     started = time.perf_counter()
     for job in jobs:
@@ -105,14 +105,14 @@ def recording(runs: int, tmp: Path) -> dict[str, float]:
     hook_start = time.perf_counter() - started
     plane.now += 5
     started = time.perf_counter()
-    meter.flush(plane)  # type: ignore[arg-type]
+    meter.flush(plane)
     flush_start = time.perf_counter() - started
 
     samples = []
     for _ in range(3):
         plane.now += 5
         started = time.perf_counter()
-        meter.flush(plane)  # type: ignore[arg-type]
+        meter.flush(plane)
         samples.append(time.perf_counter() - started)
     flush_sample = statistics.median(samples)
 
@@ -122,7 +122,7 @@ def recording(runs: int, tmp: Path) -> dict[str, float]:
     hook_stop = time.perf_counter() - started
     plane.now += 5
     started = time.perf_counter()
-    meter.flush(plane)  # type: ignore[arg-type]
+    meter.flush(plane)
     flush_stop = time.perf_counter() - started
     db.dispose()
 

@@ -109,4 +109,7 @@ def requests(
         preferred_site=st.none() | sites,
         tolerations=st.lists(tolerations, max_size=3, unique=True).map(tuple),
         data=st.none() | sites,  # a dataset's name follows a site's rule
+        grace_s=st.none() | st.integers(1, 3600).map(float),
+        checkpoint_signal=st.none() | st.sampled_from(("USR1", "USR2", "HUP")),
+        min_run_s=st.none() | st.integers(1, 7 * 86400).map(float),
     )

@@ -218,6 +218,24 @@ def parse_seeds(text: str) -> list[int]:
     help="timed mode: split the nodes into sites with links and datasets, and compare the site "
     "choice of xpupool with least-loaded and random (docs/simulator.md)",
 )
+@click.option(
+    "--peak",
+    type=float,
+    default=None,
+    help="timed mode: compress arrivals so that peak demand is this many times capacity "
+    "(replaces --compress; e.g. 1.3)",
+)
+@click.option(
+    "--checkpoints",
+    is_flag=True,
+    help="timed mode: tasks checkpoint as a seeded model draws; a victim resumes from its last "
+    "checkpoint and GPU-hours lost are counted (docs/simulator.md)",
+)
+@click.option(
+    "--checkpoint-aware",
+    is_flag=True,
+    help="timed mode: the preemption planner prefers victims that lose least",
+)
 def simulate(
     nodes_path: str | None,
     pods_paths: tuple[str, ...],
@@ -237,6 +255,9 @@ def simulate(
     throughputs: str | None,
     gavel_cluster: str,
     sites_file: str | None,
+    peak: float | None,
+    checkpoints: bool,
+    checkpoint_aware: bool,
 ) -> None:
     """Replay a cluster trace under each policy and seed (the FGD paper's protocol, or in time)."""
     from pathlib import Path
@@ -271,11 +292,14 @@ def simulate(
         from xpupool.client.sim_tables import print_timed
         from xpupool.model.errors import RequestError
         from xpupool.sim.report import run_timed_traces
+        from xpupool.sim.runner import TimedOptions
 
         if compress <= 0:
             raise click.BadParameter("must be positive", param_hint="--compress")
         from xpupool.sim.site_dispatch import load_sim_sites
 
+        if peak is not None and peak <= 0:
+            raise click.BadParameter("must be positive", param_hint="--peak")
         try:
             queues = load_queue_config(queue_config) if queue_config else None
         except RequestError as exc:
@@ -301,17 +325,23 @@ def simulate(
             sites = load_sim_sites(sites_file) if sites_file else None
         except RequestError as exc:
             raise click.BadParameter(str(exc), param_hint="--sites") from None
-        timed = run_timed_traces(
-            nodes_path,
-            list(pods_paths),
-            policies,
-            parse_seeds(seeds),
-            queue,
-            compress,
-            queues,
-            console,
-            sites,
-        )
+        try:
+            timed = run_timed_traces(
+                nodes_path,
+                list(pods_paths),
+                policies,
+                parse_seeds(seeds),
+                queue,
+                compress,
+                queues,
+                console,
+                sites,
+                TimedOptions(peak, checkpoints, checkpoint_aware),
+            )
+        except ValueError as exc:  # a peak the trace cannot reach (sim/load.py)
+            if peak is None:
+                raise
+            raise click.BadParameter(str(exc), param_hint="--peak") from None
         if as_json:
             click.echo(
                 json.dumps({"mode": "timed", "queue": queue, "compress": compress, "runs": timed})

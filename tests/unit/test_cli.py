@@ -161,6 +161,26 @@ def test_simulate_timed_with_sites_compares_the_three_rules(tmp_path: Path) -> N
     assert "data.share" in refused.output and "Traceback" not in refused.output
 
 
+def test_simulate_timed_at_a_peak_with_checkpoints(tmp_path: Path) -> None:
+    nodes, _ = _trace(tmp_path)
+    pods = tmp_path / "timed.csv"
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,creation_time,deletion_time\n"
+        + "".join(f"p{i},2000,1024,1,1000,,{100 * i},{100 * i + 50}\n" for i in range(6))
+    )
+    args = ["simulate", "--nodes", nodes, "--pods", str(pods), "--policy", "bestfit"]
+    args += ["--seeds", "1", "--mode", "timed", "--queue", "priority"]
+    args += ["--checkpoints", "--checkpoint-aware"]
+    result = CliRunner().invoke(main, [*args, "--peak", "0.1", "--json"])
+    assert result.exit_code == 0, result.output
+    run = json.loads(result.stdout)["runs"][0]
+    assert run["compress"] >= 1 and run["gpu_hours_lost"] == 0  # no preemption in this queue
+    assert 0 <= run["unallocated_at_peak_pct"] <= 100
+    refused = CliRunner().invoke(main, [*args, "--peak", "50"])
+    assert refused.exit_code == 2
+    assert "--peak" in refused.output and "tile the trace" in refused.output
+
+
 def test_simulate_runs_the_profiles_of_a_file(tmp_path: Path) -> None:
     nodes, pods = _trace(tmp_path)
     profiles = tmp_path / "profiles.yaml"

@@ -66,6 +66,10 @@ class ReplicaDir:
         return self.path / "stop"
 
     @property
+    def checkpoint_signal(self) -> Path:
+        return self.path / "checkpoint_signal"
+
+    @property
     def collected(self) -> Path:
         return self.path / "collected"
 
@@ -166,8 +170,22 @@ def read_shipped(d: ReplicaDir) -> int:
         return 0
 
 
-def request_stop(d: ReplicaDir, grace_s: float) -> None:
+def request_stop(d: ReplicaDir, grace_s: float, checkpoint_signal: str | None = None) -> None:
+    """Ask the supervisor to stop the replica: ``checkpoint_signal`` first when given (its own
+    file, written before ``stop``, which an older supervisor does not read), then SIGTERM, then
+    SIGKILL ``grace_s`` later (model/stopping.py says the order)."""
+    if checkpoint_signal is not None:
+        write_atomic(d.checkpoint_signal, f"{checkpoint_signal}\n".encode())
     write_atomic(d.stop, f"{grace_s:g}\n".encode())
+
+
+def checkpoint_signal_asked(d: ReplicaDir) -> str | None:
+    """The checkpoint signal a stop asked for, or None (none, or unreadable)."""
+    try:
+        name = d.checkpoint_signal.read_text().strip()
+    except OSError:
+        return None
+    return name if name.isalnum() and name.isupper() else None
 
 
 def stop_requested(d: ReplicaDir) -> float | None:

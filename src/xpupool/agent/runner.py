@@ -44,6 +44,7 @@ from xpupool.agent.launch import (
 from xpupool.agent.launch.mps import MpsDaemons, mps_root
 from xpupool.agent.launch.process import write_log_line
 from xpupool.log_rotation import read_kept
+from xpupool.model.stopping import CHECKPOINT_FILE_NAME
 from xpupool.server.schemas.agent_protocol import (
     FINAL_REPLICA_STATES,
     MAX_STARTING_REPORTS,
@@ -136,7 +137,19 @@ class Replica:
             attempt=self.work.attempt if self.run_dir is not None else None,
             stop_cause="lease_expired" if self.stop_kind == "lease_expired" else "",
             ports=list(self.spec.ports) if self.spec is not None else [],
+            checkpoint_age_s=self.checkpoint_age_s(),
         )
+
+    def checkpoint_age_s(self) -> float | None:
+        """Seconds since a running replica last wrote its checkpoint file (its working
+        directory is its run's own, so the file is this run's); None: none written."""
+        if self.state is not ReplicaState.RUNNING or self.spec is None:
+            return None
+        try:
+            written = (self.spec.workdir / CHECKPOINT_FILE_NAME).stat().st_mtime
+        except OSError:
+            return None
+        return max(0.0, time.time() - written)
 
 
 class Runner:
@@ -303,8 +316,9 @@ class Runner:
             return
         rep.stop_requested = True
         log.info("job %d replica %d: stop asked of its supervisor", job_id, replica)
+        grace = rep.work.grace_s if rep.work.grace_s is not None else self.grace_s
         with contextlib.suppress(OSError):
-            rd.request_stop(rep.run_dir, self.grace_s)
+            rd.request_stop(rep.run_dir, grace, rep.work.checkpoint_signal)
 
     # ------------------------------------------------------------------ watching
     def poll(self) -> None:

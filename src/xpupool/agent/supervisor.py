@@ -30,6 +30,7 @@ from xpupool.agent.launch import spec_file
 from xpupool.agent.launch.backend import Backend, Launched, backend_for
 from xpupool.agent.launch.process import write_log_line
 from xpupool.agent.launch.spec import LaunchError, LaunchStoppedError
+from xpupool.model.stopping import CHECKPOINT_LEAD_S, signal_number
 
 POLL_S = 0.05
 STEP_EVERY_S = 2.0  # a start's step (an image's pull) is written at most this often after its first
@@ -121,9 +122,12 @@ class Supervisor:
 
     def watch(self, backend: Backend, launched: Launched, lease_grace_s: float) -> None:
         """Until nothing of the replica is left: reap its leader, carry out a stop (asked for,
-        signalled, or the lease's end), escalate to SIGKILL after the grace period."""
+        signalled, or the lease's end), escalate to SIGKILL after the grace period. A stop the
+        agent asked for with the job's checkpoint signal sends it first, SIGTERM
+        ``CHECKPOINT_LEAD_S`` later, and SIGKILL the grace period after SIGTERM."""
         stopping: rd.StopKind = ""
         kill_at = 0.0
+        term_at: float | None = None  # when SIGTERM is due (a checkpoint signal goes first)
         grace = 0.0
         while True:
             now = time.monotonic()
@@ -154,9 +158,16 @@ class Supervisor:
                     stopping, grace = "lease_expired", lease_grace_s
                 if stopping:
                     self.write(stop_kind=stopping)
-                    kill_at = now + grace
-                    backend.signal(launched, signal.SIGTERM)
-            if stopping and now >= kill_at:
+                    term_at = now
+                    asked_signal = rd.checkpoint_signal_asked(self.d) if asked is not None else None
+                    if asked_signal is not None:  # the job's checkpoint signal, then SIGTERM
+                        backend.signal(launched, signal_number(asked_signal))
+                        term_at = now + CHECKPOINT_LEAD_S
+                    kill_at = term_at + grace
+            if term_at is not None and now >= term_at:
+                term_at = None
+                backend.signal(launched, signal.SIGTERM)
+            if stopping and term_at is None and now >= kill_at:
                 if backend.alive(launched):
                     backend.signal(launched, signal.SIGKILL)
                 kill_at = now + max(grace, 0.1)  # again later if something survives

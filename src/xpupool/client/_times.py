@@ -5,20 +5,14 @@ now."""
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 
 from xpupool.model.errors import RequestError
+from xpupool.model.stopping import duration_s
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+__all__ = ["HINT", "duration_s", "expiry", "since", "timestamp"]
+
 HINT = "use a duration such as 30m, 12h or 7d, or an ISO time such as 2026-12-31T00:00:00Z"
-
-
-def duration_s(text: str) -> float | None:
-    """Seconds in ``text`` if it is a duration; None if it is not one."""
-    found = _DURATION.match(text)
-    return None if found is None else float(found.group(1)) * _UNIT_S[found.group(2)]
 
 
 def timestamp(text: str) -> float | None:

@@ -306,6 +306,7 @@ class QueueView:
     preemption: str
     unlisted_flavors: str
     allow_unfittable: bool
+    preempts_min_run: bool
     network: str | None
     profile: str | None
     quotas: tuple[QuotaUsageView, ...]
@@ -324,6 +325,7 @@ class QueueView:
             preemption=r.text("preemption", "lower_priority"),
             unlisted_flavors=r.text("unlisted_flavors", "allow"),
             allow_unfittable=r.flag("allow_unfittable", False),
+            preempts_min_run=r.flag("preempts_min_run", False),
             network=r.opt_text("network"),
             profile=r.opt_text("profile"),
             quotas=tuple(
@@ -503,6 +505,7 @@ class JobView:
     max_retries: int | None
     retry_on: tuple[str, ...]
     max_runtime_s: float | None
+    checkpoint_at: float | None
     not_before: float | None
     created_at: float
     updated_at: float
@@ -551,6 +554,7 @@ class JobView:
             max_retries=r.opt_integer("max_retries"),
             retry_on=_texts(r, "retry_on"),
             max_runtime_s=r.opt_float("max_runtime_s"),
+            checkpoint_at=r.opt_float("checkpoint_at"),
             not_before=r.opt_float("not_before"),
             created_at=created,
             updated_at=updated,

@@ -18,6 +18,12 @@ from operator import attrgetter
 
 from xpupool.model.errors import RequestError
 from xpupool.model.speeds import Speeds, check_kind, check_speeds
+from xpupool.model.stopping import (
+    MAX_GRACE_S,
+    MAX_MIN_RUN_S,
+    parse_checkpoint_signal,
+    parse_duration,
+)
 from xpupool.model.taint import Toleration, check_tolerations
 from xpupool.model.vendor import vendor_key
 from xpupool.model.version import OPERATORS, Version, parse_version
@@ -363,7 +369,9 @@ class Request:
     ``data`` names a dataset of the sites file the job reads, so that a site is chosen knowing
     where it lives (``engine/site_choice.py``); None: no dataset. ``container`` True: the job
     runs a container image, so only nodes with a container runtime may take it; it is not part of
-    the JSON or compact forms (the server sets it from the job's ``image``).
+    the JSON or compact forms (the server sets it from the job's ``image``). ``grace_s``,
+    ``checkpoint_signal`` and ``min_run_s`` say how the job is stopped well
+    (``model/stopping.py``); they do not change where it fits.
     """
 
     name: str = ""
@@ -386,6 +394,9 @@ class Request:
     kind: str | None = None
     speeds: Speeds = ()
     data: str | None = None
+    grace_s: float | None = None  # SIGTERM to SIGKILL when stopped; None: the server's default
+    checkpoint_signal: str | None = None  # sent before SIGTERM (model/stopping.py); None: none
+    min_run_s: float | None = None  # not preempted before it ran this long; None: any time
 
     def __post_init__(self) -> None:
         _check_int("cpu", self.cpu_milli, 0, 1 << 40)
@@ -424,6 +435,13 @@ class Request:
         if self.kind is not None:
             check_kind("kind", self.kind)
         object.__setattr__(self, "speeds", check_speeds("speed", tuple(self.speeds)))
+        if self.grace_s is not None:
+            parse_duration("grace", self.grace_s, MAX_GRACE_S)
+        if self.min_run_s is not None:
+            parse_duration("min_run", self.min_run_s, MAX_MIN_RUN_S)
+        if self.checkpoint_signal is not None:
+            signal = parse_checkpoint_signal("checkpoint_signal", self.checkpoint_signal)
+            object.__setattr__(self, "checkpoint_signal", signal)
 
 
 def fields_but(*left_out: str) -> Callable[[Request], tuple[object, ...]]:

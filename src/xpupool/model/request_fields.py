@@ -35,6 +35,13 @@ from xpupool.model.request import (
     parse_topology,
 )
 from xpupool.model.speeds import check_kind, format_speeds, parse_speeds
+from xpupool.model.stopping import (
+    MAX_GRACE_S,
+    MAX_MIN_RUN_S,
+    format_duration,
+    parse_checkpoint_signal,
+    parse_duration,
+)
 from xpupool.model.validation import field_error
 from xpupool.model.vendor import vendor_key
 
@@ -179,6 +186,19 @@ SpeedsField = Annotated[
     ),
 ]
 KindName = Annotated[StrictStr, AfterValidator(parsed(check_kind))]
+GraceSeconds = Annotated[
+    float,
+    BeforeValidator(parsed(lambda p, v: parse_duration(p, v, MAX_GRACE_S))),
+    PlainSerializer(format_duration, return_type=str),
+    _text_schema("A duration: '30s', '2m', or a number of seconds."),
+]
+MinRunSeconds = Annotated[
+    float,
+    BeforeValidator(parsed(lambda p, v: parse_duration(p, v, MAX_MIN_RUN_S))),
+    PlainSerializer(format_duration, return_type=str),
+    _text_schema("A duration: '10m', '1h', or a number of seconds."),
+]
+CheckpointSignal = Annotated[StrictStr, AfterValidator(parsed(parse_checkpoint_signal))]
 
 
 def or_string(description: str) -> Callable[[dict[str, Any]], None]:

@@ -47,14 +47,17 @@ from xpupool.model.request import (
 )
 from xpupool.model.request_fields import (
     CardMib,
+    CheckpointSignal,
     CpuMilli,
     DeviceMemory,
     DeviceMemoryField,
     DevicePolicyName,
+    GraceSeconds,
     KindName,
     LabelName,
     LabelValue,
     MemoryMib,
+    MinRunSeconds,
     ModelName,
     NonBlank,
     PartitionName,
@@ -449,6 +452,22 @@ class RequestModel(_Form):
         "); the 'throughput' policy prefers the cards where the job runs best. Null: measured or "
         "estimated by the server.",
     )
+    grace: GraceSeconds | None = Field(
+        None,
+        description="Seconds between SIGTERM and SIGKILL when the job is stopped ('30s', '2m' "
+        "or a number of seconds; at most 1h, and at most the server's --max-grace); null = the "
+        "server's default.",
+    )
+    checkpoint_signal: CheckpointSignal | None = Field(
+        None,
+        description="A signal sent before SIGTERM when the job is preempted or stopped by the "
+        "plane, so it can save its state ('USR1'; docs/jobs.md 'Stopping well'); null = none.",
+    )
+    min_run: MinRunSeconds | None = Field(
+        None,
+        description="Not preempted before it has run this long ('10m'), unless the preemptor's "
+        "queue has preempts_min_run; null = preemptible at once.",
+    )
     _request: Request | None = PrivateAttr(None)
 
     @model_validator(mode="before")
@@ -502,6 +521,9 @@ class RequestModel(_Form):
             kind=self.kind,
             speeds=self.speed or (),
             data=self.data,
+            grace_s=self.grace,
+            checkpoint_signal=self.checkpoint_signal,
+            min_run_s=self.min_run,
         )
 
     @classmethod
@@ -528,6 +550,9 @@ class RequestModel(_Form):
             kind=req.kind,
             speed=req.speeds or None,
             data=req.data,
+            grace=req.grace_s,
+            checkpoint_signal=req.checkpoint_signal,
+            min_run=req.min_run_s,
         )
         model._request = req
         return model

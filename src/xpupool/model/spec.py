@@ -56,6 +56,13 @@ from xpupool.model.request import (
     parse_topology,
 )
 from xpupool.model.speeds import Speeds, check_kind, format_speeds, parse_speeds
+from xpupool.model.stopping import (
+    MAX_GRACE_S,
+    MAX_MIN_RUN_S,
+    format_duration,
+    parse_checkpoint_signal,
+    parse_duration,
+)
 from xpupool.model.taint import Toleration, format_toleration, parse_toleration
 from xpupool.model.vendor import VENDOR_KEYS, VENDOR_NAMES, find_vendor, vendor_key
 
@@ -85,6 +92,9 @@ KEYS: dict[str, str] = {
     "tolerate": "tolerations",  # repeatable: any-of, as Kubernetes' tolerations
     "kind": "kind",
     "speed": "speed",
+    "grace": "grace",
+    "checkpoint-signal": "checkpoint_signal",
+    "min-run": "min_run",
 }
 # keys that may be given more than once (each setter refuses its own repeats)
 _REPEATABLE = frozenset({"node_selector", "tolerations"})
@@ -155,6 +165,9 @@ class _Draft:
     kind: str | None = None
     speeds: Speeds = ()
     data: str | None = None
+    grace_s: float | None = None
+    checkpoint_signal: str | None = None
+    min_run_s: float | None = None
     seen: dict[str, str] = field(default_factory=dict)
 
     def once(self, path: str, text: str) -> None:
@@ -217,6 +230,9 @@ class _Draft:
             kind=self.kind,
             speeds=self.speeds,
             data=self.data,
+            grace_s=self.grace_s,
+            checkpoint_signal=self.checkpoint_signal,
+            min_run_s=self.min_run_s,
         )
 
 
@@ -497,6 +513,18 @@ def _set_speeds(d: _Draft, path: str, raw: str) -> None:
     d.speeds = parse_speeds(path, raw)
 
 
+def _set_grace(d: _Draft, path: str, raw: str) -> None:
+    d.grace_s = parse_duration(path, raw, MAX_GRACE_S)
+
+
+def _set_checkpoint_signal(d: _Draft, path: str, raw: str) -> None:
+    d.checkpoint_signal = parse_checkpoint_signal(path, raw)
+
+
+def _set_min_run(d: _Draft, path: str, raw: str) -> None:
+    d.min_run_s = parse_duration(path, raw, MAX_MIN_RUN_S)
+
+
 _SETTERS: dict[str, Callable[[_Draft, str, str], None]] = {
     "devices.memory": _set_device_memory,
     "devices.cores": _set_cores,
@@ -519,6 +547,9 @@ _SETTERS: dict[str, Callable[[_Draft, str, str], None]] = {
     "tolerations": _set_toleration,
     "kind": _set_kind,
     "speed": _set_speeds,
+    "grace": _set_grace,
+    "checkpoint_signal": _set_checkpoint_signal,
+    "min_run": _set_min_run,
 }
 
 
@@ -595,6 +626,12 @@ def format_spec(req: Request) -> str:
         tokens.append(f"kind={_check_token('kind', req.kind)}")
     if req.speeds:
         tokens.append(f"speed={format_speeds(req.speeds)}")
+    if req.grace_s is not None:
+        tokens.append(f"grace={format_duration(req.grace_s)}")
+    if req.checkpoint_signal is not None:
+        tokens.append(f"checkpoint-signal={req.checkpoint_signal}")
+    if req.min_run_s is not None:
+        tokens.append(f"min-run={format_duration(req.min_run_s)}")
     return " ".join(tokens)
 
 

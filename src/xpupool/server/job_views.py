@@ -44,6 +44,7 @@ def job_view(row: Any, assignments: list[ReplicaAssignment]) -> Job:
         max_retries=row["max_retries"],
         retry_on=sorted(retry_policy(row).retry_on),
         max_runtime_s=row["max_runtime_s"],
+        checkpoint_at=None,  # a running job's, from the plane: services/jobs.py get
         not_before=row.get("not_before"),
         created_at=row["created_at"],
         updated_at=row["updated_at"],

@@ -18,6 +18,7 @@ def queue_spec(
     preemption: str | None = None,
     unlisted_flavors: str | None = None,
     allow_unfittable: bool | None = None,
+    preempts_min_run: bool | None = None,
 ) -> QueueSpec:
     """The engine's queue from stored JSON quotas; ``weight`` is the tenant's fair-share weight;
     the policies as stored (None, from before their columns: the defaults)."""
@@ -28,7 +29,15 @@ def queue_spec(
     policy = Preemption(preemption) if preemption else Preemption.LOWER_PRIORITY
     unlisted = Unlisted(unlisted_flavors) if unlisted_flavors else Unlisted.ALLOW
     return QueueSpec(
-        name, tenant, tuple(out), cohort, weight, policy, unlisted, bool(allow_unfittable)
+        name,
+        tenant,
+        tuple(out),
+        cohort,
+        weight,
+        policy,
+        unlisted,
+        bool(allow_unfittable),
+        bool(preempts_min_run),
     )
 
 
@@ -44,4 +53,5 @@ def queue_spec_of(body: QueueIn, weight: float = 1.0) -> QueueSpec:
         body.preemption.value,
         body.unlisted_flavors.value,
         body.allow_unfittable,
+        body.preempts_min_run,
     )

@@ -24,6 +24,7 @@ from sqlalchemy import Connection
 from xpupool.engine.cycle.admission import Admitted
 from xpupool.engine.cycle.cycle import Place, Preempt, Wait
 from xpupool.engine.cycle.retry_gate import PERIODIC_PASS_S, RETRIES_PER_TENANT
+from xpupool.engine.cycle.stop_cost import describe, lost_card_s
 from xpupool.engine.outcomes import (
     INADMISSIBLE,
     CannotSchedule,
@@ -35,6 +36,7 @@ from xpupool.engine.outcomes import (
 from xpupool.model.errors import Unavailable
 from xpupool.server import job_lifecycle as lc
 from xpupool.server import rehearsal
+from xpupool.server.job_checkpoints import stop_cost_of
 from xpupool.server.plane import ControlPlane, HeldJob, PendingJob, allocation_to_dict, foreign_use
 from xpupool.server.schemas.jobs import JobPhase, StopCause
 from xpupool.server.speed_note import speed_note
@@ -266,6 +268,7 @@ def _record_placement(
         allocs,
         max_runtime_s=job.max_runtime_s,
         attempt=job.attempts,
+        min_run_s=job.request.min_run_s,
     )
     plane.hold(held)
     writes.allocations(
@@ -303,7 +306,8 @@ def _preempt(
             if reclaim
             else PreemptedByPriority(by.id, by.priority, victim.priority)
         )
-        reason = render(why)
+        cost = stop_cost_of(plane.held_jobs, plane.clock(), victim.id)  # why it: what it loses
+        reason = f"{render(why)}; {describe(cost, lost_card_s(cost, victim.allocations))}"
         may_run = victim.may_run
         plane.apply(conn, victim.id, lc.Stop(StopCause.PREEMPTED, reason))
         if may_run:

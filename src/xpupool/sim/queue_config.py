@@ -41,9 +41,12 @@ class QueueConfig:
     rules: tuple[AssignRule, ...]
 
     @classmethod
-    def single(cls, priority_by_qos: bool) -> QueueConfig:
-        """One queue without quota or preemption: a plain FIFO, or by QoS class when asked."""
-        queue = QueueSpec(DEFAULT_QUEUE, DEFAULT_QUEUE, (), preemption=Preemption.NEVER)
+    def single(
+        cls, priority_by_qos: bool, preemption: Preemption = Preemption.NEVER
+    ) -> QueueConfig:
+        """One queue without quota: a plain FIFO, or by QoS class when asked; without
+        preemption unless asked (then a higher QoS class preempts a lower one)."""
+        queue = QueueSpec(DEFAULT_QUEUE, DEFAULT_QUEUE, (), preemption=preemption)
         rules = [AssignRule(DEFAULT_QUEUE, p, qos) for qos, p in QOS_PRIORITY.items() if p]
         keep = rules if priority_by_qos else []
         return cls((queue,), (*keep, AssignRule(DEFAULT_QUEUE)))

@@ -15,6 +15,7 @@ from xpupool.sim.progress import progress_for
 from xpupool.sim.queue_config import QueueConfig
 from xpupool.sim.runner import (
     RunSpec,
+    TimedOptions,
     lower_bound,
     run_all,
     run_timed,
@@ -109,6 +110,7 @@ def run_timed_traces(
     queues: QueueConfig | None = None,
     console: Console | None = None,
     sites: SimSites | None = None,
+    options: TimedOptions | None = None,
 ) -> list[dict[str, object]]:
     """Timed replays, one per (trace, policy, seed), serially (each is one pass over a trace);
     with ``console``, progress as each run starts and finishes. With ``sites``, each run once per
@@ -122,7 +124,7 @@ def run_timed_traces(
         for i, spec in enumerate(specs):
             progress.started(i)
             for rule in rules:
-                timed = run_timed(spec, queue, compress, queues, sites, rule)
+                timed = run_timed(spec, queue, compress, queues, sites, rule, options)
                 runs.append({"trace": trace_name(spec.pods_path), **timed})
             progress.finished(i, runs[-1])
     return runs

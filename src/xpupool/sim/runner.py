@@ -73,6 +73,17 @@ def run_one(spec: RunSpec, on_task: Callable[[int, int], None] | None = None) ->
     }
 
 
+@dataclass(frozen=True, slots=True)
+class TimedOptions:
+    """``peak``: compress arrivals to this peak demand (x capacity) instead of a fixed factor;
+    ``checkpoints``: the seeded checkpoint model (``sim/checkpoints.py``); ``checkpoint_aware``:
+    the planner weighs what victims lose."""
+
+    peak: float | None = None
+    checkpoints: bool = False
+    checkpoint_aware: bool = False
+
+
 def run_timed(
     spec: RunSpec,
     order: str = "fifo",
@@ -80,13 +91,18 @@ def run_timed(
     queues: QueueConfig | None = None,
     sites: SimSites | None = None,
     rule: str = "xpupool",
+    options: TimedOptions | None = None,
 ) -> dict[str, object]:
     """One replay in time (arrivals, departures, queueing); the summary figures of the run, and
     with ``queues`` the mean wait per queue. With ``sites`` the nodes are split into them and each
-    task is sent to one by ``rule`` (``site_dispatch.py``)."""
+    task is sent to one by ``rule`` (``site_dispatch.py``). Raises ValueError when
+    ``options.peak`` is out of the trace's reach."""
+    from xpupool.sim.checkpoints import CheckpointModel
+    from xpupool.sim.load import compress_for_peak
     from xpupool.sim.site_dispatch import Dispatch
     from xpupool.sim.timed_replay import QueueOrder, timed_replay
 
+    opts = options or TimedOptions()
     nodes, tasks, workload = _load(spec.nodes_path, spec.pods_path)
     dispatch: Callable[[Engine], Dispatch] | None = None
     if sites is not None:
@@ -95,6 +111,8 @@ def run_timed(
         dispatch = functools.partial(
             Dispatch, sites=sites, rule=rule, workload=workload, seed=spec.seed, datasets=data
         )
+    if opts.peak is not None:
+        compress = compress_for_peak(tasks, capacity_milli(nodes), opts.peak)
     result = timed_replay(
         nodes,
         tasks,
@@ -105,11 +123,14 @@ def run_timed(
         compress,
         queues,
         dispatch=dispatch,
+        checkpoints=CheckpointModel(spec.seed) if opts.checkpoints else None,
+        checkpoint_aware=opts.checkpoint_aware,
     )
     out: dict[str, object] = {"policy": spec.policy_name, "seed": spec.seed}
     if sites is not None:
         out["sites"] = rule
     out.update(result.summary())
+    out["compress"] = round(compress, 1)
     if queues is not None:
         out["wait_by_queue"] = result.wait_by_queue()
     return out

@@ -7,7 +7,10 @@ retry gate lets in (new ones, and those that failed before the last release, at 
 ``RETRIES_PER_TENANT`` per tenant) are tried in the cycle's order (fair share between tenants,
 then priority, then arrival), each admitted against its queue's quota, and a task refused for
 capacity alone may preempt lower-priority tasks as the server would. A victim stops at once, loses
-its progress and waits again with its original arrival; the pass is then run again at the same
+the progress since its last checkpoint (all of it without a checkpoint model, ``sim/checkpoints.py``),
+keeps the rest and waits again with its original arrival; the work lost is counted in GPU-hours; with
+``checkpoint_aware`` the planner prefers victims that lose least (``engine/cycle/stop_cost.py``),
+else it chooses as the server always did. The pass is then run again at the same
 instant, as it is when retries were left out while some task fitted. Retries left out by a pass
 that placed nothing are tried ``PERIODIC_PASS_S`` later (the server's periodic pass) unless an
 event comes first. Without a queue configuration every task goes to one queue
@@ -31,9 +34,11 @@ import numpy as np
 from xpupool.engine import ClusterState, Engine, Profile
 from xpupool.engine.cycle import Admission, Place, Preempt, SchedulingCycle, Stopping
 from xpupool.engine.cycle.retry_gate import NEVER_TRIED, PERIODIC_PASS_S, RetryGate
+from xpupool.engine.cycle.stop_cost import StopCost, stop_cost
 from xpupool.engine.fragmentation import TargetWorkload, kernels
 from xpupool.model import Allocation, Node, Request
 from xpupool.sim.alibaba import TraceTask, capacity_milli, to_request
+from xpupool.sim.checkpoints import NEVER, CheckpointModel, saved_s
 from xpupool.sim.queue_config import QueueConfig
 from xpupool.sim.site_dispatch import Dispatch
 from xpupool.sim.task_speeds import TaskSpeeds
@@ -62,6 +67,8 @@ class TimedResult:
     queue_of: tuple[str, ...] = ()  # per task
     sites_rule: str = ""  # with sites (``site_dispatch.py``): the rule that chose them
     gib_moved: float = 0.0  # data moved to the sites chosen, GiB
+    gpu_hours_lost: float = 0.0  # work preempted tasks lost since their last checkpoint
+    demand_pct: np.ndarray | None = None  # GPU % running or waiting, at ``times``
 
     def wait_by_queue(self) -> dict[str, float]:
         """Mean wait (s) of the placed tasks of each queue."""
@@ -78,6 +85,14 @@ class TimedResult:
         spans = np.clip(ends - self.times, 0.0, None)
         mean_util = float((self.util_pct * spans).sum() / spans.sum()) if spans.sum() else 0.0
         waits = self.wait_s[placed]
+        unallocated_at_peak = 0.0
+        if self.demand_pct is not None and self.demand_pct.size:
+            over = self.demand_pct >= 100.0
+            if over.any() and spans[over].sum():
+                idle = (100.0 - self.util_pct) * spans
+                unallocated_at_peak = float(idle[over].sum() / spans[over].sum())
+            else:  # never above capacity: at the instant demand peaked
+                unallocated_at_peak = float(100.0 - self.util_pct[int(self.demand_pct.argmax())])
         return {
             "tasks": float(self.wait_s.size),
             "never_placed": float((~placed).sum()),
@@ -87,6 +102,8 @@ class TimedResult:
             "p95_wait_s": round(float(np.percentile(waits, 95)), 1) if waits.size else 0.0,
             "mean_jct_s": round(float(self.jct_s[placed].mean()), 1) if waits.size else 0.0,
             "preemptions": float(self.preemptions),
+            "gpu_hours_lost": round(self.gpu_hours_lost, 3),
+            "unallocated_at_peak_pct": round(unallocated_at_peak, 3),
             "seconds": round(self.seconds, 3),
             **({"gib_moved": round(self.gib_moved, 1)} if self.sites_rule else {}),
         }
@@ -108,6 +125,8 @@ class _Task:
     waiting_on: set[int] = field(default_factory=set)
     allocations: list[Allocation] = field(default_factory=list)
     stopping: Stopping | None = None
+    run_start: int = 0  # when its current run began
+    done_s: float = 0.0  # run time saved by checkpoints of earlier runs
 
 
 def timed_replay(
@@ -122,6 +141,8 @@ def timed_replay(
     on_pass: Callable[[int, list[int]], None] | None = None,
     speeds: TaskSpeeds | None = None,
     dispatch: Callable[[Engine], Dispatch] | None = None,
+    checkpoints: CheckpointModel | None = None,
+    checkpoint_aware: bool = False,
 ) -> TimedResult:
     """Run ``tasks`` by their trace times under ``policy``; see the module docstring.
 
@@ -134,6 +155,8 @@ def timed_replay(
     it gets, for traces whose run times depend on the card (Gavel's).
     ``dispatch`` builds, on the replay's engine, the rule that sends each task to a site as it
     arrives (``site_dispatch.py``); a task then starts no sooner than its data is there.
+    ``checkpoints`` says when tasks save their progress (None: never); ``checkpoint_aware``
+    lets the planner weigh what each victim would lose (see the module docstring).
     """
     if compress <= 0:
         raise ValueError("compress must be positive")
@@ -142,7 +165,17 @@ def timed_replay(
     started = time.perf_counter()
     engine = Engine(ClusterState(nodes, seed=seed), policy, seed=seed, workload=workload)
     config = queues if queues is not None else QueueConfig.single(order is QueueOrder.PRIORITY)
-    cycle = SchedulingCycle(Admission(engine, config.queues))
+    interval = checkpoints.intervals_s(len(tasks)) if checkpoints else np.full(len(tasks), NEVER)
+    now = 0
+
+    def cost_of(i: int) -> StopCost:
+        job = work[i]
+        saved = saved_s(now - job.run_start, float(interval[i]))
+        last = job.run_start + saved if saved > 0 else None
+        return stop_cost(now, job.run_start, last, None)
+
+    aware = cost_of if checkpoint_aware else None
+    cycle = SchedulingCycle(Admission(engine, config.queues), stop_costs=aware)
     gate = RetryGate()
     sited = None if dispatch is None else dispatch(engine)
     ready_at = [0] * len(tasks)  # when each task's data is at its site (trace seconds)
@@ -163,9 +196,12 @@ def timed_replay(
     pending: list[_Task] = []  # in arrival order
     running: dict[int, _Task] = {}
     used = 0
+    waiting = 0  # GPU milli of the pending tasks
     preempted = 0
+    lost_card_s = 0.0
     times: list[float] = []
     util: list[float] = []
+    demand: list[float] = []
     next_arrival = 0
     retry_at: int | None = None  # the periodic pass that tries the retries left out
     period = max(1, round(PERIODIC_PASS_S))  # trace times are whole seconds
@@ -177,11 +213,28 @@ def timed_replay(
         used -= tasks[job.id].gpu_request_milli
         gate.capacity_changed()
 
+    def stop_victims(decision: Preempt, stopped_now: list[_Task]) -> None:
+        """Stop ``decision``'s victims at once: each keeps what it saved by its last
+        checkpoint; the rest of its run is lost work."""
+        nonlocal waiting, preempted, lost_card_s
+        for victim in decision.victims:
+            stopped = running.pop(victim.id)
+            ran = now - stopped.run_start
+            saved = saved_s(ran, float(interval[stopped.id]))
+            stopped.done_s += saved
+            lost_card_s += (ran - saved) * tasks[stopped.id].gpu_request_milli / 1000
+            waiting += tasks[stopped.id].gpu_request_milli
+            release(stopped)
+            stopped.allocations = []
+            wait[stopped.id] = jct[stopped.id] = np.nan
+            stopped_now.append(stopped)
+            preempted += 1
+
     def one_pass(now: int) -> tuple[bool, bool]:
         """Try the pending tasks the retry gate lets in, once each; returns whether to run
         another pass at once (something was preempted, or a backlog fits) and whether retries
         were left out."""
-        nonlocal used, preempted
+        nonlocal used, waiting
         choice = gate.choose(pending, now)
         candidates = choice.jobs
         cycle.begin_pass()
@@ -192,6 +245,13 @@ def timed_replay(
             job = candidates[index]
             generation = gate.generation
             decision = cycle.decide(job, running)
+            if isinstance(decision, Preempt):
+                # Its victims stop at once here: it takes the room they leave now, before a
+                # task tried after it in this pass could (the server's victims take time to
+                # stop, and the preemptor waits for them; a lower task taking their room
+                # would be preempted in turn, its victim take the room again, for ever).
+                stop_victims(decision, stopped_now)
+                decision = cycle.decide(job, running)
             if isinstance(decision, Place):
                 i = job.id
                 job.allocations = list(decision.admitted.placement.allocations)
@@ -202,20 +262,15 @@ def timed_replay(
                 )
                 start = max(now, ready_at[i])  # it holds its cards while its data arrives
                 wait[i] = start - arrive_at[i]
-                jct[i] = wait[i] + runs_s
+                remaining = max(0, math.ceil(runs_s - job.done_s))
+                jct[i] = wait[i] + remaining
                 used += tasks[i].gpu_request_milli
-                heapq.heappush(departures, (start + runs_s, i, job.allocations[0].id))
+                waiting -= tasks[i].gpu_request_milli
+                job.run_start = start
+                heapq.heappush(departures, (start + remaining, i, job.allocations[0].id))
                 if sited is not None:
                     sited.started(i)
                 continue
-            if isinstance(decision, Preempt):
-                for victim in decision.victims:
-                    stopped = running.pop(victim.id)
-                    release(stopped)
-                    stopped.allocations = []
-                    wait[stopped.id] = jct[stopped.id] = np.nan
-                    stopped_now.append(stopped)
-                    preempted += 1
             gate.failed(job, generation)
         if on_pass is not None:
             on_pass(now, [candidates[index].id for index in order])
@@ -251,6 +306,7 @@ def timed_replay(
                     job.request, transfer_s = sited.arrive(job.id, job.request)
                     ready_at[job.id] = now + math.ceil(transfer_s)
                 pending.append(job)
+                waiting += tasks[arrivals[next_arrival]].gpu_request_milli
                 next_arrival += 1
         again, left_out = one_pass(now)
         while again:
@@ -258,6 +314,7 @@ def timed_replay(
         retry_at = now + period if left_out else None
         times.append(float(now))
         util.append(100.0 * used / capacity if capacity else 0.0)
+        demand.append(100.0 * (used + waiting) / capacity if capacity else 0.0)
     last_arrival = float(max(arrive_at, default=0))
     return TimedResult(
         policy if isinstance(policy, str) else policy.name,
@@ -271,4 +328,6 @@ def timed_replay(
         tuple(w.queue for w in work),
         "" if sited is None else sited.rule,
         0.0 if sited is None else sited.gib_moved,
+        lost_card_s / 3600.0,
+        np.asarray(demand),
     )

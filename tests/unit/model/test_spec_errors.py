@@ -56,6 +56,11 @@ CASES: list[tuple[str, str, tuple[str, ...], tuple[str, ...]]] = [
     ("kind=", "kind", ("needs a value",), ()),
     ("speed=A100:0", "speed.A100", ("finite and > 0",), ()),
     ("speed=A100", "speed[0]", ("MODEL:SPEED",), ()),
+    ("grace=30", "grace", ("duration such as 30s",), ()),
+    ("grace=2h", "grace", ("at most 3600 s",), ()),
+    ("grace=10s grace=20s", "grace", ("given twice",), ()),
+    ("checkpoint-signal=KILL", "checkpoint_signal", ("USR1", "checkpoint on"), ()),
+    ("min-run=0m", "min_run", ("more than 0",), ()),
 ]
 
 

@@ -106,3 +106,26 @@ def test_a_task_no_rule_matches_is_an_error() -> None:
     config = {"queues": [queue("q")], "assign": [{"qos": "LS", "queue": "q"}]}
     with pytest.raises(RequestError, match="no rule matches"):
         replay(1, [job("a", 0, 10)], config)
+
+
+def test_the_room_a_preemptor_freed_is_its_own_not_a_lower_task_waiting_behind_it() -> None:
+    """The victim stops at once in the replay, so a lower-priority task tried later in the same
+    pass (b, new at that instant) could take the freed card; the preemptor then preempted it in
+    the next pass, the victim took the card again, and so on at one instant for ever."""
+    config = {
+        "queues": [queue("q", max_priority=10)],
+        "assign": [{"qos": "LS", "queue": "q", "priority": 10}, {"queue": "q"}],
+    }
+    tasks = [job("a", 0, 100), job("b", 5, 100), job("c", 5, 10, "LS")]
+    passes: dict[int, int] = {}
+
+    def bounded(now: int, tried: list[int]) -> None:
+        passes[now] = passes.get(now, 0) + 1
+        assert passes[now] < 50, f"{passes[now]} passes at {now}: tried {tried}"
+
+    workload = TargetWorkload.from_requests(to_request(t) for t in tasks)
+    queues = queue_config_from_dict(config)
+    result = timed_replay([node(1)], tasks, "bestfit", 0, workload, queues=queues, on_pass=bounded)
+    # c takes the card at 5 and runs to 15; a (stopped, first in line) runs 15..115, b 115..215
+    assert result.wait_s.tolist() == [15.0, 110.0, 0.0]
+    assert result.summary()["preemptions"] == 1

@@ -22,6 +22,7 @@ from xpupool.agent.launch.identity import UidRange
 from xpupool.agent.launch.ports import DEFAULT_PORTS, PortRange, replica_ports
 from xpupool.agent.launch.runtime_config import RuntimeConfig
 from xpupool.disk_reserve import DEFAULT_LOG_RESERVE_BYTES
+from xpupool.model.stopping import CHECKPOINT_FILE_ENV, CHECKPOINT_FILE_NAME
 from xpupool.server.schemas.agent_protocol import DeviceAssignment, Work
 
 DEFAULT_LOG_CAP_BYTES = 64 << 20
@@ -235,6 +236,7 @@ def job_env(
     env.update(work.env)
     a = work.assignment
     env.update(device_env(work.job_id, work.replica, a.node, a.devices, node_vendors).variables)
+    env[CHECKPOINT_FILE_ENV] = str(workdir / CHECKPOINT_FILE_NAME)  # docs/jobs.md, Stopping well
     return env
 
 

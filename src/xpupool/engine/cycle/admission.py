@@ -97,6 +97,7 @@ class QueueSpec:
     preemption: Preemption = Preemption.LOWER_PRIORITY
     unlisted_flavors: Unlisted = Unlisted.ALLOW
     allow_unfittable: bool = False  # keep jobs nothing in the pool could ever hold (pools grow)
+    preempts_min_run: bool = False  # its jobs may preempt others inside their min_run_s too
 
 
 @dataclass(frozen=True, slots=True)

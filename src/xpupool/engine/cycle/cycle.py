@@ -18,7 +18,8 @@ from typing import Protocol
 
 from xpupool.engine.cycle.admission import Admission, Admitted, Preemption, Refusal
 from xpupool.engine.cycle.eviction import may_evict, may_reclaim
-from xpupool.engine.cycle.preempt import plan_preemption
+from xpupool.engine.cycle.preempt import Loss, plan_preemption
+from xpupool.engine.cycle.stop_cost import StopCosts, cards_of
 from xpupool.engine.gang_sites import keeps_to_one_site, open_sites, within_sites
 from xpupool.engine.outcomes import (
     GangIncomplete,
@@ -121,10 +122,17 @@ _SHAPE = fields_but("name")
 class SchedulingCycle:
     """Orders and decides pending work on one :class:`Admission` (and through it, one engine)."""
 
-    def __init__(self, admission: Admission, verdicts: Verdicts | None = None) -> None:
+    def __init__(
+        self,
+        admission: Admission,
+        verdicts: Verdicts | None = None,
+        stop_costs: StopCosts | None = None,
+    ) -> None:
         self.admission = admission
         self.engine = admission.engine
         self.verdicts = verdicts  # with it, a wait nothing could end says so
+        # with it, victims that lose least are preferred and min-run is kept (stop_cost.py)
+        self.stop_costs = stop_costs
         self._refused: dict[tuple[object, ...], Wait] | None = None
         self._refused_at = (-1, -1)
 
@@ -227,13 +235,25 @@ class SchedulingCycle:
         the site where they matter least are named.
 
         Victims are jobs of lower priority, or with ``from_queues`` any job charged to one of
-        those queues (a lender reclaiming from borrowers: lowest priority, newest first)."""
+        those queues (a lender reclaiming from borrowers: lowest priority, newest first). With
+        :attr:`stop_costs`, a job inside its minimum run time is spared unless ``job``'s queue
+        ``preempts_min_run``, and victims that lose least are preferred (``stop_cost.py``)."""
         admission = self.admission
         holder_of = {a.id: h for h in running.values() for a in h.allocations}
+        costs = self.stop_costs
+        spare_min_run = not admission.queues[job.queue].preempts_min_run
+        cost_of = {h.id: costs(h.id) for h in running.values()} if costs is not None else {}
+        loss: Loss | None = None
+        if costs is not None:
+
+            def loss(alloc: Allocation) -> float:
+                return cost_of[holder_of[alloc.id].id].lost_s * cards_of(alloc)
 
         def evictable(alloc: Allocation) -> bool:  # the rule: eviction.py
             holder = holder_of.get(alloc.id)
             if holder is None:
+                return False
+            if spare_min_run and holder.id in cost_of and cost_of[holder.id].protected:
                 return False
             leaving = bool(holder.stopping)
             if from_queues is None:
@@ -244,22 +264,25 @@ class SchedulingCycle:
             return ()
         one = replace(job.request, replicas=1, gang=False)
         if not keeps_to_one_site(self.engine.state, job.request):
-            found = self._victims_for(one, job.request.replicas, evictable, holder_of)
+            found = self._victims_for(one, job.request.replicas, evictable, holder_of, loss)
             return () if found is None else tuple(found.values())
         # A gang kept to one site frees room in one: the site whose victims matter least (the
         # lowest highest priority, then the fewest, then the lowest priority sum, as ``preempt``
         # ranks nodes), the first in the pool's order among equals.
-        best: tuple[tuple[int, int, int], dict[int, RunningWork]] | None = None
+        best: tuple[tuple[float, ...], dict[int, RunningWork]] | None = None
         for site in open_sites(self.engine.state, job.request):
             found = self._victims_for(
-                within_sites(one, (site,)), job.request.replicas, evictable, holder_of
+                within_sites(one, (site,)), job.request.replicas, evictable, holder_of, loss
             )
             if found is None:
                 continue
             if not found:  # it fits there as it is: nothing to preempt for it
                 return ()
             priorities = [v.priority for v in found.values()]
-            key = (max(priorities), len(priorities), sum(priorities))
+            key: tuple[float, ...] = (max(priorities), len(priorities), sum(priorities))
+            if loss is not None:
+                lost = sum(loss(a) for v in found.values() for a in v.allocations)
+                key = (key[0], lost, *key[1:])
             if best is None or key < best[0]:
                 best = (key, found)
         return () if best is None else tuple(best[1].values())
@@ -270,6 +293,7 @@ class SchedulingCycle:
         replicas: int,
         evictable: Callable[[Allocation], bool],
         holder_of: Mapping[int, RunningWork],
+        loss: Loss | None = None,
     ) -> dict[int, RunningWork] | None:
         """The jobs to stop so that ``replicas`` copies of ``one`` fit, by job id (empty: they fit
         as it is), or None when that cannot work; see :meth:`preemption_victims`."""
@@ -279,7 +303,7 @@ class SchedulingCycle:
             for _ in range(replicas):
                 if self.engine.place(one, txn=trial).ok:  # room already (freed by earlier victims)
                     continue
-                plan = plan_preemption(self.engine.pipeline, one, evictable)
+                plan = plan_preemption(self.engine.pipeline, one, evictable, loss=loss)
                 if plan is None:
                     return None
                 for alloc in plan.victims:

@@ -9,6 +9,10 @@ Follows kube-scheduler's default preemption, on the engine's exact per-card stat
    the evicted rest is a minimal set (no victim could be spared alone). Roll back.
 3. Pick the node whose victims have the lowest highest-priority, then the fewest victims, then the
    lowest priority sum, then the node's seeded rank. Deterministic for a given state.
+With ``loss`` (the work each allocation would lose, card-seconds since its job's last checkpoint:
+``stop_cost.py``), the planner prefers victims that lose least: among equal priorities the one
+that would lose most is reprieved first, and nodes rank by the lowest highest-priority, then the
+least work lost, then the rest as above.
 Because releases return exactly the shares taken, a fractional victim frees that card's memory and
 compute, not node totals. Nothing changes in the state: the caller evicts, then places.
 """
@@ -31,6 +35,8 @@ from xpupool.model.request import Request
 
 Evictable = Callable[[Allocation], bool]
 FitsOn = Callable[[int], bool]
+Loss = Callable[[Allocation], float]
+"""Card-seconds of work an allocation loses if evicted now (``stop_cost.py``)."""
 """Does the preemptor fit on this node index now? (Default: its one request passes the filters;
 a front whose preemptor has several parts that must share a node places them all in a what-if.)"""
 
@@ -51,29 +57,33 @@ def plan_preemption(
     *,
     nodes: npt.NDArray[np.bool_] | None = None,
     fits_on: FitsOn | None = None,
+    loss: Loss | None = None,
 ) -> PreemptionPlan | None:
     """The best plan for one replica of ``req``, or None when evicting cannot help.
 
     ``evictable`` says which allocations may go; by default those of strictly lower priority
     (a lender reclaiming its quota passes "those of queues borrowing from it"). ``nodes`` limits
     the candidates (the Kubernetes front passes those kube-scheduler's own filters passed);
-    ``fits_on`` replaces the fit check (see :data:`FitsOn`). A front passes its engine; the
+    ``fits_on`` replaces the fit check (see :data:`FitsOn`); ``loss`` makes the plan prefer
+    victims that lose least (see the module docstring). A front passes its engine; the
     scheduling cycle inside the engine passes the pipeline."""
     pipeline = _pipeline(engine)
     state = pipeline.state
     may_go = evictable if evictable is not None else (lambda a: a.priority < req.priority)
-    best: tuple[tuple[int, int, int, int], PreemptionPlan] | None = None
+    best: tuple[tuple[float, ...], PreemptionPlan] | None = None
     several_parts = fits_on is not None
     for node in _candidate_nodes(pipeline, req, may_go, nodes, several_parts):
-        victims = minimal_victims(pipeline, req, node, may_go, fits_on)
+        victims = minimal_victims(pipeline, req, node, may_go, fits_on, loss)
         if not victims:  # None: eviction cannot help; []: it fits already, no plan needed
             continue
-        key = (
+        key: tuple[float, ...] = (
             max(v.priority for v in victims),
             len(victims),
             sum(v.priority for v in victims),
             int(state.rank[node]),
         )
+        if loss is not None:
+            key = (key[0], sum(loss(v) for v in victims), *key[1:])
         if best is None or key < best[0]:
             ordered = tuple(sorted(victims, key=lambda v: (v.priority, -v.id)))
             best = (key, PreemptionPlan(state.node_names[node], node, ordered))
@@ -117,6 +127,7 @@ def minimal_victims(
     node: int,
     evictable: Evictable,
     fits_on: FitsOn | None = None,
+    loss: Loss | None = None,
 ) -> list[Allocation] | None:
     """The evictable allocations of ``node`` to evict so that the preemptor fits there, none of
     which could be spared alone; None when evicting all of them is not enough. A what-if: the
@@ -124,9 +135,10 @@ def minimal_victims(
     pipeline = _pipeline(engine)
     state: ClusterState = pipeline.state
     fits = fits_on if fits_on is not None else (lambda n: _fits_on(pipeline, req, n))
-    lower = sorted(
-        (a for a in state.node_allocations[node].values() if evictable(a)),
-        key=lambda a: (-a.priority, a.id),  # reprieve the most important, then the oldest, first
+    lost = loss if loss is not None else (lambda a: 0.0)
+    lower = sorted(  # reprieve the most important, then (with ``loss``) the one that loses most,
+        (a for a in state.node_allocations[node].values() if evictable(a)),  # then the oldest
+        key=lambda a: (-a.priority, -lost(a), a.id),
     )
     with Transaction(state) as trial:  # rolled back on leaving: the plan changes nothing
         for alloc in lower:

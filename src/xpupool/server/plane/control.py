@@ -24,6 +24,7 @@ from xpupool.disk_reserve import DEFAULT_LOG_RESERVE_BYTES
 from xpupool.engine.cycle.admission import Admission, QueueSpec
 from xpupool.engine.cycle.cycle import SchedulingCycle
 from xpupool.engine.cycle.retry_gate import RetryGate
+from xpupool.engine.cycle.stop_cost import StopCost
 from xpupool.engine.engine import Engine
 from xpupool.engine.host import EngineHost
 from xpupool.engine.learning_pace import LearningPace
@@ -40,6 +41,7 @@ from xpupool.server.auth import Principal
 from xpupool.server.card_health import CardHealth
 from xpupool.server.consistency import Problem, problem_for
 from xpupool.server.health import Health, probe_writable, store_failure
+from xpupool.server.job_checkpoints import record_checkpoint, stop_cost_of
 from xpupool.server.job_logs import JobLogs
 from xpupool.server.lease import Lease
 from xpupool.server.live_metrics import LiveMetrics
@@ -429,7 +431,8 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
     def cycle(self) -> SchedulingCycle:
         """The scheduling cycle on the current quota books (rebuilt with them)."""
         if self._cycle is None or self._cycle.admission is not self.admission:
-            self._cycle = SchedulingCycle(self.admission, self.verdicts)
+            self._cycle = SchedulingCycle(self.admission, self.verdicts, self._stop_cost)
+
         return self._cycle
 
     @property
@@ -776,6 +779,18 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         self.before_job_id(job_id)
         self.next_job_id = job_id + 1
         return job_id
+
+    def _stop_cost(self, job_id: int) -> StopCost:
+        """What stopping held job ``job_id`` now would lose: checkpoint-aware preemption."""
+        return stop_cost_of(self._held, self.clock(), job_id)
+
+    def checkpoint(self, job_id: int) -> float | None:
+        """Job ``job_id`` saved its state now (server/job_checkpoints.py): the time of its last
+        checkpoint kept, or None when it is not running."""
+        with self.locked():
+            if not record_checkpoint(self._held, job_id, self.clock()):
+                return None
+            return self._held[job_id].checkpoint_at
 
     def stop_job(self, job_id: int, stop: lc.Stop) -> None:
         """Apply ``stop`` to job ``job_id`` as one step; :class:`lc.IllegalTransition` (409)

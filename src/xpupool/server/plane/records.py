@@ -112,6 +112,8 @@ class HeldJob:
     attempt: int = 0  # runs started (the stored ``attempts``)
     started_at: float | None = None  # Unix time its current run started (max_runtime_s)
     max_runtime_s: float | None = None
+    min_run_s: float | None = None  # not preempted before its run lasted this (its request's)
+    checkpoint_at: float | None = None  # Unix time of its last checkpoint reported in this run
     handed: set[int] = field(default_factory=set)  # replicas handed to an agent: may be running
     dispatched: bool = False  # this server handed its current run out (counted in ``attempt``)
     # {replica: {uuid: MiB}}: the agent's last per-process measurement of a running replica;

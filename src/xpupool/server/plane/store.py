@@ -18,6 +18,7 @@ from xpupool.model.device import Device, Node
 from xpupool.model.errors import RequestError
 from xpupool.model.request import Request
 from xpupool.model.request_model import request_from_dict
+from xpupool.model.stopping import MAX_MIN_RUN_S, parse_duration
 from xpupool.model.taint import Taint
 from xpupool.server.auth import AGENT_ROLES
 from xpupool.server.consistency import Problem
@@ -173,7 +174,14 @@ def held_from_row(row: object) -> HeldJob:
         attempt=int(r.get("attempts") or 0),
         started_at=r.get("started_at"),
         max_runtime_s=r.get("max_runtime_s"),
+        min_run_s=_min_run_s(r.get("request")),
     )
+
+
+def _min_run_s(request: object) -> float | None:
+    """The stored request's ``min_run`` (written canonical, so valid), in seconds."""
+    text = request.get("min_run") if isinstance(request, dict) else None
+    return None if text is None else parse_duration("min_run", text, MAX_MIN_RUN_S)
 
 
 def pending_from_row(row: object) -> PendingJob:
@@ -290,6 +298,7 @@ def read_books(conn: Connection, monotonic: Callable[[], float]) -> Books:
             row["preemption"],
             row["unlisted_flavors"],
             row["allow_unfittable"],
+            row["preempts_min_run"],
         )
         if row["profile"] is not None:
             books.queue_profiles[row["name"]] = row["profile"]

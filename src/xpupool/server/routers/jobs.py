@@ -11,7 +11,7 @@ from fastapi.responses import PlainTextResponse, Response
 from xpupool.log_rotation import SKIPPED_HEADER
 from xpupool.server.audit_http import submit_target
 from xpupool.server.routers.deps import Plane, User, model_response
-from xpupool.server.schemas.jobs import Job, JobIn, JobPhase
+from xpupool.server.schemas.jobs import Checkpoint, Job, JobIn, JobPhase
 from xpupool.server.services import jobs
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -57,6 +57,13 @@ def get_job(job_id: JobId, plane: Plane, me: User) -> Response:
 @router.post("/{job_id}/cancel", response_model=Job)
 def cancel(job_id: JobId, plane: Plane, me: User) -> Response:
     return model_response(jobs.cancel(plane, me, job_id))
+
+
+@router.post("/{job_id}/checkpoint", response_model=Checkpoint)
+def checkpoint(job_id: JobId, plane: Plane, me: User) -> Checkpoint:
+    """The job saved its state now (its owner says so, e.g. from inside the job with its
+    tenant's token): preemption prefers jobs that would lose least since their checkpoint."""
+    return jobs.checkpoint(plane, me, job_id)
 
 
 @router.get("/{job_id}/logs", response_class=PlainTextResponse)

@@ -252,6 +252,14 @@ class ReplicaReport(Lenient):
         description="The host ports the agent gave it (image replicas: published under the"
         " bridge network); empty: none, or an older agent.",
     )
+    checkpoint_age_s: float | None = Field(
+        default=None,
+        ge=0,
+        le=1e10,
+        description="Seconds since the replica last wrote its $XPUPOOL_CHECKPOINT_FILE (an age,"
+        " not a time: the agent's clock need not agree with the server's); null: it wrote none,"
+        " or an older agent.",
+    )
 
 
 class StartingReport(LenientIn):
@@ -407,6 +415,18 @@ class Work(Lenient):
         default_factory=list,
         description="The job's secrets with their values, for this replica only; never written"
         " by the agent but to the replica's secret files.",
+    )
+    grace_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="SIGTERM to SIGKILL when the server stops it (the job's grace); null: the"
+        " agent's own --grace (and from an older server).",
+    )
+    checkpoint_signal: str | None = Field(
+        default=None,
+        max_length=8,
+        description="A signal (USR1, ...) sent before SIGTERM when the server stops it, so it"
+        " can save its state (model/stopping.py); null: none. An older agent ignores it.",
     )
 
 

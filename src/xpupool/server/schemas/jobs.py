@@ -281,6 +281,13 @@ class JobIn(Strict):
         return self._request_field
 
 
+class Checkpoint(Lenient):
+    """A running job's last checkpoint, as the plane keeps it (``POST /v1/jobs/{id}/checkpoint``)."""
+
+    job_id: int
+    at: float = Field(description="Unix time of the job's last checkpoint in its current run.")
+
+
 class JobEvent(Lenient):
     at: float = Field(description="Unix time, seconds.")
     state: JobState
@@ -322,6 +329,12 @@ class Job(Lenient):
     max_retries: int | None = None
     retry_on: list[RetryCause] = Field(default_factory=list)
     max_runtime_s: float | None = None
+    checkpoint_at: float | None = Field(
+        None,
+        description="Unix time of the last checkpoint its current run reported (its "
+        "$XPUPOOL_CHECKPOINT_FILE or POST /v1/jobs/{id}/checkpoint); null: none, or not running. "
+        "Shown by GET /v1/jobs/{id}.",
+    )
     not_before: float | None = Field(
         None, description="Unix time before which a pending retry is not placed; null = now."
     )

@@ -84,6 +84,11 @@ class QueueIn(Strict):
         description="Accept jobs that nothing in the pool could hold even empty (they wait, "
         "'unschedulable', for nodes that can); false = refuse them at submission (422).",
     )
+    preempts_min_run: bool = Field(
+        False,
+        description="Its jobs may preempt jobs still inside their min_run (the request's "
+        "min-run); false = such jobs are spared until their minimum run time has passed.",
+    )
     network: Literal["bridge", "host"] | None = Field(
         None,
         description="The network its jobs' image replicas get where the node's agent allows it "
@@ -129,6 +134,7 @@ class Queue(Lenient):
     preemption: QueuePreemption = QueuePreemption.LOWER_PRIORITY
     unlisted_flavors: UnlistedFlavors = UnlistedFlavors.ALLOW
     allow_unfittable: bool = False
+    preempts_min_run: bool = False
     network: str | None = Field(None, description="Its image replicas' network; null: the node's.")
     profile: str | None = Field(
         None, description="Placement profile of its jobs that name none; null = the default."

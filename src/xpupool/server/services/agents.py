@@ -17,6 +17,7 @@ from xpupool.model.errors import NotFound, RequestError, Unavailable
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.auth import Principal
 from xpupool.server.body_limit import MAX_LOG_CHUNK
+from xpupool.server.job_checkpoints import record_checkpoint, stopping_of
 from xpupool.server.plane import ControlPlane, HeldJob, NodeRecord, secret_rows
 from xpupool.server.plane import node_lifecycle as nl
 from xpupool.server.schemas.agent_protocol import (
@@ -133,6 +134,8 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: ReplicaRe
     job = plane.held_jobs.get(r.job_id)
     if job is None or not any(a.replica == r.replica and a.node == node for a in job.allocations):
         return  # a replica the server no longer gives this node: the reply tells the agent to stop
+    if r.state is ReplicaState.RUNNING and r.checkpoint_age_s is not None:
+        record_checkpoint(plane.held_jobs, job.id, plane.clock() - r.checkpoint_age_s)
     if r.state is ReplicaState.RUNNING and r.memory_used_mib:
         job.device_memory_used_mib[r.replica] = dict(r.memory_used_mib)
     else:
@@ -306,6 +309,8 @@ def _reply(
                 ),
                 volumes=volumes.grants(conn, job.tenant, job.queue, alloc.node, row["volumes"]),
                 network=_network(networks.get(job.queue)) if row["image"] else None,
+                grace_s=stopping_of(row["request"])[0],
+                checkpoint_signal=stopping_of(row["request"])[1],
             )
         )
     return HeartbeatReply(

@@ -30,7 +30,15 @@ from xpupool.server.plane import (
 )
 from xpupool.server.request_names import check_names
 from xpupool.server.schemas.agent_protocol import DeviceAssignment, ReplicaAssignment
-from xpupool.server.schemas.jobs import FINAL_STATES, Job, JobEvent, JobIn, JobPhase, StopCause
+from xpupool.server.schemas.jobs import (
+    FINAL_STATES,
+    Checkpoint,
+    Job,
+    JobEvent,
+    JobIn,
+    JobPhase,
+    StopCause,
+)
 from xpupool.server.services import grants, volumes
 from xpupool.server.services.models import expand_model_job
 from xpupool.server.storage.driver_insert import insert_rows
@@ -366,6 +374,8 @@ def get(plane: ControlPlane, me: Principal, job_id: int) -> Job:
         ).mappings()
         job = view(plane, row)
         job.events = [JobEvent.model_validate(dict(e)) for e in events]
+    held = plane.held_jobs.get(job_id)
+    job.checkpoint_at = None if held is None else held.checkpoint_at
     return job
 
 
@@ -445,6 +455,17 @@ def cancel(plane: ControlPlane, me: Principal, job_id: int) -> Job:
         raise Conflict(f"job {job_id} is already {phase.value}")
     plane.stop_job(job_id, lc.Stop(StopCause.CANCELLED, "cancelled by user"))
     return get(plane, me, job_id)
+
+
+def checkpoint(plane: ControlPlane, me: Principal, job_id: int) -> Checkpoint:
+    """The job (its owner's, or an admin's call) saved its state now: the preemption planner
+    counts what it would lose from here (server/job_checkpoints.py). 409 unless it runs."""
+    with plane.db.connect() as conn:
+        _row(conn, me, job_id)
+    at = plane.checkpoint(job_id)
+    if at is None:
+        raise Conflict(f"job {job_id} is not running")
+    return Checkpoint(job_id=job_id, at=at)
 
 
 def logs(

@@ -161,6 +161,7 @@ def put_queue(plane: ControlPlane, body: QueueIn) -> Queue:
         "preemption": body.preemption.value,
         "unlisted_flavors": body.unlisted_flavors.value,
         "allow_unfittable": int(body.allow_unfittable),
+        "preempts_min_run": int(body.preempts_min_run),
         "profile": body.profile,
         "network": body.network,
     }
@@ -234,6 +235,7 @@ def _queue_view(
         preemption=QueuePreemption(spec.preemption.value),
         unlisted_flavors=UnlistedFlavors(spec.unlisted_flavors.value),
         allow_unfittable=spec.allow_unfittable,
+        preempts_min_run=spec.preempts_min_run,
         profile=plane.queue_profiles.get(name),
         network=network,
         quotas=quotas,

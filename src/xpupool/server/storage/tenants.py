@@ -110,6 +110,8 @@ queues = Table(
     Column("unlisted_flavors", String(10), nullable=True),
     # keep jobs nothing in the pool could hold (1) or refuse them at submission (0, NULL)
     Column("allow_unfittable", Integer, nullable=True),
+    # may its jobs preempt jobs inside their min_run (1); NULL, 0 = no
+    Column("preempts_min_run", Integer, nullable=True),
     # placement profile of the queue's jobs that name none; NULL = the server's default
     Column("profile", String(63), nullable=True),
     # the network of its jobs' image replicas (bridge, host) where the node allows; NULL = node's

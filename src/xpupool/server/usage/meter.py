@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sqlalchemy import (
     Connection,
@@ -46,8 +46,43 @@ from xpupool.server.storage.usage import LABELS, SUMS, usage_records, usage_roll
 from xpupool.server.usage.buckets import STEPS, month_start, spread
 
 if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from xpupool.model.allocation import Allocation
     from xpupool.model.device import Node
-    from xpupool.server.plane import ControlPlane, HeldJob
+    from xpupool.server.schemas.agent_protocol import DeviceMetrics
+
+
+T = TypeVar("T")
+
+
+class HeldJob(Protocol):
+    """What the meter reads of a held job (``server/plane/records.py``'s): the plane imports the
+    meter, so the meter names no plane type."""
+
+    id: int
+    attempt: int
+    tenant: str
+    queue: str
+    priority: int
+    allocations: list[Allocation]
+    started_at: float | None
+
+
+class ControlPlane(Protocol):
+    """What the meter reads of the plane (``server/plane/control.py``)."""
+
+    db: Engine
+
+    def clock(self) -> float: ...
+
+    @property
+    def held_jobs(self) -> Mapping[int, HeldJob]: ...
+
+    def read(self, look: Callable[[], T]) -> T: ...
+
+    def device_metrics(self, uuid: str) -> DeviceMetrics | None: ...
+
 
 log = logging.getLogger("xpupool.server")
 

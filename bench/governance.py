@@ -1,0 +1,146 @@
+"""Governance over time on the timed replay: today's preemption planner against the
+checkpoint-aware one (issue 54 part 2), in one run, on the same load.
+
+    python bench/governance.py [--json] [--tasks N] [--peak 1.3] [--seed 42] [--policy xpupool]
+
+Replays the Alibaba default trace (``openb_pod_list_default.csv`` on its GPU node list, found as
+``xpupool simulate`` finds it: ``xpupool.sim.trace_files``) with departures, through the server's
+scheduling cycle (``xpupool.sim.timed_replay``), with one queue that orders by QoS class (LS 2,
+Burstable 1, BE 0) and lets a higher class preempt a lower one. The trace alone never loads its
+pool above 0.98 (every task at once), so copies of it are laid over its span
+(``xpupool.sim.load.tile``: the fewest whose whole demand is 1.25x the target) and arrivals are
+compressed until peak demand is ``--peak`` times capacity. Tasks checkpoint as
+``xpupool.sim.checkpoints.CheckpointModel`` draws from the seed (a quarter never; the rest every 5
+to 120 minutes, log-uniform) in both runs; the planners differ only in whom they preempt. Prints,
+per planner: wait (mean, p95), JCT, utilisation (mean until the last arrival), unallocated GPU % while
+demand exceeds capacity, preemptions and GPU-hours lost to preemption. ``--tasks N`` replays a seeded
+sample of N tasks on a proportional seeded sample of the nodes (a smoke test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+from typing import Any
+
+from xpupool.engine.cycle import Preemption
+from xpupool.sim.alibaba import capacity_milli, read_nodes, read_tasks, to_request
+from xpupool.sim.checkpoints import CheckpointModel
+from xpupool.sim.load import compress_for_peak, peak_demand, tile
+from xpupool.sim.queue_config import QueueConfig
+from xpupool.sim.timed_replay import QueueOrder, timed_replay
+from xpupool.sim.trace_files import DEFAULT_PODS, default_nodes
+
+PLANNERS = {"today": False, "checkpoint_aware": True}
+HEADROOM = 1.25  # copies enough that the whole tiled demand is this much above the target peak
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    nodes_path = default_nodes()
+    nodes = read_nodes(str(nodes_path))
+    tasks = read_tasks(str(nodes_path.parent / DEFAULT_PODS))
+    if args.tasks and args.tasks < len(tasks):
+        rng = random.Random(args.seed)
+        share = args.tasks / len(tasks)
+        nodes = rng.sample(nodes, max(1, math.ceil(share * len(nodes))))
+        tasks = rng.sample(tasks, args.tasks)
+    from xpupool.engine.fragmentation import TargetWorkload
+
+    workload = TargetWorkload.from_requests(to_request(t) for t in tasks)
+    capacity = capacity_milli(nodes)
+    whole = peak_demand(tasks, capacity, 1e12)
+    copies = max(1, math.ceil(HEADROOM * args.peak / whole)) if whole else 1
+    tiled = tile(tasks, copies)
+    compress = compress_for_peak(tiled, capacity, args.peak)
+    queues = QueueConfig.single(True, Preemption.LOWER_PRIORITY)
+    model = CheckpointModel(args.seed)
+    out: dict[str, Any] = {
+        "trace": DEFAULT_PODS,
+        "nodes": len(nodes),
+        "gpus": capacity // 1000,
+        "tasks": len(tiled),
+        "copies": copies,
+        "compress": round(compress, 1),
+        "peak_demand": round(peak_demand(tiled, capacity, compress), 3),
+        "policy": args.policy,
+        "seed": args.seed,
+        "checkpoints": {
+            "never_share": model.never_share,
+            "every_min": [model.min_interval_min, model.max_interval_min],
+        },
+    }
+    for name, aware in PLANNERS.items():
+        result = timed_replay(
+            nodes,
+            tiled,
+            args.policy,
+            args.seed,
+            workload,
+            QueueOrder.PRIORITY,
+            compress,
+            queues,
+            checkpoints=model,
+            checkpoint_aware=aware,
+        )
+        out[name] = result.summary()
+        print(f"{name}: {out[name]}", file=sys.stderr)
+    today, aware_run = out["today"], out["checkpoint_aware"]
+    lost = today["gpu_hours_lost"]
+    out["gpu_hours_lost_change_pct"] = (
+        round(100 * (aware_run["gpu_hours_lost"] - lost) / lost, 1) if lost else 0.0
+    )
+    out["p95_wait_change_pct"] = _change(today["p95_wait_s"], aware_run["p95_wait_s"])
+    out["mean_wait_change_pct"] = _change(today["mean_wait_s"], aware_run["mean_wait_s"])
+    if args.json:
+        print(json.dumps(out))
+    else:
+        _table(out)
+    return 0
+
+
+def _change(before: float, after: float) -> float:
+    return round(100 * (after - before) / before, 1) if before else 0.0
+
+
+def _table(out: dict[str, Any]) -> None:
+    keys = (
+        "mean_wait_s",
+        "p95_wait_s",
+        "mean_jct_s",
+        "mean_util_pct",
+        "unallocated_at_peak_pct",
+        "preemptions",
+        "gpu_hours_lost",
+    )
+    print("| planner | " + " | ".join(keys) + " |")
+    print("|---" * (len(keys) + 1) + "|")
+    for name in PLANNERS:
+        print(f"| {name} | " + " | ".join(f"{out[name][k]:g}" for k in keys) + " |")
+    print(
+        f"GPU-hours lost {out['gpu_hours_lost_change_pct']:+.1f} %, "
+        f"p95 wait {out['p95_wait_change_pct']:+.1f} %, "
+        f"mean wait {out['mean_wait_change_pct']:+.1f} %"
+    )
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="one JSON line on stdout")
+    parser.add_argument("--tasks", type=int, default=0, help="a seeded sample (smoke test)")
+    parser.add_argument("--peak", type=float, default=1.3, help="peak demand / capacity")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--policy", default="xpupool")
+    args = parser.parse_args(argv)
+    if args.tasks < 0:
+        parser.error("--tasks must be positive")
+    if args.peak <= 0:
+        parser.error("--peak must be positive")
+    return args
+
+
+if __name__ == "__main__":
+    sys.exit(main())

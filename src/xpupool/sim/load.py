@@ -1,0 +1,82 @@
+"""How loaded a timed replay is: peak demand, and the arrival compression that reaches a target.
+
+A queueing figure taken where nothing waits shows nothing (issue 54: the default trace replayed as
+recorded runs at 10 % utilisation with sub-second waits), so governance figures are taken where
+demand peaks above capacity. Demand at a time is the GPU every task that has arrived and would
+still run, had it started on arrival, asks for, over the pool's capacity; its peak rises as
+arrivals are compressed but never above the whole trace's demand (every task at once), which for
+the default Alibaba trace is 0.98 of its pool. :func:`tile` therefore lays several copies of a trace
+over the same span (copy ``k`` shifted by ``k/copies`` of it), as more users with the same habits
+would, and :func:`compress_for_peak` finds the compression that brings the peak to the target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from xpupool.sim.alibaba import TraceTask
+
+
+def peak_demand(tasks: Sequence[TraceTask], capacity_milli: int, compress: float = 1.0) -> float:
+    """The highest demand over time (1.0 = the pool's capacity), arrivals divided by
+    ``compress``, durations as recorded."""
+    if not tasks or capacity_milli <= 0:
+        return 0.0
+    start = np.array([t.creation_time for t in tasks], np.float64) / compress
+    end = start + np.array([t.duration_s for t in tasks], np.float64)
+    gpu = np.array([t.gpu_request_milli for t in tasks], np.float64)
+    times = np.concatenate([start, end])
+    steps = np.concatenate([gpu, -gpu])
+    order = np.lexsort((steps, times))  # at one instant, departures before arrivals
+    return float(np.cumsum(steps[order]).max() / capacity_milli)
+
+
+def compress_for_peak(
+    tasks: Sequence[TraceTask], capacity_milli: int, target: float, *, at_most: float = 1e9
+) -> float:
+    """The compression (>= 1) whose peak demand is ``target`` (within 1 %), found by bisection
+    on its logarithm (peak demand rises with compression). Raises ValueError when even
+    ``at_most`` stays below the target: the trace is too small for that load; :func:`tile` it."""
+    if peak_demand(tasks, capacity_milli, 1.0) >= target:
+        return 1.0
+    if peak_demand(tasks, capacity_milli, at_most) < target:
+        whole = peak_demand(tasks, capacity_milli, at_most)
+        raise ValueError(f"peak demand reaches only {whole:.2f} of capacity; tile the trace")
+    low, high = 0.0, float(np.log(at_most))
+    for _ in range(60):
+        middle = (low + high) / 2
+        peak = peak_demand(tasks, capacity_milli, float(np.exp(middle)))
+        if abs(peak - target) <= 0.01 * target:
+            return float(np.exp(middle))
+        low, high = (middle, high) if peak < target else (low, middle)
+    return float(np.exp(high))
+
+
+def tile(tasks: Sequence[TraceTask], copies: int) -> list[TraceTask]:
+    """``copies`` copies of ``tasks`` over the same span, copy ``k`` arriving ``k/copies`` of the
+    span later (wrapped round to the start), its names suffixed ``#k``. Copy 0 is ``tasks``."""
+    if copies < 1:
+        raise ValueError("copies must be at least 1")
+    if not tasks:
+        return []
+    first = min(t.creation_time for t in tasks)
+    span = max(t.creation_time for t in tasks) - first + 1
+    out = list(tasks)
+    for k in range(1, copies):
+        shift = span * k // copies
+        for t in tasks:
+            at = first + (t.creation_time - first + shift) % span
+            moved = at - t.creation_time
+            out.append(
+                replace(
+                    t,
+                    name=f"{t.name}#{k}",
+                    creation_time=at,
+                    deletion_time=t.deletion_time + moved,
+                    scheduled_time=None if t.scheduled_time is None else t.scheduled_time + moved,
+                )
+            )
+    return out
