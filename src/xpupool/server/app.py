@@ -18,6 +18,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy.exc import OperationalError
 
 from xpupool.model.errors import (
     Conflict,
@@ -31,7 +32,7 @@ from xpupool.server import rehearsal
 from xpupool.server.audit_http import AuditMiddleware
 from xpupool.server.body_limit import DEFAULT_MAX_BODY, LOG_UPLOAD, BodyLimit
 from xpupool.server.client_address import FromWorkers
-from xpupool.server.error_answers import error_answer, validation_answer
+from xpupool.server.error_answers import error_answer, error_body, validation_answer
 from xpupool.server.front.plane_side import SubmitChannel
 from xpupool.server.front.proxy_plane import ProxyAnswers
 from xpupool.server.history import FleetHistory
@@ -267,6 +268,14 @@ def create_app(
         HTTPException,
     ):
         app.add_exception_handler(answered, _answer)
+
+    @app.exception_handler(OperationalError)
+    async def _unreachable(_: Request, exc: OperationalError) -> JSONResponse:
+        """A read the store did not answer (a connection that timed out, a lost one): 503, as a
+        write that fails answers (``ControlPlane.write``), not a 500 as if it were a bug."""
+        first = str(exc.orig or exc).splitlines()[0] if str(exc.orig or exc) else "no answer"
+        body = error_body(None, None, f"the store cannot be reached: {first}"[:300])
+        return JSONResponse(body, status_code=503)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:

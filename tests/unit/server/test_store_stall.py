@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import pytest
 from server_kit import Server
+from sqlalchemy import text
 
 from xpupool.model.errors import Unavailable
 from xpupool.server.plane import store_stall
@@ -86,3 +87,54 @@ def test_a_new_store_connection_is_refused_while_the_store_is_stalled(
     until(lambda: plane.store_stall() is None)  # the holder left the store
     with plane.db.connect():  # answered again: connections are made as ever
         pass
+
+
+def test_a_write_busy_in_its_own_python_is_no_stall(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the time the lock's holder waits on a statement or a commit counts: a write that
+    spends long in its own work (a large registration, an engine rebuild on a loaded machine) is
+    waited for, and /healthz says nothing of the store."""
+    monkeypatch.setattr(store_stall, "STALL_S", 0.2)
+    plane = server.plane
+    inside, done = threading.Event(), threading.Event()
+
+    def busy() -> None:
+        with plane.write() as conn:
+            conn.execute(text("SELECT 1"))
+            inside.set()
+            time.sleep(0.8)  # four times the threshold, outside the store
+        done.set()
+
+    threading.Thread(target=busy, daemon=True).start()
+    assert inside.wait(HELD_S)
+    assert plane.store_stall() is None
+    with plane.locked():  # waited for, not refused
+        assert done.is_set()
+
+
+def test_a_statement_the_store_does_not_answer_is_a_stall(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A statement that hangs under the lock (here a SQL function that sleeps) marks the store
+    stalled: a waiter is refused; once it is answered the lock is taken as ever."""
+    monkeypatch.setattr(store_stall, "STALL_S", 0.2)
+    plane = server.plane
+    sent, done = threading.Event(), threading.Event()
+
+    def hang() -> None:
+        with plane.write() as conn:
+            driver = conn.connection.driver_connection
+            driver.create_function("hang", 0, lambda: time.sleep(1.0) or 1)  # type: ignore[union-attr]
+            sent.set()
+            conn.execute(text("SELECT hang()"))
+        done.set()
+
+    threading.Thread(target=hang, daemon=True).start()
+    assert sent.wait(HELD_S)
+    until(lambda: plane.store_stall() is not None)
+    with pytest.raises(Unavailable, match="store has not answered"), plane.locked():
+        pass
+    until(done.is_set)
+    with plane.locked():
+        assert plane.store_stall() is None

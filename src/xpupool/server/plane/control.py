@@ -74,6 +74,7 @@ from xpupool.server.service_traffic import ProxyTraffic
 from xpupool.server.sites.agent_pool import AgentPoolSite
 from xpupool.server.sites.protocol import Sites
 from xpupool.server.storage import meta
+from xpupool.server.storage.driver_insert import STATEMENT_WATCH
 from xpupool.server.storage.job_writes import JobWrites
 from xpupool.server.storage.tenants import assign_tenant_indices
 from xpupool.server.usage.meter import UsageMeter
@@ -148,8 +149,13 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         self.monotonic = monotonic
         self._lock = PlaneLock()  # the one lock (lock.py): take it with locked() or write()
         # while the lock's holder waits on a store that does not answer, a new connection (a
-        # read's) is refused at once, not after TCP gives up (plane/store_stall.py)
+        # read's) is refused at once, not after TCP gives up (plane/store_stall.py); what counts
+        # is the time the holder spends in a statement or a commit, not in its own Python
         event.listen(self.db, "checkout", lambda *_: self._lock.stall.refuse())
+        event.listen(self.db, "do_connect", lambda *_: self._lock.stall.refuse())
+        event.listen(self.db, "before_cursor_execute", self._statement_sent)
+        event.listen(self.db, "after_cursor_execute", self._statement_answered)
+        event.listen(self.db, "handle_error", self._statement_answered)
         self.wake = Wake()  # the scheduling loop's (scheduler_loop.run_passes)
         self.learning_pace = LearningPace()  # when the scheduling loop re-learns (its _relearn)
         # which pending jobs a pass tries (engine/cycle/retry_gate.py): its capacity generation
@@ -521,8 +527,15 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
                 raise Unavailable(self.health.failure)
             try:
                 conn = self._writer_connection()
-                with self._lock.stall.entered(), conn.begin():
+                trans = conn.begin()
+                try:
                     yield conn
+                except BaseException:
+                    if trans.is_active:
+                        trans.rollback()
+                    raise
+                with self._lock.stall.entered():
+                    trans.commit()
             except (OperationalError, OSError) as exc:
                 self._drop_writer()
                 raise self.store_failed(exc) from None
@@ -537,6 +550,14 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         finally:
             self._lock.release()
 
+    def _statement_sent(self, *_args: object) -> None:
+        if self._lock.held_here():
+            self._lock.stall.enter()
+
+    def _statement_answered(self, *_args: object) -> None:
+        if self._lock.held_here():
+            self._lock.stall.leave()
+
     def _writer_connection(self) -> Connection:
         """The connection :meth:`write` uses, kept between writes (under the lock, so one thread
         at a time): taking one from the pool and giving it back, which rolls back, cost about a
@@ -545,6 +566,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         conn = self._writer
         if conn is None or conn.closed or conn.invalidated:
             conn = self._writer = self.db.connect()
+            conn.info[STATEMENT_WATCH] = self._lock.stall  # its driver-level writes are marked
         return conn
 
     def _drop_writer(self) -> None:

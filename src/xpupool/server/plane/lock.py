@@ -31,12 +31,18 @@ class PlaneLock:
         self.writers_waiting = 0
         self._guard = threading.Condition()  # notified when no writer waits any more
         self.stall = StoreStall()  # the holder marks its statements; waiters look at it
+        self._owner: int | None = None  # the thread holding the lock (its statements count)
+        self._depth = 0
 
     def __enter__(self) -> None:
         self._take()
 
     def __exit__(self, *_exc: object) -> None:
-        self.mutex.release()
+        self.release()
+
+    def held_here(self) -> bool:
+        """Whether the calling thread holds the lock."""
+        return self._owner == threading.get_ident()
 
     def acquire_as_writer(self) -> None:
         """Take the lock, counted in ``writers_waiting`` until it is taken; let it go with
@@ -48,8 +54,14 @@ class PlaneLock:
         """Take the lock, or raise ``Unavailable`` once the store holds its holder stalled."""
         while not self.mutex.acquire(timeout=WAIT_SLICE_S):
             self.stall.refuse()
+        self._owner = threading.get_ident()
+        self._depth += 1
 
     def release(self) -> None:
+        self._depth -= 1
+        if not self._depth:
+            self._owner = None
+            self.stall.leave()  # a statement that failed was answered too
         self.mutex.release()
 
     @contextmanager

@@ -5,7 +5,9 @@ answers it, and the thread that sent it waits, holding the plane's lock, until T
 ``tcp_user_timeout`` and keepalives, ``storage/meta.py``; a lease's end, ``server/ownership.py``).
 Everything else that takes the lock would queue behind it, the scheduling pass on the event loop
 too, and with it every request, ``/healthz`` included (issue 50). So the lock's holder marks the
-time it entered the store (:meth:`StoreStall.entered`), and once it has been in it for
+time it sent a statement or a commit (:meth:`StoreStall.enter`, from the plane's cursor events, and
+:meth:`StoreStall.entered` around a commit; its own Python between statements does not count,
+however long), and once it has been in the store for
 ``STALL_S``, whoever waits for the lock, or opens a store connection, is refused at once with a 503
 that names the store (:meth:`StoreStall.refuse`) instead of waiting. Nothing is written twice: the
 hung statement's transaction either commits, and its caller is answered, or fails, and memory is
@@ -32,9 +34,19 @@ class StoreStall:
     def __init__(self) -> None:
         self._since: float | None = None
 
+    def enter(self) -> None:
+        """The lock's holder sends a statement (``ControlPlane``'s cursor events)."""
+        if self._since is None:
+            self._since = time.monotonic()
+
+    def leave(self) -> None:
+        """The store answered it."""
+        self._since = None
+
     @contextmanager
     def entered(self) -> Iterator[None]:
-        """The block talks to the store under the plane's lock (re-entrant: the outermost marks)."""
+        """The block talks to the store under the plane's lock, a commit (re-entrant: the
+        outermost marks); a statement is marked by :meth:`enter` and :meth:`leave`."""
         outermost = self._since is None
         if outermost:
             self._since = time.monotonic()

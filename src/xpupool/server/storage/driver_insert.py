@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Connection, Dialect, Insert, Table, Update, insert
 from sqlalchemy.exc import DBAPIError
@@ -61,6 +61,18 @@ def update_rows(conn: Connection, statement: Update, rows: Sequence[dict[str, An
         _run(conn, _compile(statement, columns, conn.dialect), part)
 
 
+STATEMENT_WATCH = "xpupool.statement_watch"
+"""The key of a connection's ``info`` under which its owner keeps a :class:`StatementWatch`."""
+
+
+class StatementWatch(Protocol):
+    """Told when a statement is sent and when it is answered (``server/plane/store_stall.py``)."""
+
+    def enter(self) -> None: ...
+
+    def leave(self) -> None: ...
+
+
 def _by_keys(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, ...], list[dict[str, Any]]]:
     """``rows`` grouped by their keys, in order (one group in practice)."""
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
@@ -81,8 +93,14 @@ def _run(conn: Connection, compiled: _Compiled, rows: Sequence[dict[str, Any]]) 
     driver = conn.connection.driver_connection
     assert driver is not None  # an open connection's
     cursor = driver.cursor()
+    many = len(params) != 1
+    # the plane's measure of a store that does not answer (server/plane/store_stall.py) sees
+    # SQLAlchemy's statements through its cursor events, and these, which bypass them, here
+    watch: StatementWatch | None = conn.info.get(STATEMENT_WATCH)
+    if watch is not None:
+        watch.enter()
     try:
-        if len(params) == 1:
+        if not many:
             cursor.execute(compiled.sql, params[0])
         else:
             cursor.executemany(compiled.sql, params)
@@ -91,6 +109,8 @@ def _run(conn: Connection, compiled: _Compiled, rows: Sequence[dict[str, Any]]) 
             compiled.sql, params, exc, dialect.loaded_dbapi.Error, dialect=dialect
         ) from exc
     finally:
+        if watch is not None:
+            watch.leave()
         cursor.close()
 
 
