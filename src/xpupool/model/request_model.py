@@ -455,8 +455,7 @@ class RequestModel(_Form):
     grace: GraceSeconds | None = Field(
         None,
         description="Seconds between SIGTERM and SIGKILL when the job is stopped ('30s', '2m' "
-        "or a number of seconds; at most 1h, and at most the server's --max-grace); null = the "
-        "server's default.",
+        "or a number of seconds; at most 1h); null = the server's default.",
     )
     checkpoint_signal: CheckpointSignal | None = Field(
         None,
