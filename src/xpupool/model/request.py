@@ -364,8 +364,7 @@ class Request:
     site (replicas that are not a gang go wherever each fits). ``tolerations`` (any-of, in one
     canonical order) let the replicas onto nodes whose taints they tolerate (``model/taint.py``).
     ``kind`` names the job type and ``speeds`` its relative speed per card model
-    (``model/speeds.py``): declared by the job, or filled in by the server from what it measured
-    or estimated; the throughput scorer reads them.
+    (``model/speeds.py``), as the job declares them; the throughput scorer reads them.
     ``data`` names a dataset of the sites file the job reads, so that a site is chosen knowing
     where it lives (``engine/site_choice.py``); None: no dataset. ``container`` True: the job
     runs a container image, so only nodes with a container runtime may take it; it is not part of

@@ -449,8 +449,8 @@ class RequestModel(_Form):
     speed: SpeedsField | None = Field(
         None,
         description="Relative speed per card model, as the job declares it ('A100:1.0,910B3:0.7'"
-        "); the 'throughput' policy prefers the cards where the job runs best. Null: measured or "
-        "estimated by the server.",
+        "); the 'throughput' policy prefers the cards where the job runs best. Null: none (the "
+        "job is packed as by binpack).",
     )
     grace: GraceSeconds | None = Field(
         None,
