@@ -19,7 +19,8 @@ from xpupool.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 README = (ROOT / "README.md").read_text()
-INTERNALS = (ROOT / "docs" / "internals.md").read_text()  # how placement works, and the code's layout
+# how placement works, and the code's layout
+INTERNALS = (ROOT / "docs" / "internals.md").read_text()
 
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _FENCE = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)
