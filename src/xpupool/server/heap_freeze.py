@@ -22,6 +22,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from xpupool.server import machinery_switch
+
 QUIET_CHECK_S = 1.0
 """How often a due sweep asks whether the server is quiet."""
 
@@ -37,7 +39,10 @@ def freeze_start_heap() -> int:
     No collection comes first: it would walk all of those objects (a quarter of a CPU second
     before the server answers: docs/benchmarks.md, start-up) to find the start's few cyclic
     garbage, which is frozen with the rest and collected by :class:`SurvivorFreeze`'s first
-    sweep instead, at a quiet moment."""
+    sweep instead, at a quiet moment. ``XPUPOOL_WITHOUT=heap-freeze`` switches it off for its
+    benchmark (``server/machinery_switch.py``)."""
+    if machinery_switch.off("heap-freeze"):
+        return 0
     gc.freeze()
     return gc.get_freeze_count()
 
@@ -76,6 +81,8 @@ class SurvivorFreeze:
         return collected
 
     def start(self) -> None:
+        if machinery_switch.off("heap-freeze"):
+            return
         gc.callbacks.append(self.after_collection)
         self._thread = threading.Thread(target=self._sweeps, name="xpupool-heap-sweep", daemon=True)
         self._thread.start()

@@ -14,7 +14,8 @@ statement per set of columns as here: there SQLAlchemy's own many-rows ``INSERT`
 values``) is the fast path, and the database's round trip, not SQLAlchemy's CPU, is the cost
 (docs/benchmarks.md, the store on PostgreSQL). A driver error is raised as
 SQLAlchemy raises it (``OperationalError`` for a full disk), so ``ControlPlane.write`` reports
-and undoes it as any other failed write.
+and undoes it as any other failed write. ``XPUPOOL_WITHOUT=driver-sql`` sends every dialect through
+SQLAlchemy, for this path's benchmark (``server/machinery_switch.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ from typing import Any, Protocol
 
 from sqlalchemy import Connection, Dialect, Insert, Table, Update, insert
 from sqlalchemy.exc import DBAPIError
+
+from xpupool.server import machinery_switch
+
+_PLAIN = machinery_switch.off("driver-sql")  # every statement through SQLAlchemy (its benchmark)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +45,7 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) 
     first go in a statement of their own."""
     if not rows:
         return
-    if conn.dialect.paramstyle != "qmark":
+    if conn.dialect.paramstyle != "qmark" or _PLAIN:
         for part in _by_keys(rows).values():  # one statement names one set of columns
             conn.execute(_insert(table), part)
         return
@@ -53,7 +58,7 @@ def update_rows(conn: Connection, statement: Update, rows: Sequence[dict[str, An
     ``rows``, each keyed by the parameters' names, in ``conn``'s transaction."""
     if not rows:
         return
-    if conn.dialect.paramstyle != "qmark":
+    if conn.dialect.paramstyle != "qmark" or _PLAIN:
         for part in _by_keys(rows).values():
             conn.execute(statement, part)
         return
