@@ -27,11 +27,11 @@ SAVES = [
     "print('saved', flush=True); time.sleep(120)\n",
 ]
 
-TRAPS = [
+TRAPS = [  # os.write: a handler that prints while the loop prints can raise "reentrant call"
     JOB_PYTHON,
     "-c",
-    "import signal, time\n"
-    "say = lambda word: print(word, flush=True)\n"
+    "import os, signal, time\n"
+    "say = lambda word: os.write(1, word.encode() + b'\\n')\n"
     "signal.signal(signal.SIGUSR1, lambda *_: say('usr1'))\n"
     "signal.signal(signal.SIGTERM, lambda *_: say('term'))\n"
     "say('up')\n"
@@ -65,11 +65,15 @@ def test_cancel_sends_the_checkpoint_signal_then_term_and_waits_out_the_grace(
     assert r.status_code == 201, r.text
     job_id = int(r.json()["id"])
     assert r.json()["request"]["grace"] == "3s"
-    until(lambda: "up" in _log(srv, job_id), "the job to start", 60)
+    until(lambda: "up" in _log(srv, job_id).split(), "the job to start", 60)
     r = httpx.post(f"{srv.url}/v1/jobs/{job_id}/cancel", headers=srv.headers(), timeout=10)
     assert r.status_code == 200, r.text
     until(lambda: _job(srv, job_id)["state"] == "cancelled", "the job to be cancelled", 60)
-    lines = until(lambda: "term" in (t := _log(srv, job_id)) and t.split(), "its log", 30)
+    try:
+        lines = until(lambda: "term" in (t := _log(srv, job_id)) and t.split(), "its log", 30)
+    except AssertionError as exc:  # what it saw, and what the plane recorded, to tell why
+        events = [(e["state"], e["reason"]) for e in _job(srv, job_id)["events"]]
+        raise AssertionError(f"{exc}: log {_log(srv, job_id)[-600:]!r}; events {events}") from None
     assert lines.index("usr1") < lines.index("term")
     # it trapped SIGTERM and ran on through its grace, then was killed: at one tick per 0.1 s at
     # most, 60 ticks is 6 s, more than its 3 s and less than the in-process agent's own 10 s
