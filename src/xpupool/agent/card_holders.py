@@ -37,7 +37,7 @@ from xpupool.probes.nvml import NVIDIA_GPUS, nvidia_minors
 
 SYS_DRM = Path("/sys/class/drm")
 MOST_DESCRIPTORS = 4096  # a process with more open files is not checked (its rows are dropped)
-PASS_DESCRIPTORS = 16384  # descriptors one pass checks at most, over every process
+PASS_DESCRIPTORS = 16384  # descriptors one pass checks at most for one replica's processes
 _BUS_ID = re.compile(r"([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])")
 
 
