@@ -3,8 +3,9 @@
 Vendor tools print each process's name as the process set it, raw; a name with a newline in it
 can end its own row early and print a row of its choosing after it, naming any PID, any card and
 any figure. The share watch stops replicas on these rows, so a row of such a tool (a probe with
-``prints_names``: npu-smi, cnmon, hy-smi, xpu-smi) is charged only when the process it names
-holds the card's own device node open (an entry of ``/proc/PID/fd`` whose
+``prints_names``: npu-smi, cnmon, hy-smi, xpu-smi; and the libraries of Iluvatar, Enflame and
+MetaX, whose rows rest on a device index or address unverified on hardware) is charged only
+when the process it names holds the card's own device node open (an entry of ``/proc/PID/fd`` whose
 ``st_rdev`` is the node's): a forged row can then charge only a process that really uses that
 card. A row that fails is ignored and logged, never acted on. NVML and amdsmi are libraries: the
 driver gives each PID and figure and no name is printed, so their rows are charged as reported

@@ -17,7 +17,8 @@ Each reading says whether a card is healthy and why not (``health_cause``, its k
 leaves the card and its jobs alone.
 
 A per-process row of a tool that prints process names (npu-smi, cnmon, hy-smi, xpu-smi: a probe
-with ``prints_names``) is charged to a card only when its process holds that card's device node
+with ``prints_names``; also the Iluvatar, Enflame and MetaX libraries, whose card mapping is
+unverified on hardware) is charged to a card only when its process holds that card's device node
 open (``agent/card_holders.py``): a job can forge such a row through its name; a row that fails is
 dropped from the reading and logged (at most once a minute per card and PID). NVML's and amdsmi's
 rows come from the driver and are charged as reported. The check's descriptor budget is per
