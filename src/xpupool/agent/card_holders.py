@@ -18,8 +18,9 @@ or ``/dev/kfd``). An NVIDIA card's ``/dev/nvidia<minor>`` takes its minor from t
 ``/proc/driver/nvidia/gpus/<bus id>/information`` (its ``GPU UUID:`` and ``Device Minor:``
 lines, printed by nv-procfs.c in NVIDIA's open kernel modules): the minor is not always the NVML
 index. A DRM render node (AMD, Hygon, Intel, Moore Threads, MetaX) is found by the
-card's PCI bus id through ``/sys/class/drm/renderD*/device`` where the card's UUID carries one,
-else by the index rule of :func:`xpupool.probes.base.render_node`. A vendor without a per-card
+card's PCI bus id through ``/sys/class/drm/renderD*/device`` where the card's UUID carries one
+or its probe read one (``bus_ids``: amdsmi's ``amdsmi_get_gpu_device_bdf``, hy-smi's
+``--showbus``), else by the index rule of :func:`xpupool.probes.base.render_node`. A vendor without a per-card
 node keeps the rule without proof (the rows are charged as printed), with a warning.
 """
 
@@ -28,7 +29,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,10 +76,12 @@ def card_nodes(
     root: Path = DEV,
     sys_drm: Path = SYS_DRM,
     nvidia_gpus: Path = NVIDIA_GPUS,
+    bus_ids: Mapping[str, str] | None = None,
 ) -> dict[str, frozenset[int] | None]:
     """Each card's own nodes as ``st_rdev`` numbers: ``{uuid: rdevs}``, an empty set where none
     exists under ``root`` (no process can prove it holds the card), None where its vendor has
-    no per-card node."""
+    no per-card node. ``bus_ids``: the PCI bus id of cards whose UUID carries none (uuid ->
+    ``0000:c1:00.0``), as their probes read it."""
     out: dict[str, frozenset[int] | None] = {}
     listed = list(devices)
     minors = nvidia_minors(nvidia_gpus) if any(d.vendor == "nvidia" for d in listed) else {}
@@ -87,11 +90,11 @@ def card_nodes(
         if names is None:
             out[d.uuid] = None
             continue
-        bus = _BUS_ID.search(d.uuid)
+        found = _BUS_ID.search((bus_ids or {}).get(d.uuid, "")) or _BUS_ID.search(d.uuid)
         rdevs: set[int] = set()
         for name in names:
-            if name.startswith("dri/renderD") and bus is not None:
-                name = render_node_by_bus(bus.group(1), sys_drm) or name
+            if name.startswith("dri/renderD") and found is not None:
+                name = render_node_by_bus(found.group(1), sys_drm) or name
             try:
                 st = os.stat(root / name)
             except OSError:

@@ -216,7 +216,8 @@ class Monitor:
     ) -> dict[str, dict[int, int]]:
         """``usage`` without the rows whose process does not hold its card's node open; a
         replica's row left unchecked is noted in ``reading.unmeasured``."""
-        nodes = card_nodes(devices, self.dev_root, self.sys_drm, self.nvidia_gpus)
+        buses = {u: b for p in self.probes for u, b in (getattr(p, "bus_ids", None) or {}).items()}
+        nodes = card_nodes(devices, self.dev_root, self.sys_drm, self.nvidia_gpus, buses)
         held: dict[int, frozenset[int] | None] = {}
         owners: dict[int, Key | None] = {}
         budgets: dict[Key | None, Budget] = {}  # each replica's own; None: no replica's

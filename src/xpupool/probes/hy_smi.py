@@ -5,6 +5,11 @@ hy-smi renamed rocm-smi's keys and changed their units: older drivers print ``Ca
 ``vram Total Memory (MiB)`` with ``DCU use (%)``. Each field below lists every spelling, newest
 first, with the unit it implies, so a rename costs a table row rather than a new parser. The card
 key is ``card0`` (or ``card:0``); a top-level ``system`` object carries the driver version.
+``--showbus`` adds each card's ``PCI Bus`` (``0000:05:00.0``, on some drivers followed by
+``--> SN: ... --> OAM ID: N``: public code reading hy-smi's JSON shows both, one of them
+combining ``--showbus`` with other ``--show*`` flags in one ``--json`` call as here), kept in
+``HySmiProbe.bus_ids`` so that the agent finds the card's render node by its address
+(``agent/card_holders.py``) rather than by the index rule.
 
 Per-process device memory comes from ``hy-smi --showpids`` (no JSON form): after ``PIDs for KFD
 processes:``, one ``PID: N`` block per process with indented fields, of which ``HCU Index``
@@ -46,6 +51,7 @@ ARGV = (
     "--showpower",
     "--showtemp",
     "--showuniqueid",
+    "--showbus",
     "--showdriverversion",
     "--json",
 )
@@ -67,6 +73,8 @@ _POWER_KEYS = ("Average Graphics Package Power (W)", "Current Socket Graphics Pa
 _TEMP_KEYS = ("Temperature (Sensor junction) (C)", "Temperature (Sensor edge) (C)")
 _UUID_KEYS = ("Unique ID", "Unique Id")
 _DRIVER_KEYS = ("Driver version", "Driver Version")
+_BUS_KEYS = ("PCI Bus",)
+_BUS = re.compile(r"[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")
 
 
 def _parse_error(detail: str) -> ProbeError:
@@ -148,6 +156,23 @@ def _device(index: int, fields: Mapping[str, object], driver: str | None) -> Dev
     )
 
 
+def parse_hy_smi_buses(text: str) -> dict[int, str]:
+    """Each card's PCI bus id (lower case) in the same JSON, by card index; a card without a
+    readable ``PCI Bus`` is left out (its render node then falls back to the index rule)."""
+    try:
+        data = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError:
+        return {}
+    out: dict[int, str] = {}
+    for key, fields in data.items() if isinstance(data, dict) else ():
+        card = _CARD.match(key)
+        value = _first(fields, _BUS_KEYS) if card and isinstance(fields, dict) else None
+        found = _BUS.search(value) if value is not None else None
+        if card is not None and found is not None:
+            out[int(card.group(1))] = found.group(0).lower()
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class DcuProcess:
     """One ``PID:`` block of ``hy-smi --showpids``: the cards it holds and its VRAM, MiB."""
@@ -208,6 +233,7 @@ class HySmiProbe:
 
     def __init__(self) -> None:
         self._uuids: dict[int, str] = {}  # card index -> UUID, from the last discover
+        self.bus_ids: dict[str, str] = {}  # UUID -> PCI bus id, from the last discover
         self.rows_skipped: list[str] = []  # the last process list's blocks left out, and why
 
     def available(self) -> bool:
@@ -215,8 +241,11 @@ class HySmiProbe:
 
     def discover(self) -> list[DeviceInfo]:
         """Raises ProbeError: tool missing, permission, timeout, tool failed, parse."""
-        devices = parse_hy_smi_json(run_tool(VENDOR, ARGV))
+        text = run_tool(VENDOR, ARGV)
+        devices = parse_hy_smi_json(text)
         self._uuids = {d.index: d.uuid for d in devices}
+        buses = parse_hy_smi_buses(text)
+        self.bus_ids = {d.uuid: buses[d.index] for d in devices if d.index in buses}
         return devices
 
     def process_memory(self) -> dict[str, dict[int, int]]:

@@ -14,6 +14,7 @@ from xpupool.probes.hy_smi import (
     PIDS_ARGV,
     DcuProcess,
     HySmiProbe,
+    parse_hy_smi_buses,
     parse_hy_smi_json,
     parse_hy_smi_pids,
 )
@@ -204,3 +205,18 @@ def test_a_forged_block_for_a_multi_card_process_charges_it_nothing(
     usage = probe.process_memory()
     assert all(1902544 not in per_pid for per_pid in usage.values()), usage
     assert any("1902544 is listed twice" in why for why in probe.rows_skipped)
+
+
+def test_showbus_gives_each_cards_pci_address_for_its_render_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--showbus``'s ``PCI Bus``, bare or followed by the serial and OAM id: the address alone,
+    lower case, by the card's UUID (the agent finds the render node by it)."""
+    assert "--showbus" in ARGV
+    text = fixture("k100-showbus.json")
+    assert parse_hy_smi_buses(text) == {0: "0000:c1:00.0", 1: "0000:c2:00.0"}
+    assert parse_hy_smi_buses(fixture("k100-new-keys.json")) == {}  # an older hy-smi: none
+    monkeypatch.setattr(hy_smi, "run_tool", lambda vendor, argv, timeout_s=10.0: text)
+    probe = HySmiProbe()
+    devices = probe.discover()
+    assert probe.bus_ids == {devices[0].uuid: "0000:c1:00.0", devices[1].uuid: "0000:c2:00.0"}
