@@ -152,7 +152,7 @@ def _device(index: int, fields: Mapping[str, object], driver: str | None) -> Dev
         power_watts=_float(fields, _POWER_KEYS),
         temperature_c=_float(fields, _TEMP_KEYS),
         driver_version=driver,
-        health=Health.UNKNOWN,  # hy-smi reports no health state
+        health=Health.UNKNOWN,  # no public source shows hy-smi --healthcheck's output
     )
 
 
