@@ -55,6 +55,9 @@ ARGV = (
     "--showdriverversion",
     "--json",
 )
+ARGV_NO_BUS = tuple(a for a in ARGV if a != "--showbus")
+"""The same query without ``--showbus``: asked when a hy-smi that does not know that flag fails
+the whole query, so such a host keeps its cards (their render nodes by the index rule)."""
 _COMMAND = " ".join(ARGV)
 PIDS_ARGV = (TOOL, "--showpids")
 _PIDS_COMMAND = " ".join(PIDS_ARGV)
@@ -241,7 +244,12 @@ class HySmiProbe:
 
     def discover(self) -> list[DeviceInfo]:
         """Raises ProbeError: tool missing, permission, timeout, tool failed, parse."""
-        text = run_tool(VENDOR, ARGV)
+        try:
+            text = run_tool(VENDOR, ARGV)
+        except ProbeError as exc:
+            if exc.kind is not ProbeFailure.TOOL_FAILED:
+                raise
+            text = run_tool(VENDOR, ARGV_NO_BUS)  # an older hy-smi without --showbus
         devices = parse_hy_smi_json(text)
         self._uuids = {d.index: d.uuid for d in devices}
         buses = parse_hy_smi_buses(text)

@@ -11,6 +11,7 @@ from xpupool.probes import hy_smi
 from xpupool.probes.base import DeviceInfo, Health, ProbeError, ProbeFailure
 from xpupool.probes.hy_smi import (
     ARGV,
+    ARGV_NO_BUS,
     PIDS_ARGV,
     DcuProcess,
     HySmiProbe,
@@ -97,6 +98,24 @@ def test_discover_runs_one_json_query(monkeypatch: pytest.MonkeyPatch) -> None:
     assert calls == [ARGV]
     assert "--json" in ARGV
     assert [d.uuid for d in devices] == ["0x2c5a8d13e0f4b671", "0x2c5a8d13e0f4b9a2"]
+
+
+def test_a_hy_smi_without_showbus_still_lists_its_cards(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An older hy-smi that fails the query on an unknown ``--showbus`` is asked again without
+    it: the host keeps its cards, their render nodes by the index rule."""
+    calls: list[tuple[str, ...]] = []
+
+    def run(vendor: str, argv: Sequence[str], timeout_s: float = 10.0) -> str:
+        calls.append(tuple(argv))
+        if "--showbus" in argv:
+            raise ProbeError(vendor, " ".join(argv), ProbeFailure.TOOL_FAILED, "unknown option")
+        return fixture("k100-new-keys.json")
+
+    monkeypatch.setattr(hy_smi, "run_tool", run)
+    probe = HySmiProbe()
+    devices = probe.discover()
+    assert calls == [ARGV, ARGV_NO_BUS]
+    assert len(devices) == 2 and probe.bus_ids == {}
 
 
 def test_missing_tool(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
