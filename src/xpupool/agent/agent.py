@@ -112,13 +112,15 @@ class Agent:
         ``act`` False (the last heartbeat before the agent exits) starts and stops nothing."""
         metrics = []
         if node.monitor is not None:
-            reading = node.monitor.read()
+            runner = node.runner  # each replica's rows are checked on its own budget
+            owner = node.monitor.owner_of(runner.running_groups(), node.name, runner.containers())
+            reading = node.monitor.read(owner)
             node.reading = reading
             metrics = [device_metrics(d, node.monitor.warnings) for d in reading.devices]
             if node.inventory is not None:
                 self._register(node, node.inventory(reading.devices))
             if reading.process_memory is not None:
-                self._measure(node, reading.process_memory)
+                self._measure(node, reading.process_memory, reading.unmeasured)
             else:  # not measured this pass: report nothing rather than the last pass's figures
                 for rep in node.runner.replicas.values():
                     rep.memory_used_mib, rep.memory_measured = {}, False
@@ -206,14 +208,21 @@ class Agent:
         node.registered = body
         node.runner.node_vendors = tuple(sorted({d.vendor for d in body.devices}))
 
-    def _measure(self, node: HostedNode, usage: dict[str, dict[int, int]]) -> None:
+    def _measure(
+        self,
+        node: HostedNode,
+        usage: dict[str, dict[int, int]],
+        unmeasured: dict[tuple[int, int], set[str]],
+    ) -> None:
         assert node.monitor is not None
         per_replica = node.monitor.replica_usage(
             node.runner.running_groups(), usage, node.name, node.runner.containers()
         )
-        shares = node.monitor.shares
+        shares, lost = node.monitor.shares, node.monitor.unmeasured
         if shares is not None:
             shares.keep(per_replica)
+        if lost is not None:
+            lost.keep(per_replica)
         for key, used in per_replica.items():
             rep = node.runner.replicas[key]
             rep.memory_used_mib, rep.memory_measured = used, True
@@ -221,6 +230,11 @@ class Agent:
                 continue  # said once; its supervisor is stopping it
             flag = over_limit(rep.work, used)
             why = shares.check(key, rep.work, used) if shares is not None else ""
+            gone = lost.check(key, unmeasured.get(key, set())) if lost is not None else ""
+            if gone and not why and lost is not None and lost.stop:  # agent/unmeasured.py
+                why = gone
+            elif gone and not flag:
+                flag = f"not measured: {gone}"
             if why and not rep.stop_requested:  # watch and stop (agent/share_watch.py)
                 log.warning("job %d replica %d on %s: stopped: %s", *key, node.name, why)
                 flag = f"stopped: {why}"

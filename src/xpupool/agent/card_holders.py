@@ -3,8 +3,9 @@
 Vendor tools print each process's name as the process set it, raw; a name with a newline in it
 can end its own row early and print a row of its choosing after it, naming any PID, any card and
 any figure. The share watch stops replicas on these rows, so a row of such a tool (a probe with
-``prints_names``: npu-smi, cnmon, hy-smi, xpu-smi) is charged only when the process it names
-holds the card's own device node open (an entry of ``/proc/PID/fd`` whose
+``prints_names``: npu-smi, cnmon, hy-smi, xpu-smi; and the libraries of Iluvatar, Enflame and
+MetaX, whose rows rest on a device index or address unverified on hardware) is charged only
+when the process it names holds the card's own device node open (an entry of ``/proc/PID/fd`` whose
 ``st_rdev`` is the node's): a forged row can then charge only a process that really uses that
 card. A row that fails is ignored and logged, never acted on. NVML and amdsmi are libraries: the
 driver gives each PID and figure and no name is printed, so their rows are charged as reported
@@ -17,8 +18,9 @@ or ``/dev/kfd``). An NVIDIA card's ``/dev/nvidia<minor>`` takes its minor from t
 ``/proc/driver/nvidia/gpus/<bus id>/information`` (its ``GPU UUID:`` and ``Device Minor:``
 lines, printed by nv-procfs.c in NVIDIA's open kernel modules): the minor is not always the NVML
 index. A DRM render node (AMD, Hygon, Intel, Moore Threads, MetaX) is found by the
-card's PCI bus id through ``/sys/class/drm/renderD*/device`` where the card's UUID carries one,
-else by the index rule of :func:`xpupool.probes.base.render_node`. A vendor without a per-card
+card's PCI bus id through ``/sys/class/drm/renderD*/device`` where the card's UUID carries one
+or its probe read one (``bus_ids``: amdsmi's ``amdsmi_get_gpu_device_bdf``, hy-smi's
+``--showbus``), else by the index rule of :func:`xpupool.probes.base.render_node`. A vendor without a per-card
 node keeps the rule without proof (the rows are charged as printed), with a warning.
 """
 
@@ -27,7 +29,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +39,7 @@ from xpupool.probes.nvml import NVIDIA_GPUS, nvidia_minors
 
 SYS_DRM = Path("/sys/class/drm")
 MOST_DESCRIPTORS = 4096  # a process with more open files is not checked (its rows are dropped)
-PASS_DESCRIPTORS = 16384  # descriptors one pass checks at most, over every process
+PASS_DESCRIPTORS = 16384  # descriptors one pass checks at most for one replica's processes
 _BUS_ID = re.compile(r"([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])")
 
 
@@ -74,10 +76,12 @@ def card_nodes(
     root: Path = DEV,
     sys_drm: Path = SYS_DRM,
     nvidia_gpus: Path = NVIDIA_GPUS,
+    bus_ids: Mapping[str, str] | None = None,
 ) -> dict[str, frozenset[int] | None]:
     """Each card's own nodes as ``st_rdev`` numbers: ``{uuid: rdevs}``, an empty set where none
     exists under ``root`` (no process can prove it holds the card), None where its vendor has
-    no per-card node."""
+    no per-card node. ``bus_ids``: the PCI bus id of cards whose UUID carries none (uuid ->
+    ``0000:c1:00.0``), as their probes read it."""
     out: dict[str, frozenset[int] | None] = {}
     listed = list(devices)
     minors = nvidia_minors(nvidia_gpus) if any(d.vendor == "nvidia" for d in listed) else {}
@@ -86,11 +90,11 @@ def card_nodes(
         if names is None:
             out[d.uuid] = None
             continue
-        bus = _BUS_ID.search(d.uuid)
+        found = _BUS_ID.search((bus_ids or {}).get(d.uuid, "")) or _BUS_ID.search(d.uuid)
         rdevs: set[int] = set()
         for name in names:
-            if name.startswith("dri/renderD") and bus is not None:
-                name = render_node_by_bus(bus.group(1), sys_drm) or name
+            if name.startswith("dri/renderD") and found is not None:
+                name = render_node_by_bus(found.group(1), sys_drm) or name
             try:
                 st = os.stat(root / name)
             except OSError:

@@ -219,6 +219,21 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
     show_default=True,
     help="Stop a replica over its device memory share (--no-share-stop: only flag it)",
 )
+@click.option(
+    "--unmeasured-passes",
+    default=3,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Passes in a row a replica's process rows may go unchecked (more open files than the"
+    " agent checks) before the job is told, and with --unmeasured-stop the replica stopped",
+)
+@click.option(
+    "--unmeasured-stop/--no-unmeasured-stop",
+    default=False,
+    show_default=True,
+    help="Stop a replica whose device memory could not be measured for --unmeasured-passes"
+    " passes in a row (default: only tell the job)",
+)
 @launch_options
 @verbose_option
 def agent_command(
@@ -257,6 +272,8 @@ def agent_command(
     share_grace: float,
     share_tolerance: float,
     share_stop: bool,
+    unmeasured_passes: int,
+    unmeasured_stop: bool,
     verbose: bool,
 ) -> None:
     """Run this host's node agent: register, heartbeat, run and stop assigned work."""
@@ -270,6 +287,7 @@ def agent_command(
     from xpupool.agent.runner import Runner
     from xpupool.agent.share_watch import ShareWatch
     from xpupool.agent.transport import AgentRefused, HttpTransport
+    from xpupool.agent.unmeasured import UnmeasuredWatch
     from xpupool.probes import FakeProbe, Probe, host_probes
 
     servers = _servers(server)
@@ -316,6 +334,7 @@ def agent_command(
             probes,
             warnings=frozenset(w.strip().lower() for w in health_warnings),
             shares=ShareWatch(share_tolerance / 100, share_grace) if share_stop else None,
+            unmeasured=UnmeasuredWatch(unmeasured_passes, unmeasured_stop),
             dev_root=settings.device_root,  # the nodes a card's processes must hold
         ),
         inventory=lambda devices: node_in(

@@ -17,10 +17,14 @@ Each reading says whether a card is healthy and why not (``health_cause``, its k
 leaves the card and its jobs alone.
 
 A per-process row of a tool that prints process names (npu-smi, cnmon, hy-smi, xpu-smi: a probe
-with ``prints_names``) is charged to a card only when its process holds that card's device node
+with ``prints_names``; also the Iluvatar, Enflame and MetaX libraries, whose card mapping is
+unverified on hardware) is charged to a card only when its process holds that card's device node
 open (``agent/card_holders.py``): a job can forge such a row through its name; a row that fails is
 dropped from the reading and logged (at most once a minute per card and PID). NVML's and amdsmi's
-rows come from the driver and are charged as reported.
+rows come from the driver and are charged as reported. The check's descriptor budget is per
+replica (``read``'s ``owner``), so one job's many open files cannot leave another's rows
+unchecked; a replica whose own rows go unchecked is named in ``Reading.unmeasured``
+(``agent/unmeasured.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from pathlib import Path
 
 from xpupool.agent.card_holders import SYS_DRM, Budget, card_nodes, held_nodes
 from xpupool.agent.share_watch import ShareWatch
+from xpupool.agent.unmeasured import UnmeasuredWatch
 from xpupool.probes.base import DeviceInfo, Health, Probe, ProbeError
 from xpupool.probes.device_nodes import DEV
 from xpupool.probes.health_causes import is_warning
@@ -45,6 +50,8 @@ from xpupool.server.schemas.agent_protocol import DeviceMetrics, Work
 log = logging.getLogger("xpupool.agent")
 
 ProcessMemory = Mapping[str, Mapping[int, int]]  # {uuid: {pid: MiB}}
+Key = tuple[int, int]  # (job, replica)
+Owner = Callable[[int], Key | None]  # the replica a PID belongs to, or None
 _FIELDS = ("memory_used_mib", "utilization_pct", "power_w", "temperature_c", "healthy")
 # a replica's cgroup is named by its run id (agent/launch/spec.py run_id): node-job-replica-alloc-hex
 _RUN_CGROUP = re.compile(r"^(?P<node>.+)-(?P<job>\d+)-(?P<replica>\d+)-\d+-[0-9a-f]{8}$")
@@ -89,6 +96,8 @@ class Reading:
     devices: list[DeviceInfo] = field(default_factory=list)
     failures: list[ProbeError] = field(default_factory=list)
     process_memory: dict[str, dict[int, int]] | None = None  # None: no probe can tell
+    # replicas whose rows were left unchecked (their processes' files), per card uuid
+    unmeasured: dict[Key, set[str]] = field(default_factory=dict)
 
 
 def device_metrics(d: DeviceInfo, warnings: frozenset[str] = frozenset()) -> DeviceMetrics:
@@ -119,6 +128,7 @@ class Monitor:
         warnings: frozenset[str] = frozenset(),
         shares: ShareWatch | None = None,
         cgroup_of: Callable[[int], str] = proc_cgroup,
+        unmeasured: UnmeasuredWatch | None = None,
         dev_root: Path = DEV,
         sys_drm: Path = SYS_DRM,
         nvidia_gpus: Path = NVIDIA_GPUS,
@@ -130,6 +140,7 @@ class Monitor:
         self.pgid_of = pgid_of
         self.cgroup_of = cgroup_of
         self.shares = shares  # None: over-share replicas are flagged, never stopped
+        self.unmeasured = unmeasured  # None: replicas left unmeasured are only logged
         self.warnings = warnings  # health causes kept as warnings (--health-warning)
         self._logged: set[str] = set()
         self._said: dict[str, float] = {}  # what _every said last, when (monotonic)
@@ -139,8 +150,10 @@ class Monitor:
             self._logged.add(key)
             log.log(level, message, *args)
 
-    def read(self) -> Reading:
-        """Discover devices and, where a probe can, per-process device memory; never raises."""
+    def read(self, owner: Owner | None = None) -> Reading:
+        """Discover devices and, where a probe can, per-process device memory; never raises.
+        ``owner``: the replica each PID belongs to (:meth:`owner_of`), so that each replica's
+        rows are checked on a descriptor budget of its own; None: one budget for all."""
         found = discover_host(self.probes)
         for exc in found.failures:
             self._once(f"fail {exc}", logging.WARNING, "probe failed, devices left out: %s", exc)
@@ -187,7 +200,7 @@ class Monitor:
                     why,
                 )
             if getattr(probe, "prints_names", False):  # a process name can forge its rows
-                usage = self._proven(found.devices, usage)
+                usage = self._proven(found.devices, usage, owner, reading)
             merged = reading.process_memory or {}
             for uuid, per_pid in usage.items():
                 merged.setdefault(uuid, {}).update(per_pid)
@@ -195,12 +208,19 @@ class Monitor:
         return reading
 
     def _proven(
-        self, devices: Sequence[DeviceInfo], usage: Mapping[str, Mapping[int, int]]
+        self,
+        devices: Sequence[DeviceInfo],
+        usage: Mapping[str, Mapping[int, int]],
+        owner: Owner | None,
+        reading: Reading,
     ) -> dict[str, dict[int, int]]:
-        """``usage`` without the rows whose process does not hold its card's node open."""
-        nodes = card_nodes(devices, self.dev_root, self.sys_drm, self.nvidia_gpus)
+        """``usage`` without the rows whose process does not hold its card's node open; a
+        replica's row left unchecked is noted in ``reading.unmeasured``."""
+        buses = {u: b for p in self.probes for u, b in (getattr(p, "bus_ids", None) or {}).items()}
+        nodes = card_nodes(devices, self.dev_root, self.sys_drm, self.nvidia_gpus, buses)
         held: dict[int, frozenset[int] | None] = {}
-        budget = Budget()
+        owners: dict[int, Key | None] = {}
+        budgets: dict[Key | None, Budget] = {}  # each replica's own; None: no replica's
         out: dict[str, dict[int, int]] = {}
         for uuid, per_pid in usage.items():
             if uuid not in nodes:  # not a card this pass found: nothing to prove it by
@@ -224,11 +244,17 @@ class Monitor:
             out[uuid] = {}
             for pid, mib in per_pid.items():
                 if pid not in held:
-                    held[pid] = held_nodes(pid, budget=budget)
+                    key = owners[pid] = owner(pid) if owner is not None else None
+                    if key not in budgets:
+                        budgets[key] = Budget()
+                    held[pid] = held_nodes(pid, budget=budgets[key])
                 holds = held[pid]
                 if holds is not None and rdevs & holds:
                     out[uuid][pid] = mib
                 else:
+                    key = owners[pid]
+                    if holds is None and key is not None:
+                        reading.unmeasured.setdefault(key, set()).add(uuid)
                     why = (
                         "it does not hold the card's device node open (a forged row?)"
                         if holds is not None
@@ -256,27 +282,44 @@ class Monitor:
         self._said[key] = now
         log.warning(message, *args)
 
+    def owner_of(
+        self,
+        groups: Mapping[Key, int],
+        node: str | None = None,
+        containers: Mapping[str, Key] | None = None,
+    ) -> Owner:
+        """Which of the replicas ``groups`` (``{key: pgid}``) a PID belongs to: by the cgroup of
+        ``node``'s agent, or its container (``containers``: id -> replica), else its process
+        group (no cgroup: an agent not root); None: none of them (or gone)."""
+        by_group = {pgid: key for key, pgid in groups.items()}
+        boxes = containers or {}
+
+        def owner(pid: int) -> Key | None:
+            key = self._replica_of(pid, node, boxes)
+            if key is None:
+                try:
+                    key = by_group.get(self.pgid_of(pid))
+                except OSError:
+                    return None  # gone, or another PID namespace (a container's)
+            return key if key in groups else None
+
+        return owner
+
     def replica_usage(
         self,
-        groups: Mapping[tuple[int, int], int],
+        groups: Mapping[Key, int],
         usage: ProcessMemory,
         node: str | None = None,
-        containers: Mapping[str, tuple[int, int]] | None = None,
-    ) -> dict[tuple[int, int], dict[str, int]]:
-        """Device memory per replica per card, MiB: the processes in each replica's cgroup (of
-        ``node``'s agent), or in its container (``containers``: id -> replica), else in its
-        process group (no cgroup: an agent not root)."""
-        by_group = {pgid: key for key, pgid in groups.items()}
-        out: dict[tuple[int, int], dict[str, int]] = {key: {} for key in groups}
+        containers: Mapping[str, Key] | None = None,
+    ) -> dict[Key, dict[str, int]]:
+        """Device memory per replica per card, MiB: the processes of each replica
+        (:meth:`owner_of`)."""
+        owner = self.owner_of(groups, node, containers)
+        out: dict[Key, dict[str, int]] = {key: {} for key in groups}
         for uuid, per_pid in usage.items():
             for pid, mib in per_pid.items():
-                key = self._replica_of(pid, node, containers or {})
-                if key is None:
-                    try:
-                        key = by_group.get(self.pgid_of(pid))
-                    except OSError:
-                        continue  # gone, or another PID namespace (a container's)
-                if key is not None and key in out:
+                key = owner(pid)
+                if key is not None:
                     out[key][uuid] = out[key].get(uuid, 0) + mib
         return out
 

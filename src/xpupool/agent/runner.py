@@ -192,7 +192,7 @@ class Runner:
         # (volume, its tenant for a per-tenant one) -> the directory its replicas were given,
         # measured now and then for the server (volume_usage.py)
         self.volume_dirs: dict[tuple[str, str | None], str] = {}
-        # one MPS daemon per (card, tenant uid) of its shares, with --mps (launch/mps.py)
+        # one MPS daemon per (card, tenant uid, caps) of its shares, with --mps (launch/mps.py)
         self.mps = (
             MpsDaemons(mps_root(self.settings.job_root), self.settings.base_path)
             if self.settings.mps

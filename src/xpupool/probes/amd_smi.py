@@ -12,10 +12,14 @@ Bad pages from ``amdsmi_get_gpu_bad_page_info`` (one dict per page with ``status
 the number through, and says "No bad pages found." as a string where there are none): a page
 pending retirement makes the card unhealthy (``page-retire-pending``, as NVML's pending
 retirement does), one that cannot be retired too (kind ``other``); retired pages leave it healthy.
+Each card's PCI address (``amdsmi_get_gpu_device_bdf``, a ``0000:c1:00.0`` string in AMD SMI's
+Python API) is kept in ``bus_ids``, so that the agent finds its render node by address
+(``agent/card_holders.py``) rather than by the index rule.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from functools import partial
 from typing import Any, ClassVar
@@ -32,6 +36,7 @@ from xpupool.probes.base import (
 from xpupool.probes.library import LibraryProbe
 
 MIB = 1 << 20
+_BDF = re.compile(r"[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")
 
 
 class AmdSmiProbe(LibraryProbe):
@@ -73,6 +78,7 @@ class AmdSmiProbe(LibraryProbe):
 
     def read_devices(self, lib: Any) -> list[DeviceInfo]:
         handles = list(lib.amdsmi_get_processor_handles())
+        self.bus_ids: dict[str, str] = {}  # uuid -> PCI address: the card's render node
         return [self._device(lib, i, h, handles) for i, h in enumerate(handles)]
 
     def _device(self, lib: Any, index: int, h: object, handles: list[object]) -> DeviceInfo:
@@ -81,6 +87,10 @@ class AmdSmiProbe(LibraryProbe):
         uuid = str(
             self.optional(lambda: lib.amdsmi_get_gpu_device_uuid(h), "uuid") or f"amd-{index}"
         )
+        bdf = self.optional(lambda: lib.amdsmi_get_gpu_device_bdf(h), f"{uuid} bdf")
+        found = _BDF.fullmatch(str(bdf).strip()) if bdf else None
+        if found is not None:  # "0000:c1:00.0", AMD SMI's Python API
+            self.bus_ids[uuid] = found.group(0).lower()
         vram = self.optional(lambda: lib.amdsmi_get_gpu_vram_usage(h), "vram") or {}
         activity = self.optional(lambda: lib.amdsmi_get_gpu_activity(h), "activity") or {}
         power = self.optional(lambda: lib.amdsmi_get_power_info(h), "power") or {}

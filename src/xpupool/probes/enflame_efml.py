@@ -13,7 +13,12 @@ and the 2024-2025 headers declare and that gcu-exporter calls, each taking a dev
 * metrics: ``EfmlGetDevDtuUsage`` (percent), ``EfmlGetDevPwr`` (watts, float),
   ``EfmlGetDevTempV2`` on GCU300 parts else ``EfmlGetDevTemp`` (degrees C, float), as
   gcu-exporter chooses; ``EfmlGetNumaNode`` where the library has it (2024 and later);
-* health: ``EfmlGetDevHealth`` (true read as healthy: inferred from the name, unconfirmed).
+* health: ``EfmlGetDevHealth`` (true read as healthy: inferred from the name, unconfirmed);
+* per-process memory (the agent's watch on shares): the same library's lower-case ``efml*`` API,
+  ``efmlDeviceGetComputeRunningProcesses`` (``probes/nvml_shaped.py``: its source is Enflame's
+  extractor in nvtop), one list per device index, charged to the card listed at that index.
+  That its index is the ``Efml*`` one, and ``/dev/gcu<index>`` the card's node, is unverified
+  on hardware: the rows go through the agent's device-node check (``prints_names``).
 
 Every call returns an ``efmlReturn_t`` code. A failed init, device count or memory read fails the
 probe with the call, the code and its name (a ProbeError, never a raw exception); a metric the
@@ -39,6 +44,7 @@ from xpupool.probes.base import (
     ProbeFailure,
     canonical,
 )
+from xpupool.probes.nvml_shaped import EFML_NEXT, CompatProcesses, by_uuid
 
 VENDOR = "enflame"
 ENV_LIBRARY = "XPUPOOL_EFML_LIB"
@@ -296,6 +302,7 @@ class EnflameEfmlProbe:
     """Enflame GCUs through EFML; ``library`` (a fake in tests) replaces loading libefml.so."""
 
     vendor: ClassVar[str] = VENDOR
+    prints_names: ClassVar[bool] = True  # not names: an unverified index, proven by the node check
 
     def __init__(
         self,
@@ -308,6 +315,7 @@ class EnflameEfmlProbe:
         self._candidates = tuple(candidates) if candidates is not None else None
         self.skipped: list[str] = []
         self.bus_ids: dict[str, str] = {}  # uuid -> PCI address (DeviceInfo has no field for it)
+        self.uuids: dict[int, str] = {}  # index -> uuid, as the last discover() listed them
 
     def library(self) -> Any:
         """The loaded library; ProbeError (library missing, permission) naming every path tried."""
@@ -349,12 +357,19 @@ class EnflameEfmlProbe:
         try:
             driver = self._optional(efml.driver_version, "driver version")
             count = self._required(efml.count, None)
-            return [self._device(efml, index, driver) for index in range(count)]
+            devices = [self._device(efml, index, driver) for index in range(count)]
+            self.uuids = {d.index: d.uuid for d in devices}
+            return devices
         finally:
             try:
                 efml.shutdown()
             except Exception as exc:
                 self.skipped.append(f"EfmlShutdown: {exc}")
+
+    def process_memory(self) -> dict[str, dict[int, int]]:
+        """``{uuid: {pid: MiB}}`` through the ``efml*`` API (module docstring); raises
+        ProbeError."""
+        return by_uuid(CompatProcesses(EFML_NEXT, self.library()).read(), self.uuids)
 
     # ------------------------------------------------------------------ internals
     def _required(self, read: Callable[[], Any], index: int | None) -> Any:

@@ -5,6 +5,11 @@ hy-smi renamed rocm-smi's keys and changed their units: older drivers print ``Ca
 ``vram Total Memory (MiB)`` with ``DCU use (%)``. Each field below lists every spelling, newest
 first, with the unit it implies, so a rename costs a table row rather than a new parser. The card
 key is ``card0`` (or ``card:0``); a top-level ``system`` object carries the driver version.
+``--showbus`` adds each card's ``PCI Bus`` (``0000:05:00.0``, on some drivers followed by
+``--> SN: ... --> OAM ID: N``: public code reading hy-smi's JSON shows both, one of them
+combining ``--showbus`` with other ``--show*`` flags in one ``--json`` call as here), kept in
+``HySmiProbe.bus_ids`` so that the agent finds the card's render node by its address
+(``agent/card_holders.py``) rather than by the index rule.
 
 Per-process device memory comes from ``hy-smi --showpids`` (no JSON form): after ``PIDs for KFD
 processes:``, one ``PID: N`` block per process with indented fields, of which ``HCU Index``
@@ -46,9 +51,13 @@ ARGV = (
     "--showpower",
     "--showtemp",
     "--showuniqueid",
+    "--showbus",
     "--showdriverversion",
     "--json",
 )
+ARGV_NO_BUS = tuple(a for a in ARGV if a != "--showbus")
+"""The same query without ``--showbus``: asked when a hy-smi that does not know that flag fails
+the whole query, so such a host keeps its cards (their render nodes by the index rule)."""
 _COMMAND = " ".join(ARGV)
 PIDS_ARGV = (TOOL, "--showpids")
 _PIDS_COMMAND = " ".join(PIDS_ARGV)
@@ -67,6 +76,8 @@ _POWER_KEYS = ("Average Graphics Package Power (W)", "Current Socket Graphics Pa
 _TEMP_KEYS = ("Temperature (Sensor junction) (C)", "Temperature (Sensor edge) (C)")
 _UUID_KEYS = ("Unique ID", "Unique Id")
 _DRIVER_KEYS = ("Driver version", "Driver Version")
+_BUS_KEYS = ("PCI Bus",)
+_BUS = re.compile(r"[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")
 
 
 def _parse_error(detail: str) -> ProbeError:
@@ -144,8 +155,25 @@ def _device(index: int, fields: Mapping[str, object], driver: str | None) -> Dev
         power_watts=_float(fields, _POWER_KEYS),
         temperature_c=_float(fields, _TEMP_KEYS),
         driver_version=driver,
-        health=Health.UNKNOWN,  # hy-smi reports no health state
+        health=Health.UNKNOWN,  # no public source shows hy-smi --healthcheck's output
     )
+
+
+def parse_hy_smi_buses(text: str) -> dict[int, str]:
+    """Each card's PCI bus id (lower case) in the same JSON, by card index; a card without a
+    readable ``PCI Bus`` is left out (its render node then falls back to the index rule)."""
+    try:
+        data = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError:
+        return {}
+    out: dict[int, str] = {}
+    for key, fields in data.items() if isinstance(data, dict) else ():
+        card = _CARD.match(key)
+        value = _first(fields, _BUS_KEYS) if card and isinstance(fields, dict) else None
+        found = _BUS.search(value) if value is not None else None
+        if card is not None and found is not None:
+            out[int(card.group(1))] = found.group(0).lower()
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +236,7 @@ class HySmiProbe:
 
     def __init__(self) -> None:
         self._uuids: dict[int, str] = {}  # card index -> UUID, from the last discover
+        self.bus_ids: dict[str, str] = {}  # UUID -> PCI bus id, from the last discover
         self.rows_skipped: list[str] = []  # the last process list's blocks left out, and why
 
     def available(self) -> bool:
@@ -215,8 +244,16 @@ class HySmiProbe:
 
     def discover(self) -> list[DeviceInfo]:
         """Raises ProbeError: tool missing, permission, timeout, tool failed, parse."""
-        devices = parse_hy_smi_json(run_tool(VENDOR, ARGV))
+        try:
+            text = run_tool(VENDOR, ARGV)
+        except ProbeError as exc:
+            if exc.kind is not ProbeFailure.TOOL_FAILED:
+                raise
+            text = run_tool(VENDOR, ARGV_NO_BUS)  # an older hy-smi without --showbus
+        devices = parse_hy_smi_json(text)
         self._uuids = {d.index: d.uuid for d in devices}
+        buses = parse_hy_smi_buses(text)
+        self.bus_ids = {d.uuid: buses[d.index] for d in devices if d.index in buses}
         return devices
 
     def process_memory(self) -> dict[str, dict[int, int]]:

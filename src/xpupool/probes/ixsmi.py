@@ -4,6 +4,14 @@
 index, name, memory.total, memory.used, utilization.gpu and temperature.gpu). The probe asks with
 the header kept and maps columns by name, so a field an older ixsmi does not know, or prints as
 ``[N/A]`` / ``[Not Supported]``, becomes None instead of shifting every column after it.
+
+Per-process device memory (the agent's watch on shares) comes from Iluvatar's ``libixml.so``,
+which exports NVML's calls (``probes/nvml_shaped.py``: its source is the Iluvatar extractor in
+nvtop), one list per device index, charged to the card ixsmi listed at that index. No public
+capture shows ixsmi's own process table or a ``--query-compute-apps`` of it, so the tool is not
+asked. That the library's index is ixsmi's, and ``/dev/iluvatar<index>`` the card's node, is
+unverified on hardware: the rows go through the agent's device-node check (``prints_names``),
+so a row charged to the wrong card is dropped, never acted on.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from xpupool.probes.base import DeviceInfo, DeviceNodes, ProbeError, ProbeFailure, canonical
+from xpupool.probes.nvml_shaped import IXML, CompatProcesses, by_uuid
 from xpupool.probes.tool import run_tool, tool_present
 
 VENDOR = "iluvatar"
@@ -89,12 +98,23 @@ def _device(cells: dict[str, str], row: list[str]) -> DeviceInfo:
 
 class IxsmiProbe:
     vendor: ClassVar[str] = VENDOR
+    prints_names: ClassVar[bool] = True  # not names: an unverified index, proven by the node check
+
+    def __init__(self, processes: CompatProcesses | None = None) -> None:
+        self.processes = processes or CompatProcesses(IXML)
+        self.uuids: dict[int, str] = {}  # index -> uuid, as the last discover() listed them
 
     def available(self) -> bool:
         return tool_present(TOOL)
 
     def discover(self) -> list[DeviceInfo]:
-        return parse_ixsmi(run_tool(self.vendor, ARGV))
+        devices = parse_ixsmi(run_tool(self.vendor, ARGV))
+        self.uuids = {d.index: d.uuid for d in devices}
+        return devices
+
+    def process_memory(self) -> dict[str, dict[int, int]]:
+        """``{uuid: {pid: MiB}}`` through libixml (module docstring); raises ProbeError."""
+        return by_uuid(self.processes.read(), self.uuids)
 
 
 def _number(text: str | None) -> float | None:

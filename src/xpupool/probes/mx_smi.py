@@ -4,6 +4,10 @@
 a header carrying the kernel driver and MACA versions. The table prints no UUID, so the probe names
 a device ``metax-<PCI bus id>``. Note: MOFFETT also ships a tool called ``mx-smi`` with a different
 table; its output has no "MX-SMI ... Kernel Mode Driver Version" header and is rejected as PARSE.
+
+Per-process device memory (the agent's watch on shares) comes from MetaX's ``libmxsml.so``
+(``probes/mxsml_procs.py``), each figure named by its card's PCI address; the rows go through
+the agent's device-node check (``prints_names``: the card's render node, found by that address).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from xpupool.probes.base import (
     canonical,
     render_node,
 )
+from xpupool.probes.mxsml_procs import read_processes
 from xpupool.probes.tool import run_tool, tool_present
 
 VENDOR = "metax"
@@ -95,12 +100,21 @@ def parse_mx_smi(text: str) -> list[DeviceInfo]:
 
 class MxSmiProbe:
     vendor: ClassVar[str] = VENDOR
+    prints_names: ClassVar[bool] = True  # not names: unverified rows, proven by the node check
+
+    def __init__(self, library: object | None = None) -> None:
+        self.library = library  # libmxsml (a fake in tests); None: loaded when first asked
 
     def available(self) -> bool:
         return tool_present(TOOL)
 
     def discover(self) -> list[DeviceInfo]:
         return parse_mx_smi(run_tool(self.vendor, ARGV))
+
+    def process_memory(self) -> dict[str, dict[int, int]]:
+        """``{uuid: {pid: MiB}}`` through libmxsml (``probes/mxsml_procs.py``); raises
+        ProbeError."""
+        return read_processes(self.library)
 
 
 def _health(state: str) -> Health:

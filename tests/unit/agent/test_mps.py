@@ -1,6 +1,7 @@
-"""MPS per (card, tenant uid) against a fake ``nvidia-cuda-mps-control`` (fake_mps.py): the
-daemon's argv, env and directories, one daemon per pair, its stop after the last replica, and
-adoption after an agent restart; then a real runner's replica reading its MPS env back."""
+"""MPS per (card, tenant uid, caps) against a fake ``nvidia-cuda-mps-control`` (fake_mps.py): the
+daemon's argv, env, directories and the caps the agent sets on it (which a job's own variables
+cannot raise), one daemon per key, its stop after the last replica, and adoption after an agent
+restart; then a real runner's replica reading its MPS env back."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def test_first_replica_starts_the_daemon_with_its_card_and_dirs(fake: Path) -> N
     mps = _daemons(fake)
     spec = mps.attach(_spec(fake))
     root = mps_root(fake / "jobs")
-    top = root / "nvidia-1-200000"
+    top = root / "nvidia-1-200000-m20480-t25"
     assert spec.env["CUDA_MPS_PIPE_DIRECTORY"] == str(top / "pipe")
     assert spec.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20480M"
     assert spec.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
@@ -73,6 +74,66 @@ def test_first_replica_starts_the_daemon_with_its_card_and_dirs(fake: Path) -> N
     assert _mode(top / "pipe") == (0o700, 200000)
     assert _mode(top / "log") == (0o700, 0)
     assert len(fake_mps.live_daemons(root)) == 1
+
+
+def test_a_job_that_raises_its_caps_in_its_own_env_is_held_to_its_grant(fake: Path) -> None:
+    """The caps are the control daemon's, set by the agent before any client: a job that sets
+    the client variables higher itself (in its script, before CUDA starts) gets its grant."""
+    mps = _daemons(fake)
+    spec = mps.attach(_spec(fake))
+    own = {
+        **spec.env,
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=81920M",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "100",
+    }
+    assert fake_mps.client_caps(own) == (20480, 25)
+    assert fake_mps.client_caps(spec.env) == (20480, 25)
+    said = [(c["argv"], c["input"]) for c in fake_mps.calls(fake)]
+    start = said.index((["-d"], ""))
+    assert said[start + 1 :] == [
+        ([], "set_default_device_pinned_mem_limit 0 20480M"),
+        ([], "set_default_active_thread_percentage 25"),
+    ]
+
+
+def test_one_tenants_shares_with_other_caps_get_a_daemon_each(fake: Path) -> None:
+    mps = _daemons(fake)
+    small = mps.attach(_spec(fake))
+    big = mps.attach(_spec(fake, replica=1, devices=[device(1, memory_mib=40960)]))
+    assert small.env["CUDA_MPS_PIPE_DIRECTORY"] != big.env["CUDA_MPS_PIPE_DIRECTORY"]
+    assert fake_mps.client_caps(small.env) == (20480, 25)
+    assert fake_mps.client_caps(big.env) == (40960, None)  # all of the SMs: no cap
+
+
+def test_a_daemon_the_agent_did_not_start_is_never_used(fake: Path) -> None:
+    """A tenant owns its pipe directory and may run a daemon of its own there, with no caps:
+    the next replica is refused rather than attached to it."""
+    from xpupool.agent.launch import LaunchError
+
+    first = _daemons(fake)
+    spec = first.attach(_spec(fake))
+    again = _daemons(fake)  # no adopt: nothing tells it that daemon is the agent's
+    with pytest.raises(LaunchError, match="did not start answers on"):
+        again.attach(_spec(fake, replica=1))
+    first.detach(spec.slug)
+
+
+def test_a_cap_the_daemon_refuses_refuses_the_replica_and_stops_it(fake: Path) -> None:
+    from xpupool.agent.launch import LaunchError
+
+    script = fake / "bin" / "nvidia-cuda-mps-control"
+    script.write_text(
+        script.read_text().replace(
+            'elif words[:1] in (["set_default_device_pinned_mem_limit"]',
+            'elif words[:1] == ["set_default_device_pinned_mem_limit"]:\n'
+            '    print("Command not supported", file=sys.stderr); sys.exit(1)\n'
+            'elif words[:1] in (["set_default_device_pinned_mem_limit"]',
+        )
+    )
+    mps = _daemons(fake)
+    with pytest.raises(LaunchError, match="refused 'set_default_device_pinned_mem_limit"):
+        mps.attach(_spec(fake))
+    assert fake_mps.live_daemons(mps_root(fake / "jobs")) == []
 
 
 def test_one_daemon_per_card_and_uid_stopped_after_its_last_replica(fake: Path) -> None:
@@ -152,7 +213,7 @@ def test_a_real_replica_gets_its_daemon_and_it_quits_after(fake: Path) -> None:
     rep = started(runner.start(work([sys.executable, "-c", code], devices=[SHARE])), runner)
     assert len(fake_mps.live_daemons(root)) == 1
     poll_until(lambda: runner.replicas[(7, 0)].state != "running", runner)
-    pipe = root / f"nvidia-1-{os.geteuid()}" / "pipe"
+    pipe = root / f"nvidia-1-{os.geteuid()}-m20480-t25" / "pipe"
     assert f"{pipe}|0=20480M|25" in rep.log_path.read_text()
     assert f"mps {pipe}" in rep.limits
     runner.ship_logs(lambda *_: None)

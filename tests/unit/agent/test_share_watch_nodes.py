@@ -123,6 +123,13 @@ def test_a_render_node_is_found_by_the_cards_bus_id(tmp_path: Path) -> None:
     null, zero = os.stat("/dev/null").st_rdev, os.stat("/dev/zero").st_rdev
     assert card_nodes([card], root, drm) == {card.uuid: frozenset({null})}
     assert card_nodes([card], root, tmp_path / "none") == {card.uuid: frozenset({zero})}
+    # a Hygon card's UUID carries no address; its probe read one (hy-smi --showbus): by it, the
+    # card at index 0 is renderD129 (bus c1), not renderD128 as the index rule would say
+    dcu = DeviceInfo("hygon", "K100_AI", "0x2c5a8d13e0f4b671", 0, 65520)
+    assert card_nodes([dcu], root, drm, bus_ids={dcu.uuid: "0000:c1:00.0"}) == {
+        dcu.uuid: frozenset({zero})
+    }
+    assert card_nodes([dcu], root, drm) == {dcu.uuid: frozenset({null})}  # index rule
     gone = DeviceInfo("huawei", "910B", "ascend-x", 5, 65536)  # no davinci5 under the root
     odd = DeviceInfo("fake", "X", "fake-0", 0, 1)
     assert card_nodes([gone, odd], root, drm) == {gone.uuid: frozenset(), odd.uuid: None}

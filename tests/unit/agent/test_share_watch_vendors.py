@@ -9,11 +9,13 @@ them has cards."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from agent_work import HOLD, device, settings, stand_ins, started, work
@@ -167,3 +169,57 @@ def test_the_monitor_reads_intel_processes_through_the_two_vendor_xpu_smi_probe(
     assert reading.process_memory is not None
     first = reading.devices[0].uuid
     assert reading.process_memory[first] == {holder.pid: 40000}
+
+
+class Ixml:
+    """libixml's per-process calls for two cards (probes/nvml_shaped.py), listing ``rows``."""
+
+    def __init__(self, rows: list[list[tuple[int, int]]]) -> None:
+        self.rows = rows
+
+    def nvmlInit_v2(self) -> int:  # noqa: N802 (libixml's C names)
+        return 0
+
+    def nvmlShutdown(self) -> int:  # noqa: N802 (libixml's C names)
+        return 0
+
+    def nvmlDeviceGetCount_v2(self, count: Any) -> int:  # noqa: N802 (libixml's C names)
+        count.contents.value = len(self.rows)
+        return 0
+
+    def nvmlDeviceGetHandleByIndex_v2(self, index: Any, handle: Any) -> int:  # noqa: N802 (libixml's C names)
+        handle.contents.value = index.value + 1
+        return 0
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any, count: Any, infos: Any) -> int:  # noqa: N802 (libixml's C names)
+        rows = self.rows[handle.value - 1]
+        if infos is None:
+            count.contents.value = len(rows)
+            return 7 if rows else 0
+        for i, (pid, used) in enumerate(rows):
+            infos[i].pid, infos[i].used = pid, used
+        count.contents.value = len(rows)
+        return 0
+
+
+def test_iluvatar_rows_from_the_library_still_need_the_cards_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, holder: subprocess.Popen[str]
+) -> None:
+    """libixml's rows: ``holder`` holds card 0's stand-in node (/dev/full) and is charged; this
+    test's own process holds none, so its row is dropped (the library's index and the card's
+    node are unverified on hardware: a row on the wrong card must not count)."""
+    from xpupool.probes import ixsmi
+    from xpupool.probes.ixsmi import IxsmiProbe
+    from xpupool.probes.nvml_shaped import IXML, CompatProcesses
+
+    text = (SUMMARY.parents[1] / "ixsmi" / "bi_v150_4x.txt").read_text()
+    monkeypatch.setattr(ixsmi, "run_tool", lambda vendor, argv, timeout_s=10.0: text)
+    monkeypatch.setattr(ixsmi, "tool_present", lambda name: True)
+    gib = 1024**3
+    lib = Ixml([[(holder.pid, 3 * gib), (os.getpid(), 5 * gib)], [], [], []])
+    probe = IxsmiProbe(CompatProcesses(IXML, lib))
+    root = stand_ins(tmp_path / "dev", iluvatar0="/dev/full")
+    reading = Monitor([probe], dev_root=root).read()
+    assert reading.process_memory is not None
+    first = probe.uuids[0]
+    assert reading.process_memory[first] == {holder.pid: 3072}

@@ -137,3 +137,16 @@ def test_bad_pages_pending_or_unreservable_mark_the_card_unhealthy(
         assert second.health_detail == cause
     if kind is not None and not healthy:
         assert cause_key(second.health_detail) == kind
+
+
+def test_each_cards_pci_address_is_kept_for_its_render_node() -> None:
+    class Bdf(FakeAmdSmi):
+        def amdsmi_get_gpu_device_bdf(self, h: str) -> str:
+            return "0000:C1:00.0" if h == "h0" else "N/A"
+
+    probe = AmdSmiProbe(library=Bdf())  # type: ignore[arg-type]
+    probe.discover()
+    assert probe.bus_ids == {"uuid-h0": "0000:c1:00.0"}  # "N/A" is no address
+    old = AmdSmiProbe(library=FakeAmdSmi())  # type: ignore[arg-type]
+    old.discover()
+    assert old.bus_ids == {}  # a library without the call: the index rule

@@ -11,9 +11,11 @@ from xpupool.probes import hy_smi
 from xpupool.probes.base import DeviceInfo, Health, ProbeError, ProbeFailure
 from xpupool.probes.hy_smi import (
     ARGV,
+    ARGV_NO_BUS,
     PIDS_ARGV,
     DcuProcess,
     HySmiProbe,
+    parse_hy_smi_buses,
     parse_hy_smi_json,
     parse_hy_smi_pids,
 )
@@ -96,6 +98,24 @@ def test_discover_runs_one_json_query(monkeypatch: pytest.MonkeyPatch) -> None:
     assert calls == [ARGV]
     assert "--json" in ARGV
     assert [d.uuid for d in devices] == ["0x2c5a8d13e0f4b671", "0x2c5a8d13e0f4b9a2"]
+
+
+def test_a_hy_smi_without_showbus_still_lists_its_cards(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An older hy-smi that fails the query on an unknown ``--showbus`` is asked again without
+    it: the host keeps its cards, their render nodes by the index rule."""
+    calls: list[tuple[str, ...]] = []
+
+    def run(vendor: str, argv: Sequence[str], timeout_s: float = 10.0) -> str:
+        calls.append(tuple(argv))
+        if "--showbus" in argv:
+            raise ProbeError(vendor, " ".join(argv), ProbeFailure.TOOL_FAILED, "unknown option")
+        return fixture("k100-new-keys.json")
+
+    monkeypatch.setattr(hy_smi, "run_tool", run)
+    probe = HySmiProbe()
+    devices = probe.discover()
+    assert calls == [ARGV, ARGV_NO_BUS]
+    assert len(devices) == 2 and probe.bus_ids == {}
 
 
 def test_missing_tool(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -204,3 +224,18 @@ def test_a_forged_block_for_a_multi_card_process_charges_it_nothing(
     usage = probe.process_memory()
     assert all(1902544 not in per_pid for per_pid in usage.values()), usage
     assert any("1902544 is listed twice" in why for why in probe.rows_skipped)
+
+
+def test_showbus_gives_each_cards_pci_address_for_its_render_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--showbus``'s ``PCI Bus``, bare or followed by the serial and OAM id: the address alone,
+    lower case, by the card's UUID (the agent finds the render node by it)."""
+    assert "--showbus" in ARGV
+    text = fixture("k100-showbus.json")
+    assert parse_hy_smi_buses(text) == {0: "0000:c1:00.0", 1: "0000:c2:00.0"}
+    assert parse_hy_smi_buses(fixture("k100-new-keys.json")) == {}  # an older hy-smi: none
+    monkeypatch.setattr(hy_smi, "run_tool", lambda vendor, argv, timeout_s=10.0: text)
+    probe = HySmiProbe()
+    devices = probe.discover()
+    assert probe.bus_ids == {devices[0].uuid: "0000:c1:00.0", devices[1].uuid: "0000:c2:00.0"}

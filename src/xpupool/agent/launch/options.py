@@ -143,9 +143,10 @@ def launch_options(f: F) -> F:
             "--mps/--no-mps",
             default=False,
             show_default=True,
-            help="Run one NVIDIA MPS control daemon per (card, tenant uid) for replicas holding"
-            " a share of one card, capping each one's memory and SMs"
-            " (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE)."
+            help="Run one NVIDIA MPS control daemon per (card, tenant uid, caps) for replicas"
+            " holding a share of one card; the agent sets each daemon's caps on its clients'"
+            " memory and SMs (set_default_device_pinned_mem_limit,"
+            " set_default_active_thread_percentage), which a job's environment can only lower."
             " Needs nvidia-cuda-mps-control on PATH.",
         ),
     ]

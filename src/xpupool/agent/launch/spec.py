@@ -90,7 +90,7 @@ class LaunchSettings:
     image replicas are given (:mod:`.ports`). ``pull_timeout_s``: the most an image's pull may
     take before the attempt fails (:mod:`.container_pull`). ``hami_core``: HAMi-core's
     library, preloaded into replicas holding a share of an NVIDIA card (:mod:`.hami_core`);
-    ``mps``: such replicas get an MPS daemon per (card, uid) (:mod:`.mps`, the runner's)."""
+    ``mps``: such replicas get an MPS daemon per (card, uid, caps) (:mod:`.mps`, the runner's)."""
 
     job_root: Path = field(default_factory=default_job_root)
     uid_range: UidRange | None = None
