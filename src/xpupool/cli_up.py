@@ -265,6 +265,14 @@ def in_background(make: Callable[[], T], name: str) -> Callable[[], T]:
     "each write costs CPU per held card: docs/benchmarks.md, metering)",
 )
 @click.option(
+    "--max-grace",
+    default="1h",
+    show_default=True,
+    metavar="DURATION",
+    help="the longest grace (SIGTERM to SIGKILL) a job may ask for with grace=; a longer one is "
+    "refused at submission (docs/jobs.md, stopping well). At most 1h",
+)
+@click.option(
     "--usage-retention",
     default="400d",
     show_default=True,
@@ -378,6 +386,7 @@ def up(
     audit_keep_refused: int,
     history_interval: str,
     usage_interval: str,
+    max_grace: str,
     usage_retention: str,
     catalog_file: str | None,
     http_workers: int,
@@ -424,6 +433,7 @@ def up(
             "xpupool-launch-probe",
         )
     from xpupool.client._times import duration_s
+    from xpupool.model.stopping import MAX_GRACE_S
     from xpupool.server.audit import AuditKeep
     from xpupool.server.retention import Retention
 
@@ -446,6 +456,12 @@ def up(
         raise click.BadParameter(
             f"{usage_interval!r}: use a duration above 0 such as 15s or 1m",
             param_hint="--usage-interval",
+        )
+    max_grace_s = duration_s(max_grace)
+    if not max_grace_s or max_grace_s > MAX_GRACE_S:
+        raise click.BadParameter(
+            f"{max_grace!r}: use a duration above 0 and at most 1h, such as 30s or 10m",
+            param_hint="--max-grace",
         )
     usage_keep_s = duration_s(usage_retention)
     if not usage_keep_s:
@@ -522,6 +538,7 @@ def up(
         history_interval_s=history_s,
         usage_retention_s=usage_keep_s,
         usage_interval_s=usage_every_s,
+        max_grace_s=max_grace_s,
         catalog=catalog,
         model_cache=model_cache,
         http_workers=http_workers,

@@ -1,9 +1,9 @@
 """A running job's last checkpoint, and what stopping it now would cost (issue 54 part 2).
 
-A job reports a checkpoint through ``POST /v1/jobs/{id}/checkpoint``; the plane keeps the latest
-per job holding devices (with the job in memory: after a restart of the plane, until the next
-report, the planner counts the job's whole run as what it would lose, so it is spared rather
-than taken). The scheduling cycle asks :func:`stop_cost_of` for each running job when it
+A job reports a checkpoint through ``POST /v1/jobs/{id}/checkpoint`` or its checkpoint file; the
+plane keeps the latest per job holding devices, in memory and in the job's row (``checkpoint_at``),
+so that a restarted plane's planner still counts only what was run since it. A time before the
+current run's start (an earlier attempt's, left in the row) counts as none. The scheduling cycle asks :func:`stop_cost_of` for each running job when it
 plans a preemption (``engine/cycle/stop_cost.py``): the victims that lose least go first, and
 none inside its ``min-run`` unless the preemptor's queue has ``preempts_min_run``.
 """
@@ -13,8 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
+from sqlalchemy import Connection, update
+
 from xpupool.engine.cycle.stop_cost import StopCost, stop_cost
 from xpupool.model.stopping import MAX_GRACE_S, parse_duration
+from xpupool.server.storage.jobs import jobs as t_jobs
 
 
 class Run(Protocol):
@@ -35,10 +38,11 @@ def stop_cost_of(held: Mapping[int, Run], now: float, job_id: int) -> StopCost:
     return stop_cost(now, job.started_at, job.checkpoint_at, job.min_run_s)
 
 
-def record_checkpoint(held: Mapping[int, Run], job_id: int, at: float) -> bool:
-    """Job ``job_id`` saved its state at ``at`` (the plane's clock); kept when it is running and
-    ``at`` is later than what it has (an older report changes nothing). Under the plane's lock;
-    returns whether the job runs."""
+def record_checkpoint(conn: Connection, held: Mapping[int, Run], job_id: int, at: float) -> bool:
+    """Job ``job_id`` saved its state at ``at`` (the plane's clock); kept, in memory and in its
+    row (``conn``'s transaction), when it is running and ``at`` is later than what it has (an
+    older report changes nothing, and writes nothing). Under the plane's lock; returns whether
+    the job runs."""
     job = held.get(job_id)
     if job is None or job.started_at is None:
         return False
@@ -47,6 +51,7 @@ def record_checkpoint(held: Mapping[int, Run], job_id: int, at: float) -> bool:
     at = max(at, job.started_at)
     if job.checkpoint_at is None or at > job.checkpoint_at:
         job.checkpoint_at = at
+        conn.execute(update(t_jobs).where(t_jobs.c.id == job_id).values(checkpoint_at=at))
     return True
 
 

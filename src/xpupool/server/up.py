@@ -29,6 +29,7 @@ from xpupool.engine.fragmentation import kernels
 from xpupool.engine.profile import DEFAULT_PROFILE, Profile
 from xpupool.log_setup import configure_logging
 from xpupool.model.site_network import SiteNetwork
+from xpupool.model.stopping import MAX_GRACE_S
 from xpupool.server.admin_token import admin_token_path
 from xpupool.server.audit import AuditKeep
 from xpupool.server.body_limit import DEFAULT_MAX_BODY
@@ -83,6 +84,7 @@ class UpConfig:
     history_interval_s: float = DEFAULT_HISTORY_INTERVAL_S  # --history-interval (history.py)
     usage_retention_s: float = DEFAULT_KEEP_DAYS * 86400.0  # --usage-retention (usage/meter.py)
     usage_interval_s: float = DEFAULT_EVERY_S  # --usage-interval: how often records are written
+    max_grace_s: float = MAX_GRACE_S  # --max-grace: the longest grace= a job may ask for
     catalog: OperatorCatalog | None = None  # --catalog FILE, parsed and checked by the CLI
     model_cache: str | None = None  # --model-cache VOLUME (server/services/model_cache.py)
     verbose: bool = False  # -v: every request and unread device field (log_setup.py)
@@ -163,6 +165,7 @@ def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPla
         plane.site_network = cfg.site_network
         plane.meter.keep_s = cfg.usage_retention_s  # usage kept apart from jobs (usage/meter.py)
         plane.meter.every_s = cfg.usage_interval_s
+        plane.max_grace_s = cfg.max_grace_s
         if cfg.catalog is not None and cfg.catalog.accelerators:
             plane.meter.power = PowerModel(overrides=cfg.catalog.accelerators)
         plane.before_job_id = pool.reserve

@@ -4,8 +4,24 @@ running job's owner reports its checkpoint."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from server_kit import Server, heartbeat, job, node, queue, report, submit, tenant
+from click.testing import CliRunner
+from server_kit import (
+    Server,
+    heartbeat,
+    job,
+    node,
+    queue,
+    reopen,
+    report,
+    row_counts,
+    submit,
+    tenant,
+)
+
+from xpupool.cli import main
 
 
 def run_for(server: Server, seconds: float, running: list[int]) -> None:
@@ -112,3 +128,50 @@ def test_a_checkpoint_dated_before_the_plane_heard_of_the_start_counts_from_the_
     running[0]["checkpoint_age_s"] = 300.0  # older than the run, as the plane counts it
     heartbeat(server, "n1", running)
     assert job(server, low[0])["checkpoint_at"] == started
+
+
+@pytest.mark.slow
+def test_a_restarted_plane_still_knows_the_checkpoint(server: Server) -> None:
+    """The checkpoint is in the job's row: a restarted plane's planner still takes the job that
+    checkpointed, not the one that would lose its whole run."""
+    a, low = two_running(server)
+    older = low[0]
+    run_for(server, 100, low)
+    r = server.client.post(f"/v1/jobs/{older}/checkpoint", headers=server.as_(a))
+    assert r.status_code == 200, r.text
+    at = r.json()["at"]
+    again = reopen(server)
+    try:
+        with again.client:
+            assert job(again, older)["checkpoint_at"] == at
+            run_for(again, 60, low)
+            submit(again, a, "A100:1", priority=10)
+            again.schedule()
+            assert victim_of(again, low) == older
+    finally:
+        again.plane.db.dispose()
+
+
+def test_a_grace_above_the_servers_most_is_refused_naming_it(server: Server) -> None:
+    """``up --max-grace``: a longer grace is refused at submission, naming the field and the
+    server's most, and nothing is stored; one within it is taken."""
+    node(server, "n1", count=1)
+    a = tenant(server, "a")
+    server.plane.max_grace_s = 60.0
+    before = row_counts(server)
+    r = server.client.post(
+        "/v1/jobs", json={"request": "A100:1 grace=2m", "command": ["true"]}, headers=server.as_(a)
+    )
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] == "request.grace"
+    assert "at most 1m on this server" in r.text
+    assert row_counts(server) == before
+    assert submit(server, a, "A100:1 grace=1m")["request"]["grace"] == "1m"
+
+
+@pytest.mark.parametrize("bad", ["soon", "0s", "2h"])
+def test_up_refuses_a_bad_max_grace(bad: str, tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["up", "--data", str(tmp_path), "--max-grace", bad])
+    assert result.exit_code == 2, result.output
+    assert "--max-grace" in result.output
+    assert not any(tmp_path.iterdir())  # refused before anything was written

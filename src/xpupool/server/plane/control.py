@@ -35,6 +35,7 @@ from xpupool.model.allocation import Allocation
 from xpupool.model.errors import RequestError, Unavailable
 from xpupool.model.request import Request
 from xpupool.model.site_network import SiteNetwork
+from xpupool.model.stopping import MAX_GRACE_S
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.audit import AuditKeep, AuditLog
 from xpupool.server.auth import Principal
@@ -183,6 +184,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         self.live = LiveMetrics()  # the same readings as columns, and a ring per card
         self.card_health = CardHealth()  # cards read unhealthy: cordoned, emptied, settling
         self.meter = UsageMeter()  # what each replica run used (server/usage/meter.py)
+        self.max_grace_s = MAX_GRACE_S  # the longest grace= a job may ask (up --max-grace)
         # services (issue 47): the ready replicas of each service (service_endpoints.py), which
         # the proxy reads: the service controller's once it runs (service_controller.py), none
         # before; what wakes the controller; what the proxy counts (service_traffic.py), which
@@ -809,8 +811,8 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
     def checkpoint(self, job_id: int) -> float | None:
         """Job ``job_id`` saved its state now (server/job_checkpoints.py): the time of its last
         checkpoint kept, or None when it is not running."""
-        with self.locked():
-            if not record_checkpoint(self._held, job_id, self.clock()):
+        with self.write() as conn:
+            if not record_checkpoint(conn, self._held, job_id, self.clock()):
                 return None
             return self._held[job_id].checkpoint_at
 

@@ -173,6 +173,7 @@ def held_from_row(row: object) -> HeldJob:
         stop_reason=str(r["reason"]).removeprefix(STOPPING) if stop else "",
         attempt=int(r.get("attempts") or 0),
         started_at=r.get("started_at"),
+        checkpoint_at=r.get("checkpoint_at"),
         max_runtime_s=r.get("max_runtime_s"),
         min_run_s=_min_run_s(r.get("request")),
     )

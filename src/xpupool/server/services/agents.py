@@ -135,7 +135,7 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: ReplicaRe
     if job is None or not any(a.replica == r.replica and a.node == node for a in job.allocations):
         return  # a replica the server no longer gives this node: the reply tells the agent to stop
     if r.state is ReplicaState.RUNNING and r.checkpoint_age_s is not None:
-        record_checkpoint(plane.held_jobs, job.id, plane.clock() - r.checkpoint_age_s)
+        record_checkpoint(conn, plane.held_jobs, job.id, plane.clock() - r.checkpoint_age_s)
     if r.state is ReplicaState.RUNNING and r.memory_used_mib:
         job.device_memory_used_mib[r.replica] = dict(r.memory_used_mib)
     else:

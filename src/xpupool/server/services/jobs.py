@@ -18,6 +18,7 @@ from xpupool.log_rotation import read_kept
 from xpupool.model.errors import Conflict, NotFound, RequestError, Unavailable
 from xpupool.model.request import Request
 from xpupool.model.request_model import request_from_dict, request_to_dict
+from xpupool.model.stopping import format_duration
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.auth import Principal
 from xpupool.server.job_views import Submitted, job_view
@@ -156,6 +157,11 @@ def _accept(plane: ControlPlane, me: Principal, body: JobIn) -> _Accepted:
     container = body.image is not None
     name = body.name or req.name  # empty: job-<id>, known under the lock
     req = replace(req, name=name, queue=queue, priority=priority, container=container)
+    if req.grace_s is not None and req.grace_s > plane.max_grace_s:
+        most = format_duration(plane.max_grace_s)
+        raise RequestError(
+            "grace", format_duration(req.grace_s), f"at most {most} on this server (up --max-grace)"
+        ).under(body.request_field)
     # A model job's software needs come from the runtime catalog, not from its user: the
     # image's own needs then add to them (both hold) instead of giving way.
     from_image = merge_image_needs(req, body.image, plane.image_catalog, keep_given=not from_model)

@@ -44,6 +44,9 @@ jobs = Table(
     Column("max_runtime_s", Float, nullable=True),
     Column("not_before", Float, nullable=True),  # a pending retry waits until then
     Column("started_at", Float, nullable=True),  # the current run's start (max_runtime_s)
+    # the current run's last checkpoint (Unix time), so that a restarted plane's preemption
+    # planner still knows what a job would lose (server/job_checkpoints.py)
+    Column("checkpoint_at", Float, nullable=True),
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
     Index("ix_jobs_state", "state"),
