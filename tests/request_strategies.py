@@ -10,6 +10,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from xpupool.model import DevicePolicy, DeviceRequest, Request, Topology, parse_software_need
+from xpupool.model.stopping import IdleStop
 from xpupool.model.taint import SUPPORTED_EFFECTS, Toleration, TolerationOperator
 from xpupool.model.vendor import VENDOR_KEYS
 
@@ -112,4 +113,8 @@ def requests(
         grace_s=st.none() | st.integers(1, 3600).map(float),
         checkpoint_signal=st.none() | st.sampled_from(("USR1", "USR2", "HUP")),
         min_run_s=st.none() | st.integers(1, 7 * 86400).map(float),
+        idle_stop=st.none()
+        | st.builds(
+            IdleStop, st.integers(1, 100).map(float), st.integers(60, 7 * 86400).map(float)
+        ),
     )

@@ -21,8 +21,10 @@ from xpupool.model.speeds import Speeds, check_kind, check_speeds
 from xpupool.model.stopping import (
     MAX_GRACE_S,
     MAX_MIN_RUN_S,
+    IdleStop,
     parse_checkpoint_signal,
     parse_duration,
+    parse_idle_stop,
 )
 from xpupool.model.taint import Toleration, check_tolerations
 from xpupool.model.vendor import vendor_key
@@ -396,6 +398,7 @@ class Request:
     grace_s: float | None = None  # SIGTERM to SIGKILL when stopped; None: the server's default
     checkpoint_signal: str | None = None  # sent before SIGTERM (model/stopping.py); None: none
     min_run_s: float | None = None  # not preempted before it ran this long; None: any time
+    idle_stop: IdleStop | None = None  # stopped once its cards stayed idle so long; None: never
 
     def __post_init__(self) -> None:
         _check_int("cpu", self.cpu_milli, 0, 1 << 40)
@@ -438,6 +441,8 @@ class Request:
             parse_duration("grace", self.grace_s, MAX_GRACE_S)
         if self.min_run_s is not None:
             parse_duration("min_run", self.min_run_s, MAX_MIN_RUN_S)
+        if self.idle_stop is not None:
+            object.__setattr__(self, "idle_stop", parse_idle_stop("idle_stop", self.idle_stop))
         if self.checkpoint_signal is not None:
             signal = parse_checkpoint_signal("checkpoint_signal", self.checkpoint_signal)
             object.__setattr__(self, "checkpoint_signal", signal)

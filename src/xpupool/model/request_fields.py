@@ -38,9 +38,11 @@ from xpupool.model.speeds import check_kind, format_speeds, parse_speeds
 from xpupool.model.stopping import (
     MAX_GRACE_S,
     MAX_MIN_RUN_S,
+    IdleStop,
     format_duration,
     parse_checkpoint_signal,
     parse_duration,
+    parse_idle_stop,
 )
 from xpupool.model.validation import field_error
 from xpupool.model.vendor import vendor_key
@@ -191,6 +193,12 @@ GraceSeconds = Annotated[
     BeforeValidator(parsed(lambda p, v: parse_duration(p, v, MAX_GRACE_S))),
     PlainSerializer(format_duration, return_type=str),
     _text_schema("A duration: '30s', '2m', or a number of seconds."),
+]
+IdleStopField = Annotated[
+    IdleStop,
+    BeforeValidator(parsed(parse_idle_stop)),
+    PlainSerializer(IdleStop.text, return_type=str),
+    _text_schema("A utilisation and a duration: '5%/30m'."),
 ]
 MinRunSeconds = Annotated[
     float,

@@ -53,6 +53,7 @@ from xpupool.model.request_fields import (
     DeviceMemoryField,
     DevicePolicyName,
     GraceSeconds,
+    IdleStopField,
     KindName,
     LabelName,
     LabelValue,
@@ -467,6 +468,12 @@ class RequestModel(_Form):
         description="Not preempted before it has run this long ('10m'), unless the preemptor's "
         "queue has preempts_min_run; null = preemptible at once.",
     )
+    idle_stop: IdleStopField | None = Field(
+        None,
+        description="Stop the job once every card it holds whole stayed under this utilisation "
+        "for this long ('5%/30m'; docs/jobs.md 'Stopping well'): it ends failed, with the "
+        "reason. Null = never.",
+    )
     _request: Request | None = PrivateAttr(None)
 
     @model_validator(mode="before")
@@ -523,6 +530,7 @@ class RequestModel(_Form):
             grace_s=self.grace,
             checkpoint_signal=self.checkpoint_signal,
             min_run_s=self.min_run,
+            idle_stop=self.idle_stop,
         )
 
     @classmethod
@@ -552,6 +560,7 @@ class RequestModel(_Form):
             grace=req.grace_s,
             checkpoint_signal=req.checkpoint_signal,
             min_run=req.min_run_s,
+            idle_stop=req.idle_stop,
         )
         model._request = req
         return model

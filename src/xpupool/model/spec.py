@@ -59,9 +59,11 @@ from xpupool.model.speeds import Speeds, check_kind, format_speeds, parse_speeds
 from xpupool.model.stopping import (
     MAX_GRACE_S,
     MAX_MIN_RUN_S,
+    IdleStop,
     format_duration,
     parse_checkpoint_signal,
     parse_duration,
+    parse_idle_stop,
 )
 from xpupool.model.taint import Toleration, format_toleration, parse_toleration
 from xpupool.model.vendor import VENDOR_KEYS, VENDOR_NAMES, find_vendor, vendor_key
@@ -95,6 +97,7 @@ KEYS: dict[str, str] = {
     "grace": "grace",
     "checkpoint-signal": "checkpoint_signal",
     "min-run": "min_run",
+    "idle-stop": "idle_stop",
 }
 # keys that may be given more than once (each setter refuses its own repeats)
 _REPEATABLE = frozenset({"node_selector", "tolerations"})
@@ -168,6 +171,7 @@ class _Draft:
     grace_s: float | None = None
     checkpoint_signal: str | None = None
     min_run_s: float | None = None
+    idle_stop: IdleStop | None = None
     seen: dict[str, str] = field(default_factory=dict)
 
     def once(self, path: str, text: str) -> None:
@@ -233,6 +237,7 @@ class _Draft:
             grace_s=self.grace_s,
             checkpoint_signal=self.checkpoint_signal,
             min_run_s=self.min_run_s,
+            idle_stop=self.idle_stop,
         )
 
 
@@ -525,6 +530,10 @@ def _set_min_run(d: _Draft, path: str, raw: str) -> None:
     d.min_run_s = parse_duration(path, raw, MAX_MIN_RUN_S)
 
 
+def _set_idle_stop(d: _Draft, path: str, raw: str) -> None:
+    d.idle_stop = parse_idle_stop(path, raw)
+
+
 _SETTERS: dict[str, Callable[[_Draft, str, str], None]] = {
     "devices.memory": _set_device_memory,
     "devices.cores": _set_cores,
@@ -550,6 +559,7 @@ _SETTERS: dict[str, Callable[[_Draft, str, str], None]] = {
     "grace": _set_grace,
     "checkpoint_signal": _set_checkpoint_signal,
     "min_run": _set_min_run,
+    "idle_stop": _set_idle_stop,
 }
 
 
@@ -632,6 +642,8 @@ def format_spec(req: Request) -> str:
         tokens.append(f"checkpoint-signal={req.checkpoint_signal}")
     if req.min_run_s is not None:
         tokens.append(f"min-run={format_duration(req.min_run_s)}")
+    if req.idle_stop is not None:
+        tokens.append(f"idle-stop={req.idle_stop.text()}")
     return " ".join(tokens)
 
 

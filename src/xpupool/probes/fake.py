@@ -10,6 +10,8 @@
         link_group_size: 4     # devices per NVLink/HCCS domain (omit: PCIe only)
         uuid_prefix: GPU-a100  # UUIDs are <prefix>-<index> (default: <vendor>-<model>)
         healthy: false         # default true; with health_cause: why ("xid-79: fell off the bus")
+        utilization: 3         # percent, as a probe reads it (default: not read); the file is
+                               # read each period, so a test can change it while jobs run
         partitions: [3g.40gb@0, 3g.40gb@4]  # optional: each card cut into these hardware
                                # partitions (MIG profile@first memory slice; a vNPU template
                                # alone), reported as devices of their own in the card's place
@@ -51,6 +53,7 @@ _KEYS = {
     "health_cause",
     "compute_units",
     "partitions",
+    "utilization",
 }
 
 
@@ -104,6 +107,11 @@ def parse_fake(data: object) -> list[DeviceInfo]:
         ):
             raise RequestError(f"{where}.compute_units", units, "must be a whole number >= 0")
         prefix = str(entry.get("uuid_prefix") or f"{vendor}-{model}".replace(" ", "-"))
+        util = entry.get("utilization")
+        if util is not None and (
+            isinstance(util, bool) or not isinstance(util, int | float) or not 0 <= util <= 100
+        ):
+            raise RequestError(f"{where}.utilization", util, "must be a percentage from 0 to 100")
         healthy = bool(entry.get("healthy", True))
         cause = str(entry.get("health_cause") or "")
         layout = _layout(f"{where}.partitions", entry.get("partitions"))
@@ -118,6 +126,7 @@ def parse_fake(data: object) -> list[DeviceInfo]:
                 index=index,
                 memory_total_mib=memory,
                 memory_used_mib=0,
+                utilization_pct=None if util is None else float(util),
                 compute_units=units,
                 driver_version=str(entry["driver"]) if entry.get("driver") else None,
                 runtimes={str(k): str(v) for k, v in runtimes.items()},

@@ -59,7 +59,7 @@ from xpupool.server.service_controller import ServiceController, run_services
 from xpupool.server.service_endpoints import NO_ENDPOINTS
 from xpupool.server.service_proxy import ProxyFirst, ServiceProxy
 from xpupool.server.services.agents import mark_lost_nodes
-from xpupool.server.services.job_limits import FinishedSweep, stop_overdue
+from xpupool.server.services.job_limits import FinishedSweep, stop_idle, stop_overdue
 from xpupool.server.web import mount as mount_dashboard
 
 log = logging.getLogger("xpupool.server")
@@ -86,6 +86,7 @@ class LostNodeWatch(threading.Thread):
                 if writable:
                     mark_lost_nodes(self.plane)
                     stop_overdue(self.plane)
+                    stop_idle(self.plane)
                     self.retention.sweep()
                     self.plane.audit.flush()
             except Unavailable:

@@ -3,9 +3,10 @@
 A job reports a checkpoint through ``POST /v1/jobs/{id}/checkpoint`` or its checkpoint file; the
 plane keeps the latest per job holding devices, in memory and in the job's row (``checkpoint_at``),
 so that a restarted plane's planner still counts only what was run since it. A time before the
-current run's start (an earlier attempt's, left in the row) counts as none. The scheduling cycle asks :func:`stop_cost_of` for each running job when it
-plans a preemption (``engine/cycle/stop_cost.py``): the victims that lose least go first, and
-none inside its ``min-run`` unless the preemptor's queue has ``preempts_min_run``.
+current run's start (an earlier attempt's, left in the row) counts as none. The scheduling
+cycle asks :func:`stop_cost_of` for each running job when it plans a preemption
+(``engine/cycle/stop_cost.py``): the victims that lose least go first, and none inside its
+``min-run`` unless the preemptor's queue has ``preempts_min_run``.
 """
 
 from __future__ import annotations

@@ -284,6 +284,7 @@ _ENDS_AS: dict[StopCause, JobPhase] = {
     StopCause.NODE_LOST: P.LOST,
     StopCause.SET_ASIDE: P.LOST,
     StopCause.MAX_RUNTIME: P.FAILED,
+    StopCause.IDLE: P.FAILED,
     StopCause.REPLICA_FAILED: P.FAILED,
     StopCause.UNRUNNABLE: P.FAILED,
 }

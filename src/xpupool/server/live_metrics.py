@@ -145,6 +145,14 @@ class LiveMetrics:
             self._ring_v[row, n % self.ring] = values
             self._ring_n[row] = n + 1
 
+    def last(self, uuid: str) -> Reading | None:
+        """The card's last reading, whenever it came; None when it never reported."""
+        row = self._row.get(uuid)
+        if row is None:
+            return None
+        values = (None if math.isnan(float(x)) else float(x) for x in self._last[row])
+        return Reading(float(self._at[row]), *values)
+
     def recent(self, uuid: str) -> list[Reading]:
         """The card's ring, oldest first; empty when it never reported."""
         row = self._row.get(uuid)

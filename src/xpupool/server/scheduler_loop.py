@@ -269,6 +269,7 @@ def _record_placement(
         max_runtime_s=job.max_runtime_s,
         attempt=job.attempts,
         min_run_s=job.request.min_run_s,
+        idle_stop=job.request.idle_stop,
     )
     plane.hold(held)
     writes.allocations(

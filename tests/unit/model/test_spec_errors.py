@@ -61,6 +61,7 @@ CASES: list[tuple[str, str, tuple[str, ...], tuple[str, ...]]] = [
     ("grace=10s grace=20s", "grace", ("given twice",), ()),
     ("checkpoint-signal=KILL", "checkpoint_signal", ("USR1", "checkpoint on"), ()),
     ("min-run=0m", "min_run", ("more than 0",), ()),
+    ("idle-stop=5%", "idle_stop", ("5%/30m",), ()),
 ]
 
 

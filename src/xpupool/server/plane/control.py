@@ -42,6 +42,7 @@ from xpupool.server.auth import Principal
 from xpupool.server.card_health import CardHealth
 from xpupool.server.consistency import Problem, problem_for
 from xpupool.server.health import Health, probe_writable, store_failure
+from xpupool.server.idle_runs import idle_runs
 from xpupool.server.job_checkpoints import record_checkpoint, stop_cost_of
 from xpupool.server.job_logs import JobLogs
 from xpupool.server.lease import Lease
@@ -793,6 +794,13 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
                 and j.stop is None
                 and now - j.started_at > j.max_runtime_s
             ]
+
+    def runs_idle(self) -> list[tuple[int, str]]:
+        """(job, reason) of every run whose cards stayed idle as long as its ``idle_stop`` asks
+        (``server/idle_runs.py``), not being stopped yet; each run's idle time brought up to now
+        on the way."""
+        with self._lock:
+            return idle_runs(self._held.values(), self.live.last, self.clock())
 
     def take_job_id(self) -> int:
         """The id of the job being submitted (under the lock, in :meth:`write`): recorded beside

@@ -16,6 +16,7 @@ from xpupool.engine.engine import Engine
 from xpupool.model.allocation import Allocation
 from xpupool.model.device import Node
 from xpupool.model.request import Request
+from xpupool.model.stopping import IdleStop
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.consistency import Problem
 from xpupool.server.drain import draining
@@ -114,6 +115,8 @@ class HeldJob:
     max_runtime_s: float | None = None
     min_run_s: float | None = None  # not preempted before its run lasted this (its request's)
     checkpoint_at: float | None = None  # Unix time of its last checkpoint reported in this run
+    idle_stop: IdleStop | None = None  # its request's idle_stop (server/idle_runs.py)
+    idle_since: float | None = None  # since when its cards have all read idle (memory only)
     handed: set[int] = field(default_factory=set)  # replicas handed to an agent: may be running
     dispatched: bool = False  # this server handed its current run out (counted in ``attempt``)
     # {replica: {uuid: MiB}}: the agent's last per-process measurement of a running replica;

@@ -18,7 +18,7 @@ from xpupool.model.device import Device, Node
 from xpupool.model.errors import RequestError
 from xpupool.model.request import Request
 from xpupool.model.request_model import request_from_dict
-from xpupool.model.stopping import MAX_MIN_RUN_S, parse_duration
+from xpupool.model.stopping import MAX_MIN_RUN_S, IdleStop, parse_duration, parse_idle_stop
 from xpupool.model.taint import Taint
 from xpupool.server.auth import AGENT_ROLES
 from xpupool.server.consistency import Problem
@@ -176,7 +176,14 @@ def held_from_row(row: object) -> HeldJob:
         checkpoint_at=r.get("checkpoint_at"),
         max_runtime_s=r.get("max_runtime_s"),
         min_run_s=_min_run_s(r.get("request")),
+        idle_stop=_idle_stop(r.get("request")),
     )
+
+
+def _idle_stop(request: object) -> IdleStop | None:
+    """The stored request's ``idle_stop`` (written canonical, so valid)."""
+    text = request.get("idle_stop") if isinstance(request, dict) else None
+    return None if text is None else parse_idle_stop("idle_stop", text)
 
 
 def _min_run_s(request: object) -> float | None:

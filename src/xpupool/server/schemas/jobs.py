@@ -49,6 +49,7 @@ class StopCause(StrEnum):
     NODE_LOST = "node_lost"  # its node stopped heartbeating
     SET_ASIDE = "set_aside"  # the store's allocation could not be re-applied on start
     MAX_RUNTIME = "max_runtime"  # it ran longer than its max_runtime_s
+    IDLE = "idle"  # its cards stayed idle as long as its idle_stop says
     REPLICA_FAILED = "replica_failed"  # a replica exited non-zero: its siblings are stopped
     UNRUNNABLE = "unrunnable"  # the server cannot start it (stored by an older release)
 

@@ -1,4 +1,5 @@
-"""Limits on jobs in time: a run is stopped once it lasts longer than its ``max_runtime_s``, and
+"""Limits on jobs in time: a run is stopped once it lasts longer than its ``max_runtime_s`` or
+stays idle as long as its ``idle_stop`` says, and
 finished jobs are forgotten (row, events, logs) once older than the admin's retention or beyond
 each tenant's count, so that a long-running server's database and disk stay bounded. Both run
 from the server's watch thread (``app.py``), a pass every half heartbeat; a retention pass reads
@@ -87,6 +88,21 @@ def stop_overdue(plane: ControlPlane) -> list[int]:
     )
     for job_id in stopped:
         log.warning("job %d: %s", job_id, reasons[job_id])
+    return stopped
+
+
+def stop_idle(plane: ControlPlane) -> list[int]:
+    """Stop every run whose cards stayed idle as long as its ``idle_stop`` asks (cause ``idle``:
+    the job ends failed once its processes are gone; ``server/idle_runs.py``). Returns the jobs
+    stopped."""
+    idle = dict(plane.runs_idle())
+    if not idle:
+        return []
+    stopped = plane.stop_jobs(
+        [(job_id, lc.Stop(StopCause.IDLE, why)) for job_id, why in idle.items()]
+    )
+    for job_id in stopped:
+        log.warning("job %d: %s", job_id, idle[job_id])
     return stopped
 
 
