@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,13 +47,15 @@ NAMESPACE = f"xpupool-{TENANT}"
 PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
 
 
-@pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster, ServerProc]]:
+@contextmanager
+def gated_site(
+    tmp: Path, namespaces: Sequence[str] = (NAMESPACE,)
+) -> Iterator[tuple[K8sCluster, ServerProc, ExtenderProcess]]:
     """The cluster (two kwok nodes of two A100s), the chart's identity and policies for the
-    plane, and ``xpupool up`` managing the cluster as site :data:`SITE` with that identity;
-    tenant :data:`TENANT`'s queue holds one card (quota nominal 1, no borrowing)."""
+    plane with a RoleBinding in each of ``namespaces``, and ``xpupool up`` managing the cluster
+    as site :data:`SITE` with that identity (the extender's process too, for a test that
+    restarts it)."""
     require_binaries(("etcd", "kube-apiserver", "kube-scheduler", "kwok", "helm", "kubectl"))
-    tmp = tmp_path_factory.mktemp("plane-gated")
     port = free_port()
     extender = Extender(url_prefix=f"http://127.0.0.1:{port}", managed_resources=MANAGED)
     with K8sCluster(tmp / "cluster", extender=extender) as kc:
@@ -76,20 +79,28 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster
             for name in ("kw-0", "kw-1"):
                 r = kc.api.post("/api/v1/nodes", json=kwok_node(name))
                 assert r.status_code == 201, r.text
-            kubeconfig = plane_identity(kc, tmp, tenant_namespaces=(NAMESPACE,))
+            kubeconfig = plane_identity(kc, tmp, tenant_namespaces=tuple(namespaces))
             wait_for_the_gate(kc)
             sites = tmp / "sites.yaml"
             sites.write_text(f"sites:\n  - name: {SITE}\n    kubeconfig: {kubeconfig}\n")
             with ServerProc(tmp / "data", extra_args=("--sites", str(sites))) as srv:
                 until(lambda: len(nodes(srv)) == 2, "the site's nodes in /v1/nodes", 60)
-                with httpx.Client(base_url=srv.url, headers=srv.headers()) as admin:
-                    admin.post("/v1/tenants", json={"name": TENANT}).raise_for_status()
-                    quota = {"flavor": "nvidia", "resource": "devices", "nominal": 1}
-                    body = {"name": TENANT, "tenant": TENANT, "quotas": [quota]}
-                    admin.put(f"/v1/queues/{TENANT}", json=body).raise_for_status()
-                yield kc, srv
+                yield kc, srv, ext
         finally:
             ext.stop()
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster, ServerProc]]:
+    """:func:`gated_site`; tenant :data:`TENANT`'s queue holds one card (quota nominal 1, no
+    borrowing)."""
+    with gated_site(tmp_path_factory.mktemp("plane-gated")) as (kc, srv, _):
+        with httpx.Client(base_url=srv.url, headers=srv.headers()) as admin:
+            admin.post("/v1/tenants", json={"name": TENANT}).raise_for_status()
+            quota = {"flavor": "nvidia", "resource": "devices", "nominal": 1}
+            body = {"name": TENANT, "tenant": TENANT, "quotas": [quota]}
+            admin.put(f"/v1/queues/{TENANT}", json=body).raise_for_status()
+        yield kc, srv
 
 
 def wait_for_the_gate(kc: K8sCluster) -> None:

@@ -57,7 +57,7 @@ from xpupool.engine.host import HostedNode
 from xpupool.k8s.informers.decoders import decode_node
 from xpupool.k8s.informers.kubeconfig import RawNode, RawPod, load_config, make_client
 from xpupool.k8s.informers.watch import Event, EventType, Informer, backoff_s
-from xpupool.k8s.site.api_errors import exists_ok, gone_ok
+from xpupool.k8s.site.api_errors import exists_ok, forbidden_ok, gone_ok
 from xpupool.k8s.site.finished import FinishedJobs
 from xpupool.k8s.site.foreign import ForeignPods
 from xpupool.k8s.site.gated import GatedPods, GatedTask
@@ -709,8 +709,8 @@ class KubernetesSite:
                 self._do(_DeletePod(namespace, name))
         client = self._client
         assert client is not None
-        if not self._priority_class:
-            with exists_ok():
+        if not self._priority_class:  # the chart makes it and gives the plane no right to
+            with exists_ok(), forbidden_ok():
                 client.create(RawPriorityClass.from_dict(priority_class()))
             self._priority_class = True
         namespaces = {p.namespace for p, _ in plans}
