@@ -86,7 +86,7 @@ def test_the_api_server_down_for_30_s_fails_no_job_and_admission_resumes(site: S
     is back, and a kubectl pod created after that is gated, admitted and placed."""
     kc, srv, _ = site
     running = submit(srv, "ml")
-    state_is(srv, running, "running")
+    state_is(srv, running, "running", timeout_s=120)  # the module's first: a loaded machine
     before = placed(kc, running)
     with kc.apiserver_down():
         down_at = time.monotonic()
