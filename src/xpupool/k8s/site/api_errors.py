@@ -1,6 +1,7 @@
 """The API server's answers a site's worker takes as done: a create that finds the object there
 (409: names are idempotent, so it is the one made before a restart or a retry) and a delete that
-finds it gone (404)."""
+finds it gone (404); and which refusals pass (:func:`refused`: a 403 or 429 while the server
+settles is tried again)."""
 
 from __future__ import annotations
 
@@ -40,3 +41,20 @@ def forbidden_ok() -> Iterator[None]:
     except ApiError as exc:
         if exc.status.code != 403:
             raise
+
+
+SETTLING = frozenset({403, 429})
+"""Refusals that pass: a kube-apiserver that has just started answers 403 to a ServiceAccount
+until its RBAC authorizer has synced, and 429 when it sheds load."""
+SETTLING_TRIES = 8
+"""How many times a request answered with one of :data:`SETTLING` is made before the answer is
+taken as the server's word (with the worker's backoff, about half a minute)."""
+
+
+def refused(exc: ApiError, tries: int) -> bool:
+    """Is ``exc``, the answer to the ``tries``-th try of a request, the API server refusing it
+    for good (a 4xx, which the worker does not try again), rather than a passing state?"""
+    code = exc.status.code
+    if code is None or not 400 <= code < 500:
+        return False
+    return code not in SETTLING or tries >= SETTLING_TRIES

@@ -57,6 +57,7 @@ from xpupool.engine.host import HostedNode
 from xpupool.k8s.informers.decoders import decode_node
 from xpupool.k8s.informers.kubeconfig import RawNode, RawPod, load_config, make_client
 from xpupool.k8s.informers.watch import Event, EventType, Informer, backoff_s
+from xpupool.k8s.site import api_errors
 from xpupool.k8s.site.api_errors import exists_ok, forbidden_ok, gone_ok
 from xpupool.k8s.site.finished import FinishedJobs
 from xpupool.k8s.site.foreign import ForeignPods
@@ -574,7 +575,8 @@ class KubernetesSite:
                 self._do(task)
                 failures = 0
             except ApiError as exc:
-                if exc.status.code is not None and 400 <= exc.status.code < 500:
+                if api_errors.refused(exc, failures + 1):  # a 403 while the server settles: not yet
+                    failures = 0
                     log.warning("site %s: %s refused: %s", self.name, task, exc)
                     self._refused(task, str(exc))
                     continue
