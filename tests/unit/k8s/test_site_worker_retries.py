@@ -28,7 +28,8 @@ def api_error(code: int) -> ApiError:
 
 
 class Client:
-    """Answers each delete with the next of ``answers`` (an ApiError's code), then 200."""
+    """Answers each delete with the next of ``answers`` (an ApiError's code; 0: the connection
+    refused), then 200."""
 
     def __init__(self, *answers: int) -> None:
         self.answers = list(answers)
@@ -38,7 +39,10 @@ class Client:
     def delete(self, *args: Any, **kwargs: Any) -> None:
         self.deletes += 1
         if self.answers:
-            raise api_error(self.answers.pop(0))
+            code = self.answers.pop(0)
+            if not code:
+                raise httpx.ConnectError("[Errno 111] Connection refused")
+            raise api_error(code)
         self.done.set()
 
 
@@ -59,6 +63,17 @@ def test_a_delete_answered_403_then_429_while_the_server_settles_is_tried_again(
     run(client)
     assert client.done.is_set(), client.deletes
     assert client.deletes == 3
+
+
+def test_the_tries_count_the_servers_refusals_not_its_absence(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Down (connection refused) for a while, then a 403 as it comes back: still tried again."""
+    monkeypatch.setattr(api_errors, "SETTLING_TRIES", 3)
+    client = Client(0, 0, 0, 403)
+    run(client)
+    assert client.done.is_set(), client.deletes
+    assert client.deletes == 5
 
 
 def test_a_refusal_that_lasts_is_the_servers_word(monkeypatch: pytest.MonkeyPatch) -> None:

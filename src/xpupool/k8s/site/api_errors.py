@@ -52,8 +52,9 @@ taken as the server's word (with the worker's backoff, about half a minute)."""
 
 
 def refused(exc: ApiError, tries: int) -> bool:
-    """Is ``exc``, the answer to the ``tries``-th try of a request, the API server refusing it
-    for good (a 4xx, which the worker does not try again), rather than a passing state?"""
+    """Is ``exc`` the API server refusing a request for good (a 4xx, which the worker does not
+    try again), rather than a passing state? ``tries``: how many answers in a row were among
+    :data:`SETTLING` (connection errors before them do not count)."""
     code = exc.status.code
     if code is None or not 400 <= code < 500:
         return False

@@ -554,6 +554,7 @@ class KubernetesSite:
     # ------------------------------------------------------------------ the worker
     def _work(self) -> None:
         failures = 0
+        settling = 0  # of those, the API server's passing refusals (api_errors.SETTLING)
         sweep_at = time.monotonic() + self.resync_s if self.resync_s > 0 else None
         while not self._closed.is_set():
             # what is due goes first, so that a busy queue never holds a deletion back
@@ -573,10 +574,13 @@ class KubernetesSite:
                 return
             try:
                 self._do(task)
-                failures = 0
+                failures = settling = 0
             except ApiError as exc:
-                if api_errors.refused(exc, failures + 1):  # a 403 while the server settles: not yet
-                    failures = 0
+                # a 403 while the server settles: not yet its word (counted apart from the
+                # connection errors of its absence, which come before)
+                settling = settling + 1 if exc.status.code in api_errors.SETTLING else 0
+                if api_errors.refused(exc, settling):
+                    failures = settling = 0
                     log.warning("site %s: %s refused: %s", self.name, task, exc)
                     self._refused(task, str(exc))
                     continue
