@@ -371,6 +371,24 @@ class K8sCluster:
             done.raise_for_status()
         return revision
 
+    @contextmanager
+    def apiserver_down(self) -> Iterator[None]:
+        """kube-apiserver stopped for the ``with`` block, then started again with the same
+        command line (the same port, certificates and etcd, whose data stays), so every
+        client's kubeconfig finds it again; the block ends once its ``/readyz`` answers 200."""
+        (i, old), *_ = ((i, c) for i, c in enumerate(self.components) if c.name == "kube-apiserver")
+        old.stop()
+        if self._api is not None:  # its pooled connections went with the old process
+            self._api.close()
+            self._api = None
+        try:
+            yield
+        finally:
+            comp = self._spawn(old.name, [str(a) for a in old.proc.args])  # type: ignore[union-attr]
+            self.components.remove(comp)  # in its place: stop() stops it after its clients
+            self.components[i] = comp
+            self._wait(comp, f"{self.api_url}/readyz", headers={"Authorization": f"Bearer {TOKEN}"})
+
     # -- components --------------------------------------------------------------------------
 
     def _spawn(self, name: str, args: list[str]) -> Component:

@@ -33,6 +33,7 @@ IDENTITY_KINDS = {
     "ValidatingAdmissionPolicyBinding",
     "MutatingAdmissionPolicy",
     "MutatingAdmissionPolicyBinding",
+    "PriorityClass",  # the one its pods name: the plane may not create it
 }
 
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +34,13 @@ from cluster import (
     require_binaries,
 )
 from plane_identity import plane_identity
+from test_extender_gang_e2e import PODGROUP_CRD, wait_established
 from test_plane_site_e2e import COMPLETE_STAGE, DONE, MANAGED, SITE, SLEEP, kwok_node, nodes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "integration"))
 from server_proc import ServerProc, until
+
+from xpupool.k8s.informers.pod_groups import POD_GROUP_LABEL
 
 pytestmark = pytest.mark.k8s
 
@@ -46,13 +50,15 @@ NAMESPACE = f"xpupool-{TENANT}"
 PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
 
 
-@pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster, ServerProc]]:
+@contextmanager
+def gated_site(
+    tmp: Path, namespaces: Sequence[str] = (NAMESPACE,)
+) -> Iterator[tuple[K8sCluster, ServerProc, ExtenderProcess]]:
     """The cluster (two kwok nodes of two A100s), the chart's identity and policies for the
-    plane, and ``xpupool up`` managing the cluster as site :data:`SITE` with that identity;
-    tenant :data:`TENANT`'s queue holds one card (quota nominal 1, no borrowing)."""
+    plane with a RoleBinding in each of ``namespaces``, and ``xpupool up`` managing the cluster
+    as site :data:`SITE` with that identity (the extender's process too, for a test that
+    restarts it)."""
     require_binaries(("etcd", "kube-apiserver", "kube-scheduler", "kwok", "helm", "kubectl"))
-    tmp = tmp_path_factory.mktemp("plane-gated")
     port = free_port()
     extender = Extender(url_prefix=f"http://127.0.0.1:{port}", managed_resources=MANAGED)
     with K8sCluster(tmp / "cluster", extender=extender) as kc:
@@ -76,20 +82,28 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster
             for name in ("kw-0", "kw-1"):
                 r = kc.api.post("/api/v1/nodes", json=kwok_node(name))
                 assert r.status_code == 201, r.text
-            kubeconfig = plane_identity(kc, tmp, tenant_namespaces=(NAMESPACE,))
+            kubeconfig = plane_identity(kc, tmp, tenant_namespaces=tuple(namespaces))
             wait_for_the_gate(kc)
             sites = tmp / "sites.yaml"
             sites.write_text(f"sites:\n  - name: {SITE}\n    kubeconfig: {kubeconfig}\n")
             with ServerProc(tmp / "data", extra_args=("--sites", str(sites))) as srv:
                 until(lambda: len(nodes(srv)) == 2, "the site's nodes in /v1/nodes", 60)
-                with httpx.Client(base_url=srv.url, headers=srv.headers()) as admin:
-                    admin.post("/v1/tenants", json={"name": TENANT}).raise_for_status()
-                    quota = {"flavor": "nvidia", "resource": "devices", "nominal": 1}
-                    body = {"name": TENANT, "tenant": TENANT, "quotas": [quota]}
-                    admin.put(f"/v1/queues/{TENANT}", json=body).raise_for_status()
-                yield kc, srv
+                yield kc, srv, ext
         finally:
             ext.stop()
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[K8sCluster, ServerProc]]:
+    """:func:`gated_site`; tenant :data:`TENANT`'s queue holds one card (quota nominal 1, no
+    borrowing)."""
+    with gated_site(tmp_path_factory.mktemp("plane-gated")) as (kc, srv, _):
+        with httpx.Client(base_url=srv.url, headers=srv.headers()) as admin:
+            admin.post("/v1/tenants", json={"name": TENANT}).raise_for_status()
+            quota = {"flavor": "nvidia", "resource": "devices", "nominal": 1}
+            body = {"name": TENANT, "tenant": TENANT, "quotas": [quota]}
+            admin.put(f"/v1/queues/{TENANT}", json=body).raise_for_status()
+        yield kc, srv
 
 
 def wait_for_the_gate(kc: K8sCluster) -> None:
@@ -301,3 +315,107 @@ def test_cancelling_a_kubectl_pods_job_deletes_the_pod(
         "the cancelled job's pod deleted",
         30,
     )
+
+
+def owned(name: str, group: str, owner: dict[str, Any] | None) -> dict[str, Any]:
+    """A gated pod of PodGroup ``group`` whose controller is ``owner`` (a Job or a ReplicaSet),
+    or of none."""
+    obj = pod(name)
+    obj["metadata"]["labels"][POD_GROUP_LABEL] = group
+    if owner is not None:
+        meta = owner["metadata"]
+        ref = {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "controller": True}
+        obj["metadata"]["ownerReferences"] = [{**ref, "name": meta["name"], "uid": meta["uid"]}]
+    return obj
+
+
+def gang_job(srv: ServerProc, group: str) -> dict[str, Any] | None:
+    r = httpx.get(f"{srv.url}/v1/jobs", headers=srv.headers(), timeout=30)
+    assert r.status_code == 200, r.text
+    return next((j for j in r.json() if j["name"] == f"pods {NAMESPACE}/{group}"), None)
+
+
+def gang_state(srv: ServerProc, group: str, state: str) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        found = gang_job(srv, group)
+        return found if found is not None and found["state"] == state else None
+
+    try:
+        return dict(until(check, f"PodGroup {group}'s gang job {state}", 90))
+    except AssertionError:
+        raise AssertionError(f"{gang_job(srv, group)}\n{srv.log()}") from None
+
+
+def podgroup(kc: K8sCluster, name: str, min_member: int) -> None:
+    body = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup"}
+    body |= {"metadata": {"name": name, "namespace": NAMESPACE}, "spec": {"minMember": min_member}}
+    kc.create(f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{NAMESPACE}/podgroups", body)
+
+
+def test_one_owners_pods_of_a_podgroup_are_admitted_together_as_one_gang(
+    plane: tuple[K8sCluster, ServerProc],
+) -> None:
+    """Two pods of one Job with a PodGroup of minMember 2: the first stays gated, no job made,
+    until the second exists; then one gang job of two replicas is admitted, both gates go, the
+    extender binds both, and they run to the end (kwok completes a Job's pods). Two pods of a
+    ReplicaSet's gang running: its user deleting one cancels the gang, whose other pod the plane
+    deletes. A pod of a PodGroup with no controller gets a NotAdmitted event."""
+    kc, srv = plane
+    r = kc.api.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=PODGROUP_CRD)
+    assert r.status_code in (201, 409), r.text
+    wait_established(kc, "podgroups.scheduling.x-k8s.io")
+    podgroup(kc, "pair", 2)
+    podgroup(kc, "duo", 2)
+    template = {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": SLEEP}]}}
+    body = {"metadata": {"name": "trainer"}, "spec": {"suspend": True, "template": template}}
+    job_owner = kc.create(f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs", body)
+    labels = {"app": "duo"}
+    rs_spec = {"replicas": 0, "selector": {"matchLabels": labels}}  # no controller makes pods
+    rs_spec["template"] = {
+        "metadata": {"labels": labels},
+        "spec": template["spec"] | {"restartPolicy": "Always"},
+    }
+    rs_owner = kc.create(
+        f"/apis/apps/v1/namespaces/{NAMESPACE}/replicasets",
+        {"metadata": {"name": "duo"}, "spec": rs_spec},
+    )
+    with httpx.Client(base_url=srv.url, headers=srv.headers(), timeout=30) as admin:
+        quota = {"flavor": "nvidia", "resource": "devices", "nominal": 2}  # room for a pair
+        queue = {"name": TENANT, "tenant": TENANT, "quotas": [quota]}
+        admin.put(f"/v1/queues/{TENANT}", json=queue).raise_for_status()
+        try:
+            create(kc, owned("pair-0", "pair", job_owner))
+            time.sleep(2)  # the plane's watch has it: a member alone is no job
+            assert gang_job(srv, "pair") is None
+            assert gates(get(kc, "pair-0")) == [GATE]
+            create(kc, owned("pair-1", "pair", job_owner))
+            done = gang_state(srv, "pair", "succeeded")
+            assert done["request"].get("replicas") == 2 and done["request"].get("gang"), done
+            assert done["attempts"] == 1 and done["exit_code"] == 0, done
+            for name in ("pair-0", "pair-1"):
+                got = get(kc, name)
+                assert gates(got) == [] and got["spec"]["nodeName"], got["spec"]
+                assert got["status"]["phase"] == "Succeeded", got["status"]
+
+            create(kc, owned("duo-0", "duo", rs_owner))
+            create(kc, owned("duo-1", "duo", rs_owner))
+            gang_state(srv, "duo", "running")
+            kc.api.delete(f"{PODS}/duo-0", params={"gracePeriodSeconds": "0"})
+            gang_state(srv, "duo", "cancelled")
+            until(
+                lambda: kc.api.get(f"{PODS}/duo-1").status_code == 404,
+                "the gang's other pod deleted by the plane",
+                60,
+            )
+
+            create(kc, owned("orphan", "pair", None))
+
+            def said() -> list[str]:
+                return [e["message"] for e in events(kc, "orphan") if e["reason"] == "NotAdmitted"]
+
+            (why,) = until(said, "the ownerless member's event", 30)
+            assert "it has no controller" in why, why
+            kc.api.delete(f"{PODS}/orphan", params={"gracePeriodSeconds": "0"})
+        finally:
+            quota["nominal"] = 1
+            admin.put(f"/v1/queues/{TENANT}", json=queue).raise_for_status()

@@ -178,3 +178,49 @@ def test_a_pod_deleted_while_the_plane_was_down_cancels_its_job_once_listed(serv
     assert states == {"pod xpupool-ml/gone": "cancelled", "pod xpupool-ml/kept": "pending"}
     assert not later.owns(ids["pod xpupool-ml/gone"]) and later.owns(ids["pod xpupool-ml/kept"])
     assert row_counts(server)["site_pods"] == 1
+
+
+def test_one_owners_pods_of_a_group_are_one_gang_job_a_restart_knows_each_and_retention_ends_it(
+    server: Server,
+) -> None:
+    """Two gated pods of one owner with xpupool's gang annotations (size 2): the first alone is
+    no job; with the second, one gang job of two replicas, whose rows name each pod by replica,
+    read again by a restarted plane's site; of two later pods of the group, the one of another
+    owner than the first is refused with an Event; retention removes every row of the gang."""
+    tenant(server, "ml")
+    node(server, "n1", runtime="docker")
+    tasks: list[GatedTask] = []
+    config = KubernetesSiteConfig(name=SITE, in_cluster=True)
+    gated = GatedPods(config, tasks.append, lambda n, r: None)
+    gated.bind(server.plane, None)
+    gang = {"xpupool.io/gang": "pair", "xpupool.io/gang-size": "2"}
+
+    def member(name: str, owner: str = "job-1") -> Any:
+        obj = pod(name, **gang)
+        ref = {"kind": "Job", "name": "trainer", "uid": owner, "controller": True}
+        obj["metadata"]["ownerReferences"] = [ref]
+        return obj
+
+    for name in ("w-1", "w-0"):
+        gated.on_pod(Event(EventType.ADDED, f"xpupool-ml/{name}", f"uid-{name}", member(name)))
+        if name == "w-1":
+            assert server.client.get("/v1/jobs", headers=server.admin).json() == []
+    (got,) = server.client.get("/v1/jobs", headers=server.admin).json()
+    assert got["name"] == "pods xpupool-ml/pair"
+    assert got["request"]["replicas"] == 2 and got["request"]["gang"], got["request"]
+    assert not tasks
+    later = GatedPods(config, tasks.append, lambda n, r: None)  # a restarted plane's site
+    later.bind(server.plane, None)
+    assert later.job_of_uid("uid-w-0") == (got["id"], 0)  # replicas in the pods' name order
+    assert later.job_of_uid("uid-w-1") == (got["id"], 1)
+    # later pods of the group start a new gang, of one owner again
+    gated.on_pod(Event(EventType.ADDED, "xpupool-ml/x", "uid-x", member("x", owner="job-2")))
+    assert not tasks
+    gated.on_pod(Event(EventType.ADDED, "xpupool-ml/y", "uid-y", member("y", owner="job-3")))
+    (refused,) = tasks
+    assert refused.kind == "event" and "a gang is one owner's pods" in refused.message
+    r = server.client.post(f"/v1/jobs/{got['id']}/cancel", headers=server.admin)
+    assert r.status_code == 200, r.text
+    assert row_counts(server)["site_pods"] == 1 and row_counts(server)["site_gang_pods"] == 1
+    server.plane.forget_jobs([got["id"]])
+    assert row_counts(server)["site_pods"] == 0 and row_counts(server)["site_gang_pods"] == 0

@@ -68,12 +68,12 @@ class ForeignPods:
         self,
         config: KubernetesSiteConfig,
         owns: Callable[[NodeRecord], bool],
-        gated_job: Callable[[str], int | None],
+        gated_job: Callable[[str], tuple[int, int] | None],
     ) -> None:
         self.config = config
         self.site = config.name
         self._owns = owns  # is a node record this site's?
-        self._gated_job = gated_job  # the job a kubectl user's pod of this uid stands for
+        self._gated_job = gated_job  # (job, replica) a kubectl user's pod of this uid stands for
         self._plane: ControlPlane | None = None
         self._book: dict[str, tuple[_Held, tuple[Allocation, ...]]] = {}  # holder -> use
 
@@ -144,8 +144,8 @@ class ForeignPods:
             except RequestError:
                 return None
             return state.job, state.replica, state.attempt
-        job = self._gated_job(event.uid)
-        return None if job is None else (job, 0, None)
+        found = self._gated_job(event.uid)
+        return None if found is None else (*found, None)
 
     def _rebind(
         self,

@@ -17,7 +17,8 @@ gated pod deleted by its user cancels its job; a job cancelled or preempted thro
 deletes its pod.
 
 Which job stands for which pod is stored (``storage/site_pods.py``), never read from anything a
-tenant writes. A pod is one job of one replica: pods of one owner are not yet one gang.
+tenant writes. A pod is one job of one replica, except one owner's pods of a PodGroup, which are
+one gang job of a replica each (``gated_gangs.py``): admitted together or not at all.
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ from sqlalchemy import Connection
 from xpupool.k8s.codec.pod_request import ANNOTATION_QUEUE, pod_cpu_memory, pod_demand
 from xpupool.k8s.codec.resource_names import DeviceKind
 from xpupool.k8s.informers.kubeconfig import RawPod
+from xpupool.k8s.informers.pod_groups import PodGroupSizes, lightkube_podgroup_getter
 from xpupool.k8s.informers.watch import Event, EventType, Informer
+from xpupool.k8s.site.gated_gangs import FormingGangs
 from xpupool.k8s.site.pods import JOB, QUEUE, PodState, pod_status
 from xpupool.k8s.site.pods import report as pod_report
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
@@ -179,13 +182,14 @@ def _expressible(kind: DeviceKind, req: Request) -> None:
             raise RequestError(f'metadata.annotations["{key}"]', ",".join(given), why)
 
 
-def job_of_pod(pod: GatedPod, tenant: str) -> JobIn:
-    """The submission that stands for ``pod``: run once (its controller, if any, makes the next
-    pod), failed rather than requeued when its node goes (a pod is bound once)."""
+def job_of_pod(pod: GatedPod, tenant: str, name: str | None = None) -> JobIn:
+    """The submission that stands for ``pod`` (``name``: ``pod NAMESPACE/NAME`` unless given):
+    run once (its controller, if any, makes the next pod), failed rather than requeued when its
+    node goes (a pod is bound once)."""
     try:
         return JobIn.model_validate(
             {
-                "name": f"pod {pod.namespace}/{pod.name}"[:200],
+                "name": (name or f"pod {pod.namespace}/{pod.name}")[:200],
                 "image": pod.image,
                 "request": RequestModel.from_request(pod.request).dump(),
                 "queue": pod.queue,
@@ -289,9 +293,11 @@ class GatedPods:
         self._client: Client | None = None
         self._lock = threading.Lock()  # held across a submission and its row: owns() waits
         self._by_uid: dict[str, PodJob] = {}
-        self._by_job: dict[int, PodJob] = {}
+        self._by_job: dict[int, list[PodJob]] = {}  # its pods by replica (a gang's: several)
+        self._gangs = FormingGangs(self._group_size)
         self._refused: dict[str, str] = {}  # uid -> the refusal its Event said
         self._waiting: dict[str, str] = {}  # uid -> the unbound pod's reason noted
+        self._sizes: PodGroupSizes | None = None
 
     @property
     def site(self) -> str:
@@ -358,15 +364,29 @@ class GatedPods:
         with self._lock:
             return job in self._by_job
 
-    def job_of_uid(self, uid: str) -> int | None:
-        """The job the pod of ``uid`` stands for (its job counts its cards), or None."""
+    def job_of_uid(self, uid: str) -> tuple[int, int] | None:
+        """(job, replica) the pod of ``uid`` stands for (its job counts its cards), or None."""
         with self._lock:
             known = self._by_uid.get(uid)
-            return None if known is None else known.job
+            return None if known is None else (known.job, known.replica)
 
     def _remember(self, known: PodJob) -> None:
         self._by_uid[known.uid] = known
-        self._by_job[known.job] = known
+        members = [m for m in self._by_job.get(known.job, []) if m.replica != known.replica]
+        self._by_job[known.job] = sorted([*members, known], key=lambda m: m.replica)
+
+    def _members(self, job: int) -> list[PodJob]:
+        with self._lock:
+            return list(self._by_job.get(job, []))
+
+    def _group_size(self, namespace: str, name: str) -> int:
+        """A PodGroup's minMember, read with the extender's reader on the site's client."""
+        if self._sizes is None:
+            client = self._client
+            if client is None:
+                raise RequestError("PodGroup", f"{namespace}/{name}", "no cluster to read it from")
+            self._sizes = PodGroupSizes(lightkube_podgroup_getter(client))
+        return self._sizes(namespace, name)
 
     # ------------------------------------------------------------------ the informer's thread
     def on_pod(self, event: Event[dict[str, Any]]) -> None:
@@ -380,11 +400,21 @@ class GatedPods:
             return
         if event.type is EventType.DELETED or not has_gate(obj):
             self._refused.pop(uid, None)
+            self._gangs.drop(uid)
             return  # not gated (its gate removed by someone else): a plain pod
         tenant = tenant_of_namespace(self.config, namespace)
-        if tenant is None or uid in self._refused:
+        if tenant is None or uid in self._refused or self._gangs.holds(uid):
             return
-        self._submit(obj, tenant)
+        try:
+            claim = self._gangs.claim(obj)
+            members = None if claim is None else self._gangs.add(claim, obj)
+        except RequestError as exc:
+            self._refuse({k: str(meta.get(k, "")) for k in ("namespace", "name", "uid")}, exc)
+            return
+        if claim is None:
+            self._submit(obj, tenant)
+        elif members is not None:
+            self._submit_gang(claim.name, members, tenant)
 
     def _submit(self, obj: Mapping[str, Any], tenant: str) -> None:
         plane = self._plane
@@ -401,19 +431,68 @@ class GatedPods:
 
                 job = jobs.submit(plane, as_tenant(tenant), job_of_pod(pod, tenant), then=row)
             except XpupoolError as exc:
-                why = f"xpupool site {self.site}: not admitted: {exc}"
-                self._refused[where["uid"]] = why
-                log.info(
-                    "site %s: pod %s/%s refused: %s",
-                    self.site,
-                    where["namespace"],
-                    where["name"],
-                    exc,
-                )
-                self._put(GatedTask("event", where["namespace"], where["name"], where["uid"], why))
+                self._refuse(where, exc)
                 return
             self._remember(PodJob(job.id, pod.namespace, pod.name, pod.uid))
         log.info("site %s: pod %s/%s is job %d", self.site, pod.namespace, pod.name, job.id)
+
+    def _refuse(self, where: Mapping[str, str], exc: XpupoolError) -> None:
+        """The pod stays gated, no job made; an Event says why (once per refusal)."""
+        why = f"xpupool site {self.site}: not admitted: {exc}"
+        self._refused[where["uid"]] = why
+        log.info(
+            "site %s: pod %s/%s refused: %s", self.site, where["namespace"], where["name"], exc
+        )
+        self._put(GatedTask("event", where["namespace"], where["name"], where["uid"], why))
+
+    def _submit_gang(self, group: str, objs: list[Mapping[str, Any]], tenant: str) -> None:
+        """One job of ``len(objs)`` replicas with ``gang`` set, replica i for ``objs[i]``: every
+        member asks for the same (its request and queue), or all are refused."""
+        plane = self._plane
+        assert plane is not None
+        wheres = [
+            {k: str((o.get("metadata") or {}).get(k, "")) for k in ("namespace", "name", "uid")}
+            for o in objs
+        ]
+        namespace = wheres[0]["namespace"]
+        with self._lock:
+            try:
+                pods = [read_gated_pod(o, self.site) for o in objs]
+                first = pods[0]
+                for other in pods[1:]:
+                    if (other.request, other.queue) != (first.request, first.queue):
+                        why = (
+                            f"PodGroup {namespace}/{group}'s pods are one gang: "
+                            f"they must ask for the same as pod {first.name}"
+                        )
+                        raise RequestError("spec.containers", other.name, why)
+                gang = replace(first, request=replace(first.request, replicas=len(pods), gang=True))
+                members = [
+                    PodJob(0, p.namespace, p.name, p.uid, replica=i) for i, p in enumerate(pods)
+                ]
+
+                def rows(conn: Connection, stored: Submitted) -> None:
+                    for m in members:
+                        site_pod_rows.remember(
+                            conn, self.site, replace(m, job=int(stored.row["id"]))
+                        )
+
+                body = job_of_pod(gang, tenant, name=f"pods {namespace}/{group}")
+                job = jobs.submit(plane, as_tenant(tenant), body, then=rows)
+            except XpupoolError as exc:
+                for where in wheres:
+                    self._refuse(where, exc)
+                return
+            for m in members:
+                self._remember(replace(m, job=job.id))
+        log.info(
+            "site %s: %d pods of PodGroup %s/%s are gang job %d",
+            self.site,
+            len(members),
+            namespace,
+            group,
+            job.id,
+        )
 
     def _follow(self, known: PodJob, obj: Mapping[str, Any], *, gone: bool) -> None:
         """A pod the plane has a job for changed (or went): its phase as the job's replica
@@ -425,8 +504,13 @@ class GatedPods:
         if gone and known.job not in plane.queued and plane.held_run(known.job) is None:
             with self._lock:
                 self._by_uid.pop(known.uid, None)
-                self._by_job.pop(known.job, None)
-            site_pod_rows.forget(plane, known.job)
+                left = [m for m in self._by_job.get(known.job, []) if m.uid != known.uid]
+                if left:
+                    self._by_job[known.job] = left
+                else:
+                    self._by_job.pop(known.job, None)
+            if not left:  # a gang's rows go with its last pod
+                site_pod_rows.forget(plane, known.job)
 
     def _report(self, known: PodJob, obj: Mapping[str, Any], *, gone: bool) -> None:
         plane = self._plane
@@ -434,8 +518,8 @@ class GatedPods:
         run = plane.held_run(known.job)
         pending = run is None
         if run is not None:
-            node = run.node_of(0)
-            attempt, stopping, final = run.attempt, run.stopping, 0 in run.final
+            node = run.node_of(known.replica)
+            attempt, stopping, final = run.attempt, run.stopping, known.replica in run.final
         if gone:
             self._waiting.pop(known.uid, None)
         if gone and (pending or not stopping):
@@ -445,7 +529,7 @@ class GatedPods:
         if pending or node is None or attempt == 0 or final:
             return
         try:
-            state = pod_status(obj, job=known.job, replica=0, attempt=attempt)
+            state = pod_status(obj, job=known.job, replica=known.replica, attempt=attempt)
         except RequestError:
             return
         if not gone and state.waiting and self._waiting.get(known.uid) != state.waiting:
@@ -460,11 +544,11 @@ class GatedPods:
 
     # ------------------------------------------------------------------ the site's calls
     def start(self, job: int, attempt: int) -> GatedTask:
-        known = self._by_job[job]
+        known = self._members(job)[0]
         return GatedTask("admit", known.namespace, known.name, known.uid, job=job, attempt=attempt)
 
     def stop(self, job: int) -> GatedTask:
-        known = self._by_job[job]
+        known = self._members(job)[0]
         return GatedTask("delete", known.namespace, known.name, known.uid, job=job)
 
     # ------------------------------------------------------------------ the worker's thread
@@ -479,63 +563,66 @@ class GatedPods:
                 self.site,
             )
             client.create(RawEvent.from_dict(body), namespace=task.namespace)
-        elif task.kind == "delete":
-            try:
-                client.delete(RawPod, task.name, namespace=task.namespace)
-            except ApiError as exc:
-                if exc.status.code != 404:
-                    raise
-                self._vanished(task)
+        elif task.kind == "delete":  # every pod of the job (a gang's all)
+            for member in self._members(task.job):
+                try:
+                    client.delete(RawPod, member.name, namespace=member.namespace)
+                except ApiError as exc:
+                    if exc.status.code != 404:
+                        raise
+                    self._vanished(member)
         else:
             self._admit(task)
 
     def _admit(self, task: GatedTask) -> None:
-        """Count the run and remove the gate. The run is counted first (a crash in between: the
-        restarted plane's reconciliation removes the gate of a counted run still gated)."""
+        """Count the run and remove the gate of each of the job's pods (a gang's all). The run
+        is counted first (a crash in between: the restarted plane's reconciliation removes the
+        gates of a counted run still gated)."""
         plane, client = self._plane, self._client
         assert plane is not None and client is not None
-        why = f"attempt {task.attempt}: the gate of pod {task.namespace}/{task.name} removed"
+        members = self._members(task.job)
+        names = ", ".join(f"{m.namespace}/{m.name}" for m in members[:8])
+        pods = "pod" if len(members) == 1 else "pods"
+        why = f"attempt {task.attempt}: the gate of {pods} {names} removed"
         if plane.count_run(task.job, task.attempt, lambda _: f"{why} on site {self.site}") is None:
             return
-        try:
-            obj = dict(client.get(RawPod, task.name, namespace=task.namespace))
-        except ApiError as exc:
-            if exc.status.code != 404:
-                raise
-            self._vanished(task)
-            return
-        if str((obj.get("metadata") or {}).get("uid", "")) != task.uid:
-            self._vanished(task)  # deleted, and another made under its name
-            return
-        ops = gate_patch(obj)
-        if ops is not None:
-            log.info(
-                "site %s: pod %s/%s admitted, its gate removed",
-                self.site,
-                task.namespace,
-                task.name,
-            )
-            client.patch(
-                RawPod, task.name, ops, namespace=task.namespace, patch_type=PatchType.JSON
-            )
+        for member in members:
+            try:
+                obj = dict(client.get(RawPod, member.name, namespace=member.namespace))
+            except ApiError as exc:
+                if exc.status.code != 404:
+                    raise
+                self._vanished(member)
+                continue
+            if str((obj.get("metadata") or {}).get("uid", "")) != member.uid:
+                self._vanished(member)  # deleted, and another made under its name
+                continue
+            ops = gate_patch(obj)
+            if ops is not None:
+                log.info(
+                    "site %s: pod %s/%s admitted, its gate removed",
+                    self.site,
+                    member.namespace,
+                    member.name,
+                )
+                client.patch(
+                    RawPod, member.name, ops, namespace=member.namespace, patch_type=PatchType.JSON
+                )
 
-    def _vanished(self, task: GatedTask) -> None:
+    def _vanished(self, known: PodJob) -> None:
         """The pod is gone with no deletion seen (deleted while the plane was down, or before
-        its stop): its job is cancelled, its replica reported stopped."""
+        its stop): its job is cancelled (a gang's whole), its replica reported stopped."""
         plane = self._plane
         assert plane is not None
-        known = self._by_job.get(task.job)
-        if known is None:
-            return
         with contextlib.suppress(XpupoolError):  # already final
             jobs.cancel(plane, as_tenant(self._tenant(known)), known.job)
         run = plane.held_run(known.job)
-        node = None if run is None else run.node_of(0)
+        node = None if run is None else run.node_of(known.replica)
         attempt = 0 if run is None else run.attempt
         if node is not None and attempt:
             r = ReplicaReport(
                 job_id=known.job,
-                replica=0,
+                replica=known.replica,
                 attempt=attempt,
                 state=ReplicaState.STOPPED,
                 reason=f"pod {known.namespace}/{known.name} is gone",
@@ -545,7 +632,7 @@ class GatedPods:
     def reconcile(self, job: int, attempt: int) -> GatedTask:
         """A held job after a restart: admitted again (the gate removed if still there; the
         run counted if it never was)."""
-        known = self._by_job[job]
+        known = self._members(job)[0]
         return GatedTask(
             "admit", known.namespace, known.name, known.uid, job=job, attempt=max(attempt, 1)
         )

@@ -57,7 +57,8 @@ from xpupool.engine.host import HostedNode
 from xpupool.k8s.informers.decoders import decode_node
 from xpupool.k8s.informers.kubeconfig import RawNode, RawPod, load_config, make_client
 from xpupool.k8s.informers.watch import Event, EventType, Informer, backoff_s
-from xpupool.k8s.site.api_errors import exists_ok, gone_ok
+from xpupool.k8s.site import api_errors
+from xpupool.k8s.site.api_errors import exists_ok, forbidden_ok, gone_ok
 from xpupool.k8s.site.finished import FinishedJobs
 from xpupool.k8s.site.foreign import ForeignPods
 from xpupool.k8s.site.gated import GatedPods, GatedTask
@@ -553,6 +554,7 @@ class KubernetesSite:
     # ------------------------------------------------------------------ the worker
     def _work(self) -> None:
         failures = 0
+        settling = 0  # of those, the API server's passing refusals (api_errors.SETTLING)
         sweep_at = time.monotonic() + self.resync_s if self.resync_s > 0 else None
         while not self._closed.is_set():
             # what is due goes first, so that a busy queue never holds a deletion back
@@ -572,9 +574,13 @@ class KubernetesSite:
                 return
             try:
                 self._do(task)
-                failures = 0
+                failures = settling = 0
             except ApiError as exc:
-                if exc.status.code is not None and 400 <= exc.status.code < 500:
+                # a 403 while the server settles: not yet its word (counted apart from the
+                # connection errors of its absence, which come before)
+                settling = settling + 1 if exc.status.code in api_errors.SETTLING else 0
+                if api_errors.refused(exc, settling):
+                    failures = settling = 0
                     log.warning("site %s: %s refused: %s", self.name, task, exc)
                     self._refused(task, str(exc))
                     continue
@@ -709,8 +715,8 @@ class KubernetesSite:
                 self._do(_DeletePod(namespace, name))
         client = self._client
         assert client is not None
-        if not self._priority_class:
-            with exists_ok():
+        if not self._priority_class:  # the chart makes it and gives the plane no right to
+            with exists_ok(), forbidden_ok():
                 client.create(RawPriorityClass.from_dict(priority_class()))
             self._priority_class = True
         namespaces = {p.namespace for p, _ in plans}

@@ -32,7 +32,7 @@ from lightkube.core.resource import ApiInfo, ResourceDef
 from lightkube.generic_resource import GenericGlobalResource, GenericNamespacedResource
 
 from xpupool.k8s.informers.watch import Informer, backoff_s
-from xpupool.k8s.site.api_errors import exists_ok, gone_ok
+from xpupool.k8s.site.api_errors import exists_ok, forbidden_ok, gone_ok
 from xpupool.k8s.site.endpoint_slices import SliceBook, SliceEndpoints, read_slice
 from xpupool.k8s.site.pods import SITE, TENANT, priority_class
 from xpupool.k8s.site.services import (
@@ -262,7 +262,7 @@ class SiteServices:
         """The namespace (where the site makes them) and the plane's PriorityClass."""
         client = self._client
         assert client is not None
-        with exists_ok():
+        with exists_ok(), forbidden_ok():  # the chart's, which the plane may not create
             client.create(_RawPriorityClass.from_dict(priority_class()))
         if self.config.create_namespaces:
             body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}

@@ -22,6 +22,7 @@ from xpupool.model.stopping import MAX_MIN_RUN_S, IdleStop, parse_duration, pars
 from xpupool.model.taint import Taint
 from xpupool.server.auth import AGENT_ROLES
 from xpupool.server.consistency import Problem
+from xpupool.server.plane import site_pod_rows
 from xpupool.server.plane.records import STOPPING, HeldJob, NodeRecord, PendingJob
 from xpupool.server.queue_spec import queue_spec
 from xpupool.server.schemas.agent_protocol import DeviceIn
@@ -35,7 +36,6 @@ from xpupool.server.storage.jobs import job_events as t_events
 from xpupool.server.storage.jobs import jobs as t_jobs
 from xpupool.server.storage.pool import first_allocation_id
 from xpupool.server.storage.pool import pool as t_pool
-from xpupool.server.storage.site_pods import site_pods as t_site_pods
 from xpupool.server.storage.tenants import queues as t_queues
 from xpupool.server.storage.tenants import tenants as t_tenants
 from xpupool.server.storage.tenants import tokens as t_tokens
@@ -416,7 +416,7 @@ def delete_jobs(conn: Connection, job_ids: list[int], next_job_id: int) -> None:
     ``next_job_id``, so that no id is handed out again. A job's pod row (a Kubernetes site's
     kubectl pod it stood for) goes with it."""
     conn.execute(delete(t_events).where(t_events.c.job_id.in_(job_ids)))
-    conn.execute(delete(t_site_pods).where(t_site_pods.c.job_id.in_(job_ids)))
+    site_pod_rows.delete_rows(conn, job_ids)
     conn.execute(delete(t_jobs).where(t_jobs.c.id.in_(job_ids)))
     conn.execute(
         update(t_pool).where(t_pool.c.first_job_id < next_job_id).values(first_job_id=next_job_id)

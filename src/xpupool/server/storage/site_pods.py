@@ -21,3 +21,16 @@ site_pods = Table(
     Column("name", String(253), nullable=False),
     Column("uid", String(64), nullable=False),
 )
+
+site_gang_pods = Table(
+    "site_gang_pods",
+    metadata,
+    # The further members of a gang job (replicas 1..n-1) that stands for one owner's pods of a
+    # PodGroup; its replica 0 is the job's row in ``site_pods``.
+    Column("job_id", Integer, primary_key=True, autoincrement=False),
+    Column("replica", Integer, primary_key=True, autoincrement=False),
+    Column("site", String(63), nullable=False, index=True),
+    Column("namespace", String(63), nullable=False),
+    Column("name", String(253), nullable=False),
+    Column("uid", String(64), nullable=False),
+)
