@@ -204,11 +204,12 @@ def test_the_month_export_is_one_row_per_tenant_queue_site_model(server: Server)
     lines = r.text.splitlines()
     assert lines[0] == (
         "month,tenant,queue,site,model,device_hours,device_memory_gib_hours,"
-        "compute_unit_hours,energy_kwh"
+        "compute_unit_hours,energy_kwh,cost"  # cost: empty until the admin sets prices
     )
     rows = {line.split(",")[1]: line.split(",") for line in lines[1:]}
     assert set(rows) == {"a", "b"}  # no flush watched a card partly idle: no pool row
     assert float(rows["a"][5]) == pytest.approx(2.0) and float(rows["b"][5]) == pytest.approx(2.5)
+    assert rows["a"][-1] == ""
     mine = server.client.get("/v1/usage/export", params={"month": month}, headers=server.as_(a))
     assert [line.split(",")[1] for line in mine.text.splitlines()[1:]] == ["a"]
 

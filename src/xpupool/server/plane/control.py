@@ -77,6 +77,7 @@ from xpupool.server.storage import meta
 from xpupool.server.storage.driver_insert import STATEMENT_WATCH
 from xpupool.server.storage.job_writes import JobWrites
 from xpupool.server.storage.tenants import assign_tenant_indices
+from xpupool.server.usage.billing import Billing
 from xpupool.server.usage.meter import UsageMeter
 from xpupool.server.wake import Wake
 
@@ -183,6 +184,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         self.live = LiveMetrics()  # the same readings as columns, and a ring per card
         self.card_health = CardHealth()  # cards read unhealthy: cordoned, emptied, settling
         self.meter = UsageMeter()  # what each replica run used (server/usage/meter.py)
+        self.billing = Billing()  # prices, budgets and spend (server/usage/billing.py)
         # services (issue 47): the ready replicas of each service (service_endpoints.py), which
         # the proxy reads: the service controller's once it runs (service_controller.py), none
         # before; what wakes the controller; what the proxy counts (service_traffic.py), which

@@ -165,6 +165,7 @@ class UsageMeter:
         self._reconciled = False
         self._totals: dict[Labels, Sums] | None = None  # seeded from the store on first use
         self._flush_lock = threading.Lock()
+        self.flushes = 0  # flushes committed: what has been spent moves only then (billing.py)
 
     # ---- called by the plane, under its lock: appends only
     def replica_started(self, job: HeldJob, replica: int, node: Node | None, at: float) -> None:
@@ -283,6 +284,7 @@ class UsageMeter:
             if self._swept is None or now - self._swept >= SWEEP_EVERY_S:
                 self._sweep(conn, now)
         # committed: memory follows
+        self.flushes += 1
         self._reconciled = True
         self._last = now
         self._open = {
