@@ -4,6 +4,7 @@ A real app on both stores and a hand-moved clock: every figure below is exact.""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -156,3 +157,29 @@ def test_spend_moves_at_a_flush_and_a_new_period_starts_from_nothing(server: Ser
     assert server.client.delete("/v1/tenants/b/budget", headers=server.as_(a)).status_code == 403
     assert server.client.delete("/v1/tenants/b/budget", headers=server.admin).status_code == 204
     assert server.client.get("/v1/tenants/b/budget", headers=server.admin).status_code == 404
+
+
+def test_the_usage_page_shows_a_tenant_its_own_rows_cost_and_budget(server: Server) -> None:
+    a, _b = _ran(server)
+    assert _put(server, "/v1/prices", PRICES).status_code == 200
+    budget = {"period": "month", "amount": 3.0, "policy": "warn"}
+    assert _put(server, "/v1/tenants/a/budget", budget).status_code == 200
+    here = {"Origin": "http://testserver"}
+    server.client.follow_redirects = False
+    assert server.client.post("/signin", data={"token": a}, headers=here).status_code == 303
+    html = server.client.get("/usage").text
+    assert re.findall(r'data-tenant="([^"]+)"', html) == ["a"]  # its own only
+    hours = re.search(r'data-tenant="a".*?data-k="hours">([\d.]+)<', html, re.S)
+    cost = re.search(r'data-tenant="a".*?data-k="cost">([\d.]+)<', html, re.S)
+    assert hours is not None and cost is not None
+    assert (hours.group(1), cost.group(1)) == ("2.00", "4.00")
+    assert re.search(r'data-k="spent">4.00<', html) and "The budget is spent." in html
+    assert server.client.get("/usage", params={"window": "1y"}).status_code == 422
+    server.client.post("/signout", data={}, headers=here)
+    assert (
+        server.client.post("/signin", data={"token": server.admin_token}, headers=here).status_code
+        == 303
+    )
+    every = server.client.get("/usage", params={"window": "1d"}).text
+    assert re.findall(r'data-tenant="([^"]+)"', every) == ["b", "a"]  # most card-hours first
+    assert 'data-model="NVIDIA A100-SXM4-80GB"' in every
