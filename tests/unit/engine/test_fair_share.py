@@ -6,11 +6,12 @@ from __future__ import annotations
 import math
 
 import pytest
-from factories import engine_for, gpu_node
 
 from xpupool.engine.cycle.admission import Admission, Admitted, QueueSpec
 from xpupool.engine.cycle.fair_share import DecayedUsage
 from xpupool.model import DeviceRequest, Request
+
+from factories import engine_for, gpu_node
 
 H = 600.0
 
@@ -28,9 +29,9 @@ def test_a_steady_share_shows_as_itself_and_halves_each_half_life_after() -> Non
     fresh.advance(0.0, {})
     fresh.advance(H, {"b": 1.0})  # one half-life of the whole pool: 1 - 1/2
     assert fresh.shares()["b"] == pytest.approx(0.5)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="half-life"):
         DecayedUsage(0.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="half-life"):
         DecayedUsage(math.inf)
 
 
