@@ -265,3 +265,29 @@ def test_a_run_the_plane_stopped_before_writing_is_recorded_from_its_start(
     (rec,) = _records(server)
     assert rec["started_at"] == _event_at(server, job_id, "running")
     assert rec["seconds"] == 5.0
+
+
+def test_a_restarted_meter_adds_to_the_rows_the_last_one_wrote_in_the_same_hour(
+    server: Server,
+) -> None:
+    """The rollup rows a bucket holds from before a restart are added to, flush after flush,
+    never inserted again (the meter keeps which rows exist once it has read a bucket)."""
+    node(server, "n1", count=1)
+    a = tenant(server, "a")
+    job_id = _start(server, a, "A100:1 cores=50% mem=10Gi")  # half the card: the pool's row too
+    server.plane.meter.flush(server.plane)
+    server.clock.advance(10)
+    server.plane.meter.flush(server.plane)
+    server = reopen(server)
+    for held in server.plane.held_jobs.values():
+        held.dispatched = False
+    heartbeat(server, "n1", [{**report(job_id, 0, "running"), "attempt": 1}])  # adopted
+    for _ in range(3):  # the first reads the hour's rows, the next two add to them
+        server.clock.advance(10)
+        server.plane.meter.flush(server.plane)
+    with server.plane.db.connect() as conn:
+        r = usage_rollups
+        rows = conn.execute(select(r.c.tenant, r.c.device_seconds).where(r.c.step == "hour"))
+        held = {str(row[0]): float(row[1]) for row in rows}
+    assert set(held) == {"a", POOL}
+    assert held["a"] == pytest.approx(0.5 * 40)  # the whole run, each second once
