@@ -439,13 +439,15 @@ class Admission:
     def _place(
         self, req: Request, spec: QueueSpec, flavor: str, mask: BoolArray | None
     ) -> Admitted:
+        self._count_history()  # what was held until now, before this placement changes it
         placement = self.engine.place(req, within=mask)
         for alloc in placement.allocations:
             self._charge(alloc, spec.name, flavor)
         return Admitted(spec.name, flavor, placement)
 
     def _charge(self, alloc: Allocation, queue: str, flavor: str) -> None:
-        self._count_history()
+        """Charge ``alloc`` to ``queue``; a restore re-charges what was held already, so the
+        history counts nothing here (:meth:`_place` and :meth:`release` count it)."""
         charge = {
             Resource.DEVICES: len(alloc.devices),
             Resource.DEVICE_MEMORY_MIB: sum(s.memory_mib for s in alloc.devices),
