@@ -9,7 +9,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from server_kit import BOTH_STORES, Server, heartbeat, job, node, report, row_counts, submit, tenant
+from server_kit import (
+    BOTH_STORES,
+    Server,
+    heartbeat,
+    job,
+    report,
+    row_counts,
+    submit,
+    tenant,
+    two_tenants_ran,
+)
 
 STORES = BOTH_STORES  # the price table and the budgets through SQLite and PostgreSQL alike
 
@@ -19,29 +29,13 @@ PRICES = {
 }
 
 
-def _ran(server: Server) -> tuple[str, str]:
-    """a holds one A100 for 2 h (ended), b one for 2.5 h (running), flushed."""
-    node(server, "n1", count=2)
-    a, b = tenant(server, "a"), tenant(server, "b")
-    ja = submit(server, a, "A100:1")["id"]
-    jb = submit(server, b, "A100:1")["id"]
-    server.schedule()
-    heartbeat(server, "n1")
-    heartbeat(server, "n1", [report(ja, 0, "running"), report(jb, 0, "running")])
-    server.clock.advance(7200)
-    heartbeat(server, "n1", [report(ja, 0, "succeeded", 0), report(jb, 0, "running")])
-    server.clock.advance(1800)
-    server.plane.meter.flush(server.plane)
-    return a, b
-
-
 def _put(server: Server, path: str, body: dict[str, Any], token: str | None = None) -> Any:
     headers = server.admin if token is None else server.as_(token)
     return server.client.put(path, json=body, headers=headers)
 
 
 def test_usage_and_the_month_csv_are_priced_by_the_admins_table(server: Server) -> None:
-    a, _b = _ran(server)
+    a, _b = two_tenants_ran(server)
     params = {"by": "tenant", "step": "month", "from": "0"}
     before = server.client.get("/v1/usage", params=params, headers=server.admin).json()
     assert before["currency"] is None and all(r["cost"] is None for r in before["rows"])
@@ -91,7 +85,7 @@ def test_a_bad_price_table_or_budget_is_refused_naming_the_field(server: Server)
 
 
 def test_a_refusing_budget_refuses_new_jobs_naming_it_and_changes_nothing(server: Server) -> None:
-    a, b = _ran(server)
+    a, b = two_tenants_ran(server)
     assert _put(server, "/v1/prices", PRICES).status_code == 200
     budget = {"period": "month", "amount": 3.0, "policy": "refuse"}
     assert _put(server, "/v1/tenants/a/budget", budget).status_code == 200
@@ -112,7 +106,7 @@ def test_a_refusing_budget_refuses_new_jobs_naming_it_and_changes_nothing(server
 
 
 def test_lower_priority_and_warn_admit_with_an_event_and_a_count(server: Server) -> None:
-    a, b = _ran(server)
+    a, b = two_tenants_ran(server)
     assert _put(server, "/v1/prices", PRICES).status_code == 200
     lower = {"period": "day", "amount": 1.0, "policy": "lower-priority", "lowered_priority": -5}
     assert _put(server, "/v1/tenants/a/budget", lower).status_code == 200
@@ -132,7 +126,7 @@ def test_lower_priority_and_warn_admit_with_an_event_and_a_count(server: Server)
 
 
 def test_spend_moves_at_a_flush_and_a_new_period_starts_from_nothing(server: Server) -> None:
-    a, _b = _ran(server)
+    a, _b = two_tenants_ran(server)
     assert _put(server, "/v1/prices", PRICES).status_code == 200
     budget = {"period": "day", "amount": 100.0, "policy": "refuse"}
     assert _put(server, "/v1/tenants/b/budget", budget).status_code == 200
@@ -160,7 +154,7 @@ def test_spend_moves_at_a_flush_and_a_new_period_starts_from_nothing(server: Ser
 
 
 def test_the_usage_page_shows_a_tenant_its_own_rows_cost_and_budget(server: Server) -> None:
-    a, _b = _ran(server)
+    a, _b = two_tenants_ran(server)
     assert _put(server, "/v1/prices", PRICES).status_code == 200
     budget = {"period": "month", "amount": 3.0, "policy": "warn"}
     assert _put(server, "/v1/tenants/a/budget", budget).status_code == 200

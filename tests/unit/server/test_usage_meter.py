@@ -19,6 +19,7 @@ from server_kit import (
     row_counts,
     submit,
     tenant,
+    two_tenants_ran,
 )
 from sqlalchemy import func, select
 
@@ -141,23 +142,8 @@ def test_energy_of_a_shared_card_is_split_by_share_and_the_rest_is_the_pool(
     assert pool == pytest.approx(200 * 0.25 * 10)
 
 
-def _two_tenants_ran(server: Server) -> tuple[str, str]:
-    node(server, "n1", count=2)
-    a, b = tenant(server, "a"), tenant(server, "b")
-    ja = submit(server, a, "A100:1")["id"]
-    jb = submit(server, b, "A100:1")["id"]
-    server.schedule()
-    heartbeat(server, "n1")
-    heartbeat(server, "n1", [report(ja, 0, "running"), report(jb, 0, "running")])
-    server.clock.advance(7200)
-    heartbeat(server, "n1", [report(ja, 0, "succeeded", 0), report(jb, 0, "running")])
-    server.clock.advance(1800)
-    server.plane.meter.flush(server.plane)
-    return a, b
-
-
 def test_a_tenant_reads_its_own_usage_and_the_admin_everyones(server: Server) -> None:
-    a, _b = _two_tenants_ran(server)
+    a, _b = two_tenants_ran(server)
     params = {"by": "tenant,model", "step": "hour", "from": "0"}
     mine = server.client.get("/v1/usage", params=params, headers=server.as_(a)).json()
     assert {r["tenant"] for r in mine["rows"]} == {"a"}
@@ -175,7 +161,7 @@ def test_a_tenant_reads_its_own_usage_and_the_admin_everyones(server: Server) ->
 
 
 def test_bad_usage_queries_are_refused_naming_the_field(server: Server) -> None:
-    a, _b = _two_tenants_ran(server)
+    a, _b = two_tenants_ran(server)
     before = row_counts(server)
     for params, field in [
         ({"by": "tenant,colour"}, "by"),
@@ -195,7 +181,7 @@ def test_bad_usage_queries_are_refused_naming_the_field(server: Server) -> None:
 
 
 def test_the_month_export_is_one_row_per_tenant_queue_site_model(server: Server) -> None:
-    a, _b = _two_tenants_ran(server)
+    a, _b = two_tenants_ran(server)
     from datetime import UTC, datetime
 
     month = datetime.fromtimestamp(server.clock.now, UTC).strftime("%Y-%m")
@@ -215,7 +201,7 @@ def test_the_month_export_is_one_row_per_tenant_queue_site_model(server: Server)
 
 
 def test_counters_in_metrics_go_on_from_the_store_after_a_restart(server: Server) -> None:
-    _two_tenants_ran(server)
+    two_tenants_ran(server)
 
     def device_seconds(srv: Server) -> float:
         text = srv.client.get("/metrics", headers=srv.admin).text
@@ -234,7 +220,7 @@ def test_counters_in_metrics_go_on_from_the_store_after_a_restart(server: Server
 
 
 def test_usage_is_kept_its_own_retention_and_the_totals_for_ever(server: Server) -> None:
-    _two_tenants_ran(server)
+    two_tenants_ran(server)
     heartbeat(server, "n1", [report(2, 0, "succeeded", 0)])  # b's job ends too
     server.plane.meter.flush(server.plane)
     server.plane.meter.keep_s = 2 * 86400.0
