@@ -60,6 +60,7 @@ class Prices:
     per_kwh: float = 0.0
     per_card_hour: Mapping[str, float] = field(default_factory=dict)
     catalog: AcceleratorCatalog | None = None
+    set_at: float | None = None  # None: the admin has set no table
 
     def card_hour(self, printed: str) -> float:
         """The price of a card-hour of the model a probe names ``printed`` (0: none given)."""
@@ -105,19 +106,23 @@ class Billing:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._prices: Prices | None = None
-        self._priced_at: float | None = None
         self._budgets: dict[str, Any] | None = None
         self._spent: dict[tuple[str, float], tuple[int, float]] = {}  # -> (flush, spend)
+        # moved by every forget: a read begun before a change keeps nothing of what it read
+        self._generation = 0
         self.exceeded: dict[tuple[str, str], int] = {}  # (tenant, policy) -> jobs admitted over
 
     def forget(self) -> None:
         with self._lock:
+            self._generation += 1
             self._prices = self._budgets = None
             self._spent = {}
 
     # ---- reads
     def prices(self, plane: ControlPlane, conn: Connection | None = None) -> Prices:
-        if self._prices is None:
+        found = self._prices
+        if found is None:
+            generation = self._generation
             row = _read_one(
                 plane, conn, select(usage_prices).where(usage_prices.c.name == PRICE_ROW)
             )
@@ -125,18 +130,20 @@ class Billing:
             catalog = plane.meter.power.catalog
             by_name: dict[str, float] = {}
             for price in table.models:
-                found = catalog.lookup(price.model)
-                by_name[found.name if found is not None else price.model] = price.per_card_hour
-            self._priced_at = None if row is None else float(row["updated_at"])
-            self._prices = Prices(
-                table.currency, table.per_compute_unit_hour, table.per_kwh, by_name, catalog
+                known = catalog.lookup(price.model)
+                by_name[known.name if known is not None else price.model] = price.per_card_hour
+            set_at = None if row is None else float(row["updated_at"])
+            found = Prices(
+                table.currency, table.per_compute_unit_hour, table.per_kwh, by_name, catalog, set_at
             )
-        return self._prices
+            with self._lock:
+                if generation == self._generation:
+                    self._prices = found
+        return found
 
     def priced(self, plane: ControlPlane) -> bool:
         """Whether the admin has set a price table (else usage shows no cost)."""
-        self.prices(plane)
-        return self._priced_at is not None
+        return self.prices(plane).set_at is not None
 
     def price_answer(self, plane: ControlPlane) -> PriceAnswer:
         row = _read_one(plane, None, select(usage_prices).where(usage_prices.c.name == PRICE_ROW))
@@ -145,22 +152,27 @@ class Billing:
         return PriceAnswer.model_validate({**row["prices"], "updated_at": row["updated_at"]})
 
     def _budget_rows(self, plane: ControlPlane, conn: Connection | None) -> dict[str, Any]:
-        if self._budgets is None:
+        found = self._budgets
+        if found is None:
+            generation = self._generation
             query = select(usage_budgets)
             if conn is None:
                 with plane.db.connect() as own:
                     rows = own.execute(query).mappings().all()
             else:
                 rows = conn.execute(query).mappings().all()
-            self._budgets = {str(r["tenant"]): dict(r) for r in rows}
-        return self._budgets
+            found = {str(r["tenant"]): dict(r) for r in rows}
+            with self._lock:
+                if generation == self._generation:
+                    self._budgets = found
+        return found
 
     def spent(
         self, plane: ControlPlane, conn: Connection | None, tenant: str, start: float, end: float
     ) -> float:
         """The cost of ``tenant``'s usage in [start, end) (whole days or a month), as of the
         meter's last flush."""
-        flushes = plane.meter.flushes
+        flushes, generation = plane.meter.flushes, self._generation
         key = (tenant, start)
         found = self._spent.get(key)
         if found is not None and found[0] == flushes:
@@ -183,7 +195,8 @@ class Billing:
         with self._lock:
             if len(self._spent) > 10_000:  # periods past: forget them all
                 self._spent = {}
-            self._spent[key] = (flushes, value)
+            if generation == self._generation:
+                self._spent[key] = (flushes, value)
         return value
 
     def budget(self, plane: ControlPlane, tenant: str) -> Budget:
