@@ -273,6 +273,22 @@ def in_background(make: Callable[[], T], name: str) -> Callable[[], T]:
     "refused at submission (docs/jobs.md, stopping well). At most 1h",
 )
 @click.option(
+    "--fair-share",
+    type=click.Choice(["drf", "history"]),
+    default="drf",
+    show_default=True,
+    help="the admission order between tenants: 'drf' by the dominant share each holds now, "
+    "'history' by the share each held over a window decaying with --fair-share-half-life "
+    "(docs/queues.md)",
+)
+@click.option(
+    "--fair-share-half-life",
+    default="1h",
+    show_default=True,
+    metavar="DURATION",
+    help="with --fair-share history: what a tenant held this long ago counts half",
+)
+@click.option(
     "--usage-retention",
     default="400d",
     show_default=True,
@@ -387,6 +403,8 @@ def up(
     history_interval: str,
     usage_interval: str,
     max_grace: str,
+    fair_share: str,
+    fair_share_half_life: str,
     usage_retention: str,
     catalog_file: str | None,
     http_workers: int,
@@ -462,6 +480,12 @@ def up(
         raise click.BadParameter(
             f"{max_grace!r}: use a duration above 0 and at most 1h, such as 30s or 10m",
             param_hint="--max-grace",
+        )
+    half_life_s = duration_s(fair_share_half_life)
+    if not half_life_s:
+        raise click.BadParameter(
+            f"{fair_share_half_life!r}: use a duration above 0 such as 30m or 1h",
+            param_hint="--fair-share-half-life",
         )
     usage_keep_s = duration_s(usage_retention)
     if not usage_keep_s:
@@ -539,6 +563,7 @@ def up(
         usage_retention_s=usage_keep_s,
         usage_interval_s=usage_every_s,
         max_grace_s=max_grace_s,
+        fair_share_half_life_s=half_life_s if fair_share == "history" else None,
         catalog=catalog,
         model_cache=model_cache,
         http_workers=http_workers,

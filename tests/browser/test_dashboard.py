@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 import httpx
+import pytest
 from browser_kit import Pool, axe_violations, dom_nodes, shot, sign_in
 from job_commands import JOB_PYTHON
 from playwright.sync_api import expect
@@ -338,6 +339,7 @@ def test_every_page_loads_without_a_console_error(browser: Any, pool: Pool) -> N
         "/queues",
         "/jobs",
         "/submit",
+        "/usage",
         f"/jobs/{job_id}",
     ):
         page.goto(path)
@@ -378,4 +380,34 @@ def test_the_history_charts_are_the_servers_series(browser: Any, pool: Pool) -> 
     assert sites == {"beijing"}
     page.goto("/?window=1h&site=atlantis")
     expect(page.locator("#history-error")).to_contain_text("site: no such site")
+    page.context.close()
+
+
+def test_the_usage_page_shows_a_tenant_its_budget_and_spend_as_the_api(
+    browser: Any, pool: Pool, axe_source: str
+) -> None:
+    """The usage page from the main navigation: the tenant's budget and spend as its own
+    ``GET /v1/tenants/{t}/budget`` says, its own rows only, accessible."""
+    prices = {"currency": "EUR", "models": [{"model": "910B3", "per_card_hour": 1.5}]}
+    assert pool.admin.put("/v1/prices", json=prices).status_code == 200
+    budget = {"period": "week", "amount": 1000, "policy": "warn"}
+    assert pool.admin.put("/v1/tenants/other/budget", json=budget).status_code == 200
+    page = sign_in(browser, pool.url, pool.tokens["other"])
+    page.click("nav >> text=Usage")
+    page.wait_for_url(f"{pool.url}/usage")
+    mine = pool.api("other").get("/v1/tenants/other/budget").json()
+    expect(page.locator('#budget [data-k="amount"]')).to_have_text("1000.00")
+    assert float(page.text_content('#budget [data-k="spent"]') or "") == pytest.approx(
+        mine["spent"], abs=0.01
+    )
+    tenants = page.locator("#usage-tenants tr[data-tenant]")
+    assert {tenants.nth(i).get_attribute("data-tenant") for i in range(tenants.count())} <= {
+        "other"
+    }
+    page.select_option("#window", "1w")
+    page.click("text=Show")
+    page.wait_for_url(re.compile(r".*/usage\?window=1w$"))
+    assert axe_violations(page, axe_source) == []
+    shot(page, "dashboard-usage")
+    assert pool.admin.delete("/v1/tenants/other/budget").status_code == 204
     page.context.close()

@@ -158,6 +158,22 @@ def test_usage_per_attempt_equals_the_jobs_events(tmp_path: Path) -> None:
         with srv.tenant_client("other") as other:
             theirs = other.get("/v1/usage", params={"from": str(time.time() - 86400)})
             assert theirs.status_code == 200 and theirs.json()["rows"] == []
+        # priced by the admin's table: the CLI's CSV gets each row's cost
+        prices = {"currency": "EUR", "models": [{"model": "A100-SXM4-80GB", "per_card_hour": 3.6}]}
+        r = httpx.put(f"{srv.url}/v1/prices", json=prices, headers=srv.headers())
+        assert r.status_code == 200, r.text
+        out = subprocess.run(
+            [*CLI, "usage", "--from", "1d", "-o", "csv", "--by", "tenant"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        header, *lines = out.stdout.splitlines()
+        assert header.endswith(",kWh,cost (EUR)"), header
+        cost = sum(float(line.rsplit(",", 1)[1]) for line in lines)
+        assert cost == pytest.approx(expected / 3600 * 3.6, abs=0.01 * len(lines))
     finally:
         for flag in (flags / "go-low", flags / "go-high"):
             flag.touch()

@@ -50,8 +50,8 @@ def usage(
     url: str | None,
     token: str | None,
 ) -> None:
-    """Card-hours, device-memory GiB-hours, normalised compute and energy per time step and per
-    the --by labels."""
+    """Card-hours, device-memory GiB-hours, normalised compute, energy and (once the admin set
+    prices) cost per time step and per the --by labels."""
     if ctx.invoked_subcommand is not None:
         return
     now = time.time()
@@ -66,12 +66,15 @@ def usage(
 
         click.echo(json.dumps(answer, indent=2))
         return
-    header = ["start", *labels, *(title for _f, title, _d in COLUMNS)]
+    priced = answer.get("currency") is not None  # a price table is set: each row's cost
+    cost = ["cost" + (f" ({answer['currency']})" if answer.get("currency") else "")]
+    header = ["start", *labels, *(title for _f, title, _d in COLUMNS), *(cost if priced else [])]
     lines = [
         [
             _when(float(r["start"]), step),
             *(str(r[name]) for name in labels),
             *(f"{float(r[field]) / div:.3f}" for field, _t, div in COLUMNS),
+            *([f"{float(r['cost'] or 0):.2f}"] if priced else []),
         ]
         for r in rows
     ]

@@ -42,6 +42,7 @@ from xpupool.server.rate_limit import RateLimiter, RateLimitGate
 from xpupool.server.routers import (
     agents,
     audit,
+    billing,
     fleet,
     jobs,
     models,
@@ -251,6 +252,7 @@ def create_app(
         service_tokens.router,
         services.router,
         usage.router,
+        billing.router,
     ):
         app.include_router(router)
 

@@ -25,6 +25,7 @@ from xpupool.catalog.images import default_image_catalog
 from xpupool.catalog.operator_file import OperatorCatalog
 from xpupool.catalog.power import PowerModel
 from xpupool.disk_reserve import DEFAULT_LOG_RESERVE
+from xpupool.engine.cycle.fair_share import DecayedUsage
 from xpupool.engine.fragmentation import kernels
 from xpupool.engine.profile import DEFAULT_PROFILE, Profile
 from xpupool.log_setup import configure_logging
@@ -85,6 +86,7 @@ class UpConfig:
     usage_retention_s: float = DEFAULT_KEEP_DAYS * 86400.0  # --usage-retention (usage/meter.py)
     usage_interval_s: float = DEFAULT_EVERY_S  # --usage-interval: how often records are written
     max_grace_s: float = MAX_GRACE_S  # --max-grace: the longest grace= a job may ask for
+    fair_share_half_life_s: float | None = None  # --fair-share history: its half-life; None: DRF
     catalog: OperatorCatalog | None = None  # --catalog FILE, parsed and checked by the CLI
     model_cache: str | None = None  # --model-cache VOLUME (server/services/model_cache.py)
     verbose: bool = False  # -v: every request and unread device field (log_setup.py)
@@ -166,6 +168,9 @@ def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPla
         plane.meter.keep_s = cfg.usage_retention_s  # usage kept apart from jobs (usage/meter.py)
         plane.meter.every_s = cfg.usage_interval_s
         plane.max_grace_s = cfg.max_grace_s
+        if cfg.fair_share_half_life_s is not None:  # the order by usage over a decaying window
+            plane.fair_share = DecayedUsage(cfg.fair_share_half_life_s)
+            plane.rebuild_admission()
         if cfg.catalog is not None and cfg.catalog.accelerators:
             plane.meter.power = PowerModel(overrides=cfg.catalog.accelerators)
         plane.before_job_id = pool.reserve

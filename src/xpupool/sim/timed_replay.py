@@ -33,6 +33,7 @@ import numpy as np
 
 from xpupool.engine import ClusterState, Engine, Profile
 from xpupool.engine.cycle import Admission, Place, Preempt, SchedulingCycle, Stopping
+from xpupool.engine.cycle.fair_share import DecayedUsage
 from xpupool.engine.cycle.retry_gate import NEVER_TRIED, PERIODIC_PASS_S, RetryGate
 from xpupool.engine.cycle.stop_cost import StopCost, stop_cost
 from xpupool.engine.fragmentation import TargetWorkload, kernels
@@ -143,6 +144,7 @@ def timed_replay(
     dispatch: Callable[[Engine], Dispatch] | None = None,
     checkpoints: CheckpointModel | None = None,
     checkpoint_aware: bool = False,
+    history_half_life_s: float | None = None,
 ) -> TimedResult:
     """Run ``tasks`` by their trace times under ``policy``; see the module docstring.
 
@@ -157,6 +159,8 @@ def timed_replay(
     arrives (``site_dispatch.py``); a task then starts no sooner than its data is there.
     ``checkpoints`` says when tasks save their progress (None: never); ``checkpoint_aware``
     lets the planner weigh what each victim would lose (see the module docstring).
+    ``history_half_life_s`` orders tenants by the share they held over a window decaying with
+    that half-life (``engine/cycle/fair_share.py``) instead of DRF on what they hold now.
     """
     if compress <= 0:
         raise ValueError("compress must be positive")
@@ -175,7 +179,9 @@ def timed_replay(
         return stop_cost(now, job.run_start, last, None)
 
     aware = cost_of if checkpoint_aware else None
-    cycle = SchedulingCycle(Admission(engine, config.queues), stop_costs=aware)
+    history = None if history_half_life_s is None else DecayedUsage(history_half_life_s)
+    admission = Admission(engine, config.queues, history, (lambda: now) if history else None)
+    cycle = SchedulingCycle(admission, stop_costs=aware)
     gate = RetryGate()
     sited = None if dispatch is None else dispatch(engine)
     ready_at = [0] * len(tasks)  # when each task's data is at its site (trace seconds)

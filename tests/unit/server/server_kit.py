@@ -269,3 +269,20 @@ def row_counts(srv: Server) -> dict[str, int]:
             for name, table in metadata.tables.items()
             if name != "audit"
         }
+
+
+def two_tenants_ran(srv: Server) -> tuple[str, str]:
+    """Metering's fixture (issue 52): on node n1 (two A100s), tenant a's job ran 2 h and ended,
+    tenant b's has run 2.5 h and still runs; the meter flushed. Returns (a's, b's) tokens."""
+    node(srv, "n1", count=2)
+    a, b = tenant(srv, "a"), tenant(srv, "b")
+    ja = submit(srv, a, "A100:1")["id"]
+    jb = submit(srv, b, "A100:1")["id"]
+    srv.schedule()
+    heartbeat(srv, "n1")
+    heartbeat(srv, "n1", [report(ja, 0, "running"), report(jb, 0, "running")])
+    srv.clock.advance(7200)
+    heartbeat(srv, "n1", [report(ja, 0, "succeeded", 0), report(jb, 0, "running")])
+    srv.clock.advance(1800)
+    srv.plane.meter.flush(srv.plane)
+    return a, b

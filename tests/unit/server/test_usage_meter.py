@@ -19,6 +19,7 @@ from server_kit import (
     row_counts,
     submit,
     tenant,
+    two_tenants_ran,
 )
 from sqlalchemy import func, select
 
@@ -141,23 +142,8 @@ def test_energy_of_a_shared_card_is_split_by_share_and_the_rest_is_the_pool(
     assert pool == pytest.approx(200 * 0.25 * 10)
 
 
-def _two_tenants_ran(server: Server) -> tuple[str, str]:
-    node(server, "n1", count=2)
-    a, b = tenant(server, "a"), tenant(server, "b")
-    ja = submit(server, a, "A100:1")["id"]
-    jb = submit(server, b, "A100:1")["id"]
-    server.schedule()
-    heartbeat(server, "n1")
-    heartbeat(server, "n1", [report(ja, 0, "running"), report(jb, 0, "running")])
-    server.clock.advance(7200)
-    heartbeat(server, "n1", [report(ja, 0, "succeeded", 0), report(jb, 0, "running")])
-    server.clock.advance(1800)
-    server.plane.meter.flush(server.plane)
-    return a, b
-
-
 def test_a_tenant_reads_its_own_usage_and_the_admin_everyones(server: Server) -> None:
-    a, _b = _two_tenants_ran(server)
+    a, _b = two_tenants_ran(server)
     params = {"by": "tenant,model", "step": "hour", "from": "0"}
     mine = server.client.get("/v1/usage", params=params, headers=server.as_(a)).json()
     assert {r["tenant"] for r in mine["rows"]} == {"a"}
@@ -175,7 +161,7 @@ def test_a_tenant_reads_its_own_usage_and_the_admin_everyones(server: Server) ->
 
 
 def test_bad_usage_queries_are_refused_naming_the_field(server: Server) -> None:
-    a, _b = _two_tenants_ran(server)
+    a, _b = two_tenants_ran(server)
     before = row_counts(server)
     for params, field in [
         ({"by": "tenant,colour"}, "by"),
@@ -195,7 +181,7 @@ def test_bad_usage_queries_are_refused_naming_the_field(server: Server) -> None:
 
 
 def test_the_month_export_is_one_row_per_tenant_queue_site_model(server: Server) -> None:
-    a, _b = _two_tenants_ran(server)
+    a, _b = two_tenants_ran(server)
     from datetime import UTC, datetime
 
     month = datetime.fromtimestamp(server.clock.now, UTC).strftime("%Y-%m")
@@ -204,17 +190,18 @@ def test_the_month_export_is_one_row_per_tenant_queue_site_model(server: Server)
     lines = r.text.splitlines()
     assert lines[0] == (
         "month,tenant,queue,site,model,device_hours,device_memory_gib_hours,"
-        "compute_unit_hours,energy_kwh"
+        "compute_unit_hours,energy_kwh,cost"  # cost: empty until the admin sets prices
     )
     rows = {line.split(",")[1]: line.split(",") for line in lines[1:]}
     assert set(rows) == {"a", "b"}  # no flush watched a card partly idle: no pool row
     assert float(rows["a"][5]) == pytest.approx(2.0) and float(rows["b"][5]) == pytest.approx(2.5)
+    assert rows["a"][-1] == ""
     mine = server.client.get("/v1/usage/export", params={"month": month}, headers=server.as_(a))
     assert [line.split(",")[1] for line in mine.text.splitlines()[1:]] == ["a"]
 
 
 def test_counters_in_metrics_go_on_from_the_store_after_a_restart(server: Server) -> None:
-    _two_tenants_ran(server)
+    two_tenants_ran(server)
 
     def device_seconds(srv: Server) -> float:
         text = srv.client.get("/metrics", headers=srv.admin).text
@@ -233,7 +220,7 @@ def test_counters_in_metrics_go_on_from_the_store_after_a_restart(server: Server
 
 
 def test_usage_is_kept_its_own_retention_and_the_totals_for_ever(server: Server) -> None:
-    _two_tenants_ran(server)
+    two_tenants_ran(server)
     heartbeat(server, "n1", [report(2, 0, "succeeded", 0)])  # b's job ends too
     server.plane.meter.flush(server.plane)
     server.plane.meter.keep_s = 2 * 86400.0
@@ -264,3 +251,29 @@ def test_a_run_the_plane_stopped_before_writing_is_recorded_from_its_start(
     (rec,) = _records(server)
     assert rec["started_at"] == _event_at(server, job_id, "running")
     assert rec["seconds"] == 5.0
+
+
+def test_a_restarted_meter_adds_to_the_rows_the_last_one_wrote_in_the_same_hour(
+    server: Server,
+) -> None:
+    """The rollup rows a bucket holds from before a restart are added to, flush after flush,
+    never inserted again (the meter keeps which rows exist once it has read a bucket)."""
+    node(server, "n1", count=1)
+    a = tenant(server, "a")
+    job_id = _start(server, a, "A100:1 cores=50% mem=10Gi")  # half the card: the pool's row too
+    server.plane.meter.flush(server.plane)
+    server.clock.advance(10)
+    server.plane.meter.flush(server.plane)
+    server = reopen(server)
+    for held in server.plane.held_jobs.values():
+        held.dispatched = False
+    heartbeat(server, "n1", [{**report(job_id, 0, "running"), "attempt": 1}])  # adopted
+    for _ in range(3):  # the first reads the hour's rows, the next two add to them
+        server.clock.advance(10)
+        server.plane.meter.flush(server.plane)
+    with server.plane.db.connect() as conn:
+        r = usage_rollups
+        rows = conn.execute(select(r.c.tenant, r.c.device_seconds).where(r.c.step == "hour"))
+        held = {str(row[0]): float(row[1]) for row in rows}
+    assert set(held) == {"a", POOL}
+    assert held["a"] == pytest.approx(0.5 * 40)  # the whole run, each second once

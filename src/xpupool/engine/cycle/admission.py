@@ -10,7 +10,8 @@ and the request is placed only on that flavour's devices. Usage is charged from 
 actually made, so a share of a card is charged at its real size, and released exactly.
 
 Pending requests are ordered by dominant resource fairness: the tenant whose largest share of any
-cluster resource (divided by its weight) is smallest goes first, then higher priority, then older.
+cluster resource (divided by its weight) is smallest goes first, then higher priority, then older;
+or, given a :class:`DecayedUsage`, by that share held over a decaying window (``fair_share.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from enum import StrEnum
 
 import numpy as np
 
+from xpupool.engine.cycle.fair_share import DecayedUsage
 from xpupool.engine.engine import Engine, Placement
 from xpupool.engine.filters.device_model import model_table_mask
 from xpupool.engine.outcomes import (
@@ -120,7 +122,20 @@ class Admitted:
 class Admission:
     """Quota bookkeeping on top of one :class:`Engine`; the engine still decides where."""
 
-    def __init__(self, engine: Engine, queues: Iterable[QueueSpec]) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        queues: Iterable[QueueSpec],
+        history: DecayedUsage | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        """``history`` with ``clock``: order by the share held over a decaying window
+        (``fair_share.py``) instead of DRF on what is held now; the caller keeps ``history``
+        across rebuilds of the admission books."""
+        if (history is None) != (clock is None):
+            raise ValueError("history and clock go together")
+        self.history = history
+        self._clock = clock
         self.engine = engine
         self.queues = {q.name: q for q in queues}
         self.usage: dict[str, dict[tuple[str, Resource], int]] = {
@@ -199,6 +214,7 @@ class Admission:
     def release(self, alloc: Allocation | int) -> None:
         """Release an admitted allocation in the engine and return its charge to its queue."""
         alloc_id = alloc if isinstance(alloc, int) else alloc.id
+        self._count_history()
         self.engine.release(alloc_id)
         self.released += 1
         queue, flavor, charge = self._charged.pop(alloc_id)
@@ -209,7 +225,7 @@ class Admission:
         """Indices of ``pending`` (request, queue) in admission order: DRF, priority, age."""
         if len(pending) <= 1:
             return list(range(len(pending)))
-        shares = self.dominant_shares()
+        shares = self.dominant_shares() if self.history is None else self.history_shares()
 
         def key(i: int) -> tuple[float, int, int]:
             req, queue = pending[i]
@@ -217,9 +233,24 @@ class Admission:
 
         return sorted(range(len(pending)), key=key)
 
-    def dominant_shares(self) -> dict[str, float]:
+    def history_shares(self) -> dict[str, float]:
+        """Per tenant: its dominant share held over the decaying window (``fair_share.py``),
+        divided by its weight."""
+        self._count_history()
+        assert self.history is not None
+        weight = {spec.tenant: spec.weight for spec in self.queues.values()}
+        return {t: u / max(weight.get(t, 1.0), 1e-9) for t, u in self.history.shares().items()}
+
+    def _count_history(self) -> None:
+        """Before what is held changes: count what was held up to now (no history: nothing)."""
+        if self.history is None or self._clock is None:
+            return
+        self.history.advance(self._clock(), self.dominant_shares(weighted=False))
+
+    def dominant_shares(self, weighted: bool = True) -> dict[str, float]:
         """Per tenant: max over device memory and compute of (what it holds / the pool's total),
-        divided by its weight. A share of a card counts as what it holds, not as a device."""
+        divided by its weight (``weighted``). A share of a card counts as what it holds, not as
+        a device."""
         capacity = self._capacity()
         used: dict[str, dict[Resource, float]] = defaultdict(lambda: defaultdict(float))
         weight: dict[str, float] = {}
@@ -230,7 +261,7 @@ class Admission:
                     used[spec.tenant][resource] += amount
         return {
             tenant: max((v / capacity[r] for r, v in res.items() if capacity[r]), default=0.0)
-            / max(weight[tenant], 1e-9)
+            / (max(weight[tenant], 1e-9) if weighted else 1.0)
             for tenant, res in used.items()
         }
 
@@ -408,12 +439,15 @@ class Admission:
     def _place(
         self, req: Request, spec: QueueSpec, flavor: str, mask: BoolArray | None
     ) -> Admitted:
+        self._count_history()  # what was held until now, before this placement changes it
         placement = self.engine.place(req, within=mask)
         for alloc in placement.allocations:
             self._charge(alloc, spec.name, flavor)
         return Admitted(spec.name, flavor, placement)
 
     def _charge(self, alloc: Allocation, queue: str, flavor: str) -> None:
+        """Charge ``alloc`` to ``queue``; a restore re-charges what was held already, so the
+        history counts nothing here (:meth:`_place` and :meth:`release` count it)."""
         charge = {
             Resource.DEVICES: len(alloc.devices),
             Resource.DEVICE_MEMORY_MIB: sum(s.memory_mib for s in alloc.devices),

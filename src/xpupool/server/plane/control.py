@@ -23,6 +23,7 @@ from xpupool.catalog.images import ImageCatalog, default_image_catalog
 from xpupool.disk_reserve import DEFAULT_LOG_RESERVE_BYTES
 from xpupool.engine.cycle.admission import Admission, QueueSpec
 from xpupool.engine.cycle.cycle import SchedulingCycle
+from xpupool.engine.cycle.fair_share import DecayedUsage
 from xpupool.engine.cycle.retry_gate import RetryGate
 from xpupool.engine.cycle.stop_cost import StopCost
 from xpupool.engine.engine import Engine
@@ -79,6 +80,7 @@ from xpupool.server.storage import meta
 from xpupool.server.storage.driver_insert import STATEMENT_WATCH
 from xpupool.server.storage.job_writes import JobWrites
 from xpupool.server.storage.tenants import assign_tenant_indices
+from xpupool.server.usage.billing import Billing
 from xpupool.server.usage.meter import UsageMeter
 from xpupool.server.wake import Wake
 
@@ -186,6 +188,10 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         self.card_health = CardHealth()  # cards read unhealthy: cordoned, emptied, settling
         self.meter = UsageMeter()  # what each replica run used (server/usage/meter.py)
         self.max_grace_s = MAX_GRACE_S  # the longest grace= a job may ask (up --max-grace)
+        self.billing = Billing()  # prices, budgets and spend (server/usage/billing.py)
+        # the admission order's usage over a decaying window (engine/cycle/fair_share.py);
+        # None: DRF on what is held now (xpupool up --fair-share)
+        self.fair_share: DecayedUsage | None = None
         # services (issue 47): the ready replicas of each service (service_endpoints.py), which
         # the proxy reads: the service controller's once it runs (service_controller.py), none
         # before; what wakes the controller; what the proxy counts (service_traffic.py), which
@@ -326,7 +332,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         (:meth:`settle`). The engine takes its allocation ids from the host's one
         counter, so no id is handed out twice however often the engine is rebuilt."""
         engine = self.host.fresh(self.sites.hosted(nodes.values()))  # each site lists its own
-        admission = Admission(engine, self._queue_specs.values())
+        admission = Admission(engine, self._queue_specs.values(), *self._fair_share())
         held = self._held
         # one allocation per charge: a job keeps those of its allocations that still fit; the
         # sites' foreign use (nobody's job, no quota: foreign_use.py) is one charge per holder
@@ -455,6 +461,11 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         self.retry_gate.capacity_changed()
         self.wake.set()
 
+    def _fair_share(self) -> tuple[DecayedUsage | None, Callable[[], float] | None]:
+        """The admission order's history and its clock (``xpupool up --fair-share history``);
+        (None, None): DRF on what is held now. The one history outlives every rebuild."""
+        return (None, None) if self.fair_share is None else (self.fair_share, self.clock)
+
     def forget_grants(self) -> None:
         """Tenants' or queues' limits change (under the lock): read them again when next asked."""
         self._grant_rows = {}
@@ -462,7 +473,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
     def rebuild_admission(self) -> None:
         """New quota books after queues changed, re-charged from the held allocations."""
         with self._lock:
-            self.admission = Admission(self.engine, self._queue_specs.values())
+            self.admission = Admission(self.engine, self._queue_specs.values(), *self._fair_share())
             for job in self._held.values():
                 for alloc in job.allocations:  # the flavour may change with the queue's quotas
                     job.flavor = self.admission.restore(

@@ -28,6 +28,11 @@ class UsageRow(Lenient):
         description="Card-seconds x share x the model's compute units (dense BF16 TFLOPS)."
     )
     energy_j: float = Field(description="Energy of the cards held, joules, split by share.")
+    cost: float | None = Field(
+        None,
+        description="At the price table's prices (GET /v1/prices), in its currency; null: no "
+        "price table is set.",
+    )
 
 
 class UsageAnswer(Lenient):
@@ -36,3 +41,4 @@ class UsageAnswer(Lenient):
     start: float = Field(alias="from", description="Unix seconds, the first bucket's start.")
     end: float = Field(alias="to", description="Unix seconds; buckets start before it.")
     rows: list[UsageRow]
+    currency: str | None = Field(None, description="The price table's; null: none is set.")

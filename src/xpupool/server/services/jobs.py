@@ -45,6 +45,7 @@ from xpupool.server.services.models import expand_model_job
 from xpupool.server.storage.driver_insert import insert_rows
 from xpupool.server.storage.jobs import job_events as t_events
 from xpupool.server.storage.jobs import jobs as t_jobs
+from xpupool.server.usage.billing import Verdict
 
 MAX_LIST = 1000
 
@@ -170,9 +171,10 @@ def _accept(plane: ControlPlane, me: Principal, body: JobIn) -> _Accepted:
 
 def _check(
     plane: ControlPlane, conn: Connection, one: _Accepted, *, complete: bool = True
-) -> tuple[Request, str]:
-    """Under the plane's lock: the request as its queue completes it and the reason it waits
-    with; raises what refuses it. Writes nothing. ``complete``: see :func:`verdict`."""
+) -> tuple[Request, str, Verdict]:
+    """Under the plane's lock: the request as its queue and its tenant's budget complete it,
+    the reason it waits with and the budget's word on it; raises what refuses it. Writes
+    nothing. ``complete``: see :func:`verdict`."""
     body, tenant, req, from_image = one.body, one.tenant, one.req, one.from_image
     queue = req.queue
     spec = plane.queue_specs.get(queue)
@@ -223,11 +225,19 @@ def _check(
         priority_field=lambda: _priority_field(body),
         replicas=req.replicas,
     )
-    return req, waiting
+    budget = plane.billing.judge(plane, conn, tenant, req.priority)  # usage/billing.py
+    if budget.priority != req.priority:
+        req = replace(req, priority=budget.priority)
+    return req, waiting, budget
 
 
 def _store(
-    plane: ControlPlane, conn: Connection, one: _Accepted, req: Request, waiting: str
+    plane: ControlPlane,
+    conn: Connection,
+    one: _Accepted,
+    req: Request,
+    waiting: str,
+    budget: Verdict,
 ) -> Submitted:
     """Under the plane's lock, after :func:`_check`: the job's id, its rows, and its place in
     its queue."""
@@ -271,6 +281,9 @@ def _store(
     insert_rows(conn, t_jobs, [row])
     event = {"job_id": job_id, "at": now, "state": submitted.phase.value}
     reasons = (submitted.reason, *one.from_image.events)
+    if budget.note is not None and budget.policy is not None:  # over its budget: said, counted
+        reasons = (*reasons, budget.note)
+        plane.billing.count(one.tenant, budget.policy)
     insert_rows(conn, t_events, [{**event, "reason": text} for text in reasons])
     pending = PendingJob(job_id, one.tenant, req.queue, req.priority, gang_request(req), now)
     pending.max_runtime_s = body.max_runtime_s

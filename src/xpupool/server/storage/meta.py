@@ -75,6 +75,7 @@ def connect(url: str, *, schema: bool = True) -> Engine:
 
     from xpupool.server.storage import (  # noqa: F401  (tables)
         audit,
+        billing,
         fleet,
         history,
         jobs,

@@ -1,6 +1,7 @@
 """Metering's Prometheus counters: ``xpupool_device_seconds_total``,
 ``xpupool_device_memory_gib_seconds_total``, ``xpupool_compute_unit_seconds_total`` and
-``xpupool_energy_joules_total``, labelled tenant, queue, site and model. Read from the meter's
+``xpupool_energy_joules_total``, labelled tenant, queue, site and model, and the jobs admitted
+over their tenant's budget (``xpupool_budget_exceeded_jobs_total``, usage/billing.py). Read from the meter's
 all-time totals, which are seeded from the store and grow only with what a flush committed, so
 each counter is monotonic across a restart (``meter.py``)."""
 
@@ -40,3 +41,12 @@ class UsageCollector(Collector):
             for family, value in zip(families, sums, strict=True):
                 family.add_metric(list(labels), value)
         yield from families
+        over = CounterMetricFamily(
+            "xpupool_budget_exceeded_jobs",
+            "Jobs admitted while their tenant's budget was spent, by the budget's policy "
+            "(warn, lower-priority; usage/billing.py). Since the server started.",
+            labels=["tenant", "policy"],
+        )
+        for (tenant, policy), count in sorted(self.plane.billing.exceeded.items()):
+            over.add_metric([tenant, policy], count)
+        yield over

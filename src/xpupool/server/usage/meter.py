@@ -24,10 +24,12 @@ unheld share, the unheld part of the interval) is charged to tenant ``pool``.
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sqlalchemy import (
@@ -130,7 +132,7 @@ class Run:
 @dataclass(frozen=True, slots=True)
 class _Start:
     at: float
-    runs: tuple[Run, ...]  # units 0 until the flush looks the model up
+    runs: tuple[Run, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +166,13 @@ class UsageMeter:
         self._swept: float | None = None
         self._reconciled = False
         self._totals: dict[Labels, Sums] | None = None  # seeded from the store on first use
+        # stored open records of held runs that memory does not hold yet (runs adopted after a
+        # restart): read once, at the first flush, and taken from as their runs report again
+        self._adoptable: dict[Key, Run] = {}
+        self._rollup_rows: set[tuple[str, float, Labels]] = set()  # rollup rows known stored
+        self._rollup_buckets: set[tuple[str, float]] = set()  # buckets whose rows are known
         self._flush_lock = threading.Lock()
+        self.flushes = 0  # flushes committed: what has been spent moves only then (billing.py)
 
     # ---- called by the plane, under its lock: appends only
     def replica_started(self, job: HeldJob, replica: int, node: Node | None, at: float) -> None:
@@ -177,6 +185,7 @@ class UsageMeter:
             return
         begun = at if job.started_at is None else min(at, job.started_at)
         models = {d.uuid: d.model for d in node.devices}
+        units = self.power.compute_units  # cached per model name
         runs = tuple(
             Run(
                 key=(job.id, job.attempt, replica, share.uuid),
@@ -185,10 +194,10 @@ class UsageMeter:
                 priority=job.priority,
                 site=node.site,
                 node=alloc.node,
-                model=models.get(share.uuid, ""),
+                model=(model := models.get(share.uuid, "")),
                 share=min(share.core_permille, 1000) / 1000.0,
                 memory_gib=share.memory_mib / 1024.0,
-                units=0.0,
+                units=units(model),
                 started_at=begun,
                 advanced_at=begun,
             )
@@ -233,10 +242,12 @@ class UsageMeter:
         with plane.db.begin() as conn:
             if self._totals is None:
                 self._totals = _read_totals(conn)
+            adoptable = self._adoptable
             if not self._reconciled:
                 held = plane.read(lambda: {(j.id, j.attempt) for j in plane.held_jobs.values()})
                 _close_stale(conn, held)
-            stored = _stored_open(conn, events, open_runs)
+                adoptable = _stored_open(conn, open_runs)
+            stored = _named(events, adoptable)
             by_attempt: dict[tuple[int, int], set[Key]] = {}  # the runs an end may close
             for key in (*open_runs, *stored):
                 by_attempt.setdefault((key[0], key[1]), set()).add(key)
@@ -246,8 +257,7 @@ class UsageMeter:
                         if run.key in open_runs or run.key in closed:
                             continue
                         found = stored.pop(run.key, None)
-                        units = self.power.compute_units(run.model)
-                        open_runs[run.key] = found or replace(run, units=units)
+                        open_runs[run.key] = found or run
                         by_attempt.setdefault((run.key[0], run.key[1]), set()).add(run.key)
                     continue
                 for key in by_attempt.get((event.job_id, event.attempt), ()):
@@ -260,36 +270,46 @@ class UsageMeter:
             window_start = self._last
             watts = self._watts(plane, open_runs.values())
             held_energy: dict[str, float] = {}
+            fresh: set[Key] = set()  # runs with no stored row yet: inserted
             for key, run in open_runs.items():
                 end = closed.get(key, now)
-                advanced = _advance(run, end, watts.get(key[3], 0.0))
+                w = watts.get(key[3], 0.0)
+                advanced = _advance(run, end, w)
                 changed[key] = advanced
+                if not run.stored:
+                    fresh.add(key)
                 # runs of one label set advanced over one stretch are spread over buckets once
-                span = spans.setdefault(
-                    (run.labels, run.advanced_at, advanced.advanced_at), [0.0] * 4
-                )
-                _accumulate(span, _delta(run, advanced))
+                span = spans.get((run.labels, run.advanced_at, advanced.advanced_at))
+                if span is None:
+                    span = spans[(run.labels, run.advanced_at, advanced.advanced_at)] = [0.0] * 4
+                span[0] += advanced.device_seconds - run.device_seconds
+                span[1] += advanced.gib_seconds - run.gib_seconds
+                span[2] += advanced.cu_seconds - run.cu_seconds
+                span[3] += advanced.energy_j - run.energy_j
                 lo = run.advanced_at if window_start is None else max(run.advanced_at, window_start)
-                held_energy[key[3]] = held_energy.get(key[3], 0.0) + watts.get(
-                    key[3], 0.0
-                ) * run.share * max(end - lo, 0.0)
+                if w:
+                    held_energy[key[3]] = held_energy.get(key[3], 0.0) + w * run.share * max(
+                        end - lo, 0.0
+                    )
             for (labels, start, end), sums in spans.items():
                 if any(sums):
                     _spread(rollup, labels, start, end, sums)
                     _accumulate(totals.setdefault(labels, [0.0] * len(SUMS)), sums)
             self._pool_energy(open_runs, watts, held_energy, window_start, now, rollup, totals)
-            _write_records(conn, changed.values(), closed)
-            _write_sums(conn, rollup, totals)
+            _write_records(conn, changed.values(), closed, fresh)
+            rollup_keys = self._write_sums(conn, rollup, totals)
             if self._swept is None or now - self._swept >= SWEEP_EVERY_S:
                 self._sweep(conn, now)
         # committed: memory follows
+        self.flushes += 1
+        self._adoptable = {k: r for k, r in adoptable.items() if k not in changed}
+        self._rollup_rows |= rollup_keys
+        self._rollup_buckets |= {(step, bucket) for step, bucket, _l in rollup_keys}
         self._reconciled = True
         self._last = now
-        self._open = {
-            k: r if r.stored else replace(r, stored=True)
-            for k, r in changed.items()
-            if k not in closed
-        } | {k: r for k, r in self._open.items() if k not in changed and k not in closed}
+        self._open = {k: r for k, r in changed.items() if k not in closed} | {
+            k: r for k, r in self._open.items() if k not in changed and k not in closed
+        }
         with self._events_lock:  # a scrape copies them (totals)
             for labels, sums in totals.items():
                 _accumulate(self._totals.setdefault(labels, [0.0] * len(SUMS)), sums)
@@ -327,11 +347,14 @@ class UsageMeter:
         cards: dict[str, Run] = {}
         for run in runs.values():
             cards.setdefault(run.key[3], run)
+        pool: dict[Labels, float] = {}  # one spread per site and model, not per card
         for uuid, run in cards.items():
             rest = watts.get(uuid, 0.0) * (now - window_start) - held_energy.get(uuid, 0.0)
             if rest <= 1e-9:
                 continue
             labels = (POOL, "", run.site, run.model)
+            pool[labels] = pool.get(labels, 0.0) + rest
+        for labels, rest in pool.items():
             sums = [0.0, 0.0, 0.0, rest]
             _spread(rollup, labels, window_start, now, sums)
             _accumulate(totals.setdefault(labels, [0.0] * len(SUMS)), sums)
@@ -345,7 +368,43 @@ class UsageMeter:
         for step, step_s in STEPS.items():
             conn.execute(delete(r).where(r.c.step == step, r.c.bucket <= cut - step_s))
         conn.execute(delete(r).where(r.c.step == "month", r.c.bucket < month_start(cut)))
+        self._rollup_rows.clear()  # read again as flushes touch them (some may be gone)
+        self._rollup_buckets.clear()
         self._swept = now
+
+    def _write_sums(
+        self,
+        conn: Connection,
+        rollup: Mapping[tuple[str, float, Labels], Sums],
+        totals: Mapping[Labels, Sums],
+    ) -> set[tuple[str, float, Labels]]:
+        """Add the flush's sums to their rows, one UPDATE that adds and one INSERT each run for
+        many rows; returns the rollup rows known stored now (those of the buckets read, those
+        written). Which rows exist is known in memory: the
+        totals' are the meter's totals (seeded from the store), a bucket's rows are read the
+        first time this process touches the bucket, then kept (one writer, and the sweep
+        deletes only buckets no flush touches again)."""
+        r = usage_rollups
+        read: set[tuple[str, float, Labels]] = set()  # rows of buckets read for the first time
+        for step, bucket in sorted({(st, b) for st, b, _l in rollup} - self._rollup_buckets):
+            found = conn.execute(
+                select(r.c.step, r.c.bucket, *(r.c[n] for n in LABELS)).where(
+                    r.c.step == step, r.c.bucket == bucket
+                )
+            ).all()
+            read.update((str(x[0]), float(x[1]), (x[2], x[3], x[4], x[5])) for x in found)
+        have: set[tuple[object, ...]] = set(self._rollup_rows) | set(read)
+        _add_rows(
+            conn,
+            r,
+            ("step", "bucket"),
+            {(s, b, *labels): v for (s, b, labels), v in rollup.items()},
+            have,
+        )
+        assert self._totals is not None  # read at the flush's start
+        have_totals: set[tuple[object, ...]] = {(k,) for k in self._totals}
+        _add_rows(conn, usage_totals, (), {tuple(k): v for k, v in totals.items()}, have_totals)
+        return read | set(rollup)
 
     def totals(self, plane: ControlPlane) -> dict[Labels, Sums]:
         """The all-time sums per (tenant, queue, site, model): ``/metrics``' counters, seeded
@@ -386,17 +445,8 @@ def _advance(run: Run, end: float, watts: float) -> Run:
         run.gib_seconds + run.memory_gib * dt,
         run.cu_seconds + held * run.units,
         run.energy_j + watts * held,
-        run.stored,
+        True,  # written by the flush that advances it
     )
-
-
-def _delta(before: Run, after: Run) -> Sums:
-    return [
-        after.device_seconds - before.device_seconds,
-        after.gib_seconds - before.gib_seconds,
-        after.cu_seconds - before.cu_seconds,
-        after.energy_j - before.energy_j,
-    ]
 
 
 def _accumulate(into: Sums, sums: Sums) -> None:
@@ -411,25 +461,43 @@ def _spread(
     end: float,
     sums: Sums,
 ) -> None:
+    hour = math.floor(start / 3600.0) * 3600.0
+    if end <= hour + 3600.0:  # inside one hour, so one day and one month: no fractions
+        day = math.floor(start / 86400.0) * 86400.0
+        for key in (("hour", hour, labels), ("day", day, labels), ("month", _month(day), labels)):
+            row = rollup.get(key)
+            if row is None:
+                rollup[key] = list(sums)
+            else:
+                _accumulate(row, sums)
+        return
     for step, bucket, fraction in spread(start, end):
         row = rollup.setdefault((step, bucket, labels), [0.0] * len(SUMS))
         _accumulate(row, [v * fraction for v in sums])
 
 
-def _stored_open(
-    conn: Connection, events: list[_Start | _End], held: Mapping[Key, Run]
-) -> dict[Key, Run]:
-    """The stored open records of the jobs the events name that memory does not hold (runs
-    adopted after a restart, or released before they were reported again)."""
+def _named(events: list[_Start | _End], adoptable: Mapping[Key, Run]) -> dict[Key, Run]:
+    """The adoptable records of the jobs the events name (runs adopted after a restart, or
+    released before they were reported again)."""
+    if not adoptable:
+        return {}
     jobs = {e.job_id for e in events if isinstance(e, _End)}
     jobs |= {r.key[0] for e in events if isinstance(e, _Start) for r in e.runs}
-    jobs -= {k[0] for k in held}
-    if not jobs:
-        return {}
+    return {k: r for k, r in adoptable.items() if k[0] in jobs}
+
+
+@functools.lru_cache(maxsize=64)
+def _month(day: float) -> float:
+    """The start of the UTC month holding the day starting at ``day`` (a few days per flush)."""
+    return month_start(day)
+
+
+def _stored_open(conn: Connection, held: Mapping[Key, Run]) -> dict[Key, Run]:
+    """The stored open records memory does not hold (after :func:`_close_stale`: those of runs
+    the plane holds, to be continued when they are reported again). Read once per start: every
+    record written later is in memory until it is closed."""
     t = usage_records
-    rows = conn.execute(
-        select(t).where(t.c.ended_at.is_(None), t.c.job_id.in_(sorted(jobs)))
-    ).mappings()
+    rows = conn.execute(select(t).where(t.c.ended_at.is_(None))).mappings()
     out: dict[Key, Run] = {}
     for r in rows:
         key = (int(r["job_id"]), int(r["attempt"]), int(r["replica"]), str(r["uuid"]))
@@ -453,7 +521,7 @@ def _stored_open(
             energy_j=float(r["energy_j"]),
             stored=True,
         )
-    return out
+    return {k: r for k, r in out.items() if k not in held}
 
 
 def _close_stale(conn: Connection, held: set[tuple[int, int]]) -> None:
@@ -472,7 +540,11 @@ def _close_stale(conn: Connection, held: set[tuple[int, int]]) -> None:
         )
 
 
-def _write_records(conn: Connection, runs: Iterable[Run], closed: Mapping[Key, float]) -> None:
+def _write_records(
+    conn: Connection, runs: Iterable[Run], closed: Mapping[Key, float], fresh: set[Key]
+) -> None:
+    """Insert the ``fresh`` runs' rows, update the others' (one statement each, run for many
+    rows)."""
     t = usage_records
     new, old = [], []
     for run in runs:
@@ -486,7 +558,7 @@ def _write_records(conn: Connection, runs: Iterable[Run], closed: Mapping[Key, f
             "seconds": run.seconds,
             **{f: getattr(run, f) for f in SUMS},
         }
-        if run.stored:
+        if run.key not in fresh:
             old.append(row)
             continue
         row |= {
@@ -507,38 +579,6 @@ def _write_records(conn: Connection, runs: Iterable[Run], closed: Mapping[Key, f
 
 
 _KEY = ("job_id", "attempt", "replica", "uuid")
-
-
-def _write_sums(
-    conn: Connection,
-    rollup: Mapping[tuple[str, float, Labels], Sums],
-    totals: Mapping[Labels, Sums],
-) -> None:
-    """Add the flush's sums to their rows: which rows exist is read once (the buckets the
-    flush touched, every total), then one UPDATE that adds and one INSERT, each run for many
-    rows. One writer, so no two flushes race for a row."""
-    r = usage_rollups
-    buckets = sorted({(step, bucket) for step, bucket, _l in rollup})
-    have: set[tuple[object, ...]] = set()
-    for step, bucket in buckets:
-        found = conn.execute(
-            select(r.c.step, r.c.bucket, *(r.c[n] for n in LABELS)).where(
-                r.c.step == step, r.c.bucket == bucket
-            )
-        ).all()
-        have.update((str(x[0]), float(x[1]), tuple(x[2:])) for x in found)
-    _add_rows(
-        conn,
-        r,
-        ("step", "bucket"),
-        {(s, b, *labels): v for (s, b, labels), v in rollup.items()},
-        have,
-    )
-    t = usage_totals
-    have_totals: set[tuple[object, ...]] = {
-        (tuple(x),) for x in conn.execute(select(*(t.c[n] for n in LABELS))).all()
-    }
-    _add_rows(conn, t, (), {tuple(k): v for k, v in totals.items()}, have_totals)
 
 
 def _add_rows(

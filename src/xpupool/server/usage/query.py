@@ -36,8 +36,9 @@ CSV_COLUMNS = (
     "device_memory_gib_hours",
     "compute_unit_hours",
     "energy_kwh",
+    "cost",
 )
-"""The export's header, in order (docs/usage.md)."""
+"""The export's header, in order (docs/usage.md); ``cost`` empty while no price table is set."""
 _ANSWER_SUMS = ("device_seconds", "gib_seconds", "compute_unit_seconds", "energy_j")
 _MONTH = re.compile(r"^(\d{4})-(\d{2})$")
 
@@ -96,17 +97,48 @@ def usage(
     if (to - frm) / width > MAX_BUCKETS:
         raise RequestError("from", start, f"more than {MAX_BUCKETS} {step}s; ask coarser steps")
     frm = month_start(frm) if step == "month" else math.floor(frm / width) * width
-    rows = _read(plane, who, labels, step, frm, to)
+    priced = plane.billing.priced(plane)
+    rows = (
+        _priced(plane, who, labels, step, frm, to)
+        if priced
+        else _read(plane, who, labels, step, frm, to)
+    )
     answer = [
         UsageRow.model_validate(
             {"start": bucket, **dict(zip(labels, names, strict=True))}
-            | dict(zip(_ANSWER_SUMS, sums, strict=True))
+            | dict(zip(_ANSWER_SUMS, sums[: len(SUMS)], strict=True))
+            | ({"cost": sums[len(SUMS)]} if priced else {})
         )
         for bucket, names, sums in rows
     ]
+    currency = plane.billing.prices(plane).currency if priced else None
     return UsageAnswer.model_validate(
-        {"step": step, "by": labels, "from": frm, "to": to, "rows": answer}
+        {"step": step, "by": labels, "from": frm, "to": to, "rows": answer, "currency": currency}
     )
+
+
+def _priced(
+    plane: ControlPlane,
+    who: Principal,
+    labels: Sequence[str],
+    step: str,
+    frm: float,
+    to: float,
+    whole: bool = False,
+) -> list[Row]:
+    """:func:`_read` with each row's cost after its sums: read per model as well (a model's
+    card-hour has its price), priced, then summed back to the labels asked for."""
+    with_model = list(labels) if "model" in labels else [*labels, "model"]
+    at = with_model.index("model")
+    prices = plane.billing.prices(plane)
+    out: dict[tuple[float, tuple[str, ...]], list[float]] = {}
+    for bucket, names, sums in _read(plane, who, with_model, step, frm, to, whole):
+        cost = prices.cost(names[at], sums[0], sums[2], sums[3])
+        key = (bucket, names if "model" in labels else names[:at] + names[at + 1 :])
+        into = out.setdefault(key, [0.0] * (len(SUMS) + 1))
+        for i, v in enumerate((*sums, cost)):
+            into[i] += v
+    return [(bucket, names, sums) for (bucket, names), sums in sorted(out.items())]
 
 
 Row = tuple[float, tuple[str, ...], list[float]]  # (bucket, labels asked for, sums)
@@ -152,14 +184,17 @@ def export_csv(plane: ControlPlane, who: Principal, month: str) -> str:
     if found is None or not 1 <= int(found.group(2)) <= 12 or int(found.group(1)) < 1970:
         raise RequestError("month", month, "expected YYYY-MM (1970 or later) such as 2026-11")
     frm = datetime(int(found.group(1)), int(found.group(2)), 1, tzinfo=UTC).timestamp()
+    priced = plane.billing.priced(plane)
+    read = _priced if priced else _read
     totals = {
-        names: sums for _b, names, sums in _read(plane, who, LABELS, "month", frm, frm + 1, True)
+        names: sums for _b, names, sums in read(plane, who, LABELS, "month", frm, frm + 1, True)
     }
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for key in sorted(totals):
-        device_s, gib_s, cu_s, joules = totals[key]
+        device_s, gib_s, cu_s, joules = totals[key][: len(SUMS)]
         hours = (device_s / 3600, gib_s / 3600, cu_s / 3600, joules / 3.6e6)
-        writer.writerow([month, *key, *(f"{v:.6f}" for v in hours)])
+        cost = f"{totals[key][len(SUMS)]:.6f}" if priced else ""
+        writer.writerow([month, *key, *(f"{v:.6f}" for v in hours), cost])
     return out.getvalue()

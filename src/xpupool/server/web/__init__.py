@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from xpupool.model.errors import Conflict, NotFound, NotGranted, OverLimit, RequestError
-from xpupool.server.web import devices, jobs, overview, queues, signin, submit
+from xpupool.server.web import devices, jobs, overview, queues, signin, submit, usage
 from xpupool.server.web.render import HEADERS, STATIC, page
 from xpupool.server.web.sessions import CsrfRefused, SessionStore, SignInNeeded
 
@@ -61,7 +61,7 @@ def mount(app: FastAPI) -> None:
     API's exception handlers are in place: its pages answer errors in HTML, the API in JSON."""
     app.state.web_sessions = SessionStore(app.state.plane)  # kept in the store: take-overs
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    for module in (signin, overview, devices, queues, jobs, submit):
+    for module in (signin, overview, devices, queues, jobs, submit, usage):
         app.include_router(module.router)
 
     _html_on_pages(app, HTTPException, lambda e: str(getattr(e, "detail", e)))

@@ -1,0 +1,52 @@
+"""The store's side of prices and budgets (``server/usage/billing.py`` holds what is read of
+them, ``server/services/billing.py`` is the API's side). Each write is one transaction under the
+plane's lock and forgets the plane's prices, budgets and spend in the same step, so no
+submission after it is judged by what was there before."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from sqlalchemy import delete, insert, select, update
+
+from xpupool.model.errors import NotFound
+from xpupool.server.storage.billing import usage_budgets, usage_prices
+from xpupool.server.storage.tenants import tenants as t_tenants
+from xpupool.server.usage.billing import PRICE_ROW, Billing
+
+
+class Store(Protocol):
+    billing: Billing
+
+    def write(self) -> Any: ...
+
+
+def put_prices(plane: Store, prices: dict[str, Any], now: float) -> None:
+    """The price table is ``prices`` (``PriceTable`` as a dict) from now on."""
+    with plane.write() as conn:
+        t = usage_prices
+        where = t.c.name == PRICE_ROW
+        if not conn.execute(update(t).where(where).values(prices=prices, updated_at=now)).rowcount:
+            conn.execute(insert(t).values(name=PRICE_ROW, prices=prices, updated_at=now))
+        plane.billing.forget()
+
+
+def put_budget(plane: Store, tenant: str, values: dict[str, Any], now: float) -> None:
+    """``tenant``'s budget is ``values`` (``BudgetIn`` as a dict); :class:`NotFound` for a
+    tenant that does not exist (nothing written)."""
+    with plane.write() as conn:
+        if conn.execute(select(t_tenants.c.name).where(t_tenants.c.name == tenant)).first() is None:
+            raise NotFound("tenant", tenant)
+        t = usage_budgets
+        values = values | {"updated_at": now}
+        if not conn.execute(update(t).where(t.c.tenant == tenant).values(values)).rowcount:
+            conn.execute(insert(t).values(tenant=tenant, **values))
+        plane.billing.forget()
+
+
+def remove_budget(plane: Store, tenant: str) -> None:
+    """No budget for ``tenant`` from now on; :class:`NotFound` when it had none."""
+    with plane.write() as conn:
+        if not conn.execute(delete(usage_budgets).where(usage_budgets.c.tenant == tenant)).rowcount:
+            raise NotFound("budget", tenant)
+        plane.billing.forget()
