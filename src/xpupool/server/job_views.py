@@ -36,6 +36,7 @@ def job_view(row: Any, assignments: list[ReplicaAssignment]) -> Job:
         volumes=[VolumeMount.model_construct(**m) for m in row.get("volumes") or ()],
         on_node_lost=row["on_node_lost"],
         flavor=row["flavor"],
+        site=row.get("site"),
         assignments=assignments,
         exit_code=row["exit_code"],
         attempts=row["attempts"],

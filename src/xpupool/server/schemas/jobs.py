@@ -319,6 +319,11 @@ class Job(Lenient):
     )
     on_node_lost: str
     flavor: str | None = None
+    site: str | None = Field(
+        None,
+        description="The site the plane dispatched it to, chosen among those its request allows "
+        "(request.sites); null: none chosen (one site open to it, or not tried yet).",
+    )
     assignments: list[ReplicaAssignment] = Field(default_factory=list)
     exit_code: int | None = None
     attempts: int = Field(0, description="How often it was started (each run counts one).")

@@ -44,6 +44,9 @@ jobs = Table(
     Column("max_runtime_s", Float, nullable=True),
     Column("not_before", Float, nullable=True),  # a pending retry waits until then
     Column("started_at", Float, nullable=True),  # the current run's start (max_runtime_s)
+    # the site the plane dispatched it to (engine/cycle/dispatch.py); null: none chosen (the
+    # request's own sites, kept apart in ``request``, are what the user allowed)
+    Column("site", String(63), nullable=True),
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
     Index("ix_jobs_state", "state"),
