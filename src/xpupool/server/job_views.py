@@ -35,6 +35,7 @@ def job_view(row: Any, assignments: list[ReplicaAssignment]) -> Job:
         secrets=[SecretRef.model_construct(**ref) for ref in row.get("secrets") or ()],
         volumes=[VolumeMount.model_construct(**m) for m in row.get("volumes") or ()],
         on_node_lost=row["on_node_lost"],
+        on_site_lost=row.get("on_site_lost") or "wait",
         flavor=row["flavor"],
         site=row.get("site"),
         assignments=assignments,

@@ -162,13 +162,14 @@ class SchedulingCycle:
         """The sites open to a pending job's ``req`` ranked by the site choice
         (``engine/site_choice.py``), best first, before it is decided: the caller keeps the job
         to the chosen one (``within_sites``) from then on. None when there is no choice to make
-        (no :attr:`sites`, fewer than two sites open, or none that could ever hold it or that its
-        data reaches): it is decided as it is. ``queued[site]``: the jobs of its shape already
-        dispatched to that site and pending. Changes nothing; raises ``RequestError`` at
-        ``data`` for a dataset the network lacks."""
+        (no :attr:`sites`, fewer than two sites open, those closed to new work left out, or none
+        that could ever hold it or that its data reaches): it is decided as it is.
+        ``queued[site]``: the jobs of its shape already dispatched to that site and pending.
+        Changes nothing; raises ``RequestError`` at ``data`` for a dataset the network lacks."""
         if self.sites is None:
             return None
         chooser = self.sites.chooser(self.engine)
+        req = self.sites.closed_to(req)
         if not chooser.applies(req):
             return None
         return chooser.choose(req, queued, max_runtime_s)
