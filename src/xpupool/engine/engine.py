@@ -28,7 +28,6 @@ from xpupool.engine.gang_bound import Room, gang_refusal, gang_room
 from xpupool.engine.gang_sites import (
     keeps_to_one_site,
     no_site_refusal,
-    open_sites,
     site_rooms,
     within_sites,
 )
@@ -374,10 +373,6 @@ class Engine:
     def sites(self) -> list[str]:
         """The sites of the pool's nodes, in the order the nodes named them."""
         return list(self.state.sites)
-
-    def open_sites(self, req: Request) -> list[str]:
-        """The sites of the pool that ``req``'s site lists let it use (``gang_sites.py``)."""
-        return open_sites(self.state, req)
 
     @property
     def catalog(self) -> AcceleratorCatalog:

@@ -188,6 +188,7 @@ class SiteChooser:
             None if workload is None else engine.fragmentation_cache(workload)
         )
         self._after = None if self._frag is None else AfterPlacement(self._frag)
+        self._taking: tuple[int, frozenset[str]] = (-1, frozenset())  # (epoch, sites)
 
     def warm(self) -> None:
         """Build now what the first choices would (the empty twin of the verdicts, the
@@ -198,7 +199,21 @@ class SiteChooser:
 
     def applies(self, req: Request) -> bool:
         """Whether there is a choice to make: more than one site of the pool is open to it."""
-        return len(open_sites(self.engine.state, req)) > 1
+        return len(self._open_sites(req)) > 1
+
+    def takes_work(self, site: str) -> bool:
+        """Whether some node of ``site`` takes new work: a site none of whose nodes does (all
+        cordoned: drained; all lost: unreachable) is never chosen, whatever it could hold."""
+        state = self.engine.state
+        if self._taking[0] != state.epoch:
+            per_site = np.bincount(state.node_site[state.node_ok], minlength=len(state.sites))
+            taking = frozenset(s for s, n in zip(state.sites, per_site.tolist(), strict=True) if n)
+            self._taking = (state.epoch, taking)
+        return site in self._taking[1]
+
+    def _open_sites(self, req: Request) -> list[str]:
+        """The sites open to ``req`` that take new work (:meth:`takes_work`)."""
+        return [s for s in open_sites(self.engine.state, req) if self.takes_work(s)]
 
     def choose(
         self,
@@ -211,7 +226,7 @@ class SiteChooser:
         Raises :class:`~xpupool.model.errors.RequestError` at ``data`` for an unknown dataset."""
         if req.data is not None:
             self.network.dataset(req.data)  # refused before any what-if
-        sites = open_sites(self.engine.state, req)
+        sites = self._open_sites(req)
         if len(sites) < 2:
             return None
         queued = queued or {}

@@ -19,17 +19,23 @@ __all__ = ["dispatch"]
 
 
 def dispatch(plane: ControlPlane, writes: JobWrites, job: PendingJob) -> None:
-    """Choose ``job``'s site if it has none and more than one is open to it (under the lock, in
-    the batch's transaction ``writes``). Raises ``RequestError`` for a dataset the sites file no
-    longer names (the pass keeps the job pending with the reason)."""
+    """Choose ``job``'s site if it has none and more than one is open to it, or choose again if
+    the site it was dispatched to takes no new work now (drained, unreachable), under the lock,
+    in the batch's transaction ``writes``. Raises ``RequestError`` for a dataset the sites file
+    no longer names (the pass keeps the job pending with the reason)."""
+    now, pending = plane.clock(), JobPhase.PENDING.value
     if job.site is not None:
-        return
+        if plane.cycle.takes_work(job.site):
+            return
+        why = f"site {job.site} takes no new work (drained or unreachable): dispatched again"
+        plane.dispatch(job.id, None)
+        writes.update(job.id, {"site": None})
+        writes.event({"job_id": job.id, "at": now, "state": pending, "reason": why})
     choice = plane.cycle.dispatch(job.request, plane.dispatched(job), job.max_runtime_s)
     if choice is None:
         return
     site = choice.chosen.site
     plane.dispatch(job.id, site)
     writes.update(job.id, {"site": site})
-    now, pending = plane.clock(), JobPhase.PENDING.value
     for line in choice.events():
         writes.event({"job_id": job.id, "at": now, "state": pending, "reason": line})

@@ -11,9 +11,9 @@ lost-node watch asks after each round (``services/agents.mark_lost_nodes``), and
   plane does not fail or requeue it on its own word (a silence past the lease is not enough:
   the plane cannot tell a run stopped by its lease from one it no longer hears, across a
   partition); a job that says ``requeue`` is left to the lost-node rule (lease, then requeue);
-- a pending job dispatched there whose request leaves another reachable site open is dispatched
-  again (its site cleared, an event says why): the next pass chooses among the sites that
-  answer, since unreachable ones take no new dispatch (``SiteDispatch.unreachable``);
+- a pending job dispatched there is dispatched again by the next pass (``job_sites.py``: a site
+  none of whose nodes takes new work is never kept nor chosen, ``SiteChooser.takes_work``), and
+  a pass is asked for;
 - when the site answers again, its ``unknown`` jobs go back to ``running``
   (``job_lifecycle.Reached``; or at once on a report of a replica: ``Start``, ``Ended``) and the
   agents' reports reconcile them as after any silence: a run that ended is recorded, one its
@@ -74,18 +74,8 @@ def check(plane: ControlPlane, conn: Connection) -> frozenset[str]:
                 plane.apply(conn, job.id, lc.SiteUnreachable(why))
         elif sites and not lost and job.state is JobPhase.UNKNOWN:
             plane.apply(conn, job.id, lc.Reached(f"site {', '.join(sorted(sites))} answers again"))
-    if not down:
-        return down
-    for pending in list(plane.queued.values()):
-        if pending.site not in down:
-            continue
-        others = [s for s in plane.engine.open_sites(pending.asked) if s not in down]
-        if others:
-            why = f"site {pending.site} unreachable: to be dispatched again"
-            plane.apply(conn, pending.id, lc.Note(why), site=None)
-            plane.dispatch(pending.id, None)
-    if down - was:
-        plane.bump()  # the pending jobs to dispatch again are worth a pass
+    if down - was:  # its pending jobs are dispatched again by the next pass (job_sites.py)
+        plane.bump()
     return down
 
 

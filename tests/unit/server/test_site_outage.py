@@ -48,12 +48,12 @@ def test_a_lost_site_leaves_its_job_unknown_and_sends_its_queue_elsewhere(server
     assert got["state"] == "unknown"
     assert any(r.startswith("site near unreachable: every node silent") for r in reasons(got))
     assert queue_used(server, "a") == held  # its quota keeps holding
-    moved = job(server, waiting)
-    assert moved["site"] is None
-    assert "site near unreachable: to be dispatched again" in reasons(moved)
     server.schedule()  # far is the one site left open to it: no choice, it waits for any
     moved = job(server, waiting)
     assert moved["state"] == "pending" and moved["site"] is None
+    assert "site near takes no new work (drained or unreachable): dispatched again" in reasons(
+        moved
+    )
 
     silence(server, 20 * server.plane.lost_after_s, "f-0", on_far)  # far past the lease
     assert job(server, near)["state"] == "unknown"

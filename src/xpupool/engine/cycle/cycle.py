@@ -162,17 +162,21 @@ class SchedulingCycle:
         """The sites open to a pending job's ``req`` ranked by the site choice
         (``engine/site_choice.py``), best first, before it is decided: the caller keeps the job
         to the chosen one (``within_sites``) from then on. None when there is no choice to make
-        (no :attr:`sites`, fewer than two sites open, those closed to new work left out, or none
+        (no :attr:`sites`, fewer than two sites open that take new work, or none
         that could ever hold it or that its data reaches): it is decided as it is.
         ``queued[site]``: the jobs of its shape already dispatched to that site and pending.
         Changes nothing; raises ``RequestError`` at ``data`` for a dataset the network lacks."""
         if self.sites is None:
             return None
         chooser = self.sites.chooser(self.engine)
-        req = self.sites.closed_to(req)
         if not chooser.applies(req):
             return None
         return chooser.choose(req, queued, max_runtime_s)
+
+    def takes_work(self, site: str) -> bool:
+        """Whether a job dispatched to ``site`` may stay so: some node there takes new work
+        (False: every node cordoned, a drained site, or lost, an unreachable one)."""
+        return self.sites is None or self.sites.chooser(self.engine).takes_work(site)
 
     def decide(self, job: PendingWork, running: Mapping[int, RunningWork]) -> Decision:
         """Admit and place ``job`` now, or say why not and whom to preempt for it.

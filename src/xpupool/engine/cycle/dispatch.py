@@ -14,11 +14,8 @@ keeps the chosen site apart from the sites the job allowed, so a lost site can s
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from xpupool.engine.engine import Engine
 from xpupool.engine.site_choice import RunTimes, SiteChooser
-from xpupool.model.request import Request
 from xpupool.model.site_network import SiteNetwork
 
 __all__ = ["SiteDispatch"]
@@ -30,18 +27,10 @@ class SiteDispatch:
     def __init__(self, network: SiteNetwork | None = None) -> None:
         self.network = network or SiteNetwork()
         self.runtimes = RunTimes()
-        # sites that take no new dispatch: their nodes all stopped answering (the front's
-        # site health says which); a job is never dispatched there, and one dispatched there
-        # before may be dispatched again
+        # the sites the front's site health found unreachable at its last round (their nodes
+        # all lost, so the chooser takes none of them: ``SiteChooser``, sites taking new work)
         self.unreachable: frozenset[str] = frozenset()
         self._chooser: SiteChooser | None = None
-
-    def closed_to(self, req: Request) -> Request:
-        """``req`` with the sites that take no new dispatch excluded."""
-        closed = self.unreachable - set(req.exclude_sites)
-        if not closed:
-            return req
-        return replace(req, exclude_sites=(*req.exclude_sites, *sorted(closed)))
 
     def chooser(self, engine: Engine) -> SiteChooser:
         """The chooser over ``engine`` and the current network (made anew when either changed)."""
