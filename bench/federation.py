@@ -6,10 +6,11 @@ Three sites of different card mixes (``placement.py``'s kinds: NVIDIA-heavy, Asc
 mixed) joined by links of 100, 25 and 10 Gbit/s, with three datasets held at one site each. The
 pool is first filled to ``--fill`` of its device memory with ``placement.py``'s mixed stream; then
 ``--jobs`` requests of the same stream, a third naming a dataset, are each given to
-:class:`~xpupool.engine.site_choice.SiteChooser` (one rolled-back what-if per site, the FGD
-measure of the stream's target workload, the ranking) and placed in the site it chose, so the
-state moves as it would. Prints the choice's time per job (p50, p99, mean, ms) and how the
-choices fell. One core, one process; goal p99 <= 5 ms (DESIGN.md section 7).
+:class:`~xpupool.engine.site_choice.SiteChooser` (one rolled-back what-if per site, the engine's
+own FGD measure of the stream's target workload, shared with its placements as on the plane, the
+ranking) and placed in the site it chose, so the state moves as it would. Prints the choice's
+time per job (p50, p99, mean, ms) and how the choices fell. One core, one process; goal p99 <=
+5 ms (DESIGN.md section 7).
 
     python bench/federation.py --study --seed 42 --json
 
@@ -139,7 +140,9 @@ def main() -> None:
             break
     network = parse_network(NETWORK)
     times = RunTimes()
-    chooser = SiteChooser(engine, network, times, workload)
+    # the engine's own measure (its profile's, of the same workload), whose cache of
+    # fragmentation after placement the choice shares with the placements, as the plane's does
+    chooser = SiteChooser(engine, network, times)
     chooser.warm()  # as a front does when it builds its engine: not timed
     names = sorted(network.datasets)
     rng = np.random.default_rng(args.seed)
