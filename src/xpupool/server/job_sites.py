@@ -31,7 +31,7 @@ def dispatch(plane: ControlPlane, writes: JobWrites, job: PendingJob) -> None:
         plane.dispatch(job.id, None)
         writes.update(job.id, {"site": None})
         writes.event({"job_id": job.id, "at": now, "state": pending, "reason": why})
-    choice = plane.cycle.dispatch(job.request, plane.dispatched(job), job.max_runtime_s)
+    choice = plane.cycle.dispatch(job.request, lambda: plane.dispatched(job), job.max_runtime_s)
     if choice is None:
         return
     site = choice.chosen.site

@@ -156,7 +156,7 @@ class SchedulingCycle:
     def dispatch(
         self,
         req: Request,
-        queued: Mapping[str, int],
+        queued: Callable[[], Mapping[str, int]],
         max_runtime_s: float | None = None,
     ) -> SiteChoice | None:
         """The sites open to a pending job's ``req`` ranked by the site choice
@@ -164,14 +164,15 @@ class SchedulingCycle:
         to the chosen one (``within_sites``) from then on. None when there is no choice to make
         (no :attr:`sites`, fewer than two sites open that take new work, or none
         that could ever hold it or that its data reaches): it is decided as it is.
-        ``queued[site]``: the jobs of its shape already dispatched to that site and pending.
+        ``queued()[site]``: the jobs of its shape already dispatched to that site and pending
+        (asked only when there is a choice: a pass over a one-site pool pays nothing for it).
         Changes nothing; raises ``RequestError`` at ``data`` for a dataset the network lacks."""
         if self.sites is None:
             return None
         chooser = self.sites.chooser(self.engine)
         if not chooser.applies(req):
             return None
-        return chooser.choose(req, queued, max_runtime_s)
+        return chooser.choose(req, queued(), max_runtime_s)
 
     def takes_work(self, site: str) -> bool:
         """Whether a job dispatched to ``site`` may stay so: some node there takes new work
