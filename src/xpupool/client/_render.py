@@ -306,8 +306,11 @@ def sites_table(sites: Sequence[SiteView]) -> FitTable:
     columns = _columns("site", "nodes ready", "devices free", "models", text=("models",))
     table = FitTable(columns, f"{len(sites)} sites")
     for site in sites:
+        state = ("" if site.reachable else " (unreachable)") + (
+            " (drained)" if site.drained else ""
+        )
         table.add_row(
-            site.name,
+            site.name + state,
             f"{site.nodes_ready}/{site.nodes}",
             f"{site.devices_free}/{site.devices}",
             ", ".join(f"{k}×{v}" for k, v in sorted(site.by_model.items())),

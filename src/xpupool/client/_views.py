@@ -251,6 +251,8 @@ class SiteView:
     devices_free: int
     by_model: dict[str, int]
     raw: dict[str, Any] = field(repr=False, compare=False)
+    reachable: bool = True
+    drained: bool = False
 
     @classmethod
     def read(cls, data: object, where: str = "site") -> SiteView:
@@ -263,6 +265,8 @@ class SiteView:
             devices_free=r.integer("devices_free"),
             by_model=r.mapping("by_model", int),
             raw=r.data,
+            reachable=r.data.get("reachable") is not False,
+            drained=r.data.get("drained") is True,
         )
 
 

@@ -26,7 +26,7 @@ def test_a_drained_site_takes_no_new_work_and_moves_what_may_move(server: Server
     assert r.status_code == 403, r.text  # the admin's
     r = server.client.post("/v1/sites/near/drain", headers=server.admin)
     assert r.status_code == 200, r.text
-    assert r.json()["name"] == "near"
+    assert r.json()["name"] == "near" and r.json()["drained"] is True
     assert server.client.post("/v1/sites/nowhere/drain", headers=server.admin).status_code == 404
     node = server.client.get("/v1/nodes/n-0", headers=server.admin).json()
     assert node["schedulable"] is False
@@ -47,5 +47,6 @@ def test_a_drained_site_takes_no_new_work_and_moves_what_may_move(server: Server
 
     r = server.client.post("/v1/sites/near/undrain", headers=server.admin)
     assert r.status_code == 200, r.text
+    assert r.json()["drained"] is False
     server.schedule()
     assert job(server, named)["state"] == "scheduled"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from server_kit import Server, heartbeat, job, queue_used, report, submit, tenant
+from server_kit import Server, heartbeat, job, queue_used, reopen, report, submit, tenant
 from test_plane_site_choice import reasons, two_sites
 
 from xpupool.server.services.agents import mark_lost_nodes
@@ -48,6 +48,8 @@ def test_a_lost_site_leaves_its_job_unknown_and_sends_its_queue_elsewhere(server
     assert got["state"] == "unknown"
     assert any(r.startswith("site near unreachable: every node silent") for r in reasons(got))
     assert queue_used(server, "a") == held  # its quota keeps holding
+    shown = server.client.get("/v1/sites", headers=server.admin).json()
+    assert {x["name"]: x["reachable"] for x in shown} == {"far": True, "near": False}
     server.schedule()  # far is the one site left open to it: no choice, it waits for any
     moved = job(server, waiting)
     assert moved["state"] == "pending" and moved["site"] is None
@@ -84,3 +86,26 @@ def test_a_job_saying_requeue_goes_back_to_its_queue_once_the_lease_is_over(
     assert job(server, near)["state"] == "running"  # not unknown: the lost-node rule applies
     silence(server, 20 * server.plane.lost_after_s, "f-0", [])
     assert job(server, near)["state"] == "pending"
+
+
+@pytest.mark.slow
+def test_a_restarted_plane_keeps_an_unknown_job_and_its_site_reconciles_it(server: Server) -> None:
+    """Unknown is stored: a restarted plane holds the job's devices as before, and the site's
+    report of its replica (here, that it ended) settles it."""
+    two_sites(server)
+    a = tenant(server, "a")
+    near = submit(server, a, "A100:4 site=near")["id"]
+    server.schedule()
+    run(server, "n-0", near)
+    silence(server, server.plane.lost_after_s + 1, "f-0", [])
+    assert job(server, near)["state"] == "unknown"
+    held = queue_used(server, "a")
+    again = reopen(server)
+    try:
+        with again.client:
+            assert job(again, near)["state"] == "unknown"
+            assert queue_used(again, "a") == held
+            heartbeat(again, "n-0", [report(near, 0, "succeeded", 0)])
+            assert job(again, near)["state"] == "succeeded"
+    finally:
+        again.plane.db.dispose()
