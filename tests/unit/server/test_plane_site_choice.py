@@ -129,3 +129,18 @@ def test_the_wait_counts_the_run_time_learned_and_a_job_goes_far_when_the_wait_i
         )
         for r in said
     ), said
+
+
+@pytest.mark.slow
+def test_a_preferred_site_comes_first_and_the_events_say_so(server: Server) -> None:
+    """prefer-site= leaves every site open and ranks its site first, before the data's."""
+    two_sites(server)
+    a = tenant(server, "a")
+    placed = submit(server, a, "A100 prefer-site=far data=imagenet")
+    server.schedule()
+    got = job(server, placed["id"])
+    assert [x["node"] for x in got["assignments"]] == ["f-0"]
+    assert got["site"] == "far"
+    said = reasons(got)
+    assert any(r.startswith("chose site far:") and "preferred" in r for r in said), said
+    assert any(r.startswith("runner-up site near: fits on 1 node, data 0 s") for r in said), said
