@@ -25,6 +25,7 @@ LAZY_COMMANDS = {
     "nodes": "xpupool.client.cli_fleet:nodes",
     "devices": "xpupool.client.cli_fleet:devices",
     "sites": "xpupool.client.cli_fleet:sites",
+    "site": "xpupool.client.cli_fleet:site",
     "queues": "xpupool.client.cli_fleet:queues",
     "top": "xpupool.client.cli_fleet:top",
     "node": "xpupool.client.cli_fleet:node",

@@ -196,6 +196,9 @@ def test_fleet_listings_top_and_cordon(srv: Plane) -> None:
     uuid = devices[0]["uuid"]
     assert srv.json("device", "cordon", uuid)["cordoned"] is True
     assert srv.json("device", "uncordon", uuid)["cordoned"] is False
+    drained = srv.json("site", "drain", "shanghai")  # issue 51: every node of it cordoned
+    assert drained["name"] == "shanghai" and drained["devices_free"] == 0
+    assert srv.json("site", "undrain", "shanghai")["devices_free"] > 0
 
 
 def test_logs_print_what_the_agent_uploaded(srv: Plane) -> None:

@@ -141,6 +141,10 @@ class Client:
     def sites(self) -> list[SiteView]:
         return read_list(self._json("GET", "/v1/sites"), SiteView.read, "sites")
 
+    def drain_site(self, name: str, drain: bool = True) -> SiteView:
+        verb = "drain" if drain else "undrain"
+        return SiteView.read(self._json("POST", f"/v1/sites/{quote(name, safe='')}/{verb}"))
+
     def accelerators(self) -> list[Accelerator]:
         from xpupool.server.schemas.devices import Accelerator
 

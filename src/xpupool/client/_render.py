@@ -44,6 +44,7 @@ _STATE_STYLE = {
     "failed": "red",
     "cancelled": "dim",
     "lost": "red",
+    "unknown": "yellow",
 }
 
 
@@ -166,12 +167,14 @@ def job_detail(job: JobView, now: float | None = None) -> RenderableType:
         ("pending reason" if job.state == "pending" else "reason", job.reason),
         ("priority", str(job.priority)),
         ("flavor", job.flavor or "-"),
+        *((("site", job.site),) if job.site else ()),
         ("command", " ".join(job.command) or "(image entry point)"),
         ("image", job.image or "(host)"),
         *((("pull", job.pull),) if job.pull else ()),
         *((("pull secret", job.pull_secret),) if job.pull_secret else ()),
         *((("listens on", _listens(job.port)),) if job.port is not None else ()),
         ("on node lost", job.on_node_lost),
+        ("on site lost", job.on_site_lost),
         ("attempts", str(job.attempts)),
         ("retries", retries_text(job)),
         ("max runtime", "-" if job.max_runtime_s is None else f"{job.max_runtime_s:g} s"),
@@ -303,8 +306,11 @@ def sites_table(sites: Sequence[SiteView]) -> FitTable:
     columns = _columns("site", "nodes ready", "devices free", "models", text=("models",))
     table = FitTable(columns, f"{len(sites)} sites")
     for site in sites:
+        state = ("" if site.reachable else " (unreachable)") + (
+            " (drained)" if site.drained else ""
+        )
         table.add_row(
-            site.name,
+            site.name + state,
             f"{site.nodes_ready}/{site.nodes}",
             f"{site.devices_free}/{site.devices}",
             ", ".join(f"{k}×{v}" for k, v in sorted(site.by_model.items())),

@@ -251,6 +251,8 @@ class SiteView:
     devices_free: int
     by_model: dict[str, int]
     raw: dict[str, Any] = field(repr=False, compare=False)
+    reachable: bool = True
+    drained: bool = False
 
     @classmethod
     def read(cls, data: object, where: str = "site") -> SiteView:
@@ -263,6 +265,8 @@ class SiteView:
             devices_free=r.integer("devices_free"),
             by_model=r.mapping("by_model", int),
             raw=r.data,
+            reachable=r.data.get("reachable") is not False,
+            drained=r.data.get("drained") is True,
         )
 
 
@@ -347,6 +351,7 @@ def read_list(data: object, read: Callable[[object, str], T], where: str) -> lis
 
 JOB_STATES = (
     "pending", "admitted", "scheduled", "running", "succeeded", "failed", "cancelled", "lost",
+    "unknown",
 )  # fmt: skip
 """schemas/jobs.py ``JobPhase``'s values, in its order (tests/unit/cli/test_views.py)."""
 FINAL_JOB_STATES = frozenset({"succeeded", "failed", "cancelled", "lost"})
@@ -511,6 +516,8 @@ class JobView:
     updated_at: float
     events: tuple[JobEventView, ...]
     raw: dict[str, Any] = field(repr=False, compare=False)
+    site: str | None = None  # the site the plane dispatched it to
+    on_site_lost: str = "wait"
 
     @classmethod
     def read(cls, data: object, where: str = "job") -> JobView:
@@ -542,6 +549,8 @@ class JobView:
                 for i, x in enumerate(r.items("volumes", []))
             ),
             on_node_lost=r.text("on_node_lost"),
+            on_site_lost=r.opt_text("on_site_lost") or "wait",
+            site=r.opt_text("site"),
             flavor=r.opt_text("flavor"),
             assignments=tuple(
                 ReplicaAssignmentView.read(a, f"{where}.assignments[{i}]")

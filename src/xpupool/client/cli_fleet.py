@@ -1,4 +1,5 @@
-"""``xpupool nodes | devices | sites | queues | top``, node/device cordoning and node deletion."""
+"""``xpupool nodes | devices | sites | queues | top``, node/device cordoning, node deletion and
+site draining."""
 
 from __future__ import annotations
 
@@ -150,6 +151,36 @@ def node() -> None:
 @click.group()
 def device() -> None:
     """Admin: take a device out of scheduling or put it back."""
+
+
+@click.group()
+def site() -> None:
+    """Admin: drain a site for maintenance, or put it back."""
+
+
+def _site_drain(name: str, drain: bool, url: str | None, token: str | None, output: str) -> None:
+    with make_client(url, token) as client:
+        found = client.drain_site(name, drain)
+    emit(output, found, lambda: sites_table([found]))
+
+
+@site.command("drain", epilog=CONNECTION_HELP)
+@click.argument("name")
+@connection_options
+@output_option
+def site_drain(name: str, url: str | None, token: str | None, output: str) -> None:
+    """No new work goes to the site; its running jobs finish there, or are moved when they say
+    on_site_lost: requeue."""
+    _site_drain(name, True, url, token, output)
+
+
+@site.command("undrain", epilog=CONNECTION_HELP)
+@click.argument("name")
+@connection_options
+@output_option
+def site_undrain(name: str, url: str | None, token: str | None, output: str) -> None:
+    """Every node of the site takes work again."""
+    _site_drain(name, False, url, token, output)
 
 
 def _node_cordon(name: str, cordon: bool, url: str | None, token: str | None, output: str) -> None:

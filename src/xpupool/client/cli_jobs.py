@@ -151,6 +151,11 @@ def wait_for(client: Client, job: JobView, until: str, timeout_s: float) -> JobV
     "xpupool secret set NAME --from-file F)",
 )
 @click.option("--on-node-lost", type=click.Choice(["requeue", "fail"]), help="[default: requeue]")
+@click.option(
+    "--on-site-lost",
+    type=click.Choice(["wait", "requeue"]),
+    help="when every node of its site stops answering [default: wait]",
+)
 @click.option("--tenant", help="admin only: submit for this tenant")
 @click.option(
     "--max-retries",
@@ -206,6 +211,7 @@ def submit(
     pull_secret: str | None,
     port: int | None,
     on_node_lost: str | None,
+    on_site_lost: str | None,
     tenant: str | None,
     max_retries: int | None,
     retry_on: str | None,
@@ -247,6 +253,7 @@ def submit(
         "pull_secret": pull_secret,
         "port": port,
         "on_node_lost": on_node_lost,
+        "on_site_lost": on_site_lost,
         "tenant": tenant,
         "max_retries": max_retries,
         "retry_on": retry_causes(retry_on),

@@ -19,6 +19,7 @@ from xpupool.catalog import AcceleratorCatalog
 from xpupool.engine.allocation_ids import AllocationIds
 from xpupool.engine.context import Context
 from xpupool.engine.device_pick import pick_devices
+from xpupool.engine.fragmentation.after import AfterPlacement
 from xpupool.engine.fragmentation.cache import FragmentationCache
 from xpupool.engine.fragmentation.measure import ShapeTable, TargetWorkload
 from xpupool.engine.fragmentation.stranded import Stranded, stranded_capacity
@@ -280,6 +281,17 @@ class Engine:
         """The fragmentation measure of ``workload`` kept current per node on this engine's
         state and filters (the simulator's series)."""
         return FragmentationCache(self.state, self.pipeline, workload)
+
+    def placement_measure(self) -> AfterPlacement | None:
+        """The fragmentation measure this engine's profile places by (its workload model's, the
+        workload given or learned), with its cache of fragmentation after placement, which
+        placing shares: a what-if that reads it (the site choice) reuses what placements
+        computed, and they what it computed. None when the profile uses no workload model, or
+        it knows no shape yet. Read it at each use: a re-learned workload replaces it."""
+        if not self.profile.uses_workload_model:
+            return None
+        after = self._model(self.profile).after
+        return after if after.frag.workload.shapes else None
 
     def rate(self, req: Request, policy: str | None = None) -> tuple[BoolArray, FloatArray]:
         """Filter and score one replica without placing it: ``(fits [N], weighted score [N])``.

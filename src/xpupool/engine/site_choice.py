@@ -38,7 +38,6 @@ import numpy as np
 from xpupool.engine.context import Context
 from xpupool.engine.engine import Engine
 from xpupool.engine.fragmentation.after import AfterPlacement
-from xpupool.engine.fragmentation.cache import FragmentationCache
 from xpupool.engine.fragmentation.measure import ShapeKey, TargetWorkload, shape_key
 from xpupool.engine.gang_sites import open_sites, within_sites
 from xpupool.engine.verdict import Verdicts
@@ -169,9 +168,12 @@ class SiteChoice:
 class SiteChooser:
     """Ranks the sites of one engine's pool for a request (the module docstring gives the rule).
 
-    ``workload`` is the target workload of the fragmentation measure (None: fragmentation counts
-    0 and the ranking goes from transfer to load). Holds a verdict cache and a fragmentation cache
-    over ``engine``'s state: make a new chooser when the engine is rebuilt."""
+    ``workload`` is the target workload of the fragmentation measure; None: the engine's own
+    (``Engine.placement_measure``: the one its profile places by, whose cache of fragmentation
+    after placement the choice and the placements share, so neither computes twice what the
+    other did), or, when its profile has none, fragmentation counts 0 and the ranking goes from
+    transfer to load. Holds a verdict cache (and, with ``workload``, a fragmentation cache) over
+    ``engine``'s state: make a new chooser when the engine is rebuilt."""
 
     def __init__(
         self,
@@ -184,21 +186,41 @@ class SiteChooser:
         self.network = network or SiteNetwork()
         self.runtimes = runtimes or RunTimes()
         self._verdicts = Verdicts(engine.state, engine.filters_off)
-        self._frag: FragmentationCache | None = (
-            None if workload is None else engine.fragmentation_cache(workload)
+        self._own = (
+            None if workload is None else AfterPlacement(engine.fragmentation_cache(workload))
         )
-        self._after = None if self._frag is None else AfterPlacement(self._frag)
+        self._taking: tuple[int, frozenset[str]] = (-1, frozenset())  # (epoch, sites)
 
     def warm(self) -> None:
         """Build now what the first choices would (the empty twin of the verdicts, the
         fragmentation of every node), not in the middle of a pass."""
         self._verdicts.warm()
-        if self._frag is not None:
-            self._frag.current()
+        after = self._after()
+        if after is not None:
+            after.frag.current()
+
+    def _after(self) -> AfterPlacement | None:
+        """The fragmentation measure and its cache of fragmentation after placement (see the
+        class docstring), or None."""
+        return self._own if self._own is not None else self.engine.placement_measure()
 
     def applies(self, req: Request) -> bool:
         """Whether there is a choice to make: more than one site of the pool is open to it."""
-        return len(open_sites(self.engine.state, req)) > 1
+        return len(self._open_sites(req)) > 1
+
+    def takes_work(self, site: str) -> bool:
+        """Whether some node of ``site`` takes new work: a site none of whose nodes does (all
+        cordoned: drained; all lost: unreachable) is never chosen, whatever it could hold."""
+        state = self.engine.state
+        if self._taking[0] != state.epoch:
+            per_site = np.bincount(state.node_site[state.node_ok], minlength=len(state.sites))
+            taking = frozenset(s for s, n in zip(state.sites, per_site.tolist(), strict=True) if n)
+            self._taking = (state.epoch, taking)
+        return site in self._taking[1]
+
+    def _open_sites(self, req: Request) -> list[str]:
+        """The sites open to ``req`` that take new work (:meth:`takes_work`)."""
+        return [s for s in open_sites(self.engine.state, req) if self.takes_work(s)]
 
     def choose(
         self,
@@ -211,14 +233,15 @@ class SiteChooser:
         Raises :class:`~xpupool.model.errors.RequestError` at ``data`` for an unknown dataset."""
         if req.data is not None:
             self.network.dataset(req.data)  # refused before any what-if
-        sites = open_sites(self.engine.state, req)
+        sites = self._open_sites(req)
         if len(sites) < 2:
             return None
         queued = queued or {}
         runtime_s, runtime_from = self.runtimes.mean_s(req, max_runtime_s)
         single = req.replicas == 1
         ctx = self.engine.feasible(req) if single else None
-        base = None if single or self._frag is None else self._frag.current().copy()
+        measure = None if single else self._after()
+        base = None if measure is None else measure.frag.current().copy()
         options: list[SiteOption] = []
         for site in sites:
             if ctx is not None:  # one replica: the filter pass says where it fits now
@@ -227,7 +250,7 @@ class SiteChooser:
                 never = not fits and site not in self._verdicts.sites_that_fit(req)
             else:
                 one = within_sites(req, (site,))
-                fits, nodes, fragment = self._what_if(one, base)
+                fits, nodes, fragment = self._what_if(one, measure, base)
                 never = not fits and self._verdicts.never_fits(one) is not None
             if never:
                 continue
@@ -262,7 +285,9 @@ class SiteChooser:
                 options.sort(key=SiteOption.rank)
         return SiteChoice(tuple(options))
 
-    def _what_if(self, req: Request, base: np.ndarray | None) -> tuple[bool, int, float]:
+    def _what_if(
+        self, req: Request, measure: AfterPlacement | None, base: np.ndarray | None
+    ) -> tuple[bool, int, float]:
         """Whether ``req`` fits now, on how many nodes, and the fragmentation it adds there;
         placed in a transaction that is rolled back."""
         with self.engine.transaction() as trial:
@@ -271,8 +296,8 @@ class SiteChooser:
                 return False, 0, 0.0
             nodes = np.unique([a.node_index for a in placed.allocations])
             fragment = 0.0
-            if self._frag is not None and base is not None:
-                after = self._frag.current()
+            if measure is not None and base is not None:
+                after = measure.frag.current()
                 fragment = float((after[nodes] - base[nodes]).sum())
             trial.rollback()
         return True, int(nodes.size), fragment
@@ -282,9 +307,10 @@ class SiteChooser:
         of its fitting nodes and cards (0 for all without a target workload)."""
         state = self.engine.state
         out = dict.fromkeys(state.sites, 0.0)
-        if self._after is None:
+        measure = self._after()
+        if measure is None:
             return out
-        seen = self._after.evaluate(ctx)
+        seen = measure.evaluate(ctx)
         nodes = seen.candidates
         after = seen.after.frag_after[nodes]
         if after.ndim == 2:  # per card: the best card that fits

@@ -102,7 +102,7 @@ class Dispatch:
 
 @dataclass(frozen=True, slots=True)
 class Start:
-    """An agent reports a replica's process: admitted or scheduled -> running."""
+    """An agent reports a replica's process: admitted, scheduled or unknown -> running."""
 
     reason: str
 
@@ -172,8 +172,38 @@ class LeaseExpired:
         return self.reported or self.silent_s >= self.needed_s
 
 
+@dataclass(frozen=True, slots=True)
+class SiteUnreachable:
+    """Every node of its site stopped answering (``server/site_health.py``): scheduled or running
+    -> unknown, its devices and quota kept, its stop (if any) kept. Nothing but the site's own
+    word moves it on: a silence past the lease (:class:`LeaseExpired` not ``reported``) is then
+    not enough, since the plane cannot tell a stopped run from one it no longer hears."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reached:
+    """Its site answers again with a report of its replicas: unknown -> running (the report
+    itself then moves it on as usual: ended, stopped by its lease)."""
+
+    reason: str
+
+
 Event = (
-    Submit | Admit | Schedule | Dispatch | Start | Note | Stop | Ended | Adopt | Lost | LeaseExpired
+    Submit
+    | Admit
+    | Schedule
+    | Dispatch
+    | Start
+    | Note
+    | Stop
+    | Ended
+    | Adopt
+    | Lost
+    | LeaseExpired
+    | SiteUnreachable
+    | Reached
 )
 
 
@@ -229,7 +259,7 @@ def transition(job: JobStatus | None, event: Event) -> Outcome:
     if isinstance(event, Dispatch) and phase in HOLDING_STATES and job.stop is None:
         return Outcome(phase, event.reason, attempt=event.attempt, sets_reason=False)
     # a start or a note while the job is being stopped keeps the stop and its reason
-    if isinstance(event, Start) and phase in (P.ADMITTED, P.SCHEDULED):
+    if isinstance(event, Start) and phase in (P.ADMITTED, P.SCHEDULED, P.UNKNOWN):
         return Outcome(P.RUNNING, event.reason, job.stop, job.stop_reason)
     if isinstance(event, Note):
         reason, sets = event.reason, event.sets_reason
@@ -244,6 +274,12 @@ def transition(job: JobStatus | None, event: Event) -> Outcome:
         return Outcome(P.SUCCEEDED, event.reason, release=True, exit_code=event.exit_code)
     if isinstance(event, Adopt) and phase in HOLDING_STATES and job.stop is None:
         return Outcome(phase, event.reason, sets_reason=False)
+    if isinstance(event, SiteUnreachable) and phase in (P.SCHEDULED, P.RUNNING):
+        return Outcome(P.UNKNOWN, event.reason, job.stop, job.stop_reason)
+    if isinstance(event, Reached) and phase is P.UNKNOWN:
+        return Outcome(P.RUNNING, event.reason, job.stop, job.stop_reason)
+    if isinstance(event, LeaseExpired) and phase is P.UNKNOWN and not event.reported:
+        return Outcome(phase, event.reason, changed=False)  # the plane's word alone: not enough
     lost = (isinstance(event, Lost) and event.cause is not StopCause.NODE_LOST) or (
         isinstance(event, LeaseExpired) and event.sure
     )

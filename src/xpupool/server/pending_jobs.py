@@ -10,9 +10,11 @@ requeues jobs stays as it was.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Protocol, TypeVar
 
+from xpupool.engine.fragmentation.measure import ShapeKey, shape_key
 from xpupool.model.request import Request
 
 
@@ -21,6 +23,9 @@ class Queued(Protocol):
 
     tenant: str
     request: Request
+    site: str | None  # the site it was dispatched to (None: not dispatched)
+
+    def keep_to(self, site: str | None) -> None: ...
 
 
 P = TypeVar("P", bound=Queued)
@@ -33,6 +38,7 @@ class PendingJobs(dict[int, P]):
         super().__init__()
         self._jobs: dict[str, int] = {}
         self._replicas: dict[str, int] = {}
+        self._dispatched: dict[ShapeKey, Counter[str]] = {}
         self.update(items)
 
     def tally(self, tenant: str) -> tuple[int, int]:
@@ -43,6 +49,19 @@ class PendingJobs(dict[int, P]):
         t = job.tenant
         self._jobs[t] = self._jobs.get(t, 0) + sign
         self._replicas[t] = self._replicas.get(t, 0) + sign * job.request.replicas
+        if job.site is not None:
+            self._dispatched.setdefault(shape_key(job.request), Counter())[job.site] += sign
+
+    def dispatched(self, req: Request) -> Mapping[str, int]:
+        """Per site, the pending jobs of ``req``'s shape dispatched there."""
+        return self._dispatched.get(shape_key(req), Counter())
+
+    def dispatch(self, job_id: int, site: str | None) -> None:
+        """Keep pending job ``job_id`` to ``site`` (None: to the sites it asked for again)."""
+        job = self[job_id]
+        self._count(job, -1)
+        job.keep_to(site)
+        self._count(job, +1)
 
     def __setitem__(self, job_id: int, job: P) -> None:
         old = super().get(job_id)
@@ -85,6 +104,7 @@ class PendingJobs(dict[int, P]):
         super().clear()
         self._jobs.clear()
         self._replicas.clear()
+        self._dispatched.clear()
 
     def __ior__(self, other: Mapping[int, P]) -> PendingJobs[P]:  # type: ignore[override,misc]
         self.update(other)

@@ -35,7 +35,7 @@ from xpupool.engine.outcomes import (
 )
 from xpupool.model.errors import Unavailable
 from xpupool.server import job_lifecycle as lc
-from xpupool.server import rehearsal
+from xpupool.server import job_sites, rehearsal
 from xpupool.server.job_checkpoints import stop_cost_of
 from xpupool.server.plane import ControlPlane, HeldJob, PendingJob, allocation_to_dict, foreign_use
 from xpupool.server.schemas.jobs import JobPhase, StopCause
@@ -213,6 +213,7 @@ def _try_admit(plane: ControlPlane, conn: Connection, writes: JobWrites, job: Pe
     (``storage/job_writes.py``)."""
     gen = plane.retry_gate.generation
     try:
+        job_sites.dispatch(plane, writes, job)  # its site first, where several are open to it
         decision = plane.cycle.decide(job, plane.held_jobs)
     except Exception as exc:  # a request the engine rejects outright stays pending with the reason
         log.exception("job %d: admission failed", job.id)

@@ -123,6 +123,24 @@ LEGAL: list[tuple[lc.JobStatus | None, lc.Event, P, StopCause | None, bool, bool
         True,
         False,
     ),
+    # its site stopped answering (issue 51): unknown, devices kept, the stop kept; only the
+    # site's word moves it on, a silence past the lease does not
+    (st(P.RUNNING), lc.SiteUnreachable("s"), P.UNKNOWN, None, False, False),
+    (st(P.SCHEDULED), lc.SiteUnreachable("s"), P.UNKNOWN, None, False, False),
+    (
+        st(P.RUNNING, stop=C.CANCELLED),
+        lc.SiteUnreachable("s"),
+        P.UNKNOWN,
+        C.CANCELLED,
+        False,
+        False,
+    ),
+    (st(P.UNKNOWN), lc.LeaseExpired("silent", 9, 9), P.UNKNOWN, None, False, False),
+    (st(P.UNKNOWN), lc.Reached("back"), P.RUNNING, None, False, False),
+    (st(P.UNKNOWN), lc.Start("its site reports it"), P.RUNNING, None, False, False),
+    (st(P.UNKNOWN), lc.Ended(False, "ok"), P.SUCCEEDED, None, True, False),
+    (st(P.UNKNOWN), lc.LeaseExpired("g", reported=True), P.PENDING, None, True, True),
+    (st(P.UNKNOWN, may_run=True), lc.Stop(C.CANCELLED, "u"), P.UNKNOWN, C.CANCELLED, False, False),
 ]
 
 
@@ -156,6 +174,8 @@ ILLEGAL: list[tuple[lc.JobStatus | None, lc.Event]] = [
     (st(P.SCHEDULED), lc.Admit("q")),
     (st(P.RUNNING), lc.Start("again")),
     (st(P.RUNNING, stop=C.CANCELLED), lc.Dispatch(2, "a")),
+    (st(P.PENDING), lc.SiteUnreachable("s")),
+    (st(P.RUNNING), lc.Reached("r")),
     *[(st(f), e) for f in FINAL for e in (lc.Stop(C.CANCELLED, "u"), lc.Note("x"), lc.Admit("q"))],
 ]
 

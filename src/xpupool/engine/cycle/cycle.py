@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from xpupool.engine.cycle.admission import Admission, Admitted, Preemption, Refusal
+from xpupool.engine.cycle.dispatch import SiteDispatch
 from xpupool.engine.cycle.eviction import may_evict, may_reclaim
 from xpupool.engine.cycle.preempt import Loss, plan_preemption
 from xpupool.engine.cycle.stop_cost import StopCosts, cards_of
@@ -32,6 +33,7 @@ from xpupool.engine.outcomes import (
     WaitCause,
     WaitingForVictims,
 )
+from xpupool.engine.site_choice import SiteChoice
 from xpupool.engine.txn import Transaction
 from xpupool.engine.verdict import Verdicts
 from xpupool.model.allocation import Allocation
@@ -127,12 +129,14 @@ class SchedulingCycle:
         admission: Admission,
         verdicts: Verdicts | None = None,
         stop_costs: StopCosts | None = None,
+        sites: SiteDispatch | None = None,
     ) -> None:
         self.admission = admission
         self.engine = admission.engine
         self.verdicts = verdicts  # with it, a wait nothing could end says so
         # with it, victims that lose least are preferred and min-run is kept (stop_cost.py)
         self.stop_costs = stop_costs
+        self.sites = sites  # with it, :meth:`dispatch` chooses a site (dispatch.py)
         self._refused: dict[tuple[object, ...], Wait] | None = None
         self._refused_at = (-1, -1)
 
@@ -148,6 +152,32 @@ class SchedulingCycle:
     def order(self, pending: Sequence[PendingWork]) -> list[int]:
         """Indices of ``pending`` in the order to try them: DRF, then priority, then position."""
         return self.admission.order([(p.request, p.queue) for p in pending])
+
+    def dispatch(
+        self,
+        req: Request,
+        queued: Callable[[], Mapping[str, int]],
+        max_runtime_s: float | None = None,
+    ) -> SiteChoice | None:
+        """The sites open to a pending job's ``req`` ranked by the site choice
+        (``engine/site_choice.py``), best first, before it is decided: the caller keeps the job
+        to the chosen one (``within_sites``) from then on. None when there is no choice to make
+        (no :attr:`sites`, fewer than two sites open that take new work, or none
+        that could ever hold it or that its data reaches): it is decided as it is.
+        ``queued()[site]``: the jobs of its shape already dispatched to that site and pending
+        (asked only when there is a choice: a pass over a one-site pool pays nothing for it).
+        Changes nothing; raises ``RequestError`` at ``data`` for a dataset the network lacks."""
+        if self.sites is None:
+            return None
+        chooser = self.sites.chooser(self.engine)
+        if not chooser.applies(req):
+            return None
+        return chooser.choose(req, queued(), max_runtime_s)
+
+    def takes_work(self, site: str) -> bool:
+        """Whether a job dispatched to ``site`` may stay so: some node there takes new work
+        (False: every node cordoned, a drained site, or lost, an unreachable one)."""
+        return self.sites is None or self.sites.chooser(self.engine).takes_work(site)
 
     def decide(self, job: PendingWork, running: Mapping[int, RunningWork]) -> Decision:
         """Admit and place ``job`` now, or say why not and whom to preempt for it.

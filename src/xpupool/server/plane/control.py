@@ -23,6 +23,7 @@ from xpupool.catalog.images import ImageCatalog, default_image_catalog
 from xpupool.disk_reserve import DEFAULT_LOG_RESERVE_BYTES
 from xpupool.engine.cycle.admission import Admission, QueueSpec
 from xpupool.engine.cycle.cycle import SchedulingCycle
+from xpupool.engine.cycle.dispatch import SiteDispatch
 from xpupool.engine.cycle.fair_share import DecayedUsage
 from xpupool.engine.cycle.retry_gate import RetryGate
 from xpupool.engine.cycle.stop_cost import StopCost
@@ -35,6 +36,7 @@ from xpupool.engine.verdict import Verdicts
 from xpupool.model.allocation import Allocation
 from xpupool.model.errors import RequestError, Unavailable
 from xpupool.model.request import Request
+from xpupool.model.request_model import request_from_dict
 from xpupool.model.site_network import SiteNetwork
 from xpupool.model.stopping import MAX_GRACE_S
 from xpupool.server import job_lifecycle as lc
@@ -123,9 +125,10 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         # the volume model jobs mount at their runtime's cache path (services/model_cache.py;
         # ``xpupool up --model-cache``); None: none
         self.model_cache = model_cache
-        # the links between node sites and where named datasets live (``xpupool up --sites
-        # FILE``, model/site_network.py): a job's ``data`` names one of these datasets
-        self.site_network = SiteNetwork()
+        # the site choice's books (engine/cycle/dispatch.py): the links between node sites and
+        # where named datasets live (``site_network``: ``xpupool up --sites FILE``,
+        # model/site_network.py; a job's ``data`` names one of these), the run times learned
+        self.site_dispatch = SiteDispatch()
         # where the nodes live and work runs (server/sites/): ``xpupool up`` hands them in; by
         # default the agent pool alone, as every plane had before sites
         self.sites = sites if sites is not None else Sites([AgentPoolSite()])
@@ -446,7 +449,9 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
     def cycle(self) -> SchedulingCycle:
         """The scheduling cycle on the current quota books (rebuilt with them)."""
         if self._cycle is None or self._cycle.admission is not self.admission:
-            self._cycle = SchedulingCycle(self.admission, self.verdicts, self._stop_cost)
+            self._cycle = SchedulingCycle(
+                self.admission, self.verdicts, self._stop_cost, self.site_dispatch
+            )
 
         return self._cycle
 
@@ -499,6 +504,25 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
     def queue_job(self, job: PendingJob) -> None:
         """``job`` waits in its queue (a submission, stored by the caller under the lock)."""
         self._pending[job.id] = job
+
+    @property
+    def site_network(self) -> SiteNetwork:
+        """The sites file's links and datasets (what the site choice weighs)."""
+        return self.site_dispatch.network
+
+    @site_network.setter
+    def site_network(self, network: SiteNetwork) -> None:
+        self.site_dispatch.network = network
+
+    def dispatched(self, job: PendingJob) -> Mapping[str, int]:
+        """Per site, the pending jobs of ``job``'s shape dispatched there (the site choice's
+        queue positions)."""
+        return self._pending.dispatched(job.request)
+
+    def dispatch(self, job_id: int, site: str | None) -> None:
+        """Keep pending job ``job_id`` to ``site`` (the scheduling pass, as it stores the
+        choice; None: to the sites it asked for again)."""
+        self._pending.dispatch(job_id, site)
 
     def queued_tally(self, tenant: str) -> tuple[int, int]:
         """(pending jobs, their replicas) of ``tenant``."""
@@ -732,6 +756,8 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
             if cols.get("started_at") is not None:
                 held.started_at = now
             if out.release:
+                if out.phase is JobPhase.SUCCEEDED:
+                    self._learn_run(conn, held, now)
                 self.release_job(conn, held)
             elif stopping:  # the sites of its nodes stop it; released when they report it ended
                 self.sites.stop(held, self._nodes)
@@ -763,6 +789,14 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         return lc.JobStatus(
             phase, stop, stop_reason, may_run, int(row["retries"] or 0), lc.retry_policy(row)
         )
+
+    def _learn_run(self, conn: Connection, job: HeldJob, now: float) -> None:
+        """The site choice's wait estimator learns the run time of a job that succeeded
+        (``engine/site_choice.py``, ``RunTimes``), where there are sites to choose between."""
+        if job.started_at is None or len(self.engine.sites()) < 2:
+            return
+        request = request_from_dict(store.job_row(conn, job.id)["request"])
+        self.site_dispatch.runtimes.record(request, now - job.started_at)
 
     def release_job(self, conn: Connection, job: HeldJob) -> None:
         """Give back every allocation of ``job`` (engine, quota and store)."""

@@ -261,6 +261,19 @@ class NodeBook:
             with self.write() as conn:
                 self.cordon_node(conn, name, cordoned)
 
+    def set_site_cordon(self, site: str, cordoned: bool) -> list[str]:
+        """Cordon (or uncordon) every node of node site ``site`` as one step (a site's drain,
+        ``services/site_drain.py``); its nodes' names. NotFound for a site no node names."""
+        with self._lock:
+            names = sorted(n for n, r in self._nodes.items() if site and r.node.site == site)
+            if not names:
+                raise NotFound("site", site)
+            with self.write() as conn:
+                for name in names:
+                    if self._nodes[name].cordoned != cordoned:
+                        self.cordon_node(conn, name, cordoned)
+            return names
+
     def set_card_cordon(self, uuid: str, cordoned: bool) -> str:
         """Cordon (or uncordon) the card ``uuid`` as one step; the name of its node. NotFound
         for a UUID no node has. Uncordoning is the admin's word: the card's health verdict is

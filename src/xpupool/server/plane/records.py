@@ -13,6 +13,7 @@ from dataclasses import fields as dataclass_fields
 from xpupool.engine.cycle.admission import Admission
 from xpupool.engine.cycle.cycle import Stopping
 from xpupool.engine.engine import Engine
+from xpupool.engine.gang_sites import within_sites
 from xpupool.model.allocation import Allocation
 from xpupool.model.device import Node
 from xpupool.model.request import Request
@@ -91,6 +92,19 @@ class PendingJob:
     not_before: float = 0.0  # Unix time: a retry waiting out its backoff is not tried before
     max_runtime_s: float | None = None  # what each run may last (held with the job once placed)
     attempts: int = 0  # runs started before (a retry's, held with the job once placed)
+    # the site the plane dispatched it to (issue 51; stored as the job's ``site``): ``request``
+    # is then ``asked`` kept to that site; None: not dispatched, ``request`` is ``asked``
+    site: str | None = None
+    asked: Request = field(init=False)  # the request as the user gave it: the sites it allowed
+
+    def __post_init__(self) -> None:
+        self.asked = self.request
+
+    def keep_to(self, site: str | None) -> None:
+        """Dispatch it to ``site`` (None: undo a dispatch, its request as asked again). Through
+        ``PendingJobs.dispatch`` while it is queued, which counts it per site."""
+        self.site = site
+        self.request = self.asked if site is None else within_sites(self.asked, (site,))
 
 
 @dataclass

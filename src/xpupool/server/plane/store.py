@@ -202,6 +202,8 @@ def pending_from_row(row: object) -> PendingJob:
     job.not_before = float(r.get("not_before") or 0.0)
     job.max_runtime_s = r.get("max_runtime_s")
     job.attempts = int(r.get("attempts") or 0)
+    if r.get("site") is not None:
+        job.keep_to(r["site"])
     return job
 
 

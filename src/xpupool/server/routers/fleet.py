@@ -14,7 +14,14 @@ from xpupool.server.schemas.base import ErrorBody
 from xpupool.server.schemas.devices import Accelerator, Device, DeviceDetail
 from xpupool.server.schemas.nodes import Node, NodeDeletion, NodeTaintsIn, Site, TaintKeyIn
 from xpupool.server.schemas.overview import FleetOverview, History
-from xpupool.server.services import accelerators, fleet, node_deletion, node_taints, overview
+from xpupool.server.services import (
+    accelerators,
+    fleet,
+    node_deletion,
+    node_taints,
+    overview,
+    site_drain,
+)
 from xpupool.server.wire_values import MAX_REASON, quote, shorten
 
 router = APIRouter(prefix="/v1", tags=["fleet"])
@@ -110,6 +117,18 @@ def uncordon_device(uuid: Uuid, plane: Plane, _: Admin) -> Device:
 @router.get("/sites", response_model=list[Site])
 def list_sites(plane: Plane, _: User) -> list[Site]:
     return fleet.list_sites(plane)
+
+
+@router.post("/sites/{name}/drain", response_model=Site)
+def drain_site(name: NodeName, plane: Plane, _: Admin) -> Site:
+    """No new work there; running jobs left to finish or moved, by their on_site_lost."""
+    return site_drain.drain_site(plane, name, True)
+
+
+@router.post("/sites/{name}/undrain", response_model=Site)
+def undrain_site(name: NodeName, plane: Plane, _: Admin) -> Site:
+    """Every node of the site takes work again."""
+    return site_drain.drain_site(plane, name, False)
 
 
 @router.get("/accelerators", response_model=list[Accelerator])

@@ -34,6 +34,9 @@ class JobPhase(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     LOST = "lost"
+    # its site stopped answering (issue 51): it keeps its devices and its quota; only its site's
+    # own word (a report when it answers again) moves it on (server/site_health.py)
+    UNKNOWN = "unknown"
 
 
 JobState = JobPhase
@@ -73,7 +76,9 @@ def _or_compact_string(schema: dict[str, Any]) -> None:
 
 
 FINAL_STATES = frozenset({JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.CANCELLED, JobPhase.LOST})
-HOLDING_STATES = frozenset({JobPhase.ADMITTED, JobPhase.SCHEDULED, JobPhase.RUNNING})
+HOLDING_STATES = frozenset(
+    {JobPhase.ADMITTED, JobPhase.SCHEDULED, JobPhase.RUNNING, JobPhase.UNKNOWN}
+)
 
 
 class _SpecText(str):
@@ -181,6 +186,12 @@ class JobIn(Strict):
     )
     on_node_lost: Literal["requeue", "fail"] = Field(
         "requeue", description="What happens when the job's node stops heartbeating."
+    )
+    on_site_lost: Literal["wait", "requeue"] = Field(
+        "wait",
+        description="What happens to it running when every node of its site stops answering "
+        "(docs/sites.md): 'wait' shows it unknown, holding its devices and quota, until the site "
+        "answers; 'requeue' treats it as on a lost node (on_node_lost), so it may run elsewhere.",
     )
     tenant: Name | None = Field(
         None, description="Admin only: submit on behalf of this tenant. Null = the token's tenant."
@@ -319,7 +330,13 @@ class Job(Lenient):
         default_factory=list, description="The volumes the job mounts."
     )
     on_node_lost: str
+    on_site_lost: str = Field("wait", description="JobIn.on_site_lost.")
     flavor: str | None = None
+    site: str | None = Field(
+        None,
+        description="The site the plane dispatched it to, chosen among those its request allows "
+        "(request.sites); null: none chosen (one site open to it, or not tried yet).",
+    )
     assignments: list[ReplicaAssignment] = Field(default_factory=list)
     exit_code: int | None = None
     attempts: int = Field(0, description="How often it was started (each run counts one).")

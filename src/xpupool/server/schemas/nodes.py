@@ -160,3 +160,9 @@ class Site(Lenient):
     devices: int
     devices_free: int
     by_model: dict[str, int]
+    reachable: bool = Field(
+        True,
+        description="False: every node of it is an agent's and lost, in a pool of several sites "
+        "(docs/sites.md, sites that stop answering), as of the last round of the lost-node watch.",
+    )
+    drained: bool = Field(False, description="Every node of it is cordoned (xpupool site drain).")

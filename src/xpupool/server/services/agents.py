@@ -15,6 +15,7 @@ from sqlalchemy import Connection, select
 
 from xpupool.model.errors import NotFound, RequestError, Unavailable
 from xpupool.server import job_lifecycle as lc
+from xpupool.server import site_health
 from xpupool.server.auth import Principal
 from xpupool.server.body_limit import MAX_LOG_CHUNK
 from xpupool.server.job_checkpoints import record_checkpoint, stopping_of
@@ -466,6 +467,7 @@ def mark_lost_nodes(plane: ControlPlane) -> list[str]:
     needed = plane.lease.requeue_after_s
     with plane.write() as conn:
         # a copy: requeueing the jobs of a node the admin deletes removes the node (a drain)
+        silent_nodes: list[tuple[str, float]] = []
         for name, rec in plane.agent_node_records():
             if rec.source != "agent":
                 continue
@@ -475,10 +477,16 @@ def mark_lost_nodes(plane: ControlPlane) -> list[str]:
                     continue
                 plane.node_event(conn, name, nl.Silent())
                 lost.append(name)
+            silent_nodes.append((name, silent))
+        # sites whose every node is lost (issue 51): their jobs wait, unknown, before any lease
+        site_health.check(plane, conn)
+        for name, silent in silent_nodes:
             if silent < needed:
                 continue
-            victims: list[HeldJob] = [
-                j for j in plane.held_jobs.values() if any(a.node == name for a in j.allocations)
+            victims: list[HeldJob] = [  # an unknown job waits for its site (site_health.py)
+                j
+                for j in plane.held_jobs.values()
+                if j.state is not JobPhase.UNKNOWN and any(a.node == name for a in j.allocations)
             ]
             for job in victims:
                 reason = (

@@ -260,7 +260,9 @@ def _list_sites(plane: ControlPlane) -> list[Site]:
     for n in _list_nodes(plane, None):
         by_site.setdefault(n.site, []).append(n)
     models: dict[str, Counter[str]] = {}
+    open_nodes: Counter[str] = Counter()  # per site, its nodes not cordoned
     for rec in plane.node_records.values():
+        open_nodes[rec.node.site] += not rec.cordoned
         c = models.setdefault(rec.node.site, Counter())
         for d in rec.node.devices:
             c[_canonical(plane, d.vendor, d.model) or d.model] += 1
@@ -272,6 +274,8 @@ def _list_sites(plane: ControlPlane) -> list[Site]:
             devices=sum(n.devices for n in ns),
             devices_free=sum(n.devices_free for n in ns if n.schedulable),
             by_model=dict(sorted(models.get(site, Counter()).items())),
+            reachable=site not in plane.site_dispatch.unreachable,
+            drained=not open_nodes[site],
         )
         for site, ns in sorted(by_site.items())
     ]

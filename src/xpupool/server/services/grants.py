@@ -135,6 +135,7 @@ def cap_queued(plane: ControlPlane, conn: Connection, queue: str | None = None) 
         if job is not None:
             job.priority = cap
             job.request = replace(job.request, priority=cap)
+            job.asked = replace(job.asked, priority=cap)  # as asked, kept to no site (issue 51)
             job.tried = NEVER_TRIED  # tried again in the next pass, as a new job is
         changed.append(int(row.id))
     return changed

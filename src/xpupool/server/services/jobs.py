@@ -266,6 +266,7 @@ def _store(
         "secrets": [ref.model_dump() for ref in body.secrets] or None,
         "volumes": [m.model_dump() for m in body.volumes] or None,
         "on_node_lost": body.on_node_lost,
+        "on_site_lost": body.on_site_lost,
         "flavor": None,
         "exit_code": None,
         "attempts": 0,

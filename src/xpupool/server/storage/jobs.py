@@ -47,6 +47,10 @@ jobs = Table(
     # the current run's last checkpoint (Unix time), so that a restarted plane's preemption
     # planner still knows what a job would lose (server/job_checkpoints.py)
     Column("checkpoint_at", Float, nullable=True),
+    # the site the plane dispatched it to (engine/cycle/dispatch.py); null: none chosen (the
+    # request's own sites, kept apart in ``request``, are what the user allowed)
+    Column("site", String(63), nullable=True),
+    Column("on_site_lost", String(10), nullable=True),  # null: 'wait' (JobIn.on_site_lost)
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
     Index("ix_jobs_state", "state"),
