@@ -1,31 +1,37 @@
-"""A service's proxy in the plane's HTTP workers (``xpupool up --http-workers``): a worker serves
-a service's proxy path itself, over the endpoints and token checks it polls from the plane on the
-submission channel (``front/proxy_source.py``). Here both run in this process on real sockets
-(the worker's app on TCP, the plane's on its Unix sockets), so the test can give the plane its
-replicas (the Go stub, ``service_stubs.py``) and take them away: a streamed answer must still
+"""A service's proxy outside the plane, over the endpoints and token checks it polls from the
+plane on the submission channel (``front/proxy_source.py``), in both of its forms: the ASGI proxy
+in the plane's HTTP workers (``xpupool up --http-workers``) and the forwarder of the proxy's own
+process (``xpupool up --proxy-port``, ``front/proxy_server.py``); every test runs against both
+(``front``), which must answer alike. Here all run in this process on real sockets (the worker's
+app and the forwarder on TCP, the plane's on its Unix sockets), so the test can give the plane
+its replicas (the Go stub, ``service_stubs.py``) and take them away: a streamed answer must still
 arrive event by event, a websocket must pass, the replica must see the client's address and none
 of the caller's credentials, a replica taken away and a revoked token must stop within the poll's
-bound, and the requests in flight in the worker must reach the plane's counts."""
+bound, and the requests in flight in the proxy must reach the plane's counts."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 import uvicorn
+import uvloop
 from server_proc import free_port, stop_process, until
 from service_stubs import StaticEndpoints, Stub, start_stub
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as ws_connect
 
 from xpupool.server.app import create_app
 from xpupool.server.front.app import FrontApp
 from xpupool.server.front.plane_side import SubmitChannel
+from xpupool.server.front.proxy_main import serve
 from xpupool.server.front.proxy_plane import ProxyAnswers
 from xpupool.server.front.wire import CALLER, SNAPSHOT, FrameError
 from xpupool.server.plane import ControlPlane
@@ -47,7 +53,8 @@ def _serve(config: uvicorn.Config) -> tuple[uvicorn.Server, threading.Thread]:
 
 @dataclass
 class Worker:
-    url: str  # the worker's
+    url: str  # the proxy's under test: the worker's, or the proxy process's forwarder
+    api: str  # the worker's (the API's routes)
     token: str  # a tenant token of t1
     admin: str  # the admin token (reads /metrics)
     stub: Stub  # t1's service 'llm'
@@ -64,11 +71,31 @@ class Worker:
     def store(self, name: str) -> None:
         """A service of t1 in the store (no controller runs here: it gets no replica)."""
         body = {"name": name, "job": {"command": ["true"]}}
-        httpx.post(f"{self.url}/v1/services", json=body, headers=self.auth()).raise_for_status()
+        httpx.post(f"{self.api}/v1/services", json=body, headers=self.auth()).raise_for_status()
 
 
-@pytest.fixture(scope="module")
-def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
+def _forwarder(channel: Path) -> tuple[str, Callable[[], None]]:
+    """The proxy process's forwarder (``proxy_main.serve``) on a thread of its own: its URL and
+    how to stop it; on uvloop, as the process runs it (and uvicorn runs the workers)."""
+    listening = socket.create_server(("127.0.0.1", 0))
+    loop = uvloop.new_event_loop()
+    stop = asyncio.Event()
+    thread = threading.Thread(
+        target=loop.run_until_complete, args=(serve(listening, channel, stop),), daemon=True
+    )
+    thread.start()
+
+    def halt() -> None:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(10)
+
+    return f"http://127.0.0.1:{listening.getsockname()[1]}", halt
+
+
+@pytest.fixture(scope="module", params=["worker", "process"])
+def worker(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Worker]:
     root = tmp_path_factory.mktemp("workers")
     plane = open_plane(UpConfig(data=root / ".xpupool", cluster=CLUSTER, agent=False))
     stub = start_stub("w")
@@ -90,13 +117,16 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
     port = free_port()
     app = ProxyFirst(front, front.services)  # as front/main.py serves it
     outer = _serve(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    url = f"http://127.0.0.1:{port}"
+    url = api = f"http://127.0.0.1:{port}"
+    halt: Callable[[], None] | None = None
+    if request.param == "process":
+        url, halt = _forwarder(root / "channel.sock")
     admin = (root / ".xpupool" / "admin-token").read_text().strip()
     h = {"Authorization": f"Bearer {admin}"}
-    httpx.post(f"{url}/v1/tenants", json={"name": "t1"}, headers=h).raise_for_status()
-    r = httpx.post(f"{url}/v1/tenants/t1/tokens", json={"name": "t"}, headers=h)
+    httpx.post(f"{api}/v1/tenants", json={"name": "t1"}, headers=h).raise_for_status()
+    r = httpx.post(f"{api}/v1/tenants/t1/tokens", json={"name": "t"}, headers=h)
     token = r.raise_for_status().json()["token"]
-    w = Worker(url, token, admin, stub, plane, endpoints, loops[0])
+    w = Worker(url, api, token, admin, stub, plane, endpoints, loops[0])
     w.store("llm")
     # the worker serves from the snapshot it polls: the first test must not race its first poll
     # (on a loaded machine the service was not in it yet)
@@ -110,6 +140,8 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
         yield w
     finally:
         stop_process(stub.proc)
+        if halt is not None:
+            halt()
         for server, thread in (outer, inner):
             server.should_exit = True
             thread.join(10)
@@ -228,7 +260,7 @@ def test_a_replica_taken_away_leaves_the_workers_list(worker: Worker) -> None:
 
 
 def test_a_revoked_service_token_is_refused_by_the_worker(worker: Worker) -> None:
-    base = f"{worker.url}/v1/services/llm/tokens"
+    base = f"{worker.api}/v1/services/llm/tokens"
     r = httpx.post(base, json={"name": "web"}, headers=worker.auth())
     assert r.status_code == 201, r.text
     issued = r.json()
@@ -278,11 +310,11 @@ def test_a_stopped_service_is_answered_503_naming_its_state_by_the_worker(
 
     until(lambda: "503 service halted has no" in detail(), "the worker's snapshot with 'halted'")
     assert "retry-after=2" in detail()
-    r = httpx.post(f"{worker.url}/v1/services/halted/stop", headers=worker.auth())
+    r = httpx.post(f"{worker.api}/v1/services/halted/stop", headers=worker.auth())
     assert r.status_code == 200 and r.json()["state"] == "stopped", r.text
     until(lambda: "503 service halted is stopped" in detail(), "the worker saying it is stopped")
     assert "retry-after=None" in detail()
-    r = httpx.post(f"{worker.url}/v1/services/halted/start", headers=worker.auth())
+    r = httpx.post(f"{worker.api}/v1/services/halted/start", headers=worker.auth())
     assert r.status_code == 200 and r.json()["state"] == "pending", r.text
     until(lambda: "503 service halted has no" in detail(), "the worker saying 'halted' waits")
 
@@ -290,7 +322,7 @@ def test_a_stopped_service_is_answered_503_naming_its_state_by_the_worker(
 def _answered(worker: Worker, code: str) -> float:
     """``xpupool_service_requests_total`` of t1's llm for ``code``, as the plane's /metrics
     says it (through the worker, as a scraper reads it)."""
-    r = httpx.get(f"{worker.url}/metrics", headers=worker.auth(worker.admin), timeout=10)
+    r = httpx.get(f"{worker.api}/metrics", headers=worker.auth(worker.admin), timeout=10)
     r.raise_for_status()
     line = f'xpupool_service_requests_total{{code="{code}",service="llm",tenant="t1"}} '
     found = [x for x in r.text.splitlines() if x.startswith(line)]
@@ -306,9 +338,9 @@ def test_the_requests_the_worker_answered_show_in_the_metrics_and_the_service(
     for _ in range(5):
         assert httpx.get(worker.proxy("llm", "/v1/models"), headers=worker.auth()).is_success
     until(lambda: _answered(worker, "200") >= before + 5, "the worker's answers in /metrics")
-    r = httpx.get(f"{worker.url}/metrics", headers=worker.auth(worker.admin), timeout=10)
+    r = httpx.get(f"{worker.api}/metrics", headers=worker.auth(worker.admin), timeout=10)
     assert 'xpupool_service_request_seconds_count{service="llm",tenant="t1"}' in r.text
-    r = httpx.get(f"{worker.url}/v1/services/llm", headers=worker.auth())
+    r = httpx.get(f"{worker.api}/v1/services/llm", headers=worker.auth())
     assert r.json()["requests_per_s"] > 0 and r.json()["p99_ms"] is not None
 
 
@@ -358,3 +390,24 @@ def test_a_workers_frame_that_breaks_the_format_is_refused_and_changes_nothing(
     assert worker.plane.service_traffic.in_flight("t1", "llm") == 0
     assert _answered(worker, "200") == before
     assert not answers.tokens.unknown
+
+
+def test_a_websocket_to_a_stopped_service_closes_1013_naming_its_state(worker: Worker) -> None:
+    """As for HTTP (503 naming the state), a websocket is accepted and closed at once with
+    1013 (try again later) and a reason that says the service is stopped."""
+    worker.store("asleep")
+    r = httpx.post(f"{worker.api}/v1/services/asleep/stop", headers=worker.auth())
+    assert r.status_code == 200, r.text
+    until(
+        lambda: "is stopped" in httpx.get(worker.proxy("asleep", "/"), headers=worker.auth()).text,
+        "the proxy's snapshot with 'asleep' stopped",
+    )
+    ws_url = worker.proxy("asleep", "/ws").replace("http://", "ws://")
+    with (
+        ws_connect(ws_url, additional_headers=worker.auth(), open_timeout=10) as ws,
+        pytest.raises(ConnectionClosed) as closed,
+    ):
+        ws.recv(timeout=10)
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == 1013
+    assert "asleep is stopped" in closed.value.rcvd.reason
