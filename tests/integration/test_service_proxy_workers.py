@@ -12,6 +12,7 @@ bound, and the requests in flight in the proxy must reach the plane's counts."""
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
 import socket
 import threading
@@ -411,3 +412,46 @@ def test_a_websocket_to_a_stopped_service_closes_1013_naming_its_state(worker: W
     assert closed.value.rcvd is not None
     assert closed.value.rcvd.code == 1013
     assert "asleep is stopped" in closed.value.rcvd.reason
+
+
+class _Counting(http.server.BaseHTTPRequestHandler):
+    """A replica that counts the connections it was opened (``server.opened``)."""
+
+    protocol_version = "HTTP/1.1"  # keep-alive
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.opened += 1  # type: ignore[attr-defined]
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("content-length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_requests_to_a_replica_reuse_one_connection(worker: Worker) -> None:
+    """Requests one after the other go on one kept-alive connection to the replica (the
+    forwarder once read httptools' keep-alive after the answer had ended, when it always says
+    no, and opened a connection per request: twice the CPU per request)."""
+    replica = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
+    replica.opened = 0  # type: ignore[attr-defined]
+    threading.Thread(target=replica.serve_forever, daemon=True).start()
+    try:
+        worker.store("counted")
+        at = Endpoint(job_id=7, replica=0, host="127.0.0.1", port=replica.server_address[1])
+        worker.endpoints.ready_by[("t1", "counted")] = [at]
+        with httpx.Client(headers=worker.auth(), timeout=10) as client:
+            until(
+                lambda: client.get(worker.proxy("counted", "/")).status_code == 200,
+                "the replica in the proxy's snapshot",
+            )
+            for _ in range(5):
+                assert client.get(worker.proxy("counted", "/")).text == "ok"
+        assert replica.opened == 1  # type: ignore[attr-defined]
+    finally:
+        replica.shutdown()
+        replica.server_close()

@@ -59,7 +59,17 @@ class UpstreamError(Exception):
 class _Request:
     """One request as the client's parser found it; its body arrives on :meth:`chunks`."""
 
-    __slots__ = ("body", "complete", "headers", "method", "more", "taken", "upgrade", "url")
+    __slots__ = (
+        "body",
+        "complete",
+        "headers",
+        "keep_alive",
+        "method",
+        "more",
+        "taken",
+        "upgrade",
+        "url",
+    )
 
     def __init__(self) -> None:
         self.url = b""
@@ -70,6 +80,8 @@ class _Request:
         self.more = asyncio.Event()
         self.upgrade = b""  # bytes after the head of an upgrade (a websocket's first frames)
         self.taken = False  # some of the body was sent on: it cannot be sent again
+        # read when the head is parsed: httptools says False once the message is complete
+        self.keep_alive = False
 
     def length(self) -> int:
         """The body's length when sized (-1: chunked; 0: none)."""
@@ -85,8 +97,10 @@ class _Response:
     """The replica's answer, as its parser finds it."""
 
     def __init__(self) -> None:
+        self.parser = httptools.HttpResponseParser(self)
         self.headers: list[tuple[bytes, bytes]] = []
         self.head_done = False
+        self.keep_alive = False  # as the head says (httptools forgets it at the message's end)
         self.body: list[bytes] = []
         self.complete = False
 
@@ -95,6 +109,7 @@ class _Response:
 
     def on_headers_complete(self) -> None:
         self.head_done = True
+        self.keep_alive = self.parser.should_keep_alive()
 
     def on_body(self, body: bytes) -> None:
         self.body.append(body)
@@ -259,6 +274,7 @@ class ClientConnection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         assert self.request is not None
         self.request.method = self.parser.get_method()
+        self.request.keep_alive = self.parser.should_keep_alive()
         self.queue.put_nowait(self.request)
 
     def on_body(self, body: bytes) -> None:
@@ -336,7 +352,7 @@ class ClientConnection(asyncio.Protocol):
 
     async def _one(self, request: _Request) -> bool:
         """Answer ``request``; whether the connection stays open for another."""
-        keep = self.parser.should_keep_alive()
+        keep = request.keep_alive
         scope = self.scope(request)
         if scope is None:
             await self._drain(request)
@@ -395,7 +411,7 @@ class ClientConnection(asyncio.Protocol):
         proxy = self.server.proxy
         causes: list[str] = []
         at: Endpoint | None = endpoints[0]
-        got: tuple[_Upstream, _Response, httptools.HttpResponseParser] | None = None
+        got: tuple[_Upstream, _Response] | None = None
         for i, endpoint in enumerate(endpoints):
             if i:
                 proxy.traffic.moved(at, endpoint)
@@ -417,9 +433,9 @@ class ClientConnection(asyncio.Protocol):
             why = f"service {name}: no replica answered ({'; '.join(causes)})"
             await self.write(json_answer(502, why, close=not whole))
             return 502, at, whole
-        conn, response, parser = got
-        status = parser.get_status_code()
-        finished = await self._answer(address, conn, response, parser, request.method)
+        conn, response = got
+        status = response.parser.get_status_code()
+        finished = await self._answer(address, conn, response, request.method)
         return (status if finished else 499), at, finished
 
     def _head(
@@ -439,7 +455,7 @@ class ClientConnection(asyncio.Protocol):
 
     async def _send(
         self, address: tuple[str, int], head: list[bytes], content: bytes
-    ) -> tuple[_Upstream, _Response, httptools.HttpResponseParser]:
+    ) -> tuple[_Upstream, _Response]:
         """Write a request with its body in hand (its length is the caller's header); read the
         answer's head. A reused connection the replica had closed meanwhile is replaced once."""
         host = b"host: %s:%d" % (address[0].encode(), address[1])
@@ -456,7 +472,7 @@ class ClientConnection(asyncio.Protocol):
 
     async def _send_streamed(
         self, address: tuple[str, int], head: list[bytes], request: _Request, length: int
-    ) -> tuple[_Upstream, _Response, httptools.HttpResponseParser]:
+    ) -> tuple[_Upstream, _Response]:
         """Write a request whose body streams as it comes (chunked, or sized and long)."""
         conn, _ = await self.server.pool.take(address)
         host = b"host: %s:%d" % (address[0].encode(), address[1])
@@ -472,35 +488,31 @@ class ClientConnection(asyncio.Protocol):
             conn.close()
             raise UpstreamError(f"{type(exc).__name__}: {exc}") from None
 
-    async def _read_head(
-        self, conn: _Upstream
-    ) -> tuple[_Upstream, _Response, httptools.HttpResponseParser]:
+    async def _read_head(self, conn: _Upstream) -> tuple[_Upstream, _Response]:
         response = _Response()
-        parser = httptools.HttpResponseParser(response)
         try:
             while not response.head_done:
                 data = await conn.reader.read(READ_BYTES)
                 if not data:
                     raise UpstreamError("the replica closed the connection before answering")
-                parser.feed_data(data)
-                if response.head_done and parser.get_status_code() < 200:
+                response.parser.feed_data(data)
+                if response.head_done and response.parser.get_status_code() < 200:
                     response = _Response()  # 100 Continue: read on
-                    parser = httptools.HttpResponseParser(response)
         except (OSError, httptools.HttpParserError) as exc:
             raise UpstreamError(f"{type(exc).__name__}: {exc}") from None
-        return conn, response, parser
+        return conn, response
 
     async def _answer(
         self,
         address: tuple[str, int],
         conn: _Upstream,
         response: _Response,
-        parser: httptools.HttpResponseParser,
         method: bytes,
     ) -> bool:
         """The replica's answer written on as it comes; False if either side went away first
         (the replica's connection is closed then, else it goes back to the pool)."""
         chunked = not any(k == b"content-length" for k, _ in response.headers)
+        parser = response.parser
         status = parser.get_status_code()
         bodiless = method == b"HEAD" or status in (204, 304)
         lines = [b"HTTP/1.1 %d %s" % (status, REASONS.get(status, b"Unknown"))]
@@ -540,7 +552,7 @@ class ClientConnection(asyncio.Protocol):
             conn.close()
             self._drop()
             return False
-        if bodiless or conn.reader.at_eof() or not parser.should_keep_alive():
+        if bodiless or conn.reader.at_eof() or not response.keep_alive:
             conn.close()
         else:
             self.server.pool.give_back(address, conn)
