@@ -6,9 +6,10 @@ framing of the replica's answer on the way back (docs/benchmarks.md). Here a req
 parsed once, the replica's answer is parsed by httptools only to find where it ends, and its
 bytes are written on as they come: a sized body as it is, a chunked one re-chunked chunk by
 chunk (a stream of server-sent events reaches the client event by event); a websocket is passed
-through as bytes once the replica accepted the upgrade. Every decision is the ASGI proxy's own,
-called here (``ServiceProxy``: who the caller is, the ready replicas in round robin, 404/503 for
-none, the forwarded headers without the caller's credentials), over the same source
+through as bytes once the replica accepted the upgrade (``proxy_server_ws.py``). Every decision
+is the ASGI proxy's own, called here (``ServiceProxy``: who the caller is, the ready replicas in
+round robin, 404/503 for none, the forwarded headers without the caller's credentials, the
+replicas tried in turn), over the same source
 (``proxy_source.WorkerSource``, the HTTP workers' snapshot of the plane), so both answer alike:
 the behaviour tests run against both (``tests/integration/test_service_proxy_workers.py``).
 """
@@ -16,13 +17,9 @@ the behaviour tests run against both (``tests/integration/test_service_proxy_wor
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
 import json
 import logging
-import struct
 from collections.abc import AsyncIterator, Sequence
-from contextlib import suppress
 from http import HTTPStatus
 from typing import Any, cast
 from urllib.parse import unquote
@@ -32,31 +29,25 @@ import httptools
 from xpupool.server.service_caller import Caller
 from xpupool.server.service_endpoints import Endpoint
 from xpupool.server.service_proxy import (
-    CONNECT_TIMEOUT_S,
     HOP_BY_HOP,
     REPLAYABLE_BYTES,
     RETRY_AFTER_S,
     ServiceProxy,
     forwarded_headers,
+    in_turn,
     proxy_route,
     upstream_path,
 )
-from xpupool.server.service_proxy_ws import FAILED, POLICY, TRY_AGAIN
+from xpupool.server.upstream_http import UpstreamConnection, UpstreamError, UpstreamPool
 
 log = logging.getLogger("xpupool.server")
 READ_BYTES = 65536
 MAX_HEAD_BYTES = 64 << 10  # a request's line and headers; past it the connection is dropped
 BODY_HIGH_WATER = 1 << 20  # request bytes held before the client's socket is paused
-MAX_IDLE_PER_ADDRESS = 64
-WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455, 1.3
 REASONS = {int(s): s.phrase.encode() for s in HTTPStatus}
 
 
-class UpstreamError(Exception):
-    """No answer started: refused, reset or closed first (tried on the next replica)."""
-
-
-class _Request:
+class ClientRequest:
     """One request as the client's parser found it; its body arrives on :meth:`chunks`."""
 
     __slots__ = (
@@ -118,57 +109,6 @@ class _Response:
         self.complete = True
 
 
-class _Upstream:
-    """A keep-alive connection to one replica."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-
-    def usable(self) -> bool:
-        return not self.reader.at_eof() and not self.writer.is_closing()
-
-    def close(self) -> None:
-        with suppress(Exception):
-            self.writer.close()
-
-
-class RawPool:
-    """Idle keep-alive connections to replicas, per (host, port)."""
-
-    def __init__(self) -> None:
-        self.idle: dict[tuple[str, int], list[_Upstream]] = {}
-
-    async def take(self, address: tuple[str, int]) -> tuple[_Upstream, bool]:
-        """An idle connection (True) or a new one (False); :class:`UpstreamError` if refused."""
-        idle = self.idle.get(address)
-        while idle:
-            conn = idle.pop()
-            if conn.usable():
-                return conn, True
-            conn.close()
-        try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(*address, limit=READ_BYTES * 4), CONNECT_TIMEOUT_S
-            )
-        except (OSError, TimeoutError) as exc:
-            raise UpstreamError(f"{type(exc).__name__}: {exc}") from None
-        return _Upstream(reader, writer), False
-
-    def give_back(self, address: tuple[str, int], conn: _Upstream) -> None:
-        idle = self.idle.setdefault(address, [])
-        if len(idle) < MAX_IDLE_PER_ADDRESS and conn.usable():
-            idle.append(conn)
-        else:
-            conn.close()
-
-    def close(self) -> None:
-        for idle in self.idle.values():
-            for conn in idle:
-                conn.close()
-        self.idle.clear()
-
-
 def json_answer(
     status: int, reason: str, headers: Sequence[tuple[bytes, bytes]] = (), close: bool = False
 ) -> bytes:
@@ -187,7 +127,7 @@ class ProxyServer:
 
     def __init__(self, proxy: ServiceProxy) -> None:
         self.proxy = proxy
-        self.pool = RawPool()
+        self.pool: UpstreamPool = proxy.upstream  # its keep-alive connections, written raw here
 
     def protocol(self) -> ClientConnection:
         return ClientConnection(self)
@@ -204,8 +144,8 @@ class ClientConnection(asyncio.Protocol):
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
         self.client: tuple[str, int] | None = None
-        self.queue: asyncio.Queue[_Request | None] = asyncio.Queue()
-        self.request: _Request | None = None
+        self.queue: asyncio.Queue[ClientRequest | None] = asyncio.Queue()
+        self.request: ClientRequest | None = None
         self.head_bytes = 0
         self.gone = asyncio.Event()
         self.writable = asyncio.Event()
@@ -260,7 +200,7 @@ class ClientConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ parser callbacks
     def on_message_begin(self) -> None:
-        self.request = _Request()
+        self.request = ClientRequest()
         self.head_bytes = 0
 
     def on_url(self, url: bytes) -> None:
@@ -314,7 +254,7 @@ class ClientConnection(asyncio.Protocol):
         if not self.writable.is_set():
             await self.writable.wait()
 
-    async def body(self, request: _Request) -> AsyncIterator[bytes]:
+    async def body(self, request: ClientRequest) -> AsyncIterator[bytes]:
         """The request's body as it comes (the client's socket resumed as it is taken)."""
         assert self.transport is not None
         while True:
@@ -330,7 +270,7 @@ class ClientConnection(asyncio.Protocol):
             request.more.clear()
             await request.more.wait()
 
-    def scope(self, request: _Request) -> dict[str, Any] | None:
+    def scope(self, request: ClientRequest) -> dict[str, Any] | None:
         """The request as the ASGI proxy's helpers read it (None: not a proxy path)."""
         url = httptools.parse_url(request.url)
         raw_path: bytes = url.path or b"/"
@@ -350,7 +290,7 @@ class ClientConnection(asyncio.Protocol):
             "path_params": {"name": found[0], "path": found[1]},
         }
 
-    async def _one(self, request: _Request) -> bool:
+    async def _one(self, request: ClientRequest) -> bool:
         """Answer ``request``; whether the connection stays open for another."""
         keep = request.keep_alive
         scope = self.scope(request)
@@ -361,6 +301,8 @@ class ClientConnection(asyncio.Protocol):
         if request.upgrade or any(
             k == b"upgrade" and v.lower() == b"websocket" for k, v in request.headers
         ):
+            from xpupool.server.front.proxy_server_ws import WebsocketSplice
+
             await WebsocketSplice(self, request, scope).run()
             return False
         proxy = self.server.proxy
@@ -390,14 +332,14 @@ class ClientConnection(asyncio.Protocol):
             proxy.traffic.finished(who.tenant, name, endpoint, status, seconds)
         return keep and keep_up
 
-    async def _drain(self, request: _Request) -> None:
+    async def _drain(self, request: ClientRequest) -> None:
         """Read a refused request's body to its end (a keep-alive connection goes on after)."""
         async for _ in self.body(request):
             pass
 
     async def _exchange(
         self,
-        request: _Request,
+        request: ClientRequest,
         scope: dict[str, Any],
         headers: list[tuple[bytes, bytes]],
         endpoints: list[Endpoint],
@@ -408,25 +350,17 @@ class ClientConnection(asyncio.Protocol):
         replayable = 0 <= length <= REPLAYABLE_BYTES
         content = b"".join([c async for c in self.body(request)]) if replayable else None
         head = self._head(request, scope, headers, length)
-        proxy = self.server.proxy
-        causes: list[str] = []
-        at: Endpoint | None = endpoints[0]
-        got: tuple[_Upstream, _Response] | None = None
-        for i, endpoint in enumerate(endpoints):
-            if i:
-                proxy.traffic.moved(at, endpoint)
-                at = endpoint
+
+        async def attempt(endpoint: Endpoint) -> tuple[UpstreamConnection, _Response]:
             address = (endpoint.host, endpoint.port)
-            try:
-                if content is not None:
-                    got = await self._send(address, head, content)
-                else:
-                    got = await self._send_streamed(address, head, request, length)
-                break
-            except UpstreamError as exc:
-                causes.append(f"{endpoint.host}:{endpoint.port}: {exc}")
-                if request.taken and content is None:
-                    break  # its body was sent on in part: it cannot be sent again
+            if content is not None:
+                return await self._send(address, head, content)
+            return await self._send_streamed(address, head, request, length)
+
+        def again() -> bool:  # not once a body was sent on in part
+            return not (request.taken and content is None)
+
+        got, at, causes = await in_turn(self.server.proxy.traffic, endpoints, attempt, again)
         if got is None:
             name = scope["path_params"]["name"]
             whole = request.complete and not request.body
@@ -435,12 +369,12 @@ class ClientConnection(asyncio.Protocol):
             return 502, at, whole
         conn, response = got
         status = response.parser.get_status_code()
-        finished = await self._answer(address, conn, response, request.method)
+        finished = await self._answer((at.host, at.port), conn, response, request.method)
         return (status if finished else 499), at, finished
 
     def _head(
         self,
-        request: _Request,
+        request: ClientRequest,
         scope: dict[str, Any],
         headers: list[tuple[bytes, bytes]],
         length: int,
@@ -455,13 +389,13 @@ class ClientConnection(asyncio.Protocol):
 
     async def _send(
         self, address: tuple[str, int], head: list[bytes], content: bytes
-    ) -> tuple[_Upstream, _Response]:
+    ) -> tuple[UpstreamConnection, _Response]:
         """Write a request with its body in hand (its length is the caller's header); read the
         answer's head. A reused connection the replica had closed meanwhile is replaced once."""
         host = b"host: %s:%d" % (address[0].encode(), address[1])
         data = b"\r\n".join([*head, host]) + b"\r\n\r\n" + content
         while True:
-            conn, reused = await self.server.pool.take(address)
+            conn, reused = await self.server.pool.connection(address)
             try:
                 conn.writer.write(data)
                 return await self._read_head(conn)
@@ -471,10 +405,10 @@ class ClientConnection(asyncio.Protocol):
                     raise
 
     async def _send_streamed(
-        self, address: tuple[str, int], head: list[bytes], request: _Request, length: int
-    ) -> tuple[_Upstream, _Response]:
+        self, address: tuple[str, int], head: list[bytes], request: ClientRequest, length: int
+    ) -> tuple[UpstreamConnection, _Response]:
         """Write a request whose body streams as it comes (chunked, or sized and long)."""
-        conn, _ = await self.server.pool.take(address)
+        conn, _ = await self.server.pool.connection(address)
         host = b"host: %s:%d" % (address[0].encode(), address[1])
         try:
             conn.writer.write(b"\r\n".join([*head, host]) + b"\r\n\r\n")
@@ -488,7 +422,7 @@ class ClientConnection(asyncio.Protocol):
             conn.close()
             raise UpstreamError(f"{type(exc).__name__}: {exc}") from None
 
-    async def _read_head(self, conn: _Upstream) -> tuple[_Upstream, _Response]:
+    async def _read_head(self, conn: UpstreamConnection) -> tuple[UpstreamConnection, _Response]:
         response = _Response()
         try:
             while not response.head_done:
@@ -505,7 +439,7 @@ class ClientConnection(asyncio.Protocol):
     async def _answer(
         self,
         address: tuple[str, int],
-        conn: _Upstream,
+        conn: UpstreamConnection,
         response: _Response,
         method: bytes,
     ) -> bool:
@@ -558,7 +492,7 @@ class ClientConnection(asyncio.Protocol):
             self.server.pool.give_back(address, conn)
         return not self.gone.is_set()
 
-    async def _read_or_leave(self, conn: _Upstream) -> bytes | None:
+    async def _read_or_leave(self, conn: UpstreamConnection) -> bytes | None:
         """The replica's next bytes, or None when the client went away first."""
         read = asyncio.ensure_future(conn.reader.read(READ_BYTES))
         if read.done():
@@ -572,126 +506,3 @@ class ClientConnection(asyncio.Protocol):
             return read.result()
         read.cancel()
         return None
-
-
-class WebsocketSplice:
-    """A websocket on a proxy path: the caller checked as for any request, the replica's
-    handshake made with the client's own headers, and once it answers 101 the bytes flow both
-    ways untouched. Refusals are the ASGI proxy's: a refused caller gets 403; no ready replica,
-    a handshake then a close with 1013 (1008 for a service not found) naming why; no replica
-    taking it, 1011."""
-
-    def __init__(self, client: ClientConnection, request: _Request, scope: dict[str, Any]) -> None:
-        self.client = client
-        self.request = request
-        self.scope = {**scope, "type": "websocket"}
-
-    async def run(self) -> None:
-        proxy = self.client.server.proxy
-        headers, authorization = forwarded_headers(self.scope)
-        who = await proxy.who(self.scope, authorization)
-        if not isinstance(who, Caller):
-            await self.client.write(
-                b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-            )
-            return
-        name: str = self.scope["path_params"]["name"]
-        endpoints = proxy.order(who.tenant, name)
-        if not endpoints:
-            status, why, _ = await proxy.none_ready(who.tenant, name)
-            await self.refuse(TRY_AGAIN if status == 503 else POLICY, why)
-            return
-        passed = [(k, v) for k, v in headers]
-        passed += [(k, v) for k, v in self.request.headers if k.startswith(b"sec-websocket-")]
-        passed += [(b"connection", b"Upgrade"), (b"upgrade", b"websocket")]
-        target = upstream_path(self.scope, name)
-        causes: list[str] = []
-        for endpoint in endpoints:
-            address = (endpoint.host, endpoint.port)
-            try:
-                conn, _ = await self.client.server.pool.take(address)
-            except UpstreamError as exc:
-                causes.append(f"{endpoint.host}:{endpoint.port}: {exc}")
-                continue
-            head = [b"GET " + target + b" HTTP/1.1"]
-            head += [b"host: %s:%d" % (address[0].encode(), address[1])]
-            head += [k + b": " + v for k, v in passed]
-            conn.writer.write(b"\r\n".join(head) + b"\r\n\r\n")
-            answer = await self._upstream_head(conn)
-            if answer is None or not answer.startswith(b"HTTP/1.1 101"):
-                conn.close()
-                line = answer.split(b"\r\n", 1)[0].decode("latin-1") if answer else "closed"
-                causes.append(f"{endpoint.host}:{endpoint.port}: {line}")
-                if answer is None:
-                    continue
-                break
-            proxy.traffic.started(who.tenant, name, endpoint)
-            try:
-                await self.splice(conn, answer)
-            finally:
-                proxy.traffic.finished(who.tenant, name, endpoint, 101, None)
-            return
-        why = f"service {name}: no replica took the websocket ({'; '.join(causes)})"
-        await self.refuse(FAILED, why)
-
-    async def _upstream_head(self, conn: _Upstream) -> bytes | None:
-        """The replica's answer to the handshake, up to its blank line (frames after it stay in
-        the reader); None when it closed or reset first."""
-        try:
-            return await asyncio.wait_for(conn.reader.readuntil(b"\r\n\r\n"), CONNECT_TIMEOUT_S)
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
-            return None
-
-    async def splice(self, conn: _Upstream, answer: bytes) -> None:
-        """The replica's 101 to the client, then bytes both ways until either side closes."""
-        client = self.client
-        assert client.transport is not None
-        await client.write(answer)
-        if self.request.upgrade:
-            conn.writer.write(self.request.upgrade)
-        loop = asyncio.get_running_loop()
-        ours = ClientPump(conn.writer)
-        client.transport.set_protocol(ours)
-        client.transport.resume_reading()
-
-        async def down() -> None:
-            while True:
-                data = await conn.reader.read(READ_BYTES)
-                if not data:
-                    return
-                await client.write(data)
-
-        downward = loop.create_task(down())
-        try:
-            upward = loop.create_task(ours.closed.wait())
-            await asyncio.wait((downward, upward), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            downward.cancel()
-            upward.cancel()
-            conn.close()
-
-    async def refuse(self, code: int, reason: str) -> None:
-        """Accept the client's handshake, then close with ``code`` and ``reason``."""
-        key = next((v for k, v in self.request.headers if k == b"sec-websocket-key"), b"")
-        accept = base64.b64encode(hashlib.sha1(key.strip() + WS_GUID).digest())
-        said = reason.encode()[:120]
-        payload = struct.pack(">H", code) + said
-        handshake = b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n"
-        handshake += b"connection: Upgrade\r\nsec-websocket-accept: " + accept + b"\r\n\r\n"
-        await self.client.write(handshake + b"\x88" + bytes([len(payload)]) + payload)
-
-
-class ClientPump(asyncio.Protocol):
-    """The client's side of a websocket once spliced: its bytes written to the replica."""
-
-    def __init__(self, upstream: asyncio.StreamWriter) -> None:
-        self.upstream = upstream
-        self.closed = asyncio.Event()
-
-    def data_received(self, data: bytes) -> None:
-        self.upstream.write(data)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed.set()
-        with suppress(Exception):
-            self.upstream.close()
