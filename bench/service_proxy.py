@@ -23,8 +23,10 @@ Then a closed loop of ``--concurrency`` clients gives the requests per second at
 direct and through the proxy.
 
 Reports per rate the medians over the runs of the direct and proxied p50/p99 (ms), the added
-p50/p99 (proxied minus direct, per run, then the median), the rate achieved and the errors; and
-the saturation rates. ``--proxy-process``: this build's proxied requests go to the proxy's own
+p50/p99 (proxied minus direct, per run, then the median), the rate achieved, the errors and the
+CPU time the proxying processes spent per proxied request (ms: the HTTP workers', or the proxy's
+own process's, from /proc; a figure a loaded machine moves less than latency); and the
+saturation rates. ``--proxy-process``: this build's proxied requests go to the proxy's own
 process (``xpupool up --proxy-port``) instead of the API's port. ``--compare NAME=CHECKOUT``
 measures the server of another checkout's ``src`` the same way (through its API's port), after
 this one (one JSON object per build). Goal (issue 47): p99 added
@@ -163,6 +165,25 @@ def _load(load: Path, url: str, token: str | None, seconds: float, **how: float)
     return found
 
 
+def _proxy_cpu_s(server: int, own_process: bool) -> float:
+    """CPU seconds (user and system) the processes that serve the proxied requests have used:
+    the proxy's own process, else the HTTP workers (the plane's children, by their module)."""
+    marker = b"proxy_main" if own_process else b"xpupool.server.front.main"
+    total = 0.0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if int(fields[1]) != server or marker not in (proc / "cmdline").read_bytes():
+                continue
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+    return total
+
+
 def _median(values: list[float]) -> float:
     return round(statistics.median(values), 3)
 
@@ -184,7 +205,7 @@ def run(args: argparse.Namespace, src: Path, own_process: bool) -> dict[str, Any
         proxy_port = _free_port() if own_process else None
         server = _start(Path(tmp) / "data", port, args.http_workers, src, proxy_port)
         try:
-            return _measure(args, load_bin, stub, Path(tmp) / "data", port, proxy_port)
+            return _measure(args, load_bin, stub, Path(tmp) / "data", port, proxy_port, server.pid)
         finally:
             _remove_service(f"http://127.0.0.1:{port}", Path(tmp) / "data")
             _stop(server)
@@ -242,6 +263,7 @@ def _measure(
     data: Path,
     port: int,
     proxy_port: int | None,
+    server: int,
 ) -> dict[str, Any]:
     url = f"http://127.0.0.1:{port}"
     admin = {"Authorization": f"Bearer {(data / 'admin-token').read_text().strip()}"}
@@ -263,7 +285,10 @@ def _measure(
         for _ in range(args.runs):
             for rate in args.rates:
                 d = _load(load_bin, direct, None, args.seconds, rate=rate)
+                cpu = _proxy_cpu_s(server, proxy_port is not None)
                 p = _load(load_bin, proxied, token, args.seconds, rate=rate)
+                cpu = _proxy_cpu_s(server, proxy_port is not None) - cpu
+                per_request_ms = 1000 * cpu / max(1.0, p["rate"] * args.seconds)
                 row = rows.setdefault(rate, {})
                 for key, value in (
                     ("direct_p50_ms", d["p50_ms"]),
@@ -274,6 +299,7 @@ def _measure(
                     ("added_p99_ms", p["p99_ms"] - d["p99_ms"]),
                     ("proxy_rate", p["rate"]),
                     ("proxy_errors", p["errors"]),
+                    ("proxy_cpu_ms_per_request", per_request_ms),
                 ):
                     row.setdefault(key, []).append(value)
         saturation = {
@@ -355,7 +381,8 @@ def main() -> None:
                 f"p99 {row['direct_p99_ms']:.2f}  proxy p50 {row['proxy_p50_ms']:.2f} "
                 f"p99 {row['proxy_p99_ms']:.2f}  added p50 {row['added_p50_ms']:.2f} "
                 f"p99 {row['added_p99_ms']:.2f} ms  achieved {row['proxy_rate']:.1f}/s  "
-                f"errors {row['proxy_errors']:.0f}"
+                f"errors {row['proxy_errors']:.0f}  "
+                f"proxy CPU {row['proxy_cpu_ms_per_request']:.2f} ms/request"
             )
         sat = result["saturation_rps"]
         print(
