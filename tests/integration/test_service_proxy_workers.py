@@ -30,6 +30,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as ws_connect
 
 from xpupool.server.app import create_app
+from xpupool.server.front import proxy_server
 from xpupool.server.front.app import FrontApp
 from xpupool.server.front.plane_side import SubmitChannel
 from xpupool.server.front.proxy_main import serve
@@ -455,3 +456,30 @@ def test_requests_to_a_replica_reuse_one_connection(worker: Worker) -> None:
     finally:
         replica.shutdown()
         replica.server_close()
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """Whether the other end closed ``sock`` (within its timeout)."""
+    try:
+        while sock.recv(65536):
+            pass
+    except TimeoutError:
+        return False
+    return True
+
+
+def test_the_proxy_process_drops_a_head_too_slow_or_too_long(
+    worker: Worker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection that sends no whole request head in time, or a head past the limit, is
+    closed: it holds nothing of the forwarder for long (the workers' uvicorn has its own)."""
+    if worker.url == worker.api:
+        pytest.skip("the forwarder's own limits")
+    monkeypatch.setattr(proxy_server, "HEAD_TIMEOUT_S", 0.5)
+    port = int(worker.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as slow:
+        slow.sendall(b"GET /v1/services/llm/proxy/v1/models HTTP/1.1\r\nhost: x\r\n")
+        assert _closed_by_peer(slow)
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as long:
+        long.sendall(b"GET / HTTP/1.1\r\n" + b"x-pad: " + b"a" * (proxy_server.MAX_HEAD_BYTES + 1))
+        assert _closed_by_peer(long)

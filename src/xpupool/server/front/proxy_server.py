@@ -43,6 +43,7 @@ from xpupool.server.upstream_http import UpstreamConnection, UpstreamError, Upst
 log = logging.getLogger("xpupool.server")
 READ_BYTES = 65536
 MAX_HEAD_BYTES = 64 << 10  # a request's line and headers; past it the connection is dropped
+HEAD_TIMEOUT_S = 10.0  # a connection's next request head must be whole within this (as the API's)
 BODY_HIGH_WATER = 1 << 20  # request bytes held before the client's socket is paused
 REASONS = {int(s): s.phrase.encode() for s in HTTPStatus}
 
@@ -147,6 +148,8 @@ class ClientConnection(asyncio.Protocol):
         self.queue: asyncio.Queue[ClientRequest | None] = asyncio.Queue()
         self.request: ClientRequest | None = None
         self.head_bytes = 0
+        self.awaiting_head = True  # no whole head since the last answer (or the connection)
+        self.timer: asyncio.TimerHandle | None = None
         self.gone = asyncio.Event()
         self.writable = asyncio.Event()
         self.writable.set()
@@ -159,8 +162,24 @@ class ClientConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.client = (str(peer[0]), int(peer[1])) if peer else None
         self.task = asyncio.get_running_loop().create_task(self._serve())
+        self._await_head()
+
+    def _await_head(self) -> None:
+        """Wait for the next request's head: dropped unless it is whole in HEAD_TIMEOUT_S (a
+        client that opens connections and sends nothing, or a header a byte at a time, holds
+        none for long)."""
+        self.awaiting_head, self.head_bytes = True, 0
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer = asyncio.get_running_loop().call_later(HEAD_TIMEOUT_S, self._head_late)
+
+    def _head_late(self) -> None:
+        if self.awaiting_head:
+            self._drop()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
         self.gone.set()
         self.writable.set()
         if self.request is not None:
@@ -174,7 +193,7 @@ class ClientConnection(asyncio.Protocol):
         self.writable.set()
 
     def data_received(self, data: bytes) -> None:
-        if self.request is None or not self.request.headers:
+        if self.awaiting_head:
             self.head_bytes += len(data)
             if self.head_bytes > MAX_HEAD_BYTES:
                 self._drop()
@@ -201,7 +220,6 @@ class ClientConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ parser callbacks
     def on_message_begin(self) -> None:
         self.request = ClientRequest()
-        self.head_bytes = 0
 
     def on_url(self, url: bytes) -> None:
         assert self.request is not None
@@ -213,6 +231,7 @@ class ClientConnection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         assert self.request is not None
+        self.awaiting_head = False
         self.request.method = self.parser.get_method()
         self.request.keep_alive = self.parser.should_keep_alive()
         self.queue.put_nowait(self.request)
@@ -243,6 +262,8 @@ class ClientConnection(asyncio.Protocol):
                 if not keep or self.gone.is_set():
                     transport.close()
                     return
+                if self.queue.empty():
+                    self._await_head()
         except Exception:  # a bug must not leave the connection open and silent
             log.exception("service proxy: a request failed")
             transport.close()
