@@ -30,6 +30,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as ws_connect
 
 from xpupool.server.app import create_app
+from xpupool.server.connection_guard import ConnectionLimits
 from xpupool.server.front import proxy_server
 from xpupool.server.front.app import FrontApp
 from xpupool.server.front.plane_side import SubmitChannel
@@ -57,6 +58,7 @@ def _serve(config: uvicorn.Config) -> tuple[uvicorn.Server, threading.Thread]:
 class Worker:
     url: str  # the proxy's under test: the worker's, or the proxy process's forwarder
     api: str  # the worker's (the API's routes)
+    channel: Path  # the plane's channel, which the proxies poll
     token: str  # a tenant token of t1
     admin: str  # the admin token (reads /metrics)
     stub: Stub  # t1's service 'llm'
@@ -76,14 +78,18 @@ class Worker:
         httpx.post(f"{self.api}/v1/services", json=body, headers=self.auth()).raise_for_status()
 
 
-def _forwarder(channel: Path) -> tuple[str, Callable[[], None]]:
+def _forwarder(
+    channel: Path, limits: ConnectionLimits | None = None
+) -> tuple[str, Callable[[], None]]:
     """The proxy process's forwarder (``proxy_main.serve``) on a thread of its own: its URL and
     how to stop it; on uvloop, as the process runs it (and uvicorn runs the workers)."""
     listening = socket.create_server(("127.0.0.1", 0))
     loop = uvloop.new_event_loop()
     stop = asyncio.Event()
     thread = threading.Thread(
-        target=loop.run_until_complete, args=(serve(listening, channel, stop),), daemon=True
+        target=loop.run_until_complete,
+        args=(serve(listening, channel, stop, limits),),
+        daemon=True,
     )
     thread.start()
 
@@ -128,7 +134,7 @@ def worker(
     httpx.post(f"{api}/v1/tenants", json={"name": "t1"}, headers=h).raise_for_status()
     r = httpx.post(f"{api}/v1/tenants/t1/tokens", json={"name": "t"}, headers=h)
     token = r.raise_for_status().json()["token"]
-    w = Worker(url, api, token, admin, stub, plane, endpoints, loops[0])
+    w = Worker(url, api, root / "channel.sock", token, admin, stub, plane, endpoints, loops[0])
     w.store("llm")
     # the worker serves from the snapshot it polls: the first test must not race its first poll
     # (on a loaded machine the service was not in it yet)
@@ -468,18 +474,30 @@ def _closed_by_peer(sock: socket.socket) -> bool:
     return True
 
 
-def test_the_proxy_process_drops_a_head_too_slow_or_too_long(
-    worker: Worker, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_proxy_process_holds_clients_to_the_apis_connection_limits(worker: Worker) -> None:
     """A connection that sends no whole request head in time, or a head past the limit, is
-    closed: it holds nothing of the forwarder for long (the workers' uvicorn has its own)."""
+    closed, and one over the connections per address is answered 429 and closed, as on the
+    API's port (``connection_guard.py``): a client holds nothing of the forwarder for long."""
     if worker.url == worker.api:
-        pytest.skip("the forwarder's own limits")
-    monkeypatch.setattr(proxy_server, "HEAD_TIMEOUT_S", 0.5)
-    port = int(worker.url.rsplit(":", 1)[1])
-    with socket.create_connection(("127.0.0.1", port), timeout=20) as slow:
-        slow.sendall(b"GET /v1/services/llm/proxy/v1/models HTTP/1.1\r\nhost: x\r\n")
-        assert _closed_by_peer(slow)
-    with socket.create_connection(("127.0.0.1", port), timeout=20) as long:
-        long.sendall(b"GET / HTTP/1.1\r\n" + b"x-pad: " + b"a" * (proxy_server.MAX_HEAD_BYTES + 1))
-        assert _closed_by_peer(long)
+        pytest.skip("the forwarder's own limits (the test's workers run plain uvicorn)")
+    url, halt = _forwarder(worker.channel, ConnectionLimits(header_timeout_s=0.5, per_address=2))
+    port = int(url.rsplit(":", 1)[1])
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as slow:
+            slow.sendall(b"GET /v1/services/llm/proxy/v1/models HTTP/1.1\r\nhost: x\r\n")
+            assert _closed_by_peer(slow)
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as long:
+            long.sendall(b"GET / HTTP/1.1\r\nx-pad: " + b"a" * (proxy_server.MAX_HEAD_BYTES + 1))
+            assert _closed_by_peer(long)
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=20),
+            socket.create_connection(("127.0.0.1", port), timeout=20),
+            socket.create_connection(("127.0.0.1", port), timeout=20) as third,
+        ):
+            answer = b""
+            while got := third.recv(65536):
+                answer += got
+            assert answer.startswith(b"HTTP/1.1 429 "), answer
+            assert b"connections per address" in answer
+    finally:
+        halt()

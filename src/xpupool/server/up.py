@@ -319,7 +319,9 @@ def _serve(
         proxy_sockets = workers.sockets if workers is not None else PlaneSockets.create()
         if channel is None:
             channel = SubmitChannel(plane, proxy_sockets.channel, cfg.max_body, limiter)
-        proxy = ProxyProcess(1, proxy_listening, proxy_sockets, cfg.max_body)
+        proxy = ProxyProcess(
+            1, proxy_listening, proxy_sockets, cfg.max_body, connections=cfg.connections
+        )
         on_start, on_stop = _with_workers(proxy, on_start, on_stop)
         port = proxy_listening.getsockname()[1]
         echo(f"service proxy: http://{cfg.host}:{port}/v1/services/NAME/proxy/ (own process)")

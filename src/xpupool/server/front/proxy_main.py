@@ -20,6 +20,7 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
+from xpupool.server.connection_guard import ConnectionLimits
 from xpupool.server.front.main import _die_with
 from xpupool.server.front.proxy_server import ProxyServer
 from xpupool.server.front.proxy_source import WorkerSource
@@ -35,14 +36,21 @@ class ProxyProcess(HttpWorkers):
     def command(self) -> list[str]:
         args = [sys.executable, "-m", "xpupool.server.front.proxy_main"]
         args += ["--fd", str(self.sock.fileno()), "--channel", str(self.sockets.channel)]
+        args += ["--header-timeout", repr(self.connections.header_timeout_s)]
+        args += ["--connections-per-address", str(self.connections.per_address)]
         return [*args, "--plane-pid", str(os.getpid())]
 
 
-async def serve(listening: socket.socket, channel: Path, stop: asyncio.Event) -> None:
-    """Serve ``listening`` until ``stop`` is set."""
+async def serve(
+    listening: socket.socket,
+    channel: Path,
+    stop: asyncio.Event,
+    limits: ConnectionLimits | None = None,
+) -> None:
+    """Serve ``listening`` until ``stop`` is set, each client held to ``limits``."""
     source = WorkerSource(channel, ProxyTraffic(time.monotonic), kind="proxy-")
     proxy = ServiceProxy(source, source.traffic)
-    forwarder = ProxyServer(proxy)
+    forwarder = ProxyServer(proxy, limits)
     loop = asyncio.get_running_loop()
     server = await loop.create_server(forwarder.protocol, sock=listening, backlog=2048)
     poller = loop.create_task(source.run())
@@ -58,11 +66,13 @@ async def serve(listening: socket.socket, channel: Path, stop: asyncio.Event) ->
         await proxy.close()
 
 
-async def _until_signalled(listening: socket.socket, channel: Path) -> None:
+async def _until_signalled(
+    listening: socket.socket, channel: Path, limits: ConnectionLimits
+) -> None:
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
-    await serve(listening, channel, stop)
+    await serve(listening, channel, stop, limits)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -72,16 +82,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fd", type=int, required=True, help="the inherited listening socket")
     parser.add_argument("--plane-pid", type=int, required=True, help="the process to die with")
     parser.add_argument("--channel", type=Path, required=True)
+    parser.add_argument("--header-timeout", type=float, required=True)
+    parser.add_argument("--connections-per-address", type=int, required=True)
     args = parser.parse_args(argv)
+    limits = ConnectionLimits(args.header_timeout, args.connections_per_address)
     _die_with(args.plane_pid)
     protect_process()  # not dumpable: it holds the tokens of the requests it carries
     listening = socket.socket(fileno=args.fd)
     try:
         import uvloop
     except ImportError:
-        asyncio.run(_until_signalled(listening, args.channel))
+        asyncio.run(_until_signalled(listening, args.channel, limits))
     else:
-        uvloop.run(_until_signalled(listening, args.channel))
+        uvloop.run(_until_signalled(listening, args.channel, limits))
 
 
 if __name__ == "__main__":

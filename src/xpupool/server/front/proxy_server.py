@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from http import HTTPStatus
 from typing import Any, cast
@@ -26,6 +27,8 @@ from urllib.parse import unquote
 
 import httptools
 
+from xpupool.server.client_address import address_key
+from xpupool.server.connection_guard import ConnectionLimits, too_many_connections
 from xpupool.server.service_caller import Caller
 from xpupool.server.service_endpoints import Endpoint
 from xpupool.server.service_proxy import (
@@ -43,7 +46,6 @@ from xpupool.server.upstream_http import UpstreamConnection, UpstreamError, Upst
 log = logging.getLogger("xpupool.server")
 READ_BYTES = 65536
 MAX_HEAD_BYTES = 64 << 10  # a request's line and headers; past it the connection is dropped
-HEAD_TIMEOUT_S = 10.0  # a connection's next request head must be whole within this (as the API's)
 BODY_HIGH_WATER = 1 << 20  # request bytes held before the client's socket is paused
 REASONS = {int(s): s.phrase.encode() for s in HTTPStatus}
 
@@ -126,9 +128,12 @@ def json_answer(
 class ProxyServer:
     """The forwarder: ``proxy``'s decisions (over its source), this module's transport."""
 
-    def __init__(self, proxy: ServiceProxy) -> None:
+    def __init__(self, proxy: ServiceProxy, limits: ConnectionLimits | None = None) -> None:
         self.proxy = proxy
         self.pool: UpstreamPool = proxy.upstream  # its keep-alive connections, written raw here
+        # the API's limits on a client's connections (connection_guard.py), held here alike
+        self.limits = limits or ConnectionLimits()
+        self.open_by_address: Counter[str] = Counter()
 
     def protocol(self) -> ClientConnection:
         return ClientConnection(self)
@@ -150,6 +155,7 @@ class ClientConnection(asyncio.Protocol):
         self.head_bytes = 0
         self.awaiting_head = True  # no whole head since the last answer (or the connection)
         self.timer: asyncio.TimerHandle | None = None
+        self.counted_as: str | None = None  # the address this connection is counted under
         self.gone = asyncio.Event()
         self.writable = asyncio.Event()
         self.writable.set()
@@ -161,17 +167,26 @@ class ClientConnection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is none by class
         peer = transport.get_extra_info("peername")
         self.client = (str(peer[0]), int(peer[1])) if peer else None
+        if self.client is not None:
+            self.counted_as = address_key(self.client[0])
+            counts, most = self.server.open_by_address, self.server.limits.per_address
+            counts[self.counted_as] += 1
+            if most and counts[self.counted_as] > most:
+                self.transport.write(too_many_connections(most))
+                self._drop()
+                return
         self.task = asyncio.get_running_loop().create_task(self._serve())
         self._await_head()
 
     def _await_head(self) -> None:
-        """Wait for the next request's head: dropped unless it is whole in HEAD_TIMEOUT_S (a
-        client that opens connections and sends nothing, or a header a byte at a time, holds
-        none for long)."""
+        """Wait for the next request's head: dropped unless it is whole within the limits'
+        header timeout (a client that opens connections and sends nothing, or a header a byte
+        at a time, holds none for long)."""
         self.awaiting_head, self.head_bytes = True, 0
         if self.timer is not None:
             self.timer.cancel()
-        self.timer = asyncio.get_running_loop().call_later(HEAD_TIMEOUT_S, self._head_late)
+        wait = self.server.limits.header_timeout_s
+        self.timer = asyncio.get_running_loop().call_later(wait, self._head_late)
 
     def _head_late(self) -> None:
         if self.awaiting_head:
@@ -180,7 +195,15 @@ class ClientConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.timer is not None:
             self.timer.cancel()
+        if self.counted_as is not None:
+            counts = self.server.open_by_address
+            counts[self.counted_as] -= 1
+            if counts[self.counted_as] <= 0:
+                del counts[self.counted_as]
+            self.counted_as = None
         self.gone.set()
+        if self.task is None:
+            return  # refused: nothing was started
         self.writable.set()
         if self.request is not None:
             self.request.more.set()
