@@ -224,6 +224,12 @@ def test_a_replica_is_started_probed_and_becomes_a_ready_endpoint(
         ({"name": "Web"}, "name", ""),
         ({"tenant": "b"}, "tenant", "only for itself"),
         ({"colour": "red"}, "colour", ""),
+        # a replica mounts a volume the admin declared, by name: never a path of the host
+        (
+            {"job": {"command": ["x"], "volumes": [{"name": "m", "path": "/c", "host": "/etc"}]}},
+            "job.volumes[0].host",
+            "",
+        ),
     ],
 )
 def test_a_bad_service_is_refused_naming_the_field_and_stores_nothing(
