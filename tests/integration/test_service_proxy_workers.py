@@ -501,3 +501,22 @@ def test_the_proxy_process_holds_clients_to_the_apis_connection_limits(worker: W
             assert b"connections per address" in answer
     finally:
         halt()
+
+
+def test_request_bodies_reach_the_replica_short_long_and_chunked(worker: Worker) -> None:
+    """A short body (read whole, so a retry could send it again), one past what is read first
+    (streamed with its length) and one of no length (streamed chunked) all arrive whole."""
+    short = httpx.post(worker.proxy("llm", "/headers"), headers=worker.auth(), content=b"s" * 10)
+    assert short.status_code == 200 and short.json()["body"] == "s" * 10
+    body = b"x" * (3 << 20)
+    r = httpx.post(worker.proxy("llm", "/headers"), headers=worker.auth(), content=body, timeout=60)
+    assert r.status_code == 200, r.text[:300]
+    assert len(r.json()["body"]) == len(body) and r.json()["content_length"] == len(body)
+
+    def chunks() -> Iterator[bytes]:
+        for i in range(64):
+            yield bytes([97 + i % 26]) * 1024
+
+    r = httpx.post(worker.proxy("llm", "/headers"), headers=worker.auth(), content=chunks())
+    assert r.status_code == 200, r.text[:300]
+    assert len(r.json()["body"]) == 64 * 1024 and r.json()["transfer_encoding"] == ["chunked"]
