@@ -3,6 +3,7 @@
     python bench/service_proxy.py --json                   # 100, 500, 1,000 req/s; 3 runs
     python bench/service_proxy.py --rates 500 --runs 1 --seconds 5 --http-workers 0
     python bench/service_proxy.py --json --compare base=/path/to/checkout   # that build too
+    python bench/service_proxy.py --json --proxy-process --compare base=/path/to/checkout
 
 Starts a real ``xpupool up`` (its in-process agent hosting one node, ``--http-workers`` 2 by
 default) on 127.0.0.1 and creates, through the API, a service (tenant ``bench``, service
@@ -22,9 +23,13 @@ Then a closed loop of ``--concurrency`` clients gives the requests per second at
 direct and through the proxy.
 
 Reports per rate the medians over the runs of the direct and proxied p50/p99 (ms), the added
-p50/p99 (proxied minus direct, per run, then the median), the rate achieved and the errors; and
-the saturation rates. ``--compare NAME=CHECKOUT`` measures the server of another checkout's
-``src`` the same way, after this one (one JSON object per build). Goal (issue 47): p99 added
+p50/p99 (proxied minus direct, per run, then the median), the rate achieved, the errors and the
+CPU time the proxying processes spent per proxied request (ms: the HTTP workers', or the proxy's
+own process's, from /proc; a figure a loaded machine moves less than latency); and the
+saturation rates. ``--proxy-process``: this build's proxied requests go to the proxy's own
+process (``xpupool up --proxy-port``) instead of the API's port. ``--compare NAME=CHECKOUT``
+measures the server of another checkout's ``src`` the same way (through its API's port), after
+this one (one JSON object per build). Goal (issue 47): p99 added
 <= 2 ms at 500 requests/s, and the proxy not the bottleneck below 1,000 requests/s.
 """
 
@@ -78,12 +83,17 @@ def _binaries() -> tuple[Path, Path]:
     return go_binary(STUB_SOURCE), go_binary(LOAD_SOURCE)
 
 
-def _start(data: Path, port: int, http_workers: int, src: Path) -> subprocess.Popen[bytes]:
-    """``xpupool up`` of the checkout whose package is under ``src``."""
+def _start(
+    data: Path, port: int, http_workers: int, src: Path, proxy_port: int | None
+) -> subprocess.Popen[bytes]:
+    """``xpupool up`` of the checkout whose package is under ``src`` (with the proxy's own
+    process on ``proxy_port`` unless None)."""
     data.parent.joinpath("cluster.yaml").write_text(CLUSTER)
     args = [sys.executable, "-c", UP, "up", "--data", str(data), "--port", str(port)]
     args += ["--cluster", str(data.parent / "cluster.yaml")]
     args += ["--http-workers", str(http_workers)]
+    if proxy_port is not None:
+        args += ["--proxy-port", str(proxy_port)]
     args += ["--rate-limit", "0", "--address-rate-limit", "0", "--connections-per-address", "0"]
     env = {**os.environ, "PYTHONPATH": str(src)}
     log = (data.parent / "server.log").open("ab")
@@ -155,12 +165,32 @@ def _load(load: Path, url: str, token: str | None, seconds: float, **how: float)
     return found
 
 
+def _proxy_cpu_s(server: int, own_process: bool) -> float:
+    """CPU seconds (user and system) the processes that serve the proxied requests have used:
+    the proxy's own process, else the HTTP workers (the plane's children, by their module)."""
+    marker = b"proxy_main" if own_process else b"xpupool.server.front.main"
+    total = 0.0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if int(fields[1]) != server or marker not in (proc / "cmdline").read_bytes():
+                continue
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+    return total
+
+
 def _median(values: list[float]) -> float:
     return round(statistics.median(values), 3)
 
 
-def run(args: argparse.Namespace, src: Path) -> dict[str, Any]:
-    """One build's measures: ``xpupool up`` from ``src``."""
+def run(args: argparse.Namespace, src: Path, own_process: bool) -> dict[str, Any]:
+    """One build's measures: ``xpupool up`` from ``src``, proxying through its own process
+    when ``own_process``."""
     stub_bin, load_bin = _binaries()
     # the replica runs as a uid of its own with /tmp and /var/tmp of its own: its binary lies
     # outside them, readable by all
@@ -172,9 +202,10 @@ def run(args: argparse.Namespace, src: Path) -> dict[str, Any]:
     stub.chmod(0o755)
     with tempfile.TemporaryDirectory(prefix="xpupool-bench-proxy-") as tmp:
         port = _free_port()
-        server = _start(Path(tmp) / "data", port, args.http_workers, src)
+        proxy_port = _free_port() if own_process else None
+        server = _start(Path(tmp) / "data", port, args.http_workers, src, proxy_port)
         try:
-            return _measure(args, load_bin, stub, Path(tmp) / "data", port)
+            return _measure(args, load_bin, stub, Path(tmp) / "data", port, proxy_port, server.pid)
         finally:
             _remove_service(f"http://127.0.0.1:{port}", Path(tmp) / "data")
             _stop(server)
@@ -226,7 +257,13 @@ def _ready_replica(url: str, token: str, stub: Path) -> str:
 
 
 def _measure(
-    args: argparse.Namespace, load_bin: Path, stub: Path, data: Path, port: int
+    args: argparse.Namespace,
+    load_bin: Path,
+    stub: Path,
+    data: Path,
+    port: int,
+    proxy_port: int | None,
+    server: int,
 ) -> dict[str, Any]:
     url = f"http://127.0.0.1:{port}"
     admin = {"Authorization": f"Bearer {(data / 'admin-token').read_text().strip()}"}
@@ -238,7 +275,8 @@ def _measure(
     )
     token = r.raise_for_status().json()["token"]
     direct = f"http://{_ready_replica(url, token, stub)}/v1/models"
-    proxied = f"{url}/v1/services/{SERVICE}/proxy/v1/models"
+    proxy_base = url if proxy_port is None else f"http://127.0.0.1:{proxy_port}"
+    proxied = f"{proxy_base}/v1/services/{SERVICE}/proxy/v1/models"
     _load(load_bin, proxied, token, 2, rate=100)  # warm: connections, caches, the token
     submitter = Submitter(url, token, args.jobs_per_s)
     submitter.start()
@@ -247,7 +285,10 @@ def _measure(
         for _ in range(args.runs):
             for rate in args.rates:
                 d = _load(load_bin, direct, None, args.seconds, rate=rate)
+                cpu = _proxy_cpu_s(server, proxy_port is not None)
                 p = _load(load_bin, proxied, token, args.seconds, rate=rate)
+                cpu = _proxy_cpu_s(server, proxy_port is not None) - cpu
+                per_request_ms = 1000 * cpu / max(1.0, p["rate"] * args.seconds)
                 row = rows.setdefault(rate, {})
                 for key, value in (
                     ("direct_p50_ms", d["p50_ms"]),
@@ -258,6 +299,7 @@ def _measure(
                     ("added_p99_ms", p["p99_ms"] - d["p99_ms"]),
                     ("proxy_rate", p["rate"]),
                     ("proxy_errors", p["errors"]),
+                    ("proxy_cpu_ms_per_request", per_request_ms),
                 ):
                     row.setdefault(key, []).append(value)
         saturation = {
@@ -275,6 +317,7 @@ def _measure(
         "runs": args.runs,
         "seconds": args.seconds,
         "http_workers": args.http_workers,
+        "proxy": "own process" if proxy_port is not None else "API's port",
         "jobs_submitted": submitter.sent,
         "jobs_refused": submitter.refused,
         "first_refusal": submitter.first_refusal,
@@ -298,6 +341,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32, help="saturation's clients")
     parser.add_argument("--http-workers", type=int, default=2)
     parser.add_argument(
+        "--proxy-process",
+        action="store_true",
+        help="this build proxies through its own process (xpupool up --proxy-port)",
+    )
+    parser.add_argument(
         "--compare",
         action="append",
         default=[],
@@ -312,18 +360,19 @@ def main() -> None:
     )
     parser.add_argument("--json", action="store_true", help="one line of JSON")
     args = parser.parse_args()
-    builds = [("this", ROOT / "src")]
+    builds = [("this", ROOT / "src", args.proxy_process)]
     for spec in args.compare:
         name, _, checkout = spec.partition("=")
-        builds.append((name, Path(checkout).resolve() / "src"))
-    results = {name: run(args, src) for name, src in builds}
+        builds.append((name, Path(checkout).resolve() / "src", False))
+    results = {name: run(args, src, own) for name, src, own in builds}
     if args.json:
         print(json.dumps(results))
         return
     for name, result in results.items():
         print(
             f"{name}: runs: {result['runs']} x {result['seconds']} s per rate and target; "
-            f"http workers {result['http_workers']}; jobs submitted meanwhile: "
+            f"http workers {result['http_workers']}, proxy on {result['proxy']}; "
+            "jobs submitted meanwhile: "
             f"{result['jobs_submitted']}"
         )
         for rate, row in result["rates"].items():
@@ -332,7 +381,8 @@ def main() -> None:
                 f"p99 {row['direct_p99_ms']:.2f}  proxy p50 {row['proxy_p50_ms']:.2f} "
                 f"p99 {row['proxy_p99_ms']:.2f}  added p50 {row['added_p50_ms']:.2f} "
                 f"p99 {row['added_p99_ms']:.2f} ms  achieved {row['proxy_rate']:.1f}/s  "
-                f"errors {row['proxy_errors']:.0f}"
+                f"errors {row['proxy_errors']:.0f}  "
+                f"proxy CPU {row['proxy_cpu_ms_per_request']:.2f} ms/request"
             )
         sat = result["saturation_rps"]
         print(

@@ -306,6 +306,14 @@ def in_background(make: Callable[[], T], name: str) -> Callable[[], T]:
     "HTTP itself); what one buys: docs/benchmarks.md (the API)",
 )
 @click.option(
+    "--proxy-port",
+    default=None,
+    type=click.IntRange(0, 65535),
+    help="also serve services' proxy paths (/v1/services/NAME/proxy/...) on this port, from a "
+    "process of their own that adds less latency than the API's port (docs/services.md); "
+    "plain HTTP; 0: any free port (printed)",
+)
+@click.option(
     "--rate-limit",
     default="50/200",
     show_default=True,
@@ -408,6 +416,7 @@ def up(
     usage_retention: str,
     catalog_file: str | None,
     http_workers: int,
+    proxy_port: int | None,
     rate_limit: str,
     address_rate_limit: str,
     header_timeout: float,
@@ -567,6 +576,7 @@ def up(
         catalog=catalog,
         model_cache=model_cache,
         http_workers=http_workers,
+        proxy_port=proxy_port,
         store_lease_s=store_lease,
         standby=standby,
         rate_limit=rates["--rate-limit"],

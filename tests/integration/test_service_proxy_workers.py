@@ -1,31 +1,40 @@
-"""A service's proxy in the plane's HTTP workers (``xpupool up --http-workers``): a worker serves
-a service's proxy path itself, over the endpoints and token checks it polls from the plane on the
-submission channel (``front/proxy_source.py``). Here both run in this process on real sockets
-(the worker's app on TCP, the plane's on its Unix sockets), so the test can give the plane its
-replicas (the Go stub, ``service_stubs.py``) and take them away: a streamed answer must still
+"""A service's proxy outside the plane, over the endpoints and token checks it polls from the
+plane on the submission channel (``front/proxy_source.py``), in both of its forms: the ASGI proxy
+in the plane's HTTP workers (``xpupool up --http-workers``) and the forwarder of the proxy's own
+process (``xpupool up --proxy-port``, ``front/proxy_server.py``); every test runs against both
+(``front``), which must answer alike. Here all run in this process on real sockets (the worker's
+app and the forwarder on TCP, the plane's on its Unix sockets), so the test can give the plane
+its replicas (the Go stub, ``service_stubs.py``) and take them away: a streamed answer must still
 arrive event by event, a websocket must pass, the replica must see the client's address and none
 of the caller's credentials, a replica taken away and a revoked token must stop within the poll's
-bound, and the requests in flight in the worker must reach the plane's counts."""
+bound, and the requests in flight in the proxy must reach the plane's counts."""
 
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
+import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 import uvicorn
+import uvloop
 from server_proc import free_port, stop_process, until
 from service_stubs import StaticEndpoints, Stub, start_stub
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as ws_connect
 
 from xpupool.server.app import create_app
+from xpupool.server.connection_guard import ConnectionLimits
+from xpupool.server.front import proxy_server
 from xpupool.server.front.app import FrontApp
 from xpupool.server.front.plane_side import SubmitChannel
+from xpupool.server.front.proxy_main import serve
 from xpupool.server.front.proxy_plane import ProxyAnswers
 from xpupool.server.front.wire import CALLER, SNAPSHOT, FrameError
 from xpupool.server.plane import ControlPlane
@@ -47,7 +56,9 @@ def _serve(config: uvicorn.Config) -> tuple[uvicorn.Server, threading.Thread]:
 
 @dataclass
 class Worker:
-    url: str  # the worker's
+    url: str  # the proxy's under test: the worker's, or the proxy process's forwarder
+    api: str  # the worker's (the API's routes)
+    channel: Path  # the plane's channel, which the proxies poll
     token: str  # a tenant token of t1
     admin: str  # the admin token (reads /metrics)
     stub: Stub  # t1's service 'llm'
@@ -64,11 +75,35 @@ class Worker:
     def store(self, name: str) -> None:
         """A service of t1 in the store (no controller runs here: it gets no replica)."""
         body = {"name": name, "job": {"command": ["true"]}}
-        httpx.post(f"{self.url}/v1/services", json=body, headers=self.auth()).raise_for_status()
+        httpx.post(f"{self.api}/v1/services", json=body, headers=self.auth()).raise_for_status()
 
 
-@pytest.fixture(scope="module")
-def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
+def _forwarder(
+    channel: Path, limits: ConnectionLimits | None = None
+) -> tuple[str, Callable[[], None]]:
+    """The proxy process's forwarder (``proxy_main.serve``) on a thread of its own: its URL and
+    how to stop it; on uvloop, as the process runs it (and uvicorn runs the workers)."""
+    listening = socket.create_server(("127.0.0.1", 0))
+    loop = uvloop.new_event_loop()
+    stop = asyncio.Event()
+    thread = threading.Thread(
+        target=loop.run_until_complete,
+        args=(serve(listening, channel, stop, limits),),
+        daemon=True,
+    )
+    thread.start()
+
+    def halt() -> None:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(10)
+
+    return f"http://127.0.0.1:{listening.getsockname()[1]}", halt
+
+
+@pytest.fixture(scope="module", params=["worker", "process"])
+def worker(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Worker]:
     root = tmp_path_factory.mktemp("workers")
     plane = open_plane(UpConfig(data=root / ".xpupool", cluster=CLUSTER, agent=False))
     stub = start_stub("w")
@@ -90,13 +125,16 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
     port = free_port()
     app = ProxyFirst(front, front.services)  # as front/main.py serves it
     outer = _serve(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    url = f"http://127.0.0.1:{port}"
+    url = api = f"http://127.0.0.1:{port}"
+    halt: Callable[[], None] | None = None
+    if request.param == "process":
+        url, halt = _forwarder(root / "channel.sock")
     admin = (root / ".xpupool" / "admin-token").read_text().strip()
     h = {"Authorization": f"Bearer {admin}"}
-    httpx.post(f"{url}/v1/tenants", json={"name": "t1"}, headers=h).raise_for_status()
-    r = httpx.post(f"{url}/v1/tenants/t1/tokens", json={"name": "t"}, headers=h)
+    httpx.post(f"{api}/v1/tenants", json={"name": "t1"}, headers=h).raise_for_status()
+    r = httpx.post(f"{api}/v1/tenants/t1/tokens", json={"name": "t"}, headers=h)
     token = r.raise_for_status().json()["token"]
-    w = Worker(url, token, admin, stub, plane, endpoints, loops[0])
+    w = Worker(url, api, root / "channel.sock", token, admin, stub, plane, endpoints, loops[0])
     w.store("llm")
     # the worker serves from the snapshot it polls: the first test must not race its first poll
     # (on a loaded machine the service was not in it yet)
@@ -110,6 +148,8 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
         yield w
     finally:
         stop_process(stub.proc)
+        if halt is not None:
+            halt()
         for server, thread in (outer, inner):
             server.should_exit = True
             thread.join(10)
@@ -228,7 +268,7 @@ def test_a_replica_taken_away_leaves_the_workers_list(worker: Worker) -> None:
 
 
 def test_a_revoked_service_token_is_refused_by_the_worker(worker: Worker) -> None:
-    base = f"{worker.url}/v1/services/llm/tokens"
+    base = f"{worker.api}/v1/services/llm/tokens"
     r = httpx.post(base, json={"name": "web"}, headers=worker.auth())
     assert r.status_code == 201, r.text
     issued = r.json()
@@ -278,11 +318,11 @@ def test_a_stopped_service_is_answered_503_naming_its_state_by_the_worker(
 
     until(lambda: "503 service halted has no" in detail(), "the worker's snapshot with 'halted'")
     assert "retry-after=2" in detail()
-    r = httpx.post(f"{worker.url}/v1/services/halted/stop", headers=worker.auth())
+    r = httpx.post(f"{worker.api}/v1/services/halted/stop", headers=worker.auth())
     assert r.status_code == 200 and r.json()["state"] == "stopped", r.text
     until(lambda: "503 service halted is stopped" in detail(), "the worker saying it is stopped")
     assert "retry-after=None" in detail()
-    r = httpx.post(f"{worker.url}/v1/services/halted/start", headers=worker.auth())
+    r = httpx.post(f"{worker.api}/v1/services/halted/start", headers=worker.auth())
     assert r.status_code == 200 and r.json()["state"] == "pending", r.text
     until(lambda: "503 service halted has no" in detail(), "the worker saying 'halted' waits")
 
@@ -290,7 +330,7 @@ def test_a_stopped_service_is_answered_503_naming_its_state_by_the_worker(
 def _answered(worker: Worker, code: str) -> float:
     """``xpupool_service_requests_total`` of t1's llm for ``code``, as the plane's /metrics
     says it (through the worker, as a scraper reads it)."""
-    r = httpx.get(f"{worker.url}/metrics", headers=worker.auth(worker.admin), timeout=10)
+    r = httpx.get(f"{worker.api}/metrics", headers=worker.auth(worker.admin), timeout=10)
     r.raise_for_status()
     line = f'xpupool_service_requests_total{{code="{code}",service="llm",tenant="t1"}} '
     found = [x for x in r.text.splitlines() if x.startswith(line)]
@@ -306,9 +346,9 @@ def test_the_requests_the_worker_answered_show_in_the_metrics_and_the_service(
     for _ in range(5):
         assert httpx.get(worker.proxy("llm", "/v1/models"), headers=worker.auth()).is_success
     until(lambda: _answered(worker, "200") >= before + 5, "the worker's answers in /metrics")
-    r = httpx.get(f"{worker.url}/metrics", headers=worker.auth(worker.admin), timeout=10)
+    r = httpx.get(f"{worker.api}/metrics", headers=worker.auth(worker.admin), timeout=10)
     assert 'xpupool_service_request_seconds_count{service="llm",tenant="t1"}' in r.text
-    r = httpx.get(f"{worker.url}/v1/services/llm", headers=worker.auth())
+    r = httpx.get(f"{worker.api}/v1/services/llm", headers=worker.auth())
     assert r.json()["requests_per_s"] > 0 and r.json()["p99_ms"] is not None
 
 
@@ -358,3 +398,125 @@ def test_a_workers_frame_that_breaks_the_format_is_refused_and_changes_nothing(
     assert worker.plane.service_traffic.in_flight("t1", "llm") == 0
     assert _answered(worker, "200") == before
     assert not answers.tokens.unknown
+
+
+def test_a_websocket_to_a_stopped_service_closes_1013_naming_its_state(worker: Worker) -> None:
+    """As for HTTP (503 naming the state), a websocket is accepted and closed at once with
+    1013 (try again later) and a reason that says the service is stopped."""
+    worker.store("asleep")
+    r = httpx.post(f"{worker.api}/v1/services/asleep/stop", headers=worker.auth())
+    assert r.status_code == 200, r.text
+    until(
+        lambda: "is stopped" in httpx.get(worker.proxy("asleep", "/"), headers=worker.auth()).text,
+        "the proxy's snapshot with 'asleep' stopped",
+    )
+    ws_url = worker.proxy("asleep", "/ws").replace("http://", "ws://")
+    with (
+        ws_connect(ws_url, additional_headers=worker.auth(), open_timeout=10) as ws,
+        pytest.raises(ConnectionClosed) as closed,
+    ):
+        ws.recv(timeout=10)
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == 1013
+    assert "asleep is stopped" in closed.value.rcvd.reason
+
+
+class _Counting(http.server.BaseHTTPRequestHandler):
+    """A replica that counts the connections it was opened (``server.opened``)."""
+
+    protocol_version = "HTTP/1.1"  # keep-alive
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.opened += 1  # type: ignore[attr-defined]
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("content-length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_requests_to_a_replica_reuse_one_connection(worker: Worker) -> None:
+    """Requests one after the other go on one kept-alive connection to the replica (the
+    forwarder once read httptools' keep-alive after the answer had ended, when it always says
+    no, and opened a connection per request: twice the CPU per request)."""
+    replica = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
+    replica.opened = 0  # type: ignore[attr-defined]
+    threading.Thread(target=replica.serve_forever, daemon=True).start()
+    try:
+        worker.store("counted")
+        at = Endpoint(job_id=7, replica=0, host="127.0.0.1", port=replica.server_address[1])
+        worker.endpoints.ready_by[("t1", "counted")] = [at]
+        with httpx.Client(headers=worker.auth(), timeout=10) as client:
+            until(
+                lambda: client.get(worker.proxy("counted", "/")).status_code == 200,
+                "the replica in the proxy's snapshot",
+            )
+            for _ in range(5):
+                assert client.get(worker.proxy("counted", "/")).text == "ok"
+        assert replica.opened == 1  # type: ignore[attr-defined]
+    finally:
+        replica.shutdown()
+        replica.server_close()
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """Whether the other end closed ``sock`` (within its timeout)."""
+    try:
+        while sock.recv(65536):
+            pass
+    except TimeoutError:
+        return False
+    return True
+
+
+def test_the_proxy_process_holds_clients_to_the_apis_connection_limits(worker: Worker) -> None:
+    """A connection that sends no whole request head in time, or a head past the limit, is
+    closed, and one over the connections per address is answered 429 and closed, as on the
+    API's port (``connection_guard.py``): a client holds nothing of the forwarder for long."""
+    if worker.url == worker.api:
+        pytest.skip("the forwarder's own limits (the test's workers run plain uvicorn)")
+    url, halt = _forwarder(worker.channel, ConnectionLimits(header_timeout_s=0.5, per_address=2))
+    port = int(url.rsplit(":", 1)[1])
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as slow:
+            slow.sendall(b"GET /v1/services/llm/proxy/v1/models HTTP/1.1\r\nhost: x\r\n")
+            assert _closed_by_peer(slow)
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as long:
+            long.sendall(b"GET / HTTP/1.1\r\nx-pad: " + b"a" * (proxy_server.MAX_HEAD_BYTES + 1))
+            assert _closed_by_peer(long)
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=20),
+            socket.create_connection(("127.0.0.1", port), timeout=20),
+            socket.create_connection(("127.0.0.1", port), timeout=20) as third,
+        ):
+            answer = b""
+            while got := third.recv(65536):
+                answer += got
+            assert answer.startswith(b"HTTP/1.1 429 "), answer
+            assert b"connections per address" in answer
+    finally:
+        halt()
+
+
+def test_request_bodies_reach_the_replica_short_long_and_chunked(worker: Worker) -> None:
+    """A short body (read whole, so a retry could send it again), one past what is read first
+    (streamed with its length) and one of no length (streamed chunked) all arrive whole."""
+    short = httpx.post(worker.proxy("llm", "/headers"), headers=worker.auth(), content=b"s" * 10)
+    assert short.status_code == 200 and short.json()["body"] == "s" * 10
+    body = b"x" * (3 << 20)
+    r = httpx.post(worker.proxy("llm", "/headers"), headers=worker.auth(), content=body, timeout=60)
+    assert r.status_code == 200, r.text[:300]
+    assert len(r.json()["body"]) == len(body) and r.json()["content_length"] == len(body)
+
+    def chunks() -> Iterator[bytes]:
+        for i in range(64):
+            yield bytes([97 + i % 26]) * 1024
+
+    r = httpx.post(worker.proxy("llm", "/headers"), headers=worker.auth(), content=chunks())
+    assert r.status_code == 200, r.text[:300]
+    assert len(r.json()["body"]) == 64 * 1024 and r.json()["transfer_encoding"] == ["chunked"]

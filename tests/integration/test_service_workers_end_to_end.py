@@ -5,7 +5,9 @@ which proxy from the snapshot they poll from the plane (``front/proxy_source.py`
 a streamed answer and a websocket pass; a name with no service is 404; a revoked service token
 and a deleted service stop within the poll's bound; requests in flight in the workers reach
 the controller, which scales on them, and their answers the plane's /metrics; a stopped service
-ends its containers and is answered 503 by the workers until it is started again."""
+ends its containers and is answered 503 by the workers until it is started again. The proxy's
+own process (``--proxy-port``) serves the same service beside them: a request, a streamed
+answer and a websocket pass it, a name with no service is 404, and a stopped service 503."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
-from server_proc import ServerProc, until
+from server_proc import ServerProc, free_port, until
 from websockets.exceptions import ConnectionClosedError
 from websockets.sync.client import connect as ws_connect
 
@@ -29,17 +31,20 @@ nodes:
 
 
 @pytest.fixture
-def up(tmp_path: Path) -> Iterator[tuple[ServerProc, httpx.Client]]:
+def up(tmp_path: Path) -> Iterator[tuple[ServerProc, httpx.Client, str]]:
+    """The server, a client of tenant ``team``, and the URL of the proxy's own process."""
     require_podman()
     (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    proxy_port = free_port()
     args = ("--heartbeat", "0.2", "--lost-after", "3", "--http-workers", "2")
+    args += ("--proxy-port", str(proxy_port))
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("CONTAINERS_CONF", raising=False)  # the product's defaults, nothing of ours
         srv = ServerProc(
             tmp_path / "data", cluster=tmp_path / "cluster.yaml", agent=True, extra_args=args
         )
         with srv, srv.tenant_client("team") as user:
-            yield srv, user
+            yield srv, user, f"http://127.0.0.1:{proxy_port}"
 
 
 def _service(user: httpx.Client, name: str) -> dict[str, Any]:
@@ -63,8 +68,8 @@ def _ws_echo(url: str, headers: dict[str, str], text: str) -> bool:
     return True
 
 
-def test_a_service_through_the_workers(up: tuple[ServerProc, httpx.Client]) -> None:
-    srv, user = up
+def test_a_service_through_the_workers(up: tuple[ServerProc, httpx.Client, str]) -> None:
+    srv, user, own = up
     body = {
         "name": "chat",
         "job": {"image": ensure_stub_image(), "spec": "cpu=100m"},
@@ -88,6 +93,17 @@ def test_a_service_through_the_workers(up: tuple[ServerProc, httpx.Client]) -> N
     ws_url = srv.url.replace("http://", "ws://") + f"{proxy}/ws"
     auth = {"Authorization": user.headers["Authorization"]}
     until(lambda: _ws_echo(ws_url, auth, "through a worker"), "a websocket through a worker")
+
+    # the proxy's own process: the same service, the same answers
+    with httpx.Client(base_url=own, headers=user.headers, timeout=30) as direct:
+        until(lambda: direct.get(f"{proxy}/v1/models").status_code == 200, "chat, own process")
+        assert direct.get("/v1/services/none/proxy/v1/models").status_code == 404
+        body = {"model": "m", "prompt": "hi", "stream": True}
+        with direct.stream("POST", f"{proxy}/v1/completions", json=body) as streamed:
+            events = [line for line in streamed.iter_lines() if line.startswith("data: ")]
+        assert events[-1] == "data: [DONE]" and len(events) > 2, events
+    own_ws = own.replace("http://", "ws://") + f"{proxy}/ws"
+    until(lambda: _ws_echo(own_ws, auth, "through its own"), "a websocket, own process")
 
     issued = user.post("/v1/services/chat/tokens", json={"name": "web"}).json()
     svc = {"Authorization": f"Bearer {issued['token']}"}
@@ -138,6 +154,8 @@ def test_a_service_through_the_workers(up: tuple[ServerProc, httpx.Client]) -> N
         return r.status_code == 503 and "is stopped" in r.json()["detail"]
 
     until(refused, "a worker answering that chat is stopped")
+    r = httpx.get(f"{own}{proxy}/v1/models", headers=user.headers)
+    assert r.status_code == 503 and "is stopped" in r.json()["detail"], r.text
     assert _service(user, "chat")["state"] == "stopped"
     assert user.post("/v1/services/chat/start").status_code == 200
     until(lambda: _service(user, "chat")["state"] == "ready", "chat ready after its start", 120)

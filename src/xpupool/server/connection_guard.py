@@ -114,20 +114,26 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def _refuse(self, per_address: int) -> None:
         """429 and close, before reading anything: the client may come back when one of its
         other connections is done."""
-        reason = (
-            f"over the limit of {per_address} open connections per address "
-            "(xpupool up --connections-per-address)"
-        )
-        body = json.dumps({"field": "address", "value": None, "reason": reason}).encode()
-        head = (
-            "HTTP/1.1 429 Too Many Requests\r\n"
-            "content-type: application/json\r\n"
-            f"content-length: {len(body)}\r\n"
-            "retry-after: 1\r\n"
-            "connection: close\r\n\r\n"
-        )
-        self.transport.write(head.encode() + body)
+        self.transport.write(too_many_connections(per_address))
         self.transport.close()
+
+
+def too_many_connections(per_address: int) -> bytes:
+    """The answer to a connection over ``per_address`` (429, then closed), here and in the
+    service proxy's own process (``front/proxy_server.py``)."""
+    reason = (
+        f"over the limit of {per_address} open connections per address "
+        "(xpupool up --connections-per-address)"
+    )
+    body = json.dumps({"field": "address", "value": None, "reason": reason}).encode()
+    head = (
+        "HTTP/1.1 429 Too Many Requests\r\n"
+        "content-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n"
+        "retry-after: 1\r\n"
+        "connection: close\r\n\r\n"
+    )
+    return head.encode() + body
 
 
 def guarded_protocol(limits: ConnectionLimits) -> type[GuardedHttpProtocol]:

@@ -73,19 +73,35 @@ PASS_S = 1.0
 
 @dataclass(slots=True)
 class _Restarts:
-    """A service's restart budget (not stored: a restarted server starts it over)."""
+    """A service's restart budget, stored in its row (``restart_*``) whenever it changes, so
+    that a restarted plane goes on with it (:meth:`stored`)."""
 
     ended: int = 0  # replicas ended since a replica was last ready long enough
     next_try: float = 0.0  # monotonic time before which no replica is started
+    next_try_at: float | None = None  # the same as Unix time: what is stored (None: no wait)
     last: str = ""  # what ended last, for the state's reason
 
-    def record(self, what: str, spec: ServiceIn, now: float) -> float:
+    @classmethod
+    def stored(cls, row: dict[str, Any], now: float, mono: float) -> _Restarts:
+        """The budget ``row`` holds, its wait timed on this plane's monotonic clock from
+        ``now`` (Unix time) and ``mono``."""
+        at = row.get("restart_at")
+        next_try = mono + max(0.0, float(at) - now) if at is not None else 0.0
+        ended = int(row.get("restart_step") or 0)
+        return cls(ended, next_try, None if at is None else float(at), row.get("restart_why") or "")
+
+    def record(self, what: str, spec: ServiceIn, mono: float, now: float) -> float:
         """One more replica ended (``what`` happened to it): the seconds until the next start,
         ``backoff_s`` doubled for each end since the last reset, at most ``backoff_max_s``."""
         self.ended += 1
         wait = min(spec.restart.backoff_s * 2 ** (self.ended - 1), spec.restart.backoff_max_s)
-        self.next_try, self.last = now + wait, what
+        self.next_try, self.next_try_at, self.last = mono + wait, now + wait, what
         return float(wait)
+
+    def row(self) -> dict[str, Any]:
+        """The columns that store it."""
+        why = self.last or None
+        return {"restart_step": self.ended, "restart_at": self.next_try_at, "restart_why": why}
 
 
 @dataclass(slots=True)
@@ -176,10 +192,12 @@ class ServiceController:
         mono = self.plane.monotonic()  # what waits are timed with: a clock step moves it not
         spec = ServiceIn.model_validate({**row["spec"], "tenant": None})
         name, sid, generation = row["name"], row["id"], row["generation"]
-        restarts = self._restarts.setdefault(sid, _Restarts())
+        restarts = self._restarts.get(sid)
+        if restarts is None:  # this plane's first pass over it: as stored
+            restarts = self._restarts[sid] = _Restarts.stored(row, now, mono)
         stopped = row["state"] == ServiceState.STOPPED.value
         if stopped:  # a start is the tenant's: its replicas start at once, no backoff left over
-            restarts.ended, restarts.next_try = 0, 0.0
+            restarts.ended, restarts.next_try, restarts.next_try_at = 0, 0.0, None
         events: list[str] = []
 
         alive = []
@@ -192,7 +210,7 @@ class ServiceController:
             if link.draining or stopped:
                 continue
             what = f"replica {name}-{link.ordinal} {_ended(fact)}"
-            events.append(f"{what}; next try in {restarts.record(what, spec, mono):g} s")
+            events.append(f"{what}; next try in {restarts.record(what, spec, mono, now):g} s")
 
         for link in alive:
             target = _target(facts[link.job_id], spec)
@@ -238,7 +256,8 @@ class ServiceController:
 
         state, reason = self._state(row, spec, alive, old, serving, facts, restarts, waiting)
         values = {"state": state.value, "reason": reason, "desired": desired, "updated_at": now}
-        changed = any(row[k] != values[k] for k in ("state", "reason", "desired"))
+        values |= restarts.row()
+        changed = any(row.get(k) != v for k, v in values.items() if k != "updated_at")
         if changed or events:
             moved = [reason] if row["state"] != state.value else []
             service_rows.change(self.plane, sid, values, [*events, *moved], stopped=stopped)
@@ -363,7 +382,8 @@ class ServiceController:
         try:
             job = jobs.submit(self.plane, as_tenant(row["tenant"]), replica_job(spec, name))
         except (XpupoolError, ValueError) as exc:
-            wait = restarts.record(f"replica {name} was refused: {exc}", spec, now)
+            what = f"replica {name} was refused: {exc}"
+            wait = restarts.record(what, spec, now, self.plane.clock())
             return f"cannot start replica {name}: {exc}; next try in {wait:g} s"
         if not service_rows.link(self.plane, row["id"], job.id, ordinal, row["generation"]):
             service_rows.stop_jobs(self.plane, [job.id], f"service {row['name']} deleted")

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import suppress
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -68,6 +68,7 @@ NOT_FORWARDED = HOP_BY_HOP | {
     b"x-forwarded-host",
 }
 NOT_ANSWERED = HOP_BY_HOP | {b"date", b"server"}
+T = TypeVar("T")
 
 
 def forwarded_headers(scope: Scope) -> tuple[list[tuple[bytes, bytes]], str | None]:
@@ -266,24 +267,19 @@ class ServiceProxy:
         body = _Body(scope, receive)
         content = await body.content()
         path = upstream_path(scope, scope["path_params"]["name"])
-        causes: list[str] = []
-        response: UpstreamResponse | None = None
-        at: Endpoint | None = endpoints[0]
-        for i, endpoint in enumerate(endpoints):
-            if i:
-                self.traffic.moved(at, endpoint)
-                at = endpoint
+
+        async def attempt(endpoint: Endpoint) -> UpstreamResponse:
             address = (endpoint.host, endpoint.port)
-            try:
-                response = await self.upstream.request(
-                    address, scope["method"], path, headers, content
-                )
-                break
-            except UpstreamError as exc:
-                causes.append(f"{endpoint.host}:{endpoint.port}: {exc}")
-                if not body.replayable():
-                    break
-                content = body.again()
+            return await self.upstream.request(address, scope["method"], path, headers, content)
+
+        def again() -> bool:
+            nonlocal content
+            if not body.replayable():
+                return False
+            content = body.again()
+            return True
+
+        response, at, causes = await in_turn(self.traffic, endpoints, attempt, again)
         if response is None:
             name = scope["path_params"]["name"]
             await answer(send, 502, f"service {name}: no replica answered ({'; '.join(causes)})")
@@ -293,6 +289,31 @@ class ServiceProxy:
         finally:
             response.close()
         return (response.status if finished else 499), at
+
+
+async def in_turn(
+    traffic: ProxyTraffic,
+    endpoints: Sequence[Endpoint],
+    attempt: Callable[[Endpoint], Awaitable[T]],
+    again: Callable[[], bool],
+) -> tuple[T | None, Endpoint, list[str]]:
+    """``attempt`` on each endpoint in turn until one answers (raises no :class:`UpstreamError`):
+    its answer (None: none answered), the endpoint the request is counted at (the request's
+    count in ``traffic`` moves with each try), and why each refused. After a refusal ``again()``
+    says whether the request may be sent to the next one (its body can be sent again)."""
+    causes: list[str] = []
+    at = endpoints[0]
+    for i, endpoint in enumerate(endpoints):
+        if i:
+            traffic.moved(at, endpoint)
+            at = endpoint
+        try:
+            return await attempt(endpoint), at, causes
+        except UpstreamError as exc:
+            causes.append(f"{endpoint.host}:{endpoint.port}: {exc}")
+            if not again():
+                break
+    return None, at, causes
 
 
 class _Body:

@@ -91,6 +91,9 @@ class UpConfig:
     model_cache: str | None = None  # --model-cache VOLUME (server/services/model_cache.py)
     verbose: bool = False  # -v: every request and unread device field (log_setup.py)
     http_workers: int = 0  # processes taking the API's connections for the plane (server/front/)
+    proxy_port: int | None = (
+        None  # --proxy-port: the service proxy's own process (front/proxy_main)
+    )
     store_lease_s: float = DEFAULT_STORE_LEASE_S  # --store-lease: the owner row's (ownership.py)
     standby: bool = False  # --standby: wait for the store's owner to be lost, then start
     rate_limit: Rate = TOKEN_RATE  # --rate-limit: per credential (server/rate_limit.py)
@@ -317,6 +320,19 @@ def _serve(
         channel = SubmitChannel(plane, sockets.channel, cfg.max_body, limiter)
         on_start, on_stop = _with_workers(workers, on_start, on_stop)
         echo(f"http workers: {cfg.http_workers}")
+    if cfg.proxy_port is not None:
+        from xpupool.server.front.proxy_main import ProxyProcess
+
+        proxy_listening = listen(cfg.host, cfg.proxy_port)
+        proxy_sockets = workers.sockets if workers is not None else PlaneSockets.create()
+        if channel is None:
+            channel = SubmitChannel(plane, proxy_sockets.channel, cfg.max_body, limiter)
+        proxy = ProxyProcess(
+            1, proxy_listening, proxy_sockets, cfg.max_body, connections=cfg.connections
+        )
+        on_start, on_stop = _with_workers(proxy, on_start, on_stop)
+        port = proxy_listening.getsockname()[1]
+        echo(f"service proxy: http://{cfg.host}:{port}/v1/services/NAME/proxy/ (own process)")
     app = create_app(
         plane,
         on_start=on_start,

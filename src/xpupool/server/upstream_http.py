@@ -25,7 +25,9 @@ class UpstreamError(Exception):
     be tried elsewhere if its body can be sent again)."""
 
 
-class _Connection:
+class UpstreamConnection:
+    """A keep-alive connection to one replica (its h11 state for the ASGI proxy's requests)."""
+
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
@@ -46,7 +48,7 @@ class UpstreamResponse:
         self,
         pool: UpstreamPool,
         address: tuple[str, int],
-        conn: _Connection,
+        conn: UpstreamConnection,
         response: h11.Response,
     ) -> None:
         self.pool = pool
@@ -83,7 +85,7 @@ class UpstreamResponse:
             conn.close()
 
 
-async def _next_event(conn: _Connection) -> object:
+async def _next_event(conn: UpstreamConnection) -> object:
     while True:
         event = conn.h11.next_event()
         if event is not h11.NEED_DATA:
@@ -99,9 +101,9 @@ class UpstreamPool:
 
     def __init__(self, connect_timeout_s: float) -> None:
         self.connect_timeout_s = connect_timeout_s
-        self._idle: dict[tuple[str, int], list[_Connection]] = {}
+        self._idle: dict[tuple[str, int], list[UpstreamConnection]] = {}
 
-    def give_back(self, address: tuple[str, int], conn: _Connection) -> None:
+    def give_back(self, address: tuple[str, int], conn: UpstreamConnection) -> None:
         idle = self._idle.setdefault(address, [])
         if len(idle) < MAX_IDLE_PER_ADDRESS:
             idle.append(conn)
@@ -114,7 +116,7 @@ class UpstreamPool:
                 conn.close()
         self._idle.clear()
 
-    async def _connection(self, address: tuple[str, int]) -> tuple[_Connection, bool]:
+    async def connection(self, address: tuple[str, int]) -> tuple[UpstreamConnection, bool]:
         """A connection to ``address``: an idle one (True) or a new one (False)."""
         idle = self._idle.get(address)
         while idle:
@@ -129,7 +131,7 @@ class UpstreamPool:
             )
         except (OSError, TimeoutError) as exc:
             raise UpstreamError(f"{type(exc).__name__}: {exc}") from None
-        return _Connection(reader, writer), False
+        return UpstreamConnection(reader, writer), False
 
     async def request(
         self,
@@ -143,7 +145,7 @@ class UpstreamPool:
         when no answer started; a reused connection the replica had closed meanwhile is
         replaced once, when the body can be sent again."""
         while True:
-            conn, reused = await self._connection(address)
+            conn, reused = await self.connection(address)
             try:
                 return await self._exchange(address, conn, method, target, headers, body)
             except UpstreamError:
@@ -154,7 +156,7 @@ class UpstreamPool:
     async def _exchange(
         self,
         address: tuple[str, int],
-        conn: _Connection,
+        conn: UpstreamConnection,
         method: str,
         target: bytes,
         headers: list[tuple[bytes, bytes]],

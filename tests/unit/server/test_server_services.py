@@ -224,6 +224,12 @@ def test_a_replica_is_started_probed_and_becomes_a_ready_endpoint(
         ({"name": "Web"}, "name", ""),
         ({"tenant": "b"}, "tenant", "only for itself"),
         ({"colour": "red"}, "colour", ""),
+        # a replica mounts a volume the admin declared, by name: never a path of the host
+        (
+            {"job": {"command": ["x"], "volumes": [{"name": "m", "path": "/c", "host": "/etc"}]}},
+            "job.volumes[0].host",
+            "",
+        ),
     ],
 )
 def test_a_bad_service_is_refused_naming_the_field_and_stores_nothing(
@@ -661,3 +667,36 @@ def test_a_start_after_a_stop_leaves_no_restart_backoff(server: Server) -> None:
     step(server, controller)
     (two,) = replica_jobs(server, a)
     assert two["job_id"] != one["job_id"] and show(server, a)["state"] == "pending"
+
+
+def test_a_restarted_plane_keeps_a_crash_loops_backoff(server: Server) -> None:
+    """The backoff's step and the time of the next try are stored in the service's row: after
+    a restart of the plane a crash-looping replica waits out the backoff it had reached and the
+    next end doubles it again, instead of both starting over from ``backoff_s``."""
+    agent_node(server)
+    a = tenant(server, "a")
+    create(server, a, restart={"backoff_s": 2, "backoff_max_s": 100, "reset_after_s": 300})
+    controller = keeper(server)
+    for wait in (2, 4, 8):
+        step(server, controller)
+        (one,) = replica_jobs(server, a)
+        heartbeat(server, "n1", [report(one["job_id"], 0, "failed", 1)])
+        controller.reconcile()
+        assert show(server, a)["reason"].endswith(f"next try in {wait} s")
+        if wait < 8:
+            server.clock.advance(wait)
+    server.clock.advance(3)  # 5 s of the 8 left when the plane restarts
+    again = reopen(server)
+    with again.client:
+        controller = keeper(again)
+        step(again, controller)
+        assert replica_jobs(again, a) == []  # not at once: the wait goes on
+        got = show(again, a)
+        assert got["state"] == "restarting" and got["reason"].endswith("exited 1, next try in 5 s")
+        again.clock.advance(5)
+        step(again, controller)
+        (four,) = replica_jobs(again, a)
+        heartbeat(again, "n1", [report(four["job_id"], 0, "failed", 1)])
+        controller.reconcile()
+        assert show(again, a)["reason"].endswith("next try in 16 s")  # the 4th end: doubled
+    again.plane.db.dispose()

@@ -41,10 +41,11 @@ MAX_CACHED = 10_000  # tokens remembered, known and unknown; past it the cache s
 class WorkerSource:
     """``service_proxy.ProxySource`` from the plane's snapshots, polled over ``channel``."""
 
-    def __init__(self, channel: Path, traffic: ProxyTraffic) -> None:
+    def __init__(self, channel: Path, traffic: ProxyTraffic, kind: str = "") -> None:
         self.client = SubmitClient(channel)  # connections of its own: a poll waits for no job
         self.traffic = traffic
-        self.name = str(os.getpid())
+        # the plane keeps each poller's latest counts by this name: unique per process and kind
+        self.name = f"{kind}{os.getpid()}"
         self.services: dict[tuple[str, str], tuple[Endpoint, ...]] = {}
         self.states: dict[tuple[str, str], str] = {}  # every stored service's state
         self.loaded = asyncio.Event()

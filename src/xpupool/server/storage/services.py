@@ -33,6 +33,12 @@ services = Table(
     Column("started", Integer, nullable=False),  # replicas ever started: the next one's <n>
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
+    # the restart backoff (service_controller._Restarts), so that a restarted plane goes on with
+    # a crash loop's wait: replicas ended since the last reset (the doubling's step), the Unix
+    # time before which no replica is started (None: none waits), and what ended last
+    Column("restart_step", Integer, nullable=False, server_default="0"),
+    Column("restart_at", Float, nullable=True),
+    Column("restart_why", Text, nullable=True),
     UniqueConstraint("tenant", "name", name="uq_services_tenant_name"),
 )
 
