@@ -32,7 +32,7 @@ from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile, k
 from xpupool.engine.state import ClusterState
 from xpupool.engine.verdict import Verdicts
 from xpupool.model.allocation import Allocation
-from xpupool.model.errors import RequestError, Unavailable
+from xpupool.model.errors import Conflict, RequestError, Unavailable
 from xpupool.model.request import Request
 from xpupool.model.site_network import SiteNetwork
 from xpupool.server import job_lifecycle as lc
@@ -77,6 +77,7 @@ from xpupool.server.storage import meta
 from xpupool.server.storage.driver_insert import STATEMENT_WATCH
 from xpupool.server.storage.job_writes import JobWrites
 from xpupool.server.storage.tenants import assign_tenant_indices
+from xpupool.server.throughput_knowledge import Progressed, ThroughputKnowledge
 from xpupool.server.usage.meter import UsageMeter
 from xpupool.server.wake import Wake
 
@@ -183,6 +184,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         self.live = LiveMetrics()  # the same readings as columns, and a ring per card
         self.card_health = CardHealth()  # cards read unhealthy: cordoned, emptied, settling
         self.meter = UsageMeter()  # what each replica run used (server/usage/meter.py)
+        self.throughput = ThroughputKnowledge()  # measured speeds (server/throughput_knowledge.py)
         # services (issue 47): the ready replicas of each service (service_endpoints.py), which
         # the proxy reads: the service controller's once it runs (service_controller.py), none
         # before; what wakes the controller; what the proxy counts (service_traffic.py), which
@@ -221,6 +223,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         self._load()
         with self.db.connect() as conn:  # what each tenant's kept logs take (job_logs.py)
             self.logs.load(store.job_tenants(conn))
+            self.throughput.load(conn)
         self._check_secret_key()
 
     def _check_secret_key(self) -> None:
@@ -813,6 +816,25 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
             if not record_checkpoint(self._held, job_id, self.clock()):
                 return None
             return self._held[job_id].checkpoint_at
+
+    def report_progress(self, job_id: int, replica: int, rate: float) -> Progressed:
+        """Replica ``replica`` of job ``job_id`` runs at ``rate`` per second (its owner says so,
+        through the API): learned as one step (server/throughput_knowledge.py). Conflict when the
+        job is not running or has no kind; RequestError naming ``replica`` for one it lacks."""
+        with self.write() as conn:
+            job = self._held.get(job_id)
+            if job is None or job.state is not JobPhase.RUNNING:
+                raise Conflict(f"job {job_id} is not running")
+            if job.kind is None:
+                raise Conflict(
+                    f"job {job_id} has no kind: its speeds are learned under its kind=, image"
+                    " or model, and it was submitted with none"
+                )
+            if not any(a.replica == replica for a in job.allocations):
+                replicas = len(job.allocations)
+                raise RequestError("replica", replica, f"job {job_id} has {replicas} replica(s)")
+            got = self.throughput.report_run(conn, self.engine, job, replica, rate, self.clock())
+            return Progressed(job.kind, got)
 
     def stop_job(self, job_id: int, stop: lc.Stop) -> None:
         """Apply ``stop`` to job ``job_id`` as one step; :class:`lc.IllegalTransition` (409)

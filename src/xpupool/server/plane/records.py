@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
 
+from xpupool.catalog.throughput import CardSpeed
 from xpupool.engine.cycle.admission import Admission
 from xpupool.engine.cycle.cycle import Stopping
 from xpupool.engine.engine import Engine
@@ -90,6 +91,9 @@ class PendingJob:
     not_before: float = 0.0  # Unix time: a retry waiting out its backoff is not tried before
     max_runtime_s: float | None = None  # what each run may last (held with the job once placed)
     attempts: int = 0  # runs started before (a retry's, held with the job once placed)
+    # the speeds the plane gave it from what it measured of its kind (server/throughput_knowledge
+    # .py), also in ``request.speeds``; (): none given (it declares its own, or none are known)
+    known_speeds: tuple[CardSpeed, ...] = ()
 
 
 @dataclass
@@ -125,6 +129,8 @@ class HeldJob:
     # {replica: (attempt, step, the plane's clock)}: the last start step recorded in its events
     # (an image's pull)
     steps: dict[int, tuple[int | None, str, float]] = field(default_factory=dict)
+    kind: str | None = None  # its job type (its request's): what its progress reports teach
+    progressed: set[int] = field(default_factory=set)  # replicas that reported a rate this run
 
     @property
     def may_run(self) -> bool:

@@ -175,7 +175,14 @@ def held_from_row(row: object) -> HeldJob:
         started_at=r.get("started_at"),
         max_runtime_s=r.get("max_runtime_s"),
         min_run_s=_min_run_s(r.get("request")),
+        kind=_kind(r.get("request")),
     )
+
+
+def _kind(request: object) -> str | None:
+    """The stored request's ``kind`` (written canonical, so valid)."""
+    kind = request.get("kind") if isinstance(request, dict) else None
+    return None if kind is None else str(kind)
 
 
 def _min_run_s(request: object) -> float | None:

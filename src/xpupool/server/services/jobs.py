@@ -13,11 +13,13 @@ from sqlalchemy import Connection, select
 
 from xpupool.catalog.image_needs import ImageMerge, merge_image_needs
 from xpupool.catalog.image_ref import ImageRefError, parse_image_ref
+from xpupool.catalog.throughput import job_kind
 from xpupool.engine.outcomes import NeverFits, NotAdmitted, render
 from xpupool.log_rotation import read_kept
 from xpupool.model.errors import Conflict, NotFound, RequestError, Unavailable
 from xpupool.model.request import Request
 from xpupool.model.request_model import request_from_dict, request_to_dict
+from xpupool.model.speeds import MAX_KIND_CHARS
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.auth import Principal
 from xpupool.server.job_views import Submitted, job_view
@@ -148,6 +150,7 @@ def _accept(plane: ControlPlane, me: Principal, body: JobIn) -> _Accepted:
         assert me.tenant is not None
         tenant = me.tenant
     from_model = body.model is not None
+    served = body.model.name if body.model is not None else None
     if body.model is not None:
         body = expand_model_job(plane, body, tenant)
     req = Request() if body.request is None else body.request.to_request()
@@ -156,6 +159,9 @@ def _accept(plane: ControlPlane, me: Principal, body: JobIn) -> _Accepted:
     container = body.image is not None
     name = body.name or req.name  # empty: job-<id>, known under the lock
     req = replace(req, name=name, queue=queue, priority=priority, container=container)
+    kind = None if req.kind is not None else job_kind(None, body.image, served)
+    if kind and not any(c.isspace() for c in kind):  # its job type (issue 55); a bad image is
+        req = replace(req, kind=kind[:MAX_KIND_CHARS])  # refused on its own field, later
     # A model job's software needs come from the runtime catalog, not from its user: the
     # image's own needs then add to them (both hold) instead of giving way.
     from_image = merge_image_needs(req, body.image, plane.image_catalog, keep_given=not from_model)
@@ -364,6 +370,12 @@ def _row(conn: Connection, me: Principal, job_id: int) -> Any:
     if row is None or (not me.is_admin and row["tenant"] != me.tenant):
         raise NotFound("job", str(job_id))
     return row
+
+
+def owned_row(conn: Connection, me: Principal, job_id: int) -> Any:
+    """Job ``job_id``'s row when ``me`` may see it (its tenant's, or an admin); NotFound (404)
+    otherwise, for a job of another tenant as for one that does not exist."""
+    return _row(conn, me, job_id)
 
 
 def get(plane: ControlPlane, me: Principal, job_id: int) -> Job:

@@ -85,6 +85,7 @@ def connect(url: str, *, schema: bool = True) -> Engine:
         services,
         site_pods,
         tenants,
+        throughput,
         usage,
         volumes,
         web_sessions,
