@@ -205,6 +205,9 @@ BUILTIN_PROFILES: dict[str, Profile] = {
     "throughput": _builtin(
         "throughput", {"throughput": 10, "binpack": 1, "topology": 1}, "binpack"
     ),
+    # Each job where it adds least power at its best speed: on cards and nodes already awake,
+    # low-power models first (scorers/energy.py); among those, packed.
+    "energy": _builtin("energy", {"energy": 10, "binpack": 1, "topology": 1}, "binpack"),
 }
 DEFAULT_PROFILE = "xpupool"
 

@@ -143,6 +143,7 @@ def timed_replay(
     dispatch: Callable[[Engine], Dispatch] | None = None,
     checkpoints: CheckpointModel | None = None,
     checkpoint_aware: bool = False,
+    on_run: Callable[[int, int, Sequence[Allocation] | None], None] | None = None,
 ) -> TimedResult:
     """Run ``tasks`` by their trace times under ``policy``; see the module docstring.
 
@@ -157,6 +158,8 @@ def timed_replay(
     arrives (``site_dispatch.py``); a task then starts no sooner than its data is there.
     ``checkpoints`` says when tasks save their progress (None: never); ``checkpoint_aware``
     lets the planner weigh what each victim would lose (see the module docstring).
+    ``on_run(now, task, allocations)`` is told each run's start (its allocations) and end (None:
+    finished or preempted), as ``sim/energy.py`` meters them.
     """
     if compress <= 0:
         raise ValueError("compress must be positive")
@@ -211,6 +214,8 @@ def timed_replay(
         for alloc in job.allocations:
             cycle.admission.release(alloc.id)
         used -= tasks[job.id].gpu_request_milli
+        if on_run is not None:
+            on_run(now, job.id, None)
         gate.capacity_changed()
 
     def stop_victims(decision: Preempt, stopped_now: list[_Task]) -> None:
@@ -268,6 +273,8 @@ def timed_replay(
                 waiting -= tasks[i].gpu_request_milli
                 job.run_start = start
                 heapq.heappush(departures, (start + remaining, i, job.allocations[0].id))
+                if on_run is not None:
+                    on_run(start, i, job.allocations)
                 if sited is not None:
                     sited.started(i)
                 continue
