@@ -264,3 +264,16 @@ def test_a_run_the_plane_stopped_before_writing_is_recorded_from_its_start(
     (rec,) = _records(server)
     assert rec["started_at"] == _event_at(server, job_id, "running")
     assert rec["seconds"] == 5.0
+
+
+def test_a_jobs_view_gives_the_energy_its_records_metered(server: Server) -> None:
+    """Issue 55: kWh per job in its view, from the metering records' joules (all its runs)."""
+    node(server, "n1", count=1)
+    a = tenant(server, "a")
+    job_id = _start(server, a)
+    assert job(server, job_id)["energy_kwh"] is None  # nothing metered yet
+    server.clock.advance(3600)
+    server.plane.meter.flush(server.plane)
+    (rec,) = _records(server)
+    assert job(server, job_id, a)["energy_kwh"] == pytest.approx(rec["energy_j"] / 3.6e6, abs=1e-6)
+    assert job(server, job_id)["energy_kwh"] > 0

@@ -65,6 +65,7 @@ from xpupool.server.plane.store import (
 )
 from xpupool.server.plane.tenancy import TenancyBooks
 from xpupool.server.plane.tenant_store import TenantStore
+from xpupool.server.power_saving import PowerSaving
 from xpupool.server.retention import Retention
 from xpupool.server.schemas.agent_protocol import DeviceMetrics, VolumeUsageReport
 from xpupool.server.schemas.jobs import HOLDING_STATES, JobPhase, StopCause
@@ -185,6 +186,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         self.card_health = CardHealth()  # cards read unhealthy: cordoned, emptied, settling
         self.meter = UsageMeter()  # what each replica run used (server/usage/meter.py)
         self.throughput = ThroughputKnowledge()  # measured speeds (server/throughput_knowledge.py)
+        self.power_saving = PowerSaving()  # cards that could sleep, nodes idle (power_saving.py)
         # services (issue 47): the ready replicas of each service (service_endpoints.py), which
         # the proxy reads: the service controller's once it runs (service_controller.py), none
         # before; what wakes the controller; what the proxy counts (service_traffic.py), which

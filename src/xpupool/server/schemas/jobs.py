@@ -361,6 +361,12 @@ class Job(Lenient):
         "$XPUPOOL_CHECKPOINT_FILE or POST /v1/jobs/{id}/checkpoint); null: none, or not running. "
         "Shown by GET /v1/jobs/{id}.",
     )
+    energy_kwh: float | None = Field(
+        default=None,
+        description="The energy its cards drew over all its runs, kWh, from the metering records"
+        " (their joules: live power readings where the agent sends them, else the power model);"
+        " null: none metered yet. Shown by GET /v1/jobs/{id}.",
+    )
     not_before: float | None = Field(
         None, description="Unix time before which a pending retry is not placed; null = now."
     )

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, func, select
 
 from xpupool.catalog.image_needs import ImageMerge, merge_image_needs
 from xpupool.catalog.image_ref import ImageRefError, parse_image_ref
@@ -46,6 +46,7 @@ from xpupool.server.services.models import expand_model_job
 from xpupool.server.storage.driver_insert import insert_rows
 from xpupool.server.storage.jobs import job_events as t_events
 from xpupool.server.storage.jobs import jobs as t_jobs
+from xpupool.server.storage.usage import usage_records as t_usage
 
 MAX_LIST = 1000
 
@@ -386,8 +387,12 @@ def get(plane: ControlPlane, me: Principal, job_id: int) -> Job:
         ).mappings()
         job = view(plane, row)
         job.events = [JobEvent.model_validate(dict(e)) for e in events]
+        joules = conn.execute(
+            select(func.sum(t_usage.c.energy_j)).where(t_usage.c.job_id == job_id)
+        ).scalar()
     held = plane.held_jobs.get(job_id)
     job.checkpoint_at = None if held is None else held.checkpoint_at
+    job.energy_kwh = None if joules is None else round(float(joules) / 3.6e6, 6)
     return job
 
 
