@@ -25,11 +25,11 @@ import math
 import random
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 from xpupool.catalog.power import Override, PowerModel
-from xpupool.engine import Profile
-from xpupool.engine.profile import make_profile
+from xpupool.engine import BUILTIN_PROFILES, Profile
 from xpupool.engine.scorers.energy import EnergyArgs
 from xpupool.sim.alibaba import capacity_milli, read_nodes, read_tasks, to_request
 from xpupool.sim.energy import EnergyMeter
@@ -57,8 +57,7 @@ POLICIES = ("spread", "binpack", "xpupool", "energy")
 def energy_profile(sleep_fraction: float) -> Profile:
     """The built-in ``energy`` profile with the bench's figures."""
     args = EnergyArgs(overrides=STAND_INS, sleep_fraction=sleep_fraction)
-    weights = {"energy": 10.0, "binpack": 1.0, "topology": 1.0}
-    return make_profile("energy", weights, "binpack", args={"energy": args})
+    return replace(BUILTIN_PROFILES["energy"], args=(("energy", args),))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -72,3 +72,14 @@ def test_with_sleep_equal_to_idle_a_node_still_prefers_an_awake_node() -> None:
     engine = _engine(_fleet(("COOL",), per_model=3), sleep_fraction=1.0)
     first = _node_of(engine, request_from_dict("any"))
     assert _node_of(engine, request_from_dict("any")) == first
+
+
+def test_the_builtin_profile_reads_the_catalogs_figures() -> None:
+    """``policy=energy`` as shipped: a T4 (70 W board power) over an A100 (400 W) for a job that
+    names no speeds; the catalog's figures, no operator's."""
+    nodes = [
+        Node(f"{m}-0", 64_000, 256 * 1024, (Device(f"{m}-g0", "nvidia", m, 16_384, index=0),))
+        for m in ("NVIDIA A100-SXM4-80GB", "NVIDIA T4")
+    ]
+    engine = Engine(ClusterState(nodes, seed=0), "energy", seed=0)
+    assert _node_of(engine, request_from_dict("any")) == "NVIDIA T4-0"
