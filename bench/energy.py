@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import random
 import sys
 import time
 from dataclasses import replace
@@ -31,13 +29,12 @@ from typing import Any
 from xpupool.catalog.power import Override, PowerModel
 from xpupool.engine import BUILTIN_PROFILES, Profile
 from xpupool.engine.scorers.energy import EnergyArgs
-from xpupool.sim.alibaba import capacity_milli, read_nodes, read_tasks, to_request
+from xpupool.sim.alibaba import read_nodes, read_tasks
 from xpupool.sim.energy import EnergyMeter
-from xpupool.sim.load import compress_for_peak, peak_demand, tile
+from xpupool.sim.load import peak_demand, peak_load
 from xpupool.sim.timed_replay import timed_replay
 from xpupool.sim.trace_files import DEFAULT_PODS, default_nodes
 
-HEADROOM = 1.25  # copies enough that the whole tiled demand is this much above the target peak
 SLEEP_FRACTION = 0.3  # stand-in: a card in its low-power state draws 30 % of its idle power
 STAND_INS: tuple[Override, ...] = (
     # (name, idle W, busy W): board power from the vendors' data sheets where the catalog has
@@ -64,21 +61,15 @@ def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     started = time.perf_counter()
     nodes_path = default_nodes()
-    nodes = read_nodes(str(nodes_path))
-    tasks = read_tasks(str(nodes_path.parent / DEFAULT_PODS))
-    if args.tasks and args.tasks < len(tasks):
-        rng = random.Random(args.seed)
-        share = args.tasks / len(tasks)
-        nodes = rng.sample(nodes, max(1, math.ceil(share * len(nodes))))
-        tasks = rng.sample(tasks, args.tasks)
-    from xpupool.engine.fragmentation import TargetWorkload
-
-    workload = TargetWorkload.from_requests(to_request(t) for t in tasks)
-    capacity = capacity_milli(nodes)
-    whole = peak_demand(tasks, capacity, 1e12)
-    copies = max(1, math.ceil(HEADROOM * args.peak / whole)) if whole else 1
-    tiled = tile(tasks, copies)
-    compress = compress_for_peak(tiled, capacity, args.peak)
+    load = peak_load(
+        read_nodes(str(nodes_path)),
+        read_tasks(str(nodes_path.parent / DEFAULT_PODS)),
+        args.peak,
+        sample=args.tasks,
+        seed=args.seed,
+    )
+    nodes, tiled, compress, capacity = load.nodes, load.tasks, load.compress, load.capacity_milli
+    workload, copies = load.workload, load.copies
     power = PowerModel(overrides=STAND_INS)
     models = sorted({d.model for n in nodes for d in n.devices})
     out: dict[str, Any] = {
