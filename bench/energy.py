@@ -31,11 +31,10 @@ from typing import Any
 from xpupool.catalog.power import Override, PowerModel
 from xpupool.engine import BUILTIN_PROFILES, Profile
 from xpupool.engine.scorers.energy import EnergyArgs
-from xpupool.sim.alibaba import read_nodes, read_tasks
 from xpupool.sim.energy import EnergyMeter
-from xpupool.sim.load import peak_demand, peak_load
+from xpupool.sim.load import default_trace_at_peak
 from xpupool.sim.timed_replay import TimedResult, timed_replay
-from xpupool.sim.trace_files import DEFAULT_PODS, default_nodes
+from xpupool.sim.trace_files import DEFAULT_PODS
 
 SLEEP_FRACTION = 0.3  # stand-in: a card in its low-power state draws 30 % of its idle power
 STAND_INS: tuple[Override, ...] = (
@@ -62,26 +61,13 @@ def energy_profile(sleep_fraction: float) -> Profile:
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     started = time.perf_counter()
-    nodes_path = default_nodes()
-    load = peak_load(
-        read_nodes(str(nodes_path)),
-        read_tasks(str(nodes_path.parent / DEFAULT_PODS)),
-        args.peak,
-        sample=args.tasks,
-        seed=args.seed,
-    )
-    nodes, tiled, compress, capacity = load.nodes, load.tasks, load.compress, load.capacity_milli
-    workload, copies = load.workload, load.copies
+    load = default_trace_at_peak(args.peak, sample=args.tasks, seed=args.seed)
+    nodes, tiled, compress, workload = load.nodes, load.tasks, load.compress, load.workload
     power = PowerModel(overrides=STAND_INS)
     models = sorted({d.model for n in nodes for d in n.devices})
     out: dict[str, Any] = {
         "trace": DEFAULT_PODS,
-        "nodes": len(nodes),
-        "gpus": capacity // 1000,
-        "tasks": len(tiled),
-        "copies": copies,
-        "compress": round(compress, 1),
-        "peak_demand": round(peak_demand(tiled, capacity, compress), 3),
+        **load.describe(),
         "seed": args.seed,
         "node_off_after_s": args.node_off_after,
         "sleep_fraction": SLEEP_FRACTION,

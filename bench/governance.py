@@ -25,38 +25,24 @@ import sys
 from typing import Any
 
 from xpupool.engine.cycle import Preemption
-from xpupool.sim.alibaba import read_nodes, read_tasks
 from xpupool.sim.checkpoints import CheckpointModel
-from xpupool.sim.load import peak_demand, peak_load
+from xpupool.sim.load import default_trace_at_peak
 from xpupool.sim.queue_config import QueueConfig
 from xpupool.sim.timed_replay import QueueOrder, timed_replay
-from xpupool.sim.trace_files import DEFAULT_PODS, default_nodes
+from xpupool.sim.trace_files import DEFAULT_PODS
 
 PLANNERS = {"today": False, "checkpoint_aware": True}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
-    nodes_path = default_nodes()
-    load = peak_load(
-        read_nodes(str(nodes_path)),
-        read_tasks(str(nodes_path.parent / DEFAULT_PODS)),
-        args.peak,
-        sample=args.tasks,
-        seed=args.seed,
-    )
-    nodes, tiled, compress, capacity = load.nodes, load.tasks, load.compress, load.capacity_milli
-    workload, copies = load.workload, load.copies
+    load = default_trace_at_peak(args.peak, sample=args.tasks, seed=args.seed)
+    nodes, tiled, compress, workload = load.nodes, load.tasks, load.compress, load.workload
     queues = QueueConfig.single(True, Preemption.LOWER_PRIORITY)
     model = CheckpointModel(args.seed)
     out: dict[str, Any] = {
         "trace": DEFAULT_PODS,
-        "nodes": len(nodes),
-        "gpus": capacity // 1000,
-        "tasks": len(tiled),
-        "copies": copies,
-        "compress": round(compress, 1),
-        "peak_demand": round(peak_demand(tiled, capacity, compress), 3),
+        **load.describe(),
         "policy": args.policy,
         "seed": args.seed,
         "checkpoints": {

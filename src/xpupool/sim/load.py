@@ -100,6 +100,17 @@ class PeakLoad:
     capacity_milli: int
     workload: TargetWorkload
 
+    def describe(self) -> dict[str, float | int]:
+        """What a benchmark prints of its load."""
+        return {
+            "nodes": len(self.nodes),
+            "gpus": self.capacity_milli // 1000,
+            "tasks": len(self.tasks),
+            "copies": self.copies,
+            "compress": round(self.compress, 1),
+            "peak_demand": round(peak_demand(self.tasks, self.capacity_milli, self.compress), 3),
+        }
+
 
 def peak_load(
     nodes: Sequence[Node],
@@ -127,3 +138,15 @@ def peak_load(
     return PeakLoad(
         nodes, tiled, copies, compress_for_peak(tiled, capacity, peak), capacity, workload
     )
+
+
+def default_trace_at_peak(peak: float, *, sample: int = 0, seed: int = 42) -> PeakLoad:
+    """:func:`peak_load` of the Alibaba default trace on its GPU node list (found as ``xpupool
+    simulate`` finds them: ``sim/trace_files.py``)."""
+    from xpupool.sim.alibaba import read_nodes, read_tasks
+    from xpupool.sim.trace_files import DEFAULT_PODS, default_nodes
+
+    nodes_path = default_nodes()
+    nodes = read_nodes(str(nodes_path))
+    tasks = read_tasks(str(nodes_path.parent / DEFAULT_PODS))
+    return peak_load(nodes, tasks, peak, sample=sample, seed=seed)
