@@ -21,51 +21,28 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import random
 import sys
 from typing import Any
 
 from xpupool.engine.cycle import Preemption
-from xpupool.sim.alibaba import capacity_milli, read_nodes, read_tasks, to_request
 from xpupool.sim.checkpoints import CheckpointModel
-from xpupool.sim.load import compress_for_peak, peak_demand, tile
+from xpupool.sim.load import default_trace_at_peak
 from xpupool.sim.queue_config import QueueConfig
 from xpupool.sim.timed_replay import QueueOrder, timed_replay
-from xpupool.sim.trace_files import DEFAULT_PODS, default_nodes
+from xpupool.sim.trace_files import DEFAULT_PODS
 
 PLANNERS = {"today": False, "checkpoint_aware": True}
-HEADROOM = 1.25  # copies enough that the whole tiled demand is this much above the target peak
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
-    nodes_path = default_nodes()
-    nodes = read_nodes(str(nodes_path))
-    tasks = read_tasks(str(nodes_path.parent / DEFAULT_PODS))
-    if args.tasks and args.tasks < len(tasks):
-        rng = random.Random(args.seed)
-        share = args.tasks / len(tasks)
-        nodes = rng.sample(nodes, max(1, math.ceil(share * len(nodes))))
-        tasks = rng.sample(tasks, args.tasks)
-    from xpupool.engine.fragmentation import TargetWorkload
-
-    workload = TargetWorkload.from_requests(to_request(t) for t in tasks)
-    capacity = capacity_milli(nodes)
-    whole = peak_demand(tasks, capacity, 1e12)
-    copies = max(1, math.ceil(HEADROOM * args.peak / whole)) if whole else 1
-    tiled = tile(tasks, copies)
-    compress = compress_for_peak(tiled, capacity, args.peak)
+    load = default_trace_at_peak(args.peak, sample=args.tasks, seed=args.seed)
+    nodes, tiled, compress, workload = load.nodes, load.tasks, load.compress, load.workload
     queues = QueueConfig.single(True, Preemption.LOWER_PRIORITY)
     model = CheckpointModel(args.seed)
     out: dict[str, Any] = {
         "trace": DEFAULT_PODS,
-        "nodes": len(nodes),
-        "gpus": capacity // 1000,
-        "tasks": len(tiled),
-        "copies": copies,
-        "compress": round(compress, 1),
-        "peak_demand": round(peak_demand(tiled, capacity, compress), 3),
+        **load.describe(),
         "policy": args.policy,
         "seed": args.seed,
         "checkpoints": {

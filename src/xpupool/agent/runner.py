@@ -20,6 +20,7 @@ import contextlib
 import logging
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -44,6 +45,7 @@ from xpupool.agent.launch import (
 from xpupool.agent.launch.mps import MpsDaemons, mps_root
 from xpupool.agent.launch.process import write_log_line
 from xpupool.log_rotation import read_kept
+from xpupool.model.progress import PROGRESS_FILE_MAX_BYTES, PROGRESS_FILE_NAME, parse_progress
 from xpupool.model.stopping import CHECKPOINT_FILE_NAME
 from xpupool.server.schemas.agent_protocol import (
     FINAL_REPLICA_STATES,
@@ -99,6 +101,8 @@ class Replica:
     # why the agent itself stopped it (over its share: agent/share_watch.py): it then ends as a
     # failure with that reason, not as a stop the server asked for
     stopped_for: str = ""
+    # (mtime_ns, size) of its progress file when last read: a figure is sent once, when new
+    progress_seen: tuple[int, int] | None = None
 
     @property
     def key(self) -> tuple[int, int]:
@@ -138,6 +142,7 @@ class Replica:
             stop_cause="lease_expired" if self.stop_kind == "lease_expired" else "",
             ports=list(self.spec.ports) if self.spec is not None else [],
             checkpoint_age_s=self.checkpoint_age_s(),
+            progress_rate=self.progress_rate(),
         )
 
     def checkpoint_age_s(self) -> float | None:
@@ -150,6 +155,32 @@ class Replica:
         except OSError:
             return None
         return max(0.0, time.time() - written)
+
+    def progress_rate(self) -> float | None:
+        """The rate a running replica wrote to its progress file since it was last read
+        (``model/progress.py``): the first :data:`PROGRESS_FILE_MAX_BYTES` bytes, parsed and
+        bounded; None when the file is absent, unchanged, or holds no valid rate. The file is in
+        the run's own working directory, and is opened without following a link, so a job
+        points the agent at no other file."""
+        if self.state is not ReplicaState.RUNNING or self.spec is None:
+            return None
+        path = self.spec.workdir / PROGRESS_FILE_NAME
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            seen = (st.st_mtime_ns, st.st_size)
+            if seen == self.progress_seen or not stat.S_ISREG(st.st_mode):
+                return None
+            self.progress_seen = seen
+            data = os.read(fd, PROGRESS_FILE_MAX_BYTES)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        return parse_progress(data.decode("utf-8", "replace"))
 
 
 class Runner:

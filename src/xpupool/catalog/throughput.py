@@ -90,29 +90,62 @@ def roofline_tflops(card: AcceleratorModel, kind: str | None) -> float | None:
     return min(peak if peak is not None else math.inf, bound)
 
 
+REPORT_WINDOW = 20
+"""A measured figure is the mean of about its last this many reports (the plain mean up to
+then): a job type's speed follows a new image or driver rather than its first week."""
+MAX_STEP = 10.0
+"""A report further than this factor from a figure counts as this factor away: one report (a
+job that writes nonsense) moves a figure at most ``MAX_STEP / REPORT_WINDOW`` of the way."""
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """A measured figure: the rate (windowed mean), the runs that reported it and the reports."""
+
+    rate: float
+    runs: int
+    reports: int
+
+
 class ThroughputTable:
-    """Measured rates per (kind, card model): a running mean and a count of runs. Rates are in
-    whatever unit the kind's jobs report (steps/s, tokens/s); only ratios between cards are used."""
+    """Measured rates per (kind, card model): a windowed mean of the reports, and how many runs
+    and reports it comes from. Rates are in whatever unit the kind's jobs report (steps/s,
+    tokens/s); only ratios between cards are used."""
 
     def __init__(self) -> None:
-        self._sum: dict[tuple[str, str], float] = {}
-        self._runs: dict[tuple[str, str], int] = {}
+        self._rows: dict[str, dict[str, Measured]] = {}  # kind -> card model -> figure
 
-    def record(self, kind: str, model: str, rate: float) -> None:
-        """One run's rate; a non-finite or non-positive rate is refused (ValueError)."""
+    def record(self, kind: str, model: str, rate: float) -> Measured:
+        """One run's rate (its first report); see :meth:`report`."""
+        return self.report(kind, model, rate, new_run=True)
+
+    def report(self, kind: str, model: str, rate: float, *, new_run: bool) -> Measured:
+        """A rate reported by a run of ``kind`` on ``model`` (``new_run``: the run's first), the
+        figure it makes. A non-finite or non-positive rate is refused (ValueError); one more
+        than :data:`MAX_STEP` times off the figure is clipped to that."""
         if not math.isfinite(rate) or rate <= 0:
             raise ValueError(f"rate must be finite and > 0, not {rate!r}")
-        key = (kind, model.upper())
-        self._sum[key] = self._sum.get(key, 0.0) + rate
-        self._runs[key] = self._runs.get(key, 0) + 1
+        old = self.get(kind, model)
+        if old is None:
+            row = Measured(rate, 1, 1)
+        else:
+            clipped = min(max(rate, old.rate / MAX_STEP), old.rate * MAX_STEP)
+            weight = min(old.reports + 1, REPORT_WINDOW)
+            mean = old.rate + (clipped - old.rate) / weight
+            row = Measured(mean, old.runs + int(new_run), old.reports + 1)
+        self.put(kind, model, row)
+        return row
+
+    def put(self, kind: str, model: str, row: Measured) -> None:
+        """Take a figure as stored (a plane starting again)."""
+        self._rows.setdefault(kind, {})[model.upper()] = row
+
+    def get(self, kind: str, model: str) -> Measured | None:
+        return self._rows.get(kind, {}).get(model.upper())
 
     def measured(self, kind: str) -> dict[str, tuple[float, int]]:
         """Card model (upper-case) -> (mean rate, runs) for ``kind``."""
-        return {
-            model: (self._sum[(k, model)] / runs, runs)
-            for (k, model), runs in self._runs.items()
-            if k == kind
-        }
+        return {model: (row.rate, row.runs) for model, row in self._rows.get(kind, {}).items()}
 
 
 def card_speeds(

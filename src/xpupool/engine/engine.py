@@ -405,6 +405,10 @@ class Engine:
         the pool's printed ones (for a "did you mean" hint)."""
         return [m.name for m in self.state.catalog.models] + [p for _, p in self.state.models]
 
+    def pool_models(self) -> tuple[tuple[str, str], ...]:
+        """(vendor, printed model) of each card model the pool has had, by model id."""
+        return tuple(self.state.models)
+
     def live_nodes(self) -> list[tuple[int, str, str]]:
         """(index, name, site) of each node that is up, in index order: the rows of per-node
         figures such as :meth:`stranded`'s."""

@@ -205,6 +205,12 @@ BUILTIN_PROFILES: dict[str, Profile] = {
     "throughput": _builtin(
         "throughput", {"throughput": 10, "binpack": 1, "topology": 1}, "binpack"
     ),
+    # Each job where it adds least power at its best speed: on cards and nodes already awake,
+    # low-power models first (scorers/energy.py); among those, placed as by the default policy
+    # (10 x 100 exceeds a card of packing loss, 100 points).
+    "energy": _builtin(
+        "energy", {**XPUPOOL_SCORERS, "energy": 10.0}, "binpack", post=("lookahead",)
+    ),
 }
 DEFAULT_PROFILE = "xpupool"
 

@@ -197,10 +197,11 @@ def _plugin_config(
 
 def parse_args(default: PluginArgs, data: object, at: str) -> PluginArgs:
     """``default`` with the fields ``data`` sets replaced; each value must have the field's type
-    (bool, int, or float, which also takes an int) and be finite."""
-    known = {f.name for f in fields(default)}
-    raw = _mapping(data, at, frozenset(known))
+    (bool, int, or float, which also takes an int) and be finite. Fields of other types (the
+    energy scorer's power figures) are set in code, not in a file."""
     hints = typing.get_type_hints(type(default))
+    known = {f.name for f in fields(default) if hints[f.name] in (bool, int, float)}
+    raw = _mapping(data, at, frozenset(known))
     changes: dict[str, bool | int | float] = {}
     for key, value in raw.items():
         field, expected = f"{at}.{key}", hints[str(key)]

@@ -38,6 +38,7 @@ from xpupool.engine.scorers.best_fit import BestFit
 from xpupool.engine.scorers.binpack import NodeBinpack
 from xpupool.engine.scorers.cpu_only import CpuOnly
 from xpupool.engine.scorers.dot_product import DotProduct
+from xpupool.engine.scorers.energy import Energy, EnergyArgs
 from xpupool.engine.scorers.fgd import Fgd
 from xpupool.engine.scorers.gpu_clustering import GpuClustering
 from xpupool.engine.scorers.gpu_packing import GpuPacking
@@ -131,6 +132,7 @@ SCORERS: dict[str, Callable[[ScorerEnv], Scorer]] = {
     TaintToleration.name: lambda env: TaintToleration(),
     CpuOnly.name: lambda env: CpuOnly(),
     Throughput.name: lambda env: Throughput(),
+    Energy.name: Energy,
     # xpupool's policy, one term each (engine/scorers/xpupool/)
     FragmentationDelta.name: FragmentationDelta,
     PackingLoss.name: PackingLoss,
@@ -159,4 +161,5 @@ PLUGIN_ARGS: dict[str, PluginArgs] = {
     FragmentationDelta.name: FragmentationDelta.default_args,
     LookaheadStep.name: LookaheadStep.default_args,
     WORKLOAD: WorkloadArgs(),
+    Energy.name: EnergyArgs(),
 }

@@ -110,6 +110,7 @@ class PlaneCollector(Collector):
         yield events
         yield from self._stranded()
         yield from self._history()
+        yield from self._power_saving()
 
         node_up = GaugeMetricFamily(
             "xpupool_node_ready", "1 if the node is ready, 0 if lost.", labels=["node", "site"]
@@ -172,6 +173,26 @@ class PlaneCollector(Collector):
         yield from (pending, running, quota, nominal)
         yield self._replica_memory()
         yield self._heartbeats()
+
+    def _power_saving(self) -> Iterator[GaugeMetricFamily]:
+        """Cards that could sleep and nodes that could be powered down (server/power_saving.py)."""
+        from xpupool.server.services.power import look
+
+        seen = look(self.plane)
+        cards = GaugeMetricFamily(
+            "xpupool_cards_could_sleep", "Usable cards holding nothing (could sleep)"
+        )
+        cards.add_metric([], len(seen.cards))
+        watts = GaugeMetricFamily(
+            "xpupool_could_sleep_watts", "Idle power of the cards that could sleep, W"
+        )
+        watts.add_metric([], seen.idle_watts)
+        nodes = GaugeMetricFamily(
+            "xpupool_nodes_could_power_down",
+            "Nodes nothing has held for the power-down period (could be powered down)",
+        )
+        nodes.add_metric([], len(seen.nodes))
+        yield from (cards, watts, nodes)
 
     def _stranded(self) -> Iterator[GaugeMetricFamily]:
         """Per node, idle device capacity no pending job's shape nor a common one can use now:

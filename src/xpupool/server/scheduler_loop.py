@@ -41,6 +41,7 @@ from xpupool.server.plane import ControlPlane, HeldJob, PendingJob, allocation_t
 from xpupool.server.schemas.jobs import JobPhase, StopCause
 from xpupool.server.speed_note import speed_note
 from xpupool.server.storage.job_writes import JobWrites
+from xpupool.server.throughput_knowledge import fill_speeds
 
 log = logging.getLogger("xpupool.scheduler")
 __all__ = [
@@ -93,6 +94,7 @@ def pass_steps(plane: ControlPlane) -> Generator[None, None, int]:
         if not candidates:
             _relearn(plane, arrived=False)
             return 0
+        fill_speeds(plane.throughput, plane.engine, candidates)
         next_job = plane.next_job_id
         started = time.perf_counter()
         cycle = plane.cycle
@@ -255,7 +257,7 @@ def _record_placement(
     plane: ControlPlane, conn: Connection, writes: JobWrites, job: PendingJob, outcome: Admitted
 ) -> None:
     allocs = list(outcome.placement.allocations)
-    note = speed_note(plane.engine, job.request, allocs)
+    note = speed_note(plane.engine, job.request, allocs, job.known_speeds)
     plane.apply(
         conn, job.id, lc.Admit(f"queue {job.queue}, flavour {outcome.flavor}{note}"), writes
     )
@@ -271,6 +273,7 @@ def _record_placement(
         attempt=job.attempts,
         min_run_s=job.request.min_run_s,
         idle_stop=job.request.idle_stop,
+        kind=job.request.kind,
     )
     plane.hold(held)
     writes.allocations(

@@ -14,13 +14,19 @@ from xpupool.engine.engine import Engine
 from xpupool.model import Allocation, Request
 
 
-def speed_note(engine: Engine, req: Request, allocations: Sequence[Allocation]) -> str:
+def speed_note(
+    engine: Engine,
+    req: Request,
+    allocations: Sequence[Allocation],
+    known: Sequence[CardSpeed] = (),
+) -> str:
     """``"; speed V100: 1.0x, K80: 0.1x (declared); on V100 (1.0x)"``, or "" for a job without
-    speeds. Speeds are the job's own (``Source.DECLARED``: what the request carries)."""
+    speeds. Speeds are ``known`` when the plane gave them (measured of the job's kind,
+    ``server/throughput_knowledge.py``), else the job's own (``Source.DECLARED``)."""
     if not req.speeds:
         return ""
     best = max(s for _, s in req.speeds)
-    rows = sorted(
+    rows = list(known) or sorted(
         (CardSpeed(m, s / best, Source.DECLARED) for m, s in req.speeds),
         key=lambda r: (-r.speed, r.model),
     )

@@ -12,12 +12,18 @@ would, and :func:`compress_for_peak` finds the compression that brings the peak 
 
 from __future__ import annotations
 
+import math
+import random
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from xpupool.sim.alibaba import TraceTask
+from xpupool.engine.fragmentation import TargetWorkload
+from xpupool.model import Node
+from xpupool.sim.alibaba import TraceTask, capacity_milli, to_request
+
+HEADROOM = 1.25  # copies enough that the whole tiled demand is this much above the target peak
 
 
 def peak_demand(tasks: Sequence[TraceTask], capacity_milli: int, compress: float = 1.0) -> float:
@@ -80,3 +86,67 @@ def tile(tasks: Sequence[TraceTask], copies: int) -> list[TraceTask]:
                 )
             )
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class PeakLoad:
+    """A trace made to peak at a target demand: its nodes, its tiled tasks (``copies`` of the
+    trace), the compression of their arrivals and the target workload of the untiled tasks."""
+
+    nodes: list[Node]
+    tasks: list[TraceTask]
+    copies: int
+    compress: float
+    capacity_milli: int
+    workload: TargetWorkload
+
+    def describe(self) -> dict[str, float | int]:
+        """What a benchmark prints of its load."""
+        return {
+            "nodes": len(self.nodes),
+            "gpus": self.capacity_milli // 1000,
+            "tasks": len(self.tasks),
+            "copies": self.copies,
+            "compress": round(self.compress, 1),
+            "peak_demand": round(peak_demand(self.tasks, self.capacity_milli, self.compress), 3),
+        }
+
+
+def peak_load(
+    nodes: Sequence[Node],
+    tasks: Sequence[TraceTask],
+    peak: float,
+    *,
+    sample: int = 0,
+    seed: int = 42,
+) -> PeakLoad:
+    """``tasks`` on ``nodes`` tiled (:func:`tile`, the fewest copies whose whole demand is
+    :data:`HEADROOM` x ``peak``) and compressed until peak demand is ``peak`` x capacity, as the
+    queueing benchmarks replay it. ``sample`` > 0: a seeded sample of that many tasks on a
+    proportional seeded sample of the nodes (a smoke test)."""
+    nodes, tasks = list(nodes), list(tasks)
+    if sample and sample < len(tasks):
+        rng = random.Random(seed)
+        share = sample / len(tasks)
+        nodes = rng.sample(nodes, max(1, math.ceil(share * len(nodes))))
+        tasks = rng.sample(tasks, sample)
+    workload = TargetWorkload.from_requests(to_request(t) for t in tasks)
+    capacity = capacity_milli(nodes)
+    whole = peak_demand(tasks, capacity, 1e12)
+    copies = max(1, math.ceil(HEADROOM * peak / whole)) if whole else 1
+    tiled = tile(tasks, copies)
+    return PeakLoad(
+        nodes, tiled, copies, compress_for_peak(tiled, capacity, peak), capacity, workload
+    )
+
+
+def default_trace_at_peak(peak: float, *, sample: int = 0, seed: int = 42) -> PeakLoad:
+    """:func:`peak_load` of the Alibaba default trace on its GPU node list (found as ``xpupool
+    simulate`` finds them: ``sim/trace_files.py``)."""
+    from xpupool.sim.alibaba import read_nodes, read_tasks
+    from xpupool.sim.trace_files import DEFAULT_PODS, default_nodes
+
+    nodes_path = default_nodes()
+    nodes = read_nodes(str(nodes_path))
+    tasks = read_tasks(str(nodes_path.parent / DEFAULT_PODS))
+    return peak_load(nodes, tasks, peak, sample=sample, seed=seed)

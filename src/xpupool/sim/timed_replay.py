@@ -145,6 +145,7 @@ def timed_replay(
     checkpoints: CheckpointModel | None = None,
     checkpoint_aware: bool = False,
     history_half_life_s: float | None = None,
+    on_run: Callable[[int, int, Sequence[Allocation] | None], None] | None = None,
 ) -> TimedResult:
     """Run ``tasks`` by their trace times under ``policy``; see the module docstring.
 
@@ -161,6 +162,8 @@ def timed_replay(
     lets the planner weigh what each victim would lose (see the module docstring).
     ``history_half_life_s`` orders tenants by the share they held over a window decaying with
     that half-life (``engine/cycle/fair_share.py``) instead of DRF on what they hold now.
+    ``on_run(now, task, allocations)`` is told each run's start (its allocations) and end (None:
+    finished or preempted), as ``sim/energy.py`` meters them.
     """
     if compress <= 0:
         raise ValueError("compress must be positive")
@@ -217,6 +220,8 @@ def timed_replay(
         for alloc in job.allocations:
             cycle.admission.release(alloc.id)
         used -= tasks[job.id].gpu_request_milli
+        if on_run is not None:
+            on_run(now, job.id, None)
         gate.capacity_changed()
 
     def stop_victims(decision: Preempt, stopped_now: list[_Task]) -> None:
@@ -274,6 +279,8 @@ def timed_replay(
                 waiting -= tasks[i].gpu_request_milli
                 job.run_start = start
                 heapq.heappush(departures, (start + remaining, i, job.allocations[0].id))
+                if on_run is not None:
+                    on_run(start, i, job.allocations)
                 if sited is not None:
                     sited.started(i)
                 continue

@@ -7,6 +7,8 @@ import pytest
 
 from xpupool.catalog.accelerators import load_accelerators
 from xpupool.catalog.throughput import (
+    MAX_STEP,
+    REPORT_WINDOW,
     Source,
     ThroughputTable,
     card_speeds,
@@ -78,3 +80,16 @@ def test_kind_falls_back_to_image_then_model() -> None:
     assert job_kind(None, "docker.io/a/train:1.2") == "docker.io/a/train"
     assert job_kind(None, None, "qwen2.5-7b") == "qwen2.5-7b"
     assert job_kind(None) is None
+
+
+def test_a_figure_follows_recent_reports_and_one_report_moves_it_a_bounded_step() -> None:
+    table = ThroughputTable()
+    table.record("k", "V100", 100.0)
+    for _ in range(REPORT_WINDOW - 1):
+        table.report("k", "V100", 100.0, new_run=False)
+    hostile = table.report("k", "V100", 1e12, new_run=False)  # clipped to MAX_STEP x the figure
+    assert hostile.rate == pytest.approx(100.0 + (100.0 * MAX_STEP - 100.0) / REPORT_WINDOW)
+    assert (hostile.runs, hostile.reports) == (1, REPORT_WINDOW + 1)
+    for _ in range(10 * REPORT_WINDOW):  # the job type got faster: the figure follows
+        table.report("k", "V100", 200.0, new_run=False)
+    assert table.measured("k")["V100"][0] == pytest.approx(200.0, rel=0.01)

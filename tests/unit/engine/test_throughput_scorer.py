@@ -4,6 +4,7 @@ advantage exceeds the typical job's; silent for jobs without speeds."""
 from __future__ import annotations
 
 from xpupool.engine import ClusterState, Engine
+from xpupool.engine.scorers.throughput import Throughput
 from xpupool.model import Device, Node, Request
 from xpupool.model.request_model import request_from_dict
 
@@ -56,3 +57,33 @@ def test_jobs_without_speeds_are_placed_as_by_binpack() -> None:
     for spec in ("any", "any:2", "V100", "any cores=50%"):
         a, b = ours.place(request_from_dict(spec)), binpack.place(request_from_dict(spec))
         assert [x.node for x in a.allocations] == [x.node for x in b.allocations]
+
+
+def _worth(engine: Engine) -> dict[str, float]:
+    scorer = next(s for s, _ in engine._weighted(engine.profile) if isinstance(s, Throughput))
+    ref = scorer._worth(engine.state)
+    return {printed: float(v) for (_, printed), v in zip(engine.state.models, ref, strict=True)}
+
+
+def test_a_refused_job_teaches_ref_nothing() -> None:
+    """ref(m) counted every request it was shown: a job that waits, tried at every pass, weighed
+    once per try. Only placed jobs count now."""
+    engine = Engine(ClusterState(_fleet(), seed=0), "throughput", seed=0)
+    _model_of(engine, request_from_dict(RESNET))
+    before = _worth(engine)
+    huge = request_from_dict("any:8 speed=V100:1,P100:1,K80:1")  # 8 cards: no node has them
+    for _ in range(20):
+        assert not engine.place(huge).ok
+    assert _worth(engine) == before
+
+
+def test_ref_forgets_old_jobs() -> None:
+    """After many recommendation jobs (K80 worth 0.9), a run of ResNet jobs (K80 worth 0.1)
+    moves ref(K80) most of the way to 0.1 rather than to the all-time mean."""
+    engine = Engine(ClusterState(_fleet(per_model=200, cards=1), seed=0), "throughput", seed=0)
+    for _ in range(200):
+        _model_of(engine, request_from_dict(RECOMMENDATION))
+    for _ in range(400):
+        _model_of(engine, request_from_dict(RESNET))
+    all_time_mean = (200 * 0.9 + 400 * 0.1) / 600
+    assert _worth(engine)["K80"] < 0.1 + (all_time_mean - 0.1) / 2

@@ -277,3 +277,16 @@ def test_a_restarted_meter_adds_to_the_rows_the_last_one_wrote_in_the_same_hour(
         held = {str(row[0]): float(row[1]) for row in rows}
     assert set(held) == {"a", POOL}
     assert held["a"] == pytest.approx(0.5 * 40)  # the whole run, each second once
+
+
+def test_a_jobs_view_gives_the_energy_its_records_metered(server: Server) -> None:
+    """Issue 55: kWh per job in its view, from the metering records' joules (all its runs)."""
+    node(server, "n1", count=1)
+    a = tenant(server, "a")
+    job_id = _start(server, a)
+    assert job(server, job_id)["energy_kwh"] is None  # nothing metered yet
+    server.clock.advance(3600)
+    server.plane.meter.flush(server.plane)
+    (rec,) = _records(server)
+    assert job(server, job_id, a)["energy_kwh"] == pytest.approx(rec["energy_j"] / 3.6e6, abs=1e-6)
+    assert job(server, job_id)["energy_kwh"] > 0

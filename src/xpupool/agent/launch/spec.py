@@ -22,6 +22,7 @@ from xpupool.agent.launch.identity import UidRange
 from xpupool.agent.launch.ports import DEFAULT_PORTS, PortRange, replica_ports
 from xpupool.agent.launch.runtime_config import RuntimeConfig
 from xpupool.disk_reserve import DEFAULT_LOG_RESERVE_BYTES
+from xpupool.model.progress import PROGRESS_FILE_ENV, PROGRESS_FILE_NAME
 from xpupool.model.stopping import CHECKPOINT_FILE_ENV, CHECKPOINT_FILE_NAME
 from xpupool.server.schemas.agent_protocol import DeviceAssignment, Work
 
@@ -237,6 +238,7 @@ def job_env(
     a = work.assignment
     env.update(device_env(work.job_id, work.replica, a.node, a.devices, node_vendors).variables)
     env[CHECKPOINT_FILE_ENV] = str(workdir / CHECKPOINT_FILE_NAME)  # docs/jobs.md, Stopping well
+    env[PROGRESS_FILE_ENV] = str(workdir / PROGRESS_FILE_NAME)  # model/progress.py (issue 55)
     return env
 
 

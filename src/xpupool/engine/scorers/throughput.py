@@ -5,7 +5,8 @@ A job that states its relative speed per card model (``Request.speeds``: declare
 estimated, ``catalog/throughput.py``) is scored per node by its best fitting card:
 
     rel(m)  = speed(m) / max speed            how fast the job runs on model m, 0..1
-    ref(m)  = mean rel(m) over the jobs seen  what a card of m is worth to the workload
+    ref(m)  = mean rel(m) over the jobs placed what a card of m is worth to the workload
+              (recent ones weigh more: a job's weight halves every WORTH_HALF_LIFE_JOBS)
     u       = share of the fleet's card compute in use, 0..1
     eff(m)  = rel(m) / ref(m) ** u
 
@@ -31,27 +32,37 @@ from xpupool.engine.state import ClusterState, FloatArray
 from xpupool.model.request import Request
 from xpupool.model.speeds import Speeds
 
+WORTH_HALF_LIFE_JOBS = 200
+"""ref(m) forgets: a placed job weighs half as much 200 placed jobs later, so a workload that
+changes (a new kind of job, a model gone) moves what each card is worth within a few hundred
+placements, not never."""
+WORTH_DECAY = 0.5 ** (1.0 / WORTH_HALF_LIFE_JOBS)
+
 
 class Throughput:
     name: ClassVar[str] = "throughput"
 
     def __init__(self) -> None:
-        # per (vendor, printed model): sum of rel over the jobs seen with speeds, and their count
+        # per (vendor, printed model): the decayed sum of rel over the placed jobs with speeds,
+        # and their decayed count
         self._worth_sum: dict[tuple[str, str], float] = {}
-        self._seen = 0
+        self._seen = 0.0
         self._rel_cache: dict[tuple[Speeds, int], FloatArray] = {}
         self._state: ClusterState | None = None  # the state last scored on (models, catalog)
 
     def observe(self, req: Request, placed: bool) -> None:
-        """Every request with speeds adds its relative speed per model the fleet has to ``ref``."""
-        del placed
+        """A placed request with speeds adds its relative speed per model the fleet has to
+        ``ref``, after what was there decays by :data:`WORTH_DECAY`. A refused one adds nothing:
+        a job that waits is tried again and again, and would count once per try."""
         state = self._state
-        if not req.speeds or state is None:
+        if not placed or not req.speeds or state is None:
             return
         rel = self._rel_of_models(req.speeds, state)
+        for key in self._worth_sum:
+            self._worth_sum[key] *= WORTH_DECAY
         for key, value in zip(state.models, rel.tolist(), strict=True):
             self._worth_sum[key] = self._worth_sum.get(key, 0.0) + value
-        self._seen += 1
+        self._seen = self._seen * WORTH_DECAY + 1.0
 
     def score(self, ctx: Context) -> FloatArray | None:
         speeds = ctx.req.speeds
@@ -83,16 +94,7 @@ class Throughput:
         found = self._rel_cache.get(key)
         if found is not None:
             return found
-        lowest = min(s for _, s in speeds)
-        values = []
-        for vendor, printed in state.models:
-            hit = next(
-                (s for m, s in speeds if state.catalog.matches(m, printed, vendor)),
-                lowest,
-            )
-            values.append(hit)
-        arr = np.asarray(values, np.float64)
-        rel: FloatArray = arr / arr.max() if arr.size else arr
+        rel = relative_speeds(speeds, state)
         self._rel_cache[key] = rel
         return rel
 
@@ -113,3 +115,17 @@ class Throughput:
         if total <= 0.0:
             return 0.0
         return 1.0 - float(state.dev_core_free[usable].sum()) / total
+
+
+def relative_speeds(speeds: Speeds, state: ClusterState) -> FloatArray:
+    """``[n_models]`` a job's speed per model id of ``state`` relative to its best, one model at
+    a time matched as the request's model list is (catalog names, aliases, families); a model it
+    names no speed for counts as its slowest named one."""
+    lowest = min(s for _, s in speeds)
+    values = [
+        next((s for m, s in speeds if state.catalog.matches(m, printed, vendor)), lowest)
+        for vendor, printed in state.models
+    ]
+    arr = np.asarray(values, np.float64)
+    rel: FloatArray = arr / arr.max() if arr.size else arr
+    return rel

@@ -34,7 +34,7 @@ from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile, k
 from xpupool.engine.state import ClusterState
 from xpupool.engine.verdict import Verdicts
 from xpupool.model.allocation import Allocation
-from xpupool.model.errors import RequestError, Unavailable
+from xpupool.model.errors import Conflict, RequestError, Unavailable
 from xpupool.model.request import Request
 from xpupool.model.request_model import request_from_dict
 from xpupool.model.site_network import SiteNetwork
@@ -70,6 +70,7 @@ from xpupool.server.plane.store import (
 )
 from xpupool.server.plane.tenancy import TenancyBooks
 from xpupool.server.plane.tenant_store import TenantStore
+from xpupool.server.power_saving import PowerSaving
 from xpupool.server.retention import Retention
 from xpupool.server.schemas.agent_protocol import DeviceMetrics, VolumeUsageReport
 from xpupool.server.schemas.jobs import HOLDING_STATES, JobPhase, StopCause
@@ -82,6 +83,7 @@ from xpupool.server.storage import meta
 from xpupool.server.storage.driver_insert import STATEMENT_WATCH
 from xpupool.server.storage.job_writes import JobWrites
 from xpupool.server.storage.tenants import assign_tenant_indices
+from xpupool.server.throughput_knowledge import Progressed, ThroughputKnowledge
 from xpupool.server.usage.billing import Billing
 from xpupool.server.usage.meter import UsageMeter
 from xpupool.server.wake import Wake
@@ -195,6 +197,8 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         # the admission order's usage over a decaying window (engine/cycle/fair_share.py);
         # None: DRF on what is held now (xpupool up --fair-share)
         self.fair_share: DecayedUsage | None = None
+        self.throughput = ThroughputKnowledge()  # measured speeds (server/throughput_knowledge.py)
+        self.power_saving = PowerSaving()  # cards that could sleep, nodes idle (power_saving.py)
         # services (issue 47): the ready replicas of each service (service_endpoints.py), which
         # the proxy reads: the service controller's once it runs (service_controller.py), none
         # before; what wakes the controller; what the proxy counts (service_traffic.py), which
@@ -233,6 +237,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         self._load()
         with self.db.connect() as conn:  # what each tenant's kept logs take (job_logs.py)
             self.logs.load(store.job_tenants(conn))
+            self.throughput.load(conn)
         self._check_secret_key()
 
     def _check_secret_key(self) -> None:
@@ -868,6 +873,25 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
             if not record_checkpoint(conn, self._held, job_id, self.clock()):
                 return None
             return self._held[job_id].checkpoint_at
+
+    def report_progress(self, job_id: int, replica: int, rate: float) -> Progressed:
+        """Replica ``replica`` of job ``job_id`` runs at ``rate`` per second (its owner says so,
+        through the API): learned as one step (server/throughput_knowledge.py). Conflict when the
+        job is not running or has no kind; RequestError naming ``replica`` for one it lacks."""
+        with self.write() as conn:
+            job = self._held.get(job_id)
+            if job is None or job.state is not JobPhase.RUNNING:
+                raise Conflict(f"job {job_id} is not running")
+            if job.kind is None:
+                raise Conflict(
+                    f"job {job_id} has no kind: its speeds are learned under its kind=, image"
+                    " or model, and it was submitted with none"
+                )
+            if not any(a.replica == replica for a in job.allocations):
+                replicas = len(job.allocations)
+                raise RequestError("replica", replica, f"job {job_id} has {replicas} replica(s)")
+            got = self.throughput.report_run(conn, self.engine, job, replica, rate, self.clock())
+            return Progressed(job.kind, got)
 
     def stop_job(self, job_id: int, stop: lc.Stop) -> None:
         """Apply ``stop`` to job ``job_id`` as one step; :class:`lc.IllegalTransition` (409)

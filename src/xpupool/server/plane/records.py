@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
 
+from xpupool.catalog.throughput import CardSpeed
 from xpupool.engine.cycle.admission import Admission
 from xpupool.engine.cycle.cycle import Stopping
 from xpupool.engine.engine import Engine
@@ -106,6 +107,10 @@ class PendingJob:
         self.site = site
         self.request = self.asked if site is None else within_sites(self.asked, (site,))
 
+    # the speeds the plane gave it from what it measured of its kind (server/throughput_knowledge
+    # .py), also in ``request.speeds``; (): none given (it declares its own, or none are known)
+    known_speeds: tuple[CardSpeed, ...] = ()
+
 
 @dataclass
 class HeldJob:
@@ -142,6 +147,8 @@ class HeldJob:
     # {replica: (attempt, step, the plane's clock)}: the last start step recorded in its events
     # (an image's pull)
     steps: dict[int, tuple[int | None, str, float]] = field(default_factory=dict)
+    kind: str | None = None  # its job type (its request's): what its progress reports teach
+    progressed: set[int] = field(default_factory=set)  # replicas that reported a rate this run
 
     @property
     def may_run(self) -> bool:

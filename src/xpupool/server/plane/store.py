@@ -177,6 +177,7 @@ def held_from_row(row: object) -> HeldJob:
         max_runtime_s=r.get("max_runtime_s"),
         min_run_s=_min_run_s(r.get("request")),
         idle_stop=_idle_stop(r.get("request")),
+        kind=_kind(r.get("request")),
     )
 
 
@@ -184,6 +185,12 @@ def _idle_stop(request: object) -> IdleStop | None:
     """The stored request's ``idle_stop`` (written canonical, so valid)."""
     text = request.get("idle_stop") if isinstance(request, dict) else None
     return None if text is None else parse_idle_stop("idle_stop", text)
+
+
+def _kind(request: object) -> str | None:
+    """The stored request's ``kind`` (written canonical, so valid)."""
+    kind = request.get("kind") if isinstance(request, dict) else None
+    return None if kind is None else str(kind)
 
 
 def _min_run_s(request: object) -> float | None:

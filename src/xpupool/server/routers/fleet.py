@@ -14,12 +14,14 @@ from xpupool.server.schemas.base import ErrorBody
 from xpupool.server.schemas.devices import Accelerator, Device, DeviceDetail
 from xpupool.server.schemas.nodes import Node, NodeDeletion, NodeTaintsIn, Site, TaintKeyIn
 from xpupool.server.schemas.overview import FleetOverview, History
+from xpupool.server.schemas.power import FleetPower
 from xpupool.server.services import (
     accelerators,
     fleet,
     node_deletion,
     node_taints,
     overview,
+    power,
     site_drain,
 )
 from xpupool.server.wire_values import MAX_REASON, quote, shorten
@@ -142,6 +144,13 @@ def fleet_overview(plane: Plane, who: User) -> FleetOverview:
     """Per site and model: cards allocated, busy and out of service; stranded capacity; why
     pending jobs wait (a tenant: its own jobs only)."""
     return overview.fleet_overview(plane, who)
+
+
+@router.get("/fleet/power", response_model=FleetPower)
+def fleet_power(plane: Plane, _: User) -> FleetPower:
+    """Cards that could sleep (usable, holding nothing) and nodes idle long enough to power
+    down (server/power_saving.py): reported only, nothing is changed."""
+    return power.fleet_power(plane)
 
 
 @router.get(

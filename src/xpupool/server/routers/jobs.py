@@ -11,8 +11,8 @@ from fastapi.responses import PlainTextResponse, Response
 from xpupool.log_rotation import SKIPPED_HEADER
 from xpupool.server.audit_http import submit_target
 from xpupool.server.routers.deps import Plane, User, model_response
-from xpupool.server.schemas.jobs import Checkpoint, Job, JobIn, JobPhase
-from xpupool.server.services import jobs
+from xpupool.server.schemas.jobs import Checkpoint, Job, JobIn, JobPhase, Progress, ProgressIn
+from xpupool.server.services import job_progress, jobs
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 JobId = Annotated[int, Path(ge=1, le=1 << 62)]
@@ -64,6 +64,14 @@ def checkpoint(job_id: JobId, plane: Plane, me: User) -> Checkpoint:
     """The job saved its state now (its owner says so, e.g. from inside the job with its
     tenant's token): preemption prefers jobs that would lose least since their checkpoint."""
     return jobs.checkpoint(plane, me, job_id)
+
+
+@router.post("/{job_id}/progress", response_model=Progress)
+def progress(job_id: JobId, body: ProgressIn, plane: Plane, me: User) -> Progress:
+    """A running replica's rate (its owner or an admin says so, e.g. from inside the job with
+    its tenant's token): learned as the measured speed of the job's kind on its card model.
+    409 when the job is not running or has no kind."""
+    return job_progress.progress(plane, me, job_id, body)
 
 
 @router.get("/{job_id}/logs", response_class=PlainTextResponse)

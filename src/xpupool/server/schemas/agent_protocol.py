@@ -20,6 +20,7 @@ from pydantic import AfterValidator, Field, StrictInt, model_validator
 
 from xpupool.model.device import Device as DeviceRecord
 from xpupool.model.errors import RequestError
+from xpupool.model.progress import MAX_RATE
 from xpupool.model.taint import check_taints
 from xpupool.model.validation import field_error
 from xpupool.server.schemas.base import Lenient, LenientIn, Name, Strict
@@ -259,6 +260,13 @@ class ReplicaReport(Lenient):
         description="Seconds since the replica last wrote its $XPUPOOL_CHECKPOINT_FILE (an age,"
         " not a time: the agent's clock need not agree with the server's); null: it wrote none,"
         " or an older agent.",
+    )
+    progress_rate: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_RATE,
+        description="The rate (steps or tokens per second) the replica wrote to its"
+        " $XPUPOOL_PROGRESS_FILE since the last report; null: nothing new, or an older agent.",
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from xpupool.model.progress import MAX_RATE
 from xpupool.model.request_model import MAX_SPEC_CHARS, RequestModel, read_spec
 from xpupool.model.validation import error_path, error_value, field_error
 from xpupool.server.schemas.agent_protocol import PullPolicy, ReplicaAssignment
@@ -300,6 +301,31 @@ class Checkpoint(Lenient):
     at: float = Field(description="Unix time of the job's last checkpoint in its current run.")
 
 
+class ProgressIn(Strict):
+    """A running replica's rate (``POST /v1/jobs/{id}/progress``), as it would write it to its
+    $XPUPOOL_PROGRESS_FILE (model/progress.py)."""
+
+    rate: float = Field(
+        gt=0,
+        le=MAX_RATE,
+        description="Steps or tokens per second (any unit, the same for every job of the kind:"
+        " only the ratios between card models count).",
+    )
+    replica: int = Field(0, ge=0, le=10_000, description="Which replica runs at it; default 0.")
+
+
+class Progress(Lenient):
+    """What a progress report made: the job type and card model it counted for and the
+    measured figure now held (issue 55); ``model`` null: not counted (a share of a card,
+    cards of several models, or the tenant's figures are full)."""
+
+    job_id: int
+    kind: str = Field(description="The job type the rate counts for (the job's kind).")
+    model: str | None = Field(description="The card model; null: the rate was not counted.")
+    rate: float | None = Field(description="The measured figure per card, per second.")
+    runs: int = Field(0, description="Runs the figure comes from.")
+
+
 class JobEvent(Lenient):
     at: float = Field(description="Unix time, seconds.")
     state: JobState
@@ -352,6 +378,12 @@ class Job(Lenient):
         description="Unix time of the last checkpoint its current run reported (its "
         "$XPUPOOL_CHECKPOINT_FILE or POST /v1/jobs/{id}/checkpoint); null: none, or not running. "
         "Shown by GET /v1/jobs/{id}.",
+    )
+    energy_kwh: float | None = Field(
+        default=None,
+        description="The energy its cards drew over all its runs, kWh, from the metering records"
+        " (their joules: live power readings where the agent sends them, else the power model);"
+        " null: none metered yet. Shown by GET /v1/jobs/{id}.",
     )
     not_before: float | None = Field(
         None, description="Unix time before which a pending retry is not placed; null = now."

@@ -137,6 +137,10 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: ReplicaRe
         return  # a replica the server no longer gives this node: the reply tells the agent to stop
     if r.state is ReplicaState.RUNNING and r.checkpoint_age_s is not None:
         record_checkpoint(conn, plane.held_jobs, job.id, plane.clock() - r.checkpoint_age_s)
+    if r.state is ReplicaState.RUNNING and r.progress_rate is not None:
+        plane.throughput.report_run(
+            conn, plane.engine, job, r.replica, r.progress_rate, plane.clock()
+        )
     if r.state is ReplicaState.RUNNING and r.memory_used_mib:
         job.device_memory_used_mib[r.replica] = dict(r.memory_used_mib)
     else:

@@ -9,15 +9,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, func, select
 
 from xpupool.catalog.image_needs import ImageMerge, merge_image_needs
 from xpupool.catalog.image_ref import ImageRefError, parse_image_ref
+from xpupool.catalog.throughput import job_kind
 from xpupool.engine.outcomes import NeverFits, NotAdmitted, render
 from xpupool.log_rotation import read_kept
 from xpupool.model.errors import Conflict, NotFound, RequestError, Unavailable
 from xpupool.model.request import Request
 from xpupool.model.request_model import request_from_dict, request_to_dict
+from xpupool.model.speeds import MAX_KIND_CHARS
 from xpupool.model.stopping import format_duration
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.auth import Principal
@@ -45,6 +47,7 @@ from xpupool.server.services.models import expand_model_job
 from xpupool.server.storage.driver_insert import insert_rows
 from xpupool.server.storage.jobs import job_events as t_events
 from xpupool.server.storage.jobs import jobs as t_jobs
+from xpupool.server.storage.usage import usage_records as t_usage
 from xpupool.server.usage.billing import Verdict
 
 MAX_LIST = 1000
@@ -150,6 +153,7 @@ def _accept(plane: ControlPlane, me: Principal, body: JobIn) -> _Accepted:
         assert me.tenant is not None
         tenant = me.tenant
     from_model = body.model is not None
+    served = body.model.name if body.model is not None else None
     if body.model is not None:
         body = expand_model_job(plane, body, tenant)
     req = Request() if body.request is None else body.request.to_request()
@@ -163,6 +167,9 @@ def _accept(plane: ControlPlane, me: Principal, body: JobIn) -> _Accepted:
         raise RequestError(
             "grace", format_duration(req.grace_s), f"at most {most} on this server (up --max-grace)"
         ).under(body.request_field)
+    kind = None if req.kind is not None else job_kind(None, body.image, served)
+    if kind and not any(c.isspace() for c in kind):  # its job type (issue 55); a bad image is
+        req = replace(req, kind=kind[:MAX_KIND_CHARS])  # refused on its own field, later
     # A model job's software needs come from the runtime catalog, not from its user: the
     # image's own needs then add to them (both hold) instead of giving way.
     from_image = merge_image_needs(req, body.image, plane.image_catalog, keep_given=not from_model)
@@ -386,6 +393,12 @@ def _row(conn: Connection, me: Principal, job_id: int) -> Any:
     return row
 
 
+def owned_row(conn: Connection, me: Principal, job_id: int) -> Any:
+    """Job ``job_id``'s row when ``me`` may see it (its tenant's, or an admin); NotFound (404)
+    otherwise, for a job of another tenant as for one that does not exist."""
+    return _row(conn, me, job_id)
+
+
 def get(plane: ControlPlane, me: Principal, job_id: int) -> Job:
     with plane.db.connect() as conn:
         row = _row(conn, me, job_id)
@@ -394,8 +407,12 @@ def get(plane: ControlPlane, me: Principal, job_id: int) -> Job:
         ).mappings()
         job = view(plane, row)
         job.events = [JobEvent.model_validate(dict(e)) for e in events]
+        joules = conn.execute(
+            select(func.sum(t_usage.c.energy_j)).where(t_usage.c.job_id == job_id)
+        ).scalar()
     held = plane.held_jobs.get(job_id)
     job.checkpoint_at = None if held is None else held.checkpoint_at
+    job.energy_kwh = None if joules is None else round(float(joules) / 3.6e6, 6)
     return job
 
 

@@ -86,6 +86,7 @@ def connect(url: str, *, schema: bool = True) -> Engine:
         services,
         site_pods,
         tenants,
+        throughput,
         usage,
         volumes,
         web_sessions,
