@@ -518,6 +518,7 @@ class JobView:
     raw: dict[str, Any] = field(repr=False, compare=False)
     site: str | None = None  # the site the plane dispatched it to
     on_site_lost: str = "wait"
+    energy_kwh: float | None = None  # what its runs drew, from the metering records
 
     @classmethod
     def read(cls, data: object, where: str = "job") -> JobView:
@@ -564,6 +565,7 @@ class JobView:
             retry_on=_texts(r, "retry_on"),
             max_runtime_s=r.opt_float("max_runtime_s"),
             checkpoint_at=r.opt_float("checkpoint_at"),
+            energy_kwh=r.opt_float("energy_kwh"),
             not_before=r.opt_float("not_before"),
             created_at=created,
             updated_at=updated,
