@@ -32,7 +32,7 @@ from xpupool.server import rehearsal
 from xpupool.server.audit_http import AuditMiddleware
 from xpupool.server.body_limit import DEFAULT_MAX_BODY, LOG_UPLOAD, BodyLimit
 from xpupool.server.client_address import FromWorkers
-from xpupool.server.error_answers import error_answer, error_body, validation_answer
+from xpupool.server.error_answers import error_answer, validation_answer
 from xpupool.server.front.plane_side import SubmitChannel
 from xpupool.server.front.proxy_plane import ProxyAnswers
 from xpupool.server.history import FleetHistory
@@ -60,6 +60,7 @@ from xpupool.server.service_endpoints import NO_ENDPOINTS
 from xpupool.server.service_proxy import ProxyFirst, ServiceProxy
 from xpupool.server.services.agents import mark_lost_nodes
 from xpupool.server.services.job_limits import FinishedSweep, stop_overdue
+from xpupool.server.store_off_loop import unreachable_answer
 from xpupool.server.web import mount as mount_dashboard
 
 log = logging.getLogger("xpupool.server")
@@ -273,9 +274,8 @@ def create_app(
     async def _unreachable(_: Request, exc: OperationalError) -> JSONResponse:
         """A read the store did not answer (a connection that timed out, a lost one): 503, as a
         write that fails answers (``ControlPlane.write``), not a 500 as if it were a bug."""
-        first = str(exc.orig or exc).splitlines()[0] if str(exc.orig or exc) else "no answer"
-        body = error_body(None, None, f"the store cannot be reached: {first}"[:300])
-        return JSONResponse(body, status_code=503)
+        answer = unreachable_answer(exc)
+        return JSONResponse(answer.body, status_code=answer.status)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
