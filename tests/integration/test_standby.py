@@ -12,6 +12,7 @@ default (10 s), as an operator runs it: the take-over takes that long.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -89,8 +90,12 @@ def health(url: str) -> tuple[int, str]:
 def test_the_standby_takes_over_and_every_acknowledged_job_is_kept_once(
     tmp_path: Path, pg_url: str, loss: str
 ) -> None:
+    # both planes given one admin token (a Kubernetes Secret: docs/postgresql.md)
+    shared = tmp_path / "admin-token-secret"
+    shared.write_text(secrets.token_hex(32) + "\n")
+    given = ("--admin-token-file", str(shared))
     active = ServerProc(
-        tmp_path / "a", cluster=CLUSTER_MIXED, extra_args=("--db", pg_url, "--no-agent")
+        tmp_path / "a", cluster=CLUSTER_MIXED, extra_args=("--db", pg_url, "--no-agent", *given)
     )
     standby_port = free_port()
     standby_url = f"http://127.0.0.1:{standby_port}"
@@ -100,7 +105,10 @@ def test_the_standby_takes_over_and_every_acknowledged_job_is_kept_once(
         active.start()
         with active.tenant_client("team") as team:
             token = team.headers["Authorization"].split()[1]
-        standby = start_standby(tmp_path / "b", standby_port, pg_url)
+        assert active.admin_token == shared.read_text().strip()
+        standby = start_standby(
+            tmp_path / "b", standby_port, pg_url, ("--cluster", str(CLUSTER_MIXED), *given)
+        )
         status, text = until(
             lambda: (lambda h: h if "owned by another xpupool up" in h[1] else None)(
                 health(standby_url)
@@ -133,6 +141,8 @@ def test_the_standby_takes_over_and_every_acknowledged_job_is_kept_once(
             assert r.status_code == 503, r.text
         submitter.stop.set()
         submitter.join(10)
+        # the standby's data dir has the admin token too, though it made no store
+        assert (tmp_path / "b" / "admin-token").read_text().strip() == active.admin_token
         admin = {"Authorization": f"Bearer {active.admin_token}"}
         listed = httpx.get(
             f"{standby_url}/v1/jobs", params={"limit": 1000}, headers=admin, timeout=10

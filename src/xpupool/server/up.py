@@ -71,6 +71,7 @@ class UpConfig:
     secret_key_file: Path | None = None  # None: DATA/secret.key (server/secret_box.py)
     reinitialise: bool = False  # a missing/empty database may start a new pool over old files
     rotate_admin_token: bool = False  # write a new admin token, revoking the old one
+    admin_token_file: Path | None = None  # --admin-token-file: the admin token (admin_token.py)
     max_body: int = DEFAULT_MAX_BODY  # bytes of a request body taken (server/body_limit.py)
     tls_cert: Path | None = None  # PEM certificate (chain) and key: serve HTTPS; None: HTTP
     tls_key: Path | None = None
@@ -166,7 +167,9 @@ def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPla
         if cfg.catalog is not None and cfg.catalog.accelerators:
             plane.meter.power = PowerModel(overrides=cfg.catalog.accelerators)
         plane.before_job_id = pool.reserve
-        if cfg.rotate_admin_token:
+        if cfg.admin_token_file is not None:
+            admin_token.adopt(plane, cfg.data, cfg.admin_token_file)
+        elif cfg.rotate_admin_token:
             admin_token.rotate(plane, cfg.data)
             log.warning(
                 "admin token rotated: %s (earlier admin tokens revoked)",
