@@ -151,7 +151,7 @@ def create_app(
             # time (docs/benchmarks.md, start-up). The passes wait for them off the event loop
             # (rehearsal.py). The share prices' LP solver is not imported with them:
             # ``xpupool up`` imports it at a quiet moment (server/up.py).
-            rehearsal.warm_in_background(plane.profile, plane.profiles)
+            rehearsal.warm_in_background(rehearsal.plane_profiles(plane), plane.profiles)
             watch = LostNodeWatch(plane)
             watch.start()
             passes = asyncio.get_running_loop().create_task(run_passes(plane))

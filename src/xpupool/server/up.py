@@ -223,7 +223,9 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
             tls = (
                 None if cfg.tls_cert is None or cfg.tls_key is None else (cfg.tls_cert, cfg.tls_key)
             )
-            wait_for_store(owner, cfg.host, cfg.port, echo, tls=tls, prepare=prepare_start)
+            wait_for_store(
+                owner, cfg.host, cfg.port, echo, tls=tls, prepare=lambda: prepare_start(cfg)
+            )
         plane = open_plane(cfg, owner)
     except BaseException:
         owner.release()  # a start refused after the claim leaves the store free at once
@@ -240,17 +242,20 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
         lock.release()
 
 
-def prepare_start() -> None:
+def prepare_start(cfg: UpConfig) -> None:
     """The start's work that needs no store, done ahead by a standby while it waits
     (``server/standby.py``): the app's and uvicorn's imports, and the engine's compiled loops
-    (``rehearsal.warm``, seconds of CPU on a first start); after the take-over, only the store's
-    reads remain before serving."""
+    with a rehearsal of the plane's profile (``rehearsal.warm``, seconds of CPU on a first
+    start); after the take-over, only the store's reads remain before serving, and the
+    rehearsal of a profile only its queues name (the store has them)."""
     import uvicorn  # noqa: F401
 
+    from xpupool.engine import BUILTIN_PROFILES
     from xpupool.engine.fragmentation import kernels
     from xpupool.server import app, rehearsal  # noqa: F401
 
-    rehearsal.warm()  # the default profile's: the plane's own, if another, loads the rest
+    profiles = {**BUILTIN_PROFILES, **{p.name: p for p in cfg.profiles}}  # as the plane's
+    rehearsal.warm((cfg.profile,), profiles)
     kernels.warm_solver()
     freeze_start_heap()  # what is alive now: the start's own freeze then walks the plane's alone
 
