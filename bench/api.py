@@ -6,6 +6,7 @@
     python bench/api.py --sweep [--seconds 10] [--table]  # issue 25's table, one server per row
     python bench/api.py --idle 5000                # CPU of an idle server (in-process agent)
     python bench/api.py --nodes 1000 --db postgresql://user@host/db   # SQLite, then PostgreSQL
+    python bench/api.py --nodes 1000 --db sqlite,postgresql --rounds 3  # a throwaway PostgreSQL
 
 Starts a real ``xpupool up --no-agent`` on 127.0.0.1 with a generated cluster file (``--nodes``
 simulated hosts x 8 cards over six models of five vendors), creates two tenants, and submits
@@ -26,11 +27,16 @@ workload from the first requests (``engine/fragmentation/workload_model.py``) an
 built on it several times in its first second; a server that has run a while has not.
 Goal (DESIGN.md section 7): p99 <= 50 ms at 200 submissions/s, nothing lost.
 
-``--db URL`` (a PostgreSQL server's URL, any database on it) runs the same measurement twice in
-one run, first on the embedded SQLite, then with ``xpupool up --db`` on a database of its own
-that the bench creates on that server (``CREATE DATABASE``: the user needs that right) and drops
-at the end, so nothing already on the server is read or changed; prints ``{"sqlite": ...,
-"postgresql": ...}``.
+``--db STORES`` runs the same measurement on several stores in one run: a comma-separated list of
+``sqlite`` (the embedded store, always run, first), ``postgresql`` (a throwaway PostgreSQL server
+that the bench starts as the tests do, ``tests/postgres.py``: ``initdb`` in a temporary folder,
+127.0.0.1, a free port, stopped at the end) and PostgreSQL URLs (a server's, any database on it).
+On a PostgreSQL server each round runs ``xpupool up --db`` on a database of its own that the bench
+creates (``CREATE DATABASE``: the user needs that right) and drops after it, so nothing already on
+the server is read or changed. ``--rounds N`` runs N rounds, the stores taking turns within each
+(so that a change in the machine's load falls on all of them); prints ``{"sqlite": ...,
+"postgresql": ...}``, each store's figures the medians of its rounds, with every round under
+``each`` and the load average (1 min) at the end of each round under ``load_average``.
 
 ``--sweep`` runs the rows of issue 25's table one after another, a fresh server each: nodes 200,
 1,000, 5,000 and 10,000 at 200/s, then 200, 500 and 1,000/s at 1,000 nodes, each for
@@ -48,10 +54,12 @@ import argparse
 import contextlib
 import hashlib
 import http.client
+import importlib
 import json
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -67,6 +75,7 @@ import httpx
 import numpy as np
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from xpupool.engine import DEFAULT_PROFILE
 from xpupool.server.storage import meta
@@ -382,6 +391,96 @@ def run(
 
 
 @contextlib.contextmanager
+def postgres_servers(stores: list[str]) -> Iterator[dict[str, str]]:
+    """Each PostgreSQL store of ``--db`` by its label, with the URL of its server: a URL as
+    given, ``postgresql`` a throwaway server started the way the tests start theirs (``tests/
+    postgres.py``), stopped on the way out."""
+    urls: dict[str, str] = {}
+    with contextlib.ExitStack() as stack:
+        for store in stores:
+            if store == "sqlite":
+                continue
+            if store != "postgresql":
+                urls[store] = store
+                continue
+            sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+            postgres = importlib.import_module("postgres")  # initdb, pg_ctl as postgres
+
+            root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="xpupool-pg-")))
+            server = postgres.start(root / "pg")
+            stack.callback(server.stop)
+            urls[store] = server.url("postgres")
+        yield urls
+
+
+def store_label(store: str, taken: dict[str, Any]) -> str:
+    """``store``'s key in the output: ``sqlite``, ``postgresql``, or a second PostgreSQL URL's
+    backend name with a number (``postgresql-2``)."""
+    name = "sqlite" if store == "sqlite" else make_url(meta.driver_url(store)).get_backend_name()
+    label, n = name, 1
+    while label in taken:
+        n += 1
+        label = f"{name}-{n}"
+    return label
+
+
+def parse_stores(value: str) -> list[str]:
+    """``--db``'s list: ``sqlite`` first whether named or not, each store once, each one
+    ``sqlite``, ``postgresql`` or a PostgreSQL URL; a ``ValueError`` naming the item otherwise."""
+    stores = ["sqlite"]
+    for item in (part.strip() for part in value.split(",")):
+        if item not in ("sqlite", "postgresql"):
+            if not item.startswith(("postgresql://", "postgresql+", "postgres://")):
+                raise ValueError(f"--db: {item!r} is not sqlite, postgresql or a PostgreSQL URL")
+            try:
+                make_url(meta.driver_url(item))
+            except ArgumentError as exc:
+                raise ValueError(f"--db: {item!r}: {exc}") from None
+        if item not in stores:
+            stores.append(item)
+    return stores
+
+
+def median_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One store's rounds as one row: each numeric figure the median of its rounds, anything else
+    the first round's; every round under ``each``."""
+    out: dict[str, Any] = {}
+    for key, first in rounds[0].items():
+        values = [r[key] for r in rounds]
+        numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+        out[key] = round(statistics.median(values), 3) if numeric else first
+    out["rounds"] = len(rounds)
+    out["each"] = rounds
+    return out
+
+
+def compare_stores(args: argparse.Namespace, stores: list[str]) -> dict[str, Any]:
+    """:func:`run` on every store of ``stores``, ``args.rounds`` times, the stores taking turns
+    within each round; each store's medians (:func:`median_rounds`)."""
+    results: dict[str, list[dict[str, Any]]] = {}
+    with postgres_servers(stores) as servers:
+        labels: dict[str, str] = {}
+        for store in stores:
+            labels[store] = store_label(servers.get(store, store), labels)
+        for _ in range(args.rounds):
+            for store in stores:
+                if store == "sqlite":
+                    row = run_args(args, None)
+                else:
+                    with scratch_database(servers[store]) as db:
+                        row = run_args(args, db)
+                row["load_average"] = round(os.getloadavg()[0], 2)
+                results.setdefault(labels[store], []).append(row)
+                print(
+                    f"{labels[store]}: {row['achieved_rate_per_s']}/s, scheduled p99 "
+                    f"{row['scheduled_latency_p99_ms']} ms, load {row['load_average']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    return {label: median_rounds(rows) for label, rows in results.items()}
+
+
+@contextlib.contextmanager
 def scratch_database(url: str) -> Iterator[str]:
     """A new database on the server of ``url`` for one run, dropped after it: its URL."""
     server = make_url(meta.driver_url(url))
@@ -596,10 +695,16 @@ def main() -> None:
     )
     parser.add_argument(
         "--db",
-        metavar="URL",
-        help="also run on this PostgreSQL server (a database of its own), after SQLite",
+        metavar="STORES",
+        help="also run on these stores, comma-separated: postgresql (a throwaway server) or a "
+        "PostgreSQL server's URL (a database of its own); SQLite always runs, first",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="with --db: rounds, the stores taking turns"
     )
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds: must be 1 or more")
     if args.sweep:
         print(
             f"{args.seconds:g} s per row, steady: the jobs submitted {args.steady_after:g} s or "
@@ -618,9 +723,11 @@ def main() -> None:
     elif args.in_process:
         out = in_process(args.nodes, args.policy)
     elif args.db:
-        out = {"sqlite": run_args(args, None)}
-        with scratch_database(args.db) as db:
-            out[make_url(db).get_backend_name()] = run_args(args, db)
+        try:
+            stores = parse_stores(args.db)
+        except ValueError as exc:
+            parser.error(str(exc))
+        out = compare_stores(args, stores)
     else:
         out = run(
             args.rate,

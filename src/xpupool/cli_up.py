@@ -207,6 +207,14 @@ def in_background(make: Callable[[], T], name: str) -> Callable[[], T]:
     help="Write a new DATA/admin-token (mode 0600) and revoke every earlier admin token",
 )
 @click.option(
+    "--admin-token-file",
+    type=click.Path(exists=True, dir_okay=False, resolve_path=True),
+    metavar="FILE",
+    help="the admin token is the one in FILE (e.g. a Kubernetes Secret that a standby shares), "
+    "not one this server makes: stored, every other admin token revoked, unless it is already "
+    "the admin's; copied to DATA/admin-token",
+)
+@click.option(
     "--tls-cert",
     type=click.Path(exists=True, dir_okay=False, resolve_path=True),
     help="PEM certificate (chain) to serve HTTPS with; give --tls-key too",
@@ -401,6 +409,7 @@ def up(
     mps: bool,
     reinitialise: bool,
     rotate_admin_token: bool,
+    admin_token_file: str | None,
     tls_cert: str | None,
     tls_key: str | None,
     max_body: str,
@@ -561,6 +570,7 @@ def up(
         log_reserve=log_reserve,
         logs=Path(logs) if logs else None,
         secret_key_file=Path(secret_key_file) if secret_key_file else None,
+        admin_token_file=Path(admin_token_file) if admin_token_file else None,
         reinitialise=reinitialise,
         rotate_admin_token=rotate_admin_token,
         tls_cert=Path(tls_cert) if tls_cert else None,

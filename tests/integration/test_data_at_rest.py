@@ -10,6 +10,7 @@ full disk), which binds root too, where a read-only mode would not.
 from __future__ import annotations
 
 import resource
+import secrets
 import stat
 import subprocess
 import sys
@@ -152,6 +153,44 @@ def test_rotating_the_admin_token_recreates_a_deleted_one_and_revokes_the_old(
         assert client(srv, second).get("/v1/tenants").status_code == 401
     finally:
         srv.stop()
+
+
+def test_an_admin_token_file_is_the_admin_token_and_a_new_one_revokes_it(
+    tmp_path: Path, client: Callable[[ServerProc, str | None], httpx.Client]
+) -> None:
+    """``--admin-token-file`` (a Kubernetes Secret that a plane and its standby share): its
+    token is the admin's, copied to DATA/admin-token; the same file again changes nothing; a
+    new token in it revokes the one before; a file without a token is refused naming it."""
+    given = tmp_path / "secret" / "token"
+    given.parent.mkdir()
+    first = "a" * 20 + secrets.token_hex(16)
+    given.write_text(first + "\n")
+    srv = ServerProc(tmp_path / "data", extra_args=("--admin-token-file", str(given)))
+    srv.start()  # reads DATA/admin-token
+    try:
+        assert srv.admin_token == first
+        assert stat.S_IMODE((srv.data / "admin-token").stat().st_mode) == 0o600
+        assert client(srv, first).get("/v1/tenants").status_code == 200
+    finally:
+        srv.stop()
+    srv.start()  # the same token: still the admin's
+    try:
+        assert client(srv, first).get("/v1/tenants").status_code == 200
+    finally:
+        srv.stop()
+    second = secrets.token_urlsafe(32)
+    given.write_text(second)
+    srv.start()
+    try:
+        assert srv.admin_token == second
+        assert client(srv, second).get("/v1/tenants").status_code == 200
+        assert client(srv, first).get("/v1/tenants").status_code == 401
+    finally:
+        srv.stop()
+    given.write_text("too short\n")
+    refusal = one_error_line(up_once(srv.data, "--admin-token-file", str(given)))
+    assert f"--admin-token-file {given}: not a token" in refusal, refusal
+    assert (srv.data / "admin-token").read_text().strip() == second  # nothing changed
 
 
 def test_a_data_dir_that_cannot_be_written_is_refused_with_one_line(tmp_path: Path) -> None:

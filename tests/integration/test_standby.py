@@ -12,6 +12,7 @@ default (10 s), as an operator runs it: the take-over takes that long.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -89,8 +90,12 @@ def health(url: str) -> tuple[int, str]:
 def test_the_standby_takes_over_and_every_acknowledged_job_is_kept_once(
     tmp_path: Path, pg_url: str, loss: str
 ) -> None:
+    # both planes given one admin token (a Kubernetes Secret: docs/postgresql.md)
+    shared = tmp_path / "admin-token-secret"
+    shared.write_text(secrets.token_hex(32) + "\n")
+    given = ("--admin-token-file", str(shared))
     active = ServerProc(
-        tmp_path / "a", cluster=CLUSTER_MIXED, extra_args=("--db", pg_url, "--no-agent")
+        tmp_path / "a", cluster=CLUSTER_MIXED, extra_args=("--db", pg_url, "--no-agent", *given)
     )
     standby_port = free_port()
     standby_url = f"http://127.0.0.1:{standby_port}"
@@ -100,7 +105,10 @@ def test_the_standby_takes_over_and_every_acknowledged_job_is_kept_once(
         active.start()
         with active.tenant_client("team") as team:
             token = team.headers["Authorization"].split()[1]
-        standby = start_standby(tmp_path / "b", standby_port, pg_url)
+        assert active.admin_token == shared.read_text().strip()
+        standby = start_standby(
+            tmp_path / "b", standby_port, pg_url, ("--cluster", str(CLUSTER_MIXED), *given)
+        )
         status, text = until(
             lambda: (lambda h: h if "owned by another xpupool up" in h[1] else None)(
                 health(standby_url)
@@ -133,6 +141,8 @@ def test_the_standby_takes_over_and_every_acknowledged_job_is_kept_once(
             assert r.status_code == 503, r.text
         submitter.stop.set()
         submitter.join(10)
+        # the standby's data dir has the admin token too, though it made no store
+        assert (tmp_path / "b" / "admin-token").read_text().strip() == active.admin_token
         admin = {"Authorization": f"Bearer {active.admin_token}"}
         listed = httpx.get(
             f"{standby_url}/v1/jobs", params={"limit": 1000}, headers=admin, timeout=10
@@ -379,6 +389,22 @@ def test_a_plane_behind_a_blackhole_gives_the_store_up_at_its_lease_and_never_wr
 
         across = threading.Thread(target=submit, daemon=True)
         across.start()
+        # a token the plane has not seen yet is read from the store, which does not answer: on
+        # the event loop that read stopped every request (issue 50)
+        unseen: list[httpx.Response | Exception] = []
+
+        def ask_unseen() -> None:
+            try:
+                unseen.append(
+                    httpx.get(
+                        f"{active.url}/v1/jobs", headers=active.headers("unseen"), timeout=300
+                    )
+                )
+            except Exception as exc:  # recorded, asserted below
+                unseen.append(exc)
+
+        early = threading.Thread(target=ask_unseen, daemon=True)
+        early.start()
         # the submission hangs in the store holding the plane's lock; the plane still answers
         # (the scheduling pass, on the event loop, used to wait for that lock, and every request
         # with it) and says why
@@ -394,6 +420,19 @@ def test_a_plane_behind_a_blackhole_gives_the_store_up_at_its_lease_and_never_wr
             f"{active.url}/v1/jobs", json=JOB, headers=active.headers(token), timeout=ANSWER_S
         )
         assert r.status_code == 503 and "store" in r.text, r.text  # not queued behind the lock
+        # while stalled, a token never seen and an agent's log upload are refused at once
+        r = httpx.get(
+            f"{active.url}/v1/jobs", headers=active.headers("never-seen"), timeout=ANSWER_S
+        )
+        assert r.status_code == 503 and "has not answered" in r.text, r.text
+        r = httpx.post(
+            f"{active.url}/v1/agent/nodes/n1/jobs/1/replicas/0/logs",
+            content=b"output\n",
+            headers=active.headers(),
+            timeout=ANSWER_S,
+        )
+        assert r.status_code == 503 and "has not answered" in r.text, r.text
+        assert httpx.get(f"{active.url}/healthz", timeout=ANSWER_S).status_code == 503
         until(lambda: health(standby_url)[0] == 200, "the standby serving", timeout_s=TAKEOVER_S)
         log = tmp_path / "a" / "server.log"
         until(
@@ -406,7 +445,12 @@ def test_a_plane_behind_a_blackhole_gives_the_store_up_at_its_lease_and_never_wr
         assert answered.status_code == 503 and "lost the store" in answered.text, answered.text
         relay.resume()
         across.join(TAKEOVER_S * 2)
+        early.join(TAKEOVER_S * 2)
         assert hung and isinstance(hung[0], httpx.Response), hung
+        # the read that hung with the partition is answered once it heals: the token is unknown
+        # (the store answered) or the store is refused (the plane gave it up)
+        assert unseen and isinstance(unseen[0], httpx.Response), unseen
+        assert unseen[0].status_code in (401, 503), unseen[0].text
         assert hung[0].status_code == 503, hung[0].text
         status, text = health(active.url)
         assert status == 503 and "lost the store" in text, (status, text)

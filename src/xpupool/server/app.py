@@ -32,7 +32,7 @@ from xpupool.server import rehearsal
 from xpupool.server.audit_http import AuditMiddleware
 from xpupool.server.body_limit import DEFAULT_MAX_BODY, LOG_UPLOAD, BodyLimit
 from xpupool.server.client_address import FromWorkers
-from xpupool.server.error_answers import error_answer, error_body, validation_answer
+from xpupool.server.error_answers import error_answer, validation_answer
 from xpupool.server.front.plane_side import SubmitChannel
 from xpupool.server.front.proxy_plane import ProxyAnswers
 from xpupool.server.history import FleetHistory
@@ -61,6 +61,7 @@ from xpupool.server.service_endpoints import NO_ENDPOINTS
 from xpupool.server.service_proxy import ProxyFirst, ServiceProxy
 from xpupool.server.services.agents import mark_lost_nodes
 from xpupool.server.services.job_limits import FinishedSweep, stop_idle, stop_overdue
+from xpupool.server.store_off_loop import unreachable_answer
 from xpupool.server.web import mount as mount_dashboard
 
 log = logging.getLogger("xpupool.server")
@@ -147,12 +148,14 @@ def create_app(
         keeper: asyncio.Task[None] | None = None  # the service controller's (issue 47)
         if background:
             # The engine's loops load from numba's cache (or compile, on a first start) on a
-            # thread from here, as the socket starts listening: not beside the start's imports
-            # and the plane's opening, which they slowed by holding the interpreter half the
-            # time (docs/benchmarks.md, start-up). The passes wait for them off the event loop
-            # (rehearsal.py). The share prices' LP solver is not imported with them:
-            # ``xpupool up`` imports it at a quiet moment (server/up.py).
-            rehearsal.warm_in_background(plane.profile, plane.profiles)
+            # thread: ``xpupool up`` starts that before it opens the plane (up.warm_loops),
+            # beside the opening and the app's imports, so that the first jobs do not wait for
+            # it; here the profiles it could not know (the queues') are rehearsed, and
+            # everything for a plane started without it (docs/benchmarks.md, start-up). The
+            # passes wait for them off the event loop (rehearsal.py). The share prices' LP
+            # solver is not imported with them: ``xpupool up`` imports it at a quiet moment
+            # (server/up.py).
+            rehearsal.warm_in_background(rehearsal.plane_profiles(plane), plane.profiles)
             watch = LostNodeWatch(plane)
             watch.start()
             passes = asyncio.get_running_loop().create_task(run_passes(plane))
@@ -276,9 +279,8 @@ def create_app(
     async def _unreachable(_: Request, exc: OperationalError) -> JSONResponse:
         """A read the store did not answer (a connection that timed out, a lost one): 503, as a
         write that fails answers (``ControlPlane.write``), not a 500 as if it were a bug."""
-        first = str(exc.orig or exc).splitlines()[0] if str(exc.orig or exc) else "no answer"
-        body = error_body(None, None, f"the store cannot be reached: {first}"[:300])
-        return JSONResponse(body, status_code=503)
+        answer = unreachable_answer(exc)
+        return JSONResponse(answer.body, status_code=answer.status)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:

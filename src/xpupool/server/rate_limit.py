@@ -31,15 +31,18 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from fastapi.security.utils import get_authorization_scheme_param
+from sqlalchemy.exc import OperationalError
 from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from xpupool.model.errors import Unavailable
 from xpupool.server.auth import Principal, TokenExpired, token_hash
 from xpupool.server.client_address import address_key, client_address, header
-from xpupool.server.error_answers import ErrorAnswer, error_body
+from xpupool.server.error_answers import ErrorAnswer, error_answer, error_body
 from xpupool.server.front.wire import render
 from xpupool.server.plane import ControlPlane
 from xpupool.server.services import tenants
+from xpupool.server.store_off_loop import on_store, unreachable_answer
 from xpupool.server.web.sessions import COOKIE, SessionStore
 
 MAX_KEYS = 100_000  # buckets kept per kind (tokens, addresses): a few MiB at most
@@ -142,10 +145,16 @@ class RateLimiter:
     def off(self) -> bool:
         return self.tokens is None and self.addresses is None
 
-    def admit(self, digest: str | None, address: str | None) -> ErrorAnswer | None:
+    def admit(
+        self,
+        digest: str | None,
+        address: str | None,
+        stored: Callable[[str], Principal | None] | None = None,
+    ) -> ErrorAnswer | None:
         """None when a request with the token whose SHA-256 is ``digest`` (None: no token), from
         ``address`` (None: unknown), may go on; else the 429 to answer. Either way it is
-        counted."""
+        counted. ``stored``: the principal of a token not cached, as read from the store
+        (default: read here; :meth:`admit_off_loop` reads it first, off the loop on PostgreSQL)."""
         now = self.clock()
         if digest is not None:
             who = self._principal(digest, store=False)
@@ -153,13 +162,43 @@ class RateLimiter:
                 wait = self.addresses.wait_s(address_key(address), now)
                 if wait > 0:  # a token not seen yet, from an address over its limit
                     return self._refuse("address", wait)
-                who = self._principal(digest, store=True)
+                who = (stored or self.stored_principal)(digest)
             if who is not None:
                 return self._take_token(who.token_id, now)
         if self.addresses is None:
             return None
         wait = self.addresses.take(address_key(address), now)
         return None if wait == 0 else self._refuse("address", wait)
+
+    async def admit_off_loop(self, digest: str | None, address: str | None) -> ErrorAnswer | None:
+        """:meth:`admit` from the event loop: a token not cached is read from the store first,
+        on PostgreSQL on a thread (``store_off_loop.py``, issue 50); a store that does not
+        answer is a 503, not an error of the app."""
+        try:
+            if not self.reads_store(digest, address):
+                return self.admit(digest, address)
+            assert digest is not None
+            who = await on_store(self.plane, self.stored_principal, digest)
+            return self.admit(digest, address, stored=lambda _: who)
+        except Unavailable as exc:  # the store stalled (plane/store_stall.py): 503
+            answer = error_answer(exc)
+            assert answer is not None
+            return answer
+        except OperationalError as exc:
+            return unreachable_answer(exc)
+
+    def reads_store(self, digest: str | None, address: str | None) -> bool:
+        """Whether :meth:`admit` reads the store for this request: a token not cached, from an
+        address under its limit."""
+        if digest is None or self.addresses is None:
+            return False
+        if self._principal(digest, store=False) is not None:
+            return False
+        return self.addresses.wait_s(address_key(address), self.clock()) == 0
+
+    def stored_principal(self, digest: str) -> Principal | None:
+        """The principal of ``digest`` read from the store (cached when live)."""
+        return self._principal(digest, store=True)
 
     def _principal(self, digest: str, *, store: bool) -> Principal | None:
         try:
@@ -222,7 +261,7 @@ class RateLimitGate:
             await self.app(scope, receive, send)
             return
         digest = bearer_digest(header(scope, b"authorization")) or _session_digest(scope)
-        refused = self.limiter.admit(digest, client_address(scope))
+        refused = await self.limiter.admit_off_loop(digest, client_address(scope))
         if refused is None:
             await self.app(scope, receive, send)
             return

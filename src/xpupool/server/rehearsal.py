@@ -10,21 +10,31 @@ of a card, a gang, CPU only) on a throwaway engine over the packaged demo pool, 
 other compiled functions (the card choice, the device fit's refresh, the best node, the packing
 scores) with the argument types real placements give them. The scheduling loop waits for it off
 the event loop (``scheduler_loop.run_passes``).
+
+Each profile the plane runs is rehearsed, not only the default one: a profile's scorers are loops
+of their own (``binpack``'s, a ``--profile`` file's), and a plane started with another
+``--policy``, or with queues that name a profile, would compile those inside its first pass. A
+standby rehearses what its command line names while it waits (``server/up.py``); the queues'
+profiles, read from the store, are rehearsed before the pass that would place their jobs.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from xpupool.engine import ClusterState, Engine
 from xpupool.engine.fragmentation import kernels
 from xpupool.engine.profile import DEFAULT_PROFILE, Profile
 from xpupool.model.request_model import request_from_dict
 from xpupool.probes.cluster_file import load_cluster
+
+if TYPE_CHECKING:
+    from xpupool.server.plane import ControlPlane
 
 log = logging.getLogger("xpupool.server")
 
@@ -38,35 +48,50 @@ REHEARSED = (
 )
 """The requests the rehearsal places, one of each kind of placement (compact syntax)."""
 
-_done = threading.Event()
+_loaded = threading.Event()  # the fragmentation loops (kernels.warm), once per process
+_rehearsed: frozenset[str] = frozenset()  # the profiles rehearsed in this process
 _lock = threading.Lock()
 
 
-def ready() -> bool:
-    """Whether :func:`warm` has run to its end in this process: until then, a caller that must not
-    wait on numba's compiler lock (an event loop) calls :func:`warm` on a thread and waits there."""
-    return _done.is_set()
+def ready(names: Iterable[str] = (DEFAULT_PROFILE,)) -> bool:
+    """Whether :func:`warm` has loaded the loops and rehearsed every profile of ``names`` in this
+    process: until then, a caller that must not wait on numba's compiler lock (an event loop)
+    calls :func:`warm` on a thread and waits there."""
+    return _loaded.is_set() and _rehearsed.issuperset(names)
 
 
-def warm(profile: str = DEFAULT_PROFILE, profiles: Mapping[str, Profile] | None = None) -> None:
-    """Load the loops and rehearse, once per process; a second caller waits for the first."""
+def plane_profiles(plane: ControlPlane) -> tuple[str, ...]:
+    """The profiles ``plane`` places with: its default, then those its queues name."""
+    return tuple(dict.fromkeys([plane.profile, *sorted(plane.queue_profiles.values())]))
+
+
+def warm(
+    names: Iterable[str] = (DEFAULT_PROFILE,), profiles: Mapping[str, Profile] | None = None
+) -> None:
+    """Load the loops, once per process, and rehearse each profile of ``names`` not rehearsed
+    yet (``profiles``: the profiles by name, the built-in ones when None); a second caller waits
+    for the first."""
+    global _rehearsed
     with _lock:
-        if _done.is_set():
-            return
-        kernels.warm(solver=False)
-        try:
-            _rehearse(profile, profiles)
-        except Exception:  # a placement that fails here fails the same way on a real request
-            log.exception("the placement rehearsal failed")
-        _done.set()
+        if not _loaded.is_set():
+            kernels.warm(solver=False)
+            _loaded.set()
+        for name in dict.fromkeys(names):
+            if name in _rehearsed:
+                continue
+            try:
+                _rehearse(name, profiles)
+            except Exception:  # a placement that fails here fails the same way on a real request
+                log.exception("the placement rehearsal of profile %s failed", name)
+            _rehearsed = _rehearsed | {name}
 
 
 def warm_in_background(
-    profile: str = DEFAULT_PROFILE, profiles: Mapping[str, Profile] | None = None
+    names: Iterable[str] = (DEFAULT_PROFILE,), profiles: Mapping[str, Profile] | None = None
 ) -> threading.Thread:
     """:func:`warm` on a thread of its own, so that the server answers meanwhile."""
     thread = threading.Thread(
-        target=warm, args=(profile, profiles), name="xpupool-loops-warm", daemon=True
+        target=warm, args=(tuple(names), profiles), name="xpupool-loops-warm", daemon=True
     )
     thread.start()
     return thread

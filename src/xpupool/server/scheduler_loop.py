@@ -132,8 +132,9 @@ async def run_passes(plane: ControlPlane, period_s: float = PERIODIC_PASS_S) -> 
     while True:
         await plane.wake.wait(period_s)
         try:
-            if not rehearsal.ready():
-                await asyncio.to_thread(rehearsal.warm, plane.profile, plane.profiles)
+            running = rehearsal.plane_profiles(plane)  # a queue's may change
+            if not rehearsal.ready(running):
+                await asyncio.to_thread(rehearsal.warm, running, plane.profiles)
             for _ in pass_steps(plane):
                 await _serve_between_batches(plane)
         except Unavailable:

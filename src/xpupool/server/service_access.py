@@ -21,6 +21,7 @@ from xpupool.server.plane import service_token_rows as rows
 from xpupool.server.service_caller import SERVICE_TOKEN_PREFIX, UNKNOWN, Caller, bearer
 from xpupool.server.service_endpoints import Endpoint
 from xpupool.server.services import tenants
+from xpupool.server.store_off_loop import on_store
 
 __all__ = ["SERVICE_TOKEN_PREFIX", "Caller", "PlaneSource", "ServiceTokenCache", "caller"]
 
@@ -110,7 +111,8 @@ class PlaneSource:
         self.tokens = tokens
 
     async def who(self, authorization: str | None) -> Caller | tuple[int, str]:
-        return caller(self.plane, self.tokens, authorization)
+        # a token not cached is read from the store: off the loop on PostgreSQL (issue 50)
+        return await on_store(self.plane, caller, self.plane, self.tokens, authorization)
 
     def ready(self, tenant: str, name: str) -> Sequence[Endpoint]:
         return self.plane.service_endpoints.ready(tenant, name)

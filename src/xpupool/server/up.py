@@ -73,6 +73,7 @@ class UpConfig:
     secret_key_file: Path | None = None  # None: DATA/secret.key (server/secret_box.py)
     reinitialise: bool = False  # a missing/empty database may start a new pool over old files
     rotate_admin_token: bool = False  # write a new admin token, revoking the old one
+    admin_token_file: Path | None = None  # --admin-token-file: the admin token (admin_token.py)
     max_body: int = DEFAULT_MAX_BODY  # bytes of a request body taken (server/body_limit.py)
     tls_cert: Path | None = None  # PEM certificate (chain) and key: serve HTTPS; None: HTTP
     tls_key: Path | None = None
@@ -177,7 +178,9 @@ def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPla
         if cfg.catalog is not None and cfg.catalog.accelerators:
             plane.meter.power = PowerModel(overrides=cfg.catalog.accelerators)
         plane.before_job_id = pool.reserve
-        if cfg.rotate_admin_token:
+        if cfg.admin_token_file is not None:
+            admin_token.adopt(plane, cfg.data, cfg.admin_token_file)
+        elif cfg.rotate_admin_token:
             admin_token.rotate(plane, cfg.data)
             log.warning(
                 "admin token rotated: %s (earlier admin tokens revoked)",
@@ -218,6 +221,10 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
     from xpupool.agent.launch.dirlock import DirLock
     from xpupool.agent.launch.guard import protect_process
 
+    # The engine's compiled loops load on a thread from here, beside the plane's opening and the
+    # app's imports: the first scheduling pass waits for them, and when they started with the
+    # app the jobs of the first second waited with it (issue 42; docs/benchmarks.md, start-up).
+    threading.Thread(target=warm_loops, args=(cfg,), name="xpupool-loops-warm", daemon=True).start()
     configure_logging(cfg.verbose)
     protect_process()  # umask 077 before the first file; not dumpable: jobs cannot read us
     lock = DirLock(cfg.data, "xpupool up").acquire()  # before anything in it is read or written
@@ -231,7 +238,9 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
             tls = (
                 None if cfg.tls_cert is None or cfg.tls_key is None else (cfg.tls_cert, cfg.tls_key)
             )
-            wait_for_store(owner, cfg.host, cfg.port, echo, tls=tls, prepare=prepare_start)
+            wait_for_store(
+                owner, cfg.host, cfg.port, echo, tls=tls, prepare=lambda: prepare_start(cfg)
+            )
         plane = open_plane(cfg, owner)
     except BaseException:
         owner.release()  # a start refused after the claim leaves the store free at once
@@ -248,17 +257,30 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
         lock.release()
 
 
-def prepare_start() -> None:
+def warm_loops(cfg: UpConfig) -> None:
+    """The engine's compiled loops loaded (from numba's cache; compiled on a first start) and
+    the plane's profile rehearsed: what the first scheduling pass waits for
+    (``server/rehearsal.py``). The profiles only its queues name are rehearsed once the store
+    is read."""
+    from xpupool.engine import BUILTIN_PROFILES
+    from xpupool.server import rehearsal
+
+    profiles = {**BUILTIN_PROFILES, **{p.name: p for p in cfg.profiles}}  # as the plane's
+    rehearsal.warm((cfg.profile,), profiles)
+
+
+def prepare_start(cfg: UpConfig) -> None:
     """The start's work that needs no store, done ahead by a standby while it waits
     (``server/standby.py``): the app's and uvicorn's imports, and the engine's compiled loops
-    (``rehearsal.warm``, seconds of CPU on a first start); after the take-over, only the store's
-    reads remain before serving."""
+    with a rehearsal of the plane's profile (``rehearsal.warm``, seconds of CPU on a first
+    start); after the take-over, only the store's reads remain before serving, and the
+    rehearsal of a profile only its queues name (the store has them)."""
     import uvicorn  # noqa: F401
 
     from xpupool.engine.fragmentation import kernels
-    from xpupool.server import app, rehearsal  # noqa: F401
+    from xpupool.server import app  # noqa: F401
 
-    rehearsal.warm()  # the default profile's: the plane's own, if another, loads the rest
+    warm_loops(cfg)  # started with the start (serve); a second caller waits for the first
     kernels.warm_solver()
     freeze_start_heap()  # what is alive now: the start's own freeze then walks the plane's alone
 

@@ -44,8 +44,13 @@ ON = (
     "server.secretKey.secretName=xp-secret-key",
     "server.tenantNamespaces={team-a,team-b}",
 )
-# PostgreSQL from a Secret's URL, and a standby beside the active plane (docs/postgresql.md).
-STANDBY = ("server.database.urlSecretName=xp-db", "server.replicas=2")
+# PostgreSQL from a Secret's URL, and a standby beside the active plane, both given the admin
+# token of one Secret (docs/postgresql.md).
+STANDBY = (
+    "server.database.urlSecretName=xp-db",
+    "server.replicas=2",
+    "server.adminToken.secretName=xp-admin-token",
+)
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 
 
@@ -161,21 +166,40 @@ def test_on_postgresql_two_planes_run_as_standbys_with_the_url_from_a_secret(
         "name": "XPUPOOL_DB",
         "valueFrom": {"secretKeyRef": {"name": "xp-db", "key": "url"}},
     }
+    # one admin token for both planes, from the Secret, as a file (never in the environment)
+    assert "--admin-token-file=/var/run/xpupool-admin-token/token" in server["args"]
+    (mount,) = [m for m in server["volumeMounts"] if m["name"] == "admin-token"]
+    assert mount == {
+        "name": "admin-token",
+        "mountPath": "/var/run/xpupool-admin-token",
+        "readOnly": True,
+    }
+    (volume,) = [
+        v for v in sts["spec"]["template"]["spec"]["volumes"] if v["name"] == "admin-token"
+    ]
+    assert volume["secret"]["secretName"] == "xp-admin-token"
+    assert volume["secret"]["items"] == [{"key": "token", "path": "token"}]
     assert server["readinessProbe"]["httpGet"]["path"] == "/healthz"
     assert server["livenessProbe"]["tcpSocket"] == {"port": "http"}
     assert "httpGet" not in server["livenessProbe"]
     # the real command line takes the URL from that variable
     monkeypatch.setenv("XPUPOOL_DB", "postgresql://xp:pw@db:5432/xp")
     args = [a for a in server["args"] if not a.startswith("--sites=")]
+    token = tmp_path / "var" / "run" / "xpupool-admin-token" / "token"
+    token.parent.mkdir(parents=True)
+    token.write_text("t" * 40)
+    args = [a.replace("=/var/run/", f"={tmp_path}/var/run/") for a in args]
     ctx = parse_command(args, tmp_path)
     assert ctx.params["standby"] is True
     assert ctx.params["db"] == "postgresql://xp:pw@db:5432/xp"
+    assert ctx.params["admin_token_file"] == str(token)
 
     # one plane on PostgreSQL: the URL, no standby, /healthz keeps it alive as on SQLite
     one = only(render(tools, helm_env, *ON, STANDBY[0]), "StatefulSet", SERVER)
     assert one["spec"]["replicas"] == 1
     server = container(one["spec"]["template"]["spec"], "server")
     assert "--standby" not in server["args"] and server["env"][0]["name"] == "XPUPOOL_DB"
+    assert not any(a.startswith("--admin-token-file") for a in server["args"])  # made by it
     assert server["livenessProbe"]["httpGet"]["path"] == "/healthz"
 
 
@@ -190,6 +214,8 @@ def test_on_postgresql_two_planes_run_as_standbys_with_the_url_from_a_secret(
         ((*ON, "server.storage.size=lots"), "/server/storage/size"),
         ((*ON, "server.replicas=2"), "server.database.urlSecretName"),  # SQLite: one plane
         ((*ON, *STANDBY[:1], "server.replicas=3"), "/server/replicas"),
+        ((*ON, *STANDBY[:2]), "server.adminToken.secretName"),  # each plane its own token
+        ((*ON, "server.adminToken.secretName=Bad_Name"), "/server/adminToken/secretName"),
         ((*ON, "server.database.urlSecretName=Bad_Name"), "/server/database/urlSecretName"),
     ],
 )

@@ -32,7 +32,8 @@ def test_the_loops_warm_up_once_the_app_starts_and_it_answers_meanwhile(
         done.wait(30)
 
     monkeypatch.setattr(kernels, "warm", slow_warm)
-    monkeypatch.setattr(rehearsal, "_done", threading.Event())  # as in a fresh process
+    monkeypatch.setattr(rehearsal, "_loaded", threading.Event())  # as in a fresh process
+    monkeypatch.setattr(rehearsal, "_rehearsed", frozenset())
     plane, _ = open_server(tmp_path, FakeClock())
     try:
         assert not compiling.wait(0.5), "the plane's opening warmed the loops up"

@@ -50,6 +50,7 @@ from xpupool.server.rate_limit import RateLimiter, bearer_digest
 from xpupool.server.routers.deps import bearer_principal, check_user
 from xpupool.server.schemas.jobs import JobIn
 from xpupool.server.services import jobs
+from xpupool.server.store_off_loop import on_store
 
 log = logging.getLogger("xpupool.server")
 MAX_BATCH = 32
@@ -173,6 +174,7 @@ class SubmitChannel:
         self.limiter = limiter  # the app's: a submission counts as any other request
         self.proxy: ProxyAnswers | None = None  # the workers' proxies' answers (create_app's)
         self.server: asyncio.AbstractServer | None = None
+        self.batches: set[asyncio.Task[None]] = set()  # on threads (PostgreSQL)
         self.waiting: list[
             tuple[tuple[Credentials, bytes], asyncio.Future[tuple[Answer, Principal | None]]]
         ] = []
@@ -224,12 +226,14 @@ class SubmitChannel:
         if op not in (SUBMIT, REFUSE):
             raise FrameError(f"unknown operation {op!r}")
         creds = _credentials(meta)
-        refused = self._over_rate(creds, _text(meta, "client"))
+        refused = await self._over_rate(creds, _text(meta, "client"))
         if refused is not None:
             return refused, None, ""
         if op == REFUSE:
-            answer, who = refused_answer(
-                self.plane, creds, _worker_answer(meta, body), meta.get("token_first") is True
+            worker = _worker_answer(meta, body)
+            token_first = meta.get("token_first") is True
+            answer, who = await on_store(
+                self.plane, refused_answer, self.plane, creds, worker, token_first
             )
             return answer, who, "POST /v1/jobs"
         answered: asyncio.Future[tuple[Answer, Principal | None]]
@@ -240,24 +244,46 @@ class SubmitChannel:
         answer, who = await answered
         return answer, who, _submit_target(who, body, answer)
 
-    def _over_rate(self, creds: Credentials, client: str | None) -> Answer | None:
+    async def _over_rate(self, creds: Credentials, client: str | None) -> Answer | None:
         """The 429 for a submission over its token's or address's rate (``rate_limit.py``)."""
         if self.limiter is None:
             return None
         authorization = None if creds is None else f"{creds[0]} {creds[1]}"
-        refused = self.limiter.admit(bearer_digest(authorization), client)
+        refused = await self.limiter.admit_off_loop(bearer_digest(authorization), client)
         return None if refused is None else Answer.of(refused)
 
     def _answer_waiting(self) -> None:
-        """Answer the waiting frames, ``MAX_BATCH`` at a time (the rest on the next turn)."""
+        """Answer the waiting frames, ``MAX_BATCH`` at a time (the rest on the next turn); on
+        PostgreSQL on a thread (``store_off_loop.py``, issue 50)."""
         batch, self.waiting = self.waiting[:MAX_BATCH], self.waiting[MAX_BATCH:]
         if self.waiting:
             asyncio.get_running_loop().call_soon(self._answer_waiting)
+        if self.plane.store_is_local:
+            self._settle(batch, self._submit(batch))
+            return
+        task = asyncio.get_running_loop().create_task(self._answer_on_thread(batch))
+        self.batches.add(task)  # kept until done: the loop holds a task weakly
+        task.add_done_callback(self.batches.discard)
+
+    async def _answer_on_thread(
+        self, batch: list[tuple[tuple[Credentials, bytes], asyncio.Future[Any]]]
+    ) -> None:
+        self._settle(batch, await asyncio.to_thread(self._submit, batch))
+
+    def _submit(
+        self, batch: list[tuple[tuple[Credentials, bytes], asyncio.Future[Any]]]
+    ) -> list[tuple[Answer, Principal | None]]:
         try:
-            answers = submit_answers(self.plane, [ask for ask, _ in batch])
+            return submit_answers(self.plane, [ask for ask, _ in batch])
         except Exception as exc:  # a bug: each connection's request fails with it
             log.error("job submissions failed", exc_info=exc)
-            answers = [(_answer_500(), None)] * len(batch)
+            return [(_answer_500(), None)] * len(batch)
+
+    @staticmethod
+    def _settle(
+        batch: list[tuple[tuple[Credentials, bytes], asyncio.Future[Any]]],
+        answers: list[tuple[Answer, Principal | None]],
+    ) -> None:
         for (_, answered), answer in zip(batch, answers, strict=True):
             if not answered.done():  # its connection may have gone while it waited
                 answered.set_result(answer)

@@ -23,6 +23,7 @@ from xpupool.server.front.wire import CALLER, SNAPSHOT, FrameError
 from xpupool.server.plane import ControlPlane, service_rows
 from xpupool.server.service_access import Caller, ServiceTokenCache, caller_of
 from xpupool.server.service_traffic import ReportError
+from xpupool.server.store_off_loop import on_store
 
 DIGEST = re.compile(r"[0-9a-f]{64}")
 MAX_TOKENS = 10_000  # digests one poll may ask about (a worker's cache holds as many at most)
@@ -43,8 +44,9 @@ class ProxyAnswers:
             raise FrameError(f"{op}: body is not JSON: {exc}") from None
         if not isinstance(asked, dict):
             raise FrameError(f"{op}: body is not a JSON object")
-        if op == CALLER:
-            return json.dumps({"token": self._token(asked.get("token"))}).encode()
+        if op == CALLER:  # a token not cached is read from the store: off the loop on PostgreSQL
+            token = await on_store(self.plane, self._token, asked.get("token"))
+            return json.dumps({"token": token}).encode()
         assert op == SNAPSHOT
         worker, tokens = asked.get("worker"), asked.get("tokens")
         if not isinstance(worker, str) or not isinstance(tokens, list) or len(tokens) > MAX_TOKENS:
@@ -59,7 +61,7 @@ class ProxyAnswers:
             self.plane.service_traffic.take(worker, asked.get("traffic"), known)
         except ReportError as exc:
             raise FrameError(str(exc)) from None
-        checked = [[t[0], self._token(t)] for t in tokens]
+        checked = await on_store(self.plane, lambda: [[t[0], self._token(t)] for t in tokens])
         ready = self.plane.service_endpoints.ready
         services = [
             [

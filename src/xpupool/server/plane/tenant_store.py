@@ -54,13 +54,30 @@ class TenantStore:
     def rotate_admin_token(self, token: str) -> None:
         """``token`` is the one admin token now: every earlier one is revoked, in one step."""
         with self.write() as conn:
-            conn.execute(
-                update(t_tokens)
-                .where(t_tokens.c.role == "admin", t_tokens.c.revoked.is_(False))
-                .values(revoked=True)
-            )
-            self._insert_admin_token(conn, token)
-            self.forget_principals()
+            self._only_admin_token(conn, token)
+
+    def _only_admin_token(self, conn: Connection, token: str) -> None:
+        conn.execute(
+            update(t_tokens)
+            .where(t_tokens.c.role == "admin", t_tokens.c.revoked.is_(False))
+            .values(revoked=True)
+        )
+        self._insert_admin_token(conn, token)
+        self.forget_principals()
+
+    def adopt_admin_token(self, token: str) -> None:
+        """Make ``token`` the one admin token (as :meth:`rotate_admin_token`) unless it is a live
+        admin token already."""
+        with self.write() as conn:
+            live = conn.execute(
+                select(t_tokens.c.id).where(
+                    t_tokens.c.role == "admin",
+                    t_tokens.c.hash == token_hash(token),
+                    t_tokens.c.revoked.is_(False),
+                )
+            ).first()
+            if live is None:
+                self._only_admin_token(conn, token)
 
     def _insert_admin_token(self, conn: Connection, token: str) -> None:
         """Store ``token`` (its hash) as an admin token in ``conn``'s transaction."""

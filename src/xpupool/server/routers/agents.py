@@ -13,6 +13,7 @@ from fastapi import APIRouter, Path, Query, Request
 from xpupool.server.routers.deps import Agent, Plane
 from xpupool.server.schemas.agent_protocol import Heartbeat, HeartbeatReply, NodeIn, Registered
 from xpupool.server.services import node_identity
+from xpupool.server.store_off_loop import on_store
 
 router = APIRouter(prefix="/v1/agent", tags=["agent"])
 
@@ -46,4 +47,7 @@ async def append_log(
     output of run ``attempt``; bytes the server has already are skipped (a resend after an
     agent's restart adds nothing). Without it (an older agent) the body is appended as it is."""
     chunk = await request.body()
-    node_identity.append_log(plane, who, node, job_id, replica, chunk, offset, attempt)
+    # it waits for the plane's lock: on PostgreSQL on a thread (store_off_loop.py, issue 50)
+    await on_store(
+        plane, node_identity.append_log, plane, who, node, job_id, replica, chunk, offset, attempt
+    )

@@ -2,8 +2,9 @@
 
 They are coroutines: FastAPI runs a plain function dependency in its thread pool, one thread hop
 per dependency per request, and these only read memory (a token's principal is cached; the store
-is read once per token). The thread pool's hand-offs showed in the server's profile under load
-(issue 25; docs/benchmarks.md and its history)."""
+is read once per token, on PostgreSQL on a thread: ``store_off_loop.py``). The thread pool's
+hand-offs showed in the server's profile under load (issue 25; docs/benchmarks.md and its
+history)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from xpupool.server.auth import Principal, TokenExpired
 from xpupool.server.plane import ControlPlane
 from xpupool.server.schemas.agent_protocol import AGENT_PROTOCOL, AGENT_PROTOCOL_HEADER
 from xpupool.server.services import tenants
+from xpupool.server.store_off_loop import on_store
 
 _bearer = HTTPBearer(auto_error=False, description="A token from `xpupool up` or the admin.")
 
@@ -34,9 +36,12 @@ async def principal(
     request: Request,
     creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
-    who = bearer_principal(
-        request.app.state.plane, None if creds is None else (creds.scheme, creds.credentials)
-    )
+    plane: ControlPlane = request.app.state.plane
+    pair = None if creds is None else (creds.scheme, creds.credentials)
+    if pair is None or plane.store_is_local or tenants.is_cached(plane, pair[1]):
+        who = bearer_principal(plane, pair)
+    else:  # a token not seen yet: read from the store
+        who = await on_store(plane, bearer_principal, plane, pair)
     request.state.principal = who  # for the audit log (server/audit_http.py)
     return who
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
@@ -13,6 +12,7 @@ from xpupool.server.audit_http import submit_target
 from xpupool.server.routers.deps import Plane, User, model_response
 from xpupool.server.schemas.jobs import Checkpoint, Job, JobIn, JobPhase, Progress, ProgressIn
 from xpupool.server.services import job_progress, jobs
+from xpupool.server.store_off_loop import on_store
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 JobId = Annotated[int, Path(ge=1, le=1 << 62)]
@@ -21,17 +21,13 @@ JobId = Annotated[int, Path(ge=1, le=1 << 62)]
 @router.post("", status_code=201, response_model=Job)
 async def submit(body: JobIn, plane: Plane, me: User, request: Request) -> Response:
     """Submit a job. It is stored before the answer; the scheduler places it right after."""
-    # On the event loop, not in a thread: a submission is CPU under the plane's lock (held by
-    # the scheduler for one batch of a few ms at most) and a commit that does not wait for the
-    # disk (WAL, synchronous=NORMAL), and the hop to a thread and back was a large part of what
-    # a submission cost the app (issue 25; docs/benchmarks.md and its history).
-    # A store over the network (PostgreSQL) is waited for on a thread: its round trips, and a
-    # partition's hang, would stop the loop and every request with it (issue 50).
+    # On SQLite on the event loop, not in a thread: a submission is CPU under the plane's lock
+    # (held by the scheduler for one batch of a few ms at most) and a commit that does not wait
+    # for the disk (WAL, synchronous=NORMAL), and the hop to a thread and back was a large part
+    # of what a submission cost the app (issue 25; docs/benchmarks.md and its history).
+    # PostgreSQL is waited for on a thread (store_off_loop.py, issue 50).
     request.state.audit_target = submit_target(body.tenant or me.tenant)  # an admin's is audited
-    if plane.store_is_local:
-        job = jobs.submit(plane, me, body)
-    else:
-        job = await asyncio.to_thread(jobs.submit, plane, me, body)
+    job = await on_store(plane, jobs.submit, plane, me, body)
     request.state.audit_target = submit_target(job.tenant, job.id)
     return model_response(job, 201)
 

@@ -40,6 +40,11 @@ def authenticate(plane: ControlPlane, token: str) -> Principal | None:
     return principal_of(plane, token_hash(token))
 
 
+def is_cached(plane: ControlPlane, token: str) -> bool:
+    """Whether :func:`authenticate` finds ``token`` without reading the store."""
+    return plane.cached_principal(token_hash(token)) is not None
+
+
 def principal_of(plane: ControlPlane, digest: str, *, store: bool = True) -> Principal | None:
     """:func:`authenticate` for the token whose SHA-256 is ``digest`` (what a dashboard session
     keeps instead of the token). ``store`` False: only a token already cached is found, without
