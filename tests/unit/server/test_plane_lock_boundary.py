@@ -20,12 +20,10 @@ BENCH = SOURCES.parents[1] / "bench"
 PLANE = SOURCES / "server" / "plane"
 
 STILL_TAKEN: dict[tuple[str, str], int] = {
-    # registrations, heartbeats, replica reports and the scheduling pass: being moved into the
-    # plane's node lifecycle and engine host by their own change
+    # heartbeats and replica reports: being moved into the plane's node lifecycle by their own
+    # change (a scheduling pass's steps are the plane's: server/plane/scheduling_pass.py)
     ("server/services/agents.py", "locked"): 1,
     ("server/services/agents.py", "write"): 3,
-    ("server/scheduler_loop.py", "locked"): 3,
-    ("server/scheduler_loop.py", "write"): 1,
     # a token's first use binds it around fleet.register and agents.heartbeat, as one step
     ("server/services/node_identity.py", "locked"): 2,
     ("server/services/node_identity.py", "write"): 1,
