@@ -20,10 +20,6 @@ BENCH = SOURCES.parents[1] / "bench"
 PLANE = SOURCES / "server" / "plane"
 
 STILL_TAKEN: dict[tuple[str, str], int] = {
-    # heartbeats and replica reports: being moved into the plane's node lifecycle by their own
-    # change (a scheduling pass's steps are the plane's: server/plane/scheduling_pass.py)
-    ("server/services/agents.py", "locked"): 1,
-    ("server/services/agents.py", "write"): 3,
     # a token's first use binds it around fleet.register and agents.heartbeat, as one step
     ("server/services/node_identity.py", "locked"): 2,
     ("server/services/node_identity.py", "write"): 1,
