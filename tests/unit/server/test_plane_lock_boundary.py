@@ -23,11 +23,6 @@ STILL_TAKEN: dict[tuple[str, str], int] = {
     # a token's first use binds it around fleet.register and agents.heartbeat, as one step
     ("server/services/node_identity.py", "locked"): 2,
     ("server/services/node_identity.py", "write"): 1,
-    # the submission's checks that read the store and its insert, as one step; the start's
-    # settling of stored jobs an older release left unrunnable (the tenants', tokens' and
-    # queues' writes are the plane's own: server/plane/tenant_store.py; stops: control.py)
-    ("server/services/jobs.py", "write"): 1,
-    ("server/services/stored_jobs.py", "write"): 1,
     # the Kubernetes site (issue 49): a Node back, a pod's waiting reason, a deleted node's jobs,
     # and counting a run with what its pods are made of (its secrets read in the same step). Reads
     # of a run are the plane's held_run, a run counted alone its count_run
