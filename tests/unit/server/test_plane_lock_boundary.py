@@ -23,10 +23,6 @@ STILL_TAKEN: dict[tuple[str, str], int] = {
     # a token's first use binds it around fleet.register and agents.heartbeat, as one step
     ("server/services/node_identity.py", "locked"): 2,
     ("server/services/node_identity.py", "write"): 1,
-    # the Kubernetes site (issue 49): a Node back, a pod's waiting reason, a deleted node's jobs,
-    # and counting a run with what its pods are made of (its secrets read in the same step). Reads
-    # of a run are the plane's held_run, a run counted alone its count_run
-    ("k8s/site/site.py", "write"): 4,
 }
 """(file under src/xpupool, or bench/..., and ``locked`` or ``write``) -> how many times it may
 still take the plane's lock; lower it when one goes."""
