@@ -17,7 +17,7 @@ from server_kit import Server, node, queue, submit, tenant
 from xpupool.engine.cycle.retry_gate import RETRIES_PER_TENANT
 from xpupool.engine.fragmentation import TargetWorkload
 from xpupool.model import Device, Node
-from xpupool.server import scheduler_loop
+from xpupool.server.plane import scheduling_pass
 from xpupool.sim.alibaba import TraceTask, to_request
 from xpupool.sim.queue_config import QOS_PRIORITY
 from xpupool.sim.timed_replay import QueueOrder, timed_replay
@@ -33,13 +33,13 @@ def _priority(i: int) -> int:
 def _server_passes(server: Server, monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
     """The jobs (by submission order) each server pass tried, from the backlog's first pass."""
     tried: list[int] = []
-    try_admit = scheduler_loop._try_admit
+    try_admit = scheduling_pass._try_admit
 
     def recording(plane: Any, conn: Any, writes: Any, job: Any) -> bool:
         tried.append(job.id)
         return try_admit(plane, conn, writes, job)
 
-    monkeypatch.setattr(scheduler_loop, "_try_admit", recording)
+    monkeypatch.setattr(scheduling_pass, "_try_admit", recording)
     node(server, "n1", count=1)
     lab = tenant(server, "lab")
     queue(server, "lab", "lab", [], max_priority=2)

@@ -26,7 +26,7 @@ from server_kit import (
 from sqlalchemy import event
 
 from xpupool.server import scheduler_loop
-from xpupool.server.plane import ControlPlane, PendingJob
+from xpupool.server.plane import ControlPlane, PendingJob, scheduling_pass
 from xpupool.server.storage import driver_insert
 
 STORES = BOTH_STORES  # its tests' server on SQLite and on PostgreSQL (conftest.py)
@@ -80,7 +80,7 @@ def test_a_batch_that_fails_part_way_leaves_nothing_of_itself(
     node(server, "n1")
     lab = tenant(server, "lab")
     jobs = [submit(server, lab, SMALL)["id"] for _ in range(5)]
-    real = scheduler_loop._record_placement
+    real = scheduling_pass._record_placement
     recorded: list[int] = []
 
     def third_fails(
@@ -91,7 +91,7 @@ def test_a_batch_that_fails_part_way_leaves_nothing_of_itself(
         recorded.append(p.id)
         real(plane, conn, writes, p, outcome)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(scheduler_loop, "_record_placement", third_fails)
+    monkeypatch.setattr(scheduling_pass, "_record_placement", third_fails)
     with pytest.raises(RuntimeError):
         server.schedule()
     plane = server.plane
@@ -100,7 +100,7 @@ def test_a_batch_that_fails_part_way_leaves_nothing_of_itself(
     state = plane.cluster_state  # the engine holds nothing
     assert (state.dev_mem_free == state.dev_mem_commit).all()
     assert all(job(server, i)["state"] == "pending" for i in jobs)
-    monkeypatch.setattr(scheduler_loop, "_record_placement", real)
+    monkeypatch.setattr(scheduling_pass, "_record_placement", real)
     assert server.schedule() == 5
 
 
@@ -142,7 +142,7 @@ def test_a_write_waiting_for_the_lock_goes_between_two_batches(
     first, second = (submit(server, lab, SMALL)["id"] for _ in range(2))
     monkeypatch.setattr(server.plane._lock, "mutex", SlowToWake(server.plane._lock.mutex))
     order: list[object] = []
-    real = scheduler_loop._try_admit
+    real = scheduling_pass._try_admit
 
     def write() -> None:
         with server.plane.write():
@@ -158,7 +158,7 @@ def test_a_write_waiting_for_the_lock_goes_between_two_batches(
                 time.sleep(0.001)
         return real(plane, conn, writes, p)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(scheduler_loop, "_try_admit", tried)
+    monkeypatch.setattr(scheduling_pass, "_try_admit", tried)
     if driver == "schedule_pass":
         assert server.schedule() == 2
     else:

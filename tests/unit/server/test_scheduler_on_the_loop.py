@@ -16,7 +16,7 @@ from server_kit import Server, job, node, passes_on_a_loop, run_loop, submit, te
 
 from xpupool.server import scheduler_loop
 from xpupool.server.app import create_app
-from xpupool.server.plane import ControlPlane, PendingJob
+from xpupool.server.plane import ControlPlane, PendingJob, scheduling_pass
 from xpupool.server.wake import Wake
 
 SMALL = "A100 mem=1Gi cores=1%"
@@ -66,7 +66,7 @@ def test_the_loop_serves_what_came_during_a_batch_before_the_next_batch(
     lab = tenant(server, "lab")
     ids = [submit(server, lab, SMALL)["id"] for _ in range(3)]
     order: list[object] = []
-    real = scheduler_loop._try_admit
+    real = scheduling_pass._try_admit
 
     def tried(plane: ControlPlane, conn: object, writes: object, p: PendingJob) -> bool:
         order.append(p.id)
@@ -74,7 +74,7 @@ def test_the_loop_serves_what_came_during_a_batch_before_the_next_batch(
             asyncio.get_running_loop().call_soon(order.append, "served")
         return real(plane, conn, writes, p)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(scheduler_loop, "_try_admit", tried)
+    monkeypatch.setattr(scheduling_pass, "_try_admit", tried)
 
     passes_on_a_loop(server.plane, until=lambda: len(order) == 4)
     assert order == [ids[0], "served", ids[1], ids[2]]

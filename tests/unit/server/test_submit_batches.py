@@ -21,6 +21,7 @@ from xpupool.server.front import plane_side
 from xpupool.server.front.channel_client import render_job
 from xpupool.server.front.wire import JOB, frame, read_frame
 from xpupool.server.job_views import Submitted
+from xpupool.server.plane import submissions
 from xpupool.server.schemas.jobs import JobIn, JobPhase
 from xpupool.server.services import jobs
 from xpupool.server.services.tenants import authenticate
@@ -119,7 +120,7 @@ def test_a_write_that_fails_fails_the_batch_and_changes_nothing(
             raise OperationalError("INSERT", {}, Exception("database or disk is full"))
         real(conn, table, rows)
 
-    monkeypatch.setattr(jobs, "insert_rows", fails_on_the_third_job)
+    monkeypatch.setattr(submissions, "insert_rows", fails_on_the_third_job)
     batch = [(lab, body(name="a")), (ops, body(queue="nope")), (ops, body(name="b"))]
     results = jobs.submit_many(server.plane, [*batch, (lab, body(name="c"))])
     assert [type(r).__name__ for r in results] == [
@@ -149,7 +150,7 @@ def test_a_bug_halfway_puts_memory_back_to_the_store(
             raise RuntimeError("a bug")
         return real(req)
 
-    monkeypatch.setattr(jobs, "request_to_dict", breaks_on_the_second)
+    monkeypatch.setattr(submissions, "request_to_dict", breaks_on_the_second)
     results = jobs.submit_many(server.plane, [(lab, body(name="a")), (lab, body(name="b"))])
     assert [type(r).__name__ for r in results] == ["RuntimeError", "RuntimeError"]
     assert stored(server) == ([], 0)

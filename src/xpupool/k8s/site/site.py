@@ -51,7 +51,6 @@ from lightkube import Client, operators
 from lightkube.core.exceptions import ApiError
 from lightkube.core.resource import ApiInfo, ResourceDef
 from lightkube.generic_resource import GenericGlobalResource, GenericNamespacedResource
-from sqlalchemy import select
 
 from xpupool.engine.host import HostedNode
 from xpupool.k8s.informers.decoders import decode_node
@@ -81,9 +80,8 @@ from xpupool.model.allocation import Allocation
 from xpupool.model.device import Node
 from xpupool.model.errors import Conflict, NotFound, RequestError, XpupoolError
 from xpupool.model.taint import Taint, parse_effect
-from xpupool.server import job_lifecycle as lc
-from xpupool.server.plane import node_lifecycle as nl
-from xpupool.server.plane import secret_rows
+from xpupool.server.plane import site_runs
+from xpupool.server.plane.records import RunView
 from xpupool.server.schemas.agent_protocol import (
     Heartbeat,
     ReplicaReport,
@@ -94,7 +92,6 @@ from xpupool.server.schemas.nodes import NodeStatus
 from xpupool.server.service_endpoints import Endpoint
 from xpupool.server.service_sites import ServiceKey, ServiceWant
 from xpupool.server.services import agents, fleet
-from xpupool.server.storage.jobs import jobs as t_jobs
 
 if TYPE_CHECKING:
     from xpupool.server.plane import ControlPlane, HeldJob, NodeRecord
@@ -392,8 +389,7 @@ class KubernetesSite:
             return
         rec = plane.node(node.name)
         if rec is not None and self.owns(rec) and rec.status is NodeStatus.LOST:
-            with plane.write() as conn:  # back in the cluster: ready again
-                plane.node_event(conn, node.name, nl.Heard())
+            site_runs.node_back(plane, node.name)  # back in the cluster: ready again
         if rec is None:
             fleet.register_many(plane, [node], source=self.source)
             log.info("site %s: node %s registered", self.name, node.name)
@@ -432,14 +428,7 @@ class KubernetesSite:
         rec = plane.node(name)
         if rec is None or not self.owns(rec):
             return
-        with plane.write() as conn:
-            if rec.status is not NodeStatus.LOST:
-                plane.node_event(conn, name, nl.Silent())
-            for job in [
-                j for j in plane.held_jobs.values() if any(a.node == name for a in j.allocations)
-            ]:
-                why = f"node {name} deleted from site {self.name}"
-                plane.apply(conn, job.id, lc.LeaseExpired(why, reported=True))
+        site_runs.node_deleted(plane, name, rec, f"node {name} deleted from site {self.name}")
 
     # ------------------------------------------------------------------ pods
     def _on_pod(self, event: Event[PodState]) -> None:
@@ -519,14 +508,8 @@ class KubernetesSite:
         plane = self._plane
         if plane is None:
             return
-        with plane.write() as conn:
-            job = plane.held_jobs.get(state.job)
-            if job is None or job.attempt != state.attempt or job.stop is not None:
-                return
-            if job.state is JobPhase.RUNNING:
-                return
-            why = f"replica {state.replica} waits on site {self.name}: {state.waiting}"
-            plane.apply(conn, job.id, lc.Note(why))
+        why = f"replica {state.replica} waits on site {self.name}: {state.waiting}"
+        site_runs.note_waiting(plane, state.job, state.attempt, why)
 
     def _report(self, state: PodState, *, gone: bool) -> None:
         plane = self._plane
@@ -644,65 +627,45 @@ class KubernetesSite:
             self._send(node, r)
 
     def _plans(self, job_id: int, attempt: int) -> _Made | None:
-        """Count the run and read what its pods are made of, in one write; None when the job
-        is gone, stopping, or this run is counted already (a start after an adoption)."""
+        """Count the run and read what its pods are made of, in one write (the plane's
+        ``site_runs.count_site_run``), then plan its pods from that copy; None when the job is
+        gone, stopping, or this run is counted already (a start after an adoption)."""
         plane = self._plane
         assert plane is not None
-        with plane.write() as conn:
-            job = plane.held_jobs.get(job_id)
-            if job is None or job.stop is not None:
-                return None
-            if job.attempt < attempt:
-                where = f"site {self.name}, namespace {self.config.namespace(job.tenant)}"
-                plane.apply(
-                    conn, job.id, lc.Dispatch(attempt, f"attempt {attempt}: pods in {where}")
-                )
-            elif job.attempt != attempt:
-                return None
-            row = conn.execute(select(t_jobs).where(t_jobs.c.id == job_id)).mappings().first()
-            assert row is not None
-            namespace = self.config.namespace(job.tenant)
-            refs = [(str(r["name"]), r.get("env")) for r in row["secrets"] or ()]
-            values = self._open_secrets(conn, job.tenant, [name for name, _ in refs])
-            secrets = tuple((name, env) for name, env in refs if name in values)
-            out: list[tuple[PodPlan, str]] = []
-            for a in job.allocations:
-                rec = plane.node(a.node)
-                if rec is None or not self.owns(rec):
-                    continue
-                cards = {d.uuid: d for d in rec.node.devices}
-                first = cards.get(a.devices[0].uuid) if a.devices else None
-                plan = PodPlan(
-                    job=job.id,
-                    replica=a.replica,
-                    attempt=attempt,
-                    tenant=job.tenant,
-                    queue=job.queue,
-                    site=self.name,
-                    namespace=namespace,
-                    scheduler_name=self.config.scheduler_name,
-                    image=str(row["image"] or ""),
-                    command=tuple(row["command"] or ()),
-                    env=dict(row["env"] or {}),
-                    allocation=a,
-                    vendor=first.vendor if first is not None else "",
-                    card_memory_mib=first.memory_mib if first is not None else 0,
-                    secrets=secrets,
-                    volumes=bool(row["volumes"]),
-                )
-                out.append((plan, a.node))
-            secret = secret_object(out[0][0], values) if out and secrets else None
-            return _Made(out, secret)
 
-    def _open_secrets(self, conn: Any, tenant: str, names: list[str]) -> dict[str, bytes]:
-        """The tenant's secrets ``names`` opened (one deleted since the submission is left out,
-        as an agent leaves it out)."""
-        plane = self._plane
-        assert plane is not None
-        if not names:
-            return {}
-        sealed = secret_rows.sealed(conn, tenant, names)
-        return {n: plane.secret_box.unseal(tenant, n, sealed[n]) for n in names if n in sealed}
+        def why(run: RunView) -> str:
+            where = f"site {self.name}, namespace {self.config.namespace(run.tenant)}"
+            return f"attempt {attempt}: pods in {where}"
+
+        run = site_runs.count_site_run(plane, job_id, attempt, why, self.owns)
+        if run is None:
+            return None
+        namespace = self.config.namespace(run.tenant)
+        out: list[tuple[PodPlan, str]] = []
+        for a, node in run.placed:
+            cards = {d.uuid: d for d in node.devices}
+            first = cards.get(a.devices[0].uuid) if a.devices else None
+            plan = PodPlan(
+                job=run.job,
+                replica=a.replica,
+                attempt=attempt,
+                tenant=run.tenant,
+                queue=run.queue,
+                site=self.name,
+                namespace=namespace,
+                scheduler_name=self.config.scheduler_name,
+                image=run.image,
+                command=run.command,
+                env=dict(run.env),
+                allocation=a,
+                vendor=first.vendor if first is not None else "",
+                card_memory_mib=first.memory_mib if first is not None else 0,
+                secrets=run.secrets,
+                volumes=run.volumes,
+            )
+            out.append((plan, a.node))
+        secret = secret_object(out[0][0], run.values) if out and run.secrets else None
+        return _Made(out, secret)
 
     def _create(self, job_id: int, attempt: int) -> None:
         made = self._plans(job_id, attempt)

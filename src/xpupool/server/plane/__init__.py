@@ -7,9 +7,11 @@ operations that take the lock themselves in ``reads.py``: every book is reached 
 ``node_lifecycle.py`` is the one function that moves a node (ready, lost, cordoned, draining,
 deleting), as ``server/job_lifecycle.py`` moves a job; ``records.py`` holds the books' entries,
 ``store.py`` the plane's rows (converters and the SQL it runs), and ``lock.py`` the lock, private to
-the package: outside it, named operations take it (a source test,
-tests/unit/server/test_plane_lock_boundary.py, lists the modules that still take it through
-``ControlPlane.locked()`` and ``ControlPlane.write()``). Every other module imports from here.
+the package: outside it, named operations take it (an agent's reports in ``agent_reports.py``, a
+scheduling pass's steps in ``scheduling_pass.py``, submissions in ``submissions.py``, a Kubernetes
+site's changes in ``site_runs.py``, a token's first use in ``token_binding.py``), and a source
+test, tests/unit/server/test_plane_lock_boundary.py, keeps ``ControlPlane.locked()`` and
+``ControlPlane.write()`` inside the package. Every other module imports from here.
 """
 
 from xpupool.server.plane.control import (

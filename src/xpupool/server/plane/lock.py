@@ -1,13 +1,14 @@
-"""The plane's one lock, private to the plane: outside the package, ``ControlPlane.locked()``
-(one consistent state of the books for a block) and ``ControlPlane.write()`` (a store transaction
-under it) are the only ways in.
+"""The plane's one lock, private to the plane: its modules take it through
+``ControlPlane.locked()`` (one consistent state of the books for a block) and
+``ControlPlane.write()`` (a store transaction under it); outside the package, named operations
+take it (tests/unit/server/test_plane_lock_boundary.py).
 
 A thread waiting for it is refused (``Unavailable``, 503) once its holder has waited on the store
 for ``store_stall.STALL_S``: it would wait for the store too (``store_stall.py``).
 
 It also counts the threads waiting to write: the lock is not fair (a thread that lets it go may
 take it again at once), so a scheduling pass lets waiting writers in between its batches
-(``server/scheduler_loop.py``) by waiting for that count to drop to zero.
+(``server/scheduler_loop.py``, ``scheduling_pass.py``) by waiting for that count to drop to zero.
 """
 
 from __future__ import annotations

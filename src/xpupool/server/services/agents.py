@@ -3,327 +3,80 @@ and what to stop. The server decides, the agent acts and reports back; devices o
 are freed only when the agent reports its processes gone. A node that misses heartbeats for
 ``lost_after_s`` is marked lost: its jobs are requeued or marked lost, per the job's policy.
 Silence is timed on the server's monotonic clock, from when it received each heartbeat: never
-a difference of wall-clock times, the agent's or its own (``NodeRecord.heard_at``)."""
+a difference of wall-clock times, the agent's or its own (``NodeRecord.heard_at``).
+
+What a heartbeat, a log upload or a node's silence changes in the plane's books is the plane's own
+operation (``server/plane/agent_reports.py``, one step under the plane's lock each); this module
+shapes what the reply hands out for a replica (its command, secrets, volumes, environment)."""
 
 from __future__ import annotations
 
 import base64
-from pathlib import Path
 from typing import Any, Literal
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection
 
-from xpupool.model.errors import NotFound, RequestError, Unavailable
-from xpupool.server import job_lifecycle as lc
-from xpupool.server import site_health
 from xpupool.server.auth import Principal
-from xpupool.server.body_limit import MAX_LOG_CHUNK
-from xpupool.server.job_checkpoints import record_checkpoint, stopping_of
-from xpupool.server.plane import ControlPlane, HeldJob, NodeRecord, secret_rows
-from xpupool.server.plane import node_lifecycle as nl
+from xpupool.server.job_checkpoints import stopping_of
+from xpupool.server.plane import ControlPlane, HeldJob, agent_reports, secret_rows
+from xpupool.server.plane.agent_reports import STEP_EVENT_EVERY_S as STEP_EVENT_EVERY_S
 from xpupool.server.schemas.agent_protocol import (
-    FINAL_REPLICA_STATES,
     Heartbeat,
     HeartbeatReply,
-    ReplicaReport,
-    ReplicaState,
     SecretGrant,
-    StartingReport,
     Work,
 )
-from xpupool.server.schemas.jobs import JobPhase, StopCause
-from xpupool.server.schemas.nodes import NodeStatus
 from xpupool.server.services import volumes
 from xpupool.server.services.grants import log_caps
 from xpupool.server.services.jobs import assignment
 from xpupool.server.services.replica_env import distributed_env, node_address, port_range
-from xpupool.server.sites.agent_pool import agent_pool
-from xpupool.server.storage.jobs import jobs as t_jobs
-from xpupool.server.storage.tenants import queues as t_queues
-
-STEP_EVENT_EVERY_S = 15.0  # a replica's changing start step (a pull's layers) in its events
 
 
 def heartbeat(plane: ControlPlane, body: Heartbeat, who: Principal | None = None) -> HeartbeatReply:
-    """Apply one heartbeat of ``body.node`` (``who`` sent it: named in the audit rows of reports
-    it gets ignored). Metrics for a device the node did not register are 422 and the heartbeat
-    changes nothing; reports for replicas this node does not hold are ignored and recorded."""
-    now = plane.clock()
-    with plane.write() as conn:
-        rec = plane.node(body.node)
-        if rec is None:
-            raise NotFound("node", body.node)
-        _check_metrics(rec, body)
-        plane.heard(conn, [body.node], now)
-        if rec.status is NodeStatus.LOST:
-            plane.node_event(conn, body.node, nl.Heard())  # ready again
-        for m in body.metrics:
-            plane.record_metrics(m, now)
-        plane.card_health.observe(plane, conn, body.node, body.metrics)  # cordon, empty, settle
-        if body.volumes is not None:  # the node's last measure replaces its earlier one
-            plane.volume_usage[body.node] = (now, list(body.volumes))
-        strangers: set[tuple[int, int]] = set()  # reported, not held: stop them if running
-        for report in body.replicas:
-            if _holds(plane, body.node, report):
-                _apply_report(plane, conn, body.node, report)
-            else:
-                strangers.add((report.job_id, report.replica))
-                plane.audit.report_ignored(conn, who, body.node, report.job_id, report.replica)
-        for starting in body.starting:
-            if _holds(plane, body.node, starting):
-                _step(plane, conn, starting, now)
-        reported = {(r.job_id, r.replica) for r in body.replicas}
-        reply = _reply(plane, conn, body.node, reported)
-        # a process the server no longer gives this node (released while the agent started it,
-        # from before a restart, or an earlier attempt) must not go on using devices that others
-        # may now hold; the agent starts the current attempt once it is gone
-        given = {(w.job_id, w.replica) for w in reply.run} | set(reply.stop)
-        for r in body.replicas:
-            key = (r.job_id, r.replica)
-            stale = key not in given or key in strangers
-            if r.state is ReplicaState.RUNNING and stale and key not in reply.stop:
-                reply.stop.append(key)
-        return reply
+    """Apply one heartbeat of ``body.node`` and answer it: the plane's
+    :func:`~xpupool.server.plane.agent_reports.apply_heartbeat`, with the runs its reply hands
+    out shaped here (:func:`_work`)."""
+
+    def work(conn: Connection, job: HeldJob, alloc: Any, row: Any, network: str | None) -> Work:
+        return _work(plane, conn, job, alloc, row, network)
+
+    return agent_reports.apply_heartbeat(plane, body, who, work)
 
 
 def heartbeat_idle(plane: ControlPlane, nodes: list[str]) -> set[str]:
     """What a heartbeat with no metrics and no reports does, for many nodes in one transaction:
-    each is seen now (memory, and one UPDATE per ``IDLE_CHUNK`` names). Returns the names among
-    ``nodes`` that need a heartbeat of their own: those holding an allocation (the reply of
-    their heartbeat says what to run or stop), unknown ones (answered 404 there) and lost ones
-    (their heartbeat makes them ready again). Costs a dict update per node and one pass over
-    the held allocations, not a heartbeat per node (issue 25)."""
-    now = plane.clock()
-    own: set[str] = set()
-    with plane.write() as conn:
-        seen = []
-        for name in nodes:
-            rec = plane.node(name)
-            if rec is None or rec.status is NodeStatus.LOST:
-                own.add(name)
-                continue
-            seen.append(name)
-        plane.heard(conn, seen, now)
-        holding = agent_pool(plane.sites).busy(nodes, plane.held_jobs)
-    return own | holding
+    :func:`~xpupool.server.plane.agent_reports.hear_idle`. Returns the names among ``nodes``
+    that need a heartbeat of their own."""
+    return agent_reports.hear_idle(plane, nodes)
 
 
-def _check_metrics(rec: NodeRecord, body: Heartbeat) -> None:
-    """Metrics are kept per device UUID: only for devices this node registered (issue 18: 100k
-    invented UUIDs grew the server by 179 MiB)."""
-    known = {d.uuid for n in (rec.node, rec.target) if n is not None for d in n.devices}
-    for i, m in enumerate(body.metrics):
-        if m.uuid not in known:
-            raise RequestError(
-                f"metrics[{i}].uuid", m.uuid, f"node {body.node} registered no such device"
-            )
-
-
-def _holds(plane: ControlPlane, node: str, r: ReplicaReport | StartingReport) -> bool:
-    """True if ``node`` holds the replica ``r`` reports on. A report for one it does not hold is
-    stale (released while the agent ran it, from before a restart, or of an earlier attempt than
-    the job's current one) or forged: it is ignored and recorded, rather than failing the
-    heartbeat, so that one stale process cannot make a node look dead; the reply tells the agent
-    to stop that process."""
-    job = plane.held_jobs.get(r.job_id)
-    if job is None or (r.attempt is not None and job.attempt and r.attempt != job.attempt):
-        return False  # an earlier run (or a later one this server never counted): not ours
-    return any(a.replica == r.replica and a.node == node for a in job.allocations)
-
-
-def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: ReplicaReport) -> None:
-    job = plane.held_jobs.get(r.job_id)
-    if job is None or not any(a.replica == r.replica and a.node == node for a in job.allocations):
-        return  # a replica the server no longer gives this node: the reply tells the agent to stop
-    if r.state is ReplicaState.RUNNING and r.checkpoint_age_s is not None:
-        record_checkpoint(conn, plane.held_jobs, job.id, plane.clock() - r.checkpoint_age_s)
-    if r.state is ReplicaState.RUNNING and r.progress_rate is not None:
-        plane.throughput.report_run(
-            conn, plane.engine, job, r.replica, r.progress_rate, plane.clock()
-        )
-    if r.state is ReplicaState.RUNNING and r.memory_used_mib:
-        job.device_memory_used_mib[r.replica] = dict(r.memory_used_mib)
-    else:
-        job.device_memory_used_mib.pop(r.replica, None)
-    if job.replica_states.get(r.replica) == r.state:
-        _limits(plane, conn, job, r)
-        if r.state is ReplicaState.RUNNING and r.reason and job.state is JobPhase.RUNNING:
-            _flag(plane, conn, job.id, f"replica {r.replica}: {r.reason}")
-        return
-    if r.stop_cause == "lease_expired" and job.stop is None:
-        # its agent was cut off long enough for the lease to run out: as a lost node, at once
-        why = f"replica {r.replica} stopped on {node}: its lease expired (agent cut off)"
-        plane.apply(conn, job.id, lc.LeaseExpired(why, reported=True))
-        return
-    job.replica_states[r.replica] = r.state
-    _meter(plane, job, node, r)
-    if r.exit_code is not None:
-        job.exit_codes[r.replica] = r.exit_code
-    if r.state is ReplicaState.FAILED and r.reason:
-        job.failures[r.replica] = r.reason
-    replicas = {a.replica for a in job.allocations}
-    states = [job.replica_states.get(i) for i in replicas]
-    if (
-        r.state is not ReplicaState.STOPPED
-        and job.state is not JobPhase.RUNNING
-        and not _never_started(r)
-    ):
-        # a replica that ran and ended between two heartbeats was still running: record it
-        # a site's replica (a pod) has no pid to show; an agent's that has none never started
-        started = (
-            f" (pid {r.pid})"
-            if r.pid is not None
-            else ""
-            if r.state is ReplicaState.RUNNING
-            else " (its process never started)"
-        )
-        plane.apply(conn, job.id, lc.Start(f"started on {node}{started}"))
-    _limits(plane, conn, job, r)
-    finished = all(st in FINAL_REPLICA_STATES for st in states)
-    if r.state is ReplicaState.FAILED and job.stop is None and not finished:
-        plane.apply(conn, job.id, lc.Stop(StopCause.REPLICA_FAILED, _failure(job, r.replica)))
-        return
-    if not finished:
-        return
-    failed = [i for i in replicas if job.replica_states.get(i) is not ReplicaState.SUCCEEDED]
-    # the job's exit code: the largest of the failed replicas' own, or empty when none of them
-    # has one (stopped, or never started: a supervisor or launch failure is not "exit 0")
-    codes = [job.exit_codes[i] for i in (failed or replicas) if i in job.exit_codes]
-    code = max(codes, key=abs) if codes else None
-    reason = _failure(job, failed[0], code) if failed else "all replicas exited 0"
-    plane.apply(conn, job.id, lc.Ended(bool(failed), reason, code))
-
-
-def _meter(plane: ControlPlane, job: HeldJob, node: str, r: ReplicaReport) -> None:
-    """Tell the meter a replica began or stopped holding its cards (server/usage/meter.py)."""
-    if r.state is ReplicaState.RUNNING:
-        rec = plane.node(node)
-        plane.meter.replica_started(job, r.replica, rec.node if rec else None, plane.clock())
-    elif r.state in FINAL_REPLICA_STATES:
-        plane.meter.replica_ended(job.id, job.attempt, r.replica, plane.clock())
-
-
-def _never_started(r: ReplicaReport) -> bool:
-    """The agent reports a replica failed with neither a process nor an exit code: it did not
-    start one (it could not build the launch, or it was handed an allocation that already ran
-    there: docs/agent.md). The job is failed with the agent's reason, never marked started."""
-    return r.state is ReplicaState.FAILED and r.pid is None and r.exit_code is None
-
-
-def _limits(plane: ControlPlane, conn: Connection, job: HeldJob, r: ReplicaReport) -> None:
-    """Which CPU/memory enforcement the replica runs under: one event per replica run; and its
-    ports, for the job's view (not stored: reported again by an agent after a restart)."""
-    if r.ports:
-        job.ports[r.replica] = list(r.ports)
-    if r.limits and job.limits.get(r.replica) != r.limits:
-        job.limits[r.replica] = r.limits
-        plane.apply(conn, job.id, lc.Note(f"replica {r.replica}: {r.limits}", sets_reason=False))
-
-
-def _step(plane: ControlPlane, conn: Connection, r: StartingReport, now: float) -> None:
-    """A replica's start step (an image's pull: ``pulling IMAGE: 3 layers copied``) in the job's
-    events: the first at once, a changed one at most every :data:`STEP_EVENT_EVERY_S`, so that a
-    long pull is followed without flooding the events (the agent sends it every heartbeat)."""
-    job = plane.held_jobs[r.job_id]
-    last = job.steps.get(r.replica)
-    same_run = last is not None and last[0] == r.attempt
-    if same_run and last is not None and (last[1] == r.step or now < last[2] + STEP_EVENT_EVERY_S):
-        return
-    job.steps[r.replica] = (r.attempt, r.step, now)
-    plane.apply(conn, job.id, lc.Note(f"replica {r.replica}: {r.step}", sets_reason=False))
-
-
-def _failure(job: HeldJob, replica: int, code: int | None = None) -> str:
-    """Why a replica failed, in the job's reason: ``replica 1 failed (3)`` when a sibling is
-    still being stopped, ``replica 0 exited with 137`` when it was the last; followed by the
-    agent's reason when that says more (killed for memory, could not start). A replica with no
-    exit code of its own never ran (or was stopped): ``replica 0: <the agent's reason>``, which
-    names the step that failed, never an exit code it did not have."""
-    reason = job.failures.get(replica, "")
-    if replica not in job.exit_codes:
-        return f"replica {replica}: {reason}" if reason else f"replica {replica} failed"
-    if code is None:
-        text = f"replica {replica} failed ({job.exit_codes.get(replica)})"
-    else:
-        text = f"replica {replica} exited with {code}"
-    plain = (f"exited with {job.exit_codes.get(replica)}", f"exited with {code}")
-    return f"{text}: {reason}" if reason and reason not in plain else text
-
-
-def _flag(plane: ControlPlane, conn: Connection, job_id: int, reason: str) -> None:
-    """A running replica's problem (over its device memory): recorded once as the job's reason
-    and an event, not again while the agent keeps reporting the same text."""
-    current = conn.execute(select(t_jobs.c.reason).where(t_jobs.c.id == job_id)).scalar_one()
-    if current != reason:
-        plane.apply(conn, job_id, lc.Note(reason))
-
-
-def _reply(
-    plane: ControlPlane, conn: Connection, node: str, reported: set[tuple[int, int]]
-) -> HeartbeatReply:
-    """What ``node`` must run and stop. ``reported``: the replicas its heartbeat reported; one
-    it ran before and reports no more was lost with its agent (a restart): run again, counted
-    as the next attempt."""
-    run: list[Work] = []
-    stop: list[tuple[int, int]] = []
-    rows: dict[int, Any] = {}
-    rec = plane.node(node)  # None: its reports just ended the drain that deleted it
-    held_here = [] if rec is None else agent_pool(plane.sites).on_node(rec, plane.held_jobs)
-    networks: dict[str, str | None] = {}
-    if held_here:
-        ids = sorted({job.id for job, _ in held_here})
-        for row in conn.execute(select(t_jobs).where(t_jobs.c.id.in_(ids))).mappings():
-            rows[row["id"]] = row
-        queues = sorted({job.queue for job, _ in held_here})
-        q = select(t_queues.c.name, t_queues.c.network).where(t_queues.c.name.in_(queues))
-        networks = {r.name: r.network for r in conn.execute(q)}
-    for job, alloc in held_here:
-        if job.stop is not None:
-            if job.replica_states.get(alloc.replica) not in FINAL_REPLICA_STATES:
-                stop.append((job.id, alloc.replica))
-            continue
-        if job.replica_states.get(alloc.replica) in FINAL_REPLICA_STATES:
-            continue
-        gone = job.replica_states.get(alloc.replica) is ReplicaState.RUNNING and (
-            (job.id, alloc.replica) not in reported
-        )
-        if gone:
-            del job.replica_states[alloc.replica]
-        if gone or not job.dispatched:
-            _dispatch(plane, conn, job, adopt=not gone)
-        row = rows[job.id]
-        job.handed.add(alloc.replica)
-        run.append(
-            Work(
-                job_id=job.id,
-                replica=alloc.replica,
-                name=str(row["name"]),
-                command=list(row["command"]),
-                image=row["image"],
-                pull=row["pull"],
-                port=row["port"],
-                env={**_distributed(plane, job, alloc.replica), **row["env"]},
-                assignment=assignment(plane, alloc),
-                tenant=job.tenant,
-                tenant_index=plane.tenant_index.get(job.tenant),
-                attempt=max(job.attempt, 1),
-                log_cap_bytes=log_caps(plane, job.queue, conn).job_bytes,
-                secrets=_grants(plane, conn, job.tenant, row["secrets"]),
-                pull_secret=next(
-                    iter(_grants(plane, conn, job.tenant, _pull_ref(row["pull_secret"]))), None
-                ),
-                volumes=volumes.grants(conn, job.tenant, job.queue, alloc.node, row["volumes"]),
-                network=_network(networks.get(job.queue)) if row["image"] else None,
-                grace_s=stopping_of(row["request"])[0],
-                checkpoint_signal=stopping_of(row["request"])[1],
-            )
-        )
-    return HeartbeatReply(
-        run=run,
-        stop=stop,
-        heartbeat_s=plane.heartbeat_s,
-        lease_s=plane.lease.lease_s,
-        lease_grace_s=plane.lease.grace_s,
+def _work(
+    plane: ControlPlane, conn: Connection, job: HeldJob, alloc: Any, row: Any, network: str | None
+) -> Work:
+    """The run a heartbeat's reply hands out for ``alloc``'s replica of ``job`` (its stored
+    ``row``; ``network``: its queue's stored network), read in the heartbeat's transaction."""
+    return Work(
+        job_id=job.id,
+        replica=alloc.replica,
+        name=str(row["name"]),
+        command=list(row["command"]),
+        image=row["image"],
+        pull=row["pull"],
+        port=row["port"],
+        env={**_distributed(plane, job, alloc.replica), **row["env"]},
+        assignment=assignment(plane, alloc),
+        tenant=job.tenant,
+        tenant_index=plane.tenant_index.get(job.tenant),
+        attempt=max(job.attempt, 1),
+        log_cap_bytes=log_caps(plane, job.queue, conn).job_bytes,
+        secrets=_grants(plane, conn, job.tenant, row["secrets"]),
+        pull_secret=next(
+            iter(_grants(plane, conn, job.tenant, _pull_ref(row["pull_secret"]))), None
+        ),
+        volumes=volumes.grants(conn, job.tenant, job.queue, alloc.node, row["volumes"]),
+        network=_network(network) if row["image"] else None,
+        grace_s=stopping_of(row["request"])[0],
+        checkpoint_signal=stopping_of(row["request"])[1],
     )
 
 
@@ -360,37 +113,6 @@ def _grants(
     return grants
 
 
-def _dispatch(plane: ControlPlane, conn: Connection, job: HeldJob, *, adopt: bool) -> None:
-    """A hand-out of ``job`` for a new run, counted: its first by this server, or again after
-    an agent lost a replica it ran. With ``adopt``, a run an agent already reports (one from
-    before a restart of the server or of the agent: its reports carry the job's current
-    attempt) is adopted as it is (:class:`~xpupool.server.job_lifecycle.Adopt`), not counted
-    again. A run after the first starts its replicas' logs with an attempt line, so that no line
-    of an earlier run is shown as this run's; where that run's bytes start is recorded beside
-    the log (:func:`append_log` keeps each byte once)."""
-    nodes = ", ".join(sorted({a.node for a in job.allocations}))
-    running = ReplicaState.RUNNING in job.replica_states.values()
-    if adopt and job.state is JobPhase.RUNNING and running:
-        if job.attempt == 0:  # a run nobody counted (reported before it was handed out)
-            plane.apply(conn, job.id, lc.Dispatch(1, f"attempt 1 running on {nodes}"))
-        else:
-            why = f"attempt {job.attempt} adopted, still running on {nodes}"
-            plane.apply(conn, job.id, lc.Adopt(why))
-        return
-    attempt = job.attempt + 1
-    plane.apply(conn, job.id, lc.Dispatch(attempt, f"attempt {attempt} handed to {nodes}"))
-    with plane.file_writes():
-        for replica in sorted({a.replica for a in job.allocations}):
-            header = attempt_header(attempt) if attempt > 1 else b""
-            start = plane.logs.start(job.id, replica, job.tenant, header)
-            _attempt_start_path(plane.log_path(job.id, replica)).write_text(f"{attempt} {start}\n")
-
-
-def attempt_header(attempt: int) -> bytes:
-    """The line a replica's log has before the output of the job's ``attempt``-th run."""
-    return f"[xpupool: attempt {attempt}]\n".encode()
-
-
 def _distributed(plane: ControlPlane, job: HeldJob, replica: int) -> dict[str, str]:
     addresses = {
         name: node_address(name, rec.node.labels, rec.source)
@@ -405,23 +127,6 @@ def _distributed(plane: ControlPlane, job: HeldJob, replica: int) -> dict[str, s
     return distributed_env(job.id, job.allocations, replica, addresses, ports)
 
 
-def _attempt_start_path(log: Path) -> Path:
-    """Beside a replica's log: ``ATTEMPT OFFSET``, where the current attempt's bytes start."""
-    return log.with_name(f"{log.name}.attempt")
-
-
-def _attempt_start(log: Path, attempt: int) -> int | None:
-    """Where ``attempt``'s bytes start in ``log``; None when the file names another attempt
-    (0 when there is no such file: a log of a first run)."""
-    try:
-        text = _attempt_start_path(log).read_text().split()
-    except OSError:
-        return 0
-    if len(text) != 2 or not all(p.isdigit() for p in text):
-        return 0
-    return int(text[1]) if int(text[0]) == attempt else None
-
-
 def append_log(
     plane: ControlPlane,
     node: str,
@@ -431,71 +136,24 @@ def append_log(
     offset: int | None = None,
     attempt: int | None = None,
 ) -> None:
-    """Agents ship captured output here; only the node running that replica may write it. What
-    the server keeps of it is bounded by ``server/job_logs.py`` (caps per replica, job and
-    tenant, and the disk's reserve); a chunk it cannot keep is dropped, never refused.
-    ``offset`` (where ``chunk`` starts in the output of run ``attempt``): what the server has of
-    it already is skipped, so an agent that sends again after a restart duplicates nothing; a
-    chunk of another attempt than the job's current one is dropped. While the store cannot be
-    written, uploads are 503 as every change is (the agent sends them again)."""
-    with plane.locked():
-        if plane.health.failure is not None:
-            raise Unavailable(plane.health.failure)
-        job = plane.held_jobs.get(job_id)
-        if job is None or not any(a.node == node and a.replica == replica for a in job.allocations):
-            raise NotFound("replica", f"{job_id}/{replica} on {node}")
-        chunk = chunk[:MAX_LOG_CHUNK]
-        end = None
-        missing = 0
-        if offset is not None:
-            start = _attempt_start(plane.log_path(job_id, replica), attempt or max(job.attempt, 1))
-            if start is None or (attempt is not None and job.attempt and attempt != job.attempt):
-                return  # an earlier run's output: not this attempt's log
-            end = offset + len(chunk)
-            taken = plane.logs.taken(job_id, replica, start)
-            chunk = chunk[max(taken - offset, 0) :]
-            missing = max(offset - taken, 0)  # the agent's copy rotated them away unsent
-        caps = log_caps(plane, job.queue)
-        plane.logs.append(job_id, replica, job.tenant, chunk, caps, taken=end, missing=missing)
+    """Agents ship captured output here; only the node running that replica may write it:
+    :func:`~xpupool.server.plane.agent_reports.append_log`, bounded by the job's tenant's log
+    caps (``grants.log_caps``)."""
+    agent_reports.append_log(
+        plane,
+        node,
+        job_id,
+        replica,
+        chunk,
+        offset,
+        attempt,
+        caps_of=lambda queue: log_caps(plane, queue),
+    )
 
 
 def mark_lost_nodes(plane: ControlPlane) -> list[str]:
-    """Mark agent nodes silent for longer than ``lost_after_s`` as lost (nothing new is placed
-    there), and deal with their jobs once the lease on their replicas has surely run out
-    (``plane.lease.requeue_after_s`` of silence): requeue (the default) or fail with state
-    'lost'. Until then the jobs keep their devices: the old copy may still be running. Returns
-    the nodes newly marked. Silence is monotonic time since the server last heard from the node
-    (or since it started): a step of the wall clock changes nothing here."""
-    now = plane.monotonic()
-    lost: list[str] = []
-    needed = plane.lease.requeue_after_s
-    with plane.write() as conn:
-        # a copy: requeueing the jobs of a node the admin deletes removes the node (a drain)
-        silent_nodes: list[tuple[str, float]] = []
-        for name, rec in plane.agent_node_records():
-            if rec.source != "agent":
-                continue
-            silent = now - rec.heard_at if rec.heard_at is not None else float("inf")
-            if rec.status is not NodeStatus.LOST:
-                if silent <= plane.lost_after_s:
-                    continue
-                plane.node_event(conn, name, nl.Silent())
-                lost.append(name)
-            silent_nodes.append((name, silent))
-        # sites whose every node is lost (issue 51): their jobs wait, unknown, before any lease
-        site_health.check(plane, conn)
-        for name, silent in silent_nodes:
-            if silent < needed:
-                continue
-            victims: list[HeldJob] = [  # an unknown job waits for its site (site_health.py)
-                j
-                for j in plane.held_jobs.values()
-                if j.state is not JobPhase.UNKNOWN and any(a.node == name for a in j.allocations)
-            ]
-            for job in victims:
-                reason = (
-                    f"node {name} lost (no heartbeat for {max(plane.lost_after_s, needed):g} s;"
-                    f" lease of its replicas over)"
-                )
-                plane.apply(conn, job.id, lc.LeaseExpired(reason, silent, needed))
-    return lost
+    """Mark agent nodes silent for longer than ``lost_after_s`` as lost and deal with their jobs
+    once their replicas' lease has surely run out:
+    :func:`~xpupool.server.plane.agent_reports.mark_lost_nodes`. Returns the nodes newly
+    marked."""
+    return agent_reports.mark_lost_nodes(plane)

@@ -14,18 +14,14 @@ row carries what the tenant's job logs may take on the server (:func:`log_caps`)
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, select, update
+from sqlalchemy import Connection, bindparam, select
 
-from xpupool.engine.cycle.retry_gate import NEVER_TRIED
 from xpupool.model.errors import NotGranted, OverLimit
-from xpupool.server import job_lifecycle as lc
 from xpupool.server.job_logs import LogCaps
 from xpupool.server.plane import ControlPlane
-from xpupool.server.schemas.jobs import JobPhase
-from xpupool.server.storage.jobs import jobs as t_jobs
+from xpupool.server.plane.priority_caps import cap_queued as cap_queued
 from xpupool.server.storage.tenants import queues as t_queues
 from xpupool.server.storage.tenants import tenants as t_tenants
 
@@ -108,37 +104,6 @@ def log_caps(plane: ControlPlane, queue: str, conn: Connection | None = None) ->
     """What the logs of a job of ``queue`` may take on the server (its tenant's limits)."""
     row = _grant_row(plane, conn, queue)
     return LogCaps(int(row.max_job_log_mib) << 20, int(row.max_log_mib) << 20)
-
-
-def cap_queued(plane: ControlPlane, conn: Connection, queue: str | None = None) -> list[int]:
-    """Bring pending jobs above their queue's cap down to it, in the store (with an event) and in
-    the plane; ``queue`` None: every queue (on start: jobs an older release queued before there
-    was a cap). Jobs already holding devices keep their priority until they leave. Returns the
-    jobs changed. Call under the plane's lock."""
-    q = (
-        select(t_jobs.c.id, t_jobs.c.priority, t_queues.c.max_priority)
-        .select_from(t_jobs.join(t_queues, t_jobs.c.queue == t_queues.c.name))
-        .where(
-            t_jobs.c.state == JobPhase.PENDING.value,
-            t_jobs.c.priority > t_queues.c.max_priority,
-        )
-    )
-    if queue is not None:
-        q = q.where(t_jobs.c.queue == queue)
-    changed: list[int] = []
-    for row in conn.execute(q).all():
-        cap = int(row.max_priority)
-        conn.execute(update(t_jobs).where(t_jobs.c.id == row.id).values(priority=cap))
-        reason = f"priority {row.priority} lowered to its queue's max_priority {cap}"
-        plane.apply(conn, row.id, lc.Note(reason, sets_reason=False))
-        job = plane.queued.get(row.id)
-        if job is not None:
-            job.priority = cap
-            job.request = replace(job.request, priority=cap)
-            job.asked = replace(job.asked, priority=cap)  # as asked, kept to no site (issue 51)
-            job.tried = NEVER_TRIED  # tried again in the next pass, as a new job is
-        changed.append(int(row.id))
-    return changed
 
 
 def usage(plane: ControlPlane, tenant: str) -> dict[str, Any]:

@@ -16,9 +16,9 @@ from xpupool.catalog.image_ref import ImageRefError, parse_image_ref
 from xpupool.catalog.throughput import job_kind
 from xpupool.engine.outcomes import NeverFits, NotAdmitted, render
 from xpupool.log_rotation import read_kept
-from xpupool.model.errors import Conflict, NotFound, RequestError, Unavailable
+from xpupool.model.errors import Conflict, NotFound, RequestError
 from xpupool.model.request import Request
-from xpupool.model.request_model import request_from_dict, request_to_dict
+from xpupool.model.request_model import request_from_dict
 from xpupool.model.speeds import MAX_KIND_CHARS
 from xpupool.model.stopping import format_duration
 from xpupool.server import job_lifecycle as lc
@@ -26,10 +26,10 @@ from xpupool.server.auth import Principal
 from xpupool.server.job_views import Submitted, job_view
 from xpupool.server.plane import (
     ControlPlane,
-    PendingJob,
     check_request_names,
     gang_request,
     secret_rows,
+    submissions,
 )
 from xpupool.server.request_names import check_names
 from xpupool.server.schemas.agent_protocol import DeviceAssignment, ReplicaAssignment
@@ -44,7 +44,6 @@ from xpupool.server.schemas.jobs import (
 )
 from xpupool.server.services import grants, volumes
 from xpupool.server.services.models import expand_model_job
-from xpupool.server.storage.driver_insert import insert_rows
 from xpupool.server.storage.jobs import job_events as t_events
 from xpupool.server.storage.jobs import jobs as t_jobs
 from xpupool.server.storage.usage import usage_records as t_usage
@@ -88,24 +87,14 @@ def submit_many(
             accepted.append((i, _accept(plane, me, body)))
         except Exception as exc:  # answered as submit() would raise it
             out[i] = exc
-    try:
-        if accepted:
-            with plane.write() as conn:
-                for i, one in accepted:
-                    try:
-                        checked = _check(plane, conn, one)
-                    except Exception as exc:  # checks write nothing
-                        out[i] = exc
-                        continue
-                    stored = out[i] = _store(plane, conn, one, *checked)
-                    if then is not None:
-                        then(conn, stored)
-    except Exception as exc:  # the batch's transaction rolled back
-        if not isinstance(exc, Unavailable):  # a failed store put memory back already
-            plane.reload()
-        for i, _ in accepted:
-            if not isinstance(out[i], Exception):
-                out[i] = exc
+
+    def check(conn: Connection, one: _Accepted) -> submissions.Checked:
+        req, waiting, budget = _check(plane, conn, one)
+        return submissions.Checked(
+            one.body, one.tenant, req, waiting, one.from_image.events, budget
+        )
+
+    submissions.submit(plane, accepted, check, then, out)  # checks and inserts, as one step
     answered = [o for o in out if o is not None]
     assert len(answered) == len(asks), "every submission has its answer"
     if any(isinstance(o, Submitted) for o in answered):
@@ -236,67 +225,6 @@ def _check(
     if budget.priority != req.priority:
         req = replace(req, priority=budget.priority)
     return req, waiting, budget
-
-
-def _store(
-    plane: ControlPlane,
-    conn: Connection,
-    one: _Accepted,
-    req: Request,
-    waiting: str,
-    budget: Verdict,
-) -> Submitted:
-    """Under the plane's lock, after :func:`_check`: the job's id, its rows, and its place in
-    its queue."""
-    body = one.body
-    now = plane.clock()
-    job_id = plane.take_job_id()
-    name = body.name or f"job-{job_id}"
-    if req.name != name:
-        req = replace(req, name=name)
-    submitted = lc.transition(None, lc.Submit())
-    row = {
-        "id": job_id,
-        "name": name,
-        "tenant": one.tenant,
-        "queue": req.queue,
-        "state": submitted.phase.value,
-        "reason": waiting,
-        "priority": req.priority,
-        "request": request_to_dict(req),
-        "command": body.command,
-        "image": body.image,
-        "pull": body.pull,
-        "pull_secret": body.pull_secret,
-        "port": body.port,
-        "env": body.env,
-        "secrets": [ref.model_dump() for ref in body.secrets] or None,
-        "volumes": [m.model_dump() for m in body.volumes] or None,
-        "on_node_lost": body.on_node_lost,
-        "on_site_lost": body.on_site_lost,
-        "flavor": None,
-        "exit_code": None,
-        "attempts": 0,
-        "retries": 0,
-        "max_retries": body.max_retries,
-        "retry_on": None if body.retry_on is None else [c.value for c in body.retry_on],
-        "backoff_s": body.retry_backoff_s,
-        "backoff_max_s": body.retry_backoff_max_s,
-        "max_runtime_s": body.max_runtime_s,
-        "created_at": now,
-        "updated_at": now,
-    }
-    insert_rows(conn, t_jobs, [row])
-    event = {"job_id": job_id, "at": now, "state": submitted.phase.value}
-    reasons = (submitted.reason, *one.from_image.events)
-    if budget.note is not None and budget.policy is not None:  # over its budget: said, counted
-        reasons = (*reasons, budget.note)
-        plane.billing.count(one.tenant, budget.policy)
-    insert_rows(conn, t_events, [{**event, "reason": text} for text in reasons])
-    pending = PendingJob(job_id, one.tenant, req.queue, req.priority, gang_request(req), now)
-    pending.max_runtime_s = body.max_runtime_s
-    plane.queue_job(pending)
-    return Submitted(row, reasons)
 
 
 # Fields of a never-fits miss that the image's needs may have caused: named as "image" then.

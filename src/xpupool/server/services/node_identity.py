@@ -22,13 +22,14 @@ from sqlalchemy import Connection, insert, select, update
 
 from xpupool.model.errors import Forbidden
 from xpupool.server.auth import Principal, new_token, token_hash
-from xpupool.server.plane import ControlPlane
+from xpupool.server.plane import ControlPlane, token_binding
+from xpupool.server.plane.token_binding import IN_PROCESS_TOKEN_ID as IN_PROCESS_TOKEN_ID
 from xpupool.server.schemas.agent_protocol import Heartbeat, HeartbeatReply, NodeIn, Registered
+from xpupool.server.schemas.nodes import Node as NodeView
 from xpupool.server.services import agents, fleet
 from xpupool.server.storage.tenants import tokens as t_tokens
 
 log = logging.getLogger("xpupool.server")
-IN_PROCESS_TOKEN_ID = 0
 
 
 def in_process_principal(nodes: Iterable[str]) -> Principal:
@@ -88,43 +89,15 @@ def _check(plane: ControlPlane, who: Principal, node: str, action: str) -> bool:
     return True
 
 
-def _fresh(plane: ControlPlane, who: Principal) -> Principal:
-    """``who`` as the store has it now: the cached principal of an unbound token may have been
-    bound by a request that finished a moment ago."""
-    if who.role != "agent" or who.nodes is not None or who.token_id == IN_PROCESS_TOKEN_ID:
-        return who
-    with plane.db.connect() as conn:
-        node = conn.execute(select(t_tokens.c.node).where(t_tokens.c.id == who.token_id)).scalar()
-    return (
-        who
-        if node is None
-        else Principal(who.token_id, who.role, who.tenant, frozenset({node}), who.expires_at)
-    )
-
-
-def _bind(plane: ControlPlane, who: Principal, node: str) -> None:
-    """Bind an unbound token to ``node`` (first use after the upgrade), with its audit row."""
-    with plane.write() as conn:
-        done = conn.execute(
-            update(t_tokens)
-            .where(t_tokens.c.id == who.token_id, t_tokens.c.node.is_(None))
-            .values(node=node)
-        ).rowcount
-        if done:
-            bound = Principal(who.token_id, who.role, who.tenant, frozenset({node}))
-            plane.audit.record(
-                bound, "bind_token", f"token {who.token_id}", 200, f"ok: bound to node {node}", conn
-            )
-        plane.forget_principals()
-
-
 def register(plane: ControlPlane, who: Principal, body: NodeIn) -> Registered:
     """Register ``body`` as ``who``: a bootstrap token is exchanged for the node's own token."""
     if who.role == "bootstrap":
         return _exchange(plane, who, body)
-    with plane.locked():
-        who = _fresh(plane, who)
-        bind = _check(plane, who, body.name, "register")
+
+    def check(who: Principal) -> bool:
+        return _check(plane, who, body.name, "register")
+
+    def act(who: Principal) -> NodeView:
         rec = plane.node(body.name)
         cluster = rec is not None and rec.source == "cluster"
         if cluster and not who.is_admin:
@@ -133,8 +106,9 @@ def register(plane: ControlPlane, who: Principal, body: NodeIn) -> Registered:
         if cluster:  # the admin took it over: the in-process agent lets go of it
             plane.release_node(body.name)
             log.warning("node %s taken over from the cluster file by the admin", body.name)
-        if bind:
-            _bind(plane, who, body.name)
+        return node
+
+    node = token_binding.first_use(plane, who, body.name, check, act)
     return Registered.model_validate(node.model_dump())
 
 
@@ -198,12 +172,14 @@ def _exchange(plane: ControlPlane, who: Principal, body: NodeIn) -> Registered:
 
 def heartbeat(plane: ControlPlane, who: Principal, body: Heartbeat) -> HeartbeatReply:
     if who.role == "agent" and who.nodes is None and who.token_id != IN_PROCESS_TOKEN_ID:
-        with plane.locked():  # first use of an unbound token: check, heartbeat and bind as one
-            who = _fresh(plane, who)
-            bind = _check(plane, who, body.node, "heartbeat")
-            reply = agents.heartbeat(plane, body, who)
-            if bind:
-                _bind(plane, who, body.node)
+        # first use of an unbound token: check, heartbeat and bind as one
+        reply = token_binding.first_use(
+            plane,
+            who,
+            body.node,
+            lambda who: _check(plane, who, body.node, "heartbeat"),
+            lambda who: agents.heartbeat(plane, body, who),
+        )
     else:
         _check(plane, who, body.node, "heartbeat")
         reply = agents.heartbeat(plane, body, who)

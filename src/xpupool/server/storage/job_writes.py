@@ -1,6 +1,6 @@
 """Job row updates, job events and allocation rows of one store transaction, written together.
 
-A scheduling batch places up to 32 jobs in one transaction (``server/scheduler_loop.py``), and
+A scheduling batch places up to 32 jobs in one transaction (``server/plane/scheduling_pass.py``), and
 each placement wrote five statements: the job's row and an event for ``admitted``, its
 allocations, the row and an event again for ``scheduled``. Through SQLAlchemy a statement costs
 more CPU than SQLite takes to run it, so the writes were a large part of a pass (issue 25;
