@@ -148,13 +148,11 @@ def create_app(
         keeper: asyncio.Task[None] | None = None  # the service controller's (issue 47)
         if background:
             # The engine's loops load from numba's cache (or compile, on a first start) on a
-            # thread: ``xpupool up`` starts that before it opens the plane (up.warm_loops),
-            # beside the opening and the app's imports, so that the first jobs do not wait for
-            # it; here the profiles it could not know (the queues') are rehearsed, and
-            # everything for a plane started without it (docs/benchmarks.md, start-up). The
-            # passes wait for them off the event loop (rehearsal.py). The share prices' LP
-            # solver is not imported with them: ``xpupool up`` imports it at a quiet moment
-            # (server/up.py).
+            # thread from here, as the socket starts listening: not beside the start's imports
+            # and the plane's opening, which they slowed by holding the interpreter half the
+            # time (docs/benchmarks.md, start-up). The passes wait for them off the event loop
+            # (rehearsal.py). The share prices' LP solver is not imported with them:
+            # ``xpupool up`` imports it at a quiet moment (server/up.py).
             rehearsal.warm_in_background(rehearsal.plane_profiles(plane), plane.profiles)
             watch = LostNodeWatch(plane)
             watch.start()

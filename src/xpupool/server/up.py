@@ -221,10 +221,6 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
     from xpupool.agent.launch.dirlock import DirLock
     from xpupool.agent.launch.guard import protect_process
 
-    # The engine's compiled loops load on a thread from here, beside the plane's opening and the
-    # app's imports: the first scheduling pass waits for them, and when they started with the
-    # app the jobs of the first second waited with it (issue 42; docs/benchmarks.md, start-up).
-    threading.Thread(target=warm_loops, args=(cfg,), name="xpupool-loops-warm", daemon=True).start()
     configure_logging(cfg.verbose)
     protect_process()  # umask 077 before the first file; not dumpable: jobs cannot read us
     lock = DirLock(cfg.data, "xpupool up").acquire()  # before anything in it is read or written
@@ -257,18 +253,6 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
         lock.release()
 
 
-def warm_loops(cfg: UpConfig) -> None:
-    """The engine's compiled loops loaded (from numba's cache; compiled on a first start) and
-    the plane's profile rehearsed: what the first scheduling pass waits for
-    (``server/rehearsal.py``). The profiles only its queues name are rehearsed once the store
-    is read."""
-    from xpupool.engine import BUILTIN_PROFILES
-    from xpupool.server import rehearsal
-
-    profiles = {**BUILTIN_PROFILES, **{p.name: p for p in cfg.profiles}}  # as the plane's
-    rehearsal.warm((cfg.profile,), profiles)
-
-
 def prepare_start(cfg: UpConfig) -> None:
     """The start's work that needs no store, done ahead by a standby while it waits
     (``server/standby.py``): the app's and uvicorn's imports, and the engine's compiled loops
@@ -277,10 +261,12 @@ def prepare_start(cfg: UpConfig) -> None:
     rehearsal of a profile only its queues name (the store has them)."""
     import uvicorn  # noqa: F401
 
+    from xpupool.engine import BUILTIN_PROFILES
     from xpupool.engine.fragmentation import kernels
-    from xpupool.server import app  # noqa: F401
+    from xpupool.server import app, rehearsal  # noqa: F401
 
-    warm_loops(cfg)  # started with the start (serve); a second caller waits for the first
+    profiles = {**BUILTIN_PROFILES, **{p.name: p for p in cfg.profiles}}  # as the plane's
+    rehearsal.warm((cfg.profile,), profiles)
     kernels.warm_solver()
     freeze_start_heap()  # what is alive now: the start's own freeze then walks the plane's alone
 
