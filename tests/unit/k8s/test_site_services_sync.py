@@ -9,6 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
+import pytest
+from lightkube.core.exceptions import ApiError
+
+from xpupool.k8s.site.api_errors import SETTLING_TRIES
 from xpupool.k8s.site.site_services import SiteServices
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
 from xpupool.server.schemas.services import ServiceIn
@@ -96,3 +101,58 @@ def test_what_no_pod_can_say_is_the_services_problem_and_nothing_is_applied(
     services._sync()
     assert services.problem("ml", "web") == ""
     assert ("apply", "Deployment", "xps-web") in client.calls
+
+
+def api_error(code: int) -> ApiError:
+    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code}
+    request = httpx.Request("PATCH", "https://127.0.0.1/apis/apps/v1/deployments/xps-web")
+    return ApiError(response=httpx.Response(code, json=body, request=request))
+
+
+class Settling(Recorder):
+    """Answers the first ``refusals`` applies with ``code``, as a kube-apiserver that has just
+    started answers 403 until its RBAC authorizer has synced."""
+
+    def __init__(self, code: int, refusals: int) -> None:
+        super().__init__()
+        self.code, self.refusals = code, refusals
+
+    def apply(self, obj: Any, **kw: Any) -> Any:
+        if self.refusals:
+            self.refusals -= 1
+            raise api_error(self.code)
+        return super().apply(obj, **kw)
+
+
+def test_a_403_while_the_server_settles_is_tried_again_not_the_services_problem(
+    tmp_path: Path,
+) -> None:
+    client = Settling(403, refusals=2)
+    services = keeper(tmp_path, client)
+    services.want({("ml", "web"): want()})
+    for _ in range(2):  # the thread retries with its backoff: each try raises to it
+        with pytest.raises(ApiError):
+            services._sync()
+        assert services.problem("ml", "web") == ""
+    services._sync()
+    assert ("apply", "Deployment", "xps-web") in client.calls
+    assert services.problem("ml", "web") == ""
+
+
+def test_a_403_that_lasts_is_the_services_problem(tmp_path: Path) -> None:
+    client = Settling(403, refusals=100)
+    services = keeper(tmp_path, client)
+    services.want({("ml", "web"): want()})
+    for _ in range(SETTLING_TRIES - 1):
+        with pytest.raises(ApiError):
+            services._sync()
+    services._sync()  # the last try: the server's word
+    assert "the API server refused it" in services.problem("ml", "web")
+
+
+def test_another_4xx_is_the_services_problem_at_once(tmp_path: Path) -> None:
+    client = Settling(422, refusals=1)
+    services = keeper(tmp_path, client)
+    services.want({("ml", "web"): want()})
+    services._sync()
+    assert "the API server refused it" in services.problem("ml", "web")

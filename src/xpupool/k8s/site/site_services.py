@@ -32,6 +32,7 @@ from lightkube.core.resource import ApiInfo, ResourceDef
 from lightkube.generic_resource import GenericGlobalResource, GenericNamespacedResource
 
 from xpupool.k8s.informers.watch import Informer, backoff_s
+from xpupool.k8s.site import api_errors
 from xpupool.k8s.site.api_errors import exists_ok, forbidden_ok, gone_ok
 from xpupool.k8s.site.endpoint_slices import SliceBook, SliceEndpoints, read_slice
 from xpupool.k8s.site.pods import SITE, TENANT, priority_class
@@ -100,6 +101,8 @@ class SiteServices:
         self._wanted: dict[ServiceKey, ServiceWant] | None = None  # None: not told yet
         self._applied: dict[ServiceKey, str] = {}  # what was applied last: its digest
         self._problems: dict[ServiceKey, str] = {}
+        # tries of an apply answered 403 or 429 while the API server settles (api_errors.py)
+        self._settling: dict[ServiceKey, int] = {}
         self._wake = threading.Event()
         self._closed = threading.Event()
         self._swept = False
@@ -235,10 +238,15 @@ class SiteServices:
             service = build_service(plan, dict(made))
             client.apply(RawService.from_dict(service), field_manager=FIELD_MANAGER, force=True)
         except ApiError as exc:
-            if exc.status.code is not None and 400 <= exc.status.code < 500:
+            tries = self._settling.get(key, 0) + 1
+            if api_errors.refused(exc, tries):
+                self._settling.pop(key, None)
                 self._problem(key, f"the API server refused it: {exc}")
                 return
-            raise
+            if exc.status.code in api_errors.SETTLING:  # a server that has just started
+                self._settling[key] = tries
+            raise  # tried again with the thread's backoff
+        self._settling.pop(key, None)
         log.info(
             "site %s: service %s/%s: Deployment %s with %d replica(s)",
             self.config.name,
