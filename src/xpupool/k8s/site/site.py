@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 from lightkube import Client, operators
 from lightkube.core.exceptions import ApiError
 from lightkube.core.resource import ApiInfo, ResourceDef
-from lightkube.generic_resource import GenericGlobalResource, GenericNamespacedResource
+from lightkube.generic_resource import GenericNamespacedResource
 
 from xpupool.engine.host import HostedNode
 from xpupool.k8s.informers.decoders import decode_node
@@ -58,6 +58,7 @@ from xpupool.k8s.informers.kubeconfig import RawNode, RawPod, load_config, make_
 from xpupool.k8s.informers.watch import Event, EventType, Informer, backoff_s
 from xpupool.k8s.site import api_errors
 from xpupool.k8s.site.api_errors import exists_ok, forbidden_ok, gone_ok
+from xpupool.k8s.site.cluster_objects import RawNamespace, RawPriorityClass
 from xpupool.k8s.site.finished import FinishedJobs
 from xpupool.k8s.site.foreign import ForeignPods
 from xpupool.k8s.site.gated import GatedPods, GatedTask
@@ -104,20 +105,6 @@ _NODE_NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$")  # the node bo
 MAX_TAINTS = 64
 _VERBS = ["delete", "get", "global_list", "list", "post"]
 TERMINAL = ("Succeeded", "Failed")
-
-
-class RawNamespace(GenericGlobalResource):
-    _api_info = ApiInfo(
-        resource=ResourceDef("", "v1", "Namespace"), plural="namespaces", verbs=_VERBS
-    )
-
-
-class RawPriorityClass(GenericGlobalResource):
-    _api_info = ApiInfo(
-        resource=ResourceDef("scheduling.k8s.io", "v1", "PriorityClass"),
-        plural="priorityclasses",
-        verbs=_VERBS,
-    )
 
 
 class RawSecret(GenericNamespacedResource):

@@ -29,11 +29,12 @@ from lightkube import Client, operators
 from lightkube.config.kubeconfig import SingleConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.core.resource import ApiInfo, ResourceDef
-from lightkube.generic_resource import GenericGlobalResource, GenericNamespacedResource
+from lightkube.generic_resource import GenericNamespacedResource
 
 from xpupool.k8s.informers.watch import Informer, backoff_s
 from xpupool.k8s.site import api_errors
 from xpupool.k8s.site.api_errors import exists_ok, forbidden_ok, gone_ok
+from xpupool.k8s.site.cluster_objects import RawNamespace, RawPriorityClass
 from xpupool.k8s.site.endpoint_slices import SliceBook, SliceEndpoints, read_slice
 from xpupool.k8s.site.pods import SITE, TENANT, priority_class
 from xpupool.k8s.site.services import (
@@ -70,20 +71,6 @@ class RawEndpointSlice(GenericNamespacedResource):
     _api_info = ApiInfo(
         resource=ResourceDef("discovery.k8s.io", "v1", "EndpointSlice"),
         plural="endpointslices",
-        verbs=_VERBS,
-    )
-
-
-class _RawNamespace(GenericGlobalResource):
-    _api_info = ApiInfo(
-        resource=ResourceDef("", "v1", "Namespace"), plural="namespaces", verbs=_VERBS
-    )
-
-
-class _RawPriorityClass(GenericGlobalResource):
-    _api_info = ApiInfo(
-        resource=ResourceDef("scheduling.k8s.io", "v1", "PriorityClass"),
-        plural="priorityclasses",
         verbs=_VERBS,
     )
 
@@ -271,11 +258,11 @@ class SiteServices:
         client = self._client
         assert client is not None
         with exists_ok(), forbidden_ok():  # the chart's, which the plane may not create
-            client.create(_RawPriorityClass.from_dict(priority_class()))
+            client.create(RawPriorityClass.from_dict(priority_class()))
         if self.config.create_namespaces:
             body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
             with exists_ok():
-                client.create(_RawNamespace.from_dict(body))
+                client.create(RawNamespace.from_dict(body))
 
     def _delete(self, key: ServiceKey) -> None:
         try:
