@@ -132,3 +132,21 @@ def test_a_tenant_moves_only_its_own_figures_and_each_report_a_bounded_step(
     r = post(server, a, ours, {"rate": 1e12})  # one wild report: at most a bounded step
     assert r.status_code == 200 and r.json()["rate"] <= 100.0 * 10
     assert r.json()["runs"] == 1  # the same run reporting again
+
+
+def test_a_report_whose_write_failed_is_not_kept_in_memory(server: Server) -> None:
+    """A failed write rolls the store back and the plane reloads its books: the measured figures
+    are read back with them, so memory is not one report ahead of the store."""
+    fleet(server)
+    a = tenant(server, "a")
+    on_fast = running(server, a, "A100:1 kind=resnet")
+    assert post(server, a, on_fast, {"rate": 100.0}).status_code == 200
+    plane = server.plane
+    held = plane.held_jobs[on_fast]
+    with pytest.raises(RuntimeError), plane.write() as conn:
+        plane.throughput.report_run(conn, plane.engine, held, 0, 300.0, plane.clock())
+        raise RuntimeError("the rest of the write failed")
+    plane.reload()
+    assert plane.throughput.table.measured(scoped("a", "resnet")) == {
+        "A100-SXM4-80GB": (100.0, 1)
+    }

@@ -311,11 +311,15 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         self._pending = PendingJobs()
         try:
             self._read()
+            measured = ThroughputKnowledge()  # the figures too: a failed write may have moved them
+            with self.db.connect() as conn:
+                measured.load(conn)
         except Exception:
             self._nodes, self._held, self._pending = old_nodes, old_held, old_pending
             self._queue_specs, self.next_job_id = old_specs, old_next
             self._queue_profiles = old_profiles
             raise
+        self.throughput = measured
         for name, rec in self._nodes.items():
             was = old_nodes.get(name)
             if was is not None and rec.heard_at is not None:
