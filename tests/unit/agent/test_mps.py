@@ -219,3 +219,36 @@ def test_a_real_replica_gets_its_daemon_and_it_quits_after(fake: Path) -> None:
     runner.ship_logs(lambda *_: None)
     runner.acknowledge(runner.reports())  # the replica is over: its daemon's last user gone
     assert fake_mps.live_daemons(root) == []
+
+
+def test_an_older_agents_daemons_are_adopted_with_their_replicas_and_quit_with_the_last(
+    fake: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An agent before caps were the daemon's named its directories ``<uuid>-<uid>/``: after an
+    upgrade, the daemon of a replica that re-attaches is taken back and told to quit when that
+    replica ends; one no replica uses is logged and left running, as any orphan is."""
+    from dataclasses import replace
+
+    root = mps_root(fake / "jobs")
+    older = _daemons(fake)
+    kept, orphan = older.attach(_spec(fake)), older.attach(_spec(fake, tenant_index=3))
+    renamed = {}
+    for spec in (kept, orphan):  # as the older agent named them
+        pipe = Path(spec.env["CUDA_MPS_PIPE_DIRECTORY"])
+        top = pipe.parent
+        old_top = top.with_name(top.name.rsplit("-m", 1)[0])
+        top.rename(old_top)
+        renamed[spec.slug] = replace(
+            spec, env={**spec.env, "CUDA_MPS_PIPE_DIRECTORY": str(old_top / "pipe")}
+        )
+    assert len(fake_mps.live_daemons(root)) == 2
+    upgraded = _daemons(fake)
+    with caplog.at_level(logging.WARNING, logger="xpupool.agent"):
+        upgraded.adopt([renamed[kept.slug]])
+    assert renamed[orphan.slug].env["CUDA_MPS_PIPE_DIRECTORY"] in caplog.text
+    assert renamed[kept.slug].env["CUDA_MPS_PIPE_DIRECTORY"] not in caplog.text
+    new = upgraded.attach(_spec(fake, replica=2))  # a new replica: never the older daemon
+    assert new.env["CUDA_MPS_PIPE_DIRECTORY"] != renamed[kept.slug].env["CUDA_MPS_PIPE_DIRECTORY"]
+    upgraded.detach(kept.slug)
+    upgraded.detach(new.slug)
+    assert len(fake_mps.live_daemons(root)) == 1  # the orphan: the operator's to stop

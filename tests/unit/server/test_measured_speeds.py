@@ -143,10 +143,13 @@ def test_a_report_whose_write_failed_is_not_kept_in_memory(server: Server) -> No
     assert post(server, a, on_fast, {"rate": 100.0}).status_code == 200
     plane = server.plane
     held = plane.held_jobs[on_fast]
-    with pytest.raises(RuntimeError), plane.write() as conn:
-        plane.throughput.report_run(conn, plane.engine, held, 0, 300.0, plane.clock())
-        raise RuntimeError("the rest of the write failed")
+
+    def a_write_that_fails() -> None:
+        with plane.write() as conn:
+            plane.throughput.report_run(conn, plane.engine, held, 0, 300.0, plane.clock())
+            raise RuntimeError("the rest of the write failed")
+
+    with pytest.raises(RuntimeError):
+        a_write_that_fails()
     plane.reload()
-    assert plane.throughput.table.measured(scoped("a", "resnet")) == {
-        "A100-SXM4-80GB": (100.0, 1)
-    }
+    assert plane.throughput.table.measured(scoped("a", "resnet")) == {"A100-SXM4-80GB": (100.0, 1)}

@@ -71,6 +71,11 @@ CALL_TIMEOUT_S = 10.0
 
 Key = tuple[str, int, int, int]  # (card uuid, tenant uid, memory cap MiB, SM cap %; 0: none)
 _DIR = re.compile(r"^(?P<uuid>.+)-(?P<uid>\d+)-m(?P<mib>\d+)-t(?P<pct>\d+)$")
+_OLDER_DIR = re.compile(r"^(?P<uuid>.+)-(?P<uid>\d+)$")  # an older agent's: (card, uid) alone
+UNKNOWN_CAP = -1
+"""The caps of a daemon an older agent started under ``<uuid>-<uid>/`` (they came from its
+clients then): such a daemon is adopted with the replicas that use it and quits with the last,
+but no new replica is given it."""
 
 
 @dataclass(slots=True)
@@ -286,10 +291,16 @@ class MpsDaemons:
         if not self.root.is_dir():
             return out
         for top in sorted(self.root.iterdir()):
+            if not (top / "pipe").is_dir():
+                continue
             m = _DIR.match(top.name)
-            if m is not None and (top / "pipe").is_dir():
+            if m is not None:
                 key = (m["uuid"], int(m["uid"]), int(m["mib"]), int(m["pct"]))
-                out.append((key, Daemon(*key, top / "pipe", top / "log")))
+            elif (old := _OLDER_DIR.match(top.name)) is not None:
+                key = (old["uuid"], int(old["uid"]), UNKNOWN_CAP, UNKNOWN_CAP)
+            else:
+                continue
+            out.append((key, Daemon(*key, top / "pipe", top / "log")))
         return out
 
 
