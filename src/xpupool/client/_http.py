@@ -198,6 +198,34 @@ class Client:
         assert isinstance(answer, dict)
         return answer
 
+    def prices(self) -> dict[str, Any]:
+        """The price table (``GET /v1/prices``; docs/usage.md)."""
+        answer = self._json("GET", "/v1/prices")
+        assert isinstance(answer, dict)
+        return answer
+
+    def set_prices(self, table: dict[str, Any]) -> dict[str, Any]:
+        """Replace the price table (``PUT /v1/prices``, the admin's)."""
+        answer = self._json("PUT", "/v1/prices", table)
+        assert isinstance(answer, dict)
+        return answer
+
+    def budget(self, tenant: str) -> dict[str, Any]:
+        """``tenant``'s budget and its spend (``GET /v1/tenants/{tenant}/budget``)."""
+        answer = self._json("GET", f"/v1/tenants/{quote(tenant, safe='')}/budget")
+        assert isinstance(answer, dict)
+        return answer
+
+    def set_budget(self, tenant: str, budget: dict[str, Any]) -> dict[str, Any]:
+        """Set ``tenant``'s budget (``PUT /v1/tenants/{tenant}/budget``, the admin's)."""
+        answer = self._json("PUT", f"/v1/tenants/{quote(tenant, safe='')}/budget", budget)
+        assert isinstance(answer, dict)
+        return answer
+
+    def delete_budget(self, tenant: str) -> None:
+        """Remove ``tenant``'s budget (``DELETE /v1/tenants/{tenant}/budget``)."""
+        self._wire.call("DELETE", f"/v1/tenants/{quote(tenant, safe='')}/budget")
+
     def usage_export(self, month: str) -> str:
         """The month's CSV (``GET /v1/usage/export``)."""
         return self._wire.call("GET", "/v1/usage/export", params={"month": month}).body.decode()

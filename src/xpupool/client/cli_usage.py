@@ -1,6 +1,7 @@
 """``xpupool usage``: what tenants used, from ``GET /v1/usage``; ``xpupool usage export``: a
-month's CSV for an accounting system (docs/usage.md). A tenant's token shows its own usage, the
-admin's every tenant's."""
+month's CSV for an accounting system; ``xpupool usage prices`` and ``xpupool usage budget``: the
+price table and a tenant's budget (docs/usage.md). A tenant's token shows its own usage and
+budget, the admin's every tenant's; only the admin sets prices and budgets."""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ from typing import Any
 
 import click
 
-from xpupool.client._cli_common import CONNECTION_HELP, connection_options, console, make_client
+from xpupool.client._cli_common import (
+    CONNECTION_HELP,
+    connection_options,
+    console,
+    load_yaml,
+    make_client,
+)
 from xpupool.client._times import since
 
 COLUMNS = (
@@ -100,6 +107,105 @@ def export(month: str, url: str | None, token: str | None) -> None:
     """The month's CSV: one row per tenant, queue, site and model, in hours and kWh."""
     with make_client(url, token) as client:
         click.echo(client.usage_export(month), nl=False)
+
+
+@usage.group("prices", invoke_without_command=True, epilog=CONNECTION_HELP)
+@connection_options
+@click.pass_context
+def prices(ctx: click.Context, url: str | None, token: str | None) -> None:
+    """The price table: per card-hour by model, per compute-unit-hour, per kWh."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with make_client(url, token) as client:
+        table = client.prices()
+    _print_prices(table)
+
+
+@prices.command("set", epilog=CONNECTION_HELP)
+@click.argument("file", type=click.Path(dir_okay=False))
+@connection_options
+def set_prices(file: str, url: str | None, token: str | None) -> None:
+    """Replace the price table with FILE's (YAML or JSON: currency, per_compute_unit_hour,
+    per_kwh, models: [{model, per_card_hour}]); the admin's."""
+    with make_client(url, token) as client:
+        table = client.set_prices(load_yaml(file))
+    _print_prices(table)
+
+
+def _print_prices(table: dict[str, Any]) -> None:
+    currency = table.get("currency") or ""
+    lines = [
+        f"currency: {currency or '-'}",
+        f"per compute-unit-hour: {float(table.get('per_compute_unit_hour') or 0):g}",
+        f"per kWh: {float(table.get('per_kwh') or 0):g}",
+    ]
+    lines += [f"{m['model']}: {float(m['per_card_hour']):g} per card-hour" for m in table["models"]]
+    click.echo("\n".join(lines))
+
+
+@usage.group("budget")
+def budget() -> None:
+    """A tenant's budget: show, set or delete it."""
+
+
+@budget.command("show", epilog=CONNECTION_HELP)
+@click.argument("tenant")
+@connection_options
+def show_budget(tenant: str, url: str | None, token: str | None) -> None:
+    """TENANT's budget: its period, amount and policy, and what it spent in this period."""
+    with make_client(url, token) as client:
+        _print_budget(client.budget(tenant))
+
+
+@budget.command("set", epilog=CONNECTION_HELP)
+@click.argument("tenant")
+@click.option(
+    "--period", type=click.Choice(["day", "week", "month"]), required=True, help="UTC period"
+)
+@click.option("--amount", type=float, required=True, help="most it may spend per period")
+@click.option(
+    "--policy",
+    type=click.Choice(["warn", "lower-priority", "refuse"]),
+    required=True,
+    help="what happens to new jobs once spend reaches the amount",
+)
+@click.option("--lowered-priority", type=int, help="with lower-priority: the priority at most")
+@connection_options
+def set_budget(
+    tenant: str,
+    period: str,
+    amount: float,
+    policy: str,
+    lowered_priority: int | None,
+    url: str | None,
+    token: str | None,
+) -> None:
+    """Set TENANT's budget (the admin's)."""
+    body: dict[str, Any] = {"period": period, "amount": amount, "policy": policy}
+    if lowered_priority is not None:
+        body["lowered_priority"] = lowered_priority
+    with make_client(url, token) as client:
+        _print_budget(client.set_budget(tenant, body))
+
+
+@budget.command("delete", epilog=CONNECTION_HELP)
+@click.argument("tenant")
+@connection_options
+def delete_budget(tenant: str, url: str | None, token: str | None) -> None:
+    """Remove TENANT's budget (the admin's): its jobs are admitted whatever it spends."""
+    with make_client(url, token) as client:
+        client.delete_budget(tenant)
+    click.echo(f"budget of {tenant} removed")
+
+
+def _print_budget(b: dict[str, Any]) -> None:
+    unit = f" {b['currency']}" if b.get("currency") else ""
+    state = "exceeded: the policy applies" if b.get("exceeded") else "within"
+    ends = datetime.fromtimestamp(float(b["period_end"]), UTC).strftime("%Y-%m-%d %H:%M UTC")
+    click.echo(
+        f"{b['tenant']}: {float(b['spent']):.2f} of {float(b['amount']):g}{unit} per {b['period']}"
+        f" ({state}); policy {b['policy']}; the period ends {ends}"
+    )
 
 
 def _when(t: float, step: str) -> str:
