@@ -25,7 +25,6 @@ from xpupool.catalog.images import default_image_catalog
 from xpupool.catalog.operator_file import OperatorCatalog
 from xpupool.catalog.power import PowerModel
 from xpupool.disk_reserve import DEFAULT_LOG_RESERVE
-from xpupool.engine.cycle.fair_share import DecayedUsage
 from xpupool.engine.fragmentation import kernels
 from xpupool.engine.profile import DEFAULT_PROFILE, Profile
 from xpupool.log_setup import configure_logging
@@ -173,8 +172,7 @@ def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPla
         plane.meter.every_s = cfg.usage_interval_s
         plane.max_grace_s = cfg.max_grace_s
         if cfg.fair_share_half_life_s is not None:  # the order by usage over a decaying window
-            plane.fair_share = DecayedUsage(cfg.fair_share_half_life_s)
-            plane.rebuild_admission()
+            plane.use_fair_share_history(cfg.fair_share_half_life_s)
         if cfg.catalog is not None and cfg.catalog.accelerators:
             plane.meter.power = PowerModel(overrides=cfg.catalog.accelerators)
         plane.before_job_id = pool.reserve

@@ -63,3 +63,15 @@ def test_history_puts_the_tenant_that_just_held_the_pool_behind_drf_does_not() -
             held_then_decayed = (1 - 2 ** (-3600 / H)) * 2 ** (-100 / H)
             assert shares == {"a": pytest.approx(held_then_decayed)}
     assert orders == {"drf": [0, 1], "history": [1, 0]}
+
+
+def test_a_seed_counts_what_was_held_decayed_to_now_and_counting_goes_on() -> None:
+    history = DecayedUsage(3600.0)
+    # half the pool for one hour, ending an hour ago (counted at its middle, 1.5 h ago)
+    history.seed(10_000.0, {"a": [(1800.0, 10_000.0 - 5400.0)], "b": [(0.0, 9_000.0)]})
+    expected = 1800.0 * 2 ** (-1.5) * math.log(2) / 3600.0
+    assert history.shares() == pytest.approx({"a": expected})  # b held nothing: not counted
+    history.advance(13_600.0, {"b": 1.0})  # an hour more: a decays by half, b counts
+    shares = history.shares()
+    assert shares["a"] == pytest.approx(expected / 2)
+    assert shares["b"] == pytest.approx(0.5)  # a whole pool for one half-life: half of it

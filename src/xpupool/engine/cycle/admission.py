@@ -265,6 +265,11 @@ class Admission:
             for tenant, res in used.items()
         }
 
+    def pool_totals(self) -> tuple[float, float]:
+        """(device memory MiB, cards) of the pool: the denominators of a dominant share."""
+        capacity = self._capacity()
+        return capacity[Resource.DEVICE_MEMORY_MIB], capacity[Resource.DEVICES]
+
     def _capacity(self) -> dict[Resource, float]:
         """The cluster's totals per resource, the denominators of the shares (per epoch)."""
         s = self.engine.state

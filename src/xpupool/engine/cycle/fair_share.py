@@ -59,6 +59,17 @@ class DecayedUsage:
                 self._usage[tenant] = self._usage.get(tenant, 0.0) + share * gain
         self._at = now
 
+    def seed(self, now: float, spans: Mapping[str, list[tuple[float, float]]]) -> None:
+        """Start from history (a plane starting, ``server/usage/fair_share_seed.py``): per
+        tenant, ``(share-seconds, when)`` already held, each decayed from ``when`` to ``now``;
+        counting goes on from ``now``. Before any :meth:`advance`: what was counted is replaced."""
+        self._usage = {}
+        for tenant, held in spans.items():
+            total = sum(amount * math.exp(-self._rate * max(now - at, 0.0)) for amount, at in held)
+            if total > 0:
+                self._usage[tenant] = total
+        self._at = now
+
     def shares(self) -> dict[str, float]:
         """Per tenant, its decayed mean share (0..1): ``U x ln 2 / H``."""
         return {tenant: u * self._rate for tenant, u in self._usage.items()}

@@ -84,6 +84,7 @@ from xpupool.server.storage.driver_insert import STATEMENT_WATCH
 from xpupool.server.storage.job_writes import JobWrites
 from xpupool.server.storage.tenants import assign_tenant_indices
 from xpupool.server.throughput_knowledge import Progressed, ThroughputKnowledge
+from xpupool.server.usage import fair_share_seed
 from xpupool.server.usage.billing import Billing
 from xpupool.server.usage.meter import UsageMeter
 from xpupool.server.wake import Wake
@@ -483,6 +484,23 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
     def forget_grants(self) -> None:
         """Tenants' or queues' limits change (under the lock): read them again when next asked."""
         self._grant_rows = {}
+
+    def use_fair_share_history(self, half_life_s: float) -> None:
+        """Order tenants by the share each held over a window decaying with ``half_life_s``
+        (``engine/cycle/fair_share.py``; ``xpupool up --fair-share history``), starting from what
+        the stored hourly usage says each held (``usage/fair_share_seed.py``), so that a restart
+        does not wipe out who held the pool."""
+        history = DecayedUsage(half_life_s)
+        with self._lock:
+            memory_mib, cards = self.admission.pool_totals()
+            now = self.clock()
+            with self.db.connect() as conn:
+                held = fair_share_seed.held_by_tenant(
+                    conn, now, half_life_s, memory_mib / 1024, cards
+                )
+            history.seed(now, held)
+            self.fair_share = history
+        self.rebuild_admission()
 
     def rebuild_admission(self) -> None:
         """New quota books after queues changed, re-charged from the held allocations."""
