@@ -303,7 +303,17 @@ def devices_table(devices: Sequence[DeviceView]) -> FitTable:
 
 
 def sites_table(sites: Sequence[SiteView]) -> FitTable:
-    columns = _columns("site", "nodes ready", "devices free", "models", text=("models",))
+    columns = _columns(
+        "site",
+        "kind",
+        "last contact",
+        "nodes ready",
+        "devices allocated",
+        "devices free",
+        "pending",
+        "models",
+        text=("models",),
+    )
     table = FitTable(columns, f"{len(sites)} sites")
     for site in sites:
         state = ("" if site.reachable else " (unreachable)") + (
@@ -311,8 +321,12 @@ def sites_table(sites: Sequence[SiteView]) -> FitTable:
         )
         table.add_row(
             site.name + state,
+            site.kind,
+            ago(site.last_contact),
             f"{site.nodes_ready}/{site.nodes}",
+            f"{site.devices_allocated}/{site.devices}",
             f"{site.devices_free}/{site.devices}",
+            str(site.pending),
             ", ".join(f"{k}×{v}" for k, v in sorted(site.by_model.items())),
         )
     return table

@@ -253,6 +253,10 @@ class SiteView:
     raw: dict[str, Any] = field(repr=False, compare=False)
     reachable: bool = True
     drained: bool = False
+    kind: str = "agents"
+    last_contact: float | None = None
+    devices_allocated: int = 0
+    pending: int = 0
 
     @classmethod
     def read(cls, data: object, where: str = "site") -> SiteView:
@@ -267,6 +271,10 @@ class SiteView:
             raw=r.data,
             reachable=r.data.get("reachable") is not False,
             drained=r.data.get("drained") is True,
+            kind=r.opt_text("kind") or "agents",
+            last_contact=r.opt_float("last_contact"),
+            devices_allocated=r.integer("devices_allocated", 0),
+            pending=r.integer("pending", 0),
         )
 
 

@@ -204,6 +204,15 @@ def test_sites_count_nodes_and_free_devices(server: Server) -> None:
         ("bj", 2, 2),
         ("default", 1, 1),
     ]
+    assert all(s["kind"] == "agents" and s["pending"] == 0 for s in sites)
+    heartbeat(server, "n1")  # bj heard from now
+    a = tenant(server, "a")
+    held = submit(server, a, "A100:1 site=bj")["id"]
+    server.schedule()
+    assert job(server, held)["state"] == "scheduled"
+    bj = server.client.get("/v1/sites", headers=server.admin).json()[0]
+    assert bj["name"] == "bj" and bj["last_contact"] == pytest.approx(server.clock.now)
+    assert (bj["devices_allocated"], bj["devices_free"]) == (1, 1)
 
 
 def snapshot(srv: Server) -> dict[str, Any]:

@@ -166,3 +166,15 @@ class Site(Lenient):
         "(docs/sites.md, sites that stop answering), as of the last round of the lost-node watch.",
     )
     drained: bool = Field(False, description="Every node of it is cordoned (xpupool site drain).")
+    kind: str = Field(
+        "agents",
+        description="'kubernetes' (a cluster the plane manages) or 'agents' (xpupool agents and "
+        "the cluster file's simulated nodes).",
+    )
+    last_contact: float | None = Field(
+        None, description="Unix time the plane last heard from any node of it; null: never."
+    )
+    devices_allocated: int = Field(0, description="Devices with something allocated on them.")
+    pending: int = Field(
+        0, description="Pending jobs the plane dispatched to it (docs/sites.md, choosing a site)."
+    )

@@ -261,11 +261,15 @@ def _list_sites(plane: ControlPlane) -> list[Site]:
         by_site.setdefault(n.site, []).append(n)
     models: dict[str, Counter[str]] = {}
     open_nodes: Counter[str] = Counter()  # per site, its nodes not cordoned
+    kubernetes: set[str] = set()  # sites whose nodes a Kubernetes cluster gives
     for rec in plane.node_records.values():
         open_nodes[rec.node.site] += not rec.cordoned
+        if rec.source.startswith("kubernetes:"):
+            kubernetes.add(rec.node.site)
         c = models.setdefault(rec.node.site, Counter())
         for d in rec.node.devices:
             c[_canonical(plane, d.vendor, d.model) or d.model] += 1
+    dispatched = Counter(j.site for j in plane.queued.values() if j.site is not None)
     return [
         Site(
             name=site,
@@ -276,6 +280,12 @@ def _list_sites(plane: ControlPlane) -> list[Site]:
             by_model=dict(sorted(models.get(site, Counter()).items())),
             reachable=site not in plane.site_dispatch.unreachable,
             drained=not open_nodes[site],
+            kind="kubernetes" if site in kubernetes else "agents",
+            last_contact=max(
+                (n.last_heartbeat for n in ns if n.last_heartbeat is not None), default=None
+            ),
+            devices_allocated=sum(n.devices - n.devices_free for n in ns),
+            pending=dispatched[site],
         )
         for site, ns in sorted(by_site.items())
     ]
