@@ -1,5 +1,8 @@
 """Which site a pending job is dispatched to: the scheduling pass's step before it decides a job
-that leaves more than one site open (issue 51).
+that names a dataset or a preferred site and leaves more than one site open (issue 51). A job that
+names neither has nothing for the site choice to weigh that the placement policy does not: it is
+placed across the sites open to it, where the policy finds room first (a gang within one site),
+and waits for whichever frees first rather than for one site's queue.
 
 The scheduling cycle ranks the sites (``SchedulingCycle.dispatch``, ``engine/site_choice.py``);
 this records the choice as the job's: the site, stored in the job's ``site`` apart from its request
@@ -19,8 +22,9 @@ __all__ = ["dispatch"]
 
 
 def dispatch(plane: ControlPlane, writes: JobWrites, job: PendingJob) -> None:
-    """Choose ``job``'s site if it has none and more than one is open to it, or choose again if
-    the site it was dispatched to takes no new work now (drained, unreachable), under the lock,
+    """Choose ``job``'s site if it has none, names a dataset or a preferred site, and more than
+    one site is open to it, or choose again if the site it was dispatched to takes no new work
+    now (drained, unreachable), under the lock,
     in the batch's transaction ``writes``. Raises ``RequestError`` for a dataset the sites file
     no longer names (the pass keeps the job pending with the reason)."""
     now, pending = plane.clock(), JobPhase.PENDING.value
@@ -31,6 +35,8 @@ def dispatch(plane: ControlPlane, writes: JobWrites, job: PendingJob) -> None:
         plane.dispatch(job.id, None)
         writes.update(job.id, {"site": None})
         writes.event({"job_id": job.id, "at": now, "state": pending, "reason": why})
+    if job.request.data is None and job.request.preferred_site is None:
+        return  # nothing to weigh but what the placement policy weighs: placed across its sites
     choice = plane.cycle.dispatch(job.request, lambda: plane.dispatched(job), job.max_runtime_s)
     if choice is None:
         return
