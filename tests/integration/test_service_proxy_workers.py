@@ -15,6 +15,7 @@ import asyncio
 import http.server
 import json
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,12 +30,13 @@ from service_stubs import StaticEndpoints, Stub, start_stub
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as ws_connect
 
+from tls_certs import client_context, make_certs
 from xpupool.server.app import create_app
 from xpupool.server.connection_guard import ConnectionLimits
 from xpupool.server.front import proxy_server
 from xpupool.server.front.app import FrontApp
 from xpupool.server.front.plane_side import SubmitChannel
-from xpupool.server.front.proxy_main import serve
+from xpupool.server.front.proxy_main import serve, server_context
 from xpupool.server.front.proxy_plane import ProxyAnswers
 from xpupool.server.front.wire import CALLER, SNAPSHOT, FrameError
 from xpupool.server.plane import ControlPlane
@@ -79,7 +81,7 @@ class Worker:
 
 
 def _forwarder(
-    channel: Path, limits: ConnectionLimits | None = None
+    channel: Path, limits: ConnectionLimits | None = None, tls: ssl.SSLContext | None = None
 ) -> tuple[str, Callable[[], None]]:
     """The proxy process's forwarder (``proxy_main.serve``) on a thread of its own: its URL and
     how to stop it; on uvloop, as the process runs it (and uvicorn runs the workers)."""
@@ -88,7 +90,7 @@ def _forwarder(
     stop = asyncio.Event()
     thread = threading.Thread(
         target=loop.run_until_complete,
-        args=(serve(listening, channel, stop, limits),),
+        args=(serve(listening, channel, stop, limits, tls),),
         daemon=True,
     )
     thread.start()
@@ -97,7 +99,8 @@ def _forwarder(
         loop.call_soon_threadsafe(stop.set)
         thread.join(10)
 
-    return f"http://127.0.0.1:{listening.getsockname()[1]}", halt
+    scheme = "http" if tls is None else "https"
+    return f"{scheme}://127.0.0.1:{listening.getsockname()[1]}", halt
 
 
 @pytest.fixture(scope="module", params=["worker", "process"])
@@ -520,3 +523,45 @@ def test_request_bodies_reach_the_replica_short_long_and_chunked(worker: Worker)
     r = httpx.post(worker.proxy("llm", "/headers"), headers=worker.auth(), content=chunks())
     assert r.status_code == 200, r.text[:300]
     assert len(r.json()["body"]) == 64 * 1024 and r.json()["transfer_encoding"] == ["chunked"]
+
+
+def test_the_proxy_process_serves_https_with_the_planes_certificate(
+    worker: Worker, tmp_path: Path
+) -> None:
+    """With ``up --tls-cert`` the proxy's own port speaks TLS (the caller's token crosses it):
+    a streamed answer and a websocket pass over it, verified against the CA; plain HTTP to the
+    port gets no answer from the proxy."""
+    ca, cert, key = make_certs(tmp_path)
+    url, halt = _forwarder(worker.channel, tls=server_context(cert, key))
+    trust = client_context(ca)
+    try:
+        until(
+            lambda: (
+                httpx.get(
+                    f"{url}/v1/services/llm/proxy/health", headers=worker.auth(), verify=trust
+                ).status_code
+                == 200
+            ),
+            "the forwarder's snapshot holding the service",
+        )
+        with (
+            httpx.Client(timeout=httpx.Timeout(20), verify=trust) as client,
+            client.stream(
+                "POST",
+                f"{url}/v1/services/llm/proxy/v1/completions",
+                json={"stream": True, "max_tokens": 3},
+                headers=worker.auth(),
+            ) as r,
+        ):
+            assert r.status_code == 200
+            events = [line for line in r.iter_lines() if line]
+        assert events[-1] == "data: [DONE]" and len(events) == 4
+        ws_url = url.replace("https://", "wss://") + "/v1/services/llm/proxy/ws"
+        with ws_connect(ws_url, additional_headers=worker.auth(), ssl=trust) as ws:
+            ws.send("over tls")
+            assert ws.recv(timeout=10) == "over tls"
+        plain = url.replace("https://", "http://") + "/v1/services/llm/proxy/health"
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(plain, headers=worker.auth(), timeout=5)
+    finally:
+        halt()

@@ -110,6 +110,13 @@ class UpConfig:
     # sites beside the agent pool, in order (issue 49's sites file builds them: server/sites/)
     sites: tuple[Site, ...] = ()
 
+    @property
+    def tls(self) -> tuple[Path, Path] | None:
+        """The certificate and key every port of this plane serves HTTPS with, or None."""
+        return (
+            None if self.tls_cert is None or self.tls_key is None else (self.tls_cert, self.tls_key)
+        )
+
 
 def build_sites(cfg: UpConfig) -> Sites:
     """The plane's sites: the agent pool first (the nodes ``xpupool agent`` registers and the
@@ -229,11 +236,8 @@ def serve(cfg: UpConfig, echo: Callable[[str], None]) -> None:
         if cfg.standby:
             from xpupool.server.standby import wait_for_store
 
-            tls = (
-                None if cfg.tls_cert is None or cfg.tls_key is None else (cfg.tls_cert, cfg.tls_key)
-            )
             wait_for_store(
-                owner, cfg.host, cfg.port, echo, tls=tls, prepare=lambda: prepare_start(cfg)
+                owner, cfg.host, cfg.port, echo, tls=cfg.tls, prepare=lambda: prepare_start(cfg)
             )
         plane = open_plane(cfg, owner)
     except BaseException:
@@ -316,10 +320,10 @@ def _serve(
         echo("warning: /metrics is open to anyone who reaches the port (--metrics-auth open)")
     workers: HttpWorkers | None = None
     channel: SubmitChannel | None = None
+    tls = cfg.tls
     if cfg.http_workers:
         listening = listen(cfg.host, cfg.port)  # first: a port in use leaves nothing behind
         sockets = PlaneSockets.create()
-        tls = None if cfg.tls_cert is None or cfg.tls_key is None else (cfg.tls_cert, cfg.tls_key)
         workers = HttpWorkers(
             cfg.http_workers, listening, sockets, cfg.max_body, tls, cfg.connections
         )
@@ -333,12 +337,14 @@ def _serve(
         proxy_sockets = workers.sockets if workers is not None else PlaneSockets.create()
         if channel is None:
             channel = SubmitChannel(plane, proxy_sockets.channel, cfg.max_body, limiter)
-        proxy = ProxyProcess(
-            1, proxy_listening, proxy_sockets, cfg.max_body, connections=cfg.connections
-        )
+        proxy = ProxyProcess(1, proxy_listening, proxy_sockets, cfg.max_body, tls, cfg.connections)
         on_start, on_stop = _with_workers(proxy, on_start, on_stop)
         port = proxy_listening.getsockname()[1]
-        echo(f"service proxy: http://{cfg.host}:{port}/v1/services/NAME/proxy/ (own process)")
+        proxy_scheme = "http" if tls is None else "https"
+        echo(
+            f"service proxy: {proxy_scheme}://{cfg.host}:{port}/v1/services/NAME/proxy/"
+            " (own process)"
+        )
     app = create_app(
         plane,
         on_start=on_start,

@@ -2,7 +2,9 @@
 ``xpupool up --proxy-port PORT``, never by hand). It serves the listening socket it inherited
 (``--fd``) with ``front/proxy_server.py``, takes the services' ready endpoints, their states and
 its token checks from the plane's submission channel as the HTTP workers do
-(``proxy_source.WorkerSource``), and dies with the plane that started it.
+(``proxy_source.WorkerSource``), and dies with the plane that started it. With ``up --tls-cert``
+it serves HTTPS with the plane's certificate, as the API's port does: a caller's bearer token
+crosses this port too, and must not cross it in the clear where the API's would not.
 
 It runs on uvloop when uvicorn's extras installed it (they do): the event loop's own cost per
 request is most of what is left once the HTTP framing is httptools'.
@@ -15,6 +17,7 @@ import asyncio
 import os
 import signal
 import socket
+import ssl
 import sys
 import time
 from contextlib import suppress
@@ -38,7 +41,20 @@ class ProxyProcess(HttpWorkers):
         args += ["--fd", str(self.sock.fileno()), "--channel", str(self.sockets.channel)]
         args += ["--header-timeout", repr(self.connections.header_timeout_s)]
         args += ["--connections-per-address", str(self.connections.per_address)]
+        if self.tls is not None:
+            args += ["--tls-cert", str(self.tls[0]), "--tls-key", str(self.tls[1])]
         return [*args, "--plane-pid", str(os.getpid())]
+
+
+def server_context(cert: Path, key: Path) -> ssl.SSLContext:
+    """The server side of TLS for the proxy's port: the certificate (chain) and key the API's
+    port serves, TLS 1.2 at least, HTTP/1.1 offered by ALPN (the forwarder speaks nothing
+    else). A certificate or key that cannot be read stops the process with the file's error."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(str(cert), str(key))
+    context.set_alpn_protocols(["http/1.1"])
+    return context
 
 
 async def serve(
@@ -46,13 +62,15 @@ async def serve(
     channel: Path,
     stop: asyncio.Event,
     limits: ConnectionLimits | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> None:
-    """Serve ``listening`` until ``stop`` is set, each client held to ``limits``."""
+    """Serve ``listening`` until ``stop`` is set, each client held to ``limits``, over TLS when
+    ``tls`` is given."""
     source = WorkerSource(channel, ProxyTraffic(time.monotonic), kind="proxy-")
     proxy = ServiceProxy(source, source.traffic)
     forwarder = ProxyServer(proxy, limits)
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(forwarder.protocol, sock=listening, backlog=2048)
+    server = await loop.create_server(forwarder.protocol, sock=listening, backlog=2048, ssl=tls)
     poller = loop.create_task(source.run())
     try:
         await stop.wait()
@@ -67,12 +85,15 @@ async def serve(
 
 
 async def _until_signalled(
-    listening: socket.socket, channel: Path, limits: ConnectionLimits
+    listening: socket.socket,
+    channel: Path,
+    limits: ConnectionLimits,
+    tls: ssl.SSLContext | None,
 ) -> None:
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
-    await serve(listening, channel, stop, limits)
+    await serve(listening, channel, stop, limits, tls)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -84,17 +105,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--channel", type=Path, required=True)
     parser.add_argument("--header-timeout", type=float, required=True)
     parser.add_argument("--connections-per-address", type=int, required=True)
+    parser.add_argument("--tls-cert", type=Path)
+    parser.add_argument("--tls-key", type=Path)
     args = parser.parse_args(argv)
     limits = ConnectionLimits(args.header_timeout, args.connections_per_address)
+    tls = None if args.tls_cert is None else server_context(args.tls_cert, args.tls_key)
     _die_with(args.plane_pid)
     protect_process()  # not dumpable: it holds the tokens of the requests it carries
     listening = socket.socket(fileno=args.fd)
     try:
         import uvloop
     except ImportError:
-        asyncio.run(_until_signalled(listening, args.channel, limits))
+        asyncio.run(_until_signalled(listening, args.channel, limits, tls))
     else:
-        uvloop.run(_until_signalled(listening, args.channel, limits))
+        uvloop.run(_until_signalled(listening, args.channel, limits, tls))
 
 
 if __name__ == "__main__":
