@@ -283,3 +283,37 @@ def test_a_cordoned_flavour_still_counts_for_what_may_be_admitted_later() -> Non
         engine.state.set_device_cordoned(f"b-gpu{j}", True)
     assert not (engine.pipeline.eligible(engine.pipeline.context(cards(4, models=("T4",))))).any()
     assert admission.inadmissible(cards(4), "q") is None
+
+
+def test_a_quota_held_in_one_site_admits_only_there_and_a_fleet_wide_one_anywhere() -> None:
+    """``A100@beijing`` is a flavour of beijing's A100s alone: its quota admits jobs there only,
+    and once it is used the queue's next flavour (here, a fleet-wide one) is tried."""
+    engine = engine_for(
+        gpu_node("bj", count=2, site="beijing"), gpu_node("sh", count=2, site="shanghai")
+    )
+    spec = QueueSpec("q", "t", (Quota("A100@beijing", DEV, 1), Quota("A100", DEV, 1)))
+    admission = Admission(engine, [spec])
+    first = admission.admit(cards(1), "q")
+    assert isinstance(first, Admitted) and first.flavor == "A100@beijing"
+    assert first.placement.allocations[0].node == "bj"
+    second = admission.admit(cards(1), "q")
+    assert isinstance(second, Admitted) and second.flavor == "A100"
+    refused = admission.admit(cards(1), "q")
+    assert isinstance(refused, Refusal)
+    assert refused.outcome == NotAdmitted(
+        (QuotaExceeded("A100@beijing", DEV, 1, 1, 1, 0), QuotaExceeded("A100", DEV, 1, 1, 1, 0))
+    )
+
+
+def test_a_site_quota_never_admits_onto_another_sites_cards() -> None:
+    """With ``unlisted_flavors: deny`` a queue holding quota only in shanghai waits for shanghai's
+    cards even while beijing's are free."""
+    engine = engine_for(
+        gpu_node("bj", count=4, site="beijing"), gpu_node("sh", count=1, site="shanghai")
+    )
+    spec = QueueSpec("q", "t", (Quota("*@shanghai", DEV, 4),), unlisted_flavors=Unlisted.DENY)
+    admission = Admission(engine, [spec])
+    first = admission.admit(cards(1), "q")
+    assert isinstance(first, Admitted) and first.placement.allocations[0].node == "sh"
+    refused = admission.admit(cards(1), "q")
+    assert isinstance(refused, Refusal) and refused.capacity_only

@@ -13,6 +13,7 @@ from server_kit import (
     heartbeat,
     job,
     node,
+    node_body,
     queue,
     queue_used,
     report,
@@ -317,3 +318,30 @@ def test_equal_priority_never_preempts(server: Server) -> None:
     server.schedule()
     assert job(server, low[0])["state"] == "scheduled"
     assert job(server, same["id"])["state"] == "pending"
+
+
+@pytest.mark.slow
+def test_a_quota_held_in_one_site_places_there_and_a_bad_site_flavour_is_refused(
+    server: Server,
+) -> None:
+    """A queue's quota may be per site (``A100@east``): its job lands on east's cards though
+    west has more free; a flavour naming no site after '@' is refused naming the quota, and the
+    refused queue is not stored."""
+    for name, site in (("w1", "west"), ("e1", "east")):
+        body = node_body(name, count=4) | {"site": site}
+        r = server.client.post("/v1/agent/register", json=body, headers=server.admin)
+        assert r.status_code == 200, r.text
+    a = tenant(server, "a")
+    bad = {"name": "qa", "tenant": "a", "quotas": [quota("A100@", DEVICES, 1)]}
+    r = server.client.put("/v1/queues/qa", json=bad, headers=server.admin)
+    assert r.status_code == 422 and "quotas" in r.json()["field"], r.text
+    assert "after '@' comes a site" in r.json()["reason"]
+    assert server.client.get("/v1/queues/qa", headers=server.admin).status_code == 404
+    queue(server, "qa", "a", [quota("A100@east", DEVICES, 2)], unlisted_flavors="deny")
+    jobs = [submit(server, a, "A100:1", queue="qa") for _ in range(3)]
+    server.schedule()
+    placed = [job(server, j["id"]) for j in jobs]
+    assert [j["state"] for j in placed] == ["scheduled", "scheduled", "pending"]
+    assert {a["node"] for j in placed[:2] for a in j["assignments"]} == {"e1"}
+    assert "A100@east: devices quota: 2 used + 1 asked > 2 nominal" in placed[2]["reason"]
+    assert queue_used(server, "qa")[("A100@east", DEVICES)] == 2

@@ -2,7 +2,8 @@
 
 Modelled on Kueue. A queue belongs to a tenant and holds quotas keyed by (flavour, resource): a
 flavour is a vendor key (``nvidia``), a model name or family the catalog knows (``A100``, ``910B``),
-or ``*`` for any device; resources are device count, device memory (MiB) and compute (thousandths
+or ``*`` for any device, and ``FLAVOUR@SITE`` narrows one to a site's devices (a quota per site
+beside fleet-wide ones); resources are device count, device memory (MiB) and compute (thousandths
 of a device). To admit a request, its queue's flavours are tried in order: the first whose devices
 the request can use and whose quota has room for the request's demand (its own nominal quota plus
 what it may borrow of the cohort's unused nominal quota, up to its borrowing limit) wins,
@@ -43,6 +44,7 @@ from xpupool.model.request import WHOLE, Request
 from xpupool.model.vendor import VENDOR_KEYS, find_vendor
 
 ANY = "*"
+SITE_MARK = "@"  # 'A100@beijing': a flavour held in one site only
 UNLISTED = "unlisted"  # the flavour charged for devices no quota of the queue names (no quota)
 
 
@@ -287,19 +289,24 @@ class Admission:
 
     # ------------------------------------------------------------------ flavours and quota
     def flavor_mask(self, flavor: str) -> BoolArray:
-        """``[N, W]`` devices of a flavour: a vendor, a model or family name, or ``*``."""
+        """``[N, W]`` devices of a flavour: a vendor, a model or family name, or ``*``; with
+        ``@SITE`` (``A100@beijing``, ``*@beijing``) only that site's devices, so a quota may be
+        held per site or fleet-wide (Kueue's flavours across clusters)."""
         s = self.engine.state
         key = (flavor, s.epoch)
         found = self._flavor_masks.get(key)
         if found is None:
-            if flavor == ANY:
+            kind, at, site = flavor.partition(SITE_MARK)
+            if kind == ANY:
                 found = s.dev_present.copy()
-            elif (vendor := find_vendor(flavor)) is not None:
+            elif (vendor := find_vendor(kind)) is not None:
                 found = s.dev_vendor == VENDOR_KEYS.index(vendor.key)
             else:
-                allowed = model_table_mask(s, (flavor,))
+                allowed = model_table_mask(s, (kind,))
                 allowed[-1] = False
                 found = allowed[s.dev_model] & s.dev_present
+            if at:
+                found = found & s.site_mask((site,))[:, None]
             self._flavor_masks[key] = found
         return found
 

@@ -7,8 +7,11 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from xpupool.engine.cycle.admission import SITE_MARK
+from xpupool.model.errors import RequestError
+from xpupool.model.request import check_site_name
 from xpupool.server.schemas.base import Lenient, Name, Strict
 
 
@@ -23,7 +26,7 @@ class QuotaIn(Strict):
         min_length=1,
         max_length=63,
         description="Which devices: a vendor key ('nvidia'), a model or family the catalog knows "
-        "('A100', '910B'), or '*' for any device.",
+        "('A100', '910B'), or '*' for any device; 'A100@beijing' holds the quota in one site only.",
     )
     resource: QuotaResource = Field(
         description="'devices' (count), 'device_memory_mib' (MiB) or 'cores_permille' "
@@ -37,6 +40,21 @@ class QuotaIn(Strict):
         description="Most this queue may borrow from its cohort on top of nominal; "
         "null = no limit, 0 = never borrow. Must be null when the queue has no cohort.",
     )
+
+    @field_validator("flavor")
+    @classmethod
+    def _site_of_flavor(cls, flavor: str) -> str:
+        kind, at, site = flavor.partition(SITE_MARK)
+        if at:
+            if not kind:
+                raise ValueError(
+                    f"{flavor!r}: give a flavour before '@' ('*@{site}' for any device)"
+                )
+            try:
+                check_site_name("site", site)
+            except RequestError as exc:
+                raise ValueError(f"{flavor!r}: after '@' comes a site: {exc.reason}") from None
+        return flavor
 
 
 class UnlistedFlavors(StrEnum):
