@@ -53,9 +53,14 @@ def test_fleet_numbers_equal_the_api(browser: Any, pool: Pool, axe_source: str) 
     devices = pool.admin.get("/v1/devices").json()
     sites = sorted({g["site"] for g in overview["groups"]})
     assert sites == ["beijing", "guangzhou", "shanghai"]  # the agent's site among them
+    facts = {s["name"]: s for s in pool.admin.get("/v1/sites").json()}
     for site in sites:
         groups = [g for g in overview["groups"] if g["site"] == site]
         row = page.locator(f'#sites tr[data-site="{site}"]')
+        # each site's kind, state and dispatched work, as /v1/sites says
+        assert row.locator('[data-k="kind"]').text_content() == facts[site]["kind"] == "agents"
+        assert row.locator('[data-k="state"]').text_content() == "reachable"
+        assert row.locator('[data-k="pending"]').text_content() == f"{facts[site]['pending']:,}"
         for key in ("devices_total", "devices_allocated", "devices_busy"):
             want = sum(g[key] for g in groups)
             assert row.locator(f'[data-k="{key}"]').text_content() == f"{want:,}", (site, key)

@@ -16,7 +16,8 @@ from xpupool.server.auth import Principal
 from xpupool.server.history import history_series
 from xpupool.server.plane import ControlPlane
 from xpupool.server.schemas.devices import DeviceDetail
-from xpupool.server.services.fleet import device_detail
+from xpupool.server.schemas.nodes import Site
+from xpupool.server.services.fleet import device_detail, list_sites
 from xpupool.server.services.overview import fleet_overview
 
 
@@ -41,3 +42,9 @@ def card(plane: ControlPlane, uuid: str, principal: Principal) -> DeviceDetail |
         return device_detail(plane, uuid, who=principal)
     except NotFound:
         return None
+
+
+def sites(plane: ControlPlane) -> list[Site]:
+    """Each site's kind, health and dispatched work, as ``GET /v1/sites`` gives them (the
+    dashboard shows every site a caller may see the fleet of: the fleet is not per tenant)."""
+    return list_sites(plane)

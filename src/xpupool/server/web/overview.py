@@ -51,8 +51,10 @@ def live_context(plane: ControlPlane, viewer: Viewer) -> dict[str, Any]:
     groups = list(ov["groups"])
     by_site = _sum_by(groups, "site")
     totals = _sum_by(groups)[0] if groups else dict.fromkeys(SUMMED, 0)
+    facts = {s.name: s for s in data.sites(plane)}  # as GET /v1/sites and `xpupool sites`
     for row in by_site:  # the stranded capacity of each site, beside its totals
         row["stranded"] = ov["stranded"].get("by_site", {}).get(row["site"])
+        row["facts"] = facts.get(row["site"])
     return {
         "ov": ov,
         "totals": totals,
