@@ -19,7 +19,11 @@ falls on both alike:
 Per piece it prints every run's figure, the medians with and without, the spread (lowest and
 highest of each side), the gain of the median (positive: the piece helps), whether the two sides'
 ranges overlap (``inside_spread``), each run's ``cpu_steal_fraction`` and the load average, and
-``keep``: a gain of at least 10 % outside the spread. Current figures: docs/benchmarks.md.
+``keep``: a gain of at least 10 % outside the spread. A p99 swings run to run far more than a
+median, so two sides' ranges can overlap while every round favours one side: each round's own
+gain (its two runs back to back, under the same load) is given too (``paired_gains``), and
+``keep_paired`` says whether their median is at least 10 % with every round's gain positive.
+Current figures: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -103,6 +107,11 @@ def judge(piece: Piece, on: list[float], off: list[float]) -> dict[str, Any]:
     else:
         gain = (med_on - med_off) / med_off if med_off else 0.0
     inside = max(on) >= min(off) and max(off) >= min(on)
+    # round by round (the two sides of a round ran back to back, under the same load)
+    paired = [
+        ((b - a) / b if piece.lower_is_better else (a - b) / b) if b else 0.0
+        for a, b in zip(on, off, strict=True)
+    ]
     return {
         "median_with": round(med_on, 3),
         "median_without": round(med_off, 3),
@@ -111,6 +120,9 @@ def judge(piece: Piece, on: list[float], off: list[float]) -> dict[str, Any]:
         "gain": round(gain, 4),
         "inside_spread": inside,
         "keep": gain >= KEEP_GAIN and not inside,
+        "paired_gains": [round(g, 4) for g in paired],
+        "paired_median_gain": round(statistics.median(paired), 4),
+        "keep_paired": statistics.median(paired) >= KEEP_GAIN and min(paired) > 0,
     }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 
 def _run(code: str, without: str) -> subprocess.CompletedProcess[str]:
@@ -61,3 +62,19 @@ def test_an_unknown_piece_stops_the_process_naming_the_variable() -> None:
     assert done.returncode != 0
     assert "XPUPOOL_WITHOUT: unknown piece(s) heap-freze" in done.stderr
     assert "driver-sql, heap-freeze" in done.stderr
+
+
+def test_the_judgement_counts_a_gain_every_round_shows_though_the_ranges_overlap() -> None:
+    """A p99 swings run to run: the ranges of the two sides overlap (the strict rule counts no
+    gain) while each round, its two runs back to back, favours the piece; the paired rule keeps
+    it, and a piece one round disfavours is not kept by it."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+    from machinery import PIECES, judge
+
+    p99 = PIECES["heap-freeze"]  # lower is better
+    verdict = judge(p99, [200.0, 10.0, 40.0, 60.0, 100.0], [250.0, 160.0, 90.0, 420.0, 150.0])
+    assert verdict["inside_spread"] and not verdict["keep"]
+    assert verdict["paired_gains"] == [0.2, 0.9375, 0.5556, 0.8571, 0.3333]
+    assert verdict["paired_median_gain"] == 0.5556 and verdict["keep_paired"]
+    mixed = judge(p99, [200.0, 10.0, 40.0, 60.0, 100.0], [150.0, 160.0, 90.0, 420.0, 150.0])
+    assert mixed["paired_gains"][0] < 0 and not mixed["keep_paired"]
