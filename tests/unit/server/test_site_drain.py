@@ -5,9 +5,11 @@ a running job is left to finish or moved by its ``on_site_lost``, and undraining
 from __future__ import annotations
 
 import pytest
-from server_kit import Server, heartbeat, job, report, submit, tenant
-from test_plane_site_choice import reasons, two_sites
+from server_kit import BOTH_STORES, Server, heartbeat, job, reopen, report, submit, tenant
+from test_plane_site_choice import reasons, site_node, two_sites
 from test_site_outage import run
+
+STORES = BOTH_STORES  # the drain's marks are stored: SQLite and PostgreSQL alike
 
 
 @pytest.mark.slow
@@ -50,3 +52,34 @@ def test_a_drained_site_takes_no_new_work_and_moves_what_may_move(server: Server
     assert r.json()["drained"] is False
     server.schedule()
     assert job(server, named)["state"] == "scheduled"
+
+
+@pytest.mark.slow
+def test_undrain_leaves_a_node_the_admin_cordoned_on_its_own(server: Server) -> None:
+    """The drain marks the nodes it cordoned; the undrain uncordons those only: a node the admin
+    cordoned before the drain stays cordoned, and so does one uncordoned then cordoned again by
+    the admin during it (the admin's word on it since). The marks are in the store: a restart
+    between drain and undrain changes nothing."""
+    two_sites(server)
+    for name in ("n-1", "n-2"):
+        site_node(server, name, "near", 4)
+    admin = server.admin
+
+    def schedulable(srv: Server, name: str) -> bool:
+        got = srv.client.get(f"/v1/nodes/{name}", headers=admin).json()
+        return bool(got["schedulable"])
+
+    assert server.client.post("/v1/nodes/n-1/cordon", headers=admin).status_code == 200
+    assert server.client.post("/v1/sites/near/drain", headers=admin).status_code == 200
+    assert not any(schedulable(server, n) for n in ("n-0", "n-1", "n-2"))
+    assert server.client.post("/v1/nodes/n-2/uncordon", headers=admin).status_code == 200
+    assert server.client.post("/v1/nodes/n-2/cordon", headers=admin).status_code == 200
+    again = reopen(server)
+    try:
+        with again.client:
+            r = again.client.post("/v1/sites/near/undrain", headers=admin)
+            assert r.status_code == 200, r.text
+            assert [schedulable(again, n) for n in ("n-0", "n-1", "n-2")] == [True, False, False]
+            assert r.json()["drained"] is False  # not every node of it is cordoned now
+    finally:
+        again.plane.db.dispose()

@@ -260,18 +260,30 @@ class NodeBook:
                 raise NotFound("node", name)
             with self.write() as conn:
                 self.cordon_node(conn, name, cordoned)
+                store.mark_site_drained(conn, [name], False)  # the admin's word on it now
 
     def set_site_cordon(self, site: str, cordoned: bool) -> list[str]:
-        """Cordon (or uncordon) every node of node site ``site`` as one step (a site's drain,
-        ``services/site_drain.py``); its nodes' names. NotFound for a site no node names."""
+        """Drain (or undrain) node site ``site`` as one step (``services/site_drain.py``): a
+        drain cordons every node of it not cordoned yet and marks them as the drain's (stored);
+        an undrain uncordons only the nodes the drain marked, so a node the admin had cordoned
+        on its own stays cordoned. Returns the site's nodes' names; NotFound for a site no node
+        names."""
         with self._lock:
             names = sorted(n for n, r in self._nodes.items() if site and r.node.site == site)
             if not names:
                 raise NotFound("site", site)
             with self.write() as conn:
-                for name in names:
-                    if self._nodes[name].cordoned != cordoned:
-                        self.cordon_node(conn, name, cordoned)
+                if cordoned:
+                    taken = [n for n in names if not self._nodes[n].cordoned]
+                    for name in taken:
+                        self.cordon_node(conn, name, True)
+                    store.mark_site_drained(conn, taken, True)
+                else:
+                    marked = store.site_drained_nodes(conn, site)
+                    for name in names:
+                        if name in marked and self._nodes[name].cordoned:
+                            self.cordon_node(conn, name, False)
+                    store.mark_site_drained(conn, marked, False)
             return names
 
     def set_card_cordon(self, uuid: str, cordoned: bool) -> str:

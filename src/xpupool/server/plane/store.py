@@ -251,6 +251,19 @@ def update_node(conn: Connection, name: str, values: Mapping[str, object]) -> No
     conn.execute(update(t_nodes).where(t_nodes.c.name == name).values(**values))
 
 
+def mark_site_drained(conn: Connection, names: Iterable[str], drained: bool) -> None:
+    """Whether each of ``names`` is cordoned by its site's drain (``nodes.site_drained``)."""
+    chosen = list(names)
+    if chosen:
+        conn.execute(update(t_nodes).where(t_nodes.c.name.in_(chosen)).values(site_drained=drained))
+
+
+def site_drained_nodes(conn: Connection, site: str) -> set[str]:
+    """The nodes of ``site`` that its drain cordoned (and its undrain uncordons)."""
+    query = select(t_nodes.c.name).where(t_nodes.c.site == site, t_nodes.c.site_drained.is_(True))
+    return set(conn.execute(query).scalars())
+
+
 def touch_nodes(conn: Connection, names: list[str], now: float) -> None:
     """``last_heartbeat`` of every node of ``names`` is ``now``: one UPDATE per ``IDLE_CHUNK``."""
     if len(names) == 1:

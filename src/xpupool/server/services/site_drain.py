@@ -8,7 +8,8 @@ a site none of whose nodes takes new work (``SiteChooser.takes_work``): the next
 the pending jobs there again (``job_sites.py``). A running job saying ``on_site_lost:
 requeue`` is stopped to be moved (stop cause ``preempted``: retried per its ``retry_on``, as a
 preemption is); one saying ``wait`` (the default) is left to finish there. Undraining uncordons
-every node of the site, those cordoned one by one before the drain included.
+the nodes the drain cordoned (each is marked so in the store); a node the admin cordoned on its
+own, before the drain or during it, stays cordoned.
 """
 
 from __future__ import annotations

@@ -35,6 +35,9 @@ nodes = Table(
     # Unix time the admin asked to delete the node once its last allocation ends (DELETE
     # /v1/nodes/NAME?drain=true); null when no deletion waits. The node is cordoned meanwhile.
     Column("deleting_since", Float, nullable=True),
+    # true: the node is cordoned because its site was drained (xpupool site drain), and its
+    # site's undrain uncordons it; null/false: any cordon is the admin's own, which stays
+    Column("site_drained", Boolean, nullable=True),
     Column("last_heartbeat", Float, nullable=True),
     Column("registered_at", Float, nullable=False),
 )
