@@ -31,7 +31,7 @@ from xpupool.k8s.codec.hami_partitions import (
 )
 from xpupool.k8s.codec.node_annotations import DEVICES_KEY, encode_devices
 from xpupool.k8s.codec.pod_assignment import assignment_annotations
-from xpupool.k8s.codec.pod_request import PodRequestError, pod_demand
+from xpupool.k8s.codec.pod_request import PodRequestError, names_managed_resource, pod_demand
 from xpupool.k8s.extender.main import partition_annotator
 from xpupool.k8s.informers.cluster_view import ClusterView
 from xpupool.k8s.informers.decoders import decode_node
@@ -269,3 +269,10 @@ def test_the_extender_writes_a_mig_pods_instance_and_charges_it_back() -> None:
     with restarted.engine_locked() as engine:
         again = engine.place(request)
     assert again.ok and again.allocations[0].devices[0].uuid != first
+
+
+def test_a_pod_naming_a_mig_profile_is_one_the_extender_binds() -> None:
+    """kube-scheduler sends it such a pod when the name is in managedResources; the bind's own
+    check (``names_managed_resource``) must then not refuse it as asking for nothing managed."""
+    assert names_managed_resource(_pod({"nvidia.com/mig-3g.20gb": 1}))
+    assert not names_managed_resource(_pod({"example.com/foo": 1}))

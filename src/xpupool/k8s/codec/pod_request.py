@@ -179,8 +179,9 @@ def pod_demand(pod: object) -> PodDemand:
 
 def names_managed_resource(pod: object) -> bool:
     """Whether a container or init container of the pod names a resource of
-    :data:`RESOURCES` in its requests or limits, whatever the amount: kube-scheduler's test for
-    handing a pod to an extender whose ``managedResources`` are those names
+    :data:`RESOURCES` or a MIG profile's (``nvidia.com/mig-<profile>``) in its requests or
+    limits, whatever the amount: kube-scheduler's test for handing a pod to an extender whose
+    ``managedResources`` are those names
     (``HTTPExtender.IsInterested``, pkg/scheduler/extender.go), so the pods it would send. False
     for anything that is not a pod's shape."""
     spec = pod.get("spec") if isinstance(pod, Mapping) else None
@@ -193,9 +194,14 @@ def names_managed_resource(pod: object) -> bool:
             if not isinstance(resources, Mapping):
                 continue
             for table in (resources.get("limits"), resources.get("requests")):
-                if isinstance(table, Mapping) and any(name in RESOURCES for name in table):
+                if isinstance(table, Mapping) and any(_managed(name) for name in table):
                     return True
     return False
+
+
+def _managed(name: object) -> bool:
+    """A name of :data:`RESOURCES`, or a MIG profile's (``nvidia.com/mig-3g.20gb``)."""
+    return isinstance(name, str) and (name in RESOURCES or mig_resource_profile(name) is not None)
 
 
 def pod_cpu_memory(pod: object) -> tuple[int, int]:
