@@ -191,3 +191,14 @@ def test_only_the_admin_recuts(server: Server) -> None:
     token = tenant(server, "a")
     r = server.client.put(PATH, json={"layout": ["3g.40gb@0"]}, headers=server.as_(token))
     assert r.status_code == 403, r.text
+
+
+def test_a_deleted_node_takes_its_wanted_layouts_with_it(server: Server) -> None:
+    _register(server)
+    server.clock.advance(DEFAULT_MIN_IDLE_S + 1)
+    assert _put(server, ["3g.40gb@0", "3g.40gb@4"]).status_code == 200
+    r = server.client.delete("/v1/nodes/n1", headers=server.admin)
+    assert r.status_code == 200, r.text
+    _register(server)  # a new machine under the old name: nobody asked it for a re-cut
+    assert _heartbeat(server)["recut"] == []
+    assert server.client.get(PATH, headers=server.admin).json()["wanted"] is None
