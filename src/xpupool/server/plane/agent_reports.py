@@ -103,7 +103,7 @@ def apply_heartbeat(
         reported = {(r.job_id, r.replica) for r in body.replicas}
         reply = _reply(plane, conn, body.node, reported, work)
         now_rec = plane.node(body.node)  # None: its reports just ended the drain that deleted it
-        if now_rec is not None:
+        if now_rec is not None and now_rec.source == "agent":  # a cluster-file node re-cuts not
             reply.recut = [
                 CardRecut(card=card, layout=layout)
                 for card, layout in card_recut.orders(plane, conn, now_rec)
