@@ -28,7 +28,7 @@ def read_layout(field: str, data: object) -> Layout:
     layout: list[tuple[str, int | None]] = []
     for i, item in enumerate(data):
         name, at, start = str(item).partition("@")
-        if not name or (at and not start.isdigit()):
+        if not name or (at and not (start.isascii() and start.isdigit())):
             raise RequestError(f"{field}[{i}]", item, "expected PROFILE@START such as '3g.40gb@4'")
         layout.append((name, int(start) if at else None))
     return tuple(layout)

@@ -147,6 +147,7 @@ def test_a_layout_the_geometry_refuses_is_422_naming_it(server: Server) -> None:
         (["3g.40gb@0", "3g.40gb@2"], "3g.40gb cannot start at slice 2"),
         (["5g.40gb@0"], "no profile '5g.40gb'"),
         (["3g.40gb@x"], "PROFILE@START"),
+        (["3g.40gb@\u00b2"], "PROFILE@START"),  # a digit to str.isdigit, not to int()
     ):
         r = _put(server, layout)
         assert r.status_code == 422, r.text

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field
 
 from xpupool.server.schemas.base import Lenient, Strict
@@ -13,7 +15,7 @@ MAX_INSTANCES = 64  # a card holds 7 MIG instances or a few vNPUs at most; a bou
 class CardLayoutIn(Strict):
     """A re-cut: the instances the card should hold once its agent has cut it."""
 
-    layout: list[str] = Field(
+    layout: list[Annotated[str, Field(max_length=60)]] = Field(
         min_length=1,
         max_length=MAX_INSTANCES,
         description="The wanted instances, as cluster files write them: '3g.40gb@0' (a MIG "
