@@ -178,6 +178,8 @@ def test_a_failed_tool_drops_the_wanted_layout_and_lifts_the_cordons(server: Ser
     server.clock.advance(DEFAULT_MIN_IDLE_S + 1)
     assert _put(server, ["3g.40gb@0", "3g.40gb@4"]).status_code == 200
     assert _cordoned(server) == {"MIG-n1-0-4", "MIG-n1-0-6"}
+    stranger = {"card": "GPU-not-asked", "reason": "made up"}  # ignored: nothing asked of it
+    assert _heartbeat(server, recut_failed=[stranger])["recut"] != []
     failure = {"card": CARD, "reason": "nvidia-smi mig -i 0 -cgi 3g.40gb:4 -C: In use"}
     assert _heartbeat(server, recut_failed=[failure])["recut"] == []
     r = server.client.get(PATH, headers=server.admin)
