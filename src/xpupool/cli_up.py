@@ -281,6 +281,14 @@ def in_background(make: Callable[[], T], name: str) -> Callable[[], T]:
     "refused at submission (docs/jobs.md, stopping well). At most 1h",
 )
 @click.option(
+    "--recut-min-idle",
+    default="5m",
+    show_default=True,
+    metavar="DURATION",
+    help="how long a card's partition must have held nothing before a re-cut may destroy it "
+    "(xpupool node recut; docs/capacity.md, re-cutting)",
+)
+@click.option(
     "--fair-share",
     type=click.Choice(["drf", "history"]),
     default="drf",
@@ -420,6 +428,7 @@ def up(
     history_interval: str,
     usage_interval: str,
     max_grace: str,
+    recut_min_idle: str,
     fair_share: str,
     fair_share_half_life: str,
     usage_retention: str,
@@ -498,6 +507,12 @@ def up(
         raise click.BadParameter(
             f"{max_grace!r}: use a duration above 0 and at most 1h, such as 30s or 10m",
             param_hint="--max-grace",
+        )
+    recut_min_idle_s = duration_s(recut_min_idle)
+    if recut_min_idle_s is None:
+        raise click.BadParameter(
+            f"{recut_min_idle!r}: use a duration such as 0s, 5m or 1h",
+            param_hint="--recut-min-idle",
         )
     half_life_s = duration_s(fair_share_half_life)
     if not half_life_s:
@@ -582,6 +597,7 @@ def up(
         usage_retention_s=usage_keep_s,
         usage_interval_s=usage_every_s,
         max_grace_s=max_grace_s,
+        recut_min_idle_s=recut_min_idle_s,
         fair_share_half_life_s=half_life_s if fair_share == "history" else None,
         catalog=catalog,
         model_cache=model_cache,

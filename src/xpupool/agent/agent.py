@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from xpupool.agent import volume_usage
 from xpupool.agent.monitor import Monitor, Reading, device_metrics, over_limit
+from xpupool.agent.recut import Recuts
 from xpupool.agent.runner import DEFAULT_LEASE_S, Runner
 from xpupool.agent.transport import (
     AgentRefused,
@@ -69,6 +70,7 @@ class HostedNode:
     # that stays down, a registration it keeps refusing) is not logged again until one succeeds
     failing: dict[str, str] = field(default_factory=dict)
     next_volume_measure: float = 0.0  # when its volumes are measured next (volume_usage.py)
+    recuts: Recuts | None = None  # its cards' re-cuts (recut.py); None: it re-cuts nothing
 
 
 def _failed(node: HostedNode, kind: str, text: str) -> None:
@@ -149,6 +151,7 @@ class Agent:
                 replicas=reports,
                 starting=node.runner.starting_reports(),
                 volumes=self._volumes(node),
+                recut_failed=list(node.recuts.failures) if node.recuts is not None else [],
             )
             reply = self.transport.heartbeat(body)
         except NotFound:
@@ -167,12 +170,16 @@ class Agent:
         node.runner.renew(sent + (reply.lease_s or DEFAULT_LEASE_S), reply.lease_grace_s)
         node.runner.acknowledge(reports)
         self.heartbeat_s = reply.heartbeat_s
+        if node.recuts is not None:
+            node.recuts.sent(body.recut_failed)
         if not act:
             return
         for job_id, replica in reply.stop:
             node.runner.stop(job_id, replica)
         for work in reply.run:
             node.runner.start(work)
+        if node.recuts is not None and node.reading is not None:
+            node.recuts.act(reply.recut, node.reading.devices, node.runner.given_devices())
 
     def _volumes(self, node: HostedNode) -> list[VolumeUsageReport] | None:
         """What ``node``'s volumes hold, when their measure is due (None otherwise)."""

@@ -284,6 +284,7 @@ def agent_command(
     from xpupool.agent.launch.identity import isolation_notice
     from xpupool.agent.monitor import Monitor
     from xpupool.agent.node_token import NODE_TOKEN_FILE, NodeTokenFile
+    from xpupool.agent.recut import Recuts, chip_locator
     from xpupool.agent.runner import Runner
     from xpupool.agent.share_watch import ShareWatch
     from xpupool.agent.transport import AgentRefused, HttpTransport
@@ -346,6 +347,7 @@ def agent_command(
             runtime=settings.runtime,
             drain=drain,
         ),
+        recuts=Recuts(chip_locator(probes)),
     )
     stored = NodeTokenFile(Path(work_dir) / NODE_TOKEN_FILE)
     token, why = stored.choose(token)

@@ -491,6 +491,16 @@ class Runner:
                     with contextlib.suppress(OSError):
                         rd.write_atomic(rep.run_dir.shipped, str(rep.shipped).encode())
 
+    def given_devices(self) -> set[str]:
+        """The device UUIDs of the replicas this node was given and that have not ended: what
+        a re-cut must not destroy (``recut.py``)."""
+        return {
+            d.uuid
+            for rep in self.replicas.values()
+            if rep.state not in FINAL_REPLICA_STATES
+            for d in rep.work.assignment.devices
+        }
+
     def running_groups(self) -> dict[tuple[int, int], int]:
         """Process group of every replica that still has processes: ``{(job, replica): pgid}``."""
         return {

@@ -18,6 +18,27 @@ from xpupool.model.device import Device
 from xpupool.model.errors import RequestError
 
 
+def read_layout(field: str, data: object) -> Layout:
+    """A layout in the words cluster files, fake-probe files and the API use: ``["3g.40gb@0",
+    "vir05_1c_16g"]`` -> ``(("3g.40gb", 0), ("vir05_1c_16g", None))`` (MIG: profile@first memory
+    slice; vNPU: the template alone). RequestError on ``field`` (``field[i]`` for one item) when
+    it is not a non-empty list of such words; the geometry is checked by :func:`cut_card`."""
+    if not isinstance(data, list) or not data:
+        raise RequestError(field, data, "expected a list such as [3g.40gb@0, 3g.40gb@4]")
+    layout: list[tuple[str, int | None]] = []
+    for i, item in enumerate(data):
+        name, at, start = str(item).partition("@")
+        if not name or (at and not (start.isascii() and start.isdigit())):
+            raise RequestError(f"{field}[{i}]", item, "expected PROFILE@START such as '3g.40gb@4'")
+        layout.append((name, int(start) if at else None))
+    return tuple(layout)
+
+
+def layout_words(layout: Layout) -> list[str]:
+    """``layout`` in the words :func:`read_layout` reads."""
+    return [name if start is None else f"{name}@{start}" for name, start in layout]
+
+
 def instance_uuid(card_uuid: str, kind: str, start: int | None, index: int) -> str:
     """A stable UUID for a declared instance: ``MIG-<card>-<start>`` (MIG names its instances
     ``MIG-...`` and ``CUDA_VISIBLE_DEVICES`` takes them so), ``<card>-vnpu<index>`` for vNPU."""
@@ -41,7 +62,7 @@ def cut_card(
         raise RequestError(field, card.model, "this model has no hardware partitions")
     problem = layout_problem(scheme, layout)
     if problem is not None:
-        raise RequestError(field, [f"{n}@{s}" if s is not None else n for n, s in layout], problem)
+        raise RequestError(field, layout_words(layout), problem)
     out = []
     for i, (name, start) in enumerate(layout):
         profile = scheme.profile(name)

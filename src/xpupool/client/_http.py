@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from xpupool.server.schemas.audit import AuditEntry
+    from xpupool.server.schemas.card_layouts import CardLayoutIn, CardLayoutView
     from xpupool.server.schemas.devices import Accelerator
     from xpupool.server.schemas.jobs import JobIn
     from xpupool.server.schemas.models import CatalogModel, ModelIntent, PlanRow
@@ -125,6 +126,12 @@ class Client:
     def taint_node(self, name: str, change: NodeTaintsIn) -> NodeView:
         path = f"/v1/nodes/{quote(name, safe='')}/taints"
         return NodeView.read(self._json("POST", path, self._dump(change)))
+
+    def recut_card(self, node: str, card: str, body: CardLayoutIn) -> CardLayoutView:
+        from xpupool.server.schemas.card_layouts import CardLayoutView
+
+        path = f"/v1/nodes/{quote(node, safe='')}/cards/{quote(card, safe='')}/layout"
+        return self._model(CardLayoutView, "PUT", path, self._dump(body))
 
     def delete_node(self, name: str, *, drain: bool = False) -> NodeDeletion:
         from xpupool.server.schemas.nodes import NodeDeletion

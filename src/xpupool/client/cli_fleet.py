@@ -145,7 +145,8 @@ def _print_frames(out: Console, take: Callable[[], RenderableType], interval_s: 
 
 @click.group()
 def node() -> None:
-    """Admin: take a node out of scheduling, put it back, taint it, or delete it."""
+    """Admin: take a node out of scheduling, put it back, taint it, re-cut its cards, or delete
+    it."""
 
 
 @click.group()
@@ -266,6 +267,36 @@ def taint_change(changes: Sequence[str], overwrite: bool) -> NodeTaintsIn:
                 f"{text!r}: {exc.field}: {exc.reason}", param_hint="CHANGES"
             ) from None
     return NodeTaintsIn(add=add, remove=remove, overwrite=overwrite)
+
+
+@node.command("recut", epilog=CONNECTION_HELP)
+@click.argument("name")
+@click.argument("card")
+@click.argument("layout", metavar="PROFILE@START,...")
+@click.option("--why", default="", help="why, kept with the re-cut's event and audit row")
+@connection_options
+@output_option
+def node_recut(
+    name: str, card: str, layout: str, why: str, url: str | None, token: str | None, output: str
+) -> None:
+    """Re-cut a partitioned card of an agent node: `3g.40gb@0,3g.40gb@4` (MIG profile@first
+    memory slice) or `vir05_1c_16g,vir05_1c_16g` (vNPU templates). Refused while a job holds an
+    instance the re-cut destroys, or one held work less than `up --recut-min-idle` ago; the
+    node's agent cuts the card with the vendor tool and its new instances are scheduled."""
+    from xpupool.server.schemas.card_layouts import CardLayoutIn
+
+    body = CardLayoutIn(layout=[w.strip() for w in layout.split(",") if w.strip()], why=why)
+    with make_client(url, token) as client:
+        found = client.recut_card(name, card, body)
+    wanted = ",".join(found.wanted) if found.wanted is not None else "(as it is cut now)"
+    emit(
+        output,
+        found,
+        lambda: (
+            f"card {found.card} of node {found.node}: now {','.join(found.current) or '-'};"
+            f" wanted {wanted}"
+        ),
+    )
 
 
 @node.command("delete", epilog=CONNECTION_HELP)

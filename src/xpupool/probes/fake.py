@@ -33,7 +33,7 @@ from typing import ClassVar
 import yaml
 
 from xpupool.catalog import load_accelerators, load_partitions
-from xpupool.catalog.partition_cards import cut_card
+from xpupool.catalog.partition_cards import cut_card, read_layout
 from xpupool.catalog.partition_geometry import Layout
 from xpupool.model.errors import RequestError
 from xpupool.model.quantity import parse_memory_mib
@@ -140,17 +140,7 @@ def parse_fake(data: object) -> list[DeviceInfo]:
 
 def _layout(path: str, data: object) -> Layout:
     """``[3g.40gb@0, vir05_1c_16g]`` -> ``(("3g.40gb", 0), ("vir05_1c_16g", None))``."""
-    if data is None:
-        return ()
-    if not isinstance(data, list) or not data:
-        raise RequestError(path, data, "expected a list such as [3g.40gb@0, 3g.40gb@4]")
-    layout: list[tuple[str, int | None]] = []
-    for i, item in enumerate(data):
-        name, at, start = str(item).partition("@")
-        if at and not start.isdigit():
-            raise RequestError(f"{path}[{i}]", item, "expected PROFILE@START such as '3g.40gb@4'")
-        layout.append((name, int(start) if at else None))
-    return tuple(layout)
+    return () if data is None else read_layout(path, data)
 
 
 def _cut(card: DeviceInfo, layout: Layout, path: str) -> list[DeviceInfo]:
@@ -192,3 +182,13 @@ class FakeProbe:
             return parse_fake(data)
         except RequestError as exc:  # a probe's failure, as a tool's bad output: never fatal
             raise ProbeError(self.vendor, str(self.path), ProbeFailure.PARSE, str(exc)) from None
+
+    def chip_of(self, uuid: str) -> tuple[int, int] | None:
+        """Where the fake vendor tool (``probes/fake_tool.py``) finds card ``uuid``: its index as
+        the NPU id, chip 0 (every fake card is one chip); None for a UUID the file lacks."""
+        try:
+            devices = self.discover()
+        except ProbeError:
+            return None
+        found = (d for d in devices if uuid in (d.uuid, d.partition_of))
+        return next(((d.index, 0) for d in found), None)

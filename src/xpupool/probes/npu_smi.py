@@ -378,6 +378,11 @@ class NpuSmiProbe:
             out.extend(cut or (device,))
         return out
 
+    def chip_of(self, uuid: str) -> tuple[int, int] | None:
+        """The (NPU id, chip id) of the chip ``uuid`` as the last discovery read it, what
+        ``npu-smi set -i -c`` take (``agent/recut.py``); None for a chip not read."""
+        return next((key for key, u in self._uuids.items() if u == uuid), None)
+
     @staticmethod
     def _vnpus(npu_id: int, chip_id: int) -> str:
         """Output of ``npu-smi info -t info-vnpu -i <npu> -c <chip>``; "" when the chip does not

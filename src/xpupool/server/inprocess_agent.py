@@ -25,6 +25,7 @@ from xpupool.agent.agent import Agent, HostedNode
 from xpupool.agent.inventory import node_in, node_name
 from xpupool.agent.launch import LaunchSettings
 from xpupool.agent.monitor import Monitor
+from xpupool.agent.recut import Recuts, chip_locator
 from xpupool.agent.runner import Runner
 from xpupool.agent.transport import NodeReleased, TransportError
 from xpupool.model.errors import Conflict, Forbidden, RequestError, Unavailable, XpupoolError
@@ -139,6 +140,7 @@ def local_agent(
                 runtime=runtime,
                 drain=True,
             ),
+            recuts=Recuts(chip_locator(found)),
         )
     ]
     for sim in simulated:

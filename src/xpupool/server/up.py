@@ -39,6 +39,7 @@ from xpupool.server.front.workers import HttpWorkers, PlaneSockets, listen
 from xpupool.server.heap_freeze import QUIET_CHECK_S, SurvivorFreeze, freeze_start_heap
 from xpupool.server.ownership import DEFAULT_STORE_LEASE_S, Identity, StoreOwnership
 from xpupool.server.plane import DEFAULT_HISTORY_INTERVAL_S, ControlPlane
+from xpupool.server.plane.card_idle import DEFAULT_MIN_IDLE_S
 from xpupool.server.rate_limit import ADDRESS_RATE, TOKEN_RATE, Rate, RateLimiter
 from xpupool.server.retention import Retention
 from xpupool.server.routers.deps import MetricsAuth
@@ -86,6 +87,7 @@ class UpConfig:
     usage_retention_s: float = DEFAULT_KEEP_DAYS * 86400.0  # --usage-retention (usage/meter.py)
     usage_interval_s: float = DEFAULT_EVERY_S  # --usage-interval: how often records are written
     max_grace_s: float = MAX_GRACE_S  # --max-grace: the longest grace= a job may ask for
+    recut_min_idle_s: float = DEFAULT_MIN_IDLE_S  # --recut-min-idle (server/plane/card_recut.py)
     fair_share_half_life_s: float | None = None  # --fair-share history: its half-life; None: DRF
     catalog: OperatorCatalog | None = None  # --catalog FILE, parsed and checked by the CLI
     model_cache: str | None = None  # --model-cache VOLUME (server/services/model_cache.py)
@@ -178,6 +180,7 @@ def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPla
         plane.meter.keep_s = cfg.usage_retention_s  # usage kept apart from jobs (usage/meter.py)
         plane.meter.every_s = cfg.usage_interval_s
         plane.max_grace_s = cfg.max_grace_s
+        plane.card_idle.min_idle_s = cfg.recut_min_idle_s
         if cfg.fair_share_half_life_s is not None:  # the order by usage over a decaying window
             plane.use_fair_share_history(cfg.fair_share_half_life_s)
         if cfg.catalog is not None and cfg.catalog.accelerators:

@@ -23,10 +23,12 @@ from xpupool.server.auth import Principal
 from xpupool.server.body_limit import MAX_LOG_CHUNK
 from xpupool.server.job_checkpoints import record_checkpoint
 from xpupool.server.job_logs import LogCaps
+from xpupool.server.plane import card_recut
 from xpupool.server.plane import node_lifecycle as nl
 from xpupool.server.plane.records import HeldJob, NodeRecord
 from xpupool.server.schemas.agent_protocol import (
     FINAL_REPLICA_STATES,
+    CardRecut,
     Heartbeat,
     HeartbeatReply,
     ReplicaReport,
@@ -96,8 +98,16 @@ def apply_heartbeat(
         for starting in body.starting:
             if _holds(plane, body.node, starting):
                 _step(plane, conn, starting, now)
+        for failure in body.recut_failed:  # its re-cuts the agent could not carry out
+            card_recut.failed(plane, conn, rec, failure.card, failure.reason)
         reported = {(r.job_id, r.replica) for r in body.replicas}
         reply = _reply(plane, conn, body.node, reported, work)
+        now_rec = plane.node(body.node)  # None: its reports just ended the drain that deleted it
+        if now_rec is not None and now_rec.source == "agent":  # a cluster-file node re-cuts not
+            reply.recut = [
+                CardRecut(card=card, layout=layout)
+                for card, layout in card_recut.orders(plane, conn, now_rec)
+            ]
         # a process the server no longer gives this node (released while the agent started it,
         # from before a restart, or an earlier attempt) must not go on using devices that others
         # may now hold; the agent starts the current attempt once it is gone

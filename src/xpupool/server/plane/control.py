@@ -53,6 +53,7 @@ from xpupool.server.live_metrics import LiveMetrics
 from xpupool.server.ownership import StoreFenced, StoreOwnership
 from xpupool.server.pending_jobs import PendingJobs
 from xpupool.server.plane import foreign_use, secret_rows, store
+from xpupool.server.plane.card_idle import CardIdle
 from xpupool.server.plane.lock import PlaneLock
 from xpupool.server.plane.nodes import NodeBook
 from xpupool.server.plane.reads import PlaneReads
@@ -193,6 +194,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         self.live = LiveMetrics()  # the same readings as columns, and a ring per card
         self.card_health = CardHealth()  # cards read unhealthy: cordoned, emptied, settling
         self.meter = UsageMeter()  # what each replica run used (server/usage/meter.py)
+        self.card_idle = CardIdle(clock())  # since when each card held nothing (card_idle.py)
         self.max_grace_s = MAX_GRACE_S  # the longest grace= a job may ask (up --max-grace)
         self.billing = Billing()  # prices, budgets and spend (server/usage/billing.py)
         # the admission order's usage over a decaying window (engine/cycle/fair_share.py);
@@ -828,6 +830,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
     def release_job(self, conn: Connection, job: HeldJob) -> None:
         """Give back every allocation of ``job`` (engine, quota and store)."""
         self.meter.job_released(job.id, job.attempt, self.clock())  # its runs end (usage/)
+        self.card_idle.released(job.allocations, self.clock())  # idle from now (re-cuts)
         for alloc in job.allocations:
             self.admission.release(alloc.id)
         store.delete_allocations(conn, job.id)

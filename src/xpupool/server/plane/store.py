@@ -28,6 +28,7 @@ from xpupool.server.queue_spec import queue_spec
 from xpupool.server.schemas.agent_protocol import DeviceIn
 from xpupool.server.schemas.jobs import HOLDING_STATES, JobPhase, StopCause
 from xpupool.server.schemas.nodes import NodeStatus
+from xpupool.server.storage.card_layouts import card_layouts
 from xpupool.server.storage.driver_insert import insert_rows, update_rows
 from xpupool.server.storage.fleet import nodes as t_nodes
 from xpupool.server.storage.job_writes import job_update, job_update_params
@@ -275,8 +276,9 @@ def touch_nodes(conn: Connection, names: list[str], now: float) -> None:
 
 
 def delete_node(conn: Connection, name: str) -> list[int]:
-    """Node ``name``'s row goes and every live credential bound to it (agent tokens, a
-    bootstrap token pinned to its name) is revoked; returns the revoked token ids."""
+    """Node ``name``'s row and its wanted re-cuts go, and every live credential bound to it
+    (agent tokens, a bootstrap token pinned to its name) is revoked; returns the revoked token
+    ids."""
     bound = select(t_tokens.c.id).where(
         t_tokens.c.node == name,
         t_tokens.c.role.in_(sorted(AGENT_ROLES)),
@@ -286,6 +288,7 @@ def delete_node(conn: Connection, name: str) -> list[int]:
     if revoked:
         conn.execute(update(t_tokens).where(t_tokens.c.id.in_(revoked)).values(revoked=True))
     conn.execute(delete(t_nodes).where(t_nodes.c.name == name))
+    conn.execute(delete(card_layouts).where(card_layouts.c.node == name))  # its wanted re-cuts
     return revoked
 
 

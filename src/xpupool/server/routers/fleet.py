@@ -11,12 +11,14 @@ from xpupool.model.errors import RequestError
 from xpupool.server import history
 from xpupool.server.routers.deps import Admin, Plane, User
 from xpupool.server.schemas.base import ErrorBody
+from xpupool.server.schemas.card_layouts import CardLayoutIn, CardLayoutView
 from xpupool.server.schemas.devices import Accelerator, Device, DeviceDetail
 from xpupool.server.schemas.nodes import Node, NodeDeletion, NodeTaintsIn, Site, TaintKeyIn
 from xpupool.server.schemas.overview import FleetOverview, History
 from xpupool.server.schemas.power import FleetPower
 from xpupool.server.services import (
     accelerators,
+    card_layouts,
     fleet,
     node_deletion,
     node_taints,
@@ -88,6 +90,31 @@ def delete_node(
     allocation and job while work is held there, unless ``drain``. A cluster-file node is
     registered again by the next start with that file (the reply's ``note`` says so)."""
     return node_deletion.delete_node(plane, name, drain)
+
+
+@router.put(
+    "/nodes/{name}/cards/{uuid}/layout",
+    response_model=CardLayoutView,
+    responses={
+        409: {
+            "description": "Refused: a job holds an instance it destroys, one was not"
+            " idle long enough, or the node's pool forbids re-cuts; nothing changed"
+        }
+    },
+)
+def recut_card(
+    name: NodeName, uuid: Uuid, body: CardLayoutIn, request: Request, plane: Plane, who: Admin
+) -> CardLayoutView:
+    """Re-cut a partitioned card of an agent node: the node's agent cuts it into ``layout``
+    with the vendor tool, and the new instances are scheduled once it reports them."""
+    request.state.audit_target = f"node {name} card {uuid}: {','.join(body.layout)}"
+    return card_layouts.recut(plane, name, uuid, body, who)
+
+
+@router.get("/nodes/{name}/cards/{uuid}/layout", response_model=CardLayoutView)
+def get_card_layout(name: NodeName, uuid: Uuid, plane: Plane, _: User) -> CardLayoutView:
+    """How the card is cut now, the layout wanted (if any) and its re-cut events."""
+    return card_layouts.card_layout(plane, name, uuid)
 
 
 @router.get("/devices", response_model=list[Device])

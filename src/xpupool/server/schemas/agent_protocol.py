@@ -292,6 +292,28 @@ class VolumeUsageReport(LenientIn):
     complete: bool = Field(True, description="False: the walk stopped at its bound; at least.")
 
 
+class CardRecut(Lenient):
+    """A re-cut of one of the node's partitioned cards (issue 53; ``server/plane/card_recut.py``):
+    the agent cuts the card ``card`` into ``layout`` with the vendor tool, destroying only
+    instances nothing of its own runs on, and its next registration reports the instances."""
+
+    card: str = Field(max_length=200, description="The card's UUID (its instances' partition_of).")
+    layout: list[str] = Field(
+        max_length=64,
+        description="The wanted instances: '3g.40gb@0' (MIG profile@first memory slice), "
+        "'vir05_1c_16g' (an Ascend vNPU template).",
+    )
+
+
+class RecutFailure(LenientIn):
+    """A re-cut the agent could not carry out: its vendor tool failed, or a replica of its own
+    runs on an instance the re-cut destroys. The server drops the wanted layout and records
+    ``reason`` in the card's events."""
+
+    card: str = Field(max_length=200)
+    reason: str = Field(max_length=500)
+
+
 class Heartbeat(LenientIn):
     node: str
     metrics: list[DeviceMetrics] = Field(
@@ -310,6 +332,12 @@ class Heartbeat(LenientIn):
         default=None,
         max_length=64,
         description="The bytes in the volumes this node mounts; null: not measured this time.",
+    )
+    recut_failed: list[RecutFailure] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Re-cuts (HeartbeatReply.recut) the agent could not carry out; absent from an"
+        " older agent.",
     )
 
 
@@ -455,6 +483,11 @@ class HeartbeatReply(Lenient):
         ge=0,
         description="Seconds from SIGTERM to SIGKILL when a lease runs out; the server requeues"
         " a silent node's jobs only after lease_s + lease_grace_s and a margin.",
+    )
+    recut: list[CardRecut] = Field(
+        default_factory=list,
+        description="Cards to re-cut, each into its wanted layout, until the node reports them"
+        " cut so; empty from an older server.",
     )
 
 

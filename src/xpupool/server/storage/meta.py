@@ -76,6 +76,7 @@ def connect(url: str, *, schema: bool = True) -> Engine:
     from xpupool.server.storage import (  # noqa: F401  (tables)
         audit,
         billing,
+        card_layouts,
         fleet,
         history,
         jobs,

@@ -1,0 +1,52 @@
+"""A partitioned card's layout and its re-cuts (``PUT``/``GET /v1/nodes/NODE/cards/UUID/layout``,
+``xpupool node recut``; issue 53): what an admin asks and what the API shows."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from xpupool.server.schemas.base import Lenient, Strict
+
+MAX_INSTANCES = 64  # a card holds 7 MIG instances or a few vNPUs at most; a bound, not a rule
+
+
+class CardLayoutIn(Strict):
+    """A re-cut: the instances the card should hold once its agent has cut it."""
+
+    layout: list[Annotated[str, Field(max_length=60)]] = Field(
+        min_length=1,
+        max_length=MAX_INSTANCES,
+        description="The wanted instances, as cluster files write them: '3g.40gb@0' (a MIG "
+        "profile at its first memory slice), 'vir05_1c_16g' (an Ascend vNPU template). Checked "
+        "against the card model's geometry (422 naming 'layout' and the reason).",
+    )
+    why: str = Field(
+        "",
+        max_length=300,
+        description="Why, kept with the re-cut's event and audit row; empty: 'asked by the admin'.",
+    )
+
+
+class CardEventView(Lenient):
+    at: float = Field(description="Unix time.")
+    event: str = Field(description="'asked', 'applied' (the agent reported it cut so) or 'failed'.")
+    detail: str
+
+
+class CardLayoutView(Lenient):
+    """A card of an agent node: how it is cut now and how it is wanted."""
+
+    node: str
+    card: str = Field(description="The card's UUID (its instances' partition_of).")
+    model: str
+    current: list[str] = Field(description="Its instances now, as the agent last reported them.")
+    wanted: list[str] | None = Field(
+        description="The layout asked and not applied yet; null: none."
+    )
+    why: str = Field("", description="Why it was asked; empty when nothing is wanted.")
+    asked_at: float | None = Field(None, description="Unix time it was asked; null: none.")
+    events: list[CardEventView] = Field(
+        default_factory=list, description="Its latest re-cut events, newest first."
+    )

@@ -1,0 +1,33 @@
+"""Re-cuts of partitioned cards (issue 53): the layout an admin asked a card on an agent node to
+be cut into, until its agent reports it cut so or that its vendor tool failed, and the events of
+each re-cut. A row in ``card_layouts`` is the wanted layout the node's heartbeat replies carry;
+``card_events`` keeps what happened (asked, applied, failed), for ``GET .../layout``. Kept apart
+from ``nodes``: a registration rewrites the node's row, and a wanted layout must outlive it."""
+
+from __future__ import annotations
+
+from sqlalchemy import JSON, Column, Float, Integer, String, Table, Text
+
+from xpupool.server.storage.meta import metadata
+
+card_layouts = Table(
+    "card_layouts",
+    metadata,
+    Column("node", String(63), primary_key=True),
+    Column("card", String(200), primary_key=True),  # the card's UUID (partition_of)
+    Column("layout", JSON, nullable=False),  # ["3g.40gb@0", ...]: read_layout's words
+    Column("why", Text, nullable=False),
+    Column("asked_at", Float, nullable=False),
+    Column("cordoned", JSON, nullable=False),  # [uuid]: the instances it cordoned, lifted after
+)
+
+card_events = Table(
+    "card_events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("node", String(63), nullable=False, index=True),
+    Column("card", String(200), nullable=False),
+    Column("at", Float, nullable=False),
+    Column("event", String(16), nullable=False),  # asked | applied | failed
+    Column("detail", Text, nullable=False),
+)
