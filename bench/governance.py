@@ -56,7 +56,13 @@ def main(argv: list[str] | None = None) -> int:
             "every_min": [model.min_interval_min, model.max_interval_min],
         },
     }
-    for name, aware in PLANNERS.items():
+    runs: dict[str, dict[str, Any]] = {
+        name: {"checkpoint_aware": aware} for name, aware in PLANNERS.items()
+    }
+    if args.elastic_share > 0:
+        runs["elastic"] = {"elastic": ElasticTasks(args.elastic_share, args.seed)}
+        out["elastic_share"] = args.elastic_share
+    for name, options in runs.items():
         result = timed_replay(
             nodes,
             tiled,
@@ -67,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             compress,
             queues,
             checkpoints=model,
-            checkpoint_aware=aware,
+            **options,
         )
         out[name] = result.summary()
         print(f"{name}: {out[name]}", file=sys.stderr)
@@ -78,22 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     out["p95_wait_change_pct"] = _change(today["p95_wait_s"], aware_run["p95_wait_s"])
     out["mean_wait_change_pct"] = _change(today["mean_wait_s"], aware_run["mean_wait_s"])
-    if args.elastic_share > 0:
-        elastic = timed_replay(
-            nodes,
-            tiled,
-            args.policy,
-            args.seed,
-            workload,
-            QueueOrder.PRIORITY,
-            compress,
-            queues,
-            checkpoints=model,
-            elastic=ElasticTasks(args.elastic_share, args.seed),
-        )
-        out["elastic"] = elastic.summary()
-        out["elastic_share"] = args.elastic_share
-        print(f"elastic: {out['elastic']}", file=sys.stderr)
+    if "elastic" in out:
         on = out["elastic"]
         out["elastic_util_change_pts"] = round(on["mean_util_pct"] - today["mean_util_pct"], 2)
         out["elastic_p95_wait_change_pct"] = _change(today["p95_wait_s"], on["p95_wait_s"])
