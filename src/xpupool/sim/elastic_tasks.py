@@ -3,12 +3,12 @@ one runs when its size changes while it runs.
 
 The traces record fixed sizes, so the replay makes a seeded ``share`` of the tasks that ask two
 or more whole cards elastic: a task of ``G`` cards becomes replicas of one card each (its CPU and
-memory split evenly), ``replicas=ceil(G/2)..G`` (the minimum is half). Its work is what it did in
-the trace, ``G x duration`` card-seconds, and it runs at a rate equal to the replicas it holds
-(linear scaling: a data-parallel job whose step time is set by its per-replica batch), so at
-its full size it takes exactly its recorded time and at its minimum twice that. A resize at
-``now`` banks what was done at the old rate and moves its end. A preempted elastic task keeps the
-part of this run's work its last checkpoint saved (the same share of the run as a fixed task's).
+memory split evenly), ``replicas=ceil(G/2)..G``, its minimum placed as a gang. Its work is what it
+did in the trace, ``G x duration`` card-seconds, and it runs at a rate equal to the replicas it
+holds (linear scaling: a data-parallel job whose step time its per-replica batch sets), so at its
+full size it takes exactly its recorded time and at its minimum twice that. A resize at ``now``
+banks what was done at the old rate and moves its end. A preempted elastic task keeps the part of
+this run's work its last checkpoint saved (the same share of the run as a fixed task's).
 """
 
 from __future__ import annotations
@@ -75,7 +75,12 @@ class ElasticTasks:
             }
         )
         return replace(
-            one, name=base.name, replicas=math.ceil(g / 2), max_replicas=g, priority=base.priority
+            one,
+            name=base.name,
+            replicas=math.ceil(g / 2),
+            max_replicas=g,
+            gang=True,  # its minimum all or none, as the server admits it
+            priority=base.priority,
         )
 
     def resized(self, task: int, now: int, replicas: int) -> int:

@@ -76,3 +76,14 @@ def test_elastic_share_is_checked_and_not_mixed_with_speeds() -> None:
             speeds=_Speeds(),
             elastic=ElasticTasks(1.0),
         )
+
+
+def test_a_minimum_that_fits_only_in_part_shrinks_others_extras_as_a_gang() -> None:
+    # x holds a card; e1 (2 cards: 1..2) holds two; e2 (4 cards: 2..4) arrives at 10 with one
+    # card free: its minimum is refused whole for capacity, so e1's extra replica is released
+    # for it at once (e1 then runs on one: 20 done, 180 left, ends at 190)
+    tasks = [task("x", 0, 1000, 1), task("e1", 0, 100, 2), task("e2", 10, 100, 4)]
+    waits, jcts, summary = replay(tasks, 1.0)
+    assert waits == [0.0, 0.0, 0.0]
+    assert jcts[1] == 190.0
+    assert summary["shrinks"] == 1
