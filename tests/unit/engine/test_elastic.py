@@ -4,6 +4,7 @@ pending job before any whole job is preempted."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 
 from xpupool.engine.cycle import Admission, QueueSpec, Quota, Resource
@@ -138,3 +139,47 @@ def test_no_shrink_when_extras_alone_cannot_make_room() -> None:
     grow_all(cycle, running)
     decision = cycle.decide(job(2, replicas=3, priority=9), running)
     assert not isinstance(decision, Shrink)  # 3 replicas never fit 2 cards
+
+
+def test_seeded_churn_keeps_every_job_within_its_range_and_the_books_exact() -> None:
+    """Jobs come and go at random (seeded): after every step each running job holds between its
+    minimum and maximum, the engine holds exactly the running jobs' allocations, and the queue is
+    charged exactly their cards; shrinking never takes a minimum."""
+    rng = random.Random(7)
+    cycle, running = cycle_on(4, 4, 2), {}
+    pending: list[Job] = []
+    grown = shrunk = 0
+    for step in range(200):
+        if rng.random() < 0.5 or not running:
+            low = rng.randint(1, 3)
+            top = rng.choice([None, low + rng.randint(0, 4)])
+            pending.append(job(step, replicas=low, top=top, priority=rng.randint(0, 2)))
+        else:
+            gone = running.pop(rng.choice(sorted(running)))
+            for alloc in gone.allocations:
+                cycle.admission.release(alloc.id)
+        for work in list(pending):
+            decision = cycle.decide(work, running)
+            if isinstance(decision, Shrink):
+                sizes = {j: len(running[j].allocations) for j, _ in decision.extras}
+                release_extras(cycle.admission, cycle.elastic, decision, work.id, sizes)
+                taken = {a.id for _, a in decision.extras}
+                for j in sizes:
+                    running[j].allocations = [
+                        a for a in running[j].allocations if a.id not in taken
+                    ]
+                shrunk += len(taken)
+                decision = cycle.decide(work, running)
+            if isinstance(decision, Place):
+                work.allocations = list(decision.admitted.placement.allocations)
+                running[work.id] = work
+                pending.remove(work)
+        grown += len(grow_all(cycle, running))
+        for held in running.values():
+            req = held.request
+            assert req.replicas <= len(held.allocations) <= (req.max_replicas or req.replicas)
+        held_ids = {a.id for h in running.values() for a in h.allocations}
+        assert cycle.engine.state.live.keys() == held_ids
+        cards = sum(len(a.devices) for h in running.values() for a in h.allocations)
+        assert cycle.admission.usage["q"][("*", Resource.DEVICES)] == cards
+    assert grown > 0 and shrunk > 0  # both were exercised
