@@ -1,7 +1,9 @@
 """Governance over time on the timed replay: today's preemption planner against the
-checkpoint-aware one (issue 54 part 2), in one run, on the same load.
+checkpoint-aware one (issue 54 part 2), and fixed-size against elastic jobs (part 1), in one
+run, on the same load.
 
     python bench/governance.py [--json] [--tasks N] [--peak 1.3] [--seed 42] [--policy xpupool]
+                               [--elastic-share 0.5]
 
 Replays the Alibaba default trace (``openb_pod_list_default.csv`` on its GPU node list, found as
 ``xpupool simulate`` finds it: ``xpupool.sim.trace_files``) with departures, through the server's
@@ -15,6 +17,9 @@ to 120 minutes, log-uniform) in both runs; the planners differ only in whom they
 per planner: wait (mean, p95), JCT, utilisation (mean until the last arrival), unallocated GPU % while
 demand exceeds capacity, preemptions and GPU-hours lost to preemption. ``--tasks N`` replays a seeded
 sample of N tasks on a proportional seeded sample of the nodes (a smoke test).
+The elastic run is today's planner with ``--elastic-share`` of the tasks asking two or more
+whole cards made elastic (``xpupool.sim.elastic_tasks``: half their cards at least, all at most,
+run time following their size), against the same planner with none (``today``).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 
 from xpupool.engine.cycle import Preemption
 from xpupool.sim.checkpoints import CheckpointModel
+from xpupool.sim.elastic_tasks import ElasticTasks
 from xpupool.sim.load import default_trace_at_peak
 from xpupool.sim.queue_config import QueueConfig
 from xpupool.sim.timed_replay import QueueOrder, timed_replay
@@ -50,7 +56,13 @@ def main(argv: list[str] | None = None) -> int:
             "every_min": [model.min_interval_min, model.max_interval_min],
         },
     }
-    for name, aware in PLANNERS.items():
+    runs: dict[str, dict[str, Any]] = {
+        name: {"checkpoint_aware": aware} for name, aware in PLANNERS.items()
+    }
+    if args.elastic_share > 0:
+        runs["elastic"] = {"elastic": ElasticTasks(args.elastic_share, args.seed)}
+        out["elastic_share"] = args.elastic_share
+    for name, options in runs.items():
         result = timed_replay(
             nodes,
             tiled,
@@ -61,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             compress,
             queues,
             checkpoints=model,
-            checkpoint_aware=aware,
+            **options,
         )
         out[name] = result.summary()
         print(f"{name}: {out[name]}", file=sys.stderr)
@@ -72,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     out["p95_wait_change_pct"] = _change(today["p95_wait_s"], aware_run["p95_wait_s"])
     out["mean_wait_change_pct"] = _change(today["mean_wait_s"], aware_run["mean_wait_s"])
+    if "elastic" in out:
+        on = out["elastic"]
+        out["elastic_util_change_pts"] = round(on["mean_util_pct"] - today["mean_util_pct"], 2)
+        out["elastic_p95_wait_change_pct"] = _change(today["p95_wait_s"], on["p95_wait_s"])
     if args.json:
         print(json.dumps(out))
     else:
@@ -95,13 +111,19 @@ def _table(out: dict[str, Any]) -> None:
     )
     print("| planner | " + " | ".join(keys) + " |")
     print("|---" * (len(keys) + 1) + "|")
-    for name in PLANNERS:
+    for name in (*PLANNERS, *(("elastic",) if "elastic" in out else ())):
         print(f"| {name} | " + " | ".join(f"{out[name][k]:g}" for k in keys) + " |")
     print(
         f"GPU-hours lost {out['gpu_hours_lost_change_pct']:+.1f} %, "
         f"p95 wait {out['p95_wait_change_pct']:+.1f} %, "
         f"mean wait {out['mean_wait_change_pct']:+.1f} %"
     )
+    if "elastic" in out:
+        print(
+            f"elastic ({out['elastic_share']:g} of multi-card tasks): utilisation "
+            f"{out['elastic_util_change_pts']:+.2f} points, "
+            f"p95 wait {out['elastic_p95_wait_change_pct']:+.1f} %"
+        )
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -111,11 +133,19 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--peak", type=float, default=1.3, help="peak demand / capacity")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--policy", default="xpupool")
+    parser.add_argument(
+        "--elastic-share",
+        type=float,
+        default=0.5,
+        help="share of the multi-card whole-card tasks made elastic in the elastic run (0: none)",
+    )
     args = parser.parse_args(argv)
     if args.tasks < 0:
         parser.error("--tasks must be positive")
     if args.peak <= 0:
         parser.error("--peak must be positive")
+    if not 0 <= args.elastic_share <= 1:
+        parser.error("--elastic-share must be within 0..1")
     return args
 
 

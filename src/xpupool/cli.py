@@ -237,6 +237,13 @@ def parse_seeds(text: str) -> list[int]:
     is_flag=True,
     help="timed mode: the preemption planner prefers victims that lose least",
 )
+@click.option(
+    "--elastic-share",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.0,
+    help="timed mode: make this share of the tasks asking 2+ whole cards elastic (replicas of one "
+    "card, half to all of them; docs/simulator.md)",
+)
 def simulate(
     nodes_path: str | None,
     pods_paths: tuple[str, ...],
@@ -259,6 +266,7 @@ def simulate(
     peak: float | None,
     checkpoints: bool,
     checkpoint_aware: bool,
+    elastic_share: float,
 ) -> None:
     """Replay a cluster trace under each policy and seed (the FGD paper's protocol, or in time)."""
     from pathlib import Path
@@ -273,6 +281,9 @@ def simulate(
         raise click.BadParameter("needs --mode timed", param_hint="--throughputs")
     if throughputs is not None and not pods_paths:
         raise click.BadParameter("give the Gavel traces with --pods", param_hint="--pods")
+    if elastic_share and (mode != "timed" or throughputs is not None):
+        why = "needs --mode timed, without --throughputs (elastic tasks run by the trace's times)"
+        raise click.BadParameter(why, param_hint="--elastic-share")
     if nodes_path is None:
         nodes_path = "" if throughputs is not None else str(default_nodes())
     profiles = load_profiles(profile_file)
@@ -337,7 +348,7 @@ def simulate(
                 queues,
                 console,
                 sites,
-                TimedOptions(peak, checkpoints, checkpoint_aware),
+                TimedOptions(peak, checkpoints, checkpoint_aware, elastic_share),
             )
         except ValueError as exc:  # a peak the trace cannot reach (sim/load.py)
             if peak is None:

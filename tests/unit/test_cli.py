@@ -181,6 +181,25 @@ def test_simulate_timed_at_a_peak_with_checkpoints(tmp_path: Path) -> None:
     assert "--peak" in refused.output and "tile the trace" in refused.output
 
 
+def test_simulate_timed_with_elastic_tasks(tmp_path: Path) -> None:
+    nodes, _ = _trace(tmp_path)  # ten nodes of four cards
+    pods = tmp_path / "elastic.csv"
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,creation_time,deletion_time\n"
+        + "".join(f"p{i},2000,1024,4,1000,,{10 * i},{10 * i + 500}\n" for i in range(6))
+    )
+    args = ["simulate", "--nodes", nodes, "--pods", str(pods), "--policy", "bestfit"]
+    args += ["--seeds", "1", "--mode", "timed", "--json"]
+    result = CliRunner().invoke(main, [*args, "--elastic-share", "1"])
+    assert result.exit_code == 0, result.output
+    run = json.loads(result.stdout)["runs"][0]
+    assert run["grows"] >= 6 and run["shrinks"] == 0  # each admitted at 2 cards, grown to 4
+    fixed = json.loads(CliRunner().invoke(main, args).stdout)["runs"][0]
+    assert "grows" not in fixed
+    refused = CliRunner().invoke(main, [*args[:-3], "--elastic-share", "0.5"])  # not timed
+    assert refused.exit_code == 2 and "--elastic-share" in refused.output
+
+
 def test_simulate_runs_the_profiles_of_a_file(tmp_path: Path) -> None:
     nodes, pods = _trace(tmp_path)
     profiles = tmp_path / "profiles.yaml"

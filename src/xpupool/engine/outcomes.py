@@ -57,6 +57,9 @@ class Code(IntEnum):
     GANG_MEMBERS_LATE = 30
     GANG_ANNOTATION_FAILED = 31
     GANG_NEEDS_UID = 32
+    GREW = 33
+    SHRANK = 34
+    SHRINKING_ELASTIC = 35
 
 
 INADMISSIBLE = "inadmissible: "
@@ -111,6 +114,9 @@ TEXT: dict[Code, str] = {
     Code.GANG_MEMBERS_LATE: "gang {key}: members did not reach bind in time",
     Code.GANG_ANNOTATION_FAILED: "gang {key}: annotating {pod} failed: {error}",
     Code.GANG_NEEDS_UID: "a gang member needs its metadata.uid",
+    Code.GREW: "grew to {replicas} of {max_replicas} replicas into idle capacity",
+    Code.SHRANK: "shrank to {replicas} replicas (at least {min_replicas}): job {by} needed the room",
+    Code.SHRINKING_ELASTIC: "{cause}; shrinking {count} extra replica(s) of elastic job(s) {jobs}",
 }
 
 # how a quota outcome names each resource (``admission.Resource`` values) and writes its amounts:
@@ -285,6 +291,46 @@ class PreemptedByReclaim:
 
 
 Preempted = PreemptedByPriority | PreemptedByReclaim
+
+
+# ---------------------------------------------------------------------- elastic jobs
+
+
+@dataclass(frozen=True, slots=True)
+class Grew:
+    """An elastic job took one more replica of idle capacity (``engine/cycle/elastic.py``):
+    it holds ``replicas`` now, of at most ``max_replicas``."""
+
+    code: ClassVar[Code] = Code.GREW
+    job: int
+    replicas: int
+    max_replicas: int
+
+
+@dataclass(frozen=True, slots=True)
+class Shrank:
+    """An elastic job gave back extra replicas: it holds ``replicas`` now (never fewer than
+    ``min_replicas``) because job ``by`` needed the room."""
+
+    code: ClassVar[Code] = Code.SHRANK
+    job: int
+    replicas: int
+    min_replicas: int
+    by: int
+
+
+@dataclass(frozen=True, slots=True)
+class ShrinkingElastic:
+    """``cause`` until ``count`` extra replicas of the elastic jobs ``jobs`` (ids) are released:
+    they go before any whole job is preempted."""
+
+    code: ClassVar[Code] = Code.SHRINKING_ELASTIC
+    cause: Refused
+    count: int
+    jobs: tuple[int, ...]
+
+
+Resized = Grew | Shrank
 
 
 # ---------------------------------------------------------------------- placing a pod (k8s/)
@@ -483,7 +529,16 @@ GangRefusal = (
     | GangAnnotationFailed
 )
 
-Outcome = FlavorCause | WaitCause | PreemptCause | Preempted | PodRefusal | GangRefusal
+Outcome = (
+    FlavorCause
+    | WaitCause
+    | PreemptCause
+    | Preempted
+    | PodRefusal
+    | GangRefusal
+    | Resized
+    | ShrinkingElastic
+)
 
 
 def render(outcome: Outcome) -> str:
@@ -525,6 +580,10 @@ def _fields(o: Outcome) -> dict[str, object]:
         return {"by": o.by, "priority": o.priority, "victim_priority": o.victim_priority}
     if isinstance(o, PreemptedByReclaim):
         return {"by": o.by, "queue": o.queue}
+    if isinstance(o, Grew | Shrank):
+        return {f.name: getattr(o, f.name) for f in fields(o)}
+    if isinstance(o, ShrinkingElastic):
+        return {"cause": render(o.cause), "count": o.count, "jobs": list(o.jobs)}
     return _pod_fields(o)
 
 

@@ -372,7 +372,12 @@ class Request:
     runs a container image, so only nodes with a container runtime may take it; it is not part of
     the JSON or compact forms (the server sets it from the job's ``image``). ``grace_s``,
     ``checkpoint_signal`` and ``min_run_s`` say how the job is stopped well
-    (``model/stopping.py``); they do not change where it fits.
+    (``model/stopping.py``); they do not change where it fits. ``max_replicas`` makes the job
+    elastic (``replicas=2..8``): ``replicas`` is then its minimum, admitted and placed all or none
+    as a gang is, and the scheduling cycle grows it into idle capacity up to ``max_replicas`` one
+    replica at a time and shrinks it back first when others need room
+    (``engine/cycle/elastic.py``); None: a fixed size. A range of one size (``2..2``) is that
+    fixed size.
     """
 
     name: str = ""
@@ -399,11 +404,16 @@ class Request:
     checkpoint_signal: str | None = None  # sent before SIGTERM (model/stopping.py); None: none
     min_run_s: float | None = None  # not preempted before it ran this long; None: any time
     idle_stop: IdleStop | None = None  # stopped once its cards stayed idle so long; None: never
+    max_replicas: int | None = None  # elastic: grows up to this from ``replicas``; None: fixed
 
     def __post_init__(self) -> None:
         _check_int("cpu", self.cpu_milli, 0, 1 << 40)
         _check_int("memory", self.memory_mib, 0, 1 << 50)
         _check_int("replicas", self.replicas, 1, MAX_REPLICAS)
+        if self.max_replicas is not None:
+            check_replica_range(self.replicas, self.max_replicas)
+            if self.max_replicas == self.replicas:  # ``2..2`` is a fixed size: one form of it
+                object.__setattr__(self, "max_replicas", None)
         _check_int("priority", self.priority, -(1 << 31), (1 << 31) - 1)
         if not self.queue:
             raise RequestError("queue", self.queue, "must not be empty")
@@ -453,6 +463,15 @@ def fields_but(*left_out: str) -> Callable[[Request], tuple[object, ...]]:
     only there. Cheaper than the request built again without them, which validates it again."""
     assert set(left_out) <= {f.name for f in fields(Request)}, left_out
     return attrgetter(*(f.name for f in fields(Request) if f.name not in left_out))
+
+
+def check_replica_range(low: int, high: object) -> None:
+    """An elastic job's bounds: ``high`` (``replicas.max``) a whole number from ``low`` (the
+    minimum, checked already) to :data:`MAX_REPLICAS`."""
+    _check_int("replicas.max", high, 1, MAX_REPLICAS)
+    assert isinstance(high, int)
+    if high < low:
+        raise RequestError("replicas.max", high, f"must be at least the minimum ({low})")
 
 
 def check_site_name(path: str, name: object) -> str:

@@ -87,6 +87,7 @@ __all__ = [
     "CardMemory",
     "DeviceMemory",
     "DevicesModel",
+    "ReplicaRange",
     "RequestModel",
     "request_from_dict",
     "request_to_dict",
@@ -142,6 +143,53 @@ def _card_from_text(value: object) -> object:
     if isinstance(value, int | float) and not isinstance(value, bool):
         raise field_error("expected an object with min/max or a range such as '24GB..40GB'", value)
     return value
+
+
+class ReplicaRange(_Form):
+    """An elastic job's size: admitted at ``min`` replicas, grown up to ``max`` while capacity
+    is idle and shrunk back towards ``min`` when others need room (docs/jobs.md). Read through
+    :func:`_replicas`, which names ``replicas.min`` or ``replicas.max`` in every refusal."""
+
+    min: StrictInt = Field(
+        ..., ge=1, le=MAX_REPLICAS, description="Replicas it is admitted with, all or none."
+    )
+    max: StrictInt = Field(
+        ..., ge=1, le=MAX_REPLICAS, description="Most replicas it grows to; at least 'min'."
+    )
+
+
+_REPLICAS_FORMS = "expected a whole number, {'min': 2, 'max': 8} or '2..8'"
+
+
+def _replica_count(value: object, at: str = "") -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise field_error(_REPLICAS_FORMS if not at else "expected a whole number", value, at)
+    if not 1 <= value <= MAX_REPLICAS:
+        raise field_error(f"must be between 1 and {MAX_REPLICAS}", value, at)
+    return value
+
+
+def _replicas(value: object) -> object:
+    """``replicas`` as a count, or an elastic range: ``{"min": 2, "max": 8}`` or the compact
+    string's ``"2..8"``; every refusal names ``replicas``, ``replicas.min`` or ``replicas.max``."""
+    if value is None or isinstance(value, ReplicaRange):
+        return value
+    if isinstance(value, str):
+        low, sep, high = value.partition("..")
+        if not sep or not low.isdigit() or not high.isdigit():
+            raise field_error(_REPLICAS_FORMS, value)
+        value = {"min": int(low), "max": int(high)}
+    if not isinstance(value, Mapping):
+        return _replica_count(value)
+    ReplicaRange._known_keys(value)
+    for key in ("min", "max"):
+        if key not in value:
+            raise field_error("required in an elastic range", value, key)
+    low_n = _replica_count(value["min"], "min")
+    high_n = _replica_count(value["max"], "max")
+    if high_n < low_n:
+        raise field_error(f"must be at least 'min' ({low_n})", high_n, "max")
+    return ReplicaRange.model_construct(min=low_n, max=high_n)
 
 
 class DevicesModel(_Form):
@@ -384,8 +432,17 @@ class RequestModel(_Form):
     cpu: CpuMilli | None = Field(None, description="CPU per replica; null = none reserved.")
     memory: MemoryMib | None = Field(None, description="Host memory per replica; null = none.")
     devices: DevicesModel | None = Field(None, description="Devices per replica; null = none.")
-    replicas: StrictInt | None = Field(
-        None, ge=1, le=MAX_REPLICAS, description="Copies of the replica; null = 1."
+    replicas: (
+        Annotated[
+            Annotated[StrictInt, Field(ge=1, le=MAX_REPLICAS)] | ReplicaRange,
+            BeforeValidator(_replicas),
+        ]
+        | None
+    ) = Field(
+        None,
+        description="Copies of the replica; null = 1. An object {'min': 2, 'max': 8} (or "
+        "'2..8') makes the job elastic: admitted at min, grown into idle capacity up to max, "
+        "shrunk first when others need room.",
     )
     gang: StrictBool | None = Field(
         None,
@@ -512,7 +569,7 @@ class RequestModel(_Form):
             cpu_milli=self.cpu or 0,
             memory_mib=self.memory or 0,
             devices=DeviceRequest() if self.devices is None else self.devices.to_devices(),
-            replicas=1 if self.replicas is None else self.replicas,
+            replicas=1 if self.replicas is None else self._min_replicas(),
             gang=bool(self.gang),
             span_sites=bool(self.span_sites),
             priority=self.priority or 0,
@@ -531,7 +588,12 @@ class RequestModel(_Form):
             checkpoint_signal=self.checkpoint_signal,
             min_run_s=self.min_run,
             idle_stop=self.idle_stop,
+            max_replicas=self.replicas.max if isinstance(self.replicas, ReplicaRange) else None,
         )
+
+    def _min_replicas(self) -> int:
+        r = self.replicas
+        return r.min if isinstance(r, ReplicaRange) else (r or 1)
 
     @classmethod
     def from_request(cls, req: Request) -> RequestModel:
@@ -543,7 +605,7 @@ class RequestModel(_Form):
             devices=None
             if req.devices == DeviceRequest()
             else DevicesModel.from_devices(req.devices),
-            replicas=None if req.replicas == 1 else req.replicas,
+            replicas=_replicas_of(req),
             gang=True if req.gang else None,
             span_sites=True if req.span_sites else None,
             priority=req.priority or None,
@@ -588,6 +650,13 @@ def read_spec(text: str) -> RequestModel:
 @functools.lru_cache(maxsize=SPEC_READS_KEPT)
 def _read_spec(text: str) -> RequestModel:
     return RequestModel.model_validate(text)
+
+
+def _replicas_of(req: Request) -> int | ReplicaRange | None:
+    """The canonical ``replicas``: null for 1, the count, or the elastic range."""
+    if req.max_replicas is not None:
+        return ReplicaRange.model_construct(min=req.replicas, max=req.max_replicas)
+    return None if req.replicas == 1 else req.replicas
 
 
 def _one_or_list(value: object) -> object:

@@ -153,6 +153,7 @@ class _Draft:
     cpu_milli: int = 0
     host_memory_mib: int = 0
     replicas: int = 1
+    max_replicas: int | None = None
     gang: bool = False
     span_sites: bool = False
     priority: int = 0
@@ -238,6 +239,7 @@ class _Draft:
             checkpoint_signal=self.checkpoint_signal,
             min_run_s=self.min_run_s,
             idle_stop=self.idle_stop,
+            max_replicas=self.max_replicas,
         )
 
 
@@ -448,7 +450,12 @@ def _set_memory(d: _Draft, path: str, raw: str) -> None:
 
 
 def _set_replicas(d: _Draft, path: str, raw: str) -> None:
-    d.replicas = _parse_int(path, raw, f"'4' (1 to {MAX_REPLICAS})")
+    """``replicas=4``, or an elastic range ``replicas=2..8`` (its minimum and maximum)."""
+    example = f"'4' or '2..8' (1 to {MAX_REPLICAS})"
+    low, sep, high = raw.partition("..")
+    d.replicas = _parse_int(path, low, example)
+    if sep:
+        d.max_replicas = _parse_int(f"{path}.max", high, example)
 
 
 def _set_priority(d: _Draft, path: str, raw: str) -> None:
@@ -604,7 +611,9 @@ def format_spec(req: Request) -> str:
         tokens.append(f"cpu={format_cpu_milli(req.cpu_milli)}")
     if req.memory_mib:
         tokens.append(f"memory={format_mib_exact(req.memory_mib)}")
-    if req.replicas != 1:
+    if req.max_replicas is not None:
+        tokens.append(f"replicas={req.replicas}..{req.max_replicas}")
+    elif req.replicas != 1:
         tokens.append(f"replicas={req.replicas}")
     if req.gang:
         tokens.append("gang")

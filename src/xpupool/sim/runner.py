@@ -77,11 +77,13 @@ def run_one(spec: RunSpec, on_task: Callable[[int, int], None] | None = None) ->
 class TimedOptions:
     """``peak``: compress arrivals to this peak demand (x capacity) instead of a fixed factor;
     ``checkpoints``: the seeded checkpoint model (``sim/checkpoints.py``); ``checkpoint_aware``:
-    the planner weighs what victims lose."""
+    the planner weighs what victims lose; ``elastic_share``: that share of the multi-card tasks
+    is elastic (``sim/elastic_tasks.py``; 0: none)."""
 
     peak: float | None = None
     checkpoints: bool = False
     checkpoint_aware: bool = False
+    elastic_share: float = 0.0
 
 
 def run_timed(
@@ -98,6 +100,7 @@ def run_timed(
     task is sent to one by ``rule`` (``site_dispatch.py``). Raises ValueError when
     ``options.peak`` is out of the trace's reach."""
     from xpupool.sim.checkpoints import CheckpointModel
+    from xpupool.sim.elastic_tasks import ElasticTasks
     from xpupool.sim.load import compress_for_peak
     from xpupool.sim.site_dispatch import Dispatch
     from xpupool.sim.timed_replay import QueueOrder, timed_replay
@@ -125,6 +128,7 @@ def run_timed(
         dispatch=dispatch,
         checkpoints=CheckpointModel(spec.seed) if opts.checkpoints else None,
         checkpoint_aware=opts.checkpoint_aware,
+        elastic=ElasticTasks(opts.elastic_share, spec.seed) if opts.elastic_share else None,
     )
     out: dict[str, object] = {"policy": spec.policy_name, "seed": spec.seed}
     if sites is not None:

@@ -32,7 +32,16 @@ from enum import StrEnum
 import numpy as np
 
 from xpupool.engine import ClusterState, Engine, Profile
-from xpupool.engine.cycle import Admission, Place, Preempt, SchedulingCycle, Stopping
+from xpupool.engine.cycle import (
+    Admission,
+    Place,
+    Preempt,
+    SchedulingCycle,
+    Shrink,
+    Stopping,
+    grow,
+    release_extras,
+)
 from xpupool.engine.cycle.fair_share import DecayedUsage
 from xpupool.engine.cycle.retry_gate import NEVER_TRIED, PERIODIC_PASS_S, RetryGate
 from xpupool.engine.cycle.stop_cost import StopCost, stop_cost
@@ -40,6 +49,7 @@ from xpupool.engine.fragmentation import TargetWorkload, kernels
 from xpupool.model import Allocation, Node, Request
 from xpupool.sim.alibaba import TraceTask, capacity_milli, to_request
 from xpupool.sim.checkpoints import NEVER, CheckpointModel, saved_s
+from xpupool.sim.elastic_tasks import CARD_MILLI, ElasticTasks
 from xpupool.sim.queue_config import QueueConfig
 from xpupool.sim.site_dispatch import Dispatch
 from xpupool.sim.task_speeds import TaskSpeeds
@@ -70,6 +80,8 @@ class TimedResult:
     gib_moved: float = 0.0  # data moved to the sites chosen, GiB
     gpu_hours_lost: float = 0.0  # work preempted tasks lost since their last checkpoint
     demand_pct: np.ndarray | None = None  # GPU % running or waiting, at ``times``
+    grows: int | None = None  # replicas elastic tasks were given (None: no elastic tasks asked)
+    shrinks: int | None = None  # extra replicas elastic tasks gave back for pending tasks
 
     def wait_by_queue(self) -> dict[str, float]:
         """Mean wait (s) of the placed tasks of each queue."""
@@ -107,6 +119,11 @@ class TimedResult:
             "unallocated_at_peak_pct": round(unallocated_at_peak, 3),
             "seconds": round(self.seconds, 3),
             **({"gib_moved": round(self.gib_moved, 1)} if self.sites_rule else {}),
+            **(
+                {"grows": float(self.grows), "shrinks": float(self.shrinks or 0)}
+                if self.grows is not None
+                else {}
+            ),
         }
 
 
@@ -128,6 +145,7 @@ class _Task:
     stopping: Stopping | None = None
     run_start: int = 0  # when its current run began
     done_s: float = 0.0  # run time saved by checkpoints of earlier runs
+    ends_at: int = 0  # when its current run ends (a departure for another time is void)
 
 
 def timed_replay(
@@ -146,6 +164,7 @@ def timed_replay(
     checkpoint_aware: bool = False,
     history_half_life_s: float | None = None,
     on_run: Callable[[int, int, Sequence[Allocation] | None], None] | None = None,
+    elastic: ElasticTasks | None = None,
 ) -> TimedResult:
     """Run ``tasks`` by their trace times under ``policy``; see the module docstring.
 
@@ -164,9 +183,15 @@ def timed_replay(
     that half-life (``engine/cycle/fair_share.py``) instead of DRF on what they hold now.
     ``on_run(now, task, allocations)`` is told each run's start (its allocations) and end (None:
     finished or preempted), as ``sim/energy.py`` meters them.
+    ``elastic`` makes a share of the multi-card tasks elastic (``sim/elastic_tasks.py``): they
+    are admitted at half their size, grown after every event's passes into idle capacity
+    (``engine/cycle/elastic.py``) and shrunk for pending tasks before any task is preempted;
+    their run time follows their size. Not with ``speeds``.
     """
     if compress <= 0:
         raise ValueError("compress must be positive")
+    if elastic is not None and speeds is not None:
+        raise ValueError("elastic tasks run by the trace's durations: not with speeds")
     arrive_at = [int(t.creation_time / compress) for t in tasks]
     kernels.warm()  # once per process: not part of this replay's seconds
     started = time.perf_counter()
@@ -191,10 +216,13 @@ def timed_replay(
     tenant_of = {q.name: q.tenant for q in config.queues}
     capacity = capacity_milli(nodes)
     work: list[_Task] = []
+    elastic_ids = set() if elastic is None else elastic.choose(list(tasks))
     for i, task in enumerate(tasks):
         queue, priority = config.assign(task)
         base = speeds.request(i, task) if speeds is not None else to_request(task)
         request = replace(base, priority=priority)
+        if elastic is not None and i in elastic_ids:
+            request = elastic.request(task, request)
         work.append(_Task(i, 0, queue, tenant_of.get(queue, queue), priority, request))
     wait = np.full(len(tasks), np.nan)
     jct = np.full(len(tasks), np.nan)
@@ -214,12 +242,26 @@ def timed_replay(
     next_arrival = 0
     retry_at: int | None = None  # the periodic pass that tries the retries left out
     period = max(1, round(PERIODIC_PASS_S))  # trace times are whole seconds
+    grows = shrinks = 0
+
+    def milli_of(job: _Task) -> int:
+        """GPU milli ``job`` holds now: an elastic task's follows its replicas."""
+        if job.id in elastic_ids:
+            return CARD_MILLI * len(job.allocations)
+        return tasks[job.id].gpu_request_milli
+
+    def resized(job: _Task, at: int) -> None:
+        """An elastic task's size changed at ``at``: its end moves (its old departure is void)."""
+        assert elastic is not None
+        job.ends_at = elastic.resized(job.id, at, len(job.allocations))
+        jct[job.id] = job.ends_at - arrive_at[job.id]
+        heapq.heappush(departures, (job.ends_at, job.id, job.allocations[0].id))
 
     def release(job: _Task) -> None:
         nonlocal used
         for alloc in job.allocations:
             cycle.admission.release(alloc.id)
-        used -= tasks[job.id].gpu_request_milli
+        used -= milli_of(job)
         if on_run is not None:
             on_run(now, job.id, None)
         gate.capacity_changed()
@@ -232,14 +274,46 @@ def timed_replay(
             stopped = running.pop(victim.id)
             ran = now - stopped.run_start
             saved = saved_s(ran, float(interval[stopped.id]))
-            stopped.done_s += saved
-            lost_card_s += (ran - saved) * tasks[stopped.id].gpu_request_milli / 1000
+            if elastic is not None and stopped.id in elastic_ids:
+                lost_card_s += elastic.stopped(stopped.id, now, saved / ran if ran > 0 else 0.0)
+            else:
+                stopped.done_s += saved
+                lost_card_s += (ran - saved) * tasks[stopped.id].gpu_request_milli / 1000
             waiting += tasks[stopped.id].gpu_request_milli
             release(stopped)
             stopped.allocations = []
             wait[stopped.id] = jct[stopped.id] = np.nan
             stopped_now.append(stopped)
             preempted += 1
+
+    def shrink_for(decision: Shrink, by: _Task) -> None:
+        """Release ``decision``'s extra replicas at once, for pending task ``by``."""
+        nonlocal used, shrinks
+        sizes = {j: len(work[j].allocations) for j, _ in decision.extras}
+        release_extras(admission, cycle.elastic, decision, by.id, sizes)
+        gone = {a.id for _, a in decision.extras}
+        for j in sizes:
+            job = work[j]
+            used -= milli_of(job)
+            job.allocations = [a for a in job.allocations if a.id not in gone]
+            used += milli_of(job)
+            resized(job, now)
+        shrinks += len(gone)
+        gate.capacity_changed()
+
+    def grow_elastic(now: int) -> bool:
+        """One replica more for each elastic task below its maximum, where there is room;
+        whether any grew (the server's next periodic pass then grows them again)."""
+        nonlocal used, grows
+        elastic_running = [running[i] for i in sorted(running) if i in elastic_ids]
+        grown = grow(admission, cycle.elastic, elastic_running)
+        for growth in grown:
+            job = work[growth.job]
+            job.allocations.append(growth.allocation)
+            used += CARD_MILLI
+            grows += 1
+            resized(job, max(now, job.run_start))
+        return bool(grown)
 
     def one_pass(now: int) -> tuple[bool, bool]:
         """Try the pending tasks the retry gate lets in, once each; returns whether to run
@@ -256,6 +330,9 @@ def timed_replay(
             job = candidates[index]
             generation = gate.generation
             decision = cycle.decide(job, running)
+            if isinstance(decision, Shrink):  # extra replicas go first, at once
+                shrink_for(decision, job)
+                decision = cycle.decide(job, running)
             if isinstance(decision, Preempt):
                 # Its victims stop at once here: it takes the room they leave now, before a
                 # task tried after it in this pass could (the server's victims take time to
@@ -273,12 +350,15 @@ def timed_replay(
                 )
                 start = max(now, ready_at[i])  # it holds its cards while its data arrives
                 wait[i] = start - arrive_at[i]
-                remaining = max(0, math.ceil(runs_s - job.done_s))
-                jct[i] = wait[i] + remaining
-                used += tasks[i].gpu_request_milli
+                used += milli_of(job)
                 waiting -= tasks[i].gpu_request_milli
                 job.run_start = start
-                heapq.heappush(departures, (start + remaining, i, job.allocations[0].id))
+                if elastic is not None and i in elastic_ids:
+                    resized(job, start)
+                else:
+                    job.ends_at = start + max(0, math.ceil(runs_s - job.done_s))
+                    jct[i] = job.ends_at - arrive_at[i]
+                    heapq.heappush(departures, (job.ends_at, i, job.allocations[0].id))
                 if on_run is not None:
                     on_run(start, i, job.allocations)
                 if sited is not None:
@@ -304,8 +384,8 @@ def timed_replay(
             while departures and departures[0][0] == now:
                 _, i, first = heapq.heappop(departures)
                 job = work[i]
-                if i not in running or job.allocations[0].id != first:
-                    continue  # preempted since: this departure is void
+                if i not in running or job.allocations[0].id != first or job.ends_at != now:
+                    continue  # preempted or resized since: this departure is void
                 release(job)
                 del running[i]
                 if sited is not None:
@@ -324,7 +404,8 @@ def timed_replay(
         again, left_out = one_pass(now)
         while again:
             again, left_out = one_pass(now)
-        retry_at = now + period if left_out else None
+        grew = bool(elastic_ids) and grow_elastic(now)
+        retry_at = now + period if left_out or grew else None
         times.append(float(now))
         util.append(100.0 * used / capacity if capacity else 0.0)
         demand.append(100.0 * (used + waiting) / capacity if capacity else 0.0)
@@ -343,4 +424,6 @@ def timed_replay(
         0.0 if sited is None else sited.gib_moved,
         lost_card_s / 3600.0,
         np.asarray(demand),
+        None if elastic is None else grows,
+        None if elastic is None else shrinks,
     )

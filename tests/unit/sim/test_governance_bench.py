@@ -27,7 +27,7 @@ def test_governance_bench_compares_both_planners_in_one_run_at_peak_load() -> No
     assert out.returncode == 0, out.stderr[-4000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["copies"] >= 2 and abs(got["peak_demand"] - 1.3) <= 0.02
-    for planner in ("today", "checkpoint_aware"):
+    for planner in ("today", "checkpoint_aware", "elastic"):
         fig = got[planner]
         assert fig["tasks"] == got["tasks"] == 150 * got["copies"]
         assert 0 < fig["mean_util_pct"] <= fig["peak_util_pct"] <= 100
@@ -35,3 +35,5 @@ def test_governance_bench_compares_both_planners_in_one_run_at_peak_load() -> No
         assert 0 <= fig["unallocated_at_peak_pct"] <= 100
         assert fig["gpu_hours_lost"] >= 0 and fig["preemptions"] >= 0
     assert "gpu_hours_lost_change_pct" in got
+    assert got["elastic"]["grows"] >= 0 and got["elastic_share"] == 0.5
+    assert "elastic_util_change_pts" in got and "elastic_p95_wait_change_pct" in got

@@ -27,6 +27,7 @@ from xpupool.engine.cycle.cycle import (
     Stopping,
     Wait,
 )
+from xpupool.engine.cycle.elastic import ElasticBook, Growth, Shrink, grow, release_extras
 from xpupool.engine.cycle.preempt import PreemptionPlan, minimal_victims, plan_preemption
 
 __all__ = [
@@ -35,6 +36,8 @@ __all__ = [
     "Admission",
     "Admitted",
     "Decision",
+    "ElasticBook",
+    "Growth",
     "PendingWork",
     "Place",
     "Preempt",
@@ -46,9 +49,12 @@ __all__ = [
     "Resource",
     "RunningWork",
     "SchedulingCycle",
+    "Shrink",
     "Stopping",
     "Unlisted",
     "Wait",
+    "grow",
     "minimal_victims",
     "plan_preemption",
+    "release_extras",
 ]

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from xpupool.engine.cycle.admission import Admission, Admitted, Preemption, Refusal
 from xpupool.engine.cycle.dispatch import SiteDispatch
+from xpupool.engine.cycle.elastic import ElasticBook, Shrink, shrink_plan
 from xpupool.engine.cycle.eviction import may_evict, may_reclaim
 from xpupool.engine.cycle.preempt import Loss, plan_preemption
 from xpupool.engine.cycle.stop_cost import StopCosts, cards_of
@@ -115,7 +116,7 @@ class Preempt:
         return isinstance(self.outcome, Reclaiming)
 
 
-Decision = Place | Wait | Preempt
+Decision = Place | Wait | Preempt | Shrink
 
 # every field of a request but its name: two requests alike in these fare alike
 _SHAPE = fields_but("name")
@@ -137,6 +138,7 @@ class SchedulingCycle:
         # with it, victims that lose least are preferred and min-run is kept (stop_cost.py)
         self.stop_costs = stop_costs
         self.sites = sites  # with it, :meth:`dispatch` chooses a site (dispatch.py)
+        self.elastic = ElasticBook()  # elastic jobs' extra replicas (elastic.py)
         self._refused: dict[tuple[object, ...], Wait] | None = None
         self._refused_at = (-1, -1)
 
@@ -220,6 +222,11 @@ class SchedulingCycle:
         if waiting_on:  # its victims are still stopping: do not pick more
             return Wait(WaitingForVictims(reason, tuple(sorted(waiting_on))), waiting_on)
         if isinstance(outcome, Refusal) and outcome.capacity_only:
+            shrink = (
+                shrink_plan(self.admission, self.elastic, job, reason) if self.elastic else None
+            )
+            if shrink is not None:  # elastic jobs' extra replicas go before any whole job
+                return shrink
             spec = self.admission.queues[job.queue]
             if spec.preemption is Preemption.LOWER_PRIORITY:
                 victims = self.preemption_victims(job, running)
