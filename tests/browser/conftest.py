@@ -97,7 +97,10 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
         data,
         cluster=CLUSTER_MIXED,
         agent=True,
-        extra_args=("--heartbeat", "0.5", "--lost-after", "10", "--history-interval", "1s"),
+        extra_args=(
+            *("--heartbeat", "0.5", "--lost-after", "10", "--history-interval", "1s"),
+            *("--usage-interval", "2s"),  # the usage page's energy within seconds
+        ),
     )
     srv.start()
     agent: subprocess.Popen[bytes] | None = None

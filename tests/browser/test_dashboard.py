@@ -416,3 +416,51 @@ def test_the_usage_page_shows_a_tenant_its_budget_and_spend_as_the_api(
     shot(page, "dashboard-usage")
     assert pool.admin.delete("/v1/tenants/other/budget").status_code == 204
     page.context.close()
+
+
+def test_the_usage_page_shows_energy_per_site_and_model_over_time_as_the_api(
+    browser: Any, pool: Pool
+) -> None:
+    """The usage page's energy section lists per site and per card model the kWh that ``GET
+    /v1/usage?by=site,model`` sums to (read before and after the page: energy only grows), with
+    a sparkline of its buckets."""
+    team = pool.api("team")
+    r = team.post(
+        "/v1/jobs",
+        json={
+            "name": "warm",
+            "request": "A100:1",
+            "command": [JOB_PYTHON, "-c", "import time; time.sleep(60)"],
+        },
+    )
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+
+    def kwh(label: str) -> dict[str, float]:
+        got = pool.admin.get("/v1/usage", params={"by": "site,model", "step": "day"})
+        assert got.status_code == 200, got.text
+        out: dict[str, float] = {}
+        for row in got.json()["rows"]:
+            out[row[label] or ""] = out.get(row[label] or "", 0.0) + row["energy_j"] / 3.6e6
+        return {name: v for name, v in out.items() if v > 0}
+
+    until(lambda: kwh("site"), "the first usage flush with energy", 90)
+    page = sign_in(browser, pool.url, pool.tokens["admin"])
+    before = {label: kwh(label) for label in ("site", "model")}
+    page.goto("/usage?window=1w")
+    after = {label: kwh(label) for label in ("site", "model")}
+    for label, table in (("site", "#energy-sites"), ("model", "#energy-models")):
+        rows = page.locator(f"{table} tr[data-name]")
+        shown = {
+            rows.nth(i).get_attribute("data-name") or "": float(
+                rows.nth(i).locator('[data-k="kwh"]').text_content() or ""
+            )
+            for i in range(rows.count())
+        }
+        assert set(shown) == set(after[label]) or set(shown) == set(before[label]), shown
+        for name, value in shown.items():
+            low, high = before[label].get(name, 0.0), after[label][name]
+            assert low - 0.0005 <= value <= high + 0.0005, (label, name, low, value, high)
+        assert rows.first.locator("svg.spark title").count() == 1
+    team.post(f"/v1/jobs/{job_id}/cancel")
+    page.context.close()

@@ -150,6 +150,8 @@ def test_submit_model_lands_on_the_only_node_that_can_run_it(up: Up) -> None:
     assert job["command"] == command
     devices = job["request"]["devices"]
     assert devices["models"] == ["L20"] and "cuda>=12.4" in devices["software"]
+    # its speeds are learned under the model's name, not the runtime's image (issue 55)
+    assert job["request"]["kind"] == "qwen2.5-7b", job["request"]
     assert job["env"]["XPUPOOL_SERVE_PORT"] == "8000"
 
     def run() -> list[str] | None:

@@ -5,17 +5,22 @@ speeds is given the measured ones, and its admission event says so."""
 
 from __future__ import annotations
 
+import os
+import re
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
 from job_commands import JOB_PYTHON
 from server_proc import ServerProc, stop_process, until
+from test_agent_e2e import CLI
 
 pytestmark = pytest.mark.slow
 
 FAKE = Path(__file__).parents[1] / "fixtures" / "agent" / "fake-a100x2-910b3.yaml"
+SLEEPS = [JOB_PYTHON, "-c", "import time; time.sleep(120)"]  # reports nothing of itself
 
 
 def writes(rate: str) -> list[str]:
@@ -73,3 +78,58 @@ def test_an_agent_reads_the_progress_file_and_the_figures_outlive_a_restart(
         finally:
             stop_process(agent)
             print(agent_log.read_text()[-2000:])
+
+
+def test_plan_gives_the_callers_measured_speeds_and_no_other_tenants(tmp_path: Path) -> None:
+    """``xpupool plan --model M`` against a server reads the caller's measured figures of M's
+    serving jobs (``GET /v1/throughput``) and says so; another tenant neither reads them nor
+    plans with them."""
+    srv = ServerProc(tmp_path / "data", extra_args=("--heartbeat", "0.2"))
+    with srv:
+        agent, agent_log = srv.start_agent(tmp_path, "n1", FAKE)
+        try:
+            with srv.tenant_client("team") as team, srv.tenant_client("other") as other:
+                with httpx.Client(base_url=srv.url, headers=srv.headers(), timeout=10) as admin:
+                    until(lambda: admin.get("/v1/nodes").json(), "the agent's node", 60)
+                for request, rate in (("A100:1", 100.0), ("910B3:1", 70.0)):
+                    body = {"request": f"{request} kind=qwen2.5-7b", "command": SLEEPS}
+                    r = team.post("/v1/jobs", json=body)
+                    assert r.status_code == 201, r.text
+                    job = int(r.json()["id"])
+
+                    def reported(job: int = job, rate: float = rate) -> bool:
+                        answer = team.post(f"/v1/jobs/{job}/progress", json={"rate": rate})
+                        return answer.status_code == 200  # 409 until it runs
+
+                    until(reported, f"job {job} running and reporting", 90)
+                mine = team.get("/v1/throughput", params={"kind": "qwen2.5-7b"}).json()
+                assert {m["model"] for m in mine} == {"A100-SXM4-80GB", "910B3"}, mine
+                assert other.get("/v1/throughput").json() == []
+                asked = other.get("/v1/throughput", params={"tenant": "team"})
+                assert asked.status_code == 422 and asked.json()["field"] == "tenant", asked.text
+
+                def plan(client: httpx.Client) -> str:
+                    token = client.headers["Authorization"].split()[1]
+                    env = {**os.environ, "XPUPOOL_URL": srv.url, "XPUPOOL_TOKEN": token}
+                    argv = [*CLI, "plan", "--model", "qwen2.5-7b"]
+                    done = subprocess.run(
+                        argv, env=env, capture_output=True, text=True, timeout=60, check=False
+                    )
+                    assert done.returncode == 0, done.stderr
+                    return done.stdout.strip().splitlines()[-1]
+
+                line = plan(team)
+                a100, ascend = (speed_of(line, m) for m in ("A100-SXM4-80GB", "910B3"))
+                assert ascend / a100 == pytest.approx(0.7, abs=0.03), line  # 70 over 100
+                assert "(measured, 2 runs)" in line, line
+                assert "measured" not in plan(other)
+        finally:
+            stop_process(agent)
+            print(agent_log.read_text()[-2000:])
+
+
+def speed_of(line: str, model: str) -> float:
+    """The speed ``line`` gives ``model`` (``"910B3: 0.7x"``)."""
+    found = re.search(rf"(?:^|, |: ){re.escape(model)}: ([0-9.]+)x", line)
+    assert found is not None, (model, line)
+    return float(found.group(1))

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from xpupool.server.schemas.queues import QueueIn
     from xpupool.server.schemas.services import Service, ServiceIn
     from xpupool.server.schemas.tenants import Tenant, TenantIn, TenantPatch, Token, TokenIn
+    from xpupool.server.schemas.throughput import MeasuredSpeed
 
     M = TypeVar("M", bound=BaseModel)
 
@@ -170,6 +171,12 @@ class Client:
         return TypeAdapter(list[PlanRow]).validate_python(
             self._json("POST", "/v1/plan", self._dump(body))
         )
+
+    def measured_speeds(self, *, kind: str | None = None) -> list[MeasuredSpeed]:
+        """The caller's measured speeds (``GET /v1/throughput``; the admin: every tenant's)."""
+        from xpupool.server.schemas.throughput import MeasuredSpeed
+
+        return self._models(MeasuredSpeed, "/v1/throughput", kind=kind)
 
     # ---------------------------------------------------------------------------- tenants
     def create_tenant(self, body: TenantIn) -> Tenant:

@@ -28,6 +28,7 @@ from xpupool.model.errors import RequestError
 
 if TYPE_CHECKING:  # imported where they are used: `xpupool jobs` imports this module too
     from xpupool.server.schemas.models import CatalogModel, ModelIntent, PlanRow
+    from xpupool.server.schemas.throughput import MeasuredSpeed
 
 F = TypeVar("F", bound=Callable[..., Any])
 _CONTEXT = re.compile(r"^\s*(\d+)\s*([kKmM]?)\s*$")
@@ -145,12 +146,15 @@ def plan_command(
     from xpupool.server.schemas.models import ModelIntent
 
     body = ModelIntent.model_validate(intent(model, task, precision, context, concurrency, method))
+    measured: list[MeasuredSpeed] = []
     if catalog_only:
         rows = offline_plan(body)
     else:
         try:
             with make_client(url, token) as client:
                 rows = client.plan(body)
+                if output == "table" and task == "serve":
+                    measured = client.measured_speeds(kind=model_kind(model))
         except Unreachable as exc:
             raise click.ClickException(
                 f"{exc}; 'xpupool plan --catalog-only' plans from the catalog without a server"
@@ -159,17 +163,36 @@ def plan_command(
         rows = [r for r in rows if r.feasible]
     emit(output, rows, lambda: plan_table(rows))
     if output == "table" and rows:
-        click.echo(f"expected speed: {speed_line(rows)}")
+        click.echo(f"expected speed: {speed_line(rows, measured)}")
 
 
-def speed_line(rows: Sequence[PlanRow]) -> str:
+def model_kind(name: str) -> str:
+    """The job type a ``submit --model`` job of ``name`` is measured under: the catalog's name
+    of the model (``server/services/models.py``), or ``name`` as given when this catalog lacks
+    it (the server's may not)."""
+    from xpupool.catalog.models import load_models
+
+    found = load_models().lookup(name)
+    return name if found is None else found.name
+
+
+def speed_line(rows: Sequence[PlanRow], measured: Sequence[MeasuredSpeed] = ()) -> str:
     """Each feasible card type's decode speed relative to the fastest, and where the figures
-    come from (``catalog/throughput.py``): ``H100-SXM5-80GB: 1.0x, A100-SXM4-80GB: 0.6x
+    come from (``catalog/throughput.py``): measured by the caller's serving jobs of the model
+    once two card types are (``measured``, one tenant's; an admin reading several tenants'
+    gets estimates), else the plan's estimates: ``H100-SXM5-80GB: 1.0x, A100-SXM4-80GB: 0.6x
     (estimated)``."""
-    from xpupool.catalog.throughput import card_speeds, describe
+    from xpupool.catalog.throughput import Measured, ThroughputTable, card_speeds, describe
 
     rates = {r.device_model: r.est_tokens_per_s for r in rows if r.feasible and r.est_tokens_per_s}
-    return describe(card_speeds("llm-decode", list(rates), estimate=rates)) or "unknown"
+    table = ThroughputTable()
+    if len({(m.tenant, m.kind) for m in measured}) == 1:
+        for m in measured:
+            table.put(m.kind, m.model, Measured(m.rate, m.runs, m.reports))
+    kind = measured[0].kind if measured else "llm-decode"
+    names = [r.device_model for r in rows if r.feasible]
+    speeds = card_speeds(kind, names, table=table, estimate=rates)
+    return describe(speeds) or "unknown"
 
 
 def plan_table(rows: Sequence[PlanRow]) -> FitTable:

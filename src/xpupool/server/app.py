@@ -50,6 +50,7 @@ from xpupool.server.routers import (
     service_tokens,
     services,
     tenants,
+    throughput,
     usage,
     volumes,
 )
@@ -254,6 +255,7 @@ def create_app(
         services.router,
         usage.router,
         billing.router,
+        throughput.router,
     ):
         app.include_router(router)
 

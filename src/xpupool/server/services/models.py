@@ -156,7 +156,7 @@ def expand_model_job(plane: ControlPlane, body: JobIn, tenant: str) -> JobIn:
         if row.reason:  # judged: a submission of this row would be refused, and why
             misses.append(f"{row.device_model}: {row.reason}")
             continue
-        candidate = _job_request(models, row)
+        candidate = _job_request(models, row, kind=spec.name)
         runtime = models.runtime(row.runtime)
         assert resolved.context is not None
         argv = runtime.argv(
@@ -206,9 +206,11 @@ def _misses_off_runtime_nodes(
     ]
 
 
-def _job_request(models: ModelCatalog, row: PlanRow) -> RequestModel:
+def _job_request(models: ModelCatalog, row: PlanRow, kind: str | None = None) -> RequestModel:
     """The device request of one plan row: whole cards of that model and vendor, the runtime's
-    software needs, one link group for a tensor group, one replica per pipeline stage."""
+    software needs, one link group for a tensor group, one replica per pipeline stage; ``kind``
+    the job type, the served model's name: its speeds are learned and planned under it (issue
+    55), not under its runtime's image, which every model the runtime serves shares."""
     assert row.runtime is not None
     runtime = models.runtime(row.runtime)
     devices: dict[str, object] = {
@@ -222,4 +224,6 @@ def _job_request(models: ModelCatalog, row: PlanRow) -> RequestModel:
     data: dict[str, object] = {"devices": devices}
     if row.nodes > 1:
         data |= {"replicas": row.nodes, "gang": True}
+    if kind is not None:
+        data["kind"] = kind
     return RequestModel.model_validate(data)

@@ -1,5 +1,6 @@
 """The usage page: what each tenant used per day (or hour, or month) over a window, per card
-model, and what it cost at the admin's prices, with the viewer's budget. Read through the one
+model, and what it cost at the admin's prices, with the viewer's budget, and the cards' energy per
+site and per model over time (``energy_usage.py``). Read through the one
 usage query (``server/usage/query.py``), so a tenant sees its own rows only, as in the API, and
 every chart's numbers are in a table beside it."""
 
@@ -16,6 +17,7 @@ from xpupool.server.plane import ControlPlane
 from xpupool.server.services import billing
 from xpupool.server.usage import query
 from xpupool.server.web.charts import bar_chart, sparkline
+from xpupool.server.web.energy_usage import energy_over_time
 from xpupool.server.web.render import page
 from xpupool.server.web.viewer import PlaneDep, Viewer, ViewerDep
 
@@ -50,6 +52,7 @@ def usage_context(plane: ControlPlane, viewer: Viewer, window: str) -> dict[str,
     who = viewer.principal
     series = query.usage(plane, who, "tenant", frm, str(to), step)
     by_model = query.usage(plane, who, "model", frm, str(to), "month")
+    by_place = query.usage(plane, who, "site,model", frm, str(to), step)  # energy over time
     models: dict[str, dict[str, float | None]] = {}
     for r in by_model.rows:
         m = models.setdefault(
@@ -79,6 +82,8 @@ def usage_context(plane: ControlPlane, viewer: Viewer, window: str) -> dict[str,
         if series.currency is not None
         else None,
         "budget": budget,
+        "energy_sites": energy_over_time(by_place, "site"),
+        "energy_models": energy_over_time(by_place, "model"),
         "since": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(since)),
     }
 
