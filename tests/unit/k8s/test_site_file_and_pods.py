@@ -72,7 +72,17 @@ def test_a_finished_jobs_pods_are_kept_as_long_as_the_sites_file_says(tmp_path: 
     [
         ("sites:\n  - {name: a, kubeconfig: kc.yaml, colour: red}\n", "sites[0].colour", "Extra"),
         ("sites:\n  - {name: A_B, kubeconfig: kc.yaml}\n", "sites[0].name", "pattern"),
-        ("sites:\n  - {name: a}\n", "sites[0]", "kubeconfig, or in_cluster"),
+        ("sites:\n  - {name: a}\n", "sites[0]", "kubeconfig_secret, or in_cluster"),
+        (
+            "sites:\n  - {name: a, kubeconfig: kc.yaml, kubeconfig_secret: a}\n",
+            "sites[0]",
+            "give one of kubeconfig, kubeconfig_secret",
+        ),
+        (
+            "sites:\n  - {name: a, kubeconfig_secret: A_B}\n",
+            "sites[0].kubeconfig_secret",
+            "pattern",
+        ),
         ("sites:\n  - {name: a, kubeconfig: nope.yaml}\n", "sites[0].kubeconfig", "no such file"),
         ("sites:\n  - {name: a, in_cluster: true, kind: slurm}\n", "sites[0].kind", "kubernetes"),
         (
