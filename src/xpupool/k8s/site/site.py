@@ -716,6 +716,7 @@ class KubernetesSite:
                 card_memory_mib=first.memory_mib if first is not None else 0,
                 secrets=run.secrets,
                 volumes=run.volumes,
+                gang_size=len(run.placed) if run.gang and len(run.placed) > 1 else 0,
             )
             out.append((plan, a.node))
         secret = secret_object(out[0][0], run.values) if out and run.secrets else None
