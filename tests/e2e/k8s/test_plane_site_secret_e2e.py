@@ -17,16 +17,9 @@ from typing import Any
 
 import httpx
 import pytest
-from cluster import (
-    Extender,
-    ExtenderProcess,
-    K8sCluster,
-    find_binaries,
-    free_port,
-    require_binaries,
-    write_kubeconfig,
-)
-from test_plane_site_e2e import COMPLETE_STAGE, MANAGED, SITE, SLEEP, kwok_node, pods, state_is
+from cluster import K8sCluster, require_binaries, write_kubeconfig
+from kwok_site import kwok_site
+from test_plane_site_e2e import SITE, SLEEP, pods, state_is
 
 from xpupool.k8s.codec.allocation_audit import audit_allocations
 
@@ -70,66 +63,42 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
     before the secret is set, is refused naming the field."""
     require_binaries(("etcd", "kube-apiserver", "kube-scheduler", "kwok"))
     tmp = tmp_path_factory.mktemp("plane-secret")
-    port = free_port()
-    extender = Extender(url_prefix=f"http://127.0.0.1:{port}", managed_resources=MANAGED)
-    with K8sCluster(tmp / "cluster", extender=extender) as kc:
-        bins = find_binaries(("kwok",))
-        stages = tmp / "kwok-stages.yaml"
-        stages.write_text(bins["kwok-stages"].read_text() + COMPLETE_STAGE)
-        kwok_port = free_port()
-        comp = kc._spawn(
-            "kwok",
-            [
-                str(bins["kwok"]),
-                f"--kubeconfig={kc.kubeconfig}",
-                f"--config={stages}",
-                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-                f"--server-address=127.0.0.1:{kwok_port}",
-            ],
+    with kwok_site(tmp, "cluster", ("kw-0", "kw-1")) as (kc, _):
+        kc.service_account(NAMESPACE, ACCOUNT)
+        binding = {
+            "metadata": {"name": "xpupool-plane-test"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "cluster-admin",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}],
+        }
+        kc.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
+        sites_file = tmp / "sites.yaml"
+        sites_file.write_text(
+            f"sites:\n  - name: {SITE}\n    kubeconfig_secret: {SECRET}\n"
+            "    create_namespaces: true\n"
         )
-        kc._wait(comp, f"http://127.0.0.1:{kwok_port}/healthz")
-        ext = ExtenderProcess(kc.kubeconfig, port, tmp / "extender.log").start()
-        try:
-            for name in ("kw-0", "kw-1"):
-                r = kc.api.post("/api/v1/nodes", json=kwok_node(name))
-                assert r.status_code == 201, r.text
-            kc.service_account(NAMESPACE, ACCOUNT)
-            binding = {
-                "metadata": {"name": "xpupool-plane-test"},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": "cluster-admin",
-                },
-                "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}],
-            }
-            kc.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
-            sites_file = tmp / "sites.yaml"
-            sites_file.write_text(
-                f"sites:\n  - name: {SITE}\n    kubeconfig_secret: {SECRET}\n"
-                "    create_namespaces: true\n"
-            )
-            cluster = tmp / "cluster.yaml"  # a second site: the pool's own node
-            cluster.write_text(
-                "nodes:\n  - name: lab-0\n    site: lab\n    cpu: 8\n    memory: 32Gi\n"
-                "    devices:\n"
-                "      - {vendor: nvidia, model: NVIDIA Tesla T4, count: 1, memory: 15Gi}\n"
-            )
-            with_sites = ("--sites", str(sites_file), "--heartbeat", "1", "--lost-after", "3")
-            srv = ServerProc(tmp / "data", cluster=cluster, extra_args=with_sites)
-            with pytest.raises(RuntimeError) as refused:
-                srv.start()
-            assert f"sites[{SITE}].kubeconfig_secret" in str(refused.value), refused.value
-            assert "no such secret of the admin's" in str(refused.value)
-            srv.extra_args = ()
-            with srv:  # the admin sets the site's secret, then starts with the sites file
-                set_secret(srv, identity(kc, "cred-old", tmp / "old.kubeconfig"))
-            srv.extra_args = with_sites
-            with srv:
-                until(lambda: len(sites(srv).get(SITE, {}).get("by_model", {})) > 0, "site", 60)
-                yield kc, srv
-        finally:
-            ext.stop()
+        cluster = tmp / "cluster.yaml"  # a second site: the pool's own node
+        cluster.write_text(
+            "nodes:\n  - name: lab-0\n    site: lab\n    cpu: 8\n    memory: 32Gi\n"
+            "    devices:\n"
+            "      - {vendor: nvidia, model: NVIDIA Tesla T4, count: 1, memory: 15Gi}\n"
+        )
+        with_sites = ("--sites", str(sites_file), "--heartbeat", "1", "--lost-after", "3")
+        srv = ServerProc(tmp / "data", cluster=cluster, extra_args=with_sites)
+        with pytest.raises(RuntimeError) as refused:
+            srv.start()
+        assert f"sites[{SITE}].kubeconfig_secret" in str(refused.value), refused.value
+        assert "no such secret of the admin's" in str(refused.value)
+        srv.extra_args = ()
+        with srv:  # the admin sets the site's secret, then starts with the sites file
+            set_secret(srv, identity(kc, "cred-old", tmp / "old.kubeconfig"))
+        srv.extra_args = with_sites
+        with srv:
+            until(lambda: len(sites(srv).get(SITE, {}).get("by_model", {})) > 0, "site", 60)
+            yield kc, srv
 
 
 def test_a_rotated_kubeconfig_secret_is_taken_without_a_restart(
@@ -175,7 +144,7 @@ def test_an_api_gang_becomes_one_group_the_extender_binds_whole(plane: Plane) ->
         assert groups == {f"xp-{job_id}-1"}
         assert (
             f"gang xpupool-cv/xp-{job_id}-1: 3 places reserved"
-            in (kc.dir.parent / "extender.log").read_text()
+            in (kc.dir.parent / "cluster-extender.log").read_text()
         )
         found = audit_allocations(kc.api.get("/api/v1/nodes").json()["items"], made)
         assert found.pods == 3 and not found.over and not found.unreadable, found

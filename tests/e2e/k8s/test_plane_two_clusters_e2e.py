@@ -7,21 +7,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from cluster import (
-    Extender,
-    ExtenderProcess,
-    K8sCluster,
-    find_binaries,
-    free_port,
-    require_binaries,
-)
-from test_plane_site_e2e import COMPLETE_STAGE, MANAGED, SLEEP, kwok_node, pods, state_is
+from cluster import K8sCluster, require_binaries
+from kwok_site import kwok_site
+from test_plane_site_e2e import SLEEP, pods, state_is
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "integration"))
 from server_proc import ServerProc, until
@@ -30,36 +24,6 @@ pytestmark = pytest.mark.k8s
 
 SITES = ("gpu-a", "gpu-b")
 Fleet = tuple[dict[str, K8sCluster], ServerProc]
-
-
-@contextmanager
-def site_cluster(tmp: Path, name: str) -> Iterator[K8sCluster]:
-    """One cluster: scheduler + extender + kwok, one kwok node ``<name>-0`` of two A100s."""
-    port = free_port()
-    extender = Extender(url_prefix=f"http://127.0.0.1:{port}", managed_resources=MANAGED)
-    with K8sCluster(tmp / name, extender=extender) as kc:
-        bins = find_binaries(("kwok",))
-        stages = tmp / f"{name}-kwok-stages.yaml"
-        stages.write_text(bins["kwok-stages"].read_text() + COMPLETE_STAGE)
-        kwok_port = free_port()
-        comp = kc._spawn(
-            "kwok",
-            [
-                str(bins["kwok"]),
-                f"--kubeconfig={kc.kubeconfig}",
-                f"--config={stages}",
-                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-                f"--server-address=127.0.0.1:{kwok_port}",
-            ],
-        )
-        kc._wait(comp, f"http://127.0.0.1:{kwok_port}/healthz")
-        ext = ExtenderProcess(kc.kubeconfig, port, tmp / f"{name}-extender.log").start()
-        try:
-            r = kc.api.post("/api/v1/nodes", json=kwok_node(f"{name}-0"))
-            assert r.status_code == 201, r.text
-            yield kc
-        finally:
-            ext.stop()
 
 
 def sites(srv: ServerProc) -> dict[str, Any]:
@@ -73,7 +37,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     require_binaries(("etcd", "kube-apiserver", "kube-scheduler", "kwok"))
     tmp = tmp_path_factory.mktemp("two-clusters")
     with ExitStack() as stack:
-        clusters = {name: stack.enter_context(site_cluster(tmp, name)) for name in SITES}
+        clusters = {
+            name: stack.enter_context(kwok_site(tmp, name, (f"{name}-0",)))[0] for name in SITES
+        }
         text = "sites:\n" + "".join(
             f"  - name: {name}\n    kubeconfig: {kc.kubeconfig}\n    create_namespaces: true\n"
             for name, kc in clusters.items()
