@@ -61,6 +61,10 @@ class FakeApiServer:
         api = self
 
         class Handler(BaseHTTPRequestHandler):
+            # chunked watches, as kube-apiserver sends them: a watch the client cuts is then an
+            # error to it, not the end of a response read to its close
+            protocol_version = "HTTP/1.1"
+
             def log_message(self, *args: Any) -> None:
                 pass
 
@@ -85,13 +89,16 @@ class FakeApiServer:
                 if query.get("watch") == ["true"]:
                     self.send_response(200)
                     self.send_header("Content-Type", "application/json")
+                    self.send_header("Transfer-Encoding", "chunked")
                     self.end_headers()
                     for obj in items:
                         if int(obj["metadata"]["resourceVersion"]) > since:
-                            line = json.dumps({"type": "ADDED", "object": obj}) + "\n"
-                            self.wfile.write(line.encode())
+                            line = (json.dumps({"type": "ADDED", "object": obj}) + "\n").encode()
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
                     self.wfile.flush()
                     time.sleep(0.3)  # then quiet, and ended: the informer watches again
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.close_connection = True
                 else:
                     meta = {"resourceVersion": str(version)}
                     self._answer(200, {"kind": "List", "metadata": meta, "items": items})
