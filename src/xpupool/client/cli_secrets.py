@@ -18,7 +18,9 @@ from xpupool.client._cli_common import (
 )
 from xpupool.client._render import ago
 
-TENANT_HELP = "admin: the tenant whose secrets these are"
+TENANT_HELP = (
+    "admin: the tenant whose secrets these are (none: the admin's own, such as a site's kubeconfig)"
+)
 
 
 @click.group()

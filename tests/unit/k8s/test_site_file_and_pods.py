@@ -12,6 +12,7 @@ import pytest
 
 from xpupool.engine import ClusterState, Engine
 from xpupool.k8s.codec.pod_request import pod_demand
+from xpupool.k8s.informers.pod_groups import group_claim
 from xpupool.k8s.site.pods import (
     PodPlan,
     build_pod,
@@ -72,7 +73,17 @@ def test_a_finished_jobs_pods_are_kept_as_long_as_the_sites_file_says(tmp_path: 
     [
         ("sites:\n  - {name: a, kubeconfig: kc.yaml, colour: red}\n", "sites[0].colour", "Extra"),
         ("sites:\n  - {name: A_B, kubeconfig: kc.yaml}\n", "sites[0].name", "pattern"),
-        ("sites:\n  - {name: a}\n", "sites[0]", "kubeconfig, or in_cluster"),
+        ("sites:\n  - {name: a}\n", "sites[0]", "kubeconfig_secret, or in_cluster"),
+        (
+            "sites:\n  - {name: a, kubeconfig: kc.yaml, kubeconfig_secret: a}\n",
+            "sites[0]",
+            "give one of kubeconfig, kubeconfig_secret",
+        ),
+        (
+            "sites:\n  - {name: a, kubeconfig_secret: A_B}\n",
+            "sites[0].kubeconfig_secret",
+            "pattern",
+        ),
         ("sites:\n  - {name: a, kubeconfig: nope.yaml}\n", "sites[0].kubeconfig", "no such file"),
         ("sites:\n  - {name: a, in_cluster: true, kind: slurm}\n", "sites[0].kind", "kubernetes"),
         (
@@ -203,6 +214,32 @@ def test_a_replica_becomes_a_pod_the_extender_reads_as_the_plane_placed_it() -> 
     assert one.request.devices.core_permille == 250
     assert set(one.request.devices.uuids) == {"GPU-n1-0", "GPU-n1-1"}
     assert one.request.cpu_milli == 2000 and one.request.memory_mib == 4096
+
+
+def test_a_gangs_pods_are_one_group_of_identical_members_the_extender_places() -> None:
+    """Pinned each to its replica's place, the extender could not place a gang's pods as one
+    group (its gang wants identical members): they carry the group and its size instead, and
+    the same request, so the extender's reader makes one gang of them."""
+    other = Allocation(8, "job-12", 2, "n2", 0, 2000, 4096, plan().allocation.devices)
+    pods = [build_pod(plan(gang_size=3)), build_pod(plan(replica=2, allocation=other, gang_size=3))]
+    for pod in pods:
+        assert pod["metadata"]["annotations"] == {
+            "xpupool.io/gang": "xp-12-2",
+            "xpupool.io/gang-size": "3",
+        }
+        assert "affinity" not in pod["spec"]
+    demands = [pod_demand({**p, "metadata": {**p["metadata"], "uid": "u"}}) for p in pods]
+    assert demands[0].demands == demands[1].demands  # one template
+    (one,) = demands[0].demands
+    assert not one.request.devices.uuids and one.request.devices.count == 2
+    claim = group_claim(pods[0])
+    assert claim is not None and (claim.namespace, claim.name, claim.size) == (
+        "xpupool-ml",
+        "xp-12-2",
+        3,
+    )
+    alone = build_pod(plan(gang_size=1))  # a gang of one: placed as the plane placed it
+    assert "xpupool.io/gang" not in alone["metadata"]["annotations"] and alone["spec"]["affinity"]
 
 
 def test_what_no_pod_can_say_is_refused_naming_it() -> None:

@@ -283,16 +283,16 @@ def test_the_in_process_agent_lets_go_of_a_deleted_node(server: Server, tmp_path
 
 @pytest.mark.slow
 def test_the_lost_node_watch_walks_agent_nodes_only(server: Server) -> None:
-    """``agent_node_records`` (what ``mark_lost_nodes`` walks) follows registrations, takeovers
+    """``heard_node_records`` (what ``mark_lost_nodes`` walks) follows registrations, takeovers
     and deletions, and leaves the cluster file's nodes out however many there are."""
     plane = server.plane
     fleet.register_many(plane, [cluster_node(f"sim-{i}") for i in range(50)], "cluster")
     node(server, "a1")
-    assert [name for name, _ in plane.agent_node_records()] == ["a1"]
+    assert [name for name, _ in plane.heard_node_records()] == ["a1"]
     body = node_body("sim-1", count=1, model="NVIDIA L20", memory_mib=49_152)
     assert server.client.post("/v1/agent/register", json=body, headers=server.admin).is_success
-    assert sorted(name for name, _ in plane.agent_node_records()) == ["a1", "sim-1"]
+    assert sorted(name for name, _ in plane.heard_node_records()) == ["a1", "sim-1"]
     assert delete(server, "a1").status_code == 200
-    assert [name for name, _ in plane.agent_node_records()] == ["sim-1"]
+    assert [name for name, _ in plane.heard_node_records()] == ["sim-1"]
     server.clock.advance(plane.lost_after_s + 1)
     assert mark_lost_nodes(plane) == ["sim-1"]

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from server_kit import BOTH_STORES, Server, reopen, tenant
 
+from xpupool.model.errors import NotFound
 from xpupool.server.plane import ControlPlane, secret_rows
 from xpupool.server.secret_box import (
     SealBrokenError,
@@ -27,6 +28,7 @@ from xpupool.server.secret_box import (
     seal,
     unseal,
 )
+from xpupool.server.services.secrets import admin_secret
 
 STORES = BOTH_STORES  # its tests' server on SQLite and on PostgreSQL (conftest.py)
 
@@ -103,10 +105,36 @@ def test_a_tenant_reaches_only_its_own_secrets(server: Server) -> None:
     assert server.client.get("/v1/secrets", headers=server.as_(other)).json() == []
     mine = server.client.get("/v1/secrets", headers=server.as_(lab)).json()
     assert [s["size"] for s in mine] == [len(VALUE)]  # untouched by the refusals
-    no_tenant = server.client.get("/v1/secrets", headers=server.admin)
-    assert no_tenant.status_code == 422 and no_tenant.json()["field"] == "tenant"
+    admins_own = server.client.get("/v1/secrets", headers=server.admin)
+    assert admins_own.status_code == 200 and admins_own.json() == []  # no tenant's
     missing = put(server, server.admin_token, "x", {"secret": "x"}, tenant="nobody")
     assert missing.status_code == 404
+
+
+def test_the_admins_own_secrets_are_no_tenants(server: Server) -> None:
+    """The admin naming no tenant sets its own secrets (a Kubernetes site's kubeconfig): no
+    tenant lists, replaces or deletes them; they are sealed as no tenant's and go through a key
+    rotation with the rest."""
+    lab = tenant(server, "lab")
+    assert put(server, server.admin_token, "site-kc", {"secret": VALUE}).status_code == 201
+    assert put(server, lab, "site-kc", {"secret": "mine"}).status_code == 201  # lab's own
+    assert server.client.delete("/v1/secrets/site-kc", headers=server.as_(lab)).status_code == 204
+    assert server.client.get("/v1/secrets", headers=server.as_(lab)).json() == []
+    listed = server.client.get("/v1/secrets", headers=server.admin).json()
+    assert [(s["name"], s["size"]) for s in listed] == [("site-kc", len(VALUE))]
+    assert admin_secret(server.plane, "site-kc") == VALUE.encode()
+    with server.plane.db.connect() as conn:
+        sealed = secret_rows.sealed(conn, None, ["site-kc"])["site-kc"]
+    with pytest.raises(SealBrokenError):  # not a tenant's value, whatever the tenant
+        server.plane.secret_box.unseal("lab", "site-kc", sealed)
+    r = server.client.post("/v1/secrets/rotate-key", headers=server.admin)
+    assert r.status_code == 200 and r.json()["resealed"] == 1, r.text
+    assert admin_secret(server.plane, "site-kc") == VALUE.encode()
+    audit = server.client.get("/v1/audit", headers=server.admin)
+    assert "secret site-kc of the admin" in audit.text and VALUE not in audit.text
+    assert server.client.delete("/v1/secrets/site-kc", headers=server.admin).status_code == 204
+    with pytest.raises(NotFound):
+        admin_secret(server.plane, "site-kc")
 
 
 def test_bad_names_are_refused_naming_the_field(server: Server) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -87,7 +88,8 @@ class _TrackedStream(httpx2.SyncByteStream):
 class InterruptibleTransport(httpx2.HTTPTransport):
     """An HTTP transport that remembers the sockets of the watch requests (``watch=true``) it
     carries until their bodies close; :meth:`interrupt` shuts them down, so the thread blocked
-    reading one gets a network error at once. Other requests are untouched."""
+    reading one gets a network error at once. Other requests are untouched. ``answered_at``
+    says when the API server last answered a request (an informer's ``silent_since``)."""
 
     def __init__(self, config: SingleConfig) -> None:
         # A transport given to httpx replaces the default one, and with it the TLS settings the
@@ -97,9 +99,12 @@ class InterruptibleTransport(httpx2.HTTPTransport):
         self._lock = threading.Lock()
         self._watches: dict[int, socket.socket] = {}
         self._next = 0
+        # monotonic time of the API server's last answer (any status: a refusal is an answer)
+        self.answered_at = -float("inf")
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         response = super().handle_request(request)
+        self.answered_at = time.monotonic()
         if request.url.params.get("watch") != "true":
             return response
         stream = response.extensions.get("network_stream")

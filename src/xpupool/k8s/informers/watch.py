@@ -157,6 +157,8 @@ class Informer(Generic[T]):
         self._thread: threading.Thread | None = None
         self._ticker: threading.Thread | None = None
         self.version: str | None = None  # the newest resourceVersion delivered
+        # monotonic time of the first failure since the last list or watch that ended well
+        self._failing_since: float | None = None
         self._progress = 0  # lists and events that got through, to reset the backoff
         # Counters, for logs and tests: lists made, 410s met, watches opened, errors retried.
         self.lists = 0
@@ -202,6 +204,17 @@ class Informer(Generic[T]):
     def stopped(self) -> bool:
         return self._stop.is_set()
 
+    @property
+    def silent_since(self) -> float | None:
+        """Since when (``time.monotonic``) the API server has not answered this informer: its
+        first failed request since the last answer. None while it answers: a list, a watch
+        opened (quiet or not), even a refusal are answers; a connection refused, reset or timed
+        out is none. A Kubernetes site's reachability (``KubernetesSite.answering``)."""
+        failing = self._failing_since
+        if failing is None or self._transport.answered_at >= failing:
+            return None
+        return failing
+
     def keys(self) -> list[str]:
         """Keys of the objects the consumer holds now (a copy)."""
         return list(self._known)
@@ -214,6 +227,20 @@ class Informer(Generic[T]):
         """List again now and deliver what differs (also what ``resync_s`` does)."""
         self._resync_due.set()
         self._transport.interrupt()
+
+    def reconfigure(self, config: SingleConfig) -> None:
+        """Connect with ``config`` from now on (rotated credentials): the open watch is cut and
+        the informer lists again through the new client, delivering only what differs from what
+        the consumer holds, so nothing changed while it switched is missed or told twice. A
+        request of the old client in flight fails and is tried again with the new one."""
+        transport = InterruptibleTransport(config)
+        old_transport, old_client = self._transport, self._client
+        self._transport, self._client = transport, make_client(config, transport=transport)
+        self._resync_due.set()  # the loop lists again, through the new client
+        old_transport.interrupt()
+        # closed on a thread of its own: closing waits for a request in flight on it, and a
+        # request the old client would still send (lightkube's watch, going on) then fails
+        threading.Thread(target=old_client.close, name=f"close-{self.name}", daemon=True).start()
 
     # ------------------------------------------------------------------ the loop
     def _tick(self) -> None:
@@ -236,6 +263,7 @@ class Informer(Generic[T]):
                 phase = "watch"
                 self._watch()
                 failures = 0
+                self._failing_since = None
             except ExpiredError as exc:
                 self.expired += 1
                 log.info("%s: %s expired (%s); listing again", self.name, phase, exc)
@@ -248,6 +276,10 @@ class Informer(Generic[T]):
                     break
                 failures += 1
                 self.errors += 1
+                if isinstance(exc, ApiError):  # refused: still an answer
+                    self._failing_since = None
+                elif self.silent_since is None:  # no answer since: silent from now
+                    self._failing_since = time.monotonic()
                 delay = backoff_s(failures, cap_s=self.backoff_cap_s)
                 log.warning(
                     "%s: %s: %s; retrying in %.1f s", self.name, type(exc).__name__, exc, delay

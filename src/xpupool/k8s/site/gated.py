@@ -350,6 +350,11 @@ class GatedPods:
                 )
                 self._follow(one, {}, gone=True)
 
+    def use_client(self, client: Client) -> None:
+        """Act through ``client`` from now on (the site's credentials were rotated; its
+        informer is the site's to reconfigure)."""
+        self._client, self._sizes = client, None
+
     def bind(self, plane: ControlPlane, client: Client | None) -> None:
         """Serve ``plane`` (acting on the cluster through ``client``): read the stored pod jobs
         of this site. :meth:`attach` calls it; a test without a cluster calls it alone and

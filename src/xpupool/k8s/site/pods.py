@@ -11,6 +11,14 @@ the extender's reason. So the plane counts a pod's cards once, from its own allo
 admission until the site reports the pod gone; it never reads the cards of its own pods from their
 annotations (docs/kubernetes.md, "Plane and extender").
 
+A gang's pods are the exception (issue 49, "a gang becomes xpupool's gang annotations"): pinned
+each to its replica's node and cards, the extender could not place them as one group (its gang
+reserves places for a group of identical members, ``k8s/extender/gang.py``). They carry the
+group instead, ``xpupool.io/gang: xp-<job>-<attempt>`` and ``xpupool.io/gang-size`` (the reader
+of ``k8s/informers/pod_groups.py``), with the same shares and no node or card constraint: the
+extender binds all of them or none, and the site follows the cards each was bound to
+(``foreign.py``, ``server/plane/bound_cards.py``), as for a kubectl user's pod.
+
 Names are ``xp-<job>-<replica>-<attempt>``: creating a pod twice is a 409 the worker takes as done,
 so a restarted plane, or a retried request, never makes a second one. Labels say whose pod it is
 (:data:`JOB`, :data:`REPLICA`, :data:`ATTEMPT`, tenant, queue, site), and are all the plane reads
@@ -27,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xpupool.k8s.codec.resource_names import DEVICE_KINDS, DeviceKind
+from xpupool.k8s.informers.pod_groups import GANG_ANNOTATION, GANG_SIZE_ANNOTATION
 from xpupool.model.allocation import Allocation
 from xpupool.model.errors import RequestError
 from xpupool.server.schemas.agent_protocol import ReplicaReport, ReplicaState
@@ -42,6 +51,7 @@ __all__ = [
     "PodPlan",
     "PodState",
     "build_pod",
+    "gang_name",
     "kind_of_vendor",
     "pod_name",
     "pod_state",
@@ -119,6 +129,7 @@ class PodPlan:
     # the job's secrets: (secret name, env var or None), in the Secret :func:`secrets_name` names
     secrets: tuple[tuple[str, str | None], ...] = ()
     volumes: bool = False  # the job mounts volumes: not on a Kubernetes site yet (refused)
+    gang_size: int = 0  # the job is a gang of that many pods on the site (0: not a gang)
 
 
 def _limits(plan: PodPlan) -> tuple[dict[str, str], dict[str, str]]:
@@ -150,6 +161,11 @@ def build_pod(plan: PodPlan) -> dict[str, Any]:
         why = f"site {plan.site}: a job's volumes are not mounted on a Kubernetes site yet"
         raise RequestError("volumes", None, why)
     limits, annotations = _limits(plan)
+    if plan.gang_size > 1:  # the group, not each member's place: the extender places them
+        annotations = {
+            GANG_ANNOTATION: gang_name(plan.job, plan.attempt),
+            GANG_SIZE_ANNOTATION: str(plan.gang_size),
+        }
     env: list[dict[str, Any]] = []
     for name, value in plan.env.items():
         if not _ENV_NAME.fullmatch(name):
@@ -177,6 +193,21 @@ def build_pod(plan: PodPlan) -> dict[str, Any]:
     if env:
         container["env"] = env
     node = plan.allocation.node
+    placed: dict[str, Any] = {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [node]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
+    }
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -198,23 +229,16 @@ def build_pod(plan: PodPlan) -> dict[str, Any]:
             "priorityClassName": PRIORITY_CLASS,
             "restartPolicy": "Never",
             "preemptionPolicy": "Never",
-            "affinity": {
-                "nodeAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [
-                            {
-                                "matchFields": [
-                                    {"key": "metadata.name", "operator": "In", "values": [node]}
-                                ]
-                            }
-                        ]
-                    }
-                }
-            },
+            **({} if plan.gang_size > 1 else placed),
             "containers": [container],
             **({"volumes": volumes} if volumes else {}),
         },
     }
+
+
+def gang_name(job: int, attempt: int) -> str:
+    """The group of ``job``'s gang pods in its ``attempt``-th run (per namespace)."""
+    return f"xp-{job}-{attempt}"
 
 
 def secrets_name(job: int, attempt: int) -> str:

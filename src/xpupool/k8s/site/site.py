@@ -29,6 +29,16 @@ for that thread, so no plane operation waits on the network.
   the pods are gone; ``adopt`` (a restarted plane) lists the pods of its held jobs: a pod of an
   older attempt is deleted, a missing one of a running job is a lost replica, a job counted but
   never made gets its pods (idempotent names: nothing is created twice).
+- Reachability: the site's nodes are heard while its API server answers its watches
+  (:meth:`KubernetesSite.answering`, asked by the plane's lost-node watch:
+  ``server/site_health.hear``); when none of them has had an answer for longer than the plane's
+  ``lost_after_s``, its nodes are lost and the site unreachable, by the rule an agent site's
+  silent nodes follow, and it is reachable again as soon as a watch is answered.
+- Credentials: the sites file's kubeconfig, or the admin's secret that holds it
+  (``credentials.py``); when the admin sets that secret again, the worker reads it and the
+  informers, the worker's and the log streams' clients and the services' switch to it in place
+  (:meth:`KubernetesSite.secret_changed`), each informer listing again, so no job, pod or event
+  is lost to a rotation.
 - Finished jobs: the Secret of a job whose run ended is deleted at once, its pods after the sites
   file's ``finished_pods_retention_s`` (``finished.py``); the worker looks at every job's leftovers
   when the site is attached (a restarted plane: what ended while it was down) and every
@@ -43,7 +53,7 @@ import queue
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -54,11 +64,12 @@ from lightkube.generic_resource import GenericNamespacedResource
 
 from xpupool.engine.host import HostedNode
 from xpupool.k8s.informers.decoders import decode_node
-from xpupool.k8s.informers.kubeconfig import RawNode, RawPod, load_config, make_client
+from xpupool.k8s.informers.kubeconfig import RawNode, RawPod, make_client
 from xpupool.k8s.informers.watch import Event, EventType, Informer, backoff_s
 from xpupool.k8s.site import api_errors
 from xpupool.k8s.site.api_errors import exists_ok, forbidden_ok, gone_ok
 from xpupool.k8s.site.cluster_objects import RawNamespace, RawPriorityClass
+from xpupool.k8s.site.credentials import read_credentials
 from xpupool.k8s.site.finished import FinishedJobs
 from xpupool.k8s.site.foreign import ForeignPods
 from xpupool.k8s.site.gated import GatedPods, GatedTask
@@ -152,7 +163,12 @@ class _Due:
     """Delete the pods of finished jobs whose retention has passed."""
 
 
-_Task = _Start | _Stop | _Adopt | _DeletePod | _Sweep | _Due | GatedTask
+@dataclass(frozen=True, slots=True)
+class _Rotate:
+    """The admin set the site's ``kubeconfig_secret`` again: read it and switch to it."""
+
+
+_Task = _Start | _Stop | _Adopt | _DeletePod | _Sweep | _Due | _Rotate | GatedTask
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,8 +228,10 @@ class KubernetesSite:
         self._pods: dict[str, PodState] = {}  # namespace/name -> state, the pod informer's
         self._waiting: dict[str, str] = {}  # namespace/name -> the unbound pod's reason noted
         self._informers: list[Informer[Any]] = []
+        self._node_informer: Informer[SiteNode] | None = None
         self._worker: threading.Thread | None = None
         self._client: Client | None = None
+        self._secret_value: bytes | None = None  # the kubeconfig_secret's value in use
         self._closed = threading.Event()
         self._priority_class = False  # the plane's PriorityClass is there (made or found)
         # kubectl users' pods under the plane's queues
@@ -279,6 +297,21 @@ class KubernetesSite:
         """What pods on its nodes that are no job of the plane's hold (``foreign.py``)."""
         return self.foreign_pods.foreign()
 
+    def answering(self) -> Collection[str] | None:
+        """The Nodes its API server lists now, while it answers any of the site's watches;
+        None before the site is attached, and while none of them has had an answer since it
+        last failed (``server/sites/protocol.WatchedSite``)."""
+        nodes, informers = self._node_informer, self._informers
+        if nodes is None or all(i.silent_since is not None for i in informers):
+            return None
+        return nodes.keys()
+
+    def secret_changed(self, name: str) -> None:
+        """The admin set its secret ``name``: if it is this site's kubeconfig, the worker reads
+        it and switches to it (``server/sites/protocol.SecretReader``)."""
+        if name == self.config.kubeconfig_secret and self._plane is not None:
+            self._tasks.put(_Rotate())
+
     # ------------------------------------------------------------------ services (service_sites)
     def want_services(self, wants: Mapping[ServiceKey, ServiceWant]) -> None:
         self.services.want(wants)
@@ -306,8 +339,9 @@ class KubernetesSite:
     def attach(self, plane: ControlPlane) -> None:
         """Start watching the cluster and acting on it for ``plane`` (``xpupool up`` calls it
         once the plane has read its books)."""
-        self._plane = plane
-        config = load_config(self.config.kubeconfig, self.config.context)
+        credentials = read_credentials(self.config, plane)  # before anything starts
+        self._plane, self._secret_value = plane, credentials.secret_value
+        config = credentials.config
         self._client = make_client(config)
         self._log_client = make_client(config)
         nodes: Informer[SiteNode] = Informer(
@@ -340,6 +374,7 @@ class KubernetesSite:
             resync_s=self.resync_s,
             name=f"site-{self.name}-bound",
         )
+        self._node_informer = nodes
         self._informers = [nodes.start(), pods.start(), bound.start()]
         self._informers.append(self._gated.attach(plane, self._client, config))
         self.services.start(config, self._client, self.resync_s)
@@ -581,6 +616,8 @@ class KubernetesSite:
             self.finished.sweep(task.job)
         elif isinstance(task, _Due):
             self.finished.delete_due()
+        elif isinstance(task, _Rotate):
+            self._rotate()
         elif isinstance(task, _DeletePod):  # no kubelet may be left to wait for: at once
             client = self._client
             assert client is not None
@@ -592,6 +629,36 @@ class KubernetesSite:
                 self._reconcile(job)
             # the end of a restart's reconciliation (bench/k8s_plane.py times it from this)
             log.info("site %s: %d held jobs reconciled with the cluster", self.name, len(task.jobs))
+
+    def _rotate(self) -> None:
+        """Switch to the credentials the site's secret holds now, on the worker's thread (no
+        request of its own is in flight): new clients for the worker and the log streams, the
+        informers and the services reconfigured in place, the old clients closed. A secret
+        deleted or not a kubeconfig leaves the site as it was, logged."""
+        plane = self._plane
+        assert plane is not None
+        try:
+            credentials = read_credentials(self.config, plane)
+        except RequestError as exc:
+            log.warning("site %s: credentials kept as they were: %s", self.name, exc)
+            return
+        if credentials.secret_value == self._secret_value:
+            return
+        config, old = credentials.config, (self._client, self._log_client)
+        self._secret_value = credentials.secret_value
+        self._client, self._log_client = make_client(config), make_client(config)
+        self._gated.use_client(self._client)
+        self.services.rebind(config, self._client)
+        for informer in self._informers:
+            informer.reconfigure(config)
+        for client in old:
+            if client is not None:
+                client.close()
+        log.info(
+            "site %s: credentials of secret %s rotated: watching and acting with them",
+            self.name,
+            self.config.kubeconfig_secret,
+        )
 
     def _refused(self, task: _Task, why: str) -> None:
         """The API server refused the site's request (not a 409): the job fails with its
@@ -649,6 +716,7 @@ class KubernetesSite:
                 card_memory_mib=first.memory_mib if first is not None else 0,
                 secrets=run.secrets,
                 volumes=run.volumes,
+                gang_size=len(run.placed) if run.gang and len(run.placed) > 1 else 0,
             )
             out.append((plan, a.node))
         secret = secret_object(out[0][0], run.values) if out and run.secrets else None

@@ -134,6 +134,14 @@ class SiteServices:
         )
         self._thread.start()
 
+    def rebind(self, config: SingleConfig, client: Client) -> None:
+        """Watch with ``config`` and act through ``client`` from now on (the site's credentials
+        were rotated)."""
+        self._client = client
+        if self._informer is not None:
+            self._informer.reconfigure(config)
+        self._wake.set()
+
     def wait_synced(self, timeout_s: float | None = None) -> bool:
         return self._informer is None or self._informer.wait_synced(timeout_s)
 

@@ -4,7 +4,8 @@ sites, beside its agent pool, in the order a job naming no site is offered them.
     sites:
       - name: gpu-a                  # the registry's name of the site; its nodes' site label
         kind: kubernetes
-        kubeconfig: gpu-a.kubeconfig # relative to this file; in_cluster: true instead
+        kubeconfig: gpu-a.kubeconfig # relative to this file; in_cluster: true instead, or
+        # kubeconfig_secret: gpu-a     # the admin's own secret of that name holds the kubeconfig
         context: admin@gpu-a         # optional: the kubeconfig's current context otherwise
         scheduler_name: xpupool-scheduler  # the cluster's profile with xpupool's extender
         namespace_prefix: xpupool-   # a tenant's namespace: prefix + tenant name
@@ -18,7 +19,10 @@ sites, beside its agent pool, in the order a job naming no site is offered them.
 
 Read as strictly as every other file the operator gives: unknown keys, a bad name, two sites of
 one name, a kubeconfig that is not a file are refused with a :class:`RequestError` naming the
-path inside the file (``sites[0].scheduler_name``), before anything starts.
+path inside the file (``sites[0].scheduler_name``), before anything starts. A
+``kubeconfig_secret`` is read from the plane's secret store as the site is attached (the store
+is open then, not while the file is read): one missing or not a kubeconfig is refused then, naming
+the site and the field (``k8s/site/credentials.py``).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from xpupool.model.site_network import (
     parse_network,
 )
 from xpupool.model.validation import request_error
+from xpupool.server.schemas.base import NAME_PATTERN
 
 __all__ = ["KubernetesSiteConfig", "SitesFile", "load_site_network", "load_sites", "parse_sites"]
 
@@ -58,6 +63,7 @@ class KubernetesSiteConfig(BaseModel):
     name: str = Field(pattern=_SITE_NAME)
     kind: Literal["kubernetes"] = "kubernetes"
     kubeconfig: Path | None = None
+    kubeconfig_secret: str | None = Field(default=None, pattern=NAME_PATTERN, max_length=63)
     in_cluster: bool = False
     context: str | None = Field(default=None, min_length=1, max_length=253)
     scheduler_name: str = Field(default="xpupool-scheduler", pattern=r"^[a-z0-9][a-z0-9.-]{0,62}$")
@@ -78,8 +84,11 @@ class KubernetesSiteConfig(BaseModel):
 
     @model_validator(mode="after")
     def _credentials(self) -> KubernetesSiteConfig:
-        if (self.kubeconfig is None) == (not self.in_cluster):
-            raise ValueError("give a kubeconfig, or in_cluster: true (not both)")
+        given = (
+            (self.kubeconfig is not None) + (self.kubeconfig_secret is not None) + self.in_cluster
+        )
+        if given != 1:
+            raise ValueError("give one of kubeconfig, kubeconfig_secret, or in_cluster: true")
         return self
 
     def namespace(self, tenant: str) -> str:

@@ -432,22 +432,27 @@ def append_log(
 
 
 def mark_lost_nodes(plane: ControlPlane) -> list[str]:
-    """Mark agent nodes silent for longer than ``lost_after_s`` as lost (nothing new is placed
+    """Mark nodes silent for longer than ``lost_after_s`` as lost (nothing new is placed
     there), and deal with their jobs once the lease on their replicas has surely run out
     (``plane.lease.requeue_after_s`` of silence): requeue (the default) or fail with state
     'lost'. Until then the jobs keep their devices: the old copy may still be running. Returns
     the nodes newly marked. Silence is monotonic time since the server last heard from the node
-    (or since it started): a step of the wall clock changes nothing here. The agent nodes and the
-    jobs they hold are read as one state, and marked and requeued in one transaction."""
+    (or since it started): a step of the wall clock changes nothing here. An agent's node is
+    heard by its heartbeats, a Kubernetes site's while the site's API server answers
+    (``site_health.hear``, first); no lease stops a pod, so on a silent Kubernetes node only a
+    job saying ``on_site_lost: requeue`` is requeued. The nodes and the jobs they hold are read
+    as one state, and marked and requeued in one transaction."""
     now = plane.monotonic()
     lost: list[str] = []
     needed = plane.lease.requeue_after_s
     with plane.write() as conn:
+        site_health.hear(plane, conn)  # Kubernetes sites whose API server answers
         # a copy: requeueing the jobs of a node the admin deletes removes the node (a drain)
         silent_nodes: list[tuple[str, float]] = []
-        for name, rec in plane.agent_node_records():
+        pods: set[str] = set()  # of those, a Kubernetes site's nodes
+        for name, rec in plane.heard_node_records():
             if rec.source != "agent":
-                continue
+                pods.add(name)
             silent = now - rec.heard_at if rec.heard_at is not None else float("inf")
             if rec.status is not NodeStatus.LOST:
                 if silent <= plane.lost_after_s:
@@ -465,10 +470,14 @@ def mark_lost_nodes(plane: ControlPlane) -> list[str]:
                 for j in plane.held_jobs.values()
                 if j.state is not JobPhase.UNKNOWN and any(a.node == name for a in j.allocations)
             ]
-            for job in victims:
+            waited = max(plane.lost_after_s, needed)
+            reason = f"node {name} lost (no heartbeat for {waited:g} s; lease of its replicas over)"
+            if name in pods:  # its pods run on unseen: only a job that allows it is requeued
+                victims = [j for j in victims if site_health.policy(conn, j.id) == "requeue"]
                 reason = (
-                    f"node {name} lost (no heartbeat for {max(plane.lost_after_s, needed):g} s;"
-                    f" lease of its replicas over)"
+                    f"node {name} lost (its site's API server silent for {waited:g} s;"
+                    " on_site_lost: requeue)"
                 )
+            for job in victims:
                 plane.apply(conn, job.id, lc.LeaseExpired(reason, silent, needed))
     return lost

@@ -83,14 +83,16 @@ class NodeBook:
     def node(self, name: str) -> NodeRecord | None:
         return self._nodes.get(name)
 
-    def agent_node_records(self) -> list[tuple[str, NodeRecord]]:
-        """(name, record) of every node an agent registered (``source`` 'agent'), a list that
+    def heard_node_records(self) -> list[tuple[str, NodeRecord]]:
+        """(name, record) of every node the plane hears from, and so may find silent: an
+        agent's (``source`` 'agent': its heartbeats) and a Kubernetes site's (``kubernetes:``
+        its name: heard while the site's API server answers, ``site_health.hear``); a list that
         is built again only when nodes come or go: the lost-node watch asks every few seconds,
         and walking thousands of cluster-file nodes under the lock for none of them would make
         an idle pool's cost grow with its size (issue 25)."""
         if self._agent_nodes[0] != self._nodes_changed:
-            agents = [(n, r) for n, r in self._nodes.items() if r.source == "agent"]
-            self._agent_nodes = (self._nodes_changed, agents)
+            heard = [(n, r) for n, r in self._nodes.items() if heard_source(r.source)]
+            self._agent_nodes = (self._nodes_changed, heard)
         return list(self._agent_nodes[1])
 
     def set_schedulable(self, name: str, schedulable: bool) -> None:
@@ -372,3 +374,8 @@ class NodeBook:
             self.install(built)
             self.bump()
             return taints
+
+
+def heard_source(source: str) -> bool:
+    """Whether nodes of ``source`` are heard from (and go silent): not a cluster file's."""
+    return source == "agent" or source.startswith("kubernetes:")

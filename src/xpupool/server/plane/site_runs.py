@@ -17,6 +17,7 @@ from sqlalchemy import select
 
 from xpupool.model.allocation import Allocation
 from xpupool.model.device import Node
+from xpupool.model.request_model import request_from_dict
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.plane import node_lifecycle as nl
 from xpupool.server.plane import secret_rows
@@ -79,6 +80,7 @@ class SiteRun:
     secrets: tuple[tuple[str, Any], ...]  # (name, env) of each secret it names that is there
     values: dict[str, bytes]  # each such secret's value
     placed: list[tuple[Allocation, Node]]
+    gang: bool = False  # its request is a gang: its replicas run all or none
 
 
 def count_site_run(
@@ -122,6 +124,7 @@ def count_site_run(
             secrets,
             values,
             placed,
+            bool(request_from_dict(row["request"]).gang),
         )
 
 

@@ -14,7 +14,12 @@ from xpupool.server.services import secrets
 router = APIRouter(prefix="/v1", tags=["secrets"])
 NameParam = Annotated[str, Path(pattern=NAME_PATTERN, max_length=63)]
 TenantParam = Annotated[
-    str | None, Query(max_length=63, description="Admin only: whose secrets these are")
+    str | None,
+    Query(
+        max_length=63,
+        description="Admin only: whose secrets these are (none: the admin's own, such as a"
+        " Kubernetes site's kubeconfig)",
+    ),
 ]
 
 
@@ -31,7 +36,7 @@ def set_secret(
     """Create or replace a secret; the answer names it and never carries the value (201 when
     new, 200 when replaced)."""
     owner = secrets.owner(plane, me, tenant)
-    request.state.audit_target = f"secret {name} of tenant {owner}"
+    request.state.audit_target = _target(name, owner)
     secret, created = secrets.set_secret(plane, owner, name, body)
     response.status_code = 201 if created else 200
     return secret
@@ -49,7 +54,7 @@ def delete_secret(
 ) -> None:
     """Delete a secret; jobs already given it keep what they were given."""
     owner = secrets.owner(plane, me, tenant)
-    request.state.audit_target = f"secret {name} of tenant {owner}"
+    request.state.audit_target = _target(name, owner)
     secrets.delete_secret(plane, owner, name)
 
 
@@ -58,3 +63,7 @@ def rotate_key(plane: Plane, _: Admin, request: Request) -> KeyRotation:
     """Seal every secret again under a new key, which then replaces the old key file."""
     request.state.audit_target = "the secret key"
     return secrets.rotate_key(plane)
+
+
+def _target(name: str, owner: str | None) -> str:
+    return f"secret {name} of " + ("the admin" if owner is None else f"tenant {owner}")

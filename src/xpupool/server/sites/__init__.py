@@ -9,6 +9,22 @@ in ``k8s/`` and is handed to the plane by ``xpupool up``; ``server/`` never impo
 """
 
 from xpupool.server.sites.agent_pool import AGENT_POOL, AgentPoolSite
-from xpupool.server.sites.protocol import ActiveSite, Site, Sites, UnknownSiteError
+from xpupool.server.sites.protocol import (
+    ActiveSite,
+    SecretReader,
+    Site,
+    Sites,
+    UnknownSiteError,
+    WatchedSite,
+)
 
-__all__ = ["AGENT_POOL", "ActiveSite", "AgentPoolSite", "Site", "Sites", "UnknownSiteError"]
+__all__ = [
+    "AGENT_POOL",
+    "ActiveSite",
+    "AgentPoolSite",
+    "SecretReader",
+    "Site",
+    "Sites",
+    "UnknownSiteError",
+    "WatchedSite",
+]

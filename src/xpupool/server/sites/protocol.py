@@ -18,7 +18,7 @@ package and a site's package imports the plane, not the other way round.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from xpupool.model.errors import RequestError
@@ -118,6 +118,33 @@ class ActiveSite(Protocol):
         ...
 
 
+@runtime_checkable
+class SecretReader(Protocol):
+    """A site whose credentials are one of the admin's own secrets (a Kubernetes site's
+    ``kubeconfig_secret``): told when the admin sets a secret again, it takes the new value
+    without a restart."""
+
+    def secret_changed(self, name: str) -> None:
+        """The admin's secret ``name`` was set (called as it is stored, under no lock of the
+        plane's): a site reading it reads it again, on its own thread."""
+        ...
+
+
+@runtime_checkable
+class WatchedSite(Protocol):
+    """A site the plane hears through its watches of an API server (a Kubernetes site) rather
+    than through its nodes' heartbeats: while the server answers, the nodes it lists are heard
+    (``site_health.hear``); while it does not, they go silent, and are lost past the plane's
+    ``lost_after_s`` by the rule an agent's silent node follows, so the site is unreachable by
+    the same rule (``site_health.py``)."""
+
+    def answering(self) -> Collection[str] | None:
+        """The names of its nodes its API server lists now, while it answers the site's
+        watches; None while it has not answered them since they last failed. Called under the
+        plane's lock: reads the watches' state, never the network."""
+        ...
+
+
 class UnknownSiteError(RequestError):
     """A node no registered site owns: a configuration error (a site removed from the sites
     file while the store still has its nodes), refused naming the node."""
@@ -208,6 +235,12 @@ class Sites:
         for name, site in self._sites.items():
             for holder, allocations in site.foreign().items():
                 yield (name, holder), allocations
+
+    def secret_changed(self, name: str) -> None:
+        """Tell the sites that read the admin's secrets that ``name`` was set."""
+        for site in self._sites.values():
+            if isinstance(site, SecretReader):
+                site.secret_changed(name)
 
     def stop(self, job: HeldJob, records: dict[str, NodeRecord]) -> None:
         """Stop ``job`` on every site its allocations are on (``records``: the node book)."""

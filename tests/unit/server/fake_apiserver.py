@@ -1,0 +1,172 @@
+"""A small Kubernetes API server on 127.0.0.1 for tests of how a Kubernetes site connects: real
+HTTP, bearer tokens that can be revoked, Nodes listed and watched (a watch answers the Nodes
+added since its resourceVersion, then ends after a moment, as a quiet one would at its
+timeout), every other list empty, an object
+created answered as made (kept nowhere), every other request 404. It records which token each
+request came with. Stopped and started again on its port, it is an API server down, then back.
+
+    with FakeApiServer(tokens={"old"}) as api:
+        api.add_node(node_object("n1"))
+        write it into a kubeconfig: api.kubeconfig("old")
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+
+def node_object(name: str, cards: int = 1) -> dict[str, Any]:
+    """A Node with HAMi's registration of ``cards`` A100s (what the site's decoder reads)."""
+    register = [
+        {
+            "id": f"GPU-{name}-{i}",
+            "index": i,
+            "count": 10,
+            "devmem": 81920,
+            "devcore": 100,
+            "type": "NVIDIA A100-SXM4-80GB",
+            "numa": 0,
+            "mode": "hami-core",
+            "health": True,
+        }
+        for i in range(cards)
+    ]
+    resources = {"cpu": "64", "memory": "512Gi", "pods": "110"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "uid": f"uid-{name}",
+            "resourceVersion": "1",
+            "annotations": {"hami.io/node-nvidia-register": json.dumps(register)},
+        },
+        "status": {"capacity": resources, "allocatable": resources},
+    }
+
+
+class FakeApiServer:
+    def __init__(self, tokens: set[str], port: int = 0) -> None:
+        self.tokens = set(tokens)
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.version = 1  # the resourceVersion of the last change
+        self.seen: list[tuple[str, str]] = []  # (token, path) of every request
+        self.lock = threading.Lock()
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            # chunked watches, as kube-apiserver sends them: a watch the client cuts is then an
+            # error to it, not the end of a response read to its close
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _allowed(self) -> bool:
+                token = self.headers.get("Authorization", "").removeprefix("Bearer ")
+                with api.lock:
+                    api.seen.append((token, urlsplit(self.path).path))
+                    allowed = token in api.tokens
+                if not allowed:
+                    self._answer(401, {"kind": "Status", "code": 401, "reason": "Unauthorized"})
+                return allowed
+
+            def do_GET(self) -> None:
+                url = urlsplit(self.path)
+                query = parse_qs(url.query)
+                since = int(query.get("resourceVersion", ["0"])[0] or 0)
+                with api.lock:
+                    items = list(api.nodes.values()) if url.path == "/api/v1/nodes" else []
+                    version = api.version
+                if not self._allowed():
+                    return
+                if query.get("watch") == ["true"]:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for obj in items:
+                        if int(obj["metadata"]["resourceVersion"]) > since:
+                            line = (json.dumps({"type": "ADDED", "object": obj}) + "\n").encode()
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                    self.wfile.flush()
+                    time.sleep(0.3)  # then quiet, and ended: the informer watches again
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.close_connection = True
+                else:
+                    meta = {"resourceVersion": str(version)}
+                    self._answer(200, {"kind": "List", "metadata": meta, "items": items})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                if self._allowed():
+                    meta = {**body.get("metadata", {}), "uid": "u", "resourceVersion": "1"}
+                    self._answer(201, {**body, "metadata": meta})
+
+            def do_DELETE(self) -> None:
+                if self._allowed():
+                    self._answer(404, {"kind": "Status", "code": 404, "reason": "NotFound"})
+
+            do_PATCH = do_PUT = do_DELETE  # noqa: N815
+
+            def _answer(self, code: int, body: dict[str, Any]) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._server.daemon_threads = True
+        self.port = int(self._server.server_address[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def add_node(self, obj: dict[str, Any]) -> None:
+        """Add (or replace) a Node: its next watches and lists have it."""
+        with self.lock:
+            self.version += 1
+            obj["metadata"]["resourceVersion"] = str(self.version)
+            self.nodes[obj["metadata"]["name"]] = obj
+
+    def kubeconfig(self, token: str) -> str:
+        """A kubeconfig (JSON, which is YAML) for this server with ``token``."""
+        return json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": self.url}}],
+                "users": [{"name": "u", "user": {"token": token}}],
+                "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "ctx",
+            }
+        )
+
+    def tokens_seen(self, path: str) -> list[str]:
+        with self.lock:
+            return [token for token, p in self.seen if p == path]
+
+    def __enter__(self) -> FakeApiServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop answering and close the port (again: nothing)."""
+        if self._thread.is_alive():
+            self._server.shutdown()
+        self._server.server_close()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
