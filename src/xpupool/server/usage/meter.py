@@ -20,6 +20,10 @@ Energy: each card's power at the flush (its agent's reading, else the catalog mo
 reported utilisation: ``catalog/power.py``) times the time held, split among the card's holders
 by their compute share; what the holders leave of a held card's energy over the interval (the
 unheld share, the unheld part of the interval) is charged to tenant ``pool``.
+
+Cost: the rollups carry what their usage cost at the price table in force as it was used
+(``price_history.py``); a stretch spanning a price change is split at it. The tables are read
+again at the first flush after they change (:meth:`UsageMeter.pricing`).
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ import functools
 import logging
 import math
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -46,6 +51,7 @@ from xpupool.catalog.power import PowerModel
 from xpupool.server.storage.driver_insert import insert_rows, update_rows
 from xpupool.server.storage.usage import LABELS, SUMS, usage_records, usage_rollups, usage_totals
 from xpupool.server.usage.buckets import STEPS, month_start, spread
+from xpupool.server.usage.price_history import PriceSchedule, read_schedule
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -143,7 +149,8 @@ class _End:
     replica: int | None  # None: every replica of the attempt (released)
 
 
-Sums = list[float]  # in SUMS order
+Sums = list[float]  # in SUMS order (a rollup's: then its cost, ROLLUP_SUMS)
+ROLLUP_SUMS = (*SUMS, "cost")
 
 
 class UsageMeter:
@@ -172,6 +179,7 @@ class UsageMeter:
         self._rollup_rows: set[tuple[str, float, Labels]] = set()  # rollup rows known stored
         self._rollup_buckets: set[tuple[str, float]] = set()  # buckets whose rows are known
         self._flush_lock = threading.Lock()
+        self._schedule: PriceSchedule | None = None  # the price tables; None: read at the flush
         self.flushes = 0  # flushes committed: what has been spent moves only then (billing.py)
 
     # ---- called by the plane, under its lock: appends only
@@ -216,6 +224,17 @@ class UsageMeter:
         with self._events_lock:
             self._events.append(event)
 
+    @contextmanager
+    def pricing(self) -> Iterator[None]:
+        """Hold flushes off while the price tables change (``services/billing.py``): a flush
+        then either ended before the change's time was read, or starts after it and prices by
+        the tables as changed (read again at its start)."""
+        with self._flush_lock:
+            try:
+                yield
+            finally:
+                self._schedule = None
+
     # ---- the watch thread
     def flush(self, plane: ControlPlane, now: float | None = None) -> int:
         """Apply the events, advance every open run to ``now`` and write it all in one
@@ -242,6 +261,9 @@ class UsageMeter:
         with plane.db.begin() as conn:
             if self._totals is None:
                 self._totals = _read_totals(conn)
+            if self._schedule is None:
+                self._schedule = read_schedule(conn, self.power.catalog)
+            schedule = self._schedule
             adoptable = self._adoptable
             if not self._reconciled:
                 held = plane.read(lambda: {(j.id, j.attempt) for j in plane.held_jobs.values()})
@@ -293,9 +315,11 @@ class UsageMeter:
                     )
             for (labels, start, end), sums in spans.items():
                 if any(sums):
-                    _spread(rollup, labels, start, end, sums)
+                    _priced_spread(rollup, labels, start, end, sums, schedule)
                     _accumulate(totals.setdefault(labels, [0.0] * len(SUMS)), sums)
-            self._pool_energy(open_runs, watts, held_energy, window_start, now, rollup, totals)
+            self._pool_energy(
+                open_runs, watts, held_energy, window_start, now, rollup, totals, schedule
+            )
             _write_records(conn, changed.values(), closed, fresh)
             rollup_keys = self._write_sums(conn, rollup, totals)
             if self._swept is None or now - self._swept >= SWEEP_EVERY_S:
@@ -339,6 +363,7 @@ class UsageMeter:
         now: float,
         rollup: dict[tuple[str, float, Labels], Sums],
         totals: dict[Labels, Sums],
+        schedule: PriceSchedule,
     ) -> None:
         """The card's energy over the window less what its holders were charged in it: the
         pool's. The first flush has no window (nothing before it was watched)."""
@@ -356,7 +381,7 @@ class UsageMeter:
             pool[labels] = pool.get(labels, 0.0) + rest
         for labels, rest in pool.items():
             sums = [0.0, 0.0, 0.0, rest]
-            _spread(rollup, labels, window_start, now, sums)
+            _priced_spread(rollup, labels, window_start, now, sums, schedule)
             _accumulate(totals.setdefault(labels, [0.0] * len(SUMS)), sums)
 
     def _sweep(self, conn: Connection, now: float) -> None:
@@ -400,10 +425,12 @@ class UsageMeter:
             ("step", "bucket"),
             {(s, b, *labels): v for (s, b, labels), v in rollup.items()},
             have,
+            ROLLUP_SUMS,
         )
         assert self._totals is not None  # read at the flush's start
         have_totals: set[tuple[object, ...]] = {(k,) for k in self._totals}
-        _add_rows(conn, usage_totals, (), {tuple(k): v for k, v in totals.items()}, have_totals)
+        totals_rows = {tuple(k): v for k, v in totals.items()}
+        _add_rows(conn, usage_totals, (), totals_rows, have_totals, SUMS)
         return read | set(rollup)
 
     def totals(self, plane: ControlPlane) -> dict[Labels, Sums]:
@@ -472,8 +499,31 @@ def _spread(
                 _accumulate(row, sums)
         return
     for step, bucket, fraction in spread(start, end):
-        row = rollup.setdefault((step, bucket, labels), [0.0] * len(SUMS))
+        row = rollup.setdefault((step, bucket, labels), [0.0] * len(sums))
         _accumulate(row, [v * fraction for v in sums])
+
+
+def _priced_spread(
+    rollup: dict[tuple[str, float, Labels], Sums],
+    labels: Labels,
+    start: float,
+    end: float,
+    sums: Sums,
+    schedule: PriceSchedule,
+) -> None:
+    """:func:`_spread` of ``sums`` (SUMS) and their cost: the stretch is cut at each price
+    change inside it, each part (its share of the sums by time) priced at its own table."""
+    pieces = schedule.pieces(start, end)
+    if len(pieces) == 1:  # the common case: no change inside, one table (or none)
+        prices = pieces[0][2]
+        cost = 0.0 if prices is None else prices.cost(labels[3], sums[0], sums[2], sums[3])
+        _spread(rollup, labels, start, end, [*sums, cost])
+        return
+    span = end - start
+    for lo, hi, prices in pieces:
+        part = [v * (hi - lo) / span for v in sums]
+        cost = 0.0 if prices is None else prices.cost(labels[3], part[0], part[2], part[3])
+        _spread(rollup, labels, lo, hi, [*part, cost])
 
 
 def _named(events: list[_Start | _End], adoptable: Mapping[Key, Run]) -> dict[Key, Run]:
@@ -587,21 +637,22 @@ def _add_rows(
     extra: tuple[str, ...],
     sums: Mapping[tuple[Any, ...], Sums],
     have: set[tuple[object, ...]],
+    names: tuple[str, ...],
 ) -> None:
     keys = (*extra, *LABELS)
     old: list[dict[str, Any]] = []
     new: list[dict[str, Any]] = []
     for key, values in sums.items():
-        row = dict(zip(keys, key, strict=True)) | dict(zip(SUMS, values, strict=True))
+        row = dict(zip(keys, key, strict=True)) | dict(zip(names, values, strict=True))
         marker = (*key[: len(extra)], tuple(key[len(extra) :]))
         (old if marker in have else new).append(row)
     if old:
         where = and_(*(t.c[k] == bindparam(f"k_{k}") for k in keys))
-        adds = {n: t.c[n] + bindparam(f"v_{n}") for n in SUMS}
+        adds = {n: t.c[n] + bindparam(f"v_{n}") for n in names}
         update_rows(
             conn,
             update(t).where(where).values(adds),
-            [{f"k_{k}": row[k] for k in keys} | {f"v_{n}": row[n] for n in SUMS} for row in old],
+            [{f"k_{k}": row[k] for k in keys} | {f"v_{n}": row[n] for n in names} for row in old],
         )
     insert_rows(conn, t, new)
 
