@@ -77,11 +77,14 @@ def run_one(spec: RunSpec, on_task: Callable[[int, int], None] | None = None) ->
 class TimedOptions:
     """``peak``: compress arrivals to this peak demand (x capacity) instead of a fixed factor;
     ``checkpoints``: the seeded checkpoint model (``sim/checkpoints.py``); ``checkpoint_aware``:
-    the planner weighs what victims lose."""
+    the planner weighs what victims lose; ``history_half_life_s``: tenants are ordered by the
+    share they held over a window decaying with this half-life (``engine/cycle/fair_share.py``,
+    the server's ``--fair-share history``) instead of DRF on what they hold now (None)."""
 
     peak: float | None = None
     checkpoints: bool = False
     checkpoint_aware: bool = False
+    history_half_life_s: float | None = None
 
 
 def run_timed(
@@ -125,8 +128,11 @@ def run_timed(
         dispatch=dispatch,
         checkpoints=CheckpointModel(spec.seed) if opts.checkpoints else None,
         checkpoint_aware=opts.checkpoint_aware,
+        history_half_life_s=opts.history_half_life_s,
     )
     out: dict[str, object] = {"policy": spec.policy_name, "seed": spec.seed}
+    if opts.history_half_life_s is not None:
+        out["fair_share_half_life_s"] = opts.history_half_life_s
     if sites is not None:
         out["sites"] = rule
     out.update(result.summary())
