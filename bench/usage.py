@@ -85,6 +85,10 @@ class PlaneStandIn:
             self.metrics[uuid] = found
         return found
 
+    def idle_power_readings(self) -> list[tuple[str, float]]:
+        """Every card of the benchmark is held: no idle card's power to learn from."""
+        return []
+
 
 def cpu() -> float:
     """The process's CPU seconds: what recording costs the plane, whatever else the machine runs

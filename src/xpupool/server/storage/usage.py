@@ -68,3 +68,13 @@ usage_totals = Table(
     *(Column(name, String(200), primary_key=True) for name in LABELS),
     *(Column(name, Float, nullable=False) for name in SUMS),
 )
+
+usage_idle_power = Table(
+    "usage_idle_power",
+    metadata,
+    Column("model", String(200), primary_key=True),  # catalog name (or printed, if none)
+    Column("watts", Float, nullable=False),  # server/usage/idle_power.py: a low percentile
+    Column("samples", Integer, nullable=False),  # readings it was taken over
+    Column("updated_at", Float, nullable=False),
+)
+"""Idle power learned per card model from its cards' own readings while they held nothing."""

@@ -50,6 +50,7 @@ from sqlalchemy import (
 from xpupool.catalog.power import PowerModel
 from xpupool.server.storage.driver_insert import insert_rows, update_rows
 from xpupool.server.storage.usage import LABELS, SUMS, usage_records, usage_rollups, usage_totals
+from xpupool.server.usage import idle_power
 from xpupool.server.usage.buckets import STEPS, month_start, spread
 from xpupool.server.usage.price_history import PriceSchedule, read_schedule
 
@@ -90,6 +91,8 @@ class ControlPlane(Protocol):
     def read(self, look: Callable[[], T]) -> T: ...
 
     def device_metrics(self, uuid: str) -> DeviceMetrics | None: ...
+
+    def idle_power_readings(self) -> list[tuple[str, float]]: ...
 
 
 log = logging.getLogger("xpupool.server")
@@ -166,6 +169,8 @@ class UsageMeter:
         self.keep_s = keep_s
         self.every_s = every_s
         self.power = PowerModel()
+        self.idle = idle_power.IdlePower(self.power.catalog)  # idle watts learned per model
+        self._idle_into: PowerModel | None = None  # the power model last given them
         self._events: list[_Start | _End] = []
         self._events_lock = threading.Lock()
         self._open: dict[Key, Run] = {}
@@ -192,14 +197,29 @@ class UsageMeter:
         if alloc is None or node is None:
             return
         begun = at if job.started_at is None else min(at, job.started_at)
+        who = (job.tenant, job.queue, job.priority)
+        runs = self._runs((job.id, job.attempt, replica), who, node, alloc, begun)
+        if runs:
+            self._add(_Start(at, runs))
+
+    def _runs(
+        self,
+        key: tuple[int, int, int],
+        who: tuple[str, str, int],
+        node: Node,
+        alloc: Allocation,
+        begun: float,
+    ) -> tuple[Run, ...]:
+        """The runs of ``alloc``'s cards: ``key`` (job, attempt, replica) and ``who`` (tenant,
+        queue, priority) of each, begun at ``begun``."""
         models = {d.uuid: d.model for d in node.devices}
         units = self.power.compute_units  # cached per model name
-        runs = tuple(
+        return tuple(
             Run(
-                key=(job.id, job.attempt, replica, share.uuid),
-                tenant=job.tenant,
-                queue=job.queue,
-                priority=job.priority,
+                key=(*key, share.uuid),
+                tenant=who[0],
+                queue=who[1],
+                priority=who[2],
                 site=node.site,
                 node=alloc.node,
                 model=(model := models.get(share.uuid, "")),
@@ -211,8 +231,6 @@ class UsageMeter:
             )
             for share in alloc.devices
         )
-        if runs:
-            self._add(_Start(at, runs))
 
     def replica_ended(self, job_id: int, attempt: int, replica: int, at: float) -> None:
         self._add(_End(at, job_id, attempt, replica))
@@ -264,6 +282,7 @@ class UsageMeter:
             if self._schedule is None:
                 self._schedule = read_schedule(conn, self.power.catalog)
             schedule = self._schedule
+            self._learn_idle(plane, conn, now)
             adoptable = self._adoptable
             if not self._reconciled:
                 held = plane.read(lambda: {(j.id, j.attempt) for j in plane.held_jobs.values()})
@@ -338,6 +357,18 @@ class UsageMeter:
             for labels, sums in totals.items():
                 _accumulate(self._totals.setdefault(labels, [0.0] * len(SUMS)), sums)
         return len(changed)
+
+    def _learn_idle(self, plane: ControlPlane, conn: Connection, now: float) -> None:
+        """Take the idle cards' power readings (``idle_power.py``); store the models' figures
+        that moved and give them to the power model, which the energy below is counted with."""
+        if not self.idle.seeded:
+            self.idle.seed(conn)
+        changed = self.idle.observe(plane.idle_power_readings(), now)
+        if changed:
+            idle_power.store(conn, {k: self.idle.figures[k] for k in changed}, now)
+        if changed or self._idle_into is not self.power:
+            self.power.learn_idle(self.idle.watts())
+            self._idle_into = self.power
 
     def _watts(self, plane: ControlPlane, runs: Iterable[Run]) -> dict[str, float]:
         """Each held card's power now: its agent's reading, else the catalog model at its
