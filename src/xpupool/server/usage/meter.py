@@ -21,6 +21,11 @@ reported utilisation: ``catalog/power.py``) times the time held, split among the
 by their compute share; what the holders leave of a held card's energy over the interval (the
 unheld share, the unheld part of the interval) is charged to tenant ``pool``.
 
+Foreign use: a Kubernetes site's pods the plane did not create are recorded as runs too
+(:meth:`UsageMeter.foreign_started`, ``k8s/site/foreign.py``), under a job id of this process's
+own, so the site's card-hours add up; a restarted plane closes them where last counted and opens
+new ones as its site reads the pods again.
+
 Cost: the rollups carry what their usage cost at the price table in force as it was used
 (``price_history.py``); a stretch spanning a price change is split at it. The tables are read
 again at the first flush after they change (:meth:`UsageMeter.pricing`).
@@ -32,6 +37,7 @@ import functools
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -171,6 +177,11 @@ class UsageMeter:
         self.power = PowerModel()
         self.idle = idle_power.IdlePower(self.power.catalog)  # idle watts learned per model
         self._idle_into: PowerModel | None = None  # the power model last given them
+        # foreign use (Kubernetes pods the plane did not create): a job id of this process's
+        # own, below every job's, so its records are never continued by another process's
+        self.foreign_job = -(int(time.time() * 1000) % 2_000_000_000 + 1)
+        self._foreign: dict[tuple[str, str], int] = {}  # holder -> its use's number
+        self._foreign_next = 0
         self._events: list[_Start | _End] = []
         self._events_lock = threading.Lock()
         self._open: dict[Key, Run] = {}
@@ -231,6 +242,35 @@ class UsageMeter:
             )
             for share in alloc.devices
         )
+
+    def foreign_started(
+        self,
+        holder: tuple[str, str],
+        who: tuple[str, str, int],
+        node: Node,
+        allocations: Iterable[Allocation],
+        at: float,
+    ) -> None:
+        """``holder`` (site, ``pod NAMESPACE/NAME``), no job of the plane's, holds
+        ``allocations`` on ``node`` from ``at`` on, for ``who`` (tenant, queue, priority); what
+        it held before ends. Its records are keyed apart from every job's: job
+        :attr:`foreign_job` (negative), attempt a number per holder's use in this process."""
+        self.foreign_ended(holder, at)
+        number = self._foreign_next
+        self._foreign_next += 1
+        self._foreign[holder] = number
+        runs = tuple(
+            run
+            for i, alloc in enumerate(allocations)
+            for run in self._runs((self.foreign_job, number, i), who, node, alloc, at)
+        )
+        if runs:
+            self._add(_Start(at, runs))
+
+    def foreign_ended(self, holder: tuple[str, str], at: float) -> None:
+        number = self._foreign.pop(holder, None)
+        if number is not None:
+            self._add(_End(at, self.foreign_job, number, None))
 
     def replica_ended(self, job_id: int, attempt: int, replica: int, at: float) -> None:
         self._add(_End(at, job_id, attempt, replica))
