@@ -15,8 +15,9 @@ Reading: a store holding ``--records`` usage records (100 tenants, two queues ea
 six models, starts spread over 30 days, runs of an hour on average) and the rollups the meter
 keeps for them; p50 and p99 over ``--repeat`` calls of ``GET /v1/usage`` (the service it
 routes to, in process, no HTTP) for one tenant by day over 30 days, and for the fleet by
-tenant over a month (``step=month``, the admin's view). Answers are computed each call (no
-cache of answers exists).
+tenant over a month (``step=month``, the admin's view). A price table is set, so each answer
+carries its cost (summed from the rollups' cost, as the meter prices them). Answers are computed
+each call (no cache of answers exists).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from xpupool.server.plane import HeldJob
 from xpupool.server.schemas.agent_protocol import DeviceMetrics
 from xpupool.server.schemas.jobs import JobPhase
 from xpupool.server.storage import meta
+from xpupool.server.storage.billing import usage_price_tables
 from xpupool.server.storage.driver_insert import insert_rows
 from xpupool.server.storage.usage import SUMS, usage_records, usage_rollups, usage_totals
 from xpupool.server.usage import query
@@ -63,7 +65,7 @@ class PlaneStandIn:
         self.held: dict[int, HeldJob] = {}
         self.metrics: dict[str, DeviceMetrics] = {}
         self.meter = UsageMeter()  # its compute units, which the prices' model names follow
-        self.billing = Billing()  # no price table: answers without cost, as a fresh store
+        self.billing = Billing()  # the store's price tables (reading() sets one)
 
     def clock(self) -> float:
         return self.now
@@ -82,6 +84,10 @@ class PlaneStandIn:
             found = DeviceMetrics(uuid=uuid, power_w=300.0, utilization_pct=80.0, health_cause=None)
             self.metrics[uuid] = found
         return found
+
+    def idle_power_readings(self) -> list[tuple[str, float]]:
+        """Every card of the benchmark is held: no idle card's power to learn from."""
+        return []
 
 
 def cpu() -> float:
@@ -244,6 +250,12 @@ def reading(records: int, repeat: int, tmp: Path) -> dict[str, Any]:
     started = time.perf_counter()
     rollup_rows = fill(db, records, now)
     filled_s = time.perf_counter() - started
+    prices = {"currency": "EUR", "per_kwh": 0.25}
+    prices["models"] = [{"model": m, "per_card_hour": 2.0} for m in MODELS]
+    with db.begin() as conn:  # answers priced, as a deployment's
+        conn.execute(
+            insert(usage_price_tables).values(effective_at=0.0, prices=prices, updated_at=now)
+        )
     plane = PlaneStandIn(db, now)
     tenant = Principal(1, "tenant", "t7")
     admin = Principal(0, "admin", None)

@@ -244,6 +244,22 @@ def parse_seeds(text: str) -> list[int]:
     help="timed mode: make this share of the tasks asking 2+ whole cards elastic (replicas of one "
     "card, half to all of them; docs/simulator.md)",
 )
+@click.option(
+    "--fair-share",
+    type=click.Choice(["drf", "history"]),
+    default="drf",
+    show_default=True,
+    help="timed mode: the order between tenants, as the server's --fair-share: 'drf' by the "
+    "dominant share each holds now, 'history' by the share each held over a window decaying "
+    "with --fair-share-half-life",
+)
+@click.option(
+    "--fair-share-half-life",
+    default="1h",
+    show_default=True,
+    metavar="DURATION",
+    help="with --fair-share history: what a tenant held this long ago (trace time) counts half",
+)
 def simulate(
     nodes_path: str | None,
     pods_paths: tuple[str, ...],
@@ -267,6 +283,8 @@ def simulate(
     checkpoints: bool,
     checkpoint_aware: bool,
     elastic_share: float,
+    fair_share: str,
+    fair_share_half_life: str,
 ) -> None:
     """Replay a cluster trace under each policy and seed (the FGD paper's protocol, or in time)."""
     from pathlib import Path
@@ -284,6 +302,9 @@ def simulate(
     if elastic_share and (mode != "timed" or throughputs is not None):
         why = "needs --mode timed, without --throughputs (elastic tasks run by the trace's times)"
         raise click.BadParameter(why, param_hint="--elastic-share")
+    history_half_life_s = _fair_share_half_life(mode, fair_share, fair_share_half_life)
+    if history_half_life_s is not None and throughputs is not None:
+        raise click.BadParameter("not with --throughputs", param_hint="--fair-share")
     if nodes_path is None:
         nodes_path = "" if throughputs is not None else str(default_nodes())
     profiles = load_profiles(profile_file)
@@ -348,7 +369,9 @@ def simulate(
                 queues,
                 console,
                 sites,
-                TimedOptions(peak, checkpoints, checkpoint_aware, elastic_share),
+                TimedOptions(
+                    peak, checkpoints, checkpoint_aware, elastic_share, history_half_life_s
+                ),
             )
         except ValueError as exc:  # a peak the trace cannot reach (sim/load.py)
             if peak is None:
@@ -381,6 +404,23 @@ def simulate(
     if report_dir:
         page = write_report(Path(report_dir), results)
         console.print(f"report: {page}")
+
+
+def _fair_share_half_life(mode: str, fair_share: str, text: str) -> float | None:
+    """``simulate --fair-share``'s half-life in seconds (None: DRF on what is held now)."""
+    from xpupool.client._times import duration_s
+
+    if fair_share == "drf":
+        return None
+    if mode != "timed":
+        raise click.BadParameter("needs --mode timed", param_hint="--fair-share")
+    half_life_s = duration_s(text)
+    if not half_life_s:
+        raise click.BadParameter(
+            f"{text!r}: use a duration above 0 such as 30m or 1h",
+            param_hint="--fair-share-half-life",
+        )
+    return half_life_s
 
 
 @main.command()

@@ -75,6 +75,20 @@ def test_usage_per_attempt_equals_the_jobs_events(tmp_path: Path) -> None:
     flags.chmod(0o777)
     try:
         tokens = _team(srv)
+        # priced by the admin's table from now on: the CLI's CSV gets each row's cost
+        prices = {"currency": "EUR", "models": [{"model": "A100-SXM4-80GB", "per_card_hour": 3.6}]}
+        (tmp_path / "prices.yaml").write_text(json.dumps(prices))
+        admin_env = {**os.environ, "XPUPOOL_URL": srv.url, "XPUPOOL_TOKEN": srv.admin_token}
+        out = subprocess.run(
+            [*CLI, "usage", "prices", "set", str(tmp_path / "prices.yaml")],
+            env=admin_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        assert "A100-SXM4-80GB: 3.6 per card-hour" in out.stdout
+        assert httpx.get(f"{srv.url}/v1/prices", headers=srv.headers()).json()["currency"] == "EUR"
         r = httpx.put(
             f"{srv.url}/v1/queues/team",
             json={"name": "team", "tenant": "team", "quotas": [], "max_priority": 5},
@@ -158,20 +172,6 @@ def test_usage_per_attempt_equals_the_jobs_events(tmp_path: Path) -> None:
         with srv.tenant_client("other") as other:
             theirs = other.get("/v1/usage", params={"from": str(time.time() - 86400)})
             assert theirs.status_code == 200 and theirs.json()["rows"] == []
-        # priced by the admin's table: the CLI's CSV gets each row's cost
-        prices = {"currency": "EUR", "models": [{"model": "A100-SXM4-80GB", "per_card_hour": 3.6}]}
-        (tmp_path / "prices.yaml").write_text(json.dumps(prices))
-        admin_env = {**os.environ, "XPUPOOL_URL": srv.url, "XPUPOOL_TOKEN": srv.admin_token}
-        out = subprocess.run(
-            [*CLI, "usage", "prices", "set", str(tmp_path / "prices.yaml")],
-            env=admin_env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert out.returncode == 0, out.stderr
-        assert "A100-SXM4-80GB: 3.6 per card-hour" in out.stdout
-        assert httpx.get(f"{srv.url}/v1/prices", headers=srv.headers()).json()["currency"] == "EUR"
         # the admin sets the tenant's budget with the CLI; the tenant reads its own
         budget = ["budget", "set", "team", "--period", "month", "--amount", "1000"]
         out = subprocess.run(

@@ -3,9 +3,12 @@ reuses both).
 
 Power: a card draws ``idle_watts`` with nothing running and ``tdp_watts`` (its board power) when
 fully busy, linearly in between by its reported utilisation; a live reading of the card's own
-power, when its agent sends one, is preferred to the model. A model with no sourced idle figure
-is taken to idle at 0 W, so its energy is a lower bound that scales with utilisation alone; a
-model with no board power has no modelled energy (0 W) and counts only what its agent reads.
+power, when its agent sends one, is preferred to the model. The idle figure is, first, the
+operator's override; then what the pool measured of the model's own cards while they held nothing
+(:meth:`PowerModel.learn_idle`, fed by ``server/usage/idle_power.py``); then the catalog's
+sourced stand-in. A model with none of them is taken to idle at 0 W, so its energy is a lower
+bound that scales with utilisation alone; a model with no board power has no modelled energy
+(0 W) and counts only what its agent reads.
 
 Compute units: one card-second of a model is worth its dense BF16 TFLOPS (FP16 where the part
 has no BF16 figure) compute-unit-seconds, so an A100-hour and a 910B-hour can be added. Both
@@ -18,9 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from xpupool.catalog._data_file import Entry, line_of
 from xpupool.catalog.accelerators import AcceleratorCatalog, load_accelerators
+
+IdleSource = Literal["operator", "measured", "catalog", "none"]
+"""Where a model's idle figure comes from (:meth:`PowerModel.idle_source`)."""
 
 _OVERRIDE_FIELDS = frozenset({"name", "compute_units", "idle_watts", "busy_watts"})
 
@@ -66,7 +73,27 @@ class PowerModel:
     ) -> None:
         self.catalog = catalog or load_accelerators()
         self._overrides = {self._key(o.name): o for o in overrides}
+        self._measured: dict[str, float] = {}  # idle watts learned, by catalog name
         self._cache: dict[str, CardFigures] = {}
+
+    def learn_idle(self, measured: Mapping[str, float]) -> None:
+        """The idle watts measured per model (by printed or catalog name) from its cards' own
+        readings: used instead of the catalog's figure (an operator's override still first).
+        Replaces what was learned before."""
+        self._measured = {self._key(k): float(v) for k, v in measured.items() if v >= 0}
+        self._cache = {}
+
+    def idle_source(self, printed: str) -> IdleSource:
+        """Where the model's idle figure comes from: 'operator', 'measured', 'catalog' or 'none'
+        (taken as 0 W)."""
+        key = self._key(printed)
+        over = self._overrides.get(key)
+        if over is not None and over.idle_watts is not None:
+            return "operator"
+        if key in self._measured:
+            return "measured"
+        model = self.catalog.lookup(printed)
+        return "catalog" if model is not None and model.idle_watts is not None else "none"
 
     def _key(self, name: str) -> str:
         model = self.catalog.lookup(name)
@@ -84,7 +111,9 @@ class PowerModel:
             units = model.bf16_tflops or model.fp16_tflops or 0.0
             idle = model.idle_watts or 0.0
             busy = float(model.tdp_watts or 0)
-        over = self._overrides.get(model.name if model is not None else printed)
+        key = model.name if model is not None else printed
+        idle = self._measured.get(key, idle)
+        over = self._overrides.get(key)
         if over is not None:
             units = units if over.compute_units is None else over.compute_units
             idle = idle if over.idle_watts is None else over.idle_watts

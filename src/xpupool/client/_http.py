@@ -212,15 +212,21 @@ class Client:
         assert isinstance(answer, dict)
         return answer
 
-    def prices(self) -> dict[str, Any]:
-        """The price table (``GET /v1/prices``; docs/usage.md)."""
-        answer = self._json("GET", "/v1/prices")
+    def prices(self, at: str | None = None) -> dict[str, Any]:
+        """The price table in force at ``at`` (default now; ``GET /v1/prices``; docs/usage.md)."""
+        answer = self._json("GET", "/v1/prices", at=at)
         assert isinstance(answer, dict)
         return answer
 
-    def set_prices(self, table: dict[str, Any]) -> dict[str, Any]:
-        """Replace the price table (``PUT /v1/prices``, the admin's)."""
-        answer = self._json("PUT", "/v1/prices", table)
+    def price_history(self) -> list[dict[str, Any]]:
+        """Every price table by the time it takes effect (``GET /v1/prices/history``)."""
+        answer = self._json("GET", "/v1/prices/history")
+        assert isinstance(answer, dict)
+        return list(answer["tables"])
+
+    def set_prices(self, table: dict[str, Any], at: str | None = None) -> dict[str, Any]:
+        """The price table from ``at`` on (default now; ``PUT /v1/prices``, the admin's)."""
+        answer = self._json("PUT", "/v1/prices", table, at=at)
         assert isinstance(answer, dict)
         return answer
 

@@ -110,37 +110,51 @@ def export(month: str, url: str | None, token: str | None) -> None:
 
 
 @usage.group("prices", invoke_without_command=True, epilog=CONNECTION_HELP)
+@click.option("--at", "at", help="the table in force at this time (Unix seconds or ISO; now)")
+@click.option("--history", is_flag=True, help="every table with the time it takes effect")
 @connection_options
 @click.pass_context
-def prices(ctx: click.Context, url: str | None, token: str | None) -> None:
-    """The price table: per card-hour by model, per compute-unit-hour, per kWh."""
+def prices(
+    ctx: click.Context, at: str | None, history: bool, url: str | None, token: str | None
+) -> None:
+    """The price table in force: per card-hour by model, per compute-unit-hour, per kWh."""
     if ctx.invoked_subcommand is not None:
         return
+    if history and at is not None:
+        raise click.BadParameter("give --at or --history, not both", param_hint="--history")
     with make_client(url, token) as client:
-        table = client.prices()
-    _print_prices(table)
+        tables = client.price_history() if history else [client.prices(at)]
+    if history and not tables:
+        click.echo("no price table is set")
+        return
+    click.echo("\n\n".join(_prices_text(t) for t in tables))
 
 
 @prices.command("set", epilog=CONNECTION_HELP)
 @click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--at", "at", help="in force from this time on (Unix seconds or ISO; default now)")
 @connection_options
-def set_prices(file: str, url: str | None, token: str | None) -> None:
-    """Replace the price table with FILE's (YAML or JSON: currency, per_compute_unit_hour,
-    per_kwh, models: [{model, per_card_hour}]); the admin's."""
+def set_prices(file: str, at: str | None, url: str | None, token: str | None) -> None:
+    """The price table from now (or --at) on, FILE's (YAML or JSON: currency,
+    per_compute_unit_hour, per_kwh, models: [{model, per_card_hour}]); the admin's. Usage
+    recorded before keeps the prices it was recorded at."""
     with make_client(url, token) as client:
-        table = client.set_prices(load_yaml(file))
-    _print_prices(table)
+        table = client.set_prices(load_yaml(file), at)
+    click.echo(_prices_text(table))
 
 
-def _print_prices(table: dict[str, Any]) -> None:
+def _prices_text(table: dict[str, Any]) -> str:
     currency = table.get("currency") or ""
+    begins = table.get("effective_at")
     lines = [
+        "in force from: "
+        + ("-" if begins is None else datetime.fromtimestamp(float(begins), UTC).isoformat()),
         f"currency: {currency or '-'}",
         f"per compute-unit-hour: {float(table.get('per_compute_unit_hour') or 0):g}",
         f"per kWh: {float(table.get('per_kwh') or 0):g}",
     ]
     lines += [f"{m['model']}: {float(m['per_card_hour']):g} per card-hour" for m in table["models"]]
-    click.echo("\n".join(lines))
+    return "\n".join(lines)
 
 
 @usage.group("budget")

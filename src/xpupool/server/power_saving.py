@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from xpupool.catalog.power import PowerModel
 from xpupool.engine.state import ClusterState
@@ -47,6 +48,15 @@ class PowerLook:
     idle_watts: float
 
 
+def held_cards(state: ClusterState) -> npt.NDArray[np.bool_]:
+    """``[n_nodes, n_dev]``: the cards some replica holds memory, compute or a task slot of."""
+    return (
+        (state.dev_mem_free < state.dev_mem_commit)
+        | (state.dev_core_free < state.dev_core_commit)
+        | (state.dev_task_free < state.dev_task_total)
+    )
+
+
 class PowerSaving:
     """When each node was first seen idle. Not thread-safe: looked under the plane's lock."""
 
@@ -55,11 +65,7 @@ class PowerSaving:
         self._idle_since: dict[str, float] = {}
 
     def look(self, state: ClusterState, now: float, power: PowerModel) -> PowerLook:
-        held = (
-            (state.dev_mem_free < state.dev_mem_commit)
-            | (state.dev_core_free < state.dev_core_commit)
-            | (state.dev_task_free < state.dev_task_total)
-        )
+        held = held_cards(state)
         asleep = state.dev_present & state.dev_usable & ~held
         node_idle = ~(held & state.dev_present).any(axis=1) & (
             state.node_cpu_free >= state.node_cpu_total

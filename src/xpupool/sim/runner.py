@@ -78,12 +78,16 @@ class TimedOptions:
     """``peak``: compress arrivals to this peak demand (x capacity) instead of a fixed factor;
     ``checkpoints``: the seeded checkpoint model (``sim/checkpoints.py``); ``checkpoint_aware``:
     the planner weighs what victims lose; ``elastic_share``: that share of the multi-card tasks
-    is elastic (``sim/elastic_tasks.py``; 0: none)."""
+    is elastic (``sim/elastic_tasks.py``; 0: none); ``history_half_life_s``: tenants are ordered
+    by the share they held over a window decaying with this half-life
+    (``engine/cycle/fair_share.py``, the server's ``--fair-share history``) instead of DRF on what
+    they hold now (None)."""
 
     peak: float | None = None
     checkpoints: bool = False
     checkpoint_aware: bool = False
     elastic_share: float = 0.0
+    history_half_life_s: float | None = None
 
 
 def run_timed(
@@ -129,8 +133,11 @@ def run_timed(
         checkpoints=CheckpointModel(spec.seed) if opts.checkpoints else None,
         checkpoint_aware=opts.checkpoint_aware,
         elastic=ElasticTasks(opts.elastic_share, spec.seed) if opts.elastic_share else None,
+        history_half_life_s=opts.history_half_life_s,
     )
     out: dict[str, object] = {"policy": spec.policy_name, "seed": spec.seed}
+    if opts.history_half_life_s is not None:
+        out["fair_share_half_life_s"] = opts.history_half_life_s
     if sites is not None:
         out["sites"] = rule
     out.update(result.summary())

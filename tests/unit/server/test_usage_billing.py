@@ -1,6 +1,8 @@
 """Prices and budgets (issue 52): cost in the usage answers and the month's CSV at the admin's
-price table, and each budget policy applied at admission, with its reason in the job's events.
-A real app on both stores and a hand-moved clock: every figure below is exact."""
+price tables, each in force from the time it takes effect (a change mid-hour priced in two parts),
+an older store's single table moved into the history, and each budget policy applied at
+admission, with its reason in the job's events. A real app on both stores and a hand-moved
+clock: every figure below is exact."""
 
 from __future__ import annotations
 
@@ -14,12 +16,18 @@ from server_kit import (
     Server,
     heartbeat,
     job,
+    node,
     report,
     row_counts,
     submit,
     tenant,
     two_tenants_ran,
 )
+from sqlalchemy import insert, select, text
+
+from xpupool.server.storage import meta
+from xpupool.server.storage.billing import usage_price_tables, usage_prices
+from xpupool.server.storage.usage import usage_rollups
 
 STORES = BOTH_STORES  # the price table and the budgets through SQLite and PostgreSQL alike
 
@@ -35,14 +43,12 @@ def _put(server: Server, path: str, body: dict[str, Any], token: str | None = No
 
 
 def test_usage_and_the_month_csv_are_priced_by_the_admins_table(server: Server) -> None:
-    a, _b = two_tenants_ran(server)
-    params = {"by": "tenant", "step": "month", "from": "0"}
-    before = server.client.get("/v1/usage", params=params, headers=server.admin).json()
-    assert before["currency"] is None and all(r["cost"] is None for r in before["rows"])
-    r = _put(server, "/v1/prices", PRICES, a)
-    assert r.status_code == 403, r.text  # the admin's only
     r = _put(server, "/v1/prices", PRICES | {"per_kwh": 0.25})
     assert r.status_code == 200, r.text
+    a, _b = two_tenants_ran(server)
+    params = {"by": "tenant", "step": "month", "from": "0"}
+    r = _put(server, "/v1/prices", PRICES, a)
+    assert r.status_code == 403, r.text  # the admin's only
     answer = server.client.get("/v1/usage", params=params, headers=server.admin).json()
     assert answer["currency"] == "EUR"
     rows = {r["tenant"]: r for r in answer["rows"]}
@@ -84,9 +90,98 @@ def test_a_bad_price_table_or_budget_is_refused_naming_the_field(server: Server)
     assert row_counts(server) == before
 
 
-def test_a_refusing_budget_refuses_new_jobs_naming_it_and_changes_nothing(server: Server) -> None:
-    a, b = two_tenants_ran(server)
+def test_usage_recorded_before_the_first_table_stays_unpriced(server: Server) -> None:
+    two_tenants_ran(server)
+    params = {"by": "tenant", "step": "month", "from": "0"}
+    before = server.client.get("/v1/usage", params=params, headers=server.admin).json()
+    assert before["currency"] is None and all(r["cost"] is None for r in before["rows"])
     assert _put(server, "/v1/prices", PRICES).status_code == 200
+    server.clock.advance(3600)  # b runs on one more hour, now priced
+    server.plane.meter.flush(server.plane)
+    answer = server.client.get("/v1/usage", params=params, headers=server.admin).json()
+    cost = {r["tenant"]: r["cost"] for r in answer["rows"]}
+    assert answer["currency"] == "EUR"
+    assert cost["a"] == 0.0 and cost["b"] == pytest.approx(2.0)  # 1 of b's 3.5 h
+
+
+def test_a_price_change_mid_hour_is_priced_in_two_parts(server: Server) -> None:
+    assert _put(server, "/v1/prices", PRICES).status_code == 200
+    node(server, "n1", count=1)
+    a = tenant(server, "a")
+    ja = submit(server, a, "A100:1")["id"]
+    server.schedule()
+    heartbeat(server, "n1")
+    heartbeat(server, "n1", [report(ja, 0, "running")])
+    began = server.clock.now
+    hour = (began // 3600 + 1) * 3600  # the next whole hour
+    server.clock.advance(hour - began)
+    server.plane.meter.flush(server.plane)
+    later = PRICES | {"models": [{"model": "A100-SXM4-80GB", "per_card_hour": 6.0}]}
+    r = server.client.put(
+        "/v1/prices", params={"at": str(hour + 1800)}, json=later, headers=server.admin
+    )
+    assert r.status_code == 200 and r.json()["effective_at"] == hour + 1800, r.text
+    for at, price in ((hour + 1799, 2.0), (hour + 1800, 6.0)):
+        found = server.client.get("/v1/prices", params={"at": str(at)}, headers=server.as_(a))
+        assert found.json()["models"][0]["per_card_hour"] == price, (at, found.text)
+    history = server.client.get("/v1/prices/history", headers=server.as_(a)).json()["tables"]
+    assert [t["models"][0]["per_card_hour"] for t in history] == [2.0, 6.0]
+    server.clock.advance(3600)  # one flush over the whole hour, across the change
+    server.plane.meter.flush(server.plane)
+    params = {"by": "tenant", "step": "hour", "from": str(hour), "to": str(hour + 3600)}
+    rows = server.client.get("/v1/usage", params=params, headers=server.admin).json()["rows"]
+    assert [(r["tenant"], r["device_seconds"]) for r in rows] == [("a", pytest.approx(3600))]
+    assert rows[0]["cost"] == pytest.approx(0.5 * 2.0 + 0.5 * 6.0)
+    budget = {"period": "day", "amount": 100.0, "policy": "warn"}
+    assert _put(server, "/v1/tenants/a/budget", budget).status_code == 200
+    spent = server.client.get("/v1/tenants/a/budget", headers=server.admin).json()["spent"]
+    assert spent == pytest.approx((hour - began) / 3600 * 2.0 + 4.0)  # the same prices
+    before = row_counts(server)
+    r = server.client.put("/v1/prices", params={"at": str(hour)}, json=later, headers=server.admin)
+    assert r.status_code == 422 and r.json()["field"] == "at", r.text  # priced already
+    assert row_counts(server) == before
+    assert len(server.client.get("/v1/prices/history", headers=server.admin).json()["tables"]) == 2
+
+
+def test_an_older_stores_single_table_prices_what_it_recorded(store_url: str) -> None:
+    db = meta.connect(store_url)
+    try:
+        with db.begin() as conn:  # a store of the release before price history
+            conn.execute(text('ALTER TABLE "usage_rollups" DROP COLUMN "cost"'))
+            conn.execute(insert(usage_prices).values(name="prices", prices=PRICES, updated_at=5.0))
+            row = {"step": "hour", "bucket": 3600.0, "tenant": "a", "queue": "a", "site": ""}
+            sums = {"gib_seconds": 0.0, "cu_seconds": 0.0, "energy_j": 0.0}
+            conn.execute(
+                insert(usage_rollups),
+                [
+                    row | sums | {"model": "NVIDIA A100-SXM4-80GB", "device_seconds": 7200.0},
+                    row | sums | {"model": "unpriced", "device_seconds": 3600.0},
+                ],
+            )
+    finally:
+        db.dispose()
+    db = meta.connect(store_url)  # what the next start does
+    try:
+        with db.connect() as conn:
+            tables = conn.execute(select(usage_price_tables)).mappings().all()
+            cost = dict(conn.execute(select(usage_rollups.c.model, usage_rollups.c.cost)).all())
+            left = conn.execute(select(usage_prices)).all()
+        assert [(t["effective_at"], t["prices"]) for t in tables] == [(0.0, PRICES)]
+        assert cost == {"NVIDIA A100-SXM4-80GB": pytest.approx(4.0), "unpriced": 0.0}
+        assert left == []
+    finally:
+        db.dispose()
+    db = meta.connect(store_url)  # and a third start moves nothing again
+    try:
+        with db.connect() as conn:
+            assert len(conn.execute(select(usage_price_tables)).all()) == 1
+    finally:
+        db.dispose()
+
+
+def test_a_refusing_budget_refuses_new_jobs_naming_it_and_changes_nothing(server: Server) -> None:
+    assert _put(server, "/v1/prices", PRICES).status_code == 200
+    a, b = two_tenants_ran(server)
     budget = {"period": "month", "amount": 3.0, "policy": "refuse"}
     assert _put(server, "/v1/tenants/a/budget", budget).status_code == 200
     mine = server.client.get("/v1/tenants/a/budget", headers=server.as_(a)).json()
@@ -106,8 +201,8 @@ def test_a_refusing_budget_refuses_new_jobs_naming_it_and_changes_nothing(server
 
 
 def test_lower_priority_and_warn_admit_with_an_event_and_a_count(server: Server) -> None:
-    a, b = two_tenants_ran(server)
     assert _put(server, "/v1/prices", PRICES).status_code == 200
+    a, b = two_tenants_ran(server)
     lower = {"period": "day", "amount": 1.0, "policy": "lower-priority", "lowered_priority": -5}
     assert _put(server, "/v1/tenants/a/budget", lower).status_code == 200
     ja = submit(server, a, "A100:1")
@@ -126,8 +221,8 @@ def test_lower_priority_and_warn_admit_with_an_event_and_a_count(server: Server)
 
 
 def test_spend_moves_at_a_flush_and_a_new_period_starts_from_nothing(server: Server) -> None:
-    a, _b = two_tenants_ran(server)
     assert _put(server, "/v1/prices", PRICES).status_code == 200
+    a, _b = two_tenants_ran(server)
     budget = {"period": "day", "amount": 100.0, "policy": "refuse"}
     assert _put(server, "/v1/tenants/b/budget", budget).status_code == 200
 
@@ -154,8 +249,8 @@ def test_spend_moves_at_a_flush_and_a_new_period_starts_from_nothing(server: Ser
 
 
 def test_the_usage_page_shows_a_tenant_its_own_rows_cost_and_budget(server: Server) -> None:
-    a, _b = two_tenants_ran(server)
     assert _put(server, "/v1/prices", PRICES).status_code == 200
+    a, _b = two_tenants_ran(server)
     budget = {"period": "month", "amount": 3.0, "policy": "warn"}
     assert _put(server, "/v1/tenants/a/budget", budget).status_code == 200
     here = {"Origin": "http://testserver"}

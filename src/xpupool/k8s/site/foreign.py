@@ -26,6 +26,12 @@ allocation is then re-addressed to them (``server/plane/bound_cards.py``).
 Each change goes to the plane's engine (``server/plane/foreign_use.py``) as the charge of holder
 ``pod NAMESPACE/NAME``, nobody's job and in no tenant's quota; the site's book here is what the
 plane re-applies when it rebuilds its engine (:meth:`ForeignPods.foreign`).
+
+Each change is metered too (``server/usage/meter.py``), so a site's card-hours add up: the cards
+a pod holds, from when the site saw it bound until it ends, under the tenant whose namespace it
+is (the site's ``namespaces`` and ``namespace_prefix``, as for kubectl users' pods) or else
+tenant :data:`FOREIGN`, and under queue NAMESPACE. A plane that was down saw nothing: the time
+until its site reads the pods again is not counted.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from xpupool.k8s.informers.cluster_view import PodDevices, pod_allocations, read_pod
 from xpupool.k8s.informers.decoders import decode_pod_devices
 from xpupool.k8s.informers.watch import Event, EventType
+from xpupool.k8s.site.gated import tenant_of_namespace
 from xpupool.k8s.site.pods import JOB, SITE, pod_name, pod_state
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
 from xpupool.model.allocation import Allocation
@@ -46,7 +53,10 @@ from xpupool.server.plane import bound_cards, foreign_use
 if TYPE_CHECKING:
     from xpupool.server.plane import ControlPlane, NodeRecord
 
-__all__ = ["ForeignPods", "holder_of"]
+__all__ = ["FOREIGN", "ForeignPods", "holder_of"]
+
+FOREIGN = "foreign"
+"""The tenant usage of a pod in no tenant's namespace is metered under."""
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +115,7 @@ class ForeignPods:
                 if before is None:
                     return None
                 del self._book[holder]
+                plane.meter.foreign_ended((self.site, holder), plane.clock())
                 log.info("site %s: %s holds nothing any more", self.site, holder)
                 return ()
             key, devices, priority = what
@@ -112,6 +123,7 @@ class ForeignPods:
                 return None  # the same cards: a status change
             allocs = pod_allocations(holder, devices, priority, take_id)
             self._book[holder] = (key, allocs)
+            self._meter(plane, event.key, priority, key[0], allocs)
             log.info("site %s: %s holds cards on node %s", self.site, holder, key[0])
             return allocs
 
@@ -119,6 +131,25 @@ class ForeignPods:
             foreign_use.change(plane, self.site, holder, make)
         if replica is not None:
             self._rebind(plane, event, replica)
+
+    def _meter(
+        self,
+        plane: ControlPlane,
+        key: str,
+        priority: int,
+        node_name: str,
+        allocations: tuple[Allocation, ...],
+    ) -> None:
+        """Meter the pod ``key`` (``namespace/name``) holding ``allocations`` from now on (under
+        the plane's lock, with the book's change)."""
+        record = plane.node(node_name)
+        if record is None:
+            return
+        namespace = key.split("/", 1)[0]
+        tenant = tenant_of_namespace(self.config, namespace) or FOREIGN
+        who = (tenant, namespace, priority)
+        holder = (self.site, holder_of(key))
+        plane.meter.foreign_started(holder, who, record.node, allocations, plane.clock())
 
     def _replica(
         self, plane: ControlPlane, event: Event[dict[str, Any]]

@@ -10,9 +10,9 @@ from typing import Any, Protocol
 from sqlalchemy import delete, insert, select, update
 
 from xpupool.model.errors import NotFound
-from xpupool.server.storage.billing import usage_budgets, usage_prices
+from xpupool.server.storage.billing import usage_budgets, usage_price_tables
 from xpupool.server.storage.tenants import tenants as t_tenants
-from xpupool.server.usage.billing import PRICE_ROW, Billing
+from xpupool.server.usage.billing import Billing
 
 
 class Store(Protocol):
@@ -21,13 +21,16 @@ class Store(Protocol):
     def write(self) -> Any: ...
 
 
-def put_prices(plane: Store, prices: dict[str, Any], now: float) -> None:
-    """The price table is ``prices`` (``PriceTable`` as a dict) from now on."""
+def put_prices(plane: Store, prices: dict[str, Any], effective_at: float, now: float) -> None:
+    """The price table is ``prices`` (``PriceTable`` as a dict) from ``effective_at`` on (the
+    caller holds the meter's flushes off and checks it is not before now: what was recorded is
+    priced already); a table set for the same time before is replaced."""
     with plane.write() as conn:
-        t = usage_prices
-        where = t.c.name == PRICE_ROW
-        if not conn.execute(update(t).where(where).values(prices=prices, updated_at=now)).rowcount:
-            conn.execute(insert(t).values(name=PRICE_ROW, prices=prices, updated_at=now))
+        t = usage_price_tables
+        values = {"prices": prices, "updated_at": now}
+        where = t.c.effective_at == effective_at
+        if not conn.execute(update(t).where(where).values(values)).rowcount:
+            conn.execute(insert(t).values(effective_at=effective_at, **values))
         plane.billing.forget()
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from xpupool.server.plane.lock import PlaneLock
 from xpupool.server.plane.records import RunView
+from xpupool.server.usage.idle_power import idle_readings
 
 if TYPE_CHECKING:
     from xpupool.catalog import AcceleratorCatalog
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from xpupool.model.request import Request
     from xpupool.server.live_metrics import LiveMetrics
     from xpupool.server.plane.records import HeldJob, NodeRecord
+    from xpupool.server.schemas.agent_protocol import DeviceMetrics
 
 T = TypeVar("T")
 
@@ -34,6 +36,7 @@ class PlaneReads:
         _lock: PlaneLock
         _nodes: dict[str, NodeRecord]
         _held: dict[int, HeldJob]
+        _metrics: dict[str, DeviceMetrics]
         live: LiveMetrics
 
         @property
@@ -54,6 +57,12 @@ class PlaneReads:
         replace right after): what it reads of them is one state of the pool."""
         with self._lock:
             return look(self.cluster_state)
+
+    def idle_power_readings(self) -> list[tuple[str, float]]:
+        """(model, watts) of each usable card holding nothing whose agent read its power
+        (``usage/idle_power.py``), as one state of the pool."""
+        with self._lock:
+            return idle_readings(self.cluster_state, self._metrics.get)
 
     def node_names(self, site: str = "") -> list[str]:
         """The names of the nodes of ``site`` (every node when empty), by site and then by name."""

@@ -42,7 +42,17 @@ class PriceAnswer(Lenient):
     per_compute_unit_hour: float = 0.0
     per_kwh: float = 0.0
     models: list[ModelPrice] = Field(default_factory=list)
+    effective_at: float | None = Field(
+        None, description="Unix seconds: in force from then until the next table's; null: none."
+    )
     updated_at: float | None = Field(None, description="Unix seconds; null: never set.")
+
+
+class PriceHistory(Lenient):
+    tables: list[PriceAnswer] = Field(
+        default_factory=list,
+        description="Every price table, in the order they take effect (those to come included).",
+    )
 
 
 class BudgetIn(Strict):
@@ -83,7 +93,7 @@ class Budget(Lenient):
     period_start: float = Field(description="The current period's start, Unix seconds (UTC).")
     period_end: float = Field(description="The next period's start, Unix seconds (UTC).")
     spent: float = Field(
-        description="Cost of the tenant's usage in the current period at today's prices, as of "
-        "the last usage flush (docs/usage.md)."
+        description="Cost of the tenant's usage in the current period at the prices in force "
+        "as it was used, as of the last usage flush (docs/usage.md)."
     )
     exceeded: bool = Field(description="spent has reached amount: the policy applies now.")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from xpupool.catalog.power import IdleSource
 from xpupool.server.schemas.base import Lenient
 
 
@@ -13,6 +14,16 @@ class SleepyCardOut(Lenient):
     node: str
     model: str
     idle_watts: float = Field(description="What it draws idle (0: no idle figure known), W.")
+
+
+class ModelIdlePowerOut(Lenient):
+    model: str = Field(description="The card model as its probe names it.")
+    idle_watts: float = Field(description="The idle figure energy is counted with, W.")
+    source: IdleSource = Field(
+        description="Where it comes from: the operator's catalog file, the pool's own cards' "
+        "readings while idle (docs/usage.md), the packaged catalog's stand-in, or none (0 W)."
+    )
+    samples: int = Field(0, description="Readings a measured figure was taken over; else 0.")
 
 
 class IdleNodeOut(Lenient):
@@ -29,4 +40,7 @@ class FleetPower(Lenient):
     could_sleep_watts: float = Field(description="Their idle power together, W.")
     could_power_down: list[IdleNodeOut] = Field(
         description="Nodes nothing has held for at least power_down_after_s."
+    )
+    idle_power: list[ModelIdlePowerOut] = Field(
+        default_factory=list, description="Per card model in the pool: its idle figure's source."
     )

@@ -30,8 +30,8 @@ class UsageRow(Lenient):
     energy_j: float = Field(description="Energy of the cards held, joules, split by share.")
     cost: float | None = Field(
         None,
-        description="At the price table's prices (GET /v1/prices), in its currency; null: no "
-        "price table is set.",
+        description="At the prices in force as the usage was used (GET /v1/prices/history), "
+        "in the currency of the table in force now; null: no price table is set.",
     )
 
 
@@ -41,4 +41,6 @@ class UsageAnswer(Lenient):
     start: float = Field(alias="from", description="Unix seconds, the first bucket's start.")
     end: float = Field(alias="to", description="Unix seconds; buckets start before it.")
     rows: list[UsageRow]
-    currency: str | None = Field(None, description="The price table's; null: none is set.")
+    currency: str | None = Field(
+        None, description="The price table's in force now; null: none is set."
+    )

@@ -101,6 +101,10 @@ def connect(url: str, *, schema: bool = True) -> Engine:
     if "audit.kind" in added:
         with engine.begin() as conn:
             audit.classify_stored_rows(conn)
+    from xpupool.server.usage.price_history import price_terms
+
+    with engine.begin() as conn:  # an older store's single price table joins the history
+        billing.move_single_table(conn, price_terms)
     return engine
 
 

@@ -7,7 +7,8 @@ an adopted run after a restart continues the row it had (``server/usage/meter.py
 sampling interval while it is open (``ended_at`` null) and stop when it is closed. The rollups
 hold the same sums per bucket (``step`` 'hour', 'day' or 'month' (UTC calendar months),
 ``bucket`` its start in Unix seconds)
-and per (tenant, queue, site, model); tenant ``pool`` holds the energy of the shared cards'
+and per (tenant, queue, site, model), with their ``cost`` at the prices in force as each part
+was used (0 where no price table was); tenant ``pool`` holds the energy of the shared cards'
 unheld remainder. Records and rollups are kept ``--usage-retention`` (400 days by default),
 apart from job retention; the totals are never deleted (one row per label set).
 """
@@ -56,6 +57,8 @@ usage_rollups = Table(
     Column("bucket", Float, primary_key=True),  # its start, Unix seconds (UTC)
     *(Column(name, String(200), primary_key=True) for name in LABELS),
     *(Column(name, Float, nullable=False) for name in SUMS),
+    # at the prices in force when each part of it was used (server/usage/price_history.py)
+    Column("cost", Float, nullable=False, server_default="0"),
     Index("usage_rollups_tenant", "step", "tenant", "bucket"),
 )
 
@@ -65,3 +68,13 @@ usage_totals = Table(
     *(Column(name, String(200), primary_key=True) for name in LABELS),
     *(Column(name, Float, nullable=False) for name in SUMS),
 )
+
+usage_idle_power = Table(
+    "usage_idle_power",
+    metadata,
+    Column("model", String(200), primary_key=True),  # catalog name (or printed, if none)
+    Column("watts", Float, nullable=False),  # server/usage/idle_power.py: a low percentile
+    Column("samples", Integer, nullable=False),  # readings it was taken over
+    Column("updated_at", Float, nullable=False),
+)
+"""Idle power learned per card model from its cards' own readings while they held nothing."""

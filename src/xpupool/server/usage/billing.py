@@ -1,12 +1,12 @@
 """Prices and budgets (issue 52): what usage costs, what each tenant has spent in its budget's
 period, and what a new job of a tenant that spent its budget gets at admission.
 
-Cost is usage at the price table's prices: card-hours by share x the model's price per
-card-hour, plus compute-unit-hours x the price per unit-hour, plus kWh x the price per kWh.
-Prices apply to usage already recorded as well (the table has no history): a changed price
-reprices the whole period. Spend is read from the day and month rollups (``storage/usage.py``)
-and changes only when the meter flushes, so it is computed once per tenant per flush (and per
-price or budget change), not per submission: admission pays a dict lookup.
+Cost is usage at the prices of the table in force as it was used (``price_history.py``):
+card-hours by share x the model's price per card-hour, plus compute-unit-hours x the price per
+unit-hour, plus kWh x the price per kWh; the meter adds it to the rollups as it records. Spend
+is the cost in the day and month rollups (``storage/usage.py``) and changes only when the meter
+flushes, so it is computed once per tenant per flush (and per price or budget change), not per
+submission: admission pays a dict lookup.
 
 A budget's policy applies while spend has reached its amount: ``warn`` admits the job with an
 event saying so and counts it (``xpupool_budget_exceeded_jobs_total``); ``lower-priority``
@@ -19,25 +19,23 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Connection, Engine, func, select
 
-from xpupool.catalog.accelerators import AcceleratorCatalog
 from xpupool.model.errors import NotFound, NotGranted
-from xpupool.server.schemas.billing import Budget, PriceAnswer, PriceTable
-from xpupool.server.storage.billing import usage_budgets, usage_prices
+from xpupool.server.schemas.billing import Budget, PriceAnswer
+from xpupool.server.storage.billing import usage_budgets
 from xpupool.server.storage.usage import usage_rollups
 from xpupool.server.usage.buckets import month_start, next_month
+from xpupool.server.usage.price_history import Prices, PriceSchedule, read_schedule
 
 if TYPE_CHECKING:
     from xpupool.server.usage.meter import UsageMeter
 
 _DAY = 86400.0
-PRICE_ROW = "prices"
-"""The one row of ``usage_prices``."""
 
 
 class ControlPlane(Protocol):
@@ -48,33 +46,6 @@ class ControlPlane(Protocol):
     meter: UsageMeter
 
     def clock(self) -> float: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Prices:
-    """The price table as cost is computed from it; ``per_card_hour`` by catalog name (or the
-    printed name of a model the catalog lacks)."""
-
-    currency: str = ""
-    per_cu_hour: float = 0.0
-    per_kwh: float = 0.0
-    per_card_hour: Mapping[str, float] = field(default_factory=dict)
-    catalog: AcceleratorCatalog | None = None
-    set_at: float | None = None  # None: the admin has set no table
-
-    def card_hour(self, printed: str) -> float:
-        """The price of a card-hour of the model a probe names ``printed`` (0: none given)."""
-        if not self.per_card_hour:
-            return 0.0
-        found = self.catalog.lookup(printed) if self.catalog is not None else None
-        return self.per_card_hour.get(found.name if found is not None else printed, 0.0)
-
-    def cost(self, model: str, device_s: float, cu_s: float, energy_j: float) -> float:
-        return (
-            device_s / 3600.0 * self.card_hour(model)
-            + cu_s / 3600.0 * self.per_cu_hour
-            + energy_j / 3.6e6 * self.per_kwh
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +76,7 @@ class Billing:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._prices: Prices | None = None
+        self._schedule: PriceSchedule | None = None
         self._budgets: dict[str, Any] | None = None
         self._spent: dict[tuple[str, float], tuple[int, float]] = {}  # -> (flush, spend)
         # moved by every forget: a read begun before a change keeps nothing of what it read
@@ -115,41 +86,48 @@ class Billing:
     def forget(self) -> None:
         with self._lock:
             self._generation += 1
-            self._prices = self._budgets = None
+            self._schedule = None
+            self._budgets = None
             self._spent = {}
 
     # ---- reads
-    def prices(self, plane: ControlPlane, conn: Connection | None = None) -> Prices:
-        found = self._prices
+    def schedule(self, plane: ControlPlane, conn: Connection | None = None) -> PriceSchedule:
+        """Every price table by the time it takes effect (``price_history.py``)."""
+        found = self._schedule
         if found is None:
             generation = self._generation
-            row = _read_one(
-                plane, conn, select(usage_prices).where(usage_prices.c.name == PRICE_ROW)
-            )
-            table = PriceTable.model_validate(row["prices"] if row is not None else {})
             catalog = plane.meter.power.catalog
-            by_name: dict[str, float] = {}
-            for price in table.models:
-                known = catalog.lookup(price.model)
-                by_name[known.name if known is not None else price.model] = price.per_card_hour
-            set_at = None if row is None else float(row["updated_at"])
-            found = Prices(
-                table.currency, table.per_compute_unit_hour, table.per_kwh, by_name, catalog, set_at
-            )
+            if conn is None:
+                with plane.db.connect() as own:
+                    found = read_schedule(own, catalog)
+            else:
+                found = read_schedule(conn, catalog)
             with self._lock:
                 if generation == self._generation:
-                    self._prices = found
+                    self._schedule = found
+        return found
+
+    def prices(self, plane: ControlPlane, conn: Connection | None = None) -> Prices:
+        """The table in force now (the first one to come while none is yet; empty: none)."""
+        schedule = self.schedule(plane, conn)
+        found = schedule.at(plane.clock())
+        if found is None:
+            return schedule.tables[0] if schedule else Prices()
         return found
 
     def priced(self, plane: ControlPlane) -> bool:
         """Whether the admin has set a price table (else usage shows no cost)."""
-        return self.prices(plane).set_at is not None
+        return bool(self.schedule(plane))
 
-    def price_answer(self, plane: ControlPlane) -> PriceAnswer:
-        row = _read_one(plane, None, select(usage_prices).where(usage_prices.c.name == PRICE_ROW))
-        if row is None:
-            return PriceAnswer.model_validate({})
-        return PriceAnswer.model_validate({**row["prices"], "updated_at": row["updated_at"]})
+    def price_answer(self, plane: ControlPlane, at: float | None = None) -> PriceAnswer:
+        """The table in force at ``at`` (default now); empty with no effective time before the
+        first one."""
+        found = self.schedule(plane).at(plane.clock() if at is None else at)
+        return PriceAnswer.model_validate({} if found is None else _answer(found))
+
+    def price_history(self, plane: ControlPlane) -> list[PriceAnswer]:
+        """Every table, in the order they take effect (those still to come included)."""
+        return [PriceAnswer.model_validate(_answer(p)) for p in self.schedule(plane).tables]
 
     def _budget_rows(self, plane: ControlPlane, conn: Connection | None) -> dict[str, Any]:
         found = self._budgets
@@ -177,21 +155,17 @@ class Billing:
         found = self._spent.get(key)
         if found is not None and found[0] == flushes:
             return found[1]
-        prices = self.prices(plane, conn)
         r = usage_rollups
         step = "month" if end - start > 7 * _DAY else "day"
-        query = (
-            select(r.c.model, *(func.sum(r.c[n]) for n in ("device_seconds", "cu_seconds")))
-            .add_columns(func.sum(r.c.energy_j))
-            .where(r.c.step == step, r.c.tenant == tenant, r.c.bucket >= start, r.c.bucket < end)
-            .group_by(r.c.model)
+        query = select(func.sum(r.c.cost)).where(
+            r.c.step == step, r.c.tenant == tenant, r.c.bucket >= start, r.c.bucket < end
         )
         if conn is None:
             with plane.db.connect() as own:
-                rows = own.execute(query).all()
+                total = own.execute(query).scalar()
         else:
-            rows = conn.execute(query).all()
-        value = sum(prices.cost(str(m), float(d), float(c), float(e)) for m, d, c, e in rows)
+            total = conn.execute(query).scalar()
+        value = float(total or 0.0)
         with self._lock:
             if len(self._spent) > 10_000:  # periods past: forget them all
                 self._spent = {}
@@ -256,10 +230,5 @@ class Billing:
             self.exceeded[(tenant, policy)] = self.exceeded.get((tenant, policy), 0) + 1
 
 
-def _read_one(plane: ControlPlane, conn: Connection | None, query: Any) -> dict[str, Any] | None:
-    if conn is None:
-        with plane.db.connect() as own:
-            row = own.execute(query).mappings().first()
-    else:
-        row = conn.execute(query).mappings().first()
-    return None if row is None else dict(row)
+def _answer(prices: Prices) -> dict[str, Any]:
+    return {**prices.source, "effective_at": prices.effective_at, "updated_at": prices.updated_at}

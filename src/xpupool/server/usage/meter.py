@@ -20,6 +20,15 @@ Energy: each card's power at the flush (its agent's reading, else the catalog mo
 reported utilisation: ``catalog/power.py``) times the time held, split among the card's holders
 by their compute share; what the holders leave of a held card's energy over the interval (the
 unheld share, the unheld part of the interval) is charged to tenant ``pool``.
+
+Foreign use: a Kubernetes site's pods the plane did not create are recorded as runs too
+(:meth:`UsageMeter.foreign_started`, ``k8s/site/foreign.py``), under a job id of this process's
+own, so the site's card-hours add up; a restarted plane closes them where last counted and opens
+new ones as its site reads the pods again.
+
+Cost: the rollups carry what their usage cost at the price table in force as it was used
+(``price_history.py``); a stretch spanning a price change is split at it. The tables are read
+again at the first flush after they change (:meth:`UsageMeter.pricing`).
 """
 
 from __future__ import annotations
@@ -28,7 +37,9 @@ import functools
 import logging
 import math
 import threading
-from collections.abc import Callable, Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -45,7 +56,9 @@ from sqlalchemy import (
 from xpupool.catalog.power import PowerModel
 from xpupool.server.storage.driver_insert import insert_rows, update_rows
 from xpupool.server.storage.usage import LABELS, SUMS, usage_records, usage_rollups, usage_totals
+from xpupool.server.usage import idle_power
 from xpupool.server.usage.buckets import STEPS, month_start, spread
+from xpupool.server.usage.price_history import PriceSchedule, read_schedule
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -84,6 +97,8 @@ class ControlPlane(Protocol):
     def read(self, look: Callable[[], T]) -> T: ...
 
     def device_metrics(self, uuid: str) -> DeviceMetrics | None: ...
+
+    def idle_power_readings(self) -> list[tuple[str, float]]: ...
 
 
 log = logging.getLogger("xpupool.server")
@@ -143,7 +158,8 @@ class _End:
     replica: int | None  # None: every replica of the attempt (released)
 
 
-Sums = list[float]  # in SUMS order
+Sums = list[float]  # in SUMS order (a rollup's: then its cost, ROLLUP_SUMS)
+ROLLUP_SUMS = (*SUMS, "cost")
 
 
 class UsageMeter:
@@ -159,6 +175,13 @@ class UsageMeter:
         self.keep_s = keep_s
         self.every_s = every_s
         self.power = PowerModel()
+        self.idle = idle_power.IdlePower(self.power.catalog)  # idle watts learned per model
+        self._idle_into: PowerModel | None = None  # the power model last given them
+        # foreign use (Kubernetes pods the plane did not create): a job id of this process's
+        # own, below every job's, so its records are never continued by another process's
+        self.foreign_job = -(int(time.time() * 1000) % 2_000_000_000 + 1)
+        self._foreign: dict[tuple[str, str], int] = {}  # holder -> its use's number
+        self._foreign_next = 0
         self._events: list[_Start | _End] = []
         self._events_lock = threading.Lock()
         self._open: dict[Key, Run] = {}
@@ -172,6 +195,7 @@ class UsageMeter:
         self._rollup_rows: set[tuple[str, float, Labels]] = set()  # rollup rows known stored
         self._rollup_buckets: set[tuple[str, float]] = set()  # buckets whose rows are known
         self._flush_lock = threading.Lock()
+        self._schedule: PriceSchedule | None = None  # the price tables; None: read at the flush
         self.flushes = 0  # flushes committed: what has been spent moves only then (billing.py)
 
     # ---- called by the plane, under its lock: appends only
@@ -184,14 +208,29 @@ class UsageMeter:
         if alloc is None or node is None:
             return
         begun = at if job.started_at is None else min(at, job.started_at)
+        who = (job.tenant, job.queue, job.priority)
+        runs = self._runs((job.id, job.attempt, replica), who, node, alloc, begun)
+        if runs:
+            self._add(_Start(at, runs))
+
+    def _runs(
+        self,
+        key: tuple[int, int, int],
+        who: tuple[str, str, int],
+        node: Node,
+        alloc: Allocation,
+        begun: float,
+    ) -> tuple[Run, ...]:
+        """The runs of ``alloc``'s cards: ``key`` (job, attempt, replica) and ``who`` (tenant,
+        queue, priority) of each, begun at ``begun``."""
         models = {d.uuid: d.model for d in node.devices}
         units = self.power.compute_units  # cached per model name
-        runs = tuple(
+        return tuple(
             Run(
-                key=(job.id, job.attempt, replica, share.uuid),
-                tenant=job.tenant,
-                queue=job.queue,
-                priority=job.priority,
+                key=(*key, share.uuid),
+                tenant=who[0],
+                queue=who[1],
+                priority=who[2],
                 site=node.site,
                 node=alloc.node,
                 model=(model := models.get(share.uuid, "")),
@@ -203,8 +242,35 @@ class UsageMeter:
             )
             for share in alloc.devices
         )
+
+    def foreign_started(
+        self,
+        holder: tuple[str, str],
+        who: tuple[str, str, int],
+        node: Node,
+        allocations: Iterable[Allocation],
+        at: float,
+    ) -> None:
+        """``holder`` (site, ``pod NAMESPACE/NAME``), no job of the plane's, holds
+        ``allocations`` on ``node`` from ``at`` on, for ``who`` (tenant, queue, priority); what
+        it held before ends. Its records are keyed apart from every job's: job
+        :attr:`foreign_job` (negative), attempt a number per holder's use in this process."""
+        self.foreign_ended(holder, at)
+        number = self._foreign_next
+        self._foreign_next += 1
+        self._foreign[holder] = number
+        runs = tuple(
+            run
+            for i, alloc in enumerate(allocations)
+            for run in self._runs((self.foreign_job, number, i), who, node, alloc, at)
+        )
         if runs:
             self._add(_Start(at, runs))
+
+    def foreign_ended(self, holder: tuple[str, str], at: float) -> None:
+        number = self._foreign.pop(holder, None)
+        if number is not None:
+            self._add(_End(at, self.foreign_job, number, None))
 
     def replica_ended(self, job_id: int, attempt: int, replica: int, at: float) -> None:
         self._add(_End(at, job_id, attempt, replica))
@@ -215,6 +281,17 @@ class UsageMeter:
     def _add(self, event: _Start | _End) -> None:
         with self._events_lock:
             self._events.append(event)
+
+    @contextmanager
+    def pricing(self) -> Iterator[None]:
+        """Hold flushes off while the price tables change (``services/billing.py``): a flush
+        then either ended before the change's time was read, or starts after it and prices by
+        the tables as changed (read again at its start)."""
+        with self._flush_lock:
+            try:
+                yield
+            finally:
+                self._schedule = None
 
     # ---- the watch thread
     def flush(self, plane: ControlPlane, now: float | None = None) -> int:
@@ -242,6 +319,10 @@ class UsageMeter:
         with plane.db.begin() as conn:
             if self._totals is None:
                 self._totals = _read_totals(conn)
+            if self._schedule is None:
+                self._schedule = read_schedule(conn, self.power.catalog)
+            schedule = self._schedule
+            self._learn_idle(plane, conn, now)
             adoptable = self._adoptable
             if not self._reconciled:
                 held = plane.read(lambda: {(j.id, j.attempt) for j in plane.held_jobs.values()})
@@ -293,9 +374,11 @@ class UsageMeter:
                     )
             for (labels, start, end), sums in spans.items():
                 if any(sums):
-                    _spread(rollup, labels, start, end, sums)
+                    _priced_spread(rollup, labels, start, end, sums, schedule)
                     _accumulate(totals.setdefault(labels, [0.0] * len(SUMS)), sums)
-            self._pool_energy(open_runs, watts, held_energy, window_start, now, rollup, totals)
+            self._pool_energy(
+                open_runs, watts, held_energy, window_start, now, rollup, totals, schedule
+            )
             _write_records(conn, changed.values(), closed, fresh)
             rollup_keys = self._write_sums(conn, rollup, totals)
             if self._swept is None or now - self._swept >= SWEEP_EVERY_S:
@@ -314,6 +397,18 @@ class UsageMeter:
             for labels, sums in totals.items():
                 _accumulate(self._totals.setdefault(labels, [0.0] * len(SUMS)), sums)
         return len(changed)
+
+    def _learn_idle(self, plane: ControlPlane, conn: Connection, now: float) -> None:
+        """Take the idle cards' power readings (``idle_power.py``); store the models' figures
+        that moved and give them to the power model, which the energy below is counted with."""
+        if not self.idle.seeded:
+            self.idle.seed(conn)
+        changed = self.idle.observe(plane.idle_power_readings(), now)
+        if changed:
+            idle_power.store(conn, {k: self.idle.figures[k] for k in changed}, now)
+        if changed or self._idle_into is not self.power:
+            self.power.learn_idle(self.idle.watts())
+            self._idle_into = self.power
 
     def _watts(self, plane: ControlPlane, runs: Iterable[Run]) -> dict[str, float]:
         """Each held card's power now: its agent's reading, else the catalog model at its
@@ -339,6 +434,7 @@ class UsageMeter:
         now: float,
         rollup: dict[tuple[str, float, Labels], Sums],
         totals: dict[Labels, Sums],
+        schedule: PriceSchedule,
     ) -> None:
         """The card's energy over the window less what its holders were charged in it: the
         pool's. The first flush has no window (nothing before it was watched)."""
@@ -356,7 +452,7 @@ class UsageMeter:
             pool[labels] = pool.get(labels, 0.0) + rest
         for labels, rest in pool.items():
             sums = [0.0, 0.0, 0.0, rest]
-            _spread(rollup, labels, window_start, now, sums)
+            _priced_spread(rollup, labels, window_start, now, sums, schedule)
             _accumulate(totals.setdefault(labels, [0.0] * len(SUMS)), sums)
 
     def _sweep(self, conn: Connection, now: float) -> None:
@@ -400,10 +496,12 @@ class UsageMeter:
             ("step", "bucket"),
             {(s, b, *labels): v for (s, b, labels), v in rollup.items()},
             have,
+            ROLLUP_SUMS,
         )
         assert self._totals is not None  # read at the flush's start
         have_totals: set[tuple[object, ...]] = {(k,) for k in self._totals}
-        _add_rows(conn, usage_totals, (), {tuple(k): v for k, v in totals.items()}, have_totals)
+        totals_rows = {tuple(k): v for k, v in totals.items()}
+        _add_rows(conn, usage_totals, (), totals_rows, have_totals, SUMS)
         return read | set(rollup)
 
     def totals(self, plane: ControlPlane) -> dict[Labels, Sums]:
@@ -472,8 +570,31 @@ def _spread(
                 _accumulate(row, sums)
         return
     for step, bucket, fraction in spread(start, end):
-        row = rollup.setdefault((step, bucket, labels), [0.0] * len(SUMS))
+        row = rollup.setdefault((step, bucket, labels), [0.0] * len(sums))
         _accumulate(row, [v * fraction for v in sums])
+
+
+def _priced_spread(
+    rollup: dict[tuple[str, float, Labels], Sums],
+    labels: Labels,
+    start: float,
+    end: float,
+    sums: Sums,
+    schedule: PriceSchedule,
+) -> None:
+    """:func:`_spread` of ``sums`` (SUMS) and their cost: the stretch is cut at each price
+    change inside it, each part (its share of the sums by time) priced at its own table."""
+    pieces = schedule.pieces(start, end)
+    if len(pieces) == 1:  # the common case: no change inside, one table (or none)
+        prices = pieces[0][2]
+        cost = 0.0 if prices is None else prices.cost(labels[3], sums[0], sums[2], sums[3])
+        _spread(rollup, labels, start, end, [*sums, cost])
+        return
+    span = end - start
+    for lo, hi, prices in pieces:
+        part = [v * (hi - lo) / span for v in sums]
+        cost = 0.0 if prices is None else prices.cost(labels[3], part[0], part[2], part[3])
+        _spread(rollup, labels, lo, hi, [*part, cost])
 
 
 def _named(events: list[_Start | _End], adoptable: Mapping[Key, Run]) -> dict[Key, Run]:
@@ -587,21 +708,22 @@ def _add_rows(
     extra: tuple[str, ...],
     sums: Mapping[tuple[Any, ...], Sums],
     have: set[tuple[object, ...]],
+    names: tuple[str, ...],
 ) -> None:
     keys = (*extra, *LABELS)
     old: list[dict[str, Any]] = []
     new: list[dict[str, Any]] = []
     for key, values in sums.items():
-        row = dict(zip(keys, key, strict=True)) | dict(zip(SUMS, values, strict=True))
+        row = dict(zip(keys, key, strict=True)) | dict(zip(names, values, strict=True))
         marker = (*key[: len(extra)], tuple(key[len(extra) :]))
         (old if marker in have else new).append(row)
     if old:
         where = and_(*(t.c[k] == bindparam(f"k_{k}") for k in keys))
-        adds = {n: t.c[n] + bindparam(f"v_{n}") for n in SUMS}
+        adds = {n: t.c[n] + bindparam(f"v_{n}") for n in names}
         update_rows(
             conn,
             update(t).where(where).values(adds),
-            [{f"k_{k}": row[k] for k in keys} | {f"v_{n}": row[n] for n in SUMS} for row in old],
+            [{f"k_{k}": row[k] for k in keys} | {f"v_{n}": row[n] for n in names} for row in old],
         )
     insert_rows(conn, t, new)
 

@@ -40,6 +40,7 @@ CSV_COLUMNS = (
 )
 """The export's header, in order (docs/usage.md); ``cost`` empty while no price table is set."""
 _ANSWER_SUMS = ("device_seconds", "gib_seconds", "compute_unit_seconds", "energy_j")
+_PRICED = (*SUMS, "cost")  # the rollups' cost: at the prices in force as each part was used
 _MONTH = re.compile(r"^(\d{4})-(\d{2})$")
 
 
@@ -98,11 +99,7 @@ def usage(
         raise RequestError("from", start, f"more than {MAX_BUCKETS} {step}s; ask coarser steps")
     frm = month_start(frm) if step == "month" else math.floor(frm / width) * width
     priced = plane.billing.priced(plane)
-    rows = (
-        _priced(plane, who, labels, step, frm, to)
-        if priced
-        else _read(plane, who, labels, step, frm, to)
-    )
+    rows = _read(plane, who, labels, step, frm, to, sums=_PRICED if priced else SUMS)
     answer = [
         UsageRow.model_validate(
             {"start": bucket, **dict(zip(labels, names, strict=True))}
@@ -117,30 +114,6 @@ def usage(
     )
 
 
-def _priced(
-    plane: ControlPlane,
-    who: Principal,
-    labels: Sequence[str],
-    step: str,
-    frm: float,
-    to: float,
-    whole: bool = False,
-) -> list[Row]:
-    """:func:`_read` with each row's cost after its sums: read per model as well (a model's
-    card-hour has its price), priced, then summed back to the labels asked for."""
-    with_model = list(labels) if "model" in labels else [*labels, "model"]
-    at = with_model.index("model")
-    prices = plane.billing.prices(plane)
-    out: dict[tuple[float, tuple[str, ...]], list[float]] = {}
-    for bucket, names, sums in _read(plane, who, with_model, step, frm, to, whole):
-        cost = prices.cost(names[at], sums[0], sums[2], sums[3])
-        key = (bucket, names if "model" in labels else names[:at] + names[at + 1 :])
-        into = out.setdefault(key, [0.0] * (len(SUMS) + 1))
-        for i, v in enumerate((*sums, cost)):
-            into[i] += v
-    return [(bucket, names, sums) for (bucket, names), sums in sorted(out.items())]
-
-
 Row = tuple[float, tuple[str, ...], list[float]]  # (bucket, labels asked for, sums)
 
 
@@ -152,14 +125,16 @@ def _read(
     frm: float,
     to: float,
     whole: bool = False,
+    sums: Sequence[str] = SUMS,
 ) -> list[Row]:
-    """Sums of ``step`` rollups in [``frm``, ``to``) per bucket and ``labels`` (``whole``: over
-    the whole range, the bucket given as ``frm``); a tenant's own rows only."""
+    """Sums (the rollup columns ``sums``) of ``step`` rollups in [``frm``, ``to``) per bucket and
+    ``labels`` (``whole``: over the whole range, the bucket given as ``frm``); a tenant's own
+    rows only."""
     t = usage_rollups
     columns = [t.c[name] for name in labels]
     keys = columns if whole else [t.c.bucket, *columns]
     query = (
-        select(*keys, *(func.sum(t.c[name]) for name in SUMS))
+        select(*keys, *(func.sum(t.c[name]) for name in sums))
         .where(t.c.step == step, t.c.bucket >= frm, t.c.bucket < to)
         .group_by(*keys)
         .order_by(*keys)
@@ -185,10 +160,8 @@ def export_csv(plane: ControlPlane, who: Principal, month: str) -> str:
         raise RequestError("month", month, "expected YYYY-MM (1970 or later) such as 2026-11")
     frm = datetime(int(found.group(1)), int(found.group(2)), 1, tzinfo=UTC).timestamp()
     priced = plane.billing.priced(plane)
-    read = _priced if priced else _read
-    totals = {
-        names: sums for _b, names, sums in read(plane, who, LABELS, "month", frm, frm + 1, True)
-    }
+    read = _read(plane, who, LABELS, "month", frm, frm + 1, True, _PRICED if priced else SUMS)
+    totals = {names: sums for _b, names, sums in read}
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
