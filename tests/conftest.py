@@ -2,19 +2,26 @@
 test by the folder it lives in (tests/markers.py, issue 44 part 9), so that ``make test-fast`` can
 leave out everything that starts servers, browsers or clusters without each module saying so; and
 the real PostgreSQL the store's tests run on (``postgres``, ``pg_url``, ``store_url``:
-tests/postgres.py)."""
+tests/postgres.py). Hypothesis's timing checks are off for every property (a property's own
+``settings`` still apply): on a two-core machine running other work, input generation "too slow"
+and per-example deadlines fail properties that are correct; what a property checks is its
+assertion, never its speed."""
 
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from markers import folder_marker
 from postgres import Postgres, store_param
 from postgres import start as start_postgres
+
+settings.register_profile("xpupool", suppress_health_check=[HealthCheck.too_slow], deadline=None)
+settings.load_profile("xpupool")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
