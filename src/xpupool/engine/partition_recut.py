@@ -30,6 +30,7 @@ from functools import lru_cache
 from xpupool.catalog.partition_geometry import Instance, Layout, layout_problem, room_for
 from xpupool.catalog.partitions import PartitionScheme
 from xpupool.engine.fragmentation import TargetWorkload
+from xpupool.engine.lru import Lru
 
 __all__ = ["ProfileWeights", "card_fragment", "profile_weights", "recut_choice"]
 
@@ -39,6 +40,7 @@ asks for, the shapes' summed probability, in the scheme's profile order. Shapes 
 partition of the scheme are left out: for them the whole card is fragment."""
 
 Key = tuple[int, float, int, int, Layout]
+CardAsk = tuple[Layout, frozenset[Instance], str, "ProfileWeights"]
 
 
 def profile_weights(scheme: PartitionScheme, workload: TargetWorkload) -> ProfileWeights:
@@ -100,8 +102,15 @@ def recut_choice(
         return None
     weights = profile_weights(scheme, workload)
     best: tuple[Key, int] | None = None
+    kept = _choices(scheme)
     for index, (layout, busy) in enumerate(cards):
-        key = _card_choice(scheme, _canonical(layout), busy, profile, weights)
+        asked = (layout, busy, profile, weights)
+        hit = kept.get(asked)
+        if hit is None:
+            hit = kept.put(
+                asked, (_card_choice(scheme, _canonical(layout), busy, profile, weights),)
+            )
+        key = hit[0]
         if key is not None and (best is None or key < best[0]):
             best = (key, index)
     return None if best is None else (best[1], best[0][4])
@@ -111,7 +120,19 @@ def _canonical(layout: Sequence[Instance]) -> Layout:
     return tuple(sorted(layout, key=lambda i: (i[0], -1 if i[1] is None else i[1])))
 
 
-@lru_cache(maxsize=65_536)
+_CHOICES: dict[int, tuple[PartitionScheme, Lru[CardAsk, tuple[Key | None]]]] = {}
+
+
+def _choices(scheme: PartitionScheme) -> Lru[CardAsk, tuple[Key | None]]:
+    """The choices kept for ``scheme``'s cards: a pool's cards repeat a few states, and hashing
+    the scheme (all its profiles) with each card would cost more than the lookup saves, so the
+    cache is per scheme object (kept alive here, so its id is not reused)."""
+    found = _CHOICES.get(id(scheme))
+    if found is None:
+        found = _CHOICES[id(scheme)] = (scheme, Lru(65_536))
+    return found[1]
+
+
 def _card_choice(
     scheme: PartitionScheme,
     layout: Layout,
@@ -120,7 +141,7 @@ def _card_choice(
     weights: ProfileWeights,
 ) -> Key | None:
     """The best key (see :data:`Key`) for one card, its new layout last; None when it cannot
-    hold one more ``profile``. Cards in one state are many in a pool, so this is cached."""
+    hold one more ``profile``."""
     held = tuple(i for i in layout if i in busy)
     free = [i for i in layout if i not in busy]
     ready = sorted({i for i in free if i[0] == profile}, key=lambda i: -1 if i[1] is None else i[1])

@@ -77,19 +77,28 @@ def propose_recut(
     if d.count < 1 or (d.partition is None and d.isolated_mib is None):
         return ()
     host = engine.feasible(replace(req, devices=DeviceRequest(), replicas=1)).node_fit
-    usable = [
-        c
-        for c in cards
-        if (i := engine.node_index(c.node)) is not None and host[i] and _profile(c.scheme, d)
-    ]
+    fits: dict[str, bool] = {}
+    for card in cards:
+        if card.node not in fits:
+            i = engine.node_index(card.node)
+            fits[card.node] = i is not None and bool(host[i])
+    usable = [c for c in cards if fits[c.node]]
     if d.count == 1:
         return _one(usable, d, rule)
-    nodes = list(dict.fromkeys(c.node for c in usable))
-    for node in nodes:
+    for node in dict.fromkeys(c.node for c in usable):
         found = _on_node([c for c in usable if c.node == node], d, rule)
         if found is not None:
             return found
     return ()
+
+
+def _by_scheme(cards: Sequence[PartitionCard]) -> list[list[int]]:
+    """Indexes of ``cards`` per scheme, schemes in the order they first come (by identity: a
+    scheme's hash goes over all its profiles, and a pool has a handful of schemes)."""
+    groups: dict[int, list[int]] = {}
+    for i, card in enumerate(cards):
+        groups.setdefault(id(card.scheme), []).append(i)
+    return list(groups.values())
 
 
 def _profile(scheme: PartitionScheme, d: DeviceRequest) -> str | None:
@@ -102,14 +111,14 @@ def _profile(scheme: PartitionScheme, d: DeviceRequest) -> str | None:
 
 def _one(cards: list[PartitionCard], d: DeviceRequest, rule: RecutRule) -> tuple[Recut, ...]:
     """One instance: the rule over each scheme's cards, schemes in the order they first come."""
-    schemes = list(dict.fromkeys(c.scheme for c in cards))
-    for scheme in schemes:
-        group = [c for c in cards if c.scheme == scheme]
+    for group in _by_scheme(cards):
+        scheme = cards[group[0]].scheme
         profile = _profile(scheme, d)
-        assert profile is not None
-        answer = rule(scheme, [(c.layout, c.busy) for c in group], profile)
+        if profile is None:
+            continue
+        answer = rule(scheme, [(cards[i].layout, cards[i].busy) for i in group], profile)
         if answer is not None:
-            card = group[answer[0]]
+            card = cards[group[answer[0]]]
             if sorted(card.layout) == sorted(answer[1]):
                 return ()  # a free instance is there: placement failed for another reason
             return (Recut(card.node, card.uuid, card.layout, answer[1]),)
@@ -122,29 +131,28 @@ def _on_node(
     """``d.count`` instances on one node's ``cards``: the rule asked once per instance, each
     answer taken as cut (its new instance then busy) before the next; None when it falls short."""
     current = list(cards)
-    taken = 0
+    groups = _by_scheme(cards)
     for _ in range(d.count):
         found = None
-        for scheme in dict.fromkeys(c.scheme for c in current):
-            index = [i for i, c in enumerate(current) if c.scheme == scheme]
+        for group in groups:
+            scheme = current[group[0]].scheme
             profile = _profile(scheme, d)
-            assert profile is not None
-            found = rule(scheme, [(current[i].layout, current[i].busy) for i in index], profile)
+            if profile is None:
+                continue
+            found = rule(scheme, [(current[i].layout, current[i].busy) for i in group], profile)
             if found is not None:
-                at = index[found[0]]
+                at = group[found[0]]
                 card, layout = current[at], found[1]
                 new = _free_of(layout, card.busy, profile)
                 current[at] = replace(card, layout=layout, busy=card.busy | {new})
-                taken += 1
                 break
         if found is None:
             return None
-    changed = [
+    return tuple(
         Recut(c.node, c.uuid, c.layout, n.layout)
         for c, n in zip(cards, current, strict=True)
         if sorted(c.layout) != sorted(n.layout)
-    ]
-    return tuple(changed) if taken == d.count else None
+    )
 
 
 def _free_of(layout: Layout, busy: frozenset[Instance], profile: str) -> Instance:
