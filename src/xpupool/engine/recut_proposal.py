@@ -8,7 +8,9 @@ it to the agent, ``PUT /v1/nodes/{node}/cards/{uuid}/layout``) before placing th
 The choice of card and layout is a rule with one signature (``partition_recut.recut_choice``,
 xpupool's; ``hami_mig.hami_mig_choice``, HAMi v2.10's); this step only says which cards the rule
 may choose among: those of a scheme that has the profile, on nodes where the request's CPU and
-memory fit now, all on one node for a replica of several devices.
+memory fit now, all on one node for a replica of several devices. An answer without a free
+instance of the asked profile (HAMi's rule picks by memory, and may cut a ``3g.40gb`` for a
+``4g.40gb``) is not proposed: the request would not take it.
 """
 
 from __future__ import annotations
@@ -93,11 +95,25 @@ def propose_recut(
 
 
 def _by_scheme(cards: Sequence[PartitionCard]) -> list[list[int]]:
-    """Indexes of ``cards`` per scheme, schemes in the order they first come (by identity: a
-    scheme's hash goes over all its profiles, and a pool has a handful of schemes)."""
-    groups: dict[int, list[int]] = {}
+    """Indexes of ``cards`` per geometry, in the order each first comes: schemes that cut alike
+    (an A100-80GB and an H100-80GB have the same profiles and slices) are one group, so the rule
+    weighs all their cards together. Schemes are told apart by identity first (a scheme's hash
+    goes over all its profiles; a pool has a handful of schemes)."""
+    geometry: dict[int, object] = {}
+    groups: dict[object, list[int]] = {}
     for i, card in enumerate(cards):
-        groups.setdefault(id(card.scheme), []).append(i)
+        key = geometry.get(id(card.scheme))
+        if key is None:
+            s = card.scheme
+            key = geometry[id(s)] = (
+                s.kind,
+                s.compute_slices,
+                s.memory_slices,
+                s.memory_mib,
+                s.aicpu,
+                s.profiles,
+            )
+        groups.setdefault(key, []).append(i)
     return list(groups.values())
 
 
@@ -121,6 +137,8 @@ def _one(cards: list[PartitionCard], d: DeviceRequest, rule: RecutRule) -> tuple
             card = cards[group[answer[0]]]
             if sorted(card.layout) == sorted(answer[1]):
                 return ()  # a free instance is there: placement failed for another reason
+            if _free_of(answer[1], card.busy, profile) is None:
+                return ()  # the rule cut another profile (HAMi's holds memory, not compute)
             return (Recut(card.node, card.uuid, card.layout, answer[1]),)
     return ()
 
@@ -144,6 +162,8 @@ def _on_node(
                 at = group[found[0]]
                 card, layout = current[at], found[1]
                 new = _free_of(layout, card.busy, profile)
+                if new is None:
+                    return None  # the rule cut another profile
                 current[at] = replace(card, layout=layout, busy=card.busy | {new})
                 break
         if found is None:
@@ -155,6 +175,6 @@ def _on_node(
     )
 
 
-def _free_of(layout: Layout, busy: frozenset[Instance], profile: str) -> Instance:
-    """A free instance of ``profile`` in ``layout`` (the rule's answer has one)."""
-    return next(i for i in layout if i[0] == profile and i not in busy)
+def _free_of(layout: Layout, busy: frozenset[Instance], profile: str) -> Instance | None:
+    """A free instance of ``profile`` in ``layout``; None when the rule's answer has none."""
+    return next((i for i in layout if i[0] == profile and i not in busy), None)

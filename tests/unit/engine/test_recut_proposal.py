@@ -82,3 +82,19 @@ def test_a_busy_card_is_cut_around_what_runs_and_destroys_what_is_in_the_way() -
     found = propose_recut(engine, [card], _req(1, "2g.20gb"), RULE)
     assert len(found) == 1 and found[0].destroyed == 1
     assert ("3g.40gb", 0) in found[0].layout
+
+
+def test_schemes_that_cut_alike_are_weighed_together_and_other_profiles_not_proposed() -> None:
+    engine = _engine(8000, 8000)
+    h100 = _scheme("H100-SXM5-80GB")
+    cards = [PartitionCard("n0", "a", A100, ()), PartitionCard("n1", "h", h100, ())]
+    seen: list[int] = []
+
+    def last_card(
+        scheme: PartitionScheme, given: Sequence[tuple[Layout, frozenset[Instance]]], profile: str
+    ) -> tuple[int, Layout] | None:
+        seen.append(len(given))
+        return len(given) - 1, (("3g.40gb", 4),)  # another profile than the one asked
+
+    assert propose_recut(engine, cards, _req(1, "4g.40gb"), last_card) == ()
+    assert seen == [2]  # one call over both cards: the two schemes have one geometry
