@@ -23,8 +23,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import math
-import random
 import statistics
 import sys
 from collections.abc import Sequence
@@ -35,8 +33,9 @@ from xpupool.catalog.partitions import PartitionScheme
 from xpupool.engine.fragmentation import TargetWorkload
 from xpupool.engine.partition_recut import recut_choice
 from xpupool.engine.recut_proposal import RecutRule
-from xpupool.sim.alibaba import capacity_milli, read_nodes, read_tasks
+from xpupool.sim.alibaba import capacity_milli
 from xpupool.sim.fgd_protocol import tuned_workload
+from xpupool.sim.load import default_trace, sampled
 from xpupool.sim.partition_replay import (
     CutPolicy,
     MigPool,
@@ -44,7 +43,7 @@ from xpupool.sim.partition_replay import (
     partition_replay,
     task_requests,
 )
-from xpupool.sim.trace_files import DEFAULT_PODS, default_nodes
+from xpupool.sim.trace_files import DEFAULT_PODS
 
 MIXES: dict[str, tuple[tuple[str, float], ...]] = {
     "A100-80GB": (("A100-SXM4-80GB", 1.0),),
@@ -82,14 +81,7 @@ def cut_policies(workload: TargetWorkload) -> list[CutPolicy]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
-    nodes_path = default_nodes()
-    nodes = read_nodes(str(nodes_path))
-    tasks = read_tasks(str(nodes_path.parent / DEFAULT_PODS))
-    if args.tasks and args.tasks < len(tasks):
-        rng = random.Random(42)
-        share = args.tasks / len(tasks)
-        nodes = rng.sample(nodes, max(1, math.ceil(share * len(nodes))))
-        tasks = rng.sample(tasks, args.tasks)
+    nodes, tasks = sampled(*default_trace(), args.tasks, 42)
     seeds = list(range(42, 42 + args.seeds))
     rows: list[dict[str, Any]] = []
     for mix_name, mix in MIXES.items():

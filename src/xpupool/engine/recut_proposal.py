@@ -126,21 +126,15 @@ def _profile(scheme: PartitionScheme, d: DeviceRequest) -> str | None:
 
 
 def _one(cards: list[PartitionCard], d: DeviceRequest, rule: RecutRule) -> tuple[Recut, ...]:
-    """One instance: the rule over each scheme's cards, schemes in the order they first come."""
-    for group in _by_scheme(cards):
-        scheme = cards[group[0]].scheme
-        profile = _profile(scheme, d)
-        if profile is None:
-            continue
-        answer = rule(scheme, [(cards[i].layout, cards[i].busy) for i in group], profile)
-        if answer is not None:
-            card = cards[group[answer[0]]]
-            if sorted(card.layout) == sorted(answer[1]):
-                return ()  # a free instance is there: placement failed for another reason
-            if _free_of(answer[1], card.busy, profile) is None:
-                return ()  # the rule cut another profile (HAMi's holds memory, not compute)
-            return (Recut(card.node, card.uuid, card.layout, answer[1]),)
-    return ()
+    """One instance: the first answer of the rule over each geometry's cards."""
+    found = _ask(cards, _by_scheme(cards), d, rule)
+    if found is None:
+        return ()
+    at, layout, _ = found
+    card = cards[at]
+    if sorted(card.layout) == sorted(layout):
+        return ()  # a free instance is there: placement failed for another reason
+    return (Recut(card.node, card.uuid, card.layout, layout),)
 
 
 def _on_node(
@@ -151,28 +145,35 @@ def _on_node(
     current = list(cards)
     groups = _by_scheme(cards)
     for _ in range(d.count):
-        found = None
-        for group in groups:
-            scheme = current[group[0]].scheme
-            profile = _profile(scheme, d)
-            if profile is None:
-                continue
-            found = rule(scheme, [(current[i].layout, current[i].busy) for i in group], profile)
-            if found is not None:
-                at = group[found[0]]
-                card, layout = current[at], found[1]
-                new = _free_of(layout, card.busy, profile)
-                if new is None:
-                    return None  # the rule cut another profile
-                current[at] = replace(card, layout=layout, busy=card.busy | {new})
-                break
+        found = _ask(current, groups, d, rule)
         if found is None:
             return None
+        at, layout, new = found
+        current[at] = replace(current[at], layout=layout, busy=current[at].busy | {new})
     return tuple(
         Recut(c.node, c.uuid, c.layout, n.layout)
         for c, n in zip(cards, current, strict=True)
         if sorted(c.layout) != sorted(n.layout)
     )
+
+
+def _ask(
+    cards: list[PartitionCard], groups: list[list[int]], d: DeviceRequest, rule: RecutRule
+) -> tuple[int, Layout, Instance] | None:
+    """The rule asked over each group of ``cards`` in turn: the first answer as (index into
+    ``cards``, new layout, the free instance of the profile it has); None when no group's
+    answer has one (an answer cutting another profile ends the search: the rule chose it)."""
+    for group in groups:
+        scheme = cards[group[0]].scheme
+        profile = _profile(scheme, d)
+        if profile is None:
+            continue
+        answer = rule(scheme, [(cards[i].layout, cards[i].busy) for i in group], profile)
+        if answer is not None:
+            at = group[answer[0]]
+            new = _free_of(answer[1], cards[at].busy, profile)
+            return None if new is None else (at, answer[1], new)
+    return None
 
 
 def _free_of(layout: Layout, busy: frozenset[Instance], profile: str) -> Instance | None:

@@ -3,21 +3,13 @@
 from __future__ import annotations
 
 from xpupool.catalog.partition_geometry import Instance, Layout, layout_problem
-from xpupool.catalog.partitions import PartitionScheme, load_partitions
 from xpupool.engine.fragmentation import TargetWorkload
 from xpupool.engine.partition_recut import card_fragment, profile_weights, recut_choice
 from xpupool.model import DeviceRequest, Request
 
-CATALOG = load_partitions()
+from factories import partition_scheme
 
-
-def _scheme(name: str) -> PartitionScheme:
-    found = CATALOG.scheme_for(name)
-    assert found is not None
-    return found
-
-
-A100 = _scheme("A100-SXM4-80GB")
+A100 = partition_scheme("A100-SXM4-80GB")
 
 
 def _workload(*shapes: tuple[DeviceRequest, float]) -> TargetWorkload:
@@ -93,7 +85,7 @@ def test_refused_when_no_card_can_hold_it_or_the_profile_is_unknown() -> None:
 
 
 def test_vnpu_cards_are_cut_from_their_totals() -> None:
-    scheme = _scheme("910B3")
+    scheme = partition_scheme("910B3")
     small = scheme.profiles[0].name
     workload = _workload((DeviceRequest(count=1, partition=small), 1.0))
     found = recut_choice(scheme, [_card(((small, None),), ((small, None),))], small, workload)

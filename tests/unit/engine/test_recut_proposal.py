@@ -6,23 +6,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xpupool.catalog.partition_geometry import Instance, Layout
-from xpupool.catalog.partitions import PartitionScheme, load_partitions
+from xpupool.catalog.partitions import PartitionScheme
 from xpupool.engine import ClusterState, Engine
 from xpupool.engine.fragmentation import TargetWorkload
 from xpupool.engine.partition_recut import recut_choice
 from xpupool.engine.recut_proposal import PartitionCard, RecutRule, propose_recut
 from xpupool.model import DeviceRequest, Node, Request
 
-CATALOG = load_partitions()
+from factories import partition_scheme
 
-
-def _scheme(name: str) -> PartitionScheme:
-    found = CATALOG.scheme_for(name)
-    assert found is not None
-    return found
-
-
-A100 = _scheme("A100-SXM4-80GB")
+A100 = partition_scheme("A100-SXM4-80GB")
 EMPTY = TargetWorkload((), ())
 
 
@@ -86,7 +79,7 @@ def test_a_busy_card_is_cut_around_what_runs_and_destroys_what_is_in_the_way() -
 
 def test_schemes_that_cut_alike_are_weighed_together_and_other_profiles_not_proposed() -> None:
     engine = _engine(8000, 8000)
-    h100 = _scheme("H100-SXM5-80GB")
+    h100 = partition_scheme("H100-SXM5-80GB")
     cards = [PartitionCard("n0", "a", A100, ()), PartitionCard("n1", "h", h100, ())]
     seen: list[int] = []
 

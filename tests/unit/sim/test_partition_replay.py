@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from xpupool.catalog.partition_geometry import Instance, Layout
-from xpupool.catalog.partitions import PartitionScheme, load_partitions
+from xpupool.catalog.partitions import PartitionScheme
 from xpupool.engine.fragmentation import TargetWorkload
 from xpupool.engine.partition_recut import recut_choice
 from xpupool.model import Device, Node
@@ -27,18 +27,14 @@ from xpupool.sim.partition_replay import (
 )
 from xpupool.sim.trace_files import TraceNotFound, default_nodes
 
+from factories import partition_scheme
+
 Card = tuple[Layout, frozenset[Instance]]
 Choice = tuple[int, Layout] | None
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _a100() -> PartitionScheme:
-    found = load_partitions().scheme_for("A100-SXM4-80GB")
-    assert found is not None
-    return found
-
-
-A100 = _a100()
+A100 = partition_scheme("A100-SXM4-80GB")
 
 
 def _task(i: int, milli: int, num: int = 1) -> TraceTask:
