@@ -175,13 +175,15 @@ def _card(scheme: PartitionScheme, index: int, layout: Layout, busy: frozenset[I
     )
 
 
-def _spread_score(card: _Card, count: int, total_mib: int, asked_mib: int) -> np.float32:
-    """``ComputeScore`` with the default weights, in float32 as Go computes it; the request (one
-    instance, no cores, ``asked_mib``) is counted on every card alike."""
+def _spread_score(card: _Card, count: int, total_mib: int) -> np.float32:
+    """``ComputeScore`` with the default weights, in float32 as Go computes it. The pod's own
+    request adds nothing: it is counted only where ``container.Type`` equals the card's type,
+    and a MIG card registers ``NVIDIA-<model>`` while the request's type is ``NVIDIA``
+    (scheduler.go: ``DeviceUsage.Type`` is the registered type)."""
     f = np.float32
-    slots = f(1 + card.used) / f(count)
+    slots = f(card.used) / f(count)
     cores = f(card.used_cores) / f(_TOTAL_CORES)
-    memory = f(asked_mib + card.used_mib) / f(total_mib)
+    memory = f(card.used_mib) / f(total_mib)
     return np.float32(_WEIGHT * (f(1) * slots + f(1) * cores + f(1) * memory))
 
 
@@ -211,7 +213,7 @@ def hami_mig_choice(
     count = max(p.max_instances or 0 for p in offered)  # register.go: the largest InstanceCount
     total_mib = max(p.memory_mib for p in scheme.profiles)
     state = [_card(scheme, i, layout, busy) for i, (layout, busy) in enumerate(cards)]
-    scores = [_spread_score(c, count, total_mib, asked.memory_mib) for c in state]
+    scores = [_spread_score(c, count, total_mib) for c in state]
     # spread sorts by score, highest first (stable on a node of up to 12 cards); Fit walks the
     # sorted list from its end, so the least used card comes first and ties take the last index
     order = sorted(range(len(state)), key=lambda i: -scores[i])

@@ -5,8 +5,8 @@ kube-apiserver (issue 56, "HAMi's policies are silently ignored"), one test per 
   ``cordonedDevices``: comma-separated card UUIDs) keeps new pods off those cards (HAMi:
   ``CardCordoned``), and lifting it lets them in at once;
 - ``nvidia.com/vgpu-mode`` on a Pod takes only cards registered in that mode (``checkType``: the
-  card's ``mode`` must occur in the annotation; HAMi: ``CardTypeMismatch``); ``mig`` is refused
-  with a reason, MIG instances not being modelled yet;
+  card's ``mode`` must occur in the annotation; HAMi: ``CardTypeMismatch``); ``mig`` asks for a
+  MIG instance holding the pod's memory, which a pool of HAMi-core cards has none of;
 - ``nvidia.com/numa-bind: "true"`` puts all cards of a container on one NUMA node (HAMi:
   ``NumaNotFit`` when no NUMA node holds them);
 - a namespace ResourceQuota on ``limits.nvidia.com/gpumem`` caps the card memory its pods hold
@@ -157,7 +157,7 @@ def test_cordoned_cards_take_no_new_pod_until_uncordoned(
         remove_nodes(kc, "cordon-a")
 
 
-def test_vgpu_mode_takes_cards_of_that_mode_and_mig_is_refused(
+def test_vgpu_mode_takes_cards_of_that_mode_and_mig_waits_for_an_instance(
     stack: tuple[K8sCluster, ExtenderProcess],
 ) -> None:
     kc, _ = stack
@@ -175,7 +175,7 @@ def test_vgpu_mode_takes_cards_of_that_mode_and_mig_is_refused(
         why = reasons(kc, "want-mps")
         assert "xpupool:" in why and "mode" in why, why
         why = reasons(kc, "want-mig")
-        assert "xpupool:" in why and "MIG" in why, why
+        assert "xpupool:" in why and "partition" in why, why
         unbound_for(kc, ["want-mps", "want-mig"], 3)
         add_nodes(kc, node("mode-mps", [(0, "mps")]))  # an MPS card: the mps pod goes there
         nudged(kc, "mode-mps", NS, 2)

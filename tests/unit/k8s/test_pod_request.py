@@ -196,9 +196,9 @@ def test_vgpu_mode_is_the_card_modes_a_container_takes(text: str, modes: tuple[s
 
 
 @pytest.mark.parametrize(
-    ("text", "says"), [("mig", "MIG instances are not modelled"), ("core", "names no mode")]
+    ("text", "says"), [("mig", "a pod in MIG mode gives"), ("core", "names no mode")]
 )
-def test_vgpu_mode_mig_alone_or_no_mode_is_refused(text: str, says: str) -> None:
+def test_vgpu_mode_mig_without_memory_or_no_mode_is_refused(text: str, says: str) -> None:
     with pytest.raises(PodRequestError) as exc:
         devices_of({"nvidia.com/gpu": 1}, **{"nvidia.com/vgpu-mode": text})
     assert exc.value.field == 'metadata.annotations["nvidia.com/vgpu-mode"]'

@@ -41,6 +41,7 @@ __all__ = [
     "ContainerDevice",
     "DeviceInfo",
     "HamiAnnotationError",
+    "MigProfileInfo",
     "assignment_annotations",
     "container_device",
     "cordoned_cards",
@@ -106,6 +107,22 @@ class DeviceInfo:
     numa: int = 0
     mode: str = ""
     health: bool = False
+    mig_profiles: tuple[MigProfileInfo, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MigProfileInfo:
+    """One MIG profile a card in HAMi's ``mig`` mode may be cut into, as its device plugin
+    registers it from NVML (pkg/device/devices.go ``MigProfile``: ``discoverMigProfiles`` in
+    nvinternal/plugin/register.go): memory MB, cores in percent of the card, compute slices, and
+    the placements (start, size in memory slices) NVML allows. HAMi cuts instances on demand, so
+    a registration lists what a card may hold, not instances it holds."""
+
+    name: str
+    memory_mb: int
+    core: int
+    slice_count: int
+    placements: tuple[tuple[int, int], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,40 +172,115 @@ def _decode_json(key: str, value: str) -> tuple[DeviceInfo, ...]:
     for i, entry in enumerate(data):
         if not isinstance(entry, dict):
             raise HamiAnnotationError(key, i, "", entry, "expected a JSON object")
-        fields = _go_fields(entry)
+        fields = go_fields(entry)
         out.append(
             DeviceInfo(
-                id=_json_text(key, i, "id", fields),
-                index=_json_int(key, i, "index", fields, 0, _INT32),
-                count=_json_int(key, i, "count", fields, -_INT32 - 1, _INT32),
-                devmem=_json_int(key, i, "devmem", fields, -_INT32 - 1, _INT32),
-                devcore=_json_int(key, i, "devcore", fields, -_INT32 - 1, _INT32),
-                type=_json_text(key, i, "type", fields),
-                numa=_json_int(key, i, "numa", fields, -_INT32 - 1, _INT32),
-                mode=_json_text(key, i, "mode", fields),
+                id=json_text(key, i, "id", fields),
+                index=json_int(key, i, "index", fields, 0, _INT32),
+                count=json_int(key, i, "count", fields, -_INT32 - 1, _INT32),
+                devmem=json_int(key, i, "devmem", fields, -_INT32 - 1, _INT32),
+                devcore=json_int(key, i, "devcore", fields, -_INT32 - 1, _INT32),
+                type=json_text(key, i, "type", fields),
+                numa=json_int(key, i, "numa", fields, -_INT32 - 1, _INT32),
+                mode=json_text(key, i, "mode", fields),
                 health=_json_bool(key, i, "health", fields),
+                mig_profiles=_mig_profiles(key, i, fields.get("migProfiles")),
             )
         )
     return tuple(out)
 
 
-_JSON_KEYS = ("id", "index", "count", "devmem", "devcore", "type", "numa", "mode", "health")
+# DeviceInfo's JSON fields in the Go struct's order (MarshalNodeDevices writes them so)
+_JSON_KEYS = (
+    "id",
+    "index",
+    "count",
+    "devmem",
+    "devcore",
+    "type",
+    "numa",
+    "mode",
+    "migProfiles",
+    "health",
+)
+_PROFILE_KEYS = ("name", "memoryMB", "core", "sliceCount", "placements")
+_UINT32 = (1 << 32) - 1
 
 
-def _go_fields(entry: Mapping[str, object]) -> dict[str, object]:
+def _mig_profiles(key: str, i: int, value: object) -> tuple[MigProfileInfo, ...]:
+    """A card's ``migProfiles``: absent or null is none; each profile needs a name."""
+    if value is None:
+        return ()
+    part = "migProfiles"
+    if not isinstance(value, list) or len(value) > MAX_ENTRIES:
+        raise HamiAnnotationError(key, i, part, value, "expected a JSON array of profiles")
+    out = []
+    for j, row in enumerate(value):
+        where = f"{part}[{j}]"
+        if not isinstance(row, dict):
+            raise HamiAnnotationError(key, i, where, row, "expected a JSON object")
+        fields = go_fields(row, _PROFILE_KEYS)
+        name = json_text(key, i, f"{where}.name", field_at(where, "name", fields))
+        if not name:
+            raise HamiAnnotationError(key, i, f"{where}.name", name, "must not be empty")
+        raw = fields.get("placements")
+        if raw is not None and (not isinstance(raw, list) or len(raw) > MAX_ENTRIES):
+            raise HamiAnnotationError(key, i, f"{where}.placements", raw, "expected a JSON array")
+        placements = []
+        for k, item in enumerate(raw or ()):
+            at = f"{where}.placements[{k}]"
+            if not isinstance(item, dict):
+                raise HamiAnnotationError(key, i, at, item, "expected a JSON object")
+            spot = go_fields(item, ("start", "size"))
+            placements.append(
+                (
+                    json_int(key, i, f"{at}.start", field_at(at, "start", spot), 0, _UINT32),
+                    json_int(key, i, f"{at}.size", field_at(at, "size", spot), 0, _UINT32),
+                )
+            )
+        out.append(
+            MigProfileInfo(
+                name=name,
+                memory_mb=json_int(
+                    key,
+                    i,
+                    f"{where}.memoryMB",
+                    field_at(where, "memoryMB", fields),
+                    -_INT32 - 1,
+                    _INT32,
+                ),
+                core=json_int(
+                    key, i, f"{where}.core", field_at(where, "core", fields), -_INT32 - 1, _INT32
+                ),
+                slice_count=json_int(
+                    key, i, f"{where}.sliceCount", field_at(where, "sliceCount", fields), 0, _UINT32
+                ),
+                placements=tuple(placements),
+            )
+        )
+    return tuple(out)
+
+
+def field_at(where: str, name: str, fields: Mapping[str, object]) -> dict[str, object]:
+    """``fields[name]`` under its full path, for the field readers that name what they read."""
+    return {f"{where}.{name}": fields.get(name)}
+
+
+def go_fields(entry: Mapping[str, object], names: Sequence[str] = _JSON_KEYS) -> dict[str, object]:
     """Go's decoder: an exact key wins, else a case-insensitive one; unknown keys ignored."""
+    lower = {n.lower(): n for n in names}
     out: dict[str, object] = {}
     exact: set[str] = set()
     for name, value in entry.items():
-        if name in _JSON_KEYS:
+        if name in names:
             out[name] = value
             exact.add(name)
-        elif name.lower() in _JSON_KEYS and name.lower() not in exact:
-            out[name.lower()] = value
+        elif name.lower() in lower and lower[name.lower()] not in exact:
+            out[lower[name.lower()]] = value
     return out
 
 
-def _json_text(key: str, i: int, name: str, fields: Mapping[str, object]) -> str:
+def json_text(key: str, i: int, name: str, fields: Mapping[str, object]) -> str:
     value = fields.get(name)
     if value is None:
         return ""
@@ -197,9 +289,7 @@ def _json_text(key: str, i: int, name: str, fields: Mapping[str, object]) -> str
     return value
 
 
-def _json_int(
-    key: str, i: int, name: str, fields: Mapping[str, object], low: int, high: int
-) -> int:
+def json_int(key: str, i: int, name: str, fields: Mapping[str, object], low: int, high: int) -> int:
     value = fields.get(name)
     if value is None:
         return 0
@@ -276,7 +366,9 @@ def device_from_info(
     memory_mib = devmem, compute_units = devcore, numa_node = numa, healthy = health,
     max_tasks = count (HAMi's per-card task limit), type_name = the type string verbatim (what HAMi's
     ``use-gputype`` annotations match, ``CheckType``), share_mode = mode (``hami-core``, ``mps``,
-    ``mig``; empty: None, not stated). MIG profiles are not read."""
+    ``mig``; empty: None, not stated). A card in HAMi's ``mig`` mode registers the profiles it
+    may be cut into (``DeviceInfo.mig_profiles``), not instances: HAMi cuts them per pod, so it
+    is read as a card in mode ``mig``, which takes no software share."""
     if not info.id:
         raise HamiAnnotationError(key, i, "id", info.id, "must not be empty")
     if info.devmem <= 0:
@@ -371,8 +463,21 @@ def encode_register(infos: Sequence[DeviceInfo]) -> str:
     (every field is ``omitempty``), Go's escaping."""
     rows = []
     for info in infos:
-        row = {name: getattr(info, name) for name in _JSON_KEYS}
-        rows.append({k: v for k, v in row.items() if v})  # omitempty: 0, "" and false go
+        row: dict[str, object] = {
+            name: getattr(info, name) for name in _JSON_KEYS if name != "migProfiles"
+        }
+        row["migProfiles"] = [
+            {
+                "name": p.name,
+                "memoryMB": p.memory_mb,
+                "core": p.core,
+                "sliceCount": p.slice_count,
+                "placements": [{"start": s, "size": z} for s, z in p.placements] or None,
+            }
+            for p in info.mig_profiles
+        ]
+        ordered = {name: row[name] for name in _JSON_KEYS}
+        rows.append({k: v for k, v in ordered.items() if v})  # omitempty: 0, "", false, []
     return go_json(rows)
 
 

@@ -24,15 +24,24 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import TypeVar
 
 from pydantic import ValidationError
 
 from xpupool.k8s.codec.hami import go_bool
+from xpupool.k8s.codec.hami_partitions import mig_resource_profile
 from xpupool.k8s.codec.pod_charge import Role, container_role
 from xpupool.k8s.codec.quantity import parse_quantity
 from xpupool.k8s.codec.resource_names import RESOURCES, Counts, DeviceKind
 from xpupool.model.errors import RequestError
-from xpupool.model.request import WHOLE, DevicePolicy, DeviceRequest, Request, Topology
+from xpupool.model.request import (
+    WHOLE,
+    DevicePolicy,
+    DeviceRequest,
+    Request,
+    Topology,
+    check_partition_name,
+)
 from xpupool.model.request_model import RequestModel
 from xpupool.model.validation import request_error
 
@@ -66,9 +75,10 @@ ANNOTATION_PRIORITY = "xpupool.io/priority"
 # asks for another is refused rather than placed under a policy it did not ask for.
 _HAMI_GPU_POLICIES = ("binpack", "spread", "topology-aware", "mutex", "numa")
 # HAMi's card sharing modes (pkg/device/nvidia/device.go HamiCoreMode, MpsMode, MigMode), and those
-# xpupool places shares on: MIG instances are not modelled yet, so MIG cards are left alone.
+# xpupool places shares on; a pod that names only ``mig`` asks for MIG instances instead.
 _HAMI_MODES = ("hami-core", "mps", "mig")
 _PLACED_MODES = ("hami-core", "mps")
+_MIG_MODE = "mig"
 # Hostile-input bounds. Kubernetes caps all annotations of an object at 256 KiB
 # (apimachinery TotalAnnotationSizeLimitB); containers are capped here, not by Kubernetes.
 MAX_ANNOTATION_BYTES = 256 * 1024
@@ -169,8 +179,9 @@ def pod_demand(pod: object) -> PodDemand:
 
 def names_managed_resource(pod: object) -> bool:
     """Whether a container or init container of the pod names a resource of
-    :data:`RESOURCES` in its requests or limits, whatever the amount: kube-scheduler's test for
-    handing a pod to an extender whose ``managedResources`` are those names
+    :data:`RESOURCES` or a MIG profile's (``nvidia.com/mig-<profile>``) in its requests or
+    limits, whatever the amount: kube-scheduler's test for handing a pod to an extender whose
+    ``managedResources`` are those names
     (``HTTPExtender.IsInterested``, pkg/scheduler/extender.go), so the pods it would send. False
     for anything that is not a pod's shape."""
     spec = pod.get("spec") if isinstance(pod, Mapping) else None
@@ -183,9 +194,14 @@ def names_managed_resource(pod: object) -> bool:
             if not isinstance(resources, Mapping):
                 continue
             for table in (resources.get("limits"), resources.get("requests")):
-                if isinstance(table, Mapping) and any(name in RESOURCES for name in table):
+                if isinstance(table, Mapping) and any(_managed(name) for name in table):
                     return True
     return False
+
+
+def _managed(name: object) -> bool:
+    """A name of :data:`RESOURCES`, or a MIG profile's (``nvidia.com/mig-3g.20gb``)."""
+    return isinstance(name, str) and (name in RESOURCES or mig_resource_profile(name) is not None)
 
 
 def pod_cpu_memory(pod: object) -> tuple[int, int]:
@@ -226,9 +242,14 @@ def _container(
     requests = _object(f"{path}.resources.requests", resources.get("requests", {}))
     found: dict[str, Given] = {}
     kinds: dict[str, DeviceKind] = {}
+    profiles: dict[str, tuple[str, object]] = {}  # MIG profile -> (path, value), limits first
     for source, table in (("limits", limits), ("requests", requests)):
         for name, value in table.items():
             entry = RESOURCES.get(name)
+            profile = mig_resource_profile(name) if entry is None else None
+            if profile is not None:
+                profiles.setdefault(profile, (f'{path}.resources.{source}["{name}"]', value))
+                entry = RESOURCES[_MIG_COUNT_OF]
             if entry is None:
                 continue
             kind, counts = entry
@@ -236,8 +257,11 @@ def _container(
                 continue  # HAMi never reads it: neither do we
             slot = found.setdefault(kind.hami_type, {})
             kinds[kind.hami_type] = kind
-            if counts not in slot:  # limits first, else requests
+            if profile is None and counts not in slot:  # limits first, else requests
                 slot[counts] = (f'{path}.resources.{source}["{name}"]', value)
+    mig = _mig_asked(path, profiles, found.get(RESOURCES[_MIG_COUNT_OF][0].hami_type, {}))
+    if mig is not None:
+        found[RESOURCES[_MIG_COUNT_OF][0].hami_type] = {Counts.DEVICES: mig[1]}
     asked = {t: v for t, v in found.items() if _count(v) != 0}
     for hami_type, values in found.items():
         shares = {
@@ -249,16 +273,16 @@ def _container(
             where, value = next(iter(shares.values()))
             reason = f"needs {kinds[hami_type].count} of at least 1 in the same container"
             raise PodRequestError(where, value, reason)
-    if not asked:
+    chosen = _only_one(path, asked, "device type")
+    if chosen is None:
         return None
-    if len(asked) > 1:
-        where = f"{path}.resources"
-        raise PodRequestError(where, sorted(asked), "a container may ask for one device type")
-    hami_type, values = next(iter(asked.items()))
+    hami_type, values = chosen
     kind = kinds[hami_type]
     name = str(ctr.get("name", ""))
     explicit = bool(set(values) & {Counts.MEMORY, Counts.MEMORY_PERCENT, Counts.CORES})
     devices = _device_request(kind, values)
+    if mig is not None:
+        devices = DeviceRequest(count=devices.count, partition=mig[0])
     devices = _merge_devices(devices, explicit, kind, annotations, pod_base)
     cpu_milli = _cpu_milli(path, requests, limits)
     memory_mib = _memory_mib(path, requests, limits)
@@ -275,6 +299,45 @@ def _container(
     priority = values.get(Counts.TASK_PRIORITY)
     task_priority = None if priority is None else _whole(*priority, low=0, high=_INT32)[0]
     return ContainerDemand(index, name, role, kind, request, task_priority)
+
+
+_T = TypeVar("_T")
+
+
+def _only_one(path: str, asked: Mapping[str, _T], what: str) -> tuple[str, _T] | None:
+    """The one entry of ``asked`` (None when empty); more than one is refused on the
+    container's resources."""
+    if len(asked) > 1:
+        reason = f"a container may ask for one {what}"
+        raise PodRequestError(f"{path}.resources", sorted(asked), reason)
+    return next(iter(asked.items()), None)
+
+
+# The count a ``nvidia.com/mig-<profile>`` name stands for: the NVIDIA row's device count.
+_MIG_COUNT_OF = "nvidia.com/gpu"
+
+
+def _mig_asked(
+    path: str, profiles: Mapping[str, tuple[str, object]], nvidia: Given
+) -> tuple[str, tuple[str, object]] | None:
+    """The MIG profile a container asks for by the device plugin's resource name
+    (``nvidia.com/mig-3g.20gb: 1``, examples/nvidia/mig_example.yaml) and where its count is;
+    None when it names none. One profile a container, and none beside HAMi's own NVIDIA names:
+    one request has one profile and takes each instance whole."""
+    asked = {p: v for p, v in profiles.items() if _count({Counts.DEVICES: v}) != 0}
+    chosen = _only_one(path, asked, "MIG profile")
+    if chosen is None:
+        return None
+    profile, given = chosen
+    try:
+        check_partition_name(given[0], profile, "mig")
+    except RequestError as exc:
+        raise PodRequestError(exc.field, exc.value, exc.reason) from None
+    if nvidia:
+        where, value = next(iter(nvidia.values()))
+        reason = "a container asking for a MIG profile by name gives no other NVIDIA resource"
+        raise PodRequestError(where, value, reason)
+    return profile, given
 
 
 def _count(values: Given) -> int:
@@ -480,12 +543,19 @@ def _merge_devices(
             raise PodRequestError(_at(kind.numa_bind_key), annotations[kind.numa_bind_key], reason)
         topology = Topology.SAME_NUMA
     share_modes = _share_modes(kind.mode_key, annotations)
+    isolated_mib = devices.isolated_mib
+    if share_modes == (_MIG_MODE,) and devices.partition is None:
+        isolated_mib = _mig_memory(kind, annotations, shares)
+    if share_modes == (_MIG_MODE,) or devices.partition is not None:
+        shares, share_modes = (None, None, None), ()  # a partition is taken whole
     try:
         return DeviceRequest(
             count=devices.count,
             memory_mib=shares[0],
             memory_permille=shares[1],
             core_permille=shares[2],
+            partition=devices.partition,
+            isolated_mib=isolated_mib,
             vendors=(kind.vendor,),
             models=models or extra.models,
             exclude_models=extra.exclude_models,
@@ -503,13 +573,29 @@ def _merge_devices(
         raise PodRequestError(f"{where}.{exc.field}", exc.value, exc.reason) from None
 
 
+def _mig_memory(
+    kind: DeviceKind, annotations: Mapping[str, str], shares: tuple[int | None, ...]
+) -> int:
+    """The memory a pod in HAMi's dynamic MIG mode asks its instance to hold
+    (examples/nvidia/dynamic_mig_example.yaml: ``nvidia.com/vgpu-mode: mig`` and
+    ``nvidia.com/gpumem``); HAMi takes the smallest profile that holds it (``selectMigCandidate``),
+    as an ``isolated`` request does. Its cores come with the profile, so a cores share is
+    dropped, as HAMi drops it; without a memory amount there is nothing to choose a profile by."""
+    assert kind.mode_key is not None
+    if shares[0] is None:
+        reason = f"a pod in MIG mode gives {kind.memory}: the memory its instance must hold"
+        raise PodRequestError(_at(kind.mode_key), annotations[kind.mode_key], reason)
+    return shares[0]
+
+
 def _share_modes(key: str | None, annotations: Mapping[str, str]) -> tuple[str, ...]:
     """The card modes a container of a type with a sharing-mode annotation (``vgpu-mode``) may
     take. HAMi's ``checkType`` takes a card whose registered mode occurs in the annotation's text
     (``"hami-core,mps"`` takes both); without the annotation, any mode, of which xpupool places on
     those it models (HAMi-core and MPS: both are memory and core shares, enforced by HAMi-core or
-    by MPS). A text that names only ``mig`` is refused with that reason, and one naming no mode
-    at all is refused too (HAMi would leave the pod pending for ever)."""
+    by MPS). A text that names only ``mig`` gives ``("mig",)``: the pod asks for MIG instances
+    (an ``isolated`` request); one naming no mode at all is refused (HAMi would leave the pod
+    pending for ever)."""
     if key is None:
         return ()
     text = annotations.get(key)
@@ -517,13 +603,10 @@ def _share_modes(key: str | None, annotations: Mapping[str, str]) -> tuple[str, 
         return _PLACED_MODES
     asked = [mode for mode in _HAMI_MODES if mode in text]
     placed = tuple(mode for mode in asked if mode in _PLACED_MODES)
+    if not placed and asked:
+        return (_MIG_MODE,)
     if not placed:
-        reason = (
-            "MIG instances are not modelled by xpupool yet, so it places no pod on a card in "
-            "MIG mode; ask for hami-core or mps, or leave the pod to HAMi's scheduler"
-            if asked
-            else f"names no mode a card is registered in ({', '.join(_HAMI_MODES)})"
-        )
+        reason = f"names no mode a card is registered in ({', '.join(_HAMI_MODES)})"
         raise PodRequestError(_at(key), _short(text), reason)
     return placed
 

@@ -9,6 +9,7 @@ import logging
 import ssl
 import sys
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from xpupool.catalog.operator_file import OperatorCatalog
 from xpupool.engine.profile import Profile
 from xpupool.k8s.codec.node_lock import WAIT_S, LockMode, NodeLocks
 from xpupool.k8s.codec.pod_assignment import assignment_annotations
+from xpupool.k8s.codec.pod_request import PodDemand
 from xpupool.k8s.extender.gang import (
     DEFAULT_WAIT_S,
     Gangs,
@@ -30,12 +32,13 @@ from xpupool.k8s.extender.http_app import ExtenderMetrics, create_app, readiness
 from xpupool.k8s.extender.learner import Learner
 from xpupool.k8s.extender.pod_api import LightkubePodApi
 from xpupool.k8s.extender.preemption import Preemptions
-from xpupool.k8s.extender.verbs import Extender
+from xpupool.k8s.extender.verbs import Annotator, Extender
 from xpupool.k8s.informers.cluster_view import ClusterView
 from xpupool.k8s.informers.decoders import decode_node, decode_pod_devices
 from xpupool.k8s.informers.kubeconfig import load_config, make_client
 from xpupool.k8s.informers.leader import LeaderElector
 from xpupool.k8s.informers.resource_quota import NamespaceQuotas
+from xpupool.model.allocation import Allocation
 
 log = logging.getLogger("xpupool.k8s.extender")
 FIELD_MANAGER = "xpupool-extender"
@@ -66,6 +69,19 @@ class ExtenderConfig:
     client_ca: str | None = None  # require client certificates these CAs signed
 
 
+def partition_annotator(view: ClusterView) -> Annotator:
+    """What a bind writes, with the node's devices at hand, so that an allocated hardware
+    partition is written as HAMi reserves one (``pod_assignment.py``)."""
+
+    def annotate(node: str, demand: PodDemand, placed: Sequence[Allocation]) -> dict[str, str]:
+        record = view.nodes().get(node)
+        cards = () if record is None or record.node is None else record.node.devices
+        devices = {d.uuid: d for d in cards if d.partition is not None}
+        return assignment_annotations(node, demand, placed, devices=devices)
+
+    return annotate
+
+
 def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
     """Serve until SIGTERM/SIGINT (uvicorn's handlers) or ``stop``."""
     config = load_config(cfg.kubeconfig)
@@ -92,7 +108,7 @@ def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
     extender = Extender(
         view,
         api,
-        assignment_annotations,
+        partition_annotator(view),
         gangs,
         choose=cfg.choose,
         preemptions=preemptions,

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from xpupool.k8s.codec import hami
+from xpupool.k8s.codec.hami_partitions import mig_instance_uuids
 from xpupool.k8s.codec.node_annotations import DEVICES_KEY, decode_devices
 from xpupool.k8s.codec.pod_charge import container_roles, init_finished
 from xpupool.k8s.codec.quantity import parse_quantity
@@ -74,11 +75,14 @@ def decode_pod_devices(obj: Mapping[str, Any]) -> PodDevices | None:
     if not node:
         return None
     per_container: dict[int, list[CardShare]] = {}
+    instances = mig_instance_uuids(annotations)  # a MIG instance is listed as its card
     for kind, containers in hami.pod_assignment(annotations):
+        mig = instances if kind.vendor == "nvidia" else {}
         for i, devices in enumerate(containers):
             shares = per_container.setdefault(i, [])
-            for d in devices:
-                shares.append(CardShare(d.uuid, d.used_mem_mib, hami.core_permille(d, kind)))
+            for j, d in enumerate(devices):
+                uuid = mig.get((i, j), d.uuid)
+                shares.append(CardShare(uuid, d.used_mem_mib, hami.core_permille(d, kind)))
     if not any(per_container.values()):
         return None
     width = max(per_container) + 1
