@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from xpupool.catalog.partitions import PartitionScheme, load_partitions
 from xpupool.engine import ClusterState, Engine
 from xpupool.model import Device, DeviceRequest, Node, Request
 
@@ -96,3 +97,10 @@ def capacity_arrays(state: ClusterState) -> dict[str, np.ndarray]:
         for k, v in vars(state).items()
         if isinstance(v, np.ndarray) and k not in CHANGE_RECORDS
     }
+
+
+def partition_scheme(model: str) -> PartitionScheme:
+    """The packaged partition scheme of ``model`` (the test fails if it has none)."""
+    found = load_partitions().scheme_for(model)
+    assert found is not None, model
+    return found

@@ -29,6 +29,7 @@ from typing import Generic, TypeVar
 
 from xpupool.engine.allocation_ids import AllocationIds
 from xpupool.engine.engine import Engine
+from xpupool.engine.fragmentation import TargetWorkload
 from xpupool.engine.profile import DEFAULT_PROFILE, Profile
 from xpupool.engine.state import ClusterState
 from xpupool.engine.verdict import Verdicts
@@ -86,6 +87,7 @@ class EngineHost:
         profiles: Mapping[str, Profile] | None = None,
         seed: int = 0,
         defer_learning: bool = False,
+        workload: TargetWorkload | None = None,
     ) -> None:
         self.profile = profile
         self.profiles = profiles  # the front's: engines built later see profiles it adds
@@ -93,6 +95,9 @@ class EngineHost:
         self.defer_learning = defer_learning
         """Engines built here re-learn their workload only when told (``Engine.relearn``): the
         front places in batches or between verbs and re-learns after."""
+        self.workload = workload
+        """The target workload every engine built here is given (None: they learn one online); a
+        simulator replaying a trace gives its own, as ``Engine`` takes it."""
         self.ids = AllocationIds()
         """The pool's one allocation id counter: every engine built here takes its ids from it."""
         self.rebuilds = 0
@@ -116,7 +121,14 @@ class EngineHost:
                 if uuid in state.uuid_slot:
                     state.set_device_cordoned(uuid, True)
         profiles = None if self.profiles is None else dict(self.profiles)
-        engine = Engine(state, self.profile, seed=self.seed, profiles=profiles, ids=self.ids)
+        engine = Engine(
+            state,
+            self.profile,
+            seed=self.seed,
+            profiles=profiles,
+            workload=self.workload,
+            ids=self.ids,
+        )
         if self.defer_learning:
             engine.defer_learning()
         return engine

@@ -112,6 +112,21 @@ class PeakLoad:
         }
 
 
+def sampled(
+    nodes: Sequence[Node], tasks: Sequence[TraceTask], sample: int, seed: int
+) -> tuple[list[Node], list[TraceTask]]:
+    """A seeded sample of ``sample`` tasks on a proportional seeded sample of the nodes (a smoke
+    test or a quick run of a benchmark); all of both when ``sample`` is 0 or not below the
+    number of tasks."""
+    nodes, tasks = list(nodes), list(tasks)
+    if sample and sample < len(tasks):
+        rng = random.Random(seed)
+        share = sample / len(tasks)
+        nodes = rng.sample(nodes, max(1, math.ceil(share * len(nodes))))
+        tasks = rng.sample(tasks, sample)
+    return nodes, tasks
+
+
 def peak_load(
     nodes: Sequence[Node],
     tasks: Sequence[TraceTask],
@@ -124,12 +139,7 @@ def peak_load(
     :data:`HEADROOM` x ``peak``) and compressed until peak demand is ``peak`` x capacity, as the
     queueing benchmarks replay it. ``sample`` > 0: a seeded sample of that many tasks on a
     proportional seeded sample of the nodes (a smoke test)."""
-    nodes, tasks = list(nodes), list(tasks)
-    if sample and sample < len(tasks):
-        rng = random.Random(seed)
-        share = sample / len(tasks)
-        nodes = rng.sample(nodes, max(1, math.ceil(share * len(nodes))))
-        tasks = rng.sample(tasks, sample)
+    nodes, tasks = sampled(nodes, tasks, sample, seed)
     workload = TargetWorkload.from_requests(to_request(t) for t in tasks)
     capacity = capacity_milli(nodes)
     whole = peak_demand(tasks, capacity, 1e12)
@@ -141,12 +151,16 @@ def peak_load(
 
 
 def default_trace_at_peak(peak: float, *, sample: int = 0, seed: int = 42) -> PeakLoad:
-    """:func:`peak_load` of the Alibaba default trace on its GPU node list (found as ``xpupool
-    simulate`` finds them: ``sim/trace_files.py``)."""
+    """:func:`peak_load` of the Alibaba default trace on its GPU node list (:func:`default_trace`)."""
+    nodes, tasks = default_trace()
+    return peak_load(nodes, tasks, peak, sample=sample, seed=seed)
+
+
+def default_trace() -> tuple[list[Node], list[TraceTask]]:
+    """The Alibaba default trace's GPU node list and tasks (found as ``xpupool simulate`` finds
+    them: ``sim/trace_files.py``)."""
     from xpupool.sim.alibaba import read_nodes, read_tasks
     from xpupool.sim.trace_files import DEFAULT_PODS, default_nodes
 
     nodes_path = default_nodes()
-    nodes = read_nodes(str(nodes_path))
-    tasks = read_tasks(str(nodes_path.parent / DEFAULT_PODS))
-    return peak_load(nodes, tasks, peak, sample=sample, seed=seed)
+    return read_nodes(str(nodes_path)), read_tasks(str(nodes_path.parent / DEFAULT_PODS))

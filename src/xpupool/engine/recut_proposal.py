@@ -1,0 +1,181 @@
+"""The re-cut proposed for a partition request that fits nowhere: which cards, cut how.
+
+Placement never changes a card's layout: a request for a hardware partition (``mig=3g.40gb``, or
+isolated memory) that no free instance holds is refused like any other. A front that may re-cut
+cards then asks here which cards to cut and into what, and carries the answer out its own way
+(the partition study rebuilds its simulated nodes through the engine host; the plane will send
+it to the agent, ``PUT /v1/nodes/{node}/cards/{uuid}/layout``) before placing the request again.
+The choice of card and layout is a rule with one signature (``partition_recut.recut_choice``,
+xpupool's; ``hami_mig.hami_mig_choice``, HAMi v2.10's); this step only says which cards the rule
+may choose among: those of a scheme that has the profile, on nodes where the request's CPU and
+memory fit now, all on one node for a replica of several devices. An answer without a free
+instance of the asked profile (HAMi's rule picks by memory, and may cut a ``3g.40gb`` for a
+``4g.40gb``) is not proposed: the request would not take it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from xpupool.catalog.partition_geometry import Instance, Layout
+from xpupool.catalog.partitions import PartitionScheme
+from xpupool.engine.engine import Engine
+from xpupool.model.request import DeviceRequest, Request
+
+__all__ = ["PartitionCard", "Recut", "RecutRule", "propose_recut"]
+
+RecutRule = Callable[
+    [PartitionScheme, Sequence[tuple[Layout, frozenset[Instance]]], str],
+    tuple[int, Layout] | None,
+]
+"""A rule choosing the card (an index into the cards given) and its whole new layout for one more
+instance of a profile, or None: ``hami_mig_choice``, or ``recut_choice`` with its workload bound."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionCard:
+    """A card in partition mode as the front knows it: where it is, its scheme, its layout and
+    which of its instances hold work."""
+
+    node: str
+    uuid: str
+    scheme: PartitionScheme
+    layout: Layout
+    busy: frozenset[Instance] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Recut:
+    """Cut card ``uuid`` of ``node`` from ``before`` to ``layout`` (whole layouts)."""
+
+    node: str
+    uuid: str
+    before: Layout
+    layout: Layout
+
+    @property
+    def destroyed(self) -> int:
+        """Instances of ``before`` that ``layout`` no longer has."""
+        left = list(self.layout)
+        gone = 0
+        for instance in self.before:
+            if instance in left:
+                left.remove(instance)
+            else:
+                gone += 1
+        return gone
+
+
+def propose_recut(
+    engine: Engine, cards: Sequence[PartitionCard], req: Request, rule: RecutRule
+) -> tuple[Recut, ...]:
+    """The re-cuts after which one replica of ``req`` has free instances to take: one card for a
+    replica of one device, ``req.devices.count`` cards of one node otherwise (the first node, in
+    the order of ``cards``, where the rule finds them all); empty when the rule finds none or
+    ``req`` asks for no partition. A card already holding a free instance of the profile is
+    answered with its layout unchanged, and left out of the result. Changes nothing."""
+    d = req.devices
+    if d.count < 1 or (d.partition is None and d.isolated_mib is None):
+        return ()
+    host = engine.feasible(replace(req, devices=DeviceRequest(), replicas=1)).node_fit
+    fits: dict[str, bool] = {}
+    for card in cards:
+        if card.node not in fits:
+            i = engine.node_index(card.node)
+            fits[card.node] = i is not None and bool(host[i])
+    usable = [c for c in cards if fits[c.node]]
+    if d.count == 1:
+        return _one(usable, d, rule)
+    for node in dict.fromkeys(c.node for c in usable):
+        found = _on_node([c for c in usable if c.node == node], d, rule)
+        if found is not None:
+            return found
+    return ()
+
+
+def _by_scheme(cards: Sequence[PartitionCard]) -> list[list[int]]:
+    """Indexes of ``cards`` per geometry, in the order each first comes: schemes that cut alike
+    (an A100-80GB and an H100-80GB have the same profiles and slices) are one group, so the rule
+    weighs all their cards together. Schemes are told apart by identity first (a scheme's hash
+    goes over all its profiles; a pool has a handful of schemes)."""
+    geometry: dict[int, object] = {}
+    groups: dict[object, list[int]] = {}
+    for i, card in enumerate(cards):
+        key = geometry.get(id(card.scheme))
+        if key is None:
+            s = card.scheme
+            key = geometry[id(s)] = (
+                s.kind,
+                s.compute_slices,
+                s.memory_slices,
+                s.memory_mib,
+                s.aicpu,
+                s.profiles,
+            )
+        groups.setdefault(key, []).append(i)
+    return list(groups.values())
+
+
+def _profile(scheme: PartitionScheme, d: DeviceRequest) -> str | None:
+    if d.partition is not None:
+        return d.partition if scheme.profile(d.partition) is not None else None
+    assert d.isolated_mib is not None
+    smallest = scheme.smallest_holding(d.isolated_mib)
+    return None if smallest is None else smallest.name
+
+
+def _one(cards: list[PartitionCard], d: DeviceRequest, rule: RecutRule) -> tuple[Recut, ...]:
+    """One instance: the first answer of the rule over each geometry's cards."""
+    found = _ask(cards, _by_scheme(cards), d, rule)
+    if found is None:
+        return ()
+    at, layout, _ = found
+    card = cards[at]
+    if sorted(card.layout) == sorted(layout):
+        return ()  # a free instance is there: placement failed for another reason
+    return (Recut(card.node, card.uuid, card.layout, layout),)
+
+
+def _on_node(
+    cards: list[PartitionCard], d: DeviceRequest, rule: RecutRule
+) -> tuple[Recut, ...] | None:
+    """``d.count`` instances on one node's ``cards``: the rule asked once per instance, each
+    answer taken as cut (its new instance then busy) before the next; None when it falls short."""
+    current = list(cards)
+    groups = _by_scheme(cards)
+    for _ in range(d.count):
+        found = _ask(current, groups, d, rule)
+        if found is None:
+            return None
+        at, layout, new = found
+        current[at] = replace(current[at], layout=layout, busy=current[at].busy | {new})
+    return tuple(
+        Recut(c.node, c.uuid, c.layout, n.layout)
+        for c, n in zip(cards, current, strict=True)
+        if sorted(c.layout) != sorted(n.layout)
+    )
+
+
+def _ask(
+    cards: list[PartitionCard], groups: list[list[int]], d: DeviceRequest, rule: RecutRule
+) -> tuple[int, Layout, Instance] | None:
+    """The rule asked over each group of ``cards`` in turn: the first answer as (index into
+    ``cards``, new layout, the free instance of the profile it has); None when no group's
+    answer has one (an answer cutting another profile ends the search: the rule chose it)."""
+    for group in groups:
+        scheme = cards[group[0]].scheme
+        profile = _profile(scheme, d)
+        if profile is None:
+            continue
+        answer = rule(scheme, [(cards[i].layout, cards[i].busy) for i in group], profile)
+        if answer is not None:
+            at = group[answer[0]]
+            new = _free_of(answer[1], cards[at].busy, profile)
+            return None if new is None else (at, answer[1], new)
+    return None
+
+
+def _free_of(layout: Layout, busy: frozenset[Instance], profile: str) -> Instance | None:
+    """A free instance of ``profile`` in ``layout``; None when the rule's answer has none."""
+    return next((i for i in layout if i[0] == profile and i not in busy), None)
