@@ -57,6 +57,9 @@ class Code(IntEnum):
     GANG_MEMBERS_LATE = 30
     GANG_ANNOTATION_FAILED = 31
     GANG_NEEDS_UID = 32
+    RESERVATION_AHEAD = 33
+    RESERVATION_CLOSED = 34
+    PREEMPTED_BY_RESERVATION = 35
 
 
 INADMISSIBLE = "inadmissible: "
@@ -111,6 +114,11 @@ TEXT: dict[Code, str] = {
     Code.GANG_MEMBERS_LATE: "gang {key}: members did not reach bind in time",
     Code.GANG_ANNOTATION_FAILED: "gang {key}: annotating {pod} failed: {error}",
     Code.GANG_NEEDS_UID: "a gang member needs its metadata.uid",
+    Code.RESERVATION_AHEAD: "reservation {reservation} begins at {start_s:g} s",
+    Code.RESERVATION_CLOSED: "reservation {reservation} {why}: nothing runs in it now",
+    Code.PREEMPTED_BY_RESERVATION: (
+        "preempted: reservation {reservation} begins and takes back the cards it lent"
+    ),
 }
 
 # how a quota outcome names each resource (``admission.Resource`` values) and writes its amounts:
@@ -236,7 +244,31 @@ class WaitingForVictims:
     victims: tuple[int, ...]
 
 
-WaitCause = Refused | Inadmissible | NeverFits | WaitingForVictims | CannotSchedule
+@dataclass(frozen=True, slots=True)
+class ReservationAhead:
+    """Submitted into ``reservation``, whose window begins at ``start_s`` (the front's clock):
+    it runs only inside it (``engine/cycle/reservations.py``)."""
+
+    code: ClassVar[Code] = Code.RESERVATION_AHEAD
+    reservation: str
+    start_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReservationClosed:
+    """Submitted into ``reservation``, which has ended or is unknown (``why``): it will never
+    run, and the front refuses it (fails the job) rather than keep it waiting."""
+
+    code: ClassVar[Code] = Code.RESERVATION_CLOSED
+    reservation: str
+    why: str
+
+
+ReservationCause = ReservationAhead | ReservationClosed
+
+WaitCause = (
+    Refused | Inadmissible | NeverFits | WaitingForVictims | CannotSchedule | ReservationCause
+)
 
 
 # ---------------------------------------------------------------------- preemption
@@ -284,7 +316,15 @@ class PreemptedByReclaim:
     queue: str
 
 
-Preempted = PreemptedByPriority | PreemptedByReclaim
+@dataclass(frozen=True, slots=True)
+class PreemptedByReservation:
+    """A victim's stop: it borrowed cards of ``reservation``, whose window begins."""
+
+    code: ClassVar[Code] = Code.PREEMPTED_BY_RESERVATION
+    reservation: str
+
+
+Preempted = PreemptedByPriority | PreemptedByReclaim | PreemptedByReservation
 
 
 # ---------------------------------------------------------------------- placing a pod (k8s/)
@@ -525,6 +565,8 @@ def _fields(o: Outcome) -> dict[str, object]:
         return {"by": o.by, "priority": o.priority, "victim_priority": o.victim_priority}
     if isinstance(o, PreemptedByReclaim):
         return {"by": o.by, "queue": o.queue}
+    if isinstance(o, ReservationAhead | ReservationClosed | PreemptedByReservation):
+        return {f.name: getattr(o, f.name) for f in fields(o)}
     return _pod_fields(o)
 
 
