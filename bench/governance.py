@@ -1,7 +1,9 @@
 """Governance over time on the timed replay: today's preemption planner against the
-checkpoint-aware one (issue 54 part 2), in one run, on the same load.
+checkpoint-aware one (issue 54 part 2), and reservations lent until they begin against the same
+reservations held idle (part 4), in one run, on the same load.
 
     python bench/governance.py [--json] [--tasks N] [--peak 1.3] [--seed 42] [--policy xpupool]
+                               [--part all|planners|reservations] [--reservations K]
 
 Replays the Alibaba default trace (``openb_pod_list_default.csv`` on its GPU node list, found as
 ``xpupool simulate`` finds it: ``xpupool.sim.trace_files``) with departures, through the server's
@@ -15,6 +17,15 @@ to 120 minutes, log-uniform) in both runs; the planners differ only in whom they
 per planner: wait (mean, p95), JCT, utilisation (mean until the last arrival), unallocated GPU % while
 demand exceeds capacity, preemptions and GPU-hours lost to preemption. ``--tasks N`` replays a seeded
 sample of N tasks on a proportional seeded sample of the nodes (a smoke test).
+
+Reservations: ``--reservations K`` windows of an hour, each holding 8 whole cards, evenly over the
+arrival window, each with one LS task submitted into it 10 minutes ahead that runs 45 minutes
+(``xpupool.sim.reservation_plan.fixed_windows``); Burstable and BE tasks are preemptible, so may
+borrow reserved cards before a window, LS tasks only when they end before it. Three runs with
+the checkpoint-aware planner: no reservation (the reserved tasks queue as any task), the cards
+held idle from the start until each window ends (Slurm's way) and lent until each window
+begins. Prints each run's summary, the reserved tasks' start delays after their windows began,
+and the utilisation each costs against no reservation.
 """
 
 from __future__ import annotations
@@ -26,18 +37,19 @@ from typing import Any
 
 from xpupool.engine.cycle import Preemption
 from xpupool.sim.checkpoints import CheckpointModel
-from xpupool.sim.load import default_trace_at_peak
+from xpupool.sim.load import PeakLoad, default_trace_at_peak
 from xpupool.sim.queue_config import QueueConfig
+from xpupool.sim.reservation_plan import fixed_windows
 from xpupool.sim.timed_replay import QueueOrder, timed_replay
 from xpupool.sim.trace_files import DEFAULT_PODS
 
 PLANNERS = {"today": False, "checkpoint_aware": True}
+HOLDING = ("none", "held_idle", "lent")  # the reservation runs
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     load = default_trace_at_peak(args.peak, sample=args.tasks, seed=args.seed)
-    nodes, tiled, compress, workload = load.nodes, load.tasks, load.compress, load.workload
     queues = QueueConfig.single(True, Preemption.LOWER_PRIORITY)
     model = CheckpointModel(args.seed)
     out: dict[str, Any] = {
@@ -50,6 +62,26 @@ def main(argv: list[str] | None = None) -> int:
             "every_min": [model.min_interval_min, model.max_interval_min],
         },
     }
+    if args.part in ("all", "planners"):
+        _planners(args, load, queues, model, out)
+    if args.part in ("all", "reservations"):
+        out["reservations"] = _reservations(args, load, queues, model)
+    if args.json:
+        print(json.dumps(out))
+    else:
+        _table(out)
+    return 0
+
+
+def _planners(
+    args: argparse.Namespace,
+    load: PeakLoad,
+    queues: QueueConfig,
+    model: CheckpointModel,
+    out: dict[str, Any],
+) -> None:
+    """Today's planner and the checkpoint-aware one, on the same load, into ``out``."""
+    nodes, tiled, compress, workload = load.nodes, load.tasks, load.compress, load.workload
     for name, aware in PLANNERS.items():
         result = timed_replay(
             nodes,
@@ -72,11 +104,50 @@ def main(argv: list[str] | None = None) -> int:
     )
     out["p95_wait_change_pct"] = _change(today["p95_wait_s"], aware_run["p95_wait_s"])
     out["mean_wait_change_pct"] = _change(today["mean_wait_s"], aware_run["mean_wait_s"])
-    if args.json:
-        print(json.dumps(out))
-    else:
-        _table(out)
-    return 0
+
+
+def _reservations(
+    args: argparse.Namespace, load: PeakLoad, queues: QueueConfig, model: CheckpointModel
+) -> dict[str, Any]:
+    """The three reservation runs (see the module docstring) and what each costs."""
+    cards = min(8, max(len(n.devices) for n in load.nodes))
+    out: dict[str, Any] = {"count": args.reservations, "cards": cards, "window_s": 3600}
+    for holding in HOLDING:
+        tasks, plan = fixed_windows(
+            load.tasks,
+            load.compress,
+            nodes=load.nodes,
+            count=args.reservations,
+            lend=holding == "lent",
+            borrow_below=2,
+        )
+        result = timed_replay(
+            load.nodes,
+            tasks,
+            args.policy,
+            args.seed,
+            load.workload,
+            QueueOrder.PRIORITY,
+            load.compress,
+            queues,
+            checkpoints=model,
+            checkpoint_aware=True,
+            reservations=None if holding == "none" else plan,
+        )
+        arrive_at = [int(t.creation_time / load.compress) for t in tasks]
+        delays = plan.start_delays_s(result.wait_s, arrive_at)
+        out[holding] = {
+            **result.summary(),
+            "reserved_start_delay_s": [round(d, 1) for d in delays],
+        }
+        print(f"reservations {holding}: {out[holding]}", file=sys.stderr)
+    base = out["none"]["mean_util_pct"]
+    idle_cost = base - out["held_idle"]["mean_util_pct"]
+    lent_cost = base - out["lent"]["mean_util_pct"]
+    out["util_cost_held_idle_pts"] = round(idle_cost, 3)
+    out["util_cost_lent_pts"] = round(lent_cost, 3)
+    out["lent_cost_share_of_idle"] = round(lent_cost / idle_cost, 3) if idle_cost > 0 else None
+    return out
 
 
 def _change(before: float, after: float) -> float:
@@ -84,6 +155,14 @@ def _change(before: float, after: float) -> float:
 
 
 def _table(out: dict[str, Any]) -> None:
+    if "today" in out:
+        _planner_table(out)
+    held = out.get("reservations")
+    if held is not None:
+        _reservation_table(held)
+
+
+def _planner_table(out: dict[str, Any]) -> None:
     keys = (
         "mean_wait_s",
         "p95_wait_s",
@@ -104,6 +183,20 @@ def _table(out: dict[str, Any]) -> None:
     )
 
 
+def _reservation_table(held: dict[str, Any]) -> None:
+    print("| reservations | mean_util_pct | p95_wait_s | preemptions | reserved start delays s |")
+    print("|---|---|---|---|---|")
+    for name in HOLDING:
+        run = held[name]
+        delays = ", ".join(f"{d:g}" for d in run["reserved_start_delay_s"])
+        cells = (run["mean_util_pct"], run["p95_wait_s"], run["preemptions"])
+        print(f"| {name} | " + " | ".join(f"{c:g}" for c in cells) + f" | {delays} |")
+    print(
+        f"utilisation cost: held idle {held['util_cost_held_idle_pts']:g} pts, "
+        f"lent {held['util_cost_lent_pts']:g} pts"
+    )
+
+
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="one JSON line on stdout")
@@ -111,11 +204,15 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--peak", type=float, default=1.3, help="peak demand / capacity")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--policy", default="xpupool")
+    parser.add_argument("--part", choices=("all", "planners", "reservations"), default="all")
+    parser.add_argument("--reservations", type=int, default=4, help="windows held (part 4)")
     args = parser.parse_args(argv)
     if args.tasks < 0:
         parser.error("--tasks must be positive")
     if args.peak <= 0:
         parser.error("--peak must be positive")
+    if args.reservations < 1:
+        parser.error("--reservations must be at least 1")
     return args
 
 

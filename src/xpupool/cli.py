@@ -237,6 +237,13 @@ def parse_seeds(text: str) -> list[int]:
     is_flag=True,
     help="timed mode: the preemption planner prefers victims that lose least",
 )
+@click.option(
+    "--reservations",
+    type=click.IntRange(min=0),
+    default=0,
+    help="timed mode: hold this many windows of 8 whole cards, each with a task booked into "
+    "it, lent until each begins (docs/reservations.md)",
+)
 def simulate(
     nodes_path: str | None,
     pods_paths: tuple[str, ...],
@@ -259,6 +266,7 @@ def simulate(
     peak: float | None,
     checkpoints: bool,
     checkpoint_aware: bool,
+    reservations: int,
 ) -> None:
     """Replay a cluster trace under each policy and seed (the FGD paper's protocol, or in time)."""
     from pathlib import Path
@@ -337,7 +345,7 @@ def simulate(
                 queues,
                 console,
                 sites,
-                TimedOptions(peak, checkpoints, checkpoint_aware),
+                TimedOptions(peak, checkpoints, checkpoint_aware, reservations),
             )
         except ValueError as exc:  # a peak the trace cannot reach (sim/load.py)
             if peak is None:

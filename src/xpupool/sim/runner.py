@@ -77,11 +77,14 @@ def run_one(spec: RunSpec, on_task: Callable[[int, int], None] | None = None) ->
 class TimedOptions:
     """``peak``: compress arrivals to this peak demand (x capacity) instead of a fixed factor;
     ``checkpoints``: the seeded checkpoint model (``sim/checkpoints.py``); ``checkpoint_aware``:
-    the planner weighs what victims lose."""
+    the planner weighs what victims lose; ``reservations``: that many windows of 8 whole cards
+    each, an hour long, evenly over the arrival window, each with one task booked into it, the
+    cards lent until each begins (``sim/reservation_plan.py``; 0: none)."""
 
     peak: float | None = None
     checkpoints: bool = False
     checkpoint_aware: bool = False
+    reservations: int = 0
 
 
 def run_timed(
@@ -99,6 +102,7 @@ def run_timed(
     ``options.peak`` is out of the trace's reach."""
     from xpupool.sim.checkpoints import CheckpointModel
     from xpupool.sim.load import compress_for_peak
+    from xpupool.sim.reservation_plan import fixed_windows
     from xpupool.sim.site_dispatch import Dispatch
     from xpupool.sim.timed_replay import QueueOrder, timed_replay
 
@@ -113,6 +117,9 @@ def run_timed(
         )
     if opts.peak is not None:
         compress = compress_for_peak(tasks, capacity_milli(nodes), opts.peak)
+    plan = None
+    if opts.reservations:
+        tasks, plan = fixed_windows(tasks, compress, nodes=nodes, count=opts.reservations)
     result = timed_replay(
         nodes,
         tasks,
@@ -125,6 +132,7 @@ def run_timed(
         dispatch=dispatch,
         checkpoints=CheckpointModel(spec.seed) if opts.checkpoints else None,
         checkpoint_aware=opts.checkpoint_aware,
+        reservations=plan,
     )
     out: dict[str, object] = {"policy": spec.policy_name, "seed": spec.seed}
     if sites is not None:
@@ -133,6 +141,10 @@ def run_timed(
     out["compress"] = round(compress, 1)
     if queues is not None:
         out["wait_by_queue"] = result.wait_by_queue()
+    if plan is not None:
+        arrive_at = [int(t.creation_time / compress) for t in tasks]
+        delays = plan.start_delays_s(result.wait_s, arrive_at)
+        out["reserved_start_delay_s"] = [round(d, 1) for d in delays]
     return out
 
 

@@ -35,3 +35,8 @@ def test_governance_bench_compares_both_planners_in_one_run_at_peak_load() -> No
         assert 0 <= fig["unallocated_at_peak_pct"] <= 100
         assert fig["gpu_hours_lost"] >= 0 and fig["preemptions"] >= 0
     assert "gpu_hours_lost_change_pct" in got
+    held = got["reservations"]
+    assert set(held) >= {"none", "held_idle", "lent", "util_cost_lent_pts"}
+    for name in ("held_idle", "lent"):  # held or lent, the booked tasks start on time
+        assert held[name]["reserved_start_delay_s"] == [0.0] * held["count"]
+        assert held[name]["tasks"] == got["tasks"] + held["count"]
