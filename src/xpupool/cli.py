@@ -40,6 +40,7 @@ LAZY_COMMANDS = {
     "usage": "xpupool.client.cli_usage:usage",
     "secret": "xpupool.client.cli_secrets:secret",
     "volume": "xpupool.client.cli_volumes:volume",
+    "reservation": "xpupool.client.cli_reservations:reservation",
     "serve": "xpupool.client.cli_services:serve",
     "services": "xpupool.client.cli_services:services",
     "service": "xpupool.client.cli_services:service",
