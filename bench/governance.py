@@ -18,9 +18,9 @@ per planner: wait (mean, p95), JCT, utilisation (mean until the last arrival), u
 demand exceeds capacity, preemptions and GPU-hours lost to preemption. ``--tasks N`` replays a seeded
 sample of N tasks on a proportional seeded sample of the nodes (a smoke test).
 
-Reservations: ``--reservations K`` windows of an hour, each holding 8 whole cards, evenly over the
-arrival window, each with one LS task submitted into it 10 minutes ahead that runs 45 minutes
-(``xpupool.sim.reservation_plan.fixed_windows``); Burstable and BE tasks are preemptible, so may
+Reservations: ``--reservations K`` windows, each holding 8 whole cards for a tenth of the arrival
+window, evenly over it, each with one LS task submitted into it a sixth of its length ahead that
+runs three quarters of it (``xpupool.sim.reservation_plan.fixed_windows``); Burstable and BE tasks are preemptible, so may
 borrow reserved cards before a window, LS tasks only when they end before it. Three runs with
 the checkpoint-aware planner: no reservation (the reserved tasks queue as any task), the cards
 held idle from the start until each window ends (Slurm's way) and lent until each window
@@ -111,7 +111,7 @@ def _reservations(
 ) -> dict[str, Any]:
     """The three reservation runs (see the module docstring) and what each costs."""
     cards = min(8, max(len(n.devices) for n in load.nodes))
-    out: dict[str, Any] = {"count": args.reservations, "cards": cards, "window_s": 3600}
+    out: dict[str, Any] = {"count": args.reservations, "cards": cards}
     for holding in HOLDING:
         tasks, plan = fixed_windows(
             load.tasks,

@@ -3,8 +3,10 @@
 The replay makes each reservation before its first arrival and drives the cycle's reservation
 book (``engine/cycle/reservations.py``) by its clock. :func:`fixed_windows` lays ``count``
 windows evenly over the trace's arrival window, each holding one large shape (whole cards on one
-node), and adds one task per window, submitted into it a lead time before it begins and running
-for most of it, as a key job booked ahead would. A trace task's declared run time is its recorded
+node) for a tenth of that window by default, and adds one task per window, submitted into it a
+sixth of its length before it begins and running for most of it, as a key job booked ahead would.
+Windows sized on the arrival window keep what they cost inside the span utilisation is measured
+over (``TimedResult.summary``: until the last arrival). A trace task's declared run time is its recorded
 duration (the trace knows it); which tasks are preemptible, so may borrow reserved cards before a
 window whatever their run time, is ``borrow_below``: those of lower priority (every task when None).
 """
@@ -19,8 +21,6 @@ import numpy as np
 from xpupool.engine.cycle.reservations import Reservation
 from xpupool.model import Node
 from xpupool.sim.alibaba import GPU_MILLI, TraceTask, to_request
-
-LEAD_S = 600  # a reserved task arrives this long (replay seconds) before its window begins
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,15 +51,15 @@ def fixed_windows(
     nodes: Sequence[Node] = (),
     count: int,
     cards: int = 8,
-    window_s: int = 3600,
+    window_s: int | None = None,
     run_share: float = 0.75,
     lend: bool = True,
     borrow_below: int | None = None,
 ) -> tuple[list[TraceTask], ReservationPlan]:
     """``tasks`` with one reserved task per window appended, and the plan of ``count`` windows
-    of ``window_s`` replay seconds, each holding ``cards`` whole cards (on one node), starting at
-    ``(k + 1) / (count + 1)`` of the arrival window; each reserved task runs ``run_share`` of
-    its window. With ``nodes``, ``cards`` is at most the most cards one of them has, so that a
+    of ``window_s`` replay seconds (None: a tenth of the arrival window), each holding ``cards``
+    whole cards (on one node), starting at ``(k + 1) / (count + 1)`` of the arrival window; each
+    reserved task arrives a sixth of ``window_s`` before its window and runs ``run_share`` of it. With ``nodes``, ``cards`` is at most the most cards one of them has, so that a
     sampled pool can still hold it. Raises ValueError for a count below 1 or a share outside
     (0, 1]."""
     if count < 1:
@@ -70,13 +70,16 @@ def fixed_windows(
         cards = min(cards, max(len(n.devices) for n in nodes))
     arrivals = [t.creation_time / compress for t in tasks]
     first, last = min(arrivals, default=0.0), max(arrivals, default=0.0)
+    if window_s is None:
+        window_s = max(60, int((last - first) / 10))
+    lead_s = window_s // 6
     out = list(tasks)
     reservations: list[Reservation] = []
     members: dict[int, str] = {}
     for k in range(count):
         start = int(first + (last - first) * (k + 1) / (count + 1))
         name = f"reserved-{k}"
-        created = int(max(0, start - LEAD_S) * compress)
+        created = int(max(0, start - lead_s) * compress)
         task = TraceTask(
             name=name,
             cpu_milli=8000,

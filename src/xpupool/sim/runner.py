@@ -78,7 +78,7 @@ class TimedOptions:
     """``peak``: compress arrivals to this peak demand (x capacity) instead of a fixed factor;
     ``checkpoints``: the seeded checkpoint model (``sim/checkpoints.py``); ``checkpoint_aware``:
     the planner weighs what victims lose; ``reservations``: that many windows of 8 whole cards
-    each, an hour long, evenly over the arrival window, each with one task booked into it, the
+    each, for a tenth of the arrival window, evenly over it, each with one task booked into it, the
     cards lent until each begins (``sim/reservation_plan.py``; 0: none)."""
 
     peak: float | None = None

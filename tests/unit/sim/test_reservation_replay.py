@@ -62,7 +62,10 @@ def test_a_booked_task_still_running_at_the_window_end_is_stopped() -> None:
 
 def test_fixed_windows_books_one_task_per_window_ahead_of_it() -> None:
     tasks = [job(f"t{i}", i * 100, 50) for i in range(11)]
-    out, plan = fixed_windows(tasks, 2.0, count=2, cards=1, window_s=100)
+    out, plan = fixed_windows(tasks, 2.0, count=2, cards=1, window_s=120)
     assert [r.start_s for r in plan.reservations] == [166, 333]
+    assert [r.end_s - r.start_s for r in plan.reservations] == [120, 120]
     assert plan.members == {11: "reserved-0", 12: "reserved-1"}
-    assert out[11].duration_s == 75 and out[11].creation_time == 0
+    assert out[11].duration_s == 90 and out[11].creation_time == 2 * (166 - 20)
+    _, sized = fixed_windows(tasks, 1.0, count=1)  # a tenth of the 1000 s arrival window
+    assert [(r.start_s, r.end_s) for r in sized.reservations] == [(500, 600)]
