@@ -20,8 +20,9 @@ sample of N tasks on a proportional seeded sample of the nodes (a smoke test).
 
 Reservations: ``--reservations K`` windows, each holding 8 whole cards for a tenth of the arrival
 window, evenly over it, each with one LS task submitted into it a sixth of its length ahead that
-runs three quarters of it (``xpupool.sim.reservation_plan.fixed_windows``); Burstable and BE tasks are preemptible, so may
-borrow reserved cards before a window, LS tasks only when they end before it. Three runs with
+runs three quarters of it (``xpupool.sim.reservation_plan.fixed_windows``); Burstable and BE
+tasks are preemptible, so may borrow reserved cards before a window, LS tasks only when they end
+before it. Three runs with
 the checkpoint-aware planner: no reservation (the reserved tasks queue as any task), the cards
 held idle from the start until each window ends (Slurm's way) and lent until each window
 begins. Prints each run's summary, the reserved tasks' start delays after their windows began,

@@ -59,9 +59,9 @@ def fixed_windows(
     """``tasks`` with one reserved task per window appended, and the plan of ``count`` windows
     of ``window_s`` replay seconds (None: a tenth of the arrival window), each holding ``cards``
     whole cards (on one node), starting at ``(k + 1) / (count + 1)`` of the arrival window; each
-    reserved task arrives a sixth of ``window_s`` before its window and runs ``run_share`` of it. With ``nodes``, ``cards`` is at most the most cards one of them has, so that a
-    sampled pool can still hold it. Raises ValueError for a count below 1 or a share outside
-    (0, 1]."""
+    reserved task arrives a sixth of ``window_s`` before its window and runs ``run_share`` of it.
+    With ``nodes``, ``cards`` is at most the most cards one of them has, so that a sampled pool
+    can still hold it. Raises ValueError for a count below 1 or a share outside (0, 1]."""
     if count < 1:
         raise ValueError("count must be at least 1")
     if not 0 < run_share <= 1:
