@@ -122,6 +122,7 @@ def _reservations(
             lend=holding == "lent",
             borrow_below=2,
         )
+        runs = _Runs()
         result = timed_replay(
             load.nodes,
             tasks,
@@ -134,6 +135,7 @@ def _reservations(
             checkpoints=model,
             checkpoint_aware=True,
             reservations=None if holding == "none" else plan,
+            on_run=runs.on_run,
         )
         arrive_at = [int(t.creation_time / load.compress) for t in tasks]
         delays = plan.start_delays_s(result.wait_s, arrive_at)
@@ -141,6 +143,11 @@ def _reservations(
             **result.summary(),
             "reserved_start_delay_s": [round(d, 1) for d in delays],
         }
+        if holding != "none":
+            first = min(arrive_at)
+            starts = {r.name: r.start_s for r in plan.reservations}
+            windows = {i: starts[name] for i, name in plan.members.items()}
+            out[holding]["reserved_cards_busy_before_pct"] = runs.busy_before(first, windows)
         print(f"reservations {holding}: {out[holding]}", file=sys.stderr)
     base = out["none"]["mean_util_pct"]
     idle_cost = base - out["held_idle"]["mean_util_pct"]
@@ -149,6 +156,41 @@ def _reservations(
     out["util_cost_lent_pts"] = round(lent_cost, 3)
     out["lent_cost_share_of_idle"] = round(lent_cost / idle_cost, 3) if idle_cost > 0 else None
     return out
+
+
+class _Runs:
+    """Each run's span and cards (``timed_replay``'s ``on_run``), to tell how much of the
+    reserved cards' time before their windows did other work."""
+
+    def __init__(self) -> None:
+        self.open: dict[int, tuple[int, frozenset[str]]] = {}
+        self.done: list[tuple[int, int, frozenset[str], int]] = []  # (start, end, cards, task)
+
+    def on_run(self, now: int, task: int, allocations: Any) -> None:
+        if allocations is not None:
+            cards = frozenset(u for a in allocations for u in a.device_uuids)
+            self.open[task] = (now, cards)
+            return
+        begun = self.open.pop(task, None)
+        if begun is not None:
+            self.done.append((begun[0], now, begun[1], task))
+
+    def busy_before(self, first: int, windows: dict[int, float]) -> float:
+        """Per cent of the reserved cards' time from ``first`` (the first arrival) until their
+        window began that other tasks ran on them; a window's cards are those its booked task
+        (``windows``: task -> window start) ran on, the whole shape."""
+        held = {t: c for _, _, c, t in self.done if t in windows}
+        busy = total = 0.0
+        for task, start in windows.items():
+            cards = held.get(task, frozenset())
+            total += len(cards) * max(0.0, start - first)
+            for begin, end, used, other in self.done:
+                if other in windows:
+                    continue
+                overlap = min(end, start) - max(begin, first)
+                if overlap > 0:
+                    busy += overlap * len(used & cards)
+        return round(100 * busy / total, 1) if total else 0.0
 
 
 def _change(before: float, after: float) -> float:
@@ -185,13 +227,16 @@ def _planner_table(out: dict[str, Any]) -> None:
 
 
 def _reservation_table(held: dict[str, Any]) -> None:
-    print("| reservations | mean_util_pct | p95_wait_s | preemptions | reserved start delays s |")
-    print("|---|---|---|---|---|")
+    head = "mean_util_pct | p95_wait_s | preemptions | reserved start delays s | busy before %"
+    print(f"| reservations | {head} |")
+    print("|---|---|---|---|---|---|")
     for name in HOLDING:
         run = held[name]
         delays = ", ".join(f"{d:g}" for d in run["reserved_start_delay_s"])
+        busy = run.get("reserved_cards_busy_before_pct", "-")
         cells = (run["mean_util_pct"], run["p95_wait_s"], run["preemptions"])
-        print(f"| {name} | " + " | ".join(f"{c:g}" for c in cells) + f" | {delays} |")
+        row = " | ".join(f"{c:g}" for c in cells)
+        print(f"| {name} | {row} | {delays} | {busy} |")
     print(
         f"utilisation cost: held idle {held['util_cost_held_idle_pts']:g} pts, "
         f"lent {held['util_cost_lent_pts']:g} pts"
