@@ -1,9 +1,11 @@
 """Governance over time on the timed replay: today's preemption planner against the
-checkpoint-aware one (issue 54 part 2), and fixed-size against elastic jobs (part 1), in one
-run, on the same load.
+checkpoint-aware one (issue 54 part 2), fixed-size against elastic jobs (part 1), and reservations
+lent until they begin against the same reservations held idle (part 4), in one run, on the same
+load.
 
     python bench/governance.py [--json] [--tasks N] [--peak 1.3] [--seed 42] [--policy xpupool]
-                               [--elastic-share 0.5]
+                               [--part all|planners|reservations] [--elastic-share 0.5]
+                               [--reservations K]
 
 Replays the Alibaba default trace (``openb_pod_list_default.csv`` on its GPU node list, found as
 ``xpupool simulate`` finds it: ``xpupool.sim.trace_files``) with departures, through the server's
@@ -20,6 +22,16 @@ sample of N tasks on a proportional seeded sample of the nodes (a smoke test).
 The elastic run is today's planner with ``--elastic-share`` of the tasks asking two or more
 whole cards made elastic (``xpupool.sim.elastic_tasks``: half their cards at least, all at most,
 run time following their size), against the same planner with none (``today``).
+
+Reservations: ``--reservations K`` windows, each holding 8 whole cards for a tenth of the arrival
+window, evenly over it, each with one LS task submitted into it a sixth of its length ahead that
+runs three quarters of it (``xpupool.sim.reservation_plan.fixed_windows``); Burstable and BE
+tasks are preemptible, so may borrow reserved cards before a window, LS tasks only when they end
+before it. Three runs with
+the checkpoint-aware planner: no reservation (the reserved tasks queue as any task), the cards
+held idle from the start until each window ends (Slurm's way) and lent until each window
+begins. Prints each run's summary, the reserved tasks' start delays after their windows began,
+and the utilisation each costs against no reservation.
 """
 
 from __future__ import annotations
@@ -32,18 +44,19 @@ from typing import Any
 from xpupool.engine.cycle import Preemption
 from xpupool.sim.checkpoints import CheckpointModel
 from xpupool.sim.elastic_tasks import ElasticTasks
-from xpupool.sim.load import default_trace_at_peak
+from xpupool.sim.load import PeakLoad, default_trace_at_peak
 from xpupool.sim.queue_config import QueueConfig
+from xpupool.sim.reservation_plan import fixed_windows
 from xpupool.sim.timed_replay import QueueOrder, timed_replay
 from xpupool.sim.trace_files import DEFAULT_PODS
 
 PLANNERS = {"today": False, "checkpoint_aware": True}
+HOLDING = ("none", "held_idle", "lent")  # the reservation runs
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     load = default_trace_at_peak(args.peak, sample=args.tasks, seed=args.seed)
-    nodes, tiled, compress, workload = load.nodes, load.tasks, load.compress, load.workload
     queues = QueueConfig.single(True, Preemption.LOWER_PRIORITY)
     model = CheckpointModel(args.seed)
     out: dict[str, Any] = {
@@ -56,6 +69,27 @@ def main(argv: list[str] | None = None) -> int:
             "every_min": [model.min_interval_min, model.max_interval_min],
         },
     }
+    if args.part in ("all", "planners"):
+        _planners(args, load, queues, model, out)
+    if args.part in ("all", "reservations"):
+        out["reservations"] = _reservations(args, load, queues, model)
+    if args.json:
+        print(json.dumps(out))
+    else:
+        _table(out)
+    return 0
+
+
+def _planners(
+    args: argparse.Namespace,
+    load: PeakLoad,
+    queues: QueueConfig,
+    model: CheckpointModel,
+    out: dict[str, Any],
+) -> None:
+    """Today's planner, the checkpoint-aware one and (with ``--elastic-share``) today's with
+    elastic jobs, on the same load, into ``out``."""
+    nodes, tiled, compress, workload = load.nodes, load.tasks, load.compress, load.workload
     runs: dict[str, dict[str, Any]] = {
         name: {"checkpoint_aware": aware} for name, aware in PLANNERS.items()
     }
@@ -88,11 +122,92 @@ def main(argv: list[str] | None = None) -> int:
         on = out["elastic"]
         out["elastic_util_change_pts"] = round(on["mean_util_pct"] - today["mean_util_pct"], 2)
         out["elastic_p95_wait_change_pct"] = _change(today["p95_wait_s"], on["p95_wait_s"])
-    if args.json:
-        print(json.dumps(out))
-    else:
-        _table(out)
-    return 0
+
+
+def _reservations(
+    args: argparse.Namespace, load: PeakLoad, queues: QueueConfig, model: CheckpointModel
+) -> dict[str, Any]:
+    """The three reservation runs (see the module docstring) and what each costs."""
+    cards = min(8, max(len(n.devices) for n in load.nodes))
+    out: dict[str, Any] = {"count": args.reservations, "cards": cards}
+    for holding in HOLDING:
+        tasks, plan = fixed_windows(
+            load.tasks,
+            load.compress,
+            nodes=load.nodes,
+            count=args.reservations,
+            lend=holding == "lent",
+            borrow_below=2,
+        )
+        runs = _Runs()
+        result = timed_replay(
+            load.nodes,
+            tasks,
+            args.policy,
+            args.seed,
+            load.workload,
+            QueueOrder.PRIORITY,
+            load.compress,
+            queues,
+            checkpoints=model,
+            checkpoint_aware=True,
+            reservations=None if holding == "none" else plan,
+            on_run=runs.on_run,
+        )
+        arrive_at = [int(t.creation_time / load.compress) for t in tasks]
+        delays = plan.start_delays_s(result.wait_s, arrive_at)
+        out[holding] = {
+            **result.summary(),
+            "reserved_start_delay_s": [round(d, 1) for d in delays],
+        }
+        if holding != "none":
+            first = min(arrive_at)
+            starts = {r.name: r.start_s for r in plan.reservations}
+            windows = {i: starts[name] for i, name in plan.members.items()}
+            out[holding]["reserved_cards_busy_before_pct"] = runs.busy_before(first, windows)
+        print(f"reservations {holding}: {out[holding]}", file=sys.stderr)
+    base = out["none"]["mean_util_pct"]
+    idle_cost = base - out["held_idle"]["mean_util_pct"]
+    lent_cost = base - out["lent"]["mean_util_pct"]
+    out["util_cost_held_idle_pts"] = round(idle_cost, 3)
+    out["util_cost_lent_pts"] = round(lent_cost, 3)
+    out["lent_cost_share_of_idle"] = round(lent_cost / idle_cost, 3) if idle_cost > 0 else None
+    return out
+
+
+class _Runs:
+    """Each run's span and cards (``timed_replay``'s ``on_run``), to tell how much of the
+    reserved cards' time before their windows did other work."""
+
+    def __init__(self) -> None:
+        self.open: dict[int, tuple[int, frozenset[str]]] = {}
+        self.done: list[tuple[int, int, frozenset[str], int]] = []  # (start, end, cards, task)
+
+    def on_run(self, now: int, task: int, allocations: Any) -> None:
+        if allocations is not None:
+            cards = frozenset(u for a in allocations for u in a.device_uuids)
+            self.open[task] = (now, cards)
+            return
+        begun = self.open.pop(task, None)
+        if begun is not None:
+            self.done.append((begun[0], now, begun[1], task))
+
+    def busy_before(self, first: int, windows: dict[int, float]) -> float:
+        """Per cent of the reserved cards' time from ``first`` (the first arrival) until their
+        window began that other tasks ran on them; a window's cards are those its booked task
+        (``windows``: task -> window start) ran on, the whole shape."""
+        held = {t: c for _, _, c, t in self.done if t in windows}
+        busy = total = 0.0
+        for task, start in windows.items():
+            cards = held.get(task, frozenset())
+            total += len(cards) * max(0.0, start - first)
+            for begin, end, used, other in self.done:
+                if other in windows:
+                    continue
+                overlap = min(end, start) - max(begin, first)
+                if overlap > 0:
+                    busy += overlap * len(used & cards)
+        return round(100 * busy / total, 1) if total else 0.0
 
 
 def _change(before: float, after: float) -> float:
@@ -100,6 +215,14 @@ def _change(before: float, after: float) -> float:
 
 
 def _table(out: dict[str, Any]) -> None:
+    if "today" in out:
+        _planner_table(out)
+    held = out.get("reservations")
+    if held is not None:
+        _reservation_table(held)
+
+
+def _planner_table(out: dict[str, Any]) -> None:
     keys = (
         "mean_wait_s",
         "p95_wait_s",
@@ -126,6 +249,23 @@ def _table(out: dict[str, Any]) -> None:
         )
 
 
+def _reservation_table(held: dict[str, Any]) -> None:
+    head = "mean_util_pct | p95_wait_s | preemptions | reserved start delays s | busy before %"
+    print(f"| reservations | {head} |")
+    print("|---|---|---|---|---|---|")
+    for name in HOLDING:
+        run = held[name]
+        delays = ", ".join(f"{d:g}" for d in run["reserved_start_delay_s"])
+        busy = run.get("reserved_cards_busy_before_pct", "-")
+        cells = (run["mean_util_pct"], run["p95_wait_s"], run["preemptions"])
+        row = " | ".join(f"{c:g}" for c in cells)
+        print(f"| {name} | {row} | {delays} | {busy} |")
+    print(
+        f"utilisation cost: held idle {held['util_cost_held_idle_pts']:g} pts, "
+        f"lent {held['util_cost_lent_pts']:g} pts"
+    )
+
+
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="one JSON line on stdout")
@@ -133,12 +273,14 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--peak", type=float, default=1.3, help="peak demand / capacity")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--policy", default="xpupool")
+    parser.add_argument("--part", choices=("all", "planners", "reservations"), default="all")
     parser.add_argument(
         "--elastic-share",
         type=float,
         default=0.5,
         help="share of the multi-card whole-card tasks made elastic in the elastic run (0: none)",
     )
+    parser.add_argument("--reservations", type=int, default=4, help="windows held (part 4)")
     args = parser.parse_args(argv)
     if args.tasks < 0:
         parser.error("--tasks must be positive")
@@ -146,6 +288,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--peak must be positive")
     if not 0 <= args.elastic_share <= 1:
         parser.error("--elastic-share must be within 0..1")
+    if args.reservations < 1:
+        parser.error("--reservations must be at least 1")
     return args
 
 

@@ -40,6 +40,7 @@ LAZY_COMMANDS = {
     "usage": "xpupool.client.cli_usage:usage",
     "secret": "xpupool.client.cli_secrets:secret",
     "volume": "xpupool.client.cli_volumes:volume",
+    "reservation": "xpupool.client.cli_reservations:reservation",
     "serve": "xpupool.client.cli_services:serve",
     "services": "xpupool.client.cli_services:services",
     "service": "xpupool.client.cli_services:service",
@@ -260,6 +261,13 @@ def parse_seeds(text: str) -> list[int]:
     metavar="DURATION",
     help="with --fair-share history: what a tenant held this long ago (trace time) counts half",
 )
+@click.option(
+    "--reservations",
+    type=click.IntRange(min=0),
+    default=0,
+    help="timed mode: hold this many windows of 8 whole cards, each with a task booked into "
+    "it, lent until each begins (docs/reservations.md)",
+)
 def simulate(
     nodes_path: str | None,
     pods_paths: tuple[str, ...],
@@ -285,6 +293,7 @@ def simulate(
     elastic_share: float,
     fair_share: str,
     fair_share_half_life: str,
+    reservations: int,
 ) -> None:
     """Replay a cluster trace under each policy and seed (the FGD paper's protocol, or in time)."""
     from pathlib import Path
@@ -370,7 +379,12 @@ def simulate(
                 console,
                 sites,
                 TimedOptions(
-                    peak, checkpoints, checkpoint_aware, elastic_share, history_half_life_s
+                    peak,
+                    checkpoints,
+                    checkpoint_aware,
+                    elastic_share,
+                    history_half_life_s,
+                    reservations,
                 ),
             )
         except ValueError as exc:  # a peak the trace cannot reach (sim/load.py)

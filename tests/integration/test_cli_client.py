@@ -316,3 +316,27 @@ def test_submit_names_secrets(srv: Plane) -> None:
     assert job["secrets"] == [{"name": "hf", "env": "HF_TOKEN"}]
     bad = srv.cli("submit", "cpu=100m", "--secret", "nope", "--", "true", token=token)
     assert bad.exit_code == 1 and "secrets[0].name" in bad.output
+
+
+def test_reservation_create_list_delete(srv: Plane) -> None:
+    token = _tenant(srv, "booked")
+    made = srv.json(
+        "reservation", "create", "lab-day", "--tenant", "booked", "--cards", "A100x4",
+        "--site", "beijing", "--from", "1h", "--to", "3h",
+    )  # fmt: skip
+    assert made["phase"] == "ahead" and len(made["devices"]) == 4
+    assert made["end_at"] - made["start_at"] == 7200
+    assert [r["name"] for r in srv.json("reservation", "list", token=token)] == ["lab-day"]
+    assert "lab-day" in srv.ok("reservation", "list").stdout
+    past = srv.cli(
+        "reservation", "create", "late", "--tenant", "booked", "--cards", "A100x1",
+        "--from", "2020-01-01T00:00:00Z", "--to", "2020-01-01T01:00:00Z",
+    )  # fmt: skip
+    assert past.exit_code == 1 and "start_at" in past.output
+    odd = srv.cli(
+        "reservation", "create", "x", "--tenant", "booked", "--cards", "2", "--from", "soon",
+        "--to", "1h",
+    )  # fmt: skip
+    assert odd.exit_code == 1 and "--from" in odd.output
+    assert "deleted" in srv.ok("reservation", "delete", "lab-day").stdout
+    assert srv.json("reservation", "list") == []

@@ -288,3 +288,22 @@ def test_demo_and_replay_honour_the_cluster_files_taints(tmp_path: Path) -> None
     result = CliRunner().invoke(main, ["demo", "--cluster", str(cluster)])
     assert result.exit_code == 0
     assert "untolerated taint gpu=true:NoSchedule" in result.output, result.output
+
+
+def test_simulate_timed_with_reservations_reports_when_the_booked_tasks_started(
+    tmp_path: Path,
+) -> None:
+    nodes, _ = _trace(tmp_path)
+    pods = tmp_path / "timed.csv"
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,creation_time,deletion_time\n"
+        + "".join(f"p{i},2000,1024,1,1000,,{100 * i},{100 * i + 5000}\n" for i in range(60))
+    )
+    args = ["simulate", "--nodes", nodes, "--pods", str(pods), "--policy", "bestfit"]
+    args += ["--seeds", "1", "--mode", "timed", "--reservations", "2", "--json"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    run = json.loads(result.stdout)["runs"][0]
+    assert run["reserved_start_delay_s"] == [0.0, 0.0]  # lent until each began, then on time
+    assert run["preemptions"] > 0  # borrowers of the reserved cards, reclaimed at the start
+    assert run["tasks"] == 62

@@ -319,6 +319,17 @@ class Client:
     def delete_volume(self, name: str) -> None:
         self._wire.call("DELETE", f"/v1/volumes/{name}")
 
+    def create_reservation(self, body: dict[str, Any]) -> dict[str, Any]:
+        found: dict[str, Any] = self._json("POST", "/v1/reservations", body)
+        return found
+
+    def reservations(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self._json("GET", "/v1/reservations")
+        return found
+
+    def delete_reservation(self, name: str) -> None:
+        self._wire.call("DELETE", f"/v1/reservations/{name}")
+
     def put_queue(self, body: QueueIn) -> QueueView:
         payload = body.model_dump(mode="json")
         return QueueView.read(self._json("PUT", f"/v1/queues/{body.name}", payload))

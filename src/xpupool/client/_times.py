@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from xpupool.model.errors import RequestError
 from xpupool.model.stopping import duration_s
 
-__all__ = ["HINT", "duration_s", "expiry", "since", "timestamp"]
+__all__ = ["HINT", "ahead", "duration_s", "expiry", "since", "timestamp"]
 
 HINT = "use a duration such as 30m, 12h or 7d, or an ISO time such as 2026-12-31T00:00:00Z"
 
@@ -47,4 +47,15 @@ def since(option: str, text: str, now: float) -> float:
     at = timestamp(text)
     if at is None:
         raise RequestError(option, text, HINT)
+    return at
+
+
+def ahead(option: str, text: str, now: float) -> float:
+    """Unix time for ``--from TEXT`` and the like: a duration on from ``now``, or a time."""
+    seconds = duration_s(text)
+    if seconds is not None:
+        return now + seconds
+    at = timestamp(text)
+    if at is None:
+        raise RequestError(option, text, HINT.replace("such as 30m", "from now such as 30m"))
     return at

@@ -171,6 +171,16 @@ def wait_for(client: Client, job: JobView, until: str, timeout_s: float) -> JobV
     "--max-runtime", metavar="DURATION", help="stop and fail a run longer than this (90s, 2h, ...)"
 )
 @click.option(
+    "--reservation",
+    metavar="NAME",
+    help="run in this reservation of the tenant: it waits for the window, runs on its cards",
+)
+@click.option(
+    "--preemptible",
+    is_flag=True,
+    help="may borrow cards reserved for others, and is preempted when their window begins",
+)
+@click.option(
     "--wait",
     is_flag=True,
     help="wait until the job is scheduled (or --until finished); a served model: until ready",
@@ -216,6 +226,8 @@ def submit(
     max_retries: int | None,
     retry_on: str | None,
     max_runtime: str | None,
+    reservation: str | None,
+    preemptible: bool,
     wait: bool,
     until: str,
     timeout: float,
@@ -258,6 +270,8 @@ def submit(
         "max_retries": max_retries,
         "retry_on": retry_causes(retry_on),
         "max_runtime_s": _seconds("--max-runtime", max_runtime),
+        "reservation": reservation,
+        "preemptible": True if preemptible else None,
         "secrets": [_secret_ref(r) for r in secret_refs] or None,
         "volumes": [_volume_mount(m) for m in volume_mounts] or None,
     }

@@ -60,6 +60,9 @@ class Code(IntEnum):
     GREW = 33
     SHRANK = 34
     SHRINKING_ELASTIC = 35
+    RESERVATION_AHEAD = 36
+    RESERVATION_CLOSED = 37
+    PREEMPTED_BY_RESERVATION = 38
 
 
 INADMISSIBLE = "inadmissible: "
@@ -117,6 +120,11 @@ TEXT: dict[Code, str] = {
     Code.GREW: "grew to {replicas} of {max_replicas} replicas into idle capacity",
     Code.SHRANK: "shrank to {replicas} replicas (at least {min_replicas}): job {by} needed the room",
     Code.SHRINKING_ELASTIC: "{cause}; shrinking {count} extra replica(s) of elastic job(s) {jobs}",
+    Code.RESERVATION_AHEAD: "reservation {reservation} begins at {start_s:g} s",
+    Code.RESERVATION_CLOSED: "reservation {reservation} {why}: nothing runs in it now",
+    Code.PREEMPTED_BY_RESERVATION: (
+        "preempted: reservation {reservation} begins and takes back the cards it lent"
+    ),
 }
 
 # how a quota outcome names each resource (``admission.Resource`` values) and writes its amounts:
@@ -242,7 +250,31 @@ class WaitingForVictims:
     victims: tuple[int, ...]
 
 
-WaitCause = Refused | Inadmissible | NeverFits | WaitingForVictims | CannotSchedule
+@dataclass(frozen=True, slots=True)
+class ReservationAhead:
+    """Submitted into ``reservation``, whose window begins at ``start_s`` (the front's clock):
+    it runs only inside it (``engine/cycle/reservations.py``)."""
+
+    code: ClassVar[Code] = Code.RESERVATION_AHEAD
+    reservation: str
+    start_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReservationClosed:
+    """Submitted into ``reservation``, which has ended or is unknown (``why``): it will never
+    run, and the front refuses it (fails the job) rather than keep it waiting."""
+
+    code: ClassVar[Code] = Code.RESERVATION_CLOSED
+    reservation: str
+    why: str
+
+
+ReservationCause = ReservationAhead | ReservationClosed
+
+WaitCause = (
+    Refused | Inadmissible | NeverFits | WaitingForVictims | CannotSchedule | ReservationCause
+)
 
 
 # ---------------------------------------------------------------------- preemption
@@ -290,7 +322,15 @@ class PreemptedByReclaim:
     queue: str
 
 
-Preempted = PreemptedByPriority | PreemptedByReclaim
+@dataclass(frozen=True, slots=True)
+class PreemptedByReservation:
+    """A victim's stop: it borrowed cards of ``reservation``, whose window begins."""
+
+    code: ClassVar[Code] = Code.PREEMPTED_BY_RESERVATION
+    reservation: str
+
+
+Preempted = PreemptedByPriority | PreemptedByReclaim | PreemptedByReservation
 
 
 # ---------------------------------------------------------------------- elastic jobs
@@ -584,6 +624,8 @@ def _fields(o: Outcome) -> dict[str, object]:
         return {f.name: getattr(o, f.name) for f in fields(o)}
     if isinstance(o, ShrinkingElastic):
         return {"cause": render(o.cause), "count": o.count, "jobs": list(o.jobs)}
+    if isinstance(o, ReservationAhead | ReservationClosed | PreemptedByReservation):
+        return {f.name: getattr(o, f.name) for f in fields(o)}
     return _pod_fields(o)
 
 

@@ -46,6 +46,7 @@ from xpupool.server.routers import (
     fleet,
     jobs,
     models,
+    reservations,
     secrets,
     service_tokens,
     services,
@@ -62,6 +63,7 @@ from xpupool.server.service_endpoints import NO_ENDPOINTS
 from xpupool.server.service_proxy import ProxyFirst, ServiceProxy
 from xpupool.server.services.agents import mark_lost_nodes
 from xpupool.server.services.job_limits import FinishedSweep, stop_idle, stop_overdue
+from xpupool.server.services.reservations import WindowEdges
 from xpupool.server.store_off_loop import unreachable_answer
 from xpupool.server.web import mount as mount_dashboard
 
@@ -79,6 +81,7 @@ class LostNodeWatch(threading.Thread):
         self.stopped = threading.Event()
         self.history = FleetHistory(plane)
         self.retention = FinishedSweep(plane, plane.retention)
+        self.windows = WindowEdges(plane)  # reservations' starts and ends
         self.metered = -float("inf")  # the plane's monotonic time of the last usage flush
 
     def run(self) -> None:
@@ -90,6 +93,7 @@ class LostNodeWatch(threading.Thread):
                     mark_lost_nodes(self.plane)
                     stop_overdue(self.plane)
                     stop_idle(self.plane)
+                    self.windows.check()
                     self.retention.sweep()
                     self.plane.audit.flush()
             except Unavailable:
@@ -251,6 +255,7 @@ def create_app(
         audit.router,
         secrets.router,
         volumes.router,
+        reservations.router,
         service_tokens.router,
         services.router,
         usage.router,

@@ -46,6 +46,8 @@ def job_view(row: Any, assignments: list[ReplicaAssignment]) -> Job:
         max_retries=row["max_retries"],
         retry_on=sorted(retry_policy(row).retry_on),
         max_runtime_s=row["max_runtime_s"],
+        reservation=row.get("reservation"),
+        preemptible=bool(row.get("preemptible")),
         checkpoint_at=None,  # a running job's, from the plane: services/jobs.py get
         not_before=row.get("not_before"),
         created_at=row["created_at"],

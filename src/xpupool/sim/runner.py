@@ -81,13 +81,16 @@ class TimedOptions:
     is elastic (``sim/elastic_tasks.py``; 0: none); ``history_half_life_s``: tenants are ordered
     by the share they held over a window decaying with this half-life
     (``engine/cycle/fair_share.py``, the server's ``--fair-share history``) instead of DRF on what
-    they hold now (None)."""
+    they hold now (None); ``reservations``: that many windows of 8 whole cards each, for a
+    tenth of the arrival window, evenly over it, each with one task booked into it, the cards lent
+    until each begins (``sim/reservation_plan.py``; 0: none)."""
 
     peak: float | None = None
     checkpoints: bool = False
     checkpoint_aware: bool = False
     elastic_share: float = 0.0
     history_half_life_s: float | None = None
+    reservations: int = 0
 
 
 def run_timed(
@@ -106,6 +109,7 @@ def run_timed(
     from xpupool.sim.checkpoints import CheckpointModel
     from xpupool.sim.elastic_tasks import ElasticTasks
     from xpupool.sim.load import compress_for_peak
+    from xpupool.sim.reservation_plan import fixed_windows
     from xpupool.sim.site_dispatch import Dispatch
     from xpupool.sim.timed_replay import QueueOrder, timed_replay
 
@@ -120,6 +124,9 @@ def run_timed(
         )
     if opts.peak is not None:
         compress = compress_for_peak(tasks, capacity_milli(nodes), opts.peak)
+    plan = None
+    if opts.reservations:
+        tasks, plan = fixed_windows(tasks, compress, nodes=nodes, count=opts.reservations)
     result = timed_replay(
         nodes,
         tasks,
@@ -134,6 +141,7 @@ def run_timed(
         checkpoint_aware=opts.checkpoint_aware,
         elastic=ElasticTasks(opts.elastic_share, spec.seed) if opts.elastic_share else None,
         history_half_life_s=opts.history_half_life_s,
+        reservations=plan,
     )
     out: dict[str, object] = {"policy": spec.policy_name, "seed": spec.seed}
     if opts.history_half_life_s is not None:
@@ -144,6 +152,10 @@ def run_timed(
     out["compress"] = round(compress, 1)
     if queues is not None:
         out["wait_by_queue"] = result.wait_by_queue()
+    if plan is not None:
+        arrive_at = [int(t.creation_time / compress) for t in tasks]
+        delays = plan.start_delays_s(result.wait_s, arrive_at)
+        out["reserved_start_delay_s"] = [round(d, 1) for d in delays]
     return out
 
 

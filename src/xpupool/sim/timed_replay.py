@@ -39,18 +39,22 @@ from xpupool.engine.cycle import (
     SchedulingCycle,
     Shrink,
     Stopping,
+    Wait,
     grow,
     release_extras,
 )
 from xpupool.engine.cycle.fair_share import DecayedUsage
+from xpupool.engine.cycle.reservations import Reservations, Terms
 from xpupool.engine.cycle.retry_gate import NEVER_TRIED, PERIODIC_PASS_S, RetryGate
 from xpupool.engine.cycle.stop_cost import StopCost, stop_cost
 from xpupool.engine.fragmentation import TargetWorkload, kernels
+from xpupool.engine.outcomes import ReservationAhead, ReservationClosed
 from xpupool.model import Allocation, Node, Request
 from xpupool.sim.alibaba import TraceTask, capacity_milli, to_request
 from xpupool.sim.checkpoints import NEVER, CheckpointModel, saved_s
 from xpupool.sim.elastic_tasks import CARD_MILLI, ElasticTasks
 from xpupool.sim.queue_config import QueueConfig
+from xpupool.sim.reservation_plan import ReservationPlan
 from xpupool.sim.site_dispatch import Dispatch
 from xpupool.sim.task_speeds import TaskSpeeds
 
@@ -165,6 +169,7 @@ def timed_replay(
     history_half_life_s: float | None = None,
     on_run: Callable[[int, int, Sequence[Allocation] | None], None] | None = None,
     elastic: ElasticTasks | None = None,
+    reservations: ReservationPlan | None = None,
 ) -> TimedResult:
     """Run ``tasks`` by their trace times under ``policy``; see the module docstring.
 
@@ -187,6 +192,10 @@ def timed_replay(
     are admitted at half their size, grown after every event's passes into idle capacity
     (``engine/cycle/elastic.py``) and shrunk for pending tasks before any task is preempted;
     their run time follows their size. Not with ``speeds``.
+    ``reservations`` (``sim/reservation_plan.py``) are made before the first arrival; at each
+    window's start its borrowers are stopped as victims are, at its end its own tasks still
+    running are stopped for good, and a task submitted into a window that has ended is never
+    placed (``engine/cycle/reservations.py``).
     """
     if compress <= 0:
         raise ValueError("compress must be positive")
@@ -209,7 +218,22 @@ def timed_replay(
     aware = cost_of if checkpoint_aware else None
     history = None if history_half_life_s is None else DecayedUsage(history_half_life_s)
     admission = Admission(engine, config.queues, history, (lambda: now) if history else None)
-    cycle = SchedulingCycle(admission, stop_costs=aware)
+    book: Reservations | None = None
+    if reservations is not None:
+        plan = reservations
+
+        def terms(i: int) -> Terms:
+            job = work[i]
+            preemptible = plan.borrow_below is None or job.priority < plan.borrow_below
+            duration = float(tasks[i].duration_s)
+            return Terms(plan.members.get(i), job.tenant, tasks[i].name, preemptible, duration)
+
+        book = Reservations(lambda: now, terms, lend=plan.lend)
+        for reservation in plan.reservations:
+            book.add(reservation, engine)
+    cycle = SchedulingCycle(admission, stop_costs=aware, reservations=book)
+    edges = [] if book is None else book.edges()
+    next_edge = 0
     gate = RetryGate()
     sited = None if dispatch is None else dispatch(engine)
     ready_at = [0] * len(tasks)  # when each task's data is at its site (trace seconds)
@@ -266,11 +290,12 @@ def timed_replay(
             on_run(now, job.id, None)
         gate.capacity_changed()
 
-    def stop_victims(decision: Preempt, stopped_now: list[_Task]) -> None:
-        """Stop ``decision``'s victims at once: each keeps what it saved by its last
+    def stop_victims(victims: Sequence[object], stopped_now: list[_Task]) -> None:
+        """Stop ``victims`` (running tasks) at once: each keeps what it saved by its last
         checkpoint; the rest of its run is lost work."""
         nonlocal waiting, preempted, lost_card_s
-        for victim in decision.victims:
+        for victim in victims:
+            assert isinstance(victim, _Task)
             stopped = running.pop(victim.id)
             ran = now - stopped.run_start
             saved = saved_s(ran, float(interval[stopped.id]))
@@ -315,6 +340,11 @@ def timed_replay(
             resized(job, max(now, job.run_start))
         return bool(grown)
 
+    def requeue(stopped_now: list[_Task]) -> None:
+        for stopped in stopped_now:  # back in the queue at their first arrival, as new
+            stopped.tried = NEVER_TRIED
+            bisect.insort(pending, stopped, key=lambda t: t.rank)
+
     def one_pass(now: int) -> tuple[bool, bool]:
         """Try the pending tasks the retry gate lets in, once each; returns whether to run
         another pass at once (something was preempted, or a backlog fits) and whether retries
@@ -324,6 +354,7 @@ def timed_replay(
         candidates = choice.jobs
         cycle.begin_pass()
         placed: set[int] = set()
+        closed: set[int] = set()
         stopped_now: list[_Task] = []
         order = cycle.order(candidates)
         for index in order:
@@ -338,7 +369,7 @@ def timed_replay(
                 # task tried after it in this pass could (the server's victims take time to
                 # stop, and the preemptor waits for them; a lower task taking their room
                 # would be preempted in turn, its victim take the room again, for ever).
-                stop_victims(decision, stopped_now)
+                stop_victims(decision.victims, stopped_now)
                 decision = cycle.decide(job, running)
             if isinstance(decision, Place):
                 i = job.id
@@ -364,20 +395,51 @@ def timed_replay(
                 if sited is not None:
                     sited.started(i)
                 continue
+            if isinstance(decision, Wait) and isinstance(decision.outcome, ReservationClosed):
+                closed.add(job.id)  # never runs: refused, as the server fails it
+                continue
+            if isinstance(decision, Wait) and isinstance(decision.outcome, ReservationAhead):
+                job.not_before = decision.outcome.start_s  # tried afresh when its window begins
+                continue
             gate.failed(job, generation)
         if on_pass is not None:
             on_pass(now, [candidates[index].id for index in order])
-        pending[:] = [t for t in pending if t.id not in placed]
-        for stopped in stopped_now:  # back in the queue at their first arrival, as new
-            stopped.tried = NEVER_TRIED
-            bisect.insort(pending, stopped, key=lambda t: t.rank)
+        pending[:] = [t for t in pending if t.id not in placed and t.id not in closed]
+        requeue(stopped_now)
         return bool(stopped_now) or choice.again_at_once(len(placed)), choice.left_out
 
-    while next_arrival < len(arrivals) or departures or retry_at is not None:
+    def window_edge() -> None:
+        """A reservation's window begins or ends: stop its borrowers (back in the queue, as
+        victims) and its own tasks past its end (for good: a reservation's task runs inside it)."""
+        assert book is not None
+        gate.capacity_changed()  # cards held or freed: every waiting task may fare otherwise
+        stopped_now: list[_Task] = []
+        stop_victims([job for job, _ in book.reclaims(running)], stopped_now)
+        requeue(stopped_now)
+        for job, _ in book.overruns(running):
+            assert isinstance(job, _Task)
+            del running[job.id]
+            release(job)
+            jct[job.id] = now - arrive_at[job.id]
+
+    while (
+        next_arrival < len(arrivals) or departures or retry_at is not None or next_edge < len(edges)
+    ):
         arrival_time = arrive_at[arrivals[next_arrival]] if next_arrival < len(arrivals) else None
         departure_time = departures[0][0] if departures else None
         next_event = min((t for t in (arrival_time, departure_time) if t is not None), default=None)
-        if retry_at is not None and (next_event is None or retry_at < next_event):
+        edge = math.ceil(edges[next_edge]) if next_edge < len(edges) else None
+        if (  # after the departures of that instant, before its arrivals and periodic pass
+            edge is not None
+            and (departure_time is None or edge < departure_time)
+            and (arrival_time is None or edge <= arrival_time)
+            and (retry_at is None or edge <= retry_at)
+        ):
+            now = edge
+            while next_edge < len(edges) and edges[next_edge] <= now:
+                next_edge += 1
+            window_edge()
+        elif retry_at is not None and (next_event is None or retry_at < next_event):
             now = retry_at  # the periodic pass, before any event
         elif departures and (arrival_time is None or departures[0][0] <= arrival_time):
             now = departures[0][0]

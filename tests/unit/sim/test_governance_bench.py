@@ -37,3 +37,8 @@ def test_governance_bench_compares_both_planners_in_one_run_at_peak_load() -> No
     assert "gpu_hours_lost_change_pct" in got
     assert got["elastic"]["grows"] >= 0 and got["elastic_share"] == 0.5
     assert "elastic_util_change_pts" in got and "elastic_p95_wait_change_pct" in got
+    held = got["reservations"]
+    assert set(held) >= {"none", "held_idle", "lent", "util_cost_lent_pts"}
+    for name in ("held_idle", "lent"):  # held or lent, the booked tasks start on time
+        assert held[name]["reserved_start_delay_s"] == [0.0] * held["count"]
+        assert held[name]["tasks"] == got["tasks"] + held["count"]

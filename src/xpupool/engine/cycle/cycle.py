@@ -21,6 +21,7 @@ from xpupool.engine.cycle.dispatch import SiteDispatch
 from xpupool.engine.cycle.elastic import ElasticBook, Shrink, shrink_plan
 from xpupool.engine.cycle.eviction import may_evict, may_reclaim
 from xpupool.engine.cycle.preempt import Loss, plan_preemption
+from xpupool.engine.cycle.reservations import Reservations, Within
 from xpupool.engine.cycle.stop_cost import StopCosts, cards_of
 from xpupool.engine.gang_sites import keeps_to_one_site, open_sites, within_sites
 from xpupool.engine.outcomes import (
@@ -131,6 +132,7 @@ class SchedulingCycle:
         verdicts: Verdicts | None = None,
         stop_costs: StopCosts | None = None,
         sites: SiteDispatch | None = None,
+        reservations: Reservations | None = None,
     ) -> None:
         self.admission = admission
         self.engine = admission.engine
@@ -139,6 +141,8 @@ class SchedulingCycle:
         self.stop_costs = stop_costs
         self.sites = sites  # with it, :meth:`dispatch` chooses a site (dispatch.py)
         self.elastic = ElasticBook()  # elastic jobs' extra replicas (elastic.py)
+        # with it, reserved cards are lent, held and reclaimed by its rules (reservations.py)
+        self.reservations = reservations
         self._refused: dict[tuple[object, ...], Wait] | None = None
         self._refused_at = (-1, -1)
 
@@ -186,7 +190,14 @@ class SchedulingCycle:
 
         A placement is committed (the engine's state and the queue's usage hold it); the other
         decisions change nothing. Gangs are all-or-none; a request that could only be placed in
-        part is given back, so a job runs whole or waits."""
+        part is given back, so a job runs whole or waits. With :attr:`reservations`, ``job``
+        is decided as its reservation terms allow now (``reservations.py``)."""
+        if self.reservations is not None:
+            held = self.reservations.constrain(job.id, job.request)
+            if not isinstance(held, Request):
+                return Wait(held)
+            if held is not job.request:
+                job = Within(job, held)
         key: tuple[object, ...] | None = None
         if self._refused is not None and not job.waiting_on:
             stamp = (self.engine.state.epoch, self.admission.released)

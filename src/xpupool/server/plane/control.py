@@ -52,7 +52,7 @@ from xpupool.server.lease import Lease
 from xpupool.server.live_metrics import LiveMetrics
 from xpupool.server.ownership import StoreFenced, StoreOwnership
 from xpupool.server.pending_jobs import PendingJobs
-from xpupool.server.plane import foreign_use, secret_rows, store
+from xpupool.server.plane import foreign_use, reservation_book, secret_rows, store
 from xpupool.server.plane.card_idle import CardIdle
 from xpupool.server.plane.lock import PlaneLock
 from xpupool.server.plane.nodes import NodeBook
@@ -223,6 +223,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         self._writer: Connection | None = None  # the connection of write(), held (see there)
         self.admission: Admission
         self._cycle: SchedulingCycle | None = None
+        self.reservations = reservation_book.book(self)  # read with the books (_read)
         self.observers: list[Callable[[str, float], None]] = []  # (event, seconds) for metrics
         self.health = Health()
         self.ownership = ownership  # None: this plane writes unfenced (tests, tools)
@@ -296,6 +297,10 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
             self._pending[job.id] = job
         self._nodes_changed += 1
         self.sites.adopt(self._held.values(), self._nodes)
+        reserved = reservation_book.book(self)
+        with self.db.connect() as conn:
+            reservation_book.load(conn, reserved)
+        self.reservations = reserved
 
     def reload(self) -> None:
         """Memory back to what the store holds, after a write that failed part-way (the store
@@ -460,9 +465,17 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
     @property
     def cycle(self) -> SchedulingCycle:
         """The scheduling cycle on the current quota books (rebuilt with them)."""
-        if self._cycle is None or self._cycle.admission is not self.admission:
+        if (
+            self._cycle is None
+            or self._cycle.admission is not self.admission
+            or self._cycle.reservations is not self.reservations
+        ):
             self._cycle = SchedulingCycle(
-                self.admission, self.verdicts, self._stop_cost, self.site_dispatch
+                self.admission,
+                self.verdicts,
+                self._stop_cost,
+                self.site_dispatch,
+                self.reservations,
             )
 
         return self._cycle

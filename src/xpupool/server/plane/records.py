@@ -92,6 +92,8 @@ class PendingJob:
     waiting_on: set[int] = field(default_factory=set)  # victims it preempted, still stopping
     not_before: float = 0.0  # Unix time: a retry waiting out its backoff is not tried before
     max_runtime_s: float | None = None  # what each run may last (held with the job once placed)
+    reservation: str | None = None  # the reservation it runs in (engine/cycle/reservations.py)
+    preemptible: bool = False  # it may borrow cards reserved for others until their window
     attempts: int = 0  # runs started before (a retry's, held with the job once placed)
     # the site the plane dispatched it to (issue 51; stored as the job's ``site``): ``request``
     # is then ``asked`` kept to that site; None: not dispatched, ``request`` is ``asked``
@@ -132,6 +134,8 @@ class HeldJob:
     attempt: int = 0  # runs started (the stored ``attempts``)
     started_at: float | None = None  # Unix time its current run started (max_runtime_s)
     max_runtime_s: float | None = None
+    reservation: str | None = None  # the reservation it runs in (PendingJob's)
+    preemptible: bool = False
     min_run_s: float | None = None  # not preempted before its run lasted this (its request's)
     checkpoint_at: float | None = None  # Unix time of its last checkpoint reported in this run
     idle_stop: IdleStop | None = None  # its request's idle_stop (server/idle_runs.py)
@@ -227,6 +231,8 @@ _STORED_HELD = frozenset(
         "attempt",
         "started_at",
         "max_runtime_s",
+        "reservation",
+        "preemptible",
     }
 )
 STOPPING = lc.STOPPING  # how a stored reason starts while the job's replicas are stopped

@@ -31,7 +31,7 @@ from xpupool.model.errors import Unavailable
 from xpupool.server import job_lifecycle as lc
 from xpupool.server import job_sites
 from xpupool.server.job_checkpoints import stop_cost_of
-from xpupool.server.plane import foreign_use
+from xpupool.server.plane import foreign_use, reservation_rows
 from xpupool.server.plane.records import HeldJob, PendingJob
 from xpupool.server.plane.store import allocation_to_dict
 from xpupool.server.schemas.jobs import JobPhase, StopCause
@@ -203,6 +203,8 @@ def _record_placement(
         JobPhase.ADMITTED,
         allocs,
         max_runtime_s=job.max_runtime_s,
+        reservation=job.reservation,
+        preemptible=job.preemptible,
         attempt=job.attempts,
         min_run_s=job.request.min_run_s,
         idle_stop=job.request.idle_stop,
@@ -225,6 +227,7 @@ def _record_placement(
     )
     nodes = sorted({a.node for a in allocs})
     where = f"on {', '.join(nodes)}"
+    where += reservation_rows.placement_note(plane, job.reservation, allocs)
     sites = sorted({r.node.site for r in map(plane.node, nodes) if r is not None})
     if len(sites) > 1:  # a job that may span sites: what its replicas talk over (issue 51)
         where += f"; across sites {', '.join(sites)}: {plane.site_network.span_text(sites)}"

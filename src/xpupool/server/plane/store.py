@@ -176,6 +176,8 @@ def held_from_row(row: object) -> HeldJob:
         started_at=r.get("started_at"),
         checkpoint_at=r.get("checkpoint_at"),
         max_runtime_s=r.get("max_runtime_s"),
+        reservation=r.get("reservation"),
+        preemptible=bool(r.get("preemptible")),
         min_run_s=_min_run_s(r.get("request")),
         idle_stop=_idle_stop(r.get("request")),
         kind=_kind(r.get("request")),
@@ -209,6 +211,8 @@ def pending_from_row(row: object) -> PendingJob:
     )
     job.not_before = float(r.get("not_before") or 0.0)
     job.max_runtime_s = r.get("max_runtime_s")
+    job.reservation = r.get("reservation")
+    job.preemptible = bool(r.get("preemptible"))
     job.attempts = int(r.get("attempts") or 0)
     if r.get("site") is not None:
         job.keep_to(r["site"])

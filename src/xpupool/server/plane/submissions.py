@@ -121,6 +121,8 @@ def _store(plane: ControlPlane, conn: Connection, one: Checked) -> Submitted:
         "backoff_s": body.retry_backoff_s,
         "backoff_max_s": body.retry_backoff_max_s,
         "max_runtime_s": body.max_runtime_s,
+        "reservation": body.reservation,
+        "preemptible": body.preemptible,
         "created_at": now,
         "updated_at": now,
     }
@@ -134,5 +136,6 @@ def _store(plane: ControlPlane, conn: Connection, one: Checked) -> Submitted:
     insert_rows(conn, t_events, [{**event, "reason": text} for text in reasons])
     pending = PendingJob(job_id, one.tenant, req.queue, req.priority, gang_request(req), now)
     pending.max_runtime_s = body.max_runtime_s
+    pending.reservation, pending.preemptible = body.reservation, body.preemptible
     plane.queue_job(pending)
     return Submitted(row, reasons)

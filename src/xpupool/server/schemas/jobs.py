@@ -226,6 +226,18 @@ class JobIn(Strict):
         description="Seconds a run may last before it is stopped and the job fails with cause "
         "max_runtime; null = no limit.",
     )
+    reservation: Name | None = Field(
+        None,
+        description="A reservation of the job's tenant to run in (xpupool reservation list; "
+        "docs/reservations.md): the job waits for its window, runs only on its cards, and is "
+        "stopped at its end (cause max_runtime); null = none.",
+    )
+    preemptible: bool = Field(
+        False,
+        description="The job may borrow cards reserved for others until their window begins, "
+        "and is then preempted (cause preempted). A job whose max_runtime_s ends before a "
+        "window may borrow its cards without it.",
+    )
     _request_field: str = PrivateAttr("request")
 
     @field_validator("spec")
@@ -373,6 +385,8 @@ class Job(Lenient):
     max_retries: int | None = None
     retry_on: list[RetryCause] = Field(default_factory=list)
     max_runtime_s: float | None = None
+    reservation: str | None = Field(None, description="JobIn.reservation.")
+    preemptible: bool = Field(False, description="JobIn.preemptible.")
     checkpoint_at: float | None = Field(
         None,
         description="Unix time of the last checkpoint its current run reported (its "

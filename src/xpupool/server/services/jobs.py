@@ -42,7 +42,7 @@ from xpupool.server.schemas.jobs import (
     JobPhase,
     StopCause,
 )
-from xpupool.server.services import grants, volumes
+from xpupool.server.services import grants, reservations, volumes
 from xpupool.server.services.models import expand_model_job
 from xpupool.server.storage.jobs import job_events as t_events
 from xpupool.server.storage.jobs import jobs as t_jobs
@@ -212,6 +212,7 @@ def _check(
         raise RequestError("queue", queue, f"the queue can never hold it: {causes}")
     _check_secrets(conn, tenant, body)
     volumes.check_mounts(conn, tenant, queue, body.volumes)
+    reservations.check_entry(conn, plane, tenant, body.reservation)
     grants.check_submission(
         plane,
         conn,

@@ -7,7 +7,7 @@ what the engine must restore: no device is allocated twice and none is leaked.
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, Column, Float, ForeignKey, Index, Integer, String, Table, Text
+from sqlalchemy import JSON, Boolean, Column, Float, ForeignKey, Index, Integer, String, Table, Text
 
 from xpupool.server.storage.meta import metadata
 
@@ -51,6 +51,8 @@ jobs = Table(
     # request's own sites, kept apart in ``request``, are what the user allowed)
     Column("site", String(63), nullable=True),
     Column("on_site_lost", String(10), nullable=True),  # null: 'wait' (JobIn.on_site_lost)
+    Column("reservation", String(63), nullable=True),  # the reservation it runs in (JobIn)
+    Column("preemptible", Boolean, nullable=True),  # may borrow reserved cards (JobIn)
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
     Index("ix_jobs_state", "state"),

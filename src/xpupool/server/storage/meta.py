@@ -82,6 +82,7 @@ def connect(url: str, *, schema: bool = True) -> Engine:
         jobs,
         owner,
         pool,
+        reservations,
         secrets,
         service_tokens,
         services,
