@@ -137,12 +137,10 @@ def start_server(
     port: int,
     policy: str = DEFAULT_PROFILE,
     agent: bool = False,
-    http_workers: int = 0,
     db: str | None = None,
 ) -> subprocess.Popen[bytes]:
     args = [sys.executable, "-c", "from xpupool.cli import main; main()", "up"]
     args += ["--db", db] if db else []
-    args += ["--http-workers", str(http_workers)] if http_workers else []
     args += [] if agent else ["--no-agent"]
     args += ["--data", str(data), "--port", str(port), "--cluster", str(cluster)]
     args += ["--policy", policy]
@@ -283,7 +281,6 @@ def run(
     policy: str = DEFAULT_PROFILE,
     profile: Path | None = None,
     steady_after_s: float = STEADY_AFTER_S,
-    http_workers: int = 0,
     db: str | None = None,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="xpupool-bench-") as tmp:
@@ -292,7 +289,7 @@ def run(
         cluster = Path(tmp) / "cluster.yaml"
         cluster.write_text(cluster_yaml(nodes))
         port = free_port()
-        proc = start_server(data, cluster, port, policy, http_workers=http_workers, db=db)
+        proc = start_server(data, cluster, port, policy, db=db)
         url = f"http://127.0.0.1:{port}"
         try:
             admin = (data / "admin-token").read_text().strip()
@@ -325,7 +322,7 @@ def run(
                 spy.send_signal(signal.SIGINT)
                 spy.wait(60)
             still_pending = wait_settled(url, admin)
-            # submitting and scheduling: the plane's process, and its HTTP workers' if any
+            # submitting and scheduling: the plane's process, and any it started
             plane_cpu_s = cpu_seconds(proc.pid) - plane_before
             fronts_cpu_s = sum(
                 cpu_seconds(pid) - fronts_before.get(pid, 0.0) for pid in child_pids(proc.pid)
@@ -368,7 +365,6 @@ def run(
         "first_errors": sent.errors[:3],
         "achieved_rate_per_s": round(len(sent.ids) / elapsed, 1) if elapsed > 0 else None,
         "client_late_p99_ms": round(pct(sent.late_s, 99), 2),
-        "http_workers": http_workers,
         "server_cpu_ms_per_job": round(
             (plane_cpu_s + fronts_cpu_s) * 1000 / max(len(sent.ids), 1), 3
         ),
@@ -514,7 +510,6 @@ def sweep(
     workers: int,
     policy: str,
     steady_after_s: float = STEADY_AFTER_S,
-    http_workers: int = 0,
 ) -> list[dict[str, Any]]:
     """One :func:`run` per row of :data:`SWEEP`, each on a fresh server and data dir."""
     rows = []
@@ -526,7 +521,6 @@ def sweep(
             workers,
             policy,
             steady_after_s=steady_after_s,
-            http_workers=http_workers,
         )
         row["load_average"] = os.getloadavg()[0]
         rows.append(row)
@@ -574,7 +568,7 @@ def steal_fraction(before: list[int], after: list[int]) -> float:
 
 
 def child_pids(pid: int) -> list[int]:
-    """The processes ``pid`` started that still run (its HTTP workers)."""
+    """The processes ``pid`` started that still run."""
     found: list[int] = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         with contextlib.suppress(OSError):
@@ -669,9 +663,6 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=200, help="simulated nodes (8 cards each)")
     parser.add_argument("--workers", type=int, default=8, help="submitting threads")
     parser.add_argument("--policy", default=DEFAULT_PROFILE, help="the server's placement profile")
-    parser.add_argument(
-        "--http-workers", type=int, default=0, help="the server's --http-workers (0: none)"
-    )
     parser.add_argument("--json", action="store_true", help="one line of JSON")
     parser.add_argument(
         "--steady-after",
@@ -712,7 +703,7 @@ def main() -> None:
             file=sys.stderr,
             flush=True,
         )
-        rows = sweep(args.seconds, args.workers, args.policy, args.steady_after, args.http_workers)
+        rows = sweep(args.seconds, args.workers, args.policy, args.steady_after)
         if args.table:
             print("\n".join([TABLE_HEAD, "|---" * 10 + "|", *map(table_line, rows)]))
         else:
@@ -737,7 +728,6 @@ def main() -> None:
             args.policy,
             args.py_spy,
             args.steady_after,
-            args.http_workers,
         )
     print(json.dumps(out, indent=None if args.json else 2))
 
@@ -752,7 +742,6 @@ def run_args(args: argparse.Namespace, db: str | None) -> dict[str, Any]:
         args.policy,
         args.py_spy,
         args.steady_after,
-        args.http_workers,
         db,
     )
 

@@ -1,6 +1,6 @@
 """Each piece of the server's performance machinery against its own removal, in one command.
 
-    python bench/machinery.py --json                      # all three, 5 rounds each
+    python bench/machinery.py --json                      # both, 5 rounds each
     python bench/machinery.py --only driver-sql --rounds 7 --json
 
 Issue 44 part 8: a piece of machinery stays only if it buys at least 10 % on its own figure, a
@@ -13,8 +13,6 @@ falls on both alike:
   submissions/s; off is ``XPUPOOL_WITHOUT=heap-freeze`` (``server/machinery_switch.py``).
 - ``driver-sql`` (``server/storage/driver_insert.py``): the plane's CPU per submission at 1,000
   nodes and 500/s; off is ``XPUPOOL_WITHOUT=driver-sql``.
-- ``http-workers`` (``up --http-workers``): submissions/s taken at saturation at 1,000 nodes
-  (offered well above what one process takes); off is ``--http-workers 0``.
 
 Per piece it prints every run's figure, the medians with and without, the spread (lowest and
 highest of each side), the gain of the median (positive: the piece helps), whether the two sides'
@@ -70,15 +68,6 @@ PIECES = {
             "plane_cpu_ms_per_job",
             True,
             {"XPUPOOL_WITHOUT": "driver-sql"},
-        ),
-        Piece(
-            "http-workers",
-            ("--nodes", "1000", "--rate", "2000"),
-            "achieved_rate_per_s",
-            False,
-            {},
-            without_args=("--http-workers", "0"),
-            with_args=("--http-workers", "2"),
         ),
     )
 }

@@ -1,36 +1,33 @@
 """Latency a service's proxy adds, and the requests per second it carries at saturation.
 
     python bench/service_proxy.py --json                   # 100, 500, 1,000 req/s; 3 runs
-    python bench/service_proxy.py --rates 500 --runs 1 --seconds 5 --http-workers 0
+    python bench/service_proxy.py --rates 500 --runs 1 --seconds 5
     python bench/service_proxy.py --json --compare base=/path/to/checkout   # that build too
     python bench/service_proxy.py --json --proxy-process --compare base=/path/to/checkout
 
-Starts a real ``xpupool up`` (its in-process agent hosting one node, ``--http-workers`` 2 by
-default) on 127.0.0.1 and creates, through the API, a service (tenant ``bench``, service
-``stub``) whose one replica is the Go stub server (``tests/fixtures/services/stub``) run by the
-agent as a host process (the binary copied under ``--stub-dir``, which all may read: the
-replica runs as a uid of its own, with a /tmp and /var/tmp of its own); it waits until the
-service is ready, and takes the replica's
-address from the service. A fixed-rate load generator in a process of its own
-(``tests/fixtures/services/load``, Go: open loop, each request's latency measured from its due
-time, so a proxy that falls behind shows as latency, not as a lower rate) sends ``GET
-/v1/models`` to the replica directly and through ``/v1/services/stub/proxy/v1/models`` in turn,
-at each ``--rates`` for ``--seconds``, ``--runs`` times; while it does, a thread submits
-``--jobs-per-s`` small jobs asking for the pool's one card (a second, simulated node's): the
-first holds it, the others stay pending, so every scheduling pass of the plane considers more of
-them as it proxies.
-Then a closed loop of ``--concurrency`` clients gives the requests per second at saturation,
-direct and through the proxy.
+Starts a real ``xpupool up`` (its in-process agent hosting one node) on 127.0.0.1 and creates,
+through the API, a service (tenant ``bench``, service ``stub``) whose one replica is the Go stub
+server (``tests/fixtures/services/stub``) run by the agent as a host process (the binary copied
+under ``--stub-dir``, which all may read: the replica runs as a uid of its own, with a /tmp and
+/var/tmp of its own); it waits until the service is ready, and takes the replica's address from the
+service. A fixed-rate load generator in a process of its own (``tests/fixtures/services/load``, Go:
+open loop, each request's latency measured from its due time, so a proxy that falls behind shows as
+latency, not as a lower rate) sends ``GET /v1/models`` to the replica directly and through
+``/v1/services/stub/proxy/v1/models`` in turn, at each ``--rates`` for ``--seconds``, ``--runs``
+times; while it does, a thread submits ``--jobs-per-s`` small jobs asking for the pool's one card
+(a second, simulated node's): the first holds it, the others stay pending, so every scheduling pass
+of the plane considers more of them as it proxies. Then a closed loop of ``--concurrency`` clients
+gives the requests per second at saturation, direct and through the proxy.
 
 Reports per rate the medians over the runs of the direct and proxied p50/p99 (ms), the added
-p50/p99 (proxied minus direct, per run, then the median), the rate achieved, the errors and the
-CPU time the proxying processes spent per proxied request (ms: the HTTP workers', or the proxy's
-own process's, from /proc; a figure a loaded machine moves less than latency); and the
-saturation rates. ``--proxy-process``: this build's proxied requests go to the proxy's own
-process (``xpupool up --proxy-port``) instead of the API's port. ``--compare NAME=CHECKOUT``
-measures the server of another checkout's ``src`` the same way (through its API's port), after
-this one (one JSON object per build). Goal (issue 47): p99 added
-<= 2 ms at 500 requests/s, and the proxy not the bottleneck below 1,000 requests/s.
+p50/p99 (proxied minus direct, per run, then the median), the rate achieved, the errors and the CPU
+time the proxying process spent per proxied request (ms: the proxy's own process's, or, through the
+API's port, the plane's whole process's, scheduling included; from /proc; a figure a loaded machine
+moves less than latency); and the saturation rates. ``--proxy-process``: this build's proxied
+requests go to the proxy's own process (``xpupool up --proxy-port``) instead of the API's port.
+``--compare NAME=CHECKOUT`` measures the server of another checkout's ``src`` the same way (through
+its API's port), after this one (one JSON object per build). Goal (issue 47): p99 added <= 2 ms at
+500 requests/s, and the proxy not the bottleneck below 1,000 requests/s.
 """
 
 from __future__ import annotations
@@ -83,15 +80,12 @@ def _binaries() -> tuple[Path, Path]:
     return go_binary(STUB_SOURCE), go_binary(LOAD_SOURCE)
 
 
-def _start(
-    data: Path, port: int, http_workers: int, src: Path, proxy_port: int | None
-) -> subprocess.Popen[bytes]:
+def _start(data: Path, port: int, src: Path, proxy_port: int | None) -> subprocess.Popen[bytes]:
     """``xpupool up`` of the checkout whose package is under ``src`` (with the proxy's own
     process on ``proxy_port`` unless None)."""
     data.parent.joinpath("cluster.yaml").write_text(CLUSTER)
     args = [sys.executable, "-c", UP, "up", "--data", str(data), "--port", str(port)]
     args += ["--cluster", str(data.parent / "cluster.yaml")]
-    args += ["--http-workers", str(http_workers)]
     if proxy_port is not None:
         args += ["--proxy-port", str(proxy_port)]
     args += ["--rate-limit", "0", "--address-rate-limit", "0", "--connections-per-address", "0"]
@@ -166,9 +160,10 @@ def _load(load: Path, url: str, token: str | None, seconds: float, **how: float)
 
 
 def _proxy_cpu_s(server: int, own_process: bool) -> float:
-    """CPU seconds (user and system) the processes that serve the proxied requests have used:
-    the proxy's own process, else the HTTP workers (the plane's children, by their module)."""
-    marker = b"proxy_main" if own_process else b"xpupool.server.front.main"
+    """CPU seconds (user and system) the process that serves the proxied requests has used:
+    the proxy's own process (the plane's child, by its module), else the plane's own."""
+    if not own_process:
+        return _cpu_s(Path(f"/proc/{server}"))
     total = 0.0
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -176,12 +171,19 @@ def _proxy_cpu_s(server: int, own_process: bool) -> float:
         try:
             stat = (proc / "stat").read_text()
             fields = stat[stat.rindex(")") + 2 :].split()
-            if int(fields[1]) != server or marker not in (proc / "cmdline").read_bytes():
+            if int(fields[1]) != server or b"proxy_main" not in (proc / "cmdline").read_bytes():
                 continue
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            total += _cpu_s(proc)
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile
     return total
+
+
+def _cpu_s(proc: Path) -> float:
+    """User and system CPU seconds of the process at ``proc`` (``/proc/PID``)."""
+    stat = (proc / "stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _median(values: list[float]) -> float:
@@ -203,7 +205,7 @@ def run(args: argparse.Namespace, src: Path, own_process: bool) -> dict[str, Any
     with tempfile.TemporaryDirectory(prefix="xpupool-bench-proxy-") as tmp:
         port = _free_port()
         proxy_port = _free_port() if own_process else None
-        server = _start(Path(tmp) / "data", port, args.http_workers, src, proxy_port)
+        server = _start(Path(tmp) / "data", port, src, proxy_port)
         try:
             return _measure(args, load_bin, stub, Path(tmp) / "data", port, proxy_port, server.pid)
         finally:
@@ -316,7 +318,6 @@ def _measure(
     return {
         "runs": args.runs,
         "seconds": args.seconds,
-        "http_workers": args.http_workers,
         "proxy": "own process" if proxy_port is not None else "API's port",
         "jobs_submitted": submitter.sent,
         "jobs_refused": submitter.refused,
@@ -339,7 +340,6 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="per rate and target")
     parser.add_argument("--jobs-per-s", type=float, default=10.0, help="submissions meanwhile")
     parser.add_argument("--concurrency", type=int, default=32, help="saturation's clients")
-    parser.add_argument("--http-workers", type=int, default=2)
     parser.add_argument(
         "--proxy-process",
         action="store_true",
@@ -371,7 +371,7 @@ def main() -> None:
     for name, result in results.items():
         print(
             f"{name}: runs: {result['runs']} x {result['seconds']} s per rate and target; "
-            f"http workers {result['http_workers']}, proxy on {result['proxy']}; "
+            f"proxy on {result['proxy']}; "
             "jobs submitted meanwhile: "
             f"{result['jobs_submitted']}"
         )

@@ -313,21 +313,12 @@ def in_background(make: Callable[[], T], name: str) -> Callable[[], T]:
     "--retain-jobs (GET /v1/usage; docs/usage.md)",
 )
 @click.option(
-    "--http-workers",
-    default=0,
-    show_default=True,
-    type=click.IntRange(0, 64),
-    help="processes that take the API's connections and pass them to the control plane, so "
-    "that its one interpreter spends its time on the pool, not on HTTP (0: the plane serves "
-    "HTTP itself); what one buys: docs/benchmarks.md (the API)",
-)
-@click.option(
     "--proxy-port",
     default=None,
     type=click.IntRange(0, 65535),
     help="also serve services' proxy paths (/v1/services/NAME/proxy/...) on this port, from a "
     "process of their own that adds less latency than the API's port (docs/services.md); "
-    "plain HTTP; 0: any free port (printed)",
+    "HTTPS with --tls-cert/--tls-key, else plain HTTP; 0: any free port (printed)",
 )
 @click.option(
     "--rate-limit",
@@ -361,7 +352,7 @@ def in_background(make: Callable[[], T], name: str) -> Callable[[], T]:
     show_default=True,
     type=click.IntRange(0),
     metavar="N",
-    help="open connections one source address may hold (per HTTP worker with --http-workers); "
+    help="open connections one source address may hold (on the API's port and the proxy's); "
     "more is 429 and closed at once; raise it for many agents behind one NAT address; 0: no "
     "limit",
 )
@@ -433,7 +424,6 @@ def up(
     fair_share_half_life: str,
     usage_retention: str,
     catalog_file: str | None,
-    http_workers: int,
     proxy_port: int | None,
     rate_limit: str,
     address_rate_limit: str,
@@ -601,7 +591,6 @@ def up(
         fair_share_half_life_s=half_life_s if fair_share == "history" else None,
         catalog=catalog,
         model_cache=model_cache,
-        http_workers=http_workers,
         proxy_port=proxy_port,
         store_lease_s=store_lease,
         standby=standby,

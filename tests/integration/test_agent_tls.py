@@ -21,20 +21,14 @@ from test_node_identity import CLI, PROTOCOL, register_body, start_agent
 from tls_certs import make_certs
 
 
-@pytest.fixture(scope="module", params=[0, 1], ids=["plane", "http-workers"])
-def tls(
-    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-) -> Iterator[tuple[ServerProc, Path]]:
-    """The server over TLS, serving HTTP itself, and behind an HTTP worker that holds the TLS
-    (``--http-workers 1``): agents register and heartbeat through it."""
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProc, Path]]:
+    """The server over TLS: agents register and heartbeat through it."""
     folder = tmp_path_factory.mktemp("tls")
     ca, cert, key = make_certs(folder / "certs")
     srv = ServerProc(
         folder / "data",
-        extra_args=(
-            *("--tls-cert", str(cert), "--tls-key", str(key), "--heartbeat", "0.3"),
-            *("--http-workers", str(request.param)),
-        ),
+        extra_args=(*("--tls-cert", str(cert), "--tls-key", str(key), "--heartbeat", "0.3"),),
         ca=ca,
     )
     srv.start()
@@ -147,9 +141,8 @@ def test_register_over_tls_with_the_protocol_header(tls: tuple[ServerProc, Path]
 def test_a_browser_signs_in_over_https_and_gets_a_secure_cookie(
     tls: tuple[ServerProc, Path],
 ) -> None:
-    """A browser's sign-in carries the page's own ``https://`` Origin: it is this server, with
-    or without HTTP workers (behind them the plane's socket speaks plain HTTP, so it must be told
-    the scheme the browser used), and the session cookie is ``Secure``. Another origin, or the
+    """A browser's sign-in carries the page's own ``https://`` Origin: it is this server, and
+    the session cookie is ``Secure``. Another origin, or the
     ``http://`` one, is still refused, and a client cannot claim a scheme by a header."""
     srv, _ = tls
     here = f"https://127.0.0.1:{srv.port}"

@@ -1,7 +1,6 @@
 """What one client may take of a real ``xpupool up`` (issue 43, items 11, 18 and 14): requests per
 credential and per source address, connections per address, how long a request's header may
-take, and who may read ``/metrics``. Both ways of serving: the plane alone, and behind its HTTP
-workers (``--http-workers``), where the per-credential count must not be split among workers.
+take, and who may read ``/metrics``.
 
 Raw sockets for the half-open connections, so the test controls exactly what is sent and when.
 Rates are set small by option so that a burst runs past them in a fraction of a second; the
@@ -81,23 +80,11 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
         yield srv
 
 
-@pytest.fixture(scope="module")
-def fronted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
-    """The plane behind two HTTP workers, with the same limits and the default metrics auth."""
-    args = ("--http-workers", "2", "--rate-limit", f"{RATE}/{BURST}")
-    args += ("--header-timeout", str(HEADER_TIMEOUT_S), "--connections-per-address", "100")
-    with ServerProc(tmp_path_factory.mktemp("fronted") / "data", extra_args=args) as srv:
-        yield srv
-
-
 # ------------------------------------------------------------------ requests per credential
-@pytest.mark.parametrize("served", ["plane", "fronted"])
-def test_one_token_is_limited_and_another_tenant_is_not(
-    served: str, request: pytest.FixtureRequest
-) -> None:
-    srv: ServerProc = request.getfixturevalue(served)
-    flooder = _clients(srv, _tenant_token(srv, f"flood-{served}"), n=4)
-    other = _clients(srv, _tenant_token(srv, f"other-{served}"))
+def test_one_token_is_limited_and_another_tenant_is_not(plane: ServerProc) -> None:
+    srv = plane
+    flooder = _clients(srv, _tenant_token(srv, "flood"), n=4)
+    other = _clients(srv, _tenant_token(srv, "other"))
     try:
         # behind the workers, 4 connections spread the burst over both: a count per worker
         # would let twice the burst through
@@ -185,16 +172,12 @@ class Seen:
         return [s for s, sent in self.sent.items() if sent.startswith(b"HTTP/1.1 429")]
 
 
-@pytest.mark.parametrize("served", ["plane", "fronted"])
-def test_half_open_connections_are_closed_and_the_excess_refused(
-    served: str, request: pytest.FixtureRequest
-) -> None:
-    """Connections from one address sending half a header: past 100 per process (the plane's,
-    or each of the 2 workers') they are refused at once with 429, and the rest are closed once
-    their header has taken more than --header-timeout; then the address may connect again."""
-    srv: ServerProc = request.getfixturevalue(served)
-    processes = 1 if served == "plane" else 2
-    socks = _half_open(srv, 100 * processes + 100)  # 200 for the plane, as in the issue
+def test_half_open_connections_are_closed_and_the_excess_refused(plane: ServerProc) -> None:
+    """Connections from one address sending half a header: past 100 they are refused at once
+    with 429, and the rest are closed once their header has taken more than --header-timeout;
+    then the address may connect again."""
+    srv = plane
+    socks = _half_open(srv, 200)  # as in the issue
     try:
         seen = Seen(socks)
         until(lambda: len(seen.poll().refused()) >= 100, "100 connections refused", 30)
@@ -230,23 +213,23 @@ def test_a_slow_header_after_a_kept_alive_request_is_closed(plane: ServerProc) -
 
 
 # ------------------------------------------------------------------------------ /metrics
-def test_metrics_need_a_metrics_or_admin_token(fronted: ServerProc) -> None:
+def test_metrics_need_a_metrics_or_admin_token(plane: ServerProc) -> None:
     """The default (--metrics-auth token): no token 401, a tenant's 403, the admin's and a
     metrics token's 200; a metrics token reads nothing else."""
-    with httpx.Client(base_url=fronted.url, timeout=30) as c:
+    with httpx.Client(base_url=plane.url, timeout=30) as c:
         r = c.get("/metrics")
         assert r.status_code == 401, r.text
         assert "tenant" not in r.text
-        tenant = _tenant_token(fronted, "metrics-reader")
-        assert c.get("/metrics", headers=fronted.headers(tenant)).status_code == 403
-        r = c.get("/metrics", headers=fronted.headers())
+        tenant = _tenant_token(plane, "metrics-reader")
+        assert c.get("/metrics", headers=plane.headers(tenant)).status_code == 403
+        r = c.get("/metrics", headers=plane.headers())
         assert r.status_code == 200 and "xpupool_queue_pending" in r.text
-        r = c.post("/v1/tokens", json={"role": "metrics"}, headers=fronted.headers())
+        r = c.post("/v1/tokens", json={"role": "metrics"}, headers=plane.headers())
         metrics_token = str(r.raise_for_status().json()["token"])
-        r = c.get("/metrics", headers=fronted.headers(metrics_token))
+        r = c.get("/metrics", headers=plane.headers(metrics_token))
         assert r.status_code == 200 and "xpupool_queue_pending" in r.text
-        assert c.get("/v1/jobs", headers=fronted.headers(metrics_token)).status_code == 403
-        assert c.get("/v1/nodes", headers=fronted.headers(metrics_token)).status_code == 403
+        assert c.get("/v1/jobs", headers=plane.headers(metrics_token)).status_code == 403
+        assert c.get("/v1/nodes", headers=plane.headers(metrics_token)).status_code == 403
 
 
 def test_metrics_open_when_the_operator_says_so(tmp_path: Path) -> None:
@@ -255,11 +238,11 @@ def test_metrics_open_when_the_operator_says_so(tmp_path: Path) -> None:
         assert r.status_code == 200 and "xpupool_queue_pending" in r.text
 
 
-def test_a_client_cannot_name_its_own_address(fronted: ServerProc) -> None:
-    """Behind the workers the plane counts addresses by what the worker saw: a client's own
-    address header is dropped, so a new made-up address per request is still one address. (Last
-    in this module: it empties the test address's bucket on this server.)"""
-    with httpx.Client(base_url=fronted.url, timeout=30) as c:
+def test_a_client_cannot_name_its_own_address(plane: ServerProc) -> None:
+    """The plane counts addresses by the socket's peer: a client's own address header counts for
+    nothing, so a new made-up address per request is still one address. (Last in this module: it
+    empties the test address's bucket on this server.)"""
+    with httpx.Client(base_url=plane.url, timeout=30) as c:
         started, statuses = time.monotonic(), []
         for k in range(120):
             r = c.get("/v1/jobs", headers={"X-Xpupool-Client": f"198.51.100.{k}"})

@@ -1,9 +1,8 @@
 """A service's proxy outside the plane, over the endpoints and token checks it polls from the
-plane on the submission channel (``front/proxy_source.py``), in both of its forms: the ASGI proxy
-in the plane's HTTP workers (``xpupool up --http-workers``) and the forwarder of the proxy's own
-process (``xpupool up --proxy-port``, ``front/proxy_server.py``); every test runs against both
-(``front``), which must answer alike. Here all run in this process on real sockets (the worker's
-app and the forwarder on TCP, the plane's on its Unix sockets), so the test can give the plane
+plane on its channel (``front/proxy_source.py``): the forwarder of the proxy's own process
+(``xpupool up --proxy-port``, ``front/proxy_server.py``; "the worker" below). Here all run in this
+process on real sockets (the plane's app and the forwarder on TCP, the channel on a Unix socket),
+so the test can give the plane
 its replicas (the Go stub, ``service_stubs.py``) and take them away: a streamed answer must still
 arrive event by event, a websocket must pass, the replica must see the client's address and none
 of the caller's credentials, a replica taken away and a revoked token must stop within the poll's
@@ -34,15 +33,13 @@ from tls_certs import client_context, make_certs
 from xpupool.server.app import create_app
 from xpupool.server.connection_guard import ConnectionLimits
 from xpupool.server.front import proxy_server
-from xpupool.server.front.app import FrontApp
-from xpupool.server.front.plane_side import SubmitChannel
+from xpupool.server.front.plane_side import ProxyChannel
 from xpupool.server.front.proxy_main import serve, server_context
 from xpupool.server.front.proxy_plane import ProxyAnswers
 from xpupool.server.front.wire import CALLER, SNAPSHOT, FrameError
 from xpupool.server.plane import ControlPlane
 from xpupool.server.service_access import ServiceTokenCache
 from xpupool.server.service_endpoints import Endpoint
-from xpupool.server.service_proxy import ProxyFirst
 from xpupool.server.up import UpConfig, open_plane
 
 CLUSTER = Path(__file__).resolve().parents[2] / "examples" / "cluster-mixed.yaml"
@@ -58,8 +55,8 @@ def _serve(config: uvicorn.Config) -> tuple[uvicorn.Server, threading.Thread]:
 
 @dataclass
 class Worker:
-    url: str  # the proxy's under test: the worker's, or the proxy process's forwarder
-    api: str  # the worker's (the API's routes)
+    url: str  # the proxy process's forwarder, under test
+    api: str  # the plane's (the API's routes)
     channel: Path  # the plane's channel, which the proxies poll
     token: str  # a tenant token of t1
     admin: str  # the admin token (reads /metrics)
@@ -103,35 +100,26 @@ def _forwarder(
     return f"{scheme}://127.0.0.1:{listening.getsockname()[1]}", halt
 
 
-@pytest.fixture(scope="module", params=["worker", "process"])
-def worker(
-    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-) -> Iterator[Worker]:
+@pytest.fixture(scope="module")
+def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
     root = tmp_path_factory.mktemp("workers")
     plane = open_plane(UpConfig(data=root / ".xpupool", cluster=CLUSTER, agent=False))
     stub = start_stub("w")
     endpoints = StaticEndpoints()
     endpoints.ready_by[("t1", "llm")] = [stub.endpoint(0)]
     plane.service_endpoints = endpoints
-    sock = root / "plane.sock"
     loops: list[asyncio.AbstractEventLoop] = []
-    channel = SubmitChannel(plane, root / "channel.sock", 1 << 20)
+    channel = ProxyChannel(plane, root / "channel.sock", 1 << 20)
     plane_app = create_app(
         plane,
         background=False,
-        forwarded=True,
         channel=channel,
         on_start=lambda: loops.append(asyncio.get_running_loop()),
     )
-    inner = _serve(uvicorn.Config(plane_app, uds=str(sock), log_level="warning"))
-    front = FrontApp(sock, root / "channel.sock")
     port = free_port()
-    app = ProxyFirst(front, front.services)  # as front/main.py serves it
-    outer = _serve(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    url = api = f"http://127.0.0.1:{port}"
-    halt: Callable[[], None] | None = None
-    if request.param == "process":
-        url, halt = _forwarder(root / "channel.sock")
+    inner = _serve(uvicorn.Config(plane_app, host="127.0.0.1", port=port, log_level="warning"))
+    api = f"http://127.0.0.1:{port}"
+    url, halt = _forwarder(root / "channel.sock")
     admin = (root / ".xpupool" / "admin-token").read_text().strip()
     h = {"Authorization": f"Bearer {admin}"}
     httpx.post(f"{api}/v1/tenants", json={"name": "t1"}, headers=h).raise_for_status()
@@ -151,11 +139,10 @@ def worker(
         yield w
     finally:
         stop_process(stub.proc)
-        if halt is not None:
-            halt()
-        for server, thread in (outer, inner):
-            server.should_exit = True
-            thread.join(10)
+        halt()
+        server, thread = inner
+        server.should_exit = True
+        thread.join(10)
 
 
 def test_a_streamed_answer_passes_the_worker_event_by_event(

@@ -31,9 +31,8 @@ from xpupool.model.errors import (
 from xpupool.server import rehearsal
 from xpupool.server.audit_http import AuditMiddleware
 from xpupool.server.body_limit import DEFAULT_MAX_BODY, LOG_UPLOAD, BodyLimit
-from xpupool.server.client_address import FromWorkers
 from xpupool.server.error_answers import error_answer, validation_answer
-from xpupool.server.front.plane_side import SubmitChannel
+from xpupool.server.front.plane_side import ProxyChannel
 from xpupool.server.front.proxy_plane import ProxyAnswers
 from xpupool.server.history import FleetHistory
 from xpupool.server.metrics import make_registry
@@ -126,21 +125,19 @@ def create_app(
     on_stop: Callable[[], None] | None = None,
     on_stopped: Callable[[], None] | None = None,
     max_body: int = DEFAULT_MAX_BODY,
-    channel: SubmitChannel | None = None,
+    channel: ProxyChannel | None = None,
     limiter: RateLimiter | None = None,
-    forwarded: bool = False,
     metrics_auth: MetricsAuth = "token",
 ) -> FastAPI:
     """The app over ``plane``. ``background`` runs the scheduling passes on the app's event loop and
     the lost-node thread (tests of routers alone may turn them off and call ``schedule_pass``
     themselves) and starts the engine's loops' warm-up (``rehearsal.warm_in_background``): the plane
     alone never warms them. ``max_body``: the largest request body taken, in bytes (an agent's log
-    upload may always send a full chunk). ``channel``: the submission channel of the plane's HTTP
-    workers (``front/``), listening while the app runs, on its event loop. ``on_stopped``: called
+    upload may always send a full chunk). ``channel``: the channel the service proxy's own process
+    polls (``front/plane_side.py``), listening while the app runs, on its event loop. ``on_stopped``: called
     once the background loops are stopped (``up`` releases the store there: a write after it is
     refused, never half done). ``limiter``: requests per credential and per address, counted before
-    anything else runs (``rate_limit.py``; None: no limit); ``forwarded``: the app serves the HTTP
-    workers' socket, which says each request's source address and scheme. ``metrics_auth``: who may
+    anything else runs (``rate_limit.py``; None: no limit). ``metrics_auth``: who may
     read ``/metrics`` (``routers/deps.py`` ``metrics_reader``)."""
 
     tokens = ServiceTokenCache()
@@ -209,7 +206,7 @@ def create_app(
     app.state.plane = plane
     app.state.metrics_auth = metrics_auth
     app.state.service_tokens = tokens  # the revoke route drops a token from it
-    if channel is not None:  # the HTTP workers' proxies poll the plane's endpoints and tokens
+    if channel is not None:  # the proxy process polls the plane's endpoints and tokens
         channel.proxy = ProxyAnswers(plane, tokens)
     app.add_middleware(BodyLimit, max_bytes=max_body, routes=[LOG_UPLOAD])
     registry = make_registry(plane, limiter)
@@ -218,8 +215,6 @@ def create_app(
         app.add_middleware(RateLimitGate, limiter=limiter)
     # a service's proxy path before all of the API's (service_proxy.py: its every request)
     app.add_middleware(ProxyFirst, proxy=proxy)
-    if forwarded:  # outermost: everything after it sees the request as the client sent it
-        app.add_middleware(FromWorkers)
 
     # /healthz and /metrics first: FastAPI builds an included router's routes when a request is
     # first matched against them (all of a router's at once: docs/benchmarks/startup-42.md), so

@@ -75,8 +75,8 @@ def audit_reason(status: int, body: bytes) -> str:
 
 
 def submit_target(tenant: str | None, job_id: int | None = None) -> str:
-    """An audited submission's target, the same through the route and the HTTP workers: the job
-    once it is stored, the tenant it was asked for when it was refused."""
+    """An audited submission's target: the job once it is stored, the tenant it was asked for
+    when it was refused."""
     if job_id is not None:
         return f"job {job_id} of tenant {tenant}"
     return f"new job of tenant {tenant}"
@@ -93,8 +93,8 @@ def _target(scope: Scope, state: dict[str, Any]) -> str:
 
 
 class AuditMiddleware:
-    """A row for each audited request; its ``source`` is the client's address (behind the HTTP
-    workers, the one the worker saw: ``client_address.py``)."""
+    """A row for each audited request; its ``source`` is the client's address
+    (``client_address.py``)."""
 
     def __init__(self, app: ASGIApp, plane: ControlPlane) -> None:
         self.app = app
@@ -143,8 +143,7 @@ async def write_row(
     source: str | None,
 ) -> None:
     """The audit row of one answered request (``body``: the answer's, for a refusal's reason),
-    off the event loop; the HTTP workers' submissions are audited through it too
-    (``front/plane_side.py``)."""
+    off the event loop."""
     write = partial(
         plane.audit.record, who, action, target, status, audit_reason(status, body), source=source
     )

@@ -7,8 +7,8 @@ header and stops, is kept for ever, and one address may open any number of them 
 Here, per connection: its request header must be
 whole within ``header_timeout_s`` of the connection being made, or of the first byte of each
 next request on it, or the connection is closed; and a connection that would make its address
-hold more than ``per_address`` is answered 429 and closed at once. Counted per server process:
-behind ``--http-workers`` each worker counts its own. Addresses are counted as the rate limits
+hold more than ``per_address`` is answered 429 and closed at once. Counted per server process
+(the plane's port, and the proxy process's own). Addresses are counted as the rate limits
 count them (``rate_limit.address_key``).
 
 Built on uvicorn's httptools protocol (uvicorn[standard] installs httptools; ``xpupool up``

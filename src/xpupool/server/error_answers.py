@@ -1,8 +1,8 @@
 """What the API answers for an error: its status, its JSON body and its headers.
 
 One mapping for every path a request can take: the app's exception handlers (``app.py``) and the
-plane's submission channel behind the HTTP workers (``front/plane_side.py``) both answer through
-it, so a refused request reads the same whichever process took it.
+rate limiter's gate (``rate_limit.py``) both answer through it, so a refused request reads the
+same whichever refused it.
 
 ``RequestError`` and pydantic validation -> 422 ``{field, value, reason}`` (validation adds
 ``errors``, one per bad item up to ``MAX_ERRORS``); ``NotFound`` -> 404; ``Conflict`` -> 409;

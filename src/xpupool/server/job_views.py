@@ -1,6 +1,5 @@
-"""A job as the API shows it, from its stored row: read by the plane's routes and, for a job just
-submitted behind the HTTP workers, by the worker that answers it (``front/app.py``). Schemas and
-the job's lifecycle only: a worker renders answers without the engine or the store."""
+"""A job as the API shows it, from its stored row: read by the plane's routes (no lock), by a
+submission's answer and by a Kubernetes site's gated pods. Schemas and the job's lifecycle only."""
 
 from __future__ import annotations
 
@@ -58,7 +57,7 @@ def job_view(row: Any, assignments: list[ReplicaAssignment]) -> Job:
 @dataclass(frozen=True, slots=True)
 class Submitted:
     """A stored submission: its row as written and the reasons of its first events; what the
-    answer shows (an HTTP worker renders it from this, sent as JSON: ``front/``)."""
+    answer shows."""
 
     row: dict[str, Any]
     reasons: tuple[str, ...]
@@ -70,10 +69,3 @@ class Submitted:
         at = self.row["created_at"]
         job.events = [JobEvent(at=at, state=phase, reason=reason) for reason in self.reasons]
         return job
-
-    def wire(self) -> dict[str, Any]:
-        return {"row": self.row, "reasons": list(self.reasons)}
-
-    @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> Submitted:
-        return cls(dict(data["row"]), tuple(data["reasons"]))

@@ -5,8 +5,7 @@ Each piece earns its place only by a figure: heap freezing (``server/heap_freeze
 submit -> placed p99 at 5,000 nodes, the driver-level SQL (``storage/driver_insert.py``) by the
 plane's CPU per submission. ``XPUPOOL_WITHOUT`` names the pieces to switch off, comma
 separated (``heap-freeze``, ``driver-sql``); it is read once, at import, and nothing else reads
-it. The HTTP workers need no switch: ``--http-workers 0`` is their removal. Current figures:
-docs/benchmarks.md.
+it. Current figures: docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -10,11 +10,8 @@ any other: a refusal costs the server a request too. Past its address's limit, a
 has not seen is refused before the store is asked about it, so guessing tokens costs the store
 nothing.
 
-Counted in the plane's process, where every request arrives whichever process took it off the
-network: in front of the plane's app (:class:`RateLimitGate`) and on the submission channel of
-the HTTP workers (``front/plane_side.py``), with one :class:`RateLimiter`. Spreading requests
-over the workers gains a client nothing. The workers pass each request's source address on
-(``front/wire.CLIENT_HEADER``).
+Counted in the plane's process, in front of its app (:class:`RateLimitGate`), with one
+:class:`RateLimiter`.
 
 Memory is bounded: a bucket per key, ``MAX_KEYS`` at most of each kind, the least recently used
 dropped first (it is full or nearly, or its owner has been quiet the longest). Keys are token

@@ -4,7 +4,7 @@ the tenant issued for that one service (``routers/service_tokens.py``).
 Every proxied request is checked, so neither check reads the store once a token is known: API
 tokens through the plane's principal cache (``services/tenants.py``), service tokens through
 :class:`ServiceTokenCache`. Revoking a service token drops it from the cache of the plane, so the
-plane's next check of it refuses it: at once for the plane's own proxy; an HTTP worker's proxy
+plane's next check of it refuses it: at once for the plane's own proxy; the proxy process
 (``front/proxy_source.py``) has every token it used checked again by the plane with each of its
 snapshot polls, so a revoked token stops there within one poll interval.
 """

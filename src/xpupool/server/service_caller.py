@@ -1,6 +1,6 @@
 """Who calls a service through its proxy, as the proxy needs it wherever it runs: the caller, and
 the digest of the bearer token that names it. Apart from ``service_access.py`` (which reads the
-plane's books) so that an HTTP worker's proxy, which has no plane, carries none of it."""
+plane's books) so that the proxy process, which has no plane, carries none of it."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ class Caller:
 
 def bearer(authorization: str | None) -> tuple[str, bool] | None:
     """The SHA-256 of an ``Authorization`` header's bearer token, and whether it is a service
-    token (by its prefix); None without one. What an HTTP worker sends the plane: the digest,
+    token (by its prefix); None without one. What the proxy process sends the plane: the digest,
     never the token."""
     if authorization is None:
         return None

@@ -148,7 +148,7 @@ def proxy_route(path: str) -> tuple[str, str] | None:
 
 class ProxyFirst:
     """ASGI middleware: a service's proxy path goes to the proxy before anything of the API's
-    runs (``app.py`` puts it inside the HTTP workers' address middleware only). The API's rate
+    runs (``app.py`` puts it outermost). The API's rate
     limits are per API credential: a service token is none, and a service's callers are the
     service's load, which its replicas and their scaling answer; the API's body limit does not
     apply either (the replica decides what it takes)."""
@@ -170,7 +170,7 @@ class ProxyFirst:
 class ProxySource(Protocol):
     """What the proxy asks of where it runs: who a token is, a service's ready endpoints, and
     the stored state of a tenant's service of a name (None: it has none). The plane answers from its own books
-    (``service_access.PlaneSource``); an HTTP worker from the snapshot it polls from the plane
+    (``service_access.PlaneSource``); the proxy process from the snapshot it polls from the plane
     (``front/proxy_source.py``). :meth:`who` is always asked first."""
 
     async def who(self, authorization: str | None) -> Caller | tuple[int, str]: ...
@@ -182,7 +182,7 @@ class ProxySource(Protocol):
 
 class ServiceProxy:
     """The ASGI app of a service's proxy path (:class:`ProxyFirst` routes to it), in the plane
-    or in an HTTP worker: ``source`` says which, ``traffic`` counts what it forwards."""
+    or in the proxy process: ``source`` says which, ``traffic`` counts what it forwards."""
 
     def __init__(self, source: ProxySource, traffic: ProxyTraffic) -> None:
         self.source = source

@@ -2,12 +2,13 @@
 scales and drains on them), requests per second and p99 latency over the last minute (``xpupool
 services``), and the Prometheus series of ``/metrics`` (:class:`TrafficCollector`).
 
-Behind HTTP workers each worker counts its own requests and sends :meth:`ProxyTraffic.report`
-with each snapshot poll (``front/proxy_source.py``); the plane adds the latest report of each
-worker (:meth:`ProxyTraffic.take`) to what it counted itself, so the controller sees a worker's
-requests one poll interval late at most, and a worker silent for :data:`REPORT_FRESH_S` (gone)
-no more. A report also carries the worker's totals since it started (answers by status, latency
-histogram); the plane adds what grew since that worker's previous report to its own totals, so
+The proxy's own process (``up --proxy-port``) counts its own requests and sends
+:meth:`ProxyTraffic.report` with each snapshot poll (``front/proxy_source.py``); the plane adds
+the latest report of each such reporter (:meth:`ProxyTraffic.take`) to what it counted itself, so
+the controller sees its requests one poll interval late at most, and a reporter silent for
+:data:`REPORT_FRESH_S` (gone) no more. A report also carries the reporter's totals since it started
+(answers by status, latency histogram); the plane adds what grew since that reporter's previous
+report to its own totals, so
 ``/metrics`` counts every request whichever process answered it, a report taken twice counts
 once, and a lost one is made up by the next. A report is untrusted input: every field is
 checked and bounded before any of it is taken (:class:`ReportError`).
@@ -31,9 +32,9 @@ from prometheus_client.registry import Collector
 from xpupool.server.service_endpoints import Endpoint, Traffic
 
 WINDOW_S = 60  # the minute rate() and p99 are over
-REPORT_FRESH_S = 2.0  # a worker's report older than this is dropped (the worker is gone)
-TOTALS_KEEP_S = 600.0  # a worker's last totals are kept this long after its last report
-MAX_WORKERS = 256  # workers whose last totals are kept (the oldest go first)
+REPORT_FRESH_S = 2.0  # a reporter's report older than this is dropped (it is gone)
+TOTALS_KEEP_S = 600.0  # a reporter's last totals are kept this long after its last report
+MAX_WORKERS = 256  # reporters whose last totals are kept (the oldest go first)
 MAX_REPORTED = 10_000  # services, and endpoints, one report may name
 MAX_COUNT = 1 << 53  # a count past this is no proxy's
 MAX_NAME = 255  # a tenant's, service's or host's name, characters
@@ -103,8 +104,8 @@ class _Totals:
         }
 
     def since(self, last: _Totals | None) -> _Totals:
-        """What was counted after ``last`` (the same worker's previous totals); all of these
-        when a count went down (the worker started again under the same name)."""
+        """What was counted after ``last`` (the same reporter's previous totals); all of these
+        when a count went down (the reporter started again under the same name)."""
         if last is None or (
             any(self.codes[c] < n for c, n in last.codes.items())
             or any(a < b for a, b in zip(self.buckets, last.buckets, strict=True))
@@ -122,7 +123,7 @@ class _Totals:
 
 @dataclass(frozen=True, slots=True)
 class _Report:
-    """What one HTTP worker's proxy counted, as it last said (:meth:`ProxyTraffic.report`)."""
+    """What one proxy process counted, as it last said (:meth:`ProxyTraffic.report`)."""
 
     at: float
     in_flight: dict[Key, int]
@@ -132,7 +133,7 @@ class _Report:
 
 
 class ReportError(ValueError):
-    """A worker's report that breaks its format (nothing of it is taken)."""
+    """A reporter's report that breaks its format (nothing of it is taken)."""
 
 
 class ProxyTraffic(Traffic):
@@ -142,10 +143,10 @@ class ProxyTraffic(Traffic):
         self.monotonic = monotonic
         self._services: dict[Key, _Service] = {}
         self._endpoints: Counter[Endpoint] = Counter()
-        self._reports: dict[str, _Report] = {}  # HTTP worker -> its last report
-        self._totals: dict[str, tuple[float, dict[Key, _Totals]]] = {}  # worker -> when, totals
+        self._reports: dict[str, _Report] = {}  # reporter -> its last report
+        self._totals: dict[str, tuple[float, dict[Key, _Totals]]] = {}  # reporter -> when, totals
 
-    # ------------------------------------------------------------------ the HTTP workers
+    # ------------------------------------------------------------------ the proxy process
     def report(self) -> dict[str, object]:
         """This proxy's counts as JSON, for the plane (:meth:`take`)."""
         services = []
@@ -160,7 +161,7 @@ class ProxyTraffic(Traffic):
         """Keep ``worker``'s ``report`` in place of its last, and add to the totals what grew
         since its last; :class:`ReportError`, with nothing taken, when it breaks the format of
         :meth:`report` or its bounds. ``known``: the services that exist; what the report says
-        of others (deleted, or never created) is left out, so a worker cannot make the plane
+        of others (deleted, or never created) is left out, so a reporter cannot make the plane
         keep series for any number of names."""
         try:
             taken = _parse(report)

@@ -34,8 +34,8 @@ from xpupool.server.admin_token import admin_token_path
 from xpupool.server.audit import AuditKeep
 from xpupool.server.body_limit import DEFAULT_MAX_BODY
 from xpupool.server.connection_guard import ConnectionLimits, guarded_protocol
-from xpupool.server.front.plane_side import SubmitChannel
-from xpupool.server.front.workers import HttpWorkers, PlaneSockets, listen
+from xpupool.server.front.plane_side import ProxyChannel
+from xpupool.server.front.sockets import PlaneSockets, listen
 from xpupool.server.heap_freeze import QUIET_CHECK_S, SurvivorFreeze, freeze_start_heap
 from xpupool.server.ownership import DEFAULT_STORE_LEASE_S, Identity, StoreOwnership
 from xpupool.server.plane import DEFAULT_HISTORY_INTERVAL_S, ControlPlane
@@ -49,6 +49,7 @@ from xpupool.server.usage.meter import DEFAULT_EVERY_S, DEFAULT_KEEP_DAYS
 
 if TYPE_CHECKING:
     from xpupool.agent.launch import LaunchSettings
+    from xpupool.server.front.proxy_main import ProxyProcess
 
 log = logging.getLogger("xpupool.server")
 
@@ -92,7 +93,6 @@ class UpConfig:
     catalog: OperatorCatalog | None = None  # --catalog FILE, parsed and checked by the CLI
     model_cache: str | None = None  # --model-cache VOLUME (server/services/model_cache.py)
     verbose: bool = False  # -v: every request and unread device field (log_setup.py)
-    http_workers: int = 0  # processes taking the API's connections for the plane (server/front/)
     proxy_port: int | None = (
         None  # --proxy-port: the service proxy's own process (front/proxy_main)
     )
@@ -321,27 +321,16 @@ def _serve(
     echo(f"limits: {limits_line(cfg)}")
     if cfg.metrics_auth == "open":
         echo("warning: /metrics is open to anyone who reaches the port (--metrics-auth open)")
-    workers: HttpWorkers | None = None
-    channel: SubmitChannel | None = None
+    channel: ProxyChannel | None = None
     tls = cfg.tls
-    if cfg.http_workers:
-        listening = listen(cfg.host, cfg.port)  # first: a port in use leaves nothing behind
-        sockets = PlaneSockets.create()
-        workers = HttpWorkers(
-            cfg.http_workers, listening, sockets, cfg.max_body, tls, cfg.connections
-        )
-        channel = SubmitChannel(plane, sockets.channel, cfg.max_body, limiter)
-        on_start, on_stop = _with_workers(workers, on_start, on_stop)
-        echo(f"http workers: {cfg.http_workers}")
     if cfg.proxy_port is not None:
         from xpupool.server.front.proxy_main import ProxyProcess
 
         proxy_listening = listen(cfg.host, cfg.proxy_port)
-        proxy_sockets = workers.sockets if workers is not None else PlaneSockets.create()
-        if channel is None:
-            channel = SubmitChannel(plane, proxy_sockets.channel, cfg.max_body, limiter)
-        proxy = ProxyProcess(1, proxy_listening, proxy_sockets, cfg.max_body, tls, cfg.connections)
-        on_start, on_stop = _with_workers(proxy, on_start, on_stop)
+        sockets = PlaneSockets.create()
+        channel = ProxyChannel(plane, sockets.channel, cfg.max_body)
+        proxy = ProxyProcess(proxy_listening, sockets, tls, cfg.connections)
+        on_start, on_stop = _with_proxy(proxy, on_start, on_stop)
         port = proxy_listening.getsockname()[1]
         proxy_scheme = "http" if tls is None else "https"
         echo(
@@ -356,7 +345,6 @@ def _serve(
         max_body=cfg.max_body,
         channel=channel,
         limiter=limiter,
-        forwarded=workers is not None,
         metrics_auth=cfg.metrics_auth,
     )
     freeze_start_heap()
@@ -365,19 +353,16 @@ def _serve(
     survivors.start()
     solver_when_quiet(no_job_since_asked(plane))
     try:
-        if workers is None:
-            uvicorn.run(
-                app,
-                host=cfg.host,
-                port=cfg.port,
-                log_level="warning",
-                access_log=False,
-                ssl_certfile=None if cfg.tls_cert is None else str(cfg.tls_cert),
-                ssl_keyfile=None if cfg.tls_key is None else str(cfg.tls_key),
-                http=guarded_protocol(cfg.connections),
-            )
-        else:  # the workers serve the port (and TLS); the plane, a socket only they can reach
-            uvicorn.run(app, uds=str(workers.sockets.http), log_level="warning", access_log=False)
+        uvicorn.run(
+            app,
+            host=cfg.host,
+            port=cfg.port,
+            log_level="warning",
+            access_log=False,
+            ssl_certfile=None if cfg.tls_cert is None else str(cfg.tls_cert),
+            ssl_keyfile=None if cfg.tls_key is None else str(cfg.tls_key),
+            http=guarded_protocol(cfg.connections),
+        )
     finally:
         survivors.stop()
 
@@ -392,22 +377,22 @@ def limits_line(cfg: UpConfig) -> str:
     )
 
 
-def _with_workers(
-    workers: HttpWorkers,
+def _with_proxy(
+    proxy: ProxyProcess,
     on_start: Callable[[], None] | None,
     on_stop: Callable[[], None] | None,
 ) -> tuple[Callable[[], None], Callable[[], None]]:
-    """The app's start and stop hooks with the HTTP workers': started last (the submission
-    channel listens by then), stopped first."""
+    """The app's start and stop hooks with the proxy process's: started last (the channel
+    listens by then), stopped first."""
 
     def start() -> None:
         if on_start is not None:
             on_start()
-        workers.start()
+        proxy.start()
 
     def stop() -> None:
-        workers.stop()
-        workers.sockets.remove()  # here: uvicorn ends the process by the signal it caught
+        proxy.stop()
+        proxy.sockets.remove()  # here: uvicorn ends the process by the signal it caught
         if on_stop is not None:
             on_stop()
 

@@ -1,7 +1,7 @@
 """The service proxy's HTTP/1.1 client to replicas: pooled keep-alive connections per address,
 one write per request with a known body, the answer's body read as it comes.
 
-Why not httpx, which the HTTP workers use: through anyio, every request asks its connection's
+Why not httpx: through anyio, every request asks its connection's
 extra attributes (two ``getpeername`` calls), polls the socket, and fails to import ``sniffio``
 four times; on a machine where a system call is slow that was most of the proxy's added latency
 (docs/benchmarks.md). Here a request is a few writes and reads on an asyncio stream, framed by

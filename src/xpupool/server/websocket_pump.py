@@ -1,6 +1,6 @@
 """One websocket passed through: the caller's (an ASGI websocket) and the upstream one (a
 ``websockets`` client connection), message by message both ways until either side closes. Used
-by a service's proxy (``service_proxy_ws.py``), in the plane or in an HTTP worker."""
+by a service's proxy (``service_proxy_ws.py``), in the plane or in the proxy process."""
 
 from __future__ import annotations
 

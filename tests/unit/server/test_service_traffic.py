@@ -86,9 +86,9 @@ def test_a_websocket_is_counted_but_not_timed() -> None:
     assert svc.codes == {101: 1} and svc.seconds_count == 0
 
 
-def test_an_http_workers_report_adds_to_the_planes_counts_until_it_goes_stale() -> None:
-    """What a worker's proxy counted reaches the plane's (the controller scales on it) through
-    its report, as JSON; a worker silent for REPORT_FRESH_S counts no more."""
+def test_a_proxy_process_report_adds_to_the_planes_counts_until_it_goes_stale() -> None:
+    """What the proxy process counted reaches the plane's (the controller scales on it) through
+    its report, as JSON; a reporter silent for REPORT_FRESH_S counts no more."""
     clock = Clock()
     worker, plane = ProxyTraffic(clock), ProxyTraffic(clock)
     worker.started("t", "s", A)
@@ -113,10 +113,10 @@ def _metrics(traffic: ProxyTraffic) -> str:
     return generate_latest(registry).decode()
 
 
-def test_a_workers_totals_add_to_the_metrics_once_each() -> None:
-    """The workers' answers count in /metrics: what grew since the worker's last report is
-    added; the same report taken twice adds nothing; a worker started again (its counts went
-    down) adds all it says; a worker gone keeps what it added (a counter never goes down)."""
+def test_a_proxy_process_totals_add_to_the_metrics_once_each() -> None:
+    """The proxy process's answers count in /metrics: what grew since its last report is added;
+    the same report taken twice adds nothing; a process started again (its counts went down)
+    adds all it says; one gone keeps what it added (a counter never goes down)."""
     clock = Clock()
     worker, plane = ProxyTraffic(clock), ProxyTraffic(clock)
     plane.started("t", "s", A)

@@ -1,25 +1,19 @@
-"""Submissions taken together (``jobs.submit_many``, what the HTTP workers' channel uses): one store
+"""Submissions taken together (``jobs.submit_many``; ``jobs.submit`` is a batch of one): one store
 transaction for several, each answered as it would be alone, and a write that fails changes
-nothing, in the store or in memory. The channel itself (``front/plane_side.SubmitChannel``)
-takes the frames that come in one turn of its loop as one batch."""
+nothing, in the store or in memory."""
 
 from __future__ import annotations
 
-import asyncio
-from pathlib import Path
 from typing import Any
 
 import pytest
-from server_kit import BOTH_STORES, Server, node, run_loop, tenant
+from server_kit import BOTH_STORES, Server, node, tenant
 from sqlalchemy import func, select
 from sqlalchemy.exc import OperationalError
 
 from xpupool.model.errors import OverLimit, RequestError, Unavailable
 from xpupool.model.request_model import request_to_dict
 from xpupool.server.auth import Principal
-from xpupool.server.front import plane_side
-from xpupool.server.front.channel_client import render_job
-from xpupool.server.front.wire import JOB, frame, read_frame
 from xpupool.server.job_views import Submitted
 from xpupool.server.plane import submissions
 from xpupool.server.schemas.jobs import JobIn, JobPhase
@@ -89,8 +83,6 @@ def test_each_is_answered_as_alone_and_the_refused_store_nothing(
     # the answer reads as the route's: the job pending, with its first event
     view = made[0].view()
     assert view.state == JobPhase.PENDING and [e.state for e in view.events] == [view.state]
-    again = Submitted.from_wire(made[0].wire())
-    assert again.view() == view
 
 
 @pytest.mark.slow
@@ -167,63 +159,3 @@ def test_the_store_being_unhealthy_refuses_the_batch_at_once(
     results = jobs.submit_many(server.plane, [(lab, body(name="a")), (lab, body(queue="x"))])
     assert all(isinstance(r, Unavailable) for r in results)
     assert stored(server) == ([], 0)
-
-
-@pytest.mark.slow
-def test_the_channel_takes_what_came_in_one_turn_as_one_batch(
-    pool: tuple[Server, Principal, Principal], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    server, _, _ = pool
-    token = tenant(server, "more")
-    real, sizes = jobs.submit_many, []
-
-    def counted(plane: Any, asks: Any) -> Any:
-        sizes.append(len(asks))
-        return real(plane, asks)
-
-    monkeypatch.setattr(jobs, "submit_many", counted)
-    channel = plane_side.SubmitChannel(server.plane, tmp_path / "submit.sock", 1 << 20)
-    ask = {"op": "submit", "scheme": "Bearer", "credentials": token, "client": "127.0.0.1"}
-
-    async def five_at_once() -> list[tuple[dict[str, object], bytes]]:
-        await channel.start()
-        try:
-            conns = [await asyncio.open_unix_connection(str(channel.path)) for _ in range(5)]
-            await asyncio.sleep(0.1)  # the plane's end of each waits for its frame
-            for k, (_, writer) in enumerate(conns):
-                queue = ', "queue": "nope"' if k == 2 else ""
-                job = f'{{"spec": "A100:1", "name": "j{k}", "command": ["true"]{queue}}}'
-                writer.write(frame(ask, job.encode()))
-            await asyncio.gather(*(writer.drain() for _, writer in conns))
-            answers = [await read_frame(reader, 1 << 20) for reader, _ in conns]
-            for _, writer in conns:
-                writer.close()
-            return answers
-        finally:
-            await channel.stop()
-
-    answers = run_loop(five_at_once())
-    # the third asks for a queue there is not: refused in the batch, as alone
-    assert [head["status"] for head, _ in answers] == [201, 201, 422, 201, 201]
-    assert sizes == [5]
-    sizes.clear()
-
-    async def one_each() -> list[int]:
-        await channel.start()
-        try:
-            reader, writer = await asyncio.open_unix_connection(str(channel.path))
-            statuses = []
-            for k in range(3):
-                job = f'{{"spec": "A100:1", "name": "k{k}", "command": ["true"]}}'
-                writer.write(frame(ask, job.encode()))
-                head, answer = await read_frame(reader, 1 << 20)
-                assert head.get("render") == JOB
-                assert b'"state":"pending"' in render_job(answer)
-                statuses.append(int(str(head["status"])))
-            writer.close()
-            return statuses
-        finally:
-            await channel.stop()
-
-    assert run_loop(one_each()) == [201] * 3
-    assert sizes == [1, 1, 1]

@@ -1,3 +1,3 @@
-"""HTTP workers in front of the plane: processes that take the API's connections, so that the
-plane's one interpreter spends its time on the pool, not on HTTP (``xpupool up --http-workers``).
+"""The service proxy's own process (``xpupool up --proxy-port``): a forwarder beside the plane,
+so that proxied requests never wait for a scheduling pass, and the channel it polls the plane on.
 """

@@ -1,8 +1,8 @@
 """The service proxy's own process: ``python -m xpupool.server.front.proxy_main`` (started by
 ``xpupool up --proxy-port PORT``, never by hand). It serves the listening socket it inherited
 (``--fd``) with ``front/proxy_server.py``, takes the services' ready endpoints, their states and
-its token checks from the plane's submission channel as the HTTP workers do
-(``proxy_source.WorkerSource``), and dies with the plane that started it. With ``up --tls-cert``
+its token checks from the plane's channel (``front/plane_side.py``, ``proxy_source.WorkerSource``),
+and dies with the plane that started it. With ``up --tls-cert``
 it serves HTTPS with the plane's certificate, as the API's port does: a caller's bearer token
 crosses this port too, and must not cross it in the clear where the API's would not.
 
@@ -14,27 +14,60 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
+import logging
 import os
 import signal
 import socket
 import ssl
+import subprocess
 import sys
+import threading
 import time
 from contextlib import suppress
 from pathlib import Path
 
 from xpupool.server.connection_guard import ConnectionLimits
-from xpupool.server.front.main import _die_with
 from xpupool.server.front.proxy_server import ProxyServer
 from xpupool.server.front.proxy_source import WorkerSource
-from xpupool.server.front.workers import HttpWorkers
+from xpupool.server.front.sockets import PlaneSockets
 from xpupool.server.service_proxy import ServiceProxy
 from xpupool.server.service_traffic import ProxyTraffic
 
+log = logging.getLogger("xpupool.server")
+RESTART_AFTER_S = 1.0  # a proxy process that dies is started again after this long
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
-class ProxyProcess(HttpWorkers):
+
+def _die_with(plane_pid: int) -> None:
+    """Ask for SIGTERM when the plane dies, then look whether it has died already: the request
+    covers only deaths after it, and the process is slow to get here (its imports), so a plane
+    that crashed in between would otherwise leave it serving on the plane's port forever."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != plane_pid:
+        raise SystemExit(f"xpupool-service-proxy: the plane (pid {plane_pid}) is gone")
+
+
+class ProxyProcess:
     """The proxy's process, started after the plane listens on its channel, started again
-    when it dies, stopped with the plane (``HttpWorkers``' watch, for one process)."""
+    when it dies (after ``RESTART_AFTER_S``), stopped with the plane."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        sockets: PlaneSockets,
+        tls: tuple[Path, Path] | None = None,
+        connections: ConnectionLimits | None = None,
+    ) -> None:
+        self.sock = sock
+        self.sockets = sockets
+        self.tls = tls
+        self.connections = connections or ConnectionLimits()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.stopped = threading.Event()
+        self.lock = threading.Lock()  # the watch starts none once stop has begun
+        self.watch = threading.Thread(target=self._watch, name="xpupool-proxy", daemon=True)
 
     def command(self) -> list[str]:
         args = [sys.executable, "-m", "xpupool.server.front.proxy_main"]
@@ -44,6 +77,36 @@ class ProxyProcess(HttpWorkers):
         if self.tls is not None:
             args += ["--tls-cert", str(self.tls[0]), "--tls-key", str(self.tls[1])]
         return [*args, "--plane-pid", str(os.getpid())]
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(self.command(), pass_fds=(self.sock.fileno(),))
+
+    def start(self) -> None:
+        with self.lock:
+            self.proc = self._spawn()
+        self.watch.start()
+
+    def _watch(self) -> None:
+        while not self.stopped.wait(RESTART_AFTER_S):
+            with self.lock:
+                proc = self.proc
+                code = None if proc is None else proc.poll()
+                if proc is not None and code is not None and not self.stopped.is_set():
+                    log.warning("service proxy %d exited (%d); starting another", proc.pid, code)
+                    self.proc = self._spawn()
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopped.set()
+        proc = self.proc
+        if proc is None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def server_context(cert: Path, key: Path) -> ssl.SSLContext:

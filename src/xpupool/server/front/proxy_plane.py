@@ -1,11 +1,11 @@
-"""The plane's answers to an HTTP worker's service proxy (``front/proxy_source.py`` is the
-worker's end), on the submission channel (``front/plane_side.py``):
+"""The plane's answers to the proxy process (``front/proxy_source.py`` is its end), on the
+channel (``front/plane_side.py``):
 
-- :data:`wire.SNAPSHOT`, every ``proxy_source.POLL_S`` from each worker: the worker's traffic
+- :data:`wire.SNAPSHOT`, every ``proxy_source.POLL_S`` from the process: its traffic
   counts (taken into ``plane.service_traffic``, which the controller scales on) and the digests
   of the tokens it accepted since its last poll; answered with every stored service, its state
   and its ready endpoints, and each of those tokens checked again (a revoked one is refused).
-- :data:`wire.CALLER`: a token the worker has not seen (or not lately), checked as the plane's
+- :data:`wire.CALLER`: a token the process has not seen (or not lately), checked as the plane's
   own proxy checks it (``service_access.caller_of``).
 
 Tokens go as SHA-256 digests, never as themselves. The store is read once per snapshot (the
@@ -26,7 +26,7 @@ from xpupool.server.service_traffic import ReportError
 from xpupool.server.store_off_loop import on_store
 
 DIGEST = re.compile(r"[0-9a-f]{64}")
-MAX_TOKENS = 10_000  # digests one poll may ask about (a worker's cache holds as many at most)
+MAX_TOKENS = 10_000  # digests one poll may ask about (the process's cache holds as many at most)
 
 
 class ProxyAnswers:
@@ -89,7 +89,7 @@ class ProxyAnswers:
 
 
 def _digest(asked: Any) -> tuple[str, bool]:
-    """A token as a worker asks it: [SHA-256 hex digest, is a service token]."""
+    """A token as the process asks it: [SHA-256 hex digest, is a service token]."""
     if not (
         isinstance(asked, list)
         and len(asked) == 2

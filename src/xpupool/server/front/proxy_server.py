@@ -10,8 +10,8 @@ through as bytes once the replica accepted the upgrade (``proxy_server_ws.py``).
 is the ASGI proxy's own, called here (``ServiceProxy``: who the caller is, the ready replicas in
 round robin, 404/503 for none, the forwarded headers without the caller's credentials, the
 replicas tried in turn), over the same source
-(``proxy_source.WorkerSource``, the HTTP workers' snapshot of the plane), so both answer alike:
-the behaviour tests run against both (``tests/integration/test_service_proxy_workers.py``).
+(``proxy_source.WorkerSource``, the process's snapshot of the plane), so both answer alike
+(``tests/integration/test_service_proxy_workers.py``).
 """
 
 from __future__ import annotations

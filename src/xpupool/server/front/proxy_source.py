@@ -1,4 +1,4 @@
-"""A service's proxy in an HTTP worker: the plane's proxy (``service_proxy.py``, the same ASGI
+"""A service's proxy in the proxy process: the plane's proxy (``service_proxy.py``, the same ASGI
 app) with what it asks answered here, so that a proxied request never waits for the plane's
 event loop (its scheduling passes, its store writes, its other routes).
 
@@ -6,9 +6,9 @@ The worker polls the plane every :data:`POLL_S` on the submission channel (``wir
 answered by ``front/proxy_plane.py``) for every stored service, its state and its ready
 endpoints, and
 serves from the last answer. Bounds, while the plane answers: a replica that stops being ready
-(or is drained) leaves a worker's list within one poll interval plus the poll's round trip after
+(or is drained) leaves the process's list within one poll interval plus the poll's round trip after
 the plane's controller dropped it (a connection it refuses meanwhile is retried on the next
-replica, as in the plane); a revoked token is refused within the same time, because a worker
+replica, as in the plane); a revoked token is refused within the same time, because the process
 keeps a token only as long as the plane said yes to it in the last poll, or since that poll was
 sent (:data:`wire.CALLER`, for a token it has not got). The traffic counted here goes to the
 plane with each poll (``service_traffic.ProxyTraffic.report``), so the controller scales on it
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from xpupool.server.front.channel_client import PlaneUnreachable, SubmitClient
+from xpupool.server.front.channel_client import ChannelClient, PlaneUnreachable
 from xpupool.server.front.wire import CALLER, SNAPSHOT
 from xpupool.server.service_caller import UNKNOWN, Caller, bearer
 from xpupool.server.service_endpoints import Endpoint
@@ -33,7 +33,7 @@ from xpupool.server.service_traffic import ProxyTraffic
 
 log = logging.getLogger("xpupool.server")
 POLL_S = 0.25
-"""How often a worker asks the plane for the services' endpoints and checks its tokens again."""
+"""How often the process asks the plane for the services' endpoints and checks its tokens again."""
 FIRST_SNAPSHOT_S = 10.0  # a request before the first answer waits this long for it (a start)
 MAX_CACHED = 10_000  # tokens remembered, known and unknown; past it the cache starts again
 
@@ -42,7 +42,7 @@ class WorkerSource:
     """``service_proxy.ProxySource`` from the plane's snapshots, polled over ``channel``."""
 
     def __init__(self, channel: Path, traffic: ProxyTraffic, kind: str = "") -> None:
-        self.client = SubmitClient(channel)  # connections of its own: a poll waits for no job
+        self.client = ChannelClient(channel)
         self.traffic = traffic
         # the plane keeps each poller's latest counts by this name: unique per process and kind
         self.name = f"{kind}{os.getpid()}"

@@ -1,4 +1,5 @@
-"""Frames of the channel between the HTTP workers and the plane (a Unix socket of the plane's).
+"""Frames of the channel between the service proxy's own process and the plane (a Unix socket of
+the plane's).
 
 A frame is two parts, each with its length first: a JSON object (what to do, or how it went) and
 bytes (a request's body, or an answer's). Either side refuses a frame larger than it expects
@@ -14,32 +15,11 @@ from typing import Any
 
 LENGTHS = struct.Struct(">II")  # the JSON part's length, then the body's
 MAX_META = 64 << 10
-SUBMIT = "submit"
-"""``POST /v1/jobs`` with a body the worker validated: the caller's credentials and address, and
-the job (``JobIn`` as JSON)."""
-REFUSE = "refuse"
-"""``POST /v1/jobs`` that the worker refuses (its body is not a valid job): the caller's
-credentials and address, the answer the worker would give, and whether FastAPI checks the token
-before it (``token_first``); the plane says the final answer and audits it."""
 SNAPSHOT = "snapshot"
-"""A worker's service proxy asks for the services' ready endpoints, sending its traffic counts
+"""The proxy process asks for the services' ready endpoints, sending its traffic counts
 and the tokens it accepted lately (``front/proxy_plane.py``); the body is JSON both ways."""
 CALLER = "caller"
-"""A worker's service proxy asks who a token (its SHA-256) is (``front/proxy_plane.py``)."""
-JOB = "job"
-"""An answer whose body is a stored job (``job_views.Submitted.wire()``) for the worker to
-render as the route's answer."""
-
-CLIENT_HEADER = b"x-xpupool-client"
-"""The header a worker adds to each request it passes to the plane's HTTP server: the address the
-request came from (one the client sent is dropped), for the plane's limits per address
-(``rate_limit.py``). The plane believes it only on the socket only its workers reach."""
-
-SCHEME_HEADER = b"x-xpupool-scheme"
-"""The header a worker adds to each request it passes on: the scheme the client spoke to it
-(``https`` when the worker holds the TLS), which the plane's own socket, plain HTTP, cannot see.
-The dashboard's origin check and its cookies' ``Secure`` flag read it (``client_address.py``);
-one the client sent is dropped, as :data:`CLIENT_HEADER` is."""
+"""The proxy process asks who a token (its SHA-256) is (``front/proxy_plane.py``)."""
 
 
 class FrameError(Exception):

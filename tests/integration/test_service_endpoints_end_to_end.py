@@ -1,13 +1,12 @@
-"""A service through the HTTP workers' proxy, every part real: ``xpupool up --http-workers 2``
-with its in-process agent runs the replicas on podman (the Go stub's image), the controller
-probes them, and callers reach ``/v1/services/NAME/proxy/...`` on the port the workers serve,
-which proxy from the snapshot they poll from the plane (``front/proxy_source.py``): requests,
-a streamed answer and a websocket pass; a name with no service is 404; a revoked service token
-and a deleted service stop within the poll's bound; requests in flight in the workers reach
-the controller, which scales on them, and their answers the plane's /metrics; a stopped service
-ends its containers and is answered 503 by the workers until it is started again. The proxy's
-own process (``--proxy-port``) serves the same service beside them: a request, a streamed
-answer and a websocket pass it, a name with no service is 404, and a stopped service 503."""
+"""A service through both of its endpoints, every part real: ``xpupool up`` with its in-process
+agent runs the replicas on podman (the Go stub's image), the controller probes them, and callers
+reach ``/v1/services/NAME/proxy/...`` on the API's port (the plane's own proxy) and on the proxy's
+own process (``--proxy-port``), which proxies from the snapshot it polls from the plane
+(``front/proxy_source.py``): requests, a streamed answer and a websocket pass both; a name with no
+service is 404; a revoked service token and a deleted service stop within the poll's bound on the
+proxy process; requests in flight there reach the controller, which scales on them, and their
+answers the plane's /metrics; a stopped service ends its containers and is answered 503 on both
+until it is started again."""
 
 from __future__ import annotations
 
@@ -36,7 +35,7 @@ def up(tmp_path: Path) -> Iterator[tuple[ServerProc, httpx.Client, str]]:
     require_podman()
     (tmp_path / "cluster.yaml").write_text(CLUSTER)
     proxy_port = free_port()
-    args = ("--heartbeat", "0.2", "--lost-after", "3", "--http-workers", "2")
+    args = ("--heartbeat", "0.2", "--lost-after", "3")
     args += ("--proxy-port", str(proxy_port))
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("CONTAINERS_CONF", raising=False)  # the product's defaults, nothing of ours
@@ -54,9 +53,8 @@ def _service(user: httpx.Client, name: str) -> dict[str, Any]:
 
 
 def _ws_echo(url: str, headers: dict[str, str], text: str) -> bool:
-    """One websocket round trip; False on 1013 (try again later: the worker that took the
-    connection polled no ready replica yet; each worker polls the plane on its own, so one that
-    answered 200 says nothing of the other), any other close fails the test."""
+    """One websocket round trip; False on 1013 (try again later: the proxy process polled no
+    ready replica yet), any other close fails the test."""
     try:
         with ws_connect(url, additional_headers=headers, open_timeout=10) as ws:
             ws.send(text)
@@ -68,7 +66,9 @@ def _ws_echo(url: str, headers: dict[str, str], text: str) -> bool:
     return True
 
 
-def test_a_service_through_the_workers(up: tuple[ServerProc, httpx.Client, str]) -> None:
+def test_a_service_through_the_api_port_and_its_own_process(
+    up: tuple[ServerProc, httpx.Client, str],
+) -> None:
     srv, user, own = up
     body = {
         "name": "chat",
@@ -81,7 +81,7 @@ def test_a_service_through_the_workers(up: tuple[ServerProc, httpx.Client, str])
     assert r.status_code == 201, r.text
     proxy = "/v1/services/chat/proxy"
     until(lambda: _service(user, "chat")["state"] == "ready", "service chat ready", 120)
-    until(lambda: user.get(f"{proxy}/v1/models").status_code == 200, "chat through a worker")
+    until(lambda: user.get(f"{proxy}/v1/models").status_code == 200, "chat through the API")
     assert user.get("/v1/services/none/proxy/v1/models").status_code == 404
 
     with user.stream(
@@ -92,7 +92,7 @@ def test_a_service_through_the_workers(up: tuple[ServerProc, httpx.Client, str])
 
     ws_url = srv.url.replace("http://", "ws://") + f"{proxy}/ws"
     auth = {"Authorization": user.headers["Authorization"]}
-    until(lambda: _ws_echo(ws_url, auth, "through a worker"), "a websocket through a worker")
+    until(lambda: _ws_echo(ws_url, auth, "through the API"), "a websocket through the API")
 
     # the proxy's own process: the same service, the same answers
     with httpx.Client(base_url=own, headers=user.headers, timeout=30) as direct:
@@ -107,18 +107,21 @@ def test_a_service_through_the_workers(up: tuple[ServerProc, httpx.Client, str])
 
     issued = user.post("/v1/services/chat/tokens", json={"name": "web"}).json()
     svc = {"Authorization": f"Bearer {issued['token']}"}
-    assert httpx.get(f"{srv.url}{proxy}/v1/models", headers=svc).status_code == 200
+    until(
+        lambda: httpx.get(f"{own}{proxy}/v1/models", headers=svc).status_code == 200,
+        "the service token taken by the proxy process",
+    )
     assert user.delete(f"/v1/services/chat/tokens/{issued['id']}").status_code == 204
     until(
-        lambda: httpx.get(f"{srv.url}{proxy}/v1/models", headers=svc).status_code == 401,
-        "the revoked token refused by the workers",
+        lambda: httpx.get(f"{own}{proxy}/v1/models", headers=svc).status_code == 401,
+        "the revoked token refused by the proxy process",
     )
 
-    # three slow requests in flight in the workers, target 1 per replica: a second replica
+    # three slow requests in flight in the proxy process, target 1 per replica: a second replica
     results: list[int] = []
 
     def slow() -> None:
-        with httpx.Client(base_url=srv.url, headers=user.headers, timeout=60) as c:
+        with httpx.Client(base_url=own, headers=user.headers, timeout=60) as c:
             results.append(c.get(f"{proxy}/slow", params={"ms": "6000"}).status_code)
 
     callers = [threading.Thread(target=slow) for _ in range(3)]
@@ -130,16 +133,16 @@ def test_a_service_through_the_workers(up: tuple[ServerProc, httpx.Client, str])
     assert results == [200, 200, 200]
 
     def answered() -> float:
-        """The plane's count of chat's 200s: every one was answered by a worker."""
+        """The plane's count of chat's 200s, the proxy process's included."""
         text = httpx.get(f"{srv.url}/metrics", headers=srv.headers(), timeout=10).text
         line = 'xpupool_service_requests_total{code="200",service="chat",tenant="team"} '
         found = [x for x in text.splitlines() if x.startswith(line)]
         return float(found[0][len(line) :]) if found else 0.0
 
-    until(lambda: answered() >= 5, "the workers' answers in the plane's /metrics")
+    until(lambda: answered() >= 5, "the proxy process's answers in the plane's /metrics")
     assert _service(user, "chat")["requests_per_s"] > 0
 
-    # stopped: the replicas end, the workers answer 503 naming the state; started: ready again
+    # stopped: the replicas end, both answer 503 naming the state; started: ready again
     jobs = [r["job_id"] for r in _service(user, "chat")["replicas"]]
     r = user.post("/v1/services/chat/stop")
     assert r.status_code == 200 and r.json()["state"] == "stopped", r.text
@@ -149,22 +152,21 @@ def test_a_service_through_the_workers(up: tuple[ServerProc, httpx.Client, str])
 
     until(ended, "the stopped service's replicas ended", 60)
 
-    def refused() -> bool:  # whichever worker answers (each polls on its own)
-        r = user.get(f"{proxy}/v1/models")
+    def refused(base: str) -> bool:
+        r = httpx.get(f"{base}{proxy}/v1/models", headers=user.headers)
         return r.status_code == 503 and "is stopped" in r.json()["detail"]
 
-    until(refused, "a worker answering that chat is stopped")
-    r = httpx.get(f"{own}{proxy}/v1/models", headers=user.headers)
-    assert r.status_code == 503 and "is stopped" in r.json()["detail"], r.text
+    until(lambda: refused(srv.url), "the API's port answering that chat is stopped")
+    until(lambda: refused(own), "the proxy process answering that chat is stopped")
     assert _service(user, "chat")["state"] == "stopped"
     assert user.post("/v1/services/chat/start").status_code == 200
     until(lambda: _service(user, "chat")["state"] == "ready", "chat ready after its start", 120)
-    until(lambda: user.get(f"{proxy}/v1/models").status_code == 200, "chat through a worker again")
+    until(lambda: user.get(f"{proxy}/v1/models").status_code == 200, "chat through the API again")
 
     assert user.delete("/v1/services/chat").status_code in (200, 202, 204)
     until(
-        lambda: user.get(f"{proxy}/v1/models").status_code == 404,
-        "the deleted service gone from the workers' snapshot",
+        lambda: httpx.get(f"{own}{proxy}/v1/models", headers=user.headers).status_code == 404,
+        "the deleted service gone from the proxy process's snapshot",
         60,
     )
 
