@@ -59,6 +59,10 @@ class PlaneStandIn:
     def device_metrics(self, uuid: str) -> DeviceMetrics:
         return DeviceMetrics(uuid=uuid, power_w=WATTS)
 
+    def idle_power_readings(self) -> list[tuple[str, float]]:
+        """No card here is read idle: the sums are of held cards (``usage/idle_power.py``)."""
+        return []
+
 
 # a step: (seconds later, what): start a job on a card with a share, end one, or flush
 step = st.tuples(

@@ -527,6 +527,8 @@ class JobView:
     site: str | None = None  # the site the plane dispatched it to
     on_site_lost: str = "wait"
     energy_kwh: float | None = None  # what its runs drew, from the metering records
+    reservation: str | None = None  # the reservation it runs in (docs/reservations.md)
+    preemptible: bool = False  # may borrow reserved cards until their window begins
 
     @classmethod
     def read(cls, data: object, where: str = "job") -> JobView:
@@ -574,6 +576,8 @@ class JobView:
             max_runtime_s=r.opt_float("max_runtime_s"),
             checkpoint_at=r.opt_float("checkpoint_at"),
             energy_kwh=r.opt_float("energy_kwh"),
+            reservation=r.opt_text("reservation"),
+            preemptible=r.flag("preemptible", False),
             not_before=r.opt_float("not_before"),
             created_at=created,
             updated_at=updated,
