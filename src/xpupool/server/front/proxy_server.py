@@ -216,11 +216,10 @@ class ClientConnection(asyncio.Protocol):
         self.writable.set()
 
     def data_received(self, data: bytes) -> None:
-        if self.awaiting_head:
-            self.head_bytes += len(data)
-            if self.head_bytes > MAX_HEAD_BYTES:
-                self._drop()
-                return
+        # Only bytes read while no whole head has come count against the head limit: one read
+        # may carry a head and much of its body (a loaded machine reads late), and that body is
+        # no part of the head.
+        waiting = self.awaiting_head
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade as exc:
@@ -235,6 +234,11 @@ class ClientConnection(asyncio.Protocol):
             assert self.transport is not None
             self.transport.write(json_answer(400, "malformed HTTP request", close=True))
             self._drop()
+            return
+        if waiting and self.awaiting_head:  # still no whole head: what it holds so far counts
+            self.head_bytes += len(data)
+            if self.head_bytes > MAX_HEAD_BYTES:
+                self._drop()
 
     def _drop(self) -> None:
         if self.transport is not None:
