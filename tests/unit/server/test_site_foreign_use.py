@@ -21,6 +21,8 @@ from sqlalchemy import select
 
 from xpupool.k8s.informers.watch import Event, EventType
 from xpupool.k8s.site.gated import GATE
+from xpupool.k8s.site.pods import ATTEMPT, JOB, REPLICA, pod_name
+from xpupool.k8s.site.pods import SITE as PLANE_SITE
 from xpupool.k8s.site.site import KubernetesSite, read_node
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
 from xpupool.server.app import create_app
@@ -258,3 +260,49 @@ def test_a_kubectl_users_pod_bound_to_other_cards_moves_its_jobs_allocation_ther
     assert cards_of(srv, job_id) == [("k1", other)]
     reasons = [e["reason"] for e in job(srv, job_id)["events"]]
     assert any("which the plane's books hold for other work" in r for r in reasons), reasons
+
+
+def _replica_pod(job_id: int, replica: int, card: str) -> dict[str, Any]:
+    """The plane's own pod of ``job_id``'s ``replica`` (first run, tenant a) bound to ``card``."""
+    labels = {JOB: str(job_id), REPLICA: str(replica), ATTEMPT: "1", PLANE_SITE: SITE}
+    return bound_pod(
+        pod_name(job_id, replica, 1), "k1", [card], labels=labels, namespace="xpupool-a"
+    )
+
+
+def test_a_gangs_pods_bound_to_each_others_cards_move_the_books_together(
+    kube: tuple[Server, KubernetesSite],
+) -> None:
+    """A gang's pods carry no card constraint (the extender binds the group where it picks), so
+    its pods may be bound to each other's cards: replica 0 on the card the plane placed replica
+    1 on, and the other way. Each alone is held in the books by its sibling; once both are seen
+    the books follow them together, with an event on the job, no card is counted twice and none
+    is said to be held for other work. Seen failing before the fix: each re-address was refused
+    alone and the books kept the placement for ever (the CI's gang e2e timed out on it)."""
+    srv, site = kube
+    a = tenant(srv, "a")
+    job_id = submit(srv, a, f"A100:1 replicas=2 gang site={SITE}", image="train:1")["id"]
+    srv.schedule()
+    placed = {x["replica"]: x["devices"][0]["uuid"] for x in job(srv, job_id)["assignments"]}
+    assert sorted(placed.values()) == ["GPU-k1-0", "GPU-k1-1"], placed
+    assert srv.plane.count_run(job_id, 1, lambda _: "the pods made") is not None
+    seen(site, _replica_pod(job_id, 0, placed[1]))
+    # replica 0 alone: its card is replica 1's still, so the books wait for replica 1
+    assert {
+        x["replica"]: x["devices"][0]["uuid"] for x in job(srv, job_id)["assignments"]
+    } == placed
+    seen(site, _replica_pod(job_id, 1, placed[0]))
+    swapped = {x["replica"]: x["devices"][0]["uuid"] for x in job(srv, job_id)["assignments"]}
+    assert swapped == {0: placed[1], 1: placed[0]}
+    reasons = [e["reason"] for e in job(srv, job_id)["events"]]
+    assert sum("re-addressed" in r for r in reasons) == 2, reasons
+    assert not any("for other work" in r for r in reasons), reasons
+    with srv.plane.db.connect() as conn:
+        rows = conn.execute(select(t_allocs.c.data).where(t_allocs.c.job_id == job_id)).all()
+    stored = {r.data["replica"]: r.data["devices"][0]["uuid"] for r in rows}
+    assert stored == swapped
+    # both cards held once: a third job of one card waits
+    b = tenant(srv, "b")
+    waits = submit(srv, b, f"A100:1 site={SITE}", image="x:1")
+    srv.schedule()
+    assert job(srv, waits["id"])["state"] == "pending"

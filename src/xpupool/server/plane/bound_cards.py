@@ -9,9 +9,11 @@ others: two pods could be given one card, and a free card counted held. So when 
 the pod bound, it hands the cards here and the job's allocation is re-addressed to them through
 the engine host's one re-address path (:meth:`~xpupool.engine.host.EngineHost.reapply`, which
 fixes the slots, all or none), its quota charged again under its flavour, its stored row
-updated, with an event on the job. When the bound cards are held in the plane's books by another
-charge (the two disagreed, each for a short while), nothing changes: the job keeps its
-placement's cards, an event says so, and nothing is over-committed.
+updated, with an event on the job. A gang's pods carry no card constraint, so they may be bound to
+each other's cards: a replica whose cards a sibling holds waits for the sibling's pod, and all
+move together. When the bound cards are held in the plane's books by another charge (the two
+disagreed, each for a short while), nothing changes: the job keeps its placement's cards, an
+event says so, and nothing is over-committed.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from xpupool.server.plane.store import allocation_to_dict
 from xpupool.server.storage.jobs import allocations as t_allocs
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
     from xpupool.server.plane.control import ControlPlane
     from xpupool.server.plane.records import HeldJob
 
@@ -80,44 +84,75 @@ def rebind(
         if not differs():
             return False
         job = plane.held_jobs[job_id]
-        old = _placed(job, replica)
-        assert old is not None
-        new = replace(
-            old,
+        job.bound_apart[replica] = (job.attempt, node, tuple(shares), where)
+        return _follow(plane, conn, job)
+
+
+def _follow(plane: ControlPlane, conn: Connection, job: HeldJob) -> bool:
+    """Re-address, all together, every replica of ``job`` seen bound to other cards than its
+    placement's: a gang's pods carry no card constraint, so the extender may bind them to each
+    other's cards, and each alone would find its cards held by a sibling. When the cards are a
+    sibling's not seen moving yet, they wait for it, quietly; when they are held for other
+    work, each keeps its placement, with an event. Returns whether the books moved."""
+    batch = {
+        r: seen
+        for r, seen in job.bound_apart.items()
+        if seen[0] == job.attempt
+        and (old := _placed(job, r)) is not None
+        and not _same(old, seen[1], seen[2])
+    }
+    job.bound_apart = dict(batch)  # another run's, or back on its placement: forgotten
+    olds = {r: alloc for r in batch if (alloc := _placed(job, r)) is not None}
+    news = [
+        replace(
+            olds[r],
             node=node,
             node_index=-1,
             devices=tuple(DeviceShare(u, -1, mib, permille) for u, mib, permille in shares),
         )
-        admission = plane.admission
+        for r, (_, node, shares, _) in batch.items()
+    ]
+    admission = plane.admission
+    for old in olds.values():
         admission.release(old.id)
-        done = plane.host.reapply(
-            plane.engine,
-            [(job_id, (new,))],
-            lambda _job, a: admission.restore(a, job.queue, job.flavor),
-        )
-        cards = ", ".join(u for u, _, _ in shares)
-        if done.refused:
-            admission.restore(old, job.queue, job.flavor)  # its own slots: it fits again
+    done = plane.host.reapply(plane.engine, [(job.id, tuple(news))])
+    if done.refused:
+        for old in olds.values():
+            admission.restore(old, job.queue, job.flavor)  # their own slots: they fit again
+        wanted = {u for _, _, shares, _ in batch.values() for u, _, _ in shares}
+        siblings = {u for a in job.allocations if a.replica not in batch for u in a.device_uuids}
+        if wanted & siblings:
+            return False  # a sibling's pod not seen on its new cards yet
+        for r, (_, node, shares, where) in batch.items():
+            cards = ", ".join(u for u, _, _ in shares)
             why = (
                 f"{where} bound to {cards} on {node}, which the plane's books hold for other "
-                f"work: kept on {', '.join(old.device_uuids)} on {old.node}"
+                f"work: kept on {', '.join(olds[r].device_uuids)} on {olds[r].node}"
             )
-            plane.apply(conn, job_id, lc.Note(why, sets_reason=False))
-            log.warning("job %d: %s", job_id, why)
-            return False
-        (bound,) = done.kept[job_id]
-        job.allocations = [bound if a.id == old.id else a for a in job.allocations]
+            plane.apply(conn, job.id, lc.Note(why, sets_reason=False))
+            log.warning("job %d: %s", job.id, why)
+        job.bound_apart.clear()
+        return False
+    moved = {a.id: a for a in done.kept[job.id]}
+    for bound in moved.values():
+        admission.restore(bound, job.queue, job.flavor, in_engine=False)
+    job.allocations = [moved.get(a.id, a) for a in job.allocations]
+    for r, (_, node, shares, where) in batch.items():
+        old = olds[r]
+        bound = moved[old.id]
         conn.execute(
             update(t_allocs)
             .where(t_allocs.c.id == old.id)
             .values(node=node, data=allocation_to_dict(bound))
         )
+        cards = ", ".join(u for u, _, _ in shares)
         why = (
             f"{where} bound to {cards} on {node} (placed on {', '.join(old.device_uuids)} on "
             f"{old.node}): its cards re-addressed"
         )
-        plane.apply(conn, job_id, lc.Note(why, sets_reason=False))
-        log.info("job %d: %s", job_id, why)
-        foreign_use.retry(plane)  # a foreign charge may wait for the cards given back
-        plane.bump()
-        return True
+        plane.apply(conn, job.id, lc.Note(why, sets_reason=False))
+        log.info("job %d: %s", job.id, why)
+    job.bound_apart.clear()
+    foreign_use.retry(plane)  # a foreign charge may wait for the cards given back
+    plane.bump()
+    return True

@@ -153,6 +153,11 @@ class HeldJob:
     steps: dict[int, tuple[int | None, str, float]] = field(default_factory=dict)
     kind: str | None = None  # its job type (its request's): what its progress reports teach
     progressed: set[int] = field(default_factory=set)  # replicas that reported a rate this run
+    # {replica: (attempt, node, shares, pod)}: replicas bound to cards a sibling holds in the
+    # books, re-addressed together once it moves too (server/plane/bound_cards.py; not stored)
+    bound_apart: dict[int, tuple[int, str, tuple[tuple[str, int, int], ...], str]] = field(
+        default_factory=dict
+    )
 
     @property
     def may_run(self) -> bool:
