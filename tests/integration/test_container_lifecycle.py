@@ -131,7 +131,7 @@ def test_stop_sends_sigterm_then_kills_after_the_grace_period(pool: Pool) -> Non
     script = "trap 'echo got TERM' TERM; echo up; while true; do sleep 0.2; done"
     job_id = pool.submit(script)
     pool.wait(job_id, "running")
-    until(lambda: "up" in pool.logs(job_id), "the job's first line")
+    until(lambda: "up" in pool.logs(job_id), "the job's first line", 120)
     assert len(pool.mine(job_id)) == 1
     asked = time.monotonic()
     assert pool.user.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
@@ -145,7 +145,7 @@ def test_stop_sends_sigterm_then_kills_after_the_grace_period(pool: Pool) -> Non
 def test_a_job_that_exits_on_sigterm_stops_within_the_grace_period(pool: Pool) -> None:
     job_id = pool.submit("trap 'echo bye; exit 0' TERM; echo up; while true; do sleep 0.2; done")
     pool.wait(job_id, "running")
-    until(lambda: "up" in pool.logs(job_id), "the job's first line")
+    until(lambda: "up" in pool.logs(job_id), "the job's first line", 120)
     assert pool.user.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
     pool.wait(job_id, "cancelled")
     assert "bye" in pool.logs(job_id)
@@ -182,7 +182,7 @@ def test_a_dead_agents_containers_are_removed_at_its_next_start_and_no_one_elses
 ) -> None:
     job_id = pool.submit(TICKS)
     pool.wait(job_id, "running")
-    until(lambda: "up" in pool.logs(job_id), "the job's first line")
+    until(lambda: "up" in pool.logs(job_id), "the job's first line", 120)
     [left] = pool.mine(job_id)
     # another pool's agent on this host: the same node name and job number, its own work dir
     other = f"xpupool-{NODE}-{job_id}-0-1-otherpool"
