@@ -109,8 +109,8 @@ def pod_name(job_id: int) -> str:
     return f"xp-{job_id}-0-1"  # replica 0, attempt 1
 
 
-def submit_paced(user: httpx.Client, n: int, rate: float) -> dict[int, float]:
-    """``n`` jobs, job ``i`` sent at its slot ``i / rate`` (0: at once), at most
+def submit_paced(user: httpx.Client, n: int, rate: float, spec: str = SPEC) -> dict[int, float]:
+    """``n`` jobs of ``spec``, job ``i`` sent at its slot ``i / rate`` (0: at once), at most
     :data:`IN_FLIGHT` in flight; job id -> ``time.monotonic()`` its POST was sent."""
     sent: dict[int, float] = {}
     lock = threading.Lock()
@@ -122,7 +122,7 @@ def submit_paced(user: httpx.Client, n: int, rate: float) -> dict[int, float]:
             if delay > 0:
                 time.sleep(delay)
         at = time.monotonic()
-        r = user.post("/v1/jobs", json={"spec": SPEC, "image": IMAGE})
+        r = user.post("/v1/jobs", json={"spec": spec, "image": IMAGE})
         if r.status_code != 201:
             raise RuntimeError(f"job {i}: HTTP {r.status_code}: {r.text[-500:]}")
         with lock:

@@ -48,6 +48,19 @@ def load_site_file(path: str | None) -> tuple[Site, ...]:
         raise click.ClickException(f"--sites {path}: {exc}") from None
 
 
+def load_agent_link_domain(path: str | None) -> str | None:
+    """The agent pool's ``link_domain_label`` in ``--sites FILE`` (None without one); a bad file
+    as :func:`load_site_file`."""
+    if path is None:
+        return None
+    from xpupool.k8s.site.sites_file import load_agent_pool
+
+    try:
+        return load_agent_pool(path).link_domain_label
+    except XpupoolError as exc:
+        raise click.ClickException(f"--sites {path}: {exc}") from None
+
+
 def load_site_network(path: str | None) -> SiteNetwork:
     """The links and datasets of ``--sites FILE`` (none without it); a bad file as
     :func:`load_site_file`."""
@@ -539,6 +552,7 @@ def up(
     check_policies([policy], profiles)
     sites = load_site_file(sites_file)
     site_network = load_site_network(sites_file)
+    agent_link_domain = load_agent_link_domain(sites_file)
     catalog = load_catalog(catalog_file)
     from xpupool.server.schemas.base import NAME_PATTERN
 
@@ -601,5 +615,6 @@ def up(
         launch=launch,
         sites=sites,
         site_network=site_network,
+        agent_link_domain_label=agent_link_domain,
     )
     serve(cfg, click.echo)

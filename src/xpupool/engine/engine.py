@@ -27,10 +27,11 @@ from xpupool.engine.fragmentation.workload_model import NAME as WORKLOAD
 from xpupool.engine.fragmentation.workload_model import WorkloadArgs, WorkloadModel
 from xpupool.engine.gang_bound import Room, gang_refusal, gang_room
 from xpupool.engine.gang_sites import (
+    domain_rooms,
+    domain_word,
     keeps_to_one_site,
     no_site_refusal,
-    site_rooms,
-    within_sites,
+    within_domains,
 )
 from xpupool.engine.pipeline import Pipeline
 from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile, known_profile
@@ -181,26 +182,25 @@ class Engine:
         txn: Transaction | None,
         room: Room,
     ) -> Placement:
-        """Gang ``req`` wholly within one of the sites that could take it all now (``room``
-        summed per site, ``gang_sites.py``): the first replica picks the site where the profile
-        scores it best, the others follow it there. A site that fails a later replica (the bound
-        counts cards, not link groups) is rolled back and the next choice tried; the refusal is
-        then the first site's."""
-        rooms = site_rooms(self.state, room)
-        sites = [
-            s for s, n in zip(self.state.sites, rooms.tolist(), strict=True) if n >= req.replicas
-        ]
-        if not sites:
+        """Gang ``req`` wholly within one of the domains (sites, or a site's link domains:
+        ``gang_sites.py``) that could take it all now (``room`` summed per domain): the first
+        replica picks the domain where the profile scores it best, the others follow it there.
+        A domain that fails a later replica (the bound counts cards, not link groups) is rolled
+        back and the next choice tried; the refusal is then the first domain's."""
+        rooms = domain_rooms(self.state, room)
+        keys = self.state.link_domains.keys
+        domains = [k for k, n in zip(keys, rooms.tolist(), strict=True) if n >= req.replicas]
+        if not domains:
             return Placement(req, (), (no_site_refusal(self.pipeline, req, within, room, rooms),))
         refused: Placement | None = None
-        while sites:
-            placement, site = self._place_replicas(req, profile, within, txn, sites)
+        while domains:
+            placement, domain = self._place_replicas(req, profile, within, txn, domains)
             if placement.ok:
                 return placement
             refused = refused or placement
-            if site is None:  # its first replica fit none of them (not after the bound)
+            if domain is None:  # its first replica fit none of them (not after the bound)
                 break
-            sites.remove(site)
+            domains.remove(domain)
         assert refused is not None
         return refused
 
@@ -210,32 +210,34 @@ class Engine:
         profile: Profile,
         within: BoolArray | None,
         txn: Transaction | None,
-        sites: Sequence[str] = (),
+        domains: Sequence[str] = (),
     ) -> tuple[Placement, str | None]:
         """Place ``req``'s replicas one by one in a transaction inside ``txn``: a gang's first
-        failure rolls them all back, other replicas fail alone. With ``sites`` (a gang kept to one
-        site), the first replica goes to one of them and the others to its site, which is
-        returned beside the placement."""
-        each = within_sites(req, sites) if sites else req
-        site: str | None = None
-        with Transaction(self.state, parent=txn) as inner:
+        failure rolls them all back, other replicas fail alone. With ``domains`` (a gang kept to
+        one site or link domain), the first replica goes to one of them and the others to its
+        domain, whose key is returned beside the placement."""
+        state = self.state
+        each = within_domains(state, req, domains) if domains else req
+        domain: str | None = None
+        with Transaction(state, parent=txn) as inner:
             failures: list[Unschedulable] = []
             for replica in range(req.replicas):
                 result = self._place_one(each, replica, profile, inner, within)
                 if isinstance(result, Unschedulable):
                     if req.gang:
-                        where = "" if site is None else f" in site {site}"
+                        where = "" if domain is None else f" in {domain_word(state)} {domain}"
                         note = f"gang: replica {replica + 1} of {req.replicas} fits nowhere{where}"
                         failure = Unschedulable(result.total_nodes, result.reasons, replica, note)
                         inner.rollback()
-                        return Placement(req, (), (failure,)), site
+                        return Placement(req, (), (failure,)), domain
                     failures.append(result)
-                elif sites and site is None:
-                    site = self.state.nodes[result.node_index].site
-                    each = within_sites(req, (site,))
+                elif domains and domain is None:
+                    links = state.link_domains
+                    domain = links.keys[int(links.node_domain[result.node_index])]
+                    each = within_domains(state, req, (domain,))
             allocations = inner.allocations
             inner.commit()
-        return Placement(req, allocations, tuple(failures)), site
+        return Placement(req, allocations, tuple(failures)), domain
 
     def explain(self, req: Request) -> Unschedulable | None:
         """Why one replica of ``req`` fits nowhere right now, or None if it fits. Changes nothing."""

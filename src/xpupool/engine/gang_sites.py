@@ -10,7 +10,10 @@ always did. Otherwise the room bound of ``gang_bound.py`` (one filter pass), sum
 which sites could hold the whole gang now; the engine places the first replica where its profile
 scores best among those sites and the others in the site it chose (``Engine._place_all``), so the
 profile still picks the nodes and the site follows from its choice. The same sums on the empty
-pool give the verdict when no single site ever could (``verdict.py``).
+pool give the verdict when no single site ever could (``verdict.py``). Inside a site that names
+a link domain (a zone, a network block: ``link_domains.py``) the gang is kept to one domain the
+same way, the sums taken per domain: so the unit is a domain, which is the whole site where the
+site names none; ``span_sites`` lifts both.
 """
 
 from __future__ import annotations
@@ -31,11 +34,58 @@ SPAN_HINT = "span-sites"
 
 
 def keeps_to_one_site(state: ClusterState, req: Request) -> bool:
-    """Whether ``req`` is a gang that must stay in one site while more than one site of the pool
-    is open to it (:func:`open_sites`): only then is a site chosen."""
-    if not req.gang or req.replicas < 2 or req.span_sites or len(state.sites) < 2:
+    """Whether ``req`` is a gang that must stay in one domain while more than one is open to it:
+    more than one site (:func:`open_sites`), or a site of several link domains. Only then is a
+    domain chosen."""
+    if not req.gang or req.replicas < 2 or req.span_sites:
         return False
-    return len(open_sites(state, req)) > 1
+    domains = state.link_domains
+    if len(state.sites) < 2 and not domains.split:
+        return False
+    sites = open_sites(state, req)
+    return len(sites) > 1 or any(domains.site_split[state.sites.index(s)] for s in sites)
+
+
+def open_domains(state: ClusterState, req: Request) -> list[str]:
+    """The keys of the link domains (whole sites where a site names none) of the sites open to
+    ``req`` (:func:`open_sites`), in the pool's order: where a gang kept together may go."""
+    domains = state.link_domains
+    open_ids = {state.sites.index(s) for s in open_sites(state, req)}
+    site_of = domains.domain_site.tolist()
+    return [k for k, i in zip(domains.keys, site_of, strict=True) if i in open_ids]
+
+
+def domain_rooms(state: ClusterState, room: Room) -> IntArray:
+    """``[D]`` (the order of ``state.link_domains.keys``) how many replicas each link domain
+    could take at once: the room's per-node bounds summed over the domain's nodes that one
+    replica fits."""
+    fit = room.fit
+    node_domain = state.link_domains.node_domain
+    n = len(state.link_domains.keys)
+    return np.bincount(node_domain[fit], room.per_node[fit], minlength=n).astype(np.int64)
+
+
+def largest_domain(state: ClusterState, rooms: IntArray) -> tuple[str, int]:
+    """The domain whose room (:func:`domain_rooms`) is largest (the first of equals) and it."""
+    best = int(np.argmax(rooms))
+    return state.link_domains.keys[best], int(rooms[best])
+
+
+def domain_word(state: ClusterState) -> str:
+    """What a refusal calls the unit a gang is kept to: a link domain where some site has
+    several, else a site."""
+    return "link domain" if state.link_domains.split else "site"
+
+
+def within_domains(state: ClusterState, req: Request, keys: Sequence[str]) -> Request:
+    """``req`` kept to the link domains ``keys``: to their sites (:func:`within_sites`) and,
+    where one of those sites has several domains, to their nodes (``Request.link_domains``,
+    which the NodeSite filter reads)."""
+    domains = state.link_domains
+    site_ids = [int(domains.domain_site[domains.index[k]]) for k in keys]
+    sites = tuple(dict.fromkeys(state.sites[i] for i in site_ids))
+    split = any(domains.site_split[i] for i in site_ids)
+    return replace(req, sites=sites, exclude_sites=(), link_domains=tuple(keys) if split else ())
 
 
 def open_sites(state: ClusterState, req: Request) -> list[str]:
@@ -44,20 +94,6 @@ def open_sites(state: ClusterState, req: Request) -> list[str]:
     return [
         s for s in state.sites if (not req.sites or s in req.sites) and s not in req.exclude_sites
     ]
-
-
-def site_rooms(state: ClusterState, room: Room) -> IntArray:
-    """``[S]`` (the order of ``state.sites``) how many replicas each site could take at once: the
-    room's per-node bounds summed over the site's nodes that one replica fits."""
-    fit = room.fit
-    sums = np.bincount(state.node_site[fit], room.per_node[fit], minlength=len(state.sites))
-    return sums.astype(np.int64)
-
-
-def largest_site(state: ClusterState, rooms: IntArray) -> tuple[str, int]:
-    """The site whose room is largest (the first of equals, in the pool's order) and its room."""
-    best = int(np.argmax(rooms))
-    return state.sites[best], int(rooms[best])
 
 
 def within_sites(req: Request, sites: Sequence[str]) -> Request:
@@ -69,11 +105,13 @@ def within_sites(req: Request, sites: Sequence[str]) -> Request:
 def no_site_refusal(
     pipeline: Pipeline, req: Request, within: BoolArray | None, room: Room, rooms: IntArray
 ) -> Unschedulable:
-    """Gang ``req`` refused because no single site could take all its replicas now, though the
-    pool as a whole could: the site that could take the most says how far off it is."""
-    site, most = largest_site(pipeline.state, rooms)
+    """Gang ``req`` refused because no single domain (:func:`domain_rooms`: ``rooms``) could
+    take all its replicas now, though the pool as a whole could: the domain that could take the
+    most says how far off it is."""
+    state = pipeline.state
+    where, most = largest_domain(state, rooms)
     note = (
-        f"gang: no single site holds {req.replicas} replicas at once (the most: {site}, {most}); "
-        f"{SPAN_HINT} lets it span sites"
+        f"gang: no single {domain_word(state)} holds {req.replicas} replicas at once "
+        f"(the most: {where}, {most}); {SPAN_HINT} lets it span sites"
     )
     return room_refusal(pipeline, req, within, room, most, note)

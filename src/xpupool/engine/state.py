@@ -27,6 +27,7 @@ import numpy.typing as npt
 
 from xpupool.catalog import AcceleratorCatalog, CompatTable, load_accelerators, load_compat
 from xpupool.engine.capacity import UNLIMITED_TASKS, share_fits_one
+from xpupool.engine.link_domains import LinkDomains
 from xpupool.engine.lru import Lru
 from xpupool.engine.taint_columns import TaintColumns
 from xpupool.model.allocation import Allocation, DeviceShare
@@ -229,6 +230,7 @@ class ClusterState:
                     column = self.node_label[label] = np.full(n, -1, np.int32)
                 column[i] = values.setdefault(value, len(values))
         self.taint_columns = TaintColumns(nodes)
+        self.link_domains = LinkDomains(nodes, self.node_site, len(self.sites))
         # Nodes without devices, and whether the pool has them beside nodes with devices: only
         # then may the cpu-only scorer tell nodes apart (scorers/cpu_only.py).
         self.node_no_devices = self.node_n_dev == 0

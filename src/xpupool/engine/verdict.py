@@ -24,7 +24,13 @@ import numpy as np
 
 from xpupool.engine.device_fit import count_per_node
 from xpupool.engine.gang_bound import gang_room
-from xpupool.engine.gang_sites import SPAN_HINT, keeps_to_one_site, largest_site, site_rooms
+from xpupool.engine.gang_sites import (
+    SPAN_HINT,
+    domain_rooms,
+    domain_word,
+    keeps_to_one_site,
+    largest_domain,
+)
 from xpupool.engine.lru import Lru
 from xpupool.engine.pipeline import Pipeline
 from xpupool.engine.reasons import TEXT, Reason
@@ -94,12 +100,13 @@ class Verdicts:
                     f"asked {req.replicas}",
                 )
             if keeps_to_one_site(pipe.state, req):
-                site, most = largest_site(pipe.state, site_rooms(pipe.state, room))
+                where, most = largest_domain(pipe.state, domain_rooms(pipe.state, room))
                 if most < req.replicas:
+                    unit = domain_word(pipe.state)
                     return Miss(
                         "replicas",
-                        f"no single site holds {req.replicas} replicas of this, even empty (the "
-                        f"largest: {site}, {most}); add {SPAN_HINT} to place it across sites",
+                        f"no single {unit} holds {req.replicas} replicas of this, even empty (the "
+                        f"largest: {where}, {most}); add {SPAN_HINT} to place it across sites",
                     )
         return None
 

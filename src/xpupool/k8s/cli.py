@@ -225,6 +225,13 @@ def agent(
     "kube-scheduler's httpTimeout for the extender",
 )
 @click.option(
+    "--link-domain-label",
+    default=None,
+    metavar="LABEL",
+    help="A node label whose value is the node's link domain (topology.kubernetes.io/zone, a "
+    "network block): a gang's pods are all placed in one [default: the cluster is one domain]",
+)
+@click.option(
     "--filter-all",
     is_flag=True,
     help="filter answers every node that fits and lets kube-scheduler's scoring (with "
@@ -290,6 +297,7 @@ def extender(
     lease: str | None,
     identity: str | None,
     gang_wait: float,
+    link_domain_label: str | None,
     filter_all: bool,
     no_preemption: bool,
     image_needs: bool,
@@ -315,6 +323,14 @@ def extender(
     profiles = load_profiles(profile_file)
     name = policy or (next(iter(profiles)) if profiles else DEFAULT_PROFILE)
     check_policies([name], profiles)
+    if link_domain_label is not None:
+        from xpupool.model.errors import RequestError
+        from xpupool.model.taint import check_key
+
+        try:
+            check_key("--link-domain-label", link_domain_label)
+        except RequestError as exc:
+            raise click.BadParameter(exc.reason, param_hint="--link-domain-label") from None
     host, port = listen
     where: tuple[str, str] | None = None
     if lease is not None:
@@ -337,6 +353,7 @@ def extender(
             lease=where,
             identity=identity or socket.gethostname(),
             gang_wait_s=gang_wait,
+            link_domain_label=link_domain_label,
             choose=not filter_all,
             preempt=not no_preemption,
             image_needs=image_needs,

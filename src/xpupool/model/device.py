@@ -133,7 +133,10 @@ class Node:
     None: it cannot run container images. ``cordoned_devices`` names cards of the node that take
     no new work (what runs there stays): UUIDs of other nodes' cards, or of none, change nothing.
     ``taints`` keep work that does not tolerate them off the node (``model/taint.py``), in
-    Kubernetes' shape: at most one per key and effect."""
+    Kubernetes' shape: at most one per key and effect. ``link_domain`` names the part of its site
+    whose nodes share a fast network (the value of the label the site names as its link domain,
+    ``engine/link_domains.py``): a gang is kept to one; None: the site names none, or the node
+    lacks the label."""
 
     name: str
     cpu_milli: int
@@ -145,10 +148,15 @@ class Node:
     container_runtime: str | None = None
     cordoned_devices: frozenset[str] = frozenset()
     taints: tuple[Taint, ...] = ()
+    link_domain: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
             raise RequestError("name", self.name, "must not be empty")
+        if self.link_domain is not None and (
+            not isinstance(self.link_domain, str) or not self.link_domain
+        ):
+            raise RequestError("link_domain", self.link_domain, "a non-empty name, or None")
         object.__setattr__(self, "taints", check_taints("taints", self.taints))
         known = (*CONTAINER_RUNTIMES, *SITE_RUNTIMES)
         if self.container_runtime is not None and self.container_runtime not in known:

@@ -405,6 +405,9 @@ class Request:
     min_run_s: float | None = None  # not preempted before it ran this long; None: any time
     idle_stop: IdleStop | None = None  # stopped once its cards stayed idle so long; None: never
     max_replicas: int | None = None  # elastic: grows up to this from ``replicas``; None: fixed
+    # the link domains (``site/value``, engine/link_domains.py) a gang's replicas are kept to,
+    # set by the engine as it places them; in neither the JSON nor the compact form; empty: any
+    link_domains: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check_int("cpu", self.cpu_milli, 0, 1 << 40)
@@ -426,6 +429,7 @@ class Request:
                 raise RequestError(
                     "device_policy", self.device_policy, "must be 'binpack' or 'spread'"
                 ) from None
+        object.__setattr__(self, "link_domains", tuple(self.link_domains))
         for key in ("sites", "exclude_sites"):
             names = tuple(getattr(self, key))
             object.__setattr__(self, key, names)

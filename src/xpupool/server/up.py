@@ -111,6 +111,8 @@ class UpConfig:
     launch: Callable[[], LaunchSettings] | None = None
     # sites beside the agent pool, in order (issue 49's sites file builds them: server/sites/)
     sites: tuple[Site, ...] = ()
+    # the sites file's ``agents.link_domain_label``: a gang stays in one of its values
+    agent_link_domain_label: str | None = None
 
     @property
     def tls(self) -> tuple[Path, Path] | None:
@@ -124,7 +126,7 @@ def build_sites(cfg: UpConfig) -> Sites:
     """The plane's sites: the agent pool first (the nodes ``xpupool agent`` registers and the
     cluster file's; their ``site`` labels name sites of the pool for placement), then
     ``cfg.sites`` in their order. A site of a name already taken is refused."""
-    return Sites([AgentPoolSite(), *cfg.sites])
+    return Sites([AgentPoolSite(link_domain_label=cfg.agent_link_domain_label), *cfg.sites])
 
 
 def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPlane:

@@ -227,6 +227,7 @@ class K8sCluster:
         apiserver_args: Sequence[str] = (),
         controller_manager: bool | Sequence[str] = False,
         start_timeout_s: float = 90.0,
+        etcd: tuple[str, str] | None = None,
     ) -> None:
         if extender is None and extender_url is not None:
             extender = Extender(url_prefix=extender_url)
@@ -243,6 +244,9 @@ class K8sCluster:
             else tuple(controller_manager)
         )
         self.start_timeout_s = start_timeout_s
+        # (url, key prefix): another cluster's etcd, under a prefix of this one's own (several
+        # control planes on one etcd, as issue 51's sites); None: an etcd of its own
+        self.etcd = etcd
         self.etcd_url = ""
         self.workdir = workdir
         self.components: list[Component] = []
@@ -275,7 +279,10 @@ class K8sCluster:
             self._own_workdir = True
         self.workdir.mkdir(parents=True, exist_ok=True)
         try:
-            self.etcd_url = self._start_etcd(bins["etcd"])
+            if self.etcd is None:
+                self.etcd_url = self._start_etcd(bins["etcd"])
+            else:
+                self.etcd_url = self.etcd[0]
             self._start_apiserver(bins["kube-apiserver"], self.etcd_url)
             if self.controllers:
                 self._start_controller_manager(bins[CONTROLLER_MANAGER])
@@ -472,6 +479,7 @@ class K8sCluster:
             [
                 str(binary),
                 f"--etcd-servers={etcd_url}",
+                *([] if self.etcd is None else [f"--etcd-prefix={self.etcd[1]}"]),
                 "--bind-address=127.0.0.1",
                 "--advertise-address=127.0.0.1",
                 f"--secure-port={port}",

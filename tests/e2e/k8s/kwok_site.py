@@ -17,10 +17,11 @@ from test_plane_site_e2e import COMPLETE_STAGE, MANAGED, kwok_node
 
 @contextmanager
 def kwok_site(
-    tmp: Path, name: str, nodes: Sequence[str]
+    tmp: Path, name: str, nodes: Sequence[str], extender_args: tuple[str, ...] = ()
 ) -> Iterator[tuple[K8sCluster, ExtenderProcess]]:
     """The cluster in ``tmp/name`` with ``nodes`` (kwok's, two A100s each); its extender's log
-    is ``tmp/name-extender.log``. Everything stops on exit."""
+    is ``tmp/name-extender.log``, ``extender_args`` more of its command line. Everything stops
+    on exit."""
     port = free_port()
     extender = Extender(url_prefix=f"http://127.0.0.1:{port}", managed_resources=MANAGED)
     with K8sCluster(tmp / name, extender=extender) as kc:
@@ -39,7 +40,8 @@ def kwok_site(
             ],
         )
         kc._wait(comp, f"http://127.0.0.1:{kwok_port}/healthz")
-        ext = ExtenderProcess(kc.kubeconfig, port, tmp / f"{name}-extender.log").start()
+        log = tmp / f"{name}-extender.log"
+        ext = ExtenderProcess(kc.kubeconfig, port, log, extender_args).start()
         try:
             for node in nodes:
                 r = kc.api.post("/api/v1/nodes", json=kwok_node(node))

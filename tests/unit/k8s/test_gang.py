@@ -6,6 +6,7 @@ coming. The same Gangs object the extender drives; no API server (the e2e tests 
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -242,6 +243,25 @@ def test_a_group_is_reserved_within_one_site_unless_it_may_span_sites() -> None:
     spanning = ours("g", "3") | {ANNOTATION_REQUEST: "span-sites"}
     judge(gangs, view, pod("m0", annotations=spanning), ["a", "b"])
     assert {s.node for s in gangs.held()["ns/g"]} == {"a", "b"}
+
+
+def test_a_group_is_reserved_within_one_link_domain_of_the_cluster() -> None:
+    """Nodes in zones (``--link-domain-label``: the decoder sets ``Node.link_domain``, issue
+    51): a group takes the one zone that holds it whole (zone-1's two cards cannot), and is
+    refused, holding nothing, when no zone does though the cluster has room."""
+    z1 = [replace(gpu_node(n, count=1), link_domain="zone-1") for n in ("a", "b")]
+    z2 = [replace(gpu_node("c", count=3), link_domain="zone-2")]
+    view = view_with(*z1, *z2)
+    gangs = Gangs(view, wait_s=5, clock=Clock())
+    judge(gangs, view, pod("m0", annotations=ours("g", "3")), ["a", "b", "c"])
+    assert {s.node for s in gangs.held()["ns/g"]} == {"c"}
+    view = view_with(*z1, replace(gpu_node("c", count=2), link_domain="zone-2"))
+    gangs = Gangs(view, wait_s=5, clock=Clock())
+    refused = judge(gangs, view, pod("m0", annotations=ours("g", "3")), ["a", "b", "c"])
+    why = refused.failed["a"]
+    assert refused.fits == [] and isinstance(why, GangTooFewFit)
+    assert "no single link domain holds 3 replicas" in why.why.note
+    assert gangs.held() == {} and free_cards(view) == 4
 
 
 def test_a_pod_group_label_takes_its_size_from_the_lookup() -> None:

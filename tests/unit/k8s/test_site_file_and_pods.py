@@ -11,7 +11,10 @@ from typing import Any
 import pytest
 
 from xpupool.engine import ClusterState, Engine
+from xpupool.engine.link_domains import labelled
 from xpupool.k8s.codec.pod_request import pod_demand
+from xpupool.k8s.extender.main import domain_decoder
+from xpupool.k8s.informers.decoders import decode_node
 from xpupool.k8s.informers.pod_groups import group_claim
 from xpupool.k8s.site.pods import (
     PodPlan,
@@ -22,7 +25,7 @@ from xpupool.k8s.site.pods import (
     secret_object,
 )
 from xpupool.k8s.site.site import read_node
-from xpupool.k8s.site.sites_file import load_site_network, load_sites
+from xpupool.k8s.site.sites_file import load_agent_pool, load_site_network, load_sites
 from xpupool.model.allocation import Allocation, DeviceShare
 from xpupool.model.errors import RequestError
 from xpupool.model.spec import parse_spec
@@ -140,6 +143,13 @@ def test_a_finished_jobs_pods_are_kept_as_long_as_the_sites_file_says(tmp_path: 
             "given twice",
         ),
         ("sites: []\ndatasets: {x: {size: 1Qi, sites: [a]}}\n", "datasets.x.size", "unit"),
+        (
+            "sites:\n  - {name: a, in_cluster: true, link_domain_label: 'a zone'}\n",
+            "sites[0].link_domain_label",
+            "a node label's name",
+        ),
+        ("sites: []\nagents: {link_domain_label: -zone}\n", "agents.link_domain_label", "label"),
+        ("sites: []\nagents: {colour: red}\n", "agents.colour", "Extra"),
     ],
 )
 def test_a_bad_sites_file_is_refused_naming_the_field(
@@ -148,6 +158,36 @@ def test_a_bad_sites_file_is_refused_naming_the_field(
     with pytest.raises(RequestError) as err:
         load_sites(write(tmp_path, text))
     assert field in err.value.field and why in str(err.value), str(err.value)
+
+
+def test_link_domain_labels_are_read_from_the_sites_file(tmp_path: Path) -> None:
+    """A site's and the agent pool's ``link_domain_label`` (issue 51): None when not given."""
+    path = write(
+        tmp_path,
+        "sites:\n"
+        "  - {name: gpu-a, in_cluster: true, link_domain_label: topology.kubernetes.io/zone}\n"
+        "  - {name: gpu-b, in_cluster: true}\n"
+        "agents: {link_domain_label: rack}\n",
+    )
+    a, b = load_sites(path)
+    assert (a.link_domain_label, b.link_domain_label) == ("topology.kubernetes.io/zone", None)
+    assert load_agent_pool(path).link_domain_label == "rack"
+    assert load_agent_pool(write(tmp_path, "sites: []\n")).link_domain_label is None
+
+
+def test_a_nodes_link_domain_is_its_sites_label_value() -> None:
+    """What a site hands the engine (``KubernetesSite.hosted``, the extender's decoder): the
+    value of the label its ``link_domain_label`` names; None without the label or the setting."""
+    obj = hami_node("n1")
+    obj["metadata"]["labels"] = {"topology.kubernetes.io/zone": "zone-1"}
+    node = read_node(obj, "gpu-a").node
+    assert node is not None and node.link_domain is None
+    zoned = labelled(node, "topology.kubernetes.io/zone")
+    assert zoned.link_domain == "zone-1" and labelled(zoned, "rack").link_domain is None
+    assert labelled(node, None) is node
+    decoded = domain_decoder("topology.kubernetes.io/zone")(obj)
+    assert decoded is not None and decoded.link_domain == "zone-1"
+    assert domain_decoder(None) is decode_node
 
 
 def test_links_and_datasets_are_read_from_the_sites_file(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from xpupool.engine.cycle.eviction import may_evict, may_reclaim
 from xpupool.engine.cycle.preempt import Loss, plan_preemption
 from xpupool.engine.cycle.reservations import Reservations, Within
 from xpupool.engine.cycle.stop_cost import StopCosts, cards_of
-from xpupool.engine.gang_sites import keeps_to_one_site, open_sites, within_sites
+from xpupool.engine.gang_sites import keeps_to_one_site, open_domains, within_domains
 from xpupool.engine.outcomes import (
     GangIncomplete,
     Inadmissible,
@@ -279,8 +279,8 @@ class SchedulingCycle:
         freed) is placed without evicting more; else the engine's minimal, deterministic plan
         for it (``preempt.py``) names victims, which are released whole, and the replica is
         placed, so the next replica sees what is left. The what-if is rolled back. A gang kept
-        to one site (``gang_sites.py``) is tried so in each site open to it, and the victims of
-        the site where they matter least are named.
+        to one site or link domain (``gang_sites.py``) is tried so in each open to it, and the
+        victims of the one where they matter least are named.
 
         Victims are jobs of lower priority, or with ``from_queues`` any job charged to one of
         those queues (a lender reclaiming from borrowers: lowest priority, newest first). With
@@ -314,13 +314,18 @@ class SchedulingCycle:
         if not keeps_to_one_site(self.engine.state, job.request):
             found = self._victims_for(one, job.request.replicas, evictable, holder_of, loss)
             return () if found is None else tuple(found.values())
-        # A gang kept to one site frees room in one: the site whose victims matter least (the
-        # lowest highest priority, then the fewest, then the lowest priority sum, as ``preempt``
-        # ranks nodes), the first in the pool's order among equals.
+        # A gang kept to one site (or link domain) frees room in one: the one whose victims
+        # matter least (the lowest highest priority, then the fewest, then the lowest priority
+        # sum, as ``preempt`` ranks nodes), the first in the pool's order among equals.
         best: tuple[tuple[float, ...], dict[int, RunningWork]] | None = None
-        for site in open_sites(self.engine.state, job.request):
+        state = self.engine.state
+        for domain in open_domains(state, job.request):
             found = self._victims_for(
-                within_sites(one, (site,)), job.request.replicas, evictable, holder_of, loss
+                within_domains(state, one, (domain,)),
+                job.request.replicas,
+                evictable,
+                holder_of,
+                loss,
             )
             if found is None:
                 continue

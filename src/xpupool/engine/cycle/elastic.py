@@ -31,7 +31,7 @@ from typing import Protocol
 
 from xpupool.engine.cycle.admission import Admission, Admitted
 from xpupool.engine.cycle.preempt import plan_preemption
-from xpupool.engine.gang_sites import keeps_to_one_site, open_sites, within_sites
+from xpupool.engine.gang_sites import keeps_to_one_site, open_domains, within_domains
 from xpupool.engine.outcomes import Grew, Refused, Shrank, ShrinkingElastic
 from xpupool.engine.txn import Transaction
 from xpupool.model.allocation import Allocation
@@ -139,20 +139,22 @@ def shrink_plan(
 ) -> Shrink | None:
     """The fewest extra replicas to release so that every replica of ``job`` fits, or None when
     there are none or releasing them all would not be enough (whole jobs must go, or nothing
-    helps). A gang kept to one site (``gang_sites.py``) is tried in each site open to it and the
-    site needing the fewest extras is taken (the first in the pool's order among equals).
+    helps). A gang kept to one site or link domain (``gang_sites.py``) is tried in each open to
+    it and the one needing the fewest extras is taken (the first in the pool's order among
+    equals).
     A what-if: the state is left as it was."""
     state = admission.engine.state
     extras = book.live(state.live)
     if not extras:
         return None
     one = extra_request(job.request)
-    sites: list[tuple[str, ...]] = [()]
+    domains: list[tuple[str, ...]] = [()]
     if keeps_to_one_site(state, job.request):
-        sites = [(site,) for site in open_sites(state, job.request)]
+        domains = [(key,) for key in open_domains(state, job.request)]
     best: list[Allocation] | None = None
-    for site in sites:
-        found = _extras_for(admission, within_sites(one, site) if site else one, job, extras)
+    for domain in domains:
+        kept = within_domains(state, one, domain) if domain else one
+        found = _extras_for(admission, kept, job, extras)
         if found is None:
             continue
         if not found:  # fits as it is there (admission's flavours refused it): not for us

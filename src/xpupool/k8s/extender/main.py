@@ -12,12 +12,14 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 from prometheus_client import CollectorRegistry
 
 from xpupool.catalog.images import default_image_catalog
 from xpupool.catalog.operator_file import OperatorCatalog
+from xpupool.engine.link_domains import labelled
 from xpupool.engine.profile import Profile
 from xpupool.k8s.codec.node_lock import WAIT_S, LockMode, NodeLocks
 from xpupool.k8s.codec.pod_assignment import assignment_annotations
@@ -33,12 +35,13 @@ from xpupool.k8s.extender.learner import Learner
 from xpupool.k8s.extender.pod_api import LightkubePodApi
 from xpupool.k8s.extender.preemption import Preemptions
 from xpupool.k8s.extender.verbs import Annotator, Extender
-from xpupool.k8s.informers.cluster_view import ClusterView
+from xpupool.k8s.informers.cluster_view import ClusterView, NodeDecoder
 from xpupool.k8s.informers.decoders import decode_node, decode_pod_devices
 from xpupool.k8s.informers.kubeconfig import load_config, make_client
 from xpupool.k8s.informers.leader import LeaderElector
 from xpupool.k8s.informers.resource_quota import NamespaceQuotas
 from xpupool.model.allocation import Allocation
+from xpupool.model.device import Node
 
 log = logging.getLogger("xpupool.k8s.extender")
 FIELD_MANAGER = "xpupool-extender"
@@ -58,6 +61,7 @@ class ExtenderConfig:
     lease: tuple[str, str] | None = None  # (namespace, name): leader election on
     identity: str = ""  # this replica in the Lease (the pod's name)
     gang_wait_s: float = DEFAULT_WAIT_S
+    link_domain_label: str | None = None  # a node label: a gang stays in one of its values
     choose: bool = True  # filter answers the engine's node (else every node that fits)
     preempt: bool = True  # evict lower-priority pods for card shares (preemption.py)
     image_needs: bool = False  # containers' images add software needs (pod_images.py)
@@ -82,11 +86,25 @@ def partition_annotator(view: ClusterView) -> Annotator:
     return annotate
 
 
+def domain_decoder(label: str | None) -> NodeDecoder:
+    """``decode_node`` with each node in the link domain ``label`` names
+    (``engine/link_domains.py``): a gang's placement (``Engine.place``, ``gang.py``) is then kept
+    to one domain. None: ``decode_node`` itself, the cluster one domain."""
+    if label is None:
+        return decode_node
+
+    def decode(obj: dict[str, Any]) -> Node | None:
+        node = decode_node(obj)
+        return None if node is None else labelled(node, label)
+
+    return decode
+
+
 def run(cfg: ExtenderConfig, stop: threading.Event | None = None) -> None:
     """Serve until SIGTERM/SIGINT (uvicorn's handlers) or ``stop``."""
     config = load_config(cfg.kubeconfig)
     view = ClusterView(
-        decode_node,
+        domain_decoder(cfg.link_domain_label),
         decode_pod_devices,
         profile=cfg.policy,
         profiles=cfg.profiles or None,

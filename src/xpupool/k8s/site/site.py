@@ -63,6 +63,7 @@ from lightkube.core.resource import ApiInfo, ResourceDef
 from lightkube.generic_resource import GenericNamespacedResource
 
 from xpupool.engine.host import HostedNode
+from xpupool.engine.link_domains import labelled
 from xpupool.k8s.informers.decoders import decode_node
 from xpupool.k8s.informers.kubeconfig import RawNode, RawPod, make_client
 from xpupool.k8s.informers.watch import Event, EventType, Informer, backoff_s
@@ -266,10 +267,12 @@ class KubernetesSite:
 
     def hosted(self, records: Iterable[NodeRecord]) -> Iterator[HostedNode]:
         """A cordoned node (``spec.unschedulable``, or the admin's cordon) or a lost one takes no
-        new work; HAMi's cordoned cards and the admin's neither."""
+        new work; HAMi's cordoned cards and the admin's neither. Each node is in the link domain
+        its ``link_domain_label`` names (``engine/link_domains.py``)."""
+        label = self.config.link_domain_label
         for rec in records:
             yield HostedNode(
-                rec.node,
+                labelled(rec.node, label),
                 not (rec.cordoned or rec.status is NodeStatus.LOST),
                 frozenset(rec.cordoned_devices | rec.node.cordoned_devices),
             )

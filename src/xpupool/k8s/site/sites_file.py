@@ -12,10 +12,13 @@ sites, beside its agent pool, in the order a job naming no site is offered them.
         namespaces: {ml-team: research}    # optional fixed mapping, wins over the prefix
         create_namespaces: false     # the plane creates a tenant's namespace when missing
         finished_pods_retention_s: 300  # a finished job's pods kept so long (0: deleted at once)
+        link_domain_label: topology.kubernetes.io/zone  # optional: a gang stays in one value
     links:                           # optional: between node sites (model/site_network.py)
       - {sites: [gpu-a, agents-bj], bandwidth_gbps: 25, latency_ms: 30}
     datasets:                        # optional: where named datasets live
       imagenet: {size: 150Gi, sites: [gpu-a]}
+    agents:                          # optional: the agent pool's settings
+      link_domain_label: rack        # as a site's, from the labels agents register
 
 Read as strictly as every other file the operator gives: unknown keys, a bad name, two sites of
 one name, a kubeconfig that is not a file are refused with a :class:`RequestError` naming the
@@ -43,16 +46,49 @@ from xpupool.model.site_network import (
     SiteNetwork,
     parse_network,
 )
+from xpupool.model.taint import check_key
 from xpupool.model.validation import request_error
 from xpupool.server.schemas.base import NAME_PATTERN
 
-__all__ = ["KubernetesSiteConfig", "SitesFile", "load_site_network", "load_sites", "parse_sites"]
+__all__ = [
+    "AgentPoolConfig",
+    "KubernetesSiteConfig",
+    "SitesFile",
+    "load_agent_pool",
+    "load_site_network",
+    "load_sites",
+    "parse_sites",
+]
 
 # A DNS-1123 label: what a namespace, and the site's name as a label value, may be.
 DNS_LABEL = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 _SITE_NAME = r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$"
 MAX_SITES = 64
 MAX_RETENTION_S = 7 * 24 * 3600  # a week: what is kept longer is the cluster's own business
+
+
+def _label_name(value: str | None) -> str | None:
+    """A node label's name as Kubernetes takes it (a qualified name), or None."""
+    if value is not None:
+        try:
+            check_key("link_domain_label", value)
+        except RequestError as exc:
+            raise ValueError(f"a node label's name: {exc.reason}") from None
+    return value
+
+
+class AgentPoolConfig(BaseModel):
+    """The agent pool's settings (``agents:``): ``link_domain_label`` as a site's, read from the
+    labels agents register (``xpupool agent --label``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    link_domain_label: str | None = Field(default=None, max_length=317)
+
+    @field_validator("link_domain_label")
+    @classmethod
+    def _link_domain_label(cls, value: str | None) -> str | None:
+        return _label_name(value)
 
 
 class KubernetesSiteConfig(BaseModel):
@@ -73,6 +109,14 @@ class KubernetesSiteConfig(BaseModel):
     finished_pods_retention_s: float = Field(
         default=300.0, ge=0, le=MAX_RETENTION_S, strict=True, allow_inf_nan=False
     )
+    # the node label whose value is a node's link domain: a gang is kept to one (a zone, a
+    # network block; engine/link_domains.py); None: the site is one domain
+    link_domain_label: str | None = Field(default=None, max_length=317)
+
+    @field_validator("link_domain_label")
+    @classmethod
+    def _link_domain_label(cls, value: str | None) -> str | None:
+        return _label_name(value)
 
     @field_validator("namespaces")
     @classmethod
@@ -105,6 +149,7 @@ class SitesFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     sites: list[KubernetesSiteConfig] = Field(max_length=MAX_SITES)
+    agents: AgentPoolConfig = Field(default_factory=AgentPoolConfig)
     links: list[LinkSpec] = Field(default_factory=list, max_length=MAX_LINKS)
     datasets: dict[str, DatasetSpec] = Field(default_factory=dict, max_length=MAX_DATASETS)
 
@@ -143,6 +188,15 @@ def load_sites(path: str | Path) -> list[KubernetesSiteConfig]:
     """The sites of the YAML file at ``path``; YAML errors name the file."""
     path = Path(path)
     return parse_sites(_read(path), path.parent)
+
+
+def load_agent_pool(path: str | Path) -> AgentPoolConfig:
+    """The agent pool's settings in the sites file at ``path`` (the defaults without them);
+    checked as :func:`load_sites` checks the file."""
+    try:
+        return SitesFile.model_validate(_read(Path(path))).agents
+    except ValidationError as exc:
+        raise request_error(exc, "sites") from None
 
 
 def load_site_network(path: str | Path) -> SiteNetwork:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from xpupool.engine.host import HostedNode
+from xpupool.engine.link_domains import labelled
 from xpupool.server.schemas.nodes import NodeStatus
 
 if TYPE_CHECKING:
@@ -30,8 +31,11 @@ SOURCES = frozenset({"agent", "cluster"})  # the node sources that are the agent
 class AgentPoolSite:
     """The agent pool behind :class:`~xpupool.server.sites.protocol.Site`."""
 
-    def __init__(self, name: str = AGENT_POOL) -> None:
+    def __init__(self, name: str = AGENT_POOL, link_domain_label: str | None = None) -> None:
         self._name = name
+        # the node label (agents' ``--label``) whose value is a node's link domain: a gang is
+        # kept to one (the sites file's ``agents.link_domain_label``); None: none
+        self.link_domain_label = link_domain_label
         # node -> ids of the jobs it must hear about, in the order they came (dict as ordered set)
         self._book: dict[str, dict[int, None]] = {}
 
@@ -49,10 +53,13 @@ class AgentPoolSite:
         return record.source in SOURCES
 
     def hosted(self, records: Iterable[NodeRecord]) -> Iterator[HostedNode]:
-        """A cordoned or lost node takes no new work; its cordoned and draining cards neither."""
+        """A cordoned or lost node takes no new work; its cordoned and draining cards neither.
+        Each node is in the link domain :attr:`link_domain_label` names
+        (``engine/link_domains.py``)."""
+        label = self.link_domain_label
         for rec in records:
             yield HostedNode(
-                rec.node,
+                labelled(rec.node, label),
                 not (rec.cordoned or rec.status is NodeStatus.LOST),
                 frozenset(rec.cordoned_devices | rec.draining),
             )
