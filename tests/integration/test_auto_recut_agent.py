@@ -8,7 +8,6 @@ registers and the job runs on it."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +15,7 @@ import httpx
 import pytest
 from job_commands import JOB_PYTHON
 from server_proc import ServerProc, stop_process, until
-from test_card_recut_agent import CARD, FAKE, _card, _layout, _tools
-
-from xpupool.probes.fake_tool import FILE_ENV
+from test_card_recut_agent import CARD, _card, _layout, fake_box
 
 pytestmark = pytest.mark.slow
 
@@ -41,14 +38,7 @@ def _state(user: httpx.Client, job: int) -> dict[str, Any]:
 def test_a_partition_job_runs_after_the_cycle_recuts_a_card_nothing_runs_on(
     tmp_path: Path,
 ) -> None:
-    fake = tmp_path / "fake.yaml"
-    fake.write_text(FAKE)
-    _tools(tmp_path / "bin")
-    env = {
-        **os.environ,
-        "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
-        FILE_ENV: str(fake),
-    }
+    fake, env = fake_box(tmp_path)
     extra = ("--heartbeat", "0.2", "--recut-min-idle", "0s")
     with ServerProc(tmp_path / "data", extra_args=extra) as srv:
         agent, log = srv.start_agent(tmp_path, "box", fake, "--poll", "0.05", env=env)
