@@ -51,6 +51,10 @@ class PlaneRecuts:
     def __init__(self, plane: ControlPlane, conn: Connection) -> None:
         self.plane = plane
         self.conn = conn
+        # Unix time the first instance kept only for the minimum idle time may be re-cut, as
+        # the last :meth:`cards` found (None: none): a job that waits for it is tried again
+        # then, though nothing is released meanwhile (the retry gate waits for a release)
+        self.ripe_at: float | None = None
 
     @property
     def rule(self) -> RecutRule:
@@ -93,15 +97,21 @@ class PlaneRecuts:
         return left
 
     def cards(self, job: int) -> Sequence[PartitionCard]:
-        return offered_cards(self.plane, self.wanted())
+        ripe: list[float] = []
+        found = offered_cards(self.plane, self.wanted(), ripe)
+        self.ripe_at = min(ripe, default=None)
+        return found
 
 
 def offered_cards(
-    plane: ControlPlane, wanted: Mapping[tuple[str, str], Layout]
+    plane: ControlPlane,
+    wanted: Mapping[tuple[str, str], Layout],
+    ripe: list[float] | None = None,
 ) -> list[PartitionCard]:
     """The cut cards of ``plane``'s ready, uncordoned agent nodes that allow re-cuts, but those
     with a re-cut in flight (``wanted``, by (node, card)), in the plane's order, with the
-    instances a re-cut must keep marked busy (see the module docstring)."""
+    instances a re-cut must keep marked busy (see the module docstring). ``ripe`` gets, per
+    instance kept only for the minimum idle time, the Unix time that minimum ends."""
     held = {u for h in plane.held_jobs.values() for a in h.allocations for u in a.device_uuids}
     now, idle = plane.clock(), plane.card_idle
     partitions, catalog = load_partitions(), load_accelerators()
@@ -122,14 +132,16 @@ def offered_cards(
             scheme = partitions.scheme_for(instances[0].model, instances[0].vendor, catalog)
             if scheme is None:
                 continue
-            busy = frozenset(
-                (d.partition or "", d.partition_start)
-                for d in instances
-                if d.uuid in held
-                or d.uuid in rec.cordoned_devices
-                or not d.healthy
-                or now - idle.idle_since(d.uuid) < idle.min_idle_s
-            )
+            kept = [d for d in instances if d.uuid in held or d.uuid in rec.cordoned_devices] + [
+                d for d in instances if not d.healthy
+            ]
+            for d in instances:
+                ends = idle.idle_since(d.uuid) + idle.min_idle_s
+                if now < ends and d not in kept:
+                    kept.append(d)
+                    if ripe is not None:
+                        ripe.append(ends)
+            busy = frozenset((d.partition or "", d.partition_start) for d in kept)
             layout = tuple((d.partition or "", d.partition_start) for d in instances)
             out.append(PartitionCard(name, card, scheme, layout, busy))
     return out

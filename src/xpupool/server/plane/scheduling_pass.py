@@ -18,7 +18,7 @@ from sqlalchemy import Connection
 from xpupool.engine.cycle.admission import Admitted
 from xpupool.engine.cycle.cycle import Place, Preempt, Wait
 from xpupool.engine.cycle.recutting import Recutting
-from xpupool.engine.cycle.retry_gate import PassChoice
+from xpupool.engine.cycle.retry_gate import NEVER_TRIED, PassChoice
 from xpupool.engine.cycle.stop_cost import describe, lost_card_s
 from xpupool.engine.outcomes import (
     INADMISSIBLE,
@@ -153,6 +153,9 @@ def _try_admit(plane: ControlPlane, conn: Connection, writes: JobWrites, job: Pe
     The batch's job rows, events and allocations are kept in ``writes`` and written together
     (``storage/job_writes.py``)."""
     gen = plane.retry_gate.generation
+    offer = plane.cycle.recuts
+    if isinstance(offer, auto_recut.PlaneRecuts):
+        offer.ripe_at = None
     try:
         job_sites.dispatch(plane, writes, job)  # its site first, where several are open to it
         decision = plane.cycle.decide(job, plane.held_jobs)
@@ -181,6 +184,9 @@ def _try_admit(plane: ControlPlane, conn: Connection, writes: JobWrites, job: Pe
     # cards held by pods that are no job of the plane's are named (plane/foreign_use.py)
     reason = render(outcome) + foreign_use.note(plane, outcome)
     _still_pending(plane, writes, job, gen, reason)
+    ripe = offer.ripe_at if isinstance(offer, auto_recut.PlaneRecuts) else None
+    if ripe is not None and not isinstance(decision, Recutting):
+        job.tried, job.not_before = NEVER_TRIED, ripe  # a card may be re-cut for it then
     return False
 
 
