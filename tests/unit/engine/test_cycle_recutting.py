@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from test_cycle import Job  # the cycle's pending work, as its own tests give it
+
 from xpupool.catalog import load_accelerators, load_partitions
 from xpupool.catalog.partition_cards import cut_card
 from xpupool.catalog.partition_geometry import Instance, Layout
@@ -47,15 +49,6 @@ class Offer:
     def cards(self, job: int) -> Sequence[PartitionCard]:
         self.asked.append(job)
         return self.offered
-
-
-@dataclass
-class Job:
-    id: int
-    queue: str
-    priority: int
-    request: Request
-    waiting_on: set[int] = field(default_factory=set)
 
 
 def _node(layout: Layout) -> Node:
