@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,7 +13,7 @@ import pytest
 from browser_kit import Pool, axe_violations, dom_nodes, shot, sign_in
 from job_commands import JOB_PYTHON
 from playwright.sync_api import expect
-from server_proc import free_port, until
+from server_proc import ROOT, ServerProc, free_port, until
 
 
 def test_sign_in_keeps_the_token_out_of_the_browser(browser: Any, pool: Pool) -> None:
@@ -464,3 +465,44 @@ def test_the_usage_page_shows_energy_per_site_and_model_over_time_as_the_api(
         assert rows.first.locator("svg.spark title").count() == 1
     team.post(f"/v1/jobs/{job_id}/cancel")
     page.context.close()
+
+
+def test_the_device_grid_shows_each_partitioned_cards_layout(browser: Any, tmp_path: Path) -> None:
+    """A node's cut cards each get a row: its instances in slice order, busy or free as the
+    API's devices say (a job holds the only 4g.40gb)."""
+    cluster = ROOT / "examples" / "cluster-partitions.yaml"
+    with ServerProc(tmp_path / "data", cluster=cluster) as srv, srv.tenant_client("team") as team:
+        hold = [JOB_PYTHON, "-c", "import time; time.sleep(600)"]
+        r = team.post("/v1/jobs", json={"spec": "A100 mig=4g.40gb", "command": hold})
+        assert r.status_code == 201, r.text
+        with httpx.Client(base_url=srv.url, headers=srv.headers()) as admin:
+
+            def instances() -> list[dict[str, Any]]:
+                return [
+                    d
+                    for d in admin.get("/v1/devices", params={"node": "mig-a100"}).json()
+                    if d["partition_of"] is not None
+                ]
+
+            held = until(lambda: [d for d in instances() if d["jobs"]], "the 4g.40gb instance held")
+            assert [d["partition"] for d in held] == ["4g.40gb"]
+            expected: dict[str, list[tuple[int, str]]] = {}
+            for d in instances():
+                words = f"{d['partition']}@{d['partition_start']}"
+                state = "busy" if d["jobs"] else "free"
+                expected.setdefault(d["partition_of"], []).append(
+                    (d["partition_start"], f"{words} {state}")
+                )
+        page = sign_in(browser, srv.url, srv.admin_token)
+        page.goto("/devices?site=beijing")
+        node = page.locator('div.node[data-node="mig-a100"]')
+        rows = node.locator("table.layouts tbody tr")
+        expect(rows).to_have_count(len(expected))  # the uncut A100 has no row
+        for card, cut in expected.items():
+            row = node.locator(f'table.layouts tr[data-card="{card}"] td')
+            expect(row).to_have_text(", ".join(text for _, text in sorted(cut)))
+        card = held[0]["partition_of"]
+        expect(node.locator(f'tr[data-card="{card}"] td')).to_have_text(
+            "4g.40gb@0 busy, 2g.20gb@4 free, 1g.10gb@6 free"
+        )
+        page.context.close()

@@ -67,16 +67,19 @@ def _card(admin: httpx.Client, card: str = CARD) -> dict[str, Any]:
     return dict(r.json())
 
 
-def test_the_agent_recuts_a_card_with_the_vendor_tool(tmp_path: Path) -> None:
+def fake_box(tmp_path: Path, **more_env: str) -> tuple[Path, dict[str, str]]:
+    """:data:`FAKE` written under ``tmp_path`` and the agent's environment: the fake tools first
+    on its PATH, the fake-probe file named, and ``more_env``."""
     fake = tmp_path / "fake.yaml"
     fake.write_text(FAKE)
     _tools(tmp_path / "bin")
-    env = {
-        **os.environ,
-        "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
-        FILE_ENV: str(fake),
-        FAIL_ENV: "1g.10gb:6",  # the tool refuses to create that one (the second re-cut)
-    }
+    path = f"{tmp_path / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+    return fake, {**os.environ, "PATH": path, FILE_ENV: str(fake), **more_env}
+
+
+def test_the_agent_recuts_a_card_with_the_vendor_tool(tmp_path: Path) -> None:
+    # the tool refuses to create 1g.10gb@6 (the second re-cut)
+    fake, env = fake_box(tmp_path, **{FAIL_ENV: "1g.10gb:6"})
     extra = ("--heartbeat", "0.2", "--recut-min-idle", "0s")
     with ServerProc(tmp_path / "data", extra_args=extra) as srv:
         agent, log = srv.start_agent(tmp_path, "box", fake, "--poll", "0.05", env=env)

@@ -293,8 +293,8 @@ def node_recut(
         output,
         found,
         lambda: (
-            f"card {found.card} of node {found.node}: now {','.join(found.current) or '-'};"
-            f" wanted {wanted}"
+            f"card {found.card} of node {found.node}: now {','.join(found.current) or '-'}"
+            f" (busy {','.join(found.busy) or '-'}); wanted {wanted}"
         ),
     )
 

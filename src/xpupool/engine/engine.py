@@ -334,6 +334,16 @@ class Engine:
             return None
         return stranded_capacity(self.state, table)
 
+    def target_workload(self) -> TargetWorkload | None:
+        """The workload placements are weighed against, as :meth:`stranded` reads it: the one a
+        scorer keeps (given, or learned from the requests), else the one given to the engine;
+        None when there is none yet. What a front's re-cut choice weighs layouts by
+        (``server/plane/auto_recut.py``)."""
+        kept = [s.frag for s in self._scorers.values() if isinstance(s, Fgd)]
+        for frag in [*kept, *(m.frag for m in self._models.values())][:1]:
+            return frag.workload
+        return self.workload
+
     def notes(self) -> list[str]:
         """What the scorers built so far use and chose for themselves (xpupool's resolution, its
         lookahead and where its workload came from, told by its workload model), for reports."""

@@ -63,6 +63,7 @@ class Code(IntEnum):
     RESERVATION_AHEAD = 36
     RESERVATION_CLOSED = 37
     PREEMPTED_BY_RESERVATION = 38
+    RECUTTING_CARDS = 39
 
 
 INADMISSIBLE = "inadmissible: "
@@ -125,6 +126,7 @@ TEXT: dict[Code, str] = {
     Code.PREEMPTED_BY_RESERVATION: (
         "preempted: reservation {reservation} begins and takes back the cards it lent"
     ),
+    Code.RECUTTING_CARDS: "{cause}; re-cutting {cuts} for this job",
 }
 
 # how a quota outcome names each resource (``admission.Resource`` values) and writes its amounts:
@@ -373,6 +375,20 @@ class ShrinkingElastic:
 Resized = Grew | Shrank
 
 
+# ---------------------------------------------------------------------- re-cutting cards
+
+
+@dataclass(frozen=True, slots=True)
+class RecuttingCards:
+    """``cause`` until each card of ``cuts`` (``(card UUID, node, layout words)``) is re-cut
+    into that layout for the job (``engine/cycle/recutting.py``): its partition profile is
+    free nowhere, and re-cutting free slices makes one."""
+
+    code: ClassVar[Code] = Code.RECUTTING_CARDS
+    cause: Refused
+    cuts: tuple[tuple[str, str, tuple[str, ...]], ...]
+
+
 # ---------------------------------------------------------------------- placing a pod (k8s/)
 
 
@@ -578,6 +594,7 @@ Outcome = (
     | GangRefusal
     | Resized
     | ShrinkingElastic
+    | RecuttingCards
 )
 
 
@@ -624,6 +641,11 @@ def _fields(o: Outcome) -> dict[str, object]:
         return {f.name: getattr(o, f.name) for f in fields(o)}
     if isinstance(o, ShrinkingElastic):
         return {"cause": render(o.cause), "count": o.count, "jobs": list(o.jobs)}
+    if isinstance(o, RecuttingCards):
+        cuts = " and ".join(
+            f"{card} on {node} to {', '.join(words)}" for card, node, words in o.cuts
+        )
+        return {"cause": render(o.cause), "cuts": cuts}
     if isinstance(o, ReservationAhead | ReservationClosed | PreemptedByReservation):
         return {f.name: getattr(o, f.name) for f in fields(o)}
     return _pod_fields(o)

@@ -3,8 +3,9 @@
 Placement never changes a card's layout: a request for a hardware partition (``mig=3g.40gb``, or
 isolated memory) that no free instance holds is refused like any other. A front that may re-cut
 cards then asks here which cards to cut and into what, and carries the answer out its own way
-(the partition study rebuilds its simulated nodes through the engine host; the plane will send
-it to the agent, ``PUT /v1/nodes/{node}/cards/{uuid}/layout``) before placing the request again.
+(the partition study rebuilds its simulated nodes through the engine host; the plane asks the
+node's agent through its one re-cut operation, as the scheduling cycle proposes:
+``engine/cycle/recutting.py``) before placing the request again.
 The choice of card and layout is a rule with one signature (``partition_recut.recut_choice``,
 xpupool's; ``hami_mig.hami_mig_choice``, HAMi v2.10's); this step only says which cards the rule
 may choose among: those of a scheme that has the profile, on nodes where the request's CPU and

@@ -21,6 +21,7 @@ from xpupool.engine.cycle.dispatch import SiteDispatch
 from xpupool.engine.cycle.elastic import ElasticBook, Shrink, shrink_plan
 from xpupool.engine.cycle.eviction import may_evict, may_reclaim
 from xpupool.engine.cycle.preempt import Loss, plan_preemption
+from xpupool.engine.cycle.recutting import RecutOffer, Recutting, recutting
 from xpupool.engine.cycle.reservations import Reservations, Within
 from xpupool.engine.cycle.stop_cost import StopCosts, cards_of
 from xpupool.engine.gang_sites import keeps_to_one_site, open_domains, within_domains
@@ -117,7 +118,7 @@ class Preempt:
         return isinstance(self.outcome, Reclaiming)
 
 
-Decision = Place | Wait | Preempt | Shrink
+Decision = Place | Wait | Preempt | Shrink | Recutting
 
 # every field of a request but its name: two requests alike in these fare alike
 _SHAPE = fields_but("name")
@@ -143,6 +144,8 @@ class SchedulingCycle:
         self.elastic = ElasticBook()  # elastic jobs' extra replicas (elastic.py)
         # with it, reserved cards are lent, held and reclaimed by its rules (reservations.py)
         self.reservations = reservations
+        # with it, a partition request that fits nowhere waits for a re-cut (recutting.py)
+        self.recuts: RecutOffer | None = None
         self._refused: dict[tuple[object, ...], Wait] | None = None
         self._refused_at = (-1, -1)
 
@@ -233,6 +236,11 @@ class SchedulingCycle:
         if waiting_on:  # its victims are still stopping: do not pick more
             return Wait(WaitingForVictims(reason, tuple(sorted(waiting_on))), waiting_on)
         if isinstance(outcome, Refusal) and outcome.capacity_only:
+            cut: Recutting | bool = False
+            if self.recuts is not None:  # free slices re-cut: nobody stops for it
+                cut = recutting(self.engine, self.recuts, job.id, job.request, reason)
+                if isinstance(cut, Recutting):
+                    return cut
             shrink = (
                 shrink_plan(self.admission, self.elastic, job, reason) if self.elastic else None
             )
@@ -250,7 +258,7 @@ class SchedulingCycle:
                     lent = Reclaiming(reason, tuple(sorted(borrowers)), len(victims))
                     return Preempt(lent, victims)
             miss = None if self.verdicts is None else self.verdicts.never_fits(job.request)
-            if miss is not None:
+            if miss is not None and not cut:  # (a card a re-cut could serve later: room only)
                 return Wait(NeverFits(miss.reason))
         return Wait(reason)
 

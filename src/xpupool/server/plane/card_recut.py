@@ -1,6 +1,6 @@
 """Re-cutting a partitioned card on an agent node (issue 53): the plane's one operation for it,
-whoever asks (the admin's ``PUT /v1/nodes/NODE/cards/UUID/layout`` today, the engine's proposals
-later), and what the node's heartbeats do with it.
+whoever asks (the admin's ``PUT /v1/nodes/NODE/cards/UUID/layout``, or the scheduling cycle for
+a job through ``auto_recut.py`` and :func:`recut_in`), and what the node's heartbeats do with it.
 
 :func:`recut` checks the wanted layout against the catalog's geometry (422 on ``layout``), then,
 under the plane's lock, refuses (409, :class:`RecutRefused` with a code; nothing changed) a card
@@ -80,6 +80,7 @@ class CardLayout:
     card: str
     model: str
     current: Layout
+    busy: Layout  # the instances of ``current`` that jobs hold now
     wanted: Layout | None
     why: str
     asked_at: float | None
@@ -141,59 +142,93 @@ def recut(
     RequestError on ``layout`` (not a layout, or one the card's geometry refuses) and
     :class:`RecutRefused`; each changes nothing. Asking for the layout the card holds drops a
     wanted one and changes nothing else."""
-    now = plane.clock()
     with plane.locked():
         rec = plane.node(node)
         if rec is None:
             raise NotFound("node", node)
-        device, current, destroyable = _card(rec, card)
+        device, _, _ = _card(rec, card)
         layout = _check_layout(device, words)
-        if rec.source != "agent":
-            raise RecutRefused(
-                RecutRefusal.NOT_AGENT, f"node {node} has no agent to re-cut its cards"
-            )
-        if rec.node.labels.get(RECUT_LABEL, "").lower() == "false":
-            raise RecutRefused(
-                RecutRefusal.NOT_ALLOWED, f"node {node} is labelled {RECUT_LABEL}=false"
-            )
-        change = layout_change(current, layout)
-        gone = [d for d in destroyable if (d.partition or "", d.partition_start) in change.destroy]
-        if not current:  # an uncut card goes as a whole
-            gone = list(destroyable) if not change.empty else []
-        busy = sorted(d.uuid for d in gone if d.uuid in _held(plane, node))
-        if busy:
-            raise RecutRefused(
-                RecutRefusal.BUSY, f"jobs hold {', '.join(busy)}, which the re-cut destroys", busy
-            )
-        idle = plane.card_idle
-        recent = sorted(d.uuid for d in gone if now - idle.idle_since(d.uuid) < idle.min_idle_s)
-        if recent:
-            raise RecutRefused(
-                RecutRefusal.NOT_IDLE,
-                f"{', '.join(recent)} held work less than {idle.min_idle_s:g} s ago",
-                recent,
-            )
-        shown = layout_words(layout)
+        asked = _checked(plane, rec, card, layout)
         with plane.write() as conn:
-            key = (card_layouts.c.node == node) & (card_layouts.c.card == card)
-            conn.execute(delete(card_layouts).where(key))
-            if change.empty:
-                _event(conn, node, card, now, "asked", f"{shown}: cut so already ({why})")
-            else:
-                # nothing lands on them until the agent has cut the card
-                cordoned = [d.uuid for d in gone if d.uuid not in rec.cordoned_devices]
-                conn.execute(
-                    insert(card_layouts).values(
-                        node=node, card=card, layout=shown, why=why, asked_at=now, cordoned=cordoned
-                    )
-                )
-                _event(conn, node, card, now, "asked", f"{shown} ({why})")
-                for uuid in cordoned:
-                    plane.cordon_device(conn, rec, uuid, True)
-            plane.audit.record(
-                who, "recut", f"node {node} card {card}", 200, f"{shown}: {why}", conn=conn
-            )
+            _ask(plane, conn, asked, why, who)
         return _view(plane, rec, card)
+
+
+def recut_in(
+    plane: ControlPlane, conn: Connection, rec: NodeRecord, card: str, layout: Layout, why: str
+) -> None:
+    """:func:`recut` inside a write the caller holds (the scheduling pass's batch, asking a
+    re-cut the cycle proposed: ``layout`` is then the engine's, checked against the geometry
+    here as well). Raises as :func:`recut` does, before changing anything."""
+    device, _, _ = _card(rec, card)
+    layout = _check_layout(device, layout_words(layout))
+    _ask(plane, conn, _checked(plane, rec, card, layout), why, None)
+
+
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    """A re-cut that passed the checks: the node, the card, the layout wanted, the change from
+    the current one and the devices it destroys."""
+
+    rec: NodeRecord
+    card: str
+    layout: Layout
+    empty: bool
+    gone: tuple[Device, ...]
+
+
+def _checked(plane: ControlPlane, rec: NodeRecord, card: str, layout: Layout) -> _Asked:
+    """The checks of :func:`recut` on a layout the geometry takes; raises :class:`RecutRefused`."""
+    node = rec.node.name
+    now = plane.clock()
+    _, current, destroyable = _card(rec, card)
+    if rec.source != "agent":
+        raise RecutRefused(RecutRefusal.NOT_AGENT, f"node {node} has no agent to re-cut its cards")
+    if rec.node.labels.get(RECUT_LABEL, "").lower() == "false":
+        raise RecutRefused(RecutRefusal.NOT_ALLOWED, f"node {node} is labelled {RECUT_LABEL}=false")
+    change = layout_change(current, layout)
+    gone = [d for d in destroyable if (d.partition or "", d.partition_start) in change.destroy]
+    if not current:  # an uncut card goes as a whole
+        gone = list(destroyable) if not change.empty else []
+    busy = sorted(d.uuid for d in gone if d.uuid in _held(plane, node))
+    if busy:
+        raise RecutRefused(
+            RecutRefusal.BUSY, f"jobs hold {', '.join(busy)}, which the re-cut destroys", busy
+        )
+    idle = plane.card_idle
+    recent = sorted(d.uuid for d in gone if now - idle.idle_since(d.uuid) < idle.min_idle_s)
+    if recent:
+        raise RecutRefused(
+            RecutRefusal.NOT_IDLE,
+            f"{', '.join(recent)} held work less than {idle.min_idle_s:g} s ago",
+            recent,
+        )
+    return _Asked(rec, card, layout, change.empty, tuple(gone))
+
+
+def _ask(
+    plane: ControlPlane, conn: Connection, asked: _Asked, why: str, who: Principal | None
+) -> None:
+    """Store ``asked`` (its wanted layout, cordons, event and audit row) in ``conn``."""
+    rec, card, now = asked.rec, asked.card, plane.clock()
+    node = rec.node.name
+    shown = layout_words(asked.layout)
+    key = (card_layouts.c.node == node) & (card_layouts.c.card == card)
+    conn.execute(delete(card_layouts).where(key))
+    if asked.empty:
+        _event(conn, node, card, now, "asked", f"{shown}: cut so already ({why})")
+    else:
+        # nothing lands on them until the agent has cut the card
+        cordoned = [d.uuid for d in asked.gone if d.uuid not in rec.cordoned_devices]
+        conn.execute(
+            insert(card_layouts).values(
+                node=node, card=card, layout=shown, why=why, asked_at=now, cordoned=cordoned
+            )
+        )
+        _event(conn, node, card, now, "asked", f"{shown} ({why})")
+        for uuid in cordoned:
+            plane.cordon_device(conn, rec, uuid, True)
+    plane.audit.record(who, "recut", f"node {node} card {card}", 200, f"{shown}: {why}", conn=conn)
 
 
 def card_layout(plane: ControlPlane, node: str, card: str) -> CardLayout:
@@ -206,7 +241,11 @@ def card_layout(plane: ControlPlane, node: str, card: str) -> CardLayout:
 
 
 def _view(plane: ControlPlane, rec: NodeRecord, card: str) -> CardLayout:
-    device, current, _ = _card(rec, card)
+    device, current, instances = _card(rec, card)
+    held = _held(plane, rec.node.name)
+    busy = tuple(
+        (d.partition or "", d.partition_start) for d in instances if d.partition and d.uuid in held
+    )
     with plane.db.connect() as conn:
         key = (card_layouts.c.node == rec.node.name) & (card_layouts.c.card == card)
         row = conn.execute(select(card_layouts).where(key)).mappings().first()
@@ -222,6 +261,7 @@ def _view(plane: ControlPlane, rec: NodeRecord, card: str) -> CardLayout:
         card=card,
         model=device.model,
         current=current,
+        busy=busy,
         wanted=None if row is None else read_layout("layout", row["layout"]),
         why="" if row is None else row["why"],
         asked_at=None if row is None else row["asked_at"],

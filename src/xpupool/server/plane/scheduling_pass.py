@@ -17,7 +17,8 @@ from sqlalchemy import Connection
 
 from xpupool.engine.cycle.admission import Admitted
 from xpupool.engine.cycle.cycle import Place, Preempt, Wait
-from xpupool.engine.cycle.retry_gate import PassChoice
+from xpupool.engine.cycle.recutting import Recutting
+from xpupool.engine.cycle.retry_gate import NEVER_TRIED, PassChoice
 from xpupool.engine.cycle.stop_cost import describe, lost_card_s
 from xpupool.engine.outcomes import (
     INADMISSIBLE,
@@ -31,7 +32,7 @@ from xpupool.model.errors import Unavailable
 from xpupool.server import job_lifecycle as lc
 from xpupool.server import job_sites
 from xpupool.server.job_checkpoints import stop_cost_of
-from xpupool.server.plane import foreign_use, reservation_rows
+from xpupool.server.plane import auto_recut, foreign_use, reservation_rows
 from xpupool.server.plane.records import HeldJob, PendingJob
 from xpupool.server.plane.store import allocation_to_dict
 from xpupool.server.schemas.jobs import JobPhase, StopCause
@@ -123,15 +124,20 @@ def batch(
     try:
         with plane.write() as conn:  # a failed write raises Unavailable with memory reloaded
             writes = JobWrites()
-            while k < end:
-                job = candidates[order[k]]
-                k += 1
-                if plane.queued.get(job.id) is not job or plane.retry_gate.tried_now(job):
-                    continue
-                if _try_admit(plane, conn, writes, job):
-                    placed += 1
-                if time.perf_counter() > deadline:
-                    break
+            cycle = plane.cycle
+            cycle.recuts = auto_recut.PlaneRecuts(plane, conn)  # re-cuts, for this batch only
+            try:
+                while k < end:
+                    job = candidates[order[k]]
+                    k += 1
+                    if plane.queued.get(job.id) is not job or plane.retry_gate.tried_now(job):
+                        continue
+                    if _try_admit(plane, conn, writes, job):
+                        placed += 1
+                    if time.perf_counter() > deadline:
+                        break
+            finally:
+                cycle.recuts = None
             writes.flush(conn)
     except Unavailable:
         raise
@@ -147,6 +153,9 @@ def _try_admit(plane: ControlPlane, conn: Connection, writes: JobWrites, job: Pe
     The batch's job rows, events and allocations are kept in ``writes`` and written together
     (``storage/job_writes.py``)."""
     gen = plane.retry_gate.generation
+    offer = plane.cycle.recuts
+    if isinstance(offer, auto_recut.PlaneRecuts):
+        offer.ripe_at = None
     try:
         job_sites.dispatch(plane, writes, job)  # its site first, where several are open to it
         decision = plane.cycle.decide(job, plane.held_jobs)
@@ -155,8 +164,17 @@ def _try_admit(plane: ControlPlane, conn: Connection, writes: JobWrites, job: Pe
         _still_pending(plane, writes, job, gen, render(CannotSchedule(str(exc))))
         return False
     if isinstance(decision, Place):
+        plane.recuts_for.pop(job.id, None)
         _record_placement(plane, conn, writes, job, decision.admitted)
         return True
+    outcome = decision.outcome
+    if isinstance(decision, Recutting) and decision.new:  # the cycle proposes re-cuts for it
+        if auto_recut.carry_out(plane, conn, job.id, decision):
+            why = render(outcome)  # "...; re-cutting CARD on NODE to LAYOUT for this job"
+            state = JobPhase.PENDING.value
+            writes.event({"job_id": job.id, "at": plane.clock(), "state": state, "reason": why})
+        else:
+            outcome = decision.outcome.cause
     job.waiting_on = set(decision.waiting_on) if isinstance(decision, Wait) else set()
     if isinstance(decision, Preempt):
         writes.flush(conn)  # the stops read the victims' rows
@@ -164,8 +182,11 @@ def _try_admit(plane: ControlPlane, conn: Connection, writes: JobWrites, job: Pe
             plane, conn, job, [plane.held_jobs[v.id] for v in decision.victims], decision.reclaim
         )
     # cards held by pods that are no job of the plane's are named (plane/foreign_use.py)
-    reason = render(decision.outcome) + foreign_use.note(plane, decision.outcome)
+    reason = render(outcome) + foreign_use.note(plane, outcome)
     _still_pending(plane, writes, job, gen, reason)
+    ripe = offer.ripe_at if isinstance(offer, auto_recut.PlaneRecuts) else None
+    if ripe is not None and not isinstance(decision, Recutting):
+        job.tried, job.not_before = NEVER_TRIED, ripe  # a card may be re-cut for it then
     return False
 
 

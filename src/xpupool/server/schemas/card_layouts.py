@@ -42,6 +42,10 @@ class CardLayoutView(Lenient):
     card: str = Field(description="The card's UUID (its instances' partition_of).")
     model: str
     current: list[str] = Field(description="Its instances now, as the agent last reported them.")
+    busy: list[str] = Field(
+        default_factory=list,
+        description="The instances of ``current`` that jobs hold now; the others are free.",
+    )
     wanted: list[str] | None = Field(
         description="The layout asked and not applied yet; null: none."
     )

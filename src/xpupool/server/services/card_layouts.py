@@ -19,6 +19,7 @@ def view(found: cr.CardLayout) -> CardLayoutView:
         card=found.card,
         model=found.model,
         current=layout_words(found.current),
+        busy=layout_words(found.busy),
         wanted=None if found.wanted is None else layout_words(found.wanted),
         why=found.why,
         asked_at=found.asked_at,

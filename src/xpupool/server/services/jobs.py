@@ -26,6 +26,7 @@ from xpupool.server.auth import Principal
 from xpupool.server.job_views import Submitted, job_view
 from xpupool.server.plane import (
     ControlPlane,
+    auto_recut,
     check_request_names,
     gang_request,
     secret_rows,
@@ -197,6 +198,12 @@ def _check(
         req = _agent_sites_only(plane, req)
     waiting = "waiting for the scheduler"
     miss = plane.verdicts.never_fits(gang_request(req))  # judged as the cycle will place it
+    if (
+        miss is not None
+        and miss.field == "devices.partition"
+        and auto_recut.could_serve(plane, req)
+    ):
+        miss = None  # no instance of its profile now, but a re-cut can make one (issue 53)
     if miss is not None:
         if not spec.allow_unfittable:
             why = f"nothing in the pool can hold it, even empty: {miss.reason}"

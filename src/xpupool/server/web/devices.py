@@ -12,6 +12,7 @@ reader.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
@@ -54,8 +55,35 @@ def partition_words(d: Device) -> str:
     for a card."""
     if d.partition is None:
         return ""
+    return f" partition {instance_words(d)} of {d.partition_of}"
+
+
+def instance_words(d: Device) -> str:
+    """``3g.40gb@4`` for a MIG instance, the template alone for a vNPU (cluster files' words)."""
     place = "" if d.partition_start is None else f"@{d.partition_start}"
-    return f" partition {d.partition}{place} of {d.partition_of}"
+    return f"{d.partition}{place}"
+
+
+def card_layouts(devs: Sequence[Device]) -> list[dict[str, Any]]:
+    """Each hardware-partitioned card among a node's ``devs``: its UUID and its instances in
+    slice order, each as ``3g.40gb@0`` (a vNPU: its template) and whether work holds it (busy,
+    as its tile's allocation says) or not: what a re-cut could change at a glance."""
+    cards: dict[str, list[Device]] = {}
+    for d in devs:
+        if d.partition is not None and d.partition_of is not None:
+            cards.setdefault(d.partition_of, []).append(d)
+    rows = []
+    for card, instances in cards.items():
+        instances.sort(key=lambda d: (d.partition_start is None, d.partition_start or 0, d.uuid))
+        shown = [
+            {
+                "words": instance_words(d),
+                "busy": bool(d.jobs or d.in_use_by_others or d.allocated_memory_mib),
+            }
+            for d in instances
+        ]
+        rows.append({"card": card, "instances": shown})
+    return rows
 
 
 def tile(d: Device, node: Node | None = None) -> dict[str, Any]:
@@ -104,7 +132,12 @@ def grid_context(plane: ControlPlane, who: Principal, site: str, page_no: int) -
         except (NotFound, KeyError):
             continue  # deleted since the names were read
         nodes.append(
-            {"node": node, "closed": node_closed(node), "tiles": [tile(d, node) for d in devs]}
+            {
+                "node": node,
+                "closed": node_closed(node),
+                "tiles": [tile(d, node) for d in devs],
+                "layouts": card_layouts(devs),
+            }
         )
     return {
         "site": site,

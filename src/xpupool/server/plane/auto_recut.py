@@ -1,0 +1,174 @@
+"""The re-cuts the scheduling cycle proposes, as the plane offers and carries them out (issue 53).
+
+:class:`PlaneRecuts` is the cycle's ``RecutOffer`` for one batch of a scheduling pass: the cards
+it may re-cut are the partitioned cards of ready, uncordoned agent nodes whose pool allows
+re-cuts (``xpupool/recut`` not ``"false"``), with no re-cut in flight (no wanted layout stored,
+read through the batch's own transaction, so a card asked earlier in the batch counts). An
+instance a job holds, one idle for less than the minimum (``xpupool up --recut-min-idle``),
+and a cordoned or unhealthy one are busy: the rule keeps them, so the plane's one re-cut
+operation (``card_recut.recut_in``) takes what the cycle proposes. :func:`carry_out` asks each
+re-cut there, for the job, and writes the job's event; the job stays pending, and the pass after
+the agent has registered the new instances places it. Which re-cuts were asked for which job is
+kept in memory (:data:`BOOK`): after a restart a job asks afresh, among cards with none in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Connection, select
+
+from xpupool.catalog import load_accelerators, load_partitions
+from xpupool.catalog.partition_cards import read_layout
+from xpupool.catalog.partition_geometry import Instance, Layout
+from xpupool.catalog.partitions import PartitionScheme
+from xpupool.engine.cycle.recutting import Recutting, asks_partition, recuttable
+from xpupool.engine.fragmentation import TargetWorkload
+from xpupool.engine.partition_recut import recut_choice
+from xpupool.engine.recut_proposal import PartitionCard, Recut, RecutRule
+from xpupool.model.device import Device
+from xpupool.model.errors import XpupoolError
+from xpupool.model.request import Request
+from xpupool.server.plane.card_recut import RECUT_LABEL, recut_in
+from xpupool.server.schemas.nodes import NodeStatus
+from xpupool.server.storage.card_layouts import card_layouts
+
+if TYPE_CHECKING:
+    from xpupool.server.plane.control import ControlPlane
+
+log = logging.getLogger("xpupool.scheduler")
+__all__ = ["PlaneRecuts", "carry_out", "could_serve", "offered_cards"]
+
+NO_WORKLOAD = TargetWorkload((), ())
+
+
+class PlaneRecuts:
+    """The cycle's re-cut offer over ``plane``'s agent nodes, for one batch written in ``conn``
+    (under the plane's lock)."""
+
+    def __init__(self, plane: ControlPlane, conn: Connection) -> None:
+        self.plane = plane
+        self.conn = conn
+        # Unix time the first instance kept only for the minimum idle time may be re-cut, as
+        # the last :meth:`cards` found (None: none): a job that waits for it is tried again
+        # then, though nothing is released meanwhile (the retry gate waits for a release)
+        self.ripe_at: float | None = None
+
+    @property
+    def rule(self) -> RecutRule:
+        """xpupool's rule (``partition_recut.recut_choice``) on the engine's learned workload."""
+        workload = self.plane.engine.target_workload() or NO_WORKLOAD
+
+        def choose(
+            scheme: PartitionScheme,
+            cards: Sequence[tuple[Layout, frozenset[Instance]]],
+            profile: str,
+        ) -> tuple[int, Layout] | None:
+            return recut_choice(scheme, cards, profile, workload)
+
+        return choose
+
+    def wanted(self) -> dict[tuple[str, str], Layout]:
+        """The wanted layouts stored, by (node, card): the re-cuts in flight, those asked earlier
+        in this batch included (read each time: asked only for a partition request that fits
+        nowhere)."""
+        rows = self.conn.execute(
+            select(card_layouts.c.node, card_layouts.c.card, card_layouts.c.layout)
+        )
+        return {(r.node, r.card): read_layout("layout", r.layout) for r in rows}
+
+    def in_flight(self, job: int) -> tuple[Recut, ...]:
+        """The re-cuts asked for ``job`` that are still wanted; the book forgets the rest."""
+        asked = self.plane.recuts_for.get(job, ())
+        if not asked:
+            return ()
+        wanted = self.wanted()
+        left = tuple(
+            r
+            for r in asked
+            if sorted(wanted.get((r.node, r.uuid), ()), key=str) == sorted(r.layout, key=str)
+        )
+        if left != asked:
+            self.plane.recuts_for.pop(job, None)
+            if left:
+                self.plane.recuts_for[job] = left
+        return left
+
+    def cards(self, job: int) -> Sequence[PartitionCard]:
+        ripe: list[float] = []
+        found = offered_cards(self.plane, self.wanted(), ripe)
+        self.ripe_at = min(ripe, default=None)
+        return found
+
+
+def offered_cards(
+    plane: ControlPlane,
+    wanted: Mapping[tuple[str, str], Layout],
+    ripe: list[float] | None = None,
+) -> list[PartitionCard]:
+    """The cut cards of ``plane``'s ready, uncordoned agent nodes that allow re-cuts, but those
+    with a re-cut in flight (``wanted``, by (node, card)), in the plane's order, with the
+    instances a re-cut must keep marked busy (see the module docstring). ``ripe`` gets, per
+    instance kept only for the minimum idle time, the Unix time that minimum ends."""
+    held = {u for h in plane.held_jobs.values() for a in h.allocations for u in a.device_uuids}
+    now, idle = plane.clock(), plane.card_idle
+    partitions, catalog = load_partitions(), load_accelerators()
+    out: list[PartitionCard] = []
+    for name, rec in plane.heard_node_records():
+        if (
+            rec.source != "agent"
+            or rec.status is not NodeStatus.READY
+            or rec.cordoned
+            or rec.node.labels.get(RECUT_LABEL, "").lower() == "false"
+        ):
+            continue
+        by_card: dict[str, list[Device]] = {}
+        for d in rec.node.devices:
+            if d.partition_of is not None and (name, d.partition_of) not in wanted:
+                by_card.setdefault(d.partition_of, []).append(d)
+        for card, instances in by_card.items():
+            scheme = partitions.scheme_for(instances[0].model, instances[0].vendor, catalog)
+            if scheme is None:
+                continue
+            kept = [d for d in instances if d.uuid in held or d.uuid in rec.cordoned_devices] + [
+                d for d in instances if not d.healthy
+            ]
+            for d in instances:
+                ends = idle.idle_since(d.uuid) + idle.min_idle_s
+                if now < ends and d not in kept:
+                    kept.append(d)
+                    if ripe is not None:
+                        ripe.append(ends)
+            busy = frozenset((d.partition or "", d.partition_start) for d in kept)
+            layout = tuple((d.partition or "", d.partition_start) for d in instances)
+            out.append(PartitionCard(name, card, scheme, layout, busy))
+    return out
+
+
+def could_serve(plane: ControlPlane, req: Request) -> bool:
+    """Whether a re-cut of a card the plane may re-cut could ever hold ``req``'s partition: a
+    submission no instance can hold now is then not refused as unfittable (it waits for room
+    and a re-cut). Under the plane's lock."""
+    return asks_partition(req) and recuttable(offered_cards(plane, {}), req)
+
+
+def carry_out(plane: ControlPlane, conn: Connection, job: int, decision: Recutting) -> bool:
+    """Ask the re-cuts of a new ``decision`` for ``job`` through the plane's one re-cut
+    operation, in ``conn``; False when one was refused (the state moved since the cycle read
+    it: what was asked before it stays asked, and the job asks again on a later pass)."""
+    asked: list[Recut] = []
+    for r in decision.recuts:
+        rec = plane.node(r.node)
+        try:
+            if rec is None:
+                raise XpupoolError(f"node {r.node} is gone")
+            recut_in(plane, conn, rec, r.uuid, r.layout, f"for job {job}")
+        except XpupoolError as exc:
+            log.info("job %d: re-cut of %s on %s refused: %s", job, r.uuid, r.node, exc)
+            break
+        asked.append(r)
+    if asked:
+        plane.recuts_for[job] = tuple(asked)
+    return len(asked) == len(decision.recuts)

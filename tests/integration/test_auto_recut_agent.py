@@ -1,0 +1,80 @@
+"""The scheduling cycle re-cuts a MIG card for a job end to end (issue 53): a real ``xpupool up``
+and a real ``xpupool agent`` whose fake probe reads an A100 cut 3g.40gb@0, 2g.20gb@4, 1g.10gb@6,
+with the fake ``nvidia-smi`` on the agent's PATH (the setup of ``test_card_recut_agent.py``).
+A ``mig=4g.40gb`` job fits no instance; while a job runs on 3g.40gb@0, the only place a 4g can
+start, the card is never chosen and the job waits; once that job is cancelled, the cycle proposes
+the re-cut, the plane asks it (the job's events say so), the agent applies it, the new instance
+registers and the job runs on it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from job_commands import JOB_PYTHON
+from server_proc import ServerProc, stop_process, until
+from test_card_recut_agent import CARD, _card, _layout, fake_box
+
+pytestmark = pytest.mark.slow
+
+SHOW = "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"
+HOLD = "import time; time.sleep(600)"
+
+
+def _job(user: httpx.Client, spec: str, code: str) -> int:
+    r = user.post("/v1/jobs", json={"spec": spec, "command": [JOB_PYTHON, "-c", code]})
+    assert r.status_code == 201, r.text
+    return int(r.json()["id"])
+
+
+def _state(user: httpx.Client, job: int) -> dict[str, Any]:
+    r = user.get(f"/v1/jobs/{job}")
+    r.raise_for_status()
+    return dict(r.json())
+
+
+def test_a_partition_job_runs_after_the_cycle_recuts_a_card_nothing_runs_on(
+    tmp_path: Path,
+) -> None:
+    fake, env = fake_box(tmp_path)
+    extra = ("--heartbeat", "0.2", "--recut-min-idle", "0s")
+    with ServerProc(tmp_path / "data", extra_args=extra) as srv:
+        agent, log = srv.start_agent(tmp_path, "box", fake, "--poll", "0.05", env=env)
+        try:
+            with (
+                httpx.Client(base_url=srv.url, headers=srv.headers()) as admin,
+                srv.tenant_client("team") as user,
+            ):
+                before = ["1g.10gb@6", "2g.20gb@4", "3g.40gb@0"]
+                until(lambda: _layout(admin) == before, f"the card's instances ({log})")
+                holder = _job(user, "A100 mig=3g.40gb", HOLD)
+                until(lambda: _state(user, holder)["state"] == "running", f"job {holder} runs")
+                wanted = _job(user, "A100 mig=4g.40gb", SHOW)
+                until(
+                    lambda: "nodes fit" in _state(user, wanted)["reason"],
+                    f"job {wanted} is tried and waits",
+                )
+                # a 4g starts at slice 0 only, where a job holds the 3g: never re-cut
+                assert "re-cutting" not in _state(user, wanted)["reason"]
+                assert not any(e["event"] == "asked" for e in _card(admin)["events"])
+                assert _layout(admin) == before
+                user.post(f"/v1/jobs/{holder}/cancel").raise_for_status()
+                until(
+                    lambda: _state(user, wanted)["state"] == "succeeded",
+                    f"job {wanted} ran after a re-cut ({log.read_text()[-2000:]})",
+                    90,
+                )
+                events = [e["reason"] for e in _state(user, wanted)["events"]]
+                said = [e for e in events if f"re-cutting {CARD} on box to " in e]
+                assert said and said[0].endswith("for this job"), events
+                assert "4g.40gb@0" in said[0], said
+                card = _card(admin)
+                assert [e["event"] for e in card["events"][:2]] == ["applied", "asked"], card
+                assert f"for job {wanted}" in card["events"][1]["detail"], card
+                assert _layout(admin) == ["1g.10gb@6", "2g.20gb@4", "4g.40gb@0"]
+                logs = user.get(f"/v1/jobs/{wanted}/logs").text.strip()
+                assert logs == f"MIG-{CARD}-0", logs  # it ran on the new 4g.40gb instance
+        finally:
+            stop_process(agent)

@@ -1,0 +1,128 @@
+"""The cycle proposes a re-cut for a partition request whose profile is free on no card: the
+card and layout the rule chooses among the cards the front offers, the re-cuts already in flight
+for the job instead of new ones, nothing for other requests, and nothing changed while deciding."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from test_cycle import Job  # the cycle's pending work, as its own tests give it
+
+from xpupool.catalog import load_accelerators, load_partitions
+from xpupool.catalog.partition_cards import cut_card
+from xpupool.catalog.partition_geometry import Instance, Layout
+from xpupool.catalog.partitions import PartitionScheme
+from xpupool.engine.cycle import Admission, QueueSpec, SchedulingCycle, Wait
+from xpupool.engine.cycle.recutting import Recutting
+from xpupool.engine.fragmentation import TargetWorkload
+from xpupool.engine.outcomes import Code, render
+from xpupool.engine.partition_recut import recut_choice
+from xpupool.engine.recut_proposal import PartitionCard, Recut, RecutRule
+from xpupool.engine.verdict import Verdicts
+from xpupool.model import DeviceRequest, Node, Request
+
+from factories import engine_for, gpu_node, partition_scheme
+
+A100 = partition_scheme("A100-SXM4-80GB")
+TWO_3G: Layout = (("3g.40gb", 0), ("3g.40gb", 4))
+
+
+def _rule(
+    scheme: PartitionScheme, cards: Sequence[tuple[Layout, frozenset[Instance]]], profile: str
+) -> tuple[int, Layout] | None:
+    return recut_choice(scheme, cards, profile, TargetWorkload((), ()))
+
+
+@dataclass
+class Offer:
+    """A front's offer: fixed cards, the re-cuts in flight per job, and what it was asked."""
+
+    offered: list[PartitionCard]
+    flight: dict[int, tuple[Recut, ...]] = field(default_factory=dict)
+    asked: list[int] = field(default_factory=list)
+    rule: RecutRule = _rule
+
+    def in_flight(self, job: int) -> tuple[Recut, ...]:
+        return self.flight.get(job, ())
+
+    def cards(self, job: int) -> Sequence[PartitionCard]:
+        self.asked.append(job)
+        return self.offered
+
+
+def _node(layout: Layout) -> Node:
+    """Node n0 with one A100 cut as ``layout``."""
+    whole = gpu_node("n0", count=1)
+    card = whole.devices[0]
+    return replace(whole, devices=cut_card(card, layout, load_partitions(), load_accelerators()))
+
+
+def _cycle(layout: Layout, offer: Offer | None) -> SchedulingCycle:
+    engine = engine_for(_node(layout))
+    cycle = SchedulingCycle(Admission(engine, [QueueSpec("q", "t", ())]), Verdicts(engine.state))
+    cycle.recuts = offer
+    return cycle
+
+
+def _job(job_id: int, devices: DeviceRequest) -> Job:
+    return Job(job_id, "q", 0, Request(f"j{job_id}", 1000, 1024, devices))
+
+
+def _card(busy: frozenset[Instance] = frozenset()) -> PartitionCard:
+    return PartitionCard("n0", "GPU-0", A100, TWO_3G, busy)
+
+
+def test_a_profile_free_nowhere_waits_for_the_card_the_rule_recuts() -> None:
+    offer = Offer([_card()])
+    cycle = _cycle(TWO_3G, offer)
+    before = cycle.engine.state.dev_mem_free.copy()
+    decision = cycle.decide(_job(1, DeviceRequest(count=1, partition="4g.40gb")), {})
+    assert isinstance(decision, Recutting) and decision.new
+    (recut,) = decision.recuts
+    assert (recut.node, recut.uuid) == ("n0", "GPU-0")
+    assert sorted(recut.layout) == [("3g.40gb", 4), ("4g.40gb", 0)] and recut.destroyed == 1
+    assert decision.outcome.code is Code.RECUTTING_CARDS
+    text = render(decision.outcome)
+    assert "re-cutting GPU-0 on n0 to " in text and "4g.40gb@0" in text, text
+    assert text.endswith("for this job"), text
+    assert (cycle.engine.state.dev_mem_free == before).all()  # deciding changed nothing
+
+
+def test_a_card_whose_busy_instance_is_in_the_way_is_never_cut() -> None:
+    offer = Offer([_card(busy=frozenset({("3g.40gb", 0)}))])
+    decision = _cycle(TWO_3G, offer).decide(_job(1, DeviceRequest(1, partition="4g.40gb")), {})
+    assert isinstance(decision, Wait)  # a 4g starts at slice 0 only, where a 3g is busy
+    assert offer.asked == [1]
+    # a re-cut could serve it once that work ends: it waits for room, not for ever
+    assert decision.outcome.code is Code.NO_NODE_FITS, render(decision.outcome)
+
+
+def test_without_a_card_to_recut_a_profile_no_instance_has_never_fits() -> None:
+    decision = _cycle(TWO_3G, Offer([])).decide(_job(1, DeviceRequest(1, partition="4g.40gb")), {})
+    assert isinstance(decision, Wait)
+    assert decision.outcome.code is Code.NEVER_FITS, render(decision.outcome)
+
+
+def test_a_job_with_a_recut_in_flight_waits_for_it_and_asks_no_other() -> None:
+    asked = Recut("n0", "GPU-0", TWO_3G, (("4g.40gb", 0), ("3g.40gb", 4)))
+    offer = Offer([_card()], flight={1: (asked,)})
+    decision = _cycle(TWO_3G, offer).decide(_job(1, DeviceRequest(1, partition="4g.40gb")), {})
+    assert isinstance(decision, Recutting) and not decision.new
+    assert decision.recuts == (asked,)
+    assert offer.asked == []  # no other card was looked for
+
+
+def test_no_recut_without_an_offer_or_for_a_request_of_no_partition() -> None:
+    decision = _cycle(TWO_3G, None).decide(_job(1, DeviceRequest(1, partition="4g.40gb")), {})
+    assert isinstance(decision, Wait)
+    offer = Offer([_card()])
+    whole = _cycle(TWO_3G, offer).decide(_job(2, DeviceRequest(count=1)), {})
+    assert isinstance(whole, Wait) and offer.asked == []
+
+
+def test_a_free_instance_of_the_profile_is_taken_without_a_recut() -> None:
+    offer = Offer([_card()])
+    decision = _cycle(TWO_3G, offer).decide(_job(1, DeviceRequest(1, partition="3g.40gb")), {})
+    assert not isinstance(decision, Recutting | Wait)
+    assert offer.asked == []
