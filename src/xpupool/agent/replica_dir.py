@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Literal
@@ -68,6 +69,10 @@ class ReplicaDir:
     @property
     def checkpoint_signal(self) -> Path:
         return self.path / "checkpoint_signal"
+
+    @property
+    def resize_signal(self) -> Path:
+        return self.path / "resize_signal"
 
     @property
     def collected(self) -> Path:
@@ -186,6 +191,24 @@ def checkpoint_signal_asked(d: ReplicaDir) -> str | None:
     except OSError:
         return None
     return name if name.isalnum() and name.isupper() else None
+
+
+def request_resize_signal(d: ReplicaDir, name: str) -> None:
+    """Ask the supervisor to send the replica signal ``name`` (``USR1``) once: an elastic job's
+    size file changed (agent/elastic_size.py). Each request carries a new CLOCK_MONOTONIC stamp,
+    which the supervisor compares with the last it carried out."""
+    write_atomic(d.resize_signal, f"{time.monotonic_ns()} {name}\n".encode())
+
+
+def resize_signal_asked(d: ReplicaDir) -> tuple[int, str] | None:
+    """(stamp, signal name) of the last resize signal asked for, or None (none, or unreadable)."""
+    try:
+        stamp, name = d.resize_signal.read_text().split()
+    except (OSError, ValueError):
+        return None
+    if not (stamp.isdigit() and name.isalnum() and name.isupper()):
+        return None
+    return int(stamp), name
 
 
 def stop_requested(d: ReplicaDir) -> float | None:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from xpupool.agent import elastic_size
 from xpupool.agent import replica_dir as rd
 from xpupool.agent.launch import (
     LaunchError,
@@ -51,6 +52,7 @@ from xpupool.server.schemas.agent_protocol import (
     FINAL_REPLICA_STATES,
     MAX_STARTING_REPORTS,
     MAX_STEP_CHARS,
+    ElasticWorld,
     ReplicaReport,
     ReplicaState,
     StartingReport,
@@ -103,6 +105,10 @@ class Replica:
     stopped_for: str = ""
     # (mtime_ns, size) of its progress file when last read: a figure is sent once, when new
     progress_seen: tuple[int, int] | None = None
+    # an elastic job's size as the replica was last told it (None: its start's, in its env)
+    # and whether its size file was written (agent/elastic_size.py)
+    world: ElasticWorld | None = None
+    world_written: bool = False
 
     @property
     def key(self) -> tuple[int, int]:
@@ -262,6 +268,8 @@ class Runner:
         if current is not None and current.state not in FINAL_REPLICA_STATES:
             if current.run_dir is not None and current.work.attempt != work.attempt:
                 self.stop(work.job_id, work.replica)
+            elif work.elastic is not None:
+                self._follow_size(current, work.elastic)
             return None
         if current is not None and current.work.assignment.allocation_id == alloc:
             return None
@@ -296,6 +304,24 @@ class Runner:
         rep.supervisor = _spawn(self.supervisor, d, work.attempt)
         log.info("job %d replica %d on %s: supervisor started (%s)", *rep.key, self.node, backend)
         return rep
+
+    def _follow_size(self, rep: Replica, world: ElasticWorld) -> None:
+        """Tell running elastic ``rep`` its job's size ``world`` (as the server re-sends it at
+        each heartbeat): its size file written once it runs, rewritten when the size or the
+        ranks changed, and then the world's signal sent through its supervisor (never for the
+        first write, which says what its environment said, unless the size changed since)."""
+        if rep.spec is None or rep.run_dir is None or rep.stop_requested:
+            return
+        told = rep.world if rep.world is not None else rep.work.elastic
+        if rep.world_written and world == told:
+            return
+        if not elastic_size.write_size_file(rep.spec.workdir, world):
+            return  # its working directory is not made yet: again at the next heartbeat
+        rep.world, rep.world_written = world, True
+        if world != told:
+            log.info("job %d replica %d: size now %d", *rep.key, world.replicas)
+            with contextlib.suppress(OSError):
+                rd.request_resize_signal(rep.run_dir, world.signal)
 
     def held_ports(self) -> set[int]:
         """The host ports of the live replicas of every node this process runs (re-attached ones

@@ -49,6 +49,7 @@ class Supervisor:
         started = rd.process_started(pid)
         self.status = rd.SupervisorStatus(pid, started or 0, attempt)
         self.signalled = False
+        self.resized = rd.resize_signal_asked(d)  # carried out (one from before a restart too)
         self.step_written = float("-inf")
         self.step_pending = ""
 
@@ -164,6 +165,8 @@ class Supervisor:
                         backend.signal(launched, signal_number(asked_signal))
                         term_at = now + CHECKPOINT_LEAD_S
                     kill_at = term_at + grace
+            if not stopping and not self.status.leader_done:
+                self._resize_signal(backend, launched)
             if term_at is not None and now >= term_at:
                 term_at = None
                 backend.signal(launched, signal.SIGTERM)
@@ -187,6 +190,19 @@ class Supervisor:
             self.write(state="stopped", reason=f"stopped ({text})")
         else:
             self.write(state="succeeded" if self.status.exit_code == 0 else "failed")
+
+    def _resize_signal(self, backend: Backend, launched: Launched) -> None:
+        """Send the signal the agent asked for after rewriting an elastic job's size file, once
+        per request (agent/elastic_size.py)."""
+        asked = rd.resize_signal_asked(self.d)
+        if asked is None or asked == self.resized:
+            return
+        self.resized = asked
+        try:
+            number = signal_number(asked[1])
+        except AttributeError:
+            return  # not a signal of this platform
+        backend.signal(launched, number)
 
     def linger(self) -> int:
         """Wait for the agent to collect the result, then remove the directory; give up once

@@ -442,7 +442,9 @@ class RequestModel(_Form):
         None,
         description="Copies of the replica; null = 1. An object {'min': 2, 'max': 8} (or "
         "'2..8') makes the job elastic: admitted at min, grown into idle capacity up to max, "
-        "shrunk first when others need room.",
+        "shrunk first when others need room. Its replicas get XPUPOOL_REPLICAS, XPUPOOL_RANK "
+        "and XPUPOOL_SIZE_FILE, a file rewritten when the size changes, then SIGUSR1 "
+        "(docs/jobs.md, Elastic jobs).",
     )
     gang: StrictBool | None = Field(
         None,

@@ -22,7 +22,7 @@ from collections.abc import Generator
 from xpupool.engine.cycle.retry_gate import PERIODIC_PASS_S, RETRIES_PER_TENANT
 from xpupool.model.errors import Unavailable
 from xpupool.server import rehearsal
-from xpupool.server.plane import ControlPlane, scheduling_pass
+from xpupool.server.plane import ControlPlane, elastic_runs, scheduling_pass
 
 log = logging.getLogger("xpupool.scheduler")
 __all__ = [
@@ -73,6 +73,7 @@ def pass_steps(plane: ControlPlane) -> Generator[None, None, int]:
     is done, and preferably when no job arrived meanwhile (``scheduling_pass.end``)."""
     start = scheduling_pass.begin(plane)
     if start is None:
+        _grow(plane)
         return 0
     placed = 0
     k = 0
@@ -83,11 +84,19 @@ def pass_steps(plane: ControlPlane) -> Generator[None, None, int]:
         placed += done
         yield
     scheduling_pass.end(plane, start)  # once per pass, not in the middle of a batch of placements
+    _grow(plane)
     plane.notify("pass", time.perf_counter() - start.started)
     # retries left out while some fitted: a backlog to go on with
     if start.choice.again_at_once(placed):
         plane.wake.set()
     return placed
+
+
+def _grow(plane: ControlPlane) -> None:
+    """Elastic jobs grow into what the pending jobs left (``plane/elastic_runs.py``), one
+    replica each per pass: another pass follows at once while any grew."""
+    if elastic_runs.grow_step(plane):
+        plane.wake.set()
 
 
 async def run_passes(plane: ControlPlane, period_s: float = PERIODIC_PASS_S) -> None:

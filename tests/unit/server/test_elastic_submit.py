@@ -1,5 +1,5 @@
-"""An elastic job through the API (issue 54 part 1), as docs/jobs.md says a server runs it today:
-the range is kept with the job, it is admitted and run at its minimum, and a bad range is refused
+"""An elastic job through the API (issue 54 part 1): the range is kept with the job, it is
+admitted at its minimum (it grows once running: test_elastic_runs.py), and a bad range is refused
 naming the field, storing nothing."""
 
 from __future__ import annotations
@@ -25,6 +25,12 @@ def test_an_elastic_job_is_kept_with_its_range_and_runs_at_its_minimum(server: S
     [
         ({"spec": "A100:1 replicas=4..2"}, "spec.replicas.max"),
         ({"request": {"replicas": {"min": 0, "max": 2}}}, "request.replicas.min"),
+        ({"spec": "A100:1 replicas=9..2"}, "spec.replicas.max"),
+        ({"request": {"replicas": {"min": 2}}}, "request.replicas.max"),
+        ({"request": {"replicas": {"min": 2, "max": 10001}}}, "request.replicas.max"),
+        ({"request": {"replicas": {"min": 2, "max": 4, "step": 1}}}, "request.replicas.step"),
+        ({"request": {"replicas": "2..x"}}, "request.replicas"),
+        ({"request": {"replicas": {"min": True, "max": 4}}}, "request.replicas.min"),
     ],
 )
 def test_a_bad_range_is_refused_naming_the_field(

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from xpupool.agent.elastic_size import size_env
 from xpupool.agent.env import device_env
 from xpupool.agent.launch import hami_core
 from xpupool.agent.launch.cgroups import CgroupHost, CgroupPlan
@@ -239,6 +240,7 @@ def job_env(
     env.update(device_env(work.job_id, work.replica, a.node, a.devices, node_vendors).variables)
     env[CHECKPOINT_FILE_ENV] = str(workdir / CHECKPOINT_FILE_NAME)  # docs/jobs.md, Stopping well
     env[PROGRESS_FILE_ENV] = str(workdir / PROGRESS_FILE_NAME)  # model/progress.py (issue 55)
+    env.update(size_env(work.elastic, workdir))  # an elastic job's size (agent/elastic_size.py)
     return env
 
 

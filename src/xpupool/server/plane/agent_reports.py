@@ -23,9 +23,11 @@ from xpupool.server.auth import Principal
 from xpupool.server.body_limit import MAX_LOG_CHUNK
 from xpupool.server.job_checkpoints import record_checkpoint
 from xpupool.server.job_logs import LogCaps
-from xpupool.server.plane import card_recut
+from xpupool.server.plane import card_recut, elastic_runs
 from xpupool.server.plane import node_lifecycle as nl
 from xpupool.server.plane.records import HeldJob, NodeRecord
+from xpupool.server.plane.run_logs import attempt_header as attempt_header
+from xpupool.server.plane.run_logs import attempt_start_path, open_replica_log
 from xpupool.server.schemas.agent_protocol import (
     FINAL_REPLICA_STATES,
     CardRecut,
@@ -170,6 +172,9 @@ def _apply_report(plane: ControlPlane, conn: Connection, node: str, r: ReplicaRe
     job = plane.held_jobs.get(r.job_id)
     if job is None or not any(a.replica == r.replica and a.node == node for a in job.allocations):
         return  # a replica the server no longer gives this node: the reply tells the agent to stop
+    if r.replica in job.shrinking and r.state in FINAL_REPLICA_STATES:
+        elastic_runs.replica_gone(plane, conn, job, r.replica, node)  # a shrink's: cards freed
+        return
     if r.state is ReplicaState.RUNNING and r.checkpoint_age_s is not None:
         record_checkpoint(conn, plane.held_jobs, job.id, plane.clock() - r.checkpoint_age_s)
     if r.state is ReplicaState.RUNNING and r.progress_rate is not None:
@@ -317,7 +322,7 @@ def _reply(
         q = select(t_queues.c.name, t_queues.c.network).where(t_queues.c.name.in_(queues))
         networks = {r.name: r.network for r in conn.execute(q)}
     for job, alloc in held_here:
-        if job.stop is not None:
+        if job.stop is not None or alloc.replica in job.shrinking:  # the job, or a shrink's
             if job.replica_states.get(alloc.replica) not in FINAL_REPLICA_STATES:
                 stop.append((job.id, alloc.replica))
             continue
@@ -364,25 +369,14 @@ def _dispatch(plane: ControlPlane, conn: Connection, job: HeldJob, *, adopt: boo
     with plane.file_writes():
         for replica in sorted({a.replica for a in job.allocations}):
             header = attempt_header(attempt) if attempt > 1 else b""
-            start = plane.logs.start(job.id, replica, job.tenant, header)
-            _attempt_start_path(plane.log_path(job.id, replica)).write_text(f"{attempt} {start}\n")
-
-
-def attempt_header(attempt: int) -> bytes:
-    """The line a replica's log has before the output of the job's ``attempt``-th run."""
-    return f"[xpupool: attempt {attempt}]\n".encode()
-
-
-def _attempt_start_path(log: Path) -> Path:
-    """Beside a replica's log: ``ATTEMPT OFFSET``, where the current attempt's bytes start."""
-    return log.with_name(f"{log.name}.attempt")
+            open_replica_log(plane, job, replica, attempt, header)
 
 
 def _attempt_start(log: Path, attempt: int) -> int | None:
     """Where ``attempt``'s bytes start in ``log``; None when the file names another attempt
     (0 when there is no such file: a log of a first run)."""
     try:
-        text = _attempt_start_path(log).read_text().split()
+        text = attempt_start_path(log).read_text().split()
     except OSError:
         return 0
     if len(text) != 2 or not all(p.isdigit() for p in text):

@@ -112,6 +112,9 @@ class PendingJob:
     # the speeds the plane gave it from what it measured of its kind (server/throughput_knowledge
     # .py), also in ``request.speeds``; (): none given (it declares its own, or none are known)
     known_speeds: tuple[CardSpeed, ...] = ()
+    # (elastic job, replica) stopped for it (server/plane/elastic_runs.py): it is not decided
+    # again until they are gone
+    shrinks: set[tuple[int, int]] = field(default_factory=set)
 
 
 @dataclass
@@ -158,6 +161,11 @@ class HeldJob:
     bound_apart: dict[int, tuple[int, str, tuple[tuple[str, int, int], ...], str]] = field(
         default_factory=dict
     )
+    # its request when it is elastic (``replicas=MIN..MAX``): what it grows by; None: fixed size
+    elastic: Request | None = None
+    # {replica: pending job}: its extra replicas being stopped for that job (a shrink,
+    # server/plane/elastic_runs.py); their cards are freed when the agent reports them gone
+    shrinking: dict[int, int] = field(default_factory=dict)
 
     @property
     def may_run(self) -> bool:
@@ -238,6 +246,7 @@ _STORED_HELD = frozenset(
         "max_runtime_s",
         "reservation",
         "preemptible",
+        "elastic",
     }
 )
 STOPPING = lc.STOPPING  # how a stored reason starts while the job's replicas are stopped

@@ -17,6 +17,7 @@ from sqlalchemy import Connection
 
 from xpupool.engine.cycle.admission import Admitted
 from xpupool.engine.cycle.cycle import Place, Preempt, Wait
+from xpupool.engine.cycle.elastic import Shrink
 from xpupool.engine.cycle.recutting import Recutting
 from xpupool.engine.cycle.retry_gate import NEVER_TRIED, PassChoice
 from xpupool.engine.cycle.stop_cost import describe, lost_card_s
@@ -32,7 +33,7 @@ from xpupool.model.errors import Unavailable
 from xpupool.server import job_lifecycle as lc
 from xpupool.server import job_sites
 from xpupool.server.job_checkpoints import stop_cost_of
-from xpupool.server.plane import auto_recut, foreign_use, reservation_rows
+from xpupool.server.plane import auto_recut, elastic_runs, foreign_use, reservation_rows
 from xpupool.server.plane.records import HeldJob, PendingJob
 from xpupool.server.plane.store import allocation_to_dict
 from xpupool.server.schemas.jobs import JobPhase, StopCause
@@ -73,6 +74,7 @@ def begin(plane: ControlPlane) -> PassStart | None:
         next_job = plane.next_job_id
         started = time.perf_counter()
         cycle = plane.cycle
+        cycle.elastic = elastic_runs.book_of(plane)  # elastic jobs' extras, as stored
         cycle.begin_pass()
         order = cycle.order(candidates)
     return PassStart(choice, order, next_job, started)
@@ -156,6 +158,10 @@ def _try_admit(plane: ControlPlane, conn: Connection, writes: JobWrites, job: Pe
     offer = plane.cycle.recuts
     if isinstance(offer, auto_recut.PlaneRecuts):
         offer.ripe_at = None
+    shrinking = elastic_runs.still_shrinking(plane, job)  # replicas stopped for it, not gone
+    if shrinking is not None:
+        _still_pending(plane, writes, job, gen, shrinking)
+        return False
     try:
         job_sites.dispatch(plane, writes, job)  # its site first, where several are open to it
         decision = plane.cycle.decide(job, plane.held_jobs)
@@ -176,6 +182,8 @@ def _try_admit(plane: ControlPlane, conn: Connection, writes: JobWrites, job: Pe
         else:
             outcome = decision.outcome.cause
     job.waiting_on = set(decision.waiting_on) if isinstance(decision, Wait) else set()
+    if isinstance(decision, Shrink):  # elastic jobs' extra replicas stop first
+        elastic_runs.shrink(plane, conn, writes, job, decision)
     if isinstance(decision, Preempt):
         writes.flush(conn)  # the stops read the victims' rows
         _preempt(
@@ -230,6 +238,7 @@ def _record_placement(
         min_run_s=job.request.min_run_s,
         idle_stop=job.request.idle_stop,
         kind=job.request.kind,
+        elastic=job.request if job.request.max_replicas is not None else None,
     )
     plane.hold(held)
     writes.allocations(

@@ -181,6 +181,7 @@ def held_from_row(row: object) -> HeldJob:
         min_run_s=_min_run_s(r.get("request")),
         idle_stop=_idle_stop(r.get("request")),
         kind=_kind(r.get("request")),
+        elastic=_elastic(r.get("request")),
     )
 
 
@@ -188,6 +189,12 @@ def _idle_stop(request: object) -> IdleStop | None:
     """The stored request's ``idle_stop`` (written canonical, so valid)."""
     text = request.get("idle_stop") if isinstance(request, dict) else None
     return None if text is None else parse_idle_stop("idle_stop", text)
+
+
+def _elastic(request: object) -> Request | None:
+    """The stored request when it is elastic (a ``replicas`` range), else None."""
+    replicas = request.get("replicas") if isinstance(request, dict) else None
+    return request_from_dict(request) if isinstance(replicas, (dict, str)) else None
 
 
 def _kind(request: object) -> str | None:

@@ -394,6 +394,29 @@ class VolumeGrant(Lenient):
     read_only: bool
 
 
+class ElasticMember(Lenient):
+    """One replica of an elastic job's current world, as its size file lists it."""
+
+    rank: int = Field(ge=0, description="Its rank: 0..N-1 in replica order.")
+    replica: int = Field(ge=0, description="Its replica number (stable while it runs).")
+    address: str = Field(description="Where the other replicas reach its node.")
+
+
+class ElasticWorld(Lenient):
+    """An elastic job's size as a replica is told it (issue 54, docs/jobs.md "Elastic jobs"):
+    the agent gives it as ``XPUPOOL_REPLICAS`` and ``XPUPOOL_RANK`` at start and rewrites the
+    replica's size file (``XPUPOOL_SIZE_FILE``) and signals it whenever this changes."""
+
+    replicas: int = Field(ge=1, description="The job's replicas now (its members).")
+    rank: int = Field(ge=0, description="This replica's rank among them.")
+    min_replicas: int = Field(ge=1, description="The job's minimum: it never shrinks below.")
+    max_replicas: int = Field(ge=1, description="The job's maximum: it never grows beyond.")
+    members: list[ElasticMember] = Field(description="Every replica now, in rank order.")
+    signal: str = Field(
+        default="USR1", max_length=8, description="The signal sent after the file changes."
+    )
+
+
 class Work(Lenient):
     """One replica the agent must run on its node."""
 
@@ -463,6 +486,11 @@ class Work(Lenient):
         max_length=8,
         description="A signal (USR1, ...) sent before SIGTERM when the server stops it, so it"
         " can save its state (model/stopping.py); null: none. An older agent ignores it.",
+    )
+    elastic: ElasticWorld | None = Field(
+        default=None,
+        description="The job's current size and ranks when it is elastic (replicas=MIN..MAX);"
+        " null: a fixed-size job. An older agent ignores it.",
     )
 
 

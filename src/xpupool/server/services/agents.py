@@ -21,6 +21,7 @@ from xpupool.server.job_checkpoints import stopping_of
 from xpupool.server.plane import ControlPlane, HeldJob, agent_reports, secret_rows
 from xpupool.server.plane.agent_reports import STEP_EVENT_EVERY_S as STEP_EVENT_EVERY_S
 from xpupool.server.schemas.agent_protocol import (
+    ElasticWorld,
     Heartbeat,
     HeartbeatReply,
     SecretGrant,
@@ -29,7 +30,12 @@ from xpupool.server.schemas.agent_protocol import (
 from xpupool.server.services import volumes
 from xpupool.server.services.grants import log_caps
 from xpupool.server.services.jobs import assignment
-from xpupool.server.services.replica_env import distributed_env, node_address, port_range
+from xpupool.server.services.replica_env import (
+    distributed_env,
+    elastic_world,
+    node_address,
+    port_range,
+)
 
 
 def heartbeat(plane: ControlPlane, body: Heartbeat, who: Principal | None = None) -> HeartbeatReply:
@@ -77,6 +83,7 @@ def _work(
         network=_network(network) if row["image"] else None,
         grace_s=stopping_of(row["request"])[0],
         checkpoint_signal=stopping_of(row["request"])[1],
+        elastic=_elastic(plane, job, alloc.replica),
     )
 
 
@@ -125,6 +132,21 @@ def _distributed(plane: ControlPlane, job: HeldJob, replica: int) -> dict[str, s
         if (rec := plane.node(name)) is not None
     }
     return distributed_env(job.id, job.allocations, replica, addresses, ports)
+
+
+def _elastic(plane: ControlPlane, job: HeldJob, replica: int) -> ElasticWorld | None:
+    """An elastic job's size and ranks for ``replica``: its replicas not being stopped by a
+    shrink (``plane/elastic_runs.py``); None for a fixed-size job."""
+    if job.elastic is None:
+        return None
+    members = [a for a in job.allocations if a.replica not in job.shrinking]
+    addresses = {
+        name: node_address(name, rec.node.labels, rec.source)
+        for name in {a.node for a in members}
+        if (rec := plane.node(name)) is not None
+    }
+    high = job.elastic.max_replicas or job.elastic.replicas
+    return elastic_world(members, replica, addresses, job.elastic.replicas, high)
 
 
 def append_log(

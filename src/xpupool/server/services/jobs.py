@@ -450,12 +450,14 @@ def logs(
     end is a RequestError: no answer of this endpoint leads there."""
     with plane.db.connect() as conn:
         row = _row(conn, me, job_id)
-    replicas = request_from_dict(row["request"]).replicas
-    if replica >= replicas:
+    req = request_from_dict(row["request"])
+    replicas = req.replicas
+    path = plane.log_path(job_id, replica)
+    grown = req.max_replicas is not None and path.exists()  # an elastic job's replica it grew
+    if replica >= replicas and not grown:
         raise RequestError(
             "replica", replica, f"job {job_id} has {replicas} replica(s), numbered from 0"
         )
-    path = plane.log_path(job_id, replica)
     size = path.stat().st_size if path.exists() else 0
     if offset > size:
         raise RequestError("offset", offset, f"past the end of the log ({size} bytes so far)")

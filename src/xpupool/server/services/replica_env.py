@@ -21,7 +21,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from xpupool.model.allocation import Allocation
-from xpupool.server.schemas.agent_protocol import ADDRESS_LABEL, PORTS_LABEL
+from xpupool.server.schemas.agent_protocol import (
+    ADDRESS_LABEL,
+    PORTS_LABEL,
+    ElasticMember,
+    ElasticWorld,
+)
 
 BASE_PORT = 29500  # the agent's default --ports range (agent/launch/ports.py: DEFAULT_PORTS)
 PORTS = 1000
@@ -78,3 +83,27 @@ def distributed_env(
         "RANK_ID": rank,
         "XPUPOOL_PEERS": ",".join(peers),
     }
+
+
+def elastic_world(
+    members: list[Allocation],
+    replica: int,
+    addresses: Mapping[str, str],
+    min_replicas: int,
+    max_replicas: int,
+) -> ElasticWorld:
+    """What ``replica`` of an elastic job whose replicas are now ``members`` is told of its size
+    (issue 54): its rank is its place among them in replica order, as ``RANK`` is, so a grown
+    replica (the next number) takes the next rank and the others keep theirs."""
+    ordered = sorted(members, key=lambda a: a.replica)
+    numbers = [a.replica for a in ordered]
+    return ElasticWorld(
+        replicas=len(ordered),
+        rank=numbers.index(replica) if replica in numbers else 0,
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        members=[
+            ElasticMember(rank=i, replica=a.replica, address=addresses.get(a.node, a.node))
+            for i, a in enumerate(ordered)
+        ],
+    )
