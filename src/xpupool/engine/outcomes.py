@@ -63,6 +63,8 @@ class Code(IntEnum):
     RESERVATION_AHEAD = 36
     RESERVATION_CLOSED = 37
     PREEMPTED_BY_RESERVATION = 38
+    DEFRAGMENTING = 39
+    MOVED_TO_DEFRAGMENT = 40
 
 
 INADMISSIBLE = "inadmissible: "
@@ -124,6 +126,10 @@ TEXT: dict[Code, str] = {
     Code.RESERVATION_CLOSED: "reservation {reservation} {why}: nothing runs in it now",
     Code.PREEMPTED_BY_RESERVATION: (
         "preempted: reservation {reservation} begins and takes back the cards it lent"
+    ),
+    Code.DEFRAGMENTING: "{cause}; moving job(s) {jobs} to defragment",
+    Code.MOVED_TO_DEFRAGMENT: (
+        "moved to defragment: checkpointed, stopped and requeued so that job {by} fits"
     ),
 }
 
@@ -300,7 +306,17 @@ class Reclaiming:
     count: int
 
 
-PreemptCause = PreemptingLowerPriority | Reclaiming
+@dataclass(frozen=True, slots=True)
+class Defragmenting:
+    """``cause`` until the running jobs ``jobs`` (ids) are moved (checkpointed, stopped and
+    requeued) so that it fits where they were (``engine/cycle/defrag.py``)."""
+
+    code: ClassVar[Code] = Code.DEFRAGMENTING
+    cause: Refused
+    jobs: tuple[int, ...]
+
+
+PreemptCause = PreemptingLowerPriority | Reclaiming | Defragmenting
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,7 +346,16 @@ class PreemptedByReservation:
     reservation: str
 
 
-Preempted = PreemptedByPriority | PreemptedByReclaim | PreemptedByReservation
+@dataclass(frozen=True, slots=True)
+class MovedToDefragment:
+    """A moved job's stop: checkpointed, stopped and requeued so that job ``by`` fits; it is
+    placed again by the cycle (``engine/cycle/defrag.py``)."""
+
+    code: ClassVar[Code] = Code.MOVED_TO_DEFRAGMENT
+    by: int
+
+
+Preempted = PreemptedByPriority | PreemptedByReclaim | PreemptedByReservation | MovedToDefragment
 
 
 # ---------------------------------------------------------------------- elastic jobs
@@ -624,6 +649,10 @@ def _fields(o: Outcome) -> dict[str, object]:
         return {f.name: getattr(o, f.name) for f in fields(o)}
     if isinstance(o, ShrinkingElastic):
         return {"cause": render(o.cause), "count": o.count, "jobs": list(o.jobs)}
+    if isinstance(o, Defragmenting):
+        return {"cause": render(o.cause), "jobs": list(o.jobs)}
+    if isinstance(o, MovedToDefragment):
+        return {"by": o.by}
     if isinstance(o, ReservationAhead | ReservationClosed | PreemptedByReservation):
         return {f.name: getattr(o, f.name) for f in fields(o)}
     return _pod_fields(o)

@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from xpupool.engine.cycle.admission import Admission, Admitted, Preemption, Refusal
+from xpupool.engine.cycle.defrag import Defrag
 from xpupool.engine.cycle.dispatch import SiteDispatch
 from xpupool.engine.cycle.elastic import ElasticBook, Shrink, shrink_plan
 from xpupool.engine.cycle.eviction import may_evict, may_reclaim
@@ -25,6 +26,7 @@ from xpupool.engine.cycle.reservations import Reservations, Within
 from xpupool.engine.cycle.stop_cost import StopCosts, cards_of
 from xpupool.engine.gang_sites import keeps_to_one_site, open_sites, within_sites
 from xpupool.engine.outcomes import (
+    Defragmenting,
     GangIncomplete,
     Inadmissible,
     NeverFits,
@@ -113,8 +115,13 @@ class Preempt:
 
     @property
     def reclaim(self) -> bool:
-        """For quota the job's queue lent (else: for priority)."""
+        """For quota the job's queue lent (else: for priority, or moves)."""
         return isinstance(self.outcome, Reclaiming)
+
+    @property
+    def moves(self) -> bool:
+        """The victims are moved to defragment (``defrag.py``): requeued, placed again at once."""
+        return isinstance(self.outcome, Defragmenting)
 
 
 Decision = Place | Wait | Preempt | Shrink
@@ -133,6 +140,7 @@ class SchedulingCycle:
         stop_costs: StopCosts | None = None,
         sites: SiteDispatch | None = None,
         reservations: Reservations | None = None,
+        defrag: Defrag | None = None,
     ) -> None:
         self.admission = admission
         self.engine = admission.engine
@@ -143,6 +151,8 @@ class SchedulingCycle:
         self.elastic = ElasticBook()  # elastic jobs' extra replicas (elastic.py)
         # with it, reserved cards are lent, held and reclaimed by its rules (reservations.py)
         self.reservations = reservations
+        # with it, movable work is moved so a job that fits nowhere fits (defrag.py); off: None
+        self.defrag = defrag
         self._refused: dict[tuple[object, ...], Wait] | None = None
         self._refused_at = (-1, -1)
 
@@ -249,6 +259,10 @@ class SchedulingCycle:
                 if victims:
                     lent = Reclaiming(reason, tuple(sorted(borrowers)), len(victims))
                     return Preempt(lent, victims)
+            if self.defrag is not None:  # scattered room made whole: the moved run elsewhere
+                moved = self.defrag.moves_for(self.engine, job, running, reason)
+                if moved is not None:
+                    return Preempt(*moved)
             miss = None if self.verdicts is None else self.verdicts.never_fits(job.request)
             if miss is not None:
                 return Wait(NeverFits(miss.reason))
