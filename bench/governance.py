@@ -1,11 +1,12 @@
 """Governance over time on the timed replay: today's preemption planner against the
-checkpoint-aware one (issue 54 part 2), fixed-size against elastic jobs (part 1), and reservations
-lent until they begin against the same reservations held idle (part 4), in one run, on the same
-load.
+checkpoint-aware one (issue 54 part 2), fixed-size against elastic jobs (part 1), reservations
+lent until they begin against the same reservations held idle (part 4), and online
+defragmentation off and on (part 3), in one run, on the same load.
 
     python bench/governance.py [--json] [--tasks N] [--peak 1.3] [--seed 42] [--policy xpupool]
-                               [--part all|planners|reservations] [--elastic-share 0.5]
-                               [--reservations K]
+                               [--part all|planners|reservations|defrag] [--elastic-share 0.5]
+                               [--reservations K] [--defrag-moves-per-hour 60]
+                               [--defrag-lost-gpu-hours H]
 
 Replays the Alibaba default trace (``openb_pod_list_default.csv`` on its GPU node list, found as
 ``xpupool simulate`` finds it: ``xpupool.sim.trace_files``) with departures, through the server's
@@ -32,22 +33,36 @@ the checkpoint-aware planner: no reservation (the reserved tasks queue as any ta
 held idle from the start until each window ends (Slurm's way) and lent until each window
 begins. Prints each run's summary, the reserved tasks' start delays after their windows began,
 and the utilisation each costs against no reservation.
+
+Defragmentation: two runs with the checkpoint-aware planner, without and with online
+defragmentation (``xpupool.engine.cycle.defrag``: a task that fits nowhere has the fewest
+checkpointing tasks of its class or below moved, each checkpointed, stopped and requeued, within
+``--defrag-moves-per-hour`` per tenant (the one queue is one tenant) and ``--defrag-lost-gpu-hours``
+a day, by default 1 % of the pool's GPU-hours a day; hours and days of the compressed trace).
+Prints each run's summary, the mean wait of large tasks (4 or more whole cards) and its change,
+the moves and the GPU-hours they lost (and their share of the GPU-hours served), and unallocated
+GPU % over time (the mean over each tenth of the arrival window) for both.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from xpupool.engine.cycle import Preemption
+from xpupool.engine.cycle.defrag import DisruptionBudget
 from xpupool.sim.checkpoints import CheckpointModel
 from xpupool.sim.elastic_tasks import ElasticTasks
 from xpupool.sim.load import PeakLoad, default_trace_at_peak
 from xpupool.sim.queue_config import QueueConfig
 from xpupool.sim.reservation_plan import fixed_windows
-from xpupool.sim.timed_replay import QueueOrder, timed_replay
+from xpupool.sim.timed_replay import QueueOrder, TimedResult, timed_replay
 from xpupool.sim.trace_files import DEFAULT_PODS
 
 PLANNERS = {"today": False, "checkpoint_aware": True}
@@ -73,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         _planners(args, load, queues, model, out)
     if args.part in ("all", "reservations"):
         out["reservations"] = _reservations(args, load, queues, model)
+    if args.part in ("all", "defrag"):
+        out["defrag"] = _defrag(args, load, queues, model)
     if args.json:
         print(json.dumps(out))
     else:
@@ -175,6 +192,66 @@ def _reservations(
     return out
 
 
+def _defrag(
+    args: argparse.Namespace, load: PeakLoad, queues: QueueConfig, model: CheckpointModel
+) -> dict[str, Any]:
+    """Defragmentation off and on, on the same load (see the module docstring)."""
+    lost_day = args.defrag_lost_gpu_hours
+    if lost_day is None:  # 1 % of the pool's GPU-hours a day
+        lost_day = 0.01 * 24 * sum(len(n.devices) for n in load.nodes)
+    budget = DisruptionBudget(args.defrag_moves_per_hour, lost_day)
+    out: dict[str, Any] = {
+        "budget": {
+            "moves_per_tenant_hour": budget.moves_per_tenant_hour,
+            "lost_gpu_hours_day": budget.lost_gpu_hours_day,
+        }
+    }
+    for name, on in (("off", None), ("on", budget)):
+        result = timed_replay(
+            load.nodes,
+            load.tasks,
+            args.policy,
+            args.seed,
+            load.workload,
+            QueueOrder.PRIORITY,
+            load.compress,
+            queues,
+            checkpoints=model,
+            checkpoint_aware=True,
+            defrag=on,
+        )
+        out[name] = {
+            **result.summary(),
+            "large_tasks": int(result.large.sum()) if result.large is not None else 0,
+            "large_mean_wait_s": result.large_mean_wait_s(),
+            "gpu_hours_served": round(result.gpu_hours_served, 1),
+            "unallocated_pct_over_time": _unallocated_over_time(result),
+        }
+        print(f"defrag {name}: {out[name]}", file=sys.stderr)
+    out["large_mean_wait_change_pct"] = _change(
+        out["off"]["large_mean_wait_s"], out["on"]["large_mean_wait_s"]
+    )
+    out["mean_wait_change_pct"] = _change(out["off"]["mean_wait_s"], out["on"]["mean_wait_s"])
+    return out
+
+
+def _unallocated_over_time(result: TimedResult, bins: int = 10) -> list[float]:
+    """Unallocated GPU % (100 - allocated), its mean over each of ``bins`` equal spans of the
+    arrival window (the utilisation is a step function over the event times)."""
+    times, util = result.times, result.util_pct
+    if not times.size:
+        return []
+    start, end = float(times[0]), result.last_arrival
+    edges = np.linspace(start, end, bins + 1)
+    out: list[float] = []
+    for lo, hi in itertools.pairwise(edges):
+        ends = np.clip(np.append(times[1:], end), lo, hi)
+        spans = np.clip(ends - np.clip(times, lo, hi), 0.0, None)
+        total = spans.sum()
+        out.append(round(float(100.0 - (util * spans).sum() / total), 1) if total else 0.0)
+    return out
+
+
 class _Runs:
     """Each run's span and cards (``timed_replay``'s ``on_run``), to tell how much of the
     reserved cards' time before their windows did other work."""
@@ -220,6 +297,52 @@ def _table(out: dict[str, Any]) -> None:
     held = out.get("reservations")
     if held is not None:
         _reservation_table(held)
+    if "defrag" in out:
+        _defrag_table(out["defrag"])
+
+
+def _defrag_table(runs: dict[str, Any]) -> None:
+    keys = (
+        "mean_wait_s",
+        "large_mean_wait_s",
+        "p95_wait_s",
+        "mean_util_pct",
+        "unallocated_at_peak_pct",
+        "preemptions",
+    )
+
+    def moved(run: dict[str, Any]) -> list[str]:
+        if "moves" not in run:
+            return ["-", "-"]
+        lost = f"{run['gpu_hours_lost_moves']:g} ({run['lost_moves_pct_of_served']:g} %)"
+        return [f"{run['moves']:g}", lost]
+
+    extra = ("moves", "lost to moves GPU-h (% served)")
+    _rows("defrag", keys, {n: runs[n] for n in ("off", "on")}, extra, moved)
+    print(
+        f"large tasks' mean wait {runs['large_mean_wait_change_pct']:+.1f} %, "
+        f"mean wait {runs['mean_wait_change_pct']:+.1f} %"
+    )
+    for name in ("off", "on"):
+        series = ", ".join(f"{v:g}" for v in runs[name]["unallocated_pct_over_time"])
+        print(f"unallocated GPU % over time, defrag {name}: {series}")
+
+
+def _rows(
+    label: str,
+    keys: tuple[str, ...],
+    runs: dict[str, dict[str, Any]],
+    extra: tuple[str, ...] = (),
+    cells: Callable[[dict[str, Any]], list[str]] | None = None,
+) -> None:
+    """A markdown table: one row per run, its ``keys`` and then the ``extra`` columns ``cells``
+    fills."""
+    head = [label, *keys, *extra]
+    print("| " + " | ".join(head) + " |")
+    print("|---" * len(head) + "|")
+    for name, run in runs.items():
+        row = [name, *(f"{run[k]:g}" for k in keys), *(cells(run) if cells else [])]
+        print("| " + " | ".join(row) + " |")
 
 
 def _planner_table(out: dict[str, Any]) -> None:
@@ -232,10 +355,8 @@ def _planner_table(out: dict[str, Any]) -> None:
         "preemptions",
         "gpu_hours_lost",
     )
-    print("| planner | " + " | ".join(keys) + " |")
-    print("|---" * (len(keys) + 1) + "|")
-    for name in (*PLANNERS, *(("elastic",) if "elastic" in out else ())):
-        print(f"| {name} | " + " | ".join(f"{out[name][k]:g}" for k in keys) + " |")
+    names = (*PLANNERS, *(("elastic",) if "elastic" in out else ()))
+    _rows("planner", keys, {name: out[name] for name in names})
     print(
         f"GPU-hours lost {out['gpu_hours_lost_change_pct']:+.1f} %, "
         f"p95 wait {out['p95_wait_change_pct']:+.1f} %, "
@@ -273,7 +394,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--peak", type=float, default=1.3, help="peak demand / capacity")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--policy", default="xpupool")
-    parser.add_argument("--part", choices=("all", "planners", "reservations"), default="all")
+    parser.add_argument(
+        "--part", choices=("all", "planners", "reservations", "defrag"), default="all"
+    )
     parser.add_argument(
         "--elastic-share",
         type=float,
@@ -281,6 +404,15 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         help="share of the multi-card whole-card tasks made elastic in the elastic run (0: none)",
     )
     parser.add_argument("--reservations", type=int, default=4, help="windows held (part 4)")
+    parser.add_argument(
+        "--defrag-moves-per-hour", type=int, default=60, help="moves per tenant per hour (part 3)"
+    )
+    parser.add_argument(
+        "--defrag-lost-gpu-hours",
+        type=float,
+        default=None,
+        help="GPU-hours moves may lose a day (default: 1 %% of the pool's)",
+    )
     args = parser.parse_args(argv)
     if args.tasks < 0:
         parser.error("--tasks must be positive")
@@ -290,6 +422,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--elastic-share must be within 0..1")
     if args.reservations < 1:
         parser.error("--reservations must be at least 1")
+    lost = args.defrag_lost_gpu_hours
+    if args.defrag_moves_per_hour < 0 or (lost is not None and not lost >= 0):
+        parser.error("--defrag-moves-per-hour and --defrag-lost-gpu-hours must not be negative")
     return args
 
 

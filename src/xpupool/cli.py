@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import importlib
 import json
+from typing import TYPE_CHECKING
 
 import click
 
 from xpupool.model.errors import XpupoolError
 from xpupool.start_options import DEFAULT_PROFILE, check_policies, load_profiles
+
+if TYPE_CHECKING:
+    from xpupool.engine.cycle.defrag import DisruptionBudget
 
 # Commands defined in other modules, by name: "module:attribute". A command's module is imported
 # when it runs (or when --help lists every command with its help), so `xpupool nodes` imports the
@@ -268,6 +272,33 @@ def parse_seeds(text: str) -> list[int]:
     help="timed mode: hold this many windows of 8 whole cards, each with a task booked into "
     "it, lent until each begins (docs/reservations.md)",
 )
+@click.option(
+    "--defrag",
+    is_flag=True,
+    help="timed mode, with --checkpoints: move the fewest tasks that checkpoint so a task that "
+    "fits nowhere fits (checkpoint, stop, requeue), within the budget below (docs/simulator.md)",
+)
+@click.option(
+    "--defrag-moves-per-hour",
+    type=click.IntRange(min=0),
+    default=2,
+    show_default=True,
+    help="with --defrag: moves of one tenant's tasks in any hour, at most",
+)
+@click.option(
+    "--defrag-lost-gpu-hours",
+    type=click.FloatRange(min=0.0),
+    default=8.0,
+    show_default=True,
+    help="with --defrag: GPU-hours moves may lose in any day, pool-wide",
+)
+@click.option(
+    "--defrag-min-cards",
+    type=click.FloatRange(min=0.0),
+    default=4.0,
+    show_default=True,
+    help="with --defrag: move work only for tasks asking at least this many cards",
+)
 def simulate(
     nodes_path: str | None,
     pods_paths: tuple[str, ...],
@@ -294,6 +325,10 @@ def simulate(
     fair_share: str,
     fair_share_half_life: str,
     reservations: int,
+    defrag: bool,
+    defrag_moves_per_hour: int,
+    defrag_lost_gpu_hours: float,
+    defrag_min_cards: float,
 ) -> None:
     """Replay a cluster trace under each policy and seed (the FGD paper's protocol, or in time)."""
     from pathlib import Path
@@ -311,6 +346,9 @@ def simulate(
     if elastic_share and (mode != "timed" or throughputs is not None):
         why = "needs --mode timed, without --throughputs (elastic tasks run by the trace's times)"
         raise click.BadParameter(why, param_hint="--elastic-share")
+    if defrag and (mode != "timed" or throughputs is not None or not checkpoints):
+        why = "needs --mode timed and --checkpoints (tasks that checkpoint move), no --throughputs"
+        raise click.BadParameter(why, param_hint="--defrag")
     history_half_life_s = _fair_share_half_life(mode, fair_share, fair_share_half_life)
     if history_half_life_s is not None and throughputs is not None:
         raise click.BadParameter("not with --throughputs", param_hint="--fair-share")
@@ -385,6 +423,8 @@ def simulate(
                     elastic_share,
                     history_half_life_s,
                     reservations,
+                    _defrag_budget(defrag, defrag_moves_per_hour, defrag_lost_gpu_hours),
+                    defrag_min_cards,
                 ),
             )
         except ValueError as exc:  # a peak the trace cannot reach (sim/load.py)
@@ -435,6 +475,13 @@ def _fair_share_half_life(mode: str, fair_share: str, text: str) -> float | None
             param_hint="--fair-share-half-life",
         )
     return half_life_s
+
+
+def _defrag_budget(on: bool, moves_per_hour: int, lost_gpu_hours: float) -> DisruptionBudget | None:
+    """``simulate --defrag``'s disruption budget (None: no defragmentation)."""
+    from xpupool.engine.cycle.defrag import DisruptionBudget
+
+    return DisruptionBudget(moves_per_hour, lost_gpu_hours) if on else None
 
 
 @main.command()

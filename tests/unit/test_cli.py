@@ -200,6 +200,24 @@ def test_simulate_timed_with_elastic_tasks(tmp_path: Path) -> None:
     assert refused.exit_code == 2 and "--elastic-share" in refused.output
 
 
+def test_simulate_timed_with_defragmentation(tmp_path: Path) -> None:
+    nodes, _ = _trace(tmp_path)  # ten nodes of four cards
+    pods = tmp_path / "defrag.csv"
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,creation_time,deletion_time\n"
+        + "".join(f"p{i},2000,1024,2,1000,,{10 * i},{10 * i + 500}\n" for i in range(6))
+    )
+    args = ["simulate", "--nodes", nodes, "--pods", str(pods), "--policy", "bestfit"]
+    args += ["--seeds", "1", "--mode", "timed", "--json", "--checkpoints"]
+    result = CliRunner().invoke(main, [*args, "--defrag", "--defrag-moves-per-hour", "1"])
+    assert result.exit_code == 0, result.output
+    run = json.loads(result.stdout)["runs"][0]
+    assert run["moves"] == 0 and run["gpu_hours_lost_moves"] == 0  # room enough: nothing moves
+    assert run["large_mean_wait_s"] == 0 and run["lost_moves_pct_of_served"] == 0
+    refused = CliRunner().invoke(main, [*args[:-1], "--defrag"])  # no checkpoints: none movable
+    assert refused.exit_code == 2 and "--checkpoints" in refused.output
+
+
 def test_simulate_runs_the_profiles_of_a_file(tmp_path: Path) -> None:
     nodes, pods = _trace(tmp_path)
     profiles = tmp_path / "profiles.yaml"

@@ -63,6 +63,12 @@ def print_timed(console: Console, runs: list[dict[str, object]]) -> None:
     }
     if any("sites" in r for r in runs):  # --sites: the rule that chose them, the data moved
         columns = {"sites": "sites", **columns, "gib_moved": "GiB moved"}
+    if any("moves" in r for r in runs):  # --defrag: moves, their lost work, large tasks' wait
+        columns |= {
+            "moves": "moved",
+            "lost_moves_pct_of_served": "lost%",
+            "large_mean_wait_s": "4+ cards wait s",
+        }
     table = FitTable(
         [
             Column(h, justify="right", spare={"p95_wait_s": 1, "peak_util_pct": 2}.get(k, 0))
@@ -77,7 +83,7 @@ def print_timed(console: Console, runs: list[dict[str, object]]) -> None:
         for key in columns:
             value = run[key]
             if isinstance(value, float):
-                big = abs(value) >= 100 or key in ("never_placed", "preemptions")
+                big = abs(value) >= 100 or key in ("never_placed", "preemptions", "moves")
                 cells.append(f"{value:,.0f}" if big else f"{value:.1f}")
             else:
                 cells.append(str(value))

@@ -64,6 +64,8 @@ class Code(IntEnum):
     RESERVATION_CLOSED = 37
     PREEMPTED_BY_RESERVATION = 38
     RECUTTING_CARDS = 39
+    DEFRAGMENTING = 40
+    MOVED_TO_DEFRAGMENT = 41
 
 
 INADMISSIBLE = "inadmissible: "
@@ -127,6 +129,10 @@ TEXT: dict[Code, str] = {
         "preempted: reservation {reservation} begins and takes back the cards it lent"
     ),
     Code.RECUTTING_CARDS: "{cause}; re-cutting {cuts} for this job",
+    Code.DEFRAGMENTING: "{cause}; moving job(s) {jobs} to defragment",
+    Code.MOVED_TO_DEFRAGMENT: (
+        "moved to defragment: checkpointed, stopped and requeued so that job {by} fits"
+    ),
 }
 
 # how a quota outcome names each resource (``admission.Resource`` values) and writes its amounts:
@@ -302,7 +308,17 @@ class Reclaiming:
     count: int
 
 
-PreemptCause = PreemptingLowerPriority | Reclaiming
+@dataclass(frozen=True, slots=True)
+class Defragmenting:
+    """``cause`` until the running jobs ``jobs`` (ids) are moved (checkpointed, stopped and
+    requeued) so that it fits where they were (``engine/cycle/defrag.py``)."""
+
+    code: ClassVar[Code] = Code.DEFRAGMENTING
+    cause: Refused
+    jobs: tuple[int, ...]
+
+
+PreemptCause = PreemptingLowerPriority | Reclaiming | Defragmenting
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,7 +348,16 @@ class PreemptedByReservation:
     reservation: str
 
 
-Preempted = PreemptedByPriority | PreemptedByReclaim | PreemptedByReservation
+@dataclass(frozen=True, slots=True)
+class MovedToDefragment:
+    """A moved job's stop: checkpointed, stopped and requeued so that job ``by`` fits; it is
+    placed again by the cycle (``engine/cycle/defrag.py``)."""
+
+    code: ClassVar[Code] = Code.MOVED_TO_DEFRAGMENT
+    by: int
+
+
+Preempted = PreemptedByPriority | PreemptedByReclaim | PreemptedByReservation | MovedToDefragment
 
 
 # ---------------------------------------------------------------------- elastic jobs
@@ -646,6 +671,10 @@ def _fields(o: Outcome) -> dict[str, object]:
             f"{card} on {node} to {', '.join(words)}" for card, node, words in o.cuts
         )
         return {"cause": render(o.cause), "cuts": cuts}
+    if isinstance(o, Defragmenting):
+        return {"cause": render(o.cause), "jobs": list(o.jobs)}
+    if isinstance(o, MovedToDefragment):
+        return {"by": o.by}
     if isinstance(o, ReservationAhead | ReservationClosed | PreemptedByReservation):
         return {f.name: getattr(o, f.name) for f in fields(o)}
     return _pod_fields(o)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xpupool.engine import Engine, Profile
+from xpupool.engine.cycle.defrag import DisruptionBudget
 from xpupool.engine.fragmentation import TargetWorkload
 from xpupool.model import Node
 from xpupool.sim.alibaba import TraceTask, capacity_milli, read_nodes, read_tasks, to_request
@@ -83,7 +84,9 @@ class TimedOptions:
     (``engine/cycle/fair_share.py``, the server's ``--fair-share history``) instead of DRF on what
     they hold now (None); ``reservations``: that many windows of 8 whole cards each, for a
     tenth of the arrival window, evenly over it, each with one task booked into it, the cards lent
-    until each begins (``sim/reservation_plan.py``; 0: none)."""
+    until each begins (``sim/reservation_plan.py``; 0: none); ``defrag``: online
+    defragmentation within that disruption budget (``engine/cycle/defrag.py``; None: off), for
+    tasks asking ``defrag_min_cards`` cards or more."""
 
     peak: float | None = None
     checkpoints: bool = False
@@ -91,6 +94,8 @@ class TimedOptions:
     elastic_share: float = 0.0
     history_half_life_s: float | None = None
     reservations: int = 0
+    defrag: DisruptionBudget | None = None
+    defrag_min_cards: float = 4.0
 
 
 def run_timed(
@@ -142,6 +147,8 @@ def run_timed(
         elastic=ElasticTasks(opts.elastic_share, spec.seed) if opts.elastic_share else None,
         history_half_life_s=opts.history_half_life_s,
         reservations=plan,
+        defrag=opts.defrag,
+        defrag_min_cards=opts.defrag_min_cards,
     )
     out: dict[str, object] = {"policy": spec.policy_name, "seed": spec.seed}
     if opts.history_half_life_s is not None:

@@ -43,6 +43,7 @@ from xpupool.engine.cycle import (
     grow,
     release_extras,
 )
+from xpupool.engine.cycle.defrag import Defrag, DisruptionBudget, MoveFacts
 from xpupool.engine.cycle.fair_share import DecayedUsage
 from xpupool.engine.cycle.reservations import Reservations, Terms
 from xpupool.engine.cycle.retry_gate import NEVER_TRIED, PERIODIC_PASS_S, RetryGate
@@ -86,6 +87,17 @@ class TimedResult:
     demand_pct: np.ndarray | None = None  # GPU % running or waiting, at ``times``
     grows: int | None = None  # replicas elastic tasks were given (None: no elastic tasks asked)
     shrinks: int | None = None  # extra replicas elastic tasks gave back for pending tasks
+    moves: int | None = None  # tasks moved to defragment (None: defragmentation off)
+    gpu_hours_lost_moves: float = 0.0  # work moved tasks lost since their last checkpoint
+    gpu_hours_served: float = 0.0  # GPU-hours allocated over the whole replay
+    large: np.ndarray | None = None  # per task: it asks 4 or more whole cards
+
+    def large_mean_wait_s(self) -> float:
+        """Mean wait (s) of the placed tasks asking 4 or more whole cards (0: none)."""
+        if self.large is None:
+            return 0.0
+        waits = self.wait_s[self.large & ~np.isnan(self.wait_s)]
+        return round(float(waits.mean()), 1) if waits.size else 0.0
 
     def wait_by_queue(self) -> dict[str, float]:
         """Mean wait (s) of the placed tasks of each queue."""
@@ -128,6 +140,19 @@ class TimedResult:
                 if self.grows is not None
                 else {}
             ),
+            **(self._moved() if self.moves is not None else {}),
+        }
+
+    def _moved(self) -> dict[str, float]:
+        """The defragmentation figures: moves, the work they lost and its share of the served."""
+        served = self.gpu_hours_served
+        return {
+            "moves": float(self.moves or 0),
+            "gpu_hours_lost_moves": round(self.gpu_hours_lost_moves, 3),
+            "lost_moves_pct_of_served": (
+                round(100 * self.gpu_hours_lost_moves / served, 3) if served else 0.0
+            ),
+            "large_mean_wait_s": self.large_mean_wait_s(),
         }
 
 
@@ -150,6 +175,7 @@ class _Task:
     run_start: int = 0  # when its current run began
     done_s: float = 0.0  # run time saved by checkpoints of earlier runs
     ends_at: int = 0  # when its current run ends (a departure for another time is void)
+    moved_at: int | None = None  # moved to defragment then: its wait goes on from its last one
 
 
 def timed_replay(
@@ -170,6 +196,8 @@ def timed_replay(
     on_run: Callable[[int, int, Sequence[Allocation] | None], None] | None = None,
     elastic: ElasticTasks | None = None,
     reservations: ReservationPlan | None = None,
+    defrag: DisruptionBudget | None = None,
+    defrag_min_cards: float = 4.0,
 ) -> TimedResult:
     """Run ``tasks`` by their trace times under ``policy``; see the module docstring.
 
@@ -196,6 +224,11 @@ def timed_replay(
     window's start its borrowers are stopped as victims are, at its end its own tasks still
     running are stopped for good, and a task submitted into a window that has ended is never
     placed (``engine/cycle/reservations.py``).
+    ``defrag`` (a disruption budget) turns on online defragmentation (``engine/cycle/defrag.py``):
+    a task asking ``defrag_min_cards`` or more cards that fits nowhere may have the fewest tasks
+    that checkpoint (under ``checkpoints``) moved, within the budget: each is stopped as a victim
+    is (it keeps what it saved), requeued and placed again after the task it made room for; their
+    moves and lost work are counted apart from preemptions.
     """
     if compress <= 0:
         raise ValueError("compress must be positive")
@@ -231,7 +264,18 @@ def timed_replay(
         book = Reservations(lambda: now, terms, lend=plan.lend)
         for reservation in plan.reservations:
             book.add(reservation, engine)
-    cycle = SchedulingCycle(admission, stop_costs=aware, reservations=book)
+    mover: Defrag | None = None
+    if defrag is not None:
+
+        def move_facts(i: int) -> MoveFacts | None:
+            """A task that checkpoints may move (an elastic one shrinks instead)."""
+            if i in elastic_ids or not math.isfinite(float(interval[i])):
+                return None
+            lost = cost_of(i).lost_s * tasks[i].gpu_request_milli / 1000
+            return MoveFacts(work[i].tenant, work[i].request, lost)
+
+        mover = Defrag(move_facts, lambda: now, defrag, min_cards=defrag_min_cards)
+    cycle = SchedulingCycle(admission, stop_costs=aware, reservations=book, defrag=mover)
     edges = [] if book is None else book.edges()
     next_edge = 0
     gate = RetryGate()
@@ -258,8 +302,8 @@ def timed_replay(
     running: dict[int, _Task] = {}
     used = 0
     waiting = 0  # GPU milli of the pending tasks
-    preempted = 0
-    lost_card_s = 0.0
+    preempted = moved = 0
+    lost_card_s = moved_card_s = 0.0
     times: list[float] = []
     util: list[float] = []
     demand: list[float] = []
@@ -290,26 +334,38 @@ def timed_replay(
             on_run(now, job.id, None)
         gate.capacity_changed()
 
-    def stop_victims(victims: Sequence[object], stopped_now: list[_Task]) -> None:
+    def stop_victims(
+        victims: Sequence[object], stopped_now: list[_Task], moves: bool = False
+    ) -> None:
         """Stop ``victims`` (running tasks) at once: each keeps what it saved by its last
-        checkpoint; the rest of its run is lost work."""
-        nonlocal waiting, preempted, lost_card_s
+        checkpoint; the rest of its run is lost work. ``moves``: they are moved to defragment."""
+        nonlocal waiting, preempted, lost_card_s, moved, moved_card_s
         for victim in victims:
             assert isinstance(victim, _Task)
             stopped = running.pop(victim.id)
             ran = now - stopped.run_start
             saved = saved_s(ran, float(interval[stopped.id]))
             if elastic is not None and stopped.id in elastic_ids:
-                lost_card_s += elastic.stopped(stopped.id, now, saved / ran if ran > 0 else 0.0)
+                lost = elastic.stopped(stopped.id, now, saved / ran if ran > 0 else 0.0)
             else:
                 stopped.done_s += saved
-                lost_card_s += (ran - saved) * tasks[stopped.id].gpu_request_milli / 1000
+                lost = (ran - saved) * tasks[stopped.id].gpu_request_milli / 1000
+            if moves and mover is not None:
+                mover.ledger.record(now, stopped.tenant, lost)
+                moved_card_s += lost
+                moved += 1
+            else:
+                lost_card_s += lost
+                preempted += 1
             waiting += tasks[stopped.id].gpu_request_milli
             release(stopped)
             stopped.allocations = []
-            wait[stopped.id] = jct[stopped.id] = np.nan
+            jct[stopped.id] = np.nan
+            if moves and mover is not None:
+                stopped.moved_at = now  # its wait so far stands; the time until placed adds
+            else:
+                wait[stopped.id] = np.nan
             stopped_now.append(stopped)
-            preempted += 1
 
     def shrink_for(decision: Shrink, by: _Task) -> None:
         """Release ``decision``'s extra replicas at once, for pending task ``by``."""
@@ -369,7 +425,7 @@ def timed_replay(
                 # task tried after it in this pass could (the server's victims take time to
                 # stop, and the preemptor waits for them; a lower task taking their room
                 # would be preempted in turn, its victim take the room again, for ever).
-                stop_victims(decision.victims, stopped_now)
+                stop_victims(decision.victims, stopped_now, decision.moves)
                 decision = cycle.decide(job, running)
             if isinstance(decision, Place):
                 i = job.id
@@ -380,7 +436,11 @@ def timed_replay(
                     tasks[i].duration_s if speeds is None else speeds.duration_s(i, job.allocations)
                 )
                 start = max(now, ready_at[i])  # it holds its cards while its data arrives
-                wait[i] = start - arrive_at[i]
+                if job.moved_at is None:
+                    wait[i] = start - arrive_at[i]
+                else:  # a moved task waits again only from its move
+                    wait[i] += start - job.moved_at
+                    job.moved_at = None
                 used += milli_of(job)
                 waiting -= tasks[i].gpu_request_milli
                 job.run_start = start
@@ -472,6 +532,9 @@ def timed_replay(
         util.append(100.0 * used / capacity if capacity else 0.0)
         demand.append(100.0 * (used + waiting) / capacity if capacity else 0.0)
     last_arrival = float(max(arrive_at, default=0))
+    spans = np.diff(np.asarray(times), append=times[-1] if times else 0.0)
+    served_h = float((np.asarray(util) / 100.0 * spans).sum()) * capacity / 1000 / 3600
+    large = np.array([t.num_gpu >= 4 and t.gpu_milli >= 1000 for t in tasks], dtype=bool)
     return TimedResult(
         policy if isinstance(policy, str) else policy.name,
         wait,
@@ -488,4 +551,8 @@ def timed_replay(
         np.asarray(demand),
         None if elastic is None else grows,
         None if elastic is None else shrinks,
+        None if mover is None else moved,
+        moved_card_s / 3600.0,
+        served_h,
+        large,
     )

@@ -42,3 +42,11 @@ def test_governance_bench_compares_both_planners_in_one_run_at_peak_load() -> No
     for name in ("held_idle", "lent"):  # held or lent, the booked tasks start on time
         assert held[name]["reserved_start_delay_s"] == [0.0] * held["count"]
         assert held[name]["tasks"] == got["tasks"] + held["count"]
+    moved = got["defrag"]  # off and on, on the same load
+    assert moved["off"]["tasks"] == moved["on"]["tasks"] == got["tasks"]
+    assert "moves" not in moved["off"] and moved["on"]["moves"] >= 0
+    assert 0 <= moved["on"]["lost_moves_pct_of_served"] < 100
+    assert moved["on"]["gpu_hours_served"] > 0 and "large_mean_wait_change_pct" in moved
+    for run in (moved["off"], moved["on"]):
+        assert len(run["unallocated_pct_over_time"]) == 10
+        assert all(0 <= u <= 100 for u in run["unallocated_pct_over_time"])

@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from xpupool.engine.cycle.admission import Admission, Admitted, Preemption, Refusal
+from xpupool.engine.cycle.defrag import Defrag
 from xpupool.engine.cycle.dispatch import SiteDispatch
 from xpupool.engine.cycle.elastic import ElasticBook, Shrink, shrink_plan
 from xpupool.engine.cycle.eviction import may_evict, may_reclaim
@@ -26,6 +27,7 @@ from xpupool.engine.cycle.reservations import Reservations, Within
 from xpupool.engine.cycle.stop_cost import StopCosts, cards_of
 from xpupool.engine.gang_sites import keeps_to_one_site, open_domains, within_domains
 from xpupool.engine.outcomes import (
+    Defragmenting,
     GangIncomplete,
     Inadmissible,
     NeverFits,
@@ -114,8 +116,13 @@ class Preempt:
 
     @property
     def reclaim(self) -> bool:
-        """For quota the job's queue lent (else: for priority)."""
+        """For quota the job's queue lent (else: for priority, or moves)."""
         return isinstance(self.outcome, Reclaiming)
+
+    @property
+    def moves(self) -> bool:
+        """The victims are moved to defragment (``defrag.py``): requeued, placed again at once."""
+        return isinstance(self.outcome, Defragmenting)
 
 
 Decision = Place | Wait | Preempt | Shrink | Recutting
@@ -134,6 +141,7 @@ class SchedulingCycle:
         stop_costs: StopCosts | None = None,
         sites: SiteDispatch | None = None,
         reservations: Reservations | None = None,
+        defrag: Defrag | None = None,
     ) -> None:
         self.admission = admission
         self.engine = admission.engine
@@ -146,6 +154,8 @@ class SchedulingCycle:
         self.reservations = reservations
         # with it, a partition request that fits nowhere waits for a re-cut (recutting.py)
         self.recuts: RecutOffer | None = None
+        # with it, movable work is moved so a job that fits nowhere fits (defrag.py); off: None
+        self.defrag = defrag
         self._refused: dict[tuple[object, ...], Wait] | None = None
         self._refused_at = (-1, -1)
 
@@ -257,6 +267,10 @@ class SchedulingCycle:
                 if victims:
                     lent = Reclaiming(reason, tuple(sorted(borrowers)), len(victims))
                     return Preempt(lent, victims)
+            if self.defrag is not None:  # scattered room made whole: the moved run elsewhere
+                moved = self.defrag.moves_for(self.engine, job, running, reason)
+                if moved is not None:
+                    return Preempt(*moved)
             miss = None if self.verdicts is None else self.verdicts.never_fits(job.request)
             if miss is not None and not cut:  # (a card a re-cut could serve later: room only)
                 return Wait(NeverFits(miss.reason))

@@ -44,6 +44,13 @@ def may_evict(holder_priority: int, preemptor_priority: int, *, leaving: bool = 
     return not leaving and holder_priority < preemptor_priority
 
 
+def may_move(holder_priority: int, pending_priority: int, *, leaving: bool = False) -> bool:
+    """May a holder of ``holder_priority`` be moved (checkpointed, stopped and requeued,
+    ``defrag.py``) so that pending work of ``pending_priority`` fits? Only work of that priority
+    or below: a move delays the moved job, which must not matter more than the one it helps."""
+    return not leaving and holder_priority <= pending_priority
+
+
 def may_reclaim(queue: str | None, borrowers: Collection[str], *, leaving: bool = False) -> bool:
     """May a holder charged to ``queue`` be evicted for a lender taking back what ``borrowers``
     borrowed? Priority does not enter: the lent quota was never the borrower's to keep."""

@@ -90,6 +90,12 @@ def plan_preemption(
     return None if best is None else best[1]
 
 
+def candidate_nodes(engine: Engine | Pipeline, req: Request, evictable: Evictable) -> list[int]:
+    """Node indices where ``req`` fails for capacity alone and ``evictable`` work sits: where
+    freeing work may make room (the defragmentation planner, ``defrag.py``, moves work there)."""
+    return _candidate_nodes(_pipeline(engine), req, evictable, None, False)
+
+
 def _candidate_nodes(
     pipeline: Pipeline,
     req: Request,

@@ -1,0 +1,380 @@
+"""Online defragmentation (issue 54 part 3): move running work so a pending job's shape fits.
+
+A pool fragments over time: jobs end in the wrong order, and the free cards a large job needs lie
+scattered over nodes, one or two here and there. No runtime moves a live job between cards, so a
+*move* is: checkpoint, stop and requeue; the moved job waits again and the cycle places it anew.
+:func:`plan_moves` finds, for a pending request that fits nowhere now, the fewest moves after
+which it fits *and* every moved job fits again elsewhere (never on the cards freed for it: in the
+what-if the pending job takes them first, and a front places it before the moved jobs run again,
+as it does a preemptor). A plan that only fits by leaving a moved job without room is not a move
+but a preemption, and is not made here.
+
+Only *movable* work moves: a running job whose front says so (:class:`MoveFacts`; the timed
+simulator names the tasks that checkpoint, by its checkpoint model; the server does not turn the
+option on yet, and would name the jobs with a ``checkpoint_signal`` past their ``min_run_s``), and
+only work of the pending job's priority or below (``eviction.may_move``). Moves are bounded by a
+:class:`DisruptionBudget`: moves per tenant per hour, and GPU-hours lost per day (lost = the
+card-seconds since each moved job's last checkpoint, as ``stop_cost.py`` counts them), kept by a
+:class:`MoveLedger` the front writes when it carries a plan out.
+
+The search reuses the preemption planner's machinery: candidate nodes are those where the pending
+request fails for capacity alone and movable work sits (``preempt.candidate_nodes``), and every
+trial is a what-if on the engine state (``engine/txn.py``), rolled back. Plans are tried by
+size, one move, then two, ...; among plans of the fewest moves the one losing least work wins
+(then the lowest job ids). A set of moves is tried only when some of it sits on one candidate
+node and frees there, with what is free, the compute one replica needs (else the request cannot
+land anywhere new); the rest of the set may sit anywhere (moved to make room for the moved). The
+search is exact up to ``max_trials`` what-ifs (and ``LOOK_PER_TRIAL`` times as many sets looked
+at); past that it answers with none. Nothing here does I/O or changes the state.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter, deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from xpupool.engine.cycle.eviction import may_move
+from xpupool.engine.cycle.preempt import candidate_nodes
+from xpupool.engine.engine import Engine
+from xpupool.engine.outcomes import Defragmenting, Refused
+from xpupool.engine.txn import Transaction
+from xpupool.model.allocation import Allocation
+from xpupool.model.request import WHOLE, Request
+
+HOUR_S = 3600.0
+DAY_S = 24 * HOUR_S
+
+
+class Holder(Protocol):
+    """A running job, as the planner sees it (the cycle's ``RunningWork``)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def allocations(self) -> list[Allocation]: ...
+    @property
+    def stopping(self) -> object: ...
+
+
+H = TypeVar("H", bound=Holder)
+
+
+class Asking(Protocol):
+    """A pending job, as far as moving work for it goes."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def request(self) -> Request: ...
+
+
+@dataclass(frozen=True, slots=True)
+class MoveFacts:
+    """What a front knows of a movable running job: its ``tenant`` (for the budget), the
+    ``request`` it is placed again with, and ``lost_card_s``, the work a move would lose now
+    (cards x seconds since its last checkpoint)."""
+
+    tenant: str
+    request: Request
+    lost_card_s: float
+
+
+MovableFacts = Callable[[int], MoveFacts | None]
+"""A front's answer for a running job, by job id: its facts when it may be moved, else None."""
+
+
+@dataclass(frozen=True, slots=True)
+class Movable:
+    """A running job the planner may move, with its facts."""
+
+    job: Holder
+    facts: MoveFacts
+
+
+@dataclass(frozen=True, slots=True)
+class DisruptionBudget:
+    """At most ``moves_per_tenant_hour`` moves of one tenant's jobs in any hour, and at most
+    ``lost_gpu_hours_day`` GPU-hours lost to moves in any day, pool-wide (None: no cap)."""
+
+    moves_per_tenant_hour: int | None = 2
+    lost_gpu_hours_day: float | None = 8.0
+
+    def __post_init__(self) -> None:
+        if self.moves_per_tenant_hour is not None and self.moves_per_tenant_hour < 0:
+            raise ValueError("moves_per_tenant_hour must not be negative")
+        if self.lost_gpu_hours_day is not None and not self.lost_gpu_hours_day >= 0:
+            raise ValueError("lost_gpu_hours_day must not be negative")
+
+
+@dataclass(frozen=True, slots=True)
+class Allowance:
+    """What the budget leaves now: moves per tenant (None: no cap) and card-seconds to lose."""
+
+    moves_left: Mapping[str, int] | None
+    per_tenant: int | None
+    lost_card_s_left: float
+
+    def moves_for(self, tenant: str) -> float:
+        if self.per_tenant is None or self.moves_left is None:
+            return math.inf
+        return self.moves_left.get(tenant, self.per_tenant)
+
+    def admits(self, moves: Sequence[Movable]) -> bool:
+        """Whether carrying out ``moves`` stays within the budget."""
+        if sum(m.facts.lost_card_s for m in moves) > self.lost_card_s_left:
+            return False
+        tenants = Counter(m.facts.tenant for m in moves)
+        return all(count <= self.moves_for(t) for t, count in tenants.items())
+
+
+class MoveLedger:
+    """The moves carried out (time, tenant, card-seconds lost), for the budget's windows: a front
+    :meth:`record`s each move it makes; :meth:`allowance` says what is left at a time."""
+
+    def __init__(self, budget: DisruptionBudget) -> None:
+        self.budget = budget
+        self._moves: deque[tuple[float, str, float]] = deque()
+
+    def record(self, at: float, tenant: str, lost_card_s: float) -> None:
+        self._moves.append((at, tenant, max(0.0, lost_card_s)))
+
+    def allowance(self, now: float) -> Allowance:
+        while self._moves and self._moves[0][0] <= now - DAY_S:
+            self._moves.popleft()  # older than a day: counts in neither window
+        b = self.budget
+        lost = sum(card_s for _, _, card_s in self._moves)
+        lost_left = (
+            math.inf if b.lost_gpu_hours_day is None else b.lost_gpu_hours_day * HOUR_S - lost
+        )
+        left: dict[str, int] | None = None
+        if b.moves_per_tenant_hour is not None:
+            recent = Counter(t for at, t, _ in self._moves if at > now - HOUR_S)
+            left = {t: max(0, b.moves_per_tenant_hour - n) for t, n in recent.items()}
+        return Allowance(left, b.moves_per_tenant_hour, lost_left)
+
+
+@dataclass(frozen=True, slots=True)
+class MovePlan:
+    """Move ``moves`` (fewest first, then least lost): the pending request then fits on the
+    cards ``frees`` names (its what-if placement) and each moved job fits again elsewhere.
+    ``trials``: what-ifs the search ran."""
+
+    moves: tuple[Movable, ...]
+    lost_card_s: float
+    frees: tuple[Allocation, ...]
+    trials: int
+
+    @property
+    def job_ids(self) -> tuple[int, ...]:
+        return tuple(m.job.id for m in self.moves)
+
+
+def refits_after(
+    engine: Engine, req: Request, moves: Sequence[Movable]
+) -> tuple[Allocation, ...] | None:
+    """The what-if of one plan: release every allocation of ``moves``, place ``req``, then each
+    moved job's request (most cards first). ``req``'s allocations when all of it fits, else None.
+    The state is left as it was."""
+    state = engine.state
+    with Transaction(state) as trial:  # rolled back on leaving
+        for m in moves:
+            for alloc in m.job.allocations:
+                if alloc.id in state.live:
+                    trial.release(alloc.id)
+        placed = engine.place(req, txn=trial)
+        if not placed.ok:
+            return None
+        for m in sorted(moves, key=lambda m: (-_cards(m.facts.request), m.job.id)):
+            if not engine.place(m.facts.request, txn=trial).ok:
+                return None
+        return tuple(placed.allocations)
+
+
+def plan_moves(
+    engine: Engine,
+    req: Request,
+    movable: Sequence[Movable],
+    allowance: Allowance | None = None,
+    *,
+    max_moves: int = 3,
+    max_trials: int = 200,
+) -> MovePlan | None:
+    """The fewest moves of ``movable`` work after which ``req`` fits and the moved jobs fit again,
+    within ``allowance``; None when ``req`` fits already, or no plan of at most ``max_moves``
+    moves works within the budget (see the module docstring). A what-if: the state is unchanged."""
+    state = engine.state
+    movable = [m for m in movable if any(a.id in state.live for a in m.job.allocations)]
+    if allowance is not None:
+        movable = [m for m in movable if allowance.admits((m,))]
+    if not movable:
+        return None
+    owner = {a.id: m for m in movable for a in m.job.allocations}
+    nodes = candidate_nodes(engine, req, lambda a: a.id in owner)
+    if not nodes:
+        return None
+    # the cheapest first, so that the first plans tried are the likeliest best
+    movable = sorted(movable, key=lambda m: (m.facts.lost_card_s, m.job.id))
+    by_node: dict[int, list[Movable]] = {n: [] for n in nodes}
+    for m in movable:
+        for n in dict.fromkeys(a.node_index for a in m.job.allocations):
+            if n in by_node:
+                by_node[n].append(m)
+    need = req.devices.count * req.devices.need_core_permille
+    free = state.node_dev_core_free
+
+    def freed(node: int, part: Sequence[Movable]) -> int:
+        """Compute (thousandths of a card) ``part`` frees on ``node``."""
+        return sum(
+            d.core_permille
+            for m in part
+            for a in m.job.allocations
+            if a.node_index == node
+            for d in a.devices
+        )
+
+    def enough(node: int, part: Sequence[Movable]) -> bool:
+        """Free compute on ``node`` plus what ``part`` frees there reaches one replica's need:
+        a necessary condition for the request to land there."""
+        return int(free[node]) + freed(node, part) >= need
+
+    # a node where even its ``max_moves`` largest movable jobs would not free enough is out
+    by_node = {
+        n: here
+        for n, here in by_node.items()
+        if int(free[n]) + sum(sorted((freed(n, (m,)) for m in here), reverse=True)[:max_moves])
+        >= need
+    }
+    if not by_node or _fits_now(engine, req):
+        return None
+    trials = 0
+    looked = 0
+    for size in range(1, max_moves + 1):
+        best: tuple[tuple[float, tuple[int, ...]], MovePlan] | None = None
+        for combo in _combinations(by_node, movable, size, enough):
+            looked += 1
+            if trials >= max_trials or looked > LOOK_PER_TRIAL * max_trials:
+                break
+            if allowance is not None and not allowance.admits(combo):
+                continue
+            trials += 1
+            frees = refits_after(engine, req, combo)
+            if frees is None:
+                continue
+            lost = sum(m.facts.lost_card_s for m in combo)
+            key = (lost, tuple(sorted(m.job.id for m in combo)))
+            if best is None or key < best[0]:
+                moves = tuple(sorted(combo, key=lambda m: m.job.id))
+                best = (key, MovePlan(moves, lost, frees, 0))
+        if best is not None:
+            plan = best[1]
+            return MovePlan(plan.moves, plan.lost_card_s, plan.frees, trials)
+        if trials >= max_trials or looked > LOOK_PER_TRIAL * max_trials:
+            return None
+    return None
+
+
+LOOK_PER_TRIAL = 50
+"""Sets of moves the search may look at (and pass over) per what-if it may run."""
+
+
+def _fits_now(engine: Engine, req: Request) -> bool:
+    with Transaction(engine.state) as trial:  # rolled back on leaving
+        return engine.place(req, txn=trial).ok
+
+
+def _combinations(
+    by_node: Mapping[int, Sequence[Movable]],
+    movable: Sequence[Movable],
+    size: int,
+    enough: Callable[[int, Sequence[Movable]], bool],
+) -> Iterator[tuple[Movable, ...]]:
+    """Every set of ``size`` moves that could let the request land on a candidate node, each
+    once: some of the set sit on that node and free enough there (``enough``), the rest (moved
+    to make room for the moved) anywhere. Sets with more of their moves on the node come first."""
+    seen: set[frozenset[int]] = set()
+    for on_node in range(size, 0, -1):
+        for node, here in by_node.items():
+            for part in itertools.combinations(here, on_node):
+                if not enough(node, part):
+                    continue
+                taken = {m.job.id for m in part}
+                rest = [m for m in movable if m.job.id not in taken]
+                for extra in itertools.combinations(rest, size - on_node):
+                    key = frozenset(taken | {m.job.id for m in extra})
+                    if key not in seen:
+                        seen.add(key)
+                        yield part + extra
+
+
+def _cards(req: Request) -> int:
+    """Thousandths of a card ``req`` asks in all (a request of memory only: a card each)."""
+    return req.replicas * req.devices.count * (req.devices.need_core_permille or WHOLE)
+
+
+class Defrag:
+    """The cycle's defragmentation option: which running jobs may move (``facts``, from the
+    front), the budget's :attr:`ledger` (the front records each move it carries out) and the
+    clock the budget's windows run on."""
+
+    def __init__(
+        self,
+        facts: MovableFacts,
+        clock: Callable[[], float],
+        budget: DisruptionBudget | None = None,
+        *,
+        min_cards: float = 0.0,
+        max_moves: int = 3,
+        max_trials: int = 200,
+    ) -> None:
+        """``min_cards``: only for jobs asking at least that many cards in all (a share of a card
+        counts as its part of one), as a front keeps it to the large shapes."""
+        self.facts = facts
+        self.clock = clock
+        self.ledger = MoveLedger(budget or DisruptionBudget())
+        self.min_cards = min_cards
+        self.max_moves = max_moves
+        self.max_trials = max_trials
+
+    def movable(self, job: Asking, running: Mapping[int, Holder]) -> list[Movable]:
+        """The running jobs that may move for ``job``: not stopping, of its priority or below,
+        and movable by their front."""
+        out: list[Movable] = []
+        for holder in running.values():
+            if holder.id == job.id or not may_move(
+                holder.priority, job.priority, leaving=bool(holder.stopping)
+            ):
+                continue
+            facts = self.facts(holder.id)
+            if facts is not None:
+                out.append(Movable(holder, facts))
+        return out
+
+    def plan(self, engine: Engine, job: Asking, running: Mapping[int, Holder]) -> MovePlan | None:
+        """The plan for ``job`` now, within what the budget leaves (see :func:`plan_moves`)."""
+        if _cards(job.request) < self.min_cards * WHOLE:
+            return None
+        return plan_moves(
+            engine,
+            job.request,
+            self.movable(job, running),
+            self.ledger.allowance(self.clock()),
+            max_moves=self.max_moves,
+            max_trials=self.max_trials,
+        )
+
+    def moves_for(
+        self, engine: Engine, job: Asking, running: Mapping[int, H], cause: Refused
+    ) -> tuple[Defragmenting, tuple[H, ...]] | None:
+        """For the cycle: ``job``'s wait while its moves are carried out, and the jobs to move."""
+        plan = self.plan(engine, job, running)
+        if plan is None:
+            return None
+        return Defragmenting(cause, plan.job_ids), tuple(running[i] for i in plan.job_ids)
