@@ -5,16 +5,21 @@ energy of a held card whose agent reads no power. A real app and a hand-moved cl
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 from server_kit import A100, Server, devices, heartbeat, node, report, submit, tenant
 from sqlalchemy import select
 
+from xpupool.catalog.operator_file import load_operator_catalog
 from xpupool.server.storage.usage import usage_idle_power
+from xpupool.server.up import UpConfig, open_plane
 from xpupool.server.usage.idle_power import DEFAULT_MIN_SAMPLES
 
 H100 = "NVIDIA H100 80GB HBM3"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "cluster-mixed.yaml"
 
 
 def _metrics(server: Server, readings: dict[str, dict[str, Any]], node_name: str = "n1") -> None:
@@ -102,3 +107,18 @@ def test_the_energy_policy_places_by_the_idle_watts_learned(server: Server) -> N
     second = submit(server, t, "any policy=energy")["id"]
     server.schedule()
     assert placed_on(second) == "h"
+
+
+def test_the_operators_figures_reach_the_energy_scorer_at_start(tmp_path: Path) -> None:
+    """``xpupool up --catalog FILE``: the operator's idle figure is the energy scorer's from the
+    start, before any usage interval has run."""
+    path = tmp_path / "site.yaml"
+    path.write_text("accelerators:\n  - {name: A100-SXM4-80GB, idle_watts: 55}\n")
+    cfg = UpConfig(data=tmp_path / "data", cluster=EXAMPLE, agent=False)
+    plane = open_plane(replace(cfg, catalog=load_operator_catalog(path)))
+    try:
+        power = plane.engine.power
+        assert power is not None and power.idle_source(A100) == "operator"
+        assert power.figures(A100).idle_watts == 55.0
+    finally:
+        plane.db.dispose()
