@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Engine, insert
 
+from xpupool.catalog.power import PowerModel
 from xpupool.model.allocation import Allocation, DeviceShare
 from xpupool.model.device import Device, Node
 from xpupool.server.auth import Principal
@@ -88,6 +89,9 @@ class PlaneStandIn:
     def idle_power_readings(self) -> list[tuple[str, float]]:
         """Every card of the benchmark is held: no idle card's power to learn from."""
         return []
+
+    def use_power(self, power: PowerModel) -> None:
+        """The power model the meter counts with, handed on: no engine here to take it."""
 
 
 def cpu() -> float:

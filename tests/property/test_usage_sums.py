@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, func, select
 
+from xpupool.catalog.power import PowerModel
 from xpupool.model.allocation import Allocation, DeviceShare
 from xpupool.model.device import Device, Node
 from xpupool.server.plane import HeldJob
@@ -62,6 +63,9 @@ class PlaneStandIn:
     def idle_power_readings(self) -> list[tuple[str, float]]:
         """No card here is read idle: the sums are of held cards (``usage/idle_power.py``)."""
         return []
+
+    def use_power(self, power: PowerModel) -> None:
+        """The power model the meter counts with, handed on: no engine here to take it."""
 
 
 # a step: (seconds later, what): start a job on a card with a share, end one, or flush

@@ -83,6 +83,25 @@ class PowerModel:
         self._measured = {self._key(k): float(v) for k, v in measured.items() if v >= 0}
         self._cache = {}
 
+    def with_overrides(self, overrides: tuple[Override, ...] = ()) -> PowerModel:
+        """A new model with this one's figures (its overrides, the idle watts it learned) and
+        ``overrides`` over them, figure by figure. It learns nothing this one learns later: a
+        snapshot that another thread may read while this one learns (the plane hands one to its
+        engine's energy scorer, ``server/plane/control.py`` ``use_power``)."""
+        merged = dict(self._overrides)
+        for over in overrides:
+            key = self._key(over.name)
+            kept = merged.get(key, Override(key))
+            merged[key] = Override(
+                key,
+                kept.compute_units if over.compute_units is None else over.compute_units,
+                kept.idle_watts if over.idle_watts is None else over.idle_watts,
+                kept.busy_watts if over.busy_watts is None else over.busy_watts,
+            )
+        out = PowerModel(self.catalog, tuple(merged.values()))
+        out._measured = dict(self._measured)
+        return out
+
     def idle_source(self, printed: str) -> IdleSource:
         """Where the model's idle figure comes from: 'operator', 'measured', 'catalog' or 'none'
         (taken as 0 W)."""

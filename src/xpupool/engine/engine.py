@@ -16,6 +16,7 @@ from typing import cast
 import numpy as np
 
 from xpupool.catalog import AcceleratorCatalog
+from xpupool.catalog.power import PowerModel
 from xpupool.engine.allocation_ids import AllocationIds
 from xpupool.engine.context import Context
 from xpupool.engine.device_pick import pick_devices
@@ -95,8 +96,13 @@ class Engine:
         profiles: dict[str, Profile] | None = None,
         workload: TargetWorkload | None = None,
         ids: AllocationIds | None = None,
+        power: PowerModel | None = None,
     ) -> None:
         self.state = state
+        self.power = power
+        """The front's power model (``catalog/power.py``: the operator's figures, the idle watts
+        measured on the pool), which the energy scorer reads; None: the catalog's figures. A
+        front replaces it (never changes it in place) as it learns."""
         self.ids = AllocationIds() if ids is None else ids
         self.seed = seed
         self.workload = workload
@@ -574,6 +580,7 @@ class Engine:
             self.workload,
             profile.args_of(name),
             (lambda: self._model(profile)) if name in WORKLOAD_PLUGINS else None,
+            lambda: self.power,
         )
 
     def _model(self, profile: Profile) -> WorkloadModel:

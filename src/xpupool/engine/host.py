@@ -27,6 +27,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from xpupool.catalog.power import PowerModel
 from xpupool.engine.allocation_ids import AllocationIds
 from xpupool.engine.engine import Engine
 from xpupool.engine.fragmentation import TargetWorkload
@@ -100,6 +101,8 @@ class EngineHost:
         simulator replaying a trace gives its own, as ``Engine`` takes it."""
         self.ids = AllocationIds()
         """The pool's one allocation id counter: every engine built here takes its ids from it."""
+        self.power: PowerModel | None = None
+        """The front's power model (:meth:`use_power`), which every engine built here is given."""
         self.rebuilds = 0
         self._engine: Engine | None = None
         self._verdicts: Verdicts | None = None
@@ -128,6 +131,7 @@ class EngineHost:
             profiles=profiles,
             workload=self.workload,
             ids=self.ids,
+            power=self.power,
         )
         if self.defer_learning:
             engine.defer_learning()
@@ -177,6 +181,14 @@ class EngineHost:
                 engine.release(alloc.id)
             raise
         return tuple(done)
+
+    def use_power(self, power: PowerModel) -> None:
+        """The power figures the energy scorer weighs cards by, from now on: the engine served
+        and every engine built later get ``power`` (a snapshot the front does not change after,
+        ``PowerModel.with_overrides``)."""
+        self.power = power
+        if self._engine is not None:
+            self._engine.power = power
 
     def install(self, engine: Engine) -> None:
         """Serve ``engine`` (made by :meth:`fresh`): it goes on learning the workload from where

@@ -177,6 +177,10 @@ XPUPOOL_SCORERS: dict[str, float] = {
     "spare-cpu": 0.005,
 }
 
+# The energy profile's weight of its power term (scores 0..100) over the default policy's terms:
+# chosen on bench/energy_wait.py's sweep (docs/benchmarks.md, "Energy").
+ENERGY_WEIGHT = 0.3
+
 BUILTIN_PROFILES: dict[str, Profile] = {
     "binpack": _builtin("binpack", {"binpack": 1, "topology": 1}, "binpack"),
     "spread": _builtin("spread", {"spread": 1, "topology": 1}, "spread"),
@@ -206,10 +210,13 @@ BUILTIN_PROFILES: dict[str, Profile] = {
         "throughput", {"throughput": 10, "binpack": 1, "topology": 1}, "binpack"
     ),
     # Each job where it adds least power at its best speed: on cards and nodes already awake,
-    # low-power models first (scorers/energy.py); among those, placed as by the default policy
-    # (10 x 100 exceeds a card of packing loss, 100 points).
+    # low-power models first (scorers/energy.py), among the placements the default policy rates
+    # about equal: ENERGY_WEIGHT x 100 points is the most the power term can outweigh (a T4
+    # against a V100-class card for a whole card: 77 points x the weight). At weight 10 it
+    # outweighed every term of the default and stranded GPUs on CPU-poor low-power nodes
+    # (docs/benchmarks.md, "Energy").
     "energy": _builtin(
-        "energy", {**XPUPOOL_SCORERS, "energy": 10.0}, "binpack", post=("lookahead",)
+        "energy", {**XPUPOOL_SCORERS, "energy": ENERGY_WEIGHT}, "binpack", post=("lookahead",)
     ),
 }
 DEFAULT_PROFILE = "xpupool"

@@ -187,6 +187,7 @@ def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPla
             plane.use_fair_share_history(cfg.fair_share_half_life_s)
         if cfg.catalog is not None and cfg.catalog.accelerators:
             plane.meter.power = PowerModel(overrides=cfg.catalog.accelerators)
+            plane.use_power(plane.meter.power)  # the energy scorer's figures from the start
         plane.before_job_id = pool.reserve
         if cfg.admin_token_file is not None:
             admin_token.adopt(plane, cfg.data, cfg.admin_token_file)

@@ -62,3 +62,17 @@ def test_operator_file_accelerators_section(tmp_path: Path) -> None:
         with pytest.raises(CatalogFileError) as info:
             load_operator_catalog(path)
         assert info.value.field == field, str(info.value)
+
+
+def test_with_overrides_is_a_snapshot_with_figures_layered_over() -> None:
+    """What the plane hands its engine: this model's overrides and learned idle watts, further
+    overrides over them figure by figure, and nothing this model learns afterwards."""
+    power = PowerModel(overrides=(Override("A100-SXM4-80GB", busy_watts=380.0),))
+    power.learn_idle({"NVIDIA A100-SXM4-80GB": 55.0})
+    layered = power.with_overrides((Override("NVIDIA A100-SXM4-80GB", compute_units=100.0),))
+    figures = layered.figures("NVIDIA A100-SXM4-80GB")
+    assert (figures.compute_units, figures.idle_watts, figures.busy_watts) == (100.0, 55.0, 380.0)
+    assert layered.idle_source("NVIDIA A100-SXM4-80GB") == "measured"
+    power.learn_idle({"NVIDIA A100-SXM4-80GB": 70.0})
+    assert power.figures("NVIDIA A100-SXM4-80GB").idle_watts == 70.0
+    assert layered.figures("NVIDIA A100-SXM4-80GB").idle_watts == 55.0

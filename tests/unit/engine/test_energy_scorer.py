@@ -3,7 +3,7 @@ nodes already awake, so that whole cards and nodes stay idle."""
 
 from __future__ import annotations
 
-from xpupool.catalog.power import Override
+from xpupool.catalog.power import Override, PowerModel
 from xpupool.engine import ClusterState, Engine
 from xpupool.engine.profile import make_profile
 from xpupool.engine.scorers.energy import EnergyArgs
@@ -83,3 +83,32 @@ def test_the_builtin_profile_reads_the_catalogs_figures() -> None:
     ]
     engine = Engine(ClusterState(nodes, seed=0), "energy", seed=0)
     assert _node_of(engine, request_from_dict("any")) == "NVIDIA T4-0"
+
+
+def test_the_fronts_power_model_and_its_measured_idle_watts_move_the_choice() -> None:
+    """The engine's power model (``Engine.power``, the plane's) is read in its order. Whole cards
+    on empty four-card nodes: waking one adds busy - idle + 4 x idle (no low-power state). With
+    no idle figure the 250 W COOL card adds less than the 300 W HOT one; measured idling at 30 W,
+    COOL adds 250 + 3 x 30 = 340 W, and the job goes to HOT; an operator's idle figure for COOL
+    comes before the measured one."""
+    nodes = _fleet(per_model=1)
+    profile = make_profile("energy-only", {"energy": 1.0}, "binpack")
+    busy = (Override("HOT", busy_watts=300.0), Override("COOL", busy_watts=250.0))
+    power = PowerModel(overrides=busy)
+    engine = Engine(ClusterState(nodes, seed=0), profile, seed=0, power=power)
+
+    def node_of_one() -> str:
+        placement = engine.place(request_from_dict("any"))
+        assert placement.ok
+        engine.release(placement.allocations[0])
+        return placement.allocations[0].node
+
+    assert node_of_one() == "COOL-0"
+    measured = power.with_overrides()
+    measured.learn_idle({"COOL": 30.0})
+    engine.power = measured  # the front hands over a new model as it learns
+    assert node_of_one() == "HOT-0"
+    operator = PowerModel(overrides=(*busy, Override("COOL", idle_watts=0.0)))
+    operator.learn_idle({"COOL": 30.0})
+    engine.power = operator
+    assert node_of_one() == "COOL-0"

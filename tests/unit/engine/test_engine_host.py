@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 
+from xpupool.catalog.power import PowerModel
 from xpupool.engine.host import EngineHost, HostedNode
 from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE
 from xpupool.model.allocation import Allocation, DeviceShare
@@ -112,3 +113,14 @@ def test_never_fits_reads_the_profiles_disabled_filters() -> None:
     verdicts = host.verdicts
     host.rebuild(two_nodes(), [])
     assert host.verdicts is not verdicts  # judged on the engine served
+
+
+def test_the_fronts_power_model_reaches_the_engine_served_and_those_built_after() -> None:
+    host = EngineHost()
+    host.install(host.fresh(two_nodes()))
+    assert host.engine is not None and host.engine.power is None  # the catalog's figures
+    power = PowerModel()
+    host.use_power(power)
+    assert host.engine.power is power
+    host.rebuild(two_nodes(), [])
+    assert host.engine.power is power

@@ -14,6 +14,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
+from xpupool.catalog.power import PowerModel
 from xpupool.engine.context import Context
 from xpupool.engine.eligibility import Eligibility
 from xpupool.engine.fragmentation.measure import IndexArray, TargetWorkload
@@ -43,15 +44,18 @@ MAX_SCORE = 100.0
 class ScorerEnv:
     """What a scorer may depend on besides the request: the engine's seed, its pipeline (for
     cached eligibility), the target workload when the front knows one (FGD needs it), the
-    profile's arguments for the plugin (None: its defaults), and ``model``, which gives the
+    profile's arguments for the plugin (None: its defaults), ``model``, which gives the
     engine's shared :class:`WorkloadModel` for the profile (made on first call, then the same
-    object for every plugin that asks: kube's framework handle)."""
+    object for every plugin that asks: kube's framework handle), and ``power``, which gives the
+    power model the engine's front handed it now (``Engine.power``: the operator's figures and
+    the idle watts measured on the pool; None: the catalog's)."""
 
     seed: int
     pipeline: Eligibility
     workload: TargetWorkload | None = None
     args: PluginArgs | None = None
     model: Callable[[], WorkloadModel] | None = None
+    power: Callable[[], PowerModel | None] | None = None
 
 
 class Scorer(Protocol):

@@ -14,9 +14,12 @@ and, as energy is power x time, over its relative speed on the card's model (``R
 1 when it names none). "At equal or better expected completion": a job with speeds is scored only
 on the cards where it runs fastest among those that fit; slower ones score 0 (it goes there only
 when nothing else fits). Scores are ``100 x (least added power + 1 W) / (added power + 1 W)``
-over the fitting nodes, so the best node scores 100. Figures for models the catalog lacks are the
-operator's (:class:`EnergyArgs`); a model with no figure counts as 0 W, so it is never avoided for
-energy alone.
+over the fitting nodes, so the best node scores 100. The figures are the power model's, in its
+order (an operator's override, then the idle watts measured on the pool's own cards, then the
+catalog's): the one the engine's front hands it (``Engine.power``: the plane's, with what it
+learned, ``server/usage/idle_power.py``), else the catalog's; the profile's :class:`EnergyArgs`
+over them (a simulator's stand-ins). A model with no figure counts as 0 W, so it is never avoided
+for energy alone.
 """
 
 from __future__ import annotations
@@ -55,22 +58,28 @@ class Energy:
     def __init__(self, env: ScorerEnv | None = None) -> None:
         args = env.args if env is not None and isinstance(env.args, EnergyArgs) else EnergyArgs()
         self.args = args
+        self._given = env.power if env is not None else None  # the front's power model, now
         self._state: ClusterState | None = None
+        self._from: PowerModel | None = None  # the front's model the watts were taken from
         self._watts: tuple[FloatArray, FloatArray, FloatArray] | None = None
 
     def _model_watts(self, state: ClusterState) -> tuple[FloatArray, FloatArray, FloatArray]:
         """``[n_models]`` idle, busy and sleep watts per model id of ``state``."""
+        given = self._given() if self._given is not None else None
         if (
             state is not self._state
+            or given is not self._from
             or self._watts is None
             or len(self._watts[0]) != len(state.models)
         ):
-            power = PowerModel(state.catalog, self.args.overrides)
+            base = given if given is not None else PowerModel(state.catalog)
+            power = base.with_overrides(self.args.overrides)
             figures = [power.figures(printed) for _, printed in state.models]
             idle = np.asarray([f.idle_watts for f in figures], np.float64)
             busy = np.asarray([f.busy_watts for f in figures], np.float64)
             self._watts = (idle, busy, idle * self.args.sleep_fraction)
             self._state = state
+            self._from = given
         return self._watts
 
     def score(self, ctx: Context) -> FloatArray | None:

@@ -20,6 +20,7 @@ from sqlalchemy import Connection, event
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from xpupool.catalog.images import ImageCatalog, default_image_catalog
+from xpupool.catalog.power import PowerModel
 from xpupool.disk_reserve import DEFAULT_LOG_RESERVE_BYTES
 from xpupool.engine.cycle.admission import Admission, QueueSpec
 from xpupool.engine.cycle.cycle import SchedulingCycle
@@ -407,6 +408,14 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         engine = self.host.engine
         assert engine is not None, "no engine built yet"
         return engine
+
+    def use_power(self, power: PowerModel) -> None:
+        """The power model the usage meter counts energy with (the operator's figures, the idle
+        watts it learned), handed to the engine's energy scorer as one step: a snapshot, so the
+        meter learning on after it changes nothing under a scheduling pass."""
+        snapshot = power.with_overrides()
+        with self._lock:
+            self.host.use_power(snapshot)
 
     def rebuild_engine(self, conn: Connection | None = None) -> None:
         """A fresh engine from the node records, with every held allocation re-applied and

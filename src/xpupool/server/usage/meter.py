@@ -100,6 +100,8 @@ class ControlPlane(Protocol):
 
     def idle_power_readings(self) -> list[tuple[str, float]]: ...
 
+    def use_power(self, power: PowerModel) -> None: ...
+
 
 log = logging.getLogger("xpupool.server")
 
@@ -400,7 +402,8 @@ class UsageMeter:
 
     def _learn_idle(self, plane: ControlPlane, conn: Connection, now: float) -> None:
         """Take the idle cards' power readings (``idle_power.py``); store the models' figures
-        that moved and give them to the power model, which the energy below is counted with."""
+        that moved and give them to the power model, which the energy below is counted with and
+        the plane's energy scorer places with (``ControlPlane.use_power``)."""
         if not self.idle.seeded:
             self.idle.seed(conn)
         changed = self.idle.observe(plane.idle_power_readings(), now)
@@ -409,6 +412,7 @@ class UsageMeter:
         if changed or self._idle_into is not self.power:
             self.power.learn_idle(self.idle.watts())
             self._idle_into = self.power
+            plane.use_power(self.power)
 
     def _watts(self, plane: ControlPlane, runs: Iterable[Run]) -> dict[str, float]:
         """Each held card's power now: its agent's reading, else the catalog model at its
