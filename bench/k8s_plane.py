@@ -22,6 +22,15 @@ seen bound (the pods' ``creationTimestamp`` has 1 s resolution).
 - ``plane_cpu_s_per_job``: user + system CPU seconds of the plane's process (``/proc/PID/stat``)
   from the first POST until every pod is bound, over ``--jobs``.
 
+``--compare-rounds R`` (0: skipped), after the timed jobs: the site's pods a second with and
+without the plane in front, interleaved, R rounds of each: ``direct``, ``--compare-pods`` one-card
+pods created straight in namespace ``bench-direct`` (16 POSTs in flight, as a controller makes
+them; HAMi's resources, the extender binds them); ``plane``, as many jobs submitted through the
+API as it takes them (8 in flight). Each round's figure: its pods / its first POST -> its last pod
+seen bound; they are then deleted (the jobs cancelled) and gone before the next round.
+``direct_pods_per_s`` and ``plane_pods_per_s``: each round's; ``plane_over_direct``: the ratio of
+their medians.
+
 ``--restart-pods K`` (0: skipped): the timed jobs beyond the first K are cancelled, or jobs are
 added (as fast as the API takes them, untimed) until K run, each with its pod Running; the plane is
 killed (SIGKILL, as a crash) and started again on the same data. ``reconcile_s``: the restarted
@@ -62,6 +71,7 @@ from k8s_harness import (
     PodAsk,
     cluster,
     create_all,
+    hami_pod,
     list_all,
     node_objects,
     warm_extender,
@@ -70,6 +80,7 @@ from k8s_harness import (
 SITE = "gpu-a"
 TENANT = "bench"
 NAMESPACE = f"xpupool-{TENANT}"  # the site's default tenant namespace
+DIRECT = "bench-direct"  # the namespace of the pods made without the plane (--compare-rounds)
 SPEC = f"nvidia:1 site={SITE}"
 IMAGE = "registry.invalid/sleep:1"  # kwok runs it until deleted
 IN_FLIGHT = 8
@@ -148,6 +159,66 @@ def pods_now(kc: Any) -> dict[str, str]:
     return {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
 
 
+def rate_of(watcher: BindWatcher, sent: dict[str, float]) -> float:
+    """Pods a second of one round: its pods over its first send -> its last pod seen bound."""
+    wait(lambda: all(n in watcher.bound for n in sent), f"{len(sent)} pods bound")
+    span = max(watcher.bound[n] for n in sent) - min(sent.values())
+    return round(len(sent) / span, 1)
+
+
+def gone(kc: Any, namespace: str, names: set[str]) -> None:
+    """Wait until no pod of ``names`` is left in ``namespace``."""
+
+    def left() -> bool:
+        pods = list_all(kc.api, f"/api/v1/namespaces/{namespace}/pods")
+        return not any(p["metadata"]["name"] in names for p in pods)
+
+    wait(lambda: not left(), f"{len(names)} pods of {namespace} gone")
+
+
+def compare(
+    kc: Any, user: httpx.Client, rounds: int, n: int, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """The site's pods a second without and with the plane in front, ``rounds`` of each,
+    interleaved (the module's docstring)."""
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DIRECT}}
+    create_all(kc.api, "/api/v1/namespaces", [body])
+    direct: list[float] = []
+    plane: list[float] = []
+    watchers = {
+        ns: BindWatcher(kc.api_url, cluster.TOKEN, ns).start() for ns in (DIRECT, NAMESPACE)
+    }
+    try:
+        for k in range(rounds):
+            pods = [hami_pod(PodAsk(f"d-{k}-{i}", 1), cluster.SCHEDULER_NAME) for i in range(n)]
+            for pod in pods:
+                pod["metadata"]["namespace"] = DIRECT
+            sent = create_all(kc.api, f"/api/v1/namespaces/{DIRECT}/pods", pods)
+            direct.append(rate_of(watchers[DIRECT], sent))
+            kc.api.delete(f"/api/v1/namespaces/{DIRECT}/pods", timeout=SETTLE_S).raise_for_status()
+            gone(kc, DIRECT, set(sent))
+            jobs = submit_paced(user, n, 0)
+            plane.append(rate_of(watchers[NAMESPACE], {pod_name(j): at for j, at in jobs.items()}))
+            for job_id in jobs:
+                r = user.post(f"/v1/jobs/{job_id}/cancel")
+                if r.status_code != 200:
+                    raise RuntimeError(f"cancel {job_id}: HTTP {r.status_code}: {r.text}")
+            gone(kc, NAMESPACE, {pod_name(j) for j in jobs})
+            log(f"round {k + 1}: direct {direct[-1]} pods/s, plane {plane[-1]} pods/s")
+    finally:
+        for watcher in watchers.values():
+            watcher.stop()
+    for watcher in watchers.values():
+        if watcher.error is not None:
+            raise RuntimeError("the pod watch failed") from watcher.error
+    return {
+        "compare_pods": n,
+        "direct_pods_per_s": direct,
+        "plane_pods_per_s": plane,
+        "plane_over_direct": round(float(np.median(plane) / np.median(direct)), 2),
+    }
+
+
 def restart(kc: Any, srv: Any, user: httpx.Client, held: list[int]) -> dict[str, float]:
     """Kill the plane holding ``held`` (their pods all Running, no other pod left), start it
     again, time its reconciliation; checks that no pod was made again or deleted."""
@@ -194,6 +265,8 @@ def run(
     seed: int,
     workdir: Path,
     log: Callable[[str], None],
+    compare_rounds: int = 0,
+    compare_pods: int = 200,
 ) -> dict[str, Any]:
     port = cluster.free_port()
     ext_conf = cluster.Extender(
@@ -255,6 +328,8 @@ def run(
                     "plane_cpu_s_per_job": round(cpu / n_jobs, 4),
                     "restart_pods": restart_pods,
                 }
+                if compare_rounds:
+                    out.update(compare(kc, user, compare_rounds, compare_pods, log))
                 if restart_pods:
                     held = sorted(sent)[:restart_pods]
                     for job_id in sorted(sent)[restart_pods:]:
@@ -279,6 +354,13 @@ def main() -> None:
     parser.add_argument(
         "--restart-pods", type=int, default=200, help="pods held at the restart (0: no restart)"
     )
+    parser.add_argument(
+        "--compare-rounds",
+        type=int,
+        default=0,
+        help="rounds of pods made without, then with, the plane (0: skipped)",
+    )
+    parser.add_argument("--compare-pods", type=int, default=200, help="pods a compare round")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workdir", type=Path, help="keep logs here [default: a temp dir]")
     parser.add_argument("--json", action="store_true", help="print JSON only")
@@ -289,6 +371,10 @@ def main() -> None:
         parser.error("--restart-pods must be at least 0")
     if max(args.jobs, args.restart_pods) > args.nodes * CARDS_PER_NODE:
         parser.error(f"more jobs than cards: --nodes N holds {CARDS_PER_NODE} * N one-card jobs")
+    if args.compare_rounds < 0 or args.compare_pods < 1:
+        parser.error("--compare-rounds must be at least 0, --compare-pods at least 1")
+    if args.compare_rounds and args.jobs + args.compare_pods > args.nodes * CARDS_PER_NODE:
+        parser.error("more pods than cards: --jobs plus --compare-pods must fit 8 cards a node")
 
     def log(text: str) -> None:
         if not args.json:
@@ -299,7 +385,17 @@ def main() -> None:
         shutil.rmtree(root / "cluster", ignore_errors=True)  # a kept workdir starts empty
         shutil.rmtree(root / "data", ignore_errors=True)
         root.mkdir(parents=True, exist_ok=True)
-        out = run(args.nodes, args.jobs, args.rate, args.restart_pods, args.seed, root, log)
+        out = run(
+            args.nodes,
+            args.jobs,
+            args.rate,
+            args.restart_pods,
+            args.seed,
+            root,
+            log,
+            args.compare_rounds,
+            args.compare_pods,
+        )
     print(json.dumps(out, indent=None if args.json else 2))
 
 

@@ -5,6 +5,11 @@ timeout), every other list empty, an object
 created answered as made (kept nowhere), every other request 404. It records which token each
 request came with. Stopped and started again on its port, it is an API server down, then back.
 
+With ``keep_pods``, Pods are kept as a site's worker makes them: a second create of one is 409,
+``answers[name]`` gives the codes its next creates get instead, lists filter by label
+(``key`` and ``key=value`` terms) and are counted, and the most pod creates answered at once is
+recorded; ``hold_until`` holds each pod create until that many are in flight (2 s at most).
+
     with FakeApiServer(tokens={"old"}) as api:
         api.add_node(node_object("n1"))
         write it into a kubeconfig: api.kubeconfig("old")
@@ -52,9 +57,18 @@ def node_object(name: str, cards: int = 1) -> dict[str, Any]:
 
 
 class FakeApiServer:
-    def __init__(self, tokens: set[str], port: int = 0) -> None:
+    def __init__(
+        self, tokens: set[str], port: int = 0, *, keep_pods: bool = False, hold_until: int = 0
+    ) -> None:
         self.tokens = set(tokens)
         self.nodes: dict[str, dict[str, Any]] = {}
+        self.keep_pods = keep_pods
+        self.hold_until = hold_until
+        self.pods: dict[str, dict[str, Any]] = {}  # name -> the pod made (keep_pods)
+        self.answers: dict[str, list[int]] = {}  # pod name -> codes its next creates get
+        self.pod_posts: dict[str, int] = {}  # pod name -> creates asked
+        self.pod_lists = 0
+        self.in_flight = self.most_in_flight = 0
         self.version = 1  # the resourceVersion of the last change
         self.seen: list[tuple[str, str]] = []  # (token, path) of every request
         self.lock = threading.Lock()
@@ -84,6 +98,10 @@ class FakeApiServer:
                 with api.lock:
                     items = list(api.nodes.values()) if url.path == "/api/v1/nodes" else []
                     version = api.version
+                    if api.keep_pods and url.path == "/api/v1/pods":
+                        api.pod_lists += 1
+                        terms = query.get("labelSelector", [""])[0]
+                        items = [p for p in api.pods.values() if _selected(p, terms)]
                 if not self._allowed():
                     return
                 if query.get("watch") == ["true"]:
@@ -105,6 +123,9 @@ class FakeApiServer:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                if api.keep_pods and body.get("kind") == "Pod" and self._allowed():
+                    self._answer(*api.make_pod(body))
+                    return
                 if self._allowed():
                     meta = {**body.get("metadata", {}), "uid": "u", "resourceVersion": "1"}
                     self._answer(201, {**body, "metadata": meta})
@@ -128,6 +149,30 @@ class FakeApiServer:
         self.port = int(self._server.server_address[1])
         self.url = f"http://127.0.0.1:{self.port}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def make_pod(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """A pod create (``keep_pods``): the answer's code and body."""
+        name = str(body["metadata"]["name"])
+        with self.lock:
+            self.pod_posts[name] = self.pod_posts.get(name, 0) + 1
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        deadline = time.monotonic() + 2.0
+        while self.in_flight < self.hold_until and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with self.lock:
+            self.in_flight -= 1
+            scripted = self.answers.get(name)
+            if scripted:
+                code = scripted.pop(0)
+                status = {"kind": "Status", "apiVersion": "v1", "status": "Failure"}
+                return code, {**status, "code": code, "message": f"answered {code}"}
+            if name in self.pods:
+                return 409, {"kind": "Status", "code": 409, "reason": "AlreadyExists"}
+            self.version += 1
+            meta = {**body["metadata"], "uid": f"uid-{name}", "resourceVersion": str(self.version)}
+            self.pods[name] = {**body, "metadata": meta}
+            return 201, self.pods[name]
 
     def add_node(self, obj: dict[str, Any]) -> None:
         """Add (or replace) a Node: its next watches and lists have it."""
@@ -170,3 +215,13 @@ class FakeApiServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _selected(obj: dict[str, Any], terms: str) -> bool:
+    """Does ``obj`` carry the labels of a selector's ``key`` and ``key=value`` terms?"""
+    labels = obj["metadata"].get("labels") or {}
+    for term in filter(None, terms.split(",")):
+        key, eq, value = term.partition("=")
+        if key not in labels or (eq and labels[key] != value):
+            return False
+    return True

@@ -1,11 +1,12 @@
-"""The cluster-wide objects a Kubernetes site makes before its first pod or service: the tenant's
-namespace and the plane's PriorityClass (``pods.priority_class``), as lightkube resources. One
-definition for the site's pods (``site.py``) and its services (``site_services.py``)."""
+"""The objects a Kubernetes site makes beside its pods and services: the tenant's namespace and
+the plane's PriorityClass (``pods.priority_class``), cluster-wide, before its first pod or
+service, and a run's Secret, as lightkube resources. One definition for the site's pods
+(``creations.py``, ``finished.py``) and its services (``site_services.py``)."""
 
 from __future__ import annotations
 
 from lightkube.core.resource import ApiInfo, ResourceDef
-from lightkube.generic_resource import GenericGlobalResource
+from lightkube.generic_resource import GenericGlobalResource, GenericNamespacedResource
 
 _VERBS = ["delete", "get", "global_list", "list", "post"]
 
@@ -22,3 +23,7 @@ class RawPriorityClass(GenericGlobalResource):
         plural="priorityclasses",
         verbs=_VERBS,
     )
+
+
+class RawSecret(GenericNamespacedResource):
+    _api_info = ApiInfo(resource=ResourceDef("", "v1", "Secret"), plural="secrets", verbs=_VERBS)

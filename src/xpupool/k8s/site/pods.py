@@ -77,6 +77,7 @@ SECRETS_ENV = "XPUPOOL_SECRETS_DIR"
 PRIORITY_CLASS = "xpupool-plane"
 MAX_ID = (1 << 53) - 1  # job ids, replicas and attempts as the plane stores them
 MAX_REASON_CHARS = 1024  # a pod's reason and message, as the job's reason takes them
+TERMINAL = ("Succeeded", "Failed")  # a pod's phases once it has ended
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")  # kube's C_IDENTIFIER-ish env var name
 
 

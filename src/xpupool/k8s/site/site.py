@@ -1,9 +1,10 @@
 """A Kubernetes cluster as a site of the plane (docs/sites.md, docs/kubernetes.md).
 
 The site watches the cluster's Nodes and its own Pods on its own threads (the informers of
-``k8s/informers/watch.py``), and acts on the cluster from one worker thread; the plane's calls
-(:meth:`KubernetesSite.start`, ``stop``, ``adopt``, made under the plane's lock) only queue work
-for that thread, so no plane operation waits on the network.
+``k8s/informers/watch.py``), and acts on the cluster from one worker thread (which makes the
+pods of runs started one after another at once, on a bounded pool: ``creations.py``); the plane's
+calls (:meth:`KubernetesSite.start`, ``stop``, ``adopt``, made under the plane's lock) only queue
+work for that thread, so no plane operation waits on the network.
 
 - Nodes: decoded as the extender's cluster view decodes them (HAMi's registration annotations,
   xpupool's device annotation, ``status.allocatable``), plus ``spec.taints`` and
@@ -26,9 +27,10 @@ for that thread, so no plane operation waits on the network.
   (:meth:`KubernetesSite.want_services`); their ready endpoints come from EndpointSlices.
 - Work: ``start`` counts the run (the job's next attempt, which names its pods) and creates one
   pod per replica; ``stop`` deletes them (their grace period), the job's cards staying held until
-  the pods are gone; ``adopt`` (a restarted plane) lists the pods of its held jobs: a pod of an
-  older attempt is deleted, a missing one of a running job is a lost replica, a job counted but
-  never made gets its pods (idempotent names: nothing is created twice).
+  the pods are gone; ``adopt`` (a restarted plane) lists the pods of its held jobs (once for all
+  of them): a pod of an older attempt is deleted, a missing one of a running job is a lost
+  replica, a job counted but never made gets its pods (idempotent names: nothing is created
+  twice).
 - Reachability: the site's nodes are heard while its API server answers its watches
   (:meth:`KubernetesSite.answering`, asked by the plane's lost-node watch:
   ``server/site_health.hear``); when none of them has had an answer for longer than the plane's
@@ -59,8 +61,6 @@ from typing import TYPE_CHECKING, Any
 
 from lightkube import Client, operators
 from lightkube.core.exceptions import ApiError
-from lightkube.core.resource import ApiInfo, ResourceDef
-from lightkube.generic_resource import GenericNamespacedResource
 
 from xpupool.engine.host import HostedNode
 from xpupool.engine.link_domains import labelled
@@ -68,8 +68,9 @@ from xpupool.k8s.informers.decoders import decode_node
 from xpupool.k8s.informers.kubeconfig import RawNode, RawPod, make_client
 from xpupool.k8s.informers.watch import Event, EventType, Informer, backoff_s
 from xpupool.k8s.site import api_errors
-from xpupool.k8s.site.api_errors import exists_ok, forbidden_ok, gone_ok
-from xpupool.k8s.site.cluster_objects import RawNamespace, RawPriorityClass
+from xpupool.k8s.site.api_errors import gone_ok
+from xpupool.k8s.site.cluster_objects import RawSecret
+from xpupool.k8s.site.creations import MAX_BATCH, RunPods, Start, take_batch
 from xpupool.k8s.site.credentials import read_credentials
 from xpupool.k8s.site.finished import FinishedJobs
 from xpupool.k8s.site.foreign import ForeignPods
@@ -78,13 +79,10 @@ from xpupool.k8s.site.pod_logs import LogTarget, PodLogs
 from xpupool.k8s.site.pods import (
     JOB,
     SITE,
-    PodPlan,
+    TERMINAL,
     PodState,
-    build_pod,
     pod_name,
     pod_state,
-    priority_class,
-    secret_object,
 )
 from xpupool.k8s.site.pods import report as pod_report
 from xpupool.k8s.site.site_services import SiteServices
@@ -94,7 +92,6 @@ from xpupool.model.device import Node
 from xpupool.model.errors import Conflict, NotFound, RequestError, XpupoolError
 from xpupool.model.taint import Taint, parse_effect
 from xpupool.server.plane import site_runs
-from xpupool.server.plane.records import RunView
 from xpupool.server.schemas.agent_protocol import (
     Heartbeat,
     ReplicaReport,
@@ -115,12 +112,9 @@ KIND = "kubernetes"
 RUNTIME = "kubernetes"  # the node's container runtime as the engine sees it: it runs images
 _NODE_NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$")  # the node book holds 63
 MAX_TAINTS = 64
-_VERBS = ["delete", "get", "global_list", "list", "post"]
-TERMINAL = ("Succeeded", "Failed")
-
-
-class RawSecret(GenericNamespacedResource):
-    _api_info = ApiInfo(resource=ResourceDef("", "v1", "Secret"), plural="secrets", verbs=_VERBS)
+FEW_JOBS = 8  # a restart's held jobs whose pods are listed job by job, not all of the site's
+LIST_CHUNK = 500  # pods a page when all of the site's are listed
+REPORT_CHUNK = 500  # a restart's reports of its pods applied in one write
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,12 +122,6 @@ class SiteNode:
     """A Node of the cluster as the site reads it: the pool's record, or None (no managed card)."""
 
     node: Node | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Start:
-    job: int
-    attempt: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,16 +157,7 @@ class _Rotate:
     """The admin set the site's ``kubeconfig_secret`` again: read it and switch to it."""
 
 
-_Task = _Start | _Stop | _Adopt | _DeletePod | _Sweep | _Due | _Rotate | GatedTask
-
-
-@dataclass(frozen=True, slots=True)
-class _Made:
-    """What a run is made of: each replica's pod plan with the node the plane placed it on,
-    and the Secret of the job's secrets (None: it names none)."""
-
-    pods: list[tuple[PodPlan, str]]
-    secret: dict[str, Any] | None
+_Task = Start | _Stop | _Adopt | _DeletePod | _Sweep | _Due | _Rotate | GatedTask
 
 
 def read_node(obj: Mapping[str, Any], site: str) -> SiteNode:
@@ -234,7 +213,17 @@ class KubernetesSite:
         self._client: Client | None = None
         self._secret_value: bytes | None = None  # the kubeconfig_secret's value in use
         self._closed = threading.Event()
-        self._priority_class = False  # the plane's PriorityClass is there (made or found)
+        self._failures = self._settling = 0  # the worker's tasks failed in a row (_settle)
+        # the plane's runs' pods, many runs' at once (creations.py)
+        self.runs = RunPods(
+            config,
+            lambda: self._client,
+            lambda: self._plane,
+            self.owns,
+            self._send,
+            self._pods.copy,
+            self._delete_pod,
+        )
         # kubectl users' pods under the plane's queues
         self._gated = GatedPods(config, self._tasks.put, self._send, self._note_waiting)
         # pods bound to its nodes: those of no job of the plane's counted as use, the cards its
@@ -279,7 +268,7 @@ class KubernetesSite:
 
     def start(self, job: HeldJob) -> bool:
         """Queue the creation of the job's pods, as its next attempt; they may run from now on."""
-        self._tasks.put(_Start(job.id, job.attempt + 1))
+        self._tasks.put(Start(job.id, job.attempt + 1))
         return True
 
     def stop(self, job: HeldJob) -> None:
@@ -399,6 +388,7 @@ class KubernetesSite:
         self.logs.close()
         if self._worker is not None:
             self._worker.join(10)
+        self.runs.close()
         for client in (self._client, self._log_client):
             if client is not None:
                 client.close()
@@ -537,20 +527,30 @@ class KubernetesSite:
         site_runs.note_waiting(plane, state.job, state.attempt, why)
 
     def _report(self, state: PodState, *, gone: bool) -> None:
+        said = self._report_of(state, gone=gone)
+        if said is not None:
+            self._send(*said)
+
+    def _report_of(self, state: PodState, *, gone: bool) -> tuple[str, ReplicaReport] | None:
+        """(node, report) of the pod's state for the plane, or None: nothing new to say."""
         plane = self._plane
         if plane is None:
-            return
+            return None
         run = plane.held_run(state.job)
         if run is None or (run.attempt and state.attempt != run.attempt):
-            return  # a pod of a released job, or of another run: the worker deletes it
+            return None  # a pod of a released job, or of another run: the worker deletes it
         if state.replica in run.final:
-            return
+            return None
         node, stopping = run.node_of(state.replica), run.stopping
         if node is None:
-            return
+            return None
         r = pod_report(state, gone=gone, stopping=stopping)
-        if r is not None:
-            self._send(node, r)
+        if r is None:
+            return None
+        if r.state is ReplicaState.RUNNING and not r.reason and state.replica in run.running:
+            return None  # the plane has it running: nothing new (a pod's every update, a
+            # restart's list and its reconciliation each say so again; a write of the plane's each)
+        return node, r
 
     def _send(self, node: str, r: ReplicaReport) -> None:
         assert self._plane is not None
@@ -561,9 +561,9 @@ class KubernetesSite:
 
     # ------------------------------------------------------------------ the worker
     def _work(self) -> None:
-        failures = 0
-        settling = 0  # of those, the API server's passing refusals (api_errors.SETTLING)
+        self._failures = self._settling = 0
         sweep_at = time.monotonic() + self.resync_s if self.resync_s > 0 else None
+        carried: list[_Task | None] = []  # the task that ended a batch: done next
         while not self._closed.is_set():
             # what is due goes first, so that a busy queue never holds a deletion back
             now, due = time.monotonic(), self.finished.next_due()
@@ -572,6 +572,8 @@ class KubernetesSite:
                 sweep_at, task = now + self.resync_s, _Sweep(None)
             elif due is not None and now >= due:
                 task = _Due()
+            elif carried:
+                task = carried.pop()
             else:
                 wake = [t for t in (due, sweep_at) if t is not None]
                 try:
@@ -580,39 +582,67 @@ class KubernetesSite:
                     continue
             if task is None:
                 return
+            if isinstance(task, Start) and not self._gated.owns(task.job):
+                starts, more = take_batch(task, self._tasks, self._joins, MAX_BATCH)
+                carried.extend(more)
+                self._settle(self.runs.start_all(starts))
+                continue
             try:
                 self._do(task)
-                failures = settling = 0
-            except ApiError as exc:
-                # a 403 while the server settles: not yet its word (counted apart from the
-                # connection errors of its absence, which come before)
-                settling = settling + 1 if exc.status.code in api_errors.SETTLING else 0
-                if api_errors.refused(exc, settling):
-                    failures = settling = 0
-                    log.warning("site %s: %s refused: %s", self.name, task, exc)
-                    self._refused(task, str(exc))
-                    continue
-                failures += 1
-                self._retry(task, failures, exc)
-            except Exception as exc:  # the API server unreachable: try again, later
-                failures += 1
-                self._retry(task, failures, exc)
+            except Exception as exc:  # the API server's answer, or none: _settle says which
+                self._settle([(task, exc)])
+            else:
+                self._settle([])
 
-    def _retry(self, task: _Task, failures: int, exc: Exception) -> None:
-        delay = backoff_s(failures)
-        log.warning("site %s: %s: %s; again in %.1f s", self.name, task, exc, delay)
+    def _joins(self, task: _Task | None, batch: Sequence[Start]) -> Start | None:
+        """``task`` as a member of a batch of the plane's starts, or None: not such a start, or
+        of a job the batch starts already (made after it, in order)."""
+        if not isinstance(task, Start) or self._gated.owns(task.job):
+            return None
+        return None if any(s.job == task.job for s in batch) else task
+
+    def _settle(self, failed: Sequence[tuple[_Task, Exception]]) -> None:
+        """What the worker's tasks (one, or a batch of starts) that failed raised: a refusal of
+        the API server's (a 4xx, not a 409) fails the task's job with its answer, anything else
+        (no answer, a 5xx, a refusal that passes) is tried again after the backoff, all the
+        batch's at once. A 403 or 429 while the server settles counts once per batch."""
+        if not failed:
+            self._failures = self._settling = 0
+            return
+        answers = [exc for _, exc in failed if isinstance(exc, ApiError)]
+        if answers:  # a refusal that passes: not yet the server's word (connection errors, which
+            # come before it while the server is away, are counted apart)
+            passing = any(exc.status.code in api_errors.SETTLING for exc in answers)
+            self._settling = self._settling + 1 if passing else 0
+        retry: list[tuple[_Task, Exception]] = []
+        for task, exc in failed:
+            if isinstance(exc, ApiError) and api_errors.refused(exc, self._settling):
+                log.warning("site %s: %s refused: %s", self.name, task, exc)
+                self._refused(task, str(exc))
+            else:
+                retry.append((task, exc))
+        if not retry:
+            self._failures = self._settling = 0
+            return
+        self._failures += 1
+        self._retry(retry)
+
+    def _retry(self, failed: Sequence[tuple[_Task, Exception]]) -> None:
+        delay = backoff_s(self._failures)
+        task, exc = failed[0]
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        log.warning("site %s: %s%s: %s; again in %.1f s", self.name, task, more, exc, delay)
         if not self._closed.wait(delay):
-            self._tasks.put(task)
+            for task, _ in failed:
+                self._tasks.put(task)
 
     def _do(self, task: _Task) -> None:
         if isinstance(task, GatedTask):
             self._gated.do(task)
-        elif isinstance(task, _Start) and self._gated.owns(task.job):
+        elif isinstance(task, Start):  # a kubectl user's pod (the plane's own: runs.start_all)
             self._gated.do(self._gated.start(task.job, task.attempt))
         elif isinstance(task, _Stop) and self._gated.owns(task.job):
             self._gated.do(self._gated.stop(task.job))
-        elif isinstance(task, _Start):
-            self._create(task.job, task.attempt)
         elif isinstance(task, _Stop):
             self._delete(task.job)
         elif isinstance(task, _Sweep):
@@ -621,17 +651,18 @@ class KubernetesSite:
             self.finished.delete_due()
         elif isinstance(task, _Rotate):
             self._rotate()
-        elif isinstance(task, _DeletePod):  # no kubelet may be left to wait for: at once
+        elif isinstance(task, _DeletePod):
             client = self._client
             assert client is not None
-            log.info("site %s: pod %s/%s of no run deleted", self.name, task.namespace, task.name)
-            with gone_ok():
-                client.delete(RawPod, task.name, namespace=task.namespace, grace_period=0)
+            self._delete_pod(client, task.namespace, task.name)
         else:
-            for job in task.jobs:
-                self._reconcile(job)
-            # the end of a restart's reconciliation (bench/k8s_plane.py times it from this)
-            log.info("site %s: %d held jobs reconciled with the cluster", self.name, len(task.jobs))
+            self._adopt(task.jobs)
+
+    def _delete_pod(self, client: Client, namespace: str, name: str) -> None:
+        """A pod of no run of the plane's: deleted at once (no kubelet may be left to wait for)."""
+        log.info("site %s: pod %s/%s of no run deleted", self.name, namespace, name)
+        with gone_ok():
+            client.delete(RawPod, name, namespace=namespace, grace_period=0)
 
     def _rotate(self) -> None:
         """Switch to the credentials the site's secret holds now, on the worker's thread (no
@@ -667,8 +698,8 @@ class KubernetesSite:
         """The API server refused the site's request (not a 409): the job fails with its
         answer, as an agent's replica that could not start."""
         if isinstance(task, GatedTask) and task.kind == "admit":
-            task = _Start(task.job, task.attempt)
-        if not isinstance(task, _Start):
+            task = Start(task.job, task.attempt)
+        if not isinstance(task, Start):
             return
         plane = self._plane
         assert plane is not None
@@ -682,93 +713,6 @@ class KubernetesSite:
                 reason=f"site {self.name}: {why[:500]}",
             )
             self._send(node, r)
-
-    def _plans(self, job_id: int, attempt: int) -> _Made | None:
-        """Count the run and read what its pods are made of, in one write (the plane's
-        ``site_runs.count_site_run``), then plan its pods from that copy; None when the job is
-        gone, stopping, or this run is counted already (a start after an adoption)."""
-        plane = self._plane
-        assert plane is not None
-
-        def why(run: RunView) -> str:
-            where = f"site {self.name}, namespace {self.config.namespace(run.tenant)}"
-            return f"attempt {attempt}: pods in {where}"
-
-        run = site_runs.count_site_run(plane, job_id, attempt, why, self.owns)
-        if run is None:
-            return None
-        namespace = self.config.namespace(run.tenant)
-        out: list[tuple[PodPlan, str]] = []
-        for a, node in run.placed:
-            cards = {d.uuid: d for d in node.devices}
-            first = cards.get(a.devices[0].uuid) if a.devices else None
-            plan = PodPlan(
-                job=run.job,
-                replica=a.replica,
-                attempt=attempt,
-                tenant=run.tenant,
-                queue=run.queue,
-                site=self.name,
-                namespace=namespace,
-                scheduler_name=self.config.scheduler_name,
-                image=run.image,
-                command=run.command,
-                env=dict(run.env),
-                allocation=a,
-                vendor=first.vendor if first is not None else "",
-                card_memory_mib=first.memory_mib if first is not None else 0,
-                secrets=run.secrets,
-                volumes=run.volumes,
-                gang_size=len(run.placed) if run.gang and len(run.placed) > 1 else 0,
-            )
-            out.append((plan, a.node))
-        secret = secret_object(out[0][0], run.values) if out and run.secrets else None
-        return _Made(out, secret)
-
-    def _create(self, job_id: int, attempt: int) -> None:
-        made = self._plans(job_id, attempt)
-        if made is None or not made.pods:
-            return
-        plans = made.pods
-        for key, old in self._pods.copy().items():  # an earlier run's pods (a lost node's)
-            if old.job == job_id and old.attempt < attempt and old.phase not in TERMINAL:
-                namespace, _, name = key.partition("/")
-                self._do(_DeletePod(namespace, name))
-        client = self._client
-        assert client is not None
-        if not self._priority_class:  # the chart makes it and gives the plane no right to
-            with exists_ok(), forbidden_ok():
-                client.create(RawPriorityClass.from_dict(priority_class()))
-            self._priority_class = True
-        namespaces = {p.namespace for p, _ in plans}
-        for ns in sorted(namespaces) if self.config.create_namespaces else ():
-            body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
-            with exists_ok():
-                client.create(RawNamespace.from_dict(body))
-        if made.secret is not None:
-            with exists_ok():
-                client.create(RawSecret.from_dict(made.secret), namespace=plans[0][0].namespace)
-        for plan, node in plans:
-            try:
-                pod = build_pod(plan)
-            except RequestError as exc:
-                r = ReplicaReport(
-                    job_id=job_id,
-                    replica=plan.replica,
-                    state=ReplicaState.FAILED,
-                    attempt=attempt,
-                    reason=f"site {self.name}: {exc}",
-                )
-                self._send(node, r)
-                continue
-            with exists_ok():
-                client.create(RawPod.from_dict(pod), namespace=plan.namespace)
-            log.info(
-                "site %s: pod %s/%s created",
-                self.name,
-                plan.namespace,
-                pod_name(job_id, plan.replica, attempt),
-            )
 
     def _job_pods(self, job_id: int) -> list[dict[str, Any]]:
         client = self._client
@@ -811,19 +755,57 @@ class KubernetesSite:
             )
             self._send(node, r)
 
-    def _reconcile(self, job_id: int) -> None:
-        """One held job after a restart: its pods of other runs deleted; its current run's pods
-        reported (a missing one of a running job is lost), or made when never made."""
+    def _adopt(self, jobs: Sequence[int]) -> None:
+        """A restarted plane's held ``jobs`` reconciled with the cluster's pods: a kubectl user's
+        admitted again; the plane's own matched to their pods, listed once for all of them when
+        there are more than :data:`FEW_JOBS` (a list per job is a request per job, and each
+        reads all the API server holds of pods: a restart holding N jobs read N times N pods)."""
+        plane = self._plane
+        assert plane is not None
+        own = {job for job in jobs if not self._gated.owns(job)}
+        listed = self._pods_of(own) if len(own) > FEW_JOBS else None
+        reports: list[tuple[str, ReplicaReport]] = []  # what the pods say, sent together
+        for job_id in jobs:
+            if job_id not in own:  # a kubectl user's pod: admitted again, its gate removed
+                run = plane.held_run(job_id)
+                attempt = -1 if run is None or run.stopping else run.attempt
+                if attempt >= 0:
+                    self._gated.do(self._gated.reconcile(job_id, attempt))
+                continue
+            pods = self._job_pods(job_id) if listed is None else listed.get(str(job_id), [])
+            self._reconcile(job_id, pods, reports)
+        for i in range(0, len(reports), REPORT_CHUNK):  # a write per chunk, not per pod
+            agents.site_reports(plane, reports[i : i + REPORT_CHUNK])
+        # the end of a restart's reconciliation (bench/k8s_plane.py times it from this)
+        log.info("site %s: %d held jobs reconciled with the cluster", self.name, len(jobs))
+
+    def _pods_of(self, jobs: Collection[int]) -> dict[str, list[dict[str, Any]]]:
+        """The site's pods of the plane's, in pages, by their job label (a string, as a label
+        selector names it), those of ``jobs`` only."""
+        client = self._client
+        assert client is not None
+        wanted = {str(job) for job in jobs}
+        labels: dict[str, Any] = {JOB: operators.exists(), SITE: self.name}
+        out: dict[str, list[dict[str, Any]]] = {}
+        for pod in client.list(RawPod, namespace="*", labels=labels, chunk_size=LIST_CHUNK):
+            job = ((pod.get("metadata") or {}).get("labels") or {}).get(JOB)
+            if job in wanted:
+                out.setdefault(job, []).append(dict(pod))
+        return out
+
+    def _reconcile(
+        self,
+        job_id: int,
+        pods: Sequence[dict[str, Any]],
+        reports: list[tuple[str, ReplicaReport]],
+    ) -> None:
+        """One held job after a restart, with its ``pods``: those of other runs deleted; its
+        current run's pods reported (a missing one of a running job is lost: added to
+        ``reports``), or made when never made (queued: the worker makes them in its next
+        batch)."""
         plane = self._plane
         client = self._client
         assert plane is not None and client is not None
-        if self._gated.owns(job_id):  # a kubectl user's pod: admitted again, its gate removed
-            run = plane.held_run(job_id)
-            attempt = -1 if run is None or run.stopping else run.attempt
-            if attempt >= 0:
-                self._gated.do(self._gated.reconcile(job_id, attempt))
-            return
-        pods = self._job_pods(job_id)
         run = plane.held_run(job_id)
         if run is None:
             stale = pods
@@ -844,11 +826,11 @@ class KubernetesSite:
             self._delete(job_id)
             return
         if attempt == 0 or (not current and phase is not JobPhase.RUNNING):
-            self._create(job_id, max(attempt, 1))  # counted but never made, or never counted
+            # counted but never made, or never counted
+            self._tasks.put(Start(job_id, max(attempt, 1)))
             return
         seen = {s.replica for s in current}
-        for s in current:
-            self._report(s, gone=False)
+        reports.extend(x for s in current if (x := self._report_of(s, gone=False)) is not None)
         held = plane.held_run(job_id)
         missing = (
             [] if held is None else [(node, r) for r, node in held.allocations if r not in seen]
@@ -862,7 +844,7 @@ class KubernetesSite:
                 attempt=attempt,
                 reason=why,
             )
-            self._send(node, r)
+            reports.append((node, r))
 
 
 def _attempt(pod: Mapping[str, Any]) -> int:

@@ -9,7 +9,7 @@ lock (``lock.py``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +52,7 @@ __all__ = [
     "WorkOf",
     "append_log",
     "apply_heartbeat",
+    "apply_site_reports",
     "attempt_header",
     "hear_idle",
     "mark_lost_nodes",
@@ -120,6 +121,18 @@ def apply_heartbeat(
             if r.state is ReplicaState.RUNNING and stale and key not in reply.stop:
                 reply.stop.append(key)
         return reply
+
+
+def apply_site_reports(plane: ControlPlane, reports: Sequence[tuple[str, ReplicaReport]]) -> None:
+    """Replica reports of a site that runs work itself, ``(node, report)``, many in one write
+    (a restarted plane's Kubernetes site reads back every pod of its held jobs at once: a
+    heartbeat each was a write each): each applied as its node's heartbeat applies it, one for
+    a replica that node does not hold ignored. Its nodes are not heard by them: such a site's
+    API server answering is its nodes' sign of life (``site_health``)."""
+    with plane.write() as conn:
+        for node, report in reports:
+            if _holds(plane, node, report):
+                _apply_report(plane, conn, node, report)
 
 
 def hear_idle(plane: ControlPlane, nodes: list[str]) -> set[str]:

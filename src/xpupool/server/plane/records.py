@@ -194,6 +194,7 @@ class RunView:
     stopping: bool
     allocations: tuple[tuple[int, str], ...]  # (replica, node) of each allocation
     final: frozenset[int]  # replicas whose last report is final
+    running: frozenset[int] = frozenset()  # replicas whose last report is running
 
     @classmethod
     def of(cls, job: HeldJob) -> RunView:
@@ -205,6 +206,7 @@ class RunView:
             job.stop is not None,
             tuple((a.replica, a.node) for a in job.allocations),
             frozenset(r for r, st in job.replica_states.items() if st in FINAL_REPLICA_STATES),
+            frozenset(r for r, st in job.replica_states.items() if st is ReplicaState.RUNNING),
         )
 
     def node_of(self, replica: int) -> str | None:

@@ -1,6 +1,6 @@
 """What a site that runs work itself (a Kubernetes cluster: ``k8s/site/site.py``) changes in the
 plane's books, as the plane's own operations: a node back in its cluster, a node deleted from it,
-a replica the cluster has not bound yet, and a run counted with what its pods are made of. Each
+a replica the cluster has not bound yet, and runs counted with what their pods are made of. Each
 takes the plane's lock itself, so that what it reads of the node and job books is one state and
 what it changes is one step, in memory and in the store; the site acts on the copies they return
 afterwards, never holding the lock while it talks to its cluster. ``server`` never imports
@@ -9,7 +9,7 @@ afterwards, never holding the lock while it talks to its cluster. ``server`` nev
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +29,7 @@ from xpupool.server.storage.jobs import jobs as t_jobs
 if TYPE_CHECKING:
     from xpupool.server.plane.control import ControlPlane
 
-__all__ = ["SiteRun", "count_site_run", "node_back", "node_deleted", "note_waiting"]
+__all__ = ["SiteRun", "count_site_runs", "node_back", "node_deleted", "note_waiting"]
 
 
 def node_back(plane: ControlPlane, name: str) -> None:
@@ -83,49 +83,61 @@ class SiteRun:
     gang: bool = False  # its request is a gang: its replicas run all or none
 
 
-def count_site_run(
+def count_site_runs(
     plane: ControlPlane,
+    runs: Sequence[tuple[int, int]],
+    why: Callable[[RunView, int], str],
+    owns: Callable[[NodeRecord], bool],
+) -> list[SiteRun | None]:
+    """Count run ``attempt`` of held job ``job`` as handed out (``Dispatch``, with the reason
+    ``why(run, attempt)``) unless it is counted already, and read what its pods are made of (its
+    row, its secrets, its allocations on the nodes ``owns`` says are the site's), for each
+    ``(job, attempt)`` of ``runs``, all in one write (a site that starts many jobs at once pays
+    for one transaction, not one per job); None for one whose job is gone, stopping, or whose
+    run is counted already (a start after an adoption)."""
+    with plane.write() as conn:
+        return [_count(plane, conn, job_id, attempt, why, owns) for job_id, attempt in runs]
+
+
+def _count(
+    plane: ControlPlane,
+    conn: Any,
     job_id: int,
     attempt: int,
-    why: Callable[[RunView], str],
+    why: Callable[[RunView, int], str],
     owns: Callable[[NodeRecord], bool],
 ) -> SiteRun | None:
-    """Count run ``attempt`` of held job ``job_id`` as handed out (``Dispatch``, with the reason
-    ``why(run)``) unless it is counted already, and read what its pods are made of (its row, its
-    secrets, its allocations on the nodes ``owns`` says are the site's), in one write; None when
-    the job is gone, stopping, or this run is counted already (a start after an adoption)."""
-    with plane.write() as conn:
-        job = plane.held_jobs.get(job_id)
-        if job is None or job.stop is not None:
-            return None
-        if job.attempt < attempt:
-            plane.apply(conn, job.id, lc.Dispatch(attempt, why(RunView.of(job))))
-        elif job.attempt != attempt:
-            return None
-        row = conn.execute(select(t_jobs).where(t_jobs.c.id == job_id)).mappings().first()
-        assert row is not None
-        refs = [(str(r["name"]), r.get("env")) for r in row["secrets"] or ()]
-        values = _open_secrets(plane, conn, job.tenant, [name for name, _ in refs])
-        secrets = tuple((name, env) for name, env in refs if name in values)
-        placed: list[tuple[Allocation, Node]] = []
-        for a in job.allocations:
-            rec = plane.node(a.node)
-            if rec is None or not owns(rec):
-                continue
-            placed.append((a, rec.node))
-        return SiteRun(
-            job.id,
-            job.tenant,
-            job.queue,
-            str(row["image"] or ""),
-            tuple(row["command"] or ()),
-            dict(row["env"] or {}),
-            bool(row["volumes"]),
-            secrets,
-            values,
-            placed,
-            bool(request_from_dict(row["request"]).gang),
-        )
+    job = plane.held_jobs.get(job_id)
+    if job is None or job.stop is not None:
+        return None
+    if job.attempt < attempt:
+        plane.apply(conn, job.id, lc.Dispatch(attempt, why(RunView.of(job), attempt)))
+    elif job.attempt != attempt:
+        return None
+    row = conn.execute(select(t_jobs).where(t_jobs.c.id == job_id)).mappings().first()
+    assert row is not None
+    refs = [(str(r["name"]), r.get("env")) for r in row["secrets"] or ()]
+    values = _open_secrets(plane, conn, job.tenant, [name for name, _ in refs])
+    secrets = tuple((name, env) for name, env in refs if name in values)
+    placed: list[tuple[Allocation, Node]] = []
+    for a in job.allocations:
+        rec = plane.node(a.node)
+        if rec is None or not owns(rec):
+            continue
+        placed.append((a, rec.node))
+    return SiteRun(
+        job.id,
+        job.tenant,
+        job.queue,
+        str(row["image"] or ""),
+        tuple(row["command"] or ()),
+        dict(row["env"] or {}),
+        bool(row["volumes"]),
+        secrets,
+        values,
+        placed,
+        bool(request_from_dict(row["request"]).gang),
+    )
 
 
 def _open_secrets(

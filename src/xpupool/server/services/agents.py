@@ -12,6 +12,7 @@ shapes what the reply hands out for a replica (its command, secrets, volumes, en
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from sqlalchemy import Connection
@@ -24,6 +25,7 @@ from xpupool.server.schemas.agent_protocol import (
     ElasticWorld,
     Heartbeat,
     HeartbeatReply,
+    ReplicaReport,
     SecretGrant,
     Work,
 )
@@ -54,6 +56,12 @@ def heartbeat_idle(plane: ControlPlane, nodes: list[str]) -> set[str]:
     :func:`~xpupool.server.plane.agent_reports.hear_idle`. Returns the names among ``nodes``
     that need a heartbeat of their own."""
     return agent_reports.hear_idle(plane, nodes)
+
+
+def site_reports(plane: ControlPlane, reports: Sequence[tuple[str, ReplicaReport]]) -> None:
+    """Many replica reports of a site that runs work itself, ``(node, report)``, in one
+    transaction: :func:`~xpupool.server.plane.agent_reports.apply_site_reports`."""
+    agent_reports.apply_site_reports(plane, reports)
 
 
 def _work(
