@@ -318,18 +318,20 @@ class UsageMeter:
         totals: dict[Labels, Sums] = {}
         closed: dict[Key, float] = {}
         spans: dict[tuple[Labels, float, float], Sums] = {}
+        # The plane's lock is taken before this flush's transaction writes, never after: a
+        # scheduling pass holds the lock and may wait for the store's write lock
+        # (tests/unit/server/test_usage_lock_order.py).
+        readings = plane.idle_power_readings()
+        if not self._reconciled:
+            self._reconcile(plane)
         with plane.db.begin() as conn:
             if self._totals is None:
                 self._totals = _read_totals(conn)
             if self._schedule is None:
                 self._schedule = read_schedule(conn, self.power.catalog)
             schedule = self._schedule
-            self._learn_idle(plane, conn, now)
+            learned, handed = self._learn_idle(conn, readings, now)
             adoptable = self._adoptable
-            if not self._reconciled:
-                held = plane.read(lambda: {(j.id, j.attempt) for j in plane.held_jobs.values()})
-                _close_stale(conn, held)
-                adoptable = _stored_open(conn, open_runs)
             stored = _named(events, adoptable)
             by_attempt: dict[tuple[int, int], set[Key]] = {}  # the runs an end may close
             for key in (*open_runs, *stored):
@@ -381,6 +383,8 @@ class UsageMeter:
             self._pool_energy(
                 open_runs, watts, held_energy, window_start, now, rollup, totals, schedule
             )
+            if learned:  # the first write: every read of the plane is done
+                idle_power.store(conn, learned, now)
             _write_records(conn, changed.values(), closed, fresh)
             rollup_keys = self._write_sums(conn, rollup, totals)
             if self._swept is None or now - self._swept >= SWEEP_EVERY_S:
@@ -390,8 +394,10 @@ class UsageMeter:
         self._adoptable = {k: r for k, r in adoptable.items() if k not in changed}
         self._rollup_rows |= rollup_keys
         self._rollup_buckets |= {(step, bucket) for step, bucket, _l in rollup_keys}
-        self._reconciled = True
         self._last = now
+        if handed:  # the energy scorer's figures, once the store holds them
+            self._idle_into = self.power
+            plane.use_power(self.power)
         self._open = {k: r for k, r in changed.items() if k not in closed} | {
             k: r for k, r in self._open.items() if k not in changed and k not in closed
         }
@@ -400,19 +406,30 @@ class UsageMeter:
                 _accumulate(self._totals.setdefault(labels, [0.0] * len(SUMS)), sums)
         return len(changed)
 
-    def _learn_idle(self, plane: ControlPlane, conn: Connection, now: float) -> None:
-        """Take the idle cards' power readings (``idle_power.py``); store the models' figures
-        that moved and give them to the power model, which the energy below is counted with and
-        the plane's energy scorer places with (``ControlPlane.use_power``)."""
+    def _reconcile(self, plane: ControlPlane) -> None:
+        """Once per start, in a transaction of its own: close the stored open records of runs
+        the plane does not hold, and read the others back to be continued when they are
+        reported again. The held runs are read from the plane before it begins."""
+        held = plane.read(lambda: {(j.id, j.attempt) for j in plane.held_jobs.values()})
+        with plane.db.begin() as conn:
+            _close_stale(conn, held)
+            self._adoptable = _stored_open(conn, dict(self._open))
+        self._reconciled = True
+
+    def _learn_idle(
+        self, conn: Connection, readings: list[tuple[str, float]], now: float
+    ) -> tuple[dict[str, tuple[float, int]], bool]:
+        """Add the idle cards' power ``readings`` (``idle_power.py``) and give the figures to
+        the power model, which the energy below is counted with. Returns the models' figures
+        that moved (the flush stores them) and whether the plane's energy scorer is to be given
+        the model after the flush (``ControlPlane.use_power``)."""
         if not self.idle.seeded:
             self.idle.seed(conn)
-        changed = self.idle.observe(plane.idle_power_readings(), now)
-        if changed:
-            idle_power.store(conn, {k: self.idle.figures[k] for k in changed}, now)
-        if changed or self._idle_into is not self.power:
+        changed = self.idle.observe(readings, now)
+        hand = bool(changed) or self._idle_into is not self.power
+        if hand:
             self.power.learn_idle(self.idle.watts())
-            self._idle_into = self.power
-            plane.use_power(self.power)
+        return {k: self.idle.figures[k] for k in changed}, hand
 
     def _watts(self, plane: ControlPlane, runs: Iterable[Run]) -> dict[str, float]:
         """Each held card's power now: its agent's reading, else the catalog model at its
