@@ -6,14 +6,8 @@ from dataclasses import dataclass, field
 
 from xpupool.engine import ClusterState, Engine
 from xpupool.engine.cycle import Admission, QueueSpec, Quota, Resource
-from xpupool.engine.cycle.cycle import (
-    Place,
-    Preempt,
-    RunningWork,
-    SchedulingCycle,
-    Stopping,
-    Wait,
-)
+from xpupool.engine.cycle.cycle import Place, Preempt, SchedulingCycle, Wait
+from xpupool.engine.cycle.work import RunningWork, Stopping
 from xpupool.engine.outcomes import (
     Code,
     GangIncomplete,

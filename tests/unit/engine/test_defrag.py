@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from xpupool.engine import Engine
 from xpupool.engine.cycle import Admission, QueueSpec
-from xpupool.engine.cycle.cycle import Preempt, SchedulingCycle, Stopping, Wait
+from xpupool.engine.cycle.cycle import Preempt, SchedulingCycle, Wait
 from xpupool.engine.cycle.defrag import (
     Defrag,
     DisruptionBudget,
@@ -19,6 +19,7 @@ from xpupool.engine.cycle.defrag import (
     MoveLedger,
     plan_moves,
 )
+from xpupool.engine.cycle.work import Stopping
 from xpupool.engine.outcomes import Defragmenting, MovedToDefragment, render
 from xpupool.engine.txn import Transaction
 from xpupool.model import Allocation, DeviceRequest, Request

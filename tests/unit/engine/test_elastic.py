@@ -8,8 +8,9 @@ import random
 from dataclasses import dataclass, field
 
 from xpupool.engine.cycle import Admission, QueueSpec, Quota, Resource
-from xpupool.engine.cycle.cycle import Place, Preempt, SchedulingCycle, Stopping, Wait
+from xpupool.engine.cycle.cycle import Place, Preempt, SchedulingCycle, Wait
 from xpupool.engine.cycle.elastic import Shrink, grow, release_extras
+from xpupool.engine.cycle.work import Stopping
 from xpupool.engine.outcomes import Grew, Shrank, ShrinkingElastic, render
 from xpupool.model import Allocation, DeviceRequest, Request
 

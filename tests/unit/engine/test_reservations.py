@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 import pytest
 
 from xpupool.engine.cycle import Admission, QueueSpec
-from xpupool.engine.cycle.cycle import Place, RunningWork, SchedulingCycle, Stopping, Wait
+from xpupool.engine.cycle.cycle import Place, SchedulingCycle, Wait
 from xpupool.engine.cycle.reservations import Reservation, Reservations, Terms
+from xpupool.engine.cycle.work import RunningWork, Stopping
 from xpupool.engine.outcomes import (
     Code,
     PreemptedByReservation,

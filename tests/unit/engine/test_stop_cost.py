@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xpupool.engine.cycle import Admission, Place, Preempt, QueueSpec, Wait
-from xpupool.engine.cycle.cycle import RunningWork, SchedulingCycle, Stopping
+from xpupool.engine.cycle.cycle import SchedulingCycle
 from xpupool.engine.cycle.stop_cost import StopCost, cards_of, describe, lost_card_s, stop_cost
+from xpupool.engine.cycle.work import RunningWork, Stopping
 from xpupool.model import Allocation, DeviceRequest, Request
 
 from factories import engine_for, gpu_node

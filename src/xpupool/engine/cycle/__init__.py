@@ -17,18 +17,10 @@ from xpupool.engine.cycle.admission import (
     Resource,
     Unlisted,
 )
-from xpupool.engine.cycle.cycle import (
-    Decision,
-    PendingWork,
-    Place,
-    Preempt,
-    RunningWork,
-    SchedulingCycle,
-    Stopping,
-    Wait,
-)
+from xpupool.engine.cycle.cycle import Decision, Place, Preempt, SchedulingCycle, Wait
 from xpupool.engine.cycle.elastic import ElasticBook, Growth, Shrink, grow, release_extras
 from xpupool.engine.cycle.preempt import PreemptionPlan, minimal_victims, plan_preemption
+from xpupool.engine.cycle.work import PendingWork, RunningWork, Stopping
 
 __all__ = [
     "ANY",

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from enum import StrEnum
-from typing import Protocol
 
 from xpupool.engine.cycle.admission import Admission, Admitted, Preemption, Refusal
 from xpupool.engine.cycle.defrag import Defrag
@@ -25,6 +23,7 @@ from xpupool.engine.cycle.preempt import Loss, plan_preemption
 from xpupool.engine.cycle.recutting import RecutOffer, Recutting, recutting
 from xpupool.engine.cycle.reservations import Reservations, Within
 from xpupool.engine.cycle.stop_cost import StopCosts, cards_of
+from xpupool.engine.cycle.work import PendingWork, RunningWork, Stopping
 from xpupool.engine.gang_sites import keeps_to_one_site, open_domains, within_domains
 from xpupool.engine.outcomes import (
     Defragmenting,
@@ -43,45 +42,6 @@ from xpupool.engine.txn import Transaction
 from xpupool.engine.verdict import Verdicts
 from xpupool.model.allocation import Allocation
 from xpupool.model.request import Request, fields_but
-
-
-class PendingWork(Protocol):
-    """A job waiting for admission, as the cycle sees it."""
-
-    @property
-    def id(self) -> int: ...
-    @property
-    def queue(self) -> str: ...
-    @property
-    def priority(self) -> int: ...
-    @property
-    def request(self) -> Request: ...
-    @property
-    def waiting_on(self) -> set[int]: ...
-
-
-class Stopping(StrEnum):
-    """Why a running job's processes are being stopped, as far as the cycle cares: a victim of
-    an earlier preemption is waited on by its preemptor (:attr:`PREEMPT`); any other stop
-    (cancelled, node lost, ...) only keeps it from being preempted again or counted as room."""
-
-    PREEMPT = "preempt"
-    OTHER = "other"
-
-
-class RunningWork(Protocol):
-    """A job holding devices. ``stopping`` says why its processes are being stopped, if they are
-    (:attr:`Stopping.PREEMPT` for a victim of an earlier decision); it is then neither preempted
-    again nor counted as room."""
-
-    @property
-    def id(self) -> int: ...
-    @property
-    def priority(self) -> int: ...
-    @property
-    def allocations(self) -> list[Allocation]: ...
-    @property
-    def stopping(self) -> Stopping | None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,10 +35,11 @@ import math
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from xpupool.engine.cycle.eviction import may_move
 from xpupool.engine.cycle.preempt import candidate_nodes
+from xpupool.engine.cycle.work import PendingWork, RunningWork
 from xpupool.engine.engine import Engine
 from xpupool.engine.outcomes import Defragmenting, Refused
 from xpupool.engine.txn import Transaction
@@ -49,31 +50,7 @@ HOUR_S = 3600.0
 DAY_S = 24 * HOUR_S
 
 
-class Holder(Protocol):
-    """A running job, as the planner sees it (the cycle's ``RunningWork``)."""
-
-    @property
-    def id(self) -> int: ...
-    @property
-    def priority(self) -> int: ...
-    @property
-    def allocations(self) -> list[Allocation]: ...
-    @property
-    def stopping(self) -> object: ...
-
-
-H = TypeVar("H", bound=Holder)
-
-
-class Asking(Protocol):
-    """A pending job, as far as moving work for it goes."""
-
-    @property
-    def id(self) -> int: ...
-    @property
-    def priority(self) -> int: ...
-    @property
-    def request(self) -> Request: ...
+H = TypeVar("H", bound=RunningWork)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +72,7 @@ MovableFacts = Callable[[int], MoveFacts | None]
 class Movable:
     """A running job the planner may move, with its facts."""
 
-    job: Holder
+    job: RunningWork
     facts: MoveFacts
 
 
@@ -343,7 +320,7 @@ class Defrag:
         self.max_moves = max_moves
         self.max_trials = max_trials
 
-    def movable(self, job: Asking, running: Mapping[int, Holder]) -> list[Movable]:
+    def movable(self, job: PendingWork, running: Mapping[int, RunningWork]) -> list[Movable]:
         """The running jobs that may move for ``job``: not stopping, of its priority or below,
         and movable by their front."""
         out: list[Movable] = []
@@ -357,7 +334,9 @@ class Defrag:
                 out.append(Movable(holder, facts))
         return out
 
-    def plan(self, engine: Engine, job: Asking, running: Mapping[int, Holder]) -> MovePlan | None:
+    def plan(
+        self, engine: Engine, job: PendingWork, running: Mapping[int, RunningWork]
+    ) -> MovePlan | None:
         """The plan for ``job`` now, within what the budget leaves (see :func:`plan_moves`)."""
         if _cards(job.request) < self.min_cards * WHOLE:
             return None
@@ -371,7 +350,7 @@ class Defrag:
         )
 
     def moves_for(
-        self, engine: Engine, job: Asking, running: Mapping[int, H], cause: Refused
+        self, engine: Engine, job: PendingWork, running: Mapping[int, H], cause: Refused
     ) -> tuple[Defragmenting, tuple[H, ...]] | None:
         """For the cycle: ``job``'s wait while its moves are carried out, and the jobs to move."""
         plan = self.plan(engine, job, running)

@@ -27,38 +27,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Protocol
 
 from xpupool.engine.cycle.admission import Admission, Admitted
 from xpupool.engine.cycle.preempt import plan_preemption
+from xpupool.engine.cycle.work import Asking, ElasticWork
 from xpupool.engine.gang_sites import keeps_to_one_site, open_domains, within_domains
 from xpupool.engine.outcomes import Grew, Refused, Shrank, ShrinkingElastic
 from xpupool.engine.txn import Transaction
 from xpupool.model.allocation import Allocation
 from xpupool.model.request import Request
-
-
-class ElasticWork(Protocol):
-    """A running job as :func:`grow` sees it: its request (``max_replicas`` set when elastic),
-    its queue and what it holds, minimum first."""
-
-    @property
-    def id(self) -> int: ...
-    @property
-    def queue(self) -> str: ...
-    @property
-    def request(self) -> Request: ...
-    @property
-    def allocations(self) -> list[Allocation]: ...
-    @property
-    def stopping(self) -> object: ...
-
-
-class Asking(Protocol):
-    """A pending job, as far as shrinking for it goes: what it asks."""
-
-    @property
-    def request(self) -> Request: ...
 
 
 class ElasticBook:

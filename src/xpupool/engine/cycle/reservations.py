@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import Protocol
 
+from xpupool.engine.cycle.work import PendingWork, RunningWork
 from xpupool.engine.engine import Engine
 from xpupool.engine.outcomes import (
     PreemptedByReservation,
@@ -38,7 +38,6 @@ from xpupool.engine.outcomes import (
     ReservationClosed,
 )
 from xpupool.engine.txn import Transaction
-from xpupool.model.allocation import Allocation
 from xpupool.model.errors import Conflict, NotFound, RequestError
 from xpupool.model.request import Request
 
@@ -84,23 +83,12 @@ class Terms:
     max_run_s: float | None
 
 
-class Holder(Protocol):
-    """A running job, as :meth:`Reservations.reclaims` sees it (``cycle.RunningWork``)."""
-
-    @property
-    def id(self) -> int: ...
-    @property
-    def allocations(self) -> list[Allocation]: ...
-    @property
-    def stopping(self) -> object | None: ...
-
-
 @dataclass(frozen=True, slots=True)
 class Within:
     """A pending job seen through its reservation terms: its request with the reserved cards it
     may not use excluded, or narrowed to its own reservation's cards."""
 
-    job: _Pending
+    job: PendingWork
     request: Request
 
     @property
@@ -118,17 +106,6 @@ class Within:
     @property
     def waiting_on(self) -> set[int]:
         return self.job.waiting_on
-
-
-class _Pending(Protocol):
-    @property
-    def id(self) -> int: ...
-    @property
-    def queue(self) -> str: ...
-    @property
-    def priority(self) -> int: ...
-    @property
-    def waiting_on(self) -> set[int]: ...
 
 
 class Reservations:
@@ -271,8 +248,8 @@ class Reservations:
         return replace(req, devices=replace(req.devices, uuids=cards))
 
     def reclaims(
-        self, running: Mapping[int, Holder]
-    ) -> list[tuple[Holder, PreemptedByReservation]]:
+        self, running: Mapping[int, RunningWork]
+    ) -> list[tuple[RunningWork, PreemptedByReservation]]:
         """The running jobs to stop now because a window that has begun holds cards they
         borrowed (each once, with the first such reservation), in ``running``'s order."""
         now = self.clock()
@@ -284,7 +261,7 @@ class Reservations:
         }
         if not open_cards:
             return []
-        stops: list[tuple[Holder, PreemptedByReservation]] = []
+        stops: list[tuple[RunningWork, PreemptedByReservation]] = []
         for job in running.values():
             if job.stopping:
                 continue
@@ -296,10 +273,12 @@ class Reservations:
                     break
         return stops
 
-    def overruns(self, running: Mapping[int, Holder]) -> list[tuple[Holder, ReservationClosed]]:
+    def overruns(
+        self, running: Mapping[int, RunningWork]
+    ) -> list[tuple[RunningWork, ReservationClosed]]:
         """The running jobs of reservations whose window has ended: they run only inside it."""
         now = self.clock()
-        stops: list[tuple[Holder, ReservationClosed]] = []
+        stops: list[tuple[RunningWork, ReservationClosed]] = []
         for job in running.values():
             name = self.terms(job.id).reservation
             if name is None or job.stopping:

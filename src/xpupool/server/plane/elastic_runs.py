@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection, delete
 
 from xpupool.engine.cycle.elastic import ElasticBook, Shrink, grow, shrink_plan
+from xpupool.engine.cycle.work import Stopping
 from xpupool.engine.gang_sites import within_sites
 from xpupool.engine.outcomes import Shrank, render
 from xpupool.model.allocation import Allocation
@@ -52,10 +53,11 @@ class _Running:
     not being stopped, its request kept to the sites it runs in."""
 
     id: int
+    priority: int
     queue: str
     request: Request
     allocations: list[Allocation]
-    stopping: object
+    stopping: Stopping | None
 
 
 def _members(job: HeldJob) -> list[Allocation]:
@@ -90,7 +92,7 @@ def _growable(plane: ControlPlane, job: HeldJob) -> _Running | None:
     req = job.elastic
     if len(plane.engine.sites()) > 1:
         req = within_sites(req, sites)
-    return _Running(job.id, job.queue, req, _members(job), job.stop)
+    return _Running(job.id, job.priority, job.queue, req, _members(job), job.stopping)
 
 
 def grow_step(plane: ControlPlane) -> int:

@@ -12,7 +12,7 @@ from dataclasses import fields as dataclass_fields
 
 from xpupool.catalog.throughput import CardSpeed
 from xpupool.engine.cycle.admission import Admission
-from xpupool.engine.cycle.cycle import Stopping
+from xpupool.engine.cycle.work import Stopping
 from xpupool.engine.engine import Engine
 from xpupool.engine.gang_sites import within_sites
 from xpupool.model.allocation import Allocation
