@@ -216,6 +216,9 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         self.volume_usage: dict[str, tuple[float, list[VolumeUsageReport]]] = {}
         self._pending: PendingJobs[PendingJob] = PendingJobs()  # counts per tenant (limits)
         self._held: dict[int, HeldJob] = {}
+        # the ids of held elastic jobs: every pass asks whether any can grow, and most pools
+        # hold none among thousands (elastic_runs.py; docs/benchmarks.md, "Submissions through the API")
+        self._elastic: dict[int, None] = {}  # in the order _held has them
         # what the sites' nodes hold for work that is no job of the plane's (foreign_use.py)
         self.foreign_use = foreign_use.ForeignUse()
         self._queue_specs: dict[str, QueueSpec] = {}
@@ -294,6 +297,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         self._queue_specs.update(books.queue_specs)
         self._queue_profiles.update(books.queue_profiles)
         self._held.update(books.held)
+        self._elastic = {j.id: None for j in books.held.values() if j.elastic is not None}
         self._unreadable = books.unreadable
         self.next_job_id = books.next_job_id
         for job in books.pending:
@@ -315,6 +319,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
 
     def _reload(self) -> None:
         old_nodes, old_held, old_pending = self._nodes, self._held, self._pending
+        old_elastic = self._elastic
         old_specs, old_next = self._queue_specs, self.next_job_id
         old_profiles = self._queue_profiles
         self._nodes, self._held, self._queue_specs, self._queue_profiles = {}, {}, {}, {}
@@ -327,6 +332,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
                 measured.load(conn)
         except Exception:
             self._nodes, self._held, self._pending = old_nodes, old_held, old_pending
+            self._elastic = old_elastic
             self._queue_specs, self.next_job_id = old_specs, old_next
             self._queue_profiles = old_profiles
             raise
@@ -586,9 +592,15 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         """The jobs holding devices by id; read-only."""
         return MappingProxyType(self._held)
 
+    def held_elastic(self) -> list[HeldJob]:
+        """The held jobs with a replica range, in :attr:`held_jobs`' order."""
+        return [self._held[i] for i in self._elastic]
+
     def hold(self, job: HeldJob) -> None:
         """``job`` holds devices now (placed by the scheduler loop, stored under the lock)."""
         self._held[job.id] = job
+        if job.elastic is not None:
+            self._elastic.setdefault(job.id)
 
     def start(self, job: HeldJob) -> None:
         """Run held ``job`` on the sites of its nodes (the scheduler loop, as it records the
@@ -861,6 +873,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         nodes = {a.node for a in job.allocations}
         job.allocations = []
         self._held.pop(job.id, None)
+        self._elastic.pop(job.id, None)
         self.advance_drains(conn, nodes)
         foreign_use.retry(self)  # a foreign charge waiting for these cards
         self.bump()

@@ -70,9 +70,8 @@ def book_of(plane: ControlPlane) -> ElasticBook:
     not being stopped. Built afresh for each pass (the cycle is rebuilt with the engine, and a
     replica being stopped must not be chosen again)."""
     book = ElasticBook()
-    for job in plane.held_jobs.values():
-        if job.elastic is None:
-            continue
+    for job in plane.held_elastic():
+        assert job.elastic is not None
         for a in _members(job):
             if a.replica >= job.elastic.replicas:
                 book.add(job.id, job.elastic.replicas, a)
@@ -114,14 +113,14 @@ def grow_step(plane: ControlPlane) -> int:
 
 def _grow(plane: ControlPlane) -> int:
     with plane.locked():  # most passes have no elastic job: no store transaction for them
-        if not any(j.elastic is not None for j in plane.held_jobs.values()):
+        if not plane.held_elastic():
             return 0
         if any(p.shrinks for p in plane.queued.values()):
             return 0  # room given back for a pending job is its own until it was tried again
     with plane.write() as conn:
         cycle = plane.cycle
         cycle.elastic = book_of(plane)
-        jobs = [w for j in plane.held_jobs.values() if (w := _growable(plane, j)) is not None]
+        jobs = [w for j in plane.held_elastic() if (w := _growable(plane, j)) is not None]
         if not jobs:
             return 0
         writes = JobWrites()
