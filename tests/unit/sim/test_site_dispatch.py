@@ -129,10 +129,12 @@ def test_a_site_of_nodes_per_domain_deals_its_nodes_into_domains_in_order() -> N
     ]  # fmt: skip
 
 
-def test_an_elastic_tasks_gang_starts_within_one_link_domain() -> None:
-    """The free T4s are t1 (d0, beside x) and t2, t3 (d1): the gang of two goes to d1."""
-    runs, _ = zoned_replay(4, per_domain=2)
-    assert runs["y"] == ["t2", "t3"]
+def test_an_elastic_tasks_gang_starts_and_grows_within_one_link_domain() -> None:
+    """The free T4s are t1 (d0, beside x) and t2, t3 (d1): the gang of two goes to d1, and does
+    not grow into t1 (without domains it does)."""
+    runs, grows = zoned_replay(4, per_domain=2)
+    assert runs["y"] == ["t2", "t3"] and grows == 0
+    assert zoned_replay(4, per_domain=None)[1] == 1
 
 
 def test_a_gang_no_domain_holds_does_not_start_though_the_site_has_the_cards() -> None:
