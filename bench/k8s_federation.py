@@ -5,7 +5,9 @@
 Three real control planes as local processes (one etcd, the first site's, with a key prefix
 per site; per site a kube-apiserver, kube-scheduler with ``xpupool k8s extender`` as its
 extender, kwok: ``bench/k8s_harness.py``'s cluster, the e2e tests' ``cluster.py``), ``--nodes``
-kwok nodes per site of 8 cards of four NVIDIA models drawn with a seed of each site's own, and
+kwok nodes per site of 8 cards each, of a card mix of each site's own (:data:`MIXES`: a training
+site of A100 and H100, a mixed one, an inference site of L20 and T4), models drawn with a seed of
+each site's own, and
 ``xpupool up --sites`` (a real process, SQLite) managing the three as sites ``gpu-a``,
 ``gpu-b``, ``gpu-c``, joined by links of 100, 25 and 10 Gbit/s. ``--jobs`` jobs of one card that
 name no site (``nvidia:1``, an image, tenant ``bench``) are submitted through the API at
@@ -16,7 +18,8 @@ seen bound.
 
 - ``bound_p50_ms`` / ``bound_p99_ms``: POST of the job sent -> its pod first seen with
   ``spec.nodeName``, in whichever site; ``created_p50_ms`` / ``created_p99_ms``: -> first seen.
-- ``per_site``: how many of the jobs each site ran.
+- ``per_site``: how many of the jobs each site ran; ``cards_by_model``: each site's cards by
+  model, as drawn.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -38,6 +42,8 @@ from k8s_harness import (
     CARDS_PER_NODE,
     HAMI_SPLIT,
     MANAGED,
+    MODELS,
+    PRODUCT_LABEL,
     BindWatcher,
     PodAsk,
     cluster,
@@ -50,6 +56,11 @@ from k8s_plane import NAMESPACE, TENANT, ms, pod_name, server_proc, submit_paced
 SITES = ("gpu-a", "gpu-b", "gpu-c")
 LINKS = (("gpu-a", "gpu-b", 100), ("gpu-b", "gpu-c", 25), ("gpu-a", "gpu-c", 10))
 SPEC = "nvidia:1"  # no site: the plane chooses
+MIXES: dict[str, tuple[float, ...]] = {  # per site, weights of k8s_harness.MODELS' models
+    "gpu-a": (0.6, 0.4, 0.0, 0.0),  # training: A100, H100
+    "gpu-b": (0.3, 0.1, 0.4, 0.2),  # mixed: every model
+    "gpu-c": (0.0, 0.0, 0.4, 0.6),  # inference: L20, T4
+}
 
 
 def renamed(nodes: list[dict[str, Any]], site: str) -> list[dict[str, Any]]:
@@ -63,6 +74,15 @@ def renamed(nodes: list[dict[str, Any]], site: str) -> list[dict[str, Any]]:
     return out
 
 
+def cards_by_model(n_nodes: int, seed: int, weights: tuple[float, ...]) -> dict[str, int]:
+    """The cards of a site of ``n_nodes`` drawn as :func:`one_site` draws them, by model token."""
+    tokens = {m.product: m.token for m in MODELS}
+    found: Counter[str] = Counter()
+    for node in site_nodes(n_nodes, seed, HAMI_SPLIT, weights):
+        found[tokens[node["metadata"]["labels"][PRODUCT_LABEL]]] += CARDS_PER_NODE
+    return dict(sorted(found.items()))
+
+
 @contextmanager
 def one_site(
     workdir: Path, site: str, n_nodes: int, seed: int, etcd: tuple[str, str] | None
@@ -74,7 +94,8 @@ def one_site(
         url_prefix=f"http://127.0.0.1:{port}", weight=10, managed_resources=MANAGED
     )
     with cluster.K8sCluster(workdir / site, extender=ext_conf, kwok=True, etcd=etcd) as kc:
-        create_all(kc.api, "/api/v1/nodes", renamed(site_nodes(n_nodes, seed, HAMI_SPLIT), site))
+        nodes = site_nodes(n_nodes, seed, HAMI_SPLIT, MIXES[site])
+        create_all(kc.api, "/api/v1/nodes", renamed(nodes, site))
         ext = cluster.ExtenderProcess(kc.kubeconfig, port, workdir / f"{site}-extender.log")
         ext.start()
         try:
@@ -152,6 +173,10 @@ def run(
                 "bound_p99_ms": ms([bound[n] - at for n, at in names.items()], 99),
                 "per_site": {
                     site: sum(1 for n in names if n in w.bound) for site, w in watchers.items()
+                },
+                "cards_by_model": {
+                    site: cards_by_model(n_nodes, seed + i, MIXES[site])
+                    for i, site in enumerate(SITES)
                 },
             }
 

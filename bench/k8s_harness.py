@@ -108,13 +108,16 @@ MODEL_WEIGHTS = (0.35, 0.2, 0.25, 0.2)
 CARDS_PER_NODE = 8
 
 
-def node_objects(n: int, seed: int, gpu_per_card: int) -> list[dict[str, Any]]:
-    """``n`` kwok Nodes of 8 cards each, models drawn with :data:`MODEL_WEIGHTS` (seeded): HAMi's
+def node_objects(
+    n: int, seed: int, gpu_per_card: int, weights: Sequence[float] = MODEL_WEIGHTS
+) -> list[dict[str, Any]]:
+    """``n`` kwok Nodes of 8 cards each, models drawn with ``weights`` (one per :data:`MODELS`,
+    summing to 1; :data:`MODEL_WEIGHTS` by default) (seeded): HAMi's
     JSON registration annotation (HAMi >= v2.8, ``count`` 10 tasks a card), the product label,
     and ``nvidia.com/gpu`` allocatable ``8 * gpu_per_card`` (HAMi's device plugin advertises 10
     a card, NVIDIA's 1)."""
     rng = np.random.default_rng(seed)
-    picks = rng.choice(len(MODELS), size=n, p=MODEL_WEIGHTS)
+    picks = rng.choice(len(MODELS), size=n, p=list(weights))
     width = max(5, len(str(n - 1)))
     out = []
     for i, k in enumerate(picks):

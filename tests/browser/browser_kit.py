@@ -16,6 +16,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1] / "integration"))
 from server_proc import ServerProc
 
+DOMAIN_LABEL = "rack"
+"""The node label the pool's sites file names as the agent pool's link domain; only the third
+site's agent carries it (conftest.py), so only its node is in a named domain."""
+
 
 def _required() -> bool:
     return os.environ.get("CI") in ("1", "true") or os.environ.get("XPUPOOL_REQUIRE_BROWSER") == "1"

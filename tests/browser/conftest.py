@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
-from browser_kit import Pool, unavailable
+from browser_kit import DOMAIN_LABEL, Pool, unavailable
 from server_proc import CLUSTER_MIXED, ServerProc, stop_process, until
 
 FAKE_A100 = Path(__file__).parents[1] / "fixtures" / "agent" / "fake-a100x2.yaml"
@@ -31,6 +31,7 @@ AXE_JS = AXE_PREFIX / "node_modules" / "axe-core" / "axe.min.js"
 CLI = [sys.executable, "-c", "from xpupool.cli import main; main()"]
 THIRD_SITE = "guangzhou"
 THIRD_NODE = "gz-a100"
+THIRD_DOMAIN = "row-1"
 
 
 @pytest.fixture(scope="session")
@@ -91,8 +92,11 @@ def browser(chromium_path: str) -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
     """``xpupool up`` on the mixed cluster file with its agent, tenants 'team' and 'other', and a
-    standalone agent registering a node of a third site."""
+    standalone agent registering a node of a third site, in link domain ``THIRD_DOMAIN`` of the
+    sites file's ``agents.link_domain_label``."""
     data = tmp_path_factory.mktemp("up")
+    sites_file = data / "sites.yaml"
+    sites_file.write_text(f"sites: []\nagents: {{link_domain_label: {DOMAIN_LABEL}}}\n")
     srv = ServerProc(
         data,
         cluster=CLUSTER_MIXED,
@@ -100,6 +104,7 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
         extra_args=(
             *("--heartbeat", "0.5", "--lost-after", "10", "--history-interval", "1s"),
             *("--usage-interval", "2s"),  # the usage page's energy within seconds
+            *("--sites", str(sites_file)),
         ),
     )
     srv.start()
@@ -125,6 +130,8 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
                 THIRD_NODE,
                 "--site",
                 THIRD_SITE,
+                "--label",
+                f"{DOMAIN_LABEL}={THIRD_DOMAIN}",
                 "--fake",
                 str(FAKE_A100),
                 "--poll",

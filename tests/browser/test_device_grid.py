@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from browser_kit import Pool, sign_in
+from browser_kit import DOMAIN_LABEL, Pool, sign_in
 
 TILE_LOOK = """(el) => { const cs = getComputedStyle(el);
   return {classes: el.className, title: el.title, outline: cs.outlineStyle}; }"""
@@ -52,3 +52,30 @@ def test_no_page_counts_one_in_the_plural(browser: Any, pool: Pool) -> None:
         text = page.inner_text("main")
         assert not one_plural.search(text), (path, one_plural.search(text))
     page.context.close()
+
+
+def test_a_nodes_link_domain_on_the_page_is_the_apis(browser: Any, pool: Pool) -> None:
+    """The node carrying the sites file's link-domain label is in the domain its label names
+    (GET /v1/nodes), its row says that domain, and its site's row lists the domain with the
+    counts GET /v1/sites gives; a node without the label says none."""
+    nodes = pool.admin.get("/v1/nodes").json()
+    zoned = [n for n in nodes if n["link_domain"] is not None]
+    assert [n["link_domain"] for n in zoned] == [n["labels"][DOMAIN_LABEL] for n in zoned]
+    assert len(zoned) == 1, zoned
+    node, plain = zoned[0], next(n for n in nodes if n["link_domain"] is None)
+    (domain,) = next(s for s in pool.admin.get("/v1/sites").json() if s["name"] == node["site"])[
+        "domains"
+    ]
+    page = sign_in(browser, pool.url, pool.tokens["admin"])
+    try:
+        page.goto(f"/devices?site={node['site']}")
+        row = page.locator(f'div.node[data-node="{node["name"]}"] .domain')
+        assert row.inner_text() == node["link_domain"]
+        listed = page.locator(f'#site-list .domain[data-domain="{node["link_domain"]}"]')
+        want = f"{domain['name']}: {domain['nodes']} node"
+        assert listed.inner_text().startswith(want), listed.inner_text()
+        assert f"{domain['devices_free']}/{domain['devices']} card" in listed.inner_text()
+        page.goto(f"/devices?site={plain['site']}")
+        assert page.locator(f'div.node[data-node="{plain["name"]}"] .domain').count() == 0
+    finally:
+        page.context.close()

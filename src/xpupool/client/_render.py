@@ -25,6 +25,7 @@ from xpupool.client._views import (
     NodeView,
     QueueView,
     QuotaUsageView,
+    SiteDomainView,
     SiteView,
     TaintView,
 )
@@ -236,14 +237,16 @@ def node_status(node: NodeView) -> Text:
 
 def nodes_table(nodes: Sequence[NodeView], now: float | None = None) -> FitTable:
     columns = _columns(
-        "name", "site", "status", "devices free", "cpu", "memory", "taints", "heartbeat", "source",
-        text=("taints",), spare=("source", "heartbeat", "taints"),
+        "name", "site", "domain", "status", "devices free", "cpu", "memory", "taints", "heartbeat",
+        "source",
+        text=("taints",), spare=("source", "heartbeat", "domain", "taints"), same=("domain",),
     )  # fmt: skip
     table = FitTable(columns, f"{len(nodes)} nodes")
     for n in nodes:
         table.add_row(
             n.name,
             n.site,
+            n.link_domain or "-",
             node_status(n),
             f"{n.devices_free}/{n.devices}",
             f"{n.cpu_allocated_milli / 1000:g}/{n.cpu_milli / 1000:g}",
@@ -312,7 +315,8 @@ def sites_table(sites: Sequence[SiteView]) -> FitTable:
         "devices free",
         "pending",
         "models",
-        text=("models",),
+        "link domains",
+        text=("models", "link domains"),
     )
     table = FitTable(columns, f"{len(sites)} sites")
     for site in sites:
@@ -328,8 +332,21 @@ def sites_table(sites: Sequence[SiteView]) -> FitTable:
             f"{site.devices_free}/{site.devices}",
             str(site.pending),
             ", ".join(f"{k}×{v}" for k, v in sorted(site.by_model.items())),
+            "\n".join(domain_text(d) for d in site.domains if _has_domains(site)),
         )
     return table
+
+
+def _has_domains(site: SiteView) -> bool:
+    """Whether ``site`` has link domains of its own (a label some of its nodes carry)."""
+    return any(d.name is not None for d in site.domains)
+
+
+def domain_text(d: SiteDomainView) -> str:
+    """``zone-1: 2 nodes, 12/16 cards free``; the site's nodes without one read ``(no label)``."""
+    nodes = f"{d.nodes} node{'' if d.nodes == 1 else 's'}"
+    cards = f"{d.devices_free}/{d.devices} card{'' if d.devices == 1 else 's'} free"
+    return f"{d.name or '(no label)'}: {nodes}, {cards}"
 
 
 def _quota_amount(resource: str, amount: int | None) -> str:

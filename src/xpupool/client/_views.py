@@ -111,6 +111,7 @@ class NodeView:
     taints: tuple[TaintView, ...]
     deleting: bool
     raw: dict[str, Any] = field(repr=False, compare=False)
+    link_domain: str | None = None
 
     @classmethod
     def read(cls, data: object, where: str = "node") -> NodeView:
@@ -138,6 +139,7 @@ class NodeView:
             ),
             deleting=r.flag("deleting", False),
             raw=r.data,
+            link_domain=r.opt_text("link_domain"),
         )
 
 
@@ -241,6 +243,24 @@ class DeviceView:
 
 
 @dataclass(frozen=True, slots=True)
+class SiteDomainView:
+    """A link domain of a site (schemas/nodes.py ``SiteDomain``); ``name`` None: the site's
+    nodes without one."""
+
+    name: str | None
+    nodes: int
+    devices: int
+    devices_free: int
+
+    @classmethod
+    def read(cls, data: object, where: str) -> SiteDomainView:
+        r = _Reader(data, where)
+        return cls(
+            r.opt_text("name"), r.integer("nodes"), r.integer("devices"), r.integer("devices_free")
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class SiteView:
     """A site of ``GET /v1/sites`` (schemas/nodes.py ``Site``)."""
 
@@ -257,6 +277,7 @@ class SiteView:
     last_contact: float | None = None
     devices_allocated: int = 0
     pending: int = 0
+    domains: tuple[SiteDomainView, ...] = ()
 
     @classmethod
     def read(cls, data: object, where: str = "site") -> SiteView:
@@ -275,6 +296,10 @@ class SiteView:
             last_contact=r.opt_float("last_contact"),
             devices_allocated=r.integer("devices_allocated", 0),
             pending=r.integer("pending", 0),
+            domains=tuple(
+                SiteDomainView.read(d, f"{where}.domains[{i}]")
+                for i, d in enumerate(r.items("domains", []))
+            ),
         )
 
 

@@ -238,8 +238,7 @@ class Engine:
                         return Placement(req, (), (failure,)), domain
                     failures.append(result)
                 elif domains and domain is None:
-                    links = state.link_domains
-                    domain = links.keys[int(links.node_domain[result.node_index])]
+                    domain = state.link_domains.key_of(result.node_index)
                     each = within_domains(state, req, (domain,))
             allocations = inner.allocations
             inner.commit()

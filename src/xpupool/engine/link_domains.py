@@ -61,6 +61,10 @@ class LinkDomains:
         """Whether some site has more than one domain (else the rule is the one-site rule)."""
         return bool(self.site_split.any())
 
+    def key_of(self, node_index: int) -> str:
+        """The key of the domain of the state's node ``node_index``."""
+        return self.keys[int(self.node_domain[node_index])]
+
     def mask(self, keys: tuple[str, ...]) -> BoolArray:
         """``[N]`` nodes in one of the domains ``keys`` (an unknown key matches nothing); made
         once per distinct ask."""

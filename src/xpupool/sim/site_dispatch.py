@@ -3,14 +3,18 @@ that sends each arriving task to one site, so that ``xpupool simulate --mode tim
 runs the server's site choice (``engine/site_choice.py``) beside two plain rules.
 
     sites:                       # a site takes the nodes whose GPU model it lists ([]: the rest)
-      - {name: beijing, models: [V100M16, V100M32]}
+      - {name: beijing, models: [V100M16, V100M32], nodes_per_domain: 32}   # link domains
       - {name: shanghai, models: [T4, P100]}
       - {name: shenzhen, models: []}
     links: [{sites: [beijing, shanghai], bandwidth_gbps: 25}]    # model/site_network.py
     datasets: {imagenet: {size: 150Gi, sites: [beijing]}}
     data: {share: 0.5}           # the share of tasks that read a dataset (each drawn by seed)
 
-A model listed by several sites has its nodes dealt among them in turn. Every task is dispatched
+A model listed by several sites has its nodes dealt among them in turn. A site giving
+``nodes_per_domain`` is split into link domains (``engine/link_domains.py``) of that many nodes in
+the order it was dealt them (``d0``, ``d1``...; the last may be smaller), as a server's site
+naming a ``link_domain_label``: the engine then keeps a gang (an elastic task's minimum) within
+one domain there, as it does on the plane. Every task is dispatched
 once, at arrival, as a multi-cluster manager dispatches (MultiKueue): ``xpupool`` ranks the sites
 by the engine's what-ifs, data transfer and the expected wait (``SiteChooser``);
 ``least-loaded`` takes the site whose cards are least allocated; ``random`` any site. All three
@@ -48,6 +52,7 @@ class _SiteSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: StrictStr
     models: list[StrictStr] = Field(default_factory=list)
+    nodes_per_domain: int | None = Field(default=None, ge=1, le=1_000_000)
 
 
 class _DataSpec(BaseModel):
@@ -70,19 +75,28 @@ class SimSites:
     sites: tuple[tuple[str, tuple[str, ...]], ...]  # (name, GPU models; () = the rest)
     network: SiteNetwork
     data_share: float
+    # site -> nodes per link domain, for the sites split into domains (none: one domain each)
+    domain_nodes: tuple[tuple[str, int], ...] = ()
 
     def split(self, nodes: Sequence[Node]) -> list[Node]:
         """``nodes`` with their sites set: by GPU model, dealt in turn among the sites listing it;
-        a model no site lists goes to the sites listing none (the first site when none does)."""
+        a model no site lists goes to the sites listing none (the first site when none does).
+        In a site of ``nodes_per_domain`` N, its k-th node (in the order of ``nodes``) is in link
+        domain ``d{k // N}``."""
         rest = [name for name, models in self.sites if not models] or [self.sites[0][0]]
+        per_domain = dict(self.domain_nodes)
         dealt: Counter[str] = Counter()
+        held: Counter[str] = Counter()  # nodes each site has taken so far
         out: list[Node] = []
         for node in nodes:
             model = node.devices[0].model if node.devices else ""
             takers = [name for name, models in self.sites if model in models] or rest
             site = takers[dealt[model] % len(takers)]
             dealt[model] += 1
-            out.append(replace(node, site=site))
+            size = per_domain.get(site)
+            domain = None if size is None else f"d{held[site] // size}"
+            held[site] += 1
+            out.append(replace(node, site=site, link_domain=domain))
         return out
 
     def datasets_of(self, count: int, seed: int) -> list[str | None]:
@@ -112,7 +126,10 @@ def parse_sim_sites(data: object) -> SimSites:
             if site not in names:
                 raise RequestError(f"datasets.{name}.sites", site, f"not a site: {names}")
     sites = tuple((s.name, tuple(s.models)) for s in parsed.sites)
-    return SimSites(sites, network, parsed.data.share)
+    domains = tuple(
+        (s.name, s.nodes_per_domain) for s in parsed.sites if s.nodes_per_domain is not None
+    )
+    return SimSites(sites, network, parsed.data.share, domains)
 
 
 def load_sim_sites(path: str | Path) -> SimSites:

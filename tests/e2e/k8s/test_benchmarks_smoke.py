@@ -104,9 +104,12 @@ def test_k8s_plane_benchmark_times_jobs_to_pods_and_a_restarted_planes_reconcile
 
 
 def test_k8s_federation_benchmark_times_jobs_to_pods_over_three_sites() -> None:
-    """``bench/k8s_federation.py``: three sites behind one plane (issue 51); every job's pod is
-    bound in one of them, each seen bound no earlier than made."""
+    """``bench/k8s_federation.py``: three sites of different card mixes behind one plane (issue
+    51); every job's pod is bound in one of them, each seen bound no earlier than made."""
     got = bench("k8s_federation.py", "--nodes", "2", "--jobs", "12", "--rate", "10")
     assert (got["sites"], got["nodes_per_site"], got["jobs"]) == (3, 2, 12), got
     assert sum(got["per_site"].values()) == 12, got
     assert 0 < got["created_p50_ms"] <= got["bound_p50_ms"] <= got["bound_p99_ms"], got
+    mix = got["cards_by_model"]  # the sites differ by card mix: training, mixed, inference
+    assert set(mix["gpu-a"]) <= {"A100", "H100"} and set(mix["gpu-c"]) <= {"L20", "T4"}, got
+    assert [sum(cards.values()) for cards in mix.values()] == [16, 16, 16], got

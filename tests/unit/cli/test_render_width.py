@@ -252,6 +252,31 @@ def test_nodes_table_shows_each_taint_as_kubectl_writes_it() -> None:
     assert "gpu=true:NoSchedule" in words and "spot:PreferNoSchedule" in words, "\n".join(lines)
 
 
+def test_nodes_and_sites_tables_show_link_domains() -> None:
+    """Each node's link domain in its row (said once in the title when every node is in one),
+    and each site's domains with their nodes and free cards; nothing for a site without."""
+    zoned = [replace(_node("sh-0"), link_domain="zone-1"), replace(_node("sh-1"), link_domain=None)]
+    words = _words(_lines(nodes_table(zoned, NOW), width=120))
+    assert "zone-1" in words and "-" in words
+    title = _lines(nodes_table([zoned[0]], NOW), width=120)[0]
+    assert "zone-1" in title, title
+    site = {
+        "name": "shanghai", "nodes": 3, "nodes_ready": 3, "devices": 24, "devices_free": 20,
+        "by_model": {"L20": 24},
+        "domains": [
+            {"name": "zone-1", "nodes": 2, "devices": 16, "devices_free": 12},
+            {"name": None, "nodes": 1, "devices": 8, "devices_free": 8},
+        ],
+    }  # fmt: skip
+    plain = {**site, "name": "beijing", "domains": [site["domains"][1]]}  # type: ignore[index]
+    lines = _lines(sites_table([SiteView.read(site), SiteView.read(plain)]), width=160)
+    _fits(lines, 160)
+    text = "\n".join(lines)
+    assert "zone-1: 2 nodes, 12/16 cards free" in text, text
+    assert "(no label): 1 node, 8/8 cards free" in text, text
+    assert text.count("(no label)") == 1, text  # beijing names no label: no domains shown
+
+
 def test_queues_sites_tenants_tokens_and_audit_fit() -> None:
     site = SiteView.read(
         {

@@ -13,7 +13,7 @@ from xpupool.client import _views
 from xpupool.server.schemas.agent_protocol import DeviceAssignment, DeviceMetrics, ReplicaAssignment
 from xpupool.server.schemas.devices import Device
 from xpupool.server.schemas.jobs import FINAL_STATES, Job, JobEvent, JobPhase
-from xpupool.server.schemas.nodes import Node, Site, TaintView
+from xpupool.server.schemas.nodes import Node, Site, SiteDomain, TaintView
 from xpupool.server.schemas.queues import Queue, QuotaResource, QuotaUsage
 
 PAIRS: list[tuple[type, type[BaseModel]]] = [
@@ -22,6 +22,7 @@ PAIRS: list[tuple[type, type[BaseModel]]] = [
     (_views.DeviceView, Device),
     (_views.DeviceMetricsView, DeviceMetrics),
     (_views.SiteView, Site),
+    (_views.SiteDomainView, SiteDomain),
     (_views.QueueView, Queue),
     (_views.QuotaUsageView, QuotaUsage),
     (_views.JobView, Job),

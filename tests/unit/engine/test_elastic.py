@@ -1,11 +1,11 @@
 """Elastic jobs on the one cycle (issue 54 part 1): admitted at their minimum, grown one replica
-per pass into idle capacity (borrowed quota included), and their extra replicas shrunk for a
-pending job before any whole job is preempted."""
+per pass into idle capacity (borrowed quota included; a gang's within its link domain, issue 51),
+and their extra replicas shrunk for a pending job before any whole job is preempted."""
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from xpupool.engine.cycle import Admission, QueueSpec, Quota, Resource
 from xpupool.engine.cycle.cycle import Place, Preempt, SchedulingCycle, Wait
@@ -69,6 +69,24 @@ def test_admitted_at_its_minimum_then_grown_one_replica_per_pass_up_to_its_maxim
     assert grow_all(cycle, running) == [Grew(1, 4, 4)]
     assert grow_all(cycle, running) == []  # at its maximum, though two cards are idle
     assert len(cycle.engine.state.live) == 4
+
+
+def test_a_gangs_extra_replicas_stay_in_the_link_domain_of_its_minimum() -> None:
+    """Zone 1 holds three cards (a0: 2, a1: 1), zone 2 two (b0): wherever the gang's minimum of
+    two goes, it grows only in its own zone, and the other zone's cards stay idle; a job that
+    is no gang grows into both."""
+    zones = {"a0": ("zone-1", 2), "a1": ("zone-1", 1), "b0": ("zone-2", 2)}
+    nodes = [replace(gpu_node(n, count=c), link_domain=z) for n, (z, c) in zones.items()]
+    for gang, spread in ((True, 1), (False, 2)):
+        cycle = SchedulingCycle(Admission(engine_for(*nodes), [QueueSpec("q", "t", ())]))
+        running: dict[int, Job] = {}
+        work = job(1, replicas=2, top=4)
+        work.request = replace(work.request, gang=gang)
+        run(cycle, work, running)
+        while grow_all(cycle, running):
+            pass
+        held = {zones[a.node][0] for a in work.allocations}
+        assert len(held) == spread, (gang, [a.node for a in work.allocations])
 
 
 def test_the_minimum_must_fit_all_or_none() -> None:

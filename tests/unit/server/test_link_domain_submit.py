@@ -1,14 +1,15 @@
 """A gang stays in one link domain of the agent pool where the sites file names one
 (``agents.link_domain_label``, issue 51): the plane reads the label from what agents register,
 refuses at submission a gang no domain could hold even empty, keeps a waiting gang pending with
-the reason, and places one that fits wholly in one domain."""
+the reason, and places one that fits wholly in one domain; the API shows each node's domain and
+each site's domains."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from server_kit import Server, job, node_body, row_counts, submit, tenant
+from server_kit import Server, job, node, node_body, row_counts, submit, tenant
 
 from xpupool.server.sites.agent_pool import AgentPoolSite
 
@@ -68,3 +69,26 @@ def test_a_gang_no_zone_could_ever_hold_is_422_naming_replicas(server: Server) -
     assert "no single link domain holds 5 replicas of this, even empty" in body["reason"]
     assert "(the largest: default/zone-1, 4)" in body["reason"], body["reason"]
     assert row_counts(server) == before
+
+
+@pytest.mark.slow
+def test_the_api_shows_each_nodes_domain_and_each_sites_domains_with_their_cards(
+    server: Server,
+) -> None:
+    """A node without the label is in its site's unnamed domain (listed last); the free cards
+    of a domain drop by what a job there holds."""
+    zoned(server)
+    node(server, "bare", count=2)
+    filler = submit(server, tenant(server, "a"), f"A100:2 label={ZONE}=zone-1")
+    server.schedule()
+    assert job(server, filler["id"])["state"] == "scheduled"
+    nodes = server.client.get("/v1/nodes", headers=server.admin).json()
+    assert {n["name"]: n["link_domain"] for n in nodes} == {**ZONES, "bare": None}
+    one = server.client.get("/v1/nodes/z2-1", headers=server.admin).json()
+    assert one["link_domain"] == "zone-2"
+    (site,) = server.client.get("/v1/sites", headers=server.admin).json()
+    assert site["domains"] == [
+        {"name": "zone-1", "nodes": 2, "devices": 4, "devices_free": 2},
+        {"name": "zone-2", "nodes": 2, "devices": 4, "devices_free": 4},
+        {"name": None, "nodes": 1, "devices": 2, "devices_free": 2},
+    ]

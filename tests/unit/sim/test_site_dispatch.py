@@ -1,15 +1,20 @@
 """Sites in a timed replay (``sim/site_dispatch.py``): two one-card sites and a dataset at one,
-where every wait and every GiB moved can be worked out by hand."""
+where every wait and every GiB moved can be worked out by hand; and a site split into link
+domains, where an elastic task's gang stays in one."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import pytest
 
 from xpupool.engine import Engine
 from xpupool.engine.fragmentation import TargetWorkload
 from xpupool.model import Device, Node
+from xpupool.model.allocation import Allocation
 from xpupool.model.errors import RequestError
 from xpupool.sim.alibaba import TraceTask, to_request
+from xpupool.sim.elastic_tasks import ElasticTasks
 from xpupool.sim.site_dispatch import Dispatch, SimSites, parse_sim_sites
 from xpupool.sim.timed_replay import TimedResult, timed_replay
 
@@ -75,6 +80,70 @@ def test_the_runs_are_the_same_for_each_rule_without_sites() -> None:
     assert "gib_moved" not in plain.summary()
 
 
+def card(name: str, model: str) -> Node:
+    return Node(name, 8000, 8192, (Device(f"{name}-g", "nvidia", model, 16384),))
+
+
+# site "split": p0 (P100), t1, t2, t3 (T4) in domains d0 = {p0, t1}, d1 = {t2, t3}; "other": v0
+ZONED = [card("p0", "P100"), *(card(f"t{i}", "T4") for i in (1, 2, 3)), card("v0", "V100M16")]
+
+
+def zoned_replay(cards: int, per_domain: int | None) -> tuple[dict[str, list[str]], int | None]:
+    """Task x (one P100, on p0 in d0) from 0 s, then an elastic task of ``cards`` T4s (its
+    minimum half of them, a gang) at 1 s: the nodes of each task's first run, and how many
+    replicas the elastic task grew by."""
+    split: dict[str, object] = {"name": "split", "models": ["P100", "T4"]}
+    if per_domain is not None:
+        split["nodes_per_domain"] = per_domain
+    config = parse_sim_sites({"sites": [split, {"name": "other"}]})
+    nodes = config.split(ZONED)
+    tasks = [
+        TraceTask("x", 1000, 0, 1, 1000, ("P100",), 0, 1000, 0),
+        TraceTask("y", 1000, 0, cards, 1000, ("T4",), 1, 101, 1),
+    ]
+    workload = TargetWorkload.from_requests(to_request(t) for t in tasks)
+    runs: dict[str, list[str]] = {}
+
+    def record(now: int, task: int, allocations: Sequence[Allocation] | None) -> None:
+        if allocations is not None and tasks[task].name not in runs:
+            runs[tasks[task].name] = sorted(a.node for a in allocations)
+
+    def dispatch(engine: Engine) -> Dispatch:
+        return Dispatch(engine, config, "xpupool", workload, 0)
+
+    result = timed_replay(
+        nodes, tasks, "bestfit", 0, workload, dispatch=dispatch, on_run=record,
+        elastic=ElasticTasks(1.0),
+    )  # fmt: skip
+    return runs, result.grows
+
+
+def test_a_site_of_nodes_per_domain_deals_its_nodes_into_domains_in_order() -> None:
+    config = parse_sim_sites(
+        {"sites": [{"name": "split", "models": ["P100", "T4"], "nodes_per_domain": 2}, {"name": "other"}]}
+    )  # fmt: skip
+    got = [(n.name, n.site, n.link_domain) for n in config.split(ZONED)]
+    assert got == [
+        ("p0", "split", "d0"), ("t1", "split", "d0"), ("t2", "split", "d1"),
+        ("t3", "split", "d1"), ("v0", "other", None),
+    ]  # fmt: skip
+
+
+def test_an_elastic_tasks_gang_starts_and_grows_within_one_link_domain() -> None:
+    """The free T4s are t1 (d0, beside x) and t2, t3 (d1): the gang of two goes to d1, and does
+    not grow into t1 (without domains it does)."""
+    runs, grows = zoned_replay(4, per_domain=2)
+    assert runs["y"] == ["t2", "t3"] and grows == 0
+    assert zoned_replay(4, per_domain=None)[1] == 1
+
+
+def test_a_gang_no_domain_holds_does_not_start_though_the_site_has_the_cards() -> None:
+    """Three T4s as one gang: the site has them free (and without domains it runs on them),
+    no domain has three T4s."""
+    assert zoned_replay(6, per_domain=None)[0]["y"] == ["t1", "t2", "t3"]
+    assert "y" not in zoned_replay(6, per_domain=2)[0]
+
+
 @pytest.mark.parametrize(
     ("data", "field"),
     [
@@ -88,6 +157,10 @@ def test_the_runs_are_the_same_for_each_rule_without_sites() -> None:
             "datasets.x.sites",
         ),
         ({"sites": [{"name": "a"}, {"name": "b"}], "data": {"share": 2}}, "data.share"),
+        (
+            {"sites": [{"name": "a", "nodes_per_domain": 0}, {"name": "b"}]},
+            "sites[0].nodes_per_domain",
+        ),
     ],
 )
 def test_a_bad_sites_file_is_refused_naming_the_field(data: object, field: str) -> None:

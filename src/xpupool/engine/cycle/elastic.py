@@ -7,7 +7,8 @@ A request with ``max_replicas`` (``replicas=2..8``) is admitted like any other: 
 * :func:`grow`, called by a front once after each pass over the pending jobs (they had their
   chance first), gives each running elastic job below its maximum at most one more replica, in
   room its queue may take, borrowed quota included: so a job grows one replica per pass, and the
-  jobs furthest below their maximum grow first;
+  jobs furthest below their maximum grow first; a gang's extra replicas join its minimum in its
+  link domain (its site, where the site names none: ``gang_sites.py``), since they work with it;
 * :func:`shrink_plan`, called by the cycle for a pending job refused for capacity alone, before
   any whole job is preempted for it, names the fewest extra replicas whose release lets every
   replica of that job fit (the engine's preemption planner, ``preempt.py``, on extras only). An
@@ -100,8 +101,8 @@ def grow(admission: Admission, book: ElasticBook, running: Iterable[ElasticWork]
     jobs.sort(key=lambda j: (len(j.allocations) / (j.request.max_replicas or 1), j.id))
     grown: list[Growth] = []
     for job in jobs:
-        req = job.request
-        outcome = admission.admit(extra_request(req), job.queue)
+        req, one = job.request, _extra_for(admission, job)
+        outcome = None if one is None else admission.admit(one, job.queue)
         if not isinstance(outcome, Admitted) or not outcome.placement.ok:
             continue
         alloc = outcome.placement.allocations[0]
@@ -109,6 +110,21 @@ def grow(admission: Admission, book: ElasticBook, running: Iterable[ElasticWork]
         size = len(job.allocations) + 1
         grown.append(Growth(job.id, alloc, Grew(job.id, size, req.max_replicas or size)))
     return grown
+
+
+def _extra_for(admission: Admission, job: ElasticWork) -> Request | None:
+    """One extra replica of ``job``: kept to the link domain of its first replica when it is a
+    gang that does not span sites (:func:`~xpupool.engine.gang_sites.within_domains`), anywhere
+    its request allows otherwise; None (no growth) when that replica's node is not in the pool."""
+    req = job.request
+    one = extra_request(req)
+    if not req.gang or req.span_sites or not job.allocations:
+        return one
+    state = admission.engine.state
+    node = state.node_index.get(job.allocations[0].node)
+    if node is None:
+        return None
+    return within_domains(state, one, (state.link_domains.key_of(node),))
 
 
 def shrink_plan(

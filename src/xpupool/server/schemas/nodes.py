@@ -127,6 +127,12 @@ class Node(Lenient):
         description="Cordoned for deletion (DELETE /v1/nodes/NAME?drain=true): removed when its "
         "last allocation ends; uncordoning it cancels the deletion.",
     )
+    link_domain: str | None = Field(
+        None,
+        description="The part of its site whose nodes share a fast network (the value of the "
+        "site's link_domain_label on this node, docs/sites.md): a gang is kept to one. Null: "
+        "the site names no label, or this node lacks it (the site-wide domain).",
+    )
 
 
 class NodeDeletion(Lenient):
@@ -153,6 +159,18 @@ class NodeDeletion(Lenient):
     )
 
 
+class SiteDomain(Lenient):
+    """One link domain of a site (``GET /v1/sites``): its nodes and cards."""
+
+    name: str | None = Field(
+        description="The value of the site's link_domain_label; null: the site's nodes without "
+        "one (the whole site, where it names no label)."
+    )
+    nodes: int
+    devices: int
+    devices_free: int = Field(description="Devices of schedulable nodes with nothing allocated.")
+
+
 class Site(Lenient):
     name: str
     nodes: int
@@ -177,4 +195,9 @@ class Site(Lenient):
     devices_allocated: int = Field(0, description="Devices with something allocated on them.")
     pending: int = Field(
         0, description="Pending jobs the plane dispatched to it (docs/sites.md, choosing a site)."
+    )
+    domains: list[SiteDomain] = Field(
+        default_factory=list,
+        description="Its link domains by name (null last), where a gang is kept to one: one "
+        "entry named null for a site that names no link_domain_label.",
     )

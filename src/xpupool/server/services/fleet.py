@@ -20,7 +20,7 @@ from xpupool.server.plane import ControlPlane, NodeRecord
 from xpupool.server.schemas.agent_protocol import NodeIn
 from xpupool.server.schemas.devices import Device, DeviceDetail, DeviceSample, DeviceShareHeld
 from xpupool.server.schemas.nodes import Node as NodeView
-from xpupool.server.schemas.nodes import NodeStatus, Site, TaintView
+from xpupool.server.schemas.nodes import NodeStatus, Site, SiteDomain, TaintView
 
 log = logging.getLogger("xpupool.server")
 
@@ -110,6 +110,8 @@ def _node_view(plane: ControlPlane, name: str) -> NodeView:
             TaintView(key=t.key, value=t.value, effect=t.effect.value) for t in rec.node.taints
         ],
         deleting=rec.deleting_since is not None,
+        # as the engine holds the node: its site's front set it (engine/link_domains.py)
+        link_domain=st.nodes[i].link_domain,
     )
 
 
@@ -286,8 +288,26 @@ def _list_sites(plane: ControlPlane) -> list[Site]:
             ),
             devices_allocated=sum(n.devices - n.devices_free for n in ns),
             pending=dispatched[site],
+            domains=site_domains(ns),
         )
         for site, ns in sorted(by_site.items())
+    ]
+
+
+def site_domains(nodes: Iterable[NodeView]) -> list[SiteDomain]:
+    """The link domains of one site's ``nodes``, by name (the unnamed one last), with their
+    nodes and cards: where a gang of that site may be kept."""
+    by_domain: dict[str | None, list[NodeView]] = {}
+    for n in nodes:
+        by_domain.setdefault(n.link_domain, []).append(n)
+    return [
+        SiteDomain(
+            name=name,
+            nodes=len(ns),
+            devices=sum(n.devices for n in ns),
+            devices_free=sum(n.devices_free for n in ns if n.schedulable),
+        )
+        for name, ns in sorted(by_domain.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))
     ]
 
 
