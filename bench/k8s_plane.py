@@ -33,11 +33,15 @@ their medians.
 
 ``--restart-pods K`` (0: skipped): the timed jobs beyond the first K are cancelled, or jobs are
 added (as fast as the API takes them, untimed) until K run, each with its pod Running; the plane is
-killed (SIGKILL, as a crash) and started again on the same data. ``reconcile_s``: the restarted
+killed (SIGKILL, as a crash) and started again on the same data. ``--restart-share S``: each added
+job asks 1/S of a card (``mem=1Gi cores=<100/S>%``; HAMi's registration lets 10 tasks share a card),
+so that K pods need K / (8 S) nodes, not K / 8. ``reconcile_s``: the restarted
 ``up`` started -> the stamp of its log line saying that the site reconciled every held job with
 the cluster (the site's adopt task: each job's pods listed and matched, none made or deleted;
 it may end before ``/healthz`` answers); ``restart_up_s``: until ``/healthz`` answers. The run
-checks that every pod is still there under the same uid.
+checks that every pod is still there under the same uid. ``--profile-restart PATH``: py-spy
+(``--idle --threads``, collapsed stacks) records the restarted plane from its start until that log
+line, into PATH.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -108,12 +114,14 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def wait(check: Callable[[], bool], what: str, timeout_s: float = SETTLE_S) -> None:
+def wait(
+    check: Callable[[], bool], what: str, timeout_s: float = SETTLE_S, every_s: float = 0.1
+) -> None:
     deadline = time.monotonic() + timeout_s
     while not check():
         if time.monotonic() > deadline:
             raise RuntimeError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.1)
+        time.sleep(every_s)
 
 
 def pod_name(job_id: int) -> str:
@@ -134,6 +142,10 @@ def submit_paced(user: httpx.Client, n: int, rate: float, spec: str = SPEC) -> d
                 time.sleep(delay)
         at = time.monotonic()
         r = user.post("/v1/jobs", json={"spec": spec, "image": IMAGE})
+        deadline = at + SETTLE_S
+        while r.status_code == 429 and time.monotonic() < deadline:  # the tenant's pending cap
+            time.sleep(0.5)  # (1,000 by default: untimed restart jobs outrun the site)
+            r = user.post("/v1/jobs", json={"spec": spec, "image": IMAGE})
         if r.status_code != 201:
             raise RuntimeError(f"job {i}: HTTP {r.status_code}: {r.text[-500:]}")
         with lock:
@@ -219,10 +231,53 @@ def compare(
     }
 
 
-def restart(kc: Any, srv: Any, user: httpx.Client, held: list[int]) -> dict[str, float]:
+def share_spec(share: int) -> str:
+    """One job's ask of 1/``share`` of a card (:data:`SPEC` when ``share`` is 1)."""
+    return SPEC if share == 1 else f"nvidia:1 mem=1Gi cores={100 // share}% site={SITE}"
+
+
+class Profiler:
+    """py-spy recording the next ``xpupool up`` that ``srv`` starts, from its start until
+    :meth:`stop` (``--profile-restart``)."""
+
+    def __init__(self, srv: Any, out: Path) -> None:
+        self.srv, self.out = srv, out
+        self.old = srv.proc
+        self.spy: subprocess.Popen[bytes] | None = None
+        self.thread = threading.Thread(target=self._attach, daemon=True)
+        self.thread.start()
+
+    def _attach(self) -> None:
+        deadline = time.monotonic() + 60
+        while self.srv.proc is self.old and time.monotonic() < deadline:
+            time.sleep(0.001)
+        if self.srv.proc is self.old:
+            return
+        spy = Path(sys.executable).parent / "py-spy"
+        argv = [str(spy), "record", "--pid", str(self.srv.proc.pid), "--idle", "--threads"]
+        argv += ["--rate", "100", "--format", "raw", "--output", str(self.out)]
+        self.spy = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop(self) -> None:
+        self.thread.join()
+        if self.spy is not None:
+            self.spy.send_signal(signal.SIGINT)  # py-spy writes what it recorded
+            self.spy.wait(60)
+
+
+def restart(
+    kc: Any, srv: Any, user: httpx.Client, held: list[int], profile: Path | None = None
+) -> dict[str, float]:
     """Kill the plane holding ``held`` (their pods all Running, no other pod left), start it
     again, time its reconciliation; checks that no pod was made again or deleted."""
-    wait(lambda: len(pods_now(kc)) == len(held), f"{len(held)} pods running, no other")
+    settle_s = max(SETTLE_S, len(held) / 10)  # pods made at 10 a second at least
+    every_s = max(0.1, len(held) / 2000)  # a list of all pods each time: not too often
+    wait(
+        lambda: len(pods_now(kc)) == len(held),
+        f"{len(held)} pods running, no other",
+        settle_s,
+        every_s,
+    )
 
     def running_in_plane(job_id: int) -> bool:
         return bool(user.get(f"/v1/jobs/{job_id}").json().get("state") == "running")
@@ -243,10 +298,13 @@ def restart(kc: Any, srv: Any, user: httpx.Client, held: list[int]) -> dict[str,
                     return datetime.strptime(text[:23], "%Y-%m-%d %H:%M:%S,%f")
         return None
 
+    profiler = None if profile is None else Profiler(srv, profile)
     t0, wall0 = time.monotonic(), datetime.now()
     srv.start(same_port=True)
     up_s = time.monotonic() - t0
-    wait(lambda: reconciled() is not None, f"the log line {line!r}")
+    wait(lambda: reconciled() is not None, f"the log line {line!r}", settle_s)
+    if profiler is not None:
+        profiler.stop()
     at = reconciled()
     assert at is not None
     reconcile_s = (at - wall0).total_seconds()
@@ -267,6 +325,8 @@ def run(
     log: Callable[[str], None],
     compare_rounds: int = 0,
     compare_pods: int = 200,
+    restart_share: int = 1,
+    profile: Path | None = None,
 ) -> dict[str, Any]:
     port = cluster.free_port()
     ext_conf = cluster.Extender(
@@ -289,7 +349,9 @@ def run(
             )
             limits = ("--rate-limit", "0", "--address-rate-limit", "0")  # one token, one address
             extra = ("--sites", str(sites), *limits)
-            srv = server_proc.ServerProc(workdir / "data", extra_args=extra)
+            srv = server_proc.ServerProc(
+                workdir / "data", extra_args=extra, start_timeout_s=SETTLE_S
+            )
             with srv, srv.tenant_client(TENANT) as user:
 
                 def site_nodes() -> int:
@@ -336,8 +398,10 @@ def run(
                         r = user.post(f"/v1/jobs/{job_id}/cancel")
                         if r.status_code != 200:
                             raise RuntimeError(f"cancel {job_id}: HTTP {r.status_code}: {r.text}")
-                    held += sorted(submit_paced(user, restart_pods - len(held), 0))
-                    out.update(restart(kc, srv, user, held))
+                    spec = share_spec(restart_share)
+                    held += sorted(submit_paced(user, restart_pods - len(held), 0, spec))
+                    out["restart_share"] = restart_share
+                    out.update(restart(kc, srv, user, held, profile))
                     log(f"restart with {restart_pods} pods: {out['reconcile_s']} s")
         finally:
             ext.stop()
@@ -361,6 +425,15 @@ def main() -> None:
         help="rounds of pods made without, then with, the plane (0: skipped)",
     )
     parser.add_argument("--compare-pods", type=int, default=200, help="pods a compare round")
+    parser.add_argument(
+        "--restart-share",
+        type=int,
+        default=1,
+        help="jobs added for the restart ask 1/S of a card (1 to 10; 1: a whole card)",
+    )
+    parser.add_argument(
+        "--profile-restart", type=Path, help="py-spy's collapsed stacks of the restarted plane"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workdir", type=Path, help="keep logs here [default: a temp dir]")
     parser.add_argument("--json", action="store_true", help="print JSON only")
@@ -369,8 +442,14 @@ def main() -> None:
         parser.error("--nodes and --jobs must be at least 1, --rate at least 0")
     if args.restart_pods < 0:
         parser.error("--restart-pods must be at least 0")
-    if max(args.jobs, args.restart_pods) > args.nodes * CARDS_PER_NODE:
+    cards = args.nodes * CARDS_PER_NODE
+    if args.jobs > cards:
         parser.error(f"more jobs than cards: --nodes N holds {CARDS_PER_NODE} * N one-card jobs")
+    if not 1 <= args.restart_share <= HAMI_SPLIT:
+        parser.error(f"--restart-share must be 1 to {HAMI_SPLIT}")
+    kept = min(args.jobs, args.restart_pods)  # timed jobs kept, a card each
+    if args.restart_pods - kept > (cards - kept) * args.restart_share:
+        parser.error("more restart pods than the cards hold: raise --nodes or --restart-share")
     if args.compare_rounds < 0 or args.compare_pods < 1:
         parser.error("--compare-rounds must be at least 0, --compare-pods at least 1")
     if args.compare_rounds and args.jobs + args.compare_pods > args.nodes * CARDS_PER_NODE:
@@ -395,6 +474,8 @@ def main() -> None:
             log,
             args.compare_rounds,
             args.compare_pods,
+            args.restart_share,
+            args.profile_restart,
         )
     print(json.dumps(out, indent=None if args.json else 2))
 

@@ -9,6 +9,9 @@ With ``keep_pods``, Pods are kept as a site's worker makes them: a second create
 ``answers[name]`` gives the codes its next creates get instead, lists filter by label
 (``key`` and ``key=value`` terms) and are counted, and the most pod creates answered at once is
 recorded; ``hold_until`` holds each pod create until that many are in flight (2 s at most).
+Pod lists are paged as kube-apiserver pages them (``limit``, ``continue``); ``expire_continues``
+answers that many of the pages asked with a continue token ``410 Expired``, as a server whose
+etcd compacted the list's version does.
 
     with FakeApiServer(tokens={"old"}) as api:
         api.add_node(node_object("n1"))
@@ -68,6 +71,8 @@ class FakeApiServer:
         self.answers: dict[str, list[int]] = {}  # pod name -> codes its next creates get
         self.pod_posts: dict[str, int] = {}  # pod name -> creates asked
         self.pod_lists = 0
+        self.expire_continues = 0  # continued pod list pages still to answer 410
+        self.expired = 0  # continued pod list pages answered 410
         self.in_flight = self.most_in_flight = 0
         self.version = 1  # the resourceVersion of the last change
         self.seen: list[tuple[str, str]] = []  # (token, path) of every request
@@ -117,6 +122,8 @@ class FakeApiServer:
                     time.sleep(0.3)  # then quiet, and ended: the informer watches again
                     self.wfile.write(b"0\r\n\r\n")
                     self.close_connection = True
+                elif api.keep_pods and url.path == "/api/v1/pods":
+                    self._answer(*api.page(items, query, version))
                 else:
                     meta = {"resourceVersion": str(version)}
                     self._answer(200, {"kind": "List", "metadata": meta, "items": items})
@@ -173,6 +180,27 @@ class FakeApiServer:
             meta = {**body["metadata"], "uid": f"uid-{name}", "resourceVersion": str(self.version)}
             self.pods[name] = {**body, "metadata": meta}
             return 201, self.pods[name]
+
+    def page(
+        self, items: list[dict[str, Any]], query: dict[str, list[str]], version: int
+    ) -> tuple[int, dict[str, Any]]:
+        """One page of a pod list (``keep_pods``): ``limit`` pods from the continue token's
+        offset, with the next token while more are left; a continued page answered 410 while
+        ``expire_continues`` says so."""
+        token = query.get("continue", [""])[0]
+        with self.lock:
+            if token and self.expire_continues > 0:
+                self.expire_continues -= 1
+                self.expired += 1
+                why = "The provided continue parameter is too old to display a consistent list"
+                status = {"kind": "Status", "apiVersion": "v1", "status": "Failure"}
+                return 410, {**status, "code": 410, "reason": "Expired", "message": why}
+        start = int(token) if token else 0
+        limit = int(query.get("limit", ["0"])[0] or 0) or len(items)
+        meta: dict[str, Any] = {"resourceVersion": str(version)}
+        if start + limit < len(items):
+            meta["continue"] = str(start + limit)
+        return 200, {"kind": "List", "metadata": meta, "items": items[start : start + limit]}
 
     def add_node(self, obj: dict[str, Any]) -> None:
         """Add (or replace) a Node: its next watches and lists have it."""

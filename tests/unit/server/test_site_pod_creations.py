@@ -4,7 +4,9 @@ small API server on 127.0.0.1 (``fake_apiserver.py``, which keeps the pods). Eve
 made once, several at once; a creation refused for good fails its job alone, and one that met a
 server error is made again, the others untouched. The reconciliation a restarted plane asks for
 lists the site's pods once for all its held jobs, not once per job, and their reports reach the
-plane."""
+plane. The pod watch's first list (a restarted plane's: every pod of its held jobs) applies its
+reports in one write, not one per pod. A list whose continue token expired (410) is read again
+from its start, by the reconciliation and by the watch: neither is dropped."""
 
 from __future__ import annotations
 
@@ -18,10 +20,13 @@ from pathlib import Path
 import pytest
 from fake_apiserver import FakeApiServer
 from fastapi.testclient import TestClient
-from lightkube.config.kubeconfig import KubeConfig
+from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from server_kit import FakeClock, Server, job, open_server, submit, tenant
+from sqlalchemy import event
 
 from xpupool.k8s.informers.kubeconfig import make_client
+from xpupool.k8s.informers.lists import LIST_TRIES
+from xpupool.k8s.site import site as site_module
 from xpupool.k8s.site.site import KubernetesSite, _Adopt, read_node
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
 from xpupool.server.app import create_app
@@ -45,6 +50,12 @@ def until(check: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None
         time.sleep(0.05)
 
 
+def config_of(api: FakeApiServer) -> SingleConfig:
+    kubeconfig = KubeConfig.from_dict(json.loads(api.kubeconfig("t"))).get()
+    assert kubeconfig is not None
+    return kubeconfig
+
+
 @pytest.fixture
 def kube(
     tmp_path: Path, clock: FakeClock
@@ -65,9 +76,7 @@ def kube(
             assert found is not None
             fleet.register_many(plane, [found], source=site.source)
         site._plane = plane
-        kubeconfig = KubeConfig.from_dict(json.loads(api.kubeconfig("t"))).get()
-        assert kubeconfig is not None
-        site._client = make_client(kubeconfig)
+        site._client = make_client(config_of(api))
         yield srv, site, api
         site.detach()
     plane.db.dispose()
@@ -115,3 +124,85 @@ def test_reconciling_many_held_jobs_lists_the_sites_pods_once(
     until(lambda: all(job(srv, i)["state"] == "running" for i in ids), "every job running")
     assert api.pod_lists == lists + 1
     assert set(api.pod_posts.values()) == {1}  # none made again
+
+
+def running_pods(srv: Server, site: KubernetesSite, api: FakeApiServer) -> list[int]:
+    """:data:`JOBS` jobs placed, their pods made by the site's worker (started here), then bound
+    and running as kubelet would say; the plane not told yet. The jobs' ids."""
+    a = tenant(srv, "a")
+    ids = [submit(srv, a, f"A100:1 site={SITE}", image="train:1")["id"] for _ in range(JOBS)]
+    srv.schedule()
+    threading.Thread(target=site._work, daemon=True).start()
+    until(lambda: len(api.pods) == JOBS, "every pod made")
+    with api.lock:
+        for pod in api.pods.values():
+            pod["spec"]["nodeName"] = "k1"
+            pod["status"] = {"phase": "Running"}
+    return ids
+
+
+def running_in_plane(srv: Server, ids: list[int]) -> bool:
+    """Does the plane hold replica 0 of every job of ``ids`` running (its books, no request)?"""
+    runs = [srv.plane.held_run(i) for i in ids]
+    return all(run is not None and 0 in run.running for run in runs)
+
+
+def test_the_pod_watchs_first_list_applies_its_reports_in_one_write(
+    kube: tuple[Server, KubernetesSite, FakeApiServer],
+) -> None:
+    """A restarted plane's pod watch lists every pod of its held jobs at once: a heartbeat per
+    pod was a write per pod (10,000 of them after a restart at 10,000 pods)."""
+    srv, site, api = kube
+    ids = running_pods(srv, site, api)
+    commits = 0
+
+    def counted(_conn: object) -> None:
+        nonlocal commits
+        commits += 1
+
+    informer = site._pod_informer(config_of(api))
+    event.listen(srv.plane.db, "commit", counted)
+    try:
+        informer.start()
+        until(lambda: running_in_plane(srv, ids), "every job's replica running in the plane")
+    finally:
+        informer.stop()
+        event.remove(srv.plane.db, "commit", counted)
+    assert commits == 1, f"{commits} writes for {JOBS} pods"
+    assert {job(srv, i)["state"] for i in ids} == {"running"}
+
+
+def test_a_reconcile_whose_list_expires_lists_again_from_its_start(
+    kube: tuple[Server, KubernetesSite, FakeApiServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page's continue token that expired (410) failed the reconciliation as a refusal of
+    the API server's: it was dropped, and the restarted plane never learnt its pods ran. Now
+    the list starts again (:data:`LIST_TRIES` reads); one that expired every time is done
+    again after the worker's backoff."""
+    srv, site, api = kube
+    monkeypatch.setattr(site_module, "LIST_CHUNK", 5)  # 12 pods: three pages
+    ids = running_pods(srv, site, api)
+    api.expire_continues = LIST_TRIES + 1  # every read of the first try, and one more
+    site._tasks.put(_Adopt(tuple(ids)))
+    until(lambda: running_in_plane(srv, ids), "every job's replica running in the plane")
+    assert api.expired == LIST_TRIES + 1
+    assert set(api.pod_posts.values()) == {1}  # none made again
+
+
+def test_the_pod_watch_lists_again_from_its_start_when_a_page_expires(
+    kube: tuple[Server, KubernetesSite, FakeApiServer],
+) -> None:
+    srv, site, api = kube
+    ids = running_pods(srv, site, api)
+    api.expire_continues = 1
+    informer = site._pod_informer(config_of(api))
+    informer.list_chunk = 5  # 12 pods: three pages
+    informer.start()
+    try:
+        until(lambda: running_in_plane(srv, ids), "every job's replica running in the plane")
+    finally:
+        informer.stop()
+    assert api.expired == 1
+    assert informer.synced and sorted(informer.keys()) == sorted(
+        f"xpupool-a/xp-{i}-0-1" for i in ids
+    )

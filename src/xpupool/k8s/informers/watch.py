@@ -16,7 +16,9 @@ Memory: per object the informer keeps its key, uid, resourceVersion and ``transf
 the consumer needs (a decoded Node, a pod's device charge), never the object itself. A transform that
 raises makes the object count as absent (logged), so one hostile object cannot stop the stream.
 Events reach the consumer on the informer's own thread, in the order the apiserver sent them, so in
-order per object; a consumer that raises is logged and the stream goes on.
+order per object; a consumer that raises is logged and the stream goes on. A consumer that pays a
+write per event may take a list's events at once (``listed``): the first list after a restart holds
+every object at once (a Kubernetes site's 10,000 pods), where a watch brings them one at a time.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
@@ -38,6 +40,7 @@ from lightkube.generic_resource import Generic as RawObject
 from lightkube.types import OnErrorAction, OnErrorResult
 
 from xpupool.k8s.informers.kubeconfig import InterruptibleTransport, make_client
+from xpupool.k8s.informers.lists import ExpiredError, is_expired, list_whole
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +72,6 @@ class _Known(Generic[T]):
     uid: str
     version: str
     value: T
-
-
-class ExpiredError(Exception):
-    """The apiserver no longer has the version we asked to watch from (HTTP 410, Expired)."""
 
 
 class BadObjectError(ValueError):
@@ -121,7 +120,10 @@ class Informer(Generic[T]):
     ``RawPod`` give plain dicts) across all namespaces, feeding ``consumer`` with
     ``Event[transform(obj)]``. ``fields``/``labels`` are lightkube selectors applied by the
     apiserver (an object leaving the selection is DELETED). Start with :meth:`start`; stop with
-    :meth:`stop`. Thread-safe: :meth:`wait_synced` from any thread."""
+    :meth:`stop`. Thread-safe: :meth:`wait_synced` from any thread. ``listed``, when given,
+    takes the events of each list (the first, a resync's, one after a 410) all at once, in the
+    list's order, instead of ``consumer`` one by one; the watch's events still go to
+    ``consumer``."""
 
     def __init__(
         self,
@@ -137,10 +139,12 @@ class Informer(Generic[T]):
         list_chunk: int = 500,
         backoff_cap_s: float = 30.0,
         name: str | None = None,
+        listed: Callable[[Sequence[Event[T]]], None] | None = None,
     ) -> None:
         self.resource = resource
         self.transform = transform
         self.consumer = consumer
+        self.listed = listed
         self.fields = dict(fields) if fields else None
         self.labels = dict(labels) if labels else None
         self.resync_s = resync_s
@@ -289,36 +293,34 @@ class Informer(Generic[T]):
     def _relist(self) -> None:
         """List everything and deliver the difference from what the consumer holds."""
         self.lists += 1
-        items = self._client.list(
-            self.resource,  # type: ignore[type-var]
+        listed = list_whole(  # a continue token too old: from the start (ExpiredError at last)
+            self._client,
+            self.resource,
             chunk_size=self.list_chunk,
+            what=self.name,
             fields=self.fields,
             labels=self.labels,
             **self._all_namespaces(),
         )
         fresh: dict[str, tuple[str, str, dict[str, Any]]] = {}
-        try:
-            for obj in items:
-                try:
-                    key, uid, version = identity(obj)
-                except BadObjectError as exc:
-                    log.warning("%s: list item skipped: %s", self.name, exc)
-                    continue
-                fresh[key] = (uid, version, obj)
-            list_version = items.resourceVersion
-        except ApiError as exc:  # a continue token too old: start over
-            if _is_expired(exc):
-                raise ExpiredError(str(exc)) from exc
-            raise
-        for key in [k for k in self._known if k not in fresh]:
-            self._delete(key)
+        for obj in listed.items:
+            try:
+                key, uid, version = identity(obj)
+            except BadObjectError as exc:
+                log.warning("%s: list item skipped: %s", self.name, exc)
+                continue
+            fresh[key] = (uid, version, obj)
+        list_version = listed.version
+        gone = [k for k in self._known if k not in fresh]
+        events: list[Event[T]] = [self._forget(k) for k in gone]
         for key, (uid, version, item) in fresh.items():
             known = self._known.get(key)
             if known is not None and known.uid != uid:
-                self._delete(key)  # deleted and made again under the same name while away
+                events.append(self._forget(key))  # deleted and made again under that name
                 known = None
             if known is None or known.version != version:
-                self._upsert(key, uid, version, item)
+                events.extend(self._upsert(key, uid, version, item))
+        self._deliver_list(events)
         self.version = list_version
         self._progress += 1
         if not self._synced.is_set():
@@ -373,13 +375,14 @@ class Informer(Generic[T]):
         known = self._known.get(key)
         if kind == "DELETED":
             if known is not None:
-                self._delete(key)
+                self._deliver(self._forget(key))
             return
         if known is not None and known.uid != uid:
-            self._delete(key)
+            self._deliver(self._forget(key))
             known = None
         if known is None or known.version != version:
-            self._upsert(key, uid, version, obj)
+            for event in self._upsert(key, uid, version, obj):
+                self._deliver(event)
 
     def _bookmark(self, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata")
@@ -387,23 +390,22 @@ class Informer(Generic[T]):
         if isinstance(version, str) and 0 < len(version) <= MAX_VERSION_CHARS:
             self.version = version
 
-    def _upsert(self, key: str, uid: str, version: str, obj: dict[str, Any]) -> None:
+    def _upsert(self, key: str, uid: str, version: str, obj: dict[str, Any]) -> list[Event[T]]:
+        """Take ``obj`` in: the event it makes (none, or a DELETED for an object that turned
+        unreadable), for the caller to deliver."""
         try:
             value = self.transform(obj)
         except Exception as exc:
             log.warning("%s: %s unreadable, treated as absent: %s", self.name, key, exc)
-            if key in self._known:
-                self._delete(key)
-            return
+            return [self._forget(key)] if key in self._known else []
         known = self._known.get(key)
         self._known[key] = _Known(uid, version, value)
-        self._deliver(
-            Event(EventType.ADDED if known is None else EventType.MODIFIED, key, uid, value)
-        )
+        return [Event(EventType.ADDED if known is None else EventType.MODIFIED, key, uid, value)]
 
-    def _delete(self, key: str) -> None:
+    def _forget(self, key: str) -> Event[T]:
+        """Drop ``key``: its DELETED event, for the caller to deliver."""
         known = self._known.pop(key)
-        self._deliver(Event(EventType.DELETED, key, known.uid, known.value))
+        return Event(EventType.DELETED, key, known.uid, known.value)
 
     def _deliver(self, event: Event[T]) -> None:
         try:
@@ -411,13 +413,18 @@ class Informer(Generic[T]):
         except Exception:
             log.exception("%s: consumer failed on %s %s", self.name, event.type, event.key)
 
-
-def _is_expired(exc: ApiError) -> bool:
-    status = exc.status
-    return getattr(status, "code", None) == 410 or getattr(status, "reason", None) in (
-        "Expired",
-        "Gone",
-    )
+    def _deliver_list(self, events: list[Event[T]]) -> None:
+        """A list's events: to ``listed`` at once when there is one, else one by one."""
+        if self.listed is None:
+            for event in events:
+                self._deliver(event)
+            return
+        if not events:
+            return
+        try:
+            self.listed(events)
+        except Exception:
+            log.exception("%s: consumer failed on a list of %d events", self.name, len(events))
 
 
 def _guarded(stream: Iterator[tuple[str, Any]]) -> Generator[tuple[str, Any], None, None]:
@@ -426,6 +433,6 @@ def _guarded(stream: Iterator[tuple[str, Any]]) -> Generator[tuple[str, Any], No
     try:
         yield from stream
     except ApiError as exc:
-        if _is_expired(exc):
+        if is_expired(exc):
             raise ExpiredError(str(exc)) from exc
         raise

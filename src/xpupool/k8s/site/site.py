@@ -60,12 +60,14 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from lightkube import Client, operators
+from lightkube.config.kubeconfig import SingleConfig
 from lightkube.core.exceptions import ApiError
 
 from xpupool.engine.host import HostedNode
 from xpupool.engine.link_domains import labelled
 from xpupool.k8s.informers.decoders import decode_node
 from xpupool.k8s.informers.kubeconfig import RawNode, RawPod, make_client
+from xpupool.k8s.informers.lists import list_whole
 from xpupool.k8s.informers.watch import Event, EventType, Informer, backoff_s
 from xpupool.k8s.site import api_errors
 from xpupool.k8s.site.api_errors import gone_ok
@@ -344,15 +346,7 @@ class KubernetesSite:
             resync_s=self.resync_s,
             name=f"site-{self.name}-nodes",
         )
-        pods: Informer[PodState] = Informer(
-            config,
-            RawPod,
-            pod_state,
-            self._on_pod,
-            labels={JOB: operators.exists(), SITE: self.name},
-            resync_s=self.resync_s,
-            name=f"site-{self.name}-pods",
-        )
+        pods = self._pod_informer(config)
         self.foreign_pods.bind(plane)
         bound: Informer[dict[str, Any]] = Informer(
             config,
@@ -373,6 +367,20 @@ class KubernetesSite:
         self._tasks.put(_Sweep(None))  # what ended while no plane watched
         self._worker = threading.Thread(target=self._work, name=f"site-{self.name}", daemon=True)
         self._worker.start()
+
+    def _pod_informer(self, config: SingleConfig) -> Informer[PodState]:
+        """The watch of the plane's own pods on this site (not started): a list's pods are
+        taken together (:meth:`_on_pods`), a watch's one by one."""
+        return Informer(
+            config,
+            RawPod,
+            pod_state,
+            self._on_pod,
+            labels={JOB: operators.exists(), SITE: self.name},
+            resync_s=self.resync_s,
+            name=f"site-{self.name}-pods",
+            listed=self._on_pods,
+        )
 
     def wait_synced(self, timeout_s: float | None = None) -> bool:
         synced = all(i.wait_synced(timeout_s) for i in self._informers)
@@ -446,7 +454,27 @@ class KubernetesSite:
         site_runs.node_deleted(plane, name, rec, f"node {name} deleted from site {self.name}")
 
     # ------------------------------------------------------------------ pods
-    def _on_pod(self, event: Event[PodState]) -> None:
+    def _on_pods(self, events: Sequence[Event[PodState]]) -> None:
+        """A list's pods (the first after a restart: every pod of the held jobs), each taken as
+        a watch's event is, their reports applied together, a write per :data:`REPORT_CHUNK`
+        (a report each was a write each: 10,000 of them after a restart)."""
+        reports: list[tuple[str, ReplicaReport]] = []
+        for event in events:
+            try:
+                self._on_pod(event, reports)
+            except Exception:  # one pod is not worth the others' reports
+                log.exception("site %s: pod %s %s", self.name, event.key, event.type)
+        try:
+            self._send_all(reports)
+        except XpupoolError as exc:
+            log.warning(
+                "site %s: %d reports of a pod list refused: %s", self.name, len(reports), exc
+            )
+
+    def _on_pod(
+        self, event: Event[PodState], reports: list[tuple[str, ReplicaReport]] | None = None
+    ) -> None:
+        """One pod's change; its report sent at once, or added to ``reports`` (a list's)."""
         state = event.value
         if event.type is EventType.DELETED:
             self._pods.pop(event.key, None)
@@ -460,7 +488,11 @@ class KubernetesSite:
             if state.waiting and self._waiting.get(event.key) != state.waiting:
                 self._waiting[event.key] = state.waiting
                 self._note_waiting(state)
-        self._report(state, gone=event.type is EventType.DELETED)
+        said = self._report_of(state, gone=event.type is EventType.DELETED)
+        if said is not None and reports is not None:
+            reports.append(said)
+        elif said is not None:
+            self._send(*said)
         if event.type is not EventType.DELETED and state.phase in ("Running", *TERMINAL):
             self._follow_log(event.key, state)
         plane = self._plane
@@ -526,11 +558,6 @@ class KubernetesSite:
         why = f"replica {state.replica} waits on site {self.name}: {state.waiting}"
         site_runs.note_waiting(plane, state.job, state.attempt, why)
 
-    def _report(self, state: PodState, *, gone: bool) -> None:
-        said = self._report_of(state, gone=gone)
-        if said is not None:
-            self._send(*said)
-
     def _report_of(self, state: PodState, *, gone: bool) -> tuple[str, ReplicaReport] | None:
         """(node, report) of the pod's state for the plane, or None: nothing new to say."""
         plane = self._plane
@@ -551,6 +578,13 @@ class KubernetesSite:
             return None  # the plane has it running: nothing new (a pod's every update, a
             # restart's list and its reconciliation each say so again; a write of the plane's each)
         return node, r
+
+    def _send_all(self, reports: Sequence[tuple[str, ReplicaReport]]) -> None:
+        """Many pods' reports, ``(node, report)``, a write per :data:`REPORT_CHUNK`."""
+        plane = self._plane
+        assert plane is not None
+        for i in range(0, len(reports), REPORT_CHUNK):
+            agents.site_reports(plane, reports[i : i + REPORT_CHUNK])
 
     def _send(self, node: str, r: ReplicaReport) -> None:
         assert self._plane is not None
@@ -774,20 +808,26 @@ class KubernetesSite:
                 continue
             pods = self._job_pods(job_id) if listed is None else listed.get(str(job_id), [])
             self._reconcile(job_id, pods, reports)
-        for i in range(0, len(reports), REPORT_CHUNK):  # a write per chunk, not per pod
-            agents.site_reports(plane, reports[i : i + REPORT_CHUNK])
+        self._send_all(reports)  # a write per chunk, not per pod
         # the end of a restart's reconciliation (bench/k8s_plane.py times it from this)
         log.info("site %s: %d held jobs reconciled with the cluster", self.name, len(jobs))
 
     def _pods_of(self, jobs: Collection[int]) -> dict[str, list[dict[str, Any]]]:
         """The site's pods of the plane's, in pages, by their job label (a string, as a label
-        selector names it), those of ``jobs`` only."""
+        selector names it), those of ``jobs`` only. A page whose continue token expired (410)
+        starts the list again (``informers/lists.py``); one that expires every time raises
+        its ``ExpiredError``, which the worker takes as passing: the reconciliation is done
+        again after its backoff, never dropped as a refusal."""
         client = self._client
         assert client is not None
         wanted = {str(job) for job in jobs}
         labels: dict[str, Any] = {JOB: operators.exists(), SITE: self.name}
         out: dict[str, list[dict[str, Any]]] = {}
-        for pod in client.list(RawPod, namespace="*", labels=labels, chunk_size=LIST_CHUNK):
+        what = f"site {self.name}: pods of held jobs"
+        listed = list_whole(
+            client, RawPod, chunk_size=LIST_CHUNK, what=what, namespace="*", labels=labels
+        )
+        for pod in listed.items:
             job = ((pod.get("metadata") or {}).get("labels") or {}).get(JOB)
             if job in wanted:
                 out.setdefault(job, []).append(dict(pod))
