@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from xpupool.engine import ClusterState, Engine
-from xpupool.engine.cycle import Admission, Admitted, QueueSpec
+from xpupool.engine.cycle import Admission, Admitted, QueueSpec, Quota, Resource
 from xpupool.engine.cycle.cycle import SchedulingCycle
 from xpupool.engine.cycle.faster_cards import FasterCards, FasterRule, RunFacts
 from xpupool.engine.cycle.work import Stopping
@@ -33,7 +33,7 @@ class Job:
     priority: int = 0
 
 
-def fleet(k80: int = 1, v100: int = 1, cards: int = 2) -> Admission:
+def fleet(k80: int = 1, v100: int = 1, cards: int = 2, quotas: tuple[Quota, ...] = ()) -> Admission:
     nodes = [
         Node(
             f"{model}-{i}",
@@ -47,7 +47,7 @@ def fleet(k80: int = 1, v100: int = 1, cards: int = 2) -> Admission:
         for i in range(count)
     ]
     engine = Engine(ClusterState(nodes, seed=0), "throughput", seed=0)
-    return Admission(engine, [QueueSpec("q", "t", ())])
+    return Admission(engine, [QueueSpec("q", "t", quotas)])
 
 
 def request(n: int = 1, name: str = "j", speeds: tuple[tuple[str, float], ...] = SPEEDS) -> Request:
@@ -104,6 +104,18 @@ def test_a_long_job_on_a_slow_card_moves_to_the_free_fast_one() -> None:
         "moved to faster cards (V100, 10x): ends about 1080 min sooner; "
         "checkpointed, stopped and restarted there"
     )
+
+
+def test_a_move_its_queue_has_no_quota_for_changes_nothing() -> None:
+    """The job is admitted on its new cards before its old ones go: a queue at its quota
+    refuses the move, and the job keeps its cards (the same allocations)."""
+    admission, running = fleet(quotas=(Quota("nvidia", Resource.DEVICES, 1),)), {}
+    job = run_on(admission, Job(1, request(), remaining_s=20 * HOUR), "K80", running)
+    old = list(job.allocations)
+    usage = {q: dict(u) for q, u in admission.usage.items()}
+    assert SchedulingCycle(admission, faster=mover(running)).move_to_faster(running) == []
+    assert set(admission.engine.state.live) == {a.id for a in old}
+    assert {q: dict(u) for q, u in admission.usage.items()} == usage
 
 
 def test_off_by_default_nothing_moves() -> None:
