@@ -110,3 +110,47 @@ def test_simulate_moves_to_faster_cards_on_a_gavel_trace(tmp_path: Path) -> None
     assert wrong.exit_code == 2 and "--move-faster" in wrong.output
     bad = CliRunner().invoke(main, [*args, "--move-faster", "--move-faster-gain", "soon"])
     assert bad.exit_code == 2 and "--move-faster-gain" in bad.output
+
+
+def test_a_preempted_job_resumed_on_another_card_type_runs_the_rest_at_its_speed(
+    tmp_path: Path,
+) -> None:
+    """A task with speeds banks its progress as a share of its work: 30 min of a 1 h V100 run
+    saved is half the job, 5 h on a K80 (not 10 h less 30 min, as seconds of V100 time were)."""
+    from dataclasses import replace
+
+    from xpupool.engine.cycle import Preemption
+    from xpupool.sim.queue_config import QueueConfig
+
+    matrix_data = {
+        w: {
+            "('fast', 1)": {"null": {"v100": 10.0, "p100": 5.0, "k80": 1.0}[w]},
+            "('v100only', 1)": {"null": {"v100": 10.0, "p100": 0.0, "k80": 0.0}[w]},
+        }
+        for w in ("v100", "p100", "k80")
+    }
+    path = tmp_path / "throughputs.json"
+    path.write_text(json.dumps(matrix_data))
+    matrix = gavel_trace.GavelMatrix.load(path)
+    jobs = [
+        gavel_trace.GavelJob("fast", 36_000, 1, 0.0),  # 1 h on the V100, 10 h on the K80
+        gavel_trace.GavelJob("v100only", 36_000, 1, 1_900.0),  # preempts it at 1,900 s
+    ]
+    work = gavel_trace.GavelWorkload(jobs, matrix)
+    tasks = [replace(work.tasks[0], qos="BE"), replace(work.tasks[1], qos="LS")]
+    nodes = gavel_trace.cluster("1:0:1", 1)  # one V100, one K80
+    workload = TargetWorkload.from_requests(work.request(i, t) for i, t in enumerate(tasks))
+    every_30_min = CheckpointModel(never_share=0.0, min_interval_min=30, max_interval_min=30)
+    result = timed_replay(
+        nodes,
+        tasks,
+        "throughput",
+        0,
+        workload,
+        queues=QueueConfig.single(True, Preemption.LOWER_PRIORITY),
+        speeds=work,
+        checkpoints=every_30_min,
+    )
+    assert result.preemptions == 1
+    # half its work saved at 1,800 s; the other half on the K80 from 1,900 s: 18,000 s
+    assert abs(result.jct_s[0] - (1_900 + 18_000)) <= 1
