@@ -10,7 +10,11 @@ CycleGAN -> 1), and the mapped trace is replayed by
   child process run by ``--gavel-python``): LAS heterogeneity-agnostic ``max_min_fairness`` and
   heterogeneity-aware ``max_min_fairness_perf``, rounds of 360 s, ECOS;
 * xpupool (``xpupool.sim.gavel_trace`` through the one cycle): the default policy ``xpupool`` and
-  ``throughput``.
+  ``throughput``, and ``throughput`` with moves to faster cards (``throughput+faster``,
+  ``engine/cycle/faster_cards.py``: a running job moves to free faster cards when its remaining
+  run ends ``--faster-speedup`` times and ``--faster-gain-min`` minutes sooner there, the work
+  since its last checkpoint redone and ``--faster-restart-s`` paid). xpupool's jobs checkpoint
+  every ``--checkpoint-min`` minutes (only a move loses work; 0: never, a move redoes the run).
 
 Both on 300 V100 + 300 P100 + 300 K80 in servers of 8 cards (Gavel keeps 37 servers per type, 296
 cards; so does xpupool's cluster). Per rate and policy: mean JCT of the jobs in ``--window``
@@ -18,8 +22,8 @@ cards; so does xpupool's cluster). Per rate and policy: mean JCT of the jobs in 
 end), utilisation (card time busy / card time up to the makespan: Gavel's own figure, xpupool's
 from its allocation curve) and the replay's wall time per job (Gavel: its simulation, rounds and
 solver included; xpupool: the replay, retries included); and, for xpupool's policies, the time of
-one placement decision at 888 cards (``decision``: mean and p99 ms). Prints JSON. Never run in
-CI: the Gavel side needs cvxpy.
+one placement decision at 888 cards (``decision``: mean and p99 ms); with moves, the moves made
+and the GPU-hours they lost. Prints JSON. Never run in CI: the Gavel side needs cvxpy.
 """
 
 from __future__ import annotations
@@ -34,14 +38,17 @@ from pathlib import Path
 
 import numpy as np
 
+from xpupool.engine.cycle.faster_cards import FasterRule
 from xpupool.engine.fragmentation import TargetWorkload, kernels
 from xpupool.sim import gavel_trace
+from xpupool.sim.checkpoints import CheckpointModel
 from xpupool.sim.timed_replay import timed_replay
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "traces" / "gavel"
 GAVEL_POLICIES = ("max_min_fairness", "max_min_fairness_perf")
 XPUPOOL_POLICIES = ("xpupool", "throughput")
+FASTER = "throughput+faster"  # the throughput policy with moves to faster cards
 GPUS_PER_SERVER = 8
 CLUSTER = "300:300:300"
 
@@ -121,17 +128,31 @@ def run_xpupool(
     policy: str,
     window: tuple[int, int],
     data: Path,
+    faster: FasterRule | None = None,
+    checkpoints: CheckpointModel | None = None,
 ) -> dict[str, float]:
     matrix = gavel_trace.GavelMatrix.load(data / "simulation_throughputs.json")
     work = gavel_trace.GavelWorkload(jobs, matrix)
     nodes = gavel_trace.cluster(CLUSTER, GPUS_PER_SERVER)
     workload = TargetWorkload.from_requests(work.request(i, t) for i, t in enumerate(work.tasks))
     kernels.warm()
-    result = timed_replay(nodes, work.tasks, policy, 0, workload, speeds=work)
+    result = timed_replay(
+        nodes,
+        work.tasks,
+        policy,
+        0,
+        workload,
+        speeds=work,
+        checkpoints=checkpoints,
+        faster=faster,
+    )
     arrivals = np.asarray([t.creation_time for t in work.tasks], np.float64)
     out = window_figures(arrivals, result.jct_s, window)
     out["utilisation"] = round(_busy_share(result.times, result.util_pct, out["makespan_h"]), 3)
     out["replay_ms_per_job"] = round(1000 * result.seconds / len(jobs), 4)
+    if result.faster_moves is not None:
+        out["moves"] = result.faster_moves
+        out["gpu_hours_lost_moves"] = round(result.gpu_hours_lost_faster, 3)
     return out
 
 
@@ -215,7 +236,16 @@ def main() -> None:
     parser.add_argument("--window", default="100:500", help="FIRST:LAST job indices measured")
     parser.add_argument("--rates", default="low=4,medium=8,high=12", help="NAME=jobs per hour, ...")
     parser.add_argument("--json", action="store_true", help="print JSON (the only output)")
+    parser.add_argument("--faster-speedup", type=float, default=1.5, help="a move's least speedup")
+    parser.add_argument("--faster-gain-min", type=float, default=30.0, help="a move's least gain")
+    parser.add_argument("--faster-restart-s", type=float, default=60.0, help="a move's restart")
+    parser.add_argument(
+        "--checkpoint-min", type=float, default=30.0, help="xpupool's jobs checkpoint so often"
+    )
     args = parser.parse_args()
+    faster = FasterRule(args.faster_speedup, args.faster_gain_min * 60, args.faster_restart_s)
+    every = args.checkpoint_min
+    checkpoints = CheckpointModel(0, 0.0, every, every) if every > 0 else None
     first, last = (int(x) for x in args.window.split(":"))
     rates = {k: float(v) for k, v in (p.split("=") for p in args.rates.split(","))}
     started = time.perf_counter()
@@ -225,6 +255,12 @@ def main() -> None:
         "window": [first, last],
         "cluster": f"{CLUSTER} in servers of {GPUS_PER_SERVER} (296 cards per type)",
         "rates_per_h": rates,
+        "faster": {
+            "min_speedup": faster.min_speedup,
+            "min_gain_s": faster.min_gain_s,
+            "restart_s": faster.restart_s,
+            "checkpoint_min": every,
+        },
         "runs": {},
     }
     runs: dict[str, dict[str, dict[str, float]]] = {}
@@ -233,7 +269,12 @@ def main() -> None:
             jobs = mapped_trace(args.vc, args.jobs, rate, args.data)
             per: dict[str, dict[str, float]] = {}
             for policy in XPUPOOL_POLICIES:
-                per[f"xpupool:{policy}"] = run_xpupool(jobs, policy, (first, last), args.data)
+                per[f"xpupool:{policy}"] = run_xpupool(
+                    jobs, policy, (first, last), args.data, checkpoints=checkpoints
+                )
+            per[f"xpupool:{FASTER}"] = run_xpupool(
+                jobs, "throughput", (first, last), args.data, faster, checkpoints
+            )
             if args.gavel is not None:
                 for policy in GAVEL_POLICIES:
                     per[f"gavel:{policy}"] = run_gavel(

@@ -13,6 +13,7 @@ from xpupool.start_options import DEFAULT_PROFILE, check_policies, load_profiles
 
 if TYPE_CHECKING:
     from xpupool.engine.cycle.defrag import DisruptionBudget
+    from xpupool.engine.cycle.faster_cards import FasterRule
 
 # Commands defined in other modules, by name: "module:attribute". A command's module is imported
 # when it runs (or when --help lists every command with its help), so `xpupool nodes` imports the
@@ -293,6 +294,33 @@ def parse_seeds(text: str) -> list[int]:
     help="with --defrag: GPU-hours moves may lose in any day, pool-wide",
 )
 @click.option(
+    "--move-faster",
+    is_flag=True,
+    help="with --throughputs: move a running job to free faster cards when its remaining run "
+    "ends enough sooner there, lost work counted (docs/simulator.md)",
+)
+@click.option(
+    "--move-faster-speedup",
+    type=click.FloatRange(min=1.0, min_open=True),
+    default=1.5,
+    show_default=True,
+    help="with --move-faster: the remaining run must be at least this many times longer",
+)
+@click.option(
+    "--move-faster-gain",
+    default="30m",
+    show_default=True,
+    metavar="DURATION",
+    help="with --move-faster: and at least this much longer",
+)
+@click.option(
+    "--move-faster-restart",
+    default="0s",
+    show_default=True,
+    metavar="DURATION",
+    help="with --move-faster: what a moved job takes to restart on its new cards",
+)
+@click.option(
     "--defrag-min-cards",
     type=click.FloatRange(min=0.0),
     default=4.0,
@@ -329,6 +357,10 @@ def simulate(
     defrag_moves_per_hour: int,
     defrag_lost_gpu_hours: float,
     defrag_min_cards: float,
+    move_faster: bool,
+    move_faster_speedup: float,
+    move_faster_gain: str,
+    move_faster_restart: str,
 ) -> None:
     """Replay a cluster trace under each policy and seed (the FGD paper's protocol, or in time)."""
     from pathlib import Path
@@ -349,6 +381,9 @@ def simulate(
     if defrag and (mode != "timed" or throughputs is not None or not checkpoints):
         why = "needs --mode timed and --checkpoints (tasks that checkpoint move), no --throughputs"
         raise click.BadParameter(why, param_hint="--defrag")
+    faster = _faster_rule(
+        move_faster, throughputs, move_faster_speedup, move_faster_gain, move_faster_restart
+    )
     history_half_life_s = _fair_share_half_life(mode, fair_share, fair_share_half_life)
     if history_half_life_s is not None and throughputs is not None:
         raise click.BadParameter("not with --throughputs", param_hint="--fair-share")
@@ -389,7 +424,16 @@ def simulate(
 
             try:
                 timed = [
-                    run_timed(pods, throughputs, p, s, gavel_cluster, compress=compress)
+                    run_timed(
+                        pods,
+                        throughputs,
+                        p,
+                        s,
+                        gavel_cluster,
+                        compress=compress,
+                        faster=faster,
+                        checkpoints=checkpoints,
+                    )
                     for pods in pods_paths
                     for p in policies
                     for s in parse_seeds(seeds)
@@ -475,6 +519,28 @@ def _fair_share_half_life(mode: str, fair_share: str, text: str) -> float | None
             param_hint="--fair-share-half-life",
         )
     return half_life_s
+
+
+def _faster_rule(
+    on: bool, throughputs: str | None, speedup: float, gain: str, restart: str
+) -> FasterRule | None:
+    """``simulate --move-faster``'s rule (None: no moves to faster cards)."""
+    from xpupool.client._times import duration_s
+    from xpupool.engine.cycle.faster_cards import FasterRule
+
+    if not on:
+        return None
+    if throughputs is None:
+        why = "needs --mode timed and --throughputs (run times by card)"
+        raise click.BadParameter(why, param_hint="--move-faster")
+    gain_s, restart_s = duration_s(gain), duration_s(restart)
+    if gain_s is None:
+        hint = "--move-faster-gain"
+        raise click.BadParameter(f"{gain!r}: use a duration such as 30m", param_hint=hint)
+    if restart_s is None:
+        hint = "--move-faster-restart"
+        raise click.BadParameter(f"{restart!r}: use a duration such as 1m", param_hint=hint)
+    return FasterRule(speedup, gain_s, restart_s)
 
 
 def _defrag_budget(on: bool, moves_per_hour: int, lost_gpu_hours: float) -> DisruptionBudget | None:

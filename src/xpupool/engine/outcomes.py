@@ -66,6 +66,7 @@ class Code(IntEnum):
     RECUTTING_CARDS = 39
     DEFRAGMENTING = 40
     MOVED_TO_DEFRAGMENT = 41
+    MOVED_TO_FASTER = 45  # 42..44 are other work's (re-cut, QoS, defragmentation on the server)
 
 
 INADMISSIBLE = "inadmissible: "
@@ -132,6 +133,10 @@ TEXT: dict[Code, str] = {
     Code.DEFRAGMENTING: "{cause}; moving job(s) {jobs} to defragment",
     Code.MOVED_TO_DEFRAGMENT: (
         "moved to defragment: checkpointed, stopped and requeued so that job {by} fits"
+    ),
+    Code.MOVED_TO_FASTER: (
+        "moved to faster cards ({model}, {speedup:g}x): ends about {gain_min} min sooner; "
+        "checkpointed, stopped and restarted there"
     ),
 }
 
@@ -358,6 +363,18 @@ class MovedToDefragment:
 
 
 Preempted = PreemptedByPriority | PreemptedByReclaim | PreemptedByReservation | MovedToDefragment
+
+
+@dataclass(frozen=True, slots=True)
+class MovedToFaster:
+    """A running job was moved to free cards of ``model`` where it runs ``speedup`` times as
+    fast, ending about ``gain_s`` seconds sooner, the work lost since its checkpoint counted
+    (``engine/cycle/faster_cards.py``)."""
+
+    code: ClassVar[Code] = Code.MOVED_TO_FASTER
+    model: str
+    speedup: float
+    gain_s: int
 
 
 # ---------------------------------------------------------------------- elastic jobs
@@ -620,6 +637,7 @@ Outcome = (
     | Resized
     | ShrinkingElastic
     | RecuttingCards
+    | MovedToFaster
 )
 
 
@@ -675,6 +693,8 @@ def _fields(o: Outcome) -> dict[str, object]:
         return {"cause": render(o.cause), "jobs": list(o.jobs)}
     if isinstance(o, MovedToDefragment):
         return {"by": o.by}
+    if isinstance(o, MovedToFaster):
+        return {"model": o.model, "speedup": o.speedup, "gain_min": round(o.gain_s / 60)}
     if isinstance(o, ReservationAhead | ReservationClosed | PreemptedByReservation):
         return {f.name: getattr(o, f.name) for f in fields(o)}
     return _pod_fields(o)

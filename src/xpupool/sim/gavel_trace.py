@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from xpupool.engine import Profile
+from xpupool.engine.cycle.faster_cards import FasterRule
 from xpupool.engine.fragmentation import TargetWorkload
 from xpupool.model import Allocation, Device, Node, Request, RequestError
 from xpupool.sim.alibaba import GPU_MILLI, TraceTask, to_request
@@ -183,16 +184,30 @@ def run_timed(
     cluster_spec: str = "300:300:300",
     gpus_per_server: int = 8,
     compress: float = 1.0,
+    faster: FasterRule | None = None,
+    checkpoints: bool = False,
 ) -> dict[str, object]:
     """One timed replay of a Gavel trace (``xpupool simulate --mode timed --throughputs``): the
-    run's summary, as ``sim.runner.run_timed`` gives it for an Alibaba trace."""
+    run's summary, as ``sim.runner.run_timed`` gives it for an Alibaba trace. ``faster``: moves
+    to faster cards by that rule (``engine/cycle/faster_cards.py``; None: off); ``checkpoints``:
+    jobs checkpoint as the seeded model draws (``sim/checkpoints.py``), so a move loses less."""
+    from xpupool.sim.checkpoints import CheckpointModel
     from xpupool.sim.timed_replay import QueueOrder, timed_replay
 
     work = GavelWorkload(read_trace(trace_path), GavelMatrix.load(throughputs_path))
     workload = TargetWorkload.from_requests(work.request(i, t) for i, t in enumerate(work.tasks))
     nodes = cluster(cluster_spec, gpus_per_server)
     result = timed_replay(
-        nodes, work.tasks, policy, seed, workload, QueueOrder.FIFO, compress, speeds=work
+        nodes,
+        work.tasks,
+        policy,
+        seed,
+        workload,
+        QueueOrder.FIFO,
+        compress,
+        speeds=work,
+        checkpoints=CheckpointModel(seed) if checkpoints else None,
+        faster=faster,
     )
     name = policy if isinstance(policy, str) else policy.name
     return {"trace": Path(trace_path).stem, "policy": name, "seed": seed, **result.summary()}

@@ -45,6 +45,7 @@ from xpupool.engine.cycle import (
 )
 from xpupool.engine.cycle.defrag import Defrag, DisruptionBudget, MoveFacts
 from xpupool.engine.cycle.fair_share import DecayedUsage
+from xpupool.engine.cycle.faster_cards import FasterCards, FasterRule, RunFacts
 from xpupool.engine.cycle.reservations import Reservations, Terms
 from xpupool.engine.cycle.retry_gate import NEVER_TRIED, PERIODIC_PASS_S, RetryGate
 from xpupool.engine.cycle.stop_cost import StopCost, stop_cost
@@ -91,6 +92,8 @@ class TimedResult:
     gpu_hours_lost_moves: float = 0.0  # work moved tasks lost since their last checkpoint
     gpu_hours_served: float = 0.0  # GPU-hours allocated over the whole replay
     large: np.ndarray | None = None  # per task: it asks 4 or more whole cards
+    faster_moves: int | None = None  # tasks moved to faster cards (None: the option off)
+    gpu_hours_lost_faster: float = 0.0  # work those moves lost since the last checkpoint
 
     def large_mean_wait_s(self) -> float:
         """Mean wait (s) of the placed tasks asking 4 or more whole cards (0: none)."""
@@ -141,6 +144,14 @@ class TimedResult:
                 else {}
             ),
             **(self._moved() if self.moves is not None else {}),
+            **(
+                {
+                    "faster_moves": float(self.faster_moves),
+                    "gpu_hours_lost_faster": round(self.gpu_hours_lost_faster, 3),
+                }
+                if self.faster_moves is not None
+                else {}
+            ),
         }
 
     def _moved(self) -> dict[str, float]:
@@ -176,6 +187,8 @@ class _Task:
     done_s: float = 0.0  # run time saved by checkpoints of earlier runs
     ends_at: int = 0  # when its current run ends (a departure for another time is void)
     moved_at: int | None = None  # moved to defragment then: its wait goes on from its last one
+    run_s: float = 0.0  # the whole run's time on the cards of its current run (with speeds)
+    done_frac: float = 0.0  # share of its work saved by checkpoints of earlier runs (speeds)
 
 
 def timed_replay(
@@ -198,6 +211,7 @@ def timed_replay(
     reservations: ReservationPlan | None = None,
     defrag: DisruptionBudget | None = None,
     defrag_min_cards: float = 4.0,
+    faster: FasterRule | None = None,
 ) -> TimedResult:
     """Run ``tasks`` by their trace times under ``policy``; see the module docstring.
 
@@ -229,11 +243,19 @@ def timed_replay(
     that checkpoint (under ``checkpoints``) moved, within the budget: each is stopped as a victim
     is (it keeps what it saved), requeued and placed again after the task it made room for; their
     moves and lost work are counted apart from preemptions.
+    ``faster`` (with ``speeds``) turns on moves to faster cards (``engine/cycle/faster_cards.py``):
+    after the passes of an instant, when every pending task was refused at the capacity there is,
+    a running task whose remaining run ends sooner on free faster cards by the rule's margins (the
+    work since its last checkpoint under ``checkpoints`` redone there) is moved: it keeps the
+    share of its work it saved, restarts there after the rule's ``restart_s`` and runs the rest at
+    the new cards' speed; moves and the work they lost are counted apart from preemptions.
     """
     if compress <= 0:
         raise ValueError("compress must be positive")
     if elastic is not None and speeds is not None:
         raise ValueError("elastic tasks run by the trace's durations: not with speeds")
+    if faster is not None and (speeds is None or dispatch is not None or reservations is not None):
+        raise ValueError("moves to faster cards need speeds, and no sites or reservations")
     arrive_at = [int(t.creation_time / compress) for t in tasks]
     kernels.warm()  # once per process: not part of this replay's seconds
     started = time.perf_counter()
@@ -275,7 +297,20 @@ def timed_replay(
             return MoveFacts(work[i].tenant, work[i].request, lost)
 
         mover = Defrag(move_facts, lambda: now, defrag, min_cards=defrag_min_cards)
-    cycle = SchedulingCycle(admission, stop_costs=aware, reservations=book, defrag=mover)
+    quicker: FasterCards | None = None
+    if faster is not None:
+
+        def run_facts(i: int) -> RunFacts | None:
+            """A running task, with the run time it has left and would lose if moved now."""
+            job = work[i]
+            if job.stopping or i in elastic_ids:
+                return None
+            return RunFacts(job.queue, job.request, job.ends_at - now, cost_of(i).lost_s)
+
+        quicker = FasterCards(run_facts, faster)
+    cycle = SchedulingCycle(
+        admission, stop_costs=aware, reservations=book, defrag=mover, faster=quicker
+    )
     edges = [] if book is None else book.edges()
     next_edge = 0
     gate = RetryGate()
@@ -302,8 +337,8 @@ def timed_replay(
     running: dict[int, _Task] = {}
     used = 0
     waiting = 0  # GPU milli of the pending tasks
-    preempted = moved = 0
-    lost_card_s = moved_card_s = 0.0
+    preempted = moved = faster_moves = 0
+    lost_card_s = moved_card_s = faster_card_s = 0.0
     times: list[float] = []
     util: list[float] = []
     demand: list[float] = []
@@ -349,6 +384,7 @@ def timed_replay(
                 lost = elastic.stopped(stopped.id, now, saved / ran if ran > 0 else 0.0)
             else:
                 stopped.done_s += saved
+                stopped.done_frac += saved / stopped.run_s if stopped.run_s else 0.0
                 lost = (ran - saved) * tasks[stopped.id].gpu_request_milli / 1000
             if moves and mover is not None:
                 mover.ledger.record(now, stopped.tenant, lost)
@@ -447,7 +483,9 @@ def timed_replay(
                 if elastic is not None and i in elastic_ids:
                     resized(job, start)
                 else:
-                    job.ends_at = start + max(0, math.ceil(runs_s - job.done_s))
+                    job.run_s = float(runs_s)
+                    left_s = runs_s - job.done_s if speeds is None else runs_s * (1 - job.done_frac)
+                    job.ends_at = start + max(0, math.ceil(left_s))
                     jct[i] = job.ends_at - arrive_at[i]
                     heapq.heappush(departures, (job.ends_at, i, job.allocations[0].id))
                 if on_run is not None:
@@ -467,6 +505,38 @@ def timed_replay(
         pending[:] = [t for t in pending if t.id not in placed and t.id not in closed]
         requeue(stopped_now)
         return bool(stopped_now) or choice.again_at_once(len(placed)), choice.left_out
+
+    def move_to_faster(now: int) -> bool:
+        """Move running tasks to free faster cards (the cycle's rule), when every pending task
+        was refused at the capacity there is now; whether any moved."""
+        nonlocal faster_moves, faster_card_s
+        if quicker is None or not all(gate.tried_now(t) for t in pending):
+            return False
+        assert speeds is not None and faster is not None
+        moves = cycle.move_to_faster(running)
+        for move in moves:
+            job = move.job
+            assert isinstance(job, _Task)
+            i = job.id
+            ran = now - job.run_start
+            saved = saved_s(ran, float(interval[i]))
+            job.done_s += saved
+            job.done_frac += saved / job.run_s if job.run_s else 0.0
+            faster_card_s += max(0.0, ran - saved) * tasks[i].gpu_request_milli / 1000
+            faster_moves += 1
+            if on_run is not None:
+                on_run(now, i, None)
+            job.allocations = list(move.admitted.placement.allocations)
+            job.run_s = float(speeds.duration_s(i, job.allocations))
+            job.run_start = now + math.ceil(faster.restart_s)
+            job.ends_at = job.run_start + max(0, math.ceil(job.run_s * (1 - job.done_frac)))
+            jct[i] = job.ends_at - arrive_at[i]
+            heapq.heappush(departures, (job.ends_at, i, job.allocations[0].id))
+            if on_run is not None:
+                on_run(job.run_start, i, job.allocations)
+        if moves:
+            gate.capacity_changed()  # its slow cards are free: a pending task may fit there
+        return bool(moves)
 
     def window_edge() -> None:
         """A reservation's window begins or ends: stop its borrowers (back in the queue, as
@@ -526,6 +596,10 @@ def timed_replay(
         again, left_out = one_pass(now)
         while again:
             again, left_out = one_pass(now)
+        if move_to_faster(now):
+            again, left_out = one_pass(now)
+            while again:
+                again, left_out = one_pass(now)
         grew = bool(elastic_ids) and grow_elastic(now)
         retry_at = now + period if left_out or grew else None
         times.append(float(now))
@@ -555,4 +629,6 @@ def timed_replay(
         moved_card_s / 3600.0,
         served_h,
         large,
+        None if quicker is None else faster_moves,
+        faster_card_s / 3600.0,
     )

@@ -152,7 +152,8 @@ def test_heterogeneity_bench_xpupool_side(tmp_path: Path) -> None:
         sys.argv = old
     report = json.loads(printed.getvalue())
     for rate in ("low", "high"):
-        for policy in ("xpupool:xpupool", "xpupool:throughput"):
+        for policy in ("xpupool:xpupool", "xpupool:throughput", "xpupool:throughput+faster"):
             row = report["runs"][rate][policy]
             assert row["window_done"] == 8 and row["avg_jct_h"] > 0, (rate, policy, row)
+        assert report["runs"][rate]["xpupool:throughput+faster"]["moves"] >= 0
     assert report["decision"]["throughput"]["decisions"] > 0

@@ -19,6 +19,7 @@ from xpupool.engine.cycle.defrag import Defrag
 from xpupool.engine.cycle.dispatch import SiteDispatch
 from xpupool.engine.cycle.elastic import ElasticBook, Shrink, shrink_plan
 from xpupool.engine.cycle.eviction import may_evict, may_reclaim
+from xpupool.engine.cycle.faster_cards import FasterCards, FasterMove
 from xpupool.engine.cycle.preempt import Loss, plan_preemption
 from xpupool.engine.cycle.recutting import RecutOffer, Recutting, recutting
 from xpupool.engine.cycle.reservations import Reservations, Within
@@ -102,6 +103,7 @@ class SchedulingCycle:
         sites: SiteDispatch | None = None,
         reservations: Reservations | None = None,
         defrag: Defrag | None = None,
+        faster: FasterCards | None = None,
     ) -> None:
         self.admission = admission
         self.engine = admission.engine
@@ -116,6 +118,8 @@ class SchedulingCycle:
         self.recuts: RecutOffer | None = None
         # with it, movable work is moved so a job that fits nowhere fits (defrag.py); off: None
         self.defrag = defrag
+        # with it, running jobs are moved to free faster cards (faster_cards.py); off: None
+        self.faster = faster
         self._refused: dict[tuple[object, ...], Wait] | None = None
         self._refused_at = (-1, -1)
 
@@ -235,6 +239,14 @@ class SchedulingCycle:
             if miss is not None and not cut:  # (a card a re-cut could serve later: room only)
                 return Wait(NeverFits(miss.reason))
         return Wait(reason)
+
+    def move_to_faster(self, running: Mapping[int, RunningWork]) -> list[FasterMove]:
+        """With :attr:`faster`, move the running jobs that would end enough sooner on free
+        faster cards there (committed; ``faster_cards.py``); else nothing. A front calls it after
+        a pass that tried every pending job, and stops and restarts each moved job."""
+        if self.faster is None:
+            return []
+        return self.faster.moves(self.admission, running)
 
     def _borrowers(self, job: PendingWork) -> set[str]:
         """Queues of ``job``'s cohort now borrowing, when ``job`` fits its own queue's nominal

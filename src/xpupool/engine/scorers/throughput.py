@@ -15,7 +15,8 @@ everyone else weighs in: a job whose advantage on a card model is smaller than t
 leaves those cards to the jobs that gain more (a recommendation model that runs as fast on a K80
 takes the K80 when V100s are scarce). This is Gavel's idea (OSDI 2020: max-min fairness on
 effective throughput, throughputs normalised per job) as one decision per job in the one cycle,
-without rounds or moving jobs. A card model the job names no speed for counts as its slowest
+without rounds (moving running jobs onto faster cards as they free up is the cycle's option,
+``engine/cycle/faster_cards.py``). A card model the job names no speed for counts as its slowest
 named one. Scores are ``100 * eff / max eff`` over the fitting nodes; a request without speeds,
 or whose fitting cards are all alike to it, is not scored (None).
 """
