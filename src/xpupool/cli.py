@@ -45,6 +45,7 @@ LAZY_COMMANDS = {
     "secret": "xpupool.client.cli_secrets:secret",
     "volume": "xpupool.client.cli_volumes:volume",
     "reservation": "xpupool.client.cli_reservations:reservation",
+    "defrag": "xpupool.client.cli_defrag:defrag",
     "serve": "xpupool.client.cli_services:serve",
     "services": "xpupool.client.cli_services:services",
     "service": "xpupool.client.cli_services:service",

@@ -8,6 +8,9 @@ is asserted."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +87,10 @@ def test_a_whole_card_job_runs_after_the_plane_moves_a_share_that_checkpoints(
                 assert any(moved in r for r in said), said
                 helped = [e["reason"] for e in job(whole)["events"]]
                 assert any(f"moving job(s) [{movable}] to defragment" in r for r in helped), helped
+                with httpx.Client(base_url=srv.url, headers=srv.headers(), timeout=10) as admin:
+                    r = admin.get("/v1/defrag/plan")
+                    assert r.status_code == 200, r.text
+                    assert r.json() == {"enabled": True, "plans": []}  # nothing waits now
                 # its first run saw the checkpoint signal before SIGTERM
                 words = until(
                     lambda: "term" in (w := log(movable).split()) and w, "its first run's log", 30
@@ -98,5 +105,41 @@ def test_a_whole_card_job_runs_after_the_plane_moves_a_share_that_checkpoints(
                     print(job_id, admin.get(f"/v1/jobs/{job_id}/logs").text[-1500:])
             print(agent_log.read_text()[-3000:])
             raise
+        finally:
+            stop_process(agent)
+
+
+def test_the_dry_run_command_prints_the_plan_as_json(tmp_path: Path) -> None:
+    """Without --defrag nothing moves; ``xpupool defrag --dry-run -o json`` shows the plan."""
+    with ServerProc(tmp_path / "data", extra_args=("--heartbeat", "0.2")) as srv:
+        agent, _ = srv.start_agent(tmp_path, "n1", FAKE, "--grace", "1")
+        try:
+            with srv.tenant_client("team") as team:
+
+                def submit(request: str) -> int:
+                    r = team.post("/v1/jobs", json={"request": request, "command": SLEEPS})
+                    assert r.status_code == 201, r.text
+                    return int(r.json()["id"])
+
+                def job(job_id: int) -> dict[str, Any]:
+                    return dict(team.get(f"/v1/jobs/{job_id}").json())
+
+                until(lambda: team.get("/v1/nodes").status_code == 200, "the server", 60)
+                fixed = submit(SHARE)
+                until(lambda: job(fixed)["state"] == "running", "the fixed share", 90)
+                movable = submit(f"{SHARE} checkpoint-signal=USR1")
+                until(lambda: job(movable)["state"] == "running", "the movable share", 90)
+                whole = submit("A100:1")
+                until(lambda: job(whole)["reason"] != "", "the whole-card job to be tried", 60)
+                argv = [sys.executable, "-c", "from xpupool.cli import main; main()"]
+                argv += ["defrag", "--dry-run", "-o", "json", "--url", srv.url]
+                argv += ["--token", srv.admin_token]
+                done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+                assert done.returncode == 0, done.stderr
+                plan = json.loads(done.stdout)
+                assert plan["enabled"] is False
+                assert [p["job"] for p in plan["plans"]] == [whole]
+                assert [m["job"] for m in plan["plans"][0]["moves"]] == [movable]
+                assert job(movable)["state"] == "running" and job(whole)["state"] == "pending"
         finally:
             stop_process(agent)

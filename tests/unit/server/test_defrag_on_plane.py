@@ -3,7 +3,7 @@ half-card jobs scattered over the two cards of a node, one of them declaring a c
 a whole-card job then fits nowhere. With ``xpupool up --defrag`` (``defrag_moves.use``) the
 movable job is moved as a preemption is (its stop stored, requeued once its replica is gone),
 both jobs' events say so, the whole-card job takes the freed card and the moved job runs again
-beside the other share."""
+beside the other share. ``GET /v1/defrag/plan`` shows that plan and changes nothing."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from server_kit import Server, heartbeat, job, node, reopen, report, submit, tenant
+from server_kit import Server, heartbeat, job, node, reopen, report, row_counts, submit, tenant
 
 from xpupool.cli import main
 from xpupool.engine.cycle.defrag import DisruptionBudget
@@ -104,6 +104,31 @@ def test_a_job_without_a_retry_after_preemption_is_not_moved(server: Server) -> 
     server.schedule()
     assert job(server, whole)["state"] == "pending"
     assert job(server, kept)["stop_cause"] is None  # a move would have failed it
+
+
+def test_the_dry_run_shows_the_plan_and_changes_nothing(server: Server) -> None:
+    a, fixed, movable = scattered(server)
+    left = cards(job(server, movable))
+    whole = submit(server, a, "A100:1")["id"]
+    server.schedule()
+    assert server.client.get("/v1/defrag/plan", headers=server.as_(a)).status_code == 403
+    doc = server.client.app.openapi()  # type: ignore[attr-defined]
+    answer = doc["paths"]["/v1/defrag/plan"]["get"]["responses"]["200"]["content"]
+    assert answer["application/json"]["schema"]["$ref"].endswith("/DefragPlanView")
+    before = row_counts(server), [job(server, i) for i in (fixed, movable, whole)]
+    r = server.client.get("/v1/defrag/plan", headers=server.admin)
+    assert r.status_code == 200, r.text
+    plan = r.json()
+    assert plan["enabled"] is False
+    [item] = plan["plans"]
+    assert item["job"] == whole and item["tenant"] == "a"
+    [move] = item["moves"]
+    assert move["job"] == movable and move["tenant"] == "a"
+    assert move["holds"] == [{"node": "n1", "cards": left}]
+    assert move["gpu_hours_lost"] >= 0.0
+    assert item["frees"] == [{"node": "n1", "cards": left}]
+    assert (row_counts(server), [job(server, i) for i in (fixed, movable, whole)]) == before
+    assert job(server, movable)["state"] == "running"
 
 
 def test_a_restarted_plane_keeps_the_moves_in_its_budget(server: Server) -> None:
