@@ -9,7 +9,12 @@ from typing import TYPE_CHECKING
 import click
 
 from xpupool.model.errors import XpupoolError
-from xpupool.start_options import DEFAULT_PROFILE, check_policies, load_profiles
+from xpupool.start_options import (
+    DEFAULT_PROFILE,
+    check_policies,
+    defrag_budget_options,
+    load_profiles,
+)
 
 if TYPE_CHECKING:
     from xpupool.engine.cycle.defrag import DisruptionBudget
@@ -279,27 +284,7 @@ def parse_seeds(text: str) -> list[int]:
     help="timed mode, with --checkpoints: move the fewest tasks that checkpoint so a task that "
     "fits nowhere fits (checkpoint, stop, requeue), within the budget below (docs/simulator.md)",
 )
-@click.option(
-    "--defrag-moves-per-hour",
-    type=click.IntRange(min=0),
-    default=2,
-    show_default=True,
-    help="with --defrag: moves of one tenant's tasks in any hour, at most",
-)
-@click.option(
-    "--defrag-lost-gpu-hours",
-    type=click.FloatRange(min=0.0),
-    default=8.0,
-    show_default=True,
-    help="with --defrag: GPU-hours moves may lose in any day, pool-wide",
-)
-@click.option(
-    "--defrag-min-cards",
-    type=click.FloatRange(min=0.0),
-    default=4.0,
-    show_default=True,
-    help="with --defrag: move work only for tasks asking at least this many cards",
-)
+@defrag_budget_options("tasks", 4.0)
 def simulate(
     nodes_path: str | None,
     pods_paths: tuple[str, ...],

@@ -22,6 +22,7 @@ from xpupool.start_options import (
     DEFAULT_PROFILE,
     catalog_option,
     check_policies,
+    defrag_budget_options,
     load_catalog,
     load_profiles,
 )
@@ -327,27 +328,7 @@ def in_background(make: Callable[[], T], name: str) -> Callable[[], T]:
     "requeue) so that a job that fits nowhere fits, within the budget below "
     "(docs/defragmentation.md)",
 )
-@click.option(
-    "--defrag-moves-per-hour",
-    type=click.IntRange(min=0),
-    default=2,
-    show_default=True,
-    help="with --defrag: moves of one tenant's jobs in any hour, at most",
-)
-@click.option(
-    "--defrag-lost-gpu-hours",
-    type=click.FloatRange(min=0.0),
-    default=8.0,
-    show_default=True,
-    help="with --defrag: GPU-hours moves may lose in any day, pool-wide",
-)
-@click.option(
-    "--defrag-min-cards",
-    type=click.FloatRange(min=0.0),
-    default=1.0,
-    show_default=True,
-    help="with --defrag: move work only for jobs asking at least this many cards in all",
-)
+@defrag_budget_options("jobs", 1.0)
 @click.option(
     "--usage-retention",
     default="400d",
