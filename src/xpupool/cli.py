@@ -9,7 +9,12 @@ from typing import TYPE_CHECKING
 import click
 
 from xpupool.model.errors import XpupoolError
-from xpupool.start_options import DEFAULT_PROFILE, check_policies, load_profiles
+from xpupool.start_options import (
+    DEFAULT_PROFILE,
+    check_policies,
+    defrag_budget_options,
+    load_profiles,
+)
 
 if TYPE_CHECKING:
     from xpupool.engine.cycle.defrag import DisruptionBudget
@@ -46,6 +51,7 @@ LAZY_COMMANDS = {
     "secret": "xpupool.client.cli_secrets:secret",
     "volume": "xpupool.client.cli_volumes:volume",
     "reservation": "xpupool.client.cli_reservations:reservation",
+    "defrag": "xpupool.client.cli_defrag:defrag",
     "serve": "xpupool.client.cli_services:serve",
     "services": "xpupool.client.cli_services:services",
     "service": "xpupool.client.cli_services:service",
@@ -280,20 +286,6 @@ def parse_seeds(text: str) -> list[int]:
     "fits nowhere fits (checkpoint, stop, requeue), within the budget below (docs/simulator.md)",
 )
 @click.option(
-    "--defrag-moves-per-hour",
-    type=click.IntRange(min=0),
-    default=2,
-    show_default=True,
-    help="with --defrag: moves of one tenant's tasks in any hour, at most",
-)
-@click.option(
-    "--defrag-lost-gpu-hours",
-    type=click.FloatRange(min=0.0),
-    default=8.0,
-    show_default=True,
-    help="with --defrag: GPU-hours moves may lose in any day, pool-wide",
-)
-@click.option(
     "--move-faster",
     is_flag=True,
     help="with --throughputs: move a running job to free faster cards when its remaining run "
@@ -320,13 +312,7 @@ def parse_seeds(text: str) -> list[int]:
     metavar="DURATION",
     help="with --move-faster: what a moved job takes to restart on its new cards",
 )
-@click.option(
-    "--defrag-min-cards",
-    type=click.FloatRange(min=0.0),
-    default=4.0,
-    show_default=True,
-    help="with --defrag: move work only for tasks asking at least this many cards",
-)
+@defrag_budget_options("tasks", 4.0)
 def simulate(
     nodes_path: str | None,
     pods_paths: tuple[str, ...],

@@ -5,6 +5,7 @@ launch options name the agent's back ends); cli.py names it in its table of comm
 from __future__ import annotations
 
 import gc
+import math
 import re
 import threading
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar, cast
 
 import click
+from click.core import ParameterSource
 
 from xpupool.agent.launch.options import launch_options, launch_settings
 from xpupool.log_setup import configure_logging, verbose_option
@@ -20,12 +22,14 @@ from xpupool.start_options import (
     DEFAULT_PROFILE,
     catalog_option,
     check_policies,
+    defrag_budget_options,
     load_catalog,
     load_profiles,
 )
 
 if TYPE_CHECKING:
     from xpupool.agent.launch import LaunchSettings
+    from xpupool.engine.cycle.defrag import DisruptionBudget
     from xpupool.model.site_network import SiteNetwork
     from xpupool.probes.container_runtime import RuntimeChoice
     from xpupool.server.routers.deps import MetricsAuth
@@ -318,6 +322,14 @@ def in_background(make: Callable[[], T], name: str) -> Callable[[], T]:
     help="with --fair-share history: what a tenant held this long ago counts half",
 )
 @click.option(
+    "--defrag",
+    is_flag=True,
+    help="move the fewest running jobs that declare a checkpoint signal (checkpoint, stop, "
+    "requeue) so that a job that fits nowhere fits, within the budget below "
+    "(docs/defragmentation.md)",
+)
+@defrag_budget_options("jobs", 1.0)
+@click.option(
     "--usage-retention",
     default="400d",
     show_default=True,
@@ -435,6 +447,10 @@ def up(
     recut_min_idle: str,
     fair_share: str,
     fair_share_half_life: str,
+    defrag: bool,
+    defrag_moves_per_hour: int,
+    defrag_lost_gpu_hours: float,
+    defrag_min_cards: float,
     usage_retention: str,
     catalog_file: str | None,
     proxy_port: int | None,
@@ -523,6 +539,7 @@ def up(
             f"{fair_share_half_life!r}: use a duration above 0 such as 30m or 1h",
             param_hint="--fair-share-half-life",
         )
+    budget = _defrag_budget(defrag, defrag_moves_per_hour, defrag_lost_gpu_hours, defrag_min_cards)
     usage_keep_s = duration_s(usage_retention)
     if not usage_keep_s:
         raise click.BadParameter(
@@ -603,6 +620,8 @@ def up(
         max_grace_s=max_grace_s,
         recut_min_idle_s=recut_min_idle_s,
         fair_share_half_life_s=half_life_s if fair_share == "history" else None,
+        defrag=budget,
+        defrag_min_cards=defrag_min_cards,
         catalog=catalog,
         model_cache=model_cache,
         proxy_port=proxy_port,
@@ -618,3 +637,24 @@ def up(
         agent_link_domain_label=agent_link_domain,
     )
     serve(cfg, click.echo)
+
+
+def _defrag_budget(
+    on: bool, moves_per_hour: int, lost_gpu_hours: float, min_cards: float
+) -> DisruptionBudget | None:
+    """``up --defrag``'s disruption budget (None: off). A budget flag without ``--defrag``, or
+    an amount that is not a finite number, is refused naming its flag."""
+    from xpupool.engine.cycle.defrag import DisruptionBudget
+
+    ctx = click.get_current_context()
+    for name, value in (("lost_gpu_hours", lost_gpu_hours), ("min_cards", min_cards)):
+        if not math.isfinite(value):
+            hint = f"--defrag-{name.replace('_', '-')}"
+            raise click.BadParameter(f"{value}: use a finite number", param_hint=hint)
+    if not on:
+        for name in ("moves_per_hour", "lost_gpu_hours", "min_cards"):
+            if ctx.get_parameter_source(f"defrag_{name}") is not ParameterSource.DEFAULT:
+                hint = f"--defrag-{name.replace('_', '-')}"
+                raise click.BadParameter("needs --defrag", param_hint=hint)
+        return None
+    return DisruptionBudget(moves_per_hour, lost_gpu_hours)

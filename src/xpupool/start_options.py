@@ -1,8 +1,10 @@
 """The options every process that places work reads at start, whichever front it serves: the
-site catalog (``--catalog FILE``), the profile file (``--profile FILE``) and the policy named
-(``--policy``). ``xpupool up``, ``xpupool simulate`` and ``xpupool k8s extender`` all take them, so
-they live below the command modules (``cli.py`` and ``k8s/cli.py``) that each of those commands sits
-in, and a bad file or name reads the same whichever command was given it: one line naming the file
+site catalog (``--catalog FILE``), the profile file (``--profile FILE``), the policy named
+(``--policy``) and online defragmentation's options (``--defrag-moves-per-hour``,
+``--defrag-lost-gpu-hours``, ``--defrag-min-cards``: ``xpupool up`` and ``xpupool simulate``).
+``xpupool up``, ``xpupool simulate`` and ``xpupool k8s extender`` all take the first three, so they
+live below the command modules (``cli.py`` and ``k8s/cli.py``) that each of those commands sits in,
+and a bad file or name reads the same whichever command was given it: one line naming the file
 and the field, exit 1, before anything starts. Heavy imports stay inside the functions, so that
 ``xpupool --help`` does not load the engine.
 """
@@ -39,6 +41,38 @@ def catalog_option(func: F) -> F:
         help="YAML of site catalog rules (images: ...), tried before the built-in ones; checked "
         "at start: a mistake stops it, naming the file, line and field (docs/images.md)",
     )(func)
+
+
+def defrag_budget_options(work: str, min_cards: float) -> Callable[[F], F]:
+    """Adds ``--defrag-moves-per-hour`` and ``--defrag-lost-gpu-hours``, the disruption budget
+    (``engine/cycle/defrag.py`` ``DisruptionBudget``; its defaults) that ``xpupool up`` and
+    ``xpupool simulate`` read alike, and ``--defrag-min-cards`` (default ``min_cards``);
+    ``work``: what the help calls what moves and waits (jobs, tasks)."""
+
+    def add(func: F) -> F:
+        func = click.option(
+            "--defrag-min-cards",
+            type=click.FloatRange(min=0.0),
+            default=min_cards,
+            show_default=True,
+            help=f"with --defrag: move work only for {work} asking at least this many cards",
+        )(func)
+        func = click.option(
+            "--defrag-lost-gpu-hours",
+            type=click.FloatRange(min=0.0),
+            default=8.0,
+            show_default=True,
+            help="with --defrag: GPU-hours moves may lose in any day, pool-wide",
+        )(func)
+        return click.option(
+            "--defrag-moves-per-hour",
+            type=click.IntRange(min=0),
+            default=2,
+            show_default=True,
+            help=f"with --defrag: moves of one tenant's {work} in any hour, at most",
+        )(func)
+
+    return add
 
 
 def load_catalog(path: str | None) -> OperatorCatalog | None:

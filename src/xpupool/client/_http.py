@@ -330,6 +330,10 @@ class Client:
     def delete_reservation(self, name: str) -> None:
         self._wire.call("DELETE", f"/v1/reservations/{name}")
 
+    def defrag_plan(self) -> dict[str, Any]:
+        found: dict[str, Any] = self._json("GET", "/v1/defrag/plan")
+        return found
+
     def put_queue(self, body: QueueIn) -> QueueView:
         payload = body.model_dump(mode="json")
         return QueueView.read(self._json("PUT", f"/v1/queues/{body.name}", payload))

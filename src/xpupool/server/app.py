@@ -42,6 +42,7 @@ from xpupool.server.routers import (
     agents,
     audit,
     billing,
+    defrag,
     fleet,
     jobs,
     models,
@@ -256,6 +257,7 @@ def create_app(
         usage.router,
         billing.router,
         throughput.router,
+        defrag.router,
     ):
         app.include_router(router)
 

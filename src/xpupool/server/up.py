@@ -25,6 +25,7 @@ from xpupool.catalog.images import default_image_catalog
 from xpupool.catalog.operator_file import OperatorCatalog
 from xpupool.catalog.power import PowerModel
 from xpupool.disk_reserve import DEFAULT_LOG_RESERVE
+from xpupool.engine.cycle.defrag import DisruptionBudget
 from xpupool.engine.fragmentation import kernels
 from xpupool.engine.profile import DEFAULT_PROFILE, Profile
 from xpupool.log_setup import configure_logging
@@ -38,8 +39,9 @@ from xpupool.server.front.plane_side import ProxyChannel
 from xpupool.server.front.sockets import PlaneSockets, listen
 from xpupool.server.heap_freeze import QUIET_CHECK_S, SurvivorFreeze, freeze_start_heap
 from xpupool.server.ownership import DEFAULT_STORE_LEASE_S, Identity, StoreOwnership
-from xpupool.server.plane import DEFAULT_HISTORY_INTERVAL_S, ControlPlane
+from xpupool.server.plane import DEFAULT_HISTORY_INTERVAL_S, ControlPlane, defrag_moves
 from xpupool.server.plane.card_idle import DEFAULT_MIN_IDLE_S
+from xpupool.server.plane.defrag_moves import DEFAULT_MIN_CARDS
 from xpupool.server.rate_limit import ADDRESS_RATE, TOKEN_RATE, Rate, RateLimiter
 from xpupool.server.retention import Retention
 from xpupool.server.routers.deps import MetricsAuth
@@ -90,6 +92,10 @@ class UpConfig:
     max_grace_s: float = MAX_GRACE_S  # --max-grace: the longest grace= a job may ask for
     recut_min_idle_s: float = DEFAULT_MIN_IDLE_S  # --recut-min-idle (server/plane/card_recut.py)
     fair_share_half_life_s: float | None = None  # --fair-share history: its half-life; None: DRF
+    # --defrag: move movable jobs so a job that fits nowhere fits, within this budget
+    # (--defrag-moves-per-hour, --defrag-lost-gpu-hours; server/plane/defrag_moves.py); None: off
+    defrag: DisruptionBudget | None = None
+    defrag_min_cards: float = DEFAULT_MIN_CARDS  # --defrag-min-cards
     catalog: OperatorCatalog | None = None  # --catalog FILE, parsed and checked by the CLI
     model_cache: str | None = None  # --model-cache VOLUME (server/services/model_cache.py)
     verbose: bool = False  # -v: every request and unread device field (log_setup.py)
@@ -185,6 +191,8 @@ def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPla
         plane.card_idle.min_idle_s = cfg.recut_min_idle_s
         if cfg.fair_share_half_life_s is not None:  # the order by usage over a decaying window
             plane.use_fair_share_history(cfg.fair_share_half_life_s)
+        if cfg.defrag is not None:  # movable work moved so that a job fitting nowhere fits
+            defrag_moves.use(plane, cfg.defrag, cfg.defrag_min_cards)
         if cfg.catalog is not None and cfg.catalog.accelerators:
             plane.meter.power = PowerModel(overrides=cfg.catalog.accelerators)
             plane.use_power(plane.meter.power)  # the energy scorer's figures from the start

@@ -24,6 +24,7 @@ from xpupool.catalog.power import PowerModel
 from xpupool.disk_reserve import DEFAULT_LOG_RESERVE_BYTES
 from xpupool.engine.cycle.admission import Admission, QueueSpec
 from xpupool.engine.cycle.cycle import SchedulingCycle
+from xpupool.engine.cycle.defrag import Defrag
 from xpupool.engine.cycle.dispatch import SiteDispatch
 from xpupool.engine.cycle.fair_share import DecayedUsage
 from xpupool.engine.cycle.retry_gate import RetryGate
@@ -198,6 +199,8 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         self.meter = UsageMeter()  # what each replica run used (server/usage/meter.py)
         self.card_idle = CardIdle(clock())  # since when each card held nothing (card_idle.py)
         self.recuts_for: dict[int, tuple[Recut, ...]] = {}  # re-cuts asked per job (auto_recut.py)
+        # online defragmentation (``xpupool up --defrag``; plane/defrag_moves.py): None: off
+        self.defrag: Defrag | None = None
         self.max_grace_s = MAX_GRACE_S  # the longest grace= a job may ask (up --max-grace)
         self.billing = Billing()  # prices, budgets and spend (server/usage/billing.py)
         # the admission order's usage over a decaying window (engine/cycle/fair_share.py);
@@ -486,6 +489,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
             self._cycle is None
             or self._cycle.admission is not self.admission
             or self._cycle.reservations is not self.reservations
+            or self._cycle.defrag is not self.defrag
         ):
             self._cycle = SchedulingCycle(
                 self.admission,
@@ -493,6 +497,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
                 self._stop_cost,
                 self.site_dispatch,
                 self.reservations,
+                self.defrag,
             )
 
         return self._cycle

@@ -166,6 +166,10 @@ class HeldJob:
     # {replica: pending job}: its extra replicas being stopped for that job (a shrink,
     # server/plane/elastic_runs.py); their cards are freed when the agent reports them gone
     shrinking: dict[int, int] = field(default_factory=dict)
+    # its request when it may be moved to defragment (it declares a checkpoint signal and a
+    # preemption requeues it): what it is placed again with; None: never moved
+    # (server/plane/defrag_moves.py)
+    movable: Request | None = None
 
     @property
     def may_run(self) -> bool:

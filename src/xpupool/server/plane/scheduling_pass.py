@@ -24,6 +24,7 @@ from xpupool.engine.cycle.stop_cost import describe, lost_card_s
 from xpupool.engine.outcomes import (
     INADMISSIBLE,
     CannotSchedule,
+    MovedToDefragment,
     Preempted,
     PreemptedByPriority,
     PreemptedByReclaim,
@@ -33,7 +34,13 @@ from xpupool.model.errors import Unavailable
 from xpupool.server import job_lifecycle as lc
 from xpupool.server import job_sites
 from xpupool.server.job_checkpoints import stop_cost_of
-from xpupool.server.plane import auto_recut, elastic_runs, foreign_use, reservation_rows
+from xpupool.server.plane import (
+    auto_recut,
+    defrag_moves,
+    elastic_runs,
+    foreign_use,
+    reservation_rows,
+)
 from xpupool.server.plane.records import HeldJob, PendingJob
 from xpupool.server.plane.store import allocation_to_dict
 from xpupool.server.schemas.jobs import JobPhase, StopCause
@@ -162,6 +169,8 @@ def _try_admit(plane: ControlPlane, conn: Connection, writes: JobWrites, job: Pe
     if shrinking is not None:
         _still_pending(plane, writes, job, gen, shrinking)
         return False
+    if defrag_moves.yields(plane, job):  # moved for a job not tried since: that one goes first
+        return False
     try:
         job_sites.dispatch(plane, writes, job)  # its site first, where several are open to it
         decision = plane.cycle.decide(job, plane.held_jobs)
@@ -186,9 +195,11 @@ def _try_admit(plane: ControlPlane, conn: Connection, writes: JobWrites, job: Pe
         elastic_runs.shrink(plane, conn, writes, job, decision)
     if isinstance(decision, Preempt):
         writes.flush(conn)  # the stops read the victims' rows
-        _preempt(
-            plane, conn, job, [plane.held_jobs[v.id] for v in decision.victims], decision.reclaim
-        )
+        _preempt(plane, conn, job, [plane.held_jobs[v.id] for v in decision.victims], decision)
+        if decision.moves:  # the job's own history says which jobs move for it
+            why = render(outcome)  # "...; moving job(s) [N] to defragment"
+            state = JobPhase.PENDING.value
+            writes.event({"job_id": job.id, "at": plane.clock(), "state": state, "reason": why})
     # cards held by pods that are no job of the plane's are named (plane/foreign_use.py)
     reason = render(outcome) + foreign_use.note(plane, outcome)
     _still_pending(plane, writes, job, gen, reason)
@@ -239,6 +250,7 @@ def _record_placement(
         idle_stop=job.request.idle_stop,
         kind=job.request.kind,
         elastic=job.request if job.request.max_replicas is not None else None,
+        movable=defrag_moves.movable(plane, conn, job),
     )
     plane.hold(held)
     writes.allocations(
@@ -267,19 +279,26 @@ def _record_placement(
 
 
 def _preempt(
-    plane: ControlPlane, conn: Connection, by: PendingJob, victims: list[HeldJob], reclaim: bool
+    plane: ControlPlane, conn: Connection, by: PendingJob, victims: list[HeldJob], how: Preempt
 ) -> None:
     """Stop ``victims`` for ``by``: released at once what runs nowhere yet, else agents are asked
-    to stop them (the stop is stored first) and ``by`` waits for them."""
+    to stop them (the stop is stored first) and ``by`` waits for them. A move to defragment
+    (``how.moves``) is such a stop, with its own reason, counted in the disruption budget's
+    ledger (``defrag_moves.py``)."""
     for victim in victims:
-        why: Preempted = (
-            PreemptedByReclaim(by.id, by.queue)
-            if reclaim
-            else PreemptedByPriority(by.id, by.priority, victim.priority)
-        )
+        why: Preempted
+        if how.moves:
+            why = MovedToDefragment(by.id)
+        elif how.reclaim:
+            why = PreemptedByReclaim(by.id, by.queue)
+        else:
+            why = PreemptedByPriority(by.id, by.priority, victim.priority)
         cost = stop_cost_of(plane.held_jobs, plane.clock(), victim.id)  # why it: what it loses
-        reason = f"{render(why)}; {describe(cost, lost_card_s(cost, victim.allocations))}"
+        lost = lost_card_s(cost, victim.allocations)
+        reason = f"{render(why)}; {describe(cost, lost)}"
         may_run = victim.may_run
         plane.apply(conn, victim.id, lc.Stop(StopCause.PREEMPTED, reason))
+        if how.moves:
+            defrag_moves.record(plane, conn, victim, by.id, lost)
         if may_run:
             by.waiting_on.add(victim.id)

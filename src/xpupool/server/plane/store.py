@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, delete, func, insert, select, update
 
 from xpupool.engine.cycle.admission import QueueSpec
+from xpupool.engine.gang_sites import within_sites
 from xpupool.model.allocation import Allocation, DeviceShare
 from xpupool.model.device import Device, Node
 from xpupool.model.errors import RequestError
@@ -20,13 +21,14 @@ from xpupool.model.request import Request
 from xpupool.model.request_model import request_from_dict
 from xpupool.model.stopping import MAX_MIN_RUN_S, IdleStop, parse_duration, parse_idle_stop
 from xpupool.model.taint import Taint
+from xpupool.server import job_lifecycle as lc
 from xpupool.server.auth import AGENT_ROLES
 from xpupool.server.consistency import Problem
 from xpupool.server.plane import site_pod_rows
 from xpupool.server.plane.records import STOPPING, HeldJob, NodeRecord, PendingJob
 from xpupool.server.queue_spec import queue_spec
 from xpupool.server.schemas.agent_protocol import DeviceIn
-from xpupool.server.schemas.jobs import HOLDING_STATES, JobPhase, StopCause
+from xpupool.server.schemas.jobs import HOLDING_STATES, JobPhase, RetryCause, StopCause
 from xpupool.server.schemas.nodes import NodeStatus
 from xpupool.server.storage.card_layouts import card_layouts
 from xpupool.server.storage.driver_insert import insert_rows, update_rows
@@ -182,6 +184,7 @@ def held_from_row(row: object) -> HeldJob:
         idle_stop=_idle_stop(r.get("request")),
         kind=_kind(r.get("request")),
         elastic=_elastic(r.get("request")),
+        movable=_movable(r),
     )
 
 
@@ -195,6 +198,33 @@ def _elastic(request: object) -> Request | None:
     """The stored request when it is elastic (a ``replicas`` range), else None."""
     replicas = request.get("replicas") if isinstance(request, dict) else None
     return request_from_dict(request) if isinstance(replicas, (dict, str)) else None
+
+
+def _movable(r: Mapping[str, Any]) -> Request | None:
+    """A held job's request as it would be placed again after a move (its site kept), when it
+    may be moved to defragment (:func:`movable_request`), else None. Built only for a request
+    that declares a checkpoint signal: every other held job costs no parse."""
+    stored = r.get("request")
+    if not isinstance(stored, dict) or stored.get("checkpoint_signal") is None:
+        return None
+    asked = _asked(r)
+    site = r.get("site")
+    return movable_request(r, asked if site is None else within_sites(asked, (site,)))
+
+
+def movable_request(row: Mapping[str, Any], request: Request) -> Request | None:
+    """``request`` (the job's, as placed) when the job of stored ``row`` may be moved to
+    defragment: it declares a checkpoint signal (it can save its state) and a preemption
+    requeues it (``retry_on`` has ``preempted`` and a retry is left), so that a move loses
+    nothing but the work since its checkpoint; else None (``server/plane/defrag_moves.py``)."""
+    if request.checkpoint_signal is None:
+        return None
+    policy = lc.retry_policy(row)
+    if RetryCause.PREEMPTED not in policy.retry_on:
+        return None
+    if policy.max_retries is not None and int(row.get("retries") or 0) >= policy.max_retries:
+        return None
+    return request
 
 
 def _kind(request: object) -> str | None:
@@ -211,11 +241,7 @@ def _min_run_s(request: object) -> float | None:
 
 def pending_from_row(row: object) -> PendingJob:
     r = dict(row)  # type: ignore[call-overload]
-    # not in the stored request form: an image job needs a node with a container runtime
-    req = replace(request_from_dict(r["request"]), container=r["image"] is not None)
-    job = PendingJob(
-        r["id"], r["tenant"], r["queue"], r["priority"], gang_request(req), r["created_at"]
-    )
+    job = PendingJob(r["id"], r["tenant"], r["queue"], r["priority"], _asked(r), r["created_at"])
     job.not_before = float(r.get("not_before") or 0.0)
     job.max_runtime_s = r.get("max_runtime_s")
     job.reservation = r.get("reservation")
@@ -224,6 +250,13 @@ def pending_from_row(row: object) -> PendingJob:
     if r.get("site") is not None:
         job.keep_to(r["site"])
     return job
+
+
+def _asked(r: Mapping[str, Any]) -> Request:
+    """A stored job's request as the plane admits it, before any site it was dispatched to."""
+    # not in the stored request form: an image job needs a node with a container runtime
+    req = replace(request_from_dict(r["request"]), container=r["image"] is not None)
+    return gang_request(req)
 
 
 def gang_request(req: Request) -> Request:

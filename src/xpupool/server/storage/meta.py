@@ -77,6 +77,7 @@ def connect(url: str, *, schema: bool = True) -> Engine:
         audit,
         billing,
         card_layouts,
+        defrag_moves,
         fleet,
         history,
         jobs,
