@@ -10,6 +10,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from xpupool.model import DevicePolicy, DeviceRequest, Request, Topology, parse_software_need
+from xpupool.model.qos import QoS
 from xpupool.model.stopping import IdleStop
 from xpupool.model.taint import SUPPORTED_EFFECTS, Toleration, TolerationOperator
 from xpupool.model.vendor import VENDOR_KEYS
@@ -117,4 +118,5 @@ def requests(
         | st.builds(
             IdleStop, st.integers(1, 100).map(float), st.integers(60, 7 * 86400).map(float)
         ),
+        qos=st.sampled_from(QoS),
     )

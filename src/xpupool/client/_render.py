@@ -167,6 +167,7 @@ def job_detail(job: JobView, now: float | None = None) -> RenderableType:
         ("state", state_text(job.state)),
         ("pending reason" if job.state == "pending" else "reason", job.reason),
         ("priority", str(job.priority)),
+        ("qos", job.qos),
         ("flavor", job.flavor or "-"),
         *((("site", job.site),) if job.site else ()),
         ("command", " ".join(job.command) or "(image entry point)"),

@@ -554,6 +554,7 @@ class JobView:
     energy_kwh: float | None = None  # what its runs drew, from the metering records
     reservation: str | None = None  # the reservation it runs in (docs/reservations.md)
     preemptible: bool = False  # may borrow reserved cards until their window begins
+    qos: str = "burstable"  # its QoS class (docs/jobs.md, QoS classes)
 
     @classmethod
     def read(cls, data: object, where: str = "job") -> JobView:
@@ -603,6 +604,7 @@ class JobView:
             energy_kwh=r.opt_float("energy_kwh"),
             reservation=r.opt_text("reservation"),
             preemptible=r.flag("preemptible", False),
+            qos=r.opt_text("qos") or "burstable",
             not_before=r.opt_float("not_before"),
             created_at=created,
             updated_at=updated,

@@ -36,6 +36,9 @@ class Context:
     group_best: CountArray | None = None
     passed: CountArray | None = None  # [3, N] the shape's cards passing each capacity part
     within: BoolArray | None = None  # [N, W] devices the caller allows (a quota flavour), or all
+    # [N, W] cards where a guaranteed share keeps within physical capacity (physical_room.py);
+    # None: the rule does not apply to this request or pool
+    physical: BoolArray | None = None
     filters_off: frozenset[str] = frozenset()
     cycle: dict[str, object] = field(default_factory=dict)
     cards: IntArray | None = None

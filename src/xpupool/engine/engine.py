@@ -53,6 +53,7 @@ from xpupool.engine.state import BoolArray, ClusterState, FloatArray, IntArray
 from xpupool.engine.txn import Transaction
 from xpupool.model.allocation import Allocation, DeviceShare
 from xpupool.model.device import Device
+from xpupool.model.qos import may_be_preempted
 from xpupool.model.request import Request
 
 
@@ -490,6 +491,7 @@ class Engine:
             memory_mib=req.memory_mib,
             devices=shares,
             priority=req.priority,
+            guaranteed=not may_be_preempted(req.qos),
         )
         return alloc
 

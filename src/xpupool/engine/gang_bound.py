@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from xpupool.engine.capacity import copies, shares_that_fit
+from xpupool.engine.physical_room import physical_free
 from xpupool.engine.pipeline import Pipeline
 from xpupool.engine.reasons import Reason, ReasonCount, Unschedulable
 from xpupool.engine.state import BoolArray, IntArray
@@ -56,9 +57,14 @@ def gang_room(pipeline: Pipeline, req: Request, within: BoolArray | None = None)
         (copies(state.node_mem_free, req.memory_mib, cap), Reason.INSUFFICIENT_MEMORY),
     ]
     if ctx.k and ctx.dev_fit is not None:
+        mem_free, core_free = (  # a guaranteed share counts physical room only
+            (state.dev_mem_free, state.dev_core_free)
+            if ctx.physical is None
+            else physical_free(state)
+        )
         each = shares_that_fit(
-            state.dev_mem_free,
-            state.dev_core_free,
+            mem_free,
+            core_free,
             state.dev_task_free,
             ctx.need_mib,
             ctx.need_core,

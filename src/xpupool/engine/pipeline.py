@@ -25,6 +25,7 @@ from xpupool.engine.filters.chain import FilterChain
 from xpupool.engine.filters.device_health import DeviceHealth
 from xpupool.engine.filters.software import HOPE_ORDER, NO_HOPE
 from xpupool.engine.lru import Lru
+from xpupool.engine.physical_room import physical_room
 from xpupool.engine.reasons import Reason, ReasonCount, Unschedulable
 from xpupool.engine.registry import filter_chain
 from xpupool.engine.scorers.base import CandidateScorer, PostScorer, Scorer
@@ -79,7 +80,9 @@ class Pipeline:
         else:
             permille = d.need_memory_permille or WHOLE
             need_mib = self._share_of_cards(permille)
-        return Context(req, self.state, d.count, need_mib, d.need_core_permille, filters_off=off)
+        ctx = Context(req, self.state, d.count, need_mib, d.need_core_permille, filters_off=off)
+        ctx.physical = physical_room(self.state, req, need_mib, ctx.need_core)
+        return ctx
 
     def _share_of_cards(self, permille: int) -> IntArray:
         key = (permille, self.state.epoch)
@@ -124,7 +127,7 @@ class Pipeline:
             part = nf.node_mask(ctx.req, s)
             if part is not None:
                 fit = fit & part
-        if ctx.k and ctx.within is None:
+        if ctx.k and ctx.within is None and ctx.physical is None:
             # The dynamic filters are the capacity predicate, which the shape cache applies
             # to the nodes that changed since the shape was last asked.
             known = self.device_fits.get(
@@ -138,12 +141,14 @@ class Pipeline:
             if group is not None:
                 assert known.group_best is not None  # kept for every request of several cards
                 fit = fit & (known.group_best >= ctx.k)
-        elif ctx.k and ctx.within is not None:
-            dev = self.eligible(ctx) & ctx.within
+        elif ctx.k:
+            dev = self.eligible(ctx) if ctx.within is None else self.eligible(ctx) & ctx.within
             for df in chain.dynamic:
                 part = df.device_mask(ctx.req, s, ctx)
                 if part is not None:
                     dev = dev & part
+            if ctx.physical is not None:  # a guaranteed share: never on over-committed capacity
+                dev = dev & ctx.physical
             ctx.dev_fit = dev
             fit = fit & (count_per_node(dev) >= ctx.k)
             group = chain.group_for(ctx.req.devices.topology, ctx.k)
@@ -246,7 +251,7 @@ class Pipeline:
     def _blame(self, ctx: Context) -> tuple[list[tuple[Reason, str]], IntArray]:
         s = self.state
         chain = filter_chain(ctx.filters_off)
-        if ctx.k and ctx.within is None and ctx.passed is not None:
+        if ctx.k and ctx.within is None and ctx.physical is None and ctx.passed is not None:
             static = self._static_blame(ctx, chain)
             if static.is_eligible and chain.dynamic_names == CAPACITY_PARTS:
                 return self._blame_from_counts(ctx, chain, static.blame, ctx.passed)
@@ -265,6 +270,9 @@ class Pipeline:
                     out.fail(count_per_node(dev) >= ctx.k, Reason.OUTSIDE_ASSIGNMENT)
                 for stage in df.stages(ctx.req, s, ctx):
                     dev = out.stage(stage, dev, ctx.k)
+            if ctx.physical is not None:
+                dev = dev & ctx.physical
+                out.fail(count_per_node(dev) >= ctx.k, Reason.PHYSICAL_CAPACITY)
             group = chain.group_for(ctx.req.devices.topology, ctx.k)
             if group is not None:
                 out.fail(group.node_mask(s, dev, ctx.k), group.reason)

@@ -40,6 +40,9 @@ class Reason(IntEnum):
     UNTOLERATED_TAINT = 25
     PARTITIONED = 26
     PARTITION_PROFILE = 27
+    # a guaranteed share fits only on the over-committed part of the cards (physical_room.py);
+    # numbered apart from the run above so that a code added there meanwhile cannot alias it
+    PHYSICAL_CAPACITY = 43
 
 
 TEXT: dict[Reason, str] = {
@@ -73,6 +76,7 @@ TEXT: dict[Reason, str] = {
     Reason.UNTOLERATED_TAINT: "untolerated taint {detail}",
     Reason.PARTITIONED: "devices are hardware partitions",
     Reason.PARTITION_PROFILE: "no partition of the asked profile",
+    Reason.PHYSICAL_CAPACITY: "only over-committed device capacity left (qos guaranteed)",
 }
 
 PREEMPTION_MAY_HELP: frozenset[Reason] = frozenset(
@@ -84,6 +88,7 @@ PREEMPTION_MAY_HELP: frozenset[Reason] = frozenset(
         Reason.DEVICE_TASK_LIMIT,
         Reason.TOPOLOGY,
         Reason.NUMA,
+        Reason.PHYSICAL_CAPACITY,
     }
 )
 

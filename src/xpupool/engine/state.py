@@ -501,6 +501,7 @@ class ClusterState:
             alloc.memory_mib,
             tuple(shares),
             alloc.priority,
+            alloc.guaranteed,
         )
 
     def remove_node(self, name: str) -> None:

@@ -310,4 +310,5 @@ _FIELDS: dict[Reason, str] = {
     Reason.DRIVER_TOO_OLD: "devices.software",
     Reason.DRIVER_TOO_NEW: "devices.software",
     Reason.DRIVER_UNKNOWN: "devices.software",
+    Reason.PHYSICAL_CAPACITY: "qos",  # a guaranteed share larger than any card physically is
 }

@@ -22,7 +22,9 @@ class DeviceShare:
 @dataclass(frozen=True, slots=True)
 class Allocation:
     """One replica placed on one node. ``id`` is unique per engine: release checks it.
-    ``priority`` is the request's, kept so preemption can tell who may be evicted."""
+    ``priority`` is the request's, kept so preemption can tell who may be evicted; ``guaranteed``
+    says the request's QoS class is guaranteed (``model/qos.py``): it is never evicted for
+    priority."""
 
     id: int
     request_name: str
@@ -33,6 +35,7 @@ class Allocation:
     memory_mib: int
     devices: tuple[DeviceShare, ...]
     priority: int = 0
+    guaranteed: bool = False
 
     @property
     def device_uuids(self) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from enum import StrEnum
 from operator import attrgetter
 
 from xpupool.model.errors import RequestError
+from xpupool.model.qos import DEFAULT_QOS, QoS, parse_qos
 from xpupool.model.speeds import Speeds, check_kind, check_speeds
 from xpupool.model.stopping import (
     MAX_GRACE_S,
@@ -377,7 +378,8 @@ class Request:
     as a gang is, and the scheduling cycle grows it into idle capacity up to ``max_replicas`` one
     replica at a time and shrinks it back first when others need room
     (``engine/cycle/elastic.py``); None: a fixed size. A range of one size (``2..2``) is that
-    fixed size.
+    fixed size. ``qos`` is the job's class (``model/qos.py``): a guaranteed share is placed only
+    within a card's physical capacity, never on its over-committed part.
     """
 
     name: str = ""
@@ -405,6 +407,7 @@ class Request:
     min_run_s: float | None = None  # not preempted before it ran this long; None: any time
     idle_stop: IdleStop | None = None  # stopped once its cards stayed idle so long; None: never
     max_replicas: int | None = None  # elastic: grows up to this from ``replicas``; None: fixed
+    qos: QoS = DEFAULT_QOS  # guaranteed, burstable or best-effort (model/qos.py)
     # the link domains (``site/value``, engine/link_domains.py) a gang's replicas are kept to,
     # set by the engine as it places them; in neither the JSON nor the compact form; empty: any
     link_domains: tuple[str, ...] = ()
@@ -460,6 +463,7 @@ class Request:
         if self.checkpoint_signal is not None:
             signal = parse_checkpoint_signal("checkpoint_signal", self.checkpoint_signal)
             object.__setattr__(self, "checkpoint_signal", signal)
+        object.__setattr__(self, "qos", parse_qos("qos", self.qos))
 
 
 def fields_but(*left_out: str) -> Callable[[Request], tuple[object, ...]]:

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, NamedTuple, TypeVar
 from pydantic import AfterValidator, BeforeValidator, PlainSerializer, StrictStr, WithJsonSchema
 
 from xpupool.model.errors import RequestError
+from xpupool.model.qos import parse_qos
 from xpupool.model.quantity import (
     format_card_mib,
     format_cpu_milli,
@@ -207,6 +208,10 @@ MinRunSeconds = Annotated[
     _text_schema("A duration: '10m', '1h', or a number of seconds."),
 ]
 CheckpointSignal = Annotated[StrictStr, AfterValidator(parsed(parse_checkpoint_signal))]
+QoSName = Annotated[
+    Literal["guaranteed", "burstable", "best-effort"],
+    BeforeValidator(parsed(lambda p, v: parse_qos(p, v).value)),
+]
 
 
 def or_string(description: str) -> Callable[[dict[str, Any]], None]:

@@ -34,6 +34,7 @@ from pydantic import (
 )
 
 from xpupool.model.errors import RequestError
+from xpupool.model.qos import DEFAULT_QOS, QoS, default_priority
 from xpupool.model.quantity import parse_card_range
 from xpupool.model.request import (
     MAX_DEVICES_PER_REPLICA,
@@ -63,6 +64,7 @@ from xpupool.model.request_fields import (
     NonBlank,
     PartitionName,
     Permille,
+    QoSName,
     SiteName,
     SoftwareText,
     SpeedsField,
@@ -533,6 +535,13 @@ class RequestModel(_Form):
         "for this long ('5%/30m'; docs/jobs.md 'Stopping well'): it ends failed, with the "
         "reason. Null = never.",
     )
+    qos: QoSName | None = Field(
+        None,
+        description="QoS class: 'guaranteed' (never preempted, its priority never lowered, its "
+        "card shares only within a card's physical capacity), 'burstable' (as a job without a "
+        "class) or 'best-effort' (preempted first: the lowest priority unless 'priority' is "
+        "given; may use over-committed cards); null = burstable (docs/jobs.md, QoS classes).",
+    )
     _request: Request | None = PrivateAttr(None)
 
     @model_validator(mode="before")
@@ -574,7 +583,7 @@ class RequestModel(_Form):
             replicas=1 if self.replicas is None else self._min_replicas(),
             gang=bool(self.gang),
             span_sites=bool(self.span_sites),
-            priority=self.priority or 0,
+            priority=default_priority(self._qos(), self.priority),
             queue="default" if self.queue is None else self.queue,
             node_policy=self.node_policy,
             device_policy=None if self.device_policy is None else DevicePolicy(self.device_policy),
@@ -591,7 +600,11 @@ class RequestModel(_Form):
             min_run_s=self.min_run,
             idle_stop=self.idle_stop,
             max_replicas=self.replicas.max if isinstance(self.replicas, ReplicaRange) else None,
+            qos=self._qos(),
         )
+
+    def _qos(self) -> QoS:
+        return DEFAULT_QOS if self.qos is None else QoS(self.qos)
 
     def _min_replicas(self) -> int:
         r = self.replicas
@@ -610,7 +623,7 @@ class RequestModel(_Form):
             replicas=_replicas_of(req),
             gang=True if req.gang else None,
             span_sites=True if req.span_sites else None,
-            priority=req.priority or None,
+            priority=None if req.priority == default_priority(req.qos, None) else req.priority,
             queue=None if req.queue == "default" else req.queue,
             node_policy=req.node_policy,
             device_policy=None if req.device_policy is None else req.device_policy.value,
@@ -625,6 +638,7 @@ class RequestModel(_Form):
             checkpoint_signal=req.checkpoint_signal,
             min_run=req.min_run_s,
             idle_stop=req.idle_stop,
+            qos=None if req.qos is DEFAULT_QOS else req.qos.value,
         )
         model._request = req
         return model

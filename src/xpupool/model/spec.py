@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from xpupool.model.errors import RequestError
+from xpupool.model.qos import DEFAULT_QOS, QoS, default_priority, parse_qos
 from xpupool.model.quantity import (
     format_card_mib,
     format_cpu_milli,
@@ -98,6 +99,7 @@ KEYS: dict[str, str] = {
     "checkpoint-signal": "checkpoint_signal",
     "min-run": "min_run",
     "idle-stop": "idle_stop",
+    "qos": "qos",
 }
 # keys that may be given more than once (each setter refuses its own repeats)
 _REPEATABLE = frozenset({"node_selector", "tolerations"})
@@ -156,7 +158,7 @@ class _Draft:
     max_replicas: int | None = None
     gang: bool = False
     span_sites: bool = False
-    priority: int = 0
+    priority: int | None = None  # None: the QoS class's default (model/qos.py)
     queue: str = "default"
     name: str = ""
     node_policy: str | None = None
@@ -173,6 +175,7 @@ class _Draft:
     checkpoint_signal: str | None = None
     min_run_s: float | None = None
     idle_stop: IdleStop | None = None
+    qos: QoS = DEFAULT_QOS
     seen: dict[str, str] = field(default_factory=dict)
 
     def once(self, path: str, text: str) -> None:
@@ -223,7 +226,7 @@ class _Draft:
             replicas=self.replicas,
             gang=self.gang,
             span_sites=self.span_sites,
-            priority=self.priority,
+            priority=default_priority(self.qos, self.priority),
             queue=self.queue,
             node_policy=self.node_policy,
             device_policy=self.device_policy,
@@ -240,6 +243,7 @@ class _Draft:
             min_run_s=self.min_run_s,
             idle_stop=self.idle_stop,
             max_replicas=self.max_replicas,
+            qos=self.qos,
         )
 
 
@@ -541,6 +545,10 @@ def _set_idle_stop(d: _Draft, path: str, raw: str) -> None:
     d.idle_stop = parse_idle_stop(path, raw)
 
 
+def _set_qos(d: _Draft, path: str, raw: str) -> None:
+    d.qos = parse_qos(path, raw)
+
+
 _SETTERS: dict[str, Callable[[_Draft, str, str], None]] = {
     "devices.memory": _set_device_memory,
     "devices.cores": _set_cores,
@@ -567,6 +575,7 @@ _SETTERS: dict[str, Callable[[_Draft, str, str], None]] = {
     "checkpoint_signal": _set_checkpoint_signal,
     "min_run": _set_min_run,
     "idle_stop": _set_idle_stop,
+    "qos": _set_qos,
 }
 
 
@@ -619,7 +628,7 @@ def format_spec(req: Request) -> str:
         tokens.append("gang")
     if req.span_sites:
         tokens.append("span-sites")
-    if req.priority:
+    if req.priority != default_priority(req.qos, None):
         tokens.append(f"priority={req.priority}")
     if req.queue != "default":
         tokens.append(f"queue={_check_token('queue', req.queue)}")
@@ -653,6 +662,8 @@ def format_spec(req: Request) -> str:
         tokens.append(f"min-run={format_duration(req.min_run_s)}")
     if req.idle_stop is not None:
         tokens.append(f"idle-stop={req.idle_stop.text()}")
+    if req.qos is not DEFAULT_QOS:
+        tokens.append(f"qos={req.qos.value}")
     return " ".join(tokens)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from xpupool.model.qos import DEFAULT_QOS, QOS_NAMES
 from xpupool.server.job_lifecycle import retry_policy
 from xpupool.server.schemas.agent_protocol import ReplicaAssignment
 from xpupool.server.schemas.jobs import Job, JobEvent, JobPhase, SecretRef
@@ -47,11 +48,18 @@ def job_view(row: Any, assignments: list[ReplicaAssignment]) -> Job:
         max_runtime_s=row["max_runtime_s"],
         reservation=row.get("reservation"),
         preemptible=bool(row.get("preemptible")),
+        qos=_qos(row["request"]),
         checkpoint_at=None,  # a running job's, from the plane: services/jobs.py get
         not_before=row.get("not_before"),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
     )
+
+
+def _qos(request: object) -> str:
+    """The job's QoS class as its stored request says it (absent: the default)."""
+    given = request.get("qos") if isinstance(request, dict) else None
+    return given if isinstance(given, str) and given in QOS_NAMES else DEFAULT_QOS.value
 
 
 @dataclass(frozen=True, slots=True)

@@ -237,7 +237,7 @@ def test_unknown_key_lists_known_keys() -> None:
     assert info.value.reason == (
         "unknown key; known: mem, cores, uuid, topology, mig, vnpu, cpu, memory, replicas, "
         "priority, queue, name, policy, device-policy, site, prefer-site, data, sites, label, "
-        "tolerate, kind, speed, grace, checkpoint-signal, min-run, idle-stop"
+        "tolerate, kind, speed, grace, checkpoint-signal, min-run, idle-stop, qos"
     )
 
 

@@ -62,6 +62,7 @@ CASES: list[tuple[str, str, tuple[str, ...], tuple[str, ...]]] = [
     ("checkpoint-signal=KILL", "checkpoint_signal", ("USR1", "checkpoint on"), ()),
     ("min-run=0m", "min_run", ("more than 0",), ()),
     ("idle-stop=5%", "idle_stop", ("5%/30m",), ()),
+    ("qos=gold", "qos", ("guaranteed", "burstable", "best-effort"), ()),
 ]
 
 

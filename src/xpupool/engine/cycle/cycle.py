@@ -299,7 +299,9 @@ class SchedulingCycle:
                 return False
             leaving = bool(holder.stopping)
             if from_queues is None:
-                return may_evict(holder.priority, job.priority, leaving=leaving)
+                return may_evict(
+                    holder.priority, job.priority, leaving=leaving, guaranteed=alloc.guaranteed
+                )
             return may_reclaim(admission.queue_of(alloc.id), from_queues, leaving=leaving)
 
         if not any(evictable(a) for h in running.values() for a in h.allocations):

@@ -9,7 +9,8 @@ That predicate is built here, so the two fronts cannot drift apart on who may be
   every one of them;
 * a holder already on its way out (a job being stopped, a pod being evicted, whose charge the
   engine no longer holds) is not chosen again: its room is already counted as coming free;
-* for priority preemption, only a holder of strictly lower priority than the preemptor; a pod's
+* for priority preemption, only a holder of strictly lower priority than the preemptor, and never
+  a guaranteed one (QoS class ``guaranteed``, ``Allocation.guaranteed``; ``model/qos.py``); a pod's
   priority is its highest allocation's, so a pod holding anything of the preemptor's priority
   or above is spared;
 * for reclaiming quota lent within a cohort (the control plane only; Kueue's
@@ -38,10 +39,17 @@ from xpupool.model.allocation import Allocation
 K = TypeVar("K", bound=Hashable)
 
 
-def may_evict(holder_priority: int, preemptor_priority: int, *, leaving: bool = False) -> bool:
+def may_evict(
+    holder_priority: int,
+    preemptor_priority: int,
+    *,
+    leaving: bool = False,
+    guaranteed: bool = False,
+) -> bool:
     """May a holder of ``holder_priority`` be evicted for a preemptor of ``preemptor_priority``?
-    ``leaving``: it is already being stopped or evicted."""
-    return not leaving and holder_priority < preemptor_priority
+    ``leaving``: it is already being stopped or evicted; ``guaranteed``: its QoS class is
+    guaranteed, which priority never takes."""
+    return not leaving and not guaranteed and holder_priority < preemptor_priority
 
 
 def may_move(holder_priority: int, pending_priority: int, *, leaving: bool = False) -> bool:
@@ -66,7 +74,10 @@ def evictable_owners(
     that hold something there."""
     owner: dict[int, K] = {}
     for holder, allocs in charges.items():
-        if not allocs or not may_evict(max(a.priority for a in allocs), priority):
+        guaranteed = any(a.guaranteed for a in allocs)
+        if not allocs or not may_evict(
+            max(a.priority for a in allocs), priority, guaranteed=guaranteed
+        ):
             continue
         if node is None or any(a.node == node for a in allocs):
             owner.update((a.id, holder) for a in allocs)

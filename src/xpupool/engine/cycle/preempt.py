@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from xpupool.engine.cycle.eviction import may_evict
 from xpupool.engine.engine import Engine
 from xpupool.engine.pipeline import Pipeline
 from xpupool.engine.reasons import PREEMPTION_MAY_HELP
@@ -62,14 +63,15 @@ def plan_preemption(
     """The best plan for one replica of ``req``, or None when evicting cannot help.
 
     ``evictable`` says which allocations may go; by default those of strictly lower priority
-    (a lender reclaiming its quota passes "those of queues borrowing from it"). ``nodes`` limits
-    the candidates (the Kubernetes front passes those kube-scheduler's own filters passed);
-    ``fits_on`` replaces the fit check (see :data:`FitsOn`); ``loss`` makes the plan prefer
-    victims that lose least (see the module docstring). A front passes its engine; the
-    scheduling cycle inside the engine passes the pipeline."""
+    that are not guaranteed (``Allocation.guaranteed``; a lender reclaiming its quota passes
+    "those of queues borrowing from it"). ``nodes`` limits the candidates (the Kubernetes
+    front passes those kube-scheduler's own filters passed); ``fits_on`` replaces the fit check
+    (see :data:`FitsOn`); ``loss`` makes the plan prefer victims that lose least (see the module
+    docstring). A front passes its engine; the scheduling cycle inside the engine passes the
+    pipeline."""
     pipeline = _pipeline(engine)
     state = pipeline.state
-    may_go = evictable if evictable is not None else (lambda a: a.priority < req.priority)
+    may_go = evictable if evictable is not None else _lower_not_guaranteed(req)
     best: tuple[tuple[float, ...], PreemptionPlan] | None = None
     several_parts = fits_on is not None
     for node in _candidate_nodes(pipeline, req, may_go, nodes, several_parts):
@@ -88,6 +90,11 @@ def plan_preemption(
             ordered = tuple(sorted(victims, key=lambda v: (v.priority, -v.id)))
             best = (key, PreemptionPlan(state.node_names[node], node, ordered))
     return None if best is None else best[1]
+
+
+def _lower_not_guaranteed(req: Request) -> Evictable:
+    """The default rule: strictly lower priority, and never a guaranteed job (model/qos.py)."""
+    return lambda a: may_evict(a.priority, req.priority, guaranteed=a.guaranteed)
 
 
 def candidate_nodes(engine: Engine | Pipeline, req: Request, evictable: Evictable) -> list[int]:

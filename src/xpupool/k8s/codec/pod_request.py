@@ -48,6 +48,7 @@ from xpupool.model.validation import request_error
 __all__ = [
     "ANNOTATION_PRIORITY",
     "ANNOTATION_PROFILE",
+    "ANNOTATION_QOS",
     "ANNOTATION_QUEUE",
     "ANNOTATION_REQUEST",
     "ANNOTATION_SITE",
@@ -71,6 +72,7 @@ ANNOTATION_SITE = "xpupool.io/site"
 ANNOTATION_PROFILE = "xpupool.io/profile"
 ANNOTATION_QUEUE = "xpupool.io/queue"
 ANNOTATION_PRIORITY = "xpupool.io/priority"
+ANNOTATION_QOS = "xpupool.io/qos"  # guaranteed, burstable, best-effort (model/qos.py)
 # HAMi's GPU policies (types.go). Only binpack and spread exist in xpupool's engine; a pod that
 # asks for another is refused rather than placed under a policy it did not ask for.
 _HAMI_GPU_POLICIES = ("binpack", "spread", "topology-aware", "mutex", "numa")
@@ -459,6 +461,7 @@ def _pod_fields(annotations: Mapping[str, str]) -> list[tuple[str, str, object]]
         (ANNOTATION_QUEUE, "queue", str.strip),
         (ANNOTATION_PRIORITY, "priority", _int_text),
         (ANNOTATION_PROFILE, "node_policy", str.strip),
+        (ANNOTATION_QOS, "qos", str.strip),
     ):
         if key in annotations:
             model = _request_model(_at(key), {field: read(annotations[key])})

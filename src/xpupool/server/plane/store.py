@@ -132,6 +132,7 @@ def allocation_to_dict(a: Allocation) -> dict[str, object]:
         "cpu_milli": a.cpu_milli,
         "memory_mib": a.memory_mib,
         "priority": a.priority,
+        **({"guaranteed": True} if a.guaranteed else {}),
         "devices": [
             {"uuid": d.uuid, "memory_mib": d.memory_mib, "core_permille": d.core_permille}
             for d in a.devices
@@ -157,6 +158,7 @@ def allocation_from_dict(d: dict[str, object]) -> Allocation:
             for x in devices
         ),
         priority=int(d.get("priority", 0)),  # type: ignore[call-overload]
+        guaranteed=bool(d.get("guaranteed", False)),
     )
 
 

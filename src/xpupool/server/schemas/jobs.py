@@ -14,7 +14,9 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from xpupool.model.errors import RequestError
 from xpupool.model.progress import MAX_RATE
+from xpupool.model.qos import check_preemptible
 from xpupool.model.request_model import MAX_SPEC_CHARS, RequestModel, read_spec
 from xpupool.model.validation import error_path, error_value, field_error
 from xpupool.server.schemas.agent_protocol import PullPolicy, ReplicaAssignment
@@ -285,6 +287,11 @@ class JobIn(Strict):
                 raise field_error("is also set in env", ref.env, f"secrets[{i}].env")
             if ref.env is not None and [r.env for r in self.secrets].index(ref.env) != i:
                 raise field_error("names a variable twice", ref.env, f"secrets[{i}].env")
+        if self.request is not None:  # preemptible and guaranteed contradict (model/qos.py)
+            try:
+                check_preemptible(self.request.to_request().qos, self.preemptible)
+            except RequestError as exc:
+                raise field_error(exc.reason, exc.value, exc.field) from None
         if self.retry_on is not None and len(set(self.retry_on)) != len(self.retry_on):
             raise field_error("names a cause twice", self.retry_on, "retry_on")
         if self.on_node_lost == "fail" and RetryCause.NODE_LOST in (self.retry_on or ()):
@@ -387,6 +394,11 @@ class Job(Lenient):
     max_runtime_s: float | None = None
     reservation: str | None = Field(None, description="JobIn.reservation.")
     preemptible: bool = Field(False, description="JobIn.preemptible.")
+    qos: str = Field(
+        "burstable",
+        description="Its QoS class, as request.qos gives it: guaranteed, burstable (the default) "
+        "or best-effort (docs/jobs.md, QoS classes).",
+    )
     checkpoint_at: float | None = Field(
         None,
         description="Unix time of the last checkpoint its current run reported (its "

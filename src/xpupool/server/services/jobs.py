@@ -17,6 +17,7 @@ from xpupool.catalog.throughput import job_kind
 from xpupool.engine.outcomes import NeverFits, NotAdmitted, render
 from xpupool.log_rotation import read_kept
 from xpupool.model.errors import Conflict, NotFound, RequestError
+from xpupool.model.qos import may_lower_priority
 from xpupool.model.request import Request
 from xpupool.model.request_model import request_from_dict
 from xpupool.model.speeds import MAX_KIND_CHARS
@@ -231,6 +232,12 @@ def _check(
     )
     budget = plane.billing.judge(plane, conn, tenant, req.priority)  # usage/billing.py
     if budget.priority != req.priority:
+        if not may_lower_priority(req.qos):  # its class promises its priority: not lowered
+            why = (
+                f"its tenant's budget would lower its priority ({budget.note}); a guaranteed "
+                "job's priority is never lowered"
+            )
+            raise RequestError("qos", req.qos.value, why)
         req = replace(req, priority=budget.priority)
     return req, waiting, budget
 
