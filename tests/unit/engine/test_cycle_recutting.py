@@ -126,3 +126,10 @@ def test_a_free_instance_of_the_profile_is_taken_without_a_recut() -> None:
     decision = _cycle(TWO_3G, offer).decide(_job(1, DeviceRequest(1, partition="3g.40gb")), {})
     assert not isinstance(decision, Recutting | Wait)
     assert offer.asked == []
+
+
+def test_a_resting_card_is_not_cut_though_a_recut_could_serve_later() -> None:
+    offer = Offer([replace(_card(), resting=True)])
+    decision = _cycle(TWO_3G, offer).decide(_job(1, DeviceRequest(1, partition="4g.40gb")), {})
+    assert isinstance(decision, Wait)
+    assert decision.outcome.code is Code.NO_NODE_FITS, render(decision.outcome)  # not never

@@ -7,9 +7,10 @@ gets none, and such a job is refused at submission as before."""
 from __future__ import annotations
 
 from server_kit import Server, job, submit, tenant
-from test_card_recut import CARD, _heartbeat, _register
+from test_card_recut import CARD, PATH, _heartbeat, _put, _register
 
 from xpupool.server.plane.card_recut import DEFAULT_MIN_IDLE_S
+from xpupool.server.plane.recut_backoff import BASE_S, MAX_S
 
 
 def test_a_job_waits_for_the_minimum_idle_time_then_its_recut_reaches_the_agent(
@@ -45,3 +46,53 @@ def test_a_pool_that_forbids_recuts_gets_none(server: Server) -> None:
     submit(server, token, "A100 mig=3g.40gb")
     assert server.schedule() == 1  # the instance that exists serves as before
     assert _heartbeat(server)["recut"] == []
+
+
+def _fail(server: Server) -> None:
+    """The agent takes the re-cut asked and reports its tool failed."""
+    (order,) = _heartbeat(server)["recut"]
+    failure = {"card": order["card"], "reason": "nvidia-smi mig -cgi 4g.40gb:0 -C: In use"}
+    assert _heartbeat(server, recut_failed=[failure])["recut"] == []
+
+
+def test_a_failed_recut_is_not_asked_again_until_its_rest_ends(server: Server) -> None:
+    _register(server)
+    server.clock.advance(DEFAULT_MIN_IDLE_S + 1)
+    token = tenant(server, "a")
+    asked = submit(server, token, "A100 mig=4g.40gb")
+    rests = []
+    for failures in (1, 2):
+        assert server.schedule() == 0
+        assert "re-cutting" in job(server, asked["id"])["reason"]
+        _fail(server)
+        assert server.schedule() == 0
+        assert _heartbeat(server)["recut"] == []  # the next pass asks none
+        reason = job(server, asked["id"])["reason"]
+        assert f"re-cuts of {CARD} on n1 failed" in reason and "In use" in reason, reason
+        assert "none proposed before" in reason, reason
+        card = server.client.get(PATH, headers=server.admin).json()
+        assert card["failures"] == failures, card
+        rests.append(card["resting_until"] - server.clock())
+        server.clock.advance(card["resting_until"] - server.clock() + 1)
+    assert rests == [BASE_S, 2 * BASE_S]  # doubling
+    assert server.schedule() == 0  # the rest over, the job is tried and asks again
+    assert len(_heartbeat(server)["recut"]) == 1
+    _heartbeat(server, recut_failed=[{"card": CARD, "reason": "In use"}])
+    assert server.client.get(PATH, headers=server.admin).json()["failures"] == 3
+    r = _put(server, ["3g.40gb@0", "3g.40gb@4"])  # the admin ends the rest
+    assert r.status_code == 200, r.text
+    assert r.json()["failures"] == 0 and r.json()["resting_until"] is None, r.json()
+
+
+def test_the_rest_doubles_up_to_its_longest() -> None:
+    from xpupool.server.plane.recut_backoff import RecutBackoff
+
+    backoff = RecutBackoff()
+    rests = [backoff.failed("n1", CARD, 0.0, "no").until for _ in range(8)]
+    assert rests == [60.0, 120.0, 240.0, 480.0, 960.0, MAX_S, MAX_S, MAX_S]
+    assert backoff.resting("n1", CARD, MAX_S - 1) is not None
+    assert backoff.resting("n1", CARD, MAX_S) is None
+    assert backoff.resting("n1", "another", 0.0) is None
+    backoff.cleared("n1", CARD)
+    assert backoff.last("n1", CARD) is None
+    assert backoff.failed("n1", CARD, 0.0, "no").until == BASE_S

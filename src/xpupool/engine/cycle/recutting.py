@@ -46,7 +46,7 @@ class RecutOffer(Protocol):
     def cards(self, job: int) -> Sequence[PartitionCard]:
         """The cards a re-cut for ``job`` may change now, in the pool's order: in partition mode,
         on nodes whose pool allows re-cuts, with no re-cut in flight; ``busy`` holds every
-        instance a re-cut must keep."""
+        instance a re-cut must keep, and a card the front may re-cut only later is ``resting``."""
         ...
 
 

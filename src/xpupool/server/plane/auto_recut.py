@@ -3,7 +3,9 @@
 :class:`PlaneRecuts` is the cycle's ``RecutOffer`` for one batch of a scheduling pass: the cards
 it may re-cut are the partitioned cards of ready, uncordoned agent nodes whose pool allows
 re-cuts (``xpupool/recut`` not ``"false"``), with no re-cut in flight (no wanted layout stored,
-read through the batch's own transaction, so a card asked earlier in the batch counts). An
+read through the batch's own transaction, so a card asked earlier in the batch counts); a card
+whose last re-cuts failed is at rest (``recut_backoff.py``): offered ``resting``, never chosen,
+and a job it could serve is tried again when the rest ends, its reason saying so (:func:`note`). An
 instance a job holds, one idle for less than the minimum (``xpupool up --recut-min-idle``),
 and a cordoned or unhealthy one are busy: the rule keeps them, so the plane's one re-cut
 operation (``card_recut.recut_in``) takes what the cycle proposes. :func:`carry_out` asks each
@@ -15,7 +17,9 @@ kept in memory (:data:`BOOK`): after a restart a job asks afresh, among cards wi
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, select
@@ -32,6 +36,7 @@ from xpupool.model.device import Device
 from xpupool.model.errors import XpupoolError
 from xpupool.model.request import Request
 from xpupool.server.plane.card_recut import RECUT_LABEL, recut_in
+from xpupool.server.plane.recut_backoff import Resting
 from xpupool.server.schemas.nodes import NodeStatus
 from xpupool.server.storage.card_layouts import card_layouts
 
@@ -39,7 +44,7 @@ if TYPE_CHECKING:
     from xpupool.server.plane.control import ControlPlane
 
 log = logging.getLogger("xpupool.scheduler")
-__all__ = ["PlaneRecuts", "carry_out", "could_serve", "offered_cards"]
+__all__ = ["PlaneRecuts", "carry_out", "could_serve", "note", "offered_cards"]
 
 NO_WORKLOAD = TargetWorkload((), ())
 
@@ -55,6 +60,13 @@ class PlaneRecuts:
         # the last :meth:`cards` found (None: none): a job that waits for it is tried again
         # then, though nothing is released meanwhile (the retry gate waits for a release)
         self.ripe_at: float | None = None
+        # the cards at rest after failed re-cuts, as the last :meth:`cards` found them
+        self.resting: list[tuple[PartitionCard, Resting]] = []
+
+    def fresh(self) -> None:
+        """Forget what the last job's :meth:`cards` found (the pass tries another job)."""
+        self.ripe_at = None
+        self.resting = []
 
     @property
     def rule(self) -> RecutRule:
@@ -99,6 +111,14 @@ class PlaneRecuts:
     def cards(self, job: int) -> Sequence[PartitionCard]:
         ripe: list[float] = []
         found = offered_cards(self.plane, self.wanted(), ripe)
+        backoff, now = self.plane.recut_backoff, self.plane.clock()
+        self.resting = []
+        for i, card in enumerate(found):
+            rest = backoff.resting(card.node, card.uuid, now)
+            if rest is not None:
+                found[i] = replace(card, resting=True)
+                self.resting.append((card, rest))
+                ripe.append(rest.until)
         self.ripe_at = min(ripe, default=None)
         return found
 
@@ -152,6 +172,27 @@ def could_serve(plane: ControlPlane, req: Request) -> bool:
     submission no instance can hold now is then not refused as unfittable (it waits for room
     and a re-cut). Under the plane's lock."""
     return asks_partition(req) and recuttable(offered_cards(plane, {}), req)
+
+
+def note(offer: object, req: Request) -> str:
+    """What a pending job's reason adds when cards at rest after failed re-cuts could serve it
+    (``offer`` is the batch's :class:`PlaneRecuts`, after the job's decision): ``; re-cuts of
+    CARD on NODE failed 2 times in a row (the tool's words): none proposed before TIME UTC``;
+    empty otherwise. Stable from pass to pass while the rest lasts (the reason is stored when
+    it changes)."""
+    if not isinstance(offer, PlaneRecuts):
+        return ""
+    said = []
+    for card, rest in offer.resting:
+        if not recuttable([card], req):
+            continue
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(rest.until))
+        times = "1 time" if rest.failures == 1 else f"{rest.failures} times"
+        said.append(
+            f"; re-cuts of {card.uuid} on {card.node} failed {times} in a row "
+            f"({' '.join(rest.reason.split())[:120]}): none proposed before {when} UTC"
+        )
+    return "".join(said[:3])
 
 
 def carry_out(plane: ControlPlane, conn: Connection, job: int, decision: Recutting) -> bool:

@@ -67,6 +67,7 @@ from xpupool.server.plane.records import (
     RunView,
     carry_transients,
 )
+from xpupool.server.plane.recut_backoff import RecutBackoff
 from xpupool.server.plane.registration import NodeRegistration
 from xpupool.server.plane.store import (
     pending_from_row,
@@ -197,6 +198,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         self.card_health = CardHealth()  # cards read unhealthy: cordoned, emptied, settling
         self.meter = UsageMeter()  # what each replica run used (server/usage/meter.py)
         self.card_idle = CardIdle(clock())  # since when each card held nothing (card_idle.py)
+        self.recut_backoff = RecutBackoff()  # cards whose re-cuts failed (recut_backoff.py)
         self.recuts_for: dict[int, tuple[Recut, ...]] = {}  # re-cuts asked per job (auto_recut.py)
         self.max_grace_s = MAX_GRACE_S  # the longest grace= a job may ask (up --max-grace)
         self.billing = Billing()  # prices, budgets and spend (server/usage/billing.py)

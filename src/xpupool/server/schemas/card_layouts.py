@@ -54,3 +54,14 @@ class CardLayoutView(Lenient):
     events: list[CardEventView] = Field(
         default_factory=list, description="Its latest re-cut events, newest first."
     )
+    failures: int = Field(
+        0,
+        description="Its failed re-cuts in a row (the agent's vendor tool failed), since the last "
+        "one applied or asked by the admin; 0: none.",
+    )
+    resting_until: float | None = Field(
+        None,
+        description="Unix time before which the scheduling cycle proposes no re-cut of this card "
+        "(a rest after failed re-cuts: 60 s, doubling per failure in a row, at most 30 min; the "
+        "admin's PUT ends it); null: none.",
+    )

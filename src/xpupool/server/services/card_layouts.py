@@ -24,6 +24,8 @@ def view(found: cr.CardLayout) -> CardLayoutView:
         why=found.why,
         asked_at=found.asked_at,
         events=[CardEventView(at=e.at, event=e.event, detail=e.detail) for e in found.events],
+        failures=found.failures,
+        resting_until=found.resting_until,
     )
 
 
