@@ -117,3 +117,60 @@ def test_a_failed_recut_rests_the_card_until_the_admin_asks_again(tmp_path: Path
                 assert r.json()["failures"] == 0 and r.json()["resting_until"] is None, r.json()
         finally:
             stop_process(agent)
+
+
+def test_a_restarted_plane_keeps_which_job_waits_for_which_recut(tmp_path: Path) -> None:
+    """The cycle asks a re-cut for a job while the agent is away; the plane restarts: it answers
+    the job with the re-cut in flight (no other asked), and once the agent is back and has cut
+    the card, the job runs on the new instance."""
+    fake, env = fake_box(tmp_path)
+    extra = ("--heartbeat", "0.2", "--recut-min-idle", "0s", "--lost-after", "300")
+    srv = ServerProc(tmp_path / "data", extra_args=extra)
+    with srv:
+        agent, log = srv.start_agent(tmp_path, "box", fake, "--poll", "0.05", env=env)
+        try:
+            with (
+                httpx.Client(base_url=srv.url, headers=srv.headers()) as admin,
+                srv.tenant_client("team") as user,
+            ):
+                until(lambda: len(_layout(admin)) == 3, f"the card's instances ({log})")
+                stop_process(agent)  # away: the re-cut stays in flight
+                wanted = _job(user, "A100 mig=4g.40gb", SHOW)
+                until(
+                    lambda: "re-cutting" in _state(user, wanted)["reason"],
+                    f"a re-cut asked for job {wanted}",
+                )
+                token = user.headers["Authorization"]
+            srv.stop()
+            srv.start(same_port=True)
+            with (
+                httpx.Client(base_url=srv.url, headers=srv.headers()) as admin,
+                httpx.Client(base_url=srv.url, headers={"Authorization": token}) as user,
+            ):
+                # a job on the free 1g.10gb, tried after the first by the restarted plane
+                marker = _job(user, "A100 mig=1g.10gb", HOLD)
+                until(
+                    lambda: (
+                        _state(user, marker)["state"] != "pending"
+                        or bool(_state(user, marker)["reason"])
+                    ),
+                    f"job {marker} tried",
+                )
+                said = _state(user, wanted)["reason"]  # it still waits for its re-cut
+                assert f"re-cutting {CARD} on box to " in said and "for this job" in said, said
+                card = _card(admin)
+                assert [e["event"] for e in card["events"]] == ["asked"], card  # no other
+                assert card["job"] == wanted, card
+                user.post(f"/v1/jobs/{marker}/cancel").raise_for_status()
+                agent, log = srv.start_agent(
+                    tmp_path, "box", fake, "--poll", "0.05", env=env, again=True
+                )
+                until(
+                    lambda: _state(user, wanted)["state"] == "succeeded",
+                    f"job {wanted} ran after the re-cut ({log.read_text()[-2000:]})",
+                    90,
+                )
+                logs = user.get(f"/v1/jobs/{wanted}/logs").text.strip()
+                assert logs == f"MIG-{CARD}-0", logs  # on the new 4g.40gb instance
+        finally:
+            stop_process(agent)

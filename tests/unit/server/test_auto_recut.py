@@ -6,7 +6,7 @@ gets none, and such a job is refused at submission as before."""
 
 from __future__ import annotations
 
-from server_kit import Server, job, submit, tenant
+from server_kit import Server, job, reopen, submit, tenant
 from test_card_recut import CARD, PATH, _heartbeat, _put, _register
 
 from xpupool.server.plane.card_recut import DEFAULT_MIN_IDLE_S
@@ -96,3 +96,26 @@ def test_the_rest_doubles_up_to_its_longest() -> None:
     backoff.cleared("n1", CARD)
     assert backoff.last("n1", CARD) is None
     assert backoff.failed("n1", CARD, 0.0, "no").until == BASE_S
+
+
+def test_a_restarted_plane_answers_the_job_with_its_recut_in_flight(server: Server) -> None:
+    _register(server)
+    server.clock.advance(DEFAULT_MIN_IDLE_S + 1)
+    token = tenant(server, "a")
+    asked = submit(server, token, "A100 mig=4g.40gb")
+    assert server.schedule() == 0
+    said = job(server, asked["id"])["reason"]
+    assert f"re-cutting {CARD} on n1 to " in said, said
+    again = reopen(server)
+    try:
+        with again.client:
+            assert again.schedule() == 0
+            reason = job(again, asked["id"])["reason"]
+            assert f"re-cutting {CARD} on n1 to " in reason, reason  # not forgotten
+            card = again.client.get(PATH, headers=again.admin).json()
+            assert card["job"] == asked["id"], card
+            assert [e["event"] for e in card["events"]] == ["asked"], card  # none asked again
+            (order,) = _heartbeat(again)["recut"]
+            assert "4g.40gb@0" in order["layout"], order
+    finally:
+        again.plane.db.dispose()

@@ -11,7 +11,8 @@ and a cordoned or unhealthy one are busy: the rule keeps them, so the plane's on
 operation (``card_recut.recut_in``) takes what the cycle proposes. :func:`carry_out` asks each
 re-cut there, for the job, and writes the job's event; the job stays pending, and the pass after
 the agent has registered the new instances places it. Which re-cuts were asked for which job is
-kept in memory (:data:`BOOK`): after a restart a job asks afresh, among cards with none in flight.
+stored with the wanted layouts (``card_layouts.job``): a restarted plane answers the job with
+the re-cuts in flight for it, and neither asks another nor forgets it.
 """
 
 from __future__ import annotations
@@ -92,21 +93,17 @@ class PlaneRecuts:
         return {(r.node, r.card): read_layout("layout", r.layout) for r in rows}
 
     def in_flight(self, job: int) -> tuple[Recut, ...]:
-        """The re-cuts asked for ``job`` that are still wanted; the book forgets the rest."""
-        asked = self.plane.recuts_for.get(job, ())
-        if not asked:
-            return ()
-        wanted = self.wanted()
-        left = tuple(
-            r
-            for r in asked
-            if sorted(wanted.get((r.node, r.uuid), ()), key=str) == sorted(r.layout, key=str)
+        """The re-cuts asked for ``job`` and still wanted (stored: an applied or failed one, or
+        one the admin asked over, has no row for ``job`` any more), by node and card."""
+        c = card_layouts.c
+        rows = self.conn.execute(
+            select(c.node, c.card, c.layout).where(c.job == job).order_by(c.node, c.card)
         )
-        if left != asked:
-            self.plane.recuts_for.pop(job, None)
-            if left:
-                self.plane.recuts_for[job] = left
-        return left
+        plane = self.plane
+        return tuple(
+            Recut(r.node, r.card, _current(plane, r.node, r.card), read_layout("layout", r.layout))
+            for r in rows
+        )
 
     def cards(self, job: int) -> Sequence[PartitionCard]:
         ripe: list[float] = []
@@ -121,6 +118,16 @@ class PlaneRecuts:
                 ripe.append(rest.until)
         self.ripe_at = min(ripe, default=None)
         return found
+
+
+def _current(plane: ControlPlane, node: str, card: str) -> Layout:
+    """Card ``card`` of ``node`` as its agent last reported it (empty: no such node or card)."""
+    rec = plane.node(node)
+    if rec is None:
+        return ()
+    return tuple(
+        (d.partition or "", d.partition_start) for d in rec.node.devices if d.partition_of == card
+    )
 
 
 def offered_cards(
@@ -205,11 +212,9 @@ def carry_out(plane: ControlPlane, conn: Connection, job: int, decision: Recutti
         try:
             if rec is None:
                 raise XpupoolError(f"node {r.node} is gone")
-            recut_in(plane, conn, rec, r.uuid, r.layout, f"for job {job}")
+            recut_in(plane, conn, rec, r.uuid, r.layout, f"for job {job}", job)
         except XpupoolError as exc:
             log.info("job %d: re-cut of %s on %s refused: %s", job, r.uuid, r.node, exc)
             break
         asked.append(r)
-    if asked:
-        plane.recuts_for[job] = tuple(asked)
     return len(asked) == len(decision.recuts)

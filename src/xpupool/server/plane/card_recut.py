@@ -87,6 +87,7 @@ class CardLayout:
     why: str
     asked_at: float | None
     events: tuple[CardEvent, ...]
+    job: int | None = None  # the job the scheduling cycle asked the wanted layout for
     failures: int = 0  # failed re-cuts in a row (recut_backoff.py)
     resting_until: float | None = None  # no re-cut proposed by the cycle before (Unix time)
 
@@ -160,14 +161,21 @@ def recut(
 
 
 def recut_in(
-    plane: ControlPlane, conn: Connection, rec: NodeRecord, card: str, layout: Layout, why: str
+    plane: ControlPlane,
+    conn: Connection,
+    rec: NodeRecord,
+    card: str,
+    layout: Layout,
+    why: str,
+    job: int | None = None,
 ) -> None:
     """:func:`recut` inside a write the caller holds (the scheduling pass's batch, asking a
-    re-cut the cycle proposed: ``layout`` is then the engine's, checked against the geometry
-    here as well). Raises as :func:`recut` does, before changing anything."""
+    re-cut the cycle proposed for ``job``, stored with it: ``layout`` is then the engine's,
+    checked against the geometry here as well). Raises as :func:`recut` does, before changing
+    anything."""
     device, _, _ = _card(rec, card)
     layout = _check_layout(device, layout_words(layout))
-    _ask(plane, conn, _checked(plane, rec, card, layout), why, None)
+    _ask(plane, conn, _checked(plane, rec, card, layout), why, None, job)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,9 +220,15 @@ def _checked(plane: ControlPlane, rec: NodeRecord, card: str, layout: Layout) ->
 
 
 def _ask(
-    plane: ControlPlane, conn: Connection, asked: _Asked, why: str, who: Principal | None
+    plane: ControlPlane,
+    conn: Connection,
+    asked: _Asked,
+    why: str,
+    who: Principal | None,
+    job: int | None = None,
 ) -> None:
-    """Store ``asked`` (its wanted layout, cordons, event and audit row) in ``conn``."""
+    """Store ``asked`` (its wanted layout, the job it is for, cordons, event and audit row) in
+    ``conn``."""
     rec, card, now = asked.rec, asked.card, plane.clock()
     node = rec.node.name
     shown = layout_words(asked.layout)
@@ -227,7 +241,13 @@ def _ask(
         cordoned = [d.uuid for d in asked.gone if d.uuid not in rec.cordoned_devices]
         conn.execute(
             insert(card_layouts).values(
-                node=node, card=card, layout=shown, why=why, asked_at=now, cordoned=cordoned
+                node=node,
+                card=card,
+                layout=shown,
+                why=why,
+                asked_at=now,
+                cordoned=cordoned,
+                job=job,
             )
         )
         _event(conn, node, card, now, "asked", f"{shown} ({why})")
@@ -272,6 +292,7 @@ def _view(plane: ControlPlane, rec: NodeRecord, card: str) -> CardLayout:
         wanted=None if row is None else read_layout("layout", row["layout"]),
         why="" if row is None else row["why"],
         asked_at=None if row is None else row["asked_at"],
+        job=None if row is None else row["job"],
         events=events,
         failures=0 if failed is None else failed.failures,
         resting_until=None if resting is None else resting.until,

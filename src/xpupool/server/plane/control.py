@@ -32,7 +32,6 @@ from xpupool.engine.engine import Engine
 from xpupool.engine.host import EngineHost
 from xpupool.engine.learning_pace import LearningPace
 from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile, known_profile
-from xpupool.engine.recut_proposal import Recut
 from xpupool.engine.state import ClusterState
 from xpupool.engine.verdict import Verdicts
 from xpupool.model.allocation import Allocation
@@ -199,7 +198,6 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         self.meter = UsageMeter()  # what each replica run used (server/usage/meter.py)
         self.card_idle = CardIdle(clock())  # since when each card held nothing (card_idle.py)
         self.recut_backoff = RecutBackoff()  # cards whose re-cuts failed (recut_backoff.py)
-        self.recuts_for: dict[int, tuple[Recut, ...]] = {}  # re-cuts asked per job (auto_recut.py)
         self.max_grace_s = MAX_GRACE_S  # the longest grace= a job may ask (up --max-grace)
         self.billing = Billing()  # prices, budgets and spend (server/usage/billing.py)
         # the admission order's usage over a decaying window (engine/cycle/fair_share.py);

@@ -170,7 +170,6 @@ def _try_admit(plane: ControlPlane, conn: Connection, writes: JobWrites, job: Pe
         _still_pending(plane, writes, job, gen, render(CannotSchedule(str(exc))))
         return False
     if isinstance(decision, Place):
-        plane.recuts_for.pop(job.id, None)
         _record_placement(plane, conn, writes, job, decision.admitted)
         return True
     outcome = decision.outcome

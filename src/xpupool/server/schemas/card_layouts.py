@@ -51,6 +51,11 @@ class CardLayoutView(Lenient):
     )
     why: str = Field("", description="Why it was asked; empty when nothing is wanted.")
     asked_at: float | None = Field(None, description="Unix time it was asked; null: none.")
+    job: int | None = Field(
+        None,
+        description="The job the scheduling cycle asked the wanted layout for (it waits for it); "
+        "null: asked by the admin, or nothing wanted.",
+    )
     events: list[CardEventView] = Field(
         default_factory=list, description="Its latest re-cut events, newest first."
     )
