@@ -46,6 +46,9 @@ class PartitionCard:
     layout: Layout
     busy: frozenset[Instance] = frozenset()
     resting: bool = False
+    # the device UUID of each instance of ``layout``, in its order (empty: not given, and the
+    # cycle then never preempts work on the card for a re-cut: ``recutting.recut_victims``)
+    uuids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -170,7 +170,8 @@ def offered_cards(
                         ripe.append(ends)
             busy = frozenset((d.partition or "", d.partition_start) for d in kept)
             layout = tuple((d.partition or "", d.partition_start) for d in instances)
-            out.append(PartitionCard(name, card, scheme, layout, busy))
+            uuids = tuple(d.uuid for d in instances)
+            out.append(PartitionCard(name, card, scheme, layout, busy, uuids=uuids))
     return out
 
 
