@@ -6,7 +6,7 @@ gets none, and such a job is refused at submission as before."""
 
 from __future__ import annotations
 
-from server_kit import Server, job, reopen, submit, tenant
+from server_kit import Server, job, queue, reopen, submit, tenant
 from test_card_recut import CARD, PATH, _heartbeat, _put, _register
 
 from xpupool.server.plane.card_recut import DEFAULT_MIN_IDLE_S
@@ -119,3 +119,25 @@ def test_a_restarted_plane_answers_the_job_with_its_recut_in_flight(server: Serv
             assert "4g.40gb@0" in order["layout"], order
     finally:
         again.plane.db.dispose()
+
+
+def test_lower_priority_work_in_the_way_of_a_recut_is_preempted_for_it(server: Server) -> None:
+    _register(server)
+    server.clock.advance(DEFAULT_MIN_IDLE_S + 1)
+    token = tenant(server, "a")
+    queue(server, "a", "a", [], max_priority=10)
+    low = submit(server, token, "A100 mig=3g.40gb")  # on 3g.40gb@0, where a 4g.40gb starts
+    assert server.schedule() == 1
+    high = submit(server, token, "A100 mig=4g.40gb", priority=10)
+    assert server.schedule() == 0
+    reason = job(server, high["id"])["reason"]
+    assert reason.endswith("preempting 1 lower-priority job(s)"), reason
+    assert job(server, low["id"])["reason"].startswith("preempted by job"), job(server, low["id"])
+    assert _heartbeat(server)["recut"] == []  # asked by the next pass, once the victim is gone
+    # the victim (not started yet) gave its instance back at once; the instance is re-cut at once
+    # (no minimum idle time after a preemption), before the requeued victim could take it back
+    assert server.schedule() == 0
+    assert job(server, low["id"])["state"] == "pending"
+    (order,) = _heartbeat(server)["recut"]
+    assert "4g.40gb@0" in order["layout"], order
+    assert f"re-cutting {CARD} on n1 to " in job(server, high["id"])["reason"]
