@@ -132,17 +132,26 @@ class ServerProc:
         return path
 
     def start_agent(
-        self, tmp: Path, node: str, fake: Path, *extra: str, env: dict[str, str] | None = None
+        self,
+        tmp: Path,
+        node: str,
+        fake: Path,
+        *extra: str,
+        env: dict[str, str] | None = None,
+        again: bool = False,
     ) -> tuple[subprocess.Popen[bytes], Path]:
         """A standalone ``xpupool agent`` for ``node`` with devices from ``fake``, its token (of
-        a new tenant ``<node>-ops``) and work dir under ``tmp``; its output in the returned log.
-        Stop it with :func:`stop_process`."""
-        token_file = self.agent_token_file(tmp / "agent-token", f"{node}-ops")
+        a new tenant ``<node>-ops``; ``again``: the one an earlier call wrote, for the same
+        agent started again) and work dir under ``tmp``; its output in the returned log. Stop
+        it with :func:`stop_process`."""
+        token_file = tmp / "agent-token"
+        if not again:
+            self.agent_token_file(token_file, f"{node}-ops")
         log = tmp / "agent.log"
         argv = [sys.executable, "-c", "from xpupool.cli import main; main()", "agent"]
         argv += ["--server", self.url, "--token-file", str(token_file), "--node", node]
         argv += ["--fake", str(fake), "--work-dir", str(tmp / "agent"), *extra]
-        with log.open("wb") as out:
+        with log.open("ab" if again else "wb") as out:
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
         return proc, log
 

@@ -36,14 +36,19 @@ instance of a profile, or None: ``hami_mig_choice``, or ``recut_choice`` with it
 
 @dataclass(frozen=True, slots=True)
 class PartitionCard:
-    """A card in partition mode as the front knows it: where it is, its scheme, its layout and
-    which of its instances hold work."""
+    """A card in partition mode as the front knows it: where it is, its scheme, its layout,
+    which of its instances hold work, and whether the front lets no re-cut change it now though
+    one may later (``resting``: its last re-cuts failed and the front waits before the next)."""
 
     node: str
     uuid: str
     scheme: PartitionScheme
     layout: Layout
     busy: frozenset[Instance] = frozenset()
+    resting: bool = False
+    # the device UUID of each instance of ``layout``, in its order (empty: not given, and the
+    # cycle then never preempts work on the card for a re-cut: ``recutting.recut_victims``)
+    uuids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +79,9 @@ def propose_recut(
     """The re-cuts after which one replica of ``req`` has free instances to take: one card for a
     replica of one device, ``req.devices.count`` cards of one node otherwise (the first node, in
     the order of ``cards``, where the rule finds them all); empty when the rule finds none or
-    ``req`` asks for no partition. A card already holding a free instance of the profile is
-    answered with its layout unchanged, and left out of the result. Changes nothing."""
+    ``req`` asks for no partition; a ``resting`` card is never chosen. A card already holding a
+    free instance of the profile is answered with its layout unchanged, and left out of the
+    result. Changes nothing."""
     d = req.devices
     if d.count < 1 or (d.partition is None and d.isolated_mib is None):
         return ()
@@ -85,7 +91,7 @@ def propose_recut(
         if card.node not in fits:
             i = engine.node_index(card.node)
             fits[card.node] = i is not None and bool(host[i])
-    usable = [c for c in cards if fits[c.node]]
+    usable = [c for c in cards if fits[c.node] and not c.resting]
     if d.count == 1:
         return _one(usable, d, rule)
     for node in dict.fromkeys(c.node for c in usable):

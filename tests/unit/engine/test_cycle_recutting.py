@@ -7,16 +7,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from test_cycle import Job  # the cycle's pending work, as its own tests give it
+from test_cycle import Held, Job  # the cycle's work, as its own tests give it
 
 from xpupool.catalog import load_accelerators, load_partitions
 from xpupool.catalog.partition_cards import cut_card
 from xpupool.catalog.partition_geometry import Instance, Layout
 from xpupool.catalog.partitions import PartitionScheme
-from xpupool.engine.cycle import Admission, QueueSpec, SchedulingCycle, Wait
+from xpupool.engine.cycle import Admission, Place, Preempt, QueueSpec, SchedulingCycle, Wait
 from xpupool.engine.cycle.recutting import Recutting
+from xpupool.engine.cycle.work import RunningWork
 from xpupool.engine.fragmentation import TargetWorkload
-from xpupool.engine.outcomes import Code, render
+from xpupool.engine.outcomes import Code, PreemptingLowerPriority, render
 from xpupool.engine.partition_recut import recut_choice
 from xpupool.engine.recut_proposal import PartitionCard, Recut, RecutRule
 from xpupool.engine.verdict import Verdicts
@@ -126,3 +127,71 @@ def test_a_free_instance_of_the_profile_is_taken_without_a_recut() -> None:
     decision = _cycle(TWO_3G, offer).decide(_job(1, DeviceRequest(1, partition="3g.40gb")), {})
     assert not isinstance(decision, Recutting | Wait)
     assert offer.asked == []
+
+
+def test_a_resting_card_is_not_cut_though_a_recut_could_serve_later() -> None:
+    offer = Offer([replace(_card(), resting=True)])
+    decision = _cycle(TWO_3G, offer).decide(_job(1, DeviceRequest(1, partition="4g.40gb")), {})
+    assert isinstance(decision, Wait)
+    assert decision.outcome.code is Code.NO_NODE_FITS, render(decision.outcome)  # not never
+
+
+def _held_cards(
+    priorities: Sequence[int | None], cards: int = 1
+) -> tuple[SchedulingCycle, dict[int, RunningWork]]:
+    """Node n0 with ``cards`` A100s cut 3g.40gb@0 + 3g.40gb@4, offered with their instances'
+    UUIDs and every instance busy; job ``i + 1`` holds the ``i``-th instance (card by card, in
+    slice order) with priority ``priorities[i]``, or held it and is gone (None: its instance is
+    kept only for the front's minimum idle time)."""
+    whole = gpu_node("n0", count=cards)
+    parts = load_partitions(), load_accelerators()
+    devices = tuple(d for card in whole.devices for d in cut_card(card, TWO_3G, *parts))
+    engine = engine_for(replace(whole, devices=devices))
+    cycle = SchedulingCycle(Admission(engine, [QueueSpec("q", "t", ())]), Verdicts(engine.state))
+    running: dict[int, RunningWork] = {}
+    for i, (device, priority) in enumerate(zip(devices, priorities, strict=True)):
+        want = DeviceRequest(1, partition="3g.40gb", uuids=(device.uuid,))
+        decision = cycle.decide(Job(i + 1, "q", 0, Request("j", 1000, 1024, want)), {})
+        assert isinstance(decision, Place)
+        if priority is not None:
+            allocs = list(decision.admitted.placement.allocations)
+            running[i + 1] = Held(i + 1, priority, allocs)
+    offered = []
+    for card in whole.devices:
+        mine = [d for d in devices if d.partition_of == card.uuid]
+        layout = tuple((d.partition or "", d.partition_start) for d in mine)
+        uuids = tuple(d.uuid for d in mine)
+        offered.append(PartitionCard("n0", card.uuid, A100, layout, frozenset(layout), uuids=uuids))
+    cycle.recuts = Offer(offered)
+    return cycle, running
+
+
+def _four_g(job_id: int, priority: int) -> Job:
+    return Job(
+        job_id, "q", priority, Request("j", 1000, 1024, DeviceRequest(1, partition="4g.40gb"))
+    )
+
+
+def test_lower_priority_work_on_the_slices_a_recut_needs_is_preempted_for_it() -> None:
+    cycle, running = _held_cards([1, 9])
+    live = dict(cycle.engine.state.live)
+    decision = cycle.decide(_four_g(3, 5), running)
+    assert isinstance(decision, Preempt), decision
+    assert isinstance(decision.outcome, PreemptingLowerPriority), render(decision.outcome)
+    # the 4g.40gb starts at slice 0: the priority-1 job there stops, the priority-9 one runs on
+    assert [v.id for v in decision.victims] == [1]
+    assert cycle.engine.state.live == live  # deciding changed nothing
+
+
+def test_work_of_equal_or_higher_priority_is_never_preempted_for_a_recut() -> None:
+    cycle, running = _held_cards([5, 1])
+    decision = cycle.decide(_four_g(3, 5), running)
+    assert isinstance(decision, Wait), decision
+
+
+def test_no_more_work_is_preempted_while_freed_slices_wait_out_the_idle_minimum() -> None:
+    # the first card's slice 0 was freed (its job gone) and waits out the minimum idle time; the
+    # second card's slice 0 holds lower-priority work that a re-cut there would stop
+    cycle, running = _held_cards([None, 9, 1, 9], cards=2)
+    decision = cycle.decide(_four_g(5, 5), running)
+    assert isinstance(decision, Wait), decision

@@ -6,10 +6,11 @@ gets none, and such a job is refused at submission as before."""
 
 from __future__ import annotations
 
-from server_kit import Server, job, submit, tenant
-from test_card_recut import CARD, _heartbeat, _register
+from server_kit import Server, job, queue, reopen, submit, tenant
+from test_card_recut import CARD, PATH, _heartbeat, _put, _register
 
 from xpupool.server.plane.card_recut import DEFAULT_MIN_IDLE_S
+from xpupool.server.plane.recut_backoff import BASE_S, MAX_S
 
 
 def test_a_job_waits_for_the_minimum_idle_time_then_its_recut_reaches_the_agent(
@@ -45,3 +46,98 @@ def test_a_pool_that_forbids_recuts_gets_none(server: Server) -> None:
     submit(server, token, "A100 mig=3g.40gb")
     assert server.schedule() == 1  # the instance that exists serves as before
     assert _heartbeat(server)["recut"] == []
+
+
+def _fail(server: Server) -> None:
+    """The agent takes the re-cut asked and reports its tool failed."""
+    (order,) = _heartbeat(server)["recut"]
+    failure = {"card": order["card"], "reason": "nvidia-smi mig -cgi 4g.40gb:0 -C: In use"}
+    assert _heartbeat(server, recut_failed=[failure])["recut"] == []
+
+
+def test_a_failed_recut_is_not_asked_again_until_its_rest_ends(server: Server) -> None:
+    _register(server)
+    server.clock.advance(DEFAULT_MIN_IDLE_S + 1)
+    token = tenant(server, "a")
+    asked = submit(server, token, "A100 mig=4g.40gb")
+    rests = []
+    for failures in (1, 2):
+        assert server.schedule() == 0
+        assert "re-cutting" in job(server, asked["id"])["reason"]
+        _fail(server)
+        assert server.schedule() == 0
+        assert _heartbeat(server)["recut"] == []  # the next pass asks none
+        reason = job(server, asked["id"])["reason"]
+        assert f"re-cuts of {CARD} on n1 failed" in reason and "In use" in reason, reason
+        assert "none proposed before" in reason, reason
+        card = server.client.get(PATH, headers=server.admin).json()
+        assert card["failures"] == failures, card
+        rests.append(card["resting_until"] - server.clock())
+        server.clock.advance(card["resting_until"] - server.clock() + 1)
+    assert rests == [BASE_S, 2 * BASE_S]  # doubling
+    assert server.schedule() == 0  # the rest over, the job is tried and asks again
+    assert len(_heartbeat(server)["recut"]) == 1
+    _heartbeat(server, recut_failed=[{"card": CARD, "reason": "In use"}])
+    assert server.client.get(PATH, headers=server.admin).json()["failures"] == 3
+    r = _put(server, ["3g.40gb@0", "3g.40gb@4"])  # the admin ends the rest
+    assert r.status_code == 200, r.text
+    assert r.json()["failures"] == 0 and r.json()["resting_until"] is None, r.json()
+
+
+def test_the_rest_doubles_up_to_its_longest() -> None:
+    from xpupool.server.plane.recut_backoff import RecutBackoff
+
+    backoff = RecutBackoff()
+    rests = [backoff.failed("n1", CARD, 0.0, "no").until for _ in range(8)]
+    assert rests == [60.0, 120.0, 240.0, 480.0, 960.0, MAX_S, MAX_S, MAX_S]
+    assert backoff.resting("n1", CARD, MAX_S - 1) is not None
+    assert backoff.resting("n1", CARD, MAX_S) is None
+    assert backoff.resting("n1", "another", 0.0) is None
+    backoff.cleared("n1", CARD)
+    assert backoff.last("n1", CARD) is None
+    assert backoff.failed("n1", CARD, 0.0, "no").until == BASE_S
+
+
+def test_a_restarted_plane_answers_the_job_with_its_recut_in_flight(server: Server) -> None:
+    _register(server)
+    server.clock.advance(DEFAULT_MIN_IDLE_S + 1)
+    token = tenant(server, "a")
+    asked = submit(server, token, "A100 mig=4g.40gb")
+    assert server.schedule() == 0
+    said = job(server, asked["id"])["reason"]
+    assert f"re-cutting {CARD} on n1 to " in said, said
+    again = reopen(server)
+    try:
+        with again.client:
+            assert again.schedule() == 0
+            reason = job(again, asked["id"])["reason"]
+            assert f"re-cutting {CARD} on n1 to " in reason, reason  # not forgotten
+            card = again.client.get(PATH, headers=again.admin).json()
+            assert card["job"] == asked["id"], card
+            assert [e["event"] for e in card["events"]] == ["asked"], card  # none asked again
+            (order,) = _heartbeat(again)["recut"]
+            assert "4g.40gb@0" in order["layout"], order
+    finally:
+        again.plane.db.dispose()
+
+
+def test_lower_priority_work_in_the_way_of_a_recut_is_preempted_for_it(server: Server) -> None:
+    _register(server)
+    server.clock.advance(DEFAULT_MIN_IDLE_S + 1)
+    token = tenant(server, "a")
+    queue(server, "a", "a", [], max_priority=10)
+    low = submit(server, token, "A100 mig=3g.40gb")  # on 3g.40gb@0, where a 4g.40gb starts
+    assert server.schedule() == 1
+    high = submit(server, token, "A100 mig=4g.40gb", priority=10)
+    assert server.schedule() == 0
+    reason = job(server, high["id"])["reason"]
+    assert reason.endswith("preempting 1 lower-priority job(s)"), reason
+    assert job(server, low["id"])["reason"].startswith("preempted by job"), job(server, low["id"])
+    assert _heartbeat(server)["recut"] == []  # asked by the next pass, once the victim is gone
+    # the victim (not started yet) gave its instance back at once; the instance is re-cut at once
+    # (no minimum idle time after a preemption), before the requeued victim could take it back
+    assert server.schedule() == 0
+    assert job(server, low["id"])["state"] == "pending"
+    (order,) = _heartbeat(server)["recut"]
+    assert "4g.40gb@0" in order["layout"], order
+    assert f"re-cutting {CARD} on n1 to " in job(server, high["id"])["reason"]

@@ -21,7 +21,7 @@ from xpupool.engine.cycle.elastic import ElasticBook, Shrink, shrink_plan
 from xpupool.engine.cycle.eviction import may_evict, may_reclaim
 from xpupool.engine.cycle.faster_cards import FasterCards, FasterMove
 from xpupool.engine.cycle.preempt import Loss, plan_preemption
-from xpupool.engine.cycle.recutting import RecutOffer, Recutting, recutting
+from xpupool.engine.cycle.recutting import RecutOffer, Recutting, recut_victims, recutting
 from xpupool.engine.cycle.reservations import Reservations, Within
 from xpupool.engine.cycle.stop_cost import StopCosts, cards_of
 from xpupool.engine.cycle.work import PendingWork, RunningWork, Stopping
@@ -223,6 +223,8 @@ class SchedulingCycle:
             spec = self.admission.queues[job.queue]
             if spec.preemption is Preemption.LOWER_PRIORITY:
                 victims = self.preemption_victims(job, running)
+                if not victims and self.recuts is not None:  # a card of such work, re-cut
+                    victims = recut_victims(self.engine, self.recuts, job, running)
                 if victims:
                     return Preempt(PreemptingLowerPriority(reason, len(victims)), victims)
             borrowers = self._borrowers(job)

@@ -11,22 +11,36 @@ without stopping anyone, so the cycle asks for it before it preempts. The offer 
 to at most one re-cut in flight and a job to the re-cuts already asked for it: a job whose
 re-cut is in flight is answered with those (:attr:`Recutting.new` False), never another card.
 The offer marks busy every instance a re-cut must keep (held by work, or idle for less than the
-front's minimum), and the rule keeps busy instances exactly.
+front's minimum), and the rule keeps busy instances exactly. When no re-cut of free slices serves
+and the job's queue preempts lower priorities, :func:`recut_victims` lets the rule cut the slices
+of work the job may evict (``eviction.may_evict``) as if free: the jobs on the instances such a
+re-cut destroys are stopped through the cycle's one preemption decision
+(``Preempt``, ``PreemptingLowerPriority``), and once their instances are free (and idle for the
+front's minimum) a later pass asks the re-cut like any other.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from xpupool.catalog.partition_cards import layout_words
+from xpupool.engine.cycle.eviction import may_evict
+from xpupool.engine.cycle.work import PendingWork, RunningWork
 from xpupool.engine.engine import Engine
 from xpupool.engine.outcomes import RecuttingCards, Refused
 from xpupool.engine.recut_proposal import PartitionCard, Recut, RecutRule, propose_recut
 from xpupool.model.request import Request
 
-__all__ = ["RecutOffer", "Recutting", "asks_partition", "recuttable", "recutting"]
+__all__ = [
+    "RecutOffer",
+    "Recutting",
+    "asks_partition",
+    "recut_victims",
+    "recuttable",
+    "recutting",
+]
 
 
 class RecutOffer(Protocol):
@@ -46,7 +60,7 @@ class RecutOffer(Protocol):
     def cards(self, job: int) -> Sequence[PartitionCard]:
         """The cards a re-cut for ``job`` may change now, in the pool's order: in partition mode,
         on nodes whose pool allows re-cuts, with no re-cut in flight; ``busy`` holds every
-        instance a re-cut must keep."""
+        instance a re-cut must keep, and a card the front may re-cut only later is ``resting``."""
         ...
 
 
@@ -77,6 +91,58 @@ def recutting(
     if not found:
         return recuttable(cards, req)
     return Recutting(_outcome(cause, found), found, new=True)
+
+
+def recut_victims(
+    engine: Engine, offer: RecutOffer, job: PendingWork, running: Mapping[int, RunningWork]
+) -> tuple[RunningWork, ...]:
+    """The running jobs to stop so that a re-cut serves ``job``'s partition request when none of
+    free slices does: the cards are offered to the rule with the instances held by jobs ``job``
+    may evict (``uuids`` matched to ``running``'s allocations) free, those of other work still
+    busy (kept exactly), and the holders of the instances the proposed re-cuts destroy are the
+    victims (work on an instance a re-cut keeps goes on). Empty when no such re-cut is found,
+    when one will serve once instances the front keeps only for a while are free (the victims
+    of an earlier decision, idle for less than the front's minimum: nobody more is stopped),
+    or when ``job`` asks for no partition. Changes nothing."""
+    if not asks_partition(job.request):
+        return ()
+    holder_of = {u: h for h in running.values() for a in h.allocations for u in a.device_uuids}
+
+    def evictable(h: RunningWork) -> bool:
+        return may_evict(h.priority, job.priority, leaving=bool(h.stopping))
+
+    if not any(evictable(h) for h in running.values()):
+        return ()  # nobody to stop: the offer is not asked again
+    cards = offer.cards(job.id)
+    if propose_recut(engine, [_held_only(c, holder_of) for c in cards], job.request, offer.rule):
+        return ()  # slices only kept idle (victims gone, or others) will serve: wait for them
+    opened: list[PartitionCard] = []
+    for card in cards:
+        freed = frozenset(
+            i
+            for i, u in zip(card.layout, card.uuids, strict=False)
+            if u in holder_of and evictable(holder_of[u])
+        )
+        opened.append(replace(card, busy=card.busy - freed) if freed else card)
+    victims: dict[int, RunningWork] = {}
+    for recut in propose_recut(engine, opened, job.request, offer.rule):
+        card = next(c for c in cards if (c.node, c.uuid) == (recut.node, recut.uuid))
+        kept = list(recut.layout)
+        for instance, uuid in zip(card.layout, card.uuids, strict=False):
+            if instance in kept:
+                kept.remove(instance)
+            elif uuid in holder_of:
+                victims[holder_of[uuid].id] = holder_of[uuid]
+    return tuple(victims.values())
+
+
+def _held_only(card: PartitionCard, holder_of: Mapping[str, RunningWork]) -> PartitionCard:
+    """``card`` with only the instances work holds busy: what it could take once the front's
+    other reasons to keep instances (idle for less than its minimum) have passed."""
+    if not card.uuids:  # not told which instance is which: kept as offered
+        return card
+    held = frozenset(i for i, u in zip(card.layout, card.uuids, strict=False) if u in holder_of)
+    return replace(card, busy=card.busy & held)
 
 
 def asks_partition(req: Request) -> bool:

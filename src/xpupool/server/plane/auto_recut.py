@@ -3,19 +3,24 @@
 :class:`PlaneRecuts` is the cycle's ``RecutOffer`` for one batch of a scheduling pass: the cards
 it may re-cut are the partitioned cards of ready, uncordoned agent nodes whose pool allows
 re-cuts (``xpupool/recut`` not ``"false"``), with no re-cut in flight (no wanted layout stored,
-read through the batch's own transaction, so a card asked earlier in the batch counts). An
+read through the batch's own transaction, so a card asked earlier in the batch counts); a card
+whose last re-cuts failed is at rest (``recut_backoff.py``): offered ``resting``, never chosen,
+and a job it could serve is tried again when the rest ends, its reason saying so (:func:`note`). An
 instance a job holds, one idle for less than the minimum (``xpupool up --recut-min-idle``),
 and a cordoned or unhealthy one are busy: the rule keeps them, so the plane's one re-cut
 operation (``card_recut.recut_in``) takes what the cycle proposes. :func:`carry_out` asks each
 re-cut there, for the job, and writes the job's event; the job stays pending, and the pass after
 the agent has registered the new instances places it. Which re-cuts were asked for which job is
-kept in memory (:data:`BOOK`): after a restart a job asks afresh, among cards with none in flight.
+stored with the wanted layouts (``card_layouts.job``): a restarted plane answers the job with
+the re-cuts in flight for it, and neither asks another nor forgets it.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, select
@@ -32,6 +37,7 @@ from xpupool.model.device import Device
 from xpupool.model.errors import XpupoolError
 from xpupool.model.request import Request
 from xpupool.server.plane.card_recut import RECUT_LABEL, recut_in
+from xpupool.server.plane.recut_backoff import Resting
 from xpupool.server.schemas.nodes import NodeStatus
 from xpupool.server.storage.card_layouts import card_layouts
 
@@ -39,7 +45,7 @@ if TYPE_CHECKING:
     from xpupool.server.plane.control import ControlPlane
 
 log = logging.getLogger("xpupool.scheduler")
-__all__ = ["PlaneRecuts", "carry_out", "could_serve", "offered_cards"]
+__all__ = ["PlaneRecuts", "carry_out", "could_serve", "note", "offered_cards"]
 
 NO_WORKLOAD = TargetWorkload((), ())
 
@@ -55,6 +61,13 @@ class PlaneRecuts:
         # the last :meth:`cards` found (None: none): a job that waits for it is tried again
         # then, though nothing is released meanwhile (the retry gate waits for a release)
         self.ripe_at: float | None = None
+        # the cards at rest after failed re-cuts, as the last :meth:`cards` found them
+        self.resting: list[tuple[PartitionCard, Resting]] = []
+
+    def fresh(self) -> None:
+        """Forget what the last job's :meth:`cards` found (the pass tries another job)."""
+        self.ripe_at = None
+        self.resting = []
 
     @property
     def rule(self) -> RecutRule:
@@ -80,27 +93,41 @@ class PlaneRecuts:
         return {(r.node, r.card): read_layout("layout", r.layout) for r in rows}
 
     def in_flight(self, job: int) -> tuple[Recut, ...]:
-        """The re-cuts asked for ``job`` that are still wanted; the book forgets the rest."""
-        asked = self.plane.recuts_for.get(job, ())
-        if not asked:
-            return ()
-        wanted = self.wanted()
-        left = tuple(
-            r
-            for r in asked
-            if sorted(wanted.get((r.node, r.uuid), ()), key=str) == sorted(r.layout, key=str)
+        """The re-cuts asked for ``job`` and still wanted (stored: an applied or failed one, or
+        one the admin asked over, has no row for ``job`` any more), by node and card."""
+        c = card_layouts.c
+        rows = self.conn.execute(
+            select(c.node, c.card, c.layout).where(c.job == job).order_by(c.node, c.card)
         )
-        if left != asked:
-            self.plane.recuts_for.pop(job, None)
-            if left:
-                self.plane.recuts_for[job] = left
-        return left
+        plane = self.plane
+        return tuple(
+            Recut(r.node, r.card, _current(plane, r.node, r.card), read_layout("layout", r.layout))
+            for r in rows
+        )
 
     def cards(self, job: int) -> Sequence[PartitionCard]:
         ripe: list[float] = []
         found = offered_cards(self.plane, self.wanted(), ripe)
+        backoff, now = self.plane.recut_backoff, self.plane.clock()
+        self.resting = []
+        for i, card in enumerate(found):
+            rest = backoff.resting(card.node, card.uuid, now)
+            if rest is not None:
+                found[i] = replace(card, resting=True)
+                self.resting.append((card, rest))
+                ripe.append(rest.until)
         self.ripe_at = min(ripe, default=None)
         return found
+
+
+def _current(plane: ControlPlane, node: str, card: str) -> Layout:
+    """Card ``card`` of ``node`` as its agent last reported it (empty: no such node or card)."""
+    rec = plane.node(node)
+    if rec is None:
+        return ()
+    return tuple(
+        (d.partition or "", d.partition_start) for d in rec.node.devices if d.partition_of == card
+    )
 
 
 def offered_cards(
@@ -143,7 +170,8 @@ def offered_cards(
                         ripe.append(ends)
             busy = frozenset((d.partition or "", d.partition_start) for d in kept)
             layout = tuple((d.partition or "", d.partition_start) for d in instances)
-            out.append(PartitionCard(name, card, scheme, layout, busy))
+            uuids = tuple(d.uuid for d in instances)
+            out.append(PartitionCard(name, card, scheme, layout, busy, uuids=uuids))
     return out
 
 
@@ -152,6 +180,27 @@ def could_serve(plane: ControlPlane, req: Request) -> bool:
     submission no instance can hold now is then not refused as unfittable (it waits for room
     and a re-cut). Under the plane's lock."""
     return asks_partition(req) and recuttable(offered_cards(plane, {}), req)
+
+
+def note(offer: object, req: Request) -> str:
+    """What a pending job's reason adds when cards at rest after failed re-cuts could serve it
+    (``offer`` is the batch's :class:`PlaneRecuts`, after the job's decision): ``; re-cuts of
+    CARD on NODE failed 2 times in a row (the tool's words): none proposed before TIME UTC``;
+    empty otherwise. Stable from pass to pass while the rest lasts (the reason is stored when
+    it changes)."""
+    if not isinstance(offer, PlaneRecuts):
+        return ""
+    said = []
+    for card, rest in offer.resting:
+        if not recuttable([card], req):
+            continue
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(rest.until))
+        times = "1 time" if rest.failures == 1 else f"{rest.failures} times"
+        said.append(
+            f"; re-cuts of {card.uuid} on {card.node} failed {times} in a row "
+            f"({' '.join(rest.reason.split())[:120]}): none proposed before {when} UTC"
+        )
+    return "".join(said[:3])
 
 
 def carry_out(plane: ControlPlane, conn: Connection, job: int, decision: Recutting) -> bool:
@@ -164,11 +213,9 @@ def carry_out(plane: ControlPlane, conn: Connection, job: int, decision: Recutti
         try:
             if rec is None:
                 raise XpupoolError(f"node {r.node} is gone")
-            recut_in(plane, conn, rec, r.uuid, r.layout, f"for job {job}")
+            recut_in(plane, conn, rec, r.uuid, r.layout, f"for job {job}", job)
         except XpupoolError as exc:
             log.info("job %d: re-cut of %s on %s refused: %s", job, r.uuid, r.node, exc)
             break
         asked.append(r)
-    if asked:
-        plane.recuts_for[job] = tuple(asked)
     return len(asked) == len(decision.recuts)

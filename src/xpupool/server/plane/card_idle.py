@@ -1,7 +1,9 @@
 """Since when each device has held nothing, as far as this plane has seen: what a re-cut's
 minimum idle time is counted from (``card_recut.py``, ``xpupool up --recut-min-idle``). Kept in
 memory, told by ``ControlPlane.release_job``: after a restart every device counts from the
-plane's start, the safe side (a re-cut waits the minimum again)."""
+plane's start, the safe side (a re-cut waits the minimum again). A preempted job's release is
+not told: it was stopped so that its instances could be re-cut (``recutting.recut_victims``),
+and waiting would let it, requeued, take them back first."""
 
 from __future__ import annotations
 

@@ -12,7 +12,9 @@ writes an event and an audit row. Each heartbeat reply of the node carries its w
 (:func:`orders`); the agent runs the vendor tool and registers its new inventory as for any
 change of its cards; the reply that finds the card cut as wanted records it applied. An agent
 that reports its tool failed (:func:`failed`) drops the wanted layout, with the tool's words in
-the card's events: a failed re-cut is not retried behind the operator's back.
+the card's events, and puts the card at rest for the scheduling cycle (``recut_backoff.py``: it
+proposes no re-cut of the card for a while, doubling per failure in a row); a re-cut applied, or
+the admin's ``PUT``, ends the rest.
 
 Idle time is counted from the later of the plane's start and the last release of an allocation
 on the instance (``card_idle.py``, in memory: after a restart every instance waits the minimum
@@ -85,6 +87,9 @@ class CardLayout:
     why: str
     asked_at: float | None
     events: tuple[CardEvent, ...]
+    job: int | None = None  # the job the scheduling cycle asked the wanted layout for
+    failures: int = 0  # failed re-cuts in a row (recut_backoff.py)
+    resting_until: float | None = None  # no re-cut proposed by the cycle before (Unix time)
 
 
 def _card(rec: NodeRecord, card: str) -> tuple[Device, Layout, tuple[Device, ...]]:
@@ -151,18 +156,26 @@ def recut(
         asked = _checked(plane, rec, card, layout)
         with plane.write() as conn:
             _ask(plane, conn, asked, why, who)
+        plane.recut_backoff.cleared(node, card)  # the operator tries again: no rest
         return _view(plane, rec, card)
 
 
 def recut_in(
-    plane: ControlPlane, conn: Connection, rec: NodeRecord, card: str, layout: Layout, why: str
+    plane: ControlPlane,
+    conn: Connection,
+    rec: NodeRecord,
+    card: str,
+    layout: Layout,
+    why: str,
+    job: int | None = None,
 ) -> None:
     """:func:`recut` inside a write the caller holds (the scheduling pass's batch, asking a
-    re-cut the cycle proposed: ``layout`` is then the engine's, checked against the geometry
-    here as well). Raises as :func:`recut` does, before changing anything."""
+    re-cut the cycle proposed for ``job``, stored with it: ``layout`` is then the engine's,
+    checked against the geometry here as well). Raises as :func:`recut` does, before changing
+    anything."""
     device, _, _ = _card(rec, card)
     layout = _check_layout(device, layout_words(layout))
-    _ask(plane, conn, _checked(plane, rec, card, layout), why, None)
+    _ask(plane, conn, _checked(plane, rec, card, layout), why, None, job)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,9 +220,15 @@ def _checked(plane: ControlPlane, rec: NodeRecord, card: str, layout: Layout) ->
 
 
 def _ask(
-    plane: ControlPlane, conn: Connection, asked: _Asked, why: str, who: Principal | None
+    plane: ControlPlane,
+    conn: Connection,
+    asked: _Asked,
+    why: str,
+    who: Principal | None,
+    job: int | None = None,
 ) -> None:
-    """Store ``asked`` (its wanted layout, cordons, event and audit row) in ``conn``."""
+    """Store ``asked`` (its wanted layout, the job it is for, cordons, event and audit row) in
+    ``conn``."""
     rec, card, now = asked.rec, asked.card, plane.clock()
     node = rec.node.name
     shown = layout_words(asked.layout)
@@ -222,7 +241,13 @@ def _ask(
         cordoned = [d.uuid for d in asked.gone if d.uuid not in rec.cordoned_devices]
         conn.execute(
             insert(card_layouts).values(
-                node=node, card=card, layout=shown, why=why, asked_at=now, cordoned=cordoned
+                node=node,
+                card=card,
+                layout=shown,
+                why=why,
+                asked_at=now,
+                cordoned=cordoned,
+                job=job,
             )
         )
         _event(conn, node, card, now, "asked", f"{shown} ({why})")
@@ -243,6 +268,8 @@ def card_layout(plane: ControlPlane, node: str, card: str) -> CardLayout:
 def _view(plane: ControlPlane, rec: NodeRecord, card: str) -> CardLayout:
     device, current, instances = _card(rec, card)
     held = _held(plane, rec.node.name)
+    failed = plane.recut_backoff.last(rec.node.name, card)
+    resting = plane.recut_backoff.resting(rec.node.name, card, plane.clock())
     busy = tuple(
         (d.partition or "", d.partition_start) for d in instances if d.partition and d.uuid in held
     )
@@ -265,7 +292,10 @@ def _view(plane: ControlPlane, rec: NodeRecord, card: str) -> CardLayout:
         wanted=None if row is None else read_layout("layout", row["layout"]),
         why="" if row is None else row["why"],
         asked_at=None if row is None else row["asked_at"],
+        job=None if row is None else row["job"],
         events=events,
+        failures=0 if failed is None else failed.failures,
+        resting_until=None if resting is None else resting.until,
     )
 
 
@@ -286,6 +316,7 @@ def orders(plane: ControlPlane, conn: Connection, rec: NodeRecord) -> list[tuple
             continue
         if sorted(current, key=str) == sorted(read_layout("layout", words), key=str):
             _done(plane, conn, rec, row, "applied", ", ".join(words))
+            plane.recut_backoff.cleared(name, card)
             continue
         out.append((card, words))
     return out
@@ -293,11 +324,14 @@ def orders(plane: ControlPlane, conn: Connection, rec: NodeRecord) -> list[tuple
 
 def failed(plane: ControlPlane, conn: Connection, rec: NodeRecord, card: str, reason: str) -> None:
     """``rec``'s agent could not re-cut ``card`` (its vendor tool failed: ``reason``): the wanted
-    layout is dropped and the event says why. A card with no wanted layout is ignored."""
+    layout is dropped, the event says why, and the card is at rest for the scheduling cycle
+    (``recut_backoff.py``). A card with no wanted layout is ignored."""
     key = (card_layouts.c.node == rec.node.name) & (card_layouts.c.card == card)
     row = conn.execute(select(card_layouts).where(key)).mappings().first()
     if row is not None:
         _done(plane, conn, rec, row, "failed", reason[:500])
+        plane.recut_backoff.failed(rec.node.name, card, plane.clock(), reason[:500])
+        plane.bump()  # a job waiting for it is tried again: its reason names the rest
 
 
 def _done(

@@ -33,7 +33,6 @@ from xpupool.engine.engine import Engine
 from xpupool.engine.host import EngineHost
 from xpupool.engine.learning_pace import LearningPace
 from xpupool.engine.profile import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile, known_profile
-from xpupool.engine.recut_proposal import Recut
 from xpupool.engine.state import ClusterState
 from xpupool.engine.verdict import Verdicts
 from xpupool.model.allocation import Allocation
@@ -68,6 +67,7 @@ from xpupool.server.plane.records import (
     RunView,
     carry_transients,
 )
+from xpupool.server.plane.recut_backoff import RecutBackoff
 from xpupool.server.plane.registration import NodeRegistration
 from xpupool.server.plane.store import (
     pending_from_row,
@@ -198,7 +198,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         self.card_health = CardHealth()  # cards read unhealthy: cordoned, emptied, settling
         self.meter = UsageMeter()  # what each replica run used (server/usage/meter.py)
         self.card_idle = CardIdle(clock())  # since when each card held nothing (card_idle.py)
-        self.recuts_for: dict[int, tuple[Recut, ...]] = {}  # re-cuts asked per job (auto_recut.py)
+        self.recut_backoff = RecutBackoff()  # cards whose re-cuts failed (recut_backoff.py)
         # online defragmentation (``xpupool up --defrag``; plane/defrag_moves.py): None: off
         self.defrag: Defrag | None = None
         self.max_grace_s = MAX_GRACE_S  # the longest grace= a job may ask (up --max-grace)
@@ -816,6 +816,9 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
             if out.release or out.requeue:
                 writes.flush(conn)  # both go on to read or write the store
         if held is not None:
+            preempted = held.stop is StopCause.PREEMPTED or (  # before this outcome's stop
+                isinstance(event, lc.Stop) and event.cause is StopCause.PREEMPTED
+            )
             if out.phase in HOLDING_STATES:
                 held.state = out.phase
             stopping = out.stop is not None and held.stop is None
@@ -828,7 +831,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
             if out.release:
                 if out.phase is JobPhase.SUCCEEDED:
                     self._learn_run(conn, held, now)
-                self.release_job(conn, held)
+                self.release_job(conn, held, preempted)
             elif stopping:  # the sites of its nodes stop it; released when they report it ended
                 self.sites.stop(held, self._nodes)
         elif out.phase is not JobPhase.PENDING:
@@ -868,10 +871,11 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         request = request_from_dict(store.job_row(conn, job.id)["request"])
         self.site_dispatch.runtimes.record(request, now - job.started_at)
 
-    def release_job(self, conn: Connection, job: HeldJob) -> None:
+    def release_job(self, conn: Connection, job: HeldJob, preempted: bool = False) -> None:
         """Give back every allocation of ``job`` (engine, quota and store)."""
         self.meter.job_released(job.id, job.attempt, self.clock())  # its runs end (usage/)
-        self.card_idle.released(job.allocations, self.clock())  # idle from now (re-cuts)
+        if not preempted:  # a victim's instances may be re-cut at once (auto_recut.py)
+            self.card_idle.released(job.allocations, self.clock())  # idle from now (re-cuts)
         for alloc in job.allocations:
             self.admission.release(alloc.id)
         store.delete_allocations(conn, job.id)

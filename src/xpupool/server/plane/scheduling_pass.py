@@ -164,7 +164,7 @@ def _try_admit(plane: ControlPlane, conn: Connection, writes: JobWrites, job: Pe
     gen = plane.retry_gate.generation
     offer = plane.cycle.recuts
     if isinstance(offer, auto_recut.PlaneRecuts):
-        offer.ripe_at = None
+        offer.fresh()
     shrinking = elastic_runs.still_shrinking(plane, job)  # replicas stopped for it, not gone
     if shrinking is not None:
         _still_pending(plane, writes, job, gen, shrinking)
@@ -179,7 +179,6 @@ def _try_admit(plane: ControlPlane, conn: Connection, writes: JobWrites, job: Pe
         _still_pending(plane, writes, job, gen, render(CannotSchedule(str(exc))))
         return False
     if isinstance(decision, Place):
-        plane.recuts_for.pop(job.id, None)
         _record_placement(plane, conn, writes, job, decision.admitted)
         return True
     outcome = decision.outcome
@@ -202,6 +201,8 @@ def _try_admit(plane: ControlPlane, conn: Connection, writes: JobWrites, job: Pe
             writes.event({"job_id": job.id, "at": plane.clock(), "state": state, "reason": why})
     # cards held by pods that are no job of the plane's are named (plane/foreign_use.py)
     reason = render(outcome) + foreign_use.note(plane, outcome)
+    if not isinstance(decision, Recutting):  # cards at rest after failed re-cuts are named
+        reason += auto_recut.note(offer, job.request)
     _still_pending(plane, writes, job, gen, reason)
     ripe = offer.ripe_at if isinstance(offer, auto_recut.PlaneRecuts) else None
     if ripe is not None and not isinstance(decision, Recutting):

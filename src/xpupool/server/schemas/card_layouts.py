@@ -51,6 +51,22 @@ class CardLayoutView(Lenient):
     )
     why: str = Field("", description="Why it was asked; empty when nothing is wanted.")
     asked_at: float | None = Field(None, description="Unix time it was asked; null: none.")
+    job: int | None = Field(
+        None,
+        description="The job the scheduling cycle asked the wanted layout for (it waits for it); "
+        "null: asked by the admin, or nothing wanted.",
+    )
     events: list[CardEventView] = Field(
         default_factory=list, description="Its latest re-cut events, newest first."
+    )
+    failures: int = Field(
+        0,
+        description="Its failed re-cuts in a row (the agent's vendor tool failed), since the last "
+        "one applied or asked by the admin; 0: none.",
+    )
+    resting_until: float | None = Field(
+        None,
+        description="Unix time before which the scheduling cycle proposes no re-cut of this card "
+        "(a rest after failed re-cuts: 60 s, doubling per failure in a row, at most 30 min; the "
+        "admin's PUT ends it); null: none.",
     )

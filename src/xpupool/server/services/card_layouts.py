@@ -23,7 +23,10 @@ def view(found: cr.CardLayout) -> CardLayoutView:
         wanted=None if found.wanted is None else layout_words(found.wanted),
         why=found.why,
         asked_at=found.asked_at,
+        job=found.job,
         events=[CardEventView(at=e.at, event=e.event, detail=e.detail) for e in found.events],
+        failures=found.failures,
+        resting_until=found.resting_until,
     )
 
 

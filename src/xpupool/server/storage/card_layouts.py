@@ -1,6 +1,8 @@
 """Re-cuts of partitioned cards (issue 53): the layout an admin asked a card on an agent node to
-be cut into, until its agent reports it cut so or that its vendor tool failed, and the events of
-each re-cut. A row in ``card_layouts`` is the wanted layout the node's heartbeat replies carry;
+be cut into (or the scheduling cycle asked, for a job), until its agent reports it cut so or that
+its vendor tool failed, and the events of each re-cut. A row in ``card_layouts`` is the wanted
+layout the node's heartbeat replies carry, and the job it was asked for: a restarted plane knows
+which job waits for which re-cut, so it neither asks again nor forgets the job;
 ``card_events`` keeps what happened (asked, applied, failed), for ``GET .../layout``. Kept apart
 from ``nodes``: a registration rewrites the node's row, and a wanted layout must outlive it."""
 
@@ -19,6 +21,7 @@ card_layouts = Table(
     Column("why", Text, nullable=False),
     Column("asked_at", Float, nullable=False),
     Column("cordoned", JSON, nullable=False),  # [uuid]: the instances it cordoned, lifted after
+    Column("job", Integer, nullable=True),  # the job the cycle asked it for; null: the admin
 )
 
 card_events = Table(
