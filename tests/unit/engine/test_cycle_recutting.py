@@ -15,6 +15,7 @@ from xpupool.catalog.partition_geometry import Instance, Layout
 from xpupool.catalog.partitions import PartitionScheme
 from xpupool.engine.cycle import Admission, Place, Preempt, QueueSpec, SchedulingCycle, Wait
 from xpupool.engine.cycle.recutting import Recutting
+from xpupool.engine.cycle.stop_cost import StopCost
 from xpupool.engine.cycle.work import RunningWork
 from xpupool.engine.fragmentation import TargetWorkload
 from xpupool.engine.outcomes import Code, PreemptingLowerPriority, render
@@ -195,3 +196,15 @@ def test_no_more_work_is_preempted_while_freed_slices_wait_out_the_idle_minimum(
     cycle, running = _held_cards([None, 9, 1, 9], cards=2)
     decision = cycle.decide(_four_g(5, 5), running)
     assert isinstance(decision, Wait), decision
+
+
+def test_work_inside_its_minimum_run_time_is_not_preempted_for_a_recut() -> None:
+    # the priority-1 job on slice 0 ran less than its minimum run time: spared, as the
+    # preemption planner spares it, unless the queue preempts inside the minimum
+    cycle, running = _held_cards([1, 9])
+    cycle.stop_costs = lambda job_id: StopCost(0.0, False, protected=job_id == 1)
+    decision = cycle.decide(_four_g(3, 5), running)
+    assert isinstance(decision, Wait), decision
+    cycle.stop_costs = lambda job_id: StopCost(0.0, False, protected=False)
+    decision = cycle.decide(_four_g(3, 5), running)
+    assert isinstance(decision, Preempt) and [v.id for v in decision.victims] == [1], decision

@@ -23,7 +23,7 @@ from xpupool.engine.cycle.faster_cards import FasterCards, FasterMove
 from xpupool.engine.cycle.preempt import Loss, plan_preemption
 from xpupool.engine.cycle.recutting import RecutOffer, Recutting, recut_victims, recutting
 from xpupool.engine.cycle.reservations import Reservations, Within
-from xpupool.engine.cycle.stop_cost import StopCosts, cards_of
+from xpupool.engine.cycle.stop_cost import StopCost, StopCosts, cards_of
 from xpupool.engine.cycle.work import PendingWork, RunningWork, Stopping
 from xpupool.engine.gang_sites import keeps_to_one_site, open_domains, within_domains
 from xpupool.engine.outcomes import (
@@ -224,7 +224,8 @@ class SchedulingCycle:
             if spec.preemption is Preemption.LOWER_PRIORITY:
                 victims = self.preemption_victims(job, running)
                 if not victims and self.recuts is not None:  # a card of such work, re-cut
-                    victims = recut_victims(self.engine, self.recuts, job, running)
+                    spared = self._inside_min_run(job, running)
+                    victims = recut_victims(self.engine, self.recuts, job, running, spared)
                 if victims:
                     return Preempt(PreemptingLowerPriority(reason, len(victims)), victims)
             borrowers = self._borrowers(job)
@@ -241,6 +242,21 @@ class SchedulingCycle:
             if miss is not None and not cut:  # (a card a re-cut could serve later: room only)
                 return Wait(NeverFits(miss.reason))
         return Wait(reason)
+
+    def _inside_min_run(
+        self,
+        job: PendingWork,
+        running: Mapping[int, RunningWork],
+        cost_of: Mapping[int, StopCost] | None = None,
+    ) -> frozenset[int]:
+        """The running jobs ``job`` may not stop because they are inside their minimum run
+        time (none without :attr:`stop_costs`, or when ``job``'s queue ``preempts_min_run``)."""
+        costs = self.stop_costs
+        if costs is None or self.admission.queues[job.queue].preempts_min_run:
+            return frozenset()
+        if cost_of is None:
+            cost_of = {h.id: costs(h.id) for h in running.values()}
+        return frozenset(i for i, c in cost_of.items() if c.protected)
 
     def move_to_faster(self, running: Mapping[int, RunningWork]) -> list[FasterMove]:
         """With :attr:`faster`, move the running jobs that would end enough sooner on free
@@ -285,8 +301,8 @@ class SchedulingCycle:
         admission = self.admission
         holder_of = {a.id: h for h in running.values() for a in h.allocations}
         costs = self.stop_costs
-        spare_min_run = not admission.queues[job.queue].preempts_min_run
         cost_of = {h.id: costs(h.id) for h in running.values()} if costs is not None else {}
+        spared = self._inside_min_run(job, running, cost_of)
         loss: Loss | None = None
         if costs is not None:
 
@@ -297,7 +313,7 @@ class SchedulingCycle:
             holder = holder_of.get(alloc.id)
             if holder is None:
                 return False
-            if spare_min_run and holder.id in cost_of and cost_of[holder.id].protected:
+            if holder.id in spared:
                 return False
             leaving = bool(holder.stopping)
             if from_queues is None:

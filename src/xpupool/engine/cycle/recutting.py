@@ -21,7 +21,7 @@ front's minimum) a later pass asks the re-cut like any other.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -94,7 +94,11 @@ def recutting(
 
 
 def recut_victims(
-    engine: Engine, offer: RecutOffer, job: PendingWork, running: Mapping[int, RunningWork]
+    engine: Engine,
+    offer: RecutOffer,
+    job: PendingWork,
+    running: Mapping[int, RunningWork],
+    spared: Collection[int] = (),
 ) -> tuple[RunningWork, ...]:
     """The running jobs to stop so that a re-cut serves ``job``'s partition request when none of
     free slices does: the cards are offered to the rule with the instances held by jobs ``job``
@@ -103,13 +107,15 @@ def recut_victims(
     victims (work on an instance a re-cut keeps goes on). Empty when no such re-cut is found,
     when one will serve once instances the front keeps only for a while are free (the victims
     of an earlier decision, idle for less than the front's minimum: nobody more is stopped),
-    or when ``job`` asks for no partition. Changes nothing."""
+    or when ``job`` asks for no partition. Jobs in ``spared`` are never stopped (inside their
+    minimum run time, as :meth:`SchedulingCycle.preemption_victims` spares them). Changes
+    nothing."""
     if not asks_partition(job.request):
         return ()
     holder_of = {u: h for h in running.values() for a in h.allocations for u in a.device_uuids}
 
     def evictable(h: RunningWork) -> bool:
-        return may_evict(h.priority, job.priority, leaving=bool(h.stopping))
+        return h.id not in spared and may_evict(h.priority, job.priority, leaving=bool(h.stopping))
 
     if not any(evictable(h) for h in running.values()):
         return ()  # nobody to stop: the offer is not asked again
