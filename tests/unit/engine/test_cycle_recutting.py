@@ -208,3 +208,12 @@ def test_work_inside_its_minimum_run_time_is_not_preempted_for_a_recut() -> None
     cycle.stop_costs = lambda job_id: StopCost(0.0, False, protected=False)
     decision = cycle.decide(_four_g(3, 5), running)
     assert isinstance(decision, Preempt) and [v.id for v in decision.victims] == [1], decision
+
+
+def test_guaranteed_work_is_not_preempted_for_a_recut() -> None:
+    # QoS guaranteed: priority never takes it (eviction.py), for a re-cut either
+    cycle, running = _held_cards([1, 9])
+    held = running[1]
+    running[1] = replace(held, allocations=[replace(a, guaranteed=True) for a in held.allocations])
+    decision = cycle.decide(_four_g(3, 5), running)
+    assert isinstance(decision, Wait), decision

@@ -115,7 +115,11 @@ def recut_victims(
     holder_of = {u: h for h in running.values() for a in h.allocations for u in a.device_uuids}
 
     def evictable(h: RunningWork) -> bool:
-        return h.id not in spared and may_evict(h.priority, job.priority, leaving=bool(h.stopping))
+        guaranteed = any(a.guaranteed for a in h.allocations)
+        leaving = bool(h.stopping)
+        return h.id not in spared and may_evict(
+            h.priority, job.priority, leaving=leaving, guaranteed=guaranteed
+        )
 
     if not any(evictable(h) for h in running.values()):
         return ()  # nobody to stop: the offer is not asked again
