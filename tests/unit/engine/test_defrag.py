@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from xpupool.engine import Engine
 from xpupool.engine.cycle import Admission, QueueSpec
@@ -47,6 +47,11 @@ def cards(n: int, name: str = "j", priority: int = 0) -> Request:
     return Request(name, 0, 0, DeviceRequest(count=n), priority=priority)
 
 
+def share(permille: int, name: str = "s", count: int = 1) -> Request:
+    """``count`` cards' ``permille`` thousandths of compute (and as much memory) each."""
+    return Request(name, 0, 0, DeviceRequest(count=count, core_permille=permille))
+
+
 def pool(*counts: int) -> Engine:
     return engine_for(*(gpu_node(f"n{i}", count=c) for i, c in enumerate(counts)))
 
@@ -56,6 +61,18 @@ def start(engine: Engine, running: dict[int, Job], job: Job, node: int) -> Job:
     mask = engine.state.dev_present.copy()
     mask[:] = False
     mask[node] = engine.state.dev_present[node]
+    placed = engine.place(job.request, within=mask)
+    assert placed.ok, placed.failures
+    job.allocations = list(placed.allocations)
+    running[job.id] = job
+    return job
+
+
+def start_on_card(engine: Engine, running: dict[int, Job], job: Job, node: int, card: int) -> Job:
+    """Place ``job`` (one card or a share of one) on card ``card`` of node ``node``."""
+    mask = engine.state.dev_present.copy()
+    mask[:] = False
+    mask[node, card] = True
     placed = engine.place(job.request, within=mask)
     assert placed.ok, placed.failures
     job.allocations = list(placed.allocations)
@@ -112,6 +129,43 @@ def test_among_the_fewest_moves_the_one_losing_least() -> None:
     assert plan is not None and plan.job_ids == (2,) and plan.lost_card_s == 60.0
 
 
+def test_an_eight_card_node_of_shares_is_emptied_for_an_eight_card_job() -> None:
+    # node 0: two half-card tasks on each of its 8 cards; nodes 1 and 2 have 7 and 4 cards free
+    # beside work that does not move: only emptying node 0 (16 moves) makes room for 8 cards
+    engine, running = pool(8, 8, 8), {}
+    for card in range(8):
+        for half in range(2):
+            i = 1 + 2 * card + half
+            start_on_card(engine, running, Job(i, 0, share(500, f"s{i}")), 0, card)
+    start(engine, running, Job(17, 0, cards(1), movable=False), 1)
+    start(engine, running, Job(18, 0, cards(4), movable=False), 2)
+    plan = plan_moves(engine, cards(8), movable(running))
+    assert plan is not None, "no plan for an 8-card job on a node of shares"
+    assert plan.job_ids == tuple(range(1, 17))
+    assert {a.node for a in plan.frees} == {"n0"}
+    assert plan.trials == 1  # one set frees every card of node 0: tried once, and it works
+    assert len(engine.state.live) == 18  # a what-if: nothing moved
+    assert plan_moves(engine, cards(8), movable(running), max_moves=15) is None  # the bound
+
+
+def test_a_cards_shares_move_together_and_the_card_freed_by_fewest_moves_wins() -> None:
+    # card 0: two half-card tasks; card 1: one whole-card task; cards 2, 3 free. A 3-card job
+    # needs one card more: moving one half frees no card, moving the whole-card task frees one
+    engine, running = pool(4, 4), {}
+    start_on_card(engine, running, Job(1, 0, share(500, "a"), lost_card_s=1.0), 0, 0)
+    start_on_card(engine, running, Job(2, 0, share(500, "b"), lost_card_s=1.0), 0, 0)
+    start_on_card(engine, running, Job(3, 0, cards(1), lost_card_s=500.0), 0, 1)
+    start(engine, running, Job(4, 0, cards(2), movable=False), 1)
+    plan = plan_moves(engine, cards(3), movable(running))
+    assert plan is not None and plan.job_ids == (3,) and plan.trials == 1
+    running[3].movable = False  # now only the two halves together free a card
+    plan = plan_moves(engine, cards(3), movable(running))
+    assert plan is not None and plan.job_ids == (1, 2)
+    # a half-card job needs only half a card: one half moves (the 3-card job's search aside)
+    plan = plan_moves(engine, share(500, count=3), movable(running))
+    assert plan is not None and plan.job_ids == (1,)
+
+
 def test_the_budget_refuses_moves_past_a_tenants_hour_and_the_days_lost_hours() -> None:
     engine, running = pool(4, 4), {}
     start(engine, running, Job(1, 0, cards(1), tenant="a", lost_card_s=600.0), 0)
@@ -155,26 +209,38 @@ def _brute_force(engine: Engine, req: Request, jobs: list[Job]) -> int | None:
     return None
 
 
-def test_fewest_moves_match_brute_force_on_small_pools() -> None:
+def _random_case(
+    seed: int, kinds: list[Request], asks: list[Request], most: int
+) -> tuple[Engine, dict[int, Job], Request]:
+    """A small pool of 2- and 4-card nodes with 3 to ``most`` running jobs drawn from ``kinds``,
+    each on a random node, and a pending request drawn from ``asks``."""
+    rnd = random.Random(seed)
+    engine = pool(*(rnd.choice((2, 4)) for _ in range(rnd.randint(2, 3))))
+    running: dict[int, Job] = {}
+    for i in range(1, rnd.randint(3, most) + 1):
+        job = Job(i, 0, replace(rnd.choice(kinds), name=f"j{i}"), movable=rnd.random() < 0.8)
+        nodes = list(range(engine.state.n_nodes))
+        rnd.shuffle(nodes)
+        for node in nodes:
+            mask = engine.state.dev_present.copy()
+            mask[:] = False
+            mask[node] = engine.state.dev_present[node]
+            placed = engine.place(job.request, within=mask)
+            if placed.ok:
+                job.allocations = list(placed.allocations)
+                running[i] = job
+                break
+    return engine, running, replace(rnd.choice(asks), name="pending")
+
+
+def _matches_brute_force(
+    kinds: list[Request], asks: list[Request], most: int, cases: int = 60
+) -> int:
+    """Plans of as many moves as the brute force finds, on ``cases`` cases; the cases that
+    needed moves."""
     checked = 0
-    for seed in range(60):
-        rnd = random.Random(seed)
-        engine = pool(*(rnd.choice((2, 4)) for _ in range(rnd.randint(2, 3))))
-        running: dict[int, Job] = {}
-        for i in range(1, rnd.randint(3, 4) + 1):
-            job = Job(i, 0, cards(rnd.choice((1, 1, 2)), f"j{i}"), movable=rnd.random() < 0.8)
-            nodes = list(range(engine.state.n_nodes))
-            rnd.shuffle(nodes)
-            for node in nodes:
-                mask = engine.state.dev_present.copy()
-                mask[:] = False
-                mask[node] = engine.state.dev_present[node]
-                placed = engine.place(job.request, within=mask)
-                if placed.ok:
-                    job.allocations = list(placed.allocations)
-                    running[i] = job
-                    break
-        req = cards(rnd.choice((2, 3, 4)), "pending")
+    for seed in range(cases):
+        engine, running, req = _random_case(seed, kinds, asks, most)
         jobs = [j for j in running.values() if j.movable]
         expected = _brute_force(engine, req, jobs)
         plan = plan_moves(engine, req, movable(running), max_moves=len(jobs), max_trials=10_000)
@@ -183,7 +249,20 @@ def test_fewest_moves_match_brute_force_on_small_pools() -> None:
         else:
             assert plan is not None and len(plan.moves) == expected, (seed, expected, plan)
             checked += 1
+    return checked
+
+
+def test_fewest_moves_match_brute_force_on_small_pools() -> None:
+    kinds, asks = [cards(1), cards(1), cards(2)], [cards(2), cards(3), cards(4)]
+    checked = _matches_brute_force(kinds, asks, most=4)
     assert checked >= 10  # enough of the pools needed moves for the comparison to mean something
+
+
+def test_fewest_moves_match_brute_force_with_shares_of_cards() -> None:
+    kinds = [share(250), share(500), share(500), share(750), cards(1), cards(2)]
+    asks = [cards(2), cards(3), cards(4), share(750, count=2), share(500, count=3)]
+    checked = _matches_brute_force(kinds, asks, most=5, cases=150)
+    assert checked >= 10
 
 
 def test_the_cycle_moves_work_for_a_job_that_fits_nowhere_and_names_it() -> None:

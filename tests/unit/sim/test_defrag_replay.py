@@ -11,7 +11,7 @@ from xpupool.engine.fragmentation import TargetWorkload
 from xpupool.model import Device, Node
 from xpupool.sim.alibaba import TraceTask, to_request
 from xpupool.sim.checkpoints import CheckpointModel
-from xpupool.sim.timed_replay import TimedResult, timed_replay
+from xpupool.sim.timed_replay import QueueOrder, TimedResult, timed_replay
 
 NODES = [
     Node(n, 8000, 8192, tuple(Device(f"{n}-g{i}", "nvidia", "T4", 15360) for i in range(4)))
@@ -20,8 +20,10 @@ NODES = [
 EVERY_30_S = CheckpointModel(0, never_share=0.0, min_interval_min=0.5, max_interval_min=0.5)
 
 
-def task(name: str, arrive: int, run: int, cards: int) -> TraceTask:
-    return TraceTask(name, 1000, 0, cards, 1000, (), arrive, arrive + run, arrive, "BE")
+def task(
+    name: str, arrive: int, run: int, cards: int, milli: int = 1000, qos: str = "BE"
+) -> TraceTask:
+    return TraceTask(name, 1000, 0, cards, milli, (), arrive, arrive + run, arrive, qos)
 
 
 # x1 and x2 fill one node, y1 and y2 the other; x1 and y2 leave at 50, so at 70 the four-card
@@ -66,3 +68,46 @@ def test_no_move_past_the_budget() -> None:
     assert none_left.wait_s[-1] == 930.0
     too_dear = replay(DisruptionBudget(lost_gpu_hours_day=17 / 3600))  # under y1's 18 card-s
     assert too_dear.summary()["moves"] == 0 and too_dear.wait_s[-1] == 930.0
+
+
+# Four nodes: eight half-card BE tasks fill node a two to a card (best fit packs them), LS tasks
+# take 3, 3 and 2 cards of the others, so the 4-card BE task finds 1 + 1 + 2 cards free at 70. The
+# LS tasks matter more than it and do not move; each half alone frees no card: only all eight
+# moved (to the 4 free cards) free node a. Each loses 10 s of half a card since its checkpoint at 60.
+NODES4 = [
+    Node(n, 8000, 8192, tuple(Device(f"{n}-g{i}", "nvidia", "T4", 15360) for i in range(4)))
+    for n in ("a", "b", "c", "d")
+]
+SHARES = [task(f"h{i}", 0, 1000, 1, milli=500) for i in range(8)] + [
+    task("ls1", 1, 1000, 3, qos="LS"),
+    task("ls2", 2, 1000, 3, qos="LS"),
+    task("ls3", 3, 1000, 2, qos="LS"),
+    task("big", 70, 100, 4),
+]
+
+
+def test_a_node_of_shares_is_emptied_for_the_large_task() -> None:
+    workload = TargetWorkload.from_requests(to_request(t) for t in SHARES)
+
+    def run(budget: DisruptionBudget | None) -> TimedResult:
+        return timed_replay(
+            NODES4,
+            SHARES,
+            "bestfit",
+            0,
+            workload,
+            QueueOrder.PRIORITY,
+            checkpoints=EVERY_30_S,
+            defrag=budget,
+        )
+
+    off = run(None)
+    assert off.wait_s[-1] == 930.0  # node a empties at 1000
+    on = run(DisruptionBudget(moves_per_tenant_hour=8))
+    summary = on.summary()
+    assert summary["moves"] == 8, summary
+    assert on.wait_s.tolist() == [0.0] * len(SHARES)
+    assert summary["gpu_hours_lost_moves"] == round(8 * 10 * 0.5 / 3600, 3)
+    assert summary["preemptions"] == 0
+    assert not np.isnan(on.jct_s).any()
+    assert run(DisruptionBudget(moves_per_tenant_hour=7)).summary()["moves"] == 0  # the budget

@@ -19,13 +19,20 @@ card-seconds since each moved job's last checkpoint, as ``stop_cost.py`` counts 
 
 The search reuses the preemption planner's machinery: candidate nodes are those where the pending
 request fails for capacity alone and movable work sits (``preempt.candidate_nodes``), and every
-trial is a what-if on the engine state (``engine/txn.py``), rolled back. Plans are tried by
-size, one move, then two, ...; among plans of the fewest moves the one losing least work wins
-(then the lowest job ids). A set of moves is tried only when some of it sits on one candidate
-node and frees there, with what is free, the compute one replica needs (else the request cannot
-land anywhere new); the rest of the set may sit anywhere (moved to make room for the moved). The
-search is exact up to ``max_trials`` what-ifs (and ``LOOK_PER_TRIAL`` times as many sets looked
-at); past that it answers with none. Nothing here does I/O or changes the state.
+trial is a what-if on the engine state (``engine/txn.py``), rolled back. It thinks in whole
+cards: a card a replica takes whole is free only when every share on it has left, so the sets of
+moves worth trying are those that free, on one candidate node, the cards one replica needs, a
+card's shares moving together (``card_freeing.py``); every plan contains one. First the sets that
+move only work off that node, fewest moves first, then least lost: the first that works is the
+plan, unless a plan of fewer moves also moves work elsewhere (to make room for the moved), which
+is looked for next, by size; among those of the fewest moves the one losing least wins (then the
+lowest job ids). The search is exact up to ``max_trials`` what-ifs (and ``LOOK_PER_TRIAL`` times
+as many sets looked at); past that it answers with the best plan found, or none. The bound:
+with the defaults (:data:`MAX_MOVES` 16, :data:`MAX_TRIALS` 200) an 8-card node holding up to 16
+movable tasks (two shares a card) is emptied for an 8-card job whenever it can be, as long as
+the candidate nodes offer at most 200 such sets (one per node for a job taking every card of a
+node, at most 70 per 8-card node for a smaller one), those of fewer moves first. Nothing here
+does I/O or changes the state.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from xpupool.engine.cycle.card_freeing import freeing_sets
 from xpupool.engine.cycle.eviction import may_move
 from xpupool.engine.cycle.preempt import candidate_nodes
 from xpupool.engine.cycle.work import PendingWork, RunningWork
@@ -48,6 +56,10 @@ from xpupool.model.request import WHOLE, Request
 
 HOUR_S = 3600.0
 DAY_S = 24 * HOUR_S
+MAX_MOVES = 16
+"""Moves one plan may make by default: an 8-card node of two shares a card."""
+MAX_TRIALS = 200
+"""What-ifs one search may run by default."""
 
 
 H = TypeVar("H", bound=RunningWork)
@@ -160,6 +172,13 @@ def refits_after(
     """The what-if of one plan: release every allocation of ``moves``, place ``req``, then each
     moved job's request (most cards first). ``req``'s allocations when all of it fits, else None.
     The state is left as it was."""
+    return _what_if(engine, req, moves)[1]
+
+
+def _what_if(
+    engine: Engine, req: Request, moves: Sequence[Movable]
+) -> tuple[bool, tuple[Allocation, ...] | None]:
+    """:func:`refits_after`, and whether ``req`` itself was placed (else no moved job was)."""
     state = engine.state
     with Transaction(state) as trial:  # rolled back on leaving
         for m in moves:
@@ -168,11 +187,11 @@ def refits_after(
                     trial.release(alloc.id)
         placed = engine.place(req, txn=trial)
         if not placed.ok:
-            return None
+            return False, None
         for m in sorted(moves, key=lambda m: (-_cards(m.facts.request), m.job.id)):
             if not engine.place(m.facts.request, txn=trial).ok:
-                return None
-        return tuple(placed.allocations)
+                return True, None
+        return True, tuple(placed.allocations)
 
 
 def plan_moves(
@@ -181,8 +200,8 @@ def plan_moves(
     movable: Sequence[Movable],
     allowance: Allowance | None = None,
     *,
-    max_moves: int = 3,
-    max_trials: int = 200,
+    max_moves: int = MAX_MOVES,
+    max_trials: int = MAX_TRIALS,
 ) -> MovePlan | None:
     """The fewest moves of ``movable`` work after which ``req`` fits and the moved jobs fit again,
     within ``allowance``; None when ``req`` fits already, or no plan of at most ``max_moves``
@@ -199,67 +218,90 @@ def plan_moves(
         return None
     # the cheapest first, so that the first plans tried are the likeliest best
     movable = sorted(movable, key=lambda m: (m.facts.lost_card_s, m.job.id))
-    by_node: dict[int, list[Movable]] = {n: [] for n in nodes}
-    for m in movable:
-        for n in dict.fromkeys(a.node_index for a in m.job.allocations):
-            if n in by_node:
-                by_node[n].append(m)
-    need = req.devices.count * req.devices.need_core_permille
-    free = state.node_dev_core_free
-
-    def freed(node: int, part: Sequence[Movable]) -> int:
-        """Compute (thousandths of a card) ``part`` frees on ``node``."""
-        return sum(
-            d.core_permille
-            for m in part
-            for a in m.job.allocations
-            if a.node_index == node
-            for d in a.devices
-        )
-
-    def enough(node: int, part: Sequence[Movable]) -> bool:
-        """Free compute on ``node`` plus what ``part`` frees there reaches one replica's need:
-        a necessary condition for the request to land there."""
-        return int(free[node]) + freed(node, part) >= need
-
-    # a node where even its ``max_moves`` largest movable jobs would not free enough is out
-    by_node = {
-        n: here
-        for n, here in by_node.items()
-        if int(free[n]) + sum(sorted((freed(n, (m,)) for m in here), reverse=True)[:max_moves])
-        >= need
-    }
-    if not by_node or _fits_now(engine, req):
+    by_id = {m.job.id: m for m in movable}
+    holders = {m.job.id: m.job.allocations for m in movable}
+    parts: dict[frozenset[int], float] = {}  # sets that free one candidate node's cards: lost
+    nodes_of: dict[frozenset[int], set[int]] = {}  # the nodes each frees
+    for node in nodes:
+        for part in freeing_sets(engine.state, req.devices, node, holders, max_moves):
+            parts[part] = sum(by_id[j].facts.lost_card_s for j in part)
+            nodes_of.setdefault(part, set()).add(node)
+    if not parts or _fits_now(engine, req):
         return None
-    trials = 0
-    looked = 0
-    for size in range(1, max_moves + 1):
-        best: tuple[tuple[float, tuple[int, ...]], MovePlan] | None = None
-        for combo in _combinations(by_node, movable, size, enough):
-            looked += 1
-            if trials >= max_trials or looked > LOOK_PER_TRIAL * max_trials:
+    search = _Search(engine, req, allowance, max_trials)
+    # 1. a set that only moves work off the node it frees, fewest moves first, then least lost:
+    # the first that works is the best of them
+    plan: MovePlan | None = None
+    for part in sorted(parts, key=lambda p: (len(p), parts[p], sorted(p))):
+        if search.spent:
+            return None  # the budget ran out before any plan of these
+        plan = search.trial(tuple(by_id[j] for j in sorted(part)))
+        if plan is not None:
+            break
+    # 2. fewer moves by also moving work elsewhere, to make room for the moved. A set whose
+    # release let the request land nowhere gains nothing from moves off its node: one replica
+    # lands on one node, whose state only moves there change
+    fewer = max_moves if plan is None else len(plan.moves) - 1
+    by_size = sorted(parts, key=lambda p: (-len(p), parts[p], sorted(p)))
+    touch = {p: nodes_of[p] for p in search.unplaced} if req.replicas == 1 else {}
+    for size in range(2, fewer + 1):
+        best: MovePlan | None = None
+        for combo in _with_extras(by_size, movable, size, set(parts), touch):
+            if search.spent:
                 break
-            if allowance is not None and not allowance.admits(combo):
-                continue
-            trials += 1
-            frees = refits_after(engine, req, combo)
-            if frees is None:
-                continue
-            lost = sum(m.facts.lost_card_s for m in combo)
-            key = (lost, tuple(sorted(m.job.id for m in combo)))
-            if best is None or key < best[0]:
-                moves = tuple(sorted(combo, key=lambda m: m.job.id))
-                best = (key, MovePlan(moves, lost, frees, 0))
+            tried = search.trial(tuple(sorted(combo, key=lambda m: m.job.id)))
+            if tried is not None and (best is None or _better(tried, best)):
+                best = tried
         if best is not None:
-            plan = best[1]
-            return MovePlan(plan.moves, plan.lost_card_s, plan.frees, trials)
-        if trials >= max_trials or looked > LOOK_PER_TRIAL * max_trials:
-            return None
-    return None
+            return search.done(best)
+        if search.spent:
+            break
+    return None if plan is None else search.done(plan)
 
 
 LOOK_PER_TRIAL = 50
 """Sets of moves the search may look at (and pass over) per what-if it may run."""
+
+
+class _Search:
+    """The what-ifs of one :func:`plan_moves` call, within its budget."""
+
+    def __init__(
+        self, engine: Engine, req: Request, allowance: Allowance | None, max_trials: int
+    ) -> None:
+        self.engine = engine
+        self.req = req
+        self.allowance = allowance
+        self.max_trials = max_trials
+        self.trials = 0
+        self.looked = 0
+        self.unplaced: set[frozenset[int]] = set()  # sets after which the request fit nowhere
+
+    @property
+    def spent(self) -> bool:
+        return self.trials >= self.max_trials or self.looked >= LOOK_PER_TRIAL * self.max_trials
+
+    def trial(self, moves: tuple[Movable, ...]) -> MovePlan | None:
+        """The plan ``moves`` make, when the budget allows them and the request and every
+        moved job then fit; None otherwise."""
+        self.looked += 1
+        if self.allowance is not None and not self.allowance.admits(moves):
+            return None
+        self.trials += 1
+        placed, frees = _what_if(self.engine, self.req, moves)
+        if not placed:
+            self.unplaced.add(frozenset(m.job.id for m in moves))
+        if frees is None:
+            return None
+        return MovePlan(moves, sum(m.facts.lost_card_s for m in moves), frees, 0)
+
+    def done(self, plan: MovePlan) -> MovePlan:
+        return MovePlan(plan.moves, plan.lost_card_s, plan.frees, self.trials)
+
+
+def _better(a: MovePlan, b: MovePlan) -> bool:
+    """Of two plans of as many moves, ``a`` loses less (then moves lower job ids)."""
+    return (a.lost_card_s, a.job_ids) < (b.lost_card_s, b.job_ids)
 
 
 def _fits_now(engine: Engine, req: Request) -> bool:
@@ -267,28 +309,36 @@ def _fits_now(engine: Engine, req: Request) -> bool:
         return engine.place(req, txn=trial).ok
 
 
-def _combinations(
-    by_node: Mapping[int, Sequence[Movable]],
+def _with_extras(
+    parts: Sequence[frozenset[int]],
     movable: Sequence[Movable],
     size: int,
-    enough: Callable[[int, Sequence[Movable]], bool],
+    seen: set[frozenset[int]],
+    touch: Mapping[frozenset[int], set[int]],
 ) -> Iterator[tuple[Movable, ...]]:
-    """Every set of ``size`` moves that could let the request land on a candidate node, each
-    once: some of the set sit on that node and free enough there (``enough``), the rest (moved
-    to make room for the moved) anywhere. Sets with more of their moves on the node come first."""
-    seen: set[frozenset[int]] = set()
-    for on_node in range(size, 0, -1):
-        for node, here in by_node.items():
-            for part in itertools.combinations(here, on_node):
-                if not enough(node, part):
-                    continue
-                taken = {m.job.id for m in part}
-                rest = [m for m in movable if m.job.id not in taken]
-                for extra in itertools.combinations(rest, size - on_node):
-                    key = frozenset(taken | {m.job.id for m in extra})
-                    if key not in seen:
-                        seen.add(key)
-                        yield part + extra
+    """Every set of ``size`` moves holding one of ``parts`` (sets freeing a candidate node's
+    cards) and other moves anywhere, each once and none of ``seen``; a part in ``touch`` only
+    with one move more on one of the nodes it names. More of the set on the node first
+    (``parts`` largest first), the rest cheapest first."""
+    by_id = {m.job.id: m for m in movable}
+    for part in parts:
+        if len(part) >= size:
+            continue
+        rest = [m for m in movable if m.job.id not in part]
+        on_node = tuple(by_id[j] for j in sorted(part))
+        firsts: list[Movable | None] = [None]
+        if part in touch:
+            nodes = touch[part]
+            firsts = [m for m in rest if any(a.node_index in nodes for a in m.job.allocations)]
+        for first in firsts:
+            more = size - len(part) - (first is not None)
+            pool = [m for m in rest if m is not first]
+            for others in itertools.combinations(pool, more):
+                extra = others if first is None else (first, *others)
+                key = part | {m.job.id for m in extra}
+                if key not in seen:
+                    seen.add(key)
+                    yield on_node + extra
 
 
 def _cards(req: Request) -> int:
@@ -308,8 +358,8 @@ class Defrag:
         budget: DisruptionBudget | None = None,
         *,
         min_cards: float = 0.0,
-        max_moves: int = 3,
-        max_trials: int = 200,
+        max_moves: int = MAX_MOVES,
+        max_trials: int = MAX_TRIALS,
     ) -> None:
         """``min_cards``: only for jobs asking at least that many cards in all (a share of a card
         counts as its part of one), as a front keeps it to the large shapes."""
