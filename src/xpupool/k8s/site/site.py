@@ -41,6 +41,8 @@ work for that thread, so no plane operation waits on the network.
   informers, the worker's and the log streams' clients and the services' switch to it in place
   (:meth:`KubernetesSite.secret_changed`), each informer listing again, so no job, pod or event
   is lost to a rotation.
+- Power: with ``node_metrics`` in the sites file, the cards' power samples are read from the
+  node agents' metrics on a thread of its own (``node_power.py``).
 - Finished jobs: the Secret of a job whose run ended is deleted at once, its pods after the sites
   file's ``finished_pods_retention_s`` (``finished.py``); the worker looks at every job's leftovers
   when the site is attached (a restarted plane: what ended while it was down) and every
@@ -77,6 +79,7 @@ from xpupool.k8s.site.credentials import read_credentials
 from xpupool.k8s.site.finished import FinishedJobs
 from xpupool.k8s.site.foreign import ForeignPods
 from xpupool.k8s.site.gated import GatedPods, GatedTask
+from xpupool.k8s.site.node_power import NodePower
 from xpupool.k8s.site.pod_logs import LogTarget, PodLogs
 from xpupool.k8s.site.pods import (
     JOB,
@@ -243,6 +246,9 @@ class KubernetesSite:
             RawPod,
             RawSecret,
         )
+        # the cards' power samples, read from the node agents (node_power.py); None: modelled
+        metrics = config.node_metrics
+        self.node_power = None if metrics is None else NodePower(config.name, metrics, self.owns)
 
     # ------------------------------------------------------------------ the Site protocol
     @property
@@ -367,6 +373,8 @@ class KubernetesSite:
         self._tasks.put(_Sweep(None))  # what ended while no plane watched
         self._worker = threading.Thread(target=self._work, name=f"site-{self.name}", daemon=True)
         self._worker.start()
+        if self.node_power is not None:
+            self.node_power.start(plane)
 
     def _pod_informer(self, config: SingleConfig) -> Informer[PodState]:
         """The watch of the plane's own pods on this site (not started): a list's pods are
@@ -390,6 +398,8 @@ class KubernetesSite:
         """Stop the informers and the worker (what is queued is dropped: the next plane adopts)."""
         self._closed.set()
         self._tasks.put(None)
+        if self.node_power is not None:
+            self.node_power.stop()
         for informer in self._informers:
             informer.stop()
         self.services.stop()

@@ -13,6 +13,13 @@ sites, beside its agent pool, in the order a job naming no site is offered them.
         create_namespaces: false     # the plane creates a tenant's namespace when missing
         finished_pods_retention_s: 300  # a finished job's pods kept so long (0: deleted at once)
         link_domain_label: topology.kubernetes.io/zone  # optional: a gang stays in one value
+        node_metrics:                # optional: read each node agent's card power (node_power.py)
+          url: http://{node}:9400/metrics  # {node}: the node's name; the chart's agent.metricsPort
+          token_file: metrics.token  # or token_secret: NAME (the admin's secret); the chart's
+                                     # metricsToken; neither: scraped without a token
+          every_s: 30                # a round of every node's scrape this often
+          timeout_s: 5               # one node's scrape at most this long
+          in_flight: 16              # nodes scraped at once
     links:                           # optional: between node sites (model/site_network.py)
       - {sites: [gpu-a, agents-bj], bandwidth_gbps: 25, latency_ms: 30}
     datasets:                        # optional: where named datasets live
@@ -31,6 +38,7 @@ the site and the field (``k8s/site/credentials.py``).
 from __future__ import annotations
 
 import re
+import string
 from pathlib import Path
 from typing import Literal
 
@@ -53,6 +61,7 @@ from xpupool.server.schemas.base import NAME_PATTERN
 __all__ = [
     "AgentPoolConfig",
     "KubernetesSiteConfig",
+    "NodeMetricsConfig",
     "SitesFile",
     "load_agent_pool",
     "load_site_network",
@@ -91,6 +100,44 @@ class AgentPoolConfig(BaseModel):
         return _label_name(value)
 
 
+class NodeMetricsConfig(BaseModel):
+    """Where the plane reads the site's node agents' metrics (``node_metrics:``), for the cards'
+    power samples (``node_power.py``): the DaemonSet's port (the chart's ``agent.metricsPort``)
+    and its bearer token (the chart's ``metricsToken`` Secret's value, as a file or the admin's
+    secret in the plane's store)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str = Field(default="http://{node}:9400/metrics", min_length=8, max_length=500)
+    token_file: Path | None = None
+    token_secret: str | None = Field(default=None, pattern=NAME_PATTERN, max_length=63)
+    every_s: float = Field(default=30.0, ge=1, le=3600, allow_inf_nan=False)
+    timeout_s: float = Field(default=5.0, gt=0, le=60, allow_inf_nan=False)
+    in_flight: int = Field(default=16, ge=1, le=256)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("an http:// or https:// URL")
+        try:
+            fields = {f for _, f, _, _ in string.Formatter().parse(value) if f is not None}
+        except ValueError as exc:
+            raise ValueError(f"a URL with {{node}} in it: {exc}") from None
+        if fields - {"node"}:
+            raise ValueError(f"{{node}} is the one placeholder, not {sorted(fields - {'node'})}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_token(self) -> NodeMetricsConfig:
+        if self.token_file is not None and self.token_secret is not None:
+            raise ValueError("give at most one of token_file, token_secret")
+        return self
+
+    def url_of(self, node: str) -> str:
+        return self.url.format(node=node)
+
+
 class KubernetesSiteConfig(BaseModel):
     """One Kubernetes cluster managed as a site (the module docstring shows every key)."""
 
@@ -112,6 +159,8 @@ class KubernetesSiteConfig(BaseModel):
     # the node label whose value is a node's link domain: a gang is kept to one (a zone, a
     # network block; engine/link_domains.py); None: the site is one domain
     link_domain_label: str | None = Field(default=None, max_length=317)
+    # the node agents' metrics, read for the cards' power samples; None: energy is modelled
+    node_metrics: NodeMetricsConfig | None = None
 
     @field_validator("link_domain_label")
     @classmethod
@@ -180,6 +229,13 @@ def parse_sites(data: object, base: Path | None = None) -> list[KubernetesSiteCo
             if not path.is_file():
                 raise RequestError(f"sites[{i}].kubeconfig", str(path), "no such file")
             site = site.model_copy(update={"kubeconfig": path.resolve()})
+        metrics = site.node_metrics
+        if metrics is not None and metrics.token_file is not None:
+            path = metrics.token_file if base is None else base / metrics.token_file
+            if not path.is_file():
+                raise RequestError(f"sites[{i}].node_metrics.token_file", str(path), "no such file")
+            metrics = metrics.model_copy(update={"token_file": path.resolve()})
+            site = site.model_copy(update={"node_metrics": metrics})
         out.append(site)
     return out
 

@@ -31,6 +31,7 @@ from xpupool.server.plane.run_logs import attempt_start_path, open_replica_log
 from xpupool.server.schemas.agent_protocol import (
     FINAL_REPLICA_STATES,
     CardRecut,
+    DeviceMetrics,
     Heartbeat,
     HeartbeatReply,
     ReplicaReport,
@@ -52,6 +53,7 @@ __all__ = [
     "WorkOf",
     "append_log",
     "apply_heartbeat",
+    "apply_site_metrics",
     "apply_site_reports",
     "attempt_header",
     "hear_idle",
@@ -133,6 +135,27 @@ def apply_site_reports(plane: ControlPlane, reports: Sequence[tuple[str, Replica
         for node, report in reports:
             if _holds(plane, node, report):
                 _apply_report(plane, conn, node, report)
+
+
+def apply_site_metrics(plane: ControlPlane, node: str, metrics: Sequence[DeviceMetrics]) -> int:
+    """Card readings of a site's ``node`` that the site read itself (a Kubernetes site scraping
+    its node agents: ``k8s/site/node_power.py``), kept as a heartbeat's are
+    (:meth:`~xpupool.server.plane.nodes.NodeBook.record_metrics`), so the meter, the live
+    metrics and the idle power figures read them as they read an agent's. Readings of cards the
+    node does not have in the books are dropped (the site read them, no agent sent them: nothing
+    to refuse); the node is not heard by them (its site's API server answering is its sign of
+    life: ``site_health``), nor is card health read from them (the node's annotations carry it).
+    Returns the readings kept."""
+    now = plane.clock()
+    with plane.locked():
+        rec = plane.node(node)
+        if rec is None:
+            return 0
+        known = {d.uuid for n in (rec.node, rec.target) if n is not None for d in n.devices}
+        kept = [m for m in metrics if m.uuid in known]
+        for m in kept:
+            plane.record_metrics(m, now)
+        return len(kept)
 
 
 def hear_idle(plane: ControlPlane, nodes: list[str]) -> set[str]:

@@ -22,6 +22,7 @@ from xpupool.server.job_checkpoints import stopping_of
 from xpupool.server.plane import ControlPlane, HeldJob, agent_reports, secret_rows
 from xpupool.server.plane.agent_reports import STEP_EVENT_EVERY_S as STEP_EVENT_EVERY_S
 from xpupool.server.schemas.agent_protocol import (
+    DeviceMetrics,
     ElasticWorld,
     Heartbeat,
     HeartbeatReply,
@@ -62,6 +63,12 @@ def site_reports(plane: ControlPlane, reports: Sequence[tuple[str, ReplicaReport
     """Many replica reports of a site that runs work itself, ``(node, report)``, in one
     transaction: :func:`~xpupool.server.plane.agent_reports.apply_site_reports`."""
     agent_reports.apply_site_reports(plane, reports)
+
+
+def site_metrics(plane: ControlPlane, node: str, metrics: Sequence[DeviceMetrics]) -> int:
+    """Card readings a site read of its own ``node``, kept as a heartbeat's are:
+    :func:`~xpupool.server.plane.agent_reports.apply_site_metrics`. Returns those kept."""
+    return agent_reports.apply_site_metrics(plane, node, metrics)
 
 
 def _work(
