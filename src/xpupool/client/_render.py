@@ -237,17 +237,26 @@ def node_status(node: NodeView) -> Text:
 
 
 def nodes_table(nodes: Sequence[NodeView], now: float | None = None) -> FitTable:
+    """One row per node; the ``domain`` column only where some node has a link domain (a pool
+    without them reads as before)."""
+    domains = any(n.link_domain for n in nodes)
+    names = ["name", "site", "domain", "status", "devices free", "cpu", "memory", "taints"]
+    names += ["heartbeat", "source"]
+    if not domains:
+        names.remove("domain")
     columns = _columns(
-        "name", "site", "domain", "status", "devices free", "cpu", "memory", "taints", "heartbeat",
-        "source",
-        text=("taints",), spare=("source", "heartbeat", "domain", "taints"), same=("domain",),
-    )  # fmt: skip
+        *names,
+        text=("taints",),
+        spare=("source", "heartbeat", "domain", "taints"),
+        same=("domain",),
+    )
     table = FitTable(columns, f"{len(nodes)} nodes")
     for n in nodes:
+        row: list[str | Text] = (
+            [n.name, n.site, n.link_domain or "-"] if domains else [n.name, n.site]
+        )
         table.add_row(
-            n.name,
-            n.site,
-            n.link_domain or "-",
+            *row,
             node_status(n),
             f"{n.devices_free}/{n.devices}",
             f"{n.cpu_allocated_milli / 1000:g}/{n.cpu_milli / 1000:g}",

@@ -260,6 +260,8 @@ def test_nodes_and_sites_tables_show_link_domains() -> None:
     assert "zone-1" in words and "-" in words
     title = _lines(nodes_table([zoned[0]], NOW), width=120)[0]
     assert "zone-1" in title, title
+    plain = _lines(nodes_table([_node("sh-0"), _node("sh-1")], NOW), width=60)
+    assert "domain" not in "\n".join(plain), "\n".join(plain)  # a pool without domains
     site = {
         "name": "shanghai", "nodes": 3, "nodes_ready": 3, "devices": 24, "devices_free": 20,
         "by_model": {"L20": 24},
