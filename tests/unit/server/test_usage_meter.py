@@ -290,3 +290,32 @@ def test_a_jobs_view_gives_the_energy_its_records_metered(server: Server) -> Non
     (rec,) = _records(server)
     assert job(server, job_id, a)["energy_kwh"] == pytest.approx(rec["energy_j"] / 3.6e6, abs=1e-6)
     assert job(server, job_id)["energy_kwh"] > 0
+
+
+def test_rows_a_sweep_flush_did_not_touch_are_added_to_not_inserted_again(
+    server: Server,
+) -> None:
+    """The hourly sweep forgets which rollup rows exist; a later flush must read the buckets it
+    touches again rather than take this flush's rows for all of them (else a row another tenant
+    wrote in the same day is inserted again and every flush fails on its unique key)."""
+    node(server, "n1", count=2)
+    a, b = tenant(server, "a"), tenant(server, "b")
+    ja = _start(server, a)
+    jb = _start(server, b)
+    server.clock.advance(60)
+    server.plane.meter.flush(server.plane)  # both tenants' rows in today's buckets
+    heartbeat(server, "n1", [report(jb, 0, "succeeded", 0)])
+    server.plane.meter.flush(server.plane)  # b's run ends; a's goes on
+    server.clock.advance(3700)  # past the sweep's period: the next flush sweeps
+    server.plane.meter.flush(server.plane)  # touches only a's rows (and the pool's)
+    jb2 = _start(server, b)  # b again, the same day
+    server.clock.advance(60)
+    server.plane.meter.flush(server.plane)
+    with server.plane.db.connect() as conn:
+        r = usage_rollups
+        days = conn.execute(
+            select(r.c.tenant, func.sum(r.c.device_seconds))
+            .where(r.c.step == "day", r.c.tenant.in_(["a", "b"]))
+            .group_by(r.c.tenant)
+        ).all()
+    assert dict(days) == {"a": 60.0 + 3700.0 + 60.0, "b": 60.0 + 60.0}, (ja, jb2)

@@ -387,13 +387,18 @@ class UsageMeter:
                 idle_power.store(conn, learned, now)
             _write_records(conn, changed.values(), closed, fresh)
             rollup_keys = self._write_sums(conn, rollup, totals)
-            if self._swept is None or now - self._swept >= SWEEP_EVERY_S:
+            swept = self._swept is None or now - self._swept >= SWEEP_EVERY_S
+            if swept:
                 self._sweep(conn, now)
         # committed: memory follows
         self.flushes += 1
         self._adoptable = {k: r for k, r in adoptable.items() if k not in changed}
-        self._rollup_rows |= rollup_keys
-        self._rollup_buckets |= {(step, bucket) for step, bucket, _l in rollup_keys}
+        if swept:  # rows may be gone: a bucket is read again when a flush next touches it
+            self._rollup_rows.clear()
+            self._rollup_buckets.clear()
+        else:
+            self._rollup_rows |= rollup_keys
+            self._rollup_buckets |= {(step, bucket) for step, bucket, _l in rollup_keys}
         self._last = now
         if handed:  # the energy scorer's figures, once the store holds them
             self._idle_into = self.power
@@ -485,9 +490,9 @@ class UsageMeter:
         for step, step_s in STEPS.items():
             conn.execute(delete(r).where(r.c.step == step, r.c.bucket <= cut - step_s))
         conn.execute(delete(r).where(r.c.step == "month", r.c.bucket < month_start(cut)))
-        self._rollup_rows.clear()  # read again as flushes touch them (some may be gone)
-        self._rollup_buckets.clear()
-        self._swept = now
+        self._rollup_rows.clear()  # read again as flushes touch them (some may be gone); the
+        self._rollup_buckets.clear()  # flush keeps them so once committed (a bucket's rows
+        self._swept = now  # known in part are not known)
 
     def _write_sums(
         self,
