@@ -12,20 +12,18 @@ totals per model are per card."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import Engine, func, select
+from sqlalchemy import func, select
 
-from xpupool.catalog.power import PowerModel
+from meter_stand_in import PlaneStandIn
 from xpupool.model.allocation import Allocation, DeviceShare
 from xpupool.model.device import Device, Node
 from xpupool.server.plane import HeldJob
-from xpupool.server.schemas.agent_protocol import DeviceMetrics
 from xpupool.server.schemas.jobs import JobPhase
 from xpupool.server.storage import meta
 from xpupool.server.storage.usage import usage_totals
@@ -39,35 +37,6 @@ NODE = Node(
     1 << 20,
     tuple(Device(f"g{i}", "nvidia", m, 81920, i) for i, m in enumerate(MODELS)),
 )
-
-
-class Readings:
-    """What ``UsageMeter.flush`` reads of a plane; each card's power is what the steps set."""
-
-    def __init__(self, db: Engine) -> None:
-        self.db = db
-        self.now = 0.0
-        self.held: dict[int, HeldJob] = {}
-        self.watts = [300.0] * len(MODELS)
-
-    def clock(self) -> float:
-        return self.now
-
-    def read(self, look: Callable[[], T]) -> T:
-        return look()
-
-    @property
-    def held_jobs(self) -> Mapping[int, HeldJob]:
-        return self.held
-
-    def device_metrics(self, uuid: str) -> DeviceMetrics:
-        return DeviceMetrics(uuid=uuid, power_w=self.watts[int(uuid[1:])])
-
-    def idle_power_readings(self) -> list[tuple[str, float]]:
-        return []
-
-    def use_power(self, power: PowerModel) -> None:
-        """No engine here to hand the power model to."""
 
 
 # a step: (seconds later, what): start a run on a card with a share, end one, set a card's
@@ -98,7 +67,8 @@ def test_holders_and_pool_add_up_to_each_cards_samples(store: Path, steps: list[
     path = store / "state.db"
     path.unlink(missing_ok=True)
     db = meta.connect(f"sqlite:///{path}")
-    plane = Readings(db)
+    watts = [300.0] * len(MODELS)
+    plane = PlaneStandIn(db, lambda uuid: watts[int(uuid[1:])])
     meter = UsageMeter()
     held: dict[int, tuple[int, int, float]] = {}  # job -> (card, permille, counted since)
     used = [0] * len(MODELS)  # permille held per card now
@@ -112,7 +82,7 @@ def test_holders_and_pool_add_up_to_each_cards_samples(store: Path, steps: list[
         meter.flush(plane)  # type: ignore[arg-type]
         for c in counted:
             assert last is not None  # the window opened first
-            expected[c] += plane.watts[c] * (plane.now - last)
+            expected[c] += watts[c] * (plane.now - last)
         last = plane.now
         counted.clear()
         counted.update(card for card, _p, _s in held.values())
@@ -136,7 +106,7 @@ def test_holders_and_pool_add_up_to_each_cards_samples(store: Path, steps: list[
             used[card] -= permille
             meter.job_released(a, 1, plane.now)
         elif what == "watts":
-            plane.watts[a] = float(b)
+            watts[a] = float(b)
         elif what == "flush":
             flush()
     plane.now += 1.0
