@@ -9,20 +9,18 @@ seconds."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import Engine, func, select
+from sqlalchemy import func, select
 
-from xpupool.catalog.power import PowerModel
+from meter_stand_in import PlaneStandIn
 from xpupool.model.allocation import Allocation, DeviceShare
 from xpupool.model.device import Device, Node
 from xpupool.server.plane import HeldJob
-from xpupool.server.schemas.agent_protocol import DeviceMetrics
 from xpupool.server.schemas.jobs import JobPhase
 from xpupool.server.storage import meta
 from xpupool.server.storage.usage import usage_records, usage_rollups, usage_totals
@@ -37,35 +35,6 @@ NODE = Node(
     1 << 20,
     tuple(Device(f"g{i}", "nvidia", "A100-SXM4-80GB", 81920, i) for i in range(CARDS)),
 )
-
-
-class PlaneStandIn:
-    """What ``UsageMeter.flush`` reads of a plane."""
-
-    def __init__(self, db: Engine) -> None:
-        self.db = db
-        self.now = 0.0
-        self.held: dict[int, HeldJob] = {}
-
-    def clock(self) -> float:
-        return self.now
-
-    def read(self, look: Callable[[], T]) -> T:
-        return look()
-
-    @property
-    def held_jobs(self) -> Mapping[int, HeldJob]:
-        return self.held
-
-    def device_metrics(self, uuid: str) -> DeviceMetrics:
-        return DeviceMetrics(uuid=uuid, power_w=WATTS)
-
-    def idle_power_readings(self) -> list[tuple[str, float]]:
-        """No card here is read idle: the sums are of held cards (``usage/idle_power.py``)."""
-        return []
-
-    def use_power(self, power: PowerModel) -> None:
-        """The power model the meter counts with, handed on: no engine here to take it."""
 
 
 # a step: (seconds later, what): start a job on a card with a share, end one, or flush
@@ -95,7 +64,7 @@ def test_usage_adds_up_to_the_allocations_integral(store: Path, steps: list[Any]
     path = store / "state.db"
     path.unlink(missing_ok=True)
     db = meta.connect(f"sqlite:///{path}")
-    plane = PlaneStandIn(db)
+    plane = PlaneStandIn(db, lambda _uuid: WATTS)
     meter = UsageMeter()
     held: dict[int, tuple[float, float, int]] = {}  # job -> (start, share, card)
     integral = 0.0
