@@ -3,10 +3,10 @@
 small API server on 127.0.0.1 (``fake_apiserver.py``, which keeps the pods). Every job's pod is
 made once, several at once; a creation refused for good fails its job alone, and one that met a
 server error is made again, the others untouched. The reconciliation a restarted plane asks for
-lists the site's pods once for all its held jobs, not once per job, and their reports reach the
-plane. The pod watch's first list (a restarted plane's: every pod of its held jobs) applies its
-reports in one write, not one per pod. A list whose continue token expired (410) is read again
-from its start, by the reconciliation and by the watch: neither is dropped."""
+reads the pod watch's first list (no list of its own), and their reports reach the plane. The
+pod watch's first list (a restarted plane's: every pod of its held jobs) applies its reports in
+one write, not one per pod. A list whose continue token expired (410) is read again from its
+start by the watch: it is not dropped."""
 
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ from server_kit import FakeClock, Server, job, open_server, submit, tenant
 from sqlalchemy import event
 
 from xpupool.k8s.informers.kubeconfig import make_client
-from xpupool.k8s.informers.lists import LIST_TRIES
 from xpupool.k8s.site import site as site_module
 from xpupool.k8s.site.site import KubernetesSite, _Adopt, read_node
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
@@ -107,25 +106,6 @@ def test_many_jobs_pods_are_made_at_once_each_once_and_one_failure_fails_no_othe
     assert {job(srv, i)["state"] for i in ids if i != refused} == {"scheduled"}
 
 
-def test_reconciling_many_held_jobs_lists_the_sites_pods_once(
-    kube: tuple[Server, KubernetesSite, FakeApiServer],
-) -> None:
-    srv, site, api = kube
-    a = tenant(srv, "a")
-    ids = [submit(srv, a, f"A100:1 site={SITE}", image="train:1")["id"] for _ in range(JOBS)]
-    srv.schedule()
-    threading.Thread(target=site._work, daemon=True).start()
-    until(lambda: len(api.pods) == JOBS, "every pod made")
-    for pod in api.pods.values():  # bound and running, as kubelet would say
-        pod["spec"]["nodeName"] = "k1"
-        pod["status"] = {"phase": "Running"}
-    lists = api.pod_lists
-    site._tasks.put(_Adopt(tuple(ids)))  # what a restarted plane's adopt queues
-    until(lambda: all(job(srv, i)["state"] == "running" for i in ids), "every job running")
-    assert api.pod_lists == lists + 1
-    assert set(api.pod_posts.values()) == {1}  # none made again
-
-
 def running_pods(srv: Server, site: KubernetesSite, api: FakeApiServer) -> list[int]:
     """:data:`JOBS` jobs placed, their pods made by the site's worker (started here), then bound
     and running as kubelet would say; the plane not told yet. The jobs' ids."""
@@ -145,6 +125,43 @@ def running_in_plane(srv: Server, ids: list[int]) -> bool:
     """Does the plane hold replica 0 of every job of ``ids`` running (its books, no request)?"""
     runs = [srv.plane.held_run(i) for i in ids]
     return all(run is not None and 0 in run.running for run in runs)
+
+
+def test_a_restarts_reconciliation_reads_the_pod_watchs_list_and_lists_no_pods_itself(
+    kube: tuple[Server, KubernetesSite, FakeApiServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restarted plane listed all its site's pods for its pod watch, then again for the
+    reconciliation (and a third time for the bound pods' watch): the reconciliation reads the
+    pod watch's first list instead, waiting for it (done again after the worker's backoff) when
+    it comes first. A running job whose pod is gone is still a lost replica, and nothing is
+    made again."""
+    srv, site, api = kube
+    ids = running_pods(srv, site, api)
+    first = site._pod_informer(config_of(api))  # the plane before its restart hears them run
+    first.start()
+    try:
+        until(lambda: running_in_plane(srv, ids), "every job's replica running in the plane")
+    finally:
+        first.stop()
+    lost = ids[5]
+    with api.lock:
+        del api.pods[f"xp-{lost}-0-1"]  # deleted while no plane watched
+    monkeypatch.setattr(site_module, "LISTED_WAIT_S", 0.05)
+    later = KubernetesSite(site.config, resync_s=0)  # the restarted plane's site
+    later._plane, later._client = srv.plane, make_client(config_of(api))
+    threading.Thread(target=later._work, daemon=True).start()
+    lists = api.pod_lists
+    later._tasks.put(_Adopt(tuple(ids)))  # what a restarted plane's adopt queues, first
+    until(lambda: later._failures >= 1, "the reconciliation tried before the watch listed")
+    informer = later._pod_informer(config_of(api))
+    informer.start()
+    try:
+        until(lambda: "is missing on site" in job(srv, lost)["reason"], "the lost replica")
+    finally:
+        informer.stop()
+        later.detach()
+    assert api.pod_lists == lists + 1, f"{api.pod_lists - lists} pod lists, the watch's one"
+    assert set(api.pod_posts.values()) == {1}  # none made again
 
 
 def test_the_pod_watchs_first_list_applies_its_reports_in_one_write(
@@ -170,23 +187,6 @@ def test_the_pod_watchs_first_list_applies_its_reports_in_one_write(
         event.remove(srv.plane.db, "commit", counted)
     assert commits == 1, f"{commits} writes for {JOBS} pods"
     assert {job(srv, i)["state"] for i in ids} == {"running"}
-
-
-def test_a_reconcile_whose_list_expires_lists_again_from_its_start(
-    kube: tuple[Server, KubernetesSite, FakeApiServer], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A page's continue token that expired (410) failed the reconciliation as a refusal of
-    the API server's: it was dropped, and the restarted plane never learnt its pods ran. Now
-    the list starts again (:data:`LIST_TRIES` reads); one that expired every time is done
-    again after the worker's backoff."""
-    srv, site, api = kube
-    monkeypatch.setattr(site_module, "LIST_CHUNK", 5)  # 12 pods: three pages
-    ids = running_pods(srv, site, api)
-    api.expire_continues = LIST_TRIES + 1  # every read of the first try, and one more
-    site._tasks.put(_Adopt(tuple(ids)))
-    until(lambda: running_in_plane(srv, ids), "every job's replica running in the plane")
-    assert api.expired == LIST_TRIES + 1
-    assert set(api.pod_posts.values()) == {1}  # none made again
 
 
 def test_the_pod_watch_lists_again_from_its_start_when_a_page_expires(

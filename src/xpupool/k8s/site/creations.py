@@ -138,8 +138,8 @@ class RunPods:
     """The pods of the plane's runs on one site, made a batch at a time (the module's
     docstring). What the site holds comes through callables: its client (None before it is
     attached; a rotation replaces it between batches), its plane, which nodes are its own, how
-    a replica's report reaches the plane, the pods its informer holds (key ``namespace/name``),
-    and how a pod of no run is deleted."""
+    a replica's report reaches the plane, a job's pods its informer holds (``(namespace/name,
+    state)``: ``seen_pods.py``), and how a pod of no run is deleted."""
 
     def __init__(
         self,
@@ -148,7 +148,7 @@ class RunPods:
         plane: Callable[[], ControlPlane | None],
         owns: Callable[[NodeRecord], bool],
         send: Callable[[str, ReplicaReport], None],
-        pods: Callable[[], Mapping[str, PodState]],
+        pods: Callable[[int], Sequence[tuple[str, PodState]]],
         delete_pod: Callable[[Client, str, str], None],
     ) -> None:
         self.config = config
@@ -269,13 +269,14 @@ class RunPods:
 
     def _earlier_pods(self, attempts: Mapping[int, int]) -> dict[int, list[tuple[str, str]]]:
         """(namespace, name) of the unfinished pods of earlier runs (a lost node's) of each job
-        of ``attempts`` (job -> the run now made), as the pod informer holds them."""
+        of ``attempts`` (job -> the run now made), as the pod informer holds them: read by job
+        (a scan of every pod held, per batch, grew with the site's pods)."""
         out: dict[int, list[tuple[str, str]]] = {}
-        for key, old in self._pods().items():
-            attempt = attempts.get(old.job)
-            if attempt is not None and old.attempt < attempt and old.phase not in TERMINAL:
-                namespace, _, name = key.partition("/")
-                out.setdefault(old.job, []).append((namespace, name))
+        for job, attempt in attempts.items():
+            for key, old in self._pods(job):
+                if old.attempt < attempt and old.phase not in TERMINAL:
+                    namespace, _, name = key.partition("/")
+                    out.setdefault(job, []).append((namespace, name))
         return out
 
     def _make(
