@@ -25,6 +25,8 @@ from server_kit import FakeClock, Server, job, open_server, submit, tenant
 from sqlalchemy import event
 
 from xpupool.k8s.informers.kubeconfig import make_client
+from xpupool.k8s.informers.lists import LIST_TRIES
+from xpupool.k8s.site import finished as finished_module
 from xpupool.k8s.site import site as site_module
 from xpupool.k8s.site.site import KubernetesSite, _Adopt, read_node
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
@@ -206,3 +208,25 @@ def test_the_pod_watch_lists_again_from_its_start_when_a_page_expires(
     assert informer.synced and sorted(informer.keys()) == sorted(
         f"xpupool-a/xp-{i}-0-1" for i in ids
     )
+
+
+def test_the_sweep_of_every_job_lists_the_sites_pods_in_pages(
+    kube: tuple[Server, KubernetesSite, FakeApiServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The site looks for finished jobs' leftovers when it is attached and every resync: it
+    listed every pod of the plane's in one answer (10,000 pods after a large restart); now in
+    pages, read again from the start when a page's continue token expired (410)."""
+    srv, site, api = kube
+    monkeypatch.setattr(finished_module, "LIST_CHUNK", 5)
+    running_pods(srv, site, api)
+    with api.lock:  # a pod of a job the store does not have: finished, last in the list
+        pod = json.loads(json.dumps(next(iter(api.pods.values()))))
+        pod["metadata"]["name"] = "xp-999999-0-1"
+        pod["metadata"]["labels"]["xpupool.io/job"] = "999999"
+        api.pods["xp-999999-0-1"] = pod
+    api.expire_continues = 1
+    lists = len(api.pod_list_limits)
+    site.finished.sweep(None)
+    assert api.pod_list_limits[lists:] == [5] * 5  # 13 pods: a page, one expired, then 3 pages
+    assert api.expired == 1 < LIST_TRIES
+    assert site.finished.next_due() is not None  # the last page's finished job found
