@@ -7,7 +7,7 @@ request came with. Stopped and started again on its port, it is an API server do
 
 With ``keep_pods``, Pods are kept as a site's worker makes them: a second create of one is 409,
 ``answers[name]`` gives the codes its next creates get instead, lists filter by label
-(``key`` and ``key=value`` terms) and are counted, and the most pod creates answered at once is
+(``key``, ``key=value`` and ``!key`` terms) and are counted, and the most pod creates answered at once is
 recorded; ``hold_until`` holds each pod create until that many are in flight (2 s at most).
 Pod lists are paged as kube-apiserver pages them (``limit``, ``continue``) and counted apart from
 watches (``pod_lists``, each page's ``limit`` in ``pod_list_limits``); ``expire_continues``
@@ -284,9 +284,14 @@ def _namespace_of(path: str) -> str:
 
 
 def _selected(obj: dict[str, Any], terms: str) -> bool:
-    """Does ``obj`` carry the labels of a selector's ``key`` and ``key=value`` terms?"""
+    """Does ``obj`` carry the labels of a selector's ``key`` and ``key=value`` terms, and none
+    its ``!key`` terms name?"""
     labels = obj["metadata"].get("labels") or {}
     for term in filter(None, terms.split(",")):
+        if term.startswith("!"):
+            if term[1:] in labels:
+                return False
+            continue
         key, eq, value = term.partition("=")
         if key not in labels or (eq and labels[key] != value):
             return False

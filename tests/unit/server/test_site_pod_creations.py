@@ -10,12 +10,14 @@ start by the watch: it is not dropped."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fake_apiserver import FakeApiServer
@@ -26,8 +28,10 @@ from sqlalchemy import event
 
 from xpupool.k8s.informers.kubeconfig import make_client
 from xpupool.k8s.informers.lists import LIST_TRIES
+from xpupool.k8s.informers.watch import Event, EventType
 from xpupool.k8s.site import finished as finished_module
 from xpupool.k8s.site import site as site_module
+from xpupool.k8s.site.gated import GATE
 from xpupool.k8s.site.site import KubernetesSite, _Adopt, read_node
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
 from xpupool.server.app import create_app
@@ -230,3 +234,107 @@ def test_the_sweep_of_every_job_lists_the_sites_pods_in_pages(
     assert api.pod_list_limits[lists:] == [5] * 5  # 13 pods: a page, one expired, then 3 pages
     assert api.expired == 1 < LIST_TRIES
     assert site.finished.next_due() is not None  # the last page's finished job found
+
+
+@contextlib.contextmanager
+def counting(srv: Server) -> Iterator[list[int]]:
+    """The plane's store's commits while inside: ``[n]``."""
+    commits = [0]
+
+    def counted(_conn: object) -> None:
+        commits[0] += 1
+
+    event.listen(srv.plane.db, "commit", counted)
+    try:
+        yield commits
+    finally:
+        event.remove(srv.plane.db, "commit", counted)
+
+
+def test_the_pod_watchs_first_list_notes_its_waiting_pods_in_one_write(
+    kube: tuple[Server, KubernetesSite, FakeApiServer],
+) -> None:
+    """A restarted plane's pods that the cluster has not bound (the extender found no node)
+    each noted the job's reason in a write of its own; a list's notes now go with its reports,
+    a write per 500."""
+    srv, site, api = kube
+    a = tenant(srv, "a")
+    ids = [submit(srv, a, f"A100:1 site={SITE}", image="train:1")["id"] for _ in range(JOBS)]
+    srv.schedule()
+    threading.Thread(target=site._work, daemon=True).start()
+    until(lambda: len(api.pods) == JOBS, "every pod made")
+    why = "0/2 nodes are available: 2 insufficient device memory"
+    unbound = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": why}
+    with api.lock:
+        for pod in api.pods.values():
+            pod["status"] = {"phase": "Pending", "conditions": [unbound]}
+    informer = site._pod_informer(config_of(api))
+    with counting(srv) as commits:
+        informer.start()
+        try:
+            until(lambda: informer.synced, "the pod watch's first list taken")
+        finally:
+            informer.stop()
+    assert commits == [1], f"{commits[0]} writes for {JOBS} waiting pods"
+    for i in ids:
+        assert f"waits on site {SITE}: Unschedulable: {why}" in job(srv, i)["reason"]
+
+
+def test_a_restarted_sites_list_of_kubectl_users_pods_reports_them_in_one_write(
+    kube: tuple[Server, KubernetesSite, FakeApiServer],
+) -> None:
+    """Gated pods the plane has jobs for, listed by a restarted plane's site: each one's
+    report was a write of its own (a heartbeat each); now a write per 500."""
+    srv, site, api = kube
+    tenant(srv, "a")
+    site._gated.bind(srv.plane, site._client)
+    for i in range(JOBS):
+        name = f"user-{i}"
+        obj = gated_pod(name)
+        with api.lock:
+            api.pods[name] = obj
+        site._gated.on_pod(Event(EventType.ADDED, f"xpupool-a/{name}", obj["metadata"]["uid"], obj))
+    ids = [int(j["id"]) for j in srv.client.get("/v1/jobs", headers=srv.admin).json()]
+    assert len(ids) == JOBS
+    srv.schedule()
+    for i in ids:  # the gates removed (what the site's worker does on admission)
+        assert srv.plane.count_run(i, 1, lambda _: "the gate removed") is not None
+    with api.lock:
+        for obj in api.pods.values():
+            obj["spec"].pop("schedulingGates")
+            obj["spec"]["nodeName"] = "k1"
+            obj["status"] = {"phase": "Running"}
+    later = KubernetesSite(site.config, resync_s=0)  # the restarted plane's site
+    later._plane = srv.plane
+    with counting(srv) as commits:
+        informer = later.gated.attach(srv.plane, make_client(config_of(api)), config_of(api))
+        try:
+            until(lambda: running_in_plane(srv, ids), "every job's replica running in the plane")
+        finally:
+            informer.stop()
+    assert commits == [1], f"{commits[0]} writes for {JOBS} pods"
+
+
+def gated_pod(name: str) -> dict[str, Any]:
+    """A kubectl user's pod in tenant a's namespace, in its queue, gated."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "xpupool-a",
+            "uid": f"uid-{name}",
+            "resourceVersion": "1",
+            "labels": {"xpupool.io/queue": "a"},
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "train:1",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                }
+            ],
+            "schedulingGates": [{"name": GATE}],
+        },
+    }

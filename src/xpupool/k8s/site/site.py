@@ -89,6 +89,7 @@ from xpupool.k8s.site.pods import (
     pod_state,
 )
 from xpupool.k8s.site.pods import report as pod_report
+from xpupool.k8s.site.pods import waiting as waiting_note
 from xpupool.k8s.site.seen_pods import SeenPods
 from xpupool.k8s.site.site_services import SiteServices
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
@@ -97,6 +98,7 @@ from xpupool.model.device import Node
 from xpupool.model.errors import Conflict, NotFound, RequestError, XpupoolError
 from xpupool.model.taint import Taint, parse_effect
 from xpupool.server.plane import site_runs
+from xpupool.server.plane.site_runs import SiteReport
 from xpupool.server.schemas.agent_protocol import (
     Heartbeat,
     ReplicaReport,
@@ -238,7 +240,7 @@ class KubernetesSite:
             self._delete_pod,
         )
         # kubectl users' pods under the plane's queues
-        self._gated = GatedPods(config, self._tasks.put, self._send, self._note_waiting)
+        self._gated = GatedPods(config, self._tasks.put, self._send, self._send_all)
         # pods bound to its nodes: those of no job of the plane's counted as use, the cards its
         # jobs' pods were bound to followed (foreign.py)
         self.foreign_pods = ForeignPods(config, self.owns, self._gated.job_of_uid)
@@ -476,9 +478,9 @@ class KubernetesSite:
     # ------------------------------------------------------------------ pods
     def _on_pods(self, events: Sequence[Event[PodState]]) -> None:
         """A list's pods (the first after a restart: every pod of the held jobs), each taken as
-        a watch's event is, their reports applied together, a write per :data:`REPORT_CHUNK`
-        (a report each was a write each: 10,000 of them after a restart)."""
-        reports: list[tuple[str, ReplicaReport]] = []
+        a watch's event is, their reports and waiting notes applied together, a write per
+        :data:`REPORT_CHUNK` (one each was a write each: 10,000 of them after a restart)."""
+        reports: list[SiteReport] = []
         for event in events:
             try:
                 self._on_pod(event, reports)
@@ -491,10 +493,9 @@ class KubernetesSite:
                 "site %s: %d reports of a pod list refused: %s", self.name, len(reports), exc
             )
 
-    def _on_pod(
-        self, event: Event[PodState], reports: list[tuple[str, ReplicaReport]] | None = None
-    ) -> None:
-        """One pod's change; its report sent at once, or added to ``reports`` (a list's)."""
+    def _on_pod(self, event: Event[PodState], reports: list[SiteReport] | None = None) -> None:
+        """One pod's change; its report (and note) sent at once, or added to ``reports`` (a
+        list's)."""
         state = event.value
         if event.type is EventType.DELETED:
             self._pods.pop(event.key)
@@ -507,7 +508,7 @@ class KubernetesSite:
                 return
             if state.waiting and self._waiting.get(event.key) != state.waiting:
                 self._waiting[event.key] = state.waiting
-                self._note_waiting(state)
+                self._note_waiting(state, reports)
         said = self._report_of(state, gone=event.type is EventType.DELETED)
         if said is not None and reports is not None:
             reports.append(said)
@@ -568,15 +569,18 @@ class KubernetesSite:
         run = plane.held_run(state.job)
         return run is None or state.attempt < run.attempt
 
-    def _note_waiting(self, state: PodState) -> None:
+    def _note_waiting(self, state: PodState, reports: list[SiteReport] | None) -> None:
         """The plane admitted the job, the cluster has not bound its pod (the extender found no
         node: another scheduler's pod took the cards in between, say): the job waits with
-        kube-scheduler's and the extender's reason, as one event each time it changes."""
-        plane = self._plane
-        if plane is None:
+        kube-scheduler's and the extender's reason, as one event each time it changes; noted at
+        once, or added to ``reports`` (a list's)."""
+        if self._plane is None:
             return
-        why = f"replica {state.replica} waits on site {self.name}: {state.waiting}"
-        site_runs.note_waiting(plane, state.job, state.attempt, why)
+        note = waiting_note(state, self.name)
+        if reports is not None:
+            reports.append(note)
+        else:
+            self._send_all([note])
 
     def _report_of(self, state: PodState, *, gone: bool) -> tuple[str, ReplicaReport] | None:
         """(node, report) of the pod's state for the plane, or None: nothing new to say."""
@@ -599,8 +603,8 @@ class KubernetesSite:
             # restart's list and its reconciliation each say so again; a write of the plane's each)
         return node, r
 
-    def _send_all(self, reports: Sequence[tuple[str, ReplicaReport]]) -> None:
-        """Many pods' reports, ``(node, report)``, a write per :data:`REPORT_CHUNK`."""
+    def _send_all(self, reports: Sequence[SiteReport]) -> None:
+        """Many pods' reports, ``(node, report)``, and notes, a write per :data:`REPORT_CHUNK`."""
         plane = self._plane
         assert plane is not None
         for i in range(0, len(reports), REPORT_CHUNK):
@@ -821,7 +825,7 @@ class KubernetesSite:
         watch = self._pod_watch
         if own and (watch is None or not watch.wait_synced(LISTED_WAIT_S)):
             raise NotListedError(f"site {self.name}: its pods' watch has not listed them yet")
-        reports: list[tuple[str, ReplicaReport]] = []  # what the pods say, sent together
+        reports: list[SiteReport] = []  # what the pods say, sent together
         for job_id in jobs:
             if job_id not in own:  # a kubectl user's pod: admitted again, its gate removed
                 run = plane.held_run(job_id)
@@ -838,7 +842,7 @@ class KubernetesSite:
         self,
         job_id: int,
         pods: Sequence[tuple[str, PodState]],
-        reports: list[tuple[str, ReplicaReport]],
+        reports: list[SiteReport],
     ) -> None:
         """One held job after a restart, with its ``pods`` (``(namespace/name, state)``): those
         of other runs deleted; its current run's pods reported (a missing one of a running job
