@@ -7,11 +7,14 @@ request came with. Stopped and started again on its port, it is an API server do
 
 With ``keep_pods``, Pods are kept as a site's worker makes them: a second create of one is 409,
 ``answers[name]`` gives the codes its next creates get instead, lists filter by label
-(``key`` and ``key=value`` terms) and are counted, and the most pod creates answered at once is
+(``key``, ``key=value`` and ``!key`` terms) and are counted, and the most pod creates answered at once is
 recorded; ``hold_until`` holds each pod create until that many are in flight (2 s at most).
-Pod lists are paged as kube-apiserver pages them (``limit``, ``continue``); ``expire_continues``
+Pod lists are paged as kube-apiserver pages them (``limit``, ``continue``) and counted apart from
+watches (``pod_lists``, each page's ``limit`` in ``pod_list_limits``); ``expire_continues``
 answers that many of the pages asked with a continue token ``410 Expired``, as a server whose
-etcd compacted the list's version does.
+etcd compacted the list's version does. Namespaces created are kept (a second create is 409,
+each create counted in ``namespace_posts``); one removed with :meth:`delete_namespace` answers
+its pod creates 404, as kube-apiserver answers a create in a namespace that is not there.
 
     with FakeApiServer(tokens={"old"}) as api:
         api.add_node(node_object("n1"))
@@ -70,7 +73,11 @@ class FakeApiServer:
         self.pods: dict[str, dict[str, Any]] = {}  # name -> the pod made (keep_pods)
         self.answers: dict[str, list[int]] = {}  # pod name -> codes its next creates get
         self.pod_posts: dict[str, int] = {}  # pod name -> creates asked
-        self.pod_lists = 0
+        self.pod_lists = 0  # pod list requests (pages), not watches
+        self.pod_list_limits: list[int] = []  # each pod list page's limit (0: none asked)
+        self.namespaces: set[str] = set()
+        self.namespace_posts = 0
+        self.deleted_namespaces: set[str] = set()  # their pod creates are answered 404
         self.expire_continues = 0  # continued pod list pages still to answer 410
         self.expired = 0  # continued pod list pages answered 410
         self.in_flight = self.most_in_flight = 0
@@ -104,7 +111,9 @@ class FakeApiServer:
                     items = list(api.nodes.values()) if url.path == "/api/v1/nodes" else []
                     version = api.version
                     if api.keep_pods and url.path == "/api/v1/pods":
-                        api.pod_lists += 1
+                        if query.get("watch") != ["true"]:
+                            api.pod_lists += 1
+                            api.pod_list_limits.append(int(query.get("limit", ["0"])[0] or 0))
                         terms = query.get("labelSelector", [""])[0]
                         items = [p for p in api.pods.values() if _selected(p, terms)]
                 if not self._allowed():
@@ -130,10 +139,13 @@ class FakeApiServer:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                if api.keep_pods and body.get("kind") == "Pod" and self._allowed():
-                    self._answer(*api.make_pod(body))
+                if not self._allowed():
                     return
-                if self._allowed():
+                if api.keep_pods and body.get("kind") == "Pod":
+                    self._answer(*api.make_pod(body, _namespace_of(urlsplit(self.path).path)))
+                elif body.get("kind") == "Namespace":
+                    self._answer(*api.make_namespace(str(body["metadata"]["name"])))
+                else:
                     meta = {**body.get("metadata", {}), "uid": "u", "resourceVersion": "1"}
                     self._answer(201, {**body, "metadata": meta})
 
@@ -157,11 +169,31 @@ class FakeApiServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
-    def make_pod(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        """A pod create (``keep_pods``): the answer's code and body."""
+    def make_namespace(self, name: str) -> tuple[int, dict[str, Any]]:
+        """A namespace create: made (201), or there already (409)."""
+        with self.lock:
+            self.namespace_posts += 1
+            if name in self.namespaces:
+                return 409, {"kind": "Status", "code": 409, "reason": "AlreadyExists"}
+            self.namespaces.add(name)
+            self.deleted_namespaces.discard(name)
+        meta = {"name": name, "uid": f"uid-ns-{name}", "resourceVersion": "1"}
+        return 201, {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+    def delete_namespace(self, name: str) -> None:
+        """The namespace is gone (deleted by someone): pod creates in it are answered 404."""
+        with self.lock:
+            self.namespaces.discard(name)
+            self.deleted_namespaces.add(name)
+
+    def make_pod(self, body: dict[str, Any], namespace: str = "") -> tuple[int, dict[str, Any]]:
+        """A pod create (``keep_pods``) in ``namespace``: the answer's code and body."""
         name = str(body["metadata"]["name"])
         with self.lock:
             self.pod_posts[name] = self.pod_posts.get(name, 0) + 1
+            if namespace in self.deleted_namespaces:
+                why = f'namespaces "{namespace}" not found'
+                return 404, {"kind": "Status", "code": 404, "reason": "NotFound", "message": why}
             self.in_flight += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
         deadline = time.monotonic() + 2.0
@@ -245,10 +277,21 @@ class FakeApiServer:
         self.stop()
 
 
+def _namespace_of(path: str) -> str:
+    """The namespace of a namespaced URL (``/api/v1/namespaces/NS/...``), or ``""``."""
+    parts = path.strip("/").split("/")
+    return parts[3] if len(parts) > 3 and parts[2] == "namespaces" else ""
+
+
 def _selected(obj: dict[str, Any], terms: str) -> bool:
-    """Does ``obj`` carry the labels of a selector's ``key`` and ``key=value`` terms?"""
+    """Does ``obj`` carry the labels of a selector's ``key`` and ``key=value`` terms, and none
+    its ``!key`` terms name?"""
     labels = obj["metadata"].get("labels") or {}
     for term in filter(None, terms.split(",")):
+        if term.startswith("!"):
+            if term[1:] in labels:
+                return False
+            continue
         key, eq, value = term.partition("=")
         if key not in labels or (eq and labels[key] != value):
             return False

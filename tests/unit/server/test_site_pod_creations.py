@@ -3,19 +3,21 @@
 small API server on 127.0.0.1 (``fake_apiserver.py``, which keeps the pods). Every job's pod is
 made once, several at once; a creation refused for good fails its job alone, and one that met a
 server error is made again, the others untouched. The reconciliation a restarted plane asks for
-lists the site's pods once for all its held jobs, not once per job, and their reports reach the
-plane. The pod watch's first list (a restarted plane's: every pod of its held jobs) applies its
-reports in one write, not one per pod. A list whose continue token expired (410) is read again
-from its start, by the reconciliation and by the watch: neither is dropped."""
+reads the pod watch's first list (no list of its own), and their reports reach the plane. The
+pod watch's first list (a restarted plane's: every pod of its held jobs) applies its reports in
+one write, not one per pod. A list whose continue token expired (410) is read again from its
+start by the watch: it is not dropped."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fake_apiserver import FakeApiServer
@@ -26,7 +28,10 @@ from sqlalchemy import event
 
 from xpupool.k8s.informers.kubeconfig import make_client
 from xpupool.k8s.informers.lists import LIST_TRIES
+from xpupool.k8s.informers.watch import Event, EventType
+from xpupool.k8s.site import finished as finished_module
 from xpupool.k8s.site import site as site_module
+from xpupool.k8s.site.gated import GATE
 from xpupool.k8s.site.site import KubernetesSite, _Adopt, read_node
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
 from xpupool.server.app import create_app
@@ -107,25 +112,6 @@ def test_many_jobs_pods_are_made_at_once_each_once_and_one_failure_fails_no_othe
     assert {job(srv, i)["state"] for i in ids if i != refused} == {"scheduled"}
 
 
-def test_reconciling_many_held_jobs_lists_the_sites_pods_once(
-    kube: tuple[Server, KubernetesSite, FakeApiServer],
-) -> None:
-    srv, site, api = kube
-    a = tenant(srv, "a")
-    ids = [submit(srv, a, f"A100:1 site={SITE}", image="train:1")["id"] for _ in range(JOBS)]
-    srv.schedule()
-    threading.Thread(target=site._work, daemon=True).start()
-    until(lambda: len(api.pods) == JOBS, "every pod made")
-    for pod in api.pods.values():  # bound and running, as kubelet would say
-        pod["spec"]["nodeName"] = "k1"
-        pod["status"] = {"phase": "Running"}
-    lists = api.pod_lists
-    site._tasks.put(_Adopt(tuple(ids)))  # what a restarted plane's adopt queues
-    until(lambda: all(job(srv, i)["state"] == "running" for i in ids), "every job running")
-    assert api.pod_lists == lists + 1
-    assert set(api.pod_posts.values()) == {1}  # none made again
-
-
 def running_pods(srv: Server, site: KubernetesSite, api: FakeApiServer) -> list[int]:
     """:data:`JOBS` jobs placed, their pods made by the site's worker (started here), then bound
     and running as kubelet would say; the plane not told yet. The jobs' ids."""
@@ -145,6 +131,43 @@ def running_in_plane(srv: Server, ids: list[int]) -> bool:
     """Does the plane hold replica 0 of every job of ``ids`` running (its books, no request)?"""
     runs = [srv.plane.held_run(i) for i in ids]
     return all(run is not None and 0 in run.running for run in runs)
+
+
+def test_a_restarts_reconciliation_reads_the_pod_watchs_list_and_lists_no_pods_itself(
+    kube: tuple[Server, KubernetesSite, FakeApiServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restarted plane listed all its site's pods for its pod watch, then again for the
+    reconciliation (and a third time for the bound pods' watch): the reconciliation reads the
+    pod watch's first list instead, waiting for it (done again after the worker's backoff) when
+    it comes first. A running job whose pod is gone is still a lost replica, and nothing is
+    made again."""
+    srv, site, api = kube
+    ids = running_pods(srv, site, api)
+    first = site._pod_informer(config_of(api))  # the plane before its restart hears them run
+    first.start()
+    try:
+        until(lambda: running_in_plane(srv, ids), "every job's replica running in the plane")
+    finally:
+        first.stop()
+    lost = ids[5]
+    with api.lock:
+        del api.pods[f"xp-{lost}-0-1"]  # deleted while no plane watched
+    monkeypatch.setattr(site_module, "LISTED_WAIT_S", 0.05)
+    later = KubernetesSite(site.config, resync_s=0)  # the restarted plane's site
+    later._plane, later._client = srv.plane, make_client(config_of(api))
+    threading.Thread(target=later._work, daemon=True).start()
+    lists = api.pod_lists
+    later._tasks.put(_Adopt(tuple(ids)))  # what a restarted plane's adopt queues, first
+    until(lambda: later._failures >= 1, "the reconciliation tried before the watch listed")
+    informer = later._pod_informer(config_of(api))
+    informer.start()
+    try:
+        until(lambda: "is missing on site" in job(srv, lost)["reason"], "the lost replica")
+    finally:
+        informer.stop()
+        later.detach()
+    assert api.pod_lists == lists + 1, f"{api.pod_lists - lists} pod lists, the watch's one"
+    assert set(api.pod_posts.values()) == {1}  # none made again
 
 
 def test_the_pod_watchs_first_list_applies_its_reports_in_one_write(
@@ -172,23 +195,6 @@ def test_the_pod_watchs_first_list_applies_its_reports_in_one_write(
     assert {job(srv, i)["state"] for i in ids} == {"running"}
 
 
-def test_a_reconcile_whose_list_expires_lists_again_from_its_start(
-    kube: tuple[Server, KubernetesSite, FakeApiServer], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A page's continue token that expired (410) failed the reconciliation as a refusal of
-    the API server's: it was dropped, and the restarted plane never learnt its pods ran. Now
-    the list starts again (:data:`LIST_TRIES` reads); one that expired every time is done
-    again after the worker's backoff."""
-    srv, site, api = kube
-    monkeypatch.setattr(site_module, "LIST_CHUNK", 5)  # 12 pods: three pages
-    ids = running_pods(srv, site, api)
-    api.expire_continues = LIST_TRIES + 1  # every read of the first try, and one more
-    site._tasks.put(_Adopt(tuple(ids)))
-    until(lambda: running_in_plane(srv, ids), "every job's replica running in the plane")
-    assert api.expired == LIST_TRIES + 1
-    assert set(api.pod_posts.values()) == {1}  # none made again
-
-
 def test_the_pod_watch_lists_again_from_its_start_when_a_page_expires(
     kube: tuple[Server, KubernetesSite, FakeApiServer],
 ) -> None:
@@ -206,3 +212,157 @@ def test_the_pod_watch_lists_again_from_its_start_when_a_page_expires(
     assert informer.synced and sorted(informer.keys()) == sorted(
         f"xpupool-a/xp-{i}-0-1" for i in ids
     )
+
+
+def test_the_sweep_of_every_job_lists_the_sites_pods_in_pages(
+    kube: tuple[Server, KubernetesSite, FakeApiServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The site looks for finished jobs' leftovers when it is attached and every resync: it
+    listed every pod of the plane's in one answer (10,000 pods after a large restart); now in
+    pages, read again from the start when a page's continue token expired (410)."""
+    srv, site, api = kube
+    monkeypatch.setattr(finished_module, "LIST_CHUNK", 5)
+    running_pods(srv, site, api)
+    with api.lock:  # a pod of a job the store does not have: finished, last in the list
+        pod = json.loads(json.dumps(next(iter(api.pods.values()))))
+        pod["metadata"]["name"] = "xp-999999-0-1"
+        pod["metadata"]["labels"]["xpupool.io/job"] = "999999"
+        api.pods["xp-999999-0-1"] = pod
+    api.expire_continues = 1
+    lists = len(api.pod_list_limits)
+    site.finished.sweep(None)
+    assert api.pod_list_limits[lists:] == [5] * 5  # 13 pods: a page, one expired, then 3 pages
+    assert api.expired == 1 < LIST_TRIES
+    assert site.finished.next_due() is not None  # the last page's finished job found
+
+
+@contextlib.contextmanager
+def counting(srv: Server) -> Iterator[list[int]]:
+    """The plane's store's commits while inside: ``[n]``."""
+    commits = [0]
+
+    def counted(_conn: object) -> None:
+        commits[0] += 1
+
+    event.listen(srv.plane.db, "commit", counted)
+    try:
+        yield commits
+    finally:
+        event.remove(srv.plane.db, "commit", counted)
+
+
+def test_the_pod_watchs_first_list_notes_its_waiting_pods_in_one_write(
+    kube: tuple[Server, KubernetesSite, FakeApiServer],
+) -> None:
+    """A restarted plane's pods that the cluster has not bound (the extender found no node)
+    each noted the job's reason in a write of its own; a list's notes now go with its reports,
+    a write per 500."""
+    srv, site, api = kube
+    a = tenant(srv, "a")
+    ids = [submit(srv, a, f"A100:1 site={SITE}", image="train:1")["id"] for _ in range(JOBS)]
+    srv.schedule()
+    threading.Thread(target=site._work, daemon=True).start()
+    until(lambda: len(api.pods) == JOBS, "every pod made")
+    why = "0/2 nodes are available: 2 insufficient device memory"
+    unbound = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": why}
+    with api.lock:
+        for pod in api.pods.values():
+            pod["status"] = {"phase": "Pending", "conditions": [unbound]}
+    informer = site._pod_informer(config_of(api))
+    with counting(srv) as commits:
+        informer.start()
+        try:
+            until(lambda: informer.synced, "the pod watch's first list taken")
+        finally:
+            informer.stop()
+    assert commits == [1], f"{commits[0]} writes for {JOBS} waiting pods"
+    for i in ids:
+        assert f"waits on site {SITE}: Unschedulable: {why}" in job(srv, i)["reason"]
+
+
+def test_a_restarted_sites_list_of_kubectl_users_pods_reports_them_in_one_write(
+    kube: tuple[Server, KubernetesSite, FakeApiServer],
+) -> None:
+    """Gated pods the plane has jobs for, listed by a restarted plane's site: each one's
+    report was a write of its own (a heartbeat each); now a write per 500."""
+    srv, site, api = kube
+    tenant(srv, "a")
+    site._gated.bind(srv.plane, site._client)
+    for i in range(JOBS):
+        name = f"user-{i}"
+        obj = gated_pod(name)
+        with api.lock:
+            api.pods[name] = obj
+        site._gated.on_pod(Event(EventType.ADDED, f"xpupool-a/{name}", obj["metadata"]["uid"], obj))
+    ids = [int(j["id"]) for j in srv.client.get("/v1/jobs", headers=srv.admin).json()]
+    assert len(ids) == JOBS
+    srv.schedule()
+    for i in ids:  # the gates removed (what the site's worker does on admission)
+        assert srv.plane.count_run(i, 1, lambda _: "the gate removed") is not None
+    with api.lock:
+        for obj in api.pods.values():
+            obj["spec"].pop("schedulingGates")
+            obj["spec"]["nodeName"] = "k1"
+            obj["status"] = {"phase": "Running"}
+    later = KubernetesSite(site.config, resync_s=0)  # the restarted plane's site
+    later._plane = srv.plane
+    with counting(srv) as commits:
+        informer = later.gated.attach(srv.plane, make_client(config_of(api)), config_of(api))
+        try:
+            until(lambda: running_in_plane(srv, ids), "every job's replica running in the plane")
+        finally:
+            informer.stop()
+    assert commits == [1], f"{commits[0]} writes for {JOBS} pods"
+
+
+def gated_pod(name: str) -> dict[str, Any]:
+    """A kubectl user's pod in tenant a's namespace, in its queue, gated."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "xpupool-a",
+            "uid": f"uid-{name}",
+            "resourceVersion": "1",
+            "labels": {"xpupool.io/queue": "a"},
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "train:1",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                }
+            ],
+            "schedulingGates": [{"name": GATE}],
+        },
+    }
+
+
+def test_a_tenants_namespace_is_made_once_and_again_when_a_pod_create_finds_it_gone(
+    kube: tuple[Server, KubernetesSite, FakeApiServer],
+) -> None:
+    """The tenant's namespace create was sent with every batch of runs and answered 409 (21 %
+    of the worker's time in a profile of the benchmark): the site remembers the namespaces it
+    made or found. One deleted since (a pod create answered 404) is made again, and the run's
+    pods after it: its job does not fail."""
+    srv, site, api = kube
+    api.hold_until = 0  # one run a batch here: nothing to wait for
+    a = tenant(srv, "a")
+    threading.Thread(target=site._work, daemon=True).start()
+
+    def one_batch() -> int:
+        i = int(submit(srv, a, f"A100:1 site={SITE}", image="train:1")["id"])
+        srv.schedule()
+        until(lambda: f"xp-{i}-0-1" in api.pods, f"job {i}'s pod made")
+        return i
+
+    for _ in range(3):
+        one_batch()
+    assert api.namespace_posts == 1, f"{api.namespace_posts} creates of one namespace"
+    api.delete_namespace("xpupool-a")
+    again = one_batch()
+    assert api.namespace_posts == 2
+    assert api.pod_posts[f"xp-{again}-0-1"] == 2  # the 404, then made
+    assert job(srv, again)["state"] == "scheduled"

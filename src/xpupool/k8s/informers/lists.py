@@ -25,9 +25,10 @@ from lightkube.generic_resource import Generic as RawObject
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LIST_TRIES", "ExpiredError", "Listed", "is_expired", "list_whole"]
+__all__ = ["LIST_CHUNK", "LIST_TRIES", "ExpiredError", "Listed", "is_expired", "list_whole"]
 
 LIST_TRIES = 3  # reads of a list from its first page, when a continue token expired each time
+LIST_CHUNK = 500  # objects a page when a whole kind is listed (client-go's pager reads 500)
 
 
 class ExpiredError(Exception):

@@ -40,7 +40,7 @@ from lightkube.generic_resource import Generic as RawObject
 from lightkube.types import OnErrorAction, OnErrorResult
 
 from xpupool.k8s.informers.kubeconfig import InterruptibleTransport, make_client
-from xpupool.k8s.informers.lists import ExpiredError, is_expired, list_whole
+from xpupool.k8s.informers.lists import LIST_CHUNK, ExpiredError, is_expired, list_whole
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ class Informer(Generic[T]):
         labels: Mapping[str, Any] | None = None,
         resync_s: float = 300.0,
         watch_timeout_s: int = 300,
-        list_chunk: int = 500,
+        list_chunk: int = LIST_CHUNK,
         backoff_cap_s: float = 30.0,
         name: str | None = None,
         listed: Callable[[Sequence[Event[T]]], None] | None = None,

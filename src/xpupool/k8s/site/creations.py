@@ -5,7 +5,9 @@ machine; made one after another, with the plane's write that counts each run bef
 the site to 23 to 28 pods a second at any rate of submissions (docs/benchmarks.md, Kubernetes
 site). So the worker takes the starts queued one after another as one batch (:func:`take_batch`)
 and hands it to :class:`RunPods`: the plane counts their runs in one write
-(``site_runs.count_site_runs``), the cluster-wide objects they need are made once, and
+(``site_runs.count_site_runs``), the cluster-wide objects they need are made once (a tenant's
+namespace once for the site's life: remembered, and made again only when a create in it is
+answered 404, the namespace deleted since), and
 :class:`InFlight` makes the runs' pods on a bounded pool of threads that share the worker's client
 and its kept-alive connections, one run per thread, that run's objects in their order (its earlier
 runs' pods deleted, its Secret, then its pods by replica).
@@ -19,15 +21,17 @@ failure of one run fails or retries that run alone, never the others of its batc
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from lightkube import Client
+from lightkube.core.exceptions import ApiError
 
 from xpupool.k8s.informers.kubeconfig import RawPod
 from xpupool.k8s.site.api_errors import exists_ok, forbidden_ok
@@ -50,7 +54,15 @@ from xpupool.server.schemas.agent_protocol import ReplicaReport, ReplicaState
 if TYPE_CHECKING:
     from xpupool.server.plane import ControlPlane
 
-__all__ = ["MAX_BATCH", "MAX_IN_FLIGHT", "InFlight", "RunPods", "Start", "take_batch"]
+__all__ = [
+    "MAX_BATCH",
+    "MAX_IN_FLIGHT",
+    "InFlight",
+    "NamespaceGoneError",
+    "RunPods",
+    "Start",
+    "take_batch",
+]
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +129,12 @@ class InFlight:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
+class NamespaceGoneError(Exception):
+    """A create in a tenant's namespace the site had made or found was answered 404: deleted
+    since. The site forgot it; the run is made again after the worker's backoff (a passing
+    failure), its namespace first."""
+
+
 @dataclass(frozen=True, slots=True)
 class Start:
     """The worker's task: make the pods of run ``attempt`` of job ``job``."""
@@ -138,8 +156,8 @@ class RunPods:
     """The pods of the plane's runs on one site, made a batch at a time (the module's
     docstring). What the site holds comes through callables: its client (None before it is
     attached; a rotation replaces it between batches), its plane, which nodes are its own, how
-    a replica's report reaches the plane, the pods its informer holds (key ``namespace/name``),
-    and how a pod of no run is deleted."""
+    a replica's report reaches the plane, a job's pods its informer holds (``(namespace/name,
+    state)``: ``seen_pods.py``), and how a pod of no run is deleted."""
 
     def __init__(
         self,
@@ -148,7 +166,7 @@ class RunPods:
         plane: Callable[[], ControlPlane | None],
         owns: Callable[[NodeRecord], bool],
         send: Callable[[str, ReplicaReport], None],
-        pods: Callable[[], Mapping[str, PodState]],
+        pods: Callable[[int], Sequence[tuple[str, PodState]]],
         delete_pod: Callable[[Client, str, str], None],
     ) -> None:
         self.config = config
@@ -160,6 +178,9 @@ class RunPods:
         self._delete_pod = delete_pod
         self._in_flight = InFlight(f"site-{config.name}-create")
         self._priority_class = False  # the plane's PriorityClass is there (made or found)
+        # tenants' namespaces made or found (create_namespaces): added on the worker's thread,
+        # dropped on the pool's when a create there is answered 404
+        self._namespaces: set[str] = set()
 
     def close(self) -> None:
         self._in_flight.close()
@@ -190,19 +211,23 @@ class RunPods:
         client = self._client()
         assert client is not None
         try:
-            refused = self._cluster_objects(client, {m.pods[0][0].namespace for _, m in work})
+            refused, fresh = self._cluster_objects(
+                client, {m.pods[0][0].namespace for _, m in work}
+            )
         except Exception as exc:  # the PriorityClass: every run's
             return [*failed, *((s, exc) for s, _ in work)]
         earlier = self._earlier_pods({s.job: s.attempt for s, _ in work})
         units: list[tuple[Start, Callable[[], None]]] = []
         for start, made in work:
-            why = refused.get(made.pods[0][0].namespace)
+            namespace = made.pods[0][0].namespace
+            why = refused.get(namespace)
             if why is not None:
                 failed.append((start, why))
                 continue
-            units.append(
-                (start, partial(self._make, client, start, made, earlier.get(start.job, [])))
+            make = partial(
+                self._make, client, start, made, earlier.get(start.job, []), namespace in fresh
             )
+            units.append((start, make))
         return [*failed, *self._in_flight.run(units)]
 
     def _count(self, starts: Sequence[Start]) -> list[site_runs.SiteRun | None]:
@@ -249,45 +274,77 @@ class RunPods:
         secret = secret_object(out[0][0], run.values) if out and run.secrets else None
         return _Made(out, secret)
 
-    def _cluster_objects(self, client: Client, namespaces: Collection[str]) -> dict[str, Exception]:
+    def _cluster_objects(
+        self, client: Client, namespaces: Collection[str]
+    ) -> tuple[dict[str, Exception], set[str]]:
         """What pods of the plane's need beside them: its PriorityClass (once; raises what its
-        create raised), and the tenants' namespaces when the site may make them: those whose
-        create failed, with what it raised (their runs fail or wait, the others go on)."""
+        create raised), and the tenants' namespaces when the site may make them, each once (a
+        409 each batch was the worker's most frequent request). Returns those whose create
+        failed, with what it raised (their runs fail or wait, the others go on), and those
+        created (or found) by this batch."""
         if not self._priority_class:  # the chart makes it and gives the plane no right to
             with exists_ok(), forbidden_ok():
                 client.create(RawPriorityClass.from_dict(priority_class()))
             self._priority_class = True
         refused: dict[str, Exception] = {}
+        fresh: set[str] = set()
         for ns in sorted(namespaces) if self.config.create_namespaces else ():
+            if ns in self._namespaces:
+                continue
             body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
             try:
                 with exists_ok():
                     client.create(RawNamespace.from_dict(body))
             except Exception as exc:
                 refused[ns] = exc
-        return refused
+                continue
+            self._namespaces.add(ns)
+            fresh.add(ns)
+        return refused, fresh
+
+    @contextlib.contextmanager
+    def _namespace_there(self, namespace: str, made_now: bool) -> Iterator[None]:
+        """A create in ``namespace`` answered 404 (the namespace is not there): one the site
+        made or found in an earlier batch was deleted since, so it is forgotten and
+        :class:`NamespaceGoneError` raised (made again on the run's next try); one made by this
+        very batch, or one the site does not make, is the API server's word."""
+        try:
+            yield
+        except ApiError as exc:
+            if exc.status.code != 404 or made_now or not self.config.create_namespaces:
+                raise
+            self._namespaces.discard(namespace)
+            why = f"site {self.config.name}: namespace {namespace} is gone; made again"
+            raise NamespaceGoneError(why) from exc
 
     def _earlier_pods(self, attempts: Mapping[int, int]) -> dict[int, list[tuple[str, str]]]:
         """(namespace, name) of the unfinished pods of earlier runs (a lost node's) of each job
-        of ``attempts`` (job -> the run now made), as the pod informer holds them."""
+        of ``attempts`` (job -> the run now made), as the pod informer holds them: read by job
+        (a scan of every pod held, per batch, grew with the site's pods)."""
         out: dict[int, list[tuple[str, str]]] = {}
-        for key, old in self._pods().items():
-            attempt = attempts.get(old.job)
-            if attempt is not None and old.attempt < attempt and old.phase not in TERMINAL:
-                namespace, _, name = key.partition("/")
-                out.setdefault(old.job, []).append((namespace, name))
+        for job, attempt in attempts.items():
+            for key, old in self._pods(job):
+                if old.attempt < attempt and old.phase not in TERMINAL:
+                    namespace, _, name = key.partition("/")
+                    out.setdefault(job, []).append((namespace, name))
         return out
 
     def _make(
-        self, client: Client, start: Start, made: _Made, earlier: Sequence[tuple[str, str]]
+        self,
+        client: Client,
+        start: Start,
+        made: _Made,
+        earlier: Sequence[tuple[str, str]],
+        namespace_made_now: bool,
     ) -> None:
         """One run's objects, in order (on a thread of the pool): its earlier runs' pods
         deleted, its Secret, its pods (one the plane cannot write fails its replica alone)."""
         for namespace, name in earlier:
             self._delete_pod(client, namespace, name)
         plans = made.pods
+        there = partial(self._namespace_there, plans[0][0].namespace, namespace_made_now)
         if made.secret is not None:
-            with exists_ok():
+            with there(), exists_ok():
                 client.create(RawSecret.from_dict(made.secret), namespace=plans[0][0].namespace)
         for plan, node in plans:
             try:
@@ -302,7 +359,7 @@ class RunPods:
                 )
                 self._send(node, r)
                 continue
-            with exists_ok():
+            with there(), exists_ok():
                 client.create(RawPod.from_dict(pod), namespace=plan.namespace)
             log.info(
                 "site %s: pod %s/%s created",

@@ -12,7 +12,10 @@ the plane holds is never taken for a finished one.
 
 Pods are listed in every namespace (the plane may read pods cluster-wide); Secrets only in the
 namespaces it has pods in and in its tenants' namespaces, the only ones where the chart lets it
-read Secrets.
+read Secrets. A sweep's lists are read in pages of :data:`LIST_CHUNK` (``informers/lists.py``:
+one whose continue token expired is read again from its start): the sweep of every job, when the
+site is attached and every resync, reads all the plane's pods there (10,000 after a large
+restart), which one answer would hold whole.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from lightkube import Client, operators
 from lightkube.generic_resource import GenericNamespacedResource
 from sqlalchemy import select
 
+from xpupool.k8s.informers.lists import LIST_CHUNK, list_whole
 from xpupool.k8s.site.api_errors import gone_ok
 from xpupool.k8s.site.pods import JOB, SITE
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
@@ -113,14 +117,16 @@ class FinishedJobs:
             return  # seen finished already, its Secret deleted (a restart's pods, one by one)
         labels: dict[str, Any] = {JOB: operators.exists() if job is None else str(job)}
         labels[SITE] = self.site
-        pods = [dict(p) for p in client.list(self._pod, namespace="*", labels=labels)]
+        what = f"site {self.site}: finished jobs' pods"
+        pods = self._list(client, self._pod, what, namespace="*", labels=labels)
         namespaces = {str(p["metadata"]["namespace"]) for p in pods}
         if job is None:
             namespaces |= self._tenant_namespaces(plane)
+        what = f"site {self.site}: finished jobs' Secrets"
         secrets = [
-            dict(s)
+            s
             for ns in sorted(namespaces)
-            for s in client.list(self._secret, namespace=ns, labels=labels)
+            for s in self._list(client, self._secret, what, namespace=ns, labels=labels)
         ]
         ids = {j for j in map(job_label, [*secrets, *pods]) if j is not None}
         done = finished_jobs(plane, ids)
@@ -131,6 +137,12 @@ class FinishedJobs:
         for j in done & {job_label(p) for p in pods}:
             self._due.setdefault(j, now + self.retention_s)
         self.delete_due()
+
+    @staticmethod
+    def _list(
+        client: Client, kind: type[GenericNamespacedResource], what: str, **selectors: Any
+    ) -> list[dict[str, Any]]:
+        return list_whole(client, kind, chunk_size=LIST_CHUNK, what=what, **selectors).items
 
     def delete_secrets(self, job: int, namespaces: Iterable[str]) -> None:
         """Delete job ``job``'s Secrets in ``namespaces`` (its pods' and its tenant's: where the

@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -46,8 +46,9 @@ from xpupool.k8s.informers.kubeconfig import RawPod
 from xpupool.k8s.informers.pod_groups import PodGroupSizes, lightkube_podgroup_getter
 from xpupool.k8s.informers.watch import Event, EventType, Informer
 from xpupool.k8s.site.gated_gangs import FormingGangs
-from xpupool.k8s.site.pods import JOB, QUEUE, PodState, pod_status
+from xpupool.k8s.site.pods import JOB, QUEUE, pod_status
 from xpupool.k8s.site.pods import report as pod_report
+from xpupool.k8s.site.pods import waiting as waiting_note
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
 from xpupool.model.errors import RequestError, XpupoolError
 from xpupool.model.request import Request
@@ -56,6 +57,7 @@ from xpupool.model.validation import request_error
 from xpupool.server.job_views import Submitted
 from xpupool.server.plane import site_pod_rows
 from xpupool.server.plane.site_pod_rows import PodJob
+from xpupool.server.plane.site_runs import SiteReport
 from xpupool.server.schemas.agent_protocol import (
     ReplicaReport,
     ReplicaState,
@@ -276,19 +278,20 @@ class GatedTask:
 class GatedPods:
     """The labelled pods of one site that the plane did not create: their jobs, their gates.
     The informer's thread submits and reports; the site's worker thread (``do``) acts on the
-    cluster."""
+    cluster. ``send`` takes one replica report, ``send_all`` many reports and waiting notes
+    (a list's) in a write per chunk: the site's."""
 
     def __init__(
         self,
         config: KubernetesSiteConfig,
         put: Callable[[GatedTask], None],
         send: Callable[[str, ReplicaReport], None],
-        note_waiting: Callable[[PodState], None] = lambda state: None,
+        send_all: Callable[[Sequence[SiteReport]], None] = lambda reports: None,
     ) -> None:
         self.config = config
         self._put = put
         self._send = send
-        self._note_waiting = note_waiting  # the site's: an admitted pod the cluster has not bound
+        self._send_all = send_all
         self._plane: ControlPlane | None = None
         self._client: Client | None = None
         self._lock = threading.Lock()  # held across a submission and its row: owns() waits
@@ -305,7 +308,8 @@ class GatedPods:
 
     def attach(self, plane: ControlPlane, client: Client, config: SingleConfig) -> Informer[Any]:
         """Read the stored pod jobs of this site and watch its labelled pods (not the plane's
-        own, which carry :data:`~xpupool.k8s.site.pods.JOB`); returns the informer, started."""
+        own, which carry :data:`~xpupool.k8s.site.pods.JOB`); returns the informer, started. A
+        list's pods are taken together (:meth:`on_pods`), a watch's one by one."""
         self.bind(plane, client)
         informer: Informer[dict[str, Any]] = Informer(
             config,
@@ -314,6 +318,7 @@ class GatedPods:
             self.on_pod,
             labels={QUEUE: operators.exists(), JOB: operators.not_exists()},
             name=f"site-{self.site}-gated",
+            listed=self.on_pods,
         )
         informer.start()
         threading.Thread(
@@ -394,14 +399,36 @@ class GatedPods:
         return self._sizes(namespace, name)
 
     # ------------------------------------------------------------------ the informer's thread
-    def on_pod(self, event: Event[dict[str, Any]]) -> None:
-        """The informer's consumer: a labelled pod not of the plane's, added, changed or gone."""
+    def on_pods(self, events: Sequence[Event[dict[str, Any]]]) -> None:
+        """A list's pods (the first after a restart: every pod the plane has a job for), each
+        taken as a watch's event is, the reports and waiting notes of those still there sent
+        together, a write per chunk (one each was a write each). A pod gone is taken alone: what
+        its job becomes decides whether the pair is forgotten."""
+        reports: list[SiteReport] = []
+        for event in events:
+            try:
+                self.on_pod(event, reports)
+            except Exception:  # one pod is not worth the others' reports
+                log.exception("site %s: pod %s %s", self.site, event.key, event.type)
+        if not reports:
+            return
+        try:
+            self._send_all(reports)
+        except XpupoolError as exc:
+            log.warning(
+                "site %s: %d reports of a pod list refused: %s", self.site, len(reports), exc
+            )
+
+    def on_pod(self, event: Event[dict[str, Any]], reports: list[SiteReport] | None = None) -> None:
+        """The informer's consumer: a labelled pod not of the plane's, added, changed or gone;
+        what a pod still there says is sent at once, or added to ``reports`` (a list's)."""
         obj = event.value
         meta = obj.get("metadata") or {}
         uid, namespace = str(meta.get("uid", "")), str(meta.get("namespace", ""))
         known = self._by_uid.get(uid)
         if known is not None:
-            self._follow(known, obj, gone=event.type is EventType.DELETED)
+            gone = event.type is EventType.DELETED
+            self._follow(known, obj, gone=gone, reports=None if gone else reports)
             return
         if event.type is EventType.DELETED or not has_gate(obj):
             self._refused.pop(uid, None)
@@ -499,11 +526,19 @@ class GatedPods:
             job.id,
         )
 
-    def _follow(self, known: PodJob, obj: Mapping[str, Any], *, gone: bool) -> None:
+    def _follow(
+        self,
+        known: PodJob,
+        obj: Mapping[str, Any],
+        *,
+        gone: bool,
+        reports: list[SiteReport] | None = None,
+    ) -> None:
         """A pod the plane has a job for changed (or went): its phase as the job's replica
-        report; deleted by its user, the job is cancelled first (so it ends cancelled). Once the
-        pod is gone and its job final, the plane forgets the pair (its row too)."""
-        self._report(known, obj, gone=gone)
+        report (sent, or added to ``reports``); deleted by its user, the job is cancelled first
+        (so it ends cancelled). Once the pod is gone and its job final, the plane forgets the
+        pair (its row too)."""
+        self._report(known, obj, gone=gone, reports=reports)
         plane = self._plane
         assert plane is not None
         if gone and known.job not in plane.queued and plane.held_run(known.job) is None:
@@ -517,7 +552,14 @@ class GatedPods:
             if not left:  # a gang's rows go with its last pod
                 site_pod_rows.forget(plane, known.job)
 
-    def _report(self, known: PodJob, obj: Mapping[str, Any], *, gone: bool) -> None:
+    def _report(
+        self,
+        known: PodJob,
+        obj: Mapping[str, Any],
+        *,
+        gone: bool,
+        reports: list[SiteReport] | None = None,
+    ) -> None:
         plane = self._plane
         assert plane is not None
         run = plane.held_run(known.job)
@@ -537,10 +579,18 @@ class GatedPods:
             state = pod_status(obj, job=known.job, replica=known.replica, attempt=attempt)
         except RequestError:
             return
+        said: list[SiteReport] = []
         if not gone and state.waiting and self._waiting.get(known.uid) != state.waiting:
             self._waiting[known.uid] = state.waiting
-            self._note_waiting(state)
+            said.append(waiting_note(state, self.site))
         r = pod_report(state, gone=gone, stopping=stopping)
+        if reports is not None:
+            reports.extend(said)
+            if r is not None:
+                reports.append((node, r))
+            return
+        if said:
+            self._send_all(said)
         if r is not None:
             self._send(node, r)
 

@@ -38,6 +38,7 @@ from xpupool.k8s.codec.resource_names import DEVICE_KINDS, DeviceKind
 from xpupool.k8s.informers.pod_groups import GANG_ANNOTATION, GANG_SIZE_ANNOTATION
 from xpupool.model.allocation import Allocation
 from xpupool.model.errors import RequestError
+from xpupool.server.plane.site_runs import Waiting
 from xpupool.server.schemas.agent_protocol import ReplicaReport, ReplicaState
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "report",
     "secret_object",
     "secrets_name",
+    "waiting",
 ]
 
 JOB = "xpupool.io/job"
@@ -358,6 +360,14 @@ def pod_status(obj: Mapping[str, Any], *, job: int, replica: int, attempt: int) 
         reason=": ".join(w for w in why if w)[:MAX_REASON_CHARS],
         exit_code=code,
     )
+
+
+def waiting(state: PodState, site: str) -> Waiting:
+    """The note that the pod's run waits on ``site`` with kube-scheduler's and the extender's
+    reason (the plane admitted the job, the cluster has not bound its pod: another scheduler's
+    pod took the cards in between, say)."""
+    why = f"replica {state.replica} waits on site {site}: {state.waiting}"
+    return Waiting(state.job, state.attempt, why)
 
 
 def report(state: PodState, *, gone: bool = False, stopping: bool = False) -> ReplicaReport | None:

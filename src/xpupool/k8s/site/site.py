@@ -27,10 +27,10 @@ work for that thread, so no plane operation waits on the network.
   (:meth:`KubernetesSite.want_services`); their ready endpoints come from EndpointSlices.
 - Work: ``start`` counts the run (the job's next attempt, which names its pods) and creates one
   pod per replica; ``stop`` deletes them (their grace period), the job's cards staying held until
-  the pods are gone; ``adopt`` (a restarted plane) lists the pods of its held jobs (once for all
-  of them): a pod of an older attempt is deleted, a missing one of a running job is a lost
-  replica, a job counted but never made gets its pods (idempotent names: nothing is created
-  twice).
+  the pods are gone; ``adopt`` (a restarted plane) reads the pods of its held jobs from the pod
+  watch's first list (``seen_pods.py``; no list of its own): a pod of an older attempt is
+  deleted, a missing one of a running job is a lost replica, a job counted but never made gets
+  its pods (idempotent names: nothing is created twice).
 - Reachability: the site's nodes are heard while its API server answers its watches
   (:meth:`KubernetesSite.answering`, asked by the plane's lost-node watch:
   ``server/site_health.hear``); when none of them has had an answer for longer than the plane's
@@ -69,7 +69,6 @@ from xpupool.engine.host import HostedNode
 from xpupool.engine.link_domains import labelled
 from xpupool.k8s.informers.decoders import decode_node
 from xpupool.k8s.informers.kubeconfig import RawNode, RawPod, make_client
-from xpupool.k8s.informers.lists import list_whole
 from xpupool.k8s.informers.watch import Event, EventType, Informer, backoff_s
 from xpupool.k8s.site import api_errors
 from xpupool.k8s.site.api_errors import gone_ok
@@ -90,6 +89,8 @@ from xpupool.k8s.site.pods import (
     pod_state,
 )
 from xpupool.k8s.site.pods import report as pod_report
+from xpupool.k8s.site.pods import waiting as waiting_note
+from xpupool.k8s.site.seen_pods import SeenPods
 from xpupool.k8s.site.site_services import SiteServices
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
 from xpupool.model.allocation import Allocation
@@ -97,6 +98,7 @@ from xpupool.model.device import Node
 from xpupool.model.errors import Conflict, NotFound, RequestError, XpupoolError
 from xpupool.model.taint import Taint, parse_effect
 from xpupool.server.plane import site_runs
+from xpupool.server.plane.site_runs import SiteReport
 from xpupool.server.schemas.agent_protocol import (
     Heartbeat,
     ReplicaReport,
@@ -117,9 +119,8 @@ KIND = "kubernetes"
 RUNTIME = "kubernetes"  # the node's container runtime as the engine sees it: it runs images
 _NODE_NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$")  # the node book holds 63
 MAX_TAINTS = 64
-FEW_JOBS = 8  # a restart's held jobs whose pods are listed job by job, not all of the site's
-LIST_CHUNK = 500  # pods a page when all of the site's are listed
 REPORT_CHUNK = 500  # a restart's reports of its pods applied in one write
+LISTED_WAIT_S = 5.0  # a restart's reconciliation waits that long for the pod watch's first list
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,9 +135,17 @@ class _Stop:
     job: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class _Adopt:
     jobs: tuple[int, ...]
+
+    def __repr__(self) -> str:  # in the worker's log lines: 10,000 ids after a large restart
+        return f"_Adopt({len(self.jobs)} jobs)"
+
+
+class NotListedError(Exception):
+    """The site's pod watch has not listed its pods yet: a restart's reconciliation, which reads
+    that list, is done again after the worker's backoff (a passing failure, never a refusal)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +219,8 @@ class KubernetesSite:
         self.resync_s = resync_s
         self._plane: ControlPlane | None = None
         self._tasks: queue.Queue[_Task | None] = queue.Queue()
-        self._pods: dict[str, PodState] = {}  # namespace/name -> state, the pod informer's
+        self._pods = SeenPods()  # the pod informer's, by namespace/name and by job
+        self._pod_watch: Informer[PodState] | None = None
         self._waiting: dict[str, str] = {}  # namespace/name -> the unbound pod's reason noted
         self._informers: list[Informer[Any]] = []
         self._node_informer: Informer[SiteNode] | None = None
@@ -226,11 +236,11 @@ class KubernetesSite:
             lambda: self._plane,
             self.owns,
             self._send,
-            self._pods.copy,
+            self._pods.of_job,
             self._delete_pod,
         )
         # kubectl users' pods under the plane's queues
-        self._gated = GatedPods(config, self._tasks.put, self._send, self._note_waiting)
+        self._gated = GatedPods(config, self._tasks.put, self._send, self._send_all)
         # pods bound to its nodes: those of no job of the plane's counted as use, the cards its
         # jobs' pods were bound to followed (foreign.py)
         self.foreign_pods = ForeignPods(config, self.owns, self._gated.job_of_uid)
@@ -378,8 +388,9 @@ class KubernetesSite:
 
     def _pod_informer(self, config: SingleConfig) -> Informer[PodState]:
         """The watch of the plane's own pods on this site (not started): a list's pods are
-        taken together (:meth:`_on_pods`), a watch's one by one."""
-        return Informer(
+        taken together (:meth:`_on_pods`), a watch's one by one. A restart's reconciliation
+        reads its first list."""
+        self._pod_watch = Informer(
             config,
             RawPod,
             pod_state,
@@ -389,6 +400,7 @@ class KubernetesSite:
             name=f"site-{self.name}-pods",
             listed=self._on_pods,
         )
+        return self._pod_watch
 
     def wait_synced(self, timeout_s: float | None = None) -> bool:
         synced = all(i.wait_synced(timeout_s) for i in self._informers)
@@ -466,9 +478,9 @@ class KubernetesSite:
     # ------------------------------------------------------------------ pods
     def _on_pods(self, events: Sequence[Event[PodState]]) -> None:
         """A list's pods (the first after a restart: every pod of the held jobs), each taken as
-        a watch's event is, their reports applied together, a write per :data:`REPORT_CHUNK`
-        (a report each was a write each: 10,000 of them after a restart)."""
-        reports: list[tuple[str, ReplicaReport]] = []
+        a watch's event is, their reports and waiting notes applied together, a write per
+        :data:`REPORT_CHUNK` (one each was a write each: 10,000 of them after a restart)."""
+        reports: list[SiteReport] = []
         for event in events:
             try:
                 self._on_pod(event, reports)
@@ -481,23 +493,22 @@ class KubernetesSite:
                 "site %s: %d reports of a pod list refused: %s", self.name, len(reports), exc
             )
 
-    def _on_pod(
-        self, event: Event[PodState], reports: list[tuple[str, ReplicaReport]] | None = None
-    ) -> None:
-        """One pod's change; its report sent at once, or added to ``reports`` (a list's)."""
+    def _on_pod(self, event: Event[PodState], reports: list[SiteReport] | None = None) -> None:
+        """One pod's change; its report (and note) sent at once, or added to ``reports`` (a
+        list's)."""
         state = event.value
         if event.type is EventType.DELETED:
-            self._pods.pop(event.key, None)
+            self._pods.pop(event.key)
             self._waiting.pop(event.key, None)
         else:
-            self._pods[event.key] = state
+            self._pods.put(event.key, state)
             if self._stray(state):
                 namespace, _, name = event.key.partition("/")
                 self._tasks.put(_DeletePod(namespace, name))
                 return
             if state.waiting and self._waiting.get(event.key) != state.waiting:
                 self._waiting[event.key] = state.waiting
-                self._note_waiting(state)
+                self._note_waiting(state, reports)
         said = self._report_of(state, gone=event.type is EventType.DELETED)
         if said is not None and reports is not None:
             reports.append(said)
@@ -558,15 +569,18 @@ class KubernetesSite:
         run = plane.held_run(state.job)
         return run is None or state.attempt < run.attempt
 
-    def _note_waiting(self, state: PodState) -> None:
+    def _note_waiting(self, state: PodState, reports: list[SiteReport] | None) -> None:
         """The plane admitted the job, the cluster has not bound its pod (the extender found no
         node: another scheduler's pod took the cards in between, say): the job waits with
-        kube-scheduler's and the extender's reason, as one event each time it changes."""
-        plane = self._plane
-        if plane is None:
+        kube-scheduler's and the extender's reason, as one event each time it changes; noted at
+        once, or added to ``reports`` (a list's)."""
+        if self._plane is None:
             return
-        why = f"replica {state.replica} waits on site {self.name}: {state.waiting}"
-        site_runs.note_waiting(plane, state.job, state.attempt, why)
+        note = waiting_note(state, self.name)
+        if reports is not None:
+            reports.append(note)
+        else:
+            self._send_all([note])
 
     def _report_of(self, state: PodState, *, gone: bool) -> tuple[str, ReplicaReport] | None:
         """(node, report) of the pod's state for the plane, or None: nothing new to say."""
@@ -589,8 +603,8 @@ class KubernetesSite:
             # restart's list and its reconciliation each say so again; a write of the plane's each)
         return node, r
 
-    def _send_all(self, reports: Sequence[tuple[str, ReplicaReport]]) -> None:
-        """Many pods' reports, ``(node, report)``, a write per :data:`REPORT_CHUNK`."""
+    def _send_all(self, reports: Sequence[SiteReport]) -> None:
+        """Many pods' reports, ``(node, report)``, and notes, a write per :data:`REPORT_CHUNK`."""
         plane = self._plane
         assert plane is not None
         for i in range(0, len(reports), REPORT_CHUNK):
@@ -801,14 +815,17 @@ class KubernetesSite:
 
     def _adopt(self, jobs: Sequence[int]) -> None:
         """A restarted plane's held ``jobs`` reconciled with the cluster's pods: a kubectl user's
-        admitted again; the plane's own matched to their pods, listed once for all of them when
-        there are more than :data:`FEW_JOBS` (a list per job is a request per job, and each
-        reads all the API server holds of pods: a restart holding N jobs read N times N pods)."""
+        admitted again; the plane's own matched to their pods as the pod watch's first list
+        told them (a list of its own read every pod of the site a second time; before that, a
+        list per job read them N times for N jobs). Until the watch has listed them,
+        :class:`NotListedError`: done again after the worker's backoff."""
         plane = self._plane
         assert plane is not None
         own = {job for job in jobs if not self._gated.owns(job)}
-        listed = self._pods_of(own) if len(own) > FEW_JOBS else None
-        reports: list[tuple[str, ReplicaReport]] = []  # what the pods say, sent together
+        watch = self._pod_watch
+        if own and (watch is None or not watch.wait_synced(LISTED_WAIT_S)):
+            raise NotListedError(f"site {self.name}: its pods' watch has not listed them yet")
+        reports: list[SiteReport] = []  # what the pods say, sent together
         for job_id in jobs:
             if job_id not in own:  # a kubectl user's pod: admitted again, its gate removed
                 run = plane.held_run(job_id)
@@ -816,62 +833,40 @@ class KubernetesSite:
                 if attempt >= 0:
                     self._gated.do(self._gated.reconcile(job_id, attempt))
                 continue
-            pods = self._job_pods(job_id) if listed is None else listed.get(str(job_id), [])
-            self._reconcile(job_id, pods, reports)
+            self._reconcile(job_id, self._pods.of_job(job_id), reports)
         self._send_all(reports)  # a write per chunk, not per pod
         # the end of a restart's reconciliation (bench/k8s_plane.py times it from this)
         log.info("site %s: %d held jobs reconciled with the cluster", self.name, len(jobs))
 
-    def _pods_of(self, jobs: Collection[int]) -> dict[str, list[dict[str, Any]]]:
-        """The site's pods of the plane's, in pages, by their job label (a string, as a label
-        selector names it), those of ``jobs`` only. A page whose continue token expired (410)
-        starts the list again (``informers/lists.py``); one that expires every time raises
-        its ``ExpiredError``, which the worker takes as passing: the reconciliation is done
-        again after its backoff, never dropped as a refusal."""
-        client = self._client
-        assert client is not None
-        wanted = {str(job) for job in jobs}
-        labels: dict[str, Any] = {JOB: operators.exists(), SITE: self.name}
-        out: dict[str, list[dict[str, Any]]] = {}
-        what = f"site {self.name}: pods of held jobs"
-        listed = list_whole(
-            client, RawPod, chunk_size=LIST_CHUNK, what=what, namespace="*", labels=labels
-        )
-        for pod in listed.items:
-            job = ((pod.get("metadata") or {}).get("labels") or {}).get(JOB)
-            if job in wanted:
-                out.setdefault(job, []).append(dict(pod))
-        return out
-
     def _reconcile(
         self,
         job_id: int,
-        pods: Sequence[dict[str, Any]],
-        reports: list[tuple[str, ReplicaReport]],
+        pods: Sequence[tuple[str, PodState]],
+        reports: list[SiteReport],
     ) -> None:
-        """One held job after a restart, with its ``pods``: those of other runs deleted; its
-        current run's pods reported (a missing one of a running job is lost: added to
-        ``reports``), or made when never made (queued: the worker makes them in its next
-        batch)."""
+        """One held job after a restart, with its ``pods`` (``(namespace/name, state)``): those
+        of other runs deleted; its current run's pods reported (a missing one of a running job
+        is lost: added to ``reports``), or made when never made (queued: the worker makes them
+        in its next batch)."""
         plane = self._plane
         client = self._client
         assert plane is not None and client is not None
         run = plane.held_run(job_id)
         if run is None:
-            stale = pods
+            stale = list(pods)
             job_state = None
         else:
-            stale = [p for p in pods if _attempt(p) != run.attempt]
+            stale = [(key, s) for key, s in pods if s.attempt != run.attempt]
             job_state = (run.attempt, run.state, run.stopping)
-        for pod in stale:
-            meta = pod["metadata"]
-            log.info("site %s: pod %s of an earlier run deleted", self.name, meta["name"])
+        for key, _ in stale:
+            namespace, _, name = key.partition("/")
+            log.info("site %s: pod %s of an earlier run deleted", self.name, name)
             with gone_ok():
-                client.delete(RawPod, meta["name"], namespace=meta["namespace"])
+                client.delete(RawPod, name, namespace=namespace)
         if job_state is None:
             return
         attempt, phase, stopping = job_state
-        current = [pod_state(p) for p in pods if _attempt(p) == attempt]
+        current = [s for _, s in pods if s.attempt == attempt]
         if stopping:
             self._delete(job_id)
             return
@@ -895,13 +890,6 @@ class KubernetesSite:
                 reason=why,
             )
             reports.append((node, r))
-
-
-def _attempt(pod: Mapping[str, Any]) -> int:
-    try:
-        return pod_state(pod).attempt
-    except RequestError:
-        return -1
 
 
 def _inventory(node: Node) -> Node:

@@ -23,7 +23,7 @@ from xpupool.server.auth import Principal
 from xpupool.server.body_limit import MAX_LOG_CHUNK
 from xpupool.server.job_checkpoints import record_checkpoint
 from xpupool.server.job_logs import LogCaps
-from xpupool.server.plane import card_recut, elastic_runs
+from xpupool.server.plane import card_recut, elastic_runs, site_runs
 from xpupool.server.plane import node_lifecycle as nl
 from xpupool.server.plane.records import HeldJob, NodeRecord
 from xpupool.server.plane.run_logs import attempt_header as attempt_header
@@ -125,14 +125,19 @@ def apply_heartbeat(
         return reply
 
 
-def apply_site_reports(plane: ControlPlane, reports: Sequence[tuple[str, ReplicaReport]]) -> None:
-    """Replica reports of a site that runs work itself, ``(node, report)``, many in one write
+def apply_site_reports(plane: ControlPlane, reports: Sequence[site_runs.SiteReport]) -> None:
+    """Replica reports of a site that runs work itself, ``(node, report)``, and its runs'
+    :class:`~xpupool.server.plane.site_runs.Waiting` notes, many in one write, in their order
     (a restarted plane's Kubernetes site reads back every pod of its held jobs at once: a
-    heartbeat each was a write each): each applied as its node's heartbeat applies it, one for
-    a replica that node does not hold ignored. Its nodes are not heard by them: such a site's
-    API server answering is its nodes' sign of life (``site_health``)."""
+    heartbeat or a note each was a write each): each report applied as its node's heartbeat
+    applies it, one for a replica that node does not hold ignored. Its nodes are not heard by
+    them: such a site's API server answering is its nodes' sign of life (``site_health``)."""
     with plane.write() as conn:
-        for node, report in reports:
+        for item in reports:
+            if isinstance(item, site_runs.Waiting):
+                site_runs.note_waiting(plane, conn, item)
+                continue
+            node, report = item
             if _holds(plane, node, report):
                 _apply_report(plane, conn, node, report)
 

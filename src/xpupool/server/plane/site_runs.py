@@ -1,6 +1,7 @@
 """What a site that runs work itself (a Kubernetes cluster: ``k8s/site/site.py``) changes in the
 plane's books, as the plane's own operations: a node back in its cluster, a node deleted from it,
-a replica the cluster has not bound yet, and runs counted with what their pods are made of. Each
+a replica the cluster has not bound yet (noted with the site's reports: :class:`Waiting`), and
+runs counted with what their pods are made of. Each
 takes the plane's lock itself, so that what it reads of the node and job books is one state and
 what it changes is one step, in memory and in the store; the site acts on the copies they return
 afterwards, never holding the lock while it talks to its cluster. ``server`` never imports
@@ -13,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 
 from xpupool.model.allocation import Allocation
 from xpupool.model.device import Node
@@ -22,6 +23,7 @@ from xpupool.server import job_lifecycle as lc
 from xpupool.server.plane import node_lifecycle as nl
 from xpupool.server.plane import secret_rows
 from xpupool.server.plane.records import NodeRecord, RunView
+from xpupool.server.schemas.agent_protocol import ReplicaReport
 from xpupool.server.schemas.jobs import JobPhase
 from xpupool.server.schemas.nodes import NodeStatus
 from xpupool.server.storage.jobs import jobs as t_jobs
@@ -29,7 +31,15 @@ from xpupool.server.storage.jobs import jobs as t_jobs
 if TYPE_CHECKING:
     from xpupool.server.plane.control import ControlPlane
 
-__all__ = ["SiteRun", "count_site_runs", "node_back", "node_deleted", "note_waiting"]
+__all__ = [
+    "SiteReport",
+    "SiteRun",
+    "Waiting",
+    "count_site_runs",
+    "node_back",
+    "node_deleted",
+    "note_waiting",
+]
 
 
 def node_back(plane: ControlPlane, name: str) -> None:
@@ -51,17 +61,31 @@ def node_deleted(plane: ControlPlane, name: str, rec: NodeRecord, why: str) -> N
             plane.apply(conn, job.id, lc.LeaseExpired(why, reported=True))
 
 
-def note_waiting(plane: ControlPlane, job_id: int, attempt: int, why: str) -> None:
-    """Held job ``job_id``'s run ``attempt`` waits on its site with ``why`` (the cluster has not
-    bound its pod): recorded as its reason and an event, unless the job is no longer held, holds
-    another run, is stopping or already running, all read as one state."""
-    with plane.write() as conn:
-        job = plane.held_jobs.get(job_id)
-        if job is None or job.attempt != attempt or job.stop is not None:
-            return
-        if job.state is JobPhase.RUNNING:
-            return
-        plane.apply(conn, job.id, lc.Note(why))
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """Held job ``job``'s run ``attempt`` waits on its site with ``why`` (the cluster has not
+    bound its pod): a site's note, applied with its replica reports
+    (``agent_reports.apply_site_reports``)."""
+
+    job: int
+    attempt: int
+    why: str
+
+
+SiteReport = tuple[str, ReplicaReport] | Waiting
+"""What a site that runs work itself tells the plane of its pods: a replica's report under the
+node the plane placed it on, ``(node, report)``, or a run's :class:`Waiting`."""
+
+
+def note_waiting(plane: ControlPlane, conn: Connection, w: Waiting) -> None:
+    """Record ``w.why`` as the job's reason and an event, in the caller's write, unless the job
+    is no longer held, holds another run, is stopping or already running."""
+    job = plane.held_jobs.get(w.job)
+    if job is None or job.attempt != w.attempt or job.stop is not None:
+        return
+    if job.state is JobPhase.RUNNING:
+        return
+    plane.apply(conn, job.id, lc.Note(w.why))
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,12 +21,12 @@ from xpupool.server.auth import Principal
 from xpupool.server.job_checkpoints import stopping_of
 from xpupool.server.plane import ControlPlane, HeldJob, agent_reports, secret_rows
 from xpupool.server.plane.agent_reports import STEP_EVENT_EVERY_S as STEP_EVENT_EVERY_S
+from xpupool.server.plane.site_runs import SiteReport
 from xpupool.server.schemas.agent_protocol import (
     DeviceMetrics,
     ElasticWorld,
     Heartbeat,
     HeartbeatReply,
-    ReplicaReport,
     SecretGrant,
     Work,
 )
@@ -59,9 +59,10 @@ def heartbeat_idle(plane: ControlPlane, nodes: list[str]) -> set[str]:
     return agent_reports.hear_idle(plane, nodes)
 
 
-def site_reports(plane: ControlPlane, reports: Sequence[tuple[str, ReplicaReport]]) -> None:
-    """Many replica reports of a site that runs work itself, ``(node, report)``, in one
-    transaction: :func:`~xpupool.server.plane.agent_reports.apply_site_reports`."""
+def site_reports(plane: ControlPlane, reports: Sequence[SiteReport]) -> None:
+    """Many replica reports of a site that runs work itself, ``(node, report)``, and its runs'
+    waiting notes, in one transaction:
+    :func:`~xpupool.server.plane.agent_reports.apply_site_reports`."""
     agent_reports.apply_site_reports(plane, reports)
 
 
