@@ -38,6 +38,7 @@ from xpupool.server.job_checkpoints import stop_cost_of
 from xpupool.server.plane import defrag_moves
 from xpupool.server.plane.faster_targets import PlaneFaster
 from xpupool.server.plane.records import HeldJob, PendingJob
+from xpupool.server.plane.undone import undone_on_failure
 from xpupool.server.schemas.jobs import StopCause
 from xpupool.server.throughput_knowledge import fleet_cards
 
@@ -72,7 +73,13 @@ def facts(plane: ControlPlane, job_id: int) -> RunFacts | None:
 def step(plane: ControlPlane) -> int:
     """Give back the kept cards of moved jobs that ended otherwise; then, when every pending job
     due was tried at the capacity there is now, ask the cycle once and stop each job it moved
-    (stored, as one step); returns how many were moved."""
+    (stored, as one step); returns how many were moved. A step that fails part-way is undone:
+    the store rolls back and memory is read back from it (the books rebuilt, so the cards kept
+    in them are forgotten), as a scheduling batch is."""
+    return undone_on_failure(plane, _step)
+
+
+def _step(plane: ControlPlane) -> int:
     mover = plane.faster
     if mover is None:
         return 0
