@@ -107,3 +107,31 @@ def test_the_kept_a100_goes_back_when_the_moved_job_is_cancelled(server: Server)
     got = job(server, other)
     assert got["state"] == "scheduled", got["reason"]
     assert cards(got) == ["fast-gpu0"]
+
+
+def test_a_job_moves_by_speeds_measured_after_it_was_placed(server: Server) -> None:
+    """No ``speed=``, and nothing measured when it was placed: the rates its tenant's jobs of
+    its kind report since (itself on the T4, the A100's job) are the speeds the rule weighs
+    (throughput_knowledge.py)."""
+    faster_moves.use(server.plane, FasterRule())
+    node(server, "fast", count=1)
+    node(server, "slow", count=1, model="T4", memory_mib=15360)
+    a = tenant(server, "a")
+    busy = submit(server, a, "A100:1 kind=resnet")["id"]
+    server.schedule()
+    mover = submit(server, a, "any kind=resnet checkpoint-signal=USR1", max_runtime_s=36000)["id"]
+    server.schedule()
+    heartbeat(server, "fast", [report(busy, 0, "running")])
+    heartbeat(server, "slow", [report(mover, 0, "running")])
+    assert cards(job(server, mover)) == ["slow-gpu0"]
+    for job_id, rate in ((busy, 100.0), (mover, 25.0)):
+        r = server.client.post(
+            f"/v1/jobs/{job_id}/progress", json={"rate": rate}, headers=server.as_(a)
+        )
+        assert r.status_code == 200, r.text
+    server.clock.advance(600)
+    heartbeat(server, "fast", [report(busy, 0, "succeeded", 0)])
+    server.schedule()
+    moved = job(server, mover)
+    assert moved["stop_cause"] == "preempted", moved["reason"]
+    assert "A100 1x against T4 0.25x" in moved["reason"], moved["reason"]
