@@ -1,4 +1,5 @@
-"""Moving a running job to faster cards on the plane (issue 55), through the API on a real store:
+"""Moving a running job to faster cards on the plane (issue 55), through the API on a real store (SQLite and
+PostgreSQL):
 a job declaring ``speed=A100:1.0,T4:0.3`` and a checkpoint signal runs on the T4 while the A100 is
 busy; the A100 frees. With ``xpupool up --move-faster`` (``faster_moves.use``) the pass after it
 stops the job as a preemption does (its stop stored, the reason naming both cards), the A100 is
@@ -9,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from server_kit import Server, heartbeat, job, node, report, submit, tenant
+from server_kit import BOTH_STORES, Server, heartbeat, job, node, report, submit, tenant
 
 from xpupool.engine.cycle.faster_cards import FasterRule
 from xpupool.server.plane import faster_moves
 
+STORES = BOTH_STORES
 MOVER = "any speed=A100:1.0,T4:0.3 checkpoint-signal=USR1"
 
 
