@@ -1,9 +1,9 @@
 """Moving a running job to faster cards on the plane (issue 55), through the API on a real store
 (SQLite and PostgreSQL): a job declaring ``speed=A100:1.0,T4:0.3`` and a checkpoint signal runs
-on the T4 while the A100 is busy; the A100 frees. With ``xpupool up --move-faster`` (``faster_moves.use``) the pass after it
-stops the job as a preemption does (its stop stored, the reason naming both cards), the A100 is
-kept for it while it stops (a job asking for it waits), and once its replica is gone it is
-placed again on the A100."""
+on the T4 while the A100 is busy; the A100 frees. With ``xpupool up --move-faster``
+(``faster_moves.use``) the pass after it stops the job as a preemption does (its stop stored, the
+reason naming both cards), the A100 is kept for it while it stops (a job asking for it waits),
+and once its replica is gone it is placed again on the A100."""
 
 from __future__ import annotations
 
