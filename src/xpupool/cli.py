@@ -13,7 +13,9 @@ from xpupool.start_options import (
     DEFAULT_PROFILE,
     check_policies,
     defrag_budget_options,
+    faster_rule,
     load_profiles,
+    move_faster_options,
 )
 
 if TYPE_CHECKING:
@@ -285,33 +287,7 @@ def parse_seeds(text: str) -> list[int]:
     help="timed mode, with --checkpoints: move the fewest tasks that checkpoint so a task that "
     "fits nowhere fits (checkpoint, stop, requeue), within the budget below (docs/simulator.md)",
 )
-@click.option(
-    "--move-faster",
-    is_flag=True,
-    help="with --throughputs: move a running job to free faster cards when its remaining run "
-    "ends enough sooner there, lost work counted (docs/simulator.md)",
-)
-@click.option(
-    "--move-faster-speedup",
-    type=click.FloatRange(min=1.0, min_open=True),
-    default=1.5,
-    show_default=True,
-    help="with --move-faster: the remaining run must be at least this many times longer",
-)
-@click.option(
-    "--move-faster-gain",
-    default="30m",
-    show_default=True,
-    metavar="DURATION",
-    help="with --move-faster: and at least this much longer",
-)
-@click.option(
-    "--move-faster-restart",
-    default="0s",
-    show_default=True,
-    metavar="DURATION",
-    help="with --move-faster: what a moved job takes to restart on its new cards",
-)
+@move_faster_options("with --throughputs: ")
 @defrag_budget_options("tasks", 4.0)
 def simulate(
     nodes_path: str | None,
@@ -511,22 +487,10 @@ def _faster_rule(
     on: bool, throughputs: str | None, speedup: float, gain: str, restart: str
 ) -> FasterRule | None:
     """``simulate --move-faster``'s rule (None: no moves to faster cards)."""
-    from xpupool.client._times import duration_s
-    from xpupool.engine.cycle.faster_cards import FasterRule
-
-    if not on:
-        return None
-    if throughputs is None:
+    if on and throughputs is None:
         why = "needs --mode timed and --throughputs (run times by card)"
         raise click.BadParameter(why, param_hint="--move-faster")
-    gain_s, restart_s = duration_s(gain), duration_s(restart)
-    if gain_s is None:
-        hint = "--move-faster-gain"
-        raise click.BadParameter(f"{gain!r}: use a duration such as 30m", param_hint=hint)
-    if restart_s is None:
-        hint = "--move-faster-restart"
-        raise click.BadParameter(f"{restart!r}: use a duration such as 1m", param_hint=hint)
-    return FasterRule(speedup, gain_s, restart_s)
+    return faster_rule(on, speedup, gain, restart)
 
 
 def _defrag_budget(on: bool, moves_per_hour: int, lost_gpu_hours: float) -> DisruptionBudget | None:

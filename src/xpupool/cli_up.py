@@ -23,8 +23,10 @@ from xpupool.start_options import (
     catalog_option,
     check_policies,
     defrag_budget_options,
+    faster_rule,
     load_catalog,
     load_profiles,
+    move_faster_options,
 )
 
 if TYPE_CHECKING:
@@ -329,6 +331,7 @@ def in_background(make: Callable[[], T], name: str) -> Callable[[], T]:
     "(docs/defragmentation.md)",
 )
 @defrag_budget_options("jobs", 1.0)
+@move_faster_options("")
 @click.option(
     "--usage-retention",
     default="400d",
@@ -451,6 +454,10 @@ def up(
     defrag_moves_per_hour: int,
     defrag_lost_gpu_hours: float,
     defrag_min_cards: float,
+    move_faster: bool,
+    move_faster_speedup: float,
+    move_faster_gain: str,
+    move_faster_restart: str,
     usage_retention: str,
     catalog_file: str | None,
     proxy_port: int | None,
@@ -540,6 +547,7 @@ def up(
             param_hint="--fair-share-half-life",
         )
     budget = _defrag_budget(defrag, defrag_moves_per_hour, defrag_lost_gpu_hours, defrag_min_cards)
+    faster = faster_rule(move_faster, move_faster_speedup, move_faster_gain, move_faster_restart)
     usage_keep_s = duration_s(usage_retention)
     if not usage_keep_s:
         raise click.BadParameter(
@@ -622,6 +630,7 @@ def up(
         fair_share_half_life_s=half_life_s if fair_share == "history" else None,
         defrag=budget,
         defrag_min_cards=defrag_min_cards,
+        move_faster=faster,
         catalog=catalog,
         model_cache=model_cache,
         proxy_port=proxy_port,

@@ -20,6 +20,7 @@ from xpupool.model.errors import RequestError, XpupoolError
 
 if TYPE_CHECKING:
     from xpupool.catalog.operator_file import OperatorCatalog
+    from xpupool.engine.cycle.faster_cards import FasterRule
     from xpupool.engine.profile import Profile
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -73,6 +74,67 @@ def defrag_budget_options(work: str, min_cards: float) -> Callable[[F], F]:
         )(func)
 
     return add
+
+
+def move_faster_options(needs: str) -> Callable[[F], F]:
+    """Adds ``--move-faster`` and its rule's margins (``engine/cycle/faster_cards.py``
+    ``FasterRule``; its defaults), which ``xpupool up`` and ``xpupool simulate`` read alike
+    (:func:`faster_rule`); ``needs``: what the help says the flag needs besides."""
+
+    def add(func: F) -> F:
+        func = click.option(
+            "--move-faster-restart",
+            default="0s",
+            show_default=True,
+            metavar="DURATION",
+            help="with --move-faster: what a moved job takes to restart on its new cards",
+        )(func)
+        func = click.option(
+            "--move-faster-gain",
+            default="30m",
+            show_default=True,
+            metavar="DURATION",
+            help="with --move-faster: and at least this much longer",
+        )(func)
+        func = click.option(
+            "--move-faster-speedup",
+            type=click.FloatRange(min=1.0, min_open=True),
+            default=1.5,
+            show_default=True,
+            help="with --move-faster: the remaining run must be at least this many times longer",
+        )(func)
+        return click.option(
+            "--move-faster",
+            is_flag=True,
+            help=f"{needs}move a running job to free faster cards when its remaining run "
+            "ends enough sooner there, lost work counted (docs/simulator.md, docs/jobs.md)",
+        )(func)
+
+    return add
+
+
+def faster_rule(on: bool, speedup: float, gain: str, restart: str) -> FasterRule | None:
+    """``--move-faster``'s rule (None: off). A bad duration is refused naming its flag; a
+    margin given without ``--move-faster`` too."""
+    from click.core import ParameterSource
+
+    from xpupool.client._times import duration_s
+    from xpupool.engine.cycle.faster_cards import FasterRule
+
+    if not on:
+        ctx = click.get_current_context()
+        for name in ("speedup", "gain", "restart"):
+            if ctx.get_parameter_source(f"move_faster_{name}") is not ParameterSource.DEFAULT:
+                raise click.BadParameter("needs --move-faster", param_hint=f"--move-faster-{name}")
+        return None
+    gain_s, restart_s = duration_s(gain), duration_s(restart)
+    if gain_s is None:
+        hint = "--move-faster-gain"
+        raise click.BadParameter(f"{gain!r}: use a duration such as 30m", param_hint=hint)
+    if restart_s is None:
+        hint = "--move-faster-restart"
+        raise click.BadParameter(f"{restart!r}: use a duration such as 1m", param_hint=hint)
+    return FasterRule(speedup, gain_s, restart_s)
 
 
 def load_catalog(path: str | None) -> OperatorCatalog | None:

@@ -22,7 +22,7 @@ from collections.abc import Generator
 from xpupool.engine.cycle.retry_gate import PERIODIC_PASS_S, RETRIES_PER_TENANT
 from xpupool.model.errors import Unavailable
 from xpupool.server import rehearsal
-from xpupool.server.plane import ControlPlane, elastic_runs, scheduling_pass
+from xpupool.server.plane import ControlPlane, elastic_runs, faster_moves, scheduling_pass
 
 log = logging.getLogger("xpupool.scheduler")
 __all__ = [
@@ -94,7 +94,9 @@ def pass_steps(plane: ControlPlane) -> Generator[None, None, int]:
 
 def _grow(plane: ControlPlane) -> None:
     """Elastic jobs grow into what the pending jobs left (``plane/elastic_runs.py``), one
-    replica each per pass: another pass follows at once while any grew."""
+    replica each per pass: another pass follows at once while any grew. Then running jobs move
+    to faster cards none of the pending jobs took, where that is on (``plane/faster_moves.py``)."""
+    faster_moves.step(plane)
     if elastic_runs.grow_step(plane):
         plane.wake.set()
 

@@ -26,6 +26,7 @@ from xpupool.catalog.operator_file import OperatorCatalog
 from xpupool.catalog.power import PowerModel
 from xpupool.disk_reserve import DEFAULT_LOG_RESERVE
 from xpupool.engine.cycle.defrag import DisruptionBudget
+from xpupool.engine.cycle.faster_cards import FasterRule
 from xpupool.engine.fragmentation import kernels
 from xpupool.engine.profile import DEFAULT_PROFILE, Profile
 from xpupool.log_setup import configure_logging
@@ -39,7 +40,12 @@ from xpupool.server.front.plane_side import ProxyChannel
 from xpupool.server.front.sockets import PlaneSockets, listen
 from xpupool.server.heap_freeze import QUIET_CHECK_S, SurvivorFreeze, freeze_start_heap
 from xpupool.server.ownership import DEFAULT_STORE_LEASE_S, Identity, StoreOwnership
-from xpupool.server.plane import DEFAULT_HISTORY_INTERVAL_S, ControlPlane, defrag_moves
+from xpupool.server.plane import (
+    DEFAULT_HISTORY_INTERVAL_S,
+    ControlPlane,
+    defrag_moves,
+    faster_moves,
+)
 from xpupool.server.plane.card_idle import DEFAULT_MIN_IDLE_S
 from xpupool.server.plane.defrag_moves import DEFAULT_MIN_CARDS
 from xpupool.server.rate_limit import ADDRESS_RATE, TOKEN_RATE, Rate, RateLimiter
@@ -96,6 +102,9 @@ class UpConfig:
     # (--defrag-moves-per-hour, --defrag-lost-gpu-hours; server/plane/defrag_moves.py); None: off
     defrag: DisruptionBudget | None = None
     defrag_min_cards: float = DEFAULT_MIN_CARDS  # --defrag-min-cards
+    # --move-faster: running jobs moved to free faster cards by this rule (its margins;
+    # server/plane/faster_moves.py); None: off
+    move_faster: FasterRule | None = None
     catalog: OperatorCatalog | None = None  # --catalog FILE, parsed and checked by the CLI
     model_cache: str | None = None  # --model-cache VOLUME (server/services/model_cache.py)
     verbose: bool = False  # -v: every request and unread device field (log_setup.py)
@@ -193,6 +202,8 @@ def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPla
             plane.use_fair_share_history(cfg.fair_share_half_life_s)
         if cfg.defrag is not None:  # movable work moved so that a job fitting nowhere fits
             defrag_moves.use(plane, cfg.defrag, cfg.defrag_min_cards)
+        if cfg.move_faster is not None:  # running jobs moved to faster cards as they free up
+            faster_moves.use(plane, cfg.move_faster)
         if cfg.catalog is not None and cfg.catalog.accelerators:
             plane.meter.power = PowerModel(overrides=cfg.catalog.accelerators)
             plane.use_power(plane.meter.power)  # the energy scorer's figures from the start

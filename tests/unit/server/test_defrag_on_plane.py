@@ -157,9 +157,14 @@ def test_a_restarted_plane_keeps_the_moves_in_its_budget(server: Server) -> None
         (["--defrag", "--defrag-lost-gpu-hours", "nan"], "--defrag-lost-gpu-hours"),
         (["--defrag", "--defrag-lost-gpu-hours", "-1"], "--defrag-lost-gpu-hours"),
         (["--defrag", "--defrag-min-cards", "inf"], "--defrag-min-cards"),
+        # moves to faster cards (faster_moves.py): the options simulate has too
+        (["--move-faster-gain", "1h"], "--move-faster-gain"),  # without --move-faster
+        (["--move-faster", "--move-faster-gain", "soon"], "--move-faster-gain"),
+        (["--move-faster", "--move-faster-restart", "x"], "--move-faster-restart"),
+        (["--move-faster", "--move-faster-speedup", "1"], "--move-faster-speedup"),
     ],
 )
-def test_up_refuses_a_bad_defrag_option_naming_it(
+def test_up_refuses_a_bad_defrag_or_move_option_naming_it(
     args: list[str], flag: str, tmp_path: Path
 ) -> None:
     result = CliRunner().invoke(main, ["up", "--data", str(tmp_path), "--no-agent", *args])

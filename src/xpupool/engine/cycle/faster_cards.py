@@ -13,9 +13,10 @@ its last checkpoint is redone (``stop_cost.py``'s ``lost_s``) at the new speed, 
 queue's quota counted) pinned to the free cards of a what-if placement, then its old cards are
 released, so nothing else can take the new ones in between and a move its quota refuses changes
 nothing; the front then checkpoints, stops and restarts it there (the timed simulator at once; the
-server does not turn the option on yet). Jobs that gain most are moved first; each call makes at
-most :attr:`FasterRule.max_moves` moves and :attr:`FasterRule.max_trials` what-ifs, so a pass
-over hundreds of running jobs stays cheap. Nothing is moved when no faster card is free.
+server through its one preemption path, the new cards kept for it meanwhile:
+``server/plane/faster_moves.py``). Jobs that gain most are moved first; each call makes at most
+:attr:`FasterRule.max_moves` moves and :attr:`FasterRule.max_trials` what-ifs, so a pass over
+hundreds of running jobs stays cheap. Nothing is moved when no faster card is free.
 """
 
 from __future__ import annotations

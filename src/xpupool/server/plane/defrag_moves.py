@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection, delete, insert, select
 
 from xpupool.engine.cycle.defrag import DAY_S, Defrag, DisruptionBudget, MoveFacts
-from xpupool.engine.cycle.stop_cost import lost_card_s
+from xpupool.engine.cycle.stop_cost import StopCost, lost_card_s
 from xpupool.model.request import Request
 from xpupool.server.job_checkpoints import stop_cost_of
 from xpupool.server.plane import store
@@ -40,6 +40,7 @@ __all__ = [
     "PlaneDefrag",
     "facts",
     "movable",
+    "movable_now",
     "planner",
     "record",
     "use",
@@ -89,6 +90,17 @@ def planner(plane: ControlPlane) -> Defrag:
 def facts(plane: ControlPlane, job_id: int) -> MoveFacts | None:
     """What the planner knows of held job ``job_id`` when it may be moved now (see the module
     docstring), else None. Under the plane's lock (the cycle asks it)."""
+    found = movable_now(plane, job_id)
+    if found is None:
+        return None
+    job, request, cost = found
+    return MoveFacts(job.tenant, request, lost_card_s(cost, job.allocations))
+
+
+def movable_now(plane: ControlPlane, job_id: int) -> tuple[HeldJob, Request, StopCost] | None:
+    """Held job ``job_id``, the request it is placed again with and what a stop now loses, when
+    it may be moved now (see the module docstring; moves to faster cards too,
+    ``faster_moves.py``), else None. Under the plane's lock."""
     job = plane.held_jobs.get(job_id)
     if (
         job is None
@@ -104,7 +116,7 @@ def facts(plane: ControlPlane, job_id: int) -> MoveFacts | None:
     records = [plane.node(a.node) for a in job.allocations]
     if not records or any(r is None or r.source not in SOURCES for r in records):
         return None
-    return MoveFacts(job.tenant, job.movable, lost_card_s(cost, job.allocations))
+    return job, job.movable, cost
 
 
 def movable(plane: ControlPlane, conn: Connection, job: PendingJob) -> Request | None:

@@ -29,13 +29,13 @@ from xpupool.engine.cycle.work import Stopping
 from xpupool.engine.gang_sites import within_sites
 from xpupool.engine.outcomes import Shrank, render
 from xpupool.model.allocation import Allocation
-from xpupool.model.errors import Unavailable
 from xpupool.model.request import Request
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.plane import foreign_use
 from xpupool.server.plane.records import HeldJob, PendingJob
 from xpupool.server.plane.run_logs import attempt_header, open_replica_log, used_in_run
 from xpupool.server.plane.store import allocation_to_dict
+from xpupool.server.plane.undone import undone_on_failure
 from xpupool.server.schemas.jobs import JobPhase
 from xpupool.server.sites.agent_pool import SOURCES, agent_pool
 from xpupool.server.storage.job_writes import JobWrites
@@ -101,14 +101,7 @@ def grow_step(plane: ControlPlane) -> int:
     they left is its own: a pass may end between their report and its next try). A step that
     fails part-way is undone: the store rolls back and memory is read back from it (as a
     scheduling batch is)."""
-    try:
-        return _grow(plane)
-    except Unavailable:
-        raise  # memory reloaded by ``plane.write``
-    except Exception:
-        with plane.locked():
-            plane.reload()
-        raise
+    return undone_on_failure(plane, _grow)
 
 
 def _grow(plane: ControlPlane) -> int:

@@ -38,6 +38,7 @@ from xpupool.server.plane import (
     auto_recut,
     defrag_moves,
     elastic_runs,
+    faster_moves,
     foreign_use,
     reservation_rows,
 )
@@ -171,6 +172,10 @@ def _try_admit(plane: ControlPlane, conn: Connection, writes: JobWrites, job: Pe
         return False
     if defrag_moves.yields(plane, job):  # moved for a job not tried since: that one goes first
         return False
+    kept = faster_moves.target(plane, job)  # moved to faster cards: placed on those kept for it
+    if kept is not None:
+        _record_placement(plane, conn, writes, job, kept)
+        return True
     try:
         job_sites.dispatch(plane, writes, job)  # its site first, where several are open to it
         decision = plane.cycle.decide(job, plane.held_jobs)

@@ -1,0 +1,138 @@
+"""Moving a running job to faster cards on the plane (issue 55), through the API on a real store
+(SQLite and PostgreSQL): a job declaring ``speed=A100:1.0,T4:0.3`` and a checkpoint signal runs
+on the T4 while the A100 is busy; the A100 frees. With ``xpupool up --move-faster``
+(``faster_moves.use``) the pass after it stops the job as a preemption does (its stop stored, the
+reason naming both cards), the A100 is kept for it while it stops (a job asking for it waits),
+and once its replica is gone it is placed again on the A100."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from server_kit import BOTH_STORES, Server, heartbeat, job, node, report, submit, tenant
+
+from xpupool.engine.cycle.faster_cards import FasterRule
+from xpupool.server.plane import faster_moves
+
+STORES = BOTH_STORES
+MOVER = "any speed=A100:1.0,T4:0.3 checkpoint-signal=USR1"
+
+
+def cards(view: dict[str, Any]) -> list[str]:
+    return [d["uuid"] for a in view["assignments"] for d in a["devices"]]
+
+
+def on_the_t4(server: Server) -> tuple[str, int, int]:
+    """Node fast (an A100, busy), node slow (a T4) running the job that may move; (tenant token,
+    the job on the A100, the job on the T4)."""
+    node(server, "fast", count=1)
+    node(server, "slow", count=1, model="T4", memory_mib=15360)
+    a = tenant(server, "a")
+    busy = submit(server, a, "A100:1")["id"]
+    server.schedule()
+    mover = submit(server, a, MOVER, max_runtime_s=36000)["id"]
+    server.schedule()
+    heartbeat(server, "fast", [report(busy, 0, "running")])
+    heartbeat(server, "slow", [report(mover, 0, "running")])
+    assert cards(job(server, mover)) == ["slow-gpu0"]
+    server.clock.advance(600)
+    return a, busy, mover
+
+
+def test_a_job_stays_on_the_slow_card_without_the_option(server: Server) -> None:
+    _, busy, mover = on_the_t4(server)
+    heartbeat(server, "fast", [report(busy, 0, "succeeded", 0)])
+    server.schedule()
+    assert job(server, mover)["stop_cause"] is None  # nothing moves: the option is off
+
+
+def test_the_plane_moves_the_job_to_the_a100_once_it_frees(server: Server) -> None:
+    faster_moves.use(server.plane, FasterRule())
+    a, busy, mover = on_the_t4(server)
+    server.schedule()
+    assert job(server, mover)["stop_cause"] is None  # no faster card free yet
+    heartbeat(server, "fast", [report(busy, 0, "succeeded", 0)])
+    server.schedule()
+    moved = job(server, mover)
+    assert moved["stop_cause"] == "preempted", moved
+    assert "moved to faster cards (NVIDIA A100-SXM4-80GB, 3.33x)" in moved["reason"], moved[
+        "reason"
+    ]
+    assert "A100 1x against T4 0.3x" in moved["reason"], moved["reason"]
+    other = submit(server, a, "A100:1")["id"]  # the A100 is kept for the moved job
+    server.schedule()
+    assert job(server, other)["state"] == "pending"
+    heartbeat(server, "slow", [report(mover, 0, "stopped")])
+    assert job(server, mover)["state"] == "pending"  # requeued: nothing lost
+    server.schedule()
+    again = job(server, mover)
+    assert again["state"] == "scheduled", again["reason"]
+    assert cards(again) == ["fast-gpu0"]
+    assert job(server, other)["state"] == "pending"
+    said = [e["reason"] for e in again["events"]]
+    assert any("moved to faster cards" in r for r in said), said
+
+
+def test_a_job_without_a_max_runtime_is_not_moved(server: Server) -> None:
+    """The plane knows no end of it, so no gain to weigh."""
+    faster_moves.use(server.plane, FasterRule())
+    node(server, "fast", count=1)
+    node(server, "slow", count=1, model="T4", memory_mib=15360)
+    a = tenant(server, "a")
+    busy = submit(server, a, "A100:1")["id"]
+    server.schedule()
+    mover = submit(server, a, MOVER)["id"]
+    server.schedule()
+    heartbeat(server, "fast", [report(busy, 0, "running")])
+    heartbeat(server, "slow", [report(mover, 0, "running")])
+    server.clock.advance(600)
+    heartbeat(server, "fast", [report(busy, 0, "succeeded", 0)])
+    server.schedule()
+    assert job(server, mover)["stop_cause"] is None
+
+
+def test_the_kept_a100_goes_back_when_the_moved_job_is_cancelled(server: Server) -> None:
+    """A moved job cancelled while it stops is not requeued: nothing stays held for it."""
+    faster_moves.use(server.plane, FasterRule())
+    a, busy, mover = on_the_t4(server)
+    heartbeat(server, "fast", [report(busy, 0, "succeeded", 0)])
+    server.schedule()
+    assert job(server, mover)["stop_cause"] == "preempted"
+    r = server.client.post(f"/v1/jobs/{mover}/cancel", headers=server.as_(a))
+    assert r.status_code < 300, r.text
+    heartbeat(server, "slow", [report(mover, 0, "stopped")])
+    assert job(server, mover)["state"] == "cancelled"
+    other = submit(server, a, "A100:1")["id"]
+    server.schedule()  # the step after the pass gives the kept card back
+    server.schedule()
+    got = job(server, other)
+    assert got["state"] == "scheduled", got["reason"]
+    assert cards(got) == ["fast-gpu0"]
+
+
+def test_a_job_moves_by_speeds_measured_after_it_was_placed(server: Server) -> None:
+    """No ``speed=``, and nothing measured when it was placed: the rates its tenant's jobs of
+    its kind report since (itself on the T4, the A100's job) are the speeds the rule weighs
+    (throughput_knowledge.py)."""
+    faster_moves.use(server.plane, FasterRule())
+    node(server, "fast", count=1)
+    node(server, "slow", count=1, model="T4", memory_mib=15360)
+    a = tenant(server, "a")
+    busy = submit(server, a, "A100:1 kind=resnet")["id"]
+    server.schedule()
+    mover = submit(server, a, "any kind=resnet checkpoint-signal=USR1", max_runtime_s=36000)["id"]
+    server.schedule()
+    heartbeat(server, "fast", [report(busy, 0, "running")])
+    heartbeat(server, "slow", [report(mover, 0, "running")])
+    assert cards(job(server, mover)) == ["slow-gpu0"]
+    for job_id, rate in ((busy, 100.0), (mover, 25.0)):
+        r = server.client.post(
+            f"/v1/jobs/{job_id}/progress", json={"rate": rate}, headers=server.as_(a)
+        )
+        assert r.status_code == 200, r.text
+    server.clock.advance(600)
+    heartbeat(server, "fast", [report(busy, 0, "succeeded", 0)])
+    server.schedule()
+    moved = job(server, mover)
+    assert moved["stop_cause"] == "preempted", moved["reason"]
+    assert "A100 1x against T4 0.25x" in moved["reason"], moved["reason"]
