@@ -24,6 +24,7 @@ import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 
+from xpupool.engine.capacity import cores_fit, memory_fits
 from xpupool.engine.state import ClusterState
 from xpupool.model.allocation import Allocation
 from xpupool.model.request import DeviceRequest
@@ -72,9 +73,9 @@ def freeing_sets(
 
     def short(col: int, core: int, mib: int) -> bool:
         """Card ``col`` still falls short of one device's need with ``core``/``mib`` freed."""
-        if int(core_free[col]) + core < need_core:
+        if not cores_fit(int(core_free[col]) + core, need_core):
             return True
-        return need_mib is not None and int(mem_free[col]) + mib < need_mib
+        return need_mib is not None and not memory_fits(int(mem_free[col]) + mib, need_mib)
 
     def frees_on(col: int) -> Frees:
         return lambda core, mib: not short(col, core, mib)
