@@ -208,11 +208,19 @@ FINAL_REPLICA_STATES = frozenset(
 )
 """The states a replica does not leave: its process is gone."""
 
+
+def _replica_state(word: str) -> ReplicaState:
+    """A function, not the enum itself, as the validator: Pydantic reads a validator's signature,
+    and an enum class's reads ``(*values)`` on Python 3.12, which it refuses at import
+    (tests/unit/server/test_validator_callables.py)."""
+    return ReplicaState(word)
+
+
 if TYPE_CHECKING:
     ReplicaStateField = ReplicaState
 else:
     ReplicaStateField = Annotated[
-        Literal[tuple(state.value for state in ReplicaState)], AfterValidator(ReplicaState)
+        Literal[tuple(state.value for state in ReplicaState)], AfterValidator(_replica_state)
     ]
 """``ReplicaReport.state``: a :class:`ReplicaState` once read. Taken in as the ``Literal`` of its
 words, which the field was before the enum: FastAPI lists every enum a field is annotated with
