@@ -34,7 +34,9 @@ _SCHEME_FIELDS = frozenset(
         "profiles",
     }
 )
-_MIG_FIELDS = frozenset({"name", "compute", "memory", "memory_gib", "starts", "max_instances"})
+_MIG_FIELDS = frozenset(
+    {"name", "compute", "memory", "memory_gib", "memory_mib", "starts", "max_instances"}
+)
 _VNPU_FIELDS = frozenset({"name", "compute", "memory_mib", "aicpu"})
 
 
@@ -43,8 +45,9 @@ class PartitionProfile:
     """One profile of a scheme. ``compute``: compute slices (MIG) or AI cores (vNPU).
     ``memory_slices`` and ``starts`` (the first memory slice an instance may occupy) are MIG's;
     a vNPU profile has none (empty ``starts``: carved from pooled memory, anywhere).
-    ``memory_mib`` is the instance's nominal memory (MIG: the size in its name, in GiB, times
-    1024). ``max_instances`` bounds instances of this profile per card (None: the totals only).
+    ``memory_mib`` is the instance's memory: MIG's as NVML reports it where the catalog has read it
+    on a card (less than the name says: docs/hardware-validation.md), else the size in its name, in
+    GiB, times 1024. ``max_instances`` bounds instances of this profile per card (None: the totals only).
     ``media`` marks a MIG ``+me`` profile: a card holds at most one of them."""
 
     name: str
@@ -232,10 +235,13 @@ def _mig_profile(p: Entry, compute: int, memory_slices: int) -> PartitionProfile
             )
     gib = p.number("memory_gib", nullable=False)
     assert gib is not None
+    read = _positive(p, "memory_mib") if p.has("memory_mib") else None
+    if read is not None and read > gib * 1024:
+        raise p.error("memory_mib", f"{read} MiB is more than the name's {gib:g} GiB")
     return PartitionProfile(
         name=p.text("name"),
         compute=_positive(p, "compute"),
-        memory_mib=int(gib * 1024),
+        memory_mib=int(gib * 1024) if read is None else read,
         memory_slices=slices,
         starts=tuple(sorted(set(starts))),
         max_instances=_positive(p, "max_instances"),

@@ -74,3 +74,27 @@ def test_a_malformed_file_names_entry_and_field(tmp_path: Path) -> None:
     with pytest.raises(CatalogError) as info:
         load_partitions(path)
     assert "starts" in str(info.value) and "profiles[0]" in str(info.value)
+
+
+def test_an_isolated_request_gets_the_memory_nvml_reports_not_the_name_s() -> None:
+    """On the lent H200 (docs/hardware-validation.md, 2026-11-30) NVML answered 16,384 MiB for
+    1g.18gb, 33,280 for 1g.35gb and 2g.35gb, 71,424 for 3g.71gb and 4g.71gb and 143,360 for
+    7g.141gb: less than the sizes in the names. A 17 GiB isolated request does not fit 1g.18gb's
+    16 GiB; it takes the next profile up."""
+    h200 = load_partitions().scheme_for("H200-SXM5-141GB")
+    assert h200 is not None
+    sizes = {p.name: p.memory_mib for p in h200.profiles}
+    assert sizes == {
+        "1g.18gb": 16384,
+        "1g.18gb+me": 16384,
+        "1g.35gb": 33280,
+        "2g.35gb": 33280,
+        "3g.71gb": 71424,
+        "4g.71gb": 71424,
+        "7g.141gb": 143360,
+    }
+    found = h200.smallest_holding(17 * 1024)
+    assert found is not None and found.name == "1g.35gb"
+    found = h200.smallest_holding(16 * 1024)
+    assert found is not None and found.name == "1g.18gb"
+    assert h200.smallest_holding(141 * 1024) is None
