@@ -6,14 +6,18 @@ lists the first site's domains as ``GET /v1/sites`` does, ``/metrics`` has the s
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 from server_proc import ServerProc, stop_process, until
+
+from xpupool.cli import main
 
 FAKE_A100 = Path(__file__).parents[1] / "fixtures" / "agent" / "fake-a100x2.yaml"
 LABEL = "rack"
@@ -122,3 +126,19 @@ def test_a_job_held_in_the_domain_shows_in_both(srv: ServerProc) -> None:
     assert next(d for d in ov if d["name"] == "row-1")["devices_free"] == 0
     assert metered[(SITE, "row-1")]["devices_allocated"] == 2
     assert metered[(SITE, "(no label)")]["devices_free"] == 2
+
+
+def test_xpupool_sites_json_carries_each_sites_domains(srv: ServerProc, tmp_path: Path) -> None:
+    """``xpupool sites -o json`` gives each site's domains as ``GET /v1/sites`` does."""
+    env = {
+        "XPUPOOL_URL": srv.url,
+        "XPUPOOL_TOKEN": srv.admin_token,
+        "HOME": str(tmp_path),
+        "XPUPOOL_CONFIG": None,
+    }
+    result = CliRunner().invoke(main, ["sites", "-o", "json"], env=env)  # type: ignore[arg-type]
+    assert result.exit_code == 0, result.output
+    by_cli = {s["name"]: s["domains"] for s in json.loads(result.stdout)}
+    by_api = {s["name"]: s["domains"] for s in get(srv, "/v1/sites")}
+    assert by_cli == by_api
+    assert [d["name"] for d in by_cli[SITE]] == ["row-1", None]
