@@ -88,7 +88,7 @@ def agree(srv: ServerProc) -> tuple[list[dict[str, Any]], Any] | None:
         for d in ov
     ]
     as_gauges = {
-        (d["site"], d["name"] or "(no label)"): {
+        (d["site"], d["name"] or ""): {
             "nodes": d["nodes"],
             "devices": d["devices_total"],
             "devices_free": d["devices_free"],
@@ -125,7 +125,7 @@ def test_a_job_held_in_the_domain_shows_in_both(srv: ServerProc) -> None:
     ov, metered = until(held, "the job's two cards allocated in row-1 in every view")
     assert next(d for d in ov if d["name"] == "row-1")["devices_free"] == 0
     assert metered[(SITE, "row-1")]["devices_allocated"] == 2
-    assert metered[(SITE, "(no label)")]["devices_free"] == 2
+    assert metered[(SITE, "")]["devices_free"] == 2
 
 
 def test_xpupool_sites_json_carries_each_sites_domains(srv: ServerProc, tmp_path: Path) -> None:

@@ -6,7 +6,10 @@ Agents name their labels, so a hostile or broken pool could name thousands of do
 exposition must not grow with them. At most ``MAX_DOMAIN_SERIES`` domains are named, those with
 the most cards (then by site and name); the rest are summed into one series labelled
 ``site="(other)", domain="(other)"``, so each family has at most ``MAX_DOMAIN_SERIES + 1``
-series whatever the pool names. A node without its site's label is in ``domain="(no label)"``.
+series whatever the pool names. A node without its site's label is in ``domain=""``. Neither
+can be forged by an agent, whose label values are free text: a duplicate series would make
+Prometheus refuse the whole scrape, but an empty label value puts a node in no domain
+(``engine/link_domains.py``), and no site may be named ``(other)`` (``schemas/base.py`` Name).
 Nothing is exported while no node has a domain: the per-site families say the rest.
 """
 
@@ -19,7 +22,8 @@ from xpupool.server.services.domain_tally import DomainTally, named_sites
 MAX_DOMAIN_SERIES = 64
 """Domains named in the gauges at most; the rest are summed into ``OTHER``."""
 OTHER = "(other)"
-NO_LABEL = "(no label)"
+NO_LABEL = ""
+"""The domain label of a site's nodes without its link-domain label."""
 FAMILIES = (
     ("nodes", "xpupool_domain_nodes", "Nodes in the site's link domain."),
     ("devices", "xpupool_domain_devices", "Cards in the site's link domain."),

@@ -80,7 +80,7 @@ def test_the_overview_and_metrics_give_each_domain_its_nodes_and_cards(server: S
     assert got["xpupool_domain_devices"] == {
         ("default", "row-1"): 4,
         ("default", "row-2"): 2,
-        ("default", "(no label)"): 2,
+        ("default", ""): 2,
     }
     assert got["xpupool_domain_devices_free"][("default", "row-2")] == 0
     assert got["xpupool_domain_devices_allocated"][("default", "row-2")] == 2
@@ -108,3 +108,19 @@ def test_the_gauges_stay_bounded_however_many_domains_agents_name(server: Server
     assert devices[("(other)", "(other)")] == 2 * (many - MAX_DOMAIN_SERIES)
     assert sum(devices.values()) == 2 * many
     assert ("default", "rack-000") in devices  # equals by cards are named by site and name
+
+
+@pytest.mark.slow
+def test_no_label_value_an_agent_names_collides_with_the_unnamed_or_other_series(
+    server: Server,
+) -> None:
+    """A duplicate series would make Prometheus refuse the whole scrape: the unnamed domain
+    is ``domain=""`` (a node with an empty label value is in no domain) and the rest
+    ``site="(other)"`` (no site may be named so)."""
+    racked(server, {"forged": "(no label)", "other": "(other)", "bare": None})
+    text = server.client.get("/metrics", headers=server.admin).text
+    (family,) = [
+        f for f in text_string_to_metric_families(text) if f.name == "xpupool_domain_devices"
+    ]
+    keys = [(s.labels["site"], s.labels["domain"]) for s in family.samples]
+    assert sorted(keys) == [("default", ""), ("default", "(no label)"), ("default", "(other)")]
