@@ -5,7 +5,9 @@ Cheap at 5,000 nodes and 40,000 cards: every figure is a column sum over the eng
 the live readings (``np.bincount`` by group), never a loop over cards. What walks Python objects
 is kept per inventory epoch (the card -> group layout, a loop over nodes) or per scheduling
 generation (the stranded capacity, one engine explanation per distinct pending request), and
-the pending jobs are walked once per call (bounded by the tenants' pending limits).
+the pending jobs are walked once per call (bounded by the tenants' pending limits), the node
+records too for the link domains (``domain_tally.py``: the one tally ``GET /v1/sites`` and
+``/metrics`` show, each node's cards read from the columns).
 
 Stranded capacity is the engine's measure (``engine/fragmentation/stranded.py``, the one the
 simulator reports) for a workload of the pending jobs' shapes (the ``MAX_PENDING_SHAPES`` most
