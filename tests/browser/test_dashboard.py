@@ -506,3 +506,46 @@ def test_the_device_grid_shows_each_partitioned_cards_layout(browser: Any, tmp_p
             "4g.40gb@0 busy, 2g.20gb@4 free, 1g.10gb@6 free"
         )
         page.context.close()
+
+
+def test_the_overview_lists_each_sites_link_domains_as_the_api(browser: Any, pool: Pool) -> None:
+    """The pool's third site names a link domain (conftest.py): the overview page lists it,
+    and the unnamed rest of that site, with the nodes and cards /v1/fleet/overview gives, and
+    no other site (they name none). Jobs of earlier tests may still free cards between the two
+    reads, so a differing pair is read again a few times before it fails."""
+
+    def given() -> dict[tuple[str, str], tuple[str, str, str]]:
+        domains = pool.admin.get("/v1/fleet/overview").json()["domains"]
+        return {
+            (d["site"], d["name"] or ""): (
+                d["name"] or "(no label)",
+                f"{d['nodes']:,}",
+                f"{d['devices_free']:,} / {d['devices_total']:,}",
+            )
+            for d in domains
+        }
+
+    def shown() -> dict[tuple[str, str], tuple[str, str, str]]:
+        page.goto("/")
+        rows = page.locator("#domains tbody tr")
+        return {
+            (row.get_attribute("data-site") or "", row.get_attribute("data-domain") or ""): (
+                row.locator("th").text_content() or "",
+                row.locator('[data-k="nodes"]').text_content() or "",
+                row.locator('[data-k="devices"]').text_content() or "",
+            )
+            for row in rows.all()
+        }
+
+    api = given()
+    assert {site for site, _ in api} == {"guangzhou"}, api
+    assert any(name for _, name in api), api
+    page = sign_in(browser, pool.url, pool.tokens["admin"])
+    try:
+        for _ in range(5):
+            api, page_rows = given(), shown()
+            if page_rows == api:
+                break
+        assert page_rows == api
+    finally:
+        page.context.close()

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from xpupool.server.domain_gauges import domain_gauges
 from xpupool.server.plane import ControlPlane
 from xpupool.server.rate_limit import RateLimiter
 from xpupool.server.service_traffic import TrafficCollector
@@ -109,6 +110,7 @@ class PlaneCollector(Collector):
             events.add_metric([cause], float(count))
         yield events
         yield from self._stranded()
+        yield from self._domains()
         yield from self._history()
         yield from self._power_saving()
 
@@ -207,6 +209,14 @@ class PlaneCollector(Collector):
             )
         )
         yield from gauges
+
+    def _domains(self) -> Iterator[GaugeMetricFamily]:
+        """Per site and link domain, its nodes and cards (``server/domain_gauges.py``: only
+        where some node has a domain, a bounded number of series)."""
+        from xpupool.server.services.domain_tally import domain_tally
+
+        p = self.plane
+        yield from domain_gauges(p.read(lambda: domain_tally(p)))
 
     def _history(self) -> Iterator[GaugeMetricFamily]:
         """The fleet history's last sample (``server/history.py``), one gauge per series,

@@ -108,6 +108,7 @@ def test_the_overview_says_1_card_not_1_cards() -> None:
         "stranded": {"memory_mib": 0, "core_pct": 100.0},
         "generated_at": 0.0,
         "pending_by_reason": {},
+        "domains": [],
     }
     html = render(
         "overview_live.html",

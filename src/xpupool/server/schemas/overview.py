@@ -57,6 +57,20 @@ class StrandedCapacity(Lenient):
     by_site: dict[str, StrandedAt] = Field(default_factory=dict, description="The same per site.")
 
 
+class OverviewDomain(Lenient):
+    """One link domain of a site that names link domains (docs/sites.md): where a gang of that
+    site is kept, with its nodes and cards (as ``GET /v1/sites``' ``domains``)."""
+
+    site: str
+    name: str | None = Field(
+        description="The value of the site's link_domain_label; null: the site's nodes without it."
+    )
+    nodes: int
+    devices_total: int
+    devices_free: int = Field(description="Cards with nothing allocated on its schedulable nodes.")
+    devices_allocated: int = Field(description="Cards some job holds a share of.")
+
+
 class JobCounts(Lenient):
     pending: int = Field(description="Jobs waiting to be placed.")
     running: int = Field(description="Jobs whose processes run.")
@@ -82,6 +96,11 @@ class FleetOverview(Lenient):
         "waiting state (services/overview.py ``Waiting``)."
     )
     jobs: JobCounts
+    domains: list[OverviewDomain] = Field(
+        default_factory=list,
+        description="The link domains of each site that names some (by site, then name, the "
+        "unnamed one last); empty when no node has a domain.",
+    )
 
 
 class HistorySeries(Lenient):

@@ -21,6 +21,7 @@ from xpupool.server.schemas.agent_protocol import NodeIn
 from xpupool.server.schemas.devices import Device, DeviceDetail, DeviceSample, DeviceShareHeld
 from xpupool.server.schemas.nodes import Node as NodeView
 from xpupool.server.schemas.nodes import NodeStatus, Site, SiteDomain, TaintView
+from xpupool.server.services.domain_tally import domain_tally
 
 log = logging.getLogger("xpupool.server")
 
@@ -272,6 +273,13 @@ def _list_sites(plane: ControlPlane) -> list[Site]:
         for d in rec.node.devices:
             c[_canonical(plane, d.vendor, d.model) or d.model] += 1
     dispatched = Counter(j.site for j in plane.queued.values() if j.site is not None)
+    domains: dict[str, list[SiteDomain]] = {}  # one tally for every view (domain_tally.py)
+    for dom in domain_tally(plane):
+        domains.setdefault(dom.site, []).append(
+            SiteDomain(
+                name=dom.name, nodes=dom.nodes, devices=dom.devices, devices_free=dom.devices_free
+            )
+        )
     return [
         Site(
             name=site,
@@ -288,26 +296,9 @@ def _list_sites(plane: ControlPlane) -> list[Site]:
             ),
             devices_allocated=sum(n.devices - n.devices_free for n in ns),
             pending=dispatched[site],
-            domains=site_domains(ns),
+            domains=domains.get(site, []),
         )
         for site, ns in sorted(by_site.items())
-    ]
-
-
-def site_domains(nodes: Iterable[NodeView]) -> list[SiteDomain]:
-    """The link domains of one site's ``nodes``, by name (the unnamed one last), with their
-    nodes and cards: where a gang of that site may be kept."""
-    by_domain: dict[str | None, list[NodeView]] = {}
-    for n in nodes:
-        by_domain.setdefault(n.link_domain, []).append(n)
-    return [
-        SiteDomain(
-            name=name,
-            nodes=len(ns),
-            devices=sum(n.devices for n in ns),
-            devices_free=sum(n.devices_free for n in ns if n.schedulable),
-        )
-        for name, ns in sorted(by_domain.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))
     ]
 
 

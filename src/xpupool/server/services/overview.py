@@ -5,7 +5,9 @@ Cheap at 5,000 nodes and 40,000 cards: every figure is a column sum over the eng
 the live readings (``np.bincount`` by group), never a loop over cards. What walks Python objects
 is kept per inventory epoch (the card -> group layout, a loop over nodes) or per scheduling
 generation (the stranded capacity, one engine explanation per distinct pending request), and
-the pending jobs are walked once per call (bounded by the tenants' pending limits).
+the pending jobs are walked once per call (bounded by the tenants' pending limits), the node
+records too for the link domains (``domain_tally.py``: the one tally ``GET /v1/sites`` and
+``/metrics`` show, each node's cards read from the columns).
 
 Stranded capacity is the engine's measure (``engine/fragmentation/stranded.py``, the one the
 simulator reports) for a workload of the pending jobs' shapes (the ``MAX_PENDING_SHAPES`` most
@@ -35,10 +37,12 @@ from xpupool.server.schemas.jobs import JobPhase
 from xpupool.server.schemas.overview import (
     FleetOverview,
     JobCounts,
+    OverviewDomain,
     OverviewGroup,
     StrandedAt,
     StrandedCapacity,
 )
+from xpupool.server.services.domain_tally import domain_tally, named_sites
 
 BUSY_UTIL_PCT = 10.0
 """A card whose reported utilisation is at least this is busy."""
@@ -342,7 +346,7 @@ def fleet_overview(plane: ControlPlane, principal: Principal) -> FleetOverview:
     mine = None if principal.is_admin else principal.tenant
     now = plane.clock()
 
-    def tally() -> tuple[Snapshot, dict[str, int], JobCounts]:
+    def tally() -> tuple[Snapshot, dict[str, int], JobCounts, list[OverviewDomain]]:
         snap = snapshot(plane, now)
         reasons: dict[str, int] = {}
         budget = [MAX_EXPLAINED]
@@ -359,9 +363,10 @@ def fleet_overview(plane: ControlPlane, principal: Principal) -> FleetOverview:
                 continue
             holding += 1
             running += held.state is JobPhase.RUNNING
-        return snap, reasons, JobCounts(pending=pending, running=running, holding=holding)
+        counts = JobCounts(pending=pending, running=running, holding=holding)
+        return snap, reasons, counts, _domains(plane)
 
-    snap, reasons, counts = plane.read(tally)  # the sums and the counts of one state
+    snap, reasons, counts, domains = plane.read(tally)  # the sums and the counts of one state
     return FleetOverview(
         generated_at=now,
         scope="fleet" if mine is None else "tenant",
@@ -370,7 +375,26 @@ def fleet_overview(plane: ControlPlane, principal: Principal) -> FleetOverview:
         stranded=stranded_view(snap),
         pending_by_reason=dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
         jobs=counts,
+        domains=domains,
     )
+
+
+def _domains(plane: ControlPlane) -> list[OverviewDomain]:
+    """The domains of the sites that name some (``domain_tally.py``). Call under the lock."""
+    found = domain_tally(plane)
+    named = named_sites(found)
+    return [
+        OverviewDomain(
+            site=d.site,
+            name=d.name,
+            nodes=d.nodes,
+            devices_total=d.devices,
+            devices_free=d.devices_free,
+            devices_allocated=d.devices_allocated,
+        )
+        for d in found
+        if d.site in named
+    ]
 
 
 def groups(snap: Snapshot) -> list[OverviewGroup]:
