@@ -15,7 +15,7 @@ from xpupool.k8s.site.agent_endpoints import AgentEndpoints, metrics_url
 from xpupool.k8s.site.endpoint_slices import read_slice
 from xpupool.model.errors import RequestError
 
-NS, SERVICE = "xpupool", "xpupool-agent-metrics"
+NS, SERVICE = "xpupool", "xpupool-node-agent-metrics"
 
 
 def agent_slice(

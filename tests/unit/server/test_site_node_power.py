@@ -206,11 +206,11 @@ def test_a_node_metrics_entry_takes_its_token_file_from_the_sites_folder(tmp_pat
 
 def test_a_node_metrics_service_names_the_charts_port_unless_told_another() -> None:
     for given, port in (({}, "metrics"), ({"port": 9400}, 9400), ({"port": "prom"}, "prom")):
-        metrics = {"service": "xpupool/xpupool-agent-metrics", **given}
+        metrics = {"service": "xpupool/xpupool-node-agent-metrics", **given}
         data = {"sites": [{"name": "gpu-a", "in_cluster": True, "node_metrics": metrics}]}
         (site,) = parse_sites(data)
         assert site.node_metrics is not None
-        assert site.node_metrics.service_port() == ("xpupool", "xpupool-agent-metrics", port)
+        assert site.node_metrics.service_port() == ("xpupool", "xpupool-node-agent-metrics", port)
 
 
 def agents_slice(port: int) -> dict[str, object]:
@@ -225,9 +225,9 @@ def agents_slice(port: int) -> dict[str, object]:
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
         "metadata": {
-            "name": "xpupool-agent-metrics-x7k2p",
+            "name": "xpupool-node-agent-metrics-x7k2p",
             "namespace": "xpupool",
-            "labels": {"kubernetes.io/service-name": "xpupool-agent-metrics"},
+            "labels": {"kubernetes.io/service-name": "xpupool-node-agent-metrics"},
         },
         "addressType": "IPv4",
         "ports": [{"name": "metrics", "port": port, "protocol": "TCP"}],
@@ -253,7 +253,7 @@ def test_a_sites_node_agents_are_found_through_their_services_endpoint_slices(
         kubeconfig = tmp_path / "kc.json"
         kubeconfig.write_text(api.kubeconfig("t"))
         metrics = NodeMetricsConfig(
-            service="xpupool/xpupool-agent-metrics", token_file=token, every_s=1
+            service="xpupool/xpupool-node-agent-metrics", token_file=token, every_s=1
         )
         config = KubernetesSiteConfig(name=SITE, kubeconfig=kubeconfig, node_metrics=metrics)
         site = KubernetesSite(config, resync_s=0)

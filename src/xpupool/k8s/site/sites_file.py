@@ -14,8 +14,8 @@ sites, beside its agent pool, in the order a job naming no site is offered them.
         finished_pods_retention_s: 300  # a finished job's pods kept so long (0: deleted at once)
         link_domain_label: topology.kubernetes.io/zone  # optional: a gang stays in one value
         node_metrics:                # optional: read each node agent's card power (node_power.py)
-          service: xpupool/xpupool-agent-metrics  # NAMESPACE/NAME of the agents' Service: each
-          port: metrics              # node's agent is its ready endpoint in the Service's
+          service: xpupool/xpupool-node-agent-metrics  # NAMESPACE/NAME of the agents' Service:
+          port: metrics              # each node's agent is its ready endpoint in the Service's
                                      # EndpointSlices, on this port (name or number; the chart's)
           # url: http://{node}:9400/metrics  # instead of service: {node}, the node's name (the
                                      # default without service; needs a hostPort or node DNS)
