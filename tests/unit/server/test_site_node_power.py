@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from fake_apiserver import FakeApiServer, node_object
@@ -213,7 +213,7 @@ def test_a_node_metrics_service_names_the_charts_port_unless_told_another() -> N
         assert site.node_metrics.service_port() == ("xpupool", "xpupool-node-agent-metrics", port)
 
 
-def agents_slice(port: int) -> dict[str, object]:
+def agents_slice(port: int) -> dict[str, Any]:
     """The chart's agents' Service's slice: k1's agent on 127.0.0.1 ready, k2's not ready, and
     one on a node that is no node of the site."""
     endpoints = [
@@ -274,6 +274,14 @@ def test_a_sites_node_agents_are_found_through_their_services_endpoint_slices(
         got = plane.device_metrics("GPU-k1-0")
         assert got is not None and (got.power_w, got.utilization_pct) == (123.0, 40.0)
         assert plane.device_metrics("GPU-k2-0") is None
+        # the slice changed (k1's agent no longer ready, k2's ready): the watch says so
+        changed = agents_slice(agent.port)
+        changed["endpoints"][0]["conditions"]["ready"] = False
+        changed["endpoints"][1]["conditions"]["ready"] = True
+        api.add_slice(changed)
+        endpoints = power.endpoints
+        assert endpoints is not None
+        until(lambda: set(endpoints.urls()) == {"k2", "elsewhere"}, "the slice's change")
     finally:
         if site is not None:
             site.detach()
