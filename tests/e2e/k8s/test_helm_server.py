@@ -111,6 +111,11 @@ def test_the_server_part_renders_a_statefulset_with_its_volume_service_and_sites
                 "namespaces": {"ml-team": "research"},
                 "create_namespaces": False,
                 "finished_pods_retention_s": 300,
+                # the agents' card power, each agent found in its Service's EndpointSlices
+                "node_metrics": {
+                    "service": f"{NAMESPACE}/{RELEASE}-xpupool-node-agent-metrics",
+                    "port": "metrics",
+                },
             }
         ]
     }

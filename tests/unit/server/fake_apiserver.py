@@ -15,6 +15,8 @@ answers that many of the pages asked with a continue token ``410 Expired``, as a
 etcd compacted the list's version does. Namespaces created are kept (a second create is 409,
 each create counted in ``namespace_posts``); one removed with :meth:`delete_namespace` answers
 its pod creates 404, as kube-apiserver answers a create in a namespace that is not there.
+EndpointSlices added with :meth:`add_slice` are listed and watched (all namespaces), filtered by
+label selector and by a ``metadata.namespace`` field selector.
 
     with FakeApiServer(tokens={"old"}) as api:
         api.add_node(node_object("n1"))
@@ -68,6 +70,7 @@ class FakeApiServer:
     ) -> None:
         self.tokens = set(tokens)
         self.nodes: dict[str, dict[str, Any]] = {}
+        self.slices: dict[str, dict[str, Any]] = {}  # namespace/name -> the EndpointSlice
         self.keep_pods = keep_pods
         self.hold_until = hold_until
         self.pods: dict[str, dict[str, Any]] = {}  # name -> the pod made (keep_pods)
@@ -109,6 +112,14 @@ class FakeApiServer:
                 since = int(query.get("resourceVersion", ["0"])[0] or 0)
                 with api.lock:
                     items = list(api.nodes.values()) if url.path == "/api/v1/nodes" else []
+                    if url.path == "/apis/discovery.k8s.io/v1/endpointslices":
+                        terms = query.get("labelSelector", [""])[0]
+                        fields = query.get("fieldSelector", [""])[0]
+                        items = [
+                            s
+                            for s in api.slices.values()
+                            if _selected(s, terms) and _in_namespace(s, fields)
+                        ]
                     version = api.version
                     if api.keep_pods and url.path == "/api/v1/pods":
                         if query.get("watch") != ["true"]:
@@ -241,6 +252,15 @@ class FakeApiServer:
             obj["metadata"]["resourceVersion"] = str(self.version)
             self.nodes[obj["metadata"]["name"]] = obj
 
+    def add_slice(self, obj: dict[str, Any]) -> None:
+        """Add (or replace) an EndpointSlice: its next watches and lists have it."""
+        meta = obj["metadata"]
+        with self.lock:
+            self.version += 1
+            meta.setdefault("uid", f"uid-slice-{meta['name']}")
+            meta["resourceVersion"] = str(self.version)
+            self.slices[f"{meta['namespace']}/{meta['name']}"] = obj
+
     def kubeconfig(self, token: str) -> str:
         """A kubeconfig (JSON, which is YAML) for this server with ``token``."""
         return json.dumps(
@@ -294,5 +314,15 @@ def _selected(obj: dict[str, Any], terms: str) -> bool:
             continue
         key, eq, value = term.partition("=")
         if key not in labels or (eq and labels[key] != value):
+            return False
+    return True
+
+
+def _in_namespace(obj: dict[str, Any], fields: str) -> bool:
+    """Is ``obj`` in the namespace a ``metadata.namespace=NS`` field selector term names (any
+    namespace without one)?"""
+    for term in filter(None, fields.split(",")):
+        key, _, value = term.partition("=")
+        if key == "metadata.namespace" and obj["metadata"].get("namespace") != value:
             return False
     return True

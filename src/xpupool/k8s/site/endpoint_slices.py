@@ -9,11 +9,16 @@ object a site sends: addresses must be IP addresses of the slice's type, ports w
 1..65535, counts bounded; a slice that is not is dropped whole (logged by the informer), so one bad
 slice never hides another's endpoints. An endpoint is ready unless its ``conditions.ready`` is
 false (absent means ready, as the API defines it) and not while it is terminating.
+
+The same slices say where each node's xpupool node agent answers (``agent_endpoints.py``): a
+ready endpoint's ``nodeName`` (a DNS subdomain, or the slice is dropped) is kept beside its
+address, and the port is chosen by the name or number the caller gives.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,15 +35,18 @@ PORT_NAME = "http"  # the port of the Services the plane makes (k8s/site/service
 MAX_ENDPOINTS = 1000  # the API's own cap per slice
 MAX_ADDRESSES = 100
 MAX_PORTS = 100
+_NODE_NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")  # a DNS subdomain
 
 
 @dataclass(frozen=True, slots=True)
 class SliceEndpoints:
-    """One EndpointSlice as the proxy needs it: whose Service, and its ready (host, port)."""
+    """One EndpointSlice as the proxy needs it: whose Service, and its ready (host, port);
+    ``nodes``: the ready endpoints that name their node, as (node, host, port)."""
 
     namespace: str
     service: str
     ready: tuple[tuple[str, int], ...]
+    nodes: tuple[tuple[str, str, int], ...] = ()
 
 
 def _mapping(value: object, where: str) -> Mapping[str, Any]:
@@ -57,8 +65,9 @@ def _list(value: object, where: str, most: int) -> list[Any]:
     return value
 
 
-def _port(ports: list[Any]) -> int | None:
-    """The slice's port of the Service's :data:`PORT_NAME` port, or its only port."""
+def _port(ports: list[Any], wanted: str | int) -> int | None:
+    """The slice's port of the Service's port named ``wanted`` (or its only port), or the one
+    numbered ``wanted``."""
     found: list[tuple[str, int]] = []
     for i, p in enumerate(ports):
         entry = _mapping(p, f"ports[{i}]")
@@ -69,15 +78,27 @@ def _port(ports: list[Any]) -> int | None:
             raise RequestError(f"ports[{i}].port", repr(number)[:40], "a port of 1..65535")
         name = entry.get("name") or ""
         found.append((name if isinstance(name, str) else "", number))
-    named = [n for name, n in found if name == PORT_NAME]
+    if isinstance(wanted, int):
+        return wanted if any(n == wanted for _, n in found) else None
+    named = [n for name, n in found if name == wanted]
     if named:
         return named[0]
     return found[0][1] if len(found) == 1 else None
 
 
-def read_slice(obj: Mapping[str, Any]) -> SliceEndpoints:
-    """An EndpointSlice object as :class:`SliceEndpoints`; :class:`RequestError` naming the field
-    for one that is not what the API serves."""
+def _node_name(entry: Mapping[str, Any], i: int) -> str | None:
+    name = entry.get("nodeName")
+    if name is None:
+        return None
+    if not isinstance(name, str) or not _NODE_NAME.fullmatch(name):
+        raise RequestError(f"endpoints[{i}].nodeName", repr(name)[:80], "a node's name")
+    return name
+
+
+def read_slice(obj: Mapping[str, Any], port_of: str | int = PORT_NAME) -> SliceEndpoints:
+    """An EndpointSlice object as :class:`SliceEndpoints`, its endpoints on the port named (or
+    numbered) ``port_of``; :class:`RequestError` naming the field for one that is not what the
+    API serves."""
     meta = _mapping(obj.get("metadata"), "metadata")
     labels = _mapping(meta.get("labels"), "metadata.labels")
     service = labels.get(SERVICE_NAME)
@@ -89,10 +110,12 @@ def read_slice(obj: Mapping[str, Any]) -> SliceEndpoints:
     kind = obj.get("addressType")
     if kind not in ("IPv4", "IPv6"):  # FQDN slices name hosts the plane does not resolve
         return SliceEndpoints(namespace, service, ())
-    port = _port(_list(obj.get("ports"), "ports", MAX_PORTS))
+    port = _port(_list(obj.get("ports"), "ports", MAX_PORTS), port_of)
     ready: set[tuple[str, int]] = set()
+    nodes: set[tuple[str, str, int]] = set()
     for i, e in enumerate(_list(obj.get("endpoints"), "endpoints", MAX_ENDPOINTS)):
         entry = _mapping(e, f"endpoints[{i}]")
+        node = _node_name(entry, i)
         conditions = _mapping(entry.get("conditions"), f"endpoints[{i}].conditions")
         addresses = _list(entry.get("addresses"), f"endpoints[{i}].addresses", MAX_ADDRESSES)
         for j, address in enumerate(addresses):
@@ -107,7 +130,9 @@ def read_slice(obj: Mapping[str, Any]) -> SliceEndpoints:
             serving = conditions.get("ready") is not False
             if port is not None and serving and conditions.get("terminating") is not True:
                 ready.add((str(ip), port))
-    return SliceEndpoints(namespace, service, tuple(sorted(ready)))
+                if node is not None:
+                    nodes.add((node, str(ip), port))
+    return SliceEndpoints(namespace, service, tuple(sorted(ready)), tuple(sorted(nodes)))
 
 
 class SliceBook:
@@ -145,3 +170,18 @@ class SliceBook:
     def ready(self, namespace: str, service: str) -> Sequence[Endpoint]:
         with self._lock:
             return self._by_service.get((namespace, service), ())
+
+    def by_node(self, namespace: str, service: str) -> dict[str, tuple[str, int]]:
+        """The Service's ready endpoints by the node they run on: the first (host, port) in
+        order where a node has two (a DaemonSet's pod and its replacement, both ready)."""
+        with self._lock:
+            found = sorted(
+                n
+                for s in self._slices.values()
+                if s.namespace == namespace and s.service == service
+                for n in s.nodes
+            )
+        out: dict[str, tuple[str, int]] = {}
+        for node, host, port in found:
+            out.setdefault(node, (host, port))
+        return out

@@ -11,6 +11,11 @@ exist already for Prometheus (``deploy/helm``). The scraped text is hostile: rea
 node has in the plane's books and only inside the range a reading may take. It runs on a thread
 of its own, at most ``in_flight`` nodes at once, each bounded by ``timeout_s``: a node that does
 not answer costs its round that long and never holds the site's watches or worker.
+
+Where a node's agent answers: the URL template with the node's name (``node_metrics.url``), or,
+with ``node_metrics.service``, the agents' Service's ready endpoint on that node, from its
+EndpointSlices (``agent_endpoints.py``; the chart's agents listen on their pods' IPs). A node
+with no ready endpoint is skipped in that round, not failed.
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ from typing import TYPE_CHECKING
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from xpupool.k8s.informers.watch import Informer
+from xpupool.k8s.site.agent_endpoints import AgentEndpoints
+from xpupool.k8s.site.endpoint_slices import SliceEndpoints
 from xpupool.k8s.site.sites_file import NodeMetricsConfig
 from xpupool.model.errors import NotFound
 from xpupool.server.schemas.agent_protocol import DeviceMetrics
@@ -33,6 +41,8 @@ from xpupool.server.services import agents
 from xpupool.server.services.secrets import admin_secret
 
 if TYPE_CHECKING:
+    from lightkube.config.kubeconfig import SingleConfig
+
     from xpupool.server.plane import ControlPlane, NodeRecord
 
 __all__ = ["MAX_BYTES", "NodePower", "parse_readings"]
@@ -90,7 +100,8 @@ def parse_readings(text: str, cards: Collection[str]) -> list[DeviceMetrics]:
 class NodePower:
     """Scrapes the site's nodes (``owns``: the node records that are the site's) as
     ``config`` says; :meth:`start` runs rounds on a thread until :meth:`stop`, :meth:`round`
-    is one (tests call it). ``failed`` holds each node whose last scrape failed, with why."""
+    is one (tests call it). ``failed`` holds each node whose last scrape failed, with why;
+    ``endpoints``: the agents' Service's endpoints by node, with ``config.service``."""
 
     def __init__(
         self, site: str, config: NodeMetricsConfig, owns: Callable[[NodeRecord], bool]
@@ -100,8 +111,14 @@ class NodePower:
         self.owns = owns
         self.failed: dict[str, str] = {}
         self.rounds = 0
+        where = config.service_port()
+        self.endpoints = None if where is None else AgentEndpoints(site, *where)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def watch(self, config: SingleConfig, resync_s: float) -> Informer[SliceEndpoints] | None:
+        """The informer of the agents' Service's slices (not started), None: the URL template."""
+        return None if self.endpoints is None else self.endpoints.watch(config, resync_s)
 
     def start(self, plane: ControlPlane) -> None:
         self._stop.clear()
@@ -137,7 +154,10 @@ class NodePower:
                 if self.owns(rec)
             }
         )
-        if not nodes:
+        urls = self._urls(nodes)
+        for name in nodes.keys() - urls.keys():
+            self.failed.pop(name, None)  # no agent to ask: skipped, not failed
+        if not urls:
             return 0
         try:
             token = self._token(plane)
@@ -146,7 +166,7 @@ class NodePower:
             return 0
         headers = {} if token is None else {"Authorization": f"Bearer {token}"}
         timeout = httpx.Timeout(self.config.timeout_s)
-        workers = min(self.config.in_flight, len(nodes))
+        workers = min(self.config.in_flight, len(urls))
         limits = httpx.Limits(max_connections=workers, max_keepalive_connections=workers)
         kept = 0
         with (
@@ -154,8 +174,8 @@ class NodePower:
             ThreadPoolExecutor(workers, thread_name_prefix=f"site-{self.site}-scrape") as pool,
         ):
             scrapes = {
-                name: pool.submit(self._scrape, client, name, cards)
-                for name, cards in sorted(nodes.items())
+                name: pool.submit(self._scrape, client, url, nodes[name])
+                for name, url in sorted(urls.items())
             }
             for name, scrape in scrapes.items():
                 try:
@@ -169,10 +189,14 @@ class NodePower:
                 kept += agents.site_metrics(plane, name, readings)
         return kept
 
-    def _scrape(
-        self, client: httpx.Client, node: str, cards: frozenset[str]
-    ) -> list[DeviceMetrics]:
-        url = self.config.url_of(node)
+    def _urls(self, nodes: Collection[str]) -> dict[str, str]:
+        """The metrics URL of each of ``nodes`` that has one now."""
+        if self.endpoints is None:
+            return {name: self.config.url_of(name) for name in nodes}
+        found = self.endpoints.urls()
+        return {name: found[name] for name in nodes if name in found}
+
+    def _scrape(self, client: httpx.Client, url: str, cards: frozenset[str]) -> list[DeviceMetrics]:
         body = bytearray()
         try:
             with client.stream("GET", url) as answer:

@@ -42,7 +42,9 @@ work for that thread, so no plane operation waits on the network.
   (:meth:`KubernetesSite.secret_changed`), each informer listing again, so no job, pod or event
   is lost to a rotation.
 - Power: with ``node_metrics`` in the sites file, the cards' power samples are read from the
-  node agents' metrics on a thread of its own (``node_power.py``).
+  node agents' metrics on a thread of its own (``node_power.py``), each agent found by the URL
+  template or in its Service's EndpointSlices, watched as the site's other objects are
+  (``agent_endpoints.py``).
 - Finished jobs: the Secret of a job whose run ended is deleted at once, its pods after the sites
   file's ``finished_pods_retention_s`` (``finished.py``); the worker looks at every job's leftovers
   when the site is attached (a restarted plane: what ended while it was down) and every
@@ -379,6 +381,9 @@ class KubernetesSite:
         self._node_informer = nodes
         self._informers = [nodes.start(), pods.start(), bound.start()]
         self._informers.append(self._gated.attach(plane, self._client, config))
+        agents = None if self.node_power is None else self.node_power.watch(config, self.resync_s)
+        if agents is not None:  # the node agents' Service's slices (agent_endpoints.py)
+            self._informers.append(agents.start())
         self.services.start(config, self._client, self.resync_s)
         self._tasks.put(_Sweep(None))  # what ended while no plane watched
         self._worker = threading.Thread(target=self._work, name=f"site-{self.name}", daemon=True)

@@ -14,7 +14,11 @@ sites, beside its agent pool, in the order a job naming no site is offered them.
         finished_pods_retention_s: 300  # a finished job's pods kept so long (0: deleted at once)
         link_domain_label: topology.kubernetes.io/zone  # optional: a gang stays in one value
         node_metrics:                # optional: read each node agent's card power (node_power.py)
-          url: http://{node}:9400/metrics  # {node}: the node's name; the chart's agent.metricsPort
+          service: xpupool/xpupool-node-agent-metrics  # NAMESPACE/NAME of the agents' Service:
+          port: metrics              # each node's agent is its ready endpoint in the Service's
+                                     # EndpointSlices, on this port (name or number; the chart's)
+          # url: http://{node}:9400/metrics  # instead of service: {node}, the node's name (the
+                                     # default without service; needs a hostPort or node DNS)
           token_file: metrics.token  # or token_secret: NAME (the admin's secret); the chart's
                                      # metricsToken; neither: scraped without a token
           every_s: 30                # a round of every node's scrape this often
@@ -43,7 +47,15 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from xpupool.model.errors import RequestError
 from xpupool.model.site_network import (
@@ -74,6 +86,10 @@ DNS_LABEL = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 _SITE_NAME = r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$"
 MAX_SITES = 64
 MAX_RETENTION_S = 7 * 24 * 3600  # a week: what is kept longer is the cluster's own business
+DEFAULT_URL = "http://{node}:9400/metrics"  # reached only with a hostPort or per-node DNS
+DEFAULT_PORT = "metrics"  # the port's name in the chart's agent Service
+# a port's name as Kubernetes takes it (IANA_SVC_NAME): a letter among them, no "--"
+_PORT_NAME = r"^(?=.*[a-z])(?!.*--)[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?$"
 
 
 def _label_name(value: str | None) -> str | None:
@@ -102,13 +118,20 @@ class AgentPoolConfig(BaseModel):
 
 class NodeMetricsConfig(BaseModel):
     """Where the plane reads the site's node agents' metrics (``node_metrics:``), for the cards'
-    power samples (``node_power.py``): the DaemonSet's port (the chart's ``agent.metricsPort``)
-    and its bearer token (the chart's ``metricsToken`` Secret's value, as a file or the admin's
-    secret in the plane's store)."""
+    power samples (``node_power.py``): the agents' Service, whose EndpointSlices name each
+    node's agent pod (the chart's headless Service; ``agent_endpoints.py``), or a URL template
+    with the node's name; and its bearer token (the chart's ``metricsToken`` Secret's value, as
+    a file or the admin's secret in the plane's store). ``service`` and an explicit ``url`` are
+    refused together: neither silently wins."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    url: str = Field(default="http://{node}:9400/metrics", min_length=8, max_length=500)
+    # None: :data:`DEFAULT_URL`, unless ``service`` is given (then the two are refused together)
+    url: str | None = Field(default=None, min_length=8, max_length=500)
+    # NAMESPACE/NAME of the agents' Service: each node's agent is the ready endpoint on it in
+    # the Service's EndpointSlices (agent_endpoints.py), at ``port`` (a port's name or number)
+    service: str | None = Field(default=None, max_length=127)
+    port: int | str | None = None
     token_file: Path | None = None
     token_secret: str | None = Field(default=None, pattern=NAME_PATTERN, max_length=63)
     every_s: float = Field(default=30.0, ge=1, le=3600, allow_inf_nan=False)
@@ -117,7 +140,9 @@ class NodeMetricsConfig(BaseModel):
 
     @field_validator("url")
     @classmethod
-    def _url(cls, value: str) -> str:
+    def _url(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
         if not value.startswith(("http://", "https://")):
             raise ValueError("an http:// or https:// URL")
         try:
@@ -128,6 +153,33 @@ class NodeMetricsConfig(BaseModel):
             raise ValueError(f"{{node}} is the one placeholder, not {sorted(fields - {'node'})}")
         return value
 
+    @field_validator("service")
+    @classmethod
+    def _service(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return value
+        if info.data.get("url") is not None:
+            raise ValueError("give url or service, not both")
+        namespace, slash, name = value.partition("/")
+        if not slash or not re.fullmatch(DNS_LABEL, namespace) or not re.fullmatch(DNS_LABEL, name):
+            raise ValueError("NAMESPACE/NAME of a Service, each a DNS label")
+        return value
+
+    @field_validator("port", mode="before")
+    @classmethod
+    def _port(cls, value: object, info: ValidationInfo) -> object:
+        if value is None:
+            return value
+        if info.data.get("service") is None:
+            raise ValueError("a port of the service: give service")
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise ValueError("a port's number or its name")
+        if isinstance(value, int) and not 1 <= value <= 65535:
+            raise ValueError("a port's number of 1..65535 or its name")
+        if isinstance(value, str) and not re.fullmatch(_PORT_NAME, value):
+            raise ValueError("a port's name (up to 15 of a-z, 0-9, '-', a letter among them)")
+        return value
+
     @model_validator(mode="after")
     def _one_token(self) -> NodeMetricsConfig:
         if self.token_file is not None and self.token_secret is not None:
@@ -135,7 +187,15 @@ class NodeMetricsConfig(BaseModel):
         return self
 
     def url_of(self, node: str) -> str:
-        return self.url.format(node=node)
+        """The URL template's for ``node`` (without ``service``)."""
+        return (self.url or DEFAULT_URL).format(node=node)
+
+    def service_port(self) -> tuple[str, str, str | int] | None:
+        """(namespace, name, port) of the agents' Service, or None: the URL template."""
+        if self.service is None:
+            return None
+        namespace, _, name = self.service.partition("/")
+        return namespace, name, DEFAULT_PORT if self.port is None else self.port
 
 
 class KubernetesSiteConfig(BaseModel):
