@@ -172,3 +172,29 @@ def test_prefer_site_and_site_are_honoured_and_site_not_excludes(fleet: Fleet) -
         assert site_of(node_of(fleet, job_id)) == site, spec
         assert len(pods(fleet.clusters[site], job_id)) == 1, spec
     cancel(fleet, *ids)
+
+
+def test_a_job_waits_near_its_data_when_the_transfer_is_longer_than_the_wait(fleet: Fleet) -> None:
+    """edge's two A100s busy: a job of ``small`` (10 GiB, 9 s at 10 Gbit/s) goes to a far site,
+    whose wait is 0, rather than wait an hour (no run time known) at edge; a job of ``huge``
+    (10 TiB, 8796 s) waits at edge. Each job's events give the numbers."""
+    busy = [
+        submit(fleet, f"A100:1 site={EDGE}", image=None, command=SLEEP_CMD)["id"] for _ in range(2)
+    ]
+    for job_id in busy:
+        assert node_of(fleet, job_id) == f"{EDGE}-0"
+    far = submit(fleet, "A100:1 data=small")["id"]
+    assert site_of(node_of(fleet, far)) in ("gpu-a", "gpu-b")
+    chose, runner_up = (e for e in events(fleet, far) if e.startswith(("chose", "runner-up")))
+    assert "data 9 s for 10 GiB at 10 Gbit/s from edge" in chose, chose
+    near = submit(fleet, "A100:1 data=huge")["id"]
+    until(lambda: job(fleet.srv, near).get("site") == EDGE, "the huge job dispatched to edge", 60)
+    got = events(fleet, near)
+    chose = next(e for e in got if e.startswith("chose"))
+    assert chose.startswith(f"chose site {EDGE}: queued at 1 for its shape, wait 3600 s"), got
+    runner_up = next(e for e in got if e.startswith("runner-up"))
+    assert "data 8796 s for 10240 GiB at 10 Gbit/s from edge" in runner_up, got
+    assert job(fleet.srv, near)["state"] == "pending"
+    assert all(pods(kc, near) == [] for kc in fleet.clusters.values())
+    cancel(fleet, near, far, *busy)
+
