@@ -198,3 +198,17 @@ def test_a_job_waits_near_its_data_when_the_transfer_is_longer_than_the_wait(fle
     assert all(pods(kc, near) == [] for kc in fleet.clusters.values())
     cancel(fleet, near, far, *busy)
 
+
+def test_a_gang_no_single_site_holds_is_refused_though_the_fleet_has_room(fleet: Fleet) -> None:
+    """L20 nodes are in gpu-b and gpu-c: a gang of one more whole L20 node each than either has
+    fits in the two together and in neither, and is refused at submission saying so."""
+    nodes = {s: fleet.cards[s].get("L20", 0) // 8 for s in ("gpu-b", "gpu-c")}
+    largest = max(nodes, key=lambda s: nodes[s])
+    replicas = nodes[largest] + 1
+    assert replicas <= sum(nodes.values())  # the fleet has room
+    before = fleet.user.get("/v1/jobs").json()
+    got = submit(fleet, f"L20:8 replicas={replicas}", status=422)
+    assert got["field"] == "spec.replicas", got
+    reason = f"no single site holds {replicas} replicas of this, even empty (the largest: {largest}"
+    assert reason in got["reason"], got
+    assert fleet.user.get("/v1/jobs").json() == before  # refused: nothing changed
