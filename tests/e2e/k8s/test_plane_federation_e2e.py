@@ -212,3 +212,29 @@ def test_a_gang_no_single_site_holds_is_refused_though_the_fleet_has_room(fleet:
     reason = f"no single site holds {replicas} replicas of this, even empty (the largest: {largest}"
     assert reason in got["reason"], got
     assert fleet.user.get("/v1/jobs").json() == before  # refused: nothing changed
+
+
+def test_a_site_down_holds_its_jobs_unknown_and_on_return_nothing_is_lost_or_twice(
+    fleet: Fleet,
+) -> None:
+    """gpu-c's kube-apiserver stopped: its running job goes ``unknown`` (it keeps its cards), the
+    site reads unreachable, and a new L20 job (gpu-b or gpu-c) goes to gpu-b. The server back, the
+    job runs again on the same pod, run once; the new job has one pod, in gpu-b."""
+    kc = fleet.clusters["gpu-c"]
+    held = submit(fleet, "T4:1")["id"]
+    node = node_of(fleet, held)
+    ((_, uid),) = [(p["metadata"]["name"], p["metadata"]["uid"]) for p in pods(kc, held)]
+    with kc.apiserver_down():
+        state_is(fleet.srv, held, "unknown", timeout_s=120)
+        until(lambda: sites(fleet.srv)["gpu-c"]["reachable"] is False, "gpu-c unreachable", 60)
+        moved = submit(fleet, "L20:1")["id"]
+        assert site_of(node_of(fleet, moved)) == "gpu-b"
+        assert job(fleet.srv, held)["state"] == "unknown"
+    state_is(fleet.srv, held, "running", timeout_s=120)
+    until(lambda: sites(fleet.srv)["gpu-c"]["reachable"] is True, "gpu-c reachable again", 60)
+    got = job(fleet.srv, held)
+    assert [a["node"] for a in got["assignments"]] == [node] and got["attempts"] == 1, got
+    assert [p["metadata"]["uid"] for p in pods(kc, held)] == [uid]
+    assert len(pods(fleet.clusters["gpu-b"], moved)) == 1 and pods(kc, moved) == []
+    assert job(fleet.srv, moved)["attempts"] == 1
+    cancel(fleet, held, moved)
