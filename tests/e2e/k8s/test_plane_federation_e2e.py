@@ -23,9 +23,12 @@ import httpx
 import pytest
 from cluster import require_binaries
 from test_plane_site_e2e import SLEEP, job, pods, state_is
+from test_plane_two_clusters_e2e import sites
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "integration"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "browser"))
+from browser_kit import chromium, sign_in
 from server_proc import ServerProc, stop_process, until
 
 import k8s_federation as fed  # the three sites, as the benchmark runs them
@@ -48,12 +51,6 @@ class Fleet:
     srv: ServerProc
     user: httpx.Client
     cards: dict[str, dict[str, int]] = field(default_factory=dict)  # site -> model token -> cards
-
-
-def sites(srv: ServerProc) -> dict[str, Any]:
-    r = httpx.get(f"{srv.url}/v1/sites", headers=srv.headers(), timeout=30)
-    assert r.status_code == 200, r.text
-    return {s["name"]: s for s in r.json()}
 
 
 @pytest.fixture(scope="module")
@@ -238,3 +235,20 @@ def test_a_site_down_holds_its_jobs_unknown_and_on_return_nothing_is_lost_or_twi
     assert len(pods(fleet.clusters["gpu-b"], moved)) == 1 and pods(kc, moved) == []
     assert job(fleet.srv, moved)["attempts"] == 1
     cancel(fleet, held, moved)
+
+
+@pytest.mark.browser  # Chromium, as tests/browser: a failure where they must run, never a skip
+def test_the_dashboard_overview_shows_the_four_sites(fleet: Fleet) -> None:
+    """The overview's table of sites, in real Chromium, has one row per site with its kind, its
+    state and its cards as ``GET /v1/sites`` gives them."""
+    shown = sites(fleet.srv)
+    with chromium() as browser:
+        page = sign_in(browser, fleet.srv.url, fleet.srv.admin_token)
+        rows = page.locator("#sites tr[data-site]")
+        assert sorted(r.get_attribute("data-site") for r in rows.all()) == sorted(shown)
+        for name, facts in shown.items():
+            row = page.locator(f'#sites tr[data-site="{name}"]')
+            assert row.locator('[data-k="kind"]').text_content() == facts["kind"], name
+            assert row.locator('[data-k="state"]').text_content() == "reachable", name
+            devices = row.locator('[data-k="devices_total"]').text_content()
+            assert devices == f"{facts['devices']:,}", name
