@@ -85,16 +85,23 @@ def cards_by_model(n_nodes: int, seed: int, weights: tuple[float, ...]) -> dict[
 
 @contextmanager
 def one_site(
-    workdir: Path, site: str, n_nodes: int, seed: int, etcd: tuple[str, str] | None
+    workdir: Path,
+    site: str,
+    n_nodes: int,
+    seed: int,
+    etcd: tuple[str, str] | None,
+    mix: tuple[float, ...] | None = None,
 ) -> Iterator[Any]:
     """The cluster of ``site`` with its nodes and its extender (ready, warmed), on ``etcd``
-    (url, key prefix; None: an etcd of its own); yields it."""
+    (url, key prefix; None: an etcd of its own); yields it. ``mix``: its card mix (default
+    :data:`MIXES`' for ``site``; the e2e harness of issue 51 narrows one so that a model is
+    one site's only)."""
     port = cluster.free_port()
     ext_conf = cluster.Extender(
         url_prefix=f"http://127.0.0.1:{port}", weight=10, managed_resources=MANAGED
     )
     with cluster.K8sCluster(workdir / site, extender=ext_conf, kwok=True, etcd=etcd) as kc:
-        nodes = site_nodes(n_nodes, seed, HAMI_SPLIT, MIXES[site])
+        nodes = site_nodes(n_nodes, seed, HAMI_SPLIT, MIXES[site] if mix is None else mix)
         create_all(kc.api, "/api/v1/nodes", renamed(nodes, site))
         ext = cluster.ExtenderProcess(kc.kubeconfig, port, workdir / f"{site}-extender.log")
         ext.start()

@@ -5,7 +5,10 @@ is reported (a skip on a developer's machine, a failure in CI)."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,38 @@ def unavailable(reason: str) -> None:
     if _required():
         pytest.fail(f"browser tests cannot run: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+def find_chromium() -> str:
+    """The Chromium to drive: ``$XPUPOOL_CHROMIUM``, else ``chromium`` on PATH (else
+    :func:`unavailable`)."""
+    given = os.environ.get("XPUPOOL_CHROMIUM")
+    found = shutil.which(given) if given else shutil.which("chromium")
+    if not found:
+        unavailable(
+            f"no browser at XPUPOOL_CHROMIUM={given!r}"
+            if given
+            else "no 'chromium' on PATH: install it with 'apt-get install -y chromium'"
+        )
+    assert found is not None
+    return found
+
+
+@contextmanager
+def chromium(path: str | None = None) -> Iterator[Any]:
+    """Chromium (``path``, default :func:`find_chromium`'s) launched by Playwright, closed on
+    exit; the browser tests' session fixture, and tests elsewhere that look at the dashboard
+    of a pool of their own (the Kubernetes federation's)."""
+    path = path or find_chromium()
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        unavailable("the 'playwright' package is not installed (pip install -e '.[dev]')")
+    with sync_playwright() as pw:
+        # --no-sandbox: Chromium's own sandbox cannot start as root (CI containers run as root)
+        b = pw.chromium.launch(executable_path=path, args=["--no-sandbox"])
+        yield b
+        b.close()
 
 
 @dataclass

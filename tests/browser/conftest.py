@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
-from browser_kit import DOMAIN_LABEL, Pool, unavailable
+from browser_kit import DOMAIN_LABEL, Pool, chromium, find_chromium, unavailable
 from server_proc import CLUSTER_MIXED, ServerProc, stop_process, until
 
 FAKE_A100 = Path(__file__).parents[1] / "fixtures" / "agent" / "fake-a100x2.yaml"
@@ -36,16 +36,7 @@ THIRD_DOMAIN = "row-1"
 
 @pytest.fixture(scope="session")
 def chromium_path() -> str:
-    given = os.environ.get("XPUPOOL_CHROMIUM")
-    found = shutil.which(given) if given else shutil.which("chromium")
-    if not found:
-        unavailable(
-            f"no browser at XPUPOOL_CHROMIUM={given!r}"
-            if given
-            else "no 'chromium' on PATH: install it with 'apt-get install -y chromium'"
-        )
-    assert found is not None
-    return found
+    return find_chromium()
 
 
 @pytest.fixture(scope="session")
@@ -78,15 +69,8 @@ def axe_source() -> str:
 
 @pytest.fixture(scope="session")
 def browser(chromium_path: str) -> Iterator[Any]:
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        unavailable("the 'playwright' package is not installed (pip install -e '.[dev]')")
-    with sync_playwright() as pw:
-        # --no-sandbox: Chromium's own sandbox cannot start as root (CI containers run as root)
-        b = pw.chromium.launch(executable_path=chromium_path, args=["--no-sandbox"])
+    with chromium(chromium_path) as b:
         yield b
-        b.close()
 
 
 @pytest.fixture(scope="session")
