@@ -174,3 +174,46 @@ def test_a_restarted_plane_keeps_which_job_waits_for_which_recut(tmp_path: Path)
                 assert logs == f"MIG-{CARD}-0", logs  # on the new 4g.40gb instance
         finally:
             stop_process(agent)
+
+
+def test_a_restarted_plane_keeps_a_failed_card_at_rest(tmp_path: Path) -> None:
+    """The tool refuses the 4g.40gb the cycle asks for; the plane restarts: the card still rests
+    (its failures and rest as before, no re-cut asked again), the job's reason says so."""
+    fake, env = fake_box(tmp_path, **{FAIL_ENV: "4g.40gb"})
+    extra = ("--heartbeat", "0.2", "--recut-min-idle", "0s")
+    srv = ServerProc(tmp_path / "data", extra_args=extra)
+    with srv:
+        agent, log = srv.start_agent(tmp_path, "box", fake, "--poll", "0.05", env=env)
+        try:
+            with (
+                httpx.Client(base_url=srv.url, headers=srv.headers()) as admin,
+                srv.tenant_client("team") as user,
+            ):
+                until(lambda: len(_layout(admin)) == 3, f"the card's instances ({log})")
+                wanted = _job(user, "A100 mig=4g.40gb", SHOW)
+                until(
+                    lambda: any(e["event"] == "failed" for e in _card(admin)["events"]),
+                    f"the re-cut failed ({log.read_text()[-2000:]})",
+                )
+                before = _card(admin)
+                assert before["failures"] == 1, before
+                token = user.headers["Authorization"]
+            srv.stop()
+            srv.start(same_port=True)
+            with (
+                httpx.Client(base_url=srv.url, headers=srv.headers()) as admin,
+                httpx.Client(base_url=srv.url, headers={"Authorization": token}) as user,
+            ):
+                card = _card(admin)
+                assert card["failures"] == 1, card
+                assert card["resting_until"] == before["resting_until"], card
+                # a job on the free 1g.10gb, tried after the first by the restarted plane
+                marker = _job(user, "A100 mig=1g.10gb", HOLD)
+                until(lambda: _state(user, marker)["state"] == "running", f"job {marker} runs")
+                said = _state(user, wanted)["reason"]
+                assert "none proposed before" in said and "failed on demand" in said, said
+                card = _card(admin)
+                assert [e["event"] for e in card["events"]] == ["failed", "asked"], card
+                user.post(f"/v1/jobs/{marker}/cancel").raise_for_status()
+        finally:
+            stop_process(agent)

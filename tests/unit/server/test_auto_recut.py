@@ -6,9 +6,11 @@ gets none, and such a job is refused at submission as before."""
 
 from __future__ import annotations
 
-from server_kit import Server, job, queue, reopen, submit, tenant
+import pytest
+from server_kit import BOTH_STORES, Server, job, queue, reopen, submit, tenant
 from test_card_recut import CARD, PATH, _heartbeat, _put, _register
 
+from postgres import store_param
 from xpupool.server.plane.card_recut import DEFAULT_MIN_IDLE_S
 from xpupool.server.plane.recut_backoff import BASE_S, MAX_S
 
@@ -117,6 +119,37 @@ def test_a_restarted_plane_answers_the_job_with_its_recut_in_flight(server: Serv
             assert [e["event"] for e in card["events"]] == ["asked"], card  # none asked again
             (order,) = _heartbeat(again)["recut"]
             assert "4g.40gb@0" in order["layout"], order
+    finally:
+        again.plane.db.dispose()
+
+
+@pytest.mark.parametrize("server", [store_param(s) for s in BOTH_STORES], indirect=True)
+def test_a_restarted_plane_keeps_a_failed_card_at_rest(server: Server) -> None:
+    """The rest is stored (``card_rests``, on either store) and read back at the start."""
+    _register(server)
+    server.clock.advance(DEFAULT_MIN_IDLE_S + 1)
+    token = tenant(server, "a")
+    asked = submit(server, token, "A100 mig=4g.40gb")
+    assert server.schedule() == 0
+    _fail(server)
+    before = server.client.get(PATH, headers=server.admin).json()
+    assert before["failures"] == 1, before
+    again = reopen(server)
+    try:
+        with again.client:
+            card = again.client.get(PATH, headers=again.admin).json()
+            assert (card["failures"], card["resting_until"]) == (1, before["resting_until"]), card
+            assert again.schedule() == 0
+            assert _heartbeat(again)["recut"] == []  # still at rest: not asked again
+            reason = job(again, asked["id"])["reason"]
+            assert "none proposed before" in reason and "In use" in reason, reason
+            # the rest over, and the minimum idle time counted from the restart
+            again.clock.advance(DEFAULT_MIN_IDLE_S + 1)
+            assert again.schedule() == 0
+            _fail(again)
+            card = again.client.get(PATH, headers=again.admin).json()
+            assert card["failures"] == 2, card  # the count goes on: the rest doubles
+            assert card["resting_until"] - again.clock() == 2 * BASE_S, card
     finally:
         again.plane.db.dispose()
 

@@ -313,6 +313,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         reserved = reservation_book.book(self)
         with self.db.connect() as conn:
             reservation_book.load(conn, reserved)
+            self.recut_backoff.load(conn)  # cards resting after failed re-cuts
         self.reservations = reserved
 
     def reload(self) -> None:
