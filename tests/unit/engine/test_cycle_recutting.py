@@ -217,3 +217,30 @@ def test_guaranteed_work_is_not_preempted_for_a_recut() -> None:
     running[1] = replace(held, allocations=[replace(a, guaranteed=True) for a in held.allocations])
     decision = cycle.decide(_four_g(3, 5), running)
     assert isinstance(decision, Wait), decision
+
+
+MIXED: Layout = (("3g.40gb", 0), ("2g.20gb", 4), ("1g.10gb", 6))
+
+
+def _gang(job_id: int, replicas: int) -> Job:
+    want = DeviceRequest(1, partition="3g.40gb")
+    return Job(job_id, "q", 0, Request("j", 1000, 1024, want, replicas=replicas, gang=True))
+
+
+def test_a_gang_placed_in_part_waits_for_the_recuts_its_other_members_need() -> None:
+    # a free 3g.40gb@0 holds one member; the other needs 2g@4 + 1g@6 cut into 3g.40gb@4
+    offer = Offer([PartitionCard("n0", "GPU-0", A100, MIXED)])
+    cycle = _cycle(MIXED, offer)
+    live = dict(cycle.engine.state.live)
+    decision = cycle.decide(_gang(1, 2), {})
+    assert isinstance(decision, Recutting) and decision.new, decision
+    (recut,) = decision.recuts
+    assert sorted(recut.layout) == [("3g.40gb", 0), ("3g.40gb", 4)], recut
+    assert cycle.engine.state.live == live  # deciding changed nothing
+
+
+def test_a_gang_whose_members_cannot_all_be_cut_for_gets_no_recut() -> None:
+    # three 3g.40gb on one A100 (two at most): all or nothing, so nothing is cut
+    offer = Offer([PartitionCard("n0", "GPU-0", A100, MIXED)])
+    decision = _cycle(MIXED, offer).decide(_gang(1, 3), {})
+    assert isinstance(decision, Wait), decision
