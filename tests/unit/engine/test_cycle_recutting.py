@@ -181,6 +181,8 @@ def test_lower_priority_work_on_the_slices_a_recut_needs_is_preempted_for_it() -
     assert isinstance(decision.outcome, PreemptingLowerPriority), render(decision.outcome)
     # the 4g.40gb starts at slice 0: the priority-1 job there stops, the priority-9 one runs on
     assert [v.id for v in decision.victims] == [1]
+    # the front lets the re-cut take that instance at once (no minimum idle time)
+    assert decision.recut_freed == set(running[1].allocations[0].device_uuids)
     assert cycle.engine.state.live == live  # deciding changed nothing
 
 

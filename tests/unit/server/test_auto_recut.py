@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 from server_kit import BOTH_STORES, Server, job, queue, reopen, submit, tenant
-from test_card_recut import CARD, PATH, _heartbeat, _put, _register
+from test_card_recut import AFTER, CARD, PATH, _heartbeat, _put, _register
 
 from postgres import store_param
 from xpupool.server.plane.card_recut import DEFAULT_MIN_IDLE_S
@@ -174,3 +174,26 @@ def test_lower_priority_work_in_the_way_of_a_recut_is_preempted_for_it(server: S
     (order,) = _heartbeat(server)["recut"]
     assert "4g.40gb@0" in order["layout"], order
     assert f"re-cutting {CARD} on n1 to " in job(server, high["id"])["reason"]
+
+
+def test_an_instance_freed_by_any_other_preemption_keeps_the_minimum_idle_time(
+    server: Server,
+) -> None:
+    _register(server, AFTER)  # 3g.40gb@0, 3g.40gb@4
+    server.clock.advance(DEFAULT_MIN_IDLE_S + 1)
+    token = tenant(server, "a")
+    queue(server, "a", "a", [], max_priority=10)
+    low = [submit(server, token, "A100 mig=3g.40gb")["id"] for _ in range(2)]
+    assert server.schedule() == 2
+    high = submit(server, token, "A100 mig=3g.40gb", priority=10)  # no re-cut: a 3g freed
+    assert server.schedule() == 0
+    assert job(server, high["id"])["reason"].endswith("preempting 1 lower-priority job(s)")
+    (victim,) = [i for i in low if job(server, i)["state"] == "pending"]  # gave it back at once
+    card = server.client.get(PATH, headers=server.admin).json()
+    freed = "3g.40gb@4" if "3g.40gb@4" not in card["busy"] else "3g.40gb@0"
+    kept = "3g.40gb@0" if freed == "3g.40gb@4" else "3g.40gb@4"
+    other = "2g.20gb@4" if freed == "3g.40gb@4" else "2g.20gb@0"
+    # the freed instance held work a moment ago: no re-cut destroys it before the minimum
+    r = _put(server, [kept, other])
+    assert r.status_code == 409, (victim, r.text)
+    assert "less than" in r.json()["reason"], r.text
