@@ -49,6 +49,10 @@ class PartitionCard:
     # the device UUID of each instance of ``layout``, in its order (empty: not given, and the
     # cycle then never preempts work on the card for a re-cut: ``recutting.recut_victims``)
     uuids: tuple[str, ...] = ()
+    # the instances of ``busy`` the front keeps only until its minimum idle time has passed
+    # (free then, unlike held, cordoned or unhealthy ones): ``recutting.recut_victims`` stops
+    # nobody more while a re-cut of these will serve
+    ripening: frozenset[Instance] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

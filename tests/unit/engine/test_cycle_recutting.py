@@ -138,12 +138,12 @@ def test_a_resting_card_is_not_cut_though_a_recut_could_serve_later() -> None:
 
 
 def _held_cards(
-    priorities: Sequence[int | None], cards: int = 1
+    priorities: Sequence[int | None], cards: int = 1, ripening: bool = True
 ) -> tuple[SchedulingCycle, dict[int, RunningWork]]:
     """Node n0 with ``cards`` A100s cut 3g.40gb@0 + 3g.40gb@4, offered with their instances'
     UUIDs and every instance busy; job ``i + 1`` holds the ``i``-th instance (card by card, in
     slice order) with priority ``priorities[i]``, or held it and is gone (None: its instance is
-    kept only for the front's minimum idle time)."""
+    kept only for the front's minimum idle time, or for good, cordoned, without ``ripening``)."""
     whole = gpu_node("n0", count=cards)
     parts = load_partitions(), load_accelerators()
     devices = tuple(d for card in whole.devices for d in cut_card(card, TWO_3G, *parts))
@@ -162,7 +162,15 @@ def _held_cards(
         mine = [d for d in devices if d.partition_of == card.uuid]
         layout = tuple((d.partition or "", d.partition_start) for d in mine)
         uuids = tuple(d.uuid for d in mine)
-        offered.append(PartitionCard("n0", card.uuid, A100, layout, frozenset(layout), uuids=uuids))
+        gone = frozenset(
+            i
+            for i, d in zip(layout, mine, strict=True)
+            if ripening and priorities[devices.index(d)] is None
+        )
+        busy = frozenset(layout)
+        offered.append(
+            PartitionCard("n0", card.uuid, A100, layout, busy, uuids=uuids, ripening=gone)
+        )
     cycle.recuts = Offer(offered)
     return cycle, running
 
@@ -198,6 +206,16 @@ def test_no_more_work_is_preempted_while_freed_slices_wait_out_the_idle_minimum(
     cycle, running = _held_cards([None, 9, 1, 9], cards=2)
     decision = cycle.decide(_four_g(5, 5), running)
     assert isinstance(decision, Wait), decision
+
+
+def test_a_cordoned_instance_nobody_holds_does_not_hold_back_a_preemption() -> None:
+    # the first card's slice 0 holds nothing but is kept busy for good (cordoned, or
+    # unhealthy), not for the minimum idle time: a re-cut of the second card stops its
+    # lower-priority work
+    cycle, running = _held_cards([None, 9, 1, 9], cards=2, ripening=False)
+    decision = cycle.decide(_four_g(5, 5), running)
+    assert isinstance(decision, Preempt), decision
+    assert [v.id for v in decision.victims] == [3]
 
 
 def test_work_inside_its_minimum_run_time_is_not_preempted_for_a_recut() -> None:

@@ -197,3 +197,21 @@ def test_an_instance_freed_by_any_other_preemption_keeps_the_minimum_idle_time(
     r = _put(server, [kept, other])
     assert r.status_code == 409, (victim, r.text)
     assert "less than" in r.json()["reason"], r.text
+
+
+def test_the_offer_tells_instances_kept_for_the_idle_minimum_from_those_kept_for_good(
+    server: Server,
+) -> None:
+    from xpupool.server.plane.auto_recut import offered_cards
+
+    _register(server)  # 3g.40gb@0, 2g.20gb@4, 1g.10gb@6, none idle 5 min yet (plane start)
+    r = server.client.post("/v1/devices/MIG-n1-0-0/cordon", headers=server.admin)
+    assert r.status_code == 200, r.text
+    with server.plane.locked():
+        (card,) = offered_cards(server.plane, {})
+    assert card.ripening == {("2g.20gb", 4), ("1g.10gb", 6)}  # the cordoned 3g is kept for good
+    assert card.busy == {("3g.40gb", 0), ("2g.20gb", 4), ("1g.10gb", 6)}
+    server.clock.advance(DEFAULT_MIN_IDLE_S + 1)
+    with server.plane.locked():
+        (card,) = offered_cards(server.plane, {})
+    assert (card.busy, card.ripening) == ({("3g.40gb", 0)}, set())

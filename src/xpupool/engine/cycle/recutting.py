@@ -109,7 +109,8 @@ def recut_victims(
     and the holders of the instances the proposed re-cuts destroy are the victims (work on an
     instance a re-cut keeps goes on). Empty when no such re-cut is found,
     when one will serve once instances the front keeps only for a while are free (the victims
-    of an earlier decision, idle for less than the front's minimum: nobody more is stopped),
+    of an earlier decision, idle for less than the front's minimum, ``PartitionCard.ripening``:
+    nobody more is stopped; a cordoned or unhealthy instance nobody holds is no such one),
     or when ``job`` asks for no partition. Jobs in ``spared`` are never stopped (inside their
     minimum run time, as :meth:`SchedulingCycle.preemption_victims` spares them). Changes
     nothing."""
@@ -128,7 +129,7 @@ def recut_victims(
     if not any(evictable(h) for h in running.values()):
         return none  # nobody to stop: the offer is not asked again
     cards = offer.cards(job.id)
-    if propose_recut(engine, [_held_only(c, holder_of) for c in cards], job.request, offer.rule):
+    if propose_recut(engine, [_ripened(c) for c in cards], job.request, offer.rule):
         return none  # slices only kept idle (victims gone, or others) will serve: wait for them
     opened: list[PartitionCard] = []
     for card in cards:
@@ -152,13 +153,10 @@ def recut_victims(
     return tuple(victims.values()), frozenset(destroyed)
 
 
-def _held_only(card: PartitionCard, holder_of: Mapping[str, RunningWork]) -> PartitionCard:
-    """``card`` with only the instances work holds busy: what it could take once the front's
-    other reasons to keep instances (idle for less than its minimum) have passed."""
-    if not card.uuids:  # not told which instance is which: kept as offered
-        return card
-    held = frozenset(i for i, u in zip(card.layout, card.uuids, strict=False) if u in holder_of)
-    return replace(card, busy=card.busy & held)
+def _ripened(card: PartitionCard) -> PartitionCard:
+    """``card`` as it will be once the instances the front keeps only for its minimum idle time
+    (``ripening``) are free; held, cordoned and unhealthy instances stay busy."""
+    return replace(card, busy=card.busy - card.ripening) if card.ripening else card
 
 
 def asks_partition(req: Request) -> bool:
