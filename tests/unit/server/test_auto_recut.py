@@ -6,6 +6,8 @@ gets none, and such a job is refused at submission as before."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from server_kit import BOTH_STORES, Server, job, queue, reopen, submit, tenant
 from test_card_recut import AFTER, CARD, PATH, _heartbeat, _put, _register
@@ -100,14 +102,20 @@ def test_the_rest_doubles_up_to_its_longest() -> None:
     assert backoff.failed("n1", CARD, 0.0, "no").until == BASE_S
 
 
-def test_a_restarted_plane_answers_the_job_with_its_recut_in_flight(server: Server) -> None:
+def _recut_asked(server: Server) -> dict[str, Any]:
+    """A ``mig=4g.40gb`` job of tenant a, for which the first pass asks a re-cut of the card
+    (its instances idle for the minimum)."""
     _register(server)
     server.clock.advance(DEFAULT_MIN_IDLE_S + 1)
-    token = tenant(server, "a")
-    asked = submit(server, token, "A100 mig=4g.40gb")
+    asked = submit(server, tenant(server, "a"), "A100 mig=4g.40gb")
     assert server.schedule() == 0
     said = job(server, asked["id"])["reason"]
     assert f"re-cutting {CARD} on n1 to " in said, said
+    return asked
+
+
+def test_a_restarted_plane_answers_the_job_with_its_recut_in_flight(server: Server) -> None:
+    asked = _recut_asked(server)
     again = reopen(server)
     try:
         with again.client:
@@ -126,11 +134,7 @@ def test_a_restarted_plane_answers_the_job_with_its_recut_in_flight(server: Serv
 @pytest.mark.parametrize("server", [store_param(s) for s in BOTH_STORES], indirect=True)
 def test_a_restarted_plane_keeps_a_failed_card_at_rest(server: Server) -> None:
     """The rest is stored (``card_rests``, on either store) and read back at the start."""
-    _register(server)
-    server.clock.advance(DEFAULT_MIN_IDLE_S + 1)
-    token = tenant(server, "a")
-    asked = submit(server, token, "A100 mig=4g.40gb")
-    assert server.schedule() == 0
+    asked = _recut_asked(server)
     _fail(server)
     before = server.client.get(PATH, headers=server.admin).json()
     assert before["failures"] == 1, before
