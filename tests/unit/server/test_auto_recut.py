@@ -219,3 +219,19 @@ def test_the_offer_tells_instances_kept_for_the_idle_minimum_from_those_kept_for
     with server.plane.locked():
         (card,) = offered_cards(server.plane, {})
     assert (card.busy, card.ripening) == ({("3g.40gb", 0)}, set())
+
+
+def test_a_deleted_node_takes_its_cards_rests_with_it(server: Server) -> None:
+    _recut_asked(server)
+    _fail(server)
+    assert server.client.get(PATH, headers=server.admin).json()["failures"] == 1
+    r = server.client.delete("/v1/nodes/n1", headers=server.admin)
+    assert r.status_code == 200, r.text
+    _register(server)  # the same node and card again: no rest, in memory or stored
+    assert server.client.get(PATH, headers=server.admin).json()["failures"] == 0
+    again = reopen(server)
+    try:
+        with again.client:
+            assert again.client.get(PATH, headers=again.admin).json()["failures"] == 0
+    finally:
+        again.plane.db.dispose()

@@ -81,6 +81,12 @@ class RecutBackoff:
         if self._cards.pop((node, card), None) is not None and conn is not None:
             _delete(conn, node, card)
 
+    def forget_node(self, conn: Connection, node: str) -> None:
+        """Node ``node`` is deleted: its cards' rests go (memory and ``conn``); registered
+        again, its cards start with none."""
+        self._cards = {k: v for k, v in self._cards.items() if k[0] != node}
+        conn.execute(delete(card_rests).where(card_rests.c.node == node))
+
     def last(self, node: str, card: str) -> Resting | None:
         """``card``'s failed re-cuts since its last success or operator's ask; None: none."""
         return self._cards.get((node, card))
