@@ -8,6 +8,8 @@ registers and the job runs on it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,18 @@ def _state(user: httpx.Client, job: int) -> dict[str, Any]:
     r = user.get(f"/v1/jobs/{job}")
     r.raise_for_status()
     return dict(r.json())
+
+
+@contextmanager
+def _restarted(srv: ServerProc, token: str) -> Iterator[tuple[httpx.Client, httpx.Client]]:
+    """``srv`` stopped and started again on its port: an admin client and one for ``token``."""
+    srv.stop()
+    srv.start(same_port=True)
+    with (
+        httpx.Client(base_url=srv.url, headers=srv.headers()) as admin,
+        httpx.Client(base_url=srv.url, headers={"Authorization": token}) as user,
+    ):
+        yield admin, user
 
 
 def test_a_partition_job_runs_after_the_cycle_recuts_a_card_nothing_runs_on(
@@ -84,11 +98,13 @@ def test_a_partition_job_runs_after_the_cycle_recuts_a_card_nothing_runs_on(
 
 def test_a_failed_recut_rests_the_card_until_the_admin_asks_again(tmp_path: Path) -> None:
     """The tool refuses to create the 4g.40gb the cycle asks for: the card is not asked again
-    pass after pass, its layout answer and the job's reason say it rests, and the admin's PUT
-    ends the rest."""
+    pass after pass, its layout answer and the job's reason say it rests, a restart of the
+    plane keeps the rest (failures and resting_until as before, nothing asked again), and the
+    admin's PUT ends the rest."""
     fake, env = fake_box(tmp_path, **{FAIL_ENV: "4g.40gb"})
     extra = ("--heartbeat", "0.2", "--recut-min-idle", "0s")
-    with ServerProc(tmp_path / "data", extra_args=extra) as srv:
+    srv = ServerProc(tmp_path / "data", extra_args=extra)
+    with srv:
         agent, log = srv.start_agent(tmp_path, "box", fake, "--poll", "0.05", env=env)
         try:
             with (
@@ -112,6 +128,20 @@ def test_a_failed_recut_rests_the_card_until_the_admin_asks_again(tmp_path: Path
                 assert card["resting_until"] is not None, card
                 assert "failed on demand" in _state(user, wanted)["reason"]
                 assert _state(user, wanted)["state"] == "pending"
+                token = user.headers["Authorization"]
+            with _restarted(srv, token) as (admin, user):
+                again = _card(admin)
+                assert again["failures"] == 1, again
+                assert again["resting_until"] == card["resting_until"], again
+                # a job on the free 1g.10gb, tried after the first by the restarted plane
+                marker = _job(user, "A100 mig=1g.10gb", HOLD)
+                until(lambda: _state(user, marker)["state"] == "running", f"job {marker} runs")
+                said = _state(user, wanted)["reason"]
+                assert "none proposed before" in said and "failed on demand" in said, said
+                card = _card(admin)
+                assert [e["event"] for e in card["events"]] == ["failed", "asked"], card
+                user.post(f"/v1/jobs/{marker}/cancel").raise_for_status()
+                until(lambda: _state(user, marker)["state"] == "cancelled", f"{marker} stopped")
                 r = admin.put(f"/v1/nodes/box/cards/{CARD}/layout", json={"layout": ["3g.40gb@0"]})
                 assert r.status_code == 200, r.text
                 assert r.json()["failures"] == 0 and r.json()["resting_until"] is None, r.json()
@@ -141,12 +171,7 @@ def test_a_restarted_plane_keeps_which_job_waits_for_which_recut(tmp_path: Path)
                     f"a re-cut asked for job {wanted}",
                 )
                 token = user.headers["Authorization"]
-            srv.stop()
-            srv.start(same_port=True)
-            with (
-                httpx.Client(base_url=srv.url, headers=srv.headers()) as admin,
-                httpx.Client(base_url=srv.url, headers={"Authorization": token}) as user,
-            ):
+            with _restarted(srv, token) as (admin, user):
                 # a job on the free 1g.10gb, tried after the first by the restarted plane
                 marker = _job(user, "A100 mig=1g.10gb", HOLD)
                 until(

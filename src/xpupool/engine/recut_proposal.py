@@ -49,6 +49,10 @@ class PartitionCard:
     # the device UUID of each instance of ``layout``, in its order (empty: not given, and the
     # cycle then never preempts work on the card for a re-cut: ``recutting.recut_victims``)
     uuids: tuple[str, ...] = ()
+    # the instances of ``busy`` the front keeps only until its minimum idle time has passed
+    # (free then, unlike held, cordoned or unhealthy ones): ``recutting.recut_victims`` stops
+    # nobody more while a re-cut of these will serve
+    ripening: frozenset[Instance] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,12 +80,14 @@ class Recut:
 def propose_recut(
     engine: Engine, cards: Sequence[PartitionCard], req: Request, rule: RecutRule
 ) -> tuple[Recut, ...]:
-    """The re-cuts after which one replica of ``req`` has free instances to take: one card for a
-    replica of one device, ``req.devices.count`` cards of one node otherwise (the first node, in
-    the order of ``cards``, where the rule finds them all); empty when the rule finds none or
-    ``req`` asks for no partition; a ``resting`` card is never chosen. A card already holding a
-    free instance of the profile is answered with its layout unchanged, and left out of the
-    result. Changes nothing."""
+    """The re-cuts after which every replica of ``req`` has free instances to take (a gang, or
+    any job of several replicas, runs whole: room for some members only is no room): one card
+    per replica of one device, ``req.devices.count`` cards of one node otherwise (the first
+    node, in the order of ``cards``, where the rule finds them all), each replica's instances
+    taken as busy before the next is looked for; empty when the rule falls short for a replica
+    or ``req`` asks for no partition; a ``resting`` card is never chosen. A card whose free
+    instances of the profile serve is answered with its layout unchanged, and left out of the
+    result (all unchanged: placement failed for another reason). Changes nothing."""
     d = req.devices
     if d.count < 1 or (d.partition is None and d.isolated_mib is None):
         return ()
@@ -92,13 +98,33 @@ def propose_recut(
             i = engine.node_index(card.node)
             fits[card.node] = i is not None and bool(host[i])
     usable = [c for c in cards if fits[c.node] and not c.resting]
+    current = list(usable)
+    groups = _by_scheme(usable)
+    for _ in range(req.replicas):
+        if not _replica(current, groups, d, rule):
+            return ()
+    return tuple(
+        Recut(c.node, c.uuid, c.layout, n.layout)
+        for c, n in zip(usable, current, strict=True)
+        if sorted(c.layout) != sorted(n.layout)
+    )
+
+
+def _replica(
+    current: list[PartitionCard], groups: list[list[int]], d: DeviceRequest, rule: RecutRule
+) -> bool:
+    """One replica's ``d.count`` instances found on ``current`` (one card, or cards of one
+    node) and taken as cut, busy, in ``current``; False when the rule falls short."""
     if d.count == 1:
-        return _one(usable, d, rule)
-    for node in dict.fromkeys(c.node for c in usable):
-        found = _on_node([c for c in usable if c.node == node], d, rule)
-        if found is not None:
-            return found
-    return ()
+        return _take(current, groups, d, rule)
+    for node in dict.fromkeys(c.node for c in current):
+        at = [i for i, c in enumerate(current) if c.node == node]
+        trial = [current[i] for i in at]
+        if all(_take(trial, _by_scheme(trial), d, rule) for _ in range(d.count)):
+            for i, card in zip(at, trial, strict=True):
+                current[i] = card
+            return True
+    return False
 
 
 def _by_scheme(cards: Sequence[PartitionCard]) -> list[list[int]]:
@@ -132,36 +158,17 @@ def _profile(scheme: PartitionScheme, d: DeviceRequest) -> str | None:
     return None if smallest is None else smallest.name
 
 
-def _one(cards: list[PartitionCard], d: DeviceRequest, rule: RecutRule) -> tuple[Recut, ...]:
-    """One instance: the first answer of the rule over each geometry's cards."""
-    found = _ask(cards, _by_scheme(cards), d, rule)
+def _take(
+    current: list[PartitionCard], groups: list[list[int]], d: DeviceRequest, rule: RecutRule
+) -> bool:
+    """One instance: the rule's first answer over each geometry's cards taken as cut (its new
+    layout in ``current``, its free instance of the profile then busy); False when none."""
+    found = _ask(current, groups, d, rule)
     if found is None:
-        return ()
-    at, layout, _ = found
-    card = cards[at]
-    if sorted(card.layout) == sorted(layout):
-        return ()  # a free instance is there: placement failed for another reason
-    return (Recut(card.node, card.uuid, card.layout, layout),)
-
-
-def _on_node(
-    cards: list[PartitionCard], d: DeviceRequest, rule: RecutRule
-) -> tuple[Recut, ...] | None:
-    """``d.count`` instances on one node's ``cards``: the rule asked once per instance, each
-    answer taken as cut (its new instance then busy) before the next; None when it falls short."""
-    current = list(cards)
-    groups = _by_scheme(cards)
-    for _ in range(d.count):
-        found = _ask(current, groups, d, rule)
-        if found is None:
-            return None
-        at, layout, new = found
-        current[at] = replace(current[at], layout=layout, busy=current[at].busy | {new})
-    return tuple(
-        Recut(c.node, c.uuid, c.layout, n.layout)
-        for c, n in zip(cards, current, strict=True)
-        if sorted(c.layout) != sorted(n.layout)
-    )
+        return False
+    at, layout, new = found
+    current[at] = replace(current[at], layout=layout, busy=current[at].busy | {new})
+    return True
 
 
 def _ask(

@@ -138,12 +138,12 @@ def test_a_resting_card_is_not_cut_though_a_recut_could_serve_later() -> None:
 
 
 def _held_cards(
-    priorities: Sequence[int | None], cards: int = 1
+    priorities: Sequence[int | None], cards: int = 1, ripening: bool = True
 ) -> tuple[SchedulingCycle, dict[int, RunningWork]]:
     """Node n0 with ``cards`` A100s cut 3g.40gb@0 + 3g.40gb@4, offered with their instances'
     UUIDs and every instance busy; job ``i + 1`` holds the ``i``-th instance (card by card, in
     slice order) with priority ``priorities[i]``, or held it and is gone (None: its instance is
-    kept only for the front's minimum idle time)."""
+    kept only for the front's minimum idle time, or for good, cordoned, without ``ripening``)."""
     whole = gpu_node("n0", count=cards)
     parts = load_partitions(), load_accelerators()
     devices = tuple(d for card in whole.devices for d in cut_card(card, TWO_3G, *parts))
@@ -162,7 +162,15 @@ def _held_cards(
         mine = [d for d in devices if d.partition_of == card.uuid]
         layout = tuple((d.partition or "", d.partition_start) for d in mine)
         uuids = tuple(d.uuid for d in mine)
-        offered.append(PartitionCard("n0", card.uuid, A100, layout, frozenset(layout), uuids=uuids))
+        gone = frozenset(
+            i
+            for i, d in zip(layout, mine, strict=True)
+            if ripening and priorities[devices.index(d)] is None
+        )
+        busy = frozenset(layout)
+        offered.append(
+            PartitionCard("n0", card.uuid, A100, layout, busy, uuids=uuids, ripening=gone)
+        )
     cycle.recuts = Offer(offered)
     return cycle, running
 
@@ -181,6 +189,8 @@ def test_lower_priority_work_on_the_slices_a_recut_needs_is_preempted_for_it() -
     assert isinstance(decision.outcome, PreemptingLowerPriority), render(decision.outcome)
     # the 4g.40gb starts at slice 0: the priority-1 job there stops, the priority-9 one runs on
     assert [v.id for v in decision.victims] == [1]
+    # the front lets the re-cut take that instance at once (no minimum idle time)
+    assert decision.recut_freed == set(running[1].allocations[0].device_uuids)
     assert cycle.engine.state.live == live  # deciding changed nothing
 
 
@@ -196,6 +206,16 @@ def test_no_more_work_is_preempted_while_freed_slices_wait_out_the_idle_minimum(
     cycle, running = _held_cards([None, 9, 1, 9], cards=2)
     decision = cycle.decide(_four_g(5, 5), running)
     assert isinstance(decision, Wait), decision
+
+
+def test_a_cordoned_instance_nobody_holds_does_not_hold_back_a_preemption() -> None:
+    # the first card's slice 0 holds nothing but is kept busy for good (cordoned, or
+    # unhealthy), not for the minimum idle time: a re-cut of the second card stops its
+    # lower-priority work
+    cycle, running = _held_cards([None, 9, 1, 9], cards=2, ripening=False)
+    decision = cycle.decide(_four_g(5, 5), running)
+    assert isinstance(decision, Preempt), decision
+    assert [v.id for v in decision.victims] == [3]
 
 
 def test_work_inside_its_minimum_run_time_is_not_preempted_for_a_recut() -> None:
@@ -216,4 +236,31 @@ def test_guaranteed_work_is_not_preempted_for_a_recut() -> None:
     held = running[1]
     running[1] = replace(held, allocations=[replace(a, guaranteed=True) for a in held.allocations])
     decision = cycle.decide(_four_g(3, 5), running)
+    assert isinstance(decision, Wait), decision
+
+
+MIXED: Layout = (("3g.40gb", 0), ("2g.20gb", 4), ("1g.10gb", 6))
+
+
+def _gang(job_id: int, replicas: int) -> Job:
+    want = DeviceRequest(1, partition="3g.40gb")
+    return Job(job_id, "q", 0, Request("j", 1000, 1024, want, replicas=replicas, gang=True))
+
+
+def test_a_gang_placed_in_part_waits_for_the_recuts_its_other_members_need() -> None:
+    # a free 3g.40gb@0 holds one member; the other needs 2g@4 + 1g@6 cut into 3g.40gb@4
+    offer = Offer([PartitionCard("n0", "GPU-0", A100, MIXED)])
+    cycle = _cycle(MIXED, offer)
+    live = dict(cycle.engine.state.live)
+    decision = cycle.decide(_gang(1, 2), {})
+    assert isinstance(decision, Recutting) and decision.new, decision
+    (recut,) = decision.recuts
+    assert sorted(recut.layout) == [("3g.40gb", 0), ("3g.40gb", 4)], recut
+    assert cycle.engine.state.live == live  # deciding changed nothing
+
+
+def test_a_gang_whose_members_cannot_all_be_cut_for_gets_no_recut() -> None:
+    # three 3g.40gb on one A100 (two at most): all or nothing, so nothing is cut
+    offer = Offer([PartitionCard("n0", "GPU-0", A100, MIXED)])
+    decision = _cycle(MIXED, offer).decide(_gang(1, 3), {})
     assert isinstance(decision, Wait), decision

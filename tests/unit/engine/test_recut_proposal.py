@@ -57,6 +57,19 @@ def test_several_devices_come_from_one_node() -> None:
     assert propose_recut(engine, cards, _req(3), RULE) == ()
 
 
+def test_every_replica_of_a_gang_gets_its_cards_or_none_does() -> None:
+    engine = _engine(8000, 8000)
+    cards = [*_cards("n0", 1), *_cards("n1", 2)]
+    gang = Request("r", 1000, 1024, DeviceRequest(1, partition="7g.80gb"), replicas=3, gang=True)
+    found = propose_recut(engine, cards, gang, RULE)
+    assert sorted(r.uuid for r in found) == ["n0-gpu0", "n1-gpu0", "n1-gpu1"]
+    two = Request("r", 1000, 1024, DeviceRequest(2, partition="7g.80gb"), replicas=2, gang=True)
+    assert propose_recut(engine, cards, two, RULE) == ()  # a second node of two cards: none
+    cards.append(PartitionCard("n0", "n0-gpu1", A100, ()))
+    found = propose_recut(engine, cards, two, RULE)
+    assert sorted(r.uuid for r in found) == ["n0-gpu0", "n0-gpu1", "n1-gpu0", "n1-gpu1"]
+
+
 def test_nothing_for_a_request_of_no_partition_or_an_unknown_profile() -> None:
     engine = _engine(8000)
     cards = _cards("n0", 1)

@@ -74,6 +74,9 @@ class Preempt:
 
     outcome: PreemptCause
     victims: tuple[RunningWork, ...]
+    # the victims' instances a re-cut destroys once they are free (``recutting.recut_victims``):
+    # the front lets that re-cut take them at once, before the requeued victims take them back
+    recut_freed: frozenset[str] = frozenset()
 
     @property
     def reclaim(self) -> bool:
@@ -223,11 +226,12 @@ class SchedulingCycle:
             spec = self.admission.queues[job.queue]
             if spec.preemption is Preemption.LOWER_PRIORITY:
                 victims = self.preemption_victims(job, running)
+                freed: frozenset[str] = frozenset()
                 if not victims and self.recuts is not None:  # a card of such work, re-cut
                     spared = self._inside_min_run(job, running)
-                    victims = recut_victims(self.engine, self.recuts, job, running, spared)
+                    victims, freed = recut_victims(self.engine, self.recuts, job, running, spared)
                 if victims:
-                    return Preempt(PreemptingLowerPriority(reason, len(victims)), victims)
+                    return Preempt(PreemptingLowerPriority(reason, len(victims)), victims, freed)
             borrowers = self._borrowers(job)
             if borrowers:
                 victims = self.preemption_victims(job, running, borrowers)

@@ -15,8 +15,9 @@ front's minimum), and the rule keeps busy instances exactly. When no re-cut of f
 and the job's queue preempts lower priorities, :func:`recut_victims` lets the rule cut the slices
 of work the job may evict (``eviction.may_evict``) as if free: the jobs on the instances such a
 re-cut destroys are stopped through the cycle's one preemption decision
-(``Preempt``, ``PreemptingLowerPriority``), and once their instances are free (and idle for the
-front's minimum) a later pass asks the re-cut like any other.
+(``Preempt``, ``PreemptingLowerPriority``, with the instances the re-cut destroys in
+``recut_freed``: the front does not hold those for its minimum idle time), and once they are
+free a later pass asks the re-cut like any other.
 """
 
 from __future__ import annotations
@@ -99,19 +100,23 @@ def recut_victims(
     job: PendingWork,
     running: Mapping[int, RunningWork],
     spared: Collection[int] = (),
-) -> tuple[RunningWork, ...]:
+) -> tuple[tuple[RunningWork, ...], frozenset[str]]:
     """The running jobs to stop so that a re-cut serves ``job``'s partition request when none of
-    free slices does: the cards are offered to the rule with the instances held by jobs ``job``
-    may evict (``uuids`` matched to ``running``'s allocations) free, those of other work still
-    busy (kept exactly), and the holders of the instances the proposed re-cuts destroy are the
-    victims (work on an instance a re-cut keeps goes on). Empty when no such re-cut is found,
+    free slices does, and the UUIDs of their instances that re-cut destroys (the front skips
+    their minimum idle time: else the requeued victims would take them back first). The cards
+    are offered to the rule with the instances held by jobs ``job`` may evict (``uuids``
+    matched to ``running``'s allocations) free, those of other work still busy (kept exactly),
+    and the holders of the instances the proposed re-cuts destroy are the victims (work on an
+    instance a re-cut keeps goes on). Empty when no such re-cut is found,
     when one will serve once instances the front keeps only for a while are free (the victims
-    of an earlier decision, idle for less than the front's minimum: nobody more is stopped),
+    of an earlier decision, idle for less than the front's minimum, ``PartitionCard.ripening``:
+    nobody more is stopped; a cordoned or unhealthy instance nobody holds is no such one),
     or when ``job`` asks for no partition. Jobs in ``spared`` are never stopped (inside their
     minimum run time, as :meth:`SchedulingCycle.preemption_victims` spares them). Changes
     nothing."""
+    none: tuple[tuple[RunningWork, ...], frozenset[str]] = ((), frozenset())
     if not asks_partition(job.request):
-        return ()
+        return none
     holder_of = {u: h for h in running.values() for a in h.allocations for u in a.device_uuids}
 
     def evictable(h: RunningWork) -> bool:
@@ -122,10 +127,10 @@ def recut_victims(
         )
 
     if not any(evictable(h) for h in running.values()):
-        return ()  # nobody to stop: the offer is not asked again
+        return none  # nobody to stop: the offer is not asked again
     cards = offer.cards(job.id)
-    if propose_recut(engine, [_held_only(c, holder_of) for c in cards], job.request, offer.rule):
-        return ()  # slices only kept idle (victims gone, or others) will serve: wait for them
+    if propose_recut(engine, [_ripened(c) for c in cards], job.request, offer.rule):
+        return none  # slices only kept idle (victims gone, or others) will serve: wait for them
     opened: list[PartitionCard] = []
     for card in cards:
         freed = frozenset(
@@ -135,6 +140,7 @@ def recut_victims(
         )
         opened.append(replace(card, busy=card.busy - freed) if freed else card)
     victims: dict[int, RunningWork] = {}
+    destroyed: set[str] = set()
     for recut in propose_recut(engine, opened, job.request, offer.rule):
         card = next(c for c in cards if (c.node, c.uuid) == (recut.node, recut.uuid))
         kept = list(recut.layout)
@@ -143,16 +149,14 @@ def recut_victims(
                 kept.remove(instance)
             elif uuid in holder_of:
                 victims[holder_of[uuid].id] = holder_of[uuid]
-    return tuple(victims.values())
+                destroyed.add(uuid)
+    return tuple(victims.values()), frozenset(destroyed)
 
 
-def _held_only(card: PartitionCard, holder_of: Mapping[str, RunningWork]) -> PartitionCard:
-    """``card`` with only the instances work holds busy: what it could take once the front's
-    other reasons to keep instances (idle for less than its minimum) have passed."""
-    if not card.uuids:  # not told which instance is which: kept as offered
-        return card
-    held = frozenset(i for i, u in zip(card.layout, card.uuids, strict=False) if u in holder_of)
-    return replace(card, busy=card.busy & held)
+def _ripened(card: PartitionCard) -> PartitionCard:
+    """``card`` as it will be once the instances the front keeps only for its minimum idle time
+    (``ripening``) are free; held, cordoned and unhealthy instances stay busy."""
+    return replace(card, busy=card.busy - card.ripening) if card.ripening else card
 
 
 def asks_partition(req: Request) -> bool:

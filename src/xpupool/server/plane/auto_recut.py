@@ -162,16 +162,18 @@ def offered_cards(
             kept = [d for d in instances if d.uuid in held or d.uuid in rec.cordoned_devices] + [
                 d for d in instances if not d.healthy
             ]
+            ripening: list[Device] = []
             for d in instances:
                 ends = idle.idle_since(d.uuid) + idle.min_idle_s
                 if now < ends and d not in kept:
-                    kept.append(d)
+                    ripening.append(d)
                     if ripe is not None:
                         ripe.append(ends)
-            busy = frozenset((d.partition or "", d.partition_start) for d in kept)
+            busy = frozenset((d.partition or "", d.partition_start) for d in kept + ripening)
             layout = tuple((d.partition or "", d.partition_start) for d in instances)
             uuids = tuple(d.uuid for d in instances)
-            out.append(PartitionCard(name, card, scheme, layout, busy, uuids=uuids))
+            soon = frozenset((d.partition or "", d.partition_start) for d in ripening)
+            out.append(PartitionCard(name, card, scheme, layout, busy, uuids=uuids, ripening=soon))
     return out
 
 

@@ -14,7 +14,7 @@ change of its cards; the reply that finds the card cut as wanted records it appl
 that reports its tool failed (:func:`failed`) drops the wanted layout, with the tool's words in
 the card's events, and puts the card at rest for the scheduling cycle (``recut_backoff.py``: it
 proposes no re-cut of the card for a while, doubling per failure in a row); a re-cut applied, or
-the admin's ``PUT``, ends the rest.
+the admin's ``PUT``, ends the rest; the rest is stored, so it outlasts a restart.
 
 Idle time is counted from the later of the plane's start and the last release of an allocation
 on the instance (``card_idle.py``, in memory: after a restart every instance waits the minimum
@@ -156,7 +156,7 @@ def recut(
         asked = _checked(plane, rec, card, layout)
         with plane.write() as conn:
             _ask(plane, conn, asked, why, who)
-        plane.recut_backoff.cleared(node, card)  # the operator tries again: no rest
+            plane.recut_backoff.cleared(node, card, conn)  # the operator tries again: no rest
         return _view(plane, rec, card)
 
 
@@ -316,7 +316,7 @@ def orders(plane: ControlPlane, conn: Connection, rec: NodeRecord) -> list[tuple
             continue
         if sorted(current, key=str) == sorted(read_layout("layout", words), key=str):
             _done(plane, conn, rec, row, "applied", ", ".join(words))
-            plane.recut_backoff.cleared(name, card)
+            plane.recut_backoff.cleared(name, card, conn)
             continue
         out.append((card, words))
     return out
@@ -330,7 +330,7 @@ def failed(plane: ControlPlane, conn: Connection, rec: NodeRecord, card: str, re
     row = conn.execute(select(card_layouts).where(key)).mappings().first()
     if row is not None:
         _done(plane, conn, rec, row, "failed", reason[:500])
-        plane.recut_backoff.failed(rec.node.name, card, plane.clock(), reason[:500])
+        plane.recut_backoff.failed(rec.node.name, card, plane.clock(), reason[:500], conn)
         plane.bump()  # a job waiting for it is tried again: its reason names the rest
 
 

@@ -313,6 +313,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         reserved = reservation_book.book(self)
         with self.db.connect() as conn:
             reservation_book.load(conn, reserved)
+            self.recut_backoff.load(conn)  # cards resting after failed re-cuts
         self.reservations = reserved
 
     def reload(self) -> None:
@@ -819,9 +820,6 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
             if out.release or out.requeue:
                 writes.flush(conn)  # both go on to read or write the store
         if held is not None:
-            preempted = held.stop is StopCause.PREEMPTED or (  # before this outcome's stop
-                isinstance(event, lc.Stop) and event.cause is StopCause.PREEMPTED
-            )
             if out.phase in HOLDING_STATES:
                 held.state = out.phase
             stopping = out.stop is not None and held.stop is None
@@ -834,7 +832,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
             if out.release:
                 if out.phase is JobPhase.SUCCEEDED:
                     self._learn_run(conn, held, now)
-                self.release_job(conn, held, preempted)
+                self.release_job(conn, held)
             elif stopping:  # the sites of its nodes stop it; released when they report it ended
                 self.sites.stop(held, self._nodes)
         elif out.phase is not JobPhase.PENDING:
@@ -874,11 +872,10 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         request = request_from_dict(store.job_row(conn, job.id)["request"])
         self.site_dispatch.runtimes.record(request, now - job.started_at)
 
-    def release_job(self, conn: Connection, job: HeldJob, preempted: bool = False) -> None:
+    def release_job(self, conn: Connection, job: HeldJob) -> None:
         """Give back every allocation of ``job`` (engine, quota and store)."""
         self.meter.job_released(job.id, job.attempt, self.clock())  # its runs end (usage/)
-        if not preempted:  # a victim's instances may be re-cut at once (auto_recut.py)
-            self.card_idle.released(job.allocations, self.clock())  # idle from now (re-cuts)
+        self.card_idle.released(job.allocations, self.clock())  # idle from now (re-cuts)
         for alloc in job.allocations:
             self.admission.release(alloc.id)
         store.delete_allocations(conn, job.id)

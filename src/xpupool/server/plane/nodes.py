@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from xpupool.server.auth import Principal
     from xpupool.server.card_health import CardHealth
     from xpupool.server.live_metrics import LiveMetrics
+    from xpupool.server.plane.recut_backoff import RecutBackoff
 
 log = logging.getLogger("xpupool.server")
 
@@ -59,6 +60,7 @@ class NodeBook:
         audit: AuditLog
         live: LiveMetrics
         card_health: CardHealth
+        recut_backoff: RecutBackoff
         monotonic: Callable[[], float]
         clock: Callable[[], float]
 
@@ -188,12 +190,14 @@ class NodeBook:
 
     def remove_node(self, conn: Connection, name: str, event: nl.NodeEvent) -> list[int]:
         """The store's half of deleting node ``name`` for ``event`` (which the node lifecycle
-        must say removes it), in ``conn``'s transaction: its row goes and every live credential
-        bound to it is revoked; returns the revoked token ids. Nothing may be held on the node:
-        the caller checked, and rebuilds the engine after :meth:`forget_node`."""
+        must say removes it), in ``conn``'s transaction: its row and its cards' re-cut rests go
+        and every live credential bound to it is revoked; returns the revoked token ids.
+        Nothing may be held on the node: the caller checked, and rebuilds the engine after
+        :meth:`forget_node`."""
         rec = self._nodes[name]
         if not nl.transition(rec.life, event).removed:
             raise nl.IllegalNodeTransition(rec.life, event)
+        self.recut_backoff.forget_node(conn, name)  # a rolled-back write reloads the books
         return store.delete_node(conn, name)
 
     def forget_node(self, name: str) -> None:

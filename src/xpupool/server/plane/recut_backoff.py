@@ -6,14 +6,18 @@ the same way, and so on, every pass. So each failure in a row puts the card at r
 scheduling cycle, doubling from :data:`BASE_S` up to :data:`MAX_S`: the cycle offers no re-cut of
 it meanwhile (``auto_recut.PlaneRecuts.cards``), and a job that waits for it is tried again when
 the rest ends. A re-cut applied on the card, or an operator's ``PUT .../layout`` (the way to try
-again at once: it is never held back), ends the rest and the count. Kept in memory, as idle times
-are (``card_idle.py``): a restarted plane may try a failed card once more, whose next failure
-starts the count afresh.
+again at once: it is never held back), ends the rest and the count. Each change is written in
+the caller's transaction (``card_rests``) and read back when the plane starts (:meth:`load`): a
+restarted plane neither tries a resting card early nor starts its count afresh.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from sqlalchemy import Connection, delete, insert, select
+
+from xpupool.server.storage.card_layouts import card_rests
 
 __all__ = ["BASE_S", "MAX_S", "RecutBackoff", "Resting"]
 
@@ -41,18 +45,47 @@ class RecutBackoff:
         self.max_s = max_s
         self._cards: dict[tuple[str, str], Resting] = {}
 
-    def failed(self, node: str, card: str, now: float, reason: str) -> Resting:
+    def load(self, conn: Connection) -> None:
+        """The rests stored (a plane's start, or its books read again), in place of these."""
+        rows = conn.execute(select(card_rests)).mappings()
+        self._cards = {
+            (r["node"], r["card"]): Resting(r["failures"], r["resting_until"], r["reason"])
+            for r in rows
+        }
+
+    def failed(
+        self, node: str, card: str, now: float, reason: str, conn: Connection | None = None
+    ) -> Resting:
         """A re-cut of ``card`` failed at ``now``: its rest, twice the last one (at most
-        :attr:`max_s`)."""
+        :attr:`max_s`), stored in ``conn`` (None: kept in memory only)."""
         last = self._cards.get((node, card))
         failures = 1 if last is None else last.failures + 1
         rest = min(self.max_s, self.base_s * 2.0 ** min(failures - 1, 32))
         found = self._cards[(node, card)] = Resting(failures, now + rest, reason)
+        if conn is not None:
+            _delete(conn, node, card)
+            conn.execute(
+                insert(card_rests).values(
+                    node=node,
+                    card=card,
+                    failures=found.failures,
+                    resting_until=found.until,
+                    reason=reason,
+                )
+            )
         return found
 
-    def cleared(self, node: str, card: str) -> None:
-        """A re-cut of ``card`` was applied, or an operator asked one: no rest, no count."""
-        self._cards.pop((node, card), None)
+    def cleared(self, node: str, card: str, conn: Connection | None = None) -> None:
+        """A re-cut of ``card`` was applied, or an operator asked one: no rest, no count (gone
+        from ``conn`` too)."""
+        if self._cards.pop((node, card), None) is not None and conn is not None:
+            _delete(conn, node, card)
+
+    def forget_node(self, conn: Connection, node: str) -> None:
+        """Node ``node`` is deleted: its cards' rests go (memory and ``conn``); registered
+        again, its cards start with none."""
+        self._cards = {k: v for k, v in self._cards.items() if k[0] != node}
+        conn.execute(delete(card_rests).where(card_rests.c.node == node))
 
     def last(self, node: str, card: str) -> Resting | None:
         """``card``'s failed re-cuts since its last success or operator's ask; None: none."""
@@ -62,3 +95,9 @@ class RecutBackoff:
         """``card``'s rest when it lasts beyond ``now``; None when the cycle may re-cut it."""
         found = self._cards.get((node, card))
         return found if found is not None and now < found.until else None
+
+
+def _delete(conn: Connection, node: str, card: str) -> None:
+    conn.execute(
+        delete(card_rests).where((card_rests.c.node == node) & (card_rests.c.card == card))
+    )

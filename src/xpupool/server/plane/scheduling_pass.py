@@ -290,7 +290,9 @@ def _preempt(
     """Stop ``victims`` for ``by``: released at once what runs nowhere yet, else agents are asked
     to stop them (the stop is stored first) and ``by`` waits for them. A move to defragment
     (``how.moves``) is such a stop, with its own reason, counted in the disruption budget's
-    ledger (``defrag_moves.py``)."""
+    ledger (``defrag_moves.py``). The instances a re-cut destroys (``how.recut_freed``) may
+    be re-cut as soon as they are free (``card_idle.py``)."""
+    plane.card_idle.freed_for_recut(how.recut_freed)
     for victim in victims:
         why: Preempted
         if how.moves:
