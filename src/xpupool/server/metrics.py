@@ -213,10 +213,10 @@ class PlaneCollector(Collector):
     def _domains(self) -> Iterator[GaugeMetricFamily]:
         """Per site and link domain, its nodes and cards (``server/domain_gauges.py``: only
         where some node has a domain, a bounded number of series)."""
-        from xpupool.server.services.domain_tally import domain_tally
+        from xpupool.server.services.domain_tally import any_named, domain_tally
 
         p = self.plane
-        yield from domain_gauges(p.read(lambda: domain_tally(p)))
+        yield from domain_gauges(p.read(lambda: domain_tally(p) if any_named(p) else []))
 
     def _history(self) -> Iterator[GaugeMetricFamily]:
         """The fleet history's last sample (``server/history.py``), one gauge per series,

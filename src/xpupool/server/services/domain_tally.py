@@ -58,10 +58,18 @@ def domain_tally(plane: ControlPlane) -> list[DomainTally]:
     ]
 
 
+def any_named(plane: ControlPlane) -> bool:
+    """Whether some node of the pool has a link domain: the engine keeps one key per site and
+    domain (``site/value`` for a named one), so this reads a handful of keys, never the nodes.
+    The overview and ``/metrics`` show domains only then, and skip the tally's walk otherwise.
+    Call under the plane's lock."""
+    return any("/" in key for key in plane.cluster_state.link_domains.keys)
+
+
 def named_sites(tally: list[DomainTally]) -> set[str]:
     """The sites that name some domain: only their domains are worth showing (a site without
     any is one domain, the site itself)."""
     return {d.site for d in tally if d.name is not None}
 
 
-__all__ = ["DomainTally", "domain_tally", "named_sites"]
+__all__ = ["DomainTally", "any_named", "domain_tally", "named_sites"]

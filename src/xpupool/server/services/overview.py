@@ -42,7 +42,7 @@ from xpupool.server.schemas.overview import (
     StrandedAt,
     StrandedCapacity,
 )
-from xpupool.server.services.domain_tally import domain_tally, named_sites
+from xpupool.server.services.domain_tally import any_named, domain_tally, named_sites
 
 BUSY_UTIL_PCT = 10.0
 """A card whose reported utilisation is at least this is busy."""
@@ -381,6 +381,8 @@ def fleet_overview(plane: ControlPlane, principal: Principal) -> FleetOverview:
 
 def _domains(plane: ControlPlane) -> list[OverviewDomain]:
     """The domains of the sites that name some (``domain_tally.py``). Call under the lock."""
+    if not any_named(plane):
+        return []
     found = domain_tally(plane)
     named = named_sites(found)
     return [
