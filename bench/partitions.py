@@ -28,8 +28,8 @@ instances. A partition request no free instance holds has a card re-cut at once 
 policy's rule, destroying free instances where the new one needs their slices. Prints per row,
 mean and sd over seeds: wait (mean, p95), unallocated GPU % over time (the mean over each tenth
 of the arrival window, and the mean of those tenths), unallocated GPU % while demand exceeds
-capacity, tasks never placed, re-cuts and instances destroyed; and the price of isolation as
-above, on the mean of the tenths.
+capacity, tasks never placed, re-cuts (also per task placed) and instances destroyed; and the
+price of isolation as above, on the mean of the tenths.
 """
 
 from __future__ import annotations
@@ -143,6 +143,7 @@ TIMED_KEYS = (
     "unallocated_at_peak_pct",
     "never_placed",
     "recuts",
+    "recuts_per_placed",
     "destroyed",
 )
 
@@ -179,6 +180,9 @@ def _timed(args: argparse.Namespace) -> int:
                     "unallocated_pct": round(sum(tenths) / len(tenths), 2) if tenths else 0.0,
                     "unallocated_pct_over_time": tenths,
                     "recuts": front.recuts,
+                    "recuts_per_placed": round(
+                        front.recuts / max(1.0, summary["tasks"] - summary["never_placed"]), 4
+                    ),
                     "destroyed": front.destroyed,
                     "seconds": round(result.seconds, 1),
                 }

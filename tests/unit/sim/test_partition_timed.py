@@ -3,9 +3,15 @@ freeing instances, and exact counts of re-cuts and instances destroyed."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from xpupool.catalog.partition_geometry import Instance, Layout
 from xpupool.catalog.partitions import PartitionScheme
@@ -16,9 +22,11 @@ from xpupool.sim.alibaba import TraceTask
 from xpupool.sim.partition_replay import CutPolicy, MigPool, mig_pool
 from xpupool.sim.partition_timed import TimedPartitions, timed_request
 from xpupool.sim.timed_replay import TimedResult, timed_replay
+from xpupool.sim.trace_files import TraceNotFound, default_nodes
 
 Card = tuple[Layout, frozenset[Instance]]
 Choice = tuple[int, Layout] | None
+ROOT = Path(__file__).resolve().parents[3]
 STATIC = (("4g.40gb", 0), ("2g.20gb", 4), ("1g.10gb", 6))
 
 
@@ -92,3 +100,27 @@ def test_whole_card_tasks_take_full_instances_only_where_every_card_is_cut() -> 
     result, front = _run(_pool(2), [whole, _task(1, 1000, 5, 20)])
     assert list(result.wait_s) == [0.0, 5.0]  # the second waits for a 7g to leave
     assert (front.recuts, front.destroyed) == (2, 0)
+
+
+@pytest.mark.slow
+def test_the_timed_study_runs_tiny_as_its_user_runs_it() -> None:
+    try:
+        default_nodes()
+    except TraceNotFound:
+        pytest.skip("the Alibaba trace is not beside this checkout")
+    cmd = [sys.executable, str(ROOT / "bench" / "partitions.py"), "--timed", "--tasks", "40"]
+    cmd += ["--seeds", "1", "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=os.environ, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-4000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["mode"] == "timed" and got["seeds"] == [42]
+    rows = {(r["partitioned"], r["cut"]): r for r in got["rows"]}
+    assert rows[("none", "shares")]["recuts"] == [0.0, 0.0]
+    for mode in ("all", "half"):
+        assert rows[(mode, "static")]["recuts"] == [0.0, 0.0]
+        assert rows[(mode, "xpupool")]["recuts"][0] > 0
+    for row in got["rows"]:
+        assert len(row["unallocated_pct_over_time"]) == 10
+        assert all(0 <= v <= 100 for v in row["unallocated_pct_over_time"])
+        assert row["destroyed"][0] <= row["recuts"][0] * 7  # at most a card's slices each
+    assert "A100-80GB xpupool" in got["isolation_price"]
