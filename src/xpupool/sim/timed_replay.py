@@ -282,6 +282,10 @@ def timed_replay(
         raise ValueError("elastic tasks run by the trace's durations: not with speeds")
     if faster is not None and (speeds is None or dispatch is not None or reservations is not None):
         raise ValueError("moves to faster cards need speeds, and no sites or reservations")
+    if partitions is not None and (
+        speeds is not None or dispatch is not None or reservations is not None
+    ):  # a re-cut replaces the engine sites and reservations hold; speeds ask their own requests
+        raise ValueError("partitions: not with speeds, sites or reservations")
     arrive_at = [int(t.creation_time / compress) for t in tasks]
     kernels.warm()  # once per process: not part of this replay's seconds
     started = time.perf_counter()

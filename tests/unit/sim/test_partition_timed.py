@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from xpupool.model import Device, Node
 from xpupool.sim.alibaba import TraceTask
 from xpupool.sim.partition_replay import CutPolicy, MigPool, mig_pool
 from xpupool.sim.partition_timed import TimedPartitions, timed_request
+from xpupool.sim.reservation_plan import ReservationPlan
 from xpupool.sim.timed_replay import TimedResult, timed_replay
 from xpupool.sim.trace_files import TraceNotFound, default_nodes
 
@@ -124,3 +126,18 @@ def test_the_timed_study_runs_tiny_as_its_user_runs_it() -> None:
         assert all(0 <= v <= 100 for v in row["unallocated_pct_over_time"])
         assert row["destroyed"][0] <= row["recuts"][0] * 7  # at most a card's slices each
     assert "A100-80GB xpupool" in got["isolation_price"]
+
+
+@pytest.mark.parametrize("option", ["reservations", "dispatch"])
+def test_partitions_are_refused_with_options_that_keep_the_first_engine(option: str) -> None:
+    # sites and reservations hold the engine the replay starts with, and a re-cut replaces it
+    pool = _pool()
+    tasks = [_task(0, 100, 0, 10)]
+    workload = TargetWorkload.from_requests(timed_request(t, pool) for t in tasks)
+    front = TimedPartitions(pool, CutPolicy("static", static=STATIC), "binpack", 0, workload)
+    extra: dict[str, Any] = {
+        "reservations": {"reservations": ReservationPlan((), {})},
+        "dispatch": {"dispatch": lambda engine: None},
+    }[option]
+    with pytest.raises(ValueError, match="partitions"):
+        timed_replay(pool.nodes, tasks, "binpack", 0, workload, partitions=front, **extra)
