@@ -28,8 +28,9 @@ instances. A partition request no free instance holds has a card re-cut at once 
 policy's rule, destroying free instances where the new one needs their slices. Prints per row,
 mean and sd over seeds: wait (mean, p95), unallocated GPU % over time (the mean over each tenth
 of the arrival window, and the mean of those tenths), unallocated GPU % while demand exceeds
-capacity, tasks never placed, re-cuts (also per task placed) and instances destroyed; and the
-price of isolation as above, on the mean of the tenths.
+capacity, tasks never placed, re-cuts (also per task placed) and instances destroyed; the
+price of isolation as above, on the mean of the tenths; and xpupool's figures minus HAMi's on
+the same seed (mean, sd, seeds where xpupool's is lower).
 """
 
 from __future__ import annotations
@@ -213,12 +214,30 @@ def _timed(args: argparse.Namespace) -> int:
         "hami": "v2.10 rule (engine/hami_mig.py)" if hami_rule() else "left out",
         "rows": rows,
         "isolation_price": _isolation_price(rows),
+        "xpupool_minus_hami": _paired(runs),
     }
     if args.json:
         print(json.dumps(out))
     else:
         _table(out, TIMED_KEYS)
+        print(f"xpupool - hami, per seed: {out['xpupool_minus_hami']}")
     return 0
+
+
+def _paired(runs: dict[tuple[str, str], list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per share partitioned and figure, xpupool's minus HAMi's on the same seed: mean, sd and
+    the number of seeds where xpupool's is lower (empty without HAMi's rule)."""
+    out: dict[str, dict[str, Any]] = {}
+    for mode in MODES:
+        ours, theirs = runs.get((mode, "xpupool")), runs.get((mode, "hami"))
+        if not ours or not theirs:
+            continue
+        keys = ("unallocated_pct", "unallocated_at_peak_pct", "recuts", "recuts_per_placed")
+        out[mode] = {}
+        for key in keys:
+            diffs = [float(a[key]) - float(b[key]) for a, b in zip(ours, theirs, strict=True)]
+            out[mode][key] = [*_mean_sd(diffs), sum(d < 0 for d in diffs)]
+    return out
 
 
 def _workload(pool: MigPool, tasks: list[Any]) -> TargetWorkload:

@@ -126,6 +126,9 @@ def test_the_timed_study_runs_tiny_as_its_user_runs_it() -> None:
         assert all(0 <= v <= 100 for v in row["unallocated_pct_over_time"])
         assert row["destroyed"][0] <= row["recuts"][0] * 7  # at most a card's slices each
     assert "A100-80GB xpupool" in got["isolation_price"]
+    for mode in ("all", "half"):
+        assert set(got["xpupool_minus_hami"][mode]) >= {"unallocated_pct", "recuts"}
+        assert 0 <= got["xpupool_minus_hami"][mode]["recuts"][2] <= 1  # seeds lower, of 1
 
 
 @pytest.mark.parametrize("option", ["reservations", "dispatch"])
