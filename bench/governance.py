@@ -47,13 +47,10 @@ GPU % over time (the mean over each tenth of the arrival window) for both.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import sys
 from collections.abc import Callable
 from typing import Any
-
-import numpy as np
 
 from xpupool.engine.cycle import Preemption
 from xpupool.engine.cycle.defrag import DisruptionBudget
@@ -62,7 +59,7 @@ from xpupool.sim.elastic_tasks import ElasticTasks
 from xpupool.sim.load import PeakLoad, default_trace_at_peak
 from xpupool.sim.queue_config import QueueConfig
 from xpupool.sim.reservation_plan import fixed_windows
-from xpupool.sim.timed_replay import QueueOrder, TimedResult, timed_replay
+from xpupool.sim.timed_replay import QueueOrder, timed_replay
 from xpupool.sim.trace_files import DEFAULT_PODS
 
 PLANNERS = {"today": False, "checkpoint_aware": True}
@@ -225,30 +222,13 @@ def _defrag(
             "large_tasks": int(result.large.sum()) if result.large is not None else 0,
             "large_mean_wait_s": result.large_mean_wait_s(),
             "gpu_hours_served": round(result.gpu_hours_served, 1),
-            "unallocated_pct_over_time": _unallocated_over_time(result),
+            "unallocated_pct_over_time": result.unallocated_over_time(),
         }
         print(f"defrag {name}: {out[name]}", file=sys.stderr)
     out["large_mean_wait_change_pct"] = _change(
         out["off"]["large_mean_wait_s"], out["on"]["large_mean_wait_s"]
     )
     out["mean_wait_change_pct"] = _change(out["off"]["mean_wait_s"], out["on"]["mean_wait_s"])
-    return out
-
-
-def _unallocated_over_time(result: TimedResult, bins: int = 10) -> list[float]:
-    """Unallocated GPU % (100 - allocated), its mean over each of ``bins`` equal spans of the
-    arrival window (the utilisation is a step function over the event times)."""
-    times, util = result.times, result.util_pct
-    if not times.size:
-        return []
-    start, end = float(times[0]), result.last_arrival
-    edges = np.linspace(start, end, bins + 1)
-    out: list[float] = []
-    for lo, hi in itertools.pairwise(edges):
-        ends = np.clip(np.append(times[1:], end), lo, hi)
-        spans = np.clip(ends - np.clip(times, lo, hi), 0.0, None)
-        total = spans.sum()
-        out.append(round(float(100.0 - (util * spans).sum() / total), 1) if total else 0.0)
     return out
 
 

@@ -141,7 +141,7 @@ class PartitionRun:
     seconds: float
 
 
-class _Cards:
+class PartitionCards:
     """The layouts of the cards in partition mode, and the node records built from them (a
     node's record built again only when one of its cards is re-cut)."""
 
@@ -158,13 +158,21 @@ class _Cards:
         }
 
     def hold(self, allocations: Sequence[Allocation]) -> None:
-        """Mark the instances ``allocations`` take busy (no task leaves in this protocol)."""
+        """Mark the instances ``allocations`` take busy."""
+        self._mark(allocations, busy=True)
+
+    def release(self, allocations: Sequence[Allocation]) -> None:
+        """Mark the instances ``allocations`` took free again (their task left)."""
+        self._mark(allocations, busy=False)
+
+    def _mark(self, allocations: Sequence[Allocation], busy: bool) -> None:
         for alloc in allocations:
             for share in alloc.devices:
                 if share.uuid in self.owner:
                     uuid, instance = self.owner[share.uuid]
                     card = self._cards[uuid]
-                    self._cards[uuid] = replace(card, busy=card.busy | {instance})
+                    held = card.busy | {instance} if busy else card.busy - {instance}
+                    self._cards[uuid] = replace(card, busy=held)
 
     def cards(self) -> list[PartitionCard]:
         """Every card in partition mode, in pool order, with its busy instances."""
@@ -211,7 +219,7 @@ def partition_replay(
     kernels.warm()
     started = time.perf_counter()
     scheme = pool.scheme if pool.partitioned else None
-    cards = _Cards(pool, dict.fromkeys(pool.partitioned, cutting.static or ()))
+    cards = PartitionCards(pool, dict.fromkeys(pool.partitioned, cutting.static or ()))
     host = EngineHost(policy, seed=seed, workload=workload)
     host.install(host.fresh(cards.records()))
     held: dict[int, tuple[Allocation, ...]] = {}

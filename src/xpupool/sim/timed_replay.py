@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -46,6 +48,7 @@ from xpupool.engine.cycle import (
 from xpupool.engine.cycle.defrag import Defrag, DisruptionBudget, MoveFacts
 from xpupool.engine.cycle.fair_share import DecayedUsage
 from xpupool.engine.cycle.faster_cards import FasterCards, FasterRule, RunFacts
+from xpupool.engine.cycle.recutting import Recutting
 from xpupool.engine.cycle.reservations import Reservations, Terms
 from xpupool.engine.cycle.retry_gate import NEVER_TRIED, PERIODIC_PASS_S, RetryGate
 from xpupool.engine.cycle.stop_cost import StopCost, stop_cost
@@ -59,6 +62,9 @@ from xpupool.sim.queue_config import QueueConfig
 from xpupool.sim.reservation_plan import ReservationPlan
 from xpupool.sim.site_dispatch import Dispatch
 from xpupool.sim.task_speeds import TaskSpeeds
+
+if TYPE_CHECKING:
+    from xpupool.sim.partition_timed import TimedPartitions
 
 
 class QueueOrder(StrEnum):
@@ -101,6 +107,22 @@ class TimedResult:
             return 0.0
         waits = self.wait_s[self.large & ~np.isnan(self.wait_s)]
         return round(float(waits.mean()), 1) if waits.size else 0.0
+
+    def unallocated_over_time(self, bins: int = 10) -> list[float]:
+        """Unallocated GPU % (100 - allocated), its mean over each of ``bins`` equal spans of the
+        arrival window (the utilisation is a step function over the event times)."""
+        times, util = self.times, self.util_pct
+        if not times.size:
+            return []
+        start, end = float(times[0]), self.last_arrival
+        edges = np.linspace(start, end, bins + 1)
+        out: list[float] = []
+        for lo, hi in itertools.pairwise(edges):
+            ends = np.clip(np.append(times[1:], end), lo, hi)
+            spans = np.clip(ends - np.clip(times, lo, hi), 0.0, None)
+            total = spans.sum()
+            out.append(round(float(100.0 - (util * spans).sum() / total), 1) if total else 0.0)
+        return out
 
     def wait_by_queue(self) -> dict[str, float]:
         """Mean wait (s) of the placed tasks of each queue."""
@@ -212,6 +234,7 @@ def timed_replay(
     defrag: DisruptionBudget | None = None,
     defrag_min_cards: float = 4.0,
     faster: FasterRule | None = None,
+    partitions: TimedPartitions | None = None,
 ) -> TimedResult:
     """Run ``tasks`` by their trace times under ``policy``; see the module docstring.
 
@@ -249,6 +272,9 @@ def timed_replay(
     work since its last checkpoint under ``checkpoints`` redone there) is moved: it keeps the
     share of its work it saved, restarts there after the rule's ``restart_s`` and runs the rest at
     the new cards' speed; moves and the work they lost are counted apart from preemptions.
+    ``partitions`` (``sim/partition_timed.py``) replays on a pool of cards cut into hardware
+    partitions: it gives the engine and each task's request, and with a re-cut rule a partition
+    request that fits nowhere has cards re-cut at once (the engine rebuilt) and is placed again.
     """
     if compress <= 0:
         raise ValueError("compress must be positive")
@@ -256,10 +282,18 @@ def timed_replay(
         raise ValueError("elastic tasks run by the trace's durations: not with speeds")
     if faster is not None and (speeds is None or dispatch is not None or reservations is not None):
         raise ValueError("moves to faster cards need speeds, and no sites or reservations")
+    if partitions is not None and (
+        speeds is not None or dispatch is not None or reservations is not None
+    ):  # a re-cut replaces the engine sites and reservations hold; speeds ask their own requests
+        raise ValueError("partitions: not with speeds, sites or reservations")
     arrive_at = [int(t.creation_time / compress) for t in tasks]
     kernels.warm()  # once per process: not part of this replay's seconds
     started = time.perf_counter()
-    engine = Engine(ClusterState(nodes, seed=seed), policy, seed=seed, workload=workload)
+    if partitions is not None:
+        engine = partitions.engine()
+        on_run = partitions.chain(on_run)
+    else:
+        engine = Engine(ClusterState(nodes, seed=seed), policy, seed=seed, workload=workload)
     config = queues if queues is not None else QueueConfig.single(order is QueueOrder.PRIORITY)
     interval = checkpoints.intervals_s(len(tasks)) if checkpoints else np.full(len(tasks), NEVER)
     now = 0
@@ -311,6 +345,7 @@ def timed_replay(
     cycle = SchedulingCycle(
         admission, stop_costs=aware, reservations=book, defrag=mover, faster=quicker
     )
+    cycle.recuts = None if partitions is None else partitions.offer
     edges = [] if book is None else book.edges()
     next_edge = 0
     gate = RetryGate()
@@ -323,6 +358,8 @@ def timed_replay(
     for i, task in enumerate(tasks):
         queue, priority = config.assign(task)
         base = speeds.request(i, task) if speeds is not None else to_request(task)
+        if partitions is not None:
+            base = partitions.request(task)
         request = replace(base, priority=priority)
         if elastic is not None and i in elastic_ids:
             request = elastic.request(task, request)
@@ -432,6 +469,18 @@ def timed_replay(
             resized(job, max(now, job.run_start))
         return bool(grown)
 
+    def recut(decision: Recutting) -> None:
+        """Carry out ``decision``'s re-cuts at once: the engine rebuilt, what runs kept."""
+        assert partitions is not None
+        allocations = {i: job.allocations for i, job in running.items()}
+        rebuilt, kept = partitions.carry_out(decision.recuts, allocations)
+        for i, readdressed in kept.items():
+            running[i].allocations = readdressed
+        admission.rebase(rebuilt)
+        cycle.engine = rebuilt
+        cycle.begin_pass()  # refusals recorded on the old cards say nothing now
+        gate.capacity_changed()
+
     def requeue(stopped_now: list[_Task]) -> None:
         for stopped in stopped_now:  # back in the queue at their first arrival, as new
             stopped.tried = NEVER_TRIED
@@ -462,6 +511,9 @@ def timed_replay(
                 # stop, and the preemptor waits for them; a lower task taking their room
                 # would be preempted in turn, its victim take the room again, for ever).
                 stop_victims(decision.victims, stopped_now, decision.moves)
+                decision = cycle.decide(job, running)
+            if isinstance(decision, Recutting) and decision.new:
+                recut(decision)
                 decision = cycle.decide(job, running)
             if isinstance(decision, Place):
                 i = job.id

@@ -148,6 +148,14 @@ class Admission:
         self._totals: tuple[int, dict[Resource, float]] = (-1, {})
         self.released = 0  # releases so far: a refusal stays certain until this or the epoch moves
 
+    def rebase(self, engine: Engine) -> None:
+        """Keep these books over ``engine``, rebuilt by the front with every admitted allocation
+        applied again under its id (a card re-cut: ``sim/partition_timed.py``); what was kept
+        per epoch of the old engine is dropped, a new engine's epochs starting afresh."""
+        self.engine = engine
+        self._flavor_masks = {}
+        self._totals = (-1, {})
+
     # ------------------------------------------------------------------ admitting
     def admit(self, req: Request, queue: str) -> Admitted | Refusal:
         """Assign a flavour with room and place ``req`` within it; charge what was allocated."""
