@@ -81,6 +81,7 @@ def test_a_quiet_pool_moves_the_one_job_that_frees_a_node_for_the_expected_large
     assert cycle.consolidation is not None
     assert cycle.consolidation.defrag.ledger.allowance(300.0).lost_card_s_left < 8 * 3600
     running[3].allocations = list(move.admitted.placement.allocations)
+    clock.now = 400.0
     assert cycle.consolidate(running, waiting=False) == []  # the large shape fits: nothing
 
 
@@ -94,7 +95,13 @@ def test_nothing_moves_past_the_budget_or_off() -> None:
         job.movable = False  # none checkpoints
     clock.now = 1000.0
     assert cycle.consolidate(running, waiting=False) == []
-    cycle.consolidation = None
     for job in running.values():
         job.movable = True
+    clock.now = 1059.0  # one search a minute: the last found nothing
     assert cycle.consolidate(running, waiting=False) == []
+    consolidation = cycle.consolidation
+    cycle.consolidation = None
+    clock.now = 1060.0
+    assert cycle.consolidate(running, waiting=False) == []  # off
+    cycle.consolidation = consolidation
+    assert [m.job.id for m in cycle.consolidate(running, waiting=False)] == [3]

@@ -44,7 +44,7 @@ def test_a_quiet_pool_frees_a_node_before_the_large_task_arrives() -> None:
     off = replay(DisruptionBudget(moves_per_tenant_hour=0), None)
     assert off.wait_s[-1] == 800.0  # x2 leaves at 1000
     assert "consolidation_moves" not in off.summary()
-    on = replay(DisruptionBudget(), ConsolidationRule(quiet_s=10.0))
+    on = replay(DisruptionBudget(), ConsolidationRule(quiet_s=10.0, every_s=0.0))
     summary = on.summary()
     assert on.wait_s.tolist() == [0.0] * 5
     assert summary["consolidation_moves"] == 1 and summary["moves"] == 1
@@ -55,7 +55,9 @@ def test_a_quiet_pool_frees_a_node_before_the_large_task_arrives() -> None:
 
 
 def test_within_the_budget_only_and_never_without_defragmentation() -> None:
-    none_left = replay(DisruptionBudget(moves_per_tenant_hour=0), ConsolidationRule(quiet_s=10.0))
+    none_left = replay(
+        DisruptionBudget(moves_per_tenant_hour=0), ConsolidationRule(quiet_s=10.0, every_s=0.0)
+    )
     assert none_left.summary()["consolidation_moves"] == 0
     assert none_left.wait_s[-1] == 800.0
     with pytest.raises(ValueError, match="needs defrag"):

@@ -41,16 +41,18 @@ from xpupool.model.request import WHOLE, Request
 class ConsolidationRule:
     """Consolidate when no job has waited for ``quiet_s`` seconds, for the workload's shapes of
     at least ``min_cards`` whole cards; at most ``max_moves`` moves and ``max_trials`` what-ifs
-    a call."""
+    a call, and one search every ``every_s`` seconds (a front calls after every pass: a search
+    that found nothing is not run again at once)."""
 
     quiet_s: float = 600.0
+    every_s: float = 60.0
     min_cards: int = 4
     max_moves: int = 3
     max_trials: int = 50
 
     def __post_init__(self) -> None:
-        if not self.quiet_s >= 0:
-            raise ValueError("quiet_s must not be negative")
+        if not self.quiet_s >= 0 or not self.every_s >= 0:
+            raise ValueError("quiet_s and every_s must not be negative")
         if self.min_cards < 1 or self.max_moves < 1 or self.max_trials < 1:
             raise ValueError("min_cards, max_moves and max_trials must be at least 1")
 
@@ -84,6 +86,7 @@ class Consolidation:
         self.rule = rule or ConsolidationRule()
         self.expected = expected
         self._busy_at: float | None = None  # when a job last waited (None: never)
+        self._searched_at: float | None = None  # when a search last ran (None: never)
 
     def quiet(self, waiting: bool) -> bool:
         """Whether the pool is quiet now: no job waiting, and none for :attr:`quiet_s` seconds.
@@ -101,6 +104,10 @@ class Consolidation:
         fragmentation measure within the budget, none."""
         if not self.quiet(waiting):
             return []
+        now = self.defrag.clock()
+        if self._searched_at is not None and now - self._searched_at < self.rule.every_s:
+            return []
+        self._searched_at = now
         engine = admission.engine
         workload = engine.target_workload() if self.expected is None else self.expected()
         shape = _target_shape(engine, workload, self.rule.min_cards)
