@@ -188,6 +188,10 @@ def test_a_restarted_plane_keeps_the_moves_in_its_budget(server: Server) -> None
         (["--move-faster", "--move-faster-gain", "soon"], "--move-faster-gain"),
         (["--move-faster", "--move-faster-restart", "x"], "--move-faster-restart"),
         (["--move-faster", "--move-faster-speedup", "1"], "--move-faster-speedup"),
+        # consolidation in quiet periods (consolidation_moves.py): within --defrag's budget
+        (["--consolidate"], "--consolidate"),
+        (["--defrag", "--consolidate", "--consolidate-quiet", "soon"], "--consolidate-quiet"),
+        (["--defrag", "--consolidate-quiet", "5m"], "--consolidate-quiet"),
     ],
 )
 def test_up_refuses_a_bad_defrag_or_move_option_naming_it(

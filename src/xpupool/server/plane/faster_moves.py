@@ -36,7 +36,7 @@ from xpupool.model.speeds import Speeds
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.job_checkpoints import stop_cost_of
 from xpupool.server.plane import defrag_moves
-from xpupool.server.plane.faster_targets import PlaneFaster
+from xpupool.server.plane.faster_targets import PlaneConsolidation, PlaneFaster
 from xpupool.server.plane.records import HeldJob, PendingJob
 from xpupool.server.plane.undone import undone_on_failure
 from xpupool.server.schemas.jobs import StopCause
@@ -45,7 +45,7 @@ from xpupool.server.throughput_knowledge import fleet_cards
 if TYPE_CHECKING:
     from xpupool.server.plane.control import ControlPlane
 
-__all__ = ["PlaneFaster", "facts", "step", "target", "use"]
+__all__ = ["PlaneFaster", "facts", "forget_kept", "step", "target", "use"]
 
 
 def use(plane: ControlPlane, rule: FasterRule) -> None:
@@ -84,7 +84,7 @@ def _step(plane: ControlPlane) -> int:
     if mover is None:
         return 0
     with plane.locked():
-        _forget(plane, mover)
+        forget_kept(plane, mover)
         now = plane.clock()
         waiting = [j for j in plane.queued.values() if j.id not in mover.targets]
         if not plane.held_jobs or any(
@@ -110,18 +110,17 @@ def _step(plane: ControlPlane) -> int:
 
 
 def target(plane: ControlPlane, job: PendingJob) -> Admitted | None:
-    """The cards kept for ``job``, moved to faster cards and requeued (taken: the caller places
-    it there), or None. Under the plane's lock."""
-    mover = plane.faster
-    if mover is None:
-        return None
-    kept = mover.targets.pop(job.id, None)
-    if kept is None or kept[0] is not plane.admission:
-        return None  # the books were rebuilt since: its cards went with them
-    return kept[1]
+    """The cards kept for ``job``, moved to faster cards (or by consolidation,
+    ``consolidation_moves.py``) and requeued (taken: the caller places it there), or None.
+    Under the plane's lock."""
+    for mover in (plane.faster, plane.consolidation):
+        kept = None if mover is None else mover.targets.pop(job.id, None)
+        if kept is not None and kept[0] is plane.admission:
+            return kept[1]  # (else the books were rebuilt since: its cards went with them)
+    return None
 
 
-def _forget(plane: ControlPlane, mover: PlaneFaster) -> None:
+def forget_kept(plane: ControlPlane, mover: PlaneFaster | PlaneConsolidation) -> None:
     """Kept cards of jobs neither stopping for their move nor requeued go back."""
     for job_id, (books, admitted) in list(mover.targets.items()):
         held = plane.held_jobs.get(job_id)
