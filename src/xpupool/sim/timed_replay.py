@@ -528,6 +528,31 @@ def timed_replay(
         requeue(stopped_now)
         return bool(stopped_now) or choice.again_at_once(len(placed)), choice.left_out
 
+    def restart_on(job: _Task, allocations: Sequence[Allocation], restart_s: float) -> float:
+        """Stop running ``job`` now and restart it on ``allocations`` (committed) after
+        ``restart_s``: it keeps what its last checkpoint saved and runs the rest (at the new
+        cards' speed, with speeds); returns the card-seconds it lost."""
+        i = job.id
+        ran = now - job.run_start
+        saved = saved_s(ran, float(interval[i]))
+        job.done_s += saved
+        job.done_frac += saved / job.run_s if job.run_s else 0.0
+        if on_run is not None:
+            on_run(now, i, None)
+        job.allocations = list(allocations)
+        job.run_start = now + math.ceil(restart_s)
+        if speeds is None:
+            left_s = job.run_s - job.done_s
+        else:
+            job.run_s = float(speeds.duration_s(i, job.allocations))
+            left_s = job.run_s * (1 - job.done_frac)
+        job.ends_at = job.run_start + max(0, math.ceil(left_s))
+        jct[i] = job.ends_at - arrive_at[i]
+        heapq.heappush(departures, (job.ends_at, i, job.allocations[0].id))
+        if on_run is not None:
+            on_run(job.run_start, i, job.allocations)
+        return max(0.0, ran - saved) * tasks[i].gpu_request_milli / 1000
+
     def move_to_faster(now: int) -> bool:
         """Move running tasks to free faster cards (the cycle's rule), when every pending task
         was refused at the capacity there is now; whether any moved."""
@@ -537,30 +562,15 @@ def timed_replay(
         assert speeds is not None and faster is not None
         moves = cycle.move_to_faster(running)
         for move in moves:
-            job = move.job
-            assert isinstance(job, _Task)
-            i = job.id
-            ran = now - job.run_start
-            saved = saved_s(ran, float(interval[i]))
-            job.done_s += saved
-            job.done_frac += saved / job.run_s if job.run_s else 0.0
-            faster_card_s += max(0.0, ran - saved) * tasks[i].gpu_request_milli / 1000
+            assert isinstance(move.job, _Task)
+            placed = move.admitted.placement.allocations
+            faster_card_s += restart_on(move.job, placed, faster.restart_s)
             faster_moves += 1
-            if on_run is not None:
-                on_run(now, i, None)
-            job.allocations = list(move.admitted.placement.allocations)
-            job.run_s = float(speeds.duration_s(i, job.allocations))
-            job.run_start = now + math.ceil(faster.restart_s)
-            job.ends_at = job.run_start + max(0, math.ceil(job.run_s * (1 - job.done_frac)))
-            jct[i] = job.ends_at - arrive_at[i]
-            heapq.heappush(departures, (job.ends_at, i, job.allocations[0].id))
-            if on_run is not None:
-                on_run(job.run_start, i, job.allocations)
         if moves:
             gate.capacity_changed()  # its slow cards are free: a pending task may fit there
         return bool(moves)
 
-    def consolidate_quiet(now: int) -> bool:
+    def consolidate_quiet() -> bool:
         """Move the tasks the cycle's consolidation picks when the pool is quiet: each keeps
         what it saved and restarts at once on its new cards; whether any moved."""
         nonlocal moved, moved_card_s, consolidated
@@ -568,30 +578,10 @@ def timed_replay(
             return False
         moves = cycle.consolidate(running, waiting=bool(pending))
         for move in moves:
-            job = move.job
-            assert isinstance(job, _Task)
-            i = job.id
-            ran = now - job.run_start
-            saved = saved_s(ran, float(interval[i]))
-            job.done_s += saved
-            job.done_frac += saved / job.run_s if job.run_s else 0.0
-            moved_card_s += max(0.0, ran - saved) * tasks[i].gpu_request_milli / 1000
+            assert isinstance(move.job, _Task)
+            moved_card_s += restart_on(move.job, move.admitted.placement.allocations, 0.0)
             moved += 1
             consolidated += 1
-            if on_run is not None:
-                on_run(now, i, None)
-            job.allocations = list(move.admitted.placement.allocations)
-            job.run_start = now
-            if speeds is None:
-                left_s = job.run_s - job.done_s
-            else:  # its new cards' speed
-                job.run_s = float(speeds.duration_s(i, job.allocations))
-                left_s = job.run_s * (1 - job.done_frac)
-            job.ends_at = now + max(0, math.ceil(left_s))
-            jct[i] = job.ends_at - arrive_at[i]
-            heapq.heappush(departures, (job.ends_at, i, job.allocations[0].id))
-            if on_run is not None:
-                on_run(now, i, job.allocations)
         if moves:
             gate.capacity_changed()
         return bool(moves)
@@ -658,7 +648,7 @@ def timed_replay(
             again, left_out = one_pass(now)
             while again:
                 again, left_out = one_pass(now)
-        consolidate_quiet(now)
+        consolidate_quiet()
         grew = bool(elastic_ids) and grow_elastic(now)
         retry_at = now + period if left_out or grew else None
         times.append(float(now))

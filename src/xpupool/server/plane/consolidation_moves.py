@@ -18,14 +18,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from xpupool.engine.cycle.consolidate import Consolidation, ConsolidationRule
-from xpupool.engine.cycle.stop_cost import describe, lost_card_s
 from xpupool.engine.outcomes import render
-from xpupool.server import job_lifecycle as lc
-from xpupool.server.job_checkpoints import stop_cost_of
-from xpupool.server.plane.faster_moves import forget_kept
+from xpupool.server.plane.faster_moves import forget_kept, keep_and_stop
 from xpupool.server.plane.faster_targets import PlaneConsolidation
 from xpupool.server.plane.undone import undone_on_failure
-from xpupool.server.schemas.jobs import StopCause
 
 if TYPE_CHECKING:
     from xpupool.server.plane.control import ControlPlane
@@ -62,12 +58,6 @@ def _step(plane: ControlPlane) -> int:
         cycle.consolidation = mover.step
         moves = cycle.consolidate(plane.held_jobs, waiting)
         for move in moves:
-            held = plane.held_jobs[move.job.id]
-            for alloc in move.old:  # its processes run there until they are gone
-                plane.admission.restore(alloc, held.queue, held.flavor)
-            mover.targets[held.id] = (plane.admission, move.admitted)
-            cost = stop_cost_of(plane.held_jobs, plane.clock(), held.id)
-            lost = lost_card_s(cost, held.allocations)
-            why = f"{render(move.outcome)}; {describe(cost, lost)}"
-            plane.apply(conn, held.id, lc.Stop(StopCause.PREEMPTED, why))
+            why = render(move.outcome)
+            keep_and_stop(plane, conn, mover, move.job.id, move.old, move.admitted, why)
     return len(moves)

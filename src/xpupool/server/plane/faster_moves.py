@@ -43,9 +43,11 @@ from xpupool.server.schemas.jobs import StopCause
 from xpupool.server.throughput_knowledge import fleet_cards
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
     from xpupool.server.plane.control import ControlPlane
 
-__all__ = ["PlaneFaster", "facts", "forget_kept", "step", "target", "use"]
+__all__ = ["PlaneFaster", "facts", "forget_kept", "keep_and_stop", "step", "target", "use"]
 
 
 def use(plane: ControlPlane, rule: FasterRule) -> None:
@@ -96,17 +98,31 @@ def _step(plane: ControlPlane) -> int:
         cycle.faster = mover.cards
         moves = cycle.move_to_faster(plane.held_jobs)
         for move in moves:
-            held = plane.held_jobs[move.job.id]
-            for alloc in move.old:  # its processes run there until they are gone
-                plane.admission.restore(alloc, held.queue, held.flavor)
-            mover.targets[held.id] = (plane.admission, move.admitted)
-            cost = stop_cost_of(plane.held_jobs, plane.clock(), held.id)
-            lost = lost_card_s(cost, held.allocations)
             why = f"{render(move.outcome)}; {_against(plane, move)}"
-            plane.apply(
-                conn, held.id, lc.Stop(StopCause.PREEMPTED, f"{why}; {describe(cost, lost)}")
-            )
+            keep_and_stop(plane, conn, mover, move.job.id, move.old, move.admitted, why)
     return len(moves)
+
+
+def keep_and_stop(
+    plane: ControlPlane,
+    conn: Connection,
+    mover: PlaneFaster | PlaneConsolidation,
+    job_id: int,
+    old: tuple[Allocation, ...],
+    admitted: Admitted,
+    why: str,
+) -> None:
+    """Carry out a move the cycle committed (held job ``job_id`` admitted on ``admitted``'s
+    cards, its ``old`` ones released): hold the old cards again while its processes run there,
+    keep the new ones for it in ``mover``, and stop it by the one preemption path for ``why``
+    (the work it loses appended). In ``conn``'s transaction, under the plane's lock."""
+    held = plane.held_jobs[job_id]
+    for alloc in old:  # its processes run there until they are gone
+        plane.admission.restore(alloc, held.queue, held.flavor)
+    mover.targets[held.id] = (plane.admission, admitted)
+    cost = stop_cost_of(plane.held_jobs, plane.clock(), held.id)
+    lost = lost_card_s(cost, held.allocations)
+    plane.apply(conn, held.id, lc.Stop(StopCause.PREEMPTED, f"{why}; {describe(cost, lost)}"))
 
 
 def target(plane: ControlPlane, job: PendingJob) -> Admitted | None:
