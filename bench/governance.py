@@ -34,14 +34,16 @@ held idle from the start until each window ends (Slurm's way) and lent until eac
 begins. Prints each run's summary, the reserved tasks' start delays after their windows began,
 and the utilisation each costs against no reservation.
 
-Defragmentation: two runs with the checkpoint-aware planner, without and with online
+Defragmentation: three runs with the checkpoint-aware planner, without and with online
 defragmentation (``xpupool.engine.cycle.defrag``: a task that fits nowhere has the fewest
 checkpointing tasks of its class or below moved, each checkpointed, stopped and requeued, within
 ``--defrag-moves-per-hour`` per tenant (the one queue is one tenant) and ``--defrag-lost-gpu-hours``
 a day, by default 1 % of the pool's GPU-hours a day; hours and days of the compressed trace).
 Prints each run's summary, the mean wait of large tasks (4 or more whole cards) and its change,
 the moves and the GPU-hours they lost (and their share of the GPU-hours served), and unallocated
-GPU % over time (the mean over each tenth of the arrival window) for both.
+GPU % over time (the mean over each tenth of the arrival window) for each. The third run adds
+consolidation in quiet periods (``xpupool.engine.cycle.consolidate``, its default rule: no task
+waiting for 600 s of trace time, at most 3 moves a call) within the same budget.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from collections.abc import Callable
 from typing import Any
 
 from xpupool.engine.cycle import Preemption
+from xpupool.engine.cycle.consolidate import ConsolidationRule
 from xpupool.engine.cycle.defrag import DisruptionBudget
 from xpupool.sim.checkpoints import CheckpointModel
 from xpupool.sim.elastic_tasks import ElasticTasks
@@ -203,7 +206,9 @@ def _defrag(
             "lost_gpu_hours_day": budget.lost_gpu_hours_day,
         }
     }
-    for name, on in (("off", None), ("on", budget)):
+    quiet = ConsolidationRule()
+    runs = (("off", None, None), ("on", budget, None), ("consolidate", budget, quiet))
+    for name, on, consolidate in runs:
         result = timed_replay(
             load.nodes,
             load.tasks,
@@ -216,6 +221,7 @@ def _defrag(
             checkpoints=model,
             checkpoint_aware=True,
             defrag=on,
+            consolidate=consolidate,
         )
         out[name] = {
             **result.summary(),
@@ -229,6 +235,10 @@ def _defrag(
         out["off"]["large_mean_wait_s"], out["on"]["large_mean_wait_s"]
     )
     out["mean_wait_change_pct"] = _change(out["off"]["mean_wait_s"], out["on"]["mean_wait_s"])
+    out["consolidate_large_mean_wait_change_pct"] = _change(
+        out["off"]["large_mean_wait_s"], out["consolidate"]["large_mean_wait_s"]
+    )
+    out["consolidate_quiet_s"] = quiet.quiet_s
     return out
 
 
@@ -298,12 +308,16 @@ def _defrag_table(runs: dict[str, Any]) -> None:
         return [f"{run['moves']:g}", lost]
 
     extra = ("moves", "lost to moves GPU-h (% served)")
-    _rows("defrag", keys, {n: runs[n] for n in ("off", "on")}, extra, moved)
+    names = ("off", "on", "consolidate")
+    _rows("defrag", keys, {n: runs[n] for n in names if n in runs}, extra, moved)
     print(
         f"large tasks' mean wait {runs['large_mean_wait_change_pct']:+.1f} %, "
         f"mean wait {runs['mean_wait_change_pct']:+.1f} %"
     )
-    for name in ("off", "on"):
+    if "consolidate" in runs:
+        change = runs["consolidate_large_mean_wait_change_pct"]
+        print(f"large tasks' mean wait with consolidation {change:+.1f} %")
+    for name in names:
         series = ", ".join(f"{v:g}" for v in runs[name]["unallocated_pct_over_time"])
         print(f"unallocated GPU % over time, defrag {name}: {series}")
 

@@ -12,6 +12,8 @@ from xpupool.model.errors import XpupoolError
 from xpupool.start_options import (
     DEFAULT_PROFILE,
     check_policies,
+    consolidate_options,
+    consolidation_rule,
     defrag_budget_options,
     faster_rule,
     load_profiles,
@@ -289,6 +291,7 @@ def parse_seeds(text: str) -> list[int]:
 )
 @move_faster_options("with --throughputs: ")
 @defrag_budget_options("tasks", 4.0)
+@consolidate_options("task")
 def simulate(
     nodes_path: str | None,
     pods_paths: tuple[str, ...],
@@ -319,6 +322,8 @@ def simulate(
     defrag_moves_per_hour: int,
     defrag_lost_gpu_hours: float,
     defrag_min_cards: float,
+    consolidate: bool,
+    consolidate_quiet: str,
     move_faster: bool,
     move_faster_speedup: float,
     move_faster_gain: str,
@@ -431,6 +436,7 @@ def simulate(
                     reservations,
                     _defrag_budget(defrag, defrag_moves_per_hour, defrag_lost_gpu_hours),
                     defrag_min_cards,
+                    consolidation_rule(consolidate, defrag, consolidate_quiet),
                 ),
             )
         except ValueError as exc:  # a peak the trace cannot reach (sim/load.py)

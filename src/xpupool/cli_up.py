@@ -22,6 +22,8 @@ from xpupool.start_options import (
     DEFAULT_PROFILE,
     catalog_option,
     check_policies,
+    consolidate_options,
+    consolidation_rule,
     defrag_budget_options,
     faster_rule,
     load_catalog,
@@ -331,6 +333,7 @@ def in_background(make: Callable[[], T], name: str) -> Callable[[], T]:
     "(docs/defragmentation.md)",
 )
 @defrag_budget_options("jobs", 1.0)
+@consolidate_options("job")
 @move_faster_options("")
 @click.option(
     "--usage-retention",
@@ -454,6 +457,8 @@ def up(
     defrag_moves_per_hour: int,
     defrag_lost_gpu_hours: float,
     defrag_min_cards: float,
+    consolidate: bool,
+    consolidate_quiet: str,
     move_faster: bool,
     move_faster_speedup: float,
     move_faster_gain: str,
@@ -548,6 +553,7 @@ def up(
         )
     budget = _defrag_budget(defrag, defrag_moves_per_hour, defrag_lost_gpu_hours, defrag_min_cards)
     faster = faster_rule(move_faster, move_faster_speedup, move_faster_gain, move_faster_restart)
+    quiet = consolidation_rule(consolidate, defrag, consolidate_quiet)
     usage_keep_s = duration_s(usage_retention)
     if not usage_keep_s:
         raise click.BadParameter(
@@ -630,6 +636,7 @@ def up(
         fair_share_half_life_s=half_life_s if fair_share == "history" else None,
         defrag=budget,
         defrag_min_cards=defrag_min_cards,
+        consolidate=quiet,
         move_faster=faster,
         catalog=catalog,
         model_cache=model_cache,

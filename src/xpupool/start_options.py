@@ -1,7 +1,8 @@
 """The options every process that places work reads at start, whichever front it serves: the
 site catalog (``--catalog FILE``), the profile file (``--profile FILE``), the policy named
 (``--policy``) and online defragmentation's options (``--defrag-moves-per-hour``,
-``--defrag-lost-gpu-hours``, ``--defrag-min-cards``: ``xpupool up`` and ``xpupool simulate``).
+``--defrag-lost-gpu-hours``, ``--defrag-min-cards``, ``--consolidate``: ``xpupool up`` and
+``xpupool simulate``).
 ``xpupool up``, ``xpupool simulate`` and ``xpupool k8s extender`` all take the first three, so they
 live below the command modules (``cli.py`` and ``k8s/cli.py``) that each of those commands sits in,
 and a bad file or name reads the same whichever command was given it: one line naming the file
@@ -20,6 +21,7 @@ from xpupool.model.errors import RequestError, XpupoolError
 
 if TYPE_CHECKING:
     from xpupool.catalog.operator_file import OperatorCatalog
+    from xpupool.engine.cycle.consolidate import ConsolidationRule
     from xpupool.engine.cycle.faster_cards import FasterRule
     from xpupool.engine.profile import Profile
 
@@ -74,6 +76,53 @@ def defrag_budget_options(work: str, min_cards: float) -> Callable[[F], F]:
         )(func)
 
     return add
+
+
+def consolidate_options(work: str) -> Callable[[F], F]:
+    """Adds ``--consolidate`` and ``--consolidate-quiet`` (``engine/cycle/consolidate.py``
+    ``ConsolidationRule``; its defaults), which ``xpupool up`` and ``xpupool simulate`` read alike
+    (:func:`consolidation_rule`); ``work``: what the help calls what waits and moves."""
+
+    def add(func: F) -> F:
+        func = click.option(
+            "--consolidate-quiet",
+            default="10m",
+            show_default=True,
+            metavar="DURATION",
+            help=f"with --consolidate: quiet once no {work} waited for this long",
+        )(func)
+        return click.option(
+            "--consolidate",
+            is_flag=True,
+            help=f"with --defrag: in quiet periods, move a few {work}s that free whole cards "
+            "for the large shapes the learned workload expects, within the --defrag budget "
+            "(docs/defragmentation.md)",
+        )(func)
+
+    return add
+
+
+def consolidation_rule(on: bool, defrag: bool, quiet: str) -> ConsolidationRule | None:
+    """``--consolidate``'s rule (None: off). Refused without ``--defrag`` (its budget and
+    movable work are the defragmentation's), a bad duration naming its flag, and
+    ``--consolidate-quiet`` without ``--consolidate``."""
+    from click.core import ParameterSource
+
+    from xpupool.client._times import duration_s
+    from xpupool.engine.cycle.consolidate import ConsolidationRule
+
+    if not on:
+        ctx = click.get_current_context()
+        if ctx.get_parameter_source("consolidate_quiet") is not ParameterSource.DEFAULT:
+            raise click.BadParameter("needs --consolidate", param_hint="--consolidate-quiet")
+        return None
+    if not defrag:
+        raise click.BadParameter("needs --defrag (its budget)", param_hint="--consolidate")
+    quiet_s = duration_s(quiet)
+    if quiet_s is None:
+        hint = "--consolidate-quiet"
+        raise click.BadParameter(f"{quiet!r}: use a duration such as 10m", param_hint=hint)
+    return ConsolidationRule(quiet_s=quiet_s)
 
 
 def move_faster_options(needs: str) -> Callable[[F], F]:

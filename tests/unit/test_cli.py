@@ -216,6 +216,16 @@ def test_simulate_timed_with_defragmentation(tmp_path: Path) -> None:
     assert run["large_mean_wait_s"] == 0 and run["lost_moves_pct_of_served"] == 0
     refused = CliRunner().invoke(main, [*args[:-1], "--defrag"])  # no checkpoints: none movable
     assert refused.exit_code == 2 and "--checkpoints" in refused.output
+    quiet = [*args, "--defrag", "--consolidate", "--consolidate-quiet", "5m"]
+    result = CliRunner().invoke(main, quiet)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["runs"][0]["consolidation_moves"] == 0  # nothing scattered
+    alone = CliRunner().invoke(main, [*args, "--consolidate"])
+    assert alone.exit_code == 2 and "--consolidate" in alone.output and "--defrag" in alone.output
+    bad = CliRunner().invoke(main, [*quiet[:-1], "soon"])
+    assert bad.exit_code == 2 and "--consolidate-quiet" in bad.output
+    loose = CliRunner().invoke(main, [*args, "--defrag", "--consolidate-quiet", "5m"])
+    assert loose.exit_code == 2 and "needs --consolidate" in loose.output
 
 
 def test_simulate_runs_the_profiles_of_a_file(tmp_path: Path) -> None:

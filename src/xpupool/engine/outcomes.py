@@ -67,6 +67,7 @@ class Code(IntEnum):
     DEFRAGMENTING = 40
     MOVED_TO_DEFRAGMENT = 41
     MOVED_TO_FASTER = 45  # 42..44 are other work's (re-cut, QoS, defragmentation on the server)
+    CONSOLIDATING = 46
 
 
 INADMISSIBLE = "inadmissible: "
@@ -137,6 +138,10 @@ TEXT: dict[Code, str] = {
     Code.MOVED_TO_FASTER: (
         "moved to faster cards ({model}, {speedup:g}x): ends about {gain_min} min sooner; "
         "checkpointed, stopped and restarted there"
+    ),
+    Code.CONSOLIDATING: (
+        "consolidating: freeing node {node} for {cards}-card jobs; checkpointed, stopped and "
+        "restarted on a node already in use"
     ),
 }
 
@@ -375,6 +380,16 @@ class MovedToFaster:
     model: str
     speedup: float
     gain_s: int
+
+
+@dataclass(frozen=True, slots=True)
+class Consolidating:
+    """A running job was moved, in a quiet period, to free cards on ``node`` for the
+    ``cards``-card jobs the learned workload expects (``engine/cycle/consolidate.py``)."""
+
+    code: ClassVar[Code] = Code.CONSOLIDATING
+    node: str
+    cards: int
 
 
 # ---------------------------------------------------------------------- elastic jobs
@@ -638,6 +653,7 @@ Outcome = (
     | ShrinkingElastic
     | RecuttingCards
     | MovedToFaster
+    | Consolidating
 )
 
 
@@ -695,6 +711,8 @@ def _fields(o: Outcome) -> dict[str, object]:
         return {"by": o.by}
     if isinstance(o, MovedToFaster):
         return {"model": o.model, "speedup": o.speedup, "gain_min": round(o.gain_s / 60)}
+    if isinstance(o, Consolidating):
+        return {"node": o.node, "cards": o.cards}
     if isinstance(o, ReservationAhead | ReservationClosed | PreemptedByReservation):
         return {f.name: getattr(o, f.name) for f in fields(o)}
     return _pod_fields(o)

@@ -22,7 +22,13 @@ from collections.abc import Generator
 from xpupool.engine.cycle.retry_gate import PERIODIC_PASS_S, RETRIES_PER_TENANT
 from xpupool.model.errors import Unavailable
 from xpupool.server import rehearsal
-from xpupool.server.plane import ControlPlane, elastic_runs, faster_moves, scheduling_pass
+from xpupool.server.plane import (
+    ControlPlane,
+    consolidation_moves,
+    elastic_runs,
+    faster_moves,
+    scheduling_pass,
+)
 
 log = logging.getLogger("xpupool.scheduler")
 __all__ = [
@@ -97,6 +103,7 @@ def _grow(plane: ControlPlane) -> None:
     replica each per pass: another pass follows at once while any grew. Then running jobs move
     to faster cards none of the pending jobs took, where that is on (``plane/faster_moves.py``)."""
     faster_moves.step(plane)
+    consolidation_moves.step(plane)  # in quiet periods (plane/consolidation_moves.py)
     if elastic_runs.grow_step(plane):
         plane.wake.set()
 

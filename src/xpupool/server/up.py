@@ -25,6 +25,7 @@ from xpupool.catalog.images import default_image_catalog
 from xpupool.catalog.operator_file import OperatorCatalog
 from xpupool.catalog.power import PowerModel
 from xpupool.disk_reserve import DEFAULT_LOG_RESERVE
+from xpupool.engine.cycle.consolidate import ConsolidationRule
 from xpupool.engine.cycle.defrag import DisruptionBudget
 from xpupool.engine.cycle.faster_cards import FasterRule
 from xpupool.engine.fragmentation import kernels
@@ -43,6 +44,7 @@ from xpupool.server.ownership import DEFAULT_STORE_LEASE_S, Identity, StoreOwner
 from xpupool.server.plane import (
     DEFAULT_HISTORY_INTERVAL_S,
     ControlPlane,
+    consolidation_moves,
     defrag_moves,
     faster_moves,
 )
@@ -102,6 +104,9 @@ class UpConfig:
     # (--defrag-moves-per-hour, --defrag-lost-gpu-hours; server/plane/defrag_moves.py); None: off
     defrag: DisruptionBudget | None = None
     defrag_min_cards: float = DEFAULT_MIN_CARDS  # --defrag-min-cards
+    # --consolidate: with --defrag, free cards for the expected large shapes in quiet periods
+    # (server/plane/consolidation_moves.py); None: off
+    consolidate: ConsolidationRule | None = None
     # --move-faster: running jobs moved to free faster cards by this rule (its margins;
     # server/plane/faster_moves.py); None: off
     move_faster: FasterRule | None = None
@@ -202,6 +207,8 @@ def open_plane(cfg: UpConfig, owner: StoreOwnership | None = None) -> ControlPla
             plane.use_fair_share_history(cfg.fair_share_half_life_s)
         if cfg.defrag is not None:  # movable work moved so that a job fitting nowhere fits
             defrag_moves.use(plane, cfg.defrag, cfg.defrag_min_cards)
+            if cfg.consolidate is not None:  # and in quiet periods, before a large job asks
+                consolidation_moves.use(plane, cfg.consolidate)
         if cfg.move_faster is not None:  # running jobs moved to faster cards as they free up
             faster_moves.use(plane, cfg.move_faster)
         if cfg.catalog is not None and cfg.catalog.accelerators:

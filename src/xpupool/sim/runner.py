@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xpupool.engine import Engine, Profile
+from xpupool.engine.cycle.consolidate import ConsolidationRule
 from xpupool.engine.cycle.defrag import DisruptionBudget
 from xpupool.engine.fragmentation import TargetWorkload
 from xpupool.model import Node
@@ -86,7 +87,8 @@ class TimedOptions:
     tenth of the arrival window, evenly over it, each with one task booked into it, the cards lent
     until each begins (``sim/reservation_plan.py``; 0: none); ``defrag``: online
     defragmentation within that disruption budget (``engine/cycle/defrag.py``; None: off), for
-    tasks asking ``defrag_min_cards`` cards or more."""
+    tasks asking ``defrag_min_cards`` cards or more; ``consolidate``: with ``defrag``, consolidation
+    in quiet periods by that rule (``engine/cycle/consolidate.py``; None: off)."""
 
     peak: float | None = None
     checkpoints: bool = False
@@ -96,6 +98,7 @@ class TimedOptions:
     reservations: int = 0
     defrag: DisruptionBudget | None = None
     defrag_min_cards: float = 4.0
+    consolidate: ConsolidationRule | None = None
 
 
 def run_timed(
@@ -149,6 +152,7 @@ def run_timed(
         reservations=plan,
         defrag=opts.defrag,
         defrag_min_cards=opts.defrag_min_cards,
+        consolidate=opts.consolidate,
     )
     out: dict[str, object] = {"policy": spec.policy_name, "seed": spec.seed}
     if opts.history_half_life_s is not None:

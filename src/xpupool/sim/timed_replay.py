@@ -45,6 +45,7 @@ from xpupool.engine.cycle import (
     grow,
     release_extras,
 )
+from xpupool.engine.cycle.consolidate import Consolidation, ConsolidationRule
 from xpupool.engine.cycle.defrag import Defrag, DisruptionBudget, MoveFacts
 from xpupool.engine.cycle.fair_share import DecayedUsage
 from xpupool.engine.cycle.faster_cards import FasterCards, FasterRule, RunFacts
@@ -100,6 +101,7 @@ class TimedResult:
     large: np.ndarray | None = None  # per task: it asks 4 or more whole cards
     faster_moves: int | None = None  # tasks moved to faster cards (None: the option off)
     gpu_hours_lost_faster: float = 0.0  # work those moves lost since the last checkpoint
+    consolidation_moves: int | None = None  # of ``moves``, made in quiet periods (None: off)
 
     def large_mean_wait_s(self) -> float:
         """Mean wait (s) of the placed tasks asking 4 or more whole cards (0: none)."""
@@ -186,6 +188,11 @@ class TimedResult:
                 round(100 * self.gpu_hours_lost_moves / served, 3) if served else 0.0
             ),
             "large_mean_wait_s": self.large_mean_wait_s(),
+            **(
+                {"consolidation_moves": float(self.consolidation_moves)}
+                if self.consolidation_moves is not None
+                else {}
+            ),
         }
 
 
@@ -235,6 +242,7 @@ def timed_replay(
     defrag_min_cards: float = 4.0,
     faster: FasterRule | None = None,
     partitions: TimedPartitions | None = None,
+    consolidate: ConsolidationRule | None = None,
 ) -> TimedResult:
     """Run ``tasks`` by their trace times under ``policy``; see the module docstring.
 
@@ -275,17 +283,31 @@ def timed_replay(
     ``partitions`` (``sim/partition_timed.py``) replays on a pool of cards cut into hardware
     partitions: it gives the engine and each task's request, and with a re-cut rule a partition
     request that fits nowhere has cards re-cut at once (the engine rebuilt) and is placed again.
+    ``consolidate`` (with ``defrag``) turns on consolidation in quiet periods
+    (``engine/cycle/consolidate.py``): after the passes of an instant, when no task has waited
+    for the rule's quiet time, the few movable tasks whose moves free cards for the largest shape
+    the workload expects are moved at once (each keeps what it saved, restarts on its new cards
+    and runs the rest); they count as moves, within the same budget.
     """
     if compress <= 0:
         raise ValueError("compress must be positive")
     if elastic is not None and speeds is not None:
         raise ValueError("elastic tasks run by the trace's durations: not with speeds")
+    if consolidate is not None and defrag is None:
+        raise ValueError(
+            "consolidation moves work within the defragmentation's budget: needs defrag"
+        )
     if faster is not None and (speeds is None or dispatch is not None or reservations is not None):
         raise ValueError("moves to faster cards need speeds, and no sites or reservations")
     if partitions is not None and (
-        speeds is not None or dispatch is not None or reservations is not None
-    ):  # a re-cut replaces the engine sites and reservations hold; speeds ask their own requests
-        raise ValueError("partitions: not with speeds, sites or reservations")
+        speeds is not None
+        or dispatch is not None
+        or reservations is not None
+        or defrag is not None
+        or faster is not None
+    ):  # a re-cut replaces the engine that sites, reservations and moves hold; speeds ask
+        # their own requests
+        raise ValueError("partitions: not with speeds, sites, reservations or moves")
     arrive_at = [int(t.creation_time / compress) for t in tasks]
     kernels.warm()  # once per process: not part of this replay's seconds
     started = time.perf_counter()
@@ -364,6 +386,11 @@ def timed_replay(
         if elastic is not None and i in elastic_ids:
             request = elastic.request(task, request)
         work.append(_Task(i, 0, queue, tenant_of.get(queue, queue), priority, request))
+    if consolidate is not None and mover is not None:
+        # every shape the replay's tasks ask, the rare large ones too (a target workload keeps
+        # the common 95 %)
+        seen = TargetWorkload.from_requests((w.request for w in work), coverage=1.0)
+        cycle.consolidation = Consolidation(mover, consolidate, lambda: seen)
     wait = np.full(len(tasks), np.nan)
     jct = np.full(len(tasks), np.nan)
     arrivals = sorted(range(len(tasks)), key=lambda i: (arrive_at[i], i))
@@ -374,7 +401,7 @@ def timed_replay(
     running: dict[int, _Task] = {}
     used = 0
     waiting = 0  # GPU milli of the pending tasks
-    preempted = moved = faster_moves = 0
+    preempted = moved = faster_moves = consolidated = 0
     lost_card_s = moved_card_s = faster_card_s = 0.0
     times: list[float] = []
     util: list[float] = []
@@ -558,6 +585,31 @@ def timed_replay(
         requeue(stopped_now)
         return bool(stopped_now) or choice.again_at_once(len(placed)), choice.left_out
 
+    def restart_on(job: _Task, allocations: Sequence[Allocation], restart_s: float) -> float:
+        """Stop running ``job`` now and restart it on ``allocations`` (committed) after
+        ``restart_s``: it keeps what its last checkpoint saved and runs the rest (at the new
+        cards' speed, with speeds); returns the card-seconds it lost."""
+        i = job.id
+        ran = now - job.run_start
+        saved = saved_s(ran, float(interval[i]))
+        job.done_s += saved
+        job.done_frac += saved / job.run_s if job.run_s else 0.0
+        if on_run is not None:
+            on_run(now, i, None)
+        job.allocations = list(allocations)
+        job.run_start = now + math.ceil(restart_s)
+        if speeds is None:
+            left_s = job.run_s - job.done_s
+        else:
+            job.run_s = float(speeds.duration_s(i, job.allocations))
+            left_s = job.run_s * (1 - job.done_frac)
+        job.ends_at = job.run_start + max(0, math.ceil(left_s))
+        jct[i] = job.ends_at - arrive_at[i]
+        heapq.heappush(departures, (job.ends_at, i, job.allocations[0].id))
+        if on_run is not None:
+            on_run(job.run_start, i, job.allocations)
+        return max(0.0, ran - saved) * tasks[i].gpu_request_milli / 1000
+
     def move_to_faster(now: int) -> bool:
         """Move running tasks to free faster cards (the cycle's rule), when every pending task
         was refused at the capacity there is now; whether any moved."""
@@ -567,27 +619,28 @@ def timed_replay(
         assert speeds is not None and faster is not None
         moves = cycle.move_to_faster(running)
         for move in moves:
-            job = move.job
-            assert isinstance(job, _Task)
-            i = job.id
-            ran = now - job.run_start
-            saved = saved_s(ran, float(interval[i]))
-            job.done_s += saved
-            job.done_frac += saved / job.run_s if job.run_s else 0.0
-            faster_card_s += max(0.0, ran - saved) * tasks[i].gpu_request_milli / 1000
+            assert isinstance(move.job, _Task)
+            placed = move.admitted.placement.allocations
+            faster_card_s += restart_on(move.job, placed, faster.restart_s)
             faster_moves += 1
-            if on_run is not None:
-                on_run(now, i, None)
-            job.allocations = list(move.admitted.placement.allocations)
-            job.run_s = float(speeds.duration_s(i, job.allocations))
-            job.run_start = now + math.ceil(faster.restart_s)
-            job.ends_at = job.run_start + max(0, math.ceil(job.run_s * (1 - job.done_frac)))
-            jct[i] = job.ends_at - arrive_at[i]
-            heapq.heappush(departures, (job.ends_at, i, job.allocations[0].id))
-            if on_run is not None:
-                on_run(job.run_start, i, job.allocations)
         if moves:
             gate.capacity_changed()  # its slow cards are free: a pending task may fit there
+        return bool(moves)
+
+    def consolidate_quiet() -> bool:
+        """Move the tasks the cycle's consolidation picks when the pool is quiet: each keeps
+        what it saved and restarts at once on its new cards; whether any moved."""
+        nonlocal moved, moved_card_s, consolidated
+        if cycle.consolidation is None:
+            return False
+        moves = cycle.consolidate(running, waiting=bool(pending))
+        for move in moves:
+            assert isinstance(move.job, _Task)
+            moved_card_s += restart_on(move.job, move.admitted.placement.allocations, 0.0)
+            moved += 1
+            consolidated += 1
+        if moves:
+            gate.capacity_changed()
         return bool(moves)
 
     def window_edge() -> None:
@@ -652,6 +705,7 @@ def timed_replay(
             again, left_out = one_pass(now)
             while again:
                 again, left_out = one_pass(now)
+        consolidate_quiet()
         grew = bool(elastic_ids) and grow_elastic(now)
         retry_at = now + period if left_out or grew else None
         times.append(float(now))
@@ -683,4 +737,5 @@ def timed_replay(
         large,
         None if quicker is None else faster_moves,
         faster_card_s / 3600.0,
+        None if cycle.consolidation is None else consolidated,
     )

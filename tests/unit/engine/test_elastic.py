@@ -13,6 +13,7 @@ from xpupool.engine.cycle.elastic import Shrink, grow, release_extras
 from xpupool.engine.cycle.work import Stopping
 from xpupool.engine.outcomes import Grew, Shrank, ShrinkingElastic, render
 from xpupool.model import Allocation, DeviceRequest, Request
+from xpupool.model.qos import QoS
 
 from factories import engine_for, gpu_node
 
@@ -107,6 +108,28 @@ def test_grows_on_borrowed_quota_and_not_past_the_cohort() -> None:
     assert grow_all(cycle, running) == [Grew(1, 3, 4)]
     assert grow_all(cycle, running) == []  # the cohort's 3 cards are all used; one stays idle
     assert cycle.admission.usage["q"][("nvidia", Resource.DEVICES)] == 3
+
+
+def test_extra_replicas_are_shrunk_best_effort_first_and_guaranteed_last() -> None:
+    # issue 54 part 5: the class decides whose extras go first, not the priority (which favours
+    # the lowest): a guaranteed job of priority -1 keeps its extra while a burstable job's goes,
+    # and a best-effort job of priority 5 gives its extra before a burstable one of priority 0
+    for first, then, keep in (
+        (QoS.GUARANTEED, QoS.BURSTABLE, 1),
+        (QoS.BURSTABLE, QoS.BEST_EFFORT, 1),
+    ):
+        cycle, running = cycle_on(2, 2), {}
+        a = job(1, replicas=1, top=2, priority=-1 if first is QoS.GUARANTEED else 0)
+        b = job(2, replicas=1, top=2, priority=5 if then is QoS.BEST_EFFORT else 0)
+        a.request = replace(a.request, qos=first)
+        b.request = replace(b.request, qos=then)
+        run(cycle, a, running)
+        run(cycle, b, running)
+        grow_all(cycle, running)
+        assert len(cycle.engine.state.live) == 4  # every card taken, one extra each
+        decision = cycle.decide(job(3, priority=9), running)
+        assert isinstance(decision, Shrink), decision
+        assert [owner for owner, _ in decision.extras] == [3 - keep], (first, then)
 
 
 def test_extra_replicas_are_shrunk_before_any_whole_job_is_preempted() -> None:

@@ -106,6 +106,32 @@ def test_a_job_without_a_retry_after_preemption_is_not_moved(server: Server) -> 
     assert job(server, kept)["stop_cause"] is None  # a move would have failed it
 
 
+def test_a_guaranteed_job_is_never_moved(server: Server) -> None:
+    # issue 54 part 5: a guaranteed job's class promises it is not stopped for others, and a
+    # move is a stop; the one check (``HeldJob.movable``) covers defragmentation, consolidation
+    # and moves to faster cards, and a restarted plane reads it back the same
+    defrag_moves.use(server.plane, DisruptionBudget(), 1.0)
+    node(server, "n1", count=2)
+    a = tenant(server, "a")
+    fixed = submit(server, a, SHARE)["id"]
+    server.schedule()
+    kept = submit(server, a, f"{SHARE} checkpoint-signal=USR1 qos=guaranteed")["id"]
+    server.schedule()
+    heartbeat(server, "n1", [report(fixed, 0, "running"), report(kept, 0, "running")])
+    assert server.plane.held_jobs[kept].movable is None
+    whole = submit(server, a, "A100:1")["id"]
+    server.schedule()
+    assert job(server, whole)["state"] == "pending"
+    assert job(server, kept)["stop_cause"] is None
+    assert server.client.get("/v1/defrag/plan", headers=server.admin).json()["plans"] == []
+    again = reopen(server)
+    try:
+        with again.client:
+            assert again.plane.held_jobs[kept].movable is None
+    finally:
+        again.plane.db.dispose()
+
+
 def test_the_dry_run_shows_the_plan_and_changes_nothing(server: Server) -> None:
     a, fixed, movable = scattered(server)
     left = cards(job(server, movable))
@@ -162,6 +188,10 @@ def test_a_restarted_plane_keeps_the_moves_in_its_budget(server: Server) -> None
         (["--move-faster", "--move-faster-gain", "soon"], "--move-faster-gain"),
         (["--move-faster", "--move-faster-restart", "x"], "--move-faster-restart"),
         (["--move-faster", "--move-faster-speedup", "1"], "--move-faster-speedup"),
+        # consolidation in quiet periods (consolidation_moves.py): within --defrag's budget
+        (["--consolidate"], "--consolidate"),
+        (["--defrag", "--consolidate", "--consolidate-quiet", "soon"], "--consolidate-quiet"),
+        (["--defrag", "--consolidate-quiet", "5m"], "--consolidate-quiet"),
     ],
 )
 def test_up_refuses_a_bad_defrag_or_move_option_naming_it(

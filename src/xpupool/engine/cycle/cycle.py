@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from xpupool.engine.cycle.admission import Admission, Admitted, Preemption, Refusal
+from xpupool.engine.cycle.consolidate import Consolidation, ConsolidationMove
 from xpupool.engine.cycle.defrag import Defrag
 from xpupool.engine.cycle.dispatch import SiteDispatch
 from xpupool.engine.cycle.elastic import ElasticBook, Shrink, shrink_plan
@@ -123,6 +124,8 @@ class SchedulingCycle:
         self.defrag = defrag
         # with it, running jobs are moved to free faster cards (faster_cards.py); off: None
         self.faster = faster
+        # with it, quiet periods free cards for the expected large shapes (consolidate.py)
+        self.consolidation: Consolidation | None = None
         self._refused: dict[tuple[object, ...], Wait] | None = None
         self._refused_at = (-1, -1)
 
@@ -269,6 +272,17 @@ class SchedulingCycle:
         if self.faster is None:
             return []
         return self.faster.moves(self.admission, running)
+
+    def consolidate(
+        self, running: Mapping[int, RunningWork], waiting: bool
+    ) -> list[ConsolidationMove]:
+        """With :attr:`consolidation`, when no job has waited for its quiet time (``waiting``:
+        whether one waits now), move the few running jobs whose moves free cards for the
+        largest shape the learned workload expects (committed; ``consolidate.py``); else
+        nothing. A front calls it after a pass, and stops and restarts each moved job."""
+        if self.consolidation is None:
+            return []
+        return self.consolidation.moves(self.admission, running, waiting)
 
     def _borrowers(self, job: PendingWork) -> set[str]:
         """Queues of ``job``'s cohort now borrowing, when ``job`` fits its own queue's nominal

@@ -14,7 +14,9 @@ A request with ``max_replicas`` (``replicas=2..8``) is admitted like any other: 
   replica of that job fit (the engine's preemption planner, ``preempt.py``, on extras only). An
   extra replica is the cheapest victim there is: it is taken for any pending job, whatever its
   priority or its queue's preemption setting, and the minimum of a job is never taken this way
-  (only whole-job preemption, by the usual rule, stops an elastic job below it).
+  (only whole-job preemption, by the usual rule, stops an elastic job below it). Extras go by
+  their job's QoS class (``model/qos.py``), not by priority: best-effort jobs' first, then
+  burstable ones', guaranteed ones' only when the others cannot make room (:data:`SHRINK_ORDER`).
 
 Which allocations are extras is kept in an :class:`ElasticBook` on the cycle; an entry whose
 allocation the engine no longer holds (the job ended, was preempted or shrunk) is dropped as it
@@ -36,7 +38,12 @@ from xpupool.engine.gang_sites import keeps_to_one_site, open_domains, within_do
 from xpupool.engine.outcomes import Grew, Refused, Shrank, ShrinkingElastic
 from xpupool.engine.txn import Transaction
 from xpupool.model.allocation import Allocation
+from xpupool.model.qos import DEFAULT_QOS, QoS
 from xpupool.model.request import Request
+
+SHRINK_ORDER = (QoS.BEST_EFFORT, QoS.BURSTABLE, QoS.GUARANTEED)
+"""Whose extra replicas a shrink takes first: a class is touched only when the extras of the
+classes before it cannot make room."""
 
 
 class ElasticBook:
@@ -44,10 +51,17 @@ class ElasticBook:
 
     def __init__(self) -> None:
         self._extras: dict[int, tuple[int, int]] = {}
+        self._qos: dict[int, QoS] = {}
 
-    def add(self, job: int, min_replicas: int, alloc: Allocation) -> None:
-        """Count ``alloc`` as an extra replica of ``job`` (whose minimum is ``min_replicas``)."""
+    def add(self, job: int, min_replicas: int, alloc: Allocation, qos: QoS = DEFAULT_QOS) -> None:
+        """Count ``alloc`` as an extra replica of ``job`` (whose minimum is ``min_replicas``
+        and whose QoS class is ``qos``)."""
         self._extras[alloc.id] = (job, min_replicas)
+        self._qos[alloc.id] = qos
+
+    def qos_of(self, alloc_id: int) -> QoS:
+        """The QoS class of the job an extra replica belongs to."""
+        return self._qos.get(alloc_id, DEFAULT_QOS)
 
     def live(self, held: Mapping[int, Allocation]) -> dict[int, tuple[int, int]]:
         """The extras the engine still holds (``held``: its live allocations by id); the others
@@ -55,6 +69,7 @@ class ElasticBook:
         gone = [a for a in self._extras if a not in held]
         for alloc_id in gone:
             del self._extras[alloc_id]
+            self._qos.pop(alloc_id, None)
         return dict(self._extras)
 
     def __len__(self) -> int:
@@ -106,7 +121,7 @@ def grow(admission: Admission, book: ElasticBook, running: Iterable[ElasticWork]
         if not isinstance(outcome, Admitted) or not outcome.placement.ok:
             continue
         alloc = outcome.placement.allocations[0]
-        book.add(job.id, req.replicas, alloc)
+        book.add(job.id, req.replicas, alloc, req.qos)
         size = len(job.allocations) + 1
         grown.append(Growth(job.id, alloc, Grew(job.id, size, req.max_replicas or size)))
     return grown
@@ -147,7 +162,7 @@ def shrink_plan(
     best: list[Allocation] | None = None
     for domain in domains:
         kept = within_domains(state, one, domain) if domain else one
-        found = _extras_for(admission, kept, job, extras)
+        found = _extras_by_class(admission, kept, job, extras, book)
         if found is None:
             continue
         if not found:  # fits as it is there (admission's flavours refused it): not for us
@@ -159,6 +174,28 @@ def shrink_plan(
     pairs = tuple((extras[a.id][0], a) for a in best)
     owners = tuple(sorted({j for j, _ in pairs}))
     return Shrink(ShrinkingElastic(cause, len(pairs), owners), pairs)
+
+
+def _extras_by_class(
+    admission: Admission,
+    one: Request,
+    job: Asking,
+    extras: Mapping[int, tuple[int, int]],
+    book: ElasticBook,
+) -> list[Allocation] | None:
+    """:func:`_extras_for` on best-effort jobs' extras first, then with burstable ones' too,
+    then with every extra (:data:`SHRINK_ORDER`): the first that makes room."""
+    tried = 0
+    for upto in range(1, len(SHRINK_ORDER) + 1):
+        classes = SHRINK_ORDER[:upto]
+        allowed = {a: e for a, e in extras.items() if book.qos_of(a) in classes}
+        if len(allowed) == tried:
+            continue  # no extra of this class: the same try as the one before
+        tried = len(allowed)
+        found = _extras_for(admission, one, job, allowed)
+        if found is not None:
+            return found
+    return None
 
 
 def _extras_for(

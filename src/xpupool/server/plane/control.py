@@ -56,7 +56,7 @@ from xpupool.server.ownership import StoreFenced, StoreOwnership
 from xpupool.server.pending_jobs import PendingJobs
 from xpupool.server.plane import foreign_use, reservation_book, secret_rows, store
 from xpupool.server.plane.card_idle import CardIdle
-from xpupool.server.plane.faster_targets import PlaneFaster
+from xpupool.server.plane.faster_targets import PlaneConsolidation, PlaneFaster
 from xpupool.server.plane.lock import PlaneLock
 from xpupool.server.plane.nodes import NodeBook
 from xpupool.server.plane.reads import PlaneReads
@@ -204,6 +204,8 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         self.defrag: Defrag | None = None
         # moves to faster cards (``xpupool up --move-faster``; plane/faster_moves.py): None: off
         self.faster: PlaneFaster | None = None
+        # consolidation in quiet periods (``up --consolidate``; plane/consolidation_moves.py)
+        self.consolidation: PlaneConsolidation | None = None
         self.max_grace_s = MAX_GRACE_S  # the longest grace= a job may ask (up --max-grace)
         self.billing = Billing()  # prices, budgets and spend (server/usage/billing.py)
         # the admission order's usage over a decaying window (engine/cycle/fair_share.py);

@@ -74,7 +74,7 @@ def book_of(plane: ControlPlane) -> ElasticBook:
         assert job.elastic is not None
         for a in _members(job):
             if a.replica >= job.elastic.replicas:
-                book.add(job.id, job.elastic.replicas, a)
+                book.add(job.id, job.elastic.replicas, a, job.elastic.qos)
     return book
 
 
@@ -173,7 +173,7 @@ def _highest_first(plane: ControlPlane, by: PendingJob, decision: Shrink) -> Shr
             minimum = plane.held_jobs[job_id].elastic
             assert minimum is not None
             for a in own[:top]:
-                book.add(job_id, minimum.replicas, a)
+                book.add(job_id, minimum.replicas, a, minimum.qos)
         found = shrink_plan(cycle.admission, book, by, decision.outcome.cause)
         if found is not None:
             return found

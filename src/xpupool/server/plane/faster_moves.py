@@ -36,16 +36,18 @@ from xpupool.model.speeds import Speeds
 from xpupool.server import job_lifecycle as lc
 from xpupool.server.job_checkpoints import stop_cost_of
 from xpupool.server.plane import defrag_moves
-from xpupool.server.plane.faster_targets import PlaneFaster
+from xpupool.server.plane.faster_targets import PlaneConsolidation, PlaneFaster
 from xpupool.server.plane.records import HeldJob, PendingJob
 from xpupool.server.plane.undone import undone_on_failure
 from xpupool.server.schemas.jobs import StopCause
 from xpupool.server.throughput_knowledge import fleet_cards
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
     from xpupool.server.plane.control import ControlPlane
 
-__all__ = ["PlaneFaster", "facts", "step", "target", "use"]
+__all__ = ["PlaneFaster", "facts", "forget_kept", "keep_and_stop", "step", "target", "use"]
 
 
 def use(plane: ControlPlane, rule: FasterRule) -> None:
@@ -84,7 +86,7 @@ def _step(plane: ControlPlane) -> int:
     if mover is None:
         return 0
     with plane.locked():
-        _forget(plane, mover)
+        forget_kept(plane, mover)
         now = plane.clock()
         waiting = [j for j in plane.queued.values() if j.id not in mover.targets]
         if not plane.held_jobs or any(
@@ -96,32 +98,45 @@ def _step(plane: ControlPlane) -> int:
         cycle.faster = mover.cards
         moves = cycle.move_to_faster(plane.held_jobs)
         for move in moves:
-            held = plane.held_jobs[move.job.id]
-            for alloc in move.old:  # its processes run there until they are gone
-                plane.admission.restore(alloc, held.queue, held.flavor)
-            mover.targets[held.id] = (plane.admission, move.admitted)
-            cost = stop_cost_of(plane.held_jobs, plane.clock(), held.id)
-            lost = lost_card_s(cost, held.allocations)
             why = f"{render(move.outcome)}; {_against(plane, move)}"
-            plane.apply(
-                conn, held.id, lc.Stop(StopCause.PREEMPTED, f"{why}; {describe(cost, lost)}")
-            )
+            keep_and_stop(plane, conn, mover, move.job.id, move.old, move.admitted, why)
     return len(moves)
 
 
+def keep_and_stop(
+    plane: ControlPlane,
+    conn: Connection,
+    mover: PlaneFaster | PlaneConsolidation,
+    job_id: int,
+    old: tuple[Allocation, ...],
+    admitted: Admitted,
+    why: str,
+) -> None:
+    """Carry out a move the cycle committed (held job ``job_id`` admitted on ``admitted``'s
+    cards, its ``old`` ones released): hold the old cards again while its processes run there,
+    keep the new ones for it in ``mover``, and stop it by the one preemption path for ``why``
+    (the work it loses appended). In ``conn``'s transaction, under the plane's lock."""
+    held = plane.held_jobs[job_id]
+    for alloc in old:  # its processes run there until they are gone
+        plane.admission.restore(alloc, held.queue, held.flavor)
+    mover.targets[held.id] = (plane.admission, admitted)
+    cost = stop_cost_of(plane.held_jobs, plane.clock(), held.id)
+    lost = lost_card_s(cost, held.allocations)
+    plane.apply(conn, held.id, lc.Stop(StopCause.PREEMPTED, f"{why}; {describe(cost, lost)}"))
+
+
 def target(plane: ControlPlane, job: PendingJob) -> Admitted | None:
-    """The cards kept for ``job``, moved to faster cards and requeued (taken: the caller places
-    it there), or None. Under the plane's lock."""
-    mover = plane.faster
-    if mover is None:
-        return None
-    kept = mover.targets.pop(job.id, None)
-    if kept is None or kept[0] is not plane.admission:
-        return None  # the books were rebuilt since: its cards went with them
-    return kept[1]
+    """The cards kept for ``job``, moved to faster cards (or by consolidation,
+    ``consolidation_moves.py``) and requeued (taken: the caller places it there), or None.
+    Under the plane's lock."""
+    for mover in (plane.faster, plane.consolidation):
+        kept = None if mover is None else mover.targets.pop(job.id, None)
+        if kept is not None and kept[0] is plane.admission:
+            return kept[1]  # (else the books were rebuilt since: its cards went with them)
+    return None
 
 
-def _forget(plane: ControlPlane, mover: PlaneFaster) -> None:
+def forget_kept(plane: ControlPlane, mover: PlaneFaster | PlaneConsolidation) -> None:
     """Kept cards of jobs neither stopping for their move nor requeued go back."""
     for job_id, (books, admitted) in list(mover.targets.items()):
         held = plane.held_jobs.get(job_id)

@@ -17,6 +17,7 @@ from xpupool.engine.gang_sites import within_sites
 from xpupool.model.allocation import Allocation, DeviceShare
 from xpupool.model.device import Device, Node
 from xpupool.model.errors import RequestError
+from xpupool.model.qos import may_be_preempted
 from xpupool.model.request import Request
 from xpupool.model.request_model import request_from_dict
 from xpupool.model.stopping import MAX_MIN_RUN_S, IdleStop, parse_duration, parse_idle_stop
@@ -218,8 +219,10 @@ def movable_request(row: Mapping[str, Any], request: Request) -> Request | None:
     """``request`` (the job's, as placed) when the job of stored ``row`` may be moved to
     defragment: it declares a checkpoint signal (it can save its state) and a preemption
     requeues it (``retry_on`` has ``preempted`` and a retry is left), so that a move loses
-    nothing but the work since its checkpoint; else None (``server/plane/defrag_moves.py``)."""
-    if request.checkpoint_signal is None:
+    nothing but the work since its checkpoint; else None (``server/plane/defrag_moves.py``).
+    Never a guaranteed job's (``model/qos.py``): a move is a stop, which its class rules out; the
+    one check for defragmentation, consolidation and moves to faster cards (``movable_now``)."""
+    if request.checkpoint_signal is None or not may_be_preempted(request.qos):
         return None
     policy = lc.retry_policy(row)
     if RetryCause.PREEMPTED not in policy.retry_on:
