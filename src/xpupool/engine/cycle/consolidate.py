@@ -27,7 +27,7 @@ import numpy as np
 
 from xpupool.engine.cycle.admission import Admission, Admitted
 from xpupool.engine.cycle.defrag import Defrag, Movable, plan_moves
-from xpupool.engine.cycle.faster_cards import RunFacts, _move
+from xpupool.engine.cycle.faster_cards import RunFacts, move_pinned
 from xpupool.engine.cycle.work import RunningWork
 from xpupool.engine.engine import Engine
 from xpupool.engine.fragmentation.measure import TargetWorkload, fragmentation
@@ -220,7 +220,7 @@ def _carry_out(
                 left.remove(m)
                 continue
             facts = RunFacts(queue, m.facts.request, 0.0, 0.0)
-            admitted = _move(admission, facts, targets[m.job.id], old)
+            admitted = move_pinned(admission, facts, targets[m.job.id], old)
             if admitted is None:
                 continue
             left.remove(m)

@@ -202,7 +202,7 @@ class FasterCards:
             if not rule.pays(facts.remaining_s, new_s):
                 continue
             old = tuple(job.allocations)
-            admitted = _move(admission, facts, target, old)
+            admitted = move_pinned(admission, facts, target, old)
             if admitted is None:
                 continue
             free.clear()  # the state changed
@@ -261,14 +261,15 @@ def _what_if(
         return tuple(placed.allocations) if placed.ok else None
 
 
-def _move(
+def move_pinned(
     admission: Admission,
     facts: RunFacts,
     target: tuple[Allocation, ...],
     old: tuple[Allocation, ...],
 ) -> Admitted | None:
     """Admit the job's request pinned to ``target``'s cards, then release its ``old`` ones;
-    None, with nothing changed, when its queue refuses (its quota counts both for the moment)."""
+    None, with nothing changed, when its queue refuses (its quota counts both for the moment).
+    The one way a move is committed in the cycle: moves to faster cards and consolidation."""
     outcome = admission.admit(_pinned(facts.request, target), facts.queue)
     if not isinstance(outcome, Admitted):
         return None
