@@ -35,6 +35,7 @@ again at the first flush after they change (:meth:`UsageMeter.pricing`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -369,6 +370,12 @@ class UsageMeter:
                 end = closed.get(key, now)
                 w = watts.get(key[3], 0.0)
                 advanced = _advance(run, end, w)
+                charged = self._pool_spans.get(key[3]) if key in reach else None
+                if charged is not None:  # reported after its card's pool was charged: that
+                    lo, hi = max(run.advanced_at, charged[0]), min(end, charged[1])  # stays
+                    if hi > lo:  # the pool's (its counters never go back)
+                        kept = advanced.energy_j - w * run.share * (hi - lo)
+                        advanced = dataclasses.replace(advanced, energy_j=kept)
                 changed[key] = advanced
                 if not run.stored:
                     fresh.add(key)
@@ -472,9 +479,10 @@ class UsageMeter:
         restarted plane continues from its stored record: the time the plane was down; one
         reported after it began), so holders and pool add up over every second a holder is
         charged for. A meter's first flush has no window: only such runs open one. What this
-        process charged the card's pool for already (its span) is not charged again: a run
-        counted from inside it (one reported again after its card's pool was charged) takes its
-        share of it back from the pool. All at the watts the runs are advanced with.
+        process charged the card's pool for already (its span) is not charged again (a run
+        counted from inside it, one reported again after its card's pool was charged, is not
+        charged the energy of that part: :meth:`_flush`). All at the watts the runs are
+        advanced with.
         ``flushed``: the runs as before this flush advances them, those of them counted from
         before they were reported, the ends; returns the cards' spans, kept once the flush
         commits."""
@@ -500,13 +508,6 @@ class UsageMeter:
                     rest = w * (end - start) - _held(held, closed, w, start, end, now)
                     if rest > 1e-9:
                         pool[(labels, start, end)] = pool.get((labels, start, end), 0.0) + rest
-            if span is not None:  # what holders claim of the span goes back from the pool
-                for run in held:
-                    start = max(run.advanced_at, span[0])
-                    end = min(closed.get(run.key, now), span[1])
-                    if end > start:
-                        back = _held([run], closed, w, start, end, now)
-                        pool[(labels, start, end)] = pool.get((labels, start, end), 0.0) - back
             spans[uuid] = (lo, now) if span is None else (min(lo, span[0]), max(now, span[1]))
         for (labels, lo, hi), energy in pool.items():
             sums = [0.0, 0.0, 0.0, energy]
