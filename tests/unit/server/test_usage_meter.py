@@ -319,3 +319,87 @@ def test_rows_a_sweep_flush_did_not_touch_are_added_to_not_inserted_again(
             .group_by(r.c.tenant)
         ).all()
     assert dict(days) == {"a": 60.0 + 3700.0 + 60.0, "b": 60.0 + 60.0}, (ja, jb2)
+
+
+def test_a_restarted_plane_charges_the_pool_its_share_of_the_downtime(server: Server) -> None:
+    """Holders and pool add up to the card's energy across a restart: the first flush after it
+    advances the run from where it was last written, the time the plane was down included, and
+    charges the pool the rest of the card over the same stretch at the same watts, in the hours
+    it fell in; a second restart at once counts nothing twice."""
+    node(server, "n1", count=1)
+    a = tenant(server, "a")
+    job_id = _start(server, a, "A100:1 cores=25% mem=10Gi")
+    server.plane.meter.flush(server.plane)  # the window opens
+    server.clock.advance(10)
+    server.plane.meter.flush(server.plane)
+    for _ in range(2):  # down across an hour's end, then restarted again at once
+        server = reopen(server)
+        for held in server.plane.held_jobs.values():
+            held.dispatched = False
+        heartbeat(server, "n1", [{**report(job_id, 0, "running"), "attempt": 1}])  # adopted
+        server.clock.advance(4000)
+        server.plane.meter.flush(server.plane)
+    server.clock.advance(5)
+    server.plane.meter.flush(server.plane)
+    (rec,) = _records(server)
+    watched = 10 + 4000 + 4000 + 5.0
+    assert rec["seconds"] == watched
+    watts = rec["energy_j"] / rec["device_seconds"]  # the catalog's, unread: one figure
+    with server.plane.db.connect() as conn:
+        r, t = usage_rollups, usage_totals
+        total = conn.execute(select(func.sum(t.c.energy_j))).scalar_one()
+        pool = conn.execute(select(t.c.energy_j).where(t.c.tenant == POOL)).scalar_one()
+        rows = conn.execute(select(r.c.step, r.c.bucket, r.c.tenant, r.c.energy_j)).all()
+    assert total == pytest.approx(watts * watched)  # holders and pool: the card's energy
+    assert pool == pytest.approx(0.75 * watts * watched)
+    start = server.clock.now - watched
+    hours: dict[tuple[float, str], float] = {}
+    for step, bucket, who, energy in rows:
+        if step == "hour":
+            hours[(bucket, who)] = energy
+    for hour in {b for b, _w in hours}:  # each hour's rows: the card's watts over its part
+        inside = min(hour + 3600, server.clock.now) - max(hour, start)
+        assert hours[(hour, "a")] == pytest.approx(0.25 * watts * inside), hour
+        assert hours[(hour, POOL)] == pytest.approx(0.75 * watts * inside), hour
+    assert len(hours) == 2 * 4  # four hours touched, each with the tenant's row and the pool's
+    for step in ("day", "month"):
+        assert sum(e for s, _b, _w, e in rows if s == step) == pytest.approx(total), step
+
+
+def test_a_crash_mid_flush_loses_at_most_an_interval_and_counts_nothing_twice(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flush whose last write fails writes nothing (one transaction); the plane then stops
+    and starts again: its run goes on from the last flush that was written, each second once,
+    and holders and pool add up to the card's energy."""
+    node(server, "n1", count=1)
+    a = tenant(server, "a")
+    job_id = _start(server, a, "A100:1 cores=50% mem=10Gi")
+    server.plane.meter.flush(server.plane)
+    server.clock.advance(100)
+    server.plane.meter.flush(server.plane)
+    before = _records(server)
+    server.clock.advance(100)
+
+    def fail(*_args: Any) -> None:
+        raise RuntimeError("the store went away")
+
+    monkeypatch.setattr(server.plane.meter, "_write_sums", fail)
+    with pytest.raises(RuntimeError):
+        server.plane.meter.flush(server.plane)
+    assert _records(server) == before  # the records' writes went with the rest
+    server = reopen(server)  # the crash
+    for held in server.plane.held_jobs.values():
+        held.dispatched = False
+    server.plane.meter.flush(server.plane)  # a server's first look, before its agents report
+    server.clock.advance(50)
+    heartbeat(server, "n1", [{**report(job_id, 0, "running"), "attempt": 1}])
+    server.plane.meter.flush(server.plane)
+    (rec,) = _records(server)
+    assert rec["seconds"] == 250.0 and rec["device_seconds"] == 125.0
+    watts = rec["energy_j"] / rec["device_seconds"]
+    with server.plane.db.connect() as conn:
+        t, r = usage_totals, usage_rollups
+        total = conn.execute(select(func.sum(t.c.energy_j))).scalar_one()
+        hours = conn.execute(select(func.sum(r.c.energy_j)).where(r.c.step == "hour")).scalar()
+    assert total == pytest.approx(watts * 250.0) and hours == pytest.approx(total)

@@ -19,7 +19,9 @@ the plane no longer holds (they ended while it was down) are closed where they w
 Energy: each card's power at the flush (its agent's reading, else the catalog model at its
 reported utilisation: ``catalog/power.py``) times the time held, split among the card's holders
 by their compute share; what the holders leave of a held card's energy over the interval (the
-unheld share, the unheld part of the interval) is charged to tenant ``pool``.
+unheld share, the unheld part of the interval) is charged to tenant ``pool``. A run continued
+after a restart is counted over the downtime, so its card's pool is too, from the same point at
+the same watts, once (:meth:`UsageMeter._pool_energy`).
 
 Foreign use: a Kubernetes site's pods the plane did not create are recorded as runs too
 (:meth:`UsageMeter.foreign_started`, ``k8s/site/foreign.py``), under a job id of this process's
@@ -33,6 +35,7 @@ again at the first flush after they change (:meth:`UsageMeter.pricing`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -196,6 +199,8 @@ class UsageMeter:
         self._adoptable: dict[Key, Run] = {}
         self._rollup_rows: set[tuple[str, float, Labels]] = set()  # rollup rows known stored
         self._rollup_buckets: set[tuple[str, float]] = set()  # buckets whose rows are known
+        # card -> (from, to): what this process charged the card's pool for (_pool_energy)
+        self._pool_spans: dict[str, tuple[float, float]] = {}
         self._flush_lock = threading.Lock()
         self._schedule: PriceSchedule | None = None  # the price tables; None: read at the flush
         self.flushes = 0  # flushes committed: what has been spent moves only then (billing.py)
@@ -334,6 +339,7 @@ class UsageMeter:
             adoptable = self._adoptable
             stored = _named(events, adoptable)
             by_attempt: dict[tuple[int, int], set[Key]] = {}  # the runs an end may close
+            reach: set[Key] = set()  # runs counted from before they were reported (_pool_energy)
             for key in (*open_runs, *stored):
                 by_attempt.setdefault((key[0], key[1]), set()).add(key)
             for event in events:
@@ -343,23 +349,33 @@ class UsageMeter:
                             continue
                         found = stored.pop(run.key, None)
                         open_runs[run.key] = found or run
+                        if found is not None or run.advanced_at < event.at:
+                            reach.add(run.key)
                         by_attempt.setdefault((run.key[0], run.key[1]), set()).add(run.key)
                     continue
                 for key in by_attempt.get((event.job_id, event.attempt), ()):
                     if key in closed or (event.replica is not None and key[2] != event.replica):
                         continue  # ended once: a later release does not move its end
                     found = open_runs.pop(key, None)
-                    run = found if found is not None else stored.pop(key)
+                    if found is None:
+                        found = stored.pop(key)
+                        reach.add(key)
+                    run = found
                     closed[key] = event.at
                     open_runs[key] = run  # advanced below, to its end
             window_start = self._last
             watts = self._watts(plane, open_runs.values())
-            held_energy: dict[str, float] = {}
             fresh: set[Key] = set()  # runs with no stored row yet: inserted
             for key, run in open_runs.items():
                 end = closed.get(key, now)
                 w = watts.get(key[3], 0.0)
                 advanced = _advance(run, end, w)
+                charged = self._pool_spans.get(key[3]) if key in reach else None
+                if charged is not None:  # reported after its card's pool was charged: that
+                    lo, hi = max(run.advanced_at, charged[0]), min(end, charged[1])  # stays
+                    if hi > lo:  # the pool's (its counters never go back)
+                        kept = advanced.energy_j - w * run.share * (hi - lo)
+                        advanced = dataclasses.replace(advanced, energy_j=kept)
                 changed[key] = advanced
                 if not run.stored:
                     fresh.add(key)
@@ -371,17 +387,12 @@ class UsageMeter:
                 span[1] += advanced.gib_seconds - run.gib_seconds
                 span[2] += advanced.cu_seconds - run.cu_seconds
                 span[3] += advanced.energy_j - run.energy_j
-                lo = run.advanced_at if window_start is None else max(run.advanced_at, window_start)
-                if w:
-                    held_energy[key[3]] = held_energy.get(key[3], 0.0) + w * run.share * max(
-                        end - lo, 0.0
-                    )
             for (labels, start, end), sums in spans.items():
                 if any(sums):
                     _priced_spread(rollup, labels, start, end, sums, schedule)
                     _accumulate(totals.setdefault(labels, [0.0] * len(SUMS)), sums)
-            self._pool_energy(
-                open_runs, watts, held_energy, window_start, now, rollup, totals, schedule
+            pool_spans = self._pool_energy(
+                (open_runs, reach, closed), watts, window_start, now, rollup, totals, schedule
             )
             if learned:  # the first write: every read of the plane is done
                 idle_power.store(conn, learned, now)
@@ -400,6 +411,7 @@ class UsageMeter:
             self._rollup_rows |= rollup_keys
             self._rollup_buckets |= {(step, bucket) for step, bucket, _l in rollup_keys}
         self._last = now
+        self._pool_spans |= pool_spans
         if handed:  # the energy scorer's figures, once the store holds them
             self._idle_into = self.power
             plane.use_power(self.power)
@@ -453,33 +465,55 @@ class UsageMeter:
 
     def _pool_energy(
         self,
-        runs: Mapping[Key, Run],
+        flushed: tuple[Mapping[Key, Run], set[Key], Mapping[Key, float]],
         watts: Mapping[str, float],
-        held_energy: Mapping[str, float],
         window_start: float | None,
         now: float,
         rollup: dict[tuple[str, float, Labels], Sums],
         totals: dict[Labels, Sums],
         schedule: PriceSchedule,
-    ) -> None:
-        """The card's energy over the window less what its holders were charged in it: the
-        pool's. The first flush has no window (nothing before it was watched)."""
-        if window_start is None:
-            return
-        cards: dict[str, Run] = {}
+    ) -> dict[str, tuple[float, float]]:
+        """Each card's energy over its stretch less what its holders are charged in it: the
+        pool's. A card's stretch is the window since the last flush, reaching back to where a
+        run on it that was counted from before it was reported was last counted (one a
+        restarted plane continues from its stored record: the time the plane was down; one
+        reported after it began), so holders and pool add up over every second a holder is
+        charged for. A meter's first flush has no window: only such runs open one. What this
+        process charged the card's pool for already (its span) is not charged again (a run
+        counted from inside it, one reported again after its card's pool was charged, is not
+        charged the energy of that part: :meth:`_flush`). All at the watts the runs are
+        advanced with.
+        ``flushed``: the runs as before this flush advances them, those of them counted from
+        before they were reported, the ends; returns the cards' spans, kept once the flush
+        commits."""
+        runs, reach, closed = flushed
+        cards: dict[str, list[Run]] = {}
         for run in runs.values():
-            cards.setdefault(run.key[3], run)
-        pool: dict[Labels, float] = {}  # one spread per site and model, not per card
-        for uuid, run in cards.items():
-            rest = watts.get(uuid, 0.0) * (now - window_start) - held_energy.get(uuid, 0.0)
-            if rest <= 1e-9:
+            cards.setdefault(run.key[3], []).append(run)
+        pool: dict[tuple[Labels, float, float], float] = {}  # one spread per site, model, stretch
+        spans: dict[str, tuple[float, float]] = {}
+        for uuid, held in cards.items():
+            back_to = [r.advanced_at for r in held if r.key in reach]
+            if window_start is not None:
+                back_to.append(window_start)
+            if not back_to:  # a first flush: nothing before it was watched
                 continue
-            labels = (POOL, "", run.site, run.model)
-            pool[labels] = pool.get(labels, 0.0) + rest
-        for labels, rest in pool.items():
-            sums = [0.0, 0.0, 0.0, rest]
-            _priced_spread(rollup, labels, window_start, now, sums, schedule)
+            lo = min(back_to)
+            span = self._pool_spans.get(uuid)
+            pieces = [(lo, now)] if span is None else [(lo, span[0]), (max(lo, span[1]), now)]
+            w = watts.get(uuid, 0.0)
+            labels = (POOL, "", held[0].site, held[0].model)
+            for start, end in pieces:
+                if end > start:
+                    rest = w * (end - start) - _held(held, closed, w, start, end, now)
+                    if rest > 1e-9:
+                        pool[(labels, start, end)] = pool.get((labels, start, end), 0.0) + rest
+            spans[uuid] = (lo, now) if span is None else (min(lo, span[0]), max(now, span[1]))
+        for (labels, lo, hi), energy in pool.items():
+            sums = [0.0, 0.0, 0.0, energy]
+            _priced_spread(rollup, labels, lo, hi, sums, schedule)
             _accumulate(totals.setdefault(labels, [0.0] * len(SUMS)), sums)
+        return spans
 
     def _sweep(self, conn: Connection, now: float) -> None:
         """Records ended and rollup buckets over before the usage retention's start go (a
@@ -570,6 +604,16 @@ def _advance(run: Run, end: float, watts: float) -> Run:
         run.cu_seconds + held * run.units,
         run.energy_j + watts * held,
         True,  # written by the flush that advances it
+    )
+
+
+def _held(
+    runs: Iterable[Run], closed: Mapping[Key, float], watts: float, lo: float, hi: float, now: float
+) -> float:
+    """The energy ``runs`` are charged for in [lo, hi) of their card at ``watts``."""
+    return sum(
+        watts * r.share * max(min(closed.get(r.key, now), hi) - max(r.advanced_at, lo), 0.0)
+        for r in runs
     )
 
 
