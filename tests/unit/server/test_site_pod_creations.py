@@ -195,6 +195,42 @@ def test_the_pod_watchs_first_list_applies_its_reports_in_one_write(
     assert {job(srv, i)["state"] for i in ids} == {"running"}
 
 
+def test_a_burst_of_the_pod_watchs_events_is_written_in_batches_not_one_each(
+    kube: tuple[Server, KubernetesSite, FakeApiServer],
+) -> None:
+    """Pods going Pending, bound, Running at 100 jobs a second: each watch event was a store write
+    (a heartbeat) under the plane's lock, the watch's thread waiting on each. Events queued while
+    a write holds the lock are now taken together: held here while the burst queues up, the
+    burst is at most the write that was waiting plus one more."""
+    srv, site, api = kube
+    ids = running_pods(srv, site, api)
+    with api.lock:  # made Pending, seen so by the watch's first list
+        for pod in api.pods.values():
+            pod["spec"].pop("nodeName", None)
+            pod["status"] = {"phase": "Pending"}
+    informer = site._pod_informer(config_of(api))
+    informer.start()
+    try:
+        until(lambda: informer.synced, "the pod watch's first list taken")
+        with counting(srv) as commits:
+            with srv.plane.locked():  # a write of the plane's in progress
+                with api.lock:  # the burst: every pod bound and running, a version each
+                    for pod in api.pods.values():
+                        api.version += 1
+                        pod["metadata"]["resourceVersion"] = str(api.version)
+                        pod["spec"]["nodeName"] = "k1"
+                        pod["status"] = {"phase": "Running"}
+                    last = str(api.version)
+                deadline = time.monotonic() + 10.0  # the watch's thread takes them off the wire
+                while informer.version != last and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            until(lambda: running_in_plane(srv, ids), "every job's replica running in the plane")
+    finally:
+        informer.stop()
+    assert commits[0] <= 2, f"{commits[0]} writes for {JOBS} pods' events"
+    assert {job(srv, i)["state"] for i in ids} == {"running"}
+
+
 def test_the_pod_watch_lists_again_from_its_start_when_a_page_expires(
     kube: tuple[Server, KubernetesSite, FakeApiServer],
 ) -> None:
