@@ -351,6 +351,34 @@ def test_a_restarted_sites_list_of_kubectl_users_pods_reports_them_in_one_write(
     assert commits == [1], f"{commits[0]} writes for {JOBS} pods"
 
 
+def test_new_kubectl_users_pods_taken_together_are_submitted_in_one_write(
+    kube: tuple[Server, KubernetesSite, FakeApiServer],
+) -> None:
+    """Gated pods that arrive together (a burst of a watch's events, or a list's): each was
+    submitted in a store write of its own; now together, each still its own job whose row names
+    its pod, and one pod's second event in the batch makes no second job."""
+    srv, site, _ = kube
+    tenant(srv, "a")
+    site._gated.bind(srv.plane, site._client)
+    objs = [gated_pod(f"user-{i}") for i in range(JOBS)]
+    events = [
+        Event(EventType.ADDED, f"xpupool-a/{o['metadata']['name']}", o["metadata"]["uid"], o)
+        for o in objs
+    ]
+    again = objs[0] | {"metadata": {**objs[0]["metadata"], "resourceVersion": "2"}}
+    events.append(Event(EventType.MODIFIED, events[0].key, events[0].uid, again))
+    with counting(srv) as commits:
+        site._gated.on_pods(events)
+    assert commits == [1], f"{commits[0]} writes for {JOBS} new pods"
+    found = srv.client.get("/v1/jobs", headers=srv.admin).json()
+    assert sorted(j["name"] for j in found) == sorted(
+        f"pod xpupool-a/user-{i}" for i in range(JOBS)
+    )
+    for j in found:
+        name = str(j["name"]).rsplit("/", 1)[1]
+        assert site._gated.job_of_uid(f"uid-{name}") == (int(j["id"]), 0)
+
+
 def gated_pod(name: str) -> dict[str, Any]:
     """A kubectl user's pod in tenant a's namespace, in its queue, gated."""
     return {
