@@ -231,6 +231,30 @@ def test_a_burst_of_the_pod_watchs_events_is_written_in_batches_not_one_each(
     assert {job(srv, i)["state"] for i in ids} == {"running"}
 
 
+def test_stopping_a_job_whose_pods_the_watch_holds_lists_no_pods(
+    kube: tuple[Server, KubernetesSite, FakeApiServer],
+) -> None:
+    """A stop listed the job's pods by label, a read of the API server per stop, for what the
+    pod watch held already; it reads the watch's now, and lists only while the watch has not
+    shown a pod of each of the run's replicas (made a moment ago)."""
+    srv, site, api = kube
+    ids = running_pods(srv, site, api)
+    informer = site._pod_informer(config_of(api))
+    informer.start()
+    try:
+        until(lambda: running_in_plane(srv, ids), "every job's replica running in the plane")
+        lists = api.pod_lists
+        site._delete(ids[0])
+        assert api.pod_lists == lists, "a stop listed the pods the watch held"
+        path = f"/api/v1/namespaces/xpupool-a/pods/xp-{ids[0]}-0-1"
+        assert path in {p for _, p in api.seen}  # its pod's delete was sent
+        site._pods.pop(f"xpupool-a/xp-{ids[1]}-0-1")  # as if the watch had not shown it yet
+        site._delete(ids[1])
+        assert api.pod_lists == lists + 1  # then the list, as before
+    finally:
+        informer.stop()
+
+
 def test_the_pod_watch_lists_again_from_its_start_when_a_page_expires(
     kube: tuple[Server, KubernetesSite, FakeApiServer],
 ) -> None:

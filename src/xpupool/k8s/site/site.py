@@ -786,11 +786,27 @@ class KubernetesSite:
             )
             self._send(node, r)
 
-    def _job_pods(self, job_id: int) -> list[dict[str, Any]]:
+    def _job_pods(self, job_id: int) -> list[tuple[str, str]]:
+        """(namespace, name) of the job's pods: as the pod watch holds them when it holds a pod
+        of the current run for each of the run's replicas, else listed by label. The watch's
+        copy is then as fresh as a list for a stop: only the plane makes pods labelled with its
+        jobs, one per replica and run, so a pod of the run that the watch has not shown yet
+        (made a moment ago) is the only thing a list would add, and that is the case where the
+        list is still made; a pod of an earlier run not seen yet is a stray, deleted when the
+        watch shows it (:meth:`_stray`). A list per stop read the API server for what the
+        watch held already."""
+        seen = self._pods.of_job(job_id)
+        plane = self._plane
+        run = None if plane is None else plane.held_run(job_id)
+        if run is not None and run.allocations:
+            current = {s.replica for _, s in seen if s.attempt == run.attempt}
+            if all(r in current for r, _ in run.allocations):
+                return [(k.partition("/")[0], k.partition("/")[2]) for k, _ in seen]
         client = self._client
         assert client is not None
         labels: dict[str, Any] = {JOB: str(job_id), SITE: self.name}
-        return [dict(p) for p in client.list(RawPod, namespace="*", labels=labels)]
+        listed = [dict(p)["metadata"] for p in client.list(RawPod, namespace="*", labels=labels)]
+        return [(str(m["namespace"]), str(m["name"])) for m in listed]
 
     def _delete(self, job_id: int) -> None:
         """Delete the job's pods (their own grace period) and its Secret (listed in the pods'
@@ -800,11 +816,10 @@ class KubernetesSite:
         client = self._client
         assert client is not None
         pods = self._job_pods(job_id)
-        for pod in pods:
-            meta = pod["metadata"]
+        for namespace, name in pods:
             with gone_ok():
-                client.delete(RawPod, meta["name"], namespace=meta["namespace"])
-        namespaces = {str(p["metadata"]["namespace"]) for p in pods}
+                client.delete(RawPod, name, namespace=namespace)
+        namespaces = {namespace for namespace, _ in pods}
         plane = self._plane
         run = None if plane is None else plane.held_run(job_id)
         if run is not None:
