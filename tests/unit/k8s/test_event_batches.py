@@ -43,3 +43,20 @@ def test_queued_events_go_together_in_order_and_a_list_keeps_its_place() -> None
         batches.stop()
     assert got == [["a"], ["b", "c", "d"], ["e"], ["L1", "L2"], ["f"]]
     assert batches.batches == 5
+
+
+def test_a_consumer_that_raises_loses_its_batch_only() -> None:
+    got: list[list[str]] = []
+
+    def deliver(batch: Sequence[str]) -> None:
+        if batch[0] == "bad":
+            raise ValueError("a hostile object")
+        got.append(list(batch))
+
+    batches = EventBatches(deliver, name="t").start()
+    try:
+        batches.listed(["bad"])  # handed over (and failed) before it returns
+        batches.listed(["good"])
+    finally:
+        batches.stop()
+    assert got == [["good"]]

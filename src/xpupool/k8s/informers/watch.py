@@ -201,13 +201,13 @@ class Informer(Generic[T]):
         came (after a resync's list, say) would otherwise block until the apiserver's own
         timeout, minutes away."""
         self._stop.set()
+        if self._batches is not None:  # first: the thread may wait on them to take its events
+            self._batches.stop(timeout_s)
         deadline = time.monotonic() + timeout_s
         for thread in (self._thread, self._ticker):
             while thread is not None and thread.is_alive() and time.monotonic() < deadline:
                 self._transport.interrupt()
                 thread.join(0.05)
-        if self._batches is not None:
-            self._batches.stop()
         self._client.close()
 
     def wait_synced(self, timeout_s: float | None = None) -> bool:
