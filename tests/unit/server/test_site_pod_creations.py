@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -253,6 +254,31 @@ def test_stopping_a_job_whose_pods_the_watch_holds_lists_no_pods(
         assert api.pod_lists == lists + 1  # then the list, as before
     finally:
         informer.stop()
+
+
+def test_a_pod_that_ends_its_job_in_a_batch_has_the_jobs_leftovers_looked_at(
+    kube: tuple[Server, KubernetesSite, FakeApiServer],
+) -> None:
+    """A pod whose end ends its job: the job's Secret and pods are looked at then (the job is
+    finished). Taken in a batch, its report is applied with the batch's, after the pod was
+    asked whether its job is still held (it was): nothing was looked at, the Secret stayed."""
+    srv, site, api = kube
+    ids = running_pods(srv, site, api)
+    informer = site._pod_informer(config_of(api))
+    informer.start()
+    try:
+        until(lambda: running_in_plane(srv, ids), "every job's replica running in the plane")
+    finally:
+        informer.stop()
+    key = f"xpupool-a/xp-{ids[0]}-0-1"
+    state = site._pods.get(key)
+    assert state is not None
+    with api.lock:
+        api.pods[f"xp-{ids[0]}-0-1"]["status"] = {"phase": "Succeeded"}
+    done = Event(EventType.MODIFIED, key, f"uid-xp-{ids[0]}-0-1", replace(state, phase="Succeeded"))
+    site._on_pods([done])
+    assert job(srv, ids[0])["state"] == "succeeded"
+    until(lambda: site.finished.next_due() is not None, "the finished job's pods looked at", 20)
 
 
 def test_the_pod_watch_lists_again_from_its_start_when_a_page_expires(

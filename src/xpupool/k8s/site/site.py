@@ -493,6 +493,8 @@ class KubernetesSite:
             self._send_all(reports)
         except XpupoolError as exc:
             log.warning("site %s: %d reports of pods refused: %s", self.name, len(reports), exc)
+        for job_id in sorted({e.value.job for e in events if _ended(e)}):
+            self._sweep_if_over(job_id)  # asked once their reports are applied: they end jobs
 
     def _on_pod(self, event: Event[PodState], reports: list[SiteReport] | None = None) -> None:
         """One pod's change; its report (and note) sent at once, or added to ``reports`` (a
@@ -517,10 +519,16 @@ class KubernetesSite:
             self._send(*said)
         if event.type is not EventType.DELETED and state.phase in ("Running", *TERMINAL):
             self._follow_log(event.key, state)
+        if reports is None and _ended(event):
+            self._sweep_if_over(state.job)
+
+    def _sweep_if_over(self, job_id: int) -> None:
+        """A pod of ``job_id`` ended, its report applied (it may be what ended the job): when
+        the plane holds the job no more, its run is over and the worker looks at whether the
+        job is finished (its Secret, its pods' retention)."""
         plane = self._plane
-        ended = event.type is not EventType.DELETED and state.phase in TERMINAL
-        if ended and plane is not None and plane.held_run(state.job) is None:
-            self._tasks.put(_Sweep(state.job))  # its run is over: is the job finished?
+        if plane is not None and plane.held_run(job_id) is None:
+            self._tasks.put(_Sweep(job_id))
 
     # ------------------------------------------------------------------ logs (pod_logs.py)
     def _follow_log(self, key: str, state: PodState) -> None:
@@ -919,6 +927,11 @@ class KubernetesSite:
                 reason=why,
             )
             reports.append((node, r))
+
+
+def _ended(event: Event[PodState]) -> bool:
+    """Does the event say the pod has ended (not gone: a deletion ends nothing)?"""
+    return event.type is not EventType.DELETED and event.value.phase in TERMINAL
 
 
 def _inventory(node: Node) -> Node:
