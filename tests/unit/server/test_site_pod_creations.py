@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +196,91 @@ def test_the_pod_watchs_first_list_applies_its_reports_in_one_write(
     assert {job(srv, i)["state"] for i in ids} == {"running"}
 
 
+def test_a_burst_of_the_pod_watchs_events_is_written_in_batches_not_one_each(
+    kube: tuple[Server, KubernetesSite, FakeApiServer],
+) -> None:
+    """Pods going Pending, bound, Running at 100 jobs a second: each watch event was a store write
+    (a heartbeat) under the plane's lock, the watch's thread waiting on each. Events queued while
+    a write holds the lock are now taken together: held here while the burst queues up, the
+    burst is at most the write that was waiting plus one more."""
+    srv, site, api = kube
+    ids = running_pods(srv, site, api)
+    with api.lock:  # made Pending, seen so by the watch's first list
+        for pod in api.pods.values():
+            pod["spec"].pop("nodeName", None)
+            pod["status"] = {"phase": "Pending"}
+    informer = site._pod_informer(config_of(api))
+    informer.start()
+    try:
+        until(lambda: informer.synced, "the pod watch's first list taken")
+        with counting(srv) as commits:
+            with srv.plane.locked():  # a write of the plane's in progress
+                with api.lock:  # the burst: every pod bound and running, a version each
+                    for pod in api.pods.values():
+                        api.version += 1
+                        pod["metadata"]["resourceVersion"] = str(api.version)
+                        pod["spec"]["nodeName"] = "k1"
+                        pod["status"] = {"phase": "Running"}
+                    last = str(api.version)
+                deadline = time.monotonic() + 10.0  # the watch's thread takes them off the wire
+                while informer.version != last and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            until(lambda: running_in_plane(srv, ids), "every job's replica running in the plane")
+    finally:
+        informer.stop()
+    assert commits[0] <= 2, f"{commits[0]} writes for {JOBS} pods' events"
+    assert {job(srv, i)["state"] for i in ids} == {"running"}
+
+
+def test_stopping_a_job_whose_pods_the_watch_holds_lists_no_pods(
+    kube: tuple[Server, KubernetesSite, FakeApiServer],
+) -> None:
+    """A stop listed the job's pods by label, a read of the API server per stop, for what the
+    pod watch held already; it reads the watch's now, and lists only while the watch has not
+    shown a pod of each of the run's replicas (made a moment ago)."""
+    srv, site, api = kube
+    ids = running_pods(srv, site, api)
+    informer = site._pod_informer(config_of(api))
+    informer.start()
+    try:
+        until(lambda: running_in_plane(srv, ids), "every job's replica running in the plane")
+        lists = api.pod_lists
+        site._delete(ids[0])
+        assert api.pod_lists == lists, "a stop listed the pods the watch held"
+        path = f"/api/v1/namespaces/xpupool-a/pods/xp-{ids[0]}-0-1"
+        assert path in {p for _, p in api.seen}  # its pod's delete was sent
+        site._pods.pop(f"xpupool-a/xp-{ids[1]}-0-1")  # as if the watch had not shown it yet
+        site._delete(ids[1])
+        assert api.pod_lists == lists + 1  # then the list, as before
+    finally:
+        informer.stop()
+
+
+def test_a_pod_that_ends_its_job_in_a_batch_has_the_jobs_leftovers_looked_at(
+    kube: tuple[Server, KubernetesSite, FakeApiServer],
+) -> None:
+    """A pod whose end ends its job: the job's Secret and pods are looked at then (the job is
+    finished). Taken in a batch, its report is applied with the batch's, after the pod was
+    asked whether its job is still held (it was): nothing was looked at, the Secret stayed."""
+    srv, site, api = kube
+    ids = running_pods(srv, site, api)
+    informer = site._pod_informer(config_of(api))
+    informer.start()
+    try:
+        until(lambda: running_in_plane(srv, ids), "every job's replica running in the plane")
+    finally:
+        informer.stop()
+    key = f"xpupool-a/xp-{ids[0]}-0-1"
+    state = site._pods.get(key)
+    assert state is not None
+    with api.lock:
+        api.pods[f"xp-{ids[0]}-0-1"]["status"] = {"phase": "Succeeded"}
+    done = Event(EventType.MODIFIED, key, f"uid-xp-{ids[0]}-0-1", replace(state, phase="Succeeded"))
+    site._on_pods([done])
+    assert job(srv, ids[0])["state"] == "succeeded"
+    until(lambda: site.finished.next_due() is not None, "the finished job's pods looked at", 20)
+
+
 def test_the_pod_watch_lists_again_from_its_start_when_a_page_expires(
     kube: tuple[Server, KubernetesSite, FakeApiServer],
 ) -> None:
@@ -313,6 +399,34 @@ def test_a_restarted_sites_list_of_kubectl_users_pods_reports_them_in_one_write(
         finally:
             informer.stop()
     assert commits == [1], f"{commits[0]} writes for {JOBS} pods"
+
+
+def test_new_kubectl_users_pods_taken_together_are_submitted_in_one_write(
+    kube: tuple[Server, KubernetesSite, FakeApiServer],
+) -> None:
+    """Gated pods that arrive together (a burst of a watch's events, or a list's): each was
+    submitted in a store write of its own; now together, each still its own job whose row names
+    its pod, and one pod's second event in the batch makes no second job."""
+    srv, site, _ = kube
+    tenant(srv, "a")
+    site._gated.bind(srv.plane, site._client)
+    objs = [gated_pod(f"user-{i}") for i in range(JOBS)]
+    events = [
+        Event(EventType.ADDED, f"xpupool-a/{o['metadata']['name']}", o["metadata"]["uid"], o)
+        for o in objs
+    ]
+    again = objs[0] | {"metadata": {**objs[0]["metadata"], "resourceVersion": "2"}}
+    events.append(Event(EventType.MODIFIED, events[0].key, events[0].uid, again))
+    with counting(srv) as commits:
+        site._gated.on_pods(events)
+    assert commits == [1], f"{commits[0]} writes for {JOBS} new pods"
+    found = srv.client.get("/v1/jobs", headers=srv.admin).json()
+    assert sorted(j["name"] for j in found) == sorted(
+        f"pod xpupool-a/user-{i}" for i in range(JOBS)
+    )
+    for j in found:
+        name = str(j["name"]).rsplit("/", 1)[1]
+        assert site._gated.job_of_uid(f"uid-{name}") == (int(j["id"]), 0)
 
 
 def gated_pod(name: str) -> dict[str, Any]:

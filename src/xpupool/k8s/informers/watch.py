@@ -18,7 +18,9 @@ raises makes the object count as absent (logged), so one hostile object cannot s
 Events reach the consumer on the informer's own thread, in the order the apiserver sent them, so in
 order per object; a consumer that raises is logged and the stream goes on. A consumer that pays a
 write per event may take a list's events at once (``listed``): the first list after a restart holds
-every object at once (a Kubernetes site's 10,000 pods), where a watch brings them one at a time.
+every object at once (a Kubernetes site's 10,000 pods), where a watch brings them one at a time;
+with ``coalesce`` the watch's events go there too, those queued behind one another taken together
+(``batches.py``), so a burst of changes costs a write per batch, not per event.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from lightkube.core.resource import NamespacedResource
 from lightkube.generic_resource import Generic as RawObject
 from lightkube.types import OnErrorAction, OnErrorResult
 
+from xpupool.k8s.informers.batches import EventBatches
 from xpupool.k8s.informers.kubeconfig import InterruptibleTransport, make_client
 from xpupool.k8s.informers.lists import LIST_CHUNK, ExpiredError, is_expired, list_whole
 
@@ -123,7 +126,8 @@ class Informer(Generic[T]):
     :meth:`stop`. Thread-safe: :meth:`wait_synced` from any thread. ``listed``, when given,
     takes the events of each list (the first, a resync's, one after a 410) all at once, in the
     list's order, instead of ``consumer`` one by one; the watch's events still go to
-    ``consumer``."""
+    ``consumer``, unless ``coalesce``: then they go to ``listed`` too, in batches of those
+    already queued, on a thread of their own (``batches.py``)."""
 
     def __init__(
         self,
@@ -140,7 +144,10 @@ class Informer(Generic[T]):
         backoff_cap_s: float = 30.0,
         name: str | None = None,
         listed: Callable[[Sequence[Event[T]]], None] | None = None,
+        coalesce: bool = False,
     ) -> None:
+        if coalesce and listed is None:
+            raise ValueError("coalesce needs listed: the consumer of batches")
         self.resource = resource
         self.transform = transform
         self.consumer = consumer
@@ -152,6 +159,9 @@ class Informer(Generic[T]):
         self.list_chunk = list_chunk
         self.backoff_cap_s = backoff_cap_s
         self.name = name or resource.__name__
+        self._batches: EventBatches[Event[T]] | None = (
+            EventBatches(listed, name=self.name) if coalesce and listed is not None else None
+        )
         self._transport = InterruptibleTransport(config)
         self._client: Client = make_client(config, transport=self._transport)
         self._known: dict[str, _Known[T]] = {}
@@ -174,6 +184,8 @@ class Informer(Generic[T]):
     def start(self) -> Informer[T]:
         if self._thread is not None:
             raise RuntimeError(f"informer {self.name} already started")
+        if self._batches is not None:
+            self._batches.start()
         self._thread = threading.Thread(target=self._run, name=f"informer-{self.name}", daemon=True)
         self._thread.start()
         if self.resync_s > 0:
@@ -189,6 +201,8 @@ class Informer(Generic[T]):
         came (after a resync's list, say) would otherwise block until the apiserver's own
         timeout, minutes away."""
         self._stop.set()
+        if self._batches is not None:  # first: the thread may wait on them to take its events
+            self._batches.stop(timeout_s)
         deadline = time.monotonic() + timeout_s
         for thread in (self._thread, self._ticker):
             while thread is not None and thread.is_alive() and time.monotonic() < deadline:
@@ -408,6 +422,9 @@ class Informer(Generic[T]):
         return Event(EventType.DELETED, key, known.uid, known.value)
 
     def _deliver(self, event: Event[T]) -> None:
+        if self._batches is not None:
+            self._batches.event(event)
+            return
         try:
             self.consumer(event)
         except Exception:
@@ -420,6 +437,9 @@ class Informer(Generic[T]):
                 self._deliver(event)
             return
         if not events:
+            return
+        if self._batches is not None:
+            self._batches.listed(events)
             return
         try:
             self.listed(events)

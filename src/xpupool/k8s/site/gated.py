@@ -309,7 +309,9 @@ class GatedPods:
     def attach(self, plane: ControlPlane, client: Client, config: SingleConfig) -> Informer[Any]:
         """Read the stored pod jobs of this site and watch its labelled pods (not the plane's
         own, which carry :data:`~xpupool.k8s.site.pods.JOB`); returns the informer, started. A
-        list's pods are taken together (:meth:`on_pods`), a watch's one by one."""
+        list's pods are taken together (:meth:`on_pods`), and so are a watch's that queued up
+        behind one another (``coalesce``: a burst of kubectl users' pods was a submission, a
+        store write, each)."""
         self.bind(plane, client)
         informer: Informer[dict[str, Any]] = Informer(
             config,
@@ -319,6 +321,7 @@ class GatedPods:
             labels={QUEUE: operators.exists(), JOB: operators.not_exists()},
             name=f"site-{self.site}-gated",
             listed=self.on_pods,
+            coalesce=True,
         )
         informer.start()
         threading.Thread(
@@ -400,16 +403,28 @@ class GatedPods:
 
     # ------------------------------------------------------------------ the informer's thread
     def on_pods(self, events: Sequence[Event[dict[str, Any]]]) -> None:
-        """A list's pods (the first after a restart: every pod the plane has a job for), each
-        taken as a watch's event is, the reports and waiting notes of those still there sent
-        together, a write per chunk (one each was a write each). A pod gone is taken alone: what
-        its job becomes decides whether the pair is forgotten."""
+        """A list's pods (the first after a restart: every pod the plane has a job for), or a
+        batch of the watch's events, each taken as :meth:`on_pod` takes it: the new gated pods
+        (a gang's aside) submitted together in one write (:meth:`_submit_all`), the reports and
+        waiting notes of those still there sent together, a write per chunk (one each was a
+        write each). A pod gone is taken alone: what its job becomes decides whether the pair
+        is forgotten."""
         reports: list[SiteReport] = []
+        submits: list[tuple[Mapping[str, Any], str]] = []
+        pending: set[str] = set()  # uids of the pods in ``submits``
         for event in events:
+            if event.uid in pending:  # a pod's later event: after its submission, as alone
+                self._submit_together(submits)
+                submits.clear()
+                pending.clear()
+            before = len(submits)
             try:
-                self.on_pod(event, reports)
+                self.on_pod(event, reports, submits)
             except Exception:  # one pod is not worth the others' reports
                 log.exception("site %s: pod %s %s", self.site, event.key, event.type)
+            if len(submits) > before:
+                pending.add(event.uid)
+        self._submit_together(submits)
         if not reports:
             return
         try:
@@ -419,9 +434,16 @@ class GatedPods:
                 "site %s: %d reports of a pod list refused: %s", self.site, len(reports), exc
             )
 
-    def on_pod(self, event: Event[dict[str, Any]], reports: list[SiteReport] | None = None) -> None:
+    def on_pod(
+        self,
+        event: Event[dict[str, Any]],
+        reports: list[SiteReport] | None = None,
+        submits: list[tuple[Mapping[str, Any], str]] | None = None,
+    ) -> None:
         """The informer's consumer: a labelled pod not of the plane's, added, changed or gone;
-        what a pod still there says is sent at once, or added to ``reports`` (a list's)."""
+        what a pod still there says is sent at once, or added to ``reports`` (a batch's); a new
+        gated pod (not a gang's) is submitted at once, or added to ``submits`` (a batch's, with
+        its tenant)."""
         obj = event.value
         meta = obj.get("metadata") or {}
         uid, namespace = str(meta.get("uid", "")), str(meta.get("namespace", ""))
@@ -443,30 +465,74 @@ class GatedPods:
         except RequestError as exc:
             self._refuse({k: str(meta.get(k, "")) for k in ("namespace", "name", "uid")}, exc)
             return
-        if claim is None:
-            self._submit(obj, tenant)
+        if claim is None and submits is not None:
+            submits.append((obj, tenant))
+        elif claim is None:
+            self._submit_all([(obj, tenant)])
         elif members is not None:
             self._submit_gang(claim.name, members, tenant)
 
-    def _submit(self, obj: Mapping[str, Any], tenant: str) -> None:
+    def _submit_together(self, pods: Sequence[tuple[Mapping[str, Any], str]]) -> None:
+        """:meth:`_submit_all` for a batch's pods: a store that fails is logged (no pod of the
+        batch was stored; each one's next event tries again), the batch's reports still go."""
+        if not pods:
+            return
+        try:
+            self._submit_all(pods)
+        except Exception:
+            log.exception("site %s: %d pods not submitted", self.site, len(pods))
+
+    def _submit_all(self, pods: Sequence[tuple[Mapping[str, Any], str]]) -> None:
+        """New gated pods, ``(object, tenant)``, each submitted as the job that stands for it,
+        with the row naming its pod, all in one store transaction (``jobs.submit_many``: a
+        refused one is refused alone, an Event saying why). Each row is matched to its pod by
+        the job's name (``pod NAMESPACE/NAME``); the pods whose name another of the batch has
+        (names are cut at 200 characters) are submitted after them, in a batch of their own.
+        A store that fails raises its error, once the refused pods have their Events."""
         plane = self._plane
         assert plane is not None
-        meta = obj.get("metadata") or {}
-        where = {k: str(meta.get(k, "")) for k in ("namespace", "name", "uid")}
+        alone: list[tuple[Mapping[str, Any], str]] = []
         with self._lock:
-            try:
-                pod = read_gated_pod(obj, self.site)
+            named: dict[str, tuple[GatedPod, dict[str, str]]] = {}
+            asks = []
+            for obj, tenant in pods:
+                meta = obj.get("metadata") or {}
+                where = {k: str(meta.get(k, "")) for k in ("namespace", "name", "uid")}
+                try:
+                    pod = read_gated_pod(obj, self.site)
+                    body = job_of_pod(pod, tenant)
+                except XpupoolError as exc:
+                    self._refuse(where, exc)
+                    continue
+                name = str(body.name)
+                if name in named:
+                    alone.append((obj, tenant))
+                    continue
+                named[name] = (pod, where)
+                asks.append((as_tenant(tenant), body))
 
-                def row(conn: Connection, stored: Submitted) -> None:
-                    known = PodJob(int(stored.row["id"]), pod.namespace, pod.name, pod.uid)
-                    site_pod_rows.remember(conn, self.site, known)
+            def row(conn: Connection, stored: Submitted) -> None:
+                pod, _ = named[str(stored.row["name"])]
+                known = PodJob(int(stored.row["id"]), pod.namespace, pod.name, pod.uid)
+                site_pod_rows.remember(conn, self.site, known)
 
-                job = jobs.submit(plane, as_tenant(tenant), job_of_pod(pod, tenant), then=row)
-            except XpupoolError as exc:
-                self._refuse(where, exc)
-                return
-            self._remember(PodJob(job.id, pod.namespace, pod.name, pod.uid))
-        log.info("site %s: pod %s/%s is job %d", self.site, pod.namespace, pod.name, job.id)
+            answers = jobs.submit_many(plane, asks, then=row) if asks else []
+            failed: Exception | None = None  # the store's: nothing of the batch was stored
+            for (pod, where), answer in zip(named.values(), answers, strict=True):
+                if isinstance(answer, XpupoolError):
+                    self._refuse(where, answer)
+                elif isinstance(answer, Exception):  # not stored; its next event tries again
+                    failed = answer
+                else:
+                    job_id = int(answer.row["id"])
+                    self._remember(PodJob(job_id, pod.namespace, pod.name, pod.uid))
+                    log.info(
+                        "site %s: pod %s/%s is job %d", self.site, pod.namespace, pod.name, job_id
+                    )
+        if alone:
+            self._submit_all(alone)
+        if failed is not None:
+            raise failed
 
     def _refuse(self, where: Mapping[str, str], exc: XpupoolError) -> None:
         """The pod stays gated, no job made; an Event says why (once per refusal)."""

@@ -393,8 +393,9 @@ class KubernetesSite:
 
     def _pod_informer(self, config: SingleConfig) -> Informer[PodState]:
         """The watch of the plane's own pods on this site (not started): a list's pods are
-        taken together (:meth:`_on_pods`), a watch's one by one. A restart's reconciliation
-        reads its first list."""
+        taken together (:meth:`_on_pods`), and so are a watch's that queued up behind one another
+        (``coalesce``: a burst of jobs' pods going Pending, bound, Running was a write per
+        event under the plane's lock). A restart's reconciliation reads its first list."""
         self._pod_watch = Informer(
             config,
             RawPod,
@@ -404,6 +405,7 @@ class KubernetesSite:
             resync_s=self.resync_s,
             name=f"site-{self.name}-pods",
             listed=self._on_pods,
+            coalesce=True,
         )
         return self._pod_watch
 
@@ -482,9 +484,10 @@ class KubernetesSite:
 
     # ------------------------------------------------------------------ pods
     def _on_pods(self, events: Sequence[Event[PodState]]) -> None:
-        """A list's pods (the first after a restart: every pod of the held jobs), each taken as
-        a watch's event is, their reports and waiting notes applied together, a write per
-        :data:`REPORT_CHUNK` (one each was a write each: 10,000 of them after a restart)."""
+        """A list's pods (the first after a restart: every pod of the held jobs), or a batch of
+        the watch's events, each taken as :meth:`_on_pod` takes it, their reports and waiting
+        notes applied together, a write per :data:`REPORT_CHUNK` (one each was a write each:
+        10,000 of them after a restart, 300 a second in a burst of 100 jobs a second)."""
         reports: list[SiteReport] = []
         for event in events:
             try:
@@ -494,9 +497,9 @@ class KubernetesSite:
         try:
             self._send_all(reports)
         except XpupoolError as exc:
-            log.warning(
-                "site %s: %d reports of a pod list refused: %s", self.name, len(reports), exc
-            )
+            log.warning("site %s: %d reports of pods refused: %s", self.name, len(reports), exc)
+        for job_id in sorted({e.value.job for e in events if _ended(e)}):
+            self._sweep_if_over(job_id)  # asked once their reports are applied: they end jobs
 
     def _on_pod(self, event: Event[PodState], reports: list[SiteReport] | None = None) -> None:
         """One pod's change; its report (and note) sent at once, or added to ``reports`` (a
@@ -521,10 +524,16 @@ class KubernetesSite:
             self._send(*said)
         if event.type is not EventType.DELETED and state.phase in ("Running", *TERMINAL):
             self._follow_log(event.key, state)
+        if reports is None and _ended(event):
+            self._sweep_if_over(state.job)
+
+    def _sweep_if_over(self, job_id: int) -> None:
+        """A pod of ``job_id`` ended, its report applied (it may be what ended the job): when
+        the plane holds the job no more, its run is over and the worker looks at whether the
+        job is finished (its Secret, its pods' retention)."""
         plane = self._plane
-        ended = event.type is not EventType.DELETED and state.phase in TERMINAL
-        if ended and plane is not None and plane.held_run(state.job) is None:
-            self._tasks.put(_Sweep(state.job))  # its run is over: is the job finished?
+        if plane is not None and plane.held_run(job_id) is None:
+            self._tasks.put(_Sweep(job_id))
 
     # ------------------------------------------------------------------ logs (pod_logs.py)
     def _follow_log(self, key: str, state: PodState) -> None:
@@ -609,11 +618,24 @@ class KubernetesSite:
         return node, r
 
     def _send_all(self, reports: Sequence[SiteReport]) -> None:
-        """Many pods' reports, ``(node, report)``, and notes, a write per :data:`REPORT_CHUNK`."""
+        """Many pods' reports, ``(node, report)``, and notes, a write per :data:`REPORT_CHUNK`;
+        a chunk the plane refuses is applied again one report at a time, so that one report
+        refused (as a heartbeat's would be) costs only itself."""
         plane = self._plane
         assert plane is not None
         for i in range(0, len(reports), REPORT_CHUNK):
-            agents.site_reports(plane, reports[i : i + REPORT_CHUNK])
+            chunk = reports[i : i + REPORT_CHUNK]
+            try:
+                agents.site_reports(plane, chunk)
+            except XpupoolError as exc:
+                if len(chunk) == 1:
+                    raise
+                log.warning("site %s: %d reports refused together: %s", self.name, len(chunk), exc)
+                for one in chunk:
+                    try:
+                        agents.site_reports(plane, [one])
+                    except XpupoolError as why:
+                        log.warning("site %s: a report refused: %s", self.name, why)
 
     def _send(self, node: str, r: ReplicaReport) -> None:
         assert self._plane is not None
@@ -777,11 +799,27 @@ class KubernetesSite:
             )
             self._send(node, r)
 
-    def _job_pods(self, job_id: int) -> list[dict[str, Any]]:
+    def _job_pods(self, job_id: int) -> list[tuple[str, str]]:
+        """(namespace, name) of the job's pods: as the pod watch holds them when it holds a pod
+        of the current run for each of the run's replicas, else listed by label. The watch's
+        copy is then as fresh as a list for a stop: only the plane makes pods labelled with its
+        jobs, one per replica and run, so a pod of the run that the watch has not shown yet
+        (made a moment ago) is the only thing a list would add, and that is the case where the
+        list is still made; a pod of an earlier run not seen yet is a stray, deleted when the
+        watch shows it (:meth:`_stray`). A list per stop read the API server for what the
+        watch held already."""
+        seen = self._pods.of_job(job_id)
+        plane = self._plane
+        run = None if plane is None else plane.held_run(job_id)
+        if run is not None and run.allocations:
+            current = {s.replica for _, s in seen if s.attempt == run.attempt}
+            if all(r in current for r, _ in run.allocations):
+                return [(k.partition("/")[0], k.partition("/")[2]) for k, _ in seen]
         client = self._client
         assert client is not None
         labels: dict[str, Any] = {JOB: str(job_id), SITE: self.name}
-        return [dict(p) for p in client.list(RawPod, namespace="*", labels=labels)]
+        listed = [dict(p)["metadata"] for p in client.list(RawPod, namespace="*", labels=labels)]
+        return [(str(m["namespace"]), str(m["name"])) for m in listed]
 
     def _delete(self, job_id: int) -> None:
         """Delete the job's pods (their own grace period) and its Secret (listed in the pods'
@@ -791,11 +829,10 @@ class KubernetesSite:
         client = self._client
         assert client is not None
         pods = self._job_pods(job_id)
-        for pod in pods:
-            meta = pod["metadata"]
+        for namespace, name in pods:
             with gone_ok():
-                client.delete(RawPod, meta["name"], namespace=meta["namespace"])
-        namespaces = {str(p["metadata"]["namespace"]) for p in pods}
+                client.delete(RawPod, name, namespace=namespace)
+        namespaces = {namespace for namespace, _ in pods}
         plane = self._plane
         run = None if plane is None else plane.held_run(job_id)
         if run is not None:
@@ -895,6 +932,11 @@ class KubernetesSite:
                 reason=why,
             )
             reports.append((node, r))
+
+
+def _ended(event: Event[PodState]) -> bool:
+    """Does the event say the pod has ended (not gone: a deletion ends nothing)?"""
+    return event.type is not EventType.DELETED and event.value.phase in TERMINAL
 
 
 def _inventory(node: Node) -> Node:
