@@ -264,3 +264,17 @@ def test_a_gang_whose_members_cannot_all_be_cut_for_gets_no_recut() -> None:
     offer = Offer([PartitionCard("n0", "GPU-0", A100, MIXED)])
     decision = _cycle(MIXED, offer).decide(_gang(1, 3), {})
     assert isinstance(decision, Wait), decision
+
+
+def test_a_job_of_several_replicas_placed_in_part_waits_for_the_recuts_the_rest_need() -> None:
+    # not a gang: the free 3g.40gb@0 takes one replica and the other fits nowhere; the job runs
+    # whole, so it is given back and the second replica's card is re-cut as a gang's would be
+    offer = Offer([PartitionCard("n0", "GPU-0", A100, MIXED)])
+    cycle = _cycle(MIXED, offer)
+    live = dict(cycle.engine.state.live)
+    want = DeviceRequest(1, partition="3g.40gb")
+    decision = cycle.decide(Job(1, "q", 0, Request("j", 1000, 1024, want, replicas=2)), {})
+    assert isinstance(decision, Recutting) and decision.new, decision
+    (recut,) = decision.recuts
+    assert sorted(recut.layout) == [("3g.40gb", 0), ("3g.40gb", 4)], recut
+    assert cycle.engine.state.live == live  # deciding changed nothing
