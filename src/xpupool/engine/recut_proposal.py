@@ -8,8 +8,8 @@ node's agent through its one re-cut operation, as the scheduling cycle proposes:
 ``engine/cycle/recutting.py``) before placing the request again.
 The choice of card and layout is a rule with one signature (``partition_recut.recut_choice``,
 xpupool's; ``hami_mig.hami_mig_choice``, HAMi v2.10's); this step only says which cards the rule
-may choose among: those of a scheme that has the profile, on nodes where the request's CPU and
-memory fit now, all on one node for a replica of several devices. An answer without a free
+may choose among: those of a scheme that has the profile, on nodes where the CPU and memory of
+every replica put there fit now, all on one node for a replica of several devices. An answer without a free
 instance of the asked profile (HAMi's rule picks by memory, and may cut a ``3g.40gb`` for a
 ``4g.40gb``) is not proposed: the request would not take it.
 """
@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from xpupool.catalog.partition_geometry import Instance, Layout
 from xpupool.catalog.partitions import PartitionScheme
 from xpupool.engine.engine import Engine
+from xpupool.engine.state import BoolArray
 from xpupool.model.request import DeviceRequest, Request
 
 __all__ = ["PartitionCard", "Recut", "RecutRule", "propose_recut"]
@@ -85,24 +86,27 @@ def propose_recut(
     per replica of one device, ``req.devices.count`` cards of one node otherwise (the first
     node, in the order of ``cards``, where the rule finds them all), each replica's instances
     taken as busy before the next is looked for; empty when the rule falls short for a replica
-    or ``req`` asks for no partition; a ``resting`` card is never chosen. A card whose free
+    or ``req`` asks for no partition; a ``resting`` card is never chosen, nor a card of a node
+    without the CPU and memory of one more replica than the proposal puts there already. A card whose free
     instances of the profile serve is answered with its layout unchanged, and left out of the
     result (all unchanged: placement failed for another reason). Changes nothing."""
     d = req.devices
     if d.count < 1 or (d.partition is None and d.isolated_mib is None):
         return ()
-    host = engine.feasible(replace(req, devices=DeviceRequest(), replicas=1)).node_fit
-    fits: dict[str, bool] = {}
-    for card in cards:
-        if card.node not in fits:
-            i = engine.node_index(card.node)
-            fits[card.node] = i is not None and bool(host[i])
-    usable = [c for c in cards if fits[c.node] and not c.resting]
+    room = _HostRoom(engine, req)
+    usable = [c for c in cards if room.holds(c.node, 1) and not c.resting]
     current = list(usable)
-    groups = _by_scheme(usable)
+    placed: dict[str, int] = {}
     for _ in range(req.replicas):
-        if not _replica(current, groups, d, rule):
+        # only cards of nodes with CPU and memory for one more replica than put there already
+        at = [i for i, c in enumerate(current) if room.holds(c.node, placed.get(c.node, 0) + 1)]
+        trial = [current[i] for i in at]
+        node = _replica(trial, _by_scheme(trial), d, rule)
+        if node is None:
             return ()
+        for i, card in zip(at, trial, strict=True):
+            current[i] = card
+        placed[node] = placed.get(node, 0) + 1
     return tuple(
         Recut(c.node, c.uuid, c.layout, n.layout)
         for c, n in zip(usable, current, strict=True)
@@ -110,21 +114,49 @@ def propose_recut(
     )
 
 
+class _HostRoom:
+    """Whether a node has the CPU and memory of ``k`` replicas of ``req`` now: the engine's
+    filters asked once per ``k`` for ``k`` times the CPU and memory and no device. A proposal
+    putting two replicas on a node with room for one is a re-cut nobody can use."""
+
+    def __init__(self, engine: Engine, req: Request) -> None:
+        self._engine = engine
+        self._req = req
+        self._masks: dict[int, BoolArray] = {}
+
+    def holds(self, node: str, k: int) -> bool:
+        mask = self._masks.get(k)
+        if mask is None:
+            r = self._req
+            alone = replace(
+                r,
+                cpu_milli=r.cpu_milli * k,
+                memory_mib=r.memory_mib * k,
+                devices=DeviceRequest(),
+                replicas=1,
+            )
+            mask = self._masks[k] = self._engine.feasible(alone).node_fit
+        i = self._engine.node_index(node)
+        return i is not None and bool(mask[i])
+
+
 def _replica(
     current: list[PartitionCard], groups: list[list[int]], d: DeviceRequest, rule: RecutRule
-) -> bool:
+) -> str | None:
     """One replica's ``d.count`` instances found on ``current`` (one card, or cards of one
-    node) and taken as cut, busy, in ``current``; False when the rule falls short."""
+    node) and taken as cut, busy, in ``current``: the node they are on; None when the rule
+    falls short."""
     if d.count == 1:
-        return _take(current, groups, d, rule)
+        took = _take(current, groups, d, rule)
+        return None if took is None else current[took].node
     for node in dict.fromkeys(c.node for c in current):
         at = [i for i, c in enumerate(current) if c.node == node]
         trial = [current[i] for i in at]
-        if all(_take(trial, _by_scheme(trial), d, rule) for _ in range(d.count)):
+        if all(_take(trial, _by_scheme(trial), d, rule) is not None for _ in range(d.count)):
             for i, card in zip(at, trial, strict=True):
                 current[i] = card
-            return True
-    return False
+            return node
+    return None
 
 
 def _by_scheme(cards: Sequence[PartitionCard]) -> list[list[int]]:
@@ -160,15 +192,16 @@ def _profile(scheme: PartitionScheme, d: DeviceRequest) -> str | None:
 
 def _take(
     current: list[PartitionCard], groups: list[list[int]], d: DeviceRequest, rule: RecutRule
-) -> bool:
+) -> int | None:
     """One instance: the rule's first answer over each geometry's cards taken as cut (its new
-    layout in ``current``, its free instance of the profile then busy); False when none."""
+    layout in ``current``, its free instance of the profile then busy): the index of its card;
+    None when none."""
     found = _ask(current, groups, d, rule)
     if found is None:
-        return False
+        return None
     at, layout, new = found
     current[at] = replace(current[at], layout=layout, busy=current[at].busy | {new})
-    return True
+    return at
 
 
 def _ask(

@@ -264,3 +264,34 @@ def test_a_gang_whose_members_cannot_all_be_cut_for_gets_no_recut() -> None:
     offer = Offer([PartitionCard("n0", "GPU-0", A100, MIXED)])
     decision = _cycle(MIXED, offer).decide(_gang(1, 3), {})
     assert isinstance(decision, Wait), decision
+
+
+def test_a_job_of_several_replicas_placed_in_part_waits_for_the_recuts_the_rest_need() -> None:
+    # not a gang: the free 3g.40gb@0 takes one replica and the other fits nowhere; the job runs
+    # whole, so it is given back and the second replica's card is re-cut as a gang's would be
+    offer = Offer([PartitionCard("n0", "GPU-0", A100, MIXED)])
+    cycle = _cycle(MIXED, offer)
+    live = dict(cycle.engine.state.live)
+    want = DeviceRequest(1, partition="3g.40gb")
+    decision = cycle.decide(Job(1, "q", 0, Request("j", 1000, 1024, want, replicas=2)), {})
+    assert isinstance(decision, Recutting) and decision.new, decision
+    (recut,) = decision.recuts
+    assert sorted(recut.layout) == [("3g.40gb", 0), ("3g.40gb", 4)], recut
+    assert cycle.engine.state.live == live  # deciding changed nothing
+
+
+def test_replicas_are_not_cut_for_on_a_node_with_cpu_for_one_of_them() -> None:
+    # two A100s cut 3g+3g on one node with CPU for one replica: a re-cut of both cards for two
+    # 4g.40gb replicas could not be used (one replica's CPU is short), so none is proposed
+    whole = replace(gpu_node("n0", count=2), cpu_milli=1500)
+    parts = load_partitions(), load_accelerators()
+    devices = tuple(d for card in whole.devices for d in cut_card(card, TWO_3G, *parts))
+    engine = engine_for(replace(whole, devices=devices))
+    cycle = SchedulingCycle(Admission(engine, [QueueSpec("q", "t", ())]), Verdicts(engine.state))
+    cycle.recuts = Offer([PartitionCard("n0", c.uuid, A100, TWO_3G) for c in whole.devices])
+    want = DeviceRequest(1, partition="4g.40gb")
+    request = Request("j", 1000, 1024, want, replicas=2, gang=True)
+    decision = cycle.decide(Job(1, "q", 0, request), {})
+    assert not isinstance(decision, Recutting), decision
+    one = cycle.decide(Job(2, "q", 0, replace(request, replicas=1, gang=False)), {})
+    assert isinstance(one, Recutting) and len(one.recuts) == 1, one  # room for one: cut one

@@ -215,12 +215,15 @@ class SchedulingCycle:
         waiting_on = frozenset(job.waiting_on & stopping)
         if waiting_on:  # its victims are still stopping: do not pick more
             return Wait(WaitingForVictims(reason, tuple(sorted(waiting_on))), waiting_on)
+        # a job placed in part (its replicas each took room, the rest found none) is short of
+        # room only, so a re-cut may serve its remaining replicas as it serves a gang's
+        room_only = isinstance(outcome, Admitted) or outcome.capacity_only
+        cut: Recutting | bool = False
+        if room_only and self.recuts is not None:  # free slices re-cut: nobody stops for it
+            cut = recutting(self.engine, self.recuts, job.id, job.request, reason)
+            if isinstance(cut, Recutting):
+                return cut
         if isinstance(outcome, Refusal) and outcome.capacity_only:
-            cut: Recutting | bool = False
-            if self.recuts is not None:  # free slices re-cut: nobody stops for it
-                cut = recutting(self.engine, self.recuts, job.id, job.request, reason)
-                if isinstance(cut, Recutting):
-                    return cut
             shrink = (
                 shrink_plan(self.admission, self.elastic, job, reason) if self.elastic else None
             )
