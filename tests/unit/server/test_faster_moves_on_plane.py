@@ -74,7 +74,8 @@ def test_the_plane_moves_the_job_to_the_a100_once_it_frees(server: Server) -> No
 
 
 def test_a_job_without_a_max_runtime_is_not_moved(server: Server) -> None:
-    """The plane knows no end of it, so no gain to weigh."""
+    """No ``max_runtime`` and no finished job of its shape: the plane knows no end of it, so no
+    gain to weigh."""
     faster_moves.use(server.plane, FasterRule())
     node(server, "fast", count=1)
     node(server, "slow", count=1, model="T4", memory_mib=15360)
@@ -136,3 +137,60 @@ def test_a_job_moves_by_speeds_measured_after_it_was_placed(server: Server) -> N
     moved = job(server, mover)
     assert moved["stop_cause"] == "preempted", moved["reason"]
     assert "A100 1x against T4 0.25x" in moved["reason"], moved["reason"]
+
+
+def test_a_job_without_a_max_runtime_moves_by_the_learned_run_time_of_its_shape(
+    server: Server,
+) -> None:
+    """No ``max_runtime``, but a job of its shape ran 10 h to success: the wait estimator's mean
+    run time of the shape (``site_choice.RunTimes``) less what it has run is the remaining run
+    the rule weighs, and its event says so."""
+    faster_moves.use(server.plane, FasterRule())
+    node(server, "fast", count=1)
+    node(server, "slow", count=1, model="T4", memory_mib=15360)
+    a = tenant(server, "a")
+    done = submit(server, a, MOVER)["id"]
+    server.schedule()
+    where = cards(job(server, done))[0].split("-")[0]
+    heartbeat(server, where, [report(done, 0, "running")])
+    server.clock.advance(36000)
+    heartbeat(server, where, [report(done, 0, "succeeded", 0)])
+    busy = submit(server, a, "A100:1")["id"]
+    server.schedule()
+    mover = submit(server, a, MOVER)["id"]
+    server.schedule()
+    heartbeat(server, "fast", [report(busy, 0, "running")])
+    heartbeat(server, "slow", [report(mover, 0, "running")])
+    assert cards(job(server, mover)) == ["slow-gpu0"]
+    server.clock.advance(600)
+    heartbeat(server, "fast", [report(busy, 0, "succeeded", 0)])
+    server.schedule()
+    moved = job(server, mover)
+    assert moved["stop_cause"] == "preempted", moved["reason"]
+    assert "remaining run estimated: mean of 1 run of its shape" in moved["reason"], moved["reason"]
+
+
+def test_a_job_without_a_max_runtime_is_not_moved_past_its_learned_run_time(
+    server: Server,
+) -> None:
+    """Its shape's mean run time is 1 h and it has run 2 h: nothing left to gain, not moved."""
+    faster_moves.use(server.plane, FasterRule())
+    node(server, "fast", count=1)
+    node(server, "slow", count=1, model="T4", memory_mib=15360)
+    a = tenant(server, "a")
+    done = submit(server, a, MOVER)["id"]
+    server.schedule()
+    where = cards(job(server, done))[0].split("-")[0]
+    heartbeat(server, where, [report(done, 0, "running")])
+    server.clock.advance(3600)
+    heartbeat(server, where, [report(done, 0, "succeeded", 0)])
+    busy = submit(server, a, "A100:1")["id"]
+    server.schedule()
+    mover = submit(server, a, MOVER)["id"]
+    server.schedule()
+    heartbeat(server, "fast", [report(busy, 0, "running")])
+    heartbeat(server, "slow", [report(mover, 0, "running")])
+    server.clock.advance(7200)
+    heartbeat(server, "fast", [report(busy, 0, "succeeded", 0)])
+    server.schedule()
+    assert job(server, mover)["stop_cause"] is None
