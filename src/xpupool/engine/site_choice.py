@@ -73,12 +73,18 @@ class RunTimes:
         self._total_s[key] = self._total_s.get(key, 0.0) + seconds
         self._count[key] = self._count.get(key, 0) + 1
 
-    def mean_s(self, req: Request, max_runtime_s: float | None = None) -> tuple[float, str]:
-        """The mean run time to count for ``req``'s shape and where it comes from (for events)."""
+    def learned(self, req: Request) -> tuple[float, int] | None:
+        """The mean run time of ``req``'s shape and of how many finished runs, or None with no
+        history of the shape (the moves to faster cards weigh only a learned one)."""
         key = shape_key(req)
         n = self._count.get(key, 0)
-        if n:
-            return self._total_s[key] / n, f"mean of {n} runs of its shape"
+        return (self._total_s[key] / n, n) if n else None
+
+    def mean_s(self, req: Request, max_runtime_s: float | None = None) -> tuple[float, str]:
+        """The mean run time to count for ``req``'s shape and where it comes from (for events)."""
+        found = self.learned(req)
+        if found is not None:
+            return found[0], f"mean of {found[1]} runs of its shape"
         if max_runtime_s is not None:
             return float(max_runtime_s), "its max_runtime"
         return NO_HISTORY_RUNTIME_S, "no history of its shape"

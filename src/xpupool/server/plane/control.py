@@ -868,8 +868,9 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
 
     def _learn_run(self, conn: Connection, job: HeldJob, now: float) -> None:
         """The site choice's wait estimator learns the run time of a job that succeeded
-        (``engine/site_choice.py``, ``RunTimes``), where there are sites to choose between."""
-        if job.started_at is None or len(self.engine.sites()) < 2:
+        (``engine/site_choice.py``, ``RunTimes``), where there are sites to choose between or
+        moves to faster cards (which weigh it for a job without ``max_runtime``)."""
+        if job.started_at is None or (len(self.engine.sites()) < 2 and self.faster is None):
             return
         request = request_from_dict(store.job_row(conn, job.id)["request"])
         self.site_dispatch.runtimes.record(request, now - job.started_at)

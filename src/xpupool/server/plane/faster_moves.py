@@ -6,9 +6,11 @@ After a pass that tried every pending job it could (the free cards are then ones
 could take), :func:`step` asks the cycle once. A job may move when defragmentation could move it
 (``HeldJob.movable``: a checkpoint signal and a preemption that requeues it; running, its
 ``min_run`` over, not stopping, not elastic, on agent nodes), it has speeds (declared with
-``speed=``, else its tenant's measured ones, ``throughput_knowledge.py``) and a ``max_runtime``:
-what is left of that is the remaining run the rule weighs (the plane knows no other end of a
-job; a job without one is never moved).
+``speed=``, else its tenant's measured ones, ``throughput_knowledge.py``) and a known run: its
+``max_runtime``, else the mean run time of its shape learned from the jobs that succeeded (the
+site choice's wait estimator, ``engine/site_choice.py``); what is left of that is the remaining
+run the rule weighs, and the move's event says when it was estimated and from how many runs. A
+job with neither is never moved.
 
 The rule admits the job pinned to the faster cards and releases its old ones; the plane holds the
 old ones again at once (its processes still run there until they are gone) and keeps the new ones
@@ -62,14 +64,37 @@ def facts(plane: ControlPlane, job_id: int) -> RunFacts | None:
     if found is None:
         return None
     job, request, cost = found
-    if job.max_runtime_s is None or job.started_at is None:
+    run_s = _run_s(plane, job, request)
+    if run_s is None or job.started_at is None:
         return None  # no end known: no gain to weigh
     speeds = _speeds(plane, job, request)
     if not speeds:
         return None
     request = replace(request, speeds=speeds)
-    remaining = job.max_runtime_s - (plane.clock() - job.started_at)
+    remaining = run_s[0] - (plane.clock() - job.started_at)
     return RunFacts(job.queue, request, remaining, cost.lost_s)
+
+
+def _run_s(plane: ControlPlane, job: HeldJob, request: Request) -> tuple[float, int] | None:
+    """The whole run the rule counts ``job`` to make and of how many finished runs it is
+    learned: its ``max_runtime`` (0 runs), else the mean run time of its shape that the site
+    choice's wait estimator learned (``engine/site_choice.py``, ``RunTimes``), else None."""
+    if job.max_runtime_s is not None:
+        return float(job.max_runtime_s), 0
+    return plane.site_dispatch.runtimes.learned(request)
+
+
+def _estimated(plane: ControlPlane, move: FasterMove) -> str:
+    """'; remaining run estimated: mean of 3 runs of its shape' for a job moved without a
+    ``max_runtime``, else ''."""
+    held = plane.held_jobs.get(move.job.id)
+    if held is None or held.movable is None:
+        return ""
+    run_s = _run_s(plane, held, held.movable)
+    if run_s is None or run_s[1] == 0:
+        return ""
+    n = run_s[1]
+    return f"; remaining run estimated: mean of {n} run{'s' if n != 1 else ''} of its shape"
 
 
 def step(plane: ControlPlane) -> int:
@@ -98,7 +123,7 @@ def _step(plane: ControlPlane) -> int:
         cycle.faster = mover.cards
         moves = cycle.move_to_faster(plane.held_jobs)
         for move in moves:
-            why = f"{render(move.outcome)}; {_against(plane, move)}"
+            why = f"{render(move.outcome)}; {_against(plane, move)}{_estimated(plane, move)}"
             keep_and_stop(plane, conn, mover, move.job.id, move.old, move.admitted, why)
     return len(moves)
 
