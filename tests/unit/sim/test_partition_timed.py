@@ -131,6 +131,18 @@ def test_the_timed_study_runs_tiny_as_its_user_runs_it() -> None:
         assert 0 <= got["xpupool_minus_hami"][mode]["recuts"][2] <= 1  # seeds lower, of 1
 
 
+def test_leaving_out_a_profile_the_card_lacks_is_refused_naming_it() -> None:
+    try:
+        default_nodes()
+    except TraceNotFound:
+        pytest.skip("the Alibaba trace is not beside this checkout")
+    cmd = [sys.executable, str(ROOT / "bench" / "partitions.py"), "--timed", "--tasks", "20"]
+    cmd += ["--seeds", "1", "--json", "--leave-out", "4g.40gb,9g.99gb"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=os.environ, cwd=ROOT)
+    assert out.returncode != 0 and not out.stdout
+    assert "--leave-out: ['9g.99gb'] are not profiles of A100-SXM4-80GB" in out.stderr
+
+
 @pytest.mark.parametrize("option", ["reservations", "dispatch"])
 def test_partitions_are_refused_with_options_that_keep_the_first_engine(option: str) -> None:
     # sites and reservations hold the engine the replay starts with, and a re-cut replaces it
