@@ -196,6 +196,8 @@ def test_a_restarted_plane_keeps_the_moves_in_its_budget(server: Server) -> None
         (["--consolidate"], "--consolidate"),
         (["--defrag", "--consolidate", "--consolidate-quiet", "soon"], "--consolidate-quiet"),
         (["--defrag", "--consolidate-quiet", "5m"], "--consolidate-quiet"),
+        (["--defrag", "--consolidate", "--consolidate-every", "often"], "--consolidate-every"),
+        (["--defrag", "--consolidate-every", "5s"], "--consolidate-every"),
     ],
 )
 def test_up_refuses_a_bad_defrag_or_move_option_naming_it(
