@@ -324,6 +324,7 @@ def simulate(
     defrag_min_cards: float,
     consolidate: bool,
     consolidate_quiet: str,
+    consolidate_every: str,
     move_faster: bool,
     move_faster_speedup: float,
     move_faster_gain: str,
@@ -436,7 +437,7 @@ def simulate(
                     reservations,
                     _defrag_budget(defrag, defrag_moves_per_hour, defrag_lost_gpu_hours),
                     defrag_min_cards,
-                    consolidation_rule(consolidate, defrag, consolidate_quiet),
+                    consolidation_rule(consolidate, defrag, consolidate_quiet, consolidate_every),
                 ),
             )
         except ValueError as exc:  # a peak the trace cannot reach (sim/load.py)

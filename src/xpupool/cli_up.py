@@ -459,6 +459,7 @@ def up(
     defrag_min_cards: float,
     consolidate: bool,
     consolidate_quiet: str,
+    consolidate_every: str,
     move_faster: bool,
     move_faster_speedup: float,
     move_faster_gain: str,
@@ -553,7 +554,7 @@ def up(
         )
     budget = _defrag_budget(defrag, defrag_moves_per_hour, defrag_lost_gpu_hours, defrag_min_cards)
     faster = faster_rule(move_faster, move_faster_speedup, move_faster_gain, move_faster_restart)
-    quiet = consolidation_rule(consolidate, defrag, consolidate_quiet)
+    quiet = consolidation_rule(consolidate, defrag, consolidate_quiet, consolidate_every)
     usage_keep_s = duration_s(usage_retention)
     if not usage_keep_s:
         raise click.BadParameter(

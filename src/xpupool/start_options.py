@@ -79,11 +79,19 @@ def defrag_budget_options(work: str, min_cards: float) -> Callable[[F], F]:
 
 
 def consolidate_options(work: str) -> Callable[[F], F]:
-    """Adds ``--consolidate`` and ``--consolidate-quiet`` (``engine/cycle/consolidate.py``
-    ``ConsolidationRule``; its defaults), which ``xpupool up`` and ``xpupool simulate`` read alike
-    (:func:`consolidation_rule`); ``work``: what the help calls what waits and moves."""
+    """Adds ``--consolidate``, ``--consolidate-quiet`` and ``--consolidate-every``
+    (``engine/cycle/consolidate.py`` ``ConsolidationRule``; its defaults), which ``xpupool up`` and
+    ``xpupool simulate`` read alike (:func:`consolidation_rule`); ``work``: what the help calls
+    what waits and moves."""
 
     def add(func: F) -> F:
+        func = click.option(
+            "--consolidate-every",
+            default="1m",
+            show_default=True,
+            metavar="DURATION",
+            help="with --consolidate: at most one search for moves this often",
+        )(func)
         func = click.option(
             "--consolidate-quiet",
             default="10m",
@@ -102,10 +110,10 @@ def consolidate_options(work: str) -> Callable[[F], F]:
     return add
 
 
-def consolidation_rule(on: bool, defrag: bool, quiet: str) -> ConsolidationRule | None:
+def consolidation_rule(on: bool, defrag: bool, quiet: str, every: str) -> ConsolidationRule | None:
     """``--consolidate``'s rule (None: off). Refused without ``--defrag`` (its budget and
     movable work are the defragmentation's), a bad duration naming its flag, and
-    ``--consolidate-quiet`` without ``--consolidate``."""
+    ``--consolidate-quiet`` or ``--consolidate-every`` without ``--consolidate``."""
     from click.core import ParameterSource
 
     from xpupool.client._times import duration_s
@@ -113,8 +121,10 @@ def consolidation_rule(on: bool, defrag: bool, quiet: str) -> ConsolidationRule 
 
     if not on:
         ctx = click.get_current_context()
-        if ctx.get_parameter_source("consolidate_quiet") is not ParameterSource.DEFAULT:
-            raise click.BadParameter("needs --consolidate", param_hint="--consolidate-quiet")
+        for name in ("consolidate_quiet", "consolidate_every"):
+            if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT:
+                hint = "--" + name.replace("_", "-")
+                raise click.BadParameter("needs --consolidate", param_hint=hint)
         return None
     if not defrag:
         raise click.BadParameter("needs --defrag (its budget)", param_hint="--consolidate")
@@ -122,7 +132,11 @@ def consolidation_rule(on: bool, defrag: bool, quiet: str) -> ConsolidationRule 
     if quiet_s is None:
         hint = "--consolidate-quiet"
         raise click.BadParameter(f"{quiet!r}: use a duration such as 10m", param_hint=hint)
-    return ConsolidationRule(quiet_s=quiet_s)
+    every_s = duration_s(every)
+    if every_s is None:
+        hint = "--consolidate-every"
+        raise click.BadParameter(f"{every!r}: use a duration such as 1m", param_hint=hint)
+    return ConsolidationRule(quiet_s=quiet_s, every_s=every_s)
 
 
 def move_faster_options(needs: str) -> Callable[[F], F]:

@@ -33,3 +33,16 @@ def _job_python() -> str:
 
 
 JOB_PYTHON = _job_python()
+
+TRAPS = [  # prints 'up'; on its checkpoint signal (SIGUSR1) 'checkpoint'; on SIGTERM 'term', ends
+    JOB_PYTHON,
+    "-c",
+    "import os, signal, sys, time\n"
+    "say = lambda word: os.write(1, word.encode() + b'\\n')\n"
+    "signal.signal(signal.SIGUSR1, lambda *_: say('checkpoint'))\n"
+    "signal.signal(signal.SIGTERM, lambda *_: (say('term'), sys.exit(0)))\n"
+    "say('up')\n"
+    "while True:\n"
+    "    time.sleep(0.1)\n",
+]
+"""A movable job's command (checkpoint-signal=USR1), for the moves' end-to-end tests."""

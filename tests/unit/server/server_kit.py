@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from fastapi.testclient import TestClient
 
+from xpupool.engine.cycle.defrag import DisruptionBudget
 from xpupool.server.app import create_app
 from xpupool.server.datadir import open_pool
-from xpupool.server.plane import ControlPlane
+from xpupool.server.plane import ControlPlane, defrag_moves
 from xpupool.server.scheduler_loop import run_passes, schedule_pass
 from xpupool.server.services import tenants
 
@@ -135,6 +137,21 @@ def reopen(srv: Server) -> Server:
     plane = ControlPlane(srv.db_url, srv.data, clock=srv.clock, monotonic=srv.clock.monotonic)
     client = TestClient(create_app(plane, background=False))
     return Server(plane, client, srv.admin_token, srv.clock, srv.db_url, srv.data)
+
+
+@contextmanager
+def reopened_defrag(srv: Server, budget: DisruptionBudget) -> Iterator[defrag_moves.PlaneDefrag]:
+    """A restart (:func:`reopen`) with ``xpupool up --defrag`` on within ``budget``: its
+    defragmentation, with the ledger it read back from the store."""
+    again = reopen(srv)
+    try:
+        with again.client:
+            defrag_moves.use(again.plane, budget, 1.0)
+            mover = again.plane.defrag
+            assert isinstance(mover, defrag_moves.PlaneDefrag)
+            yield mover
+    finally:
+        again.plane.db.dispose()
 
 
 A100 = "NVIDIA A100-SXM4-80GB"

@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from server_kit import BOTH_STORES, Server, heartbeat, job, node, report, submit, tenant
+from server_kit import (
+    BOTH_STORES,
+    Server,
+    heartbeat,
+    job,
+    node,
+    reopened_defrag,
+    report,
+    submit,
+    tenant,
+)
 
 from xpupool.engine.cycle.consolidate import ConsolidationRule
 from xpupool.engine.cycle.defrag import DisruptionBudget
@@ -82,3 +92,12 @@ def test_nothing_moves_while_a_job_waits_or_past_the_budget(server: Server) -> N
     assert job(server, waiting)["state"] == "pending"
     assert consolidation_moves.step(server.plane) == 0
     assert job(server, movable)["stop_cause"] is None
+
+
+def test_a_restarted_plane_keeps_the_consolidation_moves_in_its_budget(server: Server) -> None:
+    _, movable = scattered(server, DisruptionBudget())
+    assert consolidation_moves.step(server.plane) == 1
+    assert job(server, movable)["stop_cause"] == "preempted"
+    with reopened_defrag(server, DisruptionBudget(moves_per_tenant_hour=1)) as mover:
+        assert mover.ledger.allowance(server.clock()).moves_for("a") == 0
+        assert mover.moved_for == {}  # moved for no pending job: it yields to none

@@ -12,7 +12,18 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from server_kit import Server, heartbeat, job, node, reopen, report, row_counts, submit, tenant
+from server_kit import (
+    Server,
+    heartbeat,
+    job,
+    node,
+    reopen,
+    reopened_defrag,
+    report,
+    row_counts,
+    submit,
+    tenant,
+)
 
 from xpupool.cli import main
 from xpupool.engine.cycle.defrag import DisruptionBudget
@@ -163,16 +174,9 @@ def test_a_restarted_plane_keeps_the_moves_in_its_budget(server: Server) -> None
     whole = submit(server, a, "A100:1")["id"]
     server.schedule()
     assert job(server, movable)["stop_cause"] == "preempted"
-    again = reopen(server)
-    try:
-        with again.client:
-            defrag_moves.use(again.plane, DisruptionBudget(moves_per_tenant_hour=1), 1.0)
-            mover = again.plane.defrag
-            assert isinstance(mover, defrag_moves.PlaneDefrag)
-            assert mover.ledger.allowance(again.clock()).moves_for("a") == 0
-            assert mover.moved_for == {movable: whole}
-    finally:
-        again.plane.db.dispose()
+    with reopened_defrag(server, DisruptionBudget(moves_per_tenant_hour=1)) as mover:
+        assert mover.ledger.allowance(server.clock()).moves_for("a") == 0
+        assert mover.moved_for == {movable: whole}
 
 
 @pytest.mark.parametrize(
@@ -192,6 +196,8 @@ def test_a_restarted_plane_keeps_the_moves_in_its_budget(server: Server) -> None
         (["--consolidate"], "--consolidate"),
         (["--defrag", "--consolidate", "--consolidate-quiet", "soon"], "--consolidate-quiet"),
         (["--defrag", "--consolidate-quiet", "5m"], "--consolidate-quiet"),
+        (["--defrag", "--consolidate", "--consolidate-every", "often"], "--consolidate-every"),
+        (["--defrag", "--consolidate-every", "5s"], "--consolidate-every"),
     ],
 )
 def test_up_refuses_a_bad_defrag_or_move_option_naming_it(

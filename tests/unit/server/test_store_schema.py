@@ -14,6 +14,7 @@ from sqlalchemy import Column, Table, insert, inspect, select, text
 
 from xpupool.server.storage import meta
 from xpupool.server.storage.audit import audit
+from xpupool.server.storage.defrag_moves import defrag_moves
 from xpupool.server.storage.jobs import job_events, jobs
 from xpupool.server.storage.tenants import queues, tenants
 
@@ -41,6 +42,8 @@ def test_every_table_is_made_and_every_later_column_is_added_to_an_older_databas
         with db.begin() as conn:
             conn.execute(insert(tenants).values(name="old", created_at=1.0))
             conn.execute(insert(queues).values(name="old", tenant="old", quotas=[], created_at=1.0))
+            move = {"at": 1.0, "job_id": 2, "for_job": 3, "tenant": "old", "lost_card_s": 0.0}
+            conn.execute(insert(defrag_moves).values(**move))
             for table in meta.metadata.sorted_tables:
                 for column in _addable(table):
                     conn.execute(text(f'ALTER TABLE "{table.name}" DROP COLUMN "{column.name}"'))
@@ -57,10 +60,12 @@ def test_every_table_is_made_and_every_later_column_is_added_to_an_older_databas
         with db.connect() as conn:
             tenant = conn.execute(select(tenants).where(tenants.c.name == "old")).mappings().one()
             queue = conn.execute(select(queues).where(queues.c.name == "old")).mappings().one()
+            kind = conn.execute(select(defrag_moves.c.kind)).scalar_one()
         for column in _addable(tenants):
             if column.server_default is not None:
                 assert tenant[column.name] is not None, column.name
         assert queue["max_priority"] == 0
+        assert kind == "defrag"  # a move stored before consolidation's were
     finally:
         db.dispose()
 

@@ -9,8 +9,9 @@ them pinned to the new cards. Each move is then carried out as a move to faster 
 (``faster_moves.py``): the old cards are held again while the job's processes run there, the new
 ones are kept for it (:attr:`PlaneConsolidation.targets`, placed by ``faster_moves.target``), and
 the stop is the one preemption path, its reason naming what the move frees
-("consolidating: freeing node n2 for 4-card jobs; ..."). The ledger counts the move in memory;
-unlike a defragmentation move it is not stored, so a restarted plane does not count it.
+("consolidating: freeing node n2 for 4-card jobs; ..."). The cycle counts the move in the
+budget's ledger, and it is stored with its stop as a defragmentation move is
+(``defrag_moves.store_move``), so a restarted plane counts it too.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from xpupool.engine.cycle.consolidate import Consolidation, ConsolidationRule
 from xpupool.engine.outcomes import render
+from xpupool.server.plane import defrag_moves
 from xpupool.server.plane.faster_moves import forget_kept, keep_and_stop
 from xpupool.server.plane.faster_targets import PlaneConsolidation
 from xpupool.server.plane.undone import undone_on_failure
@@ -57,7 +59,9 @@ def _step(plane: ControlPlane) -> int:
         cycle = plane.cycle
         cycle.consolidation = mover.step
         moves = cycle.consolidate(plane.held_jobs, waiting)
+        now = plane.clock()
         for move in moves:
+            defrag_moves.store_move(conn, now, plane.held_jobs[move.job.id], move.lost_card_s)
             why = render(move.outcome)
             keep_and_stop(plane, conn, mover, move.job.id, move.old, move.admitted, why)
     return len(moves)

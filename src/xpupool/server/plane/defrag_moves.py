@@ -11,9 +11,10 @@ checkpoint signal, SIGTERM after it and SIGKILL after the job's grace, and the j
 as pending once its replicas are gone; only its reason differs (``MovedToDefragment``).
 
 The disruption budget's :class:`~xpupool.engine.cycle.defrag.MoveLedger` is the plane's, not the
-cycle's (the cycle is rebuilt with the quota books), and each move is also stored with its stop
-(``storage/defrag_moves.py``): a restarted plane reads the last day's moves back into its ledger,
-so a restart does not reset the budget (docs/defragmentation.md).
+cycle's (the cycle is rebuilt with the quota books), and each move, consolidation's too
+(``consolidation_moves.py``), is also stored with its stop (``storage/defrag_moves.py``): a
+restarted plane reads the last day's moves back into its ledger, so a restart does not reset the
+budget (docs/defragmentation.md).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ __all__ = [
     "movable_now",
     "planner",
     "record",
+    "store_move",
     "use",
     "yields",
 ]
@@ -75,7 +77,8 @@ def use(plane: ControlPlane, budget: DisruptionBudget, min_cards: float) -> None
     with plane.db.connect() as conn:
         for row in conn.execute(query).mappings():
             mover.ledger.record(row["at"], row["tenant"], row["lost_card_s"])
-            mover.moved_for[row["job_id"]] = row["for_job"]
+            if row["kind"] == "defrag":  # (a consolidation move was made for no job)
+                mover.moved_for[row["job_id"]] = row["for_job"]
     plane.defrag = mover
 
 
@@ -142,8 +145,19 @@ def record(
     mover.ledger.record(now, moved.tenant, lost_card_s)
     if isinstance(mover, PlaneDefrag):
         mover.moved_for[moved.id] = by
-    conn.execute(delete(t_moves).where(t_moves.c.at <= now - DAY_S))
-    row = {"at": now, "job_id": moved.id, "for_job": by, "tenant": moved.tenant}
+    store_move(conn, now, moved, lost_card_s, by)
+
+
+def store_move(
+    conn: Connection, at: float, moved: HeldJob, lost_card_s: float, by: int | None = None
+) -> None:
+    """Store the move of ``moved`` at ``at`` (``conn``'s transaction, with the move's stop), for
+    pending job ``by`` (None: a consolidation move, ``consolidation_moves.py``, for no job), so
+    that a restarted plane counts it in its budget (:func:`use`). Stored moves older than a day
+    go."""
+    conn.execute(delete(t_moves).where(t_moves.c.at <= at - DAY_S))
+    kind = "consolidate" if by is None else "defrag"
+    row = {"at": at, "job_id": moved.id, "for_job": by or 0, "tenant": moved.tenant, "kind": kind}
     conn.execute(insert(t_moves).values(**row, lost_card_s=max(0.0, lost_card_s)))
 
 
