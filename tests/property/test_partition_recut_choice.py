@@ -5,8 +5,8 @@ cut into a random valid layout with a random subset of its instances busy, and a
 over the scheme's profiles. The reference tries every layout of ``valid_layouts`` on every card
 that keeps the busy instances and has a free instance of the profile, scores it with the same
 measure and the same order of preference (re-cut needed, fragment left, instances destroyed,
-instances created), and the choice must be valid, keep every busy instance and score no worse
-than the best of them.
+what the workload would find cut and free, instances created), and the choice must be valid, keep
+every busy instance and score no worse than the best of them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,12 @@ from hypothesis import strategies as st
 from xpupool.catalog.partition_geometry import Instance, Layout, layout_problem, valid_layouts
 from xpupool.catalog.partitions import PartitionScheme, load_partitions
 from xpupool.engine.fragmentation import TargetWorkload
-from xpupool.engine.partition_recut import card_fragment, profile_weights, recut_choice
+from xpupool.engine.partition_recut import (
+    card_fragment,
+    profile_weights,
+    ready_fragment,
+    recut_choice,
+)
 from xpupool.model import DeviceRequest, Request
 
 from strategies import examples
@@ -57,7 +62,7 @@ def pools(draw: st.DrawFn) -> tuple[PartitionScheme, list[Card], str, TargetWork
 
 def _reference_key(
     scheme: PartitionScheme, card: Card, new: Layout, profile: str, workload: TargetWorkload
-) -> tuple[int, float, int, int] | None:
+) -> tuple[int, float, int, float, int] | None:
     """The score of re-cutting ``card`` to ``new`` for one more ``profile``; None when ``new``
     drops a busy instance or has no free instance of the profile."""
     layout, busy = card
@@ -73,7 +78,8 @@ def _reference_key(
     fragment = min(_fragment(scheme, _sorted((*held, n)), weights) for n in ready)
     destroyed = sum((have - want).values())
     created = sum((want - have).values())
-    return (0 if have == want else 1, fragment, destroyed, created)
+    waiting = ready_fragment(scheme, (*held, ready[0]), new, weights)
+    return (0 if have == want else 1, fragment, destroyed, waiting, created)
 
 
 def _sorted(layout: Layout) -> Layout:

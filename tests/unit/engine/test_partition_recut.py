@@ -50,8 +50,10 @@ def test_an_idle_card_gets_its_1g_where_the_workload_keeps_room() -> None:
     found = recut_choice(A100, [_card(())], "1g.10gb", workload)
     assert found is not None
     index, layout = found
-    assert index == 0 and len(layout) == 1 and layout[0][0] == "1g.10gb"
-    assert layout[0][1] is not None and layout[0][1] >= 4  # a 4g still fits at 0
+    ones = [i for i in layout if i[0] == "1g.10gb"]
+    assert index == 0 and len(ones) == 1
+    assert ones[0][1] is not None and ones[0][1] >= 4  # a 4g still fits at 0
+    assert ("4g.40gb", 0) in layout  # and is cut for the workload's next task
 
 
 def test_a_free_instance_beats_any_re_cut_and_busy_instances_stay() -> None:
@@ -91,5 +93,31 @@ def test_vnpu_cards_are_cut_from_their_totals() -> None:
     found = recut_choice(scheme, [_card(((small, None),), ((small, None),))], small, workload)
     assert found is not None
     _, layout = found
-    assert layout.count((small, None)) == 2
+    assert layout.count((small, None)) >= 2  # the one held, the one asked, and as many more fit
+    assert layout_problem(scheme, (*layout, (small, None))) is not None
     assert layout_problem(scheme, layout) is None
+
+
+def test_a_re_cut_cuts_the_free_slices_for_the_workload_so_the_next_task_needs_none() -> None:
+    workload = _workload((DeviceRequest(count=1, partition="1g.10gb"), 1.0))
+    first = recut_choice(A100, [_card(())], "1g.10gb", workload)
+    assert first is not None
+    _, layout = first
+    assert layout_problem(A100, layout) is None
+    taken = next(i for i in layout if i[0] == "1g.10gb")
+    # the second 1g task finds a free instance: the same layout, no second re-cut
+    assert recut_choice(A100, [_card(layout, (taken,))], "1g.10gb", workload) == (0, layout)
+    assert len(layout) == 7  # every free slice cut into the workload's 1g
+
+
+def test_the_free_slices_are_cut_into_the_profiles_the_workload_asks() -> None:
+    workload = _workload(
+        (DeviceRequest(count=1, partition="3g.40gb"), 0.9),
+        (DeviceRequest(count=1, partition="1g.10gb"), 0.1),
+    )
+    found = recut_choice(A100, [_card(())], "1g.10gb", workload)
+    assert found is not None
+    _, layout = found
+    assert layout_problem(A100, layout) is None
+    assert sum(1 for i in layout if i[0] == "3g.40gb") == 1  # a 3g for the next 3g task
+    assert all(i[0] in ("1g.10gb", "3g.40gb") for i in layout)

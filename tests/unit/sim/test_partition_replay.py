@@ -100,8 +100,9 @@ def test_the_re_cut_rule_cuts_idle_slices_and_keeps_what_runs() -> None:
         return recut_choice(scheme, cards, profile, workload)
 
     run = partition_replay(pool, tasks, "binpack", CutPolicy("x", rule=rule), 0, workload)
-    # 1g, then 3g beside it, then another 1g: three cuts; the 7g cannot be had while they run
-    assert (run.failed, run.recuts, run.destroyed) == (1, 3, 0)
+    # the 1g's cut fills the card with 1g (half the workload); the 3g's cut destroys three free
+    # 1g for it; the second 1g takes a free one: two cuts; the 7g cannot be had while they run
+    assert (run.failed, run.recuts, run.destroyed) == (1, 2, 3)
     # placed: 100 + 400 + 100 of the card's 1000
     assert run.unallocated_pct == pytest.approx(40.0)
 
