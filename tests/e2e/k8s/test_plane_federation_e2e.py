@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "integration"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "browser"))
 from browser_kit import chromium, sign_in
+from playwright.sync_api import expect
 from server_proc import ServerProc, stop_process, until
 
 import k8s_federation as fed  # the three sites, as the benchmark runs them
@@ -241,14 +242,20 @@ def test_a_site_down_holds_its_jobs_unknown_and_on_return_nothing_is_lost_or_twi
 def test_the_dashboard_overview_shows_the_four_sites(fleet: Fleet) -> None:
     """The overview's table of sites, in real Chromium, has one row per site with its kind, its
     state and its cards as ``GET /v1/sites`` gives them."""
+    # the test before stops and restarts a site: wait until the plane hears every site again
+    until(
+        lambda: all(s.get("reachable") is not False for s in sites(fleet.srv).values()),
+        "every site reachable",
+        120,
+    )
     shown = sites(fleet.srv)
     with chromium() as browser:
         page = sign_in(browser, fleet.srv.url, fleet.srv.admin_token)
         rows = page.locator("#sites tr[data-site]")
+        expect(rows).to_have_count(len(shown), timeout=30_000)  # the table may render late
         assert sorted(r.get_attribute("data-site") for r in rows.all()) == sorted(shown)
         for name, facts in shown.items():
             row = page.locator(f'#sites tr[data-site="{name}"]')
-            assert row.locator('[data-k="kind"]').text_content() == facts["kind"], name
-            assert row.locator('[data-k="state"]').text_content() == "reachable", name
-            devices = row.locator('[data-k="devices_total"]').text_content()
-            assert devices == f"{facts['devices']:,}", name
+            expect(row.locator('[data-k="kind"]')).to_have_text(facts["kind"])
+            expect(row.locator('[data-k="state"]')).to_have_text("reachable", timeout=30_000)
+            expect(row.locator('[data-k="devices_total"]')).to_have_text(f"{facts['devices']:,}")
