@@ -51,21 +51,42 @@ def find_chromium() -> str:
     return found
 
 
+_RUNNING: list[Any] = []
+"""The Playwright a :func:`chromium` holds open, while one does: Playwright's sync API runs one
+event loop per thread, so a second ``sync_playwright()`` while the browser tests' session
+fixture holds the first fails ("using Playwright Sync API inside the asyncio loop"); a nested
+:func:`chromium` launches its browser from the running one instead."""
+
+
 @contextmanager
 def chromium(path: str | None = None) -> Iterator[Any]:
     """Chromium (``path``, default :func:`find_chromium`'s) launched by Playwright, closed on
     exit; the browser tests' session fixture, and tests elsewhere that look at the dashboard
-    of a pool of their own (the Kubernetes federation's)."""
+    of a pool of their own (the Kubernetes federation's), in the same pytest run or not."""
     path = path or find_chromium()
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
         unavailable("the 'playwright' package is not installed (pip install -e '.[dev]')")
+    # --no-sandbox: Chromium's own sandbox cannot start as root (CI containers run as root)
+    args = ["--no-sandbox"]
+    if _RUNNING:
+        b = _RUNNING[-1].chromium.launch(executable_path=path, args=args)
+        try:
+            yield b
+        finally:
+            b.close()
+        return
     with sync_playwright() as pw:
-        # --no-sandbox: Chromium's own sandbox cannot start as root (CI containers run as root)
-        b = pw.chromium.launch(executable_path=path, args=["--no-sandbox"])
-        yield b
-        b.close()
+        _RUNNING.append(pw)
+        try:
+            b = pw.chromium.launch(executable_path=path, args=args)
+            try:
+                yield b
+            finally:
+                b.close()
+        finally:
+            _RUNNING.pop()
 
 
 @dataclass
