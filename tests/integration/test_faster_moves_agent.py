@@ -12,24 +12,13 @@ from typing import Any
 
 import httpx
 import pytest
-from job_commands import JOB_PYTHON
+from job_commands import JOB_PYTHON, TRAPS
 from server_proc import ServerProc, stop_process, until
 
 pytestmark = pytest.mark.slow
 
 FAKE = Path(__file__).parents[1] / "fixtures" / "agent" / "fake-a100-t4.yaml"
 SLEEPS = [JOB_PYTHON, "-c", "import time; print('up', flush=True); time.sleep(120)"]
-TRAPS = [  # saves on its checkpoint signal, ends on SIGTERM
-    JOB_PYTHON,
-    "-c",
-    "import os, signal, sys, time\n"
-    "say = lambda word: os.write(1, word.encode() + b'\\n')\n"
-    "signal.signal(signal.SIGUSR1, lambda *_: say('checkpoint'))\n"
-    "signal.signal(signal.SIGTERM, lambda *_: (say('term'), sys.exit(0)))\n"
-    "say('up')\n"
-    "while True:\n"
-    "    time.sleep(0.1)\n",
-]
 
 
 def cards(view: dict[str, Any]) -> list[str]:
