@@ -6,7 +6,7 @@ defragmentation off and on (part 3), in one run, on the same load.
     python bench/governance.py [--json] [--tasks N] [--peak 1.3] [--seed 42] [--policy xpupool]
                                [--part all|planners|reservations|defrag] [--elastic-share 0.5]
                                [--reservations K] [--defrag-moves-per-hour 60]
-                               [--defrag-lost-gpu-hours H]
+                               [--defrag-lost-gpu-hours H] [--philly VC [--philly-classes]]
 
 Replays the Alibaba default trace (``openb_pod_list_default.csv`` on its GPU node list, found as
 ``xpupool simulate`` finds it: ``xpupool.sim.trace_files``) with departures, through the server's
@@ -23,6 +23,18 @@ sample of N tasks on a proportional seeded sample of the nodes (a smoke test).
 The elastic run is today's planner with ``--elastic-share`` of the tasks asking two or more
 whole cards made elastic (``xpupool.sim.elastic_tasks``: half their cards at least, all at most,
 run time following their size), against the same planner with none (``today``).
+
+``--philly VC`` replays instead one Philly virtual cluster's trace from Gavel's data
+(``msr/seed=0/VC.trace`` in ``--gavel-data``, by default ../shared/traces/gavel) on Gavel's
+homogeneous Philly cluster (``msr/cluster_specs.json``: 500 V100, kept as 62 servers of 8), each
+job a fixed task of its scale factor of V100s on one server, running its total steps at its
+isolated V100 throughput (``xpupool.sim.gavel_trace.fixed_tasks``). Its jobs ask 2 to 8 whole cards
+far more often than the Alibaba default trace's, which is what elastic jobs, reservations and
+defragmentation act on. The Philly traces record no QoS class, so every task is of one class and
+none is preempted, unless ``--philly-classes`` draws classes in the Alibaba trace's shares
+(:data:`PHILLY_CLASSES`). Next to the mean utilisation (which no mechanism here can raise above
+the offered load) the results give the utilisation while demand exceeds capacity (100 - unallocated
+at peak): what elastic jobs gain and what a reservation held idle costs.
 
 Reservations: ``--reservations K`` windows, each holding 8 whole cards for a tenth of the arrival
 window, evenly over it, each with one LS task submitted into it a sixth of its length ahead that
@@ -52,30 +64,37 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from xpupool.engine.cycle import Preemption
 from xpupool.engine.cycle.consolidate import ConsolidationRule
 from xpupool.engine.cycle.defrag import DisruptionBudget
+from xpupool.sim import gavel_trace
+from xpupool.sim.alibaba import TraceTask
 from xpupool.sim.checkpoints import CheckpointModel
 from xpupool.sim.elastic_tasks import ElasticTasks
-from xpupool.sim.load import PeakLoad, default_trace_at_peak
+from xpupool.sim.load import PeakLoad, default_trace_at_peak, peak_load
 from xpupool.sim.queue_config import QueueConfig
 from xpupool.sim.reservation_plan import fixed_windows
 from xpupool.sim.timed_replay import QueueOrder, timed_replay
 from xpupool.sim.trace_files import DEFAULT_PODS
 
+GAVEL_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "gavel"
 PLANNERS = {"today": False, "checkpoint_aware": True}
 HOLDING = ("none", "held_idle", "lent")  # the reservation runs
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
-    load = default_trace_at_peak(args.peak, sample=args.tasks, seed=args.seed)
+    load, trace = _load(args)
     queues = QueueConfig.single(True, Preemption.LOWER_PRIORITY)
     model = CheckpointModel(args.seed)
     out: dict[str, Any] = {
-        "trace": DEFAULT_PODS,
+        "trace": trace,
         **load.describe(),
         "policy": args.policy,
         "seed": args.seed,
@@ -95,6 +114,35 @@ def main(argv: list[str] | None = None) -> int:
     else:
         _table(out)
     return 0
+
+
+def _load(args: argparse.Namespace) -> tuple[PeakLoad, str]:
+    """The Alibaba default trace, or with ``--philly VC`` that Philly virtual cluster's Gavel
+    trace on Gavel's homogeneous cluster (500 V100 in servers of 8: 496 cards), at ``--peak``."""
+    if args.philly is None:
+        return default_trace_at_peak(args.peak, sample=args.tasks, seed=args.seed), DEFAULT_PODS
+    trace = args.gavel_data / "msr" / "seed=0" / f"{args.philly}.trace"
+    specs = json.loads((args.gavel_data / "msr" / "cluster_specs.json").read_text())
+    matrix = gavel_trace.GavelMatrix.load(args.gavel_data / "simulation_throughputs.json")
+    tasks = gavel_trace.fixed_tasks(gavel_trace.read_trace(trace), matrix)
+    if args.philly_classes:
+        tasks = _with_classes(tasks, args.seed)
+    nodes = gavel_trace.cluster(specs["philly"][0])
+    load = peak_load(nodes, tasks, args.peak, sample=args.tasks, seed=args.seed)
+    return load, f"msr/seed=0/{trace.name}"
+
+
+# The Alibaba default trace's QoS classes among its tasks of whole cards (LS 3,252, BE 629,
+# Burstable 99, Guaranteed 6 left out): the Philly traces record none.
+PHILLY_CLASSES = (("LS", 3252), ("Burstable", 99), ("BE", 629))
+
+
+def _with_classes(tasks: list[TraceTask], seed: int) -> list[TraceTask]:
+    """``tasks`` each given a QoS class drawn from ``seed`` in :data:`PHILLY_CLASSES`' shares."""
+    names = [name for name, _ in PHILLY_CLASSES]
+    counts = np.array([n for _, n in PHILLY_CLASSES], np.float64)
+    drawn = np.random.default_rng(seed).choice(len(names), len(tasks), p=counts / counts.sum())
+    return [replace(t, qos=names[int(k)]) for t, k in zip(tasks, drawn, strict=True)]
 
 
 def _planners(
@@ -138,6 +186,11 @@ def _planners(
     if "elastic" in out:
         on = out["elastic"]
         out["elastic_util_change_pts"] = round(on["mean_util_pct"] - today["mean_util_pct"], 2)
+        # busy while demand exceeds capacity: the mean over the window cannot rise above the
+        # offered load, which elastic jobs do not change
+        out["elastic_util_at_peak_change_pts"] = round(
+            today["unallocated_at_peak_pct"] - on["unallocated_at_peak_pct"], 2
+        )
         out["elastic_p95_wait_change_pct"] = _change(today["p95_wait_s"], on["p95_wait_s"])
 
 
@@ -189,6 +242,12 @@ def _reservations(
     out["util_cost_held_idle_pts"] = round(idle_cost, 3)
     out["util_cost_lent_pts"] = round(lent_cost, 3)
     out["lent_cost_share_of_idle"] = round(lent_cost / idle_cost, 3) if idle_cost > 0 else None
+    # the same costs while demand exceeds capacity (unallocated GPU % then, against none)
+    peak = out["none"]["unallocated_at_peak_pct"]
+    idle_peak = out["held_idle"]["unallocated_at_peak_pct"] - peak
+    lent_peak = out["lent"]["unallocated_at_peak_pct"] - peak
+    out["util_at_peak_cost_held_idle_pts"] = round(idle_peak, 3)
+    out["util_at_peak_cost_lent_pts"] = round(lent_peak, 3)
     return out
 
 
@@ -359,7 +418,8 @@ def _planner_table(out: dict[str, Any]) -> None:
     if "elastic" in out:
         print(
             f"elastic ({out['elastic_share']:g} of multi-card tasks): utilisation "
-            f"{out['elastic_util_change_pts']:+.2f} points, "
+            f"{out['elastic_util_change_pts']:+.2f} points "
+            f"({out['elastic_util_at_peak_change_pts']:+.2f} while demand exceeds capacity), "
             f"p95 wait {out['elastic_p95_wait_change_pct']:+.1f} %"
         )
 
@@ -377,7 +437,8 @@ def _reservation_table(held: dict[str, Any]) -> None:
         print(f"| {name} | {row} | {delays} | {busy} |")
     print(
         f"utilisation cost: held idle {held['util_cost_held_idle_pts']:g} pts, "
-        f"lent {held['util_cost_lent_pts']:g} pts"
+        f"lent {held['util_cost_lent_pts']:g} pts; while demand exceeds capacity: held idle "
+        f"{held['util_at_peak_cost_held_idle_pts']:g} pts, lent {held['util_at_peak_cost_lent_pts']:g}"
     )
 
 
@@ -397,6 +458,25 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         default=0.5,
         help="share of the multi-card whole-card tasks made elastic in the elastic run (0: none)",
     )
+    parser.add_argument(
+        "--philly",
+        metavar="VC",
+        help="replay this Philly virtual cluster's Gavel trace (msr/seed=0/VC.trace) on "
+        "Gavel's 500-V100 cluster instead of the Alibaba default trace",
+    )
+    parser.add_argument(
+        "--philly-classes",
+        action="store_true",
+        help="give the Philly tasks QoS classes drawn in the Alibaba trace's shares (so that "
+        "a higher class preempts a lower one; without it none is preempted)",
+    )
+    parser.add_argument(
+        "--gavel-data",
+        type=Path,
+        default=GAVEL_DATA,
+        help="Gavel's data folder (msr/, simulation_throughputs.json); default: "
+        "../shared/traces/gavel beside the checkout",
+    )
     parser.add_argument("--reservations", type=int, default=4, help="windows held (part 4)")
     parser.add_argument(
         "--defrag-moves-per-hour", type=int, default=60, help="moves per tenant per hour (part 3)"
@@ -408,6 +488,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         help="GPU-hours moves may lose a day (default: 1 %% of the pool's)",
     )
     args = parser.parse_args(argv)
+    if args.philly is not None:
+        trace = args.gavel_data / "msr" / "seed=0" / f"{args.philly}.trace"
+        if "/" in args.philly or not trace.is_file():
+            parser.error(f"--philly: no trace {args.philly!r} in {trace.parent}")
+    elif args.philly_classes:
+        parser.error("--philly-classes needs --philly")
     if args.tasks < 0:
         parser.error("--tasks must be positive")
     if args.peak <= 0:

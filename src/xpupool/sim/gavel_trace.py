@@ -211,3 +211,37 @@ def run_timed(
     )
     name = policy if isinstance(policy, str) else policy.name
     return {"trace": Path(trace_path).stem, "policy": name, "seed": seed, **result.summary()}
+
+
+def fixed_tasks(
+    jobs: Sequence[GavelJob], matrix: GavelMatrix, worker: str = "v100"
+) -> list[TraceTask]:
+    """The jobs as fixed whole-card tasks of a cluster of ``worker`` cards only (Gavel's
+    homogeneous Philly cluster, ``msr/cluster_specs.json``, is 500 V100): each asks its mapped
+    scale factor of cards on one node and runs ``total_steps`` at its isolated throughput there.
+    A job that does not fit on ``worker`` (throughput 0) is left out. The Philly traces carry many
+    jobs of 2 to 8 cards, which the Alibaba default trace lacks (most of its tasks ask one card or
+    a share of one); the governance benchmark replays them too (``bench/governance.py
+    --philly``)."""
+    if worker not in WORKER_TYPES:
+        raise RequestError("worker", worker, f"expected one of {', '.join(WORKER_TYPES)}")
+    tasks: list[TraceTask] = []
+    for i, job in enumerate(jobs):
+        sf = matrix.scale_factor(job.job_type, job.scale_factor)
+        rate = matrix.steps_per_s(job.job_type, sf).get(worker, 0.0)
+        if rate <= 0.0:
+            continue
+        arrival = int(job.arrival_s)
+        tasks.append(
+            TraceTask(
+                name=f"job-{i}",
+                cpu_milli=0,
+                memory_mib=0,
+                num_gpu=sf,
+                gpu_milli=GPU_MILLI,
+                gpu_spec=(CARD_MODEL[worker],),
+                creation_time=arrival,
+                deletion_time=arrival + max(1, math.ceil(job.total_steps / rate)),
+            )
+        )
+    return tasks

@@ -157,3 +157,25 @@ def test_heterogeneity_bench_xpupool_side(tmp_path: Path) -> None:
             assert row["window_done"] == 8 and row["avg_jct_h"] > 0, (rate, policy, row)
         assert report["runs"][rate]["xpupool:throughput+faster"]["moves"] >= 0
     assert report["decision"]["throughput"]["decisions"] > 0
+
+
+def test_fixed_tasks_run_on_one_card_type_and_leave_out_jobs_that_do_not_fit(
+    matrix: gavel_trace.GavelMatrix,
+) -> None:
+    jobs = [
+        gavel_trace.GavelJob("fast", 1_000, 1, 5.0),
+        gavel_trace.GavelJob("fast", 1_000, 3, 7.0),  # scale factor 3 -> 2 in the matrix
+        gavel_trace.GavelJob("flat", 10, 8, 9.0),  # 8 -> 1: the only one "flat" has
+    ]
+    v100 = gavel_trace.fixed_tasks(jobs, matrix)
+    assert [(t.num_gpu, t.gpu_spec, t.creation_time, t.duration_s) for t in v100] == [
+        (1, ("V100",), 5, 100),  # 1,000 steps at 10/s
+        (2, ("V100",), 7, 56),  # 1,000 steps at 18/s, rounded up
+        (1, ("V100",), 9, 10),
+    ]
+    assert all(t.gpu_milli == 1000 and t.qos == "" for t in v100)
+    k80 = gavel_trace.fixed_tasks(jobs, matrix, "k80")  # "fast" at 2 cards does not fit a K80
+    assert [t.name for t in k80] == ["job-0", "job-2"]
+    with pytest.raises(RequestError) as exc:
+        gavel_trace.fixed_tasks(jobs, matrix, "a100")
+    assert exc.value.field == "worker"
