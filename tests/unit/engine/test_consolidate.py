@@ -4,6 +4,7 @@ only where the fragmentation measure improves, within the disruption budget."""
 
 from __future__ import annotations
 
+import pytest
 from test_defrag import Job, cards, start
 
 from xpupool.engine import Engine
@@ -104,4 +105,31 @@ def test_nothing_moves_past_the_budget_or_off() -> None:
     clock.now = 1060.0
     assert cycle.consolidate(running, waiting=False) == []  # off
     cycle.consolidation = consolidation
+    assert [m.job.id for m in cycle.consolidate(running, waiting=False)] == [3]
+
+
+def test_a_plan_that_does_not_lower_the_fragmentation_measure_moves_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The planner finds the move that frees n1, but a measure that the move leaves where it was
+    (the same before and after) refuses it: nothing moves and the budget is untouched."""
+    import numpy as np
+
+    from xpupool.engine.cycle import consolidate
+
+    cycle, running, clock = scattered()
+    state = cycle.engine.state
+    monkeypatch.setattr(
+        consolidate, "fragmentation", lambda st, table, nodes: np.ones(len(nodes), np.float64)
+    )
+    clock.now = 300.0
+    assert cycle.consolidate(running, waiting=False) == []
+    assert not fits(cycle.engine, cards(4))  # n1 still holds job 3
+    assert {a.node for a in running[3].allocations} == {"n1"}
+    assert cycle.consolidation is not None
+    allowance = cycle.consolidation.defrag.ledger.allowance(300.0)
+    assert allowance.lost_card_s_left == DisruptionBudget().lost_gpu_hours_day * 3600
+    assert sorted(state.live) == sorted(a.id for j in running.values() for a in j.allocations)
+    monkeypatch.undo()
+    clock.now = 360.0  # the next search, a minute later, with the real measure: it moves
     assert [m.job.id for m in cycle.consolidate(running, waiting=False)] == [3]
