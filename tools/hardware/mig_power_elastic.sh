@@ -5,8 +5,10 @@
 # 2. the card's power and clocks idle and under a bf16 load, and the NVML energy counter against
 #    the usage meter's energy for the job that caused the load (docs/usage.md);
 # 3. torchrun's elastic mode (--nnodes=1:2) inside an elastic xpupool job that grows into room a
-#    finished job leaves and shrinks for a pending one (docs/jobs.md, "Elastic jobs").
-# Run from the repository root as root with python3 holding torch and nvidia-ml-py; xpupool's
+#    finished job leaves and shrinks for a pending one (docs/jobs.md, "Elastic jobs"), with the
+#    replica command and training loop of tools/elastic/ (torchrun_cpu.sh runs it on CPU).
+# Run from the repository root (which jobs, run as a tenant's uid, must be able to read) as root
+# with python3 holding torch and nvidia-ml-py; xpupool's
 # other dependencies importable or their wheels in .whl/ (tools/hardware/wheels.sh). Output in $OUT/hw.log. No setting of
 # the card (MIG mode, clocks, power limit) is changed.
 OUT=${OUT:-$(mktemp -d)}
@@ -99,19 +101,18 @@ xp nodes; xp devices
 xp tenant create team >/dev/null; eval "$(xp token issue team | grep ^export)"
 
 step "a bf16 job under the meter: NVML's energy counter against the usage records"
-cat > /tmp/load.py <<'PY'
-import time, torch
+# the load is passed inline: a root agent gives each job a /tmp of its own, so a file the script
+# wrote there would not be the job's
+LOAD='import time, torch
 a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
 t = time.time()
 while time.time() - t < 20:
     for _ in range(10):
         b = a @ a
     torch.cuda.synchronize()
-print("done")
-PY
-chmod 644 /tmp/load.py
+print("done")'
 E0=$(energy); T0=$(date +%s.%N)
-J=$(xp submit "H200 mem=40Gi" -- "$PY" /tmp/load.py | grep -oE '^job [0-9]+' | grep -oE '[0-9]+'); echo "job $J"
+J=$(xp submit "H200 mem=40Gi" -- "$PY" -c "$LOAD" | grep -oE '^job [0-9]+' | grep -oE '[0-9]+'); echo "job $J"
 for i in $(seq 20); do sleep 1; nvidia-smi --query-gpu=timestamp,power.draw,clocks.sm,utilization.gpu --format=csv,noheader; done
 for i in $(seq 60); do S=$(xp job $J -o json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["state"])'); case $S in succeeded|failed|cancelled) break;; esac; sleep 1; done; echo "job $J $S"
 E1=$(energy); T1=$(date +%s.%N)
@@ -125,39 +126,14 @@ sleep 5; step "power after the job (idle again)"; api "/v1/fleet/power"
 nvidia-smi --query-gpu=pstate,power.draw,clocks.sm --format=csv,noheader
 
 step "torchrun --nnodes=1:2 in an elastic job: grows when a job ends, shrinks for a pending one"
-cat > /tmp/el_train.py <<'PY'
-import datetime, os, time
-import torch, torch.distributed as dist
-dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=20))
-r, w = dist.get_rank(), dist.get_world_size()
-print(f"start rank={r} world={w} restart={os.environ.get('TORCHELASTIC_RESTART_COUNT')} "
-      f"XPUPOOL_REPLICAS={os.environ.get('XPUPOOL_REPLICAS')} XPUPOOL_RANK={os.environ.get('XPUPOOL_RANK')}", flush=True)
-a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
-t0 = time.time()
-while time.time() - t0 < 300:
-    for _ in range(10):
-        a = (a @ a).clamp_(-1, 1)
-    torch.cuda.synchronize()
-    x = torch.ones(1)
-    dist.all_reduce(x)
-    print(f"t={time.time():.0f} rank={r} world={w} allreduce={x.item():.0f}", flush=True)
-    time.sleep(3)
-PY
-cat > /tmp/el.sh <<SH
-#!/bin/bash
-trap '' USR1
-for i in \$(seq 20); do [ -s "\$XPUPOOL_SIZE_FILE" ] && break; sleep 0.5; done
-echo "size file: \$(cat \$XPUPOOL_SIZE_FILE 2>/dev/null)"
-ADDR=\$($PY -c "import json,os;print(json.load(open(os.environ['XPUPOOL_SIZE_FILE']))['members'][0]['address'])" 2>/dev/null || echo 127.0.0.1)
-HOST=false; [ "\$XPUPOOL_RANK" = 0 ] && HOST=true
-exec $PY -m torch.distributed.run --nnodes=1:2 --nproc-per-node=1 --max-restarts=5 --monitor-interval=1 \
-  --rdzv-backend=c10d --rdzv-endpoint=\$ADDR:29400 --rdzv-id=xp --rdzv-conf=is_host=\$HOST,last_call_timeout=3,join_timeout=120 /tmp/el_train.py
-SH
-chmod 755 /tmp/el.sh; chmod 644 /tmp/el_train.py
+# the replicas run tools/elastic/torchrun_replica.sh and elastic_train.py in place (shared with
+# tools/elastic/torchrun_cpu.sh, which runs the same scenario on CPU): the repository must let
+# other uids through, as jobs run as a tenant's uid
+EL=$PWD/tools/elastic
 eval "$(XPUPOOL_TOKEN=$ADMIN xp token issue team | grep ^export)"
 B=$(xp submit "H200 mem=100Gi" -- /bin/sleep 30 | grep -oE '^job [0-9]+' | grep -oE '[0-9]+'); echo "blocker $B"
 sleep 2
-EJ=$(xp submit "H200 mem=30Gi replicas=1..2" -- /tmp/el.sh | grep -oE '^job [0-9]+' | grep -oE '[0-9]+'); echo "elastic $EJ"
+EJ=$(xp submit "H200 mem=30Gi replicas=1..2" -- "$EL/torchrun_replica.sh" 1:2 "$PY" "$EL/elastic_train.py" --device cuda | grep -oE '^job [0-9]+' | grep -oE '[0-9]+'); echo "elastic $EJ"
 sleep 60
 P=$(xp submit "H200 mem=100Gi" -- /bin/sleep 20 | grep -oE '^job [0-9]+' | grep -oE '[0-9]+'); echo "pending $P"
 sleep 35

@@ -15,6 +15,7 @@ from xpupool.agent.launch import LaunchError, build_spec
 from xpupool.agent.launch.container import ContainerBackend, container_env
 from xpupool.agent.launch.ports import PortRange, replica_ports
 from xpupool.agent.launch.spec_file import SpecFile, dumps, loads
+from xpupool.server.schemas.agent_protocol import ElasticMember, ElasticWorld
 
 GANG_MASTER = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "30005", "MASTER_ADDR": "127.0.0.1"}
 
@@ -46,6 +47,22 @@ def test_a_gangs_replica_0_claims_the_master_port_the_server_chose() -> None:
         replica_ports(GANG_MASTER, ports, {30005})
     other = {**GANG_MASTER, "RANK": "1"}  # a non-master replica gets a port of its own
     assert replica_ports(other, ports, {30000}) == (30001,)
+
+
+def test_an_elastic_jobs_replica_0_claims_the_master_port_while_it_runs_alone(
+    tmp_path: Path,
+) -> None:
+    """An elastic job started at one replica has WORLD_SIZE 1, yet the replicas it grows join
+    a rendezvous its replica 0 hosts at MASTER_ADDR:MASTER_PORT (torchrun's elastic mode,
+    docs/jobs.md): that port must be the one published, not the lowest free one."""
+    cfg = settings(tmp_path, runtime="podman", ports=PortRange(30000, 30009))
+    alone = {**GANG_MASTER, "WORLD_SIZE": "1"}
+    member = ElasticMember(rank=0, replica=0, address="127.0.0.1")
+    world = ElasticWorld(replicas=1, rank=0, min_replicas=1, max_replicas=2, members=[member])
+    elastic = work(["true"], image="busybox", env=alone).model_copy(update={"elastic": world})
+    assert build_spec(elastic, tmp_path / "l.log", cfg).ports == (30005,)
+    fixed = work(["true"], image="busybox", env=alone)  # one replica, no peers: any port
+    assert build_spec(fixed, tmp_path / "l.log", cfg).ports == (30000,)
 
 
 def test_a_spec_with_no_port_left_is_refused_with_the_reason(tmp_path: Path) -> None:

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from xpupool.agent.elastic_size import SIZE_FILE_ENV
+
 DEFAULT_PORTS = "29500-30499"
 NETWORKS = ("bridge", "host")
 
@@ -54,11 +56,14 @@ class PortRange:
 def replica_ports(env: Mapping[str, str], ports: PortRange, held: Iterable[int]) -> tuple[int, ...]:
     """The port for a replica whose environment is ``env``, none of ``held`` (the ports of this
     agent's live replicas): a gang's replica 0 claims ``MASTER_PORT``, any other the lowest free
-    port of ``ports``. Raises ValueError with the reason when it cannot have one (the spec
-    makes it the replica's LaunchError)."""
+    port of ``ports``. An elastic job's replica 0 (its environment names a size file) claims it
+    too while it runs alone: the replicas it grows join the rendezvous it hosts there (torchrun's
+    elastic mode, docs/jobs.md). Raises ValueError with the reason when it cannot have one (the
+    spec makes it the replica's LaunchError)."""
     taken = set(held)
     master = env.get("MASTER_PORT", "")
-    if env.get("RANK") == "0" and env.get("WORLD_SIZE", "1") != "1" and master.isdigit():
+    peers = env.get("WORLD_SIZE", "1") != "1" or SIZE_FILE_ENV in env
+    if env.get("RANK") == "0" and peers and master.isdigit():
         port = int(master)
         if port in taken:
             raise ValueError(
