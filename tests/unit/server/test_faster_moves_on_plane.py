@@ -149,10 +149,9 @@ def test_a_job_moves_by_speeds_measured_after_it_was_placed(server: Server) -> N
     assert "A100 1x against T4 0.25x" in moved["reason"], moved["reason"]
 
 
-def learned_then_on_the_t4(server: Server, learned_s: float, ran_s: float) -> int:
-    """A job of the mover's shape ran ``learned_s`` to success; then the A100 is busy and the
-    mover, without ``max_runtime``, runs on the T4 for ``ran_s`` before the A100 frees. Returns
-    the mover."""
+def learned(server: Server, learned_s: float) -> str:
+    """With moves on, over nodes fast (an A100) and slow (a T4), a job of the mover's shape ran
+    ``learned_s`` to success. Returns its tenant's token."""
     faster_moves.use(server.plane, FasterRule())
     node(server, "fast", count=1)
     node(server, "slow", count=1, model="T4", memory_mib=15360)
@@ -163,6 +162,12 @@ def learned_then_on_the_t4(server: Server, learned_s: float, ran_s: float) -> in
     heartbeat(server, where, [report(done, 0, "running")])
     server.clock.advance(learned_s)
     heartbeat(server, where, [report(done, 0, "succeeded", 0)])
+    return a
+
+
+def mover_on_the_t4(server: Server, a: str, ran_s: float) -> int:
+    """The A100 is busy and the mover, without ``max_runtime``, runs on the T4 for ``ran_s``
+    before the A100 frees. Returns the mover."""
     busy = submit(server, a, "A100:1")["id"]
     server.schedule()
     mover = submit(server, a, MOVER)["id"]
@@ -174,6 +179,11 @@ def learned_then_on_the_t4(server: Server, learned_s: float, ran_s: float) -> in
     heartbeat(server, "fast", [report(busy, 0, "succeeded", 0)])
     server.schedule()
     return int(mover)
+
+
+def learned_then_on_the_t4(server: Server, learned_s: float, ran_s: float) -> int:
+    """:func:`learned`, then :func:`mover_on_the_t4` on the same plane. Returns the mover."""
+    return mover_on_the_t4(server, learned(server, learned_s), ran_s)
 
 
 def test_a_job_without_a_max_runtime_moves_by_the_learned_run_time_of_its_shape(
@@ -192,6 +202,25 @@ def test_a_job_without_a_max_runtime_is_not_moved_past_its_learned_run_time(
 ) -> None:
     """Its shape's mean run time is 1 h and it has run 2 h: nothing left to gain, not moved."""
     assert job(server, learned_then_on_the_t4(server, 3600, 7200))["stop_cause"] is None
+
+
+def test_a_restarted_plane_moves_a_job_by_the_run_time_learned_before_the_restart(
+    server: Server,
+) -> None:
+    """A job of the mover's shape ran 10 h to success, then the plane restarted (its moves
+    turned on after it opened, as ``xpupool up --move-faster`` does): it read that run back
+    from the store (``plane/learned_runs.py``) and moves the mover by it."""
+    a = learned(server, 36000)
+    restarted = reopen(server)
+    try:
+        with restarted.client:
+            faster_moves.use(restarted.plane, FasterRule())
+            moved = job(restarted, mover_on_the_t4(restarted, a, 600))
+            assert moved["stop_cause"] == "preempted", moved["reason"]
+            said = "remaining run estimated: mean of 1 run of its shape"
+            assert said in moved["reason"], moved["reason"]
+    finally:
+        restarted.plane.db.dispose()
 
 
 def test_a_restart_while_the_moved_job_stops_forgets_the_kept_a100_and_leaks_nothing(

@@ -38,7 +38,6 @@ from xpupool.engine.verdict import Verdicts
 from xpupool.model.allocation import Allocation
 from xpupool.model.errors import Conflict, RequestError, Unavailable
 from xpupool.model.request import Request
-from xpupool.model.request_model import request_from_dict
 from xpupool.model.site_network import SiteNetwork
 from xpupool.model.stopping import MAX_GRACE_S
 from xpupool.server import job_lifecycle as lc
@@ -54,7 +53,7 @@ from xpupool.server.lease import Lease
 from xpupool.server.live_metrics import LiveMetrics
 from xpupool.server.ownership import StoreFenced, StoreOwnership
 from xpupool.server.pending_jobs import PendingJobs
-from xpupool.server.plane import foreign_use, reservation_book, secret_rows, store
+from xpupool.server.plane import foreign_use, learned_runs, reservation_book, secret_rows, store
 from xpupool.server.plane.card_idle import CardIdle
 from xpupool.server.plane.faster_targets import PlaneConsolidation, PlaneFaster
 from xpupool.server.plane.lock import PlaneLock
@@ -279,6 +278,7 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         self._read()
         self.rebuild_engine()
         self._seed_learning()
+        self._relearn_runs()
         if self._node_notes:  # node rows set aside by the read: cordoned and reported
             with self.db.begin() as conn:
                 for name, text in self._node_notes:
@@ -294,6 +294,13 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
         with self.db.begin() as conn:
             requests = store.last_requests(conn, SEED_JOBS)
         self.engine.seed_learning(requests)
+
+    def _relearn_runs(self) -> None:
+        """A restarted plane's site choice and moves to faster cards weigh the run time of each
+        shape the plane before it learned, read back from the jobs that succeeded
+        (``learned_runs.py``), instead of knowing no run of any shape until its jobs end again."""
+        with self.db.connect() as conn:
+            learned_runs.relearn(conn, self.site_dispatch.runtimes)
 
     def _read(self) -> None:
         """Nodes, queues, held and pending jobs from the store into the (empty) books."""
@@ -868,12 +875,10 @@ class ControlPlane(NodeBook, NodeRegistration, TenancyBooks, TenantStore, PlaneR
 
     def _learn_run(self, conn: Connection, job: HeldJob, now: float) -> None:
         """The site choice's wait estimator learns the run time of a job that succeeded
-        (``engine/site_choice.py``, ``RunTimes``), where there are sites to choose between or
-        moves to faster cards (which weigh it for a job without ``max_runtime``)."""
-        if job.started_at is None or (len(self.engine.sites()) < 2 and self.faster is None):
-            return
-        request = request_from_dict(store.job_row(conn, job.id)["request"])
-        self.site_dispatch.runtimes.record(request, now - job.started_at)
+        (``learned_runs.py``), where there are sites to choose between or moves to faster cards
+        (which weigh it for a job without ``max_runtime``); with neither nothing weighs it."""
+        if len(self.engine.sites()) >= 2 or self.faster is not None:
+            learned_runs.learn_run(conn, self.site_dispatch.runtimes, job, now)
 
     def release_job(self, conn: Connection, job: HeldJob) -> None:
         """Give back every allocation of ``job`` (engine, quota and store)."""
