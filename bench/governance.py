@@ -489,9 +489,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     if args.philly is not None:
-        trace = args.gavel_data / "msr" / "seed=0" / f"{args.philly}.trace"
-        if "/" in args.philly or not trace.is_file():
-            parser.error(f"--philly: no trace {args.philly!r} in {trace.parent}")
+        folder = args.gavel_data / "msr" / "seed=0"
+        if "/" in args.philly or not (folder / f"{args.philly}.trace").is_file():
+            parser.error(f"--philly: no trace {args.philly!r} in {folder}")
     elif args.philly_classes:
         parser.error("--philly-classes needs --philly")
     if args.tasks < 0:
