@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import Column, Table, insert, inspect, select, text
+from sqlalchemy.dialects.postgresql.base import PGDialect
 
 from xpupool.server.storage import meta
 from xpupool.server.storage.audit import audit
@@ -66,6 +69,36 @@ def test_every_table_is_made_and_every_later_column_is_added_to_an_older_databas
                 assert tenant[column.name] is not None, column.name
         assert queue["max_priority"] == 0
         assert kind == "defrag"  # a move stored before consolidation's were
+    finally:
+        db.dispose()
+
+
+def test_a_pause_between_the_schemas_queries_does_not_end_the_plane_s_start(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The schema is a hundred queries and more; a loaded host once paused a plane's start
+    between two of them for longer than the sessions' idle-in-transaction timeout (set for the
+    owner row's locks), and PostgreSQL ended the session and the start. Here that timeout is
+    0.3 s and one index check pauses 1 s: the start goes on."""
+    monkeypatch.setitem(
+        meta.PG_CONNECT_ARGS, "options", "-c idle_in_transaction_session_timeout=300"
+    )
+    checks: list[str] = []
+    has_index = PGDialect.has_index
+
+    def slow_has_index(self: PGDialect, conn: Any, table: str, index: str, **kw: Any) -> bool:
+        checks.append(index)
+        if len(checks) == 2:  # inside the transaction, after a first query
+            time.sleep(1.0)
+        return bool(has_index(self, conn, table, index, **kw))
+
+    monkeypatch.setattr(PGDialect, "has_index", slow_has_index)
+    db = meta.connect(pg_url)
+    try:
+        assert len(checks) >= 2
+        with db.connect() as conn:  # a new session keeps the short timeout
+            timeout = conn.execute(text("SHOW idle_in_transaction_session_timeout")).scalar_one()
+        assert timeout == "300ms"
     finally:
         db.dispose()
 

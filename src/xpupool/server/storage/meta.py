@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Engine, MetaData, create_engine, event, inspect, text
+from sqlalchemy import Connection, Engine, MetaData, create_engine, event, inspect, text
 
 metadata = MetaData()
 
@@ -28,6 +28,11 @@ PG_CONNECT_ARGS: dict[str, Any] = {
     "options": "-c idle_in_transaction_session_timeout=5000",
 }
 """psycopg's connection settings for the store (libpq's names)."""
+
+SCHEMA_IDLE_MS = 60_000
+"""The idle-in-transaction timeout of the one transaction that brings the schema up to date at a
+plane's start (``connect``), in ms: long enough for any pause of a loaded host, short enough that
+a plane stopped there frees the tables' locks within a minute."""
 
 
 def driver_url(url: str) -> str:
@@ -97,60 +102,60 @@ def connect(url: str, *, schema: bool = True) -> Engine:
 
     if not schema:
         return engine
-    metadata.create_all(engine)
-    added = add_missing_columns(engine)
-    add_missing_indexes(engine)
-    if "audit.kind" in added:
-        with engine.begin() as conn:
-            audit.classify_stored_rows(conn)
     from xpupool.server.usage.price_history import price_terms
 
-    with engine.begin() as conn:  # an older store's single price table joins the history
-        billing.move_single_table(conn, price_terms)
+    with engine.begin() as conn:  # one transaction: on PostgreSQL the schema changes whole or not
+        if engine.dialect.name == "postgresql":
+            # the schema is a hundred queries and more, and a loaded host can pause the process
+            # between two of them for longer than the idle-in-transaction timeout set above for
+            # the owner row's locks, which would end the session and the plane's start with it
+            conn.execute(text(f"SET LOCAL idle_in_transaction_session_timeout = {SCHEMA_IDLE_MS}"))
+        metadata.create_all(conn)
+        added = add_missing_columns(conn)
+        add_missing_indexes(conn)
+        if "audit.kind" in added:
+            audit.classify_stored_rows(conn)
+        billing.move_single_table(conn, price_terms)  # an older single price table joins history
     return engine
 
 
-def add_missing_columns(engine: Engine) -> list[str]:
+def add_missing_columns(conn: Connection) -> list[str]:
     """Bring a database made by an older release up to the current tables: every column the
     metadata has and the stored table lacks is added (``ALTER TABLE ... ADD COLUMN``), with its
     ``server_default`` filling the existing rows. A new column on an existing table must therefore
     be nullable or carry a ``server_default``. Returns ``table.column`` for each column added."""
     added: list[str] = []
-    existing = inspect(engine)
-    with engine.begin() as conn:
-        for table in metadata.sorted_tables:
-            if not existing.has_table(table.name):
+    existing = inspect(conn)
+    for table in metadata.sorted_tables:
+        if not existing.has_table(table.name):
+            continue
+        have = {c["name"] for c in existing.get_columns(table.name)}
+        for column in table.columns:
+            if column.name in have:
                 continue
-            have = {c["name"] for c in existing.get_columns(table.name)}
-            for column in table.columns:
-                if column.name in have:
-                    continue
-                if not column.nullable and column.server_default is None:
-                    raise RuntimeError(
-                        f"column {table.name}.{column.name} is new, NOT NULL and has no "
-                        "server_default: older databases cannot be upgraded"
-                    )
-                ddl = column.type.compile(dialect=engine.dialect)
-                default = ""
-                if column.server_default is not None:
-                    arg = getattr(column.server_default, "arg", None)
-                    value = getattr(arg, "text", None) or str(arg)  # text("0") or "0"
-                    default = f" DEFAULT {value}"
-                null = "" if column.nullable else " NOT NULL"
-                conn.execute(
-                    text(
-                        f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {ddl}{null}{default}'
-                    )
+            if not column.nullable and column.server_default is None:
+                raise RuntimeError(
+                    f"column {table.name}.{column.name} is new, NOT NULL and has no "
+                    "server_default: older databases cannot be upgraded"
                 )
-                added.append(f"{table.name}.{column.name}")
+            ddl = column.type.compile(dialect=conn.dialect)
+            default = ""
+            if column.server_default is not None:
+                arg = getattr(column.server_default, "arg", None)
+                value = getattr(arg, "text", None) or str(arg)  # text("0") or "0"
+                default = f" DEFAULT {value}"
+            null = "" if column.nullable else " NOT NULL"
+            conn.execute(
+                text(f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {ddl}{null}{default}')
+            )
+            added.append(f"{table.name}.{column.name}")
     return added
 
 
-def add_missing_indexes(engine: Engine) -> None:
+def add_missing_indexes(conn: Connection) -> None:
     """Create every index the metadata has and the stored tables lack (``create_all`` makes
     the indexes of the tables it creates only), so that an index added to an existing table
     reaches the databases of older releases too."""
-    with engine.begin() as conn:
-        for table in metadata.sorted_tables:
-            for index in table.indexes:
-                index.create(conn, checkfirst=True)
+    for table in metadata.sorted_tables:
+        for index in table.indexes:
+            index.create(conn, checkfirst=True)
