@@ -28,11 +28,11 @@ from server_kit import FakeClock, Server, job, open_server, submit, tenant
 from sqlalchemy import event
 
 from xpupool.k8s.informers.kubeconfig import make_client
-from xpupool.k8s.informers.lists import LIST_TRIES
 from xpupool.k8s.informers.watch import Event, EventType
 from xpupool.k8s.site import finished as finished_module
 from xpupool.k8s.site import site as site_module
 from xpupool.k8s.site.gated import GATE
+from xpupool.k8s.site.seen_pods import NotListedError
 from xpupool.k8s.site.site import KubernetesSite, _Adopt, read_node
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
 from xpupool.server.app import create_app
@@ -300,26 +300,36 @@ def test_the_pod_watch_lists_again_from_its_start_when_a_page_expires(
     )
 
 
-def test_the_sweep_of_every_job_lists_the_sites_pods_in_pages(
+def test_the_sweep_of_every_job_reads_the_pod_watchs_pods_and_lists_none_itself(
     kube: tuple[Server, KubernetesSite, FakeApiServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The site looks for finished jobs' leftovers when it is attached and every resync: it
-    listed every pod of the plane's in one answer (10,000 pods after a large restart); now in
-    pages, read again from the start when a page's continue token expired (410)."""
+    listed every pod of the plane's there (10,000 after a large restart), a second read of what
+    the pod watch lists, and a restart's reconciliation waited behind it. It reads the watch's
+    pods now, waiting for its first list (done again after the worker's backoff when it comes
+    first); Secrets are still listed, in pages."""
     srv, site, api = kube
     monkeypatch.setattr(finished_module, "LIST_CHUNK", 5)
+    monkeypatch.setattr(site_module, "LISTED_WAIT_S", 0.05)
     running_pods(srv, site, api)
-    with api.lock:  # a pod of a job the store does not have: finished, last in the list
+    with api.lock:  # a pod of a job the store does not have: finished
         pod = json.loads(json.dumps(next(iter(api.pods.values()))))
         pod["metadata"]["name"] = "xp-999999-0-1"
         pod["metadata"]["labels"]["xpupool.io/job"] = "999999"
         api.pods["xp-999999-0-1"] = pod
-    api.expire_continues = 1
-    lists = len(api.pod_list_limits)
-    site.finished.sweep(None)
-    assert api.pod_list_limits[lists:] == [5] * 5  # 13 pods: a page, one expired, then 3 pages
-    assert api.expired == 1 < LIST_TRIES
-    assert site.finished.next_due() is not None  # the last page's finished job found
+    with pytest.raises(NotListedError):  # no list yet: the worker tries again later
+        site.finished.sweep(None)
+    informer = site._pod_informer(config_of(api))
+    informer.start()
+    try:
+        until(lambda: informer.synced, "the pod watch's first list")
+        lists = api.pod_lists
+        site.finished.sweep(None)
+    finally:
+        informer.stop()
+    assert api.pod_lists == lists, f"{api.pod_lists - lists} pod lists by the sweep"
+    assert site.finished.next_due() is not None  # the finished job's pods found
+    assert 999999 in site.finished._due and len(site.finished._due) == 1
 
 
 @contextlib.contextmanager

@@ -10,12 +10,12 @@ so that another plane's site, a controller's pods and a kubectl user's gated pod
 worker thread; the store is read in one :meth:`~xpupool.server.plane.ControlPlane.read`, so a job
 the plane holds is never taken for a finished one.
 
-Pods are listed in every namespace (the plane may read pods cluster-wide); Secrets only in the
-namespaces it has pods in and in its tenants' namespaces, the only ones where the chart lets it
-read Secrets. A sweep's lists are read in pages of :data:`LIST_CHUNK` (``informers/lists.py``:
-one whose continue token expired is read again from its start): the sweep of every job, when the
-site is attached and every resync, reads all the plane's pods there (10,000 after a large
-restart), which one answer would hold whole.
+A sweep's pods are the site's pod watch's (``site.py``: the same selector, read once it has
+listed them, so that the sweep of every job, when the site is attached and every resync, is not a
+second read of every pod of the plane's there, 10,000 after a large restart); its Secrets are
+listed in the namespaces it has pods in and in its tenants' namespaces, the only ones where the
+chart lets it read Secrets, in pages of :data:`LIST_CHUNK` (``informers/lists.py``: one whose
+continue token expired is read again from its start).
 """
 
 from __future__ import annotations
@@ -91,14 +91,19 @@ class FinishedJobs:
         config: KubernetesSiteConfig,
         client: Callable[[], Client | None],
         plane: Callable[[], ControlPlane | None],
+        watched: Callable[[int | None], dict[int, set[str]]],
         pod: type[GenericNamespacedResource],
         secret: type[GenericNamespacedResource],
     ) -> None:
+        """``watched(job)``: the namespaces of the plane's pods on the site by job (of ``job``
+        only, unless None), as its pod watch holds them; raises while the watch has not listed
+        them (the sweep is then done again later)."""
         self.config = config
         self.site = config.name
         self.retention_s = config.finished_pods_retention_s
         self._client = client
         self._plane = plane
+        self._watched = watched
         self._pod = pod
         self._secret = secret
         self._due: dict[int, float] = {}  # job -> when (monotonic) its pods are deleted
@@ -115,26 +120,25 @@ class FinishedJobs:
             return
         if job is not None and job in self._due:
             return  # seen finished already, its Secret deleted (a restart's pods, one by one)
-        labels: dict[str, Any] = {JOB: operators.exists() if job is None else str(job)}
-        labels[SITE] = self.site
-        what = f"site {self.site}: finished jobs' pods"
-        pods = self._list(client, self._pod, what, namespace="*", labels=labels)
-        namespaces = {str(p["metadata"]["namespace"]) for p in pods}
+        pods = self._watched(job)
+        namespaces: set[str] = set().union(*pods.values())
         if job is None:
             namespaces |= self._tenant_namespaces(plane)
+        labels: dict[str, Any] = {JOB: operators.exists() if job is None else str(job)}
+        labels[SITE] = self.site
         what = f"site {self.site}: finished jobs' Secrets"
         secrets = [
             s
             for ns in sorted(namespaces)
             for s in self._list(client, self._secret, what, namespace=ns, labels=labels)
         ]
-        ids = {j for j in map(job_label, [*secrets, *pods]) if j is not None}
+        ids = {j for j in map(job_label, secrets) if j is not None} | set(pods)
         done = finished_jobs(plane, ids)
         for obj in secrets:
             if job_label(obj) in done:
                 self._delete(client, self._secret, obj, "Secret")
         now = time.monotonic()
-        for j in done & {job_label(p) for p in pods}:
+        for j in done & set(pods):
             self._due.setdefault(j, now + self.retention_s)
         self.delete_due()
 

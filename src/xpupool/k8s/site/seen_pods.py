@@ -15,7 +15,13 @@ import threading
 
 from xpupool.k8s.site.pods import PodState
 
-__all__ = ["SeenPods"]
+__all__ = ["NotListedError", "SeenPods"]
+
+
+class NotListedError(Exception):
+    """The site's pod watch has not listed its pods yet: what reads that list (a restart's
+    reconciliation, the sweep of finished jobs' pods) is done again after the worker's backoff
+    (a passing failure, never a refusal)."""
 
 
 class SeenPods:
@@ -51,6 +57,14 @@ class SeenPods:
         """``(key, state)`` of each pod of ``job`` held now (a copy)."""
         with self._lock:
             return list(self._by_job.get(job, {}).items())
+
+    def namespaces_by_job(self) -> dict[int, set[str]]:
+        """The namespaces of each job's pods held now (a copy): what the sweep of finished
+        jobs reads instead of listing every pod of the site again."""
+        with self._lock:
+            return {
+                job: {key.partition("/")[0] for key in pods} for job, pods in self._by_job.items()
+            }
 
     def __len__(self) -> int:
         with self._lock:

@@ -92,7 +92,7 @@ from xpupool.k8s.site.pods import (
 )
 from xpupool.k8s.site.pods import report as pod_report
 from xpupool.k8s.site.pods import waiting as waiting_note
-from xpupool.k8s.site.seen_pods import SeenPods
+from xpupool.k8s.site.seen_pods import NotListedError, SeenPods
 from xpupool.k8s.site.site_services import SiteServices
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
 from xpupool.model.allocation import Allocation
@@ -143,11 +143,6 @@ class _Adopt:
 
     def __repr__(self) -> str:  # in the worker's log lines: 10,000 ids after a large restart
         return f"_Adopt({len(self.jobs)} jobs)"
-
-
-class NotListedError(Exception):
-    """The site's pod watch has not listed its pods yet: a restart's reconciliation, which reads
-    that list, is done again after the worker's backoff (a passing failure, never a refusal)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +250,7 @@ class KubernetesSite:
             config,
             lambda: self._client,
             lambda: self._plane,
+            self._watched_pods,
             RawPod,
             RawSecret,
         )
@@ -854,6 +850,19 @@ class KubernetesSite:
                 job_id=job_id, replica=replica, state=ReplicaState.STOPPED, attempt=attempt
             )
             self._send(node, r)
+
+    def _watched_pods(self, job: int | None) -> dict[int, set[str]]:
+        """The namespaces of the plane's pods by job (of ``job`` only, unless None) as the pod
+        watch holds them, waiting for its first list: :class:`NotListedError` until it has
+        listed them. The watch and the finished jobs' sweep select the same pods (the plane's
+        job label and this site's), so the sweep reads the watch's copy, not a list of every pod
+        of the site (which queued a restart's reconciliation behind a second read of them)."""
+        watch = self._pod_watch
+        if watch is None or not watch.wait_synced(LISTED_WAIT_S):
+            raise NotListedError(f"site {self.name}: its pods' watch has not listed them yet")
+        if job is None:
+            return self._pods.namespaces_by_job()
+        return {job: {key.partition("/")[0] for key, _ in self._pods.of_job(job)}}
 
     def _adopt(self, jobs: Sequence[int]) -> None:
         """A restarted plane's held ``jobs`` reconciled with the cluster's pods: a kubectl user's
