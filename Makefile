@@ -31,9 +31,19 @@ lint: $(STAMP)
 # The Kubernetes tests run a real kube-apiserver, kube-scheduler, kwok and etcd, built once into
 # ~/.cache/xpupool/k8s by tools/k8s/build.sh (about 10 minutes on two cores the first time, then
 # nothing): a missing binary is a test failure, never a skip.
+# The unit and property tests run in two processes (pytest-xdist: each keeps what it makes in its
+# own temporary folders); the tests that start servers, agents, a browser or a cluster run one at
+# a time after them, as they share the host's job root, cgroups, uids and container engine. Both
+# parts run when the first fails; tests/unit/test_make_test.py checks that together they select
+# every test but HAMi's, each once.
+TEST_PARALLEL_MARKERS := not integration and not browser and not k8s and not hami
+TEST_SERIAL_MARKERS := (integration or browser or k8s) and not hami
 test: lint
 	tools/k8s/build.sh >/dev/null
-	$(BIN)/python -m pytest
+	rc=0; \
+	$(BIN)/python -m pytest -n 2 -m '$(TEST_PARALLEL_MARKERS)' || rc=$$?; \
+	$(BIN)/python -m pytest -m '$(TEST_SERIAL_MARKERS)' || rc=$$?; \
+	exit $$rc
 
 # What `make test-fast` leaves out: every test that starts servers, agents, a browser or a cluster
 # (tests/conftest.py marks tests/integration, tests/browser and tests/e2e/k8s by folder) and the
