@@ -851,15 +851,20 @@ class KubernetesSite:
             )
             self._send(node, r)
 
+    def _wait_listed(self) -> None:
+        """Wait up to :data:`LISTED_WAIT_S` for the pod watch's first list; raise
+        :class:`NotListedError` if it has not come (the task is done again after the backoff)."""
+        watch = self._pod_watch
+        if watch is None or not watch.wait_synced(LISTED_WAIT_S):
+            raise NotListedError(f"site {self.name}: its pods' watch has not listed them yet")
+
     def _watched_pods(self, job: int | None) -> dict[int, set[str]]:
         """The namespaces of the plane's pods by job (of ``job`` only, unless None) as the pod
         watch holds them, waiting for its first list: :class:`NotListedError` until it has
         listed them. The watch and the finished jobs' sweep select the same pods (the plane's
         job label and this site's), so the sweep reads the watch's copy, not a list of every pod
         of the site (which queued a restart's reconciliation behind a second read of them)."""
-        watch = self._pod_watch
-        if watch is None or not watch.wait_synced(LISTED_WAIT_S):
-            raise NotListedError(f"site {self.name}: its pods' watch has not listed them yet")
+        self._wait_listed()
         if job is None:
             return self._pods.namespaces_by_job()
         return {job: {key.partition("/")[0] for key, _ in self._pods.of_job(job)}}
@@ -873,9 +878,8 @@ class KubernetesSite:
         plane = self._plane
         assert plane is not None
         own = {job for job in jobs if not self._gated.owns(job)}
-        watch = self._pod_watch
-        if own and (watch is None or not watch.wait_synced(LISTED_WAIT_S)):
-            raise NotListedError(f"site {self.name}: its pods' watch has not listed them yet")
+        if own:
+            self._wait_listed()
         reports: list[SiteReport] = []  # what the pods say, sent together
         for job_id in jobs:
             if job_id not in own:  # a kubectl user's pod: admitted again, its gate removed
