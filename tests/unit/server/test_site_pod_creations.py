@@ -15,7 +15,7 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -193,6 +193,40 @@ def test_the_pod_watchs_first_list_applies_its_reports_in_one_write(
         informer.stop()
         event.remove(srv.plane.db, "commit", counted)
     assert commits == 1, f"{commits} writes for {JOBS} pods"
+    assert {job(srv, i)["state"] for i in ids} == {"running"}
+
+
+def test_the_pod_watchs_first_list_reads_the_plane_once_not_three_times_a_pod(
+    kube: tuple[Server, KubernetesSite, FakeApiServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restarted plane's first list of 10,000 pods asked the plane for each pod's run three
+    times (is it a stray, what does it report, whose log is it), each a take of the plane's lock
+    that the scheduling pass and every request wanted too: the list's batch now reads its jobs'
+    runs in one read, and the watch's thread takes no other."""
+    srv, site, api = kube
+    ids = running_pods(srv, site, api)
+    asked: list[tuple[str, object]] = []  # (thread, job or jobs) of each read off this thread
+    one, many = srv.plane.held_run, srv.plane.held_runs
+
+    def held_run(job_id: int) -> object:
+        if threading.current_thread() is not threading.main_thread():
+            asked.append(("held_run", job_id))
+        return one(job_id)
+
+    def held_runs(job_ids: Iterable[int]) -> object:
+        job_ids = list(job_ids)
+        asked.append(("held_runs", tuple(sorted(job_ids))))
+        return many(job_ids)
+
+    monkeypatch.setattr(srv.plane, "held_run", held_run)
+    monkeypatch.setattr(srv.plane, "held_runs", held_runs)
+    informer = site._pod_informer(config_of(api))
+    informer.start()
+    try:
+        until(lambda: running_in_plane(srv, ids), "every job's replica running in the plane")
+    finally:
+        informer.stop()
+    assert asked == [("held_runs", tuple(sorted(ids)))], asked
     assert {job(srv, i)["state"] for i in ids} == {"running"}
 
 

@@ -95,6 +95,11 @@ class PodLogs:
             self._following[key] = thread
         thread.start()
 
+    def follows(self, key: str) -> bool:
+        """Is pod ``key`` followed now?"""
+        with self._lock:
+            return key in self._following
+
     def following(self) -> list[str]:
         with self._lock:
             return sorted(self._following)

@@ -100,6 +100,7 @@ from xpupool.model.device import Node
 from xpupool.model.errors import Conflict, NotFound, RequestError, XpupoolError
 from xpupool.model.taint import Taint, parse_effect
 from xpupool.server.plane import site_runs
+from xpupool.server.plane.records import RunView
 from xpupool.server.plane.site_runs import SiteReport
 from xpupool.server.schemas.agent_protocol import (
     Heartbeat,
@@ -484,10 +485,13 @@ class KubernetesSite:
         the watch's events, each taken as :meth:`_on_pod` takes it, their reports and waiting
         notes applied together, a write per :data:`REPORT_CHUNK` (one each was a write each:
         10,000 of them after a restart, 300 a second in a burst of 100 jobs a second)."""
+        plane = self._plane
         reports: list[SiteReport] = []
+        # the runs of their jobs as one read of the plane, not three a pod (a lock each)
+        runs = {} if plane is None else plane.held_runs({e.value.job for e in events})
         for event in events:
             try:
-                self._on_pod(event, reports)
+                self._on_pod(event, reports, runs)
             except Exception:  # one pod is not worth the others' reports
                 log.exception("site %s: pod %s %s", self.name, event.key, event.type)
         try:
@@ -497,29 +501,40 @@ class KubernetesSite:
         for job_id in sorted({e.value.job for e in events if _ended(e)}):
             self._sweep_if_over(job_id)  # asked once their reports are applied: they end jobs
 
-    def _on_pod(self, event: Event[PodState], reports: list[SiteReport] | None = None) -> None:
+    def _on_pod(
+        self,
+        event: Event[PodState],
+        reports: list[SiteReport] | None = None,
+        runs: Mapping[int, RunView] | None = None,
+    ) -> None:
         """One pod's change; its report (and note) sent at once, or added to ``reports`` (a
-        list's)."""
+        batch's, whose jobs' runs ``runs`` holds as read at its start: absent, not held)."""
         state = event.value
+        plane = self._plane
+        if runs is not None:
+            run = runs.get(state.job)
+        else:
+            run = None if plane is None else plane.held_run(state.job)
         if event.type is EventType.DELETED:
             self._pods.pop(event.key)
             self._waiting.pop(event.key, None)
         else:
             self._pods.put(event.key, state)
-            if self._stray(state):
+            if self._stray(state, run):
                 namespace, _, name = event.key.partition("/")
                 self._tasks.put(_DeletePod(namespace, name))
                 return
             if state.waiting and self._waiting.get(event.key) != state.waiting:
                 self._waiting[event.key] = state.waiting
                 self._note_waiting(state, reports)
-        said = self._report_of(state, gone=event.type is EventType.DELETED)
+        said = self._report_of(state, run, gone=event.type is EventType.DELETED)
         if said is not None and reports is not None:
             reports.append(said)
         elif said is not None:
             self._send(*said)
+            run = None if plane is None else plane.held_run(state.job)  # as the report left it
         if event.type is not EventType.DELETED and state.phase in ("Running", *TERMINAL):
-            self._follow_log(event.key, state)
+            self._follow_log(event.key, state, run)
         if reports is None and _ended(event):
             self._sweep_if_over(state.job)
 
@@ -532,19 +547,13 @@ class KubernetesSite:
             self._tasks.put(_Sweep(job_id))
 
     # ------------------------------------------------------------------ logs (pod_logs.py)
-    def _follow_log(self, key: str, state: PodState) -> None:
-        plane = self._plane
-        if plane is None or key in self.logs.following():
+    def _follow_log(self, key: str, state: PodState, run: RunView | None) -> None:
+        """Follow the pod's log into its replica's, when ``run`` (its job's, as read last) is
+        the pod's run."""
+        if self._plane is None or run is None or run.attempt != state.attempt:
             return
-
-        def node() -> str | None:
-            job = plane.held_jobs.get(state.job)
-            if job is None or job.attempt != state.attempt:
-                return None
-            return next((a.node for a in job.allocations if a.replica == state.replica), None)
-
-        found = plane.read(node)
-        if found is not None:
+        found = run.node_of(state.replica)
+        if found is not None and not self.logs.follows(key):
             self.logs.follow(key, LogTarget(state.job, state.replica, state.attempt, found))
 
     def _log_sink(self, target: LogTarget, chunk: bytes, offset: int) -> bool:
@@ -569,14 +578,12 @@ class KubernetesSite:
         state = self._pods.get(key)
         return state is None or state.phase in TERMINAL
 
-    def _stray(self, state: PodState) -> bool:
-        """A pod still running (or waiting) that no run of the plane owns any more: of a job
-        released or of an earlier attempt (its node deleted, say). It would hold cards the plane
-        counts as free."""
-        plane = self._plane
-        if plane is None or state.phase in TERMINAL:
+    def _stray(self, state: PodState, run: RunView | None) -> bool:
+        """A pod still running (or waiting) that no run of the plane owns any more (``run``,
+        its job's as read last, None: not held): of a job released or of an earlier attempt
+        (its node deleted, say). It would hold cards the plane counts as free."""
+        if self._plane is None or state.phase in TERMINAL:
             return False
-        run = plane.held_run(state.job)
         return run is None or state.attempt < run.attempt
 
     def _note_waiting(self, state: PodState, reports: list[SiteReport] | None) -> None:
@@ -592,12 +599,13 @@ class KubernetesSite:
         else:
             self._send_all([note])
 
-    def _report_of(self, state: PodState, *, gone: bool) -> tuple[str, ReplicaReport] | None:
-        """(node, report) of the pod's state for the plane, or None: nothing new to say."""
-        plane = self._plane
-        if plane is None:
+    def _report_of(
+        self, state: PodState, run: RunView | None, *, gone: bool
+    ) -> tuple[str, ReplicaReport] | None:
+        """(node, report) of the pod's state for the plane, given ``run`` (its job's as read
+        last, None: not held), or None: nothing new to say."""
+        if self._plane is None:
             return None
-        run = plane.held_run(state.job)
         if run is None or (run.attempt and state.attempt != run.attempt):
             return None  # a pod of a released job, or of another run: the worker deletes it
         if state.replica in run.final:
@@ -881,14 +889,15 @@ class KubernetesSite:
         if own:
             self._wait_listed()
         reports: list[SiteReport] = []  # what the pods say, sent together
+        runs = plane.held_runs(jobs)  # one read of the plane, not one a job and pod
         for job_id in jobs:
+            run = runs.get(job_id)
             if job_id not in own:  # a kubectl user's pod: admitted again, its gate removed
-                run = plane.held_run(job_id)
                 attempt = -1 if run is None or run.stopping else run.attempt
                 if attempt >= 0:
                     self._gated.do(self._gated.reconcile(job_id, attempt))
                 continue
-            self._reconcile(job_id, self._pods.of_job(job_id), reports)
+            self._reconcile(job_id, run, self._pods.of_job(job_id), reports)
         self._send_all(reports)  # a write per chunk, not per pod
         # the end of a restart's reconciliation (bench/k8s_plane.py times it from this)
         log.info("site %s: %d held jobs reconciled with the cluster", self.name, len(jobs))
@@ -896,45 +905,36 @@ class KubernetesSite:
     def _reconcile(
         self,
         job_id: int,
+        run: RunView | None,
         pods: Sequence[tuple[str, PodState]],
         reports: list[SiteReport],
     ) -> None:
-        """One held job after a restart, with its ``pods`` (``(namespace/name, state)``): those
-        of other runs deleted; its current run's pods reported (a missing one of a running job
-        is lost: added to ``reports``), or made when never made (queued: the worker makes them
-        in its next batch)."""
-        plane = self._plane
+        """One held job after a restart, its ``run`` as read (None: held no more), with its
+        ``pods`` (``(namespace/name, state)``): those of other runs deleted; its current run's
+        pods reported (a missing one of a running job is lost: added to ``reports``), or made
+        when never made (queued: the worker makes them in its next batch)."""
         client = self._client
-        assert plane is not None and client is not None
-        run = plane.held_run(job_id)
-        if run is None:
-            stale = list(pods)
-            job_state = None
-        else:
-            stale = [(key, s) for key, s in pods if s.attempt != run.attempt]
-            job_state = (run.attempt, run.state, run.stopping)
+        assert client is not None
+        stale = [(key, s) for key, s in pods if run is None or s.attempt != run.attempt]
         for key, _ in stale:
             namespace, _, name = key.partition("/")
             log.info("site %s: pod %s of an earlier run deleted", self.name, name)
             with gone_ok():
                 client.delete(RawPod, name, namespace=namespace)
-        if job_state is None:
+        if run is None:
             return
-        attempt, phase, stopping = job_state
+        attempt = run.attempt
         current = [s for _, s in pods if s.attempt == attempt]
-        if stopping:
+        if run.stopping:
             self._delete(job_id)
             return
-        if attempt == 0 or (not current and phase is not JobPhase.RUNNING):
+        if attempt == 0 or (not current and run.state is not JobPhase.RUNNING):
             # counted but never made, or never counted
             self._tasks.put(Start(job_id, max(attempt, 1)))
             return
         seen = {s.replica for s in current}
-        reports.extend(x for s in current if (x := self._report_of(s, gone=False)) is not None)
-        held = plane.held_run(job_id)
-        missing = (
-            [] if held is None else [(node, r) for r, node in held.allocations if r not in seen]
-        )
+        reports.extend(x for s in current if (x := self._report_of(s, run, gone=False)) is not None)
+        missing = [(node, r) for r, node in run.allocations if r not in seen]
         for node, replica in missing:
             why = f"pod {pod_name(job_id, replica, attempt)} is missing on site {self.name}"
             r = ReplicaReport(

@@ -10,7 +10,7 @@ that only reads, instead of a method per page in the plane.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypeVar
 
 from xpupool.server.plane.lock import PlaneLock
@@ -115,3 +115,10 @@ class PlaneReads:
         with self._lock:
             job = self._held.get(job_id)
             return None if job is None else RunView.of(job)
+
+    def held_runs(self, job_ids: Iterable[int]) -> dict[int, RunView]:
+        """The runs of those of ``job_ids`` held now, as one read (a job not held is absent): a
+        Kubernetes site's batch of pod events (10,000 after a restart) takes the lock once, not
+        once per pod and question (``k8s/site/site.py``)."""
+        with self._lock:
+            return {j: RunView.of(job) for j in job_ids if (job := self._held.get(j)) is not None}
