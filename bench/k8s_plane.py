@@ -21,6 +21,11 @@ seen bound (the pods' ``creationTimestamp`` has 1 s resolution).
   ``--rate``.
 - ``plane_cpu_s_per_job``: user + system CPU seconds of the plane's process (``/proc/PID/stat``)
   from the first POST until every pod is bound, over ``--jobs``.
+- ``cpu_ms_per_job``: the same span's CPU milliseconds per job of every process of the stack, by
+  name (``plane``, ``extender``, and the cluster's ``etcd``, ``kube-apiserver``,
+  ``kube-scheduler``, ``kwok``), and ``host``: all of the host's CPUs (``/proc/stat``), this
+  script and whatever else runs beside it included. Their sum over the host's CPUs bounds the
+  jobs a second this host can keep, with or without the plane.
 
 ``--compare-rounds R`` (0: skipped), after the timed jobs: the site's pods a second with and
 without the plane in front, interleaved, R rounds of each: ``direct``, ``--compare-pods`` one-card
@@ -57,7 +62,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from functools import partial
@@ -112,6 +117,18 @@ def cpu_s(pid: int) -> float:
     """User + system CPU seconds of process ``pid``, all its threads (``/proc/PID/stat``)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def host_cpu_s() -> float:
+    """Busy CPU seconds of the whole host since boot, all CPUs (``/proc/stat``: all but idle
+    and iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def stack_cpu_s(pids: Mapping[str, int]) -> dict[str, float]:
+    """CPU seconds of each named process of the stack, and ``host``'s (:func:`host_cpu_s`)."""
+    return {**{name: cpu_s(pid) for name, pid in pids.items()}, "host": host_cpu_s()}
 
 
 def wait(
@@ -361,15 +378,21 @@ def run(
                 wait(lambda: site_nodes() == n_nodes, f"the plane's {n_nodes} nodes")
                 log("the plane lists every node")
                 watcher = BindWatcher(kc.api_url, cluster.TOKEN, NAMESPACE).start()
+                assert ext.proc is not None
+                pids = {
+                    "plane": srv.proc.pid,
+                    "extender": ext.proc.pid,
+                    **{c.name: c.proc.pid for c in kc.components},
+                }
                 try:
-                    cpu0 = cpu_s(srv.proc.pid)
+                    before = stack_cpu_s(pids)
                     sent = submit_paced(user, n_jobs, rate)
                     names = {pod_name(j): at for j, at in sent.items()}
                     wait(
                         lambda: all(n in watcher.bound for n in names) or watcher.error is not None,
                         f"{n_jobs} pods bound",
                     )
-                    cpu = cpu_s(srv.proc.pid) - cpu0
+                    after = stack_cpu_s(pids)
                 finally:
                     watcher.stop()
                 if watcher.error is not None:
@@ -387,7 +410,12 @@ def run(
                     "bound_p50_ms": ms(bound, 50),
                     "bound_p99_ms": ms(bound, 99),
                     "admitted_per_s": round(n_jobs / span, 1) if span > 0 else None,
-                    "plane_cpu_s_per_job": round(cpu / n_jobs, 4),
+                    "plane_cpu_s_per_job": round((after["plane"] - before["plane"]) / n_jobs, 4),
+                    "cpu_ms_per_job": {
+                        name: round((after[name] - before[name]) * 1e3 / n_jobs, 1)
+                        for name in after
+                    },
+                    "host_cpus": os.cpu_count(),
                     "restart_pods": restart_pods,
                 }
                 if compare_rounds:

@@ -100,6 +100,12 @@ def test_k8s_plane_benchmark_times_jobs_to_pods_and_a_restarted_planes_reconcile
     assert got["created_p50_ms"] <= got["bound_p50_ms"], got
     assert got["created_p99_ms"] <= got["bound_p99_ms"], got
     assert got["admitted_per_s"] > 0 and got["plane_cpu_s_per_job"] > 0, got
+    by_process = got["cpu_ms_per_job"]
+    stack = ("plane", "extender", "etcd", "kube-apiserver", "kube-scheduler", "kwok")
+    assert set(by_process) == {*stack, "host"}, by_process
+    assert all(by_process[name] > 0 for name in ("plane", "kube-apiserver", "host")), by_process
+    # the same span's figure, rounded to 0.1 ms and to 0.0001 s
+    assert abs(by_process["plane"] - got["plane_cpu_s_per_job"] * 1e3) <= 0.11, by_process
     assert got["reconcile_s"] > 0 and got["restart_up_s"] > 0, got
 
 
