@@ -134,6 +134,19 @@ def running_in_plane(srv: Server, ids: list[int]) -> bool:
     return all(run is not None and 0 in run.running for run in runs)
 
 
+def watch_until_running(
+    srv: Server, site: KubernetesSite, api: FakeApiServer, ids: list[int]
+) -> None:
+    """The site's pod watch started and stopped once the plane holds every job of ``ids``
+    running: what its first list's batch did, the test then reads."""
+    informer = site._pod_informer(config_of(api))
+    informer.start()
+    try:
+        until(lambda: running_in_plane(srv, ids), "every job's replica running in the plane")
+    finally:
+        informer.stop()
+
+
 def test_a_restarts_reconciliation_reads_the_pod_watchs_list_and_lists_no_pods_itself(
     kube: tuple[Server, KubernetesSite, FakeApiServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -220,12 +233,7 @@ def test_the_pod_watchs_first_list_reads_the_plane_once_not_three_times_a_pod(
 
     monkeypatch.setattr(srv.plane, "held_run", held_run)
     monkeypatch.setattr(srv.plane, "held_runs", held_runs)
-    informer = site._pod_informer(config_of(api))
-    informer.start()
-    try:
-        until(lambda: running_in_plane(srv, ids), "every job's replica running in the plane")
-    finally:
-        informer.stop()
+    watch_until_running(srv, site, api, ids)
     assert asked == [("held_runs", tuple(sorted(ids)))], asked
     assert {job(srv, i)["state"] for i in ids} == {"running"}
 
@@ -298,12 +306,7 @@ def test_a_pod_that_ends_its_job_in_a_batch_has_the_jobs_leftovers_looked_at(
     asked whether its job is still held (it was): nothing was looked at, the Secret stayed."""
     srv, site, api = kube
     ids = running_pods(srv, site, api)
-    informer = site._pod_informer(config_of(api))
-    informer.start()
-    try:
-        until(lambda: running_in_plane(srv, ids), "every job's replica running in the plane")
-    finally:
-        informer.stop()
+    watch_until_running(srv, site, api, ids)
     key = f"xpupool-a/xp-{ids[0]}-0-1"
     state = site._pods.get(key)
     assert state is not None
