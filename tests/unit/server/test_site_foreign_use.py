@@ -167,6 +167,54 @@ def test_what_a_site_does_not_count(kube: tuple[Server, KubernetesSite]) -> None
     assert cards_of(srv, one) == [("k1", placed)]  # neither moved the job
 
 
+def test_a_lists_bound_pods_are_counted_as_one_by_one_with_one_read_of_the_plane(
+    kube: tuple[Server, KubernetesSite], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restarted plane's watch of bound pods lists every pod of the site at once (10,000 of
+    them): each pod labelled as the plane's asked the plane for its job's run, a take of the
+    plane's lock each. The list's jobs' runs are now read once, and what is counted is what the
+    pods one by one would count."""
+    srv, site = kube
+    a = tenant(srv, "a")
+    one = submit(srv, a, f"A100:1 site={SITE}", image="train:1")["id"]
+    srv.schedule()
+    assert srv.plane.count_run(one, 1, lambda _: "pods made") is not None
+    ((_, placed),) = cards_of(srv, one)
+    free = "GPU-k1-1" if placed == "GPU-k1-0" else "GPU-k1-0"
+    labels = {
+        "xpupool.io/job": str(one),
+        "xpupool.io/replica": "0",
+        "xpupool.io/attempt": "1",
+        "xpupool.io/plane-site": SITE,
+    }
+    pods = [
+        bound_pod(f"xp-{one}-0-1", "k1", [placed], labels=labels, namespace="xpupool-a"),
+        bound_pod("hostile", "k1", ["GPU-k9-0"]),
+        bound_pod("bad-label", "k1", [free], labels={**labels, "xpupool.io/job": "x"}),
+        bound_pod(f"xp-{one}-0-2", "k1", [free], labels={**labels, "xpupool.io/attempt": "2"}),
+    ]
+    asked: list[object] = []
+    one_run, many_runs = srv.plane.held_run, srv.plane.held_runs
+    monkeypatch.setattr(srv.plane, "held_run", lambda j: asked.append(j) or one_run(j))
+    monkeypatch.setattr(
+        srv.plane, "held_runs", lambda js: asked.append(set(js)) or many_runs(set(js))
+    )
+    events = [
+        Event(
+            EventType.ADDED,
+            f"{o['metadata']['namespace']}/{o['metadata']['name']}",
+            o["metadata"]["uid"],
+            o,
+        )
+        for o in pods
+    ]
+    site.foreign_pods.on_pods(events)
+    assert asked == [{one}], asked  # one read, of the one job the pods name well
+    # the plane's own pod is its job's; the other two on k1's free card are counted, once
+    assert sorted(site.foreign()) == ["pod other/bad-label", f"pod other/xp-{one}-0-2"]
+    assert cards_of(srv, one) == [("k1", placed)]
+
+
 def test_a_pod_on_cards_a_job_holds_is_counted_once_the_job_gives_them_back(
     kube: tuple[Server, KubernetesSite],
 ) -> None:

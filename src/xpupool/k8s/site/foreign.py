@@ -37,14 +37,14 @@ until its site reads the pods again is not counted.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from xpupool.k8s.informers.cluster_view import PodDevices, pod_allocations, read_pod
 from xpupool.k8s.informers.decoders import decode_pod_devices
 from xpupool.k8s.informers.watch import Event, EventType
 from xpupool.k8s.site.gated import tenant_of_namespace
-from xpupool.k8s.site.pods import JOB, SITE, pod_name, pod_state
+from xpupool.k8s.site.pods import JOB, SITE, label_job, pod_name, pod_state
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
 from xpupool.model.allocation import Allocation
 from xpupool.model.errors import RequestError
@@ -52,6 +52,7 @@ from xpupool.server.plane import bound_cards, foreign_use
 
 if TYPE_CHECKING:
     from xpupool.server.plane import ControlPlane, NodeRecord
+    from xpupool.server.plane.records import RunView
 
 __all__ = ["FOREIGN", "ForeignPods", "holder_of"]
 
@@ -96,14 +97,32 @@ class ForeignPods:
         """Holder -> the allocations it holds (the site protocol's ``foreign``)."""
         return {holder: allocs for holder, (_, allocs) in self._book.items()}
 
-    def on_pod(self, event: Event[dict[str, Any]]) -> None:
-        """The informer's consumer: a pod bound to a node, added, changed or gone."""
+    def on_pods(self, events: Sequence[Event[dict[str, Any]]]) -> None:
+        """The informer's list (every bound pod of the site after a restart, 10,000 of them):
+        each taken as :meth:`on_pod` takes it, the runs of the jobs whose pods they say they are
+        read in one read of the plane, not a take of its lock each."""
+        plane = self._plane
+        if plane is None:
+            return
+        jobs = {job for e in events if (job := self._labelled_job(e.value)) is not None}
+        runs = plane.held_runs(jobs)
+        for event in events:
+            try:
+                self.on_pod(event, runs)
+            except Exception:  # one pod is not worth the others' use
+                log.exception("site %s: bound pod %s %s", self.site, event.key, event.type)
+
+    def on_pod(
+        self, event: Event[dict[str, Any]], runs: Mapping[int, RunView] | None = None
+    ) -> None:
+        """The informer's consumer: a pod bound to a node, added, changed or gone (``runs``: a
+        list's jobs' runs as read at its start, absent: not held; None: read here)."""
         plane = self._plane
         if plane is None:
             return
         holder = holder_of(event.key)
         # asked before the plane's lock: a kubectl user's submission takes that lock under its own
-        replica = None if event.type is EventType.DELETED else self._replica(plane, event)
+        replica = None if event.type is EventType.DELETED else self._replica(plane, event, runs)
         counted = event.type is not EventType.DELETED and replica is None
 
         def make(take_id: Callable[[], int]) -> tuple[Allocation, ...] | None:
@@ -151,8 +170,23 @@ class ForeignPods:
         holder = (self.site, holder_of(key))
         plane.meter.foreign_started(holder, who, record.node, allocations, plane.clock())
 
+    def _labelled_job(self, obj: Mapping[str, Any]) -> int | None:
+        """The job a pod's labels say it is a replica of, when they say it is this site's pod
+        of the plane's (None otherwise, or when the pod says so wrongly)."""
+        meta = obj.get("metadata")
+        labels = meta.get("labels") if isinstance(meta, Mapping) else None
+        if not isinstance(labels, Mapping) or JOB not in labels or labels.get(SITE) != self.site:
+            return None
+        try:
+            return label_job(labels)
+        except RequestError:
+            return None
+
     def _replica(
-        self, plane: ControlPlane, event: Event[dict[str, Any]]
+        self,
+        plane: ControlPlane,
+        event: Event[dict[str, Any]],
+        runs: Mapping[int, RunView] | None = None,
     ) -> tuple[int, int, int | None] | None:
         """(job, replica, attempt or None: the current) of a pod that is a replica of a run the
         plane holds: its own pod (valid labels, the name and namespace the plane gives that
@@ -166,7 +200,7 @@ class ForeignPods:
         if JOB in labels and labels.get(SITE) == self.site:
             try:
                 state = pod_state(obj)
-                run = plane.held_run(state.job)
+                run = plane.held_run(state.job) if runs is None else runs.get(state.job)
                 if run is None or run.attempt != state.attempt:
                     return None
                 name = pod_name(state.job, state.replica, state.attempt)

@@ -368,6 +368,7 @@ class KubernetesSite:
             RawPod,
             lambda obj: obj,
             self.foreign_pods.on_pod,
+            listed=self.foreign_pods.on_pods,
             fields={
                 "spec.nodeName": operators.not_equal(""),
                 "status.phase": operators.not_in(list(TERMINAL)),
