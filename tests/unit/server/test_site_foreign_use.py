@@ -16,11 +16,13 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from lightkube.core.selector import build_selector
 from server_kit import FakeClock, Server, job, node, open_server, queue_used, submit, tenant
 from sqlalchemy import select
 
 from xpupool.k8s.informers.watch import Event, EventType
 from xpupool.k8s.site.gated import GATE
+from xpupool.k8s.site.labelled_pods import site_pod, with_label, without_label
 from xpupool.k8s.site.pods import ATTEMPT, JOB, REPLICA, pod_name
 from xpupool.k8s.site.pods import SITE as PLANE_SITE
 from xpupool.k8s.site.site import KubernetesSite, read_node
@@ -78,9 +80,16 @@ def bound_pod(
 
 
 def seen(site: KubernetesSite, obj: dict[str, Any], kind: EventType = EventType.ADDED) -> None:
-    """What the site's watch of bound pods hands its consumer."""
+    """What the site's watches hand their consumers: a pod with the site's label goes to the
+    pod watch's (``labelled_pods.py``), any other, bound and not finished, to the bound pods'
+    watch's (which the API server's selection tells of a pod that finished as gone)."""
     meta = obj["metadata"]
     key = f"{meta['namespace']}/{meta['name']}"
+    if meta["labels"].get(PLANE_SITE) == SITE:
+        site._on_site_pods([Event(kind, key, meta["uid"], site_pod(obj))])
+        return
+    if kind is not EventType.DELETED and obj["status"]["phase"] in ("Succeeded", "Failed"):
+        kind = EventType.DELETED
     site.foreign_pods.on_pod(Event(kind, key, meta["uid"], obj))
 
 
@@ -97,6 +106,7 @@ def kube(tmp_path: Path, clock: FakeClock) -> Iterator[tuple[Server, KubernetesS
         assert k1 is not None
         fleet.register_many(plane, [k1], source=site.source)
         site.foreign_pods.bind(plane)
+        site._plane = plane  # what attach sets, without the watches (no cluster here)
         yield srv, site
     plane.db.dispose()
 
@@ -167,13 +177,14 @@ def test_what_a_site_does_not_count(kube: tuple[Server, KubernetesSite]) -> None
     assert cards_of(srv, one) == [("k1", placed)]  # neither moved the job
 
 
-def test_a_lists_bound_pods_are_counted_as_one_by_one_with_one_read_of_the_plane(
+def test_a_lists_labelled_pods_are_counted_as_one_by_one_with_one_read_of_the_plane(
     kube: tuple[Server, KubernetesSite], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A restarted plane's watch of bound pods lists every pod of the site at once (10,000 of
-    them): each pod labelled as the plane's asked the plane for its job's run, a take of the
-    plane's lock each. The list's jobs' runs are now read once, and what is counted is what the
-    pods one by one would count."""
+    """A restarted plane's pod watch lists every pod with the site's label at once (10,000 of
+    them): each asked the plane for its job's run, a take of the plane's lock each, and the
+    bound pods' watch listed them all again. The list's jobs' runs are now read once, for the
+    plane's own pods and for the use of those that are not its own, and what is counted is
+    what the pods one by one would count."""
     srv, site = kube
     a = tenant(srv, "a")
     one = submit(srv, a, f"A100:1 site={SITE}", image="train:1")["id"]
@@ -189,7 +200,6 @@ def test_a_lists_bound_pods_are_counted_as_one_by_one_with_one_read_of_the_plane
     }
     pods = [
         bound_pod(f"xp-{one}-0-1", "k1", [placed], labels=labels, namespace="xpupool-a"),
-        bound_pod("hostile", "k1", ["GPU-k9-0"]),
         bound_pod("bad-label", "k1", [free], labels={**labels, "xpupool.io/job": "x"}),
         bound_pod(f"xp-{one}-0-2", "k1", [free], labels={**labels, "xpupool.io/attempt": "2"}),
     ]
@@ -204,15 +214,43 @@ def test_a_lists_bound_pods_are_counted_as_one_by_one_with_one_read_of_the_plane
             EventType.ADDED,
             f"{o['metadata']['namespace']}/{o['metadata']['name']}",
             o["metadata"]["uid"],
-            o,
+            site_pod(o),
         )
         for o in pods
     ]
-    site.foreign_pods.on_pods(events)
+    site._on_site_pods(events)
     assert asked == [{one}], asked  # one read, of the one job the pods name well
     # the plane's own pod is its job's; the other two on k1's free card are counted, once
     assert sorted(site.foreign()) == ["pod other/bad-label", f"pod other/xp-{one}-0-2"]
     assert cards_of(srv, one) == [("k1", placed)]
+    # the bound pods' watch no longer selects them: listed once, not twice
+    assert build_selector(without_label(SITE)) == f"{PLANE_SITE} notin ({SITE})"
+    assert build_selector(with_label(SITE)) == f"{PLANE_SITE}={SITE}"
+
+
+def test_a_pod_whose_label_moves_it_between_the_two_watches_stays_counted(
+    kube: tuple[Server, KubernetesSite],
+) -> None:
+    """A pod relabelled into (or out of) the site's label leaves one watch's selection and
+    enters the other's: the two tell it on their own threads, in either order, and its cards
+    stay counted whichever comes first; it holds nothing once the watch that has it says so."""
+    srv, site = kube
+    plain = bound_pod("moving", "k1", ["GPU-k1-0"])
+    marked = bound_pod("moving", "k1", ["GPU-k1-0"], labels={PLANE_SITE: SITE})
+    held = {"pod other/moving": ["GPU-k1-0"]}
+
+    def book() -> dict[str, list[str]]:
+        return {h: [d.uuid for x in al for d in x.devices] for h, al in site.foreign().items()}
+
+    seen(site, plain)  # bound, without the label: the bound pods' watch
+    seen(site, marked)  # labelled: the pod watch tells of it first...
+    seen(site, plain, EventType.DELETED)  # ...then the bound pods' watch of it leaving
+    assert book() == held and list(srv.plane.foreign_use.applied) == [(SITE, "pod other/moving")]
+    seen(site, plain)  # and back, the bound pods' watch first this time
+    seen(site, marked, EventType.DELETED)
+    assert book() == held
+    seen(site, {**plain, "status": {"phase": "Succeeded"}}, EventType.MODIFIED)
+    assert book() == {} and srv.plane.foreign_use.applied == {}
 
 
 def test_a_pod_on_cards_a_job_holds_is_counted_once_the_job_gives_them_back(

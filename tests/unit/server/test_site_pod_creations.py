@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import sys
 import threading
 import time
@@ -182,6 +183,49 @@ def test_a_restarts_reconciliation_reads_the_pod_watchs_list_and_lists_no_pods_i
         later.detach()
     assert api.pod_lists == lists + 1, f"{api.pod_lists - lists} pod lists, the watch's one"
     assert set(api.pod_posts.values()) == {1}  # none made again
+
+
+def test_a_restarts_first_list_follows_no_pod_log_until_its_jobs_are_reconciled(
+    kube: tuple[Server, KubernetesSite, FakeApiServer],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A restarted plane's first list started a log follower for each running pod (a thread
+    and a request each, up to the limit) while the list was still being read, holding back the
+    reconciliation a restart waits on: the followers start once the held jobs are reconciled,
+    one for each running pod."""
+    srv, site, api = kube
+    ids = running_pods(srv, site, api)
+    watch_until_running(srv, site, api, ids)  # the plane before its restart
+    said: list[str] = []
+
+    class Said(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            said.append(record.getMessage())
+
+    handler = Said()
+    caplog.set_level(logging.INFO, logger=site_module.__name__)
+    logging.getLogger(site_module.__name__).addHandler(handler)
+    later = KubernetesSite(site.config, resync_s=0)  # the restarted plane's site
+    later._plane, later._client = srv.plane, make_client(config_of(api))
+    followed: dict[str, bool] = {}  # pod -> were its jobs reconciled when it was followed
+
+    def follow(key: str, _target: object) -> None:
+        followed[key] = any("held jobs reconciled" in m for m in said)
+
+    monkeypatch.setattr(later.logs, "follow", follow)
+    later._tasks.put(_Adopt(tuple(ids)))
+    informer = later._pod_informer(config_of(api))
+    try:
+        informer.start()
+        threading.Thread(target=later._work, daemon=True).start()
+        until(lambda: len(followed) == JOBS, "every running pod's log followed")
+    finally:
+        informer.stop()
+        later.detach()
+        logging.getLogger(site_module.__name__).removeHandler(handler)
+    assert set(followed) == {f"xpupool-a/xp-{i}-0-1" for i in ids}
+    assert all(followed.values()), followed
 
 
 def test_the_pod_watchs_first_list_applies_its_reports_in_one_write(

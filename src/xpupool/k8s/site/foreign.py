@@ -3,7 +3,9 @@ use"; docs/kubernetes.md, "Pods the plane did not create").
 
 Another scheduler's pods, HAMi users' pods outside the plane's queues and system pods hold cards
 the plane would otherwise count as free. The site watches the pods bound to nodes (finished ones
-left out by the API server) and reads which cards each holds with the extender's reader
+left out by the API server) that do not wear its label, and its pod watch hands over those that do
+(``labelled_pods.py``: the plane's own pods are listed once, not twice); it reads which cards each
+holds with the extender's reader
 (``informers/cluster_view.read_pod`` over ``informers/decoders.decode_pod_devices``: HAMi's
 ``allocated`` annotations, which xpupool's bind writes too, init containers charged as HAMi
 charges them; ``pod_allocations`` makes the engine's allocations), so the plane's books and the
@@ -40,14 +42,14 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from xpupool.k8s.informers.cluster_view import PodDevices, pod_allocations, read_pod
+from xpupool.k8s.informers.cluster_view import PodDevices, PodRecord, pod_allocations, read_pod
 from xpupool.k8s.informers.decoders import decode_pod_devices
 from xpupool.k8s.informers.watch import Event, EventType
 from xpupool.k8s.site.gated import tenant_of_namespace
-from xpupool.k8s.site.pods import JOB, SITE, label_job, pod_name, pod_state
+from xpupool.k8s.site.labelled_pods import SitePod
+from xpupool.k8s.site.pods import PodState, pod_name
 from xpupool.k8s.site.sites_file import KubernetesSiteConfig
 from xpupool.model.allocation import Allocation
-from xpupool.model.errors import RequestError
 from xpupool.server.plane import bound_cards, foreign_use
 
 if TYPE_CHECKING:
@@ -63,6 +65,8 @@ log = logging.getLogger(__name__)
 
 # what a charge holds, ids and slots aside: (node, sorted (card, MiB, permille) shares)
 _Held = tuple[str, tuple[tuple[str, int, int], ...]]
+# the watch a pod's use came from (labelled_pods.py): the bound pods' one, or the pod watch
+_BOUND, _LABELLED = "bound", "labelled"
 
 
 def holder_of(key: str) -> str:
@@ -86,7 +90,8 @@ class ForeignPods:
         self._owns = owns  # is a node record this site's?
         self._gated_job = gated_job  # (job, replica) a kubectl user's pod of this uid stands for
         self._plane: ControlPlane | None = None
-        self._book: dict[str, tuple[_Held, tuple[Allocation, ...]]] = {}  # holder -> use
+        # holder -> (what it holds, its allocations, the watch that counted it)
+        self._book: dict[str, tuple[_Held, tuple[Allocation, ...], str]] = {}
 
     def bind(self, plane: ControlPlane) -> None:
         """Serve ``plane`` (the site's ``attach``; a test without a cluster calls it alone and
@@ -95,61 +100,116 @@ class ForeignPods:
 
     def foreign(self) -> dict[str, tuple[Allocation, ...]]:
         """Holder -> the allocations it holds (the site protocol's ``foreign``)."""
-        return {holder: allocs for holder, (_, allocs) in self._book.items()}
+        return {holder: allocs for holder, (_, allocs, _) in self._book.items()}
 
     def on_pods(self, events: Sequence[Event[dict[str, Any]]]) -> None:
-        """The informer's list (every bound pod of the site after a restart, 10,000 of them):
-        each taken as :meth:`on_pod` takes it, the runs of the jobs whose pods they say they are
-        read in one read of the plane, not a take of its lock each."""
-        plane = self._plane
-        if plane is None:
-            return
-        jobs = {job for e in events if (job := self._labelled_job(e.value)) is not None}
-        runs = plane.held_runs(jobs)
+        """The bound pods' watch's list (every bound pod of the site without its label after a
+        restart), each taken as :meth:`on_pod` takes it."""
         for event in events:
             try:
-                self.on_pod(event, runs)
+                self.on_pod(event)
             except Exception:  # one pod is not worth the others' use
                 log.exception("site %s: bound pod %s %s", self.site, event.key, event.type)
 
-    def on_pod(
-        self, event: Event[dict[str, Any]], runs: Mapping[int, RunView] | None = None
-    ) -> None:
-        """The informer's consumer: a pod bound to a node, added, changed or gone (``runs``: a
-        list's jobs' runs as read at its start, absent: not held; None: read here)."""
-        plane = self._plane
-        if plane is None:
+    def on_pod(self, event: Event[dict[str, Any]]) -> None:
+        """The bound pods' watch's consumer: a pod without the site's label bound to a node,
+        added, changed or gone. A kubectl user's pod the plane has a job for is that job's
+        (its cards followed); any other is counted as use."""
+        if self._plane is None:
             return
-        holder = holder_of(event.key)
+        if event.type is EventType.DELETED:
+            self._take(event.key, None, None, _BOUND)
+            return
         # asked before the plane's lock: a kubectl user's submission takes that lock under its own
-        replica = None if event.type is EventType.DELETED else self._replica(plane, event, runs)
-        counted = event.type is not EventType.DELETED and replica is None
+        found = self._gated_job(event.uid)
+        replica = None if found is None else (*found, None)
+        self._take(event.key, read_pod(event.value, decode_pod_devices), replica, _BOUND)
+
+    def on_site_pods(self, events: Sequence[Event[SitePod]], runs: Mapping[int, RunView]) -> None:
+        """The pods with the site's label as the site's pod watch hands them over
+        (``labelled_pods.py``; ``runs``: their jobs' runs as read at the batch's start, absent:
+        not held): the plane's own pod of a run it holds is its job's (its cards followed);
+        any other bound one is counted as use, as :meth:`on_pod` counts a pod without the
+        label."""
+        if self._plane is None:
+            return
+        for event in events:
+            try:
+                self._site_pod(event, runs)
+            except Exception:  # one pod is not worth the others' use
+                log.exception("site %s: pod %s %s", self.site, event.key, event.type)
+
+    def _site_pod(self, event: Event[SitePod], runs: Mapping[int, RunView]) -> None:
+        held = None if event.type is EventType.DELETED else event.value.held
+        if held is None:
+            self._take(event.key, None, None, _LABELLED)
+            return
+        state = event.value.state
+        replica: tuple[int, int, int | None] | None
+        if state is None:
+            found = self._gated_job(event.uid)
+            replica = None if found is None else (*found, None)
+        else:
+            replica = self._own(event.key, state, runs.get(state.job))
+        self._take(event.key, held, replica, _LABELLED)
+
+    def _own(
+        self, key: str, state: PodState, run: RunView | None
+    ) -> tuple[int, int, int | None] | None:
+        """(job, replica, attempt) of the plane's pod ``key`` when it is the pod the plane gives
+        that replica of the run it holds (``run``: its job's; the name and the namespace too);
+        None otherwise: a pod labelled as the plane's but of no run it holds (a stray the site
+        deletes) holds its cards until it is gone, counted as use."""
+        if run is None or run.attempt != state.attempt:
+            return None
+        name = pod_name(state.job, state.replica, state.attempt)
+        if key != f"{self.config.namespace(run.tenant)}/{name}":
+            return None
+        return state.job, state.replica, state.attempt
+
+    def _take(
+        self,
+        key: str,
+        record: PodRecord | None,
+        replica: tuple[int, int, int | None] | None,
+        origin: str,
+    ) -> None:
+        """The pod ``key`` as the watch ``origin`` sees it now: bound as ``record`` says (None:
+        not bound, finished or gone), a replica of the plane's job ``replica`` (its cards
+        followed) or counted as use. A pod whose labels moved it from one watch to the other is
+        told by both, in either order: the book's entry is the watch's that counted it last,
+        and only that watch's word that it holds nothing takes it out."""
+        plane = self._plane
+        assert plane is not None
+        holder = holder_of(key)
+        counted = record is not None and replica is None
 
         def make(take_id: Callable[[], int]) -> tuple[Allocation, ...] | None:
             """Under the plane's lock: the book and the engine change together."""
             assert plane is not None
-            what = self._use(plane, event) if counted else None
+            what = self._use(plane, key, record) if counted and record is not None else None
             before = self._book.get(holder)
             if what is None:
-                if before is None:
-                    return None
+                if before is None or before[2] != origin:
+                    return None  # not held, or held as the other watch counts it
                 del self._book[holder]
                 plane.meter.foreign_ended((self.site, holder), plane.clock())
                 log.info("site %s: %s holds nothing any more", self.site, holder)
                 return ()
-            key, devices, priority = what
-            if before is not None and before[0] == key:
-                return None  # the same cards: a status change
+            held, devices, priority = what
+            if before is not None and before[0] == held:
+                self._book[holder] = (held, before[1], origin)  # the same cards: a status change
+                return None
             allocs = pod_allocations(holder, devices, priority, take_id)
-            self._book[holder] = (key, allocs)
-            self._meter(plane, event.key, priority, key[0], allocs)
-            log.info("site %s: %s holds cards on node %s", self.site, holder, key[0])
+            self._book[holder] = (held, allocs, origin)
+            self._meter(plane, key, priority, held[0], allocs)
+            log.info("site %s: %s holds cards on node %s", self.site, holder, held[0])
             return allocs
 
-        if counted or holder in self._book:  # (only this thread changes the book)
+        if counted or holder in self._book:  # (the book changes under the plane's lock)
             foreign_use.change(plane, self.site, holder, make)
-        if replica is not None:
-            self._rebind(plane, event, replica)
+        if replica is not None and record is not None:
+            self._rebind(plane, key, record, replica)
 
     def _meter(
         self,
@@ -170,59 +230,17 @@ class ForeignPods:
         holder = (self.site, holder_of(key))
         plane.meter.foreign_started(holder, who, record.node, allocations, plane.clock())
 
-    def _labelled_job(self, obj: Mapping[str, Any]) -> int | None:
-        """The job a pod's labels say it is a replica of, when they say it is this site's pod
-        of the plane's (None otherwise, or when the pod says so wrongly)."""
-        meta = obj.get("metadata")
-        labels = meta.get("labels") if isinstance(meta, Mapping) else None
-        if not isinstance(labels, Mapping) or JOB not in labels or labels.get(SITE) != self.site:
-            return None
-        try:
-            return label_job(labels)
-        except RequestError:
-            return None
-
-    def _replica(
-        self,
-        plane: ControlPlane,
-        event: Event[dict[str, Any]],
-        runs: Mapping[int, RunView] | None = None,
-    ) -> tuple[int, int, int | None] | None:
-        """(job, replica, attempt or None: the current) of a pod that is a replica of a run the
-        plane holds: its own pod (valid labels, the name and namespace the plane gives that
-        replica's pod) or a kubectl user's pod it has a job for; None for any other pod, which
-        is counted as use (a pod labelled as the plane's but of no run it holds, a stray the
-        site deletes, holds its cards until it is gone)."""
-        obj = event.value
-        meta = obj.get("metadata")
-        labels = meta.get("labels") if isinstance(meta, Mapping) else None
-        labels = labels if isinstance(labels, Mapping) else {}
-        if JOB in labels and labels.get(SITE) == self.site:
-            try:
-                state = pod_state(obj)
-                run = plane.held_run(state.job) if runs is None else runs.get(state.job)
-                if run is None or run.attempt != state.attempt:
-                    return None
-                name = pod_name(state.job, state.replica, state.attempt)
-                if event.key != f"{self.config.namespace(run.tenant)}/{name}":
-                    return None
-            except RequestError:
-                return None
-            return state.job, state.replica, state.attempt
-        found = self._gated_job(event.uid)
-        return None if found is None else (*found, None)
-
     def _rebind(
         self,
         plane: ControlPlane,
-        event: Event[dict[str, Any]],
+        key: str,
+        rec: PodRecord,
         replica: tuple[int, int, int | None],
     ) -> None:
         """A plane job's pod bound: when the cards it got are not those of the plane's placement
         (a kubectl user's pod, which the extender places on its own), the job's allocation
         follows them (``server/plane/bound_cards.py``). A pod whose cards take more than one
         task (init containers beside the app's) is left to its placement."""
-        rec = read_pod(event.value, decode_pod_devices)
         devices = rec.devices
         if rec.node is None or devices is None:
             return
@@ -232,16 +250,15 @@ class ForeignPods:
             return
         shares = [(s.uuid, s.memory_mib, s.core_permille) for s in parts[0]]
         job, index, attempt = replica
-        where = holder_of(event.key)
+        where = holder_of(key)
         bound_cards.rebind(plane, job, index, devices.node, shares, where, attempt)
 
     def _use(
-        self, plane: ControlPlane, event: Event[dict[str, Any]]
+        self, plane: ControlPlane, key: str, rec: PodRecord
     ) -> tuple[_Held, PodDevices, int] | None:
-        """(held key, PodDevices, priority) of the pod, or None when it counts nothing here (a
-        pod of a plane job is left out by the caller: its job's allocation counts it)."""
-        obj = event.value
-        rec = read_pod(obj, decode_pod_devices)
+        """(held key, PodDevices, priority) of the pod ``key`` bound as ``rec`` says, or None
+        when it counts nothing here (a pod of a plane job is left out by the caller: its job's
+        allocation counts it)."""
         devices = rec.devices
         if devices is None or not devices.charged():
             return None
@@ -253,7 +270,7 @@ class ForeignPods:
             log.warning(
                 "site %s: %s names cards node %s does not have: counted as none",
                 self.site,
-                holder_of(event.key),
+                holder_of(key),
                 devices.node,
             )
             return None

@@ -66,6 +66,11 @@ class SeenPods:
                 job: {key.partition("/")[0] for key in pods} for job, pods in self._by_job.items()
             }
 
+    def items(self) -> list[tuple[str, PodState]]:
+        """``(key, state)`` of every pod held now (a copy)."""
+        with self._lock:
+            return list(self._by_key.items())
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._by_key)

@@ -80,6 +80,7 @@ from xpupool.k8s.site.credentials import read_credentials
 from xpupool.k8s.site.finished import FinishedJobs
 from xpupool.k8s.site.foreign import ForeignPods
 from xpupool.k8s.site.gated import GatedPods, GatedTask
+from xpupool.k8s.site.labelled_pods import SitePod, site_pod, with_label, without_label
 from xpupool.k8s.site.node_power import NodePower
 from xpupool.k8s.site.pod_logs import LogTarget, PodLogs
 from xpupool.k8s.site.pods import (
@@ -88,7 +89,6 @@ from xpupool.k8s.site.pods import (
     TERMINAL,
     PodState,
     pod_name,
-    pod_state,
 )
 from xpupool.k8s.site.pods import report as pod_report
 from xpupool.k8s.site.pods import waiting as waiting_note
@@ -218,7 +218,7 @@ class KubernetesSite:
         self._plane: ControlPlane | None = None
         self._tasks: queue.Queue[_Task | None] = queue.Queue()
         self._pods = SeenPods()  # the pod informer's, by namespace/name and by job
-        self._pod_watch: Informer[PodState] | None = None
+        self._pod_watch: Informer[SitePod] | None = None
         self._waiting: dict[str, str] = {}  # namespace/name -> the unbound pod's reason noted
         self._informers: list[Informer[Any]] = []
         self._node_informer: Informer[SiteNode] | None = None
@@ -226,6 +226,8 @@ class KubernetesSite:
         self._client: Client | None = None
         self._secret_value: bytes | None = None  # the kubeconfig_secret's value in use
         self._closed = threading.Event()
+        # the held jobs reconciled with the cluster (a restart's first): pods' logs followed
+        self._adopted = threading.Event()
         self._failures = self._settling = 0  # the worker's tasks failed in a row (_settle)
         # the plane's runs' pods, many runs' at once (creations.py)
         self.runs = RunPods(
@@ -373,6 +375,8 @@ class KubernetesSite:
                 "spec.nodeName": operators.not_equal(""),
                 "status.phase": operators.not_in(list(TERMINAL)),
             },
+            # the pods with the site's label are the pod watch's (labelled_pods.py)
+            labels=without_label(self.name),
             resync_s=self.resync_s,
             name=f"site-{self.name}-bound",
         )
@@ -389,20 +393,22 @@ class KubernetesSite:
         if self.node_power is not None:
             self.node_power.start(plane)
 
-    def _pod_informer(self, config: SingleConfig) -> Informer[PodState]:
-        """The watch of the plane's own pods on this site (not started): a list's pods are
-        taken together (:meth:`_on_pods`), and so are a watch's that queued up behind one another
-        (``coalesce``: a burst of jobs' pods going Pending, bound, Running was a write per
-        event under the plane's lock). A restart's reconciliation reads its first list."""
+    def _pod_informer(self, config: SingleConfig) -> Informer[SitePod]:
+        """The watch of the pods with this site's label (not started): the plane's own pods, and
+        any other pod that wears the label, whose use it counts (``labelled_pods.py``). A list's
+        pods are taken together (:meth:`_on_site_pods`), and so are a watch's that queued up
+        behind one another (``coalesce``: a burst of jobs' pods going Pending, bound, Running
+        was a write per event under the plane's lock). A restart's reconciliation reads its
+        first list."""
         self._pod_watch = Informer(
             config,
             RawPod,
-            pod_state,
-            self._on_pod,
-            labels={JOB: operators.exists(), SITE: self.name},
+            site_pod,
+            lambda event: self._on_site_pods([event]),
+            labels=with_label(self.name),
             resync_s=self.resync_s,
             name=f"site-{self.name}-pods",
-            listed=self._on_pods,
+            listed=self._on_site_pods,
             coalesce=True,
         )
         return self._pod_watch
@@ -481,15 +487,44 @@ class KubernetesSite:
         site_runs.node_deleted(plane, name, rec, f"node {name} deleted from site {self.name}")
 
     # ------------------------------------------------------------------ pods
-    def _on_pods(self, events: Sequence[Event[PodState]]) -> None:
+    def _on_site_pods(self, events: Sequence[Event[SitePod]]) -> None:
+        """The pod watch's list, or a batch of its events: the plane's own pods' states to
+        :meth:`_on_pods`, and every pod's use to ``foreign.py``, with their jobs' runs read once
+        for both. A pod whose labels stopped being the plane's is gone from its own pods."""
+        own: list[Event[PodState]] = []
+        for event in events:
+            value = event.value
+            if value.state is not None:
+                own.append(Event(event.type, event.key, event.uid, value.state))
+                continue
+            if event.type is not EventType.DELETED:
+                log.warning(
+                    "site %s: pod %s has the site's label but is no pod of the plane's: %s",
+                    self.name,
+                    event.key,
+                    value.unreadable,
+                )
+            before = self._pods.get(event.key)
+            if before is not None:
+                own.append(Event(EventType.DELETED, event.key, event.uid, before))
+        plane = self._plane
+        # the runs of their jobs as one read of the plane, not three a pod (a lock each)
+        runs = {} if plane is None else plane.held_runs({e.value.job for e in own})
+        self._on_pods(own, runs)
+        self.foreign_pods.on_site_pods(events, runs)
+
+    def _on_pods(
+        self, events: Sequence[Event[PodState]], runs: Mapping[int, RunView] | None = None
+    ) -> None:
         """A list's pods (the first after a restart: every pod of the held jobs), or a batch of
         the watch's events, each taken as :meth:`_on_pod` takes it, their reports and waiting
         notes applied together, a write per :data:`REPORT_CHUNK` (one each was a write each:
-        10,000 of them after a restart, 300 a second in a burst of 100 jobs a second)."""
+        10,000 of them after a restart, 300 a second in a burst of 100 jobs a second). ``runs``:
+        their jobs' runs as read at the batch's start (None: read here)."""
         plane = self._plane
         reports: list[SiteReport] = []
-        # the runs of their jobs as one read of the plane, not three a pod (a lock each)
-        runs = {} if plane is None else plane.held_runs({e.value.job for e in events})
+        if runs is None:  # the runs of their jobs as one read of the plane, not three a pod
+            runs = {} if plane is None else plane.held_runs({e.value.job for e in events})
         for event in events:
             try:
                 self._on_pod(event, reports, runs)
@@ -550,8 +585,12 @@ class KubernetesSite:
     # ------------------------------------------------------------------ logs (pod_logs.py)
     def _follow_log(self, key: str, state: PodState, run: RunView | None) -> None:
         """Follow the pod's log into its replica's, when ``run`` (its job's, as read last) is
-        the pod's run."""
+        the pod's run. Not before the held jobs are reconciled with the cluster: a restart's
+        first list would start a follower for each running pod (:data:`MAX_FOLLOWED`), each a
+        thread and a request while that list is read; :meth:`_adopt` follows them after."""
         if self._plane is None or run is None or run.attempt != state.attempt:
+            return
+        if not self._adopted.is_set():
             return
         found = run.node_of(state.replica)
         if found is not None and not self.logs.follows(key):
@@ -611,16 +650,16 @@ class KubernetesSite:
             return None  # a pod of a released job, or of another run: the worker deletes it
         if state.replica in run.final:
             return None
+        running = state.phase == "Running" and not (gone or state.deleting or state.reason)
+        if running and state.replica in run.running:
+            return None  # the plane has it running: nothing new (a pod's every update, a
+            # restart's list and its reconciliation each say so again; a write of the plane's each;
+            # asked before the report is made: 10,000 of them after a restart)
         node, stopping = run.node_of(state.replica), run.stopping
         if node is None:
             return None
         r = pod_report(state, gone=gone, stopping=stopping)
-        if r is None:
-            return None
-        if r.state is ReplicaState.RUNNING and not r.reason and state.replica in run.running:
-            return None  # the plane has it running: nothing new (a pod's every update, a
-            # restart's list and its reconciliation each say so again; a write of the plane's each)
-        return node, r
+        return None if r is None else (node, r)
 
     def _send_all(self, reports: Sequence[SiteReport]) -> None:
         """Many pods' reports, ``(node, report)``, and notes, a write per :data:`REPORT_CHUNK`;
@@ -902,6 +941,19 @@ class KubernetesSite:
         self._send_all(reports)  # a write per chunk, not per pod
         # the end of a restart's reconciliation (bench/k8s_plane.py times it from this)
         log.info("site %s: %d held jobs reconciled with the cluster", self.name, len(jobs))
+        if not self._adopted.is_set():
+            self._adopted.set()  # first: a pod's event from now on starts its own follower
+            self._follow_logs()
+
+    def _follow_logs(self) -> None:
+        """Follow the logs of the pods the watch holds that run or have finished (after the held
+        jobs' reconciliation; see :meth:`_follow_log`)."""
+        plane = self._plane
+        assert plane is not None
+        pods = [(k, s) for k, s in self._pods.items() if s.phase in ("Running", *TERMINAL)]
+        runs = plane.held_runs({s.job for _, s in pods})
+        for key, state in pods:
+            self._follow_log(key, state, runs.get(state.job))
 
     def _reconcile(
         self,
