@@ -180,8 +180,14 @@ def ms(values: Sequence[float], q: float) -> float:
 
 def pods_now(kc: Any) -> dict[str, str]:
     """Name -> uid of the tenant namespace's pods, if every one is Running and none is being
-    deleted; else empty."""
-    pods = list_all(kc.api, f"/api/v1/namespaces/{NAMESPACE}/pods")
+    deleted; else empty (also when the API server, busy with 10,000 pods, answers 5xx: asked
+    again)."""
+    try:
+        pods = list_all(kc.api, f"/api/v1/namespaces/{NAMESPACE}/pods")
+    except httpx.HTTPStatusError as exc:
+        if exc.response.status_code < 500:
+            raise
+        return {}
     for p in pods:
         if p["metadata"].get("deletionTimestamp") or p["status"].get("phase") != "Running":
             return {}
