@@ -9,6 +9,7 @@ until the job gives them back."""
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -392,3 +393,23 @@ def test_a_gangs_pods_bound_to_each_others_cards_move_the_books_together(
     waits = submit(srv, b, f"A100:1 site={SITE}", image="x:1")
     srv.schedule()
     assert job(srv, waits["id"])["state"] == "pending"
+
+
+def test_a_pod_with_the_sites_label_and_no_job_label_is_counted_without_a_warning(
+    kube: tuple[Server, KubernetesSite], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A service's pods (its Deployment's) wear the site's label but no job label: the pod watch
+    selects them and counts their cards as the bound pods' watch counted them, saying nothing
+    of it; a job label the plane did not write is said in the log."""
+    _srv, site = kube
+    served = bound_pod("svc-abc", "k1", ["GPU-k1-0"], labels={PLANE_SITE: SITE, "x": "y"})
+    forged = bound_pod(
+        "forged", "k1", ["GPU-k1-1"], labels={PLANE_SITE: SITE, "xpupool.io/job": "x"}
+    )
+    with caplog.at_level(logging.WARNING):
+        seen(site, served)
+    assert "no pod of the plane's" not in caplog.text
+    with caplog.at_level(logging.WARNING):
+        seen(site, forged)
+    assert "pod other/forged has the site's label but is no pod of the plane's" in caplog.text
+    assert sorted(site.foreign()) == ["pod other/forged", "pod other/svc-abc"]

@@ -22,7 +22,7 @@ from lightkube import operators
 
 from xpupool.k8s.informers.cluster_view import TERMINAL_PHASES, PodRecord, read_pod
 from xpupool.k8s.informers.decoders import decode_pod_devices
-from xpupool.k8s.site.pods import SITE, PodState, pod_state
+from xpupool.k8s.site.pods import JOB, SITE, PodState, pod_state
 from xpupool.model.errors import RequestError
 
 __all__ = ["SitePod", "bound_record", "site_pod", "with_label", "without_label"]
@@ -49,7 +49,7 @@ class SitePod:
 
     state: PodState | None
     held: PodRecord | None
-    unreadable: str = ""
+    unreadable: str = ""  # empty for a pod with no job label: a service's, say
 
 
 def bound_record(obj: Mapping[str, Any]) -> PodRecord | None:
@@ -71,5 +71,13 @@ def site_pod(obj: Mapping[str, Any]) -> SitePod:
         state: PodState | None = pod_state(obj)
         why = ""
     except RequestError as exc:
-        state, why = None, str(exc)
+        # no job label: a pod of the plane's services (their Deployments' pods wear the label)
+        # or anyone's; a job label the plane did not write is said
+        state, why = None, str(exc) if JOB in _labels(obj) else ""
     return SitePod(state, bound_record(obj), why)
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    return labels if isinstance(labels, Mapping) else {}

@@ -54,7 +54,6 @@ __all__ = [
     "build_pod",
     "gang_name",
     "kind_of_vendor",
-    "label_job",
     "pod_name",
     "pod_state",
     "pod_status",
@@ -291,12 +290,6 @@ def _label_int(labels: Mapping[str, Any], key: str) -> int:
     if not isinstance(text, str) or not text.isdigit() or len(text) > 16 or int(text) > MAX_ID:
         raise RequestError(f"metadata.labels[{key}]", text, "expected a whole number")
     return int(text)
-
-
-def label_job(labels: Mapping[str, Any]) -> int:
-    """The job a pod's labels name, read as :func:`pod_state` reads it (:class:`RequestError`
-    when not a whole number), without reading the rest of the pod."""
-    return _label_int(labels, JOB)
 
 
 def _mapping(value: object, where: str) -> Mapping[str, Any]:

@@ -497,7 +497,7 @@ class KubernetesSite:
             if value.state is not None:
                 own.append(Event(event.type, event.key, event.uid, value.state))
                 continue
-            if event.type is not EventType.DELETED:
+            if event.type is not EventType.DELETED and value.unreadable:
                 log.warning(
                     "site %s: pod %s has the site's label but is no pod of the plane's: %s",
                     self.name,
