@@ -46,7 +46,10 @@ the cluster (the site's adopt task: each job's pods listed and matched, none mad
 it may end before ``/healthz`` answers); ``restart_up_s``: until ``/healthz`` answers. The run
 checks that every pod is still there under the same uid. ``--profile-restart PATH``: py-spy
 (``--idle --threads``, collapsed stacks) records the restarted plane from its start until that log
-line, into PATH.
+line, into PATH. ``restart_plane_cpu_s``: the restarted plane's CPU seconds (all its threads)
+until that line is seen, and ``restart_host_cpu_s`` the host's (every process, all CPUs) over the
+same span, with ``restart_load1``, the host's one-minute load average as the plane was killed:
+the wall time depends on what else the host runs, these say what the plane itself spent.
 """
 
 from __future__ import annotations
@@ -308,6 +311,7 @@ def restart(
     for job_id in (held[0], held[-1]):  # the first and the last made (the plane reads in order)
         wait(partial(running_in_plane, job_id), f"job {job_id} running in the plane")
     before = pods_now(kc)
+    load1 = os.getloadavg()[0]
     srv.kill()
     offset = srv.log_path.stat().st_size
     line = f"site {SITE}: {len(held)} held jobs reconciled with the cluster"
@@ -322,10 +326,11 @@ def restart(
         return None
 
     profiler = None if profile is None else Profiler(srv, profile)
-    t0, wall0 = time.monotonic(), datetime.now()
+    t0, wall0, host0 = time.monotonic(), datetime.now(), host_cpu_s()
     srv.start(same_port=True)
     up_s = time.monotonic() - t0
-    wait(lambda: reconciled() is not None, f"the log line {line!r}", settle_s)
+    wait(lambda: reconciled() is not None, f"the log line {line!r}", settle_s, 0.02)
+    plane_cpu, host_cpu = cpu_s(srv.proc.pid), host_cpu_s() - host0
     if profiler is not None:
         profiler.stop()
     at = reconciled()
@@ -335,7 +340,13 @@ def restart(
     if after != before:
         changed = sorted(set(before.items()) ^ set(after.items()))[:5]
         raise RuntimeError(f"pods changed across the restart: {changed}")
-    return {"restart_up_s": round(up_s, 2), "reconcile_s": round(reconcile_s, 2)}
+    return {
+        "restart_up_s": round(up_s, 2),
+        "reconcile_s": round(reconcile_s, 2),
+        "restart_plane_cpu_s": round(plane_cpu, 2),
+        "restart_host_cpu_s": round(host_cpu, 2),
+        "restart_load1": round(load1, 2),
+    }
 
 
 def run(

@@ -107,6 +107,9 @@ def test_k8s_plane_benchmark_times_jobs_to_pods_and_a_restarted_planes_reconcile
     # the same span's figure, rounded to 0.1 ms and to 0.0001 s
     assert abs(by_process["plane"] - got["plane_cpu_s_per_job"] * 1e3) <= 0.11, by_process
     assert got["reconcile_s"] > 0 and got["restart_up_s"] > 0, got
+    # the restarted plane's own CPU is part of the host's over the same span
+    assert 0 < got["restart_plane_cpu_s"] <= got["restart_host_cpu_s"], got
+    assert got["restart_load1"] >= 0, got
 
 
 def test_k8s_federation_benchmark_times_jobs_to_pods_over_three_sites() -> None:
