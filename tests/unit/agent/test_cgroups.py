@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import time
 from dataclasses import replace
@@ -13,7 +14,8 @@ from pathlib import Path
 import pytest
 from agent_work import settings, started, work
 
-from xpupool.agent.launch import cgroups
+from xpupool.agent.launch import build_spec, cgroups
+from xpupool.agent.launch.backend import backend_for
 from xpupool.agent.launch.cgroups import DEFAULT_PIDS_MAX, CgroupHost, detect_cgroups
 from xpupool.agent.runner import Runner
 
@@ -287,3 +289,43 @@ def test_the_supervisors_copy_of_the_plan_keeps_pids_and_freezer(tmp_path: Path)
     spec = build_spec(work(["true"], memory_mib=0, cpu_milli=0), tmp_path / "l.log", cfg)
     back = spec_file.loads(spec_file.dumps(spec_file.SpecFile("host", cfg, spec, 1.0)))
     assert back.spec.cgroup == spec.cgroup and back.settings.cgroups == host
+
+
+@pytest.mark.slow
+def test_a_signal_reaches_each_process_of_a_replica_once(tmp_path: Path) -> None:
+    """Seen in CI: an elastic job printed its shrink twice. The host back end sent a signal to
+    the replica's process group and then to every member of its cgroup, so a process in both (all
+    of them, until one calls ``setsid``) got it twice: a job counting SIGUSR1 (a resize, a
+    checkpoint) saw two. A real-time signal is queued, not merged, so the job counts what came."""
+    assert HOST is not None, "no writable cgroup hierarchy on this host: limits are untested"
+    script = (
+        "import signal\n"
+        "waited = {signal.SIGRTMIN, signal.SIGUSR2}\n"
+        "signal.pthread_sigmask(signal.SIG_BLOCK, waited)\n"
+        "print('ready', flush=True)\n"
+        "signal.sigwait({signal.SIGUSR2})\n"
+        "n = 0\n"
+        "while signal.sigtimedwait({signal.SIGRTMIN}, 0) is not None:\n"
+        "    n += 1\n"
+        "print(f'got {n}', flush=True)\n"
+    )
+    job = work([sys.executable, "-c", script], memory_mib=64)
+    host_settings = settings(tmp_path, cgroups=HOST)
+    spec = build_spec(job, tmp_path / "log", host_settings)
+    backend = backend_for("host", host_settings)
+    launched = backend.start(spec)
+    try:
+        assert launched.spec.cgroup is not None
+        deadline = time.monotonic() + 20
+        while b"ready" not in spec.log_path.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert launched.pid in cgroups.members(launched.spec.cgroup)
+        backend.signal(launched, signal.SIGRTMIN)
+        os.kill(launched.pid, signal.SIGUSR2)  # after every copy of the signal was queued
+        assert launched.proc.wait(20) == 0
+    finally:
+        if launched.proc.poll() is None:
+            backend.signal(launched, signal.SIGKILL)
+        launched.proc.wait(20)
+        backend.cleanup(launched)
+    assert b"got 1" in spec.log_path.read_bytes(), spec.log_path.read_bytes()

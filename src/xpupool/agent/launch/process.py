@@ -292,6 +292,16 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
+def _outside_group(pids: list[int], pgid: int) -> list[int]:
+    """Those of ``pids`` not in process group ``pgid`` (one that exited meanwhile is left out)."""
+    outside = []
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if os.getpgid(pid) != pgid:
+                outside.append(pid)
+    return outside
+
+
 def _live(pid: int) -> bool:
     """Not a zombie (a zombie stays listed in its cgroup until reaped)."""
     try:
@@ -318,17 +328,23 @@ class ProcessBackend:
         return start_process(spec, self.argv(spec))
 
     def signal(self, launched: Launched, sig: int) -> None:
-        """The process group, and every other process of the replica's cgroup (SIGKILL: the
-        whole cgroup at once, frozen so that nothing forks meanwhile)."""
+        """The process group, and every process of the replica's cgroup outside that group
+        (SIGKILL: the whole cgroup at once, frozen so that nothing forks meanwhile). Each
+        process is sent the signal once: a job counts its SIGUSR1s (a resize, a checkpoint), and
+        one sent twice was seen twice. Those outside the group are found before the group's
+        signal, so none that leaves the group meanwhile is sent it twice."""
+        plan = launched.spec.cgroup
+        if plan is not None and sig == signal.SIGKILL:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(launched.pgid, signal.SIGKILL)
+            cgroups.kill_all(plan)
+            return
+        outside = _outside_group(cgroups.members(plan), launched.pgid) if plan is not None else []
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(launched.pgid, signal.Signals(sig))
-        if launched.spec.cgroup is not None:
-            if sig == signal.SIGKILL:
-                cgroups.kill_all(launched.spec.cgroup)
-                return
-            for pid in cgroups.members(launched.spec.cgroup):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.Signals(sig))
+        for pid in outside:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.Signals(sig))
 
     def alive(self, launched: Launched) -> bool:
         if group_alive(launched.pgid):
