@@ -22,6 +22,7 @@ from server_kit import (
     submit,
     tenant,
 )
+from test_scheduler_batches import statements_during
 
 STORES = BOTH_STORES  # its tests' server on SQLite and on PostgreSQL (conftest.py)
 
@@ -169,6 +170,28 @@ def test_cluster_nodes_are_never_lost(server: Server) -> None:
     fleet.register_many(server.plane, [Node("sim1", 1000, 1024)], source="cluster")
     server.clock.advance(1000)
     assert mark_lost_nodes(server.plane) == []
+
+
+def test_a_cluster_file_is_stored_in_one_statement_outside_the_rows_making(server: Server) -> None:
+    """CI saw a 5,000-node first start lose its store: one INSERT per node, and each row's
+    JSON made inside the transaction, held SQLite's write lock for the whole lease on a loaded
+    host, and the lease's renewal waits behind that lock (``server/ownership.py``). The nodes
+    are one statement now, and all of them are stored and served."""
+    from xpupool.model.device import Device, Node
+    from xpupool.server.services import fleet
+
+    def card(n: int, i: int) -> Device:
+        return Device(f"c-{n}-{i}", "nvidia", "NVIDIA A100-SXM4-80GB", 81920, index=i)
+
+    nodes = [Node(f"f{n}", 64000, 512000, tuple(card(n, i) for i in range(4))) for n in range(300)]
+    sql = statements_during(
+        server.plane, lambda: fleet.register_many(server.plane, nodes, source="cluster")
+    )
+    inserts = [s for s in sql if s.upper().startswith("INSERT INTO NODES")]
+    assert len(inserts) == 1, sql
+    assert row_counts(server)["nodes"] == 300
+    listed = server.client.get("/v1/nodes", headers=server.admin, params={"limit": 1000}).json()
+    assert len(listed) == 300 and all(n["devices"] == 4 for n in listed)
 
 
 @pytest.mark.slow

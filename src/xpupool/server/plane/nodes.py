@@ -242,8 +242,7 @@ class NodeBook:
 
     def register_nodes(self, conn: Connection, rows: list[dict[str, object]]) -> None:
         """Store new node rows (cluster-file nodes, registered in one go)."""
-        for row in rows:
-            store.insert_node(conn, row)
+        store.insert_nodes(conn, rows)
 
     def retaint_node(self, conn: Connection, fresh: NodeRecord) -> None:
         """Store ``fresh``'s taints (the admin's change); :meth:`serve_nodes` serves it."""

@@ -188,8 +188,9 @@ class NodeRegistration:
                     node, source, NodeStatus.READY, life.cordoned, set(), "", "", now
                 )
             built = self.build({**self._nodes, **added})
+            rows = [_new_row(rec, source, now) for rec in added.values()]  # before the lock
             with self.write() as conn:
-                self.register_nodes(conn, [_new_row(rec, source, now) for rec in added.values()])
+                self.register_nodes(conn, rows)
             self.serve_nodes(added)
             self.install(built)
             return list(added), known

@@ -293,8 +293,12 @@ def upsert_node(
         conn.execute(update(t_nodes).where(t_nodes.c.name == name).values(**values))
 
 
-def insert_node(conn: Connection, values: Mapping[str, object]) -> None:
-    conn.execute(insert(t_nodes).values(**values))
+def insert_nodes(conn: Connection, rows: list[dict[str, object]]) -> None:
+    """New node rows in one statement (``storage/driver_insert.py``): a 5,000-node cluster file
+    was 5,000 INSERTs, seconds holding SQLite's write lock at a first start on a loaded host, and
+    the store's lease renewal waits behind that lock (``server/ownership.py``): CI saw a start
+    lose its store."""
+    insert_rows(conn, t_nodes, rows)
 
 
 def update_node(conn: Connection, name: str, values: Mapping[str, object]) -> None:
