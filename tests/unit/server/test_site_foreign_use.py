@@ -23,7 +23,7 @@ from sqlalchemy import select
 
 from xpupool.k8s.informers.watch import Event, EventType
 from xpupool.k8s.site.gated import GATE
-from xpupool.k8s.site.labelled_pods import site_pod, with_label, without_label
+from xpupool.k8s.site.labelled_pods import SitePod, site_pod, with_label, without_label
 from xpupool.k8s.site.pods import ATTEMPT, JOB, REPLICA, pod_name
 from xpupool.k8s.site.pods import SITE as PLANE_SITE
 from xpupool.k8s.site.site import KubernetesSite, read_node
@@ -413,3 +413,48 @@ def test_a_pod_with_the_sites_label_and_no_job_label_is_counted_without_a_warnin
         seen(site, forged)
     assert "pod other/forged has the site's label but is no pod of the plane's" in caplog.text
     assert sorted(site.foreign()) == ["pod other/forged", "pod other/svc-abc"]
+
+
+def test_a_lists_own_pods_are_checked_against_their_placement_in_one_read(
+    kube: tuple[Server, KubernetesSite], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restart's first list hands every pod of the plane's at once, nearly all on the cards
+    their jobs were placed on; each took a read of the plane (its lock) to find that out, 10,000
+    at a restart holding 10,000 pods. The list is checked in one read now, and a gang whose pods
+    the list shows bound to each other's cards still moves its books together."""
+    srv, site = kube
+    a = tenant(srv, "a")
+    job_id = submit(srv, a, f"A100:1 replicas=2 gang site={SITE}", image="train:1")["id"]
+    srv.schedule()
+    placed = {x["replica"]: x["devices"][0]["uuid"] for x in job(srv, job_id)["assignments"]}
+    assert srv.plane.count_run(job_id, 1, lambda _: "the pods made") is not None
+
+    def listed(cards: dict[int, str]) -> list[Event[SitePod]]:
+        pods = [_replica_pod(job_id, r, card) for r, card in cards.items()]
+        return [
+            Event(
+                EventType.ADDED,
+                f"{o['metadata']['namespace']}/{o['metadata']['name']}",
+                o["metadata"]["uid"],
+                site_pod(o),
+            )
+            for o in pods
+        ]
+
+    reads = 0
+    read = srv.plane.read
+
+    def counted(fn: Any) -> Any:
+        nonlocal reads
+        reads += 1
+        return read(fn)
+
+    monkeypatch.setattr(srv.plane, "read", counted)
+    site._on_site_pods(listed(placed))
+    on_placement = reads
+    reads = 0
+    site._on_site_pods(listed({0: placed[1], 1: placed[0]}))
+    assert (on_placement, reads) == (1, 1)  # every pod's cards checked in one read
+    swapped = {x["replica"]: x["devices"][0]["uuid"] for x in job(srv, job_id)["assignments"]}
+    assert swapped == {0: placed[1], 1: placed[0]}
+    assert site.foreign() == {}

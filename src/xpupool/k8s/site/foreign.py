@@ -105,25 +105,37 @@ class ForeignPods:
     def on_pods(self, events: Sequence[Event[dict[str, Any]]]) -> None:
         """The bound pods' watch's list (every bound pod of the site without its label after a
         restart), each taken as :meth:`on_pod` takes it."""
+        if self._plane is None:
+            return
+        seen: list[bound_cards.Bound | None] = []
         for event in events:
             try:
-                self.on_pod(event)
+                seen.append(self._bound_pod(event))
             except Exception:  # one pod is not worth the others' use
                 log.exception("site %s: bound pod %s %s", self.site, event.key, event.type)
+        self._follow(seen)
 
     def on_pod(self, event: Event[dict[str, Any]]) -> None:
         """The bound pods' watch's consumer: a pod without the site's label bound to a node,
         added, changed or gone. A kubectl user's pod the plane has a job for is that job's
         (its cards followed); any other is counted as use."""
-        if self._plane is None:
-            return
+        if self._plane is not None:
+            self._follow([self._bound_pod(event)])
+
+    def _bound_pod(self, event: Event[dict[str, Any]]) -> bound_cards.Bound | None:
         if event.type is EventType.DELETED:
-            self._take(event.key, None, None, _BOUND)
-            return
+            return self._take(event.key, None, None, _BOUND)
         # asked before the plane's lock: a kubectl user's submission takes that lock under its own
         found = self._gated_job(event.uid)
         replica = None if found is None else (*found, None)
-        self._take(event.key, read_pod(event.value, decode_pod_devices), replica, _BOUND)
+        return self._take(event.key, read_pod(event.value, decode_pod_devices), replica, _BOUND)
+
+    def _follow(self, seen: Sequence[bound_cards.Bound | None]) -> None:
+        """The plane's jobs' replicas among a batch's pods follow the cards they were bound to,
+        the batch checked in one read of the plane (``server/plane/bound_cards.py``)."""
+        plane = self._plane
+        assert plane is not None
+        bound_cards.rebind_many(plane, [b for b in seen if b is not None])
 
     def on_site_pods(self, events: Sequence[Event[SitePod]], runs: Mapping[int, RunView]) -> None:
         """The pods with the site's label as the site's pod watch hands them over
@@ -133,17 +145,20 @@ class ForeignPods:
         label."""
         if self._plane is None:
             return
+        seen: list[bound_cards.Bound | None] = []
         for event in events:
             try:
-                self._site_pod(event, runs)
+                seen.append(self._site_pod(event, runs))
             except Exception:  # one pod is not worth the others' use
                 log.exception("site %s: pod %s %s", self.site, event.key, event.type)
+        self._follow(seen)
 
-    def _site_pod(self, event: Event[SitePod], runs: Mapping[int, RunView]) -> None:
+    def _site_pod(
+        self, event: Event[SitePod], runs: Mapping[int, RunView]
+    ) -> bound_cards.Bound | None:
         held = None if event.type is EventType.DELETED else event.value.held
         if held is None:
-            self._take(event.key, None, None, _LABELLED)
-            return
+            return self._take(event.key, None, None, _LABELLED)
         state = event.value.state
         replica: tuple[int, int, int | None] | None
         if state is None:
@@ -151,7 +166,7 @@ class ForeignPods:
             replica = None if found is None else (*found, None)
         else:
             replica = self._own(event.key, state, runs.get(state.job))
-        self._take(event.key, held, replica, _LABELLED)
+        return self._take(event.key, held, replica, _LABELLED)
 
     def _own(
         self, key: str, state: PodState, run: RunView | None
@@ -173,12 +188,13 @@ class ForeignPods:
         record: PodRecord | None,
         replica: tuple[int, int, int | None] | None,
         origin: str,
-    ) -> None:
+    ) -> bound_cards.Bound | None:
         """The pod ``key`` as the watch ``origin`` sees it now: bound as ``record`` says (None:
-        not bound, finished or gone), a replica of the plane's job ``replica`` (its cards
-        followed) or counted as use. A pod whose labels moved it from one watch to the other is
-        told by both, in either order: the book's entry is the watch's that counted it last,
-        and only that watch's word that it holds nothing takes it out."""
+        not bound, finished or gone), a replica of the plane's job ``replica`` (returned as the
+        cards it was bound to, for the caller's batch to follow) or counted as use. A pod whose
+        labels moved it from one watch to the other is told by both, in either order: the
+        book's entry is the watch's that counted it last, and only that watch's word that it
+        holds nothing takes it out."""
         plane = self._plane
         assert plane is not None
         holder = holder_of(key)
@@ -209,7 +225,8 @@ class ForeignPods:
         if counted or holder in self._book:  # (the book changes under the plane's lock)
             foreign_use.change(plane, self.site, holder, make)
         if replica is not None and record is not None:
-            self._rebind(plane, key, record, replica)
+            return self._bound(plane, key, record, replica)
+        return None
 
     def _meter(
         self,
@@ -230,28 +247,27 @@ class ForeignPods:
         holder = (self.site, holder_of(key))
         plane.meter.foreign_started(holder, who, record.node, allocations, plane.clock())
 
-    def _rebind(
+    def _bound(
         self,
         plane: ControlPlane,
         key: str,
         rec: PodRecord,
         replica: tuple[int, int, int | None],
-    ) -> None:
-        """A plane job's pod bound: when the cards it got are not those of the plane's placement
-        (a kubectl user's pod, which the extender places on its own), the job's allocation
-        follows them (``server/plane/bound_cards.py``). A pod whose cards take more than one
-        task (init containers beside the app's) is left to its placement."""
+    ) -> bound_cards.Bound | None:
+        """A plane job's pod bound: the cards it got, which the job's allocation follows when
+        they are not those of the plane's placement (a kubectl user's pod, which the extender
+        places on its own; ``server/plane/bound_cards.py``). None for a pod whose cards take
+        more than one task (init containers beside the app's): it is left to its placement."""
         devices = rec.devices
         if rec.node is None or devices is None:
-            return
+            return None
         parts = devices.charged()
         node = plane.node(devices.node)
         if len(parts) != 1 or node is None or not self._owns(node):
-            return
-        shares = [(s.uuid, s.memory_mib, s.core_permille) for s in parts[0]]
+            return None
+        shares = tuple((s.uuid, s.memory_mib, s.core_permille) for s in parts[0])
         job, index, attempt = replica
-        where = holder_of(key)
-        bound_cards.rebind(plane, job, index, devices.node, shares, where, attempt)
+        return bound_cards.Bound(job, index, devices.node, shares, holder_of(key), attempt)
 
     def _use(
         self, plane: ControlPlane, key: str, rec: PodRecord

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from sqlalchemy import update
 
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from xpupool.server.plane.control import ControlPlane
     from xpupool.server.plane.records import HeldJob
 
-__all__ = ["Share", "rebind"]
+__all__ = ["Bound", "Share", "rebind", "rebind_many"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,18 @@ def _same(alloc: Allocation, node: str, shares: Sequence[Share]) -> bool:
     return alloc.node == node and sorted(alloc.device_uuids) == sorted(u for u, _, _ in shares)
 
 
+class Bound(NamedTuple):
+    """Replica ``replica`` of held job ``job_id`` (of run ``attempt``; None: the current one)
+    seen bound to ``shares`` on ``node`` (``where``: the pod, for the event)."""
+
+    job_id: int
+    replica: int
+    node: str
+    shares: tuple[Share, ...]
+    where: str
+    attempt: int | None = None
+
+
 def rebind(
     plane: ControlPlane,
     job_id: int,
@@ -62,30 +74,40 @@ def rebind(
     where: str,
     attempt: int | None = None,
 ) -> bool:
-    """Replica ``replica`` of held job ``job_id`` (of run ``attempt``; None: the current one) is
-    bound to ``shares`` on ``node`` (``where``: the pod, for the event). Re-address its
-    allocation there when those are other cards than the plane's; returns whether it did. A
-    job not held, of another run, stopping, or already on those cards is left as it is."""
-    if not shares:
-        return False
+    """One replica as :func:`rebind_many` takes a batch; returns whether it moved."""
+    return rebind_many(plane, [Bound(job_id, replica, node, tuple(shares), where, attempt)]) > 0
 
-    def differs() -> bool:
-        job = plane.held_jobs.get(job_id)
+
+def rebind_many(plane: ControlPlane, seen: Sequence[Bound]) -> int:
+    """Re-address each replica of ``seen`` whose cards are not those of the plane's placement;
+    returns how many jobs' books moved. A job not held, of another run, stopping, or already
+    on those cards is left as it is. The whole batch is checked in one read of the plane: a
+    restart's first list brings every pod of the plane's, nearly all on their placement's
+    cards, and a read each took the plane's lock thousands of times (docs/benchmarks.md, a
+    restart holding 10,000 pods); only a replica that differs takes a write."""
+
+    def differs(b: Bound) -> bool:
+        job = plane.held_jobs.get(b.job_id)
         if job is None or job.stop is not None:
             return False
-        if attempt is not None and job.attempt != attempt:
+        if b.attempt is not None and job.attempt != b.attempt:
             return False
-        old = _placed(job, replica)
-        return old is not None and not _same(old, node, shares)
+        old = _placed(job, b.replica)
+        return old is not None and not _same(old, b.node, b.shares)
 
-    if not plane.read(differs):  # the common case (the same cards) takes no write
-        return False
-    with plane.write() as conn:
-        if not differs():
-            return False
-        job = plane.held_jobs[job_id]
-        job.bound_apart[replica] = (job.attempt, node, tuple(shares), where)
-        return _follow(plane, conn, job)
+    candidates = [b for b in seen if b.shares]
+    if not candidates:
+        return 0
+    apart = plane.read(lambda: [b for b in candidates if differs(b)])
+    moved = 0
+    for b in apart:
+        with plane.write() as conn:
+            if not differs(b):
+                continue
+            job = plane.held_jobs[b.job_id]
+            job.bound_apart[b.replica] = (job.attempt, b.node, b.shares, b.where)
+            moved += _follow(plane, conn, job)
+    return moved
 
 
 def _follow(plane: ControlPlane, conn: Connection, job: HeldJob) -> bool:
