@@ -94,6 +94,19 @@ def seen(site: KubernetesSite, obj: dict[str, Any], kind: EventType = EventType.
     site.foreign_pods.on_pod(Event(kind, key, meta["uid"], obj))
 
 
+def listed(pods: list[dict[str, Any]]) -> list[Event[SitePod]]:
+    """``pods`` as the site's pod watch hands its consumer a first list."""
+    return [
+        Event(
+            EventType.ADDED,
+            f"{o['metadata']['namespace']}/{o['metadata']['name']}",
+            o["metadata"]["uid"],
+            site_pod(o),
+        )
+        for o in pods
+    ]
+
+
 @pytest.fixture
 def kube(tmp_path: Path, clock: FakeClock) -> Iterator[tuple[Server, KubernetesSite]]:
     """A plane with the agent pool and a Kubernetes site (not attached: no cluster) whose node
@@ -210,16 +223,7 @@ def test_a_lists_labelled_pods_are_counted_as_one_by_one_with_one_read_of_the_pl
     monkeypatch.setattr(
         srv.plane, "held_runs", lambda js: asked.append(set(js)) or many_runs(set(js))
     )
-    events = [
-        Event(
-            EventType.ADDED,
-            f"{o['metadata']['namespace']}/{o['metadata']['name']}",
-            o["metadata"]["uid"],
-            site_pod(o),
-        )
-        for o in pods
-    ]
-    site._on_site_pods(events)
+    site._on_site_pods(listed(pods))
     assert asked == [{one}], asked  # one read, of the one job the pods name well
     # the plane's own pod is its job's; the other two on k1's free card are counted, once
     assert sorted(site.foreign()) == ["pod other/bad-label", f"pod other/xp-{one}-0-2"]
@@ -429,17 +433,8 @@ def test_a_lists_own_pods_are_checked_against_their_placement_in_one_read(
     placed = {x["replica"]: x["devices"][0]["uuid"] for x in job(srv, job_id)["assignments"]}
     assert srv.plane.count_run(job_id, 1, lambda _: "the pods made") is not None
 
-    def listed(cards: dict[int, str]) -> list[Event[SitePod]]:
-        pods = [_replica_pod(job_id, r, card) for r, card in cards.items()]
-        return [
-            Event(
-                EventType.ADDED,
-                f"{o['metadata']['namespace']}/{o['metadata']['name']}",
-                o["metadata"]["uid"],
-                site_pod(o),
-            )
-            for o in pods
-        ]
+    def replicas(cards: dict[int, str]) -> list[Event[SitePod]]:
+        return listed([_replica_pod(job_id, r, card) for r, card in cards.items()])
 
     reads = 0
     read = srv.plane.read
@@ -450,10 +445,10 @@ def test_a_lists_own_pods_are_checked_against_their_placement_in_one_read(
         return read(fn)
 
     monkeypatch.setattr(srv.plane, "read", counted)
-    site._on_site_pods(listed(placed))
+    site._on_site_pods(replicas(placed))
     on_placement = reads
     reads = 0
-    site._on_site_pods(listed({0: placed[1], 1: placed[0]}))
+    site._on_site_pods(replicas({0: placed[1], 1: placed[0]}))
     assert (on_placement, reads) == (1, 1)  # every pod's cards checked in one read
     swapped = {x["replica"]: x["devices"][0]["uuid"] for x in job(srv, job_id)["assignments"]}
     assert swapped == {0: placed[1], 1: placed[0]}
